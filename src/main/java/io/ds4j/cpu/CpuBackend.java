@@ -1,0 +1,551 @@
+package io.ds4j.cpu;
+
+import io.ds4j.engine.Backend;
+import io.ds4j.engine.Sequence;
+import io.ds4j.model.AttentionKind;
+import io.ds4j.model.ModelConfig;
+import io.ds4j.model.ModelWeights;
+import io.ds4j.model.Rope;
+import io.ds4j.model.WeightMatrix;
+
+import java.util.Arrays;
+
+/**
+ * The pure-Java DeepSeek-V4 forward (spec section 3) over the per-sequence state of section 4. It is the numeric
+ * reference of ds4j: activations are fp32, the persistent MLA cache (raw window rows, compressed entries, indexer
+ * keys) is F16, compressor state is fp32. Every token's result is independent of how the tokens were chunked:
+ * new raw rows are rounded to F16 before any query reads them, exactly as cached rows are.
+ *
+ * <p>Not thread-safe per sequence; different sequences may be stepped from different threads.
+ */
+public final class CpuBackend implements Backend {
+    private final ModelWeights wts;
+    private final ModelConfig c;
+    private final Rope ropeMain, ropeCompress;
+
+    /** @param weights loaded weights; the backend closes them in {@link #close()} */
+    public CpuBackend(ModelWeights weights) {
+        this.wts = weights;
+        this.c = weights.config;
+        this.ropeMain = Rope.main(c);
+        this.ropeCompress = Rope.compress(c);
+    }
+
+    @Override
+    public String name() {
+        return "cpu";
+    }
+
+    @Override
+    public ModelConfig config() {
+        return c;
+    }
+
+    /** The weights this backend runs. */
+    public ModelWeights weights() {
+        return wts;
+    }
+
+    @Override
+    public CpuSequence newSequence(int maxRollback) {
+        return new CpuSequence(c, maxRollback);
+    }
+
+    @Override
+    public long stateBytes(int ctx, int maxRollback) {
+        long b = 0;
+        for (int l = 0; l < c.numLayers; l++) {
+            b += (long) Math.max(1, c.slidingWindow - 1 + maxRollback) * c.headDim * 2;
+            AttentionKind k = c.layerTypes[l];
+            if (k != AttentionKind.SLIDING) {
+                int m = c.ratio(l);
+                boolean ov = k == AttentionKind.CSA;
+                b += (long) ((ov ? 2 * m : m) + maxRollback) * (ov ? 2 : 1) * c.headDim * 4 * 2 + (long) (ctx / m) * c.headDim * 2;
+            }
+            if (k == AttentionKind.CSA) {
+                int m = c.csaRatio;
+                b += (long) (2 * m + maxRollback) * 2 * c.indexHeadDim * 4 * 2 + (long) (ctx / m) * c.indexHeadDim * 2;
+            }
+        }
+        return b;
+    }
+
+    @Override
+    public void close() {
+        try {
+            wts.close();
+        } catch (Exception e) {
+            throw new IllegalStateException("closing weights: " + e.getMessage(), e);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------------------------
+
+    @Override
+    public float[] forward(Sequence sequence, int[] tokens, int off, int S, int[] logitRows) {
+        if (!(sequence instanceof CpuSequence seq) || seq.cfg != c)
+            throw new IllegalArgumentException("sequence does not belong to this backend");
+        if (seq.closed) throw new IllegalStateException("sequence is closed");
+        if (S < 1) throw new IllegalArgumentException("need at least one token, got " + S);
+        for (int s = 0; s < S; s++) {
+            int t = tokens[off + s];
+            if (t < 0 || t >= c.vocabSize)
+                throw new IllegalArgumentException("token id " + t + " at index " + s + " is outside [0, " + c.vocabSize + ")");
+        }
+        for (int r : logitRows)
+            if (r < 0 || r >= S) throw new IllegalArgumentException("logit row " + r + " is outside [0, " + S + ")");
+        final int D = c.hidden, n = c.hcMult, nD = n * D;
+        final int N0 = seq.length;
+
+        // 3.1: every stream starts as the embedding.
+        float[] X = new float[S * nD];
+        float[] row = new float[D];
+        for (int s = 0; s < S; s++) {
+            wts.embed.dequantRow(tokens[off + s], row, 0);
+            for (int i = 0; i < n; i++) System.arraycopy(row, 0, X, s * nD + i * D, D);
+        }
+        int[] toks = Arrays.copyOfRange(tokens, off, off + S);
+        float[] post = new float[S * n], comb = new float[S * n * n], col = new float[S * D];
+        for (int l = 0; l < c.numLayers; l++) {
+            ModelWeights.Layer L = wts.layers[l];
+            // 3.3 attention site
+            hcPre(X, S, L.attnHcFn, L.attnHcBase, L.attnHcScale, post, comb, col);
+            Ops.rmsNormRows(col, S, D, L.inputNorm, (float) c.rmsEps);
+            float[] a = attention(seq, l, L, col, S, N0);
+            hcPost(X, S, a, post, comb);
+            // 3.3 MoE site
+            hcPre(X, S, L.ffnHcFn, L.ffnHcBase, L.ffnHcScale, post, comb, col);
+            Ops.rmsNormRows(col, S, D, L.postAttnNorm, (float) c.rmsEps);
+            float[] f = moe(l, L, col, S, toks);
+            hcPost(X, S, f, post, comb);
+        }
+        seq.length = N0 + S;
+        seq.rollbackFloor = Math.max(seq.rollbackFloor, seq.length - seq.maxRollback);
+        return head(X, logitRows);
+    }
+
+    /** 3.9: hc_head merge, final norm and lm_head for the requested rows only. */
+    private float[] head(float[] X, int[] rows) {
+        final int D = c.hidden, n = c.hcMult, nD = n * D, R = rows.length;
+        if (R == 0) return new float[0];
+        float[] v = new float[R * nD];
+        for (int i = 0; i < R; i++) System.arraycopy(X, rows[i] * nD, v, i * nD, nD);
+        float[] xs = v.clone();
+        Ops.rmsNormRows(v, R, nD, null, (float) c.rmsEps);
+        float[] mu = new float[R * n];
+        Gemm.matmul(wts.hcHeadFn, v, R, mu);
+        float[] y = new float[R * D];
+        for (int i = 0; i < R; i++) {
+            for (int k = 0; k < n; k++) {
+                float pre = Ops.sigmoid(mu[i * n + k] * wts.hcHeadScale[0] + wts.hcHeadBase[k]) + (float) c.hcEps;
+                for (int j = 0; j < D; j++) y[i * D + j] += pre * xs[i * nD + k * D + j];
+            }
+        }
+        Ops.rmsNormRows(y, R, D, wts.finalNorm, (float) c.rmsEps);
+        float[] logits = new float[R * c.vocabSize];
+        Gemm.matmul(wts.lmHead, y, R, logits);
+        return logits;
+    }
+
+    /**
+     * 3.2 mHC mapping for S tokens: fills post [S, n], the Sinkhorn matrix M [S, n, n] and the collapsed input
+     * Σ pre_i X_i [S, D].
+     */
+    private void hcPre(float[] X, int S, WeightMatrix fn, float[] base, float[] scale, float[] post, float[] comb, float[] col) {
+        final int D = c.hidden, n = c.hcMult, nD = n * D, m = (2 + n) * n;
+        final float eps = (float) c.hcEps;
+        float[] v = X.clone();
+        Ops.rmsNormRows(v, S, nD, null, (float) c.rmsEps);
+        float[] mu = new float[S * m];
+        Gemm.matmul(fn, v, S, mu);
+        float[] pre = new float[n];
+        for (int s = 0; s < S; s++) {
+            int mo = s * m;
+            for (int i = 0; i < n; i++) {
+                pre[i] = Ops.sigmoid(scale[0] * mu[mo + i] + base[i]) + eps;
+                post[s * n + i] = 2f * Ops.sigmoid(scale[1] * mu[mo + n + i] + base[n + i]);
+            }
+            int co = s * n * n;
+            for (int j = 0; j < n; j++) {
+                float mx = Float.NEGATIVE_INFINITY;
+                for (int k = 0; k < n; k++) {
+                    float v2 = scale[2] * mu[mo + 2 * n + j * n + k] + base[2 * n + j * n + k];
+                    comb[co + j * n + k] = v2;
+                    mx = Math.max(mx, v2);
+                }
+                float sum = 0;
+                for (int k = 0; k < n; k++) {
+                    float e = (float) Math.exp(comb[co + j * n + k] - mx);
+                    comb[co + j * n + k] = e;
+                    sum += e;
+                }
+                for (int k = 0; k < n; k++) comb[co + j * n + k] = comb[co + j * n + k] / sum + eps;
+            }
+            normCols(comb, co, n, eps);
+            for (int it = 1; it < c.sinkhornIters; it++) {
+                for (int j = 0; j < n; j++) {
+                    float sum = 0;
+                    for (int k = 0; k < n; k++) sum += comb[co + j * n + k];
+                    for (int k = 0; k < n; k++) comb[co + j * n + k] /= (sum + eps);
+                }
+                normCols(comb, co, n, eps);
+            }
+            int xo = s * nD;
+            for (int d = 0; d < D; d++) {
+                float acc = 0;
+                for (int i = 0; i < n; i++) acc += pre[i] * X[xo + i * D + d];
+                col[s * D + d] = acc;
+            }
+        }
+    }
+
+    private static void normCols(float[] M, int co, int n, float eps) {
+        for (int k = 0; k < n; k++) {
+            float sum = 0;
+            for (int j = 0; j < n; j++) sum += M[co + j * n + k];
+            for (int j = 0; j < n; j++) M[co + j * n + k] /= (sum + eps);
+        }
+    }
+
+    /** 3.2 stream update: X'_k = post_k · f + Σ_j M_jk X_j. */
+    private void hcPost(float[] X, int S, float[] f, float[] post, float[] comb) {
+        final int D = c.hidden, n = c.hcMult, nD = n * D;
+        float[] nx = new float[nD];
+        for (int s = 0; s < S; s++) {
+            int xo = s * nD, co = s * n * n;
+            for (int k = 0; k < n; k++) {
+                float pk = post[s * n + k];
+                for (int d = 0; d < D; d++) {
+                    float acc = pk * f[s * D + d];
+                    for (int j = 0; j < n; j++) acc += comb[co + j * n + k] * X[xo + j * D + d];
+                    nx[k * D + d] = acc;
+                }
+            }
+            System.arraycopy(nx, 0, X, xo, nD);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------------------------
+    // 3.4–3.7 attention
+
+    private float[] attention(CpuSequence seq, int l, ModelWeights.Layer L, float[] x, int S, int N0) {
+        final int D = c.hidden, H = c.numHeads, d = c.headDim, W = c.slidingWindow;
+        final float eps = (float) c.rmsEps;
+        final AttentionKind kind = c.layerTypes[l];
+        final Rope P = kind == AttentionKind.SLIDING ? ropeMain : ropeCompress;
+        CpuSequence.LayerState st = seq.layers[l];
+        final int half = c.ropeDim / 2;
+        float[] cosT = new float[S * half], sinT = new float[S * half];
+        for (int s = 0; s < S; s++) {
+            float[] cs = new float[half], sn = new float[half];
+            P.angles(N0 + s, cs, sn);
+            System.arraycopy(cs, 0, cosT, s * half, half);
+            System.arraycopy(sn, 0, sinT, s * half, half);
+        }
+        float[] cs = new float[half], sn = new float[half];
+
+        // 1. query latent, 2. queries
+        float[] ql = new float[S * c.qLoraRank];
+        Gemm.matmul(L.qA, x, S, ql);
+        Ops.rmsNormRows(ql, S, c.qLoraRank, L.qANorm, eps);
+        float[] q = new float[S * H * d];
+        Gemm.matmul(L.qB, ql, S, q);
+        for (int s = 0; s < S; s++) {
+            System.arraycopy(cosT, s * half, cs, 0, half);
+            System.arraycopy(sinT, s * half, sn, 0, half);
+            for (int h = 0; h < H; h++) {
+                int o = (s * H + h) * d;
+                Ops.rmsNorm(q, o, d, null, eps);
+                P.apply(q, o, d, cs, sn, false);
+            }
+        }
+        // 3. shared kv, rounded to F16 as stored
+        float[] kv = new float[S * d];
+        Gemm.matmul(L.kv, x, S, kv);
+        for (int s = 0; s < S; s++) {
+            Ops.rmsNorm(kv, s * d, d, L.kvNorm, eps);
+            System.arraycopy(cosT, s * half, cs, 0, half);
+            System.arraycopy(sinT, s * half, sn, 0, half);
+            P.apply(kv, s * d, d, cs, sn, false);
+        }
+        for (int i = 0; i < kv.length; i++) kv[i] = Ops.f16(kv[i]);
+
+        // 4. compressors (entries become visible by the per-query threshold below)
+        if (st.comp != null) compress(st.comp, L.compressor, x, S, N0);
+        int[][] selected = null;
+        if (st.index != null) {
+            compress(st.index, L.indexer.compressor, x, S, N0);
+            selected = indexerSelect(st.index, L, ql, x, S, N0, cosT, sinT);
+        }
+
+        // 5. attention over [raw window ‖ compressed entries] with the sink
+        int firstRaw = Math.max(0, N0 - (W - 1));
+        int nRaw = N0 + S - firstRaw;
+        float[] rawK = new float[nRaw * d];
+        for (int p = firstRaw; p < N0 + S; p++) {
+            int dst = (p - firstRaw) * d;
+            if (p >= N0) System.arraycopy(kv, (p - N0) * d, rawK, dst, d);
+            else {
+                int src = (p % st.winCap) * d;
+                for (int i = 0; i < d; i++) rawK[dst + i] = Float.float16ToFloat(st.win[src + i]);
+            }
+        }
+        int nEnt = st.comp == null ? 0 : st.comp.count;
+        float[] entK = new float[nEnt * d];
+        for (int i = 0; i < nEnt * d; i++) entK[i] = Float.float16ToFloat(st.comp.entries[i]);
+
+        float[] o = new float[S * H * d];
+        final float scale = (float) (1.0 / Math.sqrt(d));
+        final int[][] sel = selected;
+        final int m = st.comp == null ? 0 : st.comp.m;
+        par(S * H, 1, (lo, hi) -> {
+            float[] lg = new float[W + nEnt + 1];
+            int[] idx = new int[W + nEnt + 1];
+            for (int sh = lo; sh < hi; sh++) {
+                int s = sh / H, h = sh % H, t = N0 + s;
+                int qo = (s * H + h) * d;
+                int cnt = 0;
+                float mx = L.sinks[h];
+                for (int p = Math.max(0, t - W + 1); p <= t; p++) {
+                    float dot = dot(q, qo, rawK, (p - firstRaw) * d, d) * scale;
+                    lg[cnt] = dot;
+                    idx[cnt++] = p - firstRaw;
+                    mx = Math.max(mx, dot);
+                }
+                int rawCnt = cnt;
+                if (kind == AttentionKind.HCA) {
+                    int vis = (t + 1) / m;
+                    for (int w = 0; w < vis; w++) {
+                        float dot = dot(q, qo, entK, w * d, d) * scale;
+                        lg[cnt] = dot;
+                        idx[cnt++] = w;
+                        mx = Math.max(mx, dot);
+                    }
+                } else if (kind == AttentionKind.CSA) {
+                    for (int w : sel[s]) {
+                        float dot = dot(q, qo, entK, w * d, d) * scale;
+                        lg[cnt] = dot;
+                        idx[cnt++] = w;
+                        mx = Math.max(mx, dot);
+                    }
+                }
+                float sum = (float) Math.exp(L.sinks[h] - mx);
+                for (int i = 0; i < cnt; i++) {
+                    lg[i] = (float) Math.exp(lg[i] - mx);
+                    sum += lg[i];
+                }
+                float inv = 1f / sum;
+                for (int i = 0; i < cnt; i++) {
+                    float p = lg[i] * inv;
+                    float[] src = i < rawCnt ? rawK : entK;
+                    int so = idx[i] * d;
+                    for (int j = 0; j < d; j++) o[qo + j] += p * src[so + j];
+                }
+            }
+        });
+        // 6. de-rotation at the query position
+        for (int s = 0; s < S; s++) {
+            System.arraycopy(cosT, s * half, cs, 0, half);
+            System.arraycopy(sinT, s * half, sn, 0, half);
+            for (int h = 0; h < H; h++) P.apply(o, (s * H + h) * d, d, cs, sn, true);
+        }
+        // keep the newest raw rows in the ring (after all queries of this step have read them)
+        for (int p = Math.max(N0, N0 + S - st.winCap); p < N0 + S; p++) {
+            int dst = (p % st.winCap) * d;
+            for (int i = 0; i < d; i++) st.win[dst + i] = Float.floatToFloat16(kv[(p - N0) * d + i]);
+        }
+        // 7. grouped output projection
+        final int G = c.oGroups, R = c.oLoraRank, gw = H * d / G;
+        float[] u = new float[S * gw], yg = new float[S * R], y = new float[S * G * R];
+        for (int g = 0; g < G; g++) {
+            for (int s = 0; s < S; s++) System.arraycopy(o, s * H * d + g * gw, u, s * gw, gw);
+            Gemm.matmul(L.oA.rowRange(g * R, (g + 1) * R), u, S, yg);
+            for (int s = 0; s < S; s++) System.arraycopy(yg, s * R, y, s * G * R + g * R, R);
+        }
+        float[] out = new float[S * D];
+        Gemm.matmul(L.oB, y, S, out);
+        return out;
+    }
+
+    /** Runs body over [0, n) split in ranges on the worker pool. */
+    private static void par(int n, int grain, RangeBody body) {
+        int chunks = Math.max(1, Math.min(Runtime.getRuntime().availableProcessors() * 4, n / Math.max(1, grain)));
+        java.util.stream.IntStream.range(0, chunks).parallel().forEach(ci -> {
+            int lo = (int) ((long) n * ci / chunks), hi = (int) ((long) n * (ci + 1) / chunks);
+            if (lo < hi) body.run(lo, hi);
+        });
+    }
+
+    /** A range task. */
+    interface RangeBody {
+        void run(int lo, int hi);
+    }
+
+    private static float dot(float[] a, int ao, float[] b, int bo, int n) {
+        float acc = 0;
+        for (int i = 0; i < n; i++) acc += a[ao + i] * b[bo + i];
+        return acc;
+    }
+
+    /**
+     * 3.5 compressor step: appends the S new tokens' raw (a, z) rows to the ring and emits an entry for every window
+     * that completes, in position order (so a window never needs more than the last 2m rows of the ring).
+     */
+    private void compress(CpuSequence.CompressorState cs, ModelWeights.Compressor W, float[] x, int S, int N0) {
+        final int cw = cs.cw, w = cs.w, m = cs.m;
+        float[] a = new float[S * cw], z = new float[S * cw];
+        Gemm.matmul(W.kvProj, x, S, a);
+        Gemm.matmul(W.gateProj, x, S, z);
+        float[] pooled = new float[w];
+        float[] cos = new float[c.ropeDim / 2], sin = new float[c.ropeDim / 2];
+        for (int s = 0; s < S; s++) {
+            int p = N0 + s;
+            int slot = (p % cs.cap) * cw;
+            System.arraycopy(a, s * cw, cs.ringA, slot, cw);
+            System.arraycopy(z, s * cw, cs.ringZ, slot, cw);
+            if ((p + 1) % m != 0) continue;
+            int win = p / m;
+            // pool: per channel softmax over the slots (2m with overlap, m for entry 0 or without overlap)
+            for (int ch = 0; ch < w; ch++) {
+                float mx = Float.NEGATIVE_INFINITY;
+                int prevStart = (win - 1) * m, curStart = win * m;
+                boolean hasPrev = cs.overlap && win > 0;
+                int vOff = cs.overlap ? w : 0; // Cb is the second half with overlap
+                if (hasPrev) for (int j = 0; j < m; j++) mx = Math.max(mx, logit(cs, W, prevStart + j, j, ch));
+                for (int j = 0; j < m; j++) mx = Math.max(mx, logit(cs, W, curStart + j, j, vOff + ch));
+                float sum = 0, acc = 0;
+                if (hasPrev) for (int j = 0; j < m; j++) {
+                    float e = (float) Math.exp(logit(cs, W, prevStart + j, j, ch) - mx);
+                    sum += e;
+                    acc += e * cs.ringA[((prevStart + j) % cs.cap) * cw + ch];
+                }
+                for (int j = 0; j < m; j++) {
+                    float e = (float) Math.exp(logit(cs, W, curStart + j, j, vOff + ch) - mx);
+                    sum += e;
+                    acc += e * cs.ringA[((curStart + j) % cs.cap) * cw + vOff + ch];
+                }
+                pooled[ch] = acc / sum;
+            }
+            Ops.rmsNorm(pooled, 0, w, W.norm, (float) c.rmsEps);
+            ropeCompress.angles((long) win * m, cos, sin);
+            ropeCompress.apply(pooled, 0, w, cos, sin, false);
+            cs.ensure(win + 1);
+            for (int ch = 0; ch < w; ch++) cs.entries[win * w + ch] = Float.floatToFloat16(pooled[ch]);
+            cs.count = win + 1;
+        }
+    }
+
+    /** Biased pooling logit of position p, slot j, channel ch of the (a, z) row (spec 3.5: bias on z, never on a). */
+    private static float logit(CpuSequence.CompressorState cs, ModelWeights.Compressor W, int p, int j, int ch) {
+        return cs.ringZ[(p % cs.cap) * cs.cw + ch] + W.positionBias[j * cs.cw + ch];
+    }
+
+    /**
+     * 3.6 Lightning Indexer: for each new query, the compressed entries it attends (all available ones when there
+     * are at most K_I, else the top K_I by score; ties go to the lower entry index).
+     */
+    private int[][] indexerSelect(CpuSequence.CompressorState ix, ModelWeights.Layer L, float[] ql, float[] x, int S, int N0,
+                                  float[] cosT, float[] sinT) {
+        final int HI = c.indexHeads, dI = c.indexHeadDim, K = c.indexTopk, m = ix.m, half = c.ropeDim / 2;
+        float[] qi = new float[S * HI * dI];
+        Gemm.matmul(L.indexer.qB, ql, S, qi);
+        float[] wt = new float[S * HI];
+        Gemm.matmul(L.indexer.weightsProj, x, S, wt);
+        float[] cs = new float[half], sn = new float[half];
+        for (int s = 0; s < S; s++) {
+            System.arraycopy(cosT, s * half, cs, 0, half);
+            System.arraycopy(sinT, s * half, sn, 0, half);
+            for (int h = 0; h < HI; h++) ropeCompress.apply(qi, (s * HI + h) * dI, dI, cs, sn, false);
+        }
+        int total = ix.count;
+        float[] keys = new float[total * dI];
+        for (int i = 0; i < keys.length; i++) keys[i] = Float.float16ToFloat(ix.entries[i]);
+        final float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
+        int[][] sel = new int[S][];
+        par(S, 1, (lo, hi) -> {
+            for (int s = lo; s < hi; s++) {
+                int avail = (N0 + s + 1) / m;
+                if (avail <= K) {
+                    int[] all = new int[avail];
+                    for (int i = 0; i < avail; i++) all[i] = i;
+                    sel[s] = all;
+                    continue;
+                }
+                float[] score = new float[avail];
+                for (int e = 0; e < avail; e++) {
+                    float acc = 0;
+                    for (int h = 0; h < HI; h++) {
+                        float dt = dot(qi, (s * HI + h) * dI, keys, e * dI, dI);
+                        acc += (wt[s * HI + h] * wScale) * Math.max(dt, 0f) * sScale;
+                    }
+                    score[e] = acc;
+                }
+                sel[s] = TopK.select(score, avail, K);
+            }
+        });
+        return sel;
+    }
+
+    // ------------------------------------------------------------------------------------------------------------
+    // 3.8 MoE
+
+    private float[] moe(int l, ModelWeights.Layer L, float[] h, int S, int[] toks) {
+        final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken, I = c.moeInter;
+        final float lim = (float) c.swigluLimit;
+        float[] lam = new float[S * E];
+        Gemm.matmul(L.gate, h, S, lam);
+        int[] ids = new int[S * k];
+        float[] wts2 = new float[S * k];
+        float[] sc = new float[E], biased = new float[E];
+        for (int s = 0; s < S; s++) {
+            for (int e = 0; e < E; e++) sc[e] = Ops.sqrtSoftplus(lam[s * E + e]);
+            int[] pick;
+            if (c.hashMoe[l]) pick = Arrays.copyOfRange(L.tid2eid, toks[s] * k, toks[s] * k + k);
+            else {
+                for (int e = 0; e < E; e++) biased[e] = sc[e] + L.gateBias[e];
+                pick = TopK.select(biased, E, k);
+            }
+            float sum = 0;
+            for (int j = 0; j < k; j++) sum += sc[pick[j]];
+            for (int j = 0; j < k; j++) {
+                ids[s * k + j] = pick[j];
+                wts2[s * k + j] = sc[pick[j]] / (sum + 1e-20f) * (float) c.routedScaling;
+            }
+        }
+        float[] out = new float[S * D];
+        // routed experts in ascending id; each expert runs once on the tokens routed to it
+        int[] rowsOf = new int[S];
+        float[] wOf = new float[S];
+        for (int e = 0; e < E; e++) {
+            int cnt = 0;
+            for (int s = 0; s < S; s++)
+                for (int j = 0; j < k; j++)
+                    if (ids[s * k + j] == e) {
+                        rowsOf[cnt] = s;
+                        wOf[cnt++] = wts2[s * k + j];
+                    }
+            if (cnt == 0) continue;
+            float[] hin = new float[cnt * D];
+            for (int i = 0; i < cnt; i++) System.arraycopy(h, rowsOf[i] * D, hin, i * D, D);
+            float[] y = expert(L.w1[e], L.w3[e], L.w2[e], hin, cnt, I, lim);
+            for (int i = 0; i < cnt; i++) {
+                int so = rowsOf[i] * D;
+                float wgt = wOf[i];
+                for (int d = 0; d < D; d++) out[so + d] += wgt * y[i * D + d];
+            }
+        }
+        float[] sh = expert(L.sharedW1, L.sharedW3, L.sharedW2, h, S, I, lim);
+        for (int i = 0; i < S * D; i++) out[i] += sh[i];
+        return out;
+    }
+
+    private static float[] expert(WeightMatrix w1, WeightMatrix w3, WeightMatrix w2, float[] h, int S, int I, float lim) {
+        float[] g = new float[S * I], u = new float[S * I];
+        Gemm.matmul(w1, h, S, g);
+        Gemm.matmul(w3, h, S, u);
+        for (int i = 0; i < S * I; i++) g[i] = Ops.swiglu(g[i], u[i], lim);
+        float[] y = new float[S * w2.rows];
+        Gemm.matmul(w2, g, S, y);
+        return y;
+    }
+}
