@@ -1,0 +1,233 @@
+package io.ds4j.model;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+import java.io.IOException;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
+
+/**
+ * A model directory: {@code config.json} plus safetensors weights, memory-mapped.
+ *
+ * <p>Weights are found, in order of preference, in {@code model.safetensors.index.json} (its {@code weight_map}
+ * names each tensor's shard), {@code model.safetensors}, or every {@code *.safetensors} file in the directory.
+ * Tensor names from all files form one namespace; {@code mtp.*} tensors (spec 2.6) are ignored. The naming scheme
+ * (HF or original DeepSeek, spec 2.4) is detected from the names, and canonical HF names are resolved through
+ * {@link TensorNames}. Closing the checkpoint unmaps every file.
+ */
+public final class Checkpoint implements AutoCloseable {
+    /** Name of the sharded-checkpoint index file. */
+    public static final String INDEX = "model.safetensors.index.json";
+    /** Name of the single-file checkpoint. */
+    public static final String SINGLE = "model.safetensors";
+
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private final Path dir;
+    private final Path source;
+    private final ModelConfig config;
+    private final List<SafetensorsFile> files;
+    private final Map<String, StoredTensor> tensors;
+    private final TensorNames.Scheme scheme;
+
+    private Checkpoint(Path dir, Path source, ModelConfig config, List<SafetensorsFile> files,
+                       Map<String, StoredTensor> tensors, TensorNames.Scheme scheme) {
+        this.dir = dir;
+        this.source = source;
+        this.config = config;
+        this.files = files;
+        this.tensors = tensors;
+        this.scheme = scheme;
+    }
+
+    /**
+     * Opens a model directory: reads the config and maps every weight file.
+     * @throws CheckpointException when the directory, config.json, a listed shard or any tensor file is missing or
+     *         invalid, a tensor appears twice, or no known tensor names are present
+     */
+    public static Checkpoint open(Path dir) throws CheckpointException {
+        if (!Files.isDirectory(dir)) throw new CheckpointException(dir, null, "model directory not found");
+        ModelConfig config = ModelConfig.read(dir.resolve("config.json"));
+
+        Path source;
+        List<Path> paths = new ArrayList<>();
+        Map<String, String> weightMap = null;
+        Path index = dir.resolve(INDEX);
+        if (Files.isRegularFile(index)) {
+            source = index;
+            weightMap = readIndex(index);
+            Set<String> shardNames = new TreeSet<>(weightMap.values());
+            for (String s : shardNames) {
+                Path p = dir.resolve(s);
+                if (!Files.isRegularFile(p))
+                    throw new CheckpointException(p, null, "shard file listed in " + INDEX + " is missing");
+                paths.add(p);
+            }
+        } else if (Files.isRegularFile(dir.resolve(SINGLE))) {
+            source = dir.resolve(SINGLE);
+            paths.add(source);
+        } else {
+            source = dir;
+            try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir, "*.safetensors")) {
+                for (Path p : ds) if (Files.isRegularFile(p)) paths.add(p);
+            } catch (IOException e) {
+                throw new CheckpointException(dir, null, "cannot list directory: " + e.getMessage());
+            }
+            Collections.sort(paths);
+            if (paths.isEmpty())
+                throw new CheckpointException(dir, null, "no weights found (expected " + SINGLE + ", " + INDEX + " or *.safetensors files)");
+        }
+
+        List<SafetensorsFile> files = new ArrayList<>();
+        try {
+            Map<String, StoredTensor> all = new LinkedHashMap<>();
+            Map<Path, SafetensorsFile> byPath = new HashMap<>();
+            for (Path p : paths) {
+                SafetensorsFile f = SafetensorsFile.open(p);
+                files.add(f);
+                byPath.put(p.toAbsolutePath().normalize(), f);
+                for (String name : f.names()) {
+                    if (isMtp(name)) continue;
+                    StoredTensor t = f.tensor(name);
+                    StoredTensor prev = all.putIfAbsent(name, t);
+                    if (prev != null)
+                        throw new CheckpointException(p, name, "tensor also present in " + prev.file());
+                }
+            }
+            if (weightMap != null) {
+                for (Map.Entry<String, String> e : weightMap.entrySet()) {
+                    if (isMtp(e.getKey())) continue;
+                    SafetensorsFile f = byPath.get(dir.resolve(e.getValue()).toAbsolutePath().normalize());
+                    if (f != null && !f.contains(e.getKey()))
+                        throw new CheckpointException(f.path(), e.getKey(), "listed in " + INDEX + " but not present in this shard");
+                }
+            }
+            TensorNames.Scheme scheme = detectScheme(source, all.keySet());
+            Checkpoint c = new Checkpoint(dir, source, config, List.copyOf(files), Collections.unmodifiableMap(all), scheme);
+            files = null;
+            return c;
+        } finally {
+            if (files != null) for (SafetensorsFile f : files) f.close();
+        }
+    }
+
+    private static boolean isMtp(String name) {
+        return name.startsWith("mtp.") || name.startsWith("model.mtp.");
+    }
+
+    private static Map<String, String> readIndex(Path index) throws CheckpointException {
+        JsonNode root;
+        try {
+            root = JSON.readTree(index.toFile());
+        } catch (IOException e) {
+            throw new CheckpointException(index, null, "not valid JSON: " + e.getMessage());
+        }
+        JsonNode wm = root == null ? null : root.get("weight_map");
+        if (wm == null || !wm.isObject()) throw new CheckpointException(index, null, "missing 'weight_map' object");
+        Map<String, String> m = new LinkedHashMap<>();
+        for (Map.Entry<String, JsonNode> e : wm.properties()) {
+            if (!e.getValue().isTextual())
+                throw new CheckpointException(index, e.getKey(), "weight_map value is not a file name");
+            m.put(e.getKey(), e.getValue().asText());
+        }
+        return m;
+    }
+
+    private static TensorNames.Scheme detectScheme(Path source, Set<String> names) throws CheckpointException {
+        int hf = 0, orig = 0;
+        for (String n : names) {
+            if (n.startsWith("model.") || n.startsWith("lm_head.")) hf++;
+            else if (n.startsWith("layers.") || n.startsWith("embed.") || n.startsWith("head.") || n.startsWith("norm.")
+                    || n.startsWith("hc_head_")) orig++;
+        }
+        if (hf == 0 && orig == 0)
+            throw new CheckpointException(source, null, "no DeepSeek-V4 tensors found (neither Hugging Face names like "
+                    + "'model.embed_tokens.weight' nor original names like 'embed.weight')");
+        return hf >= orig ? TensorNames.Scheme.HF : TensorNames.Scheme.ORIGINAL;
+    }
+
+    /** The model directory. */
+    public Path dir() {
+        return dir;
+    }
+
+    /** The parsed {@code config.json}. */
+    public ModelConfig config() {
+        return config;
+    }
+
+    /** The detected naming scheme. */
+    public TensorNames.Scheme scheme() {
+        return scheme;
+    }
+
+    /** The opened weight files. */
+    public List<SafetensorsFile> files() {
+        return files;
+    }
+
+    /** All stored tensor names (as written in the files, {@code mtp.*} excluded). */
+    public Set<String> names() {
+        return tensors.keySet();
+    }
+
+    /** A tensor by its stored name, or null. */
+    public StoredTensor stored(String storedName) {
+        return tensors.get(storedName);
+    }
+
+    /** The stored name of a canonical HF name in this checkpoint's scheme (null when it has none). */
+    public String storedName(String canonical) {
+        return TensorNames.inScheme(scheme, canonical);
+    }
+
+    /** A tensor by canonical HF name, or null when absent. */
+    public StoredTensor find(String canonical) {
+        String s = storedName(canonical);
+        return s == null ? null : tensors.get(s);
+    }
+
+    /**
+     * A tensor by canonical HF name.
+     * @throws CheckpointException naming the weights source and the stored name when the tensor is absent
+     */
+    public StoredTensor get(String canonical) throws CheckpointException {
+        StoredTensor t = find(canonical);
+        if (t == null) throw missing(canonical);
+        return t;
+    }
+
+    /** The "tensor not found" error for a canonical name. */
+    CheckpointException missing(String canonical) {
+        String s = storedName(canonical);
+        return missingStored(s != null ? s : canonical, s != null && !s.equals(canonical) ? canonical : null);
+    }
+
+    /** The "tensor not found" error for a stored name (with an optional canonical name for context). */
+    CheckpointException missingStored(String storedName, String canonical) {
+        return new CheckpointException(source, storedName, "not found in checkpoint"
+                + (canonical != null ? " (canonical name '" + canonical + "')" : "")
+                + " [" + scheme + " naming, " + files.size() + " file(s)]");
+    }
+
+    /** Unmaps all files. Idempotent. */
+    @Override
+    public void close() {
+        for (SafetensorsFile f : files) f.close();
+    }
+
+    @Override
+    public String toString() {
+        return "Checkpoint[" + dir + ", " + scheme + ", " + files.size() + " files, " + tensors.size() + " tensors]";
+    }
+}
