@@ -298,7 +298,7 @@ public final class CpuBackend implements Backend {
         final float scale = (float) (1.0 / Math.sqrt(d));
         final int[][] sel = selected;
         final int m = st.comp == null ? 0 : st.comp.m;
-        par(S * H, 1, (lo, hi) -> {
+        Parallel.forRange(S * H, 1, (lo, hi) -> {
             float[] lg = new float[W + nEnt + 1];
             int[] idx = new int[W + nEnt + 1];
             for (int sh = lo; sh < hi; sh++) {
@@ -365,20 +365,6 @@ public final class CpuBackend implements Backend {
         float[] out = new float[S * D];
         Gemm.matmul(L.oB, y, S, out);
         return out;
-    }
-
-    /** Runs body over [0, n) split in ranges on the worker pool. */
-    private static void par(int n, int grain, RangeBody body) {
-        int chunks = Math.max(1, Math.min(Runtime.getRuntime().availableProcessors() * 4, n / Math.max(1, grain)));
-        java.util.stream.IntStream.range(0, chunks).parallel().forEach(ci -> {
-            int lo = (int) ((long) n * ci / chunks), hi = (int) ((long) n * (ci + 1) / chunks);
-            if (lo < hi) body.run(lo, hi);
-        });
-    }
-
-    /** A range task. */
-    interface RangeBody {
-        void run(int lo, int hi);
     }
 
     private static float dot(float[] a, int ao, float[] b, int bo, int n) {
@@ -462,7 +448,7 @@ public final class CpuBackend implements Backend {
         for (int i = 0; i < keys.length; i++) keys[i] = Float.float16ToFloat(ix.entries[i]);
         final float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
         int[][] sel = new int[S][];
-        par(S, 1, (lo, hi) -> {
+        Parallel.forRange(S, 1, (lo, hi) -> {
             for (int s = lo; s < hi; s++) {
                 int avail = (N0 + s + 1) / m;
                 if (avail <= K) {
