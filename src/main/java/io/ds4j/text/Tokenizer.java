@@ -1,0 +1,57 @@
+package io.ds4j.text;
+
+import java.util.OptionalInt;
+
+/**
+ * A text tokenizer: text to token ids and back. Implementations are thread-safe.
+ *
+ * <p>Special-token strings written inside the text (for example {@code <｜User｜>}, {@code <｜Assistant｜>},
+ * {@code <think>}) encode to their single ids, and {@link #decode} keeps special tokens as their text, so a
+ * rendered chat prompt survives a round trip and a chat parser can see the markers in generated text.
+ */
+public interface Tokenizer {
+
+    /**
+     * Encodes text to token ids. No BOS (or any other token) is added: put {@code <｜begin▁of▁sentence｜>} in
+     * the text, or prepend {@link #bosId()} yourself.
+     * @throws NullPointerException when text is null
+     */
+    int[] encode(String text);
+
+    /**
+     * Decodes token ids to text, special tokens included as their text. Bytes that do not form valid UTF-8
+     * become U+FFFD, as in Hugging Face {@code decode(ids, skip_special_tokens=False)}.
+     * @throws IllegalArgumentException when an id is not a token of this tokenizer
+     */
+    String decode(int[] ids);
+
+    /**
+     * The exact bytes a token contributes to decoded text (UTF-8, possibly only part of a character); a fresh
+     * array the caller may keep.
+     * @throws IllegalArgumentException when id is not a token of this tokenizer
+     */
+    byte[] tokenBytes(int id);
+
+    /** Number of token ids, i.e. the largest id plus one (the model's embedding table may be larger). */
+    int vocabSize();
+
+    /**
+     * The id of a token given its text: an added/special token by its content ({@code "<｜User｜>"}), a vocabulary
+     * token by its vocabulary string (byte-level form, e.g. {@code "Ġworld"} for " world"). Empty when there is none.
+     */
+    OptionalInt id(String tokenText);
+
+    /** Id of the beginning-of-sequence token ({@code <｜begin▁of▁sentence｜>} for DeepSeek). */
+    int bosId();
+
+    /** Id of the end-of-sequence token ({@code <｜end▁of▁sentence｜>} for DeepSeek). */
+    int eosId();
+
+    /** Where this tokenizer was loaded from (a file path, and for the vendored one the package it came from). */
+    String source();
+
+    /** A new streaming detokenizer over this tokenizer. */
+    default StreamingDetokenizer streamer() {
+        return new StreamingDetokenizer(this);
+    }
+}
