@@ -1,0 +1,63 @@
+package io.ds4j.model.synth;
+
+import io.ds4j.model.TensorNames;
+
+import java.io.IOException;
+import java.nio.file.AtomicMoveNotSupportedException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.util.Comparator;
+import java.util.stream.Stream;
+
+/**
+ * A local store of preset checkpoints that are created deterministically on first use (same preset and seed →
+ * identical files). Lives in {@code $DS4J_HOME/models} (default {@code ~/.cache/ds4j/models}); a model is written
+ * to a temporary folder and moved into place whole, so an interrupted run never leaves half a model behind.
+ */
+public final class ModelStore {
+    private ModelStore() {}
+
+    /** The store's root folder. */
+    public static Path root() {
+        String home = System.getenv("DS4J_HOME");
+        Path base = home != null && !home.isBlank() ? Path.of(home) : Path.of(System.getProperty("user.home"), ".cache", "ds4j");
+        return base.resolve("models");
+    }
+
+    /**
+     * The folder of a preset model, created on first use (BF16, Hugging Face naming).
+     * @param log receives one line when the model has to be created
+     * @throws IllegalArgumentException for an unknown preset
+     * @throws IOException when the model cannot be written
+     */
+    public static Path ensure(String preset, long seed, java.util.function.Consumer<String> log) throws IOException {
+        var cfg = Presets.get(preset);
+        Path dir = root().resolve(preset + "-seed" + seed);
+        if (Files.isRegularFile(dir.resolve("config.json")) && Files.isRegularFile(dir.resolve("model.safetensors"))) return dir;
+        Files.createDirectories(root());
+        Path tmp = Files.createTempDirectory(root(), "." + preset + "-");
+        try {
+            RandomCheckpoint ck = new RandomCheckpoint(cfg, seed, TensorNames.Scheme.HF, RandomCheckpoint.Storage.BF16);
+            log.accept(String.format("creating model '%s' (seed %d, %.0f MB) in %s — random weights, meaningless text",
+                    preset, seed, ck.totalBytes() / 1e6, dir));
+            ck.write(tmp, Long.MAX_VALUE, null);
+            try {
+                Files.move(tmp, dir, StandardCopyOption.ATOMIC_MOVE);
+            } catch (AtomicMoveNotSupportedException e) {
+                Files.move(tmp, dir);
+            } catch (java.nio.file.FileAlreadyExistsException | java.nio.file.DirectoryNotEmptyException e) {
+                // another process finished first: its copy is identical
+            }
+            return dir;
+        } finally {
+            if (Files.exists(tmp)) deleteTree(tmp);
+        }
+    }
+
+    private static void deleteTree(Path p) throws IOException {
+        try (Stream<Path> s = Files.walk(p)) {
+            for (Path q : s.sorted(Comparator.reverseOrder()).toList()) Files.deleteIfExists(q);
+        }
+    }
+}
