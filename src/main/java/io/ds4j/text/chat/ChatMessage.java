@@ -1,0 +1,206 @@
+package io.ds4j.text.chat;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+
+/**
+ * One message of an OpenAI-style conversation, as the V4 encoder takes it.
+ *
+ * @param role who speaks
+ * @param content the text; null means none. OpenAI content-part lists are flattened to text by
+ *     {@link #fromOpenAi(JsonNode, String)} (text parts joined with a blank line, as DeepSeek's encoder joins content
+ *     blocks)
+ * @param reasoningContent an assistant turn's reasoning (OpenAI {@code reasoning_content}); null means none
+ * @param toolCalls the tool calls an assistant turn made; never null
+ * @param toolCallId for a tool result, the id of the call it answers; may be null
+ * @param name the optional participant or tool name; the V4 format does not render it
+ */
+public record ChatMessage(Role role, String content, String reasoningContent, List<ToolCall> toolCalls,
+                          String toolCallId, String name) {
+
+    /** The roles the V4 encoder accepts. */
+    public enum Role {
+        SYSTEM, DEVELOPER, USER, ASSISTANT, TOOL;
+
+        /** The role's name on the wire ({@code "system"}, ...). */
+        public String wireName() {
+            return name().toLowerCase(Locale.ROOT);
+        }
+
+        /** The role for a wire name, or null when there is none. */
+        public static Role fromWireName(String name) {
+            for (Role r : values()) if (r.wireName().equals(name)) return r;
+            return null;
+        }
+    }
+
+    /**
+     * A function call made by the assistant.
+     *
+     * @param id the call's id (OpenAI {@code tool_calls[].id}); may be null
+     * @param name the function name
+     * @param arguments the arguments as JSON text (normally an object)
+     */
+    public record ToolCall(String id, String name, String arguments) {
+        /** Checks that a name and arguments are present. */
+        public ToolCall {
+            if (name == null) throw new IllegalArgumentException("tool call name is null");
+            if (arguments == null) throw new IllegalArgumentException("tool call arguments are null");
+        }
+    }
+
+    /** Checks the role and copies the tool-call list. */
+    public ChatMessage {
+        if (role == null) throw new IllegalArgumentException("role is null");
+        toolCalls = toolCalls == null ? List.of() : List.copyOf(toolCalls);
+    }
+
+    /** A system message. */
+    public static ChatMessage system(String content) {
+        return new ChatMessage(Role.SYSTEM, content, null, List.of(), null, null);
+    }
+
+    /** A developer message. */
+    public static ChatMessage developer(String content) {
+        return new ChatMessage(Role.DEVELOPER, content, null, List.of(), null, null);
+    }
+
+    /** A user message. */
+    public static ChatMessage user(String content) {
+        return new ChatMessage(Role.USER, content, null, List.of(), null, null);
+    }
+
+    /** An assistant message with text only. */
+    public static ChatMessage assistant(String content) {
+        return new ChatMessage(Role.ASSISTANT, content, null, List.of(), null, null);
+    }
+
+    /** An assistant message with reasoning, text and tool calls (any may be null or empty). */
+    public static ChatMessage assistant(String content, String reasoningContent, List<ToolCall> toolCalls) {
+        return new ChatMessage(Role.ASSISTANT, content, reasoningContent, toolCalls, null, null);
+    }
+
+    /** A tool result answering the call with the given id. */
+    public static ChatMessage tool(String toolCallId, String content) {
+        return new ChatMessage(Role.TOOL, content, null, List.of(), toolCallId, null);
+    }
+
+    /**
+     * Reads an OpenAI {@code messages} array.
+     *
+     * @throws ChatFormatException naming the first bad field, e.g. {@code messages[2].role: unknown role 'foo'}
+     */
+    public static List<ChatMessage> listFromOpenAi(JsonNode messages) {
+        if (messages == null || !messages.isArray()) throw new ChatFormatException("messages", "must be an array");
+        List<ChatMessage> out = new ArrayList<>(messages.size());
+        for (int i = 0; i < messages.size(); i++) out.add(fromOpenAi(messages.get(i), "messages[" + i + "]"));
+        return out;
+    }
+
+    /** Reads one OpenAI message object; errors are reported under the path {@code message}. */
+    public static ChatMessage fromOpenAi(JsonNode message) {
+        return fromOpenAi(message, "message");
+    }
+
+    /**
+     * Reads one OpenAI message object.
+     *
+     * @param path the message's path for error messages, e.g. {@code messages[2]}
+     * @throws ChatFormatException naming the bad field
+     */
+    public static ChatMessage fromOpenAi(JsonNode message, String path) {
+        if (message == null || !message.isObject()) throw new ChatFormatException(path, "must be an object");
+        JsonNode roleNode = message.get("role");
+        if (roleNode == null || roleNode.isNull()) throw new ChatFormatException(path + ".role", "missing");
+        if (!roleNode.isTextual()) throw new ChatFormatException(path + ".role", "must be a string");
+        Role role = Role.fromWireName(roleNode.textValue());
+        if (role == null) throw new ChatFormatException(path + ".role", "unknown role '" + roleNode.textValue() + "'");
+
+        String content = readContent(message.get("content"), path + ".content");
+        String reasoning = optionalString(message, "reasoning_content", path);
+        String toolCallId = optionalString(message, "tool_call_id", path);
+        String name = optionalString(message, "name", path);
+
+        List<ToolCall> calls = List.of();
+        JsonNode callsNode = message.get("tool_calls");
+        if (callsNode != null && !callsNode.isNull()) {
+            String callsPath = path + ".tool_calls";
+            if (!callsNode.isArray()) throw new ChatFormatException(callsPath, "must be an array");
+            if (role != Role.ASSISTANT && !callsNode.isEmpty()) {
+                throw new ChatFormatException(callsPath, "only assistant messages carry tool calls");
+            }
+            calls = new ArrayList<>(callsNode.size());
+            for (int i = 0; i < callsNode.size(); i++) calls.add(readToolCall(callsNode.get(i), callsPath + "[" + i + "]"));
+        }
+        if (role == Role.DEVELOPER && (content == null || content.isEmpty())) {
+            throw new ChatFormatException(path + ".content", "a developer message needs non-empty content");
+        }
+        return new ChatMessage(role, content, reasoning, calls, toolCallId, name);
+    }
+
+    private static String readContent(JsonNode node, String path) {
+        if (node == null || node.isNull()) return null;
+        if (node.isTextual()) return node.textValue();
+        if (!node.isArray()) throw new ChatFormatException(path, "must be a string, an array of content parts or null");
+        StringBuilder text = new StringBuilder();
+        for (int i = 0; i < node.size(); i++) {
+            JsonNode part = node.get(i);
+            String partPath = path + "[" + i + "]";
+            if (part.isTextual()) {
+                appendPart(text, i, part.textValue());
+                continue;
+            }
+            if (!part.isObject()) throw new ChatFormatException(partPath, "must be an object");
+            JsonNode type = part.get("type");
+            if (type == null || !type.isTextual()) throw new ChatFormatException(partPath + ".type", "missing");
+            if (!type.textValue().equals("text")) {
+                throw new ChatFormatException(partPath + ".type", "unsupported content part type '" + type.textValue() + "'");
+            }
+            JsonNode t = part.get("text");
+            if (t == null || !t.isTextual()) throw new ChatFormatException(partPath + ".text", "must be a string");
+            appendPart(text, i, t.textValue());
+        }
+        return text.toString();
+    }
+
+    private static void appendPart(StringBuilder text, int index, String part) {
+        if (index > 0) text.append("\n\n");
+        text.append(part);
+    }
+
+    private static String optionalString(JsonNode message, String field, String path) {
+        JsonNode v = message.get(field);
+        if (v == null || v.isNull()) return null;
+        if (!v.isTextual()) throw new ChatFormatException(path + "." + field, "must be a string");
+        return v.textValue();
+    }
+
+    private static ToolCall readToolCall(JsonNode call, String path) {
+        if (call == null || !call.isObject()) throw new ChatFormatException(path, "must be an object");
+        JsonNode type = call.get("type");
+        if (type != null && !type.isNull() && !(type.isTextual() && type.textValue().equals("function"))) {
+            throw new ChatFormatException(path + ".type", "unsupported tool call type " + type);
+        }
+        String id = optionalString(call, "id", path);
+        JsonNode fn = call.get("function");
+        if (fn == null || !fn.isObject()) throw new ChatFormatException(path + ".function", "missing or not an object");
+        JsonNode name = fn.get("name");
+        if (name == null || !name.isTextual() || name.textValue().isEmpty()) {
+            throw new ChatFormatException(path + ".function.name", "must be a non-empty string");
+        }
+        JsonNode args = fn.get("arguments");
+        String arguments;
+        if (args == null || args.isNull()) {
+            arguments = "{}";
+        } else if (args.isTextual()) {
+            arguments = args.textValue();
+        } else if (args.isObject()) {
+            arguments = PythonJson.dumps(args); // some clients send the object itself
+        } else {
+            throw new ChatFormatException(path + ".function.arguments", "must be a JSON string");
+        }
+        return new ToolCall(id, name.textValue(), arguments);
+    }
+}

@@ -1,0 +1,158 @@
+package io.ds4j.text.chat;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.util.List;
+
+/**
+ * How {@link ChatEncoder} renders a conversation. Immutable; start from {@link #defaults()} and use the
+ * {@code with...} methods.
+ *
+ * @param thinking thinking mode ({@code thinking_mode="thinking"}: the assistant turn opens with {@code <think>})
+ *     instead of chat mode (it opens with {@code </think>})
+ * @param reasoningEffort null or one of {@link EncodingRevision#efforts()}; only thinking mode renders it
+ * @param tools the OpenAI {@code tools} array, or null; an empty array counts as none
+ * @param responseFormat the OpenAI {@code response_format} object, or null; {@code {"type": "text"}} counts as none
+ * @param addGenerationPrompt whether a prompt that ends with a user (or developer or tool) turn gets the opening of
+ *     the assistant turn ({@code <｜Assistant｜>} and the think token) appended; the V4 encoder always appends it
+ * @param dropEarlierReasoning the V4 encoder's {@code drop_thinking}: in thinking mode, reasoning of assistant
+ *     turns before the last user turn is left out (and developer messages before it are dropped). The V4 encoder
+ *     turns this off by itself whenever tools are given
+ * @param revision which published version of the encoding to follow
+ */
+public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode tools, JsonNode responseFormat,
+                          boolean addGenerationPrompt, boolean dropEarlierReasoning, EncodingRevision revision) {
+
+    /** Published versions of {@code encoding_dsv4.py}; they differ only in the reasoning-effort preambles. */
+    public enum EncodingRevision {
+        /**
+         * The encoding of the first DeepSeek-V4 release (V4-Flash, V4-Pro): efforts null, "high" (renders nothing)
+         * and "max" ("Absolute maximum" preamble).
+         */
+        V4(List.of("high", "max")),
+        /**
+         * The encoding of DeepSeek-V4-Flash-0731: efforts null or "low" (nothing), "high" ("Absolute maximum"
+         * preamble) and "max" ("Beyond maximum" preamble).
+         */
+        V4_0731(List.of("low", "high", "max"));
+
+        private final List<String> efforts;
+
+        EncodingRevision(List<String> efforts) {
+            this.efforts = efforts;
+        }
+
+        /** The reasoning-effort values this revision accepts besides null. */
+        public List<String> efforts() {
+            return efforts;
+        }
+
+        /** The preamble for an effort (already validated), placed before the first message in thinking mode. */
+        String effortPreamble(String effort) {
+            if (effort == null) return "";
+            return switch (this) {
+                case V4 -> effort.equals("max") ? V4Format.EFFORT_ABSOLUTE_MAXIMUM : "";
+                case V4_0731 -> switch (effort) {
+                    case "max" -> V4Format.EFFORT_BEYOND_MAXIMUM;
+                    case "high" -> V4Format.EFFORT_ABSOLUTE_MAXIMUM;
+                    default -> "";
+                };
+            };
+        }
+    }
+
+    /** Validates the effort against the revision and the JSON shapes of tools and response format. */
+    public ChatOptions {
+        if (revision == null) revision = EncodingRevision.V4;
+        if (reasoningEffort != null && !revision.efforts().contains(reasoningEffort)) {
+            throw new ChatFormatException("reasoning_effort", "unsupported value '" + reasoningEffort
+                    + "' (DeepSeek-V4 " + revision + " accepts " + String.join(", ", revision.efforts()) + " or null)");
+        }
+        if (tools != null && tools.isNull()) tools = null;
+        if (tools != null) {
+            if (!tools.isArray()) throw new ChatFormatException("tools", "must be an array");
+            for (int i = 0; i < tools.size(); i++) {
+                JsonNode t = tools.get(i);
+                if (!t.isObject()) throw new ChatFormatException("tools[" + i + "]", "must be an object");
+                JsonNode type = t.get("type");
+                if (type != null && !type.isNull() && !(type.isTextual() && type.textValue().equals("function"))) {
+                    throw new ChatFormatException("tools[" + i + "].type", "unsupported tool type " + type);
+                }
+                JsonNode fn = t.get("function");
+                if (fn == null || !fn.isObject()) {
+                    throw new ChatFormatException("tools[" + i + "].function", "missing or not an object");
+                }
+                JsonNode name = fn.get("name");
+                if (name == null || !name.isTextual() || name.textValue().isEmpty()) {
+                    throw new ChatFormatException("tools[" + i + "].function.name", "must be a non-empty string");
+                }
+            }
+        }
+        if (responseFormat != null && responseFormat.isNull()) responseFormat = null;
+        if (responseFormat != null) {
+            if (!responseFormat.isObject()) throw new ChatFormatException("response_format", "must be an object");
+            JsonNode type = responseFormat.get("type");
+            if (type == null || !type.isTextual()) throw new ChatFormatException("response_format.type", "missing");
+            switch (type.textValue()) {
+                case "text", "json_object" -> { }
+                case "json_schema" -> {
+                    JsonNode js = responseFormat.get("json_schema");
+                    if (js == null || !js.isObject()) {
+                        throw new ChatFormatException("response_format.json_schema", "missing or not an object");
+                    }
+                }
+                default -> throw new ChatFormatException("response_format.type",
+                        "unsupported type '" + type.textValue() + "'");
+            }
+        }
+    }
+
+    /** Chat mode, no effort, no tools, no response format, generation prompt on, earlier reasoning dropped. */
+    public static ChatOptions defaults() {
+        return new ChatOptions(false, null, null, null, true, true, EncodingRevision.V4);
+    }
+
+    /** Thinking mode on or off. */
+    public ChatOptions withThinking(boolean on) {
+        return new ChatOptions(on, reasoningEffort, tools, responseFormat, addGenerationPrompt, dropEarlierReasoning, revision);
+    }
+
+    /** Sets the reasoning effort (null for none); select the revision first when it needs another one's values. */
+    public ChatOptions withReasoningEffort(String effort) {
+        return new ChatOptions(thinking, effort, tools, responseFormat, addGenerationPrompt, dropEarlierReasoning, revision);
+    }
+
+    /** Sets the OpenAI tools array (null for none). */
+    public ChatOptions withTools(JsonNode toolsArray) {
+        return new ChatOptions(thinking, reasoningEffort, toolsArray, responseFormat, addGenerationPrompt, dropEarlierReasoning, revision);
+    }
+
+    /** Sets the OpenAI response_format object (null for none). */
+    public ChatOptions withResponseFormat(JsonNode format) {
+        return new ChatOptions(thinking, reasoningEffort, tools, format, addGenerationPrompt, dropEarlierReasoning, revision);
+    }
+
+    /** Whether to append the opening of the assistant turn after a final user turn. */
+    public ChatOptions withAddGenerationPrompt(boolean on) {
+        return new ChatOptions(thinking, reasoningEffort, tools, responseFormat, on, dropEarlierReasoning, revision);
+    }
+
+    /** Whether earlier turns' reasoning is dropped in thinking mode (the V4 default). */
+    public ChatOptions withDropEarlierReasoning(boolean on) {
+        return new ChatOptions(thinking, reasoningEffort, tools, responseFormat, addGenerationPrompt, on, revision);
+    }
+
+    /** Selects the encoding revision; the effort must be valid for it. */
+    public ChatOptions withRevision(EncodingRevision r) {
+        return new ChatOptions(thinking, reasoningEffort, tools, responseFormat, addGenerationPrompt, dropEarlierReasoning, r);
+    }
+
+    /** True when tools are present (a non-empty array). */
+    boolean hasTools() {
+        return tools != null && !tools.isEmpty();
+    }
+
+    /** True when a response format other than plain text is asked for. */
+    boolean hasResponseFormat() {
+        return responseFormat != null && !"text".equals(responseFormat.path("type").asText());
+    }
+}
