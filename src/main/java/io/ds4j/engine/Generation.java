@@ -1,0 +1,276 @@
+package io.ds4j.engine;
+
+import io.ds4j.sampling.Distribution;
+import io.ds4j.sampling.Sampler;
+import io.ds4j.spec.Draft;
+import io.ds4j.spec.VerifyWidth;
+
+import java.util.Arrays;
+
+/**
+ * One request's generation as a step-wise state machine, so a scheduler can interleave many requests at step
+ * granularity. A step is one prefill chunk, or one decode step, which is always a speculative verify step: the
+ * pending token plus q draft tokens go through the target in one batched forward over q+1 rows, the longest
+ * acceptable prefix is committed and the rest rolled back. q = 0 (no draft, or a draft with nothing to offer) is plain
+ * decoding through the same code.
+ *
+ * <p>Acceptance (spec: Leviathan et al. 2023 "Fast Inference from Transformers via Speculative Decoding"; Chen et
+ * al. 2023): greedy requests accept draft token d_i while it equals the argmax of the target's processed logits at
+ * that position; sampled requests accept d_i with probability min(1, p(d_i)/q(d_i)) and on rejection draw from the
+ * normalised max(0, p − q). Penalties and biases are applied to every verify row exactly as plain decoding would, so
+ * the output distribution is the target's under every sampler setting.
+ *
+ * <p>Accounting definitions: <b>offered</b> = draft tokens sent for verification (the pending token and the target's
+ * own token are not counted); <b>accepted</b> = offered tokens committed; <b>acceptance rate</b> = accepted / offered;
+ * <b>committed per step</b> = (accepted + 1) / verify steps, the +1 being the token each step's last row produces.
+ * Lucebox counts the same offered tokens (q − 1 there, because its q includes the seed row).
+ */
+public final class Generation {
+    /** Why generation ended. */
+    public enum Finish { STOP, LENGTH, CANCELLED }
+
+    /** Receives generated tokens in order. */
+    public interface Listener {
+        /**
+         * @param logprobs null unless logprobs were requested
+         * @return false to stop generating (for example a stop string completed)
+         */
+        boolean onToken(int token, Sampler.TokenLogprobs logprobs);
+    }
+
+    /** Static settings of a generation. */
+    public record Options(int prefillChunk, int maxContext, int[] eosIds, int maxRollback) {
+        public Options {
+            if (prefillChunk < 1) throw new IllegalArgumentException("prefill chunk must be >= 1");
+        }
+    }
+
+    private final Backend target;
+    private final Sequence seq;
+    private final Sampler sampler;
+    private final Draft draft;
+    private final VerifyWidth width;
+    private final Options opt;
+    private final Listener listener;
+    private final int promptLen;
+    /** prompt followed by generated tokens; ctx[len-1] is the pending token once decoding started. */
+    private int[] ctx;
+    private int len;
+    private int prefilled;
+    private int generated;
+    private Finish finish;
+    private volatile boolean cancelled;
+
+    // statistics
+    private long startNs, firstTokenNs, endNs;
+    private long offered, accepted, verifySteps;
+
+    /**
+     * @param seq an empty sequence of the target, owned by this generation from now on (closed when it ends)
+     * @param draft null for plain decoding
+     * @param width null for plain decoding
+     * @throws IllegalArgumentException for an empty prompt or one that leaves no room in the context
+     */
+    public Generation(Backend target, Sequence seq, int[] prompt, Sampler sampler, Draft draft, VerifyWidth width,
+                      Options opt, Listener listener) {
+        if (prompt.length == 0) throw new IllegalArgumentException("the prompt is empty");
+        if (prompt.length >= opt.maxContext())
+            throw new IllegalArgumentException("prompt of " + prompt.length + " tokens leaves no room in the context of "
+                    + opt.maxContext() + " tokens");
+        this.target = target;
+        this.seq = seq;
+        this.sampler = sampler;
+        this.draft = draft;
+        this.width = width;
+        this.opt = opt;
+        this.listener = listener;
+        this.promptLen = prompt.length;
+        this.ctx = Arrays.copyOf(prompt, prompt.length + 64);
+        this.len = prompt.length;
+    }
+
+    /** Asks the generation to stop at the next step boundary (thread-safe). */
+    public void cancel() {
+        cancelled = true;
+    }
+
+    public boolean done() {
+        return finish != null;
+    }
+
+    public Finish finish() {
+        return finish;
+    }
+
+    /** True while the prompt is still being prefilled. */
+    public boolean prefilling() {
+        return finish == null && prefilled < promptLen;
+    }
+
+    /**
+     * Runs one step: a prefill chunk, or one decode/verify step.
+     * @return true while more steps remain
+     */
+    public boolean step() {
+        if (finish != null) return false;
+        if (startNs == 0) startNs = System.nanoTime();
+        if (cancelled) return end(Finish.CANCELLED);
+        if (prefilled < promptLen) {
+            int n = Math.min(opt.prefillChunk(), promptLen - prefilled);
+            boolean last = prefilled + n == promptLen;
+            float[] lg = target.forward(seq, ctx, prefilled, n, last ? new int[]{n - 1} : new int[0]);
+            prefilled += n;
+            if (last) {
+                if (draft != null) draft.committed(ctx, promptLen);
+                Distribution d = sampler.distribution(lg, 0);
+                int tok = d.sample(sampler.rng());
+                firstTokenNs = System.nanoTime();
+                if (!emit(tok, lg, 0)) return false;
+            }
+            return finish == null;
+        }
+        return decodeStep();
+    }
+
+    private boolean decodeStep() {
+        int budget = sampler.params().maxTokens() - generated;
+        int room = opt.maxContext() - len;
+        int q = 0;
+        Draft.Proposal prop = Draft.Proposal.NONE;
+        if (draft != null && width != null) {
+            q = Math.min(width.next(), Math.min(budget - 1, Math.min(room - 1, opt.maxRollback())));
+            if (q > 0) prop = draft.propose(ctx, len, q);
+            q = prop.size();
+        }
+        int[] rows = new int[q + 1];
+        rows[0] = ctx[len - 1];
+        System.arraycopy(prop.tokens(), 0, rows, 1, q);
+        int[] want = new int[q + 1];
+        for (int i = 0; i <= q; i++) want[i] = i;
+        float[] lg = target.forward(seq, rows, 0, q + 1, want);
+        int V = target.config().vocabSize;
+        int acc = 0;
+        // rows i = 0..q: row i predicts the token after rows[0..i]
+        for (int i = 0; i <= q; i++) {
+            Distribution p = sampler.distribution(lg, i * V);
+            if (i < q) {
+                int d = prop.tokens()[i];
+                boolean ok;
+                Distribution qd = prop.dists()[i];
+                if (sampler.params().isGreedy()) ok = d == p.top();
+                else {
+                    double pq = p.probOf(d), qq = qd == null ? 1.0 : qd.probOf(d);
+                    ok = qq > 0 && sampler.rng().nextDouble() < Math.min(1.0, pq / qq);
+                }
+                if (ok) {
+                    acc++;
+                    if (!emit(d, lg, i * V)) break;
+                    continue;
+                }
+                int tok = sampler.params().isGreedy() ? p.top()
+                        : p.residual(qd != null ? qd : Distribution.certain(d)).sample(sampler.rng());
+                emit(tok, lg, i * V);
+                break;
+            }
+            emit(p.sample(sampler.rng()), lg, i * V);
+        }
+        // the cache holds rows[0..q]; keep rows[0..acc] (pending + accepted drafts)
+        int reject = q - acc;
+        if (reject > 0 && finish == null) seq.rollback(reject);
+        offered += q;
+        accepted += acc;
+        verifySteps++;
+        if (width != null) width.record(q, acc);
+        if (draft != null && finish == null) draft.committed(ctx, len);
+        if (finish == null && cancelled) return end(Finish.CANCELLED);
+        return finish == null;
+    }
+
+    /** Commits one generated token; returns false once generation has finished. */
+    private boolean emit(int tok, float[] lg, int off) {
+        if (finish != null) return false;
+        if (len == ctx.length) ctx = Arrays.copyOf(ctx, ctx.length * 2);
+        ctx[len++] = tok;
+        generated++;
+        sampler.push(tok);
+        Sampler.TokenLogprobs lp = sampler.params().logprobs() ? sampler.logprobs(lg, off, tok, sampler.params().topLogprobs()) : null;
+        boolean isEos = false;
+        if (!sampler.params().ignoreEos()) for (int e : opt.eosIds()) if (e == tok) isEos = true;
+        boolean go = listener.onToken(tok, lp);
+        if (!go || isEos) return end(Finish.STOP);
+        if (generated >= sampler.params().maxTokens() || len >= opt.maxContext()) return end(Finish.LENGTH);
+        return true;
+    }
+
+    private boolean end(Finish f) {
+        if (finish == null) {
+            finish = f;
+            endNs = System.nanoTime();
+            seq.close();
+            if (draft != null) draft.close();
+        }
+        return false;
+    }
+
+    // ---------------------------------------------------------------------------------------------------------
+
+    public int promptTokens() {
+        return promptLen;
+    }
+
+    public int generatedTokens() {
+        return generated;
+    }
+
+    /** The generated token ids so far. */
+    public int[] generatedIds() {
+        return Arrays.copyOfRange(ctx, promptLen, len);
+    }
+
+    /** Seconds from the first step to the first generated token (prefill time). */
+    public double prefillSeconds() {
+        return firstTokenNs == 0 ? 0 : (firstTokenNs - startNs) / 1e9;
+    }
+
+    /** Seconds from the first generated token to the end (or now). */
+    public double decodeSeconds() {
+        if (firstTokenNs == 0) return 0;
+        return ((endNs != 0 ? endNs : System.nanoTime()) - firstTokenNs) / 1e9;
+    }
+
+    /** Prompt tokens per second of prefill. */
+    public double prefillTokensPerSecond() {
+        double s = prefillSeconds();
+        return s > 0 ? promptLen / s : 0;
+    }
+
+    /** Generated tokens per second after the first one. */
+    public double decodeTokensPerSecond() {
+        double s = decodeSeconds();
+        return s > 0 && generated > 1 ? (generated - 1) / s : 0;
+    }
+
+    /** Speculative accounting (see the class docs for the definitions). */
+    public SpecStats specStats() {
+        return new SpecStats(offered, accepted, verifySteps);
+    }
+
+    /**
+     * Draft tokens offered and accepted, and verify steps.
+     */
+    public record SpecStats(long offered, long accepted, long steps) {
+        /** accepted / offered, or NaN when nothing was offered. */
+        public double acceptanceRate() {
+            return offered == 0 ? Double.NaN : (double) accepted / offered;
+        }
+
+        /** (accepted + steps) / steps: tokens each verify step committed on average. */
+        public double committedPerStep() {
+            return steps == 0 ? Double.NaN : (double) (accepted + steps) / steps;
+        }
+
+        public SpecStats plus(SpecStats o) {
+            return new SpecStats(offered + o.offered, accepted + o.accepted, steps + o.steps);
+        }
+    }
+}

@@ -1,0 +1,227 @@
+package io.ds4j.sampling;
+
+import io.ds4j.cpu.TopK;
+
+import java.util.Arrays;
+import java.util.SplittableRandom;
+import java.util.random.RandomGenerator;
+
+/**
+ * Turns logits rows into next tokens for one request. Order of operations (as in HF transformers' processors):
+ * logit_bias → repetition penalty (prompt and output tokens) → presence / frequency penalties (output tokens) →
+ * temperature → top-k → top-p → min-p → draw. Temperature 0 is greedy: the argmax of the processed logits.
+ *
+ * <p>Work per token is O(V) passes plus O(V log k) selection; nothing sorts the whole vocabulary. The token history
+ * that drives the penalties can be extended tentatively and undone ({@link #push}/{@link #pop}), which speculative
+ * verification uses to apply penalties to draft positions exactly as plain decoding would.
+ */
+public final class Sampler {
+    private final SamplingParams p;
+    private final int vocab;
+    private final int[] outCount, allCount;
+    /** Distinct tokens with allCount > 0, so penalties touch only those. */
+    private int[] seen = new int[64];
+    private int nSeen;
+    private final RandomGenerator rng;
+    /** Ids at or above this are never produced (the model's rows past the tokenizer's vocabulary). */
+    private final int tokenLimit;
+
+    /**
+     * @param params validated settings
+     * @param vocab V
+     * @param prompt prompt token ids (counted for the repetition penalty only)
+     */
+    public Sampler(SamplingParams params, int vocab, int[] prompt) {
+        this(params, vocab, prompt, vocab);
+    }
+
+    /**
+     * @param tokenLimit ids ≥ tokenLimit are masked out: a checkpoint's embedding often has more rows (129,280 in
+     *                   V4) than its tokenizer has tokens (128,815 in the DeepSeek tokenizer), and those ids decode
+     *                   to nothing
+     */
+    public Sampler(SamplingParams params, int vocab, int[] prompt, int tokenLimit) {
+        params.validate(Math.min(vocab, tokenLimit));
+        if (tokenLimit < 1 || tokenLimit > vocab) throw new IllegalArgumentException("token limit " + tokenLimit + " outside [1, " + vocab + "]");
+        this.tokenLimit = tokenLimit;
+        this.p = params;
+        this.vocab = vocab;
+        this.outCount = new int[vocab];
+        this.allCount = new int[vocab];
+        for (int t : prompt) note(t, 1, false);
+        this.rng = new SplittableRandom(params.seed() != null ? params.seed() : new SplittableRandom().nextLong());
+    }
+
+    public SamplingParams params() {
+        return p;
+    }
+
+    /** The request's random source (one stream per request, so a fixed seed reproduces the output). */
+    public RandomGenerator rng() {
+        return rng;
+    }
+
+    /** Records a generated token in the penalty history. */
+    public void push(int token) {
+        note(token, 1, true);
+    }
+
+    /** Undoes the latest {@link #push} of this token. */
+    public void pop(int token) {
+        note(token, -1, true);
+    }
+
+    private void note(int t, int d, boolean output) {
+        if (allCount[t] == 0 && d > 0) {
+            if (nSeen == seen.length) seen = Arrays.copyOf(seen, nSeen * 2);
+            seen[nSeen++] = t;
+        }
+        allCount[t] += d;
+        if (output) outCount[t] += d;
+    }
+
+    /**
+     * The distribution of the next token given logits[off .. off+V) and the current history.
+     */
+    public Distribution distribution(float[] logits, int off) {
+        float[] z = Arrays.copyOfRange(logits, off, off + vocab);
+        if (tokenLimit < vocab) Arrays.fill(z, tokenLimit, vocab, Float.NEGATIVE_INFINITY);
+        if (p.logitBias() != null) for (var e : p.logitBias().entrySet()) z[e.getKey()] += e.getValue();
+        if (p.hasPenalties()) {
+            float rp = (float) p.repetitionPenalty();
+            for (int i = 0; i < nSeen; i++) {
+                int t = seen[i];
+                if (allCount[t] <= 0) continue;
+                if (rp != 1f) z[t] = z[t] > 0 ? z[t] / rp : z[t] * rp;
+                int oc = outCount[t];
+                if (oc > 0) z[t] -= (float) (p.presencePenalty() + p.frequencyPenalty() * oc);
+            }
+        }
+        if (p.isGreedy()) return Distribution.certain(argmax(z));
+        float invT = (float) (1.0 / p.temperature());
+        int[] cand;
+        int n;
+        if (p.topK() > 0 && p.topK() < vocab) {
+            cand = TopK.select(z, vocab, p.topK());
+            n = cand.length;
+        } else {
+            cand = null;
+            n = vocab;
+        }
+        // softmax over the candidates
+        float mx = Float.NEGATIVE_INFINITY;
+        for (int i = 0; i < n; i++) mx = Math.max(mx, z[cand == null ? i : cand[i]]);
+        double[] e = new double[n];
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            e[i] = Math.exp((z[cand == null ? i : cand[i]] - mx) * invT);
+            sum += e[i];
+        }
+        // extract in descending order until top-p mass is reached; min-p cut relative to the maximum
+        double minKeep = p.minP() > 0 ? p.minP() * (1.0 / sum) : 0; // p_max = 1/sum since the max term is exp(0)
+        int kept = 0;
+        int[] ids;
+        double[] pr;
+        double mass = 0;
+        if (p.topP() >= 1) {
+            // no nucleus cut: keep every candidate above the min-p floor, no ordering needed beyond the top first
+            ids = new int[n];
+            pr = new double[n];
+            int best = -1;
+            for (int i = 0; i < n; i++) {
+                double prob = e[i] / sum;
+                if (prob <= 0 || prob < minKeep) continue;
+                int id = cand == null ? i : cand[i];
+                if (best < 0 || prob > pr[best] || (prob == pr[best] && id < ids[best])) best = kept;
+                ids[kept] = id;
+                pr[kept++] = prob;
+                mass += prob;
+            }
+            if (best > 0) {
+                int ti = ids[0]; ids[0] = ids[best]; ids[best] = ti;
+                double tp = pr[0]; pr[0] = pr[best]; pr[best] = tp;
+            }
+        } else {
+            // extract in descending order until the top-p mass is reached (O(n + m log n) for m kept)
+            int[] heap = new int[n];
+            for (int i = 0; i < n; i++) heap[i] = i;
+            for (int i = n / 2 - 1; i >= 0; i--) siftDown(heap, i, n, e, cand);
+            int size = n;
+            ids = new int[Math.min(n, 256)];
+            pr = new double[ids.length];
+            while (size > 0) {
+                int top = heap[0];
+                double prob = e[top] / sum;
+                if (kept > 0 && (mass >= p.topP() || prob < minKeep || prob <= 0)) break;
+                if (kept == ids.length) {
+                    ids = Arrays.copyOf(ids, kept * 2);
+                    pr = Arrays.copyOf(pr, kept * 2);
+                }
+                ids[kept] = cand == null ? top : cand[top];
+                pr[kept++] = prob;
+                mass += prob;
+                heap[0] = heap[--size];
+                siftDown(heap, 0, size, e, cand);
+            }
+        }
+        float[] probs = new float[kept];
+        for (int i = 0; i < kept; i++) probs[i] = (float) (pr[i] / mass);
+        return new Distribution(Arrays.copyOf(ids, kept), probs);
+    }
+
+    /** Max-heap on e, ties to the lower token id (deterministic). */
+    private static void siftDown(int[] h, int i, int n, double[] e, int[] cand) {
+        while (true) {
+            int l = 2 * i + 1, r = l + 1, b = i;
+            if (l < n && above(h[l], h[b], e, cand)) b = l;
+            if (r < n && above(h[r], h[b], e, cand)) b = r;
+            if (b == i) return;
+            int t = h[b]; h[b] = h[i]; h[i] = t;
+            i = b;
+        }
+    }
+
+    private static boolean above(int a, int b, double[] e, int[] cand) {
+        if (e[a] != e[b]) return e[a] > e[b];
+        return (cand == null ? a : cand[a]) < (cand == null ? b : cand[b]);
+    }
+
+    /** Draws the next token from logits[off .. off+V) (does not push it). */
+    public int sample(float[] logits, int off) {
+        return distribution(logits, off).sample(rng);
+    }
+
+    /** Index of the largest value, the lowest index on ties. */
+    public static int argmax(float[] z) {
+        int best = 0;
+        for (int i = 1; i < z.length; i++) if (z[i] > z[best]) best = i;
+        return best;
+    }
+
+    /**
+     * Log-probabilities from the model's raw logits (before any processing, as vLLM reports them by default).
+     * @return the chosen token's logprob and the top-n alternatives
+     */
+    public TokenLogprobs logprobs(float[] logits, int off, int chosen, int topN) {
+        float mx = Float.NEGATIVE_INFINITY;
+        for (int i = 0; i < vocab; i++) mx = Math.max(mx, logits[off + i]);
+        double s = 0;
+        for (int i = 0; i < vocab; i++) s += Math.exp(logits[off + i] - mx);
+        double lse = mx + Math.log(s);
+        int[] top = new int[0];
+        float[] topLp = new float[0];
+        if (topN > 0) {
+            float[] row = Arrays.copyOfRange(logits, off, off + vocab);
+            int[] sel = TopK.select(row, vocab, topN);
+            Integer[] order = Arrays.stream(sel).boxed().toArray(Integer[]::new);
+            Arrays.sort(order, (a, b) -> row[a] != row[b] ? Float.compare(row[b], row[a]) : Integer.compare(a, b));
+            top = Arrays.stream(order).mapToInt(Integer::intValue).toArray();
+            topLp = new float[top.length];
+            for (int i = 0; i < top.length; i++) topLp[i] = (float) (row[top[i]] - lse);
+        }
+        return new TokenLogprobs(chosen, (float) (logits[off + chosen] - lse), top, topLp);
+    }
+
+    /** A token's log-probability and the most likely alternatives (token ids, most likely first). */
+    public record TokenLogprobs(int token, float logprob, int[] topIds, float[] topLogprobs) {}
+}

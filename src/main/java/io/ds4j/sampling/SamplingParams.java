@@ -1,0 +1,119 @@
+package io.ds4j.sampling;
+
+import java.util.List;
+import java.util.Map;
+
+/**
+ * Per-request sampling settings (OpenAI / llama.cpp semantics). {@link #validate} rejects values outside their
+ * range with a message naming the parameter and the valid range.
+ *
+ * @param temperature  0 = greedy; valid [0, 2]
+ * @param topK         keep the k most likely tokens; 0 = off; valid [0, V]
+ * @param topP         nucleus mass; 1 = off; valid (0, 1]
+ * @param minP         drop tokens below minP · p_max; 0 = off; valid [0, 1]
+ * @param seed         RNG seed; null = a random seed per request
+ * @param presencePenalty  subtracted once from every token already generated; valid [-2, 2]
+ * @param frequencyPenalty subtracted per occurrence in the generated tokens; valid [-2, 2]
+ * @param repetitionPenalty HF-style: positive logits of tokens in prompt or output divided by it, negative ones
+ *                         multiplied; 1 = off; valid (0, 10]
+ * @param logitBias    token id → bias added to its logit; each bias in [-100, 100]
+ * @param maxTokens    generated-token limit; valid ≥ 1
+ * @param stop         stop strings (at most 16, none empty); never part of the output
+ * @param logprobs     return the chosen token's log-probability
+ * @param topLogprobs  also return that many alternatives; valid [0, 20]
+ * @param ignoreEos    keep generating after the end-of-sequence token
+ */
+public record SamplingParams(double temperature, int topK, double topP, double minP, Long seed,
+                             double presencePenalty, double frequencyPenalty, double repetitionPenalty,
+                             Map<Integer, Float> logitBias, int maxTokens, List<String> stop,
+                             boolean logprobs, int topLogprobs, boolean ignoreEos) {
+
+    /** Greedy decoding, no penalties, at most maxTokens tokens. */
+    public static SamplingParams greedy(int maxTokens) {
+        return new SamplingParams(0, 0, 1, 0, null, 0, 0, 1, Map.of(), maxTokens, List.of(), false, 0, false);
+    }
+
+    /** Temperature sampling with a fixed seed. */
+    public static SamplingParams sampled(double temperature, int topK, double topP, double minP, long seed, int maxTokens) {
+        return new SamplingParams(temperature, topK, topP, minP, seed, 0, 0, 1, Map.of(), maxTokens, List.of(), false, 0, false);
+    }
+
+    /** A copy with different penalties. */
+    public SamplingParams withPenalties(double presence, double frequency, double repetition) {
+        return new SamplingParams(temperature, topK, topP, minP, seed, presence, frequency, repetition, logitBias, maxTokens,
+                stop, logprobs, topLogprobs, ignoreEos);
+    }
+
+    /** A copy with a different token limit. */
+    public SamplingParams withMaxTokens(int n) {
+        return new SamplingParams(temperature, topK, topP, minP, seed, presencePenalty, frequencyPenalty, repetitionPenalty,
+                logitBias, n, stop, logprobs, topLogprobs, ignoreEos);
+    }
+
+    /** A copy with stop strings. */
+    public SamplingParams withStop(List<String> s) {
+        return new SamplingParams(temperature, topK, topP, minP, seed, presencePenalty, frequencyPenalty, repetitionPenalty,
+                logitBias, maxTokens, s, logprobs, topLogprobs, ignoreEos);
+    }
+
+    /** A copy with logit biases. */
+    public SamplingParams withLogitBias(Map<Integer, Float> b) {
+        return new SamplingParams(temperature, topK, topP, minP, seed, presencePenalty, frequencyPenalty, repetitionPenalty,
+                b, maxTokens, stop, logprobs, topLogprobs, ignoreEos);
+    }
+
+    /** A copy with logprobs settings. */
+    public SamplingParams withLogprobs(boolean on, int top) {
+        return new SamplingParams(temperature, topK, topP, minP, seed, presencePenalty, frequencyPenalty, repetitionPenalty,
+                logitBias, maxTokens, stop, on, top, ignoreEos);
+    }
+
+    /** True when decoding is deterministic argmax (temperature 0). */
+    public boolean isGreedy() {
+        return temperature == 0;
+    }
+
+    /** True when logits need processing beyond temperature (penalties or biases). */
+    public boolean hasPenalties() {
+        return presencePenalty != 0 || frequencyPenalty != 0 || repetitionPenalty != 1 || (logitBias != null && !logitBias.isEmpty());
+    }
+
+    /**
+     * Checks every value against its range.
+     * @param vocabSize V, for top_k and logit_bias ids
+     * @throws IllegalArgumentException naming the parameter, its value and the valid range
+     */
+    public void validate(int vocabSize) {
+        range("temperature", temperature, 0, 2);
+        if (topK < 0 || topK > vocabSize) throw bad("top_k", topK, "[0, " + vocabSize + "] (0 = off)");
+        if (!(topP > 0 && topP <= 1)) throw bad("top_p", topP, "(0, 1]");
+        range("min_p", minP, 0, 1);
+        range("presence_penalty", presencePenalty, -2, 2);
+        range("frequency_penalty", frequencyPenalty, -2, 2);
+        if (!(repetitionPenalty > 0 && repetitionPenalty <= 10)) throw bad("repetition_penalty", repetitionPenalty, "(0, 10]");
+        if (maxTokens < 1) throw bad("max_tokens", maxTokens, ">= 1");
+        if (topLogprobs < 0 || topLogprobs > 20) throw bad("top_logprobs", topLogprobs, "[0, 20]");
+        if (logitBias != null) for (var e : logitBias.entrySet()) {
+            if (e.getKey() < 0 || e.getKey() >= vocabSize)
+                throw new IllegalArgumentException("logit_bias: token id " + e.getKey() + " is outside [0, " + vocabSize + ")");
+            if (!(e.getValue() >= -100 && e.getValue() <= 100))
+                throw new IllegalArgumentException("logit_bias: bias " + e.getValue() + " for token " + e.getKey() + " is outside [-100, 100]");
+        }
+        if (stop != null) {
+            if (stop.size() > 16) throw new IllegalArgumentException("stop: at most 16 stop strings, got " + stop.size());
+            for (String s : stop) if (s == null || s.isEmpty()) throw new IllegalArgumentException("stop: stop strings must not be empty");
+        }
+    }
+
+    private static void range(String name, double v, double lo, double hi) {
+        if (!(v >= lo && v <= hi)) throw bad(name, v, "[" + fmt(lo) + ", " + fmt(hi) + "]");
+    }
+
+    private static String fmt(double v) {
+        return v == Math.rint(v) ? Long.toString((long) v) : Double.toString(v);
+    }
+
+    private static IllegalArgumentException bad(String name, Object v, String range) {
+        return new IllegalArgumentException(name + " must be in " + range + ", got " + v);
+    }
+}

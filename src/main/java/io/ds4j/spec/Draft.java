@@ -1,0 +1,33 @@
+package io.ds4j.spec;
+
+import io.ds4j.sampling.Distribution;
+
+/**
+ * A per-request draft: proposes tokens that the target then verifies in one batched step. Implementations keep
+ * whatever state they need (a draft model's own cache, an n-gram index) consistent with the committed text.
+ */
+public interface Draft extends AutoCloseable {
+    /**
+     * Proposes up to q tokens continuing ctx[0 .. len).
+     * @return the proposal; may hold fewer than q tokens (none when the draft has nothing to offer)
+     */
+    Proposal propose(int[] ctx, int len, int q);
+
+    /** Tells the draft that the committed context is now ctx[0 .. len) (called after every verify step). */
+    void committed(int[] ctx, int len);
+
+    @Override
+    default void close() {}
+
+    /**
+     * Proposed tokens and, for each, the distribution it was drawn from (null entries mean the token was chosen
+     * deterministically, i.e. a point mass — n-gram lookup and greedy drafts).
+     */
+    record Proposal(int[] tokens, Distribution[] dists) {
+        public static final Proposal NONE = new Proposal(new int[0], new Distribution[0]);
+
+        public int size() {
+            return tokens.length;
+        }
+    }
+}

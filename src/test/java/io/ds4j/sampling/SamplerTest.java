@@ -1,0 +1,130 @@
+package io.ds4j.sampling;
+
+import org.junit.jupiter.api.Test;
+
+import java.util.List;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+class SamplerTest {
+    static final int V = 10;
+
+    static float[] logits(double... v) {
+        float[] f = new float[v.length];
+        for (int i = 0; i < v.length; i++) f[i] = (float) v[i];
+        return f;
+    }
+
+    static SamplingParams params(double t, int k, double p, double minP) {
+        return SamplingParams.sampled(t, k, p, minP, 1, 10);
+    }
+
+    @Test
+    void greedyTakesTheArgmaxAndLowestIdOnTies() {
+        Sampler s = new Sampler(SamplingParams.greedy(5), V, new int[0]);
+        assertEquals(3, s.sample(logits(0, 1, 2, 5, 5, 1, 0, 0, 0, 0), 0));
+    }
+
+    @Test
+    void topKKeepsExactlyKCandidates() {
+        Sampler s = new Sampler(params(1, 3, 1, 0), V, new int[0]);
+        Distribution d = s.distribution(logits(0, 1, 2, 3, 4, 5, 6, 7, 8, 9), 0);
+        assertEquals(3, d.size());
+        assertEquals(9, d.top());
+        assertEquals(0, d.probOf(6));
+        double sum = 0;
+        for (int i = 0; i < d.size(); i++) sum += d.prob(i);
+        assertEquals(1, sum, 1e-6);
+    }
+
+    @Test
+    void topPKeepsTheSmallestNucleus() {
+        // probabilities 0.5, 0.25, 0.125, ... (log2 spacing)
+        double l2 = Math.log(2);
+        Sampler s = new Sampler(params(1, 0, 0.7, 0), V, new int[0]);
+        Distribution d = s.distribution(logits(9 * l2, 8 * l2, 7 * l2, 6 * l2, 5 * l2, 4 * l2, 3 * l2, 2 * l2, l2, 0), 0);
+        assertEquals(2, d.size(), "0.5 + 0.25 >= 0.7");
+        assertEquals(2.0 / 3, d.probOf(0), 1e-6);
+    }
+
+    @Test
+    void minPDropsUnlikelyTokens() {
+        Sampler s = new Sampler(params(1, 0, 1, 0.2), V, new int[0]); // keeps p >= 0.2 * p_max
+        double l = Math.log(0.25);
+        Distribution d = s.distribution(logits(0, l, l, -10, -10, -10, -10, -10, -10, -10), 0);
+        assertEquals(0, d.probOf(3));
+        assertEquals(3, d.size());
+        assertEquals(0, d.top());
+    }
+
+    @Test
+    void temperatureSharpens() {
+        Sampler hot = new Sampler(params(2, 0, 1, 0), V, new int[0]);
+        Sampler cold = new Sampler(params(0.5, 0, 1, 0), V, new int[0]);
+        float[] z = logits(1, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        assertTrue(cold.distribution(z, 0).probOf(0) > hot.distribution(z, 0).probOf(0));
+    }
+
+    @Test
+    void penaltiesAndBiasChangeTheArgmax() {
+        float[] z = logits(3, 2.5, 0, 0, 0, 0, 0, 0, 0, 0);
+        Sampler pres = new Sampler(SamplingParams.greedy(5).withPenalties(1.0, 0, 1), V, new int[0]);
+        pres.push(0);
+        assertEquals(1, pres.sample(z, 0), "presence penalty pushes token 0 below token 1");
+        pres.pop(0);
+        assertEquals(0, pres.sample(z, 0), "pop undoes the history");
+        Sampler rep = new Sampler(SamplingParams.greedy(5).withPenalties(0, 0, 1.5), V, new int[]{0});
+        assertEquals(1, rep.sample(z, 0), "repetition penalty counts prompt tokens: 3/1.5 < 2.5");
+        Sampler freq = new Sampler(SamplingParams.greedy(5).withPenalties(0, 0.3, 1), V, new int[0]);
+        freq.push(0);
+        assertEquals(0, freq.sample(z, 0), "one occurrence: 3 - 0.3 > 2.5");
+        freq.push(0);
+        assertEquals(1, freq.sample(z, 0), "two occurrences: 3 - 0.6 < 2.5");
+        Sampler bias = new Sampler(SamplingParams.greedy(5).withLogitBias(Map.of(7, 10f)), V, new int[0]);
+        assertEquals(7, bias.sample(z, 0));
+    }
+
+    @Test
+    void tokensPastTheTokenizerAreNeverDrawn() {
+        Sampler s = new Sampler(params(1, 0, 1, 0), V, new int[0], 5);
+        float[] z = logits(0, 0, 0, 0, 0, 9, 9, 9, 9, 9);
+        for (int i = 0; i < 200; i++) assertTrue(s.sample(z, 0) < 5);
+    }
+
+    @Test
+    void sameSeedSameDraws() {
+        float[] z = logits(1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+        Sampler a = new Sampler(params(1, 0, 1, 0), V, new int[0]), b = new Sampler(params(1, 0, 1, 0), V, new int[0]);
+        for (int i = 0; i < 50; i++) assertEquals(a.sample(z, 0), b.sample(z, 0));
+    }
+
+    @Test
+    void invalidParametersNameTheParameterAndRange() {
+        assertMsg(() -> params(3, 0, 1, 0).validate(V), "temperature must be in [0, 2], got 3.0");
+        assertMsg(() -> params(1, -1, 1, 0).validate(V), "top_k must be in [0, 10]");
+        assertMsg(() -> params(1, 0, 0, 0).validate(V), "top_p must be in (0, 1]");
+        assertMsg(() -> params(1, 0, 1, 2).validate(V), "min_p must be in [0, 1]");
+        assertMsg(() -> SamplingParams.greedy(0).validate(V), "max_tokens must be in >= 1");
+        assertMsg(() -> SamplingParams.greedy(1).withPenalties(3, 0, 1).validate(V), "presence_penalty must be in [-2, 2]");
+        assertMsg(() -> SamplingParams.greedy(1).withLogitBias(Map.of(99, 1f)).validate(V), "logit_bias: token id 99");
+        assertMsg(() -> SamplingParams.greedy(1).withStop(List.of("")).validate(V), "stop strings must not be empty");
+        assertMsg(() -> SamplingParams.greedy(1).withLogprobs(true, 21).validate(V), "top_logprobs must be in [0, 20]");
+    }
+
+    static void assertMsg(Runnable r, String part) {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, r::run);
+        assertTrue(e.getMessage().contains(part), e.getMessage());
+    }
+
+    @Test
+    void logprobsAreNormalisedAndOrdered() {
+        Sampler s = new Sampler(SamplingParams.greedy(5).withLogprobs(true, 3), V, new int[0]);
+        float[] z = logits(0, 1, 2, 3, 0, 0, 0, 0, 0, 0);
+        Sampler.TokenLogprobs lp = s.logprobs(z, 0, 3, 3);
+        double sum = 0;
+        for (float v : z) sum += Math.exp(v);
+        assertEquals(3 - Math.log(sum), lp.logprob(), 1e-5);
+        assertArrayEquals(new int[]{3, 2, 1}, lp.topIds());
+    }
+}
