@@ -6,7 +6,8 @@ import picocli.CommandLine.Command;
 /** Entry point of the {@code ds4j} command line. */
 @Command(name = "ds4j", mixinStandardHelpOptions = true, version = "ds4j 0.1.0",
         description = "DeepSeek-V4 inference engine and server for the JVM.",
-        subcommands = {CommandLine.HelpCommand.class, MakeModelCommand.class})
+        subcommands = {CommandLine.HelpCommand.class, MakeModelCommand.class, GenerateCommand.class,
+                BenchEngineCommand.class, BenchSpecCommand.class, ServeCommand.class, BenchServerCommand.class})
 public final class Main implements Runnable {
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;

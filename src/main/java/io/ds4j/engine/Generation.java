@@ -214,6 +214,11 @@ public final class Generation {
 
     // ---------------------------------------------------------------------------------------------------------
 
+    /** Prompt tokens prefilled so far. */
+    public int prefilledTokens() {
+        return prefilled;
+    }
+
     public int promptTokens() {
         return promptLen;
     }

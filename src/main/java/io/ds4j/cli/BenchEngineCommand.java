@@ -1,0 +1,120 @@
+package io.ds4j.cli;
+
+import io.ds4j.cpu.CpuBackend;
+import io.ds4j.cpu.CpuSequence;
+import io.ds4j.cpu.MemBandwidth;
+import io.ds4j.cpu.Parallel;
+import io.ds4j.model.ModelConfig;
+import io.ds4j.model.ModelWeights;
+import io.ds4j.model.WeightLoader;
+import io.ds4j.model.WeightMatrix;
+import io.ds4j.model.synth.ModelStore;
+import picocli.CommandLine.ArgGroup;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.nio.file.Path;
+import java.util.SplittableRandom;
+import java.util.concurrent.Callable;
+
+/**
+ * {@code ds4j bench-engine}: prefill and decode throughput of the CPU backend, the weight bytes a decode step reads,
+ * and the achieved bandwidth against a read bandwidth this command measures on the same machine. A benchmark,
+ * not a test: it prints figures and asserts nothing.
+ */
+@Command(name = "bench-engine", mixinStandardHelpOptions = true,
+        description = "Measure CPU prefill/decode tokens/s and decode memory bandwidth use.")
+public final class BenchEngineCommand implements Callable<Integer> {
+    static final class Source {
+        @Option(names = "--model", paramLabel = "DIR", description = "model directory") Path model;
+        @Option(names = "--preset", paramLabel = "NAME", description = "preset model (tiny, small, flash-shaped), created on first use") String preset;
+    }
+
+    @ArgGroup(exclusive = true, multiplicity = "0..1") Source source = new Source();
+    @Option(names = "--seed", defaultValue = "1", description = "seed of the preset model (default ${DEFAULT-VALUE})") long seed;
+    @Option(names = "--prompt-tokens", defaultValue = "512", description = "prefill length in tokens (default ${DEFAULT-VALUE})") int promptTokens;
+    @Option(names = "--decode-tokens", defaultValue = "64", description = "decode steps to time (default ${DEFAULT-VALUE})") int decodeTokens;
+    @Option(names = "--chunk", defaultValue = "512", description = "prefill chunk size in tokens (default ${DEFAULT-VALUE})") int chunk;
+    @Option(names = "--repeats", defaultValue = "3", description = "runs; the best is reported (default ${DEFAULT-VALUE})") int repeats;
+    @Option(names = "--no-bandwidth", description = "skip the memory bandwidth measurement") boolean noBandwidth;
+
+    @Override
+    public Integer call() throws Exception {
+        if (promptTokens < 1 || decodeTokens < 1 || chunk < 1 || repeats < 1)
+            throw new IllegalArgumentException("--prompt-tokens, --decode-tokens, --chunk and --repeats must be >= 1");
+        Path dir = source.model != null ? source.model
+                : ModelStore.ensure(source.preset != null ? source.preset : "small", seed, System.err::println);
+        ModelWeights w = WeightLoader.load(dir);
+        ModelConfig c = w.config;
+        try (CpuBackend be = new CpuBackend(w)) {
+            System.out.printf("model: %s%n  %s%n  threads: %d%n", dir, c, Parallel.threads());
+            SplittableRandom r = new SplittableRandom(seed);
+            int[] toks = new int[promptTokens + decodeTokens];
+            for (int i = 0; i < toks.length; i++) toks[i] = r.nextInt(c.vocabSize);
+            double bestPrefill = 0, bestDecode = 0;
+            for (int rep = 0; rep < repeats; rep++) {
+                try (CpuSequence s = be.newSequence(16)) {
+                    long t0 = System.nanoTime();
+                    for (int off = 0; off < promptTokens; off += chunk) {
+                        int n = Math.min(chunk, promptTokens - off);
+                        be.forward(s, toks, off, n, off + n == promptTokens ? new int[]{n - 1} : new int[0]);
+                    }
+                    double pre = promptTokens / ((System.nanoTime() - t0) / 1e9);
+                    long t1 = System.nanoTime();
+                    for (int i = 0; i < decodeTokens; i++) be.forward(s, toks, promptTokens + i, 1, new int[]{0});
+                    double dec = decodeTokens / ((System.nanoTime() - t1) / 1e9);
+                    System.out.printf("  run %d: prefill %.1f tok/s, decode %.2f tok/s%n", rep + 1, pre, dec);
+                    bestPrefill = Math.max(bestPrefill, pre);
+                    bestDecode = Math.max(bestDecode, dec);
+                }
+            }
+            long weightBytes = decodeWeightBytes(w);
+            int ctx = promptTokens + decodeTokens / 2;
+            long cacheBytes = decodeCacheBytes(c, ctx);
+            double gbs = (weightBytes + cacheBytes) * bestDecode / 1e9;
+            System.out.printf("prefill: %.1f tokens/s (%d-token prompt, chunks of %d)%n", bestPrefill, promptTokens, chunk);
+            System.out.printf("decode:  %.2f tokens/s (batch 1, context %d..%d)%n", bestDecode, promptTokens, promptTokens + decodeTokens);
+            System.out.printf("bytes read per decoded token: %.1f MB weights + %.2f MB F16 cache (at context %d)%n",
+                    weightBytes / 1e6, cacheBytes / 1e6, ctx);
+            System.out.printf("achieved: %.2f GB/s%n", gbs);
+            if (!noBandwidth) {
+                double bw = MemBandwidth.measureReadGBs();
+                System.out.printf("measured read bandwidth: %.2f GB/s -> decode at %.0f%% of the bandwidth bound%n", bw, 100 * gbs / bw);
+            }
+        }
+        return 0;
+    }
+
+    /**
+     * Weight bytes one decode step reads: every matrix except the routed experts and the embedding, one embedding
+     * row, and k routed experts (w1, w2, w3) per layer (each token activates exactly k distinct experts).
+     */
+    static long decodeWeightBytes(ModelWeights w) {
+        ModelConfig c = w.config;
+        long b = w.embed.storedBytes() / w.embed.rows + w.lmHead.storedBytes() + w.hcHeadFn.storedBytes();
+        for (ModelWeights.Layer L : w.layers) {
+            WeightMatrix[] dense = {L.attnHcFn, L.ffnHcFn, L.qA, L.qB, L.kv, L.oA, L.oB, L.gate, L.sharedW1, L.sharedW2, L.sharedW3};
+            for (WeightMatrix m : dense) b += m.storedBytes();
+            if (L.compressor != null) b += L.compressor.kvProj.storedBytes() + L.compressor.gateProj.storedBytes();
+            if (L.indexer != null) b += L.indexer.qB.storedBytes() + L.indexer.weightsProj.storedBytes()
+                    + L.indexer.compressor.kvProj.storedBytes() + L.indexer.compressor.gateProj.storedBytes();
+            long expert = (L.w1[0].storedBytes() + L.w2[0].storedBytes() + L.w3[0].storedBytes());
+            b += expert * c.expertsPerToken;
+        }
+        return b;
+    }
+
+    /** F16 cache bytes one decode step reads at a given context: raw window rows and compressed entries/keys. */
+    static long decodeCacheBytes(ModelConfig c, int ctx) {
+        long b = 0;
+        for (int l = 0; l < c.numLayers; l++) {
+            b += (long) Math.min(ctx, c.slidingWindow - 1) * c.headDim * 2;
+            switch (c.layerTypes[l]) {
+                case HCA -> b += (long) (ctx / c.hcaRatio) * c.headDim * 2;
+                case CSA -> b += (long) (ctx / c.csaRatio) * (c.headDim + c.indexHeadDim) * 2;
+                default -> { }
+            }
+        }
+        return b;
+    }
+}

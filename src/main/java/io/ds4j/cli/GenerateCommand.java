@@ -1,0 +1,172 @@
+package io.ds4j.cli;
+
+import io.ds4j.engine.Backend;
+import io.ds4j.engine.Backends;
+import io.ds4j.engine.Generation;
+import io.ds4j.engine.StopStrings;
+import io.ds4j.model.synth.ModelStore;
+import io.ds4j.sampling.Sampler;
+import io.ds4j.sampling.SamplingParams;
+import io.ds4j.spec.Draft;
+import io.ds4j.spec.DraftSource;
+import io.ds4j.spec.ModelDraftSource;
+import io.ds4j.spec.NgramDraft;
+import io.ds4j.spec.VerifyWidth;
+import io.ds4j.text.StreamingDetokenizer;
+import io.ds4j.text.Tokenizer;
+import io.ds4j.text.Tokenizers;
+import io.ds4j.text.chat.ChatEncoder;
+import io.ds4j.text.chat.ChatMessage;
+import io.ds4j.text.chat.ChatOptions;
+import io.ds4j.text.chat.OutputParser;
+import picocli.CommandLine.ArgGroup;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.Callable;
+
+/**
+ * {@code ds4j generate}: one prompt (or one chat turn) in, text streamed to stdout as it is produced, a one-line
+ * summary on stderr. With {@code --draft} it decodes speculatively and adds the acceptance figures to the summary.
+ */
+@Command(name = "generate", mixinStandardHelpOptions = true, sortOptions = false,
+        description = "Generate text from a prompt, streaming it to stdout.")
+public final class GenerateCommand implements Callable<Integer> {
+    static final class Source {
+        @Option(names = "--model", paramLabel = "DIR", description = "model directory") Path model;
+        @Option(names = "--preset", paramLabel = "NAME", description = "preset model (tiny, small), created on first use") String preset;
+    }
+
+    @ArgGroup(exclusive = true, multiplicity = "0..1") Source source = new Source();
+    @Option(names = {"-p", "--prompt"}, required = true, description = "prompt text (with --chat: the user message)") String prompt;
+    @Option(names = "--chat", description = "encode the prompt as a DeepSeek-V4 chat turn") boolean chat;
+    @Option(names = "--system", description = "system message (with --chat)") String system;
+    @Option(names = "--thinking", description = "thinking mode (with --chat); reasoning goes to stderr") boolean thinking;
+    @Option(names = "--reasoning-effort", description = "high or max (with --thinking)") String effort;
+    @Option(names = {"-n", "--max-tokens"}, defaultValue = "128", description = "tokens to generate (default ${DEFAULT-VALUE})") int maxTokens;
+    @Option(names = "--temperature", defaultValue = "0", description = "0 = greedy (default ${DEFAULT-VALUE})") double temperature;
+    @Option(names = "--top-p", defaultValue = "1") double topP;
+    @Option(names = "--top-k", defaultValue = "0") int topK;
+    @Option(names = "--min-p", defaultValue = "0") double minP;
+    @Option(names = "--presence-penalty", defaultValue = "0") double presence;
+    @Option(names = "--frequency-penalty", defaultValue = "0") double frequency;
+    @Option(names = "--repetition-penalty", defaultValue = "1") double repetition;
+    @Option(names = "--seed", description = "random seed (same seed + same request = same output)") Long seed;
+    @Option(names = "--stop", description = "stop string (repeatable)") List<String> stop = new ArrayList<>();
+    @Option(names = "--ignore-eos", description = "keep going after the end-of-sequence token") boolean ignoreEos;
+    @Option(names = "--backend", defaultValue = "cpu", description = "cpu or hip (default ${DEFAULT-VALUE})") String backend;
+    @Option(names = "--draft", paramLabel = "DIR|ngram", description = "speculative decoding draft: a draft model directory, or 'ngram' for prompt lookup") String draft;
+    @Option(names = "--spec-q", defaultValue = "4", paramLabel = "N|auto", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
+    @Option(names = "--prefill-chunk", defaultValue = "512", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int prefillChunk;
+    @Option(names = "--max-context", defaultValue = "65536", description = "context limit in tokens (default ${DEFAULT-VALUE})") int maxContext;
+
+    @Override
+    public Integer call() throws Exception {
+        PrintStream err = System.err;
+        SamplingParams sp = new SamplingParams(temperature, topK, topP, minP, seed, presence, frequency, repetition,
+                Map.of(), maxTokens, stop, false, 0, ignoreEos);
+        VerifyWidth width = draft == null ? null : VerifyWidth.parse(specQ);
+        if (prefillChunk < 1) throw new IllegalArgumentException("--prefill-chunk must be >= 1");
+        if ((system != null || thinking || effort != null) && !chat)
+            throw new IllegalArgumentException("--system, --thinking and --reasoning-effort need --chat");
+        Path dir = source.model != null ? source.model : ModelStore.ensure(source.preset != null ? source.preset : "tiny", 1, err::println);
+        if (!Files.isDirectory(dir)) throw new IllegalArgumentException("model directory not found: " + dir);
+        Tokenizer tok = Tokenizers.forModel(dir);
+        try (Backend be = Backends.open(backend, dir); DraftSource ds = openDraft(be, dir, tok)) {
+            int V = be.config().vocabSize;
+            sp.validate(Math.min(V, tok.vocabSize()));
+            String text = prompt;
+            if (chat) {
+                List<ChatMessage> msgs = new ArrayList<>();
+                if (system != null) msgs.add(ChatMessage.system(system));
+                msgs.add(ChatMessage.user(prompt));
+                ChatOptions o = ChatOptions.defaults().withThinking(thinking);
+                if (effort != null) o = o.withReasoningEffort(effort);
+                text = ChatEncoder.encode(msgs, o);
+            }
+            int[] ids = tok.encode(text);
+            if (!chat) { // a plain completion starts with BOS, as the model was trained
+                int[] b = new int[ids.length + 1];
+                b[0] = tok.bosId();
+                System.arraycopy(ids, 0, b, 1, ids.length);
+                ids = b;
+            }
+            Sampler sampler = new Sampler(sp, V, ids, Math.min(V, tok.vocabSize()));
+            StreamingDetokenizer detok = tok.streamer();
+            StopStrings stops = new StopStrings(stop);
+            OutputParser parser = chat ? new OutputParser(thinking) : null;
+            PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
+            Draft d = ds == null ? null : ds.open(ids, sp, seed != null ? seed : 0);
+            int[] eos = {be.config().eosTokenId, tok.eosId()};
+            Generation g = new Generation(be, be.newSequence(16), ids, sampler, d, width,
+                    new Generation.Options(prefillChunk, maxContext, eos, 16),
+                    (t, lp) -> {
+                        boolean isEos = !ignoreEos && (t == eos[0] || t == eos[1]);
+                        String piece = isEos ? "" : detok.push(t);
+                        emit(stops.push(piece), parser, out, err);
+                        return !stops.stopped();
+                    });
+            boolean progress = ids.length > prefillChunk;
+            while (g.step()) {
+                if (progress && g.prefilling())
+                    err.printf("\rprefill %d/%d tokens", g.prefilledTokens(), ids.length);
+                if (progress && !g.prefilling()) {
+                    err.print("\r\033[K");
+                    progress = false;
+                }
+            }
+            if (!stops.stopped()) emit(stops.push(detok.flush()) + stops.flush(), parser, out, err);
+            if (parser != null) for (OutputParser.Event ev : parser.finish()) show(ev, out, err);
+            out.println();
+            out.flush();
+            Generation.SpecStats st = g.specStats();
+            String spec = d == null ? "" : String.format(", draft %s q=%s: offered %d, accepted %d, acceptance %.3f, %.2f tokens/step",
+                    ds.name(), width, st.offered(), st.accepted(), st.acceptanceRate(), st.committedPerStep());
+            err.printf("prompt %d tokens, prefill %.1f tokens/s; generated %d tokens, decode %.2f tokens/s; finish %s%s%n",
+                    ids.length, g.prefillTokensPerSecond(), g.generatedTokens(), g.decodeTokensPerSecond(),
+                    g.finish().name().toLowerCase(), spec);
+        }
+        return 0;
+    }
+
+    private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok) throws Exception {
+        if (draft == null) return null;
+        if (draft.equals("ngram")) return NgramDraft.source();
+        Path dd = Path.of(draft);
+        if (!Files.isDirectory(dd)) throw new IllegalArgumentException("--draft: '" + draft + "' is neither 'ngram' nor a model directory");
+        Backend db = Backends.open(backend, dd);
+        try {
+            ModelDraftSource.checkCompatible(target, db, tok.source(), Tokenizers.forModel(dd).source());
+        } catch (IllegalArgumentException e) {
+            db.close();
+            throw e;
+        }
+        return new ModelDraftSource(db, "model:" + dd, 16);
+    }
+
+    private static void emit(String text, OutputParser parser, PrintStream out, PrintStream err) {
+        if (text.isEmpty()) return;
+        if (parser == null) {
+            out.print(text);
+            return;
+        }
+        for (OutputParser.Event ev : parser.push(text)) show(ev, out, err);
+    }
+
+    private static void show(OutputParser.Event ev, PrintStream out, PrintStream err) {
+        switch (ev) {
+            case OutputParser.ReasoningDelta r -> err.print(r.text());
+            case OutputParser.ContentDelta c -> out.print(c.text());
+            case OutputParser.ToolCallStart s -> out.print("\n[tool call " + s.name() + "] ");
+            case OutputParser.ToolCallArgumentsDelta a -> out.print(a.fragment());
+            default -> { }
+        }
+    }
+}

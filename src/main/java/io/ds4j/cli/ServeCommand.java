@@ -1,0 +1,163 @@
+package io.ds4j.cli;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.ds4j.server.DefaultModelProvider;
+import io.ds4j.server.Ds4jServer;
+import io.ds4j.server.config.ConfigException;
+import io.ds4j.server.config.ServerConfig;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+
+/**
+ * {@code ds4j serve}: the OpenAI-compatible server. Configuration comes from {@code conf/server.json} (or
+ * {@code --config FILE}), watched for changes; every flag overrides one key of it, also across reloads.
+ */
+@Command(name = "serve", mixinStandardHelpOptions = true, sortOptions = false,
+        description = {"Run the OpenAI-compatible HTTP server (chat and completions over SSE, /metrics, playground at /).",
+                "Without a model it serves an embedded default: a random 'tiny' DeepSeek-V4 model created on first use "
+                        + "(its text is meaningless).",
+                "Flags override keys of the configuration file; see the README for every key."})
+public final class ServeCommand implements Callable<Integer> {
+    @CommandLine.Spec
+    CommandLine.Model.CommandSpec spec;
+
+    @Option(names = "--config", paramLabel = "FILE",
+            description = "Configuration file, watched for changes (default: conf/server.json when it exists).")
+    Path config;
+
+    @Option(names = "--host", paramLabel = "ADDR", description = "server.host: address to listen on.")
+    String host;
+
+    @Option(names = "--port", paramLabel = "N", description = "server.port (0 = a free port).")
+    Integer port;
+
+    @Option(names = "--model", paramLabel = "DIR", description = "model.path: model folder (default: the embedded model).")
+    String model;
+
+    @Option(names = "--model-name", paramLabel = "NAME", description = "model.name: the model id clients use.")
+    String modelName;
+
+    @Option(names = "--backend", paramLabel = "NAME", description = "model.backend: cpu.")
+    String backend;
+
+    @Option(names = "--draft", paramLabel = "none|ngram|DIR", description = "speculative.draft.")
+    String draft;
+
+    @Option(names = "--spec-q", paramLabel = "auto|1..8", description = "speculative.q: draft tokens verified per step.")
+    String specQ;
+
+    @Option(names = "--max-context", paramLabel = "N", description = "limits.maxContextTokens.")
+    Integer maxContext;
+
+    @Option(names = "--max-active", paramLabel = "N", description = "limits.maxActive: requests generating at once.")
+    Integer maxActive;
+
+    @Option(names = "--max-queue", paramLabel = "N", description = "limits.maxQueue: requests allowed to wait.")
+    Integer maxQueue;
+
+    @Option(names = "--max-tokens-default", paramLabel = "N", description = "limits.maxTokensDefault.")
+    Integer maxTokensDefault;
+
+    @Option(names = "--prefill-chunk", paramLabel = "N", description = "limits.prefillChunk.")
+    Integer prefillChunk;
+
+    @Option(names = "--api-key", paramLabel = "KEY", description = "server.apiKeys (repeatable).")
+    List<String> apiKeys;
+
+    @Option(names = "--cors-origin", paramLabel = "ORIGIN", description = "server.cors.allowedOrigins (repeatable; * = any).")
+    List<String> corsOrigins;
+
+    @Option(names = "--log-level", paramLabel = "LEVEL", description = "log.level: trace, debug, info, warn, error, off.")
+    String logLevel;
+
+    @Option(names = "--set", paramLabel = "KEY=VALUE",
+            description = "Any configuration key, e.g. --set sampling.temperature=0.6 (VALUE is JSON, or else a string).")
+    List<String> sets;
+
+    /** The flags as dotted-key overrides of the configuration file. */
+    Map<String, Object> overrides() {
+        Map<String, Object> o = new LinkedHashMap<>();
+        if (sets != null) {
+            ObjectMapper om = new ObjectMapper();
+            for (String s : sets) {
+                int eq = s.indexOf('=');
+                if (eq <= 0) throw new CommandLine.ParameterException(spec.commandLine(), "--set needs KEY=VALUE, got '" + s + "'");
+                String k = s.substring(0, eq).trim(), v = s.substring(eq + 1);
+                if (ServerConfig.keyOf(k) == null)
+                    throw new CommandLine.ParameterException(spec.commandLine(), "--set: unknown configuration key '" + k + "'");
+                Object val;
+                try {
+                    val = om.readValue(v, Object.class);
+                } catch (IOException e) {
+                    val = v;
+                }
+                o.put(k, val);
+            }
+        }
+        put(o, "server.host", host);
+        put(o, "server.port", port);
+        put(o, "model.path", model);
+        put(o, "model.name", modelName);
+        put(o, "model.backend", backend);
+        put(o, "speculative.draft", draft);
+        put(o, "speculative.q", specQ);
+        put(o, "limits.maxContextTokens", maxContext);
+        put(o, "limits.maxActive", maxActive);
+        put(o, "limits.maxQueue", maxQueue);
+        put(o, "limits.maxTokensDefault", maxTokensDefault);
+        put(o, "limits.prefillChunk", prefillChunk);
+        put(o, "server.apiKeys", apiKeys == null ? null : new ArrayList<>(apiKeys));
+        put(o, "server.cors.allowedOrigins", corsOrigins == null ? null : new ArrayList<>(corsOrigins));
+        put(o, "log.level", logLevel);
+        return o;
+    }
+
+    private static void put(Map<String, Object> o, String k, Object v) {
+        if (v != null) o.put(k, v);
+    }
+
+    @Override
+    public Integer call() throws Exception {
+        // slf4j-simple reads this once, when the first logger is created. Vert.x registers one HTTP connection gauge
+        // per server instance and Micrometer warns about the duplicates, which are harmless.
+        System.setProperty("org.slf4j.simpleLogger.log.io.micrometer.core.instrument.MeterRegistry", "error");
+        System.setProperty("vertx.disableDnsResolver", "true");
+
+        Path file = config;
+        if (file != null && !Files.isRegularFile(file))
+            throw new CommandLine.ParameterException(spec.commandLine(), "--config: file not found: " + file.toAbsolutePath());
+        if (file == null) file = Ds4jServer.appRelative("conf/server.json");
+        Map<String, Object> ov = overrides();
+        ServerConfig cfg;
+        try {
+            cfg = ServerConfig.parse(file != null ? Files.readString(file) : null,
+                    file != null ? file.toString() : "defaults", ov);
+        } catch (ConfigException e) {
+            var err = spec.commandLine().getErr();
+            err.println("error: the configuration is not valid" + (file != null ? " (" + file + ")" : "") + ":");
+            for (String p : e.problems()) err.println("  " + p);
+            return 2;
+        }
+        Ds4jServer server = Ds4jServer.start(new Ds4jServer.Options(cfg, file, ov, new DefaultModelProvider())).await();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> server.close().await(), "ds4j-shutdown"));
+        try {
+            server.ready().await();
+        } catch (Exception e) {
+            spec.commandLine().getErr().println("error: " + (e.getMessage() != null ? e.getMessage() : e));
+            return 1;
+        }
+        new CountDownLatch(1).await();
+        return 0;
+    }
+}

@@ -1,0 +1,64 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+/**
+ * A request that the server answers with an OpenAI-style error body:
+ * {@code {"error": {"message", "type", "param", "code"}}}. Client mistakes are 4xx and name the offending field
+ * in {@code param} (and at the start of the message).
+ */
+public final class ApiException extends RuntimeException {
+    private final int status;
+    private final String type;
+    private final String param;
+    private final String code;
+    private final Integer retryAfterSeconds;
+
+    public ApiException(int status, String type, String code, String param, String message, Integer retryAfterSeconds) {
+        super(message);
+        this.status = status;
+        this.type = type;
+        this.code = code;
+        this.param = param;
+        this.retryAfterSeconds = retryAfterSeconds;
+    }
+
+    /** 400 invalid_request_error about one field; the message is prefixed with the field's name. */
+    public static ApiException badField(String param, String problem) {
+        return new ApiException(400, "invalid_request_error", null, param, param + ": " + problem, null);
+    }
+
+    /** 400 invalid_request_error with a code (e.g. context_length_exceeded). */
+    public static ApiException bad(String param, String code, String message) {
+        return new ApiException(400, "invalid_request_error", code, param, message, null);
+    }
+
+    public int status() {
+        return status;
+    }
+
+    /** The OpenAI error code (e.g. "queue_full"), or null. */
+    public String code() {
+        return code;
+    }
+
+    public Integer retryAfterSeconds() {
+        return retryAfterSeconds;
+    }
+
+    /** The OpenAI error body. */
+    public ObjectNode body() {
+        return errorBody(getMessage(), type, param, code);
+    }
+
+    /** {@code {"error": {"message", "type", "param", "code"}}}. */
+    public static ObjectNode errorBody(String message, String type, String param, String code) {
+        ObjectNode root = Json.object();
+        ObjectNode e = root.putObject("error");
+        e.put("message", message);
+        e.put("type", type);
+        if (param == null) e.putNull("param"); else e.put("param", param);
+        if (code == null) e.putNull("code"); else e.put("code", code);
+        return root;
+    }
+}

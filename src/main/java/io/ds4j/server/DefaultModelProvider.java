@@ -1,0 +1,101 @@
+package io.ds4j.server;
+
+import io.ds4j.engine.Backend;
+import io.ds4j.engine.Backends;
+import io.ds4j.model.synth.ModelStore;
+import io.ds4j.server.config.ServerConfig;
+import io.ds4j.spec.DraftSource;
+import io.ds4j.spec.ModelDraftSource;
+import io.ds4j.spec.NgramDraft;
+import io.ds4j.text.Tokenizer;
+import io.ds4j.text.Tokenizers;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.function.Consumer;
+
+/**
+ * Loads {@code model.path} (or, when it is null, the embedded default: preset {@code tiny}, seed 1, created on first
+ * use by {@link ModelStore} — random weights, meaningless text) on the configured backend, its tokenizer (the
+ * folder's own {@code tokenizer.json}, else the vendored DeepSeek one), and the draft source.
+ */
+public final class DefaultModelProvider implements ModelProvider {
+    /** Preset and seed of the embedded default model. */
+    public static final String EMBEDDED_PRESET = "tiny";
+    public static final long EMBEDDED_SEED = 1;
+    /** Rollback window of draft-model sequences (at least the widest verify step). */
+    static final int DRAFT_ROLLBACK = 16;
+
+    @Override
+    public LoadedModel load(ServerConfig cfg, Consumer<String> log) throws Exception {
+        boolean embedded = cfg.modelPath() == null;
+        Path dir;
+        if (embedded) {
+            dir = ModelStore.ensure(EMBEDDED_PRESET, EMBEDDED_SEED, log);
+            log.accept("no model.path given: serving the embedded default model " + dir
+                    + " (random weights: its text is meaningless)");
+        } else {
+            dir = Path.of(cfg.modelPath());
+            if (!Files.isDirectory(dir)) throw new IllegalArgumentException("model.path: folder not found: " + dir.toAbsolutePath());
+        }
+        long t0 = System.nanoTime();
+        Backend backend = open(cfg.backend(), dir);
+        DraftSource draft = null;
+        try {
+            Tokenizer tok = Tokenizers.forModel(dir);
+            if (tok.vocabSize() > backend.config().vocabSize)
+                throw new IllegalArgumentException("tokenizer " + tok.source() + " has " + tok.vocabSize()
+                        + " tokens, more than the model's vocabulary of " + backend.config().vocabSize);
+            draft = openDraft(cfg, backend, dir, log);
+            String id = cfg.modelName() != null ? cfg.modelName() : dir.toAbsolutePath().normalize().getFileName().toString();
+            log.accept(String.format("loaded model '%s' from %s on %s in %.1f s (%d layers, hidden %d, vocab %d); tokenizer %s; draft %s",
+                    id, dir, backend.name(), (System.nanoTime() - t0) / 1e9, backend.config().numLayers,
+                    backend.config().hidden, backend.config().vocabSize, tok.source(), draft == null ? "none" : draft.name()));
+            return new LoadedModel(id, dir.toAbsolutePath().toString(), embedded, backend, tok, draft);
+        } catch (Exception | Error e) {
+            if (draft != null) draft.close();
+            backend.close();
+            throw e;
+        }
+    }
+
+    /** The tokenizer a folder uses: a hash of its own tokenizer.json, or "vendored". */
+    private static String tokenizerIdentity(Path dir) throws java.io.IOException {
+        Path own = dir.resolve("tokenizer.json");
+        if (!Files.isRegularFile(own)) return "vendored";
+        try {
+            var md = java.security.MessageDigest.getInstance("SHA-256");
+            return "sha256:" + java.util.HexFormat.of().formatHex(md.digest(Files.readAllBytes(own)));
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    private static Backend open(String backend, Path dir) throws Exception {
+        try {
+            return Backends.open(backend, dir);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("model.backend: " + e.getMessage(), e);
+        }
+    }
+
+    private static DraftSource openDraft(ServerConfig cfg, Backend target, Path targetDir, Consumer<String> log) throws Exception {
+        String d = cfg.draft();
+        if (d.equals("none")) return null;
+        if (d.equals("ngram")) return NgramDraft.source();
+        Path dir = Path.of(d);
+        if (!Files.isDirectory(dir))
+            throw new IllegalArgumentException("speculative.draft: must be \"none\", \"ngram\" or a model folder; folder not found: "
+                    + dir.toAbsolutePath());
+        Backend draft = open(cfg.backend(), dir);
+        try {
+            ModelDraftSource.checkCompatible(target, draft, tokenizerIdentity(targetDir),
+                    tokenizerIdentity(dir));
+        } catch (RuntimeException e) {
+            draft.close();
+            throw new IllegalArgumentException("speculative.draft: " + e.getMessage(), e);
+        }
+        log.accept("draft model " + dir + ": " + draft.config().numLayers + " layers, hidden " + draft.config().hidden);
+        return new ModelDraftSource(draft, "model:" + dir.toAbsolutePath(), DRAFT_ROLLBACK);
+    }
+}

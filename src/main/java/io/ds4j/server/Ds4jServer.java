@@ -1,0 +1,216 @@
+package io.ds4j.server;
+
+import io.ds4j.server.config.ConfigException;
+import io.ds4j.server.config.ServerConfig;
+import io.micrometer.prometheusmetrics.PrometheusConfig;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import io.vertx.config.ConfigRetriever;
+import io.vertx.config.ConfigRetrieverOptions;
+import io.vertx.config.ConfigStoreOptions;
+import io.vertx.core.DeploymentOptions;
+import io.vertx.core.Future;
+import io.vertx.core.Promise;
+import io.vertx.core.ThreadingModel;
+import io.vertx.core.Vertx;
+import io.vertx.core.VertxOptions;
+import io.vertx.core.json.JsonObject;
+import io.vertx.micrometer.MetricsDomain;
+import io.vertx.micrometer.MicrometerMetricsFactory;
+import io.vertx.micrometer.MicrometerMetricsOptions;
+import io.vertx.micrometer.VertxPrometheusOptions;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Instant;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * Starts and stops one ds4j server: a Vert.x instance with Micrometer/Prometheus metrics, several {@link HttpVerticle}s
+ * on the event loops, one {@link EngineVerticle} on its own single-thread worker pool, and a vertx-config watcher on
+ * the configuration file that applies live changes atomically and reports restart-requiring ones.
+ */
+public final class Ds4jServer {
+    private static final Logger LOG = LoggerFactory.getLogger(Ds4jServer.class);
+
+    /**
+     * How to start.
+     * @param config     the validated startup configuration (file + overrides)
+     * @param configFile the file to watch for changes, or null for none
+     * @param overrides  CLI overrides (dotted key → value), re-applied on every reload so flags keep winning
+     * @param provider   loads the model (the engine calls it on its thread)
+     */
+    public record Options(ServerConfig config, Path configFile, Map<String, Object> overrides, ModelProvider provider) {
+        public Options {
+            overrides = overrides == null ? Map.of() : Map.copyOf(overrides);
+        }
+    }
+
+    private final Options opt;
+    private final Vertx vertx;
+    private final ServerState state;
+    private final PrometheusMeterRegistry registry;
+    private final Promise<Void> ready = Promise.promise();
+    private ConfigRetriever retriever;
+
+    private Ds4jServer(Options opt) {
+        this.opt = opt;
+        this.registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
+        registry.config().namingConvention(new ColonNamingConvention());
+        MicrometerMetricsOptions mo = new MicrometerMetricsOptions().setEnabled(true).setJvmMetricsEnabled(true)
+                // one registry per server: several servers may run in one JVM (tests, bench-server)
+                .setRegistryName("ds4j-" + UUID.randomUUID())
+                .setPrometheusOptions(new VertxPrometheusOptions().setEnabled(true))
+                // per-request reply addresses would make one event-bus series per request
+                .addDisabledMetricsCategory(MetricsDomain.EVENT_BUS);
+        this.vertx = Vertx.builder().with(new VertxOptions().setMetricsOptions(mo))
+                .withMetrics(new MicrometerMetricsFactory(registry)).build();
+        this.state = new ServerState(opt.config(), new ServerMetrics(registry));
+        vertx.eventBus().registerCodec(new LocalCodec());
+    }
+
+    /**
+     * Starts the server. The returned future completes once HTTP is listening; the model may still be loading
+     * (see {@link #ready()}; /health answers "loading" until then).
+     */
+    public static Future<Ds4jServer> start(Options opt) {
+        LogLevels.apply(opt.config().logLevel());
+        Ds4jServer s = new Ds4jServer(opt);
+        return s.boot().map(v -> s).recover(e -> s.close().transform(x -> Future.failedFuture(e)));
+    }
+
+    private Future<Void> boot() {
+        ServerConfig cfg = opt.config();
+        String webroot = resolveWebroot(cfg.webroot());
+        int instances = cfg.httpInstances();
+        return vertx.deployVerticle(() -> new HttpVerticle(state, registry, webroot), new DeploymentOptions().setInstances(instances))
+                .compose(id -> {
+                    int port = state.port();
+                    LOG.info("listening on http://{}:{} ({} HTTP verticle instance(s)); static files from {}", cfg.host(), port,
+                            instances, webroot);
+                    DeploymentOptions engine = new DeploymentOptions().setThreadingModel(ThreadingModel.WORKER)
+                            .setWorkerPoolName("ds4j-engine").setWorkerPoolSize(1)
+                            // a model load or a big prefill chunk may legitimately hold the engine thread for long
+                            .setMaxWorkerExecuteTime(1).setMaxWorkerExecuteTimeUnit(TimeUnit.DAYS);
+                    vertx.deployVerticle(new EngineVerticle(state, opt.provider()), engine).onComplete(ar -> {
+                        if (ar.succeeded()) {
+                            LOG.info("ready: model '{}' serving on http://{}:{}", state.model().id(), cfg.host(), state.port());
+                            ready.tryComplete();
+                        } else {
+                            ready.tryFail(ar.cause());
+                        }
+                    });
+                    return watchConfig();
+                });
+    }
+
+    /** Relative to the working folder, else to the application folder (the parent of target/ds4j.jar). */
+    static String resolveWebroot(String w) {
+        Path p = appRelative(w);
+        return (p != null ? p : Path.of(w)).toAbsolutePath().normalize().toString();
+    }
+
+    /**
+     * A path as given when it is absolute or exists relative to the working folder; else the same relative path in
+     * the application folder (the folder holding pom.xml above the running code, e.g. the checkout for
+     * target/ds4j.jar) when it exists there; else null.
+     */
+    public static Path appRelative(String rel) {
+        Path p = Path.of(rel);
+        if (p.isAbsolute()) return Files.exists(p) ? p : null;
+        if (Files.exists(p)) return p.toAbsolutePath().normalize();
+        try {
+            Path code = Path.of(Ds4jServer.class.getProtectionDomain().getCodeSource().getLocation().toURI());
+            for (Path dir = code.getParent(); dir != null; dir = dir.getParent()) {
+                if (Files.exists(dir.resolve(rel))) return dir.resolve(rel).toAbsolutePath().normalize();
+                if (Files.exists(dir.resolve("pom.xml"))) break;
+            }
+        } catch (Exception ignored) {
+            // no application folder to look in
+        }
+        return null;
+    }
+
+    private Future<Void> watchConfig() {
+        Path file = opt.configFile();
+        if (file == null) return Future.succeededFuture();
+        ConfigStoreOptions store = new ConfigStoreOptions().setType("file").setFormat("raw")
+                .setConfig(new JsonObject().put("path", file.toAbsolutePath().toString()).put("raw.key", "text"));
+        retriever = ConfigRetriever.create(vertx, new ConfigRetrieverOptions().addStore(store)
+                .setScanPeriod(opt.config().configScanMs()));
+        return retriever.getConfig().onSuccess(first -> {
+            // the file may have changed between our first read and the watcher's baseline
+            String text = first.getString("text");
+            if (text != null) onConfigText(text, false);
+            retriever.listen(change -> onConfigText(change.getNewConfiguration().getString("text"), true));
+            LOG.info("watching {} for changes (every {} ms)", file, opt.config().configScanMs());
+        }).mapEmpty();
+    }
+
+    /** Validates a new version of the file as a whole and applies it atomically, or keeps the old one. */
+    private void onConfigText(String text, boolean changed) {
+        Path file = opt.configFile();
+        ServerConfig proposed;
+        try {
+            proposed = ServerConfig.parse(text, file.toString(), opt.overrides());
+        } catch (ConfigException e) {
+            state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "rejected", e.getMessage()));
+            LOG.error("config reload rejected, the previous configuration stays in effect: {}", e.getMessage());
+            return;
+        }
+        ServerConfig running = state.config();
+        ServerConfig.Reload r = ServerConfig.reload(running, proposed);
+        if (r.live().isEmpty() && r.pending().equals(state.pending())) {
+            if (changed) {
+                state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "unchanged", "no effective change"));
+                LOG.info("config file {} changed; no effective change", file);
+            }
+            return;
+        }
+        state.config(r.applied(), r.pending());
+        boolean levelChanged = r.live().stream().anyMatch(c -> c.key().equals("log.level"));
+        if (levelChanged) LogLevels.apply(r.applied().logLevel());
+        StringBuilder msg = new StringBuilder();
+        if (!r.live().isEmpty()) {
+            msg.append("applied ").append(r.live());
+            LOG.info("config reloaded from {}: applied to new requests now: {}", file, r.live());
+        }
+        if (!r.pending().isEmpty()) {
+            if (!msg.isEmpty()) msg.append("; ");
+            msg.append("pending restart ").append(r.pending());
+            LOG.warn("config {}: these keys need a restart and keep their running values until then: {}", file, r.pending());
+        }
+        state.lastReload(new ServerState.ReloadOutcome(Instant.now(), r.pending().isEmpty() ? "applied" : "applied, restart pending", msg.toString()));
+    }
+
+    /** Completes when the model is loaded and the engine runs; fails when loading failed. */
+    public Future<Void> ready() {
+        return ready.future();
+    }
+
+    /** The port HTTP listens on. */
+    public int port() {
+        return state.port();
+    }
+
+    public ServerState state() {
+        return state;
+    }
+
+    public Vertx vertx() {
+        return vertx;
+    }
+
+    public PrometheusMeterRegistry registry() {
+        return registry;
+    }
+
+    /** Stops everything: the engine releases every sequence and the model. */
+    public Future<Void> close() {
+        if (retriever != null) retriever.close();
+        return vertx.close().onComplete(ar -> registry.close());
+    }
+}

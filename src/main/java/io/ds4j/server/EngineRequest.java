@@ -1,0 +1,62 @@
+package io.ds4j.server;
+
+import io.ds4j.sampling.SamplingParams;
+
+/**
+ * One generation request as the HTTP side hands it to the engine over the event bus (by reference, see
+ * {@link LocalCodec}). Immutable except for the cancel flag, which the HTTP side sets when the client goes away and
+ * the engine reads at every step boundary.
+ *
+ * @param id          request id (also the chunk id clients see)
+ * @param chat        true for chat (output goes through the DeepSeek-V4 output parser), false for plain completions
+ * @param thinking    the chat prompt was encoded in thinking mode (output starts inside the reasoning)
+ * @param prompt      prompt token ids
+ * @param params      validated sampling settings (max_tokens already fits the context)
+ * @param specQ       "0" (no speculation), "auto" or "1".."8"
+ * @param maxContext  context limit this request was admitted under (prompt + generated)
+ * @param arrivalNanos {@code System.nanoTime()} when the HTTP request arrived (TTFT and queue time start here)
+ * @param address     event-bus address the engine sends this request's {@link EngineEvent}s to
+ */
+public final class EngineRequest {
+    final String id;
+    final boolean chat;
+    final boolean thinking;
+    final int[] prompt;
+    final SamplingParams params;
+    final String specQ;
+    final int maxContext;
+    final long arrivalNanos;
+    final String address;
+    private volatile boolean cancelled;
+
+    public EngineRequest(String id, boolean chat, boolean thinking, int[] prompt, SamplingParams params, String specQ,
+                         int maxContext, long arrivalNanos, String address) {
+        this.id = id;
+        this.chat = chat;
+        this.thinking = thinking;
+        this.prompt = prompt;
+        this.params = params;
+        this.specQ = specQ;
+        this.maxContext = maxContext;
+        this.arrivalNanos = arrivalNanos;
+        this.address = address;
+    }
+
+    /** Asks the engine to stop this request at its next step boundary (thread-safe). */
+    public void cancel() {
+        cancelled = true;
+    }
+
+    public boolean cancelled() {
+        return cancelled;
+    }
+
+    public String id() {
+        return id;
+    }
+
+    /** Tokens of sequence state this request may need: prompt plus everything it may generate. */
+    int reserveTokens() {
+        return (int) Math.min(maxContext, (long) prompt.length + params.maxTokens());
+    }
+}

@@ -1,0 +1,489 @@
+package io.ds4j.server;
+
+import io.ds4j.engine.Backend;
+import io.ds4j.engine.Generation;
+import io.ds4j.engine.Sequence;
+import io.ds4j.engine.StopStrings;
+import io.ds4j.sampling.Sampler;
+import io.ds4j.server.config.ServerConfig;
+import io.ds4j.spec.Draft;
+import io.ds4j.spec.VerifyWidth;
+import io.ds4j.text.StreamingDetokenizer;
+import io.ds4j.text.Tokenizer;
+import io.ds4j.text.chat.OutputParser;
+import io.vertx.core.Future;
+import io.vertx.core.VerticleBase;
+import io.vertx.core.eventbus.DeliveryOptions;
+import io.vertx.core.eventbus.Message;
+import io.vertx.core.eventbus.MessageConsumer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+
+/**
+ * The engine: owns the backend, every sequence and the scheduler. Deployed as a worker verticle on its own
+ * single-thread pool, so everything here runs on one thread and needs no locks; HTTP verticles talk to it only over
+ * the event bus ({@link #SUBMIT}, {@link #CANCEL}; events go back to each request's own address).
+ *
+ * <p>Scheduling: requests are admitted up to {@code limits.maxActive} running at once, then queued up to
+ * {@code limits.maxQueue}; beyond that a submission is refused (429). Running requests are stepped round-robin, one
+ * step each per turn — a prefill chunk of {@code limits.prefillChunk} tokens or one speculative decode/verify step —
+ * so a long prompt never stalls the others for more than one chunk. After every single step the scheduler yields to
+ * the verticle's task queue (runOnContext), which lets submissions and cancellations in between steps.
+ */
+public final class EngineVerticle extends VerticleBase {
+    /** Address of submissions (request-reply; body {@link EngineRequest}, reply {@link Admission}). */
+    public static final String SUBMIT = "ds4j.engine.submit";
+    /** Address of cancellations (body: the request id). */
+    public static final String CANCEL = "ds4j.engine.cancel";
+    /** Rollback window of target sequences: the widest verify step (8) with room to spare. */
+    static final int MAX_ROLLBACK = 16;
+
+    private static final Logger LOG = LoggerFactory.getLogger(EngineVerticle.class);
+    private static final DeliveryOptions LOCAL = new DeliveryOptions().setCodecName(LocalCodec.NAME);
+
+    private final ServerState state;
+    private final ModelProvider provider;
+    private LoadedModel model;
+    private Backend backend;
+    private Tokenizer tokenizer;
+    private int[] eosIds;
+    private final ArrayDeque<Job> waiting = new ArrayDeque<>();
+    private final ArrayList<Job> active = new ArrayList<>();
+    private final Map<String, Job> jobs = new HashMap<>();
+    private int rr;
+    private boolean tickQueued;
+    private long reservedTokens;
+    /** Smoothed request duration, for Retry-After. */
+    private double meanRequestSeconds = 5;
+    private final List<MessageConsumer<?>> consumers = new ArrayList<>();
+
+    /** @param provider loads the model when the verticle starts (on the engine thread) */
+    public EngineVerticle(ServerState state, ModelProvider provider) {
+        this.state = state;
+        this.provider = provider;
+    }
+
+    @Override
+    public Future<?> start() {
+        try {
+            model = provider.load(state.config(), LOG::info);
+        } catch (Throwable e) {
+            String msg = e.getMessage() != null ? e.getMessage() : e.toString();
+            state.loadError(msg);
+            LOG.error("model load failed: {}", msg);
+            return Future.failedFuture(e);
+        }
+        backend = model.backend();
+        tokenizer = model.tokenizer();
+        eosIds = Arrays.stream(new int[]{tokenizer.eosId(), backend.config().eosTokenId}).distinct().toArray();
+        consumers.add(vertx.eventBus().localConsumer(SUBMIT, this::onSubmit));
+        consumers.add(vertx.eventBus().localConsumer(CANCEL, this::onCancel));
+        return Future.all(consumers.stream().map(MessageConsumer::completion).toList()).onSuccess(v -> {
+            state.model(model.info());
+            LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}", backend.name(),
+                    model.draft() == null ? "none" : model.draft().name(), state.config().maxActive(), state.config().maxQueue());
+        });
+    }
+
+    @Override
+    public Future<?> stop() {
+        for (Job j : new ArrayList<>(active)) {
+            j.gen.cancel();
+            j.gen.step(); // ends the generation and releases its sequence
+        }
+        active.clear();
+        waiting.clear();
+        jobs.clear();
+        if (model != null) model.close();
+        return Future.succeededFuture();
+    }
+
+    // ------------------------------------------------------------------------------------------------ admission
+
+    private void onSubmit(Message<Object> msg) {
+        EngineRequest r = (EngineRequest) msg.body();
+        ServerConfig cfg = state.config();
+        if (r.cancelled()) {
+            msg.reply(Admission.refused(new ApiException(499, "invalid_request_error", "cancelled", null, "cancelled", null)), LOCAL);
+            return;
+        }
+        int need = r.reserveTokens();
+        if (cfg.cacheTokens() > 0 && need > cfg.cacheTokens()) {
+            LOG.info("request {} rejected: needs {} tokens of sequence state (prompt {} + max_tokens {}), model.cacheTokens is {}",
+                    r.id, need, r.prompt.length, r.params.maxTokens(), cfg.cacheTokens());
+            msg.reply(Admission.refused(ApiException.bad("max_tokens", "context_length_exceeded", "max_tokens: prompt ("
+                    + r.prompt.length + " tokens) plus max_tokens (" + r.params.maxTokens() + ") exceeds the server's cache of "
+                    + cfg.cacheTokens() + " tokens; lower max_tokens or shorten the prompt")), LOCAL);
+            return;
+        }
+        Job j = new Job(r, need);
+        if (waiting.isEmpty() && active.size() < cfg.maxActive() && fits(need, cfg)) {
+            try {
+                activate(j, cfg);
+            } catch (RuntimeException e) {
+                String m = e.getMessage() != null ? e.getMessage() : e.toString();
+                LOG.warn("request {} could not start: {}", r.id, m);
+                msg.reply(Admission.refused(new ApiException(400, "invalid_request_error", null, null, m, null)), LOCAL);
+                return;
+            }
+            jobs.put(r.id, j);
+            msg.reply(Admission.running(), LOCAL);
+            LOG.info("request {} admitted: {} prompt tokens, max_tokens {}, spec q {}; running {}/{}, waiting {}/{}",
+                    r.id, r.prompt.length, r.params.maxTokens(), j.specName(), active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue());
+        } else if (waiting.size() < cfg.maxQueue()) {
+            waiting.addLast(j);
+            jobs.put(r.id, j);
+            updateGauges();
+            msg.reply(Admission.queued(waiting.size()), LOCAL);
+            LOG.info("request {} queued at position {}: {} prompt tokens; running {}/{} (all slots busy)",
+                    r.id, waiting.size(), r.prompt.length, active.size(), cfg.maxActive());
+        } else {
+            int retry = retryAfterSeconds(cfg);
+            LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}); Retry-After {} s",
+                    r.id, active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
+            msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
+                    "the server is busy: " + active.size() + " requests running and " + waiting.size()
+                            + " waiting (limits.maxQueue " + cfg.maxQueue() + "); retry after " + retry + " s", retry)), LOCAL);
+            return;
+        }
+        scheduleTick();
+    }
+
+    private boolean fits(int need, ServerConfig cfg) {
+        return cfg.cacheTokens() <= 0 || reservedTokens + need <= cfg.cacheTokens();
+    }
+
+    private int retryAfterSeconds(ServerConfig cfg) {
+        double s = meanRequestSeconds * (waiting.size() + 1) / Math.max(1, cfg.maxActive());
+        return (int) Math.max(1, Math.min(60, Math.ceil(s)));
+    }
+
+    /** Creates the request's sequence, sampler, draft and generation, and puts it in the running set. */
+    private void activate(Job j, ServerConfig cfg) {
+        EngineRequest r = j.req;
+        int V = backend.config().vocabSize;
+        Sampler sampler = new Sampler(r.params, V, r.prompt);
+        Draft draft = null;
+        VerifyWidth width = null;
+        if (model.draft() != null && !r.specQ.equals("0")) {
+            long seed = r.params.seed() != null ? r.params.seed() ^ 0x5DEECE66DL : new SplittableRandom().nextLong();
+            width = VerifyWidth.parse(r.specQ);
+            draft = model.draft().open(r.prompt, r.params, seed);
+        }
+        Sequence seq = backend.newSequence(MAX_ROLLBACK);
+        try {
+            j.gen = new Generation(backend, seq, r.prompt, sampler, draft, width,
+                    new Generation.Options(cfg.prefillChunk(), r.maxContext, eosIds, MAX_ROLLBACK), j::onToken);
+        } catch (RuntimeException e) {
+            seq.close();
+            if (draft != null) draft.close();
+            throw e;
+        }
+        j.width = width;
+        j.detok = tokenizer.streamer();
+        j.stops = new StopStrings(r.params.stop());
+        j.parser = r.chat ? new OutputParser(r.thinking) : null;
+        j.activatedNanos = System.nanoTime();
+        reservedTokens += j.reserved;
+        active.add(j);
+        state.metrics().queueTime(j.activatedNanos - r.arrivalNanos);
+        updateGauges();
+    }
+
+    private void promote() {
+        ServerConfig cfg = state.config();
+        while (!waiting.isEmpty() && active.size() < cfg.maxActive() && fits(waiting.peekFirst().reserved, cfg)) {
+            Job j = waiting.pollFirst();
+            if (j.req.cancelled()) {
+                retireCancelledInQueue(j);
+                continue;
+            }
+            try {
+                activate(j, cfg);
+                LOG.info("request {} started after waiting {} ms; running {}/{}, waiting {}", j.req.id,
+                        (j.activatedNanos - j.req.arrivalNanos) / 1_000_000, active.size(), cfg.maxActive(), waiting.size());
+            } catch (RuntimeException e) {
+                jobs.remove(j.req.id);
+                String m = e.getMessage() != null ? e.getMessage() : e.toString();
+                LOG.warn("request {} could not start: {}", j.req.id, m);
+                send(j, new EngineEvent.Failed(400, m));
+            }
+        }
+        updateGauges();
+    }
+
+    private void onCancel(Message<Object> msg) {
+        Job j = jobs.get((String) msg.body());
+        if (j == null) return;
+        j.req.cancel();
+        if (waiting.remove(j)) {
+            retireCancelledInQueue(j);
+            updateGauges();
+            return;
+        }
+        int i = active.indexOf(j);
+        if (i >= 0) {
+            // the step boundary is now: end it without another forward and release its state at once
+            j.gen.cancel();
+            j.gen.step();
+            active.remove(i);
+            if (rr > i) rr--;
+            retire(j, null);
+            promote();
+        }
+    }
+
+    private void retireCancelledInQueue(Job j) {
+        jobs.remove(j.req.id);
+        state.metrics().cancelled();
+        state.record(new ServerState.JobRecord(j.req.id, "cancelled", j.req.prompt.length, 0, 0, 0));
+        LOG.info("request {} cancelled while queued (client went away)", j.req.id);
+    }
+
+    // ------------------------------------------------------------------------------------------------ scheduling
+
+    private void scheduleTick() {
+        if (tickQueued) return;
+        tickQueued = true;
+        context.runOnContext(v -> tick());
+    }
+
+    /** One step of one running request, then yield. */
+    private void tick() {
+        tickQueued = false;
+        try {
+            promote();
+            if (active.isEmpty()) return;
+            if (rr >= active.size()) rr = 0;
+            Job j = active.get(rr);
+            Throwable failure = step(j);
+            if (j.gen.done() || failure != null) {
+                active.remove(rr);
+                retire(j, failure);
+                promote();
+            } else {
+                rr++;
+            }
+        } catch (Throwable t) {
+            // a bug here must not stall the scheduler for everyone else
+            LOG.error("engine scheduler error", t);
+        } finally {
+            if (!active.isEmpty()) scheduleTick();
+        }
+    }
+
+    /** Runs one step of a request; returns the exception if it failed (its state is released then). */
+    private Throwable step(Job j) {
+        if (j.req.cancelled()) j.gen.cancel();
+        try {
+            int pre0 = j.gen.prefilledTokens();
+            Generation.SpecStats s0 = j.gen.specStats();
+            int g0 = j.gen.generatedTokens();
+            try {
+                j.gen.step();
+            } finally {
+                j.steps++;
+                state.engineSteps.incrementAndGet();
+            }
+            int pre1 = j.gen.prefilledTokens();
+            j.promptDone = pre1;
+            state.metrics().promptTokens(pre1 - pre0);
+            state.metrics().generationTokens(j.gen.generatedTokens() - g0);
+            Generation.SpecStats s1 = j.gen.specStats();
+            long off = s1.offered() - s0.offered();
+            state.metrics().spec(off, s1.accepted() - s0.accepted(), off > 0 ? 1 : 0);
+            if (j.gen.done() && j.gen.finish() != Generation.Finish.CANCELLED) j.finishText();
+            j.flush();
+            return null;
+        } catch (Throwable t) {
+            if (!j.gen.done()) {
+                j.gen.cancel();
+                try {
+                    j.gen.step(); // releases the sequence and draft
+                } catch (Throwable ignored) {
+                    // already failing; the original error is what matters
+                }
+            }
+            return t;
+        }
+    }
+
+    /** Removes a finished, cancelled or failed request and tells its client. */
+    private void retire(Job j, Throwable failure) {
+        jobs.remove(j.req.id);
+        reservedTokens -= j.reserved;
+        long now = System.nanoTime();
+        int generated = j.gen.generatedTokens();
+        if (failure != null) {
+            String m = failure.getMessage() != null ? failure.getMessage() : failure.toString();
+            LOG.error("request {} failed in the engine after {} steps (other requests continue): {}", j.req.id, j.steps, m, failure);
+            state.metrics().failed();
+            state.record(new ServerState.JobRecord(j.req.id, "failed", j.req.prompt.length, j.promptDone, generated, j.steps));
+            send(j, new EngineEvent.Failed(500, "internal error while generating: " + m));
+        } else if (j.gen.finish() == Generation.Finish.CANCELLED) {
+            state.metrics().cancelled();
+            state.record(new ServerState.JobRecord(j.req.id, "cancelled", j.req.prompt.length, j.promptDone, generated, j.steps));
+            LOG.info("request {} cancelled (client went away) at a step boundary: prefill {}/{} tokens, {} generated; state released",
+                    j.req.id, j.promptDone, j.req.prompt.length, generated);
+        } else {
+            Generation.SpecStats s = j.gen.specStats();
+            String reason = j.gen.finish() == Generation.Finish.LENGTH ? "length" : j.toolCalls ? "tool_calls" : "stop";
+            Usage u = new Usage(j.req.prompt.length, generated,
+                    (j.activatedNanos - j.req.arrivalNanos) / 1e6,
+                    j.firstTokenNanos == 0 ? Double.NaN : (j.firstTokenNanos - j.req.arrivalNanos) / 1e6,
+                    j.gen.prefillSeconds() * 1e3, j.gen.prefillTokensPerSecond(),
+                    j.gen.decodeSeconds() * 1e3, j.gen.decodeTokensPerSecond(), s.offered(), s.accepted(), s.steps());
+            send(j, new EngineEvent.Done(reason, j.stops.matched(), u));
+            state.metrics().success(reason);
+            state.metrics().e2e(now - j.req.arrivalNanos);
+            meanRequestSeconds = 0.8 * meanRequestSeconds + 0.2 * ((now - j.req.arrivalNanos) / 1e9);
+            state.record(new ServerState.JobRecord(j.req.id, reason, j.req.prompt.length, j.promptDone, generated, j.steps));
+            LOG.info("request {} finished ({}): {} prompt + {} generated tokens, TTFT {} ms, decode {} tok/s, drafts {}/{} accepted",
+                    j.req.id, reason, j.req.prompt.length, generated, Math.round(u.ttftMs()), Math.round(u.decodeTps()),
+                    s.accepted(), s.offered());
+        }
+        updateGauges();
+    }
+
+    private void updateGauges() {
+        state.metrics().running.set(active.size());
+        state.metrics().waiting.set(waiting.size());
+    }
+
+    private void send(Job j, EngineEvent e) {
+        vertx.eventBus().send(j.req.address, e, LOCAL);
+    }
+
+    // ------------------------------------------------------------------------------------------------ per request
+
+    /** One request's engine-side state. Touched by the engine thread only. */
+    private final class Job {
+        final EngineRequest req;
+        final int reserved;
+        Generation gen;
+        VerifyWidth width;
+        StreamingDetokenizer detok;
+        StopStrings stops;
+        OutputParser parser;
+        int promptDone;
+        long steps;
+        long activatedNanos, firstTokenNanos, lastEmitNanos;
+        boolean toolCalls;
+        List<OutputParser.Event> events = new ArrayList<>();
+        List<EngineEvent.TokenLogprob> logprobs = new ArrayList<>();
+        /** Tokens emitted since the last flush (one flush per step). */
+        int emitted;
+
+        Job(EngineRequest req, int reserved) {
+            this.req = req;
+            this.reserved = reserved;
+        }
+
+        String specName() {
+            return width == null ? "off" : width.toString();
+        }
+
+        /** Generation.Listener: detokenize, apply stop strings, parse. */
+        boolean onToken(int token, Sampler.TokenLogprobs lp) {
+            long now = System.nanoTime();
+            if (firstTokenNanos == 0) {
+                firstTokenNanos = now;
+                state.metrics().ttft(now - req.arrivalNanos);
+            }
+            emitted++;
+            if (lp != null) logprobs.add(logprob(lp));
+            for (int e : eosIds) if (e == token) return true; // the end of the turn; its text is not output
+            return text(piece(token));
+        }
+
+        /** The text of a token; ids the tokenizer does not know (the model's vocabulary can be larger) have none. */
+        private String piece(int token) {
+            if (token < 0 || token >= tokenizer.vocabSize()) return "";
+            return detok.push(token);
+        }
+
+        private boolean text(String piece) {
+            String out = stops.push(piece);
+            push(out);
+            return !stops.stopped();
+        }
+
+        private void push(String s) {
+            if (s.isEmpty()) return;
+            if (parser != null) {
+                for (OutputParser.Event e : parser.push(s)) add(e);
+            } else {
+                add(new OutputParser.ContentDelta(s));
+            }
+        }
+
+        private void add(OutputParser.Event e) {
+            if (e instanceof OutputParser.ToolCallStart) toolCalls = true;
+            if (!events.isEmpty()) {
+                OutputParser.Event last = events.getLast();
+                if (last instanceof OutputParser.ContentDelta a && e instanceof OutputParser.ContentDelta b) {
+                    events.set(events.size() - 1, new OutputParser.ContentDelta(a.text() + b.text()));
+                    return;
+                }
+                if (last instanceof OutputParser.ReasoningDelta a && e instanceof OutputParser.ReasoningDelta b) {
+                    events.set(events.size() - 1, new OutputParser.ReasoningDelta(a.text() + b.text()));
+                    return;
+                }
+                if (last instanceof OutputParser.ToolCallArgumentsDelta a && e instanceof OutputParser.ToolCallArgumentsDelta b
+                        && a.index() == b.index()) {
+                    events.set(events.size() - 1, new OutputParser.ToolCallArgumentsDelta(a.index(), a.fragment() + b.fragment()));
+                    return;
+                }
+            }
+            events.add(e);
+        }
+
+        /** After the last token: release held-back text and close the parser. */
+        void finishText() {
+            if (!stops.stopped()) {
+                push(stops.push(detok.flush()));
+                push(stops.flush());
+            }
+            if (parser != null) for (OutputParser.Event e : parser.finish()) add(e);
+        }
+
+        /** Sends what this step decided, if anything. */
+        void flush() {
+            long now = System.nanoTime();
+            if (emitted > 0) {
+                if (lastEmitNanos != 0) state.metrics().interToken(now - lastEmitNanos);
+                lastEmitNanos = now;
+                emitted = 0;
+            }
+            events.removeIf(e -> e instanceof OutputParser.End || e instanceof OutputParser.ToolCallEnd);
+            if (events.isEmpty() && logprobs.isEmpty()) return;
+            send(this, new EngineEvent.Delta(events, logprobs));
+            events = new ArrayList<>();
+            logprobs = new ArrayList<>();
+        }
+
+        private EngineEvent.TokenLogprob logprob(Sampler.TokenLogprobs lp) {
+            List<EngineEvent.TopLogprob> top = new ArrayList<>(lp.topIds().length);
+            for (int i = 0; i < lp.topIds().length; i++)
+                top.add(new EngineEvent.TopLogprob(tokenText(lp.topIds()[i]), tokenBytes(lp.topIds()[i]), lp.topLogprobs()[i]));
+            return new EngineEvent.TokenLogprob(tokenText(lp.token()), tokenBytes(lp.token()), lp.logprob(), top);
+        }
+
+        private byte[] tokenBytes(int id) {
+            return id >= 0 && id < tokenizer.vocabSize() ? tokenizer.tokenBytes(id) : new byte[0];
+        }
+
+        private String tokenText(int id) {
+            return new String(tokenBytes(id), StandardCharsets.UTF_8);
+        }
+    }
+}

@@ -1,0 +1,609 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.server.config.ServerConfig;
+import io.ds4j.text.Tokenizer;
+import io.ds4j.text.chat.ChatEncoder;
+import io.ds4j.text.chat.ChatFormatException;
+import io.ds4j.text.chat.ChatMessage;
+import io.ds4j.text.chat.ChatOptions;
+import io.ds4j.text.chat.V4Format;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import io.vertx.core.Future;
+import io.vertx.core.Handler;
+import io.vertx.core.VerticleBase;
+import io.vertx.core.buffer.Buffer;
+import io.vertx.core.eventbus.DeliveryOptions;
+import io.vertx.core.http.HttpHeaders;
+import io.vertx.core.http.HttpMethod;
+import io.vertx.core.http.HttpServer;
+import io.vertx.core.http.HttpServerOptions;
+import io.vertx.core.http.HttpServerRequest;
+import io.vertx.core.http.HttpServerResponse;
+import io.vertx.ext.web.Router;
+import io.vertx.ext.web.RoutingContext;
+import io.vertx.ext.web.handler.FileSystemAccess;
+import io.vertx.ext.web.handler.StaticHandler;
+import io.vertx.micrometer.PrometheusScrapingHandler;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.function.Consumer;
+
+/**
+ * The OpenAI-compatible HTTP API on the event loop (several instances share the port). It parses and checks
+ * requests, tokenises on Vert.x's worker pool (never on the event loop), submits to the {@link EngineVerticle} over the
+ * event bus and writes what comes back — as Server-Sent Events or one JSON body. It never touches model state.
+ *
+ * <p>Routes: {@code POST /v1/chat/completions}, {@code POST /v1/completions}, {@code GET /v1/models},
+ * {@code GET /health}, {@code GET /props}, {@code POST /tokenize}, {@code POST /detokenize}, {@code GET /metrics},
+ * and the playground's static files at {@code /}.
+ */
+public final class HttpVerticle extends VerticleBase {
+    private static final Logger LOG = LoggerFactory.getLogger(HttpVerticle.class);
+    private static final DeliveryOptions LOCAL = new DeliveryOptions().setCodecName(LocalCodec.NAME);
+    /** The engine answers a submission between two steps; a step can be long on a big model. */
+    private static final DeliveryOptions SUBMIT = new DeliveryOptions().setCodecName(LocalCodec.NAME).setSendTimeout(600_000);
+    private static final Set<String> API_PATHS = Set.of("/props", "/tokenize", "/detokenize", "/metrics", "/models",
+            "/completions", "/chat/completions");
+    static final String FINGERPRINT = "ds4j-0.1.0";
+
+    private final ServerState state;
+    private final PrometheusMeterRegistry registry;
+    private final String webroot;
+    private HttpServer server;
+
+    /**
+     * @param registry the Prometheus registry served at /metrics
+     * @param webroot  absolute folder of the static files
+     */
+    public HttpVerticle(ServerState state, PrometheusMeterRegistry registry, String webroot) {
+        this.state = state;
+        this.registry = registry;
+        this.webroot = webroot;
+    }
+
+    @Override
+    public Future<?> start() {
+        Router r = Router.router(vertx);
+        r.route().handler(this::first);
+        r.get("/health").handler(this::health);
+        r.get("/v1/health").handler(this::health);
+        r.route().handler(this::auth);
+        for (String p : List.of("/v1/chat/completions", "/chat/completions"))
+            r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, true)));
+        for (String p : List.of("/v1/completions", "/completions"))
+            r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, false)));
+        r.get("/v1/models").handler(this::models);
+        r.get("/models").handler(this::models);
+        r.get("/props").handler(this::props);
+        r.post("/tokenize").handler(ctx -> withBody(ctx, b -> tokenize(ctx, b)));
+        r.post("/detokenize").handler(ctx -> withBody(ctx, b -> detokenize(ctx, b)));
+        r.get("/metrics").handler(PrometheusScrapingHandler.create(registry));
+        StaticHandler files = StaticHandler.create(FileSystemAccess.ROOT, webroot).setIndexPage("index.html");
+        // no method restriction on the route itself, so an unknown POST path is a 404, not a 405
+        r.route("/*").handler(ctx -> {
+            HttpMethod m = ctx.request().method();
+            if ((m == HttpMethod.GET || m == HttpMethod.HEAD) && !isApi(ctx.request().path())) files.handle(ctx);
+            else ctx.next();
+        });
+        r.errorHandler(404, ctx -> error(ctx, new ApiException(404, "invalid_request_error", "not_found", null,
+                "no route for " + ctx.request().method() + " " + ctx.request().path(), null)));
+        r.errorHandler(405, ctx -> error(ctx, new ApiException(405, "invalid_request_error", "method_not_allowed", null,
+                ctx.request().method() + " is not allowed on " + ctx.request().path(), null)));
+        r.errorHandler(500, ctx -> {
+            Throwable t = ctx.failure();
+            if (t instanceof ApiException e) {
+                error(ctx, e);
+                return;
+            }
+            LOG.error("internal error on {} {}", ctx.request().method(), ctx.request().path(), t);
+            error(ctx, new ApiException(500, "server_error", "internal_error", null,
+                    "internal error: " + (t != null && t.getMessage() != null ? t.getMessage() : String.valueOf(t)), null));
+        });
+        ServerConfig cfg = state.config();
+        // port 0 with several instances: -1 makes them share one random port (Vert.x convention)
+        server = vertx.createHttpServer(new HttpServerOptions().setHost(cfg.host()).setPort(cfg.port() == 0 ? -1 : cfg.port())
+                        .setCompressionSupported(false).setTcpNoDelay(true))
+                .requestHandler(r);
+        return server.listen().onSuccess(s -> state.port(s.actualPort()));
+    }
+
+    /** The port the server actually listens on (useful with server.port 0). */
+    public int actualPort() {
+        return server.actualPort();
+    }
+
+    // ------------------------------------------------------------------------------------------------ filters
+
+    /** Arrival time, CORS headers and preflight. */
+    private void first(RoutingContext ctx) {
+        ctx.put("t0", System.nanoTime());
+        List<String> allowed = state.config().corsOrigins();
+        String origin = ctx.request().getHeader(HttpHeaders.ORIGIN);
+        if (origin != null && !allowed.isEmpty() && (allowed.contains("*") || allowed.contains(origin))) {
+            HttpServerResponse resp = ctx.response();
+            resp.putHeader("Access-Control-Allow-Origin", allowed.contains("*") ? "*" : origin);
+            if (!allowed.contains("*")) resp.putHeader("Vary", "Origin");
+            if (ctx.request().method() == HttpMethod.OPTIONS) {
+                resp.putHeader("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+                        .putHeader("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Requested-With")
+                        .putHeader("Access-Control-Max-Age", "600")
+                        .setStatusCode(204).end();
+                return;
+            }
+        }
+        ctx.next();
+    }
+
+    private static boolean isApi(String path) {
+        return path.startsWith("/v1/") || API_PATHS.contains(path);
+    }
+
+    /** Bearer key check for API routes when server.apiKeys is set. */
+    private void auth(RoutingContext ctx) {
+        List<String> keys = state.config().apiKeys();
+        String path = ctx.request().path();
+        if (keys.isEmpty() || !isApi(path)) {
+            ctx.next();
+            return;
+        }
+        String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION);
+        String given = h != null && h.regionMatches(true, 0, "Bearer ", 0, 7) ? h.substring(7).trim() : null;
+        if (given != null) {
+            byte[] g = given.getBytes(StandardCharsets.UTF_8);
+            for (String k : keys) {
+                if (MessageDigest.isEqual(g, k.getBytes(StandardCharsets.UTF_8))) {
+                    ctx.next();
+                    return;
+                }
+            }
+        }
+        ctx.response().putHeader("WWW-Authenticate", "Bearer");
+        error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null,
+                given == null ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", null));
+    }
+
+    /**
+     * Reads the body up to server.maxBodyBytes and parses it as JSON. A larger body gets 413 (the rest of it is read and
+     * discarded so the client sees the answer).
+     */
+    private void withBody(RoutingContext ctx, Consumer<JsonNode> then) {
+        HttpServerRequest req = ctx.request();
+        int limit = state.config().maxBodyBytes();
+        long declared = -1;
+        try {
+            String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
+            if (cl != null) declared = Long.parseLong(cl.trim());
+        } catch (NumberFormatException ignored) {
+            // Netty rejects malformed lengths before we get here
+        }
+        Buffer body = Buffer.buffer();
+        boolean[] over = {declared > limit};
+        if (over[0]) tooLarge(ctx, limit, declared);
+        req.handler(chunk -> {
+            if (over[0]) return;
+            if (body.length() + chunk.length() > limit) {
+                over[0] = true;
+                tooLarge(ctx, limit, -1);
+                return;
+            }
+            body.appendBuffer(chunk);
+        });
+        req.exceptionHandler(t -> LOG.debug("request body: {}", t.toString()));
+        req.endHandler(v -> {
+            if (over[0]) return;
+            JsonNode n;
+            try {
+                if (body.length() == 0) throw new ApiException(400, "invalid_request_error", null, null, "the request body is empty", null);
+                n = Json.MAPPER.readTree(body.getBytes());
+            } catch (JsonProcessingException e) {
+                var loc = e.getLocation();
+                error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is not valid JSON"
+                        + (loc != null ? " (line " + loc.getLineNr() + ", column " + loc.getColumnNr() + ")" : "") + ": "
+                        + e.getOriginalMessage(), null));
+                return;
+            } catch (ApiException e) {
+                error(ctx, e);
+                return;
+            } catch (Exception e) {
+                error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body cannot be read: " + e, null));
+                return;
+            }
+            try {
+                then.accept(n);
+            } catch (RuntimeException e) {
+                error(ctx, asApi(e));
+            }
+        });
+        req.resume();
+    }
+
+    private void tooLarge(RoutingContext ctx, int limit, long declared) {
+        error(ctx, new ApiException(413, "invalid_request_error", "request_too_large", null, "the request body"
+                + (declared >= 0 ? " (" + declared + " bytes)" : "") + " is larger than the limit of " + limit
+                + " bytes (server.maxBodyBytes)", null));
+    }
+
+    /**
+     * Sends an OpenAI error body, or, when an SSE stream already started, an error event that ends the stream.
+     * Refusals before generation (4xx, 503) are counted in ds4j:requests_rejected_total by their code.
+     */
+    void error(RoutingContext ctx, ApiException e) {
+        HttpServerResponse resp = ctx.response();
+        if (resp.ended() || resp.closed()) return;
+        if (resp.headWritten()) {
+            resp.end("data: " + Json.write(e.body()) + "\n\n");
+            return;
+        }
+        boolean routing = e.status() == 404 && "not_found".equals(e.code()) || e.status() == 405;
+        if ((e.status() < 500 || e.status() == 503) && !routing) {
+            state.metrics().rejected(e.code() != null ? e.code() : "http_" + e.status());
+            if (e.status() != 429) // the engine logs queue-full refusals with the queue state
+                LOG.info("{} {} rejected with {}: {}", ctx.request().method(), ctx.request().path(), e.status(), e.getMessage());
+        }
+        if (e.retryAfterSeconds() != null) resp.putHeader("Retry-After", Integer.toString(e.retryAfterSeconds()));
+        resp.setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(e.body()));
+    }
+
+    private static void json(RoutingContext ctx, int status, JsonNode body) {
+        HttpServerResponse resp = ctx.response();
+        if (resp.ended() || resp.closed()) return;
+        resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(body));
+    }
+
+    /** The model, or a 503 (loading / failed) answer. */
+    private ModelInfo ready() {
+        ModelInfo m = state.model();
+        if (m != null) return m;
+        if (state.loadError() != null)
+            throw new ApiException(503, "unavailable_error", "model_load_failed", null, "the model failed to load: " + state.loadError(), null);
+        throw new ApiException(503, "unavailable_error", "model_loading", null, "the model is loading", 5);
+    }
+
+    // ------------------------------------------------------------------------------------------------ small endpoints
+
+    private void health(RoutingContext ctx) {
+        ObjectNode o = Json.object();
+        if (state.model() != null) {
+            o.put("status", "ready");
+            json(ctx, 200, o);
+        } else if (state.loadError() != null) {
+            o.put("status", "error");
+            o.set("error", ApiException.errorBody("the model failed to load: " + state.loadError(), "unavailable_error", null,
+                    "model_load_failed").get("error"));
+            json(ctx, 503, o);
+        } else {
+            o.put("status", "loading");
+            ctx.response().putHeader("Retry-After", "5");
+            json(ctx, 503, o);
+        }
+    }
+
+    private void models(RoutingContext ctx) {
+        ModelInfo m;
+        try {
+            m = ready();
+        } catch (ApiException e) {
+            error(ctx, e);
+            return;
+        }
+        ObjectNode root = Json.object().put("object", "list");
+        ObjectNode e = root.putArray("data").addObject();
+        e.put("id", m.id()).put("object", "model").put("created", state.startedAtMillis() / 1000).put("owned_by", "ds4j");
+        ObjectNode meta = e.putObject("meta");
+        meta.put("n_vocab", m.vocabSize()).put("n_ctx", state.maxContext()).put("n_ctx_train", m.maxPositions())
+                .put("n_layers", m.layers()).put("n_embd", m.hidden()).put("backend", m.backend()).put("path", m.path())
+                .put("embedded", m.embedded());
+        json(ctx, 200, root);
+    }
+
+    private void props(RoutingContext ctx) {
+        ServerConfig cfg = state.config();
+        ModelInfo m = state.model();
+        ObjectNode o = Json.object();
+        o.put("build_info", FINGERPRINT);
+        o.put("status", m != null ? "ready" : state.loadError() != null ? "error" : "loading");
+        ObjectNode model = o.putObject("model");
+        if (m != null) {
+            model.put("id", m.id()).put("path", m.path()).put("embedded", m.embedded()).put("tokenizer", m.tokenizer().source())
+                    .put("n_vocab", m.vocabSize()).put("n_ctx_train", m.maxPositions()).put("n_layers", m.layers())
+                    .put("n_embd", m.hidden()).put("n_experts", m.experts());
+            if (m.embedded()) model.put("note", "embedded default: a random 'tiny' DeepSeek-V4 model; its text is meaningless");
+        }
+        o.put("backend", cfg.backend());
+        ObjectNode spec = o.putObject("speculative");
+        spec.put("draft", m != null ? m.draft() : cfg.draft()).put("q", cfg.specQ());
+        ObjectNode verify = o.putObject("verify");
+        verify.put("f16Kv", cfg.verifyF16Kv()).put("f32ShortContextRows", cfg.verifyF32ShortContextRows());
+        verify.put("note", "verify attention options of the GPU backend; the cpu backend verifies in F32 over its F16 cache");
+        ObjectNode limits = o.putObject("limits");
+        limits.put("n_ctx", state.maxContext()).put("maxContextTokens", cfg.maxContextTokens()).put("maxQueue", cfg.maxQueue())
+                .put("maxActive", cfg.maxActive()).put("maxTokensDefault", cfg.maxTokensDefault())
+                .put("prefillChunk", cfg.prefillChunk()).put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens());
+        o.put("total_slots", cfg.maxActive());
+        ServerConfig.SamplingDefaults s = cfg.sampling();
+        ObjectNode g = o.putObject("default_generation_settings");
+        g.put("n_ctx", state.maxContext()).put("temperature", s.temperature()).put("top_p", s.topP()).put("top_k", s.topK())
+                .put("min_p", s.minP()).put("presence_penalty", s.presencePenalty()).put("frequency_penalty", s.frequencyPenalty())
+                .put("repetition_penalty", s.repetitionPenalty()).put("max_tokens", cfg.maxTokensDefault());
+        if (s.seed() == null) g.putNull("seed"); else g.put("seed", s.seed());
+        ObjectNode load = o.putObject("load");
+        load.put("running", state.metrics().running.get()).put("waiting", state.metrics().waiting.get());
+        o.set("config", cfg.toJson(true));
+        ArrayNode pending = o.putArray("pending_restart");
+        for (ServerConfig.Change c : state.pending()) {
+            ObjectNode p = pending.addObject();
+            p.put("key", c.key());
+            p.set("running", Json.MAPPER.valueToTree(c.running()));
+            p.set("configured", Json.MAPPER.valueToTree(c.proposed()));
+        }
+        ServerState.ReloadOutcome rl = state.lastReload();
+        if (rl != null) {
+            o.putObject("config_reload").put("at", rl.at().toString()).put("outcome", rl.outcome()).put("message", rl.message());
+        } else {
+            o.putNull("config_reload");
+        }
+        ObjectNode caps = o.putObject("capabilities");
+        caps.put("reasoning", true).put("tools", true).put("speculative", m != null && !m.draft().equals("none"));
+        caps.putArray("reasoning_efforts").add("none").add("high").add("max");
+        json(ctx, 200, o);
+    }
+
+    private void tokenize(RoutingContext ctx, JsonNode b) {
+        ModelInfo m = ready();
+        if (!b.isObject()) throw new ApiException(400, "invalid_request_error", null, null, "the request body must be a JSON object", null);
+        boolean pieces = Requests.bool(b, "with_pieces", false);
+        boolean addSpecial = Requests.bool(b, "add_special", false);
+        String text = Requests.optString(b, "content", "content");
+        if (text == null) text = Requests.optString(b, "prompt", "prompt");
+        JsonNode msgs = b.get("messages");
+        if (text == null && (msgs == null || msgs.isNull()))
+            throw ApiException.badField("content", "give the text to tokenize as content (or prompt), or chat messages");
+        final String plain = text;
+        final List<ChatMessage> messages;
+        final ChatOptions opts;
+        if (plain == null) {
+            try {
+                messages = ChatMessage.listFromOpenAi(msgs);
+            } catch (ChatFormatException e) {
+                throw Requests.chatError(e);
+            }
+            Requests.Gen g = Requests.parse(chatBodyFor(b), true, m, state.config());
+            opts = g.options();
+        } else {
+            messages = null;
+            opts = null;
+        }
+        Tokenizer tok = m.tokenizer();
+        vertx.executeBlocking(() -> {
+            int[] ids = plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
+                    : tok.encode(ChatEncoder.encode(messages, opts));
+            return ids;
+        }, false).onComplete(ar -> {
+            if (ar.failed()) {
+                error(ctx, asApi(ar.cause()));
+                return;
+            }
+            ObjectNode o = Json.object();
+            ArrayNode arr = o.putArray("tokens");
+            for (int id : ar.result()) {
+                if (!pieces) {
+                    arr.add(id);
+                    continue;
+                }
+                ObjectNode p = arr.addObject().put("id", id);
+                byte[] bytes = tok.tokenBytes(id);
+                String s = new String(bytes, StandardCharsets.UTF_8);
+                if (java.util.Arrays.equals(s.getBytes(StandardCharsets.UTF_8), bytes)) p.put("piece", s);
+                else {
+                    ArrayNode bs = p.putArray("piece");
+                    for (byte x : bytes) bs.add(x & 0xff);
+                }
+            }
+            o.put("count", ar.result().length).put("max_model_len", state.maxContext());
+            json(ctx, 200, o);
+        });
+    }
+
+    /** A /tokenize body with messages, reduced to what chat parsing needs (it requires no sampling fields). */
+    private static JsonNode chatBodyFor(JsonNode b) {
+        ObjectNode c = ((ObjectNode) b).deepCopy();
+        c.remove(List.of("content", "prompt", "with_pieces", "add_special", "model"));
+        return c;
+    }
+
+    private void detokenize(RoutingContext ctx, JsonNode b) {
+        ModelInfo m = ready();
+        if (!b.isObject()) throw new ApiException(400, "invalid_request_error", null, null, "the request body must be a JSON object", null);
+        JsonNode t = b.get("tokens");
+        if (t == null || !t.isArray()) throw ApiException.badField("tokens", "must be an array of token ids");
+        Tokenizer tok = m.tokenizer();
+        int[] ids = new int[t.size()];
+        for (int i = 0; i < ids.length; i++) {
+            JsonNode x = t.get(i);
+            if (!x.isIntegralNumber() || !x.canConvertToInt() || x.intValue() < 0 || x.intValue() >= tok.vocabSize())
+                throw ApiException.badField("tokens[" + i + "]", "must be a token id in [0, " + tok.vocabSize() + "), got " + x);
+            ids[i] = x.intValue();
+        }
+        vertx.executeBlocking(() -> tok.decode(ids), false).onComplete(ar -> {
+            if (ar.failed()) {
+                error(ctx, asApi(ar.cause()));
+                return;
+            }
+            json(ctx, 200, Json.object().put("content", ar.result()));
+        });
+    }
+
+    static ApiException asApi(Throwable t) {
+        if (t instanceof ApiException e) return e;
+        if (t instanceof ChatFormatException e) return Requests.chatError(e);
+        if (t instanceof IllegalArgumentException e)
+            return new ApiException(400, "invalid_request_error", null, null, e.getMessage(), null);
+        LOG.error("internal error", t);
+        return new ApiException(500, "server_error", "internal_error", null, "internal error: " + t, null);
+    }
+
+    // ------------------------------------------------------------------------------------------------ generation
+
+    private void generate(RoutingContext ctx, JsonNode body, boolean chat) {
+        ModelInfo m = ready();
+        ServerConfig cfg = state.config();
+        Requests.Gen g = Requests.parse(body, chat, m, cfg);
+        long t0 = ctx.get("t0");
+        String model = m.id();
+        Tokenizer tok = m.tokenizer();
+        vertx.executeBlocking(() -> {
+            if (chat) return new Encoded(tok.encode(ChatEncoder.encode(g.messages(), g.options())), null);
+            String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
+            if (g.promptIds() != null) return new Encoded(g.promptIds(), echo);
+            // like HF/vLLM for DeepSeek: a completion prompt starts with BOS unless it already does
+            String p = g.promptText().startsWith(V4Format.BOS) ? g.promptText() : V4Format.BOS + g.promptText();
+            return new Encoded(tok.encode(p), echo);
+        }, false).onComplete(ar -> {
+            if (ar.failed()) {
+                error(ctx, asApi(ar.cause()));
+                return;
+            }
+            int[] prompt = ar.result().ids();
+            int ctxLimit = state.maxContext();
+            if (prompt.length >= ctxLimit) {
+                error(ctx, ApiException.bad(chat ? "messages" : "prompt", "context_length_exceeded", (chat ? "messages" : "prompt")
+                        + ": the prompt is " + prompt.length + " tokens; this server's context limit is " + ctxLimit
+                        + " tokens (prompt + output), so at most " + (ctxLimit - 1) + " prompt tokens fit"));
+                return;
+            }
+            int maxTokens = Math.min(g.params().maxTokens(), ctxLimit - prompt.length);
+            String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
+            EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
+                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id);
+            new Exchange(ctx, g, req, model, ar.result().echo()).start();
+        });
+    }
+
+    /** A tokenised prompt, and the text to echo (completions with echo). */
+    private record Encoded(int[] ids, String echo) {}
+
+    private static String randomId() {
+        String a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        ThreadLocalRandom r = ThreadLocalRandom.current();
+        StringBuilder s = new StringBuilder(24);
+        for (int i = 0; i < 24; i++) s.append(a.charAt(r.nextInt(a.length())));
+        return s.toString();
+    }
+
+    /** One generation request in flight: submission, then the engine's events written to the client. */
+    private final class Exchange {
+        final RoutingContext ctx;
+        final HttpServerResponse resp;
+        final Requests.Gen g;
+        final EngineRequest req;
+        final String model;
+        final String echo;
+        final long created = System.currentTimeMillis() / 1000;
+        io.vertx.core.eventbus.MessageConsumer<Object> consumer;
+        ResponseBuilder out;
+        boolean admitted, completed;
+        java.util.List<EngineEvent> early = new java.util.ArrayList<>();
+
+        Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo) {
+            this.ctx = ctx;
+            this.resp = ctx.response();
+            this.g = g;
+            this.req = req;
+            this.model = model;
+            this.echo = echo;
+        }
+
+        void start() {
+            if (resp.closed()) {
+                LOG.info("request {} dropped before submission: the client went away", req.id());
+                return;
+            }
+            Handler<Void> gone = v -> clientGone();
+            resp.closeHandler(gone);
+            out = new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage());
+            consumer = vertx.eventBus().localConsumer(req.address, msg -> onEvent((EngineEvent) msg.body()));
+            consumer.completion().onComplete(reg -> {
+                if (completed) return;
+                vertx.eventBus().<Object>request(EngineVerticle.SUBMIT, req, SUBMIT).onComplete(ar -> {
+                    if (completed) return;
+                    if (ar.failed()) {
+                        finish();
+                        error(ctx, new ApiException(503, "unavailable_error", "engine_unavailable", null,
+                                "the engine did not accept the request: " + ar.cause().getMessage(), 5));
+                        return;
+                    }
+                    Admission a = (Admission) ar.result().body();
+                    if (!a.accepted()) {
+                        finish();
+                        error(ctx, a.error());
+                        return;
+                    }
+                    admitted = true;
+                    if (g.stream()) {
+                        resp.setChunked(true).setStatusCode(200)
+                                .putHeader(HttpHeaders.CONTENT_TYPE, "text/event-stream; charset=utf-8")
+                                .putHeader(HttpHeaders.CACHE_CONTROL, "no-cache")
+                                .putHeader("X-Accel-Buffering", "no");
+                        write(out.start(echo));
+                    } else if (echo != null) {
+                        out.start(echo);
+                    }
+                    for (EngineEvent e : early) onEvent(e);
+                    early = null;
+                });
+            });
+        }
+
+        void onEvent(EngineEvent e) {
+            if (completed) return;
+            if (!admitted) {
+                early.add(e);
+                return;
+            }
+            switch (e) {
+                case EngineEvent.Delta d -> write(out.delta(d));
+                case EngineEvent.Done d -> {
+                    finish();
+                    if (g.stream()) {
+                        write(out.done(d));
+                        resp.end();
+                    } else {
+                        json(ctx, 200, out.full(d));
+                    }
+                }
+                case EngineEvent.Failed f -> {
+                    finish();
+                    error(ctx, f.status() < 500 ? new ApiException(f.status(), "invalid_request_error", null, null, f.message(), null)
+                            : new ApiException(f.status(), "server_error", "internal_error", null, f.message(), null));
+                }
+            }
+        }
+
+        private void write(String s) {
+            if (!s.isEmpty() && !resp.ended() && !resp.closed()) resp.write(s);
+        }
+
+        private void finish() {
+            completed = true;
+            if (consumer != null) consumer.unregister();
+        }
+
+        void clientGone() {
+            if (completed) return;
+            finish();
+            req.cancel();
+            vertx.eventBus().send(EngineVerticle.CANCEL, req.id(), LOCAL);
+            LOG.info("request {}: client disconnected; asking the engine to stop it at the next step boundary", req.id());
+        }
+    }
+}

@@ -1,0 +1,363 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.sampling.SamplingParams;
+import io.ds4j.server.config.ServerConfig;
+import io.ds4j.text.chat.ChatFormatException;
+import io.ds4j.text.chat.ChatMessage;
+import io.ds4j.text.chat.ChatOptions;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * Reads and checks the body of {@code /v1/chat/completions} and {@code /v1/completions}. Every mistake becomes an
+ * {@link ApiException} (400) naming the field; unknown fields are ignored, as OpenAI clients send many optional ones.
+ * Nothing here blocks or touches the model.
+ */
+final class Requests {
+    private Requests() {}
+
+    /**
+     * A checked generation request.
+     *
+     * @param chat          chat completion (else legacy completion)
+     * @param stream        answer as Server-Sent Events
+     * @param includeUsage  stream_options.include_usage
+     * @param messages      chat messages (chat only)
+     * @param options       chat encoding options (chat only)
+     * @param promptText    completion prompt text, or null when promptIds is given
+     * @param promptIds     completion prompt as token ids, or null
+     * @param echo          completions: prepend the prompt to the output
+     * @param params        sampling settings; maxTokens is the request's value or the configured default
+     * @param maxTokensParam the field max_tokens came from (for messages)
+     * @param specQ         "0", "auto" or "1".."8" (request override or configured)
+     * @param logprobs      return log-probabilities
+     * @param topLogprobs   alternatives per token
+     */
+    record Gen(boolean chat, boolean stream, boolean includeUsage, List<ChatMessage> messages, ChatOptions options,
+               String promptText, int[] promptIds, boolean echo, SamplingParams params, String maxTokensParam,
+               String specQ, boolean logprobs, int topLogprobs) {}
+
+    /** Parses a chat or completion body. */
+    static Gen parse(JsonNode body, boolean chat, ModelInfo model, ServerConfig cfg) {
+        if (body == null || !body.isObject()) throw new ApiException(400, "invalid_request_error", null, null,
+                "the request body must be a JSON object", null);
+        checkModel(body, model);
+        Integer n = integer(body, "n");
+        if (n != null && n != 1) throw ApiException.badField("n", "only n = 1 is supported, got " + n);
+        if (!chat) {
+            Integer bestOf = integer(body, "best_of");
+            if (bestOf != null && bestOf != 1) throw ApiException.badField("best_of", "only best_of = 1 is supported, got " + bestOf);
+            if (present(body, "suffix")) throw ApiException.badField("suffix", "is not supported");
+        }
+        boolean stream = bool(body, "stream", false);
+        boolean includeUsage = false;
+        JsonNode so = body.get("stream_options");
+        if (so != null && !so.isNull()) {
+            if (!so.isObject()) throw ApiException.badField("stream_options", "must be an object");
+            includeUsage = bool(so, "include_usage", "stream_options.include_usage", false);
+        }
+
+        // max tokens: max_completion_tokens (current OpenAI name) wins over max_tokens (legacy)
+        String mtName = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+        Integer maxTokens = integer(body, mtName);
+        if (maxTokens != null && maxTokens < 1) throw ApiException.badField(mtName, "must be >= 1, got " + maxTokens);
+        if (maxTokens == null) maxTokens = cfg.maxTokensDefault();
+
+        boolean logprobs;
+        int topLogprobs;
+        if (chat) {
+            logprobs = bool(body, "logprobs", false);
+            Integer t = integer(body, "top_logprobs");
+            topLogprobs = t == null ? 0 : t;
+            if (t != null && (t < 0 || t > 20)) throw ApiException.badField("top_logprobs", "must be in [0, 20], got " + t);
+            if (t != null && t > 0 && !logprobs) throw ApiException.badField("top_logprobs", "needs logprobs: true");
+        } else {
+            Integer lp = integer(body, "logprobs");
+            if (lp != null && (lp < 0 || lp > 20)) throw ApiException.badField("logprobs", "must be in [0, 20], got " + lp);
+            logprobs = lp != null;
+            topLogprobs = lp == null ? 0 : lp;
+        }
+
+        SamplingParams params = sampling(body, cfg, model, maxTokens, logprobs, topLogprobs);
+        String specQ = specQ(body, cfg);
+
+        if (chat) {
+            JsonNode msgs = body.get("messages");
+            if (msgs == null || msgs.isNull()) throw ApiException.badField("messages", "is required");
+            List<ChatMessage> messages;
+            try {
+                messages = ChatMessage.listFromOpenAi(msgs);
+            } catch (ChatFormatException e) {
+                throw chatError(e);
+            }
+            if (messages.isEmpty()) throw ApiException.badField("messages", "must contain at least one message");
+            ChatOptions opts = chatOptions(body);
+            return new Gen(true, stream, includeUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs);
+        }
+        JsonNode p = body.get("prompt");
+        String text = null;
+        int[] ids = null;
+        if (p == null || p.isNull()) throw ApiException.badField("prompt", "is required");
+        if (p.isTextual()) {
+            text = p.textValue();
+        } else if (p.isArray()) {
+            if (p.isEmpty()) throw ApiException.badField("prompt", "must not be empty");
+            if (p.get(0).isTextual()) {
+                if (p.size() != 1) throw ApiException.badField("prompt", "only one prompt per request is supported, got " + p.size());
+                text = p.get(0).textValue();
+            } else if (p.get(0).isArray()) {
+                throw ApiException.badField("prompt", "only one prompt per request is supported (got an array of token arrays)");
+            } else {
+                ids = new int[p.size()];
+                for (int i = 0; i < p.size(); i++) {
+                    JsonNode t = p.get(i);
+                    if (!t.isIntegralNumber() || !t.canConvertToInt() || t.intValue() < 0 || t.intValue() >= model.vocabSize())
+                        throw ApiException.badField("prompt[" + i + "]", "must be a token id in [0, " + model.vocabSize() + "), got " + t);
+                    ids[i] = t.intValue();
+                }
+            }
+        } else {
+            throw ApiException.badField("prompt", "must be a string, an array of strings or an array of token ids");
+        }
+        if (text != null && text.isEmpty()) throw ApiException.badField("prompt", "must not be empty");
+        boolean echo = bool(body, "echo", false);
+        return new Gen(false, stream, includeUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs);
+    }
+
+    /** 404 for a model name the server does not serve (absent means the served model). */
+    static void checkModel(JsonNode body, ModelInfo model) {
+        JsonNode m = body.get("model");
+        if (m == null || m.isNull()) return;
+        if (!m.isTextual()) throw ApiException.badField("model", "must be a string");
+        if (!m.textValue().equals(model.id()))
+            throw new ApiException(404, "invalid_request_error", "model_not_found", "model",
+                    "model: '" + m.textValue() + "' does not exist; this server serves '" + model.id() + "'", null);
+    }
+
+    static ApiException chatError(ChatFormatException e) {
+        return new ApiException(400, "invalid_request_error", null, e.field(), e.getMessage(), null);
+    }
+
+    /** Sampling settings: request fields over configured defaults, checked against their ranges. */
+    private static SamplingParams sampling(JsonNode b, ServerConfig cfg, ModelInfo model, int maxTokens, boolean logprobs, int top) {
+        ServerConfig.SamplingDefaults d = cfg.sampling();
+        double temperature = orDefault(number(b, "temperature"), d.temperature());
+        double topP = orDefault(number(b, "top_p"), d.topP());
+        Integer topKv = integer(b, "top_k");
+        // llama.cpp and vLLM use -1 for "off"
+        int topK = topKv == null ? d.topK() : topKv == -1 ? 0 : topKv;
+        double minP = orDefault(number(b, "min_p"), d.minP());
+        double presence = orDefault(number(b, "presence_penalty"), d.presencePenalty());
+        double frequency = orDefault(number(b, "frequency_penalty"), d.frequencyPenalty());
+        double repetition = orDefault(number(b, "repetition_penalty"), d.repetitionPenalty());
+        Long seed = d.seed();
+        JsonNode s = b.get("seed");
+        if (s != null && !s.isNull()) {
+            if (!s.isIntegralNumber() || !s.canConvertToLong()) throw ApiException.badField("seed", "must be an integer");
+            seed = s.longValue();
+        }
+        Map<Integer, Float> bias = logitBias(b, model);
+        List<String> stop = stop(b);
+        boolean ignoreEos = bool(b, "ignore_eos", false);
+        SamplingParams p = new SamplingParams(temperature, topK, topP, minP, seed, presence, frequency, repetition, bias,
+                maxTokens, stop, logprobs, top, ignoreEos);
+        try {
+            p.validate(model.vocabSize());
+        } catch (IllegalArgumentException e) {
+            String msg = e.getMessage();
+            Matcher m = Pattern.compile("^([a-z_]+)").matcher(msg);
+            String param = m.find() ? m.group(1) : null;
+            throw new ApiException(400, "invalid_request_error", null, param, msg, null);
+        }
+        return p;
+    }
+
+    private static Map<Integer, Float> logitBias(JsonNode b, ModelInfo model) {
+        JsonNode lb = b.get("logit_bias");
+        if (lb == null || lb.isNull()) return Map.of();
+        if (!lb.isObject()) throw ApiException.badField("logit_bias", "must be an object mapping token ids to biases");
+        Map<Integer, Float> out = new HashMap<>();
+        for (var e : lb.properties()) {
+            int id;
+            try {
+                id = Integer.parseInt(e.getKey().trim());
+            } catch (NumberFormatException x) {
+                throw ApiException.badField("logit_bias", "key '" + e.getKey() + "' is not a token id");
+            }
+            if (!e.getValue().isNumber()) throw ApiException.badField("logit_bias", "bias for token " + id + " must be a number");
+            out.put(id, e.getValue().floatValue());
+        }
+        return out;
+    }
+
+    private static List<String> stop(JsonNode b) {
+        JsonNode s = b.get("stop");
+        if (s == null || s.isNull()) return List.of();
+        if (s.isTextual()) {
+            if (s.textValue().isEmpty()) throw ApiException.badField("stop", "stop strings must not be empty");
+            return List.of(s.textValue());
+        }
+        if (!s.isArray()) throw ApiException.badField("stop", "must be a string or an array of strings");
+        List<String> out = new ArrayList<>();
+        for (int i = 0; i < s.size(); i++) {
+            if (!s.get(i).isTextual()) throw ApiException.badField("stop[" + i + "]", "must be a string");
+            out.add(s.get(i).textValue());
+        }
+        return out;
+    }
+
+    /** speculative_q: 0 (off), 1..8 or "auto"; absent means the configured speculative.q. */
+    private static String specQ(JsonNode b, ServerConfig cfg) {
+        JsonNode q = b.get("speculative_q");
+        if (q == null || q.isNull()) return cfg.specQ();
+        if (q.isTextual() && q.textValue().trim().equalsIgnoreCase("auto")) return "auto";
+        String s = q.isIntegralNumber() ? q.asText() : q.isTextual() ? q.textValue().trim() : "";
+        try {
+            int v = Integer.parseInt(s);
+            if (v >= 0 && v <= 8) return Integer.toString(v);
+        } catch (NumberFormatException ignored) {
+            // reported below
+        }
+        throw ApiException.badField("speculative_q", "must be 0 (off), an integer 1..8 or \"auto\", got " + q);
+    }
+
+    /**
+     * Thinking mode and effort from {@code reasoning_effort}, {@code chat_template_kwargs.thinking} /
+     * {@code enable_thinking} / {@code reasoning_effort}, and DeepSeek's {@code thinking: {"type": "enabled"}};
+     * tools, tool_choice and response_format.
+     */
+    private static ChatOptions chatOptions(JsonNode b) {
+        Boolean thinking = null;
+        String effort = null;
+        JsonNode kw = b.get("chat_template_kwargs");
+        if (kw != null && !kw.isNull()) {
+            if (!kw.isObject()) throw ApiException.badField("chat_template_kwargs", "must be an object");
+            Boolean t1 = optBool(kw, "thinking", "chat_template_kwargs.thinking");
+            Boolean t2 = optBool(kw, "enable_thinking", "chat_template_kwargs.enable_thinking");
+            if (t1 != null && t2 != null && !t1.equals(t2))
+                throw ApiException.badField("chat_template_kwargs.thinking", "contradicts chat_template_kwargs.enable_thinking");
+            thinking = t1 != null ? t1 : t2;
+            String e = optString(kw, "reasoning_effort", "chat_template_kwargs.reasoning_effort");
+            if (e != null) effort = e;
+        }
+        JsonNode th = b.get("thinking");
+        if (th != null && !th.isNull()) {
+            String type = th.isObject() ? th.path("type").asText(null) : th.isBoolean() ? (th.booleanValue() ? "enabled" : "disabled") : null;
+            if (!"enabled".equals(type) && !"disabled".equals(type))
+                throw ApiException.badField("thinking", "must be {\"type\": \"enabled\"} or {\"type\": \"disabled\"}");
+            if (thinking == null) thinking = type.equals("enabled");
+        }
+        String re = optString(b, "reasoning_effort", "reasoning_effort");
+        if (re != null) effort = re;
+        String v4Effort = null;
+        if (effort != null) {
+            String e = effort.trim().toLowerCase(Locale.ROOT);
+            switch (e) {
+                case "none" -> {
+                    if (thinking == null) thinking = false;
+                }
+                case "minimal", "low", "medium", "high" -> {
+                    if (thinking == null) thinking = true;
+                    v4Effort = "high";
+                }
+                case "max", "xhigh", "x-high" -> {
+                    if (thinking == null) thinking = true;
+                    v4Effort = "max";
+                }
+                default -> throw ApiException.badField(re != null ? "reasoning_effort" : "chat_template_kwargs.reasoning_effort",
+                        "unsupported value '" + effort + "' (use none, minimal, low, medium, high, xhigh or max)");
+            }
+        }
+        boolean on = thinking != null && thinking;
+        ChatOptions o = ChatOptions.defaults().withThinking(on);
+        try {
+            if (on && v4Effort != null) o = o.withReasoningEffort(v4Effort);
+            JsonNode tools = b.get("tools");
+            JsonNode choice = b.get("tool_choice");
+            boolean useTools = true;
+            if (choice != null && !choice.isNull()) {
+                if (choice.isTextual()) {
+                    switch (choice.textValue()) {
+                        case "auto" -> { }
+                        case "none" -> useTools = false;
+                        case "required" -> throw ApiException.badField("tool_choice",
+                                "'required' is not supported (use \"auto\" or \"none\")");
+                        default -> throw ApiException.badField("tool_choice", "must be \"auto\" or \"none\", got '" + choice.textValue() + "'");
+                    }
+                } else {
+                    throw ApiException.badField("tool_choice", "forcing a specific function is not supported (use \"auto\" or \"none\")");
+                }
+            }
+            if (useTools && tools != null && !tools.isNull()) o = o.withTools(tools);
+            JsonNode rf = b.get("response_format");
+            if (rf != null && !rf.isNull()) o = o.withResponseFormat(rf);
+        } catch (ChatFormatException e) {
+            throw chatError(e);
+        }
+        return o;
+    }
+
+    // ------------------------------------------------------------------------------------------------ field readers
+
+    static boolean present(JsonNode b, String f) {
+        JsonNode v = b.get(f);
+        return v != null && !v.isNull();
+    }
+
+    static Integer integer(JsonNode b, String f) {
+        JsonNode v = b.get(f);
+        if (v == null || v.isNull()) return null;
+        if (!v.isIntegralNumber()) throw ApiException.badField(f, "must be an integer, got " + describe(v));
+        if (!v.canConvertToInt()) throw ApiException.badField(f, "is out of range: " + v);
+        return v.intValue();
+    }
+
+    static Double number(JsonNode b, String f) {
+        JsonNode v = b.get(f);
+        if (v == null || v.isNull()) return null;
+        if (!v.isNumber()) throw ApiException.badField(f, "must be a number, got " + describe(v));
+        return v.doubleValue();
+    }
+
+    static boolean bool(JsonNode b, String f, boolean def) {
+        return bool(b, f, f, def);
+    }
+
+    static boolean bool(JsonNode b, String f, String path, boolean def) {
+        Boolean v = optBool(b, f, path);
+        return v == null ? def : v;
+    }
+
+    static Boolean optBool(JsonNode b, String f, String path) {
+        JsonNode v = b.get(f);
+        if (v == null || v.isNull()) return null;
+        if (!v.isBoolean()) throw ApiException.badField(path, "must be true or false, got " + describe(v));
+        return v.booleanValue();
+    }
+
+    static String optString(JsonNode b, String f, String path) {
+        JsonNode v = b.get(f);
+        if (v == null || v.isNull()) return null;
+        if (!v.isTextual()) throw ApiException.badField(path, "must be a string, got " + describe(v));
+        return v.textValue();
+    }
+
+    private static double orDefault(Double v, double d) {
+        return v == null ? d : v;
+    }
+
+    static String describe(JsonNode v) {
+        if (v.isTextual()) return "a string";
+        if (v.isArray()) return "an array";
+        if (v.isObject()) return "an object";
+        if (v.isBoolean()) return "a boolean";
+        return v.toString();
+    }
+}

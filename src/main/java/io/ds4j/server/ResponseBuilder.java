@@ -1,0 +1,217 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.text.chat.OutputParser;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Turns one request's engine events into the exact OpenAI wire shapes: {@code chat.completion.chunk} /
+ * {@code text_completion} SSE frames when streaming, one {@code chat.completion} / {@code text_completion} object
+ * otherwise.
+ *
+ * <p>Streamed chat: a first chunk with {@code delta.role = "assistant"}; then content deltas, reasoning deltas (sent
+ * as both {@code reasoning_content} and {@code reasoning}, the two names clients read), tool-call deltas (the first
+ * fragment of a call carries index, id, type and name with empty arguments, later ones only argument text); then a
+ * chunk with an empty delta and the finish reason; then, when {@code stream_options.include_usage} was set, a chunk
+ * with {@code choices: []} and the usage; then {@code data: [DONE]}.
+ */
+final class ResponseBuilder {
+    private final String id;
+    private final long created;
+    private final String model;
+    private final boolean chat, stream, includeUsage;
+    // non-streaming accumulators
+    private final StringBuilder content = new StringBuilder(), reasoning = new StringBuilder();
+    private final List<String[]> calls = new ArrayList<>(); // id, name
+    private final List<StringBuilder> args = new ArrayList<>();
+    private final List<EngineEvent.TokenLogprob> allLogprobs = new ArrayList<>();
+    private boolean anyLogprobs;
+    private int textOffset;
+
+    ResponseBuilder(String id, long created, String model, boolean chat, boolean stream, boolean includeUsage) {
+        this.id = id;
+        this.created = created;
+        this.model = model;
+        this.chat = chat;
+        this.stream = stream;
+        this.includeUsage = includeUsage;
+    }
+
+    private static String frame(ObjectNode o) {
+        return "data: " + Json.write(o) + "\n\n";
+    }
+
+    private ObjectNode base() {
+        ObjectNode o = Json.object();
+        o.put("id", id).put("object", chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion")
+                .put("created", created).put("model", model).put("system_fingerprint", HttpVerticle.FINGERPRINT);
+        return o;
+    }
+
+    /** A streamed chunk with one choice. */
+    private ObjectNode chunk(ObjectNode deltaOrNull, String text, String finish, ObjectNode logprobs) {
+        ObjectNode o = base();
+        ObjectNode c = o.putArray("choices").addObject();
+        c.put("index", 0);
+        if (chat) c.set("delta", deltaOrNull == null ? Json.object() : deltaOrNull);
+        else c.put("text", text == null ? "" : text);
+        if (logprobs == null) c.putNull("logprobs"); else c.set("logprobs", logprobs);
+        if (finish == null) c.putNull("finish_reason"); else c.put("finish_reason", finish);
+        return o;
+    }
+
+    /** What goes out when the request is admitted: the role chunk (chat) or the echoed prompt (completions). */
+    String start(String echo) {
+        if (!stream) {
+            if (echo != null) content.append(echo);
+            return "";
+        }
+        if (chat) {
+            ObjectNode d = Json.object().put("role", "assistant").put("content", "");
+            return frame(chunk(d, null, null, null));
+        }
+        return echo == null || echo.isEmpty() ? "" : frame(chunk(null, echo, null, null));
+    }
+
+    /** The frames of one engine step (streaming), or nothing after accumulating it (non-streaming). */
+    String delta(EngineEvent.Delta d) {
+        if (!d.logprobs().isEmpty()) anyLogprobs = true;
+        if (!stream) {
+            for (OutputParser.Event e : d.events()) accumulate(e);
+            allLogprobs.addAll(d.logprobs());
+            return "";
+        }
+        StringBuilder out = new StringBuilder();
+        ObjectNode lp = d.logprobs().isEmpty() ? null : logprobs(d.logprobs());
+        for (OutputParser.Event e : d.events()) {
+            ObjectNode f = chat ? chatChunk(e, lp) : textChunk(e, lp);
+            if (f == null) continue;
+            out.append(frame(f));
+            lp = null; // logprobs of this step ride on its first chunk
+        }
+        if (lp != null) out.append(frame(chunk(null, "", null, lp)));
+        return out.toString();
+    }
+
+    private ObjectNode chatChunk(OutputParser.Event e, ObjectNode lp) {
+        ObjectNode d = Json.object();
+        switch (e) {
+            case OutputParser.ContentDelta c -> d.put("content", c.text());
+            case OutputParser.ReasoningDelta r -> d.put("reasoning_content", r.text()).put("reasoning", r.text());
+            case OutputParser.ToolCallStart s -> {
+                ObjectNode t = d.putArray("tool_calls").addObject();
+                t.put("index", s.index()).put("id", s.id()).put("type", "function");
+                t.putObject("function").put("name", s.name()).put("arguments", "");
+            }
+            case OutputParser.ToolCallArgumentsDelta a ->
+                    d.putArray("tool_calls").addObject().put("index", a.index()).putObject("function").put("arguments", a.fragment());
+            default -> {
+                return null;
+            }
+        }
+        return chunk(d, null, null, lp);
+    }
+
+    private ObjectNode textChunk(OutputParser.Event e, ObjectNode lp) {
+        if (e instanceof OutputParser.ContentDelta c) return chunk(null, c.text(), null, lp);
+        return null;
+    }
+
+    private void accumulate(OutputParser.Event e) {
+        switch (e) {
+            case OutputParser.ContentDelta c -> content.append(c.text());
+            case OutputParser.ReasoningDelta r -> reasoning.append(r.text());
+            case OutputParser.ToolCallStart s -> {
+                while (calls.size() <= s.index()) {
+                    calls.add(new String[2]);
+                    args.add(new StringBuilder());
+                }
+                calls.set(s.index(), new String[]{s.id(), s.name()});
+            }
+            case OutputParser.ToolCallArgumentsDelta a -> args.get(a.index()).append(a.fragment());
+            default -> { }
+        }
+    }
+
+    /** The closing frames: finish chunk, usage chunk (when asked for) and [DONE]. */
+    String done(EngineEvent.Done d) {
+        StringBuilder out = new StringBuilder();
+        ObjectNode fin = chunk(chat ? Json.object() : null, "", d.finishReason(), null);
+        ObjectNode choice = (ObjectNode) fin.get("choices").get(0);
+        if (d.stopString() != null) choice.put("stop_reason", d.stopString());
+        out.append(frame(fin));
+        if (includeUsage) {
+            ObjectNode u = base();
+            u.putArray("choices");
+            u.set("usage", d.usage().toJson());
+            out.append(frame(u));
+        }
+        out.append("data: [DONE]\n\n");
+        return out.toString();
+    }
+
+    /** The whole non-streaming response. */
+    ObjectNode full(EngineEvent.Done d) {
+        ObjectNode o = base();
+        ObjectNode c = o.putArray("choices").addObject();
+        c.put("index", 0);
+        if (chat) {
+            ObjectNode m = c.putObject("message");
+            m.put("role", "assistant");
+            if (content.isEmpty() && !calls.isEmpty()) m.putNull("content"); else m.put("content", content.toString());
+            if (!reasoning.isEmpty()) m.put("reasoning_content", reasoning.toString()).put("reasoning", reasoning.toString());
+            if (!calls.isEmpty()) {
+                ArrayNode tc = m.putArray("tool_calls");
+                for (int i = 0; i < calls.size(); i++) {
+                    ObjectNode t = tc.addObject();
+                    t.put("id", calls.get(i)[0]).put("type", "function");
+                    t.putObject("function").put("name", calls.get(i)[1]).put("arguments", args.get(i).toString());
+                }
+            }
+        } else {
+            c.put("text", content.toString());
+        }
+        if (anyLogprobs) c.set("logprobs", logprobs(allLogprobs)); else c.putNull("logprobs");
+        c.put("finish_reason", d.finishReason());
+        if (d.stopString() != null) c.put("stop_reason", d.stopString()); else c.putNull("stop_reason");
+        o.set("usage", d.usage().toJson());
+        return o;
+    }
+
+    /** Chat: {@code {"content": [{token, logprob, bytes, top_logprobs}]}}; completions: the legacy arrays. */
+    private ObjectNode logprobs(List<EngineEvent.TokenLogprob> lps) {
+        ObjectNode o = Json.object();
+        if (chat) {
+            ArrayNode content = o.putArray("content");
+            for (EngineEvent.TokenLogprob t : lps) {
+                ObjectNode e = content.addObject();
+                e.put("token", t.token()).put("logprob", t.logprob());
+                bytes(e.putArray("bytes"), t.bytes());
+                ArrayNode top = e.putArray("top_logprobs");
+                for (EngineEvent.TopLogprob a : t.top()) {
+                    ObjectNode x = top.addObject().put("token", a.token()).put("logprob", a.logprob());
+                    bytes(x.putArray("bytes"), a.bytes());
+                }
+            }
+            return o;
+        }
+        ArrayNode tokens = o.putArray("tokens"), tlp = o.putArray("token_logprobs"), top = o.putArray("top_logprobs"),
+                off = o.putArray("text_offset");
+        for (EngineEvent.TokenLogprob t : lps) {
+            tokens.add(t.token());
+            tlp.add(t.logprob());
+            ObjectNode alt = top.addObject();
+            for (EngineEvent.TopLogprob a : t.top()) alt.put(a.token(), a.logprob());
+            off.add(textOffset);
+            textOffset += t.token().length();
+        }
+        return o;
+    }
+
+    private static void bytes(ArrayNode a, byte[] b) {
+        for (byte x : b) a.add(x & 0xff);
+    }
+}

@@ -1,0 +1,135 @@
+package io.ds4j.server;
+
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Timer;
+
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * The server's own Prometheus metrics (Vert.x adds its HTTP and event-bus metrics to the same registry). Names are
+ * vLLM's, so existing vLLM Grafana dashboards work, plus llama.cpp's names for the counters and gauges llama.cpp
+ * users chart; ds4j-only figures use the {@code ds4j:} prefix.
+ *
+ * <ul>
+ *   <li>{@code vllm:time_to_first_token_seconds} histogram: arrival → first generated token;</li>
+ *   <li>{@code vllm:inter_token_latency_seconds} histogram: one observation per decode step that produced tokens
+ *       (time since the request's previous tokens; a speculative step can commit several);</li>
+ *   <li>{@code vllm:e2e_request_latency_seconds}, {@code vllm:request_queue_time_seconds} histograms;</li>
+ *   <li>{@code vllm:prompt_tokens_total} (counted as prefill processes them), {@code vllm:generation_tokens_total},
+ *       {@code vllm:request_success_total{finished_reason}};</li>
+ *   <li>{@code vllm:num_requests_running}, {@code vllm:num_requests_waiting} gauges (queue depth);</li>
+ *   <li>{@code vllm:spec_decode_num_drafts_total} (verify steps that carried draft tokens),
+ *       {@code vllm:spec_decode_num_draft_tokens_total} (offered), {@code vllm:spec_decode_num_accepted_tokens_total};</li>
+ *   <li>llama.cpp: {@code llamacpp:prompt_tokens_total}, {@code llamacpp:tokens_predicted_total},
+ *       {@code llamacpp:requests_processing}, {@code llamacpp:requests_deferred};</li>
+ *   <li>{@code ds4j:requests_rejected_total{reason}}, {@code ds4j:requests_cancelled_total},
+ *       {@code ds4j:requests_failed_total}.</li>
+ * </ul>
+ */
+public final class ServerMetrics {
+    private static final double[] TTFT_BUCKETS = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+            2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
+    private static final double[] ITL_BUCKETS = {0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+            0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+    private static final double[] E2E_BUCKETS = {0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0};
+
+    private final MeterRegistry registry;
+    private final Timer ttft, itl, e2e, queueTime;
+    private final Counter promptTokens, generationTokens, promptTokensLcpp, predictedLcpp;
+    private final Counter drafts, draftTokens, acceptedTokens, cancelled, failed;
+    /** Requests running and waiting, updated by the engine thread. */
+    public final AtomicInteger running = new AtomicInteger(), waiting = new AtomicInteger();
+
+    public ServerMetrics(MeterRegistry registry) {
+        this.registry = registry;
+        ttft = timer("vllm:time_to_first_token", "Time to first token: request arrival to the first generated token", TTFT_BUCKETS);
+        itl = timer("vllm:inter_token_latency", "Time between successive outputs of a request (one per decode step)", ITL_BUCKETS);
+        e2e = timer("vllm:e2e_request_latency", "Request arrival to its last token", E2E_BUCKETS);
+        queueTime = timer("vllm:request_queue_time", "Request arrival to its first engine step", E2E_BUCKETS);
+        promptTokens = counter("vllm:prompt_tokens", "Prompt tokens processed by prefill");
+        generationTokens = counter("vllm:generation_tokens", "Generated tokens");
+        promptTokensLcpp = counter("llamacpp:prompt_tokens", "Prompt tokens processed (llama.cpp name)");
+        predictedLcpp = counter("llamacpp:tokens_predicted", "Generated tokens (llama.cpp name)");
+        drafts = counter("vllm:spec_decode_num_drafts", "Verify steps that carried draft tokens");
+        draftTokens = counter("vllm:spec_decode_num_draft_tokens", "Draft tokens offered for verification");
+        acceptedTokens = counter("vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted");
+        cancelled = counter("ds4j:requests_cancelled", "Requests stopped because the client went away");
+        failed = counter("ds4j:requests_failed", "Requests that failed inside the engine");
+        Gauge.builder("vllm:num_requests_running", running, AtomicInteger::get).description("Requests generating").register(registry);
+        Gauge.builder("vllm:num_requests_waiting", waiting, AtomicInteger::get).description("Requests waiting for a slot (queue depth)").register(registry);
+        Gauge.builder("llamacpp:requests_processing", running, AtomicInteger::get).description("Requests generating (llama.cpp name)").register(registry);
+        Gauge.builder("llamacpp:requests_deferred", waiting, AtomicInteger::get).description("Requests waiting (llama.cpp name)").register(registry);
+    }
+
+    private Timer timer(String name, String help, double[] buckets) {
+        Duration[] slo = Arrays.stream(buckets).mapToObj(s -> Duration.ofNanos((long) (s * 1e9))).toArray(Duration[]::new);
+        return Timer.builder(name).description(help).serviceLevelObjectives(slo)
+                .minimumExpectedValue(slo[0]).maximumExpectedValue(slo[slo.length - 1]).register(registry);
+    }
+
+    private Counter counter(String name, String help) {
+        return Counter.builder(name).description(help).register(registry);
+    }
+
+    public MeterRegistry registry() {
+        return registry;
+    }
+
+    void ttft(long nanos) {
+        ttft.record(nanos, TimeUnit.NANOSECONDS);
+    }
+
+    void interToken(long nanos) {
+        itl.record(nanos, TimeUnit.NANOSECONDS);
+    }
+
+    void e2e(long nanos) {
+        e2e.record(nanos, TimeUnit.NANOSECONDS);
+    }
+
+    void queueTime(long nanos) {
+        queueTime.record(nanos, TimeUnit.NANOSECONDS);
+    }
+
+    void promptTokens(int n) {
+        if (n <= 0) return;
+        promptTokens.increment(n);
+        promptTokensLcpp.increment(n);
+    }
+
+    void generationTokens(int n) {
+        if (n <= 0) return;
+        generationTokens.increment(n);
+        predictedLcpp.increment(n);
+    }
+
+    void spec(long offered, long accepted, long draftSteps) {
+        if (draftSteps > 0) drafts.increment(draftSteps);
+        if (offered > 0) draftTokens.increment(offered);
+        if (accepted > 0) acceptedTokens.increment(accepted);
+    }
+
+    void success(String finishReason) {
+        Counter.builder("vllm:request_success").description("Finished requests by finish reason")
+                .tag("finished_reason", finishReason).register(registry).increment();
+    }
+
+    void rejected(String reason) {
+        Counter.builder("ds4j:requests_rejected").description("Requests refused before generating, by error code")
+                .tag("reason", reason).register(registry).increment();
+    }
+
+    void cancelled() {
+        cancelled.increment();
+    }
+
+    void failed() {
+        failed.increment();
+    }
+}

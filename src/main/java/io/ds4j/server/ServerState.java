@@ -1,0 +1,132 @@
+package io.ds4j.server;
+
+import io.ds4j.server.config.ServerConfig;
+
+import java.util.List;
+import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * What the verticles of one server share by reference: the running configuration (swapped atomically on reload),
+ * the restart-pending changes, the model facts once loaded, metrics and engine counters. Every field is safe to read
+ * from any thread; only the bootstrap (config) and the engine (model, counters) write.
+ */
+public final class ServerState {
+    private volatile ServerConfig config;
+    private volatile List<ServerConfig.Change> pending = List.of();
+    private volatile ModelInfo model;
+    private volatile String loadError;
+    private final ServerMetrics metrics;
+    /** Engine steps run so far (all requests). */
+    public final AtomicLong engineSteps = new AtomicLong();
+    /** The last finished requests, newest last (bounded), for tests and diagnostics. */
+    private final ConcurrentLinkedDeque<JobRecord> recent = new ConcurrentLinkedDeque<>();
+    private final long startedAtMillis = System.currentTimeMillis();
+    private volatile int port;
+    private volatile ReloadOutcome lastReload;
+
+    public ServerState(ServerConfig config, ServerMetrics metrics) {
+        this.config = config;
+        this.metrics = metrics;
+    }
+
+    /** The configuration new requests run under. */
+    public ServerConfig config() {
+        return config;
+    }
+
+    void config(ServerConfig c, List<ServerConfig.Change> pendingRestart) {
+        this.pending = List.copyOf(pendingRestart);
+        this.config = c;
+    }
+
+    /** Restart-requiring keys whose value in the file differs from the running value. */
+    public List<ServerConfig.Change> pending() {
+        return pending;
+    }
+
+    /** The loaded model, or null while loading (or after a failed load). */
+    public ModelInfo model() {
+        return model;
+    }
+
+    void model(ModelInfo m) {
+        this.model = m;
+    }
+
+    /** Why loading failed, or null. */
+    public String loadError() {
+        return loadError;
+    }
+
+    void loadError(String e) {
+        this.loadError = e;
+    }
+
+    public ServerMetrics metrics() {
+        return metrics;
+    }
+
+    /** The port HTTP listens on (0 until it does). */
+    public int port() {
+        return port;
+    }
+
+    void port(int p) {
+        this.port = p;
+    }
+
+    /**
+     * The outcome of the latest config file change.
+     * @param outcome "applied", "applied, restart pending", "unchanged" or "rejected"
+     * @param message what was applied, what waits for a restart, or why the file was rejected
+     */
+    public record ReloadOutcome(java.time.Instant at, String outcome, String message) {}
+
+    /** The latest config file change, or null when there was none. */
+    public ReloadOutcome lastReload() {
+        return lastReload;
+    }
+
+    void lastReload(ReloadOutcome r) {
+        this.lastReload = r;
+    }
+
+    public long startedAtMillis() {
+        return startedAtMillis;
+    }
+
+    /** Effective context limit: limits.maxContextTokens capped by the model's own limit. */
+    public int maxContext() {
+        ModelInfo m = model;
+        int c = config.maxContextTokens();
+        return m == null ? c : Math.min(c, m.maxPositions());
+    }
+
+    /**
+     * How one request ended.
+     * @param outcome "stop", "length", "tool_calls", "cancelled" or "failed"
+     * @param promptProcessed prompt tokens prefilled before it ended
+     * @param steps engine steps it ran
+     */
+    public record JobRecord(String id, String outcome, int promptTokens, int promptProcessed, int generated, long steps) {}
+
+    void record(JobRecord r) {
+        recent.addLast(r);
+        while (recent.size() > 512) recent.pollFirst();
+    }
+
+    /** The record of a finished request, or null. */
+    public JobRecord finished(String id) {
+        for (var it = recent.descendingIterator(); it.hasNext(); ) {
+            JobRecord r = it.next();
+            if (r.id().equals(id)) return r;
+        }
+        return null;
+    }
+
+    /** The last finished requests, oldest first. */
+    public List<JobRecord> recent() {
+        return List.copyOf(recent);
+    }
+}

@@ -1,0 +1,60 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+/**
+ * Token counts and timings of one finished request, as sent in the response's {@code usage}.
+ *
+ * @param promptTokens      prompt tokens
+ * @param completionTokens  generated tokens (including the end-of-sequence token when one ended the turn)
+ * @param queueMs           from arrival to the first engine step
+ * @param ttftMs            from arrival to the first generated token (parsing, tokenising, queueing and prefill)
+ * @param prefillMs         from the first engine step to the first generated token
+ * @param prefillTps        prompt tokens per second of prefill
+ * @param decodeMs          from the first generated token to the last
+ * @param decodeTps         tokens per second after the first one
+ * @param draftOffered      draft tokens sent for verification
+ * @param draftAccepted     draft tokens accepted
+ * @param verifySteps       decode (verify) steps
+ */
+public record Usage(int promptTokens, int completionTokens, double queueMs, double ttftMs, double prefillMs,
+                    double prefillTps, double decodeMs, double decodeTps, long draftOffered, long draftAccepted,
+                    long verifySteps) {
+
+    /** accepted / offered, NaN when nothing was offered. */
+    public double acceptanceRate() {
+        return draftOffered == 0 ? Double.NaN : (double) draftAccepted / draftOffered;
+    }
+
+    /** Tokens committed per verify step on average, NaN without steps. */
+    public double committedPerStep() {
+        return verifySteps == 0 ? Double.NaN : (double) (draftAccepted + verifySteps) / verifySteps;
+    }
+
+    /**
+     * The OpenAI usage object plus a {@code timings} object. Timing names follow llama.cpp's {@code timings}
+     * ({@code prompt_n}, {@code prompt_per_second}, {@code predicted_per_second}, {@code draft_n},
+     * {@code draft_n_accepted}) so tools that read those keep working.
+     */
+    public ObjectNode toJson() {
+        ObjectNode u = Json.object();
+        u.put("prompt_tokens", promptTokens);
+        u.put("completion_tokens", completionTokens);
+        u.put("total_tokens", promptTokens + completionTokens);
+        ObjectNode t = u.putObject("timings");
+        Json.putNumber(t, "queue_ms", queueMs);
+        Json.putNumber(t, "ttft_ms", ttftMs);
+        t.put("prompt_n", promptTokens);
+        Json.putNumber(t, "prompt_ms", prefillMs);
+        Json.putNumber(t, "prompt_per_second", prefillTps);
+        t.put("predicted_n", completionTokens);
+        Json.putNumber(t, "predicted_ms", decodeMs);
+        Json.putNumber(t, "predicted_per_second", decodeTps);
+        t.put("draft_n", draftOffered);
+        t.put("draft_n_accepted", draftAccepted);
+        Json.putNumber(t, "draft_acceptance_rate", acceptanceRate());
+        t.put("verify_steps", verifySteps);
+        Json.putNumber(t, "mean_committed_per_step", committedPerStep());
+        return u;
+    }
+}

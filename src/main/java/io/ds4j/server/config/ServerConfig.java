@@ -1,0 +1,444 @@
+package io.ds4j.server.config;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+
+/**
+ * The server's configuration ({@code conf/server.json}): an immutable, validated set of values for the keys in
+ * {@link #KEYS}. Built from JSON with {@link #parse}, which checks the whole file at once (unknown keys, wrong types,
+ * out-of-range values) and reports every problem by key; CLI flags are applied as overrides of single keys before
+ * that check. {@link #reload} splits a new configuration into what applies live and what waits for a restart.
+ */
+public final class ServerConfig {
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    /** Every key, in documentation order. */
+    public static final List<ConfigKey> KEYS = List.of(
+            key("server.host", ConfigKey.Type.STRING, "127.0.0.1", false, "address to listen on (use 0.0.0.0 for all interfaces)"),
+            key("server.port", ConfigKey.Type.INT, 8080, false, "TCP port; 0 picks a free one (logged)"),
+            key("server.httpInstances", ConfigKey.Type.INT, 0, false, "HTTP verticle instances on the event loops; 0 = min(4, cores)"),
+            key("server.apiKeys", ConfigKey.Type.STRING_LIST, List.of(), true,
+                    "accepted Bearer keys; empty = no authentication. /health and the playground stay public"),
+            key("server.cors.allowedOrigins", ConfigKey.Type.STRING_LIST, List.of(), true,
+                    "origins allowed by CORS (\"*\" = any); empty = no CORS headers"),
+            key("server.maxBodyBytes", ConfigKey.Type.INT, 4 << 20, true, "largest accepted request body; larger gets 413"),
+            key("server.webroot", ConfigKey.Type.STRING, "webroot", false, "folder of the playground's static files served at /"),
+            key("server.configScanMs", ConfigKey.Type.INT, 1000, false, "how often the config file is checked for changes (ms)"),
+            key("model.path", ConfigKey.Type.NULLABLE_STRING, null, false,
+                    "model folder (config.json + safetensors); null = the embedded default (random 'tiny' model)"),
+            key("model.name", ConfigKey.Type.NULLABLE_STRING, null, false,
+                    "model id shown by /v1/models and accepted in requests; null = the folder's name"),
+            key("model.backend", ConfigKey.Type.STRING, "cpu", false, "compute backend: cpu (hip once the GPU backend exists)"),
+            key("model.cacheTokens", ConfigKey.Type.INT, 0, false,
+                    "token budget of sequence state over all active requests (prompt + max_tokens each); 0 = no limit"),
+            key("speculative.draft", ConfigKey.Type.STRING, "ngram", false,
+                    "draft for speculative decoding: \"none\", \"ngram\" (prompt lookup) or a draft model folder"),
+            key("speculative.q", ConfigKey.Type.WIDTH, "auto", true,
+                    "draft tokens verified per step: 1..8, or \"auto\" (adaptive, up to 8)"),
+            key("verify.f16Kv", ConfigKey.Type.BOOL, false, false,
+                    "verify attention reads the F16 cache directly (GPU backend); must be false on cpu"),
+            key("verify.f32ShortContextRows", ConfigKey.Type.INT, 512, false,
+                    "verify attention runs in F32 up to this many context rows (GPU backend; reported only on cpu)"),
+            key("limits.maxContextTokens", ConfigKey.Type.INT, 32768, true,
+                    "context limit per request (prompt + generated); capped by the model's own limit"),
+            key("limits.maxQueue", ConfigKey.Type.INT, 64, true, "requests that may wait for a slot; beyond that 429"),
+            key("limits.maxActive", ConfigKey.Type.INT, 8, true, "requests generating at the same time"),
+            key("limits.maxTokensDefault", ConfigKey.Type.INT, 4096, true, "max_tokens of requests that give none"),
+            key("limits.prefillChunk", ConfigKey.Type.INT, 512, true, "prompt tokens per prefill step (smaller = fairer interleaving)"),
+            key("sampling.temperature", ConfigKey.Type.NUMBER, 1.0, true, "default temperature (0 = greedy)"),
+            key("sampling.top_p", ConfigKey.Type.NUMBER, 1.0, true, "default nucleus mass (1 = off)"),
+            key("sampling.top_k", ConfigKey.Type.INT, 0, true, "default top-k (0 = off)"),
+            key("sampling.min_p", ConfigKey.Type.NUMBER, 0.0, true, "default min-p (0 = off)"),
+            key("sampling.presence_penalty", ConfigKey.Type.NUMBER, 0.0, true, "default presence penalty"),
+            key("sampling.frequency_penalty", ConfigKey.Type.NUMBER, 0.0, true, "default frequency penalty"),
+            key("sampling.repetition_penalty", ConfigKey.Type.NUMBER, 1.0, true, "default repetition penalty (1 = off)"),
+            key("sampling.seed", ConfigKey.Type.NULLABLE_LONG, null, true, "default seed; null = a random seed per request"),
+            key("log.level", ConfigKey.Type.STRING, "info", true, "log level: trace, debug, info, warn, error or off"));
+
+    private static final Map<String, ConfigKey> BY_NAME;
+
+    static {
+        Map<String, ConfigKey> m = new LinkedHashMap<>();
+        for (ConfigKey k : KEYS) m.put(k.name(), k);
+        BY_NAME = Collections.unmodifiableMap(m);
+    }
+
+    private static ConfigKey key(String name, ConfigKey.Type t, Object def, boolean live, String doc) {
+        return new ConfigKey(name, t, def, live, doc);
+    }
+
+    /** The key of a dotted name, or null. */
+    public static ConfigKey keyOf(String name) {
+        return BY_NAME.get(name);
+    }
+
+    private final Map<String, Object> values;
+
+    private ServerConfig(Map<String, Object> values) {
+        this.values = Collections.unmodifiableMap(values);
+    }
+
+    /** All defaults. */
+    public static ServerConfig defaults() {
+        Map<String, Object> v = new LinkedHashMap<>();
+        for (ConfigKey k : KEYS) v.put(k.name(), k.def());
+        return new ServerConfig(v);
+    }
+
+    /**
+     * Parses a configuration file's text and applies overrides.
+     * @param text      the file's JSON text (an object); null or blank means an empty object (all defaults)
+     * @param source    where the text came from, for messages
+     * @param overrides dotted key → value (String, Number, Boolean, List or null) that replace the file's values
+     * @throws ConfigException listing every problem, each naming its key (or the JSON syntax error with line and column)
+     */
+    public static ServerConfig parse(String text, String source, Map<String, Object> overrides) throws ConfigException {
+        ObjectNode tree;
+        if (text == null || text.isBlank()) {
+            tree = JsonNodeFactory.instance.objectNode();
+        } else {
+            JsonNode n;
+            try {
+                n = JSON.readTree(text);
+            } catch (JsonProcessingException e) {
+                var loc = e.getLocation();
+                throw new ConfigException(source + ": not valid JSON" + (loc != null ? " at line " + loc.getLineNr()
+                        + ", column " + loc.getColumnNr() : "") + ": " + e.getOriginalMessage());
+            }
+            if (n == null || !n.isObject()) throw new ConfigException(source + ": must be a JSON object");
+            tree = (ObjectNode) n;
+        }
+        if (overrides != null) for (var e : overrides.entrySet()) put(tree, e.getKey(), JSON.valueToTree(e.getValue()));
+        return fromTree(tree);
+    }
+
+    /** Sets a dotted key in a JSON tree, creating the objects on its path. */
+    private static void put(ObjectNode tree, String dotted, JsonNode value) throws ConfigException {
+        String[] parts = dotted.split("\\.");
+        ObjectNode at = tree;
+        for (int i = 0; i < parts.length - 1; i++) {
+            JsonNode child = at.get(parts[i]);
+            if (child == null || !child.isObject()) {
+                child = JsonNodeFactory.instance.objectNode();
+                at.set(parts[i], child);
+            }
+            at = (ObjectNode) child;
+        }
+        at.set(parts[parts.length - 1], value);
+    }
+
+    /**
+     * Reads and validates a JSON tree. Keys starting with "_" are comments and are ignored.
+     * @throws ConfigException listing every problem by key
+     */
+    public static ServerConfig fromTree(ObjectNode tree) throws ConfigException {
+        List<String> problems = new ArrayList<>();
+        Map<String, Object> v = new LinkedHashMap<>();
+        for (ConfigKey k : KEYS) v.put(k.name(), k.def());
+        walk(tree, "", v, problems);
+        // keys with a type problem still hold their (valid) default here, so range checks only report the others
+        check(v, problems);
+        if (!problems.isEmpty()) throw new ConfigException(problems);
+        return new ServerConfig(v);
+    }
+
+    private static void walk(JsonNode node, String prefix, Map<String, Object> v, List<String> problems) {
+        for (var e : node.properties()) {
+            String name = e.getKey();
+            if (name.startsWith("_")) continue;
+            String path = prefix.isEmpty() ? name : prefix + "." + name;
+            ConfigKey k = BY_NAME.get(path);
+            if (k != null) {
+                Object r = k.type().read(e.getValue());
+                if (r instanceof ConfigKey.Problem p) problems.add(path + ": " + p.text());
+                else v.put(path, r);
+            } else if (isSection(path)) {
+                if (e.getValue().isObject()) walk(e.getValue(), path, v, problems);
+                else problems.add(path + ": must be an object");
+            } else {
+                problems.add(path + ": unknown key" + suggestion(path));
+            }
+        }
+    }
+
+    private static boolean isSection(String path) {
+        for (ConfigKey k : KEYS) if (k.name().startsWith(path + ".")) return true;
+        return false;
+    }
+
+    private static String suggestion(String path) {
+        String best = null;
+        int bestD = Integer.MAX_VALUE;
+        for (ConfigKey k : KEYS) {
+            int d = distance(path.toLowerCase(Locale.ROOT), k.name().toLowerCase(Locale.ROOT));
+            if (d < bestD) {
+                bestD = d;
+                best = k.name();
+            }
+        }
+        return best != null && bestD <= Math.max(2, path.length() / 4) ? " (did you mean " + best + "?)" : "";
+    }
+
+    private static int distance(String a, String b) {
+        int[] prev = new int[b.length() + 1], cur = new int[b.length() + 1];
+        for (int j = 0; j <= b.length(); j++) prev[j] = j;
+        for (int i = 1; i <= a.length(); i++) {
+            cur[0] = i;
+            for (int j = 1; j <= b.length(); j++)
+                cur[j] = Math.min(Math.min(cur[j - 1], prev[j]) + 1, prev[j - 1] + (a.charAt(i - 1) == b.charAt(j - 1) ? 0 : 1));
+            int[] t = prev; prev = cur; cur = t;
+        }
+        return prev[b.length()];
+    }
+
+    /** Range and cross-key checks. */
+    private static void check(Map<String, Object> v, List<String> p) {
+        intRange(v, p, "server.port", 0, 65535);
+        intRange(v, p, "server.httpInstances", 0, 64);
+        intRange(v, p, "server.maxBodyBytes", 1024, 1 << 30);
+        intRange(v, p, "server.configScanMs", 50, 3_600_000);
+        intRange(v, p, "model.cacheTokens", 0, Integer.MAX_VALUE);
+        intRange(v, p, "verify.f32ShortContextRows", 0, 1 << 20);
+        intRange(v, p, "limits.maxContextTokens", 16, Integer.MAX_VALUE);
+        intRange(v, p, "limits.maxQueue", 0, 1 << 20);
+        intRange(v, p, "limits.maxActive", 1, 4096);
+        intRange(v, p, "limits.maxTokensDefault", 1, Integer.MAX_VALUE);
+        intRange(v, p, "limits.prefillChunk", 1, 1 << 16);
+        intRange(v, p, "sampling.top_k", 0, Integer.MAX_VALUE);
+        numRange(v, p, "sampling.temperature", 0, 2, false);
+        numRange(v, p, "sampling.top_p", 0, 1, true);
+        numRange(v, p, "sampling.min_p", 0, 1, false);
+        numRange(v, p, "sampling.presence_penalty", -2, 2, false);
+        numRange(v, p, "sampling.frequency_penalty", -2, 2, false);
+        numRange(v, p, "sampling.repetition_penalty", 0, 10, true);
+        String host = (String) v.get("server.host");
+        if (host.isBlank()) p.add("server.host: must not be empty");
+        String backend = (String) v.get("model.backend");
+        if (!io.ds4j.engine.Backends.NAMES.contains(backend))
+            p.add("model.backend: unknown backend '" + backend + "' (expected one of " + io.ds4j.engine.Backends.NAMES + ")");
+        if ((Boolean) v.get("verify.f16Kv") && backend.equals("cpu"))
+            p.add("verify.f16Kv: must be false with backend cpu (the F16-KV verify path is a GPU backend option)");
+        String draft = (String) v.get("speculative.draft");
+        if (draft.isBlank()) p.add("speculative.draft: must be \"none\", \"ngram\" or a model folder, got an empty string");
+        String mp = (String) v.get("model.path");
+        if (mp != null && mp.isBlank()) p.add("model.path: must be a folder or null, got an empty string");
+        String level = ((String) v.get("log.level")).toLowerCase(Locale.ROOT);
+        if (!Set.of("trace", "debug", "info", "warn", "error", "off").contains(level))
+            p.add("log.level: must be one of trace, debug, info, warn, error, off, got \"" + v.get("log.level") + "\"");
+        else v.put("log.level", level);
+        @SuppressWarnings("unchecked") List<String> keys = (List<String>) v.get("server.apiKeys");
+        for (String k : keys) if (k.isBlank()) p.add("server.apiKeys: keys must not be empty");
+    }
+
+    private static void intRange(Map<String, Object> v, List<String> p, String k, int lo, int hi) {
+        int x = (Integer) v.get(k);
+        if (x < lo || x > hi)
+            p.add(k + ": must be an integer in [" + lo + ", " + (hi == Integer.MAX_VALUE ? "∞" : hi) + "], got " + x);
+    }
+
+    private static void numRange(Map<String, Object> v, List<String> p, String k, double lo, double hi, boolean openLow) {
+        double x = (Double) v.get(k);
+        boolean ok = (openLow ? x > lo : x >= lo) && x <= hi;
+        if (!ok) p.add(k + ": must be in " + (openLow ? "(" : "[") + fmt(lo) + ", " + fmt(hi) + "], got " + fmt(x));
+    }
+
+    private static String fmt(double d) {
+        return d == Math.rint(d) ? Long.toString((long) d) : Double.toString(d);
+    }
+
+    // ------------------------------------------------------------------------------------------------ accessors
+
+    /** The value of a key (see {@link #KEYS} for its Java type). */
+    public Object get(String key) {
+        if (!values.containsKey(key)) throw new IllegalArgumentException("unknown config key " + key);
+        return values.get(key);
+    }
+
+    private int i(String k) {
+        return (Integer) values.get(k);
+    }
+
+    private double d(String k) {
+        return (Double) values.get(k);
+    }
+
+    /** {@code server.host}. */
+    public String host() { return (String) values.get("server.host"); }
+
+    /** {@code server.port}. */
+    public int port() { return i("server.port"); }
+
+    /** HTTP verticle instances (0 in the file means min(4, cores)). */
+    public int httpInstances() {
+        int n = i("server.httpInstances");
+        return n > 0 ? n : Math.max(1, Math.min(4, Runtime.getRuntime().availableProcessors()));
+    }
+
+    /** {@code server.apiKeys}. */
+    @SuppressWarnings("unchecked")
+    public List<String> apiKeys() { return (List<String>) values.get("server.apiKeys"); }
+
+    /** {@code server.cors.allowedOrigins}. */
+    @SuppressWarnings("unchecked")
+    public List<String> corsOrigins() { return (List<String>) values.get("server.cors.allowedOrigins"); }
+
+    /** {@code server.maxBodyBytes}. */
+    public int maxBodyBytes() { return i("server.maxBodyBytes"); }
+
+    /** {@code server.webroot}. */
+    public String webroot() { return (String) values.get("server.webroot"); }
+
+    /** {@code server.configScanMs}. */
+    public int configScanMs() { return i("server.configScanMs"); }
+
+    /** The model folder, or null for the embedded default. */
+    public String modelPath() { return (String) values.get("model.path"); }
+
+    /** {@code model.name}. */
+    public String modelName() { return (String) values.get("model.name"); }
+
+    /** {@code model.backend}. */
+    public String backend() { return (String) values.get("model.backend"); }
+
+    /** {@code model.cacheTokens}. */
+    public int cacheTokens() { return i("model.cacheTokens"); }
+
+    /** {@code speculative.draft}. */
+    public String draft() { return (String) values.get("speculative.draft"); }
+
+    /** "auto" or "1".."8". */
+    public String specQ() { return (String) values.get("speculative.q"); }
+
+    /** {@code verify.f16Kv}. */
+    public boolean verifyF16Kv() { return (Boolean) values.get("verify.f16Kv"); }
+
+    /** {@code verify.f32ShortContextRows}. */
+    public int verifyF32ShortContextRows() { return i("verify.f32ShortContextRows"); }
+
+    /** {@code limits.maxContextTokens}. */
+    public int maxContextTokens() { return i("limits.maxContextTokens"); }
+
+    /** {@code limits.maxQueue}. */
+    public int maxQueue() { return i("limits.maxQueue"); }
+
+    /** {@code limits.maxActive}. */
+    public int maxActive() { return i("limits.maxActive"); }
+
+    /** {@code limits.maxTokensDefault}. */
+    public int maxTokensDefault() { return i("limits.maxTokensDefault"); }
+
+    /** {@code limits.prefillChunk}. */
+    public int prefillChunk() { return i("limits.prefillChunk"); }
+
+    /** {@code log.level}. */
+    public String logLevel() { return (String) values.get("log.level"); }
+
+    /** Default sampling settings. */
+    public SamplingDefaults sampling() {
+        return new SamplingDefaults(d("sampling.temperature"), d("sampling.top_p"), i("sampling.top_k"), d("sampling.min_p"),
+                d("sampling.presence_penalty"), d("sampling.frequency_penalty"), d("sampling.repetition_penalty"),
+                (Long) values.get("sampling.seed"));
+    }
+
+    /** The sampling defaults requests fall back to. */
+    public record SamplingDefaults(double temperature, double topP, int topK, double minP, double presencePenalty,
+                                   double frequencyPenalty, double repetitionPenalty, Long seed) {}
+
+    /**
+     * The configuration as nested JSON (the file's shape).
+     * @param redactSecrets replace API keys by "***"
+     */
+    public ObjectNode toJson(boolean redactSecrets) {
+        ObjectNode root = JsonNodeFactory.instance.objectNode();
+        for (ConfigKey k : KEYS) {
+            Object val = values.get(k.name());
+            if (redactSecrets && k.name().equals("server.apiKeys"))
+                val = apiKeys().stream().map(x -> "***").toList();
+            try {
+                put(root, k.name(), JSON.valueToTree(val));
+            } catch (ConfigException e) {
+                throw new IllegalStateException(e);
+            }
+        }
+        return root;
+    }
+
+    /** A copy with one key changed (the value must already be valid; used by tests and the bench command). */
+    public ServerConfig with(String key, Object value) throws ConfigException {
+        ObjectNode tree = toJson(false);
+        put(tree, key, JSON.valueToTree(value));
+        return fromTree(tree);
+    }
+
+    // ------------------------------------------------------------------------------------------------ reload
+
+    /** One key whose value differs between two configurations. */
+    public record Change(String key, Object running, Object proposed) {
+        @Override
+        public String toString() {
+            return key + ": " + show(running) + " -> " + show(proposed);
+        }
+
+        private static String show(Object o) {
+            return o instanceof String s ? "\"" + s + "\"" : String.valueOf(o);
+        }
+    }
+
+    /**
+     * The outcome of comparing a new configuration with the running one.
+     * @param applied the configuration to run from now on: the new values of live keys, the running values of the others
+     * @param live    live keys that changed (applied now)
+     * @param pending restart keys whose new value differs from the running one (not applied until a restart)
+     */
+    public record Reload(ServerConfig applied, List<Change> live, List<Change> pending) {}
+
+    /** Splits a validated new configuration into live changes (applied) and restart-pending ones (kept as running). */
+    public static Reload reload(ServerConfig running, ServerConfig proposed) {
+        Map<String, Object> v = new LinkedHashMap<>();
+        List<Change> live = new ArrayList<>(), pending = new ArrayList<>();
+        for (ConfigKey k : KEYS) {
+            Object r = running.values.get(k.name()), n = proposed.values.get(k.name());
+            boolean same = Objects.equals(r, n);
+            if (k.live()) {
+                v.put(k.name(), n);
+                if (!same) live.add(new Change(k.name(), redact(k, r), redact(k, n)));
+            } else {
+                v.put(k.name(), r);
+                if (!same) pending.add(new Change(k.name(), redact(k, r), redact(k, n)));
+            }
+        }
+        return new Reload(new ServerConfig(v), List.copyOf(live), List.copyOf(pending));
+    }
+
+    private static Object redact(ConfigKey k, Object o) {
+        if (k.name().equals("server.apiKeys") && o instanceof List<?> l) return l.size() + " key(s)";
+        return o;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+        return o instanceof ServerConfig c && c.values.equals(values);
+    }
+
+    @Override
+    public int hashCode() {
+        return values.hashCode();
+    }
+
+    @Override
+    public String toString() {
+        return toJson(true).toString();
+    }
+}

@@ -1,0 +1,135 @@
+package io.ds4j.engine;
+
+import io.ds4j.cpu.CpuBackend;
+import io.ds4j.cpu.TestModelsAccess;
+import io.ds4j.model.ModelConfig;
+import io.ds4j.sampling.Sampler;
+import io.ds4j.sampling.SamplingParams;
+import io.ds4j.spec.Draft;
+import io.ds4j.spec.DraftSource;
+import io.ds4j.spec.ModelDraftSource;
+import io.ds4j.spec.NgramDraft;
+import io.ds4j.spec.VerifyWidth;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Speculative decoding on an in-memory micro model (all attention kinds, both MoE kinds): greedy speculative output
+ * equals plain greedy output token for token for every draft source and width; acceptance figures behave.
+ */
+class SpeculativeTest {
+    static CpuBackend target, otherModel, sameModel;
+    static ModelConfig cfg;
+
+    @BeforeAll
+    static void load() {
+        cfg = TestModelsAccess.microConfig();
+        target = new CpuBackend(TestModelsAccess.random(cfg, 42));
+        otherModel = new CpuBackend(TestModelsAccess.random(cfg, 4242));
+        sameModel = new CpuBackend(TestModelsAccess.random(cfg, 42));
+    }
+
+    @AfterAll
+    static void close() {
+        target.close();
+        otherModel.close();
+        sameModel.close();
+    }
+
+    record Result(int[] tokens, Generation.SpecStats stats, Generation.Finish finish) {}
+
+    static Result generate(int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w) {
+        List<Integer> out = new ArrayList<>();
+        Sampler s = new Sampler(p, cfg.vocabSize, prompt);
+        Draft d = src == null ? null : src.open(prompt, p, 7);
+        Generation g = new Generation(target, target.newSequence(16), prompt, s, d, w,
+                new Generation.Options(5, 4096, new int[]{-1}, 16), (tok, lp) -> { out.add(tok); return true; });
+        while (g.step()) { }
+        return new Result(out.stream().mapToInt(Integer::intValue).toArray(), g.specStats(), g.finish());
+    }
+
+    static int[] prompt(SplittableRandom r) {
+        int n = 3 + r.nextInt(18);
+        int[] p = new int[n];
+        for (int i = 0; i < n; i++) p[i] = r.nextInt(cfg.vocabSize);
+        return p;
+    }
+
+    static DraftSource modelDraft(CpuBackend b) {
+        return new ModelDraftSource(b, "model", 16);
+    }
+
+    @Test
+    void greedySpeculativeEqualsPlainGreedy() {
+        SplittableRandom r = new SplittableRandom(11);
+        SamplingParams p = SamplingParams.greedy(40);
+        long offered = 0, accepted = 0;
+        for (int i = 0; i < 50; i++) {
+            int[] pr = prompt(r);
+            int[] plain = generate(pr, p, null, null).tokens();
+            assertEquals(40, plain.length);
+            for (int q : new int[]{1, 2, 4, 7}) {
+                for (DraftSource src : List.of(NgramDraft.source(), modelDraft(otherModel))) {
+                    Result spec = generate(pr, p, src, VerifyWidth.fixed(q));
+                    assertArrayEquals(plain, spec.tokens(), "prompt " + i + " q=" + q + " draft " + src.name());
+                    offered += spec.stats().offered();
+                    accepted += spec.stats().accepted();
+                }
+            }
+            Result auto = generate(pr, p, NgramDraft.source(), VerifyWidth.parse("auto"));
+            assertArrayEquals(plain, auto.tokens(), "adaptive width, prompt " + i);
+        }
+        assertTrue(offered > 0, "drafts were offered");
+        System.out.printf("greedy identity: %d draft tokens offered, %d accepted%n", offered, accepted);
+    }
+
+    @Test
+    void identicalDraftIsAlwaysAccepted() {
+        SplittableRandom r = new SplittableRandom(12);
+        for (int i = 0; i < 5; i++) {
+            int[] pr = prompt(r);
+            Result res = generate(pr, SamplingParams.greedy(30), modelDraft(sameModel), VerifyWidth.fixed(4));
+            assertEquals(1.0, res.stats().acceptanceRate(), 0.0, "a copy of the target is always accepted");
+            assertEquals(5.0, res.stats().committedPerStep(), 1.0, "about q+1 tokens per step");
+        }
+    }
+
+    @Test
+    void randomDraftIsMostlyRejectedButOutputUnchanged() {
+        SplittableRandom r = new SplittableRandom(13);
+        long off = 0, acc = 0;
+        for (int i = 0; i < 5; i++) {
+            int[] pr = prompt(r);
+            int[] plain = generate(pr, SamplingParams.greedy(30), null, null).tokens();
+            Result res = generate(pr, SamplingParams.greedy(30), modelDraft(otherModel), VerifyWidth.fixed(4));
+            assertArrayEquals(plain, res.tokens());
+            off += res.stats().offered();
+            acc += res.stats().accepted();
+        }
+        double rate = (double) acc / off;
+        assertTrue(rate < 0.5, "acceptance of an unrelated draft should be low, got " + rate);
+    }
+
+    @Test
+    void sampledGenerationIsReproducibleWithASeed() {
+        int[] pr = {5, 6, 7, 8, 9};
+        SamplingParams p = SamplingParams.sampled(0.9, 0, 0.95, 0, 1234, 25);
+        assertArrayEquals(generate(pr, p, null, null).tokens(), generate(pr, p, null, null).tokens());
+        assertArrayEquals(generate(pr, p, NgramDraft.source(), VerifyWidth.fixed(3)).tokens(),
+                generate(pr, p, NgramDraft.source(), VerifyWidth.fixed(3)).tokens());
+    }
+
+    @Test
+    void maxTokensAndFinishReason() {
+        Result res = generate(new int[]{1, 2, 3}, SamplingParams.greedy(7), modelDraft(sameModel), VerifyWidth.fixed(4));
+        assertEquals(7, res.tokens().length, "speculation never overshoots max_tokens");
+        assertEquals(Generation.Finish.LENGTH, res.finish());
+    }
+}

@@ -1,0 +1,195 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.vertx.junit5.VertxExtension;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Every client mistake gets a 4xx with an OpenAI error body whose {@code param} (and message) names the field —
+ * never a 500 — and the server keeps serving afterwards.
+ */
+@ExtendWith(VertxExtension.class)
+class BadInputTest {
+    static TestServer server;
+
+    @BeforeAll
+    static void start() throws Exception {
+        server = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
+                Map.of("limits.maxContextTokens", 64, "server.maxBodyBytes", 4096));
+    }
+
+    @AfterAll
+    static void stop() {
+        server.close();
+    }
+
+    /** Posts a body and checks status, param and that the message names the field. */
+    static JsonNode expect(String path, String body, int status, String param) throws Exception {
+        TestServer.Resp r = server.post(path, body);
+        assertEquals(status, r.status(), "status for " + body + ": " + r.body());
+        assertTrue(r.headers().firstValue("content-type").orElse("").startsWith("application/json"), r.body());
+        JsonNode e = r.json().get("error");
+        assertNotNull(e, "error body: " + r.body());
+        assertTrue(e.hasNonNull("message") && e.hasNonNull("type"), r.body());
+        if (param != null) {
+            assertEquals(param, e.path("param").asText(null), "param for " + body + ": " + r.body());
+            assertTrue(e.get("message").asText().contains(param), "message names " + param + ": " + r.body());
+        }
+        return e;
+    }
+
+    static String chat(String extra) {
+        return TestServer.chat("Hi", extra);
+    }
+
+    @Test
+    void malformedJson() throws Exception {
+        JsonNode e = expect("/v1/chat/completions", "{\"messages\": [", 400, null);
+        assertEquals("invalid_json", e.get("code").asText());
+        assertTrue(e.get("message").asText().contains("line 1"), e.toString());
+        expect("/v1/chat/completions", "", 400, null);
+        expect("/v1/chat/completions", "[1,2]", 400, null);
+        expect("/v1/completions", "\"just a string\"", 400, null);
+    }
+
+    @Test
+    void wrongTypes() throws Exception {
+        expect("/v1/chat/completions", chat("\"temperature\":\"hot\""), 400, "temperature");
+        expect("/v1/chat/completions", chat("\"max_tokens\":1.5"), 400, "max_tokens");
+        expect("/v1/chat/completions", chat("\"max_completion_tokens\":\"ten\""), 400, "max_completion_tokens");
+        expect("/v1/chat/completions", chat("\"stream\":\"yes\""), 400, "stream");
+        expect("/v1/chat/completions", chat("\"stream_options\":{\"include_usage\":1}"), 400, "stream_options.include_usage");
+        expect("/v1/chat/completions", chat("\"stop\":[\"a\",3]"), 400, "stop[1]");
+        expect("/v1/chat/completions", chat("\"seed\":\"x\""), 400, "seed");
+        expect("/v1/chat/completions", chat("\"logit_bias\":{\"abc\":1}"), 400, "logit_bias");
+        expect("/v1/chat/completions", chat("\"tools\":{\"type\":\"function\"}"), 400, "tools");
+        expect("/v1/chat/completions", chat("\"chat_template_kwargs\":{\"thinking\":\"on\"}"), 400, "chat_template_kwargs.thinking");
+        expect("/v1/chat/completions", "{\"messages\":\"hello\"}", 400, "messages");
+        expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content");
+        expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0].role");
+        expect("/v1/chat/completions", "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role");
+        expect("/v1/chat/completions", "{\"model\":\"scripted\"}", 400, "messages");
+        expect("/v1/chat/completions", "{\"messages\":[]}", 400, "messages");
+        expect("/v1/completions", "{\"prompt\":42}", 400, "prompt");
+        expect("/v1/completions", "{}", 400, "prompt");
+        expect("/v1/completions", "{\"prompt\":[1,2,-5]}", 400, "prompt[2]");
+        expect("/v1/chat/completions", chat("\"model\":7"), 400, "model");
+    }
+
+    @Test
+    void outOfRangeAndUnsupportedValues() throws Exception {
+        expect("/v1/chat/completions", chat("\"n\":2"), 400, "n");
+        expect("/v1/completions", "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of");
+        expect("/v1/completions", "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix");
+        expect("/v1/completions", "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt");
+        expect("/v1/chat/completions", chat("\"temperature\":3"), 400, "temperature");
+        expect("/v1/chat/completions", chat("\"top_p\":0"), 400, "top_p");
+        expect("/v1/chat/completions", chat("\"top_k\":-3"), 400, "top_k");
+        expect("/v1/chat/completions", chat("\"max_tokens\":0"), 400, "max_tokens");
+        expect("/v1/chat/completions", chat("\"presence_penalty\":9"), 400, "presence_penalty");
+        expect("/v1/chat/completions", chat("\"logit_bias\":{\"999999999\":1}"), 400, "logit_bias");
+        expect("/v1/chat/completions", chat("\"top_logprobs\":3"), 400, "top_logprobs");
+        expect("/v1/chat/completions", chat("\"reasoning_effort\":\"extreme\""), 400, "reasoning_effort");
+        expect("/v1/chat/completions", chat("\"tool_choice\":\"required\""), 400, "tool_choice");
+        expect("/v1/chat/completions", chat("\"speculative_q\":9"), 400, "speculative_q");
+        expect("/v1/chat/completions", chat("\"response_format\":{\"type\":\"yaml\"}"), 400, "response_format.type");
+        expect("/v1/chat/completions", chat("\"stop\":[\"\"]"), 400, "stop");
+    }
+
+    @Test
+    void unknownModel() throws Exception {
+        JsonNode e = expect("/v1/chat/completions", TestServer.chat("Hi", "").replace("\"scripted\"", "\"gpt-4o\""), 404, "model");
+        assertEquals("model_not_found", e.get("code").asText());
+        expect("/v1/completions", "{\"model\":\"nope\",\"prompt\":\"x\"}", 404, "model");
+    }
+
+    @Test
+    void promptLongerThanTheContext() throws Exception {
+        JsonNode e = expect("/v1/chat/completions", TestServer.chat("word ".repeat(200), ""), 400, "messages");
+        assertEquals("context_length_exceeded", e.get("code").asText());
+        assertTrue(e.get("message").asText().contains("64"), e.toString());
+        expect("/v1/completions", "{\"prompt\":\"" + "word ".repeat(200) + "\"}", 400, "prompt");
+        // a prompt that fits still works: max_tokens is clamped to the room left
+        TestServer.Resp ok = server.post("/v1/chat/completions", chat("\"max_tokens\":1000"));
+        assertEquals(200, ok.status(), ok.body());
+    }
+
+    @Test
+    void bodyOverTheSizeLimit() throws Exception {
+        String big = TestServer.chat("x".repeat(10_000), "");
+        JsonNode e = expect("/v1/chat/completions", big, 413, null);
+        assertEquals("request_too_large", e.get("code").asText());
+        // chunked upload without Content-Length
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            OutputStream o = s.getOutputStream();
+            o.write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + "Transfer-Encoding: chunked\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            for (int i = 0; i < 5; i++) {
+                byte[] chunk = "y".repeat(2000).getBytes(StandardCharsets.US_ASCII);
+                o.write((Integer.toHexString(chunk.length) + "\r\n").getBytes(StandardCharsets.US_ASCII));
+                o.write(chunk);
+                o.write("\r\n".getBytes(StandardCharsets.US_ASCII));
+            }
+            o.write("0\r\n\r\n".getBytes(StandardCharsets.US_ASCII));
+            o.flush();
+            InputStream in = s.getInputStream();
+            String head = new String(in.readNBytes(12), StandardCharsets.US_ASCII);
+            assertEquals("HTTP/1.1 413", head);
+        }
+        assertEquals(200, server.post("/v1/chat/completions", chat("")).status(), "still serving");
+    }
+
+    @Test
+    void routesAndMethods() throws Exception {
+        assertEquals(404, server.get("/v1/nothing").status());
+        assertEquals(404, server.post("/v1/nothing", "{}").status());
+        TestServer.Resp r = server.get("/v1/chat/completions");
+        assertTrue(r.status() == 405 || r.status() == 404, r.status() + " " + r.body());
+        assertNotNull(r.json().get("error"));
+    }
+
+    @Test
+    void tokenizeAndDetokenize() throws Exception {
+        TestServer.Resp t = server.post("/tokenize", "{\"content\":\"Hello, world!\"}");
+        assertEquals(200, t.status(), t.body());
+        int[] expected = TestServer.tokenizer().encode("Hello, world!");
+        assertEquals(expected.length, t.json().get("tokens").size());
+        assertEquals(expected.length, t.json().get("count").asInt());
+        TestServer.Resp p = server.post("/tokenize", "{\"content\":\"Hello\",\"with_pieces\":true}");
+        assertEquals("Hello", p.json().at("/tokens/0/piece").asText());
+        TestServer.Resp d = server.post("/detokenize", "{\"tokens\":" + t.json().get("tokens") + "}");
+        assertEquals("Hello, world!", d.json().get("content").asText());
+        TestServer.Resp c = server.post("/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}");
+        assertEquals(5, c.json().get("count").asInt(), c.body()); // BOS, User, Hi, Assistant, </think>
+        expect("/detokenize", "{\"tokens\":[1,\"a\"]}", 400, "tokens[1]");
+        expect("/detokenize", "{\"tokens\":[999999999]}", 400, "tokens[0]");
+        expect("/detokenize", "{}", 400, "tokens");
+        expect("/tokenize", "{\"content\":5}", 400, "content");
+        expect("/tokenize", "{}", 400, "content");
+    }
+
+    @Test
+    void neverA500ForClientMistakes() throws Exception {
+        String[] bodies = {"{", "null", "{\"messages\":null}", "{\"messages\":[null]}", "{\"messages\":[{\"role\":\"tool\"}]}",
+                "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{}}]}]}",
+                "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+                chat("\"stream_options\":5"), chat("\"thinking\":{\"type\":\"sometimes\"}"), chat("\"logit_bias\":[1]"),
+                chat("\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"x\"}}"), chat("\"max_tokens\":1e30"),
+                chat("\"n\":\"2\""), chat("\"temperature\":null")};
+        for (String b : bodies) {
+            TestServer.Resp r = server.post("/v1/chat/completions", b);
+            assertTrue(r.status() < 500, "no 5xx for " + b + ": " + r.status() + " " + r.body());
+        }
+    }
+}

@@ -1,0 +1,151 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.vertx.junit5.VertxExtension;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.MethodOrderer;
+import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestMethodOrder;
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Hot reload of the configuration file: a valid file applies its live keys to new requests at once; an invalid one is
+ * rejected (with the problem named) and the old configuration keeps serving; keys that need a restart are reported as
+ * pending in /props while their running values stay.
+ */
+@ExtendWith(VertxExtension.class)
+@TestMethodOrder(MethodOrderer.OrderAnnotation.class)
+class ConfigReloadTest {
+    @TempDir
+    static Path dir;
+    static Path file;
+    static TestServer server;
+
+    @BeforeAll
+    static void start() throws Exception {
+        file = dir.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 50}}";
+        Files.writeString(file, text);
+        server = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), Map.of(), file, text);
+    }
+
+    @AfterAll
+    static void stop() {
+        server.close();
+    }
+
+    /** Replaces the file in one step, as an editor's save-and-rename does. */
+    static void write(String text) throws Exception {
+        Path tmp = dir.resolve("server.json.tmp");
+        Files.writeString(tmp, text);
+        Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+    }
+
+    static JsonNode props(String... auth) throws Exception {
+        TestServer.Resp r = server.get("/props", auth);
+        assertEquals(200, r.status(), r.body());
+        return r.json();
+    }
+
+    static boolean reloadMessageContains(String s, String... auth) {
+        try {
+            return props(auth).path("config_reload").path("message").asText("").contains(s);
+        } catch (Exception | AssertionError e) {
+            return false;
+        }
+    }
+
+    @Test
+    @Order(1)
+    void validFileAppliesLiveKeysToNewRequests() throws Exception {
+        assertEquals(50, props().at("/config/limits/maxTokensDefault").asInt());
+        write("{\"server\": {\"configScanMs\": 100, \"apiKeys\": [\"sk-test\"]}, \"limits\": {\"maxTokensDefault\": 3},"
+                + " \"sampling\": {\"temperature\": 0.5}, \"speculative\": {\"q\": 2}, \"log\": {\"level\": \"warn\"}}");
+        String[] key = {"Authorization", "Bearer sk-test"};
+        assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("limits.maxTokensDefault", key)), "reload applied");
+        JsonNode p = props(key);
+        assertEquals("applied", p.at("/config_reload/outcome").asText(), p.toString());
+        assertEquals(3, p.at("/config/limits/maxTokensDefault").asInt());
+        assertEquals(0.5, p.at("/default_generation_settings/temperature").asDouble());
+        assertEquals("2", p.at("/speculative/q").asText());
+        assertEquals("***", p.at("/config/server/apiKeys/0").asText(), "keys are not shown");
+
+        assertEquals(401, server.get("/props").status(), "API keys apply at once");
+        TestServer.Resp noKey = server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+        assertEquals(401, noKey.status());
+        assertEquals("invalid_api_key", noKey.json().at("/error/code").asText());
+        assertEquals(401, server.post("/v1/chat/completions", TestServer.chat("Hi", ""), "Authorization", "Bearer wrong").status());
+        TestServer.Resp ok = server.post("/v1/chat/completions", TestServer.chat("Hi", ""), key);
+        assertEquals(200, ok.status(), ok.body());
+        assertEquals(3, ok.json().at("/usage/completion_tokens").asInt(), "the new default max_tokens applies");
+        assertEquals(200, server.get("/health").status(), "/health stays public");
+    }
+
+    @Test
+    @Order(2)
+    void invalidFileIsRejectedAndTheOldConfigurationKeepsServing() throws Exception {
+        String[] key = {"Authorization", "Bearer sk-test"};
+        write("{\"limits\": {\"maxActive\": 0,");
+        assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("not valid JSON", key)));
+        write("{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 0, \"maxQeue\": 3}, \"sampling\": {\"top_p\": \"high\"}}");
+        assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("limits.maxActive", key)));
+        JsonNode p = props(key);
+        assertEquals("rejected", p.at("/config_reload/outcome").asText());
+        String msg = p.at("/config_reload/message").asText();
+        assertTrue(msg.contains("limits.maxActive: must be an integer in [1, 4096], got 0"), msg);
+        assertTrue(msg.contains("limits.maxQeue: unknown key (did you mean limits.maxQueue?)"), msg);
+        assertTrue(msg.contains("sampling.top_p: must be a number"), msg);
+        // nothing of the rejected file was applied
+        assertEquals(3, p.at("/config/limits/maxTokensDefault").asInt());
+        assertEquals(8, p.at("/config/limits/maxActive").asInt());
+        TestServer.Resp ok = server.post("/v1/chat/completions", TestServer.chat("Hi", ""), key);
+        assertEquals(200, ok.status(), ok.body());
+        assertEquals(3, ok.json().at("/usage/completion_tokens").asInt());
+    }
+
+    @Test
+    @Order(3)
+    void restartKeysArePendingWhileLiveKeysApply() throws Exception {
+        write("{\"server\": {\"configScanMs\": 100}, \"model\": {\"path\": \"/models/other\", \"cacheTokens\": 100000},"
+                + " \"limits\": {\"maxTokensDefault\": 4}}");
+        assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("pending restart")));
+        JsonNode p = props();
+        assertEquals("applied, restart pending", p.at("/config_reload/outcome").asText());
+        assertEquals(4, p.at("/config/limits/maxTokensDefault").asInt(), "live key applied");
+        assertNull(p.at("/config/model/path").textValue(), "running model path unchanged");
+        assertEquals("/scripted", p.at("/model/path").asText());
+        boolean path = false, cache = false;
+        for (JsonNode c : p.get("pending_restart")) {
+            if (c.get("key").asText().equals("model.path")) {
+                path = true;
+                assertEquals("/models/other", c.get("configured").asText());
+                assertTrue(c.get("running").isNull());
+            }
+            if (c.get("key").asText().equals("model.cacheTokens")) cache = true;
+        }
+        assertTrue(path && cache, p.get("pending_restart").toString());
+        TestServer.Resp ok = server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+        assertEquals(200, ok.status(), "apiKeys removed by the new file: " + ok.body());
+        assertEquals(4, ok.json().at("/usage/completion_tokens").asInt());
+        assertEquals("scripted", ok.json().get("model").asText());
+        // back to the running values: nothing pending any more
+        write("{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 4}}");
+        assertTrue(TestServer.eventually(5000, () -> {
+            try {
+                return props().get("pending_restart").isEmpty();
+            } catch (Exception | AssertionError e) {
+                return false;
+            }
+        }));
+    }
+}

@@ -1,0 +1,151 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.vertx.junit5.VertxExtension;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Engine scheduling seen from clients: a full queue answers 429 with Retry-After; a client that disconnects stops its
+ * request at the next step boundary — while decoding, while prefilling and while queued — and the engine does no more
+ * work for it; a request that fails inside the engine does not affect the others.
+ */
+@ExtendWith(VertxExtension.class)
+class SchedulingTest {
+    TestServer server;
+    ScriptedBackend backend = new ScriptedBackend(TestServer::defaultScript);
+
+    @AfterEach
+    void stop() {
+        if (server != null) server.close();
+    }
+
+    static final String LONG = TestServer.chat("Please count for a long time.", "\"stream\":true,\"max_tokens\":3000");
+
+    static String id(String firstChunk) throws Exception {
+        return Json.MAPPER.readTree(firstChunk).get("id").asText();
+    }
+
+    /** Asserts the engine does no more forwards from now on (no other request is running). */
+    void assertEngineIdle() throws Exception {
+        assertTrue(TestServer.eventually(3000, () -> server.state().metrics().running.get() == 0), "nothing running");
+        long f = backend.forwards.get();
+        Thread.sleep(300);
+        assertEquals(f, backend.forwards.get(), "the engine kept computing after the cancellation");
+    }
+
+    @Test
+    void disconnectDuringDecodeStopsTheRequest() throws Exception {
+        backend.delayMs = 10;
+        server = TestServer.scripted(backend, Map.of("speculative.draft", "none"));
+        String id;
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions", LONG)) {
+            assertEquals(200, s.status);
+            id = id(s.nextData());
+            for (int i = 0; i < 3; i++) assertTrue(s.nextData().contains("\"content\""));
+        }
+        String rid = id;
+        assertTrue(TestServer.eventually(3000, () -> server.state().finished(rid) != null), "the request ended");
+        ServerState.JobRecord r = server.state().finished(id);
+        assertEquals("cancelled", r.outcome());
+        assertTrue(r.generated() < 100, "stopped soon after the disconnect, generated " + r.generated());
+        assertEngineIdle();
+        assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 1.0"));
+    }
+
+    @Test
+    void disconnectDuringPrefillStopsTheRequest() throws Exception {
+        backend.delayMs = 20;
+        server = TestServer.scripted(backend, Map.of("limits.prefillChunk", 4, "speculative.draft", "none"));
+        String body = TestServer.chat("Please count for a long time. " + "lorem ipsum dolor ".repeat(150), "\"stream\":true");
+        String id;
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions", body)) {
+            assertEquals(200, s.status);
+            id = id(s.nextData()); // the role chunk comes at admission, before prefill
+            long f0 = backend.forwards.get();
+            assertTrue(TestServer.eventually(2000, () -> backend.forwards.get() > f0 + 3), "prefill started");
+        }
+        String rid = id;
+        assertTrue(TestServer.eventually(3000, () -> server.state().finished(rid) != null), "the request ended");
+        ServerState.JobRecord r = server.state().finished(id);
+        assertEquals("cancelled", r.outcome());
+        assertEquals(0, r.generated());
+        assertTrue(r.promptProcessed() < r.promptTokens(), "cancelled during prefill: " + r);
+        assertEngineIdle();
+    }
+
+    @Test
+    void disconnectOfANonStreamingRequest() throws Exception {
+        backend.delayMs = 10;
+        server = TestServer.scripted(backend, Map.of());
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions",
+                TestServer.chat("Please count for a long time.", "\"max_tokens\":3000"), false)) {
+            long f0 = backend.forwards.get();
+            assertTrue(TestServer.eventually(2000, () -> backend.forwards.get() > f0 + 5), "generation started");
+        }
+        assertTrue(TestServer.eventually(3000, () -> server.state().recent().stream().anyMatch(r -> r.outcome().equals("cancelled"))));
+        assertEngineIdle();
+    }
+
+    @Test
+    void fullQueueAnswers429WithRetryAfter() throws Exception {
+        backend.delayMs = 20;
+        server = TestServer.scripted(backend, Map.of("limits.maxActive", 1, "limits.maxQueue", 1));
+        try (RawStream a = new RawStream(server.port, "/v1/chat/completions", LONG);
+             RawStream b = new RawStream(server.port, "/v1/chat/completions", LONG)) {
+            assertEquals(200, a.status);
+            assertEquals(200, b.status);
+            String bid = id(b.nextData());
+            assertTrue(TestServer.eventually(2000, () -> server.state().metrics().waiting.get() == 1), "b waits");
+            TestServer.Resp c = server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+            assertEquals(429, c.status(), c.body());
+            int retry = Integer.parseInt(c.headers().firstValue("retry-after").orElseThrow());
+            assertTrue(retry >= 1 && retry <= 60, "Retry-After " + retry);
+            assertEquals("queue_full", c.json().at("/error/code").asText());
+            assertTrue(server.get("/metrics").body().contains("vllm:num_requests_waiting 1.0"));
+            b.close();
+            assertTrue(TestServer.eventually(3000, () -> server.state().finished(bid) != null));
+            assertEquals(0, server.state().finished(bid).promptProcessed(), "b was cancelled while queued");
+        }
+        assertEngineIdle();
+        TestServer.Resp d = server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+        assertEquals(200, d.status(), "accepted again once the queue drained: " + d.body());
+    }
+
+    @Test
+    void aFailingRequestDoesNotAffectOthers() throws Exception {
+        backend.delayMs = 5;
+        backend.failOn = TestServer.tokenizer().encode("EXPLODE");
+        server = TestServer.scripted(backend, Map.of());
+        CompletableFuture<TestServer.Resp> good = CompletableFuture.supplyAsync(() -> {
+            try {
+                return server.post("/v1/chat/completions", TestServer.chat("Please count for a long time.",
+                        "\"stream\":true,\"max_tokens\":60,\"stream_options\":{\"include_usage\":true}"));
+            } catch (Exception e) {
+                throw new RuntimeException(e);
+            }
+        });
+        TestServer.Resp bad = server.post("/v1/chat/completions", TestServer.chat("EXPLODE", "\"stream\":true"));
+        assertEquals(200, bad.status());
+        String last = bad.events().getLast();
+        JsonNode err = Json.MAPPER.readTree(last).get("error");
+        assertNotNull(err, "the stream ends with an error event: " + bad.body());
+        assertTrue(err.get("message").asText().contains("injected backend fault"));
+        TestServer.Resp bad2 = server.post("/v1/chat/completions", TestServer.chat("EXPLODE", ""));
+        assertEquals(500, bad2.status());
+        assertEquals("server_error", bad2.json().at("/error/type").asText());
+        TestServer.Resp ok = good.get();
+        assertEquals(200, ok.status());
+        assertEquals("[DONE]", ok.events().getLast());
+        JsonNode usage = Json.MAPPER.readTree(ok.events().get(ok.events().size() - 2)).get("usage");
+        assertEquals(60, usage.get("completion_tokens").asInt());
+        assertTrue(server.get("/metrics").body().contains("ds4j:requests_failed_total 2.0"));
+        assertEquals(200, server.post("/v1/chat/completions", TestServer.chat("Hi", "")).status());
+    }
+}

@@ -1,0 +1,132 @@
+// Drives a running ds4j server with the official openai npm client, as a real application would.
+// Usage: node openai-client.mjs BASE_URL API_KEY MODEL   (BASE_URL like http://127.0.0.1:8080/v1)
+// Prints one JSON line per check and a final {"ok":true,...} line; exits non-zero on the first failure.
+import OpenAI from 'openai';
+
+const [baseURL, apiKey, model] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
+const messages = [{ role: 'user', content: 'Say something.' }];
+const results = {};
+
+function check(cond, what) {
+  if (!cond) throw new Error('check failed: ' + what);
+}
+
+function checkUsage(u, maxTokens, what) {
+  check(u && Number.isInteger(u.prompt_tokens) && u.prompt_tokens > 0, what + ': usage.prompt_tokens');
+  check(Number.isInteger(u.completion_tokens) && u.completion_tokens >= 1 && u.completion_tokens <= maxTokens, what + ': usage.completion_tokens');
+  check(u.total_tokens === u.prompt_tokens + u.completion_tokens, what + ': usage.total_tokens');
+}
+
+async function run() {
+  // models
+  const models = [];
+  for await (const m of client.models.list()) models.push(m.id);
+  check(models.includes(model), 'models.list contains ' + model + ': ' + models);
+  results.models = models;
+
+  // non-streaming chat
+  const full = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0 });
+  check(full.object === 'chat.completion', 'object');
+  check(typeof full.choices[0].message.content === 'string', 'message.content is a string');
+  check(full.choices[0].message.role === 'assistant', 'role');
+  check(['stop', 'length'].includes(full.choices[0].finish_reason), 'finish_reason ' + full.choices[0].finish_reason);
+  checkUsage(full.usage, 8, 'non-stream');
+  results.nonStream = { content: full.choices[0].message.content, usage: full.usage.completion_tokens };
+
+  // streaming chat with usage
+  for (const includeUsage of [true, false]) {
+    const stream = await client.chat.completions.create({
+      model, messages, max_tokens: 8, temperature: 0, stream: true,
+      ...(includeUsage ? { stream_options: { include_usage: true } } : {}),
+    });
+    let first = true, text = '', finish = null, usage = null, chunks = 0;
+    for await (const chunk of stream) {
+      chunks++;
+      check(chunk.object === 'chat.completion.chunk', 'chunk object');
+      if (chunk.usage) {
+        check(chunk.choices.length === 0, 'the usage chunk has no choices');
+        usage = chunk.usage;
+        continue;
+      }
+      const c = chunk.choices[0];
+      if (first) {
+        check(c.delta.role === 'assistant', 'the first chunk carries the role');
+        first = false;
+      }
+      if (c.delta.content) text += c.delta.content;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+    check(finish === 'stop' || finish === 'length', 'stream finish_reason ' + finish);
+    if (includeUsage) {
+      checkUsage(usage, 8, 'stream');
+      check(text === full.choices[0].message.content, 'greedy stream text equals the non-stream text');
+    } else {
+      check(usage === null, 'no usage chunk without stream_options.include_usage');
+    }
+    results['stream_usage_' + includeUsage] = { chunks, text, usage: usage && usage.completion_tokens };
+  }
+
+  // the streaming helper assembles the message
+  const runner = client.chat.completions.stream({ model, messages, max_tokens: 6, temperature: 0 });
+  let deltas = '';
+  runner.on('content', (d) => { deltas += d; });
+  const final = await runner.finalChatCompletion();
+  check(final.choices[0].message.content === deltas, 'stream helper: final content equals the deltas');
+  results.helper = final.choices[0].message.content;
+
+  // tools and thinking are accepted
+  const withTools = await client.chat.completions.create({
+    model, max_tokens: 4, temperature: 0, reasoning_effort: 'high',
+    messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+    tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
+  });
+  check(withTools.choices.length === 1, 'tools + reasoning_effort request answered');
+
+  // legacy completions, both ways
+  const comp = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 5, temperature: 0 });
+  check(comp.object === 'text_completion' && typeof comp.choices[0].text === 'string', 'completions object');
+  checkUsage(comp.usage, 5, 'completions');
+  let ctext = '';
+  for await (const c of await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 5, temperature: 0, stream: true })) {
+    ctext += c.choices[0]?.text ?? '';
+  }
+  check(ctext === comp.choices[0].text, 'streamed completion equals the non-streamed one');
+
+  // client errors surface as typed SDK errors with the field named
+  try {
+    await client.chat.completions.create({ model, messages, n: 2 });
+    check(false, 'n=2 must fail');
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError, 'BadRequestError for n=2, got ' + e);
+    check(e.param === 'n', 'error.param is n, got ' + e.param);
+  }
+  try {
+    await client.chat.completions.create({ model: 'no-such-model', messages });
+    check(false, 'unknown model must fail');
+  } catch (e) {
+    check(e instanceof OpenAI.NotFoundError, 'NotFoundError for an unknown model, got ' + e);
+  }
+
+  // aborting a stream mid-way (the server must cancel it; the Java side checks)
+  const ac = new AbortController();
+  const long = await client.chat.completions.create({ model, messages, max_tokens: 5000, stream: true, ignore_eos: true },
+    { signal: ac.signal });
+  let seen = 0;
+  try {
+    for await (const chunk of long) {
+      if (chunk.choices[0]?.delta?.content && ++seen === 3) ac.abort();
+    }
+  } catch (e) {
+    check(e.name === 'APIUserAbortError' || e.name === 'AbortError', 'abort error, got ' + e);
+  }
+  check(seen === 3, 'aborted after 3 content chunks');
+  results.aborted = true;
+}
+
+run().then(() => {
+  console.log(JSON.stringify({ ok: true, ...results }));
+}).catch((e) => {
+  console.error(JSON.stringify({ ok: false, error: String(e && e.stack || e) }));
+  process.exit(1);
+});
