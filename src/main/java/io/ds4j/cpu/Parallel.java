@@ -64,8 +64,8 @@ public final class Parallel {
             body.run(0, n);
             return;
         }
-        int chunk = Math.max(grain, (n + THREADS * CHUNKS_PER_THREAD - 1) / (THREADS * CHUNKS_PER_THREAD));
-        int nChunks = (n + chunk - 1) / chunk;
+        int chunk = (int) Math.max(grain, ((long) n + THREADS * CHUNKS_PER_THREAD - 1) / (THREADS * CHUNKS_PER_THREAD));
+        int nChunks = (int) (((long) n + chunk - 1) / chunk);
         if (nChunks <= 1) {
             body.run(0, n);
             return;
@@ -150,8 +150,8 @@ public final class Parallel {
             while ((i = next.getAndIncrement()) < nChunks) {
                 try {
                     if (error == null) {
-                        int from = i * chunk;
-                        body.run(from, Math.min(n, from + chunk));
+                        int from = i * chunk; // < n, so no overflow
+                        body.run(from, (int) Math.min(n, (long) from + chunk));
                     }
                 } catch (Throwable e) {
                     if (error == null) error = e;
