@@ -48,7 +48,10 @@ public final class Sampler {
         this.vocab = vocab;
         this.outCount = new int[vocab];
         this.allCount = new int[vocab];
-        for (int t : prompt) note(t, 1, false);
+        for (int t : prompt) {
+            if (t < 0 || t >= vocab) throw new IllegalArgumentException("prompt token id " + t + " is outside [0, " + vocab + ")");
+            note(t, 1, false);
+        }
         this.rng = new SplittableRandom(params.seed() != null ? params.seed() : new SplittableRandom().nextLong());
     }
 
