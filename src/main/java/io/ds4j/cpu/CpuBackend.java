@@ -339,7 +339,7 @@ public final class CpuBackend implements Backend {
                     float p = lg[i] * inv;
                     float[] src = i < rawCnt ? rawK : entK;
                     int so = idx[i] * d;
-                    for (int j = 0; j < d; j++) o[qo + j] += p * src[so + j];
+                    VecOps.axpy(p, src, so, o, qo, d);
                 }
             }
         });
@@ -368,9 +368,7 @@ public final class CpuBackend implements Backend {
     }
 
     private static float dot(float[] a, int ao, float[] b, int bo, int n) {
-        float acc = 0;
-        for (int i = 0; i < n; i++) acc += a[ao + i] * b[bo + i];
-        return acc;
+        return VecOps.dot(a, ao, b, bo, n);
     }
 
     /**
