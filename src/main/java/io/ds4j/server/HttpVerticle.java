@@ -88,7 +88,9 @@ public final class HttpVerticle extends VerticleBase {
         r.post("/tokenize").handler(ctx -> withBody(ctx, b -> tokenize(ctx, b)));
         r.post("/detokenize").handler(ctx -> withBody(ctx, b -> detokenize(ctx, b)));
         r.get("/metrics").handler(PrometheusScrapingHandler.create(registry));
-        StaticHandler files = StaticHandler.create(FileSystemAccess.ROOT, webroot).setIndexPage("index.html");
+        // the page and its scripts change with every ds4j release: browsers revalidate instead of caching for a day
+        StaticHandler files = StaticHandler.create(FileSystemAccess.ROOT, webroot).setIndexPage("index.html")
+                .setCachingEnabled(false).setMaxAgeSeconds(0);
         // no method restriction on the route itself, so an unknown POST path is a 404, not a 405
         r.route("/*").handler(ctx -> {
             HttpMethod m = ctx.request().method();
