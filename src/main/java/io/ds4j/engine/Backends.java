@@ -22,7 +22,7 @@ public final class Backends {
     public static Backend open(String name, Path modelDir) throws CheckpointException {
         return switch (name) {
             case "cpu" -> new CpuBackend(WeightLoader.load(modelDir));
-            case "hip" -> throw new IllegalArgumentException("backend 'hip' is not available: this build has no GPU backend yet; use backend 'cpu'");
+            case "hip" -> io.ds4j.gpu.HipBackend.open(modelDir);
             default -> throw new IllegalArgumentException("unknown backend '" + name + "' (expected one of " + NAMES + ")");
         };
     }

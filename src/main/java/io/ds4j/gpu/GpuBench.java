@@ -1,0 +1,160 @@
+package io.ds4j.gpu;
+
+import io.ds4j.engine.Sequence;
+import io.ds4j.model.AttentionKind;
+import io.ds4j.model.ModelConfig;
+import io.ds4j.model.ModelWeights;
+import io.ds4j.model.TensorNames;
+import io.ds4j.model.WeightLoader;
+import io.ds4j.model.WeightMatrix;
+import io.ds4j.model.synth.ModelStore;
+import io.ds4j.model.synth.Presets;
+import io.ds4j.model.synth.RandomCheckpoint;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+
+/**
+ * GPU benchmark of the HIP backend (tools/device/run.sh bench): prefill tokens/s at a prompt length, decode
+ * tokens/s (batch 1) at one or more context lengths, bytes read per decoded token (weights actually touched: dense
+ * matrices, the k routed experts of every layer, lm_head, plus the F16 cache rows read) and the achieved bandwidth
+ * against a peak (default 4.8 TB/s, the H200's). A benchmark, not a test: it prints figures and asserts nothing.
+ *
+ * <pre>
+ * java ... io.ds4j.gpu.GpuBench [--model DIR | --preset NAME [--dtype bf16|fp8] [--layers L] [--experts E]]
+ *      [--prompt-tokens 4096] [--chunk 512] [--decode-tokens 32] [--contexts 4096,59933] [--max-prefill 8192]
+ *      [--peak-gbs 4800]
+ * </pre>
+ * Contexts up to --max-prefill are prefilled for real; longer ones start from a synthetic cache of random F16 rows
+ * (HipSequence#fillRandom: real sizes and access pattern, meaningless values), because prefill at that length is
+ * not yet fast enough for a benchmark run; the output says which.
+ * A preset model is written to a temporary folder (fp8: original naming, FP8 + FP4 as released; bf16: the model store).
+ */
+public final class GpuBench {
+    private GpuBench() {}
+
+    public static void main(String[] args) throws Exception {
+        String model = null, preset = "flash-shaped", dtype = "fp8";
+        Integer layers = null, experts = null;
+        int prompt = 4096, chunk = 512, decode = 32, maxPrefill = 8192;
+        double peak = 4800;
+        List<Integer> contexts = new ArrayList<>();
+        for (int i = 0; i < args.length; i++) {
+            String a = args[i];
+            switch (a) {
+                case "--model" -> model = args[++i];
+                case "--preset" -> preset = args[++i];
+                case "--dtype" -> dtype = args[++i];
+                case "--layers" -> layers = Integer.parseInt(args[++i]);
+                case "--experts" -> experts = Integer.parseInt(args[++i]);
+                case "--prompt-tokens" -> prompt = Integer.parseInt(args[++i]);
+                case "--chunk" -> chunk = Integer.parseInt(args[++i]);
+                case "--decode-tokens" -> decode = Integer.parseInt(args[++i]);
+                case "--contexts" -> { for (String s : args[++i].split(",")) contexts.add(Integer.parseInt(s.trim())); }
+                case "--peak-gbs" -> peak = Double.parseDouble(args[++i]);
+                case "--max-prefill" -> maxPrefill = Integer.parseInt(args[++i]);
+                default -> throw new IllegalArgumentException("unknown option " + a);
+            }
+        }
+        if (contexts.isEmpty()) contexts.add(prompt);
+        Path dir;
+        if (model != null) dir = Path.of(model);
+        else if (dtype.equals("fp8")) {
+            ModelConfig c = Presets.get(preset, layers, experts);
+            dir = Files.createTempDirectory("ds4j-bench-" + preset);
+            long t0 = System.nanoTime();
+            new RandomCheckpoint(c, 1, TensorNames.Scheme.ORIGINAL, RandomCheckpoint.Storage.FP8).write(dir);
+            System.out.printf("wrote %s (fp8) to %s in %.1f s%n", preset, dir, (System.nanoTime() - t0) / 1e9);
+        } else dir = ModelStore.ensure(preset, 1, System.out::println);
+
+        ModelWeights w = WeightLoader.load(dir);
+        ModelConfig c = w.config;
+        long expertBytes = 0, denseBytes = w.lmHead.storedBytes() + w.hcHeadFn.storedBytes() + w.embed.rowBytes();
+        for (ModelWeights.Layer L : w.layers) {
+            for (WeightMatrix m : new WeightMatrix[]{L.attnHcFn, L.ffnHcFn, L.qA, L.qB, L.kv, L.oA, L.oB, L.gate, L.sharedW1,
+                    L.sharedW2, L.sharedW3}) denseBytes += m.storedBytes();
+            if (L.compressor != null) denseBytes += L.compressor.kvProj.storedBytes() + L.compressor.gateProj.storedBytes();
+            if (L.indexer != null) denseBytes += L.indexer.qB.storedBytes() + L.indexer.weightsProj.storedBytes()
+                    + L.indexer.compressor.kvProj.storedBytes() + L.indexer.compressor.gateProj.storedBytes();
+            expertBytes += (long) c.expertsPerToken * (L.w1[0].storedBytes() + L.w2[0].storedBytes() + L.w3[0].storedBytes());
+        }
+        try (HipBackend be = new HipBackend(w)) {
+            System.out.printf("model %s: %s%n  GPU %s, weights on device %s%n", dir, c, be.gpu(), Gpu.mib(be.weightBytes()));
+            SplittableRandom r = new SplittableRandom(1);
+            int maxCtx = Math.max(prompt, contexts.stream().mapToInt(Integer::intValue).max().orElse(prompt));
+            final int maxPre = maxPrefill;
+            int[] toks = new int[maxCtx + decode + 2];
+            for (int i = 0; i < toks.length; i++) toks[i] = r.nextInt(c.vocabSize);
+            // warm-up (module load, workspace growth)
+            try (Sequence s = be.newSequence(16)) {
+                be.forward(s, toks, 0, Math.min(chunk, prompt), new int[]{0});
+                be.forward(s, toks, 0, 1, new int[]{0});
+            }
+            // prefill
+            double bestPrefill = 0;
+            for (int rep = 0; rep < 2; rep++) {
+                try (Sequence s = be.newSequence(16)) {
+                    long t0 = System.nanoTime();
+                    prefill(be, s, toks, prompt, chunk);
+                    bestPrefill = Math.max(bestPrefill, prompt / ((System.nanoTime() - t0) / 1e9));
+                }
+            }
+            System.out.printf("prefill: %.0f tokens/s (%d tokens, chunks of %d)%n", bestPrefill, prompt, chunk);
+            try (Sequence s = be.newSequence(16)) {
+                prefill(be, s, toks, Math.max(0, prompt - chunk), chunk);
+                be.setProfiling(true);
+                prefill(be, s, toks, Math.min(chunk, prompt), chunk);
+                System.out.print("  one prefill chunk of " + Math.min(chunk, prompt) + " tokens at context " + Math.max(0, prompt - chunk)
+                        + " by category (each op waited for):\n" + be.takeProfile());
+                be.setProfiling(false);
+            }
+            for (int ctx : contexts) {
+                try (HipSequence s = be.newSequence(16)) {
+                    long t0 = System.nanoTime();
+                    boolean synthetic = ctx > maxPre;
+                    if (synthetic) s.fillRandom(ctx, 7);
+                    else prefill(be, s, toks, ctx, chunk);
+                    double pre = (System.nanoTime() - t0) / 1e9;
+                    be.forward(s, toks, ctx, 1, new int[]{0}); // warm
+                    long t1 = System.nanoTime();
+                    for (int i = 1; i <= decode; i++) be.forward(s, toks, ctx + i, 1, new int[]{0});
+                    double tps = decode / ((System.nanoTime() - t1) / 1e9);
+                    long cache = cacheBytes(c, ctx);
+                    double bytes = denseBytes + expertBytes + cache;
+                    double gbs = bytes * tps / 1e9;
+                    System.out.printf("decode at context %d: %.1f tokens/s (batch 1; %s %.1f s)%n", ctx, tps,
+                            synthetic ? "synthetic random cache, filled in" : "prefill of the context took", pre);
+                    System.out.printf("  bytes per decoded token: %.1f MB weights (%.1f MB dense + head, %.1f MB routed experts) + %.2f MB cache%n",
+                            (denseBytes + expertBytes) / 1e6, denseBytes / 1e6, expertBytes / 1e6, cache / 1e6);
+                    System.out.printf("  achieved %.0f GB/s = %.1f%% of %.0f GB/s%n", gbs, 100 * gbs / peak, peak);
+                    be.setProfiling(true);
+                    be.forward(s, toks, ctx + decode + 1, 1, new int[]{0});
+                    System.out.print("  one decode step by category (each op waited for):\n" + be.takeProfile());
+                    be.setProfiling(false);
+                }
+            }
+        }
+    }
+
+    static void prefill(HipBackend be, Sequence s, int[] toks, int n, int chunk) {
+        for (int off = 0; off < n; off += chunk) {
+            int m = Math.min(chunk, n - off);
+            be.forward(s, toks, off, m, off + m == n ? new int[]{m - 1} : new int[0]);
+        }
+    }
+
+    /** F16 cache bytes one decode step reads at context ctx (window rows, HCA entries, CSA keys and picks). */
+    static long cacheBytes(ModelConfig c, int ctx) {
+        long b = 0;
+        for (int l = 0; l < c.numLayers; l++) {
+            b += (long) Math.min(ctx, c.slidingWindow) * c.headDim * 2;
+            if (c.layerTypes[l] == AttentionKind.HCA) b += (long) (ctx / c.hcaRatio) * c.headDim * 2;
+            if (c.layerTypes[l] == AttentionKind.CSA)
+                b += (long) (ctx / c.csaRatio) * c.indexHeadDim * 2 + (long) Math.min(c.indexTopk, ctx / c.csaRatio) * c.headDim * 2;
+        }
+        return b;
+    }
+}

@@ -1,0 +1,198 @@
+package io.ds4j.gpu;
+
+import io.ds4j.engine.Sequence;
+import io.ds4j.model.AttentionKind;
+import io.ds4j.model.ModelConfig;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Per-sequence state of the GPU backend in device memory, laid out as {@link io.ds4j.cpu.CpuSequence} so that
+ * rollback is a pointer move (spec 4.5) and nothing is copied:
+ * <ul>
+ *   <li>raw window: an F16 ring [W−1+k_max, d] per layer, slot = position mod capacity;</li>
+ *   <li>compressors (CSA, HCA, indexer): F32 rings of the raw per-token (a, z) rows [2m+k_max (m+k_max without
+ *       overlap), cw];</li>
+ *   <li>compressed entries and indexer keys: append-only F16 arrays [count, w], grown by doubling; rollback
+ *       truncates the count.</li>
+ * </ul>
+ * Stepped by one thread at a time through {@link HipBackend#forward}.
+ */
+public final class HipSequence implements Sequence {
+    final HipBackend backend;
+    final ModelConfig cfg;
+    final int maxRollback;
+    int length;
+    /** Smallest length this sequence may roll back to (rings have been overwritten below it). */
+    int rollbackFloor;
+    final LayerState[] layers;
+    boolean closed;
+    private final List<Long> fixed = new ArrayList<>();
+
+    /** One layer's state (device pointers). */
+    static final class LayerState {
+        final int winCap;
+        long win;
+        Comp comp, index;
+
+        LayerState(int winCap) {
+            this.winCap = winCap;
+        }
+    }
+
+    /** One compressor's state. */
+    static final class Comp {
+        final int m, w, cw, cap;
+        final boolean overlap;
+        long ringA, ringZ, entries;
+        int entryCap, count;
+
+        Comp(int m, int w, boolean overlap, int kMax) {
+            this.m = m;
+            this.w = w;
+            this.overlap = overlap;
+            this.cw = overlap ? 2 * w : w;
+            this.cap = (overlap ? 2 * m : m) + kMax;
+        }
+    }
+
+    HipSequence(HipBackend backend, ModelConfig c, int maxRollback) {
+        if (maxRollback < 0) throw new IllegalArgumentException("maxRollback must be >= 0, got " + maxRollback);
+        this.backend = backend;
+        this.cfg = c;
+        this.maxRollback = maxRollback;
+        this.layers = new LayerState[c.numLayers];
+        Gpu gpu = backend.gpu();
+        try {
+            for (int l = 0; l < c.numLayers; l++) {
+                LayerState ls = new LayerState(Math.max(1, c.slidingWindow - 1 + maxRollback));
+                ls.win = zeroed(gpu, (long) ls.winCap * c.headDim * 2, "window ring");
+                AttentionKind k = c.layerTypes[l];
+                if (k != AttentionKind.SLIDING) ls.comp = comp(gpu, new Comp(c.ratio(l), c.headDim, k == AttentionKind.CSA, maxRollback));
+                if (k == AttentionKind.CSA) ls.index = comp(gpu, new Comp(c.csaRatio, c.indexHeadDim, true, maxRollback));
+                layers[l] = ls;
+            }
+        } catch (RuntimeException e) {
+            free();
+            throw e;
+        }
+    }
+
+    private Comp comp(Gpu gpu, Comp cs) {
+        cs.ringA = zeroed(gpu, (long) cs.cap * cs.cw * 4, "compressor ring");
+        cs.ringZ = zeroed(gpu, (long) cs.cap * cs.cw * 4, "compressor ring");
+        cs.entryCap = 64;
+        cs.entries = gpu.malloc((long) cs.entryCap * cs.w * 2, "sequence state: compressed entries");
+        return cs;
+    }
+
+    private long zeroed(Gpu gpu, long bytes, String what) {
+        long p = gpu.malloc(bytes, "sequence state: " + what);
+        fixed.add(p);
+        gpu.memset(p, 0, bytes);
+        return p;
+    }
+
+    /** Makes room for n entries (device copy of the existing ones into a buffer twice as large). */
+    static void ensure(Gpu gpu, Comp cs, int n) {
+        if (n <= cs.entryCap) return;
+        int cap = (int) Math.min(Integer.MAX_VALUE - 8, Math.max((long) n, 2L * cs.entryCap));
+        long p = gpu.malloc((long) cap * cs.w * 2, "sequence state: compressed entries (" + cap + " rows)");
+        gpu.copy(p, cs.entries, (long) cs.count * cs.w * 2);
+        gpu.free(cs.entries);
+        cs.entries = p;
+        cs.entryCap = cap;
+    }
+
+    /**
+     * Benchmark support: makes this (empty) sequence look as if {@code n} tokens had been forwarded, with random F16
+     * cache rows and compressor rows, so that decode can be timed at a long context without its prefill. The values
+     * are meaningless; only sizes and access patterns are real. Not for inference.
+     */
+    void fillRandom(int n, long seed) {
+        if (length != 0) throw new IllegalStateException("fillRandom needs an empty sequence");
+        Gpu gpu = backend.gpu();
+        java.util.SplittableRandom r = new java.util.SplittableRandom(seed);
+        for (LayerState ls : layers) {
+            gpu.upload(ls.win, randomF16(r, (long) ls.winCap * cfg.headDim));
+            for (Comp cs : new Comp[]{ls.comp, ls.index}) {
+                if (cs == null) continue;
+                int count = n / cs.m;
+                ensure(gpu, cs, count);
+                if (count > 0) gpu.upload(cs.entries, randomF16(r, (long) count * cs.w));
+                float[] ring = new float[cs.cap * cs.cw];
+                for (int i = 0; i < ring.length; i++) ring[i] = (float) (r.nextGaussian() * 0.5);
+                gpu.upload(cs.ringA, ring);
+                gpu.upload(cs.ringZ, ring);
+                cs.count = count;
+            }
+        }
+        length = n;
+        rollbackFloor = n;
+    }
+
+    private static short[] randomF16(java.util.SplittableRandom r, long n) {
+        short[] h = new short[Math.toIntExact(n)];
+        for (int i = 0; i < h.length; i++) h[i] = Float.floatToFloat16((float) (r.nextGaussian() * 0.3));
+        return h;
+    }
+
+    @Override
+    public int length() {
+        return length;
+    }
+
+    @Override
+    public void rollback(int k) {
+        if (closed) throw new IllegalStateException("sequence is closed");
+        if (k < 0) throw new IllegalArgumentException("rollback count must be >= 0, got " + k);
+        if (k > rollbackable())
+            throw new IllegalArgumentException("cannot roll back " + k + " tokens: at most " + rollbackable()
+                    + " can be removed now (max rollback " + maxRollback + ")");
+        int n = length - k;
+        for (LayerState ls : layers) {
+            if (ls.comp != null) ls.comp.count = n / ls.comp.m;
+            if (ls.index != null) ls.index.count = n / ls.index.m;
+        }
+        length = n;
+    }
+
+    @Override
+    public int rollbackable() {
+        return length - rollbackFloor;
+    }
+
+    @Override
+    public long stateBytes() {
+        long b = 0;
+        for (LayerState ls : layers) {
+            b += (long) ls.winCap * cfg.headDim * 2;
+            for (Comp cs : new Comp[]{ls.comp, ls.index})
+                if (cs != null) b += (long) cs.cap * cs.cw * 4 * 2 + (long) cs.count * cs.w * 2;
+        }
+        return b;
+    }
+
+    private void free() {
+        Gpu gpu = backend.gpu();
+        for (long p : fixed) gpu.free(p);
+        fixed.clear();
+        for (LayerState ls : layers) {
+            if (ls == null) continue;
+            for (Comp cs : new Comp[]{ls.comp, ls.index})
+                if (cs != null && cs.entries != 0) {
+                    gpu.free(cs.entries);
+                    cs.entries = 0;
+                }
+        }
+    }
+
+    /** Releases the device memory. */
+    @Override
+    public void close() {
+        if (closed) return;
+        closed = true;
+        backend.release(this::free);
+    }
+}

@@ -1,0 +1,253 @@
+/*
+ * ds4j GPU library: the C API that Java binds to (io.ds4j.gpu.bindings.ds4j_gpu_h, generated from this file by
+ * tools/bindgen/BindGen.java; BindingsDriftTest fails when the two differ).
+ *
+ * Conventions
+ *  - Every function but ds4j_api_version, ds4j_platform and ds4j_last_error returns a status: DS4J_OK (0) or one of
+ *    the DS4J_ERR_* codes; ds4j_last_error() then holds a one-line message for the calling thread.
+ *  - Kernel entry points are asynchronous on the context's stream; a failure inside a kernel is reported by the
+ *    next ds4j_download or ds4j_ctx_sync. Launch-time failures are reported at once.
+ *  - Pointers named x, y, w, ... are device pointers unless the parameter is called host_*. Matrices are row-major;
+ *    "ld" is the distance between consecutive rows in elements. Activations are F32, the MLA cache is F16 (stored
+ *    as uint16_t bit patterns), compressor state is F32.
+ *  - Weight matrices are kept in their stored format (io.ds4j.model.WeightMatrix) and dequantised in the kernels:
+ *    W[r, c] of a view whose first row is row_base in the stored tensor.
+ *  - Only fixed-width integer types, float and pointers appear in signatures (one function = one downcall).
+ *
+ * Spec references (ds4-architecture.md) are given per function.
+ */
+#ifndef DS4J_GPU_H
+#define DS4J_GPU_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define DS4J_API __declspec(dllexport)
+#else
+#define DS4J_API __attribute__((visibility("default")))
+#endif
+
+#define DS4J_GPU_API_VERSION 1
+
+/* status codes */
+#define DS4J_OK 0
+#define DS4J_ERR_RUNTIME 1   /* GPU runtime error (launch failure, fault reported by a sync, ...) */
+#define DS4J_ERR_NO_RUNTIME 2 /* no GPU driver / runtime on this machine */
+#define DS4J_ERR_NO_DEVICE 3 /* the runtime works but there is no (such) device */
+#define DS4J_ERR_ARG 4       /* invalid argument (shape, null pointer, unsupported format) */
+#define DS4J_ERR_OOM 5       /* device memory exhausted */
+
+/* weight formats: the order of io.ds4j.model.WeightMatrix.Format */
+#define DS4J_FMT_F32 0
+#define DS4J_FMT_F16 1
+#define DS4J_FMT_BF16 2
+#define DS4J_FMT_FP8_E4M3_B128 3 /* e4m3 bytes, scale grid [ceil(rows_total/128), ceil(cols/128)] */
+#define DS4J_FMT_FP4_E2M1_B32 4  /* [rows, cols/2] bytes (element 2j low nibble), scale [rows, cols/32] E8M0 */
+
+/* scale element kinds (FP8 only; FP4 scales are always E8M0) */
+#define DS4J_SCALE_E8M0 0
+#define DS4J_SCALE_F32 1
+
+/* attention kinds (io.ds4j.model.AttentionKind) */
+#define DS4J_ATTN_SLIDING 0
+#define DS4J_ATTN_CSA 1
+#define DS4J_ATTN_HCA 2
+
+/** A device and the one stream every call on it is ordered on. */
+typedef struct ds4j_ctx ds4j_ctx;
+
+/* ------------------------------------------------------------------------------------------------ runtime */
+
+/** DS4J_GPU_API_VERSION of the built library. */
+DS4J_API int32_t ds4j_api_version(void);
+/** "cuda" (built with nvcc) or "hip" (built with hipcc); a static string. */
+DS4J_API const char* ds4j_platform(void);
+/** The message of the calling thread's last failed call ("" when none); valid until its next call. */
+DS4J_API const char* ds4j_last_error(void);
+
+/** Number of visible devices. DS4J_ERR_NO_RUNTIME names the missing driver when there is none. */
+DS4J_API int32_t ds4j_device_count(int32_t* host_count);
+/** NUL-terminated device name into host_buf[0 .. len). */
+DS4J_API int32_t ds4j_device_name(int32_t device, char* host_buf, int32_t len);
+/** Compute capability, multiprocessor count and total memory (bytes) of a device. */
+DS4J_API int32_t ds4j_device_props(int32_t device, int32_t* host_cc_major, int32_t* host_cc_minor,
+                                   int32_t* host_multiprocessors, int64_t* host_total_bytes);
+/** Free and total device memory (bytes) of the context's device. */
+DS4J_API int32_t ds4j_device_memory(ds4j_ctx* ctx, int64_t* host_free_bytes, int64_t* host_total_bytes);
+
+/** Creates a context (device + non-blocking stream). */
+DS4J_API int32_t ds4j_ctx_create(int32_t device, ds4j_ctx** host_out);
+/** Synchronises and releases the context (allocations are not freed). */
+DS4J_API int32_t ds4j_ctx_destroy(ds4j_ctx* ctx);
+/** Waits for all work queued on the context; reports kernel faults. */
+DS4J_API int32_t ds4j_ctx_sync(ds4j_ctx* ctx);
+
+/* ------------------------------------------------------------------------------------------------ memory */
+
+/** Allocates bytes (256-byte aligned) of device memory; DS4J_ERR_OOM names the size and the free memory. */
+DS4J_API int32_t ds4j_malloc(ds4j_ctx* ctx, int64_t bytes, void** host_out);
+/** Frees device memory from ds4j_malloc (null is ignored); waits for the device first. */
+DS4J_API int32_t ds4j_free(ds4j_ctx* ctx, void* ptr);
+/** Host to device copy, ordered on the stream; host_src may be reused when it returns. */
+DS4J_API int32_t ds4j_upload(ds4j_ctx* ctx, void* dst, const void* host_src, int64_t bytes);
+/** Device to host copy; waits for it (and for all earlier work) to finish. */
+DS4J_API int32_t ds4j_download(ds4j_ctx* ctx, void* host_dst, const void* src, int64_t bytes);
+/** Device to device copy, ordered on the stream. */
+DS4J_API int32_t ds4j_copy(ds4j_ctx* ctx, void* dst, const void* src, int64_t bytes);
+/** Sets bytes to the byte value, ordered on the stream. */
+DS4J_API int32_t ds4j_memset(ds4j_ctx* ctx, void* dst, int32_t value, int64_t bytes);
+
+/* ------------------------------------------------------------------------------------------------ dense ops */
+
+/**
+ * y[s*ldy + r] = sum_c W[r, c] * x[s*ldx + c] for s < S, r < rows (F32 accumulation).
+ * W is a view of rows [row_base, row_base + rows) of a stored matrix with cols columns: w points at the view's first
+ * row; for FP8, scale is the tensor's whole block grid and row_base locates the view in it; for FP4, scale points at
+ * the view's first row of scales; dense formats take scale = NULL.
+ */
+DS4J_API int32_t ds4j_matmul(ds4j_ctx* ctx, int32_t format, const void* w, const void* scale, int32_t scale_kind,
+                             int32_t row_base, int32_t rows, int32_t cols,
+                             const float* x, int64_t ldx, float* y, int64_t ldy, int32_t S);
+
+/**
+ * Block-diagonal product (the grouped output projection, spec 3.4 step 7): as ds4j_matmul, but row r reads its
+ * activations at x[s*ldx + (r / group_rows) * x_group_stride + c] (rows = groups x group_rows).
+ */
+DS4J_API int32_t ds4j_matmul_grouped(ds4j_ctx* ctx, int32_t format, const void* w, const void* scale, int32_t scale_kind,
+                                     int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows,
+                                     int64_t x_group_stride, const float* x, int64_t ldx, float* y, int64_t ldy,
+                                     int32_t S);
+
+/**
+ * Routed-expert products (spec 3.8 step 4). For pick p = s*k + j (s < S, j < k) with e = ids[p]:
+ * y[p*ldy + r] = sum_c W_e[r, c] * x[row*ldx + c], row = x_per_pick ? p : s.
+ * w_table / scale_table: device arrays of E device pointers (one matrix per expert, all [rows, cols] in one format);
+ * row_base_table: device int32 array [E] (FP8 views inside a stacked grid) or NULL for all zero.
+ */
+DS4J_API int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
+                                 const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols,
+                                 const int32_t* ids, int32_t k, int32_t S,
+                                 const float* x, int64_t ldx, int32_t x_per_pick, float* y, int64_t ldy);
+
+/** Spec 3.1: X[s, i, :] = W[tokens[s], :] for every stream i < n (X is [S, n, cols]); W in any format. */
+DS4J_API int32_t ds4j_embed(ds4j_ctx* ctx, int32_t format, const void* w, const void* scale, int32_t scale_kind,
+                            int32_t row_base, int32_t rows, int32_t cols, const int32_t* tokens, int32_t S,
+                            int32_t n, float* X);
+
+/** Spec 3.0 RMSNorm over rows of width n: y = weight * x / sqrt(mean(x^2) + eps); weight NULL = RMSNorm_1; y may be x. */
+DS4J_API int32_t ds4j_rmsnorm(ds4j_ctx* ctx, const float* x, float* y, const float* weight, int32_t rows, int32_t n,
+                              float eps);
+
+/**
+ * Spec 3.0 RoPE on the last rope_dim channels of each of heads vectors of width `width` per row (x is
+ * [S, heads, width]); row s uses position pos0 + s*pos_step; inverse != 0 rotates by -phi (spec 3.4 step 6).
+ * inv_freq: device [rope_dim/2] (io.ds4j.model.Rope#invFreq).
+ */
+DS4J_API int32_t ds4j_rope(ds4j_ctx* ctx, float* x, int32_t S, int32_t heads, int32_t width, int32_t rope_dim,
+                           const float* inv_freq, int64_t pos0, int64_t pos_step, int32_t inverse);
+
+/**
+ * Fused RMSNorm, RoPE and optional F16 rounding, in place (spec 3.4 steps 2-3): each of `rows` rows of width n is
+ * normalised (weight NULL = RMSNorm_1), its last rope_dim channels rotated at position pos0 + row / rows_per_pos, then,
+ * when round_f16 != 0, rounded through binary16. Same results as ds4j_rmsnorm, ds4j_rope and ds4j_round_f16 in turn.
+ */
+DS4J_API int32_t ds4j_rmsnorm_rope(ds4j_ctx* ctx, float* x, const float* weight, int32_t rows, int32_t n, float eps,
+                                   int32_t rope_dim, const float* inv_freq, int64_t pos0, int32_t rows_per_pos,
+                                   int32_t round_f16);
+
+/** Rounds n floats through IEEE binary16 (round to nearest even), in place. */
+DS4J_API int32_t ds4j_round_f16(ds4j_ctx* ctx, float* x, int64_t n);
+
+/**
+ * Ring store: rows [S, width] F32 of positions N0 .. N0+S-1 go to slot p % cap of ring [cap, width]; only the last
+ * min(S, cap) are written. ring_f16 != 0: the ring is F16 (uint16_t), else F32.
+ */
+DS4J_API int32_t ds4j_ring_store(ds4j_ctx* ctx, void* ring, int32_t ring_f16, int32_t cap, int32_t width,
+                                 const float* rows, int64_t N0, int32_t S);
+
+/* ------------------------------------------------------------------------------------------------ mHC (spec 3.2, 3.9) */
+
+/**
+ * mHC mapping from mu = F * RMSNorm_1(vec X) ([S, (2+n)n]): post [S, n], Sinkhorn matrix comb [S, n, n] and the
+ * collapsed input col[s] = sum_i pre_i X[s, i] ([S, D]). base [(2+n)n], scale [3] are device arrays. n <= 8.
+ */
+DS4J_API int32_t ds4j_hc_pre(ds4j_ctx* ctx, const float* mu, const float* base, const float* scale, const float* X,
+                             int32_t S, int32_t n, int32_t D, int32_t sinkhorn_iters, float hc_eps,
+                             float* post, float* comb, float* col);
+/** Stream update X'[s, k] = post[s, k] * f[s] + sum_j comb[s, j, k] * X[s, j], in place. */
+DS4J_API int32_t ds4j_hc_post(ds4j_ctx* ctx, float* X, const float* f, const float* post, const float* comb,
+                              int32_t S, int32_t n, int32_t D);
+/** Spec 3.9 merge: y[r] = sum_k (sigmoid(mu[r, k] * scale[0] + base[k]) + hc_eps) * X[r, k] for R rows [R, n, D]. */
+DS4J_API int32_t ds4j_hc_head(ds4j_ctx* ctx, const float* mu, const float* base, const float* scale, const float* X,
+                              int32_t R, int32_t n, int32_t D, float hc_eps, float* y);
+
+/* ------------------------------------------------------------------------------------------------ attention (3.4-3.7) */
+
+/**
+ * Attention with sink for S queries at positions N0 .. N0+S-1 (spec 3.4 step 5, key set 3.7). q [S, H, d];
+ * raw rows: positions >= N0 from kv_new [S, d] (F32, already F16-rounded), older ones from the F16 ring [cap, d]
+ * (slot p % cap); compressed rows from entries [*, d] F16: kind HCA uses every w < (t+1)/m, kind CSA uses
+ * w < avail = (t+1)/m when avail <= K, else sel[s*K .. s*K+K) (ds4j_indexer_topk); sliding uses none.
+ * out [S, H, d] (overwritten). scale = 1/sqrt(d); sinks [H].
+ */
+DS4J_API int32_t ds4j_attention(ds4j_ctx* ctx, const float* q, const float* kv_new, const uint16_t* ring, int32_t cap,
+                                const uint16_t* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
+                                const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W,
+                                float scale, float* out);
+
+/**
+ * Compressor pooling (spec 3.5) of every window completed by positions N0 .. N0+S-1: windows N0/m .. (N0+S)/m - 1.
+ * Rows of positions >= N0 come from a_new/z_new [S, cw], older ones from ring_a/ring_z [cap, cw] (slot p % cap),
+ * cw = overlap ? 2w : w. Each entry: per-channel softmax over the slots of z + position_bias [m, cw], pooled a,
+ * RMSNorm(norm_w [w]), RoPE at position win*m (inv_freq [rope_dim/2]), stored F16 at entries[win*w ..].
+ */
+DS4J_API int32_t ds4j_compress_pool(ds4j_ctx* ctx, const float* ring_a, const float* ring_z, int32_t cap,
+                                    const float* a_new, const float* z_new, int64_t N0, int32_t S, int32_t m, int32_t w,
+                                    int32_t overlap, const float* position_bias, const float* norm_w, float eps,
+                                    const float* inv_freq, int32_t rope_dim, uint16_t* entries);
+
+/**
+ * Lightning Indexer scores (spec 3.6 step 3) for the queries whose available set avail = (N0+s+1)/m exceeds K:
+ * scores[s*ld + e] = sum_h (wt[s, h] * w_scale) * relu(qi[s, h] . keys[e]) * s_scale for e < avail.
+ * qi [S, HI, dI] (RoPE applied), wt [S, HI], keys [*, dI] F16. Rows with avail <= K are left untouched.
+ */
+DS4J_API int32_t ds4j_indexer_scores(ds4j_ctx* ctx, const float* qi, const float* wt, const uint16_t* keys,
+                                     int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K,
+                                     float w_scale, float s_scale, float* scores, int64_t ld);
+
+/**
+ * Top-K (spec 6.6 tie-break: larger score first, then lower index; NaN last) of scores[s*ld .. s*ld + avail) for
+ * each row with avail = (N0+s+1)/m > K; sel[s*K .. s*K+K) gets the picks in ascending index order.
+ */
+DS4J_API int32_t ds4j_indexer_topk(ds4j_ctx* ctx, const float* scores, int64_t ld, int64_t N0, int32_t S, int32_t m,
+                                   int32_t K, int32_t* sel);
+
+/* ------------------------------------------------------------------------------------------------ MoE (spec 3.8) */
+
+/**
+ * Routing: s = sqrtsoftplus(lam[s, :E]); ids [S, k] = tid2eid[tokens[s]] (hash layers, tid2eid [V, k]) or the top-k
+ * of s + bias (ascending ids); weights [S, k] = s[id] / (sum + 1e-20) * scaling. Exactly one of bias / tid2eid is set.
+ */
+DS4J_API int32_t ds4j_moe_route(ds4j_ctx* ctx, const float* lam, const float* bias, const int32_t* tid2eid,
+                                const int32_t* tokens, int32_t S, int32_t E, int32_t k, float scaling,
+                                int32_t* ids, float* weights);
+
+/** out[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) for i < n (spec 3.0); out may alias g or u. */
+DS4J_API int32_t ds4j_swiglu(ds4j_ctx* ctx, const float* g, const float* u, float* out, int64_t n, float limit);
+
+/**
+ * out[s] = sum over the k picks of s in ascending expert id of weights[s, j] * y_routed[s*k + j] + shared[s]
+ * (rows of width D).
+ */
+DS4J_API int32_t ds4j_moe_combine(ds4j_ctx* ctx, const int32_t* ids, const float* weights, const float* y_routed,
+                                  const float* shared, int32_t S, int32_t k, int32_t D, float* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DS4J_GPU_H */

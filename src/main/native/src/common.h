@@ -1,0 +1,207 @@
+// Shared by every source of libds4j_gpu: platform selection (HIP on AMD, CUDA through our compat header with
+// nvcc), error reporting and small device helpers. Kernels assume 32-lane warps (NVIDIA, and AMD RDNA gfx11 in its
+// default wave32 mode).
+#pragma once
+
+#if defined(__NVCC__) && !defined(__HIPCC__)
+#include "../compat/hip_to_cuda.h"
+#define DS4J_PLATFORM_NAME "cuda"
+#define DS4J_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))
+#define DS4J_SHFL_UP(v, o) __shfl_up_sync(0xffffffffu, (v), (o))
+#else
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#define DS4J_PLATFORM_NAME "hip"
+#define DS4J_SHFL_XOR(v, o) __shfl_xor((v), (o), 32)
+#define DS4J_SHFL_UP(v, o) __shfl_up((v), (o), 32)
+#if defined(__AMDGCN_WAVEFRONT_SIZE) && __AMDGCN_WAVEFRONT_SIZE != 32
+#error "ds4j kernels assume wave32 (RDNA, gfx11); build for gfx1100/gfx1151 without -mwavefrontsize64"
+#endif
+#endif
+
+#include <stdint.h>
+#include <stddef.h>
+#include "../include/ds4j/ds4j_gpu.h"
+
+struct ds4j_ctx {
+    int device;
+    hipStream_t stream;
+};
+
+namespace ds4j {
+
+// ------------------------------------------------------------------------------------------- host: errors
+
+/** Records a message for ds4j_last_error and returns code. */
+int fail(int code, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/** Maps a runtime error to a status and records "<what>: <name> (<description>)". */
+int fail_hip(hipError_t e, const char* what);
+/** Makes ctx's device current for the calling thread. */
+int bind(ds4j_ctx* ctx);
+
+}  // namespace ds4j
+
+#define DS4J_CHECK_CTX(ctx)                                                     \
+    do {                                                                        \
+        if (!(ctx)) return ds4j::fail(DS4J_ERR_ARG, "%s: null context", __func__); \
+        int rc_ = ds4j::bind(ctx);                                              \
+        if (rc_ != DS4J_OK) return rc_;                                         \
+    } while (0)
+
+#define DS4J_ARG(cond, ...)                                        \
+    do {                                                           \
+        if (!(cond)) return ds4j::fail(DS4J_ERR_ARG, __VA_ARGS__); \
+    } while (0)
+
+#define DS4J_LAUNCHED(name)                                                 \
+    do {                                                                    \
+        hipError_t e_ = hipGetLastError();                                  \
+        if (e_ != hipSuccess) return ds4j::fail_hip(e_, "launching " name); \
+    } while (0)
+
+// ------------------------------------------------------------------------------------------- device helpers
+
+namespace ds4j {
+
+constexpr int WARP = 32;
+
+static inline unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += DS4J_SHFL_XOR(v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += DS4J_SHFL_XOR(v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, DS4J_SHFL_XOR(v, o));
+    return v;
+}
+
+/** Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the same value. */
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* sh) {
+    v = warp_sum(v);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    T r = 0;
+    for (int i = 0; i < nw; i++) r += sh[i];
+    return r;
+}
+
+__device__ __forceinline__ float block_max(float v, float* sh) {
+    v = warp_max(v);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    float r = sh[0];
+    for (int i = 1; i < nw; i++) r = fmaxf(r, sh[i]);
+    return r;
+}
+
+/** Exclusive prefix sum over the block (blockDim.x a multiple of 32); *total gets the block's sum. */
+__device__ __forceinline__ int block_excl_scan(int v, int* sh, int* total) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = DS4J_SHFL_UP(x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads();
+    if (lane == 31) sh[wid] = x;
+    __syncthreads();
+    int off = 0, tot = 0;
+    for (int i = 0; i < nw; i++) {
+        if (i < wid) off += sh[i];
+        tot += sh[i];
+    }
+    *total = tot;
+    return off + x - v;
+}
+
+// Uncontracted arithmetic where the CPU reference rounds after every operation (small, exactness-sensitive ops).
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+
+/** 1 / (1 + e^-z) evaluated in double, rounded to float (io.ds4j.cpu.Ops#sigmoid). */
+__device__ __forceinline__ float sigmoid_d(float z) { return (float)(1.0 / (1.0 + exp(-(double)z))); }
+
+/** e^z in double, rounded to float (the CPU's (float) Math.exp). */
+__device__ __forceinline__ float exp_d(float z) { return (float)exp((double)z); }
+
+__device__ __forceinline__ float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ uint16_t f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float(((uint32_t)h) << 16); }
+
+/** E8M0 byte -> 2^(e-127) (NaN for 0xFF), as io.ds4j.model.WeightMatrix#e8m0. */
+__device__ __forceinline__ float e8m0(uint32_t b) {
+    b &= 0xFFu;
+    if (b == 0xFFu) return __uint_as_float(0x7fc00000u);
+    return __uint_as_float(b == 0 ? 0x00400000u : (b << 23));
+}
+
+/** e4m3fn byte -> value, as io.ds4j.model.WeightMatrix#E4M3. */
+__device__ __forceinline__ float e4m3(uint32_t b) {
+    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    float v;
+    if (e == 0) v = (float)m * 0.001953125f;  // m/8 * 2^-6
+    else if (e == 15 && m == 7) v = __uint_as_float(0x7fc00000u);
+    else v = __uint_as_float(((e + 120u) << 23) | (m << 20));
+    return (b & 0x80u) ? -v : v;
+}
+
+/**
+ * e2m1 nibble -> value (spec 2.5 LUT {0, .5, 1, 1.5, 2, 3, 4, 6} with sign), without a table: the nibble's bits placed
+ * into an F16 pattern give value x 2^-14 exactly (subnormals included).
+ */
+__device__ __forceinline__ float e2m1(uint32_t nib) {
+    return __half2float(__ushort_as_half((uint16_t)(((nib & 8u) << 12) | ((nib & 7u) << 9)))) * 16384.f;
+}
+
+/** A stored weight matrix view (see ds4j_matmul). */
+struct WView {
+    const uint8_t* w;
+    const uint8_t* scale;
+    int scale_kind;
+    int row_base;
+    int cols;
+    int scale_cols;  // FP8: ceil(cols / 128)
+};
+
+/** W[r, c] of the view, dequantised exactly as io.ds4j.model.WeightMatrix#get (value x scale, one rounding). */
+template <int FMT>
+__device__ __forceinline__ float wget(const WView& v, int r, int c) {
+    if constexpr (FMT == DS4J_FMT_F32) {
+        return ((const float*)v.w)[(size_t)r * v.cols + c];
+    } else if constexpr (FMT == DS4J_FMT_F16) {
+        return f16_to_f32(((const uint16_t*)v.w)[(size_t)r * v.cols + c]);
+    } else if constexpr (FMT == DS4J_FMT_BF16) {
+        return bf16_to_f32(((const uint16_t*)v.w)[(size_t)r * v.cols + c]);
+    } else if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+        const size_t si = (size_t)((v.row_base + r) >> 7) * v.scale_cols + (c >> 7);
+        const float sc = v.scale_kind == DS4J_SCALE_F32 ? ((const float*)v.scale)[si] : e8m0(v.scale[si]);
+        return e4m3(v.w[(size_t)r * v.cols + c]) * sc;
+    } else {
+        const uint32_t b = v.w[(size_t)r * (v.cols >> 1) + (c >> 1)];
+        const float sc = e8m0(v.scale[(size_t)r * (v.cols >> 5) + (c >> 5)]);
+        return e2m1((c & 1) ? (b >> 4) : (b & 15u)) * sc;
+    }
+}
+
+}  // namespace ds4j

@@ -1,0 +1,215 @@
+// Runtime part of the C API: errors, devices, contexts, memory (ds4j_gpu.h).
+#include "common.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+namespace ds4j {
+
+static thread_local char g_error[1024] = "";
+
+int fail(int code, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_error, sizeof g_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/** Why there is no usable runtime: names the missing driver library when it cannot be loaded. */
+static int fail_no_runtime(hipError_t e, const char* what) {
+#if defined(__NVCC__) && !defined(__HIPCC__)
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char* why = dlerror();
+        return fail(DS4J_ERR_NO_RUNTIME,
+                    "no GPU runtime: the NVIDIA driver library libcuda.so.1 is not installed or not on the loader path "
+                    "(%s); %s returned %s",
+                    why ? why : "dlopen failed", what, hipGetErrorName(e));
+    }
+    dlclose(h);
+#endif
+    return fail(DS4J_ERR_NO_RUNTIME, "no GPU runtime: %s: %s (%s)", what, hipGetErrorName(e), hipGetErrorString(e));
+}
+
+int fail_hip(hipError_t e, const char* what) {
+    int code = DS4J_ERR_RUNTIME;
+    if (e == hipErrorInsufficientDriver) return fail_no_runtime(e, what);
+    if (e == hipErrorNoDevice || e == hipErrorInvalidDevice) code = DS4J_ERR_NO_DEVICE;
+    if (e == hipErrorOutOfMemory) code = DS4J_ERR_OOM;
+    hipGetLastError();  // clear a non-sticky error so that later calls are not blamed for it
+    return fail(code, "%s: %s (%s)", what, hipGetErrorName(e), hipGetErrorString(e));
+}
+
+/** The device this thread last made current through bind (-1: none). */
+static thread_local int g_bound = -1;
+
+int bind(ds4j_ctx* ctx) {
+    if (g_bound == ctx->device) return DS4J_OK;
+    hipError_t e = hipSetDevice(ctx->device);
+    if (e != hipSuccess) return fail_hip(e, "hipSetDevice");
+    g_bound = ctx->device;
+    return DS4J_OK;
+}
+
+}  // namespace ds4j
+
+using ds4j::fail;
+using ds4j::fail_hip;
+
+extern "C" {
+
+int32_t ds4j_api_version(void) { return DS4J_GPU_API_VERSION; }
+
+const char* ds4j_platform(void) { return DS4J_PLATFORM_NAME; }
+
+const char* ds4j_last_error(void) { return ds4j::g_error; }
+
+int32_t ds4j_device_count(int32_t* host_count) {
+    DS4J_ARG(host_count, "ds4j_device_count: null count");
+    *host_count = 0;
+    int n = 0;
+    hipError_t e = hipGetDeviceCount(&n);
+    if (e == hipErrorNoDevice) return DS4J_OK;  // a working runtime with no device: count 0
+    if (e != hipSuccess) return fail_hip(e, "hipGetDeviceCount");
+    *host_count = n;
+    return DS4J_OK;
+}
+
+int32_t ds4j_device_name(int32_t device, char* host_buf, int32_t len) {
+    DS4J_ARG(host_buf && len > 0, "ds4j_device_name: null or empty buffer");
+    hipDeviceProp_t p;
+    hipError_t e = hipGetDeviceProperties(&p, device);
+    if (e != hipSuccess) return fail_hip(e, "hipGetDeviceProperties");
+    snprintf(host_buf, (size_t)len, "%s", p.name);
+    return DS4J_OK;
+}
+
+int32_t ds4j_device_props(int32_t device, int32_t* host_cc_major, int32_t* host_cc_minor, int32_t* host_multiprocessors,
+                          int64_t* host_total_bytes) {
+    DS4J_ARG(host_cc_major && host_cc_minor && host_multiprocessors && host_total_bytes, "ds4j_device_props: null output");
+    hipDeviceProp_t p;
+    hipError_t e = hipGetDeviceProperties(&p, device);
+    if (e != hipSuccess) return fail_hip(e, "hipGetDeviceProperties");
+    *host_cc_major = p.major;
+    *host_cc_minor = p.minor;
+    *host_multiprocessors = p.multiProcessorCount;
+    *host_total_bytes = (int64_t)p.totalGlobalMem;
+    return DS4J_OK;
+}
+
+int32_t ds4j_device_memory(ds4j_ctx* ctx, int64_t* host_free_bytes, int64_t* host_total_bytes) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(host_free_bytes && host_total_bytes, "ds4j_device_memory: null output");
+    size_t f = 0, t = 0;
+    hipError_t e = hipMemGetInfo(&f, &t);
+    if (e != hipSuccess) return fail_hip(e, "hipMemGetInfo");
+    *host_free_bytes = (int64_t)f;
+    *host_total_bytes = (int64_t)t;
+    return DS4J_OK;
+}
+
+int32_t ds4j_ctx_create(int32_t device, ds4j_ctx** host_out) {
+    DS4J_ARG(host_out, "ds4j_ctx_create: null output");
+    *host_out = nullptr;
+    int n = 0;
+    hipError_t e = hipGetDeviceCount(&n);
+    if (e != hipSuccess && e != hipErrorNoDevice) return fail_hip(e, "hipGetDeviceCount");
+    if (device < 0 || device >= n)
+        return fail(DS4J_ERR_NO_DEVICE, "no GPU device %d: the runtime sees %d device(s)", device, n);
+    e = hipSetDevice(device);
+    if (e != hipSuccess) return fail_hip(e, "hipSetDevice");
+    ds4j::g_bound = device;
+    hipStream_t s;
+    e = hipStreamCreateWithFlags(&s, hipStreamNonBlocking);
+    if (e != hipSuccess) return fail_hip(e, "hipStreamCreateWithFlags");
+    ds4j_ctx* c = new ds4j_ctx;
+    c->device = device;
+    c->stream = s;
+    *host_out = c;
+    return DS4J_OK;
+}
+
+int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    hipError_t e = hipStreamSynchronize(ctx->stream);
+    hipError_t e2 = hipStreamDestroy(ctx->stream);
+    delete ctx;
+    if (e != hipSuccess) return fail_hip(e, "hipStreamSynchronize");
+    if (e2 != hipSuccess) return fail_hip(e2, "hipStreamDestroy");
+    return DS4J_OK;
+}
+
+int32_t ds4j_ctx_sync(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    hipError_t e = hipStreamSynchronize(ctx->stream);
+    return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipStreamSynchronize");
+}
+
+int32_t ds4j_malloc(ds4j_ctx* ctx, int64_t bytes, void** host_out) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(host_out && bytes >= 0, "ds4j_malloc: bad arguments (bytes %lld)", (long long)bytes);
+    *host_out = nullptr;
+    void* p = nullptr;
+    hipError_t e = hipMalloc(&p, (size_t)(bytes > 0 ? bytes : 1));
+    if (e != hipSuccess) {
+        hipGetLastError();
+        size_t f = 0, t = 0;
+        hipMemGetInfo(&f, &t);
+        if (e == hipErrorOutOfMemory)
+            return fail(DS4J_ERR_OOM, "out of device memory: %.1f MiB requested, %.1f MiB free of %.1f MiB",
+                        bytes / 1048576.0, f / 1048576.0, t / 1048576.0);
+        return fail_hip(e, "hipMalloc");
+    }
+    *host_out = p;
+    return DS4J_OK;
+}
+
+int32_t ds4j_free(ds4j_ctx* ctx, void* ptr) {
+    DS4J_CHECK_CTX(ctx);
+    if (!ptr) return DS4J_OK;
+    hipError_t e = hipFree(ptr);
+    return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipFree");
+}
+
+int32_t ds4j_upload(ds4j_ctx* ctx, void* dst, const void* host_src, int64_t bytes) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(bytes >= 0 && (bytes == 0 || (dst && host_src)), "ds4j_upload: bad arguments");
+    if (bytes == 0) return DS4J_OK;
+    hipError_t e = hipMemcpyAsync(dst, host_src, (size_t)bytes, hipMemcpyHostToDevice, ctx->stream);
+    if (e != hipSuccess) return fail_hip(e, "hipMemcpyAsync (upload)");
+    // the host buffer may be reused or freed on return: wait for the copy
+    e = hipStreamSynchronize(ctx->stream);
+    return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipStreamSynchronize (upload)");
+}
+
+int32_t ds4j_download(ds4j_ctx* ctx, void* host_dst, const void* src, int64_t bytes) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(bytes >= 0 && (bytes == 0 || (src && host_dst)), "ds4j_download: bad arguments");
+    if (bytes > 0) {
+        hipError_t e = hipMemcpyAsync(host_dst, src, (size_t)bytes, hipMemcpyDeviceToHost, ctx->stream);
+        if (e != hipSuccess) return fail_hip(e, "hipMemcpyAsync (download)");
+    }
+    hipError_t e = hipStreamSynchronize(ctx->stream);
+    return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipStreamSynchronize (download)");
+}
+
+int32_t ds4j_copy(ds4j_ctx* ctx, void* dst, const void* src, int64_t bytes) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(bytes >= 0 && (bytes == 0 || (dst && src)), "ds4j_copy: bad arguments");
+    if (bytes == 0) return DS4J_OK;
+    hipError_t e = hipMemcpyAsync(dst, src, (size_t)bytes, hipMemcpyDeviceToDevice, ctx->stream);
+    return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipMemcpyAsync (device to device)");
+}
+
+int32_t ds4j_memset(ds4j_ctx* ctx, void* dst, int32_t value, int64_t bytes) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(bytes >= 0 && (bytes == 0 || dst), "ds4j_memset: bad arguments");
+    if (bytes == 0) return DS4J_OK;
+    hipError_t e = hipMemsetAsync(dst, value, (size_t)bytes, ctx->stream);
+    return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipMemsetAsync");
+}
+
+}  // extern "C"

@@ -1,0 +1,397 @@
+package io.ds4j.gpu;
+
+import io.ds4j.cpu.Ops;
+import io.ds4j.cpu.TopK;
+import io.ds4j.model.DType;
+import io.ds4j.model.Rope;
+import io.ds4j.model.WeightMatrix;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.SplittableRandom;
+
+import static io.ds4j.gpu.Gpu.check;
+import static io.ds4j.gpu.Gpu.ptr;
+import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Single kernels of the GPU library against the CPU reference (io.ds4j.cpu / io.ds4j.model), on random inputs:
+ * stored-format matrix products (every format, row views, strides, token counts), routed-expert products, RMSNorm,
+ * RoPE, F16 rounding and ring stores, the indexer's top-k (ties, NaN, -0) and MoE routing.
+ */
+@Tag("gpu")
+class GpuOpsTest {
+    static Gpu gpu;
+    static final List<Long> allocs = new ArrayList<>();
+    static final Arena ARENA = Arena.ofShared();
+
+    @BeforeAll
+    static void open() {
+        gpu = Gpu.open(0);
+        System.out.println("GPU: " + gpu);
+    }
+
+    @AfterAll
+    static void close() {
+        for (long p : allocs) gpu.free(p);
+        gpu.close();
+    }
+
+    static long dev(MemorySegment s) {
+        long p = gpu.malloc(s.byteSize(), "test");
+        allocs.add(p);
+        gpu.upload(p, s);
+        return p;
+    }
+
+    static long dev(float[] v) {
+        long p = gpu.malloc(4L * Math.max(1, v.length), "test");
+        allocs.add(p);
+        gpu.upload(p, v);
+        return p;
+    }
+
+    static long dev(int[] v) {
+        long p = gpu.malloc(4L * Math.max(1, v.length), "test");
+        allocs.add(p);
+        gpu.upload(p, v);
+        return p;
+    }
+
+    static long zeros(long bytes) {
+        long p = gpu.malloc(bytes, "test");
+        allocs.add(p);
+        gpu.memset(p, 0, bytes);
+        return p;
+    }
+
+    static float[] gauss(SplittableRandom r, int n, double std) {
+        float[] a = new float[n];
+        for (int i = 0; i < n; i++) a[i] = (float) (r.nextGaussian() * std);
+        return a;
+    }
+
+    /** A random matrix in the given stored format (FP8 scales as E8M0 or F32). */
+    static WeightMatrix randomMatrix(SplittableRandom r, WeightMatrix.Format f, int rows, int cols, boolean f32Scales) {
+        return switch (f) {
+            case F32 -> WeightMatrix.ofFloats(gauss(r, rows * cols, 1), rows, cols, "f32");
+            case F16, BF16 -> {
+                MemorySegment d = ARENA.allocate(2L * rows * cols, 16);
+                for (long i = 0; i < (long) rows * cols; i++) {
+                    float v = (float) r.nextGaussian();
+                    short h = f == WeightMatrix.Format.F16 ? Float.floatToFloat16(v) : (short) (Float.floatToRawIntBits(v) >>> 16);
+                    d.set(WeightMatrix.I16_LE, 2 * i, h);
+                }
+                yield new WeightMatrix(f, rows, cols, d, null, null, 0, f.name());
+            }
+            case FP8_E4M3_B128 -> {
+                MemorySegment d = ARENA.allocate((long) rows * cols, 16);
+                for (long i = 0; i < (long) rows * cols; i++) {
+                    int b = r.nextInt(256);
+                    if ((b & 0x7F) == 0x7F) b &= 0xFE; // no NaN codes
+                    d.set(ValueLayout.JAVA_BYTE, i, (byte) b);
+                }
+                int sr = (rows + 127) / 128, sc = (cols + 127) / 128;
+                MemorySegment s = ARENA.allocate((long) sr * sc * (f32Scales ? 4 : 1), 16);
+                for (int i = 0; i < sr * sc; i++) {
+                    if (f32Scales) s.set(WeightMatrix.F32_LE, 4L * i, (float) Math.scalb(1.0 + r.nextDouble(), -8 + r.nextInt(4)));
+                    else s.set(ValueLayout.JAVA_BYTE, i, (byte) (120 + r.nextInt(6)));
+                }
+                yield new WeightMatrix(f, rows, cols, d, s, f32Scales ? DType.F32 : DType.F8_E8M0, 0, "fp8");
+            }
+            case FP4_E2M1_B32 -> {
+                MemorySegment d = ARENA.allocate((long) rows * cols / 2, 16);
+                for (long i = 0; i < (long) rows * cols / 2; i++) d.set(ValueLayout.JAVA_BYTE, i, (byte) r.nextInt(256));
+                MemorySegment s = ARENA.allocate((long) rows * cols / 32, 16);
+                for (long i = 0; i < (long) rows * cols / 32; i++) s.set(ValueLayout.JAVA_BYTE, i, (byte) (122 + r.nextInt(6)));
+                yield new WeightMatrix(f, rows, cols, d, s, DType.F8_E8M0, 0, "fp4");
+            }
+        };
+    }
+
+    static DeviceMatrix upload(WeightMatrix m) {
+        long d = dev(m.data), s = m.scale == null ? 0 : dev(m.scale);
+        return new DeviceMatrix(m.format.ordinal(), d, s, m.scaleType == DType.F32 ? 1 : 0, m.rowBase, m.rows, m.cols, m.name);
+    }
+
+    /** max |got − want| / (Σ|w·x| of the row + 1e-30) over all outputs. */
+    static void checkMatmul(String what, WeightMatrix m, float[] x, int ldx, int S, float[] y, int ldy) {
+        double worst = 0;
+        for (int s = 0; s < S; s++)
+            for (int r = 0; r < m.rows; r++) {
+                double acc = 0, mag = 0;
+                for (int c = 0; c < m.cols; c++) {
+                    double p = (double) m.get(r, c) * x[s * ldx + c];
+                    acc += p;
+                    mag += Math.abs(p);
+                }
+                double err = Math.abs(y[s * ldy + r] - acc) / (mag + 1e-30);
+                assertFalse(Double.isNaN(y[s * ldy + r]), what + ": NaN at s=" + s + " r=" + r);
+                worst = Math.max(worst, err);
+            }
+        System.out.printf("matmul %-40s max relative error %.2e%n", what, worst);
+        assertTrue(worst < 1e-5, what + ": relative error " + worst);
+    }
+
+    @Test
+    void matmulEveryFormatViewAndStride() {
+        SplittableRandom r = new SplittableRandom(1);
+        int rows = 300, cols = 320;
+        for (WeightMatrix.Format f : WeightMatrix.Format.values())
+            for (boolean f32s : f == WeightMatrix.Format.FP8_E4M3_B128 ? new boolean[]{false, true} : new boolean[]{false}) {
+                WeightMatrix m = randomMatrix(r, f, rows, cols, f32s);
+                DeviceMatrix dm = upload(m);
+                for (int S : new int[]{1, 5, 8, 17}) {
+                    float[] x = gauss(r, S * cols, 1);
+                    long dx = dev(x), dy = zeros(4L * S * rows);
+                    check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), dm.rowBase(), rows, cols,
+                            ptr(dx), cols, ptr(dy), rows, S), "matmul");
+                    checkMatmul(f + (f32s ? "/f32 scales" : "") + " S=" + S, m, x, cols, S, gpu.downloadFloats(dy, S * rows), rows);
+                }
+                // a row view (as the grouped o_a projection uses) with strided activations: ldx a multiple of 4 takes
+                // the vectorised path, an odd one the scalar path
+                for (int pad : new int[]{8, 7}) {
+                    int from = 130, to = 260, S = 6, ldx = cols + pad, ldy = (to - from) + 3;
+                    WeightMatrix mv = m.rowRange(from, to);
+                    DeviceMatrix dv = dm.rowRange(from, to);
+                    float[] x = gauss(r, S * ldx, 1);
+                    long dx = dev(x), dy = zeros(4L * S * ldy);
+                    check(ds4j_matmul(gpu.ctx(), dv.format(), ptr(dv.data()), ptr(dv.scale()), dv.scaleKind(), dv.rowBase(), dv.rows(),
+                            cols, ptr(dx), ldx, ptr(dy), ldy, S), "matmul view");
+                    checkMatmul(f + (f32s ? "/f32 scales" : "") + " rows 130..260 ldx+" + pad, mv, x, ldx, S,
+                            gpu.downloadFloats(dy, S * ldy), ldy);
+                }
+            }
+    }
+
+    @Test
+    void matmulSplitRowsForFewRowsOfManyColumns() {
+        // rows < 2048 with >= 128 chunks of 16 bytes per row: each row is split over a block's warps
+        SplittableRandom r = new SplittableRandom(12);
+        for (WeightMatrix.Format f : WeightMatrix.Format.values()) {
+            int rows = 100, cols = 4096;
+            WeightMatrix m = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix dm = upload(m);
+            for (int S : new int[]{1, 11}) {
+                float[] x = gauss(r, S * cols, 1);
+                long dx = dev(x), dy = zeros(4L * S * rows);
+                check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, rows, cols, ptr(dx),
+                        cols, ptr(dy), rows, S), "matmul");
+                checkMatmul(f + " 100x4096 (split rows) S=" + S, m, x, cols, S, gpu.downloadFloats(dy, S * rows), rows);
+            }
+        }
+    }
+
+    @Test
+    void groupedMatmulEqualsPerGroupProducts() {
+        // the grouped output projection: rows g*R .. g*R+R-1 read x at offset g*gw (one launch instead of G)
+        SplittableRandom r = new SplittableRandom(13);
+        int G = 4, R = 24, gw = 64, S = 5, ldx = G * gw + 8;
+        for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.FP8_E4M3_B128}) {
+            WeightMatrix m = randomMatrix(r, f, G * R, gw, false);
+            DeviceMatrix dm = upload(m);
+            float[] x = gauss(r, S * ldx, 1);
+            long dx = dev(x), dy = zeros(4L * S * G * R);
+            check(ds4j_matmul_grouped(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, G * R, gw, R, gw,
+                    ptr(dx), ldx, ptr(dy), G * R, S), "matmul_grouped");
+            float[] y = gpu.downloadFloats(dy, S * G * R);
+            for (int g = 0; g < G; g++) {
+                float[] xs = new float[S * gw], ys = new float[S * R];
+                for (int s = 0; s < S; s++) {
+                    System.arraycopy(x, s * ldx + g * gw, xs, s * gw, gw);
+                    System.arraycopy(y, s * G * R + g * R, ys, s * R, R);
+                }
+                checkMatmul(f + " group " + g, m.rowRange(g * R, (g + 1) * R), xs, gw, S, ys, R);
+            }
+        }
+    }
+
+    @Test
+    void fusedNormRopeRoundEqualsTheSeparateKernels() {
+        io.ds4j.model.ModelConfig c = io.ds4j.model.synth.Presets.get("small");
+        Rope rope = Rope.compress(c);
+        SplittableRandom r = new SplittableRandom(14);
+        int S = 3, H = 5, d = 128;
+        long pos0 = 777;
+        float[] x = gauss(r, S * H * d, 2), w = gauss(r, d, 1);
+        long dt = dev(rope.invFreq), dw = dev(w);
+        for (boolean weighted : new boolean[]{false, true}) {
+            long a = dev(x), b = dev(x);
+            check(ds4j_rmsnorm_rope(gpu.ctx(), ptr(a), weighted ? ptr(dw) : MemorySegment.NULL, S * H, d, 1e-6f, rope.dims, ptr(dt),
+                    pos0, H, 1), "rmsnorm_rope");
+            check(ds4j_rmsnorm(gpu.ctx(), ptr(b), ptr(b), weighted ? ptr(dw) : MemorySegment.NULL, S * H, d, 1e-6f), "rmsnorm");
+            check(ds4j_rope(gpu.ctx(), ptr(b), S, H, d, rope.dims, ptr(dt), pos0, 1, 0), "rope");
+            check(ds4j_round_f16(gpu.ctx(), ptr(b), (long) S * H * d), "round");
+            assertArrayEquals(gpu.downloadFloats(b, S * H * d), gpu.downloadFloats(a, S * H * d), "fused == separate");
+        }
+    }
+
+    @Test
+    void matmulScalarPathForUnalignedRows() {
+        SplittableRandom r = new SplittableRandom(11);
+        for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.F32, WeightMatrix.Format.BF16, WeightMatrix.Format.FP8_E4M3_B128}) {
+            int rows = 37, cols = 102, S = 3; // 102 columns: no whole number of 16-byte chunks per row in any of these
+            WeightMatrix m = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix dm = upload(m);
+            float[] x = gauss(r, S * cols, 1);
+            long dx = dev(x), dy = zeros(4L * S * rows);
+            check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, rows, cols, ptr(dx), cols,
+                    ptr(dy), rows, S), "matmul");
+            checkMatmul(f + " cols=102 (scalar path)", m, x, cols, S, gpu.downloadFloats(dy, S * rows), rows);
+        }
+    }
+
+    @Test
+    void moeMatmulPicksExperts() {
+        SplittableRandom r = new SplittableRandom(2);
+        int E = 5, k = 2, S = 3, rows = 40, cols = 64;
+        for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.FP4_E2M1_B32}) {
+            WeightMatrix[] ms = new WeightMatrix[E];
+            long[] data = new long[E], scale = new long[E];
+            for (int e = 0; e < E; e++) {
+                ms[e] = randomMatrix(r, f, rows, cols, false);
+                DeviceMatrix d = upload(ms[e]);
+                data[e] = d.data();
+                scale[e] = d.scale();
+            }
+            long dt = gpu.malloc(8L * E, "t"), st = gpu.malloc(8L * E, "t");
+            allocs.add(dt);
+            allocs.add(st);
+            gpu.upload(dt, data);
+            gpu.upload(st, scale);
+            int[] ids = {4, 1, 0, 2, 3, 4};
+            for (boolean perPick : new boolean[]{false, true}) {
+                int xr = perPick ? S * k : S;
+                float[] x = gauss(r, xr * cols, 1);
+                long dx = dev(x), dids = dev(ids), dy = zeros(4L * S * k * rows);
+                check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), ptr(f == WeightMatrix.Format.BF16 ? 0 : st), MemorySegment.NULL, 0,
+                        rows, cols, ptr(dids), k, S, ptr(dx), cols, perPick ? 1 : 0, ptr(dy), rows), "moe_matmul");
+                float[] y = gpu.downloadFloats(dy, S * k * rows);
+                for (int p = 0; p < S * k; p++) {
+                    float[] xs = Arrays.copyOfRange(x, (perPick ? p : p / k) * cols, (perPick ? p : p / k) * cols + cols);
+                    checkMatmul(f + " expert " + ids[p] + " pick " + p + (perPick ? " per pick" : ""), ms[ids[p]], xs, cols, 1,
+                            Arrays.copyOfRange(y, p * rows, p * rows + rows), rows);
+                }
+            }
+        }
+    }
+
+    @Test
+    void rmsnormMatchesOps() {
+        SplittableRandom r = new SplittableRandom(3);
+        int rows = 4, n = 1000;
+        float[] x = gauss(r, rows * n, 2), w = gauss(r, n, 1);
+        for (boolean weighted : new boolean[]{false, true}) {
+            long dx = dev(x), dy = zeros(4L * rows * n), dw = dev(w);
+            check(ds4j_rmsnorm(gpu.ctx(), ptr(dx), ptr(dy), weighted ? ptr(dw) : MemorySegment.NULL, rows, n, 1e-6f), "rmsnorm");
+            float[] got = gpu.downloadFloats(dy, rows * n), want = x.clone();
+            Ops.rmsNormRows(want, rows, n, weighted ? w : null, 1e-6f);
+            for (int i = 0; i < want.length; i++) assertEquals(want[i], got[i], 2e-6 * Math.abs(want[i]) + 1e-7, "rmsnorm " + i);
+        }
+    }
+
+    @Test
+    void ropeMatchesRopeApply() {
+        io.ds4j.model.ModelConfig c = io.ds4j.model.synth.Presets.get("small");
+        SplittableRandom r = new SplittableRandom(4);
+        for (Rope rope : new Rope[]{Rope.main(c), Rope.compress(c)})
+            for (boolean inverse : new boolean[]{false, true}) {
+                int S = 5, heads = 3, width = 128;
+                long pos0 = 4090, step = 7;
+                float[] x = gauss(r, S * heads * width, 1);
+                long dx = dev(x), dt = dev(rope.invFreq);
+                check(ds4j_rope(gpu.ctx(), ptr(dx), S, heads, width, rope.dims, ptr(dt), pos0, step, inverse ? 1 : 0), "rope");
+                float[] got = gpu.downloadFloats(dx, x.length), want = x.clone();
+                float[] cs = new float[rope.dims / 2], sn = new float[rope.dims / 2];
+                for (int s = 0; s < S; s++) {
+                    rope.angles(pos0 + s * step, cs, sn);
+                    for (int h = 0; h < heads; h++) rope.apply(want, (s * heads + h) * width, width, cs, sn, inverse);
+                }
+                for (int i = 0; i < want.length; i++) assertEquals(want[i], got[i], 1e-6 * Math.abs(want[i]) + 1e-6, "rope " + i);
+            }
+    }
+
+    @Test
+    void f16RoundingAndRingStore() {
+        SplittableRandom r = new SplittableRandom(5);
+        int width = 33, cap = 7, S = 11;
+        long N0 = 20;
+        float[] x = gauss(r, S * width, 3);
+        long dx = dev(x);
+        check(ds4j_round_f16(gpu.ctx(), ptr(dx), x.length), "round_f16");
+        float[] got = gpu.downloadFloats(dx, x.length);
+        for (int i = 0; i < x.length; i++) assertEquals(Ops.f16(x[i]), got[i], 0f, "round " + i);
+        long ring = zeros(2L * cap * width);
+        check(ds4j_ring_store(gpu.ctx(), ptr(ring), 1, cap, width, ptr(dx), N0, S), "ring_store");
+        short[] h = gpu.downloadShorts(ring, cap * width);
+        for (long p = N0 + S - cap; p < N0 + S; p++)
+            for (int c = 0; c < width; c++)
+                assertEquals(Float.floatToFloat16(got[(int) (p - N0) * width + c]), h[(int) (p % cap) * width + c], "ring p=" + p);
+    }
+
+    @Test
+    void topKMatchesCpuWithTiesNaNAndZeros() {
+        SplittableRandom r = new SplittableRandom(6);
+        // one NaN per row at most: TopK's order among several NaNs is not defined (its comparator is not total there)
+        float[] pool = {0f, -0f, 0.5f, -1f, 3f, Float.NEGATIVE_INFINITY, 1e-30f};
+        for (int[] cfg : new int[][]{{999, 4, 37}, {1999, 3, 512}, {63, 2, 1}, {40, 1, 40}}) {
+            int N0 = cfg[0], S = cfg[1], K = cfg[2], m = 1;
+            int ld = N0 + S;
+            float[] v = new float[S * ld];
+            for (int i = 0; i < v.length; i++) v[i] = r.nextInt(3) == 0 ? (float) r.nextGaussian() : pool[r.nextInt(pool.length)];
+            for (int s = 0; s < S; s++) v[s * ld + r.nextInt(N0 + s + 1)] = Float.NaN;
+            long dv = dev(v), sel = zeros(4L * S * K);
+            check(ds4j_indexer_topk(gpu.ctx(), ptr(dv), ld, N0, S, m, K, ptr(sel)), "topk");
+            int[] got = gpu.downloadInts(sel, S * K);
+            for (int s = 0; s < S; s++) {
+                int avail = N0 + s + 1;
+                if (avail <= K) continue;
+                int[] want = TopK.select(Arrays.copyOfRange(v, s * ld, s * ld + avail), avail, K);
+                assertArrayEquals(want, Arrays.copyOfRange(got, s * K, s * K + K), "top-" + K + " of " + avail + " row " + s);
+            }
+        }
+    }
+
+    @Test
+    void moeRouteMatchesCpuRouting() {
+        SplittableRandom r = new SplittableRandom(7);
+        int S = 9, E = 16, k = 6, V = 50;
+        float scaling = 1.5f;
+        float[] lam = gauss(r, S * E, 2), bias = gauss(r, E, 0.1);
+        lam[3] = lam[4]; // a tie
+        int[] toks = new int[S], tid2eid = new int[V * k];
+        for (int i = 0; i < S; i++) toks[i] = r.nextInt(V);
+        for (int i = 0; i < tid2eid.length; i++) tid2eid[i] = r.nextInt(E);
+        for (boolean hash : new boolean[]{false, true}) {
+            long dl = dev(lam), db = dev(bias), dt = dev(tid2eid), dtok = dev(toks), ids = zeros(4L * S * k), wts = zeros(4L * S * k);
+            check(ds4j_moe_route(gpu.ctx(), ptr(dl), hash ? MemorySegment.NULL : ptr(db), hash ? ptr(dt) : MemorySegment.NULL, ptr(dtok),
+                    S, E, k, scaling, ptr(ids), ptr(wts)), "moe_route");
+            int[] gi = gpu.downloadInts(ids, S * k);
+            float[] gw = gpu.downloadFloats(wts, S * k);
+            for (int s = 0; s < S; s++) {
+                float[] sc = new float[E], biased = new float[E];
+                for (int e = 0; e < E; e++) {
+                    sc[e] = Ops.sqrtSoftplus(lam[s * E + e]);
+                    biased[e] = sc[e] + bias[e];
+                }
+                int[] pick = hash ? Arrays.copyOfRange(tid2eid, toks[s] * k, toks[s] * k + k) : TopK.select(biased, E, k);
+                float sum = 0;
+                for (int j = 0; j < k; j++) sum += sc[pick[j]];
+                for (int j = 0; j < k; j++) {
+                    assertEquals(pick[j], gi[s * k + j], "route s=" + s + " j=" + j + (hash ? " (hash)" : ""));
+                    float want = sc[pick[j]] / (sum + 1e-20f) * scaling;
+                    assertEquals(want, gw[s * k + j], 1e-6f * Math.abs(want), "weight s=" + s + " j=" + j);
+                }
+            }
+        }
+    }
+}

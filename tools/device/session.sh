@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, sanitize, bench, bench-long, serve.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+out="${OUT:-$root/out}"; mkdir -p "$out"
+phases="${1:-info,test,bench,serve}"
+run() { # name, seconds, command...
+  local name=$1 secs=$2; shift 2
+  echo "=== $name (limit ${secs}s)"
+  local t0=$SECONDS
+  timeout -k 5 "$secs" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: rc=$rc in $((SECONDS - t0))s"
+  grep -v -E '^\s*$|Using incubator modules' "$out/$name.log" | tail -"${TAILN:-25}"
+}
+for p in ${phases//,/ }; do
+  case "$p" in
+    info) run info 60 bash -c 'nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv; tools/device/run.sh java -version; true' ;;
+    test) TAILN=60 run test 200 tools/device/run.sh test ;;
+    sanitize) TAILN=30 run sanitize 240 tools/device/run.sh sanitize --select-class io.ds4j.gpu.GpuOpsTest \
+                --select-method io.ds4j.gpu.HipBackendTest#microModelLayerByLayer --select-method io.ds4j.gpu.HipBackendTest#badInputLeavesTheSequenceUnchanged ;;
+    bench) run bench 150 tools/device/run.sh bench --preset flash-shaped --dtype fp8 --prompt-tokens 4096 --chunk 512 --decode-tokens 32 --contexts 4096 ;;
+    bench-long) run bench-long 200 tools/device/run.sh bench --preset flash-shaped --dtype fp8 --prompt-tokens 4096 --chunk 512 --decode-tokens 32 --contexts 4096,59933 ;;
+    serve) run serve 60 tools/device/run.sh serve-smoke ;;
+    *) echo "unknown phase $p" ;;
+  esac
+done
