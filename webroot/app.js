@@ -30,7 +30,8 @@
     { id: 'top-p', key: 'top_p', type: 'float', def: 'top_p' },
     { id: 'top-k', key: 'top_k', type: 'int', def: 'top_k' },
     { id: 'min-p', key: 'min_p', type: 'float', def: 'min_p' },
-    { id: 'max-tokens', key: 'max_tokens', type: 'int', def: 'max_tokens' },
+    // the page's own default: the server's (4096) would make every answer of the random embedded model stream for long
+    { id: 'max-tokens', key: 'max_tokens', type: 'int', def: 'max_tokens', pageDefault: 512 },
     { id: 'seed', key: 'seed', type: 'int', def: 'seed' },
   ];
 
@@ -188,7 +189,8 @@
     // server defaults as placeholders: an empty field means "use the server's value"
     for (const f of FIELDS) {
       const v = g[f.def];
-      $(f.id).placeholder = v == null ? (f.id === 'seed' ? 'random' : '') : String(v);
+      $(f.id).placeholder = f.pageDefault != null ? f.pageDefault + ' (server: ' + (v == null ? '?' : v) + ')'
+        : v == null ? (f.id === 'seed' ? 'random' : '') : String(v);
     }
     const defOpt = $('spec-q').querySelector('option[value=""]');
     defOpt.textContent = 'server default (' + (spec.q ?? '?') + ')';
@@ -550,7 +552,10 @@
     body.reasoning_effort = m.thinking ? m.effort : 'none';
     for (const f of FIELDS) {
       const raw = $(f.id).value.trim();
-      if (raw === '') continue;
+      if (raw === '') {
+        if (f.pageDefault != null) body[f.key] = f.pageDefault;
+        continue;
+      }
       const n = Number(raw);
       body[f.key] = Number.isFinite(n) ? n : raw; // a bad value goes through and the server names it
     }
@@ -757,7 +762,17 @@
   }
 
   function send() {
-    if (state.busy) return;
+    if (state.busy) {
+      // Send while a reply streams does nothing; say so instead of silently ignoring the key
+      ui.hint.textContent = 'a reply is streaming; Stop it or wait';
+      ui.hint.classList.add('attention');
+      clearTimeout(send.hintTimer);
+      send.hintTimer = setTimeout(() => {
+        ui.hint.classList.remove('attention');
+        if (state.busy) ui.hint.textContent = 'generating… Esc stops';
+      }, 2500);
+      return;
+    }
     const text = ui.prompt.value;
     if (!text.trim()) {
       ui.prompt.focus();

@@ -36,16 +36,29 @@ public final class BenchEngineCommand implements Callable<Integer> {
     @Option(names = "--decode-tokens", defaultValue = "64", description = "decode steps to time (default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--chunk", defaultValue = "512", description = "prefill chunk size in tokens (default ${DEFAULT-VALUE})") int chunk;
     @Option(names = "--repeats", defaultValue = "3", description = "runs; the best is reported (default ${DEFAULT-VALUE})") int repeats;
+    @Option(names = "--max-context", defaultValue = "65536",
+            description = "largest prompt + decode length this run may use (default ${DEFAULT-VALUE}); also capped by the model's max_position_embeddings")
+    int maxContext;
     @Option(names = "--no-bandwidth", description = "skip the memory bandwidth measurement") boolean noBandwidth;
 
     @Override
     public Integer call() throws Exception {
         if (promptTokens < 1 || decodeTokens < 1 || chunk < 1 || repeats < 1)
             throw new IllegalArgumentException("--prompt-tokens, --decode-tokens, --chunk and --repeats must be >= 1");
+        if (maxContext < 2) throw new IllegalArgumentException("--max-context must be >= 2, got " + maxContext);
+        long total = (long) promptTokens + decodeTokens;
+        if (total > maxContext)
+            throw new IllegalArgumentException("--prompt-tokens (" + promptTokens + ") + --decode-tokens (" + decodeTokens + ") = "
+                    + total + " exceeds --max-context " + maxContext + " (raise --max-context for a longer run)");
         Path dir = source.model != null ? source.model
                 : ModelStore.ensure(source.preset != null ? source.preset : "small", seed, System.err::println);
         ModelWeights w = WeightLoader.load(dir);
         ModelConfig c = w.config;
+        if (total > c.maxPositionEmbeddings) {
+            w.close();
+            throw new IllegalArgumentException("--prompt-tokens (" + promptTokens + ") + --decode-tokens (" + decodeTokens + ") = "
+                    + total + " exceeds the model's context of " + c.maxPositionEmbeddings + " tokens (max_position_embeddings)");
+        }
         try (CpuBackend be = new CpuBackend(w)) {
             System.out.printf("model: %s%n  %s%n  threads: %d%n", dir, c, Parallel.threads());
             SplittableRandom r = new SplittableRandom(seed);

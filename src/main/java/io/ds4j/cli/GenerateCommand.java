@@ -72,7 +72,13 @@ public final class GenerateCommand implements Callable<Integer> {
         PrintStream err = System.err;
         SamplingParams sp = new SamplingParams(temperature, topK, topP, minP, seed, presence, frequency, repetition,
                 Map.of(), maxTokens, stop, false, 0, ignoreEos);
-        VerifyWidth width = draft == null ? null : VerifyWidth.parse(specQ);
+        VerifyWidth width;
+        try {
+            width = VerifyWidth.parse(specQ); // checked even without --draft: a typo must not pass silently
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("--spec-q: " + e.getMessage(), e);
+        }
+        if (draft == null) width = null;
         if (prefillChunk < 1) throw new IllegalArgumentException("--prefill-chunk must be >= 1");
         if ((system != null || thinking || effort != null) && !chat)
             throw new IllegalArgumentException("--system, --thinking and --reasoning-effort need --chat");
@@ -101,7 +107,8 @@ public final class GenerateCommand implements Callable<Integer> {
             Sampler sampler = new Sampler(sp, V, ids, Math.min(V, tok.vocabSize()));
             StreamingDetokenizer detok = tok.streamer();
             StopStrings stops = new StopStrings(stop);
-            OutputParser parser = chat ? new OutputParser(thinking) : null;
+            // the parser's warnings are printed after the streamed text ends with its newline, not glued onto it
+            OutputParser parser = chat ? new OutputParser(thinking).logWarnings(false) : null;
             PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
             Draft d = ds == null ? null : ds.open(ids, sp, seed != null ? seed : 0);
             int[] eos = {be.config().eosTokenId, tok.eosId()};
@@ -123,17 +130,24 @@ public final class GenerateCommand implements Callable<Integer> {
                 }
             }
             if (!stops.stopped()) emit(stops.push(detok.flush()) + stops.flush(), parser, out, err);
-            if (parser != null) for (OutputParser.Event ev : parser.finish()) show(ev, out, err);
+            if (parser != null)
+                for (OutputParser.Event ev : parser.finish(g.finish() == Generation.Finish.LENGTH)) show(ev, out, err);
             out.println();
             out.flush();
+            if (parser != null) for (String w : parser.warnings()) err.println("warning: DeepSeek-V4 output: " + w);
             Generation.SpecStats st = g.specStats();
-            String spec = d == null ? "" : String.format(", draft %s q=%s: offered %d, accepted %d, acceptance %.3f, %.2f tokens/step",
-                    ds.name(), width, st.offered(), st.accepted(), st.acceptanceRate(), st.committedPerStep());
-            err.printf("prompt %d tokens, prefill %.1f tokens/s; generated %d tokens, decode %.2f tokens/s; finish %s%s%n",
-                    ids.length, g.prefillTokensPerSecond(), g.generatedTokens(), g.decodeTokensPerSecond(),
+            String spec = d == null ? "" : String.format(", draft %s q=%s: offered %d, accepted %d, acceptance %s, %s tokens/step",
+                    ds.name(), width, st.offered(), st.accepted(), fmt(st.acceptanceRate(), "%.3f"), fmt(st.committedPerStep(), "%.2f"));
+            err.printf("prompt %d tokens, prefill %.1f tokens/s; generated %d tokens, decode %s tokens/s; finish %s%s%n",
+                    ids.length, g.prefillTokensPerSecond(), g.generatedTokens(), fmt(g.decodeTokensPerSecond(), "%.2f"),
                     g.finish().name().toLowerCase(), spec);
         }
         return 0;
+    }
+
+    /** A figure, or "n/a" when it is undefined (NaN: nothing offered, fewer than two tokens). */
+    static String fmt(double v, String format) {
+        return Double.isFinite(v) ? String.format(format, v) : "n/a";
     }
 
     private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok) throws Exception {

@@ -8,7 +8,7 @@ import picocli.CommandLine.Command;
         description = "DeepSeek-V4 inference engine and server for the JVM.",
         subcommands = {CommandLine.HelpCommand.class, MakeModelCommand.class, GenerateCommand.class,
                 BenchEngineCommand.class, BenchSpecCommand.class, ServeCommand.class, BenchServerCommand.class})
-public final class Main implements Runnable {
+public final class Main implements java.util.concurrent.Callable<Integer> {
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
 
@@ -23,15 +23,40 @@ public final class Main implements Runnable {
     public static CommandLine commandLine() {
         CommandLine cl = new CommandLine(new Main());
         cl.setExecutionExceptionHandler((ex, cmd, parse) -> {
-            cmd.getErr().println(cmd.getColorScheme().errorText("error: " + (ex.getMessage() != null ? ex.getMessage() : ex.toString())));
+            cmd.getErr().println(cmd.getColorScheme().errorText("error: " + describe(ex)));
             if (System.getenv("DS4J_DEBUG") != null) ex.printStackTrace(cmd.getErr());
             return 2;
         });
         return cl;
     }
 
+    /** No command given: the usage on stderr, and a failing exit code (--help prints it on stdout and exits 0). */
     @Override
-    public void run() {
-        spec.commandLine().usage(System.out);
+    public Integer call() {
+        spec.commandLine().getErr().println("error: no command given");
+        spec.commandLine().usage(spec.commandLine().getErr());
+        return 2;
+    }
+
+    /**
+     * An error in one line. File-system errors say what failed and why: their own message is often only the path
+     * ("/proc/nope"), which reads as no explanation at all.
+     */
+    static String describe(Throwable ex) {
+        if (ex instanceof java.nio.file.FileSystemException f) {
+            String why = switch (f) {
+                case java.nio.file.NoSuchFileException x -> "no such file or directory";
+                case java.nio.file.AccessDeniedException x -> "permission denied";
+                case java.nio.file.FileAlreadyExistsException x -> "it already exists";
+                case java.nio.file.DirectoryNotEmptyException x -> "the directory is not empty";
+                case java.nio.file.NotDirectoryException x -> "not a directory";
+                default -> f.getReason() != null ? f.getReason() : f.getClass().getSimpleName();
+            };
+            String what = f.getFile() != null ? f.getFile() : "a file";
+            return "cannot access " + what + (f.getOtherFile() != null ? " (-> " + f.getOtherFile() + ")" : "") + ": "
+                    + (why.isEmpty() ? "" : Character.toLowerCase(why.charAt(0)) + why.substring(1));
+        }
+        if (ex instanceof java.io.UncheckedIOException u && u.getCause() != null) return describe(u.getCause());
+        return ex.getMessage() != null ? ex.getMessage() : ex.toString();
     }
 }

@@ -48,7 +48,7 @@ public final class ServeCommand implements Callable<Integer> {
     @Option(names = "--model-name", paramLabel = "NAME", description = "model.name: the model id clients use.")
     String modelName;
 
-    @Option(names = "--backend", paramLabel = "NAME", description = "model.backend: cpu.")
+    @Option(names = "--backend", paramLabel = "NAME", description = "model.backend: cpu or hip (GPU).")
     String backend;
 
     @Option(names = "--draft", paramLabel = "none|ngram|DIR", description = "speculative.draft.")
@@ -85,9 +85,13 @@ public final class ServeCommand implements Callable<Integer> {
             description = "Any configuration key, e.g. --set sampling.temperature=0.6 (VALUE is JSON, or else a string).")
     List<String> sets;
 
+    /** Which flag set each overridden key ("--port", "--set limits.maxActive=..."), for error messages. */
+    private final Map<String, String> flagOf = new LinkedHashMap<>();
+
     /** The flags as dotted-key overrides of the configuration file. */
     Map<String, Object> overrides() {
         Map<String, Object> o = new LinkedHashMap<>();
+        flagOf.clear();
         if (sets != null) {
             ObjectMapper om = new ObjectMapper();
             for (String s : sets) {
@@ -103,28 +107,43 @@ public final class ServeCommand implements Callable<Integer> {
                     val = v;
                 }
                 o.put(k, val);
+                flagOf.put(k, "--set " + s);
             }
         }
-        put(o, "server.host", host);
-        put(o, "server.port", port);
-        put(o, "model.path", model);
-        put(o, "model.name", modelName);
-        put(o, "model.backend", backend);
-        put(o, "speculative.draft", draft);
-        put(o, "speculative.q", specQ);
-        put(o, "limits.maxContextTokens", maxContext);
-        put(o, "limits.maxActive", maxActive);
-        put(o, "limits.maxQueue", maxQueue);
-        put(o, "limits.maxTokensDefault", maxTokensDefault);
-        put(o, "limits.prefillChunk", prefillChunk);
-        put(o, "server.apiKeys", apiKeys == null ? null : new ArrayList<>(apiKeys));
-        put(o, "server.cors.allowedOrigins", corsOrigins == null ? null : new ArrayList<>(corsOrigins));
-        put(o, "log.level", logLevel);
+        put(o, "server.host", "--host", host);
+        put(o, "server.port", "--port", port);
+        put(o, "model.path", "--model", model);
+        put(o, "model.name", "--model-name", modelName);
+        put(o, "model.backend", "--backend", backend);
+        put(o, "speculative.draft", "--draft", draft);
+        put(o, "speculative.q", "--spec-q", specQ);
+        put(o, "limits.maxContextTokens", "--max-context", maxContext);
+        put(o, "limits.maxActive", "--max-active", maxActive);
+        put(o, "limits.maxQueue", "--max-queue", maxQueue);
+        put(o, "limits.maxTokensDefault", "--max-tokens-default", maxTokensDefault);
+        put(o, "limits.prefillChunk", "--prefill-chunk", prefillChunk);
+        put(o, "server.apiKeys", "--api-key", apiKeys == null ? null : new ArrayList<>(apiKeys));
+        put(o, "server.cors.allowedOrigins", "--cors-origin", corsOrigins == null ? null : new ArrayList<>(corsOrigins));
+        put(o, "log.level", "--log-level", logLevel);
         return o;
     }
 
-    private static void put(Map<String, Object> o, String k, Object v) {
-        if (v != null) o.put(k, v);
+    private void put(Map<String, Object> o, String k, String flag, Object v) {
+        if (v == null) return;
+        o.put(k, v);
+        flagOf.put(k, flag);
+    }
+
+    /**
+     * A configuration problem ("key: what is wrong") said against its source: the flag that set the key, else the
+     * file.
+     */
+    String blame(String problem, Path file) {
+        int colon = problem.indexOf(':');
+        String key = colon > 0 ? problem.substring(0, colon) : null;
+        if (key != null && flagOf.containsKey(key)) return "flag " + flagOf.get(key) + ": " + problem;
+        if (file != null && problem.startsWith(file.toString())) return problem;
+        return (file != null ? file.toString() : "configuration") + ": " + problem;
     }
 
     @Override
@@ -145,11 +164,25 @@ public final class ServeCommand implements Callable<Integer> {
                     file != null ? file.toString() : "defaults", ov);
         } catch (ConfigException e) {
             var err = spec.commandLine().getErr();
-            err.println("error: the configuration is not valid" + (file != null ? " (" + file + ")" : "") + ":");
-            for (String p : e.problems()) err.println("  " + p);
+            List<String> problems = e.problems();
+            if (problems.size() == 1) {
+                err.println("error: " + blame(problems.getFirst(), file));
+            } else {
+                err.println("error: the configuration is not valid:");
+                for (String p : problems) err.println("  " + blame(p, file));
+            }
             return 2;
         }
-        Ds4jServer server = Ds4jServer.start(new Ds4jServer.Options(cfg, file, ov, new DefaultModelProvider())).await();
+        Ds4jServer server;
+        try {
+            server = Ds4jServer.start(new Ds4jServer.Options(cfg, file, ov, new DefaultModelProvider())).await();
+        } catch (Exception e) {
+            Throwable t = e;
+            while (!(t instanceof Ds4jServer.StartException) && t.getCause() != null && t.getCause() != t) t = t.getCause();
+            if (!(t instanceof Ds4jServer.StartException)) t = e;
+            spec.commandLine().getErr().println("error: " + (t.getMessage() != null ? t.getMessage() : t));
+            return 1;
+        }
         Runtime.getRuntime().addShutdownHook(new Thread(() -> server.close().await(), "ds4j-shutdown"));
         try {
             server.ready().await();

@@ -302,7 +302,12 @@ public final class Gemm {
             int rb = Math.min(r + 1, r1 - 1);
             switch (w.format) {
                 case F32 -> f32Rows(d, r * rbytes, rb * rbytes, x, xo, cols, out);
-                case BF16 -> bf16Rows(d, r * rbytes, rb * rbytes, x, xo, cols, out);
+                case BF16 -> {
+                    // one row at a time: the two-row variant did not inline well and ran short rows at half speed
+                    y[yo + r] = bf16Row(d, r * rbytes, x, xo, cols);
+                    if (rb != r) y[yo + rb] = bf16Row(d, rb * rbytes, x, xo, cols);
+                    continue;
+                }
                 default -> f16Rows(d, r * rbytes, rb * rbytes, x, xo, cols, out);
             }
             y[yo + r] = out[0];
@@ -346,40 +351,30 @@ public final class Gemm {
         out[1] = tb;
     }
 
-    private static void bf16Rows(MemorySegment d, long oa, long ob, float[] x, int xo, int cols, float[] out) {
-        FloatVector z = FloatVector.zero(FS);
-        float ta = 0f, tb = 0f;
+    /** One BF16 row in the canonical order (even vectors of a chunk into A, odd into B, chunk sum hsum(A + B)). */
+    private static float bf16Row(MemorySegment d, long oa, float[] x, int xo, int cols) {
+        float ta = 0f;
         for (int c0 = 0; c0 < cols; c0 += KC) {
             int ce = Math.min(cols, c0 + KC), steps = (ce - c0) / (2 * VL);
-            FloatVector a0 = z, a1 = z, b0 = z, b1 = z;
-            long pa = oa + 2L * c0, pb = ob + 2L * c0;
+            FloatVector a0 = FloatVector.zero(FS), a1 = FloatVector.zero(FS);
+            long pa = oa + 2L * c0;
             for (int st = 0; st < steps; st++) {
                 int c = c0 + st * 2 * VL;
                 long u = (long) st * (4 * VL);
-                FloatVector x0 = FloatVector.fromArray(FS, x, xo + c), x1 = FloatVector.fromArray(FS, x, xo + c + VL);
-                a0 = bf16(d, pa + u).fma(x0, a0);
-                a1 = bf16(d, pa + u + 2 * VL).fma(x1, a1);
-                b0 = bf16(d, pb + u).fma(x0, b0);
-                b1 = bf16(d, pb + u + 2 * VL).fma(x1, b1);
+                a0 = bf16(d, pa + u).fma(FloatVector.fromArray(FS, x, xo + c), a0);
+                a1 = bf16(d, pa + u + 2 * VL).fma(FloatVector.fromArray(FS, x, xo + c + VL), a1);
             }
             int c = c0 + steps * 2 * VL;
             if (c + VL <= ce) {
-                FloatVector x0 = FloatVector.fromArray(FS, x, xo + c);
-                a0 = bf16(d, oa + 2L * c).fma(x0, a0);
-                b0 = bf16(d, ob + 2L * c).fma(x0, b0);
+                a0 = bf16(d, oa + 2L * c).fma(FloatVector.fromArray(FS, x, xo + c), a0);
                 c += VL;
             }
-            float sa = hsum(a0.add(a1)), sb = hsum(b0.add(b1));
-            for (; c < ce; c++) {
-                float xv = x[xo + c];
-                sa += Float.intBitsToFloat((d.get(WeightMatrix.I16_LE, oa + 2L * c) & 0xFFFF) << 16) * xv;
-                sb += Float.intBitsToFloat((d.get(WeightMatrix.I16_LE, ob + 2L * c) & 0xFFFF) << 16) * xv;
-            }
+            float sa = hsum(a0.add(a1));
+            for (; c < ce; c++)
+                sa += Float.intBitsToFloat((d.get(WeightMatrix.I16_LE, oa + 2L * c) & 0xFFFF) << 16) * x[xo + c];
             ta += sa;
-            tb += sb;
         }
-        out[0] = ta;
-        out[1] = tb;
+        return ta;
     }
 
     /**

@@ -249,10 +249,10 @@ public final class Generation {
         return s > 0 ? promptLen / s : 0;
     }
 
-    /** Generated tokens per second after the first one. */
+    /** Generated tokens per second after the first one; NaN (undefined) until a second token is generated. */
     public double decodeTokensPerSecond() {
         double s = decodeSeconds();
-        return s > 0 && generated > 1 ? (generated - 1) / s : 0;
+        return s > 0 && generated > 1 ? (generated - 1) / s : Double.NaN;
     }
 
     /** Speculative accounting (see the class docs for the definitions). */

@@ -91,7 +91,7 @@ public record SamplingParams(double temperature, int topK, double topP, double m
         range("presence_penalty", presencePenalty, -2, 2);
         range("frequency_penalty", frequencyPenalty, -2, 2);
         if (!(repetitionPenalty > 0 && repetitionPenalty <= 10)) throw bad("repetition_penalty", repetitionPenalty, "(0, 10]");
-        if (maxTokens < 1) throw bad("max_tokens", maxTokens, ">= 1");
+        if (maxTokens < 1) throw new IllegalArgumentException("max_tokens must be >= 1, got " + maxTokens);
         if (topLogprobs < 0 || topLogprobs > 20) throw bad("top_logprobs", topLogprobs, "[0, 20]");
         if (logitBias != null) for (var e : logitBias.entrySet()) {
             if (e.getKey() < 0 || e.getKey() >= vocabSize)

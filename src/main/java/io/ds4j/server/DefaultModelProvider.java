@@ -27,6 +27,44 @@ public final class DefaultModelProvider implements ModelProvider {
     static final int DRAFT_ROLLBACK = 16;
 
     @Override
+    public void check(ServerConfig cfg) throws Exception {
+        if (cfg.modelPath() != null) checkModelFolder("model.path", Path.of(cfg.modelPath()));
+        String d = cfg.draft();
+        if (!d.equals("none") && !d.equals("ngram")) {
+            Path dir = Path.of(d);
+            if (!Files.isDirectory(dir))
+                throw new IllegalArgumentException("speculative.draft: must be \"none\", \"ngram\" or a model folder; folder not found: "
+                        + dir.toAbsolutePath());
+            checkModelFolder("speculative.draft", dir);
+        }
+        checkBackend(cfg.backend());
+    }
+
+    private static void checkModelFolder(String key, Path dir) {
+        if (!Files.isDirectory(dir)) throw new IllegalArgumentException(key + ": folder not found: " + dir.toAbsolutePath());
+        try {
+            io.ds4j.model.ModelConfig.read(dir.resolve("config.json"));
+        } catch (Exception e) {
+            throw new IllegalArgumentException(key + ": " + dir.toAbsolutePath() + " is not a model folder: "
+                    + (e.getMessage() != null ? e.getMessage() : e), e);
+        }
+    }
+
+    /** A backend that needs hardware is opened and closed once, so a machine without it fails before binding. */
+    private static void checkBackend(String backend) {
+        if (!backend.equals("hip")) return;
+        try {
+            io.ds4j.gpu.Gpu.open(0).close();
+        } catch (io.ds4j.gpu.GpuUnavailableException e) {
+            throw new IllegalArgumentException("model.backend: backend 'hip' is not available on this machine: " + e.getMessage()
+                    + "; use backend 'cpu'", e);
+        } catch (LinkageError e) {
+            throw new IllegalArgumentException("model.backend: backend 'hip' is not available on this machine: " + e
+                    + "; use backend 'cpu'", e);
+        }
+    }
+
+    @Override
     public LoadedModel load(ServerConfig cfg, Consumer<String> log) throws Exception {
         boolean embedded = cfg.modelPath() == null;
         Path dir;

@@ -7,13 +7,13 @@ import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.config.ConfigRetriever;
 import io.vertx.config.ConfigRetrieverOptions;
 import io.vertx.config.ConfigStoreOptions;
+import io.vertx.core.json.JsonObject;
 import io.vertx.core.DeploymentOptions;
 import io.vertx.core.Future;
 import io.vertx.core.Promise;
 import io.vertx.core.ThreadingModel;
 import io.vertx.core.Vertx;
 import io.vertx.core.VertxOptions;
-import io.vertx.core.json.JsonObject;
 import io.vertx.micrometer.MetricsDomain;
 import io.vertx.micrometer.MicrometerMetricsFactory;
 import io.vertx.micrometer.MicrometerMetricsOptions;
@@ -30,8 +30,8 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * Starts and stops one ds4j server: a Vert.x instance with Micrometer/Prometheus metrics, several {@link HttpVerticle}s
- * on the event loops, one {@link EngineVerticle} on its own single-thread worker pool, and a vertx-config watcher on
- * the configuration file that applies live changes atomically and reports restart-requiring ones.
+ * on the event loops, one {@link EngineVerticle} on its own single-thread worker pool, and a watcher on
+ * the configuration file (vertx-config, scanned every server.configScanMs) that applies live changes atomically and reports restart-requiring ones.
  */
 public final class Ds4jServer {
     private static final Logger LOG = LoggerFactory.getLogger(Ds4jServer.class);
@@ -54,7 +54,10 @@ public final class Ds4jServer {
     private final ServerState state;
     private final PrometheusMeterRegistry registry;
     private final Promise<Void> ready = Promise.promise();
+    private long scanTimer = -1;
     private ConfigRetriever retriever;
+    private volatile boolean missing;
+    private volatile String missingReason = "is missing";
 
     private Ds4jServer(Options opt) {
         this.opt = opt;
@@ -73,20 +76,57 @@ public final class Ds4jServer {
     }
 
     /**
-     * Starts the server. The returned future completes once HTTP is listening; the model may still be loading
-     * (see {@link #ready()}; /health answers "loading" until then).
+     * Starts the server. First the model provider checks what it can before anything binds (the model folder, the
+     * backend, the draft); then HTTP binds and listens; then the engine loads the model. The returned future completes
+     * once HTTP is listening; the model may still be loading (see {@link #ready()}; /health answers "loading" until
+     * then). It fails, after everything started is closed again, when the check fails or the port cannot be bound;
+     * the failure's message says so in one line (e.g. "cannot listen on 127.0.0.1:8080: address already in use").
      */
     public static Future<Ds4jServer> start(Options opt) {
         LogLevels.apply(opt.config().logLevel());
         Ds4jServer s = new Ds4jServer(opt);
-        return s.boot().map(v -> s).recover(e -> s.close().transform(x -> Future.failedFuture(e)));
+        // a promise with no Vert.x context: its listeners run on the thread that completes it
+        Promise<Ds4jServer> result = Promise.promise();
+        s.boot().onComplete(ar -> {
+            if (ar.succeeded()) {
+                result.complete(s);
+                return;
+            }
+            // Close from a thread outside Vert.x: a listener registered on this instance's own event loop would
+            // never run once close() has stopped that loop, and the caller would wait forever.
+            Thread.ofPlatform().name("ds4j-start-failed").daemon().start(() -> {
+                try {
+                    s.close().toCompletionStage().toCompletableFuture().get(30, TimeUnit.SECONDS);
+                } catch (Exception ignored) {
+                    // the start failure is what matters
+                }
+                result.fail(ar.cause());
+            });
+        });
+        return result.future();
+    }
+
+    /** Why the server could not start, in one line. */
+    public static final class StartException extends RuntimeException {
+        public StartException(String message, Throwable cause) {
+            super(message, cause);
+        }
     }
 
     private Future<Void> boot() {
         ServerConfig cfg = opt.config();
         String webroot = resolveWebroot(cfg.webroot());
         int instances = cfg.httpInstances();
-        return vertx.deployVerticle(() -> new HttpVerticle(state, registry, webroot), new DeploymentOptions().setInstances(instances))
+        return vertx.<Void>executeBlocking(() -> {
+            try {
+                opt.provider().check(cfg);
+            } catch (Exception e) {
+                throw new StartException(e.getMessage() != null ? e.getMessage() : e.toString(), e);
+            }
+            return null;
+        }, false).compose(v -> vertx.deployVerticle(() -> new HttpVerticle(state, registry, webroot), new DeploymentOptions().setInstances(instances))
+                .recover(e -> Future.failedFuture(new StartException("cannot listen on " + cfg.host() + ":" + cfg.port() + ": "
+                        + bindReason(e), e))))
                 .compose(id -> {
                     int port = state.port();
                     LOG.info("listening on http://{}:{} ({} HTTP verticle instance(s)); static files from {}", cfg.host(), port,
@@ -105,6 +145,26 @@ public final class Ds4jServer {
                     });
                     return watchConfig();
                 });
+    }
+
+    /** A bind failure in plain words: "address already in use", "unknown host 256.1.1.1", ... */
+    static String bindReason(Throwable e) {
+        Throwable t = e;
+        while (t.getCause() != null && t.getCause() != t && (t.getMessage() == null || !(t instanceof java.io.IOException))) t = t.getCause();
+        String m = t.getMessage() != null ? t.getMessage() : t.toString();
+        if (t instanceof java.net.BindException || m.toLowerCase(java.util.Locale.ROOT).contains("address already in use")) {
+            String l = m.toLowerCase(java.util.Locale.ROOT);
+            if (l.contains("already in use")) return "address already in use";
+            if (l.contains("cannot assign")) return "the address is not one of this machine's (cannot assign requested address)";
+            if (l.contains("permission")) return "permission denied (ports below 1024 need privileges)";
+        }
+        if (t instanceof java.net.UnknownHostException || t instanceof java.nio.channels.UnresolvedAddressException
+                || m.toLowerCase(java.util.Locale.ROOT).contains("unresolved"))
+            return "unknown host or invalid address";
+        if (t instanceof java.net.SocketException && m.toLowerCase(java.util.Locale.ROOT).contains("permission"))
+            return "permission denied (ports below 1024 need privileges)";
+        m = m.replaceFirst("^(bind\\(\\.\\.\\.\\) failed: |[a-zA-Z.]+Exception: )", "");
+        return m.isEmpty() ? t.getClass().getSimpleName() : Character.toLowerCase(m.charAt(0)) + m.substring(1);
     }
 
     /** Relative to the working folder, else to the application folder (the parent of target/ds4j.jar). */
@@ -134,20 +194,52 @@ public final class Ds4jServer {
         return null;
     }
 
+    /**
+     * Watches the configuration file with vertx-config (a raw file store scanned every {@code server.configScanMs});
+     * each changed text is validated and applied (or rejected) by {@link #onConfigText}. vertx-config reports a
+     * missing file only as an error line at every scan (silenced in simplelogger.properties), so a separate presence
+     * check says it once when the file goes missing and once when it is back; the running configuration stays.
+     */
     private Future<Void> watchConfig() {
         Path file = opt.configFile();
         if (file == null) return Future.succeededFuture();
+        long scanMs = opt.config().configScanMs();
         ConfigStoreOptions store = new ConfigStoreOptions().setType("file").setFormat("raw")
                 .setConfig(new JsonObject().put("path", file.toAbsolutePath().toString()).put("raw.key", "text"));
-        retriever = ConfigRetriever.create(vertx, new ConfigRetrieverOptions().addStore(store)
-                .setScanPeriod(opt.config().configScanMs()));
-        return retriever.getConfig().onSuccess(first -> {
-            // the file may have changed between our first read and the watcher's baseline
-            String text = first.getString("text");
-            if (text != null) onConfigText(text, false);
-            retriever.listen(change -> onConfigText(change.getNewConfiguration().getString("text"), true));
-            LOG.info("watching {} for changes (every {} ms)", file, opt.config().configScanMs());
-        }).mapEmpty();
+        retriever = ConfigRetriever.create(vertx, new ConfigRetrieverOptions().addStore(store).setScanPeriod(scanMs));
+        return retriever.getConfig().transform(ar -> {
+            // the file may have changed between the caller's read and the watcher's baseline
+            String first = ar.succeeded() ? ar.result().getString("text") : null;
+            if (first != null) onConfigText(first, false);
+            else configMissing(file);
+            retriever.listen(change -> {
+                String text = change.getNewConfiguration().getString("text");
+                if (text != null) onConfigText(text, true);
+            });
+            scanTimer = vertx.setPeriodic(scanMs, id -> checkPresence(file));
+            LOG.info("watching {} for changes (every {} ms)", file, scanMs);
+            return Future.<Void>succeededFuture();
+        });
+    }
+
+    private void checkPresence(Path file) {
+        vertx.fileSystem().exists(file.toAbsolutePath().toString()).onSuccess(exists -> {
+            if (!exists) {
+                missingReason = "is missing";
+                configMissing(file);
+            } else if (missing) {
+                missing = false;
+                LOG.info("config file {} is back", file);
+            }
+        });
+    }
+
+    private void configMissing(Path file) {
+        if (missing) return;
+        missing = true;
+        String msg = "config file " + file + " " + missingReason + "; keeping the current configuration";
+        state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "file missing", msg));
+        LOG.warn(msg);
     }
 
     /** Validates a new version of the file as a whole and applies it atomically, or keeps the old one. */
@@ -210,6 +302,7 @@ public final class Ds4jServer {
 
     /** Stops everything: the engine releases every sequence and the model. */
     public Future<Void> close() {
+        if (scanTimer != -1) vertx.cancelTimer(scanTimer);
         if (retriever != null) retriever.close();
         return vertx.close().onComplete(ar -> registry.close());
     }

@@ -151,11 +151,15 @@ public final class EngineVerticle extends VerticleBase {
             LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}); Retry-After {} s",
                     r.id, active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
             msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
-                    "the server is busy: " + active.size() + " requests running and " + waiting.size()
+                    "the server is busy: " + plural(active.size(), "request") + " running and " + waiting.size()
                             + " waiting (limits.maxQueue " + cfg.maxQueue() + "); retry after " + retry + " s", retry)), LOCAL);
             return;
         }
         scheduleTick();
+    }
+
+    static String plural(int n, String noun) {
+        return n + " " + noun + (n == 1 ? "" : "s");
     }
 
     private boolean fits(int need, ServerConfig cfg) {
@@ -171,7 +175,8 @@ public final class EngineVerticle extends VerticleBase {
     private void activate(Job j, ServerConfig cfg) {
         EngineRequest r = j.req;
         int V = backend.config().vocabSize;
-        Sampler sampler = new Sampler(r.params, V, r.prompt);
+        // ids the tokenizer cannot decode are never sampled (the embedding may have more rows than the tokenizer)
+        Sampler sampler = new Sampler(r.params, V, r.prompt, Math.min(V, tokenizer.vocabSize()));
         Draft draft = null;
         VerifyWidth width = null;
         if (model.draft() != null && !r.specQ.equals("0")) {
@@ -347,8 +352,9 @@ public final class EngineVerticle extends VerticleBase {
             state.metrics().e2e(now - j.req.arrivalNanos);
             meanRequestSeconds = 0.8 * meanRequestSeconds + 0.2 * ((now - j.req.arrivalNanos) / 1e9);
             state.record(new ServerState.JobRecord(j.req.id, reason, j.req.prompt.length, j.promptDone, generated, j.steps));
-            LOG.info("request {} finished ({}): {} prompt + {} generated tokens, TTFT {} ms, decode {} tok/s, drafts {}/{} accepted",
-                    j.req.id, reason, j.req.prompt.length, generated, Math.round(u.ttftMs()), Math.round(u.decodeTps()),
+            LOG.info("request {} finished ({}): {} prompt + {} generated tokens, TTFT {} ms, decode {}, drafts {}/{} accepted",
+                    j.req.id, reason, j.req.prompt.length, generated, Math.round(u.ttftMs()),
+                    Double.isFinite(u.decodeTps()) ? Math.round(u.decodeTps()) + " tok/s" : "n/a (one token)",
                     s.accepted(), s.offered());
         }
         updateGauges();
@@ -453,7 +459,7 @@ public final class EngineVerticle extends VerticleBase {
                 push(stops.push(detok.flush()));
                 push(stops.flush());
             }
-            if (parser != null) for (OutputParser.Event e : parser.finish()) add(e);
+            if (parser != null) for (OutputParser.Event e : parser.finish(gen.finish() == Generation.Finish.LENGTH)) add(e);
         }
 
         /** Sends what this step decided, if anything. */

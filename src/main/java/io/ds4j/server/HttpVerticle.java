@@ -55,6 +55,19 @@ public final class HttpVerticle extends VerticleBase {
     private static final Set<String> API_PATHS = Set.of("/props", "/tokenize", "/detokenize", "/metrics", "/models",
             "/completions", "/chat/completions");
     static final String FINGERPRINT = "ds4j-0.1.0";
+    /** Preflight answer when the browser names no headers. */
+    private static final String DEFAULT_ALLOW_HEADERS = "Authorization, Content-Type, X-Requested-With";
+    /** A comma-separated list of header names (RFC 9110 tokens), as Access-Control-Request-Headers carries. */
+    private static final java.util.regex.Pattern SAFE_HEADER_LIST =
+            java.util.regex.Pattern.compile("[\\s,]*[!#$%&'*+.^_`|~0-9A-Za-z-]+(?:[\\s,]+[!#$%&'*+.^_`|~0-9A-Za-z-]+)*[\\s,]*");
+    /** The methods each API path answers (for 405 and its Allow header). */
+    private static final java.util.Map<String, String> ALLOW = java.util.Map.ofEntries(
+            java.util.Map.entry("/v1/chat/completions", "POST"), java.util.Map.entry("/chat/completions", "POST"),
+            java.util.Map.entry("/v1/completions", "POST"), java.util.Map.entry("/completions", "POST"),
+            java.util.Map.entry("/v1/models", "GET"), java.util.Map.entry("/models", "GET"),
+            java.util.Map.entry("/props", "GET"), java.util.Map.entry("/metrics", "GET"),
+            java.util.Map.entry("/health", "GET"), java.util.Map.entry("/v1/health", "GET"),
+            java.util.Map.entry("/tokenize", "POST"), java.util.Map.entry("/detokenize", "POST"));
 
     private final ServerState state;
     private final PrometheusMeterRegistry registry;
@@ -94,13 +107,25 @@ public final class HttpVerticle extends VerticleBase {
         // no method restriction on the route itself, so an unknown POST path is a 404, not a 405
         r.route("/*").handler(ctx -> {
             HttpMethod m = ctx.request().method();
-            if ((m == HttpMethod.GET || m == HttpMethod.HEAD) && !isApi(ctx.request().path())) files.handle(ctx);
+            String path = ctx.request().path();
+            String allow = ALLOW.get(path);
+            if (allow != null) {
+                // a known API path reached here with a method it does not answer
+                ctx.response().putHeader("Allow", allow);
+                error(ctx, new ApiException(405, "invalid_request_error", "method_not_allowed", null,
+                        m + " is not allowed on " + path + " (allowed: " + allow + ")", null));
+            } else if ((m == HttpMethod.GET || m == HttpMethod.HEAD) && !isApi(path)) files.handle(ctx);
             else ctx.next();
         });
         r.errorHandler(404, ctx -> error(ctx, new ApiException(404, "invalid_request_error", "not_found", null,
                 "no route for " + ctx.request().method() + " " + ctx.request().path(), null)));
-        r.errorHandler(405, ctx -> error(ctx, new ApiException(405, "invalid_request_error", "method_not_allowed", null,
-                ctx.request().method() + " is not allowed on " + ctx.request().path(), null)));
+        r.errorHandler(405, ctx -> {
+            String allow = ALLOW.get(ctx.request().path());
+            if (allow != null) ctx.response().putHeader("Allow", allow);
+            error(ctx, new ApiException(405, "invalid_request_error", "method_not_allowed", null,
+                    ctx.request().method() + " is not allowed on " + ctx.request().path()
+                            + (allow != null ? " (allowed: " + allow + ")" : ""), null));
+        });
         r.errorHandler(500, ctx -> {
             Throwable t = ctx.failure();
             if (t instanceof ApiException e) {
@@ -136,9 +161,15 @@ public final class HttpVerticle extends VerticleBase {
             resp.putHeader("Access-Control-Allow-Origin", allowed.contains("*") ? "*" : origin);
             if (!allowed.contains("*")) resp.putHeader("Vary", "Origin");
             if (ctx.request().method() == HttpMethod.OPTIONS) {
+                // Echo the headers the browser asks for: SDKs send their own (the openai JS SDK sends X-Stainless-*),
+                // and a fixed list would block them. The origin is already allowed, and it may send what it likes.
+                String asked = ctx.request().getHeader("Access-Control-Request-Headers");
+                String headers = asked != null && !asked.isBlank() && SAFE_HEADER_LIST.matcher(asked).matches()
+                        ? asked.trim() : DEFAULT_ALLOW_HEADERS;
                 resp.putHeader("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-                        .putHeader("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Requested-With")
+                        .putHeader("Access-Control-Allow-Headers", headers)
                         .putHeader("Access-Control-Max-Age", "600")
+                        .putHeader("Vary", allowed.contains("*") ? "Access-Control-Request-Headers" : "Origin, Access-Control-Request-Headers")
                         .setStatusCode(204).end();
                 return;
             }
@@ -208,16 +239,14 @@ public final class HttpVerticle extends VerticleBase {
                 if (body.length() == 0) throw new ApiException(400, "invalid_request_error", null, null, "the request body is empty", null);
                 n = Json.MAPPER.readTree(body.getBytes());
             } catch (JsonProcessingException e) {
-                var loc = e.getLocation();
-                error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is not valid JSON"
-                        + (loc != null ? " (line " + loc.getLineNr() + ", column " + loc.getColumnNr() + ")" : "") + ": "
-                        + e.getOriginalMessage(), null));
+                error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, Json.syntaxProblem("malformed JSON", e), null));
                 return;
             } catch (ApiException e) {
                 error(ctx, e);
                 return;
             } catch (Exception e) {
-                error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body cannot be read: " + e, null));
+                error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body cannot be read: "
+                        + (e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName()), null));
                 return;
             }
             try {
@@ -464,12 +493,25 @@ public final class HttpVerticle extends VerticleBase {
         String model = m.id();
         Tokenizer tok = m.tokenizer();
         vertx.executeBlocking(() -> {
-            if (chat) return new Encoded(tok.encode(ChatEncoder.encode(g.messages(), g.options())), null);
+            if (chat) return new Encoded(tok.encode(ChatEncoder.encode(g.messages(), g.options())), null, null);
             String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
-            if (g.promptIds() != null) return new Encoded(g.promptIds(), echo);
-            // like HF/vLLM for DeepSeek: a completion prompt starts with BOS unless it already does
-            String p = g.promptText().startsWith(V4Format.BOS) ? g.promptText() : V4Format.BOS + g.promptText();
-            return new Encoded(tok.encode(p), echo);
+            int[] ids;
+            boolean addedBos = false;
+            if (g.promptIds() != null) {
+                ids = g.promptIds();
+            } else {
+                // like HF/vLLM for DeepSeek: a completion prompt starts with BOS unless it already does
+                addedBos = !g.promptText().startsWith(V4Format.BOS);
+                ids = tok.encode(addedBos ? V4Format.BOS + g.promptText() : g.promptText());
+            }
+            List<String> promptTokens = null;
+            if (echo != null && g.logprobs()) {
+                // the echoed prompt's tokens, as listed in logprobs (not the BOS the server added: it is not echoed)
+                promptTokens = new java.util.ArrayList<>(ids.length);
+                for (int i = addedBos ? 1 : 0; i < ids.length; i++)
+                    promptTokens.add(new String(tok.tokenBytes(ids[i]), StandardCharsets.UTF_8));
+            }
+            return new Encoded(ids, echo, promptTokens);
         }, false).onComplete(ar -> {
             if (ar.failed()) {
                 error(ctx, asApi(ar.cause()));
@@ -487,12 +529,12 @@ public final class HttpVerticle extends VerticleBase {
             String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
             EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
                     g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id);
-            new Exchange(ctx, g, req, model, ar.result().echo()).start();
+            new Exchange(ctx, g, req, model, ar.result().echo(), ar.result().promptTokens()).start();
         });
     }
 
     /** A tokenised prompt, and the text to echo (completions with echo). */
-    private record Encoded(int[] ids, String echo) {}
+    private record Encoded(int[] ids, String echo, List<String> promptTokens) {}
 
     private static String randomId() {
         String a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -510,13 +552,15 @@ public final class HttpVerticle extends VerticleBase {
         final EngineRequest req;
         final String model;
         final String echo;
+        final List<String> promptTokens;
         final long created = System.currentTimeMillis() / 1000;
         io.vertx.core.eventbus.MessageConsumer<Object> consumer;
         ResponseBuilder out;
         boolean admitted, completed;
         java.util.List<EngineEvent> early = new java.util.ArrayList<>();
 
-        Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo) {
+        Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo, List<String> promptTokens) {
+            this.promptTokens = promptTokens;
             this.ctx = ctx;
             this.resp = ctx.response();
             this.g = g;
@@ -556,9 +600,9 @@ public final class HttpVerticle extends VerticleBase {
                                 .putHeader(HttpHeaders.CONTENT_TYPE, "text/event-stream; charset=utf-8")
                                 .putHeader(HttpHeaders.CACHE_CONTROL, "no-cache")
                                 .putHeader("X-Accel-Buffering", "no");
-                        write(out.start(echo));
+                        write(out.start(echo, promptTokens));
                     } else if (echo != null) {
-                        out.start(echo);
+                        out.start(echo, promptTokens);
                     }
                     for (EngineEvent e : early) onEvent(e);
                     early = null;

@@ -36,4 +36,46 @@ public final class Json {
         if (Double.isFinite(v)) o.put(field, Math.round(v * 1000.0) / 1000.0);
         else o.putNull(field);
     }
+
+    /**
+     * A JSON syntax error in plain words with its place, without Jackson's internals (source descriptions, feature
+     * and constraint names): {@code "malformed JSON at line 1, column 17: unexpected character 'x'"}.
+     * @param what how the message starts ("malformed JSON")
+     */
+    public static String syntaxProblem(String what, JsonProcessingException e) {
+        var loc = e.getLocation();
+        String m = plainSyntaxMessage(e);
+        return loc != null && loc.getLineNr() > 0 ? what + " at line " + loc.getLineNr() + ", column " + loc.getColumnNr() + ": " + m
+                : what + ": " + m;
+    }
+
+    static String plainSyntaxMessage(JsonProcessingException e) {
+        String m = e.getOriginalMessage() != null ? e.getOriginalMessage() : "";
+        if (e instanceof com.fasterxml.jackson.core.exc.StreamConstraintsException) {
+            String l = m.toLowerCase(java.util.Locale.ROOT);
+            java.util.regex.Matcher mx = java.util.regex.Pattern.compile("maximum allowed \\((\\d+)").matcher(m);
+            String max = mx.find() ? mx.group(1) : null;
+            if (l.contains("nesting")) return "the JSON is nested too deeply" + (max != null ? " (more than " + max + " levels)" : "");
+            if (l.contains("number")) return "a number is too long" + (max != null ? " (more than " + max + " characters)" : "");
+            if (l.contains("string")) return "a string is too long" + (max != null ? " (more than " + max + " characters)" : "");
+            if (l.contains("name")) return "a field name is too long" + (max != null ? " (more than " + max + " characters)" : "");
+            return "the JSON exceeds a size limit";
+        }
+        // "(start marker at [Source: REDACTED ...; line: 1, column: 14])" -> "(opened at line 1, column 14)"
+        m = m.replaceAll("\\[Source: [^;\\]]*; line: (\\d+), column: (\\d+)\\]", "line $1, column $2");
+        m = m.replace("start marker at ", "opened at ");
+        m = m.replaceAll("\\[Source: [^\\]]*\\]", "");
+        // advice about parser features a client cannot switch on
+        m = m.replaceAll(":?\\s*\\(?\\s*(?:enable|disable) `?(?:JsonReadFeature|JsonParser\\.Feature|StreamReadFeature)[^)]*\\)?", "");
+        m = m.replaceAll("\\s*\\(not recognized as one since Feature '[A-Z_]+' not enabled for parser\\)", "");
+        m = m.replaceAll(" ?\\(`?StreamReadConstraints[^)]*\\)", "");
+        // "Unexpected character ('x' (code 120))" -> "unexpected character 'x'"
+        m = m.replaceAll("\\('(.{1,2})' \\(code \\d+\\)\\)", "'$1'");
+        m = m.replaceAll("\\(\\((CTRL-CHAR), code (\\d+)\\)\\)", "(control character $2)");
+        m = m.replace("Unexpected end-of-input", "the JSON ends too early");
+        m = m.replace("(JSON String, Number, Array, Object or token 'null', 'true' or 'false')", "a JSON value");
+        m = m.replaceAll("\\s+", " ").trim();
+        if (m.endsWith(":")) m = m.substring(0, m.length() - 1);
+        return m.isEmpty() ? "malformed JSON" : Character.toLowerCase(m.charAt(0)) + m.substring(1);
+    }
 }

@@ -13,4 +13,12 @@ public interface ModelProvider {
      * @throws Exception with a message naming what could not be loaded
      */
     LoadedModel load(ServerConfig config, Consumer<String> log) throws Exception;
+
+    /**
+     * Checks, quickly and before the server binds its port, what would certainly make {@link #load} fail: a model or
+     * draft folder that does not exist or has no readable config.json, a backend that cannot run on this machine.
+     * The default checks nothing.
+     * @throws Exception with a one-line message naming the setting and the problem
+     */
+    default void check(ServerConfig config) throws Exception {}
 }

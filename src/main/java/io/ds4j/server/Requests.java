@@ -105,28 +105,30 @@ final class Requests {
         String text = null;
         int[] ids = null;
         if (p == null || p.isNull()) throw ApiException.badField("prompt", "is required");
+        String where = "prompt";
+        if (p.isArray() && p.size() == 1 && (p.get(0).isTextual() || p.get(0).isArray())) {
+            // a batch of one (["text"] or [[ids]]): OpenAI accepts it, and it is one prompt
+            p = p.get(0);
+            where = "prompt[0]";
+        } else if (p.isArray() && p.size() > 1 && (p.get(0).isTextual() || p.get(0).isArray())) {
+            throw ApiException.badField("prompt", "only one prompt per request is supported, got " + p.size());
+        }
         if (p.isTextual()) {
             text = p.textValue();
         } else if (p.isArray()) {
-            if (p.isEmpty()) throw ApiException.badField("prompt", "must not be empty");
-            if (p.get(0).isTextual()) {
-                if (p.size() != 1) throw ApiException.badField("prompt", "only one prompt per request is supported, got " + p.size());
-                text = p.get(0).textValue();
-            } else if (p.get(0).isArray()) {
-                throw ApiException.badField("prompt", "only one prompt per request is supported (got an array of token arrays)");
-            } else {
-                ids = new int[p.size()];
-                for (int i = 0; i < p.size(); i++) {
-                    JsonNode t = p.get(i);
-                    if (!t.isIntegralNumber() || !t.canConvertToInt() || t.intValue() < 0 || t.intValue() >= model.vocabSize())
-                        throw ApiException.badField("prompt[" + i + "]", "must be a token id in [0, " + model.vocabSize() + "), got " + t);
-                    ids[i] = t.intValue();
-                }
+            if (p.isEmpty()) throw ApiException.badField(where, "must not be empty");
+            int limit = model.tokenizer().vocabSize();
+            ids = new int[p.size()];
+            for (int i = 0; i < p.size(); i++) {
+                Integer id = intValue(p.get(i));
+                if (id == null || id < 0 || id >= limit)
+                    throw ApiException.badField(where + "[" + i + "]", "must be a token id in [0, " + limit + "), got " + p.get(i));
+                ids[i] = id;
             }
         } else {
-            throw ApiException.badField("prompt", "must be a string, an array of strings or an array of token ids");
+            throw ApiException.badField("prompt", "must be a string, an array of token ids, or a one-element array of either");
         }
-        if (text != null && text.isEmpty()) throw ApiException.badField("prompt", "must not be empty");
+        if (text != null && text.isEmpty()) throw ApiException.badField(where, "must not be empty");
         boolean echo = bool(body, "echo", false);
         return new Gen(false, stream, includeUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs);
     }
@@ -160,7 +162,7 @@ final class Requests {
         Long seed = d.seed();
         JsonNode s = b.get("seed");
         if (s != null && !s.isNull()) {
-            if (!s.isIntegralNumber() || !s.canConvertToLong()) throw ApiException.badField("seed", "must be an integer");
+            if (!isIntegral(s) || !s.canConvertToLong()) throw ApiException.badField("seed", "must be an integer, got " + describe(s));
             seed = s.longValue();
         }
         Map<Integer, Float> bias = logitBias(b, model);
@@ -169,7 +171,8 @@ final class Requests {
         SamplingParams p = new SamplingParams(temperature, topK, topP, minP, seed, presence, frequency, repetition, bias,
                 maxTokens, stop, logprobs, top, ignoreEos);
         try {
-            p.validate(model.vocabSize());
+            // one limit for token ids everywhere: the ids the tokenizer can decode (the model's embedding may be larger)
+            p.validate(model.tokenizer().vocabSize());
         } catch (IllegalArgumentException e) {
             String msg = e.getMessage();
             Matcher m = Pattern.compile("^([a-z_]+)").matcher(msg);
@@ -218,7 +221,7 @@ final class Requests {
         JsonNode q = b.get("speculative_q");
         if (q == null || q.isNull()) return cfg.specQ();
         if (q.isTextual() && q.textValue().trim().equalsIgnoreCase("auto")) return "auto";
-        String s = q.isIntegralNumber() ? q.asText() : q.isTextual() ? q.textValue().trim() : "";
+        String s = isIntegral(q) && q.canConvertToInt() ? Integer.toString(q.intValue()) : q.isTextual() ? q.textValue().trim() : "";
         try {
             int v = Integer.parseInt(s);
             if (v >= 0 && v <= 8) return Integer.toString(v);
@@ -291,8 +294,10 @@ final class Requests {
                                 "'required' is not supported (use \"auto\" or \"none\")");
                         default -> throw ApiException.badField("tool_choice", "must be \"auto\" or \"none\", got '" + choice.textValue() + "'");
                     }
-                } else {
+                } else if (choice.isObject()) {
                     throw ApiException.badField("tool_choice", "forcing a specific function is not supported (use \"auto\" or \"none\")");
+                } else {
+                    throw ApiException.badField("tool_choice", "must be a string (\"auto\" or \"none\"), got " + describe(choice));
                 }
             }
             if (useTools && tools != null && !tools.isNull()) o = o.withTools(tools);
@@ -314,9 +319,22 @@ final class Requests {
     static Integer integer(JsonNode b, String f) {
         JsonNode v = b.get(f);
         if (v == null || v.isNull()) return null;
-        if (!v.isIntegralNumber()) throw ApiException.badField(f, "must be an integer, got " + describe(v));
+        if (!isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
         if (!v.canConvertToInt()) throw ApiException.badField(f, "is out of range: " + v);
         return v.intValue();
+    }
+
+    /** A JSON number with an integral value: 1000, but also 1e3 and 1000.0 (JSON has one number type). */
+    static boolean isIntegral(JsonNode v) {
+        if (v.isIntegralNumber()) return true;
+        if (!v.isFloatingPointNumber()) return false;
+        double d = v.doubleValue();
+        return Double.isFinite(d) && d == Math.rint(d);
+    }
+
+    /** The int value of an integral JSON number in int range, else null. */
+    static Integer intValue(JsonNode v) {
+        return v != null && isIntegral(v) && v.canConvertToInt() ? v.intValue() : null;
     }
 
     static Double number(JsonNode b, String f) {

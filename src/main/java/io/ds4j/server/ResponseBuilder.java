@@ -29,6 +29,10 @@ final class ResponseBuilder {
     private final List<StringBuilder> args = new ArrayList<>();
     private final List<EngineEvent.TokenLogprob> allLogprobs = new ArrayList<>();
     private boolean anyLogprobs;
+    /** Completions with echo and logprobs: the prompt's tokens (logprob null), listed before the generated ones. */
+    private List<EngineEvent.TokenLogprob> promptLogprobs = List.of();
+    /** Length of the echoed prompt text: the text_offset of the first generated token. */
+    private int echoLength;
     private int textOffset;
 
     ResponseBuilder(String id, long created, String model, boolean chat, boolean stream, boolean includeUsage) {
@@ -65,6 +69,23 @@ final class ResponseBuilder {
 
     /** What goes out when the request is admitted: the role chunk (chat) or the echoed prompt (completions). */
     String start(String echo) {
+        return start(echo, null);
+    }
+
+    /**
+     * As {@link #start(String)}; with echo and logprobs, the prompt's tokens are listed in the logprobs first (as
+     * OpenAI does) with their text and offsets but a null logprob (the prompt is not scored), and the generated tokens'
+     * text_offset starts after the echoed text.
+     * @param promptTokens the prompt tokens' text, or null
+     */
+    String start(String echo, List<String> promptTokens) {
+        echoLength = echo == null ? 0 : echo.length();
+        if (echo != null && promptTokens != null && !promptTokens.isEmpty()) {
+            promptLogprobs = new ArrayList<>(promptTokens.size());
+            for (String t : promptTokens)
+                promptLogprobs.add(new EngineEvent.TokenLogprob(t, t.getBytes(java.nio.charset.StandardCharsets.UTF_8), Float.NaN, null));
+            anyLogprobs = true;
+        }
         if (!stream) {
             if (echo != null) content.append(echo);
             return "";
@@ -73,7 +94,9 @@ final class ResponseBuilder {
             ObjectNode d = Json.object().put("role", "assistant").put("content", "");
             return frame(chunk(d, null, null, null));
         }
-        return echo == null || echo.isEmpty() ? "" : frame(chunk(null, echo, null, null));
+        if (echo == null || echo.isEmpty()) return "";
+        ObjectNode lp = promptLogprobs.isEmpty() ? null : logprobs(List.of());
+        return frame(chunk(null, echo, null, lp));
     }
 
     /** The frames of one engine step (streaming), or nothing after accumulating it (non-streaming). */
@@ -200,6 +223,19 @@ final class ResponseBuilder {
         }
         ArrayNode tokens = o.putArray("tokens"), tlp = o.putArray("token_logprobs"), top = o.putArray("top_logprobs"),
                 off = o.putArray("text_offset");
+        // the prompt's tokens come first, once (the echo frame when streaming, the whole answer otherwise)
+        if (!promptLogprobs.isEmpty()) {
+            int at = 0;
+            for (EngineEvent.TokenLogprob t : promptLogprobs) {
+                tokens.add(t.token());
+                tlp.addNull();
+                top.addNull();
+                off.add(Math.min(at, echoLength));
+                at += t.token().length();
+            }
+            promptLogprobs = List.of();
+        }
+        if (textOffset < echoLength) textOffset = echoLength;
         for (EngineEvent.TokenLogprob t : lps) {
             tokens.add(t.token());
             tlp.add(t.logprob());

@@ -12,7 +12,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
  * @param prefillMs         from the first engine step to the first generated token
  * @param prefillTps        prompt tokens per second of prefill
  * @param decodeMs          from the first generated token to the last
- * @param decodeTps         tokens per second after the first one
+ * @param decodeTps         tokens per second after the first one; NaN (sent as null) with fewer than two tokens
  * @param draftOffered      draft tokens sent for verification
  * @param draftAccepted     draft tokens accepted
  * @param verifySteps       decode (verify) steps

@@ -192,4 +192,84 @@ class BadInputTest {
             assertTrue(r.status() < 500, "no 5xx for " + b + ": " + r.status() + " " + r.body());
         }
     }
+
+    @Test
+    void malformedJsonIsReportedWithoutParserInternals() throws Exception {
+        String[] bodies = {"{\"messages\": [", "{\"a\": x}", "{'a': 1}", "{\"a\": NaN}", "{\"a\": 1 /* c */}",
+                "[".repeat(1200) + "]".repeat(1200), "{\"a\": 01}"};
+        for (String b : bodies) {
+            JsonNode e = expect("/v1/chat/completions", b, 400, null);
+            String m = e.get("message").asText();
+            assertEquals("invalid_json", e.get("code").asText(), m);
+            assertTrue(m.startsWith("malformed JSON"), m);
+            for (String leak : new String[]{"Source", "REDACTED", "Feature", "enable", "StreamReadConstraints", "getMax", "`"})
+                assertFalse(m.contains(leak), "no parser internals (" + leak + "): " + m);
+        }
+        String m = expect("/v1/chat/completions", "{\"messages\": x}", 400, null).get("message").asText();
+        assertTrue(m.startsWith("malformed JSON at line 1, column "), m);
+        assertTrue(m.contains(": unrecognized token 'x'"), m);
+        m = expect("/v1/chat/completions", "[".repeat(1200) + "]".repeat(1200), 400, null).get("message").asText();
+        assertTrue(m.contains("nested too deeply"), m);
+    }
+
+    @Test
+    void toolsMessagesAndToolChoiceAreChecked() throws Exception {
+        String fn = "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":%s}}";
+        expect("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("\"notobj\"") + "]"), 400, "tools[0].function.parameters");
+        expect("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":5}") + "]"), 400, "tools[0].function.parameters.type");
+        expect("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":\"object\",\"properties\":[]}") + "]"), 400,
+                "tools[0].function.parameters.properties");
+        // a valid tool passes the checks (this server's 64-token context is then too small for the tools prompt)
+        TestServer.Resp ok = server.post("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":\"object\"}") + "]"));
+        assertTrue(ok.status() == 200 || ok.body().contains("context_length_exceeded"), ok.body());
+        expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content");
+        expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"tool_calls\":"
+                + "[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{not json\"}}]}]}", 400,
+                "messages[1].tool_calls[0].function.arguments");
+        JsonNode e = expect("/v1/chat/completions", chat("\"tool_choice\":5"), 400, "tool_choice");
+        assertTrue(e.get("message").asText().contains("must be a string"), e.toString());
+    }
+
+    @Test
+    void tokenIdsHaveOneLimitTheTokenizers() throws Exception {
+        int limit = TestServer.tokenizer().vocabSize();
+        JsonNode e = expect("/v1/completions", "{\"prompt\":[" + limit + ",5]}", 400, "prompt[0]");
+        assertTrue(e.get("message").asText().contains("[0, " + limit + ")"), e.toString());
+        expect("/v1/completions", "{\"prompt\":[[5," + limit + "]]}", 400, "prompt[0][1]");
+        e = expect("/v1/chat/completions", chat("\"logit_bias\":{\"" + limit + "\":100}"), 400, "logit_bias");
+        assertTrue(e.get("message").asText().contains("[0, " + limit + ")"), e.toString());
+        e = expect("/detokenize", "{\"tokens\":[" + limit + "]}", 400, "tokens[0]");
+        assertTrue(e.get("message").asText().contains("[0, " + limit + ")"), e.toString());
+        assertEquals(200, server.post("/v1/completions", "{\"prompt\":[" + (limit - 1) + ",5],\"max_tokens\":2}").status());
+    }
+
+    @Test
+    void oneElementPromptBatchesAndIntegralNumbersAreAccepted() throws Exception {
+        int[] ids = TestServer.tokenizer().encode("Hello there");
+        String arr = java.util.Arrays.toString(ids).replace(" ", "");
+        TestServer.Resp r = server.post("/v1/completions", "{\"prompt\":[" + arr + "],\"max_tokens\":3}");
+        assertEquals(200, r.status(), r.body());
+        assertEquals(ids.length, r.json().at("/usage/prompt_tokens").asInt());
+        assertEquals(200, server.post("/v1/completions", "{\"prompt\":[\"Hello\"],\"max_tokens\":3}").status());
+        expect("/v1/completions", "{\"prompt\":[[1],[2]]}", 400, "prompt");
+        expect("/v1/completions", "{\"prompt\":[[]]}", 400, "prompt[0]");
+        r = server.post("/v1/chat/completions", chat("\"max_tokens\":1e3,\"seed\":7.0,\"top_k\":4.0"));
+        assertEquals(200, r.status(), r.body());
+        expect("/v1/chat/completions", chat("\"max_tokens\":1.5"), 400, "max_tokens");
+        JsonNode e = expect("/v1/chat/completions", chat("\"max_tokens\":0"), 400, "max_tokens");
+        assertEquals("max_tokens: must be >= 1, got 0", e.get("message").asText());
+    }
+
+    @Test
+    void wrongMethodOnAnApiPathIs405WithAllow() throws Exception {
+        TestServer.Resp r = server.get("/v1/chat/completions");
+        assertEquals(405, r.status(), r.body());
+        assertEquals("POST", r.headers().firstValue("allow").orElse(null));
+        assertEquals("method_not_allowed", r.json().at("/error/code").asText());
+        r = server.post("/v1/models", "{}");
+        assertEquals(405, r.status(), r.body());
+        assertEquals("GET", r.headers().firstValue("allow").orElse(null));
+        assertEquals(405, server.post("/health", "{}").status());
+        assertEquals(404, server.post("/v1/nothing", "{}").status());
+    }
 }

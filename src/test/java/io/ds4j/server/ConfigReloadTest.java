@@ -148,4 +148,41 @@ class ConfigReloadTest {
             }
         }));
     }
+
+    @Test
+    @Order(4)
+    void anEmptyFileIsRejectedNotTakenAsAllDefaults() throws Exception {
+        write("");
+        assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("the file is empty")));
+        JsonNode p = props();
+        assertEquals("rejected", p.at("/config_reload/outcome").asText());
+        assertEquals(4, p.at("/config/limits/maxTokensDefault").asInt(), "the live settings were not reset");
+        write("   \n");
+        Thread.sleep(300);
+        assertEquals(4, props().at("/config/limits/maxTokensDefault").asInt());
+    }
+
+    @Test
+    @Order(5)
+    void aDeletedFileKeepsTheConfigurationAndIsReportedOnce() throws Exception {
+        Files.delete(file);
+        assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("is missing; keeping the current configuration")));
+        JsonNode p = props();
+        assertEquals("file missing", p.at("/config_reload/outcome").asText());
+        String at = p.at("/config_reload/at").asText();
+        Thread.sleep(500); // several scan periods: the state did not change, so nothing new is reported
+        assertEquals(at, props().at("/config_reload/at").asText(), "reported once, not at every scan");
+        assertEquals(4, props().at("/config/limits/maxTokensDefault").asInt());
+        TestServer.Resp ok = server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+        assertEquals(200, ok.status(), ok.body());
+        // the file comes back: it is read and applied
+        write("{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 6}}");
+        assertTrue(TestServer.eventually(5000, () -> {
+            try {
+                return props().at("/config/limits/maxTokensDefault").asInt() == 6;
+            } catch (Exception e) {
+                return false;
+            }
+        }));
+    }
 }

@@ -81,6 +81,15 @@ class EndpointsTest {
             HttpResponse<String> r = t.http().send(pre, HttpResponse.BodyHandlers.ofString());
             assertEquals(204, r.statusCode());
             assertEquals("http://app.example", r.headers().firstValue("access-control-allow-origin").orElse(null));
+            // the headers a browser SDK asks for are allowed (the openai JS SDK sends X-Stainless-*)
+            String asked = "authorization, content-type, x-stainless-arch, x-stainless-lang, x-stainless-os, x-stainless-retry-count";
+            HttpRequest sdk = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + t.port + "/v1/chat/completions"))
+                    .method("OPTIONS", HttpRequest.BodyPublishers.noBody()).header("Origin", "http://app.example")
+                    .header("Access-Control-Request-Method", "POST").header("Access-Control-Request-Headers", asked).build();
+            HttpResponse<String> rs = t.http().send(sdk, HttpResponse.BodyHandlers.ofString());
+            assertEquals(204, rs.statusCode());
+            assertEquals(asked, rs.headers().firstValue("access-control-allow-headers").orElse(null));
+            assertTrue(rs.headers().allValues("vary").toString().contains("Access-Control-Request-Headers"), rs.headers().toString());
             TestServer.Resp other = t.get("/v1/models", "Origin", "http://evil.example");
             assertTrue(other.headers().firstValue("access-control-allow-origin").isEmpty(), "other origins get no CORS headers");
 

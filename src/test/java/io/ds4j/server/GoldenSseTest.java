@@ -182,4 +182,56 @@ class GoldenSseTest {
         for (int i = 0; i < lp.size() - 1; i++) joined.append(lp.get(i).get("token").asText()); // the last one is EOS
         assertEquals(TestServer.PLAIN, joined.toString());
     }
+
+    @Test
+    void echoWithLogprobsListsThePromptFirstAndOffsetsFollowTheEcho() throws Exception {
+        String prompt = "Say hi";
+        for (boolean stream : new boolean[]{false, true}) {
+            TestServer.Resp r = server.post("/v1/completions", "{\"prompt\":\"" + prompt + "\",\"echo\":true,\"logprobs\":1,"
+                    + "\"max_tokens\":4,\"temperature\":0,\"stream\":" + stream + "}");
+            assertEquals(200, r.status(), r.body());
+            java.util.List<String> tokens = new java.util.ArrayList<>();
+            java.util.List<JsonNode> lps = new java.util.ArrayList<>(), offs = new java.util.ArrayList<>();
+            StringBuilder text = new StringBuilder();
+            java.util.List<JsonNode> choices = new java.util.ArrayList<>();
+            if (stream) {
+                for (String e : r.events()) if (!e.equals("[DONE]")) choices.add(Json.MAPPER.readTree(e).at("/choices/0"));
+            } else {
+                choices.add(r.json().at("/choices/0"));
+            }
+            for (JsonNode c : choices) {
+                text.append(c.path("text").asText());
+                JsonNode lp = c.get("logprobs");
+                if (lp == null || lp.isNull()) continue;
+                for (int i = 0; i < lp.get("tokens").size(); i++) {
+                    tokens.add(lp.get("tokens").get(i).asText());
+                    lps.add(lp.get("token_logprobs").get(i));
+                    offs.add(lp.get("text_offset").get(i));
+                }
+            }
+            int[] promptIds = TestServer.tokenizer().encode(prompt);
+            assertTrue(tokens.size() >= promptIds.length + 1, tokens.toString());
+            StringBuilder joined = new StringBuilder();
+            for (int i = 0; i < promptIds.length; i++) {
+                assertTrue(lps.get(i).isNull(), "prompt tokens have no logprob: " + lps);
+                assertEquals(joined.length(), offs.get(i).asInt(), "prompt token offsets: " + offs);
+                joined.append(tokens.get(i));
+            }
+            assertEquals(prompt, joined.toString(), "the prompt tokens spell the echoed prompt (no BOS)");
+            assertEquals(prompt.length(), offs.get(promptIds.length).asInt(), "the first generated token starts after the echo: " + offs);
+            assertFalse(lps.get(promptIds.length).isNull());
+            assertTrue(text.toString().startsWith(prompt), text.toString());
+        }
+    }
+
+    @Test
+    void aSingleGeneratedTokenHasNoDecodeRate() throws Exception {
+        TestServer.Resp r = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":1"));
+        assertEquals(200, r.status(), r.body());
+        JsonNode t = r.json().at("/usage/timings");
+        assertEquals(1, t.get("predicted_n").asInt());
+        assertTrue(t.get("predicted_per_second").isNull(), t.toString());
+        r = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":3"));
+        assertTrue(r.json().at("/usage/timings/predicted_per_second").isNumber(), r.body());
+    }
 }

@@ -25,6 +25,11 @@ class ServerConfigTest {
         assertEquals(ServerConfig.fromTree(d.toJson(false)), d);
         assertEquals(d, ServerConfig.parse(null, "none", null));
         assertEquals(d, ServerConfig.parse("{}", "empty", null));
+        // an empty file is not "all defaults": a truncated write must not reset every setting
+        for (String blank : new String[]{"", " \n\t "}) {
+            ConfigException e = assertThrows(ConfigException.class, () -> ServerConfig.parse(blank, "f.json", null));
+            assertEquals("f.json: the file is empty; write {} to use every default", e.getMessage());
+        }
         Path shipped = Path.of("conf/server.json");
         assertEquals(d, ServerConfig.parse(Files.readString(shipped), shipped.toString(), null),
                 "conf/server.json holds the defaults");

@@ -142,7 +142,7 @@ class PlaygroundBrowserTest {
         openSettings();
         setField("#max-tokens", "100");
         setField("#seed", "7");
-        assertEquals("4096", attr("#max-tokens", "placeholder"), "server default max_tokens from /props as placeholder");
+        assertEquals("512 (server: 4096)", attr("#max-tokens", "placeholder"), "page default max_tokens, and the server's from /props");
         recordAnswerLengths();
 
         // Shift+Enter makes a new line, Enter sends

@@ -34,7 +34,7 @@ public final class ModelStore {
     public static Path ensure(String preset, long seed, java.util.function.Consumer<String> log) throws IOException {
         var cfg = Presets.get(preset);
         Path dir = root().resolve(preset + "-seed" + seed);
-        if (Files.isRegularFile(dir.resolve("config.json")) && Files.isRegularFile(dir.resolve("model.safetensors"))) return dir;
+        if (complete(dir)) return dir;
         Files.createDirectories(root());
         Path tmp = Files.createTempDirectory(root(), "." + preset + "-");
         try {
@@ -42,17 +42,34 @@ public final class ModelStore {
             log.accept(String.format("creating model '%s' (seed %d, %.0f MB) in %s — random weights, meaningless text",
                     preset, seed, ck.totalBytes() / 1e6, dir));
             ck.write(tmp, Long.MAX_VALUE, null);
-            try {
-                Files.move(tmp, dir, StandardCopyOption.ATOMIC_MOVE);
-            } catch (AtomicMoveNotSupportedException e) {
-                Files.move(tmp, dir);
-            } catch (java.nio.file.FileAlreadyExistsException | java.nio.file.DirectoryNotEmptyException e) {
-                // another process finished first: its copy is identical
-            }
+            moveIntoPlace(tmp, dir);
             return dir;
         } finally {
             if (Files.exists(tmp)) deleteTree(tmp);
         }
+    }
+
+    /**
+     * Moves a finished model folder to its place. When another process finished first, the rename fails in a way
+     * that depends on the OS (on Linux a plain FileSystemException "Directory not empty", elsewhere
+     * FileAlreadyExistsException or DirectoryNotEmptyException): if the place now holds a complete model, that one is
+     * used (the same preset and seed give identical files); otherwise the failure stands.
+     */
+    static void moveIntoPlace(Path tmp, Path dir) throws IOException {
+        try {
+            try {
+                Files.move(tmp, dir, StandardCopyOption.ATOMIC_MOVE);
+            } catch (AtomicMoveNotSupportedException e) {
+                Files.move(tmp, dir);
+            }
+        } catch (IOException e) {
+            if (!complete(dir)) throw e;
+        }
+    }
+
+    /** A finished model folder: config.json and the weights (folders are moved into place only when whole). */
+    private static boolean complete(Path dir) {
+        return Files.isRegularFile(dir.resolve("config.json")) && Files.isRegularFile(dir.resolve("model.safetensors"));
     }
 
     private static void deleteTree(Path p) throws IOException {

@@ -40,7 +40,7 @@ public final class ServerConfig {
                     "model folder (config.json + safetensors); null = the embedded default (random 'tiny' model)"),
             key("model.name", ConfigKey.Type.NULLABLE_STRING, null, false,
                     "model id shown by /v1/models and accepted in requests; null = the folder's name"),
-            key("model.backend", ConfigKey.Type.STRING, "cpu", false, "compute backend: cpu (hip once the GPU backend exists)"),
+            key("model.backend", ConfigKey.Type.STRING, "cpu", false, "compute backend: cpu, or hip (the GPU backend, see README 'GPU')"),
             key("model.cacheTokens", ConfigKey.Type.INT, 0, false,
                     "token budget of sequence state over all active requests (prompt + max_tokens each); 0 = no limit"),
             key("speculative.draft", ConfigKey.Type.STRING, "ngram", false,
@@ -99,23 +99,25 @@ public final class ServerConfig {
 
     /**
      * Parses a configuration file's text and applies overrides.
-     * @param text      the file's JSON text (an object); null or blank means an empty object (all defaults)
+     * @param text      the file's JSON text (an object); null (no file) means every default. An empty or blank text is
+     *                  refused: a file truncated by a failed write must not silently reset every setting (write
+     *                  {@code {}} for all defaults)
      * @param source    where the text came from, for messages
      * @param overrides dotted key → value (String, Number, Boolean, List or null) that replace the file's values
      * @throws ConfigException listing every problem, each naming its key (or the JSON syntax error with line and column)
      */
     public static ServerConfig parse(String text, String source, Map<String, Object> overrides) throws ConfigException {
         ObjectNode tree;
-        if (text == null || text.isBlank()) {
+        if (text == null) {
             tree = JsonNodeFactory.instance.objectNode();
+        } else if (text.isBlank()) {
+            throw new ConfigException(source + ": the file is empty; write {} to use every default");
         } else {
             JsonNode n;
             try {
                 n = JSON.readTree(text);
             } catch (JsonProcessingException e) {
-                var loc = e.getLocation();
-                throw new ConfigException(source + ": not valid JSON" + (loc != null ? " at line " + loc.getLineNr()
-                        + ", column " + loc.getColumnNr() : "") + ": " + e.getOriginalMessage());
+                throw new ConfigException(io.ds4j.server.Json.syntaxProblem(source + ": not valid JSON", e));
             }
             if (n == null || !n.isObject()) throw new ConfigException(source + ": must be a JSON object");
             tree = (ObjectNode) n;

@@ -137,6 +137,10 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         if (role == Role.DEVELOPER && (content == null || content.isEmpty())) {
             throw new ChatFormatException(path + ".content", "a developer message needs non-empty content");
         }
+        // only an assistant turn may come without content (it may carry tool calls or be a prefix to continue)
+        if (content == null && role != Role.ASSISTANT) {
+            throw new ChatFormatException(path + ".content", "is required in a " + roleNode.textValue() + " message");
+        }
         return new ChatMessage(role, content, reasoning, calls, toolCallId, name);
     }
 
@@ -177,6 +181,8 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         return v.textValue();
     }
 
+    private static final com.fasterxml.jackson.databind.ObjectMapper ARGS_MAPPER = new com.fasterxml.jackson.databind.ObjectMapper();
+
     private static ToolCall readToolCall(JsonNode call, String path) {
         if (call == null || !call.isObject()) throw new ChatFormatException(path, "must be an object");
         JsonNode type = call.get("type");
@@ -195,7 +201,19 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         if (args == null || args.isNull()) {
             arguments = "{}";
         } else if (args.isTextual()) {
-            arguments = args.textValue();
+            arguments = args.textValue().isBlank() ? "{}" : args.textValue(); // some clients send "" for no arguments
+            // OpenAI's arguments are a JSON object encoded as a string; anything else is a client mistake, which the
+            // encoder would otherwise render as a made-up "arguments" parameter
+            try {
+                JsonNode parsed = ARGS_MAPPER.readTree(arguments);
+                if (parsed == null || !parsed.isObject()) {
+                    throw new ChatFormatException(path + ".function.arguments", "must be a JSON object encoded as a string");
+                }
+            } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+                var loc = e.getLocation();
+                throw new ChatFormatException(path + ".function.arguments", "is not valid JSON"
+                        + (loc != null && loc.getColumnNr() > 0 ? " (at column " + loc.getColumnNr() + ")" : ""));
+            }
         } else if (args.isObject()) {
             arguments = PythonJson.dumps(args); // some clients send the object itself
         } else {

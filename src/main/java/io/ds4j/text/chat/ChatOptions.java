@@ -65,7 +65,8 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
         if (revision == null) revision = EncodingRevision.V4;
         if (reasoningEffort != null && !revision.efforts().contains(reasoningEffort)) {
             throw new ChatFormatException("reasoning_effort", "unsupported value '" + reasoningEffort
-                    + "' (DeepSeek-V4 " + revision + " accepts " + String.join(", ", revision.efforts()) + " or null)");
+                    + "' (the " + (revision == EncodingRevision.V4 ? "DeepSeek-V4" : "DeepSeek-V4 " + revision) + " chat format accepts "
+                    + String.join(", ", revision.efforts()) + " or null)");
         }
         if (tools != null && tools.isNull()) tools = null;
         if (tools != null) {
@@ -84,6 +85,26 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
                 JsonNode name = fn.get("name");
                 if (name == null || !name.isTextual() || name.textValue().isEmpty()) {
                     throw new ChatFormatException("tools[" + i + "].function.name", "must be a non-empty string");
+                }
+                JsonNode desc = fn.get("description");
+                if (desc != null && !desc.isNull() && !desc.isTextual()) {
+                    throw new ChatFormatException("tools[" + i + "].function.description", "must be a string");
+                }
+                JsonNode params = fn.get("parameters");
+                if (params != null && !params.isNull()) {
+                    // a JSON Schema object; its "type" (when given) is a type name or a list of them
+                    if (!params.isObject()) {
+                        throw new ChatFormatException("tools[" + i + "].function.parameters", "must be a JSON Schema object");
+                    }
+                    JsonNode pt = params.get("type");
+                    if (pt != null && !pt.isTextual() && !(pt.isArray() && pt.size() > 0 && allTextual(pt))) {
+                        throw new ChatFormatException("tools[" + i + "].function.parameters.type",
+                                "must be a JSON Schema type name such as \"object\", got " + pt);
+                    }
+                    JsonNode props = params.get("properties");
+                    if (props != null && !props.isNull() && !props.isObject()) {
+                        throw new ChatFormatException("tools[" + i + "].function.parameters.properties", "must be an object");
+                    }
                 }
             }
         }
@@ -154,5 +175,10 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
     /** True when a response format other than plain text is asked for. */
     boolean hasResponseFormat() {
         return responseFormat != null && !"text".equals(responseFormat.path("type").asText());
+    }
+
+    private static boolean allTextual(JsonNode a) {
+        for (JsonNode x : a) if (!x.isTextual()) return false;
+        return true;
     }
 }

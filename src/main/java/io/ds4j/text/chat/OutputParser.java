@@ -99,6 +99,7 @@ public final class OutputParser {
     private boolean sawEos;
     private boolean warnedAfterEos;
     private boolean finished;
+    private boolean logWarnings = true;
 
     /** A parser with random tool-call ids ({@code call_} and 24 letters or digits). */
     public OutputParser(boolean thinking) {
@@ -153,6 +154,17 @@ public final class OutputParser {
      * @throws IllegalStateException when called twice
      */
     public List<Event> finish() {
+        return finish(false);
+    }
+
+    /**
+     * Ends the turn, as {@link #finish()}.
+     *
+     * @param truncated the generation was cut by its length limit: ending inside the reasoning or a tool call is then
+     *                  expected, and is logged at debug level instead of being a warning
+     * @throws IllegalStateException when called twice
+     */
+    public List<Event> finish(boolean truncated) {
         if (finished) throw new IllegalStateException("finish called twice");
         finished = true;
         run(true);
@@ -172,7 +184,10 @@ public final class OutputParser {
                 buf.setLength(0);
                 out.add(new ToolCallEnd(calls - 1));
             }
-            case REASONING, THINK_OPEN -> warn("no </think> in thinking mode: the whole output is reasoning");
+            case REASONING, THINK_OPEN -> {
+                if (truncated) LOG.debug("DeepSeek-V4 output: cut by the length limit inside the reasoning (no </think>)");
+                else warn("no </think> in thinking mode: the whole output is reasoning");
+            }
             default -> { }
         }
         out.add(new End(calls > 0, sawEos));
@@ -472,7 +487,16 @@ public final class OutputParser {
 
     private void warn(String message) {
         warnings.add(message);
-        LOG.warn("DeepSeek-V4 output: {}", message);
+        if (logWarnings) LOG.warn("DeepSeek-V4 output: {}", message);
+    }
+
+    /**
+     * Whether warnings are logged as they happen (default true). A caller that streams text to a terminal turns this
+     * off and prints {@link #warnings()} itself once its output line is complete.
+     */
+    public OutputParser logWarnings(boolean on) {
+        this.logWarnings = on;
+        return this;
     }
 
     private static boolean startsWith(CharSequence s, String prefix) {

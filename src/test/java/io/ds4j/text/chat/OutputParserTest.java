@@ -341,4 +341,16 @@ class OutputParserTest {
         for (ToolCall c : out.toolCalls()) assertTrue(c.id().matches("call_[A-Za-z0-9]{24}"), c.id());
         assertFalse(out.toolCalls().get(0).id().equals(out.toolCalls().get(1).id()));
     }
+
+    @Test
+    void reasoningCutByTheLengthLimitIsNotAWarning() {
+        OutputParser cut = new OutputParser(true);
+        cut.push("still thinking about it");
+        cut.finish(true);
+        assertTrue(cut.warnings().isEmpty(), cut.warnings().toString());
+        OutputParser ended = new OutputParser(true).logWarnings(false);
+        ended.push("still thinking about it");
+        ended.finish(false);
+        assertEquals(List.of("no </think> in thinking mode: the whole output is reasoning"), ended.warnings());
+    }
 }

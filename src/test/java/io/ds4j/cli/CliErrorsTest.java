@@ -1,0 +1,128 @@
+package io.ds4j.cli;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.nio.file.AccessDeniedException;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+
+import static io.ds4j.cli.GenerateCommandTest.run;
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Commands that cannot do what they were asked end at once with one clear line and a non-zero exit: serve when it
+ * cannot bind or its model/backend check fails (before it logs "listening"), bad flags blamed on the flag, an empty
+ * configuration file, bench-engine lengths beyond the context, generate's --spec-q without --draft, no command.
+ */
+class CliErrorsTest {
+
+    /** Runs a command that must finish on its own (a hang fails the test instead of blocking the build). */
+    static GenerateCommandTest.Run runBounded(String... args) throws Exception {
+        return CompletableFuture.supplyAsync(() -> run(args)).get(60, TimeUnit.SECONDS);
+    }
+
+    static Path config(Path dir, String text) throws Exception {
+        Path f = dir.resolve("server.json");
+        Files.writeString(f, text);
+        return f;
+    }
+
+    @Test
+    void serveOnAPortInUseSaysSoAndExits(@TempDir Path dir) throws Exception {
+        try (ServerSocket taken = new ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
+            int port = taken.getLocalPort();
+            GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", Integer.toString(port),
+                    "--draft", "none");
+            assertEquals(1, r.code(), r.err());
+            assertTrue(r.err().contains("error: cannot listen on 127.0.0.1:" + port + ": address already in use"), r.err());
+            assertFalse(r.err().contains("listening on"), "no 'listening' before the failure: " + r.err());
+        }
+    }
+
+    @Test
+    void serveWithAnInvalidHostSaysSoAndExits(@TempDir Path dir) throws Exception {
+        GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0",
+                "--host", "256.1.1.1", "--draft", "none");
+        assertEquals(1, r.code(), r.err());
+        assertTrue(r.err().contains("error: cannot listen on 256.1.1.1:0: "), r.err());
+    }
+
+    @Test
+    void serveChecksTheModelAndBackendBeforeListening(@TempDir Path dir) throws Exception {
+        GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0",
+                "--model", dir.resolve("nonexistent").toString());
+        assertEquals(1, r.code(), r.err());
+        assertTrue(r.err().contains("error: model.path: folder not found"), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
+        Files.createDirectories(dir.resolve("empty"));
+        r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--model", dir.resolve("empty").toString());
+        assertEquals(1, r.code(), r.err());
+        assertTrue(r.err().contains("is not a model folder"), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
+    }
+
+    @Test
+    void flagErrorsNameTheFlagAndFileErrorsTheFile(@TempDir Path dir) throws Exception {
+        Path f = config(dir, "{}");
+        GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port", "70000");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("flag --port: server.port: must be an integer in [0, 65535], got 70000"), r.err());
+        assertFalse(r.err().contains(f.toString()), "the file is not blamed: " + r.err());
+        r = runBounded("serve", "--config", f.toString(), "--set", "limits.maxActive=0");
+        assertTrue(r.err().contains("flag --set limits.maxActive=0: limits.maxActive"), r.err());
+        Path bad = config(dir, "{\"limits\": {\"maxActive\": 0}}");
+        r = runBounded("serve", "--config", bad.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains(bad + ": limits.maxActive"), r.err());
+    }
+
+    @Test
+    void anEmptyConfigFileIsRefused(@TempDir Path dir) throws Exception {
+        for (String text : new String[]{"", "  \n\t"}) {
+            GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, text).toString(), "--port", "0");
+            assertEquals(2, r.code(), r.err());
+            assertTrue(r.err().contains("the file is empty; write {} to use every default"), r.err());
+        }
+    }
+
+    @Test
+    void benchEngineChecksTheLengthsAgainstTheContext() throws Exception {
+        GenerateCommandTest.Run r = runBounded("bench-engine", "--preset", "tiny", "--prompt-tokens", "2000000");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--prompt-tokens (2000000) + --decode-tokens (64) = 2000064 exceeds --max-context 65536"), r.err());
+        r = runBounded("bench-engine", "--model", GenerateCommandTest.FIXTURE, "--prompt-tokens", "2000000", "--max-context", "3000000");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("exceeds the model's context of"), r.err());
+    }
+
+    @Test
+    void generateChecksSpecQWithoutADraft() throws Exception {
+        for (String q : new String[]{"abc", "0"}) {
+            GenerateCommandTest.Run r = runBounded("generate", "--model", GenerateCommandTest.FIXTURE, "--prompt", "x", "--spec-q", q);
+            assertEquals(2, r.code(), r.err());
+            assertTrue(r.err().contains("--spec-q: "), r.err());
+        }
+    }
+
+    @Test
+    void noCommandPrintsUsageAndFails() throws Exception {
+        GenerateCommandTest.Run r = runBounded();
+        assertNotEquals(0, r.code());
+        assertTrue(r.err().contains("Usage: ds4j"), r.err());
+        assertEquals(0, runBounded("--help").code());
+    }
+
+    @Test
+    void fileSystemErrorsSayWhatFailed() {
+        assertEquals("cannot access /proc/nope: no such file or directory", Main.describe(new NoSuchFileException("/proc/nope")));
+        assertEquals("cannot access /x: permission denied", Main.describe(new AccessDeniedException("/x")));
+        assertEquals("n/a", GenerateCommand.fmt(Double.NaN, "%.3f"));
+        assertEquals("0.500", GenerateCommand.fmt(0.5, "%.3f"));
+    }
+}

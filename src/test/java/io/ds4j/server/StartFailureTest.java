@@ -1,0 +1,80 @@
+package io.ds4j.server;
+
+import io.ds4j.server.config.ServerConfig;
+import org.junit.jupiter.api.Test;
+
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * A server that cannot start says why, promptly: the start future fails (it never hangs) with one line, and the
+ * provider's quick checks run before anything binds.
+ */
+class StartFailureTest {
+
+    static Throwable startFailure(Map<String, Object> overrides, ModelProvider p) throws Exception {
+        Map<String, Object> o = TestServer.base();
+        o.putAll(overrides);
+        ServerConfig cfg = ServerConfig.parse(null, "t", o);
+        CompletableFuture<Ds4jServer> f = Ds4jServer.start(new Ds4jServer.Options(cfg, null, o, p)).toCompletionStage().toCompletableFuture();
+        ExecutionException e = assertThrows(ExecutionException.class, () -> f.get(30, TimeUnit.SECONDS));
+        return e.getCause();
+    }
+
+    @Test
+    void aPortInUseFailsTheStartWithOneLine() throws Exception {
+        try (ServerSocket taken = new ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
+            int port = taken.getLocalPort();
+            AtomicBoolean loaded = new AtomicBoolean();
+            Throwable t = startFailure(Map.of("server.port", port), (cfg, log) -> {
+                loaded.set(true);
+                throw new IllegalStateException("must not load");
+            });
+            assertInstanceOf(Ds4jServer.StartException.class, t);
+            assertEquals("cannot listen on 127.0.0.1:" + port + ": address already in use", t.getMessage());
+            assertFalse(loaded.get(), "the model is not loaded when the port cannot be bound");
+        }
+    }
+
+    @Test
+    void theProviderCheckRunsBeforeBinding() throws Exception {
+        int port;
+        try (ServerSocket s = new ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
+            port = s.getLocalPort();
+        }
+        ModelProvider p = new ModelProvider() {
+            @Override
+            public LoadedModel load(ServerConfig c, java.util.function.Consumer<String> log) {
+                throw new IllegalStateException("must not load");
+            }
+
+            @Override
+            public void check(ServerConfig c) {
+                throw new IllegalArgumentException("model.backend: backend 'x' is not available on this machine");
+            }
+        };
+        Throwable t = startFailure(Map.of("server.port", port), p);
+        assertEquals("model.backend: backend 'x' is not available on this machine", t.getMessage());
+        // the port was never bound
+        try (ServerSocket again = new ServerSocket(port, 50, InetAddress.getLoopbackAddress())) {
+            assertEquals(port, again.getLocalPort());
+        }
+    }
+
+    @Test
+    void theDefaultProviderChecksTheModelFolder() {
+        var e = assertThrows(IllegalArgumentException.class, () -> new DefaultModelProvider().check(
+                ServerConfig.parse(null, "t", Map.of("model.path", "/nonexistent/model"))));
+        assertTrue(e.getMessage().startsWith("model.path: folder not found: /nonexistent/model"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> new DefaultModelProvider().check(
+                ServerConfig.parse(null, "t", Map.of("speculative.draft", "/nonexistent/draft"))));
+        assertTrue(e.getMessage().startsWith("speculative.draft:"), e.getMessage());
+    }
+}
