@@ -23,7 +23,8 @@ import java.util.concurrent.Callable;
 /**
  * {@code ds4j bench-spec}: plain greedy decode against speculative decoding with each draft source (n-gram lookup,
  * a draft model, and a copy of the target as the acceptance-1.0 upper bound) on the CPU backend. Prints acceptance
- * rate, mean committed tokens per verify step and decode tokens/s per source. A benchmark: asserts nothing.
+ * rate ("-" when the draft offered nothing), mean committed tokens per verify step and decode tokens/s per source,
+ * after one warm-up pass of every configuration. A benchmark: asserts nothing.
  */
 @Command(name = "bench-spec", mixinStandardHelpOptions = true,
         description = "Compare plain decoding with speculative decoding per draft source (CPU backend).")
@@ -55,6 +56,10 @@ public final class BenchSpecCommand implements Callable<Integer> {
                 for (int j = 0; j < promptTokens; j++) p[j] = j < promptTokens / 2 ? r.nextInt(target.config().vocabSize) : p[j % 16];
                 ps.add(p);
             }
+            // warm-up (JIT) for the target and both draft models, so no row pays for compilation
+            run(target, null, null, ps, null, 0);
+            run(target, new ModelDraftSource(drafter, "model", 16), VerifyWidth.parse(specQ), ps, null, 0);
+            run(target, new ModelDraftSource(copy, "copy", 16), VerifyWidth.parse(specQ), ps, null, 0);
             System.out.printf("%-22s %10s %12s %14s %10s%n", "draft", "tokens/s", "acceptance", "tokens/step", "speed-up");
             double base = run(target, null, null, ps, "none (plain decode)", 0);
             run(target, NgramDraft.source(), VerifyWidth.parse(specQ), ps, "ngram", base);
@@ -80,8 +85,9 @@ public final class BenchSpecCommand implements Callable<Integer> {
             st = st.plus(g.specStats());
         }
         double tps = toks / secs;
+        if (label == null) return tps;
         System.out.printf("%-22s %10.2f %12s %14s %10s%n", label, tps,
-                src == null ? "-" : String.format("%.3f", st.acceptanceRate()),
+                src == null || st.offered() == 0 ? "-" : String.format("%.3f", st.acceptanceRate()),
                 String.format("%.2f", st.committedPerStep()), base == 0 ? "1.00x" : String.format("%.2fx", tps / base));
         return tps;
     }
