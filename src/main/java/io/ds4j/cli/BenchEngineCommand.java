@@ -90,6 +90,9 @@ public final class BenchEngineCommand implements Callable<Integer> {
             System.out.printf("bytes read per decoded token: %.1f MB weights + %.2f MB F16 cache (at context %d)%n",
                     weightBytes / 1e6, cacheBytes / 1e6, ctx);
             System.out.printf("achieved: %.2f GB/s%n", gbs);
+            for (int n : new int[]{promptTokens + decodeTokens, 4096, 65536})
+                System.out.printf("state per sequence at %d tokens: %.2f MB (F16 cache + F32 compressor state, rollback window 16)%n",
+                        n, be.stateBytes(n, 16) / 1e6);
             if (!noBandwidth) {
                 double bw = MemBandwidth.measureReadGBs();
                 System.out.printf("measured read bandwidth: %.2f GB/s -> decode at %.0f%% of the bandwidth bound%n", bw, 100 * gbs / bw);

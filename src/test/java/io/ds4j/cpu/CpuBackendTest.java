@@ -114,6 +114,17 @@ class CpuBackendTest {
     }
 
     @Test
+    void stateBytesReportMatchesTheSequence() {
+        for (int n : new int[]{1, 7, 33, 70}) {
+            try (CpuSequence s = backend.newSequence(16)) {
+                backend.forward(s, prompt(n, n), 0, n, new int[0]);
+                assertEquals(backend.stateBytes(n, 16), s.stateBytes(), "context " + n);
+            }
+        }
+        assertTrue(backend.stateBytes(4096, 16) > backend.stateBytes(64, 16), "compressed entries grow with the context");
+    }
+
+    @Test
     void rollbackBeyondWindowIsRefused() {
         try (CpuSequence s = backend.newSequence(4)) {
             backend.forward(s, prompt(10, 3), 0, 10, new int[0]);
