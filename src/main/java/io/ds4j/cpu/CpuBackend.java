@@ -1,5 +1,6 @@
 package io.ds4j.cpu;
 
+import io.ds4j.engine.CacheLayout;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.AttentionKind;
@@ -53,21 +54,7 @@ public final class CpuBackend implements Backend {
 
     @Override
     public long stateBytes(int ctx, int maxRollback) {
-        long b = 0;
-        for (int l = 0; l < c.numLayers; l++) {
-            b += (long) Math.max(1, c.slidingWindow - 1 + maxRollback) * c.headDim * 2;
-            AttentionKind k = c.layerTypes[l];
-            if (k != AttentionKind.SLIDING) {
-                int m = c.ratio(l);
-                boolean ov = k == AttentionKind.CSA;
-                b += (long) ((ov ? 2 * m : m) + maxRollback) * (ov ? 2 : 1) * c.headDim * 4 * 2 + (long) (ctx / m) * c.headDim * 2;
-            }
-            if (k == AttentionKind.CSA) {
-                int m = c.csaRatio;
-                b += (long) (2 * m + maxRollback) * 2 * c.indexHeadDim * 4 * 2 + (long) (ctx / m) * c.indexHeadDim * 2;
-            }
-        }
-        return b;
+        return CacheLayout.stateBytes(c, ctx, maxRollback);
     }
 
     @Override

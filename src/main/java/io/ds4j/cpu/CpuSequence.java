@@ -1,5 +1,6 @@
 package io.ds4j.cpu;
 
+import io.ds4j.engine.CacheLayout;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.ModelConfig;
@@ -41,7 +42,7 @@ public final class CpuSequence implements Sequence {
         final CompressorState index;
 
         LayerState(ModelConfig c, int l, int kMax) {
-            winCap = Math.max(1, c.slidingWindow - 1 + kMax);
+            winCap = CacheLayout.windowRows(c, kMax);
             win = new short[winCap * c.headDim];
             AttentionKind k = c.layerTypes[l];
             comp = k == AttentionKind.SLIDING ? null
@@ -63,7 +64,7 @@ public final class CpuSequence implements Sequence {
             this.w = w;
             this.overlap = overlap;
             this.cw = overlap ? 2 * w : w;
-            this.cap = (overlap ? 2 * m : m) + kMax;
+            this.cap = CacheLayout.compressorRows(m, overlap, kMax);
             ringA = new float[cap * cw];
             ringZ = new float[cap * cw];
             entries = new short[16 * w];
@@ -86,11 +87,7 @@ public final class CpuSequence implements Sequence {
 
     @Override
     public void rollback(int k) {
-        if (closed) throw new IllegalStateException("sequence is closed");
-        if (k < 0) throw new IllegalArgumentException("rollback count must be >= 0, got " + k);
-        if (k > rollbackable())
-            throw new IllegalArgumentException("cannot roll back " + k + " tokens: at most " + rollbackable()
-                    + " can be removed now (max rollback " + maxRollback + ")");
+        CacheLayout.checkRollback(k, rollbackable(), maxRollback, closed);
         int n = length - k;
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.count = n / ls.comp.m;

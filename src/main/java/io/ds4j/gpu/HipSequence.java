@@ -1,5 +1,6 @@
 package io.ds4j.gpu;
 
+import io.ds4j.engine.CacheLayout;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.ModelConfig;
@@ -53,7 +54,7 @@ public final class HipSequence implements Sequence {
             this.w = w;
             this.overlap = overlap;
             this.cw = overlap ? 2 * w : w;
-            this.cap = (overlap ? 2 * m : m) + kMax;
+            this.cap = CacheLayout.compressorRows(m, overlap, kMax);
         }
     }
 
@@ -66,7 +67,7 @@ public final class HipSequence implements Sequence {
         Gpu gpu = backend.gpu();
         try {
             for (int l = 0; l < c.numLayers; l++) {
-                LayerState ls = new LayerState(Math.max(1, c.slidingWindow - 1 + maxRollback));
+                LayerState ls = new LayerState(CacheLayout.windowRows(c, maxRollback));
                 ls.win = zeroed(gpu, (long) ls.winCap * c.headDim * 2, "window ring");
                 AttentionKind k = c.layerTypes[l];
                 if (k != AttentionKind.SLIDING) ls.comp = comp(gpu, new Comp(c.ratio(l), c.headDim, k == AttentionKind.CSA, maxRollback));
@@ -145,11 +146,7 @@ public final class HipSequence implements Sequence {
 
     @Override
     public void rollback(int k) {
-        if (closed) throw new IllegalStateException("sequence is closed");
-        if (k < 0) throw new IllegalArgumentException("rollback count must be >= 0, got " + k);
-        if (k > rollbackable())
-            throw new IllegalArgumentException("cannot roll back " + k + " tokens: at most " + rollbackable()
-                    + " can be removed now (max rollback " + maxRollback + ")");
+        CacheLayout.checkRollback(k, rollbackable(), maxRollback, closed);
         int n = length - k;
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.count = n / ls.comp.m;
