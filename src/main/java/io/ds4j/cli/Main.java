@@ -22,6 +22,13 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
     /** The configured picocli command line (also used by tests). */
     public static CommandLine commandLine() {
         CommandLine cl = new CommandLine(new Main());
+        // a bad flag gets one line and a pointer to --help, not the whole usage text
+        cl.setParameterExceptionHandler((ex, args) -> {
+            CommandLine cmd = ex.getCommandLine();
+            cmd.getErr().println(cmd.getColorScheme().errorText("error: " + ex.getMessage()));
+            cmd.getErr().println("run '" + cmd.getCommandSpec().qualifiedName() + " --help' for the options");
+            return 2;
+        });
         cl.setExecutionExceptionHandler((ex, cmd, parse) -> {
             cmd.getErr().println(cmd.getColorScheme().errorText("error: " + describe(ex)));
             if (System.getenv("DS4J_DEBUG") != null) ex.printStackTrace(cmd.getErr());

@@ -236,7 +236,7 @@ public final class HttpVerticle extends VerticleBase {
             if (over[0]) return;
             JsonNode n;
             try {
-                if (body.length() == 0) throw new ApiException(400, "invalid_request_error", null, null, "the request body is empty", null);
+                if (body.length() == 0) throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
                 n = Json.MAPPER.readTree(body.getBytes());
             } catch (JsonProcessingException e) {
                 error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, Json.syntaxProblem("malformed JSON", e), null));

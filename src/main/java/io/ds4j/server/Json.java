@@ -9,8 +9,12 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 
 /** The server's shared Jackson mapper and small helpers. */
 public final class Json {
-    /** Thread-safe once configured. */
-    public static final ObjectMapper MAPPER = new ObjectMapper();
+    /**
+     * Thread-safe once configured. Trailing content after the JSON value (`{...} xyz`, a stray `}`) is a syntax
+     * error, not silently ignored.
+     */
+    public static final ObjectMapper MAPPER = new ObjectMapper()
+            .enable(com.fasterxml.jackson.databind.DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
 
     private Json() {}
 

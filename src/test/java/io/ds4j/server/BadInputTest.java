@@ -58,8 +58,12 @@ class BadInputTest {
         JsonNode e = expect("/v1/chat/completions", "{\"messages\": [", 400, null);
         assertEquals("invalid_json", e.get("code").asText());
         assertTrue(e.get("message").asText().contains("line 1"), e.toString());
-        expect("/v1/chat/completions", "", 400, null);
+        assertEquals("invalid_json", expect("/v1/chat/completions", "", 400, null).get("code").asText());
         expect("/v1/chat/completions", "[1,2]", 400, null);
+        // trailing content after the value is malformed, not ignored
+        String ok = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1}";
+        assertEquals("invalid_json", expect("/v1/chat/completions", ok + " xyz", 400, null).get("code").asText());
+        assertEquals("invalid_json", expect("/v1/chat/completions", ok + "}", 400, null).get("code").asText());
         expect("/v1/completions", "\"just a string\"", 400, null);
     }
 
