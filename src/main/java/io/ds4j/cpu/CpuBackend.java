@@ -73,16 +73,9 @@ public final class CpuBackend implements Backend {
         if (!(sequence instanceof CpuSequence seq) || seq.cfg != c)
             throw new IllegalArgumentException("sequence does not belong to this backend");
         if (seq.closed) throw new IllegalStateException("sequence is closed");
-        if (S < 1) throw new IllegalArgumentException("need at least one token, got " + S);
-        for (int s = 0; s < S; s++) {
-            int t = tokens[off + s];
-            if (t < 0 || t >= c.vocabSize)
-                throw new IllegalArgumentException("token id " + t + " at index " + s + " is outside [0, " + c.vocabSize + ")");
-        }
-        for (int r : logitRows)
-            if (r < 0 || r >= S) throw new IllegalArgumentException("logit row " + r + " is outside [0, " + S + ")");
+        Backend.checkStep(c, tokens, off, S, logitRows);
         final int D = c.hidden, n = c.hcMult, nD = n * D;
-        final int N0 = seq.length;
+        final int N0 = seq.pos.length();
 
         // 3.1: every stream starts as the embedding.
         float[] X = new float[S * nD];
@@ -106,8 +99,7 @@ public final class CpuBackend implements Backend {
             float[] f = moe(l, L, col, S, toks);
             hcPost(X, S, f, post, comb);
         }
-        seq.length = N0 + S;
-        seq.rollbackFloor = Math.max(seq.rollbackFloor, seq.length - seq.maxRollback);
+        seq.pos.advance(S);
         return head(X, logitRows);
     }
 

@@ -1,6 +1,7 @@
 package io.ds4j.cpu;
 
 import io.ds4j.engine.CacheLayout;
+import io.ds4j.engine.RollbackWindow;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.ModelConfig;
@@ -19,17 +20,14 @@ import java.util.Arrays;
  */
 public final class CpuSequence implements Sequence {
     final ModelConfig cfg;
-    final int maxRollback;
-    int length;
-    /** Smallest length this sequence may roll back to (rings have been overwritten below it). */
-    int rollbackFloor;
+    /** Length and rollback window. */
+    final RollbackWindow pos;
     final LayerState[] layers;
     boolean closed;
 
     CpuSequence(ModelConfig cfg, int maxRollback) {
-        if (maxRollback < 0) throw new IllegalArgumentException("maxRollback must be >= 0, got " + maxRollback);
+        this.pos = new RollbackWindow(maxRollback); // validates maxRollback
         this.cfg = cfg;
-        this.maxRollback = maxRollback;
         layers = new LayerState[cfg.numLayers];
         for (int l = 0; l < cfg.numLayers; l++) layers[l] = new LayerState(cfg, l, maxRollback);
     }
@@ -82,23 +80,21 @@ public final class CpuSequence implements Sequence {
 
     @Override
     public int length() {
-        return length;
+        return pos.length();
     }
 
     @Override
     public void rollback(int k) {
-        CacheLayout.checkRollback(k, rollbackable(), maxRollback, closed);
-        int n = length - k;
+        int n = pos.rollback(k, closed);
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.count = n / ls.comp.m;
             if (ls.index != null) ls.index.count = n / ls.index.m;
         }
-        length = n;
     }
 
     @Override
     public int rollbackable() {
-        return length - rollbackFloor;
+        return pos.rollbackable();
     }
 
     @Override

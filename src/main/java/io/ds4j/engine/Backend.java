@@ -26,6 +26,21 @@ public interface Backend extends AutoCloseable {
      */
     float[] forward(Sequence seq, int[] tokens, int off, int count, int[] logitRows);
 
+    /**
+     * The argument checks every {@link #forward} makes before touching any state.
+     * @throws IllegalArgumentException for S &lt; 1, a token id outside [0, V) or a logit row outside [0, S)
+     */
+    static void checkStep(ModelConfig c, int[] tokens, int off, int S, int[] logitRows) {
+        if (S < 1) throw new IllegalArgumentException("need at least one token, got " + S);
+        for (int s = 0; s < S; s++) {
+            int t = tokens[off + s];
+            if (t < 0 || t >= c.vocabSize)
+                throw new IllegalArgumentException("token id " + t + " at index " + s + " is outside [0, " + c.vocabSize + ")");
+        }
+        for (int r : logitRows)
+            if (r < 0 || r >= S) throw new IllegalArgumentException("logit row " + r + " is outside [0, " + S + ")");
+    }
+
     /** Bytes of per-sequence state at a given context length (tokens), with the given rollback window. */
     long stateBytes(int contextTokens, int maxRollback);
 

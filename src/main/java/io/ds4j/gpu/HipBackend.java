@@ -242,16 +242,9 @@ public final class HipBackend implements Backend {
         if (!(sequence instanceof HipSequence seq) || seq.backend != this)
             throw new IllegalArgumentException("sequence does not belong to this backend");
         if (seq.closed) throw new IllegalStateException("sequence is closed");
-        if (S < 1) throw new IllegalArgumentException("need at least one token, got " + S);
-        for (int s = 0; s < S; s++) {
-            int t = tokens[off + s];
-            if (t < 0 || t >= c.vocabSize)
-                throw new IllegalArgumentException("token id " + t + " at index " + s + " is outside [0, " + c.vocabSize + ")");
-        }
-        for (int r : logitRows)
-            if (r < 0 || r >= S) throw new IllegalArgumentException("logit row " + r + " is outside [0, " + S + ")");
+        Backend.checkStep(c, tokens, off, S, logitRows);
         final int D = c.hidden, n = c.hcMult, nD = n * D;
-        final int N0 = seq.length;
+        final int N0 = seq.pos.length();
         ws.reset();
         if (profile != null) {
             gpu.sync();
@@ -294,8 +287,7 @@ public final class HipBackend implements Backend {
             if (ls.comp != null) ls.comp.count = (N0 + S) / ls.comp.m;
             if (ls.index != null) ls.index.count = (N0 + S) / ls.index.m;
         }
-        seq.length = N0 + S;
-        seq.rollbackFloor = Math.max(seq.rollbackFloor, seq.length - seq.maxRollback);
+        seq.pos.advance(S);
         return logits;
     }
 

@@ -1,6 +1,7 @@
 package io.ds4j.gpu;
 
 import io.ds4j.engine.CacheLayout;
+import io.ds4j.engine.RollbackWindow;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.ModelConfig;
@@ -23,10 +24,8 @@ import java.util.List;
 public final class HipSequence implements Sequence {
     final HipBackend backend;
     final ModelConfig cfg;
-    final int maxRollback;
-    int length;
-    /** Smallest length this sequence may roll back to (rings have been overwritten below it). */
-    int rollbackFloor;
+    /** Length and rollback window. */
+    final RollbackWindow pos;
     final LayerState[] layers;
     boolean closed;
     private final List<Long> fixed = new ArrayList<>();
@@ -59,10 +58,9 @@ public final class HipSequence implements Sequence {
     }
 
     HipSequence(HipBackend backend, ModelConfig c, int maxRollback) {
-        if (maxRollback < 0) throw new IllegalArgumentException("maxRollback must be >= 0, got " + maxRollback);
+        this.pos = new RollbackWindow(maxRollback); // validates maxRollback
         this.backend = backend;
         this.cfg = c;
-        this.maxRollback = maxRollback;
         this.layers = new LayerState[c.numLayers];
         Gpu gpu = backend.gpu();
         try {
@@ -112,7 +110,7 @@ public final class HipSequence implements Sequence {
      * are meaningless; only sizes and access patterns are real. Not for inference.
      */
     void fillRandom(int n, long seed) {
-        if (length != 0) throw new IllegalStateException("fillRandom needs an empty sequence");
+        if (pos.length() != 0) throw new IllegalStateException("fillRandom needs an empty sequence");
         Gpu gpu = backend.gpu();
         java.util.SplittableRandom r = new java.util.SplittableRandom(seed);
         for (LayerState ls : layers) {
@@ -129,8 +127,7 @@ public final class HipSequence implements Sequence {
                 cs.count = count;
             }
         }
-        length = n;
-        rollbackFloor = n;
+        pos.reset(n);
     }
 
     private static short[] randomF16(java.util.SplittableRandom r, long n) {
@@ -141,23 +138,21 @@ public final class HipSequence implements Sequence {
 
     @Override
     public int length() {
-        return length;
+        return pos.length();
     }
 
     @Override
     public void rollback(int k) {
-        CacheLayout.checkRollback(k, rollbackable(), maxRollback, closed);
-        int n = length - k;
+        int n = pos.rollback(k, closed);
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.count = n / ls.comp.m;
             if (ls.index != null) ls.index.count = n / ls.index.m;
         }
-        length = n;
     }
 
     @Override
     public int rollbackable() {
-        return length - rollbackFloor;
+        return pos.rollbackable();
     }
 
     @Override
