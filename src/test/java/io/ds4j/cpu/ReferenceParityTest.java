@@ -1,5 +1,7 @@
 package io.ds4j.cpu;
 
+import io.ds4j.engine.Backend;
+import io.ds4j.engine.Sequence;
 import io.ds4j.model.SafetensorsFile;
 import io.ds4j.model.WeightLoader;
 import org.junit.jupiter.api.DynamicTest;
@@ -30,8 +32,8 @@ import static org.junit.jupiter.api.Assertions.*;
  *       printed).</li>
  * </ul>
  */
-class ReferenceParityTest {
-    static final Path FIXTURES = Path.of("src/test/resources/fixtures");
+public class ReferenceParityTest {
+    public static final Path FIXTURES = Path.of("src/test/resources/fixtures");
     static final double TOL = 2e-3, MARGIN = 1e-2;
 
     @TestFactory
@@ -44,14 +46,21 @@ class ReferenceParityTest {
         assertFalse(dirs.isEmpty(), "no fixture directories under " + FIXTURES);
         List<DynamicTest> tests = new ArrayList<>();
         for (Path dir : dirs) {
-            tests.add(DynamicTest.dynamicTest(dir.getFileName().toString(), () -> checkFixture(dir)));
+            tests.add(DynamicTest.dynamicTest(dir.getFileName().toString(),
+                    () -> checkFixture(dir, d -> new CpuBackend(WeightLoader.load(d)), "cpu")));
         }
         return tests.stream();
     }
 
-    static void checkFixture(Path dir) throws Exception {
+    /** Opens a backend on a model directory (the CPU backend here, the GPU backend in its own parity test). */
+    public interface Opener {
+        Backend open(Path modelDir) throws Exception;
+    }
+
+    /** Runs every scenario of one fixture on the backend {@code open} gives and applies the criteria above. */
+    public static void checkFixture(Path dir, Opener open, String label) throws Exception {
         try (SafetensorsFile exp = SafetensorsFile.open(dir.resolve("expected.safetensors"));
-             CpuBackend be = new CpuBackend(WeightLoader.load(dir))) {
+             Backend be = open.open(dir)) {
             long[] ids = exp.tensor("input_ids").toLongs();
             int[] toks = new int[ids.length];
             for (int i = 0; i < ids.length; i++) toks[i] = (int) ids[i];
@@ -64,7 +73,7 @@ class ReferenceParityTest {
             java.util.Arrays.fill(ones, 1, ones.length, 1);
             for (String sc : new String[]{"nocache", "decode", "chunks"}) {
                 int[] sched = sc.equals("nocache") ? new int[]{T} : sc.equals("decode") ? ones : chunks;
-                compare(dir, sc, be, toks, sched, exp.tensor("logits." + sc).toFloats(),
+                compare(label, dir, sc, be, toks, sched, exp.tensor("logits." + sc).toFloats(),
                         exp.tensor("logits.f16cache." + sc).toFloats());
             }
         }
@@ -74,12 +83,12 @@ class ReferenceParityTest {
         return java.util.Arrays.stream(s.replaceAll("[\\[\\]\\s]", "").split(",")).mapToInt(Integer::parseInt).toArray();
     }
 
-    static void compare(Path dir, String scenario, CpuBackend be, int[] toks, int[] chunks, float[] want32, float[] want16) {
+    static void compare(String label, Path dir, String scenario, Backend be, int[] toks, int[] chunks, float[] want32, float[] want16) {
         int V = be.config().vocabSize, T = toks.length;
         assertEquals((long) T * V, want32.length, "reference logits shape");
         assertEquals((long) T * V, want16.length, "F16-cache reference logits shape");
         float[] got = new float[T * V];
-        try (CpuSequence s = be.newSequence(16)) {
+        try (Sequence s = be.newSequence(16)) {
             int off = 0;
             for (int ch : chunks) {
                 float[] lg = be.forward(s, toks, off, ch, IntStream.range(0, ch).toArray());
@@ -108,9 +117,9 @@ class ReferenceParityTest {
                 else failures.add("pos " + t + ": argmax " + ga + " != reference " + ra + " (margin " + margin + ")");
             }
         }
-        System.out.printf("parity %s/%s: T=%d max|diff| vs F16-cache HF %.3g, vs fp32 HF %.3g; positions where F16 rounding "
+        System.out.printf("%s parity %s/%s: T=%d max|diff| vs F16-cache HF %.3g, vs fp32 HF %.3g; positions where F16 rounding "
                         + "flips a near-tie in HF itself: %d; reference top-2 margin < %.0e: %d (argmax differs at %d)%n",
-                dir.getFileName(), scenario, T, worst16, worst32, flips, MARGIN, smallMargin, argmaxExempt);
+                label, dir.getFileName(), scenario, T, worst16, worst32, flips, MARGIN, smallMargin, argmaxExempt);
         assertTrue(failures.isEmpty(), dir.getFileName() + "/" + scenario + ": " + failures.size() + " failures, first: "
                 + failures.subList(0, Math.min(5, failures.size())));
     }
