@@ -27,6 +27,19 @@ public interface Backend extends AutoCloseable {
     float[] forward(Sequence seq, int[] tokens, int off, int count, int[] logitRows);
 
     /**
+     * {@link #forward(Sequence, int[], int, int, int[])} with the reason for the step; a backend may choose an
+     * implementation per kind (the GPU backend's verify attention path). The default ignores the kind.
+     */
+    default float[] forward(Sequence seq, int[] tokens, int off, int count, int[] logitRows, StepKind kind) {
+        return forward(seq, tokens, off, count, logitRows);
+    }
+
+    /** What this backend effectively does (placement, verify attention path, diagnostics). */
+    default EngineStatus status() {
+        return EngineStatus.cpu();
+    }
+
+    /**
      * The argument checks every {@link #forward} makes before touching any state.
      * @throws IllegalArgumentException for S &lt; 1, a token id outside [0, V) or a logit row outside [0, S)
      */

@@ -118,7 +118,7 @@ public final class Generation {
         if (prefilled < promptLen) {
             int n = Math.min(opt.prefillChunk(), promptLen - prefilled);
             boolean last = prefilled + n == promptLen;
-            float[] lg = target.forward(seq, ctx, prefilled, n, last ? new int[]{n - 1} : new int[0]);
+            float[] lg = target.forward(seq, ctx, prefilled, n, last ? new int[]{n - 1} : new int[0], StepKind.PREFILL);
             prefilled += n;
             if (last) {
                 if (draft != null) draft.committed(ctx, promptLen);
@@ -147,7 +147,7 @@ public final class Generation {
         System.arraycopy(prop.tokens(), 0, rows, 1, q);
         int[] want = new int[q + 1];
         for (int i = 0; i <= q; i++) want[i] = i;
-        float[] lg = target.forward(seq, rows, 0, q + 1, want);
+        float[] lg = target.forward(seq, rows, 0, q + 1, want, q > 0 ? StepKind.VERIFY : StepKind.DECODE);
         int V = target.config().vocabSize;
         int acc = 0;
         // rows i = 0..q: row i predicts the token after rows[0..i]

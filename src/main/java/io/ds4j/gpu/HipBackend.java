@@ -93,6 +93,11 @@ public final class HipBackend implements Backend {
      * @throws CheckpointException when the model cannot be loaded
      */
     public static HipBackend open(Path modelDir) throws CheckpointException {
+        return open(modelDir, io.ds4j.engine.BackendOptions.DEFAULTS);
+    }
+
+    /** {@link #open(Path)} with start-up options (placement, verify attention path). */
+    public static HipBackend open(Path modelDir, io.ds4j.engine.BackendOptions options) throws CheckpointException {
         Gpu gpu;
         try {
             gpu = Gpu.open(0);
