@@ -5,6 +5,7 @@
 #   tools/device/run.sh serve [ds4j serve options]     ds4j serve --backend hip (foreground)
 #   tools/device/run.sh serve-smoke                    starts serve --backend hip, sends one chat completion, stops
 #   tools/device/run.sh sanitize [JUnit options]       the GPU tests under compute-sanitizer memcheck
+#   tools/device/run.sh ds4j ARGS...                   any ds4j command (e.g. ds4j bench: the F16-KV verifier's matched table)
 #   tools/device/run.sh java ARGS...                   the packed runtime with the app's class path
 # Reports go to $OUT (the device tool's output folder) or ./out.
 set -euo pipefail
@@ -58,6 +59,7 @@ print("chat completion in %.2f s:" % (time.time() - t0), json.dumps(r["choices"]
 print("usage:", json.dumps(r.get("usage"))[:400])
 PY
     echo "serve log (head):"; head -20 "$out/serve-server.log" ;;
+  ds4j) exec "$java" "${flags[@]}" -cp "$cp" io.ds4j.cli.Main "$@" ;;
   java) exec "$java" "${flags[@]}" -cp "$cp" "$@" ;;
-  *) echo "unknown command '$cmd' (test, sanitize, bench, serve, serve-smoke, java)" >&2; exit 2 ;;
+  *) echo "unknown command '$cmd' (test, sanitize, bench, serve, serve-smoke, ds4j, java)" >&2; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, sanitize, bench, bench-long, serve.
+# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, sanitize, bench, bench-long, f16kv, serve.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -22,6 +22,7 @@ for p in ${phases//,/ }; do
                 --select-method io.ds4j.gpu.HipBackendTest#microModelLayerByLayer --select-method io.ds4j.gpu.HipBackendTest#badInputLeavesTheSequenceUnchanged ;;
     bench) run bench 150 tools/device/run.sh bench --preset flash-shaped --dtype fp8 --prompt-tokens 4096 --chunk 512 --decode-tokens 32 --contexts 4096 ;;
     bench-long) run bench-long 200 tools/device/run.sh bench --preset flash-shaped --dtype fp8 --prompt-tokens 4096 --chunk 512 --decode-tokens 32 --contexts 4096,59933 ;;
+    f16kv) TAILN=40 run f16kv 420 tools/device/run.sh ds4j bench --out "$out/bench" ;;
     serve) run serve 60 tools/device/run.sh serve-smoke ;;
     *) echo "unknown phase $p" ;;
   esac

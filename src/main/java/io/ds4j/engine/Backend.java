@@ -34,6 +34,29 @@ public interface Backend extends AutoCloseable {
         return forward(seq, tokens, off, count, logitRows);
     }
 
+    /** The verify attention paths this backend can switch between (empty: it has only one). */
+    default java.util.Set<VerifyAttention> verifyAttentionPaths() {
+        return java.util.Set.of();
+    }
+
+    /**
+     * Switches the verify attention path for the following {@link StepKind#VERIFY} steps (tests and benchmarks; the
+     * server sets it once from {@code verify.f16Kv}).
+     * @throws UnsupportedOperationException when the backend does not offer that path
+     */
+    default void setVerifyAttention(VerifyAttention path) {
+        throw new UnsupportedOperationException("backend " + name() + " has a single verify attention path");
+    }
+
+    /**
+     * A new sequence holding a copy of src's state (same length; nothing to roll back yet). Used to give a draft that
+     * is a copy of the target the target's prefilled cache without a second prefill.
+     * @throws UnsupportedOperationException when the backend cannot copy sequences
+     */
+    default Sequence fork(Sequence src, int maxRollback) {
+        throw new UnsupportedOperationException("backend " + name() + " cannot fork sequences");
+    }
+
     /** What this backend effectively does (placement, verify attention path, diagnostics). */
     default EngineStatus status() {
         return EngineStatus.cpu();

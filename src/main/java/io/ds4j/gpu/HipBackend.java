@@ -150,6 +150,21 @@ public final class HipBackend implements Backend {
         return new HipSequence(this, c, maxRollback);
     }
 
+    @Override
+    public synchronized HipSequence fork(Sequence src, int maxRollback) {
+        if (!(src instanceof HipSequence hs) || hs.backend != this)
+            throw new IllegalArgumentException("sequence does not belong to this backend");
+        if (hs.closed) throw new IllegalStateException("sequence is closed");
+        HipSequence copy = newSequence(maxRollback);
+        try {
+            copy.copyFrom(hs);
+        } catch (RuntimeException e) {
+            copy.close();
+            throw e;
+        }
+        return copy;
+    }
+
     /** Runs r under the backend's lock (device memory release of a sequence). */
     synchronized void release(Runnable r) {
         if (!closed) r.run();

@@ -130,6 +130,34 @@ public final class HipSequence implements Sequence {
         pos.reset(n);
     }
 
+    /**
+     * Copies src's state into this (empty) sequence of the same backend: window rings, compressor rings, compressed
+     * entries and indexer keys (device-to-device), and the length. Nothing can be rolled back past the copy.
+     * @throws IllegalStateException when this sequence is not empty or the window capacities differ
+     */
+    void copyFrom(HipSequence src) {
+        if (pos.length() != 0) throw new IllegalStateException("copyFrom needs an empty sequence");
+        Gpu gpu = backend.gpu();
+        for (int l = 0; l < layers.length; l++) {
+            LayerState a = layers[l], b = src.layers[l];
+            if (a.winCap != b.winCap)
+                throw new IllegalStateException("window capacity " + b.winCap + " of the source differs from " + a.winCap
+                        + " (use the same maxRollback)");
+            gpu.copy(a.win, b.win, (long) a.winCap * cfg.headDim * 2);
+            Comp[] ca = {a.comp, a.index}, cb = {b.comp, b.index};
+            for (int i = 0; i < 2; i++) {
+                if (ca[i] == null) continue;
+                Comp x = ca[i], y = cb[i];
+                gpu.copy(x.ringA, y.ringA, (long) x.cap * x.cw * 4);
+                gpu.copy(x.ringZ, y.ringZ, (long) x.cap * x.cw * 4);
+                ensure(gpu, x, y.count);
+                gpu.copy(x.entries, y.entries, (long) y.count * y.w * 2);
+                x.count = y.count;
+            }
+        }
+        pos.reset(src.pos.length());
+    }
+
     private static short[] randomF16(java.util.SplittableRandom r, long n) {
         short[] h = new short[Math.toIntExact(n)];
         for (int i = 0; i < h.length; i++) h[i] = Float.floatToFloat16((float) (r.nextGaussian() * 0.3));

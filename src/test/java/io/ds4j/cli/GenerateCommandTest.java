@@ -12,12 +12,12 @@ import java.nio.file.Path;
 import static org.junit.jupiter.api.Assertions.*;
 
 /** {@code ds4j generate}: streams text for a real checkpoint; bad input gives a clear error and a non-zero exit. */
-class GenerateCommandTest {
+public class GenerateCommandTest {
     static final String FIXTURE = "src/test/resources/fixtures/tiny-hf-bf16";
 
-    record Run(int code, String out, String err) {}
+    public record Run(int code, String out, String err) {}
 
-    static Run run(String... args) {
+    public static Run run(String... args) {
         PrintStream oldOut = System.out, oldErr = System.err;
         ByteArrayOutputStream out = new ByteArrayOutputStream(), err = new ByteArrayOutputStream();
         System.setOut(new PrintStream(out, true, StandardCharsets.UTF_8));

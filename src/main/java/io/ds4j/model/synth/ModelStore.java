@@ -50,6 +50,35 @@ public final class ModelStore {
     }
 
     /**
+     * A preset variant (layer and routed-expert counts, storage dtype), created on first use like {@link #ensure}:
+     * {@code <preset>-L<layers>-E<experts>-<storage>-seed<seed>}. FP8 storage uses the original naming (as released).
+     * @param layers  layer count, null = the preset's
+     * @param experts routed experts per layer, null = the preset's
+     * @throws IllegalArgumentException for an unknown preset or an invalid variant
+     * @throws IOException when the model cannot be written
+     */
+    public static Path ensureVariant(String preset, Integer layers, Integer experts, RandomCheckpoint.Storage storage, long seed,
+                                     java.util.function.Consumer<String> log) throws IOException {
+        var cfg = Presets.get(preset, layers, experts);
+        String st = storage.name().toLowerCase(java.util.Locale.ROOT);
+        Path dir = root().resolve(preset + "-L" + cfg.numLayers + "-E" + cfg.numExperts + "-" + st + "-seed" + seed);
+        if (complete(dir)) return dir;
+        Files.createDirectories(root());
+        Path tmp = Files.createTempDirectory(root(), "." + preset + "-");
+        try {
+            TensorNames.Scheme naming = storage == RandomCheckpoint.Storage.FP8 ? TensorNames.Scheme.ORIGINAL : TensorNames.Scheme.HF;
+            RandomCheckpoint ck = new RandomCheckpoint(cfg, seed, naming, storage);
+            log.accept(String.format("creating model '%s' (%d layers, %d routed experts, %s, seed %d, %.0f MB) in %s — random weights",
+                    preset, cfg.numLayers, cfg.numExperts, st, seed, ck.totalBytes() / 1e6, dir));
+            ck.write(tmp, Long.MAX_VALUE, null);
+            moveIntoPlace(tmp, dir);
+            return dir;
+        } finally {
+            if (Files.exists(tmp)) deleteTree(tmp);
+        }
+    }
+
+    /**
      * Moves a finished model folder to its place. When another process finished first, the rename fails in a way
      * that depends on the OS (on Linux a plain FileSystemException "Directory not empty", elsewhere
      * FileAlreadyExistsException or DirectoryNotEmptyException): if the place now holds a complete model, that one is

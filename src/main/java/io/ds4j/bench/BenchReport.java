@@ -1,0 +1,174 @@
+package io.ds4j.bench;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.SerializationFeature;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+
+/**
+ * Writes {@link VerifyPathBench} results as a Markdown table, a JSON document and an SVG bar chart (decode and
+ * prefill tokens/s per input length, one bar per verify attention path).
+ *
+ * @param setup free-form description lines (machine, model, draft, q, command) printed above the table and stored in
+ *              the JSON under "setup"
+ */
+public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> rows) {
+
+    /** The Markdown table (with the setup as a bullet list above it). */
+    public String markdown() {
+        StringBuilder b = new StringBuilder();
+        for (var e : setup.entrySet()) b.append("- ").append(e.getKey()).append(": ").append(e.getValue()).append('\n');
+        b.append('\n');
+        b.append("| input tokens | verify attention | prefill tok/s | decode tok/s | acceptance rate | verifier agreement (rounds / rows) |\n");
+        b.append("|---:|---|---:|---:|---:|---|\n");
+        for (VerifyPathBench.Row r : rows) {
+            b.append(String.format(Locale.ROOT, "| %,d | %s | %,.0f | %.1f | %s | %s |%n", r.length(), r.path(), r.prefillTokS(),
+                    r.decodeTokS(), Double.isNaN(r.acceptance()) ? "–" : String.format(Locale.ROOT, "%.3f", r.acceptance()),
+                    Double.isNaN(r.agreement()) ? "–" : String.format(Locale.ROOT, "%.2f %% / %.2f %% (%d rounds)",
+                            100 * r.agreement(), 100 * r.rowAgreement(), r.agreementRounds())));
+        }
+        // relative change of the second path against the first, per length
+        List<String> gains = new ArrayList<>();
+        for (int i = 0; i + 1 < rows.size(); i++) {
+            var a = rows.get(i);
+            var c = rows.get(i + 1);
+            if (a.length() == c.length() && !a.path().equals(c.path()))
+                gains.add(String.format(Locale.ROOT, "%,d tokens: decode %+.1f %%, prefill %+.1f %%", a.length(),
+                        100 * (c.decodeTokS() / a.decodeTokS() - 1), 100 * (c.prefillTokS() / a.prefillTokS() - 1)));
+        }
+        if (!gains.isEmpty()) b.append("\n").append(rows.get(1).path()).append(" against ").append(rows.get(0).path())
+                .append(": ").append(String.join("; ", gains)).append(".\n");
+        return b.toString();
+    }
+
+    /** The JSON document: {"setup": {...}, "rows": [...]} (NaN written as null). */
+    public String json() {
+        ObjectMapper m = new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT);
+        ObjectNode root = m.createObjectNode();
+        ObjectNode s = root.putObject("setup");
+        setup.forEach(s::put);
+        ArrayNode a = root.putArray("rows");
+        for (VerifyPathBench.Row r : rows) {
+            ObjectNode o = a.addObject();
+            o.put("input_tokens", r.length());
+            o.put("verify_attention", r.path());
+            num(o, "prefill_tokens_per_s", r.prefillTokS());
+            num(o, "prefill_seconds", r.prefillSeconds());
+            num(o, "decode_tokens_per_s", r.decodeTokS());
+            o.put("decode_tokens", r.emitted());
+            o.put("verify_steps", r.verifySteps());
+            o.put("draft_tokens_offered", r.offered());
+            o.put("draft_tokens_accepted", r.accepted());
+            num(o, "acceptance_rate", r.acceptance());
+            num(o, "verifier_agreement_rounds", r.agreement());
+            num(o, "verifier_agreement_rows", r.rowAgreement());
+            o.put("agreement_rounds", r.agreementRounds());
+        }
+        try {
+            return m.writeValueAsString(root) + "\n";
+        } catch (IOException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    private static void num(ObjectNode o, String k, double v) {
+        if (Double.isNaN(v) || Double.isInfinite(v)) o.putNull(k);
+        else o.put(k, v);
+    }
+
+    /** Two panels (decode tok/s, prefill tok/s), grouped bars per input length, one colour per path. */
+    public String svg() {
+        Map<Integer, Map<String, VerifyPathBench.Row>> byLen = new LinkedHashMap<>();
+        List<String> paths = new ArrayList<>();
+        for (VerifyPathBench.Row r : rows) {
+            byLen.computeIfAbsent(r.length(), k -> new LinkedHashMap<>()).put(r.path(), r);
+            if (!paths.contains(r.path())) paths.add(r.path());
+        }
+        String[] colours = {"#8a8f98", "#2f6fdf", "#d9822b", "#3a9d5d"};
+        int panelW = 420, panelH = 260, gap = 40, top = 50, left = 60;
+        int width = left + 2 * panelW + gap + 20, height = top + panelH + 70;
+        StringBuilder b = new StringBuilder();
+        b.append(String.format(Locale.ROOT, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">%n",
+                width, height, width, height));
+        b.append("<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+        b.append(String.format(Locale.ROOT, "<text x=\"%d\" y=\"22\" font-size=\"15\" font-weight=\"bold\">%s</text>%n", left,
+                esc(setup.getOrDefault("title", "verify attention paths"))));
+        for (int i = 0; i < paths.size(); i++)
+            b.append(String.format(Locale.ROOT, "<rect x=\"%d\" y=\"30\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"40\">%s</text>%n",
+                    left + 180 * i + 300, colours[i % colours.length], left + 180 * i + 316, esc(paths.get(i))));
+        String[] titles = {"decode tokens/s (speculative, q draft tokens)", "prefill tokens/s"};
+        for (int p = 0; p < 2; p++) {
+            int x0 = left + p * (panelW + gap);
+            double max = 0;
+            for (VerifyPathBench.Row r : rows) max = Math.max(max, p == 0 ? r.decodeTokS() : r.prefillTokS());
+            max = niceCeil(max);
+            b.append(String.format(Locale.ROOT, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">%s</text>%n", x0, top + 8, titles[p]));
+            int y0 = top + 20, h = panelH - 30;
+            for (int t = 0; t <= 4; t++) {
+                double v = max * t / 4;
+                int y = y0 + h - (int) Math.round(h * t / 4.0);
+                b.append(String.format(Locale.ROOT, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#ddd\"/><text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#555\">%s</text>%n",
+                        x0, x0 + panelW, y, y, x0 - 4, y + 4, fmt(v)));
+            }
+            int groups = byLen.size(), gi = 0;
+            double gw = (double) panelW / Math.max(1, groups);
+            double bw = Math.min(50, (gw - 20) / Math.max(1, paths.size()));
+            for (var e : byLen.entrySet()) {
+                double gx = x0 + gi * gw + (gw - bw * paths.size()) / 2;
+                for (int i = 0; i < paths.size(); i++) {
+                    VerifyPathBench.Row r = e.getValue().get(paths.get(i));
+                    if (r == null) continue;
+                    double v = p == 0 ? r.decodeTokS() : r.prefillTokS();
+                    int bh = max == 0 ? 0 : (int) Math.round(h * v / max);
+                    b.append(String.format(Locale.ROOT, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>%s, %,d tokens: %s</title></rect>%n",
+                            gx + i * bw, y0 + h - bh, bw - 2, bh, colours[i % colours.length], esc(r.path()), r.length(), fmt(v)));
+                    b.append(String.format(Locale.ROOT, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\">%s</text>%n",
+                            gx + i * bw + (bw - 2) / 2, y0 + h - bh - 3, fmt(v)));
+                }
+                b.append(String.format(Locale.ROOT, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%,d tokens</text>%n",
+                        x0 + gi * gw + gw / 2, y0 + h + 16, e.getKey()));
+                gi++;
+            }
+            b.append(String.format(Locale.ROOT, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#333\"/>%n", x0, x0 + panelW, y0 + h, y0 + h));
+        }
+        if (setup.containsKey("model"))
+            b.append(String.format(Locale.ROOT, "<text x=\"%d\" y=\"%d\" fill=\"#555\" font-size=\"11\">%s</text>%n", left, height - 12,
+                    esc("model: " + setup.get("model"))));
+        b.append("</svg>\n");
+        return b.toString();
+    }
+
+    /** Writes NAME.md, NAME.json and NAME.svg into dir; returns the three paths. */
+    public List<Path> write(Path dir, String name) throws IOException {
+        Files.createDirectories(dir);
+        Path md = dir.resolve(name + ".md"), js = dir.resolve(name + ".json"), sv = dir.resolve(name + ".svg");
+        Files.writeString(md, markdown());
+        Files.writeString(js, json());
+        Files.writeString(sv, svg());
+        return List.of(md, js, sv);
+    }
+
+    private static double niceCeil(double v) {
+        if (v <= 0) return 1;
+        double p = Math.pow(10, Math.floor(Math.log10(v)));
+        for (double m : new double[]{1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10}) if (m * p >= v) return m * p;
+        return 10 * p;
+    }
+
+    private static String fmt(double v) {
+        return v >= 100 ? String.format(Locale.ROOT, "%,.0f", v) : String.format(Locale.ROOT, "%.1f", v);
+    }
+
+    private static String esc(String s) {
+        return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\"", "&quot;");
+    }
+}

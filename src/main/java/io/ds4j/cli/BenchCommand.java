@@ -1,0 +1,114 @@
+package io.ds4j.cli;
+
+import io.ds4j.bench.BenchReport;
+import io.ds4j.bench.VerifyPathBench;
+import io.ds4j.engine.Backend;
+import io.ds4j.engine.BackendOptions;
+import io.ds4j.engine.Backends;
+import io.ds4j.model.AttentionKind;
+import io.ds4j.model.ModelConfig;
+import io.ds4j.model.synth.ModelStore;
+import io.ds4j.model.synth.RandomCheckpoint;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.nio.file.Path;
+import java.time.LocalDate;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.Callable;
+
+/**
+ * {@code ds4j bench}: the F16-KV verifier's matched benchmark (issue 8) — per input length, the control
+ * ({@code f32-convert}) and the {@code f16} verify attention path: prefill tokens/s, speculative decode tokens/s with
+ * a copy of the target as the draft, acceptance rate and verifier agreement. Writes a Markdown table, a JSON file and
+ * an SVG chart ({@link BenchReport}). A benchmark: asserts nothing. On the GPU machine:
+ * {@code tools/device/run.sh ds4j bench ...}.
+ */
+@Command(name = "bench", mixinStandardHelpOptions = true,
+        description = "Matched benchmark of the verify attention paths (control f32-convert vs the F16-KV verifier): "
+                + "prefill and speculative decode tokens/s, acceptance rate, verifier agreement; writes .md, .json and .svg.")
+public final class BenchCommand implements Callable<Integer> {
+    @Option(names = "--backend", defaultValue = "hip", description = "cpu or hip (default ${DEFAULT-VALUE}); only hip has both paths") String backend;
+    @Option(names = "--model", paramLabel = "DIR", description = "model directory (default: a preset, created on first use)") Path model;
+    @Option(names = "--preset", defaultValue = "flash-shaped", description = "preset when no --model (default ${DEFAULT-VALUE})") String preset;
+    @Option(names = "--layers", description = "layers of the preset (default: the preset's, 4 for flash-shaped)") Integer layers;
+    @Option(names = "--experts", description = "routed experts per layer of the preset (default: the preset's)") Integer experts;
+    @Option(names = "--dtype", defaultValue = "fp8", description = "preset storage: fp8 (FP8 dense + FP4 experts, as released) or bf16 (default ${DEFAULT-VALUE})") String dtype;
+    @Option(names = "--lengths", defaultValue = "4096,59933,122879", split = ",", description = "input lengths in tokens (default ${DEFAULT-VALUE})") List<Integer> lengths;
+    @Option(names = "--q", defaultValue = "4", description = "draft tokens per verify step (default ${DEFAULT-VALUE})") int q;
+    @Option(names = "--decode-tokens", defaultValue = "64", description = "tokens emitted in each timed decode (default ${DEFAULT-VALUE})") int decodeTokens;
+    @Option(names = "--agreement-steps", defaultValue = "200", description = "verify rounds compared between the paths per length (default ${DEFAULT-VALUE})") int agreementSteps;
+    @Option(names = "--chunk", defaultValue = "2048", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int chunk;
+    @Option(names = "--f32-short-context-rows", defaultValue = "512", description = "the F16 path's full-F32 threshold (default ${DEFAULT-VALUE})") int shortRows;
+    @Option(names = "--seed", defaultValue = "1", description = "model and prompt seed (default ${DEFAULT-VALUE})") long seed;
+    @Option(names = "--out", defaultValue = "docs/bench", description = "output folder (default ${DEFAULT-VALUE})") Path out;
+    @Option(names = "--name", defaultValue = "verify-f16kv", description = "file name stem (default ${DEFAULT-VALUE})") String name;
+
+    @Override
+    public Integer call() throws Exception {
+        VerifyPathBench.Options o = new VerifyPathBench.Options(lengths, q, decodeTokens, agreementSteps, chunk, seed);
+        RandomCheckpoint.Storage storage = RandomCheckpoint.Storage.parse(dtype);
+        Path dir = model != null ? model : ModelStore.ensureVariant(preset, layers, experts, storage, seed, System.err::println);
+        BackendOptions bo = new BackendOptions(1, BackendOptions.ExpertPlacement.MONOLITHIC, 0, false, shortRows);
+        try (Backend be = Backends.open(backend, dir, bo)) {
+            ModelConfig c = be.config();
+            Map<String, String> setup = new LinkedHashMap<>();
+            setup.put("title", "ds4j verify attention: f32-convert (control) vs f16 (F16-KV verifier)");
+            setup.put("date", LocalDate.now().toString());
+            setup.put("machine", machine(be));
+            setup.put("model", describe(c, model != null ? "as stored in " + dir : storage));
+            setup.put("draft", "a copy of the target (same weights, its cache forked from the prefilled target), greedy");
+            setup.put("q", q + " draft tokens per verify step (" + (q + 1) + " rows verified per step)");
+            setup.put("method", String.format(Locale.ROOT, "prefill of seeded random tokens in chunks of %d (timed to the last logits); "
+                    + "decode: %d tokens after one warm-up round, draft and verify steps timed together; agreement: %d rounds "
+                    + "verified by both paths on the same rows; f32ShortContextRows %d", chunk, decodeTokens, agreementSteps, shortRows));
+            setup.put("command", "ds4j bench " + String.join(" ", commandLine()));
+            System.out.println("model: " + setup.get("model"));
+            System.out.println("machine: " + setup.get("machine"));
+            List<VerifyPathBench.Row> rows = VerifyPathBench.run(be, o, System.out);
+            BenchReport rep = new BenchReport(setup, rows);
+            System.out.println();
+            System.out.print(rep.markdown());
+            for (Path p : rep.write(out, name)) System.out.println("wrote " + p);
+        }
+        return 0;
+    }
+
+    private List<String> commandLine() {
+        List<String> a = new ArrayList<>(List.of("--backend", backend));
+        if (model != null) a.addAll(List.of("--model", model.toString()));
+        else {
+            a.addAll(List.of("--preset", preset, "--dtype", dtype));
+            if (layers != null) a.addAll(List.of("--layers", layers.toString()));
+            if (experts != null) a.addAll(List.of("--experts", experts.toString()));
+        }
+        a.addAll(List.of("--lengths", String.join(",", lengths.stream().map(String::valueOf).toList()), "--q", "" + q,
+                "--decode-tokens", "" + decodeTokens, "--agreement-steps", "" + agreementSteps, "--chunk", "" + chunk));
+        return a;
+    }
+
+    static String machine(Backend be) {
+        if (be instanceof io.ds4j.gpu.HipBackend h) return "GPU " + h.gpu();
+        return String.format(Locale.ROOT, "CPU, %d cores (%s %s), Java %s", Runtime.getRuntime().availableProcessors(),
+                System.getProperty("os.name"), System.getProperty("os.arch"), System.getProperty("java.version"));
+    }
+
+    static String describe(ModelConfig c, Object dtype) {
+        StringBuilder kinds = new StringBuilder();
+        for (AttentionKind k : c.layerTypes) kinds.append(kinds.isEmpty() ? "" : ", ").append(switch (k) {
+            case SLIDING -> "S";
+            case CSA -> "C";
+            case HCA -> "H";
+        });
+        String dt = dtype == RandomCheckpoint.Storage.FP8
+                ? "FP8 e4m3 dense with 128x128 E8M0 scales, FP4 e2m1 routed experts with 1x32 scales, BF16 embedding/head/compressors"
+                : dtype == RandomCheckpoint.Storage.BF16 ? "BF16" : String.valueOf(dtype);
+        return String.format(Locale.ROOT, "D %d, %d layers [%s], %d routed experts (%d per token), window %d, CSA/HCA ratios %d/%d, index top-k %d; %s",
+                c.hidden, c.numLayers, kinds, c.numExperts, c.expertsPerToken, c.slidingWindow, c.csaRatio, c.hcaRatio,
+                c.indexTopk, dt);
+    }
+}

@@ -1,0 +1,78 @@
+package io.ds4j.bench;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.ds4j.cli.GenerateCommandTest;
+import io.ds4j.cpu.CpuBackend;
+import io.ds4j.cpu.TestModelsAccess;
+import io.ds4j.model.ModelConfig;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import javax.xml.parsers.DocumentBuilderFactory;
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * The verify-path benchmark's machinery on the CPU backend (one path there): the copy-of-the-target draft must have
+ * every draft token accepted, because the CPU engine is batch-invariant (decode with S = 1 and verification with
+ * S = q + 1 give bit-identical logits); the report files are well-formed; the command writes them.
+ */
+class VerifyPathBenchTest {
+
+    @Test
+    void copyOfTheTargetIsAlwaysAcceptedAndTheReportIsWellFormed(@TempDir Path dir) throws Exception {
+        ModelConfig c = TestModelsAccess.microConfig();
+        try (CpuBackend be = new CpuBackend(TestModelsAccess.random(c, 5))) {
+            var o = new VerifyPathBench.Options(List.of(23, 61), 4, 17, 0, 16, 3);
+            ByteArrayOutputStream log = new ByteArrayOutputStream();
+            List<VerifyPathBench.Row> rows = VerifyPathBench.run(be, o, new PrintStream(log, true));
+            assertEquals(2, rows.size(), log.toString());
+            for (VerifyPathBench.Row r : rows) {
+                assertEquals("cpu", r.path());
+                assertTrue(r.emitted() >= 17, "emitted " + r.emitted());
+                assertTrue(r.offered() > 0);
+                assertEquals(r.offered(), r.accepted(), "every draft token of a copy of the target is accepted: " + r);
+                assertEquals(1.0, r.acceptance());
+                assertEquals(r.verifySteps() * 5, r.emitted(), "q + 1 tokens per verify step at acceptance 1");
+                assertTrue(r.prefillTokS() > 0 && r.decodeTokS() > 0);
+            }
+            BenchReport rep = new BenchReport(Map.of("model", "micro <test>"), rows);
+            List<Path> files = rep.write(dir, "t");
+            JsonNode j = new ObjectMapper().readTree(files.get(1).toFile());
+            assertEquals(2, j.get("rows").size());
+            assertEquals(61, j.get("rows").get(1).get("input_tokens").asInt());
+            assertTrue(j.get("rows").get(0).get("verifier_agreement_rounds").isNull(), "no agreement measured: null");
+            var doc = DocumentBuilderFactory.newInstance().newDocumentBuilder().parse(files.get(2).toFile());
+            assertEquals("svg", doc.getDocumentElement().getNodeName());
+            assertEquals(2 * 2 + 2 /* bars in two panels + background + legend */, doc.getElementsByTagName("rect").getLength());
+            String md = Files.readString(files.get(0));
+            assertTrue(md.contains("| 23 | cpu |") && md.contains("| 61 | cpu |"), md);
+            assertTrue(md.contains("micro &lt;test&gt;") || md.contains("micro <test>"), md);
+        }
+    }
+
+    @Test
+    void benchCommandWritesTheTableJsonAndChart(@TempDir Path dir) throws Exception {
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench", "--backend", "cpu", "--model",
+                "src/test/resources/fixtures/tiny-hf-bf16", "--lengths", "20,40", "--decode-tokens", "8",
+                "--agreement-steps", "0", "--chunk", "16", "--out", dir.toString(), "--name", "b");
+        assertEquals(0, r.code(), r.err() + r.out());
+        for (String ext : new String[]{"md", "json", "svg"}) assertTrue(Files.size(dir.resolve("b." + ext)) > 100, ext);
+        assertTrue(r.out().contains("| 40 | cpu |"), r.out());
+    }
+
+    @Test
+    void badOptionsAreNamed() {
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench", "--backend", "cpu", "--q", "0",
+                "--model", "src/test/resources/fixtures/tiny-hf-bf16");
+        assertNotEquals(0, r.code());
+        assertTrue(r.err().contains("q must be in 1..16"), r.err());
+    }
+}
