@@ -1,7 +1,9 @@
 package io.ds4j.cli;
 
 import io.ds4j.engine.Backend;
+import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.Backends;
+import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
 import io.ds4j.engine.StopStrings;
 import io.ds4j.model.synth.ModelStore;
@@ -62,6 +64,10 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--stop", description = "stop string (repeatable)") List<String> stop = new ArrayList<>();
     @Option(names = "--ignore-eos", description = "keep going after the end-of-sequence token") boolean ignoreEos;
     @Option(names = "--backend", defaultValue = "cpu", description = "cpu or hip (default ${DEFAULT-VALUE})") String backend;
+    @Option(names = "--gpu-devices", defaultValue = "1", paramLabel = "N", description = "GPUs of backend hip (it runs on one; default ${DEFAULT-VALUE})") int gpuDevices;
+    @Option(names = "--expert-placement", defaultValue = "auto", paramLabel = "auto|monolithic|hybrid", description = "where routed experts live on backend hip (default ${DEFAULT-VALUE})") String expertPlacement;
+    @Option(names = "--gpu-memory-budget-mib", defaultValue = "0", paramLabel = "MIB", description = "device memory the weights may use on backend hip, 0 = all free (default ${DEFAULT-VALUE})") long gpuMemoryBudgetMiB;
+    @Option(names = "--fused-verify-f16-kv", description = "the F16-KV verifier: verify attention reads the F16 cache directly (backend hip on a single device only)") boolean fusedVerifyF16Kv;
     @Option(names = "--draft", paramLabel = "DIR|ngram", description = "speculative decoding draft: a draft model directory, or 'ngram' for prompt lookup") String draft;
     @Option(names = "--spec-q", defaultValue = "4", paramLabel = "N|auto", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
     @Option(names = "--prefill-chunk", defaultValue = "512", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int prefillChunk;
@@ -82,10 +88,13 @@ public final class GenerateCommand implements Callable<Integer> {
         if (prefillChunk < 1) throw new IllegalArgumentException("--prefill-chunk must be >= 1");
         if ((system != null || thinking || effort != null) && !chat)
             throw new IllegalArgumentException("--system, --thinking and --reasoning-effort need --chat");
+        BackendOptions bo = backendOptions();
         Path dir = source.model != null ? source.model : ModelStore.ensure(source.preset != null ? source.preset : "tiny", 1, err::println);
         if (!Files.isDirectory(dir)) throw new IllegalArgumentException("model directory not found: " + dir);
         Tokenizer tok = Tokenizers.forModel(dir);
-        try (Backend be = Backends.open(backend, dir); DraftSource ds = openDraft(be, dir, tok)) {
+        try (Backend be = Backends.open(backend, dir, bo); DraftSource ds = openDraft(be, dir, tok, bo)) {
+            // a requested feature the backend could not honour is said, never dropped silently
+            if (be.status().diagnostic() != null) err.println("warning: " + be.status().diagnostic());
             int V = be.config().vocabSize;
             sp.validate(Math.min(V, tok.vocabSize()));
             String text = prompt;
@@ -150,12 +159,33 @@ public final class GenerateCommand implements Callable<Integer> {
         return Double.isFinite(v) ? String.format(format, v) : "n/a";
     }
 
-    private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok) throws Exception {
+    /**
+     * The backend options from the flags, checked by the feature gate before anything is loaded.
+     * @throws IllegalArgumentException naming the flag and the problem
+     */
+    BackendOptions backendOptions() {
+        if (gpuDevices < 1) throw new IllegalArgumentException("--gpu-devices: must be at least 1, got " + gpuDevices);
+        if (gpuMemoryBudgetMiB < 0 || gpuMemoryBudgetMiB > Integer.MAX_VALUE)
+            throw new IllegalArgumentException("--gpu-memory-budget-mib: must be in [0, " + Integer.MAX_VALUE + "], got " + gpuMemoryBudgetMiB);
+        BackendOptions.ExpertPlacement placement;
+        try {
+            placement = BackendOptions.ExpertPlacement.parse(expertPlacement);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("--expert-placement: " + e.getMessage(), e);
+        }
+        BackendOptions o = new BackendOptions(gpuDevices, placement, BackendOptions.mib(gpuMemoryBudgetMiB), fusedVerifyF16Kv,
+                BackendOptions.DEFAULT_SHORT_ROWS);
+        List<String> refused = Backends.NAMES.contains(backend) ? FeatureGate.check(backend, o) : List.of();
+        if (!refused.isEmpty()) throw new IllegalArgumentException(String.join("; ", refused));
+        return o;
+    }
+
+    private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok, BackendOptions bo) throws Exception {
         if (draft == null) return null;
         if (draft.equals("ngram")) return NgramDraft.source();
         Path dd = Path.of(draft);
         if (!Files.isDirectory(dd)) throw new IllegalArgumentException("--draft: '" + draft + "' is neither 'ngram' nor a model directory");
-        Backend db = Backends.open(backend, dd);
+        Backend db = Backends.open(backend, dd, bo.withF16KvVerify(false)); // the draft never runs verify steps
         try {
             ModelDraftSource.checkCompatible(target, db, tok.source(), Tokenizers.forModel(dd).source());
         } catch (IllegalArgumentException e) {

@@ -51,6 +51,21 @@ public final class ServeCommand implements Callable<Integer> {
     @Option(names = "--backend", paramLabel = "NAME", description = "model.backend: cpu or hip (GPU).")
     String backend;
 
+    @Option(names = "--gpu-devices", paramLabel = "N", description = "gpu.devices: GPUs of backend hip (it runs on one).")
+    Integer gpuDevices;
+
+    @Option(names = "--expert-placement", paramLabel = "auto|monolithic|hybrid",
+            description = "gpu.expertPlacement: where routed experts live on backend hip.")
+    String expertPlacement;
+
+    @Option(names = "--gpu-memory-budget-mib", paramLabel = "MIB",
+            description = "gpu.memoryBudgetMiB: device memory the weights may use (0 = all free).")
+    Integer gpuMemoryBudgetMiB;
+
+    @Option(names = "--fused-verify-f16-kv",
+            description = "verify.f16Kv = true: the F16-KV verifier (backend hip on a single device only).")
+    boolean fusedVerifyF16Kv;
+
     @Option(names = "--draft", paramLabel = "none|ngram|DIR", description = "speculative.draft.")
     String draft;
 
@@ -115,6 +130,10 @@ public final class ServeCommand implements Callable<Integer> {
         put(o, "model.path", "--model", model);
         put(o, "model.name", "--model-name", modelName);
         put(o, "model.backend", "--backend", backend);
+        put(o, "gpu.devices", "--gpu-devices", gpuDevices);
+        put(o, "gpu.expertPlacement", "--expert-placement", expertPlacement);
+        put(o, "gpu.memoryBudgetMiB", "--gpu-memory-budget-mib", gpuMemoryBudgetMiB);
+        put(o, "verify.f16Kv", "--fused-verify-f16-kv", fusedVerifyF16Kv ? Boolean.TRUE : null);
         put(o, "speculative.draft", "--draft", draft);
         put(o, "speculative.q", "--spec-q", specQ);
         put(o, "limits.maxContextTokens", "--max-context", maxContext);

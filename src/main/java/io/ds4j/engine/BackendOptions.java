@@ -22,12 +22,18 @@ public record BackendOptions(int devices, ExpertPlacement placement, long device
 
     /** @throws IllegalArgumentException for a value out of range, naming the option */
     public BackendOptions {
-        if (devices < 1) throw new IllegalArgumentException("gpu.devices must be at least 1, got " + devices);
-        if (placement == null) throw new IllegalArgumentException("gpu.expertPlacement must be set");
-        if (deviceMemoryBudget < 0) throw new IllegalArgumentException("gpu.memoryBudgetMiB must be >= 0, got " + deviceMemoryBudget);
+        if (devices < 1) throw new IllegalArgumentException("gpu.devices: must be at least 1, got " + devices);
+        if (placement == null) throw new IllegalArgumentException("gpu.expertPlacement: must be set");
+        if (deviceMemoryBudget < 0)
+            throw new IllegalArgumentException("gpu.memoryBudgetMiB: the device memory budget must be >= 0 bytes, got " + deviceMemoryBudget);
         if (f32ShortContextRows < MIN_SHORT_ROWS || f32ShortContextRows > MAX_SHORT_ROWS)
-            throw new IllegalArgumentException("verify.f32ShortContextRows must be in " + MIN_SHORT_ROWS + ".." + MAX_SHORT_ROWS
-                    + ", got " + f32ShortContextRows);
+            throw new IllegalArgumentException("verify.f32ShortContextRows: must be an integer in [" + MIN_SHORT_ROWS + ", "
+                    + MAX_SHORT_ROWS + "], got " + f32ShortContextRows);
+    }
+
+    /** Bytes in a MiB, for {@code gpu.memoryBudgetMiB}. */
+    public static long mib(long n) {
+        return n << 20;
     }
 
     public BackendOptions withF16KvVerify(boolean on) {
@@ -50,6 +56,17 @@ public record BackendOptions(int devices, ExpertPlacement placement, long device
         /** Lower-case config spelling. */
         public String key() {
             return name().toLowerCase(java.util.Locale.ROOT);
+        }
+
+        /**
+         * Reads the config spelling (case-insensitive, surrounding blanks ignored).
+         * @throws IllegalArgumentException naming the accepted values and the value given
+         */
+        public static ExpertPlacement parse(String s) {
+            if (s != null)
+                for (ExpertPlacement p : values()) if (p.key().equals(s.trim().toLowerCase(java.util.Locale.ROOT))) return p;
+            throw new IllegalArgumentException("must be one of auto, monolithic, hybrid, got "
+                    + (s == null ? "null" : "\"" + s + "\""));
         }
     }
 }

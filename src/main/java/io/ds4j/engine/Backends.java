@@ -30,6 +30,7 @@ public final class Backends {
      *         names the requirement and the current backend)
      */
     public static Backend open(String name, Path modelDir, BackendOptions options) throws CheckpointException {
+        if (!NAMES.contains(name)) throw new IllegalArgumentException("unknown backend '" + name + "' (expected one of " + NAMES + ")");
         List<String> refused = FeatureGate.check(name, options);
         if (!refused.isEmpty()) throw new IllegalArgumentException(String.join("; ", refused));
         return switch (name) {

@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import io.ds4j.engine.Backend;
+import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.Backends;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.server.config.ServerConfig;
@@ -16,7 +17,8 @@ import java.util.function.Consumer;
 
 /**
  * Loads {@code model.path} (or, when it is null, the embedded default: preset {@code tiny}, seed 1, created on first
- * use by {@link ModelStore} — random weights, meaningless text) on the configured backend, its tokenizer (the
+ * use by {@link ModelStore} — random weights, meaningless text) on the configured backend with the options of
+ * {@link ServerConfig#backendOptions()} (GPU devices, expert placement, memory budget, verify attention), its tokenizer (the
  * folder's own {@code tokenizer.json}, else the vendored DeepSeek one), and the draft source.
  */
 public final class DefaultModelProvider implements ModelProvider {
@@ -77,7 +79,7 @@ public final class DefaultModelProvider implements ModelProvider {
             if (!Files.isDirectory(dir)) throw new IllegalArgumentException("model.path: folder not found: " + dir.toAbsolutePath());
         }
         long t0 = System.nanoTime();
-        Backend backend = open(cfg.backend(), dir);
+        Backend backend = open(cfg.backend(), dir, cfg.backendOptions());
         DraftSource draft = null;
         try {
             Tokenizer tok = Tokenizers.forModel(dir);
@@ -109,9 +111,9 @@ public final class DefaultModelProvider implements ModelProvider {
         }
     }
 
-    private static Backend open(String backend, Path dir) throws Exception {
+    private static Backend open(String backend, Path dir, BackendOptions options) throws Exception {
         try {
-            return Backends.open(backend, dir);
+            return Backends.open(backend, dir, options);
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException("model.backend: " + e.getMessage(), e);
         }
@@ -125,7 +127,8 @@ public final class DefaultModelProvider implements ModelProvider {
         if (!Files.isDirectory(dir))
             throw new IllegalArgumentException("speculative.draft: must be \"none\", \"ngram\" or a model folder; folder not found: "
                     + dir.toAbsolutePath());
-        Backend draft = open(cfg.backend(), dir);
+        // the draft never runs verify steps, so the F16-KV verifier does not apply to it
+        Backend draft = open(cfg.backend(), dir, cfg.backendOptions().withF16KvVerify(false));
         try {
             ModelDraftSource.checkCompatible(target, draft, tokenizerIdentity(targetDir),
                     tokenizerIdentity(dir));

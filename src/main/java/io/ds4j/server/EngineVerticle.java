@@ -1,6 +1,8 @@
 package io.ds4j.server;
 
 import io.ds4j.engine.Backend;
+import io.ds4j.engine.EngineStatus;
+import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
 import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StopStrings;
@@ -84,14 +86,28 @@ public final class EngineVerticle extends VerticleBase {
         }
         backend = model.backend();
         tokenizer = model.tokenizer();
+        ModelInfo info = model.info();
+        reportEngine(info.engine());
         eosIds = Arrays.stream(new int[]{tokenizer.eosId(), backend.config().eosTokenId}).distinct().toArray();
         consumers.add(vertx.eventBus().localConsumer(SUBMIT, this::onSubmit));
         consumers.add(vertx.eventBus().localConsumer(CANCEL, this::onCancel));
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList()).onSuccess(v -> {
-            state.model(model.info());
+            state.model(info);
             LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}", backend.name(),
                     model.draft() == null ? "none" : model.draft().name(), state.config().maxActive(), state.config().maxQueue());
         });
+    }
+
+    /**
+     * Says once, at start-up, what the backend decided and why (placement, verify attention path), warns about any
+     * requested feature it could not honour (issue 8 item 4: never dropped silently), and exports the same state
+     * to /metrics.
+     */
+    private void reportEngine(EngineStatus st) {
+        var cfg = state.config();
+        LOG.info("engine: {}", FeatureGate.explain(cfg.backend(), cfg.backendOptions(), st));
+        if (st.diagnostic() != null) LOG.warn("{}", st.diagnostic());
+        state.metrics().engine(st);
     }
 
     @Override

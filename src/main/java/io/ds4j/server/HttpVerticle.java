@@ -4,6 +4,7 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.engine.EngineStatus;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.chat.ChatEncoder;
@@ -353,9 +354,21 @@ public final class HttpVerticle extends VerticleBase {
         o.put("backend", cfg.backend());
         ObjectNode spec = o.putObject("speculative");
         spec.put("draft", m != null ? m.draft() : cfg.draft()).put("q", cfg.specQ());
+        // the backend's effective state once loaded (it may differ from the configuration: hybrid placement turns the
+        // F16-KV verifier off); while loading, only what was asked for is known
+        EngineStatus st = m != null ? m.engine() : null;
         ObjectNode verify = o.putObject("verify");
-        verify.put("f16Kv", cfg.verifyF16Kv()).put("f32ShortContextRows", cfg.verifyF32ShortContextRows());
-        verify.put("note", "verify attention options of the GPU backend; the cpu backend verifies in F32 over its F16 cache");
+        verify.put("f16KvRequested", st != null ? st.f16KvRequested() : cfg.verifyF16Kv());
+        if (st != null) verify.put("f16KvActive", st.f16KvActive()).put("attention", st.verifyAttention());
+        else verify.putNull("f16KvActive").putNull("attention");
+        verify.put("f32ShortContextRows", st != null && st.f32ShortContextRows() > 0 ? st.f32ShortContextRows()
+                : cfg.verifyF32ShortContextRows());
+        if (st != null && st.diagnostic() != null) verify.put("diagnostic", st.diagnostic()); else verify.putNull("diagnostic");
+        ObjectNode engine = o.putObject("engine");
+        if (st != null) engine.put("backend", st.backend()).put("expertPlacement", st.expertPlacement()).put("hostExperts", st.hostExperts());
+        else engine.putNull("backend").putNull("expertPlacement").putNull("hostExperts");
+        engine.put("expertPlacementConfigured", cfg.expertPlacement()).put("devices", cfg.gpuDevices())
+                .put("memoryBudgetMiB", cfg.memoryBudgetMiB());
         ObjectNode limits = o.putObject("limits");
         limits.put("n_ctx", state.maxContext()).put("maxContextTokens", cfg.maxContextTokens()).put("maxQueue", cfg.maxQueue())
                 .put("maxActive", cfg.maxActive()).put("maxTokensDefault", cfg.maxTokensDefault())

@@ -18,11 +18,11 @@ import io.ds4j.text.Tokenizer;
 public record LoadedModel(String id, String path, boolean embedded, Backend backend, Tokenizer tokenizer,
                           DraftSource draft) implements AutoCloseable {
 
-    /** What the HTTP side may see of the model (no backend). */
+    /** What the HTTP side may see of the model (no backend; its status is an immutable snapshot). */
     public ModelInfo info() {
         var c = backend.config();
         return new ModelInfo(id, path, embedded, backend.name(), tokenizer, c.vocabSize, c.maxPositionEmbeddings,
-                c.numLayers, c.hidden, c.numExperts, draft == null ? "none" : draft.name());
+                c.numLayers, c.hidden, c.numExperts, draft == null ? "none" : draft.name(), backend.status());
     }
 
     @Override

@@ -8,7 +8,9 @@ import java.util.function.Consumer;
 @FunctionalInterface
 public interface ModelProvider {
     /**
-     * @param config the startup configuration (model.*, speculative.draft)
+     * @param config the startup configuration (model.*, speculative.draft; the backend is opened with
+     *               {@link ServerConfig#backendOptions()}, and its {@link io.ds4j.engine.Backend#status()} is what
+     *               /props and /metrics report)
      * @param log    receives progress lines worth logging
      * @throws Exception with a message naming what could not be loaded
      */

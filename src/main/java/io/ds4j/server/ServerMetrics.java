@@ -1,5 +1,6 @@
 package io.ds4j.server;
 
+import io.ds4j.engine.EngineStatus;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
@@ -28,7 +29,12 @@ import java.util.concurrent.atomic.AtomicInteger;
  *   <li>llama.cpp: {@code llamacpp:prompt_tokens_total}, {@code llamacpp:tokens_predicted_total},
  *       {@code llamacpp:requests_processing}, {@code llamacpp:requests_deferred};</li>
  *   <li>{@code ds4j:requests_rejected_total{reason}}, {@code ds4j:requests_cancelled_total},
- *       {@code ds4j:requests_failed_total}.</li>
+ *       {@code ds4j:requests_failed_total};</li>
+ *   <li>the backend's effective state once the model is loaded ({@link #engine}): {@code ds4j:engine_state} (1, with
+ *       labels {@code backend}, {@code expert_placement}, {@code verify_attention}),
+ *       {@code ds4j:verify_f16_kv_requested} and {@code ds4j:verify_f16_kv_active} (0 or 1),
+ *       {@code ds4j:verify_f32_short_context_rows}, {@code ds4j:host_experts}, and {@code ds4j:engine_diagnostic}
+ *       (1, with the text in label {@code message}) for each requested feature the backend could not honour.</li>
  * </ul>
  */
 public final class ServerMetrics {
@@ -113,6 +119,28 @@ public final class ServerMetrics {
         if (draftSteps > 0) drafts.increment(draftSteps);
         if (offered > 0) draftTokens.increment(offered);
         if (accepted > 0) acceptedTokens.increment(accepted);
+    }
+
+    /**
+     * Exports the backend's effective state (issue 8 item 4), once, when the model has loaded. The values are fixed
+     * for the server's lifetime (restart-only keys), so they are registered as constant gauges.
+     */
+    void engine(EngineStatus s) {
+        Gauge.builder("ds4j:engine_state", () -> 1).description("The backend's effective state, in the labels")
+                .tag("backend", s.backend()).tag("expert_placement", s.expertPlacement())
+                .tag("verify_attention", s.verifyAttention()).register(registry);
+        constant("ds4j:verify_f16_kv_requested", "1 when the F16-KV verifier was asked for (verify.f16Kv)", s.f16KvRequested() ? 1 : 0);
+        constant("ds4j:verify_f16_kv_active", "1 when verify steps read the F16 cache directly", s.f16KvActive() ? 1 : 0);
+        constant("ds4j:verify_f32_short_context_rows",
+                "Attended rows per layer up to which the F16 verify path stays in full F32 (0: no F16 path)", s.f32ShortContextRows());
+        constant("ds4j:host_experts", "Routed experts kept in host memory (hybrid expert placement)", s.hostExperts());
+        if (s.diagnostic() != null)
+            Gauge.builder("ds4j:engine_diagnostic", () -> 1).description("A requested feature the backend could not honour, and why")
+                    .tag("message", s.diagnostic()).register(registry);
+    }
+
+    private void constant(String name, String help, double value) {
+        Gauge.builder(name, () -> value).description(help).register(registry);
     }
 
     void success(String finishReason) {

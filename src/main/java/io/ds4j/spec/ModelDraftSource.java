@@ -2,6 +2,7 @@ package io.ds4j.spec;
 
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.Sequence;
+import io.ds4j.engine.StepKind;
 import io.ds4j.sampling.Distribution;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
@@ -98,7 +99,10 @@ public final class ModelDraftSource implements DraftSource {
                 seq.rollback(1);
                 have = len - 1;
             }
-            lg = draft.forward(seq, ctx, have, len - have, new int[]{len - have - 1});
+            // catching up on several tokens (the prompt, or tokens accepted since the last proposal) is a prefill
+            // chunk; a single pending token is a decode step
+            lg = draft.forward(seq, ctx, have, len - have, new int[]{len - have - 1},
+                    len - have > 1 ? StepKind.PREFILL : StepKind.DECODE);
             remember(ctx, have, len);
             int[] toks = new int[q];
             Distribution[] dists = new Distribution[q];
@@ -110,7 +114,7 @@ public final class ModelDraftSource implements DraftSource {
                 dists[i] = greedy ? null : d;
                 sampler.push(t);
                 if (i + 1 < q) {
-                    lg = draft.forward(seq, toks, i, 1, new int[]{0});
+                    lg = draft.forward(seq, toks, i, 1, new int[]{0}, StepKind.DECODE);
                     remember(toks, i, i + 1, seq.length() - 1);
                 }
             }

@@ -82,6 +82,67 @@ class CliErrorsTest {
         assertTrue(r.err().contains(bad + ": limits.maxActive"), r.err());
     }
 
+    static final String F16_GATE = "verify.f16Kv: the F16-KV verifier (--fused-verify-f16-kv) requires backend hip on a single device; current: ";
+
+    @Test
+    void serveRefusesTheF16KvVerifierOutsideSingleDeviceHipInOneLine(@TempDir Path dir) throws Exception {
+        Path f = config(dir, "{}");
+        GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port", "0", "--fused-verify-f16-kv");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: flag --fused-verify-f16-kv: " + F16_GATE + "backend cpu on 1 device", r.err().strip(),
+                "one line, no stack trace");
+        // set in the file: blamed on the file, every refusal listed
+        Path two = config(dir, "{\"model\": {\"backend\": \"hip\"}, \"gpu\": {\"devices\": 2}, \"verify\": {\"f16Kv\": true}}");
+        r = runBounded("serve", "--config", two.toString(), "--port", "0");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains(two + ": " + F16_GATE + "backend hip on 2 devices"), r.err());
+        assertTrue(r.err().contains(two + ": gpu.devices: backend hip runs on a single device"), r.err());
+        assertFalse(r.err().contains("\tat ") || r.err().contains("Exception"), r.err());
+        // a flag overrides the file and goes through the same gate: one device passes it (the missing model folder
+        // then stops the start, before anything binds, so this test never needs a GPU)
+        r = runBounded("serve", "--config", two.toString(), "--port", "0", "--gpu-devices", "1",
+                "--model", dir.resolve("nonexistent").toString());
+        assertEquals(1, r.code(), r.err());
+        assertTrue(r.err().contains("error: model.path: folder not found"), r.err());
+        assertFalse(r.err().contains("verify.f16Kv"), r.err());
+        f = config(dir, "{}");
+        r = runBounded("serve", "--config", f.toString(), "--port", "0", "--backend", "hip", "--gpu-devices", "3");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: flag --gpu-devices: gpu.devices: backend hip runs on a single device (no multi-device split);"
+                + " current: backend hip on 3 devices", r.err().strip());
+    }
+
+    @Test
+    void serveChecksTheGpuFlags(@TempDir Path dir) throws Exception {
+        Path f = config(dir, "{}");
+        GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--expert-placement", "sideways");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: flag --expert-placement: gpu.expertPlacement: must be one of auto, monolithic, hybrid, got \"sideways\"",
+                r.err().strip());
+        r = runBounded("serve", "--config", f.toString(), "--gpu-memory-budget-mib", "-1");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("flag --gpu-memory-budget-mib: gpu.memoryBudgetMiB: must be an integer in [0, ∞], got -1"), r.err());
+        r = runBounded("serve", "--config", f.toString(), "--set", "verify.f32ShortContextRows=5000");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("verify.f32ShortContextRows: must be an integer in [1, 4096], got 5000"), r.err());
+    }
+
+    @Test
+    void generateGatesTheGpuOptions() throws Exception {
+        GenerateCommandTest.Run r = runBounded("generate", "--model", GenerateCommandTest.FIXTURE, "--prompt", "x", "--fused-verify-f16-kv");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: " + F16_GATE + "backend cpu on 1 device", r.err().strip());
+        r = runBounded("generate", "--model", GenerateCommandTest.FIXTURE, "--prompt", "x", "--backend", "hip", "--gpu-devices", "2");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("gpu.devices: backend hip runs on a single device"), r.err());
+        r = runBounded("generate", "--model", GenerateCommandTest.FIXTURE, "--prompt", "x", "--expert-placement", "x");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--expert-placement: must be one of auto, monolithic, hybrid, got \"x\""), r.err());
+        // the GPU options do not apply to backend cpu and leave it working
+        r = runBounded("generate", "--model", GenerateCommandTest.FIXTURE, "--prompt", "a b", "-n", "2", "--expert-placement", "hybrid");
+        assertEquals(0, r.code(), r.err());
+    }
+
     @Test
     void anEmptyConfigFileIsRefused(@TempDir Path dir) throws Exception {
         for (String text : new String[]{"", "  \n\t"}) {

@@ -59,8 +59,14 @@ class EndpointsTest {
             assertEquals("cpu", p.get("backend").asText());
             assertEquals("ngram", p.at("/speculative/draft").asText());
             assertEquals("3", p.at("/speculative/q").asText());
-            assertFalse(p.at("/verify/f16Kv").asBoolean());
+            // the cpu backend's effective state: F32 verify attention over its F16 cache, experts in host memory
+            assertFalse(p.at("/verify/f16KvRequested").asBoolean());
+            assertFalse(p.at("/verify/f16KvActive").asBoolean());
+            assertEquals("f32", p.at("/verify/attention").asText());
             assertEquals(512, p.at("/verify/f32ShortContextRows").asInt());
+            assertTrue(p.at("/verify/diagnostic").isNull());
+            assertEquals("host", p.at("/engine/expertPlacement").asText());
+            assertEquals("auto", p.at("/engine/expertPlacementConfigured").asText());
             assertEquals(8, p.at("/limits/maxActive").asInt());
             assertEquals(32768, p.at("/limits/n_ctx").asInt());
             assertEquals("scripted", p.at("/model/id").asText());

@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import io.ds4j.engine.Backend;
+import io.ds4j.engine.EngineStatus;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.synth.Presets;
@@ -23,6 +24,8 @@ final class ScriptedBackend implements Backend {
     /** A prompt containing this token sequence makes forward throw (null = never). */
     volatile int[] failOn;
     final AtomicLong forwards = new AtomicLong(), tokens = new AtomicLong();
+    /** What {@link #status()} reports (a test can make it a GPU backend's state, e.g. hybrid with a diagnostic). */
+    volatile EngineStatus status = EngineStatus.cpu();
 
     /** @param scriptFor the tokens to generate for a given prompt (EOS follows them) */
     ScriptedBackend(Function<int[], int[]> scriptFor) {
@@ -32,6 +35,11 @@ final class ScriptedBackend implements Backend {
     @Override
     public String name() {
         return "scripted";
+    }
+
+    @Override
+    public EngineStatus status() {
+        return status;
     }
 
     @Override

@@ -1,5 +1,6 @@
 package io.ds4j.server;
 
+import io.ds4j.engine.BackendOptions;
 import io.ds4j.server.config.ConfigException;
 import io.ds4j.server.config.ConfigKey;
 import io.ds4j.server.config.ServerConfig;
@@ -64,9 +65,62 @@ class ServerConfigTest {
 
     @Test
     void crossKeyChecks() {
-        assertTrue(problems("{\"verify\": {\"f16Kv\": true}}").getMessage().contains("verify.f16Kv: must be false with backend cpu"));
         assertTrue(problems("{\"model\": {\"backend\": \"cuda\"}}").getMessage().contains("model.backend: unknown backend 'cuda'"));
         assertTrue(problems("{\"server\": {\"apiKeys\": [\"\"]}}").getMessage().contains("server.apiKeys"));
+    }
+
+    @Test
+    void gpuAndVerifyKeysBuildTheBackendOptions() throws Exception {
+        BackendOptions d = ServerConfig.defaults().backendOptions();
+        assertEquals(BackendOptions.DEFAULTS, d, "the defaults of the file are the backend's defaults");
+        ServerConfig c = ServerConfig.parse("{\"model\": {\"backend\": \"hip\"}, \"gpu\": {\"devices\": 1,"
+                + " \"expertPlacement\": \" HYBRID\", \"memoryBudgetMiB\": 81920}, \"verify\": {\"f16Kv\": true,"
+                + " \"f32ShortContextRows\": 4096}}", "test", null);
+        assertEquals("hybrid", c.expertPlacement(), "stored in its canonical spelling");
+        BackendOptions o = c.backendOptions();
+        assertEquals(new BackendOptions(1, BackendOptions.ExpertPlacement.HYBRID, 81920L << 20, true, 4096), o);
+        assertEquals(1, ServerConfig.parse("{\"verify\": {\"f32ShortContextRows\": 1}}", "t", null).verifyF32ShortContextRows());
+    }
+
+    @Test
+    void gpuAndVerifyValuesOutOfRangeNameKeyValueAndRange() {
+        for (int bad : new int[]{0, -1, 4097, 1 << 20}) {
+            List<String> p = problems("{\"verify\": {\"f32ShortContextRows\": " + bad + "}}").problems();
+            assertEquals(List.of("verify.f32ShortContextRows: must be an integer in [1, 4096], got " + bad), p);
+        }
+        assertEquals(List.of("gpu.expertPlacement: must be one of auto, monolithic, hybrid, got \"sideways\""),
+                problems("{\"gpu\": {\"expertPlacement\": \"sideways\"}}").problems());
+        assertEquals(List.of("gpu.expertPlacement: must be a string, got 2"), problems("{\"gpu\": {\"expertPlacement\": 2}}").problems());
+        assertEquals(List.of("gpu.devices: must be an integer in [1, ∞], got 0"), problems("{\"gpu\": {\"devices\": 0}}").problems());
+        assertEquals(List.of("gpu.memoryBudgetMiB: must be an integer in [0, ∞], got -5"),
+                problems("{\"gpu\": {\"memoryBudgetMiB\": -5}}").problems());
+        // an option already refused for its value is not judged again by the gate
+        assertEquals(List.of("verify.f32ShortContextRows: must be an integer in [1, 4096], got 0"),
+                problems("{\"verify\": {\"f16Kv\": true, \"f32ShortContextRows\": 0}}").problems());
+    }
+
+    @Test
+    void theFeatureGateJudgesTheBackendOptionsTogether() throws Exception {
+        // F16-KV verifier: only backend hip on a single device
+        assertEquals(List.of("verify.f16Kv: the F16-KV verifier (--fused-verify-f16-kv) requires backend hip on a single device;"
+                + " current: backend cpu on 1 device"), problems("{\"verify\": {\"f16Kv\": true}}").problems());
+        assertEquals(List.of("verify.f16Kv: the F16-KV verifier (--fused-verify-f16-kv) requires backend hip on a single device;"
+                        + " current: backend hip on 2 devices",
+                "gpu.devices: backend hip runs on a single device (no multi-device split); current: backend hip on 2 devices"),
+                problems("{\"model\": {\"backend\": \"hip\"}, \"gpu\": {\"devices\": 2}, \"verify\": {\"f16Kv\": true}}").problems());
+        assertTrue(ServerConfig.parse("{\"model\": {\"backend\": \"hip\"}, \"verify\": {\"f16Kv\": true}}", "t", null).verifyF16Kv());
+        // hybrid placement is accepted: the backend turns the verifier off and says so (FeatureGate.resolve)
+        assertTrue(ServerConfig.parse("{\"model\": {\"backend\": \"hip\"}, \"gpu\": {\"expertPlacement\": \"hybrid\"},"
+                + " \"verify\": {\"f16Kv\": true}}", "t", null).verifyF16Kv());
+        // gpu.* do not apply to backend cpu and are not refused there
+        assertEquals(2, ServerConfig.parse("{\"gpu\": {\"devices\": 2}}", "t", null).gpuDevices());
+        // an override goes through the same gate
+        ConfigException e = assertThrows(ConfigException.class, () -> ServerConfig.parse("{\"model\": {\"backend\": \"hip\"}}", "t",
+                Map.of("verify.f16Kv", true, "model.backend", "cpu")));
+        assertTrue(e.getMessage().startsWith("verify.f16Kv: the F16-KV verifier"), e.getMessage());
+        // an unknown backend is reported as such, without a second message from the gate
+        assertEquals(List.of("model.backend: unknown backend 'cuda' (expected one of [cpu, hip])"),
+                problems("{\"model\": {\"backend\": \"cuda\"}, \"verify\": {\"f16Kv\": true}}").problems());
     }
 
     @Test

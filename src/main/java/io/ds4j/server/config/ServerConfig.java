@@ -5,6 +5,10 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.engine.BackendOptions;
+import io.ds4j.engine.BackendOptions.ExpertPlacement;
+import io.ds4j.engine.Backends;
+import io.ds4j.engine.FeatureGate;
 
 import java.util.ArrayList;
 import java.util.Collections;
@@ -43,14 +47,23 @@ public final class ServerConfig {
             key("model.backend", ConfigKey.Type.STRING, "cpu", false, "compute backend: cpu, or hip (the GPU backend, see README 'GPU')"),
             key("model.cacheTokens", ConfigKey.Type.INT, 0, false,
                     "token budget of sequence state over all active requests (prompt + max_tokens each); 0 = no limit"),
+            key("gpu.devices", ConfigKey.Type.INT, 1, false,
+                    "GPUs the hip backend uses; it runs on one device, so more is refused (ignored by backend cpu)"),
+            key("gpu.expertPlacement", ConfigKey.Type.STRING, "auto", false,
+                    "where routed experts live on backend hip: auto (monolithic when the model fits, else hybrid; "
+                            + "monolithic is asked for with verify.f16Kv on), monolithic (all on the device) or hybrid "
+                            + "(experts beyond the budget in host memory)"),
+            key("gpu.memoryBudgetMiB", ConfigKey.Type.INT, 0, false,
+                    "device memory the weights may use on backend hip (MiB); 0 = all free device memory"),
             key("speculative.draft", ConfigKey.Type.STRING, "ngram", false,
                     "draft for speculative decoding: \"none\", \"ngram\" (prompt lookup) or a draft model folder"),
             key("speculative.q", ConfigKey.Type.WIDTH, "auto", true,
                     "draft tokens verified per step: 1..8, or \"auto\" (adaptive, up to 8)"),
             key("verify.f16Kv", ConfigKey.Type.BOOL, false, false,
-                    "verify attention reads the F16 cache directly (GPU backend); must be false on cpu"),
+                    "F16-KV verifier: verify attention reads the F16 cache directly instead of converting it to F32; "
+                            + "only with backend hip on a single device, and off (with a warning) under hybrid expert placement"),
             key("verify.f32ShortContextRows", ConfigKey.Type.INT, 512, false,
-                    "verify attention runs in F32 up to this many context rows (GPU backend; reported only on cpu)"),
+                    "with verify.f16Kv, a layer attending to at most this many rows keeps Q·Kᵀ and P·V in full F32 (1..4096)"),
             key("limits.maxContextTokens", ConfigKey.Type.INT, 32768, true,
                     "context limit per request (prompt + generated); capped by the model's own limit"),
             key("limits.maxQueue", ConfigKey.Type.INT, 64, true, "requests that may wait for a slot; beyond that 429"),
@@ -212,7 +225,9 @@ public final class ServerConfig {
         intRange(v, p, "server.maxBodyBytes", 1024, 1 << 30);
         intRange(v, p, "server.configScanMs", 50, 3_600_000);
         intRange(v, p, "model.cacheTokens", 0, Integer.MAX_VALUE);
-        intRange(v, p, "verify.f32ShortContextRows", 0, 1 << 20);
+        intRange(v, p, "verify.f32ShortContextRows", BackendOptions.MIN_SHORT_ROWS, BackendOptions.MAX_SHORT_ROWS);
+        intRange(v, p, "gpu.devices", 1, Integer.MAX_VALUE);
+        intRange(v, p, "gpu.memoryBudgetMiB", 0, Integer.MAX_VALUE);
         intRange(v, p, "limits.maxContextTokens", 16, Integer.MAX_VALUE);
         intRange(v, p, "limits.maxQueue", 0, 1 << 20);
         intRange(v, p, "limits.maxActive", 1, 4096);
@@ -228,10 +243,18 @@ public final class ServerConfig {
         String host = (String) v.get("server.host");
         if (host.isBlank()) p.add("server.host: must not be empty");
         String backend = (String) v.get("model.backend");
-        if (!io.ds4j.engine.Backends.NAMES.contains(backend))
-            p.add("model.backend: unknown backend '" + backend + "' (expected one of " + io.ds4j.engine.Backends.NAMES + ")");
-        if ((Boolean) v.get("verify.f16Kv") && backend.equals("cpu"))
-            p.add("verify.f16Kv: must be false with backend cpu (the F16-KV verify path is a GPU backend option)");
+        if (!Backends.NAMES.contains(backend))
+            p.add("model.backend: unknown backend '" + backend + "' (expected one of " + Backends.NAMES + ")");
+        boolean placementOk = true;
+        try {
+            v.put("gpu.expertPlacement", ExpertPlacement.parse((String) v.get("gpu.expertPlacement")).key());
+        } catch (IllegalArgumentException e) {
+            p.add("gpu.expertPlacement: " + e.getMessage());
+            placementOk = false;
+        }
+        // the feature gate judges the backend options together; values already refused above are not judged again
+        if (placementOk && Backends.NAMES.contains(backend) && noneAbout(p, BACKEND_OPTION_KEYS))
+            p.addAll(FeatureGate.check(backend, backendOptions(v)));
         String draft = (String) v.get("speculative.draft");
         if (draft.isBlank()) p.add("speculative.draft: must be \"none\", \"ngram\" or a model folder, got an empty string");
         String mp = (String) v.get("model.path");
@@ -242,6 +265,22 @@ public final class ServerConfig {
         else v.put("log.level", level);
         @SuppressWarnings("unchecked") List<String> keys = (List<String>) v.get("server.apiKeys");
         for (String k : keys) if (k.isBlank()) p.add("server.apiKeys: keys must not be empty");
+    }
+
+    /** The keys {@link #backendOptions()} reads. */
+    private static final List<String> BACKEND_OPTION_KEYS = List.of("gpu.devices", "gpu.expertPlacement",
+            "gpu.memoryBudgetMiB", "verify.f16Kv", "verify.f32ShortContextRows");
+
+    private static boolean noneAbout(List<String> problems, List<String> keys) {
+        for (String pr : problems) for (String k : keys) if (pr.startsWith(k + ":")) return false;
+        return true;
+    }
+
+    /** Options from already range-checked values. */
+    private static BackendOptions backendOptions(Map<String, Object> v) {
+        return new BackendOptions((Integer) v.get("gpu.devices"), ExpertPlacement.parse((String) v.get("gpu.expertPlacement")),
+                BackendOptions.mib((Integer) v.get("gpu.memoryBudgetMiB")), (Boolean) v.get("verify.f16Kv"),
+                (Integer) v.get("verify.f32ShortContextRows"));
     }
 
     private static void intRange(Map<String, Object> v, List<String> p, String k, int lo, int hi) {
@@ -328,6 +367,24 @@ public final class ServerConfig {
 
     /** {@code verify.f32ShortContextRows}. */
     public int verifyF32ShortContextRows() { return i("verify.f32ShortContextRows"); }
+
+    /** {@code gpu.devices}. */
+    public int gpuDevices() { return i("gpu.devices"); }
+
+    /** {@code gpu.expertPlacement}, in its lower-case spelling. */
+    public String expertPlacement() { return (String) values.get("gpu.expertPlacement"); }
+
+    /** {@code gpu.memoryBudgetMiB}; 0 = all free device memory. */
+    public int memoryBudgetMiB() { return i("gpu.memoryBudgetMiB"); }
+
+    /**
+     * The options the backend is opened with, from {@code gpu.*} and {@code verify.*}: the one place the server
+     * turns its configuration into {@link BackendOptions}. A parsed configuration has already passed
+     * {@link FeatureGate#check} for its {@code model.backend}.
+     */
+    public BackendOptions backendOptions() {
+        return backendOptions(values);
+    }
 
     /** {@code limits.maxContextTokens}. */
     public int maxContextTokens() { return i("limits.maxContextTokens"); }
