@@ -26,6 +26,7 @@ import java.util.stream.Stream;
 import static io.ds4j.gpu.HipBackendTest.all;
 import static io.ds4j.gpu.HipBackendTest.prompt;
 import static org.junit.jupiter.api.Assertions.*;
+import static org.junit.jupiter.api.Assumptions.assumeFalse;
 
 /**
  * Expert placement on the GPU (issue 7 item 5): hybrid placement with a budget that leaves half the routed experts of
@@ -243,6 +244,14 @@ class HipPlacementTest {
 
     // ---------------------------------------------------------------------------------------------------- out of memory
 
+    /**
+     * The tests that take all device memory are skipped under compute-sanitizer (tools/device/run.sh sanitize sets
+     * ds4j.sanitizer): the sanitizer needs device memory of its own, and no kernel runs while memory is taken.
+     */
+    static void notUnderSanitizer() {
+        assumeFalse(Boolean.getBoolean("ds4j.sanitizer"), "takes all device memory: not under compute-sanitizer");
+    }
+
     /** Takes all free device memory (one large block, then small ones until none is left). */
     static List<Long> hogAll(Gpu g) {
         List<Long> held = new ArrayList<>();
@@ -267,6 +276,7 @@ class HipPlacementTest {
 
     @Test
     void outOfMemoryWhileUploadingIsClearAndFreesEverything() throws Exception {
+        notUnderSanitizer();
         try (Gpu g = Gpu.open(0)) {
             long free0 = g.memory()[0];
             List<Long> held = new ArrayList<>();
@@ -290,6 +300,7 @@ class HipPlacementTest {
 
     @Test
     void outOfMemoryForCachesIsClearAndLeavesTheSequenceUsable() throws Exception {
+        notUnderSanitizer();
         try (Gpu g = Gpu.open(0); HipBackend b = open(tiny, opts(ExpertPlacement.MONOLITHIC, 0, false))) {
             int[] toks = prompt(b.config(), 300, 11);
             float[] expected;
