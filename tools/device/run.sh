@@ -32,7 +32,7 @@ case "$cmd" in
     sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
     [ -n "$sanitizer" ] || { echo "compute-sanitizer not found" >&2; exit 1; }
     exec "$sanitizer" --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20 \
-      "$java" "${flags[@]}" "${junit[@]}" ${@:---select-package io.ds4j.gpu} ;;
+      "$java" "${flags[@]}" -Dds4j.sanitizer=true "${junit[@]}" ${@:---select-package io.ds4j.gpu} ;;
   bench) exec "$java" "${flags[@]}" -cp "$cp" io.ds4j.gpu.GpuBench "$@" ;;
   serve) exec "$java" "${flags[@]}" -cp "$cp" io.ds4j.cli.Main serve --backend hip "$@" ;;
   serve-smoke)

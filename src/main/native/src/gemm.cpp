@@ -227,6 +227,7 @@ moe_matmul_kernel(void* const* w_table, void* const* scale_table, const int32_t*
     const int e = ids[p];
     WView v;
     v.w = (const uint8_t*)w_table[e];
+    if (!v.w) return;  // expert e is in host memory (hybrid placement): the caller fills row p of y itself
     v.scale = scale_table ? (const uint8_t*)scale_table[e] : nullptr;
     v.scale_kind = scale_kind;
     v.row_base = row_base_table ? row_base_table[e] : 0;

@@ -127,6 +127,8 @@ DS4J_API int32_t ds4j_matmul_grouped(ds4j_ctx* ctx, int32_t format, const void* 
  * y[p*ldy + r] = sum_c W_e[r, c] * x[row*ldx + c], row = x_per_pick ? p : s.
  * w_table / scale_table: device arrays of E device pointers (one matrix per expert, all [rows, cols] in one format);
  * row_base_table: device int32 array [E] (FP8 views inside a stacked grid) or NULL for all zero.
+ * Hybrid expert placement: a NULL w_table[e] marks expert e as not in device memory; picks routed to it are skipped
+ * and their rows y[p*ldy .. p*ldy + rows) are left as they are (the caller computes them elsewhere and writes them).
  */
 DS4J_API int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
                                  const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols,

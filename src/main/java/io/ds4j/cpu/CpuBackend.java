@@ -502,7 +502,16 @@ public final class CpuBackend implements Backend {
         return out;
     }
 
-    private static float[] expert(WeightMatrix w1, WeightMatrix w3, WeightMatrix w2, float[] h, int S, int I, float lim) {
+    /**
+     * One SwiGLU expert MLP (spec 3.8 steps 4–5, routed or shared) on S rows: y = W2 · SwiGLU_clamped(W1 h, W3 h).
+     * Also runs the routed experts that the GPU backend keeps in host memory (hybrid expert placement).
+     * @param w1 gate [I, D], w3 up [I, D], w2 down [D', I] in any stored format
+     * @param h inputs [S, D], row-major
+     * @param I intermediate width (rows of w1 and w3)
+     * @param lim swiglu_limit (spec 3.0)
+     * @return y [S, D'] (D' = w2.rows), row-major
+     */
+    public static float[] expert(WeightMatrix w1, WeightMatrix w3, WeightMatrix w2, float[] h, int S, int I, float lim) {
         float[] g = new float[S * I], u = new float[S * I];
         Gemm.matmul(w1, h, S, g);
         Gemm.matmul(w3, h, S, u);

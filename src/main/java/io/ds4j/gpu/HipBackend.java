@@ -1,7 +1,10 @@
 package io.ds4j.gpu;
 
+import io.ds4j.cpu.CpuBackend;
+import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.CacheLayout;
 import io.ds4j.engine.Backend;
+import io.ds4j.engine.EngineStatus;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.CheckpointException;
@@ -26,6 +29,12 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * {@link HipSequence} in device memory. One step serves prefill chunks, decode and verification (S ≥ 1 rows with
  * the same kernels); only the requested logits rows are copied back.
  *
+ * <p>Expert placement ({@link ExpertPlacementPlan}, {@link BackendOptions#placement()}): monolithic keeps every routed
+ * expert in device memory; hybrid keeps the experts beyond the device-memory budget in host memory (the mapped
+ * checkpoint) and runs the picks routed to them with the CPU kernels while the device runs the others. At load the
+ * device memory use is logged by category ({@link #memoryReport()}). Running out of device memory is a
+ * {@link DeviceMemoryException} naming what did not fit and what to change.
+ *
  * <p>All work runs on one stream of one device; calls are serialised on the backend (different sequences may be
  * stepped from different threads, one at a time). Implements {@code backend: hip} ({@link io.ds4j.engine.Backends}).
  */
@@ -39,36 +48,68 @@ public final class HipBackend implements Backend {
     private final Workspace ws;
     /** Device inv_freq tables [r/2] of the main and compress RoPE (spec 1.4). */
     private final long ropeMain, ropeCompress;
+    private final BackendOptions options;
+    private final ExpertPlacementPlan plan;
+    /** Host picks run on the CPU per layer (hybrid placement), for tests and diagnostics. */
+    final long[] hostPickCount;
+    private volatile DeviceMemoryReport report;
     private boolean closed;
 
     /**
-     * Opens the first GPU and uploads the weights.
+     * Opens the first GPU and uploads the weights with the default options (automatic placement and budget).
      * @param weights loaded weights; the backend closes them in {@link #close()}
      * @throws GpuUnavailableException when no GPU can be used (message names what is missing)
-     * @throws GpuException when the weights do not fit (message names what did not fit)
+     * @throws DeviceMemoryException when the weights do not fit (message names what did not fit)
      */
     public HipBackend(ModelWeights weights) {
-        this(weights, Gpu.open(0));
+        this(weights, BackendOptions.DEFAULTS);
     }
 
-    private HipBackend(ModelWeights weights, Gpu gpu) {
+    /**
+     * Opens the first GPU and uploads the weights as the options place them ({@link ExpertPlacementPlan}).
+     * @param weights loaded weights; the backend closes them in {@link #close()} (not when this constructor throws)
+     * @throws GpuUnavailableException when no GPU can be used (message names what is missing)
+     * @throws DeviceMemoryException when the weights do not fit the budget with the asked-for placement, or the device
+     *         runs out while uploading them (the message names what did not fit, the budget and what to change)
+     */
+    public HipBackend(ModelWeights weights, BackendOptions options) {
+        this(weights, Gpu.open(0), options);
+    }
+
+    private HipBackend(ModelWeights weights, Gpu gpu, BackendOptions options) {
         this.gpu = gpu;
         this.c = weights.config;
         this.hostWeights = weights;
+        this.options = options;
+        this.hostPickCount = new long[c.numLayers];
         DeviceWeights dw = null;
         Workspace wsp = null;
         long rm = 0, rc = 0;
         try {
             long t0 = System.nanoTime();
-            dw = new DeviceWeights(gpu, weights);
+            ExpertPlacementPlan.Footprint fp = DeviceWeights.measure(weights);
+            long[] mem = gpu.memory();
+            ExpertPlacementPlan.Budget budget = ExpertPlacementPlan.Budget.of(options.deviceMemoryBudget(), mem[0],
+                    ExpertPlacementPlan.reserveBytes(c));
+            if (budget.explicit() && budget.bytes() > mem[0])
+                LOG.warn("gpu.memoryBudgetMiB {} exceeds the free device memory {}; uploading may run out of memory",
+                        Gpu.mib(budget.bytes()), Gpu.mib(mem[0]));
+            ExpertPlacementPlan pl = ExpertPlacementPlan.plan(options.placement(), options.f16KvVerify(), budget, fp);
+            LOG.info("expert placement {} (asked for {}): {} of {} routed experts per layer in device memory, {} in host memory;"
+                            + " weights {} of device memory within {}", pl.placement().key(), options.placement().key(),
+                    pl.residentRange(), c.numExperts, pl.hostExperts(), Gpu.mib(pl.deviceBytes()), budget.describe());
+            if (pl.f16KvDropped()) LOG.warn(f16KvHybridWarning());
+            this.plan = pl;
+            dw = new DeviceWeights(gpu, weights, pl.resident(), ". Planned for expert placement " + pl.placement().key()
+                    + " within " + budget.describe() + ". To fit: lower gpu.memoryBudgetMiB (with gpu.expertPlacement hybrid or"
+                    + " auto, more routed experts stay in host memory), free device memory used by other processes, or use a"
+                    + " smaller model");
             rm = gpu.uploadNew(Rope.main(c).invFreq, "rope table");
             rc = gpu.uploadNew(Rope.compress(c).invFreq, "rope table");
             wsp = new Workspace(gpu);
             gpu.sync();
-            long[] mem = gpu.memory();
-            LOG.info("hip backend on {}: weights uploaded in {} s: {} (total {}); device memory used {} of {}",
-                    gpu, String.format("%.2f", (System.nanoTime() - t0) / 1e9), dw.summary(), Gpu.mib(dw.totalBytes()),
-                    Gpu.mib(mem[1] - mem[0]), Gpu.mib(mem[1]));
+            LOG.info("hip backend on {}: weights uploaded in {} s (total {})", gpu,
+                    String.format("%.2f", (System.nanoTime() - t0) / 1e9), Gpu.mib(dw.totalBytes()));
         } catch (RuntimeException e) {
             if (wsp != null) wsp.close();
             if (dw != null) dw.close();
@@ -85,6 +126,88 @@ public final class HipBackend implements Backend {
         this.ws = wsp;
         this.ropeMain = rm;
         this.ropeCompress = rc;
+        this.report = buildReport();
+        LOG.info(report.format());
+    }
+
+    /** The hybrid-placement diagnostic for an F16-KV verifier request (see {@link io.ds4j.engine.FeatureGate}). */
+    private static String f16KvHybridWarning() {
+        return "F16-KV verifier unavailable with hybrid expert placement; using F32 verifier attention";
+    }
+
+    /**
+     * Device memory use by category: the weights (as placed), the routed experts left in host memory, the workspace
+     * and the free memory, as of load time or the last step that changed the workspace size.
+     */
+    public DeviceMemoryReport memoryReport() {
+        return report;
+    }
+
+    private DeviceMemoryReport buildReport() {
+        long[] mem = gpu.memory();
+        java.util.List<DeviceMemoryReport.Entry> es = new java.util.ArrayList<>();
+        java.util.Map<String, Long> by = w.bytesByCategory();
+        long ropeBytes = 2 * Math.max(256, ((4L * Rope.main(c).invFreq.length + 255) / 256) * 256);
+        long hostBytes = 0;
+        for (int l = 0; l < c.numLayers; l++)
+            for (int e = w.layers[l].w1.resident(); e < c.numExperts; e++) {
+                ModelWeights.Layer L = hostWeights.layers[l];
+                hostBytes += L.w1[e].storedBytes() + L.w3[e].storedBytes() + L.w2[e].storedBytes();
+            }
+        for (String cat : DeviceMemoryReport.CATEGORIES) {
+            long b = switch (cat) {
+                case DeviceMemoryReport.EXPERTS_HOST -> hostBytes;
+                case DeviceMemoryReport.WORKSPACE -> ws.bytes();
+                case DeviceMemoryReport.FREE -> mem[0];
+                case DeviceMemoryReport.OTHER -> by.getOrDefault(cat, 0L) + ropeBytes;
+                default -> by.getOrDefault(cat, 0L);
+            };
+            es.add(new DeviceMemoryReport.Entry(cat, b));
+        }
+        ExpertPlacementPlan.Budget b = plan.budget();
+        return new DeviceMemoryReport(gpu.toString(), plan.placement().key(), plan.residentRange(), c.numExperts,
+                plan.hostExperts(), b.bytes(), b.explicit() ? 0 : b.reserve(), mem[1], java.util.List.copyOf(es));
+    }
+
+    /**
+     * The effective placement and verify path. The F16-KV verifier is never active in this backend yet; asked for
+     * with hybrid placement, the diagnostic says why it cannot be.
+     */
+    @Override
+    public EngineStatus status() {
+        return new EngineStatus("hip", plan.placement().key(), plan.hostExperts(), options.f16KvVerify(), false,
+                "f32-convert", options.f32ShortContextRows(), plan.f16KvDropped() ? f16KvHybridWarning() : null);
+    }
+
+    /** The most workspace bytes a step took beyond {@link Workspace#stepBytes} (0 when the estimate holds), for tests. */
+    synchronized long workspaceOvershoot() {
+        return ws.overshoot;
+    }
+
+    /** The expert placement in effect. */
+    public ExpertPlacementPlan placement() {
+        return plan;
+    }
+
+    /**
+     * An out-of-memory failure at run time as a {@link DeviceMemoryException} naming what did not fit and what to
+     * change; other failures unchanged.
+     */
+    private RuntimeException outOfMemory(GpuException e, String what) {
+        if (e.code != DS4J_ERR_OOM() || e instanceof DeviceMemoryException) return e;
+        long free;
+        try {
+            free = gpu.memory()[0];
+        } catch (RuntimeException x) {
+            free = -1;
+        }
+        return new DeviceMemoryException("out of device memory for " + what + ": " + e.getMessage() + ". The weights take "
+                + Gpu.mib(w.totalBytes()) + " (expert placement " + plan.placement().key() + ", " + plan.budget().describe()
+                + "), the workspace " + Gpu.mib(ws.bytes()) + (free >= 0 ? ", " + Gpu.mib(free) + " is free now" : "")
+                + ". To leave more room for the workspace and the sequence caches: lower gpu.memoryBudgetMiB (with"
+                + " gpu.expertPlacement hybrid or auto, more routed experts stay in host memory), use shorter prefill chunks"
+                + " (limits.prefillChunk), fewer concurrent sequences (limits.maxActive), a shorter context"
+                + " (limits.maxContextTokens), or a smaller model", e);
     }
 
     /**
@@ -93,11 +216,14 @@ public final class HipBackend implements Backend {
      * @throws CheckpointException when the model cannot be loaded
      */
     public static HipBackend open(Path modelDir) throws CheckpointException {
-        return open(modelDir, io.ds4j.engine.BackendOptions.DEFAULTS);
+        return open(modelDir, BackendOptions.DEFAULTS);
     }
 
-    /** {@link #open(Path)} with start-up options (placement, verify attention path). */
-    public static HipBackend open(Path modelDir, io.ds4j.engine.BackendOptions options) throws CheckpointException {
+    /**
+     * {@link #open(Path)} with start-up options (placement, budget, verify attention path).
+     * @throws DeviceMemoryException when the model does not fit the device as asked for (message names what to change)
+     */
+    public static HipBackend open(Path modelDir, BackendOptions options) throws CheckpointException {
         Gpu gpu;
         try {
             gpu = Gpu.open(0);
@@ -113,7 +239,7 @@ public final class HipBackend implements Backend {
             throw e;
         }
         try {
-            return new HipBackend(weights, gpu);
+            return new HipBackend(weights, gpu, options);
         } catch (RuntimeException e) {
             try {
                 weights.close();
@@ -144,10 +270,15 @@ public final class HipBackend implements Backend {
         return c;
     }
 
+    /** @throws DeviceMemoryException when the sequence's cache does not fit in device memory */
     @Override
     public synchronized HipSequence newSequence(int maxRollback) {
         if (closed) throw new IllegalStateException("backend is closed");
-        return new HipSequence(this, c, maxRollback);
+        try {
+            return new HipSequence(this, c, maxRollback);
+        } catch (GpuException e) {
+            throw outOfMemory(e, "a new sequence's cache (rollback window " + maxRollback + ")");
+        }
     }
 
     @Override
@@ -262,19 +393,37 @@ public final class HipBackend implements Backend {
         if (!(sequence instanceof HipSequence seq) || seq.backend != this)
             throw new IllegalArgumentException("sequence does not belong to this backend");
         if (seq.closed) throw new IllegalStateException("sequence is closed");
+        seq.checkUsable();
         Backend.checkStep(c, tokens, off, S, logitRows);
-        final int D = c.hidden, n = c.hcMult, nD = n * D;
         final int N0 = seq.pos.length();
-        ws.reset();
+        // grow the entry arrays and the workspace first, so that running out of memory leaves the sequence unchanged
+        try {
+            for (HipSequence.LayerState ls : seq.layers) {
+                if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, (N0 + S) / ls.comp.m);
+                if (ls.index != null) HipSequence.ensure(gpu, ls.index, (N0 + S) / ls.index.m);
+            }
+            ws.reset(Workspace.stepBytes(c, S, N0, logitRows.length));
+        } catch (GpuException e) {
+            throw outOfMemory(e, "a step of " + S + " tokens at position " + N0);
+        }
         if (profile != null) {
             gpu.sync();
             profileMark = System.nanoTime();
         }
-        // grow the entry arrays first, so that a failure leaves the sequence unchanged
-        for (HipSequence.LayerState ls : seq.layers) {
-            if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, (N0 + S) / ls.comp.m);
-            if (ls.index != null) HipSequence.ensure(gpu, ls.index, (N0 + S) / ls.index.m);
+        float[] logits;
+        try {
+            logits = step(seq, tokens, off, S, logitRows, N0);
+        } catch (RuntimeException e) {
+            // the rings may hold rows of this step now: the sequence cannot continue or roll back
+            seq.failed = e.getMessage();
+            throw e instanceof GpuException g ? outOfMemory(g, "a step of " + S + " tokens at position " + N0) : e;
         }
+        if (ws.bytes() != report.bytes(DeviceMemoryReport.WORKSPACE)) report = buildReport();
+        return logits;
+    }
+
+    private float[] step(HipSequence seq, int[] tokens, int off, int S, int[] logitRows, int N0) {
+        final int D = c.hidden, n = c.hcMult, nD = n * D;
         long tok = ws.i32(S);
         int[] toks = java.util.Arrays.copyOfRange(tokens, off, off + S);
         gpu.upload(tok, toks);
@@ -435,18 +584,69 @@ public final class HipBackend implements Backend {
         k(ds4j_moe_route(ctx(), ptr(lam), ptr(hash ? 0 : L.gateBias), ptr(hash ? L.tid2eid : 0), ptr(tok), S, E, k,
                 (float) c.routedScaling, ptr(ids), ptr(wts)), "moe_route", "MoE (routing, swiglu, combine)");
         long g = ws.f32((long) S * k * I), u = ws.f32((long) S * k * I), yr = ws.f32((long) S * k * D);
-        moeMatmul(L.w1, ids, k, S, h, D, false, g, I);
-        moeMatmul(L.w3, ids, k, S, h, D, false, u, I);
-        k(ds4j_swiglu(ctx(), ptr(g), ptr(u), ptr(g), (long) S * k * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
-        moeMatmul(L.w2, ids, k, S, g, I, true, yr, D);
+        // hybrid placement: which picks go to experts in host memory (waits for the routing)
+        final int resident = L.w1.resident();
+        int[] idsHost = null, hostPicks = null;
+        float[] hHost = null;
+        if (resident < E) {
+            idsHost = gpu.downloadInts(ids, S * k);
+            int nh = 0;
+            for (int id : idsHost) if (id >= resident) nh++;
+            hostPicks = new int[nh];
+            nh = 0;
+            for (int p = 0; p < S * k; p++) if (idsHost[p] >= resident) hostPicks[nh++] = p;
+            if (nh > 0) hHost = gpu.downloadFloats(h, S * D);
+        }
+        // resident picks on the device (ds4j_moe_matmul skips the host ones: null table entries), queued before the
+        // CPU starts so that both work at once
+        if (resident > 0) {
+            moeMatmul(L.w1, ids, k, S, h, D, false, g, I);
+            moeMatmul(L.w3, ids, k, S, h, D, false, u, I);
+            k(ds4j_swiglu(ctx(), ptr(g), ptr(u), ptr(g), (long) S * k * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
+            moeMatmul(L.w2, ids, k, S, g, I, true, yr, D);
+        }
         long sg = ws.f32((long) S * I), su = ws.f32((long) S * I), sy = ws.f32((long) S * D);
         matmul(L.sharedW1, h, sg, S);
         matmul(L.sharedW3, h, su, S);
         k(ds4j_swiglu(ctx(), ptr(sg), ptr(su), ptr(sg), (long) S * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
         matmul(L.sharedW2, sg, sy, S);
+        if (hHost != null) hostExperts(l, hostPicks, idsHost, hHost, yr);
         long out = ws.f32((long) S * D);
         k(ds4j_moe_combine(ctx(), ptr(ids), ptr(wts), ptr(yr), ptr(sy), S, k, D, ptr(out)), "moe_combine", "MoE (routing, swiglu, combine)");
         return out;
+    }
+
+    /**
+     * Hybrid placement (spec 3.8 step 4 on the CPU): the picks routed to experts in host memory, grouped so that each
+     * expert runs once on all its tokens with the CPU kernels ({@link CpuBackend#expert}) over the mapped checkpoint;
+     * the results go to their pick rows of yr [S·k, D] on the device, ready for ds4j_moe_combine.
+     * @param picks pick indices p = s·k + j whose expert ids[p] is in host memory
+     * @param h     the MoE input [S, D] on the host
+     */
+    private void hostExperts(int l, int[] picks, int[] ids, float[] h, long yr) {
+        final int D = c.hidden, I = c.moeInter, k = c.expertsPerToken, E = c.numExperts, n = picks.length;
+        final float lim = (float) c.swigluLimit;
+        ModelWeights.Layer HL = hostWeights.layers[l];
+        // counting sort of the picks by expert
+        int[] start = new int[E + 1];
+        for (int p : picks) start[ids[p] + 1]++;
+        for (int e = 0; e < E; e++) start[e + 1] += start[e];
+        int[] order = new int[n], fill = start.clone();
+        for (int i = 0; i < n; i++) order[fill[ids[picks[i]]]++] = i;
+        float[] rows = new float[n * D];
+        for (int e = 0; e < E; e++) {
+            int cnt = start[e + 1] - start[e];
+            if (cnt == 0) continue;
+            float[] hin = new float[cnt * D];
+            for (int j = 0; j < cnt; j++) System.arraycopy(h, picks[order[start[e] + j]] / k * D, hin, j * D, D);
+            float[] y = CpuBackend.expert(HL.w1[e], HL.w3[e], HL.w2[e], hin, cnt, I, lim);
+            for (int j = 0; j < cnt; j++) System.arraycopy(y, j * D, rows, order[start[e] + j] * D, D);
+        }
+        long buf = ws.f32((long) n * D);
+        gpu.upload(buf, rows);
+        for (int i = 0; i < n; i++) gpu.copy(yr + 4L * picks[i] * D, buf + 4L * i * D, 4L * D);
+        hostPickCount[l] += n;
+        if (profile != null) k(DS4J_OK(), "host experts", "routed experts (host, CPU)");
     }
 
     private void moeMatmul(DeviceWeights.Experts x, long ids, int k, int S, long in, long ldx, boolean perPick, long y, long ldy) {

@@ -28,6 +28,8 @@ public final class HipSequence implements Sequence {
     final RollbackWindow pos;
     final LayerState[] layers;
     boolean closed;
+    /** Why a step failed after it had started changing the device state (null: usable). */
+    String failed;
     private final List<Long> fixed = new ArrayList<>();
 
     /** One layer's state (device pointers). */
@@ -93,7 +95,21 @@ public final class HipSequence implements Sequence {
         return p;
     }
 
-    /** Makes room for n entries (device copy of the existing ones into a buffer twice as large). */
+    /**
+     * Checks that no step failed half-way on this sequence.
+     * @throws IllegalStateException when a step failed half-way: the rings may hold rows of positions the sequence
+     *         does not have, so it can neither continue nor roll back
+     */
+    void checkUsable() {
+        if (failed != null)
+            throw new IllegalStateException("this sequence's device state was lost when a step failed (" + failed
+                    + "); start a new sequence");
+    }
+
+    /**
+     * Makes room for n entries (device copy of the existing ones into a buffer twice as large). When the new buffer
+     * does not fit, nothing changes and the {@link GpuException} (DS4J_ERR_OOM) names the rows asked for.
+     */
     static void ensure(Gpu gpu, Comp cs, int n) {
         if (n <= cs.entryCap) return;
         int cap = (int) Math.min(Integer.MAX_VALUE - 8, Math.max((long) n, 2L * cs.entryCap));
@@ -171,6 +187,7 @@ public final class HipSequence implements Sequence {
 
     @Override
     public void rollback(int k) {
+        if (!closed) checkUsable();
         int n = pos.rollback(k, closed);
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.count = n / ls.comp.m;

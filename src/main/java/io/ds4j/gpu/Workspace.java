@@ -6,8 +6,10 @@ import java.util.List;
 /**
  * Scratch device memory for the activations of one step: a bump allocator over grow-only chunks. Work is ordered on
  * the context's one stream, so memory released by {@link #release} can be handed out again at once: a later kernel
- * that reuses it runs after the earlier ones that used it. {@link #reset} merges the chunks into one (the peak
- * size) between steps.
+ * that reuses it runs after the earlier ones that used it. {@link #reset(long)} makes one chunk of at least the
+ * step's estimated peak ({@link #stepBytes}) before the step starts, so that running out of device memory happens
+ * before the step changes any sequence state; a step that needs more still grows the workspace (and is recorded in
+ * {@link #overshoot}).
  */
 final class Workspace implements AutoCloseable {
     private static final long ALIGN = 256, MIN_CHUNK = 64L << 20;
@@ -15,6 +17,10 @@ final class Workspace implements AutoCloseable {
     private final List<long[]> chunks = new ArrayList<>(); // {base, size}
     private int cur;
     private long off;
+    /** The estimate given to the last {@link #reset(long)}. */
+    private long need;
+    /** The most bytes a step took beyond its estimate ({@link #stepBytes}); tests expect 0. */
+    long overshoot;
 
     Workspace(Gpu gpu) {
         this.gpu = gpu;
@@ -28,6 +34,7 @@ final class Workspace implements AutoCloseable {
             if (off + bytes <= c[1]) {
                 long p = c[0] + off;
                 off += bytes;
+                noteUse();
                 return p;
             }
             cur++;
@@ -37,7 +44,15 @@ final class Workspace implements AutoCloseable {
         chunks.add(new long[]{gpu.malloc(size, "activations (workspace)"), size});
         cur = chunks.size() - 1;
         off = bytes;
+        noteUse();
         return chunks.get(cur)[0];
+    }
+
+    /** Books how far the step's allocations reach past its estimate. */
+    private void noteUse() {
+        long used = off;
+        for (int i = 0; i < cur; i++) used += chunks.get(i)[1];
+        if (used > need) overshoot = Math.max(overshoot, used - need);
     }
 
     /** n floats. */
@@ -61,18 +76,77 @@ final class Workspace implements AutoCloseable {
         off = mark & ((1L << 40) - 1);
     }
 
-    /** Frees everything; merges several chunks into one of their total size (waits for the device then). */
-    void reset() {
-        if (chunks.size() > 1) {
-            long total = 0;
-            for (long[] c : chunks) total += c[1];
-            gpu.sync();
-            for (long[] c : chunks) gpu.free(c[0]);
-            chunks.clear();
-            chunks.add(new long[]{gpu.malloc(total, "activations (workspace)"), total});
-        }
+    /**
+     * Frees everything and makes one chunk of at least need bytes (several chunks are merged into one of their total
+     * size; a new size is rounded up to 64 MiB, or exact when that does not fit). Waits for the device when it
+     * reallocates.
+     * @throws GpuException (DS4J_ERR_OOM) when need bytes cannot be had; the workspace is then empty and still usable
+     */
+    void reset(long need) {
         cur = 0;
         off = 0;
+        this.need = need;
+        long have = bytes();
+        if (chunks.size() <= 1 && have >= need) return;
+        long size = Math.max(have, (need + MIN_CHUNK - 1) / MIN_CHUNK * MIN_CHUNK);
+        gpu.sync();
+        for (long[] c : chunks) gpu.free(c[0]);
+        chunks.clear();
+        long p;
+        try {
+            p = gpu.malloc(size, "activations (workspace)");
+        } catch (GpuException e) {
+            if (size <= need) throw e;
+            size = need;
+            p = gpu.malloc(size, "activations (workspace)");
+        }
+        chunks.add(new long[]{p, size});
+    }
+
+    /**
+     * Peak workspace bytes of one {@link HipBackend#forward} step (each allocation rounded up as {@link #alloc}
+     * does): the rows kept for the whole step (token ids, the mHC streams [S, n·D], post, comb, the collapsed input)
+     * plus the largest of one layer's attention site (queries, kv, compressor rows, indexer scores [S, (N0+S)/m]),
+     * one layer's MoE site (router logits, picks, expert rows [S·k, I] and [S·k, D], shared expert, and the host
+     * rows of hybrid placement) and the output head (R rows, logits [R, V]). Mirrors the allocations of
+     * HipBackend.forward and its helpers; keep the two in step (HipPlacementTest fails when a step takes more
+     * than this).
+     * @param S tokens in the step (≥ 1)
+     * @param N0 tokens in the sequence before the step
+     * @param R logits rows asked for
+     */
+    static long stepBytes(io.ds4j.model.ModelConfig c, int S, long N0, int R) {
+        final long D = c.hidden, n = c.hcMult, nD = n * D, mix = (2 + n) * n, k = c.expertsPerToken, I = c.moeInter;
+        final long H = c.numHeads, d = c.headDim;
+        long keep = f(S) + f(S * nD) + f(S * n) + f(S * n * n) + f(S * D);
+        long hc = f(S * nD) + f(S * mix);
+        long peak = hc;
+        for (int l = 0; l < c.numLayers; l++) {
+            io.ds4j.model.AttentionKind kind = c.layerTypes[l];
+            long att = f(S * c.qLoraRank) + f(S * H * d) + f(S * d);
+            if (kind != io.ds4j.model.AttentionKind.SLIDING) {
+                long cw = kind == io.ds4j.model.AttentionKind.CSA ? 2 * d : d;
+                att += 2 * f(S * cw);
+            }
+            if (kind == io.ds4j.model.AttentionKind.CSA) {
+                att += 2 * f(S * 2L * c.indexHeadDim);
+                long total = (N0 + S) / c.csaRatio;
+                if (total > c.indexTopk)
+                    att += f(S * (long) c.indexHeads * c.indexHeadDim) + f(S * (long) c.indexHeads) + f(S * total) + f(S * (long) c.indexTopk);
+            }
+            att += f(S * H * d) + f(S * (long) c.oGroups * c.oLoraRank) + f(S * D);
+            peak = Math.max(peak, att);
+        }
+        long moe = f(S * (long) c.numExperts) + 2 * f(S * k) + 2 * f(S * k * I) + f(S * k * D) + 2 * f(S * I) + 2 * f(S * D)
+                + f(S * k * D);
+        peak = Math.max(peak, moe);
+        if (R > 0) peak = Math.max(peak, 2 * f(R * nD) + f(R * n) + f(R * D) + f((long) R * c.vocabSize));
+        return keep + peak;
+    }
+
+    /** Bytes of n 4-byte elements as {@link #alloc} books them. */
+    private static long f(long n) {
+        return Math.max(ALIGN, (4 * n + ALIGN - 1) / ALIGN * ALIGN);
     }
 
     /** Device bytes held. */

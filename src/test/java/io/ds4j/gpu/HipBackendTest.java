@@ -97,15 +97,21 @@ class HipBackendTest {
 
     /** Accumulates the comparison of one scenario. */
     static final class Cmp {
-        final String what;
+        final String what, label;
         final int V;
         double worst;
         int rows, exempt;
         final List<String> failures = new ArrayList<>();
 
         Cmp(String what, int V) {
+            this(what, V, "gpu vs cpu");
+        }
+
+        /** label: what is compared with what, first the tested side ("hybrid vs monolithic"). */
+        Cmp(String what, int V, String label) {
             this.what = what;
             this.V = V;
+            this.label = label;
         }
 
         void rows(float[] cpu, float[] gpu, String where) {
@@ -133,7 +139,7 @@ class HipBackendTest {
         }
 
         void done() {
-            System.out.printf("gpu vs cpu %-28s rows %4d  max|diff| %.3g  argmax near-ties exempt %d%n", what, rows, worst, exempt);
+            System.out.printf("%s %-28s rows %4d  max|diff| %.3g  argmax near-ties exempt %d%n", label, what, rows, worst, exempt);
             assertTrue(failures.isEmpty(), what + ": " + failures.size() + " failures, first " + failures.subList(0, Math.min(5, failures.size())));
         }
     }
