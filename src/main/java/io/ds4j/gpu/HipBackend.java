@@ -1,8 +1,11 @@
 package io.ds4j.gpu;
 
-import io.ds4j.engine.CacheLayout;
 import io.ds4j.engine.Backend;
+import io.ds4j.engine.BackendOptions;
+import io.ds4j.engine.CacheLayout;
+import io.ds4j.engine.EngineStatus;
 import io.ds4j.engine.Sequence;
+import io.ds4j.engine.StepKind;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.CheckpointException;
 import io.ds4j.model.ModelConfig;
@@ -12,8 +15,13 @@ import io.ds4j.model.WeightLoader;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
+import java.util.EnumMap;
+import java.util.Locale;
+import java.util.Map;
 
 import static io.ds4j.gpu.Gpu.check;
 import static io.ds4j.gpu.Gpu.ptr;
@@ -26,11 +34,43 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * {@link HipSequence} in device memory. One step serves prefill chunks, decode and verification (S ≥ 1 rows with
  * the same kernels); only the requested logits rows are copied back.
  *
+ * <p>Verify attention (issue 8; {@link StepKind#VERIFY} steps only, prefill and decode never change): two paths over
+ * the same attended rows, masks and sink, chosen by {@link BackendOptions#f16KvVerify()} and switchable at run time
+ * ({@link #setVerifyAttention}):
+ * <ul>
+ *   <li>{@link VerifyAttention#F32_CONVERT} (the control, the default): per layer, the complete persistent F16 cache
+ *       rows — every window ring row, every compressed entry stored so far and, where the indexer runs, every indexer
+ *       key — are converted to an F32 scratch in the step's workspace (reused by the next layer), then the indexer
+ *       scores and the attention run in F32 on the copies;</li>
+ *   <li>{@link VerifyAttention#F16}: the F16 rows are read in place. A layer whose attended row count n_attn
+ *       ({@link #attendedRows}) is at most {@link BackendOptions#f32ShortContextRows()} keeps Q·Kᵀ and P·V in full F32
+ *       (Q and the probabilities unrounded): its output equals the control's bit for bit, since F16 → F32 is exact
+ *       and the operation order is the same. Above it, Q and the probabilities are rounded to F16 and the products run
+ *       on tensor cores with F32 accumulation ({@code ds4j_attention_f16_operands}). The indexer reads its F16 keys in
+ *       F32 arithmetic on both paths, so both select the same entries.</li>
+ * </ul>
+ * Each layer kind's mode is logged at its first verify step and again whenever it changes.
+ *
  * <p>All work runs on one stream of one device; calls are serialised on the backend (different sequences may be
  * stepped from different threads, one at a time). Implements {@code backend: hip} ({@link io.ds4j.engine.Backends}).
  */
 public final class HipBackend implements Backend {
     private static final Logger LOG = LoggerFactory.getLogger(HipBackend.class);
+
+    /** The verify attention path (issue 8). */
+    public enum VerifyAttention {
+        /** Convert the layer's F16 cache rows to F32, then attend in F32 (the control). */
+        F32_CONVERT("f32-convert"),
+        /** Read the F16 rows in place: full F32 up to the short-context threshold, F16 operands on tensor cores above. */
+        F16("f16");
+
+        /** The name used in logs, {@code /props} and {@link EngineStatus#verifyAttention()}. */
+        public final String key;
+
+        VerifyAttention(String key) {
+            this.key = key;
+        }
+    }
 
     private final Gpu gpu;
     private final ModelConfig c;
@@ -39,22 +79,46 @@ public final class HipBackend implements Backend {
     private final Workspace ws;
     /** Device inv_freq tables [r/2] of the main and compress RoPE (spec 1.4). */
     private final long ropeMain, ropeCompress;
+    private final BackendOptions options;
+    private VerifyAttention verifyAttention;
+    private int shortRows;
+    /** The last verify mode per layer kind: {category, message}; a new category is logged. */
+    private final Map<AttentionKind, String[]> verifyModes = new EnumMap<>(AttentionKind.class);
+    /** Whether ds4j_attention_f16_operands uses tensor cores for this model (nvcc build, supported head width). */
+    private final boolean tensorCores;
+    /** Host out-parameter of size queries (used under the backend's lock). */
+    private final MemorySegment outLong = Arena.ofAuto().allocate(ValueLayout.JAVA_LONG);
     private boolean closed;
 
     /**
-     * Opens the first GPU and uploads the weights.
+     * Opens the first GPU and uploads the weights, with the default options ({@link BackendOptions#DEFAULTS}).
      * @param weights loaded weights; the backend closes them in {@link #close()}
      * @throws GpuUnavailableException when no GPU can be used (message names what is missing)
      * @throws GpuException when the weights do not fit (message names what did not fit)
      */
     public HipBackend(ModelWeights weights) {
-        this(weights, Gpu.open(0));
+        this(weights, BackendOptions.DEFAULTS);
     }
 
-    private HipBackend(ModelWeights weights, Gpu gpu) {
+    /**
+     * Opens the first GPU and uploads the weights.
+     * @param weights loaded weights; the backend closes them in {@link #close()}
+     * @param options start-up options; this backend uses the verify attention path and its threshold
+     * @throws GpuUnavailableException when no GPU can be used (message names what is missing)
+     * @throws GpuException when the weights do not fit (message names what did not fit)
+     */
+    public HipBackend(ModelWeights weights, BackendOptions options) {
+        this(weights, Gpu.open(0), options);
+    }
+
+    private HipBackend(ModelWeights weights, Gpu gpu, BackendOptions options) {
         this.gpu = gpu;
         this.c = weights.config;
         this.hostWeights = weights;
+        this.options = options == null ? BackendOptions.DEFAULTS : options;
+        this.verifyAttention = this.options.f16KvVerify() ? VerifyAttention.F16 : VerifyAttention.F32_CONVERT;
+        this.shortRows = this.options.f32ShortContextRows();
+        this.tensorCores = "cuda".equals(gpu.platform) && java.util.Set.of(64, 128, 256, 512).contains(weights.config.headDim);
         DeviceWeights dw = null;
         Workspace wsp = null;
         long rm = 0, rc = 0;
@@ -69,6 +133,8 @@ public final class HipBackend implements Backend {
             LOG.info("hip backend on {}: weights uploaded in {} s: {} (total {}); device memory used {} of {}",
                     gpu, String.format("%.2f", (System.nanoTime() - t0) / 1e9), dw.summary(), Gpu.mib(dw.totalBytes()),
                     Gpu.mib(mem[1] - mem[0]), Gpu.mib(mem[1]));
+            LOG.info("hip backend verify attention: {} (f32ShortContextRows {}; above it {})", verifyAttention.key, shortRows,
+                    tensorCores ? "tensor cores" : "the portable F16-operand kernel");
         } catch (RuntimeException e) {
             if (wsp != null) wsp.close();
             if (dw != null) dw.close();
@@ -93,11 +159,15 @@ public final class HipBackend implements Backend {
      * @throws CheckpointException when the model cannot be loaded
      */
     public static HipBackend open(Path modelDir) throws CheckpointException {
-        return open(modelDir, io.ds4j.engine.BackendOptions.DEFAULTS);
+        return open(modelDir, BackendOptions.DEFAULTS);
     }
 
-    /** {@link #open(Path)} with start-up options (placement, verify attention path). */
-    public static HipBackend open(Path modelDir, io.ds4j.engine.BackendOptions options) throws CheckpointException {
+    /**
+     * {@link #open(Path)} with start-up options (placement, verify attention path).
+     * @throws IllegalArgumentException when no GPU can be used here, naming what is missing
+     * @throws CheckpointException when the model cannot be loaded
+     */
+    public static HipBackend open(Path modelDir, BackendOptions options) throws CheckpointException {
         Gpu gpu;
         try {
             gpu = Gpu.open(0);
@@ -113,7 +183,7 @@ public final class HipBackend implements Backend {
             throw e;
         }
         try {
-            return new HipBackend(weights, gpu);
+            return new HipBackend(weights, gpu, options);
         } catch (RuntimeException e) {
             try {
                 weights.close();
@@ -137,6 +207,68 @@ public final class HipBackend implements Backend {
     @Override
     public String name() {
         return "hip";
+    }
+
+    @Override
+    public synchronized EngineStatus status() {
+        return engineStatus();
+    }
+
+    /** The status fields, in one place: monolithic placement (every expert on the device), the verify path in use. */
+    private EngineStatus engineStatus() {
+        boolean f16 = verifyAttention == VerifyAttention.F16;
+        return new EngineStatus(name(), "monolithic", 0, options.f16KvVerify(), f16, verifyAttention.key, shortRows, null);
+    }
+
+    /** The verify attention path in use. */
+    public synchronized VerifyAttention verifyAttention() {
+        return verifyAttention;
+    }
+
+    /**
+     * Switches the verify attention path from the next step on (tests, benchmarks); the start-up choice is
+     * {@link BackendOptions#f16KvVerify()}.
+     * @throws IllegalArgumentException for null
+     */
+    public synchronized void setVerifyAttention(VerifyAttention path) {
+        if (path == null) throw new IllegalArgumentException("verify attention path must be set");
+        verifyAttention = path;
+    }
+
+    /**
+     * Sets the F16 path's full-F32 threshold (attended rows) from the next step on.
+     * @throws IllegalArgumentException outside {@value BackendOptions#MIN_SHORT_ROWS}..{@value BackendOptions#MAX_SHORT_ROWS}
+     */
+    public synchronized void setF32ShortContextRows(int rows) {
+        if (rows < BackendOptions.MIN_SHORT_ROWS || rows > BackendOptions.MAX_SHORT_ROWS)
+            throw new IllegalArgumentException("verify.f32ShortContextRows must be in " + BackendOptions.MIN_SHORT_ROWS + ".."
+                    + BackendOptions.MAX_SHORT_ROWS + ", got " + rows);
+        shortRows = rows;
+    }
+
+    /**
+     * The verify attention mode each layer kind was in at its last verify step ("f32-convert",
+     * "f16 full-F32 (n_attn N <= T)", "f16 tensor-core (n_attn N > T)"); kinds not yet run are absent.
+     */
+    public synchronized Map<AttentionKind, String> verifyAttentionModes() {
+        Map<AttentionKind, String> m = new EnumMap<>(AttentionKind.class);
+        verifyModes.forEach((k, v) -> m.put(k, v[1]));
+        return m;
+    }
+
+    /**
+     * n_attn of layer l in a step of S tokens at positions N0 .. N0+S-1: the rows its last query t = N0+S-1 attends,
+     * which is the most any query of the step attends (counts grow with the position): min(t+1, W) raw window rows
+     * plus its compressed entries (HCA: ⌊(t+1)/m⌋; CSA: min(⌊(t+1)/m⌋, K_I), the indexer's picks; sliding: none).
+     * Spec 3.7. The same as the library's ds4j_attention_rows.
+     */
+    public static long attendedRows(ModelConfig c, int l, long N0, int S) {
+        long t = N0 + S - 1, raw = Math.min(t + 1, c.slidingWindow);
+        return switch (c.layerTypes[l]) {
+            case SLIDING -> raw;
+            case HCA -> raw + (t + 1) / c.ratio(l);
+            case CSA -> raw + Math.min((t + 1) / c.ratio(l), c.indexTopk);
+        };
     }
 
     @Override
@@ -242,8 +374,16 @@ public final class HipBackend implements Backend {
     }
 
     @Override
-    public synchronized float[] forward(Sequence sequence, int[] tokens, int off, int S, int[] logitRows) {
+    public float[] forward(Sequence sequence, int[] tokens, int off, int S, int[] logitRows) {
+        return forward(sequence, tokens, off, S, logitRows, StepKind.PREFILL);
+    }
+
+    /** {@inheritDoc} {@link StepKind#VERIFY} steps take the verify attention path ({@link #setVerifyAttention}). */
+    @Override
+    public synchronized float[] forward(Sequence sequence, int[] tokens, int off, int S, int[] logitRows, StepKind kind) {
         if (closed) throw new IllegalStateException("backend is closed");
+        if (kind == null) throw new IllegalArgumentException("step kind must be set");
+        final boolean verify = kind == StepKind.VERIFY;
         if (!(sequence instanceof HipSequence seq) || seq.backend != this)
             throw new IllegalArgumentException("sequence does not belong to this backend");
         if (seq.closed) throw new IllegalStateException("sequence is closed");
@@ -276,7 +416,7 @@ public final class HipBackend implements Backend {
             // 3.3 attention site
             hcPre(X, S, L.attnHcFn, L.attnHcBase, L.attnHcScale, post, comb, col);
             rmsnorm(col, col, L.inputNorm, S, D);
-            long a = attention(seq, l, L, col, S, N0);
+            long a = attention(seq, l, L, col, S, N0, verify);
             k(ds4j_hc_post(ctx(), ptr(X), ptr(a), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
             ws.release(mark);
             // 3.3 MoE site
@@ -329,7 +469,7 @@ public final class HipBackend implements Backend {
     // ------------------------------------------------------------------------------------------------------------
     // 3.4–3.7 attention
 
-    private long attention(HipSequence seq, int l, DeviceWeights.Layer L, long x, int S, int N0) {
+    private long attention(HipSequence seq, int l, DeviceWeights.Layer L, long x, int S, int N0, boolean verify) {
         final int D = c.hidden, H = c.numHeads, d = c.headDim, W = c.slidingWindow;
         final AttentionKind kind = c.layerTypes[l];
         final long P = kind == AttentionKind.SLIDING ? ropeMain : ropeCompress;
@@ -348,11 +488,12 @@ public final class HipBackend implements Backend {
         k(ds4j_rmsnorm_rope(ctx(), ptr(kv), ptr(L.kvNorm), S, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, 1, 1),
                 "kv norm + rope + f16", "norm, rope, mHC");
         // 4. compressors and the indexer's selection
+        final boolean convert = verify && verifyAttention == VerifyAttention.F32_CONVERT;
         if (st.comp != null) compress(st.comp, L.compressor, x, S, N0);
         long sel = 0;
         if (st.index != null) {
             compress(st.index, L.indexer.compressor, x, S, N0);
-            sel = indexerSelect(st.index, L, ql, x, S, N0);
+            sel = indexerSelect(st.index, L, ql, x, S, N0, convert);
         }
         // 5. attention over [raw window ‖ compressed entries] with the sink; 6. de-rotation
         long o = ws.f32((long) S * H * d);
@@ -362,8 +503,32 @@ public final class HipBackend implements Backend {
             case HCA -> DS4J_ATTN_HCA();
         };
         int m = st.comp == null ? 0 : st.comp.m;
-        k(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(st.comp == null ? 0 : st.comp.entries), akind, m,
-                ptr(sel), c.indexTopk, ptr(L.sinks), N0, S, H, d, W, (float) (1.0 / Math.sqrt(d)), ptr(o)), "attention", "attention");
+        long entries = st.comp == null ? 0 : st.comp.entries;
+        float scale = (float) (1.0 / Math.sqrt(d));
+        if (convert) {
+            // the control: the layer's complete F16 cache rows to F32, then F32 attention on the copies
+            long ring32 = toF32(st.win, (long) st.winCap * d);
+            int count = st.comp == null ? 0 : (N0 + S) / m;
+            long entries32 = count == 0 ? 0 : toF32(entries, (long) count * d);
+            k(ds4j_attention_f32(ctx(), ptr(q), ptr(kv), ptr(ring32), st.winCap, ptr(entries32), akind, m, ptr(sel), c.indexTopk,
+                    ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention (f32 copy)", "attention");
+            noteVerifyMode(kind, "f32-convert", "f32-convert");
+        } else if (verify && attendedRows(c, l, N0, S) > shortRows) {
+            long nAttn = attendedRows(c, l, N0, S);
+            int impl = DS4J_F16OPS_AUTO();
+            check(ds4j_attention_f16_operands_work(ctx(), akind, m, c.indexTopk, N0, S, H, d, W, impl, outLong), "attention work size");
+            long workBytes = outLong.get(ValueLayout.JAVA_LONG, 0);
+            long work = workBytes == 0 ? 0 : ws.alloc(workBytes);
+            k(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
+                    c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, impl, ptr(work), workBytes, ptr(o)),
+                    "attention (f16 operands)", "attention");
+            noteVerifyMode(kind, "f16 tensor-core", (tensorCores ? "f16 tensor-core" : "f16 F16-operand, portable kernel (no tensor cores)")
+                    + " (n_attn " + nAttn + " > " + shortRows + ")");
+        } else {
+            k(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m,
+                    ptr(sel), c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention", "attention");
+            if (verify) noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, N0, S) + " <= " + shortRows + ")");
+        }
         rope(o, S, H, d, P, N0, 1, true);
         // the newest raw rows go to the ring after every query of this step has read the old ones
         k(ds4j_ring_store(ctx(), ptr(st.win), 1, st.winCap, d, ptr(kv), N0, S), "window ring store", "attention");
@@ -376,6 +541,20 @@ public final class HipBackend implements Backend {
         long out = ws.f32((long) S * D);
         matmul(L.oB, y, out, S);
         return out;
+    }
+
+    /** An F32 copy of n F16 values in the workspace (the control's conversion). */
+    private long toF32(long f16, long n) {
+        long dst = ws.f32(n);
+        k(ds4j_f16_to_f32(ctx(), ptr(f16), ptr(dst), n), "f16 to f32", "attention: f32 conversion");
+        return dst;
+    }
+
+    /** Records the verify mode of a layer kind; logs it when the kind's mode category changes (or is first seen). */
+    private void noteVerifyMode(AttentionKind kind, String category, String message) {
+        String[] prev = verifyModes.put(kind, new String[]{category, message});
+        if (prev == null || !prev[0].equals(category))
+            LOG.info("verify attention, {} layers: {}", kind.name().toLowerCase(Locale.ROOT), message);
     }
 
     /** 3.5 compressor step: pools every window completed in this step, then keeps the newest raw rows in the rings. */
@@ -393,7 +572,7 @@ public final class HipBackend implements Backend {
      * 3.6 Lightning Indexer: top-K_I entries per query whose available set exceeds K_I (ties to the lower index);
      * returns the selection [S, K_I] (0 when no query needs one: the attention then takes every available entry).
      */
-    private long indexerSelect(HipSequence.Comp ix, DeviceWeights.Layer L, long ql, long x, int S, int N0) {
+    private long indexerSelect(HipSequence.Comp ix, DeviceWeights.Layer L, long ql, long x, int S, int N0, boolean convert) {
         final int HI = c.indexHeads, dI = c.indexHeadDim, K = c.indexTopk, m = ix.m;
         final int total = (N0 + S) / m;
         if (total <= K) return 0;
@@ -402,8 +581,15 @@ public final class HipBackend implements Backend {
         matmul(L.indexer.weightsProj, x, wt, S);
         rope(qi, S, HI, dI, ropeCompress, N0, 1, false);
         long scores = ws.f32((long) S * total), sel = ws.i32((long) S * K);
-        k(ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries), N0, S, m, HI, dI, K,
-                (float) (1.0 / Math.sqrt(HI)), (float) (1.0 / Math.sqrt(dI)), ptr(scores), total), "indexer_scores", "indexer");
+        float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
+        if (convert) { // the control: every indexer key to F32 first
+            long keys32 = toF32(ix.entries, (long) total * dI);
+            k(ds4j_indexer_scores_f32(ctx(), ptr(qi), ptr(wt), ptr(keys32), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total),
+                    "indexer_scores (f32 copy)", "indexer");
+        } else {
+            k(ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total),
+                    "indexer_scores", "indexer");
+        }
         k(ds4j_indexer_topk(ctx(), ptr(scores), total, N0, S, m, K, ptr(sel)), "indexer_topk", "indexer");
         return sel;
     }
