@@ -406,7 +406,9 @@ __global__ void f16_to_f32_kernel(const uint16_t* src, float* dst, int64_t n, in
 /** 2 + 2 F16 halves of a 32-bit word: the lower address holds the lower index (mma fragment order). */
 __device__ __forceinline__ uint32_t pack2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
 
-#if defined(__NVCC__) && !defined(__HIPCC__)
+// mma.sync m16n8k16 and cp.async need sm_80 or newer (the nvcc build targets sm_90); -DDS4J_PORTABLE_ONLY builds
+// the portable kernel alone (a compile check of what hipcc builds).
+#if defined(__NVCC__) && !defined(__HIPCC__) && !defined(DS4J_PORTABLE_ONLY)
 #define DS4J_HAVE_MMA 1
 
 /** D += A B, m16n8k16, A row-major F16 [16 x 16], B column-major F16 [16 x 8], C/D F32 [16 x 8]. */
