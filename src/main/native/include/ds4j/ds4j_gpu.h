@@ -232,9 +232,8 @@ DS4J_API int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t
  * flash-decoding style: a block takes 64 heads of one query and a range of its keys, tiles of 64 keys are read once
  * per block, the ranges' partials are combined with the sink in a second kernel; needs work memory of
  * ds4j_attention_f16_operands_work bytes (may be 0; work may then be NULL). Otherwise (hipcc builds, other d, or
- * DS4J_F16OPS_PORTABLE): the portable kernel, one block per (head, query), no work memory. Rows with d % 8 != 0 and
- * unaligned pointers are not supported by the tensor-core kernel (16-byte loads): all cache arrays and q/kv_new must
- * be 16-byte aligned (device allocations are).
+ * DS4J_F16OPS_PORTABLE): the portable kernel, one block per (head, query), no work memory. The tensor-core kernel
+ * reads with 16-byte loads: q, kv_new, ring and entries must be 16-byte aligned (device allocations are).
  */
 DS4J_API int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* kv_new, const uint16_t* ring,
                                              int32_t cap, const uint16_t* entries, int32_t kind, int32_t m,

@@ -46,8 +46,8 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  *       ({@link #attendedRows}) is at most {@link BackendOptions#f32ShortContextRows()} keeps Q·Kᵀ and P·V in full F32
  *       (Q and the probabilities unrounded): its output equals the control's bit for bit, since F16 → F32 is exact
  *       and the operation order is the same. Above it, Q and the probabilities are rounded to F16 and the products run
- *       on tensor cores with F32 accumulation ({@code ds4j_attention_f16_operands}). The indexer reads its F16 keys in
- *       F32 arithmetic on both paths, so both select the same entries.</li>
+ *       on tensor cores with F32 accumulation ({@code ds4j_attention_f16_operands}). The indexer scores are F32
+ *       arithmetic on both paths (the control's on the F32 copies), so both select the same entries.</li>
  * </ul>
  * Each layer kind's mode is logged at its first verify step and again whenever it changes.
  *
