@@ -75,18 +75,23 @@ __global__ void ring_store_kernel(void* ring, int f16, int cap, int width, const
     }
 }
 
-/** The key set of one query (spec 3.7): raw rows p0 .. t, then compressed entries. */
+/** The key set of one query (spec 3.7): raw rows p0 .. t, then compressed entries. T: the cache's element type. */
+template <typename T>
 struct Keys {
     const float* kv_new;
-    const uint16_t* ring;
-    const uint16_t* entries;
+    const T* ring;
+    const T* entries;
     const int32_t* sel;  // this query's row of selections, or null when the entries are 0 .. ncomp-1
     int64_t N0, p0;
     int cap, nraw, d;
 };
 
-/** Key j as a tagged address: an F32 row (a new token, bit 0 set) or an F16 row (cached raw row or entry). */
-__device__ __forceinline__ uintptr_t key_row(const Keys& k, int j) {
+/**
+ * Key j as a tagged address: an F32 row of this step (a new token, bit 0 set) or a cache row (cached raw row or
+ * entry) of element type T. Rows are at least 2-byte aligned, so bit 0 is free.
+ */
+template <typename T>
+__device__ __forceinline__ uintptr_t key_row(const Keys<T>& k, int j) {
     if (j < k.nraw) {
         const int64_t p = k.p0 + j;
         if (p >= k.N0) return (uintptr_t)(k.kv_new + (p - k.N0) * k.d) | 1u;
@@ -97,8 +102,26 @@ __device__ __forceinline__ uintptr_t key_row(const Keys& k, int j) {
     return (uintptr_t)(k.entries + (int64_t)e * k.d);
 }
 
+/** Cache element to F32 (exact for both element types). */
+__device__ __forceinline__ float load_f(const uint16_t* p, int i) { return f16_to_f32(p[i]); }
+__device__ __forceinline__ float load_f(const float* p, int i) { return p[i]; }
+
+template <typename T>
 __device__ __forceinline__ float key_val(uintptr_t kp, int i) {
-    return (kp & 1u) ? ((const float*)(kp & ~(uintptr_t)1))[i] : f16_to_f32(((const uint16_t*)kp)[i]);
+    return (kp & 1u) ? ((const float*)(kp & ~(uintptr_t)1))[i] : load_f((const T*)kp, i);
+}
+
+/**
+ * Rows of the key set of query t (spec 3.7): min(t+1, W) raw window rows plus its compressed entries (HCA: all
+ * (t+1)/m; CSA: (t+1)/m when that is at most K, else the K selected ones; sliding: none). Grows with t, so the last
+ * query of a step attends the most rows.
+ */
+__host__ __device__ __forceinline__ int64_t attended_rows(int kind, int m, int K, int64_t t, int W) {
+    const int64_t nraw = t + 1 < W ? t + 1 : W;
+    int64_t nc = 0;
+    if (kind == DS4J_ATTN_HCA) nc = (t + 1) / m;
+    else if (kind == DS4J_ATTN_CSA) nc = (t + 1) / m <= K ? (t + 1) / m : K;
+    return nraw + nc;
 }
 
 constexpr int ATT_THREADS = 256;
@@ -106,8 +129,15 @@ constexpr int ATT_THREADS = 256;
 /** Shared memory of one attention block: q [d], logits [nk], key addresses [nk]. */
 static inline int64_t attention_smem(int d, int64_t nk) { return (int64_t)d * 4 + nk * 4 + nk * 8 + 8; }
 
+/**
+ * One block per (head, query). T: the cache's element type (uint16_t = F16 rows read in place, float = an F32 copy);
+ * both give the same result bit for bit, because F16 -> F32 is exact and the arithmetic is the same.
+ * F16OPS (the portable F16-operand path of ds4j_attention_f16_operands): q and the unnormalised probabilities are
+ * rounded to F16 before their products, as the tensor-core kernel does; the denominator sums the unrounded ones.
+ */
+template <typename T, bool F16OPS>
 __global__ void __launch_bounds__(ATT_THREADS)
-attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int cap, const uint16_t* entries, int kind,
+attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, const T* entries, int kind,
                  int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int H, int d, int W, float scale,
                  int nk_max, float* out) {
     extern __shared__ float sm[];
@@ -117,7 +147,7 @@ attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int 
     uintptr_t* kp = reinterpret_cast<uintptr_t*>(sm);  // [nk_max], 8-byte aligned at the start
     float* qs = sm + 2 * nk_max;                       // [d]
     float* lg = qs + d;                                // [nk]
-    Keys k;
+    Keys<T> k;
     k.kv_new = kv_new;
     k.ring = ring;
     k.entries = entries;
@@ -140,7 +170,7 @@ attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int 
     }
     const int nk = k.nraw + ncomp;
     const float* qrow = q + ((int64_t)s * H + h) * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = qrow[i];
+    for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = F16OPS ? f16_to_f32(f32_to_f16(qrow[i])) : qrow[i];
     for (int j = threadIdx.x; j < nk; j += blockDim.x) kp[j] = key_row(k, j);
     __syncthreads();
     // logits: one warp per key
@@ -152,8 +182,8 @@ attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int 
             const float* f32 = (const float*)(p & ~(uintptr_t)1);
             for (int i = lane; i < d; i += WARP) acc += qs[i] * f32[i];
         } else {
-            const uint16_t* f16 = (const uint16_t*)p;
-            for (int i = lane; i < d; i += WARP) acc += qs[i] * f16_to_f32(f16[i]);
+            const T* row = (const T*)p;
+            for (int i = lane; i < d; i += WARP) acc += qs[i] * load_f(row, i);
         }
         acc = warp_sum(acc);
         if (lane == 0) lg[j] = mul(acc, scale);
@@ -166,7 +196,7 @@ attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int 
     float part = 0;
     for (int j = threadIdx.x; j < nk; j += blockDim.x) {
         const float e = exp_d(sub(lg[j], mx));
-        lg[j] = e;
+        lg[j] = F16OPS ? f16_to_f32(f32_to_f16(e)) : e;
         part += e;
     }
     const float sum = add(block_sum(part, red), exp_d(sub(sink, mx)));  // block_sum synchronises: lg is complete
@@ -174,9 +204,15 @@ attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int 
     float* orow = out + ((int64_t)s * H + h) * d;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float acc = 0;
+        if (F16OPS) {
 #pragma unroll 8
-        for (int j = 0; j < nk; j++) acc = add(acc, mul(mul(lg[j], inv), key_val(kp[j], i)));
-        orow[i] = acc;
+            for (int j = 0; j < nk; j++) acc = add(acc, mul(lg[j], key_val<T>(kp[j], i)));
+            orow[i] = mul(acc, inv);
+        } else {
+#pragma unroll 8
+            for (int j = 0; j < nk; j++) acc = add(acc, mul(mul(lg[j], inv), key_val<T>(kp[j], i)));
+            orow[i] = acc;
+        }
     }
 }
 
@@ -241,7 +277,8 @@ __global__ void compress_pool_kernel(const float* ring_a, const float* ring_z, i
 
 constexpr int IDX_ENTRIES = 4;  // entries per block (one per warp) in the indexer score kernel: many blocks at decode
 
-__global__ void indexer_scores_kernel(const float* qi, const float* wt, const uint16_t* keys, int64_t N0, int m,
+template <typename T>
+__global__ void indexer_scores_kernel(const float* qi, const float* wt, const T* keys, int64_t N0, int m,
                                       int HI, int dI, int K, float w_scale, float s_scale, float* scores, int64_t ld) {
     const int s = blockIdx.y;
     const int64_t avail = (N0 + s + 1) / m;
@@ -251,11 +288,11 @@ __global__ void indexer_scores_kernel(const float* qi, const float* wt, const ui
     const int64_t e1 = e0 + IDX_ENTRIES < avail ? e0 + IDX_ENTRIES : avail;
     const float* q = qi + (int64_t)s * HI * dI;
     for (int64_t e = e0 + warp; e < e1; e += nw) {
-        const uint16_t* key = keys + e * dI;
+        const T* key = keys + e * dI;
         float acc = 0;
         for (int h = 0; h < HI; h++) {
             float dt = 0;
-            for (int i = lane; i < dI; i += WARP) dt += q[h * dI + i] * f16_to_f32(key[i]);
+            for (int i = lane; i < dI; i += WARP) dt += q[h * dI + i] * load_f(key, i);
             dt = warp_sum(dt);
             acc = add(acc, mul(mul(mul(wt[(int64_t)s * HI + h], w_scale), fmaxf(dt, 0.f)), s_scale));
         }
@@ -332,6 +369,407 @@ topk_kernel(const float* scores, int64_t ld, int64_t N0, int m, int K, int32_t* 
     }
 }
 
+/** F16 bit patterns to F32, 8 per thread where the pointers allow 16-byte accesses. */
+__global__ void f16_to_f32_kernel(const uint16_t* src, float* dst, int64_t n, int vec) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    if (vec) {
+        const int64_t n8 = n / 8;
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += stride) {
+            const uint4 v = reinterpret_cast<const uint4*>(src)[i];
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+            float o[8];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                o[2 * j] = f16_to_f32((uint16_t)(w[j] & 0xFFFFu));
+                o[2 * j + 1] = f16_to_f32((uint16_t)(w[j] >> 16));
+            }
+            reinterpret_cast<float4*>(dst)[2 * i] = make_float4(o[0], o[1], o[2], o[3]);
+            reinterpret_cast<float4*>(dst)[2 * i + 1] = make_float4(o[4], o[5], o[6], o[7]);
+        }
+        for (int64_t i = n8 * 8 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = f16_to_f32(src[i]);
+    } else {
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = f16_to_f32(src[i]);
+    }
+}
+
+// ------------------------------------------------------------------------------------------- F16-operand attention
+//
+// ds4j_attention_f16_operands: the verify attention of the F16 path above the short-context threshold (issue 8).
+// Same key set and masks per query as attention_kernel; q and the probabilities are rounded to F16, products are
+// accumulated in F32. Flash-decoding layout: a block takes 64 heads of one query (the 64 x d output accumulator is
+// what one SM's registers hold at d = 512) and a range of that query's keys; each key tile is loaded once into
+// shared memory and used by all 64 heads (one KV head: every head reads the same rows). The S queries of a step run
+// concurrently over the same window and (mostly) the same entries, so HBM sees one read of the step's key set and the
+// other queries hit L2. Blocks write unnormalised partials (running max m, sum l, output) and a combine kernel adds
+// them with the sink; with a single key range per query the block finishes the rows itself.
+
+/** 2 + 2 F16 halves of a 32-bit word: the lower address holds the lower index (mma fragment order). */
+__device__ __forceinline__ uint32_t pack2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+
+// mma.sync m16n8k16 and cp.async need sm_80 or newer (the nvcc build targets sm_90); -DDS4J_PORTABLE_ONLY builds
+// the portable kernel alone (a compile check of what hipcc builds).
+#if defined(__NVCC__) && !defined(__HIPCC__) && !defined(DS4J_PORTABLE_ONLY)
+#define DS4J_HAVE_MMA 1
+
+/** D += A B, m16n8k16, A row-major F16 [16 x 16], B column-major F16 [16 x 8], C/D F32 [16 x 8]. */
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+constexpr int TC_ROWS = 64;     // heads per block (4 warps x m16)
+constexpr int TC_KT = 64;       // keys per tile
+constexpr int TC_THREADS = 256; // 8 warps
+constexpr int TC_PAD = 8;       // F16 row padding of Q / K tiles (conflict-free fragment loads)
+constexpr int TC_SPAD = 4;      // F32 padding of the score tile
+
+/** Dynamic shared memory of tc_attention_kernel<D>. */
+static inline size_t tc_smem(int D) {
+    return (size_t)2 * TC_ROWS * (D + TC_PAD) * 2       // Q block and K tile, F16
+           + (size_t)TC_ROWS * (TC_KT + TC_SPAD) * 4    // scores, F32
+           + (size_t)TC_ROWS * (TC_KT + TC_PAD) * 2     // probabilities, F16
+           + (size_t)3 * TC_ROWS * 4                    // correction, final m and l per row
+           + (size_t)TC_KT * 8;                         // key addresses
+}
+
+/**
+ * Grid (S * ceil(H/64), nsplit). Block (s, head block hb, key range c): heads hb*64 .. +64 of query s, keys
+ * [c*per, min(nk_s, (c+1)*per)) of its key set. Warp w: row tile w&3 (16 heads); in Q K^T keys (w>>2)*32 .. +32 of the
+ * tile, in P V output columns (w>>2)*D/2 .. +D/2.
+ */
+template <int D>
+__global__ void __launch_bounds__(TC_THREADS, 1)
+tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int cap, const uint16_t* entries, int kind,
+                    int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int S, int H, int W, float scale,
+                    int per, float* part, float* out) {
+    // NT: n8 output tiles per warp (D/2 columns)
+    constexpr int ST = D + TC_PAD, SST = TC_KT + TC_SPAD, PST = TC_KT + TC_PAD, NT = D / 16;
+    extern __shared__ __align__(16) unsigned char tc_sm[];
+    uint16_t* Qs = reinterpret_cast<uint16_t*>(tc_sm);
+    uint16_t* Ks = Qs + TC_ROWS * ST;
+    float* Sc = reinterpret_cast<float*>(Ks + TC_KT * ST);
+    uint16_t* Ps = reinterpret_cast<uint16_t*>(Sc + TC_ROWS * SST);
+    float* corrS = reinterpret_cast<float*>(Ps + TC_ROWS * PST);
+    float* rmS = corrS + TC_ROWS;
+    float* rlS = rmS + TC_ROWS;
+    uintptr_t* kaddr = reinterpret_cast<uintptr_t*>(rlS + TC_ROWS);
+
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
+    const int s = blockIdx.x / HB, h0 = (blockIdx.x % HB) * TC_ROWS, c = blockIdx.y;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+    const int64_t t = N0 + s;
+
+    Keys<uint16_t> k;
+    k.kv_new = kv_new;
+    k.ring = ring;
+    k.entries = entries;
+    k.N0 = N0;
+    k.cap = cap;
+    k.d = D;
+    k.p0 = t - W + 1 > 0 ? t - W + 1 : 0;
+    k.nraw = (int)(t - k.p0 + 1);
+    k.sel = nullptr;
+    int ncomp = 0;
+    if (kind == DS4J_ATTN_HCA) {
+        ncomp = (int)((t + 1) / m);
+    } else if (kind == DS4J_ATTN_CSA) {
+        const int64_t avail = (t + 1) / m;
+        if (avail <= K) ncomp = (int)avail;
+        else {
+            ncomp = K;
+            k.sel = sel + (int64_t)s * K;
+        }
+    }
+    const int nk = k.nraw + ncomp;
+    const int kbeg = c * per, kend = min(nk, kbeg + per);
+
+    // Q block, rounded to F16 (rows past H are zero)
+    for (int i = tid; i < TC_ROWS * (D / 4); i += TC_THREADS) {
+        const int r = i / (D / 4), c4 = i % (D / 4), h = h0 + r;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (h < H) v = reinterpret_cast<const float4*>(q + ((int64_t)s * H + h) * D)[c4];
+        uint2 w;
+        w.x = pack2(f32_to_f16(v.x), f32_to_f16(v.y));
+        w.y = pack2(f32_to_f16(v.z), f32_to_f16(v.w));
+        *reinterpret_cast<uint2*>(Qs + r * ST + c4 * 4) = w;
+    }
+
+    // softmax state of row tid>>2, kept identically by its 4 threads
+    float m_run = -INFINITY, l_run = 0.f;
+    float o[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+    const int rt = warp & 3, half = warp >> 2;
+
+    for (int kb = kbeg; kb < kend; kb += TC_KT) {
+        const int nv = min(TC_KT, kend - kb);
+        if (tid < TC_KT) kaddr[tid] = tid < nv ? key_row(k, kb + tid) : 0;
+        __syncthreads();  // kaddr ready; the previous tile's P V is done with Ks
+        for (int i = tid; i < TC_KT * (D / 8); i += TC_THREADS) {
+            const int j = i / (D / 8), c8 = i % (D / 8);
+            uint16_t* dst = Ks + j * ST + c8 * 8;
+            const uintptr_t a = kaddr[j];
+            if (j >= nv) {
+                *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);  // zero, not garbage: 0 x NaN = NaN
+            } else if (a & 1u) {  // a row of this step, F32 holding F16 values: exact
+                const float4* f = reinterpret_cast<const float4*>((const float*)(a & ~(uintptr_t)1) + c8 * 8);
+                const float4 x = f[0], y = f[1];
+                *reinterpret_cast<uint4*>(dst) = make_uint4(pack2(f32_to_f16(x.x), f32_to_f16(x.y)),
+                                                            pack2(f32_to_f16(x.z), f32_to_f16(x.w)),
+                                                            pack2(f32_to_f16(y.x), f32_to_f16(y.y)),
+                                                            pack2(f32_to_f16(y.z), f32_to_f16(y.w)));
+            } else {
+                cp_async16(dst, (const uint16_t*)a + c8 * 8);
+            }
+        }
+        cp_async_wait_all();
+        __syncthreads();  // K tile (and, the first time, Q) ready
+
+        // scores S = scale * Q K^T: warp rows rt*16 .. +16, keys half*32 .. +32
+        {
+            float acc[4][4];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+            const uint16_t* qa = Qs + (rt * 16 + gid) * ST + 2 * tig;
+            const uint16_t* kbp = Ks + (half * 32 + gid) * ST + 2 * tig;
+#pragma unroll 4
+            for (int kk = 0; kk < D / 16; kk++) {
+                const uint32_t a0 = *reinterpret_cast<const uint32_t*>(qa + kk * 16);
+                const uint32_t a1 = *reinterpret_cast<const uint32_t*>(qa + 8 * ST + kk * 16);
+                const uint32_t a2 = *reinterpret_cast<const uint32_t*>(qa + kk * 16 + 8);
+                const uint32_t a3 = *reinterpret_cast<const uint32_t*>(qa + 8 * ST + kk * 16 + 8);
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    const uint16_t* b = kbp + nt * 8 * ST + kk * 16;
+                    mma_16816(acc[nt], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(b),
+                              *reinterpret_cast<const uint32_t*>(b + 8));
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const int col = half * 32 + nt * 8 + 2 * tig;
+                float* r0 = Sc + (rt * 16 + gid) * SST + col;
+                float* r1 = r0 + 8 * SST;
+                r0[0] = acc[nt][0] * scale;
+                r0[1] = acc[nt][1] * scale;
+                r1[0] = acc[nt][2] * scale;
+                r1[1] = acc[nt][3] * scale;
+            }
+        }
+        __syncthreads();
+
+        // online softmax: row tid>>2, keys (tid&3)*16 .. +16 of the tile; P rounded to F16
+        {
+            const int r = tid >> 2, q4 = tid & 3;
+            const float* sr = Sc + r * SST + q4 * 16;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                if (q4 * 16 + i < nv) mx = fmaxf(mx, sr[i]);
+            mx = fmaxf(mx, DS4J_SHFL_XOR(mx, 1));
+            mx = fmaxf(mx, DS4J_SHFL_XOR(mx, 2));
+            const float mnew = fmaxf(m_run, mx);  // finite: the tile has at least one key
+            const float corr = m_run == -INFINITY ? 0.f : expf(m_run - mnew);
+            float sum = 0.f;
+            uint16_t* pr = Ps + r * PST + q4 * 16;
+#pragma unroll
+            for (int i = 0; i < 16; i += 2) {
+                const float p0 = q4 * 16 + i < nv ? expf(sr[i] - mnew) : 0.f;
+                const float p1 = q4 * 16 + i + 1 < nv ? expf(sr[i + 1] - mnew) : 0.f;
+                sum += p0 + p1;
+                *reinterpret_cast<uint32_t*>(pr + i) = pack2(f32_to_f16(p0), f32_to_f16(p1));
+            }
+            sum += DS4J_SHFL_XOR(sum, 1);
+            sum += DS4J_SHFL_XOR(sum, 2);
+            l_run = l_run * corr + sum;
+            m_run = mnew;
+            if (q4 == 0) corrS[r] = corr;
+        }
+        __syncthreads();
+
+        // O = diag(corr) O + P V: warp rows rt*16 .. +16, output columns half*D/2 .. +D/2
+        {
+            const float c0 = corrS[rt * 16 + gid], c1 = corrS[rt * 16 + gid + 8];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                o[nt][0] *= c0;
+                o[nt][1] *= c0;
+                o[nt][2] *= c1;
+                o[nt][3] *= c1;
+            }
+#pragma unroll
+            for (int kk = 0; kk < TC_KT / 16; kk++) {
+                const uint16_t* pa = Ps + (rt * 16 + gid) * PST + kk * 16 + 2 * tig;
+                const uint32_t a0 = *reinterpret_cast<const uint32_t*>(pa);
+                const uint32_t a1 = *reinterpret_cast<const uint32_t*>(pa + 8 * PST);
+                const uint32_t a2 = *reinterpret_cast<const uint32_t*>(pa + 8);
+                const uint32_t a3 = *reinterpret_cast<const uint32_t*>(pa + 8 * PST + 8);
+                // B[k][n] = V[key kk*16 + k][column n]: two keys per register, the lower key in the low half
+                const uint16_t* vb = Ks + (kk * 16 + 2 * tig) * ST + half * (D / 2) + gid;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const uint16_t* v = vb + nt * 8;
+                    mma_16816(o[nt], a0, a1, a2, a3, pack2(v[0], v[ST]), pack2(v[8 * ST], v[9 * ST]));
+                }
+            }
+        }
+    }
+
+    if ((tid & 3) == 0) {
+        rmS[tid >> 2] = m_run;
+        rlS[tid >> 2] = l_run;
+    }
+    __syncthreads();
+    const int64_t SH = (int64_t)S * H;
+    const bool direct = gridDim.y == 1;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int r = rt * 16 + gid + 8 * hh, h = h0 + r;
+        if (h >= H) continue;
+        const int64_t row = (int64_t)s * H + h;
+        const float mr = rmS[r], lr = rlS[r];
+        float a = 1.f;
+        float* dst;
+        if (direct) {
+            const float sink = sinks[h], M = fmaxf(mr, sink);
+            const float wgt = mr == -INFINITY ? 0.f : expf(mr - M);
+            a = wgt / (lr * wgt + expf(sink - M));
+            dst = out + row * D;
+        } else {
+            dst = part + ((int64_t)c * SH + row) * D;
+            if (half == 0 && tig == 0) {
+                float* ml = part + (int64_t)gridDim.y * SH * D + ((int64_t)c * SH + row) * 2;
+                ml[0] = mr;
+                ml[1] = lr;
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const int col = half * (D / 2) + nt * 8 + 2 * tig;
+            *reinterpret_cast<float2*>(dst + col) = make_float2(o[nt][2 * hh] * a, o[nt][2 * hh + 1] * a);
+        }
+    }
+}
+#endif  // DS4J_HAVE_MMA
+
+/** Adds the nsplit partials of each row (s, h) with the sink: out = sum_c e^(m_c-M) O_c / (sum_c e^(m_c-M) l_c + e^(sink-M)). */
+__global__ void tc_combine_kernel(const float* part, int nsplit, int64_t SH, int H, int d, const float* sinks, float* out) {
+    const int64_t row = blockIdx.x;
+    const float* ml = part + (int64_t)nsplit * SH * d;
+    const float sink = sinks[row % H];
+    float M = sink;
+    for (int c = 0; c < nsplit; c++) M = fmaxf(M, ml[((int64_t)c * SH + row) * 2]);
+    float L = expf(sink - M);
+    for (int c = 0; c < nsplit; c++) {
+        const float mc = ml[((int64_t)c * SH + row) * 2];
+        if (mc != -INFINITY) L += expf(mc - M) * ml[((int64_t)c * SH + row) * 2 + 1];
+    }
+    const float inv = 1.f / L;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float acc = 0.f;
+        for (int c = 0; c < nsplit; c++) {
+            const float mc = ml[((int64_t)c * SH + row) * 2];
+            if (mc != -INFINITY) acc += expf(mc - M) * part[((int64_t)c * SH + row) * d + i];
+        }
+        out[row * d + i] = acc * inv;
+    }
+}
+
+/** Checks and launches attention_kernel<T, F16OPS> (ds4j_attention and its variants). */
+template <typename T, bool F16OPS>
+static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, const float* kv_new, const T* ring,
+                                int32_t cap, const T* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
+                                const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale,
+                                float* out) {
+    DS4J_ARG(q && kv_new && sinks && out && S >= 0 && H > 0 && d > 0 && W > 0 && N0 >= 0, "%s: bad arguments", fn);
+    DS4J_ARG(N0 == 0 || (ring && cap >= W - 1), "%s: ring of %d rows cannot hold the window", fn, cap);
+    DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (entries || (N0 + S) / m == 0)), "%s: compressed layer without entries",
+             fn);
+    DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: CSA without selections", fn);
+    if (S == 0) return DS4J_OK;
+    int64_t maxc = 0;
+    if (kind == DS4J_ATTN_HCA) maxc = (N0 + S) / m;
+    else if (kind == DS4J_ATTN_CSA) maxc = (N0 + S) / m < K ? (N0 + S) / m : K;
+    const int64_t nk_max = W + maxc;
+    const int64_t smem = attention_smem(d, nk_max);
+    DS4J_ARG(smem <= 48 * 1024, "%s: %lld keys per query (window %d + %lld compressed) exceed the kernel's shared memory",
+             fn, (long long)nk_max, W, (long long)maxc);
+    DS4J_ARG(S <= 65535, "%s: S %d too large for one launch", fn, S);
+    dim3 grid(H, S);
+    attention_kernel<T, F16OPS><<<grid, ATT_THREADS, (size_t)smem, ctx->stream>>>(
+        q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, (int)nk_max, out);
+    DS4J_LAUNCHED("attention");
+    return DS4J_OK;
+}
+
+/** Checks and launches indexer_scores_kernel<T>. */
+template <typename T>
+static int32_t launch_indexer_scores(ds4j_ctx* ctx, const char* fn, const float* qi, const float* wt, const T* keys,
+                                     int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale,
+                                     float s_scale, float* scores, int64_t ld) {
+    DS4J_ARG(qi && wt && scores && m > 0 && HI > 0 && dI > 0 && K > 0 && S >= 0 && N0 >= 0, "%s: bad arguments", fn);
+    const int64_t maxAvail = (N0 + S) / m;
+    if (S == 0 || maxAvail <= K) return DS4J_OK;
+    DS4J_ARG(keys && ld >= maxAvail, "%s: scores row of %lld < %lld entries", fn, (long long)ld, (long long)maxAvail);
+    DS4J_ARG(S <= 65535, "%s: S %d too large for one launch", fn, S);
+    dim3 grid((unsigned)((maxAvail + IDX_ENTRIES - 1) / IDX_ENTRIES), S);
+    indexer_scores_kernel<T><<<grid, 128, 0, ctx->stream>>>(qi, wt, keys, N0, m, HI, dI, K, w_scale, s_scale, scores, ld);
+    DS4J_LAUNCHED("indexer_scores");
+    return DS4J_OK;
+}
+
+/** How ds4j_attention_f16_operands runs for one set of arguments (ds4j_attention_f16_operands_work gives the same). */
+struct F16OpsPlan {
+    bool mma;        // the tensor-core kernel (else the portable one)
+    int nsplit;      // key ranges per query (1: no partials, no combine)
+    int per;         // keys per range, a multiple of the tile
+    int64_t work;    // bytes of partials
+};
+
+/** Multiprocessor count of a device, cached (asked once per device). */
+static int sm_count(int device) {
+    static int cache[64];
+    if (device < 0 || device >= 64) return 1;
+    if (cache[device] == 0) {
+        hipDeviceProp_t p;
+        cache[device] = hipGetDeviceProperties(&p, device) == hipSuccess && p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
+    }
+    return cache[device];
+}
+
+static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H,
+                              int32_t d, int32_t W, int32_t impl) {
+    F16OpsPlan p{false, 1, 0, 0};
+#if defined(DS4J_HAVE_MMA)
+    p.mma = impl == DS4J_F16OPS_AUTO && (d == 64 || d == 128 || d == 256 || d == 512);
+#else
+    (void)impl;
+#endif
+    if (!p.mma || S <= 0) return p;
+    const int64_t nk_max = attended_rows(kind, m, K, N0 + S - 1, W);
+    const int64_t tiles = (nk_max + 63) / 64;
+    const int64_t blocks_per_range = (int64_t)S * ((H + 63) / 64);
+    int64_t ns = sm_count(ctx->device) / blocks_per_range;
+    if (ns < 1) ns = 1;
+    if (ns > tiles) ns = tiles;
+    const int64_t tps = (tiles + ns - 1) / ns;  // tiles per range
+    p.nsplit = (int)((tiles + tps - 1) / tps);
+    p.per = (int)(tps * 64);
+    p.work = p.nsplit > 1 ? (int64_t)p.nsplit * S * H * ((int64_t)d + 2) * 4 : 0;
+    return p;
+}
+
 static unsigned grid_for(int64_t n) {
     const int64_t b = (n + 255) / 256;
     return (unsigned)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
@@ -391,27 +829,102 @@ int32_t ds4j_attention(ds4j_ctx* ctx, const float* q, const float* kv_new, const
                        const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale,
                        float* out) {
     DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(q && kv_new && sinks && out && S >= 0 && H > 0 && d > 0 && W > 0 && N0 >= 0,
-             "ds4j_attention: bad arguments");
-    DS4J_ARG(N0 == 0 || (ring && cap >= W - 1), "ds4j_attention: ring of %d rows cannot hold the window", cap);
-    DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (entries || (N0 + S) / m == 0)),
-             "ds4j_attention: compressed layer without entries");
-    DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "ds4j_attention: CSA without selections");
-    if (S == 0) return DS4J_OK;
-    int64_t maxc = 0;
-    if (kind == DS4J_ATTN_HCA) maxc = (N0 + S) / m;
-    else if (kind == DS4J_ATTN_CSA) maxc = (N0 + S) / m < K ? (N0 + S) / m : K;
-    const int64_t nk_max = W + maxc;
-    const int64_t smem = attention_smem(d, nk_max);
-    DS4J_ARG(smem <= 48 * 1024,
-             "ds4j_attention: %lld keys per query (window %d + %lld compressed) exceed the kernel's shared memory",
-             (long long)nk_max, W, (long long)maxc);
-    DS4J_ARG(S <= 65535, "ds4j_attention: S %d too large for one launch", S);
-    dim3 grid(H, S);
-    attention_kernel<<<grid, ATT_THREADS, (size_t)smem, ctx->stream>>>(q, kv_new, ring, cap, entries, kind, m, sel, K,
-                                                                       sinks, N0, H, d, W, scale, (int)nk_max, out);
-    DS4J_LAUNCHED("attention");
+    return launch_attention<uint16_t, false>(ctx, "ds4j_attention", q, kv_new, ring, cap, entries, kind, m, sel, K, sinks,
+                                             N0, S, H, d, W, scale, out);
+}
+
+int32_t ds4j_attention_f32(ds4j_ctx* ctx, const float* q, const float* kv_new, const float* ring, int32_t cap,
+                           const float* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
+                           const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale,
+                           float* out) {
+    DS4J_CHECK_CTX(ctx);
+    return launch_attention<float, false>(ctx, "ds4j_attention_f32", q, kv_new, ring, cap, entries, kind, m, sel, K,
+                                          sinks, N0, S, H, d, W, scale, out);
+}
+
+int32_t ds4j_f16_to_f32(ds4j_ctx* ctx, const uint16_t* src, float* dst, int64_t n) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(n >= 0 && (n == 0 || (src && dst)), "ds4j_f16_to_f32: bad arguments (n %lld)", (long long)n);
+    if (n == 0) return DS4J_OK;
+    const int vec = ((uintptr_t)src % 16 == 0 && (uintptr_t)dst % 16 == 0) ? 1 : 0;
+    f16_to_f32_kernel<<<grid_for(vec ? (n + 7) / 8 : n), 256, 0, ctx->stream>>>(src, dst, n, vec);
+    DS4J_LAUNCHED("f16_to_f32");
     return DS4J_OK;
+}
+
+int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t W, int64_t* host_rows) {
+    DS4J_ARG(host_rows && S > 0 && N0 >= 0 && W > 0 && (kind == DS4J_ATTN_SLIDING || (m > 0 && (kind != DS4J_ATTN_CSA || K > 0))),
+             "ds4j_attention_rows: bad arguments");
+    DS4J_ARG(kind == DS4J_ATTN_SLIDING || kind == DS4J_ATTN_CSA || kind == DS4J_ATTN_HCA, "ds4j_attention_rows: unknown kind %d",
+             kind);
+    *host_rows = attended_rows(kind, m, K, N0 + S - 1, W);
+    return DS4J_OK;
+}
+
+int32_t ds4j_attention_f16_operands_work(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S,
+                                         int32_t H, int32_t d, int32_t W, int32_t impl, int64_t* host_bytes) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(host_bytes, "ds4j_attention_f16_operands_work: null output");
+    *host_bytes = f16ops_plan(ctx, kind, m, K, N0, S, H, d, W, impl).work;
+    return DS4J_OK;
+}
+
+int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* kv_new, const uint16_t* ring,
+                                    int32_t cap, const uint16_t* entries, int32_t kind, int32_t m, const int32_t* sel,
+                                    int32_t K, const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d,
+                                    int32_t W, float scale, int32_t impl, void* work, int64_t work_bytes, float* out) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(impl == DS4J_F16OPS_AUTO || impl == DS4J_F16OPS_PORTABLE, "ds4j_attention_f16_operands: unknown impl %d", impl);
+    const F16OpsPlan p = f16ops_plan(ctx, kind, m, K, N0, S, H, d, W, impl);
+    if (!p.mma)
+        return launch_attention<uint16_t, true>(ctx, "ds4j_attention_f16_operands", q, kv_new, ring, cap, entries, kind, m,
+                                                sel, K, sinks, N0, S, H, d, W, scale, out);
+#if defined(DS4J_HAVE_MMA)
+    const char* fn = "ds4j_attention_f16_operands";
+    DS4J_ARG(q && kv_new && sinks && out && S >= 0 && H > 0 && W > 0 && N0 >= 0, "%s: bad arguments", fn);
+    DS4J_ARG(N0 == 0 || (ring && cap >= W - 1), "%s: ring of %d rows cannot hold the window", fn, cap);
+    DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (entries || (N0 + S) / m == 0)), "%s: compressed layer without entries",
+             fn);
+    DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: CSA without selections", fn);
+    DS4J_ARG(p.work == 0 || (work && work_bytes >= p.work), "%s: work memory of %lld bytes < %lld needed", fn,
+             (long long)work_bytes, (long long)p.work);
+    if (S == 0) return DS4J_OK;
+    const int HB = (H + 63) / 64;
+    DS4J_ARG((int64_t)S * HB <= 0x7fffffff && p.nsplit <= 65535, "%s: S %d too large for one launch", fn, S);
+    const size_t smem = tc_smem(d);
+    dim3 grid((unsigned)(S * HB), (unsigned)p.nsplit);
+    float* part = (float*)work;
+#define DS4J_TC_LAUNCH(DD)                                                                                          \
+    do {                                                                                                            \
+        static bool attr_set[64];                                                                                   \
+        if (ctx->device < 0 || ctx->device >= 64 || !attr_set[ctx->device]) {                                       \
+            cudaError_t e_ = cudaFuncSetAttribute(tc_attention_kernel<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                                  (int)smem);                                                       \
+            if (e_ != cudaSuccess) return fail_hip(e_, "ds4j_attention_f16_operands: shared memory opt-in");         \
+            if (ctx->device >= 0 && ctx->device < 64) attr_set[ctx->device] = true;                                 \
+        }                                                                                                           \
+        tc_attention_kernel<DD><<<grid, TC_THREADS, smem, ctx->stream>>>(q, kv_new, ring, cap, entries, kind, m, sel, K, \
+                                                                         sinks, N0, S, H, W, scale, p.per, part, out); \
+    } while (0)
+    switch (d) {
+        case 64: DS4J_TC_LAUNCH(64); break;
+        case 128: DS4J_TC_LAUNCH(128); break;
+        case 256: DS4J_TC_LAUNCH(256); break;
+        default: DS4J_TC_LAUNCH(512); break;
+    }
+#undef DS4J_TC_LAUNCH
+    DS4J_LAUNCHED("attention (tensor cores)");
+    if (p.nsplit > 1) {
+        tc_combine_kernel<<<(unsigned)((int64_t)S * H), 128, 0, ctx->stream>>>(part, p.nsplit, (int64_t)S * H, H, d, sinks,
+                                                                                out);
+        DS4J_LAUNCHED("attention combine");
+    }
+    return DS4J_OK;
+#else
+    (void)work;
+    (void)work_bytes;
+    return DS4J_OK;
+#endif
 }
 
 int32_t ds4j_compress_pool(ds4j_ctx* ctx, const float* ring_a, const float* ring_z, int32_t cap, const float* a_new,
@@ -436,17 +949,16 @@ int32_t ds4j_indexer_scores(ds4j_ctx* ctx, const float* qi, const float* wt, con
                             int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale,
                             float* scores, int64_t ld) {
     DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(qi && wt && scores && m > 0 && HI > 0 && dI > 0 && K > 0 && S >= 0 && N0 >= 0,
-             "ds4j_indexer_scores: bad arguments");
-    const int64_t maxAvail = (N0 + S) / m;
-    if (S == 0 || maxAvail <= K) return DS4J_OK;
-    DS4J_ARG(keys && ld >= maxAvail, "ds4j_indexer_scores: scores row of %lld < %lld entries", (long long)ld,
-             (long long)maxAvail);
-    DS4J_ARG(S <= 65535, "ds4j_indexer_scores: S %d too large for one launch", S);
-    dim3 grid((unsigned)((maxAvail + IDX_ENTRIES - 1) / IDX_ENTRIES), S);
-    indexer_scores_kernel<<<grid, 128, 0, ctx->stream>>>(qi, wt, keys, N0, m, HI, dI, K, w_scale, s_scale, scores, ld);
-    DS4J_LAUNCHED("indexer_scores");
-    return DS4J_OK;
+    return launch_indexer_scores<uint16_t>(ctx, "ds4j_indexer_scores", qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale,
+                                           scores, ld);
+}
+
+int32_t ds4j_indexer_scores_f32(ds4j_ctx* ctx, const float* qi, const float* wt, const float* keys, int64_t N0,
+                                int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale,
+                                float* scores, int64_t ld) {
+    DS4J_CHECK_CTX(ctx);
+    return launch_indexer_scores<float>(ctx, "ds4j_indexer_scores_f32", qi, wt, keys, N0, S, m, HI, dI, K, w_scale,
+                                        s_scale, scores, ld);
 }
 
 int32_t ds4j_indexer_topk(ds4j_ctx* ctx, const float* scores, int64_t ld, int64_t N0, int32_t S, int32_t m, int32_t K,

@@ -57,6 +57,10 @@ extern "C" {
 #define DS4J_ATTN_CSA 1
 #define DS4J_ATTN_HCA 2
 
+/* implementations of ds4j_attention_f16_operands */
+#define DS4J_F16OPS_AUTO 0     /* tensor cores where the build has them (nvcc, d in {64, 128, 256, 512}), else portable */
+#define DS4J_F16OPS_PORTABLE 1 /* the portable kernel (all hipcc builds): same F16 operands, F32 FMA, no tensor cores */
+
 /** A device and the one stream every call on it is ordered on. */
 typedef struct ds4j_ctx ds4j_ctx;
 
@@ -202,6 +206,49 @@ DS4J_API int32_t ds4j_attention(ds4j_ctx* ctx, const float* q, const float* kv_n
                                 float scale, float* out);
 
 /**
+ * ds4j_attention over an F32 copy of the cache (the verify path "f32-convert", issue 8): ring [cap, d] and
+ * entries [*, d] are F32 (ds4j_f16_to_f32 of the F16 rows). Same keys, masks and operation order as ds4j_attention,
+ * so on converted rows the two give the same output bit for bit.
+ */
+DS4J_API int32_t ds4j_attention_f32(ds4j_ctx* ctx, const float* q, const float* kv_new, const float* ring, int32_t cap,
+                                    const float* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
+                                    const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W,
+                                    float scale, float* out);
+
+/** dst[i] = src[i] for i < n: F16 bit patterns to F32 (exact). */
+DS4J_API int32_t ds4j_f16_to_f32(ds4j_ctx* ctx, const uint16_t* src, float* dst, int64_t n);
+
+/**
+ * n_attn of a step (issue 8): the number of rows its last query (position N0+S-1 = t) attends, which is the most any
+ * query of the step attends (the count grows with the position): min(t+1, W) raw window rows plus the compressed
+ * entries of ds4j_attention (HCA: (t+1)/m; CSA: min((t+1)/m, K); sliding: none). Needs no context.
+ */
+DS4J_API int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t W,
+                                     int64_t* host_rows);
+
+/**
+ * ds4j_attention with F16 operands (the verify path "f16" above its short-context threshold, issue 8): the same key
+ * set, masks and sink, reading the F16 ring and entries in place; q and the unnormalised probabilities are rounded to
+ * F16 and every product is accumulated in F32 (the softmax denominator sums the unrounded probabilities).
+ * impl DS4J_F16OPS_AUTO, nvcc build, d in {64, 128, 256, 512}: tensor cores (mma.sync m16n8k16 F16 x F16 -> F32),
+ * flash-decoding style: a block takes 64 heads of one query and a range of its keys, tiles of 64 keys are read once
+ * per block, the ranges' partials are combined with the sink in a second kernel; needs work memory of
+ * ds4j_attention_f16_operands_work bytes (may be 0; work may then be NULL). Otherwise (hipcc builds, other d, or
+ * DS4J_F16OPS_PORTABLE): the portable kernel, one block per (head, query), no work memory. The tensor-core kernel
+ * reads with 16-byte loads: q, kv_new, ring and entries must be 16-byte aligned (device allocations are).
+ */
+DS4J_API int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* kv_new, const uint16_t* ring,
+                                             int32_t cap, const uint16_t* entries, int32_t kind, int32_t m,
+                                             const int32_t* sel, int32_t K, const float* sinks, int64_t N0, int32_t S,
+                                             int32_t H, int32_t d, int32_t W, float scale, int32_t impl, void* work,
+                                             int64_t work_bytes, float* out);
+
+/** Bytes of work memory ds4j_attention_f16_operands needs for these arguments (0 when it needs none). */
+DS4J_API int32_t ds4j_attention_f16_operands_work(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K, int64_t N0,
+                                                  int32_t S, int32_t H, int32_t d, int32_t W, int32_t impl,
+                                                  int64_t* host_bytes);
+
+/**
  * Compressor pooling (spec 3.5) of every window completed by positions N0 .. N0+S-1: windows N0/m .. (N0+S)/m - 1.
  * Rows of positions >= N0 come from a_new/z_new [S, cw], older ones from ring_a/ring_z [cap, cw] (slot p % cap),
  * cw = overlap ? 2w : w. Each entry: per-channel softmax over the slots of z + position_bias [m, cw], pooled a,
@@ -220,6 +267,11 @@ DS4J_API int32_t ds4j_compress_pool(ds4j_ctx* ctx, const float* ring_a, const fl
 DS4J_API int32_t ds4j_indexer_scores(ds4j_ctx* ctx, const float* qi, const float* wt, const uint16_t* keys,
                                      int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K,
                                      float w_scale, float s_scale, float* scores, int64_t ld);
+
+/** ds4j_indexer_scores over F32 keys [*, dI] (the "f32-convert" verify path); the same result bit for bit. */
+DS4J_API int32_t ds4j_indexer_scores_f32(ds4j_ctx* ctx, const float* qi, const float* wt, const float* keys,
+                                         int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K,
+                                         float w_scale, float s_scale, float* scores, int64_t ld);
 
 /**
  * Top-K (spec 6.6 tie-break: larger score first, then lower index; NaN last) of scores[s*ld .. s*ld + avail) for

@@ -1,11 +1,14 @@
 package io.ds4j.gpu;
 
 import io.ds4j.cpu.CpuBackend;
+import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.CacheLayout;
-import io.ds4j.engine.Backend;
 import io.ds4j.engine.EngineStatus;
 import io.ds4j.engine.Sequence;
+import io.ds4j.engine.StepKind;
+import io.ds4j.engine.VerifyAttention;
+import io.ds4j.engine.FeatureGate;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.CheckpointException;
 import io.ds4j.model.ModelConfig;
@@ -15,8 +18,13 @@ import io.ds4j.model.WeightLoader;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
+import java.util.EnumMap;
+import java.util.Locale;
+import java.util.Map;
 
 import static io.ds4j.gpu.Gpu.check;
 import static io.ds4j.gpu.Gpu.ptr;
@@ -34,6 +42,23 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * checkpoint) and runs the picks routed to them with the CPU kernels while the device runs the others. At load the
  * device memory use is logged by category ({@link #memoryReport()}). Running out of device memory is a
  * {@link DeviceMemoryException} naming what did not fit and what to change.
+ *
+ * <p>Verify attention (issue 8; {@link StepKind#VERIFY} steps only, prefill and decode never change): two paths over
+ * the same attended rows, masks and sink, chosen by {@link BackendOptions#f16KvVerify()} and switchable at run time
+ * ({@link #setVerifyAttention}):
+ * <ul>
+ *   <li>{@link VerifyAttention#F32_CONVERT} (the control, the default): per layer, the complete persistent F16 cache
+ *       rows — every window ring row, every compressed entry stored so far and, where the indexer runs, every indexer
+ *       key — are converted to an F32 scratch in the step's workspace (reused by the next layer), then the indexer
+ *       scores and the attention run in F32 on the copies;</li>
+ *   <li>{@link VerifyAttention#F16}: the F16 rows are read in place. A layer whose attended row count n_attn
+ *       ({@link #attendedRows}) is at most {@link BackendOptions#f32ShortContextRows()} keeps Q·Kᵀ and P·V in full F32
+ *       (Q and the probabilities unrounded): its output equals the control's bit for bit, since F16 → F32 is exact
+ *       and the operation order is the same. Above it, Q and the probabilities are rounded to F16 and the products run
+ *       on tensor cores with F32 accumulation ({@code ds4j_attention_f16_operands}). The indexer scores are F32
+ *       arithmetic on both paths (the control's on the F32 copies), so both select the same entries.</li>
+ * </ul>
+ * Each layer kind's mode is logged at its first verify step and again whenever it changes.
  *
  * <p>All work runs on one stream of one device; calls are serialised on the backend (different sequences may be
  * stepped from different threads, one at a time). Implements {@code backend: hip} ({@link io.ds4j.engine.Backends}).
@@ -53,6 +78,17 @@ public final class HipBackend implements Backend {
     /** Host picks run on the CPU per layer (hybrid placement), for tests and diagnostics. */
     final long[] hostPickCount;
     private volatile DeviceMemoryReport report;
+
+    private VerifyAttention verifyAttention;
+    /** The effective state at load (placement, F16-KV decision and its diagnostic). */
+    private final EngineStatus startStatus;
+    private int shortRows;
+    /** The last verify mode per layer kind: {category, message}; a new category is logged. */
+    private final Map<AttentionKind, String[]> verifyModes = new EnumMap<>(AttentionKind.class);
+    /** Whether ds4j_attention_f16_operands uses tensor cores for this model (nvcc build, supported head width). */
+    private final boolean tensorCores;
+    /** Host out-parameter of size queries (used under the backend's lock). */
+    private final MemorySegment outLong = Arena.ofAuto().allocate(ValueLayout.JAVA_LONG);
     private boolean closed;
 
     /**
@@ -82,6 +118,8 @@ public final class HipBackend implements Backend {
         this.hostWeights = weights;
         this.options = options;
         this.hostPickCount = new long[c.numLayers];
+        this.shortRows = this.options.f32ShortContextRows();
+        this.tensorCores = "cuda".equals(gpu.platform) && java.util.Set.of(64, 128, 256, 512).contains(weights.config.headDim);
         DeviceWeights dw = null;
         Workspace wsp = null;
         long rm = 0, rc = 0;
@@ -98,8 +136,10 @@ public final class HipBackend implements Backend {
             LOG.info("expert placement {} (asked for {}): {} of {} routed experts per layer in device memory, {} in host memory;"
                             + " weights {} of device memory within {}", pl.placement().key(), options.placement().key(),
                     pl.residentRange(), c.numExperts, pl.hostExperts(), Gpu.mib(pl.deviceBytes()), budget.describe());
-            if (pl.f16KvDropped()) LOG.warn(f16KvHybridWarning());
             this.plan = pl;
+            // the server / generate report the diagnostic (FeatureGate.resolve's contract); it is not logged here twice
+            this.startStatus = FeatureGate.resolve("hip", options, pl.placement(), pl.hostExperts());
+            this.verifyAttention = startStatus.f16KvActive() ? VerifyAttention.F16 : VerifyAttention.F32_CONVERT;
             dw = new DeviceWeights(gpu, weights, pl.resident(), ". Planned for expert placement " + pl.placement().key()
                     + " within " + budget.describe() + ". To fit: lower gpu.memoryBudgetMiB (with gpu.expertPlacement hybrid or"
                     + " auto, more routed experts stay in host memory), free device memory used by other processes, or use a"
@@ -110,6 +150,8 @@ public final class HipBackend implements Backend {
             gpu.sync();
             LOG.info("hip backend on {}: weights uploaded in {} s (total {})", gpu,
                     String.format("%.2f", (System.nanoTime() - t0) / 1e9), Gpu.mib(dw.totalBytes()));
+            LOG.info("hip backend verify attention: {} (f32ShortContextRows {}; above it {})", verifyAttention.key(), shortRows,
+                    tensorCores ? "tensor cores" : "the portable F16-operand kernel");
         } catch (RuntimeException e) {
             if (wsp != null) wsp.close();
             if (dw != null) dw.close();
@@ -128,11 +170,6 @@ public final class HipBackend implements Backend {
         this.ropeCompress = rc;
         this.report = buildReport();
         LOG.info(report.format());
-    }
-
-    /** The hybrid-placement diagnostic for an F16-KV verifier request (see {@link io.ds4j.engine.FeatureGate}). */
-    private static String f16KvHybridWarning() {
-        return "F16-KV verifier unavailable with hybrid expert placement; using F32 verifier attention";
     }
 
     /**
@@ -167,16 +204,6 @@ public final class HipBackend implements Backend {
         ExpertPlacementPlan.Budget b = plan.budget();
         return new DeviceMemoryReport(gpu.toString(), plan.placement().key(), plan.residentRange(), c.numExperts,
                 plan.hostExperts(), b.bytes(), b.explicit() ? 0 : b.reserve(), mem[1], java.util.List.copyOf(es));
-    }
-
-    /**
-     * The effective placement and verify path. The F16-KV verifier is never active in this backend yet; asked for
-     * with hybrid placement, the diagnostic says why it cannot be.
-     */
-    @Override
-    public EngineStatus status() {
-        return new EngineStatus("hip", plan.placement().key(), plan.hostExperts(), options.f16KvVerify(), false,
-                "f32-convert", options.f32ShortContextRows(), plan.f16KvDropped() ? f16KvHybridWarning() : null);
     }
 
     /** The most workspace bytes a step took beyond {@link Workspace#stepBytes} (0 when the estimate holds), for tests. */
@@ -263,6 +290,77 @@ public final class HipBackend implements Backend {
     @Override
     public String name() {
         return "hip";
+    }
+
+    @Override
+    public synchronized EngineStatus status() {
+        return engineStatus();
+    }
+
+    /** The load-time decision ({@link FeatureGate#resolve}) with the verify path and threshold in use now. */
+    private EngineStatus engineStatus() {
+        boolean f16 = verifyAttention == VerifyAttention.F16;
+        return new EngineStatus(name(), startStatus.expertPlacement(), startStatus.hostExperts(), options.f16KvVerify(), f16,
+                verifyAttention.key(), shortRows, startStatus.diagnostic());
+    }
+
+    @Override
+    public java.util.Set<VerifyAttention> verifyAttentionPaths() {
+        return plan.placement() == BackendOptions.ExpertPlacement.HYBRID ? java.util.Set.of(VerifyAttention.F32_CONVERT)
+                : java.util.EnumSet.allOf(VerifyAttention.class);
+    }
+
+    /** The verify attention path in use. */
+    public synchronized VerifyAttention verifyAttention() {
+        return verifyAttention;
+    }
+
+    /**
+     * Switches the verify attention path from the next step on (tests, benchmarks); the start-up choice is
+     * {@link BackendOptions#f16KvVerify()}.
+     * @throws IllegalArgumentException for null
+     */
+    @Override
+    public synchronized void setVerifyAttention(VerifyAttention path) {
+        if (path == null) throw new IllegalArgumentException("verify attention path must be set");
+        if (!verifyAttentionPaths().contains(path)) throw new UnsupportedOperationException(FeatureGate.F16KV_HYBRID_WARNING);
+        verifyAttention = path;
+    }
+
+    /**
+     * Sets the F16 path's full-F32 threshold (attended rows) from the next step on.
+     * @throws IllegalArgumentException outside {@value BackendOptions#MIN_SHORT_ROWS}..{@value BackendOptions#MAX_SHORT_ROWS}
+     */
+    public synchronized void setF32ShortContextRows(int rows) {
+        if (rows < BackendOptions.MIN_SHORT_ROWS || rows > BackendOptions.MAX_SHORT_ROWS)
+            throw new IllegalArgumentException("verify.f32ShortContextRows must be in " + BackendOptions.MIN_SHORT_ROWS + ".."
+                    + BackendOptions.MAX_SHORT_ROWS + ", got " + rows);
+        shortRows = rows;
+    }
+
+    /**
+     * The verify attention mode each layer kind was in at its last verify step ("f32-convert",
+     * "f16 full-F32 (n_attn N <= T)", "f16 tensor-core (n_attn N > T)"); kinds not yet run are absent.
+     */
+    public synchronized Map<AttentionKind, String> verifyAttentionModes() {
+        Map<AttentionKind, String> m = new EnumMap<>(AttentionKind.class);
+        verifyModes.forEach((k, v) -> m.put(k, v[1]));
+        return m;
+    }
+
+    /**
+     * n_attn of layer l in a step of S tokens at positions N0 .. N0+S-1: the rows its last query t = N0+S-1 attends,
+     * which is the most any query of the step attends (counts grow with the position): min(t+1, W) raw window rows
+     * plus its compressed entries (HCA: ⌊(t+1)/m⌋; CSA: min(⌊(t+1)/m⌋, K_I), the indexer's picks; sliding: none).
+     * Spec 3.7. The same as the library's ds4j_attention_rows.
+     */
+    public static long attendedRows(ModelConfig c, int l, long N0, int S) {
+        long t = N0 + S - 1, raw = Math.min(t + 1, c.slidingWindow);
+        return switch (c.layerTypes[l]) {
+            case SLIDING -> raw;
+            case HCA -> raw + (t + 1) / c.ratio(l);
+            case CSA -> raw + Math.min((t + 1) / c.ratio(l), c.indexTopk);
+        };
     }
 
     @Override
@@ -388,8 +486,16 @@ public final class HipBackend implements Backend {
     }
 
     @Override
-    public synchronized float[] forward(Sequence sequence, int[] tokens, int off, int S, int[] logitRows) {
+    public float[] forward(Sequence sequence, int[] tokens, int off, int S, int[] logitRows) {
+        return forward(sequence, tokens, off, S, logitRows, StepKind.PREFILL);
+    }
+
+    /** {@inheritDoc} {@link StepKind#VERIFY} steps take the verify attention path ({@link #setVerifyAttention}). */
+    @Override
+    public synchronized float[] forward(Sequence sequence, int[] tokens, int off, int S, int[] logitRows, StepKind kind) {
         if (closed) throw new IllegalStateException("backend is closed");
+        if (kind == null) throw new IllegalArgumentException("step kind must be set");
+        final boolean verify = kind == StepKind.VERIFY;
         if (!(sequence instanceof HipSequence seq) || seq.backend != this)
             throw new IllegalArgumentException("sequence does not belong to this backend");
         if (seq.closed) throw new IllegalStateException("sequence is closed");
@@ -402,7 +508,7 @@ public final class HipBackend implements Backend {
                 if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, (N0 + S) / ls.comp.m);
                 if (ls.index != null) HipSequence.ensure(gpu, ls.index, (N0 + S) / ls.index.m);
             }
-            ws.reset(Workspace.stepBytes(c, S, N0, logitRows.length));
+            ws.reset(Workspace.stepBytes(c, S, N0, logitRows.length) + (verify ? verifyScratchBytes(seq, S, N0) : 0));
         } catch (GpuException e) {
             throw outOfMemory(e, "a step of " + S + " tokens at position " + N0);
         }
@@ -412,7 +518,7 @@ public final class HipBackend implements Backend {
         }
         float[] logits;
         try {
-            logits = step(seq, tokens, off, S, logitRows, N0);
+            logits = step(seq, tokens, off, S, logitRows, N0, verify);
         } catch (RuntimeException e) {
             // the rings may hold rows of this step now: the sequence cannot continue or roll back
             seq.failed = e.getMessage();
@@ -422,7 +528,7 @@ public final class HipBackend implements Backend {
         return logits;
     }
 
-    private float[] step(HipSequence seq, int[] tokens, int off, int S, int[] logitRows, int N0) {
+    private float[] step(HipSequence seq, int[] tokens, int off, int S, int[] logitRows, int N0, boolean verify) {
         final int D = c.hidden, n = c.hcMult, nD = n * D;
         long tok = ws.i32(S);
         int[] toks = java.util.Arrays.copyOfRange(tokens, off, off + S);
@@ -440,7 +546,7 @@ public final class HipBackend implements Backend {
             // 3.3 attention site
             hcPre(X, S, L.attnHcFn, L.attnHcBase, L.attnHcScale, post, comb, col);
             rmsnorm(col, col, L.inputNorm, S, D);
-            long a = attention(seq, l, L, col, S, N0);
+            long a = attention(seq, l, L, col, S, N0, verify);
             k(ds4j_hc_post(ctx(), ptr(X), ptr(a), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
             ws.release(mark);
             // 3.3 MoE site
@@ -493,7 +599,7 @@ public final class HipBackend implements Backend {
     // ------------------------------------------------------------------------------------------------------------
     // 3.4–3.7 attention
 
-    private long attention(HipSequence seq, int l, DeviceWeights.Layer L, long x, int S, int N0) {
+    private long attention(HipSequence seq, int l, DeviceWeights.Layer L, long x, int S, int N0, boolean verify) {
         final int D = c.hidden, H = c.numHeads, d = c.headDim, W = c.slidingWindow;
         final AttentionKind kind = c.layerTypes[l];
         final long P = kind == AttentionKind.SLIDING ? ropeMain : ropeCompress;
@@ -512,11 +618,12 @@ public final class HipBackend implements Backend {
         k(ds4j_rmsnorm_rope(ctx(), ptr(kv), ptr(L.kvNorm), S, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, 1, 1),
                 "kv norm + rope + f16", "norm, rope, mHC");
         // 4. compressors and the indexer's selection
+        final boolean convert = verify && verifyAttention == VerifyAttention.F32_CONVERT;
         if (st.comp != null) compress(st.comp, L.compressor, x, S, N0);
         long sel = 0;
         if (st.index != null) {
             compress(st.index, L.indexer.compressor, x, S, N0);
-            sel = indexerSelect(st.index, L, ql, x, S, N0);
+            sel = indexerSelect(st.index, L, ql, x, S, N0, convert);
         }
         // 5. attention over [raw window ‖ compressed entries] with the sink; 6. de-rotation
         long o = ws.f32((long) S * H * d);
@@ -526,8 +633,32 @@ public final class HipBackend implements Backend {
             case HCA -> DS4J_ATTN_HCA();
         };
         int m = st.comp == null ? 0 : st.comp.m;
-        k(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(st.comp == null ? 0 : st.comp.entries), akind, m,
-                ptr(sel), c.indexTopk, ptr(L.sinks), N0, S, H, d, W, (float) (1.0 / Math.sqrt(d)), ptr(o)), "attention", "attention");
+        long entries = st.comp == null ? 0 : st.comp.entries;
+        float scale = (float) (1.0 / Math.sqrt(d));
+        if (convert) {
+            // the control: the layer's complete F16 cache rows to F32, then F32 attention on the copies
+            long ring32 = toF32(st.win, (long) st.winCap * d);
+            int count = st.comp == null ? 0 : (N0 + S) / m;
+            long entries32 = count == 0 ? 0 : toF32(entries, (long) count * d);
+            k(ds4j_attention_f32(ctx(), ptr(q), ptr(kv), ptr(ring32), st.winCap, ptr(entries32), akind, m, ptr(sel), c.indexTopk,
+                    ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention (f32 copy)", "attention");
+            noteVerifyMode(kind, "f32-convert", "f32-convert");
+        } else if (verify && attendedRows(c, l, N0, S) > shortRows) {
+            long nAttn = attendedRows(c, l, N0, S);
+            int impl = DS4J_F16OPS_AUTO();
+            check(ds4j_attention_f16_operands_work(ctx(), akind, m, c.indexTopk, N0, S, H, d, W, impl, outLong), "attention work size");
+            long workBytes = outLong.get(ValueLayout.JAVA_LONG, 0);
+            long work = workBytes == 0 ? 0 : ws.alloc(workBytes);
+            k(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
+                    c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, impl, ptr(work), workBytes, ptr(o)),
+                    "attention (f16 operands)", "attention");
+            noteVerifyMode(kind, "f16 tensor-core", (tensorCores ? "f16 tensor-core" : "f16 F16-operand, portable kernel (no tensor cores)")
+                    + " (n_attn " + nAttn + " > " + shortRows + ")");
+        } else {
+            k(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m,
+                    ptr(sel), c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention", "attention");
+            if (verify) noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, N0, S) + " <= " + shortRows + ")");
+        }
         rope(o, S, H, d, P, N0, 1, true);
         // the newest raw rows go to the ring after every query of this step has read the old ones
         k(ds4j_ring_store(ctx(), ptr(st.win), 1, st.winCap, d, ptr(kv), N0, S), "window ring store", "attention");
@@ -540,6 +671,49 @@ public final class HipBackend implements Backend {
         long out = ws.f32((long) S * D);
         matmul(L.oB, y, out, S);
         return out;
+    }
+
+    /**
+     * Workspace bytes a verify step's attention needs beyond {@link Workspace#stepBytes} (the largest layer, since the
+     * scratch is released after each layer): the control's F32 copies (window ring, compressed entries, indexer keys),
+     * or the F16-operand kernel's partial results above the short-context threshold.
+     */
+    private long verifyScratchBytes(HipSequence seq, int S, int N0) {
+        long most = 0;
+        for (int l = 0; l < c.numLayers; l++) {
+            HipSequence.LayerState st = seq.layers[l];
+            long b;
+            if (verifyAttention == VerifyAttention.F32_CONVERT) {
+                b = 4L * st.winCap * c.headDim + 256;
+                if (st.comp != null) b += 4L * ((N0 + S) / st.comp.m) * c.headDim + 256;
+                if (st.index != null) b += 4L * ((N0 + S) / st.index.m) * c.indexHeadDim + 256;
+            } else if (attendedRows(c, l, N0, S) > shortRows) {
+                int akind = switch (c.layerTypes[l]) {
+                    case SLIDING -> DS4J_ATTN_SLIDING();
+                    case CSA -> DS4J_ATTN_CSA();
+                    case HCA -> DS4J_ATTN_HCA();
+                };
+                check(ds4j_attention_f16_operands_work(ctx(), akind, st.comp == null ? 0 : st.comp.m, c.indexTopk, N0, S,
+                        c.numHeads, c.headDim, c.slidingWindow, DS4J_F16OPS_AUTO(), outLong), "attention work size");
+                b = outLong.get(ValueLayout.JAVA_LONG, 0) + 256;
+            } else b = 0;
+            most = Math.max(most, b);
+        }
+        return most;
+    }
+
+    /** An F32 copy of n F16 values in the workspace (the control's conversion). */
+    private long toF32(long f16, long n) {
+        long dst = ws.f32(n);
+        k(ds4j_f16_to_f32(ctx(), ptr(f16), ptr(dst), n), "f16 to f32", "attention: f32 conversion");
+        return dst;
+    }
+
+    /** Records the verify mode of a layer kind; logs it when the kind's mode category changes (or is first seen). */
+    private void noteVerifyMode(AttentionKind kind, String category, String message) {
+        String[] prev = verifyModes.put(kind, new String[]{category, message});
+        if (prev == null || !prev[0].equals(category))
+            LOG.info("verify attention, {} layers: {}", kind.name().toLowerCase(Locale.ROOT), message);
     }
 
     /** 3.5 compressor step: pools every window completed in this step, then keeps the newest raw rows in the rings. */
@@ -557,7 +731,7 @@ public final class HipBackend implements Backend {
      * 3.6 Lightning Indexer: top-K_I entries per query whose available set exceeds K_I (ties to the lower index);
      * returns the selection [S, K_I] (0 when no query needs one: the attention then takes every available entry).
      */
-    private long indexerSelect(HipSequence.Comp ix, DeviceWeights.Layer L, long ql, long x, int S, int N0) {
+    private long indexerSelect(HipSequence.Comp ix, DeviceWeights.Layer L, long ql, long x, int S, int N0, boolean convert) {
         final int HI = c.indexHeads, dI = c.indexHeadDim, K = c.indexTopk, m = ix.m;
         final int total = (N0 + S) / m;
         if (total <= K) return 0;
@@ -566,8 +740,15 @@ public final class HipBackend implements Backend {
         matmul(L.indexer.weightsProj, x, wt, S);
         rope(qi, S, HI, dI, ropeCompress, N0, 1, false);
         long scores = ws.f32((long) S * total), sel = ws.i32((long) S * K);
-        k(ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries), N0, S, m, HI, dI, K,
-                (float) (1.0 / Math.sqrt(HI)), (float) (1.0 / Math.sqrt(dI)), ptr(scores), total), "indexer_scores", "indexer");
+        float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
+        if (convert) { // the control: every indexer key to F32 first
+            long keys32 = toF32(ix.entries, (long) total * dI);
+            k(ds4j_indexer_scores_f32(ctx(), ptr(qi), ptr(wt), ptr(keys32), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total),
+                    "indexer_scores (f32 copy)", "indexer");
+        } else {
+            k(ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total),
+                    "indexer_scores", "indexer");
+        }
         k(ds4j_indexer_topk(ctx(), ptr(scores), total, N0, S, m, K, ptr(sel)), "indexer_topk", "indexer");
         return sel;
     }

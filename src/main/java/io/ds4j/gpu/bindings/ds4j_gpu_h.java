@@ -224,6 +224,28 @@ public class ds4j_gpu_h {
         return DS4J_ATTN_HCA;
     }
 
+    private static final int DS4J_F16OPS_AUTO = (int)0L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_F16OPS_AUTO 0
+     * }
+     */
+    public static int DS4J_F16OPS_AUTO() {
+        return DS4J_F16OPS_AUTO;
+    }
+
+    private static final int DS4J_F16OPS_PORTABLE = (int)1L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_F16OPS_PORTABLE 1
+     * }
+     */
+    public static int DS4J_F16OPS_PORTABLE() {
+        return DS4J_F16OPS_PORTABLE;
+    }
+
     private static class ds4j_api_version {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT
@@ -1971,6 +1993,337 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_attention_f32 {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_attention_f32");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f32(ds4j_ctx *ctx, const float *q, const float *kv_new, const float *ring, int32_t cap, const float *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static FunctionDescriptor ds4j_attention_f32$descriptor() {
+        return ds4j_attention_f32.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f32(ds4j_ctx *ctx, const float *q, const float *kv_new, const float *ring, int32_t cap, const float *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static MethodHandle ds4j_attention_f32$handle() {
+        return ds4j_attention_f32.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f32(ds4j_ctx *ctx, const float *q, const float *kv_new, const float *ring, int32_t cap, const float *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static MemorySegment ds4j_attention_f32$address() {
+        return ds4j_attention_f32.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f32(ds4j_ctx *ctx, const float *q, const float *kv_new, const float *ring, int32_t cap, const float *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static int ds4j_attention_f32(MemorySegment ctx, MemorySegment q, MemorySegment kv_new, MemorySegment ring, int cap, MemorySegment entries, int kind, int m, MemorySegment sel, int K, MemorySegment sinks, long N0, int S, int H, int d, int W, float scale, MemorySegment out) {
+        var mh$ = ds4j_attention_f32.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, S, H, d, W, scale, out);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_f16_to_f32 {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_f16_to_f32");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_f16_to_f32(ds4j_ctx *ctx, const uint16_t *src, float *dst, int64_t n)
+     * }
+     */
+    public static FunctionDescriptor ds4j_f16_to_f32$descriptor() {
+        return ds4j_f16_to_f32.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_f16_to_f32(ds4j_ctx *ctx, const uint16_t *src, float *dst, int64_t n)
+     * }
+     */
+    public static MethodHandle ds4j_f16_to_f32$handle() {
+        return ds4j_f16_to_f32.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_f16_to_f32(ds4j_ctx *ctx, const uint16_t *src, float *dst, int64_t n)
+     * }
+     */
+    public static MemorySegment ds4j_f16_to_f32$address() {
+        return ds4j_f16_to_f32.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_f16_to_f32(ds4j_ctx *ctx, const uint16_t *src, float *dst, int64_t n)
+     * }
+     */
+    public static int ds4j_f16_to_f32(MemorySegment ctx, MemorySegment src, MemorySegment dst, long n) {
+        var mh$ = ds4j_f16_to_f32.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, src, dst, n);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_attention_rows {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_attention_rows");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t W, int64_t *host_rows)
+     * }
+     */
+    public static FunctionDescriptor ds4j_attention_rows$descriptor() {
+        return ds4j_attention_rows.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t W, int64_t *host_rows)
+     * }
+     */
+    public static MethodHandle ds4j_attention_rows$handle() {
+        return ds4j_attention_rows.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t W, int64_t *host_rows)
+     * }
+     */
+    public static MemorySegment ds4j_attention_rows$address() {
+        return ds4j_attention_rows.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t W, int64_t *host_rows)
+     * }
+     */
+    public static int ds4j_attention_rows(int kind, int m, int K, long N0, int S, int W, MemorySegment host_rows) {
+        var mh$ = ds4j_attention_rows.HANDLE;
+        try {
+            return (int) mh$.invokeExact(kind, m, K, N0, S, W, host_rows);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_attention_f16_operands {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_attention_f16_operands");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * }
+     */
+    public static FunctionDescriptor ds4j_attention_f16_operands$descriptor() {
+        return ds4j_attention_f16_operands.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * }
+     */
+    public static MethodHandle ds4j_attention_f16_operands$handle() {
+        return ds4j_attention_f16_operands.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * }
+     */
+    public static MemorySegment ds4j_attention_f16_operands$address() {
+        return ds4j_attention_f16_operands.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * }
+     */
+    public static int ds4j_attention_f16_operands(MemorySegment ctx, MemorySegment q, MemorySegment kv_new, MemorySegment ring, int cap, MemorySegment entries, int kind, int m, MemorySegment sel, int K, MemorySegment sinks, long N0, int S, int H, int d, int W, float scale, int impl, MemorySegment work, long work_bytes, MemorySegment out) {
+        var mh$ = ds4j_attention_f16_operands.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, S, H, d, W, scale, impl, work, work_bytes, out);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_attention_f16_operands_work {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_attention_f16_operands_work");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int32_t impl, int64_t *host_bytes)
+     * }
+     */
+    public static FunctionDescriptor ds4j_attention_f16_operands_work$descriptor() {
+        return ds4j_attention_f16_operands_work.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int32_t impl, int64_t *host_bytes)
+     * }
+     */
+    public static MethodHandle ds4j_attention_f16_operands_work$handle() {
+        return ds4j_attention_f16_operands_work.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int32_t impl, int64_t *host_bytes)
+     * }
+     */
+    public static MemorySegment ds4j_attention_f16_operands_work$address() {
+        return ds4j_attention_f16_operands_work.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int32_t impl, int64_t *host_bytes)
+     * }
+     */
+    public static int ds4j_attention_f16_operands_work(MemorySegment ctx, int kind, int m, int K, long N0, int S, int H, int d, int W, int impl, MemorySegment host_bytes) {
+        var mh$ = ds4j_attention_f16_operands_work.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, kind, m, K, N0, S, H, d, W, impl, host_bytes);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_compress_pool {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
@@ -2103,6 +2456,74 @@ public class ds4j_gpu_h {
      */
     public static int ds4j_indexer_scores(MemorySegment ctx, MemorySegment qi, MemorySegment wt, MemorySegment keys, long N0, int S, int m, int HI, int dI, int K, float w_scale, float s_scale, MemorySegment scores, long ld) {
         var mh$ = ds4j_indexer_scores.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_indexer_scores_f32 {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_indexer_scores_f32");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_f32(ds4j_ctx *ctx, const float *qi, const float *wt, const float *keys, int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static FunctionDescriptor ds4j_indexer_scores_f32$descriptor() {
+        return ds4j_indexer_scores_f32.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_f32(ds4j_ctx *ctx, const float *qi, const float *wt, const float *keys, int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static MethodHandle ds4j_indexer_scores_f32$handle() {
+        return ds4j_indexer_scores_f32.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_f32(ds4j_ctx *ctx, const float *qi, const float *wt, const float *keys, int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static MemorySegment ds4j_indexer_scores_f32$address() {
+        return ds4j_indexer_scores_f32.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_f32(ds4j_ctx *ctx, const float *qi, const float *wt, const float *keys, int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static int ds4j_indexer_scores_f32(MemorySegment ctx, MemorySegment qi, MemorySegment wt, MemorySegment keys, long N0, int S, int m, int HI, int dI, int K, float w_scale, float s_scale, MemorySegment scores, long ld) {
+        var mh$ = ds4j_indexer_scores_f32.HANDLE;
         try {
             return (int) mh$.invokeExact(ctx, qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld);
         } catch (Throwable ex$) {
