@@ -300,7 +300,8 @@ public final class HipBackend implements Backend {
     /** The load-time decision ({@link FeatureGate#resolve}) with the verify path and threshold in use now. */
     private EngineStatus engineStatus() {
         boolean f16 = verifyAttention == VerifyAttention.F16;
-        return new EngineStatus(name(), startStatus.expertPlacement(), startStatus.hostExperts(), options.f16KvVerify(), f16,
+        // switched on at run time (tests, ds4j bench) counts as requested
+        return new EngineStatus(name(), startStatus.expertPlacement(), startStatus.hostExperts(), options.f16KvVerify() || f16, f16,
                 verifyAttention.key(), shortRows, startStatus.diagnostic());
     }
 

@@ -39,7 +39,7 @@ import static org.junit.jupiter.api.Assumptions.assumeFalse;
  */
 @Tag("gpu")
 class HipPlacementTest {
-    static final String F16_DROPPED = "F16-KV verifier unavailable with hybrid expert placement; using F32 verifier attention";
+    static final String F16_DROPPED = io.ds4j.engine.FeatureGate.F16KV_HYBRID_WARNING;
 
     @TempDir
     static Path tmp;
