@@ -23,6 +23,14 @@
 #include <stddef.h>
 #include "../include/ds4j/ds4j_gpu.h"
 
+// Tensor-core kernels (mma.sync through inline PTX) exist only in nvcc builds; hipcc builds use the FFMA kernels for
+// every shape (see ds4j_gpu.h, DS4J_TC_MIN_ROWS).
+#if defined(__NVCC__) && !defined(__HIPCC__)
+#define DS4J_HAVE_TC 1
+#else
+#define DS4J_HAVE_TC 0
+#endif
+
 struct ds4j_ctx {
     int device;
     hipStream_t stream;
@@ -172,6 +180,13 @@ __device__ __forceinline__ float e4m3(uint32_t b) {
  */
 __device__ __forceinline__ float e2m1(uint32_t nib) {
     return __half2float(__ushort_as_half((uint16_t)(((nib & 8u) << 12) | ((nib & 7u) << 9)))) * 16384.f;
+}
+
+/** Bytes of one stored row of cols elements in format fmt. */
+__host__ __device__ __forceinline__ int64_t row_bytes_of(int fmt, int cols) {
+    return fmt == DS4J_FMT_F32 ? (int64_t)cols * 4
+         : fmt <= DS4J_FMT_BF16 ? (int64_t)cols * 2
+         : fmt == DS4J_FMT_FP8_E4M3_B128 ? (int64_t)cols : (int64_t)cols / 2;
 }
 
 /** A stored weight matrix view (see ds4j_matmul). */

@@ -4,7 +4,7 @@
 // One warp computes one output row r for up to TS tokens: lanes stride over the columns, each weight element is
 // decoded once per token group and multiplied into TS accumulators, then the warp reduces. The result for (s, r)
 // depends only on row r and token s (batch invariant), never on S or on the grouping.
-#include "common.h"
+#include "tc.h"
 
 namespace ds4j {
 
@@ -61,12 +61,6 @@ template <> struct Epc<DS4J_FMT_FP8_E4M3_B128> { static constexpr int v = 16; };
 template <> struct Epc<DS4J_FMT_FP4_E2M1_B32> { static constexpr int v = 32; };
 
 constexpr int MV_UNROLL = 4;
-
-__host__ __device__ __forceinline__ int64_t row_bytes_of(int fmt, int cols) {
-    return fmt == DS4J_FMT_F32 ? (int64_t)cols * 4
-         : fmt <= DS4J_FMT_BF16 ? (int64_t)cols * 2
-         : fmt == DS4J_FMT_FP8_E4M3_B128 ? (int64_t)cols : (int64_t)cols / 2;
-}
 
 /** Two F16 bit patterns (low, high half) -> floats. */
 __device__ __forceinline__ void h2f2(uint32_t h2, float* w) {
@@ -308,9 +302,14 @@ static int32_t matmul_impl(const char* fn, ds4j_ctx* ctx, int32_t format, const 
     if (S == 0 || rows == 0) return DS4J_OK;
     DS4J_ARG(blocks_for(rows, MM_WARPS) <= 65535, "%s: %d rows exceed one launch", fn, rows);
     const WView v = make_view(w, scale, scale_kind, row_base, cols);
+    // prefill: tensor cores where the format, shape and pointers allow (gemm_tc.cpp); S below the threshold never
+    if (S >= DS4J_TC_MIN_ROWS) {
+        int trc = DS4J_OK;
+        if (tc_matmul(ctx, format, v, rows, grp, xgs, x, ldx, y, ldy, S, &trc)) return trc;
+    }
     // token groups vary fastest, so that consecutive blocks read the same weight rows (L2 reuse in prefill)
     dim3 grid((unsigned)((S + MM_TS - 1) / MM_TS), blocks_for(rows, MM_WARPS));
-    // the path depends on shapes and pointers only, so results never depend on S (batch invariance)
+    // below the threshold the path depends on shapes and pointers only, so results never depend on S there
     const bool vec = (row_bytes_of(format, cols) & 15) == 0 && ((uintptr_t)w & 15u) == 0 && ((uintptr_t)x & 15u) == 0 &&
                      (ldx & 3) == 0 && (xgs & 3) == 0;
     // few rows of many chunks: split each row over a block's warps

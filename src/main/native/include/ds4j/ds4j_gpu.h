@@ -107,6 +107,26 @@ DS4J_API int32_t ds4j_memset(ds4j_ctx* ctx, void* dst, int32_t value, int64_t by
 
 /* ------------------------------------------------------------------------------------------------ dense ops */
 
+/*
+ * Prefill path (tensor cores). With S >= DS4J_TC_MIN_ROWS rows, ds4j_matmul, ds4j_matmul_grouped and
+ * ds4j_moe_matmul_prefill run on tensor cores (mma.sync m16n8k16, BF16 inputs, F32 accumulation) when the build and
+ * the device allow it (nvcc build, compute capability >= 8.0; hipcc builds for AMD always take the F32 FFMA kernels)
+ * and W is BF16, F16, FP8 with E8M0 scales or FP4 (ds4j_matmul*: with at least 64 rows), its stored rows are whole
+ * 16-byte chunks, w and x are 16-byte aligned and ldx, x_group_stride are multiples of 4. Weight tiles are dequantised in shared memory, never in global
+ * memory, and exactly: BF16, FP8 x E8M0 and FP4 x E8M0 values are BF16 numbers, and an F16 weight is the exact sum of
+ * two BF16 parts. Each F32 activation is split into hi = bf16(x) and lo = bf16(x - hi), |x - hi - lo| <= 2^-16 |x|,
+ * and W hi + W lo (+ W_lo hi for F16) accumulate in F32: every product is within 2^-16 relative of the F32 one, about
+ * the rounding noise of an F32 sum of a few thousand terms. F32 weights and FP8 with F32 scales keep the FFMA kernels.
+ * Below the threshold (decode; verification of q+1 rows, q+1 <= 17 with the default rollback window of 16) the FFMA
+ * kernels always run. Either path gives row (s, r) a result that does not depend on S, but the two paths differ in
+ * rounding, so results are invariant to chunking only among steps on the same side of the threshold.
+ * The environment variable DS4J_TC=0 (read at the first call) turns the tensor-core paths off.
+ */
+#define DS4J_TC_MIN_ROWS 32
+
+/** *host_available = 1 when the tensor-core prefill path runs on ctx's device (see DS4J_TC_MIN_ROWS), else 0. */
+DS4J_API int32_t ds4j_tc_available(ds4j_ctx* ctx, int32_t* host_available);
+
 /**
  * y[s*ldy + r] = sum_c W[r, c] * x[s*ldx + c] for s < S, r < rows (F32 accumulation).
  * W is a view of rows [row_base, row_base + rows) of a stored matrix with cols columns: w points at the view's first
@@ -138,6 +158,21 @@ DS4J_API int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_t
                                  const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols,
                                  const int32_t* ids, int32_t k, int32_t S,
                                  const float* x, int64_t ldx, int32_t x_per_pick, float* y, int64_t ldy);
+
+/**
+ * ds4j_moe_matmul for prefill chunks: the same arguments and results (pick order), plus the number of experts E
+ * (every ids[p] must lie in [0, E)) and scratch device memory of at least 4 * (S*k + 3*E + 1) bytes (16-byte
+ * aligned). On the tensor-core path (S >= DS4J_TC_MIN_ROWS, see there; x 16-byte aligned, ldx a multiple of 4) the
+ * picks are grouped by expert on the device (a stable counting sort of ids into the scratch) and each expert's picks
+ * run as one GEMM, which reads the expert's weights once per 64 picks instead of once per pick; results go straight
+ * to their pick rows. Otherwise it runs ds4j_moe_matmul. As there, a null w_table entry (an expert in host memory)
+ * leaves that expert's pick rows of y untouched.
+ */
+DS4J_API int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
+                                         const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols,
+                                         int32_t E, const int32_t* ids, int32_t k, int32_t S, const float* x,
+                                         int64_t ldx, int32_t x_per_pick, float* y, int64_t ldy, void* scratch,
+                                         int64_t scratch_bytes);
 
 /** Spec 3.1: X[s, i, :] = W[tokens[s], :] for every stream i < n (X is [S, n, cols]); W in any format. */
 DS4J_API int32_t ds4j_embed(ds4j_ctx* ctx, int32_t format, const void* w, const void* scale, int32_t scale_kind,
@@ -272,6 +307,19 @@ DS4J_API int32_t ds4j_indexer_scores(ds4j_ctx* ctx, const float* qi, const float
 DS4J_API int32_t ds4j_indexer_scores_f32(ds4j_ctx* ctx, const float* qi, const float* wt, const float* keys,
                                          int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K,
                                          float w_scale, float s_scale, float* scores, int64_t ld);
+
+/**
+ * ds4j_indexer_scores on tensor cores, for prefill (the GPU backend calls it for S >= DS4J_TC_MIN_ROWS): the same
+ * arguments and contract. Each (query, head) row of qi is scaled by a power of two that puts its largest |value| in
+ * [2^14, 2^15), split into F16 hi + lo (22 significant bits, no overflow or early underflow) and multiplied with the
+ * F16 keys (exact) in F16 MMAs with F32 accumulation, then scaled back; ReLU, weights and the sum over heads follow
+ * in F32. Dot products are within about 2^-21 relative of F32 ones; the sum over heads runs in another order than
+ * ds4j_indexer_scores. Falls back to ds4j_indexer_scores without tensor cores, unless HI and dI are multiples of 16
+ * up to 128 and qi and keys are 16-byte aligned.
+ */
+DS4J_API int32_t ds4j_indexer_scores_tc(ds4j_ctx* ctx, const float* qi, const float* wt, const uint16_t* keys,
+                                        int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K,
+                                        float w_scale, float s_scale, float* scores, int64_t ld);
 
 /**
  * Top-K (spec 6.6 tie-break: larger score first, then lower index; NaN last) of scores[s*ld .. s*ld + avail) for

@@ -240,6 +240,18 @@ public final class Gpu implements AutoCloseable {
         }
     }
 
+    /**
+     * Whether steps of at least {@code DS4J_TC_MIN_ROWS} rows (prefill) run on tensor cores here: a CUDA build of the
+     * library on a device of compute capability 8.0 or newer, and the environment variable DS4J_TC not set to 0.
+     */
+    public boolean tensorCores() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment v = a.allocate(ValueLayout.JAVA_INT);
+            check(ds4j_tc_available(ctx(), v), "tensor-core query");
+            return v.get(ValueLayout.JAVA_INT, 0) != 0;
+        }
+    }
+
     static String mib(long bytes) {
         return String.format("%.1f MiB", bytes / 1048576.0);
     }

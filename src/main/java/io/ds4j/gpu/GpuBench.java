@@ -25,12 +25,12 @@ import java.util.SplittableRandom;
  *
  * <pre>
  * java ... io.ds4j.gpu.GpuBench [--model DIR | --preset NAME [--dtype bf16|fp8] [--layers L] [--experts E]]
- *      [--prompt-tokens 4096] [--chunk 512] [--decode-tokens 32] [--contexts 4096,59933] [--max-prefill 8192]
+ *      [--prompt-tokens 4096] [--chunk 512] [--decode-tokens 32] [--contexts 4096,59933] [--max-prefill 131072]
  *      [--peak-gbs 4800]
  * </pre>
- * Contexts up to --max-prefill are prefilled for real; longer ones start from a synthetic cache of random F16 rows
- * (HipSequence#fillRandom: real sizes and access pattern, meaningless values), because prefill at that length is
- * not yet fast enough for a benchmark run; the output says which.
+ * Contexts up to --max-prefill are prefilled for real, in chunks of --chunk tokens (prefill chunks run on tensor
+ * cores where the GPU has them; the output says), and the prefill time and rate are printed; longer ones start from
+ * a synthetic cache of random F16 rows (HipSequence#fillRandom: real sizes and access pattern, meaningless values).
  * A preset model is written to a temporary folder (fp8: original naming, FP8 + FP4 as released; bf16: the model store).
  */
 public final class GpuBench {
@@ -39,7 +39,7 @@ public final class GpuBench {
     public static void main(String[] args) throws Exception {
         String model = null, preset = "flash-shaped", dtype = "fp8";
         Integer layers = null, experts = null;
-        int prompt = 4096, chunk = 512, decode = 32, maxPrefill = 8192;
+        int prompt = 4096, chunk = 512, decode = 32, maxPrefill = 131072;
         double peak = 4800;
         List<Integer> contexts = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
@@ -82,7 +82,9 @@ public final class GpuBench {
             expertBytes += (long) c.expertsPerToken * (L.w1[0].storedBytes() + L.w2[0].storedBytes() + L.w3[0].storedBytes());
         }
         try (HipBackend be = new HipBackend(w)) {
-            System.out.printf("model %s: %s%n  GPU %s, weights on device %s%n", dir, c, be.gpu(), Gpu.mib(be.weightBytes()));
+            System.out.printf("model %s: %s%n  GPU %s, weights on device %s; prefill steps (>= %d rows) on %s%n", dir, c, be.gpu(),
+                    Gpu.mib(be.weightBytes()), io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS(),
+                    be.gpu().tensorCores() ? "tensor cores" : "FFMA kernels (no tensor-core path here)");
             SplittableRandom r = new SplittableRandom(1);
             int maxCtx = Math.max(prompt, contexts.stream().mapToInt(Integer::intValue).max().orElse(prompt));
             final int maxPre = maxPrefill;
@@ -125,8 +127,9 @@ public final class GpuBench {
                     long cache = cacheBytes(c, ctx);
                     double bytes = denseBytes + expertBytes + cache;
                     double gbs = bytes * tps / 1e9;
-                    System.out.printf("decode at context %d: %.1f tokens/s (batch 1; %s %.1f s)%n", ctx, tps,
-                            synthetic ? "synthetic random cache, filled in" : "prefill of the context took", pre);
+                    System.out.printf("decode at context %d: %.1f tokens/s (batch 1; %s %.1f s%s)%n", ctx, tps,
+                            synthetic ? "synthetic random cache, filled in" : "prefill of the context took", pre,
+                            synthetic ? "" : String.format(", %.0f tokens/s", ctx / pre));
                     System.out.printf("  bytes per decoded token: %.1f MB weights (%.1f MB dense + head, %.1f MB routed experts) + %.2f MB cache%n",
                             (denseBytes + expertBytes) / 1e6, denseBytes / 1e6, expertBytes / 1e6, cache / 1e6);
                     System.out.printf("  achieved %.0f GB/s = %.1f%% of %.0f GB/s%n", gbs, 100 * gbs / peak, peak);

@@ -34,8 +34,10 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * The DeepSeek-V4 forward (spec section 3) on a GPU through the ds4j GPU library (HIP C++, built with hipcc or, on
  * NVIDIA, with nvcc), mirroring {@link io.ds4j.cpu.CpuBackend} operation by operation: F32 activations, weights in
  * their stored format dequantised inside the kernels, the F16 MLA cache and the F32 compressor rings of each
- * {@link HipSequence} in device memory. One step serves prefill chunks, decode and verification (S ≥ 1 rows with
- * the same kernels); only the requested logits rows are copied back.
+ * {@link HipSequence} in device memory. One step serves prefill chunks, decode and verification (S ≥ 1 rows); steps
+ * of at least {@code DS4J_TC_MIN_ROWS} rows (prefill chunks) run the matrix products, the routed experts (grouped by
+ * expert) and the indexer scores on tensor cores, shorter ones (decode, verify) on the F32 FFMA kernels (ds4j_gpu.h
+ * says how close the two are). Only the requested logits rows are copied back.
  *
  * <p>Expert placement ({@link ExpertPlacementPlan}, {@link BackendOptions#placement()}): monolithic keeps every routed
  * expert in device memory; hybrid keeps the experts beyond the device-memory budget in host memory (the mapped
@@ -747,8 +749,11 @@ public final class HipBackend implements Backend {
             k(ds4j_indexer_scores_f32(ctx(), ptr(qi), ptr(wt), ptr(keys32), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total),
                     "indexer_scores (f32 copy)", "indexer");
         } else {
-            k(ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total),
-                    "indexer_scores", "indexer");
+            // prefill chunks score on tensor cores; decode and verify steps (S below the threshold) keep the FFMA kernel
+            int rc = S >= DS4J_TC_MIN_ROWS()
+                    ? ds4j_indexer_scores_tc(ctx(), ptr(qi), ptr(wt), ptr(ix.entries), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total)
+                    : ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total);
+            k(rc, "indexer_scores", "indexer");
         }
         k(ds4j_indexer_topk(ctx(), ptr(scores), total, N0, S, m, K, ptr(sel)), "indexer_topk", "indexer");
         return sel;
@@ -832,6 +837,15 @@ public final class HipBackend implements Backend {
     }
 
     private void moeMatmul(DeviceWeights.Experts x, long ids, int k, int S, long in, long ldx, boolean perPick, long y, long ldy) {
+        if (S >= DS4J_TC_MIN_ROWS()) {
+            // prefill: picks grouped by expert on the device, one GEMM per expert (scratch: the grouping)
+            final int E = c.numExperts;
+            long bytes = 4L * ((long) S * k + 3L * E + 1), scratch = ws.alloc(bytes);
+            k(ds4j_moe_matmul_prefill(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
+                    x.rows(), x.cols(), E, ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy, ptr(scratch), bytes),
+                    "routed experts", "routed experts");
+            return;
+        }
         k(ds4j_moe_matmul(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
                 x.rows(), x.cols(), ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy), "routed experts", "routed experts");
     }

@@ -139,6 +139,8 @@ final class Workspace implements AutoCloseable {
         }
         long moe = f(S * (long) c.numExperts) + 2 * f(S * k) + 2 * f(S * k * I) + f(S * k * D) + 2 * f(S * I) + 2 * f(S * D)
                 + f(S * k * D);
+        // prefill chunks group the picks by expert in a scratch (ds4j_moe_matmul_prefill)
+        if (S >= io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS()) moe += f(S * k + 3L * c.numExperts + 1);
         peak = Math.max(peak, moe);
         if (R > 0) peak = Math.max(peak, 2 * f(R * nD) + f(R * n) + f(R * D) + f((long) R * c.vocabSize));
         return keep + peak;

@@ -26,7 +26,9 @@ import static org.junit.jupiter.api.Assertions.*;
 /**
  * Single kernels of the GPU library against the CPU reference (io.ds4j.cpu / io.ds4j.model), on random inputs:
  * stored-format matrix products (every format, row views, strides, token counts), routed-expert products, RMSNorm,
- * RoPE, F16 rounding and ring stores, the indexer's top-k (ties, NaN, -0) and MoE routing.
+ * RoPE, F16 rounding and ring stores, the indexer's top-k (ties, NaN, -0) and MoE routing; and the prefill path
+ * (steps of DS4J_TC_MIN_ROWS rows or more: tensor-core products, routed experts grouped by expert, tensor-core indexer
+ * scores) against F64 references, for odd shapes, on both sides of the threshold.
  */
 @Tag("gpu")
 class GpuOpsTest {
@@ -37,7 +39,8 @@ class GpuOpsTest {
     @BeforeAll
     static void open() {
         gpu = Gpu.open(0);
-        System.out.println("GPU: " + gpu);
+        System.out.println("GPU: " + gpu + "; prefill path (>= " + DS4J_TC_MIN_ROWS() + " rows) on "
+                + (gpu.tensorCores() ? "tensor cores" : "the FFMA kernels"));
     }
 
     @AfterAll
@@ -392,6 +395,231 @@ class GpuOpsTest {
                     assertEquals(want, gw[s * k + j], 1e-6f * Math.abs(want), "weight s=" + s + " j=" + j);
                 }
             }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------------------------
+    // prefill path: steps of DS4J_TC_MIN_ROWS rows or more (tensor cores where the device has them)
+
+    static final int TC = DS4J_TC_MIN_ROWS();
+
+    /** y [S, ldy] = x [S, ldx] · W^T through ds4j_matmul. */
+    static float[] matmul(DeviceMatrix dm, long dx, int ldx, int S, int ldy) {
+        long dy = zeros(4L * S * ldy);
+        check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), dm.rowBase(), dm.rows(), dm.cols(),
+                ptr(dx), ldx, ptr(dy), ldy, S), "matmul");
+        return gpu.downloadFloats(dy, S * ldy);
+    }
+
+    @Test
+    void prefillMatmulEveryFormatOddShapes() {
+        // 300 rows (not whole tiles of 128), columns not whole tiles of 32 (FP4: whole, its blocks are 32), S on both
+        // sides of the threshold and not whole tiles of 64; F32 and FP8 with F32 scales stay on the FFMA kernels
+        SplittableRandom r = new SplittableRandom(21);
+        int rows = 300;
+        for (WeightMatrix.Format f : WeightMatrix.Format.values())
+            for (boolean f32s : f == WeightMatrix.Format.FP8_E4M3_B128 ? new boolean[]{false, true} : new boolean[]{false}) {
+                int cols = switch (f) {
+                    case FP8_E4M3_B128 -> 336;
+                    case FP4_E2M1_B32 -> 352;
+                    default -> 328;
+                };
+                String name = f + (f32s ? "/f32 scales" : "");
+                WeightMatrix m = randomMatrix(r, f, rows, cols, f32s);
+                DeviceMatrix dm = upload(m);
+                float[] x = gauss(r, 130 * cols, 1);
+                long dx = dev(x);
+                float[] y130 = null;
+                for (int S : new int[]{TC - 1, TC, TC + 1, 100, 130}) {
+                    float[] y = matmul(dm, dx, cols, S, rows);
+                    checkMatmul(name + " " + rows + "x" + cols + " S=" + S, m, x, cols, S, y, rows);
+                    if (S == 130) y130 = y;
+                }
+                // a row's result does not depend on S within a path: the first 40 rows of the 130-row step
+                assertArrayEquals(Arrays.copyOf(y130, 40 * rows), matmul(dm, dx, cols, 40, rows), name + ": 40 rows vs 130 rows");
+                // a row view (FP8: row_base 130 inside the 128 x 128 block grid) with strided activations and outputs
+                int from = 130, to = 260, S = 70, ldx = cols + 8, ldy = (to - from) + 3;
+                WeightMatrix mv = m.rowRange(from, to);
+                DeviceMatrix dv = dm.rowRange(from, to);
+                float[] xs = gauss(r, S * ldx, 1);
+                checkMatmul(name + " rows 130..260 ldx+8 S=" + S, mv, xs, ldx, S, matmul(dv, dev(xs), ldx, S, ldy), ldy);
+            }
+    }
+
+    @Test
+    void prefillGroupedMatmul() {
+        // groups of 128 rows (whole tiles) and of 96 (a group's last tile is partial) read their own slices of x
+        SplittableRandom r = new SplittableRandom(22);
+        int G = 3, gw = 64, S = 45, ldx = G * gw + 8;
+        for (int R : new int[]{128, 96})
+            for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.FP8_E4M3_B128,
+                    WeightMatrix.Format.FP4_E2M1_B32}) {
+                WeightMatrix m = randomMatrix(r, f, G * R, gw, false);
+                DeviceMatrix dm = upload(m);
+                float[] x = gauss(r, S * ldx, 1);
+                long dx = dev(x), dy = zeros(4L * S * G * R);
+                check(ds4j_matmul_grouped(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, G * R, gw, R, gw,
+                        ptr(dx), ldx, ptr(dy), G * R, S), "matmul_grouped");
+                float[] y = gpu.downloadFloats(dy, S * G * R);
+                for (int g = 0; g < G; g++) {
+                    float[] xs = new float[S * gw], ys = new float[S * R];
+                    for (int s = 0; s < S; s++) {
+                        System.arraycopy(x, s * ldx + g * gw, xs, s * gw, gw);
+                        System.arraycopy(y, s * G * R + g * R, ys, s * R, R);
+                    }
+                    checkMatmul(f + " groups of " + R + ", group " + g + " S=" + S, m.rowRange(g * R, (g + 1) * R), xs, gw, S, ys, R);
+                }
+            }
+    }
+
+    /** Picks of S tokens over E experts, k distinct each: expert `hot` in 4 of 5 tokens (several tiles), the last two never. */
+    static int[] unevenIds(SplittableRandom r, int S, int E, int k, int hot) {
+        int[] ids = new int[S * k];
+        for (int s = 0; s < S; s++) {
+            List<Integer> pool = new ArrayList<>();
+            for (int e = 0; e < E - 2; e++) pool.add(e);
+            java.util.Collections.shuffle(pool, new java.util.Random(r.nextLong()));
+            if (s % 5 != 4) {
+                pool.remove(Integer.valueOf(hot));
+                pool.addFirst(hot);
+            }
+            for (int j = 0; j < k; j++) ids[s * k + j] = pool.get(j);
+        }
+        return ids;
+    }
+
+    @Test
+    void prefillMoeGroupsPicksByExpert() {
+        SplittableRandom r = new SplittableRandom(23);
+        int E = 7, k = 3, S = 50, rows = 72, cols = 128, hot = 2;
+        for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.F16,
+                WeightMatrix.Format.FP8_E4M3_B128, WeightMatrix.Format.FP4_E2M1_B32}) {
+            WeightMatrix[] ms = new WeightMatrix[E];
+            long[] data = new long[E], scale = new long[E];
+            int[] rowBase = new int[E];
+            boolean stacked = f == WeightMatrix.Format.FP8_E4M3_B128;
+            if (stacked) {
+                // experts as row views of one stacked matrix: 72-row views start inside 128-row scale blocks
+                WeightMatrix all = randomMatrix(r, f, E * rows, cols, false);
+                DeviceMatrix dall = upload(all);
+                for (int e = 0; e < E; e++) {
+                    ms[e] = all.rowRange(e * rows, (e + 1) * rows);
+                    DeviceMatrix d = dall.rowRange(e * rows, (e + 1) * rows);
+                    data[e] = d.data();
+                    scale[e] = d.scale();
+                    rowBase[e] = d.rowBase();
+                }
+            } else {
+                for (int e = 0; e < E; e++) {
+                    ms[e] = randomMatrix(r, f, rows, cols, false);
+                    DeviceMatrix d = upload(ms[e]);
+                    data[e] = d.data();
+                    scale[e] = d.scale();
+                }
+                // expert 1 stored 8 bytes past a 16-byte boundary: the kernels must not assume aligned expert storage
+                long p = gpu.malloc(ms[1].data.byteSize() + 16, "test");
+                allocs.add(p);
+                gpu.upload(p + 8, ms[1].data);
+                data[1] = p + 8;
+            }
+            long dt = gpu.malloc(8L * E, "t"), st = gpu.malloc(8L * E, "t"), rt = dev(rowBase);
+            allocs.add(dt);
+            allocs.add(st);
+            gpu.upload(dt, data);
+            gpu.upload(st, scale);
+            MemorySegment scaleTable = f.ordinal() >= WeightMatrix.Format.FP8_E4M3_B128.ordinal() ? ptr(st) : MemorySegment.NULL;
+            MemorySegment rowTable = stacked ? ptr(rt) : MemorySegment.NULL;
+            for (boolean perPick : new boolean[]{false, true})
+                for (int steps : new int[]{S, TC - 1}) {
+                    int P = steps * k, xr = perPick ? P : steps;
+                    int[] ids = unevenIds(r, steps, E, k, hot);
+                    float[] x = gauss(r, xr * cols, 1);
+                    long dx = dev(x), dids = dev(ids), dy = zeros(4L * P * rows), dy0 = zeros(4L * P * rows);
+                    long bytes = 4L * (P + 3L * E + 1), scratch = zeros(bytes);
+                    check(ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, rowTable, 0, rows, cols, E, ptr(dids), k,
+                            steps, ptr(dx), cols, perPick ? 1 : 0, ptr(dy), rows, ptr(scratch), bytes), "moe_matmul_prefill");
+                    float[] y = gpu.downloadFloats(dy, P * rows);
+                    for (int p = 0; p < P; p++) {
+                        float[] xs = Arrays.copyOfRange(x, (perPick ? p : p / k) * cols, (perPick ? p : p / k) * cols + cols);
+                        checkMatmul(f + " S=" + steps + " expert " + ids[p] + " pick " + p + (perPick ? " per pick" : ""), ms[ids[p]], xs,
+                                cols, 1, Arrays.copyOfRange(y, p * rows, p * rows + rows), rows);
+                    }
+                    if (steps < TC) {
+                        // below the threshold the prefill entry is the per-pick kernel
+                        check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, rowTable, 0, rows, cols, ptr(dids), k, steps,
+                                ptr(dx), cols, perPick ? 1 : 0, ptr(dy0), rows), "moe_matmul");
+                        assertArrayEquals(gpu.downloadFloats(dy0, P * rows), y, f + ": S=" + steps + " prefill entry vs per-pick kernel");
+                    }
+                }
+            // too little scratch is a clear error, not a fault
+            int[] ids = unevenIds(r, S, E, k, hot);
+            long small = zeros(64);
+            assertEquals(DS4J_ERR_ARG(), ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, rowTable, 0, rows, cols, E,
+                    ptr(dev(ids)), k, S, ptr(dev(gauss(r, S * cols, 1))), cols, 0, ptr(zeros(4L * S * k * rows)), rows, ptr(small), 64));
+            assertTrue(Gpu.lastError().contains("scratch"), Gpu.lastError());
+        }
+    }
+
+    @Test
+    void indexerTensorCoresMatchReference() {
+        SplittableRandom r = new SplittableRandom(24);
+        // {HI, dI, N0, S, m, K}: several blocks of 512 keys; queries with avail <= K (left untouched) and above;
+        // HI 48 (part of a block's rows unused); HI 8 is not a multiple of 16 (the FFMA kernel runs)
+        for (int[] cfg : new int[][]{{16, 64, 300, 40, 4, 32}, {64, 128, 4000, 33, 4, 128}, {48, 32, 600, 35, 4, 120},
+                {16, 16, 2100, 70, 1, 2110}, {8, 16, 200, 40, 4, 16}}) {
+            int HI = cfg[0], dI = cfg[1], N0 = cfg[2], S = cfg[3], m = cfg[4], K = cfg[5];
+            int maxAvail = (N0 + S) / m, ld = maxAvail + 5;
+            float[] qi = new float[S * HI * dI];
+            for (int row = 0; row < S * HI; row++) {
+                // rows of very different magnitudes: each is scaled into the F16 range on its own
+                double mag = row % 3 == 0 ? 1e-3 : row % 3 == 1 ? 1 : 300;
+                for (int i = 0; i < dI; i++) qi[row * dI + i] = (float) (r.nextGaussian() * mag);
+            }
+            float[] wt = gauss(r, S * HI, 1);
+            short[] keys = new short[maxAvail * dI];
+            for (int i = 0; i < keys.length; i++) keys[i] = Float.floatToFloat16((float) r.nextGaussian());
+            long dq = dev(qi), dw = dev(wt), dk = gpu.malloc(2L * keys.length, "test");
+            allocs.add(dk);
+            gpu.upload(dk, keys);
+            long a = zeros(4L * S * ld), b = zeros(4L * S * ld);
+            gpu.memset(a, 0xFF, 4L * S * ld); // NaN pattern: entries that must stay untouched
+            gpu.memset(b, 0xFF, 4L * S * ld);
+            float ws = (float) (1.0 / Math.sqrt(HI)), ss = (float) (1.0 / Math.sqrt(dI));
+            check(ds4j_indexer_scores_tc(gpu.ctx(), ptr(dq), ptr(dw), ptr(dk), N0, S, m, HI, dI, K, ws, ss, ptr(a), ld), "indexer_scores_tc");
+            check(ds4j_indexer_scores(gpu.ctx(), ptr(dq), ptr(dw), ptr(dk), N0, S, m, HI, dI, K, ws, ss, ptr(b), ld), "indexer_scores");
+            float[] tc = gpu.downloadFloats(a, S * ld), ffma = gpu.downloadFloats(b, S * ld);
+            double worst = 0;
+            int scored = 0;
+            for (int s = 0; s < S; s++) {
+                int avail = (N0 + s + 1) / m;
+                for (int e = 0; e < ld; e++) {
+                    int i = s * ld + e;
+                    if (avail <= K || e >= avail) {
+                        assertEquals(-1, Float.floatToRawIntBits(tc[i]), "untouched s=" + s + " e=" + e + " " + Arrays.toString(cfg));
+                        continue;
+                    }
+                    double ref = 0, mag = 0;
+                    for (int h = 0; h < HI; h++) {
+                        double d = 0, dm = 0;
+                        for (int c = 0; c < dI; c++) {
+                            double p = (double) qi[(s * HI + h) * dI + c] * Float.float16ToFloat(keys[e * dI + c]);
+                            d += p;
+                            dm += Math.abs(p);
+                        }
+                        double w = (double) (wt[s * HI + h] * ws);
+                        ref += w * Math.max(d, 0) * ss;
+                        mag += Math.abs(w) * dm * ss;
+                    }
+                    scored++;
+                    double err = Math.abs(tc[i] - ref) / (mag + 1e-30);
+                    worst = Math.max(worst, err);
+                    assertTrue(err < 1e-5, Arrays.toString(cfg) + " s=" + s + " e=" + e + ": tensor cores " + tc[i] + " vs " + ref);
+                    assertTrue(Math.abs(ffma[i] - ref) / (mag + 1e-30) < 1e-5, "FFMA kernel s=" + s + " e=" + e);
+                }
+            }
+            if (HI % 16 != 0) assertArrayEquals(ffma, tc, "HI " + HI + ": the FFMA kernel runs");
+            System.out.printf("indexer scores HI %d dI %d N0 %d S %d: %d scored, max relative error %.2e%n", HI, dI, N0, S, scored, worst);
+            assertTrue(scored > 0, "some queries scored");
         }
     }
 }

@@ -31,8 +31,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * GPU against CPU (the numeric reference) on the same weights: prefill, decode, verification of q+1 rows with
  * rollback of rejected drafts, for the in-memory micro model (F32), the {@code tiny} preset written as BF16 (HF
  * naming) and as FP8 + FP4 (original naming), and the {@code small} preset (BF16; prefill, decode and verify only). Tolerance: max |logit difference| ≤ 2e-3 per row and the same argmax
- * (rows whose CPU top-2 margin is below 1e-4 are exempt from the argmax check and counted). Also: the GPU's own
- * results do not depend on chunking, and its rollback is exact (bit for bit).
+ * (rows whose CPU top-2 margin is below 1e-4 are exempt from the argmax check and counted); for {@code small} also a
+ * prompt long enough for the indexer to select, in prefill-sized chunks. Also: the GPU's own results do not depend on
+ * chunking (among steps on the same side of the prefill threshold), and its rollback is exact (bit for bit).
  */
 @Tag("gpu")
 class HipBackendTest {
@@ -144,6 +145,28 @@ class HipBackendTest {
         }
     }
 
+    /**
+     * A prompt long enough for the Lightning Indexer to select (more than K_I compressed entries) in prefill chunks
+     * of the tensor-core path (tensor-core indexer scores and top-k), then a few decode steps; logits of the last
+     * rows of each chunk and of the decode steps against the CPU.
+     */
+    static void longPrefill(Pair p, int[] chunks, int decodeSteps) {
+        Cmp cmp = new Cmp(p.name + " long prefill", p.cpu.config().vocabSize);
+        int n = Arrays.stream(chunks).sum();
+        int[] toks = prompt(p.cpu.config(), n + decodeSteps, 9);
+        try (Sequence a = p.cpu.newSequence(16); Sequence b = p.gpu.newSequence(16)) {
+            int off = 0;
+            for (int ch : chunks) {
+                int[] rows = {0, ch / 2, ch - 2, ch - 1};
+                cmp.rows(p.cpu.forward(a, toks, off, ch, rows), p.gpu.forward(b, toks, off, ch, rows), "chunk at " + off);
+                off += ch;
+            }
+            for (int i = 0; i < decodeSteps; i++, off++)
+                cmp.rows(p.cpu.forward(a, toks, off, 1, new int[]{0}), p.gpu.forward(b, toks, off, 1, new int[]{0}), "decode pos " + off);
+        }
+        cmp.done();
+    }
+
     static void prefill(Pair p) {
         Cmp cmp = new Cmp(p.name + " prefill", p.cpu.config().vocabSize);
         int[] toks = prompt(p.cpu.config(), 100, 1);
@@ -185,19 +208,28 @@ class HipBackendTest {
         cmp.done();
     }
 
-    /** GPU alone: the same logits whatever the chunking, and exact rollback (bit for bit). */
+    /**
+     * GPU alone: the same logits whatever the chunking, among steps on the same side of the prefill threshold
+     * (DS4J_TC_MIN_ROWS: steps of at least that many rows take the tensor-core path, which rounds differently from the
+     * FFMA kernels of shorter steps), logits within the parity tolerance across it, and exact rollback (bit for bit).
+     */
     static void invariance(Pair p) {
         HipBackend g = p.gpu;
-        int V = g.config().vocabSize;
+        int V = g.config().vocabSize, T = io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS();
         int[] toks = prompt(g.config(), 70, 7);
-        float[] whole = run(g, toks, new int[]{70});
         int[] ones = new int[70];
         Arrays.fill(ones, 1);
-        assertArrayEquals(whole, run(g, toks, ones), p.name + ": token by token vs whole");
-        assertArrayEquals(whole, run(g, toks, new int[]{37, 5, 3, 1, 7, 1, 16}), p.name + ": uneven chunks vs whole");
+        float[] byToken = run(g, toks, ones);
+        assertArrayEquals(byToken, run(g, toks, new int[]{5, 3, 1, 7, 1, 16, 2, 11, 4, 9, 11}), p.name + ": uneven short chunks vs token by token");
+        float[] whole = run(g, toks, new int[]{70});
+        assertArrayEquals(whole, run(g, toks, new int[]{37, 33}), p.name + ": prefill-sized chunks vs whole");
+        Cmp across = new Cmp(p.name + " whole vs by token", V);
+        across.rows(byToken, whole, "prefill path vs decode path");
+        across.done();
         SplittableRandom r = new SplittableRandom(5);
         for (int trial = 0; trial < 12; trial++) {
-            int n = 1 + r.nextInt(60), k = 1 + r.nextInt(Math.min(16, n));
+            // both prefills of a trial (n - k and n tokens) on the same side of the threshold: below, or both at/above
+            int n = trial % 2 == 0 ? 1 + r.nextInt(T - 1) : T + 16 + r.nextInt(30), k = 1 + r.nextInt(Math.min(16, n));
             int[] t = prompt(g.config(), n, 100 + trial);
             float[] fresh;
             try (Sequence s = g.newSequence(16)) {
@@ -253,7 +285,11 @@ class HipBackendTest {
                     prefill(p);
                     decode(p);
                     verify(p, 4);
-                    if (m.startsWith("small")) return; // the CPU reference is slow at this size: the rest is covered above
+                    if (m.startsWith("small")) {
+                        // K_I = 64 entries of m = 4 tokens: the indexer selects from position 260 on
+                        longPrefill(p, new int[]{160, 140}, 4);
+                        return; // the CPU reference is slow at this size: the rest is covered above
+                    }
                     verify(p, 1);
                     invariance(p);
                 }

@@ -246,6 +246,17 @@ public class ds4j_gpu_h {
         return DS4J_F16OPS_PORTABLE;
     }
 
+    private static final int DS4J_TC_MIN_ROWS = (int)32L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_TC_MIN_ROWS 32
+     * }
+     */
+    public static int DS4J_TC_MIN_ROWS() {
+        return DS4J_TC_MIN_ROWS;
+    }
+
     private static class ds4j_api_version {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT
@@ -1147,6 +1158,62 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_tc_available {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_tc_available");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_tc_available(ds4j_ctx *ctx, int32_t *host_available)
+     * }
+     */
+    public static FunctionDescriptor ds4j_tc_available$descriptor() {
+        return ds4j_tc_available.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_tc_available(ds4j_ctx *ctx, int32_t *host_available)
+     * }
+     */
+    public static MethodHandle ds4j_tc_available$handle() {
+        return ds4j_tc_available.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_tc_available(ds4j_ctx *ctx, int32_t *host_available)
+     * }
+     */
+    public static MemorySegment ds4j_tc_available$address() {
+        return ds4j_tc_available.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_tc_available(ds4j_ctx *ctx, int32_t *host_available)
+     * }
+     */
+    public static int ds4j_tc_available(MemorySegment ctx, MemorySegment host_available) {
+        var mh$ = ds4j_tc_available.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_available);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_matmul {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
@@ -1348,6 +1415,79 @@ public class ds4j_gpu_h {
         var mh$ = ds4j_moe_matmul.HANDLE;
         try {
             return (int) mh$.invokeExact(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, ids, k, S, x, ldx, x_per_pick, y, ldy);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_moe_matmul_prefill {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_moe_matmul_prefill");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * }
+     */
+    public static FunctionDescriptor ds4j_moe_matmul_prefill$descriptor() {
+        return ds4j_moe_matmul_prefill.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * }
+     */
+    public static MethodHandle ds4j_moe_matmul_prefill$handle() {
+        return ds4j_moe_matmul_prefill.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * }
+     */
+    public static MemorySegment ds4j_moe_matmul_prefill$address() {
+        return ds4j_moe_matmul_prefill.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * }
+     */
+    public static int ds4j_moe_matmul_prefill(MemorySegment ctx, int format, MemorySegment w_table, MemorySegment scale_table, MemorySegment row_base_table, int scale_kind, int rows, int cols, int E, MemorySegment ids, int k, int S, MemorySegment x, long ldx, int x_per_pick, MemorySegment y, long ldy, MemorySegment scratch, long scratch_bytes) {
+        var mh$ = ds4j_moe_matmul_prefill.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x, ldx, x_per_pick, y, ldy, scratch, scratch_bytes);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
@@ -2524,6 +2664,74 @@ public class ds4j_gpu_h {
      */
     public static int ds4j_indexer_scores_f32(MemorySegment ctx, MemorySegment qi, MemorySegment wt, MemorySegment keys, long N0, int S, int m, int HI, int dI, int K, float w_scale, float s_scale, MemorySegment scores, long ld) {
         var mh$ = ds4j_indexer_scores_f32.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_indexer_scores_tc {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_indexer_scores_tc");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_tc(ds4j_ctx *ctx, const float *qi, const float *wt, const uint16_t *keys, int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static FunctionDescriptor ds4j_indexer_scores_tc$descriptor() {
+        return ds4j_indexer_scores_tc.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_tc(ds4j_ctx *ctx, const float *qi, const float *wt, const uint16_t *keys, int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static MethodHandle ds4j_indexer_scores_tc$handle() {
+        return ds4j_indexer_scores_tc.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_tc(ds4j_ctx *ctx, const float *qi, const float *wt, const uint16_t *keys, int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static MemorySegment ds4j_indexer_scores_tc$address() {
+        return ds4j_indexer_scores_tc.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_tc(ds4j_ctx *ctx, const float *qi, const float *wt, const uint16_t *keys, int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static int ds4j_indexer_scores_tc(MemorySegment ctx, MemorySegment qi, MemorySegment wt, MemorySegment keys, long N0, int S, int m, int HI, int dI, int K, float w_scale, float s_scale, MemorySegment scores, long ld) {
+        var mh$ = ds4j_indexer_scores_tc.HANDLE;
         try {
             return (int) mh$.invokeExact(ctx, qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld);
         } catch (Throwable ex$) {

@@ -1,0 +1,224 @@
+// Lightning Indexer scores on tensor cores for prefill (spec 3.6 step 3; ds4j_gpu.h: ds4j_indexer_scores_tc).
+//
+// A block holds ROWS (query, head) rows of qi in shared memory, as F16 hi + lo pairs of the row scaled by a power of
+// two, and walks up to TILES tiles of KT keys (F16, exact as MMA inputs): one warp multiplies its 16 rows with all
+// KT keys of a tile (mma.sync.m16n8k16, F16 in, F32 accumulate), applies ReLU, the head weight and d_I^-1/2, and
+// sums its 16 rows with shuffles; the partial sums of the warps of one query are then added in warp order. A query's
+// heads are whole warps: HI must be a multiple of 16 (and at most ROWS).
+//
+// Work at a 123K-token prefill (V4-Flash shapes: H_I 64, d_I 128): about 1.5e13 multiply-adds per CSA layer, the
+// same as the FFMA kernel but at tensor-core rate. Each (query, key) score depends only on that query's row and that
+// key, so the result does not depend on S or on how the queries are grouped into blocks.
+#include "tc.h"
+
+#include <string.h>
+
+namespace ds4j {
+
+#if DS4J_HAVE_TC
+namespace itc {
+
+constexpr int ROWS = 128;    // (query, head) rows per block: ROWS / HI queries
+constexpr int KT = 64;       // keys per tile
+constexpr int TILES = 8;     // tiles per block: 512 keys share one conversion of the queries
+constexpr int THREADS = 256; // 8 warps x 16 rows
+constexpr int DMAX = 128;    // largest d_I (shared memory)
+constexpr int WARPS = THREADS / 32;
+
+/** Shared words of one block for key width dI: queries hi, lo [ROWS][ldq], keys [KT][ldq], partials, row factors. */
+static inline size_t smem_bytes(int dI) {
+    const int ldq = dI / 2 + 4;
+    return 4 * ((size_t)2 * ROWS * ldq + (size_t)KT * ldq + (size_t)WARPS * KT + 2 * ROWS);
+}
+
+/** (a, b) -> F16 pairs hi = f16(x), lo = f16(x - hi) (22 significant bits together for |x| >= 2^-3). */
+__device__ __forceinline__ void split_f16(float a, float b, uint32_t& hi, uint32_t& lo) {
+    const __half2 h = __floats2half2_rn(a, b);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(__fsub_rn(a, hf.x), __fsub_rn(b, hf.y));
+    memcpy(&hi, &h, 4);
+    memcpy(&lo, &l, 4);
+}
+
+__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/** One term of spec 3.6 step 3, in the order of ds4j_indexer_scores: ((w_{t,h} H_I^-1/2) ReLU(dot)) d_I^-1/2. */
+__device__ __forceinline__ float term(float wsc, float dot, float s_scale) { return mul(mul(wsc, fmaxf(dot, 0.f)), s_scale); }
+
+__global__ void __launch_bounds__(THREADS)
+indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, const uint16_t* __restrict__ keys,
+                  int64_t N0, int S, int m, int HI, int dI, int K, float w_scale, float s_scale, float* scores,
+                  int64_t ld) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
+#else
+    extern __shared__ __align__(16) uint32_t sm[];
+    const int ldq = dI / 2 + 4;  // row stride in words: rows 8 apart fall 4 banks apart, fragment loads conflict-free
+    uint32_t* qh = sm;
+    uint32_t* ql = qh + ROWS * ldq;
+    uint32_t* ks = ql + ROWS * ldq;
+    float* part = reinterpret_cast<float*>(ks + KT * ldq);  // [WARPS][KT]
+    float* wsc = part + WARPS * KT;                          // [ROWS] w_{t,h} H_I^-1/2 (0: row not scored)
+    float* unsc = wsc + ROWS;                                // [ROWS] 2^-t, undoing the row's scaling
+
+    const int qpb = ROWS / HI;  // queries per block
+    const int s0 = blockIdx.y * qpb;
+    const int slast = min(s0 + qpb, S) - 1;
+    const int64_t avail_max = (N0 + slast + 1) / m;  // the block's last query sees the most entries
+    const int64_t e0 = (int64_t)blockIdx.x * KT * TILES;
+    if (avail_max <= K || e0 >= avail_max) return;  // uniform over the block
+    const int64_t e1 = min(e0 + (int64_t)KT * TILES, avail_max);
+    const int ntiles = (int)((e1 - e0 + KT - 1) / KT);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
+
+    // 1. queries: warp w converts rows 16w .. 16w+15 (row r = query r / HI, head r % HI)
+    for (int i = 0; i < 16; i++) {
+        const int r = warp * 16 + i, q = r / HI, h = r % HI, s = s0 + q;
+        const bool live = q < qpb && s < S && (N0 + s + 1) / m > K;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (live && lane * 4 < dI) v = __ldg(reinterpret_cast<const float4*>(qi + ((int64_t)s * HI + h) * dI) + lane);
+        const float mx = warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        // 2^t puts the row's largest |value| in [2^14, 2^15): F16 hi cannot overflow, lo stays normal down to
+        // 2^-28 of the largest value. Zero, subnormal-only and non-finite rows keep t = 0 / the clamp.
+        int t = 0;
+        if (mx > 0.f && mx <= 3.402823466e38f) {
+            const int ex = (int)((__float_as_uint(mx) >> 23) & 0xffu) - 127;  // -127 for subnormals
+            t = min(126, max(-126, 14 - ex));
+        }
+        const float up = __uint_as_float((uint32_t)(127 + t) << 23);
+        if (lane * 4 < dI) {
+            uint32_t h0, l0, h1, l1;
+            split_f16(v.x * up, v.y * up, h0, l0);
+            split_f16(v.z * up, v.w * up, h1, l1);
+            *reinterpret_cast<uint2*>(qh + r * ldq + 2 * lane) = make_uint2(h0, h1);
+            *reinterpret_cast<uint2*>(ql + r * ldq + 2 * lane) = make_uint2(l0, l1);
+        }
+        if (lane == 0) {
+            unsc[r] = __uint_as_float((uint32_t)(127 - t) << 23);
+            wsc[r] = live ? mul(wt[(int64_t)s * HI + h], w_scale) : 0.f;
+        }
+    }
+
+    // 2. key tiles: registers hold the next tile while the current one is multiplied
+    constexpr int KCH = KT * DMAX / 8 / THREADS;  // 16-byte chunks (8 keys' halves) per thread, at most
+    const int cpk = dI / 8;                        // chunks per key
+    uint4 kq[KCH];
+    auto load = [&](int tile) {
+        const int64_t eb = e0 + (int64_t)tile * KT;
+#pragma unroll
+        for (int i = 0; i < KCH; i++) {
+            const int c = tid + i * THREADS, j = c / cpk;
+            kq[i] = make_uint4(0u, 0u, 0u, 0u);
+            if (j < KT && eb + j < e1)
+                kq[i] = __ldg(reinterpret_cast<const uint4*>(keys + (eb + j) * dI) + c % cpk);
+        }
+    };
+    load(0);
+    const int rows_used = qpb * HI;
+    for (int tile = 0; tile < ntiles; tile++) {
+        __syncthreads();  // the previous tile's keys and partial sums are consumed; the queries are stored
+#pragma unroll
+        for (int i = 0; i < KCH; i++) {
+            const int c = tid + i * THREADS, j = c / cpk;
+            if (j < KT) *reinterpret_cast<uint4*>(ks + j * ldq + (c % cpk) * 4) = kq[i];
+        }
+        __syncthreads();
+        if (tile + 1 < ntiles) load(tile + 1);
+        float acc[KT / 8][4];
+#pragma unroll
+        for (int ni = 0; ni < KT / 8; ni++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[ni][j] = 0.f;
+        if (warp * 16 < rows_used) {  // warps past the last query's rows have nothing to multiply
+            for (int kk = 0; kk < dI / 16; kk++) {
+                // fragments as in gemm_tc.cpp: A rows g / g+8, k pairs 2t / 2t+8; B column (key) g
+                const int o = (warp * 16 + g) * ldq + kk * 8 + tig;
+                const uint32_t ah[4] = {qh[o], qh[o + 8 * ldq], qh[o + 4], qh[o + 8 * ldq + 4]};
+                const uint32_t al[4] = {ql[o], ql[o + 8 * ldq], ql[o + 4], ql[o + 8 * ldq + 4]};
+#pragma unroll
+                for (int ni = 0; ni < KT / 8; ni++) {
+                    const int ob = (ni * 8 + g) * ldq + kk * 8 + tig;
+                    const uint32_t b0 = ks[ob], b1 = ks[ob + 4];
+                    mma_f16(acc[ni], ah, b0, b1);
+                    mma_f16(acc[ni], al, b0, b1);
+                }
+            }
+        }
+        // C fragment: c0, c1 = (row g, keys 2t, 2t+1), c2, c3 = row g+8; sum the warp's 16 rows (one query's heads)
+        const int r0 = warp * 16 + g, r1 = r0 + 8;
+        const float w0 = wsc[r0], w1 = wsc[r1], u0 = unsc[r0], u1 = unsc[r1];
+#pragma unroll
+        for (int ni = 0; ni < KT / 8; ni++) {
+            float t0 = add(term(w0, mul(acc[ni][0], u0), s_scale), term(w1, mul(acc[ni][2], u1), s_scale));
+            float t1 = add(term(w0, mul(acc[ni][1], u0), s_scale), term(w1, mul(acc[ni][3], u1), s_scale));
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) {
+                t0 = add(t0, DS4J_SHFL_XOR(t0, o));
+                t1 = add(t1, DS4J_SHFL_XOR(t1, o));
+            }
+            if (g == 0) {
+                part[warp * KT + ni * 8 + 2 * tig] = t0;
+                part[warp * KT + ni * 8 + 2 * tig + 1] = t1;
+            }
+        }
+        __syncthreads();
+        // 3. per (query, key): the query's warps in order
+        const int64_t eb = e0 + (int64_t)tile * KT;
+        for (int idx = tid; idx < qpb * KT; idx += THREADS) {
+            const int q = idx / KT, j = idx % KT, s = s0 + q;
+            if (s >= S) continue;
+            const int64_t avail = (N0 + s + 1) / m, e = eb + j;
+            if (avail <= K || e >= avail) continue;
+            float sum = 0.f;
+            for (int w = q * HI / 16; w < (q + 1) * HI / 16; w++) sum = add(sum, part[w * KT + j]);
+            scores[(int64_t)s * ld + e] = sum;
+        }
+    }
+#endif
+}
+
+}  // namespace itc
+#endif  // DS4J_HAVE_TC
+
+}  // namespace ds4j
+
+using namespace ds4j;
+
+extern "C" {
+
+int32_t ds4j_indexer_scores_tc(ds4j_ctx* ctx, const float* qi, const float* wt, const uint16_t* keys, int64_t N0,
+                               int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale,
+                               float* scores, int64_t ld) {
+    DS4J_CHECK_CTX(ctx);
+#if DS4J_HAVE_TC
+    using namespace itc;
+    // the argument checks of ds4j_indexer_scores, then the shapes this kernel handles
+    DS4J_ARG(qi && wt && scores && m > 0 && HI > 0 && dI > 0 && K > 0 && S >= 0 && N0 >= 0,
+             "ds4j_indexer_scores_tc: bad arguments");
+    const int64_t max_avail = (N0 + S) / m;
+    if (S == 0 || max_avail <= K) return DS4J_OK;
+    DS4J_ARG(keys && ld >= max_avail, "ds4j_indexer_scores_tc: scores row of %lld < %lld entries", (long long)ld,
+             (long long)max_avail);
+    const bool shape = HI % 16 == 0 && HI <= ROWS && dI % 16 == 0 && dI <= DMAX && ((uintptr_t)qi & 15u) == 0 &&
+                       ((uintptr_t)keys & 15u) == 0;
+    const int qpb = shape ? ROWS / HI : 1;
+    const int64_t by = ((int64_t)S + qpb - 1) / qpb, bx = (max_avail + KT * TILES - 1) / (KT * TILES);
+    if (shape && by <= 65535 && bx <= 0x7fffffff && tc_device(ctx)) {
+        const size_t smem = smem_bytes(dI);
+        hipError_t e = cudaFuncSetAttribute(indexer_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != hipSuccess) return fail_hip(e, "ds4j_indexer_scores_tc: shared memory of the kernel");
+        dim3 grid((unsigned)bx, (unsigned)by);
+        indexer_tc_kernel<<<grid, THREADS, smem, ctx->stream>>>(qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale,
+                                                                scores, ld);
+        DS4J_LAUNCHED("indexer_scores (tensor cores)");
+        return DS4J_OK;
+    }
+#endif
+    return ds4j_indexer_scores(ctx, qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld);
+}
+
+}  // extern "C"

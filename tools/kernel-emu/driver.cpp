@@ -1,0 +1,253 @@
+// Emulated runs of the tensor-core prefill kernels (gemm_tc.cpp, indexer_tc.cpp) against F64 references on odd
+// shapes: K and token tails, partial row tiles, FP8 row views inside the block grid, groups that end inside a tile,
+// routed experts with uneven loads (empty experts, misaligned expert storage, more experts than one scan chunk),
+// indexer blocks with rows unused, queries below K_I, several key blocks. EXTRA=1 adds the slow cases.
+#include "gemm_tc.cpp"
+#include "indexer_tc.cpp"
+#include <random>
+
+using namespace ds4j;
+
+static std::mt19937_64 rng(7);
+static double gauss() { static std::normal_distribution<double> n(0, 1); return n(rng); }
+static int fails = 0;
+
+struct Mat {
+    int fmt, rows, cols, scale_kind = DS4J_SCALE_E8M0;
+    std::vector<uint8_t> data, scale;
+    int srows;
+};
+
+static Mat random_mat(int fmt, int rows, int cols) {
+    Mat m;
+    m.fmt = fmt; m.rows = rows; m.cols = cols;
+    int64_t rb = row_bytes_of(fmt, cols);
+    m.data.resize(rb * rows + 64);
+    for (int64_t i = 0; i < rb * rows; i++) m.data[i] = rng() & 255;
+    if (fmt == DS4J_FMT_BF16 || fmt == DS4J_FMT_F16) {
+        for (int64_t i = 0; i < (int64_t)rows * cols; i++) {
+            float v = (float)gauss();
+            uint16_t h;
+            if (fmt == DS4J_FMT_BF16) h = __float_as_uint(v) >> 16;
+            else h = __float2half_rn(v).b;
+            memcpy(&m.data[2 * i], &h, 2);
+        }
+    }
+    if (fmt == DS4J_FMT_FP8_E4M3_B128) {
+        for (int64_t i = 0; i < rb * rows; i++) if ((m.data[i] & 0x7f) == 0x7f) m.data[i] &= 0xfe;
+        m.srows = (rows + 127) / 128;
+        m.scale.resize(m.srows * ((cols + 127) / 128));
+        for (auto& s : m.scale) s = 120 + rng() % 6;
+    }
+    if (fmt == DS4J_FMT_FP4_E2M1_B32) {
+        m.scale.resize((size_t)rows * cols / 32);
+        for (auto& s : m.scale) s = 122 + rng() % 6;
+    }
+    return m;
+}
+
+static WView view(const Mat& m, int row_from) {
+    WView v;
+    int64_t rb = row_bytes_of(m.fmt, m.cols);
+    v.w = m.data.data() + rb * row_from;
+    v.scale = m.scale.empty() ? nullptr
+            : m.fmt == DS4J_FMT_FP4_E2M1_B32 ? m.scale.data() + (size_t)row_from * (m.cols / 32) : m.scale.data();
+    v.scale_kind = m.scale_kind;
+    v.row_base = m.fmt == DS4J_FMT_FP8_E4M3_B128 ? row_from : 0;
+    v.cols = m.cols;
+    v.scale_cols = (m.cols + 127) / 128;
+    return v;
+}
+
+static double wref(const WView& v, int fmt, int r, int c) {
+    switch (fmt) {
+        case DS4J_FMT_F16: return wget<DS4J_FMT_F16>(v, r, c);
+        case DS4J_FMT_BF16: return wget<DS4J_FMT_BF16>(v, r, c);
+        case DS4J_FMT_FP8_E4M3_B128: return wget<DS4J_FMT_FP8_E4M3_B128>(v, r, c);
+        default: return wget<DS4J_FMT_FP4_E2M1_B32>(v, r, c);
+    }
+}
+
+template <bool MOE>
+static void launch_gemm(int fmt, dim3 grid, const tc::Args& a) {
+    switch (fmt) {
+        case DS4J_FMT_F16: emu_launch(grid, dim3(256), 0, [&] { tc::gemm_kernel<DS4J_FMT_F16, MOE>(a); }); break;
+        case DS4J_FMT_BF16: emu_launch(grid, dim3(256), 0, [&] { tc::gemm_kernel<DS4J_FMT_BF16, MOE>(a); }); break;
+        case DS4J_FMT_FP8_E4M3_B128: emu_launch(grid, dim3(256), 0, [&] { tc::gemm_kernel<DS4J_FMT_FP8_E4M3_B128, MOE>(a); }); break;
+        default: emu_launch(grid, dim3(256), 0, [&] { tc::gemm_kernel<DS4J_FMT_FP4_E2M1_B32, MOE>(a); }); break;
+    }
+}
+
+static void check(const char* what, double got, double want, double mag, double tol, int i, int j) {
+    if (!(std::fabs(got - want) <= tol * mag + 1e-30)) {
+        if (fails < 20) printf("FAIL %s (%d, %d): got %.9g want %.9g (mag %.3g)\n", what, i, j, got, want, mag);
+        fails++;
+    }
+}
+
+// y[s, r] for rows [from, from+rows) with groups
+static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp, int S, int pad) {
+    Mat m = random_mat(fmt, rows_total, cols);
+    WView v = view(m, from);
+    const int groups = rows / grp;
+    const int64_t xgs = grp > 0 && groups > 1 ? cols + 4 : 0;
+    const int64_t ldx = (groups - 1) * xgs + cols + pad, ldy = rows + 3;
+    std::vector<float> x(ldx * S + 16), y(ldy * S, -777.f);
+    // 16-byte aligned x
+    float* xp = (float*)(((uintptr_t)x.data() + 15) & ~(uintptr_t)15);
+    for (int64_t i = 0; i < ldx * S; i++) xp[i] = (float)gauss();
+    tc::Args a{};
+    a.v = v; a.rows = rows; a.grp = grp; a.tiles_per_grp = (grp + 127) / 128; a.xgs = xgs;
+    a.x = xp; a.ldx = ldx; a.y = y.data(); a.ldy = ldy; a.S = S;
+    dim3 grid((S + 63) / 64, groups * a.tiles_per_grp);
+    launch_gemm<false>(fmt, grid, a);
+    double worst = 0;
+    for (int s = 0; s < S; s++)
+        for (int r = 0; r < rows; r++) {
+            double acc = 0, mag = 0;
+            for (int c = 0; c < cols; c++) {
+                double p = wref(v, fmt, r, c) * xp[s * ldx + (r / grp) * xgs + c];
+                acc += p; mag += std::fabs(p);
+            }
+            worst = std::max(worst, std::fabs(y[s * ldy + r] - acc) / mag);
+            check("dense", y[s * ldy + r], acc, mag, 1e-5, s, r);
+        }
+    // untouched padding
+    for (int s = 0; s < S; s++) for (int r = rows; r < ldy; r++) if (y[s * ldy + r] != -777.f) { printf("FAIL dense wrote padding\n"); fails++; }
+    printf("dense fmt %d rows %d (from %d) cols %d grp %d S %d: worst rel %.3g\n", fmt, rows, from, cols, grp, S, worst);
+}
+
+static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick, bool misalign) {
+    std::vector<Mat> ms;
+    std::vector<void*> wt(E), st(E);
+    std::vector<std::vector<uint8_t>> shifted(E);
+    for (int e = 0; e < E; e++) ms.push_back(random_mat(fmt, rows, cols));
+    for (int e = 0; e < E; e++) {
+        wt[e] = ms[e].data.data();
+        if (misalign && e == 1) {
+            shifted[e].resize(ms[e].data.size() + 8);
+            memcpy(shifted[e].data() + 8, ms[e].data.data(), ms[e].data.size());
+            wt[e] = shifted[e].data() + 8;  // vector data is 16-aligned: +8 is not
+        }
+        st[e] = ms[e].scale.empty() ? nullptr : ms[e].scale.data();
+    }
+    const int P = S * k;
+    std::vector<int32_t> ids(P);
+    // uneven: expert 1 gets most picks, the last expert none
+    for (int s = 0; s < S; s++) {
+        std::vector<int> pool;
+        for (int e = 0; e < E - 1; e++) pool.push_back(e);
+        std::shuffle(pool.begin(), pool.end(), rng);
+        if (s % 5 != 4) { auto it = std::find(pool.begin(), pool.end(), 1); std::iter_swap(pool.begin(), it); }
+        for (int j = 0; j < k; j++) ids[s * k + j] = pool[j];
+    }
+    const int xr = per_pick ? P : S;
+    const int64_t ldx = cols + 4, ldy = rows + 1;
+    std::vector<float> x(ldx * xr + 16), y(ldy * P, -777.f);
+    float* xp = (float*)(((uintptr_t)x.data() + 15) & ~(uintptr_t)15);
+    for (int64_t i = 0; i < ldx * xr; i++) xp[i] = (float)gauss();
+    std::vector<int32_t> scratch(P + 3 * E + 1, -1);
+    int32_t* perm = scratch.data(); int32_t* cnt = perm + P; int32_t* off = cnt + E; int32_t* tp = off + E;
+    emu_launch(dim3(E), dim3(256), 0, [&] { tc::moe_group_kernel(ids.data(), P, perm, cnt, off); });
+    emu_launch(dim3(1), dim3(256), 0, [&] { tc::moe_tiles_kernel(cnt, E, tp); });
+    tc::Args a{};
+    a.v.scale_kind = DS4J_SCALE_E8M0; a.v.cols = cols; a.v.scale_cols = (cols + 127) >> 7;
+    a.rows = rows; a.x = xp; a.ldx = ldx; a.y = y.data(); a.ldy = ldy; a.S = S;
+    a.w_table = wt.data(); a.scale_table = fmt >= DS4J_FMT_FP8_E4M3_B128 ? st.data() : nullptr; a.row_base_table = nullptr;
+    a.perm = perm; a.cnt = cnt; a.off = off; a.tile_prefix = tp; a.E = E; a.k = k; a.x_per_pick = per_pick;
+    const int max_tiles = P / 64 + std::min(E, P);
+    launch_gemm<true>(fmt, dim3(max_tiles, (rows + 127) / 128), a);
+    // counting sort sanity
+    int tot = 0;
+    for (int e = 0; e < E; e++) tot += cnt[e];
+    if (tot != P) { printf("FAIL moe counts %d != %d\n", tot, P); fails++; }
+    double worst = 0;
+    for (int p = 0; p < P; p++) {
+        WView v = view(ms[ids[p]], 0);
+        for (int r = 0; r < rows; r++) {
+            double acc = 0, mag = 0;
+            for (int c = 0; c < cols; c++) {
+                double pr = wref(v, fmt, r, c) * xp[(per_pick ? p : p / k) * ldx + c];
+                acc += pr; mag += std::fabs(pr);
+            }
+            worst = std::max(worst, std::fabs(y[p * ldy + r] - acc) / mag);
+            check("moe", y[p * ldy + r], acc, mag, 1e-5, p, r);
+        }
+    }
+    printf("moe fmt %d E %d k %d S %d rows %d cols %d per_pick %d misalign %d: worst rel %.3g; tiles %d; counts", fmt, E, k, S,
+           rows, cols, per_pick, misalign, worst, tp[E]);
+    for (int e = 0; e < E; e++) printf(" %d", cnt[e]);
+    printf("\n");
+}
+
+static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
+    const int64_t maxAvail = (N0 + S) / m;
+    std::vector<float> qi((size_t)S * HI * dI + 16), wt((size_t)S * HI);
+    float* q = (float*)(((uintptr_t)qi.data() + 15) & ~(uintptr_t)15);
+    for (size_t i = 0; i < (size_t)S * HI * dI; i++) q[i] = (float)(gauss() * (i % 7 == 0 ? 30 : 1)) * (i / dI % 5 == 3 ? 1e-3f : 1.f);
+    for (auto& w : wt) w = (float)gauss();
+    std::vector<uint16_t> keys(maxAvail * dI + 8);
+    uint16_t* kp = (uint16_t*)(((uintptr_t)keys.data() + 15) & ~(uintptr_t)15);
+    for (int64_t i = 0; i < maxAvail * dI; i++) kp[i] = __float2half_rn((float)gauss()).b;
+    const int64_t ld = maxAvail + 3;
+    std::vector<float> sc(S * ld, -555.f);
+    float w_scale = 1.f / std::sqrt((float)HI), s_scale = 1.f / std::sqrt((float)dI);
+    const int qpb = 128 / HI;
+    dim3 grid((maxAvail + 511) / 512, (S + qpb - 1) / qpb);
+    size_t smem = itc::smem_bytes(dI);
+    emu_launch(grid, dim3(256), smem, [&] {
+        itc::indexer_tc_kernel(q, wt.data(), kp, N0, S, m, HI, dI, K, w_scale, s_scale, sc.data(), ld);
+    });
+    double worst = 0;
+    int scored = 0;
+    for (int s = 0; s < S; s++) {
+        int64_t avail = (N0 + s + 1) / m;
+        for (int64_t e = 0; e < ld; e++) {
+            float got = sc[s * ld + e];
+            if (avail <= K || e >= avail) {
+                if (got != -555.f) { if (fails < 20) printf("FAIL indexer wrote s %d e %ld\n", s, (long)e); fails++; }
+                continue;
+            }
+            scored++;
+            double acc = 0, mag = 0;
+            for (int h = 0; h < HI; h++) {
+                double d = 0, dm = 0;
+                for (int i = 0; i < dI; i++) {
+                    double p = (double)q[((size_t)s * HI + h) * dI + i] * emu_f16(kp[e * dI + i]);
+                    d += p; dm += std::fabs(p);
+                }
+                double w = (double)wt[s * HI + h] * w_scale;
+                acc += w * std::max(d, 0.0) * s_scale;
+                mag += std::fabs(w) * dm * s_scale;
+            }
+            worst = std::max(worst, std::fabs(got - acc) / (mag + 1e-30));
+            check("indexer", got, acc, mag, 1e-5, s, (int)e);
+        }
+    }
+    printf("indexer HI %d dI %d N0 %ld S %d m %d K %d: %d scores, worst rel %.3g\n", HI, dI, (long)N0, S, m, K, scored, worst);
+}
+
+int main() {
+    // dense: odd rows, K tails, token tails, row views (FP8 grid offsets), groups straddling tiles
+    for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
+        int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 96 : 80;
+        dense(fmt, 200, 0, 200, cols, 200, 70, 4);
+        dense(fmt, 300, 130, 150, cols, 150, 33, 0);
+        dense(fmt, 300, 0, 3 * 96, cols, 96, 40, 8);
+    }
+    for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
+        moe(fmt, 5, 2, 40, 72, 64, false, false);
+        moe(fmt, 5, 3, 40, 72, 64, true, true);
+    }
+    moe(DS4J_FMT_F16, 4, 2, 37, 130, 32, false, true);
+    if (getenv("EXTRA")) {
+        moe(DS4J_FMT_FP4_E2M1_B32, 300, 2, 40, 64, 64, false, false);
+        indexer(16, 32, 4300, 40, 4, 64);
+    }
+    indexer(16, 32, 0, 40, 4, 4);
+    indexer(16, 64, 200, 45, 4, 32);
+    indexer(64, 128, 1000, 5, 4, 100);
+    indexer(48, 16, 3000, 7, 8, 300);
+    printf("%s: %d failures\n", fails ? "FAILED" : "OK", fails);
+    return fails ? 1 : 0;
+}

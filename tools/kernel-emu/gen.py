@@ -1,0 +1,34 @@
+# Copies the tensor-core kernel sources for host emulation: common.h with the platform block replaced by emu.h, the
+# inline-PTX helpers (cvt.bf16x2, mma.sync) replaced by emulated ones, and the host entry points (launches) cut off.
+#   gen.py NATIVE_DIR OUT_DIR
+import re,sys
+src=sys.argv[1].rstrip('/')+'/src/'
+out=sys.argv[2].rstrip('/')+'/'
+c=open(src+'common.h').read()
+# platform block -> emu
+start=c.index('#if defined(__NVCC__) && !defined(__HIPCC__)')
+e1=c.index('#endif\n',c.index('#error'))+len('#endif\n')
+end=c.index('#endif\n',e1)+len('#endif\n')
+c=c[:start]+'#include "emu.h"\n'+c[end:]
+c=re.sub(r'#if defined\(__NVCC__\) && !defined\(__HIPCC__\)\n#define DS4J_HAVE_TC 1\n#else\n#define DS4J_HAVE_TC 0\n#endif','#define DS4J_HAVE_TC 1',c)
+c=c.replace('#include "../include/ds4j/ds4j_gpu.h"','#include "'+src+'../include/ds4j/ds4j_gpu.h"')
+open(out+'common.h','w').write(c)
+open(out+'tc.h','w').write(open(src+'tc.h').read())
+def repl_fn(s, sig, body):
+    i=s.index(sig); j=s.index('\n}\n',i)+3
+    return s[:i]+body+s[j:]
+g=open(src+'gemm_tc.cpp').read()
+g=repl_fn(g,'bool tc_device(ds4j_ctx* ctx) {','')
+g=repl_fn(g,'__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {',
+ 'inline uint32_t pack_bf16(float lo, float hi) { return emu_to_bf16(lo) | ((uint32_t)emu_to_bf16(hi) << 16); }\n')
+g=repl_fn(g,'__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
+ 'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n')
+g=g[:g.index('bool tc_matmul(')]+'}  // namespace ds4j\n'
+open(out+'gemm_tc.cpp','w').write(g)
+x=open(src+'indexer_tc.cpp').read()
+x=repl_fn(x,'__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
+ 'inline void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, false); }\n')
+x=x.replace('extern __shared__ __align__(16) uint32_t sm[];','uint32_t* sm = emu_dyn_smem;')
+x=x[:x.index('}  // namespace ds4j\n\nusing namespace ds4j;')]+'}  // namespace ds4j\n'
+open(out+'indexer_tc.cpp','w').write(x)
+

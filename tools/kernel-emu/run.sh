@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Checks the tensor-core prefill kernels (src/main/native/src/gemm_tc.cpp, indexer_tc.cpp) on the CPU, without a GPU:
+# their sources are compiled with g++ against a host emulation of the CUDA subset they use (emu.h) and run against
+# F64 references (driver.cpp). It finds indexing mistakes (tiles, tails, fragments, grouping by expert); it says
+# nothing about speed or the tensor cores' own rounding, which only the GPU tests measure. Needs g++ 12 or newer
+# (C++20, _Float16) and python3; takes a few minutes on two cores (EXTRA=1: slower cases too).
+#   tools/kernel-emu/run.sh [WORK_DIR]
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+work="${1:-${TMPDIR:-/tmp}/ds4j-kernel-emu}"
+mkdir -p "$work"
+python3 "$here/gen.py" "$root/src/main/native" "$work"
+cp "$here/emu.h" "$here/driver.cpp" "$work/"
+g++ -std=c++20 -O1 -ffp-contract=off -pthread -I"$work" "$work/driver.cpp" -o "$work/driver"
+"$work/driver"
