@@ -15,8 +15,8 @@ import java.util.Locale;
 import java.util.Map;
 
 /**
- * Writes {@link VerifyPathBench} results as a Markdown table, a JSON document and an SVG bar chart (decode and
- * prefill tokens/s per input length, one bar per verify attention path).
+ * Writes {@link VerifyPathBench} results as a Markdown table, a JSON document and an SVG bar chart (decode tokens/s,
+ * verify step time and prefill tokens/s per input length, one bar per verify attention path).
  *
  * @param setup free-form description lines (machine, model, draft, q, command) printed above the table and stored in
  *              the JSON under "setup"
@@ -28,11 +28,11 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         StringBuilder b = new StringBuilder();
         for (var e : setup.entrySet()) b.append("- ").append(e.getKey()).append(": ").append(e.getValue()).append('\n');
         b.append('\n');
-        b.append("| input tokens | verify attention | prefill tok/s | decode tok/s | acceptance rate | verifier agreement (rounds / rows) |\n");
-        b.append("|---:|---|---:|---:|---:|---|\n");
+        b.append("| input tokens | verify attention | prefill tok/s | decode tok/s | verify step ms | acceptance rate | verifier agreement (rounds / rows) |\n");
+        b.append("|---:|---|---:|---:|---:|---:|---|\n");
         for (VerifyPathBench.Row r : rows) {
-            b.append(String.format(Locale.ROOT, "| %,d | %s | %,.0f | %.1f | %s | %s |%n", r.length(), r.path(), r.prefillTokS(),
-                    r.decodeTokS(), Double.isNaN(r.acceptance()) ? "–" : String.format(Locale.ROOT, "%.3f", r.acceptance()),
+            b.append(String.format(Locale.ROOT, "| %,d | %s | %,.0f | %.1f | %.2f | %s | %s |%n", r.length(), r.path(), r.prefillTokS(),
+                    r.decodeTokS(), r.verifyMs(), Double.isNaN(r.acceptance()) ? "–" : String.format(Locale.ROOT, "%.3f", r.acceptance()),
                     Double.isNaN(r.agreement()) ? "–" : String.format(Locale.ROOT, "%.2f %% / %.2f %% (%d rounds)",
                             100 * r.agreement(), 100 * r.rowAgreement(), r.agreementRounds())));
         }
@@ -42,8 +42,9 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             var a = rows.get(i);
             var c = rows.get(i + 1);
             if (a.length() == c.length() && !a.path().equals(c.path()))
-                gains.add(String.format(Locale.ROOT, "%,d tokens: decode %+.1f %%, prefill %+.1f %%", a.length(),
-                        100 * (c.decodeTokS() / a.decodeTokS() - 1), 100 * (c.prefillTokS() / a.prefillTokS() - 1)));
+                gains.add(String.format(Locale.ROOT, "%,d tokens: decode %+.1f %%, verify step %+.1f %%, prefill %+.1f %%", a.length(),
+                        100 * (c.decodeTokS() / a.decodeTokS() - 1), 100 * (c.verifyMs() / a.verifyMs() - 1),
+                        100 * (c.prefillTokS() / a.prefillTokS() - 1)));
         }
         if (!gains.isEmpty()) b.append("\n").append(rows.get(1).path()).append(" against ").append(rows.get(0).path())
                 .append(": ").append(String.join("; ", gains)).append(".\n");
@@ -66,6 +67,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             num(o, "decode_tokens_per_s", r.decodeTokS());
             o.put("decode_tokens", r.emitted());
             o.put("verify_steps", r.verifySteps());
+            num(o, "verify_ms_per_step", r.verifyMs());
             o.put("draft_tokens_offered", r.offered());
             o.put("draft_tokens_accepted", r.accepted());
             num(o, "acceptance_rate", r.acceptance());
@@ -85,7 +87,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         else o.put(k, v);
     }
 
-    /** Two panels (decode tok/s, prefill tok/s), grouped bars per input length, one colour per path. */
+    /** Three panels (decode tok/s, verify step ms, prefill tok/s), grouped bars per input length, one colour per path. */
     public String svg() {
         Map<Integer, Map<String, VerifyPathBench.Row>> byLen = new LinkedHashMap<>();
         List<String> paths = new ArrayList<>();
@@ -94,8 +96,8 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             if (!paths.contains(r.path())) paths.add(r.path());
         }
         String[] colours = {"#8a8f98", "#2f6fdf", "#d9822b", "#3a9d5d"};
-        int panelW = 420, panelH = 260, gap = 40, top = 50, left = 60;
-        int width = left + 2 * panelW + gap + 20, height = top + panelH + 70;
+        int panelW = 360, panelH = 260, gap = 50, top = 50, left = 60, panels = 3;
+        int width = left + panels * panelW + (panels - 1) * gap + 20, height = top + panelH + 70;
         StringBuilder b = new StringBuilder();
         b.append(String.format(Locale.ROOT, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">%n",
                 width, height, width, height));
@@ -105,11 +107,13 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         for (int i = 0; i < paths.size(); i++)
             b.append(String.format(Locale.ROOT, "<rect x=\"%d\" y=\"30\" width=\"12\" height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"40\">%s</text>%n",
                     left + 180 * i + 300, colours[i % colours.length], left + 180 * i + 316, esc(paths.get(i))));
-        String[] titles = {"decode tokens/s (speculative, q draft tokens)", "prefill tokens/s"};
-        for (int p = 0; p < 2; p++) {
+        String[] titles = {"decode tokens/s (speculative)", "verify step ms (lower is better)", "prefill tokens/s"};
+        java.util.List<java.util.function.ToDoubleFunction<VerifyPathBench.Row>> value = java.util.List.of(
+                VerifyPathBench.Row::decodeTokS, VerifyPathBench.Row::verifyMs, VerifyPathBench.Row::prefillTokS);
+        for (int p = 0; p < panels; p++) {
             int x0 = left + p * (panelW + gap);
             double max = 0;
-            for (VerifyPathBench.Row r : rows) max = Math.max(max, p == 0 ? r.decodeTokS() : r.prefillTokS());
+            for (VerifyPathBench.Row r : rows) max = Math.max(max, value.get(p).applyAsDouble(r));
             max = niceCeil(max);
             b.append(String.format(Locale.ROOT, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">%s</text>%n", x0, top + 8, titles[p]));
             int y0 = top + 20, h = panelH - 30;
@@ -127,7 +131,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                 for (int i = 0; i < paths.size(); i++) {
                     VerifyPathBench.Row r = e.getValue().get(paths.get(i));
                     if (r == null) continue;
-                    double v = p == 0 ? r.decodeTokS() : r.prefillTokS();
+                    double v = value.get(p).applyAsDouble(r);
                     int bh = max == 0 ? 0 : (int) Math.round(h * v / max);
                     b.append(String.format(Locale.ROOT, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>%s, %,d tokens: %s</title></rect>%n",
                             gx + i * bw, y0 + h - bh, bw - 2, bh, colours[i % colours.length], esc(r.path()), r.length(), fmt(v)));

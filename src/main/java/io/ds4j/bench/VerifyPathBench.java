@@ -51,16 +51,17 @@ public final class VerifyPathBench {
      * One row of the table.
      * @param prefillTokS     L / prefill seconds
      * @param decodeTokS      emitted tokens / seconds of the timed speculative rounds
+     * @param verifyMs        mean milliseconds of one verify step (q + 1 rows on the target, logits back on the host)
      * @param acceptance      accepted / offered draft tokens in the timed rounds
      * @param agreement       fraction of compared rounds with identical verified tokens (NaN when not measured)
      * @param rowAgreement    fraction of compared rows with identical argmax (NaN when not measured)
      */
     public record Row(int length, String path, double prefillTokS, double prefillSeconds, double decodeTokS, int emitted,
-                      int verifySteps, int offered, int accepted, double acceptance, double agreement,
+                      int verifySteps, double verifyMs, int offered, int accepted, double acceptance, double agreement,
                       double rowAgreement, int agreementRounds) {
         Row withAgreement(double a, double rows, int rounds) {
-            return new Row(length, path, prefillTokS, prefillSeconds, decodeTokS, emitted, verifySteps, offered, accepted,
-                    acceptance, a, rows, rounds);
+            return new Row(length, path, prefillTokS, prefillSeconds, decodeTokS, emitted, verifySteps, verifyMs, offered,
+                    accepted, acceptance, a, rows, rounds);
         }
     }
 
@@ -96,10 +97,11 @@ public final class VerifyPathBench {
                 long t0 = System.nanoTime();
                 while (s.emitted < o.decodeTokens()) s.round();
                 double sec = (System.nanoTime() - t0) / 1e9;
-                Row r = new Row(L, name, L / pre, pre, s.emitted / sec, s.emitted, s.steps, s.offered, s.accepted,
+                Row r = new Row(L, name, L / pre, pre, s.emitted / sec, s.emitted, s.steps, s.verifyNanos / 1e6 / s.steps,
+                        s.offered, s.accepted,
                         s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0);
-                log.printf("L=%d %s: prefill %.0f tok/s (%.2f s), decode %.1f tok/s (%d tokens, %d verify steps), acceptance %.3f%n",
-                        L, name, r.prefillTokS(), pre, r.decodeTokS(), s.emitted, s.steps, r.acceptance());
+                log.printf("L=%d %s: prefill %.0f tok/s (%.2f s), decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f%n",
+                        L, name, r.prefillTokS(), pre, r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance());
                 forL.add(r);
             }
             if (paths.size() == 2 && o.agreementSteps() > 0) {
@@ -143,6 +145,7 @@ public final class VerifyPathBench {
         Sequence dft;
         int[] ctx;
         int len, dlen, emitted, steps, offered, accepted;
+        long verifyNanos;
 
         Spec(Backend be, int[] prompt, Options o) {
             this.be = be;
@@ -181,6 +184,7 @@ public final class VerifyPathBench {
 
         void resetCounters() {
             emitted = steps = offered = accepted = 0;
+            verifyNanos = 0;
         }
 
         /** The draft's q tokens after ctx[0 .. len): catch up, then q − 1 single steps. */
@@ -204,7 +208,9 @@ public final class VerifyPathBench {
             System.arraycopy(d, 0, rows, 1, q);
             int[] want = new int[q + 1];
             for (int i = 0; i <= q; i++) want[i] = i;
+            long t0 = System.nanoTime();
             float[] lg = be.forward(tgt, rows, 0, q + 1, want, StepKind.VERIFY);
+            verifyNanos += System.nanoTime() - t0;
             int[] g = new int[q + 1];
             for (int i = 0; i <= q; i++) g[i] = argmax(lg, i * V, V);
             return g;

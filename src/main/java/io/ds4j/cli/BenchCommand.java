@@ -40,7 +40,7 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--dtype", defaultValue = "fp8", description = "preset storage: fp8 (FP8 dense + FP4 experts, as released) or bf16 (default ${DEFAULT-VALUE})") String dtype;
     @Option(names = "--lengths", defaultValue = "4096,59933,122879", split = ",", description = "input lengths in tokens (default ${DEFAULT-VALUE})") List<Integer> lengths;
     @Option(names = "--q", defaultValue = "4", description = "draft tokens per verify step (default ${DEFAULT-VALUE})") int q;
-    @Option(names = "--decode-tokens", defaultValue = "64", description = "tokens emitted in each timed decode (default ${DEFAULT-VALUE})") int decodeTokens;
+    @Option(names = "--decode-tokens", defaultValue = "256", description = "tokens emitted in each timed decode (default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--agreement-steps", defaultValue = "200", description = "verify rounds compared between the paths per length (default ${DEFAULT-VALUE})") int agreementSteps;
     @Option(names = "--chunk", defaultValue = "2048", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int chunk;
     @Option(names = "--f32-short-context-rows", defaultValue = "512", description = "the F16 path's full-F32 threshold (default ${DEFAULT-VALUE})") int shortRows;

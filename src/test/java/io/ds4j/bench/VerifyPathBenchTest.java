@@ -41,7 +41,7 @@ class VerifyPathBenchTest {
                 assertEquals(r.offered(), r.accepted(), "every draft token of a copy of the target is accepted: " + r);
                 assertEquals(1.0, r.acceptance());
                 assertEquals(r.verifySteps() * 5, r.emitted(), "q + 1 tokens per verify step at acceptance 1");
-                assertTrue(r.prefillTokS() > 0 && r.decodeTokS() > 0);
+                assertTrue(r.prefillTokS() > 0 && r.decodeTokS() > 0 && r.verifyMs() > 0);
             }
             BenchReport rep = new BenchReport(Map.of("model", "micro <test>"), rows);
             List<Path> files = rep.write(dir, "t");
@@ -51,7 +51,7 @@ class VerifyPathBenchTest {
             assertTrue(j.get("rows").get(0).get("verifier_agreement_rounds").isNull(), "no agreement measured: null");
             var doc = DocumentBuilderFactory.newInstance().newDocumentBuilder().parse(files.get(2).toFile());
             assertEquals("svg", doc.getDocumentElement().getNodeName());
-            assertEquals(2 * 2 + 2 /* bars in two panels + background + legend */, doc.getElementsByTagName("rect").getLength());
+            assertEquals(2 * 3 + 2 /* bars in three panels + background + legend */, doc.getElementsByTagName("rect").getLength());
             String md = Files.readString(files.get(0));
             assertTrue(md.contains("| 23 | cpu |") && md.contains("| 61 | cpu |"), md);
             assertTrue(md.contains("micro &lt;test&gt;") || md.contains("micro <test>"), md);
