@@ -60,7 +60,8 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  *       on tensor cores with F32 accumulation ({@code ds4j_attention_f16_operands}). The indexer scores are F32
  *       arithmetic on both paths (the control's on the F32 copies), so both select the same entries.</li>
  * </ul>
- * Each layer kind's mode is logged at its first verify step and again whenever it changes.
+ * Each layer kind's mode is logged at its first verify step, and once more for each new mode it enters (a growing context
+ * crossing the threshold, a run-time switch of the path).
  *
  * <p>All work runs on one stream of one device; calls are serialised on the backend (different sequences may be
  * stepped from different threads, one at a time). Implements {@code backend: hip} ({@link io.ds4j.engine.Backends}).
@@ -85,8 +86,10 @@ public final class HipBackend implements Backend {
     /** The effective state at load (placement, F16-KV decision and its diagnostic). */
     private final EngineStatus startStatus;
     private int shortRows;
-    /** The last verify mode per layer kind: {category, message}; a new category is logged. */
+    /** The last verify mode per layer kind: {category, message}. */
     private final Map<AttentionKind, String[]> verifyModes = new EnumMap<>(AttentionKind.class);
+    /** (layer kind, mode category) pairs already logged. */
+    private final java.util.Set<String> loggedModes = new java.util.HashSet<>();
     /** Whether ds4j_attention_f16_operands uses tensor cores for this model (nvcc build, supported head width). */
     private final boolean tensorCores;
     /** Host out-parameter of size queries (used under the backend's lock). */
@@ -714,8 +717,9 @@ public final class HipBackend implements Backend {
 
     /** Records the verify mode of a layer kind; logs it when the kind's mode category changes (or is first seen). */
     private void noteVerifyMode(AttentionKind kind, String category, String message) {
-        String[] prev = verifyModes.put(kind, new String[]{category, message});
-        if (prev == null || !prev[0].equals(category))
+        verifyModes.put(kind, new String[]{category, message});
+        // once per (layer kind, mode): at first use, and when a growing context moves the kind to a new mode
+        if (loggedModes.add(kind + "/" + category))
             LOG.info("verify attention, {} layers: {}", kind.name().toLowerCase(Locale.ROOT), message);
     }
 
