@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, serve.
+# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -18,13 +18,20 @@ for p in ${phases//,/ }; do
   case "$p" in
     info) run info 60 bash -c 'nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv; tools/device/run.sh java -version; true' ;;
     test) TAILN=60 run test 300 tools/device/run.sh test ;;
-    sanitize) TAILN=30 run sanitize 240 tools/device/run.sh sanitize --select-class io.ds4j.gpu.GpuOpsTest \
-                --select-method io.ds4j.gpu.HipBackendTest#microModelLayerByLayer --select-method io.ds4j.gpu.HipBackendTest#badInputLeavesTheSequenceUnchanged ;;
+    sanitize) TAILN=30 run sanitize 420 tools/device/run.sh sanitize --select-class io.ds4j.gpu.GpuOpsTest \
+                --select-class io.ds4j.gpu.HipBackendTest --select-class io.ds4j.gpu.HipReferenceParityTest \
+                --select-method io.ds4j.gpu.HipVerifyAttentionTest#atOrUnderTheThresholdTheF16PathEqualsTheControl \
+                --select-method io.ds4j.gpu.HipVerifyAttentionTest#overTheThresholdTheF16OperandDifferenceIsBounded \
+                --select-method io.ds4j.gpu.HipVerifyAttentionTest#indexerScoresOnF32CopiesEqualTheF16Ones \
+                --select-method io.ds4j.gpu.HipVerifyAttentionTest#underTheThresholdWholeStepsAreBitIdenticalAndStatusFollowsTheSwitch \
+                --select-method io.ds4j.gpu.HipPlacementTest#hybridMatchesMonolithic \
+                --select-method io.ds4j.gpu.HipPlacementTest#memoryReportListsEveryCategory ;;
     bench) run bench 150 tools/device/run.sh bench --preset flash-shaped --dtype fp8 --prompt-tokens 4096 --chunk 512 --decode-tokens 32 --contexts 4096 ;;
-    bench-long) run bench-long 200 tools/device/run.sh bench --preset flash-shaped --dtype fp8 --prompt-tokens 4096 --chunk 512 --decode-tokens 32 --contexts 4096,59933 ;;
+    bench-long) run bench-long 200 tools/device/run.sh bench --preset flash-shaped --dtype fp8 --prompt-tokens 4096 --chunk 512 --decode-tokens 32 --contexts 4096,59933,122879 ;;
     f16kv) TAILN=40 run f16kv 420 tools/device/run.sh ds4j bench --out "$out/bench" ;;
     verify-attn) TAILN=40 run verify-attn 240 tools/device/run.sh test --select-class io.ds4j.gpu.HipVerifyAttentionTest ;;
     attn-bench) TAILN=20 run attn-bench 150 tools/device/run.sh attn-bench --contexts 4096,59933,122879 --queries 5 --reps 200 ;;
+    e2e) TAILN=40 run e2e 300 tools/device/e2e.sh ;;
     serve) run serve 60 tools/device/run.sh serve-smoke ;;
     *) echo "unknown phase $p" ;;
   esac

@@ -31,7 +31,7 @@ import java.util.SplittableRandom;
  * Contexts up to --max-prefill are prefilled for real, in chunks of --chunk tokens (prefill chunks run on tensor
  * cores where the GPU has them; the output says), and the prefill time and rate are printed; longer ones start from
  * a synthetic cache of random F16 rows (HipSequence#fillRandom: real sizes and access pattern, meaningless values).
- * A preset model is written to a temporary folder (fp8: original naming, FP8 + FP4 as released; bf16: the model store).
+ * A preset model comes from the model store ({@link ModelStore#ensureVariant}; fp8: original naming, FP8 + FP4 as released).
  */
 public final class GpuBench {
     private GpuBench() {}
@@ -62,13 +62,7 @@ public final class GpuBench {
         if (contexts.isEmpty()) contexts.add(prompt);
         Path dir;
         if (model != null) dir = Path.of(model);
-        else if (dtype.equals("fp8")) {
-            ModelConfig c = Presets.get(preset, layers, experts);
-            dir = Files.createTempDirectory("ds4j-bench-" + preset);
-            long t0 = System.nanoTime();
-            new RandomCheckpoint(c, 1, TensorNames.Scheme.ORIGINAL, RandomCheckpoint.Storage.FP8).write(dir);
-            System.out.printf("wrote %s (fp8) to %s in %.1f s%n", preset, dir, (System.nanoTime() - t0) / 1e9);
-        } else dir = ModelStore.ensure(preset, 1, System.out::println);
+        else dir = ModelStore.ensureVariant(preset, layers, experts, RandomCheckpoint.Storage.parse(dtype), 1, System.out::println);
 
         ModelWeights w = WeightLoader.load(dir);
         ModelConfig c = w.config;
