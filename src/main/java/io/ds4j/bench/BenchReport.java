@@ -144,11 +144,40 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             }
             b.append(String.format(Locale.ROOT, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#333\"/>%n", x0, x0 + panelW, y0 + h, y0 + h));
         }
-        if (setup.containsKey("model"))
-            b.append(String.format(Locale.ROOT, "<text x=\"%d\" y=\"%d\" fill=\"#555\" font-size=\"11\">%s</text>%n", left, height - 12,
-                    esc("model: " + setup.get("model"))));
+        if (setup.containsKey("model")) {
+            // the model line is long: one line per "; "-separated part
+            String[] parts = ("model: " + setup.get("model")).split("; ");
+            for (int i = 0; i < parts.length; i++)
+                b.append(String.format(Locale.ROOT, "<text x=\"%d\" y=\"%d\" fill=\"#555\" font-size=\"11\">%s</text>%n", left,
+                        height - 12 - 14 * (parts.length - 1 - i), esc(parts[i])));
+        }
         b.append("</svg>\n");
         return b.toString();
+    }
+
+    /**
+     * Reads a report back from its JSON document ({@link #json()}), e.g. to render the table and chart of a run whose
+     * Markdown and SVG files did not come back from the GPU machine.
+     * @throws IOException when the file cannot be read or is not such a document
+     */
+    public static BenchReport fromJson(Path file) throws IOException {
+        var root = new ObjectMapper().readTree(file.toFile());
+        if (root == null || !root.has("setup") || !root.has("rows")) throw new IOException(file + ": not a ds4j bench JSON document");
+        Map<String, String> setup = new LinkedHashMap<>();
+        root.get("setup").properties().forEach(e -> setup.put(e.getKey(), e.getValue().asText()));
+        List<VerifyPathBench.Row> rows = new ArrayList<>();
+        for (var r : root.get("rows"))
+            rows.add(new VerifyPathBench.Row(r.get("input_tokens").asInt(), r.get("verify_attention").asText(),
+                    d(r, "prefill_tokens_per_s"), d(r, "prefill_seconds"), d(r, "decode_tokens_per_s"), r.get("decode_tokens").asInt(),
+                    r.get("verify_steps").asInt(), d(r, "verify_ms_per_step"), r.get("draft_tokens_offered").asInt(),
+                    r.get("draft_tokens_accepted").asInt(), d(r, "acceptance_rate"), d(r, "verifier_agreement_rounds"),
+                    d(r, "verifier_agreement_rows"), r.get("agreement_rounds").asInt()));
+        return new BenchReport(setup, rows);
+    }
+
+    private static double d(com.fasterxml.jackson.databind.JsonNode r, String k) {
+        var v = r.get(k);
+        return v == null || v.isNull() ? Double.NaN : v.asDouble();
     }
 
     /** Writes NAME.md, NAME.json and NAME.svg into dir; returns the three paths. */

@@ -46,10 +46,17 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--f32-short-context-rows", defaultValue = "512", description = "the F16 path's full-F32 threshold (default ${DEFAULT-VALUE})") int shortRows;
     @Option(names = "--seed", defaultValue = "1", description = "model and prompt seed (default ${DEFAULT-VALUE})") long seed;
     @Option(names = "--out", defaultValue = "docs/bench", description = "output folder (default ${DEFAULT-VALUE})") Path out;
+    @Option(names = "--render", paramLabel = "FILE.json", description = "only write the .md and .svg of an earlier run's JSON (no model, no GPU)") Path render;
     @Option(names = "--name", defaultValue = "verify-f16kv", description = "file name stem (default ${DEFAULT-VALUE})") String name;
 
     @Override
     public Integer call() throws Exception {
+        if (render != null) {
+            BenchReport rep = BenchReport.fromJson(render);
+            System.out.print(rep.markdown());
+            for (Path p : rep.write(out, name)) System.out.println("wrote " + p);
+            return 0;
+        }
         VerifyPathBench.Options o = new VerifyPathBench.Options(lengths, q, decodeTokens, agreementSteps, chunk, seed);
         RandomCheckpoint.Storage storage = RandomCheckpoint.Storage.parse(dtype);
         Path dir = model != null ? model : ModelStore.ensureVariant(preset, layers, experts, storage, seed, System.err::println);

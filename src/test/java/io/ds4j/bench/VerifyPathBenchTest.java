@@ -52,6 +52,9 @@ class VerifyPathBenchTest {
             var doc = DocumentBuilderFactory.newInstance().newDocumentBuilder().parse(files.get(2).toFile());
             assertEquals("svg", doc.getDocumentElement().getNodeName());
             assertEquals(2 * 3 + 2 /* bars in three panels + background + legend */, doc.getElementsByTagName("rect").getLength());
+            BenchReport back = BenchReport.fromJson(files.get(1));
+            assertEquals(rep.markdown(), back.markdown(), "the JSON holds everything the table shows");
+            assertEquals(rep.svg(), back.svg());
             String md = Files.readString(files.get(0));
             assertTrue(md.contains("| 23 | cpu |") && md.contains("| 61 | cpu |"), md);
             assertTrue(md.contains("micro &lt;test&gt;") || md.contains("micro <test>"), md);
