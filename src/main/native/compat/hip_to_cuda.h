@@ -13,6 +13,13 @@
 typedef cudaError_t hipError_t;
 typedef cudaStream_t hipStream_t;
 typedef cudaDeviceProp hipDeviceProp_t;
+typedef cudaGraph_t hipGraph_t;
+typedef cudaGraphExec_t hipGraphExec_t;
+typedef cudaGraphNode_t hipGraphNode_t;
+typedef cudaGraphNodeType hipGraphNodeType;
+typedef cudaKernelNodeParams hipKernelNodeParams;
+typedef cudaStreamCaptureStatus hipStreamCaptureStatus;
+typedef cudaGraphExecUpdateResult hipGraphExecUpdateResult;
 
 /* error codes */
 #define hipSuccess cudaSuccess
@@ -20,6 +27,16 @@ typedef cudaDeviceProp hipDeviceProp_t;
 #define hipErrorInsufficientDriver cudaErrorInsufficientDriver
 #define hipErrorOutOfMemory cudaErrorMemoryAllocation
 #define hipErrorInvalidDevice cudaErrorInvalidDevice
+#define hipErrorStreamCaptureUnsupported cudaErrorStreamCaptureUnsupported
+#define hipErrorStreamCaptureInvalidated cudaErrorStreamCaptureInvalidated
+#define hipErrorStreamCaptureMerge cudaErrorStreamCaptureMerge
+#define hipErrorStreamCaptureUnmatched cudaErrorStreamCaptureUnmatched
+#define hipErrorStreamCaptureUnjoined cudaErrorStreamCaptureUnjoined
+#define hipErrorStreamCaptureIsolation cudaErrorStreamCaptureIsolation
+#define hipErrorStreamCaptureImplicit cudaErrorStreamCaptureImplicit
+#define hipErrorCapturedEvent cudaErrorCapturedEvent
+#define hipErrorStreamCaptureWrongThread cudaErrorStreamCaptureWrongThread
+#define hipErrorGraphExecUpdateFailure cudaErrorGraphExecUpdateFailure
 
 /* error strings and state */
 #define hipGetErrorName cudaGetErrorName
@@ -51,5 +68,40 @@ typedef cudaDeviceProp hipDeviceProp_t;
 #define hipMemcpyDeviceToHost cudaMemcpyDeviceToHost
 #define hipMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
 #define hipDeviceSynchronize cudaDeviceSynchronize
+
+/* stream capture and graphs (decode-step graphs, graph.cpp) */
+#define hipStreamBeginCapture cudaStreamBeginCapture
+#define hipStreamEndCapture cudaStreamEndCapture
+#define hipStreamIsCapturing cudaStreamIsCapturing
+#define hipStreamCaptureModeRelaxed cudaStreamCaptureModeRelaxed
+#define hipStreamCaptureStatusNone cudaStreamCaptureStatusNone
+#define hipStreamCaptureStatusActive cudaStreamCaptureStatusActive
+#define hipStreamCaptureStatusInvalidated cudaStreamCaptureStatusInvalidated
+#define hipGraphGetNodes cudaGraphGetNodes
+#define hipGraphNodeGetType cudaGraphNodeGetType
+#define hipGraphNodeTypeKernel cudaGraphNodeTypeKernel
+#define hipGraphKernelNodeGetParams cudaGraphKernelNodeGetParams
+#define hipGraphInstantiateWithFlags cudaGraphInstantiateWithFlags
+#define hipGraphLaunch cudaGraphLaunch
+#define hipGraphExecDestroy cudaGraphExecDestroy
+#define hipGraphDestroy cudaGraphDestroy
+#define hipGraphExecUpdateSuccess cudaGraphExecUpdateSuccess
+
+/*
+ * HIP keeps the CUDA 11 form of the update call (error node and result as two outputs); CUDA 12 and later return
+ * both in one struct.
+ */
+static inline cudaError_t hipGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphNode_t* error_node,
+                                             cudaGraphExecUpdateResult* result) {
+#if CUDART_VERSION >= 12000
+    cudaGraphExecUpdateResultInfo info;
+    cudaError_t e = cudaGraphExecUpdate(exec, graph, &info);
+    if (error_node) *error_node = info.errorNode;
+    if (result) *result = info.result;
+    return e;
+#else
+    return cudaGraphExecUpdate(exec, graph, error_node, result);
+#endif
+}
 
 #endif /* DS4J_HIP_TO_CUDA_H */

@@ -31,9 +31,31 @@
 #define DS4J_HAVE_TC 0
 #endif
 
+// Stream capture and graphs (graph.cpp): HIP has the API we use since ROCm 5.3; every CUDA 12+ build has it.
+#if defined(__HIPCC__) && defined(HIP_VERSION) && HIP_VERSION < 50300000
+#define DS4J_HAVE_GRAPHS 0
+#else
+#define DS4J_HAVE_GRAPHS 1
+#endif
+
+namespace ds4j {
+/** One cached executable graph of a context: its topology signature and when it was last launched. */
+struct GraphSlot {
+#if DS4J_HAVE_GRAPHS
+    hipGraphExec_t exec = nullptr;
+#endif
+    uint64_t signature = 0;
+    uint64_t used = 0;
+};
+}  // namespace ds4j
+
 struct ds4j_ctx {
     int device;
     hipStream_t stream;
+    /** Between ds4j_graph_begin and ds4j_graph_end_launch / ds4j_graph_discard: calls that wait must not run. */
+    bool capturing = false;
+    ds4j::GraphSlot graphs[DS4J_GRAPH_CACHE];
+    uint64_t graph_clock = 0;
 };
 
 namespace ds4j {
@@ -50,6 +72,8 @@ int fail(int code, const char* fmt, ...)
 int fail_hip(hipError_t e, const char* what);
 /** Makes ctx's device current for the calling thread. */
 int bind(ds4j_ctx* ctx);
+/** Ends an open capture and destroys the cached executable graphs of ctx (graph.cpp; for ds4j_ctx_destroy). */
+void graphs_destroy(ds4j_ctx* ctx);
 
 }  // namespace ds4j
 
@@ -58,6 +82,16 @@ int bind(ds4j_ctx* ctx);
         if (!(ctx)) return ds4j::fail(DS4J_ERR_ARG, "%s: null context", __func__); \
         int rc_ = ds4j::bind(ctx);                                              \
         if (rc_ != DS4J_OK) return rc_;                                         \
+    } while (0)
+
+/** Calls that wait for the device cannot run while ctx's stream is being captured into a graph. */
+#define DS4J_NOT_CAPTURING(ctx)                                                                                   \
+    do {                                                                                                          \
+        if ((ctx)->capturing)                                                                                     \
+            return ds4j::fail(DS4J_ERR_CAPTURE,                                                                   \
+                              "%s waits for the device and cannot run while the stream is captured into a graph " \
+                              "(ds4j_graph_begin); discard the capture and run the step without it",            \
+                              __func__);                                                                          \
     } while (0)
 
 #define DS4J_ARG(cond, ...)                                        \

@@ -39,6 +39,10 @@ int fail_hip(hipError_t e, const char* what) {
     if (e == hipErrorInsufficientDriver) return fail_no_runtime(e, what);
     if (e == hipErrorNoDevice || e == hipErrorInvalidDevice) code = DS4J_ERR_NO_DEVICE;
     if (e == hipErrorOutOfMemory) code = DS4J_ERR_OOM;
+    if (e == hipErrorStreamCaptureUnsupported || e == hipErrorStreamCaptureInvalidated || e == hipErrorStreamCaptureMerge ||
+        e == hipErrorStreamCaptureUnmatched || e == hipErrorStreamCaptureUnjoined || e == hipErrorStreamCaptureIsolation ||
+        e == hipErrorStreamCaptureImplicit || e == hipErrorCapturedEvent || e == hipErrorStreamCaptureWrongThread)
+        code = DS4J_ERR_CAPTURE;  // the call was refused because of a capture: recorded work never runs
     hipGetLastError();  // clear a non-sticky error so that later calls are not blamed for it
     return fail(code, "%s: %s (%s)", what, hipGetErrorName(e), hipGetErrorString(e));
 }
@@ -134,6 +138,7 @@ int32_t ds4j_ctx_create(int32_t device, ds4j_ctx** host_out) {
 
 int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
     DS4J_CHECK_CTX(ctx);
+    ds4j::graphs_destroy(ctx);
     hipError_t e = hipStreamSynchronize(ctx->stream);
     hipError_t e2 = hipStreamDestroy(ctx->stream);
     delete ctx;
@@ -144,6 +149,7 @@ int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
 
 int32_t ds4j_ctx_sync(ds4j_ctx* ctx) {
     DS4J_CHECK_CTX(ctx);
+    DS4J_NOT_CAPTURING(ctx);
     hipError_t e = hipStreamSynchronize(ctx->stream);
     return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipStreamSynchronize");
 }
@@ -170,6 +176,7 @@ int32_t ds4j_malloc(ds4j_ctx* ctx, int64_t bytes, void** host_out) {
 int32_t ds4j_free(ds4j_ctx* ctx, void* ptr) {
     DS4J_CHECK_CTX(ctx);
     if (!ptr) return DS4J_OK;
+    DS4J_NOT_CAPTURING(ctx);
     hipError_t e = hipFree(ptr);
     return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipFree");
 }
@@ -178,6 +185,7 @@ int32_t ds4j_upload(ds4j_ctx* ctx, void* dst, const void* host_src, int64_t byte
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(bytes >= 0 && (bytes == 0 || (dst && host_src)), "ds4j_upload: bad arguments");
     if (bytes == 0) return DS4J_OK;
+    DS4J_NOT_CAPTURING(ctx);
     hipError_t e = hipMemcpyAsync(dst, host_src, (size_t)bytes, hipMemcpyHostToDevice, ctx->stream);
     if (e != hipSuccess) return fail_hip(e, "hipMemcpyAsync (upload)");
     // the host buffer may be reused or freed on return: wait for the copy
@@ -188,6 +196,7 @@ int32_t ds4j_upload(ds4j_ctx* ctx, void* dst, const void* host_src, int64_t byte
 int32_t ds4j_download(ds4j_ctx* ctx, void* host_dst, const void* src, int64_t bytes) {
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(bytes >= 0 && (bytes == 0 || (src && host_dst)), "ds4j_download: bad arguments");
+    DS4J_NOT_CAPTURING(ctx);
     if (bytes > 0) {
         hipError_t e = hipMemcpyAsync(host_dst, src, (size_t)bytes, hipMemcpyDeviceToHost, ctx->stream);
         if (e != hipSuccess) return fail_hip(e, "hipMemcpyAsync (download)");

@@ -40,6 +40,7 @@ extern "C" {
 #define DS4J_ERR_NO_DEVICE 3 /* the runtime works but there is no (such) device */
 #define DS4J_ERR_ARG 4       /* invalid argument (shape, null pointer, unsupported format) */
 #define DS4J_ERR_OOM 5       /* device memory exhausted */
+#define DS4J_ERR_CAPTURE 6   /* graph capture failed or a call is not allowed while capturing: the captured work did not run */
 
 /* weight formats: the order of io.ds4j.model.WeightMatrix.Format */
 #define DS4J_FMT_F32 0
@@ -104,6 +105,44 @@ DS4J_API int32_t ds4j_download(ds4j_ctx* ctx, void* host_dst, const void* src, i
 DS4J_API int32_t ds4j_copy(ds4j_ctx* ctx, void* dst, const void* src, int64_t bytes);
 /** Sets bytes to the byte value, ordered on the stream. */
 DS4J_API int32_t ds4j_memset(ds4j_ctx* ctx, void* dst, int32_t value, int64_t bytes);
+
+/* ------------------------------------------------------------------------------------------------ step graphs */
+
+/*
+ * Decode-step graphs: the kernels of a whole step are captured from the context's stream into a graph and launched as
+ * one, instead of one launch per kernel. Between ds4j_graph_begin and ds4j_graph_end_launch (or ds4j_graph_discard)
+ * the kernel entry points, ds4j_copy and ds4j_memset record work instead of running it (ds4j_malloc still allocates
+ * at once); ds4j_upload, ds4j_download, ds4j_ctx_sync and ds4j_free would wait for the device and fail with
+ * DS4J_ERR_CAPTURE instead (nothing recorded runs: discard the capture and run the step without it). Kernels take per-step values (positions,
+ * counts) as arguments, so consecutive steps give graphs of the same topology with other parameters: the context
+ * keeps up to DS4J_GRAPH_CACHE executable graphs, keyed by topology (node count, node types, kernel functions), and
+ * a captured graph whose topology is cached only updates that executable's parameters (cheap) instead of building
+ * a new one. Results equal those of the same calls without capture bit for bit (same kernels, same order).
+ */
+#define DS4J_GRAPH_CACHE 16
+/* how ds4j_graph_end_launch got its executable graph */
+#define DS4J_GRAPH_UPDATED 0        /* a cached executable of the same topology, parameters updated */
+#define DS4J_GRAPH_INSTANTIATED 1   /* a new topology: instantiated (evicting the least recently used when full) */
+#define DS4J_GRAPH_REINSTANTIATED 2 /* a cached topology whose update was refused: instantiated again */
+
+/** *host_available = 1 when this build can capture and launch graphs, else 0 (then ds4j_graph_begin fails). */
+DS4J_API int32_t ds4j_graph_available(int32_t* host_available);
+/** Starts capturing the context's stream (relaxed capture mode). DS4J_ERR_ARG when a capture is already open. */
+DS4J_API int32_t ds4j_graph_begin(ds4j_ctx* ctx);
+/**
+ * Ends the capture, updates or instantiates the executable graph for its topology and launches it on the stream
+ * (asynchronous, as a kernel call; a following ds4j_download waits for it). *host_how: DS4J_GRAPH_UPDATED,
+ * _INSTANTIATED or _REINSTANTIATED. The stream is out of capture mode on return, whatever the outcome.
+ * DS4J_ERR_CAPTURE: the capture was invalidated or the graph could not be instantiated; nothing of it ran.
+ * DS4J_ERR_RUNTIME: the launch failed (the step's device state is unknown).
+ */
+DS4J_API int32_t ds4j_graph_end_launch(ds4j_ctx* ctx, int32_t* host_how);
+/** Ends an open capture (if any) and drops what it recorded, nothing of which ran; the stream is usable again. */
+DS4J_API int32_t ds4j_graph_discard(ds4j_ctx* ctx);
+/** *host_capturing = 1 while the context's stream is in capture mode (for checks after failures), else 0. */
+DS4J_API int32_t ds4j_graph_capturing(ds4j_ctx* ctx, int32_t* host_capturing);
+/** Destroys the context's cached executable graphs (waits for the device first); ds4j_ctx_destroy does it too. */
+DS4J_API int32_t ds4j_graph_release(ds4j_ctx* ctx);
 
 /* ------------------------------------------------------------------------------------------------ dense ops */
 

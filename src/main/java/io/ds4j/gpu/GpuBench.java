@@ -26,8 +26,11 @@ import java.util.SplittableRandom;
  * <pre>
  * java ... io.ds4j.gpu.GpuBench [--model DIR | --preset NAME [--dtype bf16|fp8] [--layers L] [--experts E]]
  *      [--prompt-tokens 4096] [--chunk 512] [--decode-tokens 32] [--contexts 4096,59933] [--max-prefill 131072]
- *      [--peak-gbs 4800]
+ *      [--peak-gbs 4800] [--graph-rounds 3]
  * </pre>
+ * Decode-step graphs ({@link DecodeGraphs}): the decode rate is measured with the default setting
+ * ({@code -Dds4j.gpu.graphs}, on unless turned off), then with graphs off and on in interleaved A/B rounds of
+ * --decode-tokens steps at the same context (each round's tokens are rolled back; 0 rounds skips it).
  * Contexts up to --max-prefill are prefilled for real, in chunks of --chunk tokens (prefill chunks run on tensor
  * cores where the GPU has them; the output says), and the prefill time and rate are printed; longer ones start from
  * a synthetic cache of random F16 rows (HipSequence#fillRandom: real sizes and access pattern, meaningless values).
@@ -39,7 +42,7 @@ public final class GpuBench {
     public static void main(String[] args) throws Exception {
         String model = null, preset = "flash-shaped", dtype = "fp8";
         Integer layers = null, experts = null;
-        int prompt = 4096, chunk = 512, decode = 32, maxPrefill = 131072;
+        int prompt = 4096, chunk = 512, decode = 32, maxPrefill = 131072, graphRounds = 3;
         double peak = 4800;
         List<Integer> contexts = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
@@ -56,6 +59,7 @@ public final class GpuBench {
                 case "--contexts" -> { for (String s : args[++i].split(",")) contexts.add(Integer.parseInt(s.trim())); }
                 case "--peak-gbs" -> peak = Double.parseDouble(args[++i]);
                 case "--max-prefill" -> maxPrefill = Integer.parseInt(args[++i]);
+                case "--graph-rounds" -> graphRounds = Integer.parseInt(args[++i]);
                 default -> throw new IllegalArgumentException("unknown option " + a);
             }
         }
@@ -82,7 +86,7 @@ public final class GpuBench {
             SplittableRandom r = new SplittableRandom(1);
             int maxCtx = Math.max(prompt, contexts.stream().mapToInt(Integer::intValue).max().orElse(prompt));
             final int maxPre = maxPrefill;
-            int[] toks = new int[maxCtx + decode + 2];
+            int[] toks = new int[maxCtx + 2 * decode + 2];
             for (int i = 0; i < toks.length; i++) toks[i] = r.nextInt(c.vocabSize);
             // warm-up (module load, workspace growth)
             try (Sequence s = be.newSequence(16)) {
@@ -108,7 +112,7 @@ public final class GpuBench {
                 be.setProfiling(false);
             }
             for (int ctx : contexts) {
-                try (HipSequence s = be.newSequence(16)) {
+                try (HipSequence s = be.newSequence(Math.max(16, decode))) {
                     long t0 = System.nanoTime();
                     boolean synthetic = ctx > maxPre;
                     if (synthetic) s.fillRandom(ctx, 7);
@@ -126,7 +130,9 @@ public final class GpuBench {
                             synthetic ? "" : String.format(", %.0f tokens/s", ctx / pre));
                     System.out.printf("  bytes per decoded token: %.1f MB weights (%.1f MB dense + head, %.1f MB routed experts) + %.2f MB cache%n",
                             (denseBytes + expertBytes) / 1e6, denseBytes / 1e6, expertBytes / 1e6, cache / 1e6);
-                    System.out.printf("  achieved %.0f GB/s = %.1f%% of %.0f GB/s%n", gbs, 100 * gbs / peak, peak);
+                    System.out.printf("  achieved %.0f GB/s = %.1f%% of %.0f GB/s (decode-step graphs %s)%n", gbs, 100 * gbs / peak, peak,
+                            be.graphs() ? "on" : "off");
+                    if (graphRounds > 0) graphsAB(be, s, toks, decode, graphRounds);
                     be.setProfiling(true);
                     be.forward(s, toks, ctx + decode + 1, 1, new int[]{0});
                     System.out.print("  one decode step by category (each op waited for):\n" + be.takeProfile());
@@ -134,6 +140,59 @@ public final class GpuBench {
                 }
             }
         }
+    }
+
+    /**
+     * Decode tokens/s with decode-step graphs off and on, interleaved (the order alternates per round): each batch
+     * decodes n tokens from the sequence's current length and rolls them back, so all run at the same context. One
+     * untimed batch per setting first (executable graphs built, caches warm).
+     */
+    static void graphsAB(HipBackend be, HipSequence s, int[] toks, int n, int rounds) {
+        boolean initial = be.graphs();
+        if (!initial) {
+            try {
+                be.setGraphs(true);
+            } catch (UnsupportedOperationException e) {
+                System.out.println("  decode-step graphs A/B skipped: " + e.getMessage());
+                return;
+            }
+        }
+        int pos = s.length();
+        double[][] tps = new double[2][rounds];
+        DecodeGraphs.Stats before = null;
+        for (int r = -1; r < rounds; r++) {
+            if (r == 0) before = be.graphStats();
+            for (int j = 0; j < 2; j++) {
+                boolean on = (j == 0) == (r % 2 == 0);
+                be.setGraphs(on);
+                long t0 = System.nanoTime();
+                for (int i = 0; i < n; i++) be.forward(s, toks, pos + i, 1, new int[]{0});
+                double rate = n / ((System.nanoTime() - t0) / 1e9);
+                s.rollback(n);
+                if (r >= 0) tps[on ? 1 : 0][r] = rate;
+            }
+        }
+        be.setGraphs(initial);
+        DecodeGraphs.Stats after = be.graphStats();
+        double off = median(tps[0]), on = median(tps[1]);
+        System.out.printf("  decode-step graphs A/B at context %d (%d interleaved rounds of %d tokens):%n", pos, rounds, n);
+        System.out.printf("    off: %s tokens/s, median %.1f%n", rates(tps[0]), off);
+        System.out.printf("    on:  %s tokens/s, median %.1f (%+.1f%%); executable graphs updated %d, built %d (%d refused updates),"
+                        + " refused captures %d%n", rates(tps[1]), on, 100 * (on / off - 1), after.updated() - before.updated(),
+                after.instantiated() - before.instantiated() + after.reinstantiated() - before.reinstantiated(),
+                after.reinstantiated() - before.reinstantiated(), after.fallbacks() - before.fallbacks());
+    }
+
+    private static double median(double[] v) {
+        double[] c = v.clone();
+        java.util.Arrays.sort(c);
+        return c.length % 2 == 1 ? c[c.length / 2] : (c[c.length / 2 - 1] + c[c.length / 2]) / 2;
+    }
+
+    private static String rates(double[] v) {
+        StringBuilder b = new StringBuilder();
+        for (double x : v) b.append(b.isEmpty() ? "" : " ").append(String.format("%.1f", x));
+        return b.toString();
     }
 
     static void prefill(HipBackend be, Sequence s, int[] toks, int n, int chunk) {

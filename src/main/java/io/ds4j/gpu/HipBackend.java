@@ -63,6 +63,10 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * Each layer kind's mode is logged at its first verify step, and once more for each new mode it enters (a growing context
  * crossing the threshold, a run-time switch of the path).
  *
+ * <p>Decode-step graphs ({@link DecodeGraphs}; issue 7 build item 4): with monolithic placement, decode steps (S = 1)
+ * and verify steps are captured into one graph per step and launched as one instead of kernel by kernel
+ * ({@link #setGraphs}, {@code -Dds4j.gpu.graphs}); the results are the same bit for bit.
+ *
  * <p>All work runs on one stream of one device; calls are serialised on the backend (different sequences may be
  * stepped from different threads, one at a time). Implements {@code backend: hip} ({@link io.ds4j.engine.Backends}).
  */
@@ -94,6 +98,8 @@ public final class HipBackend implements Backend {
     private final boolean tensorCores;
     /** Host out-parameter of size queries (used under the backend's lock). */
     private final MemorySegment outLong = Arena.ofAuto().allocate(ValueLayout.JAVA_LONG);
+    /** Decode-step graphs (decode and verify steps captured and launched as one graph). */
+    private final DecodeGraphs graphs;
     private boolean closed;
 
     /**
@@ -175,6 +181,39 @@ public final class HipBackend implements Backend {
         this.ropeCompress = rc;
         this.report = buildReport();
         LOG.info(report.format());
+        boolean hostExperts = false;
+        for (DeviceWeights.Layer L : dw.layers) hostExperts |= L.w1.resident() < c.numExperts;
+        this.graphs = new DecodeGraphs(gpu, hostExperts
+                ? "hybrid expert placement (host experts run on the CPU in the middle of a step)" : null);
+        LOG.info("hip backend decode-step graphs: {}", graphs.describe());
+    }
+
+    /**
+     * Whether decode steps (S = 1) and verify steps (S below DS4J_TC_MIN_ROWS) are captured into a graph and launched
+     * as one ({@link DecodeGraphs}); the start-up value is {@code -Dds4j.gpu.graphs} (default true) where the
+     * library supports graphs and the placement is monolithic. Profile mode never captures.
+     */
+    public synchronized boolean graphs() {
+        return graphs.enabled();
+    }
+
+    /**
+     * Turns decode-step graphs on or off from the next step on (tests, benchmarks). Results are the same bit for bit.
+     * @throws UnsupportedOperationException turning them on where they are not available (hybrid placement, or a
+     *         library without graph support), naming why
+     */
+    public synchronized void setGraphs(boolean on) {
+        graphs.setEnabled(on);
+    }
+
+    /** Decode-step graph counts since load: steps captured, executables updated or built, refused captures. */
+    public synchronized DecodeGraphs.Stats graphStats() {
+        return graphs.stats();
+    }
+
+    /** Whether the stream is in capture mode now (tests: never after a step returned or failed). */
+    synchronized boolean capturing() {
+        return graphs.capturing();
     }
 
     /**
@@ -442,8 +481,24 @@ public final class HipBackend implements Backend {
     private java.util.Map<String, long[]> profile = Boolean.getBoolean("ds4j.gpu.profile") ? new java.util.TreeMap<>() : null;
     private long profileMark;
 
+    /** Tests: the next operation named faultAt gets the status of fault instead of its own (then both clear). */
+    private String faultAt;
+    private java.util.function.IntSupplier fault;
+
+    /** Tests: makes the next library operation named {@code what} report the status of {@code call} (e.g. a failing call). */
+    synchronized void injectFault(String what, java.util.function.IntSupplier call) {
+        faultAt = what;
+        fault = call;
+    }
+
     /** Checks a library call's status; in profile mode also waits and books its time under cat. */
     private void k(int rc, String what, String cat) {
+        if (faultAt != null && faultAt.equals(what)) {
+            java.util.function.IntSupplier f = fault;
+            faultAt = null;
+            fault = null;
+            rc = f.getAsInt();
+        }
         check(rc, what);
         if (profile != null) {
             gpu.sync();
@@ -534,12 +589,35 @@ public final class HipBackend implements Backend {
         return logits;
     }
 
+    /**
+     * One step: the token ids go up (a copy that waits), then every kernel of the step is queued — captured into one
+     * graph for decode and verify steps ({@link DecodeGraphs}), launched one by one otherwise — and the requested
+     * logits rows come back once the device has finished.
+     */
     private float[] step(HipSequence seq, int[] tokens, int off, int S, int[] logitRows, int N0, boolean verify) {
-        final int D = c.hidden, n = c.hcMult, nD = n * D;
         long tok = ws.i32(S);
         int[] toks = java.util.Arrays.copyOfRange(tokens, off, off + S);
         gpu.upload(tok, toks);
+        long mark = ws.mark();
+        java.util.function.LongSupplier body = () -> layersAndHead(seq, tok, S, logitRows, N0, verify);
+        long logits = graphs.capturable(S, verify, profile != null) ? graphs.run(body, () -> ws.release(mark)) : body.getAsLong();
+        float[] out;
+        if (logitRows.length == 0) {
+            gpu.sync();
+            out = new float[0];
+        } else out = gpu.downloadFloats(logits, logitRows.length * c.vocabSize);
+        // committed only once the device has finished
+        for (HipSequence.LayerState ls : seq.layers) {
+            if (ls.comp != null) ls.comp.count = (N0 + S) / ls.comp.m;
+            if (ls.index != null) ls.index.count = (N0 + S) / ls.index.m;
+        }
+        seq.pos.advance(S);
+        return out;
+    }
 
+    /** Queues the layers and the output head of a step (nothing here waits for the device); the logits' address. */
+    private long layersAndHead(HipSequence seq, long tok, int S, int[] logitRows, int N0, boolean verify) {
+        final int D = c.hidden, n = c.hcMult, nD = n * D;
         // 3.1: every stream starts as the embedding
         long X = ws.f32((long) S * nD);
         DeviceMatrix e = w.embed;
@@ -562,23 +640,13 @@ public final class HipBackend implements Backend {
             k(ds4j_hc_post(ctx(), ptr(X), ptr(f), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
             ws.release(mark);
         }
-        float[] logits = head(X, logitRows);
-        // committed only once the device has finished (head() waits for it)
-        for (HipSequence.LayerState ls : seq.layers) {
-            if (ls.comp != null) ls.comp.count = (N0 + S) / ls.comp.m;
-            if (ls.index != null) ls.index.count = (N0 + S) / ls.index.m;
-        }
-        seq.pos.advance(S);
-        return logits;
+        return head(X, logitRows);
     }
 
-    /** 3.9: hc_head merge, final norm and lm_head for the requested rows only; waits for the device. */
-    private float[] head(long X, int[] rows) {
+    /** 3.9: hc_head merge, final norm and lm_head for the requested rows only; the logits [R, V] (0 when R = 0). */
+    private long head(long X, int[] rows) {
         final int D = c.hidden, n = c.hcMult, nD = n * D, R = rows.length;
-        if (R == 0) {
-            gpu.sync();
-            return new float[0];
-        }
+        if (R == 0) return 0;
         long xs = ws.f32((long) R * nD), v = ws.f32((long) R * nD), mu = ws.f32((long) R * n), y = ws.f32((long) R * D);
         for (int i = 0; i < R; i++) gpu.copy(xs + 4L * i * nD, X + 4L * rows[i] * nD, 4L * nD);
         rmsnorm(xs, v, 0, R, nD);
@@ -587,7 +655,7 @@ public final class HipBackend implements Backend {
         rmsnorm(y, y, w.finalNorm, R, D);
         long logits = ws.f32((long) R * c.vocabSize);
         matmul(w.lmHead, y, logits, R);
-        return gpu.downloadFloats(logits, R * c.vocabSize);
+        return logits;
     }
 
     /** 3.2 mHC mapping for S tokens: post [S, n], Sinkhorn matrix [S, n, n], collapsed input [S, D]. */

@@ -114,6 +114,17 @@ public class ds4j_gpu_h {
         return DS4J_ERR_OOM;
     }
 
+    private static final int DS4J_ERR_CAPTURE = (int)6L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_ERR_CAPTURE 6
+     * }
+     */
+    public static int DS4J_ERR_CAPTURE() {
+        return DS4J_ERR_CAPTURE;
+    }
+
     private static final int DS4J_FMT_F32 = (int)0L;
 
     /**
@@ -244,6 +255,50 @@ public class ds4j_gpu_h {
      */
     public static int DS4J_F16OPS_PORTABLE() {
         return DS4J_F16OPS_PORTABLE;
+    }
+
+    private static final int DS4J_GRAPH_CACHE = (int)16L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_GRAPH_CACHE 16
+     * }
+     */
+    public static int DS4J_GRAPH_CACHE() {
+        return DS4J_GRAPH_CACHE;
+    }
+
+    private static final int DS4J_GRAPH_UPDATED = (int)0L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_GRAPH_UPDATED 0
+     * }
+     */
+    public static int DS4J_GRAPH_UPDATED() {
+        return DS4J_GRAPH_UPDATED;
+    }
+
+    private static final int DS4J_GRAPH_INSTANTIATED = (int)1L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_GRAPH_INSTANTIATED 1
+     * }
+     */
+    public static int DS4J_GRAPH_INSTANTIATED() {
+        return DS4J_GRAPH_INSTANTIATED;
+    }
+
+    private static final int DS4J_GRAPH_REINSTANTIATED = (int)2L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_GRAPH_REINSTANTIATED 2
+     * }
+     */
+    public static int DS4J_GRAPH_REINSTANTIATED() {
+        return DS4J_GRAPH_REINSTANTIATED;
     }
 
     private static final int DS4J_TC_MIN_ROWS = (int)32L;
@@ -1153,6 +1208,338 @@ public class ds4j_gpu_h {
         var mh$ = ds4j_memset.HANDLE;
         try {
             return (int) mh$.invokeExact(ctx, dst, value, bytes);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_graph_available {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_graph_available");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_available(int32_t *host_available)
+     * }
+     */
+    public static FunctionDescriptor ds4j_graph_available$descriptor() {
+        return ds4j_graph_available.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_available(int32_t *host_available)
+     * }
+     */
+    public static MethodHandle ds4j_graph_available$handle() {
+        return ds4j_graph_available.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_available(int32_t *host_available)
+     * }
+     */
+    public static MemorySegment ds4j_graph_available$address() {
+        return ds4j_graph_available.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_available(int32_t *host_available)
+     * }
+     */
+    public static int ds4j_graph_available(MemorySegment host_available) {
+        var mh$ = ds4j_graph_available.HANDLE;
+        try {
+            return (int) mh$.invokeExact(host_available);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_graph_begin {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_graph_begin");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static FunctionDescriptor ds4j_graph_begin$descriptor() {
+        return ds4j_graph_begin.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static MethodHandle ds4j_graph_begin$handle() {
+        return ds4j_graph_begin.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static MemorySegment ds4j_graph_begin$address() {
+        return ds4j_graph_begin.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static int ds4j_graph_begin(MemorySegment ctx) {
+        var mh$ = ds4j_graph_begin.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_graph_end_launch {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_graph_end_launch");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_end_launch(ds4j_ctx *ctx, int32_t *host_how)
+     * }
+     */
+    public static FunctionDescriptor ds4j_graph_end_launch$descriptor() {
+        return ds4j_graph_end_launch.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_end_launch(ds4j_ctx *ctx, int32_t *host_how)
+     * }
+     */
+    public static MethodHandle ds4j_graph_end_launch$handle() {
+        return ds4j_graph_end_launch.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_end_launch(ds4j_ctx *ctx, int32_t *host_how)
+     * }
+     */
+    public static MemorySegment ds4j_graph_end_launch$address() {
+        return ds4j_graph_end_launch.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_end_launch(ds4j_ctx *ctx, int32_t *host_how)
+     * }
+     */
+    public static int ds4j_graph_end_launch(MemorySegment ctx, MemorySegment host_how) {
+        var mh$ = ds4j_graph_end_launch.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_how);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_graph_discard {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_graph_discard");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_discard(ds4j_ctx *ctx)
+     * }
+     */
+    public static FunctionDescriptor ds4j_graph_discard$descriptor() {
+        return ds4j_graph_discard.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_discard(ds4j_ctx *ctx)
+     * }
+     */
+    public static MethodHandle ds4j_graph_discard$handle() {
+        return ds4j_graph_discard.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_discard(ds4j_ctx *ctx)
+     * }
+     */
+    public static MemorySegment ds4j_graph_discard$address() {
+        return ds4j_graph_discard.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_discard(ds4j_ctx *ctx)
+     * }
+     */
+    public static int ds4j_graph_discard(MemorySegment ctx) {
+        var mh$ = ds4j_graph_discard.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_graph_capturing {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_graph_capturing");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_capturing(ds4j_ctx *ctx, int32_t *host_capturing)
+     * }
+     */
+    public static FunctionDescriptor ds4j_graph_capturing$descriptor() {
+        return ds4j_graph_capturing.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_capturing(ds4j_ctx *ctx, int32_t *host_capturing)
+     * }
+     */
+    public static MethodHandle ds4j_graph_capturing$handle() {
+        return ds4j_graph_capturing.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_capturing(ds4j_ctx *ctx, int32_t *host_capturing)
+     * }
+     */
+    public static MemorySegment ds4j_graph_capturing$address() {
+        return ds4j_graph_capturing.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_capturing(ds4j_ctx *ctx, int32_t *host_capturing)
+     * }
+     */
+    public static int ds4j_graph_capturing(MemorySegment ctx, MemorySegment host_capturing) {
+        var mh$ = ds4j_graph_capturing.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_capturing);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_graph_release {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_graph_release");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_release(ds4j_ctx *ctx)
+     * }
+     */
+    public static FunctionDescriptor ds4j_graph_release$descriptor() {
+        return ds4j_graph_release.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_release(ds4j_ctx *ctx)
+     * }
+     */
+    public static MethodHandle ds4j_graph_release$handle() {
+        return ds4j_graph_release.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_release(ds4j_ctx *ctx)
+     * }
+     */
+    public static MemorySegment ds4j_graph_release$address() {
+        return ds4j_graph_release.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_release(ds4j_ctx *ctx)
+     * }
+     */
+    public static int ds4j_graph_release(MemorySegment ctx) {
+        var mh$ = ds4j_graph_release.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }

@@ -1,0 +1,160 @@
+package io.ds4j.gpu;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.function.LongSupplier;
+
+import static io.ds4j.gpu.Gpu.check;
+import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
+
+/**
+ * Decode-step graphs for {@link HipBackend} (issue 7, build item 4; ds4j_gpu.h "step graphs"): a decode step
+ * (S = 1) or a verify step (S = q + 1 below {@code DS4J_TC_MIN_ROWS}) is captured from the context's stream into a
+ * graph and launched as one, instead of about 170 separate kernel launches. Every step is captured again (positions
+ * and counts are kernel arguments), and the library updates the parameters of a cached executable graph of the same
+ * topology instead of building a new one. The numerics are those of the same kernels launched one by one, bit for bit.
+ *
+ * <p>Never captured: prefill chunks of more than one row, steps in profile mode (each operation waits for the device)
+ * and hybrid expert placement (its MoE waits for the routing and runs host experts in the middle of the step); the
+ * caller decides with {@link #capturable}. A failure inside the capture ends it cleanly (no stream is left capturing).
+ * A capture the runtime refuses ({@code DS4J_ERR_CAPTURE}: nothing recorded ran) is dropped and the step is run again
+ * without it; after {@value #MAX_FALLBACKS} such fallbacks graphs are turned off with a warning.
+ *
+ * <p>Switch: {@code -Dds4j.gpu.graphs=true|false} (default true), or {@link HipBackend#setGraphs}. Not thread-safe:
+ * used under the backend's lock.
+ */
+final class DecodeGraphs {
+    private static final Logger LOG = LoggerFactory.getLogger(DecodeGraphs.class);
+    /** The system property that turns graphs on or off (default on). */
+    static final String PROPERTY = "ds4j.gpu.graphs";
+    /** Refused captures after which graphs are turned off. */
+    static final int MAX_FALLBACKS = 3;
+
+    /**
+     * Counts since the backend opened.
+     * @param captured       steps launched as a graph
+     * @param updated        of which reused a cached executable graph (parameters updated)
+     * @param instantiated   of which needed a new executable graph (a topology not cached)
+     * @param reinstantiated of which had a cached topology whose update was refused
+     * @param fallbacks      captures refused by the runtime, whose steps ran without a graph
+     */
+    public record Stats(long captured, long updated, long instantiated, long reinstantiated, long fallbacks) {}
+
+    private final Gpu gpu;
+    /** Whether the library can capture graphs (ds4j_graph_available). */
+    final boolean available;
+    /** Why steps of this backend are never captured (null: they may be). */
+    private final String never;
+    private boolean enabled;
+    private long captured, updated, instantiated, reinstantiated, fallbacks;
+    private final MemorySegment out = Arena.ofAuto().allocate(ValueLayout.JAVA_INT);
+
+    /**
+     * @param never why this backend's steps can never be captured (e.g. hybrid placement), or null
+     */
+    DecodeGraphs(Gpu gpu, String never) {
+        this.gpu = gpu;
+        boolean av;
+        try {
+            av = ds4j_graph_available(out) == DS4J_OK() && out.get(ValueLayout.JAVA_INT, 0) != 0;
+        } catch (RuntimeException | LinkageError e) { // a library built before graphs: run without them
+            av = false;
+        }
+        this.available = av;
+        this.never = !available ? "this build of the GPU library has no graph support" : never;
+        this.enabled = Boolean.parseBoolean(System.getProperty(PROPERTY, "true"));
+    }
+
+    /** "on", "off (switched off)" or "off (why they are not available)", for the start-up log. */
+    String describe() {
+        return enabled() ? "on" : never != null ? "off (" + never + ")" : "off (-D" + PROPERTY + "=false)";
+    }
+
+    /** Whether steps may be captured now (switched on, supported, not hybrid). */
+    boolean enabled() {
+        return enabled && never == null;
+    }
+
+    /**
+     * Switches capture on or off from the next step on.
+     * @throws UnsupportedOperationException turning it on where steps can never be captured (the message says why)
+     */
+    void setEnabled(boolean on) {
+        if (on && never != null) throw new UnsupportedOperationException("decode-step graphs are not available: " + never);
+        enabled = on;
+    }
+
+    Stats stats() {
+        return new Stats(captured, updated, instantiated, reinstantiated, fallbacks);
+    }
+
+    /**
+     * Whether a step is captured: graphs on, no per-operation profiling, and a decode step (S = 1) or a verify step of
+     * fewer than {@code DS4J_TC_MIN_ROWS} rows.
+     */
+    boolean capturable(int S, boolean verify, boolean profiling) {
+        return capturable(enabled(), profiling, S, verify);
+    }
+
+    /** {@link #capturable(int, boolean, boolean)} as a pure function of its inputs. */
+    static boolean capturable(boolean enabled, boolean profiling, int S, boolean verify) {
+        return enabled && !profiling && (S == 1 || (verify && S >= 1 && S < DS4J_TC_MIN_ROWS()));
+    }
+
+    /**
+     * Runs the step's kernel calls inside a capture and launches the graph (asynchronously: the caller's download
+     * waits for it). When the runtime refuses the capture, nothing recorded has run: the workspace is rewound and the
+     * calls run again without capture.
+     * @param body   queues the step's kernels (no call that waits for the device) and returns its result, e.g. the
+     *               device address of the logits
+     * @param rewind undoes body's workspace allocations before a run without capture
+     * @return body's result
+     * @throws RuntimeException what body throws (the capture is discarded first; any failure to discard is attached
+     *         as suppressed), or a {@link GpuException} when launching the graph fails
+     */
+    long run(LongSupplier body, Runnable rewind) {
+        int rc = ds4j_graph_begin(gpu.ctx());
+        if (rc == DS4J_ERR_CAPTURE()) return fallback(Gpu.lastError(), body, rewind);
+        check(rc, "beginning a graph capture");
+        long result;
+        try {
+            result = body.getAsLong();
+        } catch (RuntimeException e) {
+            int d = ds4j_graph_discard(gpu.ctx());
+            if (d != DS4J_OK()) e.addSuppressed(new GpuException(d, "discarding the graph capture: " + Gpu.lastError()));
+            if (d == DS4J_OK() && e instanceof GpuException g && g.code == DS4J_ERR_CAPTURE())
+                return fallback(g.getMessage(), body, rewind);
+            throw e;
+        }
+        rc = ds4j_graph_end_launch(gpu.ctx(), out);
+        if (rc == DS4J_ERR_CAPTURE()) return fallback(Gpu.lastError(), body, rewind);
+        check(rc, "launching the step graph");
+        captured++;
+        int how = out.get(ValueLayout.JAVA_INT, 0);
+        if (how == DS4J_GRAPH_UPDATED()) updated++;
+        else if (how == DS4J_GRAPH_INSTANTIATED()) instantiated++;
+        else reinstantiated++;
+        return result;
+    }
+
+    private long fallback(String why, LongSupplier body, Runnable rewind) {
+        fallbacks++;
+        if (fallbacks >= MAX_FALLBACKS) {
+            enabled = false;
+            LOG.warn("decode-step graph capture refused ({}); the step ran without a graph. {} refusals: graphs are off from"
+                    + " now on (kernels are launched one by one)", why, fallbacks);
+        } else LOG.warn("decode-step graph capture refused ({}); the step ran without a graph", why);
+        rewind.run();
+        return body.getAsLong();
+    }
+
+    /** Whether the context's stream is in capture mode (tests: after a failure it must not be). */
+    boolean capturing() {
+        check(ds4j_graph_capturing(gpu.ctx(), out), "graph capture state");
+        return out.get(ValueLayout.JAVA_INT, 0) != 0;
+    }
+}

@@ -1,0 +1,245 @@
+// Decode-step graphs (ds4j_gpu.h, "step graphs"): the kernels of a whole step are captured from the context's stream
+// and launched as one graph. A step re-captures every time (positions and counts are kernel arguments that change
+// per step), but launching needs an executable graph, which is costly to build; the context therefore keeps a few
+// executables keyed by the captured topology and only updates the parameters of the one with the same topology.
+// Topologies differ between steps where a compressor window completes and where none does, where the indexer
+// starts selecting, between decode and verify paths, and so on; each such variant gets its own executable.
+#include "common.h"
+
+#include <stdio.h>
+#include <vector>
+
+namespace ds4j {
+
+#if DS4J_HAVE_GRAPHS
+
+/** An open capture's stream is out of capture mode again; what was recorded is dropped. */
+static void end_capture_dropping(ds4j_ctx* ctx) {
+    hipGraph_t g = nullptr;
+    hipStreamCaptureStatus st = hipStreamCaptureStatusNone;
+    if (hipStreamIsCapturing(ctx->stream, &st) == hipSuccess && st != hipStreamCaptureStatusNone) {
+        hipStreamEndCapture(ctx->stream, &g);  // an invalidated capture ends with an error and no graph
+        if (g) hipGraphDestroy(g);
+    }
+    hipGetLastError();  // the capture's errors are not the next call's
+    ctx->capturing = false;
+}
+
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+    for (int i = 0; i < 8; i++) {  // FNV-1a over the 8 bytes of v
+        h ^= (v >> (8 * i)) & 0xffu;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/**
+ * The topology of a captured graph as a 64-bit key: node count, then each node's type and, for kernel nodes, the
+ * kernel function, in the order the runtime lists them (the capture order). A stream capture of one stream is a
+ * chain, so equal keys mean the same graph up to parameters, which is what an executable graph update accepts (a
+ * rare collision only costs a refused update and a new instantiation).
+ */
+static int graph_signature(hipGraph_t g, uint64_t* out) {
+    size_t n = 0;
+    hipError_t e = hipGraphGetNodes(g, nullptr, &n);
+    if (e != hipSuccess) return fail_hip(e, "hipGraphGetNodes");
+    std::vector<hipGraphNode_t> nodes(n);
+    if (n > 0) {
+        e = hipGraphGetNodes(g, nodes.data(), &n);
+        if (e != hipSuccess) return fail_hip(e, "hipGraphGetNodes");
+    }
+    uint64_t h = mix(1469598103934665603ull, (uint64_t)n);
+    for (size_t i = 0; i < n; i++) {
+        hipGraphNodeType t;
+        e = hipGraphNodeGetType(nodes[i], &t);
+        if (e != hipSuccess) return fail_hip(e, "hipGraphNodeGetType");
+        h = mix(h, (uint64_t)t);
+        if (t == hipGraphNodeTypeKernel) {
+            hipKernelNodeParams p;
+            e = hipGraphKernelNodeGetParams(nodes[i], &p);
+            if (e != hipSuccess) return fail_hip(e, "hipGraphKernelNodeGetParams");
+            h = mix(h, (uint64_t)(uintptr_t)p.func);
+        }
+    }
+    *out = h == 0 ? 1 : h;  // 0 marks an empty slot
+    return DS4J_OK;
+}
+
+/** Re-reports the last failure under another code, with suffix appended to its message. */
+static int recode(int code, const char* suffix) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ds4j_last_error());
+    return fail(code, "%s%s", msg, suffix);
+}
+
+static void drop_slot(GraphSlot& s) {
+    if (s.exec) hipGraphExecDestroy(s.exec);
+    s.exec = nullptr;
+    s.signature = 0;
+    s.used = 0;
+}
+
+#endif  // DS4J_HAVE_GRAPHS
+
+void graphs_destroy(ds4j_ctx* ctx) {
+#if DS4J_HAVE_GRAPHS
+    if (ctx->capturing) end_capture_dropping(ctx);
+    for (GraphSlot& s : ctx->graphs) drop_slot(s);
+#else
+    (void)ctx;
+#endif
+}
+
+}  // namespace ds4j
+
+using ds4j::fail;
+using ds4j::fail_hip;
+
+extern "C" {
+
+int32_t ds4j_graph_available(int32_t* host_available) {
+    DS4J_ARG(host_available, "ds4j_graph_available: null output");
+    *host_available = DS4J_HAVE_GRAPHS;
+    return DS4J_OK;
+}
+
+#if DS4J_HAVE_GRAPHS
+
+int32_t ds4j_graph_begin(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(!ctx->capturing, "ds4j_graph_begin: a capture is already open on this context");
+    // relaxed: the calling thread may still allocate (a workspace that grows mid-step); calls that wait are refused
+    // by the library itself (DS4J_NOT_CAPTURING) before they reach the runtime
+    hipError_t e = hipStreamBeginCapture(ctx->stream, hipStreamCaptureModeRelaxed);
+    if (e != hipSuccess) {
+        int rc = fail_hip(e, "hipStreamBeginCapture");
+        ds4j::end_capture_dropping(ctx);
+        return rc == DS4J_ERR_RUNTIME ? ds4j::recode(DS4J_ERR_CAPTURE, "") : rc;
+    }
+    ctx->capturing = true;
+    return DS4J_OK;
+}
+
+int32_t ds4j_graph_end_launch(ds4j_ctx* ctx, int32_t* host_how) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(host_how, "ds4j_graph_end_launch: null output");
+    DS4J_ARG(ctx->capturing, "ds4j_graph_end_launch: no capture is open on this context (ds4j_graph_begin)");
+    hipGraph_t g = nullptr;
+    hipError_t e = hipStreamEndCapture(ctx->stream, &g);
+    ctx->capturing = false;
+    if (e != hipSuccess || !g) {
+        if (g) hipGraphDestroy(g);
+        hipGetLastError();
+        return fail(DS4J_ERR_CAPTURE, "hipStreamEndCapture: %s (%s); nothing of the captured step ran",
+                    hipGetErrorName(e), hipGetErrorString(e));
+    }
+    uint64_t sig = 0;
+    int rc = ds4j::graph_signature(g, &sig);
+    if (rc != DS4J_OK) {
+        hipGraphDestroy(g);
+        return ds4j::recode(DS4J_ERR_CAPTURE, "; nothing of the captured step ran");
+    }
+    ds4j::GraphSlot* slot = nullptr;
+    for (ds4j::GraphSlot& s : ctx->graphs)
+        if (s.exec && s.signature == sig) slot = &s;
+    int32_t how = DS4J_GRAPH_UPDATED;
+    if (slot) {
+        hipGraphNode_t bad = nullptr;
+        hipGraphExecUpdateResult res;
+        e = hipGraphExecUpdate(slot->exec, g, &bad, &res);
+        if (e != hipSuccess || res != hipGraphExecUpdateSuccess) {
+            hipGetLastError();
+            ds4j::drop_slot(*slot);
+            how = DS4J_GRAPH_REINSTANTIATED;
+        }
+    } else {
+        // a new topology: an empty slot, else the least recently launched one
+        for (ds4j::GraphSlot& s : ctx->graphs)
+            if (!slot || (slot->exec && (!s.exec || s.used < slot->used))) slot = &s;
+        ds4j::drop_slot(*slot);
+        how = DS4J_GRAPH_INSTANTIATED;
+    }
+    if (!slot->exec) {
+        e = hipGraphInstantiateWithFlags(&slot->exec, g, 0);
+        if (e != hipSuccess) {
+            slot->exec = nullptr;
+            hipGraphDestroy(g);
+            hipGetLastError();
+            return fail(DS4J_ERR_CAPTURE, "hipGraphInstantiateWithFlags: %s (%s); nothing of the captured step ran", hipGetErrorName(e),
+                        hipGetErrorString(e));
+        }
+        slot->signature = sig;
+    }
+    hipGraphDestroy(g);  // the executable does not need it
+    slot->used = ++ctx->graph_clock;
+    e = hipGraphLaunch(slot->exec, ctx->stream);
+    if (e != hipSuccess) {
+        ds4j::drop_slot(*slot);
+        rc = fail_hip(e, "hipGraphLaunch");
+        return rc == DS4J_ERR_CAPTURE ? ds4j::recode(DS4J_ERR_RUNTIME, "") : rc;
+    }
+    *host_how = how;
+    return DS4J_OK;
+}
+
+int32_t ds4j_graph_discard(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    ds4j::end_capture_dropping(ctx);
+    hipStreamCaptureStatus st = hipStreamCaptureStatusNone;
+    hipError_t e = hipStreamIsCapturing(ctx->stream, &st);
+    if (e != hipSuccess) return fail_hip(e, "hipStreamIsCapturing");
+    if (st != hipStreamCaptureStatusNone) return fail(DS4J_ERR_RUNTIME, "ds4j_graph_discard: the stream is still capturing");
+    return DS4J_OK;
+}
+
+int32_t ds4j_graph_capturing(ds4j_ctx* ctx, int32_t* host_capturing) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(host_capturing, "ds4j_graph_capturing: null output");
+    hipStreamCaptureStatus st = hipStreamCaptureStatusNone;
+    hipError_t e = hipStreamIsCapturing(ctx->stream, &st);
+    if (e != hipSuccess) return fail_hip(e, "hipStreamIsCapturing");
+    *host_capturing = st != hipStreamCaptureStatusNone || ctx->capturing ? 1 : 0;
+    return DS4J_OK;
+}
+
+int32_t ds4j_graph_release(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_NOT_CAPTURING(ctx);
+    hipError_t e = hipStreamSynchronize(ctx->stream);  // no launch of an executable may be in flight
+    ds4j::graphs_destroy(ctx);
+    return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipStreamSynchronize");
+}
+
+#else  // no graph API in this HIP: report it, never capture
+
+int32_t ds4j_graph_begin(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    return fail(DS4J_ERR_CAPTURE, "ds4j_graph_begin: this build has no graph support (ROCm older than 5.3)");
+}
+
+int32_t ds4j_graph_end_launch(ds4j_ctx* ctx, int32_t* host_how) {
+    DS4J_CHECK_CTX(ctx);
+    (void)host_how;
+    return fail(DS4J_ERR_ARG, "ds4j_graph_end_launch: no capture is open on this context (no graph support)");
+}
+
+int32_t ds4j_graph_discard(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    return DS4J_OK;
+}
+
+int32_t ds4j_graph_capturing(ds4j_ctx* ctx, int32_t* host_capturing) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(host_capturing, "ds4j_graph_capturing: null output");
+    *host_capturing = 0;
+    return DS4J_OK;
+}
+
+int32_t ds4j_graph_release(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    return DS4J_OK;
+}
+
+#endif  // DS4J_HAVE_GRAPHS
+
+}  // extern "C"

@@ -1,0 +1,252 @@
+package io.ds4j.gpu;
+
+import io.ds4j.engine.BackendOptions;
+import io.ds4j.engine.BackendOptions.ExpertPlacement;
+import io.ds4j.engine.Sequence;
+import io.ds4j.engine.StepKind;
+import io.ds4j.engine.VerifyAttention;
+import io.ds4j.model.TensorNames;
+import io.ds4j.model.synth.Presets;
+import io.ds4j.model.synth.RandomCheckpoint;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.lang.foreign.MemorySegment;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+
+import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Decode-step graphs (issue 7 build item 4, {@link DecodeGraphs}): with graphs on, decode and verify steps give the
+ * logits of graphs off bit for bit over sequences that cross every topology change (compressor windows completing,
+ * HCA entries, the Lightning Indexer starting to select, verify attention paths, steps without logits) with
+ * rollbacks in between; a pure decode stretch reuses cached executable graphs (parameter updates, few
+ * instantiations); a step failing inside the capture leaves no stream capturing and the backend usable; a capture the
+ * runtime refuses runs the step without a graph; profile mode and hybrid placement never capture.
+ */
+@Tag("gpu")
+class HipGraphTest {
+    @TempDir
+    static Path tmp;
+    static Path tiny, small;
+
+    @BeforeAll
+    static void writeModels() throws Exception {
+        tiny = tmp.resolve("tiny-fp8");
+        new RandomCheckpoint(Presets.get("tiny"), 31, TensorNames.Scheme.ORIGINAL, RandomCheckpoint.Storage.FP8).write(tiny);
+        small = tmp.resolve("small-bf16");
+        new RandomCheckpoint(Presets.get("small"), 32, TensorNames.Scheme.HF, RandomCheckpoint.Storage.BF16).write(small);
+    }
+
+    static HipBackend monolithic(Path dir) throws Exception {
+        return HipPlacementTest.open(dir, HipPlacementTest.opts(ExpertPlacement.MONOLITHIC, 0, false));
+    }
+
+    static int[] tokens(HipBackend b, int n, long seed) {
+        SplittableRandom r = new SplittableRandom(seed);
+        int[] t = new int[n];
+        for (int i = 0; i < n; i++) t[i] = r.nextInt(b.config().vocabSize);
+        return t;
+    }
+
+    static float[] step(HipBackend b, boolean graphs, Sequence s, int[] toks, int off, int S, int[] rows, StepKind kind) {
+        b.setGraphs(graphs);
+        return b.forward(s, toks, off, S, rows, kind);
+    }
+
+    static int[] all(int n) {
+        return java.util.stream.IntStream.range(0, n).toArray();
+    }
+
+    /**
+     * Two sequences on one backend given the same steps, one with graphs off and one with graphs on: a prefill chunk,
+     * then until {@code until} tokens decode steps (some without logits), verify steps of q+1 rows followed by a
+     * rollback of the rejected drafts, and switches of the verify attention path. Every step's logits must be equal
+     * bit for bit, and every decode / verify step with graphs on must have been captured (no refused capture).
+     */
+    static void sameWithAndWithoutGraphs(HipBackend b, int prompt, int until, long seed) {
+        assertTrue(b.graphs(), "graphs are on by default for monolithic placement");
+        int[] toks = tokens(b, until + 40, seed);
+        SplittableRandom r = new SplittableRandom(seed);
+        DecodeGraphs.Stats before = b.graphStats();
+        long expectCaptured = 0;
+        int steps = 0;
+        try (Sequence off = b.newSequence(16); Sequence on = b.newSequence(16)) {
+            int[] last = {prompt - 1};
+            assertArrayEquals(step(b, false, off, toks, 0, prompt, last, StepKind.PREFILL),
+                    step(b, true, on, toks, 0, prompt, last, StepKind.PREFILL), "prefill");
+            while (off.length() < until) {
+                int pos = off.length();
+                double u = r.nextDouble();
+                if (u < 0.08) {
+                    b.setVerifyAttention(b.verifyAttention() == VerifyAttention.F16 ? VerifyAttention.F32_CONVERT : VerifyAttention.F16);
+                    continue;
+                }
+                if (u < 0.3) {
+                    int q = 1 + r.nextInt(4), n = q + 1;
+                    String where = "verify of " + n + " rows at " + pos + " (" + b.verifyAttention().key() + ")";
+                    assertArrayEquals(step(b, false, off, toks, pos, n, all(n), StepKind.VERIFY),
+                            step(b, true, on, toks, pos, n, all(n), StepKind.VERIFY), where);
+                    int reject = r.nextInt(n);
+                    off.rollback(reject);
+                    on.rollback(reject);
+                } else {
+                    int[] rows = u < 0.36 ? new int[0] : new int[]{0};
+                    assertArrayEquals(step(b, false, off, toks, pos, 1, rows, StepKind.DECODE),
+                            step(b, true, on, toks, pos, 1, rows, StepKind.DECODE), "decode at " + pos + ", rows " + rows.length);
+                }
+                expectCaptured++;
+                steps++;
+                assertEquals(off.length(), on.length());
+            }
+        }
+        DecodeGraphs.Stats after = b.graphStats();
+        long captured = after.captured() - before.captured(), updated = after.updated() - before.updated(),
+                built = after.instantiated() - before.instantiated() + after.reinstantiated() - before.reinstantiated();
+        System.out.printf("graphs on = off bit for bit: %d steps to %d tokens; captured %d, executables updated %d, built %d"
+                + " (%d refused updates)%n", steps, until, captured, updated, built, after.reinstantiated() - before.reinstantiated());
+        assertEquals(0, after.fallbacks() - before.fallbacks(), "no capture refused");
+        assertEquals(expectCaptured, captured, "every decode and verify step with graphs on ran as a graph");
+        assertEquals(captured, updated + built);
+        assertTrue(updated > built, "most steps reuse a cached executable graph: updated " + updated + ", built " + built);
+    }
+
+    @Test
+    void tinyGraphsMatchKernelByKernel() throws Exception {
+        // window 8, CSA m 4 with K_I 4 (the indexer selects from 20 tokens on), HCA m 16
+        try (HipBackend b = monolithic(tiny)) {
+            b.setF32ShortContextRows(BackendOptions.MIN_SHORT_ROWS); // f16 verify above one row: the F16-operand kernel
+            sameWithAndWithoutGraphs(b, 5, 180, 1);
+        }
+    }
+
+    @Test
+    void smallGraphsMatchKernelByKernel() throws Exception {
+        // window 128, CSA m 4 with K_I 64 (the indexer selects from 260 tokens on), HCA m 128; head dim 128: the f16
+        // verify path above the threshold runs on tensor cores (with 150: CSA layers from about 90 tokens on, HCA and
+        // sliding layers never); the prompt chunk (40 rows) takes the tensor-core prefill
+        try (HipBackend b = monolithic(small)) {
+            b.setF32ShortContextRows(150);
+            sameWithAndWithoutGraphs(b, 40, 300, 2);
+        }
+    }
+
+    @Test
+    void decodeReusesExecutableGraphs() throws Exception {
+        try (HipBackend b = monolithic(tiny); Sequence s = b.newSequence(16)) {
+            int[] toks = tokens(b, 200, 3);
+            b.forward(s, toks, 0, 40, new int[0]); // the indexer selects already
+            for (int i = 40; i < 48; i++) b.forward(s, toks, i, 1, new int[]{0}); // every decode topology seen once
+            DecodeGraphs.Stats before = b.graphStats();
+            for (int i = 48; i < 112; i++) b.forward(s, toks, i, 1, new int[]{0});
+            DecodeGraphs.Stats after = b.graphStats();
+            long built = after.instantiated() - before.instantiated() + after.reinstantiated() - before.reinstantiated();
+            System.out.printf("64 decode steps: captured %d, updated %d, built %d%n", after.captured() - before.captured(),
+                    after.updated() - before.updated(), built);
+            assertEquals(64, after.captured() - before.captured());
+            // topologies of decode: CSA window completed or not, HCA entry completed or not
+            assertTrue(built <= 4, "decode steps should update cached executables, built " + built);
+        }
+    }
+
+    @Test
+    void failingStepInsideCaptureLeavesBackendUsable() throws Exception {
+        try (HipBackend b = monolithic(tiny)) {
+            assertTrue(b.graphs());
+            int[] toks = tokens(b, 100, 4);
+            DecodeGraphs.Stats before = b.graphStats();
+            try (Sequence s = b.newSequence(16)) {
+                b.forward(s, toks, 0, 10, new int[0]);
+                // an argument error from the library in the middle of a captured decode step
+                b.injectFault("attention", () -> ds4j_copy(b.gpu().ctx(), MemorySegment.NULL, MemorySegment.NULL, 4));
+                GpuException e = assertThrows(GpuException.class, () -> b.forward(s, toks, 10, 1, new int[]{0}));
+                assertEquals(DS4J_ERR_ARG(), e.code, e.getMessage());
+                assertFalse(b.capturing(), "no stream left capturing");
+                assertEquals(before.captured(), b.graphStats().captured());
+                // as without graphs: the failed step's sequence is not used again
+                assertThrows(IllegalStateException.class, () -> b.forward(s, toks, 10, 1, new int[]{0}));
+            }
+            // the backend works on: fresh sequences with graphs on and off agree bit for bit
+            List<float[]> offRun = decodeRun(b, false, toks, 10, 40), onRun = decodeRun(b, true, toks, 10, 40);
+            for (int i = 0; i < offRun.size(); i++) assertArrayEquals(offRun.get(i), onRun.get(i), "step " + i + " after the failure");
+            assertEquals(before.captured() + 30, b.graphStats().captured());
+            assertFalse(b.capturing());
+        }
+    }
+
+    @Test
+    void refusedCaptureRunsTheStepWithoutAGraph() throws Exception {
+        try (HipBackend b = monolithic(tiny)) {
+            int[] toks = tokens(b, 100, 5);
+            List<float[]> ref = decodeRun(b, false, toks, 10, 20);
+            DecodeGraphs.Stats before = b.graphStats();
+            b.setGraphs(true);
+            try (Sequence s = b.newSequence(16)) {
+                b.forward(s, toks, 0, 10, new int[0]);
+                for (int i = 10; i < 20; i++) {
+                    // a call that waits for the device inside the capture: the library refuses it (DS4J_ERR_CAPTURE)
+                    if (i == 12 || i == 15) b.injectFault("attention", () -> ds4j_ctx_sync(b.gpu().ctx()));
+                    assertArrayEquals(ref.get(i - 10), b.forward(s, toks, i, 1, new int[]{0}), "decode at " + i);
+                    assertFalse(b.capturing());
+                }
+            }
+            DecodeGraphs.Stats after = b.graphStats();
+            assertEquals(2, after.fallbacks() - before.fallbacks());
+            assertEquals(8, after.captured() - before.captured());
+            assertTrue(b.graphs(), "graphs stay on below " + DecodeGraphs.MAX_FALLBACKS + " refusals");
+            try (Sequence s = b.newSequence(16)) {
+                b.forward(s, toks, 0, 10, new int[0]);
+                b.injectFault("attention", () -> ds4j_ctx_sync(b.gpu().ctx()));
+                assertArrayEquals(ref.get(0), b.forward(s, toks, 10, 1, new int[]{0}));
+            }
+            assertFalse(b.graphs(), "graphs off after " + DecodeGraphs.MAX_FALLBACKS + " refusals");
+        }
+    }
+
+    @Test
+    void profileModeAndHybridPlacementNeverCapture() throws Exception {
+        try (HipBackend b = monolithic(tiny); Sequence s = b.newSequence(16)) {
+            int[] toks = tokens(b, 100, 6);
+            b.forward(s, toks, 0, 10, new int[0]);
+            long before = b.graphStats().captured();
+            b.setProfiling(true);
+            for (int i = 10; i < 14; i++) b.forward(s, toks, i, 1, new int[]{0});
+            b.takeProfile();
+            b.setProfiling(false);
+            assertEquals(before, b.graphStats().captured(), "profile mode waits per operation: never captured");
+            b.forward(s, toks, 14, 1, new int[]{0});
+            assertEquals(before + 1, b.graphStats().captured());
+            b.forward(s, toks, 15, 40, new int[0]);
+            assertEquals(before + 1, b.graphStats().captured(), "prefill chunks are not captured");
+        }
+        ExpertPlacementPlan.Footprint fp = HipPlacementTest.footprint(tiny);
+        int E = fp.expertBytes()[0].length;
+        try (HipBackend h = HipPlacementTest.open(tiny, HipPlacementTest.opts(ExpertPlacement.HYBRID, HipPlacementTest.budgetFor(fp, E / 2), false));
+             Sequence s = h.newSequence(16)) {
+            assertFalse(h.graphs(), "hybrid placement syncs mid-step: never captured");
+            UnsupportedOperationException e = assertThrows(UnsupportedOperationException.class, () -> h.setGraphs(true));
+            assertTrue(e.getMessage().contains("hybrid"), e.getMessage());
+            int[] toks = tokens(h, 20, 7);
+            h.forward(s, toks, 0, 10, new int[0]);
+            for (int i = 10; i < 14; i++) h.forward(s, toks, i, 1, new int[]{0});
+            assertEquals(0, h.graphStats().captured());
+        }
+    }
+
+    /** A fresh sequence: a prefill of `prompt` tokens, then decode steps up to `until`; each decode step's logits. */
+    static List<float[]> decodeRun(HipBackend b, boolean graphs, int[] toks, int prompt, int until) {
+        b.setGraphs(graphs);
+        List<float[]> out = new ArrayList<>();
+        try (Sequence s = b.newSequence(16)) {
+            b.forward(s, toks, 0, prompt, new int[0]);
+            for (int i = prompt; i < until; i++) out.add(b.forward(s, toks, i, 1, new int[]{0}));
+        }
+        return out;
+    }
+}
