@@ -24,12 +24,15 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * A capture the runtime refuses ({@code DS4J_ERR_CAPTURE}: nothing recorded ran) is dropped and the step is run again
  * without it; after {@value #MAX_FALLBACKS} such fallbacks graphs are turned off with a warning.
  *
- * <p>Switch: {@code -Dds4j.gpu.graphs=true|false} (default true), or {@link HipBackend#setGraphs}. Not thread-safe:
+ * <p>Switch: {@code -Dds4j.gpu.graphs=true|false} (default false), or {@link HipBackend#setGraphs}. Off by default
+ * because it does not pay in this form: on the H200 with the flash-shaped preset, decode was 5-6 % slower with graphs
+ * (BENCHMARKS.md, "Decode-step graphs"): every step is still recorded call by call, and the device starts only when
+ * the recording and the update are done, while without graphs launching and running overlap. Not thread-safe:
  * used under the backend's lock.
  */
 final class DecodeGraphs {
     private static final Logger LOG = LoggerFactory.getLogger(DecodeGraphs.class);
-    /** The system property that turns graphs on or off (default on). */
+    /** The system property that turns graphs on or off (default off). */
     static final String PROPERTY = "ds4j.gpu.graphs";
     /** Refused captures after which graphs are turned off. */
     static final int MAX_FALLBACKS = 3;
@@ -66,12 +69,12 @@ final class DecodeGraphs {
         }
         this.available = av;
         this.never = !available ? "this build of the GPU library has no graph support" : never;
-        this.enabled = Boolean.parseBoolean(System.getProperty(PROPERTY, "true"));
+        this.enabled = Boolean.parseBoolean(System.getProperty(PROPERTY, "false"));
     }
 
     /** "on", "off (switched off)" or "off (why they are not available)", for the start-up log. */
     String describe() {
-        return enabled() ? "on" : never != null ? "off (" + never + ")" : "off (-D" + PROPERTY + "=false)";
+        return enabled() ? "on" : never != null ? "off (" + never + ")" : "off (-D" + PROPERTY + "=true turns them on)";
     }
 
     /** Whether steps may be captured now (switched on, supported, not hybrid). */

@@ -29,7 +29,7 @@ import java.util.SplittableRandom;
  *      [--peak-gbs 4800] [--graph-rounds 3]
  * </pre>
  * Decode-step graphs ({@link DecodeGraphs}): the decode rate is measured with the default setting
- * ({@code -Dds4j.gpu.graphs}, on unless turned off), then with graphs off and on in interleaved A/B rounds of
+ * ({@code -Dds4j.gpu.graphs}, off unless turned on), then with graphs off and on in interleaved A/B rounds of
  * --decode-tokens steps at the same context (each round's tokens are rolled back; 0 rounds skips it).
  * Contexts up to --max-prefill are prefilled for real, in chunks of --chunk tokens (prefill chunks run on tensor
  * cores where the GPU has them; the output says), and the prefill time and rate are printed; longer ones start from

@@ -190,7 +190,7 @@ public final class HipBackend implements Backend {
 
     /**
      * Whether decode steps (S = 1) and verify steps (S below DS4J_TC_MIN_ROWS) are captured into a graph and launched
-     * as one ({@link DecodeGraphs}); the start-up value is {@code -Dds4j.gpu.graphs} (default true) where the
+     * as one ({@link DecodeGraphs}); the start-up value is {@code -Dds4j.gpu.graphs} (default false) where the
      * library supports graphs and the placement is monolithic. Profile mode never captures.
      */
     public synchronized boolean graphs() {
