@@ -44,8 +44,12 @@ class HipGraphTest {
         new RandomCheckpoint(Presets.get("small"), 32, TensorNames.Scheme.HF, RandomCheckpoint.Storage.BF16).write(small);
     }
 
+    /** A monolithic backend with graphs switched on (they are off by default: they do not pay yet, see DecodeGraphs). */
     static HipBackend monolithic(Path dir) throws Exception {
-        return HipPlacementTest.open(dir, HipPlacementTest.opts(ExpertPlacement.MONOLITHIC, 0, false));
+        HipBackend b = HipPlacementTest.open(dir, HipPlacementTest.opts(ExpertPlacement.MONOLITHIC, 0, false));
+        assertFalse(b.graphs(), "graphs are off by default");
+        b.setGraphs(true);
+        return b;
     }
 
     static int[] tokens(HipBackend b, int n, long seed) {
@@ -71,7 +75,7 @@ class HipGraphTest {
      * bit for bit, and every decode / verify step with graphs on must have been captured (no refused capture).
      */
     static void sameWithAndWithoutGraphs(HipBackend b, int prompt, int until, long seed) {
-        assertTrue(b.graphs(), "graphs are on by default for monolithic placement");
+        assertTrue(b.graphs(), "graphs switched on (monolithic placement)");
         int[] toks = tokens(b, until + 40, seed);
         SplittableRandom r = new SplittableRandom(seed);
         DecodeGraphs.Stats before = b.graphStats();
