@@ -4,14 +4,11 @@ import io.ds4j.engine.Sequence;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.ModelWeights;
-import io.ds4j.model.TensorNames;
 import io.ds4j.model.WeightLoader;
 import io.ds4j.model.WeightMatrix;
 import io.ds4j.model.synth.ModelStore;
-import io.ds4j.model.synth.Presets;
 import io.ds4j.model.synth.RandomCheckpoint;
 
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
