@@ -33,6 +33,6 @@ for p in ${phases//,/ }; do
     attn-bench) TAILN=20 run attn-bench 150 tools/device/run.sh attn-bench --contexts 4096,59933,122879 --queries 5 --reps 200 ;;
     e2e) TAILN=40 run e2e 300 tools/device/e2e.sh ;;
     serve) run serve 60 tools/device/run.sh serve-smoke ;;
-    *) echo "unknown phase $p" ;;
+    *) echo "unknown phase $p" >&2; exit 2 ;;
   esac
 done

@@ -40,13 +40,13 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--dtype", defaultValue = "fp8", description = "preset storage: fp8 (FP8 dense + FP4 experts, as released) or bf16 (default ${DEFAULT-VALUE})") String dtype;
     @Option(names = "--lengths", defaultValue = "4096,59933,122879", split = ",", description = "input lengths in tokens (default ${DEFAULT-VALUE})") List<Integer> lengths;
     @Option(names = "--q", defaultValue = "4", description = "draft tokens per verify step (default ${DEFAULT-VALUE})") int q;
-    @Option(names = "--decode-tokens", defaultValue = "256", description = "tokens emitted in each timed decode (default ${DEFAULT-VALUE})") int decodeTokens;
+    @Option(names = "--decode-tokens", defaultValue = "256", description = "tokens emitted in each timed decode, at least (whole verify steps of q + 1 tokens; default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--agreement-steps", defaultValue = "200", description = "verify rounds compared between the paths per length (default ${DEFAULT-VALUE})") int agreementSteps;
     @Option(names = "--chunk", defaultValue = "2048", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int chunk;
     @Option(names = "--f32-short-context-rows", defaultValue = "512", description = "the F16 path's full-F32 threshold (default ${DEFAULT-VALUE})") int shortRows;
     @Option(names = "--seed", defaultValue = "1", description = "model and prompt seed (default ${DEFAULT-VALUE})") long seed;
-    @Option(names = "--out", defaultValue = "docs/bench", description = "output folder (default ${DEFAULT-VALUE})") Path out;
-    @Option(names = "--render", paramLabel = "FILE.json", description = "only write the .md and .svg of an earlier run's JSON (no model, no GPU)") Path render;
+    @Option(names = "--out", defaultValue = "out/bench", description = "output folder (default ${DEFAULT-VALUE}; the committed figures are in docs/bench)") Path out;
+    @Option(names = "--render", paramLabel = "FILE.json", description = "only render an earlier run's JSON again: writes NAME.md, NAME.svg (and the JSON) into --out; no model, no GPU") Path render;
     @Option(names = "--name", defaultValue = "verify-f16kv", description = "file name stem (default ${DEFAULT-VALUE})") String name;
 
     @Override
@@ -64,7 +64,8 @@ public final class BenchCommand implements Callable<Integer> {
         try (Backend be = Backends.open(backend, dir, bo)) {
             ModelConfig c = be.config();
             Map<String, String> setup = new LinkedHashMap<>();
-            setup.put("title", "ds4j verify attention: f32-convert (control) vs f16 (F16-KV verifier)");
+            setup.put("title", be.verifyAttentionPaths().size() > 1 ? "ds4j verify attention: f32-convert (control) vs f16 (F16-KV verifier)"
+                    : "ds4j speculative decoding on backend " + be.name() + " (one verify attention path)");
             setup.put("date", LocalDate.now().toString());
             setup.put("machine", machine(be));
             setup.put("model", describe(c, model != null ? "as stored in " + dir : storage));

@@ -43,7 +43,7 @@ import java.util.concurrent.Callable;
 public final class GenerateCommand implements Callable<Integer> {
     static final class Source {
         @Option(names = "--model", paramLabel = "DIR", description = "model directory") Path model;
-        @Option(names = "--preset", paramLabel = "NAME", description = "preset model (tiny, small), created on first use") String preset;
+        @Option(names = "--preset", paramLabel = "NAME", description = "preset model (tiny, small, flash-shaped), created on first use; without --model or --preset: tiny") String preset;
     }
 
     @ArgGroup(exclusive = true, multiplicity = "0..1") Source source = new Source();
@@ -91,6 +91,8 @@ public final class GenerateCommand implements Callable<Integer> {
         BackendOptions bo = backendOptions();
         Path dir = source.model != null ? source.model : ModelStore.ensure(source.preset != null ? source.preset : "tiny", 1, err::println);
         if (!Files.isDirectory(dir)) throw new IllegalArgumentException("model directory not found: " + dir);
+        if (source.model == null) err.println("model: preset " + (source.preset != null ? source.preset : "tiny") + " (" + dir
+                + "; random weights: the text is meaningless)");
         Tokenizer tok = Tokenizers.forModel(dir);
         try (Backend be = Backends.open(backend, dir, bo); DraftSource ds = openDraft(be, dir, tok, bo)) {
             // a requested feature the backend could not honour is said, never dropped silently

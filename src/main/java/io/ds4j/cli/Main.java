@@ -25,7 +25,9 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
         // a bad flag gets one line and a pointer to --help, not the whole usage text
         cl.setParameterExceptionHandler((ex, args) -> {
             CommandLine cmd = ex.getCommandLine();
-            cmd.getErr().println(cmd.getColorScheme().errorText("error: " + ex.getMessage()));
+            // picocli starts some messages with its own "Error: "; one prefix is enough
+            String msg = String.valueOf(ex.getMessage()).replaceFirst("^Error: ", "");
+            cmd.getErr().println(cmd.getColorScheme().errorText("error: " + msg));
             cmd.getErr().println("run '" + cmd.getCommandSpec().qualifiedName() + " --help' for the options");
             return 2;
         });

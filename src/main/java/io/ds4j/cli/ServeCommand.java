@@ -202,7 +202,12 @@ public final class ServeCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("error: " + (t.getMessage() != null ? t.getMessage() : t));
             return 1;
         }
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> server.close().await(), "ds4j-shutdown"));
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            // say why the server goes away (SIGTERM / Ctrl-C), then stop accepting, cancel requests, release the model
+            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("shutting down (signal received): stopping the server");
+            server.close().await();
+            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("stopped");
+        }, "ds4j-shutdown"));
         try {
             server.ready().await();
         } catch (Exception e) {
