@@ -169,12 +169,10 @@ public final class CpuBackend implements Backend {
                 }
                 normCols(comb, co, n, eps);
             }
+            // col = 0 + pre_0 X_0 + pre_1 X_1 + ..., element by element in stream order
             int xo = s * nD;
-            for (int d = 0; d < D; d++) {
-                float acc = 0;
-                for (int i = 0; i < n; i++) acc += pre[i] * X[xo + i * D + d];
-                col[s * D + d] = acc;
-            }
+            Arrays.fill(col, s * D, s * D + D, 0f);
+            for (int i = 0; i < n; i++) VecOps.addProduct(pre[i], X, xo + i * D, col, s * D, D);
         }
     }
 
@@ -192,13 +190,9 @@ public final class CpuBackend implements Backend {
         float[] nx = new float[nD];
         for (int s = 0; s < S; s++) {
             int xo = s * nD, co = s * n * n;
-            for (int k = 0; k < n; k++) {
-                float pk = post[s * n + k];
-                for (int d = 0; d < D; d++) {
-                    float acc = pk * f[s * D + d];
-                    for (int j = 0; j < n; j++) acc += comb[co + j * n + k] * X[xo + j * D + d];
-                    nx[k * D + d] = acc;
-                }
+            for (int k = 0; k < n; k++) { // element by element: post_k f, then + M_jk X_j for j in order
+                VecOps.scale(post[s * n + k], f, s * D, nx, k * D, D);
+                for (int j = 0; j < n; j++) VecOps.addProduct(comb[co + j * n + k], X, xo + j * D, nx, k * D, D);
             }
             System.arraycopy(nx, 0, X, xo, nD);
         }
@@ -291,36 +285,23 @@ public final class CpuBackend implements Backend {
         final int[][] sel = selected;
         final int m = st.comp == null ? 0 : st.comp.m;
         Parallel.forRange(S * H, 1, (lo, hi) -> {
-            float[] lg = new float[W + nEnt + 1];
+            float[] lg = new float[W + nEnt + 1], d4 = new float[4];
             int[] idx = new int[W + nEnt + 1];
             for (int sh = lo; sh < hi; sh++) {
                 int s = sh / H, h = sh % H, t = N0 + s;
                 int qo = (s * H + h) * d;
+                // the keys this query attends: its raw window rows, then the visible or selected compressed entries
                 int cnt = 0;
-                float mx = L.sinks[h];
-                for (int p = Math.max(0, t - W + 1); p <= t; p++) {
-                    float dot = dot(q, qo, rawK, (p - firstRaw) * d, d) * scale;
-                    lg[cnt] = dot;
-                    idx[cnt++] = p - firstRaw;
-                    mx = Math.max(mx, dot);
-                }
+                for (int p = Math.max(0, t - W + 1); p <= t; p++) idx[cnt++] = p - firstRaw;
                 int rawCnt = cnt;
                 if (kind == AttentionKind.HCA) {
                     int vis = (t + 1) / m;
-                    for (int w = 0; w < vis; w++) {
-                        float dot = dot(q, qo, entK, w * d, d) * scale;
-                        lg[cnt] = dot;
-                        idx[cnt++] = w;
-                        mx = Math.max(mx, dot);
-                    }
+                    for (int w = 0; w < vis; w++) idx[cnt++] = w;
                 } else if (kind == AttentionKind.CSA) {
-                    for (int w : sel[s]) {
-                        float dot = dot(q, qo, entK, w * d, d) * scale;
-                        lg[cnt] = dot;
-                        idx[cnt++] = w;
-                        mx = Math.max(mx, dot);
-                    }
+                    for (int w : sel[s]) idx[cnt++] = w;
                 }
+                float mx = Math.max(L.sinks[h], scores(q, qo, rawK, idx, 0, rawCnt, d, scale, lg, d4));
+                mx = Math.max(mx, scores(q, qo, entK, idx, rawCnt, cnt, d, scale, lg, d4));
                 float sum = (float) Math.exp(L.sinks[h] - mx);
                 for (int i = 0; i < cnt; i++) {
                     lg[i] = (float) Math.exp(lg[i] - mx);
@@ -376,6 +357,28 @@ public final class CpuBackend implements Backend {
 
     private static float dot(float[] a, int ao, float[] b, int bo, int n) {
         return VecOps.dot(a, ao, b, bo, n);
+    }
+
+    /**
+     * Attention logits lg[i] = dot(q[qo .. qo+d), K[idx[i]·d ..]) · scale for i in [from, to), four keys at a time
+     * (the same values as one {@link VecOps#dot} per key); returns their maximum (−∞ when the range is empty).
+     */
+    private static float scores(float[] q, int qo, float[] K, int[] idx, int from, int to, int d, float scale,
+                                float[] lg, float[] d4) {
+        float mx = Float.NEGATIVE_INFINITY;
+        int i = from;
+        for (; i + 4 <= to; i += 4) {
+            VecOps.dot4(q, qo, K, idx[i] * d, idx[i + 1] * d, idx[i + 2] * d, idx[i + 3] * d, d, d4);
+            for (int j = 0; j < 4; j++) {
+                lg[i + j] = d4[j] * scale;
+                mx = Math.max(mx, lg[i + j]);
+            }
+        }
+        for (; i < to; i++) {
+            lg[i] = dot(q, qo, K, idx[i] * d, d) * scale;
+            mx = Math.max(mx, lg[i]);
+        }
+        return mx;
     }
 
     /**
@@ -449,28 +452,59 @@ public final class CpuBackend implements Backend {
         for (int i = 0; i < keys.length; i++) keys[i] = Float.float16ToFloat(ix.entries[i]);
         final float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
         int[][] sel = new int[S][];
+        if (S == 1) { // decode: the entries' scores in parallel
+            int avail = (N0 + 1) / m;
+            if (avail <= K) sel[0] = iota(avail);
+            else {
+                float[] score = new float[avail];
+                Parallel.forRange(avail, 8, (lo, hi) -> {
+                    float[] d4 = new float[4];
+                    for (int e = lo; e < hi; e++) score[e] = indexScore(qi, wt, keys, 0, e, HI, dI, wScale, sScale, d4);
+                });
+                sel[0] = TopK.select(score, avail, K);
+            }
+            return sel;
+        }
         Parallel.forRange(S, 1, (lo, hi) -> {
+            float[] d4 = new float[4];
             for (int s = lo; s < hi; s++) {
                 int avail = (N0 + s + 1) / m;
                 if (avail <= K) {
-                    int[] all = new int[avail];
-                    for (int i = 0; i < avail; i++) all[i] = i;
-                    sel[s] = all;
+                    sel[s] = iota(avail);
                     continue;
                 }
                 float[] score = new float[avail];
-                for (int e = 0; e < avail; e++) {
-                    float acc = 0;
-                    for (int h = 0; h < HI; h++) {
-                        float dt = dot(qi, (s * HI + h) * dI, keys, e * dI, dI);
-                        acc += (wt[s * HI + h] * wScale) * Math.max(dt, 0f) * sScale;
-                    }
-                    score[e] = acc;
-                }
+                for (int e = 0; e < avail; e++) score[e] = indexScore(qi, wt, keys, s, e, HI, dI, wScale, sScale, d4);
                 sel[s] = TopK.select(score, avail, K);
             }
         });
         return sel;
+    }
+
+    /** 0, 1, .., n−1. */
+    private static int[] iota(int n) {
+        int[] all = new int[n];
+        for (int i = 0; i < n; i++) all[i] = i;
+        return all;
+    }
+
+    /**
+     * 3.6 index score of entry e for query s: Σ_h (w[s, h]·wScale) · max(qi[s, h] · key_e, 0) · sScale, heads in
+     * order; the head dot products are taken four at a time (same values as one {@link VecOps#dot} each).
+     */
+    private static float indexScore(float[] qi, float[] wt, float[] keys, int s, int e, int HI, int dI,
+                                    float wScale, float sScale, float[] d4) {
+        float acc = 0;
+        int h = 0, qo = s * HI * dI, ko = e * dI;
+        for (; h + 4 <= HI; h += 4) {
+            VecOps.dot4(keys, ko, qi, qo + h * dI, qo + (h + 1) * dI, qo + (h + 2) * dI, qo + (h + 3) * dI, dI, d4);
+            for (int j = 0; j < 4; j++) acc += (wt[s * HI + h + j] * wScale) * Math.max(d4[j], 0f) * sScale;
+        }
+        for (; h < HI; h++) {
+            float dt = dot(qi, qo + h * dI, keys, ko, dI);
+            acc += (wt[s * HI + h] * wScale) * Math.max(dt, 0f) * sScale;
+        }
+        return acc;
     }
 
     // ------------------------------------------------------------------------------------------------------------
