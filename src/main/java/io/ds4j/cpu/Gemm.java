@@ -63,6 +63,8 @@ public final class Gemm {
     static final int RB = 8, KC = 1024;
     /** Minimum weight bytes per parallel piece of a matrix-vector product, so small matrices don't pay for dispatch. */
     private static final long GRAIN_BYTES = 64 * 1024;
+    /** Maximum weight bytes per parallel piece of a matrix-vector product (about 50-100 µs of streaming). */
+    private static final long MAX_PIECE_BYTES = 1 << 20;
 
     private static final int FP8_BLOCK = WeightMatrix.FP8_BLOCK, FP4_BLOCK = WeightMatrix.FP4_BLOCK;
     /** E8M0 byte → 2^(e−127) (NaN for 0xFF). */
@@ -217,8 +219,9 @@ public final class Gemm {
             }
         }
         if (total == 0) return;
-        // pieces of whole row pairs, about 1/8 of a thread's share each (at least GRAIN_BYTES), in product order
-        long target = Math.max(GRAIN_BYTES, total / (8L * Parallel.threads()));
+        // pieces of about 1/16 of a thread's share, at least GRAIN_BYTES, at most MAX_PIECE_BYTES (so that a thread
+        // slowed down by the rest of the machine holds the others up by one short piece at most), in product order
+        long target = Math.max(GRAIN_BYTES, Math.min(MAX_PIECE_BYTES, total / (16L * Parallel.threads())));
         int[] pm = new int[16], pr = new int[16];
         int np = 0;
         for (int i = 0; i < n; i++) {
@@ -236,7 +239,7 @@ public final class Gemm {
         }
         final int[] pieceMat = pm, pieceRow = pr;
         final int pieces = np;
-        Parallel.forRange(pieces, 1, (a, b) -> {
+        Parallel.forEachChunk(pieces, (a, b) -> {
             for (int p = a; p < b; p++) {
                 int i = pieceMat[p];
                 int r1 = p + 1 < pieces && pieceMat[p + 1] == i ? pieceRow[p + 1] : w[i].rows;
