@@ -16,6 +16,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteOrder;
 import java.util.Arrays;
+import java.util.concurrent.atomic.AtomicIntegerArray;
 
 /**
  * Matrix products against stored-format weights ({@link WeightMatrix}), with Vector API kernels that dequantise
@@ -219,45 +220,56 @@ public final class Gemm {
             }
         }
         if (total == 0) return;
-        // pieces of about 1/16 of a thread's share, at least GRAIN_BYTES, at most MAX_PIECE_BYTES (so that a thread
-        // slowed down by the rest of the machine holds the others up by one short piece at most), in product order
+        // Work unit: row pair j = (j, j + h) of a product, h = ceil(rows / 2) (see the kernels' comment). Pieces are
+        // runs of consecutive pairs, about 1/16 of a thread's share each (at least GRAIN_BYTES, at most
+        // MAX_PIECE_BYTES), in product order. The piece list is cut into one contiguous span per thread; a thread
+        // claims the pieces of its own span in order, so its two row streams run on across pieces without a break
+        // for the hardware prefetcher, then helps with the other spans (so a thread slowed down by the rest of the
+        // machine holds the others up by one piece at most).
         long target = Math.max(GRAIN_BYTES, Math.min(MAX_PIECE_BYTES, total / (16L * Parallel.threads())));
         int[] pm = new int[16], pr = new int[16];
         int np = 0;
         for (int i = 0; i < n; i++) {
             WeightMatrix m = w[i];
             if (m.rows == 0 || m.cols == 0) continue;
-            int step = (int) Math.max(2, Math.min(m.rows, target / Math.max(1, m.rowBytes())) & ~1);
-            for (int r = 0; r < m.rows; r += step) {
+            int h = pairs(m.rows);
+            int step = (int) Math.max(1, Math.min(h, target / Math.max(1, 2 * m.rowBytes())));
+            for (int j = 0; j < h; j += step) {
                 if (np == pm.length) {
                     pm = Arrays.copyOf(pm, 2 * np);
                     pr = Arrays.copyOf(pr, 2 * np);
                 }
                 pm[np] = i;
-                pr[np++] = r;
+                pr[np++] = j;
             }
         }
-        final int[] pieceMat = pm, pieceRow = pr;
-        final int pieces = np;
-        Parallel.forEachChunk(pieces, (a, b) -> {
-            for (int p = a; p < b; p++) {
-                int i = pieceMat[p];
-                int r1 = p + 1 < pieces && pieceMat[p + 1] == i ? pieceRow[p + 1] : w[i].rows;
-                rowsOf(w[i], xs[i], xo[i], y[i], yOff[i], pieceRow[p], r1);
-            }
+        final int[] pieceMat = pm, pieceFirst = pr;
+        final int pieces = np, spans = Math.min(Parallel.threads(), pieces);
+        final AtomicIntegerArray next = new AtomicIntegerArray(spans);
+        for (int sp = 0; sp < spans; sp++) next.set(sp, (int) ((long) sp * pieces / spans));
+        Parallel.forEachChunk(spans, (a, b) -> {
+            for (int home = a; home < b; home++)
+                for (int k = 0; k < spans; k++) {
+                    int sp = (home + k) % spans, end = (int) ((long) (sp + 1) * pieces / spans), p;
+                    while ((p = next.getAndIncrement(sp)) < end) {
+                        int i = pieceMat[p];
+                        int j1 = p + 1 < pieces && pieceMat[p + 1] == i ? pieceFirst[p + 1] : pairs(w[i].rows);
+                        pairsOf(w[i], xs[i], xo[i], y[i], yOff[i], pieceFirst[p], j1);
+                    }
+                }
         });
     }
 
-    /** Rows [r0, r1) of one matrix-vector product (x already permuted for BF16 and FP4). */
-    private static void rowsOf(WeightMatrix w, float[] x, int xo, float[] y, int yo, int r0, int r1) {
+    /** Row pairs [j0, j1) of one matrix-vector product (x already permuted for BF16 and FP4). */
+    private static void pairsOf(WeightMatrix w, float[] x, int xo, float[] y, int yo, int j0, int j1) {
         if (!VECTOR) {
-            scalarRows(w, x, xo, y, yo, r0, r1);
+            scalarPairs(w, x, xo, y, yo, j0, j1);
             return;
         }
         switch (w.format) {
-            case F32, BF16, F16 -> mvPlain(w, x, xo, y, yo, r0, r1);
-            case FP8_E4M3_B128 -> mvFp8(w, x, xo, y, yo, r0, r1);
-            case FP4_E2M1_B32 -> mvFp4(w, x, xo, y, yo, r0, r1);
+            case F32, BF16, F16 -> mvPlain(w, x, xo, y, yo, j0, j1);
+            case FP8_E4M3_B128 -> mvFp8(w, x, xo, y, yo, j0, j1);
+            case FP4_E2M1_B32 -> mvFp4(w, x, xo, y, yo, j0, j1);
         }
     }
 
@@ -386,24 +398,25 @@ public final class Gemm {
     // hsum(A + B) followed by the scalar tail in column order; chunk sums are added in order to 0f.
     // Each row-pair kernel keeps its vector accumulators local to one method (so C2 never boxes them) and is indexed
     // by plain counters with long segment offsets (so C2 hoists all bounds checks).
-    // A range [r0, r1) of n rows is read as the pairs (r0 + i, r0 + i + h), h = ceil(n / 2): two far-apart rows
-    // stream as two independent sequences and give each core four independent accumulation chains. Adjacent pairs
-    // (r, r + 1) streamed from memory at about half that speed on the AVX2 build machine (AMD EPYC, one core:
-    // BF16 ~8 GB/s adjacent, ~15-18 GB/s far apart). With n odd, the middle row is paired with itself (its bytes
-    // then come from cache).
+    // The rows of a matrix are read in pairs j = (j, j + h), h = ceil(rows / 2), j in [0, h): two far-apart rows
+    // stream as two independent sequences and give each core four independent accumulation chains. Rows closer
+    // than ~100 KB interfere: adjacent pairs (r, r + 1) streamed from memory at about half the speed on the AVX2
+    // build machine (AMD EPYC, one core, BF16: ~6-8 GB/s for rows 1-8 KB apart, ~15-18 GB/s for rows 128 KB or more
+    // apart). With rows odd, the middle row is paired with itself (its bytes then come from cache). Each kernel
+    // takes a range [j0, j1) of pairs.
 
-    /** Number of row pairs of a range of n rows; pair i is (i, i + h) relative to the range start. */
-    private static int pairs(int n) {
+    /** Number of row pairs of a matrix of n rows. */
+    static int pairs(int n) {
         return (n + 1) >>> 1;
     }
 
-    private static void mvPlain(WeightMatrix w, float[] x, int xo, float[] y, int yo, int r0, int r1) {
+    private static void mvPlain(WeightMatrix w, float[] x, int xo, float[] y, int yo, int j0, int j1) {
         MemorySegment d = w.data;
-        int cols = w.cols, n = r1 - r0, h = pairs(n);
+        int cols = w.cols, h = pairs(w.rows);
         long rbytes = w.rowBytes();
         float[] out = new float[2];
-        for (int i = 0; i < h; i++) {
-            int r = r0 + i, rb = i + h < n ? r + h : r;
+        for (int r = j0; r < j1; r++) {
+            int rb = r + h < w.rows ? r + h : r;
             switch (w.format) {
                 case F32 -> f32Rows(d, r * rbytes, rb * rbytes, x, xo, cols, out);
                 case BF16 -> bf16Rows(d, r * rbytes, rb * rbytes, x, xo, cols, out);
@@ -532,14 +545,14 @@ public final class Gemm {
     private static final int FP8_SHIFT = Integer.numberOfTrailingZeros(FP8_BLOCK / VL);
 
     /** FP8 row pairs; ka/kb hold the rows' block scales (one extra 0 entry for the index past the last block). */
-    private static void mvFp8(WeightMatrix w, float[] x, int xo, float[] y, int yo, int r0, int r1) {
+    private static void mvFp8(WeightMatrix w, float[] x, int xo, float[] y, int yo, int j0, int j1) {
         MemorySegment d = w.data;
         int cols = w.cols, nb = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
         long rbytes = w.rowBytes();
         float[] out = new float[2], ka = new float[nb + 1], kb = new float[nb + 1];
-        int n = r1 - r0, h = pairs(n);
-        for (int i = 0; i < h; i++) {
-            int r = r0 + i, rb = i + h < n ? r + h : r;
+        int h = pairs(w.rows);
+        for (int r = j0; r < j1; r++) {
+            int rb = r + h < w.rows ? r + h : r;
             boolean fold = !FP8_SAFE;
             for (int j = 0; j < nb; j++) {
                 ka[j] = fp8Scale(w, r, j * FP8_BLOCK);
@@ -637,14 +650,14 @@ public final class Gemm {
      * the rows' block scales. cols is a multiple of 32, hence of 2·VL: no odd vector, no scalar tail; low-nibble
      * vectors go to A, high-nibble vectors to B.
      */
-    private static void mvFp4(WeightMatrix w, float[] x, int xo, float[] y, int yo, int r0, int r1) {
+    private static void mvFp4(WeightMatrix w, float[] x, int xo, float[] y, int yo, int j0, int j1) {
         MemorySegment d = w.data, sc = w.scale;
         int cols = w.cols, nb = cols / FP4_BLOCK;
         long rbytes = w.rowBytes();
         float[] out = new float[2];
-        int n = r1 - r0, h = pairs(n);
-        for (int i = 0; i < h; i++) {
-            int r = r0 + i, rb = i + h < n ? r + h : r;
+        int h = pairs(w.rows);
+        for (int r = j0; r < j1; r++) {
+            int rb = r + h < w.rows ? r + h : r;
             fp4Rows(d, r * rbytes, rb * rbytes, sc, (long) r * nb, (long) rb * nb, x, xo, cols, out);
             y[yo + r] = out[0];
             y[yo + rb] = out[1];
@@ -681,15 +694,17 @@ public final class Gemm {
         out[1] = tb;
     }
 
-    /** Scalar fallback (no usable vector shape). */
-    private static void scalarRows(WeightMatrix w, float[] x, int xOff, float[] y, int yOff, int r0, int r1) {
+    /** Scalar fallback (no usable vector shape): the rows of pairs [j0, j1). */
+    private static void scalarPairs(WeightMatrix w, float[] x, int xOff, float[] y, int yOff, int j0, int j1) {
         float[] row = new float[w.cols];
-        for (int r = r0; r < r1; r++) {
-            w.dequantRow(r, row, 0);
-            float acc = 0;
-            for (int c = 0; c < w.cols; c++) acc += row[c] * x[xOff + c];
-            y[yOff + r] = acc;
-        }
+        int h = pairs(w.rows);
+        for (int j = j0; j < j1; j++)
+            for (int r = j; r < w.rows && r <= j + h; r += h) {
+                w.dequantRow(r, row, 0);
+                float acc = 0;
+                for (int c = 0; c < w.cols; c++) acc += row[c] * x[xOff + c];
+                y[yOff + r] = acc;
+            }
     }
 
     // ---------------------------------------------------------------- prefill (S > 1)
