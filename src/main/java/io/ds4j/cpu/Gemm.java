@@ -191,6 +191,7 @@ public final class Gemm {
                     + " input offsets, " + y.length + " outputs, " + yOff.length + " output offsets");
         float[][] xs = new float[n][];
         int[] xo = new int[n];
+        boolean[] perm = new boolean[n]; // xs[i] holds x_i in the permute() order
         long total = 0;
         for (int i = 0; i < n; i++) {
             WeightMatrix m = w[i];
@@ -208,7 +209,7 @@ public final class Gemm {
             total += m.storedBytes();
             if (VECTOR && permuted(m.format)) {
                 int j = 0; // an input already permuted for an earlier product is reused
-                while (j < i && !(permuted(w[j].format) && x[j] == x[i] && xOff[j] == xOff[i] && w[j].cols == m.cols)) j++;
+                while (j < i && !(perm[j] && x[j] == x[i] && xOff[j] == xOff[i] && w[j].cols == m.cols)) j++;
                 if (j < i) {
                     xs[i] = xs[j];
                     xo[i] = xo[j];
@@ -217,6 +218,7 @@ public final class Gemm {
                     xo[i] = 0;
                     permute(x[i], xOff[i], m.cols, xs[i], 0);
                 }
+                perm[i] = true;
             }
         }
         if (total == 0) return;

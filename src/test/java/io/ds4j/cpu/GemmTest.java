@@ -177,12 +177,13 @@ class GemmTest {
         int cols = 288;
         float[] shared = randomX(cols + 40, seed++), other = randomX(2 * cols, seed++);
         WeightMatrix[] w = {
-                random(Format.BF16, 130, cols, seed++), random(Format.FP4_E2M1_B32, 67, cols, seed++),
+                random(Format.BF16, 0, cols, seed++), random(Format.FP4_E2M1_B32, 67, cols, seed++),
+                random(Format.BF16, 130, cols, seed++),
                 random(Format.BF16, 5, cols, seed++), random(Format.FP8_E4M3_B128, 300, cols, seed++),
                 random(Format.F16, 33, cols, seed++), random(Format.F32, 1, cols, seed++),
                 random(Format.BF16, 3, 0, seed++), random(Format.BF16, 4000, cols, seed++)};
-        float[][] x = {shared, shared, shared, other, shared, other, other, shared};
-        int[] xOff = {40, 40, 3, cols, 40, 0, 7, 40};
+        float[][] x = {shared, shared, shared, shared, other, shared, other, other, shared};
+        int[] xOff = {40, 40, 40, 3, cols, 40, 0, 7, 40};
         float[][] y = new float[w.length][];
         int[] yOff = new int[w.length];
         for (int i = 0; i < w.length; i++) {
@@ -213,7 +214,7 @@ class GemmTest {
         assertThrows(IllegalArgumentException.class, () -> Gemm.matvecs(w, x, xOff, y, new int[1]));
         assertThrows(IllegalArgumentException.class, () -> Gemm.matmuls(1, w, xs, new float[1][]));
         float[][] shortY = y.clone();
-        shortY[3] = new float[10];
+        shortY[4] = new float[10]; // the 300-row product
         assertThrows(IllegalArgumentException.class, () -> Gemm.matvecs(w, x, xOff, shortY, yOff));
     }
 
