@@ -9,7 +9,9 @@ import io.ds4j.model.ModelWeights;
 import io.ds4j.model.Rope;
 import io.ds4j.model.WeightMatrix;
 
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 
 /**
  * The pure-Java DeepSeek-V4 forward (spec section 3) over the per-sequence state of section 4. It is the numeric
@@ -226,13 +228,19 @@ public final class CpuBackend implements Backend {
         float[] ca = new float[S * cwc], cz = new float[S * cwc], ia = new float[S * iwc], iz = new float[S * iwc];
         float[] wt = new float[ix == null ? 0 : S * c.indexHeads];
         float[] qi = new float[ix == null ? 0 : S * c.indexHeads * c.indexHeadDim];
-        if (ix != null)
-            Gemm.matmuls(S, new WeightMatrix[]{L.qA, L.kv, cw.kvProj, cw.gateProj, ix.compressor.kvProj, ix.compressor.gateProj, ix.weightsProj},
-                    new float[][]{x, x, x, x, x, x, x}, new float[][]{ql, kv, ca, cz, ia, iz, wt});
-        else if (cw != null)
-            Gemm.matmuls(S, new WeightMatrix[]{L.qA, L.kv, cw.kvProj, cw.gateProj}, new float[][]{x, x, x, x}, new float[][]{ql, kv, ca, cz});
-        else
-            Gemm.matmuls(S, new WeightMatrix[]{L.qA, L.kv}, new float[][]{x, x}, new float[][]{ql, kv});
+        List<WeightMatrix> pw = new ArrayList<>(List.of(L.qA, L.kv));
+        List<float[]> py = new ArrayList<>(List.of(ql, kv));
+        if (cw != null) {
+            pw.addAll(List.of(cw.kvProj, cw.gateProj));
+            py.addAll(List.of(ca, cz));
+        }
+        if (ix != null) {
+            pw.addAll(List.of(ix.compressor.kvProj, ix.compressor.gateProj, ix.weightsProj));
+            py.addAll(List.of(ia, iz, wt));
+        }
+        float[][] px = new float[pw.size()][];
+        Arrays.fill(px, x);
+        Gemm.matmuls(S, pw.toArray(WeightMatrix[]::new), px, py.toArray(float[][]::new));
         // 1. query latent, 2. queries
         Ops.rmsNormRows(ql, S, c.qLoraRank, L.qANorm, eps);
         float[] q = new float[S * H * d];
