@@ -401,11 +401,11 @@ public final class Gemm {
     // Each row-pair kernel keeps its vector accumulators local to one method (so C2 never boxes them) and is indexed
     // by plain counters with long segment offsets (so C2 hoists all bounds checks).
     // The rows of a matrix are read in pairs j = (j, j + h), h = ceil(rows / 2), j in [0, h): two far-apart rows
-    // stream as two independent sequences and give each core four independent accumulation chains. Rows closer
-    // than ~100 KB interfere: adjacent pairs (r, r + 1) streamed from memory at about half the speed on the AVX2
-    // build machine (AMD EPYC, one core, BF16: ~6-8 GB/s for rows 1-8 KB apart, ~15-18 GB/s for rows 128 KB or more
-    // apart). With rows odd, the middle row is paired with itself (its bytes then come from cache). Each kernel
-    // takes a range [j0, j1) of pairs.
+    // stream as two independent sequences and give each core four independent accumulation chains. Rows close
+    // together interfere: on the AVX2 build machine (AMD EPYC, one core, BF16 rows of 1 KB streamed from memory)
+    // pairs 1-8 KB apart ran at ~6-9 GB/s, 32 KB apart ~12 GB/s, 128 KB or more apart ~14-18 GB/s. With rows odd,
+    // the middle row is paired with itself (its bytes then come from cache). Each kernel takes a range [j0, j1) of
+    // pairs.
 
     /** Number of row pairs of a matrix of n rows. */
     static int pairs(int n) {
