@@ -176,7 +176,7 @@ public final class Gemm {
 
     /**
      * Several independent matrix-vector products y_i[yOff_i + r] = Σ_c W_i[r, c] · x_i[xOff_i + c] in one parallel
-     * dispatch. A decode step runs a few dozen small products per layer; sharing the hand-off to the worker pool
+     * dispatch. A decode step runs about twenty small products per layer; sharing the hand-off to the worker pool
      * (and its tail, where one thread waits for the other's last chunk) between products that do not depend on each
      * other saves that cost. Each y_i is bit-identical to a separate {@link #matvec} (same kernels, same order).
      * @param w weights [rows_i, cols_i] (any mix of formats)
