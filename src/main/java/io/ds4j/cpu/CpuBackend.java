@@ -9,7 +9,9 @@ import io.ds4j.model.ModelWeights;
 import io.ds4j.model.Rope;
 import io.ds4j.model.WeightMatrix;
 
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 
 /**
  * The pure-Java DeepSeek-V4 forward (spec section 3) over the per-sequence state of section 4. It is the numeric
@@ -169,12 +171,10 @@ public final class CpuBackend implements Backend {
                 }
                 normCols(comb, co, n, eps);
             }
+            // col = 0 + pre_0 X_0 + pre_1 X_1 + ..., element by element in stream order
             int xo = s * nD;
-            for (int d = 0; d < D; d++) {
-                float acc = 0;
-                for (int i = 0; i < n; i++) acc += pre[i] * X[xo + i * D + d];
-                col[s * D + d] = acc;
-            }
+            Arrays.fill(col, s * D, s * D + D, 0f);
+            for (int i = 0; i < n; i++) VecOps.addProduct(pre[i], X, xo + i * D, col, s * D, D);
         }
     }
 
@@ -192,13 +192,9 @@ public final class CpuBackend implements Backend {
         float[] nx = new float[nD];
         for (int s = 0; s < S; s++) {
             int xo = s * nD, co = s * n * n;
-            for (int k = 0; k < n; k++) {
-                float pk = post[s * n + k];
-                for (int d = 0; d < D; d++) {
-                    float acc = pk * f[s * D + d];
-                    for (int j = 0; j < n; j++) acc += comb[co + j * n + k] * X[xo + j * D + d];
-                    nx[k * D + d] = acc;
-                }
+            for (int k = 0; k < n; k++) { // element by element: post_k f, then + M_jk X_j for j in order
+                VecOps.scale(post[s * n + k], f, s * D, nx, k * D, D);
+                for (int j = 0; j < n; j++) VecOps.addProduct(comb[co + j * n + k], X, xo + j * D, nx, k * D, D);
             }
             System.arraycopy(nx, 0, X, xo, nD);
         }
@@ -223,12 +219,33 @@ public final class CpuBackend implements Backend {
         }
         float[] cs = new float[half], sn = new float[half];
 
+        // every projection of x (query latent, shared kv, compressor and indexer inputs) as one batch, then every
+        // projection of the query latent: in decode each batch is one hand-off to the worker pool
+        float[] ql = new float[S * c.qLoraRank], kv = new float[S * d];
+        ModelWeights.Compressor cw = st.comp != null ? L.compressor : null;
+        ModelWeights.Indexer ix = st.index != null ? L.indexer : null;
+        int cwc = cw == null ? 0 : st.comp.cw, iwc = ix == null ? 0 : st.index.cw;
+        float[] ca = new float[S * cwc], cz = new float[S * cwc], ia = new float[S * iwc], iz = new float[S * iwc];
+        float[] wt = new float[ix == null ? 0 : S * c.indexHeads];
+        float[] qi = new float[ix == null ? 0 : S * c.indexHeads * c.indexHeadDim];
+        List<WeightMatrix> pw = new ArrayList<>(List.of(L.qA, L.kv));
+        List<float[]> py = new ArrayList<>(List.of(ql, kv));
+        if (cw != null) {
+            pw.addAll(List.of(cw.kvProj, cw.gateProj));
+            py.addAll(List.of(ca, cz));
+        }
+        if (ix != null) {
+            pw.addAll(List.of(ix.compressor.kvProj, ix.compressor.gateProj, ix.weightsProj));
+            py.addAll(List.of(ia, iz, wt));
+        }
+        float[][] px = new float[pw.size()][];
+        Arrays.fill(px, x);
+        Gemm.matmuls(S, pw.toArray(WeightMatrix[]::new), px, py.toArray(float[][]::new));
         // 1. query latent, 2. queries
-        float[] ql = new float[S * c.qLoraRank];
-        Gemm.matmul(L.qA, x, S, ql);
         Ops.rmsNormRows(ql, S, c.qLoraRank, L.qANorm, eps);
         float[] q = new float[S * H * d];
-        Gemm.matmul(L.qB, ql, S, q);
+        if (ix != null) Gemm.matmuls(S, new WeightMatrix[]{L.qB, ix.qB}, new float[][]{ql, ql}, new float[][]{q, qi});
+        else Gemm.matmul(L.qB, ql, S, q);
         for (int s = 0; s < S; s++) {
             System.arraycopy(cosT, s * half, cs, 0, half);
             System.arraycopy(sinT, s * half, sn, 0, half);
@@ -239,8 +256,6 @@ public final class CpuBackend implements Backend {
             }
         }
         // 3. shared kv, rounded to F16 as stored
-        float[] kv = new float[S * d];
-        Gemm.matmul(L.kv, x, S, kv);
         for (int s = 0; s < S; s++) {
             Ops.rmsNorm(kv, s * d, d, L.kvNorm, eps);
             System.arraycopy(cosT, s * half, cs, 0, half);
@@ -250,11 +265,11 @@ public final class CpuBackend implements Backend {
         for (int i = 0; i < kv.length; i++) kv[i] = Ops.f16(kv[i]);
 
         // 4. compressors (entries become visible by the per-query threshold below)
-        if (st.comp != null) compress(st.comp, L.compressor, x, S, N0);
+        if (st.comp != null) compress(st.comp, L.compressor, ca, cz, S, N0);
         int[][] selected = null;
         if (st.index != null) {
-            compress(st.index, L.indexer.compressor, x, S, N0);
-            selected = indexerSelect(st.index, L, ql, x, S, N0, cosT, sinT);
+            compress(st.index, L.indexer.compressor, ia, iz, S, N0);
+            selected = indexerSelect(st.index, qi, wt, S, N0, cosT, sinT);
         }
 
         // 5. attention over [raw window ‖ compressed entries] with the sink
@@ -278,36 +293,23 @@ public final class CpuBackend implements Backend {
         final int[][] sel = selected;
         final int m = st.comp == null ? 0 : st.comp.m;
         Parallel.forRange(S * H, 1, (lo, hi) -> {
-            float[] lg = new float[W + nEnt + 1];
+            float[] lg = new float[W + nEnt + 1], d4 = new float[4];
             int[] idx = new int[W + nEnt + 1];
             for (int sh = lo; sh < hi; sh++) {
                 int s = sh / H, h = sh % H, t = N0 + s;
                 int qo = (s * H + h) * d;
+                // the keys this query attends: its raw window rows, then the visible or selected compressed entries
                 int cnt = 0;
-                float mx = L.sinks[h];
-                for (int p = Math.max(0, t - W + 1); p <= t; p++) {
-                    float dot = dot(q, qo, rawK, (p - firstRaw) * d, d) * scale;
-                    lg[cnt] = dot;
-                    idx[cnt++] = p - firstRaw;
-                    mx = Math.max(mx, dot);
-                }
+                for (int p = Math.max(0, t - W + 1); p <= t; p++) idx[cnt++] = p - firstRaw;
                 int rawCnt = cnt;
                 if (kind == AttentionKind.HCA) {
                     int vis = (t + 1) / m;
-                    for (int w = 0; w < vis; w++) {
-                        float dot = dot(q, qo, entK, w * d, d) * scale;
-                        lg[cnt] = dot;
-                        idx[cnt++] = w;
-                        mx = Math.max(mx, dot);
-                    }
+                    for (int w = 0; w < vis; w++) idx[cnt++] = w;
                 } else if (kind == AttentionKind.CSA) {
-                    for (int w : sel[s]) {
-                        float dot = dot(q, qo, entK, w * d, d) * scale;
-                        lg[cnt] = dot;
-                        idx[cnt++] = w;
-                        mx = Math.max(mx, dot);
-                    }
+                    for (int w : sel[s]) idx[cnt++] = w;
                 }
+                float mx = Math.max(L.sinks[h], scores(q, qo, rawK, idx, 0, rawCnt, d, scale, lg, d4));
+                mx = Math.max(mx, scores(q, qo, entK, idx, rawCnt, cnt, d, scale, lg, d4));
                 float sum = (float) Math.exp(L.sinks[h] - mx);
                 for (int i = 0; i < cnt; i++) {
                     lg[i] = (float) Math.exp(lg[i] - mx);
@@ -335,11 +337,26 @@ public final class CpuBackend implements Backend {
         }
         // 7. grouped output projection
         final int G = c.oGroups, R = c.oLoraRank, gw = H * d / G;
-        float[] u = new float[S * gw], yg = new float[S * R], y = new float[S * G * R];
-        for (int g = 0; g < G; g++) {
-            for (int s = 0; s < S; s++) System.arraycopy(o, s * H * d + g * gw, u, s * gw, gw);
-            Gemm.matmul(L.oA.rowRange(g * R, (g + 1) * R), u, S, yg);
-            for (int s = 0; s < S; s++) System.arraycopy(yg, s * R, y, s * G * R + g * R, R);
+        float[] y = new float[S * G * R];
+        if (S == 1) { // group g reads o[g·gw ..] and writes y[g·R ..]: all groups in one batch
+            WeightMatrix[] wg = new WeightMatrix[G];
+            float[][] xg = new float[G][], yg = new float[G][];
+            int[] xo = new int[G], yo = new int[G];
+            for (int g = 0; g < G; g++) {
+                wg[g] = L.oA.rowRange(g * R, (g + 1) * R);
+                xg[g] = o;
+                xo[g] = g * gw;
+                yg[g] = y;
+                yo[g] = g * R;
+            }
+            Gemm.matvecs(wg, xg, xo, yg, yo);
+        } else {
+            float[] u = new float[S * gw], yg = new float[S * R];
+            for (int g = 0; g < G; g++) {
+                for (int s = 0; s < S; s++) System.arraycopy(o, s * H * d + g * gw, u, s * gw, gw);
+                Gemm.matmul(L.oA.rowRange(g * R, (g + 1) * R), u, S, yg);
+                for (int s = 0; s < S; s++) System.arraycopy(yg, s * R, y, s * G * R + g * R, R);
+            }
         }
         float[] out = new float[S * D];
         Gemm.matmul(L.oB, y, S, out);
@@ -351,14 +368,34 @@ public final class CpuBackend implements Backend {
     }
 
     /**
+     * Attention logits lg[i] = dot(q[qo .. qo+d), K[idx[i]·d ..]) · scale for i in [from, to), four keys at a time
+     * (the same values as one {@link VecOps#dot} per key); returns their maximum (−∞ when the range is empty).
+     */
+    private static float scores(float[] q, int qo, float[] K, int[] idx, int from, int to, int d, float scale,
+                                float[] lg, float[] d4) {
+        float mx = Float.NEGATIVE_INFINITY;
+        int i = from;
+        for (; i + 4 <= to; i += 4) {
+            VecOps.dot4(q, qo, K, idx[i] * d, idx[i + 1] * d, idx[i + 2] * d, idx[i + 3] * d, d, d4);
+            for (int j = 0; j < 4; j++) {
+                lg[i + j] = d4[j] * scale;
+                mx = Math.max(mx, lg[i + j]);
+            }
+        }
+        for (; i < to; i++) {
+            lg[i] = dot(q, qo, K, idx[i] * d, d) * scale;
+            mx = Math.max(mx, lg[i]);
+        }
+        return mx;
+    }
+
+    /**
      * 3.5 compressor step: appends the S new tokens' raw (a, z) rows to the ring and emits an entry for every window
      * that completes, in position order (so a window never needs more than the last 2m rows of the ring).
+     * a and z [S, cw] are the new tokens' kv and gate projections (W.kvProj and W.gateProj of the layer input).
      */
-    private void compress(CpuSequence.CompressorState cs, ModelWeights.Compressor W, float[] x, int S, int N0) {
+    private void compress(CpuSequence.CompressorState cs, ModelWeights.Compressor W, float[] a, float[] z, int S, int N0) {
         final int cw = cs.cw, w = cs.w, m = cs.m;
-        float[] a = new float[S * cw], z = new float[S * cw];
-        Gemm.matmul(W.kvProj, x, S, a);
-        Gemm.matmul(W.gateProj, x, S, z);
         float[] pooled = new float[w];
         float[] cos = new float[c.ropeDim / 2], sin = new float[c.ropeDim / 2];
         for (int s = 0; s < S; s++) {
@@ -405,15 +442,13 @@ public final class CpuBackend implements Backend {
 
     /**
      * 3.6 Lightning Indexer: for each new query, the compressed entries it attends (all available ones when there
-     * are at most K_I, else the top K_I by score; ties go to the lower entry index).
+     * are at most K_I, else the top K_I by score; ties go to the lower entry index). qi [S, HI·dI]: the indexer
+     * queries (indexer.qB of the query latent; rotated here, in place); wt [S, HI]: the head weights
+     * (indexer.weightsProj of the layer input).
      */
-    private int[][] indexerSelect(CpuSequence.CompressorState ix, ModelWeights.Layer L, float[] ql, float[] x, int S, int N0,
+    private int[][] indexerSelect(CpuSequence.CompressorState ix, float[] qi, float[] wt, int S, int N0,
                                   float[] cosT, float[] sinT) {
         final int HI = c.indexHeads, dI = c.indexHeadDim, K = c.indexTopk, m = ix.m, half = c.ropeDim / 2;
-        float[] qi = new float[S * HI * dI];
-        Gemm.matmul(L.indexer.qB, ql, S, qi);
-        float[] wt = new float[S * HI];
-        Gemm.matmul(L.indexer.weightsProj, x, S, wt);
         float[] cs = new float[half], sn = new float[half];
         for (int s = 0; s < S; s++) {
             System.arraycopy(cosT, s * half, cs, 0, half);
@@ -425,28 +460,59 @@ public final class CpuBackend implements Backend {
         for (int i = 0; i < keys.length; i++) keys[i] = Float.float16ToFloat(ix.entries[i]);
         final float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
         int[][] sel = new int[S][];
+        if (S == 1) { // decode: the entries' scores in parallel
+            int avail = (N0 + 1) / m;
+            if (avail <= K) sel[0] = iota(avail);
+            else {
+                float[] score = new float[avail];
+                Parallel.forRange(avail, 8, (lo, hi) -> {
+                    float[] d4 = new float[4];
+                    for (int e = lo; e < hi; e++) score[e] = indexScore(qi, wt, keys, 0, e, HI, dI, wScale, sScale, d4);
+                });
+                sel[0] = TopK.select(score, avail, K);
+            }
+            return sel;
+        }
         Parallel.forRange(S, 1, (lo, hi) -> {
+            float[] d4 = new float[4];
             for (int s = lo; s < hi; s++) {
                 int avail = (N0 + s + 1) / m;
                 if (avail <= K) {
-                    int[] all = new int[avail];
-                    for (int i = 0; i < avail; i++) all[i] = i;
-                    sel[s] = all;
+                    sel[s] = iota(avail);
                     continue;
                 }
                 float[] score = new float[avail];
-                for (int e = 0; e < avail; e++) {
-                    float acc = 0;
-                    for (int h = 0; h < HI; h++) {
-                        float dt = dot(qi, (s * HI + h) * dI, keys, e * dI, dI);
-                        acc += (wt[s * HI + h] * wScale) * Math.max(dt, 0f) * sScale;
-                    }
-                    score[e] = acc;
-                }
+                for (int e = 0; e < avail; e++) score[e] = indexScore(qi, wt, keys, s, e, HI, dI, wScale, sScale, d4);
                 sel[s] = TopK.select(score, avail, K);
             }
         });
         return sel;
+    }
+
+    /** 0, 1, .., n−1. */
+    private static int[] iota(int n) {
+        int[] all = new int[n];
+        for (int i = 0; i < n; i++) all[i] = i;
+        return all;
+    }
+
+    /**
+     * 3.6 index score of entry e for query s: Σ_h (w[s, h]·wScale) · max(qi[s, h] · key_e, 0) · sScale, heads in
+     * order; the head dot products are taken four at a time (same values as one {@link VecOps#dot} each).
+     */
+    private static float indexScore(float[] qi, float[] wt, float[] keys, int s, int e, int HI, int dI,
+                                    float wScale, float sScale, float[] d4) {
+        float acc = 0;
+        int h = 0, qo = s * HI * dI, ko = e * dI;
+        for (; h + 4 <= HI; h += 4) {
+            VecOps.dot4(keys, ko, qi, qo + h * dI, qo + (h + 1) * dI, qo + (h + 2) * dI, qo + (h + 3) * dI, dI, d4);
+            for (int j = 0; j < 4; j++) acc += (wt[s * HI + h + j] * wScale) * Math.max(d4[j], 0f) * sScale;
+        }
+        for (; h < HI; h++) {
+            float dt = dot(qi, qo + h * dI, keys, ko, dI);
+            acc += (wt[s * HI + h] * wScale) * Math.max(dt, 0f) * sScale;
+        }
+        return acc;
     }
 
     // ------------------------------------------------------------------------------------------------------------
@@ -476,35 +542,68 @@ public final class CpuBackend implements Backend {
             }
         }
         float[] out = new float[S * D];
-        // routed experts in ascending id; each expert runs once on the tokens routed to it
-        int[] rowsOf = new int[S];
-        float[] wOf = new float[S];
+        // routed experts in ascending id; each expert runs once on the tokens routed to it, then the shared expert
+        int[] active = new int[Math.min(E, S * k)];
+        int[][] rowsOf = new int[active.length][];
+        float[][] wOf = new float[active.length][];
+        int na = 0;
         for (int e = 0; e < E; e++) {
             int cnt = 0;
+            for (int i = 0; i < S * k; i++) if (ids[i] == e) cnt++;
+            if (cnt == 0) continue;
+            int[] rs = new int[cnt];
+            float[] ws = new float[cnt];
+            cnt = 0;
             for (int s = 0; s < S; s++)
                 for (int j = 0; j < k; j++)
                     if (ids[s * k + j] == e) {
-                        rowsOf[cnt] = s;
-                        wOf[cnt++] = wts2[s * k + j];
+                        rs[cnt] = s;
+                        ws[cnt++] = wts2[s * k + j];
                     }
-            if (cnt == 0) continue;
-            float[] hin = new float[cnt * D];
-            for (int i = 0; i < cnt; i++) System.arraycopy(h, rowsOf[i] * D, hin, i * D, D);
-            float[] y = expert(L.w1[e], L.w3[e], L.w2[e], hin, cnt, I, lim);
-            for (int i = 0; i < cnt; i++) {
-                int so = rowsOf[i] * D;
-                float wgt = wOf[i];
-                for (int d = 0; d < D; d++) out[so + d] += wgt * y[i * D + d];
-            }
+            active[na] = e;
+            rowsOf[na] = rs;
+            wOf[na++] = ws;
         }
-        float[] sh = expert(L.sharedW1, L.sharedW3, L.sharedW2, h, S, I, lim);
-        for (int i = 0; i < S * D; i++) out[i] += sh[i];
+        if (S == 1) {
+            // decode: every expert's w1/w3 (the shared one's too) in one batch, every w2 in another, so each is one
+            // hand-off to the worker pool; products 0 .. na-1 are the routed experts, product na the shared one
+            WeightMatrix[] w1 = new WeightMatrix[na + 1], w3 = new WeightMatrix[na + 1], w2 = new WeightMatrix[na + 1];
+            float[][] hin = new float[na + 1][];
+            int[] rows = new int[na + 1];
+            for (int a = 0; a < na; a++) {
+                w1[a] = L.w1[active[a]];
+                w3[a] = L.w3[active[a]];
+                w2[a] = L.w2[active[a]];
+                hin[a] = gather(h, rowsOf[a], D);
+                rows[a] = rowsOf[a].length;
+            }
+            w1[na] = L.sharedW1;
+            w3[na] = L.sharedW3;
+            w2[na] = L.sharedW2;
+            hin[na] = h;
+            rows[na] = S;
+            float[][] y = experts(w1, w3, w2, hin, rows, I, lim);
+            for (int a = 0; a < na; a++) addRouted(out, y[a], rowsOf[a], wOf[a], D);
+            for (int i = 0; i < S * D; i++) out[i] += y[na][i];
+        } else {
+            // one expert at a time, so a long prefill chunk holds the intermediates of one expert only
+            for (int a = 0; a < na; a++) {
+                int e = active[a];
+                float[] y = experts(new WeightMatrix[]{L.w1[e]}, new WeightMatrix[]{L.w3[e]}, new WeightMatrix[]{L.w2[e]},
+                        new float[][]{gather(h, rowsOf[a], D)}, new int[]{rowsOf[a].length}, I, lim)[0];
+                addRouted(out, y, rowsOf[a], wOf[a], D);
+            }
+            float[] sh = experts(new WeightMatrix[]{L.sharedW1}, new WeightMatrix[]{L.sharedW3}, new WeightMatrix[]{L.sharedW2},
+                    new float[][]{h}, new int[]{S}, I, lim)[0];
+            for (int i = 0; i < S * D; i++) out[i] += sh[i];
+        }
         return out;
     }
 
     /**
-     * One SwiGLU expert MLP (spec 3.8 steps 4–5, routed or shared) on S rows: y = W2 · SwiGLU_clamped(W1 h, W3 h).
-     * Also runs the routed experts that the GPU backend keeps in host memory (hybrid expert placement).
+     * One SwiGLU expert MLP (spec 3.8 steps 4–5, routed or shared) on S rows: y = W2 · SwiGLU_clamped(W1 h, W3 h), the
+     * same products and order as the CPU backend's own MoE ({@link #experts}). Also runs the routed experts that the GPU
+     * backend keeps in host memory (hybrid expert placement).
      * @param w1 gate [I, D], w3 up [I, D], w2 down [D', I] in any stored format
      * @param h inputs [S, D], row-major
      * @param I intermediate width (rows of w1 and w3)
@@ -512,12 +611,62 @@ public final class CpuBackend implements Backend {
      * @return y [S, D'] (D' = w2.rows), row-major
      */
     public static float[] expert(WeightMatrix w1, WeightMatrix w3, WeightMatrix w2, float[] h, int S, int I, float lim) {
-        float[] g = new float[S * I], u = new float[S * I];
-        Gemm.matmul(w1, h, S, g);
-        Gemm.matmul(w3, h, S, u);
-        for (int i = 0; i < S * I; i++) g[i] = Ops.swiglu(g[i], u[i], lim);
-        float[] y = new float[S * w2.rows];
-        Gemm.matmul(w2, g, S, y);
+        return experts(new WeightMatrix[]{w1}, new WeightMatrix[]{w3}, new WeightMatrix[]{w2}, new float[][]{h}, new int[]{S}, I, lim)[0];
+    }
+
+    /** Rows rs of h [*, D], packed. */
+    private static float[] gather(float[] h, int[] rs, int D) {
+        float[] g = new float[rs.length * D];
+        for (int i = 0; i < rs.length; i++) System.arraycopy(h, rs[i] * D, g, i * D, D);
+        return g;
+    }
+
+    /** out[rs[i], :] += wt[i] · y[i, :] (y [rs.length, D]). */
+    private static void addRouted(float[] out, float[] y, int[] rs, float[] wt, int D) {
+        for (int i = 0; i < rs.length; i++) {
+            int so = rs[i] * D;
+            float wgt = wt[i];
+            for (int d = 0; d < D; d++) out[so + d] += wgt * y[i * D + d];
+        }
+    }
+
+    /**
+     * SwiGLU experts: y_i = W2_i · swiglu(W1_i · h_i, W3_i · h_i) for products with S_i = rows[i] tokens each. All
+     * W1/W3 products form one batch and all W2 products another, so when every S_i is 1 (decode) each batch is one
+     * hand-off to the worker pool.
+     */
+    private static float[][] experts(WeightMatrix[] w1, WeightMatrix[] w3, WeightMatrix[] w2, float[][] h, int[] rows,
+                                     int I, float lim) {
+        int n = w1.length;
+        boolean decode = true;
+        for (int r : rows) decode &= r == 1;
+        float[][] g = new float[n][], u = new float[n][], y = new float[n][];
+        for (int i = 0; i < n; i++) {
+            g[i] = new float[rows[i] * I];
+            u[i] = new float[rows[i] * I];
+            y[i] = new float[rows[i] * w2[i].rows];
+        }
+        if (decode) {
+            WeightMatrix[] w13 = new WeightMatrix[2 * n];
+            float[][] x13 = new float[2 * n][], y13 = new float[2 * n][];
+            for (int i = 0; i < n; i++) {
+                w13[2 * i] = w1[i];
+                w13[2 * i + 1] = w3[i];
+                x13[2 * i] = x13[2 * i + 1] = h[i];
+                y13[2 * i] = g[i];
+                y13[2 * i + 1] = u[i];
+            }
+            Gemm.matmuls(1, w13, x13, y13);
+        } else {
+            for (int i = 0; i < n; i++) {
+                Gemm.matmul(w1[i], h[i], rows[i], g[i]);
+                Gemm.matmul(w3[i], h[i], rows[i], u[i]);
+            }
+        }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < rows[i] * I; j++) g[i][j] = Ops.swiglu(g[i][j], u[i][j], lim);
+        if (decode) Gemm.matmuls(1, w2, g, y);
+        else for (int i = 0; i < n; i++) Gemm.matmul(w2[i], g[i], rows[i], y[i]);
         return y;
     }
 }

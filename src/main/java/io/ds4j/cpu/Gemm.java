@@ -16,13 +16,15 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteOrder;
 import java.util.Arrays;
+import java.util.concurrent.atomic.AtomicIntegerArray;
 
 /**
  * Matrix products against stored-format weights ({@link WeightMatrix}), with Vector API kernels that dequantise
  * on the fly (the matrix is never expanded in memory) and run in parallel over output rows on {@link Parallel}.
  * Accumulation is in F32.
  *
- * <p>S = 1 (decode) is a matrix-vector product streaming each weight byte once (memory-bandwidth bound).
+ * <p>S = 1 (decode) is a matrix-vector product streaming each weight byte once (memory-bandwidth bound), two
+ * far-apart rows at a time; {@link #matvecs} runs several independent ones in one parallel dispatch.
  * S &gt; 1 (prefill) dequantises tiles of 8 rows × 1024 columns into a per-thread scratch and runs a 2-row ×
  * 2-token register-blocked micro-kernel over all S tokens, so the weights are also read once per call.
  *
@@ -60,8 +62,10 @@ public final class Gemm {
 
     /** Prefill tile: rows per block and columns per chunk (a multiple of 128 so FP8/FP4 blocks never straddle). */
     static final int RB = 8, KC = 1024;
-    /** Minimum weight bytes per parallel chunk, so small matrices don't pay for dispatch. */
+    /** Minimum weight bytes per parallel piece of a matrix-vector product, so small matrices don't pay for dispatch. */
     private static final long GRAIN_BYTES = 64 * 1024;
+    /** Maximum weight bytes per parallel piece of a matrix-vector product (about 50-100 µs of streaming). */
+    private static final long MAX_PIECE_BYTES = 1 << 20;
 
     private static final int FP8_BLOCK = WeightMatrix.FP8_BLOCK, FP4_BLOCK = WeightMatrix.FP4_BLOCK;
     /** E8M0 byte → 2^(e−127) (NaN for 0xFF). */
@@ -93,7 +97,6 @@ public final class Gemm {
             }
     }
 
-    private static final ThreadLocal<float[][]> XPERM = ThreadLocal.withInitial(() -> new float[1][0]);
     private static final ThreadLocal<Scratch> SCRATCH = ThreadLocal.withInitial(Scratch::new);
 
     private static final class Scratch {
@@ -129,9 +132,9 @@ public final class Gemm {
             return;
         }
         float[] xs = x;
-        if (w.format == WeightMatrix.Format.FP4_E2M1_B32) {
+        if (permuted(w.format)) {
             xs = new float[S * w.cols];
-            for (int s = 0; s < S; s++) permuteFp4(x, s * w.cols, w.cols, xs, s * w.cols);
+            for (int s = 0; s < S; s++) permute(x, s * w.cols, w.cols, xs, s * w.cols);
         }
         final float[] xf = xs;
         int blocks = (w.rows + RB - 1) / RB;
@@ -150,42 +153,126 @@ public final class Gemm {
      * @throws IllegalArgumentException when x or y is too short
      */
     public static void matvec(WeightMatrix w, float[] x, int xOff, float[] y, int yOff) {
-        int rows = w.rows, cols = w.cols;
-        if (xOff < 0 || xOff + (long) cols > x.length) throw new IllegalArgumentException(w + ": x too short for offset " + xOff);
-        if (yOff < 0 || yOff + (long) rows > y.length) throw new IllegalArgumentException(w + ": y too short for offset " + yOff);
-        if (rows == 0) return;
-        if (cols == 0) {
-            Arrays.fill(y, yOff, yOff + rows, 0f);
+        matvecs(new WeightMatrix[]{w}, new float[][]{x}, new int[]{xOff}, new float[][]{y}, new int[]{yOff});
+    }
+
+    /**
+     * Independent products y_i = W_i · x_i with the same S, each exactly as {@link #matmul} computes it. With S = 1
+     * they share one hand-off to the worker pool ({@link #matvecs}); with S &gt; 1 they run one after the other.
+     * @param w weights [rows_i, cols_i]
+     * @param x activations [S, cols_i], row-major, from index 0
+     * @param y outputs [S, rows_i], row-major, from index 0 (overwritten)
+     * @throws IllegalArgumentException when the arrays differ in length, an x or y is too short or S &lt; 0
+     */
+    public static void matmuls(int S, WeightMatrix[] w, float[][] x, float[][] y) {
+        if (w.length != x.length || w.length != y.length)
+            throw new IllegalArgumentException("matmuls: " + w.length + " weights, " + x.length + " inputs, " + y.length + " outputs");
+        if (S != 1) {
+            for (int i = 0; i < w.length; i++) matmul(w[i], x[i], S, y[i]);
             return;
         }
-        if (!VECTOR) {
-            Parallel.forRange(rows, grainRows(w), (a, b) -> scalarRows(w, x, xOff, y, yOff, a, b));
-            return;
-        }
-        float[] xv = x;
-        int xo = xOff;
-        if (w.format == WeightMatrix.Format.FP4_E2M1_B32) {
-            float[][] holder = XPERM.get();
-            if (holder[0].length < cols) holder[0] = new float[cols];
-            xv = holder[0];
-            xo = 0;
-            permuteFp4(x, xOff, cols, xv, 0);
-        }
-        final float[] xf = xv;
-        final int xof = xo;
-        int units = (rows + 1) / 2;
-        Parallel.forRange(units, Math.max(1, grainRows(w) / 2), (a, b) -> {
-            int r0 = 2 * a, r1 = Math.min(rows, 2 * b);
-            switch (w.format) {
-                case F32, BF16, F16 -> mvPlain(w, xf, xof, y, yOff, r0, r1);
-                case FP8_E4M3_B128 -> mvFp8(w, xf, xof, y, yOff, r0, r1);
-                case FP4_E2M1_B32 -> mvFp4(w, xf, xof, y, yOff, r0, r1);
+        matvecs(w, x, new int[w.length], y, new int[w.length]);
+    }
+
+    /**
+     * Several independent matrix-vector products y_i[yOff_i + r] = Σ_c W_i[r, c] · x_i[xOff_i + c] in one parallel
+     * dispatch. A decode step runs about twenty small products per layer; sharing the hand-off to the worker pool
+     * (and its tail, where one thread waits for the other's last chunk) between products that do not depend on each
+     * other saves that cost. Each y_i is bit-identical to a separate {@link #matvec} (same kernels, same order).
+     * @param w weights [rows_i, cols_i] (any mix of formats)
+     * @param x inputs, cols_i values from xOff_i
+     * @param y outputs, rows_i values written from yOff_i; outputs must not overlap each other or any input
+     * @throws IllegalArgumentException when the arrays differ in length or an x or y is too short
+     */
+    public static void matvecs(WeightMatrix[] w, float[][] x, int[] xOff, float[][] y, int[] yOff) {
+        int n = w.length;
+        if (x.length != n || xOff.length != n || y.length != n || yOff.length != n)
+            throw new IllegalArgumentException("matvecs: " + n + " weights, " + x.length + " inputs, " + xOff.length
+                    + " input offsets, " + y.length + " outputs, " + yOff.length + " output offsets");
+        float[][] xs = new float[n][];
+        int[] xo = new int[n];
+        boolean[] perm = new boolean[n]; // xs[i] holds x_i in the permute() order
+        long total = 0;
+        for (int i = 0; i < n; i++) {
+            WeightMatrix m = w[i];
+            if (xOff[i] < 0 || xOff[i] + (long) m.cols > x[i].length)
+                throw new IllegalArgumentException(m + ": x too short for offset " + xOff[i]);
+            if (yOff[i] < 0 || yOff[i] + (long) m.rows > y[i].length)
+                throw new IllegalArgumentException(m + ": y too short for offset " + yOff[i]);
+            xs[i] = x[i];
+            xo[i] = xOff[i];
+            if (m.rows == 0) continue;
+            if (m.cols == 0) {
+                Arrays.fill(y[i], yOff[i], yOff[i] + m.rows, 0f);
+                continue;
             }
+            total += m.storedBytes();
+            if (VECTOR && permuted(m.format)) {
+                int j = 0; // an input already permuted for an earlier product is reused
+                while (j < i && !(perm[j] && x[j] == x[i] && xOff[j] == xOff[i] && w[j].cols == m.cols)) j++;
+                if (j < i) {
+                    xs[i] = xs[j];
+                    xo[i] = xo[j];
+                } else {
+                    xs[i] = new float[m.cols];
+                    xo[i] = 0;
+                    permute(x[i], xOff[i], m.cols, xs[i], 0);
+                }
+                perm[i] = true;
+            }
+        }
+        if (total == 0) return;
+        // Work unit: row pair j = (j, j + h) of a product, h = ceil(rows / 2) (see the kernels' comment). Pieces are
+        // runs of consecutive pairs, about 1/16 of a thread's share each (at least GRAIN_BYTES, at most
+        // MAX_PIECE_BYTES), in product order. The piece list is cut into one contiguous span per thread; a thread
+        // claims the pieces of its own span in order, so its two row streams run on across pieces without a break
+        // for the hardware prefetcher, then helps with the other spans (so a thread slowed down by the rest of the
+        // machine holds the others up by one piece at most).
+        long target = Math.max(GRAIN_BYTES, Math.min(MAX_PIECE_BYTES, total / (16L * Parallel.threads())));
+        int[] pm = new int[16], pr = new int[16];
+        int np = 0;
+        for (int i = 0; i < n; i++) {
+            WeightMatrix m = w[i];
+            if (m.rows == 0 || m.cols == 0) continue;
+            int h = pairs(m.rows);
+            int step = (int) Math.max(1, Math.min(h, target / Math.max(1, 2 * m.rowBytes())));
+            for (int j = 0; j < h; j += step) {
+                if (np == pm.length) {
+                    pm = Arrays.copyOf(pm, 2 * np);
+                    pr = Arrays.copyOf(pr, 2 * np);
+                }
+                pm[np] = i;
+                pr[np++] = j;
+            }
+        }
+        final int[] pieceMat = pm, pieceFirst = pr;
+        final int pieces = np, spans = Math.min(Parallel.threads(), pieces);
+        final AtomicIntegerArray next = new AtomicIntegerArray(spans);
+        for (int sp = 0; sp < spans; sp++) next.set(sp, (int) ((long) sp * pieces / spans));
+        Parallel.forEachChunk(spans, (a, b) -> {
+            for (int home = a; home < b; home++)
+                for (int k = 0; k < spans; k++) {
+                    int sp = (home + k) % spans, end = (int) ((long) (sp + 1) * pieces / spans), p;
+                    while ((p = next.getAndIncrement(sp)) < end) {
+                        int i = pieceMat[p];
+                        int j1 = p + 1 < pieces && pieceMat[p + 1] == i ? pieceFirst[p + 1] : pairs(w[i].rows);
+                        pairsOf(w[i], xs[i], xo[i], y[i], yOff[i], pieceFirst[p], j1);
+                    }
+                }
         });
     }
 
-    private static int grainRows(WeightMatrix w) {
-        return (int) Math.max(1, Math.min(Integer.MAX_VALUE, GRAIN_BYTES / Math.max(1, w.rowBytes())));
+    /** Row pairs [j0, j1) of one matrix-vector product (x already permuted for BF16 and FP4). */
+    private static void pairsOf(WeightMatrix w, float[] x, int xo, float[] y, int yo, int j0, int j1) {
+        if (!VECTOR) {
+            scalarPairs(w, x, xo, y, yo, j0, j1);
+            return;
+        }
+        switch (w.format) {
+            case F32, BF16, F16 -> mvPlain(w, x, xo, y, yo, j0, j1);
+            case FP8_E4M3_B128 -> mvFp8(w, x, xo, y, yo, j0, j1);
+            case FP4_E2M1_B32 -> mvFp4(w, x, xo, y, yo, j0, j1);
+        }
     }
 
     // ---------------------------------------------------------------- vector decoders
@@ -195,6 +282,16 @@ public final class Gemm {
     static FloatVector bf16(MemorySegment d, long off) {
         return ((IntVector) ShortVector.fromMemorySegment(SS, d, off, LE).convertShape(VectorOperators.S2I, IS, 0))
                 .lanewise(VectorOperators.LSHL, 16).reinterpretAsFloats();
+    }
+
+    /** VL ints holding 2·VL bf16 values (little-endian) → the even-numbered values (low halves) as floats. */
+    static FloatVector bf16Even(IntVector v) {
+        return v.lanewise(VectorOperators.LSHL, 16).reinterpretAsFloats();
+    }
+
+    /** VL ints holding 2·VL bf16 values (little-endian) → the odd-numbered values (high halves) as floats. */
+    static FloatVector bf16Odd(IntVector v) {
+        return v.and(0xFFFF0000).reinterpretAsFloats();
     }
 
     /**
@@ -265,18 +362,29 @@ public final class Gemm {
     }
 
     /**
-     * FP4 kernels read one group of 2·VL elements as VL bytes, low nibbles (even elements) and high nibbles (odd
-     * elements) separately; the activations are permuted to match: within each group, the first VL slots hold the
-     * even elements and the next VL the odd ones.
+     * True for the formats whose kernels take even and odd elements apart (see {@link #permute}): BF16 (the low and
+     * high halves of each 32-bit lane, with a shift and a mask, instead of widening 16-bit lanes) and FP4 (low and
+     * high nibbles of each byte).
      */
-    static void permuteFp4(float[] x, int xOff, int cols, float[] dst, int dOff) {
-        int g2 = 2 * VL;
-        for (int c0 = 0; c0 < cols; c0 += g2)
+    static boolean permuted(WeightMatrix.Format f) {
+        return f == WeightMatrix.Format.BF16 || f == WeightMatrix.Format.FP4_E2M1_B32;
+    }
+
+    /**
+     * The column order of the {@link #permuted} formats' kernels: within each whole group of 2·VL columns (groups
+     * start at column 0), the first VL slots hold the group's even columns and the next VL its odd ones; the
+     * columns after the last whole group stay in place. dst[dOff ..] receives x[xOff .. xOff + cols) in that order.
+     */
+    static void permute(float[] x, int xOff, int cols, float[] dst, int dOff) {
+        int g2 = 2 * VL, c0 = 0;
+        for (; c0 <= cols - g2; c0 += g2)
             for (int i = 0; i < VL; i++) {
                 dst[dOff + c0 + i] = x[xOff + c0 + 2 * i];
                 dst[dOff + c0 + VL + i] = x[xOff + c0 + 2 * i + 1];
             }
+        System.arraycopy(x, xOff + c0, dst, dOff + c0, cols - c0);
     }
+
 
     private static float fp8Scale(WeightMatrix w, int r, int cb) {
         long idx = (long) ((w.rowBase + r) / FP8_BLOCK) * w.scaleCols + cb / FP8_BLOCK;
@@ -286,28 +394,34 @@ public final class Gemm {
 
     // ---------------------------------------------------------------- matvec kernels (rows in pairs)
     // Canonical order of every dot product (shared with the prefill micro-kernels, so results do not depend on S):
-    // each weight is first dequantised exactly (value × scale, one rounding, as WeightMatrix.get); per KC-column
-    // chunk, even-numbered vectors accumulate (fma) into A and odd ones into B; the chunk sum is hsum(A + B)
-    // followed by the scalar tail in column order; chunk sums are added in order to 0f.
+    // each weight is first dequantised exactly (value × scale, one rounding, as WeightMatrix.get); the columns are
+    // taken in the kernel's order (BF16 and FP4: the permute() order, others: natural order); per KC-column chunk,
+    // even-numbered vectors of VL columns accumulate (fma) into A and odd ones into B; the chunk sum is
+    // hsum(A + B) followed by the scalar tail in column order; chunk sums are added in order to 0f.
     // Each row-pair kernel keeps its vector accumulators local to one method (so C2 never boxes them) and is indexed
-    // by plain counters with long segment offsets (so C2 hoists all bounds checks). An odd last row is paired with
-    // itself (its bytes then come from cache).
+    // by plain counters with long segment offsets (so C2 hoists all bounds checks).
+    // The rows of a matrix are read in pairs j = (j, j + h), h = ceil(rows / 2), j in [0, h): two far-apart rows
+    // stream as two independent sequences and give each core four independent accumulation chains. Rows close
+    // together interfere: on the AVX2 build machine (AMD EPYC, one core, BF16 rows of 1 KB streamed from memory)
+    // pairs 1-8 KB apart ran at ~6-9 GB/s, 32 KB apart ~12 GB/s, 128 KB or more apart ~14-18 GB/s. With rows odd,
+    // the middle row is paired with itself (its bytes then come from cache). Each kernel takes a range [j0, j1) of
+    // pairs.
 
-    private static void mvPlain(WeightMatrix w, float[] x, int xo, float[] y, int yo, int r0, int r1) {
+    /** Number of row pairs of a matrix of n rows. */
+    static int pairs(int n) {
+        return (n + 1) >>> 1;
+    }
+
+    private static void mvPlain(WeightMatrix w, float[] x, int xo, float[] y, int yo, int j0, int j1) {
         MemorySegment d = w.data;
-        int cols = w.cols;
+        int cols = w.cols, h = pairs(w.rows);
         long rbytes = w.rowBytes();
         float[] out = new float[2];
-        for (int r = r0; r < r1; r += 2) {
-            int rb = Math.min(r + 1, r1 - 1);
+        for (int r = j0; r < j1; r++) {
+            int rb = r + h < w.rows ? r + h : r;
             switch (w.format) {
                 case F32 -> f32Rows(d, r * rbytes, rb * rbytes, x, xo, cols, out);
-                case BF16 -> {
-                    // one row at a time: the two-row variant did not inline well and ran short rows at half speed
-                    y[yo + r] = bf16Row(d, r * rbytes, x, xo, cols);
-                    if (rb != r) y[yo + rb] = bf16Row(d, rb * rbytes, x, xo, cols);
-                    continue;
-                }
+                case BF16 -> bf16Rows(d, r * rbytes, rb * rbytes, x, xo, cols, out);
                 default -> f16Rows(d, r * rbytes, rb * rbytes, x, xo, cols, out);
             }
             y[yo + r] = out[0];
@@ -351,30 +465,47 @@ public final class Gemm {
         out[1] = tb;
     }
 
-    /** One BF16 row in the canonical order (even vectors of a chunk into A, odd into B, chunk sum hsum(A + B)). */
-    private static float bf16Row(MemorySegment d, long oa, float[] x, int xo, int cols) {
-        float ta = 0f;
+    /**
+     * BF16 row pair over the permuted x: each whole 2·VL-column group is read as VL ints, whose low halves (the
+     * group's even columns, {@link #bf16Even}) go to A and high halves (odd columns, {@link #bf16Odd}) to B — a shift
+     * and a mask per VL weights instead of widening 16-bit lanes. The columns after the last whole group are in
+     * natural order: one vector into A when VL remain, then scalars.
+     */
+    private static void bf16Rows(MemorySegment d, long oa, long ob, float[] x, int xo, int cols, float[] out) {
+        float ta = 0f, tb = 0f;
         for (int c0 = 0; c0 < cols; c0 += KC) {
-            int ce = Math.min(cols, c0 + KC), steps = (ce - c0) / (2 * VL);
-            FloatVector a0 = FloatVector.zero(FS), a1 = FloatVector.zero(FS);
-            long pa = oa + 2L * c0;
-            for (int st = 0; st < steps; st++) {
-                int c = c0 + st * 2 * VL;
-                long u = (long) st * (4 * VL);
-                a0 = bf16(d, pa + u).fma(FloatVector.fromArray(FS, x, xo + c), a0);
-                a1 = bf16(d, pa + u + 2 * VL).fma(FloatVector.fromArray(FS, x, xo + c + VL), a1);
+            int ce = Math.min(cols, c0 + KC), groups = (ce - c0) / (2 * VL);
+            FloatVector z = FloatVector.zero(FS);
+            FloatVector a0 = z, a1 = z, b0 = z, b1 = z;
+            long pa = oa + 2L * c0, pb = ob + 2L * c0;
+            for (int g = 0; g < groups; g++) {
+                int c = c0 + g * 2 * VL;
+                long u = (long) g * (4 * VL);
+                FloatVector xe = FloatVector.fromArray(FS, x, xo + c), xd = FloatVector.fromArray(FS, x, xo + c + VL);
+                IntVector ia = IntVector.fromMemorySegment(IS, d, pa + u, LE), ib = IntVector.fromMemorySegment(IS, d, pb + u, LE);
+                a0 = bf16Even(ia).fma(xe, a0);
+                a1 = bf16Odd(ia).fma(xd, a1);
+                b0 = bf16Even(ib).fma(xe, b0);
+                b1 = bf16Odd(ib).fma(xd, b1);
             }
-            int c = c0 + steps * 2 * VL;
+            int c = c0 + groups * 2 * VL;
             if (c + VL <= ce) {
-                a0 = bf16(d, oa + 2L * c).fma(FloatVector.fromArray(FS, x, xo + c), a0);
+                FloatVector x0 = FloatVector.fromArray(FS, x, xo + c);
+                a0 = bf16(d, oa + 2L * c).fma(x0, a0);
+                b0 = bf16(d, ob + 2L * c).fma(x0, b0);
                 c += VL;
             }
-            float sa = hsum(a0.add(a1));
-            for (; c < ce; c++)
-                sa += Float.intBitsToFloat((d.get(WeightMatrix.I16_LE, oa + 2L * c) & 0xFFFF) << 16) * x[xo + c];
+            float sa = hsum(a0.add(a1)), sb = hsum(b0.add(b1));
+            for (; c < ce; c++) {
+                float xv = x[xo + c];
+                sa += Float.intBitsToFloat((d.get(WeightMatrix.I16_LE, oa + 2L * c) & 0xFFFF) << 16) * xv;
+                sb += Float.intBitsToFloat((d.get(WeightMatrix.I16_LE, ob + 2L * c) & 0xFFFF) << 16) * xv;
+            }
             ta += sa;
+            tb += sb;
         }
-        return ta;
+        out[0] = ta;
+        out[1] = tb;
     }
 
     /**
@@ -416,13 +547,14 @@ public final class Gemm {
     private static final int FP8_SHIFT = Integer.numberOfTrailingZeros(FP8_BLOCK / VL);
 
     /** FP8 row pairs; ka/kb hold the rows' block scales (one extra 0 entry for the index past the last block). */
-    private static void mvFp8(WeightMatrix w, float[] x, int xo, float[] y, int yo, int r0, int r1) {
+    private static void mvFp8(WeightMatrix w, float[] x, int xo, float[] y, int yo, int j0, int j1) {
         MemorySegment d = w.data;
         int cols = w.cols, nb = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
         long rbytes = w.rowBytes();
         float[] out = new float[2], ka = new float[nb + 1], kb = new float[nb + 1];
-        for (int r = r0; r < r1; r += 2) {
-            int rb = Math.min(r + 1, r1 - 1);
+        int h = pairs(w.rows);
+        for (int r = j0; r < j1; r++) {
+            int rb = r + h < w.rows ? r + h : r;
             boolean fold = !FP8_SAFE;
             for (int j = 0; j < nb; j++) {
                 ka[j] = fp8Scale(w, r, j * FP8_BLOCK);
@@ -516,17 +648,18 @@ public final class Gemm {
     }
 
     /**
-     * FP4 row pairs over the permuted x (see {@link #permuteFp4}), weights from per-block lookup tables; ka/kb hold
+     * FP4 row pairs over the permuted x (see {@link #permute}), weights from per-block lookup tables; ka/kb hold
      * the rows' block scales. cols is a multiple of 32, hence of 2·VL: no odd vector, no scalar tail; low-nibble
      * vectors go to A, high-nibble vectors to B.
      */
-    private static void mvFp4(WeightMatrix w, float[] x, int xo, float[] y, int yo, int r0, int r1) {
+    private static void mvFp4(WeightMatrix w, float[] x, int xo, float[] y, int yo, int j0, int j1) {
         MemorySegment d = w.data, sc = w.scale;
         int cols = w.cols, nb = cols / FP4_BLOCK;
         long rbytes = w.rowBytes();
         float[] out = new float[2];
-        for (int r = r0; r < r1; r += 2) {
-            int rb = Math.min(r + 1, r1 - 1);
+        int h = pairs(w.rows);
+        for (int r = j0; r < j1; r++) {
+            int rb = r + h < w.rows ? r + h : r;
             fp4Rows(d, r * rbytes, rb * rbytes, sc, (long) r * nb, (long) rb * nb, x, xo, cols, out);
             y[yo + r] = out[0];
             y[yo + rb] = out[1];
@@ -563,20 +696,22 @@ public final class Gemm {
         out[1] = tb;
     }
 
-    /** Scalar fallback (no usable vector shape). */
-    private static void scalarRows(WeightMatrix w, float[] x, int xOff, float[] y, int yOff, int r0, int r1) {
+    /** Scalar fallback (no usable vector shape): the rows of pairs [j0, j1). */
+    private static void scalarPairs(WeightMatrix w, float[] x, int xOff, float[] y, int yOff, int j0, int j1) {
         float[] row = new float[w.cols];
-        for (int r = r0; r < r1; r++) {
-            w.dequantRow(r, row, 0);
-            float acc = 0;
-            for (int c = 0; c < w.cols; c++) acc += row[c] * x[xOff + c];
-            y[yOff + r] = acc;
-        }
+        int h = pairs(w.rows);
+        for (int j = j0; j < j1; j++)
+            for (int r = j; r < w.rows && r <= j + h; r += h) {
+                w.dequantRow(r, row, 0);
+                float acc = 0;
+                for (int c = 0; c < w.cols; c++) acc += row[c] * x[xOff + c];
+                y[yOff + r] = acc;
+            }
     }
 
     // ---------------------------------------------------------------- prefill (S > 1)
 
-    /** Rows [r0, r1) (at most RB) against all S tokens; x is permuted for FP4. */
+    /** Rows [r0, r1) (at most RB) against all S tokens; x is permuted for BF16 and FP4. */
     private static void tileBlock(WeightMatrix w, float[] x, int S, float[] y, int r0, int r1, Scratch sc) {
         int nr = r1 - r0, cols = w.cols, rows = w.rows;
         float[] t = sc.tile;
@@ -601,7 +736,10 @@ public final class Gemm {
             for (int i = 0; i < nr; i++) y[s * rows + r0 + i] = acc[s * RB + i];
     }
 
-    /** Dequantises W[r, c0 .. c0+len) into t[off ..] (FP4: in the permuted order of {@link #permuteFp4}). */
+    /**
+     * Dequantises W[r, c0 .. c0+len) into t[off ..], in the kernels' column order (BF16 and FP4: the
+     * {@link #permute} order). c0 is a multiple of KC, so the chunk's whole 2·VL groups are the row's.
+     */
     static void dequantChunk(WeightMatrix w, int r, int c0, int len, float[] t, int off) {
         MemorySegment d = w.data;
         long ro = r * w.rowBytes();
@@ -609,6 +747,11 @@ public final class Gemm {
         switch (w.format) {
             case F32 -> MemorySegment.copy(d, WeightMatrix.F32_LE, ro + 4L * c0, t, off, len);
             case BF16 -> {
+                for (; c <= ce - 2 * VL; c += 2 * VL) {
+                    IntVector v = IntVector.fromMemorySegment(IS, d, ro + 2L * c, LE);
+                    bf16Even(v).intoArray(t, off + c - c0);
+                    bf16Odd(v).intoArray(t, off + c - c0 + VL);
+                }
                 for (; c <= ce - VL; c += VL) bf16(d, ro + 2L * c).intoArray(t, off + c - c0);
                 for (; c < ce; c++) t[off + c - c0] = Float.intBitsToFloat((d.get(WeightMatrix.I16_LE, ro + 2L * c) & 0xFFFF) << 16);
             }

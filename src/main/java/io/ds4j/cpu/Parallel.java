@@ -65,6 +65,30 @@ public final class Parallel {
             return;
         }
         int chunk = (int) Math.max(grain, ((long) n + THREADS * CHUNKS_PER_THREAD - 1) / (THREADS * CHUNKS_PER_THREAD));
+        run(body, n, chunk, depth);
+    }
+
+    /**
+     * Runs {@code body(i, i + 1)} for every i in [0, chunks), each call a chunk of its own (never merged), on the
+     * workers and the calling thread; for callers that size their chunks themselves (for load balance, many more
+     * than {@link #threads()}). Same threading rules as {@link #forRange}.
+     *
+     * @param chunks number of chunks; nothing happens when {@code chunks <= 0}
+     * @param body   the loop body, called once per chunk index
+     * @throws RuntimeException or Error: the first one a body threw (the remaining chunks are skipped)
+     */
+    public static void forEachChunk(int chunks, RangeBody body) {
+        if (chunks <= 0) return;
+        int[] depth = DEPTH.get();
+        if (chunks == 1 || THREADS == 1 || Thread.currentThread() instanceof Worker || depth[0] > 0) {
+            for (int i = 0; i < chunks; i++) body.run(i, i + 1);
+            return;
+        }
+        run(body, chunks, 1, depth);
+    }
+
+    /** Runs [0, n) in chunks of {@code chunk} indices on the pool; depth is the calling thread's nesting counter. */
+    private static void run(RangeBody body, int n, int chunk, int[] depth) {
         int nChunks = (int) (((long) n + chunk - 1) / chunk);
         if (nChunks <= 1) {
             body.run(0, n);
@@ -72,8 +96,8 @@ public final class Parallel {
         }
         Task t = new Task(body, n, chunk, nChunks);
         int slot = publish(t);
-        if (slot < 0) { // more concurrent loops than slots: run this one alone
-            body.run(0, n);
+        if (slot < 0) { // more concurrent loops than slots: run this one alone, chunk by chunk
+            for (int i = 0; i < nChunks; i++) body.run(i * chunk, (int) Math.min(n, (long) i * chunk + chunk));
             return;
         }
         wake(nChunks - 1);

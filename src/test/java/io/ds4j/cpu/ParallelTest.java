@@ -31,6 +31,30 @@ class ParallelTest {
             for (int grain : new int[]{0, 1, 3, 16, 5000}) assertCoversOnce(n, grain);
     }
 
+    /** forEachChunk calls the body once per index, with single-index ranges, also when nested (inline). */
+    @Test
+    void eachChunkOnce() {
+        for (int n : new int[]{0, -1, 1, 2, 3, 17, 1000}) {
+            AtomicIntegerArray hits = new AtomicIntegerArray(Math.max(n, 1));
+            AtomicInteger inner = new AtomicInteger();
+            Parallel.forEachChunk(n, (a, b) -> {
+                assertEquals(a + 1, b, "range " + a + ".." + b);
+                hits.incrementAndGet(a);
+                Parallel.forEachChunk(3, (c, d) -> {
+                    assertEquals(c + 1, d);
+                    inner.incrementAndGet();
+                });
+            });
+            for (int i = 0; i < n; i++) assertEquals(1, hits.get(i), "chunk " + i + " of " + n);
+            assertEquals(3 * Math.max(n, 0), inner.get());
+        }
+        IllegalStateException e = assertThrows(IllegalStateException.class, () ->
+                Parallel.forEachChunk(50, (a, b) -> {
+                    if (a == 31) throw new IllegalStateException("chunk 31");
+                }));
+        assertEquals("chunk 31", e.getMessage());
+    }
+
     @Test
     void nestedCallsRunInline() {
         AtomicLong sum = new AtomicLong();
