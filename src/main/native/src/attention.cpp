@@ -87,6 +87,38 @@ struct Keys {
 };
 
 /**
+ * The key set of the query at position t = N0 + s (spec 3.7): raw rows max(0, t-W+1) .. t, then the compressed
+ * entries it sees (HCA: all (t+1)/m; CSA: all when (t+1)/m <= K, else its K selections sel[s*K ..]). Fills k and
+ * returns the key count.
+ */
+template <typename T>
+__device__ __forceinline__ int query_keys(Keys<T>& k, const float* kv_new, const T* ring, int cap, const T* entries,
+                                          int kind, int m, const int32_t* sel, int K, int64_t N0, int s, int d, int W) {
+    const int64_t t = N0 + s;
+    k.kv_new = kv_new;
+    k.ring = ring;
+    k.entries = entries;
+    k.N0 = N0;
+    k.cap = cap;
+    k.d = d;
+    k.p0 = t - W + 1 > 0 ? t - W + 1 : 0;
+    k.nraw = (int)(t - k.p0 + 1);
+    k.sel = nullptr;
+    int ncomp = 0;
+    if (kind == DS4J_ATTN_HCA) {
+        ncomp = (int)((t + 1) / m);
+    } else if (kind == DS4J_ATTN_CSA) {
+        const int64_t avail = (t + 1) / m;
+        if (avail <= K) ncomp = (int)avail;
+        else {
+            ncomp = K;
+            k.sel = sel + (int64_t)s * K;
+        }
+    }
+    return k.nraw + ncomp;
+}
+
+/**
  * Key j as a tagged address: an F32 row of this step (a new token, bit 0 set) or a cache row (cached raw row or
  * entry) of element type T. Rows are at least 2-byte aligned, so bit 0 is free.
  */
@@ -143,32 +175,11 @@ attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, co
     extern __shared__ float sm[];
     __shared__ float red[32];
     const int h = blockIdx.x, s = blockIdx.y;
-    const int64_t t = N0 + s;
     uintptr_t* kp = reinterpret_cast<uintptr_t*>(sm);  // [nk_max], 8-byte aligned at the start
     float* qs = sm + 2 * nk_max;                       // [d]
     float* lg = qs + d;                                // [nk]
     Keys<T> k;
-    k.kv_new = kv_new;
-    k.ring = ring;
-    k.entries = entries;
-    k.N0 = N0;
-    k.cap = cap;
-    k.d = d;
-    k.p0 = t - W + 1 > 0 ? t - W + 1 : 0;
-    k.nraw = (int)(t - k.p0 + 1);
-    k.sel = nullptr;
-    int ncomp = 0;
-    if (kind == DS4J_ATTN_HCA) {
-        ncomp = (int)((t + 1) / m);
-    } else if (kind == DS4J_ATTN_CSA) {
-        const int64_t avail = (t + 1) / m;
-        if (avail <= K) ncomp = (int)avail;
-        else {
-            ncomp = K;
-            k.sel = sel + (int64_t)s * K;
-        }
-    }
-    const int nk = k.nraw + ncomp;
+    const int nk = query_keys(k, kv_new, ring, cap, entries, kind, m, sel, K, N0, s, d, W);
     const float* qrow = q + ((int64_t)s * H + h) * d;
     for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = F16OPS ? f16_to_f32(f32_to_f16(qrow[i])) : qrow[i];
     for (int j = threadIdx.x; j < nk; j += blockDim.x) kp[j] = key_row(k, j);
@@ -468,30 +479,9 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
     const int HB = (H + TC_ROWS - 1) / TC_ROWS;
     const int s = blockIdx.x / HB, h0 = (blockIdx.x % HB) * TC_ROWS, c = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
-    const int64_t t = N0 + s;
 
     Keys<uint16_t> k;
-    k.kv_new = kv_new;
-    k.ring = ring;
-    k.entries = entries;
-    k.N0 = N0;
-    k.cap = cap;
-    k.d = D;
-    k.p0 = t - W + 1 > 0 ? t - W + 1 : 0;
-    k.nraw = (int)(t - k.p0 + 1);
-    k.sel = nullptr;
-    int ncomp = 0;
-    if (kind == DS4J_ATTN_HCA) {
-        ncomp = (int)((t + 1) / m);
-    } else if (kind == DS4J_ATTN_CSA) {
-        const int64_t avail = (t + 1) / m;
-        if (avail <= K) ncomp = (int)avail;
-        else {
-            ncomp = K;
-            k.sel = sel + (int64_t)s * K;
-        }
-    }
-    const int nk = k.nraw + ncomp;
+    const int nk = query_keys(k, kv_new, ring, cap, entries, kind, m, sel, K, N0, s, D, W);
     const int kbeg = c * per, kend = min(nk, kbeg + per);
 
     // Q block, rounded to F16 (rows past H are zero)
