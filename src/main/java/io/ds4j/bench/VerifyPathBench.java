@@ -4,6 +4,7 @@ import io.ds4j.engine.Backend;
 import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StepKind;
 import io.ds4j.engine.VerifyAttention;
+import io.ds4j.sampling.Sampler;
 
 import java.io.PrintStream;
 import java.util.ArrayList;
@@ -124,16 +125,6 @@ public final class VerifyPathBench {
         return t;
     }
 
-    static int argmax(float[] lg, int off, int V) {
-        int best = 0;
-        float bv = lg[off];
-        for (int i = 1; i < V; i++) if (lg[off + i] > bv) {
-            bv = lg[off + i];
-            best = i;
-        }
-        return best;
-    }
-
     /**
      * Greedy speculative decoding with the target as its own draft. Invariant between rounds: ctx[0 .. len) are the
      * committed tokens, the target has forwarded len − 1 of them, the draft dlen ≤ len.
@@ -165,7 +156,7 @@ public final class VerifyPathBench {
                 lg = be.forward(tgt, ctx, off, m, off + m == len ? new int[]{m - 1} : new int[0], StepKind.PREFILL);
             }
             double sec = (System.nanoTime() - t0) / 1e9;
-            push(argmax(lg, 0, V));
+            push(Sampler.argmax(lg, 0, V));
             try {
                 dft = be.fork(tgt, 16);
             } catch (UnsupportedOperationException e) {
@@ -193,10 +184,10 @@ public final class VerifyPathBench {
             float[] lg = be.forward(dft, ctx, dlen, n, new int[]{n - 1}, StepKind.DECODE);
             dlen = len;
             int[] d = new int[q];
-            d[0] = argmax(lg, 0, V);
+            d[0] = Sampler.argmax(lg, 0, V);
             for (int i = 1; i < q; i++) {
                 lg = be.forward(dft, d, i - 1, 1, new int[]{0}, StepKind.DECODE);
-                d[i] = argmax(lg, 0, V);
+                d[i] = Sampler.argmax(lg, 0, V);
             }
             return d;
         }
@@ -212,7 +203,7 @@ public final class VerifyPathBench {
             float[] lg = be.forward(tgt, rows, 0, q + 1, want, StepKind.VERIFY);
             verifyNanos += System.nanoTime() - t0;
             int[] g = new int[q + 1];
-            for (int i = 0; i <= q; i++) g[i] = argmax(lg, i * V, V);
+            for (int i = 0; i <= q; i++) g[i] = Sampler.argmax(lg, i * V, V);
             return g;
         }
 

@@ -196,8 +196,13 @@ public final class Sampler {
 
     /** Index of the largest value, the lowest index on ties. */
     public static int argmax(float[] z) {
+        return argmax(z, 0, z.length);
+    }
+
+    /** Index in [0, n) of the largest of z[off .. off+n), the lowest index on ties (one row of a logits matrix). */
+    public static int argmax(float[] z, int off, int n) {
         int best = 0;
-        for (int i = 1; i < z.length; i++) if (z[i] > z[best]) best = i;
+        for (int i = 1; i < n; i++) if (z[off + i] > z[off + best]) best = i;
         return best;
     }
 
