@@ -198,23 +198,30 @@ class GpuOpsTest {
     void groupedMatmulEqualsPerGroupProducts() {
         // the grouped output projection: rows g*R .. g*R+R-1 read x at offset g*gw (one launch instead of G)
         SplittableRandom r = new SplittableRandom(13);
-        int G = 4, R = 24, gw = 64, S = 5, ldx = G * gw + 8;
-        for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.FP8_E4M3_B128}) {
-            WeightMatrix m = randomMatrix(r, f, G * R, gw, false);
-            DeviceMatrix dm = upload(m);
-            float[] x = gauss(r, S * ldx, 1);
-            long dx = dev(x), dy = zeros(4L * S * G * R);
-            check(ds4j_matmul_grouped(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, G * R, gw, R, gw,
-                    ptr(dx), ldx, ptr(dy), G * R, S), "matmul_grouped");
-            float[] y = gpu.downloadFloats(dy, S * G * R);
-            for (int g = 0; g < G; g++) {
-                float[] xs = new float[S * gw], ys = new float[S * R];
-                for (int s = 0; s < S; s++) {
-                    System.arraycopy(x, s * ldx + g * gw, xs, s * gw, gw);
-                    System.arraycopy(y, s * G * R + g * R, ys, s * R, R);
-                }
-                checkMatmul(f + " group " + g, m.rowRange(g * R, (g + 1) * R), xs, gw, S, ys, R);
+        for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.FP8_E4M3_B128})
+            checkGrouped(r, f, 4, 24, 64, 5, f + " group ");
+    }
+
+    /**
+     * ds4j_matmul_grouped with G groups of R rows over gw columns each, S rows of x with a padded stride, against the
+     * per-group products (checkMatmul) of the matching row range and x slice.
+     */
+    private void checkGrouped(SplittableRandom r, WeightMatrix.Format f, int G, int R, int gw, int S, String label) {
+        int ldx = G * gw + 8;
+        WeightMatrix m = randomMatrix(r, f, G * R, gw, false);
+        DeviceMatrix dm = upload(m);
+        float[] x = gauss(r, S * ldx, 1);
+        long dx = dev(x), dy = zeros(4L * S * G * R);
+        check(ds4j_matmul_grouped(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, G * R, gw, R, gw,
+                ptr(dx), ldx, ptr(dy), G * R, S), "matmul_grouped");
+        float[] y = gpu.downloadFloats(dy, S * G * R);
+        for (int g = 0; g < G; g++) {
+            float[] xs = new float[S * gw], ys = new float[S * R];
+            for (int s = 0; s < S; s++) {
+                System.arraycopy(x, s * ldx + g * gw, xs, s * gw, gw);
+                System.arraycopy(y, s * G * R + g * R, ys, s * R, R);
             }
+            checkMatmul(label + g, m.rowRange(g * R, (g + 1) * R), xs, gw, S, ys, R);
         }
     }
 
@@ -450,26 +457,11 @@ class GpuOpsTest {
     void prefillGroupedMatmul() {
         // groups of 128 rows (whole tiles) and of 96 (a group's last tile is partial) read their own slices of x
         SplittableRandom r = new SplittableRandom(22);
-        int G = 3, gw = 64, S = 45, ldx = G * gw + 8;
+        int G = 3, gw = 64, S = 45;
         for (int R : new int[]{128, 96})
             for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.FP8_E4M3_B128,
-                    WeightMatrix.Format.FP4_E2M1_B32}) {
-                WeightMatrix m = randomMatrix(r, f, G * R, gw, false);
-                DeviceMatrix dm = upload(m);
-                float[] x = gauss(r, S * ldx, 1);
-                long dx = dev(x), dy = zeros(4L * S * G * R);
-                check(ds4j_matmul_grouped(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, G * R, gw, R, gw,
-                        ptr(dx), ldx, ptr(dy), G * R, S), "matmul_grouped");
-                float[] y = gpu.downloadFloats(dy, S * G * R);
-                for (int g = 0; g < G; g++) {
-                    float[] xs = new float[S * gw], ys = new float[S * R];
-                    for (int s = 0; s < S; s++) {
-                        System.arraycopy(x, s * ldx + g * gw, xs, s * gw, gw);
-                        System.arraycopy(y, s * G * R + g * R, ys, s * R, R);
-                    }
-                    checkMatmul(f + " groups of " + R + ", group " + g + " S=" + S, m.rowRange(g * R, (g + 1) * R), xs, gw, S, ys, R);
-                }
-            }
+                    WeightMatrix.Format.FP4_E2M1_B32})
+                checkGrouped(r, f, G, R, gw, S, f + " groups of " + R + ", S=" + S + ", group ");
     }
 
     /** Picks of S tokens over E experts, k distinct each: expert `hot` in 4 of 5 tokens (several tiles), the last two never. */
