@@ -29,17 +29,7 @@ __global__ void rmsnorm_rope_kernel(float* x, const float* weight, int n, float 
                                     int64_t pos0, int rows_per_pos, int round16) {
     __shared__ double sh[32];
     float* xr = x + (int64_t)blockIdx.x * n;
-    double ss = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i];
-        ss += (double)mul(v, v);
-    }
-    ss = block_sum(ss, sh);
-    const float inv = (float)(1.0 / sqrt((double)add((float)(ss / n), eps)));
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float u = mul(xr[i], inv);
-        xr[i] = weight ? mul(weight[i], u) : u;
-    }
+    rmsnorm_row(xr, xr, weight, n, eps, sh);
     __syncthreads();
     const float ft = (float)(pos0 + blockIdx.x / rows_per_pos);
     float* base = xr + (n - rope_dim);

@@ -179,6 +179,24 @@ __device__ __forceinline__ int block_excl_scan(int v, int* sh, int* total) {
 // Uncontracted arithmetic where the CPU reference rounds after every operation (small, exactness-sensitive ops).
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+
+/**
+ * Spec 3.0 RMSNorm of one row of n values by the whole block: yr = weight * xr / sqrt(mean(xr^2) + eps) (weight null =
+ * RMSNorm_1); the square sum in double, in one fixed order. yr may be xr: each thread writes only the elements it read.
+ */
+__device__ __forceinline__ void rmsnorm_row(const float* xr, float* yr, const float* weight, int n, float eps, double* sh) {
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i];
+        ss += (double)mul(v, v);
+    }
+    ss = block_sum(ss, sh);
+    const float inv = (float)(1.0 / sqrt((double)add((float)(ss / n), eps)));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float u = mul(xr[i], inv);
+        yr[i] = weight ? mul(weight[i], u) : u;
+    }
+}
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
 
 /** 1 / (1 + e^-z) evaluated in double, rounded to float (io.ds4j.cpu.Ops#sigmoid). */

@@ -8,20 +8,7 @@ constexpr int HC_MAX = 8;  // largest hc_mult supported by the mHC kernels
 
 __global__ void rmsnorm_kernel(const float* x, float* y, const float* weight, int n, float eps) {
     __shared__ double sh[32];
-    const float* xr = x + (int64_t)blockIdx.x * n;
-    float* yr = y + (int64_t)blockIdx.x * n;
-    double ss = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i];
-        ss += (double)mul(v, v);
-    }
-    ss = block_sum(ss, sh);
-    const float inv = (float)(1.0 / sqrt((double)add((float)(ss / n), eps)));
-    // every thread has read its own elements above; writing in place is safe (same index per thread)
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float u = mul(xr[i], inv);
-        yr[i] = weight ? mul(weight[i], u) : u;
-    }
+    rmsnorm_row(x + (int64_t)blockIdx.x * n, y + (int64_t)blockIdx.x * n, weight, n, eps, sh);
 }
 
 /**
