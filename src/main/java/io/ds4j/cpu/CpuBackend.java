@@ -281,16 +281,31 @@ public final class CpuBackend implements Backend {
             if (p >= N0) System.arraycopy(kv, (p - N0) * d, rawK, dst, d);
             else {
                 int src = (p % st.winCap) * d;
-                for (int i = 0; i < d; i++) rawK[dst + i] = Float.float16ToFloat(st.win[src + i]);
+                f16ToF32(st.win, src, rawK, dst, d);
             }
         }
+        // compressed entries as F32: HCA queries attend every visible entry; CSA queries only the ones the indexer
+        // selected, so only those are converted (packed, in first-use order; slot maps entry -> packed row)
         int nEnt = st.comp == null ? 0 : st.comp.count;
-        float[] entK = new float[nEnt * d];
-        for (int i = 0; i < nEnt * d; i++) entK[i] = Float.float16ToFloat(st.comp.entries[i]);
+        int[] slot = null;
+        float[] entK;
+        if (kind == AttentionKind.CSA) {
+            slot = new int[nEnt];
+            Arrays.fill(slot, -1);
+            int used = 0;
+            for (int[] ss : selected) for (int w : ss) if (slot[w] < 0) slot[w] = used++;
+            entK = new float[used * d];
+            for (int w = 0; w < nEnt; w++)
+                if (slot[w] >= 0) f16ToF32(st.comp.entries, w * d, entK, slot[w] * d, d);
+        } else {
+            entK = new float[nEnt * d];
+            if (nEnt > 0) f16ToF32(st.comp.entries, 0, entK, 0, nEnt * d);
+        }
 
         float[] o = new float[S * H * d];
         final float scale = (float) (1.0 / Math.sqrt(d));
         final int[][] sel = selected;
+        final int[] entSlot = slot;
         final int m = st.comp == null ? 0 : st.comp.m;
         Parallel.forRange(S * H, 1, (lo, hi) -> {
             float[] lg = new float[W + nEnt + 1], d4 = new float[4];
@@ -306,7 +321,7 @@ public final class CpuBackend implements Backend {
                     int vis = (t + 1) / m;
                     for (int w = 0; w < vis; w++) idx[cnt++] = w;
                 } else if (kind == AttentionKind.CSA) {
-                    for (int w : sel[s]) idx[cnt++] = w;
+                    for (int w : sel[s]) idx[cnt++] = entSlot[w];
                 }
                 float mx = Math.max(L.sinks[h], scores(q, qo, rawK, idx, 0, rawCnt, d, scale, lg, d4));
                 mx = Math.max(mx, scores(q, qo, entK, idx, rawCnt, cnt, d, scale, lg, d4));
@@ -316,12 +331,9 @@ public final class CpuBackend implements Backend {
                     sum += lg[i];
                 }
                 float inv = 1f / sum;
-                for (int i = 0; i < cnt; i++) {
-                    float p = lg[i] * inv;
-                    float[] src = i < rawCnt ? rawK : entK;
-                    int so = idx[i] * d;
-                    VecOps.axpy(p, src, so, o, qo, d);
-                }
+                for (int i = 0; i < cnt; i++) lg[i] *= inv;
+                values(lg, rawK, idx, 0, rawCnt, d, o, qo);
+                values(lg, entK, idx, rawCnt, cnt, d, o, qo);
             }
         });
         // 6. de-rotation at the query position
@@ -387,6 +399,23 @@ public final class CpuBackend implements Backend {
             mx = Math.max(mx, lg[i]);
         }
         return mx;
+    }
+
+    /** dst[dOff + i] = the F16 value src[sOff + i] as F32 (exact), i in [0, n). */
+    private static void f16ToF32(short[] src, int sOff, float[] dst, int dOff, int n) {
+        for (int i = 0; i < n; i++) dst[dOff + i] = Float.float16ToFloat(src[sOff + i]);
+    }
+
+    /**
+     * Attention output o[oo .. oo+d) += Σ_i p[i] · V[idx[i]·d ..] for i in [from, to), keys in order, four at a
+     * time with {@link VecOps#axpy4} (the same values as one {@link VecOps#axpy} per key, in order).
+     */
+    private static void values(float[] p, float[] V, int[] idx, int from, int to, int d, float[] o, int oo) {
+        int i = from;
+        for (; i + 4 <= to; i += 4)
+            VecOps.axpy4(p[i], p[i + 1], p[i + 2], p[i + 3], V, idx[i] * d, idx[i + 1] * d, idx[i + 2] * d,
+                    idx[i + 3] * d, o, oo, d);
+        for (; i < to; i++) VecOps.axpy(p[i], V, idx[i] * d, o, oo, d);
     }
 
     /**

@@ -98,6 +98,33 @@ public final class VecOps {
         for (; i < n; i++) y[yo + i] = alpha * x[xo + i];
     }
 
+    /**
+     * Four {@link #axpy} calls in order, y += a0·x[x0 ..], then a1·x[x1 ..], a2·x[x2 ..], a3·x[x3 ..], bit for bit:
+     * each element takes the same four fused multiply-adds in the same order, but y is loaded and stored once instead
+     * of four times (attention's P·V is bound by those loads and stores, not by the multiply-adds).
+     */
+    public static void axpy4(float a0, float a1, float a2, float a3, float[] x, int x0, int x1, int x2, int x3,
+                             float[] y, int yo, int n) {
+        int i = 0;
+        if (n >= F.length()) {
+            FloatVector v0 = FloatVector.broadcast(F, a0), v1 = FloatVector.broadcast(F, a1);
+            FloatVector v2 = FloatVector.broadcast(F, a2), v3 = FloatVector.broadcast(F, a3);
+            for (int ub = F.loopBound(n); i < ub; i += F.length()) {
+                FloatVector acc = FloatVector.fromArray(F, x, x0 + i).fma(v0, FloatVector.fromArray(F, y, yo + i));
+                acc = FloatVector.fromArray(F, x, x1 + i).fma(v1, acc);
+                acc = FloatVector.fromArray(F, x, x2 + i).fma(v2, acc);
+                FloatVector.fromArray(F, x, x3 + i).fma(v3, acc).intoArray(y, yo + i);
+            }
+        }
+        for (; i < n; i++) {
+            float v = y[yo + i];
+            v += a0 * x[x0 + i];
+            v += a1 * x[x1 + i];
+            v += a2 * x[x2 + i];
+            y[yo + i] = v + a3 * x[x3 + i];
+        }
+    }
+
     /** y[yo+i] += alpha·x[xo+i] for i in [0, n). */
     public static void axpy(float alpha, float[] x, int xo, float[] y, int yo, int n) {
         int i = 0;

@@ -27,6 +27,20 @@ class VecOpsTest {
         }
     }
 
+    /** axpy4 equals four axpy calls in order bit for bit (vector body and scalar tail). */
+    @Test
+    void axpy4MatchesFourAxpy() {
+        for (int n : new int[]{1, 7, 8, 64, 67, 128, 131}) {
+            float[] x = random(6 * n + 11, n), y = random(n + 3, 200 + n), ref = y.clone();
+            int[] xo = {0, n + 3, 2 * n + 7, 5 * n + 2};
+            float[] a = {0.31f, -1.7f, 2.05e-3f, 0.999f};
+            VecOps.axpy4(a[0], a[1], a[2], a[3], x, xo[0], xo[1], xo[2], xo[3], y, 3, n);
+            for (int j = 0; j < 4; j++) VecOps.axpy(a[j], x, xo[j], ref, 3, n);
+            for (int i = 0; i < n + 3; i++)
+                assertEquals(Float.floatToRawIntBits(ref[i]), Float.floatToRawIntBits(y[i]), "n=" + n + " i=" + i);
+        }
+    }
+
     /** addProduct and scale equal the scalar statements y += a·x and y = a·x (product rounded, no fused multiply-add). */
     @Test
     void addProductAndScaleMatchScalar() {
