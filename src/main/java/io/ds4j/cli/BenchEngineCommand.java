@@ -35,7 +35,7 @@ public final class BenchEngineCommand implements Callable<Integer> {
     @Option(names = "--prompt-tokens", defaultValue = "512", description = "prefill length in tokens (default ${DEFAULT-VALUE})") int promptTokens;
     @Option(names = "--decode-tokens", defaultValue = "64", description = "decode steps to time (default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--chunk", defaultValue = "512", description = "prefill chunk size in tokens (default ${DEFAULT-VALUE})") int chunk;
-    @Option(names = "--repeats", defaultValue = "3", description = "runs; the best is reported (default ${DEFAULT-VALUE})") int repeats;
+    @Option(names = "--repeats", defaultValue = "3", description = "runs, each followed by a read-bandwidth pass as long as its decode; the best of each is reported (default ${DEFAULT-VALUE})") int repeats;
     @Option(names = "--max-context", defaultValue = "65536",
             description = "largest prompt + decode length this run may use (default ${DEFAULT-VALUE}); also capped by the model's max_position_embeddings")
     int maxContext;
@@ -59,12 +59,15 @@ public final class BenchEngineCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--prompt-tokens (" + promptTokens + ") + --decode-tokens (" + decodeTokens + ") = "
                     + total + " exceeds the model's context of " + c.maxPositionEmbeddings + " tokens (max_position_embeddings)");
         }
-        try (CpuBackend be = new CpuBackend(w)) {
+        try (CpuBackend be = new CpuBackend(w); MemBandwidth.Meter meter = noBandwidth ? null : new MemBandwidth.Meter(1L << 30)) {
             System.out.printf("model: %s%n  %s%n  threads: %d%n", dir, c, Parallel.threads());
+            long weightBytes = decodeWeightBytes(w);
+            int ctx = promptTokens + decodeTokens / 2;
+            long cacheBytes = decodeCacheBytes(c, ctx);
             SplittableRandom r = new SplittableRandom(seed);
             int[] toks = new int[promptTokens + decodeTokens];
             for (int i = 0; i < toks.length; i++) toks[i] = r.nextInt(c.vocabSize);
-            double bestPrefill = 0, bestDecode = 0;
+            double bestPrefill = 0, bestDecode = 0, bestBw = 0;
             for (int rep = 0; rep < repeats; rep++) {
                 try (CpuSequence s = be.newSequence(16)) {
                     long t0 = System.nanoTime();
@@ -75,15 +78,19 @@ public final class BenchEngineCommand implements Callable<Integer> {
                     double pre = promptTokens / ((System.nanoTime() - t0) / 1e9);
                     long t1 = System.nanoTime();
                     for (int i = 0; i < decodeTokens; i++) be.forward(s, toks, promptTokens + i, 1, new int[]{0});
-                    double dec = decodeTokens / ((System.nanoTime() - t1) / 1e9);
-                    System.out.printf("  run %d: prefill %.1f tok/s, decode %.2f tok/s%n", rep + 1, pre, dec);
+                    double secs = (System.nanoTime() - t1) / 1e9, dec = decodeTokens / secs;
+                    System.out.printf("  run %d: prefill %.1f tok/s, decode %.2f tok/s = %.2f GB/s", rep + 1, pre, dec,
+                            (weightBytes + cacheBytes) * dec / 1e9);
+                    if (meter != null) { // a bandwidth pass right after the run, as long as the run's decode
+                        double bw = meter.pass(secs);
+                        bestBw = Math.max(bestBw, bw);
+                        System.out.printf(", then read bandwidth %.2f GB/s over %.2f s", bw, secs);
+                    }
+                    System.out.println();
                     bestPrefill = Math.max(bestPrefill, pre);
                     bestDecode = Math.max(bestDecode, dec);
                 }
             }
-            long weightBytes = decodeWeightBytes(w);
-            int ctx = promptTokens + decodeTokens / 2;
-            long cacheBytes = decodeCacheBytes(c, ctx);
             double gbs = (weightBytes + cacheBytes) * bestDecode / 1e9;
             System.out.printf("prefill: %.1f tokens/s (%d-token prompt, chunks of %d)%n", bestPrefill, promptTokens, chunk);
             System.out.printf("decode:  %.2f tokens/s (batch 1, context %d..%d)%n", bestDecode, promptTokens, promptTokens + decodeTokens);
@@ -93,9 +100,13 @@ public final class BenchEngineCommand implements Callable<Integer> {
             for (int n : new int[]{promptTokens + decodeTokens, 4096, 65536})
                 System.out.printf("state per sequence at %d tokens: %.2f MB (F16 cache + F32 compressor state, rollback window 16)%n",
                         n, be.stateBytes(n, 16) / 1e6);
-            if (!noBandwidth) {
-                double bw = MemBandwidth.measureReadGBs();
-                System.out.printf("measured read bandwidth: %.2f GB/s -> decode at %.0f%% of the bandwidth bound%n", bw, 100 * gbs / bw);
+            if (meter != null) {
+                double peak = 0;
+                for (int p = 0; p < 5; p++) peak = Math.max(peak, meter.pass(0));
+                System.out.printf("read bandwidth, short-window peak (best of 5 single sweeps of 1 GiB): %.2f GB/s -> decode at %.0f%% of it%n",
+                        peak, 100 * gbs / peak);
+                System.out.printf("measured read bandwidth: %.2f GB/s (best of %d passes, each as long as a decode run, "
+                        + "taken right after it) -> decode at %.0f%% of the bandwidth bound%n", bestBw, repeats, 100 * gbs / bestBw);
             }
         }
         return 0;
