@@ -242,7 +242,9 @@ public final class Gemm {
             WeightMatrix m = w[i];
             if (m.rows == 0 || m.cols == 0) continue;
             int h = pairs(m.rows);
-            int step = (int) Math.max(1, Math.min(h, target / Math.max(1, 2 * m.rowBytes())));
+            // equal pieces, about target bytes each (one 98 KB product with a 64 KB target: two halves, not 64 + 34 KB)
+            long k = Math.max(1, Math.min(h, Math.round((double) h * 2 * m.rowBytes() / target)));
+            int step = (int) ((h + k - 1) / k);
             for (int j = 0; j < h; j += step) {
                 if (np == pm.length) {
                     pm = Arrays.copyOf(pm, 2 * np);
