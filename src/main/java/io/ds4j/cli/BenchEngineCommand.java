@@ -4,6 +4,7 @@ import io.ds4j.cpu.CpuBackend;
 import io.ds4j.cpu.CpuSequence;
 import io.ds4j.cpu.MemBandwidth;
 import io.ds4j.cpu.Parallel;
+import io.ds4j.cpu.ProductProfile;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.ModelWeights;
 import io.ds4j.model.WeightLoader;
@@ -40,6 +41,8 @@ public final class BenchEngineCommand implements Callable<Integer> {
             description = "largest prompt + decode length this run may use (default ${DEFAULT-VALUE}); also capped by the model's max_position_embeddings")
     int maxContext;
     @Option(names = "--no-bandwidth", description = "skip the memory bandwidth measurement") boolean noBandwidth;
+    @Option(names = "--profile", description = "time the decode steps' matrix-vector products by shape and print where a decoded token's time went in the best run")
+    boolean profile;
 
     @Override
     public Integer call() throws Exception {
@@ -68,6 +71,8 @@ public final class BenchEngineCommand implements Callable<Integer> {
             int[] toks = new int[promptTokens + decodeTokens];
             for (int i = 0; i < toks.length; i++) toks[i] = r.nextInt(c.vocabSize);
             double bestPrefill = 0, bestDecode = 0, bestBw = 0;
+            ProductProfile bestProf = null;
+            long bestNanos = 0;
             for (int rep = 0; rep < repeats; rep++) {
                 try (CpuSequence s = be.newSequence(16)) {
                     long t0 = System.nanoTime();
@@ -76,9 +81,17 @@ public final class BenchEngineCommand implements Callable<Integer> {
                         be.forward(s, toks, off, n, off + n == promptTokens ? new int[]{n - 1} : new int[0]);
                     }
                     double pre = promptTokens / ((System.nanoTime() - t0) / 1e9);
+                    ProductProfile prof = profile ? new ProductProfile() : null;
+                    ProductProfile.activate(prof);
                     long t1 = System.nanoTime();
                     for (int i = 0; i < decodeTokens; i++) be.forward(s, toks, promptTokens + i, 1, new int[]{0});
-                    double secs = (System.nanoTime() - t1) / 1e9, dec = decodeTokens / secs;
+                    long dt = System.nanoTime() - t1;
+                    ProductProfile.activate(null);
+                    double secs = dt / 1e9, dec = decodeTokens / secs;
+                    if (dec > bestDecode) {
+                        bestProf = prof;
+                        bestNanos = dt;
+                    }
                     System.out.printf("  run %d: prefill %.1f tok/s, decode %.2f tok/s = %.2f GB/s", rep + 1, pre, dec,
                             (weightBytes + cacheBytes) * dec / 1e9);
                     if (meter != null) { // a bandwidth pass right after the run, as long as the run's decode
@@ -100,6 +113,7 @@ public final class BenchEngineCommand implements Callable<Integer> {
             for (int n : new int[]{promptTokens + decodeTokens, 4096, 65536})
                 System.out.printf("state per sequence at %d tokens: %.2f MB (F16 cache + F32 compressor state, rollback window 16)%n",
                         n, be.stateBytes(n, 16) / 1e6);
+            if (bestProf != null) printProfile(bestProf, bestNanos, decodeTokens);
             if (meter != null) {
                 double peak = 0;
                 for (int p = 0; p < 5; p++) peak = Math.max(peak, meter.pass(0));
@@ -110,6 +124,24 @@ public final class BenchEngineCommand implements Callable<Integer> {
             }
         }
         return 0;
+    }
+
+    /** Where a decoded token's time went: the matrix-vector products by group, then everything else. */
+    private static void printProfile(ProductProfile prof, long nanos, long tokens) {
+        double perTok = nanos / 1e6 / tokens;
+        long mvNanos = 0, mvBytes = 0;
+        for (ProductProfile.Group g : prof.groups()) {
+            mvNanos += g.nanos();
+            mvBytes += g.bytes();
+        }
+        System.out.printf("decode profile of the best run: %.3f ms per token%n", perTok);
+        System.out.printf("  matrix-vector products: %.3f ms (%.0f%%), %.1f MB, %.2f GB/s%n", mvNanos / 1e6 / tokens,
+                100.0 * mvNanos / nanos, mvBytes / 1e6 / tokens, (double) mvBytes / mvNanos);
+        for (ProductProfile.Group g : prof.groups())
+            System.out.printf("    %-52s %5.1f per token  %7.1f us each  %7.3f ms per token  %6.2f GB/s%n", g.name(),
+                    (double) g.calls() / tokens, g.nanos() / 1e3 / g.calls(), g.nanos() / 1e6 / tokens, (double) g.bytes() / g.nanos());
+        System.out.printf("  everything else (attention over the cache, mHC, norms, RoPE, compressors, indexer, routing, SwiGLU): %.3f ms (%.0f%%)%n",
+                (nanos - mvNanos) / 1e6 / tokens, 100.0 * (nanos - mvNanos) / nanos);
     }
 
     /**

@@ -185,6 +185,8 @@ public final class Gemm {
      * @throws IllegalArgumentException when the arrays differ in length or an x or y is too short
      */
     public static void matvecs(WeightMatrix[] w, float[][] x, int[] xOff, float[][] y, int[] yOff) {
+        ProductProfile prof = ProductProfile.active();
+        long t0 = prof == null ? 0 : System.nanoTime();
         int n = w.length;
         if (x.length != n || xOff.length != n || y.length != n || yOff.length != n)
             throw new IllegalArgumentException("matvecs: " + n + " weights, " + x.length + " inputs, " + xOff.length
@@ -269,6 +271,7 @@ public final class Gemm {
                     }
                 }
         });
+        if (prof != null) prof.record(w, System.nanoTime() - t0, total);
     }
 
     /**
