@@ -12,10 +12,10 @@ import java.nio.ByteOrder;
  * Measures the achievable memory read bandwidth of this machine, the yardstick for the decode kernels: all
  * {@link Parallel} threads stream float sums over an off-heap buffer far larger than the last-level cache.
  *
- * <p>On a shared virtual machine the bandwidth a program gets moves from one tens-of-milliseconds window to the
- * next (on the 2-core build VM single 35 ms sweeps of 1 GiB ranged 18-32 GB/s within seconds). The best of a few
- * short sweeps is therefore the top of that distribution, higher than any rate a run lasting a second can sustain;
- * a bound for such a run is measured with {@link Meter#pass(double)} over a pass of the same duration.
+ * <p>On a shared virtual machine the bandwidth a program gets moves from window to window and from minute to minute
+ * (BENCHMARKS.md, "CPU engine", has the spread on the build VM). A bound taken once, at another moment and over
+ * another length of time than the run it bounds, moves the ratio by as much as the run itself does; a benchmark
+ * therefore takes a {@link Meter#pass(double)} right after each timed run, as long as that run.
  */
 public final class MemBandwidth {
     private MemBandwidth() {}
