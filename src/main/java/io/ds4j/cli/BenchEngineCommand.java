@@ -36,19 +36,23 @@ public final class BenchEngineCommand implements Callable<Integer> {
     @Option(names = "--prompt-tokens", defaultValue = "512", description = "prefill length in tokens (default ${DEFAULT-VALUE})") int promptTokens;
     @Option(names = "--decode-tokens", defaultValue = "64", description = "decode steps to time (default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--chunk", defaultValue = "512", description = "prefill chunk size in tokens (default ${DEFAULT-VALUE})") int chunk;
-    @Option(names = "--repeats", defaultValue = "3", description = "runs, each followed by a read-bandwidth pass as long as its decode; the best of each is reported (default ${DEFAULT-VALUE})") int repeats;
+    @Option(names = "--repeats", defaultValue = "3", description = "timed runs, each followed by a read-bandwidth pass at least as long as its decode; the best prefill, the best decode and the best pass are reported (default ${DEFAULT-VALUE})") int repeats;
+    @Option(names = "--warmup", defaultValue = "1", description = "untimed runs before the timed ones, so that the JIT compiler has compiled the kernels (default ${DEFAULT-VALUE})") int warmup;
     @Option(names = "--max-context", defaultValue = "65536",
             description = "largest prompt + decode length this run may use (default ${DEFAULT-VALUE}); also capped by the model's max_position_embeddings")
     int maxContext;
     @Option(names = "--no-bandwidth", description = "skip the memory bandwidth measurement") boolean noBandwidth;
-    @Option(names = "--profile", description = "time the decode steps' matrix-vector products by shape and print where a decoded token's time went in the best run")
+    @Option(names = "--profile", description = "time the decode steps' matrix-vector products (by hand-off to the worker pool) and print where a decoded token's time went in the best run")
     boolean profile;
 
     @Override
     public Integer call() throws Exception {
-        if (promptTokens < 1 || decodeTokens < 1 || chunk < 1 || repeats < 1)
-            throw new IllegalArgumentException("--prompt-tokens, --decode-tokens, --chunk and --repeats must be >= 1");
-        if (maxContext < 2) throw new IllegalArgumentException("--max-context must be >= 2, got " + maxContext);
+        atLeast("--prompt-tokens", promptTokens, 1);
+        atLeast("--decode-tokens", decodeTokens, 1);
+        atLeast("--chunk", chunk, 1);
+        atLeast("--repeats", repeats, 1);
+        atLeast("--warmup", warmup, 0);
+        atLeast("--max-context", maxContext, 2);
         long total = (long) promptTokens + decodeTokens;
         if (total > maxContext)
             throw new IllegalArgumentException("--prompt-tokens (" + promptTokens + ") + --decode-tokens (" + decodeTokens + ") = "
@@ -70,43 +74,36 @@ public final class BenchEngineCommand implements Callable<Integer> {
             SplittableRandom r = new SplittableRandom(seed);
             int[] toks = new int[promptTokens + decodeTokens];
             for (int i = 0; i < toks.length; i++) toks[i] = r.nextInt(c.vocabSize);
+            for (int i = 0; i < warmup; i++) {
+                long[] ns = run(be, toks, null);
+                System.out.printf("  warm-up run %d (not counted): prefill %.1f tok/s, decode %.2f tok/s%n", i + 1,
+                        promptTokens / (ns[0] / 1e9), decodeTokens / (ns[1] / 1e9));
+            }
             double bestPrefill = 0, bestDecode = 0, bestBw = 0;
             ProductProfile bestProf = null;
             long bestNanos = 0;
             for (int rep = 0; rep < repeats; rep++) {
-                try (CpuSequence s = be.newSequence(16)) {
-                    long t0 = System.nanoTime();
-                    for (int off = 0; off < promptTokens; off += chunk) {
-                        int n = Math.min(chunk, promptTokens - off);
-                        be.forward(s, toks, off, n, off + n == promptTokens ? new int[]{n - 1} : new int[0]);
-                    }
-                    double pre = promptTokens / ((System.nanoTime() - t0) / 1e9);
-                    ProductProfile prof = profile ? new ProductProfile() : null;
-                    ProductProfile.activate(prof);
-                    long t1 = System.nanoTime();
-                    for (int i = 0; i < decodeTokens; i++) be.forward(s, toks, promptTokens + i, 1, new int[]{0});
-                    long dt = System.nanoTime() - t1;
-                    ProductProfile.activate(null);
-                    double secs = dt / 1e9, dec = decodeTokens / secs;
-                    if (dec > bestDecode) {
-                        bestProf = prof;
-                        bestNanos = dt;
-                    }
-                    System.out.printf("  run %d: prefill %.1f tok/s, decode %.2f tok/s = %.2f GB/s", rep + 1, pre, dec,
-                            (weightBytes + cacheBytes) * dec / 1e9);
-                    if (meter != null) { // a bandwidth pass right after the run, as long as the run's decode
-                        double bw = meter.pass(secs);
-                        bestBw = Math.max(bestBw, bw);
-                        System.out.printf(", then read bandwidth %.2f GB/s over %.2f s", bw, secs);
-                    }
-                    System.out.println();
-                    bestPrefill = Math.max(bestPrefill, pre);
-                    bestDecode = Math.max(bestDecode, dec);
+                ProductProfile prof = profile ? new ProductProfile() : null;
+                long[] ns = run(be, toks, prof);
+                double pre = promptTokens / (ns[0] / 1e9), secs = ns[1] / 1e9, dec = decodeTokens / secs;
+                if (dec > bestDecode) {
+                    bestProf = prof;
+                    bestNanos = ns[1];
                 }
+                System.out.printf("  run %d: prefill %.1f tok/s, decode %.2f tok/s = %.2f GB/s", rep + 1, pre, dec,
+                        (weightBytes + cacheBytes) * dec / 1e9);
+                if (meter != null) { // a bandwidth pass right after the run, at least as long as the run's decode
+                    MemBandwidth.Pass bw = meter.pass(secs);
+                    bestBw = Math.max(bestBw, bw.gbPerSecond());
+                    System.out.printf(", then read bandwidth %.2f GB/s over %.2f s", bw.gbPerSecond(), bw.seconds());
+                }
+                System.out.println();
+                bestPrefill = Math.max(bestPrefill, pre);
+                bestDecode = Math.max(bestDecode, dec);
             }
             double gbs = (weightBytes + cacheBytes) * bestDecode / 1e9;
-            System.out.printf("prefill: %.1f tokens/s (%d-token prompt, chunks of %d)%n", bestPrefill, promptTokens, chunk);
-            System.out.printf("decode:  %.2f tokens/s (batch 1, context %d..%d)%n", bestDecode, promptTokens, promptTokens + decodeTokens);
+            System.out.printf("prefill: %.1f tokens/s (%d-token prompt, chunks of %d; best run)%n", bestPrefill, promptTokens, chunk);
+            System.out.printf("decode:  %.2f tokens/s (batch 1, context %d..%d; best run)%n", bestDecode, promptTokens, promptTokens + decodeTokens);
             System.out.printf("bytes read per decoded token: %.1f MB weights + %.2f MB F16 cache (at context %d)%n",
                     weightBytes / 1e6, cacheBytes / 1e6, ctx);
             System.out.printf("achieved: %.2f GB/s%n", gbs);
@@ -116,14 +113,42 @@ public final class BenchEngineCommand implements Callable<Integer> {
             if (bestProf != null) printProfile(bestProf, bestNanos, decodeTokens);
             if (meter != null) {
                 double peak = 0;
-                for (int p = 0; p < 5; p++) peak = Math.max(peak, meter.pass(0));
+                for (int p = 0; p < 5; p++) peak = Math.max(peak, meter.pass(0).gbPerSecond());
                 System.out.printf("read bandwidth, short-window peak (best of 5 single sweeps of 1 GiB): %.2f GB/s -> decode at %.0f%% of it%n",
                         peak, 100 * gbs / peak);
-                System.out.printf("measured read bandwidth: %.2f GB/s (best of %d passes, each as long as a decode run, "
-                        + "taken right after it) -> decode at %.0f%% of the bandwidth bound%n", bestBw, repeats, 100 * gbs / bestBw);
+                System.out.printf("measured read bandwidth: %.2f GB/s (best of %d %s, each at least as long as a timed run's decode, "
+                        + "taken right after it) -> decode at %.0f%% of the bandwidth bound%n", bestBw, repeats,
+                        repeats == 1 ? "pass" : "passes", 100 * gbs / bestBw);
             }
         }
         return 0;
+    }
+
+    private static void atLeast(String option, int value, int min) {
+        if (value < min) throw new IllegalArgumentException(option + " must be >= " + min + ", got " + value);
+    }
+
+    /**
+     * One run on a fresh sequence: the prompt prefilled in chunks, then decodeTokens decode steps, the decode steps
+     * recorded in prof when it is not null.
+     * @return {prefill nanoseconds, decode nanoseconds}
+     */
+    private long[] run(CpuBackend be, int[] toks, ProductProfile prof) {
+        try (CpuSequence s = be.newSequence(16)) {
+            long t0 = System.nanoTime();
+            for (int off = 0; off < promptTokens; off += chunk) {
+                int n = Math.min(chunk, promptTokens - off);
+                be.forward(s, toks, off, n, off + n == promptTokens ? new int[]{n - 1} : new int[0]);
+            }
+            long t1 = System.nanoTime();
+            ProductProfile.activate(prof);
+            try {
+                for (int i = 0; i < decodeTokens; i++) be.forward(s, toks, promptTokens + i, 1, new int[]{0});
+            } finally {
+                ProductProfile.activate(null);
+            }
+            return new long[]{t1 - t0, System.nanoTime() - t1};
+        }
     }
 
     /** Where a decoded token's time went: the matrix-vector products by group, then everything else. */
@@ -135,11 +160,13 @@ public final class BenchEngineCommand implements Callable<Integer> {
             mvBytes += g.bytes();
         }
         System.out.printf("decode profile of the best run: %.3f ms per token%n", perTok);
-        System.out.printf("  matrix-vector products: %.3f ms (%.0f%%), %.1f MB, %.2f GB/s%n", mvNanos / 1e6 / tokens,
+        System.out.printf("  matrix-vector products: %.3f ms (%.0f%%), %.1f MB, %.2f GB/s; by hand-off to the worker pool "
+                        + "(n products, the first one named):%n", mvNanos / 1e6 / tokens,
                 100.0 * mvNanos / nanos, mvBytes / 1e6 / tokens, (double) mvBytes / mvNanos);
         for (ProductProfile.Group g : prof.groups())
-            System.out.printf("    %-52s %5.1f per token  %7.1f us each  %7.3f ms per token  %6.2f GB/s%n", g.name(),
-                    (double) g.calls() / tokens, g.nanos() / 1e3 / g.calls(), g.nanos() / 1e6 / tokens, (double) g.bytes() / g.nanos());
+            System.out.printf("    %-58s %5.1f per token  %7.3f MB %7.1f us each  %7.3f ms per token  %6.2f GB/s%n", g.name(),
+                    (double) g.calls() / tokens, g.bytes() / 1e6 / g.calls(), g.nanos() / 1e3 / g.calls(), g.nanos() / 1e6 / tokens,
+                    (double) g.bytes() / g.nanos());
         System.out.printf("  everything else (attention over the cache, mHC, norms, RoPE, compressors, indexer, routing, SwiGLU): %.3f ms (%.0f%%)%n",
                 (nanos - mvNanos) / 1e6 / tokens, 100.0 * (nanos - mvNanos) / nanos);
     }
@@ -163,14 +190,17 @@ public final class BenchEngineCommand implements Callable<Integer> {
         return b;
     }
 
-    /** F16 cache bytes one decode step reads at a given context: raw window rows and compressed entries/keys. */
+    /**
+     * F16 cache bytes one decode step reads at a given context: the raw window rows; in HCA layers every compressed
+     * entry; in CSA layers every indexer key (the indexer scores all of them) and the index_topk entries it selects.
+     */
     static long decodeCacheBytes(ModelConfig c, int ctx) {
         long b = 0;
         for (int l = 0; l < c.numLayers; l++) {
             b += (long) Math.min(ctx, c.slidingWindow - 1) * c.headDim * 2;
             switch (c.layerTypes[l]) {
                 case HCA -> b += (long) (ctx / c.hcaRatio) * c.headDim * 2;
-                case CSA -> b += (long) (ctx / c.csaRatio) * (c.headDim + c.indexHeadDim) * 2;
+                case CSA -> b += ((long) Math.min(ctx / c.csaRatio, c.indexTopk) * c.headDim + (long) (ctx / c.csaRatio) * c.indexHeadDim) * 2;
                 default -> { }
             }
         }

@@ -44,10 +44,17 @@ public final class MemBandwidth {
         if (passes <= 0) throw new IllegalArgumentException("bytes " + bytes + ", passes " + passes);
         try (Meter m = new Meter(bytes)) {
             double best = 0;
-            for (int p = 0; p < passes; p++) best = Math.max(best, m.pass(0));
+            for (int p = 0; p < passes; p++) best = Math.max(best, m.pass(0).gbPerSecond());
             return best;
         }
     }
+
+    /**
+     * One measured pass.
+     * @param gbPerSecond read bandwidth in GB/s (10^9 bytes per second)
+     * @param seconds     the pass's wall time
+     */
+    public record Pass(double gbPerSecond, double seconds) {}
 
     /**
      * A reusable read-bandwidth probe: one off-heap buffer, swept by all {@link Parallel} threads. Lets a benchmark
@@ -80,17 +87,17 @@ public final class MemBandwidth {
 
         /**
          * One pass: whole sweeps over the buffer, repeated until at least {@code minSeconds} have passed (one sweep
-         * when 0).
-         * @return the pass's read bandwidth in GB/s (10^9 bytes per second)
+         * when 0), so a pass lasts up to one sweep longer than asked.
+         * @return the pass's read bandwidth and duration
          */
-        public double pass(double minSeconds) {
+        public Pass pass(double minSeconds) {
             long t0 = System.nanoTime(), bytes = 0, dt;
             do {
                 sweep();
                 bytes += bytes();
                 dt = System.nanoTime() - t0;
             } while (dt < minSeconds * 1e9);
-            return (double) bytes / dt;
+            return new Pass((double) bytes / dt, dt / 1e9);
         }
 
         private void sweep() {

@@ -160,6 +160,13 @@ class CliErrorsTest {
         r = runBounded("bench-engine", "--model", GenerateCommandTest.FIXTURE, "--prompt-tokens", "2000000", "--max-context", "3000000");
         assertEquals(2, r.code(), r.err());
         assertTrue(r.err().contains("exceeds the model's context of"), r.err());
+        String[][] bad = {{"--decode-tokens", "0", "--decode-tokens must be >= 1, got 0"}, {"--repeats", "-1", "--repeats must be >= 1, got -1"},
+                {"--warmup", "-2", "--warmup must be >= 0, got -2"}, {"--chunk", "0", "--chunk must be >= 1, got 0"}};
+        for (String[] b : bad) {
+            r = runBounded("bench-engine", "--model", GenerateCommandTest.FIXTURE, b[0], b[1]);
+            assertEquals(2, r.code(), r.err());
+            assertTrue(r.err().contains("error: " + b[2]), r.err());
+        }
     }
 
     @Test
