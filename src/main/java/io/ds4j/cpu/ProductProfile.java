@@ -30,7 +30,7 @@ public final class ProductProfile {
     public record Group(String name, long calls, long nanos, long bytes) {}
 
     /** Raw grouping key, cheap to hash in the timed loop; names are shortened only when read. */
-    private record Key(int n, String first) {}
+    private record Key(int n, String name, int rows, int cols, WeightMatrix.Format format) {}
 
     private final Map<Key, LongAdder[]> groups = new ConcurrentHashMap<>();
 
@@ -51,7 +51,7 @@ public final class ProductProfile {
 
     /** Records one call: its n = w.length products took nanos and read bytes of weights. */
     void record(WeightMatrix[] w, long nanos, long bytes) {
-        LongAdder[] g = groups.computeIfAbsent(new Key(w.length, w[0].name + "[" + w[0].rows + "x" + w[0].cols + " " + w[0].format + "]"),
+        LongAdder[] g = groups.computeIfAbsent(new Key(w.length, w[0].name, w[0].rows, w[0].cols, w[0].format),
                 k -> new LongAdder[]{new LongAdder(), new LongAdder(), new LongAdder()});
         g[0].increment();
         g[1].add(nanos);
@@ -62,8 +62,8 @@ public final class ProductProfile {
     public List<Group> groups() {
         Map<String, long[]> merged = new LinkedHashMap<>();
         groups.forEach((k, g) -> {
-            String name = k.n() + " x " + k.first().replaceFirst("^(model\\.)?layers\\.\\d+\\.", "")
-                    .replaceAll("experts\\.\\d+\\.", "experts.E.");
+            String name = k.n() + " x " + k.name().replaceFirst("^(model\\.)?layers\\.\\d+\\.", "")
+                    .replaceAll("experts\\.\\d+\\.", "experts.E.") + "[" + k.rows() + "x" + k.cols() + " " + k.format() + "]";
             long[] t = merged.computeIfAbsent(name, q -> new long[3]);
             t[0] += g[0].sum();
             t[1] += g[1].sum();
