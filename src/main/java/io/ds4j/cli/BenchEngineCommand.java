@@ -155,7 +155,8 @@ public final class BenchEngineCommand implements Callable<Integer> {
     private static void printProfile(ProductProfile prof, long nanos, long tokens) {
         double perTok = nanos / 1e6 / tokens;
         long mvNanos = 0, mvBytes = 0;
-        for (ProductProfile.Group g : prof.groups()) {
+        java.util.List<ProductProfile.Group> groups = prof.groups();
+        for (ProductProfile.Group g : groups) {
             mvNanos += g.nanos();
             mvBytes += g.bytes();
         }
@@ -163,7 +164,7 @@ public final class BenchEngineCommand implements Callable<Integer> {
         System.out.printf("  matrix-vector products: %.3f ms (%.0f%%), %.1f MB, %.2f GB/s; by hand-off to the worker pool "
                         + "(n products, the first one named):%n", mvNanos / 1e6 / tokens,
                 100.0 * mvNanos / nanos, mvBytes / 1e6 / tokens, (double) mvBytes / mvNanos);
-        for (ProductProfile.Group g : prof.groups())
+        for (ProductProfile.Group g : groups)
             System.out.printf("    %-58s %5.1f per token  %7.3f MB %7.1f us each  %7.3f ms per token  %6.2f GB/s%n", g.name(),
                     (double) g.calls() / tokens, g.bytes() / 1e6 / g.calls(), g.nanos() / 1e3 / g.calls(), g.nanos() / 1e6 / tokens,
                     (double) g.bytes() / g.nanos());
