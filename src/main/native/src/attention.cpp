@@ -750,11 +750,6 @@ static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K,
     return p;
 }
 
-static unsigned grid_for(int64_t n) {
-    const int64_t b = (n + 255) / 256;
-    return (unsigned)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
-}
-
 }  // namespace ds4j
 
 using namespace ds4j;

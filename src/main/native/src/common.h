@@ -112,6 +112,11 @@ namespace ds4j {
 constexpr int WARP = 32;
 
 static inline unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+/** Blocks of 256 threads for n elements of a grid-stride kernel: at least 1, at most 65,535 (the kernel loops). */
+static inline unsigned grid_for(int64_t n) {
+    const int64_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -204,11 +204,6 @@ __global__ void moe_combine_kernel(const int32_t* ids, const float* weights, con
     }
 }
 
-static unsigned grid_for(int64_t n) {
-    const int64_t b = (n + 255) / 256;
-    return (unsigned)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
-}
-
 }  // namespace ds4j
 
 using namespace ds4j;

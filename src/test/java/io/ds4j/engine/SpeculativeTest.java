@@ -25,7 +25,7 @@ import static org.junit.jupiter.api.Assertions.*;
  * and width, on the tiny reference fixture (all attention kinds, both MoE kinds; its FP8/FP4 twin is the draft
  * model) and on an in-memory micro model; acceptance figures behave.
  */
-class SpeculativeTest {
+public class SpeculativeTest {
     static CpuBackend target, otherModel, sameModel;
     static ModelConfig cfg;
 
@@ -44,13 +44,18 @@ class SpeculativeTest {
         sameModel.close();
     }
 
-    record Result(int[] tokens, Generation.SpecStats stats, Generation.Finish finish) {}
+    /** What one generation produced: its tokens, its speculative statistics and why it finished. */
+    public record Result(int[] tokens, Generation.SpecStats stats, Generation.Finish finish) {}
 
     static Result generate(int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w) {
         return generate(target, prompt, p, src, w);
     }
 
-    static Result generate(CpuBackend target, int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w) {
+    /**
+     * Runs one generation to its end on target (prompt, sampling p, draft src or none, verify width w; at most 5 new
+     * tokens, rollback window 16); also used by the GPU's speculative test.
+     */
+    public static Result generate(Backend target, int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w) {
         List<Integer> out = new ArrayList<>();
         Sampler s = new Sampler(p, target.config().vocabSize, prompt);
         Draft d = src == null ? null : src.open(prompt, p, 7);

@@ -1,11 +1,9 @@
 package io.ds4j.gpu;
 
 import io.ds4j.engine.Backend;
-import io.ds4j.engine.Generation;
+import io.ds4j.engine.SpeculativeTest;
 import io.ds4j.model.WeightLoader;
-import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
-import io.ds4j.spec.Draft;
 import io.ds4j.spec.DraftSource;
 import io.ds4j.spec.ModelDraftSource;
 import io.ds4j.spec.NgramDraft;
@@ -14,7 +12,6 @@ import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 import java.nio.file.Path;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.SplittableRandom;
@@ -32,18 +29,14 @@ import static org.junit.jupiter.api.Assertions.*;
 class HipSpeculativeTest {
     static final Path TINY = Path.of("src/test/resources/fixtures/tiny-hf-bf16"), TWIN = Path.of("src/test/resources/fixtures/tiny-orig-fp8");
 
+    /** One generation on target ({@link SpeculativeTest#generate}); adds its offered and accepted drafts to stats. */
     static int[] generate(Backend target, int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w, long[] stats) {
-        List<Integer> out = new ArrayList<>();
-        Sampler s = new Sampler(p, target.config().vocabSize, prompt);
-        Draft d = src == null ? null : src.open(prompt, p, 7);
-        Generation g = new Generation(target, target.newSequence(16), prompt, s, d, w,
-                new Generation.Options(5, 4096, new int[]{-1}, 16), (tok, lp) -> { out.add(tok); return true; });
-        while (g.step()) { }
+        SpeculativeTest.Result r = SpeculativeTest.generate(target, prompt, p, src, w);
         if (stats != null && src != null) {
-            stats[0] += g.specStats().offered();
-            stats[1] += g.specStats().accepted();
+            stats[0] += r.stats().offered();
+            stats[1] += r.stats().accepted();
         }
-        return out.stream().mapToInt(Integer::intValue).toArray();
+        return r.tokens();
     }
 
     @Test
