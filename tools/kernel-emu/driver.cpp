@@ -1,9 +1,10 @@
-// Emulated runs of the tensor-core prefill kernels (gemm_tc.cpp, indexer_tc.cpp) against F64 references on odd
+// Emulated runs of the tensor-core kernels (gemm_tc.cpp, indexer_tc.cpp, attention.cpp) against F64 references on odd
 // shapes: K and token tails, partial row tiles, FP8 row views inside the block grid, groups that end inside a tile,
 // routed experts with uneven loads (empty experts, misaligned expert storage, more experts than one scan chunk),
 // indexer blocks with rows unused, queries below K_I, several key blocks. EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
 #include "indexer_tc.cpp"
+#include "attention_tc.cpp"
 #include <random>
 
 using namespace ds4j;
@@ -227,6 +228,98 @@ static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
     printf("indexer HI %d dI %d N0 %ld S %d m %d K %d: %d scores, worst rel %.3g\n", HI, dI, (long)N0, S, m, K, scored, worst);
 }
 
+// F16-operand attention (attention.cpp, tensor cores) against an F64 reference: key sets with the window, ring wrap,
+// this step's rows, HCA entries and CSA selections; heads past H; several key ranges with the combine kernel.
+static void attention(int H, int D, int kind, int m, int K, int64_t N0, int S, int nsplit_want, double qstd) {
+    const int W = 16, cap = W + 8;
+    auto f16r = [](double v) { return __half2float(__float2half_rn((float)v)); };
+    std::vector<float> q((size_t)S * H * D), kv_new((size_t)S * D), sinks(H);
+    for (auto& v : q) v = (float)(gauss() * qstd);
+    for (auto& v : kv_new) v = f16r(gauss());
+    for (auto& v : sinks) v = (float)gauss();
+    std::vector<uint16_t> ring((size_t)cap * D);
+    for (auto& v : ring) v = __float2half_rn((float)gauss()).b;
+    const int64_t ncomp_max = kind == DS4J_ATTN_SLIDING ? 0 : (N0 + S) / m;
+    std::vector<uint16_t> entries((size_t)std::max<int64_t>(ncomp_max, 1) * D);
+    for (auto& v : entries) v = __float2half_rn((float)gauss()).b;
+    std::vector<int32_t> sel((size_t)S * K);
+    for (int s = 0; s < S; s++) {
+        const int64_t avail = (N0 + s + 1) / std::max(m, 1);
+        std::vector<int32_t> all(avail);
+        for (int64_t e = 0; e < avail; e++) all[e] = (int32_t)e;
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int i = 0; i < K && i < (int)avail; i++) sel[(size_t)s * K + i] = all[i];
+    }
+    const float scale = 1.f / std::sqrt((float)D);
+    int64_t nk_max = 0;
+    for (int s = 0; s < S; s++) nk_max = std::max<int64_t>(nk_max, attended_rows(kind, m, K, N0 + s, W));
+    int nsplit = 1;  // the grid's ranges: the most any query gets (each query's own split: tc_split)
+    for (int s = 0; s < S; s++) nsplit = std::max(nsplit, tc_split(attended_rows(kind, m, K, N0 + s, W), nsplit_want).nsplit);
+    const int per = tc_split(nk_max, nsplit_want).per;
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
+    std::vector<float> out((size_t)S * H * D, -555.f), part(nsplit > 1 ? (size_t)nsplit * S * H * (D + 2) : 1);
+    dim3 grid(S * HB, nsplit);
+    const size_t smem = tc_smem(D);
+    auto run = [&](auto dd) {
+        constexpr int DD = decltype(dd)::value;
+        emu_launch(grid, dim3(TC_THREADS), smem, [&] {
+            tc_attention_kernel<DD>(q.data(), kv_new.data(), ring.data(), cap, entries.data(), kind, m, sel.data(), K,
+                                    sinks.data(), N0, S, H, W, scale, 0, nsplit_want, part.data(), out.data());
+        });
+    };
+    switch (D) {
+        case 64: run(std::integral_constant<int, 64>()); break;
+        case 128: run(std::integral_constant<int, 128>()); break;
+        default: run(std::integral_constant<int, 512>()); break;
+    }
+    if (nsplit > 1)
+        emu_launch(dim3(S * H), dim3(128), 0, [&] {
+            tc_combine_kernel(part.data(), nsplit, kind, m, K, N0, S, W, 0, nsplit_want, H, D, sinks.data(), out.data());
+        });
+    double worst = 0;
+    for (int s = 0; s < S; s++) {
+        const int64_t t = N0 + s, p0 = std::max<int64_t>(0, t - W + 1);
+        std::vector<const void*> rows;  // F32 (this step) or F16 rows
+        std::vector<bool> isf;
+        for (int64_t p = p0; p <= t; p++) {
+            if (p >= N0) { rows.push_back(&kv_new[(size_t)(p - N0) * D]); isf.push_back(true); }
+            else { rows.push_back(&ring[(size_t)(p % cap) * D]); isf.push_back(false); }
+        }
+        if (kind != DS4J_ATTN_SLIDING) {
+            const int64_t avail = (t + 1) / m;
+            const bool pick = kind == DS4J_ATTN_CSA && avail > K;
+            for (int64_t i = 0; i < (pick ? K : avail); i++) {
+                rows.push_back(&entries[(size_t)(pick ? sel[(size_t)s * K + i] : i) * D]);
+                isf.push_back(false);
+            }
+        }
+        auto val = [&](size_t j, int i) { return isf[j] ? (double)((const float*)rows[j])[i] : (double)emu_f16(((const uint16_t*)rows[j])[i]); };
+        for (int h = 0; h < H; h++) {
+            const float* qr = &q[((size_t)s * H + h) * D];
+            std::vector<double> z(rows.size());
+            double zmax = sinks[h];
+            for (size_t j = 0; j < rows.size(); j++) {
+                double acc = 0;
+                for (int i = 0; i < D; i++) acc += (double)qr[i] * val(j, i);
+                z[j] = acc * scale;
+                zmax = std::max(zmax, z[j]);
+            }
+            double L = std::exp(sinks[h] - zmax);
+            for (auto& v : z) L += v = std::exp(v - zmax);
+            for (int i = 0; i < D; i++) {
+                double o = 0, mag = 0;
+                for (size_t j = 0; j < rows.size(); j++) { o += z[j] * val(j, i); mag += z[j] * std::fabs(val(j, i)); }
+                o /= L; mag /= L;
+                const double got = out[((size_t)s * H + h) * D + i];
+                worst = std::max(worst, std::fabs(got - o) / (mag + 1e-30));
+                check("attention", got, o, mag, 4e-6, s * H + h, i);
+            }
+        }
+    }
+    printf("attention H %d D %d kind %d m %d K %d N0 %ld S %d, up to %d key ranges (last query's of %d keys): worst error %.3g of sum |p v|\n", H, D,
+           kind, m, K, (long)N0, S, nsplit, per, worst);
+}
+
 int main() {
     // dense: odd rows, K tails, token tails, row views (FP8 grid offsets), groups straddling tiles
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
@@ -248,6 +341,12 @@ int main() {
     indexer(16, 64, 200, 45, 4, 32);
     indexer(64, 128, 1000, 5, 4, 100);
     indexer(48, 16, 3000, 7, 8, 300);
+    attention(16, 64, DS4J_ATTN_SLIDING, 0, 4, 30, 3, 1, 1.0);   // ring wrapped, this step's rows
+    attention(80, 64, DS4J_ATTN_HCA, 4, 8, 100, 3, 2, 1.0);      // two head blocks (rows past H), two key ranges
+    attention(8, 128, DS4J_ATTN_CSA, 4, 40, 300, 5, 3, 3.0);     // CSA selections, sharp softmax
+    attention(20, 64, DS4J_ATTN_HCA, 2, 8, 200, 2, 4, 8.0);      // very sharp softmax over four key ranges
+    attention(64, 512, DS4J_ATTN_HCA, 2, 8, 60, 2, 1, 1.0);      // the V4 shape, one key range
+    attention(24, 64, DS4J_ATTN_HCA, 2, 8, 30, 6, 2, 1.0);       // queries of one and of two key ranges in one step
     printf("%s: %d failures\n", fails ? "FAILED" : "OK", fails);
     return fails ? 1 : 0;
 }

@@ -20,7 +20,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __restrict__
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
@@ -39,6 +39,7 @@ struct dim3 {
 };
 typedef int hipError_t;
 typedef void* hipStream_t;
+typedef void* hipGraphExec_t;
 #define hipSuccess 0
 inline hipError_t hipGetLastError() { return 0; }
 inline const char* hipGetErrorName(hipError_t) { return "emu"; }

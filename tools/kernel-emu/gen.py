@@ -32,3 +32,21 @@ x=x.replace('extern __shared__ __align__(16) uint32_t sm[];','uint32_t* sm = emu
 x=x[:x.index('}  // namespace ds4j\n\nusing namespace ds4j;')]+'}  // namespace ds4j\n'
 open(out+'indexer_tc.cpp','w').write(x)
 
+# the F16-operand attention kernel (tensor cores) of attention.cpp: the key-set helpers, the kernel and its combine
+a=open(src+'attention.cpp').read()
+keys=a[a.index('/** The key set of one query (spec 3.7)'):a.index('/** Cache element to F32')]
+rows=a[a.index('__host__ __device__ __forceinline__ int64_t attended_rows'):]
+keys+=rows[:rows.index('\n}\n')+3]
+tcs=a[a.index('/** 2 + 2 F16 halves of a 32-bit word'):a.index('// mma.sync m16n8k16 and cp.async')]
+kern=a[a.index('constexpr int TC_THREADS'):a.index('#endif  // DS4J_HAVE_MMA')]
+comb=a[a.index('/**\n * Adds the partials of each row'):a.index('/** Multiprocessor count of a device')]
+emu_tc='''inline void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    const uint32_t a[4] = {a0, a1, a2, a3};
+    emu_mma(c, a, b0, b1, false);
+}
+inline void cp_async16(void* smem, const void* gmem) { memcpy(smem, gmem, 16); }
+inline void cp_async_wait_all() {}
+inline float2 make_float2(float x, float y) { return {x, y}; }
+'''
+kern=kern.replace('extern __shared__ __align__(16) unsigned char tc_sm[];','unsigned char* tc_sm = reinterpret_cast<unsigned char*>(emu_dyn_smem);')
+open(out+'attention_tc.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+keys+tcs+emu_tc+kern+comb+'}  // namespace ds4j\n')

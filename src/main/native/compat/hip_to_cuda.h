@@ -49,6 +49,8 @@ typedef cudaGraphExecUpdateResult hipGraphExecUpdateResult;
 #define hipSetDevice cudaSetDevice
 #define hipGetDevice cudaGetDevice
 #define hipGetDeviceProperties cudaGetDeviceProperties
+#define hipFuncSetAttribute cudaFuncSetAttribute
+#define hipFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributeMaxDynamicSharedMemorySize
 #define hipMemGetInfo cudaMemGetInfo
 #define hipDriverGetVersion cudaDriverGetVersion
 #define hipRuntimeGetVersion cudaRuntimeGetVersion

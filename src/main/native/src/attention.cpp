@@ -153,11 +153,10 @@ static inline int64_t attention_smem(int d, int64_t nk) { return (int64_t)d * 4 
 
 /**
  * One block per (head, query). T: the cache's element type (uint16_t = F16 rows read in place, float = an F32 copy);
- * both give the same result bit for bit, because F16 -> F32 is exact and the arithmetic is the same.
- * F16OPS (the portable F16-operand path of ds4j_attention_f16_operands): q and the unnormalised probabilities are
- * rounded to F16 before their products, as the tensor-core kernel does; the denominator sums the unrounded ones.
+ * both give the same result bit for bit, because F16 -> F32 is exact and the arithmetic is the same. The portable
+ * path of ds4j_attention_f16_operands is this kernel on the F16 rows, so it equals the control bit for bit.
  */
-template <typename T, bool F16OPS>
+template <typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, const T* entries, int kind,
                  int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int H, int d, int W, float scale,
@@ -171,7 +170,7 @@ attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, co
     Keys<T> k;
     const int nk = query_keys(k, kv_new, ring, cap, entries, kind, m, sel, K, N0, s, d, W);
     const float* qrow = q + ((int64_t)s * H + h) * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = F16OPS ? f16_to_f32(f32_to_f16(qrow[i])) : qrow[i];
+    for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = qrow[i];
     for (int j = threadIdx.x; j < nk; j += blockDim.x) kp[j] = key_row(k, j);
     __syncthreads();
     // logits: one warp per key
@@ -197,7 +196,7 @@ attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, co
     float part = 0;
     for (int j = threadIdx.x; j < nk; j += blockDim.x) {
         const float e = exp_d(sub(lg[j], mx));
-        lg[j] = F16OPS ? f16_to_f32(f32_to_f16(e)) : e;
+        lg[j] = e;
         part += e;
     }
     const float sum = add(block_sum(part, red), exp_d(sub(sink, mx)));  // block_sum synchronises: lg is complete
@@ -205,15 +204,9 @@ attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, co
     float* orow = out + ((int64_t)s * H + h) * d;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float acc = 0;
-        if (F16OPS) {
 #pragma unroll 8
-            for (int j = 0; j < nk; j++) acc = add(acc, mul(lg[j], key_val<T>(kp[j], i)));
-            orow[i] = mul(acc, inv);
-        } else {
-#pragma unroll 8
-            for (int j = 0; j < nk; j++) acc = add(acc, mul(mul(lg[j], inv), key_val<T>(kp[j], i)));
-            orow[i] = acc;
-        }
+        for (int j = 0; j < nk; j++) acc = add(acc, mul(mul(lg[j], inv), key_val<T>(kp[j], i)));
+        orow[i] = acc;
     }
 }
 
@@ -395,17 +388,46 @@ __global__ void f16_to_f32_kernel(const uint16_t* src, float* dst, int64_t n, in
 
 // ------------------------------------------------------------------------------------------- F16-operand attention
 //
-// ds4j_attention_f16_operands: the verify attention of the F16 path above the short-context threshold (issue 8).
-// Same key set and masks per query as attention_kernel; q and the probabilities are rounded to F16, products are
-// accumulated in F32. Flash-decoding layout: a block takes 64 heads of one query (the 64 x d output accumulator is
-// what one SM's registers hold at d = 512) and a range of that query's keys; each key tile is loaded once into
-// shared memory and used by all 64 heads (one KV head: every head reads the same rows). The S queries of a step run
-// concurrently over the same window and (mostly) the same entries, so HBM sees one read of the step's key set and the
-// other queries hit L2. Blocks write unnormalised partials (running max m, sum l, output) and a combine kernel adds
-// them with the sink; with a single key range per query the block finishes the rows itself.
+// ds4j_attention_f16_operands: the verify attention of the F16 path above the short-context threshold. Same key set
+// and masks per query as attention_kernel, the F16 cache rows read in place as tensor-core operands (exact: they are
+// F16 values). The F32 side of each product keeps F32 accuracy: every query row is scaled by a power of two that puts
+// its largest |value| in [2^14, 2^15) and split into F16 hi + lo parts, and every probability (at most 1) is scaled
+// by 2^14 and split likewise; the two MMAs per product accumulate in F32 and the scalings are undone exactly. The hi
+// + lo pair carries 22 significant bits, so each product term is within about 2^-22 relative of the F32 one and the
+// output matches the control (F32 attention over an F32 copy of the cache) to F32 rounding noise, not F16 rounding.
+// Rounding q or the probabilities to F16 instead (what this kernel once did) perturbs every verified row by ~1e-3
+// relative; the rows a verify step commits then differ from what decode steps write, and the difference compounds
+// through the layers and the steps (a copy-of-target draft lost a third of its tokens at 43 layers).
+//
+// Flash-decoding layout: a block takes 64 heads of one query (the 64 x d output accumulator is what one SM's
+// registers hold at d = 512) and a range of that query's keys; each key tile is loaded once into shared memory and
+// used by all 64 heads (one KV head: every head reads the same rows). The S queries of a step run concurrently over
+// the same window and (mostly) the same entries, so HBM sees one read of the step's key set and the other queries
+// hit L2. Blocks write unnormalised partials (running max m, sum l, output) and a combine kernel adds them with the
+// sink; with a single key range per query the block finishes the rows itself.
 
 /** 2 + 2 F16 halves of a 32-bit word: the lower address holds the lower index (mma fragment order). */
 __device__ __forceinline__ uint32_t pack2(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+
+constexpr int TC_ROWS = 64;     // heads per block (4 warps x m16)
+constexpr int TC_KT = 32;       // keys per tile (two Q tiles, hi and lo, leave room for 32 keys of d = 512)
+
+/**
+ * How a query's nk keys are split into key ranges when at most ns_max ranges are wanted: ranges of whole tiles, as
+ * even as possible. A function of the query's own key count, never of the step's: a query gets the same partition,
+ * so the same result bit for bit, whether it is verified among S queries or decoded alone.
+ */
+struct TcSplit {
+    int nsplit;  // ranges
+    int per;     // keys per range, a multiple of the tile
+};
+__host__ __device__ __forceinline__ TcSplit tc_split(int64_t nk, int ns_max) {
+    int64_t tiles = (nk + TC_KT - 1) / TC_KT;
+    if (tiles < 1) tiles = 1;
+    const int64_t ns = tiles < ns_max ? tiles : ns_max;
+    const int64_t tps = (tiles + ns - 1) / ns;
+    return TcSplit{(int)((tiles + tps - 1) / tps), (int)(tps * TC_KT)};
+}
 
 // mma.sync m16n8k16 and cp.async need sm_80 or newer (the nvcc build targets sm_90); -DDS4J_PORTABLE_ONLY builds
 // the portable kernel alone (a compile check of what hipcc builds).
@@ -429,60 +451,95 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-constexpr int TC_ROWS = 64;     // heads per block (4 warps x m16)
-constexpr int TC_KT = 64;       // keys per tile
 constexpr int TC_THREADS = 256; // 8 warps
-constexpr int TC_PAD = 8;       // F16 row padding of Q / K tiles (conflict-free fragment loads)
+constexpr float TC_P_UP = 16384.f, TC_P_DOWN = 1.f / 16384.f;  // 2^14: probabilities <= 1 scaled into F16's range
+constexpr int TC_PAD = 8;       // F16 row padding of Q / K / P tiles (conflict-free fragment loads)
 constexpr int TC_SPAD = 4;      // F32 padding of the score tile
 
 /** Dynamic shared memory of tc_attention_kernel<D>. */
 static inline size_t tc_smem(int D) {
-    return (size_t)2 * TC_ROWS * (D + TC_PAD) * 2       // Q block and K tile, F16
+    return (size_t)2 * TC_ROWS * (D + TC_PAD) * 2       // Q hi and lo, F16
+           + (size_t)TC_KT * (D + TC_PAD) * 2           // K tile, F16
            + (size_t)TC_ROWS * (TC_KT + TC_SPAD) * 4    // scores, F32
-           + (size_t)TC_ROWS * (TC_KT + TC_PAD) * 2     // probabilities, F16
-           + (size_t)3 * TC_ROWS * 4                    // correction, final m and l per row
+           + (size_t)2 * TC_ROWS * (TC_KT + TC_PAD) * 2 // probabilities hi and lo, F16
+           + (size_t)4 * TC_ROWS * 4                    // correction, final m and l, score factor per row
            + (size_t)TC_KT * 8;                         // key addresses
 }
 
+/** (a, b) -> F16 pairs hi = f16(a, b), lo = f16(a - hi, b - hi), packed in mma fragment order. */
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+    const uint16_t ha = f32_to_f16(a), hb = f32_to_f16(b);
+    hi = pack2(ha, hb);
+    lo = pack2(f32_to_f16(sub(a, f16_to_f32(ha))), f32_to_f16(sub(b, f16_to_f32(hb))));
+}
+
 /**
- * Grid (S * ceil(H/64), nsplit). Block (s, head block hb, key range c): heads hb*64 .. +64 of query s, keys
- * [c*per, min(nk_s, (c+1)*per)) of its key set. Warp w: row tile w&3 (16 heads); in Q K^T keys (w>>2)*32 .. +32 of the
+ * Grid ((S - s0) * ceil(H/64), most ranges of a query). Block (query s = s0 + .., head block hb, key range c): heads
+ * hb*64 .. +64 of query s, keys [c*per, min(nk_s, (c+1)*per)) of its key set, where nsplit and per are tc_split(nk_s,
+ * ns_max); blocks with c >= nsplit have nothing to do. A query with one range writes its rows of out; otherwise its
+ * ranges write partials for tc_combine_kernel. Warp w: row tile w&3 (16 heads); in Q K^T keys (w>>2)*16 .. +16 of the
  * tile, in P V output columns (w>>2)*D/2 .. +D/2.
  */
 template <int D>
 __global__ void __launch_bounds__(TC_THREADS, 1)
 tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int cap, const uint16_t* entries, int kind,
                     int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int S, int H, int W, float scale,
-                    int per, float* part, float* out) {
-    // NT: n8 output tiles per warp (D/2 columns)
-    constexpr int ST = D + TC_PAD, SST = TC_KT + TC_SPAD, PST = TC_KT + TC_PAD, NT = D / 16;
+                    int s0, int ns_max, float* part, float* out) {
+    // NT: n8 output tiles per warp (D/2 columns); KN: n8 key tiles per warp in Q K^T
+    constexpr int ST = D + TC_PAD, SST = TC_KT + TC_SPAD, PST = TC_KT + TC_PAD, NT = D / 16, KN = TC_KT / 16;
+    constexpr int KPT = TC_KT / 4;  // keys per thread in the softmax
     extern __shared__ __align__(16) unsigned char tc_sm[];
-    uint16_t* Qs = reinterpret_cast<uint16_t*>(tc_sm);
-    uint16_t* Ks = Qs + TC_ROWS * ST;
+    uint16_t* Qh = reinterpret_cast<uint16_t*>(tc_sm);
+    uint16_t* Ql = Qh + TC_ROWS * ST;
+    uint16_t* Ks = Ql + TC_ROWS * ST;
     float* Sc = reinterpret_cast<float*>(Ks + TC_KT * ST);
-    uint16_t* Ps = reinterpret_cast<uint16_t*>(Sc + TC_ROWS * SST);
-    float* corrS = reinterpret_cast<float*>(Ps + TC_ROWS * PST);
+    uint16_t* Ph = reinterpret_cast<uint16_t*>(Sc + TC_ROWS * SST);
+    uint16_t* Pl = Ph + TC_ROWS * PST;
+    float* corrS = reinterpret_cast<float*>(Pl + TC_ROWS * PST);
     float* rmS = corrS + TC_ROWS;
     float* rlS = rmS + TC_ROWS;
-    uintptr_t* kaddr = reinterpret_cast<uintptr_t*>(rlS + TC_ROWS);
+    float* sfS = rlS + TC_ROWS;  // scale * 2^-t: undoes the row's scaling of q
+    uintptr_t* kaddr = reinterpret_cast<uintptr_t*>(sfS + TC_ROWS);
 
     const int HB = (H + TC_ROWS - 1) / TC_ROWS;
-    const int s = blockIdx.x / HB, h0 = (blockIdx.x % HB) * TC_ROWS, c = blockIdx.y;
+    const int s = s0 + (int)(blockIdx.x / HB), h0 = (blockIdx.x % HB) * TC_ROWS, c = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
 
     Keys<uint16_t> k;
     const int nk = query_keys(k, kv_new, ring, cap, entries, kind, m, sel, K, N0, s, D, W);
-    const int kbeg = c * per, kend = min(nk, kbeg + per);
+    const TcSplit sp = tc_split(nk, ns_max);
+    if (c >= sp.nsplit) return;  // uniform over the block
+    const int kbeg = c * sp.per, kend = min(nk, kbeg + sp.per);
 
-    // Q block, rounded to F16 (rows past H are zero)
-    for (int i = tid; i < TC_ROWS * (D / 4); i += TC_THREADS) {
-        const int r = i / (D / 4), c4 = i % (D / 4), h = h0 + r;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (h < H) v = reinterpret_cast<const float4*>(q + ((int64_t)s * H + h) * D)[c4];
-        uint2 w;
-        w.x = pack2(f32_to_f16(v.x), f32_to_f16(v.y));
-        w.y = pack2(f32_to_f16(v.z), f32_to_f16(v.w));
-        *reinterpret_cast<uint2*>(Qs + r * ST + c4 * 4) = w;
+    // Q block as hi + lo of each row scaled by 2^t (rows past H are zero): row tid>>2, float4 columns (tid&3) + 4j
+    {
+        const int r = tid >> 2, q4 = tid & 3, h = h0 + r;
+        const float4* qr = reinterpret_cast<const float4*>(q + ((int64_t)s * H + (h < H ? h : 0)) * D);
+        float mx = 0.f;
+        if (h < H)
+            for (int c4 = q4; c4 < D / 4; c4 += 4) {
+                const float4 v = qr[c4];
+                mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+            }
+        mx = fmaxf(mx, DS4J_SHFL_XOR(mx, 1));
+        mx = fmaxf(mx, DS4J_SHFL_XOR(mx, 2));
+        // 2^t puts the largest |value| in [2^14, 2^15): hi cannot overflow, lo stays normal down to 2^-28 of it
+        int t = 0;
+        if (mx > 0.f && mx <= 3.402823466e38f) {
+            const int ex = (int)((__float_as_uint(mx) >> 23) & 0xffu) - 127;
+            t = min(126, max(-126, 14 - ex));
+        }
+        const float up = __uint_as_float((uint32_t)(127 + t) << 23), down = __uint_as_float((uint32_t)(127 - t) << 23);
+        if (q4 == 0) sfS[r] = mul(scale, down);
+        for (int c4 = q4; c4 < D / 4; c4 += 4) {
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (h < H) v = qr[c4];
+            uint32_t h01, l01, h23, l23;
+            split2(mul(v.x, up), mul(v.y, up), h01, l01);
+            split2(mul(v.z, up), mul(v.w, up), h23, l23);
+            *reinterpret_cast<uint2*>(Qh + r * ST + c4 * 4) = make_uint2(h01, h23);
+            *reinterpret_cast<uint2*>(Ql + r * ST + c4 * 4) = make_uint2(l01, l23);
+        }
     }
 
     // softmax state of row tid>>2, kept identically by its 4 threads
@@ -516,59 +573,68 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
         cp_async_wait_all();
         __syncthreads();  // K tile (and, the first time, Q) ready
 
-        // scores S = scale * Q K^T: warp rows rt*16 .. +16, keys half*32 .. +32
+        // scores S = scale * Q K^T = sf_row * (Qhi K^T + Qlo K^T): warp rows rt*16 .. +16, keys half*16 .. +16
         {
-            float acc[4][4];
+            float acc[KN][4];
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-            const uint16_t* qa = Qs + (rt * 16 + gid) * ST + 2 * tig;
-            const uint16_t* kbp = Ks + (half * 32 + gid) * ST + 2 * tig;
-#pragma unroll 4
+            for (int nt = 0; nt < KN; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+            const int qoff = (rt * 16 + gid) * ST + 2 * tig;
+            const uint16_t* kbp = Ks + (half * (TC_KT / 2) + gid) * ST + 2 * tig;
+#pragma unroll 2
             for (int kk = 0; kk < D / 16; kk++) {
-                const uint32_t a0 = *reinterpret_cast<const uint32_t*>(qa + kk * 16);
-                const uint32_t a1 = *reinterpret_cast<const uint32_t*>(qa + 8 * ST + kk * 16);
-                const uint32_t a2 = *reinterpret_cast<const uint32_t*>(qa + kk * 16 + 8);
-                const uint32_t a3 = *reinterpret_cast<const uint32_t*>(qa + 8 * ST + kk * 16 + 8);
 #pragma unroll
-                for (int nt = 0; nt < 4; nt++) {
-                    const uint16_t* b = kbp + nt * 8 * ST + kk * 16;
-                    mma_16816(acc[nt], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(b),
-                              *reinterpret_cast<const uint32_t*>(b + 8));
+                for (int part_ = 0; part_ < 2; part_++) {
+                    const uint16_t* qa = (part_ ? Ql : Qh) + qoff + kk * 16;
+                    const uint32_t a0 = *reinterpret_cast<const uint32_t*>(qa);
+                    const uint32_t a1 = *reinterpret_cast<const uint32_t*>(qa + 8 * ST);
+                    const uint32_t a2 = *reinterpret_cast<const uint32_t*>(qa + 8);
+                    const uint32_t a3 = *reinterpret_cast<const uint32_t*>(qa + 8 * ST + 8);
+#pragma unroll
+                    for (int nt = 0; nt < KN; nt++) {
+                        const uint16_t* b = kbp + nt * 8 * ST + kk * 16;
+                        mma_16816(acc[nt], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(b),
+                                  *reinterpret_cast<const uint32_t*>(b + 8));
+                    }
                 }
             }
+            const float f0 = sfS[rt * 16 + gid], f1 = sfS[rt * 16 + gid + 8];
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                const int col = half * 32 + nt * 8 + 2 * tig;
+            for (int nt = 0; nt < KN; nt++) {
+                const int col = half * (TC_KT / 2) + nt * 8 + 2 * tig;
                 float* r0 = Sc + (rt * 16 + gid) * SST + col;
                 float* r1 = r0 + 8 * SST;
-                r0[0] = acc[nt][0] * scale;
-                r0[1] = acc[nt][1] * scale;
-                r1[0] = acc[nt][2] * scale;
-                r1[1] = acc[nt][3] * scale;
+                r0[0] = mul(acc[nt][0], f0);
+                r0[1] = mul(acc[nt][1], f0);
+                r1[0] = mul(acc[nt][2], f1);
+                r1[1] = mul(acc[nt][3], f1);
             }
         }
         __syncthreads();
 
-        // online softmax: row tid>>2, keys (tid&3)*16 .. +16 of the tile; P rounded to F16
+        // online softmax: row tid>>2, keys (tid&3)*KPT .. +KPT of the tile; P scaled by 2^14, split into hi + lo
         {
             const int r = tid >> 2, q4 = tid & 3;
-            const float* sr = Sc + r * SST + q4 * 16;
+            const float* sr = Sc + r * SST + q4 * KPT;
             float mx = -INFINITY;
 #pragma unroll
-            for (int i = 0; i < 16; i++)
-                if (q4 * 16 + i < nv) mx = fmaxf(mx, sr[i]);
+            for (int i = 0; i < KPT; i++)
+                if (q4 * KPT + i < nv) mx = fmaxf(mx, sr[i]);
             mx = fmaxf(mx, DS4J_SHFL_XOR(mx, 1));
             mx = fmaxf(mx, DS4J_SHFL_XOR(mx, 2));
             const float mnew = fmaxf(m_run, mx);  // finite: the tile has at least one key
             const float corr = m_run == -INFINITY ? 0.f : expf(m_run - mnew);
             float sum = 0.f;
-            uint16_t* pr = Ps + r * PST + q4 * 16;
+            uint16_t* prh = Ph + r * PST + q4 * KPT;
+            uint16_t* prl = Pl + r * PST + q4 * KPT;
 #pragma unroll
-            for (int i = 0; i < 16; i += 2) {
-                const float p0 = q4 * 16 + i < nv ? expf(sr[i] - mnew) : 0.f;
-                const float p1 = q4 * 16 + i + 1 < nv ? expf(sr[i + 1] - mnew) : 0.f;
+            for (int i = 0; i < KPT; i += 2) {
+                const float p0 = q4 * KPT + i < nv ? expf(sr[i] - mnew) : 0.f;
+                const float p1 = q4 * KPT + i + 1 < nv ? expf(sr[i + 1] - mnew) : 0.f;
                 sum += p0 + p1;
-                *reinterpret_cast<uint32_t*>(pr + i) = pack2(f32_to_f16(p0), f32_to_f16(p1));
+                uint32_t hi, lo;
+                split2(mul(p0, TC_P_UP), mul(p1, TC_P_UP), hi, lo);
+                *reinterpret_cast<uint32_t*>(prh + i) = hi;
+                *reinterpret_cast<uint32_t*>(prl + i) = lo;
             }
             sum += DS4J_SHFL_XOR(sum, 1);
             sum += DS4J_SHFL_XOR(sum, 2);
@@ -578,7 +644,7 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
         }
         __syncthreads();
 
-        // O = diag(corr) O + P V: warp rows rt*16 .. +16, output columns half*D/2 .. +D/2
+        // O = diag(corr) O + (Phi + Plo) V: warp rows rt*16 .. +16, output columns half*D/2 .. +D/2
         {
             const float c0 = corrS[rt * 16 + gid], c1 = corrS[rt * 16 + gid + 8];
 #pragma unroll
@@ -590,17 +656,24 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
             }
 #pragma unroll
             for (int kk = 0; kk < TC_KT / 16; kk++) {
-                const uint16_t* pa = Ps + (rt * 16 + gid) * PST + kk * 16 + 2 * tig;
-                const uint32_t a0 = *reinterpret_cast<const uint32_t*>(pa);
-                const uint32_t a1 = *reinterpret_cast<const uint32_t*>(pa + 8 * PST);
-                const uint32_t a2 = *reinterpret_cast<const uint32_t*>(pa + 8);
-                const uint32_t a3 = *reinterpret_cast<const uint32_t*>(pa + 8 * PST + 8);
+                const int poff = (rt * 16 + gid) * PST + kk * 16 + 2 * tig;
+                uint32_t ah[4], al[4];
+                ah[0] = *reinterpret_cast<const uint32_t*>(Ph + poff);
+                ah[1] = *reinterpret_cast<const uint32_t*>(Ph + poff + 8 * PST);
+                ah[2] = *reinterpret_cast<const uint32_t*>(Ph + poff + 8);
+                ah[3] = *reinterpret_cast<const uint32_t*>(Ph + poff + 8 * PST + 8);
+                al[0] = *reinterpret_cast<const uint32_t*>(Pl + poff);
+                al[1] = *reinterpret_cast<const uint32_t*>(Pl + poff + 8 * PST);
+                al[2] = *reinterpret_cast<const uint32_t*>(Pl + poff + 8);
+                al[3] = *reinterpret_cast<const uint32_t*>(Pl + poff + 8 * PST + 8);
                 // B[k][n] = V[key kk*16 + k][column n]: two keys per register, the lower key in the low half
                 const uint16_t* vb = Ks + (kk * 16 + 2 * tig) * ST + half * (D / 2) + gid;
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
                     const uint16_t* v = vb + nt * 8;
-                    mma_16816(o[nt], a0, a1, a2, a3, pack2(v[0], v[ST]), pack2(v[8 * ST], v[9 * ST]));
+                    const uint32_t b0 = pack2(v[0], v[ST]), b1 = pack2(v[8 * ST], v[9 * ST]);
+                    mma_16816(o[nt], ah[0], ah[1], ah[2], ah[3], b0, b1);
+                    mma_16816(o[nt], al[0], al[1], al[2], al[3], b0, b1);
                 }
             }
         }
@@ -612,19 +685,19 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
     }
     __syncthreads();
     const int64_t SH = (int64_t)S * H;
-    const bool direct = gridDim.y == 1;
+    const bool direct = sp.nsplit == 1;
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
         const int r = rt * 16 + gid + 8 * hh, h = h0 + r;
         if (h >= H) continue;
         const int64_t row = (int64_t)s * H + h;
         const float mr = rmS[r], lr = rlS[r];
-        float a = 1.f;
+        float a = TC_P_DOWN;  // O holds 2^14 P V
         float* dst;
         if (direct) {
             const float sink = sinks[h], M = fmaxf(mr, sink);
             const float wgt = mr == -INFINITY ? 0.f : expf(mr - M);
-            a = wgt / (lr * wgt + expf(sink - M));
+            a = mul(TC_P_DOWN, wgt / (lr * wgt + expf(sink - M)));
             dst = out + row * D;
         } else {
             dst = part + ((int64_t)c * SH + row) * D;
@@ -643,10 +716,19 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
 }
 #endif  // DS4J_HAVE_MMA
 
-/** Adds the nsplit partials of each row (s, h) with the sink: out = sum_c e^(m_c-M) O_c / (sum_c e^(m_c-M) l_c + e^(sink-M)). */
-__global__ void tc_combine_kernel(const float* part, int nsplit, int64_t SH, int H, int d, const float* sinks, float* out) {
-    const int64_t row = blockIdx.x;
-    const float* ml = part + (int64_t)nsplit * SH * d;
+/**
+ * Adds the partials of each row (s, h) of queries s0 .. S-1 that tc_attention_kernel split into several key ranges,
+ * with the sink: out = sum_c e^(m_c-M) O_c / (sum_c e^(m_c-M) l_c + e^(sink-M)). Rows of single-range queries were
+ * written by the attention kernel and are left alone. nmax: the grid's range count (the partials' stride).
+ */
+__global__ void tc_combine_kernel(const float* part, int nmax, int kind, int m, int K, int64_t N0, int S, int W, int s0,
+                                  int ns_max, int H, int d, const float* sinks, float* out) {
+    const int64_t SH = (int64_t)S * H;
+    const int64_t row = (int64_t)s0 * H + blockIdx.x;
+    const int64_t s = row / H;
+    const int nsplit = tc_split(attended_rows(kind, m, K, N0 + s, W), ns_max).nsplit;
+    if (nsplit == 1) return;
+    const float* ml = part + (int64_t)nmax * SH * d;
     const float sink = sinks[row % H];
     float M = sink;
     for (int c = 0; c < nsplit; c++) M = fmaxf(M, ml[((int64_t)c * SH + row) * 2]);
@@ -666,8 +748,31 @@ __global__ void tc_combine_kernel(const float* part, int nsplit, int64_t SH, int
     }
 }
 
-/** Checks and launches attention_kernel<T, F16OPS> (ds4j_attention and its variants). */
-template <typename T, bool F16OPS>
+/** Multiprocessor count of a device, cached (asked once per device). */
+static int sm_count(int device) {
+    static int cache[64];
+    if (device < 0 || device >= 64) return 1;
+    if (cache[device] == 0) {
+        hipDeviceProp_t p;
+        cache[device] = hipGetDeviceProperties(&p, device) == hipSuccess && p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
+    }
+    return cache[device];
+}
+
+/** Most dynamic shared memory one block may opt in to on a device, cached (48 KB when the device does not say). */
+static int64_t smem_optin(int device) {
+    static int64_t cache[64];
+    if (device < 0 || device >= 64) return 48 * 1024;
+    if (cache[device] == 0) {
+        hipDeviceProp_t p;
+        cache[device] = hipGetDeviceProperties(&p, device) == hipSuccess && p.sharedMemPerBlockOptin > 48 * 1024
+                            ? (int64_t)p.sharedMemPerBlockOptin : 48 * 1024;
+    }
+    return cache[device];
+}
+
+/** Checks and launches attention_kernel<T> (ds4j_attention and its variants). */
+template <typename T>
 static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, const float* kv_new, const T* ring,
                                 int32_t cap, const T* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
                                 const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale,
@@ -683,11 +788,23 @@ static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, c
     else if (kind == DS4J_ATTN_CSA) maxc = (N0 + S) / m < K ? (N0 + S) / m : K;
     const int64_t nk_max = W + maxc;
     const int64_t smem = attention_smem(d, nk_max);
-    DS4J_ARG(smem <= 48 * 1024, "%s: %lld keys per query (window %d + %lld compressed) exceed the kernel's shared memory",
-             fn, (long long)nk_max, W, (long long)maxc);
+    DS4J_ARG(smem <= smem_optin(ctx->device),
+             "%s: %lld keys per query (window %d + %lld compressed) exceed the kernel's shared memory", fn,
+             (long long)nk_max, W, (long long)maxc);
+    if (smem > 48 * 1024) {  // long contexts (HCA past ~480K tokens): opt in to more than the default 48 KB, once
+        static int64_t granted[64];
+        const int dv = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
+        if (smem > granted[dv]) {
+            const int64_t want = smem_optin(ctx->device);
+            hipError_t e = hipFuncSetAttribute(reinterpret_cast<const void*>(attention_kernel<T>),
+                                               hipFuncAttributeMaxDynamicSharedMemorySize, (int)want);
+            if (e != hipSuccess) return fail_hip(e, "attention: shared memory opt-in");
+            granted[dv] = want;
+        }
+    }
     DS4J_ARG(S <= 65535, "%s: S %d too large for one launch", fn, S);
     dim3 grid(H, S);
-    attention_kernel<T, F16OPS><<<grid, ATT_THREADS, (size_t)smem, ctx->stream>>>(
+    attention_kernel<T><<<grid, ATT_THREADS, (size_t)smem, ctx->stream>>>(
         q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, (int)nk_max, out);
     DS4J_LAUNCHED("attention");
     return DS4J_OK;
@@ -711,42 +828,37 @@ static int32_t launch_indexer_scores(ds4j_ctx* ctx, const char* fn, const float*
 
 /** How ds4j_attention_f16_operands runs for one set of arguments (ds4j_attention_f16_operands_work gives the same). */
 struct F16OpsPlan {
-    bool mma;        // the tensor-core kernel (else the portable one)
-    int nsplit;      // key ranges per query (1: no partials, no combine)
-    int per;         // keys per range, a multiple of the tile
+    bool mma;        // the tensor-core kernel runs (else the portable one for every query)
+    int s0;          // first query over short_rows: queries before it run the F32 kernel
+    int ns_max;      // most key ranges per query (a function of the device and H, not of S)
+    int nmax;        // most ranges any query of the step gets (the grid's second dimension)
     int64_t work;    // bytes of partials
 };
 
-/** Multiprocessor count of a device, cached (asked once per device). */
-static int sm_count(int device) {
-    static int cache[64];
-    if (device < 0 || device >= 64) return 1;
-    if (cache[device] == 0) {
-        hipDeviceProp_t p;
-        cache[device] = hipGetDeviceProperties(&p, device) == hipSuccess && p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
-    }
-    return cache[device];
-}
-
 static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H,
-                              int32_t d, int32_t W, int32_t impl) {
-    F16OpsPlan p{false, 1, 0, 0};
+                              int32_t d, int32_t W, int64_t short_rows, int32_t impl) {
+    F16OpsPlan p{false, S, 1, 1, 0};
 #if defined(DS4J_HAVE_MMA)
     p.mma = impl == DS4J_F16OPS_AUTO && (d == 64 || d == 128 || d == 256 || d == 512);
 #else
     (void)impl;
 #endif
     if (!p.mma || S <= 0) return p;
-    const int64_t nk_max = attended_rows(kind, m, K, N0 + S - 1, W);
-    const int64_t tiles = (nk_max + 63) / 64;
-    const int64_t blocks_per_range = (int64_t)S * ((H + 63) / 64);
-    int64_t ns = sm_count(ctx->device) / blocks_per_range;
-    if (ns < 1) ns = 1;
-    if (ns > tiles) ns = tiles;
-    const int64_t tps = (tiles + ns - 1) / ns;  // tiles per range
-    p.nsplit = (int)((tiles + tps - 1) / tps);
-    p.per = (int)(tps * 64);
-    p.work = p.nsplit > 1 ? (int64_t)p.nsplit * S * H * ((int64_t)d + 2) * 4 : 0;
+    // attended rows grow with the position: the queries over short_rows are a suffix of the step
+    p.s0 = S;
+    while (p.s0 > 0 && attended_rows(kind, m, K, N0 + p.s0 - 1, W) > short_rows) p.s0--;
+    if (p.s0 == S) {
+        p.mma = false;
+        return p;
+    }
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
+    p.ns_max = sm_count(ctx->device) / HB;
+    if (p.ns_max < 1) p.ns_max = 1;
+    for (int s = p.s0; s < S; s++) {
+        const int n = tc_split(attended_rows(kind, m, K, N0 + s, W), p.ns_max).nsplit;
+        if (n > p.nmax) p.nmax = n;
+    }
+    p.work = p.nmax > 1 ? (int64_t)p.nmax * S * H * ((int64_t)d + 2) * 4 : 0;
     return p;
 }
 
@@ -804,7 +916,7 @@ int32_t ds4j_attention(ds4j_ctx* ctx, const float* q, const float* kv_new, const
                        const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale,
                        float* out) {
     DS4J_CHECK_CTX(ctx);
-    return launch_attention<uint16_t, false>(ctx, "ds4j_attention", q, kv_new, ring, cap, entries, kind, m, sel, K, sinks,
+    return launch_attention<uint16_t>(ctx, "ds4j_attention", q, kv_new, ring, cap, entries, kind, m, sel, K, sinks,
                                              N0, S, H, d, W, scale, out);
 }
 
@@ -813,7 +925,7 @@ int32_t ds4j_attention_f32(ds4j_ctx* ctx, const float* q, const float* kv_new, c
                            const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale,
                            float* out) {
     DS4J_CHECK_CTX(ctx);
-    return launch_attention<float, false>(ctx, "ds4j_attention_f32", q, kv_new, ring, cap, entries, kind, m, sel, K,
+    return launch_attention<float>(ctx, "ds4j_attention_f32", q, kv_new, ring, cap, entries, kind, m, sel, K,
                                           sinks, N0, S, H, d, W, scale, out);
 }
 
@@ -837,25 +949,30 @@ int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t N0, int3
 }
 
 int32_t ds4j_attention_f16_operands_work(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S,
-                                         int32_t H, int32_t d, int32_t W, int32_t impl, int64_t* host_bytes) {
+                                         int32_t H, int32_t d, int32_t W, int64_t short_rows, int32_t impl,
+                                         int64_t* host_bytes) {
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(host_bytes, "ds4j_attention_f16_operands_work: null output");
-    *host_bytes = f16ops_plan(ctx, kind, m, K, N0, S, H, d, W, impl).work;
+    *host_bytes = f16ops_plan(ctx, kind, m, K, N0, S, H, d, W, short_rows, impl).work;
     return DS4J_OK;
 }
 
 int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* kv_new, const uint16_t* ring,
                                     int32_t cap, const uint16_t* entries, int32_t kind, int32_t m, const int32_t* sel,
                                     int32_t K, const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d,
-                                    int32_t W, float scale, int32_t impl, void* work, int64_t work_bytes, float* out) {
+                                    int32_t W, float scale, int64_t short_rows, int32_t impl, void* work,
+                                    int64_t work_bytes, float* out) {
     DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(impl == DS4J_F16OPS_AUTO || impl == DS4J_F16OPS_PORTABLE, "ds4j_attention_f16_operands: unknown impl %d", impl);
-    const F16OpsPlan p = f16ops_plan(ctx, kind, m, K, N0, S, H, d, W, impl);
-    if (!p.mma)
-        return launch_attention<uint16_t, true>(ctx, "ds4j_attention_f16_operands", q, kv_new, ring, cap, entries, kind, m,
-                                                sel, K, sinks, N0, S, H, d, W, scale, out);
-#if defined(DS4J_HAVE_MMA)
     const char* fn = "ds4j_attention_f16_operands";
+    DS4J_ARG(impl == DS4J_F16OPS_AUTO || impl == DS4J_F16OPS_PORTABLE, "%s: unknown impl %d", fn, impl);
+    const F16OpsPlan p = f16ops_plan(ctx, kind, m, K, N0, S, H, d, W, short_rows, impl);
+    // queries at or under short_rows (all of them without tensor cores): F32 arithmetic on the F16 rows
+    if (p.s0 > 0 || !p.mma) {
+        const int32_t rc = launch_attention<uint16_t>(ctx, fn, q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0,
+                                                      p.mma ? p.s0 : S, H, d, W, scale, out);
+        if (rc != DS4J_OK || !p.mma) return rc;
+    }
+#if defined(DS4J_HAVE_MMA)
     DS4J_ARG(q && kv_new && sinks && out && S >= 0 && H > 0 && W > 0 && N0 >= 0, "%s: bad arguments", fn);
     DS4J_ARG(N0 == 0 || (ring && cap >= W - 1), "%s: ring of %d rows cannot hold the window", fn, cap);
     DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (entries || (N0 + S) / m == 0)), "%s: compressed layer without entries",
@@ -863,11 +980,11 @@ int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* 
     DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: CSA without selections", fn);
     DS4J_ARG(p.work == 0 || (work && work_bytes >= p.work), "%s: work memory of %lld bytes < %lld needed", fn,
              (long long)work_bytes, (long long)p.work);
-    if (S == 0) return DS4J_OK;
-    const int HB = (H + 63) / 64;
-    DS4J_ARG((int64_t)S * HB <= 0x7fffffff && p.nsplit <= 65535, "%s: S %d too large for one launch", fn, S);
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
+    const int nq = S - p.s0;
+    DS4J_ARG((int64_t)nq * HB <= 0x7fffffff && p.nmax <= 65535, "%s: S %d too large for one launch", fn, S);
     const size_t smem = tc_smem(d);
-    dim3 grid((unsigned)(S * HB), (unsigned)p.nsplit);
+    dim3 grid((unsigned)(nq * HB), (unsigned)p.nmax);
     float* part = (float*)work;
 #define DS4J_TC_LAUNCH(DD)                                                                                          \
     do {                                                                                                            \
@@ -879,7 +996,8 @@ int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* 
             if (ctx->device >= 0 && ctx->device < 64) attr_set[ctx->device] = true;                                 \
         }                                                                                                           \
         tc_attention_kernel<DD><<<grid, TC_THREADS, smem, ctx->stream>>>(q, kv_new, ring, cap, entries, kind, m, sel, K, \
-                                                                         sinks, N0, S, H, W, scale, p.per, part, out); \
+                                                                         sinks, N0, S, H, W, scale, p.s0, p.ns_max,  \
+                                                                         part, out);                                 \
     } while (0)
     switch (d) {
         case 64: DS4J_TC_LAUNCH(64); break;
@@ -889,9 +1007,9 @@ int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* 
     }
 #undef DS4J_TC_LAUNCH
     DS4J_LAUNCHED("attention (tensor cores)");
-    if (p.nsplit > 1) {
-        tc_combine_kernel<<<(unsigned)((int64_t)S * H), 128, 0, ctx->stream>>>(part, p.nsplit, (int64_t)S * H, H, d, sinks,
-                                                                                out);
+    if (p.nmax > 1) {
+        tc_combine_kernel<<<(unsigned)((int64_t)nq * H), 128, 0, ctx->stream>>>(part, p.nmax, kind, m, K, N0, S, W, p.s0,
+                                                                               p.ns_max, H, d, sinks, out);
         DS4J_LAUNCHED("attention combine");
     }
     return DS4J_OK;

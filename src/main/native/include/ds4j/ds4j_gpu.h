@@ -60,7 +60,7 @@ extern "C" {
 
 /* implementations of ds4j_attention_f16_operands */
 #define DS4J_F16OPS_AUTO 0     /* tensor cores where the build has them (nvcc, d in {64, 128, 256, 512}), else portable */
-#define DS4J_F16OPS_PORTABLE 1 /* the portable kernel (all hipcc builds): same F16 operands, F32 FMA, no tensor cores */
+#define DS4J_F16OPS_PORTABLE 1 /* the portable kernel (all hipcc builds): F32 arithmetic on the F16 rows, no tensor cores */
 
 /** A device and the one stream every call on it is ordered on. */
 typedef struct ds4j_ctx ds4j_ctx;
@@ -301,26 +301,31 @@ DS4J_API int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t
                                      int64_t* host_rows);
 
 /**
- * ds4j_attention with F16 operands (the verify path "f16" above its short-context threshold, issue 8): the same key
- * set, masks and sink, reading the F16 ring and entries in place; q and the unnormalised probabilities are rounded to
- * F16 and every product is accumulated in F32 (the softmax denominator sums the unrounded probabilities).
- * impl DS4J_F16OPS_AUTO, nvcc build, d in {64, 128, 256, 512}: tensor cores (mma.sync m16n8k16 F16 x F16 -> F32),
- * flash-decoding style: a block takes 64 heads of one query and a range of its keys, tiles of 64 keys are read once
- * per block, the ranges' partials are combined with the sink in a second kernel; needs work memory of
- * ds4j_attention_f16_operands_work bytes (may be 0; work may then be NULL). Otherwise (hipcc builds, other d, or
- * DS4J_F16OPS_PORTABLE): the portable kernel, one block per (head, query), no work memory. The tensor-core kernel
- * reads with 16-byte loads: q, kv_new, ring and entries must be 16-byte aligned (device allocations are).
+ * ds4j_attention reading the F16 ring and entries in place as tensor-core operands (the "f16" path of verify and decode
+ * steps): the same key set, masks and sink, at F32 accuracy. Queries whose attended rows (ds4j_attention_rows of
+ * that query alone) are at most short_rows run ds4j_attention's F32 kernel on the F16 rows (equal to the control bit
+ * for bit); the others, with impl DS4J_F16OPS_AUTO in an nvcc build and d in {64, 128, 256, 512}, run on tensor cores
+ * (mma.sync m16n8k16 F16 x F16 -> F32): each query row is scaled by a power of two (largest |value| into [2^14,
+ * 2^15)) and each probability by 2^14, both split into F16 hi + lo (22 significant bits), two products accumulated in
+ * F32 and the scalings undone exactly, so the output equals the F32 control within F32 rounding noise (the GPU tests
+ * hold it within 1e-5 of the output's scale at lengths up to 1,048,576). Flash-decoding style: a block takes 64
+ * heads of one query and a range of its keys (tiles of 32 keys, read once per block); how a query's keys are split
+ * into ranges depends on its own key count only, so each query's output is the same bit for bit whatever S is (a
+ * decode step of one query and a verify step of several agree); the ranges' partials are combined with the sink in a
+ * second kernel. Needs work memory of ds4j_attention_f16_operands_work bytes (may be 0; work may then be NULL).
+ * Otherwise (hipcc builds, other d, or DS4J_F16OPS_PORTABLE) every query runs the F32 kernel, equal to the control bit
+ * for bit. The tensor-core kernel reads with 16-byte loads: q, kv_new, ring and entries must be 16-byte aligned.
  */
 DS4J_API int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* kv_new, const uint16_t* ring,
                                              int32_t cap, const uint16_t* entries, int32_t kind, int32_t m,
                                              const int32_t* sel, int32_t K, const float* sinks, int64_t N0, int32_t S,
-                                             int32_t H, int32_t d, int32_t W, float scale, int32_t impl, void* work,
-                                             int64_t work_bytes, float* out);
+                                             int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows,
+                                             int32_t impl, void* work, int64_t work_bytes, float* out);
 
 /** Bytes of work memory ds4j_attention_f16_operands needs for these arguments (0 when it needs none). */
 DS4J_API int32_t ds4j_attention_f16_operands_work(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K, int64_t N0,
-                                                  int32_t S, int32_t H, int32_t d, int32_t W, int32_t impl,
-                                                  int64_t* host_bytes);
+                                                  int32_t S, int32_t H, int32_t d, int32_t W, int64_t short_rows,
+                                                  int32_t impl, int64_t* host_bytes);
 
 /**
  * Compressor pooling (spec 3.5) of every window completed by positions N0 .. N0+S-1: windows N0/m .. (N0+S)/m - 1.

@@ -45,20 +45,25 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * device memory use is logged by category ({@link #memoryReport()}). Running out of device memory is a
  * {@link DeviceMemoryException} naming what did not fit and what to change.
  *
- * <p>Verify attention (issue 8; {@link StepKind#VERIFY} steps only, prefill and decode never change): two paths over
- * the same attended rows, masks and sink, chosen by {@link BackendOptions#f16KvVerify()} and switchable at run time
- * ({@link #setVerifyAttention}):
+ * <p>Verify attention (prefill never changes): two paths over the same attended rows, masks and sink, chosen by
+ * {@link BackendOptions#f16KvVerify()} and switchable at run time ({@link #setVerifyAttention}):
  * <ul>
- *   <li>{@link VerifyAttention#F32_CONVERT} (the control, the default): per layer, the complete persistent F16 cache
- *       rows — every window ring row, every compressed entry stored so far and, where the indexer runs, every indexer
- *       key — are converted to an F32 scratch in the step's workspace (reused by the next layer), then the indexer
- *       scores and the attention run in F32 on the copies;</li>
- *   <li>{@link VerifyAttention#F16}: the F16 rows are read in place. A layer whose attended row count n_attn
- *       ({@link #attendedRows}) is at most {@link BackendOptions#f32ShortContextRows()} keeps Q·Kᵀ and P·V in full F32
- *       (Q and the probabilities unrounded): its output equals the control's bit for bit, since F16 → F32 is exact
- *       and the operation order is the same. Above it, Q and the probabilities are rounded to F16 and the products run
- *       on tensor cores with F32 accumulation ({@code ds4j_attention_f16_operands}). The indexer scores are F32
- *       arithmetic on both paths (the control's on the F32 copies), so both select the same entries.</li>
+ *   <li>{@link VerifyAttention#F32_CONVERT} (the control, the default): in verify steps, per layer, the complete
+ *       persistent F16 cache rows — every window ring row, every compressed entry stored so far and, where the indexer
+ *       runs, every indexer key — are converted to an F32 scratch in the step's workspace (reused by the next layer),
+ *       then the indexer scores and the attention run in F32 on the copies; decode steps run the same F32 arithmetic on
+ *       the F16 rows in place, bit for bit the same;</li>
+ *   <li>{@link VerifyAttention#F16}: the F16 rows are read in place, in verify and decode steps alike. A query whose
+ *       attended row count n_attn ({@link #attendedRows}) is at most {@link BackendOptions#f32ShortContextRows()} keeps
+ *       Q·Kᵀ and P·V in F32 arithmetic: its output equals the control's bit for bit. Above it the products run on
+ *       tensor cores ({@code ds4j_attention_f16_operands}) at F32 accuracy: the F32 side of each product (the query,
+ *       the probabilities) is split into F16 hi + lo parts, two products accumulated in F32, so the output is within
+ *       F32 rounding noise of the control's. Decode steps take the same path because the rows a verify step commits
+ *       stay in the cache: if verify and decode computed different numbers (even by an ulp), a draft that matches
+ *       the target would drift from it step by step; with one path and a per-query kernel that does not depend on the
+ *       step's size, a copy-of-target draft keeps its tokens and speculative greedy output equals plain greedy output.
+ *       The indexer scores are F32 arithmetic on both paths (the control's on the F32 copies), so both select the
+ *       same entries from the same inputs.</li>
  * </ul>
  * Each layer kind's mode is logged at its first verify step, and once more for each new mode it enters (a growing context
  * crossing the threshold, a run-time switch of the path).
@@ -162,7 +167,7 @@ public final class HipBackend implements Backend {
             LOG.info("hip backend on {}: weights uploaded in {} s (total {})", gpu,
                     String.format("%.2f", (System.nanoTime() - t0) / 1e9), Gpu.mib(dw.totalBytes()));
             LOG.info("hip backend verify attention: {} (f32ShortContextRows {}; above it {})", verifyAttention.key(), shortRows,
-                    tensorCores ? "tensor cores" : "the portable F16-operand kernel");
+                    tensorCores ? "tensor cores at F32 accuracy (hi + lo F16 splits)" : "the portable kernel (F32 arithmetic on the F16 rows)");
         } catch (RuntimeException e) {
             if (wsp != null) wsp.close();
             if (dw != null) dw.close();
@@ -569,7 +574,7 @@ public final class HipBackend implements Backend {
                 if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, (N0 + S) / ls.comp.m);
                 if (ls.index != null) HipSequence.ensure(gpu, ls.index, (N0 + S) / ls.index.m);
             }
-            ws.reset(Workspace.stepBytes(c, S, N0, logitRows.length) + (verify ? verifyScratchBytes(seq, S, N0) : 0));
+            ws.reset(Workspace.stepBytes(c, S, N0, logitRows.length) + (verify || (kind == StepKind.DECODE && verifyAttention == VerifyAttention.F16) ? verifyScratchBytes(seq, S, N0) : 0));
         } catch (GpuException e) {
             throw outOfMemory(e, "a step of " + S + " tokens at position " + N0);
         }
@@ -579,7 +584,7 @@ public final class HipBackend implements Backend {
         }
         float[] logits;
         try {
-            logits = step(seq, tokens, off, S, logitRows, N0, verify);
+            logits = step(seq, tokens, off, S, logitRows, N0, kind);
         } catch (RuntimeException e) {
             // the rings may hold rows of this step now: the sequence cannot continue or roll back
             seq.failed = e.getMessage();
@@ -594,12 +599,13 @@ public final class HipBackend implements Backend {
      * graph for decode and verify steps ({@link DecodeGraphs}), launched one by one otherwise — and the requested
      * logits rows come back once the device has finished.
      */
-    private float[] step(HipSequence seq, int[] tokens, int off, int S, int[] logitRows, int N0, boolean verify) {
+    private float[] step(HipSequence seq, int[] tokens, int off, int S, int[] logitRows, int N0, StepKind kind) {
+        final boolean verify = kind == StepKind.VERIFY;
         long tok = ws.i32(S);
         int[] toks = java.util.Arrays.copyOfRange(tokens, off, off + S);
         gpu.upload(tok, toks);
         long mark = ws.mark();
-        java.util.function.LongSupplier body = () -> layersAndHead(seq, tok, S, logitRows, N0, verify);
+        java.util.function.LongSupplier body = () -> layersAndHead(seq, tok, S, logitRows, N0, kind);
         long logits = graphs.capturable(S, verify, profile != null) ? graphs.run(body, () -> ws.release(mark)) : body.getAsLong();
         float[] out;
         if (logitRows.length == 0) {
@@ -616,7 +622,7 @@ public final class HipBackend implements Backend {
     }
 
     /** Queues the layers and the output head of a step (nothing here waits for the device); the logits' address. */
-    private long layersAndHead(HipSequence seq, long tok, int S, int[] logitRows, int N0, boolean verify) {
+    private long layersAndHead(HipSequence seq, long tok, int S, int[] logitRows, int N0, StepKind kind) {
         final int D = c.hidden, n = c.hcMult, nD = n * D;
         // 3.1: every stream starts as the embedding
         long X = ws.f32((long) S * nD);
@@ -630,7 +636,7 @@ public final class HipBackend implements Backend {
             // 3.3 attention site
             hcPre(X, S, L.attnHcFn, L.attnHcBase, L.attnHcScale, post, comb, col);
             rmsnorm(col, col, L.inputNorm, S, D);
-            long a = attention(seq, l, L, col, S, N0, verify);
+            long a = attention(seq, l, L, col, S, N0, kind);
             k(ds4j_hc_post(ctx(), ptr(X), ptr(a), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
             ws.release(mark);
             // 3.3 MoE site
@@ -673,7 +679,12 @@ public final class HipBackend implements Backend {
     // ------------------------------------------------------------------------------------------------------------
     // 3.4–3.7 attention
 
-    private long attention(HipSequence seq, int l, DeviceWeights.Layer L, long x, int S, int N0, boolean verify) {
+    private long attention(HipSequence seq, int l, DeviceWeights.Layer L, long x, int S, int N0, StepKind step) {
+        final boolean verify = step == StepKind.VERIFY;
+        // the f16 path covers decode steps too: a verify step and the decode steps it stands for must compute the same
+        // numbers, or the rows a verify step commits differ from what decoding writes (see the class comment)
+        final boolean inPlace = step != StepKind.PREFILL && verifyAttention == VerifyAttention.F16;
+        final boolean convert = verify && verifyAttention == VerifyAttention.F32_CONVERT;
         final int D = c.hidden, H = c.numHeads, d = c.headDim, W = c.slidingWindow;
         final AttentionKind kind = c.layerTypes[l];
         final long P = kind == AttentionKind.SLIDING ? ropeMain : ropeCompress;
@@ -692,7 +703,6 @@ public final class HipBackend implements Backend {
         k(ds4j_rmsnorm_rope(ctx(), ptr(kv), ptr(L.kvNorm), S, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, 1, 1),
                 "kv norm + rope + f16", "norm, rope, mHC");
         // 4. compressors and the indexer's selection
-        final boolean convert = verify && verifyAttention == VerifyAttention.F32_CONVERT;
         if (st.comp != null) compress(st.comp, L.compressor, x, S, N0);
         long sel = 0;
         if (st.index != null) {
@@ -717,16 +727,18 @@ public final class HipBackend implements Backend {
             k(ds4j_attention_f32(ctx(), ptr(q), ptr(kv), ptr(ring32), st.winCap, ptr(entries32), akind, m, ptr(sel), c.indexTopk,
                     ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention (f32 copy)", "attention");
             noteVerifyMode(kind, "f32-convert", "f32-convert");
-        } else if (verify && attendedRows(c, l, N0, S) > shortRows) {
+        } else if (inPlace && attendedRows(c, l, N0, S) > shortRows) {
+            // per query: at or under shortRows F32 arithmetic (the control's numbers), above it tensor cores at F32 accuracy
             long nAttn = attendedRows(c, l, N0, S);
             int impl = DS4J_F16OPS_AUTO();
-            check(ds4j_attention_f16_operands_work(ctx(), akind, m, c.indexTopk, N0, S, H, d, W, impl, outLong), "attention work size");
+            check(ds4j_attention_f16_operands_work(ctx(), akind, m, c.indexTopk, N0, S, H, d, W, shortRows, impl, outLong),
+                    "attention work size");
             long workBytes = outLong.get(ValueLayout.JAVA_LONG, 0);
             long work = workBytes == 0 ? 0 : ws.alloc(workBytes);
             k(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
-                    c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, impl, ptr(work), workBytes, ptr(o)),
-                    "attention (f16 operands)", "attention");
-            noteVerifyMode(kind, "f16 tensor-core", (tensorCores ? "f16 tensor-core" : "f16 F16-operand, portable kernel (no tensor cores)")
+                    c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, shortRows, impl, ptr(work), workBytes, ptr(o)),
+                    "attention (f16 in place, tensor cores)", "attention");
+            if (verify) noteVerifyMode(kind, "f16 tensor-core", (tensorCores ? "f16 tensor-core" : "f16 in place, portable kernel (no tensor cores)")
                     + " (n_attn " + nAttn + " > " + shortRows + ")");
         } else {
             k(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m,
@@ -750,7 +762,7 @@ public final class HipBackend implements Backend {
     /**
      * Workspace bytes a verify step's attention needs beyond {@link Workspace#stepBytes} (the largest layer, since the
      * scratch is released after each layer): the control's F32 copies (window ring, compressed entries, indexer keys),
-     * or the F16-operand kernel's partial results above the short-context threshold.
+     * or the tensor-core kernel's partial results above the short-context threshold.
      */
     private long verifyScratchBytes(HipSequence seq, int S, int N0) {
         long most = 0;
@@ -768,7 +780,7 @@ public final class HipBackend implements Backend {
                     case HCA -> DS4J_ATTN_HCA();
                 };
                 check(ds4j_attention_f16_operands_work(ctx(), akind, st.comp == null ? 0 : st.comp.m, c.indexTopk, N0, S,
-                        c.numHeads, c.headDim, c.slidingWindow, DS4J_F16OPS_AUTO(), outLong), "attention work size");
+                        c.numHeads, c.headDim, c.slidingWindow, shortRows, DS4J_F16OPS_AUTO(), outLong), "attention work size");
                 b = outLong.get(ValueLayout.JAVA_LONG, 0) + 256;
             } else b = 0;
             most = Math.max(most, b);

@@ -196,7 +196,7 @@ public final class VerifyAttentionBench {
 
         void tensorCores() {
             check(ds4j_attention_f16_operands(gpu.ctx(), ptr(q), ptr(kvNew), ptr(ring), CAP, ptr(entries), kind, m, ptr(sel), K,
-                    ptr(sinks), N0, S, H, D, W, scale(), DS4J_F16OPS_AUTO(), ptr(work), workBytes, ptr(out)), "attention_f16_operands");
+                    ptr(sinks), N0, S, H, D, W, scale(), 0L, DS4J_F16OPS_AUTO(), ptr(work), workBytes, ptr(out)), "attention_f16_operands");
         }
 
         double time(Runnable r, int reps) {
@@ -211,7 +211,7 @@ public final class VerifyAttentionBench {
         void run(int reps, int threshold, double peak32, double peak16, double peakGbs) {
             try (Arena a = Arena.ofConfined()) {
                 MemorySegment b = a.allocate(ValueLayout.JAVA_LONG);
-                check(ds4j_attention_f16_operands_work(gpu.ctx(), kind, m, K, N0, S, H, D, W, DS4J_F16OPS_AUTO(), b), "work");
+                check(ds4j_attention_f16_operands_work(gpu.ctx(), kind, m, K, N0, S, H, D, W, 0L, DS4J_F16OPS_AUTO(), b), "work");
                 workBytes = b.get(ValueLayout.JAVA_LONG, 0);
             }
             work = workBytes == 0 ? 0 : alloc(workBytes);

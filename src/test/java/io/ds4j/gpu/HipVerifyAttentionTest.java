@@ -33,13 +33,15 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * The two verify attention paths of the GPU backend (issue 8).
+ * The two verify attention paths of the GPU backend ("f32-convert", the control, and "f16", which reads the F16 cache
+ * in place).
  *
  * <p>Kernel level, on random F16 cache rows: at or under the short-context threshold the F16 path (ds4j_attention on
  * the F16 rows) equals the control (ds4j_f16_to_f32 of the rows, then ds4j_attention_f32) within 1e-6 — by
- * construction bit for bit; the F32 indexer scores equal the F16 ones likewise. Above it, the F16-operand kernel
- * (tensor cores, and the portable kernel the hipcc build uses) is compared with an exact reference (double) under a
- * bound derived from the rounding it adds, and its difference from the control is printed and bounded.
+ * construction bit for bit; the F32 indexer scores equal the F16 ones likewise. Above it, the tensor-core kernel (F32
+ * accuracy through hi + lo F16 splits) is compared with an exact reference (double) under a bound derived from the
+ * rounding it adds and must equal the control within 1e-5 at lengths up to 1,048,576 tokens; the portable kernel (what
+ * hipcc builds run) equals the control bit for bit.
  *
  * <p>Backend level: 2,000 verify steps of q+1 = 5 tokens at 59,933 tokens of context on the {@code flash-shaped}
  * preset (4 layers S, C, H, C; 6 routed experts; FP8 + FP4 as released), where the CSA layers attend 128 + 512 and
@@ -50,7 +52,7 @@ import static org.junit.jupiter.api.Assertions.*;
  */
 @Tag("gpu")
 class HipVerifyAttentionTest {
-    static final double U32 = 0x1p-24, U16 = 0x1p-11, U_TC = 0x1p-22;
+    static final double U32 = 0x1p-24, U_TC = 0x1p-22;
     static Gpu gpu;
     static final List<Long> allocs = new ArrayList<>();
 
@@ -225,12 +227,12 @@ class HipVerifyAttentionTest {
             long bytes;
             try (Arena a = Arena.ofConfined()) {
                 MemorySegment b = a.allocate(ValueLayout.JAVA_LONG);
-                check(ds4j_attention_f16_operands_work(gpu.ctx(), c.kind, c.m, c.K, c.N0, c.S, c.H, c.d, c.W, impl, b), "work");
+                check(ds4j_attention_f16_operands_work(gpu.ctx(), c.kind, c.m, c.K, c.N0, c.S, c.H, c.d, c.W, 0L, impl, b), "work");
                 bytes = b.get(ValueLayout.JAVA_LONG, 0);
             }
             long work = bytes == 0 ? 0 : alloc(bytes), o = out();
             check(ds4j_attention_f16_operands(gpu.ctx(), ptr(q), ptr(kvNew), ptr(ring), c.cap, ptr(entries), c.kind, c.m, ptr(sel), c.K,
-                    ptr(sinks), c.N0, c.S, c.H, c.d, c.W, scale(), impl, ptr(work), bytes, ptr(o)), "attention_f16_operands");
+                    ptr(sinks), c.N0, c.S, c.H, c.d, c.W, scale(), 0L, impl, ptr(work), bytes, ptr(o)), "attention_f16_operands");
             return gpu.downloadFloats(o, c.S * c.H * c.d);
         }
     }
@@ -242,14 +244,28 @@ class HipVerifyAttentionTest {
      * u = 2⁻²⁴), so each logit by E_c ≤ scale·(γ_d + u)·max_j Σ|q k_j| and each softmax weight by a factor within
      * e^(±2 E_c); the weighted sum of n rows adds (n + 8)·2u relative to A_i = Σ_j w_j |v_ji|.
      *
-     * <p>F16 operands: q̃ = f16(q) shifts logit j by δ_j = scale·(q̃ − q)·k_j (computed exactly here), so every weight
-     * changes by a factor within e^(±2Δ), Δ = max|δ_j|; rounding the probability to F16 multiplies each weight by
-     * (1 ± 2⁻¹¹), plus at most 2⁻²⁵ absolute for a subnormal one (weights are ≤ 1 before the final scaling, which
-     * divides by L ≥ 1); F32 accumulation on tensor cores is allowed u' = 2⁻²² per operation (their adder need not round
-     * to nearest), over the d-term dot products (E_t) and the n-term weighted sum plus the split combine.
-     * So |O − exact| ≤ A_i·((1 + 2⁻¹¹)·e^(2(Δ + E_t)) − 1 + (n + d + 16)·2u') + n·2⁻²⁵·max_j|v_ji|.
+     * <p>F16 operands (tensor cores): each query row is scaled by 2^t (its largest |value| into [2^14, 2^15)) and split
+     * into F16 hi + lo; q̃ = (hi + lo)·2^-t shifts logit j by δ_j = scale·(q̃ − q)·k_j (computed exactly here with the
+     * same split), so every weight changes by a factor within e^(±2Δ), Δ = max|δ_j|; each probability (≤ 1) is scaled
+     * by 2^14 and split likewise, which multiplies it by (1 ± 2⁻²¹) plus at most 2⁻³⁸ absolute; F32 accumulation on
+     * tensor cores is allowed u' = 2⁻²² per operation (their adder need not round to nearest), over the 2d-term dot
+     * products (E_t) and the 2n-term weighted sum plus the split combine.
+     * So |O − exact| ≤ A_i·((1 + 2⁻²¹)·e^(2(Δ + E_t)) − 1 + (2n + 2d + 16)·2u') + n·2⁻³⁸·max_j|v_ji|.
      */
     static final class Reference {
+        /** q̃ of the tensor-core kernel: the row scaled by 2^t (largest |value| in [2^14, 2^15)), F16 hi + lo, unscaled. */
+        static double[] splitRow(float[] q, int off, int d) {
+            float mx = 0;
+            for (int i = 0; i < d; i++) mx = Math.max(mx, Math.abs(q[off + i]));
+            int t = mx > 0 ? Math.min(126, Math.max(-126, 14 - Math.getExponent(mx))) : 0;
+            double[] out = new double[d];
+            for (int i = 0; i < d; i++) {
+                float x = Math.scalb(q[off + i], t), hi = round16(x), lo = round16(x - hi);
+                out[i] = Math.scalb((double) hi + lo, -t);
+            }
+            return out;
+        }
+
         final double[] exact, boundControl, boundF16;
 
         Reference(Case c) {
@@ -258,12 +274,13 @@ class HipVerifyAttentionTest {
             boundControl = new double[n0];
             boundF16 = new double[n0];
             double scale = (float) (1.0 / Math.sqrt(c.d));
-            double gd = c.d * U32 / (1 - c.d * U32), gdt = c.d * U_TC / (1 - c.d * U_TC);
+            double gd = c.d * U32 / (1 - c.d * U32), gdt = 2 * c.d * U_TC / (1 - 2 * c.d * U_TC);
             for (int s = 0; s < c.S; s++) {
                 float[][] k = c.keys(s);
                 int n = k.length;
                 for (int h = 0; h < c.H; h++) {
                     int qo = (s * c.H + h) * c.d;
+                    double[] qt = splitRow(c.q, qo, c.d);
                     double[] z = new double[n];
                     double maxAbs = 0, delta = 0, zmax = c.sinks[h];
                     for (int j = 0; j < n; j++) {
@@ -272,7 +289,7 @@ class HipVerifyAttentionTest {
                             double qi = c.q[qo + i], kv = k[j][i];
                             dot += qi * kv;
                             abs += Math.abs(qi * kv);
-                            dq += (round16(c.q[qo + i]) - qi) * kv;
+                            dq += (qt[i] - qi) * kv;
                         }
                         z[j] = scale * dot;
                         maxAbs = Math.max(maxAbs, scale * abs);
@@ -285,7 +302,7 @@ class HipVerifyAttentionTest {
                     for (int j = 0; j < n; j++) w[j] /= L;
                     double ec = (gd + U32) * maxAbs, et = (gdt + U_TC) * maxAbs;
                     double fc = Math.expm1(2 * ec) + (n + 8) * 2 * U32;
-                    double ft = (1 + U16) * Math.exp(2 * (delta + et)) - 1 + (n + c.d + 16) * 2 * U_TC;
+                    double ft = (1 + 0x1p-21) * Math.exp(2 * (delta + et)) - 1 + (2 * n + 2 * c.d + 16) * 2 * U_TC;
                     for (int i = 0; i < c.d; i++) {
                         double o = 0, a = 0, vmax = 0;
                         for (int j = 0; j < n; j++) {
@@ -295,7 +312,7 @@ class HipVerifyAttentionTest {
                         }
                         exact[qo + i] = o;
                         boundControl[qo + i] = a * fc + 1e-30;
-                        boundF16[qo + i] = a * ft + n * 0x1p-25 * vmax + 1e-30;
+                        boundF16[qo + i] = a * ft + n * 0x1p-38 * vmax + 1e-30;
                     }
                 }
             }
@@ -403,7 +420,7 @@ class HipVerifyAttentionTest {
     }
 
     @Test
-    void overTheThresholdTheF16OperandDifferenceIsBounded() {
+    void overTheThresholdTheF16PathEqualsTheControlWithin1e5() {
         List<Case> cases = List.of(
                 flash("sliding (threshold < 128)", 0, 4091, 1, 11),
                 flash("csa 4,096", CSA, 4091, 1, 12),
@@ -412,6 +429,9 @@ class HipVerifyAttentionTest {
                 flash("hca 59,933 sharp softmax", HCA, 59_928, 8, 15),
                 flash("hca 122,879", HCA, 122_874, 1, 16),
                 flash("csa 122,879", CSA, 122_874, 1, 17),
+                flash("hca 262,144", HCA, 262_139, 1, 21),
+                flash("hca 1,048,576", HCA, 1_048_571, 1, 22),
+                flash("csa 1,048,576", CSA, 1_048_571, 1, 23),
                 new Case("hca d128 H16 (padded rows)", HCA, 16, 128, 128, 64, 59_928, 5, 1, 18),
                 new Case("csa d128 H80 (two head blocks)", CSA, 80, 128, 4, 64, 3000, 3, 1, 19),
                 new Case("hca d32 H4 (portable only)", HCA, 4, 32, 16, 4, 5000, 5, 1, 20));
@@ -421,18 +441,18 @@ class HipVerifyAttentionTest {
             Reference ref = new Reference(c);
             double rc = checkBound(c.name + " control", ctl, ref.exact, ref.boundControl);
             double rt = checkBound(c.name + " f16 operands (auto)", tc, ref.exact, ref.boundF16);
-            double rp = checkBound(c.name + " f16 operands (portable)", port, ref.exact, ref.boundF16);
-            double[] both = new double[ref.exact.length];
-            for (int i = 0; i < both.length; i++) both[i] = ref.boundF16[i] + ref.boundControl[i];
-            double[] ctlAsExact = new double[ctl.length];
-            for (int i = 0; i < ctl.length; i++) ctlAsExact[i] = ctl[i];
-            double rb = checkBound(c.name + " f16 operands vs control", tc, ctlAsExact, both);
             double maxOut = 0;
             for (double v : ref.exact) maxOut = Math.max(maxOut, Math.abs(v));
-            System.out.printf("verify attention %-32s n_attn %5d: max |f16 ops - control| = %.3g (max |out| %.3g; %.2f of the bound)"
-                            + "; vs exact: control %.2f, f16 ops %.2f, portable %.2f of their bounds; max |auto - portable| %.3g%n",
-                    c.name, c.nAttn(), maxDiff(tc, ctl), maxOut, rb, rc, rt, rp, maxDiff(tc, port));
-            assertTrue(maxDiff(tc, ctl) > 0 || c.nAttn() == 0, c.name + ": the F16-operand path gave the control's output bit for bit");
+            double diff = maxDiff(tc, ctl);
+            System.out.printf("verify attention %-32s n_attn %7d: max |f16 path - control| = %.3g (max |out| %.3g); vs exact: control %.2f, f16 ops %.2f of their bounds%n",
+                    c.name, c.nAttn(), diff, maxOut, rc, rt);
+            // the portable kernel is the control's arithmetic on the F16 rows in place: bit for bit
+            assertArrayEquals(ctl, port, c.name + ": portable F16 path vs control");
+            // 1e-5 of the output's scale: a sharp softmax (large logits) amplifies the F32 rounding of the logits, the
+            // control's own included (both stay within their bounds against the exact result above)
+            assertTrue(diff <= 1e-5 * Math.max(1, maxOut), c.name + ": max |f16 path - control| " + diff + " > 1e-5 x max(1, max |out| " + maxOut + ")");
+            boolean tensorCores = c.d == 64 || c.d == 128 || c.d == 256 || c.d == 512;
+            assertTrue(!tensorCores || diff > 0 || c.nAttn() == 0, c.name + ": the tensor-core path gave the control's output bit for bit: was it used?");
         }
     }
 
@@ -503,6 +523,59 @@ class HipVerifyAttentionTest {
                     ctx, seq.length(), agree, rows, 100 * rate, maxLogitDiff, (System.nanoTime() - t0) / 1e9);
             assertTrue(maxLogitDiff > 0, "the F16 path above the threshold gave the control's logits bit for bit: was it used?");
             assertTrue(rate >= 0.999, "argmax agreement " + rate + " < 99.9 %");
+        }
+    }
+
+    /**
+     * What the 4-layer tests missed: at full depth (V4-Flash's 43 layers), greedy speculative decoding with a copy of
+     * the target as the draft must keep the draft's tokens on the {@code f16} path too. Acceptance measures more than
+     * one-step agreement: the rows a verify step commits stay in the cache, so any difference between verify and decode
+     * numerics is fed back through every later layer and step; with F16-rounded operands the copy-of-target acceptance
+     * fell to 0.675 at 4,096 tokens while single steps still agreed on 98.8 % of rows.
+     */
+    @Test
+    void fullDepthCopyOfTargetDraftIsAcceptedOnTheF16Path() throws Exception {
+        Path dir = io.ds4j.model.synth.ModelStore.ensureVariant("flash-shaped", 43, 16, RandomCheckpoint.Storage.FP8, 1,
+                System.out::println);
+        try (HipBackend be = new HipBackend(WeightLoader.load(dir), BackendOptions.DEFAULTS.withF16KvVerify(true))) {
+            var o = new io.ds4j.bench.VerifyPathBench.Options(List.of(4096), 4, 600, 0, 512, 7);
+            List<io.ds4j.bench.VerifyPathBench.Row> rows = io.ds4j.bench.VerifyPathBench.run(be, o, System.out);
+            for (var r : rows) {
+                System.out.printf("full depth, %s at %d tokens: acceptance %.4f (%d of %d)%n", r.path(), r.length(), r.acceptance(),
+                        r.accepted(), r.offered());
+                assertTrue(r.acceptance() >= 0.999, r.path() + ": copy-of-target acceptance " + r.acceptance() + " < 0.999");
+            }
+            Map<AttentionKind, String> modes = be.verifyAttentionModes();
+            assertTrue(modes.get(AttentionKind.CSA).startsWith("f16 tensor-core"), "CSA layers above the threshold: " + modes);
+        }
+    }
+
+    /**
+     * On the f16 path a verify step must compute exactly what the decode steps it stands for compute, above the
+     * threshold too: the kernel splits each query's keys by that query's own key count and picks F32 or tensor cores
+     * per query, so S does not matter. Contexts: one where the step straddles the CSA layers' threshold (queries at
+     * n_attn 511 and 512 in F32, the rest on tensor cores) and 59,933 (every compressed layer on tensor cores).
+     */
+    @Test
+    void aboveTheThresholdAVerifyStepEqualsTheDecodeStepsItStandsFor() throws Exception {
+        try (HipBackend be = new HipBackend(WeightLoader.load(flashModel()), BackendOptions.DEFAULTS.withF16KvVerify(true))) {
+            int V = be.config().vocabSize, S = 5;
+            for (int ctx : new int[]{1_537, 59_933}) {
+                try (HipSequence seq = be.newSequence(16)) {
+                    seq.fillRandom(ctx, 31);
+                    int[] toks = new SplittableRandom(ctx).ints(S, 0, V).toArray(), all = {0, 1, 2, 3, 4};
+                    float[] verified = be.forward(seq, toks, 0, S, all, StepKind.VERIFY);
+                    seq.rollback(S);
+                    for (int i = 0; i < S; i++) {
+                        float[] decoded = be.forward(seq, toks, i, 1, new int[]{0}, StepKind.DECODE);
+                        assertArrayEquals(decoded, Arrays.copyOfRange(verified, i * V, (i + 1) * V),
+                                "context " + ctx + ": decode step " + i + " vs verify row " + i);
+                    }
+                    System.out.println("f16 path at context " + ctx + ": verify rows equal decode steps bit for bit; modes "
+                            + be.verifyAttentionModes());
+                }
+            }
+            assertTrue(be.verifyAttentionModes().get(AttentionKind.CSA).startsWith("f16 tensor-core"), be.verifyAttentionModes().toString());
         }
     }
 

@@ -2731,6 +2731,7 @@ public class ds4j_gpu_h {
                 ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_LONG,
                 ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_POINTER,
                 ds4j_gpu_h.C_LONG,
@@ -2745,7 +2746,7 @@ public class ds4j_gpu_h {
     /**
      * Function descriptor for:
      * {@snippet lang=c :
-     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, int32_t impl, void *work, int64_t work_bytes, float *out)
      * }
      */
     public static FunctionDescriptor ds4j_attention_f16_operands$descriptor() {
@@ -2755,7 +2756,7 @@ public class ds4j_gpu_h {
     /**
      * Downcall method handle for:
      * {@snippet lang=c :
-     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, int32_t impl, void *work, int64_t work_bytes, float *out)
      * }
      */
     public static MethodHandle ds4j_attention_f16_operands$handle() {
@@ -2765,7 +2766,7 @@ public class ds4j_gpu_h {
     /**
      * Address for:
      * {@snippet lang=c :
-     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, int32_t impl, void *work, int64_t work_bytes, float *out)
      * }
      */
     public static MemorySegment ds4j_attention_f16_operands$address() {
@@ -2774,13 +2775,13 @@ public class ds4j_gpu_h {
 
     /**
      * {@snippet lang=c :
-     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * int32_t ds4j_attention_f16_operands(ds4j_ctx *ctx, const float *q, const float *kv_new, const uint16_t *ring, int32_t cap, const uint16_t *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, int32_t impl, void *work, int64_t work_bytes, float *out)
      * }
      */
-    public static int ds4j_attention_f16_operands(MemorySegment ctx, MemorySegment q, MemorySegment kv_new, MemorySegment ring, int cap, MemorySegment entries, int kind, int m, MemorySegment sel, int K, MemorySegment sinks, long N0, int S, int H, int d, int W, float scale, int impl, MemorySegment work, long work_bytes, MemorySegment out) {
+    public static int ds4j_attention_f16_operands(MemorySegment ctx, MemorySegment q, MemorySegment kv_new, MemorySegment ring, int cap, MemorySegment entries, int kind, int m, MemorySegment sel, int K, MemorySegment sinks, long N0, int S, int H, int d, int W, float scale, long short_rows, int impl, MemorySegment work, long work_bytes, MemorySegment out) {
         var mh$ = ds4j_attention_f16_operands.HANDLE;
         try {
-            return (int) mh$.invokeExact(ctx, q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, S, H, d, W, scale, impl, work, work_bytes, out);
+            return (int) mh$.invokeExact(ctx, q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, S, H, d, W, scale, short_rows, impl, work, work_bytes, out);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
@@ -2798,6 +2799,7 @@ public class ds4j_gpu_h {
                 ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_LONG,
                 ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_POINTER
             );
@@ -2810,7 +2812,7 @@ public class ds4j_gpu_h {
     /**
      * Function descriptor for:
      * {@snippet lang=c :
-     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int32_t impl, int64_t *host_bytes)
+     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int64_t short_rows, int32_t impl, int64_t *host_bytes)
      * }
      */
     public static FunctionDescriptor ds4j_attention_f16_operands_work$descriptor() {
@@ -2820,7 +2822,7 @@ public class ds4j_gpu_h {
     /**
      * Downcall method handle for:
      * {@snippet lang=c :
-     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int32_t impl, int64_t *host_bytes)
+     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int64_t short_rows, int32_t impl, int64_t *host_bytes)
      * }
      */
     public static MethodHandle ds4j_attention_f16_operands_work$handle() {
@@ -2830,7 +2832,7 @@ public class ds4j_gpu_h {
     /**
      * Address for:
      * {@snippet lang=c :
-     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int32_t impl, int64_t *host_bytes)
+     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int64_t short_rows, int32_t impl, int64_t *host_bytes)
      * }
      */
     public static MemorySegment ds4j_attention_f16_operands_work$address() {
@@ -2839,13 +2841,13 @@ public class ds4j_gpu_h {
 
     /**
      * {@snippet lang=c :
-     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int32_t impl, int64_t *host_bytes)
+     * int32_t ds4j_attention_f16_operands_work(ds4j_ctx *ctx, int32_t kind, int32_t m, int32_t K, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, int64_t short_rows, int32_t impl, int64_t *host_bytes)
      * }
      */
-    public static int ds4j_attention_f16_operands_work(MemorySegment ctx, int kind, int m, int K, long N0, int S, int H, int d, int W, int impl, MemorySegment host_bytes) {
+    public static int ds4j_attention_f16_operands_work(MemorySegment ctx, int kind, int m, int K, long N0, int S, int H, int d, int W, long short_rows, int impl, MemorySegment host_bytes) {
         var mh$ = ds4j_attention_f16_operands_work.HANDLE;
         try {
-            return (int) mh$.invokeExact(ctx, kind, m, K, N0, S, H, d, W, impl, host_bytes);
+            return (int) mh$.invokeExact(ctx, kind, m, K, N0, S, H, d, W, short_rows, impl, host_bytes);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
