@@ -28,23 +28,31 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         StringBuilder b = new StringBuilder();
         for (var e : setup.entrySet()) b.append("- ").append(e.getKey()).append(": ").append(e.getValue()).append('\n');
         b.append('\n');
-        b.append("| input tokens | verify attention | prefill tok/s | decode tok/s | verify step ms | acceptance rate | verifier agreement (rounds / rows) |\n");
-        b.append("|---:|---|---:|---:|---:|---:|---|\n");
+        b.append("| input tokens | context | sequence state MiB | verify attention | prefill tok/s | decode tok/s | verify step ms"
+                + " | control's conversion ms/step | acceptance rate | verifier agreement (rounds / rows) |\n");
+        b.append("|---:|---|---:|---|---:|---:|---:|---:|---:|---|\n");
         for (VerifyPathBench.Row r : rows) {
-            b.append(String.format(Locale.ROOT, "| %,d | %s | %,.0f | %.1f | %.2f | %s | %s |%n", r.length(), r.path(), r.prefillTokS(),
-                    r.decodeTokS(), r.verifyMs(), Double.isNaN(r.acceptance()) ? "–" : String.format(Locale.ROOT, "%.3f", r.acceptance()),
+            b.append(String.format(Locale.ROOT, "| %,d | %s | %,.0f | %s | %s | %.1f | %.2f | %s | %s | %s |%n", r.length(),
+                    r.synthetic() ? "synthetic" : "prefilled", r.stateMiB(), r.path(),
+                    Double.isNaN(r.prefillTokS()) ? "–" : String.format(Locale.ROOT, "%,.0f", r.prefillTokS()),
+                    r.decodeTokS(), r.verifyMs(),
+                    Double.isNaN(r.conversionMs()) ? "–" : String.format(Locale.ROOT, "%.3f", r.conversionMs()),
+                    Double.isNaN(r.acceptance()) ? "–" : String.format(Locale.ROOT, "%.3f", r.acceptance()),
                     Double.isNaN(r.agreement()) ? "–" : String.format(Locale.ROOT, "%.2f %% / %.2f %% (%d rounds)",
                             100 * r.agreement(), 100 * r.rowAgreement(), r.agreementRounds())));
         }
+        if (rows.stream().anyMatch(VerifyPathBench.Row::synthetic))
+            b.append("\nSynthetic: the context was given as random cache rows (no prefill); decode and verify run on it for real.\n");
         // relative change of the second path against the first, per length
         List<String> gains = new ArrayList<>();
         for (int i = 0; i + 1 < rows.size(); i++) {
             var a = rows.get(i);
             var c = rows.get(i + 1);
             if (a.length() == c.length() && !a.path().equals(c.path()))
-                gains.add(String.format(Locale.ROOT, "%,d tokens: decode %+.1f %%, verify step %+.1f %%, prefill %+.1f %%", a.length(),
-                        100 * (c.decodeTokS() / a.decodeTokS() - 1), 100 * (c.verifyMs() / a.verifyMs() - 1),
-                        100 * (c.prefillTokS() / a.prefillTokS() - 1)));
+                gains.add(String.format(Locale.ROOT, "%,d tokens: decode %+.1f %% (x%.2f), verify step %+.1f %% (%+.2f ms)%s", a.length(),
+                        100 * (c.decodeTokS() / a.decodeTokS() - 1), c.decodeTokS() / a.decodeTokS(),
+                        100 * (c.verifyMs() / a.verifyMs() - 1), c.verifyMs() - a.verifyMs(),
+                        a.synthetic() ? "" : String.format(Locale.ROOT, ", prefill %+.1f %%", 100 * (c.prefillTokS() / a.prefillTokS() - 1))));
         }
         if (!gains.isEmpty()) b.append("\n").append(rows.get(1).path()).append(" against ").append(rows.get(0).path())
                 .append(": ").append(String.join("; ", gains)).append(".\n");
@@ -74,6 +82,9 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             num(o, "verifier_agreement_rounds", r.agreement());
             num(o, "verifier_agreement_rows", r.rowAgreement());
             o.put("agreement_rounds", r.agreementRounds());
+            o.put("synthetic_context", r.synthetic());
+            num(o, "sequence_state_mib", r.stateMiB());
+            num(o, "control_conversion_ms_per_step", r.conversionMs());
         }
         try {
             return m.writeValueAsString(root) + "\n";
@@ -113,7 +124,10 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         for (int p = 0; p < panels; p++) {
             int x0 = left + p * (panelW + gap);
             double max = 0;
-            for (VerifyPathBench.Row r : rows) max = Math.max(max, value.get(p).applyAsDouble(r));
+            for (VerifyPathBench.Row r : rows) {
+                double v = value.get(p).applyAsDouble(r);
+                if (!Double.isNaN(v)) max = Math.max(max, v);
+            }
             max = niceCeil(max);
             b.append(String.format(Locale.ROOT, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">%s</text>%n", x0, top + 8, titles[p]));
             int y0 = top + 20, h = panelH - 30;
@@ -132,6 +146,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                     VerifyPathBench.Row r = e.getValue().get(paths.get(i));
                     if (r == null) continue;
                     double v = value.get(p).applyAsDouble(r);
+                    if (Double.isNaN(v)) continue;  // e.g. no prefill figure for a synthetic context
                     int bh = max == 0 ? 0 : (int) Math.round(h * v / max);
                     b.append(String.format(Locale.ROOT, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>%s, %,d tokens: %s</title></rect>%n",
                             gx + i * bw, y0 + h - bh, bw - 2, bh, colours[i % colours.length], esc(r.path()), r.length(), fmt(v)));
@@ -171,7 +186,9 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                     d(r, "prefill_tokens_per_s"), d(r, "prefill_seconds"), d(r, "decode_tokens_per_s"), r.get("decode_tokens").asInt(),
                     r.get("verify_steps").asInt(), d(r, "verify_ms_per_step"), r.get("draft_tokens_offered").asInt(),
                     r.get("draft_tokens_accepted").asInt(), d(r, "acceptance_rate"), d(r, "verifier_agreement_rounds"),
-                    d(r, "verifier_agreement_rows"), r.get("agreement_rounds").asInt()));
+                    d(r, "verifier_agreement_rows"), r.get("agreement_rounds").asInt(),
+                    r.has("synthetic_context") && r.get("synthetic_context").asBoolean(), d(r, "sequence_state_mib"),
+                    d(r, "control_conversion_ms_per_step")));
         return new BenchReport(setup, rows);
     }
 

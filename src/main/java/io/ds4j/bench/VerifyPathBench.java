@@ -3,6 +3,7 @@ package io.ds4j.bench;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StepKind;
+import io.ds4j.engine.SyntheticContext;
 import io.ds4j.engine.VerifyAttention;
 import io.ds4j.sampling.Sampler;
 
@@ -12,12 +13,15 @@ import java.util.List;
 import java.util.SplittableRandom;
 
 /**
- * The matched benchmark of issue 8 (the reference system's "fused verify F16 KV" table): for each input length and
- * verify attention path, prefill tokens/s, speculative decode tokens/s with a draft that is a copy of the target, the
- * acceptance rate, and how often the two paths verify the same tokens.
+ * The F16-KV verifier's matched benchmark (the reference system's "fused verify F16 KV" table): for each input length
+ * and verify attention path, prefill tokens/s, speculative decode tokens/s with a draft that is a copy of the target,
+ * the verify step time, the control's cache conversion time per step, the acceptance rate, and how often the two paths
+ * verify the same tokens.
  *
  * <p>Per (length L, path): a fresh sequence prefills L seeded random tokens in chunks (timed, including the wait for
- * the device), then greedy speculative decoding with q draft tokens per verify step runs until at least
+ * the device) — or, for L above {@link Options#syntheticAbove()}, is given L − 1 tokens of random cache rows through
+ * {@link SyntheticContext} (a prefill of that length would take hours; such rows are marked and have no prefill
+ * figure) and forwards the last prompt token — then greedy speculative decoding with q draft tokens per verify step runs until at least
  * {@code decodeTokens} tokens were emitted after one warm-up round (timed: draft steps plus verify steps). The draft
  * is the target itself on a second sequence forked from the prefilled one ({@link Backend#fork}; a backend that cannot
  * fork prefills it, untimed), so without numeric differences between decode (S = 1) and verify (S = q + 1) every
@@ -36,8 +40,17 @@ public final class VerifyPathBench {
      * @param agreementSteps verify rounds compared between the paths per length (0 = skip)
      * @param chunk          prefill chunk (tokens)
      * @param seed           seed of the random prompt tokens
+     * @param syntheticAbove lengths above this are filled synthetically instead of prefilled
      */
-    public record Options(List<Integer> lengths, int q, int decodeTokens, int agreementSteps, int chunk, long seed) {
+    public record Options(List<Integer> lengths, int q, int decodeTokens, int agreementSteps, int chunk, long seed,
+                          int syntheticAbove) {
+        /** Real prefill at every length that is at most 122,879 tokens, synthetic contexts above. */
+        public static final int DEFAULT_SYNTHETIC_ABOVE = 122_879;
+
+        public Options(List<Integer> lengths, int q, int decodeTokens, int agreementSteps, int chunk, long seed) {
+            this(lengths, q, decodeTokens, agreementSteps, chunk, seed, DEFAULT_SYNTHETIC_ABOVE);
+        }
+
         public Options {
             if (lengths.isEmpty()) throw new IllegalArgumentException("at least one input length is needed");
             for (int L : lengths) if (L < 2) throw new IllegalArgumentException("input lengths must be >= 2, got " + L);
@@ -45,6 +58,7 @@ public final class VerifyPathBench {
             if (decodeTokens < 1) throw new IllegalArgumentException("decode tokens must be >= 1, got " + decodeTokens);
             if (agreementSteps < 0) throw new IllegalArgumentException("agreement steps must be >= 0, got " + agreementSteps);
             if (chunk < 1) throw new IllegalArgumentException("prefill chunk must be >= 1, got " + chunk);
+            if (syntheticAbove < 1) throw new IllegalArgumentException("synthetic-above must be >= 1, got " + syntheticAbove);
         }
     }
 
@@ -56,24 +70,30 @@ public final class VerifyPathBench {
      * @param acceptance      accepted / offered draft tokens in the timed rounds
      * @param agreement       fraction of compared rounds with identical verified tokens (NaN when not measured)
      * @param rowAgreement    fraction of compared rows with identical argmax (NaN when not measured)
+     * @param synthetic       the context was filled synthetically (no prefill figure)
+     * @param stateMiB        device (or host) memory of one sequence's state at this length, MiB
+     * @param conversionMs    milliseconds the control spends per verify step converting the cache (NaN: not measured)
      */
     public record Row(int length, String path, double prefillTokS, double prefillSeconds, double decodeTokS, int emitted,
                       int verifySteps, double verifyMs, int offered, int accepted, double acceptance, double agreement,
-                      double rowAgreement, int agreementRounds) {
+                      double rowAgreement, int agreementRounds, boolean synthetic, double stateMiB, double conversionMs) {
         Row withAgreement(double a, double rows, int rounds) {
             return new Row(length, path, prefillTokS, prefillSeconds, decodeTokS, emitted, verifySteps, verifyMs, offered,
-                    accepted, acceptance, a, rows, rounds);
+                    accepted, acceptance, a, rows, rounds, synthetic, stateMiB, conversionMs);
         }
     }
 
     /**
      * Runs the table: every length with each path the backend offers (the control first), or with its single path.
-     * @throws IllegalArgumentException when the backend cannot hold a length (its message)
+     * @throws IllegalArgumentException before any work when a length does not fit: past the model's context
+     *                                  (max_position_embeddings), a synthetic length on a backend that cannot fill one,
+     *                                  or more device memory than is free
      */
     public static List<Row> run(Backend be, Options o, PrintStream log) {
         List<VerifyAttention> paths = new ArrayList<>();
         for (VerifyAttention p : VerifyAttention.values()) if (be.verifyAttentionPaths().contains(p)) paths.add(p);
         int V = be.config().vocabSize;
+        checkFits(be, o);
         List<Row> rows = new ArrayList<>();
         // warm-up: kernels loaded, workspace grown for the chunk size
         try (Sequence s = be.newSequence(16)) {
@@ -92,17 +112,25 @@ public final class VerifyPathBench {
                 if (last != null) last.close();
                 Spec s = new Spec(be, prompt, o);
                 last = s;
-                double pre = s.prefill(o.chunk());
+                boolean synthetic = L > o.syntheticAbove();
+                double pre = synthetic ? s.fillSynthetic(o.seed() + L) : s.prefill(o.chunk());
+                double conv = Double.NaN;
+                if (be instanceof SyntheticContext sc && paths.contains(VerifyAttention.F32_CONVERT))
+                    conv = sc.verifyConversionMillis(s.tgt, 5);
+                double mib = be.stateBytes(L, 16) / 1048576.0;
                 s.round(); // warm-up round (untimed)
                 s.resetCounters();
                 long t0 = System.nanoTime();
                 while (s.emitted < o.decodeTokens()) s.round();
                 double sec = (System.nanoTime() - t0) / 1e9;
-                Row r = new Row(L, name, L / pre, pre, s.emitted / sec, s.emitted, s.steps, s.verifyNanos / 1e6 / s.steps,
-                        s.offered, s.accepted,
-                        s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0);
-                log.printf("L=%d %s: prefill %.0f tok/s (%.2f s), decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f%n",
-                        L, name, r.prefillTokS(), pre, r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance());
+                Row r = new Row(L, name, synthetic ? Double.NaN : L / pre, synthetic ? Double.NaN : pre, s.emitted / sec, s.emitted,
+                        s.steps, s.verifyNanos / 1e6 / s.steps, s.offered, s.accepted,
+                        s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, synthetic, mib, conv);
+                log.printf("L=%d %s: %s, decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f;"
+                                + " control's conversion %.3f ms per verify step; sequence state %.0f MiB%n",
+                        L, name, synthetic ? "synthetic context (no prefill)" : String.format(java.util.Locale.ROOT,
+                                "prefill %.0f tok/s (%.2f s)", r.prefillTokS(), pre),
+                        r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance(), conv, mib);
                 forL.add(r);
             }
             if (paths.size() == 2 && o.agreementSteps() > 0) {
@@ -116,6 +144,33 @@ public final class VerifyPathBench {
             rows.addAll(forL);
         }
         return rows;
+    }
+
+    /** The checks of {@link #run} that need no work: each length fits the model's context and the device. */
+    static void checkFits(Backend be, Options o) {
+        int maxPos = be.config().maxPositionEmbeddings;
+        for (int L : o.lengths()) {
+            long need = (long) L + o.decodeTokens() + 2L * (o.q() + 1) + 8;
+            if (need > maxPos)
+                throw new IllegalArgumentException(String.format(java.util.Locale.ROOT,
+                        "input length %,d plus %,d decode tokens needs %,d positions; the model's context is %,d (max_position_embeddings)",
+                        L, o.decodeTokens(), need, maxPos));
+            if (L > o.syntheticAbove() && !(be instanceof SyntheticContext))
+                throw new IllegalArgumentException(String.format(java.util.Locale.ROOT,
+                        "input length %,d is above --synthetic-above %,d, and backend %s cannot fill a context synthetically;"
+                                + " lower the length or raise --synthetic-above", L, o.syntheticAbove(), be.name()));
+            if (be instanceof SyntheticContext sc) {
+                // target and draft sequences, plus the control's F32 copy of the largest layer (4 bytes per cached value)
+                long state = be.stateBytes((int) Math.min(need, Integer.MAX_VALUE), 16);
+                long scratch = 3L * L * be.config().headDim;
+                long free = sc.freeDeviceBytes();
+                if (2 * state + scratch > free)
+                    throw new IllegalArgumentException(String.format(java.util.Locale.ROOT,
+                            "input length %,d needs about %,.0f MiB of device memory (two sequences of %,.0f MiB and the control's"
+                                    + " scratch); %,.0f MiB are free", L, (2 * state + scratch) / 1048576.0, state / 1048576.0,
+                            free / 1048576.0));
+            }
+        }
     }
 
     static int[] tokens(int n, int V, long seed) {
@@ -166,6 +221,19 @@ public final class VerifyPathBench {
             }
             dlen = dft.length();
             return sec;
+        }
+
+        /**
+         * Gives the target L − 1 tokens of synthetic context, forwards the last prompt token (its logits give the first
+         * token) and forks the draft from it; returns NaN (no prefill to time).
+         */
+        double fillSynthetic(long seed) {
+            ((SyntheticContext) be).fillSynthetic(tgt, len - 1, seed);
+            float[] lg = be.forward(tgt, ctx, len - 1, 1, new int[]{0}, StepKind.DECODE);
+            push(Sampler.argmax(lg, 0, V));
+            dft = be.fork(tgt, 16);
+            dlen = dft.length();
+            return Double.NaN;
         }
 
         void push(int t) {

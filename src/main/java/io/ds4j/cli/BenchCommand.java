@@ -38,7 +38,8 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--layers", description = "layers of the preset (default: the preset's, 4 for flash-shaped)") Integer layers;
     @Option(names = "--experts", description = "routed experts per layer of the preset (default: the preset's)") Integer experts;
     @Option(names = "--dtype", defaultValue = "fp8", description = "preset storage: fp8 (FP8 dense + FP4 experts, as released) or bf16 (default ${DEFAULT-VALUE})") String dtype;
-    @Option(names = "--lengths", defaultValue = "4096,59933,122879", split = ",", description = "input lengths in tokens (default ${DEFAULT-VALUE})") List<Integer> lengths;
+    @Option(names = "--lengths", defaultValue = "4096,59933,122879", split = ",", description = "input lengths in tokens, up to the model's context (V4: 1,048,576; default ${DEFAULT-VALUE})") List<Integer> lengths;
+    @Option(names = "--synthetic-above", defaultValue = "122879", description = "lengths above this get a synthetic context (random cache rows, marked in the table) instead of a prefill (default ${DEFAULT-VALUE})") int syntheticAbove;
     @Option(names = "--q", defaultValue = "4", description = "draft tokens per verify step (default ${DEFAULT-VALUE})") int q;
     @Option(names = "--decode-tokens", defaultValue = "256", description = "tokens emitted in each timed decode, at least (whole verify steps of q + 1 tokens; default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--agreement-steps", defaultValue = "200", description = "verify rounds compared between the paths per length (default ${DEFAULT-VALUE})") int agreementSteps;
@@ -57,7 +58,7 @@ public final class BenchCommand implements Callable<Integer> {
             for (Path p : rep.write(out, name)) System.out.println("wrote " + p);
             return 0;
         }
-        VerifyPathBench.Options o = new VerifyPathBench.Options(lengths, q, decodeTokens, agreementSteps, chunk, seed);
+        VerifyPathBench.Options o = new VerifyPathBench.Options(lengths, q, decodeTokens, agreementSteps, chunk, seed, syntheticAbove);
         RandomCheckpoint.Storage storage = RandomCheckpoint.Storage.parse(dtype);
         Path dir = model != null ? model : ModelStore.ensureVariant(preset, layers, experts, storage, seed, System.err::println);
         BackendOptions bo = new BackendOptions(1, BackendOptions.ExpertPlacement.MONOLITHIC, 0, false, shortRows);
@@ -71,9 +72,10 @@ public final class BenchCommand implements Callable<Integer> {
             setup.put("model", describe(c, model != null ? "as stored in " + dir : storage));
             setup.put("draft", "a copy of the target (same weights, its cache forked from the prefilled target), greedy");
             setup.put("q", q + " draft tokens per verify step (" + (q + 1) + " rows verified per step)");
-            setup.put("method", String.format(Locale.ROOT, "prefill of seeded random tokens in chunks of %d (timed to the last logits); "
+            setup.put("method", String.format(Locale.ROOT, "prefill of seeded random tokens in chunks of %d (timed to the last logits), lengths above %d synthetic (random cache rows, no prefill); "
                     + "decode: %d tokens after one warm-up round, draft and verify steps timed together; agreement: %d rounds "
-                    + "verified by both paths on the same rows; f32ShortContextRows %d", chunk, decodeTokens, agreementSteps, shortRows));
+                    + "verified by both paths on the same rows; control's conversion: its per-step F16 -> F32 copies timed alone (median of 5);"
+                    + " f32ShortContextRows %d", chunk, syntheticAbove, decodeTokens, agreementSteps, shortRows));
             setup.put("command", "ds4j bench " + String.join(" ", commandLine()));
             System.out.println("model: " + setup.get("model"));
             System.out.println("machine: " + setup.get("machine"));

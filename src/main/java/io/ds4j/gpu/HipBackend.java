@@ -75,7 +75,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * <p>All work runs on one stream of one device; calls are serialised on the backend (different sequences may be
  * stepped from different threads, one at a time). Implements {@code backend: hip} ({@link io.ds4j.engine.Backends}).
  */
-public final class HipBackend implements Backend {
+public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContext {
     private static final Logger LOG = LoggerFactory.getLogger(HipBackend.class);
 
     private final Gpu gpu;
@@ -442,6 +442,53 @@ public final class HipBackend implements Backend {
             throw e;
         }
         return copy;
+    }
+
+    @Override
+    public synchronized void fillSynthetic(Sequence seq, int n, long seed) {
+        if (!(seq instanceof HipSequence hs) || hs.backend != this)
+            throw new IllegalArgumentException("sequence does not belong to this backend");
+        try {
+            hs.fillRandom(n, seed);
+        } catch (GpuException e) {
+            throw outOfMemory(e, "a synthetic context of " + n + " tokens");
+        }
+    }
+
+    @Override
+    public synchronized double verifyConversionMillis(Sequence seq, int reps) {
+        if (!(seq instanceof HipSequence hs) || hs.backend != this)
+            throw new IllegalArgumentException("sequence does not belong to this backend");
+        int n = hs.length();
+        long scratch = 0;
+        for (HipSequence.LayerState st : hs.layers) {
+            long b = 4L * st.winCap * c.headDim + 256;
+            if (st.comp != null) b += 4L * (n / st.comp.m) * c.headDim + 256;
+            if (st.index != null) b += 4L * (n / st.index.m) * c.indexHeadDim + 256;
+            scratch = Math.max(scratch, b);
+        }
+        ws.reset(scratch);
+        double[] ms = new double[Math.max(1, reps)];
+        for (int r = 0; r < ms.length; r++) {
+            gpu.sync();
+            long t0 = System.nanoTime();
+            // what the control converts per layer (see attention and indexerSelect), into a scratch reused by each layer
+            for (HipSequence.LayerState st : hs.layers) {
+                ws.reset(scratch);
+                toF32(st.win, (long) st.winCap * c.headDim);
+                if (st.comp != null && n / st.comp.m > 0) toF32(st.comp.entries, (long) (n / st.comp.m) * c.headDim);
+                if (st.index != null && n / st.index.m > 0) toF32(st.index.entries, (long) (n / st.index.m) * c.indexHeadDim);
+            }
+            gpu.sync();
+            ms[r] = (System.nanoTime() - t0) / 1e6;
+        }
+        java.util.Arrays.sort(ms);
+        return ms[ms.length / 2];
+    }
+
+    @Override
+    public long freeDeviceBytes() {
+        return gpu.memory()[0];
     }
 
     /** Runs r under the backend's lock (device memory release of a sequence). */

@@ -56,8 +56,28 @@ class VerifyPathBenchTest {
             assertEquals(rep.markdown(), back.markdown(), "the JSON holds everything the table shows");
             assertEquals(rep.svg(), back.svg());
             String md = Files.readString(files.get(0));
-            assertTrue(md.contains("| 23 | cpu |") && md.contains("| 61 | cpu |"), md);
+            assertTrue(md.contains("| 23 | prefilled |") && md.contains("| 61 | prefilled |"), md);
+            for (VerifyPathBench.Row r : rows) {
+                assertFalse(r.synthetic());
+                assertEquals(be.stateBytes(r.length(), 16) / 1048576.0, r.stateMiB(), 1e-9);
+                assertTrue(Double.isNaN(r.conversionMs()), "the CPU backend has no conversion to time");
+            }
             assertTrue(md.contains("micro &lt;test&gt;") || md.contains("micro <test>"), md);
+        }
+    }
+
+    @Test
+    void lengthsThatCannotRunAreRefusedBeforeAnyWork() {
+        ModelConfig c = TestModelsAccess.microConfig();
+        try (CpuBackend be = new CpuBackend(TestModelsAccess.random(c, 5))) {
+            ByteArrayOutputStream log = new ByteArrayOutputStream();
+            var past = new VerifyPathBench.Options(List.of(23, c.maxPositionEmbeddings), 4, 17, 0, 16, 3);
+            var e = assertThrows(IllegalArgumentException.class, () -> VerifyPathBench.run(be, past, new PrintStream(log, true)));
+            assertTrue(e.getMessage().contains("max_position_embeddings"), e.getMessage());
+            var synth = new VerifyPathBench.Options(List.of(23, 61), 4, 17, 0, 16, 3, 40);
+            e = assertThrows(IllegalArgumentException.class, () -> VerifyPathBench.run(be, synth, new PrintStream(log, true)));
+            assertTrue(e.getMessage().contains("cannot fill a context synthetically"), e.getMessage());
+            assertEquals("", log.toString(), "nothing ran before the refusal");
         }
     }
 
@@ -68,7 +88,7 @@ class VerifyPathBenchTest {
                 "--agreement-steps", "0", "--chunk", "16", "--out", dir.toString(), "--name", "b");
         assertEquals(0, r.code(), r.err() + r.out());
         for (String ext : new String[]{"md", "json", "svg"}) assertTrue(Files.size(dir.resolve("b." + ext)) > 100, ext);
-        assertTrue(r.out().contains("| 40 | cpu |"), r.out());
+        assertTrue(r.out().contains("| 40 | prefilled |") && r.out().contains("| cpu |"), r.out());
     }
 
     @Test
