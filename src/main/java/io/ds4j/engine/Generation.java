@@ -108,7 +108,9 @@ public final class Generation {
 
     /**
      * Makes the prefill stop at each of the given prompt lengths (ascending, past the cached prefix) and call hook
-     * there, before the next chunk; chunks end at those lengths (results are independent of chunking).
+     * there, before the next chunk. Chunks end at those lengths, at multiples of the chunk size and at the prompt's
+     * end: the same cuts whether the prefill starts at 0 or at a resumed block boundary, which matters on a backend
+     * whose rounding depends on the step's size (the GPU's tensor-core prefill path).
      */
     public void snapshotAt(int[] lengths, PrefillPoint hook) {
         this.points = lengths.clone();
@@ -144,7 +146,9 @@ public final class Generation {
         if (startNs == 0) startNs = System.nanoTime();
         if (cancelled) return end(Finish.CANCELLED);
         if (prefilled < promptLen) {
-            int n = Math.min(opt.prefillChunk(), promptLen - prefilled);
+            // chunks end at multiples of the chunk size counted from the prompt's start (a resumed prefill is cut where
+            // a cold one is), and at the given points
+            int n = Math.min(opt.prefillChunk() - prefilled % opt.prefillChunk(), promptLen - prefilled);
             if (nextPoint < points.length) n = Math.min(n, points[nextPoint] - prefilled);
             boolean last = prefilled + n == promptLen;
             float[] lg = target.forward(seq, ctx, prefilled, n, last ? new int[]{n - 1} : new int[0], StepKind.PREFILL);

@@ -231,10 +231,16 @@ public final class EngineVerticle extends VerticleBase {
         try {
             j.gen = new Generation(backend, seq, r.prompt, sampler, draft, width,
                     new Generation.Options(cfg.prefillChunk(), r.maxContext, eosIds, MAX_ROLLBACK), j::onToken);
+            // the prompt's last block boundary always ends a chunk, cached or not, so the tail after it is one step
+            // of the same size either way (bit-identical answers on backends whose rounding depends on step size)
+            int block = prefixCache != null ? prefixCache.blockTokens()
+                    : PrefixCache.alignedBlock(backend.config(), cfg.prefixCacheBlockTokens());
+            int tail = r.prompt.length / block * block;
             if (cached) j.gen.snapshotAt(prefixCache.snapshotPoints(r.prompt, seq.length()), s -> {
                 prefixCache.offer(r.prompt, s);
                 publishCacheStats();
             });
+            else if (tail > 0) j.gen.snapshotAt(new int[]{tail}, s -> { });
             publishCacheStats();
         } catch (RuntimeException e) {
             seq.close();
