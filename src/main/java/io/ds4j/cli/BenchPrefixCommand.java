@@ -40,8 +40,8 @@ import java.util.stream.Stream;
  *   <li><b>doc</b>: a document of {@code --doc-tokens} tokens followed by five different questions, each its own
  *       request (system + document + question); the first is cold, the others can resume the document.</li>
  * </ul>
- * Each workload runs twice on one server: every request with {@code cache_prompt: false} (cold), then every request
- * with the cache (the first one fills it). Greedy, {@code ignore_eos}, {@code --max-tokens} tokens per request.
+ * Each request runs twice on one server, first with {@code cache_prompt: false} (cold, leaving no snapshot), then
+ * with the cache (the first request of a workload fills it); the pairs run in order. Greedy, {@code ignore_eos}, {@code --max-tokens} tokens per request.
  * A benchmark, not a test: it prints figures and asserts nothing.
  */
 @Command(name = "bench-prefix", mixinStandardHelpOptions = true, sortOptions = false,
@@ -154,8 +154,12 @@ public final class BenchPrefixCommand implements Callable<Integer> {
     /** Runs the requests cold (cache_prompt false), then cached, and prints one line per request and a summary. */
     private void run(List<ArrayNode> requests, ArrayNode tools) throws Exception {
         List<Sample> cold = new ArrayList<>(), hot = new ArrayList<>();
-        for (ArrayNode m : requests) cold.add(send(m, tools, false));
-        for (ArrayNode m : requests) hot.add(send(m, tools, true));
+        // interleaved (cold i, cached i) so that drifting machine load affects both alike; a cold request leaves no
+        // snapshot, so the cached requests see only each other
+        for (ArrayNode m : requests) {
+            cold.add(send(m, tools, false));
+            hot.add(send(m, tools, true));
+        }
         System.out.printf("%-4s %8s %8s | %12s %12s | %13s %13s %8s | %s%n", "req", "prompt", "cached", "cold TTFT ms", "cold wall ms",
                 "cache TTFT ms", "cache wall ms", "TTFT %", "server TTFT ms cold/cache");
         double coldTtft = 0, coldWall = 0, hotTtft = 0, hotWall = 0;
