@@ -135,11 +135,21 @@ class PrefixCacheTest {
 
     /** Generates 6 tokens greedily, through the cache when one is given (as the server does), else cold. */
     static Out generate(PrefixCache cache, int[] prompt) {
-        SamplingParams p = greedyWithLogprobs(6);
+        return generate(cache, prompt, false, -1);
+    }
+
+    /**
+     * @param speculative n-gram draft with up to 4 tokens verified per step
+     * @param cancelAfter cancel after this many steps (-1: never)
+     */
+    static Out generate(PrefixCache cache, int[] prompt, boolean speculative, int cancelAfter) {
+        SamplingParams p = greedyWithLogprobs(speculative ? 24 : 6);
         List<Integer> toks = new ArrayList<>();
         List<Double> lps = new ArrayList<>();
         Sequence seq = cache != null ? cache.start(prompt).seq() : backend.newSequence(16);
-        Generation g = new Generation(backend, seq, prompt, new Sampler(p, cfg.vocabSize, prompt), null, null,
+        Generation g = new Generation(backend, seq, prompt, new Sampler(p, cfg.vocabSize, prompt),
+                speculative ? new io.ds4j.spec.NgramDraft(io.ds4j.spec.NgramDraft.MAX_N) : null,
+                speculative ? io.ds4j.spec.VerifyWidth.fixed(4) : null,
                 new Generation.Options(5, 4096, new int[]{-1}, 16), (t, lp) -> {
             toks.add(t);
             lps.add((double) lp.logprob());
@@ -147,7 +157,10 @@ class PrefixCacheTest {
             return true;
         });
         if (cache != null) g.snapshotAt(cache.snapshotPoints(prompt, seq.length()), s -> cache.offer(prompt, s));
-        while (g.step()) { }
+        int steps = 0;
+        while (g.step()) if (++steps == cancelAfter) g.cancel();
+        if (cancelAfter >= 0) assertEquals(Generation.Finish.CANCELLED, g.finish());
+        if (speculative) assertTrue(g.specStats().offered() > 0, "the draft offered tokens: " + g.specStats());
         return new Out(toks, lps, g.cachedTokens());
     }
 
@@ -197,6 +210,37 @@ class PrefixCacheTest {
             Out hot = generate(cache, longer);
             assertEquals(32, hot.cached());
             assertEquals(generate(null, longer), new Out(hot.tokens(), hot.logprobs(), 0));
+        }
+    }
+
+    @Test
+    void cancelledPrefillLeavesUsableSnapshotsAndSpeculationMatches() {
+        try (PrefixCache cache = new PrefixCache(backend, 8, 8, 1L << 30, 16)) {
+            // a repetitive prompt, so the n-gram draft has something to offer
+            int[] unit = prompt(7, 51);
+            int[] a = new int[70];
+            for (int i = 0; i < a.length; i++) a[i] = unit[i % unit.length];
+            // cancelled after 9 prefill chunks (cut at multiples of 5 and of 8: 30 tokens; snapshots at 8, 16, 24)
+            Out cancelled = generate(cache, a, false, 9);
+            assertTrue(cancelled.tokens().isEmpty());
+            assertTrue(cache.cachedLengths().containsAll(List.of(8, 16, 24)), "snapshots " + cache.cachedLengths());
+            Out hot = generate(cache, a);
+            assertEquals(24, hot.cached(), "resumes the longest snapshot the cancelled request left");
+            Out cold = generate(null, a);
+            assertEquals(cold.tokens(), hot.tokens());
+            assertEquals(cold.logprobs(), hot.logprobs());
+            // speculative decoding on a resumed sequence: greedy verification gives the plain greedy answer exactly
+            int[] b = concat(a, 70, unit);
+            Out spec = generate(cache, b, true, -1);
+            assertTrue(spec.cached() >= 64, "cached " + spec.cached());
+            try (CpuSequence s = backend.newSequence(16)) {
+                SamplingParams p = greedyWithLogprobs(24);
+                List<Integer> plain = new ArrayList<>();
+                Generation g = new Generation(backend, s, b, new Sampler(p, cfg.vocabSize, b), null, null,
+                        new Generation.Options(5, 4096, new int[]{-1}, 16), (t, lp) -> plain.add(t));
+                while (g.step()) { }
+                assertEquals(plain, spec.tokens());
+            }
         }
     }
 
