@@ -24,7 +24,8 @@ import static org.junit.jupiter.api.Assertions.*;
  * Snapshots and the prefix cache on the CPU backend: a sequence resumed from a snapshot gives bit for bit the logits
  * of a cold prefill, for prefixes on and off block boundaries and across the raw window (4), CSA (4) and HCA (8)
  * windows of the micro model; shared entry stores survive rollback and divergence; the cache resumes the longest
- * prefix, evicts within its budget and still answers exactly.
+ * prefix, evicts within its budget and still answers exactly; a cancelled prefill leaves usable snapshots; speculative
+ * decoding on a resumed sequence gives the plain greedy answer.
  */
 class PrefixCacheTest {
     static CpuBackend backend;
