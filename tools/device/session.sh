@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve.
+# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -33,6 +33,9 @@ for p in ${phases//,/ }; do
     attn-bench) TAILN=20 run attn-bench 150 tools/device/run.sh attn-bench --contexts 4096,59933,122879 --queries 5 --reps 200 ;;
     e2e) TAILN=40 run e2e 300 tools/device/e2e.sh ;;
     serve) run serve 60 tools/device/run.sh serve-smoke ;;
+    prefix-test) TAILN=30 run prefix-test 300 tools/device/run.sh test --select-class io.ds4j.gpu.HipPrefixCacheTest ;;
+    prefix-agent) TAILN=30 run prefix-agent 560 tools/device/run.sh ds4j bench-prefix --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --workloads agent ;;
+    prefix-doc) TAILN=30 run prefix-doc 560 tools/device/run.sh ds4j bench-prefix --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --workloads doc --doc-tokens 32768 ;;
     *) echo "unknown phase $p" >&2; exit 2 ;;
   esac
 done

@@ -7,7 +7,8 @@ import picocli.CommandLine.Command;
 @Command(name = "ds4j", mixinStandardHelpOptions = true, version = "ds4j 0.1.0",
         description = "DeepSeek-V4 inference engine and server for the JVM.",
         subcommands = {CommandLine.HelpCommand.class, MakeModelCommand.class, GenerateCommand.class,
-                BenchEngineCommand.class, BenchSpecCommand.class, BenchCommand.class, ServeCommand.class, BenchServerCommand.class})
+                BenchEngineCommand.class, BenchSpecCommand.class, BenchCommand.class, ServeCommand.class, BenchServerCommand.class,
+                BenchPrefixCommand.class})
 public final class Main implements java.util.concurrent.Callable<Integer> {
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;

@@ -3,6 +3,7 @@ package io.ds4j.cpu;
 import io.ds4j.engine.CacheLayout;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.Sequence;
+import io.ds4j.engine.StateSnapshot;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.ModelWeights;
@@ -52,6 +53,37 @@ public final class CpuBackend implements Backend {
     @Override
     public CpuSequence newSequence(int maxRollback) {
         return new CpuSequence(c, maxRollback);
+    }
+
+    @Override
+    public boolean snapshots() {
+        return true;
+    }
+
+    /** {@inheritDoc} Host copies of the rings; the entry stores are shared. */
+    @Override
+    public StateSnapshot snapshot(Sequence sequence) {
+        return own(sequence).snapshot();
+    }
+
+    @Override
+    public CpuSequence resume(StateSnapshot snap, int maxRollback) {
+        if (!(snap instanceof CpuSequence.Snapshot s) || s.cfg != c)
+            throw new IllegalArgumentException("snapshot does not belong to this backend");
+        return CpuSequence.resume(s, maxRollback);
+    }
+
+    @Override
+    public CpuSequence fork(Sequence src, int maxRollback) {
+        CpuSequence.Snapshot s = own(src).snapshot();
+        if (s.maxRollback != maxRollback) throw new IllegalArgumentException("fork needs the same rollback window");
+        return CpuSequence.resume(s, maxRollback);
+    }
+
+    private CpuSequence own(Sequence sequence) {
+        if (!(sequence instanceof CpuSequence seq) || seq.cfg != c)
+            throw new IllegalArgumentException("sequence does not belong to this backend");
+        return seq;
     }
 
     @Override
@@ -296,10 +328,10 @@ public final class CpuBackend implements Backend {
             for (int[] ss : selected) for (int w : ss) if (slot[w] < 0) slot[w] = used++;
             entK = new float[used * d];
             for (int w = 0; w < nEnt; w++)
-                if (slot[w] >= 0) f16ToF32(st.comp.entries, w * d, entK, slot[w] * d, d);
+                if (slot[w] >= 0) f16ToF32(st.comp.entries(), w * d, entK, slot[w] * d, d);
         } else {
             entK = new float[nEnt * d];
-            if (nEnt > 0) f16ToF32(st.comp.entries, 0, entK, 0, nEnt * d);
+            if (nEnt > 0) f16ToF32(st.comp.entries(), 0, entK, 0, nEnt * d);
         }
 
         float[] o = new float[S * H * d];
@@ -459,7 +491,7 @@ public final class CpuBackend implements Backend {
             ropeCompress.angles((long) win * m, cos, sin);
             ropeCompress.apply(pooled, 0, w, cos, sin, false);
             cs.ensure(win + 1);
-            for (int ch = 0; ch < w; ch++) cs.entries[win * w + ch] = Float.floatToFloat16(pooled[ch]);
+            for (int ch = 0; ch < w; ch++) cs.log.rows[win * w + ch] = Float.floatToFloat16(pooled[ch]);
             cs.count = win + 1;
         }
     }
@@ -486,7 +518,7 @@ public final class CpuBackend implements Backend {
         }
         int total = ix.count;
         float[] keys = new float[total * dI];
-        for (int i = 0; i < keys.length; i++) keys[i] = Float.float16ToFloat(ix.entries[i]);
+        for (int i = 0; i < keys.length; i++) keys[i] = Float.float16ToFloat(ix.log.rows[i]);
         final float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
         int[][] sel = new int[S][];
         if (S == 1) { // decode: the entries' scores in parallel

@@ -57,6 +57,35 @@ public interface Backend extends AutoCloseable {
         throw new UnsupportedOperationException("backend " + name() + " cannot fork sequences");
     }
 
+    /** Whether {@link #snapshot} and {@link #resume} are supported (the prefix cache is off when not). */
+    default boolean snapshots() {
+        return false;
+    }
+
+    /**
+     * A snapshot of seq's state at its current length (see {@link StateSnapshot}: rings copied, compressed entries and
+     * indexer keys shared). The sequence is unchanged and may go on; a later step that would rewrite shared rows (a
+     * rollback below the snapshot followed by new tokens) copies its store first.
+     * @throws UnsupportedOperationException when {@link #snapshots()} is false
+     * @throws IllegalStateException when the sequence is closed or unusable
+     * @throws RuntimeException the backend's out-of-memory error when the copies do not fit (nothing is kept then)
+     */
+    default StateSnapshot snapshot(Sequence seq) {
+        throw new UnsupportedOperationException("backend " + name() + " cannot snapshot sequences");
+    }
+
+    /**
+     * A new sequence whose state is the snapshot's (length = snap.length(), nothing to roll back yet): forwarding
+     * the tokens after the prefix gives bit for bit what a cold prefill of the whole prompt gives. The snapshot stays
+     * valid and may be resumed again.
+     * @param maxRollback must equal the rollback window of the sequence the snapshot was taken from (the ring sizes)
+     * @throws UnsupportedOperationException when {@link #snapshots()} is false
+     * @throws IllegalArgumentException for a snapshot of another backend, a closed one or a different rollback window
+     */
+    default Sequence resume(StateSnapshot snap, int maxRollback) {
+        throw new UnsupportedOperationException("backend " + name() + " cannot resume sequences from snapshots");
+    }
+
     /** What this backend effectively does (placement, verify attention path, diagnostics). */
     default EngineStatus status() {
         return EngineStatus.cpu();

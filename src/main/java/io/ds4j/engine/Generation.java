@@ -38,6 +38,11 @@ public final class Generation {
         boolean onToken(int token, Sampler.TokenLogprobs logprobs);
     }
 
+    /** Called with the sequence when the prefill reaches one of the lengths given to {@link #snapshotAt}. */
+    public interface PrefillPoint {
+        void reached(Sequence seq);
+    }
+
     /** Static settings of a generation. */
     public record Options(int prefillChunk, int maxContext, int[] eosIds, int maxRollback) {
         public Options {
@@ -57,6 +62,11 @@ public final class Generation {
     private int[] ctx;
     private int len;
     private int prefilled;
+    /** Prompt tokens the sequence held when the generation started (a resumed prefix). */
+    private final int cached;
+    private int[] points = new int[0];
+    private int nextPoint;
+    private PrefillPoint pointHook;
     private int generated;
     private Finish finish;
     private volatile boolean cancelled;
@@ -66,10 +76,12 @@ public final class Generation {
     private long offered, accepted, verifySteps;
 
     /**
-     * @param seq an empty sequence of the target, owned by this generation from now on (closed when it ends)
+     * @param seq a sequence of the target, owned by this generation from now on (closed when it ends): empty, or
+     *            holding the state of the prompt's first seq.length() tokens (a resumed prefix; those are not prefilled)
      * @param draft null for plain decoding
      * @param width null for plain decoding
-     * @throws IllegalArgumentException for an empty prompt or one that leaves no room in the context
+     * @throws IllegalArgumentException for an empty prompt, one that leaves no room in the context, or a sequence that
+     *         already holds the whole prompt
      */
     public Generation(Backend target, Sequence seq, int[] prompt, Sampler sampler, Draft draft, VerifyWidth width,
                       Options opt, Listener listener) {
@@ -77,8 +89,13 @@ public final class Generation {
         if (prompt.length >= opt.maxContext())
             throw new IllegalArgumentException("prompt of " + prompt.length + " tokens leaves no room in the context of "
                     + opt.maxContext() + " tokens");
+        if (seq.length() >= prompt.length)
+            throw new IllegalArgumentException("the sequence already holds " + seq.length() + " tokens of a " + prompt.length
+                    + "-token prompt; at least one prompt token must be prefilled");
         this.target = target;
         this.seq = seq;
+        this.cached = seq.length();
+        this.prefilled = cached;
         this.sampler = sampler;
         this.draft = draft;
         this.width = width;
@@ -87,6 +104,19 @@ public final class Generation {
         this.promptLen = prompt.length;
         this.ctx = Arrays.copyOf(prompt, prompt.length + 64);
         this.len = prompt.length;
+    }
+
+    /**
+     * Makes the prefill stop at each of the given prompt lengths (ascending, past the cached prefix) and call hook
+     * there, before the next chunk. Chunks end at those lengths, at multiples of the chunk size and at the prompt's
+     * end: the same cuts whether the prefill starts at 0 or at a resumed block boundary, which matters on a backend
+     * whose rounding depends on the step's size (the GPU's tensor-core prefill path).
+     */
+    public void snapshotAt(int[] lengths, PrefillPoint hook) {
+        this.points = lengths.clone();
+        this.nextPoint = 0;
+        this.pointHook = hook;
+        while (nextPoint < points.length && points[nextPoint] <= prefilled) nextPoint++;
     }
 
     /** Asks the generation to stop at the next step boundary (thread-safe). */
@@ -116,10 +146,17 @@ public final class Generation {
         if (startNs == 0) startNs = System.nanoTime();
         if (cancelled) return end(Finish.CANCELLED);
         if (prefilled < promptLen) {
-            int n = Math.min(opt.prefillChunk(), promptLen - prefilled);
+            // chunks end at multiples of the chunk size counted from the prompt's start (a resumed prefill is cut where
+            // a cold one is), and at the given points
+            int n = Math.min(opt.prefillChunk() - prefilled % opt.prefillChunk(), promptLen - prefilled);
+            if (nextPoint < points.length) n = Math.min(n, points[nextPoint] - prefilled);
             boolean last = prefilled + n == promptLen;
             float[] lg = target.forward(seq, ctx, prefilled, n, last ? new int[]{n - 1} : new int[0], StepKind.PREFILL);
             prefilled += n;
+            if (nextPoint < points.length && points[nextPoint] == prefilled) {
+                nextPoint++;
+                pointHook.reached(seq);
+            }
             if (last) {
                 if (draft != null) draft.committed(ctx, promptLen);
                 Distribution d = sampler.distribution(lg, 0);
@@ -219,6 +256,11 @@ public final class Generation {
         return prefilled;
     }
 
+    /** Prompt tokens resumed from a cached prefix instead of prefilled. */
+    public int cachedTokens() {
+        return cached;
+    }
+
     public int promptTokens() {
         return promptLen;
     }
@@ -243,10 +285,10 @@ public final class Generation {
         return ((endNs != 0 ? endNs : System.nanoTime()) - firstTokenNs) / 1e9;
     }
 
-    /** Prompt tokens per second of prefill. */
+    /** Prompt tokens per second of prefill (the prefilled ones: a resumed prefix is not counted). */
     public double prefillTokensPerSecond() {
         double s = prefillSeconds();
-        return s > 0 ? promptLen / s : 0;
+        return s > 0 ? (promptLen - cached) / s : 0;
     }
 
     /** Generated tokens per second after the first one; NaN (undefined) until a second token is generated. */

@@ -491,6 +491,45 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         return gpu.memory()[0];
     }
 
+    @Override
+    public boolean snapshots() {
+        return true;
+    }
+
+    /**
+     * {@inheritDoc} Device-to-device copies of the rings (in device memory, outside the weights' budget); the entry
+     * stores are shared.
+     * @throws DeviceMemoryException when the copies do not fit
+     */
+    @Override
+    public synchronized io.ds4j.engine.StateSnapshot snapshot(Sequence sequence) {
+        if (closed) throw new IllegalStateException("backend is closed");
+        if (!(sequence instanceof HipSequence hs) || hs.backend != this)
+            throw new IllegalArgumentException("sequence does not belong to this backend");
+        if (hs.closed) throw new IllegalStateException("sequence is closed");
+        hs.checkUsable();
+        try {
+            return hs.snapshot();
+        } catch (GpuException e) {
+            throw outOfMemory(e, "a prefix cache snapshot at " + hs.length() + " tokens");
+        }
+    }
+
+    @Override
+    public synchronized HipSequence resume(io.ds4j.engine.StateSnapshot snap, int maxRollback) {
+        if (!(snap instanceof HipSequence.Snapshot s) || s.backend != this)
+            throw new IllegalArgumentException("snapshot does not belong to this backend");
+        if (s.closed()) throw new IllegalArgumentException("snapshot is closed");
+        HipSequence q = newSequence(maxRollback);
+        try {
+            q.resumeFrom(s);
+        } catch (RuntimeException e) {
+            q.close();
+            throw e;
+        }
+        return q;
+    }
+
     /** Runs r under the backend's lock (device memory release of a sequence). */
     synchronized void release(Runnable r) {
         if (!closed) r.run();
@@ -764,7 +803,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             case HCA -> DS4J_ATTN_HCA();
         };
         int m = st.comp == null ? 0 : st.comp.m;
-        long entries = st.comp == null ? 0 : st.comp.entries;
+        long entries = st.comp == null ? 0 : st.comp.entries();
         float scale = (float) (1.0 / Math.sqrt(d));
         if (convert) {
             // the control: the layer's complete F16 cache rows to F32, then F32 attention on the copies
@@ -856,7 +895,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         matmul(W.kvProj, x, a, S);
         matmul(W.gateProj, x, z, S);
         k(ds4j_compress_pool(ctx(), ptr(cs.ringA), ptr(cs.ringZ), cs.cap, ptr(a), ptr(z), N0, S, cs.m, cs.w, cs.overlap ? 1 : 0,
-                ptr(W.positionBias), ptr(W.norm), (float) c.rmsEps, ptr(ropeCompress), c.ropeDim, ptr(cs.entries)), "compress_pool", "compressor");
+                ptr(W.positionBias), ptr(W.norm), (float) c.rmsEps, ptr(ropeCompress), c.ropeDim, ptr(cs.entries())), "compress_pool", "compressor");
         k(ds4j_ring_store(ctx(), ptr(cs.ringA), 0, cs.cap, cs.cw, ptr(a), N0, S), "compressor ring store", "compressor");
         k(ds4j_ring_store(ctx(), ptr(cs.ringZ), 0, cs.cap, cs.cw, ptr(z), N0, S), "compressor ring store", "compressor");
     }
@@ -876,14 +915,14 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         long scores = ws.f32((long) S * total), sel = ws.i32((long) S * K);
         float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
         if (convert) { // the control: every indexer key to F32 first
-            long keys32 = toF32(ix.entries, (long) total * dI);
+            long keys32 = toF32(ix.entries(), (long) total * dI);
             k(ds4j_indexer_scores_f32(ctx(), ptr(qi), ptr(wt), ptr(keys32), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total),
                     "indexer_scores (f32 copy)", "indexer");
         } else {
             // prefill chunks score on tensor cores; decode and verify steps (S below the threshold) keep the FFMA kernel
             int rc = S >= DS4J_TC_MIN_ROWS()
-                    ? ds4j_indexer_scores_tc(ctx(), ptr(qi), ptr(wt), ptr(ix.entries), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total)
-                    : ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total);
+                    ? ds4j_indexer_scores_tc(ctx(), ptr(qi), ptr(wt), ptr(ix.entries()), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total)
+                    : ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries()), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total);
             k(rc, "indexer_scores", "indexer");
         }
         k(ds4j_indexer_topk(ctx(), ptr(scores), total, N0, S, m, K, ptr(sel)), "indexer_topk", "indexer");

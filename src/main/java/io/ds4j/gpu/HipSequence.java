@@ -16,8 +16,9 @@ import java.util.List;
  *   <li>raw window: an F16 ring [W−1+k_max, d] per layer, slot = position mod capacity;</li>
  *   <li>compressors (CSA, HCA, indexer): F32 rings of the raw per-token (a, z) rows [2m+k_max (m+k_max without
  *       overlap), cw];</li>
- *   <li>compressed entries and indexer keys: append-only F16 arrays [count, w], grown by doubling; rollback
- *       truncates the count.</li>
+ *   <li>compressed entries and indexer keys: append-only F16 stores [count, w] ({@link EntryLog}), grown by
+ *       doubling; rollback truncates the count. A store is shared with the snapshots taken of this sequence and
+ *       with the sequences resumed from them ({@link Snapshot}).</li>
  * </ul>
  * Stepped by one thread at a time through {@link HipBackend#forward}.
  */
@@ -43,12 +44,44 @@ public final class HipSequence implements Sequence {
         }
     }
 
+    /**
+     * An append-only device store of F16 rows [entryCap, w], shared by a sequence, the snapshots taken of it and the
+     * sequences resumed from them. Rows [0, frozen) are used by snapshots and never rewritten; only the writer writes
+     * rows at or past frozen; a compressor that must write where it may not copies its own rows into a new store.
+     * Freed when the last holder lets go (refs). Touched under the backend's lock.
+     */
+    static final class EntryLog {
+        long ptr;
+        int entryCap, frozen, refs = 1;
+        Comp writer;
+
+        EntryLog(long ptr, int entryCap) {
+            this.ptr = ptr;
+            this.entryCap = entryCap;
+        }
+
+        /** Drops one holder's reference (and the write right, when it had it); frees the rows with the last one. */
+        void release(Gpu gpu, Comp holder) {
+            if (writer == holder && holder != null) writer = null;
+            if (--refs == 0 && ptr != 0) {
+                gpu.free(ptr);
+                ptr = 0;
+            }
+        }
+    }
+
     /** One compressor's state. */
     static final class Comp {
         final int m, w, cw, cap;
         final boolean overlap;
-        long ringA, ringZ, entries;
-        int entryCap, count;
+        long ringA, ringZ;
+        EntryLog log;
+        int count;
+
+        /** Device address of the entry rows (read through here: a store may move when its writer grows it). */
+        long entries() {
+            return log.ptr;
+        }
 
         Comp(int m, int w, boolean overlap, int kMax) {
             this.m = m;
@@ -83,8 +116,8 @@ public final class HipSequence implements Sequence {
     private Comp comp(Gpu gpu, Comp cs) {
         cs.ringA = zeroed(gpu, (long) cs.cap * cs.cw * 4, "compressor ring");
         cs.ringZ = zeroed(gpu, (long) cs.cap * cs.cw * 4, "compressor ring");
-        cs.entryCap = 64;
-        cs.entries = gpu.malloc((long) cs.entryCap * cs.w * 2, "sequence state: compressed entries");
+        cs.log = new EntryLog(gpu.malloc(64L * cs.w * 2, "sequence state: compressed entries"), 64);
+        cs.log.writer = cs;
         return cs;
     }
 
@@ -107,17 +140,33 @@ public final class HipSequence implements Sequence {
     }
 
     /**
-     * Makes room for n entries (device copy of the existing ones into a buffer twice as large). When the new buffer
-     * does not fit, nothing changes and the {@link GpuException} (DS4J_ERR_OOM) names the rows asked for.
+     * Makes rows [count, n) writable and room for n entries: takes the store over when nobody writes it and no
+     * snapshot uses rows at or past count, else copies rows [0, count) into a new store of its own; grows the store
+     * by doubling (device copy). When a new buffer does not fit, nothing changes and the {@link GpuException}
+     * (DS4J_ERR_OOM) names the rows asked for.
      */
     static void ensure(Gpu gpu, Comp cs, int n) {
-        if (n <= cs.entryCap) return;
-        int cap = (int) Math.min(Integer.MAX_VALUE - 8, Math.max((long) n, 2L * cs.entryCap));
+        EntryLog lg = cs.log;
+        boolean writes = n > cs.count;
+        boolean mine = (lg.writer == cs || lg.writer == null) && cs.count >= lg.frozen;
+        if (writes && !mine) {
+            int cap = (int) Math.min(Integer.MAX_VALUE - 8, Math.max(64L, Math.max((long) n, 2L * cs.count)));
+            long p = gpu.malloc((long) cap * cs.w * 2, "sequence state: compressed entries (" + cap + " rows)");
+            gpu.copy(p, lg.ptr, (long) cs.count * cs.w * 2);
+            lg.release(gpu, cs);
+            cs.log = new EntryLog(p, cap);
+            cs.log.writer = cs;
+            return;
+        }
+        if (writes) lg.writer = cs;
+        if (n <= lg.entryCap) return;
+        int cap = (int) Math.min(Integer.MAX_VALUE - 8, Math.max((long) n, 2L * lg.entryCap));
         long p = gpu.malloc((long) cap * cs.w * 2, "sequence state: compressed entries (" + cap + " rows)");
-        gpu.copy(p, cs.entries, (long) cs.count * cs.w * 2);
-        gpu.free(cs.entries);
-        cs.entries = p;
-        cs.entryCap = cap;
+        // the writer's rows cover every row a snapshot uses (count >= frozen)
+        gpu.copy(p, lg.ptr, (long) Math.max(cs.count, lg.frozen) * cs.w * 2);
+        gpu.free(lg.ptr);
+        lg.ptr = p;
+        lg.entryCap = cap;
     }
 
     /**
@@ -135,7 +184,7 @@ public final class HipSequence implements Sequence {
                 if (cs == null) continue;
                 int count = n / cs.m;
                 ensure(gpu, cs, count);
-                if (count > 0) gpu.upload(cs.entries, randomF16(r, (long) count * cs.w));
+                if (count > 0) gpu.upload(cs.entries(), randomF16(r, (long) count * cs.w));
                 float[] ring = new float[cs.cap * cs.cw];
                 for (int i = 0; i < ring.length; i++) ring[i] = (float) (r.nextGaussian() * 0.5);
                 gpu.upload(cs.ringA, ring);
@@ -167,11 +216,156 @@ public final class HipSequence implements Sequence {
                 gpu.copy(x.ringA, y.ringA, (long) x.cap * x.cw * 4);
                 gpu.copy(x.ringZ, y.ringZ, (long) x.cap * x.cw * 4);
                 ensure(gpu, x, y.count);
-                gpu.copy(x.entries, y.entries, (long) y.count * y.w * 2);
+                gpu.copy(x.entries(), y.entries(), (long) y.count * y.w * 2);
                 x.count = y.count;
             }
         }
         pos.reset(src.pos.length());
+    }
+
+    /**
+     * A snapshot of this sequence (device-to-device copies of the rings; the entry stores shared and frozen up to
+     * their counts). On running out of device memory nothing is kept and the {@link GpuException} propagates.
+     */
+    Snapshot snapshot() {
+        return new Snapshot(this);
+    }
+
+    /**
+     * Puts the snapshot's state into this new, empty sequence: copies the rings and takes a share of the stores.
+     * @throws IllegalArgumentException for a different rollback window
+     */
+    void resumeFrom(Snapshot s) {
+        if (pos.length() != 0) throw new IllegalStateException("resumeFrom needs an empty sequence");
+        if (s.maxRollback != pos.max())
+            throw new IllegalArgumentException("snapshot was taken with rollback window " + s.maxRollback + ", not " + pos.max());
+        Gpu gpu = backend.gpu();
+        for (int l = 0; l < layers.length; l++) {
+            LayerState ls = layers[l];
+            gpu.copy(ls.win, s.win[l], (long) ls.winCap * cfg.headDim * 2);
+            Comp[] mine = {ls.comp, ls.index};
+            Snapshot.CompCopy[] theirs = {s.comp[l], s.index[l]};
+            for (int i = 0; i < 2; i++) {
+                Comp cs = mine[i];
+                if (cs == null) continue;
+                Snapshot.CompCopy cc = theirs[i];
+                gpu.copy(cs.ringA, cc.ringA, cc.ringBytes);
+                gpu.copy(cs.ringZ, cc.ringZ, cc.ringBytes);
+                cs.log.release(gpu, cs);
+                cs.log = cc.log;
+                cc.log.refs++;
+                cs.count = cc.count;
+            }
+        }
+        pos.reset(s.length);
+    }
+
+    /** The GPU backend's {@link io.ds4j.engine.StateSnapshot}: device copies of the rings, shared entry stores. */
+    static final class Snapshot implements io.ds4j.engine.StateSnapshot {
+        /** One compressor's frozen state: ring copies and a share of its store up to count. */
+        static final class CompCopy {
+            long ringA, ringZ;
+            long ringBytes;
+            EntryLog log;
+            int count, w;
+        }
+
+        final HipBackend backend;
+        final int length, maxRollback;
+        final long[] win;
+        final CompCopy[] comp, index;
+        private final List<Long> buffers = new ArrayList<>();
+        private final List<SharedRows> shared = new ArrayList<>();
+        private long own;
+        private boolean closed;
+
+        private Snapshot(HipSequence q) {
+            backend = q.backend;
+            length = q.pos.length();
+            maxRollback = q.pos.max();
+            int L = q.layers.length;
+            win = new long[L];
+            comp = new CompCopy[L];
+            index = new CompCopy[L];
+            Gpu gpu = backend.gpu();
+            try {
+                for (int l = 0; l < L; l++) {
+                    LayerState ls = q.layers[l];
+                    long wb = (long) ls.winCap * q.cfg.headDim * 2;
+                    win[l] = copyOf(gpu, ls.win, wb, "window ring");
+                    comp[l] = copyOf(gpu, ls.comp);
+                    index[l] = copyOf(gpu, ls.index);
+                }
+            } catch (RuntimeException e) {
+                release(gpu);
+                throw e;
+            }
+            for (CompCopy[] arr : new CompCopy[][]{comp, index})
+                for (CompCopy c : arr)
+                    if (c != null) {
+                        c.log.frozen = Math.max(c.log.frozen, c.count);
+                        shared.add(new SharedRows(c.log, (long) c.count * c.w * 2));
+                    }
+        }
+
+        private long copyOf(Gpu gpu, long src, long bytes, String what) {
+            long p = gpu.malloc(bytes, "prefix cache snapshot: " + what);
+            buffers.add(p);
+            own += bytes;
+            gpu.copy(p, src, bytes);
+            return p;
+        }
+
+        private CompCopy copyOf(Gpu gpu, Comp cs) {
+            if (cs == null) return null;
+            CompCopy c = new CompCopy();
+            c.ringBytes = (long) cs.cap * cs.cw * 4;
+            c.ringA = copyOf(gpu, cs.ringA, c.ringBytes, "compressor ring");
+            c.ringZ = copyOf(gpu, cs.ringZ, c.ringBytes, "compressor ring");
+            c.log = cs.log;
+            cs.log.refs++;
+            c.count = cs.count;
+            c.w = cs.w;
+            return c;
+        }
+
+        private void release(Gpu gpu) {
+            for (long p : buffers) gpu.free(p);
+            buffers.clear();
+            for (CompCopy[] arr : new CompCopy[][]{comp, index})
+                for (int i = 0; i < arr.length; i++)
+                    if (arr[i] != null) {
+                        arr[i].log.release(gpu, null);
+                        arr[i] = null;
+                    }
+        }
+
+        @Override
+        public int length() {
+            return length;
+        }
+
+        @Override
+        public long ownBytes() {
+            return closed ? 0 : own;
+        }
+
+        @Override
+        public List<SharedRows> shared() {
+            return closed ? List.of() : shared;
+        }
+
+        boolean closed() {
+            return closed;
+        }
+
+        /** Frees the ring copies and lets go of the stores (under the backend's lock). */
+        @Override
+        public void close() {
+            if (closed) return;
+            closed = true;
+            backend.release(() -> release(backend.gpu()));
+        }
     }
 
     private static short[] randomF16(java.util.SplittableRandom r, long n) {
@@ -218,9 +412,9 @@ public final class HipSequence implements Sequence {
         for (LayerState ls : layers) {
             if (ls == null) continue;
             for (Comp cs : new Comp[]{ls.comp, ls.index})
-                if (cs != null && cs.entries != 0) {
-                    gpu.free(cs.entries);
-                    cs.entries = 0;
+                if (cs != null && cs.log != null) {
+                    cs.log.release(gpu, cs);
+                    cs.log = null;
                 }
         }
     }

@@ -28,6 +28,8 @@ public final class EngineRequest {
     final long arrivalNanos;
     final String address;
     private volatile boolean cancelled;
+    /** Whether the prompt may resume from, and feed, the prefix cache (request field {@code cache_prompt}). */
+    boolean cachePrompt = true;
 
     public EngineRequest(String id, boolean chat, boolean thinking, int[] prompt, SamplingParams params, String specQ,
                          int maxContext, long arrivalNanos, String address) {
@@ -40,6 +42,15 @@ public final class EngineRequest {
         this.maxContext = maxContext;
         this.arrivalNanos = arrivalNanos;
         this.address = address;
+    }
+
+    /**
+     * Sets {@code cache_prompt}: false makes the request prefill its whole prompt and leave no snapshot behind.
+     * @return this
+     */
+    public EngineRequest cachePrompt(boolean on) {
+        cachePrompt = on;
+        return this;
     }
 
     /** Asks the engine to stop this request at its next step boundary (thread-safe). */

@@ -4,6 +4,7 @@ import io.ds4j.engine.Backend;
 import io.ds4j.engine.EngineStatus;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
+import io.ds4j.engine.PrefixCache;
 import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StopStrings;
 import io.ds4j.sampling.Sampler;
@@ -58,6 +59,8 @@ public final class EngineVerticle extends VerticleBase {
     private Backend backend;
     private Tokenizer tokenizer;
     private int[] eosIds;
+    /** Null when prefixCache.enabled is false or the backend cannot snapshot. */
+    private PrefixCache prefixCache;
     private final ArrayDeque<Job> waiting = new ArrayDeque<>();
     private final ArrayList<Job> active = new ArrayList<>();
     private final Map<String, Job> jobs = new HashMap<>();
@@ -89,6 +92,17 @@ public final class EngineVerticle extends VerticleBase {
         ModelInfo info = model.info();
         reportEngine(info.engine());
         eosIds = Arrays.stream(new int[]{tokenizer.eosId(), backend.config().eosTokenId}).distinct().toArray();
+        ServerConfig cfg0 = state.config();
+        if (cfg0.prefixCacheEnabled() && backend.snapshots()) {
+            prefixCache = new PrefixCache(backend, cfg0.prefixCacheBlockTokens(), cfg0.prefixCacheIntervalTokens(),
+                    (long) cfg0.prefixCacheBudgetMiB() << 20, MAX_ROLLBACK);
+            LOG.info("prefix cache: blocks of {} tokens, a snapshot every {} tokens, budget {} MiB of {} memory",
+                    prefixCache.blockTokens(), cfg0.prefixCacheIntervalTokens(), cfg0.prefixCacheBudgetMiB(),
+                    backend.name().equals("cpu") ? "host" : "device");
+        } else if (cfg0.prefixCacheEnabled()) {
+            LOG.info("prefix cache: off (backend {} cannot snapshot sequences)", backend.name());
+        }
+        publishCacheStats();
         consumers.add(vertx.eventBus().localConsumer(SUBMIT, this::onSubmit));
         consumers.add(vertx.eventBus().localConsumer(CANCEL, this::onCancel));
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList()).onSuccess(v -> {
@@ -119,6 +133,7 @@ public final class EngineVerticle extends VerticleBase {
         active.clear();
         waiting.clear();
         jobs.clear();
+        if (prefixCache != null) prefixCache.close();
         if (model != null) model.close();
         return Future.succeededFuture();
     }
@@ -200,10 +215,33 @@ public final class EngineVerticle extends VerticleBase {
             width = VerifyWidth.parse(r.specQ);
             draft = model.draft().open(r.prompt, r.params, seed);
         }
-        Sequence seq = backend.newSequence(MAX_ROLLBACK);
+        boolean cached = prefixCache != null && r.cachePrompt;
+        Sequence seq = null;
+        if (cached) {
+            prefixCache.budgetBytes((long) cfg.prefixCacheBudgetMiB() << 20);
+            try {
+                PrefixCache.Start st = prefixCache.start(r.prompt);
+                seq = st.seq();
+            } catch (RuntimeException e) {
+                // the cache is an optimisation: without memory to resume, prefill the whole prompt
+                LOG.warn("request {}: prefix cache lookup failed, prefilling the whole prompt: {}", r.id, e.getMessage());
+            }
+        }
+        if (seq == null) seq = backend.newSequence(MAX_ROLLBACK);
         try {
             j.gen = new Generation(backend, seq, r.prompt, sampler, draft, width,
                     new Generation.Options(cfg.prefillChunk(), r.maxContext, eosIds, MAX_ROLLBACK), j::onToken);
+            // the prompt's last block boundary always ends a chunk, cached or not, so the tail after it is one step
+            // of the same size either way (bit-identical answers on backends whose rounding depends on step size)
+            int block = prefixCache != null ? prefixCache.blockTokens()
+                    : PrefixCache.alignedBlock(backend.config(), cfg.prefixCacheBlockTokens());
+            int tail = r.prompt.length / block * block;
+            if (cached) j.gen.snapshotAt(prefixCache.snapshotPoints(r.prompt, seq.length()), s -> {
+                prefixCache.offer(r.prompt, s);
+                publishCacheStats();
+            });
+            else if (tail > 0) j.gen.snapshotAt(new int[]{tail}, s -> { });
+            publishCacheStats();
         } catch (RuntimeException e) {
             seq.close();
             if (draft != null) draft.close();
@@ -218,6 +256,10 @@ public final class EngineVerticle extends VerticleBase {
         active.add(j);
         state.metrics().queueTime(j.activatedNanos - r.arrivalNanos);
         updateGauges();
+    }
+
+    private void publishCacheStats() {
+        state.metrics().prefixCache(prefixCache == null ? null : prefixCache.stats());
     }
 
     private void promote() {
@@ -362,14 +404,15 @@ public final class EngineVerticle extends VerticleBase {
                     (j.activatedNanos - j.req.arrivalNanos) / 1e6,
                     j.firstTokenNanos == 0 ? Double.NaN : (j.firstTokenNanos - j.req.arrivalNanos) / 1e6,
                     j.gen.prefillSeconds() * 1e3, j.gen.prefillTokensPerSecond(),
-                    j.gen.decodeSeconds() * 1e3, j.gen.decodeTokensPerSecond(), s.offered(), s.accepted(), s.steps());
+                    j.gen.decodeSeconds() * 1e3, j.gen.decodeTokensPerSecond(), s.offered(), s.accepted(), s.steps(),
+                    j.gen.cachedTokens());
             send(j, new EngineEvent.Done(reason, j.stops.matched(), u));
             state.metrics().success(reason);
             state.metrics().e2e(now - j.req.arrivalNanos);
             meanRequestSeconds = 0.8 * meanRequestSeconds + 0.2 * ((now - j.req.arrivalNanos) / 1e9);
             state.record(new ServerState.JobRecord(j.req.id, reason, j.req.prompt.length, j.promptDone, generated, j.steps));
-            LOG.info("request {} finished ({}): {} prompt + {} generated tokens, TTFT {} ms, decode {}, drafts {}/{} accepted",
-                    j.req.id, reason, j.req.prompt.length, generated, Math.round(u.ttftMs()),
+            LOG.info("request {} finished ({}): {} prompt ({} cached) + {} generated tokens, TTFT {} ms, decode {}, drafts {}/{} accepted",
+                    j.req.id, reason, j.req.prompt.length, j.gen.cachedTokens(), generated, Math.round(u.ttftMs()),
                     Double.isFinite(u.decodeTps()) ? Math.round(u.decodeTps()) + " tok/s" : "n/a (one token)",
                     s.accepted(), s.offered());
         }

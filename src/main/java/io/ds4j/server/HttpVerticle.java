@@ -373,6 +373,13 @@ public final class HttpVerticle extends VerticleBase {
         limits.put("n_ctx", state.maxContext()).put("maxContextTokens", cfg.maxContextTokens()).put("maxQueue", cfg.maxQueue())
                 .put("maxActive", cfg.maxActive()).put("maxTokensDefault", cfg.maxTokensDefault())
                 .put("prefillChunk", cfg.prefillChunk()).put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens());
+        ObjectNode pc = o.putObject("prefix_cache");
+        io.ds4j.engine.PrefixCache.Stats ps = state.metrics().prefixCache();
+        pc.put("enabled", ps != null).put("configured", cfg.prefixCacheEnabled()).put("budgetMiB", cfg.prefixCacheBudgetMiB())
+                .put("blockTokens", ps != null ? ps.blockTokens() : cfg.prefixCacheBlockTokens())
+                .put("intervalTokens", cfg.prefixCacheIntervalTokens());
+        if (ps != null) pc.put("snapshots", ps.snapshots()).put("bytes", ps.bytes()).put("hits", ps.hits())
+                .put("misses", ps.misses()).put("hitTokens", ps.hitTokens()).put("evictions", ps.evictions());
         o.put("total_slots", cfg.maxActive());
         ServerConfig.SamplingDefaults s = cfg.sampling();
         ObjectNode g = o.putObject("default_generation_settings");
@@ -502,6 +509,7 @@ public final class HttpVerticle extends VerticleBase {
         ModelInfo m = ready();
         ServerConfig cfg = state.config();
         Requests.Gen g = Requests.parse(body, chat, m, cfg);
+        boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
         long t0 = ctx.get("t0");
         String model = m.id();
         Tokenizer tok = m.tokenizer();
@@ -541,7 +549,7 @@ public final class HttpVerticle extends VerticleBase {
             int maxTokens = Math.min(g.params().maxTokens(), ctxLimit - prompt.length);
             String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
             EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
-                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id);
+                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id).cachePrompt(cachePrompt);
             new Exchange(ctx, g, req, model, ar.result().echo(), ar.result().promptTokens()).start();
         });
     }

@@ -1,7 +1,9 @@
 package io.ds4j.server;
 
 import io.ds4j.engine.EngineStatus;
+import io.ds4j.engine.PrefixCache;
 import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Timer;
@@ -10,6 +12,8 @@ import java.time.Duration;
 import java.util.Arrays;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.ToDoubleFunction;
 
 /**
  * The server's own Prometheus metrics (Vert.x adds its HTTP and event-bus metrics to the same registry). Names are
@@ -34,7 +38,12 @@ import java.util.concurrent.atomic.AtomicInteger;
  *       labels {@code backend}, {@code expert_placement}, {@code verify_attention}),
  *       {@code ds4j:verify_f16_kv_requested} and {@code ds4j:verify_f16_kv_active} (0 or 1),
  *       {@code ds4j:verify_f32_short_context_rows}, {@code ds4j:host_experts}, and {@code ds4j:engine_diagnostic}
- *       (1, with the text in label {@code message}) for each requested feature the backend could not honour.</li>
+ *       (1, with the text in label {@code message}) for each requested feature the backend could not honour;</li>
+ *   <li>the prefix cache: {@code ds4j:prefix_cache_hits_total} and {@code ds4j:prefix_cache_misses_total} (lookups),
+ *       {@code ds4j:prefix_cache_hit_tokens_total} (prompt tokens not prefilled), {@code ds4j:prefix_cache_evictions_total},
+ *       {@code ds4j:prefix_cache_snapshots_total} (taken), and gauges {@code ds4j:prefix_cache_bytes},
+ *       {@code ds4j:prefix_cache_budget_bytes}, {@code ds4j:prefix_cache_entries} (snapshots held); all 0 when the
+ *       cache is off.</li>
  * </ul>
  */
 public final class ServerMetrics {
@@ -51,6 +60,8 @@ public final class ServerMetrics {
     private final Counter drafts, draftTokens, acceptedTokens, cancelled, failed;
     /** Requests running and waiting, updated by the engine thread. */
     public final AtomicInteger running = new AtomicInteger(), waiting = new AtomicInteger();
+    /** The prefix cache's figures as the engine thread last published them (null: off). */
+    private final AtomicReference<PrefixCache.Stats> prefixCache = new AtomicReference<>();
 
     public ServerMetrics(MeterRegistry registry) {
         this.registry = registry;
@@ -71,6 +82,32 @@ public final class ServerMetrics {
         Gauge.builder("vllm:num_requests_waiting", waiting, AtomicInteger::get).description("Requests waiting for a slot (queue depth)").register(registry);
         Gauge.builder("llamacpp:requests_processing", running, AtomicInteger::get).description("Requests generating (llama.cpp name)").register(registry);
         Gauge.builder("llamacpp:requests_deferred", waiting, AtomicInteger::get).description("Requests waiting (llama.cpp name)").register(registry);
+        cacheCounter("ds4j:prefix_cache_hits", "Prompts that resumed from a cached prefix", PrefixCache.Stats::hits);
+        cacheCounter("ds4j:prefix_cache_misses", "Prompts that found no cached prefix", PrefixCache.Stats::misses);
+        cacheCounter("ds4j:prefix_cache_hit_tokens", "Prompt tokens resumed from the prefix cache instead of prefilled", PrefixCache.Stats::hitTokens);
+        cacheCounter("ds4j:prefix_cache_evictions", "Snapshots evicted to stay within prefixCache.budgetMiB", PrefixCache.Stats::evictions);
+        cacheCounter("ds4j:prefix_cache_snapshots", "Snapshots taken", PrefixCache.Stats::inserted);
+        cacheGauge("ds4j:prefix_cache_bytes", "Bytes the prefix cache's snapshots hold", PrefixCache.Stats::bytes);
+        cacheGauge("ds4j:prefix_cache_budget_bytes", "The prefix cache's memory budget", PrefixCache.Stats::budgetBytes);
+        cacheGauge("ds4j:prefix_cache_entries", "Snapshots the prefix cache holds", PrefixCache.Stats::snapshots);
+    }
+
+    private void cacheCounter(String name, String help, ToDoubleFunction<PrefixCache.Stats> f) {
+        FunctionCounter.builder(name, prefixCache, r -> r.get() == null ? 0 : f.applyAsDouble(r.get())).description(help).register(registry);
+    }
+
+    private void cacheGauge(String name, String help, ToDoubleFunction<PrefixCache.Stats> f) {
+        Gauge.builder(name, prefixCache, r -> r.get() == null ? 0 : f.applyAsDouble(r.get())).description(help).register(registry);
+    }
+
+    /** Publishes the prefix cache's figures (engine thread; null when it is off). */
+    void prefixCache(PrefixCache.Stats s) {
+        prefixCache.set(s);
+    }
+
+    /** The prefix cache's figures last published, or null when it is off. */
+    public PrefixCache.Stats prefixCache() {
+        return prefixCache.get();
     }
 
     private Timer timer(String name, String help, double[] buckets) {

@@ -16,10 +16,11 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
  * @param draftOffered      draft tokens sent for verification
  * @param draftAccepted     draft tokens accepted
  * @param verifySteps       decode (verify) steps
+ * @param cachedTokens      prompt tokens resumed from the prefix cache instead of prefilled
  */
 public record Usage(int promptTokens, int completionTokens, double queueMs, double ttftMs, double prefillMs,
                     double prefillTps, double decodeMs, double decodeTps, long draftOffered, long draftAccepted,
-                    long verifySteps) {
+                    long verifySteps, int cachedTokens) {
 
     /** accepted / offered, NaN when nothing was offered. */
     public double acceptanceRate() {
@@ -41,10 +42,12 @@ public record Usage(int promptTokens, int completionTokens, double queueMs, doub
         u.put("prompt_tokens", promptTokens);
         u.put("completion_tokens", completionTokens);
         u.put("total_tokens", promptTokens + completionTokens);
+        u.putObject("prompt_tokens_details").put("cached_tokens", cachedTokens);
         ObjectNode t = u.putObject("timings");
         Json.putNumber(t, "queue_ms", queueMs);
         Json.putNumber(t, "ttft_ms", ttftMs);
-        t.put("prompt_n", promptTokens);
+        t.put("prompt_n", promptTokens - cachedTokens);
+        t.put("cache_n", cachedTokens);
         Json.putNumber(t, "prompt_ms", prefillMs);
         Json.putNumber(t, "prompt_per_second", prefillTps);
         t.put("predicted_n", completionTokens);

@@ -70,6 +70,16 @@ public final class ServerConfig {
             key("limits.maxActive", ConfigKey.Type.INT, 8, true, "requests generating at the same time"),
             key("limits.maxTokensDefault", ConfigKey.Type.INT, 4096, true, "max_tokens of requests that give none"),
             key("limits.prefillChunk", ConfigKey.Type.INT, 512, true, "prompt tokens per prefill step (smaller = fairer interleaving)"),
+            key("prefixCache.enabled", ConfigKey.Type.BOOL, true, false,
+                    "reuse prompt prefixes across requests (snapshots of sequence state at block boundaries); "
+                            + "requests opt out with cache_prompt: false"),
+            key("prefixCache.budgetMiB", ConfigKey.Type.INT, 2048, true,
+                    "memory the prefix cache's snapshots may hold (MiB): host memory on backend cpu, device memory on "
+                            + "backend hip; least recently used snapshots are evicted beyond it"),
+            key("prefixCache.blockTokens", ConfigKey.Type.INT, 128, false,
+                    "granularity of cached prefixes (tokens); rounded up to a multiple of every compression ratio"),
+            key("prefixCache.intervalTokens", ConfigKey.Type.INT, 2048, false,
+                    "a long prompt also leaves a snapshot every this many tokens (0 = only at its end and branch points)"),
             key("sampling.temperature", ConfigKey.Type.NUMBER, 1.0, true, "default temperature (0 = greedy)"),
             key("sampling.top_p", ConfigKey.Type.NUMBER, 1.0, true, "default nucleus mass (1 = off)"),
             key("sampling.top_k", ConfigKey.Type.INT, 0, true, "default top-k (0 = off)"),
@@ -234,6 +244,9 @@ public final class ServerConfig {
         intRange(v, p, "limits.maxTokensDefault", 1, Integer.MAX_VALUE);
         intRange(v, p, "limits.prefillChunk", 1, 1 << 16);
         intRange(v, p, "sampling.top_k", 0, Integer.MAX_VALUE);
+        intRange(v, p, "prefixCache.budgetMiB", 0, Integer.MAX_VALUE);
+        intRange(v, p, "prefixCache.blockTokens", 1, 1 << 20);
+        intRange(v, p, "prefixCache.intervalTokens", 0, Integer.MAX_VALUE);
         numRange(v, p, "sampling.temperature", 0, 2, false);
         numRange(v, p, "sampling.top_p", 0, 1, true);
         numRange(v, p, "sampling.min_p", 0, 1, false);
@@ -397,6 +410,18 @@ public final class ServerConfig {
 
     /** {@code limits.maxTokensDefault}. */
     public int maxTokensDefault() { return i("limits.maxTokensDefault"); }
+
+    /** {@code prefixCache.enabled}. */
+    public boolean prefixCacheEnabled() { return (Boolean) values.get("prefixCache.enabled"); }
+
+    /** {@code prefixCache.budgetMiB}. */
+    public int prefixCacheBudgetMiB() { return i("prefixCache.budgetMiB"); }
+
+    /** {@code prefixCache.blockTokens}. */
+    public int prefixCacheBlockTokens() { return i("prefixCache.blockTokens"); }
+
+    /** {@code prefixCache.intervalTokens}. */
+    public int prefixCacheIntervalTokens() { return i("prefixCache.intervalTokens"); }
 
     /** {@code limits.prefillChunk}. */
     public int prefillChunk() { return i("limits.prefillChunk"); }
