@@ -476,8 +476,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             for (HipSequence.LayerState st : hs.layers) {
                 ws.reset(scratch);
                 toF32(st.win, (long) st.winCap * c.headDim);
-                if (st.comp != null && n / st.comp.m > 0) toF32(st.comp.entries, (long) (n / st.comp.m) * c.headDim);
-                if (st.index != null && n / st.index.m > 0) toF32(st.index.entries, (long) (n / st.index.m) * c.indexHeadDim);
+                if (st.comp != null && n / st.comp.m > 0) toF32(st.comp.entries(), (long) (n / st.comp.m) * c.headDim);
+                if (st.index != null && n / st.index.m > 0) toF32(st.index.entries(), (long) (n / st.index.m) * c.indexHeadDim);
             }
             gpu.sync();
             ms[r] = (System.nanoTime() - t0) / 1e6;
