@@ -90,11 +90,11 @@ public final class GenerateCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--system, --thinking and --reasoning-effort need --chat");
         BackendOptions bo = backendOptions();
         Path dir = source.model != null ? source.model : ModelStore.ensure(source.preset != null ? source.preset : "tiny", 1, err::println);
-        if (!Files.isDirectory(dir)) throw new IllegalArgumentException("model directory not found: " + dir);
+        if (!Files.isDirectory(dir)) throw new IllegalArgumentException("--model: folder not found: " + dir.toAbsolutePath());
         if (source.model == null) err.println("model: preset " + (source.preset != null ? source.preset : "tiny") + " (" + dir
                 + "; random weights: the text is meaningless)");
         Tokenizer tok = Tokenizers.forModel(dir);
-        try (Backend be = Backends.open(backend, dir, bo); DraftSource ds = openDraft(be, dir, tok, bo)) {
+        try (Backend be = open("--model", dir, bo); DraftSource ds = openDraft(be, dir, tok, bo)) {
             // a requested feature the backend could not honour is said, never dropped silently
             if (be.status().diagnostic() != null) err.println("warning: " + be.status().diagnostic());
             int V = be.config().vocabSize;
@@ -182,12 +182,21 @@ public final class GenerateCommand implements Callable<Integer> {
         return o;
     }
 
-    private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok, BackendOptions bo) throws Exception {
+    /** Opens a model folder; a folder that is not a loadable model is blamed on the flag that named it. */
+    private Backend open(String flag, Path dir, BackendOptions bo) throws Exception {
+        try {
+            return Backends.open(backend, dir, bo);
+        } catch (io.ds4j.model.CheckpointException e) {
+            throw new IllegalArgumentException(flag + ": " + e.getMessage(), e);
+        }
+    }
+
+        private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok, BackendOptions bo) throws Exception {
         if (draft == null) return null;
         if (draft.equals("ngram")) return NgramDraft.source();
         Path dd = Path.of(draft);
         if (!Files.isDirectory(dd)) throw new IllegalArgumentException("--draft: '" + draft + "' is neither 'ngram' nor a model directory");
-        Backend db = Backends.open(backend, dd, bo.withF16KvVerify(false)); // the draft never runs verify steps
+        Backend db = open("--draft", dd, bo.withF16KvVerify(false)); // the draft never runs verify steps
         try {
             ModelDraftSource.checkCompatible(target, db, tok.source(), Tokenizers.forModel(dd).source());
         } catch (IllegalArgumentException e) {

@@ -86,6 +86,15 @@ public final class EngineVerticle extends VerticleBase {
         }
         backend = model.backend();
         tokenizer = model.tokenizer();
+        try {
+            warmUp();
+        } catch (Throwable e) {
+            String msg = "warm-up step failed: " + (e.getMessage() != null ? e.getMessage() : e.toString());
+            state.loadError(msg);
+            LOG.error("model load failed: {}", msg, e);
+            model.close();
+            return Future.failedFuture(e);
+        }
         ModelInfo info = model.info();
         reportEngine(info.engine());
         eosIds = Arrays.stream(new int[]{tokenizer.eosId(), backend.config().eosTokenId}).distinct().toArray();
@@ -96,6 +105,22 @@ public final class EngineVerticle extends VerticleBase {
             LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}", backend.name(),
                     model.draft() == null ? "none" : model.draft().name(), state.config().maxActive(), state.config().maxQueue());
         });
+    }
+
+    /**
+     * One decode step of the BOS token on a throw-away sequence, before the server says it is ready: the first
+     * request then does not pay for compiling the step's code paths (JIT, lazily created kernels and workspaces).
+     * Kept to a single token so the load does not get noticeably longer.
+     */
+    private void warmUp() {
+        long t0 = System.nanoTime();
+        Sequence s = backend.newSequence(1);
+        try {
+            backend.forward(s, new int[]{tokenizer.bosId()}, 0, 1, new int[]{0}, io.ds4j.engine.StepKind.DECODE);
+        } finally {
+            s.close();
+        }
+        LOG.info("warm-up: one decode step in {} ms", (System.nanoTime() - t0) / 1_000_000);
     }
 
     /**
@@ -362,7 +387,8 @@ public final class EngineVerticle extends VerticleBase {
                     (j.activatedNanos - j.req.arrivalNanos) / 1e6,
                     j.firstTokenNanos == 0 ? Double.NaN : (j.firstTokenNanos - j.req.arrivalNanos) / 1e6,
                     j.gen.prefillSeconds() * 1e3, j.gen.prefillTokensPerSecond(),
-                    j.gen.decodeSeconds() * 1e3, j.gen.decodeTokensPerSecond(), s.offered(), s.accepted(), s.steps());
+                    j.gen.decodeSeconds() * 1e3, j.gen.decodeTokensPerSecond(), s.offered(), s.accepted(), s.steps(),
+                    j.reasoningTokens);
             send(j, new EngineEvent.Done(reason, j.stops.matched(), u));
             state.metrics().success(reason);
             state.metrics().e2e(now - j.req.arrivalNanos);
@@ -404,6 +430,8 @@ public final class EngineVerticle extends VerticleBase {
         List<EngineEvent.TokenLogprob> logprobs = new ArrayList<>();
         /** Tokens emitted since the last flush (one flush per step). */
         int emitted;
+        /** Generated tokens that went to the reasoning (counted while the parser was still inside it). */
+        int reasoningTokens;
 
         Job(EngineRequest req, int reserved) {
             this.req = req;
@@ -422,6 +450,7 @@ public final class EngineVerticle extends VerticleBase {
                 state.metrics().ttft(now - req.arrivalNanos);
             }
             emitted++;
+            if (parser != null && parser.inReasoning()) reasoningTokens++;
             if (lp != null) logprobs.add(logprob(lp));
             for (int e : eosIds) if (e == token) return true; // the end of the turn; its text is not output
             return text(piece(token));

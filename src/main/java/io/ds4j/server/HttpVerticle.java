@@ -24,6 +24,7 @@ import io.vertx.core.http.HttpServer;
 import io.vertx.core.http.HttpServerOptions;
 import io.vertx.core.http.HttpServerRequest;
 import io.vertx.core.http.HttpServerResponse;
+import io.vertx.core.http.HttpVersion;
 import io.vertx.ext.web.Router;
 import io.vertx.ext.web.RoutingContext;
 import io.vertx.ext.web.handler.FileSystemAccess;
@@ -141,11 +142,45 @@ public final class HttpVerticle extends VerticleBase {
         // port 0 with several instances: -1 makes them share one random port (Vert.x convention)
         server = vertx.createHttpServer(new HttpServerOptions().setHost(cfg.host()).setPort(cfg.port() == 0 ? -1 : cfg.port())
                         .setCompressionSupported(false).setTcpNoDelay(true))
-                .requestHandler(r);
+                .requestHandler(r).invalidRequestHandler(this::invalidRequest);
         return server.listen().onSuccess(s -> state.port(s.actualPort()));
     }
 
-    /** The port the server actually listens on (useful with server.port 0). */
+    /**
+     * A request Netty could not decode (e.g. a header value with control characters) gets an OpenAI error body, not
+     * an empty 400. When API keys are on and no valid key was among the headers read, it is a 401: a key sent with
+     * control characters is not a valid key. The connection closes after the answer.
+     */
+    private void invalidRequest(HttpServerRequest req) {
+        Throwable cause = req.decoderResult().cause();
+        String why = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
+        List<String> keys = state.config().apiKeys();
+        ApiException e;
+        if (!keys.isEmpty() && !hasValidKey(req.getHeader(HttpHeaders.AUTHORIZATION), keys)) {
+            req.response().putHeader("WWW-Authenticate", "Bearer");
+            e = new ApiException(401, "invalid_request_error", "invalid_api_key", null,
+                    "invalid API key: the request headers cannot be read (" + why + ")", null);
+        } else {
+            e = new ApiException(400, "invalid_request_error", "invalid_header", null,
+                    "the request cannot be read: " + why, null);
+        }
+        state.metrics().rejected(e.code());
+        LOG.info("malformed HTTP request rejected with {}: {}", e.status(), why);
+        req.response().setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json")
+                .putHeader(HttpHeaders.CONNECTION, "close").end(Json.write(e.body()))
+                .onComplete(v -> req.connection().close());
+    }
+
+    /** Whether an Authorization header carries one of the keys as a Bearer token (compared in constant time). */
+    private static boolean hasValidKey(String h, List<String> keys) {
+        String given = h != null && h.regionMatches(true, 0, "Bearer ", 0, 7) ? h.substring(7).trim() : null;
+        if (given == null) return false;
+        byte[] g = given.getBytes(StandardCharsets.UTF_8);
+        for (String k : keys) if (MessageDigest.isEqual(g, k.getBytes(StandardCharsets.UTF_8))) return true;
+        return false;
+    }
+
+        /** The port the server actually listens on (useful with server.port 0). */
     public int actualPort() {
         return server.actualPort();
     }
@@ -174,6 +209,12 @@ public final class HttpVerticle extends VerticleBase {
                         .setStatusCode(204).end();
                 return;
             }
+        } else if (origin != null && ctx.request().method() == HttpMethod.OPTIONS
+                && ctx.request().getHeader("Access-Control-Request-Method") != null) {
+            // a preflight the server will not allow: say so, instead of a 405 for the OPTIONS method
+            error(ctx, new ApiException(403, "invalid_request_error", "cors_origin_not_allowed", null, "origin '" + origin
+                    + "' is not allowed by server.cors.allowedOrigins" + (allowed.isEmpty() ? " (CORS is off)" : ""), null));
+            return;
         }
         ctx.next();
     }
@@ -192,14 +233,9 @@ public final class HttpVerticle extends VerticleBase {
         }
         String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION);
         String given = h != null && h.regionMatches(true, 0, "Bearer ", 0, 7) ? h.substring(7).trim() : null;
-        if (given != null) {
-            byte[] g = given.getBytes(StandardCharsets.UTF_8);
-            for (String k : keys) {
-                if (MessageDigest.isEqual(g, k.getBytes(StandardCharsets.UTF_8))) {
-                    ctx.next();
-                    return;
-                }
-            }
+        if (hasValidKey(h, keys)) {
+            ctx.next();
+            return;
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
         error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null,
@@ -223,6 +259,10 @@ public final class HttpVerticle extends VerticleBase {
         Buffer body = Buffer.buffer();
         boolean[] over = {declared > limit};
         if (over[0]) tooLarge(ctx, limit, declared);
+        else if ("100-continue".equalsIgnoreCase(req.getHeader(HttpHeaders.EXPECT)) && req.version() != HttpVersion.HTTP_1_0)
+            // the client (curl, for bodies over 1 MB) waits for this before it sends the body; the route and the key
+            // are already accepted here, and a declared length over the limit was answered with 413 instead
+            ctx.response().writeContinue();
         req.handler(chunk -> {
             if (over[0]) return;
             if (body.length() + chunk.length() > limit) {
@@ -238,7 +278,9 @@ public final class HttpVerticle extends VerticleBase {
             JsonNode n;
             try {
                 if (body.length() == 0) throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
-                n = Json.MAPPER.readTree(body.getBytes());
+                byte[] bytes = body.getBytes();
+                checkUtf8(bytes);
+                n = Json.MAPPER.readTree(bytes);
             } catch (JsonProcessingException e) {
                 error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, Json.syntaxProblem("malformed JSON", e), null));
                 return;
@@ -257,6 +299,29 @@ public final class HttpVerticle extends VerticleBase {
             }
         });
         req.resume();
+    }
+
+    /**
+     * Refuses a body that is not well-formed UTF-8 (RFC 3629): Jackson's parser lets overlong forms, surrogates and
+     * code points above U+10FFFF through, so the JDK's strict decoder checks the bytes first.
+     * @throws ApiException 400 invalid_json naming the byte offset of the first bad sequence
+     */
+    static void checkUtf8(byte[] bytes) {
+        java.nio.charset.CharsetDecoder d = StandardCharsets.UTF_8.newDecoder()
+                .onMalformedInput(java.nio.charset.CodingErrorAction.REPORT)
+                .onUnmappableCharacter(java.nio.charset.CodingErrorAction.REPORT);
+        java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(bytes);
+        java.nio.CharBuffer out = java.nio.CharBuffer.allocate(8192);
+        while (true) {
+            java.nio.charset.CoderResult r = d.decode(in, out, true);
+            if (r.isError()) throw new ApiException(400, "invalid_request_error", "invalid_json", null,
+                    "the request body is not valid UTF-8: a malformed byte sequence at byte offset " + in.position(), null);
+            if (r.isUnderflow()) break;
+            out.clear();
+        }
+        out.clear();
+        if (d.flush(out).isError()) throw new ApiException(400, "invalid_request_error", "invalid_json", null,
+                "the request body is not valid UTF-8: it ends inside a character", null);
     }
 
     private void tooLarge(RoutingContext ctx, int limit, long declared) {
@@ -613,6 +678,12 @@ public final class HttpVerticle extends VerticleBase {
                                 .putHeader(HttpHeaders.CONTENT_TYPE, "text/event-stream; charset=utf-8")
                                 .putHeader(HttpHeaders.CACHE_CONTROL, "no-cache")
                                 .putHeader("X-Accel-Buffering", "no");
+                        if (ctx.request().version() == HttpVersion.HTTP_1_0) {
+                            // HTTP/1.0 has no chunked encoding: a stream of unknown length ends only when the
+                            // connection closes, even when the client asked to keep it alive
+                            resp.putHeader(HttpHeaders.CONNECTION, "close");
+                            resp.endHandler(v -> ctx.request().connection().close());
+                        }
                         write(out.start(echo, promptTokens));
                     } else if (echo != null) {
                         out.start(echo, promptTokens);

@@ -56,7 +56,7 @@ public class GenerateCommandTest {
     void missingModelIsAClearError(@TempDir Path tmp) {
         Run r = run("generate", "--model", tmp.resolve("nope").toString(), "--prompt", "x");
         assertNotEquals(0, r.code());
-        assertTrue(r.err().contains("model directory not found"), r.err());
+        assertTrue(r.err().contains("--model: folder not found"), r.err());
     }
 
     @Test

@@ -194,7 +194,12 @@ public final class OutputParser {
         return drain();
     }
 
-    /** Warnings about malformed or unexpected output seen so far (also logged). */
+    /** Whether the text pushed so far leaves the parser inside the reasoning (thinking mode, before {@code </think>}). */
+    public boolean inReasoning() {
+        return state == State.THINK_OPEN || state == State.REASONING;
+    }
+
+        /** Warnings about malformed or unexpected output seen so far (also logged). */
     public List<String> warnings() {
         return List.copyOf(warnings);
     }
