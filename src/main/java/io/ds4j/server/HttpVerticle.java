@@ -681,7 +681,8 @@ public final class HttpVerticle extends VerticleBase {
                         if (ctx.request().version() == HttpVersion.HTTP_1_0) {
                             // HTTP/1.0 has no chunked encoding: a stream of unknown length ends only when the
                             // connection closes, even when the client asked to keep it alive
-                            resp.putHeader(HttpHeaders.CONNECTION, "close");
+                            // (Vert.x writes "keep-alive" back for such a request; the headers-end hook runs after it)
+                            resp.headersEndHandler(v -> resp.putHeader(HttpHeaders.CONNECTION, "close"));
                             resp.endHandler(v -> ctx.request().connection().close());
                         }
                         write(out.start(echo, promptTokens));
