@@ -413,6 +413,9 @@ public final class EngineVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ per request
 
+    /** A token's logprob and its text's span [start, end) in the text given to the stop filter. */
+    private record HeldLogprob(EngineEvent.TokenLogprob lp, int start, int end, String piece) {}
+
     /** One request's engine-side state. Touched by the engine thread only. */
     private final class Job {
         final EngineRequest req;
@@ -432,6 +435,10 @@ public final class EngineVerticle extends VerticleBase {
         int emitted;
         /** Generated tokens that went to the reasoning (counted while the parser was still inside it). */
         int reasoningTokens;
+        /** Logprobs of tokens whose text the stop filter still holds back, with where that text lies. */
+        final ArrayDeque<HeldLogprob> heldLogprobs = new ArrayDeque<>();
+        /** Characters of token text given to the stop filter, and released by it, so far. */
+        int pushedChars, releasedChars;
 
         Job(EngineRequest req, int reserved) {
             this.req = req;
@@ -451,21 +458,58 @@ public final class EngineVerticle extends VerticleBase {
             }
             emitted++;
             if (parser != null && parser.inReasoning()) reasoningTokens++;
-            if (lp != null) logprobs.add(logprob(lp));
-            for (int e : eosIds) if (e == token) return true; // the end of the turn; its text is not output
-            return text(piece(token));
+            boolean eos = false;
+            for (int e : eosIds) if (e == token) eos = true; // the end of the turn; its text is not output
+            String piece = eos ? "" : piece(token);
+            if (lp != null) {
+                boolean hidden = req.skipSpecialTokens && tokenizer.isControl(token);
+                heldLogprobs.add(new HeldLogprob(logprob(lp, hidden), pushedChars, pushedChars + piece.length(), piece));
+            }
+            pushedChars += piece.length();
+            if (eos) return true;
+            return text(piece);
         }
 
-        /** The text of a token; ids the tokenizer does not know (the model's vocabulary can be larger) have none. */
+        /**
+         * The text of a token; ids the tokenizer does not know (the model's vocabulary can be larger) have none, and
+         * neither have control tokens unless the request keeps them or the output parser reads them as markup.
+         */
         private String piece(int token) {
             if (token < 0 || token >= tokenizer.vocabSize()) return "";
+            if (req.skipSpecialTokens && tokenizer.isControl(token)
+                    && !(parser != null && parser.takesMarker(tokenText(token)))) return "";
             return detok.push(token);
         }
 
         private boolean text(String piece) {
             String out = stops.push(piece);
+            releasedChars += out.length();
             push(out);
+            releaseLogprobs(false);
             return !stops.stopped();
+        }
+
+        /**
+         * Moves the logprobs of tokens whose text the stop filter has released to the outgoing list, so logprobs
+         * never run ahead of the text. Once a stop string matched, a token whose text runs into it is listed with the
+         * part before it, and tokens wholly inside it (or after it) are left out: the tokens' text joins to the content.
+         * @param all release everything (generation ended without a stop string)
+         */
+        private void releaseLogprobs(boolean all) {
+            boolean stopped = stops.stopped();
+            while (!heldLogprobs.isEmpty()) {
+                HeldLogprob h = heldLogprobs.peekFirst();
+                if (all || h.end() <= releasedChars) {
+                    logprobs.add(h.lp());
+                } else if (stopped && h.start() < releasedChars) {
+                    String part = h.piece().substring(0, releasedChars - h.start());
+                    EngineEvent.TokenLogprob t = h.lp();
+                    logprobs.add(new EngineEvent.TokenLogprob(part, part.getBytes(StandardCharsets.UTF_8), t.logprob(), t.top()));
+                } else if (!stopped) {
+                    return;
+                }
+                heldLogprobs.pollFirst();
+            }
         }
 
         private void push(String s) {
@@ -501,8 +545,11 @@ public final class EngineVerticle extends VerticleBase {
         /** After the last token: release held-back text and close the parser. */
         void finishText() {
             if (!stops.stopped()) {
-                push(stops.push(detok.flush()));
-                push(stops.flush());
+                String out = stops.push(detok.flush());
+                releasedChars += out.length();
+                push(out);
+                if (!stops.stopped()) push(stops.flush());
+                releaseLogprobs(!stops.stopped());
             }
             if (parser != null) for (OutputParser.Event e : parser.finish(gen.finish() == Generation.Finish.LENGTH)) add(e);
         }
@@ -522,11 +569,13 @@ public final class EngineVerticle extends VerticleBase {
             logprobs = new ArrayList<>();
         }
 
-        private EngineEvent.TokenLogprob logprob(Sampler.TokenLogprobs lp) {
+        /** @param hidden a control token left out of the text: listed with empty text, as it appears in the content */
+        private EngineEvent.TokenLogprob logprob(Sampler.TokenLogprobs lp, boolean hidden) {
             List<EngineEvent.TopLogprob> top = new ArrayList<>(lp.topIds().length);
             for (int i = 0; i < lp.topIds().length; i++)
                 top.add(new EngineEvent.TopLogprob(tokenText(lp.topIds()[i]), tokenBytes(lp.topIds()[i]), lp.topLogprobs()[i]));
-            return new EngineEvent.TokenLogprob(tokenText(lp.token()), tokenBytes(lp.token()), lp.logprob(), top);
+            return hidden ? new EngineEvent.TokenLogprob("", new byte[0], lp.logprob(), top)
+                    : new EngineEvent.TokenLogprob(tokenText(lp.token()), tokenBytes(lp.token()), lp.logprob(), top);
         }
 
         private byte[] tokenBytes(int id) {

@@ -606,7 +606,7 @@ public final class HttpVerticle extends VerticleBase {
             int maxTokens = Math.min(g.params().maxTokens(), ctxLimit - prompt.length);
             String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
             EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
-                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id);
+                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(), -1);
             new Exchange(ctx, g, req, model, ar.result().echo(), ar.result().promptTokens()).start();
         });
     }
