@@ -61,6 +61,11 @@ public final class Generation {
     private Finish finish;
     private volatile boolean cancelled;
 
+    /** Alternatives listed per scored prompt token; -1 = the prompt is not scored. */
+    private int scoreTop = -1;
+    /** Scores of prompt tokens 1..n-1 under the model (entry 0 stays null: nothing precedes it). */
+    private Sampler.TokenLogprobs[] promptScores;
+
     // statistics
     private long startNs, firstTokenNs, endNs;
     private long offered, accepted, verifySteps;
@@ -87,6 +92,31 @@ public final class Generation {
         this.promptLen = prompt.length;
         this.ctx = Arrays.copyOf(prompt, prompt.length + 64);
         this.len = prompt.length;
+    }
+
+    /** Prefill rows per step while scoring the prompt: each row's logits are a vocabulary-sized float array. */
+    static final int SCORE_CHUNK = 64;
+
+    /**
+     * Scores the prompt during prefill: for each prompt token after the first, its log-probability under the model's
+     * raw logits given the tokens before it (a log-softmax over the vocabulary, no sampler settings applied), and the
+     * topN most likely alternatives. Prefill then asks for every row's logits, in chunks of at most
+     * {@value #SCORE_CHUNK} rows (results do not depend on the chunking). Call before the first step.
+     * @throws IllegalStateException after the first step
+     */
+    public void scorePrompt(int topN) {
+        if (startNs != 0) throw new IllegalStateException("scorePrompt after the first step");
+        if (topN < 0) throw new IllegalArgumentException("topN must be >= 0, got " + topN);
+        scoreTop = topN;
+        promptScores = new Sampler.TokenLogprobs[promptLen];
+    }
+
+    /**
+     * The prompt's scores once prefill is done (see {@link #scorePrompt}): entry i scores prompt token i; entry 0 is
+     * null. Null when the prompt is not scored or prefill has not finished.
+     */
+    public Sampler.TokenLogprobs[] promptScores() {
+        return promptScores != null && prefilled == promptLen ? promptScores.clone() : null;
     }
 
     /** Asks the generation to stop at the next step boundary (thread-safe). */
@@ -116,16 +146,31 @@ public final class Generation {
         if (startNs == 0) startNs = System.nanoTime();
         if (cancelled) return end(Finish.CANCELLED);
         if (prefilled < promptLen) {
-            int n = Math.min(opt.prefillChunk(), promptLen - prefilled);
+            boolean scoring = scoreTop >= 0;
+            int n = Math.min(scoring ? Math.min(opt.prefillChunk(), SCORE_CHUNK) : opt.prefillChunk(), promptLen - prefilled);
             boolean last = prefilled + n == promptLen;
-            float[] lg = target.forward(seq, ctx, prefilled, n, last ? new int[]{n - 1} : new int[0], StepKind.PREFILL);
+            int[] rows = last ? new int[]{n - 1} : new int[0];
+            if (scoring) {
+                rows = new int[n];
+                for (int r = 0; r < n; r++) rows[r] = r;
+            }
+            float[] lg = target.forward(seq, ctx, prefilled, n, rows, StepKind.PREFILL);
+            if (scoring) {
+                int V = target.config().vocabSize;
+                // row r predicts the token after position prefilled + r
+                for (int r = 0; r < n && prefilled + r + 1 < promptLen; r++)
+                    promptScores[prefilled + r + 1] = sampler.logprobs(lg, r * V, ctx[prefilled + r + 1], scoreTop);
+            }
+            int lastRow = scoring ? (n - 1) * target.config().vocabSize : 0;
             prefilled += n;
             if (last) {
                 if (draft != null) draft.committed(ctx, promptLen);
-                Distribution d = sampler.distribution(lg, 0);
+                // max_tokens 0: only the prompt's scores were wanted
+                if (sampler.params().maxTokens() == 0) return end(Finish.LENGTH);
+                Distribution d = sampler.distribution(lg, lastRow);
                 int tok = d.sample(sampler.rng());
                 firstTokenNs = System.nanoTime();
-                if (!emit(tok, lg, 0)) return false;
+                if (!emit(tok, lg, lastRow)) return false;
             }
             return finish == null;
         }

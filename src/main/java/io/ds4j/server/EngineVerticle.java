@@ -234,6 +234,7 @@ public final class EngineVerticle extends VerticleBase {
             if (draft != null) draft.close();
             throw e;
         }
+        if (r.promptLogprobs >= 0) j.gen.scorePrompt(r.promptLogprobs);
         j.width = width;
         j.detok = tokenizer.streamer();
         j.stops = new StopStrings(r.params.stop());
@@ -342,6 +343,7 @@ public final class EngineVerticle extends VerticleBase {
             }
             int pre1 = j.gen.prefilledTokens();
             j.promptDone = pre1;
+            if (j.req.promptLogprobs >= 0 && pre0 < pre1 && pre1 == j.gen.promptTokens()) j.sendPromptScores();
             state.metrics().promptTokens(pre1 - pre0);
             state.metrics().generationTokens(j.gen.generatedTokens() - g0);
             Generation.SpecStats s1 = j.gen.specStats();
@@ -552,6 +554,19 @@ public final class EngineVerticle extends VerticleBase {
                 releaseLogprobs(!stops.stopped());
             }
             if (parser != null) for (OutputParser.Event e : parser.finish(gen.finish() == Generation.Finish.LENGTH)) add(e);
+        }
+
+        /** Sends the prompt's scores (before this step's output, which they precede in the answer). */
+        void sendPromptScores() {
+            Sampler.TokenLogprobs[] sc = gen.promptScores();
+            List<EngineEvent.TokenLogprob> out = new ArrayList<>(sc.length);
+            for (int i = 0; i < sc.length; i++) {
+                String text = tokenText(req.prompt[i]);
+                byte[] b = tokenBytes(req.prompt[i]);
+                if (sc[i] == null) out.add(new EngineEvent.TokenLogprob(text, b, Float.NaN, List.of()));
+                else out.add(new EngineEvent.TokenLogprob(text, b, sc[i].logprob(), logprob(sc[i], false).top()));
+            }
+            send(this, new EngineEvent.PromptLogprobs(out));
         }
 
         /** Sends what this step decided, if anything. */

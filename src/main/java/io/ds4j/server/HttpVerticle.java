@@ -606,7 +606,8 @@ public final class HttpVerticle extends VerticleBase {
             int maxTokens = Math.min(g.params().maxTokens(), ctxLimit - prompt.length);
             String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
             EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
-                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(), -1);
+                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),
+                    ar.result().promptTokens() != null ? g.topLogprobs() : -1);
             new Exchange(ctx, g, req, model, ar.result().echo(), ar.result().promptTokens()).start();
         });
     }
@@ -635,6 +636,8 @@ public final class HttpVerticle extends VerticleBase {
         io.vertx.core.eventbus.MessageConsumer<Object> consumer;
         ResponseBuilder out;
         boolean admitted, completed;
+        /** Completions with echo and logprobs: the echo waits for the prompt's scores. */
+        boolean scoresPending;
         java.util.List<EngineEvent> early = new java.util.ArrayList<>();
 
         Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo, List<String> promptTokens) {
@@ -673,6 +676,10 @@ public final class HttpVerticle extends VerticleBase {
                         return;
                     }
                     admitted = true;
+                    if (promptTokens != null) {
+                        // echo with logprobs: the echo goes out with the prompt's scores, once prefill has made them
+                        scoresPending = true;
+                    }
                     if (g.stream()) {
                         resp.setChunked(true).setStatusCode(200)
                                 .putHeader(HttpHeaders.CONTENT_TYPE, "text/event-stream; charset=utf-8")
@@ -685,9 +692,9 @@ public final class HttpVerticle extends VerticleBase {
                             resp.headersEndHandler(v -> resp.putHeader(HttpHeaders.CONNECTION, "close"));
                             resp.endHandler(v -> ctx.request().connection().close());
                         }
-                        write(out.start(echo, promptTokens));
-                    } else if (echo != null) {
-                        out.start(echo, promptTokens);
+                        if (!scoresPending) write(out.start(echo, null));
+                    } else if (echo != null && !scoresPending) {
+                        out.start(echo, null);
                     }
                     for (EngineEvent e : early) onEvent(e);
                     early = null;
@@ -702,6 +709,13 @@ public final class HttpVerticle extends VerticleBase {
                 return;
             }
             switch (e) {
+                case EngineEvent.PromptLogprobs p -> {
+                    scoresPending = false;
+                    // the listed prompt tokens are the echoed ones: a BOS the server added is scored by nobody
+                    List<EngineEvent.TokenLogprob> scored = p.tokens().subList(p.tokens().size() - promptTokens.size(), p.tokens().size());
+                    String first = out.start(echo, scored);
+                    if (g.stream()) write(first);
+                }
                 case EngineEvent.Delta d -> write(out.delta(d));
                 case EngineEvent.Done d -> {
                     finish();

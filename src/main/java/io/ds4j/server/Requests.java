@@ -68,7 +68,11 @@ final class Requests {
         // max tokens: max_completion_tokens (current OpenAI name) wins over max_tokens (legacy)
         String mtName = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
         Integer maxTokens = integer(body, mtName);
-        if (maxTokens != null && maxTokens < 1) throw ApiException.badField(mtName, "must be >= 1, got " + maxTokens);
+        // 0 only where it means something: a completion that echoes (and may score) its prompt
+        int minTokens = !chat && bool(body, "echo", false) ? 0 : 1;
+        if (maxTokens != null && maxTokens < minTokens)
+            throw ApiException.badField(mtName, "must be >= " + minTokens + (minTokens == 0 ? "" : " (0 with echo on /v1/completions)")
+                    + ", got " + maxTokens);
         if (maxTokens == null) maxTokens = cfg.maxTokensDefault();
 
         boolean logprobs;
