@@ -20,8 +20,8 @@ import java.util.Arrays;
  * normalised max(0, p − q). Penalties and biases are applied to every verify row exactly as plain decoding would, so
  * the output distribution is the target's under every sampler setting.
  *
- * <p>Accounting definitions: <b>offered</b> = draft tokens sent for verification (the pending token and the target's
- * own token are not counted); <b>accepted</b> = offered tokens committed; <b>acceptance rate</b> = accepted / offered;
+ * <p>Accounting definitions: <b>offered</b> = draft tokens sent for verification and judged (the pending token and
+ * the target's own token are not counted, nor drafts after an accepted one that ended the generation); <b>accepted</b> = offered tokens committed; <b>acceptance rate</b> = accepted / offered;
  * <b>committed per step</b> = (accepted + 1) / verify steps, the +1 being the token each step's last row produces.
  * Lucebox counts the same offered tokens (q − 1 there, because its q includes the seed row).
  */
@@ -195,10 +195,14 @@ public final class Generation {
         float[] lg = target.forward(seq, rows, 0, q + 1, want, q > 0 ? StepKind.VERIFY : StepKind.DECODE);
         int V = target.config().vocabSize;
         int acc = 0;
+        // drafts the target judged: an accepted one that ends the generation (EOS, a stop string, the length limit)
+        // leaves the drafts after it unjudged, and those are not counted as offered
+        int judged = 0;
         // rows i = 0..q: row i predicts the token after rows[0..i]
         for (int i = 0; i <= q; i++) {
             Distribution p = sampler.distribution(lg, i * V);
             if (i < q) {
+                judged++;
                 int d = prop.tokens()[i];
                 boolean ok;
                 Distribution qd = prop.dists()[i];
@@ -222,10 +226,10 @@ public final class Generation {
         // the cache holds rows[0..q]; keep rows[0..acc] (pending + accepted drafts)
         int reject = q - acc;
         if (reject > 0 && finish == null) seq.rollback(reject);
-        offered += q;
+        offered += judged;
         accepted += acc;
         verifySteps++;
-        if (width != null) width.record(q, acc);
+        if (width != null) width.record(judged, acc);
         if (draft != null && finish == null) draft.committed(ctx, len);
         if (finish == null && cancelled) return end(Finish.CANCELLED);
         return finish == null;
