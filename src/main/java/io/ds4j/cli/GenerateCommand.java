@@ -71,7 +71,7 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--draft", paramLabel = "DIR|ngram", description = "speculative decoding draft: a draft model directory, or 'ngram' for prompt lookup") String draft;
     @Option(names = "--spec-q", defaultValue = "4", paramLabel = "N|auto", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
     @Option(names = "--prefill-chunk", defaultValue = "512", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int prefillChunk;
-    @Option(names = "--max-context", defaultValue = "65536", description = "context limit in tokens (default ${DEFAULT-VALUE})") int maxContext;
+    @Option(names = "--max-context", description = "context limit in tokens (default 65536), capped by the model's max_position_embeddings") Integer maxContext;
 
     @Override
     public Integer call() throws Exception {
@@ -99,6 +99,13 @@ public final class GenerateCommand implements Callable<Integer> {
             if (be.status().diagnostic() != null) err.println("warning: " + be.status().diagnostic());
             int V = be.config().vocabSize;
             sp.validate(Math.min(V, tok.vocabSize()));
+            // as serve does: the context never exceeds what the model was built for
+            int context = Math.min(maxContext != null ? maxContext : 65536, be.config().maxPositionEmbeddings);
+            if (maxContext != null && context < maxContext)
+                err.println("context: " + context + " tokens (the model's max_position_embeddings; --max-context " + maxContext + " is capped)");
+            if (ds != null && ds.maxContext() < context)
+                err.println("draft: its context limit (" + ds.maxContext() + " tokens) is below the context in use (" + context
+                        + "): drafts only while the context plus the draft tokens fits in it, then plain decoding");
             String text = prompt;
             if (chat) {
                 List<ChatMessage> msgs = new ArrayList<>();
@@ -124,7 +131,7 @@ public final class GenerateCommand implements Callable<Integer> {
             Draft d = ds == null ? null : ds.open(ids, sp, seed != null ? seed : 0);
             int[] eos = {be.config().eosTokenId, tok.eosId()};
             Generation g = new Generation(be, be.newSequence(16), ids, sampler, d, width,
-                    new Generation.Options(prefillChunk, maxContext, eos, 16),
+                    new Generation.Options(prefillChunk, context, eos, 16),
                     (t, lp) -> {
                         boolean isEos = !ignoreEos && (t == eos[0] || t == eos[1]);
                         String piece = isEos ? "" : detok.push(t);

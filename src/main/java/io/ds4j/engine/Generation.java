@@ -184,6 +184,8 @@ public final class Generation {
         Draft.Proposal prop = Draft.Proposal.NONE;
         if (draft != null && width != null) {
             q = Math.min(width.next(), Math.min(budget - 1, Math.min(room - 1, opt.maxRollback())));
+            // a draft model holds at most its own context: past it, decode without drafts
+            q = Math.min(q, draft.maxContext() - len);
             if (q > 0) prop = draft.propose(ctx, len, q);
             q = prop.size();
         }
