@@ -152,6 +152,8 @@ public final class GenerateCommand implements Callable<Integer> {
                 for (OutputParser.Event ev : parser.finish(g.finish() == Generation.Finish.LENGTH)) show(ev, out, err);
             out.println();
             out.flush();
+            // the reasoning streamed to stderr: end its line so the warnings and the summary start their own
+            if (reasoningOpen[0]) err.println();
             if (parser != null) for (String w : parser.warnings()) err.println("warning: DeepSeek-V4 output: " + w);
             Generation.SpecStats st = g.specStats();
             String spec = d == null ? "" : String.format(", draft %s q=%s: offered %d, accepted %d, acceptance %s, %s tokens/step",
@@ -213,7 +215,7 @@ public final class GenerateCommand implements Callable<Integer> {
         return new ModelDraftSource(db, "model:" + dd, 16);
     }
 
-    private static void emit(String text, OutputParser parser, PrintStream out, PrintStream err) {
+    private void emit(String text, OutputParser parser, PrintStream out, PrintStream err) {
         if (text.isEmpty()) return;
         if (parser == null) {
             out.print(text);
@@ -222,9 +224,15 @@ public final class GenerateCommand implements Callable<Integer> {
         for (OutputParser.Event ev : parser.push(text)) show(ev, out, err);
     }
 
-    private static void show(OutputParser.Event ev, PrintStream out, PrintStream err) {
+    /** Whether the reasoning printed on stderr so far leaves its last line unfinished. */
+    private final boolean[] reasoningOpen = {false};
+
+    private void show(OutputParser.Event ev, PrintStream out, PrintStream err) {
         switch (ev) {
-            case OutputParser.ReasoningDelta r -> err.print(r.text());
+            case OutputParser.ReasoningDelta r -> {
+                err.print(r.text());
+                if (!r.text().isEmpty()) reasoningOpen[0] = !r.text().endsWith("\n");
+            }
             case OutputParser.ContentDelta c -> out.print(c.text());
             case OutputParser.ToolCallStart s -> out.print("\n[tool call " + s.name() + "] ");
             case OutputParser.ToolCallArgumentsDelta a -> out.print(a.fragment());

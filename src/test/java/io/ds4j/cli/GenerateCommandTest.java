@@ -104,4 +104,18 @@ public class GenerateCommandTest {
         assertTrue(Integer.parseInt(offered) <= 24 - promptTokens, "drafts only within the draft's 24 tokens: " + drafted.err());
         assertTrue(Integer.parseInt(offered) > 0, drafted.err());
     }
+
+    /** In thinking mode the reasoning streams to stderr; the summary line still starts a line of its own. */
+    @Test
+    void thinkingReasoningEndsItsLineBeforeTheSummary() {
+        // the embedded tiny model (the fixture's 1024-token vocabulary has no chat markers)
+        Run r = run("generate", "--preset", "tiny", "--prompt", "a b", "-n", "6", "--chat", "--thinking");
+        assertEquals(0, r.code(), r.err());
+        int at = r.err().indexOf("prompt ");
+        assertTrue(at > 0, r.err());
+        assertEquals('\n', r.err().charAt(at - 1), "the summary starts its own line: " + r.err());
+        // the lines before the summary: the model line, then the reasoning (random text, no </think> in 6 tokens)
+        String reasoning = r.err().substring(r.err().indexOf('\n') + 1, at);
+        assertFalse(reasoning.isBlank(), "some reasoning was printed: " + r.err());
+    }
 }
