@@ -395,7 +395,7 @@ __global__ void f16_to_f32_kernel(const uint16_t* src, float* dst, int64_t n, in
 
 // ------------------------------------------------------------------------------------------- F16-operand attention
 //
-// ds4j_attention_f16_operands: the verify attention of the F16 path above the short-context threshold (issue 8).
+// ds4j_attention_f16_operands: the verify attention of the F16 path above the short-context threshold.
 // Same key set and masks per query as attention_kernel; q and the probabilities are rounded to F16, products are
 // accumulated in F32. Flash-decoding layout: a block takes 64 heads of one query (the 64 x d output accumulator is
 // what one SM's registers hold at d = 512) and a range of that query's keys; each key tile is loaded once into

@@ -12,7 +12,7 @@ import java.util.List;
 import java.util.SplittableRandom;
 
 /**
- * The matched benchmark of issue 8 (the reference system's "fused verify F16 KV" table): for each input length and
+ * The F16-KV verifier's matched benchmark (control and f16 path measured alike): for each input length and
  * verify attention path, prefill tokens/s, speculative decode tokens/s with a draft that is a copy of the target, the
  * acceptance rate, and how often the two paths verify the same tokens.
  *

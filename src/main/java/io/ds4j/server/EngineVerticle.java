@@ -125,7 +125,7 @@ public final class EngineVerticle extends VerticleBase {
 
     /**
      * Says once, at start-up, what the backend decided and why (placement, verify attention path), warns about any
-     * requested feature it could not honour (issue 8 item 4: never dropped silently), and exports the same state
+     * requested feature it could not honour (an option is never dropped silently), and exports the same state
      * to /metrics.
      */
     private void reportEngine(EngineStatus st) {

@@ -33,7 +33,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * The two verify attention paths of the GPU backend (issue 8).
+ * The two verify attention paths of the GPU backend (f32-convert and f16).
  *
  * <p>Kernel level, on random F16 cache rows: at or under the short-context threshold the F16 path (ds4j_attention on
  * the F16 rows) equals the control (ds4j_f16_to_f32 of the rows, then ds4j_attention_f32) within 1e-6 — by
