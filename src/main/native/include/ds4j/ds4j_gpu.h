@@ -280,7 +280,7 @@ DS4J_API int32_t ds4j_attention(ds4j_ctx* ctx, const float* q, const float* kv_n
                                 float scale, float* out);
 
 /**
- * ds4j_attention over an F32 copy of the cache (the verify path "f32-convert", issue 8): ring [cap, d] and
+ * ds4j_attention over an F32 copy of the cache (the verify path "f32-convert"): ring [cap, d] and
  * entries [*, d] are F32 (ds4j_f16_to_f32 of the F16 rows). Same keys, masks and operation order as ds4j_attention,
  * so on converted rows the two give the same output bit for bit.
  */
@@ -293,7 +293,7 @@ DS4J_API int32_t ds4j_attention_f32(ds4j_ctx* ctx, const float* q, const float* 
 DS4J_API int32_t ds4j_f16_to_f32(ds4j_ctx* ctx, const uint16_t* src, float* dst, int64_t n);
 
 /**
- * n_attn of a step (issue 8): the number of rows its last query (position N0+S-1 = t) attends, which is the most any
+ * n_attn of a step: the number of rows its last query (position N0+S-1 = t) attends, which is the most any
  * query of the step attends (the count grows with the position): min(t+1, W) raw window rows plus the compressed
  * entries of ds4j_attention (HCA: (t+1)/m; CSA: min((t+1)/m, K); sliding: none). Needs no context.
  */

@@ -22,7 +22,7 @@ import java.util.Map;
 import java.util.concurrent.Callable;
 
 /**
- * {@code ds4j bench}: the F16-KV verifier's matched benchmark (issue 8) — per input length, the control
+ * {@code ds4j bench}: the F16-KV verifier's matched benchmark — per input length, the control
  * ({@code f32-convert}) and the {@code f16} verify attention path: prefill tokens/s, speculative decode tokens/s with
  * a copy of the target as the draft, acceptance rate and verifier agreement. Writes a Markdown table, a JSON file and
  * an SVG chart ({@link BenchReport}). A benchmark: asserts nothing. On the GPU machine:

@@ -71,7 +71,7 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--draft", paramLabel = "DIR|ngram", description = "speculative decoding draft: a draft model directory, or 'ngram' for prompt lookup") String draft;
     @Option(names = "--spec-q", defaultValue = "4", paramLabel = "N|auto", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
     @Option(names = "--prefill-chunk", defaultValue = "512", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int prefillChunk;
-    @Option(names = "--max-context", defaultValue = "65536", description = "context limit in tokens (default ${DEFAULT-VALUE})") int maxContext;
+    @Option(names = "--max-context", description = "context limit in tokens (default 65536), capped by the model's max_position_embeddings") Integer maxContext;
 
     @Override
     public Integer call() throws Exception {
@@ -90,15 +90,22 @@ public final class GenerateCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--system, --thinking and --reasoning-effort need --chat");
         BackendOptions bo = backendOptions();
         Path dir = source.model != null ? source.model : ModelStore.ensure(source.preset != null ? source.preset : "tiny", 1, err::println);
-        if (!Files.isDirectory(dir)) throw new IllegalArgumentException("model directory not found: " + dir);
+        if (!Files.isDirectory(dir)) throw new IllegalArgumentException("--model: folder not found: " + dir.toAbsolutePath());
         if (source.model == null) err.println("model: preset " + (source.preset != null ? source.preset : "tiny") + " (" + dir
                 + "; random weights: the text is meaningless)");
         Tokenizer tok = Tokenizers.forModel(dir);
-        try (Backend be = Backends.open(backend, dir, bo); DraftSource ds = openDraft(be, dir, tok, bo)) {
+        try (Backend be = open("--model", dir, bo); DraftSource ds = openDraft(be, dir, tok, bo)) {
             // a requested feature the backend could not honour is said, never dropped silently
             if (be.status().diagnostic() != null) err.println("warning: " + be.status().diagnostic());
             int V = be.config().vocabSize;
             sp.validate(Math.min(V, tok.vocabSize()));
+            // as serve does: the context never exceeds what the model was built for
+            int context = Math.min(maxContext != null ? maxContext : 65536, be.config().maxPositionEmbeddings);
+            if (maxContext != null && context < maxContext)
+                err.println("context: " + context + " tokens (the model's max_position_embeddings; --max-context " + maxContext + " is capped)");
+            if (ds != null && ds.maxContext() < context)
+                err.println("draft: its context limit (" + ds.maxContext() + " tokens) is below the context in use (" + context
+                        + "): drafts only while the context plus the draft tokens fits in it, then plain decoding");
             String text = prompt;
             if (chat) {
                 List<ChatMessage> msgs = new ArrayList<>();
@@ -124,7 +131,7 @@ public final class GenerateCommand implements Callable<Integer> {
             Draft d = ds == null ? null : ds.open(ids, sp, seed != null ? seed : 0);
             int[] eos = {be.config().eosTokenId, tok.eosId()};
             Generation g = new Generation(be, be.newSequence(16), ids, sampler, d, width,
-                    new Generation.Options(prefillChunk, maxContext, eos, 16),
+                    new Generation.Options(prefillChunk, context, eos, 16),
                     (t, lp) -> {
                         boolean isEos = !ignoreEos && (t == eos[0] || t == eos[1]);
                         String piece = isEos ? "" : detok.push(t);
@@ -145,6 +152,8 @@ public final class GenerateCommand implements Callable<Integer> {
                 for (OutputParser.Event ev : parser.finish(g.finish() == Generation.Finish.LENGTH)) show(ev, out, err);
             out.println();
             out.flush();
+            // the reasoning streamed to stderr: end its line so the warnings and the summary start their own
+            if (reasoningOpen[0]) err.println();
             if (parser != null) for (String w : parser.warnings()) err.println("warning: DeepSeek-V4 output: " + w);
             Generation.SpecStats st = g.specStats();
             String spec = d == null ? "" : String.format(", draft %s q=%s: offered %d, accepted %d, acceptance %s, %s tokens/step",
@@ -182,12 +191,21 @@ public final class GenerateCommand implements Callable<Integer> {
         return o;
     }
 
-    private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok, BackendOptions bo) throws Exception {
+    /** Opens a model folder; a folder that is not a loadable model is blamed on the flag that named it. */
+    private Backend open(String flag, Path dir, BackendOptions bo) throws Exception {
+        try {
+            return Backends.open(backend, dir, bo);
+        } catch (io.ds4j.model.CheckpointException e) {
+            throw new IllegalArgumentException(flag + ": " + e.getMessage(), e);
+        }
+    }
+
+        private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok, BackendOptions bo) throws Exception {
         if (draft == null) return null;
         if (draft.equals("ngram")) return NgramDraft.source();
         Path dd = Path.of(draft);
         if (!Files.isDirectory(dd)) throw new IllegalArgumentException("--draft: '" + draft + "' is neither 'ngram' nor a model directory");
-        Backend db = Backends.open(backend, dd, bo.withF16KvVerify(false)); // the draft never runs verify steps
+        Backend db = open("--draft", dd, bo.withF16KvVerify(false)); // the draft never runs verify steps
         try {
             ModelDraftSource.checkCompatible(target, db, tok.source(), Tokenizers.forModel(dd).source());
         } catch (IllegalArgumentException e) {
@@ -197,7 +215,7 @@ public final class GenerateCommand implements Callable<Integer> {
         return new ModelDraftSource(db, "model:" + dd, 16);
     }
 
-    private static void emit(String text, OutputParser parser, PrintStream out, PrintStream err) {
+    private void emit(String text, OutputParser parser, PrintStream out, PrintStream err) {
         if (text.isEmpty()) return;
         if (parser == null) {
             out.print(text);
@@ -206,9 +224,15 @@ public final class GenerateCommand implements Callable<Integer> {
         for (OutputParser.Event ev : parser.push(text)) show(ev, out, err);
     }
 
-    private static void show(OutputParser.Event ev, PrintStream out, PrintStream err) {
+    /** Whether the reasoning printed on stderr so far leaves its last line unfinished. */
+    private final boolean[] reasoningOpen = {false};
+
+    private void show(OutputParser.Event ev, PrintStream out, PrintStream err) {
         switch (ev) {
-            case OutputParser.ReasoningDelta r -> err.print(r.text());
+            case OutputParser.ReasoningDelta r -> {
+                err.print(r.text());
+                if (!r.text().isEmpty()) reasoningOpen[0] = !r.text().endsWith("\n");
+            }
             case OutputParser.ContentDelta c -> out.print(c.text());
             case OutputParser.ToolCallStart s -> out.print("\n[tool call " + s.name() + "] ");
             case OutputParser.ToolCallArgumentsDelta a -> out.print(a.fragment());

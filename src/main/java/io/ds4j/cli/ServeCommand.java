@@ -199,7 +199,14 @@ public final class ServeCommand implements Callable<Integer> {
             Throwable t = e;
             while (!(t instanceof Ds4jServer.StartException) && t.getCause() != null && t.getCause() != t) t = t.getCause();
             if (!(t instanceof Ds4jServer.StartException)) t = e;
-            spec.commandLine().getErr().println("error: " + (t.getMessage() != null ? t.getMessage() : t));
+            String msg = t.getMessage() != null ? t.getMessage() : t.toString();
+            if (t.getCause() instanceof IllegalArgumentException) {
+                // the pre-start check refused what the user asked for (a model or draft folder, a backend this machine
+                // cannot run): a usage error, said against the flag or file that set it
+                spec.commandLine().getErr().println("error: " + blame(msg, file));
+                return 2;
+            }
+            spec.commandLine().getErr().println("error: " + msg);
             return 1;
         }
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {

@@ -44,7 +44,7 @@ public record BackendOptions(int devices, ExpertPlacement placement, long device
         return new BackendOptions(devices, p, deviceMemoryBudget, f16KvVerify, f32ShortContextRows);
     }
 
-    /** Where the routed experts of a GPU backend live (issue 7). */
+    /** Where the routed experts of a GPU backend live. */
     public enum ExpertPlacement {
         /** Monolithic when the whole model fits the device budget, else hybrid; with the F16-KV verifier on, asks for monolithic. */
         AUTO,

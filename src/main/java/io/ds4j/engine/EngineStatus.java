@@ -1,8 +1,8 @@
 package io.ds4j.engine;
 
 /**
- * What a backend actually does after start-up, for {@code /props}, {@code /metrics} and the start-up log (issue 8
- * item 4: an option is never dropped silently). The GPU backend builds it with {@link FeatureGate#resolve}; it does
+ * What a backend actually does after start-up, for {@code /props}, {@code /metrics} and the start-up log (so an
+ * option is never dropped silently). The GPU backend builds it with {@link FeatureGate#resolve}; it does
  * not change after the backend is opened.
  *
  * @param backend             "cpu" or "hip"

@@ -6,8 +6,8 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * Which backend options a backend accepts, and what it effectively does with them (issue 8 items 3-4; the reference
- * system's feature gate and its review findings 1 and 3, reference notes 3.6-3.7 and 4). The F16-KV verifier changes
+ * Which backend options a backend accepts, and what it effectively does with them: an option that cannot apply is
+ * refused at start or reported as a diagnostic, never dropped silently. The F16-KV verifier changes
  * only how a verify step (spec 4.2, S = q + 1 rows) reads the F16 cache rows of its key set (spec 3.7), never which
  * rows it attends to.
  *
@@ -62,8 +62,8 @@ public final class FeatureGate {
     }
 
     /**
-     * The placement a GPU backend should load with (review finding 1: the monolithic-load decision must include the
-     * F16-KV option): {@code auto} becomes {@code monolithic} when the F16-KV verifier is on; otherwise the configured
+     * The placement a GPU backend should load with (the F16-KV verifier needs the whole model on the device, so the
+     * monolithic-load decision includes that option): {@code auto} becomes {@code monolithic} when the F16-KV verifier is on; otherwise the configured
      * placement. With {@code monolithic} requested this way and the model not fitting the device budget, the backend
      * may still fall back to {@code hybrid} (as {@code auto} does), and {@link #resolve} then reports the diagnostic;
      * only an explicitly configured {@code monolithic} makes a model that does not fit a start-up error.

@@ -20,8 +20,8 @@ import java.util.Arrays;
  * normalised max(0, p − q). Penalties and biases are applied to every verify row exactly as plain decoding would, so
  * the output distribution is the target's under every sampler setting.
  *
- * <p>Accounting definitions: <b>offered</b> = draft tokens sent for verification (the pending token and the target's
- * own token are not counted); <b>accepted</b> = offered tokens committed; <b>acceptance rate</b> = accepted / offered;
+ * <p>Accounting definitions: <b>offered</b> = draft tokens sent for verification and judged (the pending token and
+ * the target's own token are not counted, nor drafts after an accepted one that ended the generation); <b>accepted</b> = offered tokens committed; <b>acceptance rate</b> = accepted / offered;
  * <b>committed per step</b> = (accepted + 1) / verify steps, the +1 being the token each step's last row produces.
  * Lucebox counts the same offered tokens (q − 1 there, because its q includes the seed row).
  */
@@ -71,6 +71,11 @@ public final class Generation {
     private Finish finish;
     private volatile boolean cancelled;
 
+    /** Alternatives listed per scored prompt token; -1 = the prompt is not scored. */
+    private int scoreTop = -1;
+    /** Scores of prompt tokens 1..n-1 under the model (entry 0 stays null: nothing precedes it). */
+    private Sampler.TokenLogprobs[] promptScores;
+
     // statistics
     private long startNs, firstTokenNs, endNs;
     private long offered, accepted, verifySteps;
@@ -119,6 +124,31 @@ public final class Generation {
         while (nextPoint < points.length && points[nextPoint] <= prefilled) nextPoint++;
     }
 
+    /** Prefill rows per step while scoring the prompt: each row's logits are a vocabulary-sized float array. */
+    static final int SCORE_CHUNK = 64;
+
+    /**
+     * Scores the prompt during prefill: for each prompt token after the first, its log-probability under the model's
+     * raw logits given the tokens before it (a log-softmax over the vocabulary, no sampler settings applied), and the
+     * topN most likely alternatives. Prefill then asks for every row's logits, in chunks of at most
+     * {@value #SCORE_CHUNK} rows (results do not depend on the chunking). Call before the first step.
+     * @throws IllegalStateException after the first step
+     */
+    public void scorePrompt(int topN) {
+        if (startNs != 0) throw new IllegalStateException("scorePrompt after the first step");
+        if (topN < 0) throw new IllegalArgumentException("topN must be >= 0, got " + topN);
+        scoreTop = topN;
+        promptScores = new Sampler.TokenLogprobs[promptLen];
+    }
+
+    /**
+     * The prompt's scores once prefill is done (see {@link #scorePrompt}): entry i scores prompt token i; entry 0 is
+     * null. Null when the prompt is not scored or prefill has not finished.
+     */
+    public Sampler.TokenLogprobs[] promptScores() {
+        return promptScores != null && prefilled == promptLen ? promptScores.clone() : null;
+    }
+
     /** Asks the generation to stop at the next step boundary (thread-safe). */
     public void cancel() {
         cancelled = true;
@@ -147,11 +177,25 @@ public final class Generation {
         if (cancelled) return end(Finish.CANCELLED);
         if (prefilled < promptLen) {
             // chunks end at multiples of the chunk size counted from the prompt's start (a resumed prefill is cut where
-            // a cold one is), and at the given points
-            int n = Math.min(opt.prefillChunk() - prefilled % opt.prefillChunk(), promptLen - prefilled);
+            // a cold one is), and at the given points; a scored prompt takes at most SCORE_CHUNK rows a step
+            boolean scoring = scoreTop >= 0;
+            int chunk = scoring ? Math.min(opt.prefillChunk(), SCORE_CHUNK) : opt.prefillChunk();
+            int n = Math.min(chunk - prefilled % chunk, promptLen - prefilled);
             if (nextPoint < points.length) n = Math.min(n, points[nextPoint] - prefilled);
             boolean last = prefilled + n == promptLen;
-            float[] lg = target.forward(seq, ctx, prefilled, n, last ? new int[]{n - 1} : new int[0], StepKind.PREFILL);
+            int[] rows = last ? new int[]{n - 1} : new int[0];
+            if (scoring) {
+                rows = new int[n];
+                for (int r = 0; r < n; r++) rows[r] = r;
+            }
+            float[] lg = target.forward(seq, ctx, prefilled, n, rows, StepKind.PREFILL);
+            if (scoring) {
+                int V = target.config().vocabSize;
+                // row r predicts the token after position prefilled + r
+                for (int r = 0; r < n && prefilled + r + 1 < promptLen; r++)
+                    promptScores[prefilled + r + 1] = sampler.logprobs(lg, r * V, ctx[prefilled + r + 1], scoreTop);
+            }
+            int lastRow = scoring ? (n - 1) * target.config().vocabSize : 0;
             prefilled += n;
             if (nextPoint < points.length && points[nextPoint] == prefilled) {
                 nextPoint++;
@@ -159,10 +203,12 @@ public final class Generation {
             }
             if (last) {
                 if (draft != null) draft.committed(ctx, promptLen);
-                Distribution d = sampler.distribution(lg, 0);
+                // max_tokens 0: only the prompt's scores were wanted
+                if (sampler.params().maxTokens() == 0) return end(Finish.LENGTH);
+                Distribution d = sampler.distribution(lg, lastRow);
                 int tok = d.sample(sampler.rng());
                 firstTokenNs = System.nanoTime();
-                if (!emit(tok, lg, 0)) return false;
+                if (!emit(tok, lg, lastRow)) return false;
             }
             return finish == null;
         }
@@ -176,6 +222,8 @@ public final class Generation {
         Draft.Proposal prop = Draft.Proposal.NONE;
         if (draft != null && width != null) {
             q = Math.min(width.next(), Math.min(budget - 1, Math.min(room - 1, opt.maxRollback())));
+            // a draft model holds at most its own context: past it, decode without drafts
+            q = Math.min(q, draft.maxContext() - len);
             if (q > 0) prop = draft.propose(ctx, len, q);
             q = prop.size();
         }
@@ -187,10 +235,14 @@ public final class Generation {
         float[] lg = target.forward(seq, rows, 0, q + 1, want, q > 0 ? StepKind.VERIFY : StepKind.DECODE);
         int V = target.config().vocabSize;
         int acc = 0;
+        // drafts the target judged: an accepted one that ends the generation (EOS, a stop string, the length limit)
+        // leaves the drafts after it unjudged, and those are not counted as offered
+        int judged = 0;
         // rows i = 0..q: row i predicts the token after rows[0..i]
         for (int i = 0; i <= q; i++) {
             Distribution p = sampler.distribution(lg, i * V);
             if (i < q) {
+                judged++;
                 int d = prop.tokens()[i];
                 boolean ok;
                 Distribution qd = prop.dists()[i];
@@ -214,10 +266,10 @@ public final class Generation {
         // the cache holds rows[0..q]; keep rows[0..acc] (pending + accepted drafts)
         int reject = q - acc;
         if (reject > 0 && finish == null) seq.rollback(reject);
-        offered += q;
+        offered += judged;
         accepted += acc;
         verifySteps++;
-        if (width != null) width.record(q, acc);
+        if (width != null) width.record(judged, acc);
         if (draft != null && finish == null) draft.committed(ctx, len);
         if (finish == null && cancelled) return end(Finish.CANCELLED);
         return finish == null;

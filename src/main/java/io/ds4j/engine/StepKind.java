@@ -2,7 +2,7 @@ package io.ds4j.engine;
 
 /**
  * Why a forward step runs. The numerics of prefill and decode never depend on it; a backend may pick a different
- * implementation of the same operation per kind (the GPU backend's verify attention path, issue 8, applies only to
+ * implementation of the same operation per kind (the GPU backend's verify attention path applies only to
  * {@link #VERIFY} steps, as in the reference system's fused verifier).
  */
 public enum StepKind {

@@ -1,7 +1,7 @@
 package io.ds4j.engine;
 
 /**
- * The verify attention paths of the GPU backend (issue 8). Both attend to the same rows with the same masks and
+ * The verify attention paths of the GPU backend. Both attend to the same rows with the same masks and
  * operation order; they differ in how the persistent F16 MLA cache is read on {@link StepKind#VERIFY} steps.
  */
 public enum VerifyAttention {

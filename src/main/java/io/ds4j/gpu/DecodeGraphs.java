@@ -12,7 +12,7 @@ import static io.ds4j.gpu.Gpu.check;
 import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
 
 /**
- * Decode-step graphs for {@link HipBackend} (issue 7, build item 4; ds4j_gpu.h "step graphs"): a decode step
+ * Decode-step graphs for {@link HipBackend} (ds4j_gpu.h "step graphs"): a decode step
  * (S = 1) or a verify step (S = q + 1 below {@code DS4J_TC_MIN_ROWS}) is captured from the context's stream into a
  * graph and launched as one, instead of about 170 separate kernel launches. Every step is captured again (positions
  * and counts are kernel arguments), and the library updates the parameters of a cached executable graph of the same

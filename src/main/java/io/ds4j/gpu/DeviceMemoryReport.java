@@ -5,7 +5,7 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Device memory use of the GPU backend by category (issue 7 item 5), logged at load and served through
+ * Device memory use of the GPU backend by category, logged at load and served through
  * {@link HipBackend#memoryReport()} (for {@code /props}). Every category of {@link #CATEGORIES} is listed, 0 when
  * empty. {@link #EXPERTS_HOST} is host memory (the memory-mapped checkpoint), not device memory.
  *

@@ -7,7 +7,7 @@ import io.ds4j.model.ModelConfig;
 import java.util.Map;
 
 /**
- * Where the routed experts of the GPU backend live (issue 7 item 5): the planning arithmetic, a pure function of the
+ * Where the routed experts of the GPU backend live: the planning arithmetic, a pure function of the
  * weights' device footprint and the budget, so that it is checked without a GPU.
  *
  * <ul>
@@ -30,7 +30,7 @@ import java.util.Map;
  * once; (3) which experts are hot depends on the prompts, and without routing statistics at load any fixed set is
  * as good as a prefix (the router is trained for balanced load, so about (E−R)/E of a layer's picks go to the host).
  * The cost is one device-to-host copy of the routing ids per layer and step. Hash-routed layers are treated alike.
- * The reference system also places a uniform prefix (reference notes, section 4); beyond it, we use the rest of the
+ * The reference system also places a uniform prefix; beyond it, we use the rest of the
  * budget (one more expert in the first layers), keep prefill batched and the F16-KV verifier decision explicit, and
  * run the host picks on the CPU while the device works on the resident picks and the shared expert.
  *

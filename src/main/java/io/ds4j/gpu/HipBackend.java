@@ -68,7 +68,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * Each layer kind's mode is logged at its first verify step, and once more for each new mode it enters (a growing context
  * crossing the threshold, a run-time switch of the path).
  *
- * <p>Decode-step graphs ({@link DecodeGraphs}; issue 7 build item 4): with monolithic placement, decode steps (S = 1)
+ * <p>Decode-step graphs ({@link DecodeGraphs}): with monolithic placement, decode steps (S = 1)
  * and verify steps are captured into one graph per step and launched as one instead of kernel by kernel
  * ({@link #setGraphs}, {@code -Dds4j.gpu.graphs}); the results are the same bit for bit.
  *

@@ -15,7 +15,7 @@ import static io.ds4j.gpu.Gpu.ptr;
 import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
 
 /**
- * Kernel-level microbenchmark of one layer's verify attention (issue 8): S queries (default 5 = q + 1 with q = 4),
+ * Kernel-level microbenchmark of one layer's verify attention: S queries (default 5 = q + 1 with q = 4),
  * 64 heads, head width 512, window 128 — V4-Flash's attention shape — for a CSA layer (ratio 4, the indexer's 512
  * picks per query) and an HCA layer (ratio 128, every entry) at several context lengths (tokens in the cache after the
  * step; the step's last query sits at context − 1). Cache rows are random F16 values; the CSA picks are random sorted

@@ -17,7 +17,7 @@ import java.util.Map;
  * @param repetitionPenalty HF-style: positive logits of tokens in prompt or output divided by it, negative ones
  *                         multiplied; 1 = off; valid (0, 10]
  * @param logitBias    token id → bias added to its logit; each bias in [-100, 100]
- * @param maxTokens    generated-token limit; valid ≥ 1
+ * @param maxTokens    generated-token limit; valid ≥ 0 (0: prefill only, e.g. to score a prompt)
  * @param stop         stop strings (at most 16, none empty); never part of the output
  * @param logprobs     return the chosen token's log-probability
  * @param topLogprobs  also return that many alternatives; valid [0, 20]
@@ -91,7 +91,7 @@ public record SamplingParams(double temperature, int topK, double topP, double m
         range("presence_penalty", presencePenalty, -2, 2);
         range("frequency_penalty", frequencyPenalty, -2, 2);
         if (!(repetitionPenalty > 0 && repetitionPenalty <= 10)) throw bad("repetition_penalty", repetitionPenalty, "(0, 10]");
-        if (maxTokens < 1) throw new IllegalArgumentException("max_tokens must be >= 1, got " + maxTokens);
+        if (maxTokens < 0) throw new IllegalArgumentException("max_tokens must be >= 0, got " + maxTokens);
         if (topLogprobs < 0 || topLogprobs > 20) throw bad("top_logprobs", topLogprobs, "[0, 20]");
         if (logitBias != null) for (var e : logitBias.entrySet()) {
             if (e.getKey() < 0 || e.getKey() >= vocabSize)

@@ -137,6 +137,11 @@ public final class DefaultModelProvider implements ModelProvider {
             throw new IllegalArgumentException("speculative.draft: " + e.getMessage(), e);
         }
         log.accept("draft model " + dir + ": " + draft.config().numLayers + " layers, hidden " + draft.config().hidden);
+        int inUse = Math.min(cfg.maxContextTokens(), target.config().maxPositionEmbeddings);
+        if (draft.config().maxPositionEmbeddings < inUse)
+            log.accept("draft model's context limit (max_position_embeddings " + draft.config().maxPositionEmbeddings
+                    + ") is below the context in use (" + inUse + "): requests draft only while their context plus the "
+                    + "draft tokens fits in it, then decode without drafts");
         return new ModelDraftSource(draft, "model:" + dir.toAbsolutePath(), DRAFT_ROLLBACK);
     }
 }

@@ -63,6 +63,10 @@ public final class Ds4jServer {
         this.opt = opt;
         this.registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
         registry.config().namingConvention(new ColonNamingConvention());
+        // Vert.x's in-flight request gauge is decremented twice for a request the client aborts, so it drifts below
+        // zero; it is left out rather than served wrong (vllm:num_requests_running counts what runs)
+        registry.config().meterFilter(io.micrometer.core.instrument.config.MeterFilter.deny(
+                id -> id.getName().equals("vertx.http.server.active.requests")));
         MicrometerMetricsOptions mo = new MicrometerMetricsOptions().setEnabled(true).setJvmMetricsEnabled(true)
                 // one registry per server: several servers may run in one JVM (tests, bench-server)
                 .setRegistryName("ds4j-" + UUID.randomUUID())

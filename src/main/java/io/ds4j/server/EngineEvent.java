@@ -20,6 +20,12 @@ public sealed interface EngineEvent {
      */
     record Done(String finishReason, String stopString, Usage usage) implements EngineEvent {}
 
+    /**
+     * The prompt's scores, sent once prefill is done and before any Delta (completions with echo and logprobs).
+     * @param tokens one entry per prompt token; the first has a NaN logprob and no alternatives (nothing precedes it)
+     */
+    record PromptLogprobs(List<TokenLogprob> tokens) implements EngineEvent {}
+
     /** The request failed inside the engine; other requests are unaffected. */
     record Failed(int status, String message) implements EngineEvent {}
 

@@ -16,6 +16,8 @@ import io.ds4j.sampling.SamplingParams;
  * @param maxContext  context limit this request was admitted under (prompt + generated)
  * @param arrivalNanos {@code System.nanoTime()} when the HTTP request arrived (TTFT and queue time start here)
  * @param address     event-bus address the engine sends this request's {@link EngineEvent}s to
+ * @param skipSpecialTokens leave control tokens out of the text (the default; vLLM's {@code skip_special_tokens})
+ * @param promptLogprobs score the prompt: -1 = no, else the alternatives to list per prompt token (0..20)
  */
 public final class EngineRequest {
     final String id;
@@ -27,12 +29,21 @@ public final class EngineRequest {
     final int maxContext;
     final long arrivalNanos;
     final String address;
+    final boolean skipSpecialTokens;
+    final int promptLogprobs;
     private volatile boolean cancelled;
     /** Whether the prompt may resume from, and feed, the prefix cache (request field {@code cache_prompt}). */
     boolean cachePrompt = true;
 
     public EngineRequest(String id, boolean chat, boolean thinking, int[] prompt, SamplingParams params, String specQ,
                          int maxContext, long arrivalNanos, String address) {
+        this(id, chat, thinking, prompt, params, specQ, maxContext, arrivalNanos, address, true, -1);
+    }
+
+    public EngineRequest(String id, boolean chat, boolean thinking, int[] prompt, SamplingParams params, String specQ,
+                         int maxContext, long arrivalNanos, String address, boolean skipSpecialTokens, int promptLogprobs) {
+        this.skipSpecialTokens = skipSpecialTokens;
+        this.promptLogprobs = promptLogprobs;
         this.id = id;
         this.chat = chat;
         this.thinking = thinking;

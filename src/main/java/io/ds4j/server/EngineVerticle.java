@@ -89,6 +89,15 @@ public final class EngineVerticle extends VerticleBase {
         }
         backend = model.backend();
         tokenizer = model.tokenizer();
+        try {
+            warmUp();
+        } catch (Throwable e) {
+            String msg = "warm-up step failed: " + (e.getMessage() != null ? e.getMessage() : e.toString());
+            state.loadError(msg);
+            LOG.error("model load failed: {}", msg, e);
+            model.close();
+            return Future.failedFuture(e);
+        }
         ModelInfo info = model.info();
         reportEngine(info.engine());
         eosIds = Arrays.stream(new int[]{tokenizer.eosId(), backend.config().eosTokenId}).distinct().toArray();
@@ -113,8 +122,24 @@ public final class EngineVerticle extends VerticleBase {
     }
 
     /**
+     * One decode step of the BOS token on a throw-away sequence, before the server says it is ready: the first
+     * request then does not pay for compiling the step's code paths (JIT, lazily created kernels and workspaces).
+     * Kept to a single token so the load does not get noticeably longer.
+     */
+    private void warmUp() {
+        long t0 = System.nanoTime();
+        Sequence s = backend.newSequence(1);
+        try {
+            backend.forward(s, new int[]{tokenizer.bosId()}, 0, 1, new int[]{0}, io.ds4j.engine.StepKind.DECODE);
+        } finally {
+            s.close();
+        }
+        LOG.info("warm-up: one decode step in {} ms", (System.nanoTime() - t0) / 1_000_000);
+    }
+
+    /**
      * Says once, at start-up, what the backend decided and why (placement, verify attention path), warns about any
-     * requested feature it could not honour (issue 8 item 4: never dropped silently), and exports the same state
+     * requested feature it could not honour (an option is never dropped silently), and exports the same state
      * to /metrics.
      */
     private void reportEngine(EngineStatus st) {
@@ -247,6 +272,7 @@ public final class EngineVerticle extends VerticleBase {
             if (draft != null) draft.close();
             throw e;
         }
+        if (r.promptLogprobs >= 0) j.gen.scorePrompt(r.promptLogprobs);
         j.width = width;
         j.detok = tokenizer.streamer();
         j.stops = new StopStrings(r.params.stop());
@@ -359,6 +385,7 @@ public final class EngineVerticle extends VerticleBase {
             }
             int pre1 = j.gen.prefilledTokens();
             j.promptDone = pre1;
+            if (j.req.promptLogprobs >= 0 && pre0 < pre1 && pre1 == j.gen.promptTokens()) j.sendPromptScores();
             state.metrics().promptTokens(pre1 - pre0);
             state.metrics().generationTokens(j.gen.generatedTokens() - g0);
             Generation.SpecStats s1 = j.gen.specStats();
@@ -405,7 +432,7 @@ public final class EngineVerticle extends VerticleBase {
                     j.firstTokenNanos == 0 ? Double.NaN : (j.firstTokenNanos - j.req.arrivalNanos) / 1e6,
                     j.gen.prefillSeconds() * 1e3, j.gen.prefillTokensPerSecond(),
                     j.gen.decodeSeconds() * 1e3, j.gen.decodeTokensPerSecond(), s.offered(), s.accepted(), s.steps(),
-                    j.gen.cachedTokens());
+                    j.gen.cachedTokens(), j.reasoningTokens);
             send(j, new EngineEvent.Done(reason, j.stops.matched(), u));
             state.metrics().success(reason);
             state.metrics().e2e(now - j.req.arrivalNanos);
@@ -430,6 +457,9 @@ public final class EngineVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ per request
 
+    /** A token's logprob and its text's span [start, end) in the text given to the stop filter. */
+    private record HeldLogprob(EngineEvent.TokenLogprob lp, int start, int end, String piece) {}
+
     /** One request's engine-side state. Touched by the engine thread only. */
     private final class Job {
         final EngineRequest req;
@@ -447,6 +477,12 @@ public final class EngineVerticle extends VerticleBase {
         List<EngineEvent.TokenLogprob> logprobs = new ArrayList<>();
         /** Tokens emitted since the last flush (one flush per step). */
         int emitted;
+        /** Generated tokens that went to the reasoning (counted while the parser was still inside it). */
+        int reasoningTokens;
+        /** Logprobs of tokens whose text the stop filter still holds back, with where that text lies. */
+        final ArrayDeque<HeldLogprob> heldLogprobs = new ArrayDeque<>();
+        /** Characters of token text given to the stop filter, and released by it, so far. */
+        int pushedChars, releasedChars;
 
         Job(EngineRequest req, int reserved) {
             this.req = req;
@@ -465,21 +501,59 @@ public final class EngineVerticle extends VerticleBase {
                 state.metrics().ttft(now - req.arrivalNanos);
             }
             emitted++;
-            if (lp != null) logprobs.add(logprob(lp));
-            for (int e : eosIds) if (e == token) return true; // the end of the turn; its text is not output
-            return text(piece(token));
+            if (parser != null && parser.inReasoning()) reasoningTokens++;
+            boolean eos = false;
+            for (int e : eosIds) if (e == token) eos = true; // the end of the turn; its text is not output
+            String piece = eos ? "" : piece(token);
+            if (lp != null) {
+                boolean hidden = req.skipSpecialTokens && tokenizer.isControl(token);
+                heldLogprobs.add(new HeldLogprob(logprob(lp, hidden), pushedChars, pushedChars + piece.length(), piece));
+            }
+            pushedChars += piece.length();
+            if (eos) return true;
+            return text(piece);
         }
 
-        /** The text of a token; ids the tokenizer does not know (the model's vocabulary can be larger) have none. */
+        /**
+         * The text of a token; ids the tokenizer does not know (the model's vocabulary can be larger) have none, and
+         * neither have control tokens unless the request keeps them or the output parser reads them as markup.
+         */
         private String piece(int token) {
             if (token < 0 || token >= tokenizer.vocabSize()) return "";
+            if (req.skipSpecialTokens && tokenizer.isControl(token)
+                    && !(parser != null && parser.takesMarker(tokenText(token)))) return "";
             return detok.push(token);
         }
 
         private boolean text(String piece) {
             String out = stops.push(piece);
+            releasedChars += out.length();
             push(out);
+            releaseLogprobs(false);
             return !stops.stopped();
+        }
+
+        /**
+         * Moves the logprobs of tokens whose text the stop filter has released to the outgoing list, so logprobs
+         * never run ahead of the text. Once a stop string matched, a token whose text runs into it is listed with the
+         * part before it, and tokens wholly inside it (or after it) are left out: the tokens' text joins to the content.
+         * @param all release everything (generation ended without a stop string)
+         */
+        private void releaseLogprobs(boolean all) {
+            boolean stopped = stops.stopped();
+            while (!heldLogprobs.isEmpty()) {
+                HeldLogprob h = heldLogprobs.peekFirst();
+                if (all || h.end() <= releasedChars) {
+                    logprobs.add(h.lp());
+                } else if (stopped && h.start() < releasedChars) {
+                    String part = h.piece().substring(0, releasedChars - h.start());
+                    EngineEvent.TokenLogprob t = h.lp();
+                    logprobs.add(new EngineEvent.TokenLogprob(part, part.getBytes(StandardCharsets.UTF_8), t.logprob(), t.top()));
+                } else if (!stopped) {
+                    return;
+                }
+                heldLogprobs.pollFirst();
+            }
         }
 
         private void push(String s) {
@@ -515,10 +589,26 @@ public final class EngineVerticle extends VerticleBase {
         /** After the last token: release held-back text and close the parser. */
         void finishText() {
             if (!stops.stopped()) {
-                push(stops.push(detok.flush()));
-                push(stops.flush());
+                String out = stops.push(detok.flush());
+                releasedChars += out.length();
+                push(out);
+                if (!stops.stopped()) push(stops.flush());
+                releaseLogprobs(!stops.stopped());
             }
             if (parser != null) for (OutputParser.Event e : parser.finish(gen.finish() == Generation.Finish.LENGTH)) add(e);
+        }
+
+        /** Sends the prompt's scores (before this step's output, which they precede in the answer). */
+        void sendPromptScores() {
+            Sampler.TokenLogprobs[] sc = gen.promptScores();
+            List<EngineEvent.TokenLogprob> out = new ArrayList<>(sc.length);
+            for (int i = 0; i < sc.length; i++) {
+                String text = tokenText(req.prompt[i]);
+                byte[] b = tokenBytes(req.prompt[i]);
+                if (sc[i] == null) out.add(new EngineEvent.TokenLogprob(text, b, Float.NaN, List.of()));
+                else out.add(new EngineEvent.TokenLogprob(text, b, sc[i].logprob(), logprob(sc[i], false).top()));
+            }
+            send(this, new EngineEvent.PromptLogprobs(out));
         }
 
         /** Sends what this step decided, if anything. */
@@ -536,11 +626,13 @@ public final class EngineVerticle extends VerticleBase {
             logprobs = new ArrayList<>();
         }
 
-        private EngineEvent.TokenLogprob logprob(Sampler.TokenLogprobs lp) {
+        /** @param hidden a control token left out of the text: listed with empty text, as it appears in the content */
+        private EngineEvent.TokenLogprob logprob(Sampler.TokenLogprobs lp, boolean hidden) {
             List<EngineEvent.TopLogprob> top = new ArrayList<>(lp.topIds().length);
             for (int i = 0; i < lp.topIds().length; i++)
                 top.add(new EngineEvent.TopLogprob(tokenText(lp.topIds()[i]), tokenBytes(lp.topIds()[i]), lp.topLogprobs()[i]));
-            return new EngineEvent.TokenLogprob(tokenText(lp.token()), tokenBytes(lp.token()), lp.logprob(), top);
+            return hidden ? new EngineEvent.TokenLogprob("", new byte[0], lp.logprob(), top)
+                    : new EngineEvent.TokenLogprob(tokenText(lp.token()), tokenBytes(lp.token()), lp.logprob(), top);
         }
 
         private byte[] tokenBytes(int id) {

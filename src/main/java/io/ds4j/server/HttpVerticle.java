@@ -24,6 +24,7 @@ import io.vertx.core.http.HttpServer;
 import io.vertx.core.http.HttpServerOptions;
 import io.vertx.core.http.HttpServerRequest;
 import io.vertx.core.http.HttpServerResponse;
+import io.vertx.core.http.HttpVersion;
 import io.vertx.ext.web.Router;
 import io.vertx.ext.web.RoutingContext;
 import io.vertx.ext.web.handler.FileSystemAccess;
@@ -141,11 +142,45 @@ public final class HttpVerticle extends VerticleBase {
         // port 0 with several instances: -1 makes them share one random port (Vert.x convention)
         server = vertx.createHttpServer(new HttpServerOptions().setHost(cfg.host()).setPort(cfg.port() == 0 ? -1 : cfg.port())
                         .setCompressionSupported(false).setTcpNoDelay(true))
-                .requestHandler(r);
+                .requestHandler(r).invalidRequestHandler(this::invalidRequest);
         return server.listen().onSuccess(s -> state.port(s.actualPort()));
     }
 
-    /** The port the server actually listens on (useful with server.port 0). */
+    /**
+     * A request Netty could not decode (e.g. a header value with control characters) gets an OpenAI error body, not
+     * an empty 400. When API keys are on and no valid key was among the headers read, it is a 401: a key sent with
+     * control characters is not a valid key. The connection closes after the answer.
+     */
+    private void invalidRequest(HttpServerRequest req) {
+        Throwable cause = req.decoderResult().cause();
+        String why = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
+        List<String> keys = state.config().apiKeys();
+        ApiException e;
+        if (!keys.isEmpty() && !hasValidKey(req.getHeader(HttpHeaders.AUTHORIZATION), keys)) {
+            req.response().putHeader("WWW-Authenticate", "Bearer");
+            e = new ApiException(401, "invalid_request_error", "invalid_api_key", null,
+                    "invalid API key: the request headers cannot be read (" + why + ")", null);
+        } else {
+            e = new ApiException(400, "invalid_request_error", "invalid_header", null,
+                    "the request cannot be read: " + why, null);
+        }
+        state.metrics().rejected(e.code());
+        LOG.info("malformed HTTP request rejected with {}: {}", e.status(), why);
+        req.response().setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json")
+                .putHeader(HttpHeaders.CONNECTION, "close").end(Json.write(e.body()))
+                .onComplete(v -> req.connection().close());
+    }
+
+    /** Whether an Authorization header carries one of the keys as a Bearer token (compared in constant time). */
+    private static boolean hasValidKey(String h, List<String> keys) {
+        String given = h != null && h.regionMatches(true, 0, "Bearer ", 0, 7) ? h.substring(7).trim() : null;
+        if (given == null) return false;
+        byte[] g = given.getBytes(StandardCharsets.UTF_8);
+        for (String k : keys) if (MessageDigest.isEqual(g, k.getBytes(StandardCharsets.UTF_8))) return true;
+        return false;
+    }
+
+        /** The port the server actually listens on (useful with server.port 0). */
     public int actualPort() {
         return server.actualPort();
     }
@@ -174,6 +209,12 @@ public final class HttpVerticle extends VerticleBase {
                         .setStatusCode(204).end();
                 return;
             }
+        } else if (origin != null && ctx.request().method() == HttpMethod.OPTIONS
+                && ctx.request().getHeader("Access-Control-Request-Method") != null) {
+            // a preflight the server will not allow: say so, instead of a 405 for the OPTIONS method
+            error(ctx, new ApiException(403, "invalid_request_error", "cors_origin_not_allowed", null, "origin '" + origin
+                    + "' is not allowed by server.cors.allowedOrigins" + (allowed.isEmpty() ? " (CORS is off)" : ""), null));
+            return;
         }
         ctx.next();
     }
@@ -192,14 +233,9 @@ public final class HttpVerticle extends VerticleBase {
         }
         String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION);
         String given = h != null && h.regionMatches(true, 0, "Bearer ", 0, 7) ? h.substring(7).trim() : null;
-        if (given != null) {
-            byte[] g = given.getBytes(StandardCharsets.UTF_8);
-            for (String k : keys) {
-                if (MessageDigest.isEqual(g, k.getBytes(StandardCharsets.UTF_8))) {
-                    ctx.next();
-                    return;
-                }
-            }
+        if (hasValidKey(h, keys)) {
+            ctx.next();
+            return;
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
         error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null,
@@ -223,6 +259,10 @@ public final class HttpVerticle extends VerticleBase {
         Buffer body = Buffer.buffer();
         boolean[] over = {declared > limit};
         if (over[0]) tooLarge(ctx, limit, declared);
+        else if ("100-continue".equalsIgnoreCase(req.getHeader(HttpHeaders.EXPECT)) && req.version() != HttpVersion.HTTP_1_0)
+            // the client (curl, for bodies over 1 MB) waits for this before it sends the body; the route and the key
+            // are already accepted here, and a declared length over the limit was answered with 413 instead
+            ctx.response().writeContinue();
         req.handler(chunk -> {
             if (over[0]) return;
             if (body.length() + chunk.length() > limit) {
@@ -238,7 +278,9 @@ public final class HttpVerticle extends VerticleBase {
             JsonNode n;
             try {
                 if (body.length() == 0) throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
-                n = Json.MAPPER.readTree(body.getBytes());
+                byte[] bytes = body.getBytes();
+                checkUtf8(bytes);
+                n = Json.MAPPER.readTree(bytes);
             } catch (JsonProcessingException e) {
                 error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, Json.syntaxProblem("malformed JSON", e), null));
                 return;
@@ -257,6 +299,29 @@ public final class HttpVerticle extends VerticleBase {
             }
         });
         req.resume();
+    }
+
+    /**
+     * Refuses a body that is not well-formed UTF-8 (RFC 3629): Jackson's parser lets overlong forms, surrogates and
+     * code points above U+10FFFF through, so the JDK's strict decoder checks the bytes first.
+     * @throws ApiException 400 invalid_json naming the byte offset of the first bad sequence
+     */
+    static void checkUtf8(byte[] bytes) {
+        java.nio.charset.CharsetDecoder d = StandardCharsets.UTF_8.newDecoder()
+                .onMalformedInput(java.nio.charset.CodingErrorAction.REPORT)
+                .onUnmappableCharacter(java.nio.charset.CodingErrorAction.REPORT);
+        java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(bytes);
+        java.nio.CharBuffer out = java.nio.CharBuffer.allocate(8192);
+        while (true) {
+            java.nio.charset.CoderResult r = d.decode(in, out, true);
+            if (r.isError()) throw new ApiException(400, "invalid_request_error", "invalid_json", null,
+                    "the request body is not valid UTF-8: a malformed byte sequence at byte offset " + in.position(), null);
+            if (r.isUnderflow()) break;
+            out.clear();
+        }
+        out.clear();
+        if (d.flush(out).isError()) throw new ApiException(400, "invalid_request_error", "invalid_json", null,
+                "the request body is not valid UTF-8: it ends inside a character", null);
     }
 
     private void tooLarge(RoutingContext ctx, int limit, long declared) {
@@ -549,7 +614,10 @@ public final class HttpVerticle extends VerticleBase {
             int maxTokens = Math.min(g.params().maxTokens(), ctxLimit - prompt.length);
             String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
             EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
-                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id).cachePrompt(cachePrompt);
+                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),
+                    ar.result().promptTokens() != null ? g.topLogprobs() : -1)
+                    // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
+                    .cachePrompt(cachePrompt && ar.result().promptTokens() == null);
             new Exchange(ctx, g, req, model, ar.result().echo(), ar.result().promptTokens()).start();
         });
     }
@@ -578,6 +646,8 @@ public final class HttpVerticle extends VerticleBase {
         io.vertx.core.eventbus.MessageConsumer<Object> consumer;
         ResponseBuilder out;
         boolean admitted, completed;
+        /** Completions with echo and logprobs: the echo waits for the prompt's scores. */
+        boolean scoresPending;
         java.util.List<EngineEvent> early = new java.util.ArrayList<>();
 
         Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo, List<String> promptTokens) {
@@ -616,14 +686,25 @@ public final class HttpVerticle extends VerticleBase {
                         return;
                     }
                     admitted = true;
+                    if (promptTokens != null) {
+                        // echo with logprobs: the echo goes out with the prompt's scores, once prefill has made them
+                        scoresPending = true;
+                    }
                     if (g.stream()) {
                         resp.setChunked(true).setStatusCode(200)
                                 .putHeader(HttpHeaders.CONTENT_TYPE, "text/event-stream; charset=utf-8")
                                 .putHeader(HttpHeaders.CACHE_CONTROL, "no-cache")
                                 .putHeader("X-Accel-Buffering", "no");
-                        write(out.start(echo, promptTokens));
-                    } else if (echo != null) {
-                        out.start(echo, promptTokens);
+                        if (ctx.request().version() == HttpVersion.HTTP_1_0) {
+                            // HTTP/1.0 has no chunked encoding: a stream of unknown length ends only when the
+                            // connection closes, even when the client asked to keep it alive
+                            // (Vert.x writes "keep-alive" back for such a request; the headers-end hook runs after it)
+                            resp.headersEndHandler(v -> resp.putHeader(HttpHeaders.CONNECTION, "close"));
+                            resp.endHandler(v -> ctx.request().connection().close());
+                        }
+                        if (!scoresPending) write(out.start(echo, null));
+                    } else if (echo != null && !scoresPending) {
+                        out.start(echo, null);
                     }
                     for (EngineEvent e : early) onEvent(e);
                     early = null;
@@ -638,6 +719,13 @@ public final class HttpVerticle extends VerticleBase {
                 return;
             }
             switch (e) {
+                case EngineEvent.PromptLogprobs p -> {
+                    scoresPending = false;
+                    // the listed prompt tokens are the echoed ones: a BOS the server added is scored by nobody
+                    List<EngineEvent.TokenLogprob> scored = p.tokens().subList(p.tokens().size() - promptTokens.size(), p.tokens().size());
+                    String first = out.start(echo, scored);
+                    if (g.stream()) write(first);
+                }
                 case EngineEvent.Delta d -> write(out.delta(d));
                 case EngineEvent.Done d -> {
                     finish();

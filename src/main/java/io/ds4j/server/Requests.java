@@ -39,10 +39,11 @@ final class Requests {
      * @param specQ         "0", "auto" or "1".."8" (request override or configured)
      * @param logprobs      return log-probabilities
      * @param topLogprobs   alternatives per token
+     * @param skipSpecialTokens leave control tokens out of the output text (default true)
      */
     record Gen(boolean chat, boolean stream, boolean includeUsage, List<ChatMessage> messages, ChatOptions options,
                String promptText, int[] promptIds, boolean echo, SamplingParams params, String maxTokensParam,
-               String specQ, boolean logprobs, int topLogprobs) {}
+               String specQ, boolean logprobs, int topLogprobs, boolean skipSpecialTokens) {}
 
     /** Parses a chat or completion body. */
     static Gen parse(JsonNode body, boolean chat, ModelInfo model, ServerConfig cfg) {
@@ -67,7 +68,11 @@ final class Requests {
         // max tokens: max_completion_tokens (current OpenAI name) wins over max_tokens (legacy)
         String mtName = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
         Integer maxTokens = integer(body, mtName);
-        if (maxTokens != null && maxTokens < 1) throw ApiException.badField(mtName, "must be >= 1, got " + maxTokens);
+        // 0 only where it means something: a completion that echoes (and may score) its prompt
+        int minTokens = !chat && bool(body, "echo", false) ? 0 : 1;
+        if (maxTokens != null && maxTokens < minTokens)
+            throw ApiException.badField(mtName, "must be >= " + minTokens + (minTokens == 0 ? "" : " (0 with echo on /v1/completions)")
+                    + ", got " + maxTokens);
         if (maxTokens == null) maxTokens = cfg.maxTokensDefault();
 
         boolean logprobs;
@@ -86,6 +91,7 @@ final class Requests {
         }
 
         SamplingParams params = sampling(body, cfg, model, maxTokens, logprobs, topLogprobs);
+        boolean skipSpecial = bool(body, "skip_special_tokens", true);
         String specQ = specQ(body, cfg);
 
         if (chat) {
@@ -99,7 +105,8 @@ final class Requests {
             }
             if (messages.isEmpty()) throw ApiException.badField("messages", "must contain at least one message");
             ChatOptions opts = chatOptions(body);
-            return new Gen(true, stream, includeUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs);
+            return new Gen(true, stream, includeUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
+                    skipSpecial);
         }
         JsonNode p = body.get("prompt");
         String text = null;
@@ -130,7 +137,8 @@ final class Requests {
         }
         if (text != null && text.isEmpty()) throw ApiException.badField(where, "must not be empty");
         boolean echo = bool(body, "echo", false);
-        return new Gen(false, stream, includeUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs);
+        return new Gen(false, stream, includeUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
+                skipSpecial);
     }
 
     /** 404 for a model name the server does not serve (absent means the served model). */

@@ -74,16 +74,14 @@ final class ResponseBuilder {
 
     /**
      * As {@link #start(String)}; with echo and logprobs, the prompt's tokens are listed in the logprobs first (as
-     * OpenAI does) with their text and offsets but a null logprob (the prompt is not scored), and the generated tokens'
-     * text_offset starts after the echoed text.
-     * @param promptTokens the prompt tokens' text, or null
+     * OpenAI does) with their text, offsets and scores (a NaN logprob is sent as null: the sequence's first token), and
+     * the generated tokens' text_offset starts after the echoed text.
+     * @param promptTokens the echoed prompt tokens with their scores, or null
      */
-    String start(String echo, List<String> promptTokens) {
+    String start(String echo, List<EngineEvent.TokenLogprob> promptTokens) {
         echoLength = echo == null ? 0 : echo.length();
         if (echo != null && promptTokens != null && !promptTokens.isEmpty()) {
-            promptLogprobs = new ArrayList<>(promptTokens.size());
-            for (String t : promptTokens)
-                promptLogprobs.add(new EngineEvent.TokenLogprob(t, t.getBytes(java.nio.charset.StandardCharsets.UTF_8), Float.NaN, null));
+            promptLogprobs = new ArrayList<>(promptTokens);
             anyLogprobs = true;
         }
         if (!stream) {
@@ -228,8 +226,14 @@ final class ResponseBuilder {
             int at = 0;
             for (EngineEvent.TokenLogprob t : promptLogprobs) {
                 tokens.add(t.token());
-                tlp.addNull();
-                top.addNull();
+                if (Float.isNaN(t.logprob())) {
+                    tlp.addNull();
+                    top.addNull();
+                } else {
+                    tlp.add(t.logprob());
+                    ObjectNode alt = top.addObject();
+                    for (EngineEvent.TopLogprob a : t.top()) alt.put(a.token(), a.logprob());
+                }
                 off.add(Math.min(at, echoLength));
                 at += t.token().length();
             }

@@ -159,7 +159,7 @@ public final class ServerMetrics {
     }
 
     /**
-     * Exports the backend's effective state (issue 8 item 4), once, when the model has loaded. The values are fixed
+     * Exports the backend's effective state (what /props reports), once, when the model has loaded. The values are fixed
      * for the server's lifetime (restart-only keys), so they are registered as constant gauges.
      */
     void engine(EngineStatus s) {

@@ -17,10 +17,11 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
  * @param draftAccepted     draft tokens accepted
  * @param verifySteps       decode (verify) steps
  * @param cachedTokens      prompt tokens resumed from the prefix cache instead of prefilled
+ * @param reasoningTokens   generated tokens of the reasoning (thinking mode; its closing {@code </think>} included)
  */
 public record Usage(int promptTokens, int completionTokens, double queueMs, double ttftMs, double prefillMs,
                     double prefillTps, double decodeMs, double decodeTps, long draftOffered, long draftAccepted,
-                    long verifySteps, int cachedTokens) {
+                    long verifySteps, int cachedTokens, int reasoningTokens) {
 
     /** accepted / offered, NaN when nothing was offered. */
     public double acceptanceRate() {
@@ -33,7 +34,7 @@ public record Usage(int promptTokens, int completionTokens, double queueMs, doub
     }
 
     /**
-     * The OpenAI usage object plus a {@code timings} object. Timing names follow llama.cpp's {@code timings}
+     * The OpenAI usage object (with {@code completion_tokens_details.reasoning_tokens}) plus a {@code timings} object. Timing names follow llama.cpp's {@code timings}
      * ({@code prompt_n}, {@code prompt_per_second}, {@code predicted_per_second}, {@code draft_n},
      * {@code draft_n_accepted}) so tools that read those keep working.
      */
@@ -43,6 +44,7 @@ public record Usage(int promptTokens, int completionTokens, double queueMs, doub
         u.put("completion_tokens", completionTokens);
         u.put("total_tokens", promptTokens + completionTokens);
         u.putObject("prompt_tokens_details").put("cached_tokens", cachedTokens);
+        u.putObject("completion_tokens_details").put("reasoning_tokens", reasoningTokens);
         ObjectNode t = u.putObject("timings");
         Json.putNumber(t, "queue_ms", queueMs);
         Json.putNumber(t, "ttft_ms", ttftMs);

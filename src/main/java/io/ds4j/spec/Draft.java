@@ -19,6 +19,11 @@ public interface Draft extends AutoCloseable {
     @Override
     default void close() {}
 
+    /** The longest context (tokens) this draft can hold; see {@link DraftSource#maxContext()}. */
+    default int maxContext() {
+        return Integer.MAX_VALUE;
+    }
+
     /**
      * Proposed tokens and, for each, the distribution it was drawn from (null entries mean the token was chosen
      * deterministically, i.e. a point mass — n-gram lookup and greedy drafts).

@@ -15,6 +15,14 @@ public interface DraftSource extends AutoCloseable {
      */
     Draft open(int[] prompt, SamplingParams params, long seed);
 
+    /**
+     * The longest context (tokens) the draft can hold: a draft model's {@code max_position_embeddings}. Beyond it a
+     * generation decodes without drafts. Unlimited by default (n-gram lookup needs no positions).
+     */
+    default int maxContext() {
+        return Integer.MAX_VALUE;
+    }
+
     @Override
     default void close() {}
 }

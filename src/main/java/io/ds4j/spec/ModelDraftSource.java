@@ -58,6 +58,12 @@ public final class ModelDraftSource implements DraftSource {
         return draft;
     }
 
+    /** The draft model's {@code max_position_embeddings}. */
+    @Override
+    public int maxContext() {
+        return draft.config().maxPositionEmbeddings;
+    }
+
     @Override
     public Draft open(int[] prompt, SamplingParams params, long seed) {
         SamplingParams p = params.seed() == null ? params : new SamplingParams(params.temperature(), params.topK(), params.topP(),
@@ -79,6 +85,11 @@ public final class ModelDraftSource implements DraftSource {
         private int[] cached = new int[256];
         /** Generated tokens already pushed into the draft sampler's history. */
         private int histUpTo;
+
+        @Override
+        public int maxContext() {
+            return ModelDraftSource.this.maxContext();
+        }
 
         ModelDraft(Sequence seq, Sampler sampler, int promptLen) {
             this.seq = seq;

@@ -45,11 +45,15 @@ public final class HfTokenizer implements Tokenizer {
     private final long handle;
     private final byte[][] bytes;
     private final Map<String, Integer> byText;
+    /** Ids of the added tokens (chat markers, BOS/EOS, think tags): see {@link #isControl}. */
+    private final java.util.BitSet control;
     private final int bos, eos;
     private final String source;
 
-    private HfTokenizer(HuggingFaceTokenizer hf, byte[][] bytes, Map<String, Integer> byText, int bos, int eos, String source) {
+    private HfTokenizer(HuggingFaceTokenizer hf, byte[][] bytes, Map<String, Integer> byText, java.util.BitSet control,
+                        int bos, int eos, String source) {
         this.hf = hf;
+        this.control = control;
         this.handle = hf.getHandle();
         this.bytes = bytes;
         this.byText = byText;
@@ -100,7 +104,7 @@ public final class HfTokenizer implements Tokenizer {
             Path configFile = tokenizerJson.resolveSibling("tokenizer_config.json");
             int bos = specialId(v, configFile, "bos_token", BOS_TEXT, tokenizerJson);
             int eos = specialId(v, configFile, "eos_token", EOS_TEXT, tokenizerJson);
-            return new HfTokenizer(hf, v.bytes, v.byText, bos, eos, source);
+            return new HfTokenizer(hf, v.bytes, v.byText, v.added, bos, eos, source);
         } catch (RuntimeException e) {
             hf.close();
             throw e;
@@ -159,6 +163,11 @@ public final class HfTokenizer implements Tokenizer {
     @Override
     public byte[] tokenBytes(int id) {
         return check(id).clone();
+    }
+
+    @Override
+    public boolean isControl(int id) {
+        return id >= 0 && control.get(id);
     }
 
     @Override
@@ -297,7 +306,7 @@ public final class HfTokenizer implements Tokenizer {
     }
 
     /** The tables ds4j keeps: bytes per id and id per token text. */
-    private record Vocab(byte[][] bytes, Map<String, Integer> byText) {
+    private record Vocab(byte[][] bytes, Map<String, Integer> byText, java.util.BitSet added) {
         /** GPT-2 byte-level alphabet, reversed: char → byte, or -1. */
         private static final int[] CHAR_TO_BYTE = charToByte();
 
@@ -321,12 +330,14 @@ public final class HfTokenizer implements Tokenizer {
             for (int id : addedIds.values()) max = Math.max(max, id);
             if (max < 0) throw new IllegalArgumentException("tokenizer " + where + " has an empty vocabulary");
             byte[][] bytes = new byte[max + 1][];
+            java.util.BitSet added = new java.util.BitSet(max + 1);
             for (var e : vocab.entrySet()) bytes[e.getValue()] = byteLevelBytes(e.getKey());
             for (var e : addedIds.entrySet()) { // added tokens win, as in the native id_to_token
                 bytes[e.getValue()] = byteLevelBytes(e.getKey());
                 vocab.put(e.getKey(), e.getValue());
+                added.set(e.getValue());
             }
-            return new Vocab(bytes, vocab); // never modified after this
+            return new Vocab(bytes, vocab, added); // never modified after this
         }
 
         static boolean isByteLevel(JsonNode d) {

@@ -32,7 +32,16 @@ public interface Tokenizer {
      */
     byte[] tokenBytes(int id);
 
-    /** Number of token ids, i.e. the largest id plus one (the model's embedding table may be larger). */
+    /**
+     * Whether a token is a control token: one of the tokenizer's added tokens (BOS/EOS, chat role markers, think tags,
+     * tool-call and fill-in-the-middle markers), which shape the format rather than carry text. Servers leave them out
+     * of generated text unless asked to keep them (vLLM's {@code skip_special_tokens}). False for ids out of range.
+     */
+    default boolean isControl(int id) {
+        return false;
+    }
+
+        /** Number of token ids, i.e. the largest id plus one (the model's embedding table may be larger). */
     int vocabSize();
 
     /**

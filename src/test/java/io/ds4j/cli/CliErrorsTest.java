@@ -57,17 +57,46 @@ class CliErrorsTest {
     void serveChecksTheModelAndBackendBeforeListening(@TempDir Path dir) throws Exception {
         GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0",
                 "--model", dir.resolve("nonexistent").toString());
-        assertEquals(1, r.code(), r.err());
-        assertTrue(r.err().contains("error: model.path: folder not found"), r.err());
+        // a usage error (exit 2), blamed on the flag the user typed
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: flag --model: model.path: folder not found"), r.err());
         assertFalse(r.err().contains("listening on"), r.err());
         Files.createDirectories(dir.resolve("empty"));
         r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--model", dir.resolve("empty").toString());
-        assertEquals(1, r.code(), r.err());
-        assertTrue(r.err().contains("is not a model folder"), r.err());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: flag --model: model.path: ") && r.err().contains("is not a model folder"), r.err());
         assertFalse(r.err().contains("listening on"), r.err());
+        r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--draft", dir.resolve("empty").toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: flag --draft: speculative.draft: "), r.err());
+        // a file's key is blamed on the file
+        Path f = config(dir, "{\"model\": {\"path\": \"" + dir.resolve("nope") + "\"}}");
+        r = runBounded("serve", "--config", f.toString(), "--port", "0");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: " + f + ": model.path: folder not found"), r.err());
+        r = runBounded("generate", "--model", dir.resolve("empty").toString(), "--prompt", "x");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: --model: "), r.err());
     }
 
     @Test
+    void serveWithBackendHipWithoutAGpuIsAUsageError(@TempDir Path dir) throws Exception {
+        boolean gpu;
+        try {
+            io.ds4j.gpu.Gpu.open(0).close();
+            gpu = true;
+        } catch (Throwable e) {
+            gpu = false;
+        }
+        org.junit.jupiter.api.Assumptions.assumeFalse(gpu, "this machine has a usable GPU");
+        GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0",
+                "--backend", "hip", "--draft", "none");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: flag --backend: model.backend: backend 'hip' is not available on this machine"), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
+    }
+
+        @Test
     void flagErrorsNameTheFlagAndFileErrorsTheFile(@TempDir Path dir) throws Exception {
         Path f = config(dir, "{}");
         GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port", "70000");
@@ -102,8 +131,8 @@ class CliErrorsTest {
         // then stops the start, before anything binds, so this test never needs a GPU)
         r = runBounded("serve", "--config", two.toString(), "--port", "0", "--gpu-devices", "1",
                 "--model", dir.resolve("nonexistent").toString());
-        assertEquals(1, r.code(), r.err());
-        assertTrue(r.err().contains("error: model.path: folder not found"), r.err());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: flag --model: model.path: folder not found"), r.err());
         assertFalse(r.err().contains("verify.f16Kv"), r.err());
         f = config(dir, "{}");
         r = runBounded("serve", "--config", f.toString(), "--port", "0", "--backend", "hip", "--gpu-devices", "3");

@@ -56,7 +56,7 @@ public class GenerateCommandTest {
     void missingModelIsAClearError(@TempDir Path tmp) {
         Run r = run("generate", "--model", tmp.resolve("nope").toString(), "--prompt", "x");
         assertNotEquals(0, r.code());
-        assertTrue(r.err().contains("model directory not found"), r.err());
+        assertTrue(r.err().contains("--model: folder not found"), r.err());
     }
 
     @Test
@@ -73,5 +73,49 @@ public class GenerateCommandTest {
         r = run("generate", "--model", FIXTURE, "--prompt", "x", "-n", "abc");
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("abc"), r.err());
+    }
+
+    /**
+     * The context is capped at the model's max_position_embeddings, as serve caps it; a draft model with a smaller
+     * limit drafts only within it (said once), and the output is the same.
+     */
+    @Test
+    void contextIsCappedAtTheModelsLimitAndADraftDraftsWithinItsOwn(@TempDir Path tmp) throws Exception {
+        Path small = tmp.resolve("small-context");
+        java.nio.file.Files.createDirectories(small);
+        try (var files = java.nio.file.Files.list(Path.of(FIXTURE))) {
+            for (Path f : files.toList()) java.nio.file.Files.copy(f, small.resolve(f.getFileName()));
+        }
+        Path cfg = small.resolve("config.json");
+        java.nio.file.Files.writeString(cfg, java.nio.file.Files.readString(cfg)
+                .replace("\"max_position_embeddings\": 512", "\"max_position_embeddings\": 24"));
+        Run r = run("generate", "--model", small.toString(), "--prompt", "a b c d", "-n", "100", "--max-context", "4096");
+        assertEquals(0, r.code(), r.err());
+        assertTrue(r.err().contains("context: 24 tokens (the model's max_position_embeddings; --max-context 4096 is capped)"), r.err());
+        // BOS + 7 prompt tokens ("a b c d"), so 24 - 8 = 16 generated
+        int promptTokens = Integer.parseInt(r.err().replaceAll("(?s).*prompt (\\d+) tokens.*", "$1"));
+        assertTrue(r.err().contains("generated " + (24 - promptTokens) + " tokens") && r.err().contains("finish length"), r.err());
+        Run plain = run("generate", "--model", FIXTURE, "--prompt", "a b c d", "-n", "40");
+        Run drafted = run("generate", "--model", FIXTURE, "--prompt", "a b c d", "-n", "40", "--draft", small.toString(), "--spec-q", "4");
+        assertEquals(0, drafted.code(), drafted.err());
+        assertTrue(drafted.err().contains("draft: its context limit (24 tokens) is below the context in use (512)"), drafted.err());
+        assertEquals(plain.out(), drafted.out(), "greedy output does not depend on the draft");
+        String offered = drafted.err().replaceAll("(?s).*offered (\\d+),.*", "$1");
+        assertTrue(Integer.parseInt(offered) <= 24 - promptTokens, "drafts only within the draft's 24 tokens: " + drafted.err());
+        assertTrue(Integer.parseInt(offered) > 0, drafted.err());
+    }
+
+    /** In thinking mode the reasoning streams to stderr; the summary line still starts a line of its own. */
+    @Test
+    void thinkingReasoningEndsItsLineBeforeTheSummary() {
+        // the embedded tiny model (the fixture's 1024-token vocabulary has no chat markers)
+        Run r = run("generate", "--preset", "tiny", "--prompt", "a b", "-n", "6", "--chat", "--thinking");
+        assertEquals(0, r.code(), r.err());
+        int at = r.err().indexOf("prompt ");
+        assertTrue(at > 0, r.err());
+        assertEquals('\n', r.err().charAt(at - 1), "the summary starts its own line: " + r.err());
+        // the lines before the summary: the model line, then the reasoning (random text, no </think> in 6 tokens)
+        String reasoning = r.err().substring(r.err().indexOf('\n') + 1, at);
+        assertFalse(reasoning.isBlank(), "some reasoning was printed: " + r.err());
     }
 }

@@ -11,7 +11,7 @@ import java.util.List;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * The feature gate of the F16-KV verifier and the placement decision (issue 8 items 3-4, reference notes 3.6-3.7):
+ * The feature gate of the F16-KV verifier and the placement decision:
  * every combination of backend, device count, expert placement and option is accepted, refused with its message, or
  * diagnosed. All of it runs without a GPU: the gate and the placement resolution are pure functions.
  */
@@ -89,7 +89,7 @@ class FeatureGateTest {
         // an explicit placement is what it says, with the option or without
         assertEquals(ExpertPlacement.HYBRID, FeatureGate.requestedPlacement(options(1, ExpertPlacement.HYBRID, true)));
         assertEquals(ExpertPlacement.MONOLITHIC, FeatureGate.requestedPlacement(options(1, ExpertPlacement.MONOLITHIC, false)));
-        // the reason names the option whether it is on or off (review finding 1: the log must list it)
+        // the reason names the option whether it is on or off, so the start-up log says why the placement was chosen
         assertEquals("monolithic requested: gpu.expertPlacement auto, verify.f16Kv on",
                 FeatureGate.placementReason(options(1, ExpertPlacement.AUTO, true)));
         assertEquals("auto requested: gpu.expertPlacement auto, verify.f16Kv off",

@@ -165,4 +165,31 @@ public class SpeculativeTest {
         assertEquals(7, res.tokens().length, "speculation never overshoots max_tokens");
         assertEquals(Generation.Finish.LENGTH, res.finish());
     }
+
+    /**
+     * An identical draft is accepted in full whatever ends the generation: the length limit at any point of a verify
+     * step, or the listener stopping (a stop string, EOS) right after an accepted draft token; drafts after the end
+     * were never judged, so they are not counted as offered.
+     */
+    @Test
+    void identicalDraftShowsFullAcceptanceAtTheEnd() {
+        int[] pr = {5, 17, 42, 8};
+        for (int max = 1; max <= 13; max++) {
+            Result res = generate(pr, SamplingParams.greedy(max), modelDraft(sameModel), VerifyWidth.fixed(4));
+            assertEquals(res.stats().offered(), res.stats().accepted(), "max_tokens " + max + ": " + res.stats());
+        }
+        for (int stopAt = 2; stopAt <= 12; stopAt++) {
+            List<Integer> out = new ArrayList<>();
+            int[] limit = {stopAt};
+            SamplingParams p = SamplingParams.greedy(40);
+            Generation g = new Generation(target, target.newSequence(16), pr, new Sampler(p, cfg.vocabSize, pr),
+                    modelDraft(sameModel).open(pr, p, 7), VerifyWidth.fixed(4), new Generation.Options(5, 4096, new int[]{-1}, 16),
+                    (tok, lp) -> { out.add(tok); return out.size() < limit[0]; });
+            while (g.step()) { }
+            assertEquals(stopAt, out.size());
+            Generation.SpecStats st = g.specStats();
+            assertEquals(st.offered(), st.accepted(), "stopped after " + stopAt + " tokens: " + st);
+            assertTrue(st.offered() > 0 || stopAt < 2);
+        }
+    }
 }

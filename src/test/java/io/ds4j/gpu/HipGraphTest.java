@@ -23,7 +23,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * Decode-step graphs (issue 7 build item 4, {@link DecodeGraphs}): with graphs on, decode and verify steps give the
+ * Decode-step graphs ({@link DecodeGraphs}): with graphs on, decode and verify steps give the
  * logits of graphs off bit for bit over sequences that cross every topology change (compressor windows completing,
  * HCA entries, the Lightning Indexer starting to select, verify attention paths, steps without logits) with
  * rollbacks in between; a pure decode stretch reuses cached executable graphs (parameter updates, few

@@ -29,7 +29,7 @@ import static org.junit.jupiter.api.Assertions.*;
 import static org.junit.jupiter.api.Assumptions.assumeFalse;
 
 /**
- * Expert placement on the GPU (issue 7 item 5): hybrid placement with a budget that leaves half the routed experts of
+ * Expert placement on the GPU: hybrid placement with a budget that leaves half the routed experts of
  * every layer in host memory gives the logits of monolithic placement (max |difference| ≤ 2e-3, same argmax) for
  * prefill, decode, verification of 5 rows and rollback, on the {@code tiny} (FP8 + FP4 experts) and {@code small}
  * (BF16) presets; monolithic with a too-small budget fails with a clear message before uploading anything; auto picks

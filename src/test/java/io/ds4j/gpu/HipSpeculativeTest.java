@@ -20,7 +20,7 @@ import java.util.TreeMap;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * Speculative decoding on the GPU (issue 7 acceptance): greedy speculative output equals plain greedy output token for
+ * Speculative decoding on the GPU: greedy speculative output equals plain greedy output token for
  * token. The CPU backend's loop, sampler and drafts are reused unchanged; the target runs on {@link HipBackend}, and so
  * does the model draft (the fixture's FP8/FP4 twin). This holds because a row's logits do not depend on how many rows
  * a step verifies (tested bit for bit in HipBackendTest).

@@ -105,7 +105,7 @@ class SamplerTest {
         assertMsg(() -> params(1, -1, 1, 0).validate(V), "top_k must be in [0, 10]");
         assertMsg(() -> params(1, 0, 0, 0).validate(V), "top_p must be in (0, 1]");
         assertMsg(() -> params(1, 0, 1, 2).validate(V), "min_p must be in [0, 1]");
-        assertMsg(() -> SamplingParams.greedy(0).validate(V), "max_tokens must be >= 1, got 0");
+        assertMsg(() -> SamplingParams.greedy(-1).validate(V), "max_tokens must be >= 0, got -1");
         assertMsg(() -> SamplingParams.greedy(1).withPenalties(3, 0, 1).validate(V), "presence_penalty must be in [-2, 2]");
         assertMsg(() -> SamplingParams.greedy(1).withLogitBias(Map.of(99, 1f)).validate(V), "logit_bias: token id 99");
         assertMsg(() -> SamplingParams.greedy(1).withStop(List.of("")).validate(V), "stop strings must not be empty");

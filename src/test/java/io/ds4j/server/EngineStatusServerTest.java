@@ -23,7 +23,8 @@ import java.util.regex.Pattern;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * The backend's effective state in /props and /metrics, and the feature gate on config reload (issue 8 items 3-4).
+ * The backend's effective state in /props and /metrics, and the feature gate on config reload: an option a backend
+ * cannot honour is refused or reported, never dropped silently.
  * The server is configured for {@code backend: hip} with the F16-KV verifier on; its model provider stands in for a
  * GPU backend whose experts fell back to hybrid placement (status from {@link FeatureGate#resolve} with the options
  * the server passed), so the verifier is requested but inactive and a diagnostic is due.

@@ -40,6 +40,14 @@ class ServerConfigTest {
     }
 
     @Test
+    void topKOffIsZeroOrMinusOneAsInRequests() throws Exception {
+        assertEquals(0, ServerConfig.parse("{\"sampling\": {\"top_k\": -1}}", "t", null).sampling().topK());
+        assertEquals(0, ServerConfig.parse("{\"sampling\": {\"top_k\": 0}}", "t", null).sampling().topK());
+        assertEquals(40, ServerConfig.parse("{\"sampling\": {\"top_k\": 40}}", "t", null).sampling().topK());
+        assertThrows(ConfigException.class, () -> ServerConfig.parse("{\"sampling\": {\"top_k\": -2}}", "t", null));
+    }
+
+        @Test
     void everyProblemIsReportedByKey() {
         ConfigException e = problems("{\"server\": {\"port\": \"80\", \"prot\": 1}, \"limits\": {\"maxActive\": 0},"
                 + " \"sampling\": {\"temperature\": 7}, \"speculative\": {\"q\": 12}, \"log\": {\"level\": \"loud\"}, \"extra\": 1}");

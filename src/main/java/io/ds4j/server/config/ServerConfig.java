@@ -82,7 +82,7 @@ public final class ServerConfig {
                     "a long prompt also leaves a snapshot every this many tokens (0 = only at its end and branch points)"),
             key("sampling.temperature", ConfigKey.Type.NUMBER, 1.0, true, "default temperature (0 = greedy)"),
             key("sampling.top_p", ConfigKey.Type.NUMBER, 1.0, true, "default nucleus mass (1 = off)"),
-            key("sampling.top_k", ConfigKey.Type.INT, 0, true, "default top-k (0 = off)"),
+            key("sampling.top_k", ConfigKey.Type.INT, 0, true, "default top-k (0 or -1 = off)"),
             key("sampling.min_p", ConfigKey.Type.NUMBER, 0.0, true, "default min-p (0 = off)"),
             key("sampling.presence_penalty", ConfigKey.Type.NUMBER, 0.0, true, "default presence penalty"),
             key("sampling.frequency_penalty", ConfigKey.Type.NUMBER, 0.0, true, "default frequency penalty"),
@@ -243,7 +243,7 @@ public final class ServerConfig {
         intRange(v, p, "limits.maxActive", 1, 4096);
         intRange(v, p, "limits.maxTokensDefault", 1, Integer.MAX_VALUE);
         intRange(v, p, "limits.prefillChunk", 1, 1 << 16);
-        intRange(v, p, "sampling.top_k", 0, Integer.MAX_VALUE);
+        intRange(v, p, "sampling.top_k", -1, Integer.MAX_VALUE); // -1 is "off" too, as in requests
         intRange(v, p, "prefixCache.budgetMiB", 0, Integer.MAX_VALUE);
         intRange(v, p, "prefixCache.blockTokens", 1, 1 << 20);
         intRange(v, p, "prefixCache.intervalTokens", 0, Integer.MAX_VALUE);
@@ -431,7 +431,7 @@ public final class ServerConfig {
 
     /** Default sampling settings. */
     public SamplingDefaults sampling() {
-        return new SamplingDefaults(d("sampling.temperature"), d("sampling.top_p"), i("sampling.top_k"), d("sampling.min_p"),
+        return new SamplingDefaults(d("sampling.temperature"), d("sampling.top_p"), Math.max(0, i("sampling.top_k")), d("sampling.min_p"),
                 d("sampling.presence_penalty"), d("sampling.frequency_penalty"), d("sampling.repetition_penalty"),
                 (Long) values.get("sampling.seed"));
     }

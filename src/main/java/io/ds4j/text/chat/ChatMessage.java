@@ -137,7 +137,11 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         if (role == Role.DEVELOPER && (content == null || content.isEmpty())) {
             throw new ChatFormatException(path + ".content", "a developer message needs non-empty content");
         }
-        // only an assistant turn may come without content (it may carry tool calls or be a prefix to continue)
+        // a tool result answers one call; without the id the client's history is broken (OpenAI refuses it too)
+        if (role == Role.TOOL && (toolCallId == null || toolCallId.isEmpty())) {
+            throw new ChatFormatException(path + ".tool_call_id", "is required in a tool message");
+        }
+                // only an assistant turn may come without content (it may carry tool calls or be a prefix to continue)
         if (content == null && role != Role.ASSISTANT) {
             throw new ChatFormatException(path + ".content", "is required in a " + roleNode.textValue() + " message");
         }

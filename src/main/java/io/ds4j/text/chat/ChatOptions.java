@@ -86,6 +86,11 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
                 if (name == null || !name.isTextual() || name.textValue().isEmpty()) {
                     throw new ChatFormatException("tools[" + i + "].function.name", "must be a non-empty string");
                 }
+                // OpenAI's rule for function names; the name also goes into the DSML markup the model writes back
+                if (!TOOL_NAME.matcher(name.textValue()).matches()) {
+                    throw new ChatFormatException("tools[" + i + "].function.name",
+                            "must be 1 to 64 letters, digits, underscores or hyphens, got '" + name.textValue() + "'");
+                }
                 JsonNode desc = fn.get("description");
                 if (desc != null && !desc.isNull() && !desc.isTextual()) {
                     throw new ChatFormatException("tools[" + i + "].function.description", "must be a string");
@@ -104,6 +109,11 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
                     JsonNode props = params.get("properties");
                     if (props != null && !props.isNull() && !props.isObject()) {
                         throw new ChatFormatException("tools[" + i + "].function.parameters.properties", "must be an object");
+                    }
+                    JsonNode req = params.get("required");
+                    if (req != null && !req.isNull() && !(req.isArray() && allTextual(req))) {
+                        throw new ChatFormatException("tools[" + i + "].function.parameters.required",
+                                "must be an array of property names, got " + req);
                     }
                 }
             }
@@ -177,7 +187,10 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
         return responseFormat != null && !"text".equals(responseFormat.path("type").asText());
     }
 
-    private static boolean allTextual(JsonNode a) {
+    /** Function names OpenAI accepts. */
+    private static final java.util.regex.Pattern TOOL_NAME = java.util.regex.Pattern.compile("[a-zA-Z0-9_-]{1,64}");
+
+        private static boolean allTextual(JsonNode a) {
         for (JsonNode x : a) if (!x.isTextual()) return false;
         return true;
     }

@@ -99,6 +99,8 @@ public final class OutputParser {
     private boolean sawEos;
     private boolean warnedAfterEos;
     private boolean finished;
+    /** The output was cut by the length limit: an unfinished delimiter or tag at the end is dropped, not content. */
+    private boolean cutShort;
     private boolean logWarnings = true;
 
     /** A parser with random tool-call ids ({@code call_} and 24 letters or digits). */
@@ -167,7 +169,33 @@ public final class OutputParser {
     public List<Event> finish(boolean truncated) {
         if (finished) throw new IllegalStateException("finish called twice");
         finished = true;
+        cutShort = truncated;
         run(true);
+        if (truncated) {
+            switch (state) {
+                case BLOCK -> { // between calls, or inside an unfinished invoke tag: nothing more to send
+                    LOG.debug("DeepSeek-V4 output: cut by the length limit inside a tool-call block; unfinished markup dropped");
+                    buf.setLength(0);
+                    pendingMarkup.setLength(0);
+                    state = State.DONE;
+                }
+                case INVOKE -> { // the call's name is known: close it with the parameters it has
+                    buf.setLength(0);
+                    pendingMarkup.setLength(0);
+                    emitArguments(params == 0 ? "{}" : "}");
+                    out.add(new ToolCallEnd(calls - 1));
+                    state = State.DONE;
+                }
+                case RAW_VALUE -> {
+                    String raw = buf.substring(0, buf.length() - heldPrefix(VALUE_STOPS));
+                    buf.setLength(0);
+                    emitArguments(rawValue(raw) + "}");
+                    out.add(new ToolCallEnd(calls - 1));
+                    state = State.DONE;
+                }
+                default -> { }
+            }
+        }
         switch (state) {
             case BLOCK, INVOKE -> {
                 malformed("the output ends inside a tool-call block");
@@ -194,7 +222,26 @@ public final class OutputParser {
         return drain();
     }
 
-    /** Warnings about malformed or unexpected output seen so far (also logged). */
+    /**
+     * Whether a control token's text (an added token of the tokenizer) is markup this parser reads at this point: the
+     * reasoning's {@code </think>} (and a leading {@code <think>}) in thinking mode, or DSML tool-call markup. Other
+     * control tokens carry no content and are left out of the text given to {@link #push}.
+     */
+    public boolean takesMarker(String tokenText) {
+        if (tokenText.contains(V4Format.DSML)) return true;
+        return switch (state) {
+            case THINK_OPEN -> tokenText.equals(V4Format.THINK_START) || tokenText.equals(V4Format.THINK_END);
+            case REASONING -> tokenText.equals(V4Format.THINK_END);
+            default -> false;
+        };
+    }
+
+    /** Whether the text pushed so far leaves the parser inside the reasoning (thinking mode, before {@code </think>}). */
+    public boolean inReasoning() {
+        return state == State.THINK_OPEN || state == State.REASONING;
+    }
+
+        /** Warnings about malformed or unexpected output seen so far (also logged). */
     public List<String> warnings() {
         return List.copyOf(warnings);
     }
@@ -270,7 +317,7 @@ public final class OutputParser {
             }
             return true;
         }
-        int keep = eof ? buf.length() : releasable(stops, stops != PLAIN_STOPS);
+        int keep = eof && !cutShort ? buf.length() : releasable(stops, !eof && stops != PLAIN_STOPS);
         if (keep > 0) {
             emitText(reasoning, buf.substring(0, keep));
             buf.delete(0, keep);
@@ -301,7 +348,7 @@ public final class OutputParser {
             state = State.INVOKE;
             return true;
         }
-        if (!eof && isProperPrefix(buf, V4Format.TOOL_CALLS_CLOSE, V4Format.INVOKE_OPEN)) return false;
+        if ((!eof || cutShort) && isProperPrefix(buf, V4Format.TOOL_CALLS_CLOSE, V4Format.INVOKE_OPEN)) return false;
         malformed("expected " + V4Format.INVOKE_OPEN + " or " + V4Format.TOOL_CALLS_CLOSE);
         return true;
     }
@@ -334,7 +381,7 @@ public final class OutputParser {
             rawScanFrom = 0;
             return true;
         }
-        if (!eof && isProperPrefix(buf, V4Format.INVOKE_CLOSE, V4Format.PARAMETER_OPEN)) return false;
+        if ((!eof || cutShort) && isProperPrefix(buf, V4Format.INVOKE_CLOSE, V4Format.PARAMETER_OPEN)) return false;
         malformed("expected " + V4Format.PARAMETER_OPEN + " or " + V4Format.INVOKE_CLOSE);
         return true;
     }
@@ -346,7 +393,7 @@ public final class OutputParser {
     private Matcher tag(Pattern pattern, boolean eof) {
         int close = buf.indexOf(">");
         if (close < 0 || close >= TAG_LIMIT) {
-            if (close < 0 && !eof && buf.length() < TAG_LIMIT) return null;
+            if (close < 0 && (!eof || cutShort) && buf.length() < TAG_LIMIT) return null;
             malformed(close < 0 && eof ? "unterminated tag" : "tag too long");
             return null;
         }
@@ -369,7 +416,7 @@ public final class OutputParser {
             state = State.INVOKE;
             return true;
         }
-        int keep = eof ? buf.length() : releasable(VALUE_STOPS, false);
+        int keep = eof && !cutShort ? buf.length() : releasable(VALUE_STOPS, false);
         if (keep > 0) {
             StringBuilder frag = new StringBuilder();
             PythonJson.escapeInto(buf, 0, keep, frag);
@@ -452,6 +499,14 @@ public final class OutputParser {
         }
         if (keep > 0 && Character.isHighSurrogate(buf.charAt(keep - 1))) keep--;
         return keep;
+    }
+
+    /** Length of the longest tail of the buffer that is a proper prefix of one of {@code stops}. */
+    private int heldPrefix(String[] stops) {
+        int len = buf.length();
+        for (int i = Math.max(0, len - 64); i < len; i++)
+            for (String s : stops) if (len - i < s.length() && regionEquals(buf, i, s, len - i)) return len - i;
+        return 0;
     }
 
     private void skipWhitespace(StringBuilder into) {

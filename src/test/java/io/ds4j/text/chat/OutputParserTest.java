@@ -353,4 +353,37 @@ class OutputParserTest {
         ended.finish(false);
         assertEquals(List.of("no </think> in thinking mode: the whole output is reasoning"), ended.warnings());
     }
+
+    /**
+     * Output cut by the length limit anywhere inside DSML markup: no piece of the markup reaches the content, a call
+     * whose invoke tag was complete is sent with arguments that join to a JSON object, and nothing else is.
+     */
+    @Test
+    void markupCutShortByTheLengthLimitNeverReachesContent() throws Exception {
+        String text = "Let me check.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+                + "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
+                + "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
+                + "</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+        int invokeComplete = text.indexOf("\">\n<｜DSML｜parameter") + 2;
+        for (int n = 0; n <= text.length(); n++) {
+            OutputParser p = new OutputParser(false, OutputParser.sequentialIds());
+            List<Event> events = new ArrayList<>(p.push(text.substring(0, n)));
+            events.addAll(p.finish(true));
+            ParsedOutput out = ParsedOutput.fromEvents(events);
+            String cut = "cut at " + n + ": " + out;
+            assertTrue("Let me check.\n\n".startsWith(out.content()) || out.content().equals("Let me check."), cut);
+            assertFalse(out.content().contains("<") || out.content().contains("｜"), cut);
+            assertEquals(n >= invokeComplete ? 1 : 0, out.toolCalls().size(), cut);
+            for (ToolCall c : out.toolCalls()) {
+                assertEquals("get_weather", c.name(), cut);
+                assertTrue(JSON.readTree(c.arguments()).isObject(), cut);
+                assertFalse(c.arguments().contains("｜"), cut);
+            }
+        }
+        // without the length limit, an unfinished block is still malformed output, released as content (unchanged)
+        OutputParser p = new OutputParser(false);
+        List<Event> events = new ArrayList<>(p.push("Hi <｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f"));
+        events.addAll(p.finish(false));
+        assertTrue(ParsedOutput.fromEvents(events).content().contains("<｜DSML｜invoke"));
+    }
 }

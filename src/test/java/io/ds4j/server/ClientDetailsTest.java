@@ -1,0 +1,215 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.io.ByteArrayOutputStream;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * What third-party clients (curl, HTTP/1.0 proxies, SDKs that read usage details) and a fuzzer met: strict UTF-8
+ * bodies, 100 Continue, HTTP/1.0 streams that end, reasoning token counts, undecodable headers, refused preflights,
+ * tool definitions checked as OpenAI checks them, and the warm-up step at load.
+ */
+class ClientDetailsTest {
+    static ScriptedBackend backend;
+    static TestServer server;
+    static long forwardsAtReady;
+
+    @BeforeAll
+    static void start() throws Exception {
+        backend = new ScriptedBackend(TestServer::defaultScript);
+        server = TestServer.scripted(backend, Map.of("server.apiKeys", List.of("sk-test"),
+                "server.cors.allowedOrigins", List.of("https://ok.example")));
+        forwardsAtReady = backend.forwards.get();
+    }
+
+    @AfterAll
+    static void stop() {
+        server.close();
+    }
+
+    static final String[] KEY = {"Authorization", "Bearer sk-test"};
+
+    /** Sends raw bytes and reads the whole answer until the server closes the connection (or the timeout). */
+    static String raw(byte[] request, int timeoutMs) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(timeoutMs);
+            s.getOutputStream().write(request);
+            s.getOutputStream().flush();
+            ByteArrayOutputStream got = new ByteArrayOutputStream();
+            InputStream in = s.getInputStream();
+            byte[] buf = new byte[8192];
+            try {
+                for (int n; (n = in.read(buf)) >= 0; ) got.write(buf, 0, n);
+            } catch (SocketTimeoutException e) {
+                return got.toString(StandardCharsets.UTF_8) + "\n<<timeout: the connection stayed open>>";
+            }
+            return got.toString(StandardCharsets.UTF_8);
+        }
+    }
+
+    static byte[] post(String version, String extraHeaders, byte[] body) {
+        byte[] head = ("POST /v1/chat/completions " + version + "\r\nHost: 127.0.0.1\r\nAuthorization: Bearer sk-test\r\n"
+                + "Content-Type: application/json\r\nContent-Length: " + body.length + "\r\n" + extraHeaders + "\r\n")
+                .getBytes(StandardCharsets.ISO_8859_1);
+        byte[] all = new byte[head.length + body.length];
+        System.arraycopy(head, 0, all, 0, head.length);
+        System.arraycopy(body, 0, all, head.length, body.length);
+        return all;
+    }
+
+    @Test
+    void invalidUtf8IsRefusedLikeOtherBadBytes() throws Exception {
+        // overlong "/", a UTF-16 surrogate, a code point above U+10FFFF, a lone continuation byte, a cut-off character
+        byte[][] bad = {{(byte) 0xC0, (byte) 0xAF}, {(byte) 0xED, (byte) 0xA0, (byte) 0x80},
+                {(byte) 0xF4, (byte) 0x90, (byte) 0x80, (byte) 0x80}, {(byte) 0x80}, {(byte) 0xE2, (byte) 0x82}};
+        for (byte[] b : bad) {
+            byte[] pre = "{\"messages\":[{\"role\":\"user\",\"content\":\"a".getBytes(StandardCharsets.UTF_8);
+            byte[] post = "\"}],\"max_tokens\":2}".getBytes(StandardCharsets.UTF_8);
+            byte[] body = new byte[pre.length + b.length + post.length];
+            System.arraycopy(pre, 0, body, 0, pre.length);
+            System.arraycopy(b, 0, body, pre.length, b.length);
+            System.arraycopy(post, 0, body, pre.length + b.length, post.length);
+            String r = raw(post("HTTP/1.1", "Connection: close\r\n", body), 10_000);
+            assertTrue(r.startsWith("HTTP/1.1 400"), r);
+            assertTrue(r.contains("\"code\":\"invalid_json\"") && r.contains("not valid UTF-8"), r);
+            assertTrue(r.contains("byte offset " + pre.length), "names where: " + r);
+        }
+        // well-formed 2-, 3- and 4-byte characters still pass
+        TestServer.Resp ok = server.post("/v1/chat/completions", TestServer.chat("é € 😀", "\"max_tokens\":2"), KEY);
+        assertEquals(200, ok.status(), ok.body());
+    }
+
+    @Test
+    void expect100ContinueGetsContinueBeforeTheBody() throws Exception {
+        byte[] body = TestServer.chat("Hi", "\"max_tokens\":2").getBytes(StandardCharsets.UTF_8);
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(5_000);
+            OutputStream o = s.getOutputStream();
+            o.write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: " + body.length + "\r\nExpect: 100-continue\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            o.flush();
+            // curl waits (one second) for this line before it sends the body
+            String interim = new String(s.getInputStream().readNBytes(25), StandardCharsets.US_ASCII);
+            assertEquals("HTTP/1.1 100 Continue\r\n\r\n", interim);
+            o.write(body);
+            o.flush();
+            String head = new String(s.getInputStream().readNBytes(12), StandardCharsets.US_ASCII);
+            assertEquals("HTTP/1.1 200", head);
+        }
+    }
+
+    @Test
+    void http10KeepAliveStreamEndsWithConnectionClose() throws Exception {
+        byte[] body = TestServer.chat("Hi", "\"stream\":true,\"max_tokens\":4").getBytes(StandardCharsets.UTF_8);
+        String r = raw(post("HTTP/1.0", "Connection: keep-alive\r\n", body), 10_000);
+        assertFalse(r.contains("<<timeout"), "the stream must end: " + r);
+        assertTrue(r.startsWith("HTTP/1.0 200") || r.startsWith("HTTP/1.1 200"), r);
+        String head = r.substring(0, r.indexOf("\r\n\r\n")).toLowerCase();
+        assertTrue(head.contains("connection: close"), head);
+        assertFalse(head.contains("transfer-encoding: chunked"), "HTTP/1.0 has no chunked encoding: " + head);
+        assertTrue(r.contains("data: [DONE]"), r);
+    }
+
+    @Test
+    void usageCountsReasoningTokens() throws Exception {
+        String thinking = "\"chat_template_kwargs\":{\"thinking\":true},\"temperature\":0,\"speculative_q\":0";
+        JsonNode u = server.post("/v1/chat/completions", TestServer.chat("Hi", thinking), KEY).json().get("usage");
+        // the scripted reasoning, its </think> included (the tokenizer encodes it as one token)
+        int expected = TestServer.tokenizer().encode(TestServer.THINKING.substring(0, TestServer.THINKING.indexOf("</think>"))).length + 1;
+        assertEquals(expected, u.at("/completion_tokens_details/reasoning_tokens").asInt(), u.toString());
+        JsonNode plain = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":3"), KEY).json().get("usage");
+        assertEquals(0, plain.at("/completion_tokens_details/reasoning_tokens").asInt(-1), plain.toString());
+    }
+
+    @Test
+    void metricsLeaveOutVertxActiveRequestsGauge() throws Exception {
+        server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":2"), KEY);
+        String m = server.get("/metrics", KEY).body();
+        assertTrue(m.contains("vertx_http_server_requests_total") || m.contains("vertx_http_server_response"), "Vert.x metrics are there");
+        assertFalse(m.contains("vertx_http_server_active_requests"), "the gauge that goes negative is left out");
+    }
+
+    @Test
+    void authorizationWithControlCharactersIsA401WithAnOpenAiBody() throws Exception {
+        byte[] req = ("GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-\u0001test\r\n\r\n")
+                .getBytes(StandardCharsets.ISO_8859_1);
+        String r = raw(req, 10_000);
+        assertTrue(r.startsWith("HTTP/1.1 401"), r);
+        assertTrue(r.toLowerCase().contains("www-authenticate: bearer"), r);
+        JsonNode e = Json.MAPPER.readTree(r.substring(r.indexOf("\r\n\r\n") + 4)).get("error");
+        assertEquals("invalid_api_key", e.get("code").asText(), e.toString());
+        TestServer.Resp missing = server.get("/v1/models");
+        assertEquals(401, missing.status());
+        assertEquals("Bearer", missing.headers().firstValue("WWW-Authenticate").orElse(null));
+    }
+
+    @Test
+    void preflightFromAnOriginNotAllowedIs403() throws Exception {
+        TestServer.Resp ok = options("https://ok.example");
+        assertEquals(204, ok.status());
+        TestServer.Resp no = options("https://evil.example");
+        assertEquals(403, no.status(), no.body());
+        assertTrue(no.json().at("/error/message").asText().contains("https://evil.example"), no.body());
+    }
+
+    private static TestServer.Resp options(String origin) throws Exception {
+        var b = java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://127.0.0.1:" + server.port + "/v1/chat/completions"))
+                .method("OPTIONS", java.net.http.HttpRequest.BodyPublishers.noBody())
+                .header("Origin", origin).header("Access-Control-Request-Method", "POST");
+        var r = server.http().send(b.build(), java.net.http.HttpResponse.BodyHandlers.ofString());
+        return new TestServer.Resp(r.statusCode(), r.headers(), r.body());
+    }
+
+    @Test
+    void toolDefinitionsAreCheckedAsOpenAiDoes() throws Exception {
+        String fn = "{\"type\":\"function\",\"function\":{\"name\":\"%s\",\"parameters\":{\"type\":\"object\",\"properties\":{},\"required\":%s}}}";
+        expect(TestServer.chat("Hi", "\"tools\":[" + fn.formatted("get weather", "[]") + "]"), "tools[0].function.name");
+        expect(TestServer.chat("Hi", "\"tools\":[" + fn.formatted("x".repeat(65), "[]") + "]"), "tools[0].function.name");
+        expect(TestServer.chat("Hi", "\"tools\":[" + fn.formatted("f", "\"city\"") + "]"), "tools[0].function.parameters.required");
+        expect(TestServer.chat("Hi", "\"tools\":[" + fn.formatted("f", "[1]") + "]"), "tools[0].function.parameters.required");
+        String noId = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":null,"
+                + "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]},"
+                + "{\"role\":\"tool\",\"content\":\"ok\"}],\"max_tokens\":2}";
+        expect(noId, "messages[2].tool_call_id");
+        // accepted: names with - and _, required as an array, arguments given as an object, a tool message with its id
+        String good = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":null,"
+                + "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get-weather_2\",\"arguments\":{\"city\":\"Paris\"}}}]},"
+                + "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"ok\"}],\"max_tokens\":2,\"tools\":["
+                + fn.formatted("get-weather_2", "[\"city\"]") + "]}";
+        TestServer.Resp r = server.post("/v1/chat/completions", good, KEY);
+        assertEquals(200, r.status(), r.body());
+    }
+
+    private static void expect(String body, String param) throws Exception {
+        TestServer.Resp r = server.post("/v1/chat/completions", body, KEY);
+        assertEquals(400, r.status(), r.body());
+        assertEquals(param, r.json().at("/error/param").asText(), r.body());
+    }
+
+    @Test
+    void topKOffIsZeroOrMinusOne() throws Exception {
+        for (String k : new String[]{"0", "-1"}) {
+            TestServer.Resp r = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"top_k\":" + k + ",\"max_tokens\":2"), KEY);
+            assertEquals(200, r.status(), r.body());
+        }
+        assertEquals(400, server.post("/v1/chat/completions", TestServer.chat("Hi", "\"top_k\":-2"), KEY).status());
+    }
+
+        @Test
+    void theModelRanOneWarmUpStepBeforeItWasReady() {
+        // start() waited until the server was ready, before any request: that forward is the warm-up step
+        assertEquals(1, forwardsAtReady, "one warm-up step at load");
+    }
+}
