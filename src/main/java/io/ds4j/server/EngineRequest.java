@@ -28,6 +28,8 @@ public final class EngineRequest {
     final long arrivalNanos;
     final String address;
     private volatile boolean cancelled;
+    /** Constrained decoding's grammar, or null (set before submission). */
+    io.ds4j.grammar.Grammar grammar;
 
     public EngineRequest(String id, boolean chat, boolean thinking, int[] prompt, SamplingParams params, String specQ,
                          int maxContext, long arrivalNanos, String address) {
@@ -40,6 +42,12 @@ public final class EngineRequest {
         this.maxContext = maxContext;
         this.arrivalNanos = arrivalNanos;
         this.address = address;
+    }
+
+    /** Constrains the output to a grammar (call before submitting). */
+    public EngineRequest constrain(io.ds4j.grammar.Grammar g) {
+        this.grammar = g;
+        return this;
     }
 
     /** Asks the engine to stop this request at its next step boundary (thread-safe). */

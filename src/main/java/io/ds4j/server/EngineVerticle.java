@@ -203,7 +203,8 @@ public final class EngineVerticle extends VerticleBase {
         Sequence seq = backend.newSequence(MAX_ROLLBACK);
         try {
             j.gen = new Generation(backend, seq, r.prompt, sampler, draft, width,
-                    new Generation.Options(cfg.prefillChunk(), r.maxContext, eosIds, MAX_ROLLBACK), j::onToken);
+                    new Generation.Options(cfg.prefillChunk(), r.maxContext, eosIds, MAX_ROLLBACK), j::onToken,
+                    r.grammar == null ? null : r.grammar.constraint(tokenizer));
         } catch (RuntimeException e) {
             seq.close();
             if (draft != null) draft.close();

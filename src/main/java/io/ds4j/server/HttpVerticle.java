@@ -541,7 +541,7 @@ public final class HttpVerticle extends VerticleBase {
             int maxTokens = Math.min(g.params().maxTokens(), ctxLimit - prompt.length);
             String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
             EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
-                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id);
+                    g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id).constrain(g.grammar());
             new Exchange(ctx, g, req, model, ar.result().echo(), ar.result().promptTokens()).start();
         });
     }

@@ -45,11 +45,14 @@ public final class HfTokenizer implements Tokenizer {
     private final long handle;
     private final byte[][] bytes;
     private final Map<String, Integer> byText;
+    private final java.util.BitSet added;
     private final int bos, eos;
     private final String source;
 
-    private HfTokenizer(HuggingFaceTokenizer hf, byte[][] bytes, Map<String, Integer> byText, int bos, int eos, String source) {
+    private HfTokenizer(HuggingFaceTokenizer hf, byte[][] bytes, Map<String, Integer> byText, java.util.BitSet added,
+                        int bos, int eos, String source) {
         this.hf = hf;
+        this.added = added;
         this.handle = hf.getHandle();
         this.bytes = bytes;
         this.byText = byText;
@@ -100,7 +103,7 @@ public final class HfTokenizer implements Tokenizer {
             Path configFile = tokenizerJson.resolveSibling("tokenizer_config.json");
             int bos = specialId(v, configFile, "bos_token", BOS_TEXT, tokenizerJson);
             int eos = specialId(v, configFile, "eos_token", EOS_TEXT, tokenizerJson);
-            return new HfTokenizer(hf, v.bytes, v.byText, bos, eos, source);
+            return new HfTokenizer(hf, v.bytes, v.byText, v.added, bos, eos, source);
         } catch (RuntimeException e) {
             hf.close();
             throw e;
@@ -170,6 +173,11 @@ public final class HfTokenizer implements Tokenizer {
     public OptionalInt id(String tokenText) {
         Integer id = byText.get(tokenText);
         return id == null ? OptionalInt.empty() : OptionalInt.of(id);
+    }
+
+    @Override
+    public boolean isAdded(int id) {
+        return added.get(id);
     }
 
     @Override
@@ -297,7 +305,7 @@ public final class HfTokenizer implements Tokenizer {
     }
 
     /** The tables ds4j keeps: bytes per id and id per token text. */
-    private record Vocab(byte[][] bytes, Map<String, Integer> byText) {
+    private record Vocab(byte[][] bytes, Map<String, Integer> byText, java.util.BitSet added) {
         /** GPT-2 byte-level alphabet, reversed: char → byte, or -1. */
         private static final int[] CHAR_TO_BYTE = charToByte();
 
@@ -326,7 +334,9 @@ public final class HfTokenizer implements Tokenizer {
                 bytes[e.getValue()] = byteLevelBytes(e.getKey());
                 vocab.put(e.getKey(), e.getValue());
             }
-            return new Vocab(bytes, vocab); // never modified after this
+            java.util.BitSet added = new java.util.BitSet(bytes.length);
+            for (int id : addedIds.values()) added.set(id);
+            return new Vocab(bytes, vocab, added); // never modified after this
         }
 
         static boolean isByteLevel(JsonNode d) {

@@ -41,6 +41,14 @@ public interface Tokenizer {
      */
     OptionalInt id(String tokenText);
 
+    /**
+     * True for an added (special) token such as {@code <｜end▁of▁sentence｜>}: one id for a control marker rather than
+     * text. Constrained decoding never produces these as text.
+     */
+    default boolean isAdded(int id) {
+        return false;
+    }
+
     /** Id of the beginning-of-sequence token ({@code <｜begin▁of▁sentence｜>} for DeepSeek). */
     int bosId();
 
