@@ -74,6 +74,11 @@ final class LitSet {
         return find(child[n], b);
     }
 
+    /** Node n's children as (byte, node) pairs; do not modify. */
+    int[] children(int n) {
+        return child[n];
+    }
+
     boolean terminal(int n) {
         return value[n] != Integer.MIN_VALUE;
     }

@@ -86,6 +86,38 @@ public abstract sealed class Schema {
             return (int) Math.min(GState.FAR, sum);
         }
 
+        /** Bytes of parameter j's value and closing tag at the least (raw strings may be empty). */
+        int dsmlValue(int j) {
+            int close = Dsml.PARAMETER_CLOSE.getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
+            return (int) Math.min(GState.FAR, (Dsml.raw(props[j]) ? 0L : props[j].minLen) + close);
+        }
+
+        private volatile int[][] dsmlTails;
+
+        /** The fewest bytes of DSML parameters from i on, up to and including the invoke close. */
+        int dsmlTail(int i, boolean first) {
+            int[][] t = dsmlTails;
+            if (t == null) {
+                t = new int[2][props.length + 1];
+                for (int f = 0; f < 2; f++) for (int j = 0; j <= props.length; j++) t[f][j] = computeDsmlTail(j, f == 1);
+                dsmlTails = t;
+            }
+            return t[first ? 1 : 0][i];
+        }
+
+        private int computeDsmlTail(int i, boolean first) {
+            long sum = ("\n" + Dsml.INVOKE_CLOSE).getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
+            boolean firstLine = first;
+            for (int j = i; j < props.length; j++) {
+                if (!required[j]) continue;
+                String open = (firstLine ? "" : "\n") + Dsml.PARAMETER_OPEN + " name=\"" + names.get(j) + "\" string=\""
+                        + (Dsml.raw(props[j]) ? "true" : "false") + "\">";
+                sum += open.getBytes(java.nio.charset.StandardCharsets.UTF_8).length + (long) dsmlValue(j);
+                firstLine = false;
+            }
+            return (int) Math.min(GState.FAR, sum);
+        }
+
         /** Index of the first required property at or after i, or size when none. */
         int firstRequired(int i) {
             while (i < props.length && !required[i]) i++;

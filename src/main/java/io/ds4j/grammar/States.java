@@ -113,11 +113,15 @@ final class States {
     /** What follows a completed literal of a {@link LitSet}, by the literal's value. */
     interface Then {
         GState after(int value);
+
+        /** after(value).dist(), computed without building the state. */
+        int afterDist(int value);
     }
 
     /** The same continuation whatever the literal. */
     record Same(GState k) implements Then {
         @Override public GState after(int value) { return k; }
+        @Override public int afterDist(int value) { return k.dist(); }
     }
 
     /** Inside one literal of a set. */
@@ -140,16 +144,15 @@ final class States {
 
         @Override
         public int dist() {
+            if (then instanceof Same same) return GState.add(set.rest(node), same.k.dist());
             return dist(node, 0);
         }
 
         private int dist(int n, int depth) {
             int best = GState.FAR;
-            if (set.terminal(n)) best = GState.add(depth, then.after(set.value(n)).dist());
-            for (int b = 0; b < 256; b++) {
-                int c = set.step(n, b);
-                if (c >= 0) best = Math.min(best, dist(c, depth + 1));
-            }
+            if (set.terminal(n)) best = GState.add(depth, then.afterDist(set.value(n)));
+            int[] kids = set.children(n);
+            for (int i = 1; i < kids.length; i += 2) best = Math.min(best, dist(kids[i], depth + 1));
             return best;
         }
     }
@@ -211,30 +214,34 @@ final class States {
     }
 
     /** A JSON string. Modes: OPEN, BODY, ESC, HEX(n) = HEX1 − 1 + n digits left, UTF8 = 16 + need·8 + range kind. */
-    record Str(GState k, int mode) implements GState {
+    record Str(GState k, int mode, int kd) implements GState {
+        Str(GState k, int mode) {
+            this(k, mode, k.dist());
+        }
+
         static final int OPEN = -1, BODY = 0, ESC = 1, HEX1 = 1; // HEX n digits left: mode 1 + n (2..5)
 
         @Override
         public GState next(int b) {
-            if (mode == OPEN) return b == '"' ? new Str(k, BODY) : null;
+            if (mode == OPEN) return b == '"' ? new Str(k, BODY, kd) : null;
             if (mode == BODY) {
                 if (b == '"') return k;
-                if (b == '\\') return new Str(k, ESC);
+                if (b == '\\') return new Str(k, ESC, kd);
                 if (b < 0x20) return null;
                 if (b < 0x80) return this;
                 return utf8Lead(b);
             }
             if (mode == ESC) {
                 return switch (b) {
-                    case '"', '\\', '/', 'b', 'f', 'n', 'r', 't' -> new Str(k, BODY);
-                    case 'u' -> new Str(k, HEX1 + 4);
+                    case '"', '\\', '/', 'b', 'f', 'n', 'r', 't' -> new Str(k, BODY, kd);
+                    case 'u' -> new Str(k, HEX1 + 4, kd);
                     default -> null;
                 };
             }
             if (mode <= HEX1 + 4) {
                 boolean hex = (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
                 if (!hex) return null;
-                return new Str(k, mode == HEX1 + 1 ? BODY : mode - 1);
+                return new Str(k, mode == HEX1 + 1 ? BODY : mode - 1, kd);
             }
             int need = (mode - 16) >> 3, kind = (mode - 16) & 7;
             int lo = 0x80, hi = 0xBF;
@@ -246,17 +253,17 @@ final class States {
                 default -> { }
             }
             if (b < lo || b > hi) return null;
-            return need == 1 ? new Str(k, BODY) : new Str(k, 16 + (need - 1) * 8);
+            return need == 1 ? new Str(k, BODY, kd) : new Str(k, 16 + (need - 1) * 8, kd);
         }
 
         private GState utf8Lead(int b) {
-            if (b >= 0xC2 && b <= 0xDF) return new Str(k, 16 + 8);
-            if (b == 0xE0) return new Str(k, 16 + 16 + 1);
-            if (b == 0xED) return new Str(k, 16 + 16 + 2);
-            if (b >= 0xE1 && b <= 0xEF) return new Str(k, 16 + 16);
-            if (b == 0xF0) return new Str(k, 16 + 24 + 3);
-            if (b == 0xF4) return new Str(k, 16 + 24 + 4);
-            if (b >= 0xF1 && b <= 0xF3) return new Str(k, 16 + 24);
+            if (b >= 0xC2 && b <= 0xDF) return new Str(k, 16 + 8, kd);
+            if (b == 0xE0) return new Str(k, 16 + 16 + 1, kd);
+            if (b == 0xED) return new Str(k, 16 + 16 + 2, kd);
+            if (b >= 0xE1 && b <= 0xEF) return new Str(k, 16 + 16, kd);
+            if (b == 0xF0) return new Str(k, 16 + 24 + 3, kd);
+            if (b == 0xF4) return new Str(k, 16 + 24 + 4, kd);
+            if (b >= 0xF1 && b <= 0xF3) return new Str(k, 16 + 24, kd);
             return null;
         }
 
@@ -270,7 +277,7 @@ final class States {
             else if (mode == ESC) own = 2;
             else if (mode <= HEX1 + 4) own = mode - HEX1 + 1;
             else own = ((mode - 16) >> 3) + 1;
-            return GState.add(own, k.dist());
+            return GState.add(own, kd);
         }
     }
 
@@ -398,6 +405,11 @@ final class States {
         public GState after(int i) {
             return ws(new Colon(o, i, k));
         }
+
+        @Override
+        public int afterDist(int i) {
+            return GState.add(1 + o.props[i].minLen + o.tail(i + 1, false), k.dist());
+        }
     }
 
     record Colon(Schema.Obj o, int i, GState k) implements GState {
@@ -434,7 +446,11 @@ final class States {
     static final Delim PARAMETER_END = new Delim(Dsml.PARAMETER_CLOSE);
 
     /** Free UTF-8 text up to and including the first occurrence of a delimiter, then k. */
-    record Until(Delim d, int matched, int utf8, GState k) implements GState {
+    record Until(Delim d, int matched, int utf8, GState k, int kd) implements GState {
+        Until(Delim d, int matched, int utf8, GState k) {
+            this(d, matched, utf8, k, k.dist());
+        }
+
         @Override
         public GState next(int b) {
             int u;
@@ -450,14 +466,14 @@ final class States {
             while (m > 0 && (d.bytes[m] & 0xFF) != b) m = d.fail[m - 1];
             if ((d.bytes[m] & 0xFF) == b) m++;
             if (m == d.bytes.length) return k;
-            return m == matched && u == utf8 && m == 0 && u == 0 ? this : new Until(d, m, u, k);
+            return m == matched && u == utf8 && m == 0 && u == 0 ? this : new Until(d, m, u, k, kd);
         }
 
         @Override public boolean accepting() { return false; }
 
         @Override
         public int dist() {
-            return GState.add(utf8 + d.bytes.length - (utf8 > 0 ? 0 : matched), k.dist());
+            return GState.add(utf8 + d.bytes.length - (utf8 > 0 ? 0 : matched), kd);
         }
     }
 
@@ -470,6 +486,11 @@ final class States {
             Schema.Obj o = tools.get(i);
             return new Lit(o.dsml(0, true), 0, new ParamThen(o, k));
         }
+
+        @Override
+        public int afterDist(int i) {
+            return GState.add(tools.get(i).dsmlTail(0, true), k.dist());
+        }
     }
 
     /** After a parameter opening tag (or the invoke close, value −1). */
@@ -480,6 +501,12 @@ final class States {
             GState rest = new Lit(o.dsml(j + 1, false), 0, this);
             if (Dsml.raw(o.props[j])) return new Until(PARAMETER_END, 0, 0, rest);
             return value(o.props[j], literal(Dsml.PARAMETER_CLOSE, rest));
+        }
+
+        @Override
+        public int afterDist(int j) {
+            if (j < 0) return k.dist();
+            return GState.add(o.dsmlValue(j) + o.dsmlTail(j + 1, false), k.dist());
         }
     }
 }
