@@ -62,9 +62,29 @@ public final class TokenConstraint implements Constraint {
         return steered(s, remaining);
     }
 
+    /**
+     * For free-text states (a JSON string body, raw text before its delimiter) the precomputed tokens that leave the
+     * state as it is; the walk then only needs the tokens outside that set. Null for other states.
+     */
+    private long[] pure(GState s) {
+        if (s instanceof States.Str st && st.mode() == States.Str.BODY) return trie.stringPure;
+        if (s instanceof States.Until u && u.matched() == 0 && u.utf8() == 0) return trie.textPure;
+        return null;
+    }
+
+    private TokenTrie rest(GState s) {
+        return s instanceof States.Str ? trie.stringRest : trie.textRest;
+    }
+
     private Entry full(GState s) {
         long[] bits = new long[words];
         Walk w = new Walk(bits, Integer.MAX_VALUE);
+        long[] pure = pure(s);
+        if (pure != null) {
+            System.arraycopy(pure, 0, bits, 0, words);
+            w.trie = rest(s);
+            w.maxAfter = s.dist();
+        }
         w.walk(s, 0);
         if (s.accepting()) set(bits, trie.eos);
         if (isEmpty(bits)) set(bits, trie.eos); // a dead end cannot happen for compiled grammars; end rather than hang
@@ -75,11 +95,21 @@ public final class TokenConstraint implements Constraint {
     private long[] steered(GState s, int remaining) {
         long[] bits = new long[words];
         Walk w = new Walk(bits, remaining - 2);
+        long[] pure = pure(s);
+        if (pure != null) {
+            w.trie = rest(s);
+            if (s.dist() <= remaining - 2) System.arraycopy(pure, 0, bits, 0, words);
+            w.minAfter = s.dist();
+        }
         w.walk(s, 0);
         if (s.accepting()) set(bits, trie.eos);
         if (isEmpty(bits)) {
             // no completion fits: take the tokens that get closest
             Walk best = new Walk(bits, w.minAfter);
+            if (pure != null) {
+                best.trie = rest(s);
+                if (s.dist() <= w.minAfter) System.arraycopy(pure, 0, bits, 0, words);
+            }
             best.walk(s, 0);
             if (isEmpty(bits)) set(bits, trie.eos);
         }
@@ -90,6 +120,7 @@ public final class TokenConstraint implements Constraint {
     private final class Walk {
         final long[] bits;
         final int limit;
+        TokenTrie trie = TokenConstraint.this.trie;
         int maxAfter = -1, minAfter = GState.FAR;
         GState lastState;
         int lastDist;

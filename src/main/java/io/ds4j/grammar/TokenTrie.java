@@ -27,18 +27,26 @@ public final class TokenTrie {
     final int eos;
     final int nodes;
 
+    /**
+     * Precomputed shortcuts for free text, the states that would otherwise walk the whole trie: tokens that leave a
+     * JSON string body unchanged (complete UTF-8, no quote, backslash or control character) and tokens that leave
+     * delimited raw text unchanged (complete UTF-8, no '<'), each with a trie of all the other tokens.
+     */
+    final long[] stringPure, textPure;
+    final TokenTrie stringRest, textRest;
+
     /** The trie of a tokenizer (built on first use, then cached for the tokenizer's lifetime). */
     public static TokenTrie of(Tokenizer t) {
         synchronized (CACHE) {
-            return CACHE.computeIfAbsent(t, TokenTrie::new);
+            return CACHE.computeIfAbsent(t, TokenTrie::build);
         }
     }
 
-    private TokenTrie(Tokenizer t) {
-        vocab = t.vocabSize();
-        eos = t.eosId();
-        bytes = new byte[vocab][];
-        List<Integer> ids = new ArrayList<>();
+    private static TokenTrie build(Tokenizer t) {
+        int vocab = t.vocabSize();
+        byte[][] bytes = new byte[vocab][];
+        List<Integer> ids = new ArrayList<>(), strRest = new ArrayList<>(), txtRest = new ArrayList<>();
+        long[] strPure = new long[(vocab + 63) >> 6], txtPure = new long[strPure.length];
         for (int i = 0; i < vocab; i++) {
             byte[] b;
             try {
@@ -47,8 +55,51 @@ public final class TokenTrie {
                 continue;
             }
             bytes[i] = b;
-            if (b.length > 0 && !t.isAdded(i)) ids.add(i);
+            if (b.length == 0 || t.isAdded(i)) continue;
+            ids.add(i);
+            boolean utf8 = completeUtf8(b), str = utf8, txt = utf8;
+            for (byte x : b) {
+                if (x == '"' || x == '\\' || (x >= 0 && x < 0x20)) str = false;
+                if (x == '<') txt = false;
+            }
+            if (str) strPure[i >> 6] |= 1L << i;
+            else strRest.add(i);
+            if (txt) txtPure[i >> 6] |= 1L << i;
+            else txtRest.add(i);
         }
+        return new TokenTrie(vocab, t.eosId(), bytes, ids, strPure, new TokenTrie(vocab, t.eosId(), bytes, strRest, null, null, null, null),
+                txtPure, new TokenTrie(vocab, t.eosId(), bytes, txtRest, null, null, null, null));
+    }
+
+    /** Whether b is a whole number of well-formed UTF-8 characters. */
+    static boolean completeUtf8(byte[] b) {
+        int i = 0;
+        while (i < b.length) {
+            int c = b[i] & 0xFF, n, lo = 0x80, hi = 0xBF;
+            if (c < 0x80) { i++; continue; }
+            if (c >= 0xC2 && c <= 0xDF) n = 1;
+            else if (c >= 0xE0 && c <= 0xEF) { n = 2; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+            else if (c >= 0xF0 && c <= 0xF4) { n = 3; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+            else return false;
+            if (i + n >= b.length) return false;
+            for (int j = 1; j <= n; j++) {
+                int x = b[i + j] & 0xFF;
+                if (j == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) return false;
+            }
+            i += n + 1;
+        }
+        return true;
+    }
+
+    private TokenTrie(int vocab, int eos, byte[][] bytes, List<Integer> ids, long[] stringPure, TokenTrie stringRest,
+                      long[] textPure, TokenTrie textRest) {
+        this.vocab = vocab;
+        this.eos = eos;
+        this.bytes = bytes;
+        this.stringPure = stringPure;
+        this.stringRest = stringRest;
+        this.textPure = textPure;
+        this.textRest = textRest;
         Integer[] order = ids.toArray(new Integer[0]);
         Arrays.sort(order, (a, c) -> Arrays.compareUnsigned(bytes[a], bytes[c]));
         // build breadth-first so each node's children are contiguous

@@ -40,13 +40,17 @@ class GrammarPropertyTest {
 
     static Out run(Grammar g, int maxTokens, long seed, double temperature) {
         TokenConstraint c = g.constraint(TOK);
-        SamplingParams p = temperature == 0 ? SamplingParams.greedy(maxTokens) : SamplingParams.sampled(temperature, 0, 1, 0, seed, maxTokens);
+        SamplingParams p = temperature == 0 ? SamplingParams.greedy(maxTokens) : SamplingParams.sampled(temperature, 64, 1, 0, seed, maxTokens);
         Sampler s = new Sampler(p, V, new int[0], TOK.vocabSize());
         SplittableRandom r = new SplittableRandom(seed);
-        float[] logits = new float[V];
+        float[] logits = new float[V], base = new float[V];
+        for (int v = 0; v < V; v++) base[v] = r.nextFloat() * 8;
         ByteArrayOutputStream bytes = new ByteArrayOutputStream();
         for (int i = 0; i < maxTokens; i++) {
-            for (int v = 0; v < V; v++) logits[v] = r.nextFloat() * 8;
+            // a cheap random "model": the same random row, rotated by a random offset each step
+            int off = r.nextInt(V);
+            System.arraycopy(base, off, logits, 0, V - off);
+            System.arraycopy(base, 0, logits, V - off, off);
             long[] allow = c.allowed(maxTokens - i);
             int tok = s.distribution(logits, 0, allow).sample(s.rng());
             assertTrue(Constraint.has(allow, tok));
