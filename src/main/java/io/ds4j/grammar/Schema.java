@@ -22,6 +22,10 @@ public abstract sealed class Schema {
     /** A number, or an integer (no fraction, no exponent). */
     public static final class Num extends Schema {
         final boolean integer;
+        /** minimum: 0 — no minus sign. */
+        boolean nonNegative;
+        /** Range bounds given: at most this many integer digits and no exponent (−1: unbounded). */
+        int maxIntDigits = -1;
 
         Num(boolean integer) {
             this.integer = integer;

@@ -22,7 +22,10 @@ public final class SchemaCompiler {
     private static final Set<String> ANNOTATIONS = Set.of("title", "description", "default", "examples", "$schema",
             "$id", "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions");
     private static final Set<String> STRUCTURE = Set.of("type", "properties", "required", "additionalProperties",
-            "items", "minItems", "maxItems", "enum", "const", "anyOf", "$ref");
+            "items", "minItems", "maxItems", "enum", "const", "anyOf", "$ref", "minimum", "maximum");
+    /** Integer digits that keep every number inside the widest bounds clients send (±(2^53 − 1) from zod's int()). */
+    static final int BOUNDED_DIGITS = 15;
+    private static final double BOUND = 999_999_999_999_999d;
 
     private final JsonNode root;
     private final List<Schema> nodes = new ArrayList<>();
@@ -116,8 +119,24 @@ public final class SchemaCompiler {
     private Schema typed(JsonNode n, String type, String path) {
         return switch (type) {
             case "string" -> add(new Schema.Str());
-            case "number" -> add(new Schema.Num(false));
-            case "integer" -> add(new Schema.Num(true));
+            case "number", "integer" -> {
+                Schema.Num num = add(new Schema.Num(type.equals("integer")));
+                JsonNode min = n.get("minimum"), max = n.get("maximum");
+                if (min != null && !min.isNull()) {
+                    if (!min.isNumber() || !(min.doubleValue() == 0 || min.doubleValue() <= -BOUND))
+                        throw new UnsupportedSchemaException("minimum", path, "minimum " + min + " at '" + path
+                                + "' is not supported (only 0, or bounds at or beyond ±" + (long) BOUND + ")");
+                    if (min.doubleValue() == 0) num.nonNegative = true;
+                    num.maxIntDigits = BOUNDED_DIGITS;
+                }
+                if (max != null && !max.isNull()) {
+                    if (!max.isNumber() || max.doubleValue() < BOUND)
+                        throw new UnsupportedSchemaException("maximum", path, "maximum " + max + " at '" + path
+                                + "' is not supported (only bounds at or beyond " + (long) BOUND + ")");
+                    num.maxIntDigits = BOUNDED_DIGITS;
+                }
+                yield num;
+            }
             case "boolean" -> add(new Schema.Literals(List.of("true", "false")));
             case "null" -> add(new Schema.Literals(List.of("null")));
             case "array" -> {

@@ -33,7 +33,7 @@ final class States {
             case Schema.Any a -> new AnyStart(k);
             case Schema.AnyObject o -> new FreeObj(0, k);
             case Schema.Str x -> new Str(k, Str.OPEN);
-            case Schema.Num n -> new Num(k, n.integer, Num.START, 0);
+            case Schema.Num n -> new Num(k, n, Num.START, 0, 0);
             case Schema.Literals l -> new Lit(l.set, 0, new Same(k));
             case Schema.Arr a -> new Arr(a, 0, Arr.OPEN, k);
             case Schema.Obj o -> new Obj(o, 0, Obj.OPEN, k);
@@ -174,7 +174,7 @@ final class States {
                 case '[' -> new Arr(ANY_ARRAY, 0, Arr.FIRST, k);
                 case '"' -> new Str(k, Str.BODY);
                 case 't', 'f', 'n' -> new Lit(BOOL_NULL, 0, new Same(k)).next(b);
-                default -> (b == '-' || (b >= '0' && b <= '9')) ? new Num(k, false, Num.START, 0).next(b) : null;
+                default -> (b == '-' || (b >= '0' && b <= '9')) ? new Num(k, ANY_NUMBER, Num.START, 0, 0).next(b) : null;
             };
         }
 
@@ -182,6 +182,7 @@ final class States {
         @Override public int dist() { return GState.add(1, k.dist()); }
     }
 
+    static final Schema.Num ANY_NUMBER = new Schema.Num(false);
     static final LitSet BOOL_NULL = new LitSet(List.of("true", "false", "null"));
 
     /**
@@ -281,8 +282,11 @@ final class States {
         }
     }
 
-    /** A JSON number (integer: no fraction or exponent); len counts its bytes so far. */
-    record Num(GState k, boolean integer, int phase, int len) implements GState {
+    /**
+     * A JSON number of schema n (integer: no fraction or exponent; bounded: capped integer digits, no exponent);
+     * len counts its bytes so far, digits its integer digits.
+     */
+    record Num(GState k, Schema.Num n, int phase, int len, int digits) implements GState {
         static final int START = 0, MINUS = 1, ZERO = 2, INT = 3, DOT = 4, FRAC = 5, E = 6, ESIGN = 7, EXP = 8;
 
         private boolean done() {
@@ -292,17 +296,19 @@ final class States {
         @Override
         public GState next(int b) {
             boolean digit = b >= '0' && b <= '9';
+            boolean integer = n.integer, exp = !n.integer && n.maxIntDigits < 0;
+            boolean moreDigits = n.maxIntDigits < 0 || digits < n.maxIntDigits;
             int to = -1;
             switch (phase) {
-                case START -> to = b == '-' ? MINUS : b == '0' ? ZERO : digit ? INT : -1;
+                case START -> to = b == '-' && !n.nonNegative ? MINUS : b == '0' ? ZERO : digit ? INT : -1;
                 case MINUS -> to = b == '0' ? ZERO : digit ? INT : -1;
                 case ZERO, INT -> {
-                    if (phase == INT && digit) to = INT;
+                    if (phase == INT && digit && moreDigits) to = INT;
                     else if (!integer && b == '.') to = DOT;
-                    else if (!integer && (b == 'e' || b == 'E')) to = E;
+                    else if (exp && (b == 'e' || b == 'E')) to = E;
                 }
                 case DOT -> to = digit ? FRAC : -1;
-                case FRAC -> to = digit ? FRAC : (b == 'e' || b == 'E') ? E : -1;
+                case FRAC -> to = digit ? FRAC : exp && (b == 'e' || b == 'E') ? E : -1;
                 case E -> to = (b == '+' || b == '-') ? ESIGN : digit ? EXP : -1;
                 case ESIGN -> to = digit ? EXP : -1;
                 case EXP -> to = digit ? EXP : -1;
@@ -310,7 +316,8 @@ final class States {
             }
             // a phase that still needs a digit must leave room for it under the length cap
             boolean complete = to == ZERO || to == INT || to == FRAC || to == EXP;
-            if (to >= 0 && len + (complete ? 1 : 2) <= MAX_NUMBER) return new Num(k, integer, to, len + 1);
+            if (to >= 0 && len + (complete ? 1 : 2) <= MAX_NUMBER)
+                return new Num(k, n, to, len + 1, digits + (to == ZERO || to == INT ? 1 : 0));
             return done() ? k.next(b) : null;
         }
 

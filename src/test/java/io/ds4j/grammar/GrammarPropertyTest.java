@@ -153,7 +153,8 @@ class GrammarPropertyTest {
     @Test
     void unsupportedKeywordsAreNamed() throws Exception {
         for (String kw : List.of("pattern", "format", "minLength", "oneOf", "allOf", "not", "minimum", "patternProperties")) {
-            String s = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"" + kw + "\":" + (kw.endsWith("Of") ? "[]" : kw.equals("not") || kw.equals("patternProperties") ? "{}" : kw.startsWith("min") ? "1" : "\"x\"") + "}}}";
+            String type = kw.equals("minimum") ? "integer" : "string";
+            String s = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"" + type + "\",\"" + kw + "\":" + (kw.endsWith("Of") ? "[]" : kw.equals("not") || kw.equals("patternProperties") ? "{}" : kw.startsWith("min") ? "1" : "\"x\"") + "}}}";
             UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree(s)));
             assertEquals(kw, e.keyword(), e.getMessage());
             assertTrue(e.getMessage().contains(kw));

@@ -40,7 +40,12 @@ public final class RandomSchemas {
         switch (k) {
             case 0 -> s.put("type", "string");
             case 1 -> s.put("type", "number");
-            case 2 -> s.put("type", "integer");
+            case 2 -> {
+                s.put("type", r.nextBoolean() ? "integer" : "number");
+                // the bounds zod's int() emits, and non-negative numbers
+                if (r.nextBoolean()) s.put("minimum", -9007199254740991L).put("maximum", 9007199254740991L);
+                else if (r.nextBoolean()) s.put("minimum", 0);
+            }
             case 3 -> s.put("type", "boolean");
             case 4 -> s.put("type", "null");
             case 5 -> {
