@@ -506,6 +506,8 @@ public final class HttpVerticle extends VerticleBase {
         String model = m.id();
         Tokenizer tok = m.tokenizer();
         vertx.executeBlocking(() -> {
+            // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
+            if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             if (chat) return new Encoded(tok.encode(ChatEncoder.encode(g.messages(), g.options())), null, null);
             String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
             int[] ids;
