@@ -53,12 +53,27 @@ public final class Grammar {
             if (s instanceof Schema.Obj x) o = x;
             else if (s instanceof Schema.AnyObject || s instanceof Schema.Any) o = new Schema.Obj(List.of(), new Schema[0], new boolean[0]);
             else throw new UnsupportedSchemaException("type", "", "the parameters of function '" + names.get(i) + "' must be an object schema");
+            for (String n : o.names)
+                if (!dsmlName(n))
+                    throw new UnsupportedSchemaException("properties", "/properties/" + n, "parameter name '" + n + "' of function '"
+                            + names.get(i) + "' cannot be written in a DSML tool call (no '\"', '<', '>' or line breaks)");
+            if (!dsmlName(names.get(i)) || names.get(i).isEmpty())
+                throw new UnsupportedSchemaException("name", "", "function name '" + names.get(i) + "' cannot be written in a DSML tool call");
             objs.add(o);
             heads.add("\n\n" + Dsml.TOOL_CALLS_OPEN + "\n" + Dsml.INVOKE_OPEN + " name=\"" + names.get(i) + "\">\n");
         }
         GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
         GState start = new States.Lit(new LitSet(heads), 0, new States.ToolThen(List.copyOf(objs), close));
         return new Grammar(start, "tool_call");
+    }
+
+    /** Whether a name fits DSML's {@code name="..."} attribute as the output parser reads it. */
+    private static boolean dsmlName(String n) {
+        for (int i = 0; i < n.length(); i++) {
+            char c = n.charAt(i);
+            if (c == '"' || c == '<' || c == '>' || c == '\n' || c == '\r') return false;
+        }
+        return true;
     }
 
     /** The same grammar after free reasoning text that ends with {@code </think>} (thinking mode). */

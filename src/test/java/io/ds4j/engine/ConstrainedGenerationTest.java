@@ -34,7 +34,7 @@ import static org.junit.jupiter.api.Assertions.*;
  * greedy output under a constraint equals plain greedy output under it, token for token, with drafts from the same
  * model (which propose what the target wants, constraint or not) and from n-gram lookup; sampled outputs validate.
  */
-class ConstrainedGenerationTest {
+public class ConstrainedGenerationTest {
     static CpuBackend target, draftModel;
     static final Tokenizer TOK = Tokenizers.vendored();
     static final ObjectMapper M = new ObjectMapper();
@@ -51,9 +51,15 @@ class ConstrainedGenerationTest {
         draftModel.close();
     }
 
-    record Out(int[] tokens, String text, Generation.SpecStats stats, Generation.Finish finish) {}
+    /** One constrained generation: its tokens, text (EOS left out), speculative figures and finish. */
+    public record Out(int[] tokens, String text, Generation.SpecStats stats, Generation.Finish finish) {}
 
     static Out run(Grammar g, int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w) {
+        return run(target, g, prompt, p, src, w);
+    }
+
+    /** Runs one generation on target under grammar g to its end (also used by the GPU test). */
+    public static Out run(Backend target, Grammar g, int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w) {
         List<Integer> out = new ArrayList<>();
         ByteArrayOutputStream text = new ByteArrayOutputStream();
         Sampler s = new Sampler(p, target.config().vocabSize, prompt, TOK.vocabSize());

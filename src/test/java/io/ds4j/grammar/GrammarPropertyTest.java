@@ -119,8 +119,8 @@ class GrammarPropertyTest {
         for (int trial = 0; trial < 30; trial++) {
             List<String> names = List.of("get_weather", "search", "noop");
             List<JsonNode> params = new ArrayList<>();
-            params.add(RandomSchemas.object(r, 0));
-            params.add(RandomSchemas.object(r, 0));
+            params.add(RandomSchemas.toolParameters(r));
+            params.add(RandomSchemas.toolParameters(r));
             params.add(null);
             Grammar g = Grammar.toolCall(names, params);
             int budget = 40 + r.nextInt(200);
@@ -148,6 +148,13 @@ class GrammarPropertyTest {
             JsonNode schema = params.get(i) == null ? M.readTree("{\"type\":\"object\"}") : params.get(i);
             assertTrue(validator(schema).validate(a).isEmpty(), schema + "\n" + o.text + "\n" + a);
         }
+    }
+
+    @Test
+    void toolNamesDsmlCannotCarryAreRefused() throws Exception {
+        JsonNode p = M.readTree("{\"type\":\"object\",\"properties\":{\"a\\\"b\":{\"type\":\"string\"}}}");
+        UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.toolCall(List.of("f"), List.of(p)));
+        assertEquals("properties", e.keyword());
     }
 
     @Test

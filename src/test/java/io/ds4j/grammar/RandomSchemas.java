@@ -73,6 +73,16 @@ public final class RandomSchemas {
         return s;
     }
 
+    /** A random object schema whose top-level names fit a DSML tool call (no quote). */
+    public static ObjectNode toolParameters(SplittableRandom r) {
+        while (true) {
+            ObjectNode o = object(r, 0);
+            boolean ok = true;
+            for (var it = o.get("properties").fieldNames(); it.hasNext(); ) if (it.next().contains("\"")) ok = false;
+            if (ok) return o;
+        }
+    }
+
     static ObjectNode object(SplittableRandom r, int depth) {
         ObjectNode s = M.createObjectNode();
         s.put("type", "object");
