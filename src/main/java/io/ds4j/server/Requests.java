@@ -306,7 +306,7 @@ final class Requests {
                     if (toolIndex(tools, name) < 0)
                         throw ApiException.badField("tool_choice", "names function '" + name + "', which is not in 'tools'");
                 } else {
-                    throw ApiException.badField("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}, got " + describe(choice));
+                    throw ApiException.badField("tool_choice", "must be a string (\"auto\", \"none\" or \"required\") or {\"type\": \"function\", \"function\": {\"name\": ...}}, got " + describe(choice));
                 }
             }
             if (useTools && tools != null && !tools.isNull()) o = o.withTools(tools);

@@ -9,7 +9,6 @@ import io.ds4j.cpu.TestModelsAccess;
 import io.ds4j.grammar.Grammar;
 import io.ds4j.grammar.RandomSchemas;
 import io.ds4j.model.synth.Presets;
-import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.spec.DraftSource;
 import io.ds4j.spec.ModelDraftSource;
@@ -21,9 +20,6 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
-import java.io.ByteArrayOutputStream;
-import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
 
@@ -34,7 +30,7 @@ import static org.junit.jupiter.api.Assertions.*;
  * greedy output under a constraint equals plain greedy output under it, token for token, with drafts from the same
  * model (which propose what the target wants, constraint or not) and from n-gram lookup; sampled outputs validate.
  */
-public class ConstrainedGenerationTest {
+class ConstrainedGenerationTest {
     static CpuBackend target, draftModel;
     static final Tokenizer TOK = Tokenizers.vendored();
     static final ObjectMapper M = new ObjectMapper();
@@ -51,26 +47,8 @@ public class ConstrainedGenerationTest {
         draftModel.close();
     }
 
-    /** One constrained generation: its tokens, text (EOS left out), speculative figures and finish. */
-    public record Out(int[] tokens, String text, Generation.SpecStats stats, Generation.Finish finish) {}
-
-    static Out run(Grammar g, int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w) {
-        return run(target, g, prompt, p, src, w);
-    }
-
-    /** Runs one generation on target under grammar g to its end (also used by the GPU test). */
-    public static Out run(Backend target, Grammar g, int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w) {
-        List<Integer> out = new ArrayList<>();
-        ByteArrayOutputStream text = new ByteArrayOutputStream();
-        Sampler s = new Sampler(p, target.config().vocabSize, prompt, TOK.vocabSize());
-        Generation gen = new Generation(target, target.newSequence(16), prompt, s, src == null ? null : src.open(prompt, p, 3), w,
-                new Generation.Options(64, 4096, new int[]{TOK.eosId()}, 16), (tok, lp) -> {
-                    out.add(tok);
-                    if (tok != TOK.eosId()) text.writeBytes(TOK.tokenBytes(tok));
-                    return true;
-                }, g.constraint(TOK));
-        while (gen.step()) { }
-        return new Out(out.stream().mapToInt(Integer::intValue).toArray(), text.toString(StandardCharsets.UTF_8), gen.specStats(), gen.finish());
+    static ConstrainedRuns.Out run(Grammar g, int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w) {
+        return ConstrainedRuns.run(target, TOK, g, prompt, p, src, w);
     }
 
     @Test
@@ -83,18 +61,18 @@ public class ConstrainedGenerationTest {
             Grammar g = Grammar.jsonSchema(schema);
             int[] prompt = TOK.encode("<｜begin▁of▁sentence｜><｜User｜>Data " + trial + "<｜Assistant｜></think>");
             SamplingParams p = SamplingParams.greedy(Math.max(60, g.minBytes() + 8));
-            Out plain = run(g, prompt, p, null, null);
+            ConstrainedRuns.Out plain = run(g, prompt, p, null, null);
             for (DraftSource src : List.of(same, NgramDraft.source())) {
                 for (VerifyWidth w : List.of(VerifyWidth.fixed(3), VerifyWidth.parse("auto"))) {
-                    Out spec = run(g, prompt, p, src, w);
-                    assertArrayEquals(plain.tokens, spec.tokens, schema + " with " + src.name() + " " + w);
-                    offered += spec.stats.offered();
-                    accepted += spec.stats.accepted();
+                    ConstrainedRuns.Out spec = run(g, prompt, p, src, w);
+                    assertArrayEquals(plain.tokens(), spec.tokens(), schema + " with " + src.name() + " " + w);
+                    offered += spec.stats().offered();
+                    accepted += spec.stats().accepted();
                 }
             }
-            assertEquals(Generation.Finish.STOP, plain.finish, plain.text);
+            assertEquals(Generation.Finish.STOP, plain.finish(), plain.text());
             assertTrue(JsonSchemaFactory.getInstance(SpecVersion.VersionFlag.V202012).getSchema(schema)
-                    .validate(M.readTree(plain.text)).isEmpty(), schema + " -> " + plain.text);
+                    .validate(M.readTree(plain.text())).isEmpty(), schema + " -> " + plain.text());
         }
         assertTrue(offered > 0 && accepted > 0, "drafts were offered (" + offered + ") and accepted (" + accepted + ")");
     }
@@ -108,10 +86,10 @@ public class ConstrainedGenerationTest {
             Grammar g = Grammar.jsonSchema(schema);
             int[] prompt = TOK.encode("<｜begin▁of▁sentence｜><｜User｜>Sampled " + trial + "<｜Assistant｜></think>");
             SamplingParams p = SamplingParams.sampled(1.0, 0, 0.95, 0, 100 + trial, Math.max(60, g.minBytes() + 8));
-            Out o = run(g, prompt, p, same, VerifyWidth.fixed(4));
-            assertEquals(Generation.Finish.STOP, o.finish, o.text);
+            ConstrainedRuns.Out o = run(g, prompt, p, same, VerifyWidth.fixed(4));
+            assertEquals(Generation.Finish.STOP, o.finish(), o.text());
             assertTrue(JsonSchemaFactory.getInstance(SpecVersion.VersionFlag.V202012).getSchema(schema)
-                    .validate(M.readTree(o.text)).isEmpty(), schema + " -> " + o.text);
+                    .validate(M.readTree(o.text())).isEmpty(), schema + " -> " + o.text());
         }
     }
 }
