@@ -7,12 +7,11 @@ import java.util.List;
 
 /**
  * A fixed set of byte strings as a trie: node 0 is the root; each node knows its children, whether a string ends
- * there (and that string's value) and how many bytes the shortest completion below it needs. No string may be a
- * proper prefix of another when the byte after it could also continue the follower; callers build sets where that
- * holds (quoted keys, tags ending in '>') or accept the longest-match rule for numbers.
+ * there (and that string's value) and how many bytes the shortest completion below it needs. When one string is a
+ * prefix of another (enum values 1 and 12), a state at the shorter one's end keeps both readings ({@link States.Lit}).
  */
 final class LitSet {
-    private final int[][] child; // node → 256-wide table would waste memory; a sorted (byte, node) list instead
+    private final int[][] child; // per node, (byte, child) pairs: sets are small, a 256-wide table would waste memory
     private final int[] value;   // value of the string ending at a node, or Integer.MIN_VALUE
     private final int[] rest;    // bytes to the nearest end below a node
     private final int minLen;
