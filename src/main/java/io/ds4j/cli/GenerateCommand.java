@@ -6,6 +6,9 @@ import io.ds4j.engine.Backends;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
 import io.ds4j.engine.StopStrings;
+import io.ds4j.grammar.Grammar;
+import io.ds4j.grammar.TokenConstraint;
+import io.ds4j.grammar.TokenTrie;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
@@ -72,6 +75,8 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--spec-q", defaultValue = "4", paramLabel = "N|auto", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
     @Option(names = "--prefill-chunk", defaultValue = "512", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int prefillChunk;
     @Option(names = "--max-context", description = "context limit in tokens (default 65536), capped by the model's max_position_embeddings") Integer maxContext;
+    @Option(names = "--json-schema", paramLabel = "FILE", description = "constrain the output to JSON valid for this JSON Schema (constrained decoding); prints the mask's cost per step") Path jsonSchema;
+    @Option(names = "--json-object", description = "constrain the output to a JSON object (constrained decoding); prints the mask's cost per step") boolean jsonObject;
 
     @Override
     public Integer call() throws Exception {
@@ -130,6 +135,7 @@ public final class GenerateCommand implements Callable<Integer> {
             PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
             Draft d = ds == null ? null : ds.open(ids, sp, seed != null ? seed : 0);
             int[] eos = {be.config().eosTokenId, tok.eosId()};
+            TokenConstraint constraint = constraint(tok, err);
             Generation g = new Generation(be, be.newSequence(16), ids, sampler, d, width,
                     new Generation.Options(prefillChunk, context, eos, 16),
                     (t, lp) -> {
@@ -137,7 +143,7 @@ public final class GenerateCommand implements Callable<Integer> {
                         String piece = isEos ? "" : detok.push(t);
                         emit(stops.push(piece), parser, out, err);
                         return !stops.stopped();
-                    });
+                    }, constraint);
             boolean progress = ids.length > prefillChunk;
             while (g.step()) {
                 if (progress && g.prefilling())
@@ -161,8 +167,41 @@ public final class GenerateCommand implements Callable<Integer> {
             err.printf("prompt %d tokens, prefill %.1f tokens/s; generated %d tokens, decode %s tokens/s; finish %s%s%n",
                     ids.length, g.prefillTokensPerSecond(), g.generatedTokens(), fmt(g.decodeTokensPerSecond(), "%.2f"),
                     g.finish().name().toLowerCase(), spec);
+            if (constraint != null) {
+                long steps = Math.max(1, st.steps());
+                double decodeMs = g.decodeSeconds() * 1e3;
+                double maskMs = constraint.maskNanos() / 1e6;
+                err.printf("constraint: %d masks, %.3f ms per mask (%d from the per-state cache); decode %.3f ms per step over %d steps, "
+                                + "of which masks %.3f ms per step = %.1f %% of the step%n",
+                        constraint.maskCalls(), maskMs / Math.max(1, constraint.maskCalls()), constraint.cacheHits(),
+                        decodeMs / steps, steps, maskMs / steps, decodeMs > 0 ? 100 * maskMs / decodeMs : Double.NaN);
+            }
         }
         return 0;
+    }
+
+    /** The output constraint of --json-schema / --json-object, or null; builds the token trie up front (timed). */
+    private TokenConstraint constraint(Tokenizer tok, PrintStream err) throws java.io.IOException {
+        if (jsonSchema == null && !jsonObject) return null;
+        if (jsonSchema != null && jsonObject) throw new IllegalArgumentException("--json-schema and --json-object exclude each other");
+        Grammar gr;
+        if (jsonObject) gr = Grammar.jsonObject();
+        else {
+            if (!Files.isRegularFile(jsonSchema)) throw new IllegalArgumentException("--json-schema: file not found: " + jsonSchema);
+            try {
+                gr = Grammar.jsonSchema(new com.fasterxml.jackson.databind.ObjectMapper().readTree(jsonSchema.toFile()));
+            } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+                throw new IllegalArgumentException("--json-schema: " + jsonSchema + " is not JSON: " + e.getOriginalMessage(), e);
+            } catch (io.ds4j.grammar.UnsupportedSchemaException e) {
+                throw new IllegalArgumentException("--json-schema: " + e.getMessage(), e);
+            }
+        }
+        if (thinking) gr = gr.afterThinking();
+        long t0 = System.nanoTime();
+        TokenTrie trie = TokenTrie.of(tok);
+        err.printf("constraint: %s; token trie of %d ids, %d nodes built in %.0f ms (once per tokenizer)%n", gr, trie.vocab(), trie.nodes(),
+                (System.nanoTime() - t0) / 1e6);
+        return gr.constraint(tok);
     }
 
     /** A figure, or "n/a" when it is undefined (NaN: nothing offered, fewer than two tokens). */

@@ -1,5 +1,6 @@
 package io.ds4j.engine;
 
+import io.ds4j.sampling.Constraint;
 import io.ds4j.sampling.Distribution;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.spec.Draft;
@@ -24,6 +25,10 @@ import java.util.Arrays;
  * the target's own token are not counted, nor drafts after an accepted one that ended the generation); <b>accepted</b> = offered tokens committed; <b>acceptance rate</b> = accepted / offered;
  * <b>committed per step</b> = (accepted + 1) / verify steps, the +1 being the token each step's last row produces.
  * Lucebox counts the same offered tokens (q − 1 there, because its q includes the seed row).
+ *
+ * <p>Constrained decoding: with a {@link Constraint}, every draw (the first token, each verify row) is masked by the
+ * constraint's state after all tokens committed before it, and a draft is cut at its first token the constraint
+ * does not allow before it is verified, so speculative output under a constraint equals plain output under it.
  */
 public final class Generation {
     /** Why generation ended. */
@@ -57,6 +62,7 @@ public final class Generation {
     private final VerifyWidth width;
     private final Options opt;
     private final Listener listener;
+    private final Constraint constraint;
     private final int promptLen;
     /** prompt followed by generated tokens; ctx[len-1] is the pending token once decoding started. */
     private int[] ctx;
@@ -90,6 +96,15 @@ public final class Generation {
      */
     public Generation(Backend target, Sequence seq, int[] prompt, Sampler sampler, Draft draft, VerifyWidth width,
                       Options opt, Listener listener) {
+        this(target, seq, prompt, sampler, draft, width, opt, listener, null);
+    }
+
+    /**
+     * @param constraint restricts every generated token (null for none); owned by this generation
+     * @see #Generation(Backend, Sequence, int[], Sampler, Draft, VerifyWidth, Options, Listener)
+     */
+    public Generation(Backend target, Sequence seq, int[] prompt, Sampler sampler, Draft draft, VerifyWidth width,
+                      Options opt, Listener listener, Constraint constraint) {
         if (prompt.length == 0) throw new IllegalArgumentException("the prompt is empty");
         if (prompt.length >= opt.maxContext())
             throw new IllegalArgumentException("prompt of " + prompt.length + " tokens leaves no room in the context of "
@@ -106,6 +121,7 @@ public final class Generation {
         this.width = width;
         this.opt = opt;
         this.listener = listener;
+        this.constraint = constraint;
         this.promptLen = prompt.length;
         this.ctx = Arrays.copyOf(prompt, prompt.length + 64);
         this.len = prompt.length;
@@ -205,7 +221,7 @@ public final class Generation {
                 if (draft != null) draft.committed(ctx, promptLen);
                 // max_tokens 0: only the prompt's scores were wanted
                 if (sampler.params().maxTokens() == 0) return end(Finish.LENGTH);
-                Distribution d = sampler.distribution(lg, lastRow);
+                Distribution d = sampler.distribution(lg, lastRow, mask());
                 int tok = d.sample(sampler.rng());
                 firstTokenNs = System.nanoTime();
                 if (!emit(tok, lg, lastRow)) return false;
@@ -225,6 +241,12 @@ public final class Generation {
             // a draft model holds at most its own context: past it, decode without drafts
             q = Math.min(q, draft.maxContext() - len);
             if (q > 0) prop = draft.propose(ctx, len, q);
+            if (constraint != null && prop.size() > 0) {
+                // drafts the constraint rejects would be rejected by verification anyway: do not spend rows on them
+                int ok = constraint.acceptablePrefix(prop.tokens(), prop.size(), remaining());
+                if (ok < prop.size())
+                    prop = new Draft.Proposal(Arrays.copyOf(prop.tokens(), ok), Arrays.copyOf(prop.dists(), ok));
+            }
             q = prop.size();
         }
         int[] rows = new int[q + 1];
@@ -240,7 +262,7 @@ public final class Generation {
         int judged = 0;
         // rows i = 0..q: row i predicts the token after rows[0..i]
         for (int i = 0; i <= q; i++) {
-            Distribution p = sampler.distribution(lg, i * V);
+            Distribution p = sampler.distribution(lg, i * V, mask());
             if (i < q) {
                 judged++;
                 int d = prop.tokens()[i];
@@ -279,6 +301,7 @@ public final class Generation {
     private boolean emit(int tok, float[] lg, int off) {
         if (finish != null) return false;
         if (len == ctx.length) ctx = Arrays.copyOf(ctx, ctx.length * 2);
+        if (constraint != null) constraint.advance(tok);
         ctx[len++] = tok;
         generated++;
         sampler.push(tok);
@@ -289,6 +312,16 @@ public final class Generation {
         if (!go || isEos) return end(Finish.STOP);
         if (generated >= sampler.params().maxTokens() || len >= opt.maxContext()) return end(Finish.LENGTH);
         return true;
+    }
+
+    /** The constraint's allowed set for the next token, or null without a constraint. */
+    private long[] mask() {
+        return constraint == null ? null : constraint.allowed(remaining());
+    }
+
+    /** Tokens that may still be generated: the request's budget and the context's room, whichever is smaller. */
+    private int remaining() {
+        return Math.max(1, Math.min(sampler.params().maxTokens() - generated, opt.maxContext() - len));
     }
 
     private boolean end(Finish f) {

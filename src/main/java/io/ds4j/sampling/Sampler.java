@@ -87,8 +87,27 @@ public final class Sampler {
      * The distribution of the next token given logits[off .. off+V) and the current history.
      */
     public Distribution distribution(float[] logits, int off) {
+        return distribution(logits, off, null);
+    }
+
+    /**
+     * The distribution of the next token with a constraint's mask applied first: tokens whose bit is clear in
+     * {@code allow} (see {@link Constraint#allowed}) get logit −∞ before biases, penalties, temperature and the
+     * top-k/top-p/min-p cuts, so the draw is from the target's distribution restricted to the allowed set.
+     *
+     * @param allow allowed-token bitset, or null for no constraint
+     */
+    public Distribution distribution(float[] logits, int off, long[] allow) {
         float[] z = Arrays.copyOfRange(logits, off, off + vocab);
         if (tokenLimit < vocab) Arrays.fill(z, tokenLimit, vocab, Float.NEGATIVE_INFINITY);
+        if (allow != null) {
+            for (int w = 0; w * 64 < vocab; w++) {
+                long bits = w < allow.length ? allow[w] : 0;
+                if (bits == -1L) continue;
+                int end = Math.min(vocab, w * 64 + 64);
+                for (int i = w * 64; i < end; i++) if ((bits & (1L << i)) == 0) z[i] = Float.NEGATIVE_INFINITY;
+            }
+        }
         if (p.logitBias() != null) for (var e : p.logitBias().entrySet()) z[e.getKey()] += e.getValue();
         if (p.hasPenalties()) {
             float rp = (float) p.repetitionPenalty();

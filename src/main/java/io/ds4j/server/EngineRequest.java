@@ -34,6 +34,8 @@ public final class EngineRequest {
     private volatile boolean cancelled;
     /** Whether the prompt may resume from, and feed, the prefix cache (request field {@code cache_prompt}). */
     boolean cachePrompt = true;
+    /** Constrained decoding's grammar, or null (set before submission). */
+    io.ds4j.grammar.Grammar grammar;
 
     public EngineRequest(String id, boolean chat, boolean thinking, int[] prompt, SamplingParams params, String specQ,
                          int maxContext, long arrivalNanos, String address) {
@@ -61,6 +63,12 @@ public final class EngineRequest {
      */
     public EngineRequest cachePrompt(boolean on) {
         cachePrompt = on;
+        return this;
+    }
+
+    /** Constrains the output to a grammar (call before submitting). */
+    public EngineRequest constrain(io.ds4j.grammar.Grammar g) {
+        this.grammar = g;
         return this;
     }
 

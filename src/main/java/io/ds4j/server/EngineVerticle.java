@@ -255,7 +255,8 @@ public final class EngineVerticle extends VerticleBase {
         if (seq == null) seq = backend.newSequence(MAX_ROLLBACK);
         try {
             j.gen = new Generation(backend, seq, r.prompt, sampler, draft, width,
-                    new Generation.Options(cfg.prefillChunk(), r.maxContext, eosIds, MAX_ROLLBACK), j::onToken);
+                    new Generation.Options(cfg.prefillChunk(), r.maxContext, eosIds, MAX_ROLLBACK), j::onToken,
+                    r.grammar == null ? null : r.grammar.constraint(tokenizer));
             // the prompt's last block boundary always ends a chunk, cached or not, so the tail after it is one step
             // of the same size either way (bit-identical answers on backends whose rounding depends on step size)
             int block = prefixCache != null ? prefixCache.blockTokens()

@@ -579,6 +579,8 @@ public final class HttpVerticle extends VerticleBase {
         String model = m.id();
         Tokenizer tok = m.tokenizer();
         vertx.executeBlocking(() -> {
+            // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
+            if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             if (chat) return new Encoded(tok.encode(ChatEncoder.encode(g.messages(), g.options())), null, null);
             String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
             int[] ids;
@@ -617,7 +619,7 @@ public final class HttpVerticle extends VerticleBase {
                     g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),
                     ar.result().promptTokens() != null ? g.topLogprobs() : -1)
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
-                    .cachePrompt(cachePrompt && ar.result().promptTokens() == null);
+                    .cachePrompt(cachePrompt && ar.result().promptTokens() == null).constrain(g.grammar());
             new Exchange(ctx, g, req, model, ar.result().echo(), ar.result().promptTokens()).start();
         });
     }

@@ -1,6 +1,8 @@
 package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.grammar.Grammar;
+import io.ds4j.grammar.UnsupportedSchemaException;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.text.chat.ChatFormatException;
@@ -40,10 +42,12 @@ final class Requests {
      * @param logprobs      return log-probabilities
      * @param topLogprobs   alternatives per token
      * @param skipSpecialTokens leave control tokens out of the output text (default true)
+     * @param grammar       what constrained decoding enforces on the output (forced tool call, strict JSON schema,
+     *                      JSON object), or null for free output
      */
     record Gen(boolean chat, boolean stream, boolean includeUsage, List<ChatMessage> messages, ChatOptions options,
                String promptText, int[] promptIds, boolean echo, SamplingParams params, String maxTokensParam,
-               String specQ, boolean logprobs, int topLogprobs, boolean skipSpecialTokens) {}
+               String specQ, boolean logprobs, int topLogprobs, boolean skipSpecialTokens, Grammar grammar) {}
 
     /** Parses a chat or completion body. */
     static Gen parse(JsonNode body, boolean chat, ModelInfo model, ServerConfig cfg) {
@@ -105,8 +109,9 @@ final class Requests {
             }
             if (messages.isEmpty()) throw ApiException.badField("messages", "must contain at least one message");
             ChatOptions opts = chatOptions(body);
+            Grammar grammar = grammar(body, opts);
             return new Gen(true, stream, includeUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
-                    skipSpecial);
+                    skipSpecial, grammar);
         }
         JsonNode p = body.get("prompt");
         String text = null;
@@ -138,7 +143,7 @@ final class Requests {
         if (text != null && text.isEmpty()) throw ApiException.badField(where, "must not be empty");
         boolean echo = bool(body, "echo", false);
         return new Gen(false, stream, includeUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
-                skipSpecial);
+                skipSpecial, null);
     }
 
     /** 404 for a model name the server does not serve (absent means the served model). */
@@ -298,14 +303,18 @@ final class Requests {
                     switch (choice.textValue()) {
                         case "auto" -> { }
                         case "none" -> useTools = false;
-                        case "required" -> throw ApiException.badField("tool_choice",
-                                "'required' is not supported (use \"auto\" or \"none\")");
-                        default -> throw ApiException.badField("tool_choice", "must be \"auto\" or \"none\", got '" + choice.textValue() + "'");
+                        case "required" -> {
+                            if (tools == null || !tools.isArray() || tools.isEmpty())
+                                throw ApiException.badField("tool_choice", "'required' needs at least one tool in 'tools'");
+                        }
+                        default -> throw ApiException.badField("tool_choice", "must be \"auto\", \"none\", \"required\" or a function, got '" + choice.textValue() + "'");
                     }
                 } else if (choice.isObject()) {
-                    throw ApiException.badField("tool_choice", "forcing a specific function is not supported (use \"auto\" or \"none\")");
+                    String name = forcedName(choice);
+                    if (toolIndex(tools, name) < 0)
+                        throw ApiException.badField("tool_choice", "names function '" + name + "', which is not in 'tools'");
                 } else {
-                    throw ApiException.badField("tool_choice", "must be a string (\"auto\" or \"none\"), got " + describe(choice));
+                    throw ApiException.badField("tool_choice", "must be a string (\"auto\", \"none\" or \"required\") or {\"type\": \"function\", \"function\": {\"name\": ...}}, got " + describe(choice));
                 }
             }
             if (useTools && tools != null && !tools.isNull()) o = o.withTools(tools);
@@ -315,6 +324,80 @@ final class Requests {
             throw chatError(e);
         }
         return o;
+    }
+
+    /** The function name of a {@code {"type": "function", "function": {"name": ...}}} tool_choice. */
+    private static String forcedName(JsonNode choice) {
+        JsonNode type = choice.get("type");
+        if (type != null && !type.isNull() && !"function".equals(type.asText()))
+            throw ApiException.badField("tool_choice.type", "must be \"function\", got " + type);
+        JsonNode fn = choice.get("function");
+        JsonNode name = fn != null && fn.isObject() ? fn.get("name") : choice.get("name");
+        if (name == null || !name.isTextual() || name.textValue().isEmpty())
+            throw ApiException.badField("tool_choice.function.name", "must be a non-empty string");
+        return name.textValue();
+    }
+
+    private static int toolIndex(JsonNode tools, String name) {
+        if (tools == null || !tools.isArray()) return -1;
+        for (int i = 0; i < tools.size(); i++)
+            if (name.equals(tools.get(i).path("function").path("name").asText(null))) return i;
+        return -1;
+    }
+
+    /**
+     * What constrained decoding enforces: tool_choice "required" or a named function → one DSML tool call with
+     * valid arguments; response_format json_schema with {@code strict: true} → JSON valid for the schema;
+     * json_object → a JSON object. A non-strict json_schema is only described in the prompt. In thinking mode the
+     * constraint starts after the reasoning.
+     */
+    private static Grammar grammar(JsonNode b, ChatOptions opts) {
+        Grammar g = null;
+        JsonNode choice = b.get("tool_choice");
+        JsonNode tools = opts.tools();
+        if (choice != null && tools != null && (choice.isObject() || "required".equals(choice.asText()))) {
+            List<String> names = new ArrayList<>();
+            List<JsonNode> params = new ArrayList<>();
+            for (int i = 0; i < tools.size(); i++) {
+                JsonNode fn = tools.get(i).get("function");
+                String name = fn.get("name").textValue();
+                if (choice.isObject() && !name.equals(forcedName(choice))) continue;
+                names.add(name);
+                params.add(fn.get("parameters"));
+            }
+            try {
+                g = Grammar.toolCall(names, params);
+            } catch (UnsupportedSchemaException e) {
+                int i = toolIndex(tools, names.size() == 1 ? names.getFirst() : "");
+                throw schemaError((i >= 0 ? "tools[" + i + "]" : "tools") + ".function.parameters", e);
+            }
+        } else if (opts.responseFormat() != null) {
+            JsonNode rf = opts.responseFormat();
+            switch (rf.path("type").asText()) {
+                case "json_object" -> g = Grammar.jsonObject();
+                case "json_schema" -> {
+                    JsonNode js = rf.get("json_schema");
+                    if (js.path("strict").asBoolean(false)) {
+                        JsonNode schema = js.get("schema");
+                        if (schema == null || schema.isNull())
+                            throw ApiException.badField("response_format.json_schema.schema", "is required when strict is true");
+                        try {
+                            g = Grammar.jsonSchema(schema);
+                        } catch (UnsupportedSchemaException e) {
+                            throw schemaError("response_format.json_schema.schema", e);
+                        }
+                    }
+                }
+                default -> { }
+            }
+        }
+        if (g != null && opts.thinking()) g = g.afterThinking();
+        return g;
+    }
+
+    private static ApiException schemaError(String param, UnsupportedSchemaException e) {
+        return new ApiException(400, "invalid_request_error", "unsupported_schema_keyword", param + (e.path().isEmpty() ? "" : e.path()),
+                param + ": " + e.getMessage() + " (keyword '" + e.keyword() + "')", null);
     }
 
     // ------------------------------------------------------------------------------------------------ field readers

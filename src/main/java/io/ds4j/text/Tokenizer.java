@@ -41,7 +41,7 @@ public interface Tokenizer {
         return false;
     }
 
-        /** Number of token ids, i.e. the largest id plus one (the model's embedding table may be larger). */
+    /** Number of token ids, i.e. the largest id plus one (the model's embedding table may be larger). */
     int vocabSize();
 
     /**

@@ -31,7 +31,7 @@ class OpenAiNodeClientTest {
     @BeforeAll
     static void start() throws Exception {
         Assumptions.assumeTrue(onPath("node"), "node is not installed");
-        assertTrue(Files.isDirectory(NODE_DIR.resolve("node_modules/openai")),
+        assertTrue(Files.isDirectory(NODE_DIR.resolve("node_modules/openai")) && Files.isDirectory(NODE_DIR.resolve("node_modules/ai")),
                 "run 'npm ci --prefix src/test/node' first (bin/test does it)");
         server = TestServer.start(new DefaultModelProvider(), Map.of("server.apiKeys", List.of("sk-local")), null, null);
     }
@@ -67,5 +67,26 @@ class OpenAiNodeClientTest {
         assertTrue(TestServer.eventually(5000, () -> server.state().recent().stream().anyMatch(r -> r.outcome().equals("cancelled"))),
                 "the aborted request was cancelled: " + server.state().recent());
         assertTrue(TestServer.eventually(5000, () -> server.state().metrics().running.get() == 0));
+    }
+
+    /**
+     * The Vercel AI SDK's generateObject and LangChain JS's withStructuredOutput (json schema and forced function
+     * call) against the random embedded model: both libraries parse and check the result with the zod schema.
+     */
+    @Test
+    void structuredOutputLibrariesWork() throws Exception {
+        String model = server.state().model().id();
+        Process p = new ProcessBuilder("node", NODE_DIR.resolve("structured-client.mjs").toString(),
+                "http://127.0.0.1:" + server.port + "/v1", "sk-local", model).redirectErrorStream(true).start();
+        boolean done = p.waitFor(300, TimeUnit.SECONDS);
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        if (!done) {
+            p.destroyForcibly();
+            fail("the structured-output client did not finish in time: " + out);
+        }
+        System.out.println("structured outputs (ai, @langchain/openai): " + out.trim());
+        assertEquals(0, p.exitValue(), out);
+        String last = out.trim().lines().reduce((a, b) -> b).orElse("");
+        assertTrue(Json.MAPPER.readTree(last).get("ok").asBoolean(), out);
     }
 }

@@ -1,0 +1,519 @@
+package io.ds4j.grammar;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.LinkedHashSet;
+import java.util.List;
+
+/**
+ * The grammar states. Each state is a record holding its continuation {@code k} (the state to enter once its own
+ * part is complete), so a state is the whole remaining grammar and equal records are interchangeable.
+ * Whitespace between JSON tokens is allowed where JSON allows it, at most {@link #MAX_WS} bytes in a row.
+ */
+final class States {
+    private States() {}
+
+    /** Longest whitespace run between JSON tokens: room for a newline and indentation, but no endless padding. */
+    static final int MAX_WS = 24;
+    /** Longest number text (sign, digits, fraction, exponent). */
+    static final int MAX_NUMBER = 24;
+
+    static final Schema.Any ANY = new Schema.Any();
+    static final Schema.Arr ANY_ARRAY = new Schema.Arr(0, -1);
+
+    static {
+        ANY.minLen = 1;
+        ANY_ARRAY.items = ANY;
+        ANY_ARRAY.minLen = 2;
+    }
+
+    /** The start of a value of schema s, followed by k. */
+    static GState value(Schema s, GState k) {
+        return switch (s) {
+            case Schema.Any a -> new AnyStart(k);
+            case Schema.AnyObject o -> new FreeObj(0, k);
+            case Schema.Str x -> new Str(k, Str.OPEN);
+            case Schema.Num n -> new Num(k, n, Num.START, 0, 0);
+            case Schema.Literals l -> new Lit(l.set, 0, new Same(k));
+            case Schema.Arr a -> new Arr(a, 0, Arr.OPEN, k);
+            case Schema.Obj o -> new Obj(o, 0, Obj.OPEN, k);
+            case Schema.AnyOf u -> {
+                List<GState> alts = new ArrayList<>();
+                for (Schema o : u.options) alts.add(value(o, k));
+                yield Union.of(alts);
+            }
+            case Schema.Ref r -> value(r.target, k);
+        };
+    }
+
+    static GState ws(GState then) {
+        return new Ws(then, MAX_WS);
+    }
+
+    static boolean isWs(int b) {
+        return b == ' ' || b == '\n' || b == '\t' || b == '\r';
+    }
+
+    /** Accepts nothing more; complete. */
+    enum End implements GState {
+        INSTANCE;
+
+        @Override public GState next(int b) { return null; }
+        @Override public boolean accepting() { return true; }
+        @Override public int dist() { return 0; }
+    }
+
+    /** Optional whitespace (up to left bytes) before then. */
+    record Ws(GState then, int left) implements GState {
+        @Override
+        public GState next(int b) {
+            if (isWs(b) && left > 0) return left == 1 ? then : new Ws(then, left - 1);
+            return then.next(b);
+        }
+
+        @Override public boolean accepting() { return then.accepting(); }
+        @Override public int dist() { return then.dist(); }
+    }
+
+    /** Several alternatives at once (anyOf). */
+    record Union(List<GState> alts) implements GState {
+        static GState of(List<GState> in) {
+            LinkedHashSet<GState> set = new LinkedHashSet<>();
+            for (GState g : in) {
+                if (g == null) continue;
+                if (g instanceof Union u) set.addAll(u.alts);
+                else set.add(g);
+            }
+            if (set.isEmpty()) return null;
+            if (set.size() == 1) return set.iterator().next();
+            return new Union(List.copyOf(set));
+        }
+
+        @Override
+        public GState next(int b) {
+            List<GState> out = new ArrayList<>(alts.size());
+            for (GState g : alts) out.add(g.next(b));
+            return of(out);
+        }
+
+        @Override
+        public boolean accepting() {
+            for (GState g : alts) if (g.accepting()) return true;
+            return false;
+        }
+
+        @Override
+        public int dist() {
+            int d = GState.FAR;
+            for (GState g : alts) d = Math.min(d, g.dist());
+            return d;
+        }
+    }
+
+    /** What follows a completed literal of a {@link LitSet}, by the literal's value. */
+    interface Then {
+        GState after(int value);
+
+        /** after(value).dist(), computed without building the state. */
+        int afterDist(int value);
+    }
+
+    /** The same continuation whatever the literal. */
+    record Same(GState k) implements Then {
+        @Override public GState after(int value) { return k; }
+        @Override public int afterDist(int value) { return k.dist(); }
+    }
+
+    /** Inside one literal of a set. */
+    record Lit(LitSet set, int node, Then then) implements GState {
+        @Override
+        public GState next(int b) {
+            int c = set.step(node, b);
+            GState cont = c >= 0 ? new Lit(set, c, then) : null;
+            if (set.terminal(node)) {
+                GState past = then.after(set.value(node)).next(b);
+                if (past != null) return cont == null ? past : Union.of(List.of(cont, past));
+            }
+            return cont;
+        }
+
+        @Override
+        public boolean accepting() {
+            return set.terminal(node) && then.after(set.value(node)).accepting();
+        }
+
+        @Override
+        public int dist() {
+            if (then instanceof Same same) return GState.add(set.rest(node), same.k.dist());
+            return dist(node, 0);
+        }
+
+        private int dist(int n, int depth) {
+            int best = GState.FAR;
+            if (set.terminal(n)) best = GState.add(depth, then.afterDist(set.value(n)));
+            int[] kids = set.children(n);
+            for (int i = 1; i < kids.length; i += 2) best = Math.min(best, dist(kids[i], depth + 1));
+            return best;
+        }
+    }
+
+    /** A literal text (one string), then k. */
+    static GState literal(String text, GState k) {
+        return new Lit(LITERALS.computeIfAbsent(text, t -> new LitSet(List.of(t))), 0, new Same(k));
+    }
+
+    /** One set per literal text, so states built from the same text compare equal. */
+    private static final java.util.concurrent.ConcurrentHashMap<String, LitSet> LITERALS = new java.util.concurrent.ConcurrentHashMap<>();
+
+    /** Any JSON value. */
+    record AnyStart(GState k) implements GState {
+        @Override
+        public GState next(int b) {
+            return switch (b) {
+                case '{' -> new FreeObj(1, k);
+                case '[' -> new Arr(ANY_ARRAY, 0, Arr.FIRST, k);
+                case '"' -> new Str(k, Str.BODY);
+                case 't', 'f', 'n' -> new Lit(BOOL_NULL, 0, new Same(k)).next(b);
+                default -> (b == '-' || (b >= '0' && b <= '9')) ? new Num(k, ANY_NUMBER, Num.START, 0, 0).next(b) : null;
+            };
+        }
+
+        @Override public boolean accepting() { return false; }
+        @Override public int dist() { return GState.add(1, k.dist()); }
+    }
+
+    static final Schema.Num ANY_NUMBER = new Schema.Num(false);
+    static final LitSet BOOL_NULL = new LitSet(List.of("true", "false", "null"));
+
+    /**
+     * A free-form object. Phases: 0 before '{', 1 after '{' (key or '}'), 2 after ',' (key), 3 after a key (':'),
+     * 4 after a value (',' or '}'); whitespace is handled by wrapping.
+     */
+    record FreeObj(int phase, GState k) implements GState {
+        @Override
+        public GState next(int b) {
+            return switch (phase) {
+                case 0 -> b == '{' ? ws(new FreeObj(1, k)) : null;
+                case 1, 2 -> b == '"' ? new Str(ws(new FreeObj(3, k)), Str.BODY) : (b == '}' && phase == 1 ? k : null);
+                case 3 -> b == ':' ? ws(value(ANY, ws(new FreeObj(4, k)))) : null;
+                default -> b == ',' ? ws(new FreeObj(2, k)) : b == '}' ? k : null;
+            };
+        }
+
+        @Override public boolean accepting() { return false; }
+
+        @Override
+        public int dist() {
+            int own = switch (phase) {
+                case 0 -> 2;
+                case 1, 4 -> 1;
+                case 2 -> 7;   // "":0}
+                default -> 3;  // :0}
+            };
+            return GState.add(own, k.dist());
+        }
+    }
+
+    /** A JSON string. Modes: OPEN, BODY, ESC, HEX(n) = HEX1 − 1 + n digits left, UTF8 = 16 + need·8 + range kind. */
+    record Str(GState k, int mode, int kd) implements GState {
+        Str(GState k, int mode) {
+            this(k, mode, k.dist());
+        }
+
+        static final int OPEN = -1, BODY = 0, ESC = 1, HEX1 = 1; // HEX n digits left: mode 1 + n (2..5)
+
+        @Override
+        public GState next(int b) {
+            if (mode == OPEN) return b == '"' ? new Str(k, BODY, kd) : null;
+            if (mode == BODY) {
+                if (b == '"') return k;
+                if (b == '\\') return new Str(k, ESC, kd);
+                if (b < 0x20) return null;
+                if (b < 0x80) return this;
+                return utf8Lead(b);
+            }
+            if (mode == ESC) {
+                return switch (b) {
+                    case '"', '\\', '/', 'b', 'f', 'n', 'r', 't' -> new Str(k, BODY, kd);
+                    case 'u' -> new Str(k, HEX1 + 4, kd);
+                    default -> null;
+                };
+            }
+            if (mode <= HEX1 + 4) {
+                boolean hex = (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+                if (!hex) return null;
+                return new Str(k, mode == HEX1 + 1 ? BODY : mode - 1, kd);
+            }
+            int need = (mode - 16) >> 3, kind = (mode - 16) & 7;
+            int lo = 0x80, hi = 0xBF;
+            switch (kind) {
+                case 1 -> lo = 0xA0;
+                case 2 -> hi = 0x9F;
+                case 3 -> lo = 0x90;
+                case 4 -> hi = 0x8F;
+                default -> { }
+            }
+            if (b < lo || b > hi) return null;
+            return need == 1 ? new Str(k, BODY, kd) : new Str(k, 16 + (need - 1) * 8, kd);
+        }
+
+        private GState utf8Lead(int b) {
+            if (b >= 0xC2 && b <= 0xDF) return new Str(k, 16 + 8, kd);
+            if (b == 0xE0) return new Str(k, 16 + 16 + 1, kd);
+            if (b == 0xED) return new Str(k, 16 + 16 + 2, kd);
+            if (b >= 0xE1 && b <= 0xEF) return new Str(k, 16 + 16, kd);
+            if (b == 0xF0) return new Str(k, 16 + 24 + 3, kd);
+            if (b == 0xF4) return new Str(k, 16 + 24 + 4, kd);
+            if (b >= 0xF1 && b <= 0xF3) return new Str(k, 16 + 24, kd);
+            return null;
+        }
+
+        @Override public boolean accepting() { return false; }
+
+        @Override
+        public int dist() {
+            int own;
+            if (mode == OPEN) own = 2;
+            else if (mode == BODY) own = 1;
+            else if (mode == ESC) own = 2;
+            else if (mode <= HEX1 + 4) own = mode - HEX1 + 1;
+            else own = ((mode - 16) >> 3) + 1;
+            return GState.add(own, kd);
+        }
+    }
+
+    /**
+     * A JSON number of schema n (integer: no fraction or exponent; bounded: capped integer digits, no exponent);
+     * len counts its bytes so far, digits its integer digits.
+     */
+    record Num(GState k, Schema.Num n, int phase, int len, int digits) implements GState {
+        static final int START = 0, MINUS = 1, ZERO = 2, INT = 3, DOT = 4, FRAC = 5, E = 6, ESIGN = 7, EXP = 8;
+
+        private boolean done() {
+            return phase == ZERO || phase == INT || phase == FRAC || phase == EXP;
+        }
+
+        @Override
+        public GState next(int b) {
+            boolean digit = b >= '0' && b <= '9';
+            boolean integer = n.integer, exp = !n.integer && n.maxIntDigits < 0;
+            boolean moreDigits = n.maxIntDigits < 0 || digits < n.maxIntDigits;
+            int to = -1;
+            switch (phase) {
+                case START -> to = b == '-' && !n.nonNegative ? MINUS : b == '0' ? ZERO : digit ? INT : -1;
+                case MINUS -> to = b == '0' ? ZERO : digit ? INT : -1;
+                case ZERO, INT -> {
+                    if (phase == INT && digit && moreDigits) to = INT;
+                    else if (!integer && b == '.') to = DOT;
+                    else if (exp && (b == 'e' || b == 'E')) to = E;
+                }
+                case DOT -> to = digit ? FRAC : -1;
+                case FRAC -> to = digit ? FRAC : exp && (b == 'e' || b == 'E') ? E : -1;
+                case E -> to = (b == '+' || b == '-') ? ESIGN : digit ? EXP : -1;
+                case ESIGN -> to = digit ? EXP : -1;
+                case EXP -> to = digit ? EXP : -1;
+                default -> { }
+            }
+            // a phase that still needs a digit must leave room for it under the length cap
+            boolean complete = to == ZERO || to == INT || to == FRAC || to == EXP;
+            if (to >= 0 && len + (complete ? 1 : 2) <= MAX_NUMBER)
+                return new Num(k, n, to, len + 1, digits + (to == ZERO || to == INT ? 1 : 0));
+            return done() ? k.next(b) : null;
+        }
+
+        @Override public boolean accepting() { return done() && k.accepting(); }
+
+        @Override
+        public int dist() {
+            return GState.add(done() ? 0 : 1, k.dist());
+        }
+    }
+
+    /** Phases of containers. */
+    record Arr(Schema.Arr a, int count, int phase, GState k) implements GState {
+        static final int OPEN = 0, FIRST = 1, AFTER = 2;
+
+        @Override
+        public GState next(int b) {
+            switch (phase) {
+                case OPEN:
+                    return b == '[' ? ws(new Arr(a, 0, FIRST, k)) : null;
+                case FIRST:
+                    if (b == ']') return a.minItems == 0 ? k : null;
+                    if (a.maxItems == 0) return null;
+                    return value(a.items, ws(after(1))).next(b);
+                default:
+                    if (b == ']') return count >= a.minItems ? k : null;
+                    if (b == ',' && (a.maxItems < 0 || count < a.maxItems)) return ws(value(a.items, ws(after(count + 1))));
+                    return null;
+            }
+        }
+
+        private Arr after(int n) {
+            int cap = Math.max(1, Math.max(a.minItems, a.maxItems));
+            return new Arr(a, Math.min(n, cap), AFTER, k);
+        }
+
+        @Override public boolean accepting() { return false; }
+
+        @Override
+        public int dist() {
+            int item = a.items.minLen;
+            int own = switch (phase) {
+                case OPEN -> 2 + (a.minItems == 0 ? 0 : a.minItems * item + a.minItems - 1);
+                case FIRST -> 1 + (a.minItems == 0 ? 0 : a.minItems * item + a.minItems - 1);
+                default -> 1 + Math.max(0, a.minItems - count) * (item + 1);
+            };
+            return GState.add(Math.min(own, GState.FAR), k.dist());
+        }
+    }
+
+    /** An object of known properties. Phases: OPEN before '{', FIRST after '{', AFTER after a value. */
+    record Obj(Schema.Obj o, int next, int phase, GState k) implements GState {
+        static final int OPEN = 0, FIRST = 1, AFTER = 2;
+
+        @Override
+        public GState next(int b) {
+            switch (phase) {
+                case OPEN:
+                    return b == '{' ? ws(new Obj(o, 0, FIRST, k)) : null;
+                case FIRST:
+                    if (b == '}') return o.firstRequired(0) == o.props.length ? k : null;
+                    GState key = keys(0);
+                    return key == null ? null : key.next(b);
+                default:
+                    if (b == '}') return o.firstRequired(next) == o.props.length ? k : null;
+                    if (b == ',' && next < o.props.length) return ws(keys(next));
+                    return null;
+            }
+        }
+
+        private GState keys(int from) {
+            if (from >= o.props.length) return null;
+            return new Lit(o.keys(from), 0, new KeyThen(o, k));
+        }
+
+        @Override public boolean accepting() { return false; }
+
+        @Override
+        public int dist() {
+            int own = switch (phase) {
+                case OPEN -> 1 + o.tail(0, true);
+                case FIRST -> o.tail(0, true);
+                default -> o.tail(next, false);
+            };
+            return GState.add(own, k.dist());
+        }
+    }
+
+    /** After a key: ':' then the property's value, then the rest of the object. */
+    record KeyThen(Schema.Obj o, GState k) implements Then {
+        @Override
+        public GState after(int i) {
+            return ws(new Colon(o, i, k));
+        }
+
+        @Override
+        public int afterDist(int i) {
+            return GState.add(1 + o.props[i].minLen + o.tail(i + 1, false), k.dist());
+        }
+    }
+
+    record Colon(Schema.Obj o, int i, GState k) implements GState {
+        @Override
+        public GState next(int b) {
+            return b == ':' ? ws(value(o.props[i], ws(new Obj(o, i + 1, Obj.AFTER, k)))) : null;
+        }
+
+        @Override public boolean accepting() { return false; }
+
+        @Override
+        public int dist() {
+            return GState.add(1 + o.props[i].minLen + o.tail(i + 1, false), k.dist());
+        }
+    }
+
+    /** A fixed delimiter with its failure table (compared by identity). */
+    static final class Delim {
+        final byte[] bytes;
+        final int[] fail;
+
+        Delim(String s) {
+            bytes = s.getBytes(StandardCharsets.UTF_8);
+            fail = new int[bytes.length];
+            for (int i = 1, j = 0; i < bytes.length; i++) {
+                while (j > 0 && bytes[i] != bytes[j]) j = fail[j - 1];
+                if (bytes[i] == bytes[j]) j++;
+                fail[i] = j;
+            }
+        }
+    }
+
+    static final Delim THINK_END = new Delim("</think>");
+    static final Delim PARAMETER_END = new Delim(Dsml.PARAMETER_CLOSE);
+
+    /** Free UTF-8 text up to and including the first occurrence of a delimiter, then k. */
+    record Until(Delim d, int matched, int utf8, GState k, int kd) implements GState {
+        Until(Delim d, int matched, int utf8, GState k) {
+            this(d, matched, utf8, k, k.dist());
+        }
+
+        @Override
+        public GState next(int b) {
+            int u;
+            if (utf8 > 0) {
+                if (b < 0x80 || b > 0xBF) return null;
+                u = utf8 - 1;
+            } else if (b < 0x80) u = 0;
+            else if (b >= 0xC2 && b <= 0xDF) u = 1;
+            else if (b >= 0xE0 && b <= 0xEF) u = 2;
+            else if (b >= 0xF0 && b <= 0xF4) u = 3;
+            else return null;
+            int m = matched;
+            while (m > 0 && (d.bytes[m] & 0xFF) != b) m = d.fail[m - 1];
+            if ((d.bytes[m] & 0xFF) == b) m++;
+            if (m == d.bytes.length) return k;
+            return m == matched && u == utf8 && m == 0 && u == 0 ? this : new Until(d, m, u, k, kd);
+        }
+
+        @Override public boolean accepting() { return false; }
+
+        @Override
+        public int dist() {
+            return GState.add(utf8 + d.bytes.length - (utf8 > 0 ? 0 : matched), kd);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------- DSML tool calls
+
+    /** After the invoke line of tool i: its parameters. */
+    record ToolThen(List<Schema.Obj> tools, GState k) implements Then {
+        @Override
+        public GState after(int i) {
+            Schema.Obj o = tools.get(i);
+            return new Lit(o.dsml(0, true), 0, new ParamThen(o, k));
+        }
+
+        @Override
+        public int afterDist(int i) {
+            return GState.add(tools.get(i).dsmlTail(0, true), k.dist());
+        }
+    }
+
+    /** After a parameter opening tag (or the invoke close, value −1). */
+    record ParamThen(Schema.Obj o, GState k) implements Then {
+        @Override
+        public GState after(int j) {
+            if (j < 0) return k;
+            GState rest = new Lit(o.dsml(j + 1, false), 0, this);
+            if (Dsml.raw(o.props[j])) return new Until(PARAMETER_END, 0, 0, rest);
+            return value(o.props[j], literal(Dsml.PARAMETER_CLOSE, rest));
+        }
+
+        @Override
+        public int afterDist(int j) {
+            if (j < 0) return k.dist();
+            return GState.add(o.dsmlValue(j) + o.dsmlTail(j + 1, false), k.dist());
+        }
+    }
+}

@@ -1,0 +1,219 @@
+package io.ds4j.grammar;
+
+import io.ds4j.sampling.Constraint;
+
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+
+/**
+ * A {@link Constraint} that walks a byte-level grammar: the allowed set of a state is found by walking the
+ * tokenizer's {@link TokenTrie} against the state (each prefix once; a rejected byte prunes its whole subtree) and
+ * is cached per state, since the same states recur (inside a string every ordinary character leads back to the same
+ * state).
+ *
+ * <p>Length steering: a token is allowed only if the output can still be completed after it within the remaining
+ * budget, counting one token for end-of-sequence and assuming the worst case of one byte per token. Every byte has a
+ * single-byte token in byte-level BPE vocabularies, so this guarantees a complete output whenever the budget allows
+ * one at all; when it cannot (max_tokens below the shortest completion), the tokens that come closest are allowed
+ * and generation ends with finish reason "length" and an incomplete output.
+ */
+public final class TokenConstraint implements Constraint {
+    private static final int CACHE_ENTRIES = 128;
+
+    private final TokenTrie trie;
+    private final int words;
+    private GState state;
+    private final Map<GState, Entry> cache = new LinkedHashMap<>(64, 0.75f, true) {
+        @Override
+        protected boolean removeEldestEntry(java.util.Map.Entry<GState, TokenConstraint.Entry> e) {
+            return size() > CACHE_ENTRIES;
+        }
+    };
+    private long maskNanos, maskCalls, cacheHits;
+
+    /** A state's allowed tokens with no length limit, and the largest completion distance after any of them. */
+    private record Entry(long[] bits, int maxAfter) {}
+
+    TokenConstraint(TokenTrie trie, GState start) {
+        this.trie = trie;
+        this.words = (trie.vocab + 63) >> 6;
+        this.state = start;
+    }
+
+    @Override
+    public long[] allowed(int remaining) {
+        long t0 = System.nanoTime();
+        long[] r = allowed(state, Math.max(1, remaining));
+        maskNanos += System.nanoTime() - t0;
+        maskCalls++;
+        return r;
+    }
+
+    private long[] allowed(GState s, int remaining) {
+        Entry e = cache.get(s);
+        if (e == null) {
+            e = full(s);
+            cache.put(s, e);
+        } else {
+            cacheHits++;
+        }
+        if (e.maxAfter <= remaining - 2) return e.bits;
+        return steered(s, remaining);
+    }
+
+    /**
+     * For free-text states (a JSON string body, raw text before its delimiter) the precomputed tokens that leave the
+     * state as it is; the walk then only needs the tokens outside that set. Null for other states.
+     */
+    private long[] pure(GState s) {
+        if (s instanceof States.Str st && st.mode() == States.Str.BODY) return trie.stringPure;
+        if (s instanceof States.Until u && u.matched() == 0 && u.utf8() == 0) return trie.textPure;
+        return null;
+    }
+
+    private TokenTrie rest(GState s) {
+        return s instanceof States.Str ? trie.stringRest : trie.textRest;
+    }
+
+    private Entry full(GState s) {
+        long[] bits = new long[words];
+        Walk w = new Walk(bits, Integer.MAX_VALUE);
+        long[] pure = pure(s);
+        if (pure != null) {
+            System.arraycopy(pure, 0, bits, 0, words);
+            w.trie = rest(s);
+            w.maxAfter = s.dist();
+        }
+        w.walk(s, 0);
+        if (s.accepting()) set(bits, trie.eos);
+        if (isEmpty(bits)) set(bits, trie.eos); // a dead end cannot happen for compiled grammars; end rather than hang
+        return new Entry(bits, w.maxAfter);
+    }
+
+    /** The allowed tokens after which the output can still be completed within the budget. */
+    private long[] steered(GState s, int remaining) {
+        long[] bits = new long[words];
+        Walk w = new Walk(bits, remaining - 2);
+        long[] pure = pure(s);
+        if (pure != null) {
+            w.trie = rest(s);
+            if (s.dist() <= remaining - 2) System.arraycopy(pure, 0, bits, 0, words);
+            w.minAfter = s.dist();
+        }
+        w.walk(s, 0);
+        if (s.accepting()) set(bits, trie.eos);
+        if (isEmpty(bits)) {
+            // no completion fits: take the tokens that get closest
+            Walk best = new Walk(bits, w.minAfter);
+            if (pure != null) {
+                best.trie = rest(s);
+                if (s.dist() <= w.minAfter) System.arraycopy(pure, 0, bits, 0, words);
+            }
+            best.walk(s, 0);
+            if (isEmpty(bits)) set(bits, trie.eos);
+        }
+        return bits;
+    }
+
+    /** One walk of the trie from a state, setting the bits of tokens whose after-state is within limit. */
+    private final class Walk {
+        final long[] bits;
+        final int limit;
+        TokenTrie trie = TokenConstraint.this.trie;
+        int maxAfter = -1, minAfter = GState.FAR;
+        GState lastState;
+        int lastDist;
+
+        Walk(long[] bits, int limit) {
+            this.bits = bits;
+            this.limit = limit;
+        }
+
+        void walk(GState s, int node) {
+            int first = trie.firstChild[node], end = first + trie.childCount[node];
+            for (int c = first; c < end; c++) {
+                GState t = s.next(trie.label[c] & 0xFF);
+                if (t == null) continue;
+                int a = trie.tokStart[c], b = trie.tokStart[c + 1];
+                if (a < b) {
+                    int d;
+                    if (t == lastState) d = lastDist;
+                    else {
+                        d = t.dist();
+                        lastState = t;
+                        lastDist = d;
+                    }
+                    minAfter = Math.min(minAfter, d);
+                    if (d <= limit) {
+                        maxAfter = Math.max(maxAfter, d);
+                        for (int i = a; i < b; i++) set(bits, trie.tokens[i]);
+                    }
+                }
+                if (trie.childCount[c] > 0) walk(t, c);
+            }
+        }
+    }
+
+    private static void set(long[] bits, int id) {
+        bits[id >> 6] |= 1L << id;
+    }
+
+    private static boolean isEmpty(long[] bits) {
+        for (long x : bits) if (x != 0) return false;
+        return true;
+    }
+
+    @Override
+    public int acceptablePrefix(int[] tokens, int n, int remaining) {
+        GState s = state;
+        for (int i = 0; i < n; i++) {
+            int rem = remaining - i;
+            if (rem < 1 || s == null) return i;
+            int tok = tokens[i];
+            if (!Constraint.has(allowed(s, rem), tok)) return i;
+            if (tok == trie.eos) return i + 1; // nothing may follow the end
+            s = advance(s, tok);
+        }
+        return n;
+    }
+
+    @Override
+    public void advance(int token) {
+        if (token == trie.eos) {
+            if (!state.accepting()) throw new IllegalStateException("end of sequence before the constrained output is complete");
+            state = States.End.INSTANCE;
+            return;
+        }
+        GState t = advance(state, token);
+        if (t == null) throw new IllegalStateException("token " + token + " is not allowed by the constraint here");
+        state = t;
+    }
+
+    private GState advance(GState s, int token) {
+        byte[] b = token >= 0 && token < trie.vocab ? trie.bytes[token] : null;
+        if (b == null || b.length == 0) return null;
+        for (int i = 0; i < b.length && s != null; i++) s = s.next(b[i] & 0xFF);
+        return s;
+    }
+
+    @Override
+    public boolean complete() {
+        return state.accepting();
+    }
+
+    /** Nanoseconds spent computing masks so far (cache look-ups included). */
+    public long maskNanos() {
+        return maskNanos;
+    }
+
+    /** Masks asked for so far. */
+    public long maskCalls() {
+        return maskCalls;
+    }
+
+    /** Masks answered from the per-state cache (the steered end phase is never cached). */
+    public long cacheHits() {
+        return cacheHits;
+    }
+}

@@ -1,0 +1,95 @@
+package io.ds4j.engine;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.networknt.schema.JsonSchemaFactory;
+import com.networknt.schema.SpecVersion;
+import io.ds4j.cpu.CpuBackend;
+import io.ds4j.cpu.TestModelsAccess;
+import io.ds4j.grammar.Grammar;
+import io.ds4j.grammar.RandomSchemas;
+import io.ds4j.model.synth.Presets;
+import io.ds4j.sampling.SamplingParams;
+import io.ds4j.spec.DraftSource;
+import io.ds4j.spec.ModelDraftSource;
+import io.ds4j.spec.NgramDraft;
+import io.ds4j.spec.VerifyWidth;
+import io.ds4j.text.Tokenizer;
+import io.ds4j.text.Tokenizers;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.util.List;
+import java.util.SplittableRandom;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Constrained decoding in the generation loop on a random model with the real vocabulary (preset tiny): speculative
+ * greedy output under a constraint equals plain greedy output under it, token for token, with drafts from the same
+ * model (which propose what the target wants, constraint or not) and from n-gram lookup; sampled outputs validate.
+ */
+class ConstrainedGenerationTest {
+    static CpuBackend target, draftModel;
+    static final Tokenizer TOK = Tokenizers.vendored();
+    static final ObjectMapper M = new ObjectMapper();
+
+    @BeforeAll
+    static void load() {
+        target = new CpuBackend(TestModelsAccess.random(Presets.get("tiny"), 11));
+        draftModel = new CpuBackend(TestModelsAccess.random(Presets.get("tiny"), 11));
+    }
+
+    @AfterAll
+    static void close() {
+        target.close();
+        draftModel.close();
+    }
+
+    static ConstrainedRuns.Out run(Grammar g, int[] prompt, SamplingParams p, DraftSource src, VerifyWidth w) {
+        return ConstrainedRuns.run(target, TOK, g, prompt, p, src, w);
+    }
+
+    @Test
+    void speculativeGreedyEqualsPlainGreedyUnderAConstraint() throws Exception {
+        SplittableRandom r = new SplittableRandom(23);
+        DraftSource same = new ModelDraftSource(draftModel, "model", 16);
+        long offered = 0, accepted = 0;
+        for (int trial = 0; trial < 6; trial++) {
+            JsonNode schema = RandomSchemas.schema(r);
+            Grammar g = Grammar.jsonSchema(schema);
+            int[] prompt = TOK.encode("<｜begin▁of▁sentence｜><｜User｜>Data " + trial + "<｜Assistant｜></think>");
+            SamplingParams p = SamplingParams.greedy(Math.max(60, g.minBytes() + 8));
+            ConstrainedRuns.Out plain = run(g, prompt, p, null, null);
+            for (DraftSource src : List.of(same, NgramDraft.source())) {
+                for (VerifyWidth w : List.of(VerifyWidth.fixed(3), VerifyWidth.parse("auto"))) {
+                    ConstrainedRuns.Out spec = run(g, prompt, p, src, w);
+                    assertArrayEquals(plain.tokens(), spec.tokens(), schema + " with " + src.name() + " " + w);
+                    offered += spec.stats().offered();
+                    accepted += spec.stats().accepted();
+                }
+            }
+            assertEquals(Generation.Finish.STOP, plain.finish(), plain.text());
+            assertTrue(JsonSchemaFactory.getInstance(SpecVersion.VersionFlag.V202012).getSchema(schema)
+                    .validate(M.readTree(plain.text())).isEmpty(), schema + " -> " + plain.text());
+        }
+        assertTrue(offered > 0 && accepted > 0, "drafts were offered (" + offered + ") and accepted (" + accepted + ")");
+    }
+
+    @Test
+    void sampledSpeculativeOutputValidates() throws Exception {
+        SplittableRandom r = new SplittableRandom(31);
+        DraftSource same = new ModelDraftSource(draftModel, "model", 16);
+        for (int trial = 0; trial < 4; trial++) {
+            JsonNode schema = RandomSchemas.schema(r);
+            Grammar g = Grammar.jsonSchema(schema);
+            int[] prompt = TOK.encode("<｜begin▁of▁sentence｜><｜User｜>Sampled " + trial + "<｜Assistant｜></think>");
+            SamplingParams p = SamplingParams.sampled(1.0, 0, 0.95, 0, 100 + trial, Math.max(60, g.minBytes() + 8));
+            ConstrainedRuns.Out o = run(g, prompt, p, same, VerifyWidth.fixed(4));
+            assertEquals(Generation.Finish.STOP, o.finish(), o.text());
+            assertTrue(JsonSchemaFactory.getInstance(SpecVersion.VersionFlag.V202012).getSchema(schema)
+                    .validate(M.readTree(o.text())).isEmpty(), schema + " -> " + o.text());
+        }
+    }
+}

@@ -1,0 +1,144 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.networknt.schema.JsonSchemaFactory;
+import com.networknt.schema.SpecVersion;
+import io.ds4j.grammar.RandomSchemas;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.util.Map;
+import java.util.SplittableRandom;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Structured outputs through HTTP against the embedded default model (random weights, so only the constraint makes
+ * the output well-formed): strict json_schema and json_object content validates (networknt validator), forced tool
+ * calls (required, named) parse with valid arguments, streaming joins to the same, thinking mode constrains the
+ * content after the reasoning, speculative greedy equals plain greedy, and unsupported keywords are a 400.
+ */
+class StructuredOutputTest {
+    static TestServer server;
+
+    @BeforeAll
+    static void start() throws Exception {
+        server = TestServer.start(new DefaultModelProvider(), Map.of("speculative.draft", "ngram"), null, null);
+    }
+
+    @AfterAll
+    static void stop() {
+        if (server != null) server.close();
+    }
+
+    static boolean valid(JsonNode schema, JsonNode value) {
+        return JsonSchemaFactory.getInstance(SpecVersion.VersionFlag.V202012).getSchema(schema).validate(value).isEmpty();
+    }
+
+    static String body(String extra) {
+        return "{\"messages\":[{\"role\":\"user\",\"content\":\"Give me the data.\"}]," + extra + "}";
+    }
+
+    static String jsonSchemaFormat(JsonNode schema, boolean strict) {
+        return "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"out\",\"strict\":" + strict
+                + ",\"schema\":" + schema + "}}";
+    }
+
+    @Test
+    void strictJsonSchemaContentValidates() throws Exception {
+        SplittableRandom r = new SplittableRandom(5);
+        for (int i = 0; i < 6; i++) {
+            ObjectNode schema = RandomSchemas.schema(r);
+            var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, true)
+                    + ",\"max_tokens\":200,\"temperature\":1,\"seed\":" + i));
+            assertEquals(200, resp.status(), resp.body());
+            JsonNode choice = resp.json().get("choices").get(0);
+            String content = choice.get("message").get("content").asText();
+            assertEquals("stop", choice.get("finish_reason").asText(), content);
+            assertTrue(valid(schema, Json.MAPPER.readTree(content)), schema + " -> " + content);
+        }
+    }
+
+    @Test
+    void jsonObjectAndStreaming() throws Exception {
+        var resp = server.post("/v1/chat/completions", body("\"response_format\":{\"type\":\"json_object\"},\"max_tokens\":60,\"stream\":true,\"seed\":1,\"temperature\":1"));
+        assertEquals(200, resp.status(), resp.body());
+        StringBuilder content = new StringBuilder();
+        for (String e : resp.events()) {
+            if (e.equals("[DONE]")) continue;
+            JsonNode d = Json.MAPPER.readTree(e).path("choices").path(0).path("delta").path("content");
+            if (d.isTextual()) content.append(d.asText());
+        }
+        assertTrue(Json.MAPPER.readTree(content.toString()).isObject(), content.toString());
+    }
+
+    @Test
+    void thinkingThenJson() throws Exception {
+        JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},\"required\":[\"n\",\"tags\"],\"additionalProperties\":false}");
+        var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, true)
+                + ",\"max_tokens\":120,\"reasoning_effort\":\"high\",\"seed\":3,\"temperature\":1"));
+        assertEquals(200, resp.status(), resp.body());
+        JsonNode msg = resp.json().get("choices").get(0).get("message");
+        assertTrue(msg.path("reasoning_content").isTextual(), msg.toString());
+        assertTrue(valid(schema, Json.MAPPER.readTree(msg.get("content").asText())), msg.toString());
+    }
+
+    static final String TOOLS = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
+            + "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},"
+            + "\"unit\":{\"enum\":[\"C\",\"F\"]}},\"required\":[\"city\",\"days\",\"unit\"],\"additionalProperties\":false}}},"
+            + "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\",\"properties\":"
+            + "{\"q\":{\"type\":\"string\"},\"limit\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]}},\"required\":[\"q\",\"limit\"]}}}]";
+
+    @Test
+    void forcedToolCalls() throws Exception {
+        JsonNode tools = Json.MAPPER.readTree("{" + TOOLS + "}").get("tools");
+        for (String choice : new String[]{"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"search\"}}"}) {
+            for (int seed = 0; seed < 3; seed++) {
+                var resp = server.post("/v1/chat/completions", body(TOOLS + ",\"tool_choice\":" + choice
+                        + ",\"max_tokens\":150,\"temperature\":1,\"seed\":" + seed));
+                assertEquals(200, resp.status(), resp.body());
+                JsonNode c = resp.json().get("choices").get(0);
+                assertEquals("tool_calls", c.get("finish_reason").asText(), c.toString());
+                JsonNode call = c.get("message").get("tool_calls").get(0).get("function");
+                String name = call.get("name").asText();
+                if (choice.contains("search")) assertEquals("search", name);
+                JsonNode params = null;
+                for (JsonNode t : tools) if (t.get("function").get("name").asText().equals(name)) params = t.get("function").get("parameters");
+                assertNotNull(params, name);
+                assertTrue(valid(params, Json.MAPPER.readTree(call.get("arguments").asText())), c.toString());
+            }
+        }
+    }
+
+    @Test
+    void speculativeGreedyEqualsPlainGreedy() throws Exception {
+        JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"list\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}},\"name\":{\"type\":\"string\"}},\"required\":[\"list\",\"name\"],\"additionalProperties\":false}");
+        String common = jsonSchemaFormat(schema, true) + ",\"max_tokens\":80,\"temperature\":0";
+        JsonNode plain = server.post("/v1/chat/completions", body(common + ",\"speculative_q\":0")).json();
+        JsonNode spec = server.post("/v1/chat/completions", body(common + ",\"speculative_q\":4")).json();
+        String a = plain.get("choices").get(0).get("message").get("content").asText();
+        assertEquals(a, spec.get("choices").get(0).get("message").get("content").asText());
+        assertTrue(valid(schema, Json.MAPPER.readTree(a)), a);
+    }
+
+    @Test
+    void unsupportedKeywordIs400() throws Exception {
+        JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"d\"]}");
+        var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, true)));
+        assertEquals(400, resp.status(), resp.body());
+        assertTrue(resp.json().get("error").get("message").asText().contains("format"), resp.body());
+        // not strict: only described in the prompt, so the same schema is accepted
+        assertEquals(200, server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, false) + ",\"max_tokens\":4")).status());
+        // tools: a forced call checks its schema; a named function must exist
+        var bad = server.post("/v1/chat/completions", body("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                + "{\"type\":\"object\",\"properties\":{\"x\":{\"oneOf\":[{\"type\":\"string\"}]}}}}}],\"tool_choice\":\"required\""));
+        assertEquals(400, bad.status(), bad.body());
+        assertTrue(bad.json().get("error").get("message").asText().contains("oneOf"), bad.body());
+        var missing = server.post("/v1/chat/completions", body(TOOLS + ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}"));
+        assertEquals(400, missing.status(), missing.body());
+        var none = server.post("/v1/chat/completions", body("\"tool_choice\":\"required\""));
+        assertEquals(400, none.status(), none.body());
+    }
+}
