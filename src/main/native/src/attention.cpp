@@ -788,18 +788,18 @@ static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, c
     else if (kind == DS4J_ATTN_CSA) maxc = (N0 + S) / m < K ? (N0 + S) / m : K;
     const int64_t nk_max = W + maxc;
     const int64_t smem = attention_smem(d, nk_max);
-    DS4J_ARG(smem <= smem_optin(ctx->device),
+    // the block's static shared memory (the reduction scratch) counts against the same per-block limit
+    DS4J_ARG(smem + 1024 <= smem_optin(ctx->device),
              "%s: %lld keys per query (window %d + %lld compressed) exceed the kernel's shared memory", fn,
              (long long)nk_max, W, (long long)maxc);
-    if (smem > 48 * 1024) {  // long contexts (HCA past ~480K tokens): opt in to more than the default 48 KB, once
+    if (smem > 48 * 1024) {  // long contexts (HCA past ~480K tokens): opt in to more than the default 48 KB
         static int64_t granted[64];
         const int dv = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
         if (smem > granted[dv]) {
-            const int64_t want = smem_optin(ctx->device);
             hipError_t e = hipFuncSetAttribute(reinterpret_cast<const void*>(attention_kernel<T>),
-                                               hipFuncAttributeMaxDynamicSharedMemorySize, (int)want);
+                                               hipFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != hipSuccess) return fail_hip(e, "attention: shared memory opt-in");
-            granted[dv] = want;
+            granted[dv] = smem;
         }
     }
     DS4J_ARG(S <= 65535, "%s: S %d too large for one launch", fn, S);

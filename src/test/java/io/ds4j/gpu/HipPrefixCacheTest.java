@@ -102,11 +102,18 @@ class HipPrefixCacheTest {
                 forward(g, src, toks, 32, 40, 8);
                 src.rollback(12);
                 assertArrayEquals(Arrays.copyOfRange(coldMixed, 28 * V, coldMixed.length), forward(g, src, mixed, 28, 61, 6));
+                // the second continuation keeps the snapshot's 32 tokens and goes on with other ones
+                int[] second = Arrays.copyOf(toks, 61);
+                System.arraycopy(other, 32, second, 32, 29);
+                float[] coldSecond;
+                try (Sequence s = g.newSequence(16)) {
+                    coldSecond = forward(g, s, second, 0, 61, 61);
+                }
                 try (Sequence a = g.resume(snap, 16); Sequence b = g.resume(snap, 16)) {
-                    float[] rb = forward(g, b, mixed, 32, 61, 3);
+                    float[] rb = forward(g, b, second, 32, 61, 3);
                     float[] ra = forward(g, a, toks, 32, 61, 4);
                     assertArrayEquals(Arrays.copyOfRange(cold, 32 * V, cold.length), ra, "first continuation");
-                    assertArrayEquals(Arrays.copyOfRange(coldMixed, 32 * V, coldMixed.length), rb, "second continuation");
+                    assertArrayEquals(Arrays.copyOfRange(coldSecond, 32 * V, coldSecond.length), rb, "second continuation");
                 }
                 snap.close();
             }
