@@ -399,6 +399,7 @@ public final class HttpVerticle extends VerticleBase {
         ObjectNode caps = o.putObject("capabilities");
         caps.put("reasoning", true).put("tools", true).put("speculative", m != null && !m.draft().equals("none"));
         caps.putArray("reasoning_efforts").add("none").add("high").add("max");
+        if (state.clusterView() != null) o.set("cluster", state.clusterView().get());
         json(ctx, 200, o);
     }
 
