@@ -50,9 +50,9 @@ import java.util.function.Consumer;
  */
 public final class HttpVerticle extends VerticleBase {
     private static final Logger LOG = LoggerFactory.getLogger(HttpVerticle.class);
-    private static final DeliveryOptions LOCAL = new DeliveryOptions().setCodecName(LocalCodec.NAME);
+    private static final DeliveryOptions LOCAL = new DeliveryOptions().setCodecName(LocalCodec.NAME).setLocalOnly(true);
     /** The engine answers a submission between two steps; a step can be long on a big model. */
-    private static final DeliveryOptions SUBMIT = new DeliveryOptions().setCodecName(LocalCodec.NAME).setSendTimeout(600_000);
+    private static final DeliveryOptions SUBMIT = new DeliveryOptions().setCodecName(LocalCodec.NAME).setLocalOnly(true).setSendTimeout(600_000);
     private static final Set<String> API_PATHS = Set.of("/props", "/tokenize", "/detokenize", "/metrics", "/models",
             "/completions", "/chat/completions");
     static final String FINGERPRINT = "ds4j-0.1.0";

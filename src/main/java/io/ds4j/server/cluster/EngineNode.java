@@ -148,7 +148,7 @@ public final class EngineNode extends VerticleBase {
         client.request(ro).compose(req -> {
             x.req = req;
             if (x.aborted) {
-                req.reset();
+                req.connection().close();
                 return Future.failedFuture("cancelled");
             }
             return req.send(Buffer.buffer(f.data()));
@@ -224,8 +224,9 @@ public final class EngineNode extends VerticleBase {
             if (aborted || ended) return;
             aborted = true;
             LOG.info("cluster: request {} stopped: {}", id, why);
-            // closing the local exchange is what the API sees as a client going away: the engine cancels it
-            if (req != null) req.reset();
+            // closing the local connection is what the API sees as a client going away: the engine cancels the
+            // request at its next step (a stream reset alone leaves an HTTP/1.1 response running)
+            if (req != null) req.connection().close();
         }
     }
 

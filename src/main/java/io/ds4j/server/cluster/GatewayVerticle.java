@@ -486,7 +486,9 @@ public final class GatewayVerticle extends VerticleBase {
         void clientGone() {
             if (done) return;
             finish();
-            if (engine != null) vertx.eventBus().send(EngineNode.address(engine.node), ClusterFrame.cancel(id));
+            if (engine == null) return;
+            LOG.info("request {}: client disconnected; cancelling it on engine node '{}'", id, engine.name());
+            vertx.eventBus().send(EngineNode.address(engine.node), ClusterFrame.cancel(id));
         }
 
         private void release() {
