@@ -295,6 +295,8 @@ class ClusterProcessesTest {
             System.out.println("openai npm client through the gateway: " + out.trim());
             assertTrue(ended && p.exitValue() == 0, out);
             assertTrue(Json.MAPPER.readTree(out.trim().lines().reduce((a, b) -> b).orElse("{}")).path("ok").asBoolean(), out);
+            // the stream it aborted was cancelled on the engine node that ran it
+            assertTrue(eventually(20_000, () -> cancelledOnEngines() >= 1), "the client's abort reached the engine node" + logs());
         } else {
             System.out.println("node is not installed: the openai npm client part is skipped");
         }
@@ -323,7 +325,22 @@ class ClusterProcessesTest {
         try (ExecutorService one = Executors.newSingleThreadExecutor()) {
             running = one.submit(() -> streams(16, 64, allStreaming));
             assertTrue(allStreaming.await(120, TimeUnit.SECONDS), "all 16 streams started" + logs());
-            engines[0].destroyForcibly();
+            // non-streamed requests in flight too: those on the killed node had no answer yet and go to the survivor
+            List<Future<HttpResponse<String>>> plain = new ArrayList<>();
+            try (ExecutorService ex = Executors.newVirtualThreadPerTaskExecutor()) {
+                for (int i = 0; i < 4; i++) plain.add(ex.submit(() -> HTTP.send(HttpRequest.newBuilder(
+                                URI.create("http://127.0.0.1:" + gwPort + "/v1/chat/completions"))
+                        .header("Authorization", "Bearer " + KEY).header("Content-Type", "application/json")
+                        .POST(HttpRequest.BodyPublishers.ofString("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":48}"))
+                        .build(), HttpResponse.BodyHandlers.ofString())));
+                Thread.sleep(500);
+                engines[0].destroyForcibly();
+                for (Future<HttpResponse<String>> f : plain) {
+                    HttpResponse<String> r = f.get(240, TimeUnit.SECONDS);
+                    assertEquals(200, r.statusCode(), r.body());
+                    assertEquals("chat.completion", Json.MAPPER.readTree(r.body()).path("object").asText(), r.body());
+                }
+            }
             List<Seen> killed = running.get(240, TimeUnit.SECONDS);
             int onDead = 0, onLive = 0;
             for (Seen s : killed) {
@@ -356,5 +373,20 @@ class ClusterProcessesTest {
         Map<String, Integer> back = byEngine(rejoined);
         System.out.println("cluster: after the restart, 8 streams by engine: " + back);
         assertTrue(back.getOrDefault(engineName(0), 0) >= 1, "the restarted node serves again: " + back);
+
+        // --- no engine left: a non-streamed request gets a 503 naming why
+        engines[0].destroyForcibly();
+        engines[1].destroyForcibly();
+        assertTrue(eventually(30_000, () -> readyEngines() == 0), "the gateway noticed both engines gone" + logs());
+        HttpResponse<String> none = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + gwPort + "/v1/chat/completions"))
+                .header("Authorization", "Bearer " + KEY).header("Content-Type", "application/json")
+                .POST(HttpRequest.BodyPublishers.ofString("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}")).build(),
+                HttpResponse.BodyHandlers.ofString());
+        assertEquals(503, none.statusCode(), none.body());
+        JsonNode err = Json.MAPPER.readTree(none.body()).path("error");
+        assertEquals("no_engine", err.path("code").asText(), none.body());
+        assertTrue(err.path("message").asText().contains("no engine node"), none.body());
+        assertTrue(none.headers().firstValue("Retry-After").isPresent());
+        assertEquals(503, get(gwPort, "/health").statusCode());
     }
 }
