@@ -248,7 +248,7 @@ public final class GatewayVerticle extends VerticleBase {
                 entry = data.addObject();
                 entry.put("id", m.getString("id")).put("object", "model").put("created", e.ann.getLong("startedAt", 0L) / 1000)
                         .put("owned_by", "ds4j");
-                entry.set("meta", Json.MAPPER.valueToTree(m.getMap()));
+                entry.set("meta", tree(m));
                 entry.putArray("engines");
                 seen.put(m.getString("id"), entry);
             }
@@ -272,7 +272,7 @@ public final class GatewayVerticle extends VerticleBase {
         ArrayNode nodes = c.putArray("engines");
         int running = 0, waiting = 0, slots = 0;
         for (EngineTable.Engine e : table.all()) {
-            ObjectNode n = (ObjectNode) Json.MAPPER.valueToTree(e.ann.getMap());
+            ObjectNode n = (ObjectNode) tree(e.ann);
             n.remove("bootId");
             n.put("inflight_from_this_gateway", e.inflight).put("routed_by_this_gateway", e.routed)
                     .put("last_seen_ms", (System.nanoTime() - e.seenNanos) / 1_000_000);
@@ -287,6 +287,15 @@ public final class GatewayVerticle extends VerticleBase {
         o.put("total_slots", slots);
         o.set("config", cfg.toJson(true));
         json(ctx.response(), 200, o);
+    }
+
+    /** A Vert.x JSON object as a Jackson tree (nested objects included). */
+    private static JsonNode tree(JsonObject o) {
+        try {
+            return Json.MAPPER.readTree(o.encode());
+        } catch (java.io.IOException e) {
+            throw new IllegalStateException(e);
+        }
     }
 
     private static void json(HttpServerResponse resp, int status, JsonNode body) {

@@ -270,6 +270,7 @@ class ClusterProcessesTest {
         assertEquals(2, models.path("data").path(0).path("engines").size(), models.toString());
         JsonNode props = Json.MAPPER.readTree(get(gwPort, "/props").body());
         assertEquals(2, props.path("cluster").path("engines").size(), props.toString());
+        assertEquals(model, props.path("cluster").path("engines").path(0).path("model").path("id").asText(), props.toString());
         assertEquals("gateway", props.path("cluster").path("role").asText());
         assertTrue(get(gwPort, "/metrics").body().contains("ds4j:cluster_engines_ready 2.0"));
         JsonNode engineProps = Json.MAPPER.readTree(get(enginePort[0], "/props").body());
