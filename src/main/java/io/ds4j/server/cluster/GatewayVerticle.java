@@ -369,7 +369,8 @@ public final class GatewayVerticle extends VerticleBase {
 
     /** One client request relayed to an engine node. */
     private final class Relay {
-        final String id = Long.toHexString(ThreadLocalRandom.current().nextLong());
+        /** The exchange id of the current attempt: each node tried gets a new one, so a late answer is ignored. */
+        String id;
         final RoutingContext ctx;
         final HttpServerResponse resp;
         final String request, model, session;
@@ -410,15 +411,19 @@ public final class GatewayVerticle extends VerticleBase {
                 return;
             }
             engine = c.engine();
+            id = Long.toHexString(ThreadLocalRandom.current().nextLong());
             tried.add(engine.node);
             engine.inflight++;
             engine.routed++;
             relays.put(id, this);
             EngineTable.Engine target = engine;
+            String attempt = id;
             vertx.eventBus().request(EngineNode.address(engine.node), ClusterFrame.gen(id, address, request, headers, body), ACK)
                     .onFailure(t -> {
-                        if (engine != target || answered || done) return;
+                        if (!attempt.equals(id) || answered || done) return;
                         release();
+                        // a slow node may still start it: tell it to drop this attempt
+                        vertx.eventBus().send(EngineNode.address(target.node), ClusterFrame.cancel(attempt));
                         LOG.warn("cluster: engine node '{}' did not take request {}: {}", target.name(), id, t.getMessage());
                         dispatch("engine node '" + target.name() + "' did not take it: " + t.getMessage());
                     });
