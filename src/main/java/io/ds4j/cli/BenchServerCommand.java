@@ -65,7 +65,13 @@ public final class BenchServerCommand implements Callable<Integer> {
     @Option(names = "--draft", defaultValue = "none", description = "speculative.draft for both sides: none or ngram (default ${DEFAULT-VALUE})") String draft;
     @Option(names = "--max-active", defaultValue = "8", description = "limits.maxActive of the server (default ${DEFAULT-VALUE}, the server default)") int maxActive;
 
+    @Option(names = "--url", paramLabel = "URL", description = "measure a server already running at URL (e.g. a cluster gateway, "
+            + "http://127.0.0.1:8080) instead of starting one: single-stream and concurrent figures with per-token latency, "
+            + "no engine-alone comparison") String url;
+    @Option(names = "--api-key", paramLabel = "KEY", description = "Bearer key for --url") String apiKey;
+
     private final ObjectMapper json = new ObjectMapper();
+    private String base;
     private HttpClient http;
     private int port;
 
@@ -85,6 +91,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         System.out.printf("machine: %s, %d cores, JDK %s%n", cpuName(), Runtime.getRuntime().availableProcessors(),
                 System.getProperty("java.version"));
 
+        if (url != null) return remote(user, maxClients);
         // --- the server (loads its own copy of the model; weights are memory-mapped, so this costs little)
         Map<String, Object> o = new LinkedHashMap<>();
         o.put("server.host", "127.0.0.1");
@@ -99,6 +106,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         try (CpuBackend be = new CpuBackend(WeightLoader.load(dir))) {
             server.ready().await();
             port = server.port();
+            base = "http://127.0.0.1:" + port;
             http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(10)).build();
             // warm-up (JIT) of both paths, then blocks A B A B so drift affects both alike; a collection between
             // blocks so one side's garbage is not collected during the other's runs
@@ -156,6 +164,50 @@ public final class BenchServerCommand implements Callable<Integer> {
         return 0;
     }
 
+    /**
+     * --url: the server at the URL as clients see it. Per-token latency is the time between successive content chunks
+     * of one stream (a speculative step may deliver several tokens in one chunk).
+     */
+    private int remote(String user, int maxClients) throws Exception {
+        base = url.replaceAll("/+$", "");
+        http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(10)).build();
+        System.out.printf("server: %s (running already; its own limits apply)%n", base);
+        for (int i = 0; i < 10; i++) stream(user);
+        List<Sample> single = new ArrayList<>();
+        for (int i = 0; i < 2 * repeats; i++) single.add(stream(user));
+        double[] gaps = single.stream().flatMapToDouble(x -> Arrays.stream(x.gapsMs())).sorted().toArray();
+        System.out.println();
+        System.out.printf("%-24s %14s %16s %12s %14s %14s%n", "single stream", "decode tok/s", "end-to-end tok/s", "TTFT ms",
+                "per-token p50", "per-token p99");
+        System.out.printf("%-24s %14.1f %16.1f %12.1f %11.2f ms %11.2f ms%n", "1 client, " + single.size() + " runs",
+                median(single.stream().mapToDouble(Sample::decodeTps).toArray()),
+                median(single.stream().mapToDouble(Sample::e2eTps).toArray()),
+                median(single.stream().mapToDouble(Sample::ttftMs).toArray()), pct(gaps, 50), pct(gaps, 99));
+        System.out.println();
+        System.out.printf("%-8s %9s %13s %13s %17s %14s %14s%n", "clients", "requests", "TTFT p50 ms", "TTFT p99 ms", "aggregate tok/s",
+                "per-token p50", "per-token p99");
+        for (int c : clients) {
+            int perClient = Math.max(1, (requests + c - 1) / c);
+            List<Sample> samples = Collections.synchronizedList(new ArrayList<>());
+            long t0 = System.nanoTime();
+            try (ExecutorService ex = Executors.newVirtualThreadPerTaskExecutor()) {
+                List<Future<?>> fs = new ArrayList<>();
+                for (int k = 0; k < c; k++) fs.add(ex.submit(() -> {
+                    for (int r = 0; r < perClient; r++) samples.add(stream(user));
+                    return null;
+                }));
+                for (Future<?> f : fs) f.get();
+            }
+            double secs = (System.nanoTime() - t0) / 1e9;
+            double[] ttft = samples.stream().mapToDouble(Sample::ttftMs).sorted().toArray();
+            double[] g = samples.stream().flatMapToDouble(x -> Arrays.stream(x.gapsMs())).sorted().toArray();
+            long toks = samples.stream().mapToLong(Sample::tokens).sum();
+            System.out.printf("%-8d %9d %13.1f %13.1f %17.1f %11.2f ms %11.2f ms%n", c, samples.size(), pct(ttft, 50), pct(ttft, 99),
+                    toks / secs, pct(g, 50), pct(g, 99));
+        }
+        return 0;
+    }
+
     /** A user message of roughly --prompt-tokens tokens once encoded. */
     private String userText(Tokenizer tok) {
         String[] words = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches "
@@ -183,15 +235,18 @@ public final class BenchServerCommand implements Callable<Integer> {
     }
 
     /** One request as the client sees it. */
-    record Sample(double ttftMs, double decodeTps, double e2eTps, long tokens) {}
+    record Sample(double ttftMs, double decodeTps, double e2eTps, long tokens, double[] gapsMs) {}
 
     private Sample stream(String user) throws Exception {
         ObjectNode b = json.createObjectNode();
         b.putArray("messages").addObject().put("role", "user").put("content", user);
         b.put("stream", true).put("max_tokens", maxTokens).put("temperature", 0).put("ignore_eos", true);
         b.putObject("stream_options").put("include_usage", true);
-        HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/v1/chat/completions"))
-                .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(b.toString())).build();
+        HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/v1/chat/completions"))
+                .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(b.toString()));
+        if (apiKey != null) rb.header("Authorization", "Bearer " + apiKey);
+        HttpRequest req = rb.build();
+        List<Double> gaps = new ArrayList<>();
         long t0 = System.nanoTime();
         HttpResponse<Stream<String>> r = http.send(req, HttpResponse.BodyHandlers.ofLines());
         if (r.statusCode() != 200) throw new IllegalStateException("HTTP " + r.statusCode());
@@ -209,13 +264,15 @@ public final class BenchServerCommand implements Callable<Integer> {
             long now = System.nanoTime();
             if (!c.path("delta").path("content").asText("").isEmpty()) {
                 if (first == 0) first = now;
+                else gaps.add((now - last) / 1e6);
                 last = now;
             }
             if (!c.path("finish_reason").isNull() && !c.path("finish_reason").isMissingNode()) last = now;
         }
         long end = System.nanoTime();
         double decode = last > first && tokens > 1 ? (tokens - 1) / ((last - first) / 1e9) : 0;
-        return new Sample((first - t0) / 1e6, decode, tokens / ((end - t0) / 1e9), tokens);
+        return new Sample((first - t0) / 1e6, decode, tokens / ((end - t0) / 1e9), tokens,
+                gaps.stream().mapToDouble(Double::doubleValue).toArray());
     }
 
     private static double median(double[] v) {

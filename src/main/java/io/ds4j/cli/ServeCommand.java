@@ -3,6 +3,7 @@ package io.ds4j.cli;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.ds4j.server.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
+import io.ds4j.server.cluster.ClusterNode;
 import io.ds4j.server.config.ConfigException;
 import io.ds4j.server.config.ServerConfig;
 import picocli.CommandLine;
@@ -96,6 +97,21 @@ public final class ServeCommand implements Callable<Integer> {
     @Option(names = "--log-level", paramLabel = "LEVEL", description = "log.level: trace, debug, info, warn, error, off.")
     String logLevel;
 
+    @Option(names = "--cluster", description = "cluster.enabled = true: join a Vert.x cluster (see --role, --member; README 'Cluster').")
+    boolean cluster;
+
+    @Option(names = "--role", paramLabel = "gateway|engine|both", description = "cluster.role.")
+    String role;
+
+    @Option(names = "--cluster-host", paramLabel = "ADDR", description = "cluster.host: address the cluster traffic binds to.")
+    String clusterHost;
+
+    @Option(names = "--cluster-port", paramLabel = "N", description = "cluster.port: Hazelcast member port.")
+    Integer clusterPort;
+
+    @Option(names = "--member", paramLabel = "HOST:PORT", description = "cluster.members (repeatable): members to join by TCP/IP.")
+    List<String> members;
+
     @Option(names = "--set", paramLabel = "KEY=VALUE",
             description = "Any configuration key, e.g. --set sampling.temperature=0.6 (VALUE is JSON, or else a string).")
     List<String> sets;
@@ -144,6 +160,11 @@ public final class ServeCommand implements Callable<Integer> {
         put(o, "server.apiKeys", "--api-key", apiKeys == null ? null : new ArrayList<>(apiKeys));
         put(o, "server.cors.allowedOrigins", "--cors-origin", corsOrigins == null ? null : new ArrayList<>(corsOrigins));
         put(o, "log.level", "--log-level", logLevel);
+        put(o, "cluster.enabled", "--cluster", cluster ? Boolean.TRUE : null);
+        put(o, "cluster.role", "--role", role);
+        put(o, "cluster.host", "--cluster-host", clusterHost);
+        put(o, "cluster.port", "--cluster-port", clusterPort);
+        put(o, "cluster.members", "--member", members == null ? null : new ArrayList<>(members));
         return o;
     }
 
@@ -192,6 +213,7 @@ public final class ServeCommand implements Callable<Integer> {
             }
             return 2;
         }
+        if (cfg.cluster().enabled()) return cluster(cfg, file, ov);
         Ds4jServer server;
         try {
             server = Ds4jServer.start(new Ds4jServer.Options(cfg, file, ov, new DefaultModelProvider())).await();
@@ -221,6 +243,34 @@ public final class ServeCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("error: " + (e.getMessage() != null ? e.getMessage() : e));
             return 1;
         }
+        new CountDownLatch(1).await();
+        return 0;
+    }
+
+    /** {@code serve --cluster}: one node of a cluster, as cluster.role says. */
+    private int cluster(ServerConfig cfg, Path file, Map<String, Object> ov) throws InterruptedException {
+        ClusterNode node;
+        try {
+            node = ClusterNode.start(cfg, file, ov, new DefaultModelProvider()).await();
+        } catch (Exception e) {
+            Throwable t = e;
+            while (!(t instanceof Ds4jServer.StartException) && t.getCause() != null && t.getCause() != t) t = t.getCause();
+            if (!(t instanceof Ds4jServer.StartException)) t = e;
+            spec.commandLine().getErr().println("error: " + (t.getMessage() != null ? t.getMessage() : t));
+            return 1;
+        }
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("shutting down (signal received): leaving the cluster");
+            node.close().await();
+            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("stopped");
+        }, "ds4j-shutdown"));
+        try {
+            node.ready().await();
+        } catch (Exception e) {
+            spec.commandLine().getErr().println("error: " + (e.getMessage() != null ? e.getMessage() : e));
+            return 1;
+        }
+        org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("cluster node ready: {} on port {}", cfg.cluster().role(), node.port());
         new CountDownLatch(1).await();
         return 0;
     }

@@ -14,6 +14,8 @@ import io.vertx.core.Promise;
 import io.vertx.core.ThreadingModel;
 import io.vertx.core.Vertx;
 import io.vertx.core.VertxOptions;
+import io.vertx.core.eventbus.EventBusOptions;
+import io.vertx.core.spi.cluster.ClusterManager;
 import io.vertx.micrometer.MetricsDomain;
 import io.vertx.micrometer.MicrometerMetricsFactory;
 import io.vertx.micrometer.MicrometerMetricsOptions;
@@ -43,9 +45,19 @@ public final class Ds4jServer {
      * @param overrides  CLI overrides (dotted key → value), re-applied on every reload so flags keep winning
      * @param provider   loads the model (the engine calls it on its thread)
      */
-    public record Options(ServerConfig config, Path configFile, Map<String, Object> overrides, ModelProvider provider) {
+    public record Options(ServerConfig config, Path configFile, Map<String, Object> overrides, ModelProvider provider,
+                          ClusterManager cluster) {
+        /**
+         * @param cluster the cluster manager to join a Vert.x cluster with (the event bus then binds to
+         *                {@code cluster.host}:{@code cluster.eventBusPort}), or null for a local event bus
+         */
         public Options {
             overrides = overrides == null ? Map.of() : Map.copyOf(overrides);
+        }
+
+        /** A server on a local (not clustered) event bus. */
+        public Options(ServerConfig config, Path configFile, Map<String, Object> overrides, ModelProvider provider) {
+            this(config, configFile, overrides, provider, null);
         }
     }
 
@@ -59,24 +71,43 @@ public final class Ds4jServer {
     private volatile boolean missing;
     private volatile String missingReason = "is missing";
 
-    private Ds4jServer(Options opt) {
+    private Ds4jServer(Options opt, PrometheusMeterRegistry registry, Vertx vertx) {
         this.opt = opt;
-        this.registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
+        this.registry = registry;
+        this.vertx = vertx;
+        this.state = new ServerState(opt.config(), new ServerMetrics(registry));
+        vertx.eventBus().registerCodec(new LocalCodec());
+    }
+
+    /** A Prometheus registry with the ds4j naming convention (metric names with colons kept as written). */
+    public static PrometheusMeterRegistry newRegistry() {
+        PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
         registry.config().namingConvention(new ColonNamingConvention());
         // Vert.x's in-flight request gauge is decremented twice for a request the client aborts, so it drifts below
         // zero; it is left out rather than served wrong (vllm:num_requests_running counts what runs)
         registry.config().meterFilter(io.micrometer.core.instrument.config.MeterFilter.deny(
                 id -> id.getName().equals("vertx.http.server.active.requests")));
+        return registry;
+    }
+
+    /**
+     * A Vert.x builder reporting to the registry; with a cluster manager, the event bus binds to
+     * {@code cluster.host}:{@code cluster.eventBusPort} and is built with {@code buildClustered()}.
+     */
+    public static io.vertx.core.VertxBuilder vertxBuilder(PrometheusMeterRegistry registry, ServerConfig cfg, ClusterManager cluster) {
         MicrometerMetricsOptions mo = new MicrometerMetricsOptions().setEnabled(true).setJvmMetricsEnabled(true)
                 // one registry per server: several servers may run in one JVM (tests, bench-server)
                 .setRegistryName("ds4j-" + UUID.randomUUID())
                 .setPrometheusOptions(new VertxPrometheusOptions().setEnabled(true))
                 // per-request reply addresses would make one event-bus series per request
                 .addDisabledMetricsCategory(MetricsDomain.EVENT_BUS);
-        this.vertx = Vertx.builder().with(new VertxOptions().setMetricsOptions(mo))
-                .withMetrics(new MicrometerMetricsFactory(registry)).build();
-        this.state = new ServerState(opt.config(), new ServerMetrics(registry));
-        vertx.eventBus().registerCodec(new LocalCodec());
+        VertxOptions vo = new VertxOptions().setMetricsOptions(mo);
+        if (cluster != null) {
+            ServerConfig.Cluster c = cfg.cluster();
+            vo.setEventBusOptions(new EventBusOptions().setHost(c.host()).setPort(c.eventBusPort()).setClusterPublicHost(c.host()));
+        }
+        io.vertx.core.VertxBuilder b = Vertx.builder().with(vo).withMetrics(new MicrometerMetricsFactory(registry));
+        return cluster != null ? b.withClusterManager(cluster) : b;
     }
 
     /**
@@ -88,7 +119,24 @@ public final class Ds4jServer {
      */
     public static Future<Ds4jServer> start(Options opt) {
         LogLevels.apply(opt.config().logLevel());
-        Ds4jServer s = new Ds4jServer(opt);
+        PrometheusMeterRegistry registry = newRegistry();
+        io.vertx.core.VertxBuilder builder = vertxBuilder(registry, opt.config(), opt.cluster());
+        if (opt.cluster() == null) return start(new Ds4jServer(opt, registry, builder.build()));
+        ServerConfig.Cluster c = opt.config().cluster();
+        Promise<Ds4jServer> joined = Promise.promise();
+        builder.buildClustered().onComplete(ar -> {
+            if (ar.succeeded()) {
+                start(new Ds4jServer(opt, registry, ar.result())).onComplete(joined);
+            } else {
+                registry.close();
+                joined.fail(new StartException("cannot join cluster '" + c.name() + "' on " + c.host() + ":" + c.port() + ": "
+                        + bindReason(ar.cause()), ar.cause()));
+            }
+        });
+        return joined.future();
+    }
+
+    private static Future<Ds4jServer> start(Ds4jServer s) {
         // a promise with no Vert.x context: its listeners run on the thread that completes it
         Promise<Ds4jServer> result = Promise.promise();
         s.boot().onComplete(ar -> {

@@ -51,7 +51,12 @@ public final class EngineVerticle extends VerticleBase {
     static final int MAX_ROLLBACK = 16;
 
     private static final Logger LOG = LoggerFactory.getLogger(EngineVerticle.class);
-    private static final DeliveryOptions LOCAL = new DeliveryOptions().setCodecName(LocalCodec.NAME);
+    /**
+     * Requests and events never leave the JVM. Local-only also on a clustered event bus: there a plain send first
+     * looks the address up in the cluster, and the lookup's answer queues behind this worker's own busy task queue,
+     * which held a stream's events back until the engine went idle.
+     */
+    private static final DeliveryOptions LOCAL = new DeliveryOptions().setCodecName(LocalCodec.NAME).setLocalOnly(true);
 
     private final ServerState state;
     private final ModelProvider provider;

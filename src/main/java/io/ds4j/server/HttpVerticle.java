@@ -51,9 +51,9 @@ import java.util.function.Consumer;
  */
 public final class HttpVerticle extends VerticleBase {
     private static final Logger LOG = LoggerFactory.getLogger(HttpVerticle.class);
-    private static final DeliveryOptions LOCAL = new DeliveryOptions().setCodecName(LocalCodec.NAME);
+    private static final DeliveryOptions LOCAL = new DeliveryOptions().setCodecName(LocalCodec.NAME).setLocalOnly(true);
     /** The engine answers a submission between two steps; a step can be long on a big model. */
-    private static final DeliveryOptions SUBMIT = new DeliveryOptions().setCodecName(LocalCodec.NAME).setSendTimeout(600_000);
+    private static final DeliveryOptions SUBMIT = new DeliveryOptions().setCodecName(LocalCodec.NAME).setLocalOnly(true).setSendTimeout(600_000);
     private static final Set<String> API_PATHS = Set.of("/props", "/tokenize", "/detokenize", "/metrics", "/models",
             "/completions", "/chat/completions");
     static final String FINGERPRINT = "ds4j-0.1.0";
@@ -471,6 +471,7 @@ public final class HttpVerticle extends VerticleBase {
         ObjectNode caps = o.putObject("capabilities");
         caps.put("reasoning", true).put("tools", true).put("speculative", m != null && !m.draft().equals("none"));
         caps.putArray("reasoning_efforts").add("none").add("high").add("max");
+        if (state.clusterView() != null) o.set("cluster", state.clusterView().get());
         json(ctx, 200, o);
     }
 

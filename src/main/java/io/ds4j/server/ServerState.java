@@ -92,6 +92,18 @@ public final class ServerState {
         this.lastReload = r;
     }
 
+    private volatile java.util.function.Supplier<com.fasterxml.jackson.databind.JsonNode> clusterView;
+
+    /** This node's part in a cluster for /props (role, node id, members), or null when not clustered. */
+    public java.util.function.Supplier<com.fasterxml.jackson.databind.JsonNode> clusterView() {
+        return clusterView;
+    }
+
+    /** Set once by the cluster composition when this server joined a cluster. */
+    public void clusterView(java.util.function.Supplier<com.fasterxml.jackson.databind.JsonNode> view) {
+        this.clusterView = view;
+    }
+
     public long startedAtMillis() {
         return startedAtMillis;
     }

@@ -88,7 +88,21 @@ public final class ServerConfig {
             key("sampling.frequency_penalty", ConfigKey.Type.NUMBER, 0.0, true, "default frequency penalty"),
             key("sampling.repetition_penalty", ConfigKey.Type.NUMBER, 1.0, true, "default repetition penalty (1 = off)"),
             key("sampling.seed", ConfigKey.Type.NULLABLE_LONG, null, true, "default seed; null = a random seed per request"),
-            key("log.level", ConfigKey.Type.STRING, "info", true, "log level: trace, debug, info, warn, error or off"));
+            key("log.level", ConfigKey.Type.STRING, "info", true, "log level: trace, debug, info, warn, error or off"),
+            key("cluster.enabled", ConfigKey.Type.BOOL, false, false,
+                    "join a Vert.x cluster (Hazelcast) as cluster.role; false = one process with a local event bus (--cluster)"),
+            key("cluster.role", ConfigKey.Type.STRING, "both", false,
+                    "gateway (HTTP routing only, no model), engine (the model; takes requests routed by gateways) or both"),
+            key("cluster.name", ConfigKey.Type.STRING, "ds4j", false, "cluster name; only members with the same name join"),
+            key("cluster.host", ConfigKey.Type.STRING, "127.0.0.1", false,
+                    "address the cluster traffic (Hazelcast membership and the event bus) binds to and announces"),
+            key("cluster.port", ConfigKey.Type.INT, 5701, false, "Hazelcast member port on cluster.host (0 = a free port)"),
+            key("cluster.eventBusPort", ConfigKey.Type.INT, 0, false, "event-bus TCP port on cluster.host (0 = a free port)"),
+            key("cluster.members", ConfigKey.Type.STRING_LIST, List.of(), false,
+                    "members to join by TCP/IP, \"host:port\" each (multicast is never used); empty = start alone and wait to be joined"),
+            key("cluster.announceMs", ConfigKey.Type.INT, 500, false, "how often an engine node announces its model, capacity and health (ms)"),
+            key("cluster.engineTimeoutMs", ConfigKey.Type.INT, 4000, false,
+                    "a gateway drops an engine node silent this long (or reported gone by the cluster) and ends its requests with an error"));
 
     private static final Map<String, ConfigKey> BY_NAME;
 
@@ -276,6 +290,21 @@ public final class ServerConfig {
         if (!Set.of("trace", "debug", "info", "warn", "error", "off").contains(level))
             p.add("log.level: must be one of trace, debug, info, warn, error, off, got \"" + v.get("log.level") + "\"");
         else v.put("log.level", level);
+        intRange(v, p, "cluster.port", 0, 65535);
+        intRange(v, p, "cluster.eventBusPort", 0, 65535);
+        intRange(v, p, "cluster.announceMs", 50, 60_000);
+        intRange(v, p, "cluster.engineTimeoutMs", 200, 600_000);
+        if (!List.of("gateway", "engine", "both").contains(v.get("cluster.role")))
+            p.add("cluster.role: must be gateway, engine or both, got \"" + v.get("cluster.role") + "\"");
+        if (((String) v.get("cluster.name")).isBlank()) p.add("cluster.name: must not be empty");
+        if (((String) v.get("cluster.host")).isBlank()) p.add("cluster.host: must not be empty");
+        @SuppressWarnings("unchecked") List<String> members = (List<String>) v.get("cluster.members");
+        for (String m : members)
+            if (!m.matches("[^\\s:]+(:\\d{1,5})?|\\[[0-9a-fA-F:.]+\\](:\\d{1,5})?"))
+                p.add("cluster.members: \"" + m + "\" is not host or host:port");
+        if ((Integer) v.get("cluster.announceMs") * 2 > (Integer) v.get("cluster.engineTimeoutMs")
+                && noneAbout(p, List.of("cluster.announceMs", "cluster.engineTimeoutMs")))
+            p.add("cluster.engineTimeoutMs: must be at least twice cluster.announceMs (" + v.get("cluster.announceMs") + ")");
         @SuppressWarnings("unchecked") List<String> keys = (List<String>) v.get("server.apiKeys");
         for (String k : keys) if (k.isBlank()) p.add("server.apiKeys: keys must not be empty");
     }
@@ -425,6 +454,37 @@ public final class ServerConfig {
 
     /** {@code limits.prefillChunk}. */
     public int prefillChunk() { return i("limits.prefillChunk"); }
+
+    /** The {@code cluster.*} settings. */
+    @SuppressWarnings("unchecked")
+    public Cluster cluster() {
+        return new Cluster((Boolean) values.get("cluster.enabled"), (String) values.get("cluster.role"),
+                (String) values.get("cluster.name"), (String) values.get("cluster.host"), i("cluster.port"),
+                i("cluster.eventBusPort"), (List<String>) values.get("cluster.members"), i("cluster.announceMs"),
+                i("cluster.engineTimeoutMs"));
+    }
+
+    /**
+     * How this process takes part in a cluster.
+     * @param role      "gateway", "engine" or "both"
+     * @param host      bind and announce address of Hazelcast and the event bus
+     * @param port      Hazelcast member port (0 = free)
+     * @param members   "host[:port]" entries joined by TCP/IP
+     * @param announceMs      engine announcement period
+     * @param engineTimeoutMs silence after which a gateway drops an engine
+     */
+    public record Cluster(boolean enabled, String role, String name, String host, int port, int eventBusPort,
+                          List<String> members, int announceMs, int engineTimeoutMs) {
+        /** True when this process serves the HTTP API as a router. */
+        public boolean gateway() {
+            return !role.equals("engine");
+        }
+
+        /** True when this process loads the model. */
+        public boolean engine() {
+            return !role.equals("gateway");
+        }
+    }
 
     /** {@code log.level}. */
     public String logLevel() { return (String) values.get("log.level"); }

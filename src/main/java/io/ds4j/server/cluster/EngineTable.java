@@ -1,0 +1,175 @@
+package io.ds4j.server.cluster;
+
+import io.vertx.core.json.JsonObject;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ThreadLocalRandom;
+
+/**
+ * A gateway's view of the engine nodes: the latest announcement of each, when it came, and how many requests this
+ * gateway has in flight on it. Routing ({@link #pick}) prefers, among ready engines serving the requested model, the
+ * session's own node (rendezvous hashing of the session key over the candidates, so a conversation stays put while
+ * its node is up and moves only when that node goes) unless it is full, else the one with the most free capacity.
+ * Not thread-safe: the gateway uses it on one event loop.
+ */
+final class EngineTable {
+    /** One engine node as last announced. */
+    static final class Engine {
+        final String node;
+        JsonObject ann;
+        long seenNanos;
+        /** Requests this gateway routed to the node that have not ended. */
+        int inflight;
+        long routed;
+
+        Engine(String node) {
+            this.node = node;
+        }
+
+        String name() {
+            return ann.getString("name", node);
+        }
+
+        boolean ready() {
+            return "ready".equals(ann.getString("status"));
+        }
+
+        String model() {
+            JsonObject m = ann.getJsonObject("model");
+            return m == null ? null : m.getString("id");
+        }
+
+        int maxActive() {
+            return ann.getInteger("maxActive", 1);
+        }
+
+        int maxQueue() {
+            return ann.getInteger("maxQueue", 0);
+        }
+
+        /** Requests on the node: as it last said, or as this gateway counts since, whichever is more. */
+        int load() {
+            return Math.max(ann.getInteger("running", 0) + ann.getInteger("waiting", 0), inflight);
+        }
+
+        boolean full() {
+            return load() >= maxActive() + maxQueue();
+        }
+    }
+
+    /**
+     * Where a request goes.
+     * @param engine     the chosen node, or null
+     * @param status     0 when chosen; 503 when no engine is ready; 429 when every candidate is full
+     * @param message    why none was chosen
+     * @param retryAfter seconds, for 429 and 503
+     */
+    record Choice(Engine engine, int status, String message, int retryAfter) {}
+
+    private final Map<String, Engine> engines = new LinkedHashMap<>();
+
+    /** Records an announcement; returns true when the node is new. */
+    boolean announce(JsonObject a, long now) {
+        String node = a.getString("node");
+        Engine e = engines.get(node);
+        boolean fresh = e == null;
+        if (fresh) engines.put(node, e = new Engine(node));
+        e.ann = a;
+        e.seenNanos = now;
+        return fresh;
+    }
+
+    Engine get(String node) {
+        return engines.get(node);
+    }
+
+    Engine remove(String node) {
+        return engines.remove(node);
+    }
+
+    /** Nodes silent for longer than the timeout. */
+    List<Engine> silent(long now, long timeoutNanos) {
+        List<Engine> out = new ArrayList<>();
+        for (Engine e : engines.values()) if (now - e.seenNanos > timeoutNanos) out.add(e);
+        return out;
+    }
+
+    Collection<Engine> all() {
+        return engines.values();
+    }
+
+    int ready() {
+        int n = 0;
+        for (Engine e : engines.values()) if (e.ready()) n++;
+        return n;
+    }
+
+    /**
+     * Chooses the node for a request.
+     * @param model      the request's {@code model}, or null; when no ready node serves it, every ready node is a
+     *                   candidate (the engine then answers as a single server would)
+     * @param session    the session key, or null
+     * @param exclude    nodes already tried for this request
+     */
+    Choice pick(String model, String session, Set<String> exclude) {
+        List<Engine> ready = new ArrayList<>();
+        for (Engine e : engines.values()) if (e.ready() && !exclude.contains(e.node)) ready.add(e);
+        if (ready.isEmpty()) {
+            String m = engines.isEmpty() ? "no engine node has joined the cluster"
+                    : "no engine node is ready (" + engines.size() + " known, " + ready() + " ready"
+                    + (exclude.isEmpty() ? "" : ", " + exclude.size() + " already failed this request") + ")";
+            return new Choice(null, 503, m, 5);
+        }
+        List<Engine> cand = ready;
+        if (model != null) {
+            List<Engine> serving = ready.stream().filter(e -> model.equals(e.model())).toList();
+            if (!serving.isEmpty()) cand = serving;
+        }
+        if (session != null) {
+            Engine own = null;
+            long best = Long.MIN_VALUE;
+            for (Engine e : cand) {
+                long w = weight(session, e.node);
+                if (w > best) {
+                    best = w;
+                    own = e;
+                }
+            }
+            if (own != null && !own.full()) return new Choice(own, 0, null, 0);
+        }
+        Engine pick = null;
+        int bestFree = Integer.MIN_VALUE, ties = 0;
+        for (Engine e : cand) {
+            if (e.full()) continue;
+            int free = e.maxActive() - e.load();
+            if (free > bestFree) {
+                bestFree = free;
+                pick = e;
+                ties = 1;
+            } else if (free == bestFree && ThreadLocalRandom.current().nextInt(++ties) == 0) {
+                pick = e; // a fair choice among equals (reservoir sampling)
+            }
+        }
+        if (pick != null) return new Choice(pick, 0, null, 0);
+        int retry = Integer.MAX_VALUE;
+        for (Engine e : cand) retry = Math.min(retry, 1 + e.ann.getInteger("waiting", 0) / Math.max(1, e.maxActive()));
+        return new Choice(null, 429, "every engine node is full: " + cand.size() + " node(s), each with "
+                + "limits.maxActive running and limits.maxQueue waiting", Math.min(60, retry));
+    }
+
+    /** Rendezvous weight of a session on a node (64-bit FNV-1a of both). */
+    static long weight(String session, String node) {
+        long h = 0xcbf29ce484222325L;
+        for (byte b : (session + "\u0000" + node).getBytes(StandardCharsets.UTF_8)) {
+            h ^= b & 0xff;
+            h *= 0x100000001b3L;
+        }
+        return h ^ (h >>> 29);
+    }
+}

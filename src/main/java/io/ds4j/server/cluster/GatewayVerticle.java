@@ -1,0 +1,525 @@
+package io.ds4j.server.cluster;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.server.ApiException;
+import io.ds4j.server.Json;
+import io.ds4j.server.config.ServerConfig;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MultiGauge;
+import io.micrometer.core.instrument.Tags;
+import io.micrometer.core.instrument.Timer;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import io.vertx.core.Future;
+import io.vertx.core.VerticleBase;
+import io.vertx.core.buffer.Buffer;
+import io.vertx.core.eventbus.DeliveryOptions;
+import io.vertx.core.eventbus.Message;
+import io.vertx.core.eventbus.MessageConsumer;
+import io.vertx.core.http.HttpHeaders;
+import io.vertx.core.http.HttpMethod;
+import io.vertx.core.http.HttpServer;
+import io.vertx.core.http.HttpServerOptions;
+import io.vertx.core.http.HttpServerRequest;
+import io.vertx.core.http.HttpServerResponse;
+import io.vertx.core.json.JsonObject;
+import io.vertx.ext.web.Router;
+import io.vertx.ext.web.RoutingContext;
+import io.vertx.ext.web.handler.FileSystemAccess;
+import io.vertx.ext.web.handler.StaticHandler;
+import io.vertx.micrometer.PrometheusScrapingHandler;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Supplier;
+
+/**
+ * The HTTP front of a cluster: the same OpenAI-compatible API, with no model. It checks API keys, answers
+ * {@code /health}, {@code /v1/models}, {@code /props} and {@code /metrics} from the engines' announcements, and relays
+ * every other API request to one engine node over the clustered event bus ({@link ClusterFrame}s), writing back what
+ * the node's API answers. Routing: see {@link EngineTable}; the session key is the {@value #SESSION_HEADER} header,
+ * else the request body's {@code user} field. When an engine node leaves the cluster or falls silent for
+ * {@code cluster.engineTimeoutMs}, its streams end with an SSE error event and its non-streamed requests get a 502
+ * naming the node; a request the node had not answered yet is sent to another node instead.
+ */
+public final class GatewayVerticle extends VerticleBase {
+    /** Header naming a conversation; requests with the same value go to the same engine node while it is up. */
+    public static final String SESSION_HEADER = "X-Session-Id";
+    /** Response header naming the engine node that served the request. */
+    public static final String ENGINE_HEADER = "X-Ds4j-Engine";
+    private static final Logger LOG = LoggerFactory.getLogger(GatewayVerticle.class);
+    private static final Set<String> API_PATHS = Set.of("/props", "/tokenize", "/detokenize", "/metrics", "/models",
+            "/completions", "/chat/completions");
+    /** An engine node acknowledges a request as soon as it receives it; silence this long means it cannot. */
+    private static final DeliveryOptions ACK = new DeliveryOptions().setSendTimeout(5000);
+
+    private final Supplier<ServerConfig> config;
+    private final ClusterSupport cluster;
+    private final PrometheusMeterRegistry registry;
+    private final String webroot;
+    private final String bootId = ClusterSupport.bootId();
+    private final EngineTable table = new EngineTable();
+    private final Map<String, Relay> relays = new HashMap<>();
+    private final List<MessageConsumer<?>> consumers = new ArrayList<>();
+    private final AtomicInteger readyGauge = new AtomicInteger(), knownGauge = new AtomicInteger();
+    private String address;
+    private HttpServer server;
+    private long timer = -1;
+    private Counter lost, retried;
+    private Timer relayLatency;
+    private MultiGauge running, waiting;
+
+    /**
+     * @param config   the configuration in force (server.* for HTTP, cluster.* for timing)
+     * @param registry served at /metrics, with the cluster gauges added
+     * @param webroot  absolute folder of the playground's files
+     */
+    public GatewayVerticle(Supplier<ServerConfig> config, ClusterSupport cluster, PrometheusMeterRegistry registry, String webroot) {
+        this.config = config;
+        this.cluster = cluster;
+        this.registry = registry;
+        this.webroot = webroot;
+    }
+
+    /** The prefix of every gateway address of a node. */
+    static String addressPrefix(String nodeId) {
+        return "ds4j.cluster.gateway." + nodeId + ".";
+    }
+
+    /** The port the gateway listens on. */
+    public int actualPort() {
+        return server.actualPort();
+    }
+
+    @Override
+    public Future<?> start() {
+        address = addressPrefix(cluster.nodeId()) + Integer.toHexString(ThreadLocalRandom.current().nextInt());
+        Gauge.builder("ds4j:cluster_engines_ready", readyGauge, AtomicInteger::get).description("Engine nodes ready").register(registry);
+        Gauge.builder("ds4j:cluster_engines_known", knownGauge, AtomicInteger::get).description("Engine nodes known").register(registry);
+        running = MultiGauge.builder("ds4j:cluster_engine_requests_running").description("Requests running, per engine node").register(registry);
+        waiting = MultiGauge.builder("ds4j:cluster_engine_requests_waiting").description("Requests waiting, per engine node").register(registry);
+        lost = Counter.builder("ds4j:cluster_engine_lost_total").description("Engine nodes that left or fell silent").register(registry);
+        retried = Counter.builder("ds4j:cluster_requests_rerouted_total")
+                .description("Requests sent to another node after their first one did not answer").register(registry);
+        relayLatency = Timer.builder("ds4j:cluster_relay_latency_seconds")
+                .description("Engine node sent a response frame -> gateway wrote it (nodes on this host only)")
+                .publishPercentiles(0.5, 0.99).register(registry);
+
+        Router r = Router.router(vertx);
+        r.get("/health").handler(this::health);
+        r.get("/v1/health").handler(this::health);
+        r.route().handler(this::auth);
+        r.get("/v1/models").handler(this::models);
+        r.get("/models").handler(this::models);
+        r.get("/props").handler(this::props);
+        r.get("/metrics").handler(PrometheusScrapingHandler.create(registry));
+        StaticHandler files = StaticHandler.create(FileSystemAccess.ROOT, webroot).setIndexPage("index.html")
+                .setCachingEnabled(false).setMaxAgeSeconds(0);
+        r.route("/*").handler(ctx -> {
+            HttpMethod m = ctx.request().method();
+            if (isApi(ctx.request().path()) || m == HttpMethod.OPTIONS) relay(ctx);
+            else if (m == HttpMethod.GET || m == HttpMethod.HEAD) files.handle(ctx);
+            else relay(ctx);
+        });
+        r.errorHandler(404, ctx -> error(ctx.response(), new ApiException(404, "invalid_request_error", "not_found", null,
+                "no route for " + ctx.request().method() + " " + ctx.request().path(), null)));
+
+        consumers.add(vertx.eventBus().<JsonObject>consumer(EngineNode.ANNOUNCE, m -> announced(m.body())));
+        consumers.add(vertx.eventBus().<ClusterFrame>consumer(address, this::onFrame));
+        cluster.onMemberLeft(node -> context.runOnContext(v -> {
+            EngineTable.Engine e = table.remove(node);
+            if (e != null) engineLost(e, "left the cluster");
+        }));
+        ServerConfig.Cluster cc = config.get().cluster();
+        timer = vertx.setPeriodic(Math.max(50, cc.announceMs() / 2), id -> {
+            for (EngineTable.Engine e : table.silent(System.nanoTime(), cc.engineTimeoutMs() * 1_000_000L)) {
+                table.remove(e.node);
+                engineLost(e, "stopped announcing itself for " + cc.engineTimeoutMs() + " ms (cluster.engineTimeoutMs)");
+            }
+            gauges();
+        });
+        ServerConfig cfg = config.get();
+        server = vertx.createHttpServer(new HttpServerOptions().setHost(cfg.host()).setPort(cfg.port())
+                .setCompressionSupported(false).setTcpNoDelay(true)).requestHandler(r);
+        return Future.all(consumers.stream().map(MessageConsumer::completion).toList())
+                .compose(v -> server.listen())
+                .onSuccess(s -> LOG.info("cluster: gateway listening on http://{}:{}; cluster '{}' member {}", cfg.host(),
+                        s.actualPort(), cc.name(), cluster.memberAddress()));
+    }
+
+    // ------------------------------------------------------------------------------------------------ engines
+
+    private void announced(JsonObject a) {
+        EngineTable.Engine before = table.get(a.getString("node"));
+        boolean wasReady = before != null && before.ready();
+        if (table.announce(a, System.nanoTime()))
+            LOG.info("cluster: engine node '{}' joined ({}, model {})", a.getString("name"), a.getString("status"),
+                    a.getJsonObject("model") != null ? a.getJsonObject("model").getString("id") : "loading");
+        EngineTable.Engine e = table.get(a.getString("node"));
+        if (!wasReady && e.ready() && before != null) LOG.info("cluster: engine node '{}' is ready", e.name());
+    }
+
+    private void gauges() {
+        readyGauge.set(table.ready());
+        knownGauge.set(table.all().size());
+        List<MultiGauge.Row<?>> run = new ArrayList<>(), wait = new ArrayList<>();
+        for (EngineTable.Engine e : table.all()) {
+            run.add(MultiGauge.Row.of(Tags.of("engine", e.name()), e.ann.getInteger("running", 0)));
+            wait.add(MultiGauge.Row.of(Tags.of("engine", e.name()), e.ann.getInteger("waiting", 0)));
+        }
+        running.register(run, true);
+        waiting.register(wait, true);
+    }
+
+    private void engineLost(EngineTable.Engine e, String why) {
+        lost.increment();
+        int n = 0;
+        for (Relay x : new ArrayList<>(relays.values())) {
+            if (x.engine == e) {
+                n++;
+                x.engineLost("engine node '" + e.name() + "' " + why);
+            }
+        }
+        LOG.warn("cluster: engine node '{}' {}; {} request(s) in flight on it ended; {} engine node(s) ready", e.name(), why, n,
+                table.ready());
+        gauges();
+    }
+
+    // ------------------------------------------------------------------------------------------------ small endpoints
+
+    private static boolean isApi(String path) {
+        return path.startsWith("/v1/") || API_PATHS.contains(path);
+    }
+
+    /** Bearer key check (server.apiKeys) for API routes, as a single server does it. */
+    private void auth(RoutingContext ctx) {
+        List<String> keys = config.get().apiKeys();
+        if (keys.isEmpty() || !isApi(ctx.request().path()) || ctx.request().method() == HttpMethod.OPTIONS) {
+            ctx.next();
+            return;
+        }
+        String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION);
+        String given = h != null && h.regionMatches(true, 0, "Bearer ", 0, 7) ? h.substring(7).trim() : null;
+        if (given != null) {
+            byte[] g = given.getBytes(StandardCharsets.UTF_8);
+            for (String k : keys) {
+                if (MessageDigest.isEqual(g, k.getBytes(StandardCharsets.UTF_8))) {
+                    ctx.next();
+                    return;
+                }
+            }
+        }
+        ctx.response().putHeader("WWW-Authenticate", "Bearer");
+        error(ctx.response(), new ApiException(401, "invalid_request_error", "invalid_api_key", null,
+                given == null ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", null));
+    }
+
+    private void health(RoutingContext ctx) {
+        int ready = table.ready();
+        ObjectNode o = Json.object().put("status", ready > 0 ? "ready" : "unavailable").put("role", "gateway");
+        o.putObject("engines").put("ready", ready).put("known", table.all().size());
+        if (ready == 0) ctx.response().putHeader("Retry-After", "5");
+        json(ctx.response(), ready > 0 ? 200 : 503, o);
+    }
+
+    private void models(RoutingContext ctx) {
+        ObjectNode root = Json.object().put("object", "list");
+        ArrayNode data = root.putArray("data");
+        Map<String, ObjectNode> seen = new HashMap<>();
+        for (EngineTable.Engine e : table.all()) {
+            JsonObject m = e.ann.getJsonObject("model");
+            if (!e.ready() || m == null) continue;
+            ObjectNode entry = seen.get(m.getString("id"));
+            if (entry == null) {
+                entry = data.addObject();
+                entry.put("id", m.getString("id")).put("object", "model").put("created", e.ann.getLong("startedAt", 0L) / 1000)
+                        .put("owned_by", "ds4j");
+                entry.set("meta", tree(m));
+                entry.putArray("engines");
+                seen.put(m.getString("id"), entry);
+            }
+            ((ArrayNode) entry.get("engines")).add(e.name());
+        }
+        if (data.isEmpty()) {
+            error(ctx.response(), new ApiException(503, "unavailable_error", "no_engine", null, table.pick(null, null, Set.of()).message(), 5));
+            return;
+        }
+        json(ctx.response(), 200, root);
+    }
+
+    private void props(RoutingContext ctx) {
+        ServerConfig cfg = config.get();
+        ObjectNode o = Json.object().put("build_info", "ds4j-0.1.0").put("status", table.ready() > 0 ? "ready" : "unavailable");
+        ObjectNode c = o.putObject("cluster");
+        c.put("role", "gateway").put("name", cfg.cluster().name()).put("node", cluster.nodeId())
+                .put("member", cluster.memberAddress()).put("members", cluster.members().size())
+                .put("engines_ready", table.ready()).put("engines_known", table.all().size())
+                .put("session_key", SESSION_HEADER + " header, else the body's user field");
+        ArrayNode nodes = c.putArray("engines");
+        int running = 0, waiting = 0, slots = 0;
+        for (EngineTable.Engine e : table.all()) {
+            ObjectNode n = (ObjectNode) tree(e.ann);
+            n.remove("bootId");
+            n.put("inflight_from_this_gateway", e.inflight).put("routed_by_this_gateway", e.routed)
+                    .put("last_seen_ms", (System.nanoTime() - e.seenNanos) / 1_000_000);
+            nodes.add(n);
+            if (e.ready()) {
+                running += e.ann.getInteger("running", 0);
+                waiting += e.ann.getInteger("waiting", 0);
+                slots += e.maxActive();
+            }
+        }
+        o.putObject("load").put("running", running).put("waiting", waiting);
+        o.put("total_slots", slots);
+        o.set("config", cfg.toJson(true));
+        json(ctx.response(), 200, o);
+    }
+
+    /** A Vert.x JSON object as a Jackson tree (nested objects included). */
+    private static JsonNode tree(JsonObject o) {
+        try {
+            return Json.MAPPER.readTree(o.encode());
+        } catch (java.io.IOException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    private static void json(HttpServerResponse resp, int status, JsonNode body) {
+        if (resp.ended() || resp.closed()) return;
+        resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(body));
+    }
+
+    /** An OpenAI error body, or an SSE error event when the stream already started. */
+    private static void error(HttpServerResponse resp, ApiException e) {
+        if (resp.ended() || resp.closed()) return;
+        if (resp.headWritten()) {
+            resp.end("data: " + Json.write(e.body()) + "\n\n");
+            return;
+        }
+        if (e.retryAfterSeconds() != null) resp.putHeader("Retry-After", Integer.toString(e.retryAfterSeconds()));
+        resp.setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(e.body()));
+    }
+
+    // ------------------------------------------------------------------------------------------------ relaying
+
+    /** Reads the body (up to server.maxBodyBytes), then routes it. */
+    private void relay(RoutingContext ctx) {
+        HttpServerRequest req = ctx.request();
+        int limit = config.get().maxBodyBytes();
+        Buffer body = Buffer.buffer();
+        boolean[] over = {false};
+        req.handler(chunk -> {
+            if (over[0]) return;
+            if (body.length() + chunk.length() > limit) {
+                over[0] = true;
+                error(ctx.response(), new ApiException(413, "invalid_request_error", "request_too_large", null,
+                        "the request body is larger than the limit of " + limit + " bytes (server.maxBodyBytes)", null));
+                return;
+            }
+            body.appendBuffer(chunk);
+        });
+        req.endHandler(v -> {
+            if (over[0]) return;
+            String model = null, session = req.getHeader(SESSION_HEADER);
+            if (body.length() > 0) {
+                try {
+                    JsonNode n = Json.MAPPER.readTree(body.getBytes());
+                    if (n != null && n.isObject()) {
+                        if (n.path("model").isTextual()) model = n.get("model").textValue();
+                        if (session == null && n.path("user").isTextual() && !n.get("user").textValue().isEmpty())
+                            session = n.get("user").textValue();
+                    }
+                } catch (Exception ignored) {
+                    // not JSON: the engine's API answers with the precise 400, as a single server would
+                }
+            }
+            List<String> headers = new ArrayList<>();
+            req.headers().forEach(e -> {
+                if (EngineNode.PASSED_REQUEST_HEADERS.contains(e.getKey().toLowerCase(Locale.ROOT))) {
+                    headers.add(e.getKey());
+                    headers.add(e.getValue());
+                }
+            });
+            Relay x = new Relay(ctx, req.method() + " " + req.uri(), headers, body.getBytes(), model, session);
+            ctx.response().closeHandler(c -> x.clientGone());
+            x.dispatch(null);
+        });
+        req.resume();
+    }
+
+    private void onFrame(Message<ClusterFrame> msg) {
+        ClusterFrame f = msg.body();
+        Relay x = relays.get(f.id());
+        if (x != null) x.onFrame(f);
+    }
+
+    /** One client request relayed to an engine node. */
+    private final class Relay {
+        /** The exchange id of the current attempt: each node tried gets a new one, so a late answer is ignored. */
+        String id;
+        final RoutingContext ctx;
+        final HttpServerResponse resp;
+        final String request, model, session;
+        final List<String> headers;
+        final byte[] body;
+        final Set<String> tried = new HashSet<>();
+        EngineTable.Engine engine;
+        /** The answer's head, kept until the first bytes or the end. */
+        ClusterFrame head;
+        boolean answered, done;
+        String lastFailure;
+
+        Relay(RoutingContext ctx, String request, List<String> headers, byte[] body, String model, String session) {
+            this.ctx = ctx;
+            this.resp = ctx.response();
+            this.request = request;
+            this.headers = headers;
+            this.body = body;
+            this.model = model;
+            this.session = session;
+        }
+
+        /** Sends the request to the best node not yet tried; {@code why} says why the previous one was left. */
+        void dispatch(String why) {
+            if (done) return;
+            if (why != null) {
+                retried.increment();
+                lastFailure = why;
+            }
+            EngineTable.Choice c = table.pick(model, session, tried);
+            if (c.engine() == null) {
+                finish();
+                String m = c.message() + (lastFailure != null ? "; last failure: " + lastFailure : "");
+                if (c.status() == 429) LOG.info("{} rejected with 429: {}", request, m);
+                else LOG.warn("{} answered 503: {}", request, m);
+                error(resp, new ApiException(c.status(), c.status() == 429 ? "rate_limit_exceeded" : "unavailable_error",
+                        c.status() == 429 ? "queue_full" : "no_engine", null, m, c.retryAfter()));
+                return;
+            }
+            engine = c.engine();
+            id = Long.toHexString(ThreadLocalRandom.current().nextLong());
+            tried.add(engine.node);
+            engine.inflight++;
+            engine.routed++;
+            relays.put(id, this);
+            EngineTable.Engine target = engine;
+            String attempt = id;
+            vertx.eventBus().request(EngineNode.address(engine.node), ClusterFrame.gen(id, address, request, headers, body), ACK)
+                    .onFailure(t -> {
+                        if (!attempt.equals(id) || answered || done) return;
+                        release();
+                        // a slow node may still start it: tell it to drop this attempt
+                        vertx.eventBus().send(EngineNode.address(target.node), ClusterFrame.cancel(attempt));
+                        LOG.warn("cluster: engine node '{}' did not take request {}: {}", target.name(), id, t.getMessage());
+                        dispatch("engine node '" + target.name() + "' did not take it: " + t.getMessage());
+                    });
+        }
+
+        void onFrame(ClusterFrame f) {
+            if (done) return;
+            switch (f.kind()) {
+                case HEAD -> {
+                    answered = true;
+                    head = f;
+                }
+                case DATA, END -> {
+                    if (f.nanos() != 0 && bootId != null && bootId.equals(engine.ann.getString("bootId")))
+                        relayLatency.record(Duration.ofNanos(System.nanoTime() - f.nanos()));
+                    boolean end = f.kind() == ClusterFrame.Kind.END;
+                    if (end && head != null && head.status() == 429 && !resp.headWritten()) {
+                        // the node filled up since it last said; another one may have room
+                        release();
+                        EngineTable.Choice c = table.pick(model, session, tried);
+                        if (c.engine() != null) {
+                            head = null;
+                            answered = false;
+                            dispatch("engine node '" + engine.name() + "' was full");
+                            return;
+                        }
+                        writeHead();
+                        resp.end(Buffer.buffer(f.data()));
+                        finish();
+                        return;
+                    }
+                    if (!resp.headWritten()) {
+                        writeHead();
+                        if (!end) resp.setChunked(true);
+                    }
+                    if (end) {
+                        finish();
+                        if (!resp.ended() && !resp.closed()) resp.end(Buffer.buffer(f.data()));
+                    } else if (f.data().length > 0 && !resp.closed()) {
+                        resp.write(Buffer.buffer(f.data()));
+                    }
+                }
+                case FAIL -> {
+                    finish();
+                    error(resp, new ApiException(f.status(), "server_error", "engine_failed", null, f.text(), null));
+                }
+                default -> LOG.warn("cluster: unexpected frame {} from engine node '{}'", f, engine.name());
+            }
+        }
+
+        private void writeHead() {
+            if (resp.closed()) return;
+            resp.setStatusCode(head != null ? head.status() : 200);
+            if (head != null) {
+                for (int i = 0; i < head.headers().size(); i += 2) resp.putHeader(head.headers().get(i), head.headers().get(i + 1));
+                resp.putHeader(ENGINE_HEADER, head.address());
+            }
+        }
+
+        /** The node went away: a request it had not answered yet goes elsewhere; one it was answering ends with an error. */
+        void engineLost(String why) {
+            if (done) return;
+            if (!answered && !resp.headWritten()) {
+                release();
+                dispatch(why);
+                return;
+            }
+            finish();
+            boolean streaming = resp.headWritten();
+            error(resp, new ApiException(502, "server_error", "engine_lost", null,
+                    why + (streaming ? " while streaming this response" : " before this response was complete"), null));
+        }
+
+        void clientGone() {
+            if (done) return;
+            finish();
+            if (engine == null) return;
+            LOG.info("request {}: client disconnected; cancelling it on engine node '{}'", id, engine.name());
+            vertx.eventBus().send(EngineNode.address(engine.node), ClusterFrame.cancel(id));
+        }
+
+        private void release() {
+            relays.remove(id);
+            if (engine != null) engine.inflight--;
+        }
+
+        private void finish() {
+            if (done) return;
+            done = true;
+            if (relays.get(id) == this) release();
+        }
+    }
+
+    @Override
+    public Future<?> stop() {
+        if (timer != -1) vertx.cancelTimer(timer);
+        return server != null ? server.close() : Future.succeededFuture();
+    }
+}
