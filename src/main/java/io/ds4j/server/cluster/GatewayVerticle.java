@@ -171,6 +171,7 @@ public final class GatewayVerticle extends VerticleBase {
                     a.getJsonObject("model") != null ? a.getJsonObject("model").getString("id") : "loading");
         EngineTable.Engine e = table.get(a.getString("node"));
         if (!wasReady && e.ready() && before != null) LOG.info("cluster: engine node '{}' is ready", e.name());
+        gauges();  // /metrics agrees with /health from the moment a node is seen, not only at the next timer tick
     }
 
     private void gauges() {
