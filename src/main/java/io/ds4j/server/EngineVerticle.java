@@ -601,7 +601,9 @@ public final class EngineVerticle extends VerticleBase {
                 if (!stops.stopped()) push(stops.flush());
                 releaseLogprobs(!stops.stopped());
             }
-            if (parser != null) for (OutputParser.Event e : parser.finish(gen.finish() == Generation.Finish.LENGTH)) add(e);
+            // a stop string cuts the text wherever it matches, as the length limit does: inside markup too
+            if (parser != null)
+                for (OutputParser.Event e : parser.finish(gen.finish() == Generation.Finish.LENGTH || stops.stopped())) add(e);
         }
 
         /** Sends the prompt's scores (before this step's output, which they precede in the answer). */

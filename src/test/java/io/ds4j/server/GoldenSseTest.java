@@ -92,6 +92,22 @@ class GoldenSseTest {
         assertTrue(r.body().contains("\"finish_reason\":\"tool_calls\""));
     }
 
+    @Test
+    void stopStringsInsideToolCallMarkupNeverLeakMarkup() throws Exception {
+        for (String stop : new String[]{"DSML", "invoke", "city", "\\\"", "Paris"}) {
+            for (boolean stream : new boolean[]{false, true}) {
+                TestServer.Resp r = server.post("/v1/chat/completions", TestServer.chat("What is the weather in Paris?",
+                        "\"stream\":" + stream + ",\"temperature\":0,\"speculative_q\":0,\"stop\":[\"" + stop + "\"]," + TOOLS));
+                assertEquals(200, r.status(), r.body());
+                // the stop string itself comes back as stop_reason: only the rest must be free of markup
+                String body = r.body().replaceAll("\"stop_reason\":\"(\\\\.|[^\"\\\\])*\"", "");
+                String what = "stop " + stop + (stream ? " (stream)" : "") + ": " + r.body();
+                assertFalse(body.contains("DSML"), "no DSML markup leaks: " + what);
+                assertFalse(body.contains("\\uff5c") || body.contains("｜"), "no delimiter leaks: " + what);
+            }
+        }
+    }
+
     /** Joins a chat stream's deltas into the message a client would assemble. */
     static String assemble(TestServer.Resp r) throws Exception {
         StringBuilder content = new StringBuilder(), reasoning = new StringBuilder(), args = new StringBuilder();

@@ -99,7 +99,7 @@ public final class OutputParser {
     private boolean sawEos;
     private boolean warnedAfterEos;
     private boolean finished;
-    /** The output was cut by the length limit: an unfinished delimiter or tag at the end is dropped, not content. */
+    /** The output was cut short (length limit or stop string): an unfinished delimiter or tag at the end is dropped, not content. */
     private boolean cutShort;
     private boolean logWarnings = true;
 
@@ -162,8 +162,9 @@ public final class OutputParser {
     /**
      * Ends the turn, as {@link #finish()}.
      *
-     * @param truncated the generation was cut by its length limit: ending inside the reasoning or a tool call is then
-     *                  expected, and is logged at debug level instead of being a warning
+     * @param truncated the generation was cut short (its length limit, or a stop string that matched): ending inside
+     *                  the reasoning or a tool call is then expected, unfinished markup is dropped rather than sent as
+     *                  content, and it is logged at debug level instead of being a warning
      * @throws IllegalStateException when called twice
      */
     public List<Event> finish(boolean truncated) {
