@@ -377,7 +377,7 @@ final class Requests {
                 case "json_object" -> g = Grammar.jsonObject();
                 case "json_schema" -> {
                     JsonNode js = rf.get("json_schema");
-                    if (js.path("strict").asBoolean(false)) {
+                    if (bool(js, "strict", "response_format.json_schema.strict", false)) {
                         JsonNode schema = js.get("schema");
                         if (schema == null || schema.isNull())
                             throw ApiException.badField("response_format.json_schema.schema", "is required when strict is true");

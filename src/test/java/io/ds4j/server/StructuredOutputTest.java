@@ -140,5 +140,10 @@ class StructuredOutputTest {
         assertEquals(400, missing.status(), missing.body());
         var none = server.post("/v1/chat/completions", body("\"tool_choice\":\"required\""));
         assertEquals(400, none.status(), none.body());
+        // strict must be a boolean: a string would silently turn enforcement off
+        var yes = server.post("/v1/chat/completions", body("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"out\","
+                + "\"strict\":\"yes\",\"schema\":{\"type\":\"object\"}}}"));
+        assertEquals(400, yes.status(), yes.body());
+        assertEquals("response_format.json_schema.strict", yes.json().get("error").get("param").asText(), yes.body());
     }
 }
