@@ -307,7 +307,9 @@ public final class Generation {
         sampler.push(tok);
         Sampler.TokenLogprobs lp = sampler.params().logprobs() ? sampler.logprobs(lg, off, tok, sampler.params().topLogprobs()) : null;
         boolean isEos = false;
-        if (!sampler.params().ignoreEos()) for (int e : opt.eosIds()) if (e == tok) isEos = true;
+        // under a constraint the end-of-sequence token is the grammar's end of the output: it ends the generation even
+        // with ignore_eos (the grammar allows nothing else after it)
+        if (!sampler.params().ignoreEos() || constraint != null) for (int e : opt.eosIds()) if (e == tok) isEos = true;
         boolean go = listener.onToken(tok, lp);
         if (!go || isEos) return end(Finish.STOP);
         if (generated >= sampler.params().maxTokens() || len >= opt.maxContext()) return end(Finish.LENGTH);

@@ -124,6 +124,20 @@ class StructuredOutputTest {
     }
 
     @Test
+    void theEndOfTheConstrainedOutputEndsTheGenerationEvenWithIgnoreEos() throws Exception {
+        JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[\"yes\",\"no\"]}},"
+                + "\"required\":[\"a\"],\"additionalProperties\":false}");
+        var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, true) + ",\"ignore_eos\":true,\"max_tokens\":60"));
+        assertEquals(200, resp.status(), resp.body());
+        JsonNode choice = resp.json().get("choices").get(0);
+        assertEquals("stop", choice.get("finish_reason").asText(), resp.body());
+        int completion = resp.json().get("usage").get("completion_tokens").asInt();
+        assertTrue(completion < 60, "no hidden tokens after the JSON closed: " + resp.body());
+        String a = Json.MAPPER.readTree(choice.get("message").get("content").asText()).get("a").asText();
+        assertTrue(a.equals("yes") || a.equals("no"), resp.body());
+    }
+
+    @Test
     void unsupportedKeywordIs400() throws Exception {
         JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"d\"]}");
         var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, true)));
