@@ -83,7 +83,7 @@ public final class Generation {
     private Sampler.TokenLogprobs[] promptScores;
 
     // statistics
-    private long startNs, firstTokenNs, endNs;
+    private long startNs, prefillEndNs, firstTokenNs, endNs;
     private long offered, accepted, verifySteps;
 
     /**
@@ -218,6 +218,7 @@ public final class Generation {
                 pointHook.reached(seq);
             }
             if (last) {
+                prefillEndNs = System.nanoTime();
                 if (draft != null) draft.committed(ctx, promptLen);
                 // max_tokens 0: only the prompt's scores were wanted
                 if (sampler.params().maxTokens() == 0) return end(Finish.LENGTH);
@@ -361,9 +362,13 @@ public final class Generation {
         return Arrays.copyOfRange(ctx, promptLen, len);
     }
 
-    /** Seconds from the first step to the first generated token (prefill time). */
+    /**
+     * Seconds from the first step to the first generated token (prefill time); with {@code max_tokens} 0 (a scored
+     * prompt and nothing generated), to the end of the prefill.
+     */
     public double prefillSeconds() {
-        return firstTokenNs == 0 ? 0 : (firstTokenNs - startNs) / 1e9;
+        long end = firstTokenNs != 0 ? firstTokenNs : prefillEndNs;
+        return end == 0 ? 0 : (end - startNs) / 1e9;
     }
 
     /** Seconds from the first generated token to the end (or now). */

@@ -95,6 +95,9 @@ class PromptLogprobsTest {
                 assertTrue(best >= tlp.get(i).asDouble() - 1e-6, "the listed alternative is the most likely one");
             }
             if (maxTokens == 0) assertEquals("length", r.json().at("/choices/0/finish_reason").asText());
+            // the prefill is timed when nothing is generated too
+            assertTrue(r.json().at("/usage/timings/prompt_ms").asDouble() > 0, r.json().at("/usage/timings").toString());
+            assertTrue(r.json().at("/usage/timings/prompt_per_second").asDouble() > 0, r.json().at("/usage/timings").toString());
             assertEquals(maxTokens, r.json().at("/usage/completion_tokens").asInt());
         }
     }
