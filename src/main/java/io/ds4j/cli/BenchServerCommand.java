@@ -140,18 +140,9 @@ public final class BenchServerCommand implements Callable<Integer> {
             System.out.println();
             System.out.printf("%-8s %9s %13s %13s %17s%n", "clients", "requests", "TTFT p50 ms", "TTFT p99 ms", "aggregate tok/s");
             for (int c : clients) {
-                int perClient = Math.max(1, (requests + c - 1) / c);
-                List<Sample> samples = Collections.synchronizedList(new ArrayList<>());
-                long t0 = System.nanoTime();
-                try (ExecutorService ex = Executors.newVirtualThreadPerTaskExecutor()) {
-                    List<Future<?>> fs = new ArrayList<>();
-                    for (int k = 0; k < c; k++) fs.add(ex.submit(() -> {
-                        for (int r = 0; r < perClient; r++) samples.add(stream(user));
-                        return null;
-                    }));
-                    for (Future<?> f : fs) f.get();
-                }
-                double secs = (System.nanoTime() - t0) / 1e9;
+                Round rd = round(c, user);
+                List<Sample> samples = rd.samples();
+                double secs = rd.seconds();
                 double[] ttft = samples.stream().mapToDouble(Sample::ttftMs).sorted().toArray();
                 long toks = samples.stream().mapToLong(Sample::tokens).sum();
                 System.out.printf("%-8d %9d %13.1f %13.1f %17.1f%n", c, samples.size(), pct(ttft, 50), pct(ttft, 99), toks / secs);
@@ -187,18 +178,9 @@ public final class BenchServerCommand implements Callable<Integer> {
         System.out.printf("%-8s %9s %13s %13s %17s %14s %14s%n", "clients", "requests", "TTFT p50 ms", "TTFT p99 ms", "aggregate tok/s",
                 "per-token p50", "per-token p99");
         for (int c : clients) {
-            int perClient = Math.max(1, (requests + c - 1) / c);
-            List<Sample> samples = Collections.synchronizedList(new ArrayList<>());
-            long t0 = System.nanoTime();
-            try (ExecutorService ex = Executors.newVirtualThreadPerTaskExecutor()) {
-                List<Future<?>> fs = new ArrayList<>();
-                for (int k = 0; k < c; k++) fs.add(ex.submit(() -> {
-                    for (int r = 0; r < perClient; r++) samples.add(stream(user));
-                    return null;
-                }));
-                for (Future<?> f : fs) f.get();
-            }
-            double secs = (System.nanoTime() - t0) / 1e9;
+            Round rd = round(c, user);
+            List<Sample> samples = rd.samples();
+            double secs = rd.seconds();
             double[] ttft = samples.stream().mapToDouble(Sample::ttftMs).sorted().toArray();
             double[] g = samples.stream().flatMapToDouble(x -> Arrays.stream(x.gapsMs())).sorted().toArray();
             long toks = samples.stream().mapToLong(Sample::tokens).sum();
@@ -236,6 +218,25 @@ public final class BenchServerCommand implements Callable<Integer> {
 
     /** One request as the client sees it. */
     record Sample(double ttftMs, double decodeTps, double e2eTps, long tokens, double[] gapsMs) {}
+
+    /** The streamed requests of one concurrency level and the seconds they took together. */
+    record Round(List<Sample> samples, double seconds) {}
+
+    /** {@code requests} streamed requests (rounded up to a multiple of c) from c concurrent clients. */
+    private Round round(int c, String user) throws Exception {
+        int perClient = Math.max(1, (requests + c - 1) / c);
+        List<Sample> samples = Collections.synchronizedList(new ArrayList<>());
+        long t0 = System.nanoTime();
+        try (ExecutorService ex = Executors.newVirtualThreadPerTaskExecutor()) {
+            List<Future<?>> fs = new ArrayList<>();
+            for (int k = 0; k < c; k++) fs.add(ex.submit(() -> {
+                for (int r = 0; r < perClient; r++) samples.add(stream(user));
+                return null;
+            }));
+            for (Future<?> f : fs) f.get();
+        }
+        return new Round(samples, (System.nanoTime() - t0) / 1e9);
+    }
 
     private Sample stream(String user) throws Exception {
         ObjectNode b = json.createObjectNode();
