@@ -47,12 +47,7 @@ import java.util.stream.Stream;
 @Command(name = "bench-prefix", mixinStandardHelpOptions = true, sortOptions = false,
         description = "Prefix cache: TTFT and wall time cold vs cached for an agent conversation and a document with questions.")
 public final class BenchPrefixCommand implements Callable<Integer> {
-    static final class Source {
-        @Option(names = "--model", paramLabel = "DIR", description = "model directory") Path model;
-        @Option(names = "--preset", paramLabel = "NAME", description = "preset model (default tiny), created on first use") String preset;
-    }
-
-    @ArgGroup(exclusive = true, multiplicity = "0..1") Source source = new Source();
+    @ArgGroup(exclusive = true, multiplicity = "0..1") BenchServerCommand.Source source = new BenchServerCommand.Source();
     @Option(names = "--layers", description = "preset variant: layers (default: the preset's)") Integer layers;
     @Option(names = "--experts", description = "preset variant: routed experts (default: the preset's)") Integer experts;
     @Option(names = "--dtype", defaultValue = "bf16", description = "preset variant storage: bf16 or fp8 (default ${DEFAULT-VALUE})") String dtype;
