@@ -748,25 +748,20 @@ __global__ void tc_combine_kernel(const float* part, int nmax, int kind, int m, 
     }
 }
 
-/** Multiprocessor count of a device, cached (asked once per device). */
-static int sm_count(int device) {
-    static int cache[64];
-    if (device < 0 || device >= 64) return 1;
-    if (cache[device] == 0) {
-        hipDeviceProp_t p;
-        cache[device] = hipGetDeviceProperties(&p, device) == hipSuccess && p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
-    }
-    return cache[device];
-}
+/** What the attention launches need to know of a device: asked once per device, then cached. */
+struct DeviceLimits {
+    int sms;             // multiprocessors (1 when the device does not say)
+    int64_t smem_optin;  // most dynamic shared memory a block may opt in to (48 KB when the device does not say)
+};
 
-/** Most dynamic shared memory one block may opt in to on a device, cached (48 KB when the device does not say). */
-static int64_t smem_optin(int device) {
-    static int64_t cache[64];
-    if (device < 0 || device >= 64) return 48 * 1024;
-    if (cache[device] == 0) {
+static DeviceLimits device_limits(int device) {
+    static DeviceLimits cache[64];
+    if (device < 0 || device >= 64) return DeviceLimits{1, 48 * 1024};
+    if (cache[device].sms == 0) {
         hipDeviceProp_t p;
-        cache[device] = hipGetDeviceProperties(&p, device) == hipSuccess && p.sharedMemPerBlockOptin > 48 * 1024
-                            ? (int64_t)p.sharedMemPerBlockOptin : 48 * 1024;
+        const bool ok = hipGetDeviceProperties(&p, device) == hipSuccess;
+        cache[device].sms = ok && p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
+        cache[device].smem_optin = ok && p.sharedMemPerBlockOptin > 48 * 1024 ? (int64_t)p.sharedMemPerBlockOptin : 48 * 1024;
     }
     return cache[device];
 }
@@ -789,7 +784,7 @@ static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, c
     const int64_t nk_max = W + maxc;
     const int64_t smem = attention_smem(d, nk_max);
     // the block's static shared memory (the reduction scratch) counts against the same per-block limit
-    DS4J_ARG(smem + 1024 <= smem_optin(ctx->device),
+    DS4J_ARG(smem + 1024 <= device_limits(ctx->device).smem_optin,
              "%s: %lld keys per query (window %d + %lld compressed) exceed the kernel's shared memory", fn,
              (long long)nk_max, W, (long long)maxc);
     if (smem > 48 * 1024) {  // long contexts (HCA past ~480K tokens): opt in to more than the default 48 KB
@@ -852,7 +847,7 @@ static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K,
         return p;
     }
     const int HB = (H + TC_ROWS - 1) / TC_ROWS;
-    p.ns_max = sm_count(ctx->device) / HB;
+    p.ns_max = device_limits(ctx->device).sms / HB;
     if (p.ns_max < 1) p.ns_max = 1;
     for (int s = p.s0; s < S; s++) {
         const int n = tc_split(attended_rows(kind, m, K, N0 + s, W), p.ns_max).nsplit;

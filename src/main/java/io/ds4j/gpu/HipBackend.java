@@ -461,12 +461,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             throw new IllegalArgumentException("sequence does not belong to this backend");
         int n = hs.length();
         long scratch = 0;
-        for (HipSequence.LayerState st : hs.layers) {
-            long b = 4L * st.winCap * c.headDim + 256;
-            if (st.comp != null) b += 4L * (n / st.comp.m) * c.headDim + 256;
-            if (st.index != null) b += 4L * (n / st.index.m) * c.indexHeadDim + 256;
-            scratch = Math.max(scratch, b);
-        }
+        for (HipSequence.LayerState st : hs.layers) scratch = Math.max(scratch, conversionBytes(st, n));
         ws.reset(scratch);
         double[] ms = new double[Math.max(1, reps)];
         for (int r = 0; r < ms.length; r++) {
@@ -856,9 +851,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             HipSequence.LayerState st = seq.layers[l];
             long b;
             if (verifyAttention == VerifyAttention.F32_CONVERT) {
-                b = 4L * st.winCap * c.headDim + 256;
-                if (st.comp != null) b += 4L * ((N0 + S) / st.comp.m) * c.headDim + 256;
-                if (st.index != null) b += 4L * ((N0 + S) / st.index.m) * c.indexHeadDim + 256;
+                b = conversionBytes(st, N0 + S);
             } else if (attendedRows(c, l, N0, S) > shortRows) {
                 int akind = switch (c.layerTypes[l]) {
                     case SLIDING -> DS4J_ATTN_SLIDING();
@@ -872,6 +865,14 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             most = Math.max(most, b);
         }
         return most;
+    }
+
+    /** Workspace bytes of the control's F32 copies of one layer's cache at n tokens (ring, entries, indexer keys). */
+    private long conversionBytes(HipSequence.LayerState st, int n) {
+        long b = 4L * st.winCap * c.headDim + 256;
+        if (st.comp != null) b += 4L * (n / st.comp.m) * c.headDim + 256;
+        if (st.index != null) b += 4L * (n / st.index.m) * c.indexHeadDim + 256;
+        return b;
     }
 
     /** An F32 copy of n F16 values in the workspace (the control's conversion). */
