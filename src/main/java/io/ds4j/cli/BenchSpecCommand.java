@@ -7,10 +7,10 @@ import io.ds4j.model.WeightLoader;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
-import io.ds4j.spec.DraftSource;
-import io.ds4j.spec.ModelDraftSource;
-import io.ds4j.spec.NgramDraft;
-import io.ds4j.spec.VerifyWidth;
+import io.ds4j.speculative.DraftSource;
+import io.ds4j.speculative.ModelDraftSource;
+import io.ds4j.speculative.NgramDraft;
+import io.ds4j.speculative.VerifyWidth;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 

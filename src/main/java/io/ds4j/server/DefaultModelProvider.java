@@ -5,9 +5,9 @@ import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.Backends;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.server.config.ServerConfig;
-import io.ds4j.spec.DraftSource;
-import io.ds4j.spec.ModelDraftSource;
-import io.ds4j.spec.NgramDraft;
+import io.ds4j.speculative.DraftSource;
+import io.ds4j.speculative.ModelDraftSource;
+import io.ds4j.speculative.NgramDraft;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.Tokenizers;
 

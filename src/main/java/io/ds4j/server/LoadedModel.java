@@ -1,7 +1,7 @@
 package io.ds4j.server;
 
 import io.ds4j.engine.Backend;
-import io.ds4j.spec.DraftSource;
+import io.ds4j.speculative.DraftSource;
 import io.ds4j.text.Tokenizer;
 
 /**

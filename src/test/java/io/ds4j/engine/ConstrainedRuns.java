@@ -3,8 +3,8 @@ package io.ds4j.engine;
 import io.ds4j.grammar.Grammar;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
-import io.ds4j.spec.DraftSource;
-import io.ds4j.spec.VerifyWidth;
+import io.ds4j.speculative.DraftSource;
+import io.ds4j.speculative.VerifyWidth;
 import io.ds4j.text.Tokenizer;
 
 import java.io.ByteArrayOutputStream;

@@ -9,9 +9,9 @@ import io.ds4j.grammar.Grammar;
 import io.ds4j.grammar.RandomSchemas;
 import io.ds4j.model.synth.Presets;
 import io.ds4j.sampling.SamplingParams;
-import io.ds4j.spec.ModelDraftSource;
-import io.ds4j.spec.NgramDraft;
-import io.ds4j.spec.VerifyWidth;
+import io.ds4j.speculative.ModelDraftSource;
+import io.ds4j.speculative.NgramDraft;
+import io.ds4j.speculative.VerifyWidth;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.Tokenizers;
 import org.junit.jupiter.api.Tag;
@@ -45,7 +45,7 @@ class HipConstrainedTest {
                 // the schema validator is a test-only dependency the device package does not carry: CI validates on
                 // the CPU (ConstrainedGenerationTest); here the output must at least be complete JSON
                 assertNotNull(m.readTree(plain.text()), schema + " -> " + plain.text());
-                for (var src : new io.ds4j.spec.DraftSource[]{NgramDraft.source(), new ModelDraftSource(twin, "twin", 16)}) {
+                for (var src : new io.ds4j.speculative.DraftSource[]{NgramDraft.source(), new ModelDraftSource(twin, "twin", 16)}) {
                     var spec = ConstrainedRuns.run(target, tok, g, prompt, p, src, VerifyWidth.fixed(4));
                     assertArrayEquals(plain.tokens(), spec.tokens(), schema + " with " + src.name());
                     offered += spec.stats().offered();

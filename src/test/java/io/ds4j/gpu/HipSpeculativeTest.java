@@ -4,10 +4,10 @@ import io.ds4j.engine.Backend;
 import io.ds4j.engine.SpeculativeTest;
 import io.ds4j.model.WeightLoader;
 import io.ds4j.sampling.SamplingParams;
-import io.ds4j.spec.DraftSource;
-import io.ds4j.spec.ModelDraftSource;
-import io.ds4j.spec.NgramDraft;
-import io.ds4j.spec.VerifyWidth;
+import io.ds4j.speculative.DraftSource;
+import io.ds4j.speculative.ModelDraftSource;
+import io.ds4j.speculative.NgramDraft;
+import io.ds4j.speculative.VerifyWidth;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 

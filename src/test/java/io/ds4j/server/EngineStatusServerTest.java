@@ -3,7 +3,7 @@ package io.ds4j.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.FeatureGate;
-import io.ds4j.spec.NgramDraft;
+import io.ds4j.speculative.NgramDraft;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.MethodOrderer;

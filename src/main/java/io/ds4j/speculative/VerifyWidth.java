@@ -1,4 +1,4 @@
-package io.ds4j.spec;
+package io.ds4j.speculative;
 
 /**
  * Verify width q per step: fixed, or adaptive from the recent acceptance. The adaptive rule keeps an exponentially

@@ -1,4 +1,4 @@
-package io.ds4j.spec;
+package io.ds4j.speculative;
 
 import io.ds4j.cpu.CpuBackend;
 import io.ds4j.cpu.TestModelsAccess;
