@@ -34,6 +34,48 @@ public interface Backend extends AutoCloseable {
         return forward(seq, tokens, off, count, logitRows);
     }
 
+    /**
+     * One step over a batch of sequences: every entry's tokens are appended to its sequence, and the logits of its
+     * requested rows come back. Row-wise work (products, MoE, mHC, norms, head) runs over all rows of the batch at
+     * once; attention, compressors, indexer and caches work per entry. A request's numbers must not depend on what else
+     * is in the batch (batch invariance: a sequence stepped alone or with others gives bit-identical logits).
+     * The default runs the entries one after another through {@link #forward}.
+     * @param batch entries, each sequence at most once
+     * @return per entry i, its logits [batch.get(i).logitRows().length, V], row-major
+     * @throws IllegalArgumentException naming the entry (its index) for a bad token id, a bad logit row, a foreign or
+     *         repeated sequence; no sequence is changed then
+     * @throws RuntimeException the backend's error when the step fails later: the entries' sequences are then in the
+     *         state the backend's {@link #forward} documents for a failed step
+     */
+    default float[][] step(java.util.List<BatchEntry> batch) {
+        checkBatch(config(), batch);
+        float[][] out = new float[batch.size()][];
+        for (int i = 0; i < batch.size(); i++) {
+            BatchEntry e = batch.get(i);
+            out[i] = forward(e.seq(), e.tokens(), 0, e.count(), e.logitRows(), e.kind());
+        }
+        return out;
+    }
+
+    /**
+     * The argument checks every {@link #step} makes before touching any state.
+     * @throws IllegalArgumentException for an empty batch, a repeated sequence, or an entry that fails {@link #checkStep}
+     *         (the message names the entry's index)
+     */
+    static void checkBatch(ModelConfig c, java.util.List<BatchEntry> batch) {
+        if (batch.isEmpty()) throw new IllegalArgumentException("a batch needs at least one entry");
+        java.util.Set<Sequence> seen = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+        for (int i = 0; i < batch.size(); i++) {
+            BatchEntry e = batch.get(i);
+            if (!seen.add(e.seq())) throw new IllegalArgumentException("batch entry " + i + ": its sequence is already in the batch");
+            try {
+                checkStep(c, e.tokens(), 0, e.count(), e.logitRows());
+            } catch (IllegalArgumentException x) {
+                throw new IllegalArgumentException("batch entry " + i + ": " + x.getMessage(), x);
+            }
+        }
+    }
+
     /** The verify attention paths this backend can switch between (empty: it has only one). */
     default java.util.Set<VerifyAttention> verifyAttentionPaths() {
         return java.util.Set.of();
