@@ -1,10 +1,13 @@
 package io.ds4j.cpu;
 
+import io.ds4j.engine.BatchEntry;
 import io.ds4j.engine.CacheLayout;
 import io.ds4j.engine.Backend;
+import io.ds4j.engine.StepKind;
 import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StateSnapshot;
 import io.ds4j.model.AttentionKind;
+import io.ds4j.model.LayerProgram;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.ModelWeights;
 import io.ds4j.model.Rope;
@@ -104,37 +107,136 @@ public final class CpuBackend implements Backend {
 
     @Override
     public float[] forward(Sequence sequence, int[] tokens, int off, int S, int[] logitRows) {
-        if (!(sequence instanceof CpuSequence seq) || seq.cfg != c)
-            throw new IllegalArgumentException("sequence does not belong to this backend");
-        if (seq.closed) throw new IllegalStateException("sequence is closed");
-        Backend.checkStep(c, tokens, off, S, logitRows);
-        final int D = c.hidden, n = c.hcMult, nD = n * D;
-        final int N0 = seq.pos.length();
+        return forward(sequence, tokens, off, S, logitRows, StepKind.PREFILL);
+    }
 
-        // 3.1: every stream starts as the embedding.
-        float[] X = new float[S * nD];
-        float[] row = new float[D];
-        for (int s = 0; s < S; s++) {
-            wts.embed.dequantRow(tokens[off + s], row, 0);
-            for (int i = 0; i < n; i++) System.arraycopy(row, 0, X, s * nD + i * D, D);
+    @Override
+    public float[] forward(Sequence sequence, int[] tokens, int off, int S, int[] logitRows, StepKind kind) {
+        own(sequence);
+        Backend.checkStep(c, tokens, off, S, logitRows);
+        return step(List.of(new BatchEntry(sequence, Arrays.copyOfRange(tokens, off, off + S), logitRows,
+                kind == null ? StepKind.PREFILL : kind)))[0];
+    }
+
+    /**
+     * {@inheritDoc} The rows of all entries run together through {@link LayerProgram}: every matrix product, the
+     * MoE (routed experts grouped over the whole batch), mHC, norms and the head over all rows; attention, compressors
+     * and indexer per entry. Batch invariance holds because {@link Gemm} gives row s of a product a result that depends
+     * on that row only (not on the row count, the thread count or the path), and every other operation is per row or
+     * per entry. All checks run before any state changes; the step kind does not change the CPU's arithmetic.
+     * @throws IllegalArgumentException naming the entry: a sequence of another backend, a bad token id or logit row,
+     *         a repeated sequence
+     * @throws IllegalStateException naming the entry for a closed sequence
+     */
+    @Override
+    public float[][] step(List<BatchEntry> batch) {
+        for (int i = 0; i < batch.size(); i++) {
+            Sequence s = batch.get(i).seq();
+            if (!(s instanceof CpuSequence seq) || seq.cfg != c)
+                throw new IllegalArgumentException("batch entry " + i + ": sequence does not belong to this backend");
+            if (seq.closed) throw new IllegalStateException("batch entry " + i + ": sequence is closed");
         }
-        int[] toks = Arrays.copyOfRange(tokens, off, off + S);
-        float[] post = new float[S * n], comb = new float[S * n * n], col = new float[S * D];
-        for (int l = 0; l < c.numLayers; l++) {
+        Backend.checkBatch(c, batch);
+        Step st = new Step(batch);
+        float[] logits = LayerProgram.run(st, c.numLayers);
+        float[][] out = new float[batch.size()][];
+        int at = 0;
+        for (int i = 0; i < batch.size(); i++) {
+            int n = batch.get(i).logitRows().length * c.vocabSize;
+            out[i] = Arrays.copyOfRange(logits, at, at + n);
+            at += n;
+            st.seqs[i].pos.advance(st.count[i]);
+        }
+        return out;
+    }
+
+    /**
+     * The operations of one step over a batch ({@link LayerProgram.Ops} on host arrays): rows of entry i are
+     * [first[i], first[i] + count[i]) of every activation matrix, at positions start[i] ...
+     */
+    private final class Step implements LayerProgram.Ops<float[]> {
+        final CpuSequence[] seqs;
+        final int[] first, count, start;
+        final int[][] logitRows;
+        /** All new token ids, entry after entry [R]. */
+        final int[] toks;
+        final int R;
+        final float[] post, comb;
+
+        Step(List<BatchEntry> batch) {
+            int E = batch.size();
+            seqs = new CpuSequence[E];
+            first = new int[E];
+            count = new int[E];
+            start = new int[E];
+            logitRows = new int[E][];
+            int r = 0;
+            for (int i = 0; i < E; i++) {
+                BatchEntry e = batch.get(i);
+                seqs[i] = (CpuSequence) e.seq();
+                first[i] = r;
+                count[i] = e.count();
+                start[i] = seqs[i].pos.length();
+                logitRows[i] = e.logitRows();
+                r += e.count();
+            }
+            R = r;
+            toks = new int[R];
+            for (int i = 0; i < E; i++) System.arraycopy(batch.get(i).tokens(), 0, toks, first[i], count[i]);
+            post = new float[R * c.hcMult];
+            comb = new float[R * c.hcMult * c.hcMult];
+        }
+
+        @Override
+        public float[] embed() { // 3.1: every stream starts as the embedding
+            final int D = c.hidden, n = c.hcMult, nD = n * D;
+            float[] X = new float[R * nD], row = new float[D];
+            for (int s = 0; s < R; s++) {
+                wts.embed.dequantRow(toks[s], row, 0);
+                for (int i = 0; i < n; i++) System.arraycopy(row, 0, X, s * nD + i * D, D);
+            }
+            return X;
+        }
+
+        @Override
+        public float[] mixPre(float[] X, int l, LayerProgram.Site site) {
             ModelWeights.Layer L = wts.layers[l];
-            // 3.3 attention site
-            hcPre(X, S, L.attnHcFn, L.attnHcBase, L.attnHcScale, post, comb, col);
-            Ops.rmsNormRows(col, S, D, L.inputNorm, (float) c.rmsEps);
-            float[] a = attention(seq, l, L, col, S, N0);
-            hcPost(X, S, a, post, comb);
-            // 3.3 MoE site
-            hcPre(X, S, L.ffnHcFn, L.ffnHcBase, L.ffnHcScale, post, comb, col);
-            Ops.rmsNormRows(col, S, D, L.postAttnNorm, (float) c.rmsEps);
-            float[] f = moe(l, L, col, S, toks);
-            hcPost(X, S, f, post, comb);
+            float[] col = new float[R * c.hidden];
+            if (site == LayerProgram.Site.ATTENTION) hcPre(X, R, L.attnHcFn, L.attnHcBase, L.attnHcScale, post, comb, col);
+            else hcPre(X, R, L.ffnHcFn, L.ffnHcBase, L.ffnHcScale, post, comb, col);
+            return col;
         }
-        seq.pos.advance(S);
-        return head(X, logitRows);
+
+        @Override
+        public void norm(float[] x, int l, LayerProgram.Site site) {
+            ModelWeights.Layer L = wts.layers[l];
+            Ops.rmsNormRows(x, R, c.hidden, site == LayerProgram.Site.ATTENTION ? L.inputNorm : L.postAttnNorm, (float) c.rmsEps);
+        }
+
+        @Override
+        public float[] attention(int l, float[] x) {
+            return CpuBackend.this.attention(this, l, wts.layers[l], x);
+        }
+
+        @Override
+        public float[] moe(int l, float[] x) {
+            return CpuBackend.this.moe(l, wts.layers[l], x, R, toks);
+        }
+
+        @Override
+        public void mixPost(float[] X, float[] f) {
+            hcPost(X, R, f, post, comb);
+        }
+
+        @Override
+        public float[] head(float[] X) {
+            int n = 0;
+            for (int[] rs : logitRows) n += rs.length;
+            int[] rows = new int[n];
+            n = 0;
+            for (int i = 0; i < logitRows.length; i++) for (int r : logitRows[i]) rows[n++] = first[i] + r;
+            return CpuBackend.this.head(X, rows);
+        }
     }
 
     /** 3.9: hc_head merge, final norm and lm_head for the requested rows only. */
@@ -235,8 +337,92 @@ public final class CpuBackend implements Backend {
     // ------------------------------------------------------------------------------------------------------------
     // 3.4–3.7 attention
 
-    private float[] attention(CpuSequence seq, int l, ModelWeights.Layer L, float[] x, int S, int N0) {
-        final int D = c.hidden, H = c.numHeads, d = c.headDim, W = c.slidingWindow;
+    /**
+     * 3.4-3.7 over a batch: the projections of x [R, D] (query latent, shared kv, compressor and indexer inputs, then
+     * the queries) and the output projection run over all rows; the rest per entry ({@link #attendEntry}).
+     */
+    private float[] attention(Step b, int l, ModelWeights.Layer L, float[] x) {
+        final int D = c.hidden, H = c.numHeads, d = c.headDim, R = b.R;
+        final float eps = (float) c.rmsEps;
+        final AttentionKind kind = c.layerTypes[l];
+        // every projection of x as one batch, then every projection of the query latent: in decode each batch is one
+        // hand-off to the worker pool
+        float[] ql = new float[R * c.qLoraRank], kv = new float[R * d];
+        ModelWeights.Compressor cw = kind != AttentionKind.SLIDING ? L.compressor : null;
+        ModelWeights.Indexer ix = kind == AttentionKind.CSA ? L.indexer : null;
+        int cwc = cw == null ? 0 : kind == AttentionKind.CSA ? 2 * d : d, iwc = ix == null ? 0 : 2 * c.indexHeadDim;
+        float[] ca = new float[R * cwc], cz = new float[R * cwc], ia = new float[R * iwc], iz = new float[R * iwc];
+        float[] wt = new float[ix == null ? 0 : R * c.indexHeads];
+        float[] qi = new float[ix == null ? 0 : R * c.indexHeads * c.indexHeadDim];
+        List<WeightMatrix> pw = new ArrayList<>(List.of(L.qA, L.kv));
+        List<float[]> py = new ArrayList<>(List.of(ql, kv));
+        if (cw != null) {
+            pw.addAll(List.of(cw.kvProj, cw.gateProj));
+            py.addAll(List.of(ca, cz));
+        }
+        if (ix != null) {
+            pw.addAll(List.of(ix.compressor.kvProj, ix.compressor.gateProj, ix.weightsProj));
+            py.addAll(List.of(ia, iz, wt));
+        }
+        float[][] px = new float[pw.size()][];
+        Arrays.fill(px, x);
+        Gemm.matmuls(R, pw.toArray(WeightMatrix[]::new), px, py.toArray(float[][]::new));
+        // 1. query latent, 2. queries
+        Ops.rmsNormRows(ql, R, c.qLoraRank, L.qANorm, eps);
+        float[] q = new float[R * H * d];
+        if (ix != null) Gemm.matmuls(R, new WeightMatrix[]{L.qB, ix.qB}, new float[][]{ql, ql}, new float[][]{q, qi});
+        else Gemm.matmul(L.qB, ql, R, q);
+        // per entry at its positions: the attention output o [R, H·d]
+        float[] o = new float[R * H * d];
+        for (int e = 0; e < b.seqs.length; e++) {
+            int r0 = b.first[e], S = b.count[e];
+            float[] oe = attendEntry(b.seqs[e], l, L, slice(q, r0, S, H * d), slice(kv, r0, S, d), slice(ca, r0, S, cwc),
+                    slice(cz, r0, S, cwc), slice(ia, r0, S, iwc), slice(iz, r0, S, iwc), slice(wt, r0, S, ix == null ? 0 : c.indexHeads),
+                    slice(qi, r0, S, ix == null ? 0 : c.indexHeads * c.indexHeadDim), S, b.start[e]);
+            System.arraycopy(oe, 0, o, r0 * H * d, S * H * d);
+        }
+        // 7. grouped output projection
+        final int G = c.oGroups, Rk = c.oLoraRank, gw = H * d / G;
+        float[] y = new float[R * G * Rk];
+        if (R == 1) { // group g reads o[g·gw ..] and writes y[g·Rk ..]: all groups in one batch
+            WeightMatrix[] wg = new WeightMatrix[G];
+            float[][] xg = new float[G][], yg = new float[G][];
+            int[] xo = new int[G], yo = new int[G];
+            for (int g = 0; g < G; g++) {
+                wg[g] = L.oA.rowRange(g * Rk, (g + 1) * Rk);
+                xg[g] = o;
+                xo[g] = g * gw;
+                yg[g] = y;
+                yo[g] = g * Rk;
+            }
+            Gemm.matvecs(wg, xg, xo, yg, yo);
+        } else {
+            float[] u = new float[R * gw], yg = new float[R * Rk];
+            for (int g = 0; g < G; g++) {
+                for (int s = 0; s < R; s++) System.arraycopy(o, s * H * d + g * gw, u, s * gw, gw);
+                Gemm.matmul(L.oA.rowRange(g * Rk, (g + 1) * Rk), u, R, yg);
+                for (int s = 0; s < R; s++) System.arraycopy(yg, s * Rk, y, s * G * Rk + g * Rk, Rk);
+            }
+        }
+        float[] out = new float[R * D];
+        Gemm.matmul(L.oB, y, R, out);
+        return out;
+    }
+
+    /** Rows [r0, r0 + S) of a row-major matrix of width w. */
+    private static float[] slice(float[] a, int r0, int S, int w) {
+        return Arrays.copyOfRange(a, r0 * w, (r0 + S) * w);
+    }
+
+    /**
+     * 3.4-3.7 for one entry of S rows at positions N0 ..: given its projections (queries q [S, H·d], shared kv [S, d],
+     * compressor inputs ca, cz [S, cw], indexer inputs ia, iz [S, cw_I], head weights wt [S, HI], indexer queries
+     * qi [S, HI·dI]), normalises and rotates the queries and kv, runs the compressors, the indexer and the attention,
+     * stores the new raw rows in the window ring and returns the de-rotated output o [S, H·d].
+     */
+    private float[] attendEntry(CpuSequence seq, int l, ModelWeights.Layer L, float[] q, float[] kv, float[] ca, float[] cz,
+                                float[] ia, float[] iz, float[] wt, float[] qi, int S, int N0) {
+        final int H = c.numHeads, d = c.headDim, W = c.slidingWindow;
         final float eps = (float) c.rmsEps;
         final AttentionKind kind = c.layerTypes[l];
         final Rope P = kind == AttentionKind.SLIDING ? ropeMain : ropeCompress;
@@ -250,34 +436,6 @@ public final class CpuBackend implements Backend {
             System.arraycopy(sn, 0, sinT, s * half, half);
         }
         float[] cs = new float[half], sn = new float[half];
-
-        // every projection of x (query latent, shared kv, compressor and indexer inputs) as one batch, then every
-        // projection of the query latent: in decode each batch is one hand-off to the worker pool
-        float[] ql = new float[S * c.qLoraRank], kv = new float[S * d];
-        ModelWeights.Compressor cw = st.comp != null ? L.compressor : null;
-        ModelWeights.Indexer ix = st.index != null ? L.indexer : null;
-        int cwc = cw == null ? 0 : st.comp.cw, iwc = ix == null ? 0 : st.index.cw;
-        float[] ca = new float[S * cwc], cz = new float[S * cwc], ia = new float[S * iwc], iz = new float[S * iwc];
-        float[] wt = new float[ix == null ? 0 : S * c.indexHeads];
-        float[] qi = new float[ix == null ? 0 : S * c.indexHeads * c.indexHeadDim];
-        List<WeightMatrix> pw = new ArrayList<>(List.of(L.qA, L.kv));
-        List<float[]> py = new ArrayList<>(List.of(ql, kv));
-        if (cw != null) {
-            pw.addAll(List.of(cw.kvProj, cw.gateProj));
-            py.addAll(List.of(ca, cz));
-        }
-        if (ix != null) {
-            pw.addAll(List.of(ix.compressor.kvProj, ix.compressor.gateProj, ix.weightsProj));
-            py.addAll(List.of(ia, iz, wt));
-        }
-        float[][] px = new float[pw.size()][];
-        Arrays.fill(px, x);
-        Gemm.matmuls(S, pw.toArray(WeightMatrix[]::new), px, py.toArray(float[][]::new));
-        // 1. query latent, 2. queries
-        Ops.rmsNormRows(ql, S, c.qLoraRank, L.qANorm, eps);
-        float[] q = new float[S * H * d];
-        if (ix != null) Gemm.matmuls(S, new WeightMatrix[]{L.qB, ix.qB}, new float[][]{ql, ql}, new float[][]{q, qi});
-        else Gemm.matmul(L.qB, ql, S, q);
         for (int s = 0; s < S; s++) {
             System.arraycopy(cosT, s * half, cs, 0, half);
             System.arraycopy(sinT, s * half, sn, 0, half);
@@ -379,32 +537,7 @@ public final class CpuBackend implements Backend {
             int dst = (p % st.winCap) * d;
             for (int i = 0; i < d; i++) st.win[dst + i] = Float.floatToFloat16(kv[(p - N0) * d + i]);
         }
-        // 7. grouped output projection
-        final int G = c.oGroups, R = c.oLoraRank, gw = H * d / G;
-        float[] y = new float[S * G * R];
-        if (S == 1) { // group g reads o[g·gw ..] and writes y[g·R ..]: all groups in one batch
-            WeightMatrix[] wg = new WeightMatrix[G];
-            float[][] xg = new float[G][], yg = new float[G][];
-            int[] xo = new int[G], yo = new int[G];
-            for (int g = 0; g < G; g++) {
-                wg[g] = L.oA.rowRange(g * R, (g + 1) * R);
-                xg[g] = o;
-                xo[g] = g * gw;
-                yg[g] = y;
-                yo[g] = g * R;
-            }
-            Gemm.matvecs(wg, xg, xo, yg, yo);
-        } else {
-            float[] u = new float[S * gw], yg = new float[S * R];
-            for (int g = 0; g < G; g++) {
-                for (int s = 0; s < S; s++) System.arraycopy(o, s * H * d + g * gw, u, s * gw, gw);
-                Gemm.matmul(L.oA.rowRange(g * R, (g + 1) * R), u, S, yg);
-                for (int s = 0; s < S; s++) System.arraycopy(yg, s * R, y, s * G * R + g * R, R);
-            }
-        }
-        float[] out = new float[S * D];
-        Gemm.matmul(L.oB, y, S, out);
-        return out;
+        return o;
     }
 
     private static float dot(float[] a, int ao, float[] b, int bo, int n) {
