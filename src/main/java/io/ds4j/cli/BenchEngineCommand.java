@@ -41,6 +41,9 @@ public final class BenchEngineCommand implements Callable<Integer> {
     @Option(names = "--max-context", defaultValue = "65536",
             description = "largest prompt + decode length this run may use (default ${DEFAULT-VALUE}); also capped by the model's max_position_embeddings")
     int maxContext;
+    @Option(names = "--batch", defaultValue = "1",
+            description = "also time batched decode: N sequences (copies of the prefilled prompt) stepped together, one step of N decode entries per token; prints the aggregate tokens/s against batch 1 (default ${DEFAULT-VALUE}: off)")
+    int batch;
     @Option(names = "--no-bandwidth", description = "skip the memory bandwidth measurement") boolean noBandwidth;
     @Option(names = "--profile", description = "time the decode steps' matrix-vector products (by hand-off to the worker pool) and print where a decoded token's time went in the best run")
     boolean profile;
@@ -53,6 +56,7 @@ public final class BenchEngineCommand implements Callable<Integer> {
         atLeast("--repeats", repeats, 1);
         atLeast("--warmup", warmup, 0);
         atLeast("--max-context", maxContext, 2);
+        atLeast("--batch", batch, 1);
         long total = (long) promptTokens + decodeTokens;
         if (total > maxContext)
             throw new IllegalArgumentException("--prompt-tokens (" + promptTokens + ") + --decode-tokens (" + decodeTokens + ") = "
@@ -111,6 +115,17 @@ public final class BenchEngineCommand implements Callable<Integer> {
                 System.out.printf("state per sequence at %d tokens: %.2f MB (F16 cache + F32 compressor state, rollback window 16)%n",
                         n, be.stateBytes(n, 16) / 1e6);
             if (bestProf != null) printProfile(bestProf, bestNanos, decodeTokens);
+            if (batch > 1) {
+                double best = 0;
+                for (int rep = 0; rep < warmup + repeats; rep++) {
+                    double agg = batch * (double) decodeTokens / (runBatch(be, toks) / 1e9);
+                    if (rep >= warmup) best = Math.max(best, agg);
+                    System.out.printf("  batched run %d%s: decode %.2f tok/s aggregate at batch %d%n", rep + 1,
+                            rep < warmup ? " (warm-up, not counted)" : "", agg, batch);
+                }
+                System.out.printf("decode batch %d: %.2f tokens/s aggregate (%.2f per sequence) = %.2fx batch 1 (best runs)%n",
+                        batch, best, best / batch, best / bestDecode);
+            }
             if (meter != null) {
                 double peak = 0;
                 for (int p = 0; p < 5; p++) peak = Math.max(peak, meter.pass(0).gbPerSecond());
@@ -148,6 +163,36 @@ public final class BenchEngineCommand implements Callable<Integer> {
                 ProductProfile.activate(null);
             }
             return new long[]{t1 - t0, System.nanoTime() - t1};
+        }
+    }
+
+    /**
+     * Batched decode: the prompt prefilled once, then --batch copies of that sequence stepped together for
+     * decodeTokens steps (each copy its own tokens), one {@link CpuBackend#step} of batch decode entries per step.
+     * @return decode nanoseconds
+     */
+    private long runBatch(CpuBackend be, int[] toks) {
+        java.util.List<CpuSequence> seqs = new java.util.ArrayList<>();
+        try {
+            CpuSequence base = be.newSequence(16);
+            seqs.add(base);
+            for (int off = 0; off < promptTokens; off += chunk) {
+                int n = Math.min(chunk, promptTokens - off);
+                be.forward(base, toks, off, n, new int[0]);
+            }
+            for (int i = 1; i < batch; i++) seqs.add(be.fork(base, 16));
+            SplittableRandom r = new SplittableRandom(seed + 1);
+            long t0 = System.nanoTime();
+            for (int t = 0; t < decodeTokens; t++) {
+                java.util.List<io.ds4j.engine.BatchEntry> entries = new java.util.ArrayList<>();
+                for (CpuSequence s : seqs)
+                    entries.add(new io.ds4j.engine.BatchEntry(s, new int[]{r.nextInt(be.config().vocabSize)}, new int[]{0},
+                            io.ds4j.engine.StepKind.DECODE));
+                be.step(entries);
+            }
+            return System.nanoTime() - t0;
+        } finally {
+            for (CpuSequence s : seqs) s.close();
         }
     }
 
