@@ -131,8 +131,8 @@ public final class CpuSequence implements Sequence {
     public void rollback(int k) {
         int n = pos.rollback(k, closed);
         for (LayerState ls : layers) {
-            if (ls.comp != null) ls.comp.count = n / ls.comp.m;
-            if (ls.index != null) ls.index.count = n / ls.index.m;
+            if (ls.comp != null) ls.comp.count = CacheLayout.entries(n, ls.comp.m);
+            if (ls.index != null) ls.index.count = CacheLayout.entries(n, ls.index.m);
         }
     }
 

@@ -16,6 +16,14 @@ import io.ds4j.model.ModelConfig;
 public final class CacheLayout {
     private CacheLayout() {}
 
+    /**
+     * Compressed entries (or indexer keys) of a compressor of ratio m over n tokens: ⌊n / m⌋ — an entry exists once
+     * its window of m tokens is complete. Every backend's sequence state counts its entries with this.
+     */
+    public static int entries(long n, int m) {
+        return (int) (n / m);
+    }
+
     /** Rows of the raw window ring: W − 1 + k_max (at least 1). */
     public static int windowRows(ModelConfig c, int maxRollback) {
         return Math.max(1, c.slidingWindow - 1 + maxRollback);
@@ -39,11 +47,11 @@ public final class CacheLayout {
             if (k != AttentionKind.SLIDING) {
                 int m = c.ratio(l);
                 boolean ov = k == AttentionKind.CSA;
-                b += (long) compressorRows(m, ov, maxRollback) * (ov ? 2 : 1) * c.headDim * 4 * 2 + (long) (ctx / m) * c.headDim * 2;
+                b += (long) compressorRows(m, ov, maxRollback) * (ov ? 2 : 1) * c.headDim * 4 * 2 + (long) entries(ctx, m) * c.headDim * 2;
             }
             if (k == AttentionKind.CSA) {
                 int m = c.csaRatio;
-                b += (long) compressorRows(m, true, maxRollback) * 2 * c.indexHeadDim * 4 * 2 + (long) (ctx / m) * c.indexHeadDim * 2;
+                b += (long) compressorRows(m, true, maxRollback) * 2 * c.indexHeadDim * 4 * 2 + (long) entries(ctx, m) * c.indexHeadDim * 2;
             }
         }
         return b;

@@ -3,6 +3,7 @@ package io.ds4j.gpu;
 import io.ds4j.cpu.CpuBackend;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
+import io.ds4j.engine.BatchEntry;
 import io.ds4j.engine.CacheLayout;
 import io.ds4j.engine.EngineStatus;
 import io.ds4j.engine.Sequence;
@@ -12,6 +13,7 @@ import io.ds4j.engine.FeatureGate;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.CheckpointException;
 import io.ds4j.model.ModelConfig;
+import io.ds4j.model.LayerProgram;
 import io.ds4j.model.ModelWeights;
 import io.ds4j.model.Rope;
 import io.ds4j.model.WeightLoader;
@@ -22,7 +24,10 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.EnumMap;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 
@@ -471,8 +476,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             for (HipSequence.LayerState st : hs.layers) {
                 ws.reset(scratch);
                 toF32(st.win, (long) st.winCap * c.headDim);
-                if (st.comp != null && n / st.comp.m > 0) toF32(st.comp.entries(), (long) (n / st.comp.m) * c.headDim);
-                if (st.index != null && n / st.index.m > 0) toF32(st.index.entries(), (long) (n / st.index.m) * c.indexHeadDim);
+                if (st.comp != null && CacheLayout.entries(n, st.comp.m) > 0) toF32(st.comp.entries(), (long) CacheLayout.entries(n, st.comp.m) * c.headDim);
+                if (st.index != null && CacheLayout.entries(n, st.index.m) > 0) toF32(st.index.entries(), (long) CacheLayout.entries(n, st.index.m) * c.indexHeadDim);
             }
             gpu.sync();
             ms[r] = (System.nanoTime() - t0) / 1e6;
@@ -642,22 +647,65 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     public synchronized float[] forward(Sequence sequence, int[] tokens, int off, int S, int[] logitRows, StepKind kind) {
         if (closed) throw new IllegalStateException("backend is closed");
         if (kind == null) throw new IllegalArgumentException("step kind must be set");
-        final boolean verify = kind == StepKind.VERIFY;
         if (!(sequence instanceof HipSequence seq) || seq.backend != this)
             throw new IllegalArgumentException("sequence does not belong to this backend");
         if (seq.closed) throw new IllegalStateException("sequence is closed");
         seq.checkUsable();
         Backend.checkStep(c, tokens, off, S, logitRows);
-        final int N0 = seq.pos.length();
-        // grow the entry arrays and the workspace first, so that running out of memory leaves the sequence unchanged
-        try {
-            for (HipSequence.LayerState ls : seq.layers) {
-                if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, (N0 + S) / ls.comp.m);
-                if (ls.index != null) HipSequence.ensure(gpu, ls.index, (N0 + S) / ls.index.m);
+        return step(List.of(new BatchEntry(seq, Arrays.copyOfRange(tokens, off, off + S), logitRows, kind)))[0];
+    }
+
+    /**
+     * {@inheritDoc} The rows of all entries run together through {@link LayerProgram}; each entry's
+     * {@link StepKind#VERIFY} rows take the verify attention path. Before any state changes, the entry stores of every
+     * sequence are grown and the workspace is sized for the whole batch ({@link Workspace#batchBytes}): running out of
+     * device memory there leaves every sequence unchanged. A failure after the step has started marks every sequence
+     * of the batch unusable (their rings may hold rows of this step). Steps of one entry whose kind and size allow it
+     * run as a decode-step graph ({@link DecodeGraphs}); steps of several entries run without graphs.
+     *
+     * <p>Batch invariance: the kernel of a matrix product depends on its row count (tensor cores from
+     * DS4J_TC_MIN_ROWS rows on, the FFMA kernels below it; each gives a row a result that does not depend on the row
+     * count, but the two differ in rounding). So the row-wise products never run over the batch's total row count:
+     * they run over runs of rows ({@link #rowRuns}) in which every row belongs to an entry that alone would take the
+     * same kernel. The routed experts follow the same runs. Attention, compressors and indexer run per entry at the
+     * entry's own size, as alone.
+     * @throws IllegalArgumentException naming the entry: a sequence of another backend, a bad token id or logit row,
+     *         a repeated sequence
+     * @throws IllegalStateException naming the entry: a closed sequence, or one whose earlier step failed half-way
+     * @throws DeviceMemoryException when the step does not fit in device memory
+     */
+    @Override
+    public synchronized float[][] step(List<BatchEntry> batch) {
+        if (closed) throw new IllegalStateException("backend is closed");
+        for (int i = 0; i < batch.size(); i++) {
+            if (!(batch.get(i).seq() instanceof HipSequence seq) || seq.backend != this)
+                throw new IllegalArgumentException("batch entry " + i + ": sequence does not belong to this backend");
+            if (seq.closed) throw new IllegalStateException("batch entry " + i + ": sequence is closed");
+            try {
+                seq.checkUsable();
+            } catch (IllegalStateException e) {
+                throw new IllegalStateException("batch entry " + i + ": " + e.getMessage(), e);
             }
-            ws.reset(Workspace.stepBytes(c, S, N0, logitRows.length) + (verify || (kind == StepKind.DECODE && verifyAttention == VerifyAttention.F16) ? verifyScratchBytes(seq, S, N0) : 0));
+        }
+        Backend.checkBatch(c, batch);
+        DeviceStep b = new DeviceStep(batch);
+        // grow the entry arrays and the workspace first, so that running out of memory leaves every sequence unchanged
+        try {
+            long scratch = 0;
+            for (int e = 0; e < b.seqs.length; e++) {
+                for (HipSequence.LayerState ls : b.seqs[e].layers) {
+                    if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, CacheLayout.entries(b.start[e] + b.count[e], ls.comp.m));
+                    if (ls.index != null) HipSequence.ensure(gpu, ls.index, CacheLayout.entries(b.start[e] + b.count[e], ls.index.m));
+                }
+                StepKind kind = b.kinds[e];
+                if (kind == StepKind.VERIFY || (kind == StepKind.DECODE && verifyAttention == VerifyAttention.F16))
+                    scratch = Math.max(scratch, verifyScratchBytes(b.seqs[e], b.count[e], b.start[e]));
+            }
+            long[] starts = new long[b.start.length];
+            for (int e = 0; e < starts.length; e++) starts[e] = b.start[e];
+            ws.reset(Workspace.batchBytes(c, b.count, starts, b.logitCounts()) + scratch);
         } catch (GpuException e) {
-            throw outOfMemory(e, "a step of " + S + " tokens at position " + N0);
+            throw outOfMemory(e, b.describe());
         }
         if (profile != null) {
             gpu.sync();
@@ -665,133 +713,316 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         }
         float[] logits;
         try {
-            logits = step(seq, tokens, off, S, logitRows, N0, kind);
+            logits = run(b);
         } catch (RuntimeException e) {
-            // the rings may hold rows of this step now: the sequence cannot continue or roll back
-            seq.failed = e.getMessage();
-            throw e instanceof GpuException g ? outOfMemory(g, "a step of " + S + " tokens at position " + N0) : e;
+            // the rings may hold rows of this step now: the sequences cannot continue or roll back
+            for (HipSequence seq : b.seqs) seq.failed = e.getMessage();
+            throw e instanceof GpuException g ? outOfMemory(g, b.describe()) : e;
         }
         if (ws.bytes() != report.bytes(DeviceMemoryReport.WORKSPACE)) report = buildReport();
-        return logits;
+        float[][] out = new float[b.seqs.length][];
+        int at = 0;
+        for (int e = 0; e < out.length; e++) {
+            int n = b.logitRows[e].length * c.vocabSize;
+            out[e] = Arrays.copyOfRange(logits, at, at + n);
+            at += n;
+        }
+        return out;
     }
 
     /**
      * One step: the token ids go up (a copy that waits), then every kernel of the step is queued — captured into one
-     * graph for decode and verify steps ({@link DecodeGraphs}), launched one by one otherwise — and the requested
-     * logits rows come back once the device has finished.
+     * graph for single-entry decode and verify steps ({@link DecodeGraphs}), launched one by one otherwise — and the
+     * requested logits rows come back once the device has finished.
      */
-    private float[] step(HipSequence seq, int[] tokens, int off, int S, int[] logitRows, int N0, StepKind kind) {
-        final boolean verify = kind == StepKind.VERIFY;
-        long tok = ws.i32(S);
-        int[] toks = java.util.Arrays.copyOfRange(tokens, off, off + S);
-        gpu.upload(tok, toks);
+    private float[] run(DeviceStep b) {
+        b.tok = ws.i32(b.R);
+        gpu.upload(b.tok, b.toks);
         long mark = ws.mark();
-        java.util.function.LongSupplier body = () -> layersAndHead(seq, tok, S, logitRows, N0, kind);
-        long logits = graphs.capturable(S, verify, profile != null) ? graphs.run(body, () -> ws.release(mark)) : body.getAsLong();
+        java.util.function.LongSupplier body = () -> LayerProgram.run(b, c.numLayers);
+        boolean graph = b.seqs.length == 1 && graphs.capturable(b.R, b.kinds[0] == StepKind.VERIFY, profile != null);
+        long logits = graph ? graphs.run(body, () -> ws.release(mark)) : body.getAsLong();
+        int rows = b.logitCounts();
         float[] out;
-        if (logitRows.length == 0) {
+        if (rows == 0) {
             gpu.sync();
             out = new float[0];
-        } else out = gpu.downloadFloats(logits, logitRows.length * c.vocabSize);
+        } else out = gpu.downloadFloats(logits, rows * c.vocabSize);
         // committed only once the device has finished
-        for (HipSequence.LayerState ls : seq.layers) {
-            if (ls.comp != null) ls.comp.count = (N0 + S) / ls.comp.m;
-            if (ls.index != null) ls.index.count = (N0 + S) / ls.index.m;
+        for (int e = 0; e < b.seqs.length; e++) {
+            int n = b.start[e] + b.count[e];
+            for (HipSequence.LayerState ls : b.seqs[e].layers) {
+                if (ls.comp != null) ls.comp.count = CacheLayout.entries(n, ls.comp.m);
+                if (ls.index != null) ls.index.count = CacheLayout.entries(n, ls.index.m);
+            }
+            b.seqs[e].pos.advance(b.count[e]);
         }
-        seq.pos.advance(S);
         return out;
     }
 
-    /** Queues the layers and the output head of a step (nothing here waits for the device); the logits' address. */
-    private long layersAndHead(HipSequence seq, long tok, int S, int[] logitRows, int N0, StepKind kind) {
-        final int D = c.hidden, n = c.hcMult, nD = n * D;
-        // 3.1: every stream starts as the embedding
-        long X = ws.f32((long) S * nD);
-        DeviceMatrix e = w.embed;
-        k(ds4j_embed(ctx(), e.format(), ptr(e.data()), ptr(e.scale()), e.scaleKind(), e.rowBase(), e.rows(), e.cols(),
-                ptr(tok), S, n, ptr(X)), "embed", "embed");
-        long post = ws.f32((long) S * n), comb = ws.f32((long) S * n * n), col = ws.f32((long) S * D);
-        for (int l = 0; l < c.numLayers; l++) {
-            DeviceWeights.Layer L = w.layers[l];
-            long mark = ws.mark();
-            // 3.3 attention site
-            hcPre(X, S, L.attnHcFn, L.attnHcBase, L.attnHcScale, post, comb, col);
-            rmsnorm(col, col, L.inputNorm, S, D);
-            long a = attention(seq, l, L, col, S, N0, kind);
-            k(ds4j_hc_post(ctx(), ptr(X), ptr(a), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
-            ws.release(mark);
-            // 3.3 MoE site
-            hcPre(X, S, L.ffnHcFn, L.ffnHcBase, L.ffnHcScale, post, comb, col);
-            rmsnorm(col, col, L.postAttnNorm, S, D);
-            long f = moe(l, L, col, S, tok);
-            k(ds4j_hc_post(ctx(), ptr(X), ptr(f), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
-            ws.release(mark);
+    /**
+     * Runs of rows [first, count] for the row-wise products of a step whose entries have the given row counts (in
+     * batch order, rows concatenated): an entry of at least DS4J_TC_MIN_ROWS rows is a run of its own (the tensor-core
+     * path, as alone); the rows of the smaller entries fill runs of at most DS4J_TC_MIN_ROWS − 1 rows (the FFMA path,
+     * as alone; a run may split an entry). Entries of no rows are skipped. Row offsets keep the activations 16-byte
+     * aligned because every activation width of the model is a multiple of 4.
+     */
+    static int[][] rowRuns(int[] counts) {
+        final int T = DS4J_TC_MIN_ROWS();
+        List<int[]> runs = new ArrayList<>();
+        int p = 0, smallStart = 0, smallLen = 0;
+        for (int cnt : counts) {
+            if (cnt >= T) {
+                if (smallLen > 0) runs.add(new int[]{smallStart, smallLen});
+                smallLen = 0;
+                runs.add(new int[]{p, cnt});
+                p += cnt;
+                continue;
+            }
+            for (int left = cnt; left > 0; ) {
+                if (smallLen == 0) smallStart = p;
+                int take = Math.min(left, T - 1 - smallLen);
+                smallLen += take;
+                left -= take;
+                p += take;
+                if (smallLen == T - 1) {
+                    runs.add(new int[]{smallStart, smallLen});
+                    smallLen = 0;
+                }
+            }
         }
-        return head(X, logitRows);
+        if (smallLen > 0) runs.add(new int[]{smallStart, smallLen});
+        return runs.toArray(int[][]::new);
+    }
+
+    /**
+     * The operations of one step over a batch ({@link LayerProgram.Ops} on device addresses): rows of entry i are
+     * [first[i], first[i] + count[i]) of every activation matrix, at positions start[i] ...
+     */
+    private final class DeviceStep implements LayerProgram.Ops<Long> {
+        final HipSequence[] seqs;
+        final StepKind[] kinds;
+        final int[] first, count, start;
+        final int[][] logitRows;
+        final int[] toks;
+        final int R;
+        /** Row runs of the activations and of the head's rows ({@link #rowRuns}). */
+        final int[][] runs, headRuns;
+        long tok, post, comb, col, siteMark;
+
+        DeviceStep(List<BatchEntry> batch) {
+            int E = batch.size();
+            seqs = new HipSequence[E];
+            kinds = new StepKind[E];
+            first = new int[E];
+            count = new int[E];
+            start = new int[E];
+            logitRows = new int[E][];
+            int r = 0;
+            int[] heads = new int[E];
+            for (int i = 0; i < E; i++) {
+                BatchEntry e = batch.get(i);
+                seqs[i] = (HipSequence) e.seq();
+                kinds[i] = e.kind();
+                first[i] = r;
+                count[i] = e.count();
+                start[i] = seqs[i].pos.length();
+                logitRows[i] = e.logitRows();
+                heads[i] = e.logitRows().length;
+                r += e.count();
+            }
+            R = r;
+            toks = new int[R];
+            for (int i = 0; i < E; i++) System.arraycopy(batch.get(i).tokens(), 0, toks, first[i], count[i]);
+            runs = rowRuns(count);
+            headRuns = rowRuns(heads);
+        }
+
+        int logitCounts() {
+            int n = 0;
+            for (int[] rs : logitRows) n += rs.length;
+            return n;
+        }
+
+        String describe() {
+            return seqs.length == 1 ? "a step of " + R + " tokens at position " + start[0]
+                    : "a step of " + seqs.length + " sequences, " + R + " tokens in all";
+        }
+
+        @Override
+        public Long embed() { // 3.1: every stream starts as the embedding
+            final int D = c.hidden, n = c.hcMult, nD = n * D;
+            long X = ws.f32((long) R * nD);
+            DeviceMatrix e = w.embed;
+            k(ds4j_embed(ctx(), e.format(), ptr(e.data()), ptr(e.scale()), e.scaleKind(), e.rowBase(), e.rows(), e.cols(),
+                    ptr(tok), R, n, ptr(X)), "embed", "embed");
+            post = ws.f32((long) R * n);
+            comb = ws.f32((long) R * n * n);
+            col = ws.f32((long) R * D);
+            siteMark = ws.mark();
+            return X;
+        }
+
+        @Override
+        public Long mixPre(Long X, int l, LayerProgram.Site site) {
+            DeviceWeights.Layer L = w.layers[l];
+            if (site == LayerProgram.Site.ATTENTION) hcPre(this, X, L.attnHcFn, L.attnHcBase, L.attnHcScale);
+            else hcPre(this, X, L.ffnHcFn, L.ffnHcBase, L.ffnHcScale);
+            return col;
+        }
+
+        @Override
+        public void norm(Long x, int l, LayerProgram.Site site) {
+            DeviceWeights.Layer L = w.layers[l];
+            rmsnorm(x, x, site == LayerProgram.Site.ATTENTION ? L.inputNorm : L.postAttnNorm, R, c.hidden);
+        }
+
+        @Override
+        public Long attention(int l, Long x) {
+            return HipBackend.this.attention(this, l, w.layers[l], x);
+        }
+
+        @Override
+        public Long moe(int l, Long x) {
+            return HipBackend.this.moe(this, l, w.layers[l], x);
+        }
+
+        @Override
+        public void mixPost(Long X, Long f) {
+            k(ds4j_hc_post(ctx(), ptr(X), ptr(f), ptr(post), ptr(comb), R, c.hcMult, c.hidden), "hc_post", "norm, rope, mHC");
+        }
+
+        @Override
+        public void siteDone() {
+            ws.release(siteMark);
+        }
+
+        @Override
+        public Long head(Long X) {
+            int[] rows = new int[logitCounts()];
+            int n = 0;
+            for (int i = 0; i < logitRows.length; i++) for (int r : logitRows[i]) rows[n++] = first[i] + r;
+            return HipBackend.this.head(X, rows, headRuns);
+        }
+    }
+
+    /** A row-wise product over the runs of a step: y[s*ldy + r] = Σ W[r, c] x[s*ldx + c] for the runs' rows s. */
+    private void matmulRuns(int[][] runs, DeviceMatrix m, long x, long y) {
+        for (int[] run : runs)
+            matmul(m, x + 4L * run[0] * m.cols(), m.cols(), y + 4L * run[0] * m.rows(), m.rows(), run[1]);
     }
 
     /** 3.9: hc_head merge, final norm and lm_head for the requested rows only; the logits [R, V] (0 when R = 0). */
-    private long head(long X, int[] rows) {
+    private long head(long X, int[] rows, int[][] runs) {
         final int D = c.hidden, n = c.hcMult, nD = n * D, R = rows.length;
         if (R == 0) return 0;
         long xs = ws.f32((long) R * nD), v = ws.f32((long) R * nD), mu = ws.f32((long) R * n), y = ws.f32((long) R * D);
         for (int i = 0; i < R; i++) gpu.copy(xs + 4L * i * nD, X + 4L * rows[i] * nD, 4L * nD);
         rmsnorm(xs, v, 0, R, nD);
-        matmul(w.hcHeadFn, v, mu, R);
+        matmulRuns(runs, w.hcHeadFn, v, mu);
         k(ds4j_hc_head(ctx(), ptr(mu), ptr(w.hcHeadBase), ptr(w.hcHeadScale), ptr(xs), R, n, D, (float) c.hcEps, ptr(y)), "hc_head", "norm, rope, mHC");
         rmsnorm(y, y, w.finalNorm, R, D);
         long logits = ws.f32((long) R * c.vocabSize);
-        matmul(w.lmHead, y, logits, R);
+        matmulRuns(runs, w.lmHead, y, logits);
         return logits;
     }
 
-    /** 3.2 mHC mapping for S tokens: post [S, n], Sinkhorn matrix [S, n, n], collapsed input [S, D]. */
-    private void hcPre(long X, int S, DeviceMatrix fn, long base, long scale, long post, long comb, long col) {
-        final int D = c.hidden, n = c.hcMult, nD = n * D, mix = (2 + n) * n;
+    /** 3.2 mHC mapping for the step's rows: post [R, n], Sinkhorn matrix [R, n, n], collapsed input [R, D]. */
+    private void hcPre(DeviceStep b, long X, DeviceMatrix fn, long base, long scale) {
+        final int D = c.hidden, n = c.hcMult, nD = n * D, mix = (2 + n) * n, S = b.R;
         long mark = ws.mark();
         long v = ws.f32((long) S * nD), mu = ws.f32((long) S * mix);
         rmsnorm(X, v, 0, S, nD);
-        matmul(fn, v, mu, S);
+        matmulRuns(b.runs, fn, v, mu);
         k(ds4j_hc_pre(ctx(), ptr(mu), ptr(base), ptr(scale), ptr(X), S, n, D, c.sinkhornIters, (float) c.hcEps,
-                ptr(post), ptr(comb), ptr(col)), "hc_pre", "norm, rope, mHC");
+                ptr(b.post), ptr(b.comb), ptr(b.col)), "hc_pre", "norm, rope, mHC");
         ws.release(mark);
     }
 
     // ------------------------------------------------------------------------------------------------------------
     // 3.4–3.7 attention
 
-    private long attention(HipSequence seq, int l, DeviceWeights.Layer L, long x, int S, int N0, StepKind step) {
+    /**
+     * 3.4-3.7 over a step: the projections of x [R, D] (query latent, queries, shared kv, compressor inputs) and the
+     * output projection run over the step's row runs; per entry: norms and RoPE at its positions, compressors, indexer,
+     * attention, de-rotation and the window ring.
+     */
+    private long attention(DeviceStep b, int l, DeviceWeights.Layer L, long x) {
+        final int R = b.R, D = c.hidden, H = c.numHeads, d = c.headDim;
+        final AttentionKind kind = c.layerTypes[l];
+        final long P = kind == AttentionKind.SLIDING ? ropeMain : ropeCompress;
+        // 1. query latent (kept for the indexer), 2. queries, 3. shared kv
+        long ql = ws.f32((long) R * c.qLoraRank);
+        matmulRuns(b.runs, L.qA, x, ql);
+        rmsnorm(ql, ql, L.qANorm, R, c.qLoraRank);
+        long q = ws.f32((long) R * H * d);
+        matmulRuns(b.runs, L.qB, ql, q);
+        long kv = ws.f32((long) R * d);
+        matmulRuns(b.runs, L.kv, x, kv);
+        // the compressors' inputs
+        long ca = 0, cz = 0, ia = 0, iz = 0;
+        int cw = kind == AttentionKind.CSA ? 2 * d : d, iw = 2 * c.indexHeadDim;
+        if (kind != AttentionKind.SLIDING) {
+            ca = ws.f32((long) R * cw);
+            cz = ws.f32((long) R * cw);
+            matmulRuns(b.runs, L.compressor.kvProj, x, ca);
+            matmulRuns(b.runs, L.compressor.gateProj, x, cz);
+        }
+        if (kind == AttentionKind.CSA) {
+            ia = ws.f32((long) R * iw);
+            iz = ws.f32((long) R * iw);
+            matmulRuns(b.runs, L.indexer.compressor.kvProj, x, ia);
+            matmulRuns(b.runs, L.indexer.compressor.gateProj, x, iz);
+        }
+        long o = ws.f32((long) R * H * d);
+        for (int e = 0; e < b.seqs.length; e++) {
+            long r0 = b.first[e], mark = ws.mark();
+            attendEntry(b.seqs[e], l, L, x + 4L * r0 * D, ql + 4L * r0 * c.qLoraRank, q + 4L * r0 * H * d, kv + 4L * r0 * d,
+                    ca + 4L * r0 * cw, cz + 4L * r0 * cw, ia + 4L * r0 * iw, iz + 4L * r0 * iw, o + 4L * r0 * H * d,
+                    b.count[e], b.start[e], b.kinds[e], P);
+            ws.release(mark);
+        }
+        // 7. grouped output projection
+        final int G = c.oGroups, Rk = c.oLoraRank, gw = H * d / G;
+        long y = ws.f32((long) R * G * Rk);
+        DeviceMatrix oA = L.oA;
+        for (int[] run : b.runs)
+            k(ds4j_matmul_grouped(ctx(), oA.format(), ptr(oA.data()), ptr(oA.scale()), oA.scaleKind(), oA.rowBase(), oA.rows(), oA.cols(),
+                    Rk, gw, ptr(o + 4L * run[0] * H * d), (long) H * d, ptr(y + 4L * run[0] * G * Rk), (long) G * Rk, run[1]),
+                    oA.name(), "matmul (dense)");
+        long out = ws.f32((long) R * D);
+        matmulRuns(b.runs, L.oB, y, out);
+        return out;
+    }
+
+    /**
+     * 3.4-3.7 for one entry of S rows at positions N0 .. (addresses of its first row in each step matrix): query and kv
+     * norms and RoPE, compressors, the indexer's selection, the attention (on the path the step kind and the verify
+     * setting choose) into o [S, H·d], de-rotation, and the new raw rows into the window ring.
+     */
+    private void attendEntry(HipSequence seq, int l, DeviceWeights.Layer L, long x, long ql, long q, long kv, long ca, long cz,
+                             long ia, long iz, long o, int S, int N0, StepKind step, long P) {
         final boolean verify = step == StepKind.VERIFY;
         // the f16 path covers decode steps too: a verify step and the decode steps it stands for must compute the same
         // numbers, or the rows a verify step commits differ from what decoding writes (see the class comment)
         final boolean inPlace = step != StepKind.PREFILL && verifyAttention == VerifyAttention.F16;
         final boolean convert = verify && verifyAttention == VerifyAttention.F32_CONVERT;
-        final int D = c.hidden, H = c.numHeads, d = c.headDim, W = c.slidingWindow;
+        final int H = c.numHeads, d = c.headDim, W = c.slidingWindow;
         final AttentionKind kind = c.layerTypes[l];
-        final long P = kind == AttentionKind.SLIDING ? ropeMain : ropeCompress;
         HipSequence.LayerState st = seq.layers[l];
-        // 1. query latent (kept for the indexer), 2. queries: per-head RMSNorm_1, RoPE
-        long ql = ws.f32((long) S * c.qLoraRank);
-        matmul(L.qA, x, ql, S);
-        rmsnorm(ql, ql, L.qANorm, S, c.qLoraRank);
-        long q = ws.f32((long) S * H * d);
-        matmul(L.qB, ql, q, S);
         k(ds4j_rmsnorm_rope(ctx(), ptr(q), MemorySegment.NULL, S * H, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, H, 0),
                 "q norm + rope", "norm, rope, mHC");
         // 3. shared kv: norm, RoPE, rounded to F16 as stored
-        long kv = ws.f32((long) S * d);
-        matmul(L.kv, x, kv, S);
         k(ds4j_rmsnorm_rope(ctx(), ptr(kv), ptr(L.kvNorm), S, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, 1, 1),
                 "kv norm + rope + f16", "norm, rope, mHC");
         // 4. compressors and the indexer's selection
-        if (st.comp != null) compress(st.comp, L.compressor, x, S, N0);
+        if (st.comp != null) compress(st.comp, L.compressor, ca, cz, S, N0);
         long sel = 0;
         if (st.index != null) {
-            compress(st.index, L.indexer.compressor, x, S, N0);
+            compress(st.index, L.indexer.compressor, ia, iz, S, N0);
             sel = indexerSelect(st.index, L, ql, x, S, N0, convert);
         }
         // 5. attention over [raw window ‖ compressed entries] with the sink; 6. de-rotation
-        long o = ws.f32((long) S * H * d);
         int akind = switch (kind) {
             case SLIDING -> DS4J_ATTN_SLIDING();
             case CSA -> DS4J_ATTN_CSA();
@@ -803,7 +1034,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (convert) {
             // the control: the layer's complete F16 cache rows to F32, then F32 attention on the copies
             long ring32 = toF32(st.win, (long) st.winCap * d);
-            int count = st.comp == null ? 0 : (N0 + S) / m;
+            int count = st.comp == null ? 0 : CacheLayout.entries(N0 + S, m);
             long entries32 = count == 0 ? 0 : toF32(entries, (long) count * d);
             k(ds4j_attention_f32(ctx(), ptr(q), ptr(kv), ptr(ring32), st.winCap, ptr(entries32), akind, m, ptr(sel), c.indexTopk,
                     ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention (f32 copy)", "attention");
@@ -829,15 +1060,6 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         rope(o, S, H, d, P, N0, 1, true);
         // the newest raw rows go to the ring after every query of this step has read the old ones
         k(ds4j_ring_store(ctx(), ptr(st.win), 1, st.winCap, d, ptr(kv), N0, S), "window ring store", "attention");
-        // 7. grouped output projection
-        final int G = c.oGroups, R = c.oLoraRank, gw = H * d / G;
-        long y = ws.f32((long) S * G * R);
-        DeviceMatrix oA = L.oA;
-        k(ds4j_matmul_grouped(ctx(), oA.format(), ptr(oA.data()), ptr(oA.scale()), oA.scaleKind(), oA.rowBase(), oA.rows(), oA.cols(),
-                R, gw, ptr(o), (long) H * d, ptr(y), (long) G * R, S), oA.name(), "matmul (dense)");
-        long out = ws.f32((long) S * D);
-        matmul(L.oB, y, out, S);
-        return out;
     }
 
     /**
@@ -870,8 +1092,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /** Workspace bytes of the control's F32 copies of one layer's cache at n tokens (ring, entries, indexer keys). */
     private long conversionBytes(HipSequence.LayerState st, int n) {
         long b = 4L * st.winCap * c.headDim + 256;
-        if (st.comp != null) b += 4L * (n / st.comp.m) * c.headDim + 256;
-        if (st.index != null) b += 4L * (n / st.index.m) * c.indexHeadDim + 256;
+        if (st.comp != null) b += 4L * CacheLayout.entries(n, st.comp.m) * c.headDim + 256;
+        if (st.index != null) b += 4L * CacheLayout.entries(n, st.index.m) * c.indexHeadDim + 256;
         return b;
     }
 
@@ -890,11 +1112,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             LOG.info("verify attention, {} layers: {}", kind.name().toLowerCase(Locale.ROOT), message);
     }
 
-    /** 3.5 compressor step: pools every window completed in this step, then keeps the newest raw rows in the rings. */
-    private void compress(HipSequence.Comp cs, DeviceWeights.Comp W, long x, int S, int N0) {
-        long a = ws.f32((long) S * cs.cw), z = ws.f32((long) S * cs.cw);
-        matmul(W.kvProj, x, a, S);
-        matmul(W.gateProj, x, z, S);
+    /**
+     * 3.5 compressor step of one entry: pools every window completed in this step, then keeps the newest raw rows in
+     * the rings. a and z [S, cw]: the entry's rows of the compressor's kv and gate projections.
+     */
+    private void compress(HipSequence.Comp cs, DeviceWeights.Comp W, long a, long z, int S, int N0) {
         k(ds4j_compress_pool(ctx(), ptr(cs.ringA), ptr(cs.ringZ), cs.cap, ptr(a), ptr(z), N0, S, cs.m, cs.w, cs.overlap ? 1 : 0,
                 ptr(W.positionBias), ptr(W.norm), (float) c.rmsEps, ptr(ropeCompress), c.ropeDim, ptr(cs.entries())), "compress_pool", "compressor");
         k(ds4j_ring_store(ctx(), ptr(cs.ringA), 0, cs.cap, cs.cw, ptr(a), N0, S), "compressor ring store", "compressor");
@@ -907,7 +1129,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     private long indexerSelect(HipSequence.Comp ix, DeviceWeights.Layer L, long ql, long x, int S, int N0, boolean convert) {
         final int HI = c.indexHeads, dI = c.indexHeadDim, K = c.indexTopk, m = ix.m;
-        final int total = (N0 + S) / m;
+        final int total = CacheLayout.entries(N0 + S, m);
         if (total <= K) return 0;
         long qi = ws.f32((long) S * HI * dI), wt = ws.f32((long) S * HI);
         matmul(L.indexer.qB, ql, qi, S);
@@ -933,11 +1155,17 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     // ------------------------------------------------------------------------------------------------------------
     // 3.8 MoE
 
-    private long moe(int l, DeviceWeights.Layer L, long h, int S, long tok) {
-        final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken, I = c.moeInter;
+    /**
+     * 3.8 over a step: routing over all rows (hash layers by token id), routed experts over the step's row runs
+     * (grouped by expert on tensor cores for an entry of at least DS4J_TC_MIN_ROWS rows, pick by pick otherwise), the
+     * shared expert, the combination; h [R, D] -> [R, D].
+     */
+    private long moe(DeviceStep b, int l, DeviceWeights.Layer L, long h) {
+        final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken, I = c.moeInter, S = b.R;
         final float lim = (float) c.swigluLimit;
+        final long tok = b.tok;
         long lam = ws.f32((long) S * E), ids = ws.i32((long) S * k), wts = ws.f32((long) S * k);
-        matmul(L.gate, h, lam, S);
+        matmulRuns(b.runs, L.gate, h, lam);
         boolean hash = c.hashMoe[l];
         k(ds4j_moe_route(ctx(), ptr(lam), ptr(hash ? 0 : L.gateBias), ptr(hash ? L.tid2eid : 0), ptr(tok), S, E, k,
                 (float) c.routedScaling, ptr(ids), ptr(wts)), "moe_route", "MoE (routing, swiglu, combine)");
@@ -958,16 +1186,22 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         // resident picks on the device (ds4j_moe_matmul skips the host ones: null table entries), queued before the
         // CPU starts so that both work at once
         if (resident > 0) {
-            moeMatmul(L.w1, ids, k, S, h, D, false, g, I);
-            moeMatmul(L.w3, ids, k, S, h, D, false, u, I);
+            for (int[] run : b.runs) {
+                long p0 = (long) run[0] * k;
+                moeMatmul(L.w1, ids + 4 * p0, k, run[1], h + 4L * run[0] * D, D, false, g + 4 * p0 * I, I);
+                moeMatmul(L.w3, ids + 4 * p0, k, run[1], h + 4L * run[0] * D, D, false, u + 4 * p0 * I, I);
+            }
             k(ds4j_swiglu(ctx(), ptr(g), ptr(u), ptr(g), (long) S * k * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
-            moeMatmul(L.w2, ids, k, S, g, I, true, yr, D);
+            for (int[] run : b.runs) {
+                long p0 = (long) run[0] * k;
+                moeMatmul(L.w2, ids + 4 * p0, k, run[1], g + 4 * p0 * I, I, true, yr + 4 * p0 * D, D);
+            }
         }
         long sg = ws.f32((long) S * I), su = ws.f32((long) S * I), sy = ws.f32((long) S * D);
-        matmul(L.sharedW1, h, sg, S);
-        matmul(L.sharedW3, h, su, S);
+        matmulRuns(b.runs, L.sharedW1, h, sg);
+        matmulRuns(b.runs, L.sharedW3, h, su);
         k(ds4j_swiglu(ctx(), ptr(sg), ptr(su), ptr(sg), (long) S * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
-        matmul(L.sharedW2, sg, sy, S);
+        matmulRuns(b.runs, L.sharedW2, sg, sy);
         if (hHost != null) hostExperts(l, hostPicks, idsHost, hHost, yr);
         long out = ws.f32((long) S * D);
         k(ds4j_moe_combine(ctx(), ptr(ids), ptr(wts), ptr(yr), ptr(sy), S, k, D, ptr(out)), "moe_combine", "MoE (routing, swiglu, combine)");
@@ -1010,11 +1244,14 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private void moeMatmul(DeviceWeights.Experts x, long ids, int k, int S, long in, long ldx, boolean perPick, long y, long ldy) {
         if (S >= DS4J_TC_MIN_ROWS()) {
             // prefill: picks grouped by expert on the device, one GEMM per expert (scratch: the grouping)
+            // (the scratch is free again once the call is queued: later work on the stream runs after it)
             final int E = c.numExperts;
+            long mark = ws.mark();
             long bytes = 4L * ((long) S * k + 3L * E + 1), scratch = ws.alloc(bytes);
             k(ds4j_moe_matmul_prefill(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
                     x.rows(), x.cols(), E, ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy, ptr(scratch), bytes),
                     "routed experts", "routed experts");
+            ws.release(mark);
             return;
         }
         k(ds4j_moe_matmul(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),

@@ -182,7 +182,7 @@ public final class HipSequence implements Sequence {
             gpu.upload(ls.win, randomF16(r, (long) ls.winCap * cfg.headDim));
             for (Comp cs : new Comp[]{ls.comp, ls.index}) {
                 if (cs == null) continue;
-                int count = n / cs.m;
+                int count = CacheLayout.entries(n, cs.m);
                 ensure(gpu, cs, count);
                 if (count > 0) gpu.upload(cs.entries(), randomF16(r, (long) count * cs.w));
                 float[] ring = new float[cs.cap * cs.cw];
@@ -384,8 +384,8 @@ public final class HipSequence implements Sequence {
         if (!closed) checkUsable();
         int n = pos.rollback(k, closed);
         for (LayerState ls : layers) {
-            if (ls.comp != null) ls.comp.count = n / ls.comp.m;
-            if (ls.index != null) ls.index.count = n / ls.index.m;
+            if (ls.comp != null) ls.comp.count = CacheLayout.entries(n, ls.comp.m);
+            if (ls.index != null) ls.index.count = CacheLayout.entries(n, ls.index.m);
         }
     }
 

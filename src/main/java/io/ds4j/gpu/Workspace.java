@@ -104,43 +104,65 @@ final class Workspace implements AutoCloseable {
     }
 
     /**
-     * Peak workspace bytes of one {@link HipBackend#forward} step (each allocation rounded up as {@link #alloc}
-     * does): the rows kept for the whole step (token ids, the mHC streams [S, n·D], post, comb, the collapsed input)
-     * plus the largest of one layer's attention site (queries, kv, compressor rows, indexer scores [S, (N0+S)/m]),
-     * one layer's MoE site (router logits, picks, expert rows [S·k, I] and [S·k, D], shared expert, and the host
-     * rows of hybrid placement) and the output head (R rows, logits [R, V]). Mirrors the allocations of
-     * HipBackend.forward and its helpers; keep the two in step (HipPlacementTest fails when a step takes more
-     * than this).
+     * Peak workspace bytes of a one-entry step of S tokens after N0 ({@link #batchBytes} of one entry).
      * @param S tokens in the step (≥ 1)
      * @param N0 tokens in the sequence before the step
      * @param R logits rows asked for
      */
     static long stepBytes(io.ds4j.model.ModelConfig c, int S, long N0, int R) {
+        return batchBytes(c, new int[]{S}, new long[]{N0}, R);
+    }
+
+    /**
+     * Peak workspace bytes of one {@link HipBackend#step} over a batch (each allocation rounded up as {@link #alloc}
+     * does), with T = Σ S_i rows in all: the rows kept for the whole step (token ids, the mHC streams [T, n·D], post,
+     * comb, the collapsed input) plus the largest of one layer's attention site (queries, kv, compressor rows of all
+     * T rows, plus the largest entry's indexer scratch: queries, weights, scores [S_i, (N0_i+S_i)/m], selection — each
+     * entry's scratch is released before the next entry's), one layer's MoE site (router logits, picks, expert rows
+     * [T·k, I] and [T·k, D], shared expert, the host rows of hybrid placement, and the grouping scratch of an entry on
+     * the tensor-core path) and the output head (R rows, logits [R, V]). Mirrors the allocations of HipBackend.step
+     * and its helpers; keep the two in step (HipPlacementTest fails when a step takes more than this). The verify
+     * attention scratch is added by the caller.
+     * @param S tokens of each entry (each ≥ 1)
+     * @param N0 tokens in each entry's sequence before the step
+     * @param R logits rows asked for, all entries together
+     */
+    static long batchBytes(io.ds4j.model.ModelConfig c, int[] S, long[] N0, int R) {
         final long D = c.hidden, n = c.hcMult, nD = n * D, mix = (2 + n) * n, k = c.expertsPerToken, I = c.moeInter;
         final long H = c.numHeads, d = c.headDim;
-        long keep = f(S) + f(S * nD) + f(S * n) + f(S * n * n) + f(S * D);
-        long hc = f(S * nD) + f(S * mix);
+        long T = 0, maxS = 0;
+        for (int s : S) {
+            T += s;
+            maxS = Math.max(maxS, s);
+        }
+        long keep = f(T) + f(T * nD) + f(T * n) + f(T * n * n) + f(T * D);
+        long hc = f(T * nD) + f(T * mix);
         long peak = hc;
         for (int l = 0; l < c.numLayers; l++) {
             io.ds4j.model.AttentionKind kind = c.layerTypes[l];
-            long att = f(S * c.qLoraRank) + f(S * H * d) + f(S * d);
+            long att = f(T * c.qLoraRank) + f(T * H * d) + f(T * d);
             if (kind != io.ds4j.model.AttentionKind.SLIDING) {
                 long cw = kind == io.ds4j.model.AttentionKind.CSA ? 2 * d : d;
-                att += 2 * f(S * cw);
+                att += 2 * f(T * cw);
             }
             if (kind == io.ds4j.model.AttentionKind.CSA) {
-                att += 2 * f(S * 2L * c.indexHeadDim);
-                long total = (N0 + S) / c.csaRatio;
-                if (total > c.indexTopk)
-                    att += f(S * (long) c.indexHeads * c.indexHeadDim) + f(S * (long) c.indexHeads) + f(S * total) + f(S * (long) c.indexTopk);
+                att += 2 * f(T * 2L * c.indexHeadDim);
+                long entry = 0;
+                for (int i = 0; i < S.length; i++) {
+                    long total = (N0[i] + S[i]) / c.csaRatio;
+                    if (total > c.indexTopk)
+                        entry = Math.max(entry, f(S[i] * (long) c.indexHeads * c.indexHeadDim) + f(S[i] * (long) c.indexHeads)
+                                + f(S[i] * total) + f(S[i] * (long) c.indexTopk));
+                }
+                att += entry;
             }
-            att += f(S * H * d) + f(S * (long) c.oGroups * c.oLoraRank) + f(S * D);
+            att += f(T * H * d) + f(T * (long) c.oGroups * c.oLoraRank) + f(T * D);
             peak = Math.max(peak, att);
         }
-        long moe = f(S * (long) c.numExperts) + 2 * f(S * k) + 2 * f(S * k * I) + f(S * k * D) + 2 * f(S * I) + 2 * f(S * D)
-                + f(S * k * D);
-        // prefill chunks group the picks by expert in a scratch (ds4j_moe_matmul_prefill)
-        if (S >= io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS()) moe += f(S * k + 3L * c.numExperts + 1);
+        long moe = f(T * (long) c.numExperts) + 2 * f(T * k) + 2 * f(T * k * I) + f(T * k * D) + 2 * f(T * I) + 2 * f(T * D)
+                + f(T * k * D);
+        // an entry on the tensor-core path groups its picks by expert in a scratch (ds4j_moe_matmul_prefill)
+        if (maxS >= io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS()) moe += f(maxS * k + 3L * c.numExperts + 1);
         peak = Math.max(peak, moe);
         if (R > 0) peak = Math.max(peak, 2 * f(R * nD) + f(R * n) + f(R * D) + f((long) R * c.vocabSize));
         return keep + peak;

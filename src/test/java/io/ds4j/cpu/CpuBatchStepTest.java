@@ -7,12 +7,8 @@ import io.ds4j.model.WeightLoader;
 import io.ds4j.model.synth.ModelStore;
 import org.junit.jupiter.api.Test;
 
-import java.util.ArrayList;
-import java.util.Collections;
 import java.util.List;
-import java.util.Random;
 import java.util.SplittableRandom;
-import java.util.stream.IntStream;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -49,70 +45,8 @@ class CpuBatchStepTest {
         return WeightLoader.load(ModelStore.ensure(preset, 1, s -> { }));
     }
 
-    /**
-     * Sequence pairs (A_i, B_i) with the same history of 0 .. maxHistory tokens; each round steps every A_i in one
-     * batch (entries in shuffled order) and every B_i alone with the same entry, and compares.
-     */
     static void checkInvariance(CpuBackend b, long seed, int maxHistory, int rounds) {
-        int V = b.config().vocabSize;
-        SplittableRandom r = new SplittableRandom(seed);
-        CpuSequence[] A = new CpuSequence[ENTRIES], B = new CpuSequence[ENTRIES];
-        try {
-            for (int i = 0; i < ENTRIES; i++) {
-                A[i] = b.newSequence(16);
-                int h = i == 0 ? 0 : 1 + r.nextInt(maxHistory);
-                int[] hist = tokens(r, h, V);
-                if (h > 0) b.forward(A[i], hist, 0, h, new int[0]);
-                B[i] = b.fork(A[i], 16);
-            }
-            for (int round = 0; round < rounds; round++) {
-                List<Integer> order = new ArrayList<>(IntStream.range(0, ENTRIES).boxed().toList());
-                Collections.shuffle(order, new Random(seed * 31 + round));
-                List<BatchEntry> batch = new ArrayList<>();
-                StepKind[] kinds = new StepKind[ENTRIES];
-                for (int i : order) {
-                    StepKind kind = StepKind.values()[(i + round) % 3];
-                    kinds[i] = kind;
-                    int S = switch (kind) {
-                        case PREFILL -> 2 + r.nextInt(12);
-                        case DECODE -> 1;
-                        case VERIFY -> 2 + r.nextInt(4);
-                    };
-                    int[] rows = switch (kind) {
-                        case PREFILL -> (i % 4 == 0) ? new int[0] : (i % 4 == 1) ? IntStream.range(0, S).toArray() : new int[]{S - 1};
-                        case DECODE -> new int[]{0};
-                        case VERIFY -> IntStream.range(0, S).toArray();
-                    };
-                    batch.add(new BatchEntry(A[i], tokens(r, S, V), rows, kind));
-                }
-                float[][] got = b.step(batch);
-                for (int j = 0; j < batch.size(); j++) {
-                    BatchEntry e = batch.get(j);
-                    int i = order.get(j);
-                    assertEquals(e.logitRows().length * V, got[j].length);
-                    float[] alone = b.forward(B[i], e.tokens(), 0, e.count(), e.logitRows(), e.kind());
-                    assertArrayEquals(alone, got[j], "round " + round + ", entry " + i + " " + e.kind() + " of " + e.count()
-                            + " tokens at " + (B[i].length() - e.count()));
-                    assertEquals(B[i].length(), A[i].length());
-                    if (kinds[i] == StepKind.VERIFY) { // rejected drafts: both roll back the same
-                        int k = r.nextInt(e.count());
-                        A[i].rollback(k);
-                        B[i].rollback(k);
-                    }
-                }
-            }
-            // one last decode step over all, batched against alone: the state after the rounds is the same
-            List<BatchEntry> last = new ArrayList<>();
-            for (int i = 0; i < ENTRIES; i++) last.add(new BatchEntry(A[i], tokens(r, 1, V), new int[]{0}, StepKind.DECODE));
-            float[][] got = b.step(last);
-            for (int i = 0; i < ENTRIES; i++)
-                assertArrayEquals(b.forward(B[i], last.get(i).tokens(), 0, 1, new int[]{0}, StepKind.DECODE), got[i], "final, entry " + i);
-        } finally {
-            for (int i = 0; i < ENTRIES; i++) {
-                if (A[i] != null) A[i].close();
-                if (B[i] != null) B[i].close();
-            }
-        }
+        BatchInvariance.check(b, seed, ENTRIES, maxHistory, rounds, 13);
     }
 
     @Test
@@ -145,6 +79,6 @@ class CpuBatchStepTest {
     }
 
     static int[] tokens(SplittableRandom r, int n, int V) {
-        return IntStream.range(0, n).map(x -> r.nextInt(V)).toArray();
+        return BatchInvariance.tokens(r, n, V);
     }
 }
