@@ -25,7 +25,8 @@ import java.util.concurrent.atomic.AtomicIntegerArray;
  *
  * <p>S = 1 (decode) is a matrix-vector product streaming each weight byte once (memory-bandwidth bound), two
  * far-apart rows at a time; {@link #matvecs} runs several independent ones in one parallel dispatch.
- * S &gt; 1 (prefill) dequantises tiles of 8 rows × 1024 columns into a per-thread scratch and runs a 2-row ×
+ * BF16 with 2 to {@link #FEW_TOKENS} tokens (a batch of decode steps) reads each weight row straight from the matrix for
+ * four tokens at a time. Other S &gt; 1 (prefill) dequantises tiles of 8 rows × 1024 columns into a per-thread scratch and runs a 2-row ×
  * 2-token register-blocked micro-kernel over all S tokens, so the weights are also read once per call.
  *
  * <p>Results are reproducible bit for bit and batch-invariant: y[s, r] depends only on row r of W and row s of x,
@@ -137,6 +138,17 @@ public final class Gemm {
             for (int s = 0; s < S; s++) permute(x, s * w.cols, w.cols, xs, s * w.cols);
         }
         final float[] xf = xs;
+        if (w.format == WeightMatrix.Format.BF16 && S <= FEW_TOKENS) {
+            // a few tokens (a batch of decode steps): each weight row is read straight from the matrix for four
+            // tokens at a time, without the tile's dequantised copy
+            long rowBytes = w.rowBytes();
+            int grain = (int) Math.max(1, GRAIN_BYTES / Math.max(1, rowBytes));
+            Parallel.forRange(w.rows, grain, (a, b) -> {
+                float[] out = new float[4];
+                for (int r = a; r < b; r++) bf16FewTokens(w, r, xf, S, y, out);
+            });
+            return;
+        }
         int blocks = (w.rows + RB - 1) / RB;
         Parallel.forRange(blocks, 1, (a, b) -> {
             Scratch sc = SCRATCH.get();
@@ -724,6 +736,108 @@ public final class Gemm {
                 for (int c = 0; c < w.cols; c++) acc += row[c] * x[xOff + c];
                 y[yOff + r] = acc;
             }
+    }
+
+    // ---------------------------------------------------------------- a few tokens (BF16)
+
+    /** Largest token count of the BF16 few-token path ({@link #bf16FewTokens}); more tokens take the tiles. */
+    static final int FEW_TOKENS = 8;
+
+    /**
+     * y[s, r] for every token s of a BF16 matrix row r, x permuted: four tokens at a time ({@link #bf16Row4}), the
+     * remaining ones one at a time, chunk sums added in order to 0f — the canonical order.
+     */
+    private static void bf16FewTokens(WeightMatrix w, int r, float[] x, int S, float[] y, float[] out) {
+        MemorySegment d = w.data;
+        long ro = r * w.rowBytes();
+        int cols = w.cols, rows = w.rows, s = 0;
+        for (; s + 4 <= S; s += 4) {
+            float t0 = 0f, t1 = 0f, t2 = 0f, t3 = 0f;
+            for (int c0 = 0; c0 < cols; c0 += KC) {
+                bf16Row4(d, ro, c0, Math.min(KC, cols - c0), x, s * cols, (s + 1) * cols, (s + 2) * cols, (s + 3) * cols, out);
+                t0 += out[0];
+                t1 += out[1];
+                t2 += out[2];
+                t3 += out[3];
+            }
+            y[s * rows + r] = t0;
+            y[(s + 1) * rows + r] = t1;
+            y[(s + 2) * rows + r] = t2;
+            y[(s + 3) * rows + r] = t3;
+        }
+        for (; s < S; s++) {
+            float t = 0f;
+            for (int c0 = 0; c0 < cols; c0 += KC) t += bf16Row1(d, ro, c0, Math.min(KC, cols - c0), x, s * cols);
+            y[s * rows + r] = t;
+        }
+    }
+
+    /**
+     * One BF16 row (at byte offset ro) against four tokens (x rows at xa .. xd, permuted) over the chunk [c0, c0+len):
+     * the chunk sum of each token in the canonical order (as {@link #bf16Rows}: whole 2·VL groups, even columns into
+     * A and odd ones into B, one natural-order vector into A, hsum(A + B), the scalar tail in column order).
+     */
+    private static void bf16Row4(MemorySegment d, long ro, int c0, int len, float[] x, int xa, int xb, int xc, int xd, float[] out) {
+        FloatVector z = FloatVector.zero(FS);
+        FloatVector a0 = z, a1 = z, b0 = z, b1 = z, e0 = z, e1 = z, f0 = z, f1 = z;
+        int groups = len / (2 * VL);
+        long p = ro + 2L * c0;
+        for (int g = 0; g < groups; g++) {
+            int k = c0 + g * 2 * VL;
+            IntVector iv = IntVector.fromMemorySegment(IS, d, p + (long) g * (4 * VL), LE);
+            FloatVector w0 = bf16Even(iv), w1 = bf16Odd(iv);
+            a0 = w0.fma(FloatVector.fromArray(FS, x, xa + k), a0);
+            a1 = w1.fma(FloatVector.fromArray(FS, x, xa + k + VL), a1);
+            b0 = w0.fma(FloatVector.fromArray(FS, x, xb + k), b0);
+            b1 = w1.fma(FloatVector.fromArray(FS, x, xb + k + VL), b1);
+            e0 = w0.fma(FloatVector.fromArray(FS, x, xc + k), e0);
+            e1 = w1.fma(FloatVector.fromArray(FS, x, xc + k + VL), e1);
+            f0 = w0.fma(FloatVector.fromArray(FS, x, xd + k), f0);
+            f1 = w1.fma(FloatVector.fromArray(FS, x, xd + k + VL), f1);
+        }
+        int c = c0 + groups * 2 * VL, ce = c0 + len;
+        if (c + VL <= ce) {
+            FloatVector w0 = bf16(d, ro + 2L * c);
+            a0 = w0.fma(FloatVector.fromArray(FS, x, xa + c), a0);
+            b0 = w0.fma(FloatVector.fromArray(FS, x, xb + c), b0);
+            e0 = w0.fma(FloatVector.fromArray(FS, x, xc + c), e0);
+            f0 = w0.fma(FloatVector.fromArray(FS, x, xd + c), f0);
+            c += VL;
+        }
+        float sa = hsum(a0.add(a1)), sb = hsum(b0.add(b1)), se = hsum(e0.add(e1)), sf = hsum(f0.add(f1));
+        for (; c < ce; c++) {
+            float wv = Float.intBitsToFloat((d.get(WeightMatrix.I16_LE, ro + 2L * c) & 0xFFFF) << 16);
+            sa += wv * x[xa + c];
+            sb += wv * x[xb + c];
+            se += wv * x[xc + c];
+            sf += wv * x[xd + c];
+        }
+        out[0] = sa;
+        out[1] = sb;
+        out[2] = se;
+        out[3] = sf;
+    }
+
+    /** One-token version of {@link #bf16Row4}: the chunk sum. */
+    private static float bf16Row1(MemorySegment d, long ro, int c0, int len, float[] x, int xa) {
+        FloatVector z = FloatVector.zero(FS);
+        FloatVector a0 = z, a1 = z;
+        int groups = len / (2 * VL);
+        long p = ro + 2L * c0;
+        for (int g = 0; g < groups; g++) {
+            int k = c0 + g * 2 * VL;
+            IntVector iv = IntVector.fromMemorySegment(IS, d, p + (long) g * (4 * VL), LE);
+            a0 = bf16Even(iv).fma(FloatVector.fromArray(FS, x, xa + k), a0);
+            a1 = bf16Odd(iv).fma(FloatVector.fromArray(FS, x, xa + k + VL), a1);
+        }
+        int c = c0 + groups * 2 * VL, ce = c0 + len;
+        if (c + VL <= ce) {
+            a0 = bf16(d, ro + 2L * c).fma(FloatVector.fromArray(FS, x, xa + c), a0);
+            c += VL;
+        }
+        float sa = hsum(a0.add(a1));
+        for (; c < ce; c++) sa += Float.intBitsToFloat((d.get(WeightMatrix.I16_LE, ro + 2L * c) & 0xFFFF) << 16) * x[xa + c];
+        return sa;
     }
 
     // ---------------------------------------------------------------- prefill (S > 1)

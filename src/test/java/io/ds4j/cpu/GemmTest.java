@@ -147,6 +147,25 @@ class GemmTest {
         runMatmul(random(Format.FP4_E2M1_B32, 151, 1056, seed++), 2, seed++);
     }
 
+    /** The BF16 few-token path (2 .. FEW_TOKENS tokens) equals the matvec bit for bit, across chunk and tail shapes. */
+    @Test
+    void bf16FewTokensMatchMatvec() {
+        long seed = 700;
+        for (int cols : new int[]{3, 8, 40, 100, 512, 1030, 1037, 2048, 2100}) {
+            WeightMatrix w = random(Format.BF16, 19, cols, seed++);
+            for (int S = 2; S <= Gemm.FEW_TOKENS; S++) {
+                float[] x = randomX(S * cols, seed++);
+                float[] y = new float[S * 19];
+                Gemm.matmul(w, x, S, y);
+                for (int s = 0; s < S; s++) {
+                    float[] y1 = new float[19];
+                    Gemm.matvec(w, x, s * cols, y1, 0);
+                    assertArrayEquals(y1, java.util.Arrays.copyOfRange(y, s * 19, s * 19 + 19), "cols " + cols + " S=" + S + " s=" + s);
+                }
+            }
+        }
+    }
+
     /** y[s] of a batch equals, bit for bit, the matvec of row s alone (the forward pass relies on this). */
     @Test
     void batchInvariant() {
@@ -154,7 +173,7 @@ class GemmTest {
         for (Format f : Format.values()) {
             int cols = f == Format.FP4_E2M1_B32 ? 1088 : 1037;
             WeightMatrix w = random(f, 21, cols, seed++);
-            for (int S : new int[]{2, 5}) {
+            for (int S : new int[]{2, 5, 8, 9}) {
                 float[] x = randomX(S * cols, seed++);
                 float[] y = new float[S * 21];
                 Gemm.matmul(w, x, S, y);
