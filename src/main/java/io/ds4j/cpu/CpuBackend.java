@@ -21,7 +21,9 @@ import java.util.List;
  * The pure-Java DeepSeek-V4 forward (spec section 3) over the per-sequence state of section 4. It is the numeric
  * reference of ds4j: activations are fp32, the persistent MLA cache (raw window rows, compressed entries, indexer
  * keys) is F16, compressor state is fp32. Every token's result is independent of how the tokens were chunked:
- * new raw rows are rounded to F16 before any query reads them, exactly as cached rows are.
+ * new raw rows are rounded to F16 before any query reads them, exactly as cached rows are. The layer order is
+ * {@link LayerProgram}'s; this class implements its operations on host arrays, over all rows of a batched step
+ * ({@link #step}) at once where the work is row-wise.
  *
  * <p>Not thread-safe per sequence; different sequences may be stepped from different threads.
  */

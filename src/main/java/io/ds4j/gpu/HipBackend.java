@@ -37,7 +37,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
 
 /**
  * The DeepSeek-V4 forward (spec section 3) on a GPU through the ds4j GPU library (HIP C++, built with hipcc or, on
- * NVIDIA, with nvcc), mirroring {@link io.ds4j.cpu.CpuBackend} operation by operation: F32 activations, weights in
+ * NVIDIA, with nvcc), running {@link LayerProgram} like the CPU backend does, operation by operation: F32 activations, weights in
  * their stored format dequantised inside the kernels, the F16 MLA cache and the F32 compressor rings of each
  * {@link HipSequence} in device memory. One step serves prefill chunks, decode and verification (S ≥ 1 rows); steps
  * of at least {@code DS4J_TC_MIN_ROWS} rows (prefill chunks) run the matrix products, the routed experts (grouped by
