@@ -4,7 +4,7 @@ import io.ds4j.bench.BenchReport;
 import io.ds4j.bench.VerifyPathBench;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
-import io.ds4j.engine.Backends;
+import io.ds4j.app.Backends;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.synth.ModelStore;

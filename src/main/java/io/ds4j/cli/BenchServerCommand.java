@@ -9,7 +9,7 @@ import io.ds4j.model.WeightLoader;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
-import io.ds4j.server.DefaultModelProvider;
+import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.speculative.NgramDraft;

@@ -2,7 +2,7 @@ package io.ds4j.cli;
 
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
-import io.ds4j.engine.Backends;
+import io.ds4j.app.Backends;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
 import io.ds4j.engine.StopStrings;
@@ -225,7 +225,7 @@ public final class GenerateCommand implements Callable<Integer> {
         }
         BackendOptions o = new BackendOptions(gpuDevices, placement, BackendOptions.mib(gpuMemoryBudgetMiB), fusedVerifyF16Kv,
                 BackendOptions.DEFAULT_SHORT_ROWS);
-        List<String> refused = Backends.NAMES.contains(backend) ? FeatureGate.check(backend, o) : List.of();
+        List<String> refused = FeatureGate.BACKENDS.contains(backend) ? FeatureGate.check(backend, o) : List.of();
         if (!refused.isEmpty()) throw new IllegalArgumentException(String.join("; ", refused));
         return o;
     }

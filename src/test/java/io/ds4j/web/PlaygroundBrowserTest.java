@@ -3,7 +3,7 @@ package io.ds4j.web;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.ModelConfig;
-import io.ds4j.server.DefaultModelProvider;
+import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.LoadedModel;
 import io.ds4j.server.ModelProvider;
