@@ -13,7 +13,7 @@ import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.speculative.NgramDraft;
-import io.ds4j.speculative.VerifyWidth;
+import io.ds4j.engine.VerifyWidth;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.Tokenizers;
 import io.ds4j.text.chat.ChatEncoder;

@@ -3,8 +3,6 @@ package io.ds4j.engine;
 import io.ds4j.sampling.Constraint;
 import io.ds4j.sampling.Distribution;
 import io.ds4j.sampling.Sampler;
-import io.ds4j.speculative.Draft;
-import io.ds4j.speculative.VerifyWidth;
 
 import java.util.Arrays;
 

@@ -7,7 +7,6 @@ import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.BackendOptions.ExpertPlacement;
-import io.ds4j.app.Backends;
 import io.ds4j.engine.FeatureGate;
 
 import java.util.ArrayList;

@@ -1,4 +1,4 @@
-package io.ds4j.speculative;
+package io.ds4j.engine;
 
 import io.ds4j.sampling.Distribution;
 
@@ -19,7 +19,7 @@ public interface Draft extends AutoCloseable {
     @Override
     default void close() {}
 
-    /** The longest context (tokens) this draft can hold; see {@link DraftSource#maxContext()}. */
+    /** The longest context (tokens) this draft can hold (a draft model's own context; unbounded for lookup drafts). */
     default int maxContext() {
         return Integer.MAX_VALUE;
     }
