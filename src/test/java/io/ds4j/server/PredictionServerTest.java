@@ -54,7 +54,11 @@ class PredictionServerTest {
         long acc = d.get("accepted_prediction_tokens").asLong(-1), rej = d.get("rejected_prediction_tokens").asLong(-1);
         long offered = usage.at("/timings/draft_n").asLong(), draftAccepted = usage.at("/timings/draft_n_accepted").asLong();
         assertTrue(acc > 0, "some prediction tokens accepted: " + usage);
-        if (exact) assertEquals(0, rej, "an exact prediction has no rejected tokens: " + usage);
+        if (exact) {
+            assertEquals(0, rej, "an exact prediction has no rejected tokens: " + usage);
+            // every verify step commits its accepted drafts and one token of its own; the first token is the prefill's
+            assertEquals(usage.get("completion_tokens").asLong() - usage.at("/timings/verify_steps").asLong() - 1, acc, usage.toString());
+        }
         else assertTrue(rej > 0, "a partly wrong prediction has rejected tokens: " + usage);
         // no other draft on this server: every draft token offered came from the prediction
         assertEquals(offered, acc + rej, usage.toString());
