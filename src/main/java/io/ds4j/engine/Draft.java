@@ -16,6 +16,15 @@ public interface Draft extends AutoCloseable {
     /** Tells the draft that the committed context is now ctx[0 .. len) (called after every verify step). */
     void committed(int[] ctx, int len);
 
+    /**
+     * Tells the draft how the verifier judged its last proposal: called once after every verify step that offered
+     * draft tokens, also the step that ends the generation (possibly after {@link #close()}, so it must only count).
+     * @param judged proposed tokens the verifier judged (a prefix of the proposal: a constraint may cut it, and an
+     *               accepted token that ends the generation leaves the rest unjudged)
+     * @param accepted of those, the ones accepted (a prefix of the judged)
+     */
+    default void verified(int judged, int accepted) {}
+
     @Override
     default void close() {}
 

@@ -291,6 +291,7 @@ public final class Generation {
         accepted += acc;
         verifySteps++;
         if (width != null) width.record(judged, acc);
+        if (draft != null && q > 0) draft.verified(judged, acc);
         if (draft != null && finish == null) draft.committed(ctx, len);
         if (finish == null && cancelled) return end(Finish.CANCELLED);
         return finish == null;
