@@ -95,6 +95,7 @@
 
   function saveSettings() {
     const s = { system: $('system-prompt').value, stop: $('stop-strings').value, ignoreEos: $('ignore-eos').checked,
+      prediction: $('prediction').value,
       specQ: $('spec-q').value, apiKey: $('api-key').value, thinking: ui.thinking.checked, effort: ui.effort.value,
       charsPerToken: state.charsPerToken };
     for (const f of FIELDS) s[f.id] = $(f.id).value;
@@ -106,6 +107,7 @@
     $('system-prompt').value = s.system || '';
     $('stop-strings').value = s.stop || '';
     $('ignore-eos').checked = !!s.ignoreEos;
+    $('prediction').value = s.prediction || '';
     $('spec-q').value = s.specQ || '';
     $('api-key').value = s.apiKey || '';
     ui.thinking.checked = !!s.thinking;
@@ -463,6 +465,9 @@
       const acc = t.draft_acceptance_rate;
       v.stats.append(chip('accept', acc == null ? 'n/a' : Math.round(acc * 100) + '%',
         acc == null ? 'draft acceptance: no draft tokens were offered' : 'draft acceptance: ' + t.draft_n_accepted + ' of ' + t.draft_n + ' draft tokens accepted'));
+      const pd = u.completion_tokens_details || {};
+      if (m.predicted) v.stats.append(chip('predicted', (pd.accepted_prediction_tokens ?? 0) + ' / ' + (pd.rejected_prediction_tokens ?? 0),
+        'predicted output: prediction tokens accepted / rejected by the verifier'));
       v.stats.append(chip('', fmt(t.mean_committed_per_step, 2) + ' tok/step', 'mean tokens committed per verify step over ' + (t.verify_steps ?? '?') + ' steps'));
     } else if (m.state === 'streaming' && live) {
       const now = performance.now();
@@ -564,6 +569,8 @@
     if ($('ignore-eos').checked) body.ignore_eos = true;
     const q = $('spec-q').value;
     if (q !== '') body.speculative_q = q === 'auto' ? 'auto' : Number(q);
+    const prediction = $('prediction').value;
+    if (prediction.length > 0) body.prediction = { type: 'content', content: prediction };
     return body;
   }
 
@@ -628,6 +635,7 @@
   async function generate(m) {
     const history = state.messages.slice(0, state.messages.indexOf(m));
     const body = buildRequest(history, m);
+    m.predicted = !!body.prediction;
     const controller = new AbortController();
     state.controller = controller;
     state.busy = true;
@@ -937,9 +945,10 @@
     $('stop-strings').value = '';
     $('ignore-eos').checked = false;
     $('spec-q').value = '';
+    $('prediction').value = '';
     saveSettings();
   });
-  for (const id of ['system-prompt', 'stop-strings', 'ignore-eos', 'spec-q', 'api-key', ...FIELDS.map((f) => f.id)]) {
+  for (const id of ['system-prompt', 'stop-strings', 'ignore-eos', 'spec-q', 'prediction', 'api-key', ...FIELDS.map((f) => f.id)]) {
     $(id).addEventListener('change', saveSettings);
   }
   $('api-key').addEventListener('change', fetchProps);

@@ -20,7 +20,7 @@ fi
 [ -d src/test/node/node_modules/openai ] || { mkdir -p src/test/node && cp -r "$nd/node_modules" src/test/node/; }
 [ "${1:-}" = "--setup-only" ] && { "$nd/node" --version; exit 0; }
 model="${DS4J_E2E_MODEL:-${DS4J_DEVICE_WORK:-/tmp/ds4j-device}/home/models/flash-shaped-L4-E16-fp8-seed1}"
-[ -f "$model/config.json" ] || tools/device/run.sh ds4j make-model --preset flash-shaped --seed 1 --naming original --dtype fp8 --out "$model"
+[ -f "$model/config.json" ] || tools/device/run.sh ds4j make-model --preset flash-shaped --layers 4 --seed 1 --naming original --dtype fp8 --out "$model"
 port="${DS4J_PORT:-18080}"
 for mode in f16 control; do
   flags=(); [ "$mode" = f16 ] && flags=(--fused-verify-f16-kv)

@@ -93,6 +93,40 @@ async function run() {
   }
   check(ctext === comp.choices[0].text, 'streamed completion equals the non-streamed one');
 
+  // predicted outputs: the greedy answer sent back as the prediction changes nothing, and is (mostly) accepted
+  const plainAnswer = await client.chat.completions.create({ model, messages, max_tokens: 16, temperature: 0 });
+  const expected = plainAnswer.choices[0].message.content;
+  const pd0 = plainAnswer.usage.completion_tokens_details;
+  check(pd0 && pd0.accepted_prediction_tokens === 0 && pd0.rejected_prediction_tokens === 0,
+    'prediction counts are present as 0 without a prediction: ' + JSON.stringify(pd0));
+  const predicted = await client.chat.completions.create({ model, messages, max_tokens: 16, temperature: 0,
+    prediction: { type: 'content', content: expected } });
+  check(predicted.choices[0].message.content === expected, 'a prediction does not change the greedy answer');
+  const pd = predicted.usage.completion_tokens_details;
+  check(Number.isInteger(pd.accepted_prediction_tokens) && Number.isInteger(pd.rejected_prediction_tokens), 'prediction counts are integers');
+  check(pd.accepted_prediction_tokens > 0, 'the answer sent back as the prediction is accepted: ' + JSON.stringify(predicted.usage));
+  check(pd.accepted_prediction_tokens + pd.rejected_prediction_tokens <= predicted.usage.timings.draft_n,
+    'accepted + rejected prediction tokens are part of the draft tokens offered');
+  let ptext = '', pusage = null;
+  for await (const c of await client.chat.completions.create({ model, messages, max_tokens: 16, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+    prediction: { type: 'content', content: [{ type: 'text', text: expected.slice(0, 5) }, { type: 'text', text: expected.slice(5) }] } })) {
+    ptext += c.choices[0]?.delta?.content ?? '';
+    if (c.usage) pusage = c.usage;
+  }
+  check(ptext === expected, 'streamed answer with a prediction in text parts equals the greedy answer');
+  check(pusage && pusage.completion_tokens_details.accepted_prediction_tokens === pd.accepted_prediction_tokens
+    && pusage.completion_tokens_details.rejected_prediction_tokens === pd.rejected_prediction_tokens,
+    'streamed usage carries the same prediction counts: ' + JSON.stringify(pusage));
+  try {
+    await client.chat.completions.create({ model, messages, prediction: { type: 'content', content: [{ type: 'image_url', image_url: { url: 'x' } }] } });
+    check(false, 'a prediction with an image part must fail');
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError, 'BadRequestError for an image part in the prediction, got ' + e);
+    check(e.param === 'prediction.content[0].type', 'error.param names the part, got ' + e.param);
+  }
+  results.prediction = { accepted: pd.accepted_prediction_tokens, rejected: pd.rejected_prediction_tokens, completion: predicted.usage.completion_tokens };
+
   // client errors surface as typed SDK errors with the field named
   try {
     await client.chat.completions.create({ model, messages, n: 2 });

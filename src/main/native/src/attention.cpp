@@ -5,7 +5,7 @@
 namespace ds4j {
 
 __global__ void rope_kernel(float* x, int S, int heads, int width, int rope_dim, const float* inv_freq, int64_t pos0,
-                            int64_t pos_step, int inverse) {
+                            int64_t pos_step, const int64_t* pos, int inverse) {
     const int half = rope_dim / 2;
     const int64_t total = (int64_t)S * heads * half;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
@@ -13,7 +13,7 @@ __global__ void rope_kernel(float* x, int S, int heads, int width, int rope_dim,
         const int i = (int)(idx % half);
         const int64_t sh = idx / half;  // s * heads + h
         const int s = (int)(sh / heads);
-        const float ft = (float)(pos0 + (int64_t)s * pos_step);
+        const float ft = (float)(pos ? pos[s] : pos0 + (int64_t)s * pos_step);
         const double phi = (double)mul(inv_freq[i], ft);
         const float c = (float)cos(phi);
         float sn = (float)sin(phi);
@@ -26,12 +26,12 @@ __global__ void rope_kernel(float* x, int S, int heads, int width, int rope_dim,
 }
 
 __global__ void rmsnorm_rope_kernel(float* x, const float* weight, int n, float eps, int rope_dim, const float* inv_freq,
-                                    int64_t pos0, int rows_per_pos, int round16) {
+                                    int64_t pos0, const int64_t* pos, int rows_per_pos, int round16) {
     __shared__ double sh[32];
     float* xr = x + (int64_t)blockIdx.x * n;
     rmsnorm_row(xr, xr, weight, n, eps, sh);
     __syncthreads();
-    const float ft = (float)(pos0 + blockIdx.x / rows_per_pos);
+    const float ft = (float)(pos ? pos[blockIdx.x / rows_per_pos] : pos0 + blockIdx.x / rows_per_pos);
     float* base = xr + (n - rope_dim);
     for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) {
         const double phi = (double)mul(inv_freq[i], ft);
@@ -51,8 +51,13 @@ __global__ void round_f16_kernel(float* x, int64_t n) {
         x[i] = f16_to_f32(f32_to_f16(x[i]));
 }
 
-__global__ void ring_store_kernel(void* ring, int f16, int cap, int width, const float* rows, int64_t N0, int S,
-                                  int64_t p0) {
+/** The first position a ring store of positions N0 .. N0+S-1 writes: only the last cap rows survive. */
+__host__ __device__ __forceinline__ int64_t ring_first(int64_t N0, int S, int cap) {
+    return N0 + S - cap > N0 ? N0 + S - cap : N0;
+}
+
+__device__ __forceinline__ void ring_store_body(void* ring, int f16, int cap, int width, const float* rows, int64_t N0,
+                                                int S, int64_t p0) {
     const int64_t count = N0 + S - p0;
     const int64_t total = count * width;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -63,6 +68,18 @@ __global__ void ring_store_kernel(void* ring, int f16, int cap, int width, const
         if (f16) ((uint16_t*)ring)[dst] = f32_to_f16(v);
         else ((float*)ring)[dst] = v;
     }
+}
+
+__global__ void ring_store_kernel(void* ring, int f16, int cap, int width, const float* rows, int64_t N0, int S,
+                                  int64_t p0) {
+    ring_store_body(ring, f16, cap, width, rows, N0, S, p0);
+}
+
+/** One ring store per sequence (blockIdx.y): ring or ring2 of each view. */
+__global__ void ring_store_seqs_kernel(const ds4j_seq_view* views, int which, int f16, int width, const float* rows) {
+    const ds4j_seq_view v = views[blockIdx.y];
+    ring_store_body(which ? v.ring2 : v.ring, f16, v.cap, width, rows + (int64_t)v.row0 * width, v.N0, v.S,
+                    ring_first(v.N0, v.S, v.cap));
 }
 
 /** The key set of one query (spec 3.7): raw rows p0 .. t, then compressed entries. T: the cache's element type. */
@@ -157,13 +174,12 @@ static inline int64_t attention_smem(int d, int64_t nk) { return (int64_t)d * 4 
  * path of ds4j_attention_f16_operands is this kernel on the F16 rows, so it equals the control bit for bit.
  */
 template <typename T>
-__global__ void __launch_bounds__(ATT_THREADS)
-attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, const T* entries, int kind,
-                 int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int H, int d, int W, float scale,
-                 int nk_max, float* out) {
+__device__ __forceinline__ void attention_body(const float* q, const float* kv_new, const T* ring, int cap,
+                                               const T* entries, int kind, int m, const int32_t* sel, int K,
+                                               const float* sinks, int64_t N0, int H, int d, int W, float scale,
+                                               int nk_max, float* out, int h, int s) {
     extern __shared__ float sm[];
     __shared__ float red[32];
-    const int h = blockIdx.x, s = blockIdx.y;
     uintptr_t* kp = reinterpret_cast<uintptr_t*>(sm);  // [nk_max], 8-byte aligned at the start
     float* qs = sm + 2 * nk_max;                       // [d]
     float* lg = qs + d;                                // [nk]
@@ -210,19 +226,41 @@ attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, co
     }
 }
 
+template <typename T>
+__global__ void __launch_bounds__(ATT_THREADS)
+attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, const T* entries, int kind,
+                 int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int H, int d, int W, float scale,
+                 int nk_max, float* out) {
+    attention_body<T>(q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, nk_max, out,
+                      blockIdx.x, blockIdx.y);
+}
+
+/** attention_kernel over several sequences of one layer: blockIdx.z picks the sequence, rows offset by its row0. */
+__global__ void __launch_bounds__(ATT_THREADS)
+attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
+                      const int32_t* sel, int K, const float* sinks, int H, int d, int W, float scale, int nk_max,
+                      float* out) {
+    const ds4j_seq_view v = views[blockIdx.z];
+    if ((int)blockIdx.y >= v.S) return;
+    const int64_t r0 = v.row0;
+    attention_body<uint16_t>(q + r0 * H * d, kv_new + r0 * d, (const uint16_t*)v.ring, v.cap,
+                             (const uint16_t*)v.store, kind, m, sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, d, W,
+                             scale, nk_max, out + r0 * H * d, blockIdx.x, blockIdx.y);
+}
+
 /** A compressor row (values a or logits z) of position p: this step's rows or the ring. */
 __device__ __forceinline__ const float* comp_row(const float* ring, const float* fresh, int64_t p, int64_t N0, int cap,
                                                  int cw) {
     return p >= N0 ? fresh + (p - N0) * cw : ring + (p % cap) * cw;
 }
 
-__global__ void compress_pool_kernel(const float* ring_a, const float* ring_z, int cap, const float* a_new,
-                                     const float* z_new, int64_t N0, int m, int w, int overlap, const float* pb,
-                                     const float* norm_w, float eps, const float* inv_freq, int rope_dim,
-                                     uint16_t* entries) {
+__device__ __forceinline__ void compress_pool_body(const float* ring_a, const float* ring_z, int cap, const float* a_new,
+                                                   const float* z_new, int64_t N0, int m, int w, int overlap,
+                                                   const float* pb, const float* norm_w, float eps,
+                                                   const float* inv_freq, int rope_dim, uint16_t* entries, int b) {
     extern __shared__ float pooled[];  // [w]
     __shared__ double red[32];
-    const int64_t win = N0 / m + blockIdx.x;
+    const int64_t win = N0 / m + b;
     const int cw = overlap ? 2 * w : w;
     const int64_t prev = (win - 1) * m, cur = win * m;
     const bool has_prev = overlap && win > 0;
@@ -269,16 +307,39 @@ __global__ void compress_pool_kernel(const float* ring_a, const float* ring_z, i
     for (int ch = threadIdx.x; ch < w; ch += blockDim.x) entries[win * w + ch] = f32_to_f16(pooled[ch]);
 }
 
+__global__ void compress_pool_kernel(const float* ring_a, const float* ring_z, int cap, const float* a_new,
+                                     const float* z_new, int64_t N0, int m, int w, int overlap, const float* pb,
+                                     const float* norm_w, float eps, const float* inv_freq, int rope_dim,
+                                     uint16_t* entries) {
+    compress_pool_body(ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, pb, norm_w, eps, inv_freq, rope_dim,
+                       entries, blockIdx.x);
+}
+
+/** Windows completed by a step of S positions after N0. */
+__host__ __device__ __forceinline__ int64_t windows_done(int64_t N0, int S, int m) { return (N0 + S) / m - N0 / m; }
+
+/** compress_pool_kernel over several sequences: blockIdx.y picks the sequence, blockIdx.x its window. */
+__global__ void compress_pool_seqs_kernel(const ds4j_seq_view* views, const float* a_new, const float* z_new, int m,
+                                          int w, int overlap, const float* pb, const float* norm_w, float eps,
+                                          const float* inv_freq, int rope_dim) {
+    const ds4j_seq_view v = views[blockIdx.y];
+    if ((int64_t)blockIdx.x >= windows_done(v.N0, v.S, m)) return;
+    const int cw = overlap ? 2 * w : w;
+    compress_pool_body((const float*)v.ring, (const float*)v.ring2, v.cap, a_new + (int64_t)v.row0 * cw,
+                       z_new + (int64_t)v.row0 * cw, v.N0, m, w, overlap, pb, norm_w, eps, inv_freq, rope_dim,
+                       (uint16_t*)v.store, blockIdx.x);
+}
+
 constexpr int IDX_ENTRIES = 4;  // entries per block (one per warp) in the indexer score kernel: many blocks at decode
 
 template <typename T>
-__global__ void indexer_scores_kernel(const float* qi, const float* wt, const T* keys, int64_t N0, int m,
-                                      int HI, int dI, int K, float w_scale, float s_scale, float* scores, int64_t ld) {
-    const int s = blockIdx.y;
+__device__ __forceinline__ void indexer_scores_body(const float* qi, const float* wt, const T* keys, int64_t N0, int m,
+                                                    int HI, int dI, int K, float w_scale, float s_scale, float* scores,
+                                                    int64_t ld, int b, int s) {
     const int64_t avail = (N0 + s + 1) / m;
     if (avail <= K) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    const int64_t e0 = (int64_t)blockIdx.x * IDX_ENTRIES;
+    const int64_t e0 = (int64_t)b * IDX_ENTRIES;
     const int64_t e1 = e0 + IDX_ENTRIES < avail ? e0 + IDX_ENTRIES : avail;
     const float* q = qi + (int64_t)s * HI * dI;
     for (int64_t e = e0 + warp; e < e1; e += nw) {
@@ -294,6 +355,22 @@ __global__ void indexer_scores_kernel(const float* qi, const float* wt, const T*
     }
 }
 
+template <typename T>
+__global__ void indexer_scores_kernel(const float* qi, const float* wt, const T* keys, int64_t N0, int m,
+                                      int HI, int dI, int K, float w_scale, float s_scale, float* scores, int64_t ld) {
+    indexer_scores_body<T>(qi, wt, keys, N0, m, HI, dI, K, w_scale, s_scale, scores, ld, blockIdx.x, blockIdx.y);
+}
+
+/** indexer_scores_kernel over several sequences: blockIdx.z picks the sequence. */
+__global__ void indexer_scores_seqs_kernel(const ds4j_seq_view* views, const float* qi, const float* wt, int m, int HI,
+                                           int dI, int K, float w_scale, float s_scale, float* scores, int64_t ld) {
+    const ds4j_seq_view v = views[blockIdx.z];
+    if ((int)blockIdx.y >= v.S) return;
+    const int64_t r0 = v.row0;
+    indexer_scores_body<uint16_t>(qi + r0 * HI * dI, wt + r0 * HI, (const uint16_t*)v.store, v.N0, m, HI, dI, K,
+                                  w_scale, s_scale, scores + r0 * ld, ld, blockIdx.x, blockIdx.y);
+}
+
 /** Order-preserving key: larger float -> larger key; -0 == +0; NaN lowest. */
 __device__ __forceinline__ uint32_t order_key(float f) {
     if (isnan(f)) return 0u;
@@ -305,13 +382,11 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 constexpr int TOPK_THREADS = 256;
 
 /** Radix select of the K-th largest key (8 bits per pass), then an index-ordered compaction (ties: lower index). */
-__global__ void __launch_bounds__(TOPK_THREADS)
-topk_kernel(const float* scores, int64_t ld, int64_t N0, int m, int K, int32_t* sel) {
+__device__ __forceinline__ void topk_body(const float* scores, int64_t ld, int64_t N0, int m, int K, int32_t* sel, int s) {
     __shared__ unsigned hist[256];
     __shared__ uint32_t prefix_sh;
     __shared__ int krem_sh;
     __shared__ int scan_sh[32];
-    const int s = blockIdx.x;
     const int64_t avail = (N0 + s + 1) / m;
     if (avail <= K) return;
     const float* v = scores + (int64_t)s * ld;
@@ -361,6 +436,19 @@ topk_kernel(const float* scores, int64_t ld, int64_t N0, int m, int K, int32_t* 
         gt_before += gtot;
         eq_before += qtot;
     }
+}
+
+__global__ void __launch_bounds__(TOPK_THREADS)
+topk_kernel(const float* scores, int64_t ld, int64_t N0, int m, int K, int32_t* sel) {
+    topk_body(scores, ld, N0, m, K, sel, blockIdx.x);
+}
+
+/** topk_kernel over several sequences: blockIdx.y picks the sequence, blockIdx.x its row. */
+__global__ void __launch_bounds__(TOPK_THREADS)
+topk_seqs_kernel(const ds4j_seq_view* views, const float* scores, int64_t ld, int m, int K, int32_t* sel) {
+    const ds4j_seq_view v = views[blockIdx.y];
+    if ((int)blockIdx.x >= v.S) return;
+    topk_body(scores + (int64_t)v.row0 * ld, ld, v.N0, m, K, sel + (int64_t)v.row0 * K, blockIdx.x);
 }
 
 /** F16 bit patterns to F32, 8 per thread where the pointers allow 16-byte accesses. */
@@ -767,6 +855,31 @@ static DeviceLimits device_limits(int device) {
 }
 
 /** Checks and launches attention_kernel<T> (ds4j_attention and its variants). */
+/** Grants a kernel more than the default 48 KB of dynamic shared memory (once per device and size reached). */
+static int32_t smem_opt_in(ds4j_ctx* ctx, const void* fn, int64_t smem, int64_t* granted) {
+    const int dv = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
+    if (smem <= granted[dv]) return DS4J_OK;
+    hipError_t e = hipFuncSetAttribute(fn, hipFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != hipSuccess) return fail_hip(e, "attention: shared memory opt-in");
+    granted[dv] = smem;
+    return DS4J_OK;
+}
+
+/** Checks the views of a *_seqs call and gives their largest S. */
+static int32_t check_views(const char* fn, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
+                           int32_t* max_s_out) {
+    DS4J_ARG(host_views && views && n > 0 && n <= 65535, "%s: bad sequence views (n %d)", fn, n);
+    int32_t max_s = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        DS4J_ARG(v.S > 0 && v.S <= 65535 && v.row0 >= 0 && v.N0 >= 0, "%s: view %d: bad S %d, row0 %d or N0 %lld", fn, i,
+                 v.S, v.row0, (long long)v.N0);
+        if (v.S > max_s) max_s = v.S;
+    }
+    *max_s_out = max_s;
+    return DS4J_OK;
+}
+
 template <typename T>
 static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, const float* kv_new, const T* ring,
                                 int32_t cap, const T* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
@@ -789,13 +902,8 @@ static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, c
              (long long)nk_max, W, (long long)maxc);
     if (smem > 48 * 1024) {  // long contexts (HCA past ~480K tokens): opt in to more than the default 48 KB
         static int64_t granted[64];
-        const int dv = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
-        if (smem > granted[dv]) {
-            hipError_t e = hipFuncSetAttribute(reinterpret_cast<const void*>(attention_kernel<T>),
-                                               hipFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            if (e != hipSuccess) return fail_hip(e, "attention: shared memory opt-in");
-            granted[dv] = smem;
-        }
+        const int32_t rc = smem_opt_in(ctx, reinterpret_cast<const void*>(attention_kernel<T>), smem, granted);
+        if (rc != DS4J_OK) return rc;
     }
     DS4J_ARG(S <= 65535, "%s: S %d too large for one launch", fn, S);
     dim3 grid(H, S);
@@ -870,7 +978,8 @@ int32_t ds4j_rope(ds4j_ctx* ctx, float* x, int32_t S, int32_t heads, int32_t wid
              "ds4j_rope: bad arguments (heads %d, width %d, rope_dim %d)", heads, width, rope_dim);
     if (S == 0) return DS4J_OK;
     rope_kernel<<<grid_for((int64_t)S * heads * (rope_dim / 2)), 256, 0, ctx->stream>>>(x, S, heads, width, rope_dim,
-                                                                                        inv_freq, pos0, pos_step, inverse);
+                                                                                        inv_freq, pos0, pos_step, nullptr,
+                                                                                        inverse);
     DS4J_LAUNCHED("rope");
     return DS4J_OK;
 }
@@ -881,7 +990,8 @@ int32_t ds4j_rmsnorm_rope(ds4j_ctx* ctx, float* x, const float* weight, int32_t 
     DS4J_ARG(x && inv_freq && rows >= 0 && n > 0 && rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= n && rows_per_pos > 0,
              "ds4j_rmsnorm_rope: bad arguments (rows %d, n %d, rope_dim %d, rows_per_pos %d)", rows, n, rope_dim, rows_per_pos);
     if (rows == 0) return DS4J_OK;
-    rmsnorm_rope_kernel<<<rows, 256, 0, ctx->stream>>>(x, weight, n, eps, rope_dim, inv_freq, pos0, rows_per_pos, round_f16);
+    rmsnorm_rope_kernel<<<rows, 256, 0, ctx->stream>>>(x, weight, n, eps, rope_dim, inv_freq, pos0, nullptr, rows_per_pos,
+                                                       round_f16);
     DS4J_LAUNCHED("rmsnorm_rope");
     return DS4J_OK;
 }
@@ -900,7 +1010,7 @@ int32_t ds4j_ring_store(ds4j_ctx* ctx, void* ring, int32_t ring_f16, int32_t cap
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(ring && rows && cap > 0 && width > 0 && S >= 0 && N0 >= 0, "ds4j_ring_store: bad arguments");
     if (S == 0) return DS4J_OK;
-    const int64_t p0 = N0 + S - cap > N0 ? N0 + S - cap : N0;
+    const int64_t p0 = ring_first(N0, S, cap);
     ring_store_kernel<<<grid_for((N0 + S - p0) * width), 256, 0, ctx->stream>>>(ring, ring_f16, cap, width, rows, N0, S, p0);
     DS4J_LAUNCHED("ring_store");
     return DS4J_OK;
@@ -1056,6 +1166,163 @@ int32_t ds4j_indexer_topk(ds4j_ctx* ctx, const float* scores, int64_t ld, int64_
     if (S == 0 || (N0 + S) / m <= K) return DS4J_OK;
     topk_kernel<<<S, TOPK_THREADS, 0, ctx->stream>>>(scores, ld, N0, m, K, sel);
     DS4J_LAUNCHED("indexer_topk");
+    return DS4J_OK;
+}
+
+
+int32_t ds4j_rope_at(ds4j_ctx* ctx, float* x, int32_t S, int32_t heads, int32_t width, int32_t rope_dim,
+                     const float* inv_freq, const int64_t* pos, int32_t inverse) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(x && inv_freq && pos && S >= 0 && heads > 0 && rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= width,
+             "ds4j_rope_at: bad arguments (heads %d, width %d, rope_dim %d)", heads, width, rope_dim);
+    if (S == 0) return DS4J_OK;
+    rope_kernel<<<grid_for((int64_t)S * heads * (rope_dim / 2)), 256, 0, ctx->stream>>>(x, S, heads, width, rope_dim,
+                                                                                        inv_freq, 0, 0, pos, inverse);
+    DS4J_LAUNCHED("rope_at");
+    return DS4J_OK;
+}
+
+int32_t ds4j_rmsnorm_rope_at(ds4j_ctx* ctx, float* x, const float* weight, int32_t rows, int32_t n, float eps,
+                             int32_t rope_dim, const float* inv_freq, const int64_t* pos, int32_t rows_per_pos,
+                             int32_t round_f16) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(x && inv_freq && pos && rows >= 0 && n > 0 && rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= n &&
+                 rows_per_pos > 0,
+             "ds4j_rmsnorm_rope_at: bad arguments (rows %d, n %d, rope_dim %d, rows_per_pos %d)", rows, n, rope_dim,
+             rows_per_pos);
+    if (rows == 0) return DS4J_OK;
+    rmsnorm_rope_kernel<<<rows, 256, 0, ctx->stream>>>(x, weight, n, eps, rope_dim, inv_freq, 0, pos, rows_per_pos,
+                                                       round_f16);
+    DS4J_LAUNCHED("rmsnorm_rope_at");
+    return DS4J_OK;
+}
+
+int32_t ds4j_ring_store_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
+                             int32_t which, int32_t ring_f16, int32_t width, const float* rows) {
+    DS4J_CHECK_CTX(ctx);
+    int32_t max_s = 0;
+    const int32_t vrc = check_views("ds4j_ring_store_seqs", host_views, views, n, &max_s);
+    if (vrc != DS4J_OK) return vrc;
+    DS4J_ARG(rows && width > 0 && (which == 0 || which == 1), "ds4j_ring_store_seqs: bad arguments");
+    int64_t most = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        DS4J_ARG((which ? v.ring2 : v.ring) && v.cap > 0, "ds4j_ring_store_seqs: view %d has no ring", i);
+        const int64_t c = v.N0 + v.S - ring_first(v.N0, v.S, v.cap);
+        if (c > most) most = c;
+    }
+    dim3 grid(grid_for(most * width), (unsigned)n);
+    ring_store_seqs_kernel<<<grid, 256, 0, ctx->stream>>>(views, which, ring_f16, width, rows);
+    DS4J_LAUNCHED("ring_store_seqs");
+    return DS4J_OK;
+}
+
+int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
+                            const float* q, const float* kv_new, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
+                            const float* sinks, int32_t H, int32_t d, int32_t W, float scale, float* out) {
+    DS4J_CHECK_CTX(ctx);
+    const char* fn = "ds4j_attention_seqs";
+    int32_t max_s = 0;
+    const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
+    if (vrc != DS4J_OK) return vrc;
+    DS4J_ARG(q && kv_new && sinks && out && H > 0 && d > 0 && W > 0, "%s: bad arguments", fn);
+    DS4J_ARG(kind == DS4J_ATTN_SLIDING || kind == DS4J_ATTN_CSA || kind == DS4J_ATTN_HCA, "%s: unknown kind %d", fn, kind);
+    int64_t maxc = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        const int64_t N0 = v.N0, S = v.S;
+        DS4J_ARG(N0 == 0 || (v.ring && v.cap >= W - 1), "%s: view %d: ring of %d rows cannot hold the window", fn, i, v.cap);
+        DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (v.store || (N0 + S) / m == 0)),
+                 "%s: view %d: compressed layer without entries", fn, i);
+        DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: view %d: CSA without selections", fn, i);
+        int64_t c = 0;
+        if (kind == DS4J_ATTN_HCA) c = (N0 + S) / m;
+        else if (kind == DS4J_ATTN_CSA) c = (N0 + S) / m < K ? (N0 + S) / m : K;
+        if (c > maxc) maxc = c;
+    }
+    const int64_t nk_max = W + maxc;
+    const int64_t smem = attention_smem(d, nk_max);
+    DS4J_ARG(smem + 1024 <= device_limits(ctx->device).smem_optin,
+             "%s: %lld keys per query (window %d + %lld compressed) exceed the kernel's shared memory", fn,
+             (long long)nk_max, W, (long long)maxc);
+    if (smem > 48 * 1024) {
+        static int64_t granted[64];
+        const int32_t rc = smem_opt_in(ctx, reinterpret_cast<const void*>(attention_seqs_kernel), smem, granted);
+        if (rc != DS4J_OK) return rc;
+    }
+    dim3 grid(H, max_s, n);
+    attention_seqs_kernel<<<grid, ATT_THREADS, (size_t)smem, ctx->stream>>>(views, q, kv_new, kind, m, sel, K, sinks, H,
+                                                                             d, W, scale, (int)nk_max, out);
+    DS4J_LAUNCHED("attention_seqs");
+    return DS4J_OK;
+}
+
+int32_t ds4j_compress_pool_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
+                                const float* a_new, const float* z_new, int32_t m, int32_t w, int32_t overlap,
+                                const float* position_bias, const float* norm_w, float eps, const float* inv_freq,
+                                int32_t rope_dim) {
+    DS4J_CHECK_CTX(ctx);
+    const char* fn = "ds4j_compress_pool_seqs";
+    int32_t max_s = 0;
+    const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
+    if (vrc != DS4J_OK) return vrc;
+    DS4J_ARG(a_new && z_new && position_bias && norm_w && inv_freq && m > 0 && w > 0, "%s: bad arguments", fn);
+    DS4J_ARG(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= w, "%s: bad rope_dim %d", fn, rope_dim);
+    DS4J_ARG(w * sizeof(float) <= 32 * 1024, "%s: width %d too large", fn, w);
+    int64_t most = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        DS4J_ARG(v.store, "%s: view %d has no entries", fn, i);
+        DS4J_ARG(v.N0 == 0 || (v.ring && v.ring2 && v.cap >= (overlap ? 2 * m : m) - 1), "%s: view %d: ring too small", fn, i);
+        const int64_t nw = windows_done(v.N0, v.S, m);
+        if (nw > most) most = nw;
+    }
+    if (most <= 0) return DS4J_OK;
+    dim3 grid((unsigned)most, (unsigned)n);
+    compress_pool_seqs_kernel<<<grid, 256, w * sizeof(float), ctx->stream>>>(views, a_new, z_new, m, w, overlap,
+                                                                            position_bias, norm_w, eps, inv_freq,
+                                                                            rope_dim);
+    DS4J_LAUNCHED("compress_pool_seqs");
+    return DS4J_OK;
+}
+
+int32_t ds4j_indexer_scores_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
+                                 const float* qi, const float* wt, int32_t m, int32_t HI, int32_t dI, int32_t K,
+                                 float w_scale, float s_scale, float* scores, int64_t ld) {
+    DS4J_CHECK_CTX(ctx);
+    const char* fn = "ds4j_indexer_scores_seqs";
+    int32_t max_s = 0;
+    const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
+    if (vrc != DS4J_OK) return vrc;
+    DS4J_ARG(qi && wt && scores && m > 0 && HI > 0 && dI > 0 && K > 0, "%s: bad arguments", fn);
+    int64_t maxAvail = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        const int64_t a = (v.N0 + v.S) / m;
+        if (a > K) DS4J_ARG(v.store && ld >= a, "%s: view %d: scores row of %lld < %lld entries", fn, i, (long long)ld,
+                            (long long)a);
+        if (a > maxAvail) maxAvail = a;
+    }
+    if (maxAvail <= K) return DS4J_OK;
+    dim3 grid((unsigned)((maxAvail + IDX_ENTRIES - 1) / IDX_ENTRIES), max_s, n);
+    indexer_scores_seqs_kernel<<<grid, 128, 0, ctx->stream>>>(views, qi, wt, m, HI, dI, K, w_scale, s_scale, scores, ld);
+    DS4J_LAUNCHED("indexer_scores_seqs");
+    return DS4J_OK;
+}
+
+int32_t ds4j_indexer_topk_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
+                               const float* scores, int64_t ld, int32_t m, int32_t K, int32_t* sel) {
+    DS4J_CHECK_CTX(ctx);
+    int32_t max_s = 0;
+    const int32_t vrc = check_views("ds4j_indexer_topk_seqs", host_views, views, n, &max_s);
+    if (vrc != DS4J_OK) return vrc;
+    DS4J_ARG(scores && sel && m > 0 && K > 0, "ds4j_indexer_topk_seqs: bad arguments");
+    bool any = false;
+    for (int32_t i = 0; i < n; i++) any |= (host_views[i].N0 + host_views[i].S) / m > K;
+    if (!any) return DS4J_OK;
+    dim3 grid((unsigned)max_s, (unsigned)n);
+    topk_seqs_kernel<<<grid, TOPK_THREADS, 0, ctx->stream>>>(views, scores, ld, m, K, sel);
+    DS4J_LAUNCHED("indexer_topk_seqs");
     return DS4J_OK;
 }
 

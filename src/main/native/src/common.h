@@ -204,7 +204,7 @@ __device__ __forceinline__ void rmsnorm_row(const float* xr, float* yr, const fl
 }
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
 
-/** 1 / (1 + e^-z) evaluated in double, rounded to float (io.ds4j.cpu.Ops#sigmoid). */
+/** 1 / (1 + e^-z) evaluated in double, rounded to float (io.ds4j.kernels.Ops#sigmoid). */
 __device__ __forceinline__ float sigmoid_d(float z) { return (float)(1.0 / (1.0 + exp(-(double)z))); }
 
 /** e^z in double, rounded to float (the CPU's (float) Math.exp). */

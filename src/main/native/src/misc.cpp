@@ -110,13 +110,13 @@ __global__ void hc_head_kernel(const float* mu, const float* base, const float* 
     }
 }
 
-/** sqrt(softplus(z)) in double, softplus(z) = z above 20 (io.ds4j.cpu.Ops#sqrtSoftplus). */
+/** sqrt(softplus(z)) in double, softplus(z) = z above 20 (io.ds4j.kernels.Ops#sqrtSoftplus). */
 __device__ __forceinline__ float sqrt_softplus(float z) {
     const double sp = z > 20.f ? (double)z : log1p(exp((double)z));
     return (float)sqrt(sp);
 }
 
-/** a ranks above b: larger value, or equal value and lower index; NaN last (io.ds4j.cpu.TopK). */
+/** a ranks above b: larger value, or equal value and lower index; NaN last (io.ds4j.kernels.TopK). */
 __device__ __forceinline__ bool better(const float* v, int a, int b) {
     const float x = v[a], y = v[b];
     if (x != y) {

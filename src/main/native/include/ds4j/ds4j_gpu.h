@@ -372,6 +372,78 @@ DS4J_API int32_t ds4j_indexer_scores_tc(ds4j_ctx* ctx, const float* qi, const fl
 DS4J_API int32_t ds4j_indexer_topk(ds4j_ctx* ctx, const float* scores, int64_t ld, int64_t N0, int32_t S, int32_t m,
                                    int32_t K, int32_t* sel);
 
+/* ------------------------------------------------------------------------------------- several sequences in one step */
+
+/**
+ * One sequence of a batched step as the *_seqs functions see it, for one layer. Its new tokens are rows row0 ..
+ * row0+S-1 of the step's row-major activations (every sequence's rows contiguous, in batch order), at positions N0 ..
+ * N0+S-1. ring / ring2 / store / cap are the state the function works on (each function says which). The functions
+ * take the array twice: in host memory (checked, and sized into the launch) and the same bytes in device memory (read
+ * by the kernels). Each sequence's results equal those of the single-sequence function on its rows, bit for bit.
+ */
+typedef struct ds4j_seq_view {
+    int64_t N0;
+    int32_t S, row0;
+    void* ring;
+    void* ring2;
+    void* store;
+    int32_t cap, reserved;
+} ds4j_seq_view;
+
+/**
+ * ds4j_rope with one position per row group: row s (of S rows of `heads` vectors) uses position pos[s], pos in
+ * device memory [S]. Same arithmetic as ds4j_rope.
+ */
+DS4J_API int32_t ds4j_rope_at(ds4j_ctx* ctx, float* x, int32_t S, int32_t heads, int32_t width, int32_t rope_dim,
+                              const float* inv_freq, const int64_t* pos, int32_t inverse);
+
+/**
+ * ds4j_rmsnorm_rope with positions from memory: row r is rotated at position pos[r / rows_per_pos] (pos in device
+ * memory). Same arithmetic as ds4j_rmsnorm_rope.
+ */
+DS4J_API int32_t ds4j_rmsnorm_rope_at(ds4j_ctx* ctx, float* x, const float* weight, int32_t rows, int32_t n, float eps,
+                                      int32_t rope_dim, const float* inv_freq, const int64_t* pos,
+                                      int32_t rows_per_pos, int32_t round_f16);
+
+/**
+ * ds4j_ring_store for n sequences: the rows [R, width] of each sequence go to its ring (which = 0: view.ring,
+ * 1: view.ring2) of view.cap rows.
+ */
+DS4J_API int32_t ds4j_ring_store_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                      int32_t n, int32_t which, int32_t ring_f16, int32_t width, const float* rows);
+
+/**
+ * ds4j_attention for n sequences of one layer (view.ring = the F16 window ring of view.cap rows, view.store = the F16
+ * compressed entries): q [R, H, d], kv_new [R, d], sel [R, K] (rows of sequences that need no selection unused),
+ * out [R, H, d].
+ */
+DS4J_API int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                     int32_t n, const float* q, const float* kv_new, int32_t kind, int32_t m,
+                                     const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,
+                                     int32_t W, float scale, float* out);
+
+/**
+ * ds4j_compress_pool for n sequences (view.ring = ring_a, view.ring2 = ring_z, both F32 of view.cap rows;
+ * view.store = the F16 entries): a_new, z_new [R, cw].
+ */
+DS4J_API int32_t ds4j_compress_pool_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                         int32_t n, const float* a_new, const float* z_new, int32_t m, int32_t w,
+                                         int32_t overlap, const float* position_bias, const float* norm_w, float eps,
+                                         const float* inv_freq, int32_t rope_dim);
+
+/**
+ * ds4j_indexer_scores for n sequences (view.store = the F16 indexer keys): qi [R, HI, dI], wt [R, HI],
+ * scores [R, ld] with ld at least the largest (N0+S)/m.
+ */
+DS4J_API int32_t ds4j_indexer_scores_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                          int32_t n, const float* qi, const float* wt, int32_t m, int32_t HI,
+                                          int32_t dI, int32_t K, float w_scale, float s_scale, float* scores,
+                                          int64_t ld);
+
+/** ds4j_indexer_topk for n sequences: scores [R, ld], sel [R, K]. */
+DS4J_API int32_t ds4j_indexer_topk_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                        int32_t n, const float* scores, int64_t ld, int32_t m, int32_t K, int32_t* sel);
+
 /* ------------------------------------------------------------------------------------------------ MoE (spec 3.8) */
 
 /**

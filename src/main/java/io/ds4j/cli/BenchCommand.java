@@ -4,7 +4,7 @@ import io.ds4j.bench.BenchReport;
 import io.ds4j.bench.VerifyPathBench;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
-import io.ds4j.engine.Backends;
+import io.ds4j.app.Backends;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.synth.ModelStore;
@@ -35,7 +35,7 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--backend", defaultValue = "hip", description = "cpu or hip (default ${DEFAULT-VALUE}); only hip has both paths") String backend;
     @Option(names = "--model", paramLabel = "DIR", description = "model directory (default: a preset, created on first use)") Path model;
     @Option(names = "--preset", defaultValue = "flash-shaped", description = "preset when no --model (default ${DEFAULT-VALUE})") String preset;
-    @Option(names = "--layers", description = "layers of the preset (default: the preset's, 4 for flash-shaped)") Integer layers;
+    @Option(names = "--layers", description = "layers of the preset (default: the preset's, 43 for flash-shaped)") Integer layers;
     @Option(names = "--experts", description = "routed experts per layer of the preset (default: the preset's)") Integer experts;
     @Option(names = "--dtype", defaultValue = "fp8", description = "preset storage: fp8 (FP8 dense + FP4 experts, as released) or bf16 (default ${DEFAULT-VALUE})") String dtype;
     @Option(names = "--lengths", defaultValue = "4096,59933,122879", split = ",", description = "input lengths in tokens, up to the model's context (V4: 1,048,576; default ${DEFAULT-VALUE})") List<Integer> lengths;

@@ -2,9 +2,9 @@ package io.ds4j.cli;
 
 import io.ds4j.cpu.CpuBackend;
 import io.ds4j.cpu.CpuSequence;
-import io.ds4j.cpu.MemBandwidth;
-import io.ds4j.cpu.Parallel;
-import io.ds4j.cpu.ProductProfile;
+import io.ds4j.kernels.MemBandwidth;
+import io.ds4j.kernels.Parallel;
+import io.ds4j.kernels.ProductProfile;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.ModelWeights;
 import io.ds4j.model.WeightLoader;

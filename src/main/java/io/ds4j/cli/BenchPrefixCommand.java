@@ -6,7 +6,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.model.synth.RandomCheckpoint;
-import io.ds4j.server.DefaultModelProvider;
+import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.text.Tokenizer;

@@ -1,36 +1,61 @@
 package io.ds4j.cli;
 
-import io.ds4j.cpu.CpuBackend;
 import io.ds4j.engine.Backend;
+import io.ds4j.app.Backends;
 import io.ds4j.engine.Generation;
-import io.ds4j.model.WeightLoader;
 import io.ds4j.model.synth.ModelStore;
+import io.ds4j.model.synth.RandomCheckpoint;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
+import io.ds4j.engine.Draft;
 import io.ds4j.speculative.DraftSource;
 import io.ds4j.speculative.ModelDraftSource;
 import io.ds4j.speculative.NgramDraft;
-import io.ds4j.speculative.VerifyWidth;
+import io.ds4j.engine.VerifyWidth;
+import io.ds4j.speculative.PredictionDraft;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.LinkedHashSet;
 import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
 import java.util.SplittableRandom;
 import java.util.concurrent.Callable;
+import java.util.function.Function;
 
 /**
- * {@code ds4j bench-spec}: plain greedy decode against speculative decoding with each draft source (n-gram lookup,
- * a draft model, and a copy of the target as the acceptance-1.0 upper bound) on the CPU backend. Prints acceptance
- * rate ("-" when the draft offered nothing), mean committed tokens per verify step and decode tokens/s per source,
- * after one warm-up pass of every configuration. A benchmark: asserts nothing.
+ * {@code ds4j bench-spec}: plain greedy decode against speculative decoding per draft source, on the CPU or the GPU
+ * backend: n-gram lookup, a draft model, a copy of the target (a second sequence of the target's own backend: the
+ * acceptance-1.0 draft at the full price of a target step), an edited prediction (the target's own greedy output
+ * with one token in 12 replaced, sent back as a predicted output) and a replay (the target's greedy output sent back
+ * unchanged: acceptance 1.0 at almost no draft cost, what speculation can give with a perfect cheap draft). The
+ * predictions come from the plain run, which is greedy and deterministic.
+ *
+ * <p>Per source it prints decode tokens/s, acceptance rate ("-" when the draft offered nothing), mean tokens committed
+ * per verify step, the speed-up over plain decoding, and the draft's cost per verify step (its propose and commit
+ * calls, timed around the draft) as a fraction of a plain target decode step (the plain run's seconds per token).
+ * Every configuration runs once as a warm-up first; plain decoding runs again at the end to show drift. A benchmark:
+ * asserts nothing.
  */
 @Command(name = "bench-spec", mixinStandardHelpOptions = true,
-        description = "Compare plain decoding with speculative decoding per draft source (CPU backend).")
+        description = "Compare plain decoding with speculative decoding per draft source (CPU or GPU backend).")
 public final class BenchSpecCommand implements Callable<Integer> {
-    @Option(names = "--model", paramLabel = "DIR", description = "target model directory (default: the 'small' preset)") Path model;
+    /** Every source, in the order printed. */
+    static final List<String> SOURCES = List.of("none", "ngram", "model", "copy", "prediction", "replay");
+
+    @Option(names = "--backend", defaultValue = "cpu", description = "cpu or hip (default ${DEFAULT-VALUE})") String backend;
+    @Option(names = "--model", paramLabel = "DIR", description = "target model directory (default: the 'small' preset, or the --preset variant)") Path model;
+    @Option(names = "--preset", description = "preset variant as the target when no --model: tiny, small, flash-shaped") String preset;
+    @Option(names = "--layers", description = "layers of the preset variant (default: the preset's)") Integer layers;
+    @Option(names = "--experts", description = "routed experts per layer of the preset variant (default: the preset's)") Integer experts;
+    @Option(names = "--dtype", defaultValue = "fp8", description = "storage of a preset variant: fp8 (FP8 dense + FP4 experts) or bf16 (default ${DEFAULT-VALUE})") String dtype;
     @Option(names = "--draft-model", paramLabel = "DIR", description = "draft model directory (default: the 'tiny' preset)") Path draftModel;
+    @Option(names = "--sources", defaultValue = "none,ngram,model,copy,prediction,replay", split = ",",
+            description = "draft sources to run: none, ngram, model, copy, prediction, replay (default ${DEFAULT-VALUE}; plain decoding always runs)") List<String> sources;
     @Option(names = "--prompt-tokens", defaultValue = "128", description = "prompt length (default ${DEFAULT-VALUE})") int promptTokens;
     @Option(names = "--decode-tokens", defaultValue = "64", description = "tokens generated per run (default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--spec-q", defaultValue = "4", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
@@ -40,55 +65,138 @@ public final class BenchSpecCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         VerifyWidth.parse(specQ);
         if (promptTokens < 1 || decodeTokens < 2 || prompts < 1) throw new IllegalArgumentException("--prompt-tokens >= 1, --decode-tokens >= 2, --prompts >= 1");
-        Path tdir = model != null ? model : ModelStore.ensure("small", 1, System.err::println);
-        Path ddir = draftModel != null ? draftModel : ModelStore.ensure("tiny", 1, System.err::println);
-        try (CpuBackend target = new CpuBackend(WeightLoader.load(tdir));
-             CpuBackend copy = new CpuBackend(WeightLoader.load(tdir));
-             CpuBackend drafter = new CpuBackend(WeightLoader.load(ddir))) {
-            ModelDraftSource.checkCompatible(target, drafter, null, null);
-            System.out.printf("target: %s%ndraft model: %s%nq = %s, %d prompts x %d prompt tokens, %d generated tokens each, greedy%n",
-                    tdir, ddir, specQ, prompts, promptTokens, decodeTokens);
-            List<int[]> ps = new ArrayList<>();
-            SplittableRandom r = new SplittableRandom(3);
-            for (int i = 0; i < prompts; i++) {
-                int[] p = new int[promptTokens];
-                // half random, half a repeated phrase, so lookup drafting has something to find (as in real text)
-                for (int j = 0; j < promptTokens; j++) p[j] = j < promptTokens / 2 ? r.nextInt(target.config().vocabSize) : p[j % 16];
-                ps.add(p);
+        Set<String> want = new LinkedHashSet<>(sources);
+        for (String s : want)
+            if (!SOURCES.contains(s)) throw new IllegalArgumentException("--sources: unknown source '" + s + "' (expected some of " + SOURCES + ")");
+        Path tdir = model != null ? model
+                : preset == null && layers == null && experts == null ? ModelStore.ensure("small", 1, System.err::println)
+                : ModelStore.ensureVariant(preset == null ? "small" : preset, layers, experts, RandomCheckpoint.Storage.parse(dtype), 1, System.err::println);
+        try (Backend target = Backends.open(backend, tdir)) {
+            Backend drafter = null;
+            try {
+                if (want.contains("model")) {
+                    Path ddir = draftModel != null ? draftModel : ModelStore.ensure("tiny", 1, System.err::println);
+                    drafter = Backends.open(backend, ddir);
+                    ModelDraftSource.checkCompatible(target, drafter, null, null);
+                }
+                bench(target, drafter, tdir, want);
+            } finally {
+                if (drafter != null) drafter.close();
             }
-            // warm-up (JIT) for the target and both draft models, so no row pays for compilation
-            run(target, null, null, ps, null, 0);
-            run(target, new ModelDraftSource(drafter, "model", 16), VerifyWidth.parse(specQ), ps, null, 0);
-            run(target, new ModelDraftSource(copy, "copy", 16), VerifyWidth.parse(specQ), ps, null, 0);
-            System.out.printf("%-22s %10s %12s %14s %10s%n", "draft", "tokens/s", "acceptance", "tokens/step", "speed-up");
-            double base = run(target, null, null, ps, "none (plain decode)", 0);
-            run(target, NgramDraft.source(), VerifyWidth.parse(specQ), ps, "ngram", base);
-            run(target, new ModelDraftSource(drafter, "model", 16), VerifyWidth.parse(specQ), ps, "draft model (tiny)", base);
-            run(target, new ModelDraftSource(copy, "copy", 16), VerifyWidth.parse(specQ), ps, "copy of target", base);
         }
         return 0;
     }
 
-    private double run(Backend target, DraftSource src, VerifyWidth w, List<int[]> ps, String label, double base) {
+    private void bench(Backend target, Backend drafter, Path tdir, Set<String> want) {
+        System.out.printf(Locale.ROOT, "backend: %s%ntarget: %s (%d layers, hidden %d, %d routed experts)%ndraft model: %s%n"
+                        + "q = %s, %d prompts x %d prompt tokens, %d generated tokens each, greedy%n",
+                target.name(), tdir, target.config().numLayers, target.config().hidden, target.config().numExperts,
+                drafter == null ? "-" : draftModel != null ? draftModel : "tiny preset", specQ, prompts, promptTokens, decodeTokens);
+        List<int[]> ps = new ArrayList<>();
+        SplittableRandom r = new SplittableRandom(3);
+        for (int i = 0; i < prompts; i++) {
+            int[] p = new int[promptTokens];
+            // half random, half a repeated phrase, so lookup drafting has something to find (as in real text)
+            for (int j = 0; j < promptTokens; j++) p[j] = j < promptTokens / 2 ? r.nextInt(target.config().vocabSize) : p[j % 16];
+            ps.add(p);
+        }
+        // the plain runs' outputs are the replayed predictions (greedy decoding is deterministic)
+        List<int[]> outputs = new ArrayList<>();
+        run(target, null, ps, null, 0, outputs); // warm-up (JIT, GPU graphs): no row pays for compilation
+        List<int[]> edited = new ArrayList<>();
+        for (int[] o : outputs) edited.add(edit(o, target.config().vocabSize));
+        Map<String, Function<Integer, DraftSource>> make = new java.util.LinkedHashMap<>();
+        make.put("ngram", i -> NgramDraft.source());
+        if (drafter != null) make.put("model", i -> new ModelDraftSource(drafter, "model", 16));
+        // the target's own backend drafts on a second sequence: same weights, no second copy in memory
+        make.put("copy", i -> new ModelDraftSource(target, "copy", 16));
+        make.put("prediction", i -> PredictionDraft.source(edited.get(i), null));
+        make.put("replay", i -> PredictionDraft.source(outputs.get(i), null));
+        make.keySet().removeIf(k -> !want.contains(k));
+        for (var e : make.entrySet()) run(target, e.getValue(), ps, null, 0, null);
+        System.out.printf("%-24s %10s %11s %12s %9s %16s%n", "draft", "tokens/s", "acceptance", "tokens/step", "speed-up", "draft cost/step");
+        double base = run(target, null, ps, "none (plain decode)", 0, null);
+        Map<String, String> labels = Map.of("ngram", "ngram", "model", "draft model", "copy", "copy of target",
+                "prediction", "prediction (edited)", "replay", "replay (own output)");
+        for (var e : make.entrySet()) run(target, e.getValue(), ps, labels.get(e.getKey()), base, null);
+        // plain decoding once more: how far the machine's speed drifted during the runs (shared machines, clocks)
+        run(target, null, ps, "none (again, for drift)", base, null);
+    }
+
+    /** The output with one token in 12 replaced by another (a prediction that is right but for small edits). */
+    static int[] edit(int[] output, int vocab) {
+        int[] p = output.clone();
+        SplittableRandom r = new SplittableRandom(5);
+        for (int i = 6; i < p.length; i += 12) p[i] = (p[i] + 1 + r.nextInt(vocab - 1)) % vocab;
+        return p;
+    }
+
+    /**
+     * Runs every prompt with a draft from src (null: plain decoding), prints a row when labelled, and returns decode
+     * tokens/s; outputs, when given, receives each run's generated tokens.
+     */
+    private double run(Backend target, Function<Integer, DraftSource> src, List<int[]> ps, String label, double base, List<int[]> outputs) {
         long toks = 0;
         double secs = 0;
+        long[] draftNs = new long[1];
         Generation.SpecStats st = new Generation.SpecStats(0, 0, 0);
-        for (int[] p : ps) {
+        for (int i = 0; i < ps.size(); i++) {
+            int[] p = ps.get(i);
             SamplingParams sp = SamplingParams.greedy(decodeTokens).withMaxTokens(decodeTokens);
-            Sampler s = new Sampler(new SamplingParams(0, 0, 1, 0, null, 0, 0, 1, java.util.Map.of(), decodeTokens, List.of(), false, 0, true),
+            Sampler s = new Sampler(new SamplingParams(0, 0, 1, 0, null, 0, 0, 1, Map.of(), decodeTokens, List.of(), false, 0, true),
                     target.config().vocabSize, p);
-            Generation g = new Generation(target, target.newSequence(16), p, s, src == null ? null : src.open(p, sp, 1),
-                    w == null ? null : VerifyWidth.parse(specQ), new Generation.Options(512, 1 << 20, new int[0], 16), (t, lp) -> true);
+            Draft d = src == null ? null : new TimedDraft(src.apply(i).open(p, sp, 1), draftNs);
+            Generation g = new Generation(target, target.newSequence(16), p, s, d,
+                    d == null ? null : VerifyWidth.parse(specQ), new Generation.Options(512, 1 << 20, new int[0], 16), (t, lp) -> true);
             while (g.step()) { }
             toks += g.generatedTokens() - 1;
             secs += g.decodeSeconds();
             st = st.plus(g.specStats());
+            if (outputs != null) outputs.add(g.generatedIds());
         }
         double tps = toks / secs;
         if (label == null) return tps;
-        System.out.printf("%-22s %10.2f %12s %14s %10s%n", label, tps,
-                src == null || st.offered() == 0 ? "-" : String.format("%.3f", st.acceptanceRate()),
-                String.format("%.2f", st.committedPerStep()), base == 0 ? "1.00x" : String.format("%.2fx", tps / base));
+        // a plain decode step makes one token: its time is 1 / (plain tokens/s)
+        double stepCost = base == 0 || st.steps() == 0 ? Double.NaN : (draftNs[0] / 1e9 / st.steps()) * base;
+        System.out.printf(Locale.ROOT, "%-24s %10.2f %11s %12s %9s %16s%n", label, tps,
+                src == null || st.offered() == 0 ? "-" : String.format(Locale.ROOT, "%.3f", st.acceptanceRate()),
+                String.format(Locale.ROOT, "%.2f", st.committedPerStep()), base == 0 ? "1.00x" : String.format(Locale.ROOT, "%.2fx", tps / base),
+                Double.isNaN(stepCost) ? "-" : String.format(Locale.ROOT, "%.4f", stepCost));
         return tps;
+    }
+
+    /** A draft that adds the time spent in its propose and commit calls to a counter. */
+    private record TimedDraft(Draft d, long[] ns) implements Draft {
+        @Override
+        public Proposal propose(int[] ctx, int len, int q) {
+            long t = System.nanoTime();
+            try {
+                return d.propose(ctx, len, q);
+            } finally {
+                ns[0] += System.nanoTime() - t;
+            }
+        }
+
+        @Override
+        public void committed(int[] ctx, int len) {
+            long t = System.nanoTime();
+            d.committed(ctx, len);
+            ns[0] += System.nanoTime() - t;
+        }
+
+        @Override
+        public void verified(int judged, int accepted) {
+            d.verified(judged, accepted);
+        }
+
+        @Override
+        public int maxContext() {
+            return d.maxContext();
+        }
+
+        @Override
+        public void close() {
+            d.close();
+        }
     }
 }

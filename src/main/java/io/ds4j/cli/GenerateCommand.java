@@ -2,7 +2,7 @@ package io.ds4j.cli;
 
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
-import io.ds4j.engine.Backends;
+import io.ds4j.app.Backends;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
 import io.ds4j.engine.StopStrings;
@@ -12,11 +12,11 @@ import io.ds4j.grammar.TokenTrie;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
-import io.ds4j.speculative.Draft;
+import io.ds4j.engine.Draft;
 import io.ds4j.speculative.DraftSource;
 import io.ds4j.speculative.ModelDraftSource;
 import io.ds4j.speculative.NgramDraft;
-import io.ds4j.speculative.VerifyWidth;
+import io.ds4j.engine.VerifyWidth;
 import io.ds4j.text.StreamingDetokenizer;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.Tokenizers;
@@ -225,7 +225,7 @@ public final class GenerateCommand implements Callable<Integer> {
         }
         BackendOptions o = new BackendOptions(gpuDevices, placement, BackendOptions.mib(gpuMemoryBudgetMiB), fusedVerifyF16Kv,
                 BackendOptions.DEFAULT_SHORT_ROWS);
-        List<String> refused = Backends.NAMES.contains(backend) ? FeatureGate.check(backend, o) : List.of();
+        List<String> refused = FeatureGate.BACKENDS.contains(backend) ? FeatureGate.check(backend, o) : List.of();
         if (!refused.isEmpty()) throw new IllegalArgumentException(String.join("; ", refused));
         return o;
     }

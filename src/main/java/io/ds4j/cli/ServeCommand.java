@@ -1,7 +1,7 @@
 package io.ds4j.cli;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.ds4j.server.DefaultModelProvider;
+import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.cluster.ClusterNode;
 import io.ds4j.server.config.ConfigException;

@@ -1,6 +1,12 @@
 package io.ds4j.cpu;
 
 import io.ds4j.engine.BatchEntry;
+import io.ds4j.kernels.Gemm;
+import io.ds4j.kernels.VecOps;
+import io.ds4j.kernels.Parallel;
+import io.ds4j.kernels.Ops;
+import io.ds4j.kernels.TopK;
+import io.ds4j.kernels.Experts;
 import io.ds4j.engine.CacheLayout;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.StepKind;
@@ -778,37 +784,24 @@ public final class CpuBackend implements Backend {
             w2[na] = L.sharedW2;
             hin[na] = h;
             rows[na] = S;
-            float[][] y = experts(w1, w3, w2, hin, rows, I, lim);
+            float[][] y = Experts.run(w1, w3, w2, hin, rows, I, lim);
             for (int a = 0; a < na; a++) addRouted(out, y[a], rowsOf[a], wOf[a], D);
             for (int i = 0; i < S * D; i++) out[i] += y[na][i];
         } else {
             // one expert at a time, so a long prefill chunk holds the intermediates of one expert only
             for (int a = 0; a < na; a++) {
                 int e = active[a];
-                float[] y = experts(new WeightMatrix[]{L.w1[e]}, new WeightMatrix[]{L.w3[e]}, new WeightMatrix[]{L.w2[e]},
+                float[] y = Experts.run(new WeightMatrix[]{L.w1[e]}, new WeightMatrix[]{L.w3[e]}, new WeightMatrix[]{L.w2[e]},
                         new float[][]{gather(h, rowsOf[a], D)}, new int[]{rowsOf[a].length}, I, lim)[0];
                 addRouted(out, y, rowsOf[a], wOf[a], D);
             }
-            float[] sh = experts(new WeightMatrix[]{L.sharedW1}, new WeightMatrix[]{L.sharedW3}, new WeightMatrix[]{L.sharedW2},
+            float[] sh = Experts.run(new WeightMatrix[]{L.sharedW1}, new WeightMatrix[]{L.sharedW3}, new WeightMatrix[]{L.sharedW2},
                     new float[][]{h}, new int[]{S}, I, lim)[0];
             for (int i = 0; i < S * D; i++) out[i] += sh[i];
         }
         return out;
     }
 
-    /**
-     * One SwiGLU expert MLP (spec 3.8 steps 4–5, routed or shared) on S rows: y = W2 · SwiGLU_clamped(W1 h, W3 h), the
-     * same products and order as the CPU backend's own MoE ({@link #experts}). Also runs the routed experts that the GPU
-     * backend keeps in host memory (hybrid expert placement).
-     * @param w1 gate [I, D], w3 up [I, D], w2 down [D', I] in any stored format
-     * @param h inputs [S, D], row-major
-     * @param I intermediate width (rows of w1 and w3)
-     * @param lim swiglu_limit (spec 3.0)
-     * @return y [S, D'] (D' = w2.rows), row-major
-     */
-    public static float[] expert(WeightMatrix w1, WeightMatrix w3, WeightMatrix w2, float[] h, int S, int I, float lim) {
-        return experts(new WeightMatrix[]{w1}, new WeightMatrix[]{w3}, new WeightMatrix[]{w2}, new float[][]{h}, new int[]{S}, I, lim)[0];
-    }
 
     /** Rows rs of h [*, D], packed. */
     private static float[] gather(float[] h, int[] rs, int D) {
@@ -826,43 +819,4 @@ public final class CpuBackend implements Backend {
         }
     }
 
-    /**
-     * SwiGLU experts: y_i = W2_i · swiglu(W1_i · h_i, W3_i · h_i) for products with S_i = rows[i] tokens each. All
-     * W1/W3 products form one batch and all W2 products another, so when every S_i is 1 (decode) each batch is one
-     * hand-off to the worker pool.
-     */
-    private static float[][] experts(WeightMatrix[] w1, WeightMatrix[] w3, WeightMatrix[] w2, float[][] h, int[] rows,
-                                     int I, float lim) {
-        int n = w1.length;
-        boolean decode = true;
-        for (int r : rows) decode &= r == 1;
-        float[][] g = new float[n][], u = new float[n][], y = new float[n][];
-        for (int i = 0; i < n; i++) {
-            g[i] = new float[rows[i] * I];
-            u[i] = new float[rows[i] * I];
-            y[i] = new float[rows[i] * w2[i].rows];
-        }
-        if (decode) {
-            WeightMatrix[] w13 = new WeightMatrix[2 * n];
-            float[][] x13 = new float[2 * n][], y13 = new float[2 * n][];
-            for (int i = 0; i < n; i++) {
-                w13[2 * i] = w1[i];
-                w13[2 * i + 1] = w3[i];
-                x13[2 * i] = x13[2 * i + 1] = h[i];
-                y13[2 * i] = g[i];
-                y13[2 * i + 1] = u[i];
-            }
-            Gemm.matmuls(1, w13, x13, y13);
-        } else {
-            for (int i = 0; i < n; i++) {
-                Gemm.matmul(w1[i], h[i], rows[i], g[i]);
-                Gemm.matmul(w3[i], h[i], rows[i], u[i]);
-            }
-        }
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < rows[i] * I; j++) g[i][j] = Ops.swiglu(g[i][j], u[i][j], lim);
-        if (decode) Gemm.matmuls(1, w2, g, y);
-        else for (int i = 0; i < n; i++) Gemm.matmul(w2[i], g[i], rows[i], y[i]);
-        return y;
-    }
 }

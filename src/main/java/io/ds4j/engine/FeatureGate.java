@@ -32,6 +32,9 @@ public final class FeatureGate {
             + "using F32 verifier attention (verify.f16Kv requested)";
 
     /** Verify attention path names, as {@link EngineStatus#verifyAttention()} reports them. */
+    /** The backends there are ("cpu": the reference, always available; "hip": one GPU through the native library). */
+    public static final List<String> BACKENDS = List.of("cpu", "hip");
+
     public static final String VERIFY_F32_CONVERT = "f32-convert", VERIFY_F16 = "f16";
 
     /**

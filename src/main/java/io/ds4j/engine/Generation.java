@@ -3,8 +3,6 @@ package io.ds4j.engine;
 import io.ds4j.sampling.Constraint;
 import io.ds4j.sampling.Distribution;
 import io.ds4j.sampling.Sampler;
-import io.ds4j.speculative.Draft;
-import io.ds4j.speculative.VerifyWidth;
 
 import java.util.Arrays;
 
@@ -293,6 +291,7 @@ public final class Generation {
         accepted += acc;
         verifySteps++;
         if (width != null) width.record(judged, acc);
+        if (draft != null && q > 0) draft.verified(judged, acc);
         if (draft != null && finish == null) draft.committed(ctx, len);
         if (finish == null && cancelled) return end(Finish.CANCELLED);
         return finish == null;

@@ -1,6 +1,6 @@
 package io.ds4j.gpu;
 
-import io.ds4j.cpu.CpuBackend;
+import io.ds4j.kernels.Experts;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.BatchEntry;
@@ -37,7 +37,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
 
 /**
  * The DeepSeek-V4 forward (spec section 3) on a GPU through the ds4j GPU library (HIP C++, built with hipcc or, on
- * NVIDIA, with nvcc), running {@link LayerProgram} like the CPU backend does, operation by operation: F32 activations, weights in
+ * NVIDIA, with nvcc), running {@link LayerProgram} like the CPU backend (the reference) does, operation by operation: F32 activations, weights in
  * their stored format dequantised inside the kernels, the F16 MLA cache and the F32 compressor rings of each
  * {@link HipSequence} in device memory. One step serves prefill chunks, decode and verification (S ≥ 1 rows); steps
  * of at least {@code DS4J_TC_MIN_ROWS} rows (prefill chunks) run the matrix products, the routed experts (grouped by
@@ -1210,7 +1210,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * Hybrid placement (spec 3.8 step 4 on the CPU): the picks routed to experts in host memory, grouped so that each
-     * expert runs once on all its tokens with the CPU kernels ({@link CpuBackend#expert}) over the mapped checkpoint;
+     * expert runs once on all its tokens with the CPU kernels ({@link Experts#expert}) over the mapped checkpoint;
      * the results go to their pick rows of yr [S·k, D] on the device, ready for ds4j_moe_combine.
      * @param picks pick indices p = s·k + j whose expert ids[p] is in host memory
      * @param h     the MoE input [S, D] on the host
@@ -1231,7 +1231,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             if (cnt == 0) continue;
             float[] hin = new float[cnt * D];
             for (int j = 0; j < cnt; j++) System.arraycopy(h, picks[order[start[e] + j]] / k * D, hin, j * D, D);
-            float[] y = CpuBackend.expert(HL.w1[e], HL.w3[e], HL.w2[e], hin, cnt, I, lim);
+            float[] y = Experts.expert(HL.w1[e], HL.w3[e], HL.w2[e], hin, cnt, I, lim);
             for (int j = 0; j < cnt; j++) System.arraycopy(y, j * D, rows, order[start[e] + j] * D, D);
         }
         long buf = ws.f32((long) n * D);

@@ -10,8 +10,8 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * Per-sequence state of the GPU backend in device memory, laid out as {@link io.ds4j.cpu.CpuSequence} so that
- * rollback is a pointer move (spec 4.5) and nothing is copied:
+ * Per-sequence state of the GPU backend in device memory, laid out as the CPU backend's sequence state (the
+ * {@link io.ds4j.engine.CacheLayout} rules) so that rollback is a pointer move (spec 4.5) and nothing is copied:
  * <ul>
  *   <li>raw window: an F16 ring [W−1+k_max, d] per layer, slot = position mod capacity;</li>
  *   <li>compressors (CSA, HCA, indexer): F32 rings of the raw per-token (a, z) rows [2m+k_max (m+k_max without

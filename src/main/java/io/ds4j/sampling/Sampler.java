@@ -1,6 +1,6 @@
 package io.ds4j.sampling;
 
-import io.ds4j.cpu.TopK;
+import io.ds4j.kernels.TopK;
 
 import java.util.Arrays;
 import java.util.SplittableRandom;

@@ -36,6 +36,8 @@ public final class EngineRequest {
     boolean cachePrompt = true;
     /** Constrained decoding's grammar, or null (set before submission). */
     io.ds4j.grammar.Grammar grammar;
+    /** The tokenised predicted output (request field {@code prediction}), or null. */
+    int[] prediction;
 
     public EngineRequest(String id, boolean chat, boolean thinking, int[] prompt, SamplingParams params, String specQ,
                          int maxContext, long arrivalNanos, String address) {
@@ -69,6 +71,15 @@ public final class EngineRequest {
     /** Constrains the output to a grammar (call before submitting). */
     public EngineRequest constrain(io.ds4j.grammar.Grammar g) {
         this.grammar = g;
+        return this;
+    }
+
+    /**
+     * Gives the request a predicted output (its tokens, plain text), proposed as drafts; null for none.
+     * @return this
+     */
+    public EngineRequest predict(int[] tokens) {
+        this.prediction = tokens;
         return this;
     }
 

@@ -9,8 +9,9 @@ import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StopStrings;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.server.config.ServerConfig;
-import io.ds4j.speculative.Draft;
-import io.ds4j.speculative.VerifyWidth;
+import io.ds4j.engine.Draft;
+import io.ds4j.engine.VerifyWidth;
+import io.ds4j.speculative.PredictionDraft;
 import io.ds4j.text.StreamingDetokenizer;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.chat.OutputParser;
@@ -49,6 +50,8 @@ public final class EngineVerticle extends VerticleBase {
     public static final String CANCEL = "ds4j.engine.cancel";
     /** Rollback window of target sequences: the widest verify step (8) with room to spare. */
     static final int MAX_ROLLBACK = 16;
+    /** Verify width of a request with a prediction when its width is "auto". */
+    static final int PREDICTION_Q = 4;
 
     private static final Logger LOG = LoggerFactory.getLogger(EngineVerticle.class);
     /**
@@ -240,10 +243,14 @@ public final class EngineVerticle extends VerticleBase {
         Sampler sampler = new Sampler(r.params, V, r.prompt, Math.min(V, tokenizer.vocabSize()));
         Draft draft = null;
         VerifyWidth width = null;
-        if (model.draft() != null && !r.specQ.equals("0")) {
+        PredictionDraft prediction = null;
+        // a prediction speculates even on a server without a draft; speculative_q 0 turns both off
+        if ((model.draft() != null || r.prediction != null) && !r.specQ.equals("0")) {
             long seed = r.params.seed() != null ? r.params.seed() ^ 0x5DEECE66DL : new SplittableRandom().nextLong();
-            width = VerifyWidth.parse(r.specQ);
-            draft = model.draft().open(r.prompt, r.params, seed);
+            // the adaptive width shrinks to 1 on an edited span and regrows slowly: a prediction verifies a fixed width
+            width = r.prediction != null && r.specQ.equals("auto") ? VerifyWidth.fixed(PREDICTION_Q) : VerifyWidth.parse(r.specQ);
+            draft = model.draft() == null ? null : model.draft().open(r.prompt, r.params, seed);
+            if (r.prediction != null) draft = prediction = new PredictionDraft(r.prediction, r.prompt.length, draft);
         }
         boolean cached = prefixCache != null && r.cachePrompt;
         Sequence seq = null;
@@ -280,6 +287,7 @@ public final class EngineVerticle extends VerticleBase {
         }
         if (r.promptLogprobs >= 0) j.gen.scorePrompt(r.promptLogprobs);
         j.width = width;
+        j.prediction = prediction;
         j.detok = tokenizer.streamer();
         j.stops = new StopStrings(r.params.stop());
         j.parser = r.chat ? new OutputParser(r.thinking) : null;
@@ -438,7 +446,8 @@ public final class EngineVerticle extends VerticleBase {
                     j.firstTokenNanos == 0 ? Double.NaN : (j.firstTokenNanos - j.req.arrivalNanos) / 1e6,
                     j.gen.prefillSeconds() * 1e3, j.gen.prefillTokensPerSecond(),
                     j.gen.decodeSeconds() * 1e3, j.gen.decodeTokensPerSecond(), s.offered(), s.accepted(), s.steps(),
-                    j.gen.cachedTokens(), j.reasoningTokens);
+                    j.gen.cachedTokens(), j.reasoningTokens,
+                    j.prediction == null ? 0 : j.prediction.acceptedTokens(), j.prediction == null ? 0 : j.prediction.rejectedTokens());
             send(j, new EngineEvent.Done(reason, j.stops.matched(), u));
             state.metrics().success(reason);
             state.metrics().e2e(now - j.req.arrivalNanos);
@@ -472,6 +481,8 @@ public final class EngineVerticle extends VerticleBase {
         final int reserved;
         Generation gen;
         VerifyWidth width;
+        /** The request's prediction draft (for its accepted / rejected counts), or null. */
+        PredictionDraft prediction;
         StreamingDetokenizer detok;
         StopStrings stops;
         OutputParser parser;

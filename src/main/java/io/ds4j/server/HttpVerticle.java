@@ -575,6 +575,7 @@ public final class HttpVerticle extends VerticleBase {
         ModelInfo m = ready();
         ServerConfig cfg = state.config();
         Requests.Gen g = Requests.parse(body, chat, m, cfg);
+        String predictionText = Requests.prediction(body, chat);
         boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
         long t0 = ctx.get("t0");
         String model = m.id();
@@ -582,7 +583,9 @@ public final class HttpVerticle extends VerticleBase {
         vertx.executeBlocking(() -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
-            if (chat) return new Encoded(tok.encode(ChatEncoder.encode(g.messages(), g.options())), null, null);
+            // the prediction is plain text of the answer: its tokens, no template and no BOS
+            int[] predicted = predictionText == null ? null : tok.encode(predictionText);
+            if (chat) return new Encoded(tok.encode(ChatEncoder.encode(g.messages(), g.options())), null, null, predicted);
             String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
             int[] ids;
             boolean addedBos = false;
@@ -600,7 +603,7 @@ public final class HttpVerticle extends VerticleBase {
                 for (int i = addedBos ? 1 : 0; i < ids.length; i++)
                     promptTokens.add(new String(tok.tokenBytes(ids[i]), StandardCharsets.UTF_8));
             }
-            return new Encoded(ids, echo, promptTokens);
+            return new Encoded(ids, echo, promptTokens, predicted);
         }, false).onComplete(ar -> {
             if (ar.failed()) {
                 error(ctx, asApi(ar.cause()));
@@ -614,19 +617,26 @@ public final class HttpVerticle extends VerticleBase {
                         + " tokens (prompt + output), so at most " + (ctxLimit - 1) + " prompt tokens fit"));
                 return;
             }
+            int[] predicted = ar.result().prediction();
+            if (predicted != null && predicted.length > ctxLimit - prompt.length) {
+                error(ctx, ApiException.bad("prediction", "context_length_exceeded", "prediction: the prediction is "
+                        + predicted.length + " tokens; after the " + prompt.length + "-token prompt this server's context limit of "
+                        + ctxLimit + " tokens leaves room for at most " + (ctxLimit - prompt.length) + " output tokens"));
+                return;
+            }
             int maxTokens = Math.min(g.params().maxTokens(), ctxLimit - prompt.length);
             String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
             EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
                     g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),
                     ar.result().promptTokens() != null ? g.topLogprobs() : -1)
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
-                    .cachePrompt(cachePrompt && ar.result().promptTokens() == null).constrain(g.grammar());
+                    .cachePrompt(cachePrompt && ar.result().promptTokens() == null).constrain(g.grammar()).predict(predicted);
             new Exchange(ctx, g, req, model, ar.result().echo(), ar.result().promptTokens()).start();
         });
     }
 
-    /** A tokenised prompt, and the text to echo (completions with echo). */
-    private record Encoded(int[] ids, String echo, List<String> promptTokens) {}
+    /** A tokenised prompt, the text to echo (completions with echo), and the tokenised prediction (or null). */
+    private record Encoded(int[] ids, String echo, List<String> promptTokens, int[] prediction) {}
 
     private static String randomId() {
         String a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";

@@ -146,6 +146,46 @@ final class Requests {
                 skipSpecial, null);
     }
 
+    /**
+     * The predicted output's text (OpenAI's Predicted Outputs), or null without one. Chat takes
+     * {@code {"type": "content", "content": string | [{"type": "text", "text": string}, ...]}}; completions take that
+     * object or a plain string. Text parts are joined without separators, as OpenAI joins text content parts.
+     * @throws ApiException 400 naming the offending field ({@code prediction}, {@code prediction.type},
+     *         {@code prediction.content[1].type}, ...)
+     */
+    static String prediction(JsonNode body, boolean chat) {
+        JsonNode p = body.get("prediction");
+        if (p == null || p.isNull()) return null;
+        if (!chat && p.isTextual()) return p.textValue();
+        String shape = "{\"type\": \"content\", \"content\": string or an array of text parts}";
+        if (!p.isObject())
+            throw ApiException.badField("prediction", "must be " + (chat ? "" : "a string or ") + "an object " + shape + ", got " + describe(p));
+        JsonNode type = p.get("type");
+        if (type == null || type.isNull()) throw ApiException.badField("prediction.type", "is required (\"content\")");
+        if (!type.isTextual() || !type.textValue().equals("content"))
+            throw ApiException.badField("prediction.type", "must be \"content\", got " + (type.isTextual() ? "'" + type.textValue() + "'" : describe(type)));
+        JsonNode c = p.get("content");
+        if (c == null || c.isNull()) throw ApiException.badField("prediction.content", "is required");
+        if (c.isTextual()) return c.textValue();
+        if (!c.isArray()) throw ApiException.badField("prediction.content", "must be a string or an array of text parts, got " + describe(c));
+        StringBuilder text = new StringBuilder();
+        for (int i = 0; i < c.size(); i++) {
+            JsonNode part = c.get(i);
+            String where = "prediction.content[" + i + "]";
+            if (!part.isObject()) throw ApiException.badField(where, "must be a text part {\"type\": \"text\", \"text\": string}, got " + describe(part));
+            JsonNode pt = part.get("type");
+            if (pt == null || pt.isNull()) throw ApiException.badField(where + ".type", "is required (\"text\")");
+            if (!pt.isTextual() || !pt.textValue().equals("text"))
+                throw ApiException.badField(where + ".type", "must be \"text\" (a prediction holds text only), got "
+                        + (pt.isTextual() ? "'" + pt.textValue() + "'" : describe(pt)));
+            JsonNode t = part.get("text");
+            if (t == null || t.isNull()) throw ApiException.badField(where + ".text", "is required");
+            if (!t.isTextual()) throw ApiException.badField(where + ".text", "must be a string, got " + describe(t));
+            text.append(t.textValue());
+        }
+        return text.toString();
+    }
+
     /** 404 for a model name the server does not serve (absent means the served model). */
     static void checkModel(JsonNode body, ModelInfo model) {
         JsonNode m = body.get("model");

@@ -18,10 +18,24 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
  * @param verifySteps       decode (verify) steps
  * @param cachedTokens      prompt tokens resumed from the prefix cache instead of prefilled
  * @param reasoningTokens   generated tokens of the reasoning (thinking mode; its closing {@code </think>} included)
+ * @param acceptedPredictionTokens tokens of the request's {@code prediction} proposed as drafts and accepted by the
+ *                          verifier (0 without a prediction)
+ * @param rejectedPredictionTokens tokens of the request's {@code prediction} proposed as drafts, judged by the
+ *                          verifier and rejected (0 without a prediction); accepted + rejected = the prediction's share
+ *                          of {@code draftOffered}
  */
 public record Usage(int promptTokens, int completionTokens, double queueMs, double ttftMs, double prefillMs,
                     double prefillTps, double decodeMs, double decodeTps, long draftOffered, long draftAccepted,
-                    long verifySteps, int cachedTokens, int reasoningTokens) {
+                    long verifySteps, int cachedTokens, int reasoningTokens, long acceptedPredictionTokens,
+                    long rejectedPredictionTokens) {
+
+    /** Usage of a request without a prediction. */
+    public Usage(int promptTokens, int completionTokens, double queueMs, double ttftMs, double prefillMs,
+                 double prefillTps, double decodeMs, double decodeTps, long draftOffered, long draftAccepted,
+                 long verifySteps, int cachedTokens, int reasoningTokens) {
+        this(promptTokens, completionTokens, queueMs, ttftMs, prefillMs, prefillTps, decodeMs, decodeTps, draftOffered,
+                draftAccepted, verifySteps, cachedTokens, reasoningTokens, 0, 0);
+    }
 
     /** accepted / offered, NaN when nothing was offered. */
     public double acceptanceRate() {
@@ -34,7 +48,8 @@ public record Usage(int promptTokens, int completionTokens, double queueMs, doub
     }
 
     /**
-     * The OpenAI usage object (with {@code completion_tokens_details.reasoning_tokens}) plus a {@code timings} object. Timing names follow llama.cpp's {@code timings}
+     * The OpenAI usage object (with {@code completion_tokens_details.reasoning_tokens}, and its
+     * {@code accepted_prediction_tokens} and {@code rejected_prediction_tokens}, always present as OpenAI sends them) plus a {@code timings} object. Timing names follow llama.cpp's {@code timings}
      * ({@code prompt_n}, {@code prompt_per_second}, {@code predicted_per_second}, {@code draft_n},
      * {@code draft_n_accepted}) so tools that read those keep working.
      */
@@ -44,7 +59,9 @@ public record Usage(int promptTokens, int completionTokens, double queueMs, doub
         u.put("completion_tokens", completionTokens);
         u.put("total_tokens", promptTokens + completionTokens);
         u.putObject("prompt_tokens_details").put("cached_tokens", cachedTokens);
-        u.putObject("completion_tokens_details").put("reasoning_tokens", reasoningTokens);
+        u.putObject("completion_tokens_details").put("reasoning_tokens", reasoningTokens)
+                .put("accepted_prediction_tokens", acceptedPredictionTokens)
+                .put("rejected_prediction_tokens", rejectedPredictionTokens);
         ObjectNode t = u.putObject("timings");
         Json.putNumber(t, "queue_ms", queueMs);
         Json.putNumber(t, "ttft_ms", ttftMs);

@@ -1,5 +1,6 @@
 package io.ds4j.speculative;
 
+import io.ds4j.engine.Draft;
 import io.ds4j.sampling.SamplingParams;
 
 /** Creates per-request {@link Draft}s: a draft model, or n-gram prompt lookup. */

@@ -1,8 +1,9 @@
 package io.ds4j.cli;
 
+import io.ds4j.kernels.Gemm;
 import io.ds4j.cpu.CpuBackend;
 import io.ds4j.cpu.CpuSequence;
-import io.ds4j.cpu.ProductProfile;
+import io.ds4j.kernels.ProductProfile;
 import io.ds4j.model.ModelWeights;
 import io.ds4j.model.WeightLoader;
 import org.junit.jupiter.api.Test;

@@ -150,7 +150,7 @@ class PrefixCacheTest {
         Sequence seq = cache != null ? cache.start(prompt).seq() : backend.newSequence(16);
         Generation g = new Generation(backend, seq, prompt, new Sampler(p, cfg.vocabSize, prompt),
                 speculative ? new io.ds4j.speculative.NgramDraft(io.ds4j.speculative.NgramDraft.MAX_N) : null,
-                speculative ? io.ds4j.speculative.VerifyWidth.fixed(4) : null,
+                speculative ? io.ds4j.engine.VerifyWidth.fixed(4) : null,
                 new Generation.Options(5, 4096, new int[]{-1}, 16), (t, lp) -> {
             toks.add(t);
             lps.add((double) lp.logprob());

@@ -13,7 +13,7 @@ import io.ds4j.sampling.SamplingParams;
 import io.ds4j.speculative.DraftSource;
 import io.ds4j.speculative.ModelDraftSource;
 import io.ds4j.speculative.NgramDraft;
-import io.ds4j.speculative.VerifyWidth;
+import io.ds4j.engine.VerifyWidth;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.Tokenizers;
 import org.junit.jupiter.api.AfterAll;

@@ -4,7 +4,7 @@ import io.ds4j.grammar.Grammar;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.speculative.DraftSource;
-import io.ds4j.speculative.VerifyWidth;
+import io.ds4j.engine.VerifyWidth;
 import io.ds4j.text.Tokenizer;
 
 import java.io.ByteArrayOutputStream;

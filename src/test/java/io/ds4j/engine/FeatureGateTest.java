@@ -1,5 +1,6 @@
 package io.ds4j.engine;
 
+import io.ds4j.app.Backends;
 import io.ds4j.engine.BackendOptions.ExpertPlacement;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;

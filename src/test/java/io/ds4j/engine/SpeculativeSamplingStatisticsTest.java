@@ -5,11 +5,12 @@ import io.ds4j.cpu.TestModelsAccess;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
-import io.ds4j.speculative.Draft;
+import io.ds4j.engine.Draft;
 import io.ds4j.speculative.DraftSource;
 import io.ds4j.speculative.ModelDraftSource;
 import io.ds4j.speculative.NgramDraft;
-import io.ds4j.speculative.VerifyWidth;
+import io.ds4j.engine.VerifyWidth;
+import io.ds4j.speculative.PredictionDraft;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -31,6 +32,8 @@ import static org.junit.jupiter.api.Assertions.*;
 class SpeculativeSamplingStatisticsTest {
     static final int N = 2000;
     static CpuBackend target, drafter;
+    /** Draft tokens offered over the last {@link #thirdTokenCounts} call (to check the draft was exercised). */
+    static long lastOffered;
     static ModelConfig cfg;
 
     @BeforeAll
@@ -49,6 +52,7 @@ class SpeculativeSamplingStatisticsTest {
     /** Counts of the 3rd generated token over N runs with seeds base..base+N-1. */
     static long[] thirdTokenCounts(CpuBackend model, int[] prompt, SamplingParams base, DraftSource src, int q, long seedBase) {
         long[] counts = new long[cfg.vocabSize];
+        lastOffered = 0;
         for (int i = 0; i < N; i++) {
             SamplingParams p = new SamplingParams(base.temperature(), base.topK(), base.topP(), base.minP(), seedBase + i,
                     base.presencePenalty(), base.frequencyPenalty(), base.repetitionPenalty(), Map.of(), 3, List.of(), false, 0, true);
@@ -62,6 +66,7 @@ class SpeculativeSamplingStatisticsTest {
                     });
             while (g.step()) { }
             assertEquals(3, g.generatedTokens());
+            lastOffered += g.specStats().offered();
             counts[last[0]]++;
         }
         return counts;
@@ -131,5 +136,28 @@ class SpeculativeSamplingStatisticsTest {
         long[] plain = thirdTokenCounts(target, prompt, p, null, 0, 4_000_000);
         long[] spec = thirdTokenCounts(target, prompt, p, NgramDraft.source(), 3, 5_000_000);
         assertSame(plain, spec, "T=0.7 top-k 12 top-p 0.95 min-p 0.02 + penalties, n-gram draft, q=3");
+    }
+
+    /**
+     * A predicted output: every vocabulary token occurs in it with a follower, so the prediction proposes at every
+     * verify step (its point-mass proposals must be accepted with the target's probability, no more).
+     */
+    @Test
+    void predictionWithTemperatureOne() {
+        int[] prompt = {3, 14, 15, 92, 65};
+        SamplingParams p = SamplingParams.sampled(1.0, 0, 1.0, 0, 0, 3);
+        int V = cfg.vocabSize;
+        int[] prediction = new int[2 * V];
+        java.util.SplittableRandom r = new java.util.SplittableRandom(3);
+        for (int i = 0; i < prediction.length; i++) prediction[i] = i < V ? i : r.nextInt(V);
+        long[] plain = thirdTokenCounts(target, prompt, p, null, 0, 6_000_000);
+        long[] spec = thirdTokenCounts(target, prompt, p, PredictionDraft.source(prediction, null), 2, 7_000_000);
+        assertTrue(lastOffered >= N, "the prediction proposed at every verify step: " + lastOffered + " offered");
+        assertSame(plain, spec, "T=1, prediction draft, q=2");
+        // half the vocabulary: the model draft (sampled proposals with their distributions) proposes after the rest
+        int[] half = java.util.stream.IntStream.range(0, V).filter(t -> t % 2 == 0).toArray();
+        long[] combined = thirdTokenCounts(target, prompt, p, PredictionDraft.source(half, new ModelDraftSource(drafter, "draft", 16)),
+                3, 8_000_000);
+        assertSame(plain, combined, "T=1, prediction + model draft, q=3");
     }
 }

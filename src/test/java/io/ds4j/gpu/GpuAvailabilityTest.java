@@ -1,7 +1,7 @@
 package io.ds4j.gpu;
 
 import io.ds4j.engine.Backend;
-import io.ds4j.engine.Backends;
+import io.ds4j.app.Backends;
 import io.ds4j.gpu.bindings.NativeLibrary;
 import org.junit.jupiter.api.Test;
 

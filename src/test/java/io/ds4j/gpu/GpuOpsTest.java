@@ -1,7 +1,7 @@
 package io.ds4j.gpu;
 
-import io.ds4j.cpu.Ops;
-import io.ds4j.cpu.TopK;
+import io.ds4j.kernels.Ops;
+import io.ds4j.kernels.TopK;
 import io.ds4j.model.DType;
 import io.ds4j.model.Rope;
 import io.ds4j.model.WeightMatrix;

@@ -7,7 +7,7 @@ import io.ds4j.sampling.SamplingParams;
 import io.ds4j.speculative.DraftSource;
 import io.ds4j.speculative.ModelDraftSource;
 import io.ds4j.speculative.NgramDraft;
-import io.ds4j.speculative.VerifyWidth;
+import io.ds4j.engine.VerifyWidth;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 

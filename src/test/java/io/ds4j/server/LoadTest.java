@@ -1,5 +1,6 @@
 package io.ds4j.server;
 
+import io.ds4j.app.DefaultModelProvider;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.vertx.core.Future;
 import io.vertx.core.Vertx;

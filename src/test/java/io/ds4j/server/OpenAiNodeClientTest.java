@@ -1,5 +1,6 @@
 package io.ds4j.server;
 
+import io.ds4j.app.DefaultModelProvider;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.vertx.junit5.VertxExtension;
 import org.junit.jupiter.api.AfterAll;
@@ -20,7 +21,7 @@ import static org.junit.jupiter.api.Assertions.*;
 /**
  * A client nobody here wrote: the official {@code openai} npm package (pinned in src/test/node/package-lock.json)
  * lists models, streams and non-streams chat completions (include_usage on and off), uses the streaming helper,
- * legacy completions, typed errors and aborts a stream — against the embedded default model with an API key.
+ * legacy completions, typed errors, a predicted output (prediction and usage.completion_tokens_details) and aborts a stream — against the embedded default model with an API key.
  * {@code bin/test} runs {@code npm ci --prefix src/test/node} first.
  */
 @ExtendWith(VertxExtension.class)

@@ -1,5 +1,6 @@
 package io.ds4j.server;
 
+import io.ds4j.app.DefaultModelProvider;
 import com.fasterxml.jackson.databind.JsonNode;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;

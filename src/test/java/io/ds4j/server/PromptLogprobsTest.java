@@ -1,8 +1,9 @@
 package io.ds4j.server;
 
+import io.ds4j.app.DefaultModelProvider;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.engine.Backend;
-import io.ds4j.engine.Backends;
+import io.ds4j.app.Backends;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.text.Tokenizer;

@@ -1,5 +1,6 @@
 package io.ds4j.speculative;
 
+import io.ds4j.engine.Draft;
 import io.ds4j.cpu.CpuBackend;
 import io.ds4j.cpu.TestModelsAccess;
 import io.ds4j.engine.Backend;

@@ -3,7 +3,7 @@ package io.ds4j.web;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.ModelConfig;
-import io.ds4j.server.DefaultModelProvider;
+import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.LoadedModel;
 import io.ds4j.server.ModelProvider;
@@ -55,7 +55,7 @@ import static org.junit.jupiter.api.Assertions.*;
  * <p>It sends a message with Enter and watches the answer grow while it streams, checks the per-answer figures from
  * the usage chunk, turns thinking on and sees the reasoning block, stops a long answer and checks on /metrics that the
  * server stopped generating, edits and resends the last message, shows HTTP and mid-stream errors, checks that model
- * output cannot inject script, and lays the page out at phone width. Screenshots go to the build folder
+ * output cannot inject script, lays the page out at phone width, and sends the predicted output from the settings. Screenshots go to the build folder
  * ({@code playground.png}, {@code playground-phone.png}).
  *
  * <p>Skipped, with a message, when Chromium is not installed — except under {@code CI=true}, where it fails instead.
@@ -306,6 +306,34 @@ class PlaygroundBrowserTest {
         assertTrue(panel <= 390, "the settings panel fits the screen: " + panel);
         find("#settings-close").click();
         screenshot("playground-phone.png");
+    }
+
+    @Test
+    @Order(5)
+    void sendsThePredictedOutputFromSettings() {
+        openSettings();
+        setField("#temperature", "0");
+        setField("#max-tokens", "24");
+        find("#prompt").sendKeys("Predict me", Keys.ENTER);
+        waitFor("the first answer", () -> "done".equals(lastAssistantState()));
+        String first = (String) js("const m = window.ds4jPlayground.state.messages; return m[m.length - 1].content;");
+        assertFalse(first.isEmpty(), "an answer: " + errorText());
+        assertFalse(text(".msg.assistant .stats").contains("predicted"), "no prediction figures without a prediction");
+
+        // the same question in a new conversation, with the first answer as the predicted output
+        js("const p = document.getElementById('prediction'); p.value = arguments[0]; p.dispatchEvent(new Event('change'));", first);
+        find("#new-chat").click();
+        find("#prompt").sendKeys("Predict me", Keys.ENTER);
+        waitFor("the predicted answer", () -> "done".equals(lastAssistantState()));
+        assertEquals(first, js("const m = window.ds4jPlayground.state.messages; return m[m.length - 1].content;"),
+                "a prediction does not change the greedy answer");
+        String stats = text(".msg.assistant .stats");
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("predicted\\s*(\\d+) / (\\d+)").matcher(stats);
+        assertTrue(m.find(), "the answer shows the prediction's accepted / rejected tokens: " + stats);
+        assertTrue(Integer.parseInt(m.group(1)) > 0, "the answer sent back as the prediction is accepted: " + stats);
+        driver.navigate().refresh();
+        openSettings();
+        assertEquals(first, find("#prediction").getDomProperty("value"), "the predicted output is kept with the settings");
     }
 
     // --------------------------------------------------------------------------------------------- helpers

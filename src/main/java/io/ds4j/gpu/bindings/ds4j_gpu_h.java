@@ -3190,6 +3190,465 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_rope_at {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_rope_at");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_rope_at(ds4j_ctx *ctx, float *x, int32_t S, int32_t heads, int32_t width, int32_t rope_dim, const float *inv_freq, const int64_t *pos, int32_t inverse)
+     * }
+     */
+    public static FunctionDescriptor ds4j_rope_at$descriptor() {
+        return ds4j_rope_at.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_rope_at(ds4j_ctx *ctx, float *x, int32_t S, int32_t heads, int32_t width, int32_t rope_dim, const float *inv_freq, const int64_t *pos, int32_t inverse)
+     * }
+     */
+    public static MethodHandle ds4j_rope_at$handle() {
+        return ds4j_rope_at.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_rope_at(ds4j_ctx *ctx, float *x, int32_t S, int32_t heads, int32_t width, int32_t rope_dim, const float *inv_freq, const int64_t *pos, int32_t inverse)
+     * }
+     */
+    public static MemorySegment ds4j_rope_at$address() {
+        return ds4j_rope_at.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_rope_at(ds4j_ctx *ctx, float *x, int32_t S, int32_t heads, int32_t width, int32_t rope_dim, const float *inv_freq, const int64_t *pos, int32_t inverse)
+     * }
+     */
+    public static int ds4j_rope_at(MemorySegment ctx, MemorySegment x, int S, int heads, int width, int rope_dim, MemorySegment inv_freq, MemorySegment pos, int inverse) {
+        var mh$ = ds4j_rope_at.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, x, S, heads, width, rope_dim, inv_freq, pos, inverse);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_rmsnorm_rope_at {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_rmsnorm_rope_at");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_rmsnorm_rope_at(ds4j_ctx *ctx, float *x, const float *weight, int32_t rows, int32_t n, float eps, int32_t rope_dim, const float *inv_freq, const int64_t *pos, int32_t rows_per_pos, int32_t round_f16)
+     * }
+     */
+    public static FunctionDescriptor ds4j_rmsnorm_rope_at$descriptor() {
+        return ds4j_rmsnorm_rope_at.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_rmsnorm_rope_at(ds4j_ctx *ctx, float *x, const float *weight, int32_t rows, int32_t n, float eps, int32_t rope_dim, const float *inv_freq, const int64_t *pos, int32_t rows_per_pos, int32_t round_f16)
+     * }
+     */
+    public static MethodHandle ds4j_rmsnorm_rope_at$handle() {
+        return ds4j_rmsnorm_rope_at.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_rmsnorm_rope_at(ds4j_ctx *ctx, float *x, const float *weight, int32_t rows, int32_t n, float eps, int32_t rope_dim, const float *inv_freq, const int64_t *pos, int32_t rows_per_pos, int32_t round_f16)
+     * }
+     */
+    public static MemorySegment ds4j_rmsnorm_rope_at$address() {
+        return ds4j_rmsnorm_rope_at.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_rmsnorm_rope_at(ds4j_ctx *ctx, float *x, const float *weight, int32_t rows, int32_t n, float eps, int32_t rope_dim, const float *inv_freq, const int64_t *pos, int32_t rows_per_pos, int32_t round_f16)
+     * }
+     */
+    public static int ds4j_rmsnorm_rope_at(MemorySegment ctx, MemorySegment x, MemorySegment weight, int rows, int n, float eps, int rope_dim, MemorySegment inv_freq, MemorySegment pos, int rows_per_pos, int round_f16) {
+        var mh$ = ds4j_rmsnorm_rope_at.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, x, weight, rows, n, eps, rope_dim, inv_freq, pos, rows_per_pos, round_f16);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_ring_store_seqs {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_ring_store_seqs");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_ring_store_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, int32_t which, int32_t ring_f16, int32_t width, const float *rows)
+     * }
+     */
+    public static FunctionDescriptor ds4j_ring_store_seqs$descriptor() {
+        return ds4j_ring_store_seqs.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_ring_store_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, int32_t which, int32_t ring_f16, int32_t width, const float *rows)
+     * }
+     */
+    public static MethodHandle ds4j_ring_store_seqs$handle() {
+        return ds4j_ring_store_seqs.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_ring_store_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, int32_t which, int32_t ring_f16, int32_t width, const float *rows)
+     * }
+     */
+    public static MemorySegment ds4j_ring_store_seqs$address() {
+        return ds4j_ring_store_seqs.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_ring_store_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, int32_t which, int32_t ring_f16, int32_t width, const float *rows)
+     * }
+     */
+    public static int ds4j_ring_store_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, int which, int ring_f16, int width, MemorySegment rows) {
+        var mh$ = ds4j_ring_store_seqs.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_views, views, n, which, ring_f16, width, rows);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_attention_seqs {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_attention_seqs");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static FunctionDescriptor ds4j_attention_seqs$descriptor() {
+        return ds4j_attention_seqs.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static MethodHandle ds4j_attention_seqs$handle() {
+        return ds4j_attention_seqs.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static MemorySegment ds4j_attention_seqs$address() {
+        return ds4j_attention_seqs.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static int ds4j_attention_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment q, MemorySegment kv_new, int kind, int m, MemorySegment sel, int K, MemorySegment sinks, int H, int d, int W, float scale, MemorySegment out) {
+        var mh$ = ds4j_attention_seqs.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_views, views, n, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, out);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_compress_pool_seqs {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_compress_pool_seqs");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_pool_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *a_new, const float *z_new, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim)
+     * }
+     */
+    public static FunctionDescriptor ds4j_compress_pool_seqs$descriptor() {
+        return ds4j_compress_pool_seqs.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_pool_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *a_new, const float *z_new, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim)
+     * }
+     */
+    public static MethodHandle ds4j_compress_pool_seqs$handle() {
+        return ds4j_compress_pool_seqs.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_pool_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *a_new, const float *z_new, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim)
+     * }
+     */
+    public static MemorySegment ds4j_compress_pool_seqs$address() {
+        return ds4j_compress_pool_seqs.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_pool_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *a_new, const float *z_new, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim)
+     * }
+     */
+    public static int ds4j_compress_pool_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment a_new, MemorySegment z_new, int m, int w, int overlap, MemorySegment position_bias, MemorySegment norm_w, float eps, MemorySegment inv_freq, int rope_dim) {
+        var mh$ = ds4j_compress_pool_seqs.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_views, views, n, a_new, z_new, m, w, overlap, position_bias, norm_w, eps, inv_freq, rope_dim);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_indexer_scores_seqs {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_indexer_scores_seqs");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *qi, const float *wt, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static FunctionDescriptor ds4j_indexer_scores_seqs$descriptor() {
+        return ds4j_indexer_scores_seqs.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *qi, const float *wt, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static MethodHandle ds4j_indexer_scores_seqs$handle() {
+        return ds4j_indexer_scores_seqs.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *qi, const float *wt, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static MemorySegment ds4j_indexer_scores_seqs$address() {
+        return ds4j_indexer_scores_seqs.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *qi, const float *wt, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static int ds4j_indexer_scores_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment qi, MemorySegment wt, int m, int HI, int dI, int K, float w_scale, float s_scale, MemorySegment scores, long ld) {
+        var mh$ = ds4j_indexer_scores_seqs.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_views, views, n, qi, wt, m, HI, dI, K, w_scale, s_scale, scores, ld);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_indexer_topk_seqs {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_indexer_topk_seqs");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_topk_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *scores, int64_t ld, int32_t m, int32_t K, int32_t *sel)
+     * }
+     */
+    public static FunctionDescriptor ds4j_indexer_topk_seqs$descriptor() {
+        return ds4j_indexer_topk_seqs.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_topk_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *scores, int64_t ld, int32_t m, int32_t K, int32_t *sel)
+     * }
+     */
+    public static MethodHandle ds4j_indexer_topk_seqs$handle() {
+        return ds4j_indexer_topk_seqs.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_topk_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *scores, int64_t ld, int32_t m, int32_t K, int32_t *sel)
+     * }
+     */
+    public static MemorySegment ds4j_indexer_topk_seqs$address() {
+        return ds4j_indexer_topk_seqs.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_topk_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *scores, int64_t ld, int32_t m, int32_t K, int32_t *sel)
+     * }
+     */
+    public static int ds4j_indexer_topk_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment scores, long ld, int m, int K, MemorySegment sel) {
+        var mh$ = ds4j_indexer_topk_seqs.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_views, views, n, scores, ld, m, K, sel);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_moe_route {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,

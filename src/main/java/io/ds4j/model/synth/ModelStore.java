@@ -34,7 +34,7 @@ public final class ModelStore {
     public static Path ensure(String preset, long seed, java.util.function.Consumer<String> log) throws IOException {
         var cfg = Presets.get(preset);
         Path dir = root().resolve(preset + "-seed" + seed);
-        if (complete(dir)) return dir;
+        if (current(dir, cfg, log)) return dir;
         Files.createDirectories(root());
         Path tmp = Files.createTempDirectory(root(), "." + preset + "-");
         try {
@@ -62,7 +62,7 @@ public final class ModelStore {
         var cfg = Presets.get(preset, layers, experts);
         String st = storage.name().toLowerCase(java.util.Locale.ROOT);
         Path dir = root().resolve(preset + "-L" + cfg.numLayers + "-E" + cfg.numExperts + "-" + st + "-seed" + seed);
-        if (complete(dir)) return dir;
+        if (current(dir, cfg, log)) return dir;
         Files.createDirectories(root());
         Path tmp = Files.createTempDirectory(root(), "." + preset + "-");
         try {
@@ -99,6 +99,23 @@ public final class ModelStore {
     /** A finished model folder: config.json and the weights (folders are moved into place only when whole). */
     private static boolean complete(Path dir) {
         return Files.isRegularFile(dir.resolve("config.json")) && Files.isRegularFile(dir.resolve("model.safetensors"));
+    }
+
+    /**
+     * Whether a complete stored model was made from the given config (a preset whose shape changed since, e.g. a new
+     * layer schedule, leaves a folder of the same name with another config: it is made again, not reused).
+     */
+    static boolean current(Path dir, io.ds4j.model.ModelConfig cfg, java.util.function.Consumer<String> log)
+            throws IOException {
+        if (!complete(dir)) return false;
+        try {
+            if (io.ds4j.model.ModelConfig.read(dir.resolve("config.json")).toJson().equals(cfg.toJson())) return true;
+        } catch (Exception e) {
+            // unreadable: made again below
+        }
+        log.accept("stored model " + dir + " was made from another version of its preset: making it again");
+        deleteTree(dir);
+        return false;
     }
 
     private static void deleteTree(Path p) throws IOException {

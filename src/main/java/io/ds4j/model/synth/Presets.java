@@ -18,9 +18,10 @@ import java.util.List;
  *       (the V4-Flash schedule of spec 1.3), H 16, d 128, r 32, q' 256, G 4, R 256, E 16, k 2, I 384, W 128,
  *       CSA 4, HCA 128, indexer 16×64 top-64, YaRN (16, 65536).</li>
  *   <li>{@code flash-shaped}: V4-Flash's real per-layer dimensions (spec 1.1: D 4096, H 64, d 512, r 64, q' 1024,
- *       G 8, R 1024, I 2048, W 128, CSA 4, HCA 128, indexer 64×128 top-512, YaRN (16, 65536)) with few layers
- *       (default 4: [S, C, H, C]) and few routed experts (default 16, k 6). Meant to be written as FP8 + FP4: 3.36 GiB
- *       with the defaults (embed and head BF16 are 2.1 GB of it).</li>
+ *       G 8, R 1024, I 2048, W 128, CSA 4, HCA 128, indexer 64×128 top-512, YaRN (16, 65536)) at full depth
+ *       (default 43 layers in V4-Flash's schedule of spec 1.3: 2 sliding-window, then CSA and HCA alternating, 21 CSA
+ *       and 20 HCA) with few routed experts (default 16, k 6), so that it fits one GPU and is made in seconds. Meant
+ *       to be written as FP8 + FP4: about 18 GB with the defaults (embed and head BF16 are 2.1 GB of it).</li>
  * </ul>
  * Layer counts and expert counts can be overridden with {@link #get(String, Integer, Integer)}; the attention
  * schedule is then extended by the preset's rule ({@link #compactSchedule} or {@link #flashSchedule}).
@@ -48,7 +49,7 @@ public final class Presets {
         ModelConfig c = switch (name) {
             case "tiny" -> tiny(layers == null ? 5 : layers);
             case "small" -> small(layers == null ? 8 : layers);
-            case "flash-shaped", "flash" -> flashShaped(layers == null ? 4 : layers);
+            case "flash-shaped", "flash" -> flashShaped(layers == null ? 43 : layers);
             default -> throw new IllegalArgumentException("unknown preset '" + name + "' (expected one of " + NAMES + ")");
         };
         if (experts != null) {
@@ -159,7 +160,7 @@ public final class Presets {
         c.yarnFactor = 16;
         c.yarnOriginalMax = 65536;
         c.swigluLimit = 10.0;
-        schedule(c, layers, compactSchedule(layers));
+        schedule(c, layers, flashSchedule(layers));
         return c;
     }
 }

@@ -7,7 +7,6 @@ import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.BackendOptions.ExpertPlacement;
-import io.ds4j.engine.Backends;
 import io.ds4j.engine.FeatureGate;
 
 import java.util.ArrayList;
@@ -270,8 +269,8 @@ public final class ServerConfig {
         String host = (String) v.get("server.host");
         if (host.isBlank()) p.add("server.host: must not be empty");
         String backend = (String) v.get("model.backend");
-        if (!Backends.NAMES.contains(backend))
-            p.add("model.backend: unknown backend '" + backend + "' (expected one of " + Backends.NAMES + ")");
+        if (!FeatureGate.BACKENDS.contains(backend))
+            p.add("model.backend: unknown backend '" + backend + "' (expected one of " + FeatureGate.BACKENDS + ")");
         boolean placementOk = true;
         try {
             v.put("gpu.expertPlacement", ExpertPlacement.parse((String) v.get("gpu.expertPlacement")).key());
@@ -280,7 +279,7 @@ public final class ServerConfig {
             placementOk = false;
         }
         // the feature gate judges the backend options together; values already refused above are not judged again
-        if (placementOk && Backends.NAMES.contains(backend) && noneAbout(p, BACKEND_OPTION_KEYS))
+        if (placementOk && FeatureGate.BACKENDS.contains(backend) && noneAbout(p, BACKEND_OPTION_KEYS))
             p.addAll(FeatureGate.check(backend, backendOptions(v)));
         String draft = (String) v.get("speculative.draft");
         if (draft.isBlank()) p.add("speculative.draft: must be \"none\", \"ngram\" or a model folder, got an empty string");

@@ -39,4 +39,21 @@ class ModelStoreTest {
         ModelStore.moveIntoPlace(tmp, root.resolve("tiny-seed1"));
         assertEquals("mine", Files.readString(root.resolve("tiny-seed1/model.safetensors")));
     }
+
+    @Test
+    void aStoredModelOfAnotherPresetVersionIsMadeAgain(@TempDir Path root) throws IOException {
+        var cfg = Presets.get("flash-shaped", 6, 16);
+        Path dir = model(root.resolve("flash-shaped-L6-E16-fp8-seed1"), "weights");
+        Files.writeString(dir.resolve("config.json"), cfg.toJson().toString());
+        java.util.List<String> log = new java.util.ArrayList<>();
+        assertTrue(ModelStore.current(dir, cfg, log::add), "same config: reused");
+        assertTrue(log.isEmpty());
+        // the same name made from an older schedule (layer 1 CSA instead of sliding-window)
+        var old = Presets.get("flash-shaped", 6, 16);
+        old.layerTypes = Presets.compactSchedule(6);
+        Files.writeString(dir.resolve("config.json"), old.toJson().toString());
+        assertFalse(ModelStore.current(dir, cfg, log::add), "another config: not reused");
+        assertFalse(Files.exists(dir), "the stale folder is removed so that it is made again");
+        assertTrue(log.get(0).contains("another version of its preset"), log.toString());
+    }
 }

@@ -120,7 +120,15 @@ class RandomCheckpointTest {
         ModelConfig f = Presets.get("flash-shaped", 6, 32);
         assertEquals(6, f.numLayers);
         assertEquals(32, f.numExperts);
-        assertEquals("[SLIDING, CSA, HCA, CSA, HCA, CSA]", java.util.Arrays.toString(f.layerTypes));
+        assertEquals("[SLIDING, SLIDING, CSA, HCA, CSA, HCA]", java.util.Arrays.toString(f.layerTypes));
+        // the default is full depth in V4-Flash's schedule: 2 sliding-window layers, 21 CSA, 20 HCA, 16 routed experts
+        ModelConfig full = Presets.get("flash-shaped");
+        assertEquals(43, full.numLayers);
+        assertEquals(16, full.numExperts);
+        java.util.Map<io.ds4j.model.AttentionKind, Long> kinds = java.util.Arrays.stream(full.layerTypes)
+                .collect(java.util.stream.Collectors.groupingBy(k -> k, java.util.stream.Collectors.counting()));
+        assertEquals(java.util.Map.of(io.ds4j.model.AttentionKind.SLIDING, 2L, io.ds4j.model.AttentionKind.CSA, 21L,
+                io.ds4j.model.AttentionKind.HCA, 20L), kinds);
     }
 
     @Test
@@ -130,7 +138,7 @@ class RandomCheckpointTest {
         long flash = new RandomCheckpoint(Presets.get("flash-shaped"), 1, TensorNames.Scheme.ORIGINAL, RandomCheckpoint.Storage.FP8).totalBytes();
         assertTrue(tiny < 50e6, "tiny " + tiny);
         assertTrue(small > 300e6 && small < 520e6, "small " + small);
-        assertTrue(flash > 2e9 && flash < 4.2e9, "flash " + flash);
+        assertTrue(flash > 15e9 && flash < 21e9, "flash " + flash);
     }
 
     @Test

@@ -1,4 +1,4 @@
-package io.ds4j.cpu;
+package io.ds4j.kernels;
 
 import io.ds4j.model.WeightMatrix;
 

@@ -1,18 +1,27 @@
-package io.ds4j.engine;
+package io.ds4j.app;
 
 import io.ds4j.cpu.CpuBackend;
+import io.ds4j.engine.Backend;
+import io.ds4j.engine.BackendOptions;
+import io.ds4j.engine.FeatureGate;
+import io.ds4j.gpu.Gpu;
+import io.ds4j.gpu.GpuUnavailableException;
+import io.ds4j.gpu.HipBackend;
 import io.ds4j.model.CheckpointException;
 import io.ds4j.model.WeightLoader;
 
 import java.nio.file.Path;
 import java.util.List;
 
-/** Opens a model on a named backend: the single place that knows which backends exist. */
+/**
+ * Opens a model on a named backend: part of the composition root, the one place that knows the backend classes (the
+ * engine and the server know only {@link Backend}).
+ */
 public final class Backends {
     private Backends() {}
 
     /** Backend names accepted by {@link #open}. */
-    public static final List<String> NAMES = List.of("cpu", "hip");
+    public static final List<String> NAMES = FeatureGate.BACKENDS;
 
     /**
      * @param name "cpu" or "hip"
@@ -35,8 +44,25 @@ public final class Backends {
         if (!refused.isEmpty()) throw new IllegalArgumentException(String.join("; ", refused));
         return switch (name) {
             case "cpu" -> new CpuBackend(WeightLoader.load(modelDir));
-            case "hip" -> io.ds4j.gpu.HipBackend.open(modelDir, options);
+            case "hip" -> HipBackend.open(modelDir, options);
             default -> throw new IllegalArgumentException("unknown backend '" + name + "' (expected one of " + NAMES + ")");
         };
+    }
+
+    /**
+     * Probes the hardware a backend needs (the GPU is opened and closed once), so that a machine without it fails
+     * before the server binds its port.
+     * @throws IllegalArgumentException naming the backend and the reason when it cannot run here
+     */
+    public static void checkAvailable(String name) {
+        if (!name.equals("hip")) return;
+        try {
+            Gpu.open(0).close();
+        } catch (GpuUnavailableException e) {
+            throw new IllegalArgumentException("backend 'hip' is not available on this machine: " + e.getMessage()
+                    + "; use backend 'cpu'", e);
+        } catch (LinkageError e) {
+            throw new IllegalArgumentException("backend 'hip' is not available on this machine: " + e + "; use backend 'cpu'", e);
+        }
     }
 }

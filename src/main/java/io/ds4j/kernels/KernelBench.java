@@ -1,4 +1,4 @@
-package io.ds4j.cpu;
+package io.ds4j.kernels;
 
 import io.ds4j.model.DType;
 import io.ds4j.model.WeightMatrix;
@@ -11,7 +11,7 @@ import java.util.Locale;
 /**
  * Benchmark of the {@link Gemm} kernels (not a test): matvec read bandwidth per format on ~256 MB matrices
  * against {@link MemBandwidth#measureReadGBs()}, per-call latency on expert-sized FP4 matrices, and prefill
- * GFLOP/s. Run: {@code java --add-modules jdk.incubator.vector -cp target/classes io.ds4j.cpu.KernelBench [MB]}.
+ * GFLOP/s. Run: {@code java --add-modules jdk.incubator.vector -cp target/classes io.ds4j.kernels.KernelBench [MB]}.
  */
 public final class KernelBench {
     private KernelBench() {}

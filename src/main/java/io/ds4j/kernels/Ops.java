@@ -1,4 +1,4 @@
-package io.ds4j.cpu;
+package io.ds4j.kernels;
 
 /** Small fp32 building blocks of the forward (spec 3.0). Rows are contiguous slices of flat arrays. */
 public final class Ops {

@@ -1,4 +1,4 @@
-package io.ds4j.cpu;
+package io.ds4j.kernels;
 
 /**
  * Deterministic top-k selection (spec 6.6): the k largest values, ties broken towards the lower index, so the

@@ -1,9 +1,10 @@
-package io.ds4j.server;
+package io.ds4j.app;
 
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
-import io.ds4j.engine.Backends;
 import io.ds4j.model.synth.ModelStore;
+import io.ds4j.server.LoadedModel;
+import io.ds4j.server.ModelProvider;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.speculative.DraftSource;
 import io.ds4j.speculative.ModelDraftSource;
@@ -52,17 +53,12 @@ public final class DefaultModelProvider implements ModelProvider {
         }
     }
 
-    /** A backend that needs hardware is opened and closed once, so a machine without it fails before binding. */
+    /** A backend that needs hardware is probed once, so a machine without it fails before binding. */
     private static void checkBackend(String backend) {
-        if (!backend.equals("hip")) return;
         try {
-            io.ds4j.gpu.Gpu.open(0).close();
-        } catch (io.ds4j.gpu.GpuUnavailableException e) {
-            throw new IllegalArgumentException("model.backend: backend 'hip' is not available on this machine: " + e.getMessage()
-                    + "; use backend 'cpu'", e);
-        } catch (LinkageError e) {
-            throw new IllegalArgumentException("model.backend: backend 'hip' is not available on this machine: " + e
-                    + "; use backend 'cpu'", e);
+            Backends.checkAvailable(backend);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("model.backend: " + e.getMessage(), e);
         }
     }
 

@@ -1,4 +1,4 @@
-package io.ds4j.cpu;
+package io.ds4j.kernels;
 
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReferenceArray;

@@ -1,4 +1,4 @@
-package io.ds4j.speculative;
+package io.ds4j.engine;
 
 import io.ds4j.sampling.Distribution;
 
@@ -16,10 +16,19 @@ public interface Draft extends AutoCloseable {
     /** Tells the draft that the committed context is now ctx[0 .. len) (called after every verify step). */
     void committed(int[] ctx, int len);
 
+    /**
+     * Tells the draft how the verifier judged its last proposal: called once after every verify step that offered
+     * draft tokens, also the step that ends the generation (possibly after {@link #close()}, so it must only count).
+     * @param judged proposed tokens the verifier judged (a prefix of the proposal: a constraint may cut it, and an
+     *               accepted token that ends the generation leaves the rest unjudged)
+     * @param accepted of those, the ones accepted (a prefix of the judged)
+     */
+    default void verified(int judged, int accepted) {}
+
     @Override
     default void close() {}
 
-    /** The longest context (tokens) this draft can hold; see {@link DraftSource#maxContext()}. */
+    /** The longest context (tokens) this draft can hold (a draft model's own context; unbounded for lookup drafts). */
     default int maxContext() {
         return Integer.MAX_VALUE;
     }

@@ -1,4 +1,4 @@
-package io.ds4j.speculative;
+package io.ds4j.engine;
 
 /**
  * Verify width q per step: fixed, or adaptive from the recent acceptance. The adaptive rule keeps an exponentially

@@ -1,0 +1,44 @@
+package io.ds4j.cli;
+
+import org.junit.jupiter.api.Test;
+
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** {@code ds4j bench-spec}: the prediction and replay sources on the tiny fixture. */
+class BenchSpecCommandTest {
+    /** A row's figures: tokens/s, acceptance, tokens/step, speed-up, draft cost per step. */
+    static Matcher row(String out, String label) {
+        Matcher m = Pattern.compile(Pattern.quote(label) + "\\s+([\\d.]+)\\s+(\\S+)\\s+([\\d.]+)\\s+([\\d.]+)x\\s+(\\S+)").matcher(out);
+        assertTrue(m.find(), "a row for " + label + ": " + out);
+        return m;
+    }
+
+    @Test
+    void replayIsAcceptedWholeAndThePredictionRowsPrint() {
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--model", GenerateCommandTest.FIXTURE,
+                "--sources", "none,ngram,prediction,replay", "--prompt-tokens", "12", "--decode-tokens", "21", "--prompts", "1",
+                "--spec-q", "4");
+        assertEquals(0, r.code(), r.err());
+        Matcher replay = row(r.out(), "replay (own output)");
+        assertEquals("1.000", replay.group(2), "the target's own greedy output is accepted whole: " + r.out());
+        // 20 tokens after the first, 5 per step (4 drafts + the target's own)
+        assertEquals("5.00", replay.group(3), r.out());
+        Matcher edited = row(r.out(), "prediction (edited)");
+        double acc = Double.parseDouble(edited.group(2));
+        assertTrue(acc > 0 && acc < 1, "an edited prediction is partly rejected: " + r.out());
+        row(r.out(), "none (plain decode)");
+        row(r.out(), "none (again, for drift)");
+        assertTrue(r.out().contains("draft cost/step"), r.out());
+    }
+
+    @Test
+    void anUnknownSourceIsRefused() {
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--model", GenerateCommandTest.FIXTURE, "--sources", "none,mtpx");
+        assertTrue(r.code() != 0, r.out());
+        assertTrue(r.err().contains("unknown source 'mtpx'"), r.err());
+    }
+}
