@@ -703,7 +703,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             }
             long[] starts = new long[b.start.length];
             for (int e = 0; e < starts.length; e++) starts[e] = b.start[e];
-            ws.reset(Workspace.batchBytes(c, b.count, starts, b.logitCounts()) + scratch);
+            b.group = group(b);
+            ws.reset(Workspace.batchBytes(c, b.count, starts, b.logitCounts()) + scratch + groupBytes(b));
         } catch (GpuException e) {
             throw outOfMemory(e, b.describe());
         }
@@ -736,8 +737,17 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * requested logits rows come back once the device has finished.
      */
     private float[] run(DeviceStep b) {
+        try {
+            return runLayers(b);
+        } finally {
+            if (b.arena != null) b.arena.close();
+        }
+    }
+
+    private float[] runLayers(DeviceStep b) {
         b.tok = ws.i32(b.R);
         gpu.upload(b.tok, b.toks);
+        if (b.group != null) uploadGroup(b);
         long mark = ws.mark();
         java.util.function.LongSupplier body = () -> LayerProgram.run(b, c.numLayers);
         boolean graph = b.seqs.length == 1 && graphs.capturable(b.R, b.kinds[0] == StepKind.VERIFY, profile != null);
@@ -809,6 +819,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         /** Row runs of the activations and of the head's rows ({@link #rowRuns}). */
         final int[][] runs, headRuns;
         long tok, post, comb, col, siteMark;
+        /**
+         * The entries whose attention runs in the several-sequence kernels ({@link #group}), or null; with them, the
+         * positions of every row [R] (int64) and their sequence views per layer ({@link #groupView}) on the device.
+         */
+        int[] group;
+        long pos, views;
+        SeqViews hostViews;
+        /** Host memory of the views, for this step only (closed by {@link #run}). */
+        java.lang.foreign.Arena arena;
 
         DeviceStep(List<BatchEntry> batch) {
             int E = batch.size();
@@ -975,13 +994,27 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             matmulRuns(b.runs, L.indexer.compressor.gateProj, x, iz);
         }
         long o = ws.f32((long) R * H * d);
+        boolean grouped = b.group != null;
+        if (grouped) {
+            // every row's query and kv norm + RoPE at its own position, in two launches (the same kernels as one entry's)
+            k(ds4j_rmsnorm_rope_at(ctx(), ptr(q), MemorySegment.NULL, R * H, d, (float) c.rmsEps, c.ropeDim, ptr(P), ptr(b.pos), H, 0),
+                    "q norm + rope", "norm, rope, mHC");
+            k(ds4j_rmsnorm_rope_at(ctx(), ptr(kv), ptr(L.kvNorm), R, d, (float) c.rmsEps, c.ropeDim, ptr(P), ptr(b.pos), 1, 1),
+                    "kv norm + rope + f16", "norm, rope, mHC");
+            long mark = ws.mark();
+            attendGroup(b, l, L, x, ql, q, kv, ca, cz, ia, iz, o);
+            ws.release(mark);
+        }
         for (int e = 0; e < b.seqs.length; e++) {
+            if (grouped && inGroup(b, e)) continue;
             long r0 = b.first[e], mark = ws.mark();
             attendEntry(b.seqs[e], l, L, x + 4L * r0 * D, ql + 4L * r0 * c.qLoraRank, q + 4L * r0 * H * d, kv + 4L * r0 * d,
                     ca + 4L * r0 * cw, cz + 4L * r0 * cw, ia + 4L * r0 * iw, iz + 4L * r0 * iw, o + 4L * r0 * H * d,
-                    b.count[e], b.start[e], b.kinds[e], P);
+                    b.count[e], b.start[e], b.kinds[e], P, grouped);
             ws.release(mark);
         }
+        // 6. de-rotation of every row at its position (the entries outside the group were left for this launch)
+        if (grouped) k(ds4j_rope_at(ctx(), ptr(o), R, H, d, c.ropeDim, ptr(P), ptr(b.pos), 1), "rope", "norm, rope, mHC");
         // 7. grouped output projection
         final int G = c.oGroups, Rk = c.oLoraRank, gw = H * d / G;
         long y = ws.f32((long) R * G * Rk);
@@ -1001,7 +1034,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * setting choose) into o [S, H·d], de-rotation, and the new raw rows into the window ring.
      */
     private void attendEntry(HipSequence seq, int l, DeviceWeights.Layer L, long x, long ql, long q, long kv, long ca, long cz,
-                             long ia, long iz, long o, int S, int N0, StepKind step, long P) {
+                             long ia, long iz, long o, int S, int N0, StepKind step, long P, boolean normed) {
         final boolean verify = step == StepKind.VERIFY;
         // the f16 path covers decode steps too: a verify step and the decode steps it stands for must compute the same
         // numbers, or the rows a verify step commits differ from what decoding writes (see the class comment)
@@ -1010,11 +1043,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         final int H = c.numHeads, d = c.headDim, W = c.slidingWindow;
         final AttentionKind kind = c.layerTypes[l];
         HipSequence.LayerState st = seq.layers[l];
-        k(ds4j_rmsnorm_rope(ctx(), ptr(q), MemorySegment.NULL, S * H, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, H, 0),
-                "q norm + rope", "norm, rope, mHC");
-        // 3. shared kv: norm, RoPE, rounded to F16 as stored
-        k(ds4j_rmsnorm_rope(ctx(), ptr(kv), ptr(L.kvNorm), S, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, 1, 1),
-                "kv norm + rope + f16", "norm, rope, mHC");
+        if (!normed) { // else the step has done the norms and RoPE of every row at its position (ds4j_rmsnorm_rope_at)
+            k(ds4j_rmsnorm_rope(ctx(), ptr(q), MemorySegment.NULL, S * H, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, H, 0),
+                    "q norm + rope", "norm, rope, mHC");
+            // 3. shared kv: norm, RoPE, rounded to F16 as stored
+            k(ds4j_rmsnorm_rope(ctx(), ptr(kv), ptr(L.kvNorm), S, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, 1, 1),
+                    "kv norm + rope + f16", "norm, rope, mHC");
+        }
         // 4. compressors and the indexer's selection
         if (st.comp != null) compress(st.comp, L.compressor, ca, cz, S, N0);
         long sel = 0;
@@ -1057,9 +1092,160 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                     ptr(sel), c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention", "attention");
             if (verify) noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, N0, S) + " <= " + shortRows + ")");
         }
-        rope(o, S, H, d, P, N0, 1, true);
+        if (!normed) rope(o, S, H, d, P, N0, 1, true);
         // the newest raw rows go to the ring after every query of this step has read the old ones
         k(ds4j_ring_store(ctx(), ptr(st.win), 1, st.winCap, d, ptr(kv), N0, S), "window ring store", "attention");
+    }
+
+    // ------------------------------------------------------------------------------------------------------------
+    // several sequences' attention in one launch per kernel
+
+    /**
+     * The entries of a step whose attention can run in the library's several-sequence kernels (ds4j_attention_seqs and
+     * its companions), or null when fewer than two can: those that alone would take the plain path — ds4j_attention on
+     * the F16 rows and the FFMA indexer — so that their numbers are the same bit for bit (the kernels share their bodies
+     * with the single-sequence ones). Left out: entries of DS4J_TC_MIN_ROWS rows or more (their indexer scores run on
+     * tensor cores alone), verify entries on the control path (f32-convert), and entries above the short-context
+     * threshold on the f16 path (the tensor-core attention). Decode steps of many sequences are the case this serves:
+     * one launch per kernel and layer instead of one per sequence.
+     */
+    private int[] group(DeviceStep b) {
+        if (b.seqs.length < 2 || Boolean.getBoolean("ds4j.gpu.noGroupedAttention")) return null;
+        int[] g = new int[b.seqs.length];
+        int n = 0;
+        for (int e = 0; e < b.seqs.length; e++) {
+            StepKind kind = b.kinds[e];
+            int S = b.count[e], N0 = b.start[e];
+            if (S >= DS4J_TC_MIN_ROWS()) continue;
+            if (kind == StepKind.VERIFY && verifyAttention == VerifyAttention.F32_CONVERT) continue;
+            boolean plain = true;
+            if (kind != StepKind.PREFILL && verifyAttention == VerifyAttention.F16)
+                for (int l = 0; l < c.numLayers && plain; l++) plain = attendedRows(c, l, N0, S) <= shortRows;
+            if (plain) g[n++] = e;
+        }
+        return n < 2 ? null : Arrays.copyOf(g, n);
+    }
+
+    private static boolean inGroup(DeviceStep b, int e) {
+        return Arrays.binarySearch(b.group, e) >= 0;
+    }
+
+    /**
+     * Workspace bytes of the grouped attention beyond {@link Workspace#batchBytes}: row positions, the sequence views
+     * of every layer, and per layer the indexer's queries, weights, scores [R, largest (N0+S)/m] and selections.
+     */
+    private long groupBytes(DeviceStep b) {
+        if (b.group == null) return 0;
+        long R = b.R, most = 0;
+        for (int e : b.group) most = Math.max(most, CacheLayout.entries(b.start[e] + b.count[e], c.csaRatio));
+        long a = Workspace.ALIGN_BYTES;
+        long bytes = 8 * R + a + SeqViews.BYTES * 3L * c.numLayers * b.group.length + a;
+        bytes += 4 * R * c.indexHeads * c.indexHeadDim + 4 * R * c.indexHeads + 4 * R * Math.max(1, most) + 4 * R * c.indexTopk + 4 * a;
+        return bytes;
+    }
+
+    /** Address of the views of one layer's state kind (0: window ring and entries, 1: compressor, 2: indexer). */
+    private static long groupView(DeviceStep b, int l, int kind) {
+        return b.views + SeqViews.BYTES * ((long) l * 3 + kind) * b.group.length;
+    }
+
+    private static java.lang.foreign.MemorySegment groupHostView(DeviceStep b, int l, int kind) {
+        long off = SeqViews.BYTES * ((long) l * 3 + kind) * b.group.length;
+        return b.hostViews.host().asSlice(off, SeqViews.BYTES * b.group.length);
+    }
+
+    /** Uploads the row positions and the group's views of every layer (after the entry stores have been grown). */
+    private void uploadGroup(DeviceStep b) {
+        long[] pos = new long[b.R];
+        for (int e = 0; e < b.seqs.length; e++) for (int s = 0; s < b.count[e]; s++) pos[b.first[e] + s] = b.start[e] + s;
+        b.pos = ws.alloc(8L * b.R);
+        gpu.upload(b.pos, pos);
+        int G = b.group.length;
+        b.arena = java.lang.foreign.Arena.ofConfined();
+        b.hostViews = new SeqViews(b.arena, 3 * c.numLayers * G);
+        for (int l = 0; l < c.numLayers; l++)
+            for (int i = 0; i < G; i++) {
+                int e = b.group[i];
+                HipSequence.LayerState st = b.seqs[e].layers[l];
+                long N0 = b.start[e];
+                int S = b.count[e], r0 = b.first[e];
+                b.hostViews.set((l * 3) * G + i, N0, S, r0, st.win, 0, st.comp == null ? 0 : st.comp.entries(), st.winCap);
+                if (st.comp != null)
+                    b.hostViews.set((l * 3 + 1) * G + i, N0, S, r0, st.comp.ringA, st.comp.ringZ, st.comp.entries(), st.comp.cap);
+                else b.hostViews.set((l * 3 + 1) * G + i, N0, S, r0, 0, 0, 0, 0);
+                if (st.index != null)
+                    b.hostViews.set((l * 3 + 2) * G + i, N0, S, r0, st.index.ringA, st.index.ringZ, st.index.entries(), st.index.cap);
+                else b.hostViews.set((l * 3 + 2) * G + i, N0, S, r0, 0, 0, 0, 0);
+            }
+        b.views = ws.alloc(b.hostViews.bytes());
+        gpu.upload(b.views, b.hostViews.host());
+    }
+
+    /**
+     * 3.4-3.7 for the group's entries at once (their norms and RoPE done by the caller): compressors, the indexer's
+     * selection, attention into o, and the window rings; one launch per kernel for all of them.
+     */
+    private void attendGroup(DeviceStep b, int l, DeviceWeights.Layer L, long x, long ql, long q, long kv, long ca, long cz,
+                             long ia, long iz, long o) {
+        final int R = b.R, H = c.numHeads, d = c.headDim, W = c.slidingWindow, G = b.group.length, K = c.indexTopk;
+        final AttentionKind kind = c.layerTypes[l];
+        HipSequence.LayerState st0 = b.seqs[b.group[0]].layers[l];
+        var hWin = groupHostView(b, l, 0);
+        long dWin = groupView(b, l, 0);
+        if (st0.comp != null) compressGroup(b, l, 1, st0.comp, L.compressor, ca, cz);
+        long sel = 0;
+        if (st0.index != null) {
+            compressGroup(b, l, 2, st0.index, L.indexer.compressor, ia, iz);
+            sel = indexerSelectGroup(b, l, st0.index.m, L, ql, x);
+        }
+        int akind = switch (kind) {
+            case SLIDING -> DS4J_ATTN_SLIDING();
+            case CSA -> DS4J_ATTN_CSA();
+            case HCA -> DS4J_ATTN_HCA();
+        };
+        int m = st0.comp == null ? 0 : st0.comp.m;
+        float scale = (float) (1.0 / Math.sqrt(d));
+        k(ds4j_attention_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks), H, d, W, scale, ptr(o)),
+                "attention", "attention");
+        for (int e : b.group)
+            if (b.kinds[e] == StepKind.VERIFY && verifyAttention == VerifyAttention.F16)
+                noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, b.start[e], b.count[e]) + " <= " + shortRows + ")");
+        // the newest raw rows go to the rings after every query of this step has read the old ones
+        k(ds4j_ring_store_seqs(ctx(), hWin, ptr(dWin), G, 0, 1, d, ptr(kv)), "window ring store", "attention");
+    }
+
+    /** 3.5 compressor step of the group: pooling of every completed window, then the newest raw rows into the rings. */
+    private void compressGroup(DeviceStep b, int l, int view, HipSequence.Comp cs0, DeviceWeights.Comp W, long a, long z) {
+        var h = groupHostView(b, l, view);
+        long dv = groupView(b, l, view);
+        int G = b.group.length;
+        k(ds4j_compress_pool_seqs(ctx(), h, ptr(dv), G, ptr(a), ptr(z), cs0.m, cs0.w, cs0.overlap ? 1 : 0, ptr(W.positionBias),
+                ptr(W.norm), (float) c.rmsEps, ptr(ropeCompress), c.ropeDim), "compress_pool", "compressor");
+        k(ds4j_ring_store_seqs(ctx(), h, ptr(dv), G, 0, 0, cs0.cw, ptr(a)), "compressor ring store", "compressor");
+        k(ds4j_ring_store_seqs(ctx(), h, ptr(dv), G, 1, 0, cs0.cw, ptr(z)), "compressor ring store", "compressor");
+    }
+
+    /**
+     * 3.6 Lightning Indexer for the group: the selection [R, K_I] (rows of queries whose available set is at most K_I
+     * unused), or 0 when no query of the group needs one.
+     */
+    private long indexerSelectGroup(DeviceStep b, int l, int m, DeviceWeights.Layer L, long ql, long x) {
+        final int HI = c.indexHeads, dI = c.indexHeadDim, K = c.indexTopk, R = b.R, G = b.group.length;
+        long ld = 0;
+        for (int e : b.group) ld = Math.max(ld, CacheLayout.entries(b.start[e] + b.count[e], m));
+        if (ld <= K) return 0;
+        long qi = ws.f32((long) R * HI * dI), wt = ws.f32((long) R * HI);
+        matmulRuns(b.runs, L.indexer.qB, ql, qi);
+        matmulRuns(b.runs, L.indexer.weightsProj, x, wt);
+        k(ds4j_rope_at(ctx(), ptr(qi), R, HI, dI, c.ropeDim, ptr(ropeCompress), ptr(b.pos), 0), "rope", "norm, rope, mHC");
+        long scores = ws.f32(R * ld), sel = ws.i32((long) R * K);
+        float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
+        var h = groupHostView(b, l, 2);
+        long dv = groupView(b, l, 2);
+        k(ds4j_indexer_scores_seqs(ctx(), h, ptr(dv), G, ptr(qi), ptr(wt), m, HI, dI, K, wScale, sScale, ptr(scores), ld),
+                "indexer_scores", "indexer");
+        k(ds4j_indexer_topk_seqs(ctx(), h, ptr(dv), G, ptr(scores), ld, m, K, ptr(sel)), "indexer_topk", "indexer");
+        return sel;
     }
 
     /**

@@ -13,6 +13,8 @@ import java.util.List;
  */
 final class Workspace implements AutoCloseable {
     private static final long ALIGN = 256, MIN_CHUNK = 64L << 20;
+    /** The alignment (bytes) of every allocation: an allocation of n bytes takes at most n + ALIGN_BYTES. */
+    static final long ALIGN_BYTES = ALIGN;
     private final Gpu gpu;
     private final List<long[]> chunks = new ArrayList<>(); // {base, size}
     private int cur;
