@@ -23,8 +23,10 @@ import java.util.SplittableRandom;
  * <pre>
  * java ... io.ds4j.gpu.GpuBench [--model DIR | --preset NAME [--dtype bf16|fp8] [--layers L] [--experts E]]
  *      [--prompt-tokens 4096] [--chunk 512] [--decode-tokens 32] [--contexts 4096,59933] [--max-prefill 131072]
- *      [--peak-gbs 4800] [--graph-rounds 3]
+ *      [--peak-gbs 4800] [--graph-rounds 3] [--batches 1,4,16,64]
  * </pre>
+ * {@code --batches}: batched decode at each context (copies of the prefilled sequence stepped together, see
+ * {@link #batched}).
  * Decode-step graphs ({@link DecodeGraphs}): the decode rate is measured with the default setting
  * ({@code -Dds4j.gpu.graphs}, off unless turned on), then with graphs off and on in interleaved A/B rounds of
  * --decode-tokens steps at the same context (each round's tokens are rolled back; 0 rounds skips it).
@@ -41,7 +43,7 @@ public final class GpuBench {
         Integer layers = null, experts = null;
         int prompt = 4096, chunk = 512, decode = 32, maxPrefill = 131072, graphRounds = 3;
         double peak = 4800;
-        List<Integer> contexts = new ArrayList<>();
+        List<Integer> contexts = new ArrayList<>(), batches = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
             switch (a) {
@@ -57,6 +59,7 @@ public final class GpuBench {
                 case "--peak-gbs" -> peak = Double.parseDouble(args[++i]);
                 case "--max-prefill" -> maxPrefill = Integer.parseInt(args[++i]);
                 case "--graph-rounds" -> graphRounds = Integer.parseInt(args[++i]);
+                case "--batches" -> { for (String s : args[++i].split(",")) batches.add(Integer.parseInt(s.trim())); }
                 default -> throw new IllegalArgumentException("unknown option " + a);
             }
         }
@@ -134,6 +137,7 @@ public final class GpuBench {
                     be.forward(s, toks, ctx + decode + 1, 1, new int[]{0});
                     System.out.print("  one decode step by category (each op waited for):\n" + be.takeProfile());
                     be.setProfiling(false);
+                    if (!batches.isEmpty()) batched(be, s, toks, decode, batches);
                 }
             }
         }
@@ -178,6 +182,62 @@ public final class GpuBench {
                         + " refused captures %d%n", rates(tps[1]), on, 100 * (on / off - 1), after.updated() - before.updated(),
                 after.instantiated() - before.instantiated() + after.reinstantiated() - before.reinstantiated(),
                 after.reinstantiated() - before.reinstantiated(), after.fallbacks() - before.fallbacks());
+    }
+
+    /**
+     * Batched decode: for each batch size N, N copies of the prefilled sequence step together (one step of N decode
+     * entries per token), n steps timed after one warm-up step, then rolled back so that every size runs at the same
+     * context; aggregate tokens/s, per-step time and the ratio to batch 1 of the same run. For N > 1 the attention
+     * runs both in the several-sequence kernels (grouped) and one entry at a time, interleaved; the profile of one
+     * grouped step of the largest size follows.
+     */
+    static void batched(HipBackend be, HipSequence s, int[] toks, int n, List<Integer> sizes) {
+        int pos = s.length();
+        double one = 0;
+        int largest = sizes.stream().mapToInt(Integer::intValue).max().orElse(1);
+        System.out.printf("  batched decode at context %d (%d timed steps per size; every entry a decode token):%n", pos, n);
+        for (int N : sizes) {
+            List<Sequence> seqs = new ArrayList<>();
+            try {
+                for (int i = 0; i < N; i++) seqs.add(be.fork(s, Math.max(16, n + 1)));
+                for (boolean grouped : N == 1 ? new boolean[]{true} : new boolean[]{true, false}) {
+                    System.setProperty("ds4j.gpu.noGroupedAttention", String.valueOf(!grouped));
+                    batchSteps(be, seqs, toks, pos, 1);
+                    for (Sequence q : seqs) q.rollback(1);
+                    long t0 = System.nanoTime();
+                    batchSteps(be, seqs, toks, pos, n);
+                    double sec = (System.nanoTime() - t0) / 1e9;
+                    for (Sequence q : seqs) q.rollback(n);
+                    double agg = (double) N * n / sec;
+                    if (N == 1) one = agg;
+                    System.out.printf("    batch %3d%s: %8.1f tokens/s aggregate, %6.1f per stream, %7.2f ms a step, %5.2fx batch 1%n", N,
+                            N == 1 ? "          " : grouped ? " (grouped)" : " (entries)", agg, agg / N, 1e3 * sec / n,
+                            one > 0 ? agg / one : Double.NaN);
+                }
+                System.clearProperty("ds4j.gpu.noGroupedAttention");
+                if (N == largest && N > 1) {
+                    be.setProfiling(true);
+                    batchSteps(be, seqs, toks, pos, 1);
+                    System.out.print("    one grouped step of " + N + " decode entries by category (each op waited for):\n" + be.takeProfile());
+                    be.setProfiling(false);
+                    for (Sequence q : seqs) q.rollback(1);
+                }
+            } finally {
+                System.clearProperty("ds4j.gpu.noGroupedAttention");
+                for (Sequence q : seqs) q.close();
+            }
+        }
+    }
+
+    /** n batched decode steps: entry i gets token toks[pos + step + i] (different tokens per stream). */
+    private static void batchSteps(HipBackend be, List<Sequence> seqs, int[] toks, int pos, int n) {
+        for (int t = 0; t < n; t++) {
+            List<io.ds4j.engine.BatchEntry> batch = new ArrayList<>();
+            for (int i = 0; i < seqs.size(); i++)
+                batch.add(new io.ds4j.engine.BatchEntry(seqs.get(i), new int[]{toks[(pos + t + i) % toks.length]}, new int[]{0},
+                        io.ds4j.engine.StepKind.DECODE));
+            be.step(batch);
+        }
     }
 
     private static double median(double[] v) {
