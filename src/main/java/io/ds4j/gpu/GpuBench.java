@@ -137,7 +137,7 @@ public final class GpuBench {
                     be.forward(s, toks, ctx + decode + 1, 1, new int[]{0});
                     System.out.print("  one decode step by category (each op waited for):\n" + be.takeProfile());
                     be.setProfiling(false);
-                    if (!batches.isEmpty()) batched(be, s, toks, decode, batches);
+                    if (!batches.isEmpty()) batched(be, s, Math.max(16, decode), toks, decode, batches);
                 }
             }
         }
@@ -187,11 +187,12 @@ public final class GpuBench {
     /**
      * Batched decode: for each batch size N, N copies of the prefilled sequence step together (one step of N decode
      * entries per token), n steps timed after one warm-up step, then rolled back so that every size runs at the same
-     * context; aggregate tokens/s, per-step time and the ratio to batch 1 of the same run. For N > 1 the attention
+     * context (n must not exceed maxRollback, the source's rollback window); aggregate tokens/s, per-step time and the
+     * ratio to batch 1 of the same run. For N > 1 the attention
      * runs both in the several-sequence kernels (grouped) and one entry at a time, interleaved; the profile of one
      * grouped step of the largest size follows.
      */
-    static void batched(HipBackend be, HipSequence s, int[] toks, int n, List<Integer> sizes) {
+    static void batched(HipBackend be, HipSequence s, int maxRollback, int[] toks, int n, List<Integer> sizes) {
         int pos = s.length();
         double one = 0;
         int largest = sizes.stream().mapToInt(Integer::intValue).max().orElse(1);
@@ -199,7 +200,7 @@ public final class GpuBench {
         for (int N : sizes) {
             List<Sequence> seqs = new ArrayList<>();
             try {
-                for (int i = 0; i < N; i++) seqs.add(be.fork(s, Math.max(16, n + 1)));
+                for (int i = 0; i < N; i++) seqs.add(be.fork(s, maxRollback)); // copies need the source's ring sizes
                 for (boolean grouped : N == 1 ? new boolean[]{true} : new boolean[]{true, false}) {
                     System.setProperty("ds4j.gpu.noGroupedAttention", String.valueOf(!grouped));
                     batchSteps(be, seqs, toks, pos, 1);
