@@ -31,8 +31,9 @@ import java.util.function.ToDoubleFunction;
  *   <li>{@code vllm:num_requests_running}, {@code vllm:num_requests_waiting} gauges (queue depth);</li>
  *   <li>the engine's batched steps: {@code ds4j:batch_size} histogram (requests per step),
  *       {@code ds4j:batch_tokens} histogram (token rows per step: prefill tokens plus decode/verify rows),
- *       {@code vllm:iteration_tokens_total} (vLLM's tokens-per-step histogram, same observations as
- *       {@code ds4j:batch_tokens}), {@code ds4j:batch_prefill_tokens_total} and
+ *       {@code vllm:iteration_tokens} (vLLM's tokens-per-step histogram {@code vllm:iteration_tokens_total}, same
+ *       observations as {@code ds4j:batch_tokens}; the Prometheus client reserves the {@code _total} suffix for
+ *       counters, so the series are {@code vllm:iteration_tokens_bucket}, {@code _count} and {@code _sum}), {@code ds4j:batch_prefill_tokens_total} and
  *       {@code ds4j:batch_decode_rows_total} counters, and {@code ds4j:engine_steps_total};</li>
  *   <li>{@code vllm:spec_decode_num_drafts_total} (verify steps that carried draft tokens),
  *       {@code vllm:spec_decode_num_draft_tokens_total} (offered), {@code vllm:spec_decode_num_accepted_tokens_total};</li>
@@ -88,7 +89,7 @@ public final class ServerMetrics {
         failed = counter("ds4j:requests_failed", "Requests that failed inside the engine");
         batchSize = summary("ds4j:batch_size", "Requests (batch entries) per engine step", null, BATCH_BUCKETS);
         batchTokens = summary("ds4j:batch_tokens", "Token rows per engine step (prefill tokens + decode/verify rows)", null, TOKEN_BUCKETS);
-        iterationTokens = summary("vllm:iteration_tokens_total", "Tokens per engine step (vLLM name)", null, TOKEN_BUCKETS);
+        iterationTokens = summary("vllm:iteration_tokens", "Tokens per engine step (vLLM name)", null, TOKEN_BUCKETS);
         batchPrefill = counter("ds4j:batch_prefill_tokens", "Prefill tokens run in engine steps");
         batchDecode = counter("ds4j:batch_decode_rows", "Decode/verify rows run in engine steps");
         engineSteps = counter("ds4j:engine_steps", "Batched engine steps run");
