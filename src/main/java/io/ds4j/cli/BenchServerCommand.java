@@ -374,6 +374,8 @@ public final class BenchServerCommand implements Callable<Integer> {
         b.putArray("messages").addObject().put("role", "user").put("content", content);
         b.put("stream", streamIt).put("max_tokens", maxTok).put("temperature", 0).put("ignore_eos", true);
         if (streamIt) b.putObject("stream_options").put("include_usage", true);
+        // the long prompt is prefilled in full every time: a prefix-cache hit would skip the work it stands for
+        else b.put("cache_prompt", false);
         HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/v1/chat/completions"))
                 .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(b.toString()));
         if (apiKey != null) rb.header("Authorization", "Bearer " + apiKey);

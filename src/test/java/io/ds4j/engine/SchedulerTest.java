@@ -3,12 +3,9 @@ package io.ds4j.engine;
 import io.ds4j.cpu.CpuBackend;
 import io.ds4j.cpu.TestModelsAccess;
 import io.ds4j.model.ModelConfig;
-import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.speculative.DraftSource;
-import io.ds4j.speculative.ModelDraftSource;
 import io.ds4j.speculative.NgramDraft;
-import io.ds4j.speculative.VerifyWidth;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -47,101 +44,38 @@ class SchedulerTest {
         sameCpu.close();
     }
 
-    /** One request of the mix: prompt, sampling, draft source (null: plain) and width. */
-    record Req(int[] prompt, SamplingParams params, DraftSource draft, String width) {}
+    record Req(int[] prompt, SamplingParams params, DraftSource draft, String width) {
+        BatchInvarianceRuns.Req runs() {
+            return new BatchInvarianceRuns.Req(prompt, params, draft, width);
+        }
+    }
 
-    /** A generation of a request on the given target, collecting its tokens. */
     static Generation open(Backend target, Req r, int chunk, List<Integer> out) {
-        Sampler s = new Sampler(r.params(), cfg.vocabSize, r.prompt());
-        return new Generation(target, target.newSequence(16), r.prompt(), s,
-                r.draft() == null ? null : r.draft().open(r.prompt(), r.params(), 99),
-                r.draft() == null ? null : VerifyWidth.parse(r.width()),
-                new Generation.Options(chunk, 4096, new int[]{-1}, 16), (t, lp) -> { out.add(t); return true; });
+        return BatchInvarianceRuns.open(target, r.runs(), chunk, out);
     }
 
     static int[] tokens(List<Integer> l) {
-        return l.stream().mapToInt(Integer::intValue).toArray();
-    }
-
-    /**
-     * 18 requests: prompt lengths 3..70, four kinds of drafting (none, n-gram, an unrelated draft model, a copy of the
-     * target as draft model), each with a greedy and a seeded sampled request, fixed and adaptive widths.
-     */
-    static List<Req> mix(DraftSource otherDraft, DraftSource sameDraft) {
-        SplittableRandom rnd = new SplittableRandom(5);
-        List<Req> out = new ArrayList<>();
-        for (int i = 0; i < 18; i++) {
-            int n = 3 + (i * 37) % 68;
-            int[] p = new int[n];
-            for (int j = 0; j < n; j++) p[j] = i % 3 == 0 && j >= 4 ? p[j - 4] : rnd.nextInt(cfg.vocabSize); // some repeat a phrase
-            int max = 14 + i % 7;
-            SamplingParams sp = i % 2 == 0 ? SamplingParams.greedy(max) : SamplingParams.sampled(0.9, 0, 0.95, 0, 1000 + i, max);
-            DraftSource d = switch ((i / 2) % 4) { // each kind with a greedy and a sampled request
-                case 0 -> null;
-                case 1 -> NgramDraft.source();
-                case 2 -> otherDraft;
-                default -> sameDraft;
-            };
-            out.add(new Req(p, sp, d, i % 5 == 0 ? "auto" : Integer.toString(1 + i % 4)));
-        }
-        return out;
+        return BatchInvarianceRuns.tokens(l);
     }
 
     @Test
     void eachRequestsOutputIsTheSameAloneAndInABatch() {
-        TrackingBackend target = new TrackingBackend(targetCpu), draftOther = new TrackingBackend(otherCpu),
-                draftSame = new TrackingBackend(sameCpu);
-        DraftSource other = new ModelDraftSource(draftOther, "model:other", 16), same = new ModelDraftSource(draftSame, "model:same", 16);
-        List<Req> reqs = mix(other, same);
-        int chunk = 8;
-        // alone: each request stepped on its own
-        List<int[]> alone = new ArrayList<>();
-        List<Generation.Finish> aloneFinish = new ArrayList<>();
-        for (Req r : reqs) {
-            List<Integer> out = new ArrayList<>();
-            Generation g = open(target, r, chunk, out);
-            while (g.step()) { }
-            alone.add(tokens(out));
-            aloneFinish.add(g.finish());
+        BatchInvarianceRuns.Report rep = BatchInvarianceRuns.run(targetCpu, otherCpu, sameCpu);
+        assertEquals(List.of(), rep.failures());
+        for (int i = 0; i < rep.requests().size(); i++) {
+            BatchInvarianceRuns.Req r = rep.requests().get(i);
+            assertTrue(rep.alone().get(i).length > 0);
+            assertArrayEquals(rep.alone().get(i), rep.batched().get(i), "request " + i + " (" + r.label() + ")");
+            // speculative greedy output is plain greedy output, batched too
+            if (r.params().isGreedy()) assertArrayEquals(rep.plain().get(i), rep.batched().get(i), "request " + i + " (" + r.label() + ")");
         }
-        int aloneSteps = target.steps.size();
-        target.steps.clear();
-        draftOther.steps.clear();
-        // batched: all 18 through one scheduler
-        Scheduler<Integer> sch = new Scheduler<>(target, new Scheduler.Limits(256, 64));
-        List<List<Integer>> outs = new ArrayList<>();
-        List<Generation> gens = new ArrayList<>();
-        for (int i = 0; i < reqs.size(); i++) {
-            List<Integer> out = new ArrayList<>();
-            outs.add(out);
-            Generation g = open(target, reqs.get(i), Scheduler.prefillChunk(chunk, sch.limits()), out);
-            gens.add(g);
-            sch.add(i, g);
-        }
-        int ticks = 0, mixed = 0;
-        while (!sch.isEmpty()) {
-            Scheduler.Tick<Integer> t = sch.tick();
-            assertTrue(t.failed().isEmpty(), "failures: " + t.failed());
-            assertTrue(t.prefillTokens() <= 64, "prefill within the token budget: " + t.prefillTokens());
-            if (t.prefillTokens() > 0 && t.decodeRows() > 0) mixed++;
-            ticks++;
-        }
-        for (int i = 0; i < reqs.size(); i++) {
-            assertArrayEquals(alone.get(i), tokens(outs.get(i)), "request " + i + " (" + reqs.get(i).params().isGreedy()
-                    + " greedy, draft " + (reqs.get(i).draft() == null ? "none" : reqs.get(i).draft().name()) + ")");
-            assertEquals(aloneFinish.get(i), gens.get(i).finish(), "request " + i);
-            assertTrue(alone.get(i).length > 0);
-        }
-        int widest = target.steps.stream().mapToInt(List::size).max().orElse(0);
-        assertTrue(widest >= 16, "at least 16 requests shared a step, widest " + widest);
-        assertTrue(mixed > 0, "some steps mixed prefill chunks and decode rows");
-        assertTrue(target.steps.stream().anyMatch(k -> k.contains(StepKind.VERIFY) && k.contains(StepKind.DECODE)
-                && k.contains(StepKind.PREFILL)), "some steps mixed prefill, decode and verify entries");
-        assertTrue(ticks < aloneSteps / 3, "batching needs far fewer steps: " + ticks + " ticks vs " + aloneSteps + " alone");
-        // the draft model's steps ran batched over the requests that use it
-        assertTrue(draftOther.steps.stream().anyMatch(k -> k.size() >= 3), "draft-model steps batched: "
-                + draftOther.steps.stream().mapToInt(List::size).max().orElse(0));
-        for (TrackingBackend.Seq s : target.sequences) assertTrue(s.closed, "every finished request released its sequence");
+        assertTrue(rep.widest() >= 16, "at least 16 requests shared a step, widest " + rep.widest());
+        assertTrue(rep.mixedKinds() > 0, "some steps mixed prefill, decode and verify entries");
+        assertTrue(rep.maxPrefill() <= 64, "prefill within the token budget: " + rep.maxPrefill());
+        assertTrue(rep.ticks() < rep.aloneSteps() / 3, "batching needs far fewer steps: " + rep.ticks() + " ticks vs "
+                + rep.aloneSteps() + " alone");
+        assertTrue(rep.widestDraft() >= 3, "draft-model steps batched over the requests using it: " + rep.widestDraft());
+        assertTrue(rep.allReleased(), "every finished request released its sequence");
     }
 
     @Test
