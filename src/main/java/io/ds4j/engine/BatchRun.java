@@ -15,8 +15,9 @@ import java.util.List;
  *   <li>any other entry (advanced partly, or further than its rollback window) fails with the batch's error, as its
  *       state is unknown.</li>
  * </ul>
- * An entry that throws when stepped alone fails with its own error. Errors of every kind are caught (a step that ran
- * out of memory fails its requests, not the engine).
+ * An entry that throws when stepped alone fails with its own error; one that succeeds alone goes on (a fault that does
+ * not recur fails nobody). A step of a single entry is not retried: its error is the entry's. Errors of every kind are
+ * caught (a step that ran out of memory fails its requests, not the engine).
  */
 public final class BatchRun {
     private BatchRun() {}
@@ -62,6 +63,11 @@ public final class BatchRun {
         try {
             out = backend.step(valid);
         } catch (Throwable batchError) {
+            if (valid.size() == 1) {
+                // a step of one entry has no one else to blame
+                failures[index.getFirst()] = batchError;
+                return new Outcome(logits, failures, false);
+            }
             for (int k = 0; k < valid.size(); k++) {
                 BatchEntry e = valid.get(k);
                 int i = index.get(k);
