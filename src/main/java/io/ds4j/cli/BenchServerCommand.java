@@ -140,6 +140,11 @@ public final class BenchServerCommand implements Callable<Integer> {
             http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(10)).build();
             if (backend.equals("cpu") && !skipEngineAlone) engineAlone(dir, prompt, tok, user);
             else for (int i = 0; i < 5; i++) stream(user); // warm-up
+            if (longUser != null) {
+                // the long prompt's chunk-sized prefill steps are compiled (JIT) before they are measured
+                String warm = textOfTokens(tok, Math.min(longPrompt, 4 * Math.min(tokenBudget, prefillChunk)));
+                for (int i = 0; i < 3; i++) http.send(chatRequest(warm, 1, false), HttpResponse.BodyHandlers.discarding());
+            }
             System.out.println();
             levels(user);
             System.out.printf("%nserver: limits.maxActive %d (more clients wait in the queue), scheduler.maxBatchRows %d, "
