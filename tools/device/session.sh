@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc.
+# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-long.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -36,6 +36,9 @@ for p in ${phases//,/ }; do
     prefix-test) TAILN=30 run prefix-test 300 tools/device/run.sh test --select-class io.ds4j.gpu.HipPrefixCacheTest ;;
     prefix-agent) TAILN=30 run prefix-agent 560 tools/device/run.sh ds4j bench-prefix --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --workloads agent ;;
     prefix-doc) TAILN=30 run prefix-doc 560 tools/device/run.sh ds4j bench-prefix --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --workloads doc --doc-tokens 32768 ;;
+    batch-test) TAILN=30 run batch-test 300 tools/device/run.sh test --select-class io.ds4j.gpu.HipBatchInvarianceTest ;;
+    batch-bench) TAILN=30 run batch-bench 560 tools/device/run.sh ds4j bench-server --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --clients 1,4,16,64 --requests 16 --max-tokens 64 --skip-engine-alone ;;
+    batch-long) TAILN=30 run batch-long 560 tools/device/run.sh ds4j bench-server --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --clients 16 --requests 16 --max-tokens 256 --long-prompt 32768 --skip-engine-alone ;;
     *) echo "unknown phase $p" >&2; exit 2 ;;
   esac
 done

@@ -7,6 +7,7 @@ import io.ds4j.cpu.CpuBackend;
 import io.ds4j.engine.Generation;
 import io.ds4j.model.WeightLoader;
 import io.ds4j.model.synth.ModelStore;
+import io.ds4j.model.synth.RandomCheckpoint;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.app.DefaultModelProvider;
@@ -43,13 +44,18 @@ import java.util.concurrent.Future;
 import java.util.stream.Stream;
 
 /**
- * {@code ds4j bench-server}: the server's own cost. Runs the same greedy generation on the engine alone (a
- * {@link Generation} stepped in a loop) and through the HTTP server as an SSE stream, and prints tokens/s of both;
- * then TTFT p50/p99 (measured by the clients: request sent → first content chunk) and aggregate tokens/s at several
- * numbers of concurrent streaming clients. A benchmark, not a test: it prints figures and asserts nothing.
+ * {@code ds4j bench-server}: the server as its clients see it. On backend cpu it first runs the same greedy generation
+ * on the engine alone (a {@link Generation} stepped in a loop) and through the HTTP server as an SSE stream, and prints
+ * tokens/s of both (the server's own cost); then, at each number of concurrent streaming clients, aggregate generated
+ * tokens/s, TTFT p50/p99 (request sent → first content chunk) and per-stream inter-token latency p50/p99 (time
+ * between successive content chunks of one stream; a speculative step may deliver several tokens in one chunk).
+ * With {@code --long-prompt N}, each level runs a second time with an N-token prompt being prefilled beside the
+ * streams (sent again whenever one finishes), and the streams' figures with it are printed next to those without.
+ * A benchmark, not a test: it prints figures and asserts nothing.
  */
 @Command(name = "bench-server", mixinStandardHelpOptions = true, sortOptions = false,
-        description = "Measure server overhead: tokens/s through SSE vs the engine alone, TTFT p50/p99 at 1, 8, 64 clients.")
+        description = "Through the server: aggregate tokens/s, TTFT and inter-token latency p50/p99 at 1, 4, 16, 64 streams; "
+                + "optionally beside a long prompt being prefilled.")
 public final class BenchServerCommand implements Callable<Integer> {
     static final class Source {
         @Option(names = "--model", paramLabel = "DIR", description = "model directory") Path model;
@@ -57,13 +63,25 @@ public final class BenchServerCommand implements Callable<Integer> {
     }
 
     @ArgGroup(exclusive = true, multiplicity = "0..1") Source source = new Source();
+    @Option(names = "--layers", description = "preset variant: layers (default: the preset's)") Integer layers;
+    @Option(names = "--experts", description = "preset variant: routed experts (default: the preset's)") Integer experts;
+    @Option(names = "--dtype", defaultValue = "bf16", description = "preset variant storage: bf16 or fp8 (default ${DEFAULT-VALUE})") String dtype;
+    @Option(names = "--backend", defaultValue = "cpu", description = "model.backend: cpu or hip (default ${DEFAULT-VALUE}); "
+            + "the engine-alone comparison runs on cpu only") String backend;
     @Option(names = "--prompt-tokens", defaultValue = "64", description = "approximate prompt length (default ${DEFAULT-VALUE})") int promptTokens;
     @Option(names = "--max-tokens", defaultValue = "32", description = "tokens generated per request (default ${DEFAULT-VALUE})") int maxTokens;
-    @Option(names = "--clients", defaultValue = "1,8,64", split = ",", description = "concurrency levels (default ${DEFAULT-VALUE})") List<Integer> clients;
+    @Option(names = "--clients", defaultValue = "1,4,16,64", split = ",", description = "concurrency levels (default ${DEFAULT-VALUE})") List<Integer> clients;
     @Option(names = "--requests", defaultValue = "32", description = "requests per level, at least one per client (default ${DEFAULT-VALUE})") int requests;
     @Option(names = "--repeats", defaultValue = "10", description = "single-stream runs for the overhead figure (default ${DEFAULT-VALUE})") int repeats;
     @Option(names = "--draft", defaultValue = "none", description = "speculative.draft for both sides: none or ngram (default ${DEFAULT-VALUE})") String draft;
-    @Option(names = "--max-active", defaultValue = "8", description = "limits.maxActive of the server (default ${DEFAULT-VALUE}, the server default)") int maxActive;
+    @Option(names = "--max-active", defaultValue = "0", description = "limits.maxActive of the server; 0 (default) = the "
+            + "largest concurrency level (plus one for --long-prompt), so every stream runs at once") int maxActive;
+    @Option(names = "--max-batch-rows", defaultValue = "256", description = "scheduler.maxBatchRows (default ${DEFAULT-VALUE})") int maxBatchRows;
+    @Option(names = "--token-budget", defaultValue = "512", description = "scheduler.tokenBudget: prefill tokens per step (default ${DEFAULT-VALUE})") int tokenBudget;
+    @Option(names = "--prefill-chunk", defaultValue = "512", description = "limits.prefillChunk (default ${DEFAULT-VALUE})") int prefillChunk;
+    @Option(names = "--long-prompt", defaultValue = "0", paramLabel = "N", description = "also run each level beside an "
+            + "N-token prompt being prefilled (e.g. 32768); 0 = off (default)") int longPrompt;
+    @Option(names = "--skip-engine-alone", description = "leave out the single-stream engine-alone comparison") boolean skipEngineAlone;
 
     @Option(names = "--url", paramLabel = "URL", description = "measure a server already running at URL (e.g. a cluster gateway, "
             + "http://127.0.0.1:8080) instead of starting one: single-stream and concurrent figures with per-token latency, "
@@ -79,35 +97,68 @@ public final class BenchServerCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
         if (!draft.equals("none") && !draft.equals("ngram")) throw new IllegalArgumentException("--draft must be none or ngram");
+        if (clients.stream().anyMatch(c -> c < 1)) throw new IllegalArgumentException("--clients: levels must be >= 1");
+        String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
         Path dir = source.model != null ? source.model
-                : ModelStore.ensure(source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET, 1, System.err::println);
+                : layers == null && experts == null && dtype.equals("bf16") ? ModelStore.ensure(preset, 1, System.err::println)
+                : ModelStore.ensureVariant(preset, layers, experts, RandomCheckpoint.Storage.parse(dtype), 1, System.err::println);
         Tokenizer tok = Tokenizers.forModel(dir);
         String user = userText(tok);
         int[] prompt = tok.encode(ChatEncoder.encode(List.of(ChatMessage.user(user)), ChatOptions.defaults()));
         int maxClients = clients.stream().mapToInt(Integer::intValue).max().orElse(1);
+        longUser = longPrompt > 0 ? textOfTokens(tok, longPrompt) : null;
 
-        System.out.printf("bench-server: model %s, prompt %d tokens, %d generated tokens per request (greedy, ignore_eos), draft %s%n",
-                dir, prompt.length, maxTokens, draft);
+        System.out.printf("bench-server: model %s, backend %s, prompt %d tokens, %d generated tokens per request (greedy, ignore_eos), draft %s%n",
+                dir, url != null ? "(remote)" : backend, prompt.length, maxTokens, draft);
+        if (longUser != null) System.out.printf("long prompt beside the streams: %d tokens, max_tokens 1%n",
+                tok.encode(ChatEncoder.encode(List.of(ChatMessage.user(longUser)), ChatOptions.defaults())).length);
         System.out.printf("machine: %s, %d cores, JDK %s%n", cpuName(), Runtime.getRuntime().availableProcessors(),
                 System.getProperty("java.version"));
 
         if (url != null) return remote(user, maxClients);
         // --- the server (loads its own copy of the model; weights are memory-mapped, so this costs little)
+        int active = maxActive > 0 ? maxActive : maxClients + (longUser != null ? 1 : 0);
         Map<String, Object> o = new LinkedHashMap<>();
         o.put("server.host", "127.0.0.1");
         o.put("server.port", 0);
         o.put("model.path", dir.toAbsolutePath().toString());
+        o.put("model.backend", backend);
         o.put("speculative.draft", draft);
-        o.put("limits.maxActive", maxActive);
+        o.put("limits.maxActive", active);
         o.put("limits.maxQueue", Math.max(64, maxClients));
+        o.put("limits.prefillChunk", prefillChunk);
+        o.put("limits.maxContextTokens", Math.max(32768, longPrompt + 4096));
+        o.put("scheduler.maxBatchRows", maxBatchRows);
+        o.put("scheduler.tokenBudget", tokenBudget);
         o.put("log.level", "warn");
         ServerConfig cfg = ServerConfig.parse(null, "bench", o);
         Ds4jServer server = Ds4jServer.start(new Ds4jServer.Options(cfg, null, o, new DefaultModelProvider())).await();
-        try (CpuBackend be = new CpuBackend(WeightLoader.load(dir))) {
+        try {
             server.ready().await();
             port = server.port();
             base = "http://127.0.0.1:" + port;
             http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(10)).build();
+            if (backend.equals("cpu") && !skipEngineAlone) engineAlone(dir, prompt, tok, user);
+            else for (int i = 0; i < 5; i++) stream(user); // warm-up
+            if (longUser != null) {
+                // the long prompt's chunk-sized prefill steps are compiled (JIT) before they are measured
+                String warm = textOfTokens(tok, Math.min(longPrompt, 4 * Math.min(tokenBudget, prefillChunk)));
+                for (int i = 0; i < 3; i++) http.send(chatRequest(warm, 1, false), HttpResponse.BodyHandlers.discarding());
+            }
+            System.out.println();
+            levels(user);
+            System.out.printf("%nserver: limits.maxActive %d (more clients wait in the queue), scheduler.maxBatchRows %d, "
+                            + "scheduler.tokenBudget %d, limits.prefillChunk %d, one engine thread, %d HTTP verticles%n",
+                    active, maxBatchRows, tokenBudget, prefillChunk, cfg.httpInstances());
+        } finally {
+            server.close().await();
+        }
+        return 0;
+    }
+
+    /** The single-stream comparison of the engine alone and one SSE client (backend cpu). */
+    private void engineAlone(Path dir, int[] prompt, Tokenizer tok, String user) throws Exception {
+        try (CpuBackend be = new CpuBackend(WeightLoader.load(dir))) {
             // warm-up (JIT) of both paths, then blocks A B A B so drift affects both alike; a collection between
             // blocks so one side's garbage is not collected during the other's runs
             for (int i = 0; i < 10; i++) {
@@ -122,7 +173,6 @@ public final class BenchServerCommand implements Callable<Integer> {
                 System.gc();
                 for (int i = 0; i < repeats; i++) single.add(stream(user));
             }
-
             double engDecode = median(engine.stream().mapToDouble(x -> x[0]).toArray());
             double engE2e = median(engine.stream().mapToDouble(x -> x[1]).toArray());
             double engTtft = median(engine.stream().mapToDouble(x -> x[2]).toArray());
@@ -136,23 +186,49 @@ public final class BenchServerCommand implements Callable<Integer> {
             System.out.printf("overhead: decode %.1f %% (%.2f ms/token), end-to-end %.1f %%, TTFT +%.1f ms (medians of %d runs each)%n",
                     100 * (1 - sseDecode / engDecode), 1000 / sseDecode - 1000 / engDecode, 100 * (1 - sseE2e / engE2e),
                     sseTtft - engTtft, 2 * repeats);
-
-            System.out.println();
-            System.out.printf("%-8s %9s %13s %13s %17s%n", "clients", "requests", "TTFT p50 ms", "TTFT p99 ms", "aggregate tok/s");
-            for (int c : clients) {
-                Round rd = round(c, user);
-                List<Sample> samples = rd.samples();
-                double secs = rd.seconds();
-                double[] ttft = samples.stream().mapToDouble(Sample::ttftMs).sorted().toArray();
-                long toks = samples.stream().mapToLong(Sample::tokens).sum();
-                System.out.printf("%-8d %9d %13.1f %13.1f %17.1f%n", c, samples.size(), pct(ttft, 50), pct(ttft, 99), toks / secs);
-            }
-            System.out.printf("%nserver: limits.maxActive %d (more clients wait in the queue), one engine thread, %d HTTP verticles%n",
-                    maxActive, cfg.httpInstances());
-        } finally {
-            server.close().await();
         }
-        return 0;
+    }
+
+    /**
+     * The concurrency table: per level aggregate tokens/s, TTFT and inter-token latency p50/p99, and with
+     * --long-prompt the same beside a long prompt being prefilled; then each level's aggregate relative to one stream.
+     */
+    private void levels(String user) throws Exception {
+        System.out.printf("%-8s %9s %13s %13s %17s %14s %14s%n", "clients", "requests", "TTFT p50 ms", "TTFT p99 ms",
+                "aggregate tok/s", "ITL p50", "ITL p99");
+        Map<Integer, Double> aggregate = new LinkedHashMap<>();
+        Map<Integer, Round> withLong = new LinkedHashMap<>();
+        for (int c : clients) {
+            Round rd = round(c, user, false);
+            aggregate.put(c, rd.aggregate());
+            printRow(String.valueOf(c), rd);
+            if (longUser != null) {
+                Round lr = round(c, user, true);
+                withLong.put(c, lr);
+                printRow(c + "+long", lr);
+            }
+        }
+        Double one = aggregate.get(1);
+        if (one != null && one > 0) {
+            StringBuilder sb = new StringBuilder("aggregate relative to one stream:");
+            aggregate.forEach((c, a) -> sb.append(String.format(" %d: %.2fx", c, a / one)));
+            System.out.println(sb);
+        }
+        if (!withLong.isEmpty()) {
+            System.out.printf("%nbeside a %d-token prompt being prefilled (%d prefills started, %d finished during the rounds):%n",
+                    longPrompt, longStarted.get(), longFinished.get());
+            System.out.printf("%-8s %22s %22s %14s%n", "clients", "ITL p50 without/with", "ITL p99 without/with", "p99 with / p50 without");
+        }
+        for (var e : withLong.entrySet()) {
+            Round without = lastPlain.get(e.getKey()), with = e.getValue();
+            System.out.printf("%-8d %10.2f / %7.2f ms %10.2f / %7.2f ms %14.2f%n", e.getKey(), without.itl(50), with.itl(50),
+                    without.itl(99), with.itl(99), with.itl(99) / without.itl(50));
+        }
+    }
+
+    private void printRow(String label, Round rd) {
+        System.out.printf("%-8s %9d %13.1f %13.1f %17.1f %11.2f ms %11.2f ms%n", label, rd.samples().size(), rd.ttft(50),
+                rd.ttft(99), rd.aggregate(), rd.itl(50), rd.itl(99));
     }
 
     /**
@@ -175,18 +251,7 @@ public final class BenchServerCommand implements Callable<Integer> {
                 median(single.stream().mapToDouble(Sample::e2eTps).toArray()),
                 median(single.stream().mapToDouble(Sample::ttftMs).toArray()), pct(gaps, 50), pct(gaps, 99));
         System.out.println();
-        System.out.printf("%-8s %9s %13s %13s %17s %14s %14s%n", "clients", "requests", "TTFT p50 ms", "TTFT p99 ms", "aggregate tok/s",
-                "per-token p50", "per-token p99");
-        for (int c : clients) {
-            Round rd = round(c, user);
-            List<Sample> samples = rd.samples();
-            double secs = rd.seconds();
-            double[] ttft = samples.stream().mapToDouble(Sample::ttftMs).sorted().toArray();
-            double[] g = samples.stream().flatMapToDouble(x -> Arrays.stream(x.gapsMs())).sorted().toArray();
-            long toks = samples.stream().mapToLong(Sample::tokens).sum();
-            System.out.printf("%-8d %9d %13.1f %13.1f %17.1f %11.2f ms %11.2f ms%n", c, samples.size(), pct(ttft, 50), pct(ttft, 99),
-                    toks / secs, pct(g, 50), pct(g, 99));
-        }
+        levels(user);
         return 0;
     }
 
@@ -220,12 +285,54 @@ public final class BenchServerCommand implements Callable<Integer> {
     record Sample(double ttftMs, double decodeTps, double e2eTps, long tokens, double[] gapsMs) {}
 
     /** The streamed requests of one concurrency level and the seconds they took together. */
-    record Round(List<Sample> samples, double seconds) {}
+    record Round(List<Sample> samples, double seconds) {
+        /** Generated tokens per second over all streams. */
+        double aggregate() {
+            return samples.stream().mapToLong(Sample::tokens).sum() / seconds;
+        }
 
-    /** {@code requests} streamed requests (rounded up to a multiple of c) from c concurrent clients. */
-    private Round round(int c, String user) throws Exception {
+        double ttft(double p) {
+            return pct(samples.stream().mapToDouble(Sample::ttftMs).sorted().toArray(), p);
+        }
+
+        /** Percentile of the gaps between successive content chunks, pooled over the streams. */
+        double itl(double p) {
+            return pct(samples.stream().flatMapToDouble(x -> Arrays.stream(x.gapsMs())).sorted().toArray(), p);
+        }
+    }
+
+    /** The last plain round per level (the "without" side of the long-prompt comparison). */
+    private final Map<Integer, Round> lastPlain = new LinkedHashMap<>();
+    private String longUser;
+    private final java.util.concurrent.atomic.AtomicInteger longStarted = new java.util.concurrent.atomic.AtomicInteger(),
+            longFinished = new java.util.concurrent.atomic.AtomicInteger();
+
+    /**
+     * {@code requests} streamed requests (rounded up to a multiple of c) from c concurrent clients; with withLong, a
+     * long-prompt request (max_tokens 1) is kept in flight beside them the whole time and abandoned at the end.
+     */
+    private Round round(int c, String user, boolean withLong) throws Exception {
         int perClient = Math.max(1, (requests + c - 1) / c);
         List<Sample> samples = Collections.synchronizedList(new ArrayList<>());
+        java.util.concurrent.atomic.AtomicBoolean over = new java.util.concurrent.atomic.AtomicBoolean();
+        java.util.concurrent.atomic.AtomicReference<java.util.concurrent.CompletableFuture<?>> inFlight = new java.util.concurrent.atomic.AtomicReference<>();
+        Thread longClient = null;
+        if (withLong) {
+            longClient = Thread.ofVirtual().start(() -> {
+                while (!over.get()) {
+                    var f = http.sendAsync(chatRequest(longUser, 1, false), HttpResponse.BodyHandlers.discarding());
+                    inFlight.set(f);
+                    longStarted.incrementAndGet();
+                    try {
+                        f.get();
+                        if (!over.get()) longFinished.incrementAndGet();
+                    } catch (Exception e) {
+                        return; // abandoned at the end of the round
+                    }
+                }
+            });
+            Thread.sleep(50); // let the long prompt be admitted first, so the streams run beside its prefill
+        }
         long t0 = System.nanoTime();
         try (ExecutorService ex = Executors.newVirtualThreadPerTaskExecutor()) {
             List<Future<?>> fs = new ArrayList<>();
@@ -235,18 +342,53 @@ public final class BenchServerCommand implements Callable<Integer> {
             }));
             for (Future<?> f : fs) f.get();
         }
-        return new Round(samples, (System.nanoTime() - t0) / 1e9);
+        Round rd = new Round(samples, (System.nanoTime() - t0) / 1e9);
+        if (longClient != null) {
+            over.set(true);
+            var f = inFlight.get();
+            if (f != null) f.cancel(true); // the client goes away: the server cancels the prefill at its next step
+            longClient.join();
+        } else {
+            lastPlain.put(c, rd);
+        }
+        return rd;
     }
 
-    private Sample stream(String user) throws Exception {
+    /** A user message of about n tokens once encoded (numbered words, so n-gram lookup finds little to draft). */
+    private static String textOfTokens(Tokenizer tok, int n) {
+        String[] words = ("alpha river stone cloud maple orbit lantern copper meadow signal harbor velvet canyon ember "
+                + "quartz willow").split(" ");
+        StringBuilder s = new StringBuilder();
+        int i = 0;
+        while (true) {
+            int before = s.length();
+            for (int k = 0; k < 256; k++, i++) s.append(words[i % words.length]).append(' ').append(i).append(' ');
+            int have = tok.encode(s.toString()).length;
+            if (have >= n) {
+                // trim back to about n tokens: cut the last block proportionally
+                int over = have - n;
+                int cut = (int) ((long) (s.length() - before) * over / Math.max(1, have - tok.encode(s.substring(0, before)).length));
+                s.setLength(Math.max(before, s.length() - cut));
+                return s.toString().trim();
+            }
+        }
+    }
+
+    private HttpRequest chatRequest(String content, int maxTok, boolean streamIt) {
         ObjectNode b = json.createObjectNode();
-        b.putArray("messages").addObject().put("role", "user").put("content", user);
-        b.put("stream", true).put("max_tokens", maxTokens).put("temperature", 0).put("ignore_eos", true);
-        b.putObject("stream_options").put("include_usage", true);
+        b.putArray("messages").addObject().put("role", "user").put("content", content);
+        b.put("stream", streamIt).put("max_tokens", maxTok).put("temperature", 0).put("ignore_eos", true);
+        if (streamIt) b.putObject("stream_options").put("include_usage", true);
+        // the long prompt is prefilled in full every time: a prefix-cache hit would skip the work it stands for
+        else b.put("cache_prompt", false);
         HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/v1/chat/completions"))
                 .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(b.toString()));
         if (apiKey != null) rb.header("Authorization", "Bearer " + apiKey);
-        HttpRequest req = rb.build();
+        return rb.build();
+    }
+
+    private Sample stream(String user) throws Exception {
+        HttpRequest req = chatRequest(user, maxTokens, true);
         List<Double> gaps = new ArrayList<>();
         long t0 = System.nanoTime();
         HttpResponse<Stream<String>> r = http.send(req, HttpResponse.BodyHandlers.ofLines());

@@ -7,8 +7,10 @@ import io.ds4j.sampling.Sampler;
 import java.util.Arrays;
 
 /**
- * One request's generation as a step-wise state machine, so a scheduler can interleave many requests at step
- * granularity. A step is one prefill chunk, or one decode step, which is always a speculative verify step: the
+ * One request's generation as a step-wise state machine, so a scheduler can batch many requests into one backend
+ * step: {@link #plan} says what the next step runs (a {@link BatchEntry}), {@link #commit} takes its logits
+ * and does the rest; {@link #step} does both around a step of this request alone. A step is one prefill chunk, or
+ * one decode step, which is always a speculative verify step: the
  * pending token plus q draft tokens go through the target in one batched forward over q+1 rows, the longest
  * acceptable prefix is committed and the rest rolled back. q = 0 (no draft, or a draft with nothing to offer) is plain
  * decoding through the same code.
@@ -73,6 +75,9 @@ public final class Generation {
     private PrefillPoint pointHook;
     private int generated;
     private Finish finish;
+    /** The step planned and not yet committed, and its draft tokens (decode steps). */
+    private BatchEntry planned;
+    private Draft.Proposal plannedProposal;
     private volatile boolean cancelled;
 
     /** Alternatives listed per scored prompt token; -1 = the prompt is not scored. */
@@ -182,84 +187,175 @@ public final class Generation {
     }
 
     /**
-     * Runs one step: a prefill chunk, or one decode/verify step.
+     * Runs one step on its own: {@link #plan()}, the target's {@link Backend#step} over this one entry, then
+     * {@link #commit}. For callers that step a single request (the CLI, tests); a scheduler batches many requests'
+     * plans into one backend step instead.
      * @return true while more steps remain
+     * @throws RuntimeException the backend's error when the step fails (the plan stays outstanding; {@link #cancel}
+     *         and another call release the state)
      */
     public boolean step() {
-        if (finish != null) return false;
+        BatchEntry e = plan();
+        if (e == null) return false;
+        float[] lg = target.step(java.util.List.of(e))[0];
+        return commit(lg);
+    }
+
+    /** The draft proposal a decode step asks for: up to q tokens continuing ctx[0 .. len). */
+    public record DraftCall(Draft draft, int[] ctx, int len, int q) {}
+
+    /**
+     * The draft tokens the next decode step would ask for, without asking for them (no state changes): null while
+     * prefilling, when done, without a draft, or when no draft token fits (q = 0). A scheduler that batches draft
+     * model steps over many requests obtains the proposals itself and passes them to {@link #plan(Draft.Proposal)}.
+     */
+    public DraftCall draftCall() {
+        if (finish != null || cancelled || prefilled < promptLen || planned != null || draft == null || width == null) return null;
+        int budget = sampler.params().maxTokens() - generated;
+        int room = opt.maxContext() - len;
+        int q = Math.min(width.next(), Math.min(budget - 1, Math.min(room - 1, opt.maxRollback())));
+        // a draft model holds at most its own context: past it, decode without drafts
+        q = Math.min(q, draft.maxContext() - len);
+        return q > 0 ? new DraftCall(draft, ctx, len, q) : null;
+    }
+
+    /**
+     * Token rows the next step will have, or 0 when there is none (done, cancelled, or a step already planned): the
+     * prefill chunk's size while prefilling, else 1 + the largest number of draft tokens ({@link #draftCall}).
+     */
+    public int nextRows() {
+        if (finish != null || cancelled || planned != null) return 0;
+        if (prefilled < promptLen) return nextChunk();
+        DraftCall c = draftCall();
+        return 1 + (c == null ? 0 : c.q());
+    }
+
+    /** The next prefill chunk's size: chunk multiples from the prompt's start, snapshot points and the prompt's end. */
+    private int nextChunk() {
+        // chunks end at multiples of the chunk size counted from the prompt's start (a resumed prefill is cut where
+        // a cold one is), and at the given points; a scored prompt takes at most SCORE_CHUNK rows a step
+        int chunk = scoreTop >= 0 ? Math.min(opt.prefillChunk(), SCORE_CHUNK) : opt.prefillChunk();
+        int n = Math.min(chunk - prefilled % chunk, promptLen - prefilled);
+        if (nextPoint < points.length) n = Math.min(n, points[nextPoint] - prefilled);
+        return n;
+    }
+
+    /**
+     * Plans the next step, asking the draft for its proposal itself (see {@link #plan(Draft.Proposal)}).
+     * @return the step's batch entry, or null when the generation has ended (a cancelled one ends here and releases
+     *         its state)
+     */
+    public BatchEntry plan() {
+        DraftCall c = draftCall();
+        return plan(c == null ? Draft.Proposal.NONE : c.draft().propose(c.ctx(), c.len(), c.q()));
+    }
+
+    /**
+     * Plans the next step: a prefill chunk, or the pending token plus the given draft tokens (the proposal for
+     * {@link #draftCall()}, cut at the first token a constraint does not allow; ignored while prefilling). The
+     * entry's logits go to {@link #commit}. Planning twice without a commit returns the same entry.
+     * @param proposal draft tokens for this step ({@link Draft.Proposal#NONE} for plain decoding)
+     * @return the step's batch entry, or null when the generation has ended (a cancelled one ends here and releases
+     *         its state)
+     */
+    public BatchEntry plan(Draft.Proposal proposal) {
+        if (finish != null) return null;
         if (startNs == 0) startNs = System.nanoTime();
-        if (cancelled) return end(Finish.CANCELLED);
+        if (cancelled) {
+            end(Finish.CANCELLED);
+            return null;
+        }
+        if (planned != null) return planned;
         if (prefilled < promptLen) {
-            // chunks end at multiples of the chunk size counted from the prompt's start (a resumed prefill is cut where
-            // a cold one is), and at the given points; a scored prompt takes at most SCORE_CHUNK rows a step
-            boolean scoring = scoreTop >= 0;
-            int chunk = scoring ? Math.min(opt.prefillChunk(), SCORE_CHUNK) : opt.prefillChunk();
-            int n = Math.min(chunk - prefilled % chunk, promptLen - prefilled);
-            if (nextPoint < points.length) n = Math.min(n, points[nextPoint] - prefilled);
+            int n = nextChunk();
             boolean last = prefilled + n == promptLen;
             int[] rows = last ? new int[]{n - 1} : new int[0];
-            if (scoring) {
+            if (scoreTop >= 0) {
                 rows = new int[n];
                 for (int r = 0; r < n; r++) rows[r] = r;
             }
-            float[] lg = target.forward(seq, ctx, prefilled, n, rows, StepKind.PREFILL);
-            if (scoring) {
-                int V = target.config().vocabSize;
-                // row r predicts the token after position prefilled + r
-                for (int r = 0; r < n && prefilled + r + 1 < promptLen; r++)
-                    promptScores[prefilled + r + 1] = sampler.logprobs(lg, r * V, ctx[prefilled + r + 1], scoreTop);
-            }
-            int lastRow = scoring ? (n - 1) * target.config().vocabSize : 0;
-            prefilled += n;
-            if (nextPoint < points.length && points[nextPoint] == prefilled) {
-                nextPoint++;
-                pointHook.reached(seq);
-            }
-            if (last) {
-                prefillEndNs = System.nanoTime();
-                if (draft != null) draft.committed(ctx, promptLen);
-                // max_tokens 0: only the prompt's scores were wanted
-                if (sampler.params().maxTokens() == 0) return end(Finish.LENGTH);
-                Distribution d = sampler.distribution(lg, lastRow, mask());
-                int tok = d.sample(sampler.rng());
-                firstTokenNs = System.nanoTime();
-                if (!emit(tok, lg, lastRow)) return false;
-            }
-            return finish == null;
+            planned = new BatchEntry(seq, Arrays.copyOfRange(ctx, prefilled, prefilled + n), rows, StepKind.PREFILL);
+            return planned;
         }
-        return decodeStep();
-    }
-
-    private boolean decodeStep() {
-        int budget = sampler.params().maxTokens() - generated;
-        int room = opt.maxContext() - len;
-        int q = 0;
-        Draft.Proposal prop = Draft.Proposal.NONE;
-        if (draft != null && width != null) {
-            q = Math.min(width.next(), Math.min(budget - 1, Math.min(room - 1, opt.maxRollback())));
-            // a draft model holds at most its own context: past it, decode without drafts
-            q = Math.min(q, draft.maxContext() - len);
-            if (q > 0) prop = draft.propose(ctx, len, q);
-            if (constraint != null && prop.size() > 0) {
-                // drafts the constraint rejects would be rejected by verification anyway: do not spend rows on them
-                int ok = constraint.acceptablePrefix(prop.tokens(), prop.size(), remaining());
-                if (ok < prop.size())
-                    prop = new Draft.Proposal(Arrays.copyOf(prop.tokens(), ok), Arrays.copyOf(prop.dists(), ok));
-            }
-            q = prop.size();
+        Draft.Proposal prop = proposal == null ? Draft.Proposal.NONE : proposal;
+        if (constraint != null && prop.size() > 0) {
+            // drafts the constraint rejects would be rejected by verification anyway: do not spend rows on them
+            int ok = constraint.acceptablePrefix(prop.tokens(), prop.size(), remaining());
+            if (ok < prop.size())
+                prop = new Draft.Proposal(Arrays.copyOf(prop.tokens(), ok), Arrays.copyOf(prop.dists(), ok));
         }
+        int q = prop.size();
         int[] rows = new int[q + 1];
         rows[0] = ctx[len - 1];
         System.arraycopy(prop.tokens(), 0, rows, 1, q);
         int[] want = new int[q + 1];
         for (int i = 0; i <= q; i++) want[i] = i;
-        float[] lg = target.forward(seq, rows, 0, q + 1, want, q > 0 ? StepKind.VERIFY : StepKind.DECODE);
+        plannedProposal = prop;
+        planned = new BatchEntry(seq, rows, want, q > 0 ? StepKind.VERIFY : StepKind.DECODE);
+        return planned;
+    }
+
+    /** The planned entry awaiting {@link #commit}, or null. */
+    public BatchEntry planned() {
+        return planned;
+    }
+
+    /**
+     * Commits the planned step given its logits (as {@link Backend#step} returned them for the entry): prompt scores
+     * and the first sampled token after the last prefill chunk; speculative acceptance, emitted tokens and the
+     * rollback of rejected rows after a decode/verify step.
+     * @param lg the entry's logits [logitRows.length, V]
+     * @return true while more steps remain
+     * @throws IllegalStateException when no step is planned
+     */
+    public boolean commit(float[] lg) {
+        BatchEntry e = planned;
+        if (e == null) throw new IllegalStateException("commit without a planned step");
+        planned = null;
+        if (finish != null) return false;
+        if (e.kind() == StepKind.PREFILL) return commitPrefill(e, lg);
+        Draft.Proposal prop = plannedProposal;
+        plannedProposal = null;
+        return commitDecode(prop, lg);
+    }
+
+    private boolean commitPrefill(BatchEntry e, float[] lg) {
+        int n = e.count();
+        boolean scoring = scoreTop >= 0;
+        boolean last = prefilled + n == promptLen;
+        if (scoring) {
+            int V = target.config().vocabSize;
+            // row r predicts the token after position prefilled + r
+            for (int r = 0; r < n && prefilled + r + 1 < promptLen; r++)
+                promptScores[prefilled + r + 1] = sampler.logprobs(lg, r * V, ctx[prefilled + r + 1], scoreTop);
+        }
+        int lastRow = scoring ? (n - 1) * target.config().vocabSize : 0;
+        prefilled += n;
+        if (nextPoint < points.length && points[nextPoint] == prefilled) {
+            nextPoint++;
+            pointHook.reached(seq);
+        }
+        if (last) {
+            prefillEndNs = System.nanoTime();
+            if (draft != null) draft.committed(ctx, promptLen);
+            // max_tokens 0: only the prompt's scores were wanted
+            if (sampler.params().maxTokens() == 0) return end(Finish.LENGTH);
+            Distribution d = sampler.distribution(lg, lastRow, mask());
+            int tok = d.sample(sampler.rng());
+            firstTokenNs = System.nanoTime();
+            if (!emit(tok, lg, lastRow)) return false;
+        }
+        return finish == null;
+    }
+
+    private boolean commitDecode(Draft.Proposal prop, float[] lg) {
+        int q = prop.size();
         int V = target.config().vocabSize;
         int acc = 0;
         // drafts the target judged: an accepted one that ends the generation (EOS, a stop string, the length limit)
         // leaves the drafts after it unjudged, and those are not counted as offered
         int judged = 0;
-        // rows i = 0..q: row i predicts the token after rows[0..i]
+        // rows i = 0..q: row i predicts the token after the pending token and drafts 0..i-1
         for (int i = 0; i <= q; i++) {
             Distribution p = sampler.distribution(lg, i * V, mask());
             if (i < q) {
@@ -284,7 +380,7 @@ public final class Generation {
             }
             emit(p.sample(sampler.rng()), lg, i * V);
         }
-        // the cache holds rows[0..q]; keep rows[0..acc] (pending + accepted drafts)
+        // the cache holds the pending token and drafts 0..q-1; keep the pending token and the accepted drafts
         int reject = q - acc;
         if (reject > 0 && finish == null) seq.rollback(reject);
         offered += judged;
@@ -295,6 +391,17 @@ public final class Generation {
         if (draft != null && finish == null) draft.committed(ctx, len);
         if (finish == null && cancelled) return end(Finish.CANCELLED);
         return finish == null;
+    }
+
+    /**
+     * Ends the generation now as cancelled and releases its sequence and draft, whatever its state (a planned step is
+     * dropped). For a scheduler that fails a request after an error in its step.
+     */
+    public void abandon() {
+        cancelled = true;
+        planned = null;
+        plannedProposal = null;
+        end(Finish.CANCELLED);
     }
 
     /** Commits one generated token; returns false once generation has finished. */

@@ -5,6 +5,7 @@ import io.ds4j.engine.EngineStatus;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
 import io.ds4j.engine.PrefixCache;
+import io.ds4j.engine.Scheduler;
 import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StopStrings;
 import io.ds4j.sampling.Sampler;
@@ -38,10 +39,12 @@ import java.util.SplittableRandom;
  * the event bus ({@link #SUBMIT}, {@link #CANCEL}; events go back to each request's own address).
  *
  * <p>Scheduling: requests are admitted up to {@code limits.maxActive} running at once, then queued up to
- * {@code limits.maxQueue}; beyond that a submission is refused (429). Running requests are stepped round-robin, one
- * step each per turn — a prefill chunk of {@code limits.prefillChunk} tokens or one speculative decode/verify step —
- * so a long prompt never stalls the others for more than one chunk. After every single step the scheduler yields to
- * the verticle's task queue (runOnContext), which lets submissions and cancellations in between steps.
+ * {@code limits.maxQueue}; beyond that a submission is refused (429). The running requests are stepped together by
+ * the engine's {@link Scheduler}: each tick is one batched backend step holding every decoding request's
+ * decode/verify rows (up to {@code scheduler.maxBatchRows}) and prefill chunks of at most
+ * {@code scheduler.tokenBudget} tokens, so a long prompt never stalls the others for more than its budget. After
+ * every tick the engine yields to the verticle's task queue (runOnContext), which lets submissions and
+ * cancellations in between ticks; a cancelled request ends at once and its state is released.
  */
 public final class EngineVerticle extends VerticleBase {
     /** Address of submissions (request-reply; body {@link EngineRequest}, reply {@link Admission}). */
@@ -72,7 +75,8 @@ public final class EngineVerticle extends VerticleBase {
     private final ArrayDeque<Job> waiting = new ArrayDeque<>();
     private final ArrayList<Job> active = new ArrayList<>();
     private final Map<String, Job> jobs = new HashMap<>();
-    private int rr;
+    /** Plans, runs and commits the running requests' batched steps (created once the model is loaded). */
+    private Scheduler<Job> scheduler;
     private boolean tickQueued;
     private long reservedTokens;
     /** Smoothed request duration, for Retry-After. */
@@ -120,13 +124,20 @@ public final class EngineVerticle extends VerticleBase {
             LOG.info("prefix cache: off (backend {} cannot snapshot sequences)", backend.name());
         }
         publishCacheStats();
+        scheduler = new Scheduler<>(backend, limits(cfg0));
         consumers.add(vertx.eventBus().localConsumer(SUBMIT, this::onSubmit));
         consumers.add(vertx.eventBus().localConsumer(CANCEL, this::onCancel));
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList()).onSuccess(v -> {
             state.model(info);
-            LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}", backend.name(),
-                    model.draft() == null ? "none" : model.draft().name(), state.config().maxActive(), state.config().maxQueue());
+            LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}, batch: max rows {}, prefill token budget {}",
+                    backend.name(), model.draft() == null ? "none" : model.draft().name(), state.config().maxActive(),
+                    state.config().maxQueue(), scheduler.limits().maxBatchRows(), scheduler.limits().tokenBudget());
         });
+    }
+
+    /** The scheduler's limits from the configuration. */
+    static Scheduler.Limits limits(ServerConfig cfg) {
+        return new Scheduler.Limits(cfg.maxBatchRows(), cfg.tokenBudget());
     }
 
     /**
@@ -160,8 +171,8 @@ public final class EngineVerticle extends VerticleBase {
     @Override
     public Future<?> stop() {
         for (Job j : new ArrayList<>(active)) {
-            j.gen.cancel();
-            j.gen.step(); // ends the generation and releases its sequence
+            j.gen.abandon(); // ends the generation and releases its sequence
+            scheduler.remove(j);
         }
         active.clear();
         waiting.clear();
@@ -266,8 +277,10 @@ public final class EngineVerticle extends VerticleBase {
         }
         if (seq == null) seq = backend.newSequence(MAX_ROLLBACK);
         try {
+            // the chunk fits the scheduler's token budget, so the prompt's cuts do not depend on what else runs
             j.gen = new Generation(backend, seq, r.prompt, sampler, draft, width,
-                    new Generation.Options(cfg.prefillChunk(), r.maxContext, eosIds, MAX_ROLLBACK), j::onToken,
+                    new Generation.Options(Scheduler.prefillChunk(cfg.prefillChunk(), limits(cfg)), r.maxContext, eosIds,
+                            MAX_ROLLBACK), j::onToken,
                     r.grammar == null ? null : r.grammar.constraint(tokenizer));
             // the prompt's last block boundary always ends a chunk, cached or not, so the tail after it is one step
             // of the same size either way (bit-identical answers on backends whose rounding depends on step size)
@@ -292,8 +305,10 @@ public final class EngineVerticle extends VerticleBase {
         j.stops = new StopStrings(r.params.stop());
         j.parser = r.chat ? new OutputParser(r.thinking) : null;
         j.activatedNanos = System.nanoTime();
+        j.promptDone = j.gen.prefilledTokens(); // a resumed prefix is not counted as prefilled
         reservedTokens += j.reserved;
         active.add(j);
+        scheduler.add(j, j.gen);
         state.metrics().queueTime(j.activatedNanos - r.arrivalNanos);
         updateGauges();
     }
@@ -333,13 +348,11 @@ public final class EngineVerticle extends VerticleBase {
             updateGauges();
             return;
         }
-        int i = active.indexOf(j);
-        if (i >= 0) {
-            // the step boundary is now: end it without another forward and release its state at once
-            j.gen.cancel();
-            j.gen.step();
-            active.remove(i);
-            if (rr > i) rr--;
+        if (active.remove(j)) {
+            // the step boundary is now (ticks run on this thread): end it without another forward and release its
+            // state at once, mid-prefill too
+            j.gen.abandon();
+            scheduler.remove(j);
             retire(j, null);
             promote();
         }
@@ -360,22 +373,40 @@ public final class EngineVerticle extends VerticleBase {
         context.runOnContext(v -> tick());
     }
 
-    /** One step of one running request, then yield. */
+    /** One batched step of the running requests, then yield. */
     private void tick() {
         tickQueued = false;
         try {
             promote();
             if (active.isEmpty()) return;
-            if (rr >= active.size()) rr = 0;
-            Job j = active.get(rr);
-            Throwable failure = step(j);
-            if (j.gen.done() || failure != null) {
-                active.remove(rr);
-                retire(j, failure);
-                promote();
-            } else {
-                rr++;
+            scheduler.limits(limits(state.config()));
+            for (Job j : active) if (j.req.cancelled()) j.gen.cancel();
+            Scheduler.Tick<Job> t = scheduler.tick();
+            if (t.entries() > 0) {
+                state.engineSteps.incrementAndGet();
+                state.metrics().batch(t.entries(), t.rows(), t.prefillTokens(), t.decodeRows());
             }
+            if (t.isolated()) LOG.warn("a batched step failed; its {} entries were stepped one at a time to find the culprit", t.entries());
+            for (Job j : t.stepped()) {
+                j.steps++;
+                Throwable failure = account(j);
+                if (failure != null) {
+                    if (!j.gen.done()) j.gen.abandon();
+                    scheduler.remove(j);
+                    active.remove(j);
+                    retire(j, failure);
+                } else if (j.gen.done()) {
+                    active.remove(j);
+                    retire(j, null);
+                }
+            }
+            for (var f : t.failed().entrySet()) {
+                Job j = f.getKey();
+                j.steps++;
+                if (active.remove(j)) retire(j, f.getValue());
+            }
+            for (Job j : t.ended()) if (active.remove(j)) retire(j, null);
+            promote();
         } catch (Throwable t) {
             // a bug here must not stall the scheduler for everyone else
             LOG.error("engine scheduler error", t);
@@ -384,39 +415,28 @@ public final class EngineVerticle extends VerticleBase {
         }
     }
 
-    /** Runs one step of a request; returns the exception if it failed (its state is released then). */
-    private Throwable step(Job j) {
-        if (j.req.cancelled()) j.gen.cancel();
+    /**
+     * After a request's step: metrics, prompt scores, the text's end, and the step's events to its client.
+     * @return the exception if that failed (the caller ends the request then)
+     */
+    private Throwable account(Job j) {
         try {
-            int pre0 = j.gen.prefilledTokens();
-            Generation.SpecStats s0 = j.gen.specStats();
-            int g0 = j.gen.generatedTokens();
-            try {
-                j.gen.step();
-            } finally {
-                j.steps++;
-                state.engineSteps.incrementAndGet();
-            }
             int pre1 = j.gen.prefilledTokens();
+            int pre0 = j.promptDone;
             j.promptDone = pre1;
             if (j.req.promptLogprobs >= 0 && pre0 < pre1 && pre1 == j.gen.promptTokens()) j.sendPromptScores();
             state.metrics().promptTokens(pre1 - pre0);
-            state.metrics().generationTokens(j.gen.generatedTokens() - g0);
-            Generation.SpecStats s1 = j.gen.specStats();
+            int g1 = j.gen.generatedTokens();
+            state.metrics().generationTokens(g1 - j.generatedSeen);
+            j.generatedSeen = g1;
+            Generation.SpecStats s1 = j.gen.specStats(), s0 = j.specSeen;
             long off = s1.offered() - s0.offered();
             state.metrics().spec(off, s1.accepted() - s0.accepted(), off > 0 ? 1 : 0);
+            j.specSeen = s1;
             if (j.gen.done() && j.gen.finish() != Generation.Finish.CANCELLED) j.finishText();
             j.flush();
             return null;
         } catch (Throwable t) {
-            if (!j.gen.done()) {
-                j.gen.cancel();
-                try {
-                    j.gen.step(); // releases the sequence and draft
-                } catch (Throwable ignored) {
-                    // already failing; the original error is what matters
-                }
-            }
             return t;
         }
     }
@@ -487,6 +507,9 @@ public final class EngineVerticle extends VerticleBase {
         StopStrings stops;
         OutputParser parser;
         int promptDone;
+        /** Generated tokens and speculative figures already counted in the metrics. */
+        int generatedSeen;
+        Generation.SpecStats specSeen = new Generation.SpecStats(0, 0, 0);
         long steps;
         long activatedNanos, firstTokenNanos, lastEmitNanos;
         boolean toolCalls;

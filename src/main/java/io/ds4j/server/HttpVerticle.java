@@ -438,6 +438,8 @@ public final class HttpVerticle extends VerticleBase {
         limits.put("n_ctx", state.maxContext()).put("maxContextTokens", cfg.maxContextTokens()).put("maxQueue", cfg.maxQueue())
                 .put("maxActive", cfg.maxActive()).put("maxTokensDefault", cfg.maxTokensDefault())
                 .put("prefillChunk", cfg.prefillChunk()).put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens());
+        o.putObject("scheduler").put("maxBatchRows", cfg.maxBatchRows()).put("tokenBudget", cfg.tokenBudget())
+                .put("prefillChunk", Math.min(cfg.prefillChunk(), cfg.tokenBudget()));
         ObjectNode pc = o.putObject("prefix_cache");
         io.ds4j.engine.PrefixCache.Stats ps = state.metrics().prefixCache();
         pc.put("enabled", ps != null).put("configured", cfg.prefixCacheEnabled()).put("budgetMiB", cfg.prefixCacheBudgetMiB())

@@ -3,6 +3,7 @@ package io.ds4j.server;
 import io.ds4j.engine.EngineStatus;
 import io.ds4j.engine.PrefixCache;
 import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.DistributionSummary;
 import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
@@ -28,6 +29,12 @@ import java.util.function.ToDoubleFunction;
  *   <li>{@code vllm:prompt_tokens_total} (counted as prefill processes them), {@code vllm:generation_tokens_total},
  *       {@code vllm:request_success_total{finished_reason}};</li>
  *   <li>{@code vllm:num_requests_running}, {@code vllm:num_requests_waiting} gauges (queue depth);</li>
+ *   <li>the engine's batched steps: {@code ds4j:batch_size} histogram (requests per step),
+ *       {@code ds4j:batch_tokens} histogram (token rows per step: prefill tokens plus decode/verify rows),
+ *       {@code vllm:iteration_tokens} (vLLM's tokens-per-step histogram {@code vllm:iteration_tokens_total}, same
+ *       observations as {@code ds4j:batch_tokens}; the Prometheus client reserves the {@code _total} suffix for
+ *       counters, so the series are {@code vllm:iteration_tokens_bucket}, {@code _count} and {@code _sum}), {@code ds4j:batch_prefill_tokens_total} and
+ *       {@code ds4j:batch_decode_rows_total} counters, and {@code ds4j:engine_steps_total};</li>
  *   <li>{@code vllm:spec_decode_num_drafts_total} (verify steps that carried draft tokens),
  *       {@code vllm:spec_decode_num_draft_tokens_total} (offered), {@code vllm:spec_decode_num_accepted_tokens_total};</li>
  *   <li>llama.cpp: {@code llamacpp:prompt_tokens_total}, {@code llamacpp:tokens_predicted_total},
@@ -58,6 +65,8 @@ public final class ServerMetrics {
     private final Timer ttft, itl, e2e, queueTime;
     private final Counter promptTokens, generationTokens, promptTokensLcpp, predictedLcpp;
     private final Counter drafts, draftTokens, acceptedTokens, cancelled, failed;
+    private final DistributionSummary batchSize, batchTokens, iterationTokens;
+    private final Counter batchPrefill, batchDecode, engineSteps;
     /** Requests running and waiting, updated by the engine thread. */
     public final AtomicInteger running = new AtomicInteger(), waiting = new AtomicInteger();
     /** The prefix cache's figures as the engine thread last published them (null: off). */
@@ -78,6 +87,12 @@ public final class ServerMetrics {
         acceptedTokens = counter("vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted");
         cancelled = counter("ds4j:requests_cancelled", "Requests stopped because the client went away");
         failed = counter("ds4j:requests_failed", "Requests that failed inside the engine");
+        batchSize = summary("ds4j:batch_size", "Requests (batch entries) per engine step", null, BATCH_BUCKETS);
+        batchTokens = summary("ds4j:batch_tokens", "Token rows per engine step (prefill tokens + decode/verify rows)", null, TOKEN_BUCKETS);
+        iterationTokens = summary("vllm:iteration_tokens", "Tokens per engine step (vLLM name)", null, TOKEN_BUCKETS);
+        batchPrefill = counter("ds4j:batch_prefill_tokens", "Prefill tokens run in engine steps");
+        batchDecode = counter("ds4j:batch_decode_rows", "Decode/verify rows run in engine steps");
+        engineSteps = counter("ds4j:engine_steps", "Batched engine steps run");
         Gauge.builder("vllm:num_requests_running", running, AtomicInteger::get).description("Requests generating").register(registry);
         Gauge.builder("vllm:num_requests_waiting", waiting, AtomicInteger::get).description("Requests waiting for a slot (queue depth)").register(registry);
         Gauge.builder("llamacpp:requests_processing", running, AtomicInteger::get).description("Requests generating (llama.cpp name)").register(registry);
@@ -114,6 +129,30 @@ public final class ServerMetrics {
         Duration[] slo = Arrays.stream(buckets).mapToObj(s -> Duration.ofNanos((long) (s * 1e9))).toArray(Duration[]::new);
         return Timer.builder(name).description(help).serviceLevelObjectives(slo)
                 .minimumExpectedValue(slo[0]).maximumExpectedValue(slo[slo.length - 1]).register(registry);
+    }
+
+    private static final double[] BATCH_BUCKETS = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+    private static final double[] TOKEN_BUCKETS = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+
+    private DistributionSummary summary(String name, String help, String unit, double[] buckets) {
+        DistributionSummary.Builder b = DistributionSummary.builder(name).description(help).serviceLevelObjectives(buckets)
+                .minimumExpectedValue(buckets[0]).maximumExpectedValue(buckets[buckets.length - 1]);
+        if (unit != null) b.baseUnit(unit);
+        return b.register(registry);
+    }
+
+    /**
+     * One batched engine step ran.
+     * @param entries requests in the step
+     * @param rows    token rows of the step (prefill tokens + decode/verify rows)
+     */
+    void batch(int entries, int rows, int prefillTokens, int decodeRows) {
+        batchSize.record(entries);
+        batchTokens.record(rows);
+        iterationTokens.record(rows);
+        if (prefillTokens > 0) batchPrefill.increment(prefillTokens);
+        if (decodeRows > 0) batchDecode.increment(decodeRows);
+        engineSteps.increment();
     }
 
     private Counter counter(String name, String help) {

@@ -2,6 +2,7 @@ package io.ds4j.speculative;
 
 import io.ds4j.engine.Draft;
 import io.ds4j.engine.Backend;
+import io.ds4j.engine.BatchEntry;
 import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StepKind;
 import io.ds4j.sampling.Distribution;
@@ -9,6 +10,7 @@ import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
 
 import java.util.Arrays;
+import java.util.List;
 
 /**
  * A draft model: a separate (smaller) DeepSeek-V4 with the target's vocabulary and its own cache. Per request it
@@ -78,7 +80,7 @@ public final class ModelDraftSource implements DraftSource {
         draft.close();
     }
 
-    private final class ModelDraft implements Draft {
+    private final class ModelDraft implements SteppedDraft {
         private final Sequence seq;
         private final Sampler sampler;
         private final int promptLen;
@@ -86,6 +88,14 @@ public final class ModelDraftSource implements DraftSource {
         private int[] cached = new int[256];
         /** Generated tokens already pushed into the draft sampler's history. */
         private int histUpTo;
+        // the proposal under way: its width, tokens chosen so far, and the entry whose logits come next
+        private int q, chosen;
+        private int[] toks;
+        private Distribution[] dists;
+        private BatchEntry pending;
+        /** The sequence's length when {@link #pending} was made (-1: no step under way). */
+        private int pendingAt = -1;
+        private Proposal done;
 
         @Override
         public int maxContext() {
@@ -100,38 +110,94 @@ public final class ModelDraftSource implements DraftSource {
         }
 
         @Override
+        public Backend backend() {
+            return draft;
+        }
+
+        @Override
         public Proposal propose(int[] ctx, int len, int q) {
+            if (q < 1) return Proposal.NONE;
+            BatchEntry e = begin(ctx, len, q);
+            try {
+                while (e != null) e = advance(draft.step(List.of(e))[0]);
+            } catch (RuntimeException | Error x) {
+                abandon();
+                throw x;
+            }
+            return proposal();
+        }
+
+        @Override
+        public BatchEntry begin(int[] ctx, int len, int q) {
+            if (q < 1) throw new IllegalArgumentException("a proposal needs q >= 1, got " + q);
+            if (pending != null) abandon();
             sync(ctx, len);
-            int V = draft.config().vocabSize;
             // catch up: everything of ctx not yet in the draft cache (at least the pending token)
             int have = seq.length();
-            float[] lg;
             if (have >= len) {
                 // the cache already holds the whole context (cannot happen with a pending token, but stay safe)
                 seq.rollback(1);
                 have = len - 1;
             }
+            this.q = q;
+            this.chosen = 0;
+            this.toks = new int[q];
+            this.dists = new Distribution[q];
+            this.done = null;
             // catching up on several tokens (the prompt, or tokens accepted since the last proposal) is a prefill
             // chunk; a single pending token is a decode step
-            lg = draft.forward(seq, ctx, have, len - have, new int[]{len - have - 1},
-                    len - have > 1 ? StepKind.PREFILL : StepKind.DECODE);
-            remember(ctx, have, len);
-            int[] toks = new int[q];
-            Distribution[] dists = new Distribution[q];
+            int n = len - have;
+            pending = new BatchEntry(seq, Arrays.copyOfRange(ctx, have, len), new int[]{n - 1},
+                    n > 1 ? StepKind.PREFILL : StepKind.DECODE);
+            pendingAt = have;
+            return pending;
+        }
+
+        @Override
+        public BatchEntry advance(float[] lg) {
+            if (pending == null) throw new IllegalStateException("advance without a step under way");
+            // the step ran: its tokens are in the draft cache now
+            remember(pending.tokens(), 0, pending.count());
+            pending = null;
+            pendingAt = -1;
             boolean greedy = sampler.params().isGreedy();
-            for (int i = 0; i < q; i++) {
-                Distribution d = sampler.distribution(lg, 0);
-                int t = greedy ? d.top() : d.sample(sampler.rng());
-                toks[i] = t;
-                dists[i] = greedy ? null : d;
-                sampler.push(t);
-                if (i + 1 < q) {
-                    lg = draft.forward(seq, toks, i, 1, new int[]{0}, StepKind.DECODE);
-                    remember(toks, i, i + 1, seq.length() - 1);
-                }
+            Distribution d = sampler.distribution(lg, 0);
+            int t = greedy ? d.top() : d.sample(sampler.rng());
+            toks[chosen] = t;
+            dists[chosen] = greedy ? null : d;
+            sampler.push(t);
+            chosen++;
+            if (chosen < q) {
+                pending = new BatchEntry(seq, new int[]{t}, new int[]{0}, StepKind.DECODE);
+                pendingAt = seq.length();
+                return pending;
             }
             for (int i = q - 1; i >= 0; i--) sampler.pop(toks[i]);
-            return new Proposal(toks, dists);
+            done = new Proposal(toks, dists);
+            return null;
+        }
+
+        @Override
+        public Proposal proposal() {
+            if (done == null) throw new IllegalStateException("no completed proposal");
+            return done;
+        }
+
+        @Override
+        public void abandon() {
+            // the sampler's history holds the tokens chosen so far: take them back out
+            for (int i = chosen - 1; i >= 0; i--) sampler.pop(toks[i]);
+            chosen = 0;
+            done = null;
+            // a failed step may have appended its tokens without them being remembered: mark those positions unknown
+            // (no token id matches -1), so the next sync rolls them back
+            if (pendingAt >= 0) {
+                int n = seq.length();
+                if (n > cached.length) cached = Arrays.copyOf(cached, Math.max(cached.length * 2, n));
+                for (int i = pendingAt; i < n; i++) cached[i] = -1;
+            }
+            pending = null;
+            pendingAt = -1;
         }
 
         private void remember(int[] src, int from, int to) {

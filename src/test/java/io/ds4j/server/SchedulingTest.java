@@ -6,6 +6,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 
@@ -57,6 +58,44 @@ class SchedulingTest {
         assertTrue(r.generated() < 100, "stopped soon after the disconnect, generated " + r.generated());
         assertEngineIdle();
         assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 1.0"));
+    }
+
+    @Test
+    void disconnectMidBatchReleasesTheStateAndTheOthersFinish() throws Exception {
+        backend.delayMs = 2;
+        server = TestServer.scripted(backend, Map.of("speculative.draft", "none"));
+        String body = TestServer.chat("Please count for a long time.", "\"stream\":true,\"max_tokens\":150,"
+                + "\"stream_options\":{\"include_usage\":true}");
+        List<CompletableFuture<TestServer.Resp>> others = new java.util.ArrayList<>();
+        for (int i = 0; i < 3; i++) others.add(CompletableFuture.supplyAsync(() -> {
+            try {
+                return server.post("/v1/chat/completions", body);
+            } catch (Exception e) {
+                throw new RuntimeException(e);
+            }
+        }));
+        String id;
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions", LONG)) {
+            assertEquals(200, s.status);
+            id = id(s.nextData());
+            for (int i = 0; i < 3; i++) assertTrue(s.nextData().contains("\"content\""));
+            assertTrue(TestServer.eventually(3000, () -> server.state().metrics().running.get() == 4), "all four run together");
+        }
+        String rid = id;
+        assertTrue(TestServer.eventually(3000, () -> server.state().finished(rid) != null), "the request ended");
+        assertEquals("cancelled", server.state().finished(id).outcome());
+        int running = server.state().metrics().running.get();
+        assertTrue(backend.openSequences() <= running, "the cancelled request's sequence is closed: " + backend.openSequences()
+                + " open for " + running + " running");
+        for (CompletableFuture<TestServer.Resp> f : others) {
+            TestServer.Resp r = f.get();
+            assertEquals(200, r.status());
+            assertEquals("[DONE]", r.events().getLast());
+            JsonNode usage = Json.MAPPER.readTree(r.events().get(r.events().size() - 2)).get("usage");
+            assertEquals(150, usage.get("completion_tokens").asInt(), "the others ran to their end");
+        }
+        assertEquals(0, backend.openSequences());
+        assertTrue(server.get("/metrics").body().contains("ds4j:batch_size_count"), "batched steps are counted");
     }
 
     @Test

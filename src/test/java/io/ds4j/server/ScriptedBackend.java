@@ -24,6 +24,8 @@ final class ScriptedBackend implements Backend {
     /** A prompt containing this token sequence makes forward throw (null = never). */
     volatile int[] failOn;
     final AtomicLong forwards = new AtomicLong(), tokens = new AtomicLong();
+    /** Every sequence handed out, to tell which are still open. */
+    private final java.util.List<Seq> sequences = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
     /** What {@link #status()} reports (a test can make it a GPU backend's state, e.g. hybrid with a diagnostic). */
     volatile EngineStatus status = EngineStatus.cpu();
 
@@ -49,7 +51,16 @@ final class ScriptedBackend implements Backend {
 
     @Override
     public Sequence newSequence(int maxRollback) {
-        return new Seq(maxRollback);
+        Seq s = new Seq(maxRollback);
+        sequences.add(s);
+        return s;
+    }
+
+    /** Sequences not closed yet. */
+    int openSequences() {
+        synchronized (sequences) {
+            return (int) sequences.stream().filter(s -> !s.closed).count();
+        }
     }
 
     @Override
@@ -109,7 +120,8 @@ final class ScriptedBackend implements Backend {
         int[] hist = new int[256];
         int len, promptLen = -1;
         int[] script = new int[0];
-        boolean closed, failing;
+        volatile boolean closed;
+        boolean failing;
 
         Seq(int maxRollback) {
             this.maxRollback = maxRollback;

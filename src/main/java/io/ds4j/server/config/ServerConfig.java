@@ -69,6 +69,12 @@ public final class ServerConfig {
             key("limits.maxActive", ConfigKey.Type.INT, 8, true, "requests generating at the same time"),
             key("limits.maxTokensDefault", ConfigKey.Type.INT, 4096, true, "max_tokens of requests that give none"),
             key("limits.prefillChunk", ConfigKey.Type.INT, 512, true, "prompt tokens per prefill step (smaller = fairer interleaving)"),
+            key("scheduler.maxBatchRows", ConfigKey.Type.INT, 256, true,
+                    "most decode/verify token rows in one batched step (a verify step of q drafts has q + 1); "
+                            + "requests beyond it wait for the next step"),
+            key("scheduler.tokenBudget", ConfigKey.Type.INT, 512, true,
+                    "most prefill tokens in one batched step: a long prompt is split across steps, so it delays the running "
+                            + "requests' next tokens by at most this much prefill; prefill chunks are at most this long"),
             key("prefixCache.enabled", ConfigKey.Type.BOOL, true, false,
                     "reuse prompt prefixes across requests (snapshots of sequence state at block boundaries); "
                             + "requests opt out with cache_prompt: false"),
@@ -256,6 +262,8 @@ public final class ServerConfig {
         intRange(v, p, "limits.maxActive", 1, 4096);
         intRange(v, p, "limits.maxTokensDefault", 1, Integer.MAX_VALUE);
         intRange(v, p, "limits.prefillChunk", 1, 1 << 16);
+        intRange(v, p, "scheduler.maxBatchRows", 1, 1 << 16);
+        intRange(v, p, "scheduler.tokenBudget", 1, 1 << 20);
         intRange(v, p, "sampling.top_k", -1, Integer.MAX_VALUE); // -1 is "off" too, as in requests
         intRange(v, p, "prefixCache.budgetMiB", 0, Integer.MAX_VALUE);
         intRange(v, p, "prefixCache.blockTokens", 1, 1 << 20);
@@ -453,6 +461,12 @@ public final class ServerConfig {
 
     /** {@code limits.prefillChunk}. */
     public int prefillChunk() { return i("limits.prefillChunk"); }
+
+    /** {@code scheduler.maxBatchRows}. */
+    public int maxBatchRows() { return i("scheduler.maxBatchRows"); }
+
+    /** {@code scheduler.tokenBudget}. */
+    public int tokenBudget() { return i("scheduler.tokenBudget"); }
 
     /** The {@code cluster.*} settings. */
     @SuppressWarnings("unchecked")

@@ -1,0 +1,96 @@
+package io.ds4j.engine;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Runs one {@link Backend#step} over a batch so that a bad entry fails only itself. Each entry's arguments are checked
+ * first ({@link Backend#checkStep}); an entry that fails the check is left out of the step. When the batched step
+ * itself throws, the entries are run again one at a time to find the culprit:
+ * <ul>
+ *   <li>an entry whose sequence did not advance is stepped alone;</li>
+ *   <li>an entry whose sequence advanced by its whole count finished before the failure (a backend that runs the
+ *       entries one after another): without wanted logits it is done; with them its tokens are rolled back
+ *       ({@link Sequence#rollback}, exact) and it is stepped alone, when the rollback window allows;</li>
+ *   <li>any other entry (advanced partly, or further than its rollback window) fails with the batch's error, as its
+ *       state is unknown.</li>
+ * </ul>
+ * An entry that throws when stepped alone fails with its own error; one that succeeds alone goes on (a fault that does
+ * not recur fails nobody). A step of a single entry is not retried: its error is the entry's. Errors of every kind are
+ * caught (a step that ran out of memory fails its requests, not the engine).
+ */
+public final class BatchRun {
+    private BatchRun() {}
+
+    /**
+     * The outcome per entry: logits where it succeeded, the error where it failed (exactly one of the two is non-null
+     * per entry).
+     * @param logits   per entry, its logits [logitRows.length, V] row-major, or null when it failed
+     * @param failures per entry, its error, or null when it succeeded
+     * @param isolated true when the batched step failed and the entries were retried one at a time
+     */
+    public record Outcome(float[][] logits, Throwable[] failures, boolean isolated) {
+        /** True when entry i succeeded. */
+        public boolean ok(int i) {
+            return failures[i] == null;
+        }
+    }
+
+    /**
+     * Steps the batch (see the class description for what happens on failure).
+     * @param batch entries, each sequence at most once (may be empty: nothing runs)
+     */
+    public static Outcome run(Backend backend, List<BatchEntry> batch) {
+        int n = batch.size();
+        float[][] logits = new float[n][];
+        Throwable[] failures = new Throwable[n];
+        List<BatchEntry> valid = new ArrayList<>(n);
+        List<Integer> index = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            BatchEntry e = batch.get(i);
+            try {
+                Backend.checkStep(backend.config(), e.tokens(), 0, e.count(), e.logitRows());
+                valid.add(e);
+                index.add(i);
+            } catch (IllegalArgumentException x) {
+                failures[i] = x;
+            }
+        }
+        if (valid.isEmpty()) return new Outcome(logits, failures, false);
+        int[] before = new int[valid.size()];
+        for (int k = 0; k < before.length; k++) before[k] = valid.get(k).seq().length();
+        float[][] out;
+        try {
+            out = backend.step(valid);
+        } catch (Throwable batchError) {
+            if (valid.size() == 1) {
+                // a step of one entry has no one else to blame
+                failures[index.getFirst()] = batchError;
+                return new Outcome(logits, failures, false);
+            }
+            for (int k = 0; k < valid.size(); k++) {
+                BatchEntry e = valid.get(k);
+                int i = index.get(k);
+                try {
+                    int advanced = e.seq().length() - before[k];
+                    if (advanced == e.count() && e.logitRows().length == 0) {
+                        logits[i] = new float[0];
+                        continue;
+                    }
+                    if (advanced == e.count() && e.count() <= e.seq().rollbackable()) {
+                        e.seq().rollback(e.count());
+                    } else if (advanced != 0) {
+                        failures[i] = batchError;
+                        continue;
+                    }
+                    logits[i] = backend.step(List.of(e))[0];
+                } catch (Throwable alone) {
+                    failures[i] = alone;
+                }
+            }
+            return new Outcome(logits, failures, true);
+        }
+        for (int k = 0; k < valid.size(); k++) logits[index.get(k)] = out[k];
+        return new Outcome(logits, failures, false);
+    }
+}

@@ -1,0 +1,239 @@
+package io.ds4j.engine;
+
+import io.ds4j.speculative.Draft;
+import io.ds4j.speculative.DraftBatch;
+
+import java.util.ArrayList;
+import java.util.IdentityHashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * Continuous batching: each {@link #tick} plans one batch from all running generations, runs it as one
+ * {@link Backend#step} and commits every entry's logits to its generation.
+ *
+ * <p>A tick's batch holds
+ * <ul>
+ *   <li>a decode/verify entry of every decoding generation (the pending token plus its draft tokens), up to
+ *       {@link Limits#maxBatchRows} rows of such entries; a generation that does not fit waits for the next tick and
+ *       goes first then (its draft width is never cut to fit, so the batch never changes what a request
+ *       computes);</li>
+ *   <li>prefill chunks of the prefilling generations while their tokens fit in {@link Limits#tokenBudget}. A chunk is
+ *       never split to fit: its cuts are the generation's own (chunk multiples and snapshot points, see
+ *       {@link Generation#snapshotAt}), so a prompt is cut the same way whatever else runs; give the generations a
+ *       prefill chunk no larger than the budget ({@link #prefillChunk}). A long prompt thus takes one chunk per tick
+ *       and the decoding generations step in every tick beside it.</li>
+ * </ul>
+ * Generations that stepped move to the back of the order, so decodes that waited and prefills that did not get a
+ * chunk go first in the next tick (round-robin).
+ *
+ * <p>Draft models run batched too: before the target's step, the draft proposals of all decoding generations are
+ * obtained together through {@link DraftBatch#proposeAll} (draft-model steps batched over the requests; n-gram
+ * lookups need none).
+ *
+ * <p>Failure isolation: a generation whose draft proposal, step or commit fails is ended ({@link Generation#abandon},
+ * its state released) and reported in {@link Tick#failed}; the others go on. When the batched step itself throws,
+ * {@link BatchRun} retries the entries one at a time to find the culprit.
+ *
+ * <p>Not thread-safe: one thread (the engine's) calls every method.
+ *
+ * @param <K> the caller's handle of a request
+ */
+public final class Scheduler<K> {
+    /**
+     * A tick's limits.
+     * @param maxBatchRows most token rows of decode/verify entries per step (a verify entry has 1 + q rows); at least
+     *                     one decoding generation steps per tick even when its rows alone exceed this
+     * @param tokenBudget  most prefill tokens per step
+     */
+    public record Limits(int maxBatchRows, int tokenBudget) {
+        public Limits {
+            if (maxBatchRows < 1) throw new IllegalArgumentException("maxBatchRows must be >= 1, got " + maxBatchRows);
+            if (tokenBudget < 1) throw new IllegalArgumentException("tokenBudget must be >= 1, got " + tokenBudget);
+        }
+    }
+
+    /**
+     * What one tick did.
+     * @param stepped       generations that committed a step this tick (in batch order)
+     * @param failed        generations that failed this tick, with their errors (already ended and removed)
+     * @param ended         generations that ended this tick (finished or cancelled; removed), not counting failed ones
+     * @param entries       batch entries of the target's step (0: nothing ran)
+     * @param decodeRows    rows of decode/verify entries
+     * @param prefillTokens rows of prefill entries
+     * @param isolated      true when the batched step failed and its entries were retried one at a time
+     */
+    public record Tick<K>(List<K> stepped, Map<K, Throwable> failed, List<K> ended, int entries, int decodeRows,
+                          int prefillTokens, boolean isolated) {
+        /** All rows of the target's step. */
+        public int rows() {
+            return decodeRows + prefillTokens;
+        }
+    }
+
+    private final Backend backend;
+    private Limits limits;
+    /** Running generations in scheduling order (the front goes first). */
+    private final LinkedHashMap<K, Generation> running = new LinkedHashMap<>();
+
+    public Scheduler(Backend backend, Limits limits) {
+        this.backend = backend;
+        this.limits = limits;
+    }
+
+    /** The prefill chunk generations should use under these limits: the configured chunk, at most the token budget. */
+    public static int prefillChunk(int configuredChunk, Limits limits) {
+        return Math.max(1, Math.min(configuredChunk, limits.tokenBudget()));
+    }
+
+    public Limits limits() {
+        return limits;
+    }
+
+    /** Changes the limits from the next tick on (a configuration reload). */
+    public void limits(Limits l) {
+        this.limits = l;
+    }
+
+    /**
+     * Adds a generation (it is stepped from the next tick on, after the ones already running).
+     * @throws IllegalArgumentException when the key is already present
+     */
+    public void add(K key, Generation g) {
+        if (running.containsKey(key)) throw new IllegalArgumentException("request already scheduled: " + key);
+        running.put(key, g);
+    }
+
+    /** Removes a generation without touching it (the caller ends it); false when it is not scheduled. */
+    public boolean remove(K key) {
+        return running.remove(key) != null;
+    }
+
+    public boolean isEmpty() {
+        return running.isEmpty();
+    }
+
+    public int size() {
+        return running.size();
+    }
+
+    /** Plans one batch, runs it and commits the results (see the class description). */
+    public Tick<K> tick() {
+        List<K> ended = new ArrayList<>();
+        Map<K, Throwable> failed = new LinkedHashMap<>();
+        // --- decode/verify entries: how many rows each asks for, in order, while they fit
+        List<K> decoding = new ArrayList<>();
+        List<Generation.DraftCall> calls = new ArrayList<>();
+        List<K> withDraft = new ArrayList<>();
+        int decodeRows = 0;
+        for (var en : running.entrySet()) {
+            Generation g = en.getValue();
+            if (g.done() || g.prefilling()) continue;
+            int rows = g.nextRows();
+            if (rows == 0) continue; // cancelled: ended below
+            if (decodeRows > 0 && decodeRows + rows > limits.maxBatchRows()) continue;
+            decodeRows += rows;
+            decoding.add(en.getKey());
+            Generation.DraftCall c = g.draftCall();
+            if (c != null) {
+                calls.add(c);
+                withDraft.add(en.getKey());
+            }
+        }
+        // --- the drafts' proposals, draft-model steps batched over the requests
+        Map<K, Draft.Proposal> proposals = new IdentityHashMap<>();
+        if (!calls.isEmpty()) {
+            List<DraftBatch.Call> dc = new ArrayList<>(calls.size());
+            for (Generation.DraftCall c : calls) dc.add(new DraftBatch.Call(c.draft(), c.ctx(), c.len(), c.q()));
+            DraftBatch.Result[] res = DraftBatch.proposeAll(dc);
+            for (int i = 0; i < res.length; i++) {
+                K k = withDraft.get(i);
+                if (res[i].failure() != null) fail(k, res[i].failure(), failed);
+                else proposals.put(k, res[i].proposal());
+            }
+        }
+        List<K> keys = new ArrayList<>();
+        List<BatchEntry> batch = new ArrayList<>();
+        int rowsDecode = 0, prefillTokens = 0;
+        for (K k : decoding) {
+            if (failed.containsKey(k)) continue;
+            Generation g = running.get(k);
+            try {
+                BatchEntry e = g.plan(proposals.getOrDefault(k, Draft.Proposal.NONE));
+                if (e == null) continue;
+                keys.add(k);
+                batch.add(e);
+                rowsDecode += e.count();
+            } catch (Throwable t) {
+                fail(k, t, failed);
+            }
+        }
+        // --- prefill chunks under the token budget
+        for (var en : running.entrySet()) {
+            Generation g = en.getValue();
+            if (!g.prefilling()) continue;
+            int n = g.nextRows();
+            if (n == 0) continue;
+            if (prefillTokens > 0 && prefillTokens + n > limits.tokenBudget()) continue;
+            try {
+                BatchEntry e = g.plan();
+                if (e == null) continue;
+                keys.add(en.getKey());
+                batch.add(e);
+                prefillTokens += e.count();
+            } catch (Throwable t) {
+                fail(en.getKey(), t, failed);
+            }
+        }
+        // --- cancelled generations end at this step boundary (plan releases their state)
+        for (var en : running.entrySet()) {
+            Generation g = en.getValue();
+            if (!g.done() && g.nextRows() == 0 && g.planned() == null && !failed.containsKey(en.getKey())) g.plan();
+        }
+        // --- the target's step, and each entry's commit
+        List<K> stepped = new ArrayList<>(keys.size());
+        boolean isolated = false;
+        if (!batch.isEmpty()) {
+            BatchRun.Outcome o = BatchRun.run(backend, batch);
+            isolated = o.isolated();
+            for (int i = 0; i < keys.size(); i++) {
+                K k = keys.get(i);
+                if (!o.ok(i)) {
+                    fail(k, o.failures()[i], failed);
+                    continue;
+                }
+                try {
+                    running.get(k).commit(o.logits()[i]);
+                    stepped.add(k);
+                } catch (Throwable t) {
+                    fail(k, t, failed);
+                }
+            }
+        }
+        // --- bookkeeping: ended and failed generations leave; those that stepped go to the back
+        for (K k : failed.keySet()) running.remove(k);
+        for (var it = running.entrySet().iterator(); it.hasNext(); ) {
+            var en = it.next();
+            if (en.getValue().done()) {
+                ended.add(en.getKey());
+                it.remove();
+            }
+        }
+        for (K k : stepped) {
+            Generation g = running.remove(k);
+            if (g != null) running.put(k, g);
+        }
+        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, isolated);
+    }
+
+    private void fail(K k, Throwable t, Map<K, Throwable> failed) {
+        Generation g = running.get(k);
+        try {
+            if (g != null) g.abandon();
+        } catch (Throwable ignored) {
+            // already failing; the original error is what is reported
+        }
+        failed.put(k, t);
+    }
+}

@@ -1,0 +1,202 @@
+package io.ds4j.engine;
+
+import io.ds4j.cpu.CpuBackend;
+import io.ds4j.cpu.TestModelsAccess;
+import io.ds4j.model.ModelConfig;
+import io.ds4j.sampling.SamplingParams;
+import io.ds4j.speculative.DraftSource;
+import io.ds4j.speculative.NgramDraft;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * The engine's scheduler on the CPU backend (micro model): batch invariance (every request's output, greedy or
+ * seeded-sampled, plain or speculative with n-gram and draft-model drafts, equals the same request run alone while
+ * 17 others of different prompt lengths share its steps); draft-model proposals run as batched steps; a cancelled
+ * request, mid-prefill or mid-decode, ends at the next tick with its state released while the others go on; a long
+ * prompt is split across ticks under the token budget while the decodes step in every tick; a request whose step
+ * fails inside a batched step fails alone.
+ */
+class SchedulerTest {
+    static ModelConfig cfg;
+    static CpuBackend targetCpu, otherCpu, sameCpu;
+
+    @BeforeAll
+    static void load() {
+        cfg = TestModelsAccess.microConfig();
+        targetCpu = new CpuBackend(TestModelsAccess.random(cfg, 42));
+        otherCpu = new CpuBackend(TestModelsAccess.random(cfg, 4242));
+        sameCpu = new CpuBackend(TestModelsAccess.random(cfg, 42));
+    }
+
+    @AfterAll
+    static void close() {
+        targetCpu.close();
+        otherCpu.close();
+        sameCpu.close();
+    }
+
+    record Req(int[] prompt, SamplingParams params, DraftSource draft, String width) {
+        BatchInvarianceRuns.Req runs() {
+            return new BatchInvarianceRuns.Req(prompt, params, draft, width);
+        }
+    }
+
+    static Generation open(Backend target, Req r, int chunk, List<Integer> out) {
+        return BatchInvarianceRuns.open(target, r.runs(), chunk, out);
+    }
+
+    static int[] tokens(List<Integer> l) {
+        return BatchInvarianceRuns.tokens(l);
+    }
+
+    @Test
+    void eachRequestsOutputIsTheSameAloneAndInABatch() {
+        BatchInvarianceRuns.Report rep = BatchInvarianceRuns.run(targetCpu, otherCpu, sameCpu);
+        assertEquals(List.of(), rep.failures());
+        for (int i = 0; i < rep.requests().size(); i++) {
+            BatchInvarianceRuns.Req r = rep.requests().get(i);
+            assertTrue(rep.alone().get(i).length > 0);
+            assertArrayEquals(rep.alone().get(i), rep.batched().get(i), "request " + i + " (" + r.label() + ")");
+            // speculative greedy output is plain greedy output, batched too
+            if (r.params().isGreedy()) assertArrayEquals(rep.plain().get(i), rep.batched().get(i), "request " + i + " (" + r.label() + ")");
+        }
+        assertTrue(rep.widest() >= 16, "at least 16 requests shared a step, widest " + rep.widest());
+        assertTrue(rep.mixedKinds() > 0, "some steps mixed prefill, decode and verify entries");
+        assertTrue(rep.maxPrefill() <= 64, "prefill within the token budget: " + rep.maxPrefill());
+        assertTrue(rep.ticks() < rep.aloneSteps() / 3, "batching needs far fewer steps: " + rep.ticks() + " ticks vs "
+                + rep.aloneSteps() + " alone");
+        assertTrue(rep.widestDraft() >= 3, "draft-model steps batched over the requests using it: " + rep.widestDraft());
+        assertTrue(rep.allReleased(), "every finished request released its sequence");
+    }
+
+    @Test
+    void aCancelledRequestEndsAtTheNextTickAndReleasesItsState() {
+        TrackingBackend target = new TrackingBackend(targetCpu);
+        Scheduler<String> sch = new Scheduler<>(target, new Scheduler.Limits(256, 8));
+        SplittableRandom rnd = new SplittableRandom(9);
+        Map<String, Integer> lens = Map.of("decoding", 5, "prefilling", 120, "other1", 7, "other2", 30);
+        Map<String, Generation> gens = new java.util.LinkedHashMap<>();
+        Map<String, List<Integer>> outs = new java.util.HashMap<>();
+        for (String k : List.of("decoding", "prefilling", "other1", "other2")) {
+            int[] p = new int[lens.get(k)];
+            for (int j = 0; j < p.length; j++) p[j] = rnd.nextInt(cfg.vocabSize);
+            List<Integer> out = new ArrayList<>();
+            outs.put(k, out);
+            Generation g = open(target, new Req(p, SamplingParams.greedy(60), k.equals("other1") ? NgramDraft.source() : null, "2"), 8, out);
+            gens.put(k, g);
+            sch.add(k, g);
+        }
+        for (int i = 0; i < 4; i++) sch.tick();
+        assertTrue(gens.get("prefilling").prefilling(), "the long prompt is still prefilling");
+        assertFalse(gens.get("decoding").prefilling());
+        int seqDecoding = 0, seqPrefilling = 1;
+        gens.get("decoding").cancel();
+        gens.get("prefilling").cancel();
+        int before = outs.get("decoding").size();
+        Scheduler.Tick<String> t = sch.tick();
+        assertTrue(t.ended().containsAll(List.of("decoding", "prefilling")), "both ended at this tick: " + t.ended());
+        assertFalse(t.stepped().contains("decoding") || t.stepped().contains("prefilling"), "no step for a cancelled request");
+        assertEquals(Generation.Finish.CANCELLED, gens.get("decoding").finish());
+        assertEquals(Generation.Finish.CANCELLED, gens.get("prefilling").finish());
+        assertEquals(before, outs.get("decoding").size());
+        assertTrue(target.sequences.get(seqDecoding).closed && target.sequences.get(seqPrefilling).closed, "their state is released");
+        assertEquals(2, sch.size());
+        while (!sch.isEmpty()) assertTrue(sch.tick().failed().isEmpty());
+        assertEquals(60, outs.get("other1").size(), "the others ran to their end");
+        assertEquals(60, outs.get("other2").size());
+    }
+
+    @Test
+    void aLongPromptIsSplitUnderTheTokenBudgetWhileDecodesStepEveryTick() {
+        TrackingBackend target = new TrackingBackend(targetCpu);
+        int budget = 16;
+        Scheduler<String> sch = new Scheduler<>(target, new Scheduler.Limits(256, budget));
+        int chunk = Scheduler.prefillChunk(512, sch.limits());
+        assertEquals(budget, chunk, "prefill chunks are no longer than the budget");
+        SplittableRandom rnd = new SplittableRandom(3);
+        List<String> decoders = List.of("a", "b", "c");
+        for (String k : decoders) {
+            int[] p = {1 + rnd.nextInt(90), 2, 3};
+            sch.add(k, open(target, new Req(p, SamplingParams.greedy(200), k.equals("b") ? NgramDraft.source() : null, "3"), chunk,
+                    new ArrayList<>()));
+        }
+        while (true) {
+            Scheduler.Tick<String> t = sch.tick();
+            if (t.prefillTokens() == 0) break; // all three decode now
+        }
+        int[] longPrompt = new int[300];
+        for (int j = 0; j < longPrompt.length; j++) longPrompt[j] = rnd.nextInt(cfg.vocabSize);
+        List<Integer> longOut = new ArrayList<>();
+        Generation lg = open(target, new Req(longPrompt, SamplingParams.greedy(4), null, "1"), chunk, longOut);
+        sch.add("long", lg);
+        int ticks = 0;
+        while (longOut.isEmpty()) {
+            Scheduler.Tick<String> t = sch.tick();
+            ticks++;
+            assertTrue(t.prefillTokens() <= budget, "tick " + ticks + ": " + t.prefillTokens() + " prefill tokens");
+            assertTrue(t.stepped().containsAll(decoders), "tick " + ticks + ": every decode stepped, " + t.stepped());
+        }
+        assertEquals((300 + budget - 1) / budget, ticks, "the prompt took one budget-sized chunk per tick");
+    }
+
+    @Test
+    void maxBatchRowsDefersDecodesToTheNextTickWithoutChangingThem() {
+        TrackingBackend target = new TrackingBackend(targetCpu);
+        Scheduler<Integer> sch = new Scheduler<>(target, new Scheduler.Limits(3, 64));
+        List<int[]> alone = new ArrayList<>();
+        List<List<Integer>> outs = new ArrayList<>();
+        for (int i = 0; i < 6; i++) {
+            int[] p = {5 + i, 6, 7, 5 + i, 6};
+            Req r = new Req(p, SamplingParams.sampled(0.8, 0, 1, 0, 7 + i, 12), i % 2 == 0 ? NgramDraft.source() : null, "2");
+            List<Integer> a = new ArrayList<>();
+            Generation g = open(targetCpu, r, 64, a);
+            while (g.step()) { }
+            alone.add(tokens(a));
+            List<Integer> out = new ArrayList<>();
+            outs.add(out);
+            sch.add(i, open(target, r, 64, out));
+        }
+        while (!sch.isEmpty()) {
+            Scheduler.Tick<Integer> t = sch.tick();
+            assertTrue(t.decodeRows() <= 3 || t.stepped().size() == 1, "decode rows " + t.decodeRows() + " over the limit");
+        }
+        for (int i = 0; i < 6; i++) assertArrayEquals(alone.get(i), tokens(outs.get(i)), "request " + i);
+    }
+
+    @Test
+    void aRequestWhoseStepFailsInABatchFailsAlone() {
+        TrackingBackend target = new TrackingBackend(targetCpu);
+        Scheduler<Integer> sch = new Scheduler<>(target, new Scheduler.Limits(256, 64));
+        List<List<Integer>> outs = new ArrayList<>();
+        List<int[]> alone = new ArrayList<>();
+        for (int i = 0; i < 4; i++) {
+            Req r = new Req(new int[]{3 + i, 4, 5, 6}, SamplingParams.greedy(20), i == 1 ? NgramDraft.source() : null, "2");
+            List<Integer> a = new ArrayList<>();
+            Generation g = open(targetCpu, r, 64, a);
+            while (g.step()) { }
+            alone.add(tokens(a));
+            List<Integer> out = new ArrayList<>();
+            outs.add(out);
+            sch.add(i, open(target, r, 64, out));
+        }
+        sch.tick();
+        sch.tick();
+        target.sequences.get(2).poisoned = true;
+        Scheduler.Tick<Integer> t = sch.tick();
+        assertTrue(t.isolated(), "the batched step failed and was retried entry by entry");
+        assertEquals(List.of(2), List.copyOf(t.failed().keySet()));
+        assertTrue(t.failed().get(2).getMessage().contains("injected fault"));
+        assertTrue(target.sequences.get(2).closed, "the failed request's state is released");
+        while (!sch.isEmpty()) assertTrue(sch.tick().failed().isEmpty());
+        for (int i : new int[]{0, 1, 3}) assertArrayEquals(alone.get(i), tokens(outs.get(i)), "request " + i + " was not affected");
+    }
+}

@@ -1,0 +1,91 @@
+package io.ds4j.engine;
+
+import io.ds4j.model.ModelConfig;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+
+/**
+ * A backend wrapper for scheduler tests: records the shape of every batched step (entries and their kinds) and
+ * whether each sequence it handed out has been closed, and can fail the steps of sequences marked poisoned. It
+ * delegates the numbers to the wrapped backend.
+ */
+public final class TrackingBackend implements Backend {
+    final Backend inner;
+    /** Per {@link #step} call, the kinds of its entries in order. */
+    public final List<List<StepKind>> steps = Collections.synchronizedList(new ArrayList<>());
+    public final List<Seq> sequences = Collections.synchronizedList(new ArrayList<>());
+
+    public TrackingBackend(Backend inner) {
+        this.inner = inner;
+    }
+
+    /** A sequence of the wrapped backend that remembers being closed. */
+    public static final class Seq implements Sequence {
+        final Sequence inner;
+        public volatile boolean closed;
+        /** When set, every step holding this sequence throws after running (as a faulty kernel would). */
+        public volatile boolean poisoned;
+
+        Seq(Sequence inner) {
+            this.inner = inner;
+        }
+
+        @Override public int length() { return inner.length(); }
+        @Override public void rollback(int k) { inner.rollback(k); }
+        @Override public int rollbackable() { return inner.rollbackable(); }
+        @Override public long stateBytes() { return inner.stateBytes(); }
+
+        @Override
+        public void close() {
+            closed = true;
+            inner.close();
+        }
+    }
+
+    @Override public String name() { return inner.name(); }
+    @Override public ModelConfig config() { return inner.config(); }
+    @Override public long stateBytes(int contextTokens, int maxRollback) { return inner.stateBytes(contextTokens, maxRollback); }
+    @Override public void close() { inner.close(); }
+
+    @Override
+    public Sequence newSequence(int maxRollback) {
+        Seq s = new Seq(inner.newSequence(maxRollback));
+        sequences.add(s);
+        return s;
+    }
+
+    private static Sequence unwrap(Sequence s) {
+        Seq t = (Seq) s;
+        if (t.closed) throw new IllegalStateException("sequence is closed");
+        return t.inner;
+    }
+
+    @Override
+    public float[] forward(Sequence seq, int[] tokens, int off, int count, int[] logitRows) {
+        return forward(seq, tokens, off, count, logitRows, StepKind.DECODE);
+    }
+
+    @Override
+    public float[] forward(Sequence seq, int[] tokens, int off, int count, int[] logitRows, StepKind kind) {
+        return step(List.of(new BatchEntry(seq, java.util.Arrays.copyOfRange(tokens, off, off + count), logitRows, kind)))[0];
+    }
+
+    @Override
+    public float[][] step(List<BatchEntry> batch) {
+        Backend.checkBatch(config(), batch);
+        List<BatchEntry> in = new ArrayList<>(batch.size());
+        List<StepKind> kinds = new ArrayList<>(batch.size());
+        boolean poison = false;
+        for (BatchEntry e : batch) {
+            in.add(new BatchEntry(unwrap(e.seq()), e.tokens(), e.logitRows(), e.kind()));
+            kinds.add(e.kind());
+            poison |= ((Seq) e.seq()).poisoned;
+        }
+        steps.add(kinds);
+        float[][] out = inner.step(in);
+        if (poison) throw new IllegalStateException("injected fault in a batched step");
+        return out;
+    }
+}

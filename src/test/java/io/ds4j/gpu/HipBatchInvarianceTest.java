@@ -1,0 +1,41 @@
+package io.ds4j.gpu;
+
+import io.ds4j.engine.BatchInvarianceRuns;
+import io.ds4j.model.WeightLoader;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+
+import java.nio.file.Path;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Batch invariance on the GPU: the CPU test's mix of 18 requests (prompt lengths 3..70; no draft, n-gram, the
+ * fixture's FP8/FP4 twin and a copy of the target as draft models; greedy and seeded sampled) runs alone and then
+ * through one scheduler on {@link HipBackend}; every request's tokens are the same both ways, and greedy speculative
+ * output equals plain greedy output in the batch. Kernel choices that depend on a step's row count (the tensor-core
+ * threshold of the products) must not change any request's numbers for this to hold.
+ */
+@Tag("gpu")
+class HipBatchInvarianceTest {
+    static final Path TINY = Path.of("src/test/resources/fixtures/tiny-hf-bf16"), TWIN = Path.of("src/test/resources/fixtures/tiny-orig-fp8");
+
+    @Test
+    void eachRequestsOutputIsTheSameAloneAndInABatchOnTheGpu() throws Exception {
+        try (HipBackend target = new HipBackend(WeightLoader.load(TINY)); HipBackend twin = new HipBackend(WeightLoader.load(TWIN));
+             HipBackend same = new HipBackend(WeightLoader.load(TINY))) {
+            BatchInvarianceRuns.Report rep = BatchInvarianceRuns.run(target, twin, same);
+            assertEquals(List.of(), rep.failures());
+            for (int i = 0; i < rep.requests().size(); i++) {
+                BatchInvarianceRuns.Req r = rep.requests().get(i);
+                assertArrayEquals(rep.alone().get(i), rep.batched().get(i), "request " + i + " (" + r.label() + ")");
+                if (r.params().isGreedy()) assertArrayEquals(rep.plain().get(i), rep.batched().get(i), "request " + i + " (" + r.label() + ")");
+            }
+            assertTrue(rep.widest() >= 16, "at least 16 requests shared a step, widest " + rep.widest());
+            assertTrue(rep.allReleased());
+            System.out.printf("gpu batch invariance: %d requests, widest step %d entries, %d ticks (%d steps alone)%n",
+                    rep.requests().size(), rep.widest(), rep.ticks(), rep.aloneSteps());
+        }
+    }
+}
