@@ -1,7 +1,7 @@
 package io.ds4j.engine;
 
-import io.ds4j.speculative.Draft;
-import io.ds4j.speculative.DraftBatch;
+import io.ds4j.engine.Draft;
+import io.ds4j.engine.DraftBatch;
 
 import java.util.ArrayList;
 import java.util.IdentityHashMap;

@@ -1,5 +1,6 @@
 package io.ds4j.speculative;
 
+import io.ds4j.engine.SteppedDraft;
 import io.ds4j.engine.Draft;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BatchEntry;

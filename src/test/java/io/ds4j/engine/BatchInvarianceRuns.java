@@ -5,7 +5,7 @@ import io.ds4j.sampling.SamplingParams;
 import io.ds4j.speculative.DraftSource;
 import io.ds4j.speculative.ModelDraftSource;
 import io.ds4j.speculative.NgramDraft;
-import io.ds4j.speculative.VerifyWidth;
+import io.ds4j.engine.VerifyWidth;
 
 import java.util.ArrayList;
 import java.util.List;

@@ -1,7 +1,5 @@
-package io.ds4j.speculative;
+package io.ds4j.engine;
 
-import io.ds4j.engine.Backend;
-import io.ds4j.engine.BatchEntry;
 
 /**
  * A draft whose proposal is a series of model steps (a draft model: one catch-up step, then one step per further

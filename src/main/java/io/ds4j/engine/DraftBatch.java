@@ -1,8 +1,5 @@
-package io.ds4j.speculative;
+package io.ds4j.engine;
 
-import io.ds4j.engine.Backend;
-import io.ds4j.engine.BatchEntry;
-import io.ds4j.engine.BatchRun;
 
 import java.util.ArrayList;
 import java.util.IdentityHashMap;
