@@ -760,27 +760,38 @@ public final class CpuBackend implements Backend {
             rowsOf[na] = rs;
             wOf[na++] = ws;
         }
-        if (S == 1) {
-            // decode: every expert's w1/w3 (the shared one's too) in one batch, every w2 in another, so each is one
-            // hand-off to the worker pool; products 0 .. na-1 are the routed experts, product na the shared one
-            WeightMatrix[] w1 = new WeightMatrix[na + 1], w3 = new WeightMatrix[na + 1], w2 = new WeightMatrix[na + 1];
-            float[][] hin = new float[na + 1][];
-            int[] rows = new int[na + 1];
-            for (int a = 0; a < na; a++) {
-                w1[a] = L.w1[active[a]];
-                w3[a] = L.w3[active[a]];
-                w2[a] = L.w2[active[a]];
-                hin[a] = gather(h, rowsOf[a], D);
-                rows[a] = rowsOf[a].length;
+        if (S <= Gemm.FEW_TOKENS) {
+            // decode (one sequence or a batch of a few rows): one product per (expert, row) pick and per row of the
+            // shared expert, every w1/w3 in one batch and every w2 in another, so each is one hand-off to the worker
+            // pool; products are matrix-vector products, whose numbers are those of any other path (Gemm)
+            int picks = 0;
+            for (int a = 0; a < na; a++) picks += rowsOf[a].length;
+            int np = picks + S;
+            WeightMatrix[] w1 = new WeightMatrix[np], w3 = new WeightMatrix[np], w2 = new WeightMatrix[np];
+            float[][] hin = new float[np][];
+            int[] rows = new int[np];
+            Arrays.fill(rows, 1);
+            int p = 0;
+            for (int a = 0; a < na; a++)
+                for (int r : rowsOf[a]) {
+                    w1[p] = L.w1[active[a]];
+                    w3[p] = L.w3[active[a]];
+                    w2[p] = L.w2[active[a]];
+                    hin[p++] = Arrays.copyOfRange(h, r * D, r * D + D);
+                }
+            for (int s = 0; s < S; s++, p++) {
+                w1[p] = L.sharedW1;
+                w3[p] = L.sharedW3;
+                w2[p] = L.sharedW2;
+                hin[p] = Arrays.copyOfRange(h, s * D, s * D + D);
             }
-            w1[na] = L.sharedW1;
-            w3[na] = L.sharedW3;
-            w2[na] = L.sharedW2;
-            hin[na] = h;
-            rows[na] = S;
             float[][] y = experts(w1, w3, w2, hin, rows, I, lim);
-            for (int a = 0; a < na; a++) addRouted(out, y[a], rowsOf[a], wOf[a], D);
-            for (int i = 0; i < S * D; i++) out[i] += y[na][i];
+            p = 0;
+            for (int a = 0; a < na; a++) // routed experts in ascending id, then the shared one, per row
+                for (int i = 0; i < rowsOf[a].length; i++, p++)
+                    addRouted(out, y[p], new int[]{rowsOf[a][i]}, new float[]{wOf[a][i]}, D);
+            for (int s = 0; s < S; s++, p++)
+                for (int d = 0; d < D; d++) out[s * D + d] += y[p][d];
         } else {
             // one expert at a time, so a long prefill chunk holds the intermediates of one expert only
             for (int a = 0; a < na; a++) {
