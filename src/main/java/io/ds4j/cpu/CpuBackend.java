@@ -380,14 +380,34 @@ public final class CpuBackend implements Backend {
         float[] q = new float[R * H * d];
         if (ix != null) Gemm.matmuls(R, new WeightMatrix[]{L.qB, ix.qB}, new float[][]{ql, ql}, new float[][]{q, qi});
         else Gemm.matmul(L.qB, ql, R, q);
-        // per entry at its positions: the attention output o [R, H·d]
-        float[] o = new float[R * H * d];
-        for (int e = 0; e < b.seqs.length; e++) {
+        // per entry at its positions: norms, RoPE, compressors, indexer and the keys; then the queries of every entry
+        // in one hand-off to the worker pool (each query's numbers are its own); then the entries' caches
+        final int E = b.seqs.length;
+        EntryKeys[] ek = new EntryKeys[E];
+        int[] base = new int[E + 1];
+        int keys = 0;
+        for (int e = 0; e < E; e++) {
             int r0 = b.first[e], S = b.count[e];
-            float[] oe = attendEntry(b.seqs[e], l, L, slice(q, r0, S, H * d), slice(kv, r0, S, d), slice(ca, r0, S, cwc),
+            ek[e] = attendEntry(b.seqs[e], l, L, slice(q, r0, S, H * d), slice(kv, r0, S, d), slice(ca, r0, S, cwc),
                     slice(cz, r0, S, cwc), slice(ia, r0, S, iwc), slice(iz, r0, S, iwc), slice(wt, r0, S, ix == null ? 0 : c.indexHeads),
                     slice(qi, r0, S, ix == null ? 0 : c.indexHeads * c.indexHeadDim), S, b.start[e]);
-            System.arraycopy(oe, 0, o, r0 * H * d, S * H * d);
+            base[e + 1] = base[e] + S * H;
+            keys = Math.max(keys, c.slidingWindow + ek[e].nEnt + 1);
+        }
+        final int maxKeys = keys;
+        Parallel.forRange(base[E], 1, (lo, hi) -> {
+            float[] lg = new float[maxKeys], d4 = new float[4];
+            int[] idx = new int[maxKeys];
+            int e = 0;
+            for (int g = lo; g < hi; g++) {
+                while (g >= base[e + 1]) e++;
+                query(ek[e], L, g - base[e], lg, d4, idx);
+            }
+        });
+        float[] o = new float[R * H * d];
+        for (int e = 0; e < E; e++) {
+            finish(ek[e]);
+            System.arraycopy(ek[e].o, 0, o, b.first[e] * H * d, b.count[e] * H * d);
         }
         // 7. grouped output projection
         final int G = c.oGroups, Rk = c.oLoraRank, gw = H * d / G;
@@ -425,10 +445,10 @@ public final class CpuBackend implements Backend {
     /**
      * 3.4-3.7 for one entry of S rows at positions N0 ..: given its projections (queries q [S, H·d], shared kv [S, d],
      * compressor inputs ca, cz [S, cw], indexer inputs ia, iz [S, cw_I], head weights wt [S, HI], indexer queries
-     * qi [S, HI·dI]), normalises and rotates the queries and kv, runs the compressors, the indexer and the attention,
-     * stores the new raw rows in the window ring and returns the de-rotated output o [S, H·d].
+     * qi [S, HI·dI]), normalises and rotates the queries and kv, runs the compressors and the indexer and gathers the
+     * keys its queries attend; {@link #query} and {@link #finish} do the rest.
      */
-    private float[] attendEntry(CpuSequence seq, int l, ModelWeights.Layer L, float[] q, float[] kv, float[] ca, float[] cz,
+    private EntryKeys attendEntry(CpuSequence seq, int l, ModelWeights.Layer L, float[] q, float[] kv, float[] ca, float[] cz,
                                 float[] ia, float[] iz, float[] wt, float[] qi, int S, int N0) {
         final int H = c.numHeads, d = c.headDim, W = c.slidingWindow;
         final float eps = (float) c.rmsEps;
@@ -500,52 +520,65 @@ public final class CpuBackend implements Backend {
             if (nEnt > 0) f16ToF32(st.comp.entries(), 0, entK, 0, nEnt * d);
         }
 
-        float[] o = new float[S * H * d];
+        return new EntryKeys(st, kind, P, S, N0, q, kv, new float[S * H * d], rawK, entK, firstRaw, selected, slot,
+                st.comp == null ? 0 : st.comp.m, nEnt, cosT, sinT);
+    }
+
+    /**
+     * One entry's attention inputs for a layer, from {@link #attendEntry}: its queries q [S, H·d] (normalised,
+     * rotated), new kv rows [S, d] (F16-rounded), the attended keys as F32 (raw window rows from position firstRaw,
+     * compressed entries: all for HCA, the selected ones packed by slot for CSA), and the output o [S, H·d].
+     */
+    private record EntryKeys(CpuSequence.LayerState st, AttentionKind kind, Rope P, int S, int N0, float[] q, float[] kv,
+                             float[] o, float[] rawK, float[] entK, int firstRaw, int[][] sel, int[] entSlot, int m, int nEnt,
+                             float[] cosT, float[] sinT) {}
+
+    /**
+     * 3.7 for one query head sh = s·H + h of an entry: its keys (raw window rows, then the visible or selected
+     * compressed entries), softmax with the sink, and o[s, h] = Σ p_i V_i. lg, d4 and idx are scratch.
+     */
+    private void query(EntryKeys k, ModelWeights.Layer L, int sh, float[] lg, float[] d4, int[] idx) {
+        final int H = c.numHeads, d = c.headDim, W = c.slidingWindow;
         final float scale = (float) (1.0 / Math.sqrt(d));
-        final int[][] sel = selected;
-        final int[] entSlot = slot;
-        final int m = st.comp == null ? 0 : st.comp.m;
-        Parallel.forRange(S * H, 1, (lo, hi) -> {
-            float[] lg = new float[W + nEnt + 1], d4 = new float[4];
-            int[] idx = new int[W + nEnt + 1];
-            for (int sh = lo; sh < hi; sh++) {
-                int s = sh / H, h = sh % H, t = N0 + s;
-                int qo = (s * H + h) * d;
-                // the keys this query attends: its raw window rows, then the visible or selected compressed entries
-                int cnt = 0;
-                for (int p = Math.max(0, t - W + 1); p <= t; p++) idx[cnt++] = p - firstRaw;
-                int rawCnt = cnt;
-                if (kind == AttentionKind.HCA) {
-                    int vis = (t + 1) / m;
-                    for (int w = 0; w < vis; w++) idx[cnt++] = w;
-                } else if (kind == AttentionKind.CSA) {
-                    for (int w : sel[s]) idx[cnt++] = entSlot[w];
-                }
-                float mx = Math.max(L.sinks[h], scores(q, qo, rawK, idx, 0, rawCnt, d, scale, lg, d4));
-                mx = Math.max(mx, scores(q, qo, entK, idx, rawCnt, cnt, d, scale, lg, d4));
-                float sum = (float) Math.exp(L.sinks[h] - mx);
-                for (int i = 0; i < cnt; i++) {
-                    lg[i] = (float) Math.exp(lg[i] - mx);
-                    sum += lg[i];
-                }
-                float inv = 1f / sum;
-                for (int i = 0; i < cnt; i++) lg[i] *= inv;
-                values(lg, rawK, idx, 0, rawCnt, d, o, qo);
-                values(lg, entK, idx, rawCnt, cnt, d, o, qo);
-            }
-        });
-        // 6. de-rotation at the query position
+        int s = sh / H, h = sh % H, t = k.N0 + s;
+        int qo = (s * H + h) * d;
+        int cnt = 0;
+        for (int p = Math.max(0, t - W + 1); p <= t; p++) idx[cnt++] = p - k.firstRaw;
+        int rawCnt = cnt;
+        if (k.kind == AttentionKind.HCA) {
+            int vis = (t + 1) / k.m;
+            for (int w = 0; w < vis; w++) idx[cnt++] = w;
+        } else if (k.kind == AttentionKind.CSA) {
+            for (int w : k.sel[s]) idx[cnt++] = k.entSlot[w];
+        }
+        float mx = Math.max(L.sinks[h], scores(k.q, qo, k.rawK, idx, 0, rawCnt, d, scale, lg, d4));
+        mx = Math.max(mx, scores(k.q, qo, k.entK, idx, rawCnt, cnt, d, scale, lg, d4));
+        float sum = (float) Math.exp(L.sinks[h] - mx);
+        for (int i = 0; i < cnt; i++) {
+            lg[i] = (float) Math.exp(lg[i] - mx);
+            sum += lg[i];
+        }
+        float inv = 1f / sum;
+        for (int i = 0; i < cnt; i++) lg[i] *= inv;
+        values(lg, k.rawK, idx, 0, rawCnt, d, k.o, qo);
+        values(lg, k.entK, idx, rawCnt, cnt, d, k.o, qo);
+    }
+
+    /** 3.7 step 6 and the cache of one entry: de-rotation of o at the query positions, the new raw rows into the ring. */
+    private void finish(EntryKeys k) {
+        final int H = c.numHeads, d = c.headDim, half = c.ropeDim / 2, S = k.S, N0 = k.N0;
+        float[] cs = new float[half], sn = new float[half];
         for (int s = 0; s < S; s++) {
-            System.arraycopy(cosT, s * half, cs, 0, half);
-            System.arraycopy(sinT, s * half, sn, 0, half);
-            for (int h = 0; h < H; h++) P.apply(o, (s * H + h) * d, d, cs, sn, true);
+            System.arraycopy(k.cosT, s * half, cs, 0, half);
+            System.arraycopy(k.sinT, s * half, sn, 0, half);
+            for (int h = 0; h < H; h++) k.P.apply(k.o, (s * H + h) * d, d, cs, sn, true);
         }
         // keep the newest raw rows in the ring (after all queries of this step have read them)
+        CpuSequence.LayerState st = k.st;
         for (int p = Math.max(N0, N0 + S - st.winCap); p < N0 + S; p++) {
             int dst = (p % st.winCap) * d;
-            for (int i = 0; i < d; i++) st.win[dst + i] = Float.floatToFloat16(kv[(p - N0) * d + i]);
+            for (int i = 0; i < d; i++) st.win[dst + i] = Float.floatToFloat16(k.kv[(p - N0) * d + i]);
         }
-        return o;
     }
 
     private static float dot(float[] a, int ao, float[] b, int bo, int n) {
@@ -766,27 +799,38 @@ public final class CpuBackend implements Backend {
             rowsOf[na] = rs;
             wOf[na++] = ws;
         }
-        if (S == 1) {
-            // decode: every expert's w1/w3 (the shared one's too) in one batch, every w2 in another, so each is one
-            // hand-off to the worker pool; products 0 .. na-1 are the routed experts, product na the shared one
-            WeightMatrix[] w1 = new WeightMatrix[na + 1], w3 = new WeightMatrix[na + 1], w2 = new WeightMatrix[na + 1];
-            float[][] hin = new float[na + 1][];
-            int[] rows = new int[na + 1];
-            for (int a = 0; a < na; a++) {
-                w1[a] = L.w1[active[a]];
-                w3[a] = L.w3[active[a]];
-                w2[a] = L.w2[active[a]];
-                hin[a] = gather(h, rowsOf[a], D);
-                rows[a] = rowsOf[a].length;
+        if (S <= Gemm.FEW_TOKENS) {
+            // decode (one sequence or a batch of a few rows): one product per (expert, row) pick and per row of the
+            // shared expert, every w1/w3 in one batch and every w2 in another, so each is one hand-off to the worker
+            // pool; products are matrix-vector products, whose numbers are those of any other path (Gemm)
+            int picks = 0;
+            for (int a = 0; a < na; a++) picks += rowsOf[a].length;
+            int np = picks + S;
+            WeightMatrix[] w1 = new WeightMatrix[np], w3 = new WeightMatrix[np], w2 = new WeightMatrix[np];
+            float[][] hin = new float[np][];
+            int[] rows = new int[np];
+            Arrays.fill(rows, 1);
+            int p = 0;
+            for (int a = 0; a < na; a++)
+                for (int r : rowsOf[a]) {
+                    w1[p] = L.w1[active[a]];
+                    w3[p] = L.w3[active[a]];
+                    w2[p] = L.w2[active[a]];
+                    hin[p++] = Arrays.copyOfRange(h, r * D, r * D + D);
+                }
+            for (int s = 0; s < S; s++, p++) {
+                w1[p] = L.sharedW1;
+                w3[p] = L.sharedW3;
+                w2[p] = L.sharedW2;
+                hin[p] = Arrays.copyOfRange(h, s * D, s * D + D);
             }
-            w1[na] = L.sharedW1;
-            w3[na] = L.sharedW3;
-            w2[na] = L.sharedW2;
-            hin[na] = h;
-            rows[na] = S;
             float[][] y = Experts.run(w1, w3, w2, hin, rows, I, lim);
-            for (int a = 0; a < na; a++) addRouted(out, y[a], rowsOf[a], wOf[a], D);
-            for (int i = 0; i < S * D; i++) out[i] += y[na][i];
+            p = 0;
+            for (int a = 0; a < na; a++) // routed experts in ascending id, then the shared one, per row
+                for (int i = 0; i < rowsOf[a].length; i++, p++)
+                    addRouted(out, y[p], new int[]{rowsOf[a][i]}, new float[]{wOf[a][i]}, D);
+            for (int s = 0; s < S; s++, p++)
+                for (int d = 0; d < D; d++) out[s * D + d] += y[p][d];
         } else {
             // one expert at a time, so a long prefill chunk holds the intermediates of one expert only
             for (int a = 0; a < na; a++) {

@@ -741,7 +741,7 @@ public final class Gemm {
     // ---------------------------------------------------------------- a few tokens (BF16)
 
     /** Largest token count of the BF16 few-token path ({@link #bf16FewTokens}); more tokens take the tiles. */
-    static final int FEW_TOKENS = 8;
+    public static final int FEW_TOKENS = 8;
 
     /**
      * y[s, r] for every token s of a BF16 matrix row r, x permuted: four tokens at a time ({@link #bf16Row4}), the
