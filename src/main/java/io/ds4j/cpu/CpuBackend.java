@@ -133,6 +133,7 @@ public final class CpuBackend implements Backend {
             float[] f = moe(l, L, col, S, toks);
             hcPost(X, S, f, post, comb);
         }
+        if (seq.kept != null) seq.kept.put(X, N0, S);
         seq.pos.advance(S);
         return head(X, logitRows);
     }
@@ -729,5 +730,45 @@ public final class CpuBackend implements Backend {
         if (decode) Gemm.matmuls(1, w2, g, y);
         else for (int i = 0; i < n; i++) Gemm.matmul(w2[i], g[i], rows[i], y[i]);
         return y;
+    }
+
+    // ------------------------------------------------------------------------------------------------------------
+    // MTP layer
+
+    private CpuMtp mtpHead;
+
+    /** {@inheritDoc} The MTP block runs as a one-layer model on this backend's kernels ({@link CpuMtp}). */
+    @Override
+    public synchronized io.ds4j.engine.MtpHead mtp() {
+        if (wts.mtp == null) throw new IllegalStateException("no usable MTP layer: " + wts.mtpProblem);
+        if (mtpHead == null) mtpHead = new CpuMtp(this);
+        return mtpHead;
+    }
+
+    /**
+     * The decoder layers run on given streams instead of the embedding (the MTP block, whose input streams are its
+     * projections of the target's state and of the next token): X [S, n·D] goes in, holds the final streams afterwards,
+     * the S positions are appended to seq, and the logits of the requested rows come back.
+     * @param toks the token id of each row (read by hash-routed layers only)
+     */
+    float[] forwardStreams(CpuSequence seq, float[] X, int[] toks, int S, int[] logitRows) {
+        if (seq.cfg != c) throw new IllegalArgumentException("sequence does not belong to this backend");
+        if (seq.closed) throw new IllegalStateException("sequence is closed");
+        final int D = c.hidden, n = c.hcMult;
+        final int N0 = seq.pos.length();
+        float[] post = new float[S * n], comb = new float[S * n * n], col = new float[S * D];
+        for (int l = 0; l < c.numLayers; l++) {
+            ModelWeights.Layer L = wts.layers[l];
+            hcPre(X, S, L.attnHcFn, L.attnHcBase, L.attnHcScale, post, comb, col);
+            Ops.rmsNormRows(col, S, D, L.inputNorm, (float) c.rmsEps);
+            float[] a = attention(seq, l, L, col, S, N0);
+            hcPost(X, S, a, post, comb);
+            hcPre(X, S, L.ffnHcFn, L.ffnHcBase, L.ffnHcScale, post, comb, col);
+            Ops.rmsNormRows(col, S, D, L.postAttnNorm, (float) c.rmsEps);
+            float[] f = moe(l, L, col, S, toks);
+            hcPost(X, S, f, post, comb);
+        }
+        seq.pos.advance(S);
+        return head(X, logitRows);
     }
 }

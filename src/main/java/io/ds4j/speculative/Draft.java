@@ -16,6 +16,12 @@ public interface Draft extends AutoCloseable {
     /** Tells the draft that the committed context is now ctx[0 .. len) (called after every verify step). */
     void committed(int[] ctx, int len);
 
+    /**
+     * Tells the draft which target sequence it drafts for, before the generation's first step (the prefill). A draft
+     * that reads the target's state (the MTP layer) hooks into the sequence here; the default ignores it.
+     */
+    default void attach(io.ds4j.engine.Backend target, io.ds4j.engine.Sequence seq) {}
+
     @Override
     default void close() {}
 
