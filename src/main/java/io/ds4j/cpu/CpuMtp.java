@@ -93,7 +93,7 @@ final class CpuMtp implements MtpHead {
                 throw new IllegalStateException("context of " + len + " tokens does not continue the target's " + N + " positions by one pending token");
             if (N == 0) throw new IllegalStateException("the target holds no positions yet");
             KeptStreams kept = tgt.kept;
-            if (kept == null || kept.hi() != N)
+            if (kept == null || kept.hi() < N || kept.lo() > N - 1)
                 throw new IllegalStateException("the target's streams up to position " + (N - 1) + " were not kept");
             // recompute from the first entry not built from committed streams (at least the last one, whose output
             // is the first proposal), but no further back than the block's window needs and the ring holds

@@ -36,7 +36,7 @@ final class KeptStreams {
         return lo;
     }
 
-    /** One past the last position whose streams are kept. */
+    /** One past the last position whose streams were recorded (rows at or past the owner's length after a rollback are stale). */
     int hi() {
         return hi;
     }
