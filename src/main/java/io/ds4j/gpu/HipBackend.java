@@ -540,6 +540,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (closed) return;
         closed = true;
         try {
+            if (mtpHead != null) mtpHead.close();
             ws.close();
             w.close();
             gpu.free(ropeMain);
@@ -727,6 +728,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             k(ds4j_hc_post(ctx(), ptr(X), ptr(f), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
             ws.release(mark);
         }
+        if (seq.kept != null) seq.kept.put(X, N0, S);
         return head(X, logitRows);
     }
 
@@ -1019,5 +1021,93 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         }
         k(ds4j_moe_matmul(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
                 x.rows(), x.cols(), ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy), "routed experts", "routed experts");
+    }
+
+    // ------------------------------------------------------------------------------------------------------------
+    // MTP layer
+
+    private HipMtp mtpHead;
+
+    /** {@inheritDoc} The MTP block runs as a one-layer backend on its own stream of this device ({@link HipMtp}). */
+    @Override
+    public synchronized io.ds4j.engine.MtpHead mtp() {
+        if (closed) throw new IllegalStateException("backend is closed");
+        if (hostWeights.mtp == null) throw new IllegalStateException("no usable MTP layer: " + hostWeights.mtpProblem);
+        if (mtpHead == null) mtpHead = new HipMtp(this, hostWeights, options);
+        return mtpHead;
+    }
+
+    /** The MTP's input projections and norms on the device. */
+    record MtpInputs(DeviceMatrix eProj, DeviceMatrix hProj, long enorm, long hnorm) {}
+
+    /** Uploads the MTP's input projections and norms next to this (block) backend's weights; freed with them. */
+    synchronized MtpInputs mtpInputs(ModelWeights.Mtp m) {
+        return new MtpInputs(w.extraMatrix(m.eProj), w.extraMatrix(m.hProj), w.extraVector(m.enorm), w.extraVector(m.hnorm));
+    }
+
+    /**
+     * One MTP step of S entries on this (block) backend: input streams h_proj(hnorm(H_i)) + e_proj(enorm(embed(tok)))
+     * from H [S, n·D] (device, any backend's memory on this device) and the tokens (the first row's embedding term zero
+     * when zeroFirst: position 0), then the decoder layer, appending S positions to seq; the last row's output streams
+     * go to {@code last} [n·D] and its logits [V] come back.
+     */
+    synchronized float[] forwardMtp(HipSequence seq, long H, int[] toks, int S, boolean zeroFirst, MtpInputs in, long last) {
+        if (closed) throw new IllegalStateException("backend is closed");
+        if (seq.backend != this) throw new IllegalArgumentException("sequence does not belong to this backend");
+        if (seq.closed) throw new IllegalStateException("sequence is closed");
+        seq.checkUsable();
+        Backend.checkStep(c, toks, 0, S, new int[]{S - 1});
+        final int D = c.hidden, n = c.hcMult, nD = n * D, N0 = seq.pos.length();
+        final StepKind kind = S > 1 ? StepKind.PREFILL : StepKind.DECODE;
+        try {
+            ws.reset(Workspace.stepBytes(c, S, N0, 1) + 4L * (2L * S * nD + 2L * S * D + (long) S * n + (long) S * n * n) + 4096
+                    + (kind == StepKind.DECODE && verifyAttention == VerifyAttention.F16 ? verifyScratchBytes(seq, S, N0) : 0));
+        } catch (GpuException e) {
+            throw outOfMemory(e, "an MTP step of " + S + " entries at position " + N0);
+        }
+        try {
+            long tok = ws.i32(S);
+            gpu.upload(tok, toks);
+            long X = ws.f32((long) S * nD), hn = ws.f32((long) S * nD);
+            rmsnorm(H, hn, in.hnorm(), S * n, D);
+            matmul(in.hProj(), hn, X, S * n);
+            long e = ws.f32((long) S * D), ep = ws.f32((long) S * D);
+            DeviceMatrix em = w.embed;
+            k(ds4j_embed(ctx(), em.format(), ptr(em.data()), ptr(em.scale()), em.scaleKind(), em.rowBase(), em.rows(), em.cols(),
+                    ptr(tok), S, 1, ptr(e)), "embed", "embed");
+            if (zeroFirst) gpu.memset(e, 0, 4L * D);
+            rmsnorm(e, e, in.enorm(), S, D);
+            matmul(in.eProj(), e, ep, S);
+            // X_i += ep for every stream i: the stream update with post = 1 and the identity as mixing matrix
+            long post = ws.f32((long) S * n), comb = ws.f32((long) S * n * n), col = ws.f32((long) S * D);
+            float[] ones = new float[S * n], eye = new float[S * n * n];
+            java.util.Arrays.fill(ones, 1f);
+            for (int s = 0; s < S; s++) for (int i = 0; i < n; i++) eye[s * n * n + i * n + i] = 1f;
+            gpu.upload(post, ones);
+            gpu.upload(comb, eye);
+            k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
+            for (int l = 0; l < c.numLayers; l++) {
+                DeviceWeights.Layer L = w.layers[l];
+                long mark = ws.mark();
+                hcPre(X, S, L.attnHcFn, L.attnHcBase, L.attnHcScale, post, comb, col);
+                rmsnorm(col, col, L.inputNorm, S, D);
+                long a = attention(seq, l, L, col, S, N0, kind);
+                k(ds4j_hc_post(ctx(), ptr(X), ptr(a), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
+                ws.release(mark);
+                hcPre(X, S, L.ffnHcFn, L.ffnHcBase, L.ffnHcScale, post, comb, col);
+                rmsnorm(col, col, L.postAttnNorm, S, D);
+                long f = moe(l, L, col, S, tok);
+                k(ds4j_hc_post(ctx(), ptr(X), ptr(f), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
+                ws.release(mark);
+            }
+            gpu.copy(last, X + 4L * (S - 1) * nD, 4L * nD);
+            long logits = head(X, new int[]{S - 1});
+            float[] out = gpu.downloadFloats(logits, c.vocabSize);
+            seq.pos.advance(S);
+            return out;
+        } catch (RuntimeException e) {
+            seq.failed = e.getMessage();
+            throw e instanceof GpuException g ? outOfMemory(g, "an MTP step of " + S + " entries at position " + N0) : e;
+        }
     }
 }
