@@ -740,7 +740,8 @@ public final class CpuBackend implements Backend {
     /** {@inheritDoc} The MTP block runs as a one-layer model on this backend's kernels ({@link CpuMtp}). */
     @Override
     public synchronized io.ds4j.engine.MtpHead mtp() {
-        if (wts.mtp == null) throw new IllegalStateException("no usable MTP layer: " + wts.mtpProblem);
+        if (wts.mtp == null) throw new IllegalStateException("no usable MTP layer: "
+                + (wts.mtpProblem != null ? wts.mtpProblem : "these weights were built without one"));
         if (mtpHead == null) mtpHead = new CpuMtp(this);
         return mtpHead;
     }

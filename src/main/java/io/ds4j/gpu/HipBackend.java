@@ -1032,17 +1032,26 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     @Override
     public synchronized io.ds4j.engine.MtpHead mtp() {
         if (closed) throw new IllegalStateException("backend is closed");
-        if (hostWeights.mtp == null) throw new IllegalStateException("no usable MTP layer: " + hostWeights.mtpProblem);
+        if (hostWeights.mtp == null) throw new IllegalStateException("no usable MTP layer: "
+                + (hostWeights.mtpProblem != null ? hostWeights.mtpProblem : "these weights were built without one"));
         if (mtpHead == null) mtpHead = new HipMtp(this, hostWeights, options);
         return mtpHead;
     }
 
-    /** The MTP's input projections and norms on the device. */
-    record MtpInputs(DeviceMatrix eProj, DeviceMatrix hProj, long enorm, long hnorm) {}
+    /**
+     * The MTP's input projections and norms on the device, and for up to {@code rows} entries per step the constant
+     * operands of the embedding broadcast: ones [rows, n] and identity matrices [rows, n, n].
+     */
+    record MtpInputs(DeviceMatrix eProj, DeviceMatrix hProj, long enorm, long hnorm, long ones, long eye, int rows) {}
 
     /** Uploads the MTP's input projections and norms next to this (block) backend's weights; freed with them. */
-    synchronized MtpInputs mtpInputs(ModelWeights.Mtp m) {
-        return new MtpInputs(w.extraMatrix(m.eProj), w.extraMatrix(m.hProj), w.extraVector(m.enorm), w.extraVector(m.hnorm));
+    synchronized MtpInputs mtpInputs(ModelWeights.Mtp m, int rows) {
+        final int n = c.hcMult;
+        float[] ones = new float[rows * n], eye = new float[rows * n * n];
+        java.util.Arrays.fill(ones, 1f);
+        for (int s = 0; s < rows; s++) for (int i = 0; i < n; i++) eye[s * n * n + i * n + i] = 1f;
+        return new MtpInputs(w.extraMatrix(m.eProj), w.extraMatrix(m.hProj), w.extraVector(m.enorm), w.extraVector(m.hnorm),
+                w.extraVector(ones), w.extraVector(eye), rows);
     }
 
     /**
@@ -1080,12 +1089,16 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             matmul(in.eProj(), e, ep, S);
             // X_i += ep for every stream i: the stream update with post = 1 and the identity as mixing matrix
             long post = ws.f32((long) S * n), comb = ws.f32((long) S * n * n), col = ws.f32((long) S * D);
-            float[] ones = new float[S * n], eye = new float[S * n * n];
-            java.util.Arrays.fill(ones, 1f);
-            for (int s = 0; s < S; s++) for (int i = 0; i < n; i++) eye[s * n * n + i * n + i] = 1f;
-            gpu.upload(post, ones);
-            gpu.upload(comb, eye);
-            k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
+            if (S <= in.rows()) {
+                k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(in.ones()), ptr(in.eye()), S, n, D), "hc_post", "norm, rope, mHC");
+            } else {
+                float[] ones = new float[S * n], eye = new float[S * n * n];
+                java.util.Arrays.fill(ones, 1f);
+                for (int s = 0; s < S; s++) for (int i = 0; i < n; i++) eye[s * n * n + i * n + i] = 1f;
+                gpu.upload(post, ones);
+                gpu.upload(comb, eye);
+                k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
+            }
             for (int l = 0; l < c.numLayers; l++) {
                 DeviceWeights.Layer L = w.layers[l];
                 long mark = ws.mark();

@@ -32,7 +32,7 @@ final class HipMtp implements MtpHead, AutoCloseable {
         bw.hcHeadScale = m.hcHeadScale;
         bw.finalNorm = m.norm;
         this.block = new HipBackend(bw, options); // owns nothing of the target's: its close frees only its uploads
-        this.in = block.mtpInputs(m);
+        this.in = block.mtpInputs(m, c.slidingWindow); // a proposal's start computes at most W entries
     }
 
     @Override
