@@ -372,8 +372,7 @@ public final class RandomCheckpoint {
 
     private void buildPlan() {
         ModelConfig c = cfg;
-        int V = c.vocabSize, D = c.hidden, n = c.hcMult, H = c.numHeads, d = c.headDim, q = c.qLoraRank;
-        int G = c.oGroups, R = c.oLoraRank, E = c.numExperts, I = c.moeInter, mix = (2 + n) * n;
+        int V = c.vocabSize, D = c.hidden, n = c.hcMult;
         double normStd = 0.05, hcStd = 1 / Math.sqrt((double) n * D);
 
         matrix("model.embed_tokens.weight", Src.normal("model.embed_tokens.weight", V, D, 1.0), false);
@@ -385,7 +384,6 @@ public final class RandomCheckpoint {
         matrix("lm_head.weight", Src.linear("lm_head.weight", V, D), false);
         if (c.mtpLayers > 0) mtpLayer();
     }
-
 
     /**
      * The tensors of decoder layer l (l = numLayers: the MTP block, stored as {@code mtp.0.*}, see
