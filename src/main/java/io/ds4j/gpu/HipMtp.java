@@ -88,12 +88,10 @@ final class HipMtp implements MtpHead, AutoCloseable {
             int have = m.length();
             if (have > lo && have - lo <= m.rollbackable()) m.rollback(have - lo);
             else if (have != lo) m.pos.reset(lo);
-            int S = N - lo, nD = c.hcMult * c.hidden;
+            int S = N - lo;
             int[] toks = new int[S];
-            for (int s = 0; s < S; s++) {
-                block.gpu().copy(gather + 4L * s * nD, kept.row(lo + s), 4L * nD);
-                toks[s] = ctx[lo + s + 1];
-            }
+            for (int s = 0; s < S; s++) toks[s] = ctx[lo + s + 1];
+            kept.gather(block.gpu(), lo, N, gather);
             float[] lg = block.forwardMtp(m, gather, toks, S, lo == 0, in, last);
             realLen = N;
             started = true;

@@ -23,10 +23,25 @@ final class KeptRing {
     void put(long X, int n0, int S) {
         int end = n0 + S;
         int first = n0 >= lo && n0 <= hi ? lo : n0;
-        for (int p = Math.max(n0, end - cap); p < end; p++)
-            gpu.copy(row(p), X + 4L * (p - n0) * width, 4L * width);
+        for (int p = Math.max(n0, end - cap); p < end; ) { // at most two copies: up to the ring's end, then from its start
+            int run = Math.min(end - p, cap - p % cap);
+            gpu.copy(row(p), X + 4L * (p - n0) * width, 4L * width * run);
+            p += run;
+        }
         hi = end;
         lo = Math.max(first, end - cap);
+    }
+
+    /**
+     * Queues copies of positions [from, to) into dst [to − from, width] (device, same device), in at most two copies.
+     * @param gpu the context whose stream orders the copies
+     */
+    void gather(Gpu gpu, int from, int to, long dst) {
+        for (int p = from; p < to; ) {
+            int run = Math.min(to - p, cap - p % cap);
+            gpu.copy(dst + 4L * (p - from) * width, row(p), 4L * width * run);
+            p += run;
+        }
     }
 
     /** Device address of position p's row. */
