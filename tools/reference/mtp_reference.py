@@ -25,6 +25,7 @@ logits.target (F32 [V]), logits.mtp (F32 [q, V]) and metadata (strings) with the
 Usage:
   ds4j make-model --preset tiny --seed 20260601 --out /tmp/tiny-mtp
   python3 tools/reference/mtp_reference.py --model /tmp/tiny-mtp --out mtp-expected.safetensors [--q 3] [--prompt-len 41]
+      [--compare src/test/resources/fixtures/mtp/tiny-seed20260601-expected.safetensors]
   python3 tools/reference/mtp_reference.py --check-fixture src/test/resources/fixtures/tiny-hf-bf16
 """
 import argparse
@@ -556,6 +557,7 @@ def main():
     ap.add_argument("--no-f16-cache", action="store_true", help="do not round cache rows through float16")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--check-fixture", help="compare the main model with a make_fixtures.py fixture folder and exit")
+    ap.add_argument("--compare", help="an earlier output of this script: print the largest difference to it")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     f16on = not a.no_f16_cache
@@ -597,6 +599,12 @@ def main():
                               "logits.target": tlog[-1].contiguous(), "logits.mtp": torch.stack(rows).contiguous()}, meta)
     print("wrote %s: N=%d, q=%d, chain %s; smallest top-k gaps (main) router %.3g, indexer %.3g; (all) router %.3g"
           % (a.out, N, a.q, chain, main_gaps[0], main_gaps[1], gaps.router))
+    if a.compare:
+        old, _ = read_safetensors(a.compare)
+        same_ids = bool(torch.equal(old["input_ids"], ids.long())) and bool(torch.equal(old["chain_tokens"], torch.tensor(chain)))
+        dt = float((old["logits.target"] - tlog[-1]).abs().max())
+        dm = float((old["logits.mtp"] - torch.stack(rows)).abs().max())
+        print("vs %s: same input ids and chain %s; max |diff| target %.3g, mtp %.3g" % (a.compare, same_ids, dt, dm))
 
 
 if __name__ == "__main__":
