@@ -8,6 +8,7 @@ import io.ds4j.server.ModelProvider;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.speculative.DraftSource;
 import io.ds4j.speculative.ModelDraftSource;
+import io.ds4j.speculative.MtpDraftSource;
 import io.ds4j.speculative.NgramDraft;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.Tokenizers;
@@ -33,10 +34,10 @@ public final class DefaultModelProvider implements ModelProvider {
     public void check(ServerConfig cfg) throws Exception {
         if (cfg.modelPath() != null) checkModelFolder("model.path", Path.of(cfg.modelPath()));
         String d = cfg.draft();
-        if (!d.equals("none") && !d.equals("ngram")) {
+        if (!d.equals("none") && !d.equals("ngram") && !d.equals("mtp")) {
             Path dir = Path.of(d);
             if (!Files.isDirectory(dir))
-                throw new IllegalArgumentException("speculative.draft: must be \"none\", \"ngram\" or a model folder; folder not found: "
+                throw new IllegalArgumentException("speculative.draft: must be \"none\", \"ngram\", \"mtp\" or a model folder; folder not found: "
                         + dir.toAbsolutePath());
             checkModelFolder("speculative.draft", dir);
         }
@@ -119,9 +120,18 @@ public final class DefaultModelProvider implements ModelProvider {
         String d = cfg.draft();
         if (d.equals("none")) return null;
         if (d.equals("ngram")) return NgramDraft.source();
+        if (d.equals("mtp")) {
+            try {
+                MtpDraftSource src = new MtpDraftSource(target, DRAFT_ROLLBACK);
+                log.accept("draft: the checkpoint's MTP layer, " + src.head().describe());
+                return src;
+            } catch (IllegalStateException | UnsupportedOperationException e) {
+                throw new IllegalArgumentException("speculative.draft: \"mtp\" needs the checkpoint's MTP layer, but " + e.getMessage(), e);
+            }
+        }
         Path dir = Path.of(d);
         if (!Files.isDirectory(dir))
-            throw new IllegalArgumentException("speculative.draft: must be \"none\", \"ngram\" or a model folder; folder not found: "
+            throw new IllegalArgumentException("speculative.draft: must be \"none\", \"ngram\", \"mtp\" or a model folder; folder not found: "
                     + dir.toAbsolutePath());
         // the draft never runs verify steps, so the F16-KV verifier does not apply to it
         Backend draft = open(cfg.backend(), dir, cfg.backendOptions().withF16KvVerify(false));

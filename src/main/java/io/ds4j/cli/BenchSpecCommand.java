@@ -10,6 +10,7 @@ import io.ds4j.sampling.SamplingParams;
 import io.ds4j.engine.Draft;
 import io.ds4j.speculative.DraftSource;
 import io.ds4j.speculative.ModelDraftSource;
+import io.ds4j.speculative.MtpDraftSource;
 import io.ds4j.speculative.NgramDraft;
 import io.ds4j.engine.VerifyWidth;
 import io.ds4j.speculative.PredictionDraft;
@@ -32,8 +33,9 @@ import java.util.function.Function;
  * backend: n-gram lookup, a draft model, a copy of the target (a second sequence of the target's own backend: the
  * acceptance-1.0 draft at the full price of a target step), an edited prediction (the target's own greedy output
  * with one token in 12 replaced, sent back as a predicted output) and a replay (the target's greedy output sent back
- * unchanged: acceptance 1.0 at almost no draft cost, what speculation can give with a perfect cheap draft). The
- * predictions come from the plain run, which is greedy and deterministic.
+ * unchanged: acceptance 1.0 at almost no draft cost, what speculation can give with a perfect cheap draft), and the
+ * checkpoint's own MTP layer. The predictions come from the plain run, which is greedy and deterministic. With the MTP
+ * source it also prints the MTP's cost per draft token as a fraction of a target decode step ({@link #mtpCost}).
  *
  * <p>Per source it prints decode tokens/s, acceptance rate ("-" when the draft offered nothing), mean tokens committed
  * per verify step, the speed-up over plain decoding, and the draft's cost per verify step (its propose and commit
@@ -45,7 +47,7 @@ import java.util.function.Function;
         description = "Compare plain decoding with speculative decoding per draft source (CPU or GPU backend).")
 public final class BenchSpecCommand implements Callable<Integer> {
     /** Every source, in the order printed. */
-    static final List<String> SOURCES = List.of("none", "ngram", "model", "copy", "prediction", "replay");
+    static final List<String> SOURCES = List.of("none", "ngram", "model", "copy", "mtp", "prediction", "replay");
 
     @Option(names = "--backend", defaultValue = "cpu", description = "cpu or hip (default ${DEFAULT-VALUE})") String backend;
     @Option(names = "--model", paramLabel = "DIR", description = "target model directory (default: the 'small' preset, or the --preset variant)") Path model;
@@ -54,8 +56,8 @@ public final class BenchSpecCommand implements Callable<Integer> {
     @Option(names = "--experts", description = "routed experts per layer of the preset variant (default: the preset's)") Integer experts;
     @Option(names = "--dtype", defaultValue = "fp8", description = "storage of a preset variant: fp8 (FP8 dense + FP4 experts) or bf16 (default ${DEFAULT-VALUE})") String dtype;
     @Option(names = "--draft-model", paramLabel = "DIR", description = "draft model directory (default: the 'tiny' preset)") Path draftModel;
-    @Option(names = "--sources", defaultValue = "none,ngram,model,copy,prediction,replay", split = ",",
-            description = "draft sources to run: none, ngram, model, copy, prediction, replay (default ${DEFAULT-VALUE}; plain decoding always runs)") List<String> sources;
+    @Option(names = {"--sources", "--drafts"}, defaultValue = "none,ngram,model,copy,mtp,prediction,replay", split = ",",
+            description = "draft sources to run: none, ngram, model, copy, mtp, prediction, replay (default ${DEFAULT-VALUE}; plain decoding always runs; mtp is skipped, with the reason, on a checkpoint without an MTP layer)") List<String> sources;
     @Option(names = "--prompt-tokens", defaultValue = "128", description = "prompt length (default ${DEFAULT-VALUE})") int promptTokens;
     @Option(names = "--decode-tokens", defaultValue = "64", description = "tokens generated per run (default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--spec-q", defaultValue = "4", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
@@ -110,17 +112,60 @@ public final class BenchSpecCommand implements Callable<Integer> {
         if (drafter != null) make.put("model", i -> new ModelDraftSource(drafter, "model", 16));
         // the target's own backend drafts on a second sequence: same weights, no second copy in memory
         make.put("copy", i -> new ModelDraftSource(target, "copy", 16));
+        MtpDraftSource mtp = null;
+        if (want.contains("mtp")) {
+            try {
+                mtp = new MtpDraftSource(target, 16);
+            } catch (IllegalStateException | UnsupportedOperationException e) {
+                System.out.println("mtp: skipped (" + e.getMessage() + ")");
+            }
+        }
+        final MtpDraftSource mtpSource = mtp;
+        if (mtpSource != null) make.put("mtp", i -> mtpSource);
         make.put("prediction", i -> PredictionDraft.source(edited.get(i), null));
         make.put("replay", i -> PredictionDraft.source(outputs.get(i), null));
         make.keySet().removeIf(k -> !want.contains(k));
         for (var e : make.entrySet()) run(target, e.getValue(), ps, null, 0, null);
         System.out.printf("%-24s %10s %11s %12s %9s %16s%n", "draft", "tokens/s", "acceptance", "tokens/step", "speed-up", "draft cost/step");
         double base = run(target, null, ps, "none (plain decode)", 0, null);
-        Map<String, String> labels = Map.of("ngram", "ngram", "model", "draft model", "copy", "copy of target",
+        Map<String, String> labels = Map.of("ngram", "ngram", "model", "draft model", "copy", "copy of target", "mtp", "mtp",
                 "prediction", "prediction (edited)", "replay", "replay (own output)");
         for (var e : make.entrySet()) run(target, e.getValue(), ps, labels.get(e.getKey()), base, null);
+        if (mtpSource != null) mtpCost(target, ps.getFirst());
         // plain decoding once more: how far the machine's speed drifted during the runs (shared machines, clocks)
         run(target, null, ps, "none (again, for drift)", base, null);
+    }
+
+    /**
+     * The MTP's cost per draft token against a target decode step, both on the prompt prefilled: a decode step is one
+     * token forwarded and rolled back; a draft token is one MTP entry and the shared head (a proposal's start or one
+     * chained step, which cost the same), in proposals of q = 4.
+     */
+    static void mtpCost(Backend target, int[] prompt) {
+        int len = prompt.length, reps = 24, q = 4;
+        try (io.ds4j.engine.Sequence seq = target.newSequence(16); io.ds4j.engine.MtpState st = target.mtp().open(seq, 16)) {
+            target.forward(seq, prompt, 0, len - 1, new int[0], io.ds4j.engine.StepKind.PREFILL);
+            long t0 = 0;
+            for (int i = 0; i < reps + 4; i++) {
+                if (i == 4) t0 = System.nanoTime();
+                target.forward(seq, prompt, len - 1, 1, new int[]{0}, io.ds4j.engine.StepKind.DECODE);
+                seq.rollback(1);
+            }
+            double decodeMs = (System.nanoTime() - t0) / 1e6 / reps;
+            int tokens = 0;
+            for (int i = 0; i < reps + 4; i++) {
+                if (i == 4) {
+                    t0 = System.nanoTime();
+                    tokens = 0;
+                }
+                st.start(prompt, len);
+                for (int j = 1; j < q; j++) st.next(prompt[j]);
+                tokens += q;
+            }
+            double mtpMs = (System.nanoTime() - t0) / 1e6 / tokens;
+            System.out.printf("mtp draft cost: %.3f ms per draft token = %.1f %% of a target decode step (%.3f ms) [%d decode steps, %d draft tokens]%n",
+                    mtpMs, 100 * mtpMs / decodeMs, decodeMs, reps, tokens);
+        }
     }
 
     /** The output with one token in 12 replaced by another (a prediction that is right but for small edits). */
@@ -187,6 +232,11 @@ public final class BenchSpecCommand implements Callable<Integer> {
         @Override
         public void verified(int judged, int accepted) {
             d.verified(judged, accepted);
+        }
+
+        @Override
+        public void attach(Backend target, io.ds4j.engine.Sequence seq) {
+            d.attach(target, seq);
         }
 
         @Override

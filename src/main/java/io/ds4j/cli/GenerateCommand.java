@@ -71,7 +71,7 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--expert-placement", defaultValue = "auto", paramLabel = "auto|monolithic|hybrid", description = "where routed experts live on backend hip (default ${DEFAULT-VALUE})") String expertPlacement;
     @Option(names = "--gpu-memory-budget-mib", defaultValue = "0", paramLabel = "MIB", description = "device memory the weights may use on backend hip, 0 = all free (default ${DEFAULT-VALUE})") long gpuMemoryBudgetMiB;
     @Option(names = "--fused-verify-f16-kv", description = "the F16-KV verifier: verify attention reads the F16 cache directly (backend hip on a single device only)") boolean fusedVerifyF16Kv;
-    @Option(names = "--draft", paramLabel = "DIR|ngram", description = "speculative decoding draft: a draft model directory, or 'ngram' for prompt lookup") String draft;
+    @Option(names = "--draft", paramLabel = "DIR|ngram|mtp", description = "speculative decoding draft: a draft model directory, 'ngram' for prompt lookup, or 'mtp' for the checkpoint's own MTP layer") String draft;
     @Option(names = "--spec-q", defaultValue = "4", paramLabel = "N|auto", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
     @Option(names = "--prefill-chunk", defaultValue = "512", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int prefillChunk;
     @Option(names = "--max-context", description = "context limit in tokens (default 65536), capped by the model's max_position_embeddings") Integer maxContext;
@@ -242,8 +242,15 @@ public final class GenerateCommand implements Callable<Integer> {
         private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok, BackendOptions bo) throws Exception {
         if (draft == null) return null;
         if (draft.equals("ngram")) return NgramDraft.source();
+        if (draft.equals("mtp")) {
+            try {
+                return new io.ds4j.speculative.MtpDraftSource(target, 16);
+            } catch (IllegalStateException | UnsupportedOperationException e) {
+                throw new IllegalArgumentException("--draft mtp: " + e.getMessage(), e);
+            }
+        }
         Path dd = Path.of(draft);
-        if (!Files.isDirectory(dd)) throw new IllegalArgumentException("--draft: '" + draft + "' is neither 'ngram' nor a model directory");
+        if (!Files.isDirectory(dd)) throw new IllegalArgumentException("--draft: '" + draft + "' is neither 'ngram', 'mtp' nor a model directory");
         Backend db = open("--draft", dd, bo.withF16KvVerify(false)); // the draft never runs verify steps
         try {
             ModelDraftSource.checkCompatible(target, db, tok.source(), Tokenizers.forModel(dd).source());

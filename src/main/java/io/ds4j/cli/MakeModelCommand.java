@@ -51,6 +51,11 @@ public final class MakeModelCommand implements Callable<Integer> {
     @Option(names = "--experts", paramLabel = "E", description = "Routed experts per layer (default: the preset's).")
     Integer experts;
 
+    @Option(names = "--no-mtp", negatable = false,
+            description = "Leave out the MTP layer (mtp.0.*, one decoder layer plus its input projections and head), "
+                    + "which is written by default.")
+    boolean noMtp;
+
     @Option(names = "--force", description = "Write into a non-empty DIR, replacing its config.json and *.safetensors files.")
     boolean force;
 
@@ -63,6 +68,7 @@ public final class MakeModelCommand implements Callable<Integer> {
         RandomCheckpoint ck;
         try {
             cfg = Presets.get(preset, layers, experts);
+            cfg.mtpLayers = noMtp ? 0 : 1;
             storage = RandomCheckpoint.Storage.parse(dtype != null ? dtype
                     : preset.startsWith("flash") ? "fp8" : "bf16");
             scheme = naming == null ? (storage == RandomCheckpoint.Storage.FP8 ? TensorNames.Scheme.ORIGINAL : TensorNames.Scheme.HF)
@@ -80,7 +86,7 @@ public final class MakeModelCommand implements Callable<Integer> {
 
         String dt = storage.name().toLowerCase(Locale.ROOT), nm = scheme.name().toLowerCase(Locale.ROOT);
         o.printf("make-model: preset %s, seed %d, %s, %s naming -> %s%n", preset, seed, dt, nm, out);
-        o.printf("  %s%n", cfg);
+        o.printf("  %s, %s%n", cfg, cfg.mtpLayers > 0 ? "with an MTP layer (mtp.0.*)" : "no MTP layer");
         o.printf("  %d tensors, %s of weights%n", ck.tensors().size(), human(ck.totalBytes()));
         o.flush();
         PrintWriter err = spec.commandLine().getErr();

@@ -171,7 +171,15 @@ public final class CpuBackend implements Backend {
         final int R;
         final float[] post, comb;
 
+        /** Streams to start from instead of the embedding ({@link #forwardStreams}), or null. */
+        final float[] given;
+
         Step(List<BatchEntry> batch) {
+            this(batch, null);
+        }
+
+        Step(List<BatchEntry> batch, float[] given) {
+            this.given = given;
             int E = batch.size();
             seqs = new CpuSequence[E];
             first = new int[E];
@@ -197,6 +205,7 @@ public final class CpuBackend implements Backend {
 
         @Override
         public float[] embed() { // 3.1: every stream starts as the embedding
+            if (given != null) return given;
             final int D = c.hidden, n = c.hcMult, nD = n * D;
             float[] X = new float[R * nD], row = new float[D];
             for (int s = 0; s < R; s++) {
@@ -243,6 +252,11 @@ public final class CpuBackend implements Backend {
             int[] rows = new int[n];
             n = 0;
             for (int i = 0; i < logitRows.length; i++) for (int r : logitRows[i]) rows[n++] = first[i] + r;
+            // the final streams of sequences with an MTP state attached, before hc_head (the MTP's input)
+            final int nD = c.hcMult * c.hidden;
+            for (int i = 0; i < seqs.length; i++)
+                if (seqs[i].kept != null)
+                    seqs[i].kept.put(Arrays.copyOfRange(X, first[i] * nD, (first[i] + count[i]) * nD), start[i], count[i]);
             return CpuBackend.this.head(X, rows);
         }
     }
@@ -863,4 +877,33 @@ public final class CpuBackend implements Backend {
         }
     }
 
+    // ------------------------------------------------------------------------------------------------------------
+    // MTP layer
+
+    private CpuMtp mtpHead;
+
+    /** {@inheritDoc} The MTP block runs as a one-layer model on this backend's kernels ({@link CpuMtp}). */
+    @Override
+    public synchronized io.ds4j.engine.MtpHead mtp() {
+        if (wts.mtp == null) throw new IllegalStateException("no usable MTP layer: "
+                + (wts.mtpProblem != null ? wts.mtpProblem : "these weights were built without one"));
+        if (mtpHead == null) mtpHead = new CpuMtp(this);
+        return mtpHead;
+    }
+
+    /**
+     * The decoder layers run on given streams instead of the embedding (the MTP block, whose input streams are its
+     * projections of the target's state and of the next token): X [S, n·D] goes in, holds the final streams afterwards
+     * ({@link LayerProgram} updates them in place), the S positions are appended to seq, and the logits of the
+     * requested rows come back.
+     * @param toks the token id of each row (read by hash-routed layers only)
+     */
+    float[] forwardStreams(CpuSequence seq, float[] X, int[] toks, int S, int[] logitRows) {
+        if (seq.cfg != c) throw new IllegalArgumentException("sequence does not belong to this backend");
+        if (seq.closed) throw new IllegalStateException("sequence is closed");
+        Step st = new Step(List.of(new BatchEntry(seq, Arrays.copyOf(toks, S), logitRows, StepKind.DECODE)), X);
+        float[] logits = LayerProgram.run(st, c.numLayers);
+        seq.pos.advance(S);
+        return logits;
+    }
 }

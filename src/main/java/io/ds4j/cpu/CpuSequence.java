@@ -30,6 +30,8 @@ public final class CpuSequence implements Sequence {
     final RollbackWindow pos;
     final LayerState[] layers;
     boolean closed;
+    /** The final residual streams of the latest positions, kept while an MTP state is attached (else null). */
+    KeptStreams kept;
 
     CpuSequence(ModelConfig cfg, int maxRollback) {
         this.pos = new RollbackWindow(maxRollback); // validates maxRollback

@@ -128,6 +128,15 @@ public interface Backend extends AutoCloseable {
         throw new UnsupportedOperationException("backend " + name() + " cannot resume sequences from snapshots");
     }
 
+    /**
+     * The model's MTP layer as a draft source ({@link MtpHead}).
+     * @throws IllegalStateException naming what the checkpoint holds instead when the model has no usable MTP layer
+     * @throws UnsupportedOperationException when this backend cannot run an MTP layer
+     */
+    default MtpHead mtp() {
+        throw new UnsupportedOperationException("backend " + name() + " cannot run the MTP layer");
+    }
+
     /** What this backend effectively does (placement, verify attention path, diagnostics). */
     default EngineStatus status() {
         return EngineStatus.cpu();

@@ -25,6 +25,12 @@ public interface Draft extends AutoCloseable {
      */
     default void verified(int judged, int accepted) {}
 
+    /**
+     * Tells the draft which target sequence it drafts for, before the generation's first step (the prefill). A draft
+     * that reads the target's state (the MTP layer) hooks into the sequence here; the default ignores it.
+     */
+    default void attach(Backend target, Sequence seq) {}
+
     @Override
     default void close() {}
 

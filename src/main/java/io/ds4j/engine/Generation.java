@@ -128,6 +128,7 @@ public final class Generation {
         this.promptLen = prompt.length;
         this.ctx = Arrays.copyOf(prompt, prompt.length + 64);
         this.len = prompt.length;
+        if (draft != null) draft.attach(target, seq);
     }
 
     /**

@@ -322,4 +322,14 @@ public final class DeviceWeights implements AutoCloseable {
         allocations.clear();
         uploaded.clear();
     }
+
+    /** Uploads one more matrix (the MTP's input projections), freed with these weights. */
+    DeviceMatrix extraMatrix(WeightMatrix m) {
+        return matrix(m, DeviceMemoryReport.OTHER);
+    }
+
+    /** Uploads one more vector (the MTP's input norms), freed with these weights. */
+    long extraVector(float[] v) {
+        return vector(v, DeviceMemoryReport.OTHER);
+    }
 }

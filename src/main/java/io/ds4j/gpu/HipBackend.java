@@ -545,6 +545,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (closed) return;
         closed = true;
         try {
+            if (mtpHead != null) mtpHead.close();
             ws.close();
             w.close();
             gpu.free(ropeMain);
@@ -758,7 +759,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             gpu.sync();
             out = new float[0];
         } else out = gpu.downloadFloats(logits, rows * c.vocabSize);
-        // committed only once the device has finished
+        commit(b); // only once the device has finished
+        return out;
+    }
+
+    /** Commits a finished step: the entry counts of every sequence's compressors and its length. */
+    private static void commit(DeviceStep b) {
         for (int e = 0; e < b.seqs.length; e++) {
             int n = b.start[e] + b.count[e];
             for (HipSequence.LayerState ls : b.seqs[e].layers) {
@@ -767,7 +773,6 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             }
             b.seqs[e].pos.advance(b.count[e]);
         }
-        return out;
     }
 
     /**
@@ -829,7 +834,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         /** Host memory of the views, for this step only (closed by {@link #run}). */
         java.lang.foreign.Arena arena;
 
+        /** Streams to start from instead of the embedding (the MTP block's inputs, {@link #forwardMtp}), or 0. */
+        final long given;
+
         DeviceStep(List<BatchEntry> batch) {
+            this(batch, 0);
+        }
+
+        DeviceStep(List<BatchEntry> batch, long given) {
+            this.given = given;
             int E = batch.size();
             seqs = new HipSequence[E];
             kinds = new StepKind[E];
@@ -871,10 +884,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         @Override
         public Long embed() { // 3.1: every stream starts as the embedding
             final int D = c.hidden, n = c.hcMult, nD = n * D;
-            long X = ws.f32((long) R * nD);
-            DeviceMatrix e = w.embed;
-            k(ds4j_embed(ctx(), e.format(), ptr(e.data()), ptr(e.scale()), e.scaleKind(), e.rowBase(), e.rows(), e.cols(),
-                    ptr(tok), R, n, ptr(X)), "embed", "embed");
+            long X = given;
+            if (X == 0) {
+                X = ws.f32((long) R * nD);
+                DeviceMatrix e = w.embed;
+                k(ds4j_embed(ctx(), e.format(), ptr(e.data()), ptr(e.scale()), e.scaleKind(), e.rowBase(), e.rows(), e.cols(),
+                        ptr(tok), R, n, ptr(X)), "embed", "embed");
+            }
             post = ws.f32((long) R * n);
             comb = ws.f32((long) R * n * n);
             col = ws.f32((long) R * D);
@@ -921,6 +937,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             int[] rows = new int[logitCounts()];
             int n = 0;
             for (int i = 0; i < logitRows.length; i++) for (int r : logitRows[i]) rows[n++] = first[i] + r;
+            // the final streams of sequences with an MTP state attached, before hc_head (the MTP's input)
+            final long nD = (long) c.hcMult * c.hidden;
+            for (int i = 0; i < seqs.length; i++)
+                if (seqs[i].kept != null) seqs[i].kept.put(X + 4L * first[i] * nD, start[i], count[i]);
             return HipBackend.this.head(X, rows, headRuns);
         }
     }
@@ -1442,5 +1462,99 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         }
         k(ds4j_moe_matmul(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
                 x.rows(), x.cols(), ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy), "routed experts", "routed experts");
+    }
+
+    // ------------------------------------------------------------------------------------------------------------
+    // MTP layer
+
+    private HipMtp mtpHead;
+
+    /** {@inheritDoc} The MTP block runs as a one-layer backend on its own stream of this device ({@link HipMtp}). */
+    @Override
+    public synchronized io.ds4j.engine.MtpHead mtp() {
+        if (closed) throw new IllegalStateException("backend is closed");
+        if (hostWeights.mtp == null) throw new IllegalStateException("no usable MTP layer: "
+                + (hostWeights.mtpProblem != null ? hostWeights.mtpProblem : "these weights were built without one"));
+        if (mtpHead == null) mtpHead = new HipMtp(this, hostWeights, options);
+        return mtpHead;
+    }
+
+    /**
+     * The MTP's input projections and norms on the device, and for up to {@code rows} entries per step the constant
+     * operands of the embedding broadcast: ones [rows, n] and identity matrices [rows, n, n].
+     */
+    record MtpInputs(DeviceMatrix eProj, DeviceMatrix hProj, long enorm, long hnorm, long ones, long eye, int rows) {}
+
+    /** Uploads the MTP's input projections and norms next to this (block) backend's weights; freed with them. */
+    synchronized MtpInputs mtpInputs(ModelWeights.Mtp m, int rows) {
+        final int n = c.hcMult;
+        float[] ones = new float[rows * n], eye = new float[rows * n * n];
+        java.util.Arrays.fill(ones, 1f);
+        for (int s = 0; s < rows; s++) for (int i = 0; i < n; i++) eye[s * n * n + i * n + i] = 1f;
+        return new MtpInputs(w.extraMatrix(m.eProj), w.extraMatrix(m.hProj), w.extraVector(m.enorm), w.extraVector(m.hnorm),
+                w.extraVector(ones), w.extraVector(eye), rows);
+    }
+
+    /**
+     * One MTP step of S entries on this (block) backend: input streams h_proj(hnorm(H_i)) + e_proj(enorm(embed(tok)))
+     * from H [S, n·D] (device, any backend's memory on this device) and the tokens (the first row's embedding term zero
+     * when zeroFirst: position 0), then the decoder layer, appending S positions to seq; the last row's output streams
+     * go to {@code last} [n·D] and its logits [V] come back.
+     */
+    synchronized float[] forwardMtp(HipSequence seq, long H, int[] toks, int S, boolean zeroFirst, MtpInputs in, long last) {
+        if (closed) throw new IllegalStateException("backend is closed");
+        if (seq.backend != this) throw new IllegalArgumentException("sequence does not belong to this backend");
+        if (seq.closed) throw new IllegalStateException("sequence is closed");
+        seq.checkUsable();
+        Backend.checkStep(c, toks, 0, S, new int[]{S - 1});
+        final int D = c.hidden, n = c.hcMult, nD = n * D, N0 = seq.pos.length();
+        final StepKind kind = S > 1 ? StepKind.PREFILL : StepKind.DECODE;
+        try {
+            for (HipSequence.LayerState ls : seq.layers) {
+                if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, CacheLayout.entries(N0 + S, ls.comp.m));
+                if (ls.index != null) HipSequence.ensure(gpu, ls.index, CacheLayout.entries(N0 + S, ls.index.m));
+            }
+            ws.reset(Workspace.stepBytes(c, S, N0, 1) + 4L * (2L * S * nD + 2L * S * D + (long) S * n + (long) S * n * n) + 4096
+                    + (kind == StepKind.DECODE && verifyAttention == VerifyAttention.F16 ? verifyScratchBytes(seq, S, N0) : 0));
+        } catch (GpuException e) {
+            throw outOfMemory(e, "an MTP step of " + S + " entries at position " + N0);
+        }
+        try {
+            long tok = ws.i32(S);
+            gpu.upload(tok, toks);
+            long X = ws.f32((long) S * nD), hn = ws.f32((long) S * nD);
+            rmsnorm(H, hn, in.hnorm(), S * n, D);
+            matmul(in.hProj(), hn, X, S * n);
+            long e = ws.f32((long) S * D), ep = ws.f32((long) S * D);
+            DeviceMatrix em = w.embed;
+            k(ds4j_embed(ctx(), em.format(), ptr(em.data()), ptr(em.scale()), em.scaleKind(), em.rowBase(), em.rows(), em.cols(),
+                    ptr(tok), S, 1, ptr(e)), "embed", "embed");
+            if (zeroFirst) gpu.memset(e, 0, 4L * D);
+            rmsnorm(e, e, in.enorm(), S, D);
+            matmul(in.eProj(), e, ep, S);
+            // X_i += ep for every stream i: the stream update with post = 1 and the identity as mixing matrix
+            long post = ws.f32((long) S * n), comb = ws.f32((long) S * n * n), col = ws.f32((long) S * D);
+            if (S <= in.rows()) {
+                k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(in.ones()), ptr(in.eye()), S, n, D), "hc_post", "norm, rope, mHC");
+            } else {
+                float[] ones = new float[S * n], eye = new float[S * n * n];
+                java.util.Arrays.fill(ones, 1f);
+                for (int s = 0; s < S; s++) for (int i = 0; i < n; i++) eye[s * n * n + i * n + i] = 1f;
+                gpu.upload(post, ones);
+                gpu.upload(comb, eye);
+                k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
+            }
+            // the decoder layer(s) on these streams: the layer program with X in place of the embedding
+            DeviceStep b = new DeviceStep(List.of(new BatchEntry(seq, Arrays.copyOf(toks, S), new int[]{S - 1}, kind)), X);
+            b.tok = tok;
+            long logits = LayerProgram.run(b, c.numLayers);
+            gpu.copy(last, X + 4L * (S - 1) * nD, 4L * nD);
+            float[] out = gpu.downloadFloats(logits, c.vocabSize);
+            commit(b);
+            return out;
+        } catch (RuntimeException e) {
+            seq.failed = e.getMessage();
+            throw e instanceof GpuException g ? outOfMemory(g, "an MTP step of " + S + " entries at position " + N0) : e;
+        }
     }
 }

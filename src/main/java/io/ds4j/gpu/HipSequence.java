@@ -31,6 +31,8 @@ public final class HipSequence implements Sequence {
     boolean closed;
     /** Why a step failed after it had started changing the device state (null: usable). */
     String failed;
+    /** The final streams of the latest positions, kept while an MTP state is attached (else null). */
+    KeptRing kept;
     private final List<Long> fixed = new ArrayList<>();
 
     /** One layer's state (device pointers). */

@@ -21,7 +21,8 @@ import java.util.TreeSet;
  *
  * <p>Weights are found, in order of preference, in {@code model.safetensors.index.json} (its {@code weight_map}
  * names each tensor's shard), {@code model.safetensors}, or every {@code *.safetensors} file in the directory.
- * Tensor names from all files form one namespace; {@code mtp.*} tensors (spec 2.6) are ignored. The naming scheme
+ * Tensor names from all files form one namespace; {@code mtp.*} tensors (spec 2.6) are kept apart
+ * ({@link #mtpNames}) and do not count for the scheme. The naming scheme
  * (HF or original DeepSeek, spec 2.4) is detected from the names, and canonical HF names are resolved through
  * {@link TensorNames}. Closing the checkpoint unmaps every file.
  */
@@ -38,15 +39,18 @@ public final class Checkpoint implements AutoCloseable {
     private final ModelConfig config;
     private final List<SafetensorsFile> files;
     private final Map<String, StoredTensor> tensors;
+    /** {@code mtp.*} tensors (spec 2.6), kept apart from the main model's. */
+    private final Map<String, StoredTensor> mtp;
     private final TensorNames.Scheme scheme;
 
     private Checkpoint(Path dir, Path source, ModelConfig config, List<SafetensorsFile> files,
-                       Map<String, StoredTensor> tensors, TensorNames.Scheme scheme) {
+                       Map<String, StoredTensor> tensors, Map<String, StoredTensor> mtp, TensorNames.Scheme scheme) {
         this.dir = dir;
         this.source = source;
         this.config = config;
         this.files = files;
         this.tensors = tensors;
+        this.mtp = mtp;
         this.scheme = scheme;
     }
 
@@ -91,29 +95,29 @@ public final class Checkpoint implements AutoCloseable {
         List<SafetensorsFile> files = new ArrayList<>();
         try {
             Map<String, StoredTensor> all = new LinkedHashMap<>();
+            Map<String, StoredTensor> mtp = new LinkedHashMap<>();
             Map<Path, SafetensorsFile> byPath = new HashMap<>();
             for (Path p : paths) {
                 SafetensorsFile f = SafetensorsFile.open(p);
                 files.add(f);
                 byPath.put(p.toAbsolutePath().normalize(), f);
                 for (String name : f.names()) {
-                    if (isMtp(name)) continue;
                     StoredTensor t = f.tensor(name);
-                    StoredTensor prev = all.putIfAbsent(name, t);
+                    StoredTensor prev = (isMtp(name) ? mtp : all).putIfAbsent(name, t);
                     if (prev != null)
                         throw new CheckpointException(p, name, "tensor also present in " + prev.file());
                 }
             }
             if (weightMap != null) {
                 for (Map.Entry<String, String> e : weightMap.entrySet()) {
-                    if (isMtp(e.getKey())) continue;
                     SafetensorsFile f = byPath.get(dir.resolve(e.getValue()).toAbsolutePath().normalize());
                     if (f != null && !f.contains(e.getKey()))
                         throw new CheckpointException(f.path(), e.getKey(), "listed in " + INDEX + " but not present in this shard");
                 }
             }
             TensorNames.Scheme scheme = detectScheme(source, all.keySet());
-            Checkpoint c = new Checkpoint(dir, source, config, List.copyOf(files), Collections.unmodifiableMap(all), scheme);
+            Checkpoint c = new Checkpoint(dir, source, config, List.copyOf(files), Collections.unmodifiableMap(all),
+                    Collections.unmodifiableMap(mtp), scheme);
             files = null;
             return c;
         } finally {
@@ -181,9 +185,15 @@ public final class Checkpoint implements AutoCloseable {
         return tensors.keySet();
     }
 
-    /** A tensor by its stored name, or null. */
+    /** The stored names of the {@code mtp.*} tensors (the multi-token-prediction block, spec 2.6), in file order. */
+    public Set<String> mtpNames() {
+        return mtp.keySet();
+    }
+
+    /** A tensor by its stored name ({@code mtp.*} included), or null. */
     public StoredTensor stored(String storedName) {
-        return tensors.get(storedName);
+        StoredTensor t = tensors.get(storedName);
+        return t != null ? t : mtp.get(storedName);
     }
 
     /** The stored name of a canonical HF name in this checkpoint's scheme (null when it has none). */

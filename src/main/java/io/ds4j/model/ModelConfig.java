@@ -70,6 +70,11 @@ public final class ModelConfig {
     public int bosTokenId = 0;
     public int eosTokenId = 1;
     public String scoringFunc = "sqrtsoftplus";
+    /**
+     * MTP depth the config announces ({@code num_nextn_predict_layers}, V4 default 1). Informational: whether a usable
+     * MTP layer exists is decided by the tensors present ({@link WeightLoader}); make-model writes one layer when ≥ 1.
+     */
+    public int mtpLayers = 1;
 
     private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -127,6 +132,7 @@ public final class ModelConfig {
         if (j.has("eos_token_id") && j.get("eos_token_id").isArray() && !j.get("eos_token_id").isEmpty())
             c.eosTokenId = j.get("eos_token_id").get(0).asInt();
         else c.eosTokenId = intKey(j, "eos_token_id", c.eosTokenId);
+        c.mtpLayers = intKey(j, "num_nextn_predict_layers", c.mtpLayers);
         if (j.hasNonNull("scoring_func")) c.scoringFunc = j.get("scoring_func").asText();
         if (!"sqrtsoftplus".equals(c.scoringFunc))
             throw new IllegalArgumentException("scoring_func '" + c.scoringFunc + "' is not supported (DeepSeek-V4 uses sqrtsoftplus)");
@@ -215,6 +221,20 @@ public final class ModelConfig {
         return false;
     }
 
+    /**
+     * The config of the MTP block seen as a one-layer model: a sliding-window-only layer (compress ratio 0, the last
+     * entry of V4's {@code compress_ratios}) with a top-k routed MoE (router bias, no token-id hashing); every other
+     * dimension is this model's.
+     */
+    public ModelConfig mtpBlockConfig() {
+        ModelConfig m = copy();
+        m.numLayers = 1;
+        m.layerTypes = new AttentionKind[]{AttentionKind.SLIDING};
+        m.hashMoe = new boolean[]{false};
+        m.mtpLayers = 0;
+        return m;
+    }
+
     /** Compression ratio m of a layer, 0 for sliding-only layers. */
     public int ratio(int layer) {
         return switch (layerTypes[layer]) {
@@ -278,7 +298,7 @@ public final class ModelConfig {
         o.put("eos_token_id", eosTokenId);
         o.put("tie_word_embeddings", false);
         o.put("hidden_act", "silu");
-        o.put("num_nextn_predict_layers", 0);
+        o.put("num_nextn_predict_layers", mtpLayers);
         o.put("torch_dtype", "float32");
         return o;
     }

@@ -20,6 +20,10 @@ public final class ModelWeights implements AutoCloseable {
     /** [V, D] */
     public WeightMatrix lmHead;
     public Layer[] layers;
+    /** The checkpoint's MTP layer (spec 2.6), or null when it has none that can be used ({@link #mtpProblem} says why). */
+    public Mtp mtp;
+    /** Why {@link #mtp} is null: what the checkpoint holds instead (no mtp.* tensors, another layout, a missing tensor). */
+    public String mtpProblem;
     /** Resources to release on close (mapped files), may be null. */
     public AutoCloseable owner;
 
@@ -65,6 +69,25 @@ public final class ModelWeights implements AutoCloseable {
         public WeightMatrix[] w1, w3, w2;
         /** Shared expert: gate [I, D], up [I, D], down [D, I]. */
         public WeightMatrix sharedW1, sharedW3, sharedW2;
+    }
+
+    /**
+     * The multi-token-prediction block ({@code mtp.0.*}): one decoder layer (sliding-window attention, top-k MoE, mHC) in
+     * {@link #block}, plus the input projections and its own output merge. Embedding and lm_head are the main model's.
+     */
+    public static final class Mtp {
+        /** The decoder layer, shaped by {@link ModelConfig#mtpBlockConfig()}. */
+        public Layer block;
+        /** [D, D] each: embedding and previous-hidden-state projections. */
+        public WeightMatrix eProj, hProj;
+        /** [D] each: RMSNorm weights of the embedding, of each previous stream, and the final norm. */
+        public float[] enorm, hnorm, norm;
+        /** [n, n·D] */
+        public WeightMatrix hcHeadFn;
+        /** [n] */
+        public float[] hcHeadBase;
+        /** [1] */
+        public float[] hcHeadScale;
     }
 
     /** A compressor (spec 3.5): per-token values and pooling logits, position bias, entry norm. */

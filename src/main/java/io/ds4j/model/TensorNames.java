@@ -135,6 +135,38 @@ public final class TensorNames {
                 : List.of(weightName + "_scale_inv", prefix + ".scale");
     }
 
+    /** Prefix of the (single) MTP layer's tensors, in every naming scheme. */
+    public static final String MTP_PREFIX = "mtp.0.";
+
+    /** MTP-only tensors: canonical suffix → original suffix (after {@code mtp.0.}). */
+    private static final Map<String, String> MTP_EXTRA = Map.of(
+            "e_proj.weight", "e_proj.weight",
+            "h_proj.weight", "h_proj.weight",
+            "enorm.weight", "enorm.weight",
+            "hnorm.weight", "hnorm.weight",
+            "shared_head.norm.weight", "norm.weight",
+            "hc_head.hc_fn", "hc_head_fn",
+            "hc_head.hc_base", "hc_head_base",
+            "hc_head.hc_scale", "hc_head_scale");
+
+    /**
+     * Stored name of an MTP tensor. Hugging Face has no naming for the MTP layer (its loader drops {@code mtp.*}), so
+     * checkpoints of both schemes keep DeepSeek's original one: {@code mtp.0.} + the original layer suffix
+     * ({@code attn.wq_a.weight}, {@code ffn.experts.3.w1.weight}, ...) or an MTP-only name ({@code e_proj.weight},
+     * {@code h_proj.weight}, {@code enorm.weight}, {@code hnorm.weight}, {@code norm.weight}, {@code hc_head_fn},
+     * {@code hc_head_base}, {@code hc_head_scale}).
+     * @param suffix a canonical HF layer suffix ({@code self_attn.q_a_proj.weight}, {@code mlp.experts.3.gate_proj.weight})
+     *               or one of the MTP-only canonical suffixes ({@code e_proj.weight}, {@code shared_head.norm.weight},
+     *               {@code hc_head.hc_fn}, ...)
+     * @return the stored name, or null for an unknown suffix
+     */
+    public static String mtp(String suffix) {
+        String x = MTP_EXTRA.get(suffix);
+        if (x != null) return MTP_PREFIX + x;
+        String o = toOriginal("model.layers.0." + suffix);
+        return o == null ? null : MTP_PREFIX + o.substring("layers.0.".length());
+    }
+
     /** Canonical HF name of a layer tensor: {@code model.layers.{l}.{suffix}}. */
     public static String layer(int l, String suffix) {
         return "model.layers." + l + "." + suffix;

@@ -20,15 +20,45 @@ import java.util.Arrays;
  * </ul>
  * Routed experts are per-expert tensors in the original scheme and stacked {@code gate_up_proj} [E, 2I, D] /
  * {@code down_proj} [E, D, I] in the HF scheme (per-expert HF names are accepted too). Every shape is checked
- * against the config; {@code mtp.*} tensors are ignored.
+ * against the config.
+ *
+ * <p>The MTP layer ({@code mtp.0.*}, original naming in either scheme, see {@link TensorNames#mtp}) is loaded when
+ * present and complete into {@link ModelWeights#mtp}; otherwise {@link ModelWeights#mtpProblem} says what was found
+ * (no {@code mtp.*} tensors, the DSpark drafter layout, a missing or misshapen tensor) and the main model still loads.
  */
 public final class WeightLoader {
     private final Checkpoint ck;
     private final ModelConfig c;
+    /** While loading the MTP block: canonical names of layer {@code c.numLayers} resolve to {@code mtp.0.*}. */
+    private boolean mtpMode;
 
     private WeightLoader(Checkpoint ck) {
         this.ck = ck;
         this.c = ck.config();
+    }
+
+    /** A tensor by canonical name; in MTP mode the MTP layer's stored name. */
+    private StoredTensor find(String canonical) {
+        String mp = TensorNames.layer(c.numLayers, "");
+        if (mtpMode && canonical.startsWith(mp)) {
+            String s = TensorNames.mtp(canonical.substring(mp.length()));
+            return s == null ? null : ck.stored(s);
+        }
+        return ck.find(canonical);
+    }
+
+    /** {@link #find}, or the checkpoint's "not found" error naming the stored name. */
+    private StoredTensor get(String canonical) throws CheckpointException {
+        String mp = TensorNames.layer(c.numLayers, "");
+        if (mtpMode && canonical.startsWith(mp)) {
+            StoredTensor t = find(canonical);
+            if (t == null) {
+                String s = TensorNames.mtp(canonical.substring(mp.length()));
+                throw new CheckpointException(ck.dir(), s != null ? s : canonical, "not found in checkpoint");
+            }
+            return t;
+        }
+        return ck.get(canonical);
     }
 
     /**
@@ -69,10 +99,66 @@ public final class WeightLoader {
         w.hcHeadBase = vector("model.hc_head.hc_base", n);
         w.hcHeadScale = vector("model.hc_head.hc_scale", 1);
         for (int l = 0; l < c.numLayers; l++) w.layers[l] = layer(l);
+        try {
+            w.mtp = mtp();
+        } catch (CheckpointException e) {
+            w.mtpProblem = e.getMessage();
+        } finally {
+            mtpMode = false;
+        }
         return w;
     }
 
+    /**
+     * The MTP block (spec 2.6), loaded as layer {@code numLayers} of the one-layer config
+     * {@link ModelConfig#mtpBlockConfig()}.
+     * @throws CheckpointException saying what the checkpoint holds instead: no {@code mtp.*} tensors, the DSpark
+     *         drafter layout ({@code mtp.1}/{@code mtp.2}, {@code markov_head}, {@code confidence_head}), or a missing
+     *         or misshapen tensor of {@code mtp.0}
+     */
+    private ModelWeights.Mtp mtp() throws CheckpointException {
+        java.util.Set<String> names = ck.mtpNames();
+        if (names.isEmpty())
+            throw new CheckpointException(ck.dir(), null, "the checkpoint has no MTP layer (no mtp.* tensors; config.json "
+                    + "num_nextn_predict_layers = " + c.mtpLayers + ")");
+        java.util.TreeSet<String> stages = new java.util.TreeSet<>();
+        boolean dspark = false;
+        for (String n : names) {
+            String rest = n.startsWith("model.") ? n.substring(6) : n;
+            int dot = rest.indexOf('.', 4);
+            stages.add(dot > 0 ? rest.substring(0, dot) : rest);
+            dspark |= n.contains("markov_head") || n.contains("confidence_head");
+        }
+        if (dspark || !stages.equals(java.util.Set.of("mtp.0")))
+            throw new CheckpointException(ck.dir(), null, "the mtp.* tensors are not an MTP layer: found " + names.size()
+                    + " tensors in " + stages + (dspark ? " with markov_head/confidence_head" : "")
+                    + (dspark ? " (the DSpark drafter layout)" : "") + "; an MTP layer is mtp.0 alone");
+        mtpMode = true;
+        ModelConfig mc = c.mtpBlockConfig();
+        int L = c.numLayers, D = c.hidden, n = c.hcMult;
+        ModelWeights.Mtp m = new ModelWeights.Mtp();
+        try {
+            m.block = layer(L, mc.layerTypes[0], false);
+            m.eProj = matrix(ln(L, "e_proj.weight"), D, D);
+            m.hProj = matrix(ln(L, "h_proj.weight"), D, D);
+            m.enorm = vector(ln(L, "enorm.weight"), D);
+            m.hnorm = vector(ln(L, "hnorm.weight"), D);
+            m.norm = vector(ln(L, "shared_head.norm.weight"), D);
+            m.hcHeadFn = matrix(ln(L, "hc_head.hc_fn"), n, (long) n * D);
+            m.hcHeadBase = vector(ln(L, "hc_head.hc_base"), n);
+            m.hcHeadScale = vector(ln(L, "hc_head.hc_scale"), 1);
+        } catch (CheckpointException e) {
+            throw new CheckpointException(ck.dir(), null, "the MTP layer is incomplete (" + names.size()
+                    + " mtp.0 tensors): " + e.getMessage());
+        }
+        return m;
+    }
+
     private ModelWeights.Layer layer(int l) throws CheckpointException {
+        return layer(l, c.layerTypes[l], c.hashMoe[l]);
+    }
+
+    private ModelWeights.Layer layer(int l, AttentionKind kind, boolean hashMoe) throws CheckpointException {
         ModelWeights.Layer y = new ModelWeights.Layer();
         int n = c.hcMult, D = c.hidden, H = c.numHeads, d = c.headDim, q = c.qLoraRank, G = c.oGroups, R = c.oLoraRank;
         int E = c.numExperts, I = c.moeInter;
@@ -95,14 +181,13 @@ public final class WeightLoader {
         y.oB = matrix(ln(l, "self_attn.o_b_proj.weight"), D, (long) G * R);
         y.sinks = vector(ln(l, "self_attn.sinks"), H);
 
-        AttentionKind kind = c.layerTypes[l];
         if (kind != AttentionKind.SLIDING) {
             boolean csa = kind == AttentionKind.CSA;
-            y.compressor = compressor(ln(l, "self_attn.compressor."), csa ? 2 : 1, d, c.ratio(l));
+            y.compressor = compressor(ln(l, "self_attn.compressor."), csa ? 2 : 1, d, csa ? c.csaRatio : c.hcaRatio);
             if (csa) {
                 ModelWeights.Indexer ix = new ModelWeights.Indexer();
                 String p = ln(l, "self_attn.compressor.indexer.");
-                ix.compressor = compressor(p, 2, c.indexHeadDim, c.ratio(l));
+                ix.compressor = compressor(p, 2, c.indexHeadDim, c.csaRatio);
                 ix.qB = matrix(p + "q_b_proj.weight", (long) c.indexHeads * c.indexHeadDim, q);
                 ix.weightsProj = matrix(p + "scorer.weights_proj.weight", c.indexHeads, D);
                 y.indexer = ix;
@@ -110,18 +195,18 @@ public final class WeightLoader {
         }
 
         y.gate = matrix(ln(l, "mlp.gate.weight"), E, D);
-        if (c.hashMoe[l]) y.tid2eid = tid2eid(ln(l, "mlp.gate.tid2eid"));
+        if (hashMoe) y.tid2eid = tid2eid(ln(l, "mlp.gate.tid2eid"));
         else y.gateBias = vector(ln(l, "mlp.gate.e_score_correction_bias"), E);
 
         y.w1 = new WeightMatrix[E];
         y.w3 = new WeightMatrix[E];
         y.w2 = new WeightMatrix[E];
         String gateUp = ln(l, "mlp.experts.gate_up_proj"), down = ln(l, "mlp.experts.down_proj");
-        boolean stacked = ck.scheme() == TensorNames.Scheme.HF
+        boolean stacked = ck.scheme() == TensorNames.Scheme.HF && !mtpMode
                 && (ck.find(gateUp) != null || ck.find(ln(l, "mlp.experts.0.gate_proj.weight")) == null);
         if (stacked) {
-            WeightMatrix[] gu = matrices(ck.get(gateUp), gateUp, E, 2L * I, D);
-            WeightMatrix[] dn = matrices(ck.get(down), down, E, D, I);
+            WeightMatrix[] gu = matrices(get(gateUp), gateUp, E, 2L * I, D);
+            WeightMatrix[] dn = matrices(get(down), down, E, D, I);
             for (int e = 0; e < E; e++) {
                 y.w1[e] = renamed(gu[e].rowRange(0, I), expertName(l, e, "gate_proj"));
                 y.w3[e] = renamed(gu[e].rowRange(I, 2 * I), expertName(l, e, "up_proj"));
@@ -165,14 +250,14 @@ public final class WeightLoader {
 
     /** A float vector of the given shape (a [1] vector may also be stored as a scalar []). */
     private float[] vector(String canonical, long... shape) throws CheckpointException {
-        StoredTensor t = ck.get(canonical);
+        StoredTensor t = get(canonical);
         boolean scalarOk = shape.length == 1 && shape[0] == 1 && t.shape().length == 0;
         if (!scalarOk) checkShape(t, shape, null);
         return t.toFloats();
     }
 
     private int[] tid2eid(String canonical) throws CheckpointException {
-        StoredTensor t = ck.get(canonical);
+        StoredTensor t = get(canonical);
         if (t.dtype() != DType.I64 && t.dtype() != DType.I32)
             throw new CheckpointException(t.file(), t.name(), "expected dtype I64 or I32, found " + t.dtype().safetensorsName);
         checkShape(t, new long[]{c.vocabSize, c.expertsPerToken}, null);
@@ -191,7 +276,7 @@ public final class WeightLoader {
 
     /** A 2-D matrix [rows, cols] by canonical name (with its scale tensor when quantised). */
     private WeightMatrix matrix(String canonical, long rows, long cols) throws CheckpointException {
-        return matrices(ck.get(canonical), canonical, 0, rows, cols)[0];
+        return matrices(get(canonical), canonical, 0, rows, cols)[0];
     }
 
     /**

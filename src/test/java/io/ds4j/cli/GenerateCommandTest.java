@@ -45,6 +45,19 @@ public class GenerateCommandTest {
     }
 
     @Test
+    void mtpDraftRunsOnAPresetAndIsRefusedWithoutAnMtpLayer() {
+        Run plain = run("generate", "--preset", "tiny", "--prompt", "a b c d", "-n", "12");
+        Run r = run("generate", "--preset", "tiny", "--prompt", "a b c d", "-n", "12", "--draft", "mtp", "--spec-q", "3");
+        assertEquals(0, r.code(), r.err());
+        assertTrue(r.err().contains("draft mtp q=3"), r.err());
+        assertEquals(plain.out(), r.out(), "greedy text with the MTP draft equals plain greedy text");
+        // the reference fixture was written without an MTP layer
+        Run no = run("generate", "--model", FIXTURE, "--prompt", "a b", "-n", "4", "--draft", "mtp");
+        assertNotEquals(0, no.code());
+        assertTrue(no.err().contains("--draft mtp: no usable MTP layer") && no.err().contains("no mtp.* tensors"), no.err());
+    }
+
+    @Test
     void sameSeedSameText() {
         Run a = run("generate", "--model", FIXTURE, "--prompt", "a b", "-n", "10", "--temperature", "0.9", "--seed", "5");
         Run b = run("generate", "--model", FIXTURE, "--prompt", "a b", "-n", "10", "--temperature", "0.9", "--seed", "5");

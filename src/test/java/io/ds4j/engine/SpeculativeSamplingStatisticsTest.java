@@ -129,6 +129,22 @@ class SpeculativeSamplingStatisticsTest {
         assertTrue(c[0] > critical(c[1]), "the test has power to see a wrong distribution");
     }
 
+    /**
+     * The MTP draft (sampled proposals with their distributions, q = 2) on a micro checkpoint with an MTP layer: the
+     * third token's distribution equals plain sampling's.
+     */
+    @Test
+    void mtpDraftWithTemperatureOne(@org.junit.jupiter.api.io.TempDir java.nio.file.Path tmp) throws Exception {
+        try (CpuBackend m = new CpuBackend(io.ds4j.model.WeightLoader.load(io.ds4j.model.MtpCheckpoints.micro(tmp, 17, true)))) {
+            assertEquals(cfg.vocabSize, m.config().vocabSize);
+            int[] prompt = {3, 14, 15, 92, 65, 35, 89};
+            SamplingParams p = SamplingParams.sampled(1.0, 0, 1.0, 0, 0, 3);
+            long[] plain = thirdTokenCounts(m, prompt, p, null, 0, 6_000_000);
+            long[] spec = thirdTokenCounts(m, prompt, p, new io.ds4j.speculative.MtpDraftSource(m, 16), 2, 7_000_000);
+            assertSame(plain, spec, "T=1, MTP draft, q=2");
+        }
+    }
+
     @Test
     void ngramDraftWithTopKMinPAndPenalties() {
         int[] prompt = {7, 8, 9, 10, 7, 8, 9, 10, 7, 8, 9, 10, 7, 8, 9};

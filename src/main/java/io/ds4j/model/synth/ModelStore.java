@@ -14,9 +14,15 @@ import java.util.stream.Stream;
  * A local store of preset checkpoints that are created deterministically on first use (same preset and seed →
  * identical files). Lives in {@code $DS4J_HOME/models} (default {@code ~/.cache/ds4j/models}); a model is written
  * to a temporary folder and moved into place whole, so an interrupted run never leaves half a model behind.
+ *
+ * <p>Folder names end with a format tag ({@value #FORMAT}): models written before the MTP layer existed lack it, so
+ * the tag changed and those folders are no longer used (they can be deleted).
  */
 public final class ModelStore {
     private ModelStore() {}
+
+    /** Format tag of the folders: "-v2" = with the MTP layer ({@code mtp.0.*}). */
+    public static final String FORMAT = "-v2";
 
     /** The store's root folder. */
     public static Path root() {
@@ -33,7 +39,7 @@ public final class ModelStore {
      */
     public static Path ensure(String preset, long seed, java.util.function.Consumer<String> log) throws IOException {
         var cfg = Presets.get(preset);
-        Path dir = root().resolve(preset + "-seed" + seed);
+        Path dir = root().resolve(preset + "-seed" + seed + FORMAT);
         if (current(dir, cfg, log)) return dir;
         Files.createDirectories(root());
         Path tmp = Files.createTempDirectory(root(), "." + preset + "-");
@@ -61,7 +67,7 @@ public final class ModelStore {
                                      java.util.function.Consumer<String> log) throws IOException {
         var cfg = Presets.get(preset, layers, experts);
         String st = storage.name().toLowerCase(java.util.Locale.ROOT);
-        Path dir = root().resolve(preset + "-L" + cfg.numLayers + "-E" + cfg.numExperts + "-" + st + "-seed" + seed);
+        Path dir = root().resolve(preset + "-L" + cfg.numLayers + "-E" + cfg.numExperts + "-" + st + "-seed" + seed + FORMAT);
         if (current(dir, cfg, log)) return dir;
         Files.createDirectories(root());
         Path tmp = Files.createTempDirectory(root(), "." + preset + "-");

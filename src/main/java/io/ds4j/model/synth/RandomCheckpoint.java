@@ -331,7 +331,9 @@ public final class RandomCheckpoint {
     }
 
     private String name(String canonical) {
-        String n = TensorNames.inScheme(naming, canonical);
+        String mp = "model.layers." + cfg.numLayers + ".";
+        String n = canonical.startsWith(mp) ? TensorNames.mtp(canonical.substring(mp.length()))
+                : TensorNames.inScheme(naming, canonical);
         if (n == null) throw new IllegalStateException("no " + naming + " name for " + canonical);
         return n;
     }
@@ -370,59 +372,88 @@ public final class RandomCheckpoint {
 
     private void buildPlan() {
         ModelConfig c = cfg;
-        int V = c.vocabSize, D = c.hidden, n = c.hcMult, H = c.numHeads, d = c.headDim, q = c.qLoraRank;
-        int G = c.oGroups, R = c.oLoraRank, E = c.numExperts, I = c.moeInter, mix = (2 + n) * n;
+        int V = c.vocabSize, D = c.hidden, n = c.hcMult;
         double normStd = 0.05, hcStd = 1 / Math.sqrt((double) n * D);
 
         matrix("model.embed_tokens.weight", Src.normal("model.embed_tokens.weight", V, D, 1.0), false);
-        for (int l = 0; l < c.numLayers; l++) {
-            String p = "model.layers." + l + ".";
-            for (String site : new String[]{"attn_hc.", "ffn_hc."}) {
-                small(p + site + "fn", new long[]{mix, (long) n * D}, Src.normal(p + site + "fn", mix, n * D, hcStd), true);
-                small(p + site + "base", new long[]{mix}, Src.normal(p + site + "base", 1, mix, 1.0), true);
-                small(p + site + "scale", new long[]{3}, new Src(p + site + "scale", 1, 3, Dist.UNIFORM, 0.5, 1.5), true);
-            }
-            norm(p + "input_layernorm.weight", D, normStd);
-            norm(p + "post_attention_layernorm.weight", D, normStd);
-
-            String a = p + "self_attn.";
-            matrix(a + "q_a_proj.weight", Src.linear(a + "q_a_proj.weight", q, D), true);
-            norm(a + "q_a_norm.weight", q, normStd);
-            matrix(a + "q_b_proj.weight", Src.linear(a + "q_b_proj.weight", H * d, q), true);
-            matrix(a + "kv_proj.weight", Src.linear(a + "kv_proj.weight", d, D), true);
-            norm(a + "kv_norm.weight", d, normStd);
-            matrix(a + "o_a_proj.weight", Src.linear(a + "o_a_proj.weight", G * R, H * d / G), true);
-            matrix(a + "o_b_proj.weight", Src.linear(a + "o_b_proj.weight", D, G * R), true);
-            small(a + "sinks", new long[]{H}, Src.normal(a + "sinks", 1, H, 1.0), true);
-
-            AttentionKind kind = c.layerTypes[l];
-            if (kind != AttentionKind.SLIDING) {
-                boolean csa = kind == AttentionKind.CSA;
-                int m = c.ratio(l);
-                compressor(a + "compressor.", csa ? 2 : 1, d, m, normStd);
-                if (csa) {
-                    String x = a + "compressor.indexer.";
-                    compressor(x, 2, c.indexHeadDim, m, normStd);
-                    matrix(x + "q_b_proj.weight", Src.linear(x + "q_b_proj.weight", c.indexHeads * c.indexHeadDim, q), true);
-                    matrix(x + "scorer.weights_proj.weight",
-                            new Src(x + "scorer.weights_proj.weight", c.indexHeads, D, Dist.ABS_NORMAL, 1 / Math.sqrt(D), 0), false);
-                }
-            }
-
-            String f = p + "mlp.";
-            matrix(f + "gate.weight", Src.linear(f + "gate.weight", E, D), false);
-            if (c.hashMoe[l]) tid2eid(f + "gate.tid2eid");
-            else small(f + "gate.e_score_correction_bias", new long[]{E}, Src.normal(f + "gate.e_score_correction_bias", 1, E, 0.05), true);
-            experts(l, E, I, D);
-            matrix(f + "shared_experts.gate_proj.weight", Src.linear(f + "shared_experts.gate_proj.weight", I, D), true);
-            matrix(f + "shared_experts.up_proj.weight", Src.linear(f + "shared_experts.up_proj.weight", I, D), true);
-            matrix(f + "shared_experts.down_proj.weight", Src.linear(f + "shared_experts.down_proj.weight", D, I), true);
-        }
+        for (int l = 0; l < c.numLayers; l++) layer(l, c.layerTypes[l], c.hashMoe[l]);
         norm("model.norm.weight", D, normStd);
         small("model.hc_head.hc_fn", new long[]{n, (long) n * D}, Src.normal("model.hc_head.hc_fn", n, n * D, hcStd), true);
         small("model.hc_head.hc_base", new long[]{n}, Src.normal("model.hc_head.hc_base", 1, n, 1.0), true);
         small("model.hc_head.hc_scale", new long[]{1}, new Src("model.hc_head.hc_scale", 1, 1, Dist.UNIFORM, 0.5, 1.5), true);
         matrix("lm_head.weight", Src.linear("lm_head.weight", V, D), false);
+        if (c.mtpLayers > 0) mtpLayer();
+    }
+
+    /**
+     * The tensors of decoder layer l (l = numLayers: the MTP block, stored as {@code mtp.0.*}, see
+     * {@link TensorNames#mtp}).
+     */
+    private void layer(int l, AttentionKind kind, boolean hash) {
+        ModelConfig c = cfg;
+        int D = c.hidden, n = c.hcMult, H = c.numHeads, d = c.headDim, q = c.qLoraRank;
+        int G = c.oGroups, R = c.oLoraRank, E = c.numExperts, I = c.moeInter, mix = (2 + n) * n;
+        double normStd = 0.05, hcStd = 1 / Math.sqrt((double) n * D);
+        String p = "model.layers." + l + ".";
+        for (String site : new String[]{"attn_hc.", "ffn_hc."}) {
+            small(p + site + "fn", new long[]{mix, (long) n * D}, Src.normal(p + site + "fn", mix, n * D, hcStd), true);
+            small(p + site + "base", new long[]{mix}, Src.normal(p + site + "base", 1, mix, 1.0), true);
+            small(p + site + "scale", new long[]{3}, new Src(p + site + "scale", 1, 3, Dist.UNIFORM, 0.5, 1.5), true);
+        }
+        norm(p + "input_layernorm.weight", D, normStd);
+        norm(p + "post_attention_layernorm.weight", D, normStd);
+
+        String a = p + "self_attn.";
+        matrix(a + "q_a_proj.weight", Src.linear(a + "q_a_proj.weight", q, D), true);
+        norm(a + "q_a_norm.weight", q, normStd);
+        matrix(a + "q_b_proj.weight", Src.linear(a + "q_b_proj.weight", H * d, q), true);
+        matrix(a + "kv_proj.weight", Src.linear(a + "kv_proj.weight", d, D), true);
+        norm(a + "kv_norm.weight", d, normStd);
+        matrix(a + "o_a_proj.weight", Src.linear(a + "o_a_proj.weight", G * R, H * d / G), true);
+        matrix(a + "o_b_proj.weight", Src.linear(a + "o_b_proj.weight", D, G * R), true);
+        small(a + "sinks", new long[]{H}, Src.normal(a + "sinks", 1, H, 1.0), true);
+
+        if (kind != AttentionKind.SLIDING) {
+            boolean csa = kind == AttentionKind.CSA;
+            int m = csa ? c.csaRatio : c.hcaRatio;
+            compressor(a + "compressor.", csa ? 2 : 1, d, m, normStd);
+            if (csa) {
+                String x = a + "compressor.indexer.";
+                compressor(x, 2, c.indexHeadDim, m, normStd);
+                matrix(x + "q_b_proj.weight", Src.linear(x + "q_b_proj.weight", c.indexHeads * c.indexHeadDim, q), true);
+                matrix(x + "scorer.weights_proj.weight",
+                        new Src(x + "scorer.weights_proj.weight", c.indexHeads, D, Dist.ABS_NORMAL, 1 / Math.sqrt(D), 0), false);
+            }
+        }
+
+        String f = p + "mlp.";
+        matrix(f + "gate.weight", Src.linear(f + "gate.weight", E, D), false);
+        if (hash) tid2eid(f + "gate.tid2eid");
+        else small(f + "gate.e_score_correction_bias", new long[]{E}, Src.normal(f + "gate.e_score_correction_bias", 1, E, 0.05), true);
+        experts(l, E, I, D);
+        matrix(f + "shared_experts.gate_proj.weight", Src.linear(f + "shared_experts.gate_proj.weight", I, D), true);
+        matrix(f + "shared_experts.up_proj.weight", Src.linear(f + "shared_experts.up_proj.weight", I, D), true);
+        matrix(f + "shared_experts.down_proj.weight", Src.linear(f + "shared_experts.down_proj.weight", D, I), true);
+    }
+
+    /**
+     * The MTP block (spec 2.6): a sliding-window layer with a top-k MoE, the input projections e_proj/h_proj (quantised
+     * like the other dense projections), enorm/hnorm, its own final norm and hc_head.
+     */
+    private void mtpLayer() {
+        ModelConfig c = cfg;
+        int L = c.numLayers, D = c.hidden, n = c.hcMult;
+        double normStd = 0.05, hcStd = 1 / Math.sqrt((double) n * D);
+        String p = "model.layers." + L + ".";
+        matrix(p + "e_proj.weight", Src.linear(p + "e_proj.weight", D, D), true);
+        matrix(p + "h_proj.weight", Src.linear(p + "h_proj.weight", D, D), true);
+        norm(p + "enorm.weight", D, normStd);
+        norm(p + "hnorm.weight", D, normStd);
+        layer(L, AttentionKind.SLIDING, false);
+        norm(p + "shared_head.norm.weight", D, normStd);
+        small(p + "hc_head.hc_fn", new long[]{n, (long) n * D}, Src.normal(p + "hc_head.hc_fn", n, n * D, hcStd), true);
+        small(p + "hc_head.hc_base", new long[]{n}, Src.normal(p + "hc_head.hc_base", 1, n, 1.0), true);
+        small(p + "hc_head.hc_scale", new long[]{1}, new Src(p + "hc_head.hc_scale", 1, 1, Dist.UNIFORM, 0.5, 1.5), true);
     }
 
     private void norm(String canonical, int width, double std) {
@@ -446,7 +477,7 @@ public final class RandomCheckpoint {
             w3[e] = Src.linear(p + e + ".up_proj.weight", I, D);
             w2[e] = Src.linear(p + e + ".down_proj.weight", D, I);
         }
-        if (naming == TensorNames.Scheme.HF) {
+        if (naming == TensorNames.Scheme.HF && l < cfg.numLayers) { // the MTP block keeps per-expert original names
             Src[] gu = new Src[2 * E];
             for (int e = 0; e < E; e++) {
                 gu[2 * e] = w1[e];
@@ -463,7 +494,7 @@ public final class RandomCheckpoint {
                 if (storage == Storage.FP8) {
                     Quantised qz = new Quantised(s, true);
                     plan.add(new Planned(n, DType.I8, new long[]{s.rows, s.cols / 2}, qz::fillWeight));
-                    plan.add(new Planned(TensorNames.scaleNames(naming, n).getFirst(), DType.F8_E8M0,
+                    plan.add(new Planned(TensorNames.scaleNames(TensorNames.Scheme.ORIGINAL, n).getFirst(), DType.F8_E8M0,
                             new long[]{s.rows, s.cols / 32}, qz::fillScale));
                 } else {
                     floatTensor(n, floatType(DType.BF16), new long[]{s.rows, s.cols}, s);

@@ -55,7 +55,7 @@ public final class ServerConfig {
             key("gpu.memoryBudgetMiB", ConfigKey.Type.INT, 0, false,
                     "device memory the weights may use on backend hip (MiB); 0 = all free device memory"),
             key("speculative.draft", ConfigKey.Type.STRING, "ngram", false,
-                    "draft for speculative decoding: \"none\", \"ngram\" (prompt lookup) or a draft model folder"),
+                    "draft for speculative decoding: \"none\", \"ngram\" (prompt lookup), \"mtp\" (the checkpoint's MTP layer) or a draft model folder"),
             key("speculative.q", ConfigKey.Type.WIDTH, "auto", true,
                     "draft tokens verified per step: 1..8, or \"auto\" (adaptive, up to 8)"),
             key("verify.f16Kv", ConfigKey.Type.BOOL, false, false,
@@ -290,7 +290,7 @@ public final class ServerConfig {
         if (placementOk && FeatureGate.BACKENDS.contains(backend) && noneAbout(p, BACKEND_OPTION_KEYS))
             p.addAll(FeatureGate.check(backend, backendOptions(v)));
         String draft = (String) v.get("speculative.draft");
-        if (draft.isBlank()) p.add("speculative.draft: must be \"none\", \"ngram\" or a model folder, got an empty string");
+        if (draft.isBlank()) p.add("speculative.draft: must be \"none\", \"ngram\", \"mtp\" or a model folder, got an empty string");
         String mp = (String) v.get("model.path");
         if (mp != null && mp.isBlank()) p.add("model.path: must be a folder or null, got an empty string");
         String level = ((String) v.get("log.level")).toLowerCase(Locale.ROOT);
