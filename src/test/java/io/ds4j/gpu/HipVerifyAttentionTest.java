@@ -370,10 +370,11 @@ class HipVerifyAttentionTest {
                         assertEquals(o.get(ValueLayout.JAVA_LONG, 0), HipBackend.attendedRows(c, l, N0, S), "layer " + l + " N0 " + N0 + " S " + S);
                     }
                 }
-        // the figures of the model at 59,933 tokens (a step of 5 whose last position is 59,932)
-        assertEquals(128, HipBackend.attendedRows(c, 0, 59_928, 5));
-        assertEquals(128 + 512, HipBackend.attendedRows(c, 1, 59_928, 5));
-        assertEquals(128 + 468, HipBackend.attendedRows(c, 2, 59_928, 5));
+        // the figures of the full-depth model at 59,933 tokens (a step of 5 whose last position is 59,932): layers 0 and 1
+        // sliding-window, 2 CSA, 3 HCA
+        assertEquals(128, HipBackend.attendedRows(c, 1, 59_928, 5));
+        assertEquals(128 + 512, HipBackend.attendedRows(c, 2, 59_928, 5));
+        assertEquals(128 + 468, HipBackend.attendedRows(c, 3, 59_928, 5));
     }
 
     @Test
