@@ -1807,6 +1807,79 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_moe_matmul_grouped {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_moe_matmul_grouped");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_matmul_grouped(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * }
+     */
+    public static FunctionDescriptor ds4j_moe_matmul_grouped$descriptor() {
+        return ds4j_moe_matmul_grouped.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_matmul_grouped(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * }
+     */
+    public static MethodHandle ds4j_moe_matmul_grouped$handle() {
+        return ds4j_moe_matmul_grouped.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_matmul_grouped(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * }
+     */
+    public static MemorySegment ds4j_moe_matmul_grouped$address() {
+        return ds4j_moe_matmul_grouped.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_matmul_grouped(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * }
+     */
+    public static int ds4j_moe_matmul_grouped(MemorySegment ctx, int format, MemorySegment w_table, MemorySegment scale_table, MemorySegment row_base_table, int scale_kind, int rows, int cols, int E, MemorySegment ids, int k, int S, MemorySegment x, long ldx, int x_per_pick, MemorySegment y, long ldy, MemorySegment scratch, long scratch_bytes) {
+        var mh$ = ds4j_moe_matmul_grouped.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x, ldx, x_per_pick, y, ldy, scratch, scratch_bytes);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_moe_matmul_prefill {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
