@@ -23,7 +23,7 @@ import java.util.SplittableRandom;
  * <pre>
  * java ... io.ds4j.gpu.GpuBench [--model DIR | --preset NAME [--dtype bf16|fp8] [--layers L] [--experts E]]
  *      [--prompt-tokens 4096] [--chunk 512] [--decode-tokens 32] [--contexts 4096,59933] [--max-prefill 131072]
- *      [--peak-gbs 4800] [--graph-rounds 3] [--batches 1,4,16,64]
+ *      [--peak-gbs 4800] [--graph-rounds 3] [--verify-rows 5] [--batches 1,4,16,64]
  * </pre>
  * {@code --batches}: batched decode at each context (copies of the prefilled sequence stepped together, see
  * {@link #batched}).
@@ -41,7 +41,7 @@ public final class GpuBench {
     public static void main(String[] args) throws Exception {
         String model = null, preset = "flash-shaped", dtype = "fp8";
         Integer layers = null, experts = null;
-        int prompt = 4096, chunk = 512, decode = 32, maxPrefill = 131072, graphRounds = 3;
+        int prompt = 4096, chunk = 512, decode = 32, maxPrefill = 131072, graphRounds = 3, verifyRows = 0;
         double peak = 4800;
         List<Integer> contexts = new ArrayList<>(), batches = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
@@ -59,6 +59,7 @@ public final class GpuBench {
                 case "--peak-gbs" -> peak = Double.parseDouble(args[++i]);
                 case "--max-prefill" -> maxPrefill = Integer.parseInt(args[++i]);
                 case "--graph-rounds" -> graphRounds = Integer.parseInt(args[++i]);
+                case "--verify-rows" -> verifyRows = Integer.parseInt(args[++i]);
                 case "--batches" -> { for (String s : args[++i].split(",")) batches.add(Integer.parseInt(s.trim())); }
                 default -> throw new IllegalArgumentException("unknown option " + a);
             }
@@ -137,6 +138,7 @@ public final class GpuBench {
                     be.forward(s, toks, ctx + decode + 1, 1, new int[]{0});
                     System.out.print("  one decode step by category (each op waited for):\n" + be.takeProfile());
                     be.setProfiling(false);
+                    if (verifyRows > 0) verifyStep(be, s, toks, verifyRows, decode);
                     if (!batches.isEmpty()) batched(be, s, Math.max(16, decode), toks, decode, batches);
                 }
             }
@@ -182,6 +184,36 @@ public final class GpuBench {
                         + " refused captures %d%n", rates(tps[1]), on, 100 * (on / off - 1), after.updated() - before.updated(),
                 after.instantiated() - before.instantiated() + after.reinstantiated() - before.reinstantiated(),
                 after.reinstantiated() - before.reinstantiated(), after.fallbacks() - before.fallbacks());
+    }
+
+    /**
+     * A verify step of `rows` rows at the sequence's context against a decode step there: both timed over n steps (each
+     * rolled back), then one verify step's profile by category.
+     */
+    static void verifyStep(HipBackend be, HipSequence s, int[] toks, int rows, int n) {
+        int pos = s.length();
+        int[] want = java.util.stream.IntStream.range(0, rows).toArray();
+        be.forward(s, toks, pos, rows, want, io.ds4j.engine.StepKind.VERIFY);
+        s.rollback(rows);
+        long t0 = System.nanoTime();
+        for (int i = 0; i < n; i++) {
+            be.forward(s, toks, pos, rows, want, io.ds4j.engine.StepKind.VERIFY);
+            s.rollback(rows);
+        }
+        double verifyMs = (System.nanoTime() - t0) / 1e6 / n;
+        t0 = System.nanoTime();
+        for (int i = 0; i < n; i++) {
+            be.forward(s, toks, pos, 1, new int[]{0}, io.ds4j.engine.StepKind.DECODE);
+            s.rollback(1);
+        }
+        double decodeMs = (System.nanoTime() - t0) / 1e6 / n;
+        System.out.printf("  verify step of %d rows at context %d: %.2f ms = %.2fx a decode step (%.2f ms)%n", rows, pos, verifyMs,
+                verifyMs / decodeMs, decodeMs);
+        be.setProfiling(true);
+        be.forward(s, toks, pos, rows, want, io.ds4j.engine.StepKind.VERIFY);
+        System.out.print("  one verify step by category (each op waited for):\n" + be.takeProfile());
+        be.setProfiling(false);
+        s.rollback(rows);
     }
 
     /**

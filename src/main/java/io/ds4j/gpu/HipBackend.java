@@ -1460,9 +1460,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             ws.release(mark);
             return;
         }
-        if (S >= 2 && !Boolean.getBoolean("ds4j.gpu.perPickExperts")) {
-            // several rows (a verify step, a batch of decode steps): picks grouped by expert, so each expert's weights
-            // are read once per 8 of its picks, with the same numbers as one pick at a time
+        if ((long) S * k >= 4L * c.numExperts && !Boolean.getBoolean("ds4j.gpu.perPickExperts")) {
+            // many picks (a batch of decode steps): grouped by expert, so each expert's weights are read once per 8 of
+            // its picks, with the same numbers as one pick at a time; with few picks per expert (a verify step of one
+            // sequence) the per-pick kernel's parallelism wins (measured on the H200)
             final int E = c.numExperts;
             long mark = ws.mark();
             long bytes = 4L * ((long) S * k + 3L * E + 1), scratch = ws.alloc(bytes);

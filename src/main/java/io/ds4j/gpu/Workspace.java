@@ -167,7 +167,7 @@ final class Workspace implements AutoCloseable {
         final int tc = io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS();
         if (maxS >= tc) moe += f(maxS * k + 3L * c.numExperts + 1);
         // a run of 2 .. tc-1 rows on the FFMA path groups its picks too (ds4j_moe_matmul_grouped)
-        else if (T >= 2) moe += f(Math.min(T, tc - 1) * k + 3L * c.numExperts + 1);
+        else if (T * k >= 4L * c.numExperts) moe += f(Math.min(T, tc - 1) * k + 3L * c.numExperts + 1);
         peak = Math.max(peak, moe);
         if (R > 0) peak = Math.max(peak, 2 * f(R * nD) + f(R * n) + f(R * D) + f((long) R * c.vocabSize));
         return keep + peak;
