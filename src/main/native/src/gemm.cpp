@@ -130,29 +130,23 @@ __device__ __forceinline__ void row_dot_rows(const WView& v, int r, XRows xr, in
     const int nch = (int)(rb / 16);
     const int step = WARP * split;
     for (int c0 = lane + WARP * sw; c0 < nch; c0 += step * MV_UNROLL) {
-        // the chunks' weights and their block scales are all requested before any is used: a scale read after its
-        // chunk arrived would put one more memory latency on every chunk
         uint4 q[MV_UNROLL];
-        float sc[MV_UNROLL];
 #pragma unroll
         for (int u = 0; u < MV_UNROLL; u++) {
             const int c = c0 + step * u;
-            sc[u] = 1.f;
-            if (c < nch) {
-                q[u] = __ldg(wr + c);
-                if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
-                    const size_t si = (size_t)((v.row_base + r) >> 7) * v.scale_cols + ((c * 16) >> 7);
-                    sc[u] = v.scale_kind == DS4J_SCALE_F32 ? __ldg((const float*)v.scale + si) : e8m0(__ldg(v.scale + si));
-                } else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) {
-                    sc[u] = e8m0(__ldg(v.scale + (size_t)r * (v.cols >> 5) + c));
-                }
-            }
+            if (c < nch) q[u] = __ldg(wr + c);
         }
 #pragma unroll
         for (int u = 0; u < MV_UNROLL; u++) {
             const int c = c0 + step * u;
             if (c >= nch) break;
-            const float s = sc[u];
+            float s = 1.f;
+            if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+                const size_t si = (size_t)((v.row_base + r) >> 7) * v.scale_cols + ((c * 16) >> 7);
+                s = v.scale_kind == DS4J_SCALE_F32 ? ((const float*)v.scale)[si] : e8m0(v.scale[si]);
+            } else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) {
+                s = e8m0(v.scale[(size_t)r * (v.cols >> 5) + c]);
+            }
             float w[E];
             decode_chunk<FMT>(q[u], w);
             const int col0 = c * E;
