@@ -149,8 +149,8 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
     for (int64_t i = 0; i < ldx * xr; i++) xp[i] = (float)gauss();
     std::vector<int32_t> scratch(P + 3 * E + 1, -1);
     int32_t* perm = scratch.data(); int32_t* cnt = perm + P; int32_t* off = cnt + E; int32_t* tp = off + E;
-    emu_launch(dim3(E), dim3(256), 0, [&] { moe_group_kernel(ids.data(), P, perm, cnt, off); });
-    emu_launch(dim3(1), dim3(256), 0, [&] { moe_chunks_kernel(cnt, E, tc::BN, tp); });
+    emu_launch(dim3(E), dim3(256), 0, [&] { tc::moe_group_kernel(ids.data(), P, perm, cnt, off); });
+    emu_launch(dim3(1), dim3(256), 0, [&] { tc::moe_tiles_kernel(cnt, E, tp); });
     tc::Args a{};
     a.v.scale_kind = DS4J_SCALE_E8M0; a.v.cols = cols; a.v.scale_cols = (cols + 127) >> 7;
     a.rows = rows; a.x = xp; a.ldx = ldx; a.y = y.data(); a.ldy = ldy; a.S = S;

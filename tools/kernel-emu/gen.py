@@ -23,10 +23,7 @@ g=repl_fn(g,'__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
  'inline uint32_t pack_bf16(float lo, float hi) { return emu_to_bf16(lo) | ((uint32_t)emu_to_bf16(hi) << 16); }\n')
 g=repl_fn(g,'__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
  'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n')
-# the grouping of picks by expert lives in gemm.cpp (shared with the FFMA kernel that groups picks)
-m=open(src+'gemm.cpp').read()
-grp=m[m.index('/**\n * Block e: off[e] = picks with an id below e'):m.index('template <int FMT>\n__global__ void embed_kernel') if 'template <int FMT>\n__global__ void embed_kernel' in m else m.index('__global__ void embed_kernel')]
-g=g[:g.index('bool tc_matmul(')]+grp+'}  // namespace ds4j\n'
+g=g[:g.index('bool tc_matmul(')]+'}  // namespace ds4j\n'
 open(out+'gemm_tc.cpp','w').write(g)
 x=open(src+'indexer_tc.cpp').read()
 x=repl_fn(x,'__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',

@@ -101,26 +101,10 @@ __device__ __forceinline__ void decode_chunk(const uint4& q, float* w) {
     }
 }
 
-/** x rows at a fixed stride: row t at x + t*ldx. */
-struct StridedRows {
-    const float* x;
-    int64_t ldx;
-    __device__ __forceinline__ const float* operator()(int t) const { return x + (int64_t)t * ldx; }
-};
-
-/** x rows through a table of row pointers (the picks of one expert, gathered). */
-struct TableRows {
-    const float* const* rows;
-    __device__ __forceinline__ const float* operator()(int t) const { return rows[t]; }
-};
-
-/**
- * acc[t] += sum over this warp's chunks of W[r, c] xr(t)[c], t < ns; warp sw of `split` warps per row. Token t's sum
- * is formed in the same order whatever ns and the other tokens are (what makes every product batch invariant).
- */
-template <int FMT, typename XRows>
-__device__ __forceinline__ void row_dot_rows(const WView& v, int r, XRows xr, int ns, float* acc, int sw = 0,
-                                             int split = 1) {
+/** acc[t] += sum over this warp's chunks of W[r, c] x[t*ldx + c], t < ns; warp sw of `split` warps per row. */
+template <int FMT>
+__device__ __forceinline__ void row_dot_vec(const WView& v, int r, const float* __restrict__ x, int64_t ldx, int ns,
+                                            float* acc, int sw = 0, int split = 1) {
     constexpr int E = Epc<FMT>::v;
     constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
     constexpr float UNIT = FMT == DS4J_FMT_FP8_E4M3_B128 ? 256.f : 16384.f;
@@ -153,7 +137,7 @@ __device__ __forceinline__ void row_dot_rows(const WView& v, int r, XRows xr, in
 #pragma unroll
             for (int t = 0; t < MM_TS; t++) {
                 if (t < ns) {
-                    const float4* xp = reinterpret_cast<const float4*>(xr(t) + col0);
+                    const float4* xp = reinterpret_cast<const float4*>(x + (int64_t)t * ldx + col0);
                     float part = 0.f;
 #pragma unroll
                     for (int k = 0; k < E / 4; k++) {
@@ -173,13 +157,6 @@ __device__ __forceinline__ void row_dot_rows(const WView& v, int r, XRows xr, in
             }
         }
     }
-}
-
-/** acc[t] += sum over this warp's chunks of W[r, c] x[t*ldx + c], t < ns; warp sw of `split` warps per row. */
-template <int FMT>
-__device__ __forceinline__ void row_dot_vec(const WView& v, int r, const float* __restrict__ x, int64_t ldx, int ns,
-                                            float* acc, int sw = 0, int split = 1) {
-    row_dot_rows<FMT>(v, r, StridedRows{x, ldx}, ns, acc, sw, split);
 }
 
 /**
@@ -264,134 +241,6 @@ moe_matmul_kernel(void* const* w_table, void* const* scale_table, const int32_t*
     }
     const float sum = warp_sum(acc[0]);
     if (lane == 0) y[(int64_t)p * ldy + r] = sum;
-}
-
-/**
- * The view of expert e's matrix in a routed-expert table, or a view with w == nullptr for an expert in host memory.
- */
-__device__ __forceinline__ WView expert_view(void* const* w_table, void* const* scale_table, const int32_t* row_base_table,
-                                             int scale_kind, int cols, int e) {
-    WView v;
-    v.w = (const uint8_t*)w_table[e];
-    v.scale = scale_table ? (const uint8_t*)scale_table[e] : nullptr;
-    v.scale_kind = scale_kind;
-    v.row_base = row_base_table ? row_base_table[e] : 0;
-    v.cols = cols;
-    v.scale_cols = (cols + 127) >> 7;
-    return v;
-}
-
-/**
- * moe_matmul_kernel with the picks grouped by expert: block x is one chunk of up to MM_TS picks of one expert (chunk
- * c of expert e when chunk_prefix[e] <= c < chunk_prefix[e + 1]; perm[off[e] ..] lists its picks), so a weight row is
- * read once for every pick of the chunk instead of once per pick. Each pick's sum is formed exactly as
- * moe_matmul_kernel forms it (the same vectorised or scalar path, chosen per pick by the same rule), so the results
- * are the same bit for bit.
- */
-template <int FMT>
-__global__ void __launch_bounds__(MM_WARPS * WARP)
-moe_matmul_grouped_kernel(void* const* w_table, void* const* scale_table, const int32_t* row_base_table, int scale_kind,
-                          int rows, int cols, const int32_t* perm, const int32_t* cnt, const int32_t* off,
-                          const int32_t* chunk_prefix, int E, int k, const float* __restrict__ x, int64_t ldx,
-                          int x_per_pick, float* __restrict__ y, int64_t ldy) {
-    __shared__ const float* xs[MM_TS];
-    __shared__ int ps[MM_TS];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int c = blockIdx.x;
-    if (c >= chunk_prefix[E]) return;
-    int lo = 0, hi = E;  // the expert e with chunk_prefix[e] <= c < chunk_prefix[e + 1]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) >> 1;
-        if (chunk_prefix[mid] <= c) lo = mid;
-        else hi = mid;
-    }
-    const int e = lo;
-    const int first = (c - chunk_prefix[e]) * MM_TS;
-    const int ns = min(MM_TS, cnt[e] - first);
-    const WView v = expert_view(w_table, scale_table, row_base_table, scale_kind, cols, e);
-    if (!v.w) return;  // expert e is in host memory (hybrid placement): the caller fills its picks' rows itself
-    if (threadIdx.x < ns) {
-        const int p = perm[off[e] + first + threadIdx.x];
-        ps[threadIdx.x] = p;
-        xs[threadIdx.x] = x + (int64_t)(x_per_pick ? p : p / k) * ldx;
-    }
-    __syncthreads();
-    const int r = blockIdx.y * MM_WARPS + warp;
-    if (r >= rows) return;
-    const bool wvec = ((uintptr_t)v.w & 15u) == 0 && (row_bytes_of(FMT, cols) & 15) == 0;
-    bool all = wvec;
-    for (int t = 0; t < ns; t++) all &= ((uintptr_t)xs[t] & 15u) == 0;
-    float acc[MM_TS];
-#pragma unroll
-    for (int t = 0; t < MM_TS; t++) acc[t] = 0.f;
-    if (all) {
-        row_dot_rows<FMT>(v, r, TableRows{xs}, ns, acc);
-    } else {
-        for (int t = 0; t < ns; t++) {  // per pick, as moe_matmul_kernel decides it
-            float one[MM_TS];
-            one[0] = 0.f;
-            if (wvec && ((uintptr_t)xs[t] & 15u) == 0) {
-                row_dot_vec<FMT>(v, r, xs[t], 0, 1, one);
-            } else {
-                const float* xr = xs[t];
-#pragma unroll 4
-                for (int cc = lane; cc < cols; cc += WARP) one[0] += wget<FMT>(v, r, cc) * xr[cc];
-            }
-            acc[t] = one[0];
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < MM_TS; t++) {
-        const float sum = warp_sum(acc[t]);
-        if (lane == 0 && t < ns) y[(int64_t)ps[t] * ldy + r] = sum;
-    }
-}
-
-/**
- * Block e: off[e] = picks with an id below e, cnt[e] = picks of expert e, and perm[off[e] ..] = those picks in
- * ascending pick order (a stable counting sort; ids outside [0, E) belong to no expert and are left out).
- */
-__global__ void moe_group_kernel(const int32_t* ids, int P, int32_t* perm, int32_t* cnt, int32_t* off) {
-    __shared__ int sh[32];
-    const int e = blockIdx.x;
-    int lt = 0, eq = 0;
-    for (int p = threadIdx.x; p < P; p += blockDim.x) {
-        const int id = ids[p];
-        lt += id >= 0 && id < e;
-        eq += id == e;
-    }
-    int lt_all, eq_all;
-    block_excl_scan(lt, sh, &lt_all);
-    block_excl_scan(eq, sh, &eq_all);
-    if (threadIdx.x == 0) {
-        cnt[e] = eq_all;
-        off[e] = lt_all;
-    }
-    if (eq_all == 0) return;  // uniform: every thread has the same total
-    int base = lt_all;
-    for (int p0 = 0; p0 < P; p0 += blockDim.x) {
-        const int p = p0 + threadIdx.x;
-        const int f = p < P && ids[p] == e;
-        int tot;
-        const int x = block_excl_scan(f, sh, &tot);
-        if (f) perm[base + x] = p;
-        base += tot;
-    }
-}
-
-/** prefix[e] = sum over e' < e of ceil(cnt[e'] / chunk), e <= E (one block). */
-__global__ void moe_chunks_kernel(const int32_t* cnt, int E, int chunk, int32_t* prefix) {
-    __shared__ int sh[32];
-    int carry = 0;
-    for (int e0 = 0; e0 < E; e0 += blockDim.x) {
-        const int e = e0 + threadIdx.x;
-        const int v = e < E ? (cnt[e] + chunk - 1) / chunk : 0;
-        int tot;
-        const int x = block_excl_scan(v, sh, &tot);
-        if (e < E) prefix[e] = carry + x;
-        carry += tot;
-    }
-    if (threadIdx.x == 0) prefix[E] = carry;
 }
 
 template <int FMT>
@@ -514,40 +363,6 @@ int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_table, voi
                                   w_table, scale_table, row_base_table, scale_kind, rows, cols, ids, k, x, ldx,
                                   x_per_pick, y, ldy)));
     DS4J_LAUNCHED("moe_matmul");
-    return DS4J_OK;
-}
-
-int32_t ds4j_moe_matmul_grouped(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
-                                const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E,
-                                const int32_t* ids, int32_t k, int32_t S, const float* x, int64_t ldx,
-                                int32_t x_per_pick, float* y, int64_t ldy, void* scratch, int64_t scratch_bytes) {
-    DS4J_CHECK_CTX(ctx);
-    int rc = check_view("ds4j_moe_matmul_grouped", format, w_table,
-                        format >= DS4J_FMT_FP8_E4M3_B128 ? scale_table : w_table, scale_kind, rows, cols);
-    if (rc) return rc;
-    DS4J_ARG(ids && x && y && k > 0 && E > 0 && S >= 0 && ldx >= cols && ldy >= rows && (int64_t)S * k <= 0x7fffffff,
-             "ds4j_moe_matmul_grouped: bad arguments");
-    const int64_t P = (int64_t)S * k, need = 4 * (P + 3 * (int64_t)E + 1);
-    DS4J_ARG(scratch && scratch_bytes >= need && ((uintptr_t)scratch & 15u) == 0,
-             "ds4j_moe_matmul_grouped: scratch of %lld bytes (need %lld, 16-byte aligned)", (long long)scratch_bytes,
-             (long long)need);
-    if (S == 0 || rows == 0) return DS4J_OK;
-    DS4J_ARG(blocks_for(rows, MM_WARPS) <= 65535, "ds4j_moe_matmul_grouped: %d rows exceed one launch", rows);
-    int32_t* perm = (int32_t*)scratch;
-    int32_t* cnt = perm + P;
-    int32_t* off = cnt + E;
-    int32_t* prefix = off + E;
-    moe_group_kernel<<<E, 256, 0, ctx->stream>>>(ids, (int)P, perm, cnt, off);
-    DS4J_LAUNCHED("moe_group");
-    moe_chunks_kernel<<<1, 1024, 0, ctx->stream>>>(cnt, E, MM_TS, prefix);
-    DS4J_LAUNCHED("moe_chunks");
-    // sum over experts of ceil(cnt / MM_TS) <= P / MM_TS + (experts with picks)
-    const int64_t max_chunks = P / MM_TS + (E < P ? E : P);
-    dim3 grid((unsigned)max_chunks, blocks_for(rows, MM_WARPS));
-    DS4J_DISPATCH_FMT(format, (moe_matmul_grouped_kernel<F><<<grid, MM_WARPS * WARP, 0, ctx->stream>>>(
-                                  w_table, format >= DS4J_FMT_FP8_E4M3_B128 ? scale_table : nullptr, row_base_table,
-                                  scale_kind, rows, cols, perm, cnt, off, prefix, E, k, x, ldx, x_per_pick, y, ldy)));
-    DS4J_LAUNCHED("moe_matmul_grouped");
     return DS4J_OK;
 }
 

@@ -370,6 +370,53 @@ __global__ void __launch_bounds__(THREADS) gemm_kernel(Args a) {
 
 // ------------------------------------------------------------------------------------------- grouping picks by expert
 
+/**
+ * Block e: off[e] = picks with an id below e, cnt[e] = picks of expert e, and perm[off[e] ..] = those picks in
+ * ascending pick order (a stable counting sort; ids outside [0, E) belong to no expert and are left out).
+ */
+__global__ void moe_group_kernel(const int32_t* ids, int P, int32_t* perm, int32_t* cnt, int32_t* off) {
+    __shared__ int sh[32];
+    const int e = blockIdx.x;
+    int lt = 0, eq = 0;
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+        const int id = ids[p];
+        lt += id >= 0 && id < e;
+        eq += id == e;
+    }
+    int lt_all, eq_all;
+    block_excl_scan(lt, sh, &lt_all);
+    block_excl_scan(eq, sh, &eq_all);
+    if (threadIdx.x == 0) {
+        cnt[e] = eq_all;
+        off[e] = lt_all;
+    }
+    if (eq_all == 0) return;  // uniform: every thread has the same total
+    int base = lt_all;
+    for (int p0 = 0; p0 < P; p0 += blockDim.x) {
+        const int p = p0 + threadIdx.x;
+        const int f = p < P && ids[p] == e;
+        int tot;
+        const int x = block_excl_scan(f, sh, &tot);
+        if (f) perm[base + x] = p;
+        base += tot;
+    }
+}
+
+/** tile_prefix[e] = sum over e' < e of ceil(cnt[e'] / BN), e <= E (one block). */
+__global__ void moe_tiles_kernel(const int32_t* cnt, int E, int32_t* tile_prefix) {
+    __shared__ int sh[32];
+    int carry = 0;
+    for (int e0 = 0; e0 < E; e0 += blockDim.x) {
+        const int e = e0 + threadIdx.x;
+        const int v = e < E ? (cnt[e] + BN - 1) / BN : 0;
+        int tot;
+        const int x = block_excl_scan(v, sh, &tot);
+        if (e < E) tile_prefix[e] = carry + x;
+        carry += tot;
+    }
+    if (threadIdx.x == 0) tile_prefix[E] = carry;
+}
+
 /** Formats with an exact BF16 path: BF16, F16, FP8 with E8M0 scales, FP4. */
 static bool tc_format(int format, int scale_kind) {
     return format == DS4J_FMT_BF16 || format == DS4J_FMT_F16 || format == DS4J_FMT_FP4_E2M1_B32 ||
@@ -463,7 +510,7 @@ int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_ta
         int32_t* tile_prefix = off + E;
         moe_group_kernel<<<E, 256, 0, ctx->stream>>>(ids, (int)P, perm, cnt, off);
         DS4J_LAUNCHED("moe_group");
-        moe_chunks_kernel<<<1, 1024, 0, ctx->stream>>>(cnt, E, BN, tile_prefix);
+        moe_tiles_kernel<<<1, 1024, 0, ctx->stream>>>(cnt, E, tile_prefix);
         DS4J_LAUNCHED("moe_tiles");
         Args a{};
         a.v.scale_kind = scale_kind;

@@ -17,12 +17,4 @@ bool tc_device(ds4j_ctx* ctx);
 bool tc_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int64_t xgs, const float* x, int64_t ldx,
                float* y, int64_t ldy, int S, int* rc);
 
-/**
- * Grouping of routed-expert picks by expert (gemm.cpp): block e of moe_group_kernel (E blocks) writes cnt[e], off[e]
- * and perm[off[e] ..] (the picks of expert e in ascending order); moe_chunks_kernel (one block) writes prefix[e] =
- * sum over e' < e of ceil(cnt[e'] / chunk), for e <= E.
- */
-__global__ void moe_group_kernel(const int32_t* ids, int P, int32_t* perm, int32_t* cnt, int32_t* off);
-__global__ void moe_chunks_kernel(const int32_t* cnt, int E, int chunk, int32_t* prefix);
-
 }  // namespace ds4j

@@ -199,20 +199,6 @@ DS4J_API int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_t
                                  const float* x, int64_t ldx, int32_t x_per_pick, float* y, int64_t ldy);
 
 /**
- * ds4j_moe_matmul with the picks grouped by expert on the device (a stable counting sort of ids into the scratch, as
- * ds4j_moe_matmul_prefill does): each expert's weight rows are read once for up to 8 of its picks instead of once per
- * pick, which is what a step of several decode or verify rows needs. The same arguments as ds4j_moe_matmul plus the
- * number of experts E (every ids[p] in [0, E)) and scratch device memory of at least 4 * (S*k + 3*E + 1) bytes
- * (16-byte aligned); the results are those of ds4j_moe_matmul bit for bit (each pick's sum is formed the same way).
- * As there, a null w_table entry (an expert in host memory) skips its picks.
- */
-DS4J_API int32_t ds4j_moe_matmul_grouped(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
-                                         const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols,
-                                         int32_t E, const int32_t* ids, int32_t k, int32_t S, const float* x,
-                                         int64_t ldx, int32_t x_per_pick, float* y, int64_t ldy, void* scratch,
-                                         int64_t scratch_bytes);
-
-/**
  * ds4j_moe_matmul for prefill chunks: the same arguments and results (pick order), plus the number of experts E
  * (every ids[p] must lie in [0, E)) and scratch device memory of at least 4 * (S*k + 3*E + 1) bytes (16-byte
  * aligned). On the tensor-core path (S >= DS4J_TC_MIN_ROWS, see there; x 16-byte aligned, ldx a multiple of 4) the

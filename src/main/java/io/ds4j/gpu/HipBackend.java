@@ -1460,19 +1460,6 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             ws.release(mark);
             return;
         }
-        if ((long) S * k >= 4L * c.numExperts && !Boolean.getBoolean("ds4j.gpu.perPickExperts")) {
-            // many picks (a batch of decode steps): grouped by expert, so each expert's weights are read once per 8 of
-            // its picks, with the same numbers as one pick at a time; with few picks per expert (a verify step of one
-            // sequence) the per-pick kernel's parallelism wins (measured on the H200)
-            final int E = c.numExperts;
-            long mark = ws.mark();
-            long bytes = 4L * ((long) S * k + 3L * E + 1), scratch = ws.alloc(bytes);
-            k(ds4j_moe_matmul_grouped(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
-                    x.rows(), x.cols(), E, ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy, ptr(scratch), bytes),
-                    "routed experts", "routed experts");
-            ws.release(mark);
-            return;
-        }
         k(ds4j_moe_matmul(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
                 x.rows(), x.cols(), ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy), "routed experts", "routed experts");
     }

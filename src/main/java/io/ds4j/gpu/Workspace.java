@@ -164,10 +164,7 @@ final class Workspace implements AutoCloseable {
         long moe = f(T * (long) c.numExperts) + 2 * f(T * k) + 2 * f(T * k * I) + f(T * k * D) + 2 * f(T * I) + 2 * f(T * D)
                 + f(T * k * D);
         // an entry on the tensor-core path groups its picks by expert in a scratch (ds4j_moe_matmul_prefill)
-        final int tc = io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS();
-        if (maxS >= tc) moe += f(maxS * k + 3L * c.numExperts + 1);
-        // a run of 2 .. tc-1 rows on the FFMA path groups its picks too (ds4j_moe_matmul_grouped)
-        else if (T * k >= 4L * c.numExperts) moe += f(Math.min(T, tc - 1) * k + 3L * c.numExperts + 1);
+        if (maxS >= io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS()) moe += f(maxS * k + 3L * c.numExperts + 1);
         peak = Math.max(peak, moe);
         if (R > 0) peak = Math.max(peak, 2 * f(R * nD) + f(R * n) + f(R * D) + f((long) R * c.vocabSize));
         return keep + peak;

@@ -481,7 +481,7 @@ class GpuOpsTest {
     }
 
     @Test
-    void prefillMoeGroupsPicksByExpert() { // and ds4j_moe_matmul_grouped below the threshold
+    void prefillMoeGroupsPicksByExpert() {
         SplittableRandom r = new SplittableRandom(23);
         int E = 7, k = 3, S = 50, rows = 72, cols = 128, hot = 2;
         for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.F16,
@@ -522,7 +522,7 @@ class GpuOpsTest {
             MemorySegment scaleTable = f.ordinal() >= WeightMatrix.Format.FP8_E4M3_B128.ordinal() ? ptr(st) : MemorySegment.NULL;
             MemorySegment rowTable = stacked ? ptr(rt) : MemorySegment.NULL;
             for (boolean perPick : new boolean[]{false, true})
-                for (int steps : new int[]{S, TC - 1, 5, 2}) {
+                for (int steps : new int[]{S, TC - 1}) {
                     int P = steps * k, xr = perPick ? P : steps;
                     int[] ids = unevenIds(r, steps, E, k, hot);
                     float[] x = gauss(r, xr * cols, 1);
@@ -541,12 +541,6 @@ class GpuOpsTest {
                         check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, rowTable, 0, rows, cols, ptr(dids), k, steps,
                                 ptr(dx), cols, perPick ? 1 : 0, ptr(dy0), rows), "moe_matmul");
                         assertArrayEquals(gpu.downloadFloats(dy0, P * rows), y, f + ": S=" + steps + " prefill entry vs per-pick kernel");
-                        // the picks grouped by expert (several decode or verify rows): the per-pick kernel's numbers
-                        long dy1 = zeros(4L * P * rows), scratch1 = zeros(bytes);
-                        check(ds4j_moe_matmul_grouped(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, rowTable, 0, rows, cols, E, ptr(dids), k,
-                                steps, ptr(dx), cols, perPick ? 1 : 0, ptr(dy1), rows, ptr(scratch1), bytes), "moe_matmul_grouped");
-                        assertArrayEquals(gpu.downloadFloats(dy0, P * rows), gpu.downloadFloats(dy1, P * rows),
-                                f + ": S=" + steps + (perPick ? " per pick" : "") + " grouped vs per-pick kernel");
                     }
                 }
             // too little scratch is a clear error, not a fault
