@@ -28,7 +28,7 @@ public final class DefaultModelProvider implements ModelProvider {
     public static final String EMBEDDED_PRESET = "tiny";
     public static final long EMBEDDED_SEED = 1;
     /** Rollback window of draft-model sequences (at least the widest verify step). */
-    static final int DRAFT_ROLLBACK = 16;
+    static final int DRAFT_ROLLBACK = io.ds4j.engine.RollbackWindow.DEFAULT;
 
     @Override
     public void check(ServerConfig cfg) throws Exception {

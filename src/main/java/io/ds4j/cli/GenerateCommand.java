@@ -105,7 +105,7 @@ public final class GenerateCommand implements Callable<Integer> {
             int V = be.config().vocabSize;
             sp.validate(Math.min(V, tok.vocabSize()));
             // as serve does: the context never exceeds what the model was built for
-            int context = Math.min(maxContext != null ? maxContext : 65536, be.config().maxPositionEmbeddings);
+            int context = Generation.contextLimit(maxContext != null ? maxContext : 65536, be.config().maxPositionEmbeddings);
             if (maxContext != null && context < maxContext)
                 err.println("context: " + context + " tokens (the model's max_position_embeddings; --max-context " + maxContext + " is capped)");
             if (ds != null && ds.maxContext() < context)
@@ -134,12 +134,12 @@ public final class GenerateCommand implements Callable<Integer> {
             OutputParser parser = chat ? new OutputParser(thinking).logWarnings(false) : null;
             PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
             Draft d = ds == null ? null : ds.open(ids, sp, seed != null ? seed : 0);
-            int[] eos = {be.config().eosTokenId, tok.eosId()};
+            int[] eos = Generation.endIds(tok.eosId(), be.config());
             TokenConstraint constraint = constraint(tok, err);
-            Generation g = new Generation(be, be.newSequence(16), ids, sampler, d, width,
-                    new Generation.Options(prefillChunk, context, eos, 16),
+            Generation g = new Generation(be, be.newSequence(io.ds4j.engine.RollbackWindow.DEFAULT), ids, sampler, d, width,
+                    new Generation.Options(prefillChunk, context, eos, io.ds4j.engine.RollbackWindow.DEFAULT),
                     (t, lp) -> {
-                        boolean isEos = !ignoreEos && (t == eos[0] || t == eos[1]);
+                        boolean isEos = !ignoreEos && java.util.Arrays.stream(eos).anyMatch(e -> e == t);
                         String piece = isEos ? "" : detok.push(t);
                         emit(stops.push(piece), parser, out, err);
                         return !stops.stopped();
@@ -244,7 +244,7 @@ public final class GenerateCommand implements Callable<Integer> {
         if (draft.equals("ngram")) return NgramDraft.source();
         if (draft.equals("mtp")) {
             try {
-                return new io.ds4j.speculative.MtpDraftSource(target, 16);
+                return new io.ds4j.speculative.MtpDraftSource(target, io.ds4j.engine.RollbackWindow.DEFAULT);
             } catch (IllegalStateException | UnsupportedOperationException e) {
                 throw new IllegalArgumentException("--draft mtp: " + e.getMessage(), e);
             }

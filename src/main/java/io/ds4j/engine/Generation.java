@@ -49,6 +49,22 @@ public final class Generation {
     }
 
     /** Static settings of a generation. */
+    /**
+     * The token ids that end a generation: the tokenizer's end-of-sequence token and the model config's
+     * {@code eos_token_id} (the same id twice counts once). The one place this is decided (server and CLI).
+     */
+    public static int[] endIds(int tokenizerEos, io.ds4j.model.ModelConfig c) {
+        return tokenizerEos == c.eosTokenId ? new int[]{tokenizerEos} : new int[]{tokenizerEos, c.eosTokenId};
+    }
+
+    /**
+     * The context limit in use (tokens): the configured one capped by the model's max_position_embeddings. The one
+     * place this is decided (server and CLI).
+     */
+    public static int contextLimit(int configured, int modelPositions) {
+        return Math.min(configured, modelPositions);
+    }
+
     public record Options(int prefillChunk, int maxContext, int[] eosIds, int maxRollback) {
         public Options {
             if (prefillChunk < 1) throw new IllegalArgumentException("prefill chunk must be >= 1");

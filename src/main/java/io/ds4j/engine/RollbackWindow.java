@@ -6,6 +6,12 @@ package io.ds4j.engine;
  * oldest restorable length moves up to length − k_max and never down again.
  */
 public final class RollbackWindow {
+    /**
+     * The rollback window every sequence of the engine gets unless told otherwise (tokens): the widest verify step
+     * (the pending token plus up to 8 drafts) leaves up to 8 rejected rows to remove, and 16 leaves room to spare.
+     */
+    public static final int DEFAULT = 16;
+
     private final int max;
     private int length;
     private int floor;

@@ -51,7 +51,7 @@ public record ExpertPlacementPlan(ExpertPlacement placement, int[] resident, int
      * limits.maxActive (8 sequences) and limits.maxContextTokens (32,768), with the rollback window of 16 tokens and
      * logits for q+1 = 17 rows. Larger settings need gpu.memoryBudgetMiB.
      */
-    public static final int RESERVE_STEP_TOKENS = 512, RESERVE_SEQUENCES = 8, RESERVE_CONTEXT = 32768, RESERVE_ROLLBACK = 16,
+    public static final int RESERVE_STEP_TOKENS = 512, RESERVE_SEQUENCES = 8, RESERVE_CONTEXT = 32768, RESERVE_ROLLBACK = io.ds4j.engine.RollbackWindow.DEFAULT,
             RESERVE_LOGIT_ROWS = RESERVE_ROLLBACK + 1;
 
     /**

@@ -4,6 +4,7 @@ import io.ds4j.engine.Backend;
 import io.ds4j.engine.EngineStatus;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
+import io.ds4j.engine.RollbackWindow;
 import io.ds4j.engine.PrefixCache;
 import io.ds4j.engine.Scheduler;
 import io.ds4j.engine.Sequence;
@@ -52,7 +53,7 @@ public final class EngineVerticle extends VerticleBase {
     /** Address of cancellations (body: the request id). */
     public static final String CANCEL = "ds4j.engine.cancel";
     /** Rollback window of target sequences: the widest verify step (8) with room to spare. */
-    static final int MAX_ROLLBACK = 16;
+    static final int MAX_ROLLBACK = RollbackWindow.DEFAULT;
     /** Verify width of a request with a prediction when its width is "auto". */
     static final int PREDICTION_Q = 4;
 
@@ -112,7 +113,7 @@ public final class EngineVerticle extends VerticleBase {
         }
         ModelInfo info = model.info();
         reportEngine(info.engine());
-        eosIds = Arrays.stream(new int[]{tokenizer.eosId(), backend.config().eosTokenId}).distinct().toArray();
+        eosIds = Generation.endIds(tokenizer.eosId(), backend.config());
         ServerConfig cfg0 = state.config();
         if (cfg0.prefixCacheEnabled() && backend.snapshots()) {
             prefixCache = new PrefixCache(backend, cfg0.prefixCacheBlockTokens(), cfg0.prefixCacheIntervalTokens(),

@@ -112,7 +112,7 @@ public final class ServerState {
     public int maxContext() {
         ModelInfo m = model;
         int c = config.maxContextTokens();
-        return m == null ? c : Math.min(c, m.maxPositions());
+        return m == null ? c : io.ds4j.engine.Generation.contextLimit(c, m.maxPositions());
     }
 
     /**
