@@ -182,23 +182,14 @@ public final class CpuBackend implements Backend {
             this.given = given;
             int E = batch.size();
             seqs = new CpuSequence[E];
-            first = new int[E];
-            count = new int[E];
-            start = new int[E];
-            logitRows = new int[E][];
-            int r = 0;
-            for (int i = 0; i < E; i++) {
-                BatchEntry e = batch.get(i);
-                seqs[i] = (CpuSequence) e.seq();
-                first[i] = r;
-                count[i] = e.count();
-                start[i] = seqs[i].pos.length();
-                logitRows[i] = e.logitRows();
-                r += e.count();
-            }
-            R = r;
-            toks = new int[R];
-            for (int i = 0; i < E; i++) System.arraycopy(batch.get(i).tokens(), 0, toks, first[i], count[i]);
+            for (int i = 0; i < E; i++) seqs[i] = (CpuSequence) batch.get(i).seq();
+            io.ds4j.engine.BatchLayout lay = new io.ds4j.engine.BatchLayout(batch);
+            first = lay.first;
+            count = lay.count;
+            start = lay.start;
+            logitRows = lay.logitRows;
+            toks = lay.toks;
+            R = lay.rows;
             post = new float[R * c.hcMult];
             comb = new float[R * c.hcMult * c.hcMult];
         }
@@ -247,11 +238,7 @@ public final class CpuBackend implements Backend {
 
         @Override
         public float[] head(float[] X) {
-            int n = 0;
-            for (int[] rs : logitRows) n += rs.length;
-            int[] rows = new int[n];
-            n = 0;
-            for (int i = 0; i < logitRows.length; i++) for (int r : logitRows[i]) rows[n++] = first[i] + r;
+            int[] rows = io.ds4j.engine.BatchLayout.headRows(first, logitRows);
             // the final streams of sequences with an MTP state attached, before hc_head (the MTP's input)
             final int nD = c.hcMult * c.hidden;
             for (int i = 0; i < seqs.length; i++)

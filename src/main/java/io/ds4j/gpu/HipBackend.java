@@ -846,26 +846,19 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             int E = batch.size();
             seqs = new HipSequence[E];
             kinds = new StepKind[E];
-            first = new int[E];
-            count = new int[E];
-            start = new int[E];
-            logitRows = new int[E][];
-            int r = 0;
             int[] heads = new int[E];
             for (int i = 0; i < E; i++) {
-                BatchEntry e = batch.get(i);
-                seqs[i] = (HipSequence) e.seq();
-                kinds[i] = e.kind();
-                first[i] = r;
-                count[i] = e.count();
-                start[i] = seqs[i].pos.length();
-                logitRows[i] = e.logitRows();
-                heads[i] = e.logitRows().length;
-                r += e.count();
+                seqs[i] = (HipSequence) batch.get(i).seq();
+                kinds[i] = batch.get(i).kind();
+                heads[i] = batch.get(i).logitRows().length;
             }
-            R = r;
-            toks = new int[R];
-            for (int i = 0; i < E; i++) System.arraycopy(batch.get(i).tokens(), 0, toks, first[i], count[i]);
+            io.ds4j.engine.BatchLayout lay = new io.ds4j.engine.BatchLayout(batch);
+            first = lay.first;
+            count = lay.count;
+            start = lay.start;
+            logitRows = lay.logitRows;
+            toks = lay.toks;
+            R = lay.rows;
             runs = rowRuns(count);
             headRuns = rowRuns(heads);
         }
@@ -934,9 +927,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
         @Override
         public Long head(Long X) {
-            int[] rows = new int[logitCounts()];
-            int n = 0;
-            for (int i = 0; i < logitRows.length; i++) for (int r : logitRows[i]) rows[n++] = first[i] + r;
+            int[] rows = io.ds4j.engine.BatchLayout.headRows(first, logitRows);
             // the final streams of sequences with an MTP state attached, before hc_head (the MTP's input)
             final long nD = (long) c.hcMult * c.hidden;
             for (int i = 0; i < seqs.length; i++)
