@@ -63,12 +63,18 @@ public final class Distribution {
      * @return the residual, or this distribution when p ≤ q everywhere (only possible through rounding)
      */
     public Distribution residual(Distribution q) {
+        // q's probabilities by token id, so that each of p's candidates is looked up once (a scan of q per candidate
+        // would cost |p|·|q|: seconds for two full-vocabulary distributions)
+        int maxId = 0;
+        for (int id : q.ids) maxId = Math.max(maxId, id);
+        float[] qp = new float[maxId + 1];
+        for (int i = 0; i < q.ids.length; i++) qp[q.ids[i]] = q.probs[i];
         int n = 0;
         int[] ids2 = new int[ids.length];
         float[] pr = new float[ids.length];
         double sum = 0;
         for (int i = 0; i < ids.length; i++) {
-            double r = probs[i] - q.probOf(ids[i]);
+            double r = probs[i] - (ids[i] <= maxId ? qp[ids[i]] : 0f);
             if (r > 0) {
                 ids2[n] = ids[i];
                 pr[n++] = (float) r;
