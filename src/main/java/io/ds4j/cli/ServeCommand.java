@@ -231,15 +231,18 @@ public final class ServeCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("error: " + msg);
             return 1;
         }
+        // why the server goes away: a signal (SIGTERM / Ctrl-C), unless the model failed to load first
+        java.util.concurrent.atomic.AtomicReference<String> why = new java.util.concurrent.atomic.AtomicReference<>("signal received");
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            // say why the server goes away (SIGTERM / Ctrl-C), then stop accepting, cancel requests, release the model
-            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("shutting down (signal received): stopping the server");
+            // say why, then stop accepting, cancel requests, release the model
+            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("shutting down ({}): stopping the server", why.get());
             server.close().await();
             org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("stopped");
         }, "ds4j-shutdown"));
         try {
             server.ready().await();
         } catch (Exception e) {
+            why.set("the model did not load");
             spec.commandLine().getErr().println("error: " + (e.getMessage() != null ? e.getMessage() : e));
             return 1;
         }
