@@ -57,6 +57,9 @@ class ServerConfigTest {
         assertTrue(p.contains("speculative.q: must be \"auto\" or an integer 1..8, got 12"), p.toString());
         assertTrue(p.contains("extra: unknown key"), p.toString());
         assertTrue(p.contains("limits.maxActive: must be an integer in [1, 4096], got 0"), p.toString());
+        // a whole number beyond the int range says so, not "must be an integer"
+        assertEquals(List.of("scheduler.maxBatchRows: must be an integer of at most 2147483647 in magnitude, got 99999999999"),
+                problems("{\"scheduler\": {\"maxBatchRows\": 99999999999}}").problems());
         e = problems("{\"limits\": {\"maxActive\": 0}, \"sampling\": {\"temperature\": 7}, \"log\": {\"level\": \"loud\"}}");
         assertTrue(e.getMessage().contains("limits.maxActive: must be an integer in [1, 4096], got 0"), e.getMessage());
         assertTrue(e.getMessage().contains("sampling.temperature: must be in [0, 2], got 7"), e.getMessage());

@@ -54,6 +54,8 @@ public record ConfigKey(String name, Type type, Object def, boolean live, String
                     if (v.isIntegralNumber() && v.canConvertToInt()) return v.intValue();
                     if (v.isNumber() && v.asDouble() == Math.rint(v.asDouble()) && Math.abs(v.asDouble()) < Integer.MAX_VALUE)
                         return (int) v.asDouble();
+                    if (v.isNumber() && v.asDouble() == Math.rint(v.asDouble())) // a whole number out of the int range
+                        return new Problem("must be an integer of at most " + Integer.MAX_VALUE + " in magnitude, got " + describe(v));
                     return new Problem("must be an integer, got " + describe(v));
                 }
                 case NUMBER -> {
