@@ -92,7 +92,7 @@ public final class BenchPrefixCommand implements Callable<Integer> {
         System.out.printf("bench-prefix: model %s, backend %s, %d generated tokens per request (greedy, ignore_eos), "
                         + "prefill chunk %d, prefixCache.blockTokens %d, intervalTokens %d, budget %d MiB%n",
                 dir, backend, maxTokens, prefillChunk, cfg.prefixCacheBlockTokens(), cfg.prefixCacheIntervalTokens(), budgetMiB);
-        System.out.printf("machine: %s, %d cores, JDK %s%n", cpuName(), Runtime.getRuntime().availableProcessors(),
+        System.out.printf("machine: %s, %d cores, JDK %s%n", BenchServerCommand.cpuName(), Runtime.getRuntime().availableProcessors(),
                 System.getProperty("java.version"));
         Ds4jServer server = Ds4jServer.start(new Ds4jServer.Options(cfg, null, o, new DefaultModelProvider())).await();
         try {
@@ -270,15 +270,5 @@ public final class BenchPrefixCommand implements Callable<Integer> {
         // trim to n tokens
         int[] ids = tok.encode(s.toString());
         return tok.decode(java.util.Arrays.copyOf(ids, n));
-    }
-
-    private static String cpuName() {
-        try {
-            for (String l : Files.readAllLines(Path.of("/proc/cpuinfo")))
-                if (l.startsWith("model name")) return l.substring(l.indexOf(':') + 1).trim();
-        } catch (Exception ignored) {
-            // not Linux
-        }
-        return System.getProperty("os.arch");
     }
 }

@@ -431,7 +431,8 @@ public final class BenchServerCommand implements Callable<Integer> {
         return sorted[Math.max(0, Math.min(sorted.length - 1, i))];
     }
 
-    private static String cpuName() {
+    /** The CPU's model name (Linux), else the architecture: the machine line of the bench commands. */
+    static String cpuName() {
         try {
             for (String l : Files.readAllLines(Path.of("/proc/cpuinfo")))
                 if (l.startsWith("model name")) return l.substring(l.indexOf(':') + 1).trim();

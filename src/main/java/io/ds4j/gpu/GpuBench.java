@@ -234,7 +234,7 @@ public final class GpuBench {
             try {
                 for (int i = 0; i < N; i++) seqs.add(be.fork(s, maxRollback)); // copies need the source's ring sizes
                 for (boolean grouped : N == 1 ? new boolean[]{true} : new boolean[]{true, false}) {
-                    System.setProperty("ds4j.gpu.noGroupedAttention", String.valueOf(!grouped));
+                    be.setGroupedAttention(grouped);
                     batchSteps(be, seqs, toks, pos, 1);
                     for (Sequence q : seqs) q.rollback(1);
                     long t0 = System.nanoTime();
@@ -247,7 +247,7 @@ public final class GpuBench {
                             N == 1 ? "          " : grouped ? " (grouped)" : " (entries)", agg, agg / N, 1e3 * sec / n,
                             one > 0 ? agg / one : Double.NaN);
                 }
-                System.clearProperty("ds4j.gpu.noGroupedAttention");
+                be.setGroupedAttention(true);
                 if (N == largest && N > 1) {
                     be.setProfiling(true);
                     batchSteps(be, seqs, toks, pos, 1);
@@ -256,7 +256,7 @@ public final class GpuBench {
                     for (Sequence q : seqs) q.rollback(1);
                 }
             } finally {
-                System.clearProperty("ds4j.gpu.noGroupedAttention");
+                be.setGroupedAttention(true);
                 for (Sequence q : seqs) q.close();
             }
         }

@@ -1120,8 +1120,18 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * threshold on the f16 path (the tensor-core attention). Decode steps of many sequences are the case this serves:
      * one launch per kernel and layer instead of one per sequence.
      */
+    private volatile boolean groupedAttention = true;
+
+    /**
+     * Whether the attention of several decode and verify entries runs in the several-sequence kernels (default) or one
+     * entry at a time; the numbers are the same either way (benchmarks compare the two, {@link GpuBench}).
+     */
+    public void setGroupedAttention(boolean on) {
+        groupedAttention = on;
+    }
+
     private int[] group(DeviceStep b) {
-        if (b.seqs.length < 2 || Boolean.getBoolean("ds4j.gpu.noGroupedAttention")) return null;
+        if (b.seqs.length < 2 || !groupedAttention) return null;
         int[] g = new int[b.seqs.length];
         int n = 0;
         for (int e = 0; e < b.seqs.length; e++) {
