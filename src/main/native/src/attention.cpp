@@ -942,7 +942,7 @@ static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K,
                               int32_t d, int32_t W, int64_t short_rows, int32_t impl) {
     F16OpsPlan p{false, S, 1, 1, 0};
 #if defined(DS4J_HAVE_MMA)
-    p.mma = impl == DS4J_F16OPS_AUTO && (d == 64 || d == 128 || d == 256 || d == 512);
+    p.mma = (impl == DS4J_F16OPS_AUTO || impl == DS4J_F16OPS_WHOLE) && (d == 64 || d == 128 || d == 256 || d == 512);
 #else
     (void)impl;
 #endif
@@ -955,7 +955,7 @@ static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K,
         return p;
     }
     const int HB = (H + TC_ROWS - 1) / TC_ROWS;
-    p.ns_max = device_limits(ctx->device).sms / HB;
+    p.ns_max = impl == DS4J_F16OPS_WHOLE ? 1 : device_limits(ctx->device).sms / HB;
     if (p.ns_max < 1) p.ns_max = 1;
     for (int s = p.s0; s < S; s++) {
         const int n = tc_split(attended_rows(kind, m, K, N0 + s, W), p.ns_max).nsplit;
@@ -1069,7 +1069,8 @@ int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* 
                                     int64_t work_bytes, float* out) {
     DS4J_CHECK_CTX(ctx);
     const char* fn = "ds4j_attention_f16_operands";
-    DS4J_ARG(impl == DS4J_F16OPS_AUTO || impl == DS4J_F16OPS_PORTABLE, "%s: unknown impl %d", fn, impl);
+    DS4J_ARG(impl == DS4J_F16OPS_AUTO || impl == DS4J_F16OPS_PORTABLE || impl == DS4J_F16OPS_WHOLE, "%s: unknown impl %d",
+             fn, impl);
     const F16OpsPlan p = f16ops_plan(ctx, kind, m, K, N0, S, H, d, W, short_rows, impl);
     // queries at or under short_rows (all of them without tensor cores): F32 arithmetic on the F16 rows
     if (p.s0 > 0 || !p.mma) {

@@ -61,6 +61,8 @@ extern "C" {
 /* implementations of ds4j_attention_f16_operands */
 #define DS4J_F16OPS_AUTO 0     /* tensor cores where the build has them (nvcc, d in {64, 128, 256, 512}), else portable */
 #define DS4J_F16OPS_PORTABLE 1 /* the portable kernel (all hipcc builds): F32 arithmetic on the F16 rows, no tensor cores */
+#define DS4J_F16OPS_WHOLE 2    /* as AUTO, but each query's keys in one block (no key ranges, no work memory): prefill
+                                  chunks, whose many queries fill the device without splitting */
 
 /** A device and the one stream every call on it is ordered on. */
 typedef struct ds4j_ctx ds4j_ctx;
@@ -313,6 +315,9 @@ DS4J_API int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t
  * into ranges depends on its own key count only, so each query's output is the same bit for bit whatever S is (a
  * decode step of one query and a verify step of several agree); the ranges' partials are combined with the sink in a
  * second kernel. Needs work memory of ds4j_attention_f16_operands_work bytes (may be 0; work may then be NULL).
+ * With DS4J_F16OPS_WHOLE the tensor-core queries are not split into key ranges (one block per query and 64 heads,
+ * no work memory): the prefill chunks' choice, where hundreds of queries already fill the device and a split's
+ * partials would need gigabytes. Its numbers are those of one range, so they differ from AUTO's in rounding only.
  * Otherwise (hipcc builds, other d, or DS4J_F16OPS_PORTABLE) every query runs the F32 kernel, equal to the control bit
  * for bit. The tensor-core kernel reads with 16-byte loads: q, kv_new, ring and entries must be 16-byte aligned.
  */

@@ -106,6 +106,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private final java.util.Set<String> loggedModes = new java.util.HashSet<>();
     /** Whether ds4j_attention_f16_operands uses tensor cores for this model (nvcc build, supported head width). */
     private final boolean tensorCores;
+    /**
+     * Whether prefill entries of at least DS4J_TC_MIN_ROWS rows run their attention on tensor cores (default) or on the
+     * F32 kernel of decode steps ({@code -Dds4j.gpu.prefillAttention=f32}, for comparisons). Prefill rows never have to
+     * equal decode rows bit for bit (their products already run on tensor cores), only to agree within F32 noise.
+     */
+    private volatile boolean prefillTensorCores = !"f32".equals(System.getProperty("ds4j.gpu.prefillAttention"));
     /** Host out-parameter of size queries (used under the backend's lock). */
     private final MemorySegment outLong = Arena.ofAuto().allocate(ValueLayout.JAVA_LONG);
     /** Decode-step graphs (decode and verify steps captured and launched as one graph). */
@@ -1098,6 +1104,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                     "attention (f16 in place, tensor cores)", "attention");
             if (verify) noteVerifyMode(kind, "f16 tensor-core", (tensorCores ? "f16 tensor-core" : "f16 in place, portable kernel (no tensor cores)")
                     + " (n_attn " + nAttn + " > " + shortRows + ")");
+        } else if (step == StepKind.PREFILL && S >= DS4J_TC_MIN_ROWS() && tensorCores && prefillTensorCores) {
+            // a prefill chunk: every query on tensor cores at F32 accuracy, its keys read once for all 64 heads (the F32
+            // kernel below runs a block per head and query and re-reads them 64 times); one block per query, no split
+            k(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
+                    c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, 0L, DS4J_F16OPS_WHOLE(), MemorySegment.NULL, 0L, ptr(o)),
+                    "attention (prefill, tensor cores)", "attention");
         } else {
             k(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m,
                     ptr(sel), c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention", "attention");
@@ -1128,6 +1140,14 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     public void setGroupedAttention(boolean on) {
         groupedAttention = on;
+    }
+
+    /**
+     * Whether prefill chunks of at least DS4J_TC_MIN_ROWS rows run their attention on tensor cores (the default where
+     * {@code ds4j_attention_f16_operands} has them) or on the F32 kernel (benchmarks compare the two, {@link GpuBench}).
+     */
+    public void setPrefillTensorCores(boolean on) {
+        prefillTensorCores = on;
     }
 
     private int[] group(DeviceStep b) {

@@ -298,6 +298,27 @@ class HipBackendTest {
         return t.stream();
     }
 
+    /**
+     * Prefill chunks run their attention on tensor cores (ds4j_attention_f16_operands, DS4J_F16OPS_WHOLE) by default:
+     * against the F32 kernel on the same GPU, every logit within the parity tolerance, and not identical (the switch
+     * really changes the kernel; the small preset's head width 128 has a tensor-core kernel).
+     */
+    @Test
+    void prefillAttentionOnTensorCoresAgreesWithTheF32Kernel() throws Exception {
+        try (HipBackend g = new HipBackend(WeightLoader.load(small()))) {
+            int n = 300;
+            int[] toks = prompt(g.config(), n, 21);
+            float[] tc = run(g, toks, new int[]{160, 140});
+            g.setPrefillTensorCores(false);
+            float[] f32 = run(g, toks, new int[]{160, 140});
+            g.setPrefillTensorCores(true);
+            Cmp cmp = new Cmp("small-bf16 prefill attention", g.config().vocabSize, "tensor cores vs f32 kernel");
+            cmp.rows(f32, tc, "prefill 160 + 140");
+            cmp.done();
+            assertFalse(Arrays.equals(tc, f32), "the tensor-core prefill attention gave the F32 kernel's logits bit for bit: not used?");
+        }
+    }
+
     @Test
     void badInputLeavesTheSequenceUnchanged() {
         try (Pair p = micro(5); Sequence s = p.gpu.newSequence(4)) {

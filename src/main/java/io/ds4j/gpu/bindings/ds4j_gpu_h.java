@@ -257,6 +257,17 @@ public class ds4j_gpu_h {
         return DS4J_F16OPS_PORTABLE;
     }
 
+    private static final int DS4J_F16OPS_WHOLE = (int)2L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_F16OPS_WHOLE 2
+     * }
+     */
+    public static int DS4J_F16OPS_WHOLE() {
+        return DS4J_F16OPS_WHOLE;
+    }
+
     private static final int DS4J_GRAPH_CACHE = (int)16L;
 
     /**
