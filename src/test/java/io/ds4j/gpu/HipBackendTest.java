@@ -300,21 +300,34 @@ class HipBackendTest {
 
     /**
      * Prefill chunks run their attention on tensor cores (ds4j_attention_f16_operands, DS4J_F16OPS_WHOLE) by default:
-     * against the F32 kernel on the same GPU, every logit within the parity tolerance, and not identical (the switch
-     * really changes the kernel; the small preset's head width 128 has a tensor-core kernel).
+     * both that and the F32 kernel within the parity tolerance of the CPU at every row, and the two not identical (the
+     * switch really changes the kernel; the small preset's head width 128 has a tensor-core kernel). The prompt stays
+     * below position 259, where the indexer's top-k starts choosing among the small preset's entries (64 of m = 4
+     * tokens): there a rounding difference may flip a near-tie in the selection, a discrete change no tolerance covers
+     * (the kernel's own accuracy over selections is HipVerifyAttentionTest's and the kernel emulator's).
      */
     @Test
     void prefillAttentionOnTensorCoresAgreesWithTheF32Kernel() throws Exception {
-        try (HipBackend g = new HipBackend(WeightLoader.load(small()))) {
-            int n = 300;
+        try (Pair p = dir("small-bf16", small())) {
+            HipBackend g = p.gpu;
+            int n = 250;
             int[] toks = prompt(g.config(), n, 21);
-            float[] tc = run(g, toks, new int[]{160, 140});
+            int[] chunks = {130, 120};
+            float[] cpu = run(p.cpu, toks, chunks);
+            float[] tc = run(g, toks, chunks);
             g.setPrefillTensorCores(false);
-            float[] f32 = run(g, toks, new int[]{160, 140});
+            float[] f32 = run(g, toks, chunks);
             g.setPrefillTensorCores(true);
-            Cmp cmp = new Cmp("small-bf16 prefill attention", g.config().vocabSize, "tensor cores vs f32 kernel");
-            cmp.rows(f32, tc, "prefill 160 + 140");
-            cmp.done();
+            Cmp a = new Cmp("small-bf16 prefill, tensor-core attention", g.config().vocabSize);
+            a.rows(cpu, tc, "prefill 130 + 120");
+            Cmp b = new Cmp("small-bf16 prefill, f32 attention kernel", g.config().vocabSize);
+            b.rows(cpu, f32, "prefill 130 + 120");
+            Cmp c = new Cmp("small-bf16 prefill attention", g.config().vocabSize, "tensor cores vs f32 kernel");
+            c.rows(f32, tc, "prefill 130 + 120");
+            List<String> all = new ArrayList<>();
+            for (Cmp x : new Cmp[]{a, b, c})
+                if (!x.failures.isEmpty()) all.add(x.what + " (" + x.label + "): " + x.failures.size() + " failures, first " + x.failures.subList(0, Math.min(6, x.failures.size())));
+            assertTrue(all.isEmpty(), String.join("\n", all));
             assertFalse(Arrays.equals(tc, f32), "the tensor-core prefill attention gave the F32 kernel's logits bit for bit: not used?");
         }
     }
