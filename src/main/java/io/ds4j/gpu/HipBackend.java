@@ -253,6 +253,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         return new HostTime(hostSteps, hostNanos);
     }
 
+    /** Tests: destroys the kept step graphs, so that the next fixed-form step is captured again. */
+    synchronized void dropKeptGraphs() {
+        graphs.dropKept();
+    }
+
     /** Whether the stream is in capture mode now (tests: never after a step returned or failed). */
     synchronized boolean capturing() {
         return graphs.capturing();
