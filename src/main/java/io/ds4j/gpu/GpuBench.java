@@ -29,7 +29,9 @@ import java.util.SplittableRandom;
  * {@link #batched}).
  * Decode-step graphs ({@link DecodeGraphs}): the decode rate is measured with the default setting
  * ({@code -Dds4j.gpu.graphs}, off unless turned on), then with graphs off and on in interleaved A/B rounds of
- * --decode-tokens steps at the same context (each round's tokens are rolled back; 0 rounds skips it).
+ * --decode-tokens steps at the same context (each round's tokens are rolled back; 0 rounds skips it), with, per
+ * setting, the kernel launches, copies and graph launches per step (ds4j_launch_counts) and the host time per step
+ * until its last launch was queued ({@link HipBackend#hostTime}).
  * Contexts up to --max-prefill are prefilled for real, in chunks of --chunk tokens (prefill chunks run on tensor
  * cores where the GPU has them; the output says), and the prefill time and rate are printed; longer ones start from
  * a synthetic cache of random F16 rows (HipSequence#fillRandom: real sizes and access pattern, meaningless values).
