@@ -33,11 +33,10 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * A capture the runtime refuses ({@code DS4J_ERR_CAPTURE}: nothing recorded ran) is dropped and the step is run again
  * without it; after {@value #MAX_FALLBACKS} such fallbacks graphs are turned off with a warning.
  *
- * <p>Switch: {@code -Dds4j.gpu.graphs=true|false} (default false), or {@link HipBackend#setGraphs}. Off by default
- * because it does not pay in this form: on the H200 with the flash-shaped preset, decode was 5-6 % slower with graphs
- * (BENCHMARKS.md, "Decode-step graphs"): every step is still recorded call by call, and the device starts only when
- * the recording and the update are done, while without graphs launching and running overlap. Not thread-safe:
- * used under the backend's lock.
+ * <p>Switch: {@code -Dds4j.gpu.graphs=true|false} (default false), or {@link HipBackend#setGraphs}. Off by default:
+ * the re-recorded form measured 5-6 % slower on the H200 with the flash-shaped preset (BENCHMARKS.md, "Decode-step
+ * graphs": every step recorded call by call, the device starting only when recording and update are done), and the
+ * kept form has not been measured there yet. Not thread-safe: used under the backend's lock.
  */
 final class DecodeGraphs {
     private static final Logger LOG = LoggerFactory.getLogger(DecodeGraphs.class);
