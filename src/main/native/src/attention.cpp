@@ -1241,6 +1241,12 @@ int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, cons
         else if (kind == DS4J_ATTN_CSA) c = (N0 + S) / m < K ? (N0 + S) / m : K;
         if (c > maxc) maxc = c;
     }
+    if (ctx->fixed_grids) {  // ds4j_seqs_bounds: the scratch for the bound, not for the present count
+        const int64_t bound = kind == DS4J_ATTN_CSA ? K : kind == DS4J_ATTN_HCA ? ctx->fixed_entries : 0;
+        DS4J_ARG(maxc <= bound, "%s: %lld compressed entries exceed the bound %lld (ds4j_seqs_bounds)", fn,
+                 (long long)maxc, (long long)bound);
+        maxc = bound;
+    }
     const int64_t nk_max = W + maxc;
     const int64_t smem = attention_smem(d, nk_max);
     DS4J_ARG(smem + 1024 <= device_limits(ctx->device).smem_optin,
@@ -1278,6 +1284,7 @@ int32_t ds4j_compress_pool_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
         const int64_t nw = windows_done(v.N0, v.S, m);
         if (nw > most) most = nw;
     }
+    if (ctx->fixed_grids) most = (max_s + m - 1) / m;  // the most windows max_s rows can complete
     if (most <= 0) return DS4J_OK;
     dim3 grid((unsigned)most, (unsigned)n);
     compress_pool_seqs_kernel<<<grid, 256, w * sizeof(float), ctx->stream>>>(views, a_new, z_new, m, w, overlap,
@@ -1304,7 +1311,10 @@ int32_t ds4j_indexer_scores_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views,
                             (long long)a);
         if (a > maxAvail) maxAvail = a;
     }
-    if (maxAvail <= K) return DS4J_OK;
+    if (ctx->fixed_grids) {  // ds4j_seqs_bounds: as many entry blocks as a scores row holds, launched always
+        DS4J_ARG(ld > 0 && (ld + IDX_ENTRIES - 1) / IDX_ENTRIES <= 0x7fffffff, "%s: bad ld %lld", fn, (long long)ld);
+        maxAvail = ld;
+    } else if (maxAvail <= K) return DS4J_OK;
     dim3 grid((unsigned)((maxAvail + IDX_ENTRIES - 1) / IDX_ENTRIES), max_s, n);
     indexer_scores_seqs_kernel<<<grid, 128, 0, ctx->stream>>>(views, qi, wt, m, HI, dI, K, w_scale, s_scale, scores, ld);
     DS4J_LAUNCHED("indexer_scores_seqs");
@@ -1320,7 +1330,7 @@ int32_t ds4j_indexer_topk_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, c
     DS4J_ARG(scores && sel && m > 0 && K > 0, "ds4j_indexer_topk_seqs: bad arguments");
     bool any = false;
     for (int32_t i = 0; i < n; i++) any |= (host_views[i].N0 + host_views[i].S) / m > K;
-    if (!any) return DS4J_OK;
+    if (!any && !ctx->fixed_grids) return DS4J_OK;
     dim3 grid((unsigned)max_s, (unsigned)n);
     topk_seqs_kernel<<<grid, TOPK_THREADS, 0, ctx->stream>>>(views, scores, ld, m, K, sel);
     DS4J_LAUNCHED("indexer_topk_seqs");

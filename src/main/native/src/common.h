@@ -21,6 +21,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <atomic>
 #include "../include/ds4j/ds4j_gpu.h"
 
 // Tensor-core kernels (mma.sync through inline PTX) exist only in nvcc builds; hipcc builds use the FFMA kernels for
@@ -56,6 +57,9 @@ struct ds4j_ctx {
     bool capturing = false;
     ds4j::GraphSlot graphs[DS4J_GRAPH_CACHE];
     uint64_t graph_clock = 0;
+    /** ds4j_seqs_bounds: *_seqs launch shapes from bounds (fixed per step shape) instead of the views' values. */
+    bool fixed_grids = false;
+    int64_t fixed_entries = 0;
 };
 
 namespace ds4j {
@@ -70,6 +74,8 @@ int fail(int code, const char* fmt, ...)
     ;
 /** Maps a runtime error to a status and records "<what>: <name> (<description>)". */
 int fail_hip(hipError_t e, const char* what);
+/** Process-wide launch counts (ds4j_launch_counts): kernels, copies and fills, graph launches. */
+extern std::atomic<int64_t> launched_kernels, launched_copies, launched_graphs;
 /** Makes ctx's device current for the calling thread. */
 int bind(ds4j_ctx* ctx);
 /** Ends an open capture and destroys the cached executable graphs of ctx (graph.cpp; for ds4j_ctx_destroy). */
@@ -103,6 +109,7 @@ void graphs_destroy(ds4j_ctx* ctx);
     do {                                                                    \
         hipError_t e_ = hipGetLastError();                                  \
         if (e_ != hipSuccess) return ds4j::fail_hip(e_, "launching " name); \
+        ds4j::launched_kernels.fetch_add(1, std::memory_order_relaxed);     \
     } while (0)
 
 // ------------------------------------------------------------------------------------------- device helpers

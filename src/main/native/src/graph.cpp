@@ -178,6 +178,7 @@ int32_t ds4j_graph_end_launch(ds4j_ctx* ctx, int32_t* host_how) {
         rc = fail_hip(e, "hipGraphLaunch");
         return rc == DS4J_ERR_CAPTURE ? ds4j::recode(DS4J_ERR_RUNTIME, "") : rc;
     }
+    ds4j::launched_graphs.fetch_add(1, std::memory_order_relaxed);
     *host_how = how;
     return DS4J_OK;
 }
@@ -210,6 +211,55 @@ int32_t ds4j_graph_release(ds4j_ctx* ctx) {
     return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipStreamSynchronize");
 }
 
+int32_t ds4j_graph_end_keep(ds4j_ctx* ctx, int64_t* host_exec) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(host_exec, "ds4j_graph_end_keep: null output");
+    DS4J_ARG(ctx->capturing, "ds4j_graph_end_keep: no capture is open on this context (ds4j_graph_begin)");
+    *host_exec = 0;
+    hipGraph_t g = nullptr;
+    hipError_t e = hipStreamEndCapture(ctx->stream, &g);
+    ctx->capturing = false;
+    if (e != hipSuccess || !g) {
+        if (g) hipGraphDestroy(g);
+        hipGetLastError();
+        return fail(DS4J_ERR_CAPTURE, "hipStreamEndCapture: %s (%s); nothing of the captured step ran",
+                    hipGetErrorName(e), hipGetErrorString(e));
+    }
+    hipGraphExec_t exec = nullptr;
+    e = hipGraphInstantiateWithFlags(&exec, g, 0);
+    hipGraphDestroy(g);  // the executable does not need it
+    if (e != hipSuccess || !exec) {
+        hipGetLastError();
+        return fail(DS4J_ERR_CAPTURE, "hipGraphInstantiateWithFlags: %s (%s); nothing of the captured step ran",
+                    hipGetErrorName(e), hipGetErrorString(e));
+    }
+    *host_exec = (int64_t)(intptr_t)exec;
+    return DS4J_OK;
+}
+
+int32_t ds4j_graph_replay(ds4j_ctx* ctx, int64_t exec) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(exec != 0, "ds4j_graph_replay: null executable graph");
+    DS4J_ARG(!ctx->capturing, "ds4j_graph_replay: a capture is open on this context");
+    hipError_t e = hipGraphLaunch((hipGraphExec_t)(intptr_t)exec, ctx->stream);
+    if (e != hipSuccess) {
+        int rc = fail_hip(e, "hipGraphLaunch");
+        return rc == DS4J_ERR_CAPTURE ? ds4j::recode(DS4J_ERR_RUNTIME, "") : rc;
+    }
+    ds4j::launched_graphs.fetch_add(1, std::memory_order_relaxed);
+    return DS4J_OK;
+}
+
+int32_t ds4j_graph_destroy(ds4j_ctx* ctx, int64_t exec) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_NOT_CAPTURING(ctx);
+    if (exec == 0) return DS4J_OK;
+    hipError_t e = hipStreamSynchronize(ctx->stream);  // no launch of it may be in flight
+    hipError_t d = hipGraphExecDestroy((hipGraphExec_t)(intptr_t)exec);
+    if (e != hipSuccess) return fail_hip(e, "hipStreamSynchronize");
+    return d == hipSuccess ? DS4J_OK : fail_hip(d, "hipGraphExecDestroy");
+}
+
 #else  // no graph API in this HIP: report it, never capture
 
 int32_t ds4j_graph_begin(ds4j_ctx* ctx) {
@@ -238,6 +288,23 @@ int32_t ds4j_graph_capturing(ds4j_ctx* ctx, int32_t* host_capturing) {
 int32_t ds4j_graph_release(ds4j_ctx* ctx) {
     DS4J_CHECK_CTX(ctx);
     return DS4J_OK;
+}
+
+int32_t ds4j_graph_end_keep(ds4j_ctx* ctx, int64_t* host_exec) {
+    DS4J_CHECK_CTX(ctx);
+    if (host_exec) *host_exec = 0;
+    return fail(DS4J_ERR_ARG, "ds4j_graph_end_keep: no capture is open on this context (no graph support)");
+}
+
+int32_t ds4j_graph_replay(ds4j_ctx* ctx, int64_t exec) {
+    DS4J_CHECK_CTX(ctx);
+    (void)exec;
+    return fail(DS4J_ERR_ARG, "ds4j_graph_replay: this build has no graph support");
+}
+
+int32_t ds4j_graph_destroy(ds4j_ctx* ctx, int64_t exec) {
+    DS4J_CHECK_CTX(ctx);
+    return exec == 0 ? DS4J_OK : fail(DS4J_ERR_ARG, "ds4j_graph_destroy: this build has no graph support");
 }
 
 #endif  // DS4J_HAVE_GRAPHS

@@ -10,6 +10,8 @@ namespace ds4j {
 
 static thread_local char g_error[1024] = "";
 
+std::atomic<int64_t> launched_kernels{0}, launched_copies{0}, launched_graphs{0};
+
 int fail(int code, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -188,6 +190,7 @@ int32_t ds4j_upload(ds4j_ctx* ctx, void* dst, const void* host_src, int64_t byte
     DS4J_NOT_CAPTURING(ctx);
     hipError_t e = hipMemcpyAsync(dst, host_src, (size_t)bytes, hipMemcpyHostToDevice, ctx->stream);
     if (e != hipSuccess) return fail_hip(e, "hipMemcpyAsync (upload)");
+    ds4j::launched_copies.fetch_add(1, std::memory_order_relaxed);
     // the host buffer may be reused or freed on return: wait for the copy
     e = hipStreamSynchronize(ctx->stream);
     return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipStreamSynchronize (upload)");
@@ -210,7 +213,9 @@ int32_t ds4j_copy(ds4j_ctx* ctx, void* dst, const void* src, int64_t bytes) {
     DS4J_ARG(bytes >= 0 && (bytes == 0 || (dst && src)), "ds4j_copy: bad arguments");
     if (bytes == 0) return DS4J_OK;
     hipError_t e = hipMemcpyAsync(dst, src, (size_t)bytes, hipMemcpyDeviceToDevice, ctx->stream);
-    return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipMemcpyAsync (device to device)");
+    if (e != hipSuccess) return fail_hip(e, "hipMemcpyAsync (device to device)");
+    ds4j::launched_copies.fetch_add(1, std::memory_order_relaxed);
+    return DS4J_OK;
 }
 
 int32_t ds4j_memset(ds4j_ctx* ctx, void* dst, int32_t value, int64_t bytes) {
@@ -218,7 +223,24 @@ int32_t ds4j_memset(ds4j_ctx* ctx, void* dst, int32_t value, int64_t bytes) {
     DS4J_ARG(bytes >= 0 && (bytes == 0 || dst), "ds4j_memset: bad arguments");
     if (bytes == 0) return DS4J_OK;
     hipError_t e = hipMemsetAsync(dst, value, (size_t)bytes, ctx->stream);
-    return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipMemsetAsync");
+    if (e != hipSuccess) return fail_hip(e, "hipMemsetAsync");
+    ds4j::launched_copies.fetch_add(1, std::memory_order_relaxed);
+    return DS4J_OK;
+}
+
+int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies, int64_t* host_graphs) {
+    if (host_kernels) *host_kernels = ds4j::launched_kernels.load(std::memory_order_relaxed);
+    if (host_copies) *host_copies = ds4j::launched_copies.load(std::memory_order_relaxed);
+    if (host_graphs) *host_graphs = ds4j::launched_graphs.load(std::memory_order_relaxed);
+    return DS4J_OK;
+}
+
+int32_t ds4j_seqs_bounds(ds4j_ctx* ctx, int32_t on, int64_t max_entries) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(max_entries >= 0, "ds4j_seqs_bounds: negative max_entries %lld", (long long)max_entries);
+    ctx->fixed_grids = on != 0;
+    ctx->fixed_entries = max_entries;
+    return DS4J_OK;
 }
 
 }  // extern "C"

@@ -146,6 +146,38 @@ DS4J_API int32_t ds4j_graph_capturing(ds4j_ctx* ctx, int32_t* host_capturing);
 /** Destroys the context's cached executable graphs (waits for the device first); ds4j_ctx_destroy does it too. */
 DS4J_API int32_t ds4j_graph_release(ds4j_ctx* ctx);
 
+/*
+ * Kept step graphs: a step whose kernel launches and arguments depend only on its shape (positions, lengths and cache
+ * addresses read from device memory: the *_seqs calls with ds4j_seqs_bounds on) is captured once and replayed as is
+ * every step of that shape; the caller uploads the step's inputs (tokens, positions, sequence views) into the same
+ * device buffers before each replay. No recording, no parameter update per step.
+ */
+/**
+ * Ends the capture and instantiates it without launching; *host_exec: a handle for ds4j_graph_replay and
+ * ds4j_graph_destroy. The stream is out of capture mode on return. DS4J_ERR_CAPTURE: the capture was invalidated or
+ * could not be instantiated; nothing of it ran.
+ */
+DS4J_API int32_t ds4j_graph_end_keep(ds4j_ctx* ctx, int64_t* host_exec);
+/** Launches a kept executable graph on the context's stream (asynchronous, as a kernel call). */
+DS4J_API int32_t ds4j_graph_replay(ds4j_ctx* ctx, int64_t exec);
+/** Destroys a kept executable graph (waits for the context's stream first: no launch of it may be in flight). */
+DS4J_API int32_t ds4j_graph_destroy(ds4j_ctx* ctx, int64_t exec);
+/**
+ * Launch shapes of the *_seqs calls from bounds (on = 1) instead of the views' present values (on = 0, the default),
+ * so that a step's launches and their arguments depend only on its shape: ds4j_compress_pool_seqs launches
+ * ceil(max S / m) window blocks per sequence, ds4j_indexer_scores_seqs ceil(ld / 4) entry blocks, and both indexer
+ * calls launch even when no view needs a selection (the kernels skip what a view does not need); ds4j_attention_seqs
+ * sizes its key scratch for the window plus K compressed entries (CSA) or max_entries (HCA), failing with DS4J_ERR_ARG
+ * when a view has more. The numbers are the same either way, bit for bit.
+ */
+DS4J_API int32_t ds4j_seqs_bounds(ds4j_ctx* ctx, int32_t on, int64_t max_entries);
+/**
+ * Process-wide counts since the library was loaded: kernel launches queued by the library's entry points (each
+ * kernel counted once when captured, never when replayed inside a graph), device copies and fills (ds4j_copy,
+ * ds4j_memset, ds4j_upload) and graph launches. Any output may be null.
+ */
+DS4J_API int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies, int64_t* host_graphs);
+
 /* ------------------------------------------------------------------------------------------------ dense ops */
 
 /*

@@ -13,10 +13,19 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
 
 /**
  * Decode-step graphs for {@link HipBackend} (ds4j_gpu.h "step graphs"): a decode step
- * (S = 1) or a verify step (S = q + 1 below {@code DS4J_TC_MIN_ROWS}) is captured from the context's stream into a
- * graph and launched as one, instead of about 170 separate kernel launches. Every step is captured again (positions
- * and counts are kernel arguments), and the library updates the parameters of a cached executable graph of the same
- * topology instead of building a new one. The numerics are those of the same kernels launched one by one, bit for bit.
+ * (S = 1) or a verify step (S = q + 1 below {@code DS4J_TC_MIN_ROWS}) runs as one graph launch instead of one launch
+ * per kernel (about 40 per layer). Two forms:
+ * <ul>
+ *   <li>kept graphs ({@link #capture}, {@link #replay}): a step whose launches and arguments depend only on its shape
+ *       (HipBackend's fixed form: positions, lengths and cache addresses read from device memory) is captured once per
+ *       shape key and the executable replayed as is for every later step of that key, after the step's inputs are
+ *       uploaded into the same device buffers; at most {@value #MAX_KEPT} executables are kept (least recently used
+ *       evicted);</li>
+ *   <li>re-recorded graphs ({@link #run}): the other decode and verify steps (e.g. the f32-convert verify path, whose
+ *       conversions depend on the context length) are captured again every step, and the library updates the
+ *       parameters of a cached executable graph of the same topology instead of building a new one.</li>
+ * </ul>
+ * The numerics are those of the same kernels launched one by one, bit for bit.
  *
  * <p>Never captured: prefill chunks of more than one row, steps in profile mode (each operation waits for the device)
  * and hybrid expert placement (its MoE waits for the routing and runs host experts in the middle of the step); the
@@ -24,11 +33,10 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * A capture the runtime refuses ({@code DS4J_ERR_CAPTURE}: nothing recorded ran) is dropped and the step is run again
  * without it; after {@value #MAX_FALLBACKS} such fallbacks graphs are turned off with a warning.
  *
- * <p>Switch: {@code -Dds4j.gpu.graphs=true|false} (default false), or {@link HipBackend#setGraphs}. Off by default
- * because it does not pay in this form: on the H200 with the flash-shaped preset, decode was 5-6 % slower with graphs
- * (BENCHMARKS.md, "Decode-step graphs"): every step is still recorded call by call, and the device starts only when
- * the recording and the update are done, while without graphs launching and running overlap. Not thread-safe:
- * used under the backend's lock.
+ * <p>Switch: {@code -Dds4j.gpu.graphs=true|false} (default false), or {@link HipBackend#setGraphs}. Off by default:
+ * the re-recorded form measured 5-6 % slower on the H200 with the flash-shaped preset (BENCHMARKS.md, "Decode-step
+ * graphs": every step recorded call by call, the device starting only when recording and update are done), and the
+ * kept form has not been measured there yet. Not thread-safe: used under the backend's lock.
  */
 final class DecodeGraphs {
     private static final Logger LOG = LoggerFactory.getLogger(DecodeGraphs.class);
@@ -37,15 +45,37 @@ final class DecodeGraphs {
     /** Refused captures after which graphs are turned off. */
     static final int MAX_FALLBACKS = 3;
 
+    /** Most kept executables (one per step shape key); the least recently used is destroyed beyond it. */
+    static final int MAX_KEPT = 32;
+
     /**
      * Counts since the backend opened.
-     * @param captured       steps launched as a graph
+     * @param captured       steps launched as a re-recorded graph ({@link #run})
      * @param updated        of which reused a cached executable graph (parameters updated)
      * @param instantiated   of which needed a new executable graph (a topology not cached)
      * @param reinstantiated of which had a cached topology whose update was refused
      * @param fallbacks      captures refused by the runtime, whose steps ran without a graph
+     * @param kept           steps captured once for their shape key and launched ({@link #capture}; the executable kept)
+     * @param replayed       steps launched from a kept executable without any recording ({@link #replay})
      */
-    public record Stats(long captured, long updated, long instantiated, long reinstantiated, long fallbacks) {}
+    public record Stats(long captured, long updated, long instantiated, long reinstantiated, long fallbacks, long kept,
+                        long replayed) {
+        /** Steps that ran as a graph of either form. */
+        public long graphSteps() {
+            return captured + kept + replayed;
+        }
+    }
+
+    /**
+     * A kept executable of one step shape.
+     * @param exec   the library's handle (ds4j_graph_end_keep)
+     * @param inputs device address the step's inputs (tokens, positions, sequence views) are uploaded to before a replay
+     * @param logits device address of the logits the graph writes (0 when the step asks for none)
+     */
+    record Kept(long exec, long inputs, long logits) {}
+
+    private final java.util.LinkedHashMap<Object, Kept> keptGraphs = new java.util.LinkedHashMap<>(16, 0.75f, true);
+    private long keptCount, replayed;
 
     private final Gpu gpu;
     /** Whether the library can capture graphs (ds4j_graph_available). */
@@ -92,7 +122,97 @@ final class DecodeGraphs {
     }
 
     Stats stats() {
-        return new Stats(captured, updated, instantiated, reinstantiated, fallbacks);
+        return new Stats(captured, updated, instantiated, reinstantiated, fallbacks, keptCount, replayed);
+    }
+
+    /** The kept executable of a step shape key, or null (marks it most recently used). */
+    Kept kept(Object key) {
+        return keptGraphs.get(key);
+    }
+
+    /** Kept executables now. */
+    int keptSize() {
+        return keptGraphs.size();
+    }
+
+    /**
+     * Launches a kept executable (asynchronously); the caller has uploaded the step's inputs to {@link Kept#inputs}.
+     * @throws GpuException when the launch fails
+     */
+    void replay(Kept k) {
+        check(ds4j_graph_replay(gpu.ctx(), k.exec()), "replaying a kept step graph");
+        replayed++;
+    }
+
+    /**
+     * Runs the step's kernel calls inside a capture, instantiates the graph and launches it (asynchronously). When the
+     * runtime refuses the capture, nothing recorded has run: the workspace is rewound, the calls run again without
+     * capture and the executable is 0 (a refusal counts towards {@link #MAX_FALLBACKS}).
+     * @param body   queues the step's kernels (no call that waits for the device) and returns its result
+     * @param rewind undoes body's workspace allocations before a run without capture
+     * @return {body's result, the executable handle or 0}; the caller keeps the executable ({@link #keep}) or destroys
+     *         it ({@link #destroy})
+     * @throws RuntimeException what body throws (the capture is discarded first), or a {@link GpuException} when
+     *         launching fails (the executable is destroyed)
+     */
+    long[] capture(LongSupplier body, Runnable rewind) {
+        int rc = ds4j_graph_begin(gpu.ctx());
+        if (rc == DS4J_ERR_CAPTURE()) return new long[]{fallback(Gpu.lastError(), body, rewind), 0};
+        check(rc, "beginning a graph capture");
+        long result;
+        try {
+            result = body.getAsLong();
+        } catch (RuntimeException e) {
+            int d = ds4j_graph_discard(gpu.ctx());
+            if (d != DS4J_OK()) e.addSuppressed(new GpuException(d, "discarding the graph capture: " + Gpu.lastError()));
+            if (d == DS4J_OK() && e instanceof GpuException g && g.code == DS4J_ERR_CAPTURE())
+                return new long[]{fallback(g.getMessage(), body, rewind), 0};
+            throw e;
+        }
+        MemorySegment h = Arena.ofAuto().allocate(ValueLayout.JAVA_LONG);
+        rc = ds4j_graph_end_keep(gpu.ctx(), h);
+        if (rc == DS4J_ERR_CAPTURE()) return new long[]{fallback(Gpu.lastError(), body, rewind), 0};
+        check(rc, "instantiating the step graph");
+        long exec = h.get(ValueLayout.JAVA_LONG, 0);
+        rc = ds4j_graph_replay(gpu.ctx(), exec);
+        if (rc != DS4J_OK()) {
+            GpuException e = new GpuException(rc, "launching the step graph: " + Gpu.lastError());
+            ds4j_graph_destroy(gpu.ctx(), exec);
+            throw e;
+        }
+        keptCount++;
+        return new long[]{result, exec};
+    }
+
+    /** Keeps an executable for its key (from {@link #capture}); beyond {@value #MAX_KEPT} the least recently used goes. */
+    void keep(Object key, Kept k) {
+        Kept old = keptGraphs.put(key, k);
+        if (old != null && old.exec() != k.exec()) destroy(old.exec());
+        while (keptGraphs.size() > MAX_KEPT) {
+            var it = keptGraphs.entrySet().iterator();
+            long exec = it.next().getValue().exec();
+            it.remove();
+            destroy(exec);
+        }
+    }
+
+    /** Destroys an executable that is not kept (waits for the stream first). */
+    void destroy(long exec) {
+        if (exec != 0) check(ds4j_graph_destroy(gpu.ctx(), exec), "destroying a step graph");
+    }
+
+    /** Destroys every kept executable (the workspace they point into is going away, or the backend closes). */
+    void dropKept() {
+        RuntimeException first = null;
+        for (Kept k : keptGraphs.values()) {
+            try {
+                destroy(k.exec());
+            } catch (RuntimeException e) {
+                if (first == null) first = e;
+            }
+        }
+        keptGraphs.clear();
+        if (first != null) throw first;
     }
 
     /**

@@ -109,6 +109,19 @@ public final class Gpu implements AutoCloseable {
         return address == 0 ? MemorySegment.NULL : MemorySegment.ofAddress(address);
     }
 
+    /**
+     * The library's launch counts since it was loaded (process-wide, ds4j_launch_counts): {kernel launches queued by
+     * its entry points (a captured kernel counts once, a replayed one never), device copies and fills (uploads
+     * included), graph launches}.
+     */
+    public long[] launchCounts() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment k = a.allocate(ValueLayout.JAVA_LONG), c = a.allocate(ValueLayout.JAVA_LONG), g = a.allocate(ValueLayout.JAVA_LONG);
+            check(ds4j_launch_counts(k, c, g), "launch counts");
+            return new long[]{k.get(ValueLayout.JAVA_LONG, 0), c.get(ValueLayout.JAVA_LONG, 0), g.get(ValueLayout.JAVA_LONG, 0)};
+        }
+    }
+
     /** The context handle for bindings. */
     public MemorySegment ctx() {
         if (closed) throw new IllegalStateException("GPU context is closed");

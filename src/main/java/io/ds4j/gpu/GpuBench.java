@@ -29,7 +29,9 @@ import java.util.SplittableRandom;
  * {@link #batched}).
  * Decode-step graphs ({@link DecodeGraphs}): the decode rate is measured with the default setting
  * ({@code -Dds4j.gpu.graphs}, off unless turned on), then with graphs off and on in interleaved A/B rounds of
- * --decode-tokens steps at the same context (each round's tokens are rolled back; 0 rounds skips it).
+ * --decode-tokens steps at the same context (each round's tokens are rolled back; 0 rounds skips it), with, per
+ * setting, the kernel launches, copies and graph launches per step (ds4j_launch_counts) and the host time per step
+ * until its last launch was queued ({@link HipBackend#hostTime}).
  * Contexts up to --max-prefill are prefilled for real, in chunks of --chunk tokens (prefill chunks run on tensor
  * cores where the GPU has them; the output says), and the prefill time and rate are printed; longer ones start from
  * a synthetic cache of random F16 rows (HipSequence#fillRandom: real sizes and access pattern, meaningless values).
@@ -162,17 +164,29 @@ public final class GpuBench {
         }
         int pos = s.length();
         double[][] tps = new double[2][rounds];
+        // per setting over the timed rounds: kernel launches, copies, graph launches, host ns, steps
+        long[][] work = new long[2][5];
         DecodeGraphs.Stats before = null;
         for (int r = -1; r < rounds; r++) {
             if (r == 0) before = be.graphStats();
             for (int j = 0; j < 2; j++) {
                 boolean on = (j == 0) == (r % 2 == 0);
                 be.setGraphs(on);
+                long[] l0 = be.gpu().launchCounts();
+                HipBackend.HostTime h0 = be.hostTime();
                 long t0 = System.nanoTime();
                 for (int i = 0; i < n; i++) be.forward(s, toks, pos + i, 1, new int[]{0});
                 double rate = n / ((System.nanoTime() - t0) / 1e9);
+                long[] l1 = be.gpu().launchCounts();
+                HipBackend.HostTime h1 = be.hostTime();
                 s.rollback(n);
-                if (r >= 0) tps[on ? 1 : 0][r] = rate;
+                if (r >= 0) {
+                    tps[on ? 1 : 0][r] = rate;
+                    long[] w = work[on ? 1 : 0];
+                    for (int k = 0; k < 3; k++) w[k] += l1[k] - l0[k];
+                    w[3] += h1.nanos() - h0.nanos();
+                    w[4] += h1.steps() - h0.steps();
+                }
             }
         }
         be.setGraphs(initial);
@@ -184,6 +198,14 @@ public final class GpuBench {
                         + " refused captures %d%n", rates(tps[1]), on, 100 * (on / off - 1), after.updated() - before.updated(),
                 after.instantiated() - before.instantiated() + after.reinstantiated() - before.reinstantiated(),
                 after.reinstantiated() - before.reinstantiated(), after.fallbacks() - before.fallbacks());
+        System.out.printf("    on:  steps replayed from a kept graph %d, captured once for their shape %d, re-recorded %d%n",
+                after.replayed() - before.replayed(), after.kept() - before.kept(), after.captured() - before.captured());
+        for (int j = 0; j < 2; j++) {
+            long[] w = work[j];
+            double st = Math.max(1, w[4]);
+            System.out.printf("    %s per step: %.1f kernel launches, %.1f copies, %.2f graph launches; host %.3f ms until the last"
+                            + " launch was queued%n", j == 1 ? "on: " : "off:", w[0] / st, w[1] / st, w[2] / st, w[3] / st / 1e6);
+        }
     }
 
     /**

@@ -74,8 +74,13 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * crossing the threshold, a run-time switch of the path).
  *
  * <p>Decode-step graphs ({@link DecodeGraphs}): with monolithic placement, decode steps (S = 1)
- * and verify steps are captured into one graph per step and launched as one instead of kernel by kernel
- * ({@link #setGraphs}, {@code -Dds4j.gpu.graphs}); the results are the same bit for bit.
+ * and verify steps run as one graph launch instead of kernel by kernel ({@link #setGraphs}, {@code -Dds4j.gpu.graphs});
+ * the results are the same bit for bit. Steps whose entries all take the plain attention path run in a fixed form:
+ * every entry through the several-sequence kernels (a batch of one included), which read positions, lengths, ring
+ * offsets and cache addresses from views in device memory, with launch shapes from bounds (ds4j_seqs_bounds) and the
+ * indexer's scores row rounded up to a power of two. Its launches and their arguments then depend only on a shape key
+ * (rows, kind and logits rows of each entry, whether the indexer selects, the bounds, the workspace's generation), so
+ * it is captured once per key and replayed after one upload of the step's inputs (tokens, positions, views).
  *
  * <p>All work runs on one stream of one device; calls are serialised on the backend (different sequences may be
  * stepped from different threads, one at a time). Implements {@code backend: hip} ({@link io.ds4j.engine.Backends}).
@@ -116,6 +121,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private final MemorySegment outLong = Arena.ofAuto().allocate(ValueLayout.JAVA_LONG);
     /** Decode-step graphs (decode and verify steps captured and launched as one graph). */
     private final DecodeGraphs graphs;
+    /** Whether the model has CSA / HCA layers (the fixed form's indexer flag and entry bound). */
+    private final boolean hasCsa, hasHca;
+    /** Host memory of a step's inputs (tokens, positions, sequence views), grown as needed, reused by every step. */
+    private MemorySegment inputsHost;
+    /** Steps run and the host time they took until their last launch was queued (see {@link #hostTime}). */
+    private long hostSteps, hostNanos;
     private boolean closed;
 
     /**
@@ -201,6 +212,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         for (DeviceWeights.Layer L : dw.layers) hostExperts |= L.w1.resident() < c.numExperts;
         this.graphs = new DecodeGraphs(gpu, hostExperts
                 ? "hybrid expert placement (host experts run on the CPU in the middle of a step)" : null);
+        boolean csa = false, hca = false;
+        for (AttentionKind kd : c.layerTypes) {
+            csa |= kd == AttentionKind.CSA;
+            hca |= kd == AttentionKind.HCA;
+        }
+        this.hasCsa = csa;
+        this.hasHca = hca;
         LOG.info("hip backend decode-step graphs: {}", graphs.describe());
     }
 
@@ -225,6 +243,25 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /** Decode-step graph counts since load: steps captured, executables updated or built, refused captures. */
     public synchronized DecodeGraphs.Stats graphStats() {
         return graphs.stats();
+    }
+
+    /**
+     * Host time of the steps since load: how many ran, and the nanoseconds from entering {@link #step} until the step's
+     * last launch was queued (validation, state growth, building and uploading the inputs, recording or replaying),
+     * before waiting for the logits.
+     * @param steps steps run
+     * @param nanos their host time in all
+     */
+    public record HostTime(long steps, long nanos) {}
+
+    /** {@link HostTime} since load (benchmarks take differences). */
+    public synchronized HostTime hostTime() {
+        return new HostTime(hostSteps, hostNanos);
+    }
+
+    /** Tests: destroys the kept step graphs, so that the next fixed-form step is captured again. */
+    synchronized void dropKeptGraphs() {
+        graphs.dropKept();
     }
 
     /** Whether the stream is in capture mode now (tests: never after a step returned or failed). */
@@ -552,6 +589,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         closed = true;
         try {
             if (mtpHead != null) mtpHead.close();
+            try {
+                graphs.dropKept();
+            } catch (RuntimeException e) {
+                LOG.warn("destroying kept step graphs: {}", e.getMessage());
+            }
             ws.close();
             w.close();
             gpu.free(ropeMain);
@@ -683,6 +725,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     @Override
     public synchronized float[][] step(List<BatchEntry> batch) {
+        final long t0 = System.nanoTime();
         if (closed) throw new IllegalStateException("backend is closed");
         for (int i = 0; i < batch.size(); i++) {
             if (!(batch.get(i).seq() instanceof HipSequence seq) || seq.backend != this)
@@ -696,6 +739,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         }
         Backend.checkBatch(c, batch);
         DeviceStep b = new DeviceStep(batch);
+        b.t0 = t0;
         // grow the entry arrays and the workspace first, so that running out of memory leaves every sequence unchanged
         try {
             long scratch = 0;
@@ -710,7 +754,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             }
             long[] starts = new long[b.start.length];
             for (int e = 0; e < starts.length; e++) starts[e] = b.start[e];
-            b.group = group(b);
+            b.fixed = fixedForm(b);
+            b.group = b.fixed ? java.util.stream.IntStream.range(0, b.seqs.length).toArray() : group(b);
             ws.reset(Workspace.batchBytes(c, b.count, starts, b.logitCounts()) + scratch + groupBytes(b));
         } catch (GpuException e) {
             throw outOfMemory(e, b.describe());
@@ -744,29 +789,122 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * requested logits rows come back once the device has finished.
      */
     private float[] run(DeviceStep b) {
-        try {
-            return runLayers(b);
-        } finally {
-            if (b.arena != null) b.arena.close();
+        long logits;
+        if (b.fixed) logits = runFixed(b);
+        else {
+            if (b.group != null) uploadInputs(b);
+            else {
+                b.tok = ws.i32(b.R);
+                gpu.upload(b.tok, b.toks);
+            }
+            long mark = ws.mark();
+            java.util.function.LongSupplier body = () -> LayerProgram.run(b, c.numLayers);
+            boolean graph = b.seqs.length == 1 && graphs.capturable(b.R, b.kinds[0] == StepKind.VERIFY, profile != null);
+            logits = graph ? graphs.run(body, () -> ws.release(mark)) : body.getAsLong();
         }
-    }
-
-    private float[] runLayers(DeviceStep b) {
-        b.tok = ws.i32(b.R);
-        gpu.upload(b.tok, b.toks);
-        if (b.group != null) uploadGroup(b);
-        long mark = ws.mark();
-        java.util.function.LongSupplier body = () -> LayerProgram.run(b, c.numLayers);
-        boolean graph = b.seqs.length == 1 && graphs.capturable(b.R, b.kinds[0] == StepKind.VERIFY, profile != null);
-        long logits = graph ? graphs.run(body, () -> ws.release(mark)) : body.getAsLong();
+        hostSteps++;
+        hostNanos += System.nanoTime() - b.t0;
         int rows = b.logitCounts();
         float[] out;
         if (rows == 0) {
             gpu.sync();
             out = new float[0];
         } else out = gpu.downloadFloats(logits, rows * c.vocabSize);
+        if (b.dropExec != 0) graphs.destroy(b.dropExec); // captured while the workspace grew: not valid for a replay
         commit(b); // only once the device has finished
         return out;
+    }
+
+    /**
+     * Whether a step runs in the fixed form (see the class comment): graphs on, not profiling, and every entry one that
+     * graphs take (a decode step, or a verify step below DS4J_TC_MIN_ROWS rows) on the plain attention path (not the
+     * f32-convert verify path, not above the f16 path's short-context threshold) with no MTP state attached (its
+     * stream copies depend on the position). Sets the step's bounds: whether the indexer selects, the scores row
+     * (a power of two, at least 256) and the HCA entry bound (likewise).
+     */
+    private boolean fixedForm(DeviceStep b) {
+        if (!graphs.enabled() || profile != null) return false;
+        long csa = 0, hca = 0;
+        for (int e = 0; e < b.seqs.length; e++) {
+            StepKind kind = b.kinds[e];
+            int S = b.count[e], N0 = b.start[e];
+            if (!DecodeGraphs.capturable(true, false, S, kind == StepKind.VERIFY) || b.seqs[e].kept != null) return false;
+            if (kind == StepKind.VERIFY && verifyAttention == VerifyAttention.F32_CONVERT) return false;
+            if (kind != StepKind.PREFILL && verifyAttention == VerifyAttention.F16)
+                for (int l = 0; l < c.numLayers; l++) if (attendedRows(c, l, N0, S) > shortRows) return false;
+            csa = Math.max(csa, CacheLayout.entries(N0 + S, c.csaRatio));
+            hca = Math.max(hca, CacheLayout.entries(N0 + S, c.hcaRatio));
+        }
+        b.indexer = hasCsa && csa > c.indexTopk;
+        b.scoreLd = b.indexer ? bound(csa) : 0;
+        b.hcaBound = hasHca ? bound(hca) : 0;
+        return true;
+    }
+
+    /** The smallest power of two at least n and at least 256 (few distinct bounds, so few shape keys). */
+    static long bound(long n) {
+        return n <= 256 ? 256 : Long.highestOneBit(n - 1) << 1;
+    }
+
+    /**
+     * The shape key of a fixed-form step: what its launches and their arguments depend on. Entries' kinds, rows and
+     * logits rows; the bounds; the workspace's generation (its addresses).
+     */
+    private record ShapeKey(String entries, boolean indexer, long scoreLd, long hcaBound, long workspace) {}
+
+    private ShapeKey shapeKey(DeviceStep b) {
+        StringBuilder k = new StringBuilder();
+        for (int e = 0; e < b.seqs.length; e++) {
+            k.append(b.kinds[e].ordinal()).append(':').append(b.count[e]).append(':');
+            for (int r : b.logitRows[e]) k.append(r).append(',');
+            k.append('|');
+        }
+        return new ShapeKey(k.toString(), b.indexer, b.scoreLd, b.hcaBound, ws.generation);
+    }
+
+    /**
+     * A fixed-form step: replays the kept graph of its shape key after uploading the inputs, or captures one (launching
+     * it) and keeps it. A capture the runtime refuses runs the step without a graph (same kernels, same numbers).
+     * @return the device address of the logits
+     */
+    private long runFixed(DeviceStep b) {
+        ShapeKey key = shapeKey(b);
+        DecodeGraphs.Kept kg = graphs.kept(key);
+        MemorySegment host = hostInputs(b);
+        if (kg != null) {
+            gpu.upload(kg.inputs(), host);
+            graphs.replay(kg);
+            noteReplayedModes(b);
+            return kg.logits();
+        }
+        long inputs = ws.alloc(host.byteSize());
+        gpu.upload(inputs, host);
+        b.setInputs(inputs);
+        long generation = ws.generation, mark = ws.mark();
+        check(ds4j_seqs_bounds(ctx(), 1, b.hcaBound), "launch bounds of the several-sequence kernels");
+        long[] r;
+        try {
+            r = graphs.capture(() -> LayerProgram.run(b, c.numLayers), () -> ws.release(mark));
+        } finally {
+            int rc = ds4j_seqs_bounds(ctx(), 0, 0);
+            if (rc != DS4J_OK()) LOG.warn("resetting the launch bounds failed: {}", Gpu.lastError());
+        }
+        if (r[1] != 0) {
+            if (ws.generation == generation) graphs.keep(key, new DecodeGraphs.Kept(r[1], inputs, r[0]));
+            else b.dropExec = r[1];
+        }
+        return r[0];
+    }
+
+    /** The verify modes a replayed step's entries are in (what its capture noted, see attendGroup). */
+    private void noteReplayedModes(DeviceStep b) {
+        if (verifyAttention != VerifyAttention.F16) return;
+        for (int e = 0; e < b.seqs.length; e++) {
+            if (b.kinds[e] != StepKind.VERIFY) continue;
+            for (int l = 0; l < c.numLayers; l++)
+                noteVerifyMode(c.layerTypes[l], "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, b.start[e], b.count[e])
+                        + " <= " + shortRows + ")");
+        }
     }
 
     /** Commits a finished step: the entry counts of every sequence's compressors and its length. */
@@ -837,8 +975,20 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         int[] group;
         long pos, views;
         SeqViews hostViews;
-        /** Host memory of the views, for this step only (closed by {@link #run}). */
-        java.lang.foreign.Arena arena;
+        /** Offsets of the positions and the views in the step's inputs (tokens first; {@link #hostInputs}). */
+        long posOff, viewOff;
+        /** The fixed form ({@link #fixedForm}) and its bounds. */
+        boolean fixed, indexer;
+        long scoreLd, hcaBound;
+        /** When the step started (host time), and an executable to destroy once it has finished (or 0). */
+        long t0, dropExec;
+
+        /** The device addresses of the inputs uploaded at base. */
+        void setInputs(long base) {
+            tok = base;
+            pos = base + posOff;
+            views = base + viewOff;
+        }
 
         /** Streams to start from instead of the embedding (the MTP block's inputs, {@link #forwardMtp}), or 0. */
         final long given;
@@ -1180,7 +1330,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         long R = b.R, most = 0;
         for (int e : b.group) most = Math.max(most, CacheLayout.entries(b.start[e] + b.count[e], c.csaRatio));
         long a = Workspace.ALIGN_BYTES;
-        long bytes = 8 * R + a + SeqViews.BYTES * 3L * c.numLayers * b.group.length + a;
+        long bytes = 8 * R + 2 * a + SeqViews.BYTES * 3L * c.numLayers * b.group.length + a;
+        most = Math.max(most, b.scoreLd); // the fixed form's scores row
         bytes += 4 * R * c.indexHeads * c.indexHeadDim + 4 * R * c.indexHeads + 4 * R * Math.max(1, most) + 4 * R * c.indexTopk + 4 * a;
         return bytes;
     }
@@ -1195,15 +1346,23 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         return b.hostViews.host().asSlice(off, SeqViews.BYTES * b.group.length);
     }
 
-    /** Uploads the row positions and the group's views of every layer (after the entry stores have been grown). */
-    private void uploadGroup(DeviceStep b) {
-        long[] pos = new long[b.R];
-        for (int e = 0; e < b.seqs.length; e++) for (int s = 0; s < b.count[e]; s++) pos[b.first[e] + s] = b.start[e] + s;
-        b.pos = ws.alloc(8L * b.R);
-        gpu.upload(b.pos, pos);
-        int G = b.group.length;
-        b.arena = java.lang.foreign.Arena.ofConfined();
-        b.hostViews = new SeqViews(b.arena, 3 * c.numLayers * G);
+    /**
+     * The step's inputs in host memory: token ids [R] (int32), then (16-byte aligned) row positions [R] (int64) and the
+     * group's sequence views of every layer ({@link #groupView}), after the entry stores have been grown; sets the
+     * step's host views and offsets. The memory is reused by the next step.
+     */
+    private MemorySegment hostInputs(DeviceStep b) {
+        final int R = b.R, G = b.group.length;
+        b.posOff = (4L * R + 15) & ~15L;
+        b.viewOff = (b.posOff + 8L * R + 15) & ~15L;
+        long bytes = b.viewOff + SeqViews.BYTES * 3L * c.numLayers * G;
+        if (inputsHost == null || inputsHost.byteSize() < bytes)
+            inputsHost = Arena.ofAuto().allocate(Math.max(bytes, inputsHost == null ? 0 : 2 * inputsHost.byteSize()), 16);
+        MemorySegment h = inputsHost.asSlice(0, bytes);
+        for (int i = 0; i < R; i++) h.set(ValueLayout.JAVA_INT, 4L * i, b.toks[i]);
+        for (int e = 0; e < b.seqs.length; e++)
+            for (int s = 0; s < b.count[e]; s++) h.set(ValueLayout.JAVA_LONG, b.posOff + 8L * (b.first[e] + s), (long) b.start[e] + s);
+        b.hostViews = new SeqViews(h.asSlice(b.viewOff), 3 * c.numLayers * G);
         for (int l = 0; l < c.numLayers; l++)
             for (int i = 0; i < G; i++) {
                 int e = b.group[i];
@@ -1218,8 +1377,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                     b.hostViews.set((l * 3 + 2) * G + i, N0, S, r0, st.index.ringA, st.index.ringZ, st.index.entries(), st.index.cap);
                 else b.hostViews.set((l * 3 + 2) * G + i, N0, S, r0, 0, 0, 0, 0);
             }
-        b.views = ws.alloc(b.hostViews.bytes());
-        gpu.upload(b.views, b.hostViews.host());
+        return h;
+    }
+
+    /** Uploads the step's inputs ({@link #hostInputs}) in one copy to the workspace and sets their device addresses. */
+    private void uploadInputs(DeviceStep b) {
+        MemorySegment h = hostInputs(b);
+        long base = ws.alloc(h.byteSize());
+        gpu.upload(base, h);
+        b.setInputs(base);
     }
 
     /**
@@ -1275,6 +1441,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         long ld = 0;
         for (int e : b.group) ld = Math.max(ld, CacheLayout.entries(b.start[e] + b.count[e], m));
         if (ld <= K) return 0;
+        if (b.fixed) { // the scores row of the shape key (launch shapes follow it, ds4j_seqs_bounds)
+            if (b.scoreLd < ld) throw new IllegalStateException("fixed-form scores row " + b.scoreLd + " < " + ld + " entries");
+            ld = b.scoreLd;
+        }
         long qi = ws.f32((long) R * HI * dI), wt = ws.f32((long) R * HI);
         matmulRuns(b.runs, L.indexer.qB, ql, qi);
         matmulRuns(b.runs, L.indexer.weightsProj, x, wt);

@@ -25,6 +25,17 @@ public final class SeqViews {
     }
 
     /**
+     * n elements over host memory the caller owns (at least {@code n * BYTES} bytes, 8-byte aligned), not cleared.
+     * @throws IllegalArgumentException for n < 1 or a segment too small
+     */
+    public SeqViews(MemorySegment host, int n) {
+        if (n < 1) throw new IllegalArgumentException("need at least one sequence view, got " + n);
+        if (host.byteSize() < BYTES * n) throw new IllegalArgumentException("segment of " + host.byteSize() + " bytes for " + n + " views");
+        this.n = n;
+        this.host = host.asSlice(0, BYTES * n);
+    }
+
+    /**
      * Sets element i.
      * @param N0   positions before this step
      * @param S    the sequence's rows in the step (>= 1)

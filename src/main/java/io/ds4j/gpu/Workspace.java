@@ -23,6 +23,11 @@ final class Workspace implements AutoCloseable {
     private long need;
     /** The most bytes a step took beyond its estimate ({@link #stepBytes}); tests expect 0. */
     long overshoot;
+    /**
+     * Bumped whenever device memory is allocated or freed (a new chunk, a reallocation): between two equal values the
+     * same sequence of allocations gets the same addresses (a kept step graph stays valid).
+     */
+    long generation;
 
     Workspace(Gpu gpu) {
         this.gpu = gpu;
@@ -44,6 +49,7 @@ final class Workspace implements AutoCloseable {
         }
         long size = Math.max(bytes, Math.max(MIN_CHUNK, chunks.isEmpty() ? 0 : 2 * chunks.getLast()[1]));
         chunks.add(new long[]{gpu.malloc(size, "activations (workspace)"), size});
+        generation++;
         cur = chunks.size() - 1;
         off = bytes;
         noteUse();
@@ -92,6 +98,7 @@ final class Workspace implements AutoCloseable {
         if (chunks.size() <= 1 && have >= need) return;
         long size = Math.max(have, (need + MIN_CHUNK - 1) / MIN_CHUNK * MIN_CHUNK);
         gpu.sync();
+        generation++;
         for (long[] c : chunks) gpu.free(c[0]);
         chunks.clear();
         long p;

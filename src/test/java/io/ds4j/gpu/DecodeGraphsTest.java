@@ -25,4 +25,14 @@ class DecodeGraphsTest {
         assertFalse(DecodeGraphs.capturable(false, false, 1, false), "graphs off");
         assertFalse(DecodeGraphs.capturable(true, false, 0, true), "empty step");
     }
+
+    @Test
+    void fixedFormBoundsArePowersOfTwoFrom256() {
+        assertEquals(256, HipBackend.bound(0));
+        assertEquals(256, HipBackend.bound(256));
+        assertEquals(512, HipBackend.bound(257));
+        assertEquals(1024, HipBackend.bound(1000));
+        assertEquals(16384, HipBackend.bound(14983)); // CSA entries at 59,933 tokens (m 4)
+        for (long n = 0; n < 5000; n += 37) assertTrue(HipBackend.bound(n) >= n, "bound of " + n);
+    }
 }

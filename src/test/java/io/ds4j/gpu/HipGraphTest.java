@@ -26,9 +26,10 @@ import static org.junit.jupiter.api.Assertions.*;
  * Decode-step graphs ({@link DecodeGraphs}): with graphs on, decode and verify steps give the
  * logits of graphs off bit for bit over sequences that cross every topology change (compressor windows completing,
  * HCA entries, the Lightning Indexer starting to select, verify attention paths, steps without logits) with
- * rollbacks in between; a pure decode stretch reuses cached executable graphs (parameter updates, few
- * instantiations); a step failing inside the capture leaves no stream capturing and the backend usable; a capture the
- * runtime refuses runs the step without a graph; profile mode and hybrid placement never capture.
+ * rollbacks in between; fixed-form steps are captured at most once per shape key and then replayed with no kernel
+ * launched from the host; a pure decode stretch reuses executables; a step failing inside the capture leaves no stream
+ * capturing and the backend usable; a capture the runtime refuses runs the step without a graph; profile mode and
+ * hybrid placement never capture.
  */
 @Tag("gpu")
 class HipGraphTest {
@@ -112,13 +113,83 @@ class HipGraphTest {
         }
         DecodeGraphs.Stats after = b.graphStats();
         long captured = after.captured() - before.captured(), updated = after.updated() - before.updated(),
-                built = after.instantiated() - before.instantiated() + after.reinstantiated() - before.reinstantiated();
-        System.out.printf("graphs on = off bit for bit: %d steps to %d tokens; captured %d, executables updated %d, built %d"
-                + " (%d refused updates)%n", steps, until, captured, updated, built, after.reinstantiated() - before.reinstantiated());
+                built = after.instantiated() - before.instantiated() + after.reinstantiated() - before.reinstantiated(),
+                kept = after.kept() - before.kept(), replayed = after.replayed() - before.replayed();
+        System.out.printf("graphs on = off bit for bit: %d steps to %d tokens; replayed %d, captured once per shape %d;"
+                + " re-recorded %d: executables updated %d, built %d (%d refused updates)%n", steps, until, replayed, kept, captured,
+                updated, built, after.reinstantiated() - before.reinstantiated());
         assertEquals(0, after.fallbacks() - before.fallbacks(), "no capture refused");
-        assertEquals(expectCaptured, captured, "every decode and verify step with graphs on ran as a graph");
+        assertEquals(expectCaptured, after.graphSteps() - before.graphSteps(), "every decode and verify step with graphs on ran as a graph");
         assertEquals(captured, updated + built);
-        assertTrue(updated > built, "most steps reuse a cached executable graph: updated " + updated + ", built " + built);
+        assertTrue(replayed + updated > kept + built, "most steps reuse an executable graph: replayed " + replayed + ", updated "
+                + updated + "; captured for a shape " + kept + ", built " + built);
+    }
+
+    /**
+     * The shape key of a one-sequence step in the fixed form as the backend forms it (kind, rows, logits rows, whether the
+     * indexer selects, the power-of-two bounds of the scores row and of the HCA entries); the workspace is not
+     * reallocated in these runs (its first chunk holds every decode and verify step).
+     */
+    static String shapeKey(HipBackend b, StepKind kind, int N0, int S, int[] rows) {
+        var c = b.config();
+        long csa = (N0 + S) / c.csaRatio, hca = (N0 + S) / c.hcaRatio;
+        boolean indexer = csa > c.indexTopk;
+        return kind + ":" + S + ":" + java.util.Arrays.toString(rows) + ":" + indexer + ":" + (indexer ? HipBackend.bound(csa) : 0)
+                + ":" + HipBackend.bound(hca);
+    }
+
+    @Test
+    void fixedFormStepsAreCapturedOncePerShapeAndReplayed() throws Exception {
+        // tiny: window 8, CSA m 4 with K_I 4 (the indexer selects from 20 tokens on), HCA m 16. The f16 path with the
+        // largest short-context threshold: every decode and verify step takes the plain attention (the fixed form)
+        try (HipBackend b = monolithic(tiny)) {
+            b.setVerifyAttention(VerifyAttention.F16);
+            b.setF32ShortContextRows(BackendOptions.MAX_SHORT_ROWS);
+            int[] toks = tokens(b, 200, 11);
+            SplittableRandom r = new SplittableRandom(11);
+            java.util.Set<String> keys = new java.util.HashSet<>();
+            DecodeGraphs.Stats before = b.graphStats();
+            int graphSteps = 0;
+            try (Sequence off = b.newSequence(16); Sequence on = b.newSequence(16)) {
+                int[] last = {4};
+                assertArrayEquals(step(b, false, off, toks, 0, 5, last, StepKind.PREFILL), step(b, true, on, toks, 0, 5, last, StepKind.PREFILL));
+                while (off.length() < 90) {
+                    int pos = off.length();
+                    if (r.nextDouble() < 0.25) {
+                        int n = 2 + r.nextInt(4);
+                        keys.add(shapeKey(b, StepKind.VERIFY, pos, n, all(n)));
+                        assertArrayEquals(step(b, false, off, toks, pos, n, all(n), StepKind.VERIFY),
+                                step(b, true, on, toks, pos, n, all(n), StepKind.VERIFY), "verify of " + n + " rows at " + pos);
+                        int reject = r.nextInt(n);
+                        off.rollback(reject);
+                        on.rollback(reject);
+                    } else {
+                        int[] rows = r.nextDouble() < 0.1 ? new int[0] : new int[]{0};
+                        keys.add(shapeKey(b, StepKind.DECODE, pos, 1, rows));
+                        assertArrayEquals(step(b, false, off, toks, pos, 1, rows, StepKind.DECODE),
+                                step(b, true, on, toks, pos, 1, rows, StepKind.DECODE), "decode at " + pos);
+                    }
+                    graphSteps++;
+                }
+                DecodeGraphs.Stats after = b.graphStats();
+                long kept = after.kept() - before.kept(), replayed = after.replayed() - before.replayed();
+                System.out.printf("fixed form: %d graph steps to 90 tokens, %d shape keys: captured %d, replayed %d%n", graphSteps,
+                        keys.size(), kept, replayed);
+                assertEquals(0, after.captured() - before.captured(), "no step was re-recorded");
+                assertEquals(0, after.fallbacks() - before.fallbacks(), "no capture refused");
+                assertEquals(graphSteps, kept + replayed, "every decode and verify step ran from a kept graph");
+                assertTrue(kept <= keys.size(), "captured " + kept + " times for " + keys.size() + " shape keys");
+                // a decode stretch of keys seen: no kernel launched from the host, one graph launch and one upload a step
+                int pos = on.length();
+                for (int i = 0; i < 2; i++) b.forward(on, toks, pos + i, 1, new int[]{0}, StepKind.DECODE);
+                long[] l0 = b.gpu().launchCounts();
+                for (int i = 2; i < 12; i++) b.forward(on, toks, pos + i, 1, new int[]{0}, StepKind.DECODE);
+                long[] l1 = b.gpu().launchCounts();
+                assertEquals(0, l1[0] - l0[0], "kernel launches from the host in 10 replayed steps");
+                assertEquals(10, l1[1] - l0[1], "copies: one upload of the inputs a step");
+                assertEquals(10, l1[2] - l0[2], "graph launches");
+            }
+        }
     }
 
     @Test
@@ -150,12 +221,12 @@ class HipGraphTest {
             DecodeGraphs.Stats before = b.graphStats();
             for (int i = 48; i < 112; i++) b.forward(s, toks, i, 1, new int[]{0});
             DecodeGraphs.Stats after = b.graphStats();
-            long built = after.instantiated() - before.instantiated() + after.reinstantiated() - before.reinstantiated();
-            System.out.printf("64 decode steps: captured %d, updated %d, built %d%n", after.captured() - before.captured(),
-                    after.updated() - before.updated(), built);
-            assertEquals(64, after.captured() - before.captured());
-            // topologies of decode: CSA window completed or not, HCA entry completed or not
-            assertTrue(built <= 4, "decode steps should update cached executables, built " + built);
+            System.out.printf("64 decode steps: replayed %d, captured for a shape %d, re-recorded %d%n", after.replayed() - before.replayed(),
+                    after.kept() - before.kept(), after.captured() - before.captured());
+            assertEquals(64, after.graphSteps() - before.graphSteps());
+            // one shape key throughout (decode with logits, the indexer selecting, bounds unchanged below 1,024 tokens)
+            assertEquals(0, after.kept() - before.kept(), "decode steps replay the executable kept for their shape");
+            assertEquals(64, after.replayed() - before.replayed());
         }
     }
 
@@ -172,14 +243,14 @@ class HipGraphTest {
                 GpuException e = assertThrows(GpuException.class, () -> b.forward(s, toks, 10, 1, new int[]{0}));
                 assertEquals(DS4J_ERR_ARG(), e.code, e.getMessage());
                 assertFalse(b.capturing(), "no stream left capturing");
-                assertEquals(before.captured(), b.graphStats().captured());
+                assertEquals(before.graphSteps(), b.graphStats().graphSteps());
                 // as without graphs: the failed step's sequence is not used again
                 assertThrows(IllegalStateException.class, () -> b.forward(s, toks, 10, 1, new int[]{0}));
             }
             // the backend works on: fresh sequences with graphs on and off agree bit for bit
             List<float[]> offRun = decodeRun(b, false, toks, 10, 40), onRun = decodeRun(b, true, toks, 10, 40);
             for (int i = 0; i < offRun.size(); i++) assertArrayEquals(offRun.get(i), onRun.get(i), "step " + i + " after the failure");
-            assertEquals(before.captured() + 30, b.graphStats().captured());
+            assertEquals(before.graphSteps() + 30, b.graphStats().graphSteps());
             assertFalse(b.capturing());
         }
     }
@@ -195,17 +266,21 @@ class HipGraphTest {
                 b.forward(s, toks, 0, 10, new int[0]);
                 for (int i = 10; i < 20; i++) {
                     // a call that waits for the device inside the capture: the library refuses it (DS4J_ERR_CAPTURE)
-                    if (i == 12 || i == 15) b.injectFault("attention", () -> ds4j_ctx_sync(b.gpu().ctx()));
+                    if (i == 12 || i == 15) { // a step that is captured (no executable kept for its shape)
+                        b.dropKeptGraphs();
+                        b.injectFault("attention", () -> ds4j_ctx_sync(b.gpu().ctx()));
+                    }
                     assertArrayEquals(ref.get(i - 10), b.forward(s, toks, i, 1, new int[]{0}), "decode at " + i);
                     assertFalse(b.capturing());
                 }
             }
             DecodeGraphs.Stats after = b.graphStats();
             assertEquals(2, after.fallbacks() - before.fallbacks());
-            assertEquals(8, after.captured() - before.captured());
+            assertEquals(8, after.graphSteps() - before.graphSteps());
             assertTrue(b.graphs(), "graphs stay on below " + DecodeGraphs.MAX_FALLBACKS + " refusals");
             try (Sequence s = b.newSequence(16)) {
                 b.forward(s, toks, 0, 10, new int[0]);
+                b.dropKeptGraphs();
                 b.injectFault("attention", () -> ds4j_ctx_sync(b.gpu().ctx()));
                 assertArrayEquals(ref.get(0), b.forward(s, toks, 10, 1, new int[]{0}));
             }
@@ -218,16 +293,16 @@ class HipGraphTest {
         try (HipBackend b = monolithic(tiny); Sequence s = b.newSequence(16)) {
             int[] toks = tokens(b, 100, 6);
             b.forward(s, toks, 0, 10, new int[0]);
-            long before = b.graphStats().captured();
+            long before = b.graphStats().graphSteps();
             b.setProfiling(true);
             for (int i = 10; i < 14; i++) b.forward(s, toks, i, 1, new int[]{0});
             b.takeProfile();
             b.setProfiling(false);
-            assertEquals(before, b.graphStats().captured(), "profile mode waits per operation: never captured");
+            assertEquals(before, b.graphStats().graphSteps(), "profile mode waits per operation: never captured");
             b.forward(s, toks, 14, 1, new int[]{0});
-            assertEquals(before + 1, b.graphStats().captured());
+            assertEquals(before + 1, b.graphStats().graphSteps());
             b.forward(s, toks, 15, 40, new int[0]);
-            assertEquals(before + 1, b.graphStats().captured(), "prefill chunks are not captured");
+            assertEquals(before + 1, b.graphStats().graphSteps(), "prefill chunks are not captured");
         }
         ExpertPlacementPlan.Footprint fp = HipPlacementTest.footprint(tiny);
         int E = fp.expertBytes()[0].length;
@@ -239,7 +314,7 @@ class HipGraphTest {
             int[] toks = tokens(h, 20, 7);
             h.forward(s, toks, 0, 10, new int[0]);
             for (int i = 10; i < 14; i++) h.forward(s, toks, i, 1, new int[]{0});
-            assertEquals(0, h.graphStats().captured());
+            assertEquals(0, h.graphStats().graphSteps());
         }
     }
 

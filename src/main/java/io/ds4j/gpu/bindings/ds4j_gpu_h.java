@@ -1556,6 +1556,288 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_graph_end_keep {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_graph_end_keep");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_end_keep(ds4j_ctx *ctx, int64_t *host_exec)
+     * }
+     */
+    public static FunctionDescriptor ds4j_graph_end_keep$descriptor() {
+        return ds4j_graph_end_keep.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_end_keep(ds4j_ctx *ctx, int64_t *host_exec)
+     * }
+     */
+    public static MethodHandle ds4j_graph_end_keep$handle() {
+        return ds4j_graph_end_keep.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_end_keep(ds4j_ctx *ctx, int64_t *host_exec)
+     * }
+     */
+    public static MemorySegment ds4j_graph_end_keep$address() {
+        return ds4j_graph_end_keep.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_end_keep(ds4j_ctx *ctx, int64_t *host_exec)
+     * }
+     */
+    public static int ds4j_graph_end_keep(MemorySegment ctx, MemorySegment host_exec) {
+        var mh$ = ds4j_graph_end_keep.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_exec);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_graph_replay {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_graph_replay");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_replay(ds4j_ctx *ctx, int64_t exec)
+     * }
+     */
+    public static FunctionDescriptor ds4j_graph_replay$descriptor() {
+        return ds4j_graph_replay.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_replay(ds4j_ctx *ctx, int64_t exec)
+     * }
+     */
+    public static MethodHandle ds4j_graph_replay$handle() {
+        return ds4j_graph_replay.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_replay(ds4j_ctx *ctx, int64_t exec)
+     * }
+     */
+    public static MemorySegment ds4j_graph_replay$address() {
+        return ds4j_graph_replay.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_replay(ds4j_ctx *ctx, int64_t exec)
+     * }
+     */
+    public static int ds4j_graph_replay(MemorySegment ctx, long exec) {
+        var mh$ = ds4j_graph_replay.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, exec);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_graph_destroy {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_graph_destroy");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_destroy(ds4j_ctx *ctx, int64_t exec)
+     * }
+     */
+    public static FunctionDescriptor ds4j_graph_destroy$descriptor() {
+        return ds4j_graph_destroy.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_destroy(ds4j_ctx *ctx, int64_t exec)
+     * }
+     */
+    public static MethodHandle ds4j_graph_destroy$handle() {
+        return ds4j_graph_destroy.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_destroy(ds4j_ctx *ctx, int64_t exec)
+     * }
+     */
+    public static MemorySegment ds4j_graph_destroy$address() {
+        return ds4j_graph_destroy.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_graph_destroy(ds4j_ctx *ctx, int64_t exec)
+     * }
+     */
+    public static int ds4j_graph_destroy(MemorySegment ctx, long exec) {
+        var mh$ = ds4j_graph_destroy.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, exec);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_seqs_bounds {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_LONG
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_seqs_bounds");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries)
+     * }
+     */
+    public static FunctionDescriptor ds4j_seqs_bounds$descriptor() {
+        return ds4j_seqs_bounds.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries)
+     * }
+     */
+    public static MethodHandle ds4j_seqs_bounds$handle() {
+        return ds4j_seqs_bounds.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries)
+     * }
+     */
+    public static MemorySegment ds4j_seqs_bounds$address() {
+        return ds4j_seqs_bounds.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries)
+     * }
+     */
+    public static int ds4j_seqs_bounds(MemorySegment ctx, int on, long max_entries) {
+        var mh$ = ds4j_seqs_bounds.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, on, max_entries);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_launch_counts {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_launch_counts");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_launch_counts(int64_t *host_kernels, int64_t *host_copies, int64_t *host_graphs)
+     * }
+     */
+    public static FunctionDescriptor ds4j_launch_counts$descriptor() {
+        return ds4j_launch_counts.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_launch_counts(int64_t *host_kernels, int64_t *host_copies, int64_t *host_graphs)
+     * }
+     */
+    public static MethodHandle ds4j_launch_counts$handle() {
+        return ds4j_launch_counts.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_launch_counts(int64_t *host_kernels, int64_t *host_copies, int64_t *host_graphs)
+     * }
+     */
+    public static MemorySegment ds4j_launch_counts$address() {
+        return ds4j_launch_counts.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_launch_counts(int64_t *host_kernels, int64_t *host_copies, int64_t *host_graphs)
+     * }
+     */
+    public static int ds4j_launch_counts(MemorySegment host_kernels, MemorySegment host_copies, MemorySegment host_graphs) {
+        var mh$ = ds4j_launch_counts.HANDLE;
+        try {
+            return (int) mh$.invokeExact(host_kernels, host_copies, host_graphs);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_tc_available {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
