@@ -1,11 +1,13 @@
 // Emulated runs of the tensor-core kernels (gemm_tc.cpp, indexer_tc.cpp, attention.cpp) against F64 references on odd
 // shapes: K and token tails, partial row tiles, FP8 row views inside the block grid, groups that end inside a tile,
 // routed experts with uneven loads (empty experts, misaligned expert storage, more experts than one scan chunk),
-// indexer blocks with rows unused, queries below K_I, several key blocks. EXTRA=1 adds the slow cases.
+// indexer blocks with rows unused, queries below K_I, several key blocks; the split F32 attention with its decode vs
+// verify and batched vs single bit identities. EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
 #include "indexer_tc.cpp"
 #include "attention_tc.cpp"
 #include <random>
+#include <type_traits>
 
 using namespace ds4j;
 
@@ -320,6 +322,215 @@ static void attention(int H, int D, int kind, int m, int K, int64_t N0, int S, i
            kind, m, K, (long)N0, S, nsplit, per, worst);
 }
 
+
+// Split FFMA attention (attention.cpp, at_split_*): one layer's cache with a wrapped ring, this step's rows, HCA entries
+// or CSA selections. Checks each output against an F64 reference, the F16-in-place run (T = uint16_t) against the F32
+// copy (T = float) bit for bit, and every query of a verify step against the same query decoded alone (its step's
+// earlier rows moved into the ring) bit for bit.
+struct SplitCase {
+    int H, D, kind, m, K, W;
+    int64_t N0;
+    int S;
+    double qstd, sinkstd;
+};
+
+struct SplitLayer {
+    SplitCase c;
+    int cap;
+    std::vector<float> q, kv_new, sinks;
+    std::vector<uint16_t> ring, entries;
+    std::vector<int32_t> sel;
+};
+
+static SplitLayer split_layer(const SplitCase& c) {
+    SplitLayer L;
+    L.c = c;
+    L.cap = c.W + 8;
+    auto f16r = [](double v) { return __half2float(__float2half_rn((float)v)); };
+    L.q.resize((size_t)c.S * c.H * c.D);
+    for (auto& v : L.q) v = (float)(gauss() * c.qstd);
+    L.kv_new.resize((size_t)c.S * c.D);
+    for (auto& v : L.kv_new) v = f16r(gauss());
+    L.sinks.resize(c.H);
+    for (auto& v : L.sinks) v = (float)(gauss() * c.sinkstd);
+    L.ring.resize((size_t)L.cap * c.D);
+    for (auto& v : L.ring) v = __float2half_rn((float)gauss()).b;
+    const int64_t ncomp = c.kind == DS4J_ATTN_SLIDING ? 0 : (c.N0 + c.S) / c.m;
+    L.entries.resize((size_t)std::max<int64_t>(ncomp, 1) * c.D + 8);
+    for (auto& v : L.entries) v = __float2half_rn((float)gauss()).b;
+    L.sel.assign((size_t)c.S * std::max(c.K, 1), 0);
+    for (int s = 0; s < c.S; s++) {
+        const int64_t avail = c.m > 0 ? (c.N0 + s + 1) / c.m : 0;
+        std::vector<int32_t> all(avail);
+        for (int64_t e = 0; e < avail; e++) all[e] = (int32_t)e;
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int i = 0; i < c.K && i < (int)avail; i++) L.sel[(size_t)s * c.K + i] = all[i];
+    }
+    return L;
+}
+
+/** Runs the split kernels (single-sequence launch) on L with cache element type T; returns out [S, H, D]. */
+template <typename T>
+static std::vector<float> split_run(const SplitLayer& L) {
+    const SplitCase& c = L.c;
+    std::vector<T> ring(L.ring.size()), entries(L.entries.size());
+    for (size_t i = 0; i < ring.size(); i++) ring[i] = std::is_same<T, float>::value ? (T)emu_f16(L.ring[i]) : (T)L.ring[i];
+    for (size_t i = 0; i < entries.size(); i++)
+        entries[i] = std::is_same<T, float>::value ? (T)emu_f16(L.entries[i]) : (T)L.entries[i];
+    int nsmax = 1;
+    for (int s = 0; s < c.S; s++) nsmax = std::max(nsmax, at_split(attended_rows(c.kind, c.m, c.K, c.N0 + s, c.W)).nsplit);
+    const int G = (c.H + AT_HG - 1) / AT_HG;
+    std::vector<float> out((size_t)c.S * c.H * c.D, -555.f), part((size_t)c.S * c.H * nsmax * (c.D + 2) + 1, 777.f);
+    float* ml = part.data() + (size_t)c.S * c.H * nsmax * c.D;
+    const float scale = 1.f / std::sqrt((float)c.D);
+    emu_launch(dim3(nsmax, G * c.S), dim3(ATT_THREADS), at_smem(c.D), [&] {
+        at_split_kernel<T>(L.q.data(), L.kv_new.data(), ring.data(), L.cap, entries.data(), c.kind, c.m, L.sel.data(), c.K,
+                           L.sinks.data(), c.N0, c.H, c.D, c.W, scale, 0, part.data(), ml, nsmax, out.data());
+    });
+    if (nsmax > 1)
+        emu_launch(dim3(c.H, c.S), dim3(128), 0, [&] {
+            at_combine_kernel(part.data(), ml, nsmax, c.kind, c.m, c.K, c.N0, c.W, 0, c.H, c.D, L.sinks.data(), out.data());
+        });
+    return out;
+}
+
+/** Query s of L as a decode step of its own: position N0 + s, the step's earlier rows stored into the ring. */
+static SplitLayer split_decode(const SplitLayer& L, int s) {
+    SplitLayer D = L;
+    const SplitCase& c = L.c;
+    D.c.N0 = c.N0 + s;
+    D.c.S = 1;
+    for (int r = 0; r < s; r++) {
+        const int64_t p = c.N0 + r;
+        for (int i = 0; i < c.D; i++) D.ring[(size_t)(p % L.cap) * c.D + i] = __float2half_rn(L.kv_new[(size_t)r * c.D + i]).b;
+    }
+    D.q.assign(L.q.begin() + (size_t)s * c.H * c.D, L.q.begin() + (size_t)(s + 1) * c.H * c.D);
+    D.kv_new.assign(L.kv_new.begin() + (size_t)s * c.D, L.kv_new.begin() + (size_t)(s + 1) * c.D);
+    D.sel.assign(L.sel.begin() + (size_t)s * std::max(c.K, 1), L.sel.begin() + (size_t)(s + 1) * std::max(c.K, 1));
+    return D;
+}
+
+static int bit_diffs(const float* a, const float* b, size_t n) {
+    int d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], 4) != 0;
+    return d;
+}
+
+static void split_attention(const SplitCase& c) {
+    SplitLayer L = split_layer(c);
+    const std::vector<float> out = split_run<uint16_t>(L);
+    const std::vector<float> out32 = split_run<float>(L);
+    const int d32 = bit_diffs(out.data(), out32.data(), out.size());
+    if (d32) { printf("FAIL split attention: F16 in place differs from the F32 copy in %d values\n", d32); fails++; }
+    double worst = 0;
+    int ranges = 1;
+    const float scale = 1.f / std::sqrt((float)c.D);
+    for (int s = 0; s < c.S; s++) {
+        const int64_t t = c.N0 + s, p0 = std::max<int64_t>(0, t - c.W + 1);
+        ranges = std::max(ranges, at_split(attended_rows(c.kind, c.m, c.K, t, c.W)).nsplit);
+        std::vector<std::vector<double>> rows;
+        for (int64_t p = p0; p <= t; p++) {
+            std::vector<double> r(c.D);
+            for (int i = 0; i < c.D; i++)
+                r[i] = p >= c.N0 ? (double)L.kv_new[(size_t)(p - c.N0) * c.D + i] : (double)emu_f16(L.ring[(size_t)(p % L.cap) * c.D + i]);
+            rows.push_back(r);
+        }
+        if (c.kind != DS4J_ATTN_SLIDING) {
+            const int64_t avail = (t + 1) / c.m;
+            const bool pick = c.kind == DS4J_ATTN_CSA && avail > c.K;
+            for (int64_t i = 0; i < (pick ? c.K : avail); i++) {
+                const int64_t e = pick ? L.sel[(size_t)s * c.K + i] : i;
+                std::vector<double> r(c.D);
+                for (int j = 0; j < c.D; j++) r[j] = emu_f16(L.entries[(size_t)e * c.D + j]);
+                rows.push_back(r);
+            }
+        }
+        for (int h = 0; h < c.H; h++) {
+            const float* qr = &L.q[((size_t)s * c.H + h) * c.D];
+            std::vector<double> z(rows.size());
+            double zmax = L.sinks[h];
+            for (size_t j = 0; j < rows.size(); j++) {
+                double acc = 0;
+                for (int i = 0; i < c.D; i++) acc += (double)qr[i] * rows[j][i];
+                z[j] = acc * scale;
+                zmax = std::max(zmax, z[j]);
+            }
+            double den = std::exp(L.sinks[h] - zmax);
+            for (auto& v : z) den += v = std::exp(v - zmax);
+            for (int i = 0; i < c.D; i++) {
+                double o = 0, mag = 0;
+                for (size_t j = 0; j < rows.size(); j++) { o += z[j] * rows[j][i]; mag += z[j] * std::fabs(rows[j][i]); }
+                o /= den; mag /= den;
+                const double got = out[((size_t)s * c.H + h) * c.D + i];
+                worst = std::max(worst, std::fabs(got - o) / (mag + 1e-30));
+                check("split attention", got, o, mag, 4e-6, s * c.H + h, i);
+            }
+        }
+    }
+    // decode vs verify: each query alone gives the same bits as inside the step
+    int dv = 0;
+    if (c.S > 1)
+        for (int s = 0; s < c.S; s++) {
+            const std::vector<float> alone = split_run<uint16_t>(split_decode(L, s));
+            dv += bit_diffs(alone.data(), out.data() + (size_t)s * c.H * c.D, alone.size());
+        }
+    if (dv) { printf("FAIL split attention: decoded alone differs from the verify step in %d values\n", dv); fails++; }
+    printf("split attention H %d D %d kind %d m %d K %d W %d N0 %ld S %d: up to %d key ranges, worst error %.3g of sum |p v|;"
+           " F16 vs F32 copy %d bits differ, decode vs verify %d\n", c.H, c.D, c.kind, c.m, c.K, c.W, (long)c.N0, c.S, ranges,
+           worst, d32, dv);
+}
+
+/** Several sequences through at_split_seqs_kernel, each compared bit for bit with its own single-sequence launch. */
+static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, const std::vector<int64_t>& N0s,
+                                 const std::vector<int>& Ss) {
+    const int n = (int)N0s.size();
+    std::vector<SplitLayer> Ls;
+    int R = 0, max_s = 0;
+    for (int i = 0; i < n; i++) {
+        Ls.push_back(split_layer(SplitCase{H, D, kind, m, K, W, N0s[i], Ss[i], 1.0, 1.0}));
+        R += Ss[i];
+        max_s = std::max(max_s, Ss[i]);
+    }
+    // the step's rows: sequence i's rows at row0 = the rows before it, in reverse order of the views
+    std::vector<float> q((size_t)R * H * D), kv((size_t)R * D);
+    std::vector<int32_t> sel((size_t)R * std::max(K, 1));
+    std::vector<ds4j_seq_view> views(n);
+    int row = R;
+    int nsmax = 1;
+    for (int i = 0; i < n; i++) {
+        const SplitLayer& L = Ls[i];
+        row -= L.c.S;
+        std::copy(L.q.begin(), L.q.end(), q.begin() + (size_t)row * H * D);
+        std::copy(L.kv_new.begin(), L.kv_new.end(), kv.begin() + (size_t)row * D);
+        std::copy(L.sel.begin(), L.sel.end(), sel.begin() + (size_t)row * std::max(K, 1));
+        views[i] = ds4j_seq_view{L.c.N0, L.c.S, row, (void*)L.ring.data(), nullptr, (void*)L.entries.data(), L.cap, 0};
+        for (int s = 0; s < L.c.S; s++) nsmax = std::max(nsmax, at_split(attended_rows(kind, m, K, L.c.N0 + s, W)).nsplit);
+    }
+    const int G = (H + AT_HG - 1) / AT_HG;
+    const float scale = 1.f / std::sqrt((float)D);
+    std::vector<float> out((size_t)R * H * D, -555.f), part((size_t)n * max_s * H * nsmax * (D + 2) + 1, 777.f);
+    float* ml = part.data() + (size_t)n * max_s * H * nsmax * D;
+    emu_launch(dim3(nsmax, G * max_s, n), dim3(ATT_THREADS), at_smem(D), [&] {
+        at_split_seqs_kernel(views.data(), q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(), H, D, W, scale,
+                             max_s, part.data(), ml, nsmax, out.data());
+    });
+    if (nsmax > 1)
+        emu_launch(dim3(H, max_s, n), dim3(128), 0, [&] {
+            at_combine_seqs_kernel(views.data(), part.data(), ml, nsmax, kind, m, K, W, max_s, H, D, Ls[0].sinks.data(),
+                                   out.data());
+        });
+    int diffs = 0;
+    for (int i = 0; i < n; i++) {
+        SplitLayer L = Ls[i];
+        L.sinks = Ls[0].sinks;
+        const std::vector<float> alone = split_run<uint16_t>(L);
+        diffs += bit_diffs(alone.data(), out.data() + (size_t)views[i].row0 * H * D, alone.size());
+    }
+    if (diffs) { printf("FAIL split attention seqs: %d values differ from the single-sequence launches\n", diffs); fails++; }
+    printf("split attention seqs H %d D %d kind %d, %d sequences (max S %d, up to %d key ranges): %d values differ\n", H, D, kind,
+           n, max_s, nsmax, diffs);
+}
+
 int main() {
     // dense: odd rows, K tails, token tails, row views (FP8 grid offsets), groups straddling tiles
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
@@ -347,6 +558,17 @@ int main() {
     attention(20, 64, DS4J_ATTN_HCA, 2, 8, 200, 2, 4, 8.0);      // very sharp softmax over four key ranges
     attention(64, 512, DS4J_ATTN_HCA, 2, 8, 60, 2, 1, 1.0);      // the V4 shape, one key range
     attention(24, 64, DS4J_ATTN_HCA, 2, 8, 30, 6, 2, 1.0);       // queries of one and of two key ranges in one step
+    // split FFMA attention: one key range and several, a range count past AT_NS_MAX tiles (ranges of two tiles), heads
+    // past H, odd widths (scalar loads, one output column per thread), a dominant sink
+    split_attention(SplitCase{20, 40, DS4J_ATTN_SLIDING, 0, 0, 16, 30, 5, 1.0, 1.0});     // ring wrapped, one range
+    split_attention(SplitCase{16, 36, DS4J_ATTN_HCA, 2, 0, 16, 90, 5, 1.0, 1.0});         // odd width, two ranges
+    split_attention(SplitCase{24, 64, DS4J_ATTN_CSA, 4, 40, 16, 300, 5, 3.0, 1.0});       // CSA selections, sharp
+    split_attention(SplitCase{16, 72, DS4J_ATTN_HCA, 1, 0, 16, 1070, 1, 1.0, 1.0});       // decode, 34 tiles: 17 ranges
+    split_attention(SplitCase{16, 64, DS4J_ATTN_HCA, 1, 0, 8, 1013, 5, 2.0, 30.0});       // the 32 / 33 tile edge, big sinks
+    split_attention(SplitCase{64, 512, DS4J_ATTN_HCA, 4, 0, 16, 120, 2, 1.0, 1.0});       // the V4 shape, 4 head groups
+    split_attention(SplitCase{17, 300, DS4J_ATTN_CSA, 2, 24, 16, 100, 3, 1.0, 1.0});      // 300 columns: some threads 2
+    split_attention_seqs(20, 40, DS4J_ATTN_HCA, 2, 0, 16, {0, 70, 5, 200}, {3, 1, 5, 2});
+    split_attention_seqs(16, 64, DS4J_ATTN_CSA, 4, 20, 16, {300, 10, 150}, {5, 2, 1});
     printf("%s: %d failures\n", fails ? "FAILED" : "OK", fails);
     return fails ? 1 : 0;
 }

@@ -160,6 +160,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F&& body) {
     emu_dyn_smem = dyn.data();
     blockDim = block;
     gridDim = grid;
+    for (unsigned bz = 0; bz < grid.z; bz++)
     for (unsigned by = 0; by < grid.y; by++)
         for (unsigned bx = 0; bx < grid.x; bx++) {
             EmuBlock* B = new EmuBlock();
@@ -170,9 +171,9 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F&& body) {
             std::memset(dyn.data(), 0xAB, dyn.size() * 4);  // garbage, as on a GPU
             std::vector<std::thread> th;
             for (int t = 0; t < n; t++)
-                th.emplace_back([&, t, bx, by] {
+                th.emplace_back([&, t, bx, by, bz] {
                     threadIdx = dim3(t);
-                    blockIdx = dim3(bx, by);
+                    blockIdx = dim3(bx, by, bz);
                     body();
                 });
             for (auto& x : th) x.join();

@@ -1,4 +1,4 @@
-# Copies the tensor-core kernel sources for host emulation: common.h with the platform block replaced by emu.h, the
+# Copies the tensor-core kernel sources and the split FFMA attention for host emulation: common.h with the platform block replaced by emu.h, the
 # inline-PTX helpers (cvt.bf16x2, mma.sync) replaced by emulated ones, and the host entry points (launches) cut off.
 #   gen.py NATIVE_DIR OUT_DIR
 import re,sys
@@ -34,7 +34,7 @@ open(out+'indexer_tc.cpp','w').write(x)
 
 # the F16-operand attention kernel (tensor cores) of attention.cpp: the key-set helpers, the kernel and its combine
 a=open(src+'attention.cpp').read()
-keys=a[a.index('/** The key set of one query (spec 3.7)'):a.index('/** Cache element to F32')]
+keys=a[a.index('/** The key set of one query (spec 3.7)'):a.index('/**\n * Rows of the key set of query t')]
 rows=a[a.index('__host__ __device__ __forceinline__ int64_t attended_rows'):]
 keys+=rows[:rows.index('\n}\n')+3]
 tcs=a[a.index('/** 2 + 2 F16 halves of a 32-bit word'):a.index('// mma.sync m16n8k16 and cp.async')]
@@ -49,4 +49,10 @@ inline void cp_async_wait_all() {}
 inline float2 make_float2(float x, float y) { return {x, y}; }
 '''
 kern=kern.replace('extern __shared__ __align__(16) unsigned char tc_sm[];','unsigned char* tc_sm = reinterpret_cast<unsigned char*>(emu_dyn_smem);')
-open(out+'attention_tc.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+keys+tcs+emu_tc+kern+comb+'}  // namespace ds4j\n')
+# the split FFMA attention (decode / verify / batched sequences) of attention.cpp
+split=a[a.index('// ------------------------------------------------------------------------------------------- split FFMA attention'):a.index('// ------------------------------------------------------------------------------------------- end of split attention')]
+split=split.replace('extern __shared__ __align__(16) float at_sm[];','float* at_sm = reinterpret_cast<float*>(emu_dyn_smem);')
+split=split.replace('static inline int64_t at_smem','inline int64_t at_smem')
+att=a[a.index('constexpr int ATT_THREADS'):]
+att=att[:att.index('\n')+1]
+open(out+'attention_tc.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+keys+tcs+emu_tc+kern+comb+att+split+'}  // namespace ds4j\n')

@@ -248,6 +248,320 @@ attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* k
                              scale, nk_max, out + r0 * H * d, blockIdx.x, blockIdx.y);
 }
 
+// ------------------------------------------------------------------------------------------- split FFMA attention
+//
+// The F32 attention (ds4j_attention, ds4j_attention_f32, ds4j_attention_seqs, and the queries of
+// ds4j_attention_f16_operands at or under its threshold). V4 has one KV head for all query heads (MLA), so a block
+// takes AT_HG heads of one query and reads each key row once for all of them: a tile of AT_KT rows goes to shared
+// memory as F32 (F16 -> F32 is exact), then Q K^T (warp w: heads 2w, 2w+1; lane: the tile's key), an online softmax
+// per head in the same warp, and P V (thread t: columns t and t + 256 of all AT_HG heads). A query's keys are cut into
+// key ranges (flash-decoding) so that a decode step, one query, still fills the device: each range's block writes its
+// running max m, sum l and unnormalised output, and at_combine_* adds them with the sink. The ranges are a function of
+// the query's own key count only (at_split), never of the step's shape or of other queries or sequences: a query's
+// result is the same bit for bit whether it is decoded alone, verified among S queries or batched with other
+// sequences. T = uint16_t (F16 rows in place) and T = float (F32 copies) run this one body, so they agree bit for bit.
+
+constexpr int AT_HG = 16;      // heads per block (2 per warp)
+constexpr int AT_KT = 32;      // keys per tile (one per lane)
+constexpr int AT_NS_MAX = 32;  // most key ranges per query
+constexpr int AT_DMAX = 2 * ATT_THREADS;  // widest head: two output columns per thread
+
+/** A query's key ranges: nsplit ranges of per keys (a multiple of the tile), the last one shorter. */
+struct AtSplit {
+    int nsplit, per;
+};
+__host__ __device__ __forceinline__ AtSplit at_split(int64_t nk) {
+    int64_t tiles = (nk + AT_KT - 1) / AT_KT;
+    if (tiles < 1) tiles = 1;
+    const int64_t tps = (tiles + AT_NS_MAX - 1) / AT_NS_MAX;
+    return AtSplit{(int)((tiles + tps - 1) / tps), (int)(tps * AT_KT)};
+}
+
+/**
+ * Row stride of the key tile in floats: d rounded up to 8 (the loads fill 8 columns at a time) plus 4, an odd number
+ * of float4, so that the lanes' float4 reads of 32 different rows do not conflict.
+ */
+__host__ __device__ __forceinline__ int at_stride(int d) { return ((d + 7) & ~7) + 4; }
+
+/** Dynamic shared memory of the split kernels: q of AT_HG heads, the key tile, P, the corrections, key addresses. */
+static inline int64_t at_smem(int d) {
+    const int d4 = (d + 3) & ~3;
+    return (int64_t)AT_HG * d4 * 4 + ((int64_t)AT_KT * at_stride(d) + 4) * 4 + (int64_t)AT_HG * AT_KT * 4 + AT_HG * 4 +
+           AT_KT * 8;
+}
+
+/** 8 consecutive row elements to F32 (16-byte aligned, all in the row). */
+__device__ __forceinline__ void at_load8(const uint16_t* p, float* v) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        v[2 * e] = f16_to_f32((uint16_t)(w[e] & 0xFFFFu));
+        v[2 * e + 1] = f16_to_f32((uint16_t)(w[e] >> 16));
+    }
+}
+__device__ __forceinline__ void at_load8(const float* p, float* v) {
+    const float4 x = reinterpret_cast<const float4*>(p)[0], y = reinterpret_cast<const float4*>(p)[1];
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+}
+
+/** Columns c .. c+7 of a row of n elements to F32, zero past n; vector loads where the row allows. */
+template <typename E>
+__device__ __forceinline__ void at_chunk(const E* row, int c, int n, float* v) {
+    if (c + 8 <= n && ((uintptr_t)(row + c) & 15u) == 0) {
+        at_load8(row + c, v);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = c + e < n ? load_f(row, c + e) : 0.f;
+    }
+}
+
+/**
+ * Block (key range c, head group g, query s): heads g*AT_HG .. of query s, keys [c*per, min(nk, (c+1)*per)) of its
+ * key set. With one range the block writes its rows of out; otherwise the range's partials: O at
+ * part[((slot*H + h)*nsmax + c)*d ..], (m, l) at ml[((slot*H + h)*nsmax + c)*2 ..]. Returns early (uniformly) when
+ * the query has fewer ranges than c + 1.
+ */
+template <typename T>
+__device__ __forceinline__ void at_split_body(const float* q, const float* kv_new, const T* ring, int cap,
+                                              const T* entries, int kind, int m, const int32_t* sel, int K,
+                                              const float* sinks, int64_t N0, int H, int d, int W, float scale,
+                                              float* out, float* part, float* ml, int nsmax, int64_t slot, int s,
+                                              int g, int c) {
+    Keys<T> k;
+    const int nk = query_keys(k, kv_new, ring, cap, entries, kind, m, sel, K, N0, s, d, W);
+    const AtSplit sp = at_split(nk);
+    if (c >= sp.nsplit) return;
+    const int kbeg = c * sp.per, kend = min(nk, kbeg + sp.per);
+    const int d4 = (d + 3) & ~3, dp = at_stride(d);
+    extern __shared__ __align__(16) float at_sm[];
+    float* qs = at_sm;                          // [AT_HG][d4]
+    float* Ks = qs + AT_HG * d4;                // [AT_KT][dp], then 4 spare floats
+    float* Ps = Ks + AT_KT * dp + 4;            // [AT_HG][AT_KT]
+    float* corrS = Ps + AT_HG * AT_KT;          // [AT_HG]
+    uintptr_t* kaddr = reinterpret_cast<uintptr_t*>(corrS + AT_HG);  // [AT_KT]
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int h0 = g * AT_HG;
+    for (int i = tid; i < AT_HG * d4; i += blockDim.x) {
+        const int hh = i / d4, col = i % d4, h = h0 + hh;
+        qs[i] = h < H && col < d ? q[((int64_t)s * H + h) * d + col] : 0.f;
+    }
+    // softmax state of the warp's heads 2*warp + e, the same in every lane
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    // output columns ca = tid, cb = tid + 256 of every head
+    const int ca = tid, cb = tid + ATT_THREADS;
+    const bool has_a = ca < d, has_b = cb < d;
+    float o[AT_HG][2];
+#pragma unroll
+    for (int hh = 0; hh < AT_HG; hh++) o[hh][0] = o[hh][1] = 0.f;
+    const int c8n = (d4 + 7) / 8;
+
+    for (int kb = kbeg; kb < kend; kb += AT_KT) {
+        const int nv = min(AT_KT, kend - kb);
+        if (tid < AT_KT) kaddr[tid] = tid < nv ? key_row(k, kb + tid) : 0;
+        __syncthreads();  // kaddr ready; the previous tile's P V is done with Ks and Ps (and, the first time, qs ready)
+        for (int i = tid; i < AT_KT * c8n; i += blockDim.x) {
+            const int j = i / c8n, col = (i % c8n) * 8;
+            const uintptr_t a = kaddr[j];
+            float v[8];
+            if (j >= nv) {
+#pragma unroll
+                for (int e = 0; e < 8; e++) v[e] = 0.f;  // zero, not garbage: P = 0 times NaN is NaN
+            } else if (a & 1u) {
+                at_chunk((const float*)(a & ~(uintptr_t)1), col, d, v);
+            } else {
+                at_chunk((const T*)a, col, d, v);
+            }
+            float* dst = Ks + j * dp + col;  // col + 8 <= dp - 4: the columns past d are zero
+            *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+            *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        }
+        __syncthreads();  // K tile ready
+
+        // logits of heads 2*warp + e against key lane, then the online softmax of those heads
+        {
+            const float* kr = Ks + lane * dp;
+            const float* q0 = qs + (2 * warp) * d4;
+            const float* q1 = q0 + d4;
+            float a0 = 0.f, a1 = 0.f;
+#pragma unroll 4
+            for (int i = 0; i < d4; i += 4) {
+                const float4 kv = *reinterpret_cast<const float4*>(kr + i);
+                const float4 x = *reinterpret_cast<const float4*>(q0 + i);
+                const float4 y = *reinterpret_cast<const float4*>(q1 + i);
+                a0 += x.x * kv.x;
+                a0 += x.y * kv.y;
+                a0 += x.z * kv.z;
+                a0 += x.w * kv.w;
+                a1 += y.x * kv.x;
+                a1 += y.y * kv.y;
+                a1 += y.z * kv.z;
+                a1 += y.w * kv.w;
+            }
+            const float acc[2] = {a0, a1};
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float lg = lane < nv ? mul(acc[e], scale) : -INFINITY;
+                const float mnew = fmaxf(m_run[e], warp_max(lg));  // finite: the tile has a key
+                const float corr = m_run[e] == -INFINITY ? 0.f : exp_d(sub(m_run[e], mnew));
+                const float p = lane < nv ? exp_d(sub(lg, mnew)) : 0.f;
+                l_run[e] = add(mul(l_run[e], corr), warp_sum(p));
+                m_run[e] = mnew;
+                Ps[(2 * warp + e) * AT_KT + lane] = p;
+                if (lane == 0) corrS[2 * warp + e] = corr;
+            }
+        }
+        __syncthreads();  // P and the corrections ready
+
+        // O = diag(corr) O + P V over the tile's keys (past nv: P = 0 and V = 0)
+        {
+            const int nv4 = (nv + 3) & ~3;
+#pragma unroll
+            for (int hh = 0; hh < AT_HG; hh++) {
+                const float cr = corrS[hh];
+                o[hh][0] *= cr;
+                o[hh][1] *= cr;
+            }
+            if (has_a) {
+                for (int j = 0; j < nv4; j += 4) {
+                    const float* vr = Ks + j * dp;
+                    float va[4], vb[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        va[e] = vr[e * dp + ca];
+                        vb[e] = has_b ? vr[e * dp + cb] : 0.f;
+                    }
+#pragma unroll
+                    for (int hh = 0; hh < AT_HG; hh++) {
+                        const float4 p = *reinterpret_cast<const float4*>(Ps + hh * AT_KT + j);
+                        o[hh][0] += p.x * va[0];
+                        o[hh][0] += p.y * va[1];
+                        o[hh][0] += p.z * va[2];
+                        o[hh][0] += p.w * va[3];
+                        o[hh][1] += p.x * vb[0];
+                        o[hh][1] += p.y * vb[1];
+                        o[hh][1] += p.z * vb[2];
+                        o[hh][1] += p.w * vb[3];
+                    }
+                }
+            }
+        }
+    }
+
+    // each head's (m, l) to every thread: through Ps (free after the last P V)
+    __syncthreads();
+    if (lane == 0) {
+        Ps[2 * warp] = m_run[0];
+        Ps[2 * warp + 1] = m_run[1];
+        Ps[AT_HG + 2 * warp] = l_run[0];
+        Ps[AT_HG + 2 * warp + 1] = l_run[1];
+    }
+    __syncthreads();
+    if (!has_a) return;
+    const bool direct = sp.nsplit == 1;
+#pragma unroll
+    for (int hh = 0; hh < AT_HG; hh++) {
+        const int h = h0 + hh;
+        if (h >= H) break;
+        const float mr = Ps[hh], lr = Ps[AT_HG + hh];
+        const int64_t slot_h = slot * H + h;
+        if (direct) {
+            const float sink = sinks[h], M = fmaxf(mr, sink);
+            const float w = exp_d(sub(mr, M));
+            const float f = w / add(mul(lr, w), exp_d(sub(sink, M)));
+            float* orow = out + ((int64_t)s * H + h) * d;
+            orow[ca] = mul(o[hh][0], f);
+            if (has_b) orow[cb] = mul(o[hh][1], f);
+        } else {
+            float* prow = part + (slot_h * nsmax + c) * d;
+            prow[ca] = o[hh][0];
+            if (has_b) prow[cb] = o[hh][1];
+            if (tid == 0) {
+                ml[(slot_h * nsmax + c) * 2] = mr;
+                ml[(slot_h * nsmax + c) * 2 + 1] = lr;
+            }
+        }
+    }
+}
+
+/**
+ * Adds the nsplit (> 1) key ranges of row (slot, h) with the sink: orow = sum_c e^(m_c-M) O_c / (sum_c e^(m_c-M) l_c +
+ * e^(sink-M)), M the largest of the m_c and the sink, the ranges in order.
+ */
+__device__ __forceinline__ void at_combine_body(const float* part, const float* ml, int nsmax, int nsplit, int64_t slot_h,
+                                                float sink, int d, float* orow) {
+    __shared__ float wts[AT_NS_MAX + 1];  // e^(m_c - M), then the denominator
+    const float* mlr = ml + slot_h * nsmax * 2;
+    float M = sink;
+    for (int c = 0; c < nsplit; c++) M = fmaxf(M, mlr[2 * c]);
+    for (int c = threadIdx.x; c < nsplit; c += blockDim.x) wts[c] = exp_d(sub(mlr[2 * c], M));
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float L = exp_d(sub(sink, M));
+        for (int c = 0; c < nsplit; c++) L = add(L, mul(wts[c], mlr[2 * c + 1]));
+        wts[AT_NS_MAX] = L;
+    }
+    __syncthreads();
+    const float L = wts[AT_NS_MAX];
+    const float* pr = part + slot_h * nsmax * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float acc = 0.f;
+        for (int c = 0; c < nsplit; c++) acc = add(acc, mul(wts[c], pr[(int64_t)c * d + i]));
+        orow[i] = acc / L;
+    }
+}
+
+/** Grid (nsmax, ceil(H/AT_HG) * S): queries s_base + blockIdx.y / groups, partial slot blockIdx.y / groups. */
+template <typename T>
+__global__ void __launch_bounds__(ATT_THREADS)
+at_split_kernel(const float* q, const float* kv_new, const T* ring, int cap, const T* entries, int kind, int m,
+                const int32_t* sel, int K, const float* sinks, int64_t N0, int H, int d, int W, float scale, int s_base,
+                float* part, float* ml, int nsmax, float* out) {
+    const int G = (H + AT_HG - 1) / AT_HG;
+    const int sl = blockIdx.y / G;
+    at_split_body<T>(q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, out, part, ml, nsmax,
+                     sl, s_base + sl, blockIdx.y % G, blockIdx.x);
+}
+
+/** Grid (H, S): the rows of queries s_base + blockIdx.y that have more than one key range. */
+__global__ void at_combine_kernel(const float* part, const float* ml, int nsmax, int kind, int m, int K, int64_t N0,
+                                  int W, int s_base, int H, int d, const float* sinks, float* out) {
+    const int s = s_base + blockIdx.y, h = blockIdx.x;
+    const int nsplit = at_split(attended_rows(kind, m, K, N0 + s, W)).nsplit;
+    if (nsplit == 1) return;
+    at_combine_body(part, ml, nsmax, nsplit, (int64_t)blockIdx.y * H + h, sinks[h], d, out + ((int64_t)s * H + h) * d);
+}
+
+/** at_split_kernel over sequences: grid (nsmax, ceil(H/AT_HG) * max_s, views); partial slot = view * max_s + s. */
+__global__ void __launch_bounds__(ATT_THREADS)
+at_split_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
+                     const int32_t* sel, int K, const float* sinks, int H, int d, int W, float scale, int max_s,
+                     float* part, float* ml, int nsmax, float* out) {
+    const ds4j_seq_view v = views[blockIdx.z];
+    const int G = (H + AT_HG - 1) / AT_HG;
+    const int s = blockIdx.y / G;
+    if (s >= v.S) return;
+    const int64_t r0 = v.row0;
+    at_split_body<uint16_t>(q + r0 * H * d, kv_new + r0 * d, (const uint16_t*)v.ring, v.cap, (const uint16_t*)v.store,
+                            kind, m, sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, d, W, scale, out + r0 * H * d,
+                            part, ml, nsmax, (int64_t)blockIdx.z * max_s + s, s, blockIdx.y % G, blockIdx.x);
+}
+
+/** at_combine_kernel over sequences: grid (H, max_s, views). */
+__global__ void at_combine_seqs_kernel(const ds4j_seq_view* views, const float* part, const float* ml, int nsmax,
+                                       int kind, int m, int K, int W, int max_s, int H, int d, const float* sinks,
+                                       float* out) {
+    const ds4j_seq_view v = views[blockIdx.z];
+    const int s = blockIdx.y, h = blockIdx.x;
+    if (s >= v.S) return;
+    const int nsplit = at_split(attended_rows(kind, m, K, v.N0 + s, W)).nsplit;
+    if (nsplit == 1) return;
+    const int64_t slot = (int64_t)blockIdx.z * max_s + s;
+    at_combine_body(part, ml, nsmax, nsplit, slot * H + h, sinks[h], d,
+                    out + ((int64_t)v.row0 + s) * H * d + (int64_t)h * d);
+}
+// ------------------------------------------------------------------------------------------- end of split attention
+
 /** A compressor row (values a or logits z) of position p: this step's rows or the ring. */
 __device__ __forceinline__ const float* comp_row(const float* ring, const float* fresh, int64_t p, int64_t N0, int cap,
                                                  int cw) {
@@ -880,6 +1194,88 @@ static int32_t check_views(const char* fn, const ds4j_seq_view* host_views, cons
     return DS4J_OK;
 }
 
+/** Most bytes of key-range partials one split launch uses: longer steps run in several launches. */
+constexpr int64_t AT_SCRATCH_CAP = 64ll << 20;
+
+/** Whether the split kernels run for head width d on ctx's device (a function of d and the device only). */
+static bool at_usable(ds4j_ctx* ctx, int d) {
+    return d <= AT_DMAX && at_smem(d) + 1024 <= device_limits(ctx->device).smem_optin;
+}
+
+/**
+ * At least bytes of the context's key-range scratch in *out. A larger buffer replaces a smaller one; the smaller one is
+ * kept until ds4j_ctx_destroy, because launches queued or captured into a graph may still use it.
+ */
+static int32_t at_scratch(ds4j_ctx* ctx, int64_t bytes, float** out) {
+    if (bytes > ctx->att_scratch_bytes) {
+        DS4J_ARG(ctx->att_retired_n < (int)(sizeof(ctx->att_retired) / sizeof(ctx->att_retired[0])),
+                 "attention: key-range scratch grown too often");
+        int64_t want = ctx->att_scratch_bytes * 2 > bytes ? ctx->att_scratch_bytes * 2 : bytes;
+        if (want < (1ll << 20)) want = 1ll << 20;
+        void* p = nullptr;
+        hipError_t e = hipMalloc(&p, (size_t)want);
+        if (e != hipSuccess) {
+            hipGetLastError();
+            return fail(DS4J_ERR_OOM, "attention: %lld bytes of key-range scratch: %s", (long long)want, hipGetErrorName(e));
+        }
+        if (ctx->att_scratch) ctx->att_retired[ctx->att_retired_n++] = ctx->att_scratch;
+        ctx->att_scratch = p;
+        ctx->att_scratch_bytes = want;
+    }
+    *out = (float*)ctx->att_scratch;
+    return DS4J_OK;
+}
+
+/** The most key ranges any of the queries N0 .. N0+S-1 gets. */
+static int at_nsmax(int kind, int m, int K, int64_t N0, int S, int W) {
+    int n = 1;
+    for (int s = 0; s < S; s++) {
+        const int ns = at_split(attended_rows(kind, m, K, N0 + s, W)).nsplit;
+        if (ns > n) n = ns;
+    }
+    return n;
+}
+
+/** ds4j_attention (and its variants) through the split kernels; arguments checked by the caller. */
+template <typename T>
+static int32_t launch_split(ds4j_ctx* ctx, const char* fn, const float* q, const float* kv_new, const T* ring,
+                            int32_t cap, const T* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
+                            const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale,
+                            float* out) {
+    const int G = (H + AT_HG - 1) / AT_HG;
+    const int nsmax = at_nsmax(kind, m, K, N0, S, W);
+    const int64_t row_bytes = nsmax > 1 ? (int64_t)H * nsmax * (d + 2) * 4 : 0;
+    int64_t per = row_bytes > 0 ? AT_SCRATCH_CAP / row_bytes : S;
+    if (per < 1) per = 1;
+    if (per > S) per = S;
+    if (per > 65535 / G) per = 65535 / G;
+    DS4J_ARG(per >= 1, "%s: %d heads too many for one launch", fn, H);
+    float* part = nullptr;
+    if (row_bytes > 0) {
+        const int32_t rc = at_scratch(ctx, row_bytes * per, &part);
+        if (rc != DS4J_OK) return rc;
+    }
+    float* ml = part ? part + per * H * nsmax * (int64_t)d : nullptr;
+    const int64_t smem = at_smem(d);
+    if (smem > 48 * 1024) {
+        static int64_t granted[64];
+        const int32_t rc = smem_opt_in(ctx, reinterpret_cast<const void*>(at_split_kernel<T>), smem, granted);
+        if (rc != DS4J_OK) return rc;
+    }
+    for (int32_t s0 = 0; s0 < S; s0 += (int32_t)per) {
+        const int n = (int)(S - s0 < per ? S - s0 : per);
+        at_split_kernel<T><<<dim3((unsigned)nsmax, (unsigned)(G * n)), ATT_THREADS, (size_t)smem, ctx->stream>>>(
+            q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, s0, part, ml, nsmax, out);
+        DS4J_LAUNCHED("attention (key ranges)");
+        if (nsmax > 1) {
+            at_combine_kernel<<<dim3((unsigned)H, (unsigned)n), 128, 0, ctx->stream>>>(part, ml, nsmax, kind, m, K, N0, W,
+                                                                                      s0, H, d, sinks, out);
+            DS4J_LAUNCHED("attention combine");
+        }
+    }
+    return DS4J_OK;
+}
+
 template <typename T>
 static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, const float* kv_new, const T* ring,
                                 int32_t cap, const T* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
@@ -891,6 +1287,8 @@ static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, c
              fn);
     DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: CSA without selections", fn);
     if (S == 0) return DS4J_OK;
+    if (at_usable(ctx, d)) return launch_split<T>(ctx, fn, q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, S, H,
+                                                  d, W, scale, out);
     int64_t maxc = 0;
     if (kind == DS4J_ATTN_HCA) maxc = (N0 + S) / m;
     else if (kind == DS4J_ATTN_CSA) maxc = (N0 + S) / m < K ? (N0 + S) / m : K;
@@ -1246,6 +1644,52 @@ int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, cons
         DS4J_ARG(maxc <= bound, "%s: %lld compressed entries exceed the bound %lld (ds4j_seqs_bounds)", fn,
                  (long long)maxc, (long long)bound);
         maxc = bound;
+    }
+    if (at_usable(ctx, d)) {
+        const int G = (H + AT_HG - 1) / AT_HG;
+        DS4J_ARG((int64_t)G * max_s <= 65535, "%s: S %d too large for one launch", fn, max_s);
+        int nsmax = 1;
+        if (ctx->fixed_grids) {
+            // the grid for the bound: any query of at most W + maxc keys gets at most min(its tiles, AT_NS_MAX)
+            // ranges; a query's own split (at_split of its key count) and so its numbers do not depend on nsmax
+            const int64_t tiles = (W + maxc + AT_KT - 1) / AT_KT;
+            nsmax = (int)(tiles < AT_NS_MAX ? (tiles < 1 ? 1 : tiles) : AT_NS_MAX);
+        } else {
+            for (int32_t i = 0; i < n; i++) {
+                const int ns = at_nsmax(kind, m, K, host_views[i].N0, host_views[i].S, W);
+                if (ns > nsmax) nsmax = ns;
+            }
+        }
+        // partial slots: view * max_s + s; views in groups that keep the scratch within AT_SCRATCH_CAP
+        const int64_t view_bytes = nsmax > 1 ? (int64_t)max_s * H * nsmax * (d + 2) * 4 : 0;
+        int64_t per = view_bytes > 0 ? AT_SCRATCH_CAP / view_bytes : n;
+        if (per < 1) per = 1;
+        if (per > n) per = n;
+        float* part = nullptr;
+        if (view_bytes > 0) {
+            const int32_t rc = at_scratch(ctx, view_bytes * per, &part);
+            if (rc != DS4J_OK) return rc;
+        }
+        float* ml = part ? part + per * max_s * H * nsmax * (int64_t)d : nullptr;
+        const int64_t smem = at_smem(d);
+        if (smem > 48 * 1024) {
+            static int64_t granted[64];
+            const int32_t rc = smem_opt_in(ctx, reinterpret_cast<const void*>(at_split_seqs_kernel), smem, granted);
+            if (rc != DS4J_OK) return rc;
+        }
+        for (int32_t v0 = 0; v0 < n; v0 += (int32_t)per) {
+            const int nv = (int)(n - v0 < per ? n - v0 : per);
+            at_split_seqs_kernel<<<dim3((unsigned)nsmax, (unsigned)(G * max_s), (unsigned)nv), ATT_THREADS, (size_t)smem,
+                                   ctx->stream>>>(views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s,
+                                                  part, ml, nsmax, out);
+            DS4J_LAUNCHED("attention_seqs (key ranges)");
+            if (nsmax > 1) {
+                at_combine_seqs_kernel<<<dim3((unsigned)H, (unsigned)max_s, (unsigned)nv), 128, 0, ctx->stream>>>(
+                    views + v0, part, ml, nsmax, kind, m, K, W, max_s, H, d, sinks, out);
+                DS4J_LAUNCHED("attention_seqs combine");
+            }
+        }
+        return DS4J_OK;
     }
     const int64_t nk_max = W + maxc;
     const int64_t smem = attention_smem(d, nk_max);

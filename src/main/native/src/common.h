@@ -60,6 +60,14 @@ struct ds4j_ctx {
     /** ds4j_seqs_bounds: *_seqs launch shapes from bounds (fixed per step shape) instead of the views' values. */
     bool fixed_grids = false;
     int64_t fixed_entries = 0;
+    /**
+     * Device memory of the split attention's key-range partials (attention.cpp), grown on demand. Replaced buffers stay
+     * allocated until ds4j_ctx_destroy: launches queued or captured into a graph may still use them.
+     */
+    void* att_scratch = nullptr;
+    int64_t att_scratch_bytes = 0;
+    void* att_retired[32] = {};
+    int att_retired_n = 0;
 };
 
 namespace ds4j {

@@ -143,6 +143,8 @@ int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
     ds4j::graphs_destroy(ctx);
     hipError_t e = hipStreamSynchronize(ctx->stream);
     hipError_t e2 = hipStreamDestroy(ctx->stream);
+    for (int i = 0; i < ctx->att_retired_n; i++) hipFree(ctx->att_retired[i]);
+    if (ctx->att_scratch) hipFree(ctx->att_scratch);
     delete ctx;
     if (e != hipSuccess) return fail_hip(e, "hipStreamSynchronize");
     if (e2 != hipSuccess) return fail_hip(e2, "hipStreamDestroy");

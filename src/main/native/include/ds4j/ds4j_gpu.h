@@ -307,6 +307,11 @@ DS4J_API int32_t ds4j_hc_head(ds4j_ctx* ctx, const float* mu, const float* base,
  * (slot p % cap); compressed rows from entries [*, d] F16: kind HCA uses every w < (t+1)/m, kind CSA uses
  * w < avail = (t+1)/m when avail <= K, else sel[s*K .. s*K+K) (ds4j_indexer_topk); sliding uses none.
  * out [S, H, d] (overwritten). scale = 1/sqrt(d); sinks [H].
+ * Where the device's shared memory allows (d <= 512 on NVIDIA), a block reads each key row once for 16 heads and a
+ * query's keys are cut into up to 32 key ranges run by separate blocks, then combined; the cut depends on the query's
+ * own key count only, so a query gives the same bits alone (decode), in a verify step or batched with other sequences.
+ * The ranges' partials live in device memory the context owns (grown on demand, at most 64 MB a launch; longer steps
+ * run in several launches), freed by ds4j_ctx_destroy.
  */
 DS4J_API int32_t ds4j_attention(ds4j_ctx* ctx, const float* q, const float* kv_new, const uint16_t* ring, int32_t cap,
                                 const uint16_t* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,

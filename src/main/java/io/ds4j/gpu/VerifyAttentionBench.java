@@ -21,11 +21,12 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * step; the step's last query sits at context − 1). Cache rows are random F16 values; the CSA picks are random sorted
  * sets. A benchmark, not a test: it prints a Markdown table and asserts nothing.
  *
- * <p>Paths, each timed as the mean of --reps back-to-back calls after a warm-up (host launch costs included, as in a
- * real step):
+ * <p>--queries takes a list (1 = a decode step, 5 = a verify step of q + 1 with q = 4): one table per entry. Paths, each
+ * timed as the mean of --reps back-to-back calls after a warm-up (host launch costs included, as in a real step):
  * <ul>
  *   <li>{@code f32-convert}: the control — ds4j_f16_to_f32 of every window ring row, every compressed entry and (CSA)
  *       every indexer key of the layer, then ds4j_attention_f32; "of which conversion" times the conversions alone;</li>
+ *   <li>{@code f32 copies, attention alone}: ds4j_attention_f32 on the converted rows, without the conversion;</li>
  *   <li>{@code f16 full-F32}: ds4j_attention on the F16 rows in place (what the F16 path runs up to the threshold);</li>
  *   <li>{@code f16 tensor-core}: ds4j_attention_f16_operands (what it runs above the threshold).</li>
  * </ul>
@@ -38,7 +39,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * 67 TFLOP/s FP32, 989 TFLOP/s F16 tensor (dense), 4.8 TB/s HBM.
  *
  * <pre>
- * java ... io.ds4j.gpu.VerifyAttentionBench [--contexts 4096,59933,122879] [--queries 5] [--reps 200]
+ * java ... io.ds4j.gpu.VerifyAttentionBench [--contexts 4096,59933,122879] [--queries 1,5] [--reps 200]
  *      [--threshold 512] [--peak-fp32 67] [--peak-f16 989] [--peak-gbs 4800]
  * </pre>
  */
@@ -49,7 +50,8 @@ public final class VerifyAttentionBench {
 
     public static void main(String[] args) {
         List<Integer> contexts = new ArrayList<>(List.of(4096, 59_933, 122_879));
-        int S = 5, reps = 200, threshold = 512;
+        List<Integer> queries = new ArrayList<>(List.of(5));
+        int reps = 200, threshold = 512;
         double peak32 = 67, peak16 = 989, peakGbs = 4800;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
@@ -57,7 +59,10 @@ public final class VerifyAttentionBench {
                     contexts.clear();
                     for (String s : args[++i].split(",")) contexts.add(Integer.parseInt(s.trim()));
                 }
-                case "--queries" -> S = Integer.parseInt(args[++i]);
+                case "--queries" -> {
+                    queries.clear();
+                    for (String s : args[++i].split(",")) queries.add(Integer.parseInt(s.trim()));
+                }
                 case "--reps" -> reps = Integer.parseInt(args[++i]);
                 case "--threshold" -> threshold = Integer.parseInt(args[++i]);
                 case "--peak-fp32" -> peak32 = Double.parseDouble(args[++i]);
@@ -67,18 +72,22 @@ public final class VerifyAttentionBench {
                         + " (expected --contexts, --queries, --reps, --threshold, --peak-fp32, --peak-f16, --peak-gbs)");
             }
         }
-        if (S < 1 || reps < 1) throw new IllegalArgumentException("--queries and --reps must be at least 1");
+        if (queries.isEmpty() || queries.stream().anyMatch(q -> q < 1) || reps < 1)
+            throw new IllegalArgumentException("--queries and --reps must be at least 1");
         try (Gpu gpu = Gpu.open(0)) {
-            System.out.printf("GPU %s; one layer's verify attention: S %d, H %d, d %d, W %d; CSA ratio 4 with %d picks, HCA ratio 128;"
-                    + " %d calls per figure; threshold %d%n", gpu, S, H, D, W, K, reps, threshold);
-            System.out.println();
-            System.out.println("| context | layer | n_attn | path | µs per call | of which conversion µs | TFLOP/s | % of peak | GB/s | % of HBM |");
-            System.out.println("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|");
-            for (int ctx : contexts)
-                for (int kind : new int[]{DS4J_ATTN_CSA(), DS4J_ATTN_HCA()})
-                    try (Layer L = new Layer(gpu, kind, ctx, S, 7 + ctx)) {
-                        L.run(reps, threshold, peak32, peak16, peakGbs);
-                    }
+            for (int S : queries) {
+                System.out.printf("GPU %s; one layer's %s attention: S %d, H %d, d %d, W %d; CSA ratio 4 with %d picks, HCA ratio 128;"
+                        + " %d calls per figure; threshold %d%n", gpu, S == 1 ? "decode" : "verify", S, H, D, W, K, reps, threshold);
+                System.out.println();
+                System.out.println("| context | layer | n_attn | path | µs per call | of which conversion µs | TFLOP/s | % of peak | GB/s | % of HBM |");
+                System.out.println("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|");
+                for (int ctx : contexts)
+                    for (int kind : new int[]{DS4J_ATTN_CSA(), DS4J_ATTN_HCA()})
+                        try (Layer L = new Layer(gpu, kind, ctx, S, 7 + ctx)) {
+                            L.run(reps, threshold, peak32, peak16, peakGbs);
+                        }
+                System.out.println();
+            }
         }
     }
 
@@ -183,6 +192,10 @@ public final class VerifyAttentionBench {
 
         void control() {
             convert();
+            attentionF32();
+        }
+
+        void attentionF32() {
             check(ds4j_attention_f32(gpu.ctx(), ptr(q), ptr(kvNew), ptr(ring32), CAP, ptr(entries32), kind, m, ptr(sel), K, ptr(sinks),
                     N0, S, H, D, W, scale(), ptr(out)), "attention_f32");
         }
@@ -224,11 +237,13 @@ public final class VerifyAttentionBench {
             long converted = (long) CAP * D + (long) count * D + (long) idxCount * DI;
             double conv = time(this::convert, reps);
             double ctl = time(this::control, reps);
+            double f32 = time(this::attentionF32, reps);
             double inpl = time(this::inPlace, reps);
             double tc = time(this::tensorCores, reps);
             String layer = kind == DS4J_ATTN_CSA() ? "CSA" : "HCA";
             boolean full = nAttn <= threshold;
             row(layer, nAttn, "f32-convert (control)", ctl, String.format(Locale.ROOT, "%.1f", conv), rows32 + 6 * converted, peak32, peakGbs);
+            row(layer, nAttn, "f32 copies, attention alone", f32, "–", rows32, peak32, peakGbs);
             row(layer, nAttn, "f16 full-F32" + (full ? " (picked)" : ""), inpl, "–", rows16, peak32, peakGbs);
             row(layer, nAttn, "f16 tensor-core" + (full ? "" : " (picked)"), tc, "–", rows16, peak16, peakGbs);
         }

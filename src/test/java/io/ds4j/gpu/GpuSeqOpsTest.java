@@ -118,10 +118,31 @@ class GpuSeqOpsTest {
 
     @Test
     void attentionOverSeveralSequencesEqualsOneCallPerSequence() {
-        SplittableRandom r = new SplittableRandom(7);
-        int R = rows(), cap = W - 1 + 16;
+        attentionSeqsEqualOneCallPerSequence(7, H, d, W, K, 16, N0, S);
+    }
+
+    /**
+     * V4's attention shape (64 heads of 512, window 128, CSA ratio 4 with 512 picks, HCA ratio 128) at long contexts,
+     * where a query's keys are cut into several key ranges (up to ~8,300 rows at 1M tokens): the batched call and the
+     * single-sequence calls make the same cuts, so they agree bit for bit.
+     */
+    @Test
+    void attentionOverSeveralLongSequencesEqualsOneCallPerSequence() {
+        attentionSeqsEqualOneCallPerSequence(17, 64, 512, 128, 512, 128, new long[]{59_928, 4_095, 1_048_571, 200, 122_874},
+                new int[]{5, 1, 1, 5, 3});
+    }
+
+    static void attentionSeqsEqualOneCallPerSequence(long seed, int H, int d, int W, int K, int mHca, long[] N0, int[] S) {
+        SplittableRandom r = new SplittableRandom(seed);
+        int R = 0;
+        int[] row0s = new int[S.length];
+        for (int e = 0; e < S.length; e++) {
+            row0s[e] = R;
+            R += S[e];
+        }
+        int cap = W - 1 + 16;
         for (int kind : new int[]{DS4J_ATTN_SLIDING(), DS4J_ATTN_CSA(), DS4J_ATTN_HCA()}) {
-            int m = kind == DS4J_ATTN_CSA() ? 4 : kind == DS4J_ATTN_HCA() ? 16 : 0;
+            int m = kind == DS4J_ATTN_CSA() ? 4 : kind == DS4J_ATTN_HCA() ? mHca : 0;
             long q = dev(gauss(r, R * H * d)), kv = dev(f16Rounded(r, R * d)), sinks = dev(gauss(r, H));
             int[] selAll = new int[R * K];
             long[] ring = new long[N0.length], entries = new long[N0.length];
@@ -136,10 +157,10 @@ class GpuSeqOpsTest {
                         TreeSet<Integer> pick = new TreeSet<>();
                         while (pick.size() < K) pick.add(r.nextInt((int) avail));
                         int j = 0;
-                        for (int p : pick) selAll[(row0(e) + s) * K + j++] = p;
+                        for (int p : pick) selAll[(row0s[e] + s) * K + j++] = p;
                     }
                 }
-                v.set(e, N0[e], S[e], row0(e), ring[e], 0, entries[e], cap);
+                v.set(e, N0[e], S[e], row0s[e], ring[e], 0, entries[e], cap);
             }
             long sel = dev(selAll), out = alloc(4L * R * H * d), views = devViews(v);
             float scale = (float) (1 / Math.sqrt(d));
@@ -147,12 +168,13 @@ class GpuSeqOpsTest {
                     ptr(sinks), H, d, W, scale, ptr(out)), "attention_seqs");
             float[] batched = gpu.downloadFloats(out, R * H * d);
             for (int e = 0; e < N0.length; e++) {
-                long o1 = alloc(4L * S[e] * H * d), r0 = row0(e);
+                long o1 = alloc(4L * S[e] * H * d), r0 = row0s[e];
                 check(ds4j_attention(gpu.ctx(), ptr(q + 4 * r0 * H * d), ptr(kv + 4 * r0 * d), ptr(ring[e]), cap, ptr(entries[e]),
                         kind, m, ptr(sel + 4 * r0 * K), K, ptr(sinks), N0[e], S[e], H, d, W, scale, ptr(o1)), "attention");
                 float[] one = gpu.downloadFloats(o1, S[e] * H * d);
                 float[] part = java.util.Arrays.copyOfRange(batched, (int) r0 * H * d, (int) (r0 + S[e]) * H * d);
                 assertArrayEquals(one, part, "kind " + kind + ", sequence " + e);
+                for (float x : one) assertTrue(Float.isFinite(x), "kind " + kind + ", sequence " + e + ": non-finite output");
             }
         }
     }

@@ -146,6 +146,33 @@ class HipVerifyAttentionTest {
                 }
         }
 
+        private Case(Case c, int s) {
+            name = c.name + ", query " + s + " alone";
+            kind = c.kind;
+            H = c.H;
+            d = c.d;
+            W = c.W;
+            m = c.m;
+            K = c.K;
+            N0 = c.N0 + s;
+            S = 1;
+            cap = c.cap;
+            q = Arrays.copyOfRange(c.q, s * H * d, (s + 1) * H * d);
+            kvNew = Arrays.copyOfRange(c.kvNew, s * d, (s + 1) * d);
+            sinks = c.sinks;
+            ring = c.ring.clone();
+            for (int r = 0; r < s; r++)
+                for (int i = 0; i < d; i++) ring[(int) ((c.N0 + r) % cap) * d + i] = Float.floatToFloat16(c.kvNew[r * d + i]);
+            entries = c.entries;
+            count = c.count;
+            sel = Arrays.copyOfRange(c.sel, s * Math.max(K, 1), (s + 1) * Math.max(K, 1));
+        }
+
+        /** Query s of this step as a decode step of its own: the step's earlier rows stored into the ring, as a decode would. */
+        Case alone(int s) {
+            return new Case(this, s);
+        }
+
         long nAttn() {
             long[] out = new long[1];
             try (Arena a = Arena.ofConfined()) {
@@ -396,6 +423,39 @@ class HipVerifyAttentionTest {
             assertTrue(diff <= 1e-6, c.name + ": " + diff);
             Reference ref = new Reference(c);
             checkBound(c.name + " control vs exact", ctl, ref.exact, ref.boundControl);
+        }
+    }
+
+    /**
+     * A query decoded alone (S = 1, the step's earlier rows already in the ring) gives its row of a verify step bit for
+     * bit, on both F32 paths, at lengths where the attention kernel cuts a query's keys into several key ranges (HCA at
+     * 1M tokens: ~8,300 rows, ranges of several tiles): speculative greedy decoding depends on it. The outputs also stay
+     * within the control's error bound against the exact result.
+     */
+    @Test
+    void aQueryDecodedAloneGivesItsRowOfAVerifyStepBitForBit() {
+        List<Case> cases = List.of(
+                flash("sliding, ring wrapped", 0, 4091, 1, 31),
+                flash("csa 59,933", CSA, 59_928, 1, 32),
+                flash("hca 59,933 sharp softmax", HCA, 59_928, 8, 33),
+                flash("hca 1,048,576", HCA, 1_048_571, 1, 34),
+                new Case("hca d128 H80 (partial head group)", HCA, 80, 128, 2, 64, 3000, 5, 1, 35));
+        for (Case c : cases) {
+            OnDevice dc = new OnDevice(c);
+            float[] f16 = dc.f16InPlace(), ctl = dc.control();
+            assertArrayEquals(ctl, f16, c.name + ": F16 rows in place vs the F32 copies");
+            Reference ref = new Reference(c);
+            double rc = checkBound(c.name + " control", ctl, ref.exact, ref.boundControl);
+            int rowLen = c.H * c.d;
+            for (int s = 0; s < c.S; s++) {
+                OnDevice one = new OnDevice(c.alone(s));
+                float[] a = one.f16InPlace(), b = one.control();
+                float[] row = Arrays.copyOfRange(f16, s * rowLen, (s + 1) * rowLen);
+                assertArrayEquals(row, a, c.name + ": query " + s + " decoded alone (F16 in place) vs its verify row");
+                assertArrayEquals(row, b, c.name + ": query " + s + " decoded alone (F32 copies) vs its verify row");
+            }
+            System.out.printf("verify attention %-34s n_attn %5d: every query alone = its verify row; control %.2f of its bound%n",
+                    c.name, c.nAttn(), rc);
         }
     }
 
