@@ -25,13 +25,11 @@ __global__ void rope_kernel(float* x, int S, int heads, int width, int rope_dim,
     }
 }
 
-__global__ void rmsnorm_rope_kernel(float* x, const float* weight, int n, float eps, int rope_dim, const float* inv_freq,
-                                    int64_t pos0, const int64_t* pos, int rows_per_pos, int round16) {
-    __shared__ double sh[32];
-    float* xr = x + (int64_t)blockIdx.x * n;
+/** Row xr of width n in place: RMSNorm, RoPE of its last rope_dim channels at position ft, optional F16 rounding. */
+__device__ __forceinline__ void rmsnorm_rope_row(float* xr, const float* weight, int n, float eps, int rope_dim,
+                                                 const float* inv_freq, float ft, int round16, double* sh) {
     rmsnorm_row(xr, xr, weight, n, eps, sh);
     __syncthreads();
-    const float ft = (float)(pos ? pos[blockIdx.x / rows_per_pos] : pos0 + blockIdx.x / rows_per_pos);
     float* base = xr + (n - rope_dim);
     for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) {
         const double phi = (double)mul(inv_freq[i], ft);
@@ -44,6 +42,29 @@ __global__ void rmsnorm_rope_kernel(float* x, const float* weight, int n, float 
         __syncthreads();
         for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = f16_to_f32(f32_to_f16(xr[i]));
     }
+}
+
+__global__ void rmsnorm_rope_kernel(float* x, const float* weight, int n, float eps, int rope_dim, const float* inv_freq,
+                                    int64_t pos0, const int64_t* pos, int rows_per_pos, int round16) {
+    __shared__ double sh[32];
+    const float ft = (float)(pos ? pos[blockIdx.x / rows_per_pos] : pos0 + blockIdx.x / rows_per_pos);
+    rmsnorm_rope_row(x + (int64_t)blockIdx.x * n, weight, n, eps, rope_dim, inv_freq, ft, round16, sh);
+}
+
+/**
+ * The query and shared-kv norms of S rows in one launch: blocks 0 .. S*H-1 the query heads (RMSNorm_1 over d, RoPE at
+ * the row's position), blocks S*H .. S*H+S-1 the kv rows (RMSNorm with kv_w, RoPE, F16 rounding). Row s is at
+ * pos[s] when pos is given, else at pos0 + s.
+ */
+__global__ void qkv_norm_rope_kernel(float* q, float* kv, const float* kv_w, int S, int H, int d, float eps,
+                                     int rope_dim, const float* inv_freq, int64_t pos0, const int64_t* pos) {
+    __shared__ double sh[32];
+    const int b = blockIdx.x;
+    const bool isq = b < S * H;
+    const int s = isq ? b / H : b - S * H;
+    const float ft = (float)(pos ? pos[s] : pos0 + s);
+    if (isq) rmsnorm_rope_row(q + (int64_t)b * d, nullptr, d, eps, rope_dim, inv_freq, ft, 0, sh);
+    else rmsnorm_rope_row(kv + (int64_t)s * d, kv_w, d, eps, rope_dim, inv_freq, ft, 1, sh);
 }
 
 __global__ void round_f16_kernel(float* x, int64_t n) {
@@ -642,6 +663,62 @@ __global__ void compress_pool_seqs_kernel(const ds4j_seq_view* views, const floa
     compress_pool_body((const float*)v.ring, (const float*)v.ring2, v.cap, a_new + (int64_t)v.row0 * cw,
                        z_new + (int64_t)v.row0 * cw, v.N0, m, w, overlap, pb, norm_w, eps, inv_freq, rope_dim,
                        (uint16_t*)v.store, blockIdx.x);
+}
+
+/**
+ * The compressor's ring stores of one step (values a and logits z, F32 rings) as blocks nb0 .. nb0+nb-1 of a launch:
+ * the same element copies as ring_store_body, both rings per element.
+ */
+__device__ __forceinline__ void comp_store_body(float* ring_a, float* ring_z, int cap, int cw, const float* a_new,
+                                                const float* z_new, int64_t N0, int S, int b, int nb) {
+    const int64_t p0 = ring_first(N0, S, cap);
+    const int64_t total = (N0 + S - p0) * cw;
+    for (int64_t i = (int64_t)b * blockDim.x + threadIdx.x; i < total; i += (int64_t)nb * blockDim.x) {
+        const int64_t p = p0 + i / cw;
+        const int c = (int)(i % cw);
+        const int64_t src = (p - N0) * cw + c, dst = (p % cap) * cw + c;
+        ring_a[dst] = a_new[src];
+        ring_z[dst] = z_new[src];
+    }
+}
+
+/**
+ * Whether a step of S rows may store into a compressor ring of cap rows while the same step pools from it: the slots
+ * it writes are not any slot the pooling reads (the windows completed in the step reach back at most 2m-1 positions
+ * with overlap, m-1 without).
+ */
+__host__ __device__ __forceinline__ bool comp_store_disjoint(int S, int m, int overlap, int cap) {
+    return (int64_t)S + (overlap ? 2 * m - 1 : m - 1) <= cap;
+}
+
+/** compress_pool_kernel and the two ring stores in one launch: blocks 0 .. nwin-1 pool, the rest store. */
+__global__ void compress_step_kernel(float* ring_a, float* ring_z, int cap, const float* a_new, const float* z_new,
+                                     int64_t N0, int S, int m, int w, int overlap, const float* pb, const float* norm_w,
+                                     float eps, const float* inv_freq, int rope_dim, uint16_t* entries, int nwin) {
+    const int b = blockIdx.x;
+    if (b < nwin)
+        compress_pool_body(ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, pb, norm_w, eps, inv_freq, rope_dim,
+                           entries, b);
+    else
+        comp_store_body(ring_a, ring_z, cap, overlap ? 2 * w : w, a_new, z_new, N0, S, b - nwin, gridDim.x - nwin);
+}
+
+/** compress_step_kernel over several sequences: blockIdx.y picks the sequence; blocks 0 .. nwin-1 pool, the rest store. */
+__global__ void compress_step_seqs_kernel(const ds4j_seq_view* views, const float* a_new, const float* z_new, int m,
+                                          int w, int overlap, const float* pb, const float* norm_w, float eps,
+                                          const float* inv_freq, int rope_dim, int nwin) {
+    const ds4j_seq_view v = views[blockIdx.y];
+    const int cw = overlap ? 2 * w : w;
+    const int b = blockIdx.x;
+    if (b < nwin) {
+        if ((int64_t)b >= windows_done(v.N0, v.S, m)) return;
+        compress_pool_body((const float*)v.ring, (const float*)v.ring2, v.cap, a_new + (int64_t)v.row0 * cw,
+                           z_new + (int64_t)v.row0 * cw, v.N0, m, w, overlap, pb, norm_w, eps, inv_freq, rope_dim,
+                           (uint16_t*)v.store, b);
+    } else {
+        comp_store_body((float*)v.ring, (float*)v.ring2, v.cap, cw, a_new + (int64_t)v.row0 * cw,
+                        z_new + (int64_t)v.row0 * cw, v.N0, v.S, b - nwin, gridDim.x - nwin);
+    }
 }
 
 constexpr int IDX_ENTRIES = 4;  // entries per block (one per warp) in the indexer score kernel: many blocks at decode
@@ -1394,6 +1471,19 @@ int32_t ds4j_rmsnorm_rope(ds4j_ctx* ctx, float* x, const float* weight, int32_t 
     return DS4J_OK;
 }
 
+int32_t ds4j_qkv_norm_rope(ds4j_ctx* ctx, float* q, float* kv, const float* kv_w, int32_t S, int32_t H, int32_t d,
+                           float eps, int32_t rope_dim, const float* inv_freq, int64_t pos0, const int64_t* pos) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(q && kv && inv_freq && S >= 0 && H > 0 && d > 0 && rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= d &&
+                 (pos || pos0 >= 0),
+             "ds4j_qkv_norm_rope: bad arguments (S %d, H %d, d %d, rope_dim %d)", S, H, d, rope_dim);
+    if (S == 0) return DS4J_OK;
+    qkv_norm_rope_kernel<<<(unsigned)(S * (H + 1)), 256, 0, ctx->stream>>>(q, kv, kv_w, S, H, d, eps, rope_dim, inv_freq,
+                                                                           pos0, pos);
+    DS4J_LAUNCHED("qkv_norm_rope");
+    return DS4J_OK;
+}
+
 int32_t ds4j_round_f16(ds4j_ctx* ctx, float* x, int64_t n) {
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(x && n >= 0, "ds4j_round_f16: bad arguments");
@@ -1539,6 +1629,35 @@ int32_t ds4j_compress_pool(ds4j_ctx* ctx, const float* ring_a, const float* ring
     compress_pool_kernel<<<(unsigned)nwin, 256, w * sizeof(float), ctx->stream>>>(
         ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, position_bias, norm_w, eps, inv_freq, rope_dim, entries);
     DS4J_LAUNCHED("compress_pool");
+    return DS4J_OK;
+}
+
+int32_t ds4j_compress_step(ds4j_ctx* ctx, float* ring_a, float* ring_z, int32_t cap, const float* a_new,
+                           const float* z_new, int64_t N0, int32_t S, int32_t m, int32_t w, int32_t overlap,
+                           const float* position_bias, const float* norm_w, float eps, const float* inv_freq,
+                           int32_t rope_dim, uint16_t* entries) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(ring_a && ring_z && cap > 0, "ds4j_compress_step: no ring");
+    if (!comp_store_disjoint(S, m, overlap, cap)) {  // the stores must wait for the pooling: three launches
+        const int32_t rc = ds4j_compress_pool(ctx, ring_a, ring_z, cap, a_new, z_new, N0, S, m, w, overlap, position_bias,
+                                              norm_w, eps, inv_freq, rope_dim, entries);
+        if (rc != DS4J_OK) return rc;
+        const int32_t cw = overlap ? 2 * w : w;
+        const int32_t ra = ds4j_ring_store(ctx, ring_a, 0, cap, cw, a_new, N0, S);
+        return ra != DS4J_OK ? ra : ds4j_ring_store(ctx, ring_z, 0, cap, cw, z_new, N0, S);
+    }
+    DS4J_ARG(a_new && z_new && position_bias && norm_w && inv_freq && entries && m > 0 && w > 0 && S >= 0 && N0 >= 0,
+             "ds4j_compress_step: bad arguments");
+    DS4J_ARG(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= w, "ds4j_compress_step: bad rope_dim %d", rope_dim);
+    DS4J_ARG(w * sizeof(float) <= 32 * 1024, "ds4j_compress_step: width %d too large", w);
+    if (S == 0) return DS4J_OK;
+    const int64_t nwin = windows_done(N0, S, m);
+    const int cw = overlap ? 2 * w : w;
+    const unsigned nst = grid_for((N0 + S - ring_first(N0, S, cap)) * cw);
+    compress_step_kernel<<<(unsigned)nwin + nst, 256, w * sizeof(float), ctx->stream>>>(
+        ring_a, ring_z, cap, a_new, z_new, N0, S, m, w, overlap, position_bias, norm_w, eps, inv_freq, rope_dim, entries,
+        (int)nwin);
+    DS4J_LAUNCHED("compress_step");
     return DS4J_OK;
 }
 
@@ -1735,6 +1854,50 @@ int32_t ds4j_compress_pool_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
                                                                             position_bias, norm_w, eps, inv_freq,
                                                                             rope_dim);
     DS4J_LAUNCHED("compress_pool_seqs");
+    return DS4J_OK;
+}
+
+int32_t ds4j_compress_step_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
+                                const float* a_new, const float* z_new, int32_t m, int32_t w, int32_t overlap,
+                                const float* position_bias, const float* norm_w, float eps, const float* inv_freq,
+                                int32_t rope_dim) {
+    DS4J_CHECK_CTX(ctx);
+    const char* fn = "ds4j_compress_step_seqs";
+    int32_t max_s = 0;
+    const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
+    if (vrc != DS4J_OK) return vrc;
+    bool disjoint = true;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        DS4J_ARG(v.ring && v.ring2 && v.cap > 0, "%s: view %d has no ring", fn, i);
+        disjoint &= comp_store_disjoint(v.S, m, overlap, v.cap);
+    }
+    const int32_t cw = overlap ? 2 * w : w;
+    if (!disjoint) {  // the stores must wait for the pooling: three launches
+        const int32_t rc = ds4j_compress_pool_seqs(ctx, host_views, views, n, a_new, z_new, m, w, overlap, position_bias,
+                                                   norm_w, eps, inv_freq, rope_dim);
+        if (rc != DS4J_OK) return rc;
+        const int32_t ra = ds4j_ring_store_seqs(ctx, host_views, views, n, 0, 0, cw, a_new);
+        return ra != DS4J_OK ? ra : ds4j_ring_store_seqs(ctx, host_views, views, n, 1, 0, cw, z_new);
+    }
+    DS4J_ARG(a_new && z_new && position_bias && norm_w && inv_freq && m > 0 && w > 0, "%s: bad arguments", fn);
+    DS4J_ARG(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= w, "%s: bad rope_dim %d", fn, rope_dim);
+    DS4J_ARG(w * sizeof(float) <= 32 * 1024, "%s: width %d too large", fn, w);
+    int64_t most = 0, rows = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        DS4J_ARG(v.store, "%s: view %d has no entries", fn, i);
+        const int64_t nw = windows_done(v.N0, v.S, m);
+        if (nw > most) most = nw;
+        const int64_t c = v.N0 + v.S - ring_first(v.N0, v.S, v.cap);
+        if (c > rows) rows = c;
+    }
+    if (ctx->fixed_grids) most = (max_s + m - 1) / m;  // the most windows max_s rows can complete
+    dim3 grid((unsigned)most + grid_for(rows * cw), (unsigned)n);
+    compress_step_seqs_kernel<<<grid, 256, w * sizeof(float), ctx->stream>>>(views, a_new, z_new, m, w, overlap,
+                                                                            position_bias, norm_w, eps, inv_freq,
+                                                                            rope_dim, (int)most);
+    DS4J_LAUNCHED("compress_step_seqs");
     return DS4J_OK;
 }
 

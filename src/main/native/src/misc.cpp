@@ -30,8 +30,10 @@ __device__ __forceinline__ void sinkhorn_step(float* M, int n, float eps, bool c
 }
 
 __global__ void hc_pre_kernel(const float* mu, const float* base, const float* scale, const float* X, int n, int D,
-                              int iters, float eps, float* post, float* comb, float* col) {
+                              int iters, float eps, float* post, float* comb, float* col, int norm,
+                              const float* norm_w, float rms_eps) {
     __shared__ float pre[HC_MAX];
+    __shared__ double red[32];
     __shared__ float M[HC_MAX * HC_MAX];
     const int s = blockIdx.x, mix = (2 + n) * n;
     const float* m = mu + (int64_t)s * mix;
@@ -67,32 +69,39 @@ __global__ void hc_pre_kernel(const float* mu, const float* base, const float* s
         for (int i = 0; i < n; i++) acc = add(acc, mul(pre[i], xs[(int64_t)i * D + d]));
         col[(int64_t)s * D + d] = acc;
     }
+    if (norm) {  // the RMSNorm of the column, as rmsnorm_kernel computes it (same block size, same order)
+        __syncthreads();
+        rmsnorm_row(col + (int64_t)s * D, col + (int64_t)s * D, norm_w, D, rms_eps, red);
+    }
+}
+
+/** X'[s, k, d] = post[s, k] * fv + sum_j comb[s, j, k] * X[s, j, d] for one (s, d), in place; xs = X + s*n*D. */
+__device__ __forceinline__ void hc_post_elem(float* xs, float fv, const float* post_s, const float* M, int n, int D,
+                                             int d) {
+    float xj[HC_MAX];
+#pragma unroll
+    for (int j = 0; j < HC_MAX; j++) xj[j] = j < n ? xs[(int64_t)j * D + d] : 0.f;
+    float out[HC_MAX];
+#pragma unroll
+    for (int k = 0; k < HC_MAX; k++) {
+        if (k < n) {
+            float acc = mul(post_s[k], fv);
+#pragma unroll
+            for (int j = 0; j < HC_MAX; j++)
+                if (j < n) acc = add(acc, mul(M[j * n + k], xj[j]));
+            out[k] = acc;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < HC_MAX; k++)
+        if (k < n) xs[(int64_t)k * D + d] = out[k];
 }
 
 __global__ void hc_post_kernel(float* X, const float* f, const float* post, const float* comb, int S, int n, int D) {
     const int64_t total = (int64_t)S * D;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int s = (int)(i / D), d = (int)(i % D);
-        float* xs = X + (int64_t)s * n * D;
-        float xj[HC_MAX];
-#pragma unroll
-        for (int j = 0; j < HC_MAX; j++) xj[j] = j < n ? xs[(int64_t)j * D + d] : 0.f;
-        const float fv = f[(int64_t)s * D + d];
-        const float* M = comb + (int64_t)s * n * n;
-        float out[HC_MAX];
-#pragma unroll
-        for (int k = 0; k < HC_MAX; k++) {
-            if (k < n) {
-                float acc = mul(post[s * n + k], fv);
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++)
-                    if (j < n) acc = add(acc, mul(M[j * n + k], xj[j]));
-                out[k] = acc;
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < HC_MAX; k++)
-            if (k < n) xs[(int64_t)k * D + d] = out[k];
+        hc_post_elem(X + (int64_t)s * n * D, f[(int64_t)s * D + d], post + s * n, comb + (int64_t)s * n * n, n, D, d);
     }
 }
 
@@ -181,26 +190,54 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
     }
 }
 
+/**
+ * Row s, channel d of the MoE output: the k picks of s in ascending expert id (the CPU accumulates experts in that
+ * order), each weights[p] * yr[p, d], then + shared[s, d].
+ */
+__device__ __forceinline__ float moe_combine_elem(const int32_t* ids, const float* weights, const float* yr,
+                                                  const float* shared, int s, int k, int D, int d) {
+    int order[ROUTE_KMAX];
+    for (int j = 0; j < k; j++) order[j] = j;
+    for (int a = 1; a < k; a++)
+        for (int b = a; b > 0 && ids[s * k + order[b - 1]] > ids[s * k + order[b]]; b--) {
+            const int t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    float acc = 0;
+    for (int j = 0; j < k; j++) {
+        const int p = s * k + order[j];
+        acc = add(acc, mul(weights[p], yr[(int64_t)p * D + d]));
+    }
+    return add(acc, shared[(int64_t)s * D + d]);
+}
+
 __global__ void moe_combine_kernel(const int32_t* ids, const float* weights, const float* yr, const float* shared,
                                    int S, int k, int D, float* out) {
     const int64_t total = (int64_t)S * D;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int s = (int)(i / D), d = (int)(i % D);
-        // picks of token s in ascending expert id (the CPU accumulates experts in that order)
-        int order[ROUTE_KMAX];
-        for (int j = 0; j < k; j++) order[j] = j;
-        for (int a = 1; a < k; a++)
-            for (int b = a; b > 0 && ids[s * k + order[b - 1]] > ids[s * k + order[b]]; b--) {
-                const int t = order[b];
-                order[b] = order[b - 1];
-                order[b - 1] = t;
-            }
-        float acc = 0;
-        for (int j = 0; j < k; j++) {
-            const int p = s * k + order[j];
-            acc = add(acc, mul(weights[p], yr[(int64_t)p * D + d]));
-        }
-        out[i] = add(acc, shared[i]);
+        out[i] = moe_combine_elem(ids, weights, yr, shared, s, k, D, d);
+    }
+}
+
+/**
+ * One block per row s: the block output f (or, with ids, the MoE combination whose shared-expert term is f) goes
+ * into the stream update of row s (hc_post_elem), then, with v, RMSNorm_1 of the updated row X[s] [n*D] into v[s]
+ * (rmsnorm_kernel's arithmetic: 256 threads, same order).
+ */
+__global__ void hc_post_norm_kernel(float* X, const float* f, const int32_t* ids, const float* weights, const float* yr,
+                                    int k, const float* post, const float* comb, int n, int D, float eps, float* v) {
+    __shared__ double red[32];
+    const int s = blockIdx.x;
+    float* xs = X + (int64_t)s * n * D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        const float fv = ids ? moe_combine_elem(ids, weights, yr, f, s, k, D, d) : f[(int64_t)s * D + d];
+        hc_post_elem(xs, fv, post + s * n, comb + (int64_t)s * n * n, n, D, d);
+    }
+    if (v) {
+        __syncthreads();
+        rmsnorm_row(xs, v + (int64_t)s * n * D, nullptr, n * D, eps, red);
     }
 }
 
@@ -226,8 +263,23 @@ int32_t ds4j_hc_pre(ds4j_ctx* ctx, const float* mu, const float* base, const flo
     DS4J_ARG(n >= 1 && n <= HC_MAX && D > 0 && S >= 0 && sinkhorn_iters >= 1,
              "ds4j_hc_pre: unsupported shape (n %d, max %d; D %d; iters %d)", n, HC_MAX, D, sinkhorn_iters);
     if (S == 0) return DS4J_OK;
-    hc_pre_kernel<<<S, 256, 0, ctx->stream>>>(mu, base, scale, X, n, D, sinkhorn_iters, hc_eps, post, comb, col);
+    hc_pre_kernel<<<S, 256, 0, ctx->stream>>>(mu, base, scale, X, n, D, sinkhorn_iters, hc_eps, post, comb, col, 0,
+                                              nullptr, 0.f);
     DS4J_LAUNCHED("hc_pre");
+    return DS4J_OK;
+}
+
+int32_t ds4j_hc_pre_norm(ds4j_ctx* ctx, const float* mu, const float* base, const float* scale, const float* X,
+                         int32_t S, int32_t n, int32_t D, int32_t sinkhorn_iters, float hc_eps, float* post,
+                         float* comb, float* col, const float* norm_w, float rms_eps) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(mu && base && scale && X && post && comb && col, "ds4j_hc_pre_norm: null pointer");
+    DS4J_ARG(n >= 1 && n <= HC_MAX && D > 0 && S >= 0 && sinkhorn_iters >= 1,
+             "ds4j_hc_pre_norm: unsupported shape (n %d, max %d; D %d; iters %d)", n, HC_MAX, D, sinkhorn_iters);
+    if (S == 0) return DS4J_OK;
+    hc_pre_kernel<<<S, 256, 0, ctx->stream>>>(mu, base, scale, X, n, D, sinkhorn_iters, hc_eps, post, comb, col, 1,
+                                              norm_w, rms_eps);
+    DS4J_LAUNCHED("hc_pre_norm");
     return DS4J_OK;
 }
 
@@ -239,6 +291,19 @@ int32_t ds4j_hc_post(ds4j_ctx* ctx, float* X, const float* f, const float* post,
     if (S == 0) return DS4J_OK;
     hc_post_kernel<<<grid_for((int64_t)S * D), 256, 0, ctx->stream>>>(X, f, post, comb, S, n, D);
     DS4J_LAUNCHED("hc_post");
+    return DS4J_OK;
+}
+
+int32_t ds4j_hc_post_norm(ds4j_ctx* ctx, float* X, const float* f, const int32_t* ids, const float* weights,
+                          const float* y_routed, int32_t k, const float* post, const float* comb, int32_t S, int32_t n,
+                          int32_t D, float eps, float* v) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(X && f && post && comb, "ds4j_hc_post_norm: null pointer");
+    DS4J_ARG(!ids || (weights && y_routed && k >= 1 && k <= ROUTE_KMAX), "ds4j_hc_post_norm: bad combination inputs (k %d)", k);
+    DS4J_ARG(n >= 1 && n <= HC_MAX && D > 0 && S >= 0, "ds4j_hc_post_norm: unsupported shape (n %d, D %d)", n, D);
+    if (S == 0) return DS4J_OK;
+    hc_post_norm_kernel<<<S, 256, 0, ctx->stream>>>(X, f, ids, weights, y_routed, k, post, comb, n, D, eps, v);
+    DS4J_LAUNCHED("hc_post_norm");
     return DS4J_OK;
 }
 

@@ -164,8 +164,8 @@ DS4J_API int32_t ds4j_graph_replay(ds4j_ctx* ctx, int64_t exec);
 DS4J_API int32_t ds4j_graph_destroy(ds4j_ctx* ctx, int64_t exec);
 /**
  * Launch shapes of the *_seqs calls from bounds (on = 1) instead of the views' present values (on = 0, the default),
- * so that a step's launches and their arguments depend only on its shape: ds4j_compress_pool_seqs launches
- * ceil(max S / m) window blocks per sequence, ds4j_indexer_scores_seqs ceil(ld / 4) entry blocks, and both indexer
+ * so that a step's launches and their arguments depend only on its shape: ds4j_compress_pool_seqs (and
+ * ds4j_compress_step_seqs) launches ceil(max S / m) window blocks per sequence, ds4j_indexer_scores_seqs ceil(ld / 4) entry blocks, and both indexer
  * calls launch even when no view needs a selection (the kernels skip what a view does not need); ds4j_attention_seqs
  * sizes its key scratch for the window plus K compressed entries (CSA) or max_entries (HCA), failing with DS4J_ERR_ARG
  * when a view has more. The numbers are the same either way, bit for bit.
@@ -295,6 +295,22 @@ DS4J_API int32_t ds4j_hc_pre(ds4j_ctx* ctx, const float* mu, const float* base, 
 /** Stream update X'[s, k] = post[s, k] * f[s] + sum_j comb[s, j, k] * X[s, j], in place. */
 DS4J_API int32_t ds4j_hc_post(ds4j_ctx* ctx, float* X, const float* f, const float* post, const float* comb,
                               int32_t S, int32_t n, int32_t D);
+/**
+ * ds4j_hc_pre followed by the RMSNorm of each column row in the same launch: col[s] = norm_w * col[s] /
+ * sqrt(mean(col[s]^2) + rms_eps) (norm_w NULL = RMSNorm_1). Same results as ds4j_hc_pre then ds4j_rmsnorm(col, col).
+ */
+DS4J_API int32_t ds4j_hc_pre_norm(ds4j_ctx* ctx, const float* mu, const float* base, const float* scale, const float* X,
+                                  int32_t S, int32_t n, int32_t D, int32_t sinkhorn_iters, float hc_eps, float* post,
+                                  float* comb, float* col, const float* norm_w, float rms_eps);
+/**
+ * ds4j_hc_post with its block output and the next site's input norm in one launch. ids NULL: the block output is f
+ * [S, D]. ids given: it is the MoE combination of ds4j_moe_combine(ids, weights, y_routed, shared = f, S, k, D), which
+ * is not stored. Then, when v is not NULL, v[s] = RMSNorm_1 of the updated row X[s] ([S, n*D], eps). Same results as
+ * ds4j_moe_combine (when ids), ds4j_hc_post and ds4j_rmsnorm(X, v, NULL, S, n*D, eps) in turn.
+ */
+DS4J_API int32_t ds4j_hc_post_norm(ds4j_ctx* ctx, float* X, const float* f, const int32_t* ids, const float* weights,
+                                   const float* y_routed, int32_t k, const float* post, const float* comb, int32_t S,
+                                   int32_t n, int32_t D, float eps, float* v);
 /** Spec 3.9 merge: y[r] = sum_k (sigmoid(mu[r, k] * scale[0] + base[k]) + hc_eps) * X[r, k] for R rows [R, n, D]. */
 DS4J_API int32_t ds4j_hc_head(ds4j_ctx* ctx, const float* mu, const float* base, const float* scale, const float* X,
                               int32_t R, int32_t n, int32_t D, float hc_eps, float* y);
@@ -381,6 +397,16 @@ DS4J_API int32_t ds4j_compress_pool(ds4j_ctx* ctx, const float* ring_a, const fl
                                     const float* inv_freq, int32_t rope_dim, uint16_t* entries);
 
 /**
+ * A compressor's step: ds4j_compress_pool, then the step's rows a_new and z_new into the F32 rings ring_a and ring_z
+ * (ds4j_ring_store, ring_f16 = 0, width cw), in one launch when the slots the stores write cannot be any the pooling
+ * reads (S + (overlap ? 2m-1 : m-1) <= cap), else in those three calls. Same results either way.
+ */
+DS4J_API int32_t ds4j_compress_step(ds4j_ctx* ctx, float* ring_a, float* ring_z, int32_t cap, const float* a_new,
+                                    const float* z_new, int64_t N0, int32_t S, int32_t m, int32_t w, int32_t overlap,
+                                    const float* position_bias, const float* norm_w, float eps, const float* inv_freq,
+                                    int32_t rope_dim, uint16_t* entries);
+
+/**
  * Lightning Indexer scores (spec 3.6 step 3) for the queries whose available set avail = (N0+s+1)/m exceeds K:
  * scores[s*ld + e] = sum_h (wt[s, h] * w_scale) * relu(qi[s, h] . keys[e]) * s_scale for e < avail.
  * qi [S, HI, dI] (RoPE applied), wt [S, HI], keys [*, dI] F16. Rows with avail <= K are left untouched.
@@ -448,6 +474,16 @@ DS4J_API int32_t ds4j_rmsnorm_rope_at(ds4j_ctx* ctx, float* x, const float* weig
                                       int32_t rows_per_pos, int32_t round_f16);
 
 /**
+ * The query and shared-kv norms of S rows in one launch (spec 3.4 steps 2-3): q [S, H, d] each head RMSNorm_1 and RoPE,
+ * kv [S, d] RMSNorm with kv_w, RoPE and rounded through binary16; row s at position pos[s] (device memory) when pos
+ * is not NULL, else pos0 + s. Same results as ds4j_rmsnorm_rope(q, NULL, S*H, d, .., H, 0) and
+ * ds4j_rmsnorm_rope(kv, kv_w, S, d, .., 1, 1) (or their _at forms).
+ */
+DS4J_API int32_t ds4j_qkv_norm_rope(ds4j_ctx* ctx, float* q, float* kv, const float* kv_w, int32_t S, int32_t H,
+                                    int32_t d, float eps, int32_t rope_dim, const float* inv_freq, int64_t pos0,
+                                    const int64_t* pos);
+
+/**
  * ds4j_ring_store for n sequences: the rows [R, width] of each sequence go to its ring (which = 0: view.ring,
  * 1: view.ring2) of view.cap rows.
  */
@@ -469,6 +505,16 @@ DS4J_API int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_vi
  * view.store = the F16 entries): a_new, z_new [R, cw].
  */
 DS4J_API int32_t ds4j_compress_pool_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                         int32_t n, const float* a_new, const float* z_new, int32_t m, int32_t w,
+                                         int32_t overlap, const float* position_bias, const float* norm_w, float eps,
+                                         const float* inv_freq, int32_t rope_dim);
+
+/**
+ * ds4j_compress_step for n sequences: ds4j_compress_pool_seqs and ds4j_ring_store_seqs of a_new (which 0) and z_new
+ * (which 1, both F32, width cw) in one launch when no view's stores can reach a slot its pooling reads, else in those
+ * three calls. Same results either way; under ds4j_seqs_bounds the window blocks are those of ds4j_compress_pool_seqs.
+ */
+DS4J_API int32_t ds4j_compress_step_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
                                          int32_t n, const float* a_new, const float* z_new, int32_t m, int32_t w,
                                          int32_t overlap, const float* position_bias, const float* norm_w, float eps,
                                          const float* inv_freq, int32_t rope_dim);

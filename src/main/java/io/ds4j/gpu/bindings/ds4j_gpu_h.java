@@ -2677,6 +2677,143 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_hc_pre_norm {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_FLOAT
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_hc_pre_norm");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_hc_pre_norm(ds4j_ctx *ctx, const float *mu, const float *base, const float *scale, const float *X, int32_t S, int32_t n, int32_t D, int32_t sinkhorn_iters, float hc_eps, float *post, float *comb, float *col, const float *norm_w, float rms_eps)
+     * }
+     */
+    public static FunctionDescriptor ds4j_hc_pre_norm$descriptor() {
+        return ds4j_hc_pre_norm.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_hc_pre_norm(ds4j_ctx *ctx, const float *mu, const float *base, const float *scale, const float *X, int32_t S, int32_t n, int32_t D, int32_t sinkhorn_iters, float hc_eps, float *post, float *comb, float *col, const float *norm_w, float rms_eps)
+     * }
+     */
+    public static MethodHandle ds4j_hc_pre_norm$handle() {
+        return ds4j_hc_pre_norm.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_hc_pre_norm(ds4j_ctx *ctx, const float *mu, const float *base, const float *scale, const float *X, int32_t S, int32_t n, int32_t D, int32_t sinkhorn_iters, float hc_eps, float *post, float *comb, float *col, const float *norm_w, float rms_eps)
+     * }
+     */
+    public static MemorySegment ds4j_hc_pre_norm$address() {
+        return ds4j_hc_pre_norm.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_hc_pre_norm(ds4j_ctx *ctx, const float *mu, const float *base, const float *scale, const float *X, int32_t S, int32_t n, int32_t D, int32_t sinkhorn_iters, float hc_eps, float *post, float *comb, float *col, const float *norm_w, float rms_eps)
+     * }
+     */
+    public static int ds4j_hc_pre_norm(MemorySegment ctx, MemorySegment mu, MemorySegment base, MemorySegment scale, MemorySegment X, int S, int n, int D, int sinkhorn_iters, float hc_eps, MemorySegment post, MemorySegment comb, MemorySegment col, MemorySegment norm_w, float rms_eps) {
+        var mh$ = ds4j_hc_pre_norm.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, mu, base, scale, X, S, n, D, sinkhorn_iters, hc_eps, post, comb, col, norm_w, rms_eps);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_hc_post_norm {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_hc_post_norm");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_hc_post_norm(ds4j_ctx *ctx, float *X, const float *f, const int32_t *ids, const float *weights, const float *y_routed, int32_t k, const float *post, const float *comb, int32_t S, int32_t n, int32_t D, float eps, float *v)
+     * }
+     */
+    public static FunctionDescriptor ds4j_hc_post_norm$descriptor() {
+        return ds4j_hc_post_norm.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_hc_post_norm(ds4j_ctx *ctx, float *X, const float *f, const int32_t *ids, const float *weights, const float *y_routed, int32_t k, const float *post, const float *comb, int32_t S, int32_t n, int32_t D, float eps, float *v)
+     * }
+     */
+    public static MethodHandle ds4j_hc_post_norm$handle() {
+        return ds4j_hc_post_norm.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_hc_post_norm(ds4j_ctx *ctx, float *X, const float *f, const int32_t *ids, const float *weights, const float *y_routed, int32_t k, const float *post, const float *comb, int32_t S, int32_t n, int32_t D, float eps, float *v)
+     * }
+     */
+    public static MemorySegment ds4j_hc_post_norm$address() {
+        return ds4j_hc_post_norm.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_hc_post_norm(ds4j_ctx *ctx, float *X, const float *f, const int32_t *ids, const float *weights, const float *y_routed, int32_t k, const float *post, const float *comb, int32_t S, int32_t n, int32_t D, float eps, float *v)
+     * }
+     */
+    public static int ds4j_hc_post_norm(MemorySegment ctx, MemorySegment X, MemorySegment f, MemorySegment ids, MemorySegment weights, MemorySegment y_routed, int k, MemorySegment post, MemorySegment comb, int S, int n, int D, float eps, MemorySegment v) {
+        var mh$ = ds4j_hc_post_norm.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, X, f, ids, weights, y_routed, k, post, comb, S, n, D, eps, v);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_hc_head {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
@@ -3217,6 +3354,77 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_compress_step {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_compress_step");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_step(ds4j_ctx *ctx, float *ring_a, float *ring_z, int32_t cap, const float *a_new, const float *z_new, int64_t N0, int32_t S, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim, uint16_t *entries)
+     * }
+     */
+    public static FunctionDescriptor ds4j_compress_step$descriptor() {
+        return ds4j_compress_step.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_step(ds4j_ctx *ctx, float *ring_a, float *ring_z, int32_t cap, const float *a_new, const float *z_new, int64_t N0, int32_t S, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim, uint16_t *entries)
+     * }
+     */
+    public static MethodHandle ds4j_compress_step$handle() {
+        return ds4j_compress_step.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_step(ds4j_ctx *ctx, float *ring_a, float *ring_z, int32_t cap, const float *a_new, const float *z_new, int64_t N0, int32_t S, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim, uint16_t *entries)
+     * }
+     */
+    public static MemorySegment ds4j_compress_step$address() {
+        return ds4j_compress_step.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_step(ds4j_ctx *ctx, float *ring_a, float *ring_z, int32_t cap, const float *a_new, const float *z_new, int64_t N0, int32_t S, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim, uint16_t *entries)
+     * }
+     */
+    public static int ds4j_compress_step(MemorySegment ctx, MemorySegment ring_a, MemorySegment ring_z, int cap, MemorySegment a_new, MemorySegment z_new, long N0, int S, int m, int w, int overlap, MemorySegment position_bias, MemorySegment norm_w, float eps, MemorySegment inv_freq, int rope_dim, MemorySegment entries) {
+        var mh$ = ds4j_compress_step.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, ring_a, ring_z, cap, a_new, z_new, N0, S, m, w, overlap, position_bias, norm_w, eps, inv_freq, rope_dim, entries);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_indexer_scores {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
@@ -3611,6 +3819,72 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_qkv_norm_rope {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_qkv_norm_rope");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_qkv_norm_rope(ds4j_ctx *ctx, float *q, float *kv, const float *kv_w, int32_t S, int32_t H, int32_t d, float eps, int32_t rope_dim, const float *inv_freq, int64_t pos0, const int64_t *pos)
+     * }
+     */
+    public static FunctionDescriptor ds4j_qkv_norm_rope$descriptor() {
+        return ds4j_qkv_norm_rope.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_qkv_norm_rope(ds4j_ctx *ctx, float *q, float *kv, const float *kv_w, int32_t S, int32_t H, int32_t d, float eps, int32_t rope_dim, const float *inv_freq, int64_t pos0, const int64_t *pos)
+     * }
+     */
+    public static MethodHandle ds4j_qkv_norm_rope$handle() {
+        return ds4j_qkv_norm_rope.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_qkv_norm_rope(ds4j_ctx *ctx, float *q, float *kv, const float *kv_w, int32_t S, int32_t H, int32_t d, float eps, int32_t rope_dim, const float *inv_freq, int64_t pos0, const int64_t *pos)
+     * }
+     */
+    public static MemorySegment ds4j_qkv_norm_rope$address() {
+        return ds4j_qkv_norm_rope.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_qkv_norm_rope(ds4j_ctx *ctx, float *q, float *kv, const float *kv_w, int32_t S, int32_t H, int32_t d, float eps, int32_t rope_dim, const float *inv_freq, int64_t pos0, const int64_t *pos)
+     * }
+     */
+    public static int ds4j_qkv_norm_rope(MemorySegment ctx, MemorySegment q, MemorySegment kv, MemorySegment kv_w, int S, int H, int d, float eps, int rope_dim, MemorySegment inv_freq, long pos0, MemorySegment pos) {
+        var mh$ = ds4j_qkv_norm_rope.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, q, kv, kv_w, S, H, d, eps, rope_dim, inv_freq, pos0, pos);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_ring_store_seqs {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
@@ -3804,6 +4078,74 @@ public class ds4j_gpu_h {
      */
     public static int ds4j_compress_pool_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment a_new, MemorySegment z_new, int m, int w, int overlap, MemorySegment position_bias, MemorySegment norm_w, float eps, MemorySegment inv_freq, int rope_dim) {
         var mh$ = ds4j_compress_pool_seqs.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_views, views, n, a_new, z_new, m, w, overlap, position_bias, norm_w, eps, inv_freq, rope_dim);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_compress_step_seqs {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_compress_step_seqs");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_step_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *a_new, const float *z_new, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim)
+     * }
+     */
+    public static FunctionDescriptor ds4j_compress_step_seqs$descriptor() {
+        return ds4j_compress_step_seqs.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_step_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *a_new, const float *z_new, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim)
+     * }
+     */
+    public static MethodHandle ds4j_compress_step_seqs$handle() {
+        return ds4j_compress_step_seqs.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_step_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *a_new, const float *z_new, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim)
+     * }
+     */
+    public static MemorySegment ds4j_compress_step_seqs$address() {
+        return ds4j_compress_step_seqs.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_compress_step_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *a_new, const float *z_new, int32_t m, int32_t w, int32_t overlap, const float *position_bias, const float *norm_w, float eps, const float *inv_freq, int32_t rope_dim)
+     * }
+     */
+    public static int ds4j_compress_step_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment a_new, MemorySegment z_new, int m, int w, int overlap, MemorySegment position_bias, MemorySegment norm_w, float eps, MemorySegment inv_freq, int rope_dim) {
+        var mh$ = ds4j_compress_step_seqs.HANDLE;
         try {
             return (int) mh$.invokeExact(ctx, host_views, views, n, a_new, z_new, m, w, overlap, position_bias, norm_w, eps, inv_freq, rope_dim);
         } catch (Throwable ex$) {

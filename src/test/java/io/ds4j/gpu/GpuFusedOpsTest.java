@@ -1,0 +1,301 @@
+package io.ds4j.gpu;
+
+import io.ds4j.model.Rope;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+
+import static io.ds4j.gpu.Gpu.check;
+import static io.ds4j.gpu.Gpu.ptr;
+import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * The fused per-layer kernels against the unfused sequence they replace, bit for bit, on random inputs: mHC mapping
+ * with the site norm (ds4j_hc_pre_norm), the stream update with the MoE combination and the next site's RMSNorm_1
+ * (ds4j_hc_post_norm), the query and kv norms with RoPE (ds4j_qkv_norm_rope, positions from an offset or from
+ * memory), and a compressor's pooling with its ring stores (ds4j_compress_step and its several-sequence form, in one
+ * launch or, where the stores could overwrite a slot the pooling reads, in three). Shapes cover one row (decode),
+ * a few rows (verify), odd widths and widths below the block size.
+ */
+@Tag("gpu")
+class GpuFusedOpsTest {
+    static Gpu gpu;
+    static final List<Long> allocs = new ArrayList<>();
+
+    @BeforeAll
+    static void open() {
+        gpu = Gpu.open(0);
+    }
+
+    @AfterAll
+    static void close() {
+        for (long p : allocs) gpu.free(p);
+        gpu.close();
+    }
+
+    static long dev(float[] v) {
+        long p = gpu.malloc(4L * Math.max(1, v.length), "test");
+        allocs.add(p);
+        gpu.upload(p, v);
+        return p;
+    }
+
+    static long dev(int[] v) {
+        long p = gpu.malloc(4L * Math.max(1, v.length), "test");
+        allocs.add(p);
+        gpu.upload(p, v);
+        return p;
+    }
+
+    static long dev(long[] v) {
+        long p = gpu.malloc(8L * Math.max(1, v.length), "test");
+        allocs.add(p);
+        gpu.upload(p, v);
+        return p;
+    }
+
+    static long dev(short[] v) {
+        long p = gpu.malloc(2L * Math.max(1, v.length), "test");
+        allocs.add(p);
+        gpu.upload(p, v);
+        return p;
+    }
+
+    static short[] f16(SplittableRandom r, int n) {
+        short[] v = new short[n];
+        for (int i = 0; i < n; i++) v[i] = Float.floatToFloat16((float) r.nextGaussian());
+        return v;
+    }
+
+    static float[] gauss(SplittableRandom r, int n, double std) {
+        float[] a = new float[n];
+        for (int i = 0; i < n; i++) a[i] = (float) (r.nextGaussian() * std);
+        return a;
+    }
+
+    /** The two device arrays hold the same bits (n floats). */
+    static void sameBits(long expected, long actual, int n, String what) {
+        float[] e = gpu.downloadFloats(expected, n), a = gpu.downloadFloats(actual, n);
+        for (int i = 0; i < n; i++)
+            if (Float.floatToRawIntBits(e[i]) != Float.floatToRawIntBits(a[i]))
+                fail(what + ": element " + i + " of " + n + ": fused " + a[i] + ", separate " + e[i]);
+    }
+
+    @Test
+    void hcPreNormEqualsHcPreThenRmsnorm() {
+        SplittableRandom r = new SplittableRandom(31);
+        final int iters = 20;
+        final float hcEps = 1e-6f, eps = 1e-6f;
+        for (int[] shape : new int[][]{{1, 4, 4096}, {5, 4, 4096}, {3, 4, 1000}, {2, 3, 200}, {7, 8, 257}}) {
+            int S = shape[0], n = shape[1], D = shape[2], mix = (2 + n) * n;
+            long mu = dev(gauss(r, S * mix, 1)), base = dev(gauss(r, mix, 0.5)), scale = dev(gauss(r, 3, 1));
+            long X = dev(gauss(r, S * n * D, 1));
+            for (boolean weighted : new boolean[]{true, false}) {
+                long w = weighted ? dev(gauss(r, D, 1)) : 0;
+                long p1 = dev(new float[S * n]), c1 = dev(new float[S * n * n]), col1 = dev(new float[S * D]);
+                long p2 = dev(new float[S * n]), c2 = dev(new float[S * n * n]), col2 = dev(new float[S * D]);
+                check(ds4j_hc_pre(gpu.ctx(), ptr(mu), ptr(base), ptr(scale), ptr(X), S, n, D, iters, hcEps, ptr(p1), ptr(c1), ptr(col1)),
+                        "hc_pre");
+                check(ds4j_rmsnorm(gpu.ctx(), ptr(col1), ptr(col1), ptr(w), S, D, eps), "rmsnorm");
+                check(ds4j_hc_pre_norm(gpu.ctx(), ptr(mu), ptr(base), ptr(scale), ptr(X), S, n, D, iters, hcEps, ptr(p2), ptr(c2),
+                        ptr(col2), ptr(w), eps), "hc_pre_norm");
+                String at = "S " + S + ", n " + n + ", D " + D + (weighted ? ", weighted" : "");
+                sameBits(p1, p2, S * n, "post, " + at);
+                sameBits(c1, c2, S * n * n, "comb, " + at);
+                sameBits(col1, col2, S * D, "col, " + at);
+            }
+        }
+    }
+
+    @Test
+    void hcPostNormEqualsCombineHcPostThenRmsnorm() {
+        SplittableRandom r = new SplittableRandom(32);
+        final float eps = 1e-6f;
+        final int E = 16;
+        for (int[] shape : new int[][]{{1, 4, 4096, 6}, {5, 4, 4096, 6}, {3, 4, 1000, 2}, {2, 3, 200, 1}, {4, 8, 257, 16}}) {
+            int S = shape[0], n = shape[1], D = shape[2], k = shape[3], nD = n * D;
+            float[] x = gauss(r, S * nD, 1);
+            long f = dev(gauss(r, S * D, 1)), post = dev(gauss(r, S * n, 1)), comb = dev(gauss(r, S * n * n, 0.5));
+            // k distinct experts per row in random order (the combination sums them in ascending id)
+            int[] ids = new int[S * k];
+            for (int s = 0; s < S; s++) {
+                int[] perm = new int[E];
+                for (int e = 0; e < E; e++) perm[e] = e;
+                for (int e = E - 1; e > 0; e--) {
+                    int j = r.nextInt(e + 1), t = perm[e];
+                    perm[e] = perm[j];
+                    perm[j] = t;
+                }
+                System.arraycopy(perm, 0, ids, s * k, k);
+            }
+            long dids = dev(ids), wts = dev(gauss(r, S * k, 1)), yr = dev(gauss(r, S * k * D, 1));
+            String at = "S " + S + ", n " + n + ", D " + D + ", k " + k;
+            // the attention site: the block output as given
+            for (boolean norm : new boolean[]{true, false}) {
+                long X1 = dev(x), X2 = dev(x), v1 = dev(new float[S * nD]), v2 = dev(new float[S * nD]);
+                check(ds4j_hc_post(gpu.ctx(), ptr(X1), ptr(f), ptr(post), ptr(comb), S, n, D), "hc_post");
+                if (norm) check(ds4j_rmsnorm(gpu.ctx(), ptr(X1), ptr(v1), MemorySegment.NULL, S, nD, eps), "rmsnorm");
+                check(ds4j_hc_post_norm(gpu.ctx(), ptr(X2), ptr(f), MemorySegment.NULL, MemorySegment.NULL, MemorySegment.NULL, k,
+                        ptr(post), ptr(comb), S, n, D, eps, norm ? ptr(v2) : MemorySegment.NULL), "hc_post_norm");
+                sameBits(X1, X2, S * nD, "streams, " + at + (norm ? ", norm" : ""));
+                sameBits(v1, v2, S * nD, "norm, " + at + (norm ? ", norm" : ""));
+            }
+            // the MoE site: the combination of routed rows and shared expert output f
+            long X1 = dev(x), X2 = dev(x), v1 = dev(new float[S * nD]), v2 = dev(new float[S * nD]), out = dev(new float[S * D]);
+            check(ds4j_moe_combine(gpu.ctx(), ptr(dids), ptr(wts), ptr(yr), ptr(f), S, k, D, ptr(out)), "moe_combine");
+            check(ds4j_hc_post(gpu.ctx(), ptr(X1), ptr(out), ptr(post), ptr(comb), S, n, D), "hc_post");
+            check(ds4j_rmsnorm(gpu.ctx(), ptr(X1), ptr(v1), MemorySegment.NULL, S, nD, eps), "rmsnorm");
+            check(ds4j_hc_post_norm(gpu.ctx(), ptr(X2), ptr(f), ptr(dids), ptr(wts), ptr(yr), k, ptr(post), ptr(comb), S, n, D, eps,
+                    ptr(v2)), "hc_post_norm with combine");
+            sameBits(X1, X2, S * nD, "streams, combine, " + at);
+            sameBits(v1, v2, S * nD, "norm, combine, " + at);
+        }
+        assertNotEquals(DS4J_OK(), ds4j_hc_post_norm(gpu.ctx(), MemorySegment.NULL, MemorySegment.NULL, MemorySegment.NULL,
+                MemorySegment.NULL, MemorySegment.NULL, 1, MemorySegment.NULL, MemorySegment.NULL, 1, 4, 16, eps, MemorySegment.NULL),
+                "null pointers are refused");
+    }
+
+    @Test
+    void qkvNormRopeEqualsTheTwoNormRopes() {
+        io.ds4j.model.ModelConfig c = io.ds4j.model.synth.Presets.get("small");
+        SplittableRandom r = new SplittableRandom(33);
+        final float eps = 1e-6f;
+        for (Rope rope : new Rope[]{Rope.main(c), Rope.compress(c)}) {
+            long table = dev(rope.invFreq);
+            for (int[] shape : new int[][]{{1, 64, 512}, {5, 64, 512}, {3, 7, 128}, {2, 3, 64}}) {
+                int S = shape[0], H = shape[1], d = shape[2];
+                if (rope.dims > d) continue;
+                float[] q = gauss(r, S * H * d, 2), kv = gauss(r, S * d, 2);
+                long kvw = dev(gauss(r, d, 1));
+                long[] pos = new long[S];
+                for (int s = 0; s < S; s++) pos[s] = r.nextInt(70000);
+                long dpos = dev(pos), pos0 = 40961;
+                String at = "S " + S + ", H " + H + ", d " + d + ", rope " + rope.dims;
+                // positions pos0 + s
+                long q1 = dev(q), q2 = dev(q), k1 = dev(kv), k2 = dev(kv);
+                check(ds4j_rmsnorm_rope(gpu.ctx(), ptr(q1), MemorySegment.NULL, S * H, d, eps, rope.dims, ptr(table), pos0, H, 0), "q");
+                check(ds4j_rmsnorm_rope(gpu.ctx(), ptr(k1), ptr(kvw), S, d, eps, rope.dims, ptr(table), pos0, 1, 1), "kv");
+                check(ds4j_qkv_norm_rope(gpu.ctx(), ptr(q2), ptr(k2), ptr(kvw), S, H, d, eps, rope.dims, ptr(table), pos0,
+                        MemorySegment.NULL), "qkv");
+                sameBits(q1, q2, S * H * d, "q, " + at);
+                sameBits(k1, k2, S * d, "kv, " + at);
+                // positions from memory
+                q1 = dev(q);
+                q2 = dev(q);
+                k1 = dev(kv);
+                k2 = dev(kv);
+                check(ds4j_rmsnorm_rope_at(gpu.ctx(), ptr(q1), MemorySegment.NULL, S * H, d, eps, rope.dims, ptr(table), ptr(dpos), H, 0),
+                        "q at");
+                check(ds4j_rmsnorm_rope_at(gpu.ctx(), ptr(k1), ptr(kvw), S, d, eps, rope.dims, ptr(table), ptr(dpos), 1, 1), "kv at");
+                check(ds4j_qkv_norm_rope(gpu.ctx(), ptr(q2), ptr(k2), ptr(kvw), S, H, d, eps, rope.dims, ptr(table), 0, ptr(dpos)),
+                        "qkv at");
+                sameBits(q1, q2, S * H * d, "q at, " + at);
+                sameBits(k1, k2, S * d, "kv at, " + at);
+            }
+        }
+    }
+
+    /** (m, overlap, cap, N0, S) cases: decode and verify steps completing no window, one, several; ring wrap-around. */
+    static final int[][] COMPRESS_CASES = {
+            {4, 1, 8 + 16, 0, 1}, {4, 1, 8 + 16, 3, 1}, {4, 1, 8 + 16, 4098, 1}, {4, 1, 8 + 16, 4095, 1},
+            {4, 1, 8 + 16, 4093, 5}, {4, 1, 8 + 16, 1000, 17}, {4, 1, 8 + 16, 1001, 40}, {4, 1, 8 + 16, 0, 37},
+            {128, 0, 128 + 16, 127, 1}, {128, 0, 128 + 16, 4000, 1}, {128, 0, 128 + 16, 4093, 5}, {128, 0, 128 + 16, 255, 17},
+            {128, 0, 128 + 16, 250, 300}};
+
+    @Test
+    void compressStepEqualsPoolThenRingStores() {
+        io.ds4j.model.ModelConfig c = io.ds4j.model.synth.Presets.get("small");
+        Rope rope = Rope.compress(c);
+        SplittableRandom r = new SplittableRandom(34);
+        long table = dev(rope.invFreq);
+        final int w = 128;
+        for (int[] cs : COMPRESS_CASES) {
+            int m = cs[0], overlap = cs[1], cap = cs[2], S = cs[4], cw = overlap == 1 ? 2 * w : w;
+            long N0 = cs[3];
+            int entries = (int) ((N0 + S) / m) + 1;
+            float[] ringA = gauss(r, cap * cw, 1), ringZ = gauss(r, cap * cw, 1);
+            short[] st = f16(r, entries * w);
+            long a = dev(gauss(r, S * cw, 1)), z = dev(gauss(r, S * cw, 1)), pb = dev(gauss(r, m * cw, 0.3)), norm = dev(gauss(r, w, 1));
+            long ra1 = dev(ringA), rz1 = dev(ringZ), st1 = dev(st), ra2 = dev(ringA), rz2 = dev(ringZ), st2 = dev(st);
+            check(ds4j_compress_pool(gpu.ctx(), ptr(ra1), ptr(rz1), cap, ptr(a), ptr(z), N0, S, m, w, overlap, ptr(pb), ptr(norm), 1e-6f,
+                    ptr(table), rope.dims, ptr(st1)), "compress_pool");
+            check(ds4j_ring_store(gpu.ctx(), ptr(ra1), 0, cap, cw, ptr(a), N0, S), "ring a");
+            check(ds4j_ring_store(gpu.ctx(), ptr(rz1), 0, cap, cw, ptr(z), N0, S), "ring z");
+            check(ds4j_compress_step(gpu.ctx(), ptr(ra2), ptr(rz2), cap, ptr(a), ptr(z), N0, S, m, w, overlap, ptr(pb), ptr(norm), 1e-6f,
+                    ptr(table), rope.dims, ptr(st2)), "compress_step");
+            String at = "m " + m + ", overlap " + overlap + ", cap " + cap + ", N0 " + N0 + ", S " + S;
+            assertArrayEquals(gpu.downloadShorts(st1, entries * w), gpu.downloadShorts(st2, entries * w), "entries, " + at);
+            sameBits(ra1, ra2, cap * cw, "ring a, " + at);
+            sameBits(rz1, rz2, cap * cw, "ring z, " + at);
+        }
+    }
+
+    @Test
+    void compressStepSeqsEqualsPoolThenRingStores() {
+        io.ds4j.model.ModelConfig c = io.ds4j.model.synth.Presets.get("small");
+        Rope rope = Rope.compress(c);
+        SplittableRandom r = new SplittableRandom(35);
+        long table = dev(rope.invFreq);
+        final int w = 128;
+        // groups of sequences at one (m, overlap, cap): short steps only (one launch), then one long step among them
+        int[][][] groups = {
+                {{4, 1, 24, 4095, 1}, {4, 1, 24, 17, 1}, {4, 1, 24, 4093, 5}, {4, 1, 24, 0, 1}},
+                {{4, 1, 24, 4095, 1}, {4, 1, 24, 1001, 40}},
+                {{128, 0, 144, 127, 1}, {128, 0, 144, 4093, 5}, {128, 0, 144, 300, 2}},
+        };
+        for (boolean bounds : new boolean[]{false, true})
+            for (int[][] g : groups) {
+                int n = g.length, m = g[0][0], overlap = g[0][1], cap = g[0][2], cw = overlap == 1 ? 2 * w : w, R = 0;
+                int[] row0 = new int[n];
+                for (int e = 0; e < n; e++) {
+                    row0[e] = R;
+                    R += g[e][4];
+                }
+                long a = dev(gauss(r, R * cw, 1)), z = dev(gauss(r, R * cw, 1)), pb = dev(gauss(r, m * cw, 0.3)), norm = dev(gauss(r, w, 1));
+                SeqViews v1 = new SeqViews(java.lang.foreign.Arena.ofAuto(), n), v2 = new SeqViews(java.lang.foreign.Arena.ofAuto(), n);
+                long[][] dev1 = new long[n][], dev2 = new long[n][];
+                int[] entries = new int[n];
+                for (int e = 0; e < n; e++) {
+                    long N0 = g[e][3];
+                    int S = g[e][4];
+                    entries[e] = (int) ((N0 + S) / m) + 1;
+                    float[] ringA = gauss(r, cap * cw, 1), ringZ = gauss(r, cap * cw, 1);
+                    short[] st = f16(r, entries[e] * w);
+                    dev1[e] = new long[]{dev(ringA), dev(ringZ), dev(st)};
+                    dev2[e] = new long[]{dev(ringA), dev(ringZ), dev(st)};
+                    v1.set(e, N0, S, row0[e], dev1[e][0], dev1[e][1], dev1[e][2], cap);
+                    v2.set(e, N0, S, row0[e], dev2[e][0], dev2[e][1], dev2[e][2], cap);
+                }
+                long d1 = gpu.malloc(v1.bytes(), "test"), d2 = gpu.malloc(v2.bytes(), "test");
+                allocs.add(d1);
+                allocs.add(d2);
+                gpu.upload(d1, v1.host());
+                gpu.upload(d2, v2.host());
+                check(ds4j_seqs_bounds(gpu.ctx(), bounds ? 1 : 0, bounds ? 256 : 0), "bounds");
+                try {
+                    check(ds4j_compress_pool_seqs(gpu.ctx(), v1.host(), ptr(d1), n, ptr(a), ptr(z), m, w, overlap, ptr(pb), ptr(norm), 1e-6f,
+                            ptr(table), rope.dims), "compress_pool_seqs");
+                    check(ds4j_ring_store_seqs(gpu.ctx(), v1.host(), ptr(d1), n, 0, 0, cw, ptr(a)), "ring a");
+                    check(ds4j_ring_store_seqs(gpu.ctx(), v1.host(), ptr(d1), n, 1, 0, cw, ptr(z)), "ring z");
+                    check(ds4j_compress_step_seqs(gpu.ctx(), v2.host(), ptr(d2), n, ptr(a), ptr(z), m, w, overlap, ptr(pb), ptr(norm), 1e-6f,
+                            ptr(table), rope.dims), "compress_step_seqs");
+                } finally {
+                    check(ds4j_seqs_bounds(gpu.ctx(), 0, 0), "bounds off");
+                }
+                for (int e = 0; e < n; e++) {
+                    String at = "sequence " + e + " (m " + m + ", N0 " + g[e][3] + ", S " + g[e][4] + (bounds ? ", bounds" : "") + ")";
+                    assertArrayEquals(gpu.downloadShorts(dev1[e][2], entries[e] * w), gpu.downloadShorts(dev2[e][2], entries[e] * w),
+                            "entries, " + at);
+                    sameBits(dev1[e][0], dev2[e][0], cap * cw, "ring a, " + at);
+                    sameBits(dev1[e][1], dev2[e][1], cap * cw, "ring z, " + at);
+                }
+            }
+    }
+}
