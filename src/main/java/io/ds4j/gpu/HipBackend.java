@@ -969,6 +969,19 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         final int[][] runs, headRuns;
         long tok, post, comb, col, siteMark;
         /**
+         * RMSNorm_1 of the streams [R, n·D] (the input of a site's mHC product) and whether it holds that of the current
+         * X: the stream update of a site computes it for the next site in the same launch (ds4j_hc_post_norm).
+         */
+        long v;
+        boolean vReady;
+        /** The column whose site norm the last mixPre applied (ds4j_hc_pre_norm), so that {@link #norm} skips it; or 0. */
+        long normedCol;
+        /**
+         * A MoE combination left to the stream update (ds4j_hc_post_norm computes it in the same launch): the output
+         * address {@link #moe} returned, then ids, weights, routed rows and shared-expert output; null when none.
+         */
+        long[] combine;
+        /**
          * The entries whose attention runs in the several-sequence kernels ({@link #group}), or null; with them, the
          * positions of every row [R] (int64) and their sequence views per layer ({@link #groupView}) on the device.
          */
@@ -1043,6 +1056,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             post = ws.f32((long) R * n);
             comb = ws.f32((long) R * n * n);
             col = ws.f32((long) R * D);
+            v = ws.f32((long) R * nD);
+            vReady = false;
             siteMark = ws.mark();
             return X;
         }
@@ -1050,13 +1065,19 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         @Override
         public Long mixPre(Long X, int l, LayerProgram.Site site) {
             DeviceWeights.Layer L = w.layers[l];
-            if (site == LayerProgram.Site.ATTENTION) hcPre(this, X, L.attnHcFn, L.attnHcBase, L.attnHcScale);
-            else hcPre(this, X, L.ffnHcFn, L.ffnHcBase, L.ffnHcScale);
+            // the site's norm (input_layernorm, post_attention_layernorm) runs in the same launch; norm() then skips it
+            if (site == LayerProgram.Site.ATTENTION) hcPre(this, X, L.attnHcFn, L.attnHcBase, L.attnHcScale, L.inputNorm);
+            else hcPre(this, X, L.ffnHcFn, L.ffnHcBase, L.ffnHcScale, L.postAttnNorm);
+            normedCol = col;
             return col;
         }
 
         @Override
         public void norm(Long x, int l, LayerProgram.Site site) {
+            if (x == normedCol) { // done by mixPre's launch
+                normedCol = 0;
+                return;
+            }
             DeviceWeights.Layer L = w.layers[l];
             rmsnorm(x, x, site == LayerProgram.Site.ATTENTION ? L.inputNorm : L.postAttnNorm, R, c.hidden);
         }
@@ -1071,9 +1092,18 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             return HipBackend.this.moe(this, l, w.layers[l], x);
         }
 
+        /**
+         * {@inheritDoc} One launch: the MoE combination when {@link #moe} left it here, the stream update, and RMSNorm_1
+         * of the updated streams for the next site's mHC product.
+         */
         @Override
         public void mixPost(Long X, Long f) {
-            k(ds4j_hc_post(ctx(), ptr(X), ptr(f), ptr(post), ptr(comb), R, c.hcMult, c.hidden), "hc_post", "norm, rope, mHC");
+            long[] m = combine != null && combine[0] == f ? combine : null;
+            combine = null;
+            k(ds4j_hc_post_norm(ctx(), ptr(X), ptr(m != null ? m[4] : f), ptr(m != null ? m[1] : 0), ptr(m != null ? m[2] : 0),
+                    ptr(m != null ? m[3] : 0), c.expertsPerToken, ptr(post), ptr(comb), R, c.hcMult, c.hidden, (float) c.rmsEps,
+                    ptr(v)), "hc_post (+ combine, norm)", "norm, rope, mHC");
+            vReady = true;
         }
 
         @Override
@@ -1113,15 +1143,20 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         return logits;
     }
 
-    /** 3.2 mHC mapping for the step's rows: post [R, n], Sinkhorn matrix [R, n, n], collapsed input [R, D]. */
-    private void hcPre(DeviceStep b, long X, DeviceMatrix fn, long base, long scale) {
+    /**
+     * 3.2 mHC mapping for the step's rows: post [R, n], Sinkhorn matrix [R, n, n], collapsed input [R, D] normalised
+     * with the site's weight norm (in the same launch). RMSNorm_1 of X is the previous stream update's (b.vReady) or
+     * computed here.
+     */
+    private void hcPre(DeviceStep b, long X, DeviceMatrix fn, long base, long scale, long norm) {
         final int D = c.hidden, n = c.hcMult, nD = n * D, mix = (2 + n) * n, S = b.R;
         long mark = ws.mark();
-        long v = ws.f32((long) S * nD), mu = ws.f32((long) S * mix);
-        rmsnorm(X, v, 0, S, nD);
-        matmulRuns(b.runs, fn, v, mu);
-        k(ds4j_hc_pre(ctx(), ptr(mu), ptr(base), ptr(scale), ptr(X), S, n, D, c.sinkhornIters, (float) c.hcEps,
-                ptr(b.post), ptr(b.comb), ptr(b.col)), "hc_pre", "norm, rope, mHC");
+        long mu = ws.f32((long) S * mix);
+        if (!b.vReady) rmsnorm(X, b.v, 0, S, nD);
+        b.vReady = false;
+        matmulRuns(b.runs, fn, b.v, mu);
+        k(ds4j_hc_pre_norm(ctx(), ptr(mu), ptr(base), ptr(scale), ptr(X), S, n, D, c.sinkhornIters, (float) c.hcEps,
+                ptr(b.post), ptr(b.comb), ptr(b.col), ptr(norm), (float) c.rmsEps), "hc_pre + norm", "norm, rope, mHC");
         ws.release(mark);
     }
 
@@ -1164,10 +1199,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         boolean grouped = b.group != null;
         if (grouped) {
             // every row's query and kv norm + RoPE at its own position, in two launches (the same kernels as one entry's)
-            k(ds4j_rmsnorm_rope_at(ctx(), ptr(q), MemorySegment.NULL, R * H, d, (float) c.rmsEps, c.ropeDim, ptr(P), ptr(b.pos), H, 0),
-                    "q norm + rope", "norm, rope, mHC");
-            k(ds4j_rmsnorm_rope_at(ctx(), ptr(kv), ptr(L.kvNorm), R, d, (float) c.rmsEps, c.ropeDim, ptr(P), ptr(b.pos), 1, 1),
-                    "kv norm + rope + f16", "norm, rope, mHC");
+            k(ds4j_qkv_norm_rope(ctx(), ptr(q), ptr(kv), ptr(L.kvNorm), R, H, d, (float) c.rmsEps, c.ropeDim, ptr(P), 0, ptr(b.pos)),
+                    "q, kv norm + rope (+ f16)", "norm, rope, mHC");
             long mark = ws.mark();
             attendGroup(b, l, L, x, ql, q, kv, ca, cz, ia, iz, o);
             ws.release(mark);
@@ -1211,11 +1244,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         final AttentionKind kind = c.layerTypes[l];
         HipSequence.LayerState st = seq.layers[l];
         if (!normed) { // else the step has done the norms and RoPE of every row at its position (ds4j_rmsnorm_rope_at)
-            k(ds4j_rmsnorm_rope(ctx(), ptr(q), MemorySegment.NULL, S * H, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, H, 0),
-                    "q norm + rope", "norm, rope, mHC");
-            // 3. shared kv: norm, RoPE, rounded to F16 as stored
-            k(ds4j_rmsnorm_rope(ctx(), ptr(kv), ptr(L.kvNorm), S, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0, 1, 1),
-                    "kv norm + rope + f16", "norm, rope, mHC");
+            // queries: norm and RoPE per head; 3. shared kv: norm, RoPE, rounded to F16 as stored; one launch
+            k(ds4j_qkv_norm_rope(ctx(), ptr(q), ptr(kv), ptr(L.kvNorm), S, H, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0,
+                    MemorySegment.NULL), "q, kv norm + rope (+ f16)", "norm, rope, mHC");
         }
         // 4. compressors and the indexer's selection
         if (st.comp != null) compress(st.comp, L.compressor, ca, cz, S, N0);
@@ -1426,10 +1457,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         var h = groupHostView(b, l, view);
         long dv = groupView(b, l, view);
         int G = b.group.length;
-        k(ds4j_compress_pool_seqs(ctx(), h, ptr(dv), G, ptr(a), ptr(z), cs0.m, cs0.w, cs0.overlap ? 1 : 0, ptr(W.positionBias),
-                ptr(W.norm), (float) c.rmsEps, ptr(ropeCompress), c.ropeDim), "compress_pool", "compressor");
-        k(ds4j_ring_store_seqs(ctx(), h, ptr(dv), G, 0, 0, cs0.cw, ptr(a)), "compressor ring store", "compressor");
-        k(ds4j_ring_store_seqs(ctx(), h, ptr(dv), G, 1, 0, cs0.cw, ptr(z)), "compressor ring store", "compressor");
+        k(ds4j_compress_step_seqs(ctx(), h, ptr(dv), G, ptr(a), ptr(z), cs0.m, cs0.w, cs0.overlap ? 1 : 0, ptr(W.positionBias),
+                ptr(W.norm), (float) c.rmsEps, ptr(ropeCompress), c.ropeDim), "compress_pool + ring stores", "compressor");
     }
 
     /**
@@ -1514,10 +1543,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * the rings. a and z [S, cw]: the entry's rows of the compressor's kv and gate projections.
      */
     private void compress(HipSequence.Comp cs, DeviceWeights.Comp W, long a, long z, int S, int N0) {
-        k(ds4j_compress_pool(ctx(), ptr(cs.ringA), ptr(cs.ringZ), cs.cap, ptr(a), ptr(z), N0, S, cs.m, cs.w, cs.overlap ? 1 : 0,
-                ptr(W.positionBias), ptr(W.norm), (float) c.rmsEps, ptr(ropeCompress), c.ropeDim, ptr(cs.entries())), "compress_pool", "compressor");
-        k(ds4j_ring_store(ctx(), ptr(cs.ringA), 0, cs.cap, cs.cw, ptr(a), N0, S), "compressor ring store", "compressor");
-        k(ds4j_ring_store(ctx(), ptr(cs.ringZ), 0, cs.cap, cs.cw, ptr(z), N0, S), "compressor ring store", "compressor");
+        // one launch where the stores cannot overwrite a slot the pooling reads (decode, short verify steps)
+        k(ds4j_compress_step(ctx(), ptr(cs.ringA), ptr(cs.ringZ), cs.cap, ptr(a), ptr(z), N0, S, cs.m, cs.w, cs.overlap ? 1 : 0,
+                ptr(W.positionBias), ptr(W.norm), (float) c.rmsEps, ptr(ropeCompress), c.ropeDim, ptr(cs.entries())),
+                "compress_pool + ring stores", "compressor");
     }
 
     /**
@@ -1555,7 +1584,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /**
      * 3.8 over a step: routing over all rows (hash layers by token id), routed experts over the step's row runs
      * (grouped by expert on tensor cores for an entry of at least DS4J_TC_MIN_ROWS rows, pick by pick otherwise), the
-     * shared expert, the combination; h [R, D] -> [R, D].
+     * shared expert; h [R, D] -> [R, D]. The weighted combination is left to the stream update that takes the output
+     * ({@code DeviceStep.mixPost}, ds4j_hc_post_norm): the address returned names it, its values are never stored.
      */
     private long moe(DeviceStep b, int l, DeviceWeights.Layer L, long h) {
         final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken, I = c.moeInter, S = b.R;
@@ -1600,8 +1630,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         k(ds4j_swiglu(ctx(), ptr(sg), ptr(su), ptr(sg), (long) S * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
         matmulRuns(b.runs, L.sharedW2, sg, sy);
         if (hHost != null) hostExperts(l, hostPicks, idsHost, hHost, yr);
+        // the combination runs in the stream update's launch (DeviceStep.mixPost); out is its handle
         long out = ws.f32((long) S * D);
-        k(ds4j_moe_combine(ctx(), ptr(ids), ptr(wts), ptr(yr), ptr(sy), S, k, D, ptr(out)), "moe_combine", "MoE (routing, swiglu, combine)");
+        b.combine = new long[]{out, ids, wts, yr, sy};
         return out;
     }
 

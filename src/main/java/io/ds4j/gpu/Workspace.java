@@ -125,9 +125,9 @@ final class Workspace implements AutoCloseable {
     /**
      * Peak workspace bytes of one {@link HipBackend#step} over a batch (each allocation rounded up as {@link #alloc}
      * does), with T = Σ S_i rows in all: the rows kept for the whole step (token ids, the mHC streams [T, n·D], post,
-     * comb, the collapsed input) plus the largest of one layer's attention site (queries, kv, compressor rows of all
-     * T rows, plus the largest entry's indexer scratch: queries, weights, scores [S_i, (N0_i+S_i)/m], selection — each
-     * entry's scratch is released before the next entry's), one layer's MoE site (router logits, picks, expert rows
+     * comb, the collapsed input, the streams' RMSNorm_1 [T, n·D]) plus the largest of one layer's attention site
+     * (queries, kv, compressor rows of all T rows, plus the largest entry's indexer scratch: queries, weights, scores
+     * [S_i, (N0_i+S_i)/m], selection — each entry's scratch is released before the next entry's), one layer's MoE site (router logits, picks, expert rows
      * [T·k, I] and [T·k, D], shared expert, the host rows of hybrid placement, and the grouping scratch of an entry on
      * the tensor-core path) and the output head (R rows, logits [R, V]). Mirrors the allocations of HipBackend.step
      * and its helpers; keep the two in step (HipPlacementTest fails when a step takes more than this). The verify
@@ -144,8 +144,8 @@ final class Workspace implements AutoCloseable {
             T += s;
             maxS = Math.max(maxS, s);
         }
-        long keep = f(T) + f(T * nD) + f(T * n) + f(T * n * n) + f(T * D);
-        long hc = f(T * nD) + f(T * mix);
+        long keep = f(T) + f(T * nD) + f(T * n) + f(T * n * n) + f(T * D) + f(T * nD);
+        long hc = f(T * mix);
         long peak = hc;
         for (int l = 0; l < c.numLayers; l++) {
             io.ds4j.model.AttentionKind kind = c.layerTypes[l];
