@@ -33,14 +33,16 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * A capture the runtime refuses ({@code DS4J_ERR_CAPTURE}: nothing recorded ran) is dropped and the step is run again
  * without it; after {@value #MAX_FALLBACKS} such fallbacks graphs are turned off with a warning.
  *
- * <p>Switch: {@code -Dds4j.gpu.graphs=true|false} (default false), or {@link HipBackend#setGraphs}. Off by default:
- * the re-recorded form measured 5-6 % slower on the H200 with the flash-shaped preset (BENCHMARKS.md, "Decode-step
- * graphs": every step recorded call by call, the device starting only when recording and update are done), and the
- * kept form has not been measured there yet. Not thread-safe: used under the backend's lock.
+ * <p>Switch: {@code -Dds4j.gpu.graphs=kept|all|off} ({@code true} = kept, {@code false} = off), or
+ * {@link HipBackend#setGraphs} (on = all). The default, {@code kept}, replays the fixed-form steps and runs the others
+ * kernel by kernel: on the H200 at full depth the kept form decodes 5.6 % faster than no graphs (host time per step
+ * 11.5 ms down to 0.5 ms; BENCHMARKS.md, "Decode-step graphs"), while the re-recorded form measured 5-6 % slower (every
+ * step recorded call by call, the device starting only when recording and update are done), so {@code all} is for
+ * comparisons. Not thread-safe: used under the backend's lock.
  */
 final class DecodeGraphs {
     private static final Logger LOG = LoggerFactory.getLogger(DecodeGraphs.class);
-    /** The system property that turns graphs on or off (default off). */
+    /** The system property that chooses the graph forms: kept (default), all, or off. */
     static final String PROPERTY = "ds4j.gpu.graphs";
     /** Refused captures after which graphs are turned off. */
     static final int MAX_FALLBACKS = 3;
@@ -83,6 +85,8 @@ final class DecodeGraphs {
     /** Why steps of this backend are never captured (null: they may be). */
     private final String never;
     private boolean enabled;
+    /** Whether steps outside the fixed form are re-recorded into a graph every step (mode all) or run without one. */
+    private boolean recordEveryStep;
     private long captured, updated, instantiated, reinstantiated, fallbacks;
     private final MemorySegment out = Arena.ofAuto().allocate(ValueLayout.JAVA_INT);
 
@@ -99,12 +103,26 @@ final class DecodeGraphs {
         }
         this.available = av;
         this.never = !available ? "this build of the GPU library has no graph support" : never;
-        this.enabled = Boolean.parseBoolean(System.getProperty(PROPERTY, "false"));
+        String mode = System.getProperty(PROPERTY, "kept").trim().toLowerCase(java.util.Locale.ROOT);
+        switch (mode) {
+            case "kept", "true", "on" -> this.enabled = true;
+            case "all" -> {
+                this.enabled = true;
+                this.recordEveryStep = true;
+            }
+            case "off", "false" -> this.enabled = false;
+            default -> {
+                LOG.warn("-D{}={} is not one of kept, all, off: using kept", PROPERTY, mode);
+                this.enabled = true;
+            }
+        }
     }
 
     /** "on", "off (switched off)" or "off (why they are not available)", for the start-up log. */
     String describe() {
-        return enabled() ? "on" : never != null ? "off (" + never + ")" : "off (-D" + PROPERTY + "=true turns them on)";
+        return enabled() ? (recordEveryStep ? "on, all (fixed-form steps replayed from kept graphs, other decode and verify steps re-recorded)"
+                : "on, kept (fixed-form steps replayed from kept graphs, other steps kernel by kernel)")
+                : never != null ? "off (" + never + ")" : "off (-D" + PROPERTY + "=kept turns them on)";
     }
 
     /** Whether steps may be captured now (switched on, supported, not hybrid). */
@@ -119,6 +137,7 @@ final class DecodeGraphs {
     void setEnabled(boolean on) {
         if (on && never != null) throw new UnsupportedOperationException("decode-step graphs are not available: " + never);
         enabled = on;
+        recordEveryStep = on;
     }
 
     Stats stats() {
@@ -220,7 +239,7 @@ final class DecodeGraphs {
      * fewer than {@code DS4J_TC_MIN_ROWS} rows.
      */
     boolean capturable(int S, boolean verify, boolean profiling) {
-        return capturable(enabled(), profiling, S, verify);
+        return recordEveryStep && capturable(enabled(), profiling, S, verify);
     }
 
     /** {@link #capturable(int, boolean, boolean)} as a pure function of its inputs. */

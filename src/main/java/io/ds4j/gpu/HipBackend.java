@@ -224,15 +224,16 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * Whether decode steps (S = 1) and verify steps (S below DS4J_TC_MIN_ROWS) are captured into a graph and launched
-     * as one ({@link DecodeGraphs}); the start-up value is {@code -Dds4j.gpu.graphs} (default false) where the
-     * library supports graphs and the placement is monolithic. Profile mode never captures.
+     * as one ({@link DecodeGraphs}); the start-up value is {@code -Dds4j.gpu.graphs} (default kept: fixed-form steps
+     * replayed) where the library supports graphs and the placement is monolithic. Profile mode never captures.
      */
     public synchronized boolean graphs() {
         return graphs.enabled();
     }
 
     /**
-     * Turns decode-step graphs on or off from the next step on (tests, benchmarks). Results are the same bit for bit.
+     * Turns decode-step graphs on (both forms: kept graphs for fixed-form steps, re-recorded ones for the other decode
+     * and verify steps) or off from the next step on (tests, benchmarks). Results are the same bit for bit.
      * @throws UnsupportedOperationException turning them on where they are not available (hybrid placement, or a
      *         library without graph support), naming why
      */
