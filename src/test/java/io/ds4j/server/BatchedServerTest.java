@@ -15,9 +15,10 @@ import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * Continuous batching through the server on the embedded model (CPU backend): 16 concurrent requests of different
- * prompt lengths, plain and speculative (an n-gram draft, or the model itself as draft model), greedy and seeded
- * sampled, each answer exactly (content and every logprob) what the same request gets alone; the engine's steps
- * really held many requests (the {@code ds4j:batch_size} histogram), and /props shows the scheduler's limits.
+ * prompt lengths, plain and speculative (an n-gram draft, the model itself as draft model, or its MTP layer), greedy
+ * and seeded sampled, each answer exactly (content and every logprob) what the same request gets alone; the engine's steps
+ * really held many requests (the {@code ds4j:batch_size} histogram; with the MTP draft, its batched MTP steps too:
+ * {@code ds4j:mtp_batch_size}), and /props shows the scheduler's limits.
  */
 class BatchedServerTest {
 
@@ -42,9 +43,9 @@ class BatchedServerTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"ngram", "model"})
+    @ValueSource(strings = {"ngram", "model", "mtp"})
     void sixteenConcurrentRequestsAnswerAsTheyDoAlone(String draft) throws Exception {
-        String d = draft.equals("ngram") ? "ngram" : ModelStore.ensure("tiny", 1, s -> { }).toAbsolutePath().toString();
+        String d = draft.equals("model") ? ModelStore.ensure("tiny", 1, s -> { }).toAbsolutePath().toString() : draft;
         try (TestServer server = TestServer.start(new DefaultModelProvider(), Map.of("speculative.draft", d,
                 "limits.maxActive", 16, "scheduler.tokenBudget", 48, "limits.prefillChunk", 64), null, null)) {
             int n = 16;
@@ -71,6 +72,10 @@ class BatchedServerTest {
             assertEquals(256, props.get("maxBatchRows").asInt());
             assertEquals(48, props.get("tokenBudget").asInt());
             assertEquals(48, props.get("prefillChunk").asInt(), "chunks are at most the token budget");
+            double mtpSteps = metric(metrics, "ds4j:mtp_batch_size_count"), mtpSmall = metric(metrics, "ds4j:mtp_batch_size_bucket{le=\"4.0\"}");
+            if (draft.equals("mtp"))
+                assertTrue(mtpSteps > 0 && mtpSmall < mtpSteps, "some MTP steps held more than 4 requests: " + mtpSmall + " of " + mtpSteps);
+            else assertEquals(0.0, mtpSteps, "no MTP steps without the MTP draft");
         }
     }
 
