@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.cpu.CpuBackend;
+import io.ds4j.engine.Scheduler;
 import io.ds4j.engine.Generation;
 import io.ds4j.model.WeightLoader;
 import io.ds4j.model.synth.ModelStore;
@@ -147,13 +148,23 @@ public final class BenchServerCommand implements Callable<Integer> {
             }
             System.out.println();
             levels(user);
-            System.out.printf("%nserver: limits.maxActive %d (more clients wait in the queue), scheduler.maxBatchRows %d, "
-                            + "scheduler.tokenBudget %d, limits.prefillChunk %d, one engine thread, %d HTTP verticles%n",
-                    active, maxBatchRows, tokenBudget, prefillChunk, cfg.httpInstances());
+            System.out.printf("%n%s%n", serverLine(active, maxBatchRows, tokenBudget, prefillChunk, cfg.httpInstances()));
         } finally {
             server.close().await();
         }
         return 0;
+    }
+
+    /**
+     * The closing line on the server's settings. The prefill chunk shown is the one the engine uses: the configured
+     * limits.prefillChunk, at most scheduler.tokenBudget ({@link Scheduler#prefillChunk}).
+     */
+    static String serverLine(int active, int maxBatchRows, int tokenBudget, int configuredChunk, int httpInstances) {
+        int chunk = Scheduler.prefillChunk(configuredChunk, new Scheduler.Limits(maxBatchRows, tokenBudget));
+        return String.format("server: limits.maxActive %d (more clients wait in the queue), scheduler.maxBatchRows %d, "
+                        + "scheduler.tokenBudget %d, prefill chunk %d%s, one engine thread, %d HTTP verticles",
+                active, maxBatchRows, tokenBudget, chunk,
+                chunk == configuredChunk ? "" : " (limits.prefillChunk " + configuredChunk + ", cut to the token budget)", httpInstances);
     }
 
     /** The single-stream comparison of the engine alone and one SSE client (backend cpu). */

@@ -880,17 +880,32 @@ public final class CpuBackend implements Backend {
 
     /**
      * The decoder layers run on given streams instead of the embedding (the MTP block, whose input streams are its
-     * projections of the target's state and of the next token): X [S, n·D] goes in, holds the final streams afterwards
-     * ({@link LayerProgram} updates them in place), the S positions are appended to seq, and the logits of the
-     * requested rows come back.
-     * @param toks the token id of each row (read by hash-routed layers only)
+     * projections of the target's state and of the next token), over a batch: X [R, n·D] (the rows of all entries,
+     * entry after entry) goes in and holds the final streams afterwards ({@link LayerProgram} updates them in place),
+     * each entry's tokens are appended to its sequence, and the logits of its requested rows come back. Batch invariant
+     * as {@link #step} is.
+     * @param batch entries whose tokens are the token id of each row (read by hash-routed layers only)
+     * @return per entry, its logits [logitRows.length, V]
      */
-    float[] forwardStreams(CpuSequence seq, float[] X, int[] toks, int S, int[] logitRows) {
-        if (seq.cfg != c) throw new IllegalArgumentException("sequence does not belong to this backend");
-        if (seq.closed) throw new IllegalStateException("sequence is closed");
-        Step st = new Step(List.of(new BatchEntry(seq, Arrays.copyOf(toks, S), logitRows, StepKind.DECODE)), X);
+    float[][] forwardStreams(List<BatchEntry> batch, float[] X) {
+        for (int i = 0; i < batch.size(); i++) {
+            if (!(batch.get(i).seq() instanceof CpuSequence seq) || seq.cfg != c)
+                throw new IllegalArgumentException("batch entry " + i + ": sequence does not belong to this backend");
+            if (seq.closed) throw new IllegalStateException("batch entry " + i + ": sequence is closed");
+        }
+        Backend.checkBatch(c, batch);
+        Step st = new Step(batch, X);
+        if (X.length != st.R * c.hcMult * c.hidden)
+            throw new IllegalArgumentException("streams of " + X.length + " floats for " + st.R + " rows");
         float[] logits = LayerProgram.run(st, c.numLayers);
-        seq.pos.advance(S);
-        return logits;
+        float[][] out = new float[batch.size()][];
+        int at = 0;
+        for (int i = 0; i < batch.size(); i++) {
+            int n = batch.get(i).logitRows().length * c.vocabSize;
+            out[i] = Arrays.copyOfRange(logits, at, at + n);
+            at += n;
+            st.seqs[i].pos.advance(st.count[i]);
+        }
+        return out;
     }
 }

@@ -3,11 +3,17 @@ package io.ds4j.cpu;
 import io.ds4j.kernels.Gemm;
 import io.ds4j.kernels.VecOps;
 import io.ds4j.kernels.Ops;
+import io.ds4j.engine.BatchEntry;
 import io.ds4j.engine.MtpHead;
+import io.ds4j.engine.StepKind;
 import io.ds4j.engine.MtpState;
 import io.ds4j.engine.Sequence;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.ModelWeights;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
 
 /**
  * The MTP layer on the CPU (spec 2.6). The block runs as a one-layer model ({@link ModelConfig#mtpBlockConfig()}:
@@ -54,22 +60,95 @@ final class CpuMtp implements MtpHead {
     }
 
     /**
-     * The block's input streams for S entries: X [S, n·D] from the previous streams H [S, n·D] and the tokens, with the
-     * embedding term zeroed where the entry's position is 0.
+     * {@inheritDoc} The rows of all steps go through the input projections and the block together
+     * ({@link CpuBackend#forwardStreams}); every product and norm there gives a row a result that depends on that row
+     * only, and attention runs per state, so a state's logits do not depend on the others. All checks run before any
+     * state changes.
      */
-    private float[] inputs(float[] H, int[] toks, int S, int firstPos) {
+    @Override
+    public float[][] step(List<Step> steps) {
+        final int E = steps.size(), nD = c.hcMult * c.hidden;
+        if (E == 0) return new float[0][];
+        State[] st = new State[E];
+        java.util.Set<MtpState> seen = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+        for (int i = 0; i < E; i++) {
+            Step s = steps.get(i);
+            try {
+                if (!(s.state() instanceof State x) || x.head() != this)
+                    throw new IllegalArgumentException("the MTP state belongs to another head");
+                if (!seen.add(x)) throw new IllegalArgumentException("its state is already in the batch");
+                if (s.isStart()) x.checkStart(s.ctx(), s.len());
+                else x.checkNext(s.token());
+                st[i] = x;
+            } catch (IllegalArgumentException | IllegalStateException e) {
+                if (E == 1) throw e;
+                throw e instanceof IllegalArgumentException ? new IllegalArgumentException("MTP step " + i + ": " + e.getMessage(), e)
+                        : new IllegalStateException("MTP step " + i + ": " + e.getMessage(), e);
+            }
+        }
+        // plan: each step's rows (a start's catch-up entries, a chained step's one entry), their previous streams,
+        // tokens and positions
+        int[] first = new int[E], count = new int[E], newLen = new int[E];
+        int R = 0;
+        for (int i = 0; i < E; i++) {
+            Step s = steps.get(i);
+            if (s.isStart()) {
+                int N = st[i].tgt.length();
+                int lo = st[i].startPos(N);
+                st[i].moveTo(lo);
+                count[i] = N - lo;
+                newLen[i] = N;
+            } else count[i] = 1;
+            first[i] = R;
+            R += count[i];
+        }
+        float[] H = new float[R * nD];
+        int[] toks = new int[R];
+        boolean[] noEmbed = new boolean[R];
+        List<BatchEntry> batch = new ArrayList<>(E);
+        for (int i = 0; i < E; i++) {
+            Step s = steps.get(i);
+            State x = st[i];
+            int f = first[i], S = count[i], p0 = x.m.length();
+            if (s.isStart()) {
+                for (int k = 0; k < S; k++) {
+                    x.tgt.kept.get(p0 + k, H, (f + k) * nD);
+                    toks[f + k] = s.ctx()[p0 + k + 1];
+                }
+            } else {
+                System.arraycopy(x.last, 0, H, f * nD, nD);
+                toks[f] = s.token();
+            }
+            for (int k = 0; k < S; k++) noEmbed[f + k] = p0 + k == 0;
+            batch.add(new BatchEntry(x.m, Arrays.copyOfRange(toks, f, f + S), new int[]{S - 1}, StepKind.DECODE));
+        }
+        float[] X = inputs(H, toks, R, noEmbed);
+        float[][] lg = block.forwardStreams(batch, X);
+        for (int i = 0; i < E; i++) {
+            int f = first[i], S = count[i];
+            st[i].last = Arrays.copyOfRange(X, (f + S - 1) * nD, (f + S) * nD);
+            if (steps.get(i).isStart()) st[i].realLen = newLen[i];
+        }
+        return lg;
+    }
+
+    /**
+     * The block's input streams for R rows: X [R, n·D] from the previous streams H [R, n·D] and the tokens, with the
+     * embedding term zeroed where noEmbed is set (position 0).
+     */
+    private float[] inputs(float[] H, int[] toks, int R, boolean[] noEmbed) {
         final int D = c.hidden, n = c.hcMult;
         final float eps = (float) c.rmsEps;
         float[] hn = H.clone();
-        Ops.rmsNormRows(hn, S * n, D, w.hnorm, eps);
-        float[] X = new float[S * n * D];
-        Gemm.matmul(w.hProj, hn, S * n, X);
-        float[] e = new float[S * D];
-        for (int s = 0; s < S; s++) if (firstPos + s > 0) main.embed.dequantRow(toks[s], e, s * D);
-        Ops.rmsNormRows(e, S, D, w.enorm, eps);
-        float[] ep = new float[S * D];
-        Gemm.matmul(w.eProj, e, S, ep);
-        for (int s = 0; s < S; s++)
+        Ops.rmsNormRows(hn, R * n, D, w.hnorm, eps);
+        float[] X = new float[R * n * D];
+        Gemm.matmul(w.hProj, hn, R * n, X);
+        float[] e = new float[R * D];
+        for (int s = 0; s < R; s++) if (!noEmbed[s]) main.embed.dequantRow(toks[s], e, s * D);
+        Ops.rmsNormRows(e, R, D, w.enorm, eps);
+        float[] ep = new float[R * D];
+        Gemm.matmul(w.eProj, e, R, ep);
+        for (int s = 0; s < R; s++)
             for (int i = 0; i < n; i++) VecOps.addProduct(1f, ep, s * D, X, (s * n + i) * D, D);
         return X;
     }
@@ -88,47 +167,59 @@ final class CpuMtp implements MtpHead {
             this.m = block.newSequence(window);
         }
 
-        @Override
-        public float[] start(int[] ctx, int len) {
+        CpuMtp head() {
+            return CpuMtp.this;
+        }
+
+        /** What {@link #start} refuses, without changing anything. */
+        void checkStart(int[] ctx, int len) {
             if (closed) throw new IllegalStateException("MTP state is closed");
             int N = tgt.length();
             if (len != N + 1)
                 throw new IllegalStateException("context of " + len + " tokens does not continue the target's " + N + " positions by one pending token");
             if (N == 0) throw new IllegalStateException("the target holds no positions yet");
+            if (ctx.length < len) throw new IllegalArgumentException("context array of " + ctx.length + " tokens is shorter than len " + len);
             KeptStreams kept = tgt.kept;
             if (kept == null || kept.hi() < N || kept.lo() > N - 1)
                 throw new IllegalStateException("the target's streams up to position " + (N - 1) + " were not kept");
-            // recompute from the first entry not built from committed streams (at least the last one, whose output
-            // is the first proposal), but no further back than the block's window needs and the ring holds
-            int from = Math.min(realLen, N - 1);
-            int lo = Math.max(from, Math.max(N - c.slidingWindow, kept.lo()));
-            int have = m.length();
-            if (have > lo && have - lo <= m.rollbackable()) m.rollback(have - lo);
-            else if (have != lo) m.pos.reset(lo); // positions skipped or beyond the rollback window: restart there
-            int S = N - lo, nD = c.hcMult * c.hidden;
-            float[] H = new float[S * nD];
-            int[] toks = new int[S];
-            for (int s = 0; s < S; s++) {
-                kept.get(lo + s, H, s * nD);
-                toks[s] = ctx[lo + s + 1];
-            }
-            float[] X = inputs(H, toks, S, lo);
-            float[] lg = block.forwardStreams(m, X, toks, S, new int[]{S - 1});
-            last = java.util.Arrays.copyOfRange(X, (S - 1) * nD, S * nD);
-            realLen = N;
-            return lg;
+            for (int p = Math.max(1, N - c.slidingWindow); p <= N; p++)
+                if (ctx[p] < 0 || ctx[p] >= c.vocabSize)
+                    throw new IllegalArgumentException("token id " + ctx[p] + " at position " + p + " is outside [0, " + c.vocabSize + ")");
         }
 
-        @Override
-        public float[] next(int token) {
+        /** What {@link #next} refuses, without changing anything. */
+        void checkNext(int token) {
             if (closed) throw new IllegalStateException("MTP state is closed");
             if (last == null) throw new IllegalStateException("next() before start()");
             if (token < 0 || token >= c.vocabSize)
                 throw new IllegalArgumentException("token id " + token + " is outside [0, " + c.vocabSize + ")");
-            float[] X = inputs(last, new int[]{token}, 1, m.length());
-            float[] lg = block.forwardStreams(m, X, new int[]{token}, 1, new int[]{0});
-            last = X;
-            return lg;
+        }
+
+        /**
+         * The first entry a start at target length N recomputes: the first entry not built from committed streams (at
+         * least the last one, whose output is the first proposal), but no further back than the block's window needs
+         * and the ring holds.
+         */
+        int startPos(int N) {
+            int from = Math.min(realLen, N - 1);
+            return Math.max(from, Math.max(N - c.slidingWindow, tgt.kept.lo()));
+        }
+
+        /** Moves the block's sequence to position lo (rolled back, or restarted there). */
+        void moveTo(int lo) {
+            int have = m.length();
+            if (have > lo && have - lo <= m.rollbackable()) m.rollback(have - lo);
+            else if (have != lo) m.pos.reset(lo); // positions skipped or beyond the rollback window: restart there
+        }
+
+        @Override
+        public float[] start(int[] ctx, int len) {
+            return step(List.of(Step.start(this, ctx, len)))[0];
+        }
+
+        @Override
+        public float[] next(int token) {
+            return step(List.of(Step.next(this, token)))[0];
         }
 
         @Override

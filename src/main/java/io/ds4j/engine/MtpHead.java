@@ -1,5 +1,7 @@
 package io.ds4j.engine;
 
+import java.util.List;
+
 /**
  * A backend's multi-token-prediction (MTP) layer, the checkpoint's own cheap draft (spec 2.6): one decoder block that
  * reads the target's final residual streams (before {@code hc_head}) at position t and the embedding of token t+1,
@@ -18,6 +20,63 @@ public interface MtpHead {
      * @throws IllegalArgumentException for a sequence of another backend
      */
     MtpState open(Sequence target, int maxRollback);
+
+    /**
+     * One state's part of a batched MTP forward ({@link #step}): a proposal's start ({@link MtpState#start} with ctx and
+     * len) or a chained step ({@link MtpState#next} with token).
+     * @param state the state (of this head)
+     * @param ctx   for a start, the committed context (len = target length + 1); null for a chained step
+     * @param len   for a start, the context's length; unused for a chained step
+     * @param token for a chained step, the previous proposal; unused for a start
+     */
+    record Step(MtpState state, int[] ctx, int len, int token) {
+        public Step {
+            if (state == null) throw new IllegalArgumentException("an MTP step needs a state");
+        }
+
+        /** The start of a proposal from ctx[0 .. len). */
+        public static Step start(MtpState state, int[] ctx, int len) {
+            if (ctx == null) throw new IllegalArgumentException("a start needs the context");
+            return new Step(state, ctx, len, -1);
+        }
+
+        /** A chained step with the given token. */
+        public static Step next(MtpState state, int token) {
+            return new Step(state, null, 0, token);
+        }
+
+        /** True for the start of a proposal. */
+        public boolean isStart() {
+            return ctx != null;
+        }
+    }
+
+    /**
+     * Runs the steps of many states as one MTP forward: the rows of all of them (a start's catch-up rows, a chained
+     * step's one row) go through the input projections, the block and the head together, and the block's attention
+     * runs per state. Each step's logits are bit for bit those of {@link MtpState#start} or {@link MtpState#next} run
+     * alone (batch invariance). The default runs the steps one after another (so there a failing step leaves the
+     * steps before it done).
+     * @param steps at most one per state (may mix starts and chained steps)
+     * @return per step, in order, the logits [V] of its next token
+     * @throws IllegalArgumentException naming the step's index: a state of another head, a repeated state, a token
+     *         outside [0, V); no state changes then
+     * @throws IllegalStateException naming the step's index for what {@link MtpState#start} or {@link MtpState#next}
+     *         refuses (closed state, context not continuing the target, chained step before a start); no state changes
+     *         then
+     */
+    default float[][] step(List<Step> steps) {
+        java.util.Set<MtpState> seen = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+        for (int i = 0; i < steps.size(); i++)
+            if (!seen.add(steps.get(i).state()))
+                throw new IllegalArgumentException("MTP step " + i + ": its state is already in the batch");
+        float[][] out = new float[steps.size()][];
+        for (int i = 0; i < steps.size(); i++) {
+            Step s = steps.get(i);
+            out[i] = s.isStart() ? s.state().start(s.ctx(), s.len()) : s.state().next(s.token());
+        }
+        return out;
+    }
 
     /** Short description for logs and bench output ("mtp (1 layer, 4 streams)"). */
     String describe();

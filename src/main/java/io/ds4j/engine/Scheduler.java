@@ -29,8 +29,8 @@ import java.util.Map;
  * chunk go first in the next tick (round-robin).
  *
  * <p>Draft models run batched too: before the target's step, the draft proposals of all decoding generations are
- * obtained together through {@link DraftBatch#proposeAll} (draft-model steps batched over the requests; n-gram
- * lookups need none).
+ * obtained together through {@link DraftBatch#proposeAll} (draft-model steps batched over the requests, MTP drafts as one
+ * batched MTP step per draft position; n-gram lookups need none).
  *
  * <p>Failure isolation: a generation whose draft proposal, step or commit fails is ended ({@link Generation#abandon},
  * its state released) and reported in {@link Tick#failed}; the others go on. When the batched step itself throws,
@@ -63,9 +63,11 @@ public final class Scheduler<K> {
      * @param decodeRows    rows of decode/verify entries
      * @param prefillTokens rows of prefill entries
      * @param isolated      true when the batched step failed and its entries were retried one at a time
+     * @param mtpSteps      per batched MTP step of the drafts this tick ({@link MtpHead#step}, one per draft position),
+     *                      how many requests' MTP drafts it held
      */
     public record Tick<K>(List<K> stepped, Map<K, Throwable> failed, List<K> ended, int entries, int decodeRows,
-                          int prefillTokens, boolean isolated) {
+                          int prefillTokens, boolean isolated, List<Integer> mtpSteps) {
         /** All rows of the target's step. */
         public int rows() {
             return decodeRows + prefillTokens;
@@ -143,10 +145,11 @@ public final class Scheduler<K> {
         }
         // --- the drafts' proposals, draft-model steps batched over the requests
         Map<K, Draft.Proposal> proposals = new IdentityHashMap<>();
+        List<Integer> mtpSteps = new ArrayList<>();
         if (!calls.isEmpty()) {
             List<DraftBatch.Call> dc = new ArrayList<>(calls.size());
             for (Generation.DraftCall c : calls) dc.add(new DraftBatch.Call(c.draft(), c.ctx(), c.len(), c.q()));
-            DraftBatch.Result[] res = DraftBatch.proposeAll(dc);
+            DraftBatch.Result[] res = DraftBatch.proposeAll(dc, mtpSteps::add);
             for (int i = 0; i < res.length; i++) {
                 K k = withDraft.get(i);
                 if (res[i].failure() != null) fail(k, res[i].failure(), failed);
@@ -224,7 +227,7 @@ public final class Scheduler<K> {
             Generation g = running.remove(k);
             if (g != null) running.put(k, g);
         }
-        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, isolated);
+        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, isolated, List.copyOf(mtpSteps));
     }
 
     private void fail(K k, Throwable t, Map<K, Throwable> failed) {

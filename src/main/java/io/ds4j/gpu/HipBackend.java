@@ -1004,15 +1004,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             views = base + viewOff;
         }
 
-        /** Streams to start from instead of the embedding (the MTP block's inputs, {@link #forwardMtp}), or 0. */
-        final long given;
+        /**
+         * Streams to start from instead of the embedding (the MTP block's inputs, set by {@link #forwardMtp} before
+         * the layers run), or 0.
+         */
+        long given;
 
         DeviceStep(List<BatchEntry> batch) {
-            this(batch, 0);
-        }
-
-        DeviceStep(List<BatchEntry> batch, long given) {
-            this.given = given;
             int E = batch.size();
             seqs = new HipSequence[E];
             kinds = new StepKind[E];
@@ -1719,65 +1717,102 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * One MTP step of S entries on this (block) backend: input streams h_proj(hnorm(H_i)) + e_proj(enorm(embed(tok)))
-     * from H [S, n·D] (device, any backend's memory on this device) and the tokens (the first row's embedding term zero
-     * when zeroFirst: position 0), then the decoder layer, appending S positions to seq; the last row's output streams
-     * go to {@code last} [n·D] and its logits [V] come back.
+     * One MTP forward over several sequences of this (block) backend, as {@link #step} runs a batch: entry i has S_i
+     * rows (its tokens), input streams h_proj(hnorm(H_r)) + e_proj(enorm(embed(tok_r))) for each of its rows r, from
+     * H [R, n·D] (device, the rows of all entries, entry after entry; any backend's memory on this device), with the
+     * embedding term of the entry's first row zero when zeroFirst[i] (position 0); then the decoder layer, appending
+     * S_i positions to its sequence; its last row's output streams go to last[i] [n·D] and its last row's logits [V]
+     * come back.
+     *
+     * <p>Batch invariance as in {@link #step}: the input projections, like every row-wise product of the layer, run
+     * over the row runs of {@link #rowRuns} (an entry's rows take the kernel they take alone); attention runs per
+     * entry or in the several-sequence kernels, which give the same numbers.
+     * @throws IllegalArgumentException naming the entry: a sequence of another backend, a bad token id, a repeated
+     *         sequence; nothing changes then
+     * @throws IllegalStateException naming the entry: a closed sequence or one whose earlier step failed
+     * @throws DeviceMemoryException when the step does not fit in device memory (nothing changed)
      */
-    synchronized float[] forwardMtp(HipSequence seq, long H, int[] toks, int S, boolean zeroFirst, MtpInputs in, long last) {
+    synchronized float[][] forwardMtp(List<HipSequence> seqs, long H, List<int[]> toks, boolean[] zeroFirst, MtpInputs in, long[] last) {
         if (closed) throw new IllegalStateException("backend is closed");
-        if (seq.backend != this) throw new IllegalArgumentException("sequence does not belong to this backend");
-        if (seq.closed) throw new IllegalStateException("sequence is closed");
-        seq.checkUsable();
-        Backend.checkStep(c, toks, 0, S, new int[]{S - 1});
-        final int D = c.hidden, n = c.hcMult, nD = n * D, N0 = seq.pos.length();
-        final StepKind kind = S > 1 ? StepKind.PREFILL : StepKind.DECODE;
-        try {
-            for (HipSequence.LayerState ls : seq.layers) {
-                if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, CacheLayout.entries(N0 + S, ls.comp.m));
-                if (ls.index != null) HipSequence.ensure(gpu, ls.index, CacheLayout.entries(N0 + S, ls.index.m));
+        final int E = seqs.size(), D = c.hidden, n = c.hcMult, nD = n * D;
+        List<BatchEntry> batch = new ArrayList<>(E);
+        for (int i = 0; i < E; i++) {
+            HipSequence seq = seqs.get(i);
+            if (seq.backend != this) throw new IllegalArgumentException("MTP entry " + i + ": sequence does not belong to this backend");
+            if (seq.closed) throw new IllegalStateException("MTP entry " + i + ": sequence is closed");
+            try {
+                seq.checkUsable();
+            } catch (IllegalStateException e) {
+                throw new IllegalStateException("MTP entry " + i + ": " + e.getMessage(), e);
             }
-            ws.reset(Workspace.stepBytes(c, S, N0, 1) + 4L * (2L * S * nD + 2L * S * D + (long) S * n + (long) S * n * n) + 4096
-                    + (kind == StepKind.DECODE && verifyAttention == VerifyAttention.F16 ? verifyScratchBytes(seq, S, N0) : 0));
+            int S = toks.get(i).length;
+            batch.add(new BatchEntry(seq, toks.get(i), new int[]{S - 1}, S > 1 ? StepKind.PREFILL : StepKind.DECODE));
+        }
+        Backend.checkBatch(c, batch);
+        DeviceStep b = new DeviceStep(batch);
+        final int R = b.R;
+        String what = E == 1 ? "an MTP step of " + R + " entries at position " + b.start[0] : "an MTP step of " + E + " sequences, " + R + " entries in all";
+        try {
+            long scratch = 0;
+            for (int e = 0; e < E; e++) {
+                for (HipSequence.LayerState ls : b.seqs[e].layers) {
+                    if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, CacheLayout.entries(b.start[e] + b.count[e], ls.comp.m));
+                    if (ls.index != null) HipSequence.ensure(gpu, ls.index, CacheLayout.entries(b.start[e] + b.count[e], ls.index.m));
+                }
+                if (b.kinds[e] == StepKind.DECODE && verifyAttention == VerifyAttention.F16)
+                    scratch = Math.max(scratch, verifyScratchBytes(b.seqs[e], b.count[e], b.start[e]));
+            }
+            long[] starts = new long[E];
+            for (int e = 0; e < E; e++) starts[e] = b.start[e];
+            b.group = group(b);
+            long inputs = 4L * (2L * R * nD + 2L * R * D + (long) R * n + (long) R * n * n) + 16 * Workspace.ALIGN_BYTES;
+            ws.reset(Workspace.batchBytes(c, b.count, starts, b.logitCounts()) + inputs + scratch + groupBytes(b));
         } catch (GpuException e) {
-            throw outOfMemory(e, "an MTP step of " + S + " entries at position " + N0);
+            throw outOfMemory(e, what);
         }
         try {
-            long tok = ws.i32(S);
-            gpu.upload(tok, toks);
-            long X = ws.f32((long) S * nD), hn = ws.f32((long) S * nD);
-            rmsnorm(H, hn, in.hnorm(), S * n, D);
-            matmul(in.hProj(), hn, X, S * n);
-            long e = ws.f32((long) S * D), ep = ws.f32((long) S * D);
+            long tok = ws.i32(R);
+            gpu.upload(tok, b.toks);
+            b.tok = tok;
+            if (b.group != null) uploadGroup(b);
+            int[] rowsN = new int[E];
+            for (int e = 0; e < E; e++) rowsN[e] = b.count[e] * n;
+            long X = ws.f32((long) R * nD), hn = ws.f32((long) R * nD);
+            rmsnorm(H, hn, in.hnorm(), R * n, D);
+            matmulRuns(rowRuns(rowsN), in.hProj(), hn, X);
+            long e = ws.f32((long) R * D), ep = ws.f32((long) R * D);
             DeviceMatrix em = w.embed;
             k(ds4j_embed(ctx(), em.format(), ptr(em.data()), ptr(em.scale()), em.scaleKind(), em.rowBase(), em.rows(), em.cols(),
-                    ptr(tok), S, 1, ptr(e)), "embed", "embed");
-            if (zeroFirst) gpu.memset(e, 0, 4L * D);
-            rmsnorm(e, e, in.enorm(), S, D);
-            matmul(in.eProj(), e, ep, S);
+                    ptr(tok), R, 1, ptr(e)), "embed", "embed");
+            for (int i = 0; i < E; i++) if (zeroFirst[i]) gpu.memset(e + 4L * b.first[i] * D, 0, 4L * D);
+            rmsnorm(e, e, in.enorm(), R, D);
+            matmulRuns(b.runs, in.eProj(), e, ep);
             // X_i += ep for every stream i: the stream update with post = 1 and the identity as mixing matrix
-            long post = ws.f32((long) S * n), comb = ws.f32((long) S * n * n), col = ws.f32((long) S * D);
-            if (S <= in.rows()) {
-                k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(in.ones()), ptr(in.eye()), S, n, D), "hc_post", "norm, rope, mHC");
+            if (R <= in.rows()) {
+                k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(in.ones()), ptr(in.eye()), R, n, D), "hc_post", "norm, rope, mHC");
             } else {
-                float[] ones = new float[S * n], eye = new float[S * n * n];
-                java.util.Arrays.fill(ones, 1f);
-                for (int s = 0; s < S; s++) for (int i = 0; i < n; i++) eye[s * n * n + i * n + i] = 1f;
+                long post = ws.f32((long) R * n), comb = ws.f32((long) R * n * n);
+                float[] ones = new float[R * n], eye = new float[R * n * n];
+                Arrays.fill(ones, 1f);
+                for (int s = 0; s < R; s++) for (int i = 0; i < n; i++) eye[s * n * n + i * n + i] = 1f;
                 gpu.upload(post, ones);
                 gpu.upload(comb, eye);
-                k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(post), ptr(comb), S, n, D), "hc_post", "norm, rope, mHC");
+                k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(post), ptr(comb), R, n, D), "hc_post", "norm, rope, mHC");
             }
             // the decoder layer(s) on these streams: the layer program with X in place of the embedding
-            DeviceStep b = new DeviceStep(List.of(new BatchEntry(seq, Arrays.copyOf(toks, S), new int[]{S - 1}, kind)), X);
-            b.tok = tok;
+            b.given = X;
             long logits = LayerProgram.run(b, c.numLayers);
-            gpu.copy(last, X + 4L * (S - 1) * nD, 4L * nD);
-            float[] out = gpu.downloadFloats(logits, c.vocabSize);
+            for (int i = 0; i < E; i++) gpu.copy(last[i], X + 4L * (b.first[i] + b.count[i] - 1) * nD, 4L * nD);
+            float[] all = gpu.downloadFloats(logits, E * c.vocabSize);
             commit(b);
+            float[][] out = new float[E][];
+            for (int i = 0; i < E; i++) out[i] = Arrays.copyOfRange(all, i * c.vocabSize, (i + 1) * c.vocabSize);
             return out;
-        } catch (RuntimeException e) {
-            seq.failed = e.getMessage();
-            throw e instanceof GpuException g ? outOfMemory(g, "an MTP step of " + S + " entries at position " + N0) : e;
+        } catch (RuntimeException x) {
+            for (HipSequence seq : b.seqs) seq.failed = x.getMessage();
+            throw x instanceof GpuException g ? outOfMemory(g, what) : x;
+        } finally {
+            if (b.arena != null) b.arena.close();
         }
     }
 }

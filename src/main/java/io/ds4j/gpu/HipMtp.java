@@ -6,12 +6,16 @@ import io.ds4j.engine.Sequence;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.ModelWeights;
 
+import java.util.ArrayList;
+import java.util.List;
+
 /**
  * The MTP layer on the GPU (spec 2.6), mirroring the CPU's: the block runs as a one-layer {@link HipBackend}
  * ({@link ModelConfig#mtpBlockConfig()}) on its own stream of the target's device, with the MTP's hc_head and norm, and
  * the embedding and lm_head uploaded for it (a second copy on the device). The input projections
  * {@code h_proj(hnorm(H_t,i)) + e_proj(enorm(embed(tok_{t+1})))} run on the device too
  * ({@link HipBackend#forwardMtp}); H_t comes from the target sequence's device ring of kept streams ({@link KeptRing}).
+ * The steps of many states run as one batched forward ({@link #step}).
  */
 final class HipMtp implements MtpHead, AutoCloseable {
     private final HipBackend target;
@@ -48,11 +52,93 @@ final class HipMtp implements MtpHead, AutoCloseable {
         int nD = c.hcMult * c.hidden, cap = c.slidingWindow + maxRollback + 2;
         if (seq.kept != null) seq.kept.free();
         seq.kept = new KeptRing(target.gpu(), nD, cap);
-        return new State(seq, maxRollback + 1, cap);
+        return new State(seq, maxRollback + 1);
+    }
+
+    /** Device buffer of a batched step's previous streams [inCap, n·D] (grown as needed; 0 before the first). */
+    private long batchIn;
+    private int inCap;
+
+    /**
+     * {@inheritDoc} The steps run as one {@link HipBackend#forwardMtp} of the block over their sequences: each start's
+     * kept streams and each chained step's previous output are copied into one input matrix, and the block's
+     * products run over row runs chosen as for each entry alone. All checks run before any state changes.
+     */
+    @Override
+    public synchronized float[][] step(List<Step> steps) {
+        final int E = steps.size(), nD = c.hcMult * c.hidden;
+        if (E == 0) return new float[0][];
+        State[] st = new State[E];
+        java.util.Set<MtpState> seen = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+        for (int i = 0; i < E; i++) {
+            Step s = steps.get(i);
+            try {
+                if (!(s.state() instanceof State x) || x.head() != this)
+                    throw new IllegalArgumentException("the MTP state belongs to another head");
+                if (!seen.add(x)) throw new IllegalArgumentException("its state is already in the batch");
+                if (s.isStart()) x.checkStart(s.ctx(), s.len());
+                else x.checkNext(s.token());
+                st[i] = x;
+            } catch (IllegalArgumentException | IllegalStateException e) {
+                if (E == 1) throw e;
+                throw e instanceof IllegalArgumentException ? new IllegalArgumentException("MTP step " + i + ": " + e.getMessage(), e)
+                        : new IllegalStateException("MTP step " + i + ": " + e.getMessage(), e);
+            }
+        }
+        int[] lo = new int[E], count = new int[E];
+        int R = 0;
+        for (int i = 0; i < E; i++) {
+            Step s = steps.get(i);
+            if (s.isStart()) {
+                int N = st[i].tgt.length();
+                lo[i] = st[i].startPos(N);
+                count[i] = N - lo[i];
+            } else count[i] = 1;
+            R += count[i];
+        }
+        if (R > inCap) { // before any state changes: running out of memory here changes nothing
+            long grown = block.gpu().malloc(4L * nD * Math.max(R, 2 * inCap), "MTP batched input streams");
+            if (batchIn != 0) block.gpu().free(batchIn);
+            batchIn = grown;
+            inCap = Math.max(R, 2 * inCap);
+        }
+        for (int i = 0; i < E; i++) if (steps.get(i).isStart()) st[i].moveTo(lo[i]);
+        List<HipSequence> seqs = new ArrayList<>(E);
+        List<int[]> toks = new ArrayList<>(E);
+        boolean[] zeroFirst = new boolean[E];
+        long[] last = new long[E];
+        int at = 0;
+        for (int i = 0; i < E; i++) {
+            Step s = steps.get(i);
+            State x = st[i];
+            long dst = batchIn + 4L * at * nD;
+            int[] t = new int[count[i]];
+            if (s.isStart()) {
+                for (int k = 0; k < t.length; k++) t[k] = s.ctx()[lo[i] + k + 1];
+                x.kept.gather(block.gpu(), lo[i], lo[i] + t.length, dst);
+                zeroFirst[i] = lo[i] == 0;
+            } else {
+                t[0] = s.token();
+                block.gpu().copy(dst, x.last, 4L * nD); // queued before the step overwrites `last`
+            }
+            seqs.add(x.m);
+            toks.add(t);
+            last[i] = x.last;
+            at += t.length;
+        }
+        float[][] lg = block.forwardMtp(seqs, batchIn, toks, zeroFirst, in, last);
+        for (int i = 0; i < E; i++) {
+            if (steps.get(i).isStart()) st[i].realLen = st[i].tgt.length();
+            st[i].started = true;
+        }
+        return lg;
     }
 
     @Override
-    public void close() {
+    public synchronized void close() {
+        if (batchIn != 0) block.gpu().free(batchIn);
+        batchIn = 0;
+        inCap = 0;
         block.close();
     }
 
@@ -60,54 +146,73 @@ final class HipMtp implements MtpHead, AutoCloseable {
         private final HipSequence tgt;
         private final HipSequence m;
         private final KeptRing kept;
-        /** Device buffers of the block's: the gathered previous streams [cap, n·D] and the latest output streams [n·D]. */
-        private final long gather, last;
+        /** Device buffer of the block's latest output streams [n·D]. */
+        private final long last;
         private int realLen;
         private boolean started, closed;
 
-        State(HipSequence tgt, int window, int cap) {
+        State(HipSequence tgt, int window) {
             this.tgt = tgt;
             this.kept = tgt.kept;
             this.m = block.newSequence(window);
             int nD = c.hcMult * c.hidden;
-            this.gather = block.gpu().malloc(4L * nD * cap, "MTP input streams");
             this.last = block.gpu().malloc(4L * nD, "MTP output streams");
         }
 
-        @Override
-        public float[] start(int[] ctx, int len) {
+        HipMtp head() {
+            return HipMtp.this;
+        }
+
+        /** What {@link #start} refuses, without changing anything. */
+        void checkStart(int[] ctx, int len) {
             if (closed) throw new IllegalStateException("MTP state is closed");
             int N = tgt.length();
             if (len != N + 1)
                 throw new IllegalStateException("context of " + len + " tokens does not continue the target's " + N + " positions by one pending token");
             if (N == 0) throw new IllegalStateException("the target holds no positions yet");
+            if (ctx.length < len) throw new IllegalArgumentException("context array of " + ctx.length + " tokens is shorter than len " + len);
             if (tgt.kept != kept || kept.hi < N || kept.lo > N - 1)
                 throw new IllegalStateException("the target's streams up to position " + (N - 1) + " were not kept");
-            int from = Math.min(realLen, N - 1);
-            int lo = Math.max(from, Math.max(N - c.slidingWindow, kept.lo));
-            int have = m.length();
-            if (have > lo && have - lo <= m.rollbackable()) m.rollback(have - lo);
-            else if (have != lo) m.pos.reset(lo);
-            int S = N - lo;
-            int[] toks = new int[S];
-            for (int s = 0; s < S; s++) toks[s] = ctx[lo + s + 1];
-            kept.gather(block.gpu(), lo, N, gather);
-            float[] lg = block.forwardMtp(m, gather, toks, S, lo == 0, in, last);
-            realLen = N;
-            started = true;
-            return lg;
+            for (int p = Math.max(1, N - c.slidingWindow); p <= N; p++)
+                if (ctx[p] < 0 || ctx[p] >= c.vocabSize)
+                    throw new IllegalArgumentException("token id " + ctx[p] + " at position " + p + " is outside [0, " + c.vocabSize + ")");
+            m.checkUsable();
         }
 
-        @Override
-        public float[] next(int token) {
+        /** What {@link #next} refuses, without changing anything. */
+        void checkNext(int token) {
             if (closed) throw new IllegalStateException("MTP state is closed");
             if (!started) throw new IllegalStateException("next() before start()");
             if (token < 0 || token >= c.vocabSize)
                 throw new IllegalArgumentException("token id " + token + " is outside [0, " + c.vocabSize + ")");
-            // the previous output streams are the input; copied first, as forwardMtp overwrites `last`
-            int nD = c.hcMult * c.hidden;
-            block.gpu().copy(gather, last, 4L * nD);
-            return block.forwardMtp(m, gather, new int[]{token}, 1, false, in, last);
+            m.checkUsable();
+        }
+
+        /**
+         * The first entry a start at target length N recomputes: the first entry not built from committed streams (at
+         * least the last one, whose output is the first proposal), but no further back than the block's window needs
+         * and the ring holds.
+         */
+        int startPos(int N) {
+            int from = Math.min(realLen, N - 1);
+            return Math.max(from, Math.max(N - c.slidingWindow, kept.lo));
+        }
+
+        /** Moves the block's sequence to position lo (rolled back, or restarted there). */
+        void moveTo(int lo) {
+            int have = m.length();
+            if (have > lo && have - lo <= m.rollbackable()) m.rollback(have - lo);
+            else if (have != lo) m.pos.reset(lo); // positions skipped or beyond the rollback window: restart there
+        }
+
+        @Override
+        public float[] start(int[] ctx, int len) {
+            return step(List.of(Step.start(this, ctx, len)))[0];
+        }
+
+        @Override
+        public float[] next(int token) {
+            return step(List.of(Step.next(this, token)))[0];
         }
 
         @Override
@@ -116,7 +221,6 @@ final class HipMtp implements MtpHead, AutoCloseable {
             closed = true;
             if (tgt.kept == kept) tgt.kept = null;
             kept.free();
-            block.gpu().free(gather);
             block.gpu().free(last);
             m.close();
         }

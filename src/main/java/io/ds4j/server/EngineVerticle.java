@@ -387,6 +387,7 @@ public final class EngineVerticle extends VerticleBase {
                 state.engineSteps.incrementAndGet();
                 state.metrics().batch(t.entries(), t.rows(), t.prefillTokens(), t.decodeRows());
             }
+            for (int n : t.mtpSteps()) state.metrics().mtpStep(n);
             if (t.isolated()) LOG.warn("a batched step failed; its {} entries were stepped one at a time to find the culprit", t.entries());
             for (Job j : t.stepped()) {
                 j.steps++;

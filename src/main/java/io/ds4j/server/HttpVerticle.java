@@ -585,9 +585,11 @@ public final class HttpVerticle extends VerticleBase {
         vertx.executeBlocking(() -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
-            // the prediction is plain text of the answer: its tokens, no template and no BOS
-            int[] predicted = predictionText == null ? null : tok.encode(predictionText);
-            if (chat) return new Encoded(tok.encode(ChatEncoder.encode(g.messages(), g.options())), null, null, predicted);
+            int ctxLimit = state.maxContext();
+            if (chat) {
+                int[] ids = tok.encode(ChatEncoder.encode(g.messages(), g.options()));
+                return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit));
+            }
             String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
             int[] ids;
             boolean addedBos = false;
@@ -605,7 +607,7 @@ public final class HttpVerticle extends VerticleBase {
                 for (int i = addedBos ? 1 : 0; i < ids.length; i++)
                     promptTokens.add(new String(tok.tokenBytes(ids[i]), StandardCharsets.UTF_8));
             }
-            return new Encoded(ids, echo, promptTokens, predicted);
+            return new Encoded(ids, echo, promptTokens, encodePrediction(tok, predictionText, ids.length, ctxLimit));
         }, false).onComplete(ar -> {
             if (ar.failed()) {
                 error(ctx, asApi(ar.cause()));
@@ -635,6 +637,45 @@ public final class HttpVerticle extends VerticleBase {
                     .cachePrompt(cachePrompt && ar.result().promptTokens() == null).constrain(g.grammar()).predict(predicted);
             new Exchange(ctx, g, req, model, ar.result().echo(), ar.result().promptTokens()).start();
         });
+    }
+
+    /** A tokenizer and the length of its longest token in bytes (the last one asked about). */
+    private record Longest(Tokenizer tok, int bytes) {}
+
+    private volatile Longest longest;
+
+    /**
+     * The prediction's tokens (plain text of the answer: no template, no BOS), or null without one or when the prompt
+     * alone exceeds the context (that error is reported). A prediction too long in characters to fit the room the
+     * context leaves after the prompt is refused before it is tokenised, so a huge one costs no tokenisation: its text
+     * is the concatenation of its tokens' bytes (no normaliser in a DeepSeek tokenizer), each token at most the
+     * tokenizer's longest, and a UTF-8 text has at least as many bytes as UTF-16 characters; so it has at least
+     * chars / longest tokens. One within that bound is tokenised and checked exactly by the caller.
+     * @throws ApiException 400 context_length_exceeded naming {@code prediction}
+     */
+    private int[] encodePrediction(Tokenizer tok, String text, int promptTokens, int ctxLimit) {
+        if (text == null || promptTokens >= ctxLimit) return null;
+        long room = ctxLimit - promptTokens, most = longestTokenBytes(tok);
+        if (text.length() > room * most)
+            throw ApiException.bad("prediction", "context_length_exceeded", "prediction: the prediction is " + text.length()
+                    + " characters, more than the " + room + " tokens the context limit of " + ctxLimit + " leaves after the "
+                    + promptTokens + "-token prompt can hold (a token holds at most " + most + " bytes)");
+        return tok.encode(text);
+    }
+
+    private int longestTokenBytes(Tokenizer tok) {
+        Longest known = longest;
+        if (known != null && known.tok() == tok) return known.bytes();
+        int m = 1;
+        for (int id = 0; id < tok.vocabSize(); id++) {
+            try {
+                m = Math.max(m, tok.tokenBytes(id).length);
+            } catch (IllegalArgumentException unused) {
+                // an id without a token (a gap in the vocabulary)
+            }
+        }
+        longest = new Longest(tok, m);
+        return m;
     }
 
     /** A tokenised prompt, the text to echo (completions with echo), and the tokenised prediction (or null). */

@@ -274,13 +274,8 @@ final class Requests {
         JsonNode q = b.get("speculative_q");
         if (q == null || q.isNull()) return cfg.specQ();
         if (q.isTextual() && q.textValue().trim().equalsIgnoreCase("auto")) return "auto";
-        String s = isIntegral(q) && q.canConvertToInt() ? Integer.toString(q.intValue()) : q.isTextual() ? q.textValue().trim() : "";
-        try {
-            int v = Integer.parseInt(s);
-            if (v >= 0 && v <= 8) return Integer.toString(v);
-        } catch (NumberFormatException ignored) {
-            // reported below
-        }
+        // a number as JSON numbers are (like every integer field); a string other than "auto" is refused, even "5"
+        if (isIntegral(q) && q.canConvertToInt() && q.intValue() >= 0 && q.intValue() <= 8) return Integer.toString(q.intValue());
         throw ApiException.badField("speculative_q", "must be 0 (off), an integer 1..8 or \"auto\", got " + q);
     }
 

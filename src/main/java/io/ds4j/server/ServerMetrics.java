@@ -35,6 +35,8 @@ import java.util.function.ToDoubleFunction;
  *       observations as {@code ds4j:batch_tokens}; the Prometheus client reserves the {@code _total} suffix for
  *       counters, so the series are {@code vllm:iteration_tokens_bucket}, {@code _count} and {@code _sum}), {@code ds4j:batch_prefill_tokens_total} and
  *       {@code ds4j:batch_decode_rows_total} counters, and {@code ds4j:engine_steps_total};</li>
+ *   <li>the MTP draft's batched forwards: {@code ds4j:mtp_batch_size} histogram (requests' MTP drafts per batched MTP
+ *       step; one step per draft position per engine step);</li>
  *   <li>{@code vllm:spec_decode_num_drafts_total} (verify steps that carried draft tokens),
  *       {@code vllm:spec_decode_num_draft_tokens_total} (offered), {@code vllm:spec_decode_num_accepted_tokens_total};</li>
  *   <li>llama.cpp: {@code llamacpp:prompt_tokens_total}, {@code llamacpp:tokens_predicted_total},
@@ -65,7 +67,7 @@ public final class ServerMetrics {
     private final Timer ttft, itl, e2e, queueTime;
     private final Counter promptTokens, generationTokens, promptTokensLcpp, predictedLcpp;
     private final Counter drafts, draftTokens, acceptedTokens, cancelled, failed;
-    private final DistributionSummary batchSize, batchTokens, iterationTokens;
+    private final DistributionSummary batchSize, batchTokens, iterationTokens, mtpBatchSize;
     private final Counter batchPrefill, batchDecode, engineSteps;
     /** Requests running and waiting, updated by the engine thread. */
     public final AtomicInteger running = new AtomicInteger(), waiting = new AtomicInteger();
@@ -93,6 +95,7 @@ public final class ServerMetrics {
         batchPrefill = counter("ds4j:batch_prefill_tokens", "Prefill tokens run in engine steps");
         batchDecode = counter("ds4j:batch_decode_rows", "Decode/verify rows run in engine steps");
         engineSteps = counter("ds4j:engine_steps", "Batched engine steps run");
+        mtpBatchSize = summary("ds4j:mtp_batch_size", "Requests' MTP drafts per batched MTP step (one per draft position)", null, BATCH_BUCKETS);
         Gauge.builder("vllm:num_requests_running", running, AtomicInteger::get).description("Requests generating").register(registry);
         Gauge.builder("vllm:num_requests_waiting", waiting, AtomicInteger::get).description("Requests waiting for a slot (queue depth)").register(registry);
         Gauge.builder("llamacpp:requests_processing", running, AtomicInteger::get).description("Requests generating (llama.cpp name)").register(registry);
@@ -153,6 +156,11 @@ public final class ServerMetrics {
         if (prefillTokens > 0) batchPrefill.increment(prefillTokens);
         if (decodeRows > 0) batchDecode.increment(decodeRows);
         engineSteps.increment();
+    }
+
+    /** One batched MTP step of the drafts ran, for this many requests. */
+    void mtpStep(int drafts) {
+        mtpBatchSize.record(drafts);
     }
 
     private Counter counter(String name, String help) {

@@ -5,15 +5,20 @@ import io.ds4j.engine.Backend;
 import io.ds4j.engine.MtpHead;
 import io.ds4j.engine.MtpState;
 import io.ds4j.engine.Sequence;
+import io.ds4j.engine.SteppedMtpDraft;
 import io.ds4j.sampling.Distribution;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
+
+import java.util.List;
 
 /**
  * The checkpoint's own MTP layer as the draft ({@link MtpHead}): per request it attaches MTP state to the target's
  * sequence, and each proposal runs the MTP once from the target's state at the last committed position and then
  * chains it on its own output for the further tokens. Proposals are greedy for greedy requests and sampled with the
- * request's settings otherwise (with their distributions, so verification keeps the target's distribution).
+ * request's settings otherwise (with their distributions, so verification keeps the target's distribution). The draft
+ * is a {@link SteppedMtpDraft}: the scheduler runs the MTP steps of all requests' drafts as one batched MTP forward per
+ * draft position ({@link io.ds4j.engine.DraftBatch}).
  */
 public final class MtpDraftSource implements DraftSource {
     private final MtpHead head;
@@ -50,11 +55,17 @@ public final class MtpDraftSource implements DraftSource {
         return new MtpDraft(new Sampler(p, vocab, prompt), prompt.length);
     }
 
-    private final class MtpDraft implements Draft {
+    private final class MtpDraft implements SteppedMtpDraft {
         private final Sampler sampler;
         private MtpState state;
         /** Committed tokens already pushed into the sampler's history. */
         private int histUpTo;
+        // the proposal under way: its width, the tokens chosen so far (pushed into the sampler's history) and the result
+        private int q, chosen;
+        private int[] toks;
+        private Distribution[] dists;
+        private boolean stepping;
+        private Proposal done;
 
         MtpDraft(Sampler sampler, int promptLen) {
             this.sampler = sampler;
@@ -68,23 +79,73 @@ public final class MtpDraftSource implements DraftSource {
         }
 
         @Override
+        public MtpHead head() {
+            return head;
+        }
+
+        @Override
         public Proposal propose(int[] ctx, int len, int q) {
-            if (state == null || q <= 0) return Proposal.NONE;
-            committed(ctx, len);
-            float[] lg = state.start(ctx, len);
-            int[] toks = new int[q];
-            Distribution[] dists = new Distribution[q];
-            boolean greedy = sampler.params().isGreedy();
-            for (int i = 0; i < q; i++) {
-                Distribution d = sampler.distribution(lg, 0);
-                int t = greedy ? d.top() : d.sample(sampler.rng());
-                toks[i] = t;
-                dists[i] = greedy ? null : d;
-                sampler.push(t);
-                if (i + 1 < q) lg = state.next(t);
+            if (q <= 0) return Proposal.NONE;
+            MtpHead.Step s = begin(ctx, len, q);
+            try {
+                while (s != null) s = advance(head.step(List.of(s))[0]);
+            } catch (RuntimeException | Error x) {
+                abandon();
+                throw x;
             }
+            return proposal();
+        }
+
+        @Override
+        public MtpHead.Step begin(int[] ctx, int len, int q) {
+            if (q < 1) throw new IllegalArgumentException("a proposal needs q >= 1, got " + q);
+            if (stepping) abandon();
+            committed(ctx, len);
+            this.q = q;
+            this.chosen = 0;
+            this.toks = new int[q];
+            this.dists = new Distribution[q];
+            if (state == null) { // not attached to a target: nothing to offer
+                done = Proposal.NONE;
+                return null;
+            }
+            done = null;
+            stepping = true;
+            return MtpHead.Step.start(state, ctx, len);
+        }
+
+        @Override
+        public MtpHead.Step advance(float[] lg) {
+            if (!stepping) throw new IllegalStateException("advance without a step under way");
+            boolean greedy = sampler.params().isGreedy();
+            Distribution d = sampler.distribution(lg, 0);
+            int t = greedy ? d.top() : d.sample(sampler.rng());
+            toks[chosen] = t;
+            dists[chosen] = greedy ? null : d;
+            sampler.push(t);
+            chosen++;
+            if (chosen < q) return MtpHead.Step.next(state, t);
             for (int i = q - 1; i >= 0; i--) sampler.pop(toks[i]);
-            return new Proposal(toks, dists);
+            chosen = 0;
+            stepping = false;
+            done = new Proposal(toks, dists);
+            return null;
+        }
+
+        @Override
+        public Proposal proposal() {
+            if (done == null) throw new IllegalStateException("no completed proposal");
+            return done;
+        }
+
+        @Override
+        public void abandon() {
+            // the sampler's history holds the tokens chosen so far: take them back out (the MTP state drops its
+            // speculative entries at the next start)
+            for (int i = chosen - 1; i >= 0; i--) sampler.pop(toks[i]);
+            chosen = 0;
+            stepping = false;
+            done = null;
         }
 
         @Override

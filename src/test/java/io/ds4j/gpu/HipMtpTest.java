@@ -1,5 +1,6 @@
 package io.ds4j.gpu;
 
+import io.ds4j.engine.MtpBatchRuns;
 import io.ds4j.engine.MtpReferenceTest;
 import io.ds4j.engine.SpeculativeTest;
 import io.ds4j.model.MtpCheckpoints;
@@ -18,7 +19,8 @@ import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * The MTP layer on the GPU: its logits match the PyTorch reference (the fixture {@link MtpReferenceTest} checks on the
- * CPU) within 2e-3, and greedy output with the MTP draft equals plain greedy output on the GPU.
+ * CPU) within 2e-3, greedy output with the MTP draft equals plain greedy output on the GPU, and the MTP steps of many
+ * requests batched ({@link HipMtp#step}) give each request what it gets alone.
  */
 @Tag("gpu")
 class HipMtpTest {
@@ -31,6 +33,22 @@ class HipMtpTest {
         try (HipBackend b = new HipBackend(WeightLoader.load(MtpReferenceTest.checkpoint(tmp.resolve("tiny"))))) {
             MtpReferenceTest.check(b, e, new int[]{e.ids().length}, "hip, one prefill step");
             MtpReferenceTest.check(b, e, new int[]{7, 1, 13, 3, 100}, "hip, chunks 7,1,13,3,...");
+        }
+    }
+
+    /** Batched MTP steps ({@link HipMtp#step}) give every state bit for bit its logits stepped alone. */
+    @Test
+    void batchedMtpStepsEqualEachStateAloneOnTheGpu() throws Exception {
+        try (HipBackend b = new HipBackend(WeightLoader.load(MtpCheckpoints.tinyFp8(tmp.resolve("fp8"), 19)))) {
+            MtpBatchRuns.batchedEqualsAlone(b, 12, 40, 41);
+        }
+    }
+
+    /** 16 MTP requests give the same tokens alone and through one scheduler, greedy ones plain greedy output. */
+    @Test
+    void sixteenMtpRequestsGiveTheSameTokensAloneAndBatchedOnTheGpu() throws Exception {
+        try (HipBackend b = new HipBackend(WeightLoader.load(MtpCheckpoints.tinyFp8(tmp.resolve("fp8"), 19)))) {
+            MtpBatchRuns.sixteenRequestsAloneAndBatched(b);
         }
     }
 

@@ -107,6 +107,9 @@ class BadInputTest {
         expect("/v1/chat/completions", chat("\"reasoning_effort\":\"extreme\""), 400, "reasoning_effort");
         expect("/v1/chat/completions", chat("\"tool_choice\":\"required\""), 400, "tool_choice");
         expect("/v1/chat/completions", chat("\"speculative_q\":9"), 400, "speculative_q");
+        // an integer field takes a JSON number: a numeric string is refused like any other string (only "auto" is one)
+        expect("/v1/chat/completions", chat("\"speculative_q\":\"5\""), 400, "speculative_q");
+        expect("/v1/chat/completions", chat("\"speculative_q\":\"0\""), 400, "speculative_q");
         expect("/v1/chat/completions", chat("\"response_format\":{\"type\":\"yaml\"}"), 400, "response_format.type");
         expect("/v1/chat/completions", chat("\"stop\":[\"\"]"), 400, "stop");
     }

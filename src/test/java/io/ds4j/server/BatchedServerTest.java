@@ -15,9 +15,10 @@ import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * Continuous batching through the server on the embedded model (CPU backend): 16 concurrent requests of different
- * prompt lengths, plain and speculative (an n-gram draft, or the model itself as draft model), greedy and seeded
- * sampled, each answer exactly (content and every logprob) what the same request gets alone; the engine's steps
- * really held many requests (the {@code ds4j:batch_size} histogram), and /props shows the scheduler's limits.
+ * prompt lengths, plain and speculative (an n-gram draft, the model itself as draft model, or its MTP layer), greedy
+ * and seeded sampled, each answer exactly (content and every logprob) what the same request gets alone; the engine's steps
+ * really held many requests (the {@code ds4j:batch_size} histogram; with the MTP draft, its batched MTP steps too:
+ * {@code ds4j:mtp_batch_size}), and /props shows the scheduler's limits.
  */
 class BatchedServerTest {
 
@@ -42,9 +43,9 @@ class BatchedServerTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"ngram", "model"})
+    @ValueSource(strings = {"ngram", "model", "mtp"})
     void sixteenConcurrentRequestsAnswerAsTheyDoAlone(String draft) throws Exception {
-        String d = draft.equals("ngram") ? "ngram" : ModelStore.ensure("tiny", 1, s -> { }).toAbsolutePath().toString();
+        String d = draft.equals("model") ? ModelStore.ensure("tiny", 1, s -> { }).toAbsolutePath().toString() : draft;
         try (TestServer server = TestServer.start(new DefaultModelProvider(), Map.of("speculative.draft", d,
                 "limits.maxActive", 16, "scheduler.tokenBudget", 48, "limits.prefillChunk", 64), null, null)) {
             int n = 16;
@@ -71,6 +72,52 @@ class BatchedServerTest {
             assertEquals(256, props.get("maxBatchRows").asInt());
             assertEquals(48, props.get("tokenBudget").asInt());
             assertEquals(48, props.get("prefillChunk").asInt(), "chunks are at most the token budget");
+            double mtpSteps = metric(metrics, "ds4j:mtp_batch_size_count"), mtpSmall = metric(metrics, "ds4j:mtp_batch_size_bucket{le=\"4.0\"}");
+            if (draft.equals("mtp")) assertTrue(mtpSteps > 0, "the MTP drafts ran: " + mtpSteps);
+            else assertEquals(0.0, mtpSteps, "no MTP steps without the MTP draft");
+        }
+    }
+
+    /**
+     * 12 concurrent requests, all with the MTP draft (prompts of different lengths, greedy and seeded sampled, widths
+     * 2, 3 and auto): each answers exactly as alone, greedy ones (three checked) with the text of plain greedy
+     * decoding, and the MTP steps of more than 8 of them ran as one batched MTP forward.
+     */
+    @org.junit.jupiter.api.Test
+    void concurrentMtpRequestsAnswerAsAloneWithTheirMtpStepsBatched() throws Exception {
+        try (TestServer server = TestServer.start(new DefaultModelProvider(), Map.of("speculative.draft", "mtp",
+                "limits.maxActive", 16, "scheduler.tokenBudget", 512), null, null);
+             var pool = java.util.concurrent.Executors.newFixedThreadPool(12)) {
+            int n = 12;
+            List<String> alone = new ArrayList<>(), plain = new ArrayList<>(), bodies = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                String words = "a small boat drifts past the harbour lights ".repeat(1 + i % 4) + "and " + i;
+                String sampling = i % 2 == 0 ? "\"temperature\":0" : "\"temperature\":0.8,\"seed\":" + (300 + i);
+                String q = switch (i % 3) {
+                    case 0 -> "2";
+                    case 1 -> "3";
+                    default -> "\"auto\"";
+                };
+                String common = "{\"messages\":[{\"role\":\"user\",\"content\":" + Json.MAPPER.valueToTree(words)
+                        + "}],\"max_tokens\":12,\"ignore_eos\":true,\"logprobs\":true,\"cache_prompt\":false," + sampling;
+                bodies.add(common + ",\"speculative_q\":" + q + "}");
+                alone.add(answer(server.post("/v1/chat/completions", bodies.get(i))));
+                if (i % 4 == 0) plain.add(server.post("/v1/chat/completions", common + ",\"speculative_q\":0}").json()
+                        .at("/choices/0/message/content").asText());
+                else plain.add(null);
+            }
+            double before = metric(server.get("/metrics").body(), "ds4j:mtp_batch_size_count");
+            List<java.util.concurrent.Future<TestServer.Resp>> fs = new ArrayList<>();
+            for (String b : bodies) fs.add(pool.submit(() -> server.post("/v1/chat/completions", b)));
+            for (int i = 0; i < n; i++) {
+                String got = answer(fs.get(i).get());
+                assertEquals(alone.get(i), got, "request " + i + " in the batch");
+                if (plain.get(i) != null) assertEquals(plain.get(i) + "|", got.substring(0, got.indexOf('|') + 1),
+                        "request " + i + ": greedy with the MTP draft is plain greedy");
+            }
+            String metrics = server.get("/metrics").body();
+            double steps = metric(metrics, "ds4j:mtp_batch_size_count"), upTo8 = metric(metrics, "ds4j:mtp_batch_size_bucket{le=\"8.0\"}");
+            assertTrue(steps > before && upTo8 < steps, "some batched MTP forwards held more than 8 requests: " + upTo8 + " of " + steps);
         }
     }
 

@@ -172,6 +172,17 @@ class PredictionServerTest {
         String longText = "word ".repeat(400);
         JsonNode e = expect("/v1/chat/completions", chatWith(content(longText)), "prediction", "context_length_exceeded");
         assertTrue(e.get("message").asText().contains("256"), e.toString());
+        assertTrue(e.get("message").asText().contains(" tokens; after the "), "within the character bound the prediction is tokenised and counted: " + e);
+        // far beyond what the room can hold in characters (the longest token has 128 bytes): refused before tokenising,
+        // the message counts characters; the same for completions
+        String huge = "x".repeat(256 * 128 + 1);
+        e = expect("/v1/chat/completions", chatWith(content(huge)), "prediction", "context_length_exceeded");
+        assertTrue(e.get("message").asText().contains("is " + huge.length() + " characters"), e.toString());
+        e = expect("/v1/completions", "{\"prompt\":\"Hi\",\"prediction\":\"" + huge + "\"}", "prediction", "context_length_exceeded");
+        assertTrue(e.get("message").asText().contains("is " + huge.length() + " characters"), e.toString());
+        // a prompt that alone exceeds the context is reported as such, whatever the prediction
+        e = expect("/v1/completions", "{\"prompt\":\"" + "word ".repeat(400) + "\",\"prediction\":\"" + huge + "\"}", "prompt",
+                "context_length_exceeded");
         // the server still serves
         assertEquals(TestServer.PLAIN, post(noDraft, "/v1/chat/completions", chatWith(null)).at("/choices/0/message/content").asText());
     }

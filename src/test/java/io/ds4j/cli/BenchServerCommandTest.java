@@ -1,0 +1,19 @@
+package io.ds4j.cli;
+
+import org.junit.jupiter.api.Test;
+
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** {@code ds4j bench-server}: its closing line shows the prefill chunk the engine uses, not only the configured one. */
+class BenchServerCommandTest {
+    @Test
+    void theServerLineShowsTheEffectivePrefillChunk() {
+        String cut = BenchServerCommand.serverLine(16, 256, 48, 512, 2);
+        assertTrue(cut.contains("prefill chunk 48 (limits.prefillChunk 512, cut to the token budget)"), cut);
+        assertTrue(cut.contains("scheduler.tokenBudget 48"), cut);
+        String kept = BenchServerCommand.serverLine(16, 256, 1024, 512, 2);
+        assertTrue(kept.contains("prefill chunk 512,"), kept);
+        assertFalse(kept.contains("cut to"), kept);
+    }
+}
