@@ -1771,10 +1771,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             throw outOfMemory(e, what);
         }
         try {
-            long tok = ws.i32(R);
-            gpu.upload(tok, b.toks);
-            b.tok = tok;
-            if (b.group != null) uploadGroup(b);
+            if (b.group != null) uploadInputs(b); // tokens, positions and views in one copy
+            else {
+                b.tok = ws.i32(R);
+                gpu.upload(b.tok, b.toks);
+            }
+            long tok = b.tok;
             int[] rowsN = new int[E];
             for (int e = 0; e < E; e++) rowsN[e] = b.count[e] * n;
             long X = ws.f32((long) R * nD), hn = ws.f32((long) R * nD);
@@ -1811,8 +1813,6 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         } catch (RuntimeException x) {
             for (HipSequence seq : b.seqs) seq.failed = x.getMessage();
             throw x instanceof GpuException g ? outOfMemory(g, what) : x;
-        } finally {
-            if (b.arena != null) b.arena.close();
         }
     }
 }
