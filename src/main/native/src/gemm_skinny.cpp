@@ -25,6 +25,10 @@
 // Routed experts: one block per (expert, row tile): the block of an expert's first pick collects all its picks in
 // ascending order and runs them as the B tokens, so each expert's weights are read once per step, not once per pick;
 // the blocks of the other picks leave at once.
+//
+// Launch shape (from the matrix shape only): MT m-tiles per warp, nw warps per block over one row tile's columns, U
+// chunk groups of loads in flight per lane. MT_HI, U, TARGET_WARPS and TARGET_TILES are first choices for the H200,
+// not measured optima: `tools/device/run.sh mm-bench` (io.ds4j.gpu.MatmulBench) prints what they give.
 #include "tc.h"
 #include "tc_mma.h"
 
@@ -33,15 +37,19 @@ namespace ds4j {
 #if DS4J_HAVE_TC
 namespace sk {
 
-/** Per format: elements per 16-byte chunk (E), k-steps per chunk, rows per warp in m-tiles (MT), chunk groups in flight (U). */
+/**
+ * Per format: elements per 16-byte chunk (E), m-tiles per warp (MT: MT_HI where the shape has enough row tiles to fill
+ * the device, else MT_HI / 2; more m-tiles share each x fragment, fewer give more blocks), chunk groups in flight (U).
+ */
 template <int FMT> struct Fmt;
-template <> struct Fmt<DS4J_FMT_BF16> { static constexpr int E = 8, MT = 2, U = 2; };
-template <> struct Fmt<DS4J_FMT_F16> { static constexpr int E = 8, MT = 2, U = 2; };
-template <> struct Fmt<DS4J_FMT_FP8_E4M3_B128> { static constexpr int E = 16, MT = 2, U = 2; };
-template <> struct Fmt<DS4J_FMT_FP4_E2M1_B32> { static constexpr int E = 32, MT = 4, U = 2; };
+template <> struct Fmt<DS4J_FMT_BF16> { static constexpr int E = 8, MT_HI = 2, U = 2; };
+template <> struct Fmt<DS4J_FMT_F16> { static constexpr int E = 8, MT_HI = 2, U = 2; };
+template <> struct Fmt<DS4J_FMT_FP8_E4M3_B128> { static constexpr int E = 16, MT_HI = 2, U = 2; };
+template <> struct Fmt<DS4J_FMT_FP4_E2M1_B32> { static constexpr int E = 32, MT_HI = 4, U = 2; };
 
 constexpr int MAX_PICKS = 1024;  // routed experts: picks S*k of one launch, collected per expert in shared memory
 constexpr int TARGET_WARPS = 2048;  // enough warps streaming to cover the H200's 132 SMs several times
+constexpr int TARGET_TILES = 264;   // row tiles (blocks) for two per SM on the H200
 
 struct Args {
     WView v;          // dense: the weight view; moe: scale_kind, cols and scale_cols shared by every expert
@@ -147,10 +155,10 @@ __device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_
  * One warp's share of a row tile: acc[mi][nt] += W[row0 + 16 mi .., its chunks] x[tokens of n-tile nt] for n-tiles
  * below ntv, over chunk groups warp, warp + nw, ... (chunk group j = chunks 4j .. 4j+3, one per lane t).
  */
-template <int FMT, int NT>
+template <int FMT, int MT, int NT>
 __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, int row0, int row_end, int warp, int nw,
-                                          const float* x, const int64_t* xoff, int ntv, float (&acc)[Fmt<FMT>::MT][NT][4]) {
-    constexpr int E = Fmt<FMT>::E, MT = Fmt<FMT>::MT, U = Fmt<FMT>::U, KS = E / 4;
+                                          const float* x, const int64_t* xoff, int ntv, float (&acc)[MT][NT][4]) {
+    constexpr int E = Fmt<FMT>::E, U = Fmt<FMT>::U, KS = E / 4;
     constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nch = (int)(rb >> 4), ngr = (nch + 3) >> 2;
@@ -237,12 +245,12 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
  * Block: one row tile of 16 MT rows (dense: of one group; moe: of one expert) for all tokens (picks), in passes of
  * 8 NT; nw = blockDim.x / 32 warps split the columns and their partial sums are added in warp order.
  */
-template <int FMT, int NT, bool MOE>
-__global__ void __launch_bounds__(Fmt<FMT>::MT >= 4 ? 256 : 512) skinny_kernel(Args a) {
+template <int FMT, int MT, int NT, bool MOE>
+__global__ void __launch_bounds__(MT >= 4 ? 256 : 512) skinny_kernel(Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
 #else
-    constexpr int MT = Fmt<FMT>::MT, RT = 16 * MT, TOK = 8 * NT;
+    constexpr int RT = 16 * MT, TOK = 8 * NT;
     __shared__ float red[TOK * RT];
     __shared__ int64_t xoff[TOK], yoff[TOK];
     __shared__ int32_t picks[MOE ? MAX_PICKS : 1];
@@ -313,7 +321,7 @@ __global__ void __launch_bounds__(Fmt<FMT>::MT >= 4 ? 256 : 512) skinny_kernel(A
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int j = 0; j < 4; j++) acc[mi][nt][j] = 0.f;
-        warp_part<FMT, NT>(v, rb, wal, row0, row_end, warp, nw, a.x, xoff, ntv, acc);
+        warp_part<FMT, MT, NT>(v, rb, wal, row0, row_end, warp, nw, a.x, xoff, ntv, acc);
         // partial sums in warp order; C fragment: c0, c1 = (row g, tokens 2t, 2t+1), c2, c3 = row g+8
         for (int w = 0; w < nw; w++) {
             if (warp == w) {
@@ -338,29 +346,35 @@ __global__ void __launch_bounds__(Fmt<FMT>::MT >= 4 ? 256 : 512) skinny_kernel(A
 #endif
 }
 
+/** m-tiles per warp for a format, (rows of a group, groups) and the number of matrices streamed at once (units). */
+static int mt_for(int format, int grp, int groups, int units) {
+    const int hi = format == DS4J_FMT_FP4_E2M1_B32 ? Fmt<DS4J_FMT_FP4_E2M1_B32>::MT_HI : 2;
+    const int64_t tiles = (int64_t)groups * ((grp + 16 * hi - 1) / (16 * hi)) * units;
+    return tiles >= TARGET_TILES ? hi : hi / 2;
+}
+
 /**
  * Warps per block for a shape (never for S): enough warps in all to stream the weights, each with at least two chunk
  * groups of its row tile's columns; at most 16 (8 with four m-tiles per warp, whose registers allow 256 threads).
  */
-static int warps_for(int format, int64_t tiles, int64_t rb) {
-    const int mt = format == DS4J_FMT_FP4_E2M1_B32 ? Fmt<DS4J_FMT_FP4_E2M1_B32>::MT : 2;
+static int warps_for(int mt, int64_t tiles, int64_t rb) {
     const int64_t ngr = (rb / 16 + 3) / 4;
     int nw = 4;
     while (nw < (mt >= 4 ? 8 : 16) && tiles * nw < TARGET_WARPS && ngr >= 4 * nw) nw *= 2;
     return nw;
 }
 
-static int rows_per_tile(int format) {
-    return 16 * (format == DS4J_FMT_FP4_E2M1_B32 ? Fmt<DS4J_FMT_FP4_E2M1_B32>::MT : 2);
-}
-
-#define DS4J_SK_DISPATCH(format, NT, CALL)                                                                \
+// F: format, M: m-tiles per warp (MT_HI or MT_HI / 2), N: n-tiles per pass
+#define DS4J_SK_DISPATCH(format, mt, NT, CALL)                                                            \
     switch (format) {                                                                                     \
-        case DS4J_FMT_F16: { constexpr int F = DS4J_FMT_F16; DS4J_SK_NT(NT, CALL); break; }               \
-        case DS4J_FMT_BF16: { constexpr int F = DS4J_FMT_BF16; DS4J_SK_NT(NT, CALL); break; }             \
-        case DS4J_FMT_FP8_E4M3_B128: { constexpr int F = DS4J_FMT_FP8_E4M3_B128; DS4J_SK_NT(NT, CALL); break; } \
-        default: { constexpr int F = DS4J_FMT_FP4_E2M1_B32; DS4J_SK_NT(NT, CALL); break; }                \
+        case DS4J_FMT_F16: { constexpr int F = DS4J_FMT_F16; DS4J_SK_MT(mt, 2, NT, CALL); break; }        \
+        case DS4J_FMT_BF16: { constexpr int F = DS4J_FMT_BF16; DS4J_SK_MT(mt, 2, NT, CALL); break; }      \
+        case DS4J_FMT_FP8_E4M3_B128: { constexpr int F = DS4J_FMT_FP8_E4M3_B128; DS4J_SK_MT(mt, 2, NT, CALL); break; } \
+        default: { constexpr int F = DS4J_FMT_FP4_E2M1_B32; DS4J_SK_MT(mt, 4, NT, CALL); break; }         \
     }
+#define DS4J_SK_MT(mt, HI, NT, CALL)                                                    \
+    if ((mt) == (HI)) { constexpr int M = (HI); DS4J_SK_NT(NT, CALL); }                 \
+    else { constexpr int M = (HI) / 2; DS4J_SK_NT(NT, CALL); }
 #define DS4J_SK_NT(NT, CALL)                                  \
     switch (NT) {                                             \
         case 1: { constexpr int N = 1; CALL; break; }         \
@@ -383,10 +397,10 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
     if ((rb & 15) != 0 || ((uintptr_t)v.w & 15u) != 0 || ((uintptr_t)x & 15u) != 0 || (ldx & 3) != 0 || (xgs & 3) != 0)
         return false;
     if (!tc_device(ctx)) return false;
-    const int rt = rows_per_tile(format), groups = rows / grp, tpg = (grp + rt - 1) / rt;
+    const int groups = rows / grp, mt = mt_for(format, grp, groups, 1), tpg = (grp + 16 * mt - 1) / (16 * mt);
     const int64_t tiles = (int64_t)groups * tpg;
     if (tiles > 0x7fffffff) return false;
-    const int nw = warps_for(format, tiles, rb);
+    const int nw = warps_for(mt, tiles, rb);
     Args a{};
     a.v = v;
     a.rows = rows;
@@ -399,7 +413,7 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
     a.ldy = ldy;
     a.S = S;
     const int nt = (S + 7) / 8;
-    DS4J_SK_DISPATCH(format, nt, (skinny_kernel<F, N, false><<<(unsigned)tiles, nw * WARP, 0, ctx->stream>>>(a)))
+    DS4J_SK_DISPATCH(format, mt, nt, (skinny_kernel<F, M, N, false><<<(unsigned)tiles, nw * WARP, 0, ctx->stream>>>(a)))
     hipError_t e = hipGetLastError();
     *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching matmul (skinny tensor cores)");
     return true;
@@ -419,9 +433,10 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     if (S <= 0 || S >= DS4J_TC_MIN_ROWS || P > MAX_PICKS || rows <= 0 || !tc_format(format, scale_kind)) return false;
     const int64_t rb = row_bytes_of(format, cols);
     if ((rb & 15) != 0 || ((uintptr_t)x & 15u) != 0 || (ldx & 3) != 0) return false;
-    const int rt = rows_per_tile(format), tiles = (rows + rt - 1) / rt;
+    // shape: k experts streamed at once per row
+    const int mt = mt_for(format, rows, 1, k), tiles = (rows + 16 * mt - 1) / (16 * mt);
     if (tiles > 65535 || !tc_device(ctx)) return false;
-    const int nw = warps_for(format, tiles, rb);
+    const int nw = warps_for(mt, (int64_t)tiles * k, rb);
     Args a{};
     a.v.scale_kind = scale_kind;
     a.v.cols = cols;
@@ -442,7 +457,7 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     // an expert has at most P picks: the pass width follows S (at most 4 n-tiles), more picks take more passes
     const int nt = (int)((S + 7) / 8);
     dim3 grid((unsigned)P, (unsigned)tiles);
-    DS4J_SK_DISPATCH(format, nt, (skinny_kernel<F, N, true><<<grid, nw * WARP, 0, ctx->stream>>>(a)))
+    DS4J_SK_DISPATCH(format, mt, nt, (skinny_kernel<F, M, N, true><<<grid, nw * WARP, 0, ctx->stream>>>(a)))
     hipError_t e = hipGetLastError();
     *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching moe_matmul (skinny tensor cores)");
     return true;

@@ -1365,7 +1365,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * 3.8 over a step: routing over all rows (hash layers by token id), routed experts over the step's row runs
-     * (grouped by expert on tensor cores for an entry of at least DS4J_TC_MIN_ROWS rows, pick by pick otherwise), the
+     * (grouped by expert on tensor cores for an entry of at least DS4J_TC_MIN_ROWS rows; below it each expert once for
+     * all its picks on the skinny tensor-core kernel, or pick by pick on the FFMA kernels), the
      * shared expert, the combination; h [R, D] -> [R, D].
      */
     private long moe(DeviceStep b, int l, DeviceWeights.Layer L, long h) {

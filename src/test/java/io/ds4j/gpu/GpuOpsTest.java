@@ -683,6 +683,52 @@ class GpuOpsTest {
     }
 
     @Test
+    void skinnyMatmulManyRowTiles() {
+        // enough row tiles for the kernel to give each warp twice the m-tiles (2 x 16 rows, FP4 4 x 16), plus a
+        // partial last tile; routed experts of as many rows (6 picks per token)
+        SplittableRandom r = new SplittableRandom(35);
+        for (WeightMatrix.Format f : TC_FORMATS) {
+            int rows = 264 * (f == WeightMatrix.Format.FP4_E2M1_B32 ? 64 : 32) + 5, cols = 128;
+            WeightMatrix m = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix dm = upload(m);
+            float[] x = gauss(r, 9 * cols, 1);
+            long dx = dev(x);
+            for (int S : new int[]{1, 9}) {
+                float[] y = matmul(dm, dx, cols, S, rows);
+                checkMatmul(f + " " + rows + "x" + cols + " S=" + S, m, x, cols, S, y, rows);
+                if (S == 9) assertRowsAlone(f + " " + rows + " rows", dm, dx, cols, S, rows, y);
+            }
+        }
+        int E = 8, k = 6, S = 5, rows = 2900, cols = 64;
+        WeightMatrix.Format f = WeightMatrix.Format.FP4_E2M1_B32;
+        WeightMatrix[] ms = new WeightMatrix[E];
+        long[] data = new long[E], scale = new long[E];
+        for (int e = 0; e < E; e++) {
+            ms[e] = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix d = upload(ms[e]);
+            data[e] = d.data();
+            scale[e] = d.scale();
+        }
+        long dt = dev(new float[2 * E]), st = dev(new float[2 * E]);
+        gpu.upload(dt, data);
+        gpu.upload(st, scale);
+        int[] ids = new int[S * k];
+        for (int p = 0; p < S * k; p++) ids[p] = (p / k * 3 + p % k) % (E - 1);
+        float[] x = gauss(r, S * cols, 1);
+        long dx = dev(x), dids = dev(ids), dy = zeros(4L * S * k * rows);
+        check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols, ptr(dids), k, S, ptr(dx),
+                cols, 0, ptr(dy), rows), "moe_matmul");
+        float[] y = gpu.downloadFloats(dy, S * k * rows);
+        for (int p = 0; p < S * k; p++)
+            checkMatmul("FP4 experts of " + rows + " rows, pick " + p, ms[ids[p]], Arrays.copyOfRange(x, p / k * cols, p / k * cols + cols),
+                    cols, 1, Arrays.copyOfRange(y, p * rows, (p + 1) * rows), rows);
+        long dy1 = zeros(4L * k * rows);
+        check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols, ptr(dids + 4L * 2 * k), k, 1,
+                ptr(dx + 4L * 2 * cols), cols, 0, ptr(dy1), rows), "moe_matmul alone");
+        assertArrayEquals(Arrays.copyOfRange(y, 2 * k * rows, 3 * k * rows), gpu.downloadFloats(dy1, k * rows), "token 2 alone vs in S=5");
+    }
+
+    @Test
     void skinnyMoeReadsEachExpertOncePerStep() {
         // picks with an expert twice in one token, experts never picked, expert 1 stored off a 16-byte boundary, expert
         // 2 in host memory (null table entry: its pick rows stay as they were); every pick against the reference, and
