@@ -6,12 +6,12 @@
 // Layout: the weights are the MMA's A operand (16 weight rows per m16 tile), the step's rows (tokens, or one expert's
 // picks) are B (8 per n8 tile, up to NT = 4 tiles per pass). A warp owns MT m-tiles (16 MT weight rows) and a share of
 // the columns; lane (g, t) = (lane / 4, lane % 4) loads one 16-byte chunk of rows g and g + 8 of each m-tile, and these
-// bytes are its A fragments: no shared-memory staging, no shuffles. Chunk c of a row holds E columns (16 FP8, 32 FP4,
-// 8 BF16 / F16); the four lanes t of a row read chunks 4j + t, 64 contiguous bytes. K-step i of a chunk puts four of its
-// columns into the lane's k slots {2t, 2t+1, 2t+8, 2t+9} (FP8, BF16, F16: columns 4i .. 4i+3 in order; FP4: within
-// each 8-column word the pairs (n, n+4), which decode with one shift each) and the B fragment takes x at the same
-// four columns of token g. So the MMA's k runs over a fixed permutation of the columns, the same for every row and
-// token, and the result differs in rounding (not in value) from the prefill GEMM of gemm_tc.cpp.
+// bytes are its A fragments: no shared-memory staging, no shuffles. Chunk c of a row holds E columns (16 FP8, 32
+// FP4, 8 BF16 / F16); the four lanes t of a row read chunks 4j + t, 64 contiguous bytes. K-step i of a chunk puts four
+// of its columns into the lane's k slots {2t, 2t+1, 2t+8, 2t+9} (FP8, BF16, F16: columns 4i .. 4i+3 in order; FP4:
+// within each 8-column word the pairs (n, n+4), which decode with shifts and masks alone) and the B fragment takes x
+// at the same four columns of token g. So the MMA's k runs over a fixed permutation of the columns, the same for every
+// row and token, and the result differs in rounding (not in value) from the prefill GEMM of gemm_tc.cpp.
 //
 // Exactness: FP8 e4m3 and FP4 e2m1 bit patterns are placed into BF16 patterns, which read as value x 2^-120 and
 // value x 2^-126 (subnormal codes included), then multiplied by 2^120 (2^126) x the E8M0 scale, a power of two: exact,
@@ -70,7 +70,9 @@ struct Args {
     int P, k, x_per_pick;
 };
 
-__device__ __forceinline__ uint32_t word(const uint4& q, int i) { return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w; }
+__device__ __forceinline__ uint32_t word(const uint4& q, int i) {
+    return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
+}
 
 /** BF16 pair (both halves) 2^(f - 127) for a biased exponent f in 1 .. 254. */
 __device__ __forceinline__ uint32_t pow2_pair(uint32_t f) { return (f << 7) | (f << 23); }
@@ -104,13 +106,13 @@ __device__ __forceinline__ void a_words(const uint4& q, int i, uint32_t m1, uint
     } else {
         uint32_t p0, p1;
         if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
-            // bytes (b0, b1) and (b2, b3) of word i to 16-bit lanes; sign -> bit 15, exponent and mantissa -> bits 10..4
+            // bytes (b0, b1) and (b2, b3) of word i to 16-bit lanes; sign -> bit 15, exponent, mantissa -> bits 10..4
             const uint32_t u = word(q, i);
             const uint32_t t0 = __byte_perm(u, 0u, 0x4140u), t1 = __byte_perm(u, 0u, 0x4342u);
             p0 = ((t0 & 0x00800080u) << 8) | ((t0 & 0x007f007fu) << 4);
             p1 = ((t1 & 0x00800080u) << 8) | ((t1 & 0x007f007fu) << 4);
         } else {
-            // nibbles n and n + 4 of word i / 2 (n = 2 (i % 2) and n + 1) to 16-bit lanes; sign -> bit 15, bits 2..0 -> 8..6
+            // nibbles n, n + 4 of word i / 2 (n = 2 (i % 2), then n + 1) to 16-bit lanes; sign -> bit 15, 2..0 -> 8..6
             const uint32_t u = word(q, i >> 1);
             if (i & 1) {
                 p0 = ((u >> 2) & 0x01c001c0u) | ((u << 4) & 0x80008000u);
@@ -129,7 +131,10 @@ __device__ __forceinline__ void a_words(const uint4& q, int i, uint32_t m1, uint
     }
 }
 
-/** The B words of k-step i for token row xr (null: no token) at chunk column col: (hi, lo) of slots (2t, 2t+1), (2t+8, 2t+9). */
+/**
+ * The B words of k-step i for token row xr (null: no token) at chunk column col: (hi, lo) of the k slots (2t, 2t+1)
+ * and (2t+8, 2t+9).
+ */
 template <int FMT>
 __device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_t& h0, uint32_t& h1, uint32_t& l0,
                                         uint32_t& l1) {
@@ -424,9 +429,9 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
 #endif
 }
 
-bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* scale_table, const int32_t* row_base_table,
-                int scale_kind, int rows, int cols, const int32_t* ids, int k, int S, const float* x, int64_t ldx,
-                int x_per_pick, float* y, int64_t ldy, int* rc) {
+bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* scale_table,
+                const int32_t* row_base_table, int scale_kind, int rows, int cols, const int32_t* ids, int k, int S,
+                const float* x, int64_t ldx, int x_per_pick, float* y, int64_t ldy, int* rc) {
 #if DS4J_HAVE_TC
     using namespace sk;
     const int64_t P = (int64_t)S * k;

@@ -34,8 +34,8 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
  * ds4j_moe_matmul on the skinny tensor-core kernel (S < DS4J_TC_MIN_ROWS): each expert's weights are read once for
  * all its picks. Returns false, launching nothing, when the format, pointers, pick count or device do not allow it.
  */
-bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* scale_table, const int32_t* row_base_table,
-                int scale_kind, int rows, int cols, const int32_t* ids, int k, int S, const float* x, int64_t ldx,
-                int x_per_pick, float* y, int64_t ldy, int* rc);
+bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* scale_table,
+                const int32_t* row_base_table, int scale_kind, int rows, int cols, const int32_t* ids, int k, int S,
+                const float* x, int64_t ldx, int x_per_pick, float* y, int64_t ldy, int* rc);
 
 }  // namespace ds4j
