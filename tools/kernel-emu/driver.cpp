@@ -1,7 +1,9 @@
-// Emulated runs of the tensor-core kernels (gemm_tc.cpp, indexer_tc.cpp, attention.cpp) against F64 references on odd
-// shapes: K and token tails, partial row tiles, FP8 row views inside the block grid, groups that end inside a tile,
-// routed experts with uneven loads (empty experts, misaligned expert storage, more experts than one scan chunk),
-// indexer blocks with rows unused, queries below K_I, several key blocks. EXTRA=1 adds the slow cases.
+// Emulated runs of the tensor-core kernels (gemm_tc.cpp, gemm_skinny.cpp, indexer_tc.cpp, attention.cpp) against F64
+// references on odd shapes: K and token tails, partial row tiles, FP8 row views inside the block grid, groups that end
+// inside a tile, routed experts with uneven loads (empty experts, misaligned expert storage, more experts than one scan
+// chunk), indexer blocks with rows unused, queries below K_I, several key blocks; for the skinny products (decode,
+// verify) also every pass width, both m-tile variants, null experts and bit-identical results of rows computed alone.
+// EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
 #include "gemm_skinny.cpp"
 #include "indexer_tc.cpp"
