@@ -32,6 +32,10 @@
 #include "tc.h"
 #include "tc_mma.h"
 
+#include <atomic>
+#include <stdlib.h>
+#include <string.h>
+
 namespace ds4j {
 
 #if DS4J_HAVE_TC
@@ -393,6 +397,18 @@ static int warps_for(int mt, int64_t tiles, int64_t rb) {
 
 // ------------------------------------------------------------------------------------------- host entry points
 
+/** False when the environment variable DS4J_SKINNY is "0" (read at the first call): decode and verify on FFMA. */
+static bool skinny_enabled() {
+    static std::atomic<int> on{-1};  // -1 unknown
+    int o = on.load();
+    if (o < 0) {
+        const char* e = getenv("DS4J_SKINNY");
+        o = (e && strcmp(e, "0") == 0) ? 0 : 1;
+        on.store(o);
+    }
+    return o == 1;
+}
+
 bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int64_t xgs, const float* x,
                    int64_t ldx, float* y, int64_t ldy, int S, int* rc) {
 #if DS4J_HAVE_TC
@@ -401,7 +417,7 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
     const int64_t rb = row_bytes_of(format, v.cols);
     if ((rb & 15) != 0 || ((uintptr_t)v.w & 15u) != 0 || ((uintptr_t)x & 15u) != 0 || (ldx & 3) != 0 || (xgs & 3) != 0)
         return false;
-    if (!tc_device(ctx)) return false;
+    if (!skinny_enabled() || !tc_device(ctx)) return false;
     const int groups = rows / grp, mt = mt_for(format, grp, groups, 1), tpg = (grp + 16 * mt - 1) / (16 * mt);
     const int64_t tiles = (int64_t)groups * tpg;
     if (tiles > 0x7fffffff) return false;
@@ -440,7 +456,7 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     if ((rb & 15) != 0 || ((uintptr_t)x & 15u) != 0 || (ldx & 3) != 0) return false;
     // shape: k experts streamed at once per row
     const int mt = mt_for(format, rows, 1, k), tiles = (rows + 16 * mt - 1) / (16 * mt);
-    if (tiles > 65535 || !tc_device(ctx)) return false;
+    if (tiles > 65535 || !skinny_enabled() || !tc_device(ctx)) return false;
     const int nw = warps_for(mt, (int64_t)tiles * k, rb);
     Args a{};
     a.v.scale_kind = scale_kind;

@@ -165,7 +165,8 @@ DS4J_API int32_t ds4j_graph_release(ds4j_ctx* ctx);
  * result that does not depend on S or on the other rows, but the paths differ in rounding (the skinny and prefill
  * products sum the columns in different orders), so results are invariant to chunking only among steps on the same
  * side of the threshold.
- * The environment variable DS4J_TC=0 (read at the first call) turns the tensor-core paths off.
+ * The environment variable DS4J_TC=0 (read at the first call) turns the tensor-core paths off; DS4J_SKINNY=0 only
+ * the skinny ones (steps below the threshold then run on the FFMA kernels).
  */
 #define DS4J_TC_MIN_ROWS 32
 

@@ -15,7 +15,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * Kernel-level microbenchmark of the matrix products of one V4-Flash decoder layer at decode and verify sizes: time,
  * weight bytes, FLOP and the fraction of the HBM bound for ds4j_matmul, ds4j_matmul_grouped and ds4j_moe_matmul at
  * S = 1, 5, 16, 31 rows (below DS4J_TC_MIN_ROWS: the skinny tensor-core products where the device has them, the FFMA
- * kernels otherwise; run with the environment variable DS4J_TC=0 for the FFMA figures). A benchmark, not a test: it
+ * kernels otherwise; run with the environment variable DS4J_SKINNY=0 for the FFMA figures). A benchmark, not a test: it
  * prints a Markdown table and asserts nothing.
  *
  * <p>Shapes (hidden 4096, q_lora 1024, 64 heads of 512, 8 output groups, MoE intermediate 2048): wq_a 1024x4096,
@@ -93,7 +93,9 @@ public final class MatmulBench {
             for (int S : rowCounts) maxS = Math.max(maxS, S);
             System.out.printf("GPU %s; decode-size matrix products, %d calls per figure over > %.0f MB of weight copies;"
                     + " DS4J_TC_MIN_ROWS %d; tensor cores %s%n", gpu, reps, coldMb, DS4J_TC_MIN_ROWS(),
-                    gpu.tensorCores() ? "on" : "off (FFMA kernels)");
+                    !gpu.tensorCores() ? "off (FFMA kernels)"
+                            : "0".equals(System.getenv("DS4J_SKINNY")) ? "for prefill only (DS4J_SKINNY=0: FFMA kernels here)"
+                            : "on (skinny kernels)");
             System.out.println();
             System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s |");
             System.out.println("|---|---|---|---:|---:|---:|---:|---:|---:|");
