@@ -3,6 +3,7 @@
 #   tools/device/run.sh test [JUnit console options]   the GPU test suite (JUnit tests tagged "gpu" in io.ds4j.gpu)
 #   tools/device/run.sh bench [GpuBench options]       the GPU benchmark (io.ds4j.gpu.GpuBench; default flash-shaped fp8)
 #   tools/device/run.sh attn-bench [options]           one layer's verify attention, both paths (io.ds4j.gpu.VerifyAttentionBench)
+#   tools/device/run.sh mm-bench [options]             one layer's matrix products at decode sizes (io.ds4j.gpu.MatmulBench)
 #   tools/device/run.sh serve [ds4j serve options]     ds4j serve --backend hip (foreground)
 #   tools/device/run.sh serve-smoke                    starts serve --backend hip, sends one chat completion, stops
 #   tools/device/run.sh sanitize [JUnit options]       the GPU tests under compute-sanitizer memcheck
@@ -36,6 +37,7 @@ case "$cmd" in
       "$java" "${flags[@]}" -Dds4j.sanitizer=true "${junit[@]}" ${@:---select-package io.ds4j.gpu} ;;
   bench) exec "$java" "${flags[@]}" -cp "$cp" io.ds4j.gpu.GpuBench "$@" ;;
   attn-bench) exec "$java" "${flags[@]}" -cp "$cp" io.ds4j.gpu.VerifyAttentionBench "$@" ;;
+  mm-bench) exec "$java" "${flags[@]}" -cp "$cp" io.ds4j.gpu.MatmulBench "$@" ;;
   serve) exec "$java" "${flags[@]}" -cp "$cp" io.ds4j.cli.Main serve --backend hip "$@" ;;
   serve-smoke)
     port="${DS4J_PORT:-18080}"
@@ -63,5 +65,5 @@ PY
     echo "serve log (head):"; head -20 "$out/serve-server.log" ;;
   ds4j) exec "$java" "${flags[@]}" -cp "$cp" io.ds4j.cli.Main "$@" ;;
   java) exec "$java" "${flags[@]}" -cp "$cp" "$@" ;;
-  *) echo "unknown command '$cmd' (test, sanitize, bench, attn-bench, serve, serve-smoke, ds4j, java)" >&2; exit 2 ;;
+  *) echo "unknown command '$cmd' (test, sanitize, bench, attn-bench, mm-bench, serve, serve-smoke, ds4j, java)" >&2; exit 2 ;;
 esac

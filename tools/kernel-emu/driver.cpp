@@ -1,9 +1,11 @@
-// Emulated runs of the tensor-core kernels (gemm_tc.cpp, indexer_tc.cpp, attention.cpp) against F64 references on odd
-// shapes: K and token tails, partial row tiles, FP8 row views inside the block grid, groups that end inside a tile,
-// routed experts with uneven loads (empty experts, misaligned expert storage, more experts than one scan chunk),
-// indexer blocks with rows unused, queries below K_I, several key blocks; the split F32 attention with its decode vs
-// verify and batched vs single bit identities. EXTRA=1 adds the slow cases.
+// Emulated runs of the tensor-core kernels (gemm_tc.cpp, gemm_skinny.cpp, indexer_tc.cpp, attention.cpp) against F64
+// references on odd shapes: K and token tails, partial row tiles, FP8 row views inside the block grid, groups that end
+// inside a tile, routed experts with uneven loads (empty experts, misaligned expert storage, more experts than one scan
+// chunk), indexer blocks with rows unused, queries below K_I, several key blocks; for the skinny products (decode,
+// verify) also every pass width, both m-tile variants, null experts and bit-identical results of rows computed alone;
+// the split F32 attention with its decode vs verify and batched vs single bit identities. EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
+#include "gemm_skinny.cpp"
 #include "indexer_tc.cpp"
 #include "attention_tc.cpp"
 #include <random>
@@ -531,7 +533,188 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
            n, max_s, nsmax, diffs);
 }
 
+// ------------------------------------------------------------------------------------------- skinny products
+
+template <bool MOE>
+static void launch_skinny(int fmt, int mt, int S, int nw, dim3 grid, const sk::Args& a) {
+    const int nt = (S + 7) / 8;
+    auto run = [&](auto f, auto m, auto n) {
+        emu_launch(grid, dim3(nw * 32), 0, [&] {
+            sk::skinny_kernel<decltype(f)::value, decltype(m)::value, decltype(n)::value, MOE>(a);
+        });
+    };
+    auto by_nt = [&](auto f, auto m) {
+        switch (nt) {
+            case 1: run(f, m, std::integral_constant<int, 1>()); break;
+            case 2: run(f, m, std::integral_constant<int, 2>()); break;
+            case 3: run(f, m, std::integral_constant<int, 3>()); break;
+            default: run(f, m, std::integral_constant<int, 4>()); break;
+        }
+    };
+    auto by_mt = [&](auto f) {
+        constexpr int HI = sk::Fmt<decltype(f)::value>::MT_HI;
+        if (mt == HI) by_nt(f, std::integral_constant<int, HI>());
+        else by_nt(f, std::integral_constant<int, HI / 2>());
+    };
+    switch (fmt) {
+        case DS4J_FMT_F16: by_mt(std::integral_constant<int, DS4J_FMT_F16>()); break;
+        case DS4J_FMT_BF16: by_mt(std::integral_constant<int, DS4J_FMT_BF16>()); break;
+        case DS4J_FMT_FP8_E4M3_B128: by_mt(std::integral_constant<int, DS4J_FMT_FP8_E4M3_B128>()); break;
+        default: by_mt(std::integral_constant<int, DS4J_FMT_FP4_E2M1_B32>()); break;
+    }
+}
+
+/**
+ * The skinny dense product as the host entry runs it (skinny_matmul): y [S, ldy] for x [S, ldx]; mt_force > 0 takes
+ * that many m-tiles per warp instead of the shape's choice (to reach both variants with small shapes).
+ */
+static void skinny_dense_run(int fmt, const WView& v, int rows, int grp, int64_t xgs, const float* x, int64_t ldx, float* y,
+                             int64_t ldy, int S, int mt_force) {
+    const int groups = rows / grp, mt = mt_force > 0 ? mt_force : sk::mt_for(fmt, grp, groups, 1);
+    const int tpg = (grp + 16 * mt - 1) / (16 * mt);
+    const int nw = sk::warps_for(mt, (int64_t)groups * tpg, row_bytes_of(fmt, v.cols));
+    sk::Args a{};
+    a.v = v; a.rows = rows; a.grp = grp; a.tiles_per_grp = tpg; a.xgs = xgs;
+    a.x = x; a.ldx = ldx; a.y = y; a.ldy = ldy; a.S = S;
+    launch_skinny<false>(fmt, mt, S, nw, dim3(groups * tpg), a);
+}
+
+/** Scales above 2^7 (FP8) and 2^1 (FP4) take the two-step multiplication: a quarter of the blocks get one. */
+static void big_scales(Mat& m) {
+    for (size_t i = 0; i < m.scale.size(); i += 4) m.scale[i] = (uint8_t)(m.fmt == DS4J_FMT_FP8_E4M3_B128 ? 136 + i % 5 : 129 + i % 7);
+}
+
+// y[s, r] for rows [from, from+rows) with groups; batch invariance: rows 0, S/2 and S-1 alone (S = 1) give the same
+// bits as inside the step
+static void skinny_dense(int fmt, int rows_total, int from, int rows, int cols, int grp, int S, int pad, bool big = false,
+                         int mt = 0) {
+    Mat m = random_mat(fmt, rows_total, cols);
+    if (big) big_scales(m);
+    WView v = view(m, from);
+    const int groups = rows / grp;
+    const int64_t xgs = groups > 1 ? cols + 4 : 0;
+    const int64_t ldx = (groups - 1) * xgs + cols + pad, ldy = rows + 3;
+    std::vector<float> x(ldx * S + 16), y(ldy * S, -777.f);
+    float* xp = (float*)(((uintptr_t)x.data() + 15) & ~(uintptr_t)15);
+    for (int64_t i = 0; i < ldx * S; i++) xp[i] = (float)gauss();
+    skinny_dense_run(fmt, v, rows, grp, xgs, xp, ldx, y.data(), ldy, S, mt);
+    double worst = 0;
+    for (int s = 0; s < S; s++)
+        for (int r = 0; r < rows; r++) {
+            double acc = 0, mag = 0;
+            for (int c = 0; c < cols; c++) {
+                double p = wref(v, fmt, r, c) * xp[s * ldx + (r / grp) * xgs + c];
+                acc += p; mag += std::fabs(p);
+            }
+            worst = std::max(worst, std::fabs(y[s * ldy + r] - acc) / mag);
+            check("skinny dense", y[s * ldy + r], acc, mag, 1e-5, s, r);
+        }
+    for (int s = 0; s < S; s++) for (int r = rows; r < ldy; r++) if (y[s * ldy + r] != -777.f) { printf("FAIL skinny wrote padding\n"); fails++; }
+    int same = 0;
+    for (int s : {0, S / 2, S - 1}) {
+        std::vector<float> y1(ldy, -777.f);
+        skinny_dense_run(fmt, v, rows, grp, xgs, xp + s * ldx, ldx, y1.data(), ldy, 1, mt);
+        if (memcmp(y1.data(), &y[s * ldy], 4 * ldy) != 0) { if (fails < 20) printf("FAIL skinny row %d alone differs from S=%d\n", s, S); fails++; }
+        else same++;
+    }
+    printf("skinny dense fmt %d rows %d (from %d) cols %d grp %d S %d%s%s: worst rel %.3g; %d rows alone bit-identical\n", fmt,
+           rows, from, cols, grp, S, big ? " big scales" : "", mt ? " (m-tiles forced)" : "", worst, same);
+}
+
+/**
+ * Skinny routed experts: ids with an expert picked twice by one token, experts never picked, expert 1 misaligned
+ * (when misalign), expert `null_e` in host memory (its pick rows untouched); then every pick of token s = 0 and S-1
+ * again alone (S = 1) must give the same bits.
+ */
+static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bool per_pick, bool misalign, int null_e,
+                            int mt_force = 0) {
+    std::vector<Mat> ms;
+    std::vector<void*> wt(E), st(E);
+    std::vector<std::vector<uint8_t>> shifted(E);
+    for (int e = 0; e < E; e++) ms.push_back(random_mat(fmt, rows, cols));
+    for (int e = 0; e < E; e++) {
+        wt[e] = ms[e].data.data();
+        if (misalign && e == 1) {
+            shifted[e].resize(ms[e].data.size() + 8);
+            memcpy(shifted[e].data() + 8, ms[e].data.data(), ms[e].data.size());
+            wt[e] = shifted[e].data() + 8;
+        }
+        st[e] = ms[e].scale.empty() ? nullptr : ms[e].scale.data();
+    }
+    if (null_e >= 0) wt[null_e] = nullptr;
+    const int P = S * k;
+    std::vector<int32_t> ids(P);
+    for (int s = 0; s < S; s++)
+        for (int j = 0; j < k; j++) ids[s * k + j] = (s % 3 == 1 && j == 1) ? ids[s * k] : (int)((s * 7 + j * 3) % (E - 1));
+    const int xr = per_pick ? P : S;
+    const int64_t ldx = cols + 4, ldy = rows + 1;
+    std::vector<float> x(ldx * xr + 16), y(ldy * P, -777.f);
+    float* xp = (float*)(((uintptr_t)x.data() + 15) & ~(uintptr_t)15);
+    for (int64_t i = 0; i < ldx * xr; i++) xp[i] = (float)gauss();
+    const int mt = mt_force > 0 ? mt_force : sk::mt_for(fmt, rows, 1, k), tiles = (rows + 16 * mt - 1) / (16 * mt);
+    const int nw = sk::warps_for(mt, (int64_t)tiles * k, row_bytes_of(fmt, cols));
+    auto run = [&](const int32_t* idp, int s_count, const float* xb, float* yb) {
+        sk::Args a{};
+        a.v.scale_kind = DS4J_SCALE_E8M0; a.v.cols = cols; a.v.scale_cols = (cols + 127) >> 7;
+        a.rows = rows; a.x = xb; a.ldx = ldx; a.y = yb; a.ldy = ldy; a.S = s_count;
+        a.w_table = wt.data(); a.scale_table = fmt >= DS4J_FMT_FP8_E4M3_B128 ? st.data() : nullptr; a.row_base_table = nullptr;
+        a.ids = idp; a.P = s_count * k; a.k = k; a.x_per_pick = per_pick;
+        launch_skinny<true>(fmt, mt, s_count, nw, dim3(s_count * k, tiles), a);
+    };
+    run(ids.data(), S, xp, y.data());
+    double worst = 0;
+    for (int p = 0; p < P; p++) {
+        if (wt[ids[p]] == nullptr) {
+            for (int r = 0; r < ldy; r++) if (y[p * ldy + r] != -777.f) { if (fails < 20) printf("FAIL skinny moe wrote host pick %d\n", p); fails++; break; }
+            continue;
+        }
+        WView v = view(ms[ids[p]], 0);
+        for (int r = 0; r < rows; r++) {
+            double acc = 0, mag = 0;
+            for (int c = 0; c < cols; c++) {
+                double pr = wref(v, fmt, r, c) * xp[(per_pick ? p : p / k) * ldx + c];
+                acc += pr; mag += std::fabs(pr);
+            }
+            worst = std::max(worst, std::fabs(y[p * ldy + r] - acc) / mag);
+            check("skinny moe", y[p * ldy + r], acc, mag, 1e-5, p, r);
+        }
+        if (y[p * ldy + rows] != -777.f) { printf("FAIL skinny moe wrote padding\n"); fails++; }
+    }
+    int same = 0;
+    for (int s : {0, S - 1}) {
+        std::vector<float> y1(ldy * k, -777.f);
+        run(&ids[s * k], 1, xp + (per_pick ? s * k : s) * ldx, y1.data());
+        if (memcmp(y1.data(), &y[s * k * ldy], 4 * ldy * k) != 0) { if (fails < 20) printf("FAIL skinny moe token %d alone differs\n", s); fails++; }
+        else same++;
+    }
+    printf("skinny moe fmt %d E %d k %d S %d rows %d cols %d per_pick %d misalign %d null %d m-tiles %d: worst rel %.3g; %d tokens"
+           " alone bit-identical\n", fmt, E, k, S, rows, cols, per_pick, misalign, null_e, mt, worst, same);
+}
+
 int main() {
+    // skinny products (decode, verify): every format and pass width, rows not whole tiles, column tails, FP8 row views
+    // inside the block grid, groups ending inside a tile, few rows of many columns (several warps per row tile)
+    for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
+        const int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 160 : 80;
+        for (int S : {1, 2, 5, 8, 9, 17, 31}) skinny_dense(fmt, 75, 0, 75, cols, 75, S, 4);
+        skinny_dense(fmt, 300, 130, 130, cols, 130, 5, 0);
+        skinny_dense(fmt, 120, 0, 3 * 40, cols, 40, 9, 8);
+        skinny_dense(fmt, 20, 0, 20, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4096 : 2048, 20, 3, 0);
+        if (fmt == DS4J_FMT_FP8_E4M3_B128 || fmt == DS4J_FMT_FP4_E2M1_B32) skinny_dense(fmt, 40, 0, 40, cols, 40, 17, 0, true);
+        // the many-row-tile variant (MT_HI m-tiles per warp), which the shapes above are too small to choose
+        const int hi = fmt == DS4J_FMT_FP4_E2M1_B32 ? 4 : 2;
+        for (int S : {1, 9, 31}) skinny_dense(fmt, 75, 0, 75, cols, 75, S, 4, false, hi);
+        skinny_dense(fmt, 300, 130, 130, cols, 130, 5, 0, false, hi);
+        skinny_dense(fmt, 120, 0, 3 * 40, cols, 40, 9, 8, false, hi);
+    }
+    for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
+        const int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 128 : 64;
+        skinny_moe_case(fmt, 6, 3, 17, 72, cols, false, fmt != DS4J_FMT_FP8_E4M3_B128, 2);
+        skinny_moe_case(fmt, 5, 2, 5, 40, cols, true, false, -1);
+        skinny_moe_case(fmt, 6, 3, 9, 72, cols, false, true, 2, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4 : 2);
+    }
+    skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 3, 3, 31, 40, 64, false, false, -1);  // experts with > 32 picks: two passes
+
     // dense: odd rows, K tails, token tails, row views (FP8 grid offsets), groups straddling tiles
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
         int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 96 : 80;

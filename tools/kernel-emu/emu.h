@@ -1,8 +1,9 @@
-// Host emulation of the CUDA subset that gemm_tc.cpp and indexer_tc.cpp use, for checking their indexing without a
-// GPU (tools/kernel-emu/run.sh): one std::thread per GPU thread of a block, one block at a time; __shared__ variables
-// become function statics (shared by the block's threads); __syncthreads is a barrier; warp shuffles and mma.sync go
-// through per-warp exchange buffers, the MMA fragments decoded with the PTX ISA layouts (mma.m16n8k16, .f16/.bf16)
-// and multiplied in double. It checks how the kernels index memory and fragments, not tensor-core rounding or speed.
+// Host emulation of the CUDA subset that gemm_tc.cpp, gemm_skinny.cpp and indexer_tc.cpp use, for checking their
+// indexing without a GPU (tools/kernel-emu/run.sh): one std::thread per GPU thread of a block, one block at a time;
+// __shared__ variables become function statics (shared by the block's threads); __syncthreads is a barrier; warp
+// shuffles and mma.sync go through per-warp exchange buffers, the MMA fragments decoded with the PTX ISA layouts
+// (mma.m16n8k16, .f16/.bf16) and multiplied in double. It checks how the kernels index memory and fragments, not
+// tensor-core rounding or speed.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -150,6 +151,12 @@ inline uint16_t emu_to_bf16(float f) {
     if (std::isnan(f)) return 0x7fc0;
     uint32_t r = u + 0x7fff + ((u >> 16) & 1);
     return (uint16_t)(r >> 16);
+}
+
+/** fma.rn.bf16x2 a, b, -0: each half's product rounded to BF16 (exact in float: two 8-bit significands). */
+inline uint32_t emu_mul_bf16x2(uint32_t a, uint32_t b) {
+    const float lo = emu_bf16(a & 0xffff) * emu_bf16(b & 0xffff), hi = emu_bf16(a >> 16) * emu_bf16(b >> 16);
+    return emu_to_bf16(lo) | ((uint32_t)emu_to_bf16(hi) << 16);
 }
 
 /** Runs body() as every thread of every block of grid (blocks in order); smem bytes of dynamic shared memory. */

@@ -1,5 +1,6 @@
-# Copies the tensor-core kernel sources and the split FFMA attention for host emulation: common.h with the platform block replaced by emu.h, the
-# inline-PTX helpers (cvt.bf16x2, mma.sync) replaced by emulated ones, and the host entry points (launches) cut off.
+# Copies the tensor-core kernel sources and the split FFMA attention for host emulation: common.h with the platform
+# block replaced by emu.h, the inline-PTX helpers (cvt.bf16x2, fma.bf16x2, mma.sync) replaced by emulated ones, and
+# the host entry points (launches) cut off.
 #   gen.py NATIVE_DIR OUT_DIR
 import re,sys
 src=sys.argv[1].rstrip('/')+'/src/'
@@ -17,14 +18,22 @@ open(out+'tc.h','w').write(open(src+'tc.h').read())
 def repl_fn(s, sig, body):
     i=s.index(sig); j=s.index('\n}\n',i)+3
     return s[:i]+body+s[j:]
+m=open(src+'tc_mma.h').read()
+m=repl_fn(m,'__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {',
+ 'inline uint32_t pack_bf16(float lo, float hi) { return emu_to_bf16(lo) | ((uint32_t)emu_to_bf16(hi) << 16); }\n')
+m=repl_fn(m,'__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {',
+ 'inline uint32_t mul_bf16x2(uint32_t a, uint32_t b) { return emu_mul_bf16x2(a, b); }\n')
+m=repl_fn(m,'__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
+ 'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n')
+open(out+'tc_mma.h','w').write(m)
 g=open(src+'gemm_tc.cpp').read()
 g=repl_fn(g,'bool tc_device(ds4j_ctx* ctx) {','')
-g=repl_fn(g,'__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {',
- 'inline uint32_t pack_bf16(float lo, float hi) { return emu_to_bf16(lo) | ((uint32_t)emu_to_bf16(hi) << 16); }\n')
-g=repl_fn(g,'__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
- 'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n')
 g=g[:g.index('bool tc_matmul(')]+'}  // namespace ds4j\n'
 open(out+'gemm_tc.cpp','w').write(g)
+# the skinny products (decode, verify): kernels only, the host entry points cut off
+k=open(src+'gemm_skinny.cpp').read()
+k=k[:k.index('// ------------------------------------------------------------------------------------------- host entry points')]+'}  // namespace ds4j\n'
+open(out+'gemm_skinny.cpp','w').write(k)
 x=open(src+'indexer_tc.cpp').read()
 x=repl_fn(x,'__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
  'inline void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, false); }\n')

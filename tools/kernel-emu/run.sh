@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Checks the tensor-core kernels (src/main/native/src/gemm_tc.cpp, indexer_tc.cpp and the F16-in-place attention of
-# attention.cpp) and the split F32 attention of attention.cpp (decode / verify / several sequences) on the CPU, without
-# a GPU:
+# Checks the tensor-core kernels (src/main/native/src/gemm_tc.cpp, gemm_skinny.cpp, indexer_tc.cpp and the
+# F16-in-place attention of attention.cpp) and the split F32 attention of attention.cpp (decode / verify / several
+# sequences) on the CPU, without a GPU:
 # their sources are compiled with g++ against a host emulation of the CUDA subset they use (emu.h) and run against
 # F64 references (driver.cpp). It finds indexing mistakes (tiles, tails, fragments, grouping by expert); it says
 # nothing about speed or the tensor cores' own rounding, which only the GPU tests measure. Needs g++ 12 or newer

@@ -307,6 +307,12 @@ static int32_t matmul_impl(const char* fn, ds4j_ctx* ctx, int32_t format, const 
         int trc = DS4J_OK;
         if (tc_matmul(ctx, format, v, rows, grp, xgs, x, ldx, y, ldy, S, &trc)) return trc;
     }
+    // decode and verify steps: the skinny tensor-core product where the format, pointers and device allow it
+    // (gemm_skinny.cpp); the choice depends on the format, the alignment and S < DS4J_TC_MIN_ROWS only
+    if (S < DS4J_TC_MIN_ROWS) {
+        int src = DS4J_OK;
+        if (skinny_matmul(ctx, format, v, rows, grp, xgs, x, ldx, y, ldy, S, &src)) return src;
+    }
     // token groups vary fastest, so that consecutive blocks read the same weight rows (L2 reuse in prefill)
     dim3 grid((unsigned)((S + MM_TS - 1) / MM_TS), blocks_for(rows, MM_WARPS));
     // below the threshold the path depends on shapes and pointers only, so results never depend on S there
@@ -358,6 +364,11 @@ int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_table, voi
     DS4J_ARG(ids && x && y && k > 0 && S >= 0 && ldx >= cols && ldy >= rows, "ds4j_moe_matmul: bad arguments");
     if (S == 0 || rows == 0) return DS4J_OK;
     DS4J_ARG(blocks_for(rows, MM_WARPS) <= 65535, "ds4j_moe_matmul: %d rows exceed one launch", rows);
+    // each expert's weights read once for all its picks, on tensor cores (gemm_skinny.cpp), where allowed
+    int src = DS4J_OK;
+    if (skinny_moe(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, ids, k, S, x, ldx, x_per_pick,
+                   y, ldy, &src))
+        return src;
     dim3 grid((unsigned)(S * k), blocks_for(rows, MM_WARPS));
     DS4J_DISPATCH_FMT(format, (moe_matmul_kernel<F><<<grid, MM_WARPS * WARP, 0, ctx->stream>>>(
                                   w_table, scale_table, row_base_table, scale_kind, rows, cols, ids, k, x, ldx,

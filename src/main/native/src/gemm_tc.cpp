@@ -10,6 +10,7 @@
 // Batch invariance: the value of output (s, r) is the sum over column tiles in order of the same MMA sequence, so it
 // depends on row r and token s only, never on S, on the token's place in its tile, or on the other picks of an expert.
 #include "tc.h"
+#include "tc_mma.h"
 
 #include <atomic>
 #include <stdlib.h>
@@ -62,43 +63,6 @@ template <> struct Fmt<DS4J_FMT_F16> { static constexpr int EPC = 8; static cons
 template <> struct Fmt<DS4J_FMT_BF16> { static constexpr int EPC = 8; static constexpr bool SPLIT = false; };
 template <> struct Fmt<DS4J_FMT_FP8_E4M3_B128> { static constexpr int EPC = 16; static constexpr bool SPLIT = false; };
 template <> struct Fmt<DS4J_FMT_FP4_E2M1_B32> { static constexpr int EPC = 32; static constexpr bool SPLIT = false; };
-
-/** Two floats -> BF16 pair (round to nearest even), lo in the low half. */
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    uint32_t r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-/** (a, b) ~ hi + lo, BF16 pairs: hi = bf16(x), lo = bf16(x - hi), so |x - hi - lo| <= 2^-16 |x|. */
-__device__ __forceinline__ void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) {
-    hi = pack_bf16(a, b);
-    lo = pack_bf16(__fsub_rn(a, __uint_as_float(hi << 16)), __fsub_rn(b, __uint_as_float(hi & 0xffff0000u)));
-}
-
-/** Two F16 bit patterns (low, high half) -> floats. */
-__device__ __forceinline__ float2 h2_to_f2(uint32_t u) {
-    __half2 h;
-    memcpy(&h, &u, 4);
-    return __half22float2(h);
-}
-
-/** 16 bytes at an address of any alignment (experts whose storage is not 16-byte aligned). */
-__device__ __forceinline__ uint4 load16_bytes(const uint8_t* p) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        w[i] = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) |
-               ((uint32_t)p[4 * i + 3] << 24);
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-/** D += A B for one m16n8k16 tile: a[4] (row-major A fragment), b0, b1 (column-major B fragment), BF16. */
-__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /**
  * Decodes one 16-byte chunk (EPC elements) into EPC/2 BF16 pairs hi[] (and lo[] for F16). FP8 and FP4 go through
@@ -415,12 +379,6 @@ __global__ void moe_tiles_kernel(const int32_t* cnt, int E, int32_t* tile_prefix
         carry += tot;
     }
     if (threadIdx.x == 0) tile_prefix[E] = carry;
-}
-
-/** Formats with an exact BF16 path: BF16, F16, FP8 with E8M0 scales, FP4. */
-static bool tc_format(int format, int scale_kind) {
-    return format == DS4J_FMT_BF16 || format == DS4J_FMT_F16 || format == DS4J_FMT_FP4_E2M1_B32 ||
-           (format == DS4J_FMT_FP8_E4M3_B128 && scale_kind == DS4J_SCALE_E8M0);
 }
 
 #define DS4J_TC_DISPATCH(format, CALL)                                                                    \

@@ -1,10 +1,16 @@
-// Internal interface of the tensor-core prefill kernels (gemm_tc.cpp, indexer_tc.cpp); see ds4j_gpu.h,
-// DS4J_TC_MIN_ROWS, for what they compute and when they run.
+// Internal interface of the tensor-core kernels: prefill (gemm_tc.cpp, indexer_tc.cpp) and the skinny products of
+// decode and verify steps (gemm_skinny.cpp); see ds4j_gpu.h, DS4J_TC_MIN_ROWS, for what they compute and when they run.
 #pragma once
 
 #include "common.h"
 
 namespace ds4j {
+
+/** Formats with an exact BF16 path: BF16, F16 (as two BF16 parts), FP8 with E8M0 scales, FP4. */
+inline bool tc_format(int format, int scale_kind) {
+    return format == DS4J_FMT_BF16 || format == DS4J_FMT_F16 || format == DS4J_FMT_FP4_E2M1_B32 ||
+           (format == DS4J_FMT_FP8_E4M3_B128 && scale_kind == DS4J_SCALE_E8M0);
+}
 
 /** Whether the tensor-core paths run on ctx's device: an nvcc build, compute capability >= 8.0, DS4J_TC not "0". */
 bool tc_device(ds4j_ctx* ctx);
@@ -16,5 +22,20 @@ bool tc_device(ds4j_ctx* ctx);
  */
 bool tc_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int64_t xgs, const float* x, int64_t ldx,
                float* y, int64_t ldy, int S, int* rc);
+
+/**
+ * The skinny tensor-core product for steps of 1 .. DS4J_TC_MIN_ROWS - 1 rows (decode, verify): as tc_matmul, for
+ * S < DS4J_TC_MIN_ROWS. Returns false, launching nothing, when the format, pointers or device do not allow it.
+ */
+bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int64_t xgs, const float* x,
+                   int64_t ldx, float* y, int64_t ldy, int S, int* rc);
+
+/**
+ * ds4j_moe_matmul on the skinny tensor-core kernel (S < DS4J_TC_MIN_ROWS): each expert's weights are read once for
+ * all its picks. Returns false, launching nothing, when the format, pointers, pick count or device do not allow it.
+ */
+bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* scale_table,
+                const int32_t* row_base_table, int scale_kind, int rows, int cols, const int32_t* ids, int k, int S,
+                const float* x, int64_t ldx, int x_per_pick, float* y, int64_t ldy, int* rc);
 
 }  // namespace ds4j

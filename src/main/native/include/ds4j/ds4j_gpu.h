@@ -190,10 +190,17 @@ DS4J_API int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies,
  * two BF16 parts. Each F32 activation is split into hi = bf16(x) and lo = bf16(x - hi), |x - hi - lo| <= 2^-16 |x|,
  * and W hi + W lo (+ W_lo hi for F16) accumulate in F32: every product is within 2^-16 relative of the F32 one, about
  * the rounding noise of an F32 sum of a few thousand terms. F32 weights and FP8 with F32 scales keep the FFMA kernels.
- * Below the threshold (decode; verification of q+1 rows, q+1 <= 17 with the default rollback window of 16) the FFMA
- * kernels always run. Either path gives row (s, r) a result that does not depend on S, but the two paths differ in
- * rounding, so results are invariant to chunking only among steps on the same side of the threshold.
- * The environment variable DS4J_TC=0 (read at the first call) turns the tensor-core paths off.
+ * Below the threshold (decode; verification of q+1 rows, q+1 <= 17 with the default rollback window of 16) the same
+ * builds, devices and formats run the skinny tensor-core products (any row count; w and x 16-byte aligned, rows of
+ * whole 16-byte chunks, ldx and x_group_stride multiples of 4): each 16-byte weight load is decoded in registers
+ * straight into the MMA's operand, with the same exact BF16 decoding, hi + lo split of x and F32 accumulation, so the
+ * same error bound; ds4j_moe_matmul reads each picked expert's weights once for all its picks there. Elsewhere (hipcc
+ * builds, F32 weights, FP8 with F32 scales, unaligned pointers) the FFMA kernels run. Every path gives row (s, r) a
+ * result that does not depend on S or on the other rows, but the paths differ in rounding (the skinny and prefill
+ * products sum the columns in different orders), so results are invariant to chunking only among steps on the same
+ * side of the threshold.
+ * The environment variable DS4J_TC=0 (read at the first call) turns the tensor-core paths off; DS4J_SKINNY=0 only
+ * the skinny ones (steps below the threshold then run on the FFMA kernels).
  */
 #define DS4J_TC_MIN_ROWS 32
 

@@ -41,8 +41,9 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * their stored format dequantised inside the kernels, the F16 MLA cache and the F32 compressor rings of each
  * {@link HipSequence} in device memory. One step serves prefill chunks, decode and verification (S ≥ 1 rows); steps
  * of at least {@code DS4J_TC_MIN_ROWS} rows (prefill chunks) run the matrix products, the routed experts (grouped by
- * expert) and the indexer scores on tensor cores, shorter ones (decode, verify) on the F32 FFMA kernels (ds4j_gpu.h
- * says how close the two are). Only the requested logits rows are copied back.
+ * expert) and the indexer scores on tensor cores, shorter ones (decode, verify) their products on the skinny
+ * tensor-core kernels (each picked routed expert read once per step) where the build, device and formats allow, else
+ * on the F32 FFMA kernels (ds4j_gpu.h says how close the paths are). Only the requested logits rows are copied back.
  *
  * <p>Expert placement ({@link ExpertPlacementPlan}, {@link BackendOptions#placement()}): monolithic keeps every routed
  * expert in device memory; hybrid keeps the experts beyond the device-memory budget in host memory (the mapped
@@ -714,10 +715,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * run as a decode-step graph ({@link DecodeGraphs}); steps of several entries run without graphs.
      *
      * <p>Batch invariance: the kernel of a matrix product depends on its row count (tensor cores from
-     * DS4J_TC_MIN_ROWS rows on, the FFMA kernels below it; each gives a row a result that does not depend on the row
-     * count, but the two differ in rounding). So the row-wise products never run over the batch's total row count:
-     * they run over runs of rows ({@link #rowRuns}) in which every row belongs to an entry that alone would take the
-     * same kernel. The routed experts follow the same runs. Attention, compressors and indexer run per entry at the
+     * DS4J_TC_MIN_ROWS rows on, the skinny tensor-core or FFMA kernels below it; each gives a row a result that does
+     * not depend on the row count, but the two sides differ in rounding). So the row-wise products never run over the
+     * batch's total row count: they run over runs of rows ({@link #rowRuns}) in which every row belongs to an entry
+     * that alone would take the same kernel. The routed experts follow the same runs. Attention, compressors and indexer run per entry at the
      * entry's own size, as alone.
      * @throws IllegalArgumentException naming the entry: a sequence of another backend, a bad token id or logit row,
      *         a repeated sequence
@@ -923,9 +924,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /**
      * Runs of rows [first, count] for the row-wise products of a step whose entries have the given row counts (in
      * batch order, rows concatenated): an entry of at least DS4J_TC_MIN_ROWS rows is a run of its own (the tensor-core
-     * path, as alone); the rows of the smaller entries fill runs of at most DS4J_TC_MIN_ROWS − 1 rows (the FFMA path,
-     * as alone; a run may split an entry). Entries of no rows are skipped. Row offsets keep the activations 16-byte
-     * aligned because every activation width of the model is a multiple of 4.
+     * path, as alone); the rows of the smaller entries fill runs of at most DS4J_TC_MIN_ROWS − 1 rows (the skinny or
+     * FFMA path, as alone; a run may split an entry). Entries of no rows are skipped. Row offsets keep the activations
+     * 16-byte aligned because every activation width of the model is a multiple of 4.
      */
     static int[][] rowRuns(int[] counts) {
         final int T = DS4J_TC_MIN_ROWS();
@@ -1582,8 +1583,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * 3.8 over a step: routing over all rows (hash layers by token id), routed experts over the step's row runs
-     * (grouped by expert on tensor cores for an entry of at least DS4J_TC_MIN_ROWS rows, pick by pick otherwise), the
-     * shared expert; h [R, D] -> [R, D]. The weighted combination is left to the stream update that takes the output
+     * (grouped by expert on tensor cores for an entry of at least DS4J_TC_MIN_ROWS rows; below it each expert once for
+     * all its picks on the skinny tensor-core kernel, or pick by pick on the FFMA kernels), the shared expert;
+     * h [R, D] -> [R, D]. The weighted combination is left to the stream update that takes the output
      * ({@code DeviceStep.mixPost}, ds4j_hc_post_norm): the address returned names it, its values are never stored.
      */
     private long moe(DeviceStep b, int l, DeviceWeights.Layer L, long h) {

@@ -614,4 +614,184 @@ class GpuOpsTest {
             assertTrue(scored > 0, "some queries scored");
         }
     }
+
+    // ------------------------------------------------------------------------------------------------------------
+    // decode and verify steps (S below DS4J_TC_MIN_ROWS): the skinny tensor-core products where the device has them
+
+    static final WeightMatrix.Format[] TC_FORMATS = {WeightMatrix.Format.BF16, WeightMatrix.Format.F16,
+            WeightMatrix.Format.FP8_E4M3_B128, WeightMatrix.Format.FP4_E2M1_B32};
+
+    /** Row s of y [S, ldy] computed alone (S = 1, x from row s) must equal row s of the S-row step bit for bit. */
+    static void assertRowsAlone(String what, DeviceMatrix dm, long dx, int ldx, int S, int ldy, float[] y) {
+        for (int s : new int[]{0, S / 2, S - 1}) {
+            float[] alone = matmul(dm, dx + 4L * s * ldx, ldx, 1, ldy);
+            assertArrayEquals(Arrays.copyOfRange(y, s * ldy, (s + 1) * ldy), alone, what + ": row " + s + " alone vs in S=" + S);
+        }
+    }
+
+    @Test
+    void skinnyMatmulEveryFormatAndRowCount() {
+        // 75 rows (not whole tiles of 32 or 64), columns not whole groups of four 16-byte chunks, every pass width
+        SplittableRandom r = new SplittableRandom(31);
+        int rows = 75;
+        for (WeightMatrix.Format f : WeightMatrix.Format.values()) {
+            int cols = f == WeightMatrix.Format.FP4_E2M1_B32 ? 160 : 80;
+            WeightMatrix m = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix dm = upload(m);
+            float[] x = gauss(r, 31 * cols, 1);
+            long dx = dev(x);
+            for (int S : new int[]{1, 2, 5, 8, 9, 17, 31}) {
+                float[] y = matmul(dm, dx, cols, S, rows);
+                checkMatmul(f + " " + rows + "x" + cols + " S=" + S, m, x, cols, S, y, rows);
+                if (S == 17 || S == 31) assertRowsAlone(f + " S=" + S, dm, dx, cols, S, rows, y);
+            }
+        }
+    }
+
+    @Test
+    void skinnyMatmulFewRowsManyColumnsAndViews() {
+        // few rows of many columns (several warps per row tile, summed in a fixed order); an FP8 row view whose rows
+        // start inside the 128 x 128 scale grid, with strided activations and outputs
+        SplittableRandom r = new SplittableRandom(32);
+        for (WeightMatrix.Format f : TC_FORMATS) {
+            int rows = 20, cols = 4096;
+            WeightMatrix m = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix dm = upload(m);
+            float[] x = gauss(r, 17 * cols, 1);
+            long dx = dev(x);
+            for (int S : new int[]{1, 17}) {
+                float[] y = matmul(dm, dx, cols, S, rows);
+                checkMatmul(f + " 20x4096 S=" + S, m, x, cols, S, y, rows);
+                if (S == 17) assertRowsAlone(f + " 20x4096", dm, dx, cols, S, rows, y);
+            }
+            WeightMatrix big = randomMatrix(r, f, 300, 256, false);
+            DeviceMatrix dbig = upload(big);
+            int from = 130, to = 260, S = 5, ldx = 256 + 8, ldy = (to - from) + 3;
+            float[] xs = gauss(r, S * ldx, 1);
+            checkMatmul(f + " rows 130..260 ldx+8 S=" + S, big.rowRange(from, to), xs, ldx, S,
+                    matmul(dbig.rowRange(from, to), dev(xs), ldx, S, ldy), ldy);
+        }
+    }
+
+    @Test
+    void skinnyGroupedMatmul() {
+        // groups of 40 rows: a group's last tile is partial and the next group's rows start a new tile
+        SplittableRandom r = new SplittableRandom(33);
+        for (WeightMatrix.Format f : TC_FORMATS)
+            for (int S : new int[]{1, 9})
+                checkGrouped(r, f, 3, 40, 128, S, f + " groups of 40, S=" + S + ", group ");
+    }
+
+    @Test
+    void skinnyMatmulManyRowTiles() {
+        // enough row tiles for the kernel to give each warp twice the m-tiles (2 x 16 rows, FP4 4 x 16), plus a
+        // partial last tile; routed experts of as many rows (6 picks per token)
+        SplittableRandom r = new SplittableRandom(35);
+        for (WeightMatrix.Format f : TC_FORMATS) {
+            int rows = 264 * (f == WeightMatrix.Format.FP4_E2M1_B32 ? 64 : 32) + 5, cols = 128;
+            WeightMatrix m = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix dm = upload(m);
+            float[] x = gauss(r, 9 * cols, 1);
+            long dx = dev(x);
+            for (int S : new int[]{1, 9}) {
+                float[] y = matmul(dm, dx, cols, S, rows);
+                checkMatmul(f + " " + rows + "x" + cols + " S=" + S, m, x, cols, S, y, rows);
+                if (S == 9) assertRowsAlone(f + " " + rows + " rows", dm, dx, cols, S, rows, y);
+            }
+        }
+        int E = 8, k = 6, S = 5, rows = 2900, cols = 64;
+        WeightMatrix.Format f = WeightMatrix.Format.FP4_E2M1_B32;
+        WeightMatrix[] ms = new WeightMatrix[E];
+        long[] data = new long[E], scale = new long[E];
+        for (int e = 0; e < E; e++) {
+            ms[e] = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix d = upload(ms[e]);
+            data[e] = d.data();
+            scale[e] = d.scale();
+        }
+        long dt = dev(new float[2 * E]), st = dev(new float[2 * E]);
+        gpu.upload(dt, data);
+        gpu.upload(st, scale);
+        int[] ids = new int[S * k];
+        for (int p = 0; p < S * k; p++) ids[p] = (p / k * 3 + p % k) % (E - 1);
+        float[] x = gauss(r, S * cols, 1);
+        long dx = dev(x), dids = dev(ids), dy = zeros(4L * S * k * rows);
+        check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols, ptr(dids), k, S, ptr(dx),
+                cols, 0, ptr(dy), rows), "moe_matmul");
+        float[] y = gpu.downloadFloats(dy, S * k * rows);
+        for (int p = 0; p < S * k; p++)
+            checkMatmul("FP4 experts of " + rows + " rows, pick " + p, ms[ids[p]], Arrays.copyOfRange(x, p / k * cols, p / k * cols + cols),
+                    cols, 1, Arrays.copyOfRange(y, p * rows, (p + 1) * rows), rows);
+        long dy1 = zeros(4L * k * rows);
+        check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols, ptr(dids + 4L * 2 * k), k, 1,
+                ptr(dx + 4L * 2 * cols), cols, 0, ptr(dy1), rows), "moe_matmul alone");
+        assertArrayEquals(Arrays.copyOfRange(y, 2 * k * rows, 3 * k * rows), gpu.downloadFloats(dy1, k * rows), "token 2 alone vs in S=5");
+    }
+
+    @Test
+    void skinnyMoeReadsEachExpertOncePerStep() {
+        // picks with an expert twice in one token, experts never picked, expert 1 stored off a 16-byte boundary, expert
+        // 2 in host memory (null table entry: its pick rows stay as they were); every pick against the reference, and
+        // the picks of tokens 0 and S-1 computed alone (S = 1) equal to theirs in the S-row step, bit for bit
+        SplittableRandom r = new SplittableRandom(34);
+        int E = 6, k = 3, rows = 72;
+        for (WeightMatrix.Format f : TC_FORMATS) {
+            int cols = f == WeightMatrix.Format.FP4_E2M1_B32 ? 256 : 128;
+            WeightMatrix[] ms = new WeightMatrix[E];
+            long[] data = new long[E], scale = new long[E];
+            for (int e = 0; e < E; e++) {
+                ms[e] = randomMatrix(r, f, rows, cols, false);
+                DeviceMatrix d = upload(ms[e]);
+                data[e] = d.data();
+                scale[e] = d.scale();
+            }
+            long p1 = gpu.malloc(ms[1].data.byteSize() + 16, "test");
+            allocs.add(p1);
+            gpu.upload(p1 + 8, ms[1].data);
+            data[1] = p1 + 8;
+            data[2] = 0;
+            long dt = gpu.malloc(8L * E, "t"), st = gpu.malloc(8L * E, "t");
+            allocs.add(dt);
+            allocs.add(st);
+            gpu.upload(dt, data);
+            gpu.upload(st, scale);
+            MemorySegment scaleTable = f.ordinal() >= WeightMatrix.Format.FP8_E4M3_B128.ordinal() ? ptr(st) : MemorySegment.NULL;
+            for (boolean perPick : new boolean[]{false, true})
+                for (int S : new int[]{1, 5, 17, 31}) {
+                    int P = S * k, xr = perPick ? P : S;
+                    int[] ids = new int[P];
+                    for (int s = 0; s < S; s++)
+                        for (int j = 0; j < k; j++) ids[s * k + j] = s % 3 == 1 && j == 1 ? ids[s * k] : (s * 7 + j * 3) % (E - 1);
+                    float[] x = gauss(r, xr * cols, 1);
+                    long dx = dev(x), dids = dev(ids), dy = dev(filled(P * rows, -777f));
+                    check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, MemorySegment.NULL, 0, rows, cols, ptr(dids), k,
+                            S, ptr(dx), cols, perPick ? 1 : 0, ptr(dy), rows), "moe_matmul");
+                    float[] y = gpu.downloadFloats(dy, P * rows);
+                    for (int p = 0; p < P; p++) {
+                        float[] yp = Arrays.copyOfRange(y, p * rows, p * rows + rows);
+                        if (ids[p] == 2) {
+                            assertArrayEquals(filled(rows, -777f), yp, f + ": pick " + p + " of the host expert untouched");
+                            continue;
+                        }
+                        int xrow = perPick ? p : p / k;
+                        checkMatmul(f + " S=" + S + " expert " + ids[p] + " pick " + p + (perPick ? " per pick" : ""), ms[ids[p]],
+                                Arrays.copyOfRange(x, xrow * cols, xrow * cols + cols), cols, 1, yp, rows);
+                    }
+                    for (int s : new int[]{0, S - 1}) {
+                        long dy1 = dev(filled(k * rows, -777f));
+                        check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, MemorySegment.NULL, 0, rows, cols,
+                                ptr(dids + 4L * s * k), k, 1, ptr(dx + 4L * (perPick ? s * k : s) * cols), cols, perPick ? 1 : 0, ptr(dy1),
+                                rows), "moe_matmul alone");
+                        assertArrayEquals(Arrays.copyOfRange(y, s * k * rows, (s + 1) * k * rows), gpu.downloadFloats(dy1, k * rows),
+                                f + ": token " + s + " alone vs in S=" + S + (perPick ? " per pick" : ""));
+                    }
+                }
+        }
+    }
+
+    static float[] filled(int n, float v) {
+        float[] a = new float[n];
+        Arrays.fill(a, v);
+        return a;
+    }
 }

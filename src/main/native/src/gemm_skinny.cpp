@@ -1,0 +1,492 @@
+// Skinny tensor-core products for steps of 1 .. DS4J_TC_MIN_ROWS - 1 rows (decode, verify, small batches):
+// ds4j_matmul, ds4j_matmul_grouped and ds4j_moe_matmul against stored-format weights (ds4j_gpu.h, DS4J_TC_MIN_ROWS).
+// Such steps are bound by the weight bytes, so the kernel is built around streaming them: many 16-byte loads in flight
+// per lane, decoded in registers straight into MMA operands.
+//
+// Layout: the weights are the MMA's A operand (16 weight rows per m16 tile), the step's rows (tokens, or one expert's
+// picks) are B (8 per n8 tile, up to NT = 4 tiles per pass). A warp owns MT m-tiles (16 MT weight rows) and a share of
+// the columns; lane (g, t) = (lane / 4, lane % 4) loads one 16-byte chunk of rows g and g + 8 of each m-tile, and these
+// bytes are its A fragments: no shared-memory staging, no shuffles. Chunk c of a row holds E columns (16 FP8, 32
+// FP4, 8 BF16 / F16); the four lanes t of a row read chunks 4j + t, 64 contiguous bytes. K-step i of a chunk puts four
+// of its columns into the lane's k slots {2t, 2t+1, 2t+8, 2t+9} (FP8, BF16, F16: columns 4i .. 4i+3 in order; FP4:
+// within each 8-column word the pairs (n, n+4), which decode with shifts and masks alone) and the B fragment takes x
+// at the same four columns of token g. So the MMA's k runs over a fixed permutation of the columns, the same for every
+// row and token, and the result differs in rounding (not in value) from the prefill GEMM of gemm_tc.cpp.
+//
+// Exactness: FP8 e4m3 and FP4 e2m1 bit patterns are placed into BF16 patterns, which read as value x 2^-120 and
+// value x 2^-126 (subnormal codes included), then multiplied by 2^120 (2^126) x the E8M0 scale, a power of two: exact,
+// as gemm_tc.cpp's decoding. BF16 weights are used as stored, F16 ones as an exact BF16 hi + lo pair; x is split into
+// BF16 hi + lo; F32 accumulation (see ds4j_gpu.h for the error bound).
+//
+// Batch invariance: the result for (token s, row r) is the sum of the warps' partial sums in warp order, each warp's
+// over its chunks in order, each chunk's k-steps in order; the warp count and the column split depend on the matrix
+// shape only, never on S, on the token's place in its tile or on the other tokens or picks of the step.
+//
+// Routed experts: one block per (expert, row tile): the block of an expert's first pick collects all its picks in
+// ascending order and runs them as the B tokens, so each expert's weights are read once per step, not once per pick;
+// the blocks of the other picks leave at once.
+//
+// Launch shape (from the matrix shape only): MT m-tiles per warp, nw warps per block over one row tile's columns, U
+// chunk groups of loads in flight per lane. MT_HI, U, TARGET_WARPS and TARGET_TILES are first choices for the H200,
+// not measured optima: `tools/device/run.sh mm-bench` (io.ds4j.gpu.MatmulBench) prints what they give.
+#include "tc.h"
+#include "tc_mma.h"
+
+#include <atomic>
+#include <stdlib.h>
+#include <string.h>
+
+namespace ds4j {
+
+#if DS4J_HAVE_TC
+namespace sk {
+
+/**
+ * Per format: elements per 16-byte chunk (E), m-tiles per warp (MT: MT_HI where the shape has enough row tiles to fill
+ * the device, else MT_HI / 2; more m-tiles share each x fragment, fewer give more blocks), chunk groups in flight (U).
+ */
+template <int FMT> struct Fmt;
+template <> struct Fmt<DS4J_FMT_BF16> { static constexpr int E = 8, MT_HI = 2, U = 2; };
+template <> struct Fmt<DS4J_FMT_F16> { static constexpr int E = 8, MT_HI = 2, U = 2; };
+template <> struct Fmt<DS4J_FMT_FP8_E4M3_B128> { static constexpr int E = 16, MT_HI = 2, U = 2; };
+template <> struct Fmt<DS4J_FMT_FP4_E2M1_B32> { static constexpr int E = 32, MT_HI = 4, U = 2; };
+
+constexpr int MAX_PICKS = 1024;  // routed experts: picks S*k of one launch, collected per expert in shared memory
+constexpr int TARGET_WARPS = 2048;  // enough warps streaming to cover the H200's 132 SMs several times
+constexpr int TARGET_TILES = 264;   // row tiles (blocks) for two per SM on the H200
+
+struct Args {
+    WView v;          // dense: the weight view; moe: scale_kind, cols and scale_cols shared by every expert
+    int rows;         // rows of the view (dense) or of each expert (moe)
+    int grp;          // dense: rows per group (rows when not grouped)
+    int tiles_per_grp;
+    int64_t xgs;      // dense: x offset of group g is g * xgs
+    const float* x;
+    int64_t ldx;
+    float* y;
+    int64_t ldy;
+    int S;
+    // moe
+    void* const* w_table;
+    void* const* scale_table;
+    const int32_t* row_base_table;
+    const int32_t* ids;
+    int P, k, x_per_pick;
+};
+
+__device__ __forceinline__ uint32_t word(const uint4& q, int i) {
+    return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
+}
+
+/** BF16 pair (both halves) 2^(f - 127) for a biased exponent f in 1 .. 254. */
+__device__ __forceinline__ uint32_t pow2_pair(uint32_t f) { return (f << 7) | (f << 23); }
+
+/**
+ * Multipliers taking decoded patterns to value x scale for E8M0 scale byte sb: one (m1) when 2^OFF x scale is a normal
+ * BF16, else two (m1 = 2^OFF, m2 = scale; two = true), for scales above 2^7 (FP8) or 2^1 (FP4).
+ */
+template <int FMT>
+__device__ __forceinline__ void multipliers(uint32_t sb, uint32_t& m1, uint32_t& m2, bool& two) {
+    constexpr uint32_t OFF = FMT == DS4J_FMT_FP8_E4M3_B128 ? 120u : 126u;
+    two = sb + OFF > 254u;
+    m1 = pow2_pair(two ? OFF + 127u : sb + OFF);
+    m2 = sb == 255u ? 0x7fc07fc0u : pow2_pair(sb);  // E8M0 0xFF is NaN
+}
+
+/**
+ * The two A words of k-step i for one row's chunk q: w0 = k slots (2t, 2t+1), w1 = (2t+8, 2t+9), as BF16 pairs
+ * (l0, l1: the low BF16 parts of F16 weights). See the file comment for the column each slot holds.
+ */
+template <int FMT>
+__device__ __forceinline__ void a_words(const uint4& q, int i, uint32_t m1, uint32_t m2, bool two, uint32_t& w0,
+                                        uint32_t& w1, uint32_t& l0, uint32_t& l1) {
+    if constexpr (FMT == DS4J_FMT_BF16) {
+        w0 = word(q, 2 * i);
+        w1 = word(q, 2 * i + 1);
+    } else if constexpr (FMT == DS4J_FMT_F16) {
+        const float2 f0 = tc::h2_to_f2(word(q, 2 * i)), f1 = tc::h2_to_f2(word(q, 2 * i + 1));
+        tc::split_bf16(f0.x, f0.y, w0, l0);  // exact: an F16 value has 11 significant bits, hi + lo hold 16
+        tc::split_bf16(f1.x, f1.y, w1, l1);
+    } else {
+        uint32_t p0, p1;
+        if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+            // bytes (b0, b1) and (b2, b3) of word i to 16-bit lanes; sign -> bit 15, exponent, mantissa -> bits 10..4
+            const uint32_t u = word(q, i);
+            const uint32_t t0 = __byte_perm(u, 0u, 0x4140u), t1 = __byte_perm(u, 0u, 0x4342u);
+            p0 = ((t0 & 0x00800080u) << 8) | ((t0 & 0x007f007fu) << 4);
+            p1 = ((t1 & 0x00800080u) << 8) | ((t1 & 0x007f007fu) << 4);
+        } else {
+            // nibbles n, n + 4 of word i / 2 (n = 2 (i % 2), then n + 1) to 16-bit lanes; sign -> bit 15, 2..0 -> 8..6
+            const uint32_t u = word(q, i >> 1);
+            if (i & 1) {
+                p0 = ((u >> 2) & 0x01c001c0u) | ((u << 4) & 0x80008000u);
+                p1 = ((u >> 6) & 0x01c001c0u) | (u & 0x80008000u);
+            } else {
+                p0 = ((u << 6) & 0x01c001c0u) | ((u << 12) & 0x80008000u);
+                p1 = ((u << 2) & 0x01c001c0u) | ((u << 8) & 0x80008000u);
+            }
+        }
+        w0 = tc::mul_bf16x2(p0, m1);
+        w1 = tc::mul_bf16x2(p1, m1);
+        if (two) {
+            w0 = tc::mul_bf16x2(w0, m2);
+            w1 = tc::mul_bf16x2(w1, m2);
+        }
+    }
+}
+
+/**
+ * The B words of k-step i for token row xr (null: no token) at chunk column col: (hi, lo) of the k slots (2t, 2t+1)
+ * and (2t+8, 2t+9).
+ */
+template <int FMT>
+__device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_t& h0, uint32_t& h1, uint32_t& l0,
+                                        uint32_t& l1) {
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    if (xr) {
+        if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) {
+            // columns (n, n + 4) and (n + 1, n + 5) of the word's 8, n = 2 (i % 2); the two loads are shared by k-steps
+            // 2j and 2j + 1, which the unrolled loop issues back to back
+            const float4 x0 = __ldg(reinterpret_cast<const float4*>(xr + col + 8 * (i >> 1)));
+            const float4 x1 = __ldg(reinterpret_cast<const float4*>(xr + col + 8 * (i >> 1) + 4));
+            if (i & 1) a0 = x0.z, a1 = x1.z, a2 = x0.w, a3 = x1.w;
+            else a0 = x0.x, a1 = x1.x, a2 = x0.y, a3 = x1.y;
+        } else {
+            const float4 xv = __ldg(reinterpret_cast<const float4*>(xr + col + 4 * i));
+            a0 = xv.x, a1 = xv.y, a2 = xv.z, a3 = xv.w;
+        }
+    }
+    tc::split_bf16(a0, a1, h0, l0);
+    tc::split_bf16(a2, a3, h1, l1);
+}
+
+/**
+ * One warp's share of a row tile: acc[mi][nt] += W[row0 + 16 mi .., its chunks] x[tokens of n-tile nt] for n-tiles
+ * below ntv, over chunk groups warp, warp + nw, ... (chunk group j = chunks 4j .. 4j+3, one per lane t).
+ */
+template <int FMT, int MT, int NT>
+__device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, int row0, int row_end, int warp, int nw,
+                                          const float* x, const int64_t* xoff, int ntv, float (&acc)[MT][NT][4]) {
+    constexpr int E = Fmt<FMT>::E, U = Fmt<FMT>::U, KS = E / 4;
+    constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int nch = (int)(rb >> 4), ngr = (nch + 3) >> 2;
+    const float* xr[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const int64_t o = nt < ntv ? xoff[nt * 8 + g] : -1;
+        xr[nt] = o >= 0 ? x + o : nullptr;
+    }
+    const uint8_t* wr[MT][2];
+    size_t sbase[MT][2];
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = row0 + 16 * mi + 8 * h + g;
+            wr[mi][h] = r < row_end ? v.w + (size_t)r * rb : nullptr;
+            sbase[mi][h] = FMT == DS4J_FMT_FP8_E4M3_B128 ? (size_t)((v.row_base + r) >> 7) * v.scale_cols
+                                                         : (size_t)r * (v.cols >> 5);
+        }
+    for (int j0 = warp; j0 < ngr; j0 += nw * U) {
+        // all loads of U chunk groups first, so that 2 MT U 16-byte loads per lane are in flight
+        uint4 q[U][MT][2];
+        uint32_t sb[U][MT][2];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = (j0 + u * nw) * 4 + t;
+            const bool ok = j0 + u * nw < ngr && c < nch;
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    q[u][mi][h] = make_uint4(0u, 0u, 0u, 0u);
+                    sb[u][mi][h] = 127u;  // scale 1 where there is no weight (zeros), never NaN
+                    if (ok && wr[mi][h]) {
+                        const uint8_t* p = wr[mi][h] + (size_t)c * 16;
+                        q[u][mi][h] = wal ? __ldg(reinterpret_cast<const uint4*>(p)) : tc::load16_bytes(p);
+                        if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) sb[u][mi][h] = v.scale[sbase[mi][h] + (c >> 3)];
+                        else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) sb[u][mi][h] = v.scale[sbase[mi][h] + c];
+                    }
+                }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (j0 + u * nw >= ngr) break;  // the same for every lane of the warp
+            const int c = (j0 + u * nw) * 4 + t;
+            const int col = c < nch ? c * E : -1;
+            uint32_t m1[MT][2], m2[MT][2];
+            bool two[MT][2];
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    m1[mi][h] = m2[mi][h] = 0u;
+                    two[mi][h] = false;
+                    if constexpr (QUANT) multipliers<FMT>(sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
+                }
+#pragma unroll
+            for (int i = 0; i < KS; i++) {
+                uint32_t bh0[NT], bh1[NT], bl0[NT], bl1[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+                    if (nt < ntv) b_words<FMT>(col >= 0 ? xr[nt] : nullptr, col, i, bh0[nt], bh1[nt], bl0[nt], bl1[nt]);
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    // A fragment (PTX ISA, mma.m16n8k16): a0 = (row g, k 2t..2t+1), a1 = row g+8, a2 = k + 8, a3 = both
+                    uint32_t a[4], al[4];
+                    a_words<FMT>(q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[0], a[2], al[0], al[2]);
+                    a_words<FMT>(q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[1], a[3], al[1], al[3]);
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+                        if (nt < ntv) {
+                            tc::mma_bf16(acc[mi][nt], a, bh0[nt], bh1[nt]);
+                            tc::mma_bf16(acc[mi][nt], a, bl0[nt], bl1[nt]);
+                            if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al, bh0[nt], bh1[nt]);
+                        }
+                }
+            }
+        }
+    }
+}
+
+/**
+ * Block: one row tile of 16 MT rows (dense: of one group; moe: of one expert) for all tokens (picks), in passes of
+ * 8 NT; nw = blockDim.x / 32 warps split the columns and their partial sums are added in warp order.
+ */
+template <int FMT, int MT, int NT, bool MOE>
+__global__ void __launch_bounds__(MT >= 4 ? 256 : 512) skinny_kernel(Args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
+#else
+    constexpr int RT = 16 * MT, TOK = 8 * NT;
+    __shared__ float red[TOK * RT];
+    __shared__ int64_t xoff[TOK], yoff[TOK];
+    __shared__ int32_t picks[MOE ? MAX_PICKS : 1];
+    __shared__ int sh[32];
+    __shared__ int dup;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nw = blockDim.x >> 5, g = lane >> 2, t = lane & 3;
+    WView v = a.v;
+    int row0, row_end, n;
+    int64_t xg = 0;
+    if constexpr (MOE) {
+        const int p = blockIdx.x, e = a.ids[p];
+        v.w = (const uint8_t*)a.w_table[e];
+        if (!v.w) return;  // expert e is in host memory (hybrid placement): the caller fills its pick rows itself
+        // the block of the expert's first pick does the work, the others leave
+        if (tid == 0) dup = 0;
+        __syncthreads();
+        for (int q = tid; q < p; q += blockDim.x)
+            if (a.ids[q] == e) dup = 1;
+        __syncthreads();
+        if (dup) return;
+        int cnt = 0;  // the same in every thread
+        for (int q0 = p; q0 < a.P; q0 += blockDim.x) {
+            const int q = q0 + tid;
+            const int f = q < a.P && a.ids[q] == e;
+            int tot;
+            const int at = block_excl_scan(f, sh, &tot);
+            if (f) picks[cnt + at] = q;
+            cnt += tot;
+        }
+        n = cnt;
+        v.scale = a.scale_table ? (const uint8_t*)a.scale_table[e] : nullptr;
+        v.row_base = a.row_base_table ? a.row_base_table[e] : 0;
+        row0 = blockIdx.y * RT;
+        row_end = min(a.rows, row0 + RT);
+    } else {
+        const int gi = blockIdx.x / a.tiles_per_grp, ti = blockIdx.x % a.tiles_per_grp;
+        row0 = gi * a.grp + ti * RT;
+        row_end = min(row0 + RT, (gi + 1) * a.grp);
+        xg = (int64_t)gi * a.xgs;
+        n = a.S;
+    }
+    const int64_t rb = row_bytes_of(FMT, v.cols);
+    const bool wal = ((uintptr_t)v.w & 15u) == 0;
+    for (int s0 = 0; s0 < n; s0 += TOK) {
+        const int cnt = min(TOK, n - s0);
+        __syncthreads();  // the previous pass has stored its results
+        if (tid < TOK) {
+            int64_t xo = -1, yo = -1;
+            if (tid < cnt) {
+                if constexpr (MOE) {
+                    const int q = picks[s0 + tid];
+                    xo = (int64_t)(a.x_per_pick ? q : q / a.k) * a.ldx;
+                    yo = (int64_t)q * a.ldy;
+                } else {
+                    xo = (int64_t)(s0 + tid) * a.ldx + xg;
+                    yo = (int64_t)(s0 + tid) * a.ldy;
+                }
+            }
+            xoff[tid] = xo;
+            yoff[tid] = yo;
+        }
+        __syncthreads();
+        const int ntv = (cnt + 7) >> 3;
+        float acc[MT][NT][4];
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[mi][nt][j] = 0.f;
+        warp_part<FMT, MT, NT>(v, rb, wal, row0, row_end, warp, nw, a.x, xoff, ntv, acc);
+        // partial sums in warp order; C fragment: c0, c1 = (row g, tokens 2t, 2t+1), c2, c3 = row g+8
+        for (int w = 0; w < nw; w++) {
+            if (warp == w) {
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+                        if (nt < ntv)
+#pragma unroll
+                            for (int j = 0; j < 4; j++) {
+                                const int i = (nt * 8 + 2 * t + (j & 1)) * RT + 16 * mi + g + (j >> 1) * 8;
+                                red[i] = w == 0 ? acc[mi][nt][j] : red[i] + acc[mi][nt][j];
+                            }
+            }
+            __syncthreads();
+        }
+        for (int i = tid; i < cnt * RT; i += blockDim.x) {
+            const int tok = i / RT, r = row0 + i % RT;
+            if (r < row_end) a.y[yoff[tok] + r] = red[i];
+        }
+    }
+#endif
+}
+
+/** m-tiles per warp for a format, (rows of a group, groups) and the number of matrices streamed at once (units). */
+static int mt_for(int format, int grp, int groups, int units) {
+    const int hi = format == DS4J_FMT_FP4_E2M1_B32 ? Fmt<DS4J_FMT_FP4_E2M1_B32>::MT_HI : 2;
+    const int64_t tiles = (int64_t)groups * ((grp + 16 * hi - 1) / (16 * hi)) * units;
+    return tiles >= TARGET_TILES ? hi : hi / 2;
+}
+
+/**
+ * Warps per block for a shape (never for S): enough warps in all to stream the weights, each with at least two chunk
+ * groups of its row tile's columns; at most 16 (8 with four m-tiles per warp, whose registers allow 256 threads).
+ */
+static int warps_for(int mt, int64_t tiles, int64_t rb) {
+    const int64_t ngr = (rb / 16 + 3) / 4;
+    int nw = 4;
+    while (nw < (mt >= 4 ? 8 : 16) && tiles * nw < TARGET_WARPS && ngr >= 4 * nw) nw *= 2;
+    return nw;
+}
+
+// F: format, M: m-tiles per warp (MT_HI or MT_HI / 2), N: n-tiles per pass
+#define DS4J_SK_DISPATCH(format, mt, NT, CALL)                                                            \
+    switch (format) {                                                                                     \
+        case DS4J_FMT_F16: { constexpr int F = DS4J_FMT_F16; DS4J_SK_MT(mt, 2, NT, CALL); break; }        \
+        case DS4J_FMT_BF16: { constexpr int F = DS4J_FMT_BF16; DS4J_SK_MT(mt, 2, NT, CALL); break; }      \
+        case DS4J_FMT_FP8_E4M3_B128: { constexpr int F = DS4J_FMT_FP8_E4M3_B128; DS4J_SK_MT(mt, 2, NT, CALL); break; } \
+        default: { constexpr int F = DS4J_FMT_FP4_E2M1_B32; DS4J_SK_MT(mt, 4, NT, CALL); break; }         \
+    }
+#define DS4J_SK_MT(mt, HI, NT, CALL)                                                    \
+    if ((mt) == (HI)) { constexpr int M = (HI); DS4J_SK_NT(NT, CALL); }                 \
+    else { constexpr int M = (HI) / 2; DS4J_SK_NT(NT, CALL); }
+#define DS4J_SK_NT(NT, CALL)                                  \
+    switch (NT) {                                             \
+        case 1: { constexpr int N = 1; CALL; break; }         \
+        case 2: { constexpr int N = 2; CALL; break; }         \
+        case 3: { constexpr int N = 3; CALL; break; }         \
+        default: { constexpr int N = 4; CALL; break; }        \
+    }
+
+}  // namespace sk
+#endif  // DS4J_HAVE_TC
+
+// ------------------------------------------------------------------------------------------- host entry points
+
+/** False when the environment variable DS4J_SKINNY is "0" (read at the first call): decode and verify on FFMA. */
+static bool skinny_enabled() {
+    static std::atomic<int> on{-1};  // -1 unknown
+    int o = on.load();
+    if (o < 0) {
+        const char* e = getenv("DS4J_SKINNY");
+        o = (e && strcmp(e, "0") == 0) ? 0 : 1;
+        on.store(o);
+    }
+    return o == 1;
+}
+
+bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int64_t xgs, const float* x,
+                   int64_t ldx, float* y, int64_t ldy, int S, int* rc) {
+#if DS4J_HAVE_TC
+    using namespace sk;
+    if (S <= 0 || S >= DS4J_TC_MIN_ROWS || rows <= 0 || !tc_format(format, v.scale_kind)) return false;
+    const int64_t rb = row_bytes_of(format, v.cols);
+    if ((rb & 15) != 0 || ((uintptr_t)v.w & 15u) != 0 || ((uintptr_t)x & 15u) != 0 || (ldx & 3) != 0 || (xgs & 3) != 0)
+        return false;
+    if (!skinny_enabled() || !tc_device(ctx)) return false;
+    const int groups = rows / grp, mt = mt_for(format, grp, groups, 1), tpg = (grp + 16 * mt - 1) / (16 * mt);
+    const int64_t tiles = (int64_t)groups * tpg;
+    if (tiles > 0x7fffffff) return false;
+    const int nw = warps_for(mt, tiles, rb);
+    Args a{};
+    a.v = v;
+    a.rows = rows;
+    a.grp = grp;
+    a.tiles_per_grp = tpg;
+    a.xgs = xgs;
+    a.x = x;
+    a.ldx = ldx;
+    a.y = y;
+    a.ldy = ldy;
+    a.S = S;
+    const int nt = (S + 7) / 8;
+    DS4J_SK_DISPATCH(format, mt, nt, (skinny_kernel<F, M, N, false><<<(unsigned)tiles, nw * WARP, 0, ctx->stream>>>(a)))
+    hipError_t e = hipGetLastError();
+    *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching matmul (skinny tensor cores)");
+    return true;
+#else
+    (void)ctx, (void)format, (void)v, (void)rows, (void)grp, (void)xgs, (void)x, (void)ldx, (void)y, (void)ldy, (void)S,
+        (void)rc;
+    return false;
+#endif
+}
+
+bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* scale_table,
+                const int32_t* row_base_table, int scale_kind, int rows, int cols, const int32_t* ids, int k, int S,
+                const float* x, int64_t ldx, int x_per_pick, float* y, int64_t ldy, int* rc) {
+#if DS4J_HAVE_TC
+    using namespace sk;
+    const int64_t P = (int64_t)S * k;
+    if (S <= 0 || S >= DS4J_TC_MIN_ROWS || P > MAX_PICKS || rows <= 0 || !tc_format(format, scale_kind)) return false;
+    const int64_t rb = row_bytes_of(format, cols);
+    if ((rb & 15) != 0 || ((uintptr_t)x & 15u) != 0 || (ldx & 3) != 0) return false;
+    // shape: k experts streamed at once per row
+    const int mt = mt_for(format, rows, 1, k), tiles = (rows + 16 * mt - 1) / (16 * mt);
+    if (tiles > 65535 || !skinny_enabled() || !tc_device(ctx)) return false;
+    const int nw = warps_for(mt, (int64_t)tiles * k, rb);
+    Args a{};
+    a.v.scale_kind = scale_kind;
+    a.v.cols = cols;
+    a.v.scale_cols = (cols + 127) >> 7;
+    a.rows = rows;
+    a.x = x;
+    a.ldx = ldx;
+    a.y = y;
+    a.ldy = ldy;
+    a.S = S;
+    a.w_table = w_table;
+    a.scale_table = format >= DS4J_FMT_FP8_E4M3_B128 ? scale_table : nullptr;
+    a.row_base_table = row_base_table;
+    a.ids = ids;
+    a.P = (int)P;
+    a.k = k;
+    a.x_per_pick = x_per_pick;
+    // an expert has at most P picks: the pass width follows S (at most 4 n-tiles), more picks take more passes
+    const int nt = (int)((S + 7) / 8);
+    dim3 grid((unsigned)P, (unsigned)tiles);
+    DS4J_SK_DISPATCH(format, mt, nt, (skinny_kernel<F, M, N, true><<<grid, nw * WARP, 0, ctx->stream>>>(a)))
+    hipError_t e = hipGetLastError();
+    *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching moe_matmul (skinny tensor cores)");
+    return true;
+#else
+    (void)ctx, (void)format, (void)w_table, (void)scale_table, (void)row_base_table, (void)scale_kind, (void)rows,
+        (void)cols, (void)ids, (void)k, (void)S, (void)x, (void)ldx, (void)x_per_pick, (void)y, (void)ldy, (void)rc;
+    return false;
+#endif
+}
+
+}  // namespace ds4j

@@ -1,0 +1,63 @@
+// BF16 tensor-core building blocks shared by the prefill GEMM (gemm_tc.cpp) and the skinny products (gemm_skinny.cpp):
+// F32 -> BF16 conversion and hi/lo splitting, BF16 pair multiplication, unaligned 16-byte loads and mma.sync
+// m16n8k16. Only for nvcc builds (DS4J_HAVE_TC); tools/kernel-emu replaces the inline PTX with host emulations.
+#pragma once
+
+#include "common.h"
+
+#if DS4J_HAVE_TC
+#include <string.h>
+
+namespace ds4j {
+namespace tc {
+
+/** Two floats -> BF16 pair (round to nearest even), lo in the low half. */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/** (a, b) ~ hi + lo, BF16 pairs: hi = bf16(x), lo = bf16(x - hi), so |x - hi - lo| <= 2^-16 |x|. */
+__device__ __forceinline__ void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) {
+    hi = pack_bf16(a, b);
+    lo = pack_bf16(__fsub_rn(a, __uint_as_float(hi << 16)), __fsub_rn(b, __uint_as_float(hi & 0xffff0000u)));
+}
+
+/**
+ * a * b for two BF16 pairs (fma.rn with -0 added, so a zero product keeps its sign), subnormal inputs included:
+ * exact whenever b is a power of two and the products stay in the normal range.
+ */
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+    return r;
+}
+
+/** Two F16 bit patterns (low, high half) -> floats. */
+__device__ __forceinline__ float2 h2_to_f2(uint32_t u) {
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return __half22float2(h);
+}
+
+/** 16 bytes at an address of any alignment (experts whose storage is not 16-byte aligned). */
+__device__ __forceinline__ uint4 load16_bytes(const uint8_t* p) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) |
+               ((uint32_t)p[4 * i + 3] << 24);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/** D += A B for one m16n8k16 tile: a[4] (row-major A fragment), b0, b1 (column-major B fragment), BF16. */
+__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace tc
+}  // namespace ds4j
+#endif  // DS4J_HAVE_TC
