@@ -2,7 +2,8 @@
 // shapes: K and token tails, partial row tiles, FP8 row views inside the block grid, groups that end inside a tile,
 // routed experts with uneven loads (empty experts, misaligned expert storage, more experts than one scan chunk),
 // indexer blocks with rows unused, queries below K_I, several key blocks; the split F32 attention with its decode vs
-// verify and batched vs single bit identities. EXTRA=1 adds the slow cases.
+// verify and batched vs single bit identities. The GEMM runs with both token tiles and must give, bit for bit, the
+// outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the references). EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
 #include "gemm_tc_v1.cpp"
 #include "indexer_tc.cpp"
