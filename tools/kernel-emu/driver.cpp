@@ -3,8 +3,11 @@
 // inside a tile, routed experts with uneven loads (empty experts, misaligned expert storage, more experts than one scan
 // chunk), indexer blocks with rows unused, queries below K_I, several key blocks; for the skinny products (decode,
 // verify) also every pass width, both m-tile variants, null experts and bit-identical results of rows computed alone;
-// the split F32 attention with its decode vs verify and batched vs single bit identities. EXTRA=1 adds the slow cases.
+// the split F32 attention with its decode vs verify and batched vs single bit identities. The prefill GEMM runs with
+// both token tiles and must give, bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the
+// references). EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
+#include "gemm_tc_v1.cpp"
 #include "gemm_skinny.cpp"
 #include "indexer_tc.cpp"
 #include "attention_tc.cpp"
@@ -73,15 +76,41 @@ static double wref(const WView& v, int fmt, int r, int c) {
     }
 }
 
+// tc1: the previous tensor-core GEMM (gemm_tc_v1.cpp, BK 32, token tiles of 64), the reference for bit identity
 template <bool MOE>
-static void launch_gemm(int fmt, dim3 grid, const tc::Args& a) {
+static void launch_gemm_v1(int fmt, dim3 grid, const tc1::Args& a) {
     switch (fmt) {
-        case DS4J_FMT_F16: emu_launch(grid, dim3(256), 0, [&] { tc::gemm_kernel<DS4J_FMT_F16, MOE>(a); }); break;
-        case DS4J_FMT_BF16: emu_launch(grid, dim3(256), 0, [&] { tc::gemm_kernel<DS4J_FMT_BF16, MOE>(a); }); break;
-        case DS4J_FMT_FP8_E4M3_B128: emu_launch(grid, dim3(256), 0, [&] { tc::gemm_kernel<DS4J_FMT_FP8_E4M3_B128, MOE>(a); }); break;
-        default: emu_launch(grid, dim3(256), 0, [&] { tc::gemm_kernel<DS4J_FMT_FP4_E2M1_B32, MOE>(a); }); break;
+        case DS4J_FMT_F16: emu_launch(grid, dim3(256), 0, [&] { tc1::gemm_kernel<DS4J_FMT_F16, MOE>(a); }); break;
+        case DS4J_FMT_BF16: emu_launch(grid, dim3(256), 0, [&] { tc1::gemm_kernel<DS4J_FMT_BF16, MOE>(a); }); break;
+        case DS4J_FMT_FP8_E4M3_B128: emu_launch(grid, dim3(256), 0, [&] { tc1::gemm_kernel<DS4J_FMT_FP8_E4M3_B128, MOE>(a); }); break;
+        default: emu_launch(grid, dim3(256), 0, [&] { tc1::gemm_kernel<DS4J_FMT_FP4_E2M1_B32, MOE>(a); }); break;
     }
 }
+
+template <int F, bool MOE, int BN>
+static void launch_gemm_fb(dim3 grid, const tc::Args& a) {
+    emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN>(a); });
+}
+
+/** The current GEMM with token tiles of bn (64 or 128), the same Args as the previous one. */
+template <bool MOE>
+static void launch_gemm(int fmt, int bn, dim3 grid, const tc1::Args& a1) {
+    static_assert(sizeof(tc::Args) == sizeof(tc1::Args), "the same argument block");
+    tc::Args a;
+    memcpy(&a, &a1, sizeof a);
+    switch (fmt) {
+        case DS4J_FMT_F16: bn == 128 ? launch_gemm_fb<DS4J_FMT_F16, MOE, 128>(grid, a) : launch_gemm_fb<DS4J_FMT_F16, MOE, 64>(grid, a); break;
+        case DS4J_FMT_BF16: bn == 128 ? launch_gemm_fb<DS4J_FMT_BF16, MOE, 128>(grid, a) : launch_gemm_fb<DS4J_FMT_BF16, MOE, 64>(grid, a); break;
+        case DS4J_FMT_FP8_E4M3_B128:
+            bn == 128 ? launch_gemm_fb<DS4J_FMT_FP8_E4M3_B128, MOE, 128>(grid, a) : launch_gemm_fb<DS4J_FMT_FP8_E4M3_B128, MOE, 64>(grid, a);
+            break;
+        default:
+            bn == 128 ? launch_gemm_fb<DS4J_FMT_FP4_E2M1_B32, MOE, 128>(grid, a) : launch_gemm_fb<DS4J_FMT_FP4_E2M1_B32, MOE, 64>(grid, a);
+            break;
+    }
+}
+
+static int bit_diffs(const float* a, const float* b, size_t n);
 
 static void check(const char* what, double got, double want, double mag, double tol, int i, int j) {
     if (!(std::fabs(got - want) <= tol * mag + 1e-30)) {
@@ -101,11 +130,21 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
     // 16-byte aligned x
     float* xp = (float*)(((uintptr_t)x.data() + 15) & ~(uintptr_t)15);
     for (int64_t i = 0; i < ldx * S; i++) xp[i] = (float)gauss();
-    tc::Args a{};
+    tc1::Args a{};
     a.v = v; a.rows = rows; a.grp = grp; a.tiles_per_grp = (grp + 127) / 128; a.xgs = xgs;
     a.x = xp; a.ldx = ldx; a.y = y.data(); a.ldy = ldy; a.S = S;
     dim3 grid((S + 63) / 64, groups * a.tiles_per_grp);
-    launch_gemm<false>(fmt, grid, a);
+    launch_gemm_v1<false>(fmt, grid, a);
+    // the current kernel with both token tiles: the same bits as the previous one, padding included
+    int diffs[2];
+    for (int i = 0; i < 2; i++) {
+        const int bn = 64 << i;
+        std::vector<float> y2(ldy * S, -777.f);
+        a.y = y2.data();
+        launch_gemm<false>(fmt, bn, dim3((S + bn - 1) / bn, groups * a.tiles_per_grp), a);
+        diffs[i] = bit_diffs(y.data(), y2.data(), y.size());
+        if (diffs[i]) { printf("FAIL dense BN %d: %d values differ from the previous kernel\n", bn, diffs[i]); fails++; }
+    }
     double worst = 0;
     for (int s = 0; s < S; s++)
         for (int r = 0; r < rows; r++) {
@@ -119,7 +158,8 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
         }
     // untouched padding
     for (int s = 0; s < S; s++) for (int r = rows; r < ldy; r++) if (y[s * ldy + r] != -777.f) { printf("FAIL dense wrote padding\n"); fails++; }
-    printf("dense fmt %d rows %d (from %d) cols %d grp %d S %d: worst rel %.3g\n", fmt, rows, from, cols, grp, S, worst);
+    printf("dense fmt %d rows %d (from %d) cols %d grp %d S %d: worst rel %.3g; vs previous kernel %d (BN 64) / %d (BN 128) bits differ\n",
+           fmt, rows, from, cols, grp, S, worst, diffs[0], diffs[1]);
 }
 
 static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick, bool misalign) {
@@ -154,14 +194,27 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
     std::vector<int32_t> scratch(P + 3 * E + 1, -1);
     int32_t* perm = scratch.data(); int32_t* cnt = perm + P; int32_t* off = cnt + E; int32_t* tp = off + E;
     emu_launch(dim3(E), dim3(256), 0, [&] { tc::moe_group_kernel(ids.data(), P, perm, cnt, off); });
-    emu_launch(dim3(1), dim3(256), 0, [&] { tc::moe_tiles_kernel(cnt, E, tp); });
-    tc::Args a{};
+    emu_launch(dim3(1), dim3(256), 0, [&] { tc1::moe_tiles_kernel(cnt, E, tp); });
+    tc1::Args a{};
     a.v.scale_kind = DS4J_SCALE_E8M0; a.v.cols = cols; a.v.scale_cols = (cols + 127) >> 7;
     a.rows = rows; a.x = xp; a.ldx = ldx; a.y = y.data(); a.ldy = ldy; a.S = S;
     a.w_table = wt.data(); a.scale_table = fmt >= DS4J_FMT_FP8_E4M3_B128 ? st.data() : nullptr; a.row_base_table = nullptr;
     a.perm = perm; a.cnt = cnt; a.off = off; a.tile_prefix = tp; a.E = E; a.k = k; a.x_per_pick = per_pick;
     const int max_tiles = P / 64 + std::min(E, P);
-    launch_gemm<true>(fmt, dim3(max_tiles, (rows + 127) / 128), a);
+    launch_gemm_v1<true>(fmt, dim3(max_tiles, (rows + 127) / 128), a);
+    int diffs[2];
+    for (int i = 0; i < 2; i++) {
+        const int bn = 64 << i;
+        std::vector<int32_t> tp2(E + 1, -1);
+        emu_launch(dim3(1), dim3(256), 0, [&] { tc::moe_tiles_kernel(cnt, E, bn, tp2.data()); });
+        std::vector<float> y2(ldy * P, -777.f);
+        tc1::Args a2 = a;
+        a2.y = y2.data();
+        a2.tile_prefix = tp2.data();
+        launch_gemm<true>(fmt, bn, dim3(P / bn + std::min(E, P), (rows + 127) / 128), a2);
+        diffs[i] = bit_diffs(y.data(), y2.data(), y.size());
+        if (diffs[i]) { printf("FAIL moe BN %d: %d values differ from the previous kernel\n", bn, diffs[i]); fails++; }
+    }
     // counting sort sanity
     int tot = 0;
     for (int e = 0; e < E; e++) tot += cnt[e];
@@ -179,8 +232,8 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
             check("moe", y[p * ldy + r], acc, mag, 1e-5, p, r);
         }
     }
-    printf("moe fmt %d E %d k %d S %d rows %d cols %d per_pick %d misalign %d: worst rel %.3g; tiles %d; counts", fmt, E, k, S,
-           rows, cols, per_pick, misalign, worst, tp[E]);
+    printf("moe fmt %d E %d k %d S %d rows %d cols %d per_pick %d misalign %d: worst rel %.3g; vs previous kernel %d / %d bits"
+           " differ; tiles %d; counts", fmt, E, k, S, rows, cols, per_pick, misalign, worst, diffs[0], diffs[1], tp[E]);
     for (int e = 0; e < E; e++) printf(" %d", cnt[e]);
     printf("\n");
 }
@@ -721,6 +774,7 @@ int main() {
         dense(fmt, 200, 0, 200, cols, 200, 70, 4);
         dense(fmt, 300, 130, 150, cols, 150, 33, 0);
         dense(fmt, 300, 0, 3 * 96, cols, 96, 40, 8);
+        dense(fmt, 300, 0, 260, fmt == DS4J_FMT_FP4_E2M1_B32 ? 224 : 208, 260, 130, 4);  // several column tiles
     }
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
         moe(fmt, 5, 2, 40, 72, 64, false, false);

@@ -1,9 +1,9 @@
 // Host emulation of the CUDA subset that gemm_tc.cpp, gemm_skinny.cpp and indexer_tc.cpp use, for checking their
 // indexing without a GPU (tools/kernel-emu/run.sh): one std::thread per GPU thread of a block, one block at a time;
 // __shared__ variables become function statics (shared by the block's threads); __syncthreads is a barrier; warp
-// shuffles and mma.sync go through per-warp exchange buffers, the MMA fragments decoded with the PTX ISA layouts
-// (mma.m16n8k16, .f16/.bf16) and multiplied in double. It checks how the kernels index memory and fragments, not
-// tensor-core rounding or speed.
+// shuffles, ldmatrix and mma.sync go through per-warp exchange buffers, the MMA fragments decoded with the PTX ISA
+// layouts (mma.m16n8k16, .f16/.bf16) and multiplied in double. It checks how the kernels index memory and fragments,
+// not tensor-core rounding or speed.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -57,6 +57,7 @@ struct EmuBlock {
     uint32_t xb[32][32][2];
     float xc[32][32][4];
     double xs[32][32];
+    const uint32_t* xp[32][32];
 };
 inline EmuBlock* g_blk;
 inline uint32_t* emu_dyn_smem;
@@ -143,6 +144,15 @@ inline void emu_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1, bool 
         d[i] = (float)(s + B->xc[w][l][i]);
     }
     B->warp[w]->arrive_and_wait();
+}
+
+/** ldmatrix.sync.aligned.m8n8.x4.b16: lane l gives row l % 8 of matrix l / 8; r[i] = matrix i, row l / 4, word l % 4. */
+inline void emu_ldsm_x4(uint32_t* r, const uint32_t* p) {
+    const int w = emu_warp(), l = emu_lane();
+    g_blk->xp[w][l] = p;
+    g_blk->warp[w]->arrive_and_wait();
+    for (int i = 0; i < 4; i++) r[i] = g_blk->xp[w][i * 8 + l / 4][l % 4];
+    g_blk->warp[w]->arrive_and_wait();
 }
 
 /** cvt.rn.bf16x2.f32 */

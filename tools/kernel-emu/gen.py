@@ -2,7 +2,7 @@
 # block replaced by emu.h, the inline-PTX helpers (cvt.bf16x2, fma.bf16x2, mma.sync) replaced by emulated ones, and
 # the host entry points (launches) cut off.
 #   gen.py NATIVE_DIR OUT_DIR
-import re,sys
+import os,re,sys
 src=sys.argv[1].rstrip('/')+'/src/'
 out=sys.argv[2].rstrip('/')+'/'
 c=open(src+'common.h').read()
@@ -26,10 +26,26 @@ m=repl_fn(m,'__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t
 m=repl_fn(m,'__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
  'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n')
 open(out+'tc_mma.h','w').write(m)
-g=open(src+'gemm_tc.cpp').read()
-g=repl_fn(g,'bool tc_device(ds4j_ctx* ctx) {','')
-g=g[:g.index('bool tc_matmul(')]+'}  // namespace ds4j\n'
-open(out+'gemm_tc.cpp','w').write(g)
+def gemm(g, ns):
+    g=repl_fn(g,'bool tc_device(ds4j_ctx* ctx) {','')
+    # the PTX helpers: in tc_mma.h for the current kernel, in the file itself for the previous one
+    for sig, body in [
+        ('__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {',
+         'inline uint32_t pack_bf16(float lo, float hi) { return emu_to_bf16(lo) | ((uint32_t)emu_to_bf16(hi) << 16); }\n'),
+        ('__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
+         'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n'),
+        ('__device__ __forceinline__ void ldsm_x4(uint32_t* r, const uint32_t* p) {',
+         'inline void ldsm_x4(uint32_t* r, const uint32_t* p) { emu_ldsm_x4(r, p); }\n')]:
+        if sig in g:
+            g=repl_fn(g,sig,body)
+    g=g.replace('extern __shared__ __align__(16) uint32_t tc_gsm[];','uint32_t* tc_gsm = emu_dyn_smem;')
+    if '/** Streaming multiprocessors' in g:  # host launch helpers
+        g=g[:g.index('/** Streaming multiprocessors')]+g[g.index('}  // namespace tc\n#endif'):]
+    g=g[:g.index('bool tc_matmul(')]+'}  // namespace ds4j\n'
+    return g.replace('namespace tc {','namespace '+ns+' {')
+open(out+'gemm_tc.cpp','w').write(gemm(open(src+'gemm_tc.cpp').read(),'tc'))
+# the previous tensor-core GEMM (kept verbatim next to this script): the new one must give the same bits
+open(out+'gemm_tc_v1.cpp','w').write(gemm(open(os.path.join(os.path.dirname(os.path.abspath(__file__)),'gemm_tc_v1.cpp')).read(),'tc1'))
 # the skinny products (decode, verify): kernels only, the host entry points cut off
 k=open(src+'gemm_skinny.cpp').read()
 k=k[:k.index('// ------------------------------------------------------------------------------------------- host entry points')]+'}  // namespace ds4j\n'

@@ -1,11 +1,13 @@
 // Tensor-core GEMMs for prefill (ds4j_gpu.h, DS4J_TC_MIN_ROWS): dense and grouped matrix products against
 // stored-format weights, and routed-expert products with the picks grouped by expert (ds4j_moe_matmul_prefill).
 //
-// One block computes a tile of BM weight rows x BN tokens with mma.sync.m16n8k16 (BF16 in, F32 accumulate), walking
-// the columns BK at a time. The weight tile is read as 16-byte chunks of the stored format and dequantised into
-// shared memory as BF16 (exact for BF16, FP8 x E8M0 and FP4 x E8M0; F16 becomes an exact pair of BF16 parts); the
-// F32 activations are split into BF16 hi and lo parts on the way into shared memory. The next tile's global loads are
-// issued into registers before the current tile is multiplied, so their latency hides behind the MMAs.
+// One block computes a tile of BM weight rows x BN tokens (BN 64 or 128, chosen per launch) with
+// mma.sync.m16n8k16 (BF16 in, F32 accumulate, fragments through ldmatrix), walking the columns BK = 64 at a time.
+// The weight tile is read as 16-byte chunks of the stored format and dequantised into shared memory as BF16 (exact
+// for BF16, FP8 x E8M0 and FP4 x E8M0; F16 becomes an exact pair of BF16 parts); the F32 activations are split into
+// BF16 hi and lo parts on the way into shared memory. Two shared stages: the next tile's global loads are issued into
+// registers before the current tile is multiplied and decoded into the other stage half-way through, so their latency
+// and the decoding hide behind the MMAs, with one barrier per tile.
 //
 // Batch invariance: the value of output (s, r) is the sum over column tiles in order of the same MMA sequence, so it
 // depends on row r and token s only, never on S, on the token's place in its tile, or on the other picks of an expert.
@@ -52,10 +54,19 @@ bool tc_device(ds4j_ctx* ctx) {
 namespace tc {
 
 constexpr int BM = 128;      // weight rows per block (MMA M)
-constexpr int BN = 64;       // tokens per block (MMA N)
-constexpr int BK = 32;       // columns per step
-constexpr int THREADS = 256; // 8 warps: 4 along the rows x 2 along the tokens, each 32 x 32
-constexpr int LDW = (BK + 8) / 2;  // shared row stride in 32-bit words (two BF16 each): 80 bytes, conflict-free loads
+constexpr int BK = 64;       // columns per step: four k16 MMA steps
+constexpr int THREADS = 256; // 8 warps
+constexpr int LDW = (BK + 8) / 2;  // shared row stride in 32-bit words (two BF16 each): 144 bytes, conflict-free ldmatrix
+
+/**
+ * Per token-tile width BN (64 or 128): the warps' layout. Every warp covers 32 tokens (NI = 4 MMA columns) and WM
+ * weight rows (MI = WM / 16 MMA rows): 4 x 2 warps of 32 x 32 for BN 64, 2 x 4 warps of 64 x 32 for BN 128.
+ */
+template <int BN>
+struct Tile {
+    static constexpr int WARPS_N = BN / 32, WARPS_M = 8 / WARPS_N, WM = BM / WARPS_M, MI = WM / 16, NI = 4;
+    static constexpr int XV = BN * BK / 4 / THREADS;  // activation float4s per thread and column tile
+};
 
 /** Per format: elements per 16-byte chunk, whether W is split into two BF16 parts. */
 template <int FMT> struct Fmt;
@@ -63,6 +74,14 @@ template <> struct Fmt<DS4J_FMT_F16> { static constexpr int EPC = 8; static cons
 template <> struct Fmt<DS4J_FMT_BF16> { static constexpr int EPC = 8; static constexpr bool SPLIT = false; };
 template <> struct Fmt<DS4J_FMT_FP8_E4M3_B128> { static constexpr int EPC = 16; static constexpr bool SPLIT = false; };
 template <> struct Fmt<DS4J_FMT_FP4_E2M1_B32> { static constexpr int EPC = 32; static constexpr bool SPLIT = false; };
+
+/** Four 8x8 BF16 matrices from shared memory (ldmatrix .x4): lane l gives the address of row l % 8 of matrix l / 8. */
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const uint32_t* p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
 
 /**
  * Decodes one 16-byte chunk (EPC elements) into EPC/2 BF16 pairs hi[] (and lo[] for F16). FP8 and FP4 go through
@@ -111,69 +130,67 @@ __device__ __forceinline__ void decode(const uint4& q, float sc, uint32_t* hi, u
 }
 
 /** Weight chunks and activations of one column tile, in registers between the global loads and the shared stores. */
-template <int FMT>
+template <int FMT, int BN>
 struct Regs {
-    static constexpr int EPC = Fmt<FMT>::EPC, CPR = BK / EPC, NCH = BM * CPR, NPT = (NCH + THREADS - 1) / THREADS;
+    static constexpr int EPC = Fmt<FMT>::EPC, CPR = BK / EPC, NCH = BM * CPR, NPT = NCH / THREADS;
+    static_assert(NCH % THREADS == 0, "whole chunks per thread");
     uint4 wq[NPT];
     float ws[NPT];
-    float4 xq[2];
+    float4 xq[Tile<BN>::XV];
 };
 
 /** Global -> registers: the weight chunks (rows row0 .. row_end-1) and activations of the column tile at k0. */
-template <int FMT>
-__device__ __forceinline__ void load_tile(Regs<FMT>& t, const WView& v, int64_t rb, bool wal, int row0, int row_end,
+template <int FMT, int BN>
+__device__ __forceinline__ void load_tile(Regs<FMT, BN>& t, const WView& v, int64_t rb, bool wal, int row0, int row_end,
                                           const float* x, const int64_t* xoff, int k0) {
-    using R = Regs<FMT>;
+    using R = Regs<FMT, BN>;
     const int tid = threadIdx.x, cols = v.cols;
 #pragma unroll
     for (int i = 0; i < R::NPT; i++) {
         const int c = tid + i * THREADS;
         t.wq[i] = make_uint4(0u, 0u, 0u, 0u);
         t.ws[i] = 1.f;
-        if (R::NCH % THREADS == 0 || c < R::NCH) {
-            const int gr = row0 + c / R::CPR, col = k0 + (c % R::CPR) * R::EPC;
-            if (gr < row_end && col < cols) {
-                const uint8_t* p = v.w + (size_t)gr * rb + (size_t)col * 16 / R::EPC;
-                t.wq[i] = wal ? __ldg(reinterpret_cast<const uint4*>(p)) : load16_bytes(p);
-                if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128)
-                    t.ws[i] = e8m0(v.scale[(size_t)((v.row_base + gr) >> 7) * v.scale_cols + (col >> 7)]);
-                else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32)
-                    t.ws[i] = e8m0(v.scale[(size_t)gr * (cols >> 5) + (col >> 5)]);
-            }
+        const int gr = row0 + c / R::CPR, col = k0 + (c % R::CPR) * R::EPC;
+        if (gr < row_end && col < cols) {
+            const uint8_t* p = v.w + (size_t)gr * rb + (size_t)col * 16 / R::EPC;
+            t.wq[i] = wal ? __ldg(reinterpret_cast<const uint4*>(p)) : load16_bytes(p);
+            if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128)
+                t.ws[i] = e8m0(v.scale[(size_t)((v.row_base + gr) >> 7) * v.scale_cols + (col >> 7)]);
+            else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32)
+                t.ws[i] = e8m0(v.scale[(size_t)gr * (cols >> 5) + (col >> 5)]);
         }
     }
+    // 16 float4s per token row of the tile: a half warp reads 256 contiguous bytes
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int c = tid + i * THREADS, tok = c >> 3, col = k0 + (c & 7) * 4;
+    for (int i = 0; i < Tile<BN>::XV; i++) {
+        const int c = tid + i * THREADS, tok = c >> 4, col = k0 + (c & 15) * 4;
         const int64_t o = xoff[tok];
         t.xq[i] = (o >= 0 && col < cols) ? __ldg(reinterpret_cast<const float4*>(x + o + col)) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 }
 
 /** Registers -> shared memory: weights decoded to BF16 (hi, and lo for F16), activations split into hi and lo. */
-template <int FMT>
-__device__ __forceinline__ void store_tile(const Regs<FMT>& t, uint32_t* sw, uint32_t* swl, uint32_t* sxh, uint32_t* sxl) {
-    using R = Regs<FMT>;
+template <int FMT, int BN>
+__device__ __forceinline__ void store_tile(const Regs<FMT, BN>& t, uint32_t* sw, uint32_t* swl, uint32_t* sxh, uint32_t* sxl) {
+    using R = Regs<FMT, BN>;
     constexpr int EPC = R::EPC;
     const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < R::NPT; i++) {
         const int c = tid + i * THREADS;
-        if (R::NCH % THREADS == 0 || c < R::NCH) {
-            uint32_t h[EPC / 2], l[Fmt<FMT>::SPLIT ? EPC / 2 : 1];
-            decode<FMT>(t.wq[i], t.ws[i], h, l);
-            const int o = (c / R::CPR) * LDW + (c % R::CPR) * (EPC / 2);
+        uint32_t h[EPC / 2], l[Fmt<FMT>::SPLIT ? EPC / 2 : 1];
+        decode<FMT>(t.wq[i], t.ws[i], h, l);
+        const int o = (c / R::CPR) * LDW + (c % R::CPR) * (EPC / 2);
 #pragma unroll
-            for (int j = 0; j < EPC / 8; j++) {
-                *reinterpret_cast<uint4*>(sw + o + 4 * j) = make_uint4(h[4 * j], h[4 * j + 1], h[4 * j + 2], h[4 * j + 3]);
-                if constexpr (Fmt<FMT>::SPLIT)
-                    *reinterpret_cast<uint4*>(swl + o + 4 * j) = make_uint4(l[4 * j], l[4 * j + 1], l[4 * j + 2], l[4 * j + 3]);
-            }
+        for (int j = 0; j < EPC / 8; j++) {
+            *reinterpret_cast<uint4*>(sw + o + 4 * j) = make_uint4(h[4 * j], h[4 * j + 1], h[4 * j + 2], h[4 * j + 3]);
+            if constexpr (Fmt<FMT>::SPLIT)
+                *reinterpret_cast<uint4*>(swl + o + 4 * j) = make_uint4(l[4 * j], l[4 * j + 1], l[4 * j + 2], l[4 * j + 3]);
         }
     }
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int c = tid + i * THREADS, o = (c >> 3) * LDW + (c & 7) * 2;
+    for (int i = 0; i < Tile<BN>::XV; i++) {
+        const int c = tid + i * THREADS, o = (c >> 4) * LDW + (c & 15) * 2;
         uint32_t h0, l0, h1, l1;
         split_bf16(t.xq[i].x, t.xq[i].y, h0, l0);
         split_bf16(t.xq[i].z, t.xq[i].w, h1, l1);
@@ -181,6 +198,14 @@ __device__ __forceinline__ void store_tile(const Regs<FMT>& t, uint32_t* sw, uin
         *reinterpret_cast<uint2*>(sxl + o) = make_uint2(l0, l1);
     }
 }
+
+/** Shared memory of gemm_kernel<FMT, *, BN>: two stages, each the weight tile (and its lo part for F16) and the
+ *  activation hi and lo tiles; WORDS per stage, BYTES in all. */
+template <int FMT, int BN>
+struct Stage {
+    static constexpr int WORDS = ((Fmt<FMT>::SPLIT ? 2 : 1) * BM + 2 * BN) * LDW;
+    static constexpr size_t BYTES = (size_t)2 * WORDS * 4;
+};
 
 /** Everything a GEMM block needs; one struct for the dense (grouped) and the routed-expert variant. */
 struct Args {
@@ -205,16 +230,24 @@ struct Args {
     int E, k, x_per_pick;
 };
 
-template <int FMT, bool MOE>
-__global__ void __launch_bounds__(THREADS) gemm_kernel(Args a) {
+/**
+ * One block: BM weight rows x BN tokens. The column tiles pass through two shared stages: while the warps multiply
+ * tile kt, the global loads of tile kt + 1 are in flight into registers, and after the multiplications of its first
+ * half they are decoded into the other stage, so each tile costs one barrier.
+ *
+ * Numbers: output (s, r) is the sum over the k16 chunks 0 .. 2 ceil(cols / 32) - 1, in increasing order, of the MMAs
+ * hi x W, lo x W (and, for F16, hi x W-lo) into one F32 accumulator from 0: the sequence does not depend on BN, on
+ * the tile a token falls in or on the other tokens, so results are bit-identical across tile choices and S.
+ */
+template <int FMT, bool MOE, int BN>
+__global__ void __launch_bounds__(THREADS, BN == 64 ? 2 : 1) gemm_kernel(Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
 #else
+    using T = Tile<BN>;
     constexpr bool SPLIT = Fmt<FMT>::SPLIT;
-    __shared__ __align__(16) uint32_t sw[BM * LDW];
-    __shared__ __align__(16) uint32_t swl[SPLIT ? BM * LDW : 4];
-    __shared__ __align__(16) uint32_t sxh[BN * LDW];
-    __shared__ __align__(16) uint32_t sxl[BN * LDW];
+    constexpr int MI = T::MI, NI = T::NI;
+    extern __shared__ __align__(16) uint32_t tc_gsm[];
     __shared__ int64_t xoff[BN], yoff[BN];  // element offsets of each token's x and y rows (-1: no token)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
@@ -262,63 +295,74 @@ __global__ void __launch_bounds__(THREADS) gemm_kernel(Args a) {
     const bool wal = ((uintptr_t)v.w & 15u) == 0;
     __syncthreads();
 
-    Regs<FMT> regs;
+    // stage layout (words): weights [BM][LDW], weights lo (F16) [BM][LDW], x hi [BN][LDW], x lo [BN][LDW]
+    constexpr int SW = Stage<FMT, BN>::WORDS, OWL = BM * LDW, OXH = (SPLIT ? 2 : 1) * BM * LDW, OXL = OXH + BN * LDW;
 
-    float acc[2][4][4];
+    Regs<FMT, BN> regs;
+
+    float acc[MI][NI][4];
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++)
+        for (int ni = 0; ni < NI; ni++)
 #pragma unroll
             for (int j = 0; j < 4; j++) acc[mi][ni][j] = 0.f;
 
-    const int wm = warp & 3, wn = warp >> 2;
+    const int wm = warp % T::WARPS_M, wn = warp / T::WARPS_M;
     const int nk = (cols + BK - 1) / BK;
-    load_tile<FMT>(regs, v, rb, wal, row0, row_end, a.x, xoff, 0);
+    const int n16 = 2 * ((cols + 31) / 32);  // k16 chunks: the same count for every tiling (trailing zero chunks too)
+    // ldmatrix lane addresses (words, within a stage): A x4 = rows 0-7 / 8-15 at k 0-7, then at k 8-15;
+    // B x4 = tokens 0-7 at k 0-7, k 8-15, then tokens 8-15 at k 0-7, k 8-15 (b0, b1 of two MMA columns)
+    const int a_off = (wm * T::WM + (lane & 15)) * LDW + (lane >> 4) * 4;
+    const int b_off = (wn * 32 + ((lane >> 4) & 1) * 8 + (lane & 7)) * LDW + ((lane >> 3) & 1) * 4;
+
+    load_tile<FMT, BN>(regs, v, rb, wal, row0, row_end, a.x, xoff, 0);
+    store_tile<FMT, BN>(regs, tc_gsm, tc_gsm + OWL, tc_gsm + OXH, tc_gsm + OXL);
+    __syncthreads();
     for (int kt = 0; kt < nk; kt++) {
-        store_tile<FMT>(regs, sw, swl, sxh, sxl);
-        __syncthreads();
-        if (kt + 1 < nk) load_tile<FMT>(regs, v, rb, wal, row0, row_end, a.x, xoff, (kt + 1) * BK);
+        const uint32_t* st = tc_gsm + (kt & 1) * SW;
+        uint32_t* nx = tc_gsm + ((kt + 1) & 1) * SW;
+        const bool more = kt + 1 < nk;
+        if (more) load_tile<FMT, BN>(regs, v, rb, wal, row0, row_end, a.x, xoff, (kt + 1) * BK);
 #pragma unroll
-        for (int kk = 0; kk < 2; kk++) {
-            // fragments (PTX ISA, mma.m16n8k16): A a0 = (row g, k 2t..2t+1), a1 = row g+8, a2 = k+8, a3 = both;
-            // B b0 = (k 2t..2t+1, column g), b1 = k+8; t = lane % 4. One 32-bit word holds two consecutive k.
-            uint32_t af[2][4], afl[2][4];
+        for (int kk = 0; kk < BK / 16; kk++) {
+            // chunks 0 and 1 of a tile always exist (n16 is even); 2 and 3 may lie past the columns' last 32
+            if (kk >= 2 && kt * (BK / 16) + kk >= n16) break;
+            uint32_t af[MI][4], afl[SPLIT ? MI : 1][4], bh[NI / 2][4], bl[NI / 2][4];
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++) {
-                const int o = (wm * 32 + mi * 16 + g) * LDW + kk * 8 + tig;
-                af[mi][0] = sw[o];
-                af[mi][1] = sw[o + 8 * LDW];
-                af[mi][2] = sw[o + 4];
-                af[mi][3] = sw[o + 8 * LDW + 4];
-                if constexpr (SPLIT) {
-                    afl[mi][0] = swl[o];
-                    afl[mi][1] = swl[o + 8 * LDW];
-                    afl[mi][2] = swl[o + 4];
-                    afl[mi][3] = swl[o + 8 * LDW + 4];
-                }
+            for (int mi = 0; mi < MI; mi++) {
+                ldsm_x4(af[mi], st + a_off + mi * 16 * LDW + kk * 8);
+                if constexpr (SPLIT) ldsm_x4(afl[mi], st + OWL + a_off + mi * 16 * LDW + kk * 8);
             }
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                const int o = (wn * 32 + ni * 8 + g) * LDW + kk * 8 + tig;
-                const uint32_t bh0 = sxh[o], bh1 = sxh[o + 4], bl0 = sxl[o], bl1 = sxl[o + 4];
+            for (int nj = 0; nj < NI / 2; nj++) {
+                ldsm_x4(bh[nj], st + OXH + b_off + nj * 16 * LDW + kk * 8);
+                ldsm_x4(bl[nj], st + OXL + b_off + nj * 16 * LDW + kk * 8);
+            }
 #pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
+            for (int ni = 0; ni < NI; ni++) {
+                const uint32_t bh0 = bh[ni >> 1][2 * (ni & 1)], bh1 = bh[ni >> 1][2 * (ni & 1) + 1];
+                const uint32_t bl0 = bl[ni >> 1][2 * (ni & 1)], bl1 = bl[ni >> 1][2 * (ni & 1) + 1];
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++) {
                     mma_bf16(acc[mi][ni], af[mi], bh0, bh1);
                     mma_bf16(acc[mi][ni], af[mi], bl0, bl1);
                     if constexpr (SPLIT) mma_bf16(acc[mi][ni], afl[mi], bh0, bh1);
                 }
             }
+            // the next tile goes into the other stage (last read before the previous barrier) mid-way, so that its
+            // decoding overlaps the remaining multiplications of this warp and of the others
+            if (kk == 1 && more) store_tile<FMT, BN>(regs, nx, nx + OWL, nx + OXH, nx + OXL);
         }
         __syncthreads();
     }
 
     // C fragment: c0, c1 = (row g, columns 2t, 2t+1), c2, c3 = row g+8
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++) {
-            const int r = row0 + wm * 32 + mi * 16 + g, t = wn * 32 + ni * 8 + 2 * tig;
+        for (int ni = 0; ni < NI; ni++) {
+            const int r = row0 + wm * T::WM + mi * 16 + g, t = wn * 32 + ni * 8 + 2 * tig;
             const int64_t y0 = yoff[t], y1 = yoff[t + 1];
             if (r < row_end) {
                 if (y0 >= 0) a.y[y0 + r] = acc[mi][ni][0];
@@ -366,13 +410,13 @@ __global__ void moe_group_kernel(const int32_t* ids, int P, int32_t* perm, int32
     }
 }
 
-/** tile_prefix[e] = sum over e' < e of ceil(cnt[e'] / BN), e <= E (one block). */
-__global__ void moe_tiles_kernel(const int32_t* cnt, int E, int32_t* tile_prefix) {
+/** tile_prefix[e] = sum over e' < e of ceil(cnt[e'] / bn), e <= E (one block); bn: the token tile width. */
+__global__ void moe_tiles_kernel(const int32_t* cnt, int E, int bn, int32_t* tile_prefix) {
     __shared__ int sh[32];
     int carry = 0;
     for (int e0 = 0; e0 < E; e0 += blockDim.x) {
         const int e = e0 + threadIdx.x;
-        const int v = e < E ? (cnt[e] + BN - 1) / BN : 0;
+        const int v = e < E ? (cnt[e] + bn - 1) / bn : 0;
         int tot;
         const int x = block_excl_scan(v, sh, &tot);
         if (e < E) tile_prefix[e] = carry + x;
@@ -381,13 +425,65 @@ __global__ void moe_tiles_kernel(const int32_t* cnt, int E, int32_t* tile_prefix
     if (threadIdx.x == 0) tile_prefix[E] = carry;
 }
 
-#define DS4J_TC_DISPATCH(format, CALL)                                                                    \
-    switch (format) {                                                                                     \
-        case DS4J_FMT_F16: { constexpr int F = DS4J_FMT_F16; CALL; break; }                               \
-        case DS4J_FMT_BF16: { constexpr int F = DS4J_FMT_BF16; CALL; break; }                             \
-        case DS4J_FMT_FP8_E4M3_B128: { constexpr int F = DS4J_FMT_FP8_E4M3_B128; CALL; break; }           \
-        default: { constexpr int F = DS4J_FMT_FP4_E2M1_B32; CALL; break; }                                \
+/** Streaming multiprocessors of ctx's device (cached per device); 0 when unknown. */
+static int sm_count(ds4j_ctx* ctx) {
+    constexpr int MAXDEV = 64;
+    static std::atomic<int> n[MAXDEV];  // 0 unknown
+    const int d = ctx->device;
+    int v = d >= 0 && d < MAXDEV ? n[d].load() : 0;
+    if (v == 0) {
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        if (d >= 0 && d < MAXDEV) n[d].store(v);
     }
+    return v;
+}
+
+/**
+ * The token tile width: DS4J_TC_BN=64 or 128 forces it (for measurements); otherwise 128, the cheaper tile per
+ * product, unless that leaves the device's multiprocessors idle (wide) or an average expert's picks would fill a
+ * 128-token tile less than once (moe), then 64. Numbers never depend on it (see gemm_kernel).
+ */
+static int pick_bn(ds4j_ctx* ctx, bool moe, int64_t tiles128, int64_t avg_picks) {
+    static std::atomic<int> forced{-1};
+    int f = forced.load();
+    if (f < 0) {
+        const char* e = getenv("DS4J_TC_BN");
+        f = e && strcmp(e, "64") == 0 ? 64 : e && strcmp(e, "128") == 0 ? 128 : 0;
+        forced.store(f);
+    }
+    if (f) return f;
+    if (moe) return avg_picks >= 128 ? 128 : 64;
+    return tiles128 >= sm_count(ctx) ? 128 : 64;
+}
+
+/** Launches gemm_kernel<FMT, MOE, BN> with its two shared stages; the launch status. */
+template <int FMT, bool MOE, int BN>
+static hipError_t launch_gemm(ds4j_ctx* ctx, dim3 grid, const Args& a) {
+    constexpr size_t smem = Stage<FMT, BN>::BYTES;
+    hipError_t e = cudaFuncSetAttribute(gemm_kernel<FMT, MOE, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != hipSuccess) return e;
+    gemm_kernel<FMT, MOE, BN><<<grid, THREADS, smem, ctx->stream>>>(a);
+    return hipGetLastError();
+}
+
+template <bool MOE>
+static hipError_t launch_gemm(ds4j_ctx* ctx, int format, int bn, dim3 grid, const Args& a) {
+    switch (format) {
+        case DS4J_FMT_F16:
+            return bn == 128 ? launch_gemm<DS4J_FMT_F16, MOE, 128>(ctx, grid, a) : launch_gemm<DS4J_FMT_F16, MOE, 64>(ctx, grid, a);
+        case DS4J_FMT_BF16:
+            return bn == 128 ? launch_gemm<DS4J_FMT_BF16, MOE, 128>(ctx, grid, a) : launch_gemm<DS4J_FMT_BF16, MOE, 64>(ctx, grid, a);
+        case DS4J_FMT_FP8_E4M3_B128:
+            return bn == 128 ? launch_gemm<DS4J_FMT_FP8_E4M3_B128, MOE, 128>(ctx, grid, a)
+                             : launch_gemm<DS4J_FMT_FP8_E4M3_B128, MOE, 64>(ctx, grid, a);
+        default:
+            return bn == 128 ? launch_gemm<DS4J_FMT_FP4_E2M1_B32, MOE, 128>(ctx, grid, a)
+                             : launch_gemm<DS4J_FMT_FP4_E2M1_B32, MOE, 64>(ctx, grid, a);
+    }
+}
 
 }  // namespace tc
 #endif  // DS4J_HAVE_TC
@@ -415,9 +511,9 @@ bool tc_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int
     a.y = y;
     a.ldy = ldy;
     a.S = S;
-    dim3 grid((unsigned)((S + BN - 1) / BN), (unsigned)(groups * tpg));
-    DS4J_TC_DISPATCH(format, (gemm_kernel<F, false><<<grid, THREADS, 0, ctx->stream>>>(a)))
-    hipError_t e = hipGetLastError();
+    const int bn = pick_bn(ctx, false, (int64_t)((S + 127) / 128) * groups * tpg, 0);
+    dim3 grid((unsigned)((S + bn - 1) / bn), (unsigned)(groups * tpg));
+    hipError_t e = launch_gemm<false>(ctx, format, bn, grid, a);
     *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching matmul (tensor cores)");
     return true;
 #else
@@ -468,7 +564,8 @@ int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_ta
         int32_t* tile_prefix = off + E;
         moe_group_kernel<<<E, 256, 0, ctx->stream>>>(ids, (int)P, perm, cnt, off);
         DS4J_LAUNCHED("moe_group");
-        moe_tiles_kernel<<<1, 1024, 0, ctx->stream>>>(cnt, E, tile_prefix);
+        const int bn = pick_bn(ctx, true, 0, P / E);
+        moe_tiles_kernel<<<1, 1024, 0, ctx->stream>>>(cnt, E, bn, tile_prefix);
         DS4J_LAUNCHED("moe_tiles");
         Args a{};
         a.v.scale_kind = scale_kind;
@@ -490,11 +587,12 @@ int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_ta
         a.E = E;
         a.k = k;
         a.x_per_pick = x_per_pick;
-        // sum over experts of ceil(cnt / BN) <= P / BN + (experts with picks)
-        const int64_t max_tiles = P / BN + (E < P ? E : P);
+        // sum over experts of ceil(cnt / bn) <= P / bn + (experts with picks)
+        const int64_t max_tiles = P / bn + (E < P ? E : P);
         dim3 grid((unsigned)max_tiles, (unsigned)((rows + BM - 1) / BM));
-        DS4J_TC_DISPATCH(format, (gemm_kernel<F, true><<<grid, THREADS, 0, ctx->stream>>>(a)))
-        DS4J_LAUNCHED("moe_matmul (tensor cores)");
+        const hipError_t e = launch_gemm<true>(ctx, format, bn, grid, a);
+        if (e != hipSuccess) return fail_hip(e, "launching moe_matmul (tensor cores)");
+        launched_kernels.fetch_add(1, std::memory_order_relaxed);
         return DS4J_OK;
     }
 #endif
