@@ -108,12 +108,13 @@ class HipBatchStepTest {
                 for (int i = 0; i < E; i++) {
                     cs.add(cpu.newSequence(16));
                     gs.add(gpu.newSequence(16));
-                    int h = 1 + r.nextInt(90);
+                    // short histories: every product of the GPU rounds differently from the CPU's F32 (tensor cores
+                    // at F32 accuracy: prefill tiles, and the skinny kernels of shorter steps), within the parity
+                    // tolerance for one step, but over a long history that can flip a near-tie of the indexer's top-k or
+                    // the routing, after which a row legitimately differs; the invariance tests cover the batched
+                    // entries against each entry alone bit for bit, HipBackendTest longer histories one entry at a time
+                    int h = 1 + r.nextInt(12);
                     int[] hist = BatchInvariance.tokens(r, h, V);
-                    // chunks below the tensor-core threshold: the tensor-core products round differently from the CPU's
-                    // (within the parity tolerance for one step), and over a long history that can flip a near-tie of the
-                    // indexer's top-k or the routing, after which a row legitimately differs; the invariance tests cover
-                    // tensor-core entries bit for bit
                     for (int off = 0; off < h; off += SMALL) {
                         int n = Math.min(SMALL, h - off);
                         cpu.forward(cs.get(i), hist, off, n, new int[0]);
@@ -124,7 +125,7 @@ class HipBatchStepTest {
                     List<BatchEntry> cb = new ArrayList<>(), gb = new ArrayList<>();
                     for (int i = 0; i < E; i++) {
                         StepKind kind = StepKind.values()[(i + round) % 3];
-                        int S = kind == StepKind.PREFILL ? 2 + r.nextInt(SMALL - 1) : kind == StepKind.DECODE ? 1 : 2 + r.nextInt(4);
+                        int S = kind == StepKind.PREFILL ? 2 + r.nextInt(7) : kind == StepKind.DECODE ? 1 : 2 + r.nextInt(4);
                         int[] toks = BatchInvariance.tokens(r, S, V), rows = IntStream.range(0, S).toArray();
                         cb.add(new BatchEntry(cs.get(i), toks, rows, kind));
                         gb.add(new BatchEntry(gs.get(i), toks, rows, kind));

@@ -45,10 +45,13 @@ class HipGraphTest {
         new RandomCheckpoint(Presets.get("small"), 32, TensorNames.Scheme.HF, RandomCheckpoint.Storage.BF16).write(small);
     }
 
-    /** A monolithic backend with graphs switched on (they are off by default: they do not pay yet, see DecodeGraphs). */
+    /**
+     * A monolithic backend with graphs switched on in both forms (by default only the kept form runs: fixed-form steps
+     * replayed, the others kernel by kernel, see DecodeGraphs).
+     */
     static HipBackend monolithic(Path dir) throws Exception {
         HipBackend b = HipPlacementTest.open(dir, HipPlacementTest.opts(ExpertPlacement.MONOLITHIC, 0, false));
-        assertFalse(b.graphs(), "graphs are off by default");
+        assertTrue(b.graphs(), "graphs are on by default (the kept form)");
         b.setGraphs(true);
         return b;
     }

@@ -172,7 +172,9 @@ class HipPlacementTest {
                 assertTrue(m.contains(part), "message names '" + part + "': " + m);
             assertEquals(io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_ERR_OOM(), e.code);
             long free1 = g.memory()[0];
-            assertTrue(Math.abs(free1 - free0) <= (8L << 20), "device memory before " + free0 + ", after " + free1);
+            // nothing the failed work took stays taken; more free memory after is no leak: under the hog's pressure
+            // the runtime may hand back memory it kept from earlier tests (e.g. of destroyed graph executables)
+            assertTrue(free1 >= free0 - (8L << 20), "device memory before " + free0 + ", after " + free1);
         }
     }
 
@@ -294,7 +296,9 @@ class HipPlacementTest {
                 release(g, held);
             }
             long free1 = g.memory()[0];
-            assertTrue(Math.abs(free1 - free0) <= (8L << 20), "device memory before " + free0 + ", after " + free1);
+            // nothing the failed work took stays taken; more free memory after is no leak: under the hog's pressure
+            // the runtime may hand back memory it kept from earlier tests (e.g. of destroyed graph executables)
+            assertTrue(free1 >= free0 - (8L << 20), "device memory before " + free0 + ", after " + free1);
         }
     }
 
