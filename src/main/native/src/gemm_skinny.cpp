@@ -53,6 +53,21 @@ template <> struct Fmt<DS4J_FMT_FP4_E2M1_B32> { static constexpr int E = 32, MT_
 
 constexpr int MAX_PICKS = 1024;  // routed experts: picks S*k of one launch, collected per expert in shared memory
 constexpr int TARGET_WARPS = 2048;  // enough warps streaming to cover the H200's 132 SMs several times
+
+/** TARGET_WARPS, or DS4J_SKINNY_WARPS (a power of two, 512 .. 16384) for measurements; read once. */
+static int target_warps() {
+    static std::atomic<int> v{0};
+    int t = v.load();
+    if (t == 0) {
+        t = TARGET_WARPS;
+        if (const char* e = getenv("DS4J_SKINNY_WARPS")) {
+            const int n = atoi(e);
+            if (n >= 512 && n <= 16384 && (n & (n - 1)) == 0) t = n;
+        }
+        v.store(t);
+    }
+    return t;
+}
 constexpr int TARGET_TILES = 264;   // row tiles (blocks) for two per SM on the H200
 
 struct Args {
@@ -167,7 +182,10 @@ __device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_
 template <int FMT, int MT, int NT>
 __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, int row0, int row_end, int warp, int nw,
                                           const float* x, const int64_t* xoff, int ntv, float (&acc)[MT][NT][4]) {
-    constexpr int E = Fmt<FMT>::E, U = Fmt<FMT>::U, KS = E / 4;
+    // loads in flight per lane: 2 MT U; one m-tile per warp (the small matrices' choice) doubles U instead, so that
+    // every warp keeps eight 16-byte loads in flight (the registers allow it without spilling, FP4 aside)
+    constexpr int E = Fmt<FMT>::E, U = (MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16) ? 2 * Fmt<FMT>::U : Fmt<FMT>::U,
+                  KS = E / 4;
     constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nch = (int)(rb >> 4), ngr = (nch + 3) >> 2;
@@ -369,7 +387,8 @@ static int mt_for(int format, int grp, int groups, int units) {
 static int warps_for(int mt, int64_t tiles, int64_t rb) {
     const int64_t ngr = (rb / 16 + 3) / 4;
     int nw = 4;
-    while (nw < (mt >= 4 ? 8 : 16) && tiles * nw < TARGET_WARPS && ngr >= 4 * nw) nw *= 2;
+    const int target = target_warps();
+    while (nw < (mt >= 4 ? 8 : 16) && tiles * nw < target && ngr >= 4 * nw) nw *= 2;
     return nw;
 }
 
