@@ -65,6 +65,42 @@ public interface MtpHead {
      *         refuses (closed state, context not continuing the target, chained step before a start); no state changes
      *         then
      */
+    /** A backend's check of one step against its state ({@link #checkSteps}); throws what the step would refuse. */
+    @FunctionalInterface
+    interface StepCheck<S extends MtpState> {
+        void check(S state, Step step);
+    }
+
+    /**
+     * The checks of a batched {@link #step} before any state changes, for the backends' implementations: every state is
+     * one of the calling head's ({@code own} gives it typed, or null for another head's), none appears twice, and
+     * {@code check} accepts each step. With several steps the error names the step's index.
+     * @return the steps' states, typed, in order
+     * @throws IllegalArgumentException a state of another head, a repeated state, or what check throws as such
+     * @throws IllegalStateException what check throws as such
+     */
+    static <S extends MtpState> S[] checkSteps(List<Step> steps, java.util.function.Function<MtpState, S> own,
+                                               StepCheck<S> check, java.util.function.IntFunction<S[]> array) {
+        final int E = steps.size();
+        S[] st = array.apply(E);
+        java.util.Set<MtpState> seen = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+        for (int i = 0; i < E; i++) {
+            Step s = steps.get(i);
+            try {
+                S x = own.apply(s.state());
+                if (x == null) throw new IllegalArgumentException("the MTP state belongs to another head");
+                if (!seen.add(x)) throw new IllegalArgumentException("its state is already in the batch");
+                check.check(x, s);
+                st[i] = x;
+            } catch (IllegalArgumentException | IllegalStateException e) {
+                if (E == 1) throw e;
+                throw e instanceof IllegalArgumentException ? new IllegalArgumentException("MTP step " + i + ": " + e.getMessage(), e)
+                        : new IllegalStateException("MTP step " + i + ": " + e.getMessage(), e);
+            }
+        }
+        return st;
+    }
+
     default float[][] step(List<Step> steps) {
         java.util.Set<MtpState> seen = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
         for (int i = 0; i < steps.size(); i++)

@@ -68,23 +68,10 @@ final class HipMtp implements MtpHead, AutoCloseable {
     public synchronized float[][] step(List<Step> steps) {
         final int E = steps.size(), nD = c.hcMult * c.hidden;
         if (E == 0) return new float[0][];
-        State[] st = new State[E];
-        java.util.Set<MtpState> seen = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
-        for (int i = 0; i < E; i++) {
-            Step s = steps.get(i);
-            try {
-                if (!(s.state() instanceof State x) || x.head() != this)
-                    throw new IllegalArgumentException("the MTP state belongs to another head");
-                if (!seen.add(x)) throw new IllegalArgumentException("its state is already in the batch");
-                if (s.isStart()) x.checkStart(s.ctx(), s.len());
-                else x.checkNext(s.token());
-                st[i] = x;
-            } catch (IllegalArgumentException | IllegalStateException e) {
-                if (E == 1) throw e;
-                throw e instanceof IllegalArgumentException ? new IllegalArgumentException("MTP step " + i + ": " + e.getMessage(), e)
-                        : new IllegalStateException("MTP step " + i + ": " + e.getMessage(), e);
-            }
-        }
+        State[] st = MtpHead.checkSteps(steps, m -> m instanceof State x && x.head() == this ? x : null, (x, s) -> {
+            if (s.isStart()) x.checkStart(s.ctx(), s.len());
+            else x.checkNext(s.token());
+        }, State[]::new);
         int[] lo = new int[E], count = new int[E];
         int R = 0;
         for (int i = 0; i < E; i++) {
