@@ -30,7 +30,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * (x picks for the experts). Defaults: the H200's 4.8 TB/s HBM.
  *
  * <pre>
- * java ... io.ds4j.gpu.MatmulBench [--rows 1,5,16,31] [--reps 50] [--cold-mb 512] [--peak-gbs 4800]
+ * java ... io.ds4j.gpu.MatmulBench [--rows 1,5,16,31] [--reps 50] [--cold-mb 512] [--peak-gbs 4800] [--only NAME]
  * </pre>
  */
 public final class MatmulBench {
@@ -59,6 +59,7 @@ public final class MatmulBench {
         int[] rowCounts = {1, 5, 16, 31};
         int reps = 50;
         double coldMb = 512, peakGbs = 4800;
+        String only = null; // products whose name contains this text (e.g. to profile one kernel with ncu)
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--rows" -> {
@@ -69,8 +70,9 @@ public final class MatmulBench {
                 case "--reps" -> reps = Integer.parseInt(args[++i]);
                 case "--cold-mb" -> coldMb = Double.parseDouble(args[++i]);
                 case "--peak-gbs" -> peakGbs = Double.parseDouble(args[++i]);
+                case "--only" -> only = args[++i];
                 default -> throw new IllegalArgumentException("unknown option " + args[i]
-                        + " (expected --rows, --reps, --cold-mb, --peak-gbs)");
+                        + " (expected --rows, --reps, --cold-mb, --peak-gbs, --only)");
             }
         }
         for (int S : rowCounts)
@@ -87,6 +89,12 @@ public final class MatmulBench {
                 new Shape("shared w2", fp8, 4096, 2048, 1),
                 new Shape("bf16 1024x4096", bf16, 1024, 4096, 1));
         List<Shape> experts = List.of(new Shape("routed w1 / w3", fp4, 2048, 4096, 1), new Shape("routed w2", fp4, 4096, 2048, 1));
+        if (only != null) {
+            final String o = only;
+            dense = dense.stream().filter(sh -> sh.name().contains(o)).toList();
+            experts = experts.stream().filter(sh -> sh.name().contains(o)).toList();
+            if (dense.isEmpty() && experts.isEmpty()) throw new IllegalArgumentException("--only " + o + ": no product of that name");
+        }
         final int E = 16, k = 6;
         try (Gpu gpu = Gpu.open(0)) {
             int maxS = 0;
