@@ -65,6 +65,23 @@ public interface MtpHead {
      *         refuses (closed state, context not continuing the target, chained step before a start); no state changes
      *         then
      */
+    /**
+     * The context checks of {@link MtpState#start} that do not depend on the backend: the target holds N ≥ 1 positions,
+     * len = N + 1 (the pending token), ctx holds len tokens, and the tokens the MTP's window reads (positions
+     * max(1, N − window) .. N) lie in [0, vocab).
+     * @throws IllegalStateException when the context does not continue the target
+     * @throws IllegalArgumentException for a short array or a token outside the vocabulary
+     */
+    static void checkStartContext(int N, int[] ctx, int len, int window, int vocab) {
+        if (len != N + 1)
+            throw new IllegalStateException("context of " + len + " tokens does not continue the target's " + N + " positions by one pending token");
+        if (N == 0) throw new IllegalStateException("the target holds no positions yet");
+        if (ctx.length < len) throw new IllegalArgumentException("context array of " + ctx.length + " tokens is shorter than len " + len);
+        for (int p = Math.max(1, N - window); p <= N; p++)
+            if (ctx[p] < 0 || ctx[p] >= vocab)
+                throw new IllegalArgumentException("token id " + ctx[p] + " at position " + p + " is outside [0, " + vocab + ")");
+    }
+
     /** A backend's check of one step against its state ({@link #checkSteps}); throws what the step would refuse. */
     @FunctionalInterface
     interface StepCheck<S extends MtpState> {

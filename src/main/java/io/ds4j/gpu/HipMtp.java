@@ -154,15 +154,9 @@ final class HipMtp implements MtpHead, AutoCloseable {
         void checkStart(int[] ctx, int len) {
             if (closed) throw new IllegalStateException("MTP state is closed");
             int N = tgt.length();
-            if (len != N + 1)
-                throw new IllegalStateException("context of " + len + " tokens does not continue the target's " + N + " positions by one pending token");
-            if (N == 0) throw new IllegalStateException("the target holds no positions yet");
-            if (ctx.length < len) throw new IllegalArgumentException("context array of " + ctx.length + " tokens is shorter than len " + len);
+            MtpHead.checkStartContext(N, ctx, len, c.slidingWindow, c.vocabSize);
             if (tgt.kept != kept || kept.hi < N || kept.lo > N - 1)
                 throw new IllegalStateException("the target's streams up to position " + (N - 1) + " were not kept");
-            for (int p = Math.max(1, N - c.slidingWindow); p <= N; p++)
-                if (ctx[p] < 0 || ctx[p] >= c.vocabSize)
-                    throw new IllegalArgumentException("token id " + ctx[p] + " at position " + p + " is outside [0, " + c.vocabSize + ")");
             m.checkUsable();
         }
 
