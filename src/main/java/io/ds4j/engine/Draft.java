@@ -19,8 +19,9 @@ public interface Draft extends AutoCloseable {
     /**
      * Tells the draft how the verifier judged its last proposal: called once after every verify step that offered
      * draft tokens, also the step that ends the generation (possibly after {@link #close()}, so it must only count).
-     * @param judged proposed tokens the verifier judged (a prefix of the proposal: a constraint may cut it, and an
-     *               accepted token that ends the generation leaves the rest unjudged)
+     * @param judged proposed tokens counted as offered: the whole proposal the verifier was sent (a constraint may have
+     *               cut it), drafts after a rejected one included, but not those after an accepted token that ended
+     *               the generation (nothing judged them)
      * @param accepted of those, the ones accepted (a prefix of the judged)
      */
     default void verified(int judged, int accepted) {}

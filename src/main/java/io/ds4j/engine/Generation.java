@@ -21,8 +21,9 @@ import java.util.Arrays;
  * normalised max(0, p − q). Penalties and biases are applied to every verify row exactly as plain decoding would, so
  * the output distribution is the target's under every sampler setting.
  *
- * <p>Accounting definitions: <b>offered</b> = draft tokens sent for verification and judged (the pending token and
- * the target's own token are not counted, nor drafts after an accepted one that ended the generation); <b>accepted</b> = offered tokens committed; <b>acceptance rate</b> = accepted / offered;
+ * <p>Accounting definitions: <b>offered</b> = draft tokens sent for verification (the pending token and the target's
+ * own token are not counted, nor drafts after an accepted one that ended the generation, which nothing judged; drafts
+ * after a rejected one are offered and not accepted, as vLLM's num_draft_tokens counts them); <b>accepted</b> = offered tokens committed; <b>acceptance rate</b> = accepted / offered;
  * <b>committed per step</b> = (accepted + 1) / verify steps, the +1 being the token each step's last row produces.
  * Lucebox counts the same offered tokens (q − 1 there, because its q includes the seed row).
  *
@@ -369,9 +370,10 @@ public final class Generation {
         int q = prop.size();
         int V = target.config().vocabSize;
         int acc = 0;
-        // drafts the target judged: an accepted one that ends the generation (EOS, a stop string, the length limit)
-        // leaves the drafts after it unjudged, and those are not counted as offered
+        // offered: every draft of the proposal, except those after an accepted one that ended the generation (EOS, a
+        // stop string, the length limit), which nothing judged; drafts after a rejected one are offered and rejected
         int judged = 0;
+        boolean endedOnAccept = false;
         // rows i = 0..q: row i predicts the token after the pending token and drafts 0..i-1
         for (int i = 0; i <= q; i++) {
             Distribution p = sampler.distribution(lg, i * V, mask());
@@ -387,7 +389,10 @@ public final class Generation {
                 }
                 if (ok) {
                     acc++;
-                    if (!emit(d, lg, i * V)) break;
+                    if (!emit(d, lg, i * V)) {
+                        endedOnAccept = true;
+                        break;
+                    }
                     continue;
                 }
                 int tok = sampler.params().isGreedy() ? p.top()
@@ -400,11 +405,12 @@ public final class Generation {
         // the cache holds the pending token and drafts 0..q-1; keep the pending token and the accepted drafts
         int reject = q - acc;
         if (reject > 0 && finish == null) seq.rollback(reject);
-        offered += judged;
+        int offeredNow = endedOnAccept ? judged : q;
+        offered += offeredNow;
         accepted += acc;
         verifySteps++;
-        if (width != null) width.record(judged, acc);
-        if (draft != null && q > 0) draft.verified(judged, acc);
+        if (width != null) width.record(offeredNow, acc);
+        if (draft != null && q > 0) draft.verified(offeredNow, acc);
         if (draft != null && finish == null) draft.committed(ctx, len);
         if (finish == null && cancelled) return end(Finish.CANCELLED);
         return finish == null;

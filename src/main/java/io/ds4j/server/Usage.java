@@ -20,8 +20,8 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
  * @param reasoningTokens   generated tokens of the reasoning (thinking mode; its closing {@code </think>} included)
  * @param acceptedPredictionTokens tokens of the request's {@code prediction} proposed as drafts and accepted by the
  *                          verifier (0 without a prediction)
- * @param rejectedPredictionTokens tokens of the request's {@code prediction} proposed as drafts, judged by the
- *                          verifier and rejected (0 without a prediction); accepted + rejected = the prediction's share
+ * @param rejectedPredictionTokens tokens of the request's {@code prediction} proposed as drafts and not accepted
+ *                          (0 without a prediction); accepted + rejected = the prediction's share
  *                          of {@code draftOffered}
  */
 public record Usage(int promptTokens, int completionTokens, double queueMs, double ttftMs, double prefillMs,

@@ -21,9 +21,9 @@ import java.util.Arrays;
  * (point masses, null distributions), so the verifier's sampled acceptance keeps the target's distribution.
  *
  * <p>Accounting (see {@link #verified}): <b>accepted</b> = prediction tokens proposed and accepted by the verifier;
- * <b>rejected</b> = prediction tokens proposed, judged by the verifier, and not accepted. Tokens of the other draft
- * count in neither; proposed tokens the verifier did not judge (cut by a constraint, or after an accepted token that
- * ended the generation) count in neither. So accepted + rejected = the prediction's share of the draft tokens offered.
+ * <b>rejected</b> = prediction tokens proposed for verification and not accepted (a rejection also rejects the rest of
+ * its proposal). Tokens of the other draft count in neither; proposed tokens never sent for verification (cut by a
+ * constraint) or after an accepted token that ended the generation count in neither. So accepted + rejected = the prediction's share of the draft tokens offered.
  */
 public final class PredictionDraft implements Draft {
     /** Longest output suffix compared when re-aligning (longer matches change nothing in practice). */
@@ -141,7 +141,7 @@ public final class PredictionDraft implements Draft {
 
     /**
      * Counts the verifier's judgement of the last proposal when it came from the prediction.
-     * @param judged proposal tokens the verifier judged (a prefix of the proposal)
+     * @param judged proposal tokens counted as offered (see {@link io.ds4j.engine.Draft#verified})
      * @param acc of those, the accepted ones (a prefix of the judged)
      */
     @Override
@@ -158,7 +158,7 @@ public final class PredictionDraft implements Draft {
         return accepted;
     }
 
-    /** Prediction tokens the verifier judged and rejected so far. */
+    /** Prediction tokens offered and not accepted so far. */
     public long rejectedTokens() {
         return rejected;
     }

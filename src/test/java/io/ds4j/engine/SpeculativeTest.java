@@ -167,6 +167,61 @@ public class SpeculativeTest {
     }
 
     /**
+     * Drafts after a rejected one count as offered (sent for verification) and not accepted, as vLLM's num_draft_tokens
+     * counts them: a copy of the target whose proposals have their first token changed is rejected at once every step,
+     * so every draft of every proposal is offered and none accepted (the output still equals plain greedy decoding).
+     */
+    @Test
+    void draftsAfterARejectionCountAsOffered() {
+        int[] pr = {5, 17, 42, 8};
+        int V = cfg.vocabSize;
+        DraftSource copy = modelDraft(sameModel);
+        DraftSource wrongFirst = new DraftSource() {
+            @Override
+            public String name() {
+                return "copy, first token changed";
+            }
+
+            @Override
+            public Draft open(int[] prompt, SamplingParams p, long seed) {
+                Draft d = copy.open(prompt, p, seed);
+                return new Draft() {
+                    @Override
+                    public Proposal propose(int[] ctx, int len, int q) {
+                        Proposal x = d.propose(ctx, len, q);
+                        if (x.tokens().length == 0) return x;
+                        int[] t = x.tokens().clone();
+                        t[0] = (t[0] + 1) % V; // the target's greedy choice is t[0]: never this one
+                        return new Proposal(t, x.dists());
+                    }
+
+                    @Override
+                    public void committed(int[] ctx, int len) {
+                        d.committed(ctx, len);
+                    }
+
+                    @Override
+                    public void close() {
+                        d.close();
+                    }
+                };
+            }
+        };
+        Result res = generate(pr, SamplingParams.greedy(12), wrongFirst, VerifyWidth.fixed(4));
+        Result plain = generate(pr, SamplingParams.greedy(12), null, VerifyWidth.fixed(4));
+        assertArrayEquals(plain.tokens(), res.tokens(), "a rejected draft never changes greedy output");
+        Generation.SpecStats st = res.stats();
+        assertEquals(0, st.accepted(), st.toString());
+        assertTrue(st.steps() > 0, st.toString());
+        // every step's proposal is rejected at its first token, so each step emits one token (the first came from the
+        // prefill); step k then has 12 - 1 - k tokens left and offers min(4, left - 1): the drafts after the rejected
+        // first one count too
+        long expected = 0;
+        for (int k = 0; k < st.steps(); k++) expected += Math.min(4, 12 - 1 - k - 1);
+        assertEquals(expected, st.offered(), st.toString());
+    }
+
+    /**
      * An identical draft is accepted in full whatever ends the generation: the length limit at any point of a verify
      * step, or the listener stopping (a stop string, EOS) right after an accepted draft token; drafts after the end
      * were never judged, so they are not counted as offered.
