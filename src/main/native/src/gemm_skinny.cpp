@@ -182,13 +182,10 @@ __device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_
 template <int FMT, int MT, int NT>
 __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, int row0, int row_end, int warp, int nw,
                                           const float* x, const int64_t* xoff, int ntv, float (&acc)[MT][NT][4]) {
-    // loads in flight per lane: 2 MT U. One m-tile per warp (the small matrices' choice, FP4 and F16 aside): with one
-    // or two n-tiles the next U groups' loads are issued before this group's MMAs (PIPE: two register sets, so a
-    // warp keeps loads in flight while it computes), with more n-tiles U is doubled instead; in both cases a lane has
-    // eight 16-byte loads in flight without spilling
-    constexpr bool ONE = MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16;
-    constexpr bool PIPE = ONE && NT <= 2;
-    constexpr int E = Fmt<FMT>::E, U = ONE && !PIPE ? 2 * Fmt<FMT>::U : Fmt<FMT>::U, KS = E / 4;
+    // loads in flight per lane: 2 MT U; one m-tile per warp (the small matrices' choice) doubles U instead, so that
+    // every warp keeps eight 16-byte loads in flight (the registers allow it without spilling, FP4 aside)
+    constexpr int E = Fmt<FMT>::E, U = (MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16) ? 2 * Fmt<FMT>::U : Fmt<FMT>::U,
+                  KS = E / 4;
     constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nch = (int)(rb >> 4), ngr = (nch + 3) >> 2;
@@ -209,8 +206,10 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
             sbase[mi][h] = FMT == DS4J_FMT_FP8_E4M3_B128 ? (size_t)((v.row_base + r) >> 7) * v.scale_cols
                                                          : (size_t)r * (v.cols >> 5);
         }
-    // the loads of U chunk groups (2 MT U 16-byte loads per lane in flight) ...
-    auto load = [&](int j0, uint4 (&q)[U][MT][2], uint32_t (&sb)[U][MT][2]) {
+    for (int j0 = warp; j0 < ngr; j0 += nw * U) {
+        // all loads of U chunk groups first, so that 2 MT U 16-byte loads per lane are in flight
+        uint4 q[U][MT][2];
+        uint32_t sb[U][MT][2];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = (j0 + u * nw) * 4 + t;
@@ -229,9 +228,6 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
                     }
                 }
         }
-    };
-    // ... and their MMAs, chunk group by chunk group in order (the order, hence the bits, whatever the pipelining)
-    auto compute = [&](int j0, const uint4 (&q)[U][MT][2], const uint32_t (&sb)[U][MT][2]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (j0 + u * nw >= ngr) break;  // the same for every lane of the warp
@@ -268,31 +264,6 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
                         }
                 }
             }
-        }
-    };
-    if constexpr (PIPE) {
-        uint4 q[U][MT][2], qn[U][MT][2];
-        uint32_t sb[U][MT][2], sbn[U][MT][2];
-        if (warp < ngr) load(warp, qn, sbn);
-        for (int j0 = warp; j0 < ngr; j0 += nw * U) {
-#pragma unroll
-            for (int u = 0; u < U; u++)
-#pragma unroll
-                for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        q[u][mi][h] = qn[u][mi][h];
-                        sb[u][mi][h] = sbn[u][mi][h];
-                    }
-            if (j0 + nw * U < ngr) load(j0 + nw * U, qn, sbn);
-            compute(j0, q, sb);
-        }
-    } else {
-        for (int j0 = warp; j0 < ngr; j0 += nw * U) {
-            uint4 q[U][MT][2];
-            uint32_t sb[U][MT][2];
-            load(j0, q, sb);
-            compute(j0, q, sb);
         }
     }
 }
