@@ -26,6 +26,7 @@ import org.slf4j.LoggerFactory;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Instant;
+import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
@@ -307,9 +308,14 @@ public final class Ds4jServer {
         }
         ServerConfig running = state.config();
         ServerConfig.Reload r = ServerConfig.reload(running, proposed);
+        // keys the file sets that a command-line flag keeps at the flag's value: said, so an edit that changes nothing
+        // is not a mystery
+        List<String> overridden = changed ? ServerConfig.overridden(text, opt.overrides()) : List.of();
+        if (!overridden.isEmpty()) LOG.warn("config file {}: command-line flags win over the file: {}", file, overridden);
+        String note = overridden.isEmpty() ? "" : "; overridden by flags " + overridden;
         if (r.live().isEmpty() && r.pending().equals(state.pending())) {
             if (changed) {
-                state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "unchanged", "no effective change"));
+                state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "unchanged", "no effective change" + note));
                 LOG.info("config file {} changed; no effective change", file);
             }
             return;
@@ -327,7 +333,7 @@ public final class Ds4jServer {
             msg.append("pending restart ").append(r.pending());
             LOG.warn("config {}: these keys need a restart and keep their running values until then: {}", file, r.pending());
         }
-        state.lastReload(new ServerState.ReloadOutcome(Instant.now(), r.pending().isEmpty() ? "applied" : "applied, restart pending", msg.toString()));
+        state.lastReload(new ServerState.ReloadOutcome(Instant.now(), r.pending().isEmpty() ? "applied" : "applied, restart pending", msg + note));
     }
 
     /** Completes when the model is loaded and the engine runs; fails when loading failed. */

@@ -185,4 +185,33 @@ class ConfigReloadTest {
             }
         }));
     }
+
+    /**
+     * A key the file sets while a command-line flag overrides it keeps the flag's value, and the reload says so (the
+     * outcome's message names the key and both values), with or without other changes.
+     */
+    @Test
+    @Order(6)
+    void aKeyOverriddenByAFlagIsReportedOnReload(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 4}}";
+        Files.writeString(f, text);
+        try (TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)),
+                Map.of("limits.maxActive", 5), f, text)) {
+            Path tmp = other.resolve("server.json.tmp");
+            Files.writeString(tmp, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 9, \"maxTokensDefault\": 7}}");
+            Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            assertTrue(TestServer.eventually(5000, () -> {
+                try {
+                    return s.get("/props").json().at("/config/limits/maxTokensDefault").asInt() == 7;
+                } catch (Exception e) {
+                    return false;
+                }
+            }), "the file's other change applied");
+            JsonNode p = s.get("/props").json();
+            assertEquals(5, p.at("/config/limits/maxActive").asInt(), "the flag keeps its value");
+            String msg = p.at("/config_reload/message").asText();
+            assertTrue(msg.contains("limits.maxActive: the file's 9 is overridden by the command line's 5"), msg);
+        }
+    }
 }

@@ -168,6 +168,31 @@ public final class ServerConfig {
         return fromTree(tree);
     }
 
+    /**
+     * The keys a configuration file sets to another value than a command-line override, which wins over it (so a
+     * reload of that key changes nothing), as "key: file value, flag value" lines in key order. A text that is not a
+     * JSON object gives none (parse reports it).
+     * @param text      the file's JSON text
+     * @param overrides dotted key → value, as given to {@link #parse}
+     */
+    public static List<String> overridden(String text, Map<String, Object> overrides) {
+        if (text == null || overrides == null || overrides.isEmpty()) return List.of();
+        JsonNode tree;
+        try {
+            tree = JSON.readTree(text);
+        } catch (JsonProcessingException e) {
+            return List.of();
+        }
+        if (tree == null || !tree.isObject()) return List.of();
+        List<String> out = new ArrayList<>();
+        for (var e : new java.util.TreeMap<>(overrides).entrySet()) {
+            JsonNode inFile = tree.at("/" + e.getKey().replace('.', '/')), flag = JSON.valueToTree(e.getValue());
+            if (!inFile.isMissingNode() && !inFile.equals(flag))
+                out.add(e.getKey() + ": the file's " + inFile + " is overridden by the command line's " + flag);
+        }
+        return out;
+    }
+
     /** Sets a dotted key in a JSON tree, creating the objects on its path. */
     private static void put(ObjectNode tree, String dotted, JsonNode value) throws ConfigException {
         String[] parts = dotted.split("\\.");
