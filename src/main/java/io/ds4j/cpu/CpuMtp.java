@@ -154,7 +154,8 @@ final class CpuMtp implements MtpHead {
             this.m = block.newSequence(window);
         }
 
-        CpuMtp head() {
+        @Override
+        public CpuMtp head() {
             return CpuMtp.this;
         }
 
@@ -191,16 +192,6 @@ final class CpuMtp implements MtpHead {
             int have = m.length();
             if (have > lo && have - lo <= m.rollbackable()) m.rollback(have - lo);
             else if (have != lo) m.pos.reset(lo); // positions skipped or beyond the rollback window: restart there
-        }
-
-        @Override
-        public float[] start(int[] ctx, int len) {
-            return step(List.of(Step.start(this, ctx, len)))[0];
-        }
-
-        @Override
-        public float[] next(int token) {
-            return step(List.of(Step.next(this, token)))[0];
         }
 
         @Override

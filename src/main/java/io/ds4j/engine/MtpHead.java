@@ -52,20 +52,6 @@ public interface MtpHead {
     }
 
     /**
-     * Runs the steps of many states as one MTP forward: the rows of all of them (a start's catch-up rows, a chained
-     * step's one row) go through the input projections, the block and the head together, and the block's attention
-     * runs per state. Each step's logits are bit for bit those of {@link MtpState#start} or {@link MtpState#next} run
-     * alone (batch invariance). The default runs the steps one after another (so there a failing step leaves the
-     * steps before it done).
-     * @param steps at most one per state (may mix starts and chained steps)
-     * @return per step, in order, the logits [V] of its next token
-     * @throws IllegalArgumentException naming the step's index: a state of another head, a repeated state, a token
-     *         outside [0, V); no state changes then
-     * @throws IllegalStateException naming the step's index for what {@link MtpState#start} or {@link MtpState#next}
-     *         refuses (closed state, context not continuing the target, chained step before a start); no state changes
-     *         then
-     */
-    /**
      * The context checks of {@link MtpState#start} that do not depend on the backend: the target holds N ≥ 1 positions,
      * len = N + 1 (the pending token), ctx holds len tokens, and the tokens the MTP's window reads (positions
      * max(1, N − window) .. N) lie in [0, vocab).
@@ -118,18 +104,20 @@ public interface MtpHead {
         return st;
     }
 
-    default float[][] step(List<Step> steps) {
-        java.util.Set<MtpState> seen = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
-        for (int i = 0; i < steps.size(); i++)
-            if (!seen.add(steps.get(i).state()))
-                throw new IllegalArgumentException("MTP step " + i + ": its state is already in the batch");
-        float[][] out = new float[steps.size()][];
-        for (int i = 0; i < steps.size(); i++) {
-            Step s = steps.get(i);
-            out[i] = s.isStart() ? s.state().start(s.ctx(), s.len()) : s.state().next(s.token());
-        }
-        return out;
-    }
+    /**
+     * Runs the steps of many states as one MTP forward: the rows of all of them (a start's catch-up rows, a chained
+     * step's one row) go through the input projections, the block and the head together, and the block's attention
+     * runs per state. Each step's logits are bit for bit those of {@link MtpState#start} or {@link MtpState#next} run
+     * alone (batch invariance); those two are this method with one step.
+     * @param steps at most one per state (may mix starts and chained steps)
+     * @return per step, in order, the logits [V] of its next token
+     * @throws IllegalArgumentException naming the step's index: a state of another head, a repeated state, a token
+     *         outside [0, V); no state changes then
+     * @throws IllegalStateException naming the step's index for what {@link MtpState#start} or {@link MtpState#next}
+     *         refuses (closed state, context not continuing the target, chained step before a start); no state changes
+     *         then
+     */
+    float[][] step(List<Step> steps);
 
     /** Short description for logs and bench output ("mtp (1 layer, 4 streams)"). */
     String describe();

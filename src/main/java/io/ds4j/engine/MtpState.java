@@ -14,7 +14,9 @@ public interface MtpState extends AutoCloseable {
      * @return logits [V] of the token after the pending one (position N + 1)
      * @throws IllegalStateException when len != target length + 1, or the state is closed
      */
-    float[] start(int[] ctx, int len);
+    default float[] start(int[] ctx, int len) {
+        return head().step(java.util.List.of(MtpHead.Step.start(this, ctx, len)))[0];
+    }
 
     /**
      * Chains one step: the entry after the last one, from the MTP's own output streams and the given token (the
@@ -23,7 +25,12 @@ public interface MtpState extends AutoCloseable {
      * @throws IllegalArgumentException for a token outside [0, V)
      * @throws IllegalStateException before {@link #start}, or when more than the rollback window would be speculative
      */
-    float[] next(int token);
+    default float[] next(int token) {
+        return head().step(java.util.List.of(MtpHead.Step.next(this, token)))[0];
+    }
+
+    /** The head this state belongs to: {@link #start} and {@link #next} are one-step batches of its {@link MtpHead#step}. */
+    MtpHead head();
 
     /** Drops the state and stops keeping the target's streams. Idempotent. */
     @Override

@@ -146,7 +146,8 @@ final class HipMtp implements MtpHead, AutoCloseable {
             this.last = block.gpu().malloc(4L * nD, "MTP output streams");
         }
 
-        HipMtp head() {
+        @Override
+        public HipMtp head() {
             return HipMtp.this;
         }
 
@@ -184,16 +185,6 @@ final class HipMtp implements MtpHead, AutoCloseable {
             int have = m.length();
             if (have > lo && have - lo <= m.rollbackable()) m.rollback(have - lo);
             else if (have != lo) m.pos.reset(lo); // positions skipped or beyond the rollback window: restart there
-        }
-
-        @Override
-        public float[] start(int[] ctx, int len) {
-            return step(List.of(Step.start(this, ctx, len)))[0];
-        }
-
-        @Override
-        public float[] next(int token) {
-            return step(List.of(Step.next(this, token)))[0];
         }
 
         @Override
