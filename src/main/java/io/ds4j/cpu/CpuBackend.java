@@ -146,16 +146,7 @@ public final class CpuBackend implements Backend {
         }
         Backend.checkBatch(c, batch);
         Step st = new Step(batch);
-        float[] logits = LayerProgram.run(st, c.numLayers);
-        float[][] out = new float[batch.size()][];
-        int at = 0;
-        for (int i = 0; i < batch.size(); i++) {
-            int n = batch.get(i).logitRows().length * c.vocabSize;
-            out[i] = Arrays.copyOfRange(logits, at, at + n);
-            at += n;
-            st.seqs[i].pos.advance(st.count[i]);
-        }
-        return out;
+        return run(st, batch);
     }
 
     /**
@@ -897,6 +888,11 @@ public final class CpuBackend implements Backend {
         Step st = new Step(batch, X);
         if (X.length != st.R * c.hcMult * c.hidden)
             throw new IllegalArgumentException("streams of " + X.length + " floats for " + st.R + " rows");
+        return run(st, batch);
+    }
+
+    /** Runs a checked step's layers, then splits the logits rows per entry and advances each entry's positions. */
+    private float[][] run(Step st, List<BatchEntry> batch) {
         float[] logits = LayerProgram.run(st, c.numLayers);
         float[][] out = new float[batch.size()][];
         int at = 0;

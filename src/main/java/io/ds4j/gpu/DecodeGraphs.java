@@ -175,21 +175,11 @@ final class DecodeGraphs {
      *         launching fails (the executable is destroyed)
      */
     long[] capture(LongSupplier body, Runnable rewind) {
-        int rc = ds4j_graph_begin(gpu.ctx());
-        if (rc == DS4J_ERR_CAPTURE()) return new long[]{fallback(Gpu.lastError(), body, rewind), 0};
-        check(rc, "beginning a graph capture");
-        long result;
-        try {
-            result = body.getAsLong();
-        } catch (RuntimeException e) {
-            int d = ds4j_graph_discard(gpu.ctx());
-            if (d != DS4J_OK()) e.addSuppressed(new GpuException(d, "discarding the graph capture: " + Gpu.lastError()));
-            if (d == DS4J_OK() && e instanceof GpuException g && g.code == DS4J_ERR_CAPTURE())
-                return new long[]{fallback(g.getMessage(), body, rewind), 0};
-            throw e;
-        }
+        Recorded r = record(body);
+        if (r.refused()) return new long[]{fallback(r.why(), body, rewind), 0};
+        long result = r.result();
         MemorySegment h = Arena.ofAuto().allocate(ValueLayout.JAVA_LONG);
-        rc = ds4j_graph_end_keep(gpu.ctx(), h);
+        int rc = ds4j_graph_end_keep(gpu.ctx(), h);
         if (rc == DS4J_ERR_CAPTURE()) return new long[]{fallback(Gpu.lastError(), body, rewind), 0};
         check(rc, "instantiating the step graph");
         long exec = h.get(ValueLayout.JAVA_LONG, 0);
@@ -259,20 +249,10 @@ final class DecodeGraphs {
      *         as suppressed), or a {@link GpuException} when launching the graph fails
      */
     long run(LongSupplier body, Runnable rewind) {
-        int rc = ds4j_graph_begin(gpu.ctx());
-        if (rc == DS4J_ERR_CAPTURE()) return fallback(Gpu.lastError(), body, rewind);
-        check(rc, "beginning a graph capture");
-        long result;
-        try {
-            result = body.getAsLong();
-        } catch (RuntimeException e) {
-            int d = ds4j_graph_discard(gpu.ctx());
-            if (d != DS4J_OK()) e.addSuppressed(new GpuException(d, "discarding the graph capture: " + Gpu.lastError()));
-            if (d == DS4J_OK() && e instanceof GpuException g && g.code == DS4J_ERR_CAPTURE())
-                return fallback(g.getMessage(), body, rewind);
-            throw e;
-        }
-        rc = ds4j_graph_end_launch(gpu.ctx(), out);
+        Recorded r = record(body);
+        if (r.refused()) return fallback(r.why(), body, rewind);
+        long result = r.result();
+        int rc = ds4j_graph_end_launch(gpu.ctx(), out);
         if (rc == DS4J_ERR_CAPTURE()) return fallback(Gpu.lastError(), body, rewind);
         check(rc, "launching the step graph");
         captured++;
@@ -281,6 +261,28 @@ final class DecodeGraphs {
         else if (how == DS4J_GRAPH_INSTANTIATED()) instantiated++;
         else reinstantiated++;
         return result;
+    }
+
+    /** body's result with the capture still open, or why the runtime refused the capture (nothing recorded ran). */
+    private record Recorded(long result, boolean refused, String why) {}
+
+    /**
+     * Begins a capture and queues body into it (the first half of {@link #capture} and {@link #run}).
+     * @throws RuntimeException what body throws, after the capture is discarded (a failure to discard is attached as
+     *         suppressed); a refusal surfacing from body is returned instead
+     */
+    private Recorded record(LongSupplier body) {
+        int rc = ds4j_graph_begin(gpu.ctx());
+        if (rc == DS4J_ERR_CAPTURE()) return new Recorded(0, true, Gpu.lastError());
+        check(rc, "beginning a graph capture");
+        try {
+            return new Recorded(body.getAsLong(), false, null);
+        } catch (RuntimeException e) {
+            int d = ds4j_graph_discard(gpu.ctx());
+            if (d != DS4J_OK()) e.addSuppressed(new GpuException(d, "discarding the graph capture: " + Gpu.lastError()));
+            if (d == DS4J_OK() && e instanceof GpuException g && g.code == DS4J_ERR_CAPTURE()) return new Recorded(0, true, g.getMessage());
+            throw e;
+        }
     }
 
     private long fallback(String why, LongSupplier body, Runnable rewind) {
