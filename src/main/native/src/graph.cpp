@@ -90,6 +90,23 @@ void graphs_destroy(ds4j_ctx* ctx) {
 #endif
 }
 
+/**
+ * Ends the open capture on ctx's stream into *g (the caller owns it); DS4J_ERR_CAPTURE when the runtime gives no graph
+ * (nothing of the captured step ran). The context is out of capture mode either way.
+ */
+static int32_t end_capture(ds4j_ctx* ctx, hipGraph_t* g) {
+    hipError_t e = hipStreamEndCapture(ctx->stream, g);
+    ctx->capturing = false;
+    if (e != hipSuccess || !*g) {
+        if (*g) hipGraphDestroy(*g);
+        *g = nullptr;
+        hipGetLastError();
+        return fail(DS4J_ERR_CAPTURE, "hipStreamEndCapture: %s (%s); nothing of the captured step ran",
+                    hipGetErrorName(e), hipGetErrorString(e));
+    }
+    return DS4J_OK;
+}
+
 }  // namespace ds4j
 
 using ds4j::fail;
@@ -125,14 +142,9 @@ int32_t ds4j_graph_end_launch(ds4j_ctx* ctx, int32_t* host_how) {
     DS4J_ARG(host_how, "ds4j_graph_end_launch: null output");
     DS4J_ARG(ctx->capturing, "ds4j_graph_end_launch: no capture is open on this context (ds4j_graph_begin)");
     hipGraph_t g = nullptr;
-    hipError_t e = hipStreamEndCapture(ctx->stream, &g);
-    ctx->capturing = false;
-    if (e != hipSuccess || !g) {
-        if (g) hipGraphDestroy(g);
-        hipGetLastError();
-        return fail(DS4J_ERR_CAPTURE, "hipStreamEndCapture: %s (%s); nothing of the captured step ran",
-                    hipGetErrorName(e), hipGetErrorString(e));
-    }
+    const int32_t erc = ds4j::end_capture(ctx, &g);
+    if (erc != DS4J_OK) return erc;
+    hipError_t e = hipSuccess;
     uint64_t sig = 0;
     int rc = ds4j::graph_signature(g, &sig);
     if (rc != DS4J_OK) {
@@ -217,16 +229,10 @@ int32_t ds4j_graph_end_keep(ds4j_ctx* ctx, int64_t* host_exec) {
     DS4J_ARG(ctx->capturing, "ds4j_graph_end_keep: no capture is open on this context (ds4j_graph_begin)");
     *host_exec = 0;
     hipGraph_t g = nullptr;
-    hipError_t e = hipStreamEndCapture(ctx->stream, &g);
-    ctx->capturing = false;
-    if (e != hipSuccess || !g) {
-        if (g) hipGraphDestroy(g);
-        hipGetLastError();
-        return fail(DS4J_ERR_CAPTURE, "hipStreamEndCapture: %s (%s); nothing of the captured step ran",
-                    hipGetErrorName(e), hipGetErrorString(e));
-    }
+    const int32_t erc = ds4j::end_capture(ctx, &g);
+    if (erc != DS4J_OK) return erc;
     hipGraphExec_t exec = nullptr;
-    e = hipGraphInstantiateWithFlags(&exec, g, 0);
+    hipError_t e = hipGraphInstantiateWithFlags(&exec, g, 0);
     hipGraphDestroy(g);  // the executable does not need it
     if (e != hipSuccess || !exec) {
         hipGetLastError();
