@@ -621,6 +621,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * wall time to a category. Slows everything down; for finding where time goes, not for throughput figures.
      */
     private java.util.Map<String, long[]> profile = Boolean.getBoolean("ds4j.gpu.profile") ? new java.util.TreeMap<>() : null;
+    /**
+     * {@code -Dds4j.gpu.profileByOperation=true}: the profile books each library call under "category: operation" instead
+     * of its category alone, to find the slow call inside a category.
+     */
+    private static final boolean PROFILE_BY_OPERATION = Boolean.getBoolean("ds4j.gpu.profileByOperation");
     private long profileMark;
 
     /** Tests: the next operation named faultAt gets the status of fault instead of its own (then both clear). */
@@ -645,7 +650,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (profile != null) {
             gpu.sync();
             long now = System.nanoTime();
-            long[] v = profile.computeIfAbsent(cat, x -> new long[2]);
+            long[] v = profile.computeIfAbsent(PROFILE_BY_OPERATION ? cat + ": " + what : cat, x -> new long[2]);
             v[0] += now - profileMark;
             v[1]++;
             profileMark = now;
