@@ -89,7 +89,7 @@ public final class GpuBench {
             SplittableRandom r = new SplittableRandom(1);
             int maxCtx = Math.max(prompt, contexts.stream().mapToInt(Integer::intValue).max().orElse(prompt));
             final int maxPre = maxPrefill;
-            int[] toks = new int[maxCtx + 2 * decode + 2];
+            int[] toks = new int[maxCtx + 2 * decode + 2 + verifyRows]; // the verify step reads rows past the decoded ones
             for (int i = 0; i < toks.length; i++) toks[i] = r.nextInt(c.vocabSize);
             // warm-up (module load, workspace growth)
             try (Sequence s = be.newSequence(16)) {
