@@ -22,8 +22,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * seeded-sampled, plain or speculative with n-gram and draft-model drafts, equals the same request run alone while
  * 17 others of different prompt lengths share its steps); draft-model proposals run as batched steps; a cancelled
  * request, mid-prefill or mid-decode, ends at the next tick with its state released while the others go on; a long
- * prompt is split across ticks under the token budget while the decodes step in every tick; a request whose step
- * fails inside a batched step fails alone.
+ * prompt is split across ticks under the token budget while the decodes step in every tick; beside running decodes the
+ * latency policy cuts its chunks shorter (never where the backend says a cut changes numbers) and its output stays
+ * that of the request alone; a request whose step fails inside a batched step fails alone.
  */
 class SchedulerTest {
     static ModelConfig cfg;
@@ -146,6 +147,135 @@ class SchedulerTest {
             assertTrue(t.stepped().containsAll(decoders), "tick " + ticks + ": every decode stepped, " + t.stepped());
         }
         assertEquals((300 + budget - 1) / budget, ticks, "the prompt took one budget-sized chunk per tick");
+    }
+
+    /** Fake step costs: 12 ms when decode/verify rows run, plus 2 ms + 0.25 ms per token when prefill runs. */
+    static long fakeCost(List<BatchEntry> batch) {
+        boolean decode = batch.stream().anyMatch(e -> e.kind() != StepKind.PREFILL);
+        int prefill = batch.stream().filter(e -> e.kind() == StepKind.PREFILL).mapToInt(BatchEntry::count).sum();
+        return (decode ? 12_000_000L : 0) + (prefill > 0 ? 2_000_000L + 250_000L * prefill : 0);
+    }
+
+    /** What a run of a long prompt beside decoding requests showed. */
+    record LongRun(List<Integer> longChunks, List<Scheduler.Tick<String>> ticks) {}
+
+    /**
+     * Three greedy requests decode (one with an n-gram draft) when a 300-token greedy prompt and a 150-token seeded
+     * sampled prompt arrive (prefill chunk 64, token budget 64, maxTickStretch 1.5, floor 8), on fake step costs;
+     * every request's tokens are compared with the same request stepped alone.
+     * @param reloadAt ticks after the long prompts' arrival at which the limits turn the bound off, then on again two
+     *                 ticks later (-1: never)
+     */
+    static LongRun longPromptBesideDecodes(java.util.function.BiPredicate<Integer, Integer> splitRule, int reloadAt) {
+        TrackingBackend target = new TrackingBackend(targetCpu);
+        target.cost = SchedulerTest::fakeCost;
+        target.splitRule = splitRule;
+        Scheduler.Limits bounded = new Scheduler.Limits(256, 64, 1.5, 8);
+        Scheduler<String> sch = new Scheduler<>(target, bounded, target::now);
+        SplittableRandom rnd = new SplittableRandom(11);
+        Map<String, Req> reqs = new java.util.LinkedHashMap<>();
+        for (String k : List.of("a", "b", "c"))
+            reqs.put(k, new Req(new int[]{1 + rnd.nextInt(90), 2, 3}, SamplingParams.greedy(120), k.equals("b") ? NgramDraft.source() : null, "3"));
+        int[] p1 = new int[300], p2 = new int[150];
+        for (int j = 0; j < p1.length; j++) p1[j] = rnd.nextInt(cfg.vocabSize);
+        for (int j = 0; j < p2.length; j++) p2[j] = rnd.nextInt(cfg.vocabSize);
+        reqs.put("long", new Req(p1, SamplingParams.greedy(5), null, "1"));
+        reqs.put("long2", new Req(p2, SamplingParams.sampled(0.9, 0, 0.95, 0, 77, 5), null, "1"));
+        Map<String, List<Integer>> outs = new java.util.HashMap<>();
+        for (String k : List.of("a", "b", "c")) {
+            outs.put(k, new ArrayList<>());
+            sch.add(k, open(target, reqs.get(k), 64, outs.get(k)));
+        }
+        while (sch.tick().prefillTokens() > 0) { } // the three decode now
+        int firstLongStep = target.counts.size();
+        for (String k : List.of("long", "long2")) {
+            outs.put(k, new ArrayList<>());
+            sch.add(k, open(target, reqs.get(k), 64, outs.get(k)));
+        }
+        List<Scheduler.Tick<String>> ticks = new ArrayList<>();
+        while (outs.get("long").isEmpty() || outs.get("long2").isEmpty()) {
+            if (ticks.size() == reloadAt) sch.limits(new Scheduler.Limits(256, 64));
+            if (ticks.size() == reloadAt + 2) sch.limits(bounded);
+            ticks.add(sch.tick());
+        }
+        List<Integer> chunks = new ArrayList<>();
+        for (int s = firstLongStep; s < target.counts.size(); s++) {
+            int[] c = target.counts.get(s);
+            for (int e = 0; e < c.length; e++) if (target.steps.get(s).get(e) == StepKind.PREFILL) chunks.add(c[e]);
+        }
+        while (!sch.isEmpty()) sch.tick();
+        for (var en : reqs.entrySet()) {
+            List<Integer> a = new ArrayList<>();
+            Generation g = open(targetCpu, en.getValue(), 64, a);
+            while (g.step()) { }
+            assertArrayEquals(tokens(a), tokens(outs.get(en.getKey())), "request " + en.getKey() + " as alone");
+        }
+        return new LongRun(chunks, ticks);
+    }
+
+    @Test
+    void besideDecodesALongPromptsChunksAreCutToTheStretchBoundAndOutputsStayAsAlone() {
+        LongRun r = longPromptBesideDecodes(null, -1);
+        int cut = 0, probes = 0, prev = -1;
+        for (int i = 0; i < r.ticks().size(); i++) {
+            Scheduler.Tick<String> t = r.ticks().get(i);
+            PrefillBudget.Decision d = t.budget();
+            assertNotNull(d, "tick " + i + ": a prompt waited");
+            assertEquals(3, t.stepped().stream().filter(k -> k.length() == 1).count(), "tick " + i + ": every decode stepped");
+            assertTrue(t.prefillTokens() <= Math.max(d.tokens(), 0) || d.tokens() == 0 && t.prefillTokens() == 0,
+                    "tick " + i + ": " + t.prefillTokens() + " prefill tokens over the limit " + d.tokens());
+            if (d.reason() == PrefillBudget.Reason.PROBE) {
+                probes++;
+                assertEquals(0, t.prefillTokens());
+                assertNotEquals(i - 1, prev, "two probes in a row: the prompt must progress");
+                prev = i;
+                continue;
+            }
+            assertTrue(t.prefillTokens() > 0, "tick " + i + ": the prompt progresses (" + d.reason() + ")");
+            if (d.reason() == PrefillBudget.Reason.STRETCH || d.reason() == PrefillBudget.Reason.CEILING)
+                assertTrue(t.nanos() <= 1.5 * 12_000_000L, "tick " + i + ": " + t.nanos() / 1e6 + " ms > 1.5 x 12 ms");
+            else assertTrue(t.prefillTokens() <= 8, "tick " + i + " at the floor: " + t.prefillTokens());
+            if (t.prefillTokens() < 64 && d.bounded()) cut++;
+        }
+        assertTrue(probes <= 1, "decode-only time was measured before the prompts came: " + probes + " probes");
+        assertTrue(cut > r.ticks().size() / 2, "most ticks cut the prompt's chunk: " + cut + " of " + r.ticks().size());
+        // fixed point of the learned cost: 2 + 0.25 n <= 0.5 * 12, so 16 tokens a tick
+        int last = r.ticks().get(r.ticks().size() - 2).prefillTokens();
+        assertTrue(last >= 12 && last <= 16, "chunks grew to the bound: " + last);
+        assertEquals(450, r.longChunks().stream().mapToInt(Integer::intValue).sum(), "every prompt token prefilled once");
+    }
+
+    /**
+     * A backend whose steps of 32 rows or more round differently from shorter ones (as the GPU's tensor-core
+     * threshold): a chunk of 32 or more is only cut into parts of at least 32, whatever the bound asks.
+     */
+    @Test
+    void chunksAreCutOnlyWhereTheBackendSaysTheNumbersStayTheSame() {
+        LongRun r = longPromptBesideDecodes((rows, first) -> rows < 32 || (first >= 32 && rows - first >= 32), -1);
+        // the 150-token prompt's last natural chunk (22 tokens) is below the threshold: it may be cut anywhere
+        assertEquals(22, r.longChunks().stream().filter(c -> c < 32).mapToInt(Integer::intValue).sum(),
+                "below the threshold only the parts of a chunk that was below it: " + r.longChunks());
+        assertTrue(r.longChunks().stream().anyMatch(c -> c < 64), "the bound cut chunks to 32: " + r.longChunks());
+        // and a backend that never allows a cut gets whole chunks
+        LongRun w = longPromptBesideDecodes((rows, first) -> false, -1);
+        assertTrue(w.longChunks().stream().allMatch(c -> c == 64 || c == 300 % 64 || c == 150 % 64),
+                "whole chunks only: " + w.longChunks());
+    }
+
+    @Test
+    void aReloadOfTheLimitsAppliesFromTheNextTick() {
+        LongRun r = longPromptBesideDecodes(null, 6);
+        for (int i = 3; i < 9; i++) {
+            Scheduler.Tick<String> t = r.ticks().get(i);
+            // bounded, the chunks stay within 16 tokens (2 + 0.25 n <= 0.5 x 12); off, the rest of a 64-token chunk runs
+            if (i == 6 || i == 7) {
+                assertEquals(PrefillBudget.Reason.OFF, t.budget().reason(), "tick " + i);
+                assertTrue(t.prefillTokens() > 16, "tick " + i + ": the bound is off: " + t.prefillTokens());
+            } else {
+                assertTrue(t.budget().bounded(), "tick " + i + ": " + t.budget());
+                assertTrue(t.prefillTokens() <= 16, "tick " + i + ": " + t.prefillTokens());
+            }
+        }
     }
 
     @Test
