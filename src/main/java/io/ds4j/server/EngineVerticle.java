@@ -430,7 +430,8 @@ public final class EngineVerticle extends VerticleBase {
         if (LOG.isDebugEnabled())
             LOG.debug("step: {} decode rows, {} prefill tokens (limit {}: {}; predicted {} ms without prefill, {} ms/prefill token, "
                             + "{} ms with), took {} ms", t.decodeRows(), t.prefillTokens(), d.tokens(), d.reason(),
-                    ms(d.decodeMs()), String.format("%.3f", d.msPerToken()), ms(d.predictedMs(t.prefillTokens())),
+                    ms(d.decodeMs()), Double.isNaN(d.msPerToken()) ? "?" : String.format("%.3f", d.msPerToken()),
+                    ms(d.predictedMs(t.prefillTokens())),
                     ms(t.nanos() / 1e6));
     }
 

@@ -149,73 +149,14 @@ class SchedulerTest {
         assertEquals((300 + budget - 1) / budget, ticks, "the prompt took one budget-sized chunk per tick");
     }
 
-    /** Fake step costs: 12 ms when decode/verify rows run, plus 2 ms + 0.25 ms per token when prefill runs. */
-    static long fakeCost(List<BatchEntry> batch) {
-        boolean decode = batch.stream().anyMatch(e -> e.kind() != StepKind.PREFILL);
-        int prefill = batch.stream().filter(e -> e.kind() == StepKind.PREFILL).mapToInt(BatchEntry::count).sum();
-        return (decode ? 12_000_000L : 0) + (prefill > 0 ? 2_000_000L + 250_000L * prefill : 0);
-    }
-
-    /** What a run of a long prompt beside decoding requests showed. */
-    record LongRun(List<Integer> longChunks, List<Scheduler.Tick<String>> ticks) {}
-
-    /**
-     * Three greedy requests decode (one with an n-gram draft) when a 300-token greedy prompt and a 150-token seeded
-     * sampled prompt arrive (prefill chunk 64, token budget 64, maxTickStretch 1.5, floor 8), on fake step costs;
-     * every request's tokens are compared with the same request stepped alone.
-     * @param reloadAt ticks after the long prompts' arrival at which the limits turn the bound off, then on again two
-     *                 ticks later (-1: never)
-     */
-    static LongRun longPromptBesideDecodes(java.util.function.BiPredicate<Integer, Integer> splitRule, int reloadAt) {
-        TrackingBackend target = new TrackingBackend(targetCpu);
-        target.cost = SchedulerTest::fakeCost;
-        target.splitRule = splitRule;
-        Scheduler.Limits bounded = new Scheduler.Limits(256, 64, 1.5, 8);
-        Scheduler<String> sch = new Scheduler<>(target, bounded, target::now);
-        SplittableRandom rnd = new SplittableRandom(11);
-        Map<String, Req> reqs = new java.util.LinkedHashMap<>();
-        for (String k : List.of("a", "b", "c"))
-            reqs.put(k, new Req(new int[]{1 + rnd.nextInt(90), 2, 3}, SamplingParams.greedy(120), k.equals("b") ? NgramDraft.source() : null, "3"));
-        int[] p1 = new int[300], p2 = new int[150];
-        for (int j = 0; j < p1.length; j++) p1[j] = rnd.nextInt(cfg.vocabSize);
-        for (int j = 0; j < p2.length; j++) p2[j] = rnd.nextInt(cfg.vocabSize);
-        reqs.put("long", new Req(p1, SamplingParams.greedy(5), null, "1"));
-        reqs.put("long2", new Req(p2, SamplingParams.sampled(0.9, 0, 0.95, 0, 77, 5), null, "1"));
-        Map<String, List<Integer>> outs = new java.util.HashMap<>();
-        for (String k : List.of("a", "b", "c")) {
-            outs.put(k, new ArrayList<>());
-            sch.add(k, open(target, reqs.get(k), 64, outs.get(k)));
-        }
-        while (sch.tick().prefillTokens() > 0) { } // the three decode now
-        int firstLongStep = target.counts.size();
-        for (String k : List.of("long", "long2")) {
-            outs.put(k, new ArrayList<>());
-            sch.add(k, open(target, reqs.get(k), 64, outs.get(k)));
-        }
-        List<Scheduler.Tick<String>> ticks = new ArrayList<>();
-        while (outs.get("long").isEmpty() || outs.get("long2").isEmpty()) {
-            if (ticks.size() == reloadAt) sch.limits(new Scheduler.Limits(256, 64));
-            if (ticks.size() == reloadAt + 2) sch.limits(bounded);
-            ticks.add(sch.tick());
-        }
-        List<Integer> chunks = new ArrayList<>();
-        for (int s = firstLongStep; s < target.counts.size(); s++) {
-            int[] c = target.counts.get(s);
-            for (int e = 0; e < c.length; e++) if (target.steps.get(s).get(e) == StepKind.PREFILL) chunks.add(c[e]);
-        }
-        while (!sch.isEmpty()) sch.tick();
-        for (var en : reqs.entrySet()) {
-            List<Integer> a = new ArrayList<>();
-            Generation g = open(targetCpu, en.getValue(), 64, a);
-            while (g.step()) { }
-            assertArrayEquals(tokens(a), tokens(outs.get(en.getKey())), "request " + en.getKey() + " as alone");
-        }
-        return new LongRun(chunks, ticks);
+    static void assertAsAlone(LongPromptRuns.Run r) {
+        for (String k : r.alone().keySet()) assertArrayEquals(r.alone().get(k), r.batched().get(k), "request " + k + " as alone");
     }
 
     @Test
     void besideDecodesALongPromptsChunksAreCutToTheStretchBoundAndOutputsStayAsAlone() {
-        LongRun r = longPromptBesideDecodes(null, -1);
+        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, null, -1);
+        assertAsAlone(r);
         int cut = 0, probes = 0, prev = -1;
         for (int i = 0; i < r.ticks().size(); i++) {
             Scheduler.Tick<String> t = r.ticks().get(i);
@@ -251,20 +192,23 @@ class SchedulerTest {
      */
     @Test
     void chunksAreCutOnlyWhereTheBackendSaysTheNumbersStayTheSame() {
-        LongRun r = longPromptBesideDecodes((rows, first) -> rows < 32 || (first >= 32 && rows - first >= 32), -1);
+        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, (rows, first) -> rows < 32 || (first >= 32 && rows - first >= 32), -1);
+        assertAsAlone(r);
         // the 150-token prompt's last natural chunk (22 tokens) is below the threshold: it may be cut anywhere
         assertEquals(22, r.longChunks().stream().filter(c -> c < 32).mapToInt(Integer::intValue).sum(),
                 "below the threshold only the parts of a chunk that was below it: " + r.longChunks());
         assertTrue(r.longChunks().stream().anyMatch(c -> c < 64), "the bound cut chunks to 32: " + r.longChunks());
         // and a backend that never allows a cut gets whole chunks
-        LongRun w = longPromptBesideDecodes((rows, first) -> false, -1);
+        LongPromptRuns.Run w = LongPromptRuns.run(targetCpu, (rows, first) -> false, -1);
+        assertAsAlone(w);
         assertTrue(w.longChunks().stream().allMatch(c -> c == 64 || c == 300 % 64 || c == 150 % 64),
                 "whole chunks only: " + w.longChunks());
     }
 
     @Test
     void aReloadOfTheLimitsAppliesFromTheNextTick() {
-        LongRun r = longPromptBesideDecodes(null, 6);
+        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, null, 6);
+        assertAsAlone(r);
         for (int i = 3; i < 9; i++) {
             Scheduler.Tick<String> t = r.ticks().get(i);
             // bounded, the chunks stay within 16 tokens (2 + 0.25 n <= 0.5 x 12); off, the rest of a 64-token chunk runs
