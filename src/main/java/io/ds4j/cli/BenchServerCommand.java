@@ -79,6 +79,10 @@ public final class BenchServerCommand implements Callable<Integer> {
             + "largest concurrency level (plus one for --long-prompt), so every stream runs at once") int maxActive;
     @Option(names = "--max-batch-rows", defaultValue = "256", description = "scheduler.maxBatchRows (default ${DEFAULT-VALUE})") int maxBatchRows;
     @Option(names = "--token-budget", defaultValue = "512", description = "scheduler.tokenBudget: prefill tokens per step (default ${DEFAULT-VALUE})") int tokenBudget;
+    @Option(names = "--max-tick-stretch", defaultValue = "1.6", description = "scheduler.maxTickStretch: while streams "
+            + "decode, a step with prefill takes at most this many times the step without it; 0 = off (default ${DEFAULT-VALUE})") double maxTickStretch;
+    @Option(names = "--min-prefill-chunk", defaultValue = "64", description = "scheduler.minPrefillChunk: the fewest prefill "
+            + "tokens a step gives a waiting prompt under that bound (default ${DEFAULT-VALUE})") int minPrefillChunk;
     @Option(names = "--prefill-chunk", defaultValue = "512", description = "limits.prefillChunk (default ${DEFAULT-VALUE})") int prefillChunk;
     @Option(names = "--long-prompt", defaultValue = "0", paramLabel = "N", description = "also run each level beside an "
             + "N-token prompt being prefilled (e.g. 32768); 0 = off (default)") int longPrompt;
@@ -131,6 +135,8 @@ public final class BenchServerCommand implements Callable<Integer> {
         o.put("limits.maxContextTokens", Math.max(32768, longPrompt + 4096));
         o.put("scheduler.maxBatchRows", maxBatchRows);
         o.put("scheduler.tokenBudget", tokenBudget);
+        o.put("scheduler.maxTickStretch", maxTickStretch);
+        o.put("scheduler.minPrefillChunk", minPrefillChunk);
         o.put("log.level", "warn");
         ServerConfig cfg = ServerConfig.parse(null, "bench", o);
         Ds4jServer server = Ds4jServer.start(new Ds4jServer.Options(cfg, null, o, new DefaultModelProvider())).await();
@@ -148,7 +154,8 @@ public final class BenchServerCommand implements Callable<Integer> {
             }
             System.out.println();
             levels(user);
-            System.out.printf("%n%s%n", serverLine(active, maxBatchRows, tokenBudget, prefillChunk, cfg.httpInstances()));
+            System.out.printf("%n%s%n", serverLine(active, maxBatchRows, tokenBudget, prefillChunk, cfg.httpInstances(),
+                    maxTickStretch, minPrefillChunk));
         } finally {
             server.close().await();
         }
@@ -159,12 +166,16 @@ public final class BenchServerCommand implements Callable<Integer> {
      * The closing line on the server's settings. The prefill chunk shown is the one the engine uses: the configured
      * limits.prefillChunk, at most scheduler.tokenBudget ({@link Scheduler#prefillChunk}).
      */
-    static String serverLine(int active, int maxBatchRows, int tokenBudget, int configuredChunk, int httpInstances) {
+    static String serverLine(int active, int maxBatchRows, int tokenBudget, int configuredChunk, int httpInstances,
+                             double maxTickStretch, int minPrefillChunk) {
         int chunk = Scheduler.prefillChunk(configuredChunk, new Scheduler.Limits(maxBatchRows, tokenBudget));
         return String.format("server: limits.maxActive %d (more clients wait in the queue), scheduler.maxBatchRows %d, "
-                        + "scheduler.tokenBudget %d, prefill chunk %d%s, one engine thread, %d HTTP verticles",
+                        + "scheduler.tokenBudget %d, prefill chunk %d%s, %s, one engine thread, %d HTTP verticles",
                 active, maxBatchRows, tokenBudget, chunk,
-                chunk == configuredChunk ? "" : " (limits.prefillChunk " + configuredChunk + ", cut to the token budget)", httpInstances);
+                chunk == configuredChunk ? "" : " (limits.prefillChunk " + configuredChunk + ", cut to the token budget)",
+                maxTickStretch == 0 ? "scheduler.maxTickStretch 0 (off: prefill gets the whole budget beside decoding streams)"
+                        : "scheduler.maxTickStretch " + maxTickStretch + " with scheduler.minPrefillChunk " + minPrefillChunk,
+                httpInstances);
     }
 
     /** The single-stream comparison of the engine alone and one SSE client (backend cpu). */
@@ -234,6 +245,34 @@ public final class BenchServerCommand implements Callable<Integer> {
             Round without = lastPlain.get(e.getKey()), with = e.getValue();
             System.out.printf("%-8d %10.2f / %7.2f ms %10.2f / %7.2f ms %14.2f%n", e.getKey(), without.itl(50), with.itl(50),
                     without.itl(99), with.itl(99), with.itl(99) / without.itl(50));
+        }
+        if (!withLong.isEmpty()) System.out.println(schedulerLine());
+    }
+
+    /**
+     * The scheduler's prefill decisions over the whole run, from /metrics: steps where a prompt waited, their mean
+     * prefill limit, and why the limits were set (counts per reason).
+     */
+    private String schedulerLine() {
+        try {
+            HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/metrics")).GET();
+            if (apiKey != null) rb.header("Authorization", "Bearer " + apiKey);
+            String text = http.send(rb.build(), HttpResponse.BodyHandlers.ofString()).body();
+            double count = 0, sum = 0;
+            StringBuilder reasons = new StringBuilder();
+            for (String l : text.split("\n")) {
+                if (l.startsWith("ds4j:step_prefill_limit_count ")) count = Double.parseDouble(l.substring(l.indexOf(' ') + 1));
+                else if (l.startsWith("ds4j:step_prefill_limit_sum ")) sum = Double.parseDouble(l.substring(l.indexOf(' ') + 1));
+                else if (l.startsWith("ds4j:step_prefill_limit_reason_total{")) {
+                    int a = l.indexOf("reason=\"") + 8;
+                    reasons.append(' ').append(l, a, l.indexOf('"', a)).append(' ')
+                            .append((long) Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1)));
+                }
+            }
+            return String.format("scheduler, whole run: %d steps with a prompt waiting for prefill, mean prefill limit %.0f tokens; why:%s",
+                    (long) count, count > 0 ? sum / count : 0, reasons);
+        } catch (Exception e) {
+            return "scheduler: /metrics not read (" + e.getMessage() + ")";
         }
     }
 

@@ -71,6 +71,12 @@ public final class CpuBackend implements Backend {
         return true;
     }
 
+    /** {@inheritDoc} Always: every row's numbers here are independent of the step's size (chunking is exact). */
+    @Override
+    public boolean prefillSplitExact(int rows, int first) {
+        return first >= 1 && first < rows;
+    }
+
     /** {@inheritDoc} Host copies of the rings; the entry stores are shared. */
     @Override
     public StateSnapshot snapshot(Sequence sequence) {

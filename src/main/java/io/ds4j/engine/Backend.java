@@ -76,6 +76,19 @@ public interface Backend extends AutoCloseable {
         }
     }
 
+    /**
+     * Whether a prefill step of {@code rows} tokens, run instead as a step of its first {@code first} tokens and then
+     * a step of the other {@code rows − first}, gives bit for bit the same logits and sequence state. The scheduler
+     * cuts prefill chunks shorter (to bound the running requests' latency) only where this holds, so a request's
+     * output never depends on what else runs. The default is false (never cut): a backend whose kernels depend on the
+     * step's size says where they do not.
+     * @param rows  the chunk's tokens (at least 2)
+     * @param first the first part's tokens, 1 .. rows − 1
+     */
+    default boolean prefillSplitExact(int rows, int first) {
+        return false;
+    }
+
     /** The verify attention paths this backend can switch between (empty: it has only one). */
     default java.util.Set<VerifyAttention> verifyAttentionPaths() {
         return java.util.Set.of();

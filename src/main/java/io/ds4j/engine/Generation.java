@@ -284,17 +284,7 @@ public final class Generation {
             return null;
         }
         if (planned != null) return planned;
-        if (prefilled < promptLen) {
-            int n = nextChunk();
-            boolean last = prefilled + n == promptLen;
-            int[] rows = last ? new int[]{n - 1} : new int[0];
-            if (scoreTop >= 0) {
-                rows = new int[n];
-                for (int r = 0; r < n; r++) rows[r] = r;
-            }
-            planned = new BatchEntry(seq, Arrays.copyOfRange(ctx, prefilled, prefilled + n), rows, StepKind.PREFILL);
-            return planned;
-        }
+        if (prefilled < promptLen) return planChunk(nextChunk());
         Draft.Proposal prop = proposal == null ? Draft.Proposal.NONE : proposal;
         if (constraint != null && prop.size() > 0) {
             // drafts the constraint rejects would be rejected by verification anyway: do not spend rows on them
@@ -310,6 +300,34 @@ public final class Generation {
         for (int i = 0; i <= q; i++) want[i] = i;
         plannedProposal = prop;
         planned = new BatchEntry(seq, rows, want, q > 0 ? StepKind.VERIFY : StepKind.DECODE);
+        return planned;
+    }
+
+    /**
+     * Plans the next prefill step cut to its first {@code maxRows} tokens (the rest of the chunk comes next), for a
+     * scheduler that limits a tick's prefill; {@link #plan()} otherwise. The caller chooses cuts that do not change
+     * the numbers ({@link Backend#prefillSplitExact}).
+     * @param maxRows at least 1
+     * @return the step's batch entry, or null when the generation has ended (a cancelled one ends here and releases
+     *         its state)
+     * @throws IllegalArgumentException when maxRows is below 1
+     */
+    public BatchEntry planPrefill(int maxRows) {
+        if (maxRows < 1) throw new IllegalArgumentException("maxRows must be >= 1, got " + maxRows);
+        if (finish != null || planned != null || cancelled || prefilled >= promptLen) return plan();
+        if (startNs == 0) startNs = System.nanoTime();
+        return planChunk(Math.min(nextChunk(), maxRows));
+    }
+
+    /** Plans a prefill step of the next n prompt tokens. */
+    private BatchEntry planChunk(int n) {
+        boolean last = prefilled + n == promptLen;
+        int[] rows = last ? new int[]{n - 1} : new int[0];
+        if (scoreTop >= 0) {
+            rows = new int[n];
+            for (int r = 0; r < n; r++) rows[r] = r;
+        }
+        planned = new BatchEntry(seq, Arrays.copyOfRange(ctx, prefilled, prefilled + n), rows, StepKind.PREFILL);
         return planned;
     }
 

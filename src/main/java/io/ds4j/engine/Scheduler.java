@@ -8,6 +8,7 @@ import java.util.IdentityHashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.LongSupplier;
 
 /**
  * Continuous batching: each {@link #tick} plans one batch from all running generations, runs it as one
@@ -19,11 +20,15 @@ import java.util.Map;
  *       {@link Limits#maxBatchRows} rows of such entries; a generation that does not fit waits for the next tick and
  *       goes first then (its draft width is never cut to fit, so the batch never changes what a request
  *       computes);</li>
- *   <li>prefill chunks of the prefilling generations while their tokens fit in {@link Limits#tokenBudget}. A chunk is
- *       never split to fit: its cuts are the generation's own (chunk multiples and snapshot points, see
- *       {@link Generation#snapshotAt}), so a prompt is cut the same way whatever else runs; give the generations a
- *       prefill chunk no larger than the budget ({@link #prefillChunk}). A long prompt thus takes one chunk per tick
- *       and the decoding generations step in every tick beside it.</li>
+ *   <li>prefill chunks of the prefilling generations while their tokens fit in the tick's prefill limit: the
+ *       {@link Limits#tokenBudget}, or, while decode/verify rows run, the latency bound of {@link PrefillBudget}
+ *       (at most {@link Limits#maxTickStretch} times the predicted tick without prefill, at least
+ *       {@link Limits#minPrefillChunk} tokens). A chunk's cuts are the generation's own (chunk multiples and snapshot
+ *       points, see {@link Generation#snapshotAt}); give the generations a prefill chunk no larger than the budget
+ *       ({@link #prefillChunk}). Only to meet the latency bound is a chunk cut shorter, and only where the backend
+ *       says the two parts give the same numbers as the whole chunk ({@link Backend#prefillSplitExact}), so a
+ *       request's output never depends on what else runs. A long prompt thus takes one chunk (or part of one) per
+ *       tick and the decoding generations step in every tick beside it.</li>
  * </ul>
  * Generations that stepped move to the back of the order, so decodes that waited and prefills that did not get a
  * chunk go first in the next tick (round-robin).
@@ -43,14 +48,28 @@ import java.util.Map;
 public final class Scheduler<K> {
     /**
      * A tick's limits.
-     * @param maxBatchRows most token rows of decode/verify entries per step (a verify entry has 1 + q rows); at least
-     *                     one decoding generation steps per tick even when its rows alone exceed this
-     * @param tokenBudget  most prefill tokens per step
+     * @param maxBatchRows    most token rows of decode/verify entries per step (a verify entry has 1 + q rows); at least
+     *                        one decoding generation steps per tick even when its rows alone exceed this
+     * @param tokenBudget     most prefill tokens per step
+     * @param maxTickStretch  while decode/verify rows run, a tick with prefill may take at most this many times the
+     *                        predicted time of the same tick without prefill ({@link PrefillBudget}); 0 turns the
+     *                        bound off (prefill always gets the token budget); else at least 1
+     * @param minPrefillChunk the fewest prefill tokens a tick gives a waiting prompt under that bound (a floor, so the
+     *                        prompt progresses in chunks large enough to run efficiently)
+     * @throws IllegalArgumentException for a value out of range
      */
-    public record Limits(int maxBatchRows, int tokenBudget) {
+    public record Limits(int maxBatchRows, int tokenBudget, double maxTickStretch, int minPrefillChunk) {
         public Limits {
             if (maxBatchRows < 1) throw new IllegalArgumentException("maxBatchRows must be >= 1, got " + maxBatchRows);
             if (tokenBudget < 1) throw new IllegalArgumentException("tokenBudget must be >= 1, got " + tokenBudget);
+            if (!(maxTickStretch == 0 || maxTickStretch >= 1) || Double.isInfinite(maxTickStretch))
+                throw new IllegalArgumentException("maxTickStretch must be 0 (off) or a number >= 1, got " + maxTickStretch);
+            if (minPrefillChunk < 1) throw new IllegalArgumentException("minPrefillChunk must be >= 1, got " + minPrefillChunk);
+        }
+
+        /** Limits without the latency bound: prefill always gets the whole token budget. */
+        public Limits(int maxBatchRows, int tokenBudget) {
+            this(maxBatchRows, tokenBudget, 0, 1);
         }
     }
 
@@ -65,9 +84,12 @@ public final class Scheduler<K> {
      * @param isolated      true when the batched step failed and its entries were retried one at a time
      * @param mtpSteps      per batched MTP step of the drafts this tick ({@link MtpHead#step}, one per draft position),
      *                      how many requests' MTP drafts it held
+     * @param budget        the prefill limit decided for this tick and why; null when no prompt waited for prefill
+     * @param nanos         how long the tick took (ns, by the scheduler's clock)
      */
     public record Tick<K>(List<K> stepped, Map<K, Throwable> failed, List<K> ended, int entries, int decodeRows,
-                          int prefillTokens, boolean isolated, List<Integer> mtpSteps) {
+                          int prefillTokens, boolean isolated, List<Integer> mtpSteps, PrefillBudget.Decision budget,
+                          long nanos) {
         /** All rows of the target's step. */
         public int rows() {
             return decodeRows + prefillTokens;
@@ -75,13 +97,21 @@ public final class Scheduler<K> {
     }
 
     private final Backend backend;
+    private final LongSupplier clock;
+    private final PrefillBudget prefillBudget = new PrefillBudget();
     private Limits limits;
     /** Running generations in scheduling order (the front goes first). */
     private final LinkedHashMap<K, Generation> running = new LinkedHashMap<>();
 
     public Scheduler(Backend backend, Limits limits) {
+        this(backend, limits, System::nanoTime);
+    }
+
+    /** @param clock nanoseconds, for the ticks' durations that {@link PrefillBudget} learns from (tests pass a fake) */
+    public Scheduler(Backend backend, Limits limits, LongSupplier clock) {
         this.backend = backend;
         this.limits = limits;
+        this.clock = clock;
     }
 
     /** The prefill chunk generations should use under these limits: the configured chunk, at most the token budget. */
@@ -91,6 +121,11 @@ public final class Scheduler<K> {
 
     public Limits limits() {
         return limits;
+    }
+
+    /** The latency policy's learned cost model (read-only use: its predictions). */
+    public PrefillBudget prefillBudget() {
+        return prefillBudget;
     }
 
     /** Changes the limits from the next tick on (a configuration reload). */
@@ -122,6 +157,7 @@ public final class Scheduler<K> {
 
     /** Plans one batch, runs it and commits the results (see the class description). */
     public Tick<K> tick() {
+        long t0 = clock.getAsLong();
         List<K> ended = new ArrayList<>();
         Map<K, Throwable> failed = new LinkedHashMap<>();
         // --- decode/verify entries: how many rows each asks for, in order, while they fit
@@ -172,15 +208,20 @@ public final class Scheduler<K> {
                 fail(k, t, failed);
             }
         }
-        // --- prefill chunks under the token budget
+        // --- prefill chunks under the tick's prefill limit
+        PrefillBudget.Decision budget = null;
         for (var en : running.entrySet()) {
             Generation g = en.getValue();
-            if (!g.prefilling()) continue;
+            if (!g.prefilling() || g.nextRows() == 0) continue;
+            if (budget == null) budget = prefillBudget.decide(limits, rowsDecode);
+            if (budget.tokens() == 0) break; // a probe: this tick measures the decode rows alone
             int n = g.nextRows();
-            if (n == 0) continue;
-            if (prefillTokens > 0 && prefillTokens + n > limits.tokenBudget()) continue;
+            int take = prefillTokens + n <= budget.tokens() ? n
+                    : budget.bounded() ? cut(n, budget.tokens() - prefillTokens, prefillTokens == 0) : 0;
+            if (take == 0 && prefillTokens == 0) take = n; // the first prompt always progresses
+            if (take == 0) continue;
             try {
-                BatchEntry e = g.plan();
+                BatchEntry e = g.planPrefill(take);
                 if (e == null) continue;
                 keys.add(en.getKey());
                 batch.add(e);
@@ -227,7 +268,25 @@ public final class Scheduler<K> {
             Generation g = running.remove(k);
             if (g != null) running.put(k, g);
         }
-        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, isolated, List.copyOf(mtpSteps));
+        long nanos = clock.getAsLong() - t0;
+        if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, prefillTokens, nanos);
+        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, isolated, List.copyOf(mtpSteps),
+                budget, nanos);
+    }
+
+    /**
+     * How many tokens of a prefill chunk of n tokens to run now under the latency bound, which leaves room for
+     * {@code room} more prefill tokens in this tick: the largest cut k in [floor, min(room, n − 1)] whose two parts
+     * give the numbers of the whole chunk ({@link Backend#prefillSplitExact}); when there is none and the chunk is the
+     * tick's first ({@code first}), the smallest such cut above room, else the whole chunk; when there is none and it is
+     * not the first, 0 (it waits). The floor is {@link Limits#minPrefillChunk} (at most the token budget).
+     */
+    int cut(int n, int room, boolean first) {
+        int floor = Math.min(limits.minPrefillChunk(), limits.tokenBudget());
+        for (int k = Math.min(room, n - 1); k >= floor; k--) if (backend.prefillSplitExact(n, k)) return k;
+        if (!first) return 0;
+        for (int k = Math.max(room + 1, floor); k < n; k++) if (backend.prefillSplitExact(n, k)) return k;
+        return n;
     }
 
     private void fail(K k, Throwable t, Map<K, Throwable> failed) {

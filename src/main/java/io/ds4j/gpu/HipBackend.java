@@ -542,6 +542,19 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
+     * {@inheritDoc} Where both parts stay on the chunk's side of DS4J_TC_MIN_ROWS: a chunk below it runs every part on
+     * the same kernels as the whole; a chunk at or above it may be cut only into parts of at least that many rows (the
+     * tensor-core path, whose row results do not depend on the step's size). A cut that puts rows of a tensor-core
+     * chunk on the shorter steps' kernels would round them differently.
+     */
+    @Override
+    public boolean prefillSplitExact(int rows, int first) {
+        final int T = DS4J_TC_MIN_ROWS();
+        if (first < 1 || first >= rows) return false;
+        return rows < T || (first >= T && rows - first >= T);
+    }
+
+    /**
      * {@inheritDoc} Device-to-device copies of the rings (in device memory, outside the weights' budget); the entry
      * stores are shared.
      * @throws DeviceMemoryException when the copies do not fit

@@ -43,7 +43,8 @@ import java.util.SplittableRandom;
  * {@code limits.maxQueue}; beyond that a submission is refused (429). The running requests are stepped together by
  * the engine's {@link Scheduler}: each tick is one batched backend step holding every decoding request's
  * decode/verify rows (up to {@code scheduler.maxBatchRows}) and prefill chunks of at most
- * {@code scheduler.tokenBudget} tokens, so a long prompt never stalls the others for more than its budget. After
+ * {@code scheduler.tokenBudget} tokens, fewer while requests decode ({@code scheduler.maxTickStretch}), so a long
+ * prompt never stalls the others for more than its budget. After
  * every tick the engine yields to the verticle's task queue (runOnContext), which lets submissions and
  * cancellations in between ticks; a cancelled request ends at once and its state is released.
  */
@@ -130,15 +131,19 @@ public final class EngineVerticle extends VerticleBase {
         consumers.add(vertx.eventBus().localConsumer(CANCEL, this::onCancel));
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList()).onSuccess(v -> {
             state.model(info);
-            LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}, batch: max rows {}, prefill token budget {}",
+            Scheduler.Limits l = scheduler.limits();
+            LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}, batch: max rows {}, prefill token budget {}, "
+                            + "prefill beside decoding requests: {}",
                     backend.name(), model.draft() == null ? "none" : model.draft().name(), state.config().maxActive(),
-                    state.config().maxQueue(), scheduler.limits().maxBatchRows(), scheduler.limits().tokenBudget());
+                    state.config().maxQueue(), l.maxBatchRows(), l.tokenBudget(), l.maxTickStretch() == 0
+                            ? "the whole budget (scheduler.maxTickStretch 0)"
+                            : "a step at most " + l.maxTickStretch() + "x the step without it, at least " + l.minPrefillChunk() + " tokens");
         });
     }
 
     /** The scheduler's limits from the configuration. */
     static Scheduler.Limits limits(ServerConfig cfg) {
-        return new Scheduler.Limits(cfg.maxBatchRows(), cfg.tokenBudget());
+        return new Scheduler.Limits(cfg.maxBatchRows(), cfg.tokenBudget(), cfg.maxTickStretch(), cfg.minPrefillChunk());
     }
 
     /**
@@ -387,6 +392,7 @@ public final class EngineVerticle extends VerticleBase {
                 state.engineSteps.incrementAndGet();
                 state.metrics().batch(t.entries(), t.rows(), t.prefillTokens(), t.decodeRows());
             }
+            if (t.budget() != null) logBudget(t);
             for (int n : t.mtpSteps()) state.metrics().mtpStep(n);
             if (t.isolated()) LOG.warn("a batched step failed; its {} entries were stepped one at a time to find the culprit", t.entries());
             for (Job j : t.stepped()) {
@@ -415,6 +421,22 @@ public final class EngineVerticle extends VerticleBase {
         } finally {
             if (!active.isEmpty()) scheduleTick();
         }
+    }
+
+    /** The scheduler's prefill decision of a tick where a prompt waited: to /metrics, and at debug to the log. */
+    private void logBudget(Scheduler.Tick<Job> t) {
+        var d = t.budget();
+        state.metrics().prefillBudget(d);
+        if (LOG.isDebugEnabled())
+            LOG.debug("step: {} decode rows, {} prefill tokens (limit {}: {}; predicted {} ms without prefill, {} ms/prefill token, "
+                            + "{} ms with), took {} ms", t.decodeRows(), t.prefillTokens(), d.tokens(), d.reason(),
+                    ms(d.decodeMs()), Double.isNaN(d.msPerToken()) ? "?" : String.format("%.3f", d.msPerToken()),
+                    ms(d.predictedMs(t.prefillTokens())),
+                    ms(t.nanos() / 1e6));
+    }
+
+    private static String ms(double v) {
+        return Double.isNaN(v) ? "?" : String.format("%.1f", v);
     }
 
     /**

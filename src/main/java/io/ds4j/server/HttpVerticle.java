@@ -439,7 +439,8 @@ public final class HttpVerticle extends VerticleBase {
                 .put("maxActive", cfg.maxActive()).put("maxTokensDefault", cfg.maxTokensDefault())
                 .put("prefillChunk", cfg.prefillChunk()).put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens());
         o.putObject("scheduler").put("maxBatchRows", cfg.maxBatchRows()).put("tokenBudget", cfg.tokenBudget())
-                .put("prefillChunk", Math.min(cfg.prefillChunk(), cfg.tokenBudget()));
+                .put("prefillChunk", Math.min(cfg.prefillChunk(), cfg.tokenBudget()))
+                .put("maxTickStretch", cfg.maxTickStretch()).put("minPrefillChunk", cfg.minPrefillChunk());
         ObjectNode pc = o.putObject("prefix_cache");
         io.ds4j.engine.PrefixCache.Stats ps = state.metrics().prefixCache();
         pc.put("enabled", ps != null).put("configured", cfg.prefixCacheEnabled()).put("budgetMiB", cfg.prefixCacheBudgetMiB())

@@ -35,6 +35,10 @@ import java.util.function.ToDoubleFunction;
  *       observations as {@code ds4j:batch_tokens}; the Prometheus client reserves the {@code _total} suffix for
  *       counters, so the series are {@code vllm:iteration_tokens_bucket}, {@code _count} and {@code _sum}), {@code ds4j:batch_prefill_tokens_total} and
  *       {@code ds4j:batch_decode_rows_total} counters, and {@code ds4j:engine_steps_total};</li>
+ *   <li>the scheduler's prefill limit, in steps where a prompt waited for prefill: {@code ds4j:step_prefill_limit}
+ *       histogram (the most prefill tokens the step could take: the token budget, or less while requests decode;
+ *       0 in a step that measured the decode rows alone) and {@code ds4j:step_prefill_limit_reason_total{reason}}
+ *       (why: no_decodes, off, probe, no_data, floor, stretch, ceiling);</li>
  *   <li>the MTP draft's batched forwards: {@code ds4j:mtp_batch_size} histogram (requests' MTP drafts per batched MTP
  *       step; one step per draft position per engine step);</li>
  *   <li>{@code vllm:spec_decode_num_drafts_total} (verify steps that carried draft tokens),
@@ -67,7 +71,7 @@ public final class ServerMetrics {
     private final Timer ttft, itl, e2e, queueTime;
     private final Counter promptTokens, generationTokens, promptTokensLcpp, predictedLcpp;
     private final Counter drafts, draftTokens, acceptedTokens, cancelled, failed;
-    private final DistributionSummary batchSize, batchTokens, iterationTokens, mtpBatchSize;
+    private final DistributionSummary batchSize, batchTokens, iterationTokens, mtpBatchSize, prefillLimit;
     private final Counter batchPrefill, batchDecode, engineSteps;
     /** Requests running and waiting, updated by the engine thread. */
     public final AtomicInteger running = new AtomicInteger(), waiting = new AtomicInteger();
@@ -95,6 +99,8 @@ public final class ServerMetrics {
         batchPrefill = counter("ds4j:batch_prefill_tokens", "Prefill tokens run in engine steps");
         batchDecode = counter("ds4j:batch_decode_rows", "Decode/verify rows run in engine steps");
         engineSteps = counter("ds4j:engine_steps", "Batched engine steps run");
+        prefillLimit = summary("ds4j:step_prefill_limit", "Most prefill tokens the scheduler let a step take, in steps "
+                + "where a prompt waited (0: a step that measured the decode rows alone)", null, LIMIT_BUCKETS);
         mtpBatchSize = summary("ds4j:mtp_batch_size", "Requests' MTP drafts per batched MTP step (one per draft position)", null, BATCH_BUCKETS);
         Gauge.builder("vllm:num_requests_running", running, AtomicInteger::get).description("Requests generating").register(registry);
         Gauge.builder("vllm:num_requests_waiting", waiting, AtomicInteger::get).description("Requests waiting for a slot (queue depth)").register(registry);
@@ -135,6 +141,7 @@ public final class ServerMetrics {
     }
 
     private static final double[] BATCH_BUCKETS = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+    private static final double[] LIMIT_BUCKETS = {1, 16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096};
     private static final double[] TOKEN_BUCKETS = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 
     private DistributionSummary summary(String name, String help, String unit, double[] buckets) {
@@ -156,6 +163,14 @@ public final class ServerMetrics {
         if (prefillTokens > 0) batchPrefill.increment(prefillTokens);
         if (decodeRows > 0) batchDecode.increment(decodeRows);
         engineSteps.increment();
+    }
+
+    /** The scheduler's prefill decision of a step where a prompt waited. */
+    void prefillBudget(io.ds4j.engine.PrefillBudget.Decision d) {
+        prefillLimit.record(d.tokens());
+        Counter.builder("ds4j:step_prefill_limit_reason").description("Steps where a prompt waited for prefill, by why "
+                        + "the scheduler set its prefill limit").tag("reason", d.reason().name().toLowerCase(java.util.Locale.ROOT))
+                .register(registry).increment();
     }
 
     /** One batched MTP step of the drafts ran, for this many requests. */

@@ -22,8 +22,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * seeded-sampled, plain or speculative with n-gram and draft-model drafts, equals the same request run alone while
  * 17 others of different prompt lengths share its steps); draft-model proposals run as batched steps; a cancelled
  * request, mid-prefill or mid-decode, ends at the next tick with its state released while the others go on; a long
- * prompt is split across ticks under the token budget while the decodes step in every tick; a request whose step
- * fails inside a batched step fails alone.
+ * prompt is split across ticks under the token budget while the decodes step in every tick; beside running decodes the
+ * latency policy cuts its chunks shorter (never where the backend says a cut changes numbers) and its output stays
+ * that of the request alone; a request whose step fails inside a batched step fails alone.
  */
 class SchedulerTest {
     static ModelConfig cfg;
@@ -146,6 +147,79 @@ class SchedulerTest {
             assertTrue(t.stepped().containsAll(decoders), "tick " + ticks + ": every decode stepped, " + t.stepped());
         }
         assertEquals((300 + budget - 1) / budget, ticks, "the prompt took one budget-sized chunk per tick");
+    }
+
+    static void assertAsAlone(LongPromptRuns.Run r) {
+        for (String k : r.alone().keySet()) assertArrayEquals(r.alone().get(k), r.batched().get(k), "request " + k + " as alone");
+    }
+
+    @Test
+    void besideDecodesALongPromptsChunksAreCutToTheStretchBoundAndOutputsStayAsAlone() {
+        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, null, -1);
+        assertAsAlone(r);
+        int cut = 0, probes = 0, prev = -1;
+        for (int i = 0; i < r.ticks().size(); i++) {
+            Scheduler.Tick<String> t = r.ticks().get(i);
+            PrefillBudget.Decision d = t.budget();
+            assertNotNull(d, "tick " + i + ": a prompt waited");
+            assertEquals(3, t.stepped().stream().filter(k -> k.length() == 1).count(), "tick " + i + ": every decode stepped");
+            assertTrue(t.prefillTokens() <= Math.max(d.tokens(), 0) || d.tokens() == 0 && t.prefillTokens() == 0,
+                    "tick " + i + ": " + t.prefillTokens() + " prefill tokens over the limit " + d.tokens());
+            if (d.reason() == PrefillBudget.Reason.PROBE) {
+                probes++;
+                assertEquals(0, t.prefillTokens());
+                assertNotEquals(i - 1, prev, "two probes in a row: the prompt must progress");
+                prev = i;
+                continue;
+            }
+            assertTrue(t.prefillTokens() > 0, "tick " + i + ": the prompt progresses (" + d.reason() + ")");
+            if (d.reason() == PrefillBudget.Reason.STRETCH || d.reason() == PrefillBudget.Reason.CEILING)
+                assertTrue(t.nanos() <= 1.5 * 12_000_000L, "tick " + i + ": " + t.nanos() / 1e6 + " ms > 1.5 x 12 ms");
+            else assertTrue(t.prefillTokens() <= 8, "tick " + i + " at the floor: " + t.prefillTokens());
+            if (t.prefillTokens() < 64 && d.bounded()) cut++;
+        }
+        assertTrue(probes <= 1, "decode-only time was measured before the prompts came: " + probes + " probes");
+        assertTrue(cut > r.ticks().size() / 2, "most ticks cut the prompt's chunk: " + cut + " of " + r.ticks().size());
+        // fixed point of the learned cost: 2 + 0.25 n <= 0.5 * 12, so 16 tokens a tick
+        int last = r.ticks().get(r.ticks().size() - 2).prefillTokens();
+        assertTrue(last >= 12 && last <= 16, "chunks grew to the bound: " + last);
+        assertEquals(450, r.longChunks().stream().mapToInt(Integer::intValue).sum(), "every prompt token prefilled once");
+    }
+
+    /**
+     * A backend whose steps of 32 rows or more round differently from shorter ones (as the GPU's tensor-core
+     * threshold): a chunk of 32 or more is only cut into parts of at least 32, whatever the bound asks.
+     */
+    @Test
+    void chunksAreCutOnlyWhereTheBackendSaysTheNumbersStayTheSame() {
+        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, (rows, first) -> rows < 32 || (first >= 32 && rows - first >= 32), -1);
+        assertAsAlone(r);
+        // the 150-token prompt's last natural chunk (22 tokens) is below the threshold: it may be cut anywhere
+        assertEquals(22, r.longChunks().stream().filter(c -> c < 32).mapToInt(Integer::intValue).sum(),
+                "below the threshold only the parts of a chunk that was below it: " + r.longChunks());
+        assertTrue(r.longChunks().stream().anyMatch(c -> c < 64), "the bound cut chunks to 32: " + r.longChunks());
+        // and a backend that never allows a cut gets whole chunks
+        LongPromptRuns.Run w = LongPromptRuns.run(targetCpu, (rows, first) -> false, -1);
+        assertAsAlone(w);
+        assertTrue(w.longChunks().stream().allMatch(c -> c == 64 || c == 300 % 64 || c == 150 % 64),
+                "whole chunks only: " + w.longChunks());
+    }
+
+    @Test
+    void aReloadOfTheLimitsAppliesFromTheNextTick() {
+        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, null, 6);
+        assertAsAlone(r);
+        for (int i = 3; i < 9; i++) {
+            Scheduler.Tick<String> t = r.ticks().get(i);
+            // bounded, the chunks stay within 16 tokens (2 + 0.25 n <= 0.5 x 12); off, the rest of a 64-token chunk runs
+            if (i == 6 || i == 7) {
+                assertEquals(PrefillBudget.Reason.OFF, t.budget().reason(), "tick " + i);
+                assertTrue(t.prefillTokens() > 16, "tick " + i + ": the bound is off: " + t.prefillTokens());
+            } else {
+                assertTrue(t.budget().bounded(), "tick " + i + ": " + t.budget());
+                assertTrue(t.prefillTokens() <= 16, "tick " + i + ": " + t.prefillTokens());
+            }
+        }
     }
 
     @Test

@@ -9,13 +9,22 @@ import java.util.List;
 /**
  * A backend wrapper for scheduler tests: records the shape of every batched step (entries and their kinds) and
  * whether each sequence it handed out has been closed, and can fail the steps of sequences marked poisoned. It
- * delegates the numbers to the wrapped backend.
+ * delegates the numbers to the wrapped backend. For the scheduler's latency policy it also keeps a fake clock that
+ * each step advances by a given cost, records every step's entry sizes, and can answer
+ * {@link #prefillSplitExact} by another rule than the wrapped backend's (to play a backend with a size threshold).
  */
 public final class TrackingBackend implements Backend {
     final Backend inner;
     /** Per {@link #step} call, the kinds of its entries in order. */
     public final List<List<StepKind>> steps = Collections.synchronizedList(new ArrayList<>());
     public final List<Seq> sequences = Collections.synchronizedList(new ArrayList<>());
+    /** Per {@link #step} call, the row counts of its entries in order. */
+    public final List<int[]> counts = Collections.synchronizedList(new ArrayList<>());
+    /** Nanoseconds a step adds to {@link #now} (null: the clock stands still). */
+    public volatile java.util.function.ToLongFunction<List<BatchEntry>> cost;
+    /** Answers {@link #prefillSplitExact} instead of the wrapped backend (null: the wrapped backend answers). */
+    public volatile java.util.function.BiPredicate<Integer, Integer> splitRule;
+    private final java.util.concurrent.atomic.AtomicLong clock = new java.util.concurrent.atomic.AtomicLong();
 
     public TrackingBackend(Backend inner) {
         this.inner = inner;
@@ -48,6 +57,17 @@ public final class TrackingBackend implements Backend {
     @Override public ModelConfig config() { return inner.config(); }
     @Override public long stateBytes(int contextTokens, int maxRollback) { return inner.stateBytes(contextTokens, maxRollback); }
     @Override public void close() { inner.close(); }
+
+    /** The fake clock (ns): the sum of the costs of the steps so far. */
+    public long now() {
+        return clock.get();
+    }
+
+    @Override
+    public boolean prefillSplitExact(int rows, int first) {
+        var r = splitRule;
+        return r != null ? r.test(rows, first) : inner.prefillSplitExact(rows, first);
+    }
 
     @Override
     public Sequence newSequence(int maxRollback) {
@@ -84,6 +104,9 @@ public final class TrackingBackend implements Backend {
             poison |= ((Seq) e.seq()).poisoned;
         }
         steps.add(kinds);
+        counts.add(batch.stream().mapToInt(BatchEntry::count).toArray());
+        var c = cost;
+        if (c != null) clock.addAndGet(c.applyAsLong(batch));
         float[][] out = inner.step(in);
         if (poison) throw new IllegalStateException("injected fault in a batched step");
         return out;

@@ -1,6 +1,7 @@
 package io.ds4j.gpu;
 
 import io.ds4j.engine.BatchInvarianceRuns;
+import io.ds4j.engine.LongPromptRuns;
 import io.ds4j.model.WeightLoader;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
@@ -15,7 +16,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * fixture's FP8/FP4 twin and a copy of the target as draft models; greedy and seeded sampled) runs alone and then
  * through one scheduler on {@link HipBackend}; every request's tokens are the same both ways, and greedy speculative
  * output equals plain greedy output in the batch. Kernel choices that depend on a step's row count (the tensor-core
- * threshold of the products) must not change any request's numbers for this to hold.
+ * threshold of the products) must not change any request's numbers for this to hold. Also: long prompts whose chunks
+ * the scheduler's latency bound cuts beside decoding requests answer as alone, and the backend's rule for where a
+ * chunk may be cut ({@link HipBackend#prefillSplitExact}) is the chunking invariance it has.
  */
 @Tag("gpu")
 class HipBatchInvarianceTest {
@@ -36,6 +39,20 @@ class HipBatchInvarianceTest {
             assertTrue(rep.allReleased());
             System.out.printf("gpu batch invariance: %d requests, widest step %d entries, %d ticks (%d steps alone)%n",
                     rep.requests().size(), rep.widest(), rep.ticks(), rep.aloneSteps());
+        }
+    }
+
+    @Test
+    void longPromptsCutByTheLatencyBoundAnswerAsAloneOnTheGpu() throws Exception {
+        try (HipBackend target = new HipBackend(WeightLoader.load(TINY))) {
+            int T = io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS();
+            assertTrue(target.prefillSplitExact(2 * T + 6, T) && target.prefillSplitExact(T - 1, 5), "cuts that keep each side");
+            assertFalse(target.prefillSplitExact(2 * T + 6, T - 1) || target.prefillSplitExact(T + 10, T), "cuts across the threshold");
+            LongPromptRuns.Run r = LongPromptRuns.run(target, null, -1);
+            for (String k : r.alone().keySet())
+                assertArrayEquals(r.alone().get(k), r.batched().get(k), "request " + k + " beside the long prompts, as alone");
+            assertTrue(r.longChunks().stream().anyMatch(c -> c < 64), "the bound cut chunks: " + r.longChunks());
+            System.out.printf("gpu long prompts under the latency bound: chunks %s, answers as alone%n", r.longChunks());
         }
     }
 }

@@ -18,7 +18,8 @@ import static org.junit.jupiter.api.Assertions.*;
  * prompt lengths, plain and speculative (an n-gram draft, the model itself as draft model, or its MTP layer), greedy
  * and seeded sampled, each answer exactly (content and every logprob) what the same request gets alone; the engine's steps
  * really held many requests (the {@code ds4j:batch_size} histogram; with the MTP draft, its batched MTP steps too:
- * {@code ds4j:mtp_batch_size}), and /props shows the scheduler's limits.
+ * {@code ds4j:mtp_batch_size}), and /props shows the scheduler's limits. A long prompt prefilled beside decoding
+ * requests under the latency bound (chunks cut to the learned step cost) leaves every answer as it is alone.
  */
 class BatchedServerTest {
 
@@ -72,6 +73,8 @@ class BatchedServerTest {
             assertEquals(256, props.get("maxBatchRows").asInt());
             assertEquals(48, props.get("tokenBudget").asInt());
             assertEquals(48, props.get("prefillChunk").asInt(), "chunks are at most the token budget");
+            assertEquals(1.6, props.get("maxTickStretch").asDouble(), "the latency bound on prefill, by default");
+            assertEquals(64, props.get("minPrefillChunk").asInt());
             double mtpSteps = metric(metrics, "ds4j:mtp_batch_size_count"), mtpSmall = metric(metrics, "ds4j:mtp_batch_size_bucket{le=\"4.0\"}");
             if (draft.equals("mtp")) assertTrue(mtpSteps > 0, "the MTP drafts ran: " + mtpSteps);
             else assertEquals(0.0, mtpSteps, "no MTP steps without the MTP draft");
@@ -119,6 +122,56 @@ class BatchedServerTest {
             double steps = metric(metrics, "ds4j:mtp_batch_size_count"), upTo8 = metric(metrics, "ds4j:mtp_batch_size_bucket{le=\"8.0\"}");
             assertTrue(steps > before && upTo8 < steps, "some batched MTP forwards held more than 8 requests: " + upTo8 + " of " + steps);
         }
+    }
+
+    /**
+     * Four streams decode (80 tokens each) while a prompt of about 1,500 tokens is prefilled beside them, under the latency bound
+     * (maxTickStretch 1.2, floor 16, so the learned bound cuts the 256-token chunks): every answer, the long prompt's
+     * too, equals the same request run alone, and the scheduler's decisions reached /metrics.
+     */
+    @org.junit.jupiter.api.Test
+    void aLongPromptBesideDecodingStreamsLeavesEveryAnswerAsAlone() throws Exception {
+        try (TestServer server = TestServer.start(new DefaultModelProvider(), Map.of("limits.maxActive", 8,
+                "scheduler.tokenBudget", 256, "limits.prefillChunk", 256, "scheduler.maxTickStretch", 1.2,
+                "scheduler.minPrefillChunk", 16), null, null);
+             var pool = java.util.concurrent.Executors.newFixedThreadPool(5)) {
+            List<String> bodies = new ArrayList<>();
+            for (int i = 0; i < 4; i++) bodies.add("{\"messages\":[{\"role\":\"user\",\"content\":\"Stream " + i
+                    + " tells a story\"}],\"max_tokens\":80,\"ignore_eos\":true,\"logprobs\":true,\"cache_prompt\":false,"
+                    + (i % 2 == 0 ? "\"temperature\":0" : "\"temperature\":0.8,\"seed\":" + (50 + i)) + "}");
+            String longText = "lantern " + "the harbour keeps its lights burning through the long winter night ".repeat(120);
+            String longBody = "{\"messages\":[{\"role\":\"user\",\"content\":" + Json.MAPPER.valueToTree(longText)
+                    + "}],\"max_tokens\":4,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true,\"cache_prompt\":false}";
+            List<String> alone = new ArrayList<>();
+            for (String b : bodies) alone.add(answer(server.post("/v1/chat/completions", b)));
+            TestServer.Resp longAlone = server.post("/v1/chat/completions", longBody);
+            String longAnswer = answer(longAlone);
+            assertTrue(longAlone.json().at("/usage/prompt_tokens").asInt() > 1000, longAlone.body());
+            List<java.util.concurrent.Future<TestServer.Resp>> fs = new ArrayList<>();
+            for (String b : bodies) fs.add(pool.submit(() -> server.post("/v1/chat/completions", b)));
+            double before = nan0(metric(server.get("/metrics").body(), "vllm:generation_tokens_total"));
+            assertTrue(TestServer.eventually(60_000, () -> {
+                try {
+                    return nan0(metric(server.get("/metrics").body(), "vllm:generation_tokens_total")) >= before + 8;
+                } catch (Exception e) {
+                    return false;
+                }
+            }), "the streams decode when the long prompt arrives");
+            var lf = pool.submit(() -> server.post("/v1/chat/completions", longBody));
+            for (int i = 0; i < bodies.size(); i++) assertEquals(alone.get(i), answer(fs.get(i).get()), "stream " + i);
+            assertEquals(longAnswer, answer(lf.get()), "the long prompt's answer");
+            String metrics = server.get("/metrics").body();
+            assertTrue(metric(metrics, "ds4j:step_prefill_limit_count") > 0, "the decisions are exported");
+            double besideDecodes = 0;
+            for (String r : List.of("probe", "no_data", "floor", "stretch", "ceiling"))
+                besideDecodes += Math.max(0, nan0(metric(metrics, "ds4j:step_prefill_limit_reason_total{reason=\"" + r + "\"}")));
+            assertTrue(besideDecodes > 0, "the bound decided steps beside the decoding streams: "
+                    + metrics.lines().filter(l -> l.startsWith("ds4j:step_prefill_limit_reason")).toList());
+        }
+    }
+
+    static double nan0(double v) {
+        return Double.isNaN(v) ? 0 : v;
     }
 
     /** The value of a metric line (name with labels, exactly as printed), or NaN. */

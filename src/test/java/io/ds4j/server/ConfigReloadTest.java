@@ -70,7 +70,8 @@ class ConfigReloadTest {
     void validFileAppliesLiveKeysToNewRequests() throws Exception {
         assertEquals(50, props().at("/config/limits/maxTokensDefault").asInt());
         write("{\"server\": {\"configScanMs\": 100, \"apiKeys\": [\"sk-test\"]}, \"limits\": {\"maxTokensDefault\": 3},"
-                + " \"sampling\": {\"temperature\": 0.5}, \"speculative\": {\"q\": 2}, \"log\": {\"level\": \"warn\"}}");
+                + " \"sampling\": {\"temperature\": 0.5}, \"speculative\": {\"q\": 2}, \"log\": {\"level\": \"warn\"},"
+                + " \"scheduler\": {\"maxTickStretch\": 1.25, \"minPrefillChunk\": 32}}");
         String[] key = {"Authorization", "Bearer sk-test"};
         assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("limits.maxTokensDefault", key)), "reload applied");
         JsonNode p = props(key);
@@ -78,6 +79,8 @@ class ConfigReloadTest {
         assertEquals(3, p.at("/config/limits/maxTokensDefault").asInt());
         assertEquals(0.5, p.at("/default_generation_settings/temperature").asDouble());
         assertEquals("2", p.at("/speculative/q").asText());
+        assertEquals(1.25, p.at("/scheduler/maxTickStretch").asDouble(), "the latency bound reloads live");
+        assertEquals(32, p.at("/scheduler/minPrefillChunk").asInt());
         assertEquals("***", p.at("/config/server/apiKeys/0").asText(), "keys are not shown");
 
         assertEquals(401, server.get("/props").status(), "API keys apply at once");

@@ -60,6 +60,9 @@ class ServerConfigTest {
         // a whole number beyond the int range says so, not "must be an integer"
         assertEquals(List.of("scheduler.maxBatchRows: must be an integer of at most 2147483647 in magnitude, got 99999999999"),
                 problems("{\"scheduler\": {\"maxBatchRows\": 99999999999}}").problems());
+        assertEquals(List.of("scheduler.minPrefillChunk: must be an integer in [1, 1048576], got 0",
+                        "scheduler.maxTickStretch: must be 0 (off) or in [1, 100], got 0.5"),
+                problems("{\"scheduler\": {\"maxTickStretch\": 0.5, \"minPrefillChunk\": 0}}").problems());
         e = problems("{\"limits\": {\"maxActive\": 0}, \"sampling\": {\"temperature\": 7}, \"log\": {\"level\": \"loud\"}}");
         assertTrue(e.getMessage().contains("limits.maxActive: must be an integer in [1, 4096], got 0"), e.getMessage());
         assertTrue(e.getMessage().contains("sampling.temperature: must be in [0, 2], got 7"), e.getMessage());

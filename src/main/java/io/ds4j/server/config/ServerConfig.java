@@ -75,6 +75,13 @@ public final class ServerConfig {
             key("scheduler.tokenBudget", ConfigKey.Type.INT, 512, true,
                     "most prefill tokens in one batched step: a long prompt is split across steps, so it delays the running "
                             + "requests' next tokens by at most this much prefill; prefill chunks are at most this long"),
+            key("scheduler.maxTickStretch", ConfigKey.Type.NUMBER, 1.6, true,
+                    "while requests decode, a step with prefill may take at most this many times the predicted step "
+                            + "without it (learned online), which bounds their inter-token latency beside a long prompt; "
+                            + "0 = off (prefill gets the whole token budget), else >= 1"),
+            key("scheduler.minPrefillChunk", ConfigKey.Type.INT, 64, true,
+                    "the fewest prefill tokens a step gives a waiting prompt under scheduler.maxTickStretch, so it "
+                            + "always progresses in efficient chunks (at most scheduler.tokenBudget is used)"),
             key("prefixCache.enabled", ConfigKey.Type.BOOL, true, false,
                     "reuse prompt prefixes across requests (snapshots of sequence state at block boundaries); "
                             + "requests opt out with cache_prompt: false"),
@@ -289,6 +296,10 @@ public final class ServerConfig {
         intRange(v, p, "limits.prefillChunk", 1, 1 << 16);
         intRange(v, p, "scheduler.maxBatchRows", 1, 1 << 16);
         intRange(v, p, "scheduler.tokenBudget", 1, 1 << 20);
+        intRange(v, p, "scheduler.minPrefillChunk", 1, 1 << 20);
+        double stretch = (Double) v.get("scheduler.maxTickStretch");
+        if (!(stretch == 0 || (stretch >= 1 && stretch <= 100)))
+            p.add("scheduler.maxTickStretch: must be 0 (off) or in [1, 100], got " + fmt(stretch));
         intRange(v, p, "sampling.top_k", -1, Integer.MAX_VALUE); // -1 is "off" too, as in requests
         intRange(v, p, "prefixCache.budgetMiB", 0, Integer.MAX_VALUE);
         intRange(v, p, "prefixCache.blockTokens", 1, 1 << 20);
@@ -492,6 +503,12 @@ public final class ServerConfig {
 
     /** {@code scheduler.tokenBudget}. */
     public int tokenBudget() { return i("scheduler.tokenBudget"); }
+
+    /** {@code scheduler.maxTickStretch}: 0 (off) or at least 1. */
+    public double maxTickStretch() { return d("scheduler.maxTickStretch"); }
+
+    /** {@code scheduler.minPrefillChunk}. */
+    public int minPrefillChunk() { return i("scheduler.minPrefillChunk"); }
 
     /** The {@code cluster.*} settings. */
     @SuppressWarnings("unchecked")

@@ -1,0 +1,150 @@
+package io.ds4j.engine;
+
+/**
+ * The scheduler's latency policy for prefill: how many prompt tokens a tick may carry beside the running
+ * decode/verify rows, so that a long prompt being prefilled stretches the running streams' inter-token latency by a
+ * bounded factor instead of by a whole {@code tokenBudget} of prefill per tick.
+ *
+ * <p>Rule, when prefill waits and decode/verify rows run: the tick's predicted duration may be at most
+ * {@link Scheduler.Limits#maxTickStretch} times the predicted duration of the same tick without prefill, so the
+ * prefill tokens are limited to {@code (maxTickStretch − 1) · decodeMs / msPerToken}, clamped to
+ * [{@link Scheduler.Limits#minPrefillChunk}, {@link Scheduler.Limits#tokenBudget}]. The floor keeps a prompt
+ * progressing in chunks large enough to run efficiently even where one such chunk alone costs more than the bound
+ * allows; the ceiling is the token budget. Without decode rows, or with the policy off (maxTickStretch 0), prefill
+ * takes the whole token budget.
+ *
+ * <p>The cost model is learned online from the measured durations of whole ticks ({@link #observe}):
+ * <ul>
+ *   <li>{@code decodeMs}: exponentially weighted mean of the ticks that ran decode/verify rows and no prefill;</li>
+ *   <li>{@code msPerToken}: exponentially weighted mean of a tick's prefill cost per prefill token, the prefill cost
+ *       being the tick's duration less {@code decodeMs} (the whole tick when no decode rows ran). Measured on chunks
+ *       of the size the policy picks, it includes a chunk's fixed cost spread over its tokens, so the pick converges
+ *       to the chunk whose whole cost fits the bound; it also follows the cost's growth with the prompt's
+ *       position.</li>
+ * </ul>
+ * While a long prompt prefills, every tick holds prefill, so {@code decodeMs} would go stale: a tick then runs
+ * without prefill (a probe) when there is no decode-only measurement yet, when the last one is
+ * {@value #PROBE_EVERY} prefill ticks old, or when the decode rows differ from the measured ones by more than a
+ * factor of two (and by more than 8 rows). Until a prefill tick has been measured the floor is used.
+ *
+ * <p>Not thread-safe: the scheduler's thread calls every method.
+ */
+public final class PrefillBudget {
+    /** Why a tick got the prefill tokens it got. */
+    public enum Reason {
+        /** No decode/verify rows run: the whole token budget. */
+        NO_DECODES,
+        /** The policy is off (maxTickStretch 0): the whole token budget. */
+        OFF,
+        /** No prefill in this tick, to measure a decode-only tick. */
+        PROBE,
+        /** No prefill cost measured yet: the floor. */
+        NO_DATA,
+        /** The stretch bound allows less than the floor: the floor. */
+        FLOOR,
+        /** The stretch bound limits the tokens. */
+        STRETCH,
+        /** The stretch bound allows at least the token budget: the budget. */
+        CEILING
+    }
+
+    /**
+     * One tick's decision.
+     * @param tokens     most prefill tokens of the tick (0: none, a probe)
+     * @param reason     why
+     * @param decodeMs   the predicted duration of the tick without prefill (ms; NaN when unknown)
+     * @param msPerToken the predicted prefill cost per token (ms; NaN when unknown)
+     */
+    public record Decision(int tokens, Reason reason, double decodeMs, double msPerToken) {
+        /** True when the latency bound set the limit below the token budget (chunks may be cut to meet it). */
+        public boolean bounded() {
+            return reason == Reason.FLOOR || reason == Reason.STRETCH || reason == Reason.NO_DATA;
+        }
+
+        /** The predicted duration of a tick with this many prefill tokens (ms; NaN when unknown). */
+        public double predictedMs(int prefillTokens) {
+            return (Double.isNaN(decodeMs) ? 0 : decodeMs) + prefillTokens * msPerToken;
+        }
+    }
+
+    /** Prefill ticks after which a decode-only tick re-measures {@code decodeMs}. */
+    public static final int PROBE_EVERY = 64;
+    /** Weight of a new measurement in the means. */
+    static final double ALPHA = 0.25;
+
+    private double decodeMs = Double.NaN;
+    private double decodeRowsAt;
+    private double msPerToken = Double.NaN;
+    private int sinceDecodeSample;
+
+    /**
+     * The prefill tokens of the next tick, given that prefill waits.
+     * @param limits     the scheduler's limits
+     * @param decodeRows decode/verify rows the tick runs
+     */
+    public Decision decide(Scheduler.Limits limits, int decodeRows) {
+        int budget = limits.tokenBudget();
+        if (decodeRows == 0) return new Decision(budget, Reason.NO_DECODES, decodeMs, msPerToken);
+        if (limits.maxTickStretch() == 0) return new Decision(budget, Reason.OFF, decodeMs, msPerToken);
+        if (Double.isNaN(decodeMs) || sinceDecodeSample >= PROBE_EVERY || loadChanged(decodeRows))
+            return new Decision(0, Reason.PROBE, decodeMs, msPerToken);
+        int floor = Math.min(limits.minPrefillChunk(), budget);
+        if (Double.isNaN(msPerToken)) return new Decision(floor, Reason.NO_DATA, decodeMs, msPerToken);
+        double allowed = (limits.maxTickStretch() - 1) * decodeMs / msPerToken;
+        if (allowed >= budget) return new Decision(budget, Reason.CEILING, decodeMs, msPerToken);
+        if (allowed < floor) return new Decision(floor, Reason.FLOOR, decodeMs, msPerToken);
+        return new Decision((int) allowed, Reason.STRETCH, decodeMs, msPerToken);
+    }
+
+    /**
+     * Learns from a tick that ran.
+     * @param decodeRows    its decode/verify rows
+     * @param prefillTokens its prefill tokens
+     * @param nanos         its duration (ns)
+     */
+    public void observe(int decodeRows, int prefillTokens, long nanos) {
+        double ms = nanos / 1e6;
+        if (prefillTokens == 0) {
+            if (decodeRows == 0) return;
+            if (Double.isNaN(decodeMs) || loadChanged(decodeRows)) {
+                // the first measurement, or a new decode load: it replaces the old mean
+                decodeMs = ms;
+                decodeRowsAt = decodeRows;
+            } else {
+                decodeMs += ALPHA * (ms - decodeMs);
+                decodeRowsAt += ALPHA * (decodeRows - decodeRowsAt);
+            }
+            sinceDecodeSample = 0;
+            return;
+        }
+        double cost;
+        if (decodeRows == 0) cost = ms;
+        else {
+            sinceDecodeSample++;
+            if (Double.isNaN(decodeMs)) return; // the prefill's share of the tick is unknown
+            cost = ms - decodeMs;
+        }
+        // a tick faster than the decode-only mean (noise): count its prefill as nearly free, the next ticks correct it
+        double perToken = Math.max(cost, 1e-3) / prefillTokens;
+        msPerToken = Double.isNaN(msPerToken) ? perToken : msPerToken + ALPHA * (perToken - msPerToken);
+    }
+
+    /**
+     * Whether the decode rows differ from those {@code decodeMs} was measured at by more than a factor of two (and
+     * more than 8 rows, so a stream's varying verify width alone does not count).
+     */
+    private boolean loadChanged(int decodeRows) {
+        double hi = Math.max(decodeRows, decodeRowsAt), lo = Math.min(decodeRows, decodeRowsAt);
+        return hi > 2 * lo + 8;
+    }
+
+    /** The predicted duration of a tick without prefill (ms; NaN when unknown). */
+    public double decodeMs() {
+        return decodeMs;
+    }
+
+    /** The predicted prefill cost per token (ms; NaN when unknown). */
+    public double msPerToken() {
+        return msPerToken;
+    }
+}
