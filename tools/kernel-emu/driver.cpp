@@ -589,25 +589,32 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
 // ------------------------------------------------------------------------------------------- skinny products
 
 template <bool MOE>
-static void launch_skinny(int fmt, int mt, int S, int nw, dim3 grid, const sk::Args& a) {
-    const int nt = (S + 7) / 8;
+static void launch_skinny(int fmt, const sk::Shape& sh, dim3 grid, const sk::Args& a) {
     auto run = [&](auto f, auto m, auto n) {
-        emu_launch(grid, dim3(nw * 32), 0, [&] {
-            sk::skinny_kernel<decltype(f)::value, decltype(m)::value, decltype(n)::value, MOE>(a);
-        });
+        if constexpr (sk::built<decltype(f)::value, decltype(m)::value, decltype(n)::value>)
+            emu_launch(grid, dim3(sh.nw * 32), 0, [&] {
+                sk::skinny_kernel<decltype(f)::value, decltype(m)::value, decltype(n)::value, MOE>(a);
+            });
+        else {
+            printf("FAIL skinny shape not built: fmt %d m-tiles %d n-tiles %d\n", fmt, sh.mt, sh.nt);
+            fails++;
+        }
     };
     auto by_nt = [&](auto f, auto m) {
-        switch (nt) {
+        switch (sh.nt) {
             case 1: run(f, m, std::integral_constant<int, 1>()); break;
             case 2: run(f, m, std::integral_constant<int, 2>()); break;
             case 3: run(f, m, std::integral_constant<int, 3>()); break;
-            default: run(f, m, std::integral_constant<int, 4>()); break;
+            case 4: run(f, m, std::integral_constant<int, 4>()); break;
+            default: run(f, m, std::integral_constant<int, 8>()); break;
         }
     };
     auto by_mt = [&](auto f) {
-        constexpr int HI = sk::Fmt<decltype(f)::value>::MT_HI;
-        if (mt == HI) by_nt(f, std::integral_constant<int, HI>());
-        else by_nt(f, std::integral_constant<int, HI / 2>());
+        switch (sh.mt) {
+            case 1: by_nt(f, std::integral_constant<int, 1>()); break;
+            case 2: by_nt(f, std::integral_constant<int, 2>()); break;
+            default: by_nt(f, std::integral_constant<int, 4>()); break;
+        }
     };
     switch (fmt) {
         case DS4J_FMT_F16: by_mt(std::integral_constant<int, DS4J_FMT_F16>()); break;
@@ -618,18 +625,34 @@ static void launch_skinny(int fmt, int mt, int S, int nw, dim3 grid, const sk::A
 }
 
 /**
- * The skinny dense product as the host entry runs it (skinny_matmul): y [S, ldy] for x [S, ldx]; mt_force > 0 takes
- * that many m-tiles per warp instead of the shape's choice (to reach both variants with small shapes).
+ * The shape the host entry takes (sk::shape_for); mt_force > 0 takes that many m-tiles per warp in narrow passes
+ * instead (to reach both variants with small shapes: the column split follows, as it would for a shape that chose it).
+ */
+static sk::Shape skinny_shape(int fmt, int64_t grp, int64_t groups, int units, int64_t rb, int S, int mt_force) {
+    sk::Shape sh = sk::shape_for(fmt, grp, groups, units, rb, S);
+    if (mt_force > 0) {
+        const int narrow_mt = mt_force;
+        sh.nw = sk::warps_for(narrow_mt, groups * ((grp + 16 * narrow_mt - 1) / (16 * narrow_mt)) * units, rb);
+        if (sh.nt <= 4) {
+            sh.mt = narrow_mt;
+            sh.tpg = (grp + 16 * narrow_mt - 1) / (16 * narrow_mt);
+        }
+    }
+    return sh;
+}
+
+/**
+ * The skinny dense product as the host entry runs it (skinny_matmul): y [S, ldy] for x [S, ldx]; mt_force as for
+ * skinny_shape.
  */
 static void skinny_dense_run(int fmt, const WView& v, int rows, int grp, int64_t xgs, const float* x, int64_t ldx, float* y,
                              int64_t ldy, int S, int mt_force) {
-    const int groups = rows / grp, mt = mt_force > 0 ? mt_force : sk::mt_for(fmt, grp, groups, 1);
-    const int tpg = (grp + 16 * mt - 1) / (16 * mt);
-    const int nw = sk::warps_for(mt, (int64_t)groups * tpg, row_bytes_of(fmt, v.cols));
+    const int groups = rows / grp;
+    const sk::Shape sh = skinny_shape(fmt, grp, groups, 1, row_bytes_of(fmt, v.cols), S, mt_force);
     sk::Args a{};
-    a.v = v; a.rows = rows; a.grp = grp; a.tiles_per_grp = tpg; a.xgs = xgs;
+    a.v = v; a.rows = rows; a.grp = grp; a.tiles_per_grp = (int)sh.tpg; a.xgs = xgs;
     a.x = x; a.ldx = ldx; a.y = y; a.ldy = ldy; a.S = S;
-    launch_skinny<false>(fmt, mt, S, nw, dim3(groups * tpg), a);
+    launch_skinny<false>(fmt, sh, dim3((unsigned)(groups * sh.tpg)), a);
 }
 
 /** Scales above 2^7 (FP8) and 2^1 (FP4) take the two-step multiplication: a quarter of the blocks get one. */
@@ -704,15 +727,16 @@ static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bo
     std::vector<float> x(ldx * xr + 16), y(ldy * P, -777.f);
     float* xp = (float*)(((uintptr_t)x.data() + 15) & ~(uintptr_t)15);
     for (int64_t i = 0; i < ldx * xr; i++) xp[i] = (float)gauss();
-    const int mt = mt_force > 0 ? mt_force : sk::mt_for(fmt, rows, 1, k), tiles = (rows + 16 * mt - 1) / (16 * mt);
-    const int nw = sk::warps_for(mt, (int64_t)tiles * k, row_bytes_of(fmt, cols));
+    int mt = 0;
     auto run = [&](const int32_t* idp, int s_count, const float* xb, float* yb) {
+        const sk::Shape sh = skinny_shape(fmt, rows, 1, k, row_bytes_of(fmt, cols), s_count, mt_force);
+        if (s_count == S) mt = sh.mt;
         sk::Args a{};
         a.v.scale_kind = DS4J_SCALE_E8M0; a.v.cols = cols; a.v.scale_cols = (cols + 127) >> 7;
         a.rows = rows; a.x = xb; a.ldx = ldx; a.y = yb; a.ldy = ldy; a.S = s_count;
         a.w_table = wt.data(); a.scale_table = fmt >= DS4J_FMT_FP8_E4M3_B128 ? st.data() : nullptr; a.row_base_table = nullptr;
         a.ids = idp; a.P = s_count * k; a.k = k; a.x_per_pick = per_pick;
-        launch_skinny<true>(fmt, mt, s_count, nw, dim3(s_count * k, tiles), a);
+        launch_skinny<true>(fmt, sh, dim3(s_count * k, (unsigned)sh.tpg), a);
     };
     run(ids.data(), S, xp, y.data());
     double worst = 0;
@@ -759,6 +783,14 @@ int main() {
         for (int S : {1, 9, 31}) skinny_dense(fmt, 75, 0, 75, cols, 75, S, 4, false, hi);
         skinny_dense(fmt, 300, 130, 130, cols, 130, 5, 0, false, hi);
         skinny_dense(fmt, 120, 0, 3 * 40, cols, 40, 9, 8, false, hi);
+        // 33 .. 64 rows: one 64-token pass (DS4J_SKINNY_WIDE_MT m-tiles per warp), or passes of 32 with
+        // DS4J_SKINNY_WIDE=0; every row alone must give the same bits as inside the step
+        for (int S : {32, 33, 47, 64}) skinny_dense(fmt, 75, 0, 75, cols, 75, S, 4);
+        skinny_dense(fmt, 300, 130, 130, cols, 130, 40, 0);
+        skinny_dense(fmt, 120, 0, 3 * 40, cols, 40, 64, 8);
+        skinny_dense(fmt, 20, 0, 20, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4096 : 2048, 20, 64, 0);
+        if (fmt == DS4J_FMT_FP8_E4M3_B128 || fmt == DS4J_FMT_FP4_E2M1_B32) skinny_dense(fmt, 40, 0, 40, cols, 40, 57, 0, true);
+        skinny_dense(fmt, 75, 0, 75, cols, 75, 64, 4, false, hi);
     }
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
         const int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 128 : 64;
@@ -767,6 +799,17 @@ int main() {
         skinny_moe_case(fmt, 6, 3, 9, 72, cols, false, true, 2, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4 : 2);
     }
     skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 3, 3, 31, 40, 64, false, false, -1);  // experts with > 32 picks: two passes
+    // 33 .. 64 tokens: 64-pick passes; experts with more than 64 picks (two passes)
+    for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
+        const int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 128 : 64;
+        skinny_moe_case(fmt, 6, 3, 64, 72, cols, false, fmt != DS4J_FMT_FP8_E4M3_B128, 2);
+        skinny_moe_case(fmt, 5, 2, 40, 40, cols, true, false, -1, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4 : 2);
+    }
+    skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 3, 3, 64, 40, 64, false, false, -1);
+    if (getenv("SKINNY_ONLY")) {
+        printf("%s: %d failures (skinny products only)\n", fails ? "FAILED" : "OK", fails);
+        return fails ? 1 : 0;
+    }
 
     // dense: odd rows, K tails, token tails, row views (FP8 grid offsets), groups straddling tiles
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {

@@ -5,7 +5,8 @@
 # their sources are compiled with g++ against a host emulation of the CUDA subset they use (emu.h) and run against
 # F64 references (driver.cpp). It finds indexing mistakes (tiles, tails, fragments, grouping by expert); it says
 # nothing about speed or the tensor cores' own rounding, which only the GPU tests measure. Needs g++ 12 or newer
-# (C++20, _Float16) and python3; takes a few minutes on two cores (EXTRA=1: slower cases too).
+# (C++20, _Float16) and python3; takes a few minutes on two cores (EXTRA=1: slower cases too). The skinny cases run
+# three times: as built, and with DS4J_SKINNY_WIDE_MT=1 and DS4J_SKINNY_WIDE=0 (SKINNY_ONLY=1 stops after them).
 #   tools/kernel-emu/run.sh [WORK_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,3 +17,6 @@ python3 "$here/gen.py" "$root/src/main/native" "$work"
 cp "$here/emu.h" "$here/driver.cpp" "$work/"
 g++ -std=c++20 -O1 -ffp-contract=off -pthread -I"$work" "$work/driver.cpp" -o "$work/driver"
 "$work/driver"
+# the skinny products' alternatives, chosen by environment variables read once per process
+SKINNY_ONLY=1 DS4J_SKINNY_WIDE_MT=1 "$work/driver"
+SKINNY_ONLY=1 DS4J_SKINNY_WIDE=0 "$work/driver"

@@ -4,9 +4,9 @@
 // per lane, decoded in registers straight into MMA operands.
 //
 // Layout: the weights are the MMA's A operand (16 weight rows per m16 tile), the step's rows (tokens, or one expert's
-// picks) are B (8 per n8 tile, up to NT = 4 tiles per pass). A warp owns MT m-tiles (16 MT weight rows) and a share of
-// the columns; lane (g, t) = (lane / 4, lane % 4) loads one 16-byte chunk of rows g and g + 8 of each m-tile, and these
-// bytes are its A fragments: no shared-memory staging, no shuffles. Chunk c of a row holds E columns (16 FP8, 32
+// picks) are B (8 per n8 tile, up to NT = 8 tiles per pass: a step of 64 rows reads each weight once). A warp owns MT
+// m-tiles (16 MT weight rows) and a share of the columns; lane (g, t) = (lane / 4, lane % 4) loads one 16-byte chunk
+// of rows g and g + 8 of each m-tile, and these bytes are its A fragments: no shared-memory staging, no shuffles. Chunk c of a row holds E columns (16 FP8, 32
 // FP4, 8 BF16 / F16); the four lanes t of a row read chunks 4j + t, 64 contiguous bytes. K-step i of a chunk puts four
 // of its columns into the lane's k slots {2t, 2t+1, 2t+8, 2t+9} (FP8, BF16, F16: columns 4i .. 4i+3 in order; FP4:
 // within each 8-column word the pairs (n, n+4), which decode with shifts and masks alone) and the B fragment takes x
@@ -20,7 +20,8 @@
 //
 // Batch invariance: the result for (token s, row r) is the sum of the warps' partial sums in warp order, each warp's
 // over its chunks in order, each chunk's k-steps in order; the warp count and the column split depend on the matrix
-// shape only, never on S, on the token's place in its tile or on the other tokens or picks of the step.
+// shape only, never on S, on the token's place in its tile or on the other tokens or picks of the step (shape_for).
+// S picks the pass width and, for 64-token passes, the m-tiles per warp: which rows a warp holds, not how they sum.
 //
 // Routed experts: one block per (expert, row tile): the block of an expert's first pick collects all its picks in
 // ascending order and runs them as the B tokens, so each expert's weights are read once per step, not once per pick;
@@ -184,14 +185,17 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
                                           const float* x, const int64_t* xoff, int ntv, float (&acc)[MT][NT][4]) {
     // loads in flight per lane: 2 MT U; one m-tile per warp (the small matrices' choice) doubles U instead, so that
     // every warp keeps eight 16-byte loads in flight (the registers allow it without spilling, FP4 aside)
-    constexpr int E = Fmt<FMT>::E, U = (MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16) ? 2 * Fmt<FMT>::U : Fmt<FMT>::U,
-                  KS = E / 4;
+    // a 64-token pass (NT = 8) halves U: its accumulators take the registers
+    constexpr int U1 = (MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16) ? 2 * Fmt<FMT>::U : Fmt<FMT>::U;
+    constexpr int E = Fmt<FMT>::E, U = NT > 4 ? (U1 > 1 ? U1 / 2 : 1) : U1, KS = E / 4;
     constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nch = (int)(rb >> 4), ngr = (nch + 3) >> 2;
-    const float* xr[NT];
+    // token rows (null: no token); a 64-token pass reads them from shared memory as it goes, to save 16 registers
+    constexpr bool XR = NT <= 4;
+    const float* xr[XR ? NT : 1];
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
+    for (int nt = 0; nt < (XR ? NT : 0); nt++) {
         const int64_t o = nt < ntv ? xoff[nt * 8 + g] : -1;
         xr[nt] = o >= 0 ? x + o : nullptr;
     }
@@ -245,24 +249,31 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
                 }
 #pragma unroll
             for (int i = 0; i < KS; i++) {
-                uint32_t bh0[NT], bh1[NT], bl0[NT], bl1[NT];
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-                    if (nt < ntv) b_words<FMT>(col >= 0 ? xr[nt] : nullptr, col, i, bh0[nt], bh1[nt], bl0[nt], bl1[nt]);
+                // the A fragments of every m-tile first (PTX ISA, mma.m16n8k16: a0 = (row g, k 2t..2t+1), a1 = row g+8,
+                // a2 = k + 8, a3 = both), then each n-tile's B words once for all m-tiles: only four B words are live at
+                // a time, which leaves the registers for eight n-tiles of accumulators. Every accumulator still takes
+                // its MMAs in the order (k-step, hi, lo[, F16 low part]).
+                uint32_t a[MT][4], al[MT][4];
 #pragma unroll
                 for (int mi = 0; mi < MT; mi++) {
-                    // A fragment (PTX ISA, mma.m16n8k16): a0 = (row g, k 2t..2t+1), a1 = row g+8, a2 = k + 8, a3 = both
-                    uint32_t a[4], al[4];
-                    a_words<FMT>(q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[0], a[2], al[0], al[2]);
-                    a_words<FMT>(q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[1], a[3], al[1], al[3]);
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++)
-                        if (nt < ntv) {
-                            tc::mma_bf16(acc[mi][nt], a, bh0[nt], bh1[nt]);
-                            tc::mma_bf16(acc[mi][nt], a, bl0[nt], bl1[nt]);
-                            if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al, bh0[nt], bh1[nt]);
-                        }
+                    a_words<FMT>(q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
+                    a_words<FMT>(q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
                 }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+                    if (nt < ntv) {
+                        uint32_t bh0, bh1, bl0, bl1;
+                        const float* xt = nullptr;
+                        if constexpr (XR) xt = xr[nt];
+                        else if (xoff[nt * 8 + g] >= 0) xt = x + xoff[nt * 8 + g];
+                        b_words<FMT>(col >= 0 ? xt : nullptr, col, i, bh0, bh1, bl0, bl1);
+#pragma unroll
+                        for (int mi = 0; mi < MT; mi++) {
+                            tc::mma_bf16(acc[mi][nt], a[mi], bh0, bh1);
+                            tc::mma_bf16(acc[mi][nt], a[mi], bl0, bl1);
+                            if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al[mi], bh0, bh1);
+                        }
+                    }
             }
         }
     }
@@ -374,9 +385,9 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) skinny_kernel(Args a) {
 }
 
 /** m-tiles per warp for a format, (rows of a group, groups) and the number of matrices streamed at once (units). */
-static int mt_for(int format, int grp, int groups, int units) {
+static int mt_for(int format, int64_t grp, int64_t groups, int units) {
     const int hi = format == DS4J_FMT_FP4_E2M1_B32 ? Fmt<DS4J_FMT_FP4_E2M1_B32>::MT_HI : 2;
-    const int64_t tiles = (int64_t)groups * ((grp + 16 * hi - 1) / (16 * hi)) * units;
+    const int64_t tiles = groups * ((grp + 16 * hi - 1) / (16 * hi)) * units;
     return tiles >= TARGET_TILES ? hi : hi / 2;
 }
 
@@ -392,29 +403,109 @@ static int warps_for(int mt, int64_t tiles, int64_t rb) {
     return nw;
 }
 
-// F: format, M: m-tiles per warp (MT_HI or MT_HI / 2), N: n-tiles per pass
-#define DS4J_SK_DISPATCH(format, mt, NT, CALL)                                                            \
-    switch (format) {                                                                                     \
-        case DS4J_FMT_F16: { constexpr int F = DS4J_FMT_F16; DS4J_SK_MT(mt, 2, NT, CALL); break; }        \
-        case DS4J_FMT_BF16: { constexpr int F = DS4J_FMT_BF16; DS4J_SK_MT(mt, 2, NT, CALL); break; }      \
-        case DS4J_FMT_FP8_E4M3_B128: { constexpr int F = DS4J_FMT_FP8_E4M3_B128; DS4J_SK_MT(mt, 2, NT, CALL); break; } \
-        default: { constexpr int F = DS4J_FMT_FP4_E2M1_B32; DS4J_SK_MT(mt, 4, NT, CALL); break; }         \
+/** Reads a small integer setting from the environment once: def when unset or not one of the allowed values. */
+static int env_choice(std::atomic<int>& cache, const char* name, int def, int lo, int hi) {
+    int v = cache.load();
+    if (v == 0) {
+        v = def;
+        if (const char* e = getenv(name)) {
+            const int n = atoi(e);
+            if (e[0] >= '0' && e[0] <= '9' && n >= lo && n <= hi) v = n;
+        }
+        cache.store(v + 1);  // stored plus one, so that 0 means unread
+        return v;
     }
-#define DS4J_SK_MT(mt, HI, NT, CALL)                                                    \
-    if ((mt) == (HI)) { constexpr int M = (HI); DS4J_SK_NT(NT, CALL); }                 \
-    else { constexpr int M = (HI) / 2; DS4J_SK_NT(NT, CALL); }
-#define DS4J_SK_NT(NT, CALL)                                  \
-    switch (NT) {                                             \
-        case 1: { constexpr int N = 1; CALL; break; }         \
-        case 2: { constexpr int N = 2; CALL; break; }         \
-        case 3: { constexpr int N = 3; CALL; break; }         \
-        default: { constexpr int N = 4; CALL; break; }        \
+    return v - 1;
+}
+
+/** False when DS4J_SKINNY_WIDE is "0": steps of more than 32 rows then run in passes of 32 (each reading the weights). */
+static bool wide_passes() {
+    static std::atomic<int> c{0};
+    return env_choice(c, "DS4J_SKINNY_WIDE", 1, 0, 1) == 1;
+}
+
+/**
+ * m-tiles per warp in 64-token passes, for every format: DS4J_SKINNY_WIDE_MT (1 or 2; default 2). More m-tiles share
+ * each activation fragment (2: half the activation reads of 1), fewer give more blocks; four would not fit the
+ * registers beside 64 tokens of accumulators.
+ */
+static int wide_mt() {
+    static std::atomic<int> c{0};
+    return env_choice(c, "DS4J_SKINNY_WIDE_MT", 2, 1, 2);
+}
+
+/**
+ * The launch shape of one product: nw warps per block, mt m-tiles per warp, nt n-tiles per pass, tpg row tiles per
+ * group (dense) or per expert (moe).
+ */
+struct Shape {
+    int mt, nw, nt;
+    int64_t tpg;
+};
+
+/**
+ * The shape for S token rows against `groups` groups of grp rows (moe: one group of an expert's rows, units = k experts
+ * streamed at once). The column split (nw: warp w of a block sums chunk groups w, w + nw, ...), and with it the order in
+ * which every row's products are summed, comes from the matrix shape alone, through the m-tiles the narrow passes take;
+ * S only picks the pass width (nt: (S + 7) / 8 up to 4 n-tiles, 8 for more than 32 rows) and, in 64-token passes, the
+ * m-tiles per warp (wide_mt), which decide which rows a warp holds, never how a row is summed.
+ */
+static Shape shape_for(int format, int64_t grp, int64_t groups, int units, int64_t rb, int S) {
+    Shape sh;
+    sh.mt = mt_for(format, grp, groups, units);
+    sh.tpg = (grp + 16 * sh.mt - 1) / (16 * sh.mt);
+    sh.nw = warps_for(sh.mt, groups * sh.tpg * units, rb);
+    sh.nt = S > 32 ? (wide_passes() ? 8 : 4) : (S + 7) / 8;
+    if (sh.nt == 8) {
+        sh.mt = wide_mt();
+        sh.tpg = (grp + 16 * sh.mt - 1) / (16 * sh.mt);
     }
+    return sh;
+}
+
+/** The (format, m-tiles, n-tiles) kernels built: shape_for's choices (MT_HI or MT_HI / 2 m-tiles; 1 or 2 at 64 tokens). */
+template <int F, int M, int N>
+constexpr bool built = N > 4 ? M <= 2 : (M == Fmt<F>::MT_HI || M == Fmt<F>::MT_HI / 2);
 
 }  // namespace sk
 #endif  // DS4J_HAVE_TC
 
 // ------------------------------------------------------------------------------------------- host entry points
+
+#if DS4J_HAVE_TC
+namespace sk {
+
+/** Launches the kernel for one built shape (built); the others never occur. */
+template <int F, int M, int N, bool MOE>
+static void launch(dim3 grid, int threads, hipStream_t stream, const Args& a) {
+    if constexpr (built<F, M, N>) skinny_kernel<F, M, N, MOE><<<grid, threads, 0, stream>>>(a);
+}
+
+// F: format, M: m-tiles per warp (1, 2, 4), N: n-tiles per pass (1 .. 4, 8)
+#define DS4J_SK_DISPATCH(format, mt, nt, CALL)                                                         \
+    switch (format) {                                                                                  \
+        case DS4J_FMT_F16: { constexpr int F = DS4J_FMT_F16; DS4J_SK_MT(mt, nt, CALL); break; }        \
+        case DS4J_FMT_BF16: { constexpr int F = DS4J_FMT_BF16; DS4J_SK_MT(mt, nt, CALL); break; }      \
+        case DS4J_FMT_FP8_E4M3_B128: { constexpr int F = DS4J_FMT_FP8_E4M3_B128; DS4J_SK_MT(mt, nt, CALL); break; } \
+        default: { constexpr int F = DS4J_FMT_FP4_E2M1_B32; DS4J_SK_MT(mt, nt, CALL); break; }         \
+    }
+#define DS4J_SK_MT(mt, nt, CALL)                                     \
+    switch (mt) {                                                    \
+        case 1: { constexpr int M = 1; DS4J_SK_NT(nt, CALL); break; }  \
+        case 2: { constexpr int M = 2; DS4J_SK_NT(nt, CALL); break; }  \
+        default: { constexpr int M = 4; DS4J_SK_NT(nt, CALL); break; } \
+    }
+#define DS4J_SK_NT(nt, CALL)                                  \
+    switch (nt) {                                             \
+        case 1: { constexpr int N = 1; CALL; break; }         \
+        case 2: { constexpr int N = 2; CALL; break; }         \
+        case 3: { constexpr int N = 3; CALL; break; }         \
+        case 4: { constexpr int N = 4; CALL; break; }         \
+        default: { constexpr int N = 8; CALL; break; }        \
+    }
+
+}  // namespace sk
+#endif  // DS4J_HAVE_TC
 
 /** False when the environment variable DS4J_SKINNY is "0" (read at the first call): decode and verify on FFMA. */
 static bool skinny_enabled() {
@@ -437,23 +528,22 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
     if ((rb & 15) != 0 || ((uintptr_t)v.w & 15u) != 0 || ((uintptr_t)x & 15u) != 0 || (ldx & 3) != 0 || (xgs & 3) != 0)
         return false;
     if (!skinny_enabled() || !tc_device(ctx)) return false;
-    const int groups = rows / grp, mt = mt_for(format, grp, groups, 1), tpg = (grp + 16 * mt - 1) / (16 * mt);
-    const int64_t tiles = (int64_t)groups * tpg;
+    const int groups = rows / grp;
+    const Shape sh = shape_for(format, grp, groups, 1, rb, S);
+    const int64_t tiles = (int64_t)groups * sh.tpg;
     if (tiles > 0x7fffffff) return false;
-    const int nw = warps_for(mt, tiles, rb);
     Args a{};
     a.v = v;
     a.rows = rows;
     a.grp = grp;
-    a.tiles_per_grp = tpg;
+    a.tiles_per_grp = (int)sh.tpg;
     a.xgs = xgs;
     a.x = x;
     a.ldx = ldx;
     a.y = y;
     a.ldy = ldy;
     a.S = S;
-    const int nt = (S + 7) / 8;
-    DS4J_SK_DISPATCH(format, mt, nt, (skinny_kernel<F, M, N, false><<<(unsigned)tiles, nw * WARP, 0, ctx->stream>>>(a)))
+    DS4J_SK_DISPATCH(format, sh.mt, sh.nt, (launch<F, M, N, false>(dim3((unsigned)tiles), sh.nw * WARP, ctx->stream, a)))
     hipError_t e = hipGetLastError();
     *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching matmul (skinny tensor cores)");
     return true;
@@ -474,9 +564,8 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     const int64_t rb = row_bytes_of(format, cols);
     if ((rb & 15) != 0 || ((uintptr_t)x & 15u) != 0 || (ldx & 3) != 0) return false;
     // shape: k experts streamed at once per row
-    const int mt = mt_for(format, rows, 1, k), tiles = (rows + 16 * mt - 1) / (16 * mt);
-    if (tiles > 65535 || !skinny_enabled() || !tc_device(ctx)) return false;
-    const int nw = warps_for(mt, (int64_t)tiles * k, rb);
+    const Shape sh = shape_for(format, rows, 1, k, rb, S);
+    if (sh.tpg > 65535 || !skinny_enabled() || !tc_device(ctx)) return false;
     Args a{};
     a.v.scale_kind = scale_kind;
     a.v.cols = cols;
@@ -494,10 +583,9 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     a.P = (int)P;
     a.k = k;
     a.x_per_pick = x_per_pick;
-    // an expert has at most P picks: the pass width follows S (at most 4 n-tiles), more picks take more passes
-    const int nt = (int)((S + 7) / 8);
-    dim3 grid((unsigned)P, (unsigned)tiles);
-    DS4J_SK_DISPATCH(format, mt, nt, (skinny_kernel<F, M, N, true><<<grid, nw * WARP, 0, ctx->stream>>>(a)))
+    // an expert has at most P picks: the pass width follows S (shape_for), more picks take more passes
+    dim3 grid((unsigned)P, (unsigned)sh.tpg);
+    DS4J_SK_DISPATCH(format, sh.mt, sh.nt, (launch<F, M, N, true>(grid, sh.nw * WARP, ctx->stream, a)))
     hipError_t e = hipGetLastError();
     *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching moe_matmul (skinny tensor cores)");
     return true;

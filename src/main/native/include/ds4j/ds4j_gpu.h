@@ -190,11 +190,16 @@ DS4J_API int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies,
  * two BF16 parts. Each F32 activation is split into hi = bf16(x) and lo = bf16(x - hi), |x - hi - lo| <= 2^-16 |x|,
  * and W hi + W lo (+ W_lo hi for F16) accumulate in F32: every product is within 2^-16 relative of the F32 one, about
  * the rounding noise of an F32 sum of a few thousand terms. F32 weights and FP8 with F32 scales keep the FFMA kernels.
- * Below the threshold (decode; verification of q+1 rows, q+1 <= 17 with the default rollback window of 16) the same
+ * Below the threshold (decode; verification of q+1 rows, q+1 <= 17 with the default rollback window of 16; batched
+ * steps of up to 64 decode or verify rows, which is why the threshold is 65: such a step is one launch per product
+ * that reads every weight once) the same
  * builds, devices and formats run the skinny tensor-core products (any row count; w and x 16-byte aligned, rows of
  * whole 16-byte chunks, ldx and x_group_stride multiples of 4): each 16-byte weight load is decoded in registers
  * straight into the MMA's operand, with the same exact BF16 decoding, hi + lo split of x and F32 accumulation, so the
- * same error bound; ds4j_moe_matmul reads each picked expert's weights once for all its picks there. Elsewhere (hipcc
+ * same error bound; ds4j_moe_matmul reads each picked expert's weights once for all its picks there (in passes of up
+ * to 64 picks). The environment variables DS4J_SKINNY_WIDE=0 (steps of 33 .. 64 rows in passes of 32, each reading
+ * the weights) and DS4J_SKINNY_WIDE_MT=1 (one m-tile of 16 weight rows per warp in 64-row passes instead of two) are
+ * for measurements; they change no result. Elsewhere (hipcc
  * builds, F32 weights, FP8 with F32 scales, unaligned pointers) the FFMA kernels run. Every path gives row (s, r) a
  * result that does not depend on S or on the other rows, but the paths differ in rounding (the skinny and prefill
  * products sum the columns in different orders), so results are invariant to chunking only among steps on the same
@@ -202,7 +207,7 @@ DS4J_API int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies,
  * The environment variable DS4J_TC=0 (read at the first call) turns the tensor-core paths off; DS4J_SKINNY=0 only
  * the skinny ones (steps below the threshold then run on the FFMA kernels).
  */
-#define DS4J_TC_MIN_ROWS 32
+#define DS4J_TC_MIN_ROWS 65
 
 /** *host_available = 1 when the tensor-core prefill path runs on ctx's device (see DS4J_TC_MIN_ROWS), else 0. */
 DS4J_API int32_t ds4j_tc_available(ds4j_ctx* ctx, int32_t* host_available);

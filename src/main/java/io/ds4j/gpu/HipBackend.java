@@ -940,14 +940,28 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
+     * Most rows in one run of the smaller entries' rows ({@link #rowRuns}): DS4J_TC_MIN_ROWS − 1 (64: a step of 64
+     * decode streams is one skinny launch per product, reading every weight once), or the system property
+     * {@code ds4j.gpu.runRows} (1 .. DS4J_TC_MIN_ROWS − 1; e.g. 31 to measure the narrower runs). Every row takes
+     * the same kernel and gives the same numbers whatever the run width; only how often the weights are read changes.
+     */
+    static final int RUN_ROWS = Math.clamp(Integer.getInteger("ds4j.gpu.runRows", DS4J_TC_MIN_ROWS() - 1), 1, DS4J_TC_MIN_ROWS() - 1);
+
+    /**
      * Runs of rows [first, count] for the row-wise products of a step whose entries have the given row counts (in
      * batch order, rows concatenated): an entry of at least DS4J_TC_MIN_ROWS rows is a run of its own (the tensor-core
-     * path, as alone); the rows of the smaller entries fill runs of at most DS4J_TC_MIN_ROWS − 1 rows (the skinny or
+     * path, as alone); the rows of the smaller entries fill runs of at most {@link #RUN_ROWS} rows (the skinny or
      * FFMA path, as alone; a run may split an entry). Entries of no rows are skipped. Row offsets keep the activations
      * 16-byte aligned because every activation width of the model is a multiple of 4.
      */
     static int[][] rowRuns(int[] counts) {
+        return rowRuns(counts, RUN_ROWS);
+    }
+
+    /** {@link #rowRuns(int[])} with runs of at most {@code width} (1 .. DS4J_TC_MIN_ROWS − 1) small-entry rows. */
+    static int[][] rowRuns(int[] counts, int width) {
         final int T = DS4J_TC_MIN_ROWS();
+        if (width < 1 || width >= T) throw new IllegalArgumentException("run width " + width + " not in 1 .. " + (T - 1));
         List<int[]> runs = new ArrayList<>();
         int p = 0, smallStart = 0, smallLen = 0;
         for (int cnt : counts) {
@@ -960,11 +974,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             }
             for (int left = cnt; left > 0; ) {
                 if (smallLen == 0) smallStart = p;
-                int take = Math.min(left, T - 1 - smallLen);
+                int take = Math.min(left, width - smallLen);
                 smallLen += take;
                 left -= take;
                 p += take;
-                if (smallLen == T - 1) {
+                if (smallLen == width) {
                     runs.add(new int[]{smallStart, smallLen});
                     smallLen = 0;
                 }

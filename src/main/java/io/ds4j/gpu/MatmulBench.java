@@ -14,9 +14,10 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
 /**
  * Kernel-level microbenchmark of the matrix products of one V4-Flash decoder layer at decode and verify sizes: time,
  * weight bytes, FLOP and the fraction of the HBM bound for ds4j_matmul, ds4j_matmul_grouped and ds4j_moe_matmul at
- * S = 1, 5, 16, 31 rows (below DS4J_TC_MIN_ROWS: the skinny tensor-core products where the device has them, the FFMA
- * kernels otherwise; run with the environment variable DS4J_SKINNY=0 for the FFMA figures). A benchmark, not a test: it
- * prints a Markdown table and asserts nothing.
+ * S = 1, 5, 16, 32, 64 rows (below DS4J_TC_MIN_ROWS: the skinny tensor-core products where the device has them, the
+ * FFMA kernels otherwise; run with the environment variable DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 for
+ * steps of 33 .. 64 rows in passes of 32, DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes). A benchmark,
+ * not a test: it prints a Markdown table and asserts nothing.
  *
  * <p>Shapes (hidden 4096, q_lora 1024, 64 heads of 512, 8 output groups, MoE intermediate 2048): wq_a 1024x4096,
  * wq_b 32768x1024, wkv 512x4096, wo_a 8 groups of 1024x4096, wo_b 4096x8192, shared expert w1 2048x4096 and
@@ -30,7 +31,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * (x picks for the experts). Defaults: the H200's 4.8 TB/s HBM.
  *
  * <pre>
- * java ... io.ds4j.gpu.MatmulBench [--rows 1,5,16,31] [--reps 50] [--cold-mb 512] [--peak-gbs 4800] [--only NAME]
+ * java ... io.ds4j.gpu.MatmulBench [--rows 1,5,16,32,64] [--reps 50] [--cold-mb 512] [--peak-gbs 4800] [--only NAME]
  * </pre>
  */
 public final class MatmulBench {
@@ -56,7 +57,7 @@ public final class MatmulBench {
     }
 
     public static void main(String[] args) {
-        int[] rowCounts = {1, 5, 16, 31};
+        int[] rowCounts = {1, 5, 16, 32, 64};
         int reps = 50;
         double coldMb = 512, peakGbs = 4800;
         String only = null; // products whose name contains this text (e.g. to profile one kernel with ncu)
@@ -100,10 +101,12 @@ public final class MatmulBench {
             int maxS = 0;
             for (int S : rowCounts) maxS = Math.max(maxS, S);
             System.out.printf("GPU %s; decode-size matrix products, %d calls per figure over > %.0f MB of weight copies;"
-                    + " DS4J_TC_MIN_ROWS %d; tensor cores %s%n", gpu, reps, coldMb, DS4J_TC_MIN_ROWS(),
+                    + " DS4J_TC_MIN_ROWS %d; tensor cores %s; DS4J_SKINNY_WIDE %s, DS4J_SKINNY_WIDE_MT %s%n", gpu, reps, coldMb,
+                    DS4J_TC_MIN_ROWS(),
                     !gpu.tensorCores() ? "off (FFMA kernels)"
                             : "0".equals(System.getenv("DS4J_SKINNY")) ? "for prefill only (DS4J_SKINNY=0: FFMA kernels here)"
-                            : "on (skinny kernels)");
+                            : "on (skinny kernels)",
+                    envOr("DS4J_SKINNY_WIDE", "default (1)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"));
             System.out.println();
             System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s |");
             System.out.println("|---|---|---|---:|---:|---:|---:|---:|---:|");
@@ -263,5 +266,11 @@ public final class MatmulBench {
                 if (scale[i] != 0) gpu.free(scale[i]);
             }
         }
+    }
+
+    /** The environment variable's value, or def when unset. */
+    static String envOr(String name, String def) {
+        String v = System.getenv(name);
+        return v == null ? def : v;
     }
 }

@@ -442,10 +442,11 @@ class GpuOpsTest {
                     checkMatmul(name + " " + rows + "x" + cols + " S=" + S, m, x, cols, S, y, rows);
                     if (S == 130) y130 = y;
                 }
-                // a row's result does not depend on S within a path: the first 40 rows of the 130-row step
-                assertArrayEquals(Arrays.copyOf(y130, 40 * rows), matmul(dm, dx, cols, 40, rows), name + ": 40 rows vs 130 rows");
+                // a row's result does not depend on S within a path: the first TC + 5 rows of the 130-row step
+                assertArrayEquals(Arrays.copyOf(y130, (TC + 5) * rows), matmul(dm, dx, cols, TC + 5, rows),
+                        name + ": " + (TC + 5) + " rows vs 130 rows");
                 // a row view (FP8: row_base 130 inside the 128 x 128 block grid) with strided activations and outputs
-                int from = 130, to = 260, S = 70, ldx = cols + 8, ldy = (to - from) + 3;
+                int from = 130, to = 260, S = TC + 5, ldx = cols + 8, ldy = (to - from) + 3;
                 WeightMatrix mv = m.rowRange(from, to);
                 DeviceMatrix dv = dm.rowRange(from, to);
                 float[] xs = gauss(r, S * ldx, 1);
@@ -457,7 +458,7 @@ class GpuOpsTest {
     void prefillGroupedMatmul() {
         // groups of 128 rows (whole tiles) and of 96 (a group's last tile is partial) read their own slices of x
         SplittableRandom r = new SplittableRandom(22);
-        int G = 3, gw = 64, S = 45;
+        int G = 3, gw = 64, S = TC + 13;
         for (int R : new int[]{128, 96})
             for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.FP8_E4M3_B128,
                     WeightMatrix.Format.FP4_E2M1_B32})
@@ -483,7 +484,7 @@ class GpuOpsTest {
     @Test
     void prefillMoeGroupsPicksByExpert() {
         SplittableRandom r = new SplittableRandom(23);
-        int E = 7, k = 3, S = 50, rows = 72, cols = 128, hot = 2;
+        int E = 7, k = 3, S = TC + 18, rows = 72, cols = 128, hot = 2;
         for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.F16,
                 WeightMatrix.Format.FP8_E4M3_B128, WeightMatrix.Format.FP4_E2M1_B32}) {
             WeightMatrix[] ms = new WeightMatrix[E];
@@ -631,19 +632,20 @@ class GpuOpsTest {
 
     @Test
     void skinnyMatmulEveryFormatAndRowCount() {
-        // 75 rows (not whole tiles of 32 or 64), columns not whole groups of four 16-byte chunks, every pass width
+        // 75 rows (not whole tiles of 32 or 64), columns not whole groups of four 16-byte chunks, every pass width (up to
+        // 64 rows in one pass, whose warps hold other rows than the narrower passes': still the same bits per row)
         SplittableRandom r = new SplittableRandom(31);
         int rows = 75;
         for (WeightMatrix.Format f : WeightMatrix.Format.values()) {
             int cols = f == WeightMatrix.Format.FP4_E2M1_B32 ? 160 : 80;
             WeightMatrix m = randomMatrix(r, f, rows, cols, false);
             DeviceMatrix dm = upload(m);
-            float[] x = gauss(r, 31 * cols, 1);
+            float[] x = gauss(r, 64 * cols, 1);
             long dx = dev(x);
-            for (int S : new int[]{1, 2, 5, 8, 9, 17, 31}) {
+            for (int S : new int[]{1, 2, 5, 8, 9, 17, 31, 32, 33, 47, 64}) {
                 float[] y = matmul(dm, dx, cols, S, rows);
                 checkMatmul(f + " " + rows + "x" + cols + " S=" + S, m, x, cols, S, y, rows);
-                if (S == 17 || S == 31) assertRowsAlone(f + " S=" + S, dm, dx, cols, S, rows, y);
+                if (S >= 17) assertRowsAlone(f + " S=" + S, dm, dx, cols, S, rows, y);
             }
         }
     }
@@ -657,12 +659,12 @@ class GpuOpsTest {
             int rows = 20, cols = 4096;
             WeightMatrix m = randomMatrix(r, f, rows, cols, false);
             DeviceMatrix dm = upload(m);
-            float[] x = gauss(r, 17 * cols, 1);
+            float[] x = gauss(r, 64 * cols, 1);
             long dx = dev(x);
-            for (int S : new int[]{1, 17}) {
+            for (int S : new int[]{1, 17, 64}) {
                 float[] y = matmul(dm, dx, cols, S, rows);
                 checkMatmul(f + " 20x4096 S=" + S, m, x, cols, S, y, rows);
-                if (S == 17) assertRowsAlone(f + " 20x4096", dm, dx, cols, S, rows, y);
+                if (S > 1) assertRowsAlone(f + " 20x4096 S=" + S, dm, dx, cols, S, rows, y);
             }
             WeightMatrix big = randomMatrix(r, f, 300, 256, false);
             DeviceMatrix dbig = upload(big);
@@ -678,7 +680,7 @@ class GpuOpsTest {
         // groups of 40 rows: a group's last tile is partial and the next group's rows start a new tile
         SplittableRandom r = new SplittableRandom(33);
         for (WeightMatrix.Format f : TC_FORMATS)
-            for (int S : new int[]{1, 9})
+            for (int S : new int[]{1, 9, 64})
                 checkGrouped(r, f, 3, 40, 128, S, f + " groups of 40, S=" + S + ", group ");
     }
 
@@ -691,12 +693,12 @@ class GpuOpsTest {
             int rows = 264 * (f == WeightMatrix.Format.FP4_E2M1_B32 ? 64 : 32) + 5, cols = 128;
             WeightMatrix m = randomMatrix(r, f, rows, cols, false);
             DeviceMatrix dm = upload(m);
-            float[] x = gauss(r, 9 * cols, 1);
+            float[] x = gauss(r, 64 * cols, 1);
             long dx = dev(x);
-            for (int S : new int[]{1, 9}) {
+            for (int S : new int[]{1, 9, 64}) {
                 float[] y = matmul(dm, dx, cols, S, rows);
                 checkMatmul(f + " " + rows + "x" + cols + " S=" + S, m, x, cols, S, y, rows);
-                if (S == 9) assertRowsAlone(f + " " + rows + " rows", dm, dx, cols, S, rows, y);
+                if (S > 1) assertRowsAlone(f + " " + rows + " rows S=" + S, dm, dx, cols, S, rows, y);
             }
         }
         int E = 8, k = 6, S = 5, rows = 2900, cols = 64;
@@ -757,7 +759,7 @@ class GpuOpsTest {
             gpu.upload(st, scale);
             MemorySegment scaleTable = f.ordinal() >= WeightMatrix.Format.FP8_E4M3_B128.ordinal() ? ptr(st) : MemorySegment.NULL;
             for (boolean perPick : new boolean[]{false, true})
-                for (int S : new int[]{1, 5, 17, 31}) {
+                for (int S : new int[]{1, 5, 17, 31, 40, 64}) {
                     int P = S * k, xr = perPick ? P : S;
                     int[] ids = new int[P];
                     for (int s = 0; s < S; s++)

@@ -216,13 +216,17 @@ class HipBackendTest {
     static void invariance(Pair p) {
         HipBackend g = p.gpu;
         int V = g.config().vocabSize, T = io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS();
-        int[] toks = prompt(g.config(), 70, 7);
-        int[] ones = new int[70];
+        // 2T + 10 tokens: whole, or in two prefill-sized chunks of at least T each
+        final int L = 2 * T + 10;
+        int[] toks = prompt(g.config(), L, 7);
+        int[] ones = new int[L];
         Arrays.fill(ones, 1);
         float[] byToken = run(g, toks, ones);
-        assertArrayEquals(byToken, run(g, toks, new int[]{5, 3, 1, 7, 1, 16, 2, 11, 4, 9, 11}), p.name + ": uneven short chunks vs token by token");
-        float[] whole = run(g, toks, new int[]{70});
-        assertArrayEquals(whole, run(g, toks, new int[]{37, 33}), p.name + ": prefill-sized chunks vs whole");
+        int[] uneven = {5, 3, 1, 7, 1, 16, 2, 11, 4, 9, 11, T - 1, 0};
+        uneven[uneven.length - 1] = L - Arrays.stream(uneven).sum();
+        assertArrayEquals(byToken, run(g, toks, uneven), p.name + ": uneven short chunks vs token by token");
+        float[] whole = run(g, toks, new int[]{L});
+        assertArrayEquals(whole, run(g, toks, new int[]{T + 5, L - T - 5}), p.name + ": prefill-sized chunks vs whole");
         Cmp across = new Cmp(p.name + " whole vs by token", V);
         across.rows(byToken, whole, "prefill path vs decode path");
         across.done();

@@ -208,10 +208,10 @@ class HipGraphTest {
     void smallGraphsMatchKernelByKernel() throws Exception {
         // window 128, CSA m 4 with K_I 64 (the indexer selects from 260 tokens on), HCA m 128; head dim 128: the f16
         // verify path above the threshold runs on tensor cores (with 150: CSA layers from about 90 tokens on, HCA and
-        // sliding layers never); the prompt chunk (40 rows) takes the tensor-core prefill
+        // sliding layers never); the prompt chunk (80 rows) takes the tensor-core prefill
         try (HipBackend b = monolithic(small)) {
             b.setF32ShortContextRows(150);
-            sameWithAndWithoutGraphs(b, 40, 300, 2);
+            sameWithAndWithoutGraphs(b, 80, 300, 2);
         }
     }
 

@@ -33,7 +33,7 @@ import static org.junit.jupiter.api.Assertions.*;
  *   <li>micro model (F32 weights): a sequence resumed at lengths on and off block boundaries, across the raw window
  *       and the CSA and HCA windows, gives the cold logits; shared entry stores survive a rollback below the snapshot
  *       and two diverging continuations;</li>
- *   <li>{@code tiny} preset in FP8 (the tensor-core prefill path for steps of 32 rows or more): greedy generations
+ *   <li>{@code tiny} preset in FP8 (the tensor-core prefill path for steps of DS4J_TC_MIN_ROWS rows or more): greedy generations
  *       through the cache as the server runs them (chunks cut at multiples of the chunk size and at the prompt's last
  *       block boundary) give the tokens and logprobs of cold generations, and the snapshots' device memory is freed.</li>
  * </ul>

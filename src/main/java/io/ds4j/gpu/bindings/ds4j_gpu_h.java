@@ -312,11 +312,11 @@ public class ds4j_gpu_h {
         return DS4J_GRAPH_REINSTANTIATED;
     }
 
-    private static final int DS4J_TC_MIN_ROWS = (int)32L;
+    private static final int DS4J_TC_MIN_ROWS = (int)65L;
 
     /**
      * {@snippet lang=c :
-     * #define DS4J_TC_MIN_ROWS 32
+     * #define DS4J_TC_MIN_ROWS 65
      * }
      */
     public static int DS4J_TC_MIN_ROWS() {
