@@ -3,7 +3,8 @@
 // inside a tile, routed experts with uneven loads (empty experts, misaligned expert storage, more experts than one scan
 // chunk), indexer blocks with rows unused, queries below K_I, several key blocks; for the skinny products (decode,
 // verify) also every pass width, both m-tile variants, null experts and bit-identical results of rows computed alone;
-// the split F32 attention with its decode vs verify and batched vs single bit identities. The prefill GEMM runs with
+// the split F32 attention with its decode vs verify and batched vs single bit identities; the multi-block top-k
+// against a sorted reference and the one-block kernel. The prefill GEMM runs with
 // both token tiles and must give, bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the
 // references). EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
@@ -11,6 +12,7 @@
 #include "gemm_skinny.cpp"
 #include "indexer_tc.cpp"
 #include "attention_tc.cpp"
+#include "topk.cpp"
 #include <random>
 #include <type_traits>
 
@@ -252,9 +254,8 @@ static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
     float w_scale = 1.f / std::sqrt((float)HI), s_scale = 1.f / std::sqrt((float)dI);
     const int qpb = 128 / HI;
     dim3 grid((maxAvail + 511) / 512, (S + qpb - 1) / qpb);
-    size_t smem = itc::smem_bytes(dI);
-    emu_launch(grid, dim3(256), smem, [&] {
-        itc::indexer_tc_kernel(q, wt.data(), kp, N0, S, m, HI, dI, K, w_scale, s_scale, sc.data(), ld);
+    emu_launch(grid, dim3(256), itc::smem_bytes(128, dI), [&] {
+        itc::indexer_tc_kernel<uint16_t, 128>(q, wt.data(), kp, N0, S, m, HI, dI, K, w_scale, s_scale, sc.data(), ld);
     });
     double worst = 0;
     int scored = 0;
@@ -282,7 +283,55 @@ static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
             check("indexer", got, acc, mag, 1e-5, s, (int)e);
         }
     }
-    printf("indexer HI %d dI %d N0 %ld S %d m %d K %d: %d scores, worst rel %.3g\n", HI, dI, (long)N0, S, m, K, scored, worst);
+    // the decode / verify kernel: the same bits as the prefill kernel for the whole step (both block shapes, several
+    // key-range widths), one query at a time, F32 copies of the keys, and the step cut into two sequences (views)
+    std::vector<float> keys32(maxAvail * dI + 8);
+    float* k32 = (float*)(((uintptr_t)keys32.data() + 15) & ~(uintptr_t)15);
+    for (int64_t i = 0; i < maxAvail * dI; i++) k32[i] = emu_f16(kp[i]);
+    auto rows_run = [&](const ds4j_seq_view* views, int nseq, bool f32, int rows, int tiles, int64_t n0, int s_cnt,
+                        const float* qq, const float* ww, float* out) {
+        const int per = rows / HI;
+        dim3 g((s_cnt + per - 1) / per, (maxAvail + 64 * tiles - 1) / (64 * tiles), nseq);
+        emu_launch(g, dim3(2 * rows), itc::smem_bytes(rows, dI), [&] {
+            if (rows == 64 && f32) itc::indexer_tc_rows_kernel<float, 64>(views, qq, ww, k32, n0, s_cnt, m, HI, dI, K, w_scale, s_scale, out, ld, tiles);
+            else if (rows == 64) itc::indexer_tc_rows_kernel<uint16_t, 64>(views, qq, ww, kp, n0, s_cnt, m, HI, dI, K, w_scale, s_scale, out, ld, tiles);
+            else if (f32) itc::indexer_tc_rows_kernel<float, 128>(views, qq, ww, k32, n0, s_cnt, m, HI, dI, K, w_scale, s_scale, out, ld, tiles);
+            else itc::indexer_tc_rows_kernel<uint16_t, 128>(views, qq, ww, kp, n0, s_cnt, m, HI, dI, K, w_scale, s_scale, out, ld, tiles);
+        });
+    };
+    int same = 0;
+    auto cmp = [&](const char* what, const std::vector<float>& got, int s_from, int s_cnt) {
+        if (memcmp(got.data() + (size_t)s_from * ld, sc.data() + (size_t)s_from * ld, 4 * ld * s_cnt) != 0) {
+            if (fails < 20) printf("FAIL indexer %s differs from the prefill kernel (rows %d..%d)\n", what, s_from, s_from + s_cnt - 1);
+            fails++;
+        } else same++;
+    };
+    const int rows_v[2] = {64, 128};
+    for (int rv = 0; rv < 2; rv++) {
+        if (rows_v[rv] < HI) continue;
+        for (int tiles : {1, 3}) {
+            std::vector<float> o(S * ld, -555.f);
+            rows_run(nullptr, 1, false, rows_v[rv], tiles, N0, S, q, wt.data(), o.data());
+            cmp("verify step", o, 0, S);
+        }
+        std::vector<float> o(S * ld, -555.f);
+        rows_run(nullptr, 1, true, rows_v[rv], 8, N0, S, q, wt.data(), o.data());
+        cmp("on F32 keys", o, 0, S);
+    }
+    for (int s : {0, S / 2, S - 1}) {  // one query alone: decode at position N0 + s
+        std::vector<float> o(S * ld, -555.f);
+        rows_run(nullptr, 1, false, HI <= 64 ? 64 : 128, 2, N0 + s, 1, q + (size_t)s * HI * dI, wt.data() + s * HI, o.data() + s * ld);
+        cmp("decode", o, s, 1);
+    }
+    if (S >= 2) {
+        const int s1 = S / 2;
+        ds4j_seq_view vs[2] = {{N0, s1, 0, nullptr, nullptr, kp, 0, 0}, {N0 + s1, S - s1, s1, nullptr, nullptr, kp, 0, 0}};
+        std::vector<float> o(S * ld, -555.f);
+        rows_run(vs, 2, false, 128, 1, 0, std::max(s1, S - s1), q, wt.data(), o.data());
+        cmp("two sequences", o, 0, S);
+    }
+    printf("indexer HI %d dI %d N0 %ld S %d m %d K %d: %d scores, worst rel %.3g; decode / verify kernel: %d runs"
+           " bit-identical\n", HI, dI, (long)N0, S, m, K, scored, worst, same);
 }
 
 // F16-operand attention (attention.cpp, tensor cores) against an F64 reference: key sets with the window, ring wrap,
@@ -768,6 +817,90 @@ static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bo
            " alone bit-identical\n", fmt, E, k, S, rows, cols, per_pick, misalign, null_e, mt, worst, same);
 }
 
+// Top-k of the Lightning Indexer (attention.cpp): the multi-block kernels against a sorted reference (larger key
+// first, ties to the lower index, NaN lowest, -0 == +0, picks in index order) and against the one-block kernel, bit for
+// bit, on single rows and on several sequences; entries past a row's available set hold +inf (a read would pick them).
+static uint32_t host_order_key(float f) {
+    if (std::isnan(f)) return 0u;
+    if (f == 0.f) f = 0.f;
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+static float topk_value(int dist) {
+    static const float few[] = {NAN, -0.f, 0.f, 1.f, -1.f, 2.f, INFINITY, -INFINITY};
+    switch (dist) {
+        case 0: return (float)gauss();
+        case 1: return few[rng() % 8];
+        case 2: return rng() % 97 == 0 ? NAN : 0.5f;
+        default: return std::round((float)gauss() * 4.f) / 4.f;
+    }
+}
+
+static void topk_multi_run(const ds4j_seq_view* views, const float* sc, int64_t ld, int64_t N0, int ny, int nz, int rows,
+                           int64_t most, int m, int K, int32_t* sel) {
+    const int64_t chunks = (most + TK_CHUNK - 1) / TK_CHUNK;
+    std::vector<uint32_t> scr(tk_scratch_words(rows, chunks), 0xdeadbeefu);
+    std::fill(scr.begin(), scr.begin() + (int64_t)rows * TK_HIST, 0u);
+    dim3 grid((unsigned)chunks, ny, nz);
+    for (int p = 0; p < TK_PASSES; p++)
+        emu_launch(grid, dim3(TK_THREADS), 0, [&] { tk_hist_kernel(views, sc, ld, N0, m, K, sel, scr.data(), rows, chunks, p); });
+    emu_launch(grid, dim3(TK_THREADS), 0, [&] { tk_count_kernel(views, sc, ld, N0, m, K, sel, scr.data(), rows, chunks); });
+    emu_launch(grid, dim3(TK_THREADS), 0, [&] { tk_write_kernel(views, sc, ld, N0, m, K, sel, scr.data(), rows, chunks); });
+}
+
+/** Rows of sequences (N0s[i], Ss[i]) in one scores array; the multi-block run over all (seqs) or one call per sequence. */
+static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& Ss, int m, int K, int dist, bool old) {
+    const int n = (int)N0s.size();
+    int R = 0;
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) { R += Ss[i]; most = std::max(most, (N0s[i] + Ss[i]) / m); }
+    const int64_t ld = most + 5;
+    std::vector<float> sc((size_t)R * ld);
+    std::vector<ds4j_seq_view> views(n);
+    for (int i = 0, r0 = 0; i < n; r0 += Ss[i], i++) {
+        views[i] = ds4j_seq_view{N0s[i], Ss[i], r0, nullptr, nullptr, nullptr, 0, 0};
+        for (int s = 0; s < Ss[i]; s++) {
+            const int64_t avail = (N0s[i] + s + 1) / m;
+            for (int64_t e = 0; e < ld; e++) sc[(size_t)(r0 + s) * ld + e] = e < avail ? topk_value(dist) : INFINITY;
+        }
+    }
+    std::vector<int32_t> a((size_t)R * K, -7), b((size_t)R * K, -7), c((size_t)R * K, -7);
+    int max_s = *std::max_element(Ss.begin(), Ss.end());
+    if (n > 1) topk_multi_run(views.data(), sc.data(), ld, 0, max_s, n, R, most, m, K, a.data());
+    for (int i = 0; i < n; i++) {
+        const int r0 = views[i].row0;
+        const float* s0 = sc.data() + (size_t)r0 * ld;
+        const int64_t mi = (N0s[i] + Ss[i]) / m;
+        if (mi <= K) continue;
+        topk_multi_run(nullptr, s0, ld, N0s[i], Ss[i], 1, Ss[i], mi, m, K, b.data() + (size_t)r0 * K);
+        if (old) emu_launch(dim3(Ss[i]), dim3(TOPK_THREADS), 0, [&] { topk_kernel(s0, ld, N0s[i], m, K, c.data() + (size_t)r0 * K); });
+    }
+    int rows_checked = 0;
+    for (int i = 0, r = 0; i < n; i++)
+        for (int s = 0; s < Ss[i]; s++, r++) {
+            const int64_t avail = (N0s[i] + s + 1) / m;
+            const int32_t* got = b.data() + (size_t)r * K;
+            if (avail <= K) {
+                for (int j = 0; j < K; j++)
+                    if (got[j] != -7 || (n > 1 && a[(size_t)r * K + j] != -7)) { if (fails < 20) printf("FAIL topk wrote row %d\n", r); fails++; break; }
+                continue;
+            }
+            std::vector<int32_t> idx(avail);
+            for (int64_t e = 0; e < avail; e++) idx[e] = (int32_t)e;
+            const float* v = sc.data() + (size_t)r * ld;
+            std::stable_sort(idx.begin(), idx.end(), [&](int32_t x, int32_t y) { return host_order_key(v[x]) > host_order_key(v[y]); });
+            idx.resize(K);
+            std::sort(idx.begin(), idx.end());
+            rows_checked++;
+            if (memcmp(idx.data(), got, 4 * K) != 0) { if (fails < 20) printf("FAIL topk row %d differs from the reference\n", r); fails++; }
+            if (n > 1 && memcmp(got, a.data() + (size_t)r * K, 4 * K) != 0) { if (fails < 20) printf("FAIL topk seqs row %d differs\n", r); fails++; }
+            if (old && memcmp(got, c.data() + (size_t)r * K, 4 * K) != 0) { if (fails < 20) printf("FAIL topk row %d differs from the one-block kernel\n", r); fails++; }
+        }
+    printf("topk %d sequences, most %ld entries, m %d K %d dist %d: %d rows equal the reference%s%s\n", n, (long)most, m, K,
+           dist, rows_checked, n > 1 ? ", seqs == single" : "", old ? ", == one-block kernel" : "");
+}
+
 int main() {
     // skinny products (decode, verify): every format and pass width, rows not whole tiles, column tails, FP8 row views
     // inside the block grid, groups ending inside a tile, few rows of many columns (several warps per row tile)
@@ -849,6 +982,15 @@ int main() {
     split_attention(SplitCase{17, 300, DS4J_ATTN_CSA, 2, 24, 16, 100, 3, 1.0, 1.0});      // 300 columns: some threads 2
     split_attention_seqs(20, 40, DS4J_ATTN_HCA, 2, 0, 16, {0, 70, 5, 200}, {3, 1, 5, 2});
     split_attention_seqs(16, 64, DS4J_ATTN_CSA, 4, 20, 16, {300, 10, 150}, {5, 2, 1});
+    // top-k: chunk edges, picks spanning chunks, every key equal, few distinct values (ties at the threshold, NaN,
+    // -0 / +0, infinities), rows of 300K entries (1.2M tokens at m = 4), several sequences in one launch
+    topk_case({4 * 5000}, {3}, 4, 512, 1, true);
+    topk_case({4 * 4100}, {1}, 4, 1000, 2, true);
+    topk_case({4 * 7000}, {2}, 4, 3000, 3, true);
+    topk_case({4 * 2048 - 1}, {2}, 4, 512, 0, true);
+    topk_case({4 * 300000}, {1}, 4, 512, 0, true);
+    topk_case({4 * 300000}, {2}, 4, 512, 3, false);
+    topk_case({4 * 5000, 40, 4 * 9000}, {2, 3, 5}, 4, 512, 3, false);
     printf("%s: %d failures\n", fails ? "FAILED" : "OK", fails);
     return fails ? 1 : 0;
 }

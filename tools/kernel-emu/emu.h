@@ -63,6 +63,8 @@ inline EmuBlock* g_blk;
 inline uint32_t* emu_dyn_smem;
 
 inline void __syncthreads() { g_blk->block->arrive_and_wait(); }
+/** atomicAdd on shared or global words: the block's threads run at once, the blocks one after another. */
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 inline void __trap() { abort(); }
 
 template <typename T> T __ldg(const T* p) { return *p; }

@@ -81,3 +81,7 @@ split=split.replace('static inline int64_t at_smem','inline int64_t at_smem')
 att=a[a.index('constexpr int ATT_THREADS'):]
 att=att[:att.index('\n')+1]
 open(out+'attention_tc.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+keys+tcs+emu_tc+kern+comb+att+split+'}  // namespace ds4j\n')
+
+# the Lightning Indexer's top-k of attention.cpp: one block per row (topk_body) and the multi-block kernels
+tk=a[a.index('/** Order-preserving key'):a.index('/** F16 bit patterns to F32')]
+open(out+'topk.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+tk+'}  // namespace ds4j\n')

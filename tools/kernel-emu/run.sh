@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the tensor-core kernels (src/main/native/src/gemm_tc.cpp, gemm_skinny.cpp, indexer_tc.cpp and the
+# Checks the tensor-core kernels (src/main/native/src/gemm_tc.cpp, gemm_skinny.cpp, indexer_tc.cpp, the top-k of attention.cpp and the
 # F16-in-place attention of attention.cpp) and the split F32 attention of attention.cpp (decode / verify / several
 # sequences) on the CPU, without a GPU:
 # their sources are compiled with g++ against a host emulation of the CUDA subset they use (emu.h) and run against

@@ -11,24 +11,24 @@
 // key, so the result does not depend on S or on how the queries are grouped into blocks.
 #include "tc.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include <atomic>
 
 namespace ds4j {
 
 #if DS4J_HAVE_TC
 namespace itc {
 
-constexpr int ROWS = 128;    // (query, head) rows per block: ROWS / HI queries
 constexpr int KT = 64;       // keys per tile
-constexpr int TILES = 8;     // tiles per block: 512 keys share one conversion of the queries
-constexpr int THREADS = 256; // 8 warps x 16 rows
+constexpr int TILES = 8;     // most tiles per block: up to 512 keys share one conversion of the queries
 constexpr int DMAX = 128;    // largest d_I (shared memory)
-constexpr int WARPS = THREADS / 32;
 
-/** Shared words of one block for key width dI: queries hi, lo [ROWS][ldq], keys [KT][ldq], partials, row factors. */
-static inline size_t smem_bytes(int dI) {
+/** Shared words of one block of rows (query, head) rows for key width dI: queries hi, lo, keys, partials, factors. */
+static inline size_t smem_bytes(int rows, int dI) {
     const int ldq = dI / 2 + 4;
-    return 4 * ((size_t)2 * ROWS * ldq + (size_t)KT * ldq + (size_t)WARPS * KT + 2 * ROWS);
+    return 4 * ((size_t)2 * rows * ldq + (size_t)KT * ldq + (size_t)(rows / 16) * KT + 2 * rows);
 }
 
 /** (a, b) -> F16 pairs hi = f16(x), lo = f16(x - hi) (22 significant bits together for |x| >= 2^-3). */
@@ -40,6 +40,15 @@ __device__ __forceinline__ void split_f16(float a, float b, uint32_t& hi, uint32
     memcpy(&lo, &l, 4);
 }
 
+/** Eight F32 keys values (F16 numbers, so exactly) as the F16 halves of one 16-byte chunk. */
+__device__ __forceinline__ uint4 pack_f16x8(float4 a, float4 b) {
+    const __half2 h[4] = {__floats2half2_rn(a.x, a.y), __floats2half2_rn(a.z, a.w), __floats2half2_rn(b.x, b.y),
+                          __floats2half2_rn(b.z, b.w)};
+    uint4 r;
+    memcpy(&r, h, 16);
+    return r;
+}
+
 __device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -49,13 +58,19 @@ __device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0
 /** One term of spec 3.6 step 3, in the order of ds4j_indexer_scores: ((w_{t,h} H_I^-1/2) ReLU(dot)) d_I^-1/2. */
 __device__ __forceinline__ float term(float wsc, float dot, float s_scale) { return mul(mul(wsc, fmaxf(dot, 0.f)), s_scale); }
 
-__global__ void __launch_bounds__(THREADS)
-indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, const uint16_t* __restrict__ keys,
-                  int64_t N0, int S, int m, int HI, int dI, int K, float w_scale, float s_scale, float* scores,
-                  int64_t ld) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
-#else
+/**
+ * One block: queries s0 .. s0 + ROWS/HI - 1 (those below S) against keys e0 .. e0 + tiles KT - 1 (those below the
+ * last query's available set). ROWS (query, head) rows, 2 ROWS threads: warp w multiplies rows 16w .. 16w+15. T is the
+ * key type: uint16_t (F16 bits) or float (F16 values held in F32, converted exactly). Which block computes a score, and
+ * with which other queries or keys, does not change its bits: head h always sits in row h % 16 of its warp, key e in
+ * column e % 8 of its n-tile (e0 is a multiple of KT), and the sum runs over the query's warps in order.
+ */
+template <typename T, int ROWS>
+__device__ __forceinline__ void score_block(const float* __restrict__ qi, const float* __restrict__ wt,
+                                            const T* __restrict__ keys, int64_t N0, int S, int m, int HI, int dI,
+                                            int K, float w_scale, float s_scale, float* scores, int64_t ld, int s0,
+                                            int64_t e0, int tiles) {
+    constexpr int THREADS = 2 * ROWS, WARPS = THREADS / 32;
     extern __shared__ __align__(16) uint32_t sm[];
     const int ldq = dI / 2 + 4;  // row stride in words: rows 8 apart fall 4 banks apart, fragment loads conflict-free
     uint32_t* qh = sm;
@@ -66,12 +81,10 @@ indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, co
     float* unsc = wsc + ROWS;                                // [ROWS] 2^-t, undoing the row's scaling
 
     const int qpb = ROWS / HI;  // queries per block
-    const int s0 = blockIdx.y * qpb;
     const int slast = min(s0 + qpb, S) - 1;
     const int64_t avail_max = (N0 + slast + 1) / m;  // the block's last query sees the most entries
-    const int64_t e0 = (int64_t)blockIdx.x * KT * TILES;
     if (avail_max <= K || e0 >= avail_max) return;  // uniform over the block
-    const int64_t e1 = min(e0 + (int64_t)KT * TILES, avail_max);
+    const int64_t e1 = min(e0 + (int64_t)KT * tiles, avail_max);
     const int ntiles = (int)((e1 - e0 + KT - 1) / KT);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
 
@@ -104,17 +117,28 @@ indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, co
     }
 
     // 2. key tiles: registers hold the next tile while the current one is multiplied
+    constexpr bool F32 = sizeof(T) == 4;
     constexpr int KCH = KT * DMAX / 8 / THREADS;  // 16-byte chunks (8 keys' halves) per thread, at most
     const int cpk = dI / 8;                        // chunks per key
-    uint4 kq[KCH];
+    uint4 kq[F32 ? 1 : KCH];
+    float4 kf[F32 ? 2 * KCH : 1];
     auto load = [&](int tile) {
         const int64_t eb = e0 + (int64_t)tile * KT;
 #pragma unroll
         for (int i = 0; i < KCH; i++) {
             const int c = tid + i * THREADS, j = c / cpk;
-            kq[i] = make_uint4(0u, 0u, 0u, 0u);
-            if (j < KT && eb + j < e1)
-                kq[i] = __ldg(reinterpret_cast<const uint4*>(keys + (eb + j) * dI) + c % cpk);
+            const bool in = j < KT && eb + j < e1;
+            if constexpr (F32) {
+                kf[2 * i] = kf[2 * i + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (in) {
+                    const float4* p = reinterpret_cast<const float4*>(keys + (eb + j) * dI) + 2 * (c % cpk);
+                    kf[2 * i] = __ldg(p);
+                    kf[2 * i + 1] = __ldg(p + 1);
+                }
+            } else {
+                kq[i] = make_uint4(0u, 0u, 0u, 0u);
+                if (in) kq[i] = __ldg(reinterpret_cast<const uint4*>(keys + (eb + j) * dI) + c % cpk);
+            }
         }
     };
     load(0);
@@ -124,7 +148,12 @@ indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, co
 #pragma unroll
         for (int i = 0; i < KCH; i++) {
             const int c = tid + i * THREADS, j = c / cpk;
-            if (j < KT) *reinterpret_cast<uint4*>(ks + j * ldq + (c % cpk) * 4) = kq[i];
+            if (j < KT) {
+                uint4 w;
+                if constexpr (F32) w = pack_f16x8(kf[2 * i], kf[2 * i + 1]);
+                else w = kq[i];
+                *reinterpret_cast<uint4*>(ks + j * ldq + (c % cpk) * 4) = w;
+            }
         }
         __syncthreads();
         if (tile + 1 < ntiles) load(tile + 1);
@@ -178,6 +207,48 @@ indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, co
             scores[(int64_t)s * ld + e] = sum;
         }
     }
+}
+
+/** Prefill: blockIdx.x walks the keys (TILES tiles a block), blockIdx.y the groups of ROWS / HI queries. */
+template <typename T, int ROWS>
+__global__ void __launch_bounds__(2 * ROWS)
+indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, const T* __restrict__ keys, int64_t N0,
+                  int S, int m, int HI, int dI, int K, float w_scale, float s_scale, float* scores, int64_t ld) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
+#else
+    score_block<T, ROWS>(qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld, blockIdx.y * (ROWS / HI),
+                         (int64_t)blockIdx.x * KT * TILES, TILES);
+#endif
+}
+
+/**
+ * Decode and verify steps (few queries): blockIdx.x walks the query groups, so that the blocks reading one key range
+ * run together and share it in L2; blockIdx.y the key ranges of `tiles` tiles; blockIdx.z the sequence when views is
+ * not null (its N0, S, row0 and keys = view.store replace the arguments).
+ */
+template <typename T, int ROWS>
+__global__ void __launch_bounds__(2 * ROWS)
+indexer_tc_rows_kernel(const ds4j_seq_view* views, const float* __restrict__ qi, const float* __restrict__ wt,
+                       const T* __restrict__ keys, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale,
+                       float s_scale, float* scores, int64_t ld, int tiles) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();
+#else
+    const int s0 = blockIdx.x * (ROWS / HI);
+    if (views) {
+        const ds4j_seq_view v = views[blockIdx.z];
+        if (s0 >= v.S) return;
+        const int64_t r0 = v.row0;
+        qi += r0 * HI * dI;
+        wt += r0 * HI;
+        scores += r0 * ld;
+        keys = reinterpret_cast<const T*>(v.store);
+        N0 = v.N0;
+        S = v.S;
+    }
+    score_block<T, ROWS>(qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld, s0,
+                         (int64_t)blockIdx.y * KT * tiles, tiles);
 #endif
 }
 
@@ -188,36 +259,110 @@ indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, co
 
 using namespace ds4j;
 
+/** False when the environment variable DS4J_INDEXER_TC is "0" (read at the first call): see ds4j_indexer_scores. */
+static bool indexer_tc_enabled() {
+    static std::atomic<int> on{-1};  // -1 unknown
+    int o = on.load();
+    if (o < 0) {
+        const char* e = getenv("DS4J_INDEXER_TC");
+        o = (e && strcmp(e, "0") == 0) ? 0 : 1;
+        on.store(o);
+    }
+    return o == 1;
+}
+
+#if DS4J_HAVE_TC
+/**
+ * Opts the kernel in to its dynamic shared memory (once per device: granted[device] remembers it) and launches it;
+ * the launch status.
+ */
+template <typename K, typename... A>
+static int tc_launch(ds4j_ctx* ctx, int64_t* granted, K kernel, dim3 grid, int threads, size_t smem, A... args) {
+    const int dv = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
+    if ((int64_t)smem > granted[dv]) {
+        hipError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != hipSuccess) return fail_hip(e, "indexer scores: shared memory of the tensor-core kernel");
+        granted[dv] = (int64_t)smem;
+    }
+    kernel<<<grid, threads, smem, ctx->stream>>>(args...);
+    DS4J_LAUNCHED("indexer_scores (tensor cores)");
+    return DS4J_OK;
+}
+
+/** The kernels of one key type T. */
+template <typename T>
+static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const float* qi, const float* wt,
+                         const T* keys, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale, float s_scale,
+                         float* scores, int64_t ld, int64_t most, int* rc) {
+    using namespace itc;
+    static int64_t granted[3][64];            // per kernel (rows 64, rows 128, prefill) and device: opted-in bytes
+    const int64_t kt = (most + KT - 1) / KT;  // key tiles
+    if (views || S <= 64) {  // few queries (decode, verify, a batch's steps): the keys' blocks run together
+        const bool small = HI <= 64 && (int64_t)S * HI <= 64;
+        const int qpb = (small ? 64 : 128) / HI;
+        const int64_t groups = ((int64_t)S + qpb - 1) / qpb;
+        int tiles = TILES;  // at least 512 blocks where the keys allow it, else fewer keys per block
+        while (tiles > 1 && groups * n * ((kt + tiles - 1) / tiles) < 512) tiles >>= 1;
+        const int64_t kb = (kt + tiles - 1) / tiles;
+        if (groups > 0x7fffffff || kb > 65535 || n > 65535) return false;
+        dim3 grid((unsigned)groups, (unsigned)kb, (unsigned)n);
+        const size_t smem = smem_bytes(small ? 64 : 128, dI);
+        *rc = small ? tc_launch(ctx, granted[0], indexer_tc_rows_kernel<T, 64>, grid, 128, smem, views, qi, wt, keys,
+                                N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld, tiles)
+                    : tc_launch(ctx, granted[1], indexer_tc_rows_kernel<T, 128>, grid, 256, smem, views, qi, wt, keys,
+                                N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld, tiles);
+        return true;
+    }
+    const int qpb = 128 / HI;
+    const int64_t by = ((int64_t)S + qpb - 1) / qpb, bx = (kt + TILES - 1) / TILES;
+    if (by > 65535 || bx > 0x7fffffff) return false;
+    *rc = tc_launch(ctx, granted[2], indexer_tc_kernel<T, 128>, dim3((unsigned)bx, (unsigned)by), 256,
+                    smem_bytes(128, dI), qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld);
+    return true;
+}
+#endif
+
+bool ds4j::tc_indexer(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const float* qi, const float* wt,
+                      const void* keys, bool keys_f32, bool keys_aligned, int64_t N0, int S, int m, int HI, int dI,
+                      int K, float w_scale, float s_scale, float* scores, int64_t ld, int64_t most, bool switchable,
+                      int* rc) {
+#if DS4J_HAVE_TC
+    using namespace itc;
+    if (S <= 0 || n <= 0 || most <= 0) return false;
+    if (HI % 16 != 0 || HI > 128 || dI % 16 != 0 || dI > DMAX || ((uintptr_t)qi & 15u) != 0 || !keys_aligned ||
+        ((uintptr_t)keys & 15u) != 0)
+        return false;
+    if ((switchable && !indexer_tc_enabled()) || !tc_device(ctx)) return false;
+    return keys_f32 ? tc_indexer_t<float>(ctx, views, n, qi, wt, (const float*)keys, N0, S, m, HI, dI, K, w_scale,
+                                          s_scale, scores, ld, most, rc)
+                    : tc_indexer_t<uint16_t>(ctx, views, n, qi, wt, (const uint16_t*)keys, N0, S, m, HI, dI, K,
+                                             w_scale, s_scale, scores, ld, most, rc);
+#else
+    (void)ctx, (void)views, (void)n, (void)qi, (void)wt, (void)keys, (void)keys_f32, (void)keys_aligned, (void)N0;
+    (void)S;
+    (void)m, (void)HI, (void)dI, (void)K, (void)w_scale, (void)s_scale, (void)scores, (void)ld, (void)most;
+    (void)switchable, (void)rc;
+    return false;
+#endif
+}
+
 extern "C" {
 
 int32_t ds4j_indexer_scores_tc(ds4j_ctx* ctx, const float* qi, const float* wt, const uint16_t* keys, int64_t N0,
                                int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale,
                                float* scores, int64_t ld) {
     DS4J_CHECK_CTX(ctx);
-#if DS4J_HAVE_TC
-    using namespace itc;
-    // the argument checks of ds4j_indexer_scores, then the shapes this kernel handles
+    // the argument checks of ds4j_indexer_scores, then the shapes the tensor-core kernels handle
     DS4J_ARG(qi && wt && scores && m > 0 && HI > 0 && dI > 0 && K > 0 && S >= 0 && N0 >= 0,
              "ds4j_indexer_scores_tc: bad arguments");
     const int64_t max_avail = (N0 + S) / m;
     if (S == 0 || max_avail <= K) return DS4J_OK;
     DS4J_ARG(keys && ld >= max_avail, "ds4j_indexer_scores_tc: scores row of %lld < %lld entries", (long long)ld,
              (long long)max_avail);
-    const bool shape = HI % 16 == 0 && HI <= ROWS && dI % 16 == 0 && dI <= DMAX && ((uintptr_t)qi & 15u) == 0 &&
-                       ((uintptr_t)keys & 15u) == 0;
-    const int qpb = shape ? ROWS / HI : 1;
-    const int64_t by = ((int64_t)S + qpb - 1) / qpb, bx = (max_avail + KT * TILES - 1) / (KT * TILES);
-    if (shape && by <= 65535 && bx <= 0x7fffffff && tc_device(ctx)) {
-        const size_t smem = smem_bytes(dI);
-        hipError_t e = cudaFuncSetAttribute(indexer_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != hipSuccess) return fail_hip(e, "ds4j_indexer_scores_tc: shared memory of the kernel");
-        dim3 grid((unsigned)bx, (unsigned)by);
-        indexer_tc_kernel<<<grid, THREADS, smem, ctx->stream>>>(qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale,
-                                                                scores, ld);
-        DS4J_LAUNCHED("indexer_scores (tensor cores)");
-        return DS4J_OK;
-    }
-#endif
+    int rc = DS4J_OK;
+    if (tc_indexer(ctx, nullptr, 1, qi, wt, keys, false, true, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld,
+                   max_avail, false, &rc))
+        return rc;
     return ds4j_indexer_scores(ctx, qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld);
 }
 

@@ -38,4 +38,16 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
                 const int32_t* row_base_table, int scale_kind, int rows, int cols, const int32_t* ids, int k, int S,
                 const float* x, int64_t ldx, int x_per_pick, float* y, int64_t ldy, int* rc);
 
+/**
+ * Lightning Indexer scores on tensor cores (indexer_tc.cpp; ds4j_gpu.h, ds4j_indexer_scores): one sequence (views
+ * null: qi, wt, keys, N0, S) or n (views in device memory, keys from view.store, S the largest view.S). keys F16 bits,
+ * or F32 (keys_f32) holding F16 values; keys_aligned: every view's store is 16-byte aligned. most: the largest
+ * available set (or the scores row, for launch shapes fixed by ld). switchable: DS4J_INDEXER_TC=0 turns it off.
+ * Returns false, launching nothing, when the build, device, shapes or pointers do not allow it; otherwise true with
+ * *rc the launch status. Arguments are already validated.
+ */
+bool tc_indexer(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const float* qi, const float* wt, const void* keys,
+                bool keys_f32, bool keys_aligned, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale,
+                float s_scale, float* scores, int64_t ld, int64_t most, bool switchable, int* rc);
+
 }  // namespace ds4j

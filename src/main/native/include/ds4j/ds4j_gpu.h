@@ -165,7 +165,7 @@ DS4J_API int32_t ds4j_graph_destroy(ds4j_ctx* ctx, int64_t exec);
 /**
  * Launch shapes of the *_seqs calls from bounds (on = 1) instead of the views' present values (on = 0, the default),
  * so that a step's launches and their arguments depend only on its shape: ds4j_compress_pool_seqs (and
- * ds4j_compress_step_seqs) launches ceil(max S / m) window blocks per sequence, ds4j_indexer_scores_seqs ceil(ld / 4) entry blocks, and both indexer
+ * ds4j_compress_step_seqs) launches ceil(max S / m) window blocks per sequence, ds4j_indexer_scores_seqs entry blocks for ld entries, and both indexer
  * calls launch even when no view needs a selection (the kernels skip what a view does not need); ds4j_attention_seqs
  * sizes its key scratch for the window plus K compressed entries (CSA) or max_entries (HCA), failing with DS4J_ERR_ARG
  * when a view has more. The numbers are the same either way, bit for bit.
@@ -422,24 +422,33 @@ DS4J_API int32_t ds4j_compress_step(ds4j_ctx* ctx, float* ring_a, float* ring_z,
  * Lightning Indexer scores (spec 3.6 step 3) for the queries whose available set avail = (N0+s+1)/m exceeds K:
  * scores[s*ld + e] = sum_h (wt[s, h] * w_scale) * relu(qi[s, h] . keys[e]) * s_scale for e < avail.
  * qi [S, HI, dI] (RoPE applied), wt [S, HI], keys [*, dI] F16. Rows with avail <= K are left untouched.
+ * Where ds4j_indexer_scores_tc runs on tensor cores (see there), this call does too, for every S, with the same
+ * arithmetic per (query, key): a score does not depend on S, on the other queries or on which call computed it
+ * (decode, verify, prefill, ds4j_indexer_scores_seqs, F32 keys). Elsewhere, or with the environment variable
+ * DS4J_INDEXER_TC=0 (read at the first call; ds4j_indexer_scores_tc keeps its tensor cores), an F32 FFMA kernel runs,
+ * one warp per key: again a function of the query and the key only, but rounded differently.
  */
 DS4J_API int32_t ds4j_indexer_scores(ds4j_ctx* ctx, const float* qi, const float* wt, const uint16_t* keys,
                                      int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K,
                                      float w_scale, float s_scale, float* scores, int64_t ld);
 
-/** ds4j_indexer_scores over F32 keys [*, dI] (the "f32-convert" verify path); the same result bit for bit. */
+/**
+ * ds4j_indexer_scores over F32 keys [*, dI] holding F16 values (the "f32-convert" verify path); the same result bit for
+ * bit (on tensor cores when both key arrays are 16-byte aligned, each F32 key converted to F16 exactly).
+ */
 DS4J_API int32_t ds4j_indexer_scores_f32(ds4j_ctx* ctx, const float* qi, const float* wt, const float* keys,
                                          int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K,
                                          float w_scale, float s_scale, float* scores, int64_t ld);
 
 /**
- * ds4j_indexer_scores on tensor cores, for prefill (the GPU backend calls it for S >= DS4J_TC_MIN_ROWS): the same
- * arguments and contract. Each (query, head) row of qi is scaled by a power of two that puts its largest |value| in
- * [2^14, 2^15), split into F16 hi + lo (22 significant bits, no overflow or early underflow) and multiplied with the
- * F16 keys (exact) in F16 MMAs with F32 accumulation, then scaled back; ReLU, weights and the sum over heads follow
- * in F32. Dot products are within about 2^-21 relative of F32 ones; the sum over heads runs in another order than
- * ds4j_indexer_scores. Falls back to ds4j_indexer_scores without tensor cores, unless HI and dI are multiples of 16
- * up to 128 and qi and keys are 16-byte aligned.
+ * ds4j_indexer_scores on tensor cores: the same arguments and contract. Each (query, head) row of qi is scaled by a
+ * power of two that puts its largest |value| in [2^14, 2^15), split into F16 hi + lo (22 significant bits, no overflow
+ * or early underflow) and multiplied with the F16 keys (exact) in F16 MMAs with F32 accumulation, then scaled back;
+ * ReLU, weights and the sum over heads (16 heads at a time, then the groups in head order) follow in F32. Dot products
+ * are within about 2^-21 relative of F32 ones. Steps of few queries (decode, verify) run a kernel whose blocks share
+ * a key range across the queries, prefill chunks one that walks the keys per query group; both give the same bits.
+ * Runs on an nvcc build, compute capability >= 8.0 (DS4J_TC not "0"), HI and dI multiples of 16 up to 128, qi and
+ * keys 16-byte aligned; otherwise it is ds4j_indexer_scores on its FFMA kernel.
  */
 DS4J_API int32_t ds4j_indexer_scores_tc(ds4j_ctx* ctx, const float* qi, const float* wt, const uint16_t* keys,
                                         int64_t N0, int32_t S, int32_t m, int32_t HI, int32_t dI, int32_t K,
@@ -448,6 +457,10 @@ DS4J_API int32_t ds4j_indexer_scores_tc(ds4j_ctx* ctx, const float* qi, const fl
 /**
  * Top-K (spec 6.6 tie-break: larger score first, then lower index; NaN last) of scores[s*ld .. s*ld + avail) for
  * each row with avail = (N0+s+1)/m > K; sel[s*K .. s*K+K) gets the picks in ascending index order.
+ * Steps of at most 64 rows whose longest row has at least 8,192 entries (decode and verify at long context) run on
+ * many blocks per row (a radix select over 2,048-entry chunks, six launches), counting in the device memory the
+ * context keeps for ds4j_attention; other calls, or all with the environment variable DS4J_TOPK_MULTI=0, run one
+ * block per row. The picks are the same either way.
  */
 DS4J_API int32_t ds4j_indexer_topk(ds4j_ctx* ctx, const float* scores, int64_t ld, int64_t N0, int32_t S, int32_t m,
                                    int32_t K, int32_t* sel);
@@ -532,15 +545,18 @@ DS4J_API int32_t ds4j_compress_step_seqs(ds4j_ctx* ctx, const ds4j_seq_view* hos
                                          const float* inv_freq, int32_t rope_dim);
 
 /**
- * ds4j_indexer_scores for n sequences (view.store = the F16 indexer keys): qi [R, HI, dI], wt [R, HI],
- * scores [R, ld] with ld at least the largest (N0+S)/m.
+ * ds4j_indexer_scores for n sequences (view.store = the F16 indexer keys; 16-byte aligned for the tensor cores):
+ * qi [R, HI, dI], wt [R, HI], scores [R, ld] with ld at least the largest (N0+S)/m.
  */
 DS4J_API int32_t ds4j_indexer_scores_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
                                           int32_t n, const float* qi, const float* wt, int32_t m, int32_t HI,
                                           int32_t dI, int32_t K, float w_scale, float s_scale, float* scores,
                                           int64_t ld);
 
-/** ds4j_indexer_topk for n sequences: scores [R, ld], sel [R, K]. */
+/**
+ * ds4j_indexer_topk for n sequences: scores [R, ld], sel [R, K]. Under ds4j_seqs_bounds the choice between one and
+ * many blocks per row takes ld for the longest row.
+ */
 DS4J_API int32_t ds4j_indexer_topk_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
                                         int32_t n, const float* scores, int64_t ld, int32_t m, int32_t K, int32_t* sel);
 

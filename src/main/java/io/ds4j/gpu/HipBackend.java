@@ -1600,7 +1600,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             k(ds4j_indexer_scores_f32(ctx(), ptr(qi), ptr(wt), ptr(keys32), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total),
                     "indexer_scores (f32 copy)", "indexer");
         } else {
-            // prefill chunks score on tensor cores; decode and verify steps (S below the threshold) keep the FFMA kernel
+            // tensor cores at every S (the same bits per query and key); DS4J_INDEXER_TC=0 puts the steps below the
+            // threshold (and the control's F32 copies) back on the FFMA kernel, for comparisons
             int rc = S >= DS4J_TC_MIN_ROWS()
                     ? ds4j_indexer_scores_tc(ctx(), ptr(qi), ptr(wt), ptr(ix.entries()), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total)
                     : ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries()), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total);

@@ -32,6 +32,11 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * </ul>
  * "picked" marks what the F16 path takes at the threshold (n_attn ≤ threshold: full F32).
  *
+ * <p>A second table per --queries entry times the CSA layer's Lightning Indexer (H_I 64, d_I 128, 512 picks over
+ * context / 4 keys): ds4j_indexer_scores on the F16 keys in place, ds4j_indexer_scores_f32 on the control's F32 copies
+ * and ds4j_indexer_topk, with the bytes the scores must read (the keys once, F16 or F32, and the scores written). The
+ * environment variables DS4J_INDEXER_TC=0 and DS4J_TOPK_MULTI=0 give the previous kernels for comparison.
+ *
  * <p>Figures: useful FLOP = 4·H·d·Σ_s n_s (Q·Kᵀ and P·V, n_s the rows query s attends), against the FP32 non-tensor
  * peak (F32 paths) or the F16 tensor dense peak (tensor-core path). Bytes = the least traffic each path needs: every
  * distinct attended row once (F16 rows 2 bytes per element, this step's rows and the F32 copies 4), q and the output;
@@ -87,8 +92,23 @@ public final class VerifyAttentionBench {
                             L.run(reps, threshold, peak32, peak16, peakGbs);
                         }
                 System.out.println();
+                System.out.printf("Lightning Indexer of one CSA layer: S %d, H_I 64, d_I %d, top %d; DS4J_INDEXER_TC=%s, DS4J_TOPK_MULTI=%s%n",
+                        S, DI, K, envOr("DS4J_INDEXER_TC", "1"), envOr("DS4J_TOPK_MULTI", "1"));
+                System.out.println();
+                System.out.println("| context | keys | scores µs (F16 in place) | GB/s | scores µs (F32 copies) | GB/s | top-k µs |");
+                System.out.println("|---:|---:|---:|---:|---:|---:|---:|");
+                for (int ctx : contexts)
+                    try (Layer L = new Layer(gpu, DS4J_ATTN_CSA(), ctx, S, 7 + ctx)) {
+                        L.indexer(reps);
+                    }
+                System.out.println();
             }
         }
+    }
+
+    static String envOr(String name, String dflt) {
+        String v = System.getenv(name);
+        return v == null || v.isEmpty() ? dflt : v;
     }
 
     /** One layer's cache and a step's inputs on the device. */
@@ -246,6 +266,24 @@ public final class VerifyAttentionBench {
             row(layer, nAttn, "f32 copies, attention alone", f32, "–", rows32, peak32, peakGbs);
             row(layer, nAttn, "f16 full-F32" + (full ? " (picked)" : ""), inpl, "–", rows16, peak32, peakGbs);
             row(layer, nAttn, "f16 tensor-core" + (full ? "" : " (picked)"), tc, "–", rows16, peak16, peakGbs);
+        }
+
+        /** The indexer's scores (F16 keys, F32 copies) and top-k at this layer's context, one row of the table. */
+        void indexer(int reps) {
+            final int HI = 64;
+            SplittableRandom r = new SplittableRandom(N0 + 3);
+            long qi = upload(gauss(r, S * HI * DI)), wt = upload(gauss(r, S * HI));
+            long scores = alloc(4L * S * idxCount), picks = alloc(4L * S * K);
+            check(ds4j_f16_to_f32(gpu.ctx(), ptr(idxKeys), ptr(idx32), (long) idxCount * DI), "f16_to_f32");
+            float ws = (float) (1 / Math.sqrt(HI)), ss = (float) (1 / Math.sqrt(DI));
+            double f16 = time(() -> check(ds4j_indexer_scores(gpu.ctx(), ptr(qi), ptr(wt), ptr(idxKeys), N0, S, 4, HI, DI, K, ws, ss,
+                    ptr(scores), idxCount), "indexer_scores"), reps);
+            double f32 = time(() -> check(ds4j_indexer_scores_f32(gpu.ctx(), ptr(qi), ptr(wt), ptr(idx32), N0, S, 4, HI, DI, K, ws, ss,
+                    ptr(scores), idxCount), "indexer_scores_f32"), reps);
+            double topk = time(() -> check(ds4j_indexer_topk(gpu.ctx(), ptr(scores), idxCount, N0, S, 4, K, ptr(picks)), "indexer_topk"), reps);
+            long written = 4L * S * idxCount, keys = (long) idxCount * DI;
+            System.out.printf(Locale.ROOT, "| %,d | %,d | %.1f | %.0f | %.1f | %.0f | %.1f |%n", N0 + S, idxCount, f16,
+                    (2 * keys + written) / (f16 * 1e-6) / 1e9, f32, (4 * keys + written) / (f32 * 1e-6) / 1e9, topk);
         }
 
         void row(String layer, long nAttn, String path, double us, String conv, long bytes, double peakT, double peakGbs) {
