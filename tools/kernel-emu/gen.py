@@ -81,3 +81,9 @@ split=split.replace('static inline int64_t at_smem','inline int64_t at_smem')
 att=a[a.index('constexpr int ATT_THREADS'):]
 att=att[:att.index('\n')+1]
 open(out+'attention_tc.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+keys+tcs+emu_tc+kern+comb+att+split+'}  // namespace ds4j\n')
+
+# the row-wise kernels of misc.cpp (RMSNorm, mHC, routing; one-block and split forms): kernels only
+mi=open(src+'misc.cpp').read()
+mi=mi[:mi.index('}  // namespace ds4j\n\nusing namespace ds4j;')]+'}  // namespace ds4j\n'
+mi=mi.replace('extern __shared__ float sm[];','float* sm = reinterpret_cast<float*>(emu_dyn_smem);')
+open(out+'misc.cpp','w').write(mi)
