@@ -6,13 +6,15 @@
 // the split F32 attention with its decode vs verify and batched vs single bit identities; the multi-block top-k
 // against a sorted reference and the one-block kernel. The prefill GEMM runs with
 // both token tiles and must give, bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the
-// references). EXTRA=1 adds the slow cases.
+// references). The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
+// (mhc_cases.h). EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
 #include "gemm_tc_v1.cpp"
 #include "gemm_skinny.cpp"
 #include "indexer_tc.cpp"
 #include "attention_tc.cpp"
 #include "topk.cpp"
+#include "misc.cpp"
 #include <random>
 #include <type_traits>
 
@@ -900,8 +902,11 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
     printf("topk %d sequences, most %ld entries, m %d K %d dist %d: %d rows equal the reference%s%s\n", n, (long)most, m, K,
            dist, rows_checked, n > 1 ? ", seqs == single" : "", old ? ", == one-block kernel" : "");
 }
+#include "mhc_cases.h"
 
 int main() {
+    // the row-wise kernels (misc.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
+    mhc::run_all();
     // skinny products (decode, verify): every format and pass width, rows not whole tiles, column tails, FP8 row views
     // inside the block grid, groups ending inside a tile, few rows of many columns (several warps per row tile)
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {

@@ -65,6 +65,14 @@ inline uint32_t* emu_dyn_smem;
 inline void __syncthreads() { g_blk->block->arrive_and_wait(); }
 /** atomicAdd on shared or global words: the block's threads run at once, the blocks one after another. */
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+/** old = *a; *a = old >= v ? 0 : old + 1; returns old (blocks run one at a time, so the order of arrival is the grid's). */
+inline unsigned atomicInc(unsigned* a, unsigned v) {
+    std::atomic_ref<unsigned> r(*a);
+    unsigned old = r.load();
+    while (!r.compare_exchange_weak(old, old >= v ? 0u : old + 1u)) {}
+    return old;
+}
 inline void __trap() { abort(); }
 
 template <typename T> T __ldg(const T* p) { return *p; }

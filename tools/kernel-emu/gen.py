@@ -85,3 +85,8 @@ open(out+'attention_tc.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'
 # the Lightning Indexer's top-k of attention.cpp: one block per row (topk_body) and the multi-block kernels
 tk=a[a.index('/** Order-preserving key'):a.index('/** F16 bit patterns to F32')]
 open(out+'topk.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+tk+'}  // namespace ds4j\n')
+# the row-wise kernels of misc.cpp (RMSNorm, mHC, routing; one-block and split forms): kernels only
+mi=open(src+'misc.cpp').read()
+mi=mi[:mi.index('}  // namespace ds4j\n\nusing namespace ds4j;')]+'}  // namespace ds4j\n'
+mi=mi.replace('extern __shared__ float sm[];','float* sm = reinterpret_cast<float*>(emu_dyn_smem);')
+open(out+'misc.cpp','w').write(mi)

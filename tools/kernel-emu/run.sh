@@ -14,7 +14,7 @@ root="$(cd "$here/../.." && pwd)"
 work="${1:-${TMPDIR:-/tmp}/ds4j-kernel-emu}"
 mkdir -p "$work"
 python3 "$here/gen.py" "$root/src/main/native" "$work"
-cp "$here/emu.h" "$here/driver.cpp" "$work/"
+cp "$here/emu.h" "$here/driver.cpp" "$here/mhc_cases.h" "$work/"
 g++ -std=c++20 -O1 -ffp-contract=off -pthread -I"$work" "$work/driver.cpp" -o "$work/driver"
 "$work/driver"
 # the skinny products' alternatives, chosen by environment variables read once per process

@@ -68,7 +68,15 @@ struct ds4j_ctx {
     int64_t att_scratch_bytes = 0;
     void* att_retired[32] = {};
     int att_retired_n = 0;
+    /**
+     * Arrival counters of the split mHC kernels (misc.cpp), DS4J_HC_COUNT_ROWS of them, zero between launches; null
+     * when they could not be allocated (the one-block kernels run then).
+     */
+    unsigned* hc_count = nullptr;
 };
+
+/** Rows one split mHC launch covers (its counters in ds4j_ctx.hc_count). */
+#define DS4J_HC_COUNT_ROWS 4096
 
 namespace ds4j {
 

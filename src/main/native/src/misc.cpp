@@ -2,6 +2,9 @@
 // These mirror io.ds4j.cpu.CpuBackend / Ops operation by operation, including where the CPU evaluates in double.
 #include "common.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 namespace ds4j {
 
 constexpr int HC_MAX = 8;  // largest hc_mult supported by the mHC kernels
@@ -241,18 +244,365 @@ __global__ void hc_post_norm_kernel(float* X, const float* f, const int32_t* ids
     }
 }
 
+// ------------------------------------------------------------------------------------------- split mHC kernels
+// The kernels above run one block per row: a decode step (one row) put each mHC site on a single SM, whose loops waited
+// for every load in turn. The split forms below spread a row's D columns over blocks of HC_COLS columns and leave the
+// row-wide reductions (the RMSNorms) to the last block of the row, which runs rmsnorm_row's arithmetic (256 threads,
+// the same per-thread order and block sum) with its loads issued together. Every element is computed by the same
+// operations in the same order as in the one-block kernels, so both forms give the same bits for any number of rows;
+// a row's result depends on n and D only. DS4J_HC_SPLIT=0 (or ds4j_set_hc_split(0)) selects the one-block kernels.
+
+constexpr int HC_THREADS = 256;  // block size of the split kernels (the RMSNorm order is that of 256 threads)
+constexpr int HC_COLS = HC_THREADS;  // columns of a row per block (one per thread)
+
+/** Rows of one split launch: one arrival counter each in ds4j_ctx.hc_count (longer steps run in several launches). */
+constexpr int HC_COUNT_ROWS = DS4J_HC_COUNT_ROWS;
+
+/** A load that sees what other blocks of the same launch wrote before a __threadfence (it does not stop at L1). */
+template <bool COHERENT>
+__device__ __forceinline__ float hc_ld(const float* p) {
+    if (COHERENT) return *(const volatile float*)p;
+    return *p;
+}
+
+/**
+ * rmsnorm_row with blockDim.x == HC_THREADS, the same bits: each thread sums its elements i = t, t + 256, ... in
+ * ascending order in double, then block_sum. REG > 0 (rows of at most REG * 256 values): a thread reads its values
+ * once, all loads issued before the first is used, and keeps them in registers for the scaling; REG == 0 reads twice,
+ * in a loop. yr may be xr (each thread writes only the elements it read).
+ */
+template <bool COHERENT, int REG>
+__device__ __forceinline__ void rmsnorm_row_ilp(const float* xr, float* yr, const float* weight, int n, float eps,
+                                                double* sh) {
+    const int t = threadIdx.x;
+    if (REG > 0) {
+        float x[REG > 0 ? REG : 1];
+#pragma unroll
+        for (int u = 0; u < REG; u++) {
+            const int i = t + u * HC_THREADS;
+            x[u] = i < n ? hc_ld<COHERENT>(xr + i) : 0.f;
+        }
+        double ss = 0;
+#pragma unroll
+        for (int u = 0; u < REG; u++)
+            if (t + u * HC_THREADS < n) ss += (double)mul(x[u], x[u]);
+        ss = block_sum(ss, sh);
+        const float inv = (float)(1.0 / sqrt((double)add((float)(ss / n), eps)));
+#pragma unroll
+        for (int u = 0; u < REG; u++) {
+            const int i = t + u * HC_THREADS;
+            if (i < n) {
+                const float v = mul(x[u], inv);
+                yr[i] = weight ? mul(weight[i], v) : v;
+            }
+        }
+    } else {
+        double ss = 0;
+        for (int i = t; i < n; i += HC_THREADS) {
+            const float v = hc_ld<COHERENT>(xr + i);
+            ss += (double)mul(v, v);
+        }
+        ss = block_sum(ss, sh);
+        const float inv = (float)(1.0 / sqrt((double)add((float)(ss / n), eps)));
+        for (int i = t; i < n; i += HC_THREADS) {
+            const float v = mul(hc_ld<COHERENT>(xr + i), inv);
+            yr[i] = weight ? mul(weight[i], v) : v;
+        }
+    }
+}
+
+/**
+ * rmsnorm_row_ilp's REG for a launch of rows rows of n values: 16 or 64 registers per thread when the row fits, or 0
+ * (the loop, fewer registers: more blocks per SM) above 64 * 256 values or for more than HC_FEW_ROWS rows, where the
+ * other rows hide a row's latency.
+ */
+constexpr int HC_FEW_ROWS = 64;
+static inline int hc_reg_for(int64_t rows, int64_t n) {
+    if (rows > HC_FEW_ROWS) return 0;
+    return n <= 16 * HC_THREADS ? 16 : n <= 64 * HC_THREADS ? 64 : 0;
+}
+
+/**
+ * Whether the calling block is the last of the `blocks` blocks of its row to get here (every thread gets the answer).
+ * Counts on *count, which wraps to 0 with the last arrival, ready for the next launch. What the row's blocks wrote
+ * before the call is visible to the last block (through hc_ld<true>).
+ */
+__device__ __forceinline__ bool last_of_row(unsigned* count, unsigned blocks, int* flag) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) *flag = atomicInc(count, blocks - 1) == blocks - 1;
+    __syncthreads();
+    const bool last = *flag != 0;
+    if (last) __threadfence();
+    return last;
+}
+
+template <int REG>
+__global__ void __launch_bounds__(HC_THREADS) rmsnorm_ilp_kernel(const float* x, float* y, const float* weight, int n,
+                                                                  float eps) {
+    __shared__ double sh[32];
+    rmsnorm_row_ilp<false, REG>(x + (int64_t)blockIdx.x * n, y + (int64_t)blockIdx.x * n, weight, n, eps, sh);
+}
+
+/**
+ * The mHC mapping of one row by one block (hc_pre_kernel's arithmetic): post [n], and the Sinkhorn matrix comb [n, n]
+ * with one thread per element, each step reading one buffer and writing the other; a sum runs in the same order as
+ * in sinkhorn_step.
+ */
+__device__ __forceinline__ void hc_mapping(const float* m, const float* base, const float* scale, int n, int iters,
+                                           float eps, float* post, float* comb) {
+    __shared__ float M[2][HC_MAX * HC_MAX];
+    const int j = threadIdx.x, nn = n * n;
+    if (j < n) {
+        post[j] = 2.f * sigmoid_d(add(mul(scale[1], m[n + j]), base[n + j]));
+        float* Mr = M[0] + j * n;
+        float mx = -INFINITY;
+        for (int k = 0; k < n; k++) {
+            const float v = add(mul(scale[2], m[2 * n + j * n + k]), base[2 * n + j * n + k]);
+            Mr[k] = v;
+            mx = fmaxf(mx, v);
+        }
+        float sum = 0;
+        for (int k = 0; k < n; k++) {
+            const float e = exp_d(sub(Mr[k], mx));
+            Mr[k] = e;
+            sum = add(sum, e);
+        }
+        for (int k = 0; k < n; k++) Mr[k] = add(Mr[k] / sum, eps);
+    }
+    __syncthreads();
+    int cur = 0;
+    for (int step = 0; step < 2 * iters - 1; step++) {  // columns first, then (rows, columns) iters - 1 times
+        if (j < nn) {
+            const float* A = M[cur];
+            const int r = j / n, c = j - r * n;
+            float sum = 0;
+            if ((step & 1) == 0)
+                for (int a = 0; a < n; a++) sum = add(sum, A[a * n + c]);
+            else
+                for (int a = 0; a < n; a++) sum = add(sum, A[r * n + a]);
+            M[cur ^ 1][j] = A[j] / add(sum, eps);
+        }
+        __syncthreads();
+        cur ^= 1;
+    }
+    if (j < nn) comb[j] = M[cur][j];
+}
+
+/**
+ * hc_pre_kernel split: blocks x < B = gridDim.x - 1 collapse columns [x * HC_COLS, +HC_COLS) of row blockIdx.y, block
+ * B computes the row's mapping (post, Sinkhorn). With norm, the last collapse block of the row normalises col[s].
+ */
+template <int REG>
+__global__ void __launch_bounds__(HC_THREADS) hc_pre_split_kernel(const float* mu, const float* base, const float* scale,
+                                                                   const float* X, int n, int D, int iters, float eps,
+                                                                   float* post, float* comb, float* col, int norm,
+                                                                   const float* norm_w, float rms_eps, unsigned* count) {
+    __shared__ float pre[HC_MAX];
+    __shared__ double red[32];
+    __shared__ int flag;
+    const int s = blockIdx.y, mix = (2 + n) * n, B = gridDim.x - 1;
+    const float* m = mu + (int64_t)s * mix;
+    if ((int)blockIdx.x == B) {
+        hc_mapping(m, base, scale, n, iters, eps, post + s * n, comb + (int64_t)s * n * n);
+        return;
+    }
+    const int j = threadIdx.x;
+    if (j < n) pre[j] = add(sigmoid_d(add(mul(scale[0], m[j]), base[j])), eps);
+    __syncthreads();
+    const float* xs = X + (int64_t)s * n * D;
+    float* cs = col + (int64_t)s * D;
+    const int d = blockIdx.x * HC_COLS + threadIdx.x;
+    if (d < D) {
+        float acc = 0;
+        for (int i = 0; i < n; i++) acc = add(acc, mul(pre[i], xs[(int64_t)i * D + d]));
+        cs[d] = acc;
+    }
+    if (norm && last_of_row(count + s, B, &flag)) rmsnorm_row_ilp<true, REG>(cs, cs, norm_w, D, rms_eps, red);
+}
+
+/**
+ * hc_post_norm_kernel split: block x updates columns [x * HC_COLS, +HC_COLS) of row blockIdx.y (with the MoE
+ * combination when ids); with v, the last block of the row computes RMSNorm_1 of the updated row into v[s].
+ */
+template <int REG>
+__global__ void __launch_bounds__(HC_THREADS) hc_post_split_kernel(float* X, const float* f, const int32_t* ids,
+                                                                    const float* weights, const float* yr, int k,
+                                                                    const float* post, const float* comb, int n, int D,
+                                                                    float eps, float* v, unsigned* count) {
+    __shared__ double red[32];
+    __shared__ int order[ROUTE_KMAX];
+    __shared__ int flag;
+    const int s = blockIdx.y;
+    if (ids) {  // moe_combine_elem's order of the picks (its stable insertion sort by id): pick j's slot, in parallel
+        const int j = threadIdx.x;
+        if (j < k) {
+            const int id = ids[s * k + j];
+            int slot = 0;
+            for (int i = 0; i < k; i++) {
+                const int o = ids[s * k + i];
+                slot += o < id || (o == id && i < j);
+            }
+            order[slot] = j;
+        }
+        __syncthreads();
+    }
+    float* xs = X + (int64_t)s * n * D;
+    const int d = blockIdx.x * HC_COLS + threadIdx.x;
+    if (d < D) {
+        float fv;
+        if (ids) {
+            float acc = 0;
+            for (int j = 0; j < k; j++) {
+                const int p = s * k + order[j];
+                acc = add(acc, mul(weights[p], yr[(int64_t)p * D + d]));
+            }
+            fv = add(acc, f[(int64_t)s * D + d]);
+        } else {
+            fv = f[(int64_t)s * D + d];
+        }
+        hc_post_elem(xs, fv, post + s * n, comb + (int64_t)s * n * n, n, D, d);
+    }
+    if (v && last_of_row(count + s, gridDim.x, &flag))
+        rmsnorm_row_ilp<true, REG>(xs, v + (int64_t)s * n * D, nullptr, n * D, eps, red);
+}
+
+/** hc_head_kernel split: block x collapses columns [x * HC_COLS, +HC_COLS) of row blockIdx.y. */
+__global__ void __launch_bounds__(HC_THREADS) hc_head_split_kernel(const float* mu, const float* base, const float* scale,
+                                                                    const float* X, int n, int D, float eps, float* y) {
+    __shared__ float pre[HC_MAX];
+    const int r = blockIdx.y;
+    if (threadIdx.x < n) pre[threadIdx.x] = add(sigmoid_d(add(mul(mu[r * n + threadIdx.x], scale[0]), base[threadIdx.x])), eps);
+    __syncthreads();
+    const int d = blockIdx.x * HC_COLS + threadIdx.x;
+    if (d < D) {
+        const float* xs = X + (int64_t)r * n * D;
+        float acc = 0;
+        for (int k = 0; k < n; k++) acc = add(acc, mul(pre[k], xs[(int64_t)k * D + d]));
+        y[(int64_t)r * D + d] = acc;
+    }
+}
+
+/**
+ * moe_route_kernel's results without its serial selection: expert e is picked when fewer than k experts rank above it
+ * (larger biased score, or equal and lower id; NaN below every number, NaNs by id: the order of the k passes of
+ * moe_route_kernel), its slot among the picks is the number of picked ids below it; the weights' sum runs over the
+ * picks in ascending id as there. Hash rows keep tid2eid's order.
+ */
+__global__ void moe_route_rank_kernel(const float* lam, const float* bias, const int32_t* tid2eid, const int32_t* tokens,
+                                      int E, int k, float scaling, int32_t* ids, float* weights) {
+    extern __shared__ float sm[];
+    __shared__ int by_rank[ROUTE_KMAX], pick[ROUTE_KMAX];
+    float* sc = sm;
+    float* key = sm + E;
+    const int s = blockIdx.x;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        const float v = sqrt_softplus(lam[(int64_t)s * E + e]);
+        sc[e] = v;
+        if (bias) key[e] = add(v, bias[e]);
+    }
+    __syncthreads();
+    if (tid2eid) {
+        if ((int)threadIdx.x < k) pick[threadIdx.x] = tid2eid[(int64_t)tokens[s] * k + threadIdx.x];
+    } else {
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            const float x = key[e];
+            const bool xn = isnan(x);
+            int rank = 0;
+            for (int o = 0; o < E && rank < k; o++) {
+                const float y = key[o];
+                const bool yn = isnan(y);
+                // o ranks above e
+                rank += (xn && yn) ? o < e : (yn ? 0 : (xn ? 1 : (y > x || (y == x && o < e))));
+            }
+            if (rank < k) by_rank[rank] = e;
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < k) {
+            const int e = by_rank[threadIdx.x];
+            int slot = 0;
+            for (int j = 0; j < k; j++) slot += by_rank[j] < e;
+            pick[slot] = e;
+        }
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < k) {
+        float sum = 0;
+        for (int j = 0; j < k; j++) sum = add(sum, sc[pick[j]]);
+        const int e = pick[threadIdx.x];
+        ids[s * k + threadIdx.x] = e;
+        weights[s * k + threadIdx.x] = mul(sc[e] / add(sum, 1e-20f), scaling);
+    }
+}
+
 }  // namespace ds4j
 
 using namespace ds4j;
 
+/** The split mHC kernels on (1) or the one-block ones (0); -1 until the first call reads DS4J_HC_SPLIT. */
+static std::atomic<int> hc_split_mode{-1};
+
+static bool hc_split() {
+    int o = hc_split_mode.load();
+    if (o < 0) {
+        const char* e = getenv("DS4J_HC_SPLIT");
+        o = (e && strcmp(e, "0") == 0) ? 0 : 1;
+        int unknown = -1;
+        if (!hc_split_mode.compare_exchange_strong(unknown, o)) o = hc_split_mode.load();
+    }
+    return o == 1;
+}
+
+/** Blocks of HC_COLS columns for a row of D columns. */
+static inline unsigned hc_blocks(int D) { return (unsigned)((D + HC_COLS - 1) / HC_COLS); }
+
 extern "C" {
+
+int32_t ds4j_set_hc_split(int32_t on) {
+    hc_split();  // the environment's value first, so that it does not replace this one later
+    return hc_split_mode.exchange(on ? 1 : 0);
+}
 
 int32_t ds4j_rmsnorm(ds4j_ctx* ctx, const float* x, float* y, const float* weight, int32_t rows, int32_t n, float eps) {
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(x && y && rows >= 0 && n > 0, "ds4j_rmsnorm: bad arguments (rows %d, n %d)", rows, n);
     if (rows == 0) return DS4J_OK;
-    rmsnorm_kernel<<<rows, 256, 0, ctx->stream>>>(x, y, weight, n, eps);
+    const int reg = hc_reg_for(rows, n);
+    if (!hc_split()) rmsnorm_kernel<<<rows, 256, 0, ctx->stream>>>(x, y, weight, n, eps);
+    else if (reg == 16) rmsnorm_ilp_kernel<16><<<rows, HC_THREADS, 0, ctx->stream>>>(x, y, weight, n, eps);
+    else if (reg == 64) rmsnorm_ilp_kernel<64><<<rows, HC_THREADS, 0, ctx->stream>>>(x, y, weight, n, eps);
+    else rmsnorm_ilp_kernel<0><<<rows, HC_THREADS, 0, ctx->stream>>>(x, y, weight, n, eps);
     DS4J_LAUNCHED("rmsnorm");
+    return DS4J_OK;
+}
+
+/** hc_pre_kernel or its split form over S rows (norm: with the site norm); the arguments are checked. */
+static int32_t hc_pre_launch(ds4j_ctx* ctx, const float* mu, const float* base, const float* scale, const float* X,
+                             int32_t S, int32_t n, int32_t D, int32_t iters, float hc_eps, float* post, float* comb,
+                             float* col, int norm, const float* norm_w, float rms_eps) {
+    if (!hc_split() || (norm && !ctx->hc_count)) {
+        hc_pre_kernel<<<S, 256, 0, ctx->stream>>>(mu, base, scale, X, n, D, iters, hc_eps, post, comb, col, norm, norm_w,
+                                                  rms_eps);
+        return DS4J_OK;
+    }
+    for (int32_t s0 = 0; s0 < S; s0 += HC_COUNT_ROWS) {
+        const int32_t rows = S - s0 < HC_COUNT_ROWS ? S - s0 : HC_COUNT_ROWS;
+        const int reg = hc_reg_for(rows, D);
+        const int mix = (2 + n) * n;
+        const dim3 grid(hc_blocks(D) + 1, rows);
+        const float* m = mu + (int64_t)s0 * mix;
+        const float* x = X + (int64_t)s0 * n * D;
+        float *p = post + (int64_t)s0 * n, *c = comb + (int64_t)s0 * n * n, *o = col + (int64_t)s0 * D;
+        if (reg == 16)
+            hc_pre_split_kernel<16><<<grid, HC_THREADS, 0, ctx->stream>>>(m, base, scale, x, n, D, iters, hc_eps, p, c, o,
+                                                                          norm, norm_w, rms_eps, ctx->hc_count);
+        else if (reg == 64)
+            hc_pre_split_kernel<64><<<grid, HC_THREADS, 0, ctx->stream>>>(m, base, scale, x, n, D, iters, hc_eps, p, c, o,
+                                                                          norm, norm_w, rms_eps, ctx->hc_count);
+        else
+            hc_pre_split_kernel<0><<<grid, HC_THREADS, 0, ctx->stream>>>(m, base, scale, x, n, D, iters, hc_eps, p, c, o,
+                                                                         norm, norm_w, rms_eps, ctx->hc_count);
+    }
     return DS4J_OK;
 }
 
@@ -263,8 +613,7 @@ int32_t ds4j_hc_pre(ds4j_ctx* ctx, const float* mu, const float* base, const flo
     DS4J_ARG(n >= 1 && n <= HC_MAX && D > 0 && S >= 0 && sinkhorn_iters >= 1,
              "ds4j_hc_pre: unsupported shape (n %d, max %d; D %d; iters %d)", n, HC_MAX, D, sinkhorn_iters);
     if (S == 0) return DS4J_OK;
-    hc_pre_kernel<<<S, 256, 0, ctx->stream>>>(mu, base, scale, X, n, D, sinkhorn_iters, hc_eps, post, comb, col, 0,
-                                              nullptr, 0.f);
+    hc_pre_launch(ctx, mu, base, scale, X, S, n, D, sinkhorn_iters, hc_eps, post, comb, col, 0, nullptr, 0.f);
     DS4J_LAUNCHED("hc_pre");
     return DS4J_OK;
 }
@@ -277,8 +626,7 @@ int32_t ds4j_hc_pre_norm(ds4j_ctx* ctx, const float* mu, const float* base, cons
     DS4J_ARG(n >= 1 && n <= HC_MAX && D > 0 && S >= 0 && sinkhorn_iters >= 1,
              "ds4j_hc_pre_norm: unsupported shape (n %d, max %d; D %d; iters %d)", n, HC_MAX, D, sinkhorn_iters);
     if (S == 0) return DS4J_OK;
-    hc_pre_kernel<<<S, 256, 0, ctx->stream>>>(mu, base, scale, X, n, D, sinkhorn_iters, hc_eps, post, comb, col, 1,
-                                              norm_w, rms_eps);
+    hc_pre_launch(ctx, mu, base, scale, X, S, n, D, sinkhorn_iters, hc_eps, post, comb, col, 1, norm_w, rms_eps);
     DS4J_LAUNCHED("hc_pre_norm");
     return DS4J_OK;
 }
@@ -302,7 +650,33 @@ int32_t ds4j_hc_post_norm(ds4j_ctx* ctx, float* X, const float* f, const int32_t
     DS4J_ARG(!ids || (weights && y_routed && k >= 1 && k <= ROUTE_KMAX), "ds4j_hc_post_norm: bad combination inputs (k %d)", k);
     DS4J_ARG(n >= 1 && n <= HC_MAX && D > 0 && S >= 0, "ds4j_hc_post_norm: unsupported shape (n %d, D %d)", n, D);
     if (S == 0) return DS4J_OK;
-    hc_post_norm_kernel<<<S, 256, 0, ctx->stream>>>(X, f, ids, weights, y_routed, k, post, comb, n, D, eps, v);
+    if (!hc_split() || (v && !ctx->hc_count)) {
+        hc_post_norm_kernel<<<S, 256, 0, ctx->stream>>>(X, f, ids, weights, y_routed, k, post, comb, n, D, eps, v);
+    } else {
+        for (int32_t s0 = 0; s0 < S; s0 += HC_COUNT_ROWS) {
+            const int32_t rows = S - s0 < HC_COUNT_ROWS ? S - s0 : HC_COUNT_ROWS;
+            const int reg = hc_reg_for(rows, (int64_t)n * D);
+            const dim3 grid(hc_blocks(D), rows);
+            const int64_t nD = (int64_t)n * D;
+            // the rows of this launch as rows 0 .. rows-1 of shifted arrays (ids and weights are [S, k])
+            float* x = X + s0 * nD;
+            const float* fs = f + (int64_t)s0 * D;
+            const int32_t* is = ids ? ids + (int64_t)s0 * k : nullptr;
+            const float* ws = ids ? weights + (int64_t)s0 * k : nullptr;
+            const float* ys = ids ? y_routed + (int64_t)s0 * k * D : nullptr;
+            const float *p = post + (int64_t)s0 * n, *c = comb + (int64_t)s0 * n * n;
+            float* vs = v ? v + s0 * nD : nullptr;
+            if (reg == 16)
+                hc_post_split_kernel<16><<<grid, HC_THREADS, 0, ctx->stream>>>(x, fs, is, ws, ys, k, p, c, n, D, eps, vs,
+                                                                               ctx->hc_count);
+            else if (reg == 64)
+                hc_post_split_kernel<64><<<grid, HC_THREADS, 0, ctx->stream>>>(x, fs, is, ws, ys, k, p, c, n, D, eps, vs,
+                                                                               ctx->hc_count);
+            else
+                hc_post_split_kernel<0><<<grid, HC_THREADS, 0, ctx->stream>>>(x, fs, is, ws, ys, k, p, c, n, D, eps, vs,
+                                                                              ctx->hc_count);
+        }
+    }
     DS4J_LAUNCHED("hc_post_norm");
     return DS4J_OK;
 }
@@ -313,7 +687,11 @@ int32_t ds4j_hc_head(ds4j_ctx* ctx, const float* mu, const float* base, const fl
     DS4J_ARG(mu && base && scale && X && y, "ds4j_hc_head: null pointer");
     DS4J_ARG(n >= 1 && n <= HC_MAX && D > 0 && R >= 0, "ds4j_hc_head: unsupported shape (n %d, D %d)", n, D);
     if (R == 0) return DS4J_OK;
-    hc_head_kernel<<<R, 256, 0, ctx->stream>>>(mu, base, scale, X, n, D, hc_eps, y);
+    if (!hc_split()) hc_head_kernel<<<R, 256, 0, ctx->stream>>>(mu, base, scale, X, n, D, hc_eps, y);
+    else
+        for (int32_t r0 = 0; r0 < R; r0 += 65535)  // gridDim.y's limit
+            hc_head_split_kernel<<<dim3(hc_blocks(D), R - r0 < 65535 ? R - r0 : 65535), HC_THREADS, 0, ctx->stream>>>(
+                mu + (int64_t)r0 * n, base, scale, X + (int64_t)r0 * n * D, n, D, hc_eps, y + (int64_t)r0 * D);
     DS4J_LAUNCHED("hc_head");
     return DS4J_OK;
 }
@@ -328,8 +706,12 @@ int32_t ds4j_moe_route(ds4j_ctx* ctx, const float* lam, const float* bias, const
     DS4J_ARG(k >= 1 && k <= ROUTE_KMAX && E >= k && E <= 4096, "ds4j_moe_route: unsupported k %d / E %d (k <= %d)", k, E,
              ROUTE_KMAX);
     if (S == 0) return DS4J_OK;
-    moe_route_kernel<<<S, 128, 2 * E * sizeof(float), ctx->stream>>>(lam, bias, tid2eid, tokens, E, k, scaling, ids,
-                                                                        weights);
+    if (!hc_split())
+        moe_route_kernel<<<S, 128, 2 * E * sizeof(float), ctx->stream>>>(lam, bias, tid2eid, tokens, E, k, scaling, ids,
+                                                                            weights);
+    else
+        moe_route_rank_kernel<<<S, 128, 2 * E * sizeof(float), ctx->stream>>>(lam, bias, tid2eid, tokens, E, k, scaling,
+                                                                                 ids, weights);
     DS4J_LAUNCHED("moe_route");
     return DS4J_OK;
 }

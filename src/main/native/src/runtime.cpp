@@ -134,6 +134,14 @@ int32_t ds4j_ctx_create(int32_t device, ds4j_ctx** host_out) {
     ds4j_ctx* c = new ds4j_ctx;
     c->device = device;
     c->stream = s;
+    // the split mHC kernels' counters start at zero and return to it at the end of every launch
+    if (hipMalloc(&c->hc_count, DS4J_HC_COUNT_ROWS * sizeof(unsigned)) != hipSuccess ||
+        hipMemsetAsync(c->hc_count, 0, DS4J_HC_COUNT_ROWS * sizeof(unsigned), s) != hipSuccess ||
+        hipStreamSynchronize(s) != hipSuccess) {
+        hipGetLastError();
+        if (c->hc_count) hipFree(c->hc_count);
+        c->hc_count = nullptr;
+    }
     *host_out = c;
     return DS4J_OK;
 }
@@ -145,6 +153,7 @@ int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
     hipError_t e2 = hipStreamDestroy(ctx->stream);
     for (int i = 0; i < ctx->att_retired_n; i++) hipFree(ctx->att_retired[i]);
     if (ctx->att_scratch) hipFree(ctx->att_scratch);
+    if (ctx->hc_count) hipFree(ctx->hc_count);
     delete ctx;
     if (e != hipSuccess) return fail_hip(e, "hipStreamSynchronize");
     if (e2 != hipSuccess) return fail_hip(e2, "hipStreamDestroy");

@@ -580,6 +580,15 @@ DS4J_API int32_t ds4j_swiglu(ds4j_ctx* ctx, const float* g, const float* u, floa
 DS4J_API int32_t ds4j_moe_combine(ds4j_ctx* ctx, const int32_t* ids, const float* weights, const float* y_routed,
                                   const float* shared, int32_t S, int32_t k, int32_t D, float* out);
 
+/* ------------------------------------------------------------------------------------------------ kernel selection */
+
+/**
+ * Selects the split forms of the mHC, RMSNorm and routing kernels (on != 0: a row's work spread over many blocks; the
+ * default unless the environment variable DS4J_HC_SPLIT is "0") or the one-block-per-row forms, for the whole process.
+ * Both give the same bits. Returns the previous selection (1 or 0). For A/B measurements and tests.
+ */
+DS4J_API int32_t ds4j_set_hc_split(int32_t on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,7 +22,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * (ds4j_hc_post_norm), the query and kv norms with RoPE (ds4j_qkv_norm_rope, positions from an offset or from
  * memory), and a compressor's pooling with its ring stores (ds4j_compress_step and its several-sequence form, in one
  * launch or, where the stores could overwrite a slot the pooling reads, in three). Shapes cover one row (decode),
- * a few rows (verify), odd widths and widths below the block size.
+ * a few rows (verify), odd widths and widths below the block size. The split forms of the row-wise kernels (mHC,
+ * RMSNorm, routing; ds4j_set_hc_split) give the bits of the one-block forms, and a row alone those of the same row in a
+ * step of several.
  */
 @Tag("gpu")
 class GpuFusedOpsTest {
@@ -160,6 +162,149 @@ class GpuFusedOpsTest {
         assertNotEquals(DS4J_OK(), ds4j_hc_post_norm(gpu.ctx(), MemorySegment.NULL, MemorySegment.NULL, MemorySegment.NULL,
                 MemorySegment.NULL, MemorySegment.NULL, 1, MemorySegment.NULL, MemorySegment.NULL, 1, 4, 16, eps, MemorySegment.NULL),
                 "null pointers are refused");
+    }
+
+    /** Random inputs of the row-wise mHC, RMSNorm and routing kernels for S rows (n streams of D, k of E experts). */
+    record RowInputs(int S, int n, int D, int k, int E, float[] mu, float[] base, float[] scale, float[] X, float[] w, float[] f,
+                     float[] post, float[] comb, int[] ids, float[] wts, float[] yr, float[] headMu, float[] lam, float[] bias,
+                     int[] toks, int[] tid2eid) {
+        static RowInputs random(SplittableRandom r, int S, int n, int D, int k) {
+            final int E = 16, V = 40, mix = (2 + n) * n;
+            int[] ids = new int[S * k], toks = new int[S], tid2eid = new int[V * k];
+            for (int s = 0; s < S; s++) {
+                int[] perm = new int[E];
+                for (int e = 0; e < E; e++) perm[e] = e;
+                for (int e = E - 1; e > 0; e--) {
+                    int j = r.nextInt(e + 1), t = perm[e];
+                    perm[e] = perm[j];
+                    perm[j] = t;
+                }
+                System.arraycopy(perm, 0, ids, s * k, k);
+                toks[s] = r.nextInt(V);
+            }
+            for (int i = 0; i < tid2eid.length; i++) tid2eid[i] = r.nextInt(E);
+            float[] lam = gauss(r, S * E, 2);
+            for (int s = 0; s < S; s++) lam[s * E + 3] = lam[s * E + 4]; // ties
+            return new RowInputs(S, n, D, k, E, gauss(r, S * mix, 1), gauss(r, mix, 0.5), gauss(r, 3, 1), gauss(r, S * n * D, 1),
+                    gauss(r, D, 1), gauss(r, S * D, 1), gauss(r, S * n, 1), gauss(r, S * n * n, 0.5), ids, gauss(r, S * k, 1),
+                    gauss(r, S * k * D, 1), gauss(r, S * n, 1), lam, gauss(r, E, 0.1), toks, tid2eid);
+        }
+
+        /** Rows [from, from + rows) of a per-row array of width per. */
+        static float[] rows(float[] a, int per, int from, int rows) {
+            return java.util.Arrays.copyOfRange(a, from * per, (from + rows) * per);
+        }
+
+        static int[] rows(int[] a, int per, int from, int rows) {
+            return java.util.Arrays.copyOfRange(a, from * per, (from + rows) * per);
+        }
+
+        /**
+         * Rows [from, from + rows) through every kernel, each result downloaded: hc_pre_norm (post, comb, col), hc_pre
+         * (col), hc_post_norm with the MoE combination and the norm (streams, v), hc_post_norm alone (streams), hc_head,
+         * RMSNorm of the streams, moe_route with bias (ids, weights) and hashed (ids, weights).
+         */
+        float[][] run(int from, int rows) {
+            final int mix = (2 + n) * n, nD = n * D, iters = 20;
+            final float hcEps = 1e-6f, eps = 1e-6f;
+            long dmu = dev(rows(mu, mix, from, rows)), dbase = dev(base), dscale = dev(scale), dX = dev(rows(X, nD, from, rows));
+            long dw = dev(w), post1 = dev(new float[rows * n]), comb1 = dev(new float[rows * n * n]), col1 = dev(new float[rows * D]);
+            check(ds4j_hc_pre_norm(gpu.ctx(), ptr(dmu), ptr(dbase), ptr(dscale), ptr(dX), rows, n, D, iters, hcEps, ptr(post1), ptr(comb1),
+                    ptr(col1), ptr(dw), eps), "hc_pre_norm");
+            long col2 = dev(new float[rows * D]);
+            check(ds4j_hc_pre(gpu.ctx(), ptr(dmu), ptr(dbase), ptr(dscale), ptr(dX), rows, n, D, iters, hcEps, ptr(post1), ptr(comb1),
+                    ptr(col2)), "hc_pre");
+            long df = dev(rows(f, D, from, rows)), dpost = dev(rows(post, n, from, rows)), dcomb = dev(rows(comb, n * n, from, rows));
+            long dids = dev(rows(ids, k, from, rows)), dwts = dev(rows(wts, k, from, rows)), dyr = dev(rows(yr, k * D, from, rows));
+            long X1 = dev(rows(X, nD, from, rows)), v1 = dev(new float[rows * nD]);
+            check(ds4j_hc_post_norm(gpu.ctx(), ptr(X1), ptr(df), ptr(dids), ptr(dwts), ptr(dyr), k, ptr(dpost), ptr(dcomb), rows, n, D,
+                    eps, ptr(v1)), "hc_post_norm");
+            long X2 = dev(rows(X, nD, from, rows));
+            check(ds4j_hc_post_norm(gpu.ctx(), ptr(X2), ptr(df), MemorySegment.NULL, MemorySegment.NULL, MemorySegment.NULL, k,
+                    ptr(dpost), ptr(dcomb), rows, n, D, eps, MemorySegment.NULL), "hc_post_norm without norm");
+            long dhm = dev(rows(headMu, n, from, rows)), y = dev(new float[rows * D]);
+            check(ds4j_hc_head(gpu.ctx(), ptr(dhm), ptr(dbase), ptr(dscale), ptr(dX), rows, n, D, hcEps, ptr(y)), "hc_head");
+            long vn = dev(new float[rows * nD]);
+            check(ds4j_rmsnorm(gpu.ctx(), ptr(dX), ptr(vn), MemorySegment.NULL, rows, nD, eps), "rmsnorm");
+            long dlam = dev(rows(lam, E, from, rows)), dbias = dev(bias), dtoks = dev(rows(toks, 1, from, rows)), dt = dev(tid2eid);
+            long ri = dev(new int[rows * k]), rw = dev(new float[rows * k]), hi = dev(new int[rows * k]), hw = dev(new float[rows * k]);
+            check(ds4j_moe_route(gpu.ctx(), ptr(dlam), ptr(dbias), MemorySegment.NULL, ptr(dtoks), rows, E, k, 1.5f, ptr(ri), ptr(rw)),
+                    "moe_route");
+            check(ds4j_moe_route(gpu.ctx(), ptr(dlam), MemorySegment.NULL, ptr(dt), ptr(dtoks), rows, E, k, 1.5f, ptr(hi), ptr(hw)),
+                    "moe_route hashed");
+            return new float[][]{gpu.downloadFloats(post1, rows * n), gpu.downloadFloats(comb1, rows * n * n),
+                    gpu.downloadFloats(col1, rows * D), gpu.downloadFloats(col2, rows * D), gpu.downloadFloats(X1, rows * nD),
+                    gpu.downloadFloats(v1, rows * nD), gpu.downloadFloats(X2, rows * nD), gpu.downloadFloats(y, rows * D),
+                    gpu.downloadFloats(vn, rows * nD), ints(gpu.downloadInts(ri, rows * k)), gpu.downloadFloats(rw, rows * k),
+                    ints(gpu.downloadInts(hi, rows * k)), gpu.downloadFloats(hw, rows * k)};
+        }
+
+        static final String[] NAMES = {"hc_pre_norm post", "hc_pre_norm comb", "hc_pre_norm col", "hc_pre col",
+                "hc_post_norm streams", "hc_post_norm v", "hc_post streams", "hc_head", "rmsnorm", "moe_route ids",
+                "moe_route weights", "hashed ids", "hashed weights"};
+
+        /** Per-row widths of run's results. */
+        int[] widths() {
+            return new int[]{n, n * n, D, D, n * D, n * D, n * D, D, n * D, k, k, k, k};
+        }
+
+        static float[] ints(int[] a) {
+            float[] f = new float[a.length];
+            for (int i = 0; i < a.length; i++) f[i] = Float.intBitsToFloat(a[i]);
+            return f;
+        }
+    }
+
+    static void sameBits(float[] expected, float[] actual, String what) {
+        assertEquals(expected.length, actual.length, what);
+        for (int i = 0; i < expected.length; i++)
+            if (Float.floatToRawIntBits(expected[i]) != Float.floatToRawIntBits(actual[i]))
+                fail(what + ": element " + i + " of " + expected.length + ": want " + expected[i] + ", got " + actual[i]);
+    }
+
+    /** run(from, rows) with the split kernels on or off (ds4j_set_hc_split), the previous selection restored. */
+    static float[][] runWith(boolean split, RowInputs in, int from, int rows) {
+        int prev = ds4j_set_hc_split(split ? 1 : 0);
+        try {
+            return in.run(from, rows);
+        } finally {
+            ds4j_set_hc_split(prev);
+        }
+    }
+
+    static final int[][] ROW_SHAPES = {{1, 4, 4096, 6}, {5, 4, 4096, 6}, {64, 4, 4096, 6}, {70, 4, 1000, 6}, {3, 8, 257, 16},
+            {2, 4, 5000, 2}, {2, 3, 200, 1}};
+
+    @Test
+    void splitRowKernelsEqualTheOneBlockKernels() {
+        SplittableRandom r = new SplittableRandom(35);
+        for (int[] sh : ROW_SHAPES) {
+            RowInputs in = RowInputs.random(r, sh[0], sh[1], sh[2], sh[3]);
+            float[][] one = runWith(false, in, 0, in.S()), split = runWith(true, in, 0, in.S());
+            float[][] again = runWith(true, in, 0, in.S()); // the arrival counters are back at zero after a launch
+            String at = "S " + in.S() + ", n " + in.n() + ", D " + in.D() + ", k " + in.k();
+            for (int i = 0; i < one.length; i++) {
+                sameBits(one[i], split[i], RowInputs.NAMES[i] + " split vs one block, " + at);
+                sameBits(split[i], again[i], RowInputs.NAMES[i] + " split run twice, " + at);
+            }
+        }
+    }
+
+    @Test
+    void aRowAloneEqualsTheSameRowOfAStep() {
+        SplittableRandom r = new SplittableRandom(36);
+        for (int[] sh : ROW_SHAPES) {
+            RowInputs in = RowInputs.random(r, sh[0], sh[1], sh[2], sh[3]);
+            if (in.S() == 1) continue;
+            float[][] step = runWith(true, in, 0, in.S());
+            int[] widths = in.widths();
+            for (int s : new int[]{0, in.S() / 2, in.S() - 1}) {
+                float[][] alone = runWith(true, in, s, 1);
+                for (int i = 0; i < step.length; i++)
+                    sameBits(RowInputs.rows(step[i], widths[i], s, 1), alone[i],
+                            RowInputs.NAMES[i] + ", row " + s + " alone vs in a step of " + in.S() + " (n " + in.n() + ", D " + in.D() + ")");
+            }
+        }
     }
 
     @Test

@@ -4471,4 +4471,59 @@ public class ds4j_gpu_h {
             throw new AssertionError("should not reach here", ex$);
         }
     }
+
+    private static class ds4j_set_hc_split {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_set_hc_split");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_set_hc_split(int32_t on)
+     * }
+     */
+    public static FunctionDescriptor ds4j_set_hc_split$descriptor() {
+        return ds4j_set_hc_split.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_set_hc_split(int32_t on)
+     * }
+     */
+    public static MethodHandle ds4j_set_hc_split$handle() {
+        return ds4j_set_hc_split.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_set_hc_split(int32_t on)
+     * }
+     */
+    public static MemorySegment ds4j_set_hc_split$address() {
+        return ds4j_set_hc_split.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_set_hc_split(int32_t on)
+     * }
+     */
+    public static int ds4j_set_hc_split(int on) {
+        var mh$ = ds4j_set_hc_split.HANDLE;
+        try {
+            return (int) mh$.invokeExact(on);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
 }
