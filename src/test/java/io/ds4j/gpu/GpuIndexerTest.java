@@ -81,7 +81,9 @@ class GpuIndexerTest {
     /** The K picks of v[off .. off + avail): larger key first, ties to the lower index; returned in index order. */
     static int[] reference(float[] v, int off, int avail, int K) {
         long[] order = new long[avail];
-        for (int e = 0; e < avail; e++) order[e] = ((0xffffffffL - orderKey(v[off + e])) << 32) | e;
+        // (descending key, index) in the high and low words; the sign bit flipped so that the signed sort orders the
+        // words as unsigned numbers (a key gap of 2^31 or more would otherwise sort negative, first)
+        for (int e = 0; e < avail; e++) order[e] = (((0xffffffffL - orderKey(v[off + e])) << 32) | e) ^ Long.MIN_VALUE;
         Arrays.sort(order);
         int[] p = new int[K];
         for (int i = 0; i < K; i++) p[i] = (int) order[i];
