@@ -1,5 +1,6 @@
 package io.ds4j.gpu;
 
+import static io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.BackendOptions.ExpertPlacement;
@@ -122,10 +123,12 @@ class HipPlacementTest {
 
     static void decode(String name, Backend ref, Backend test) {
         HipBackendTest.Cmp cmp = new HipBackendTest.Cmp(name + " decode", ref.config().vocabSize, "hybrid vs monolithic");
-        int[] toks = prompt(ref.config(), 100, 2);
+        // a prefill chunk at or above DS4J_TC_MIN_ROWS (the prefill kernels), then decode steps (the small-step ones)
+        final int P = DS4J_TC_MIN_ROWS() + 5;
+        int[] toks = prompt(ref.config(), P + 40, 2);
         try (Sequence a = ref.newSequence(16); Sequence b = test.newSequence(16)) {
-            cmp.rows(ref.forward(a, toks, 0, 60, new int[]{59}), test.forward(b, toks, 0, 60, new int[]{59}), "prefill 60");
-            for (int i = 60; i < 100; i++)
+            cmp.rows(ref.forward(a, toks, 0, P, new int[]{P - 1}), test.forward(b, toks, 0, P, new int[]{P - 1}), "prefill " + P);
+            for (int i = P; i < P + 40; i++)
                 cmp.rows(ref.forward(a, toks, i, 1, new int[]{0}), test.forward(b, toks, i, 1, new int[]{0}), "decode pos " + i);
         }
         cmp.done();
