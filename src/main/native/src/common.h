@@ -68,6 +68,11 @@ struct ds4j_ctx {
     int64_t att_scratch_bytes = 0;
     void* att_retired[32] = {};
     int att_retired_n = 0;
+    /** Device memory of the skinny products' column-split partials (gemm_skinny.cpp), grown and kept as att_scratch. */
+    void* sk_scratch = nullptr;
+    int64_t sk_scratch_bytes = 0;
+    void* sk_retired[32] = {};
+    int sk_retired_n = 0;
 };
 
 namespace ds4j {
