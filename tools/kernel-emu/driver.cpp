@@ -7,7 +7,8 @@
 // against a sorted reference and the one-block kernel. The prefill GEMM runs with
 // both token tiles and must give, bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the
 // references). The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
-// (mhc_cases.h). EXTRA=1 adds the slow cases.
+// (mhc_cases.h). The skinny products' staged-activation kernel must give the bits of the kernel without staging.
+// EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
 #include "gemm_tc_v1.cpp"
 #include "gemm_skinny.cpp"
@@ -676,6 +677,61 @@ static void launch_skinny(int fmt, const sk::Shape& sh, dim3 grid, const sk::Arg
 }
 
 /**
+ * The x-sharing kernel (sk::skinny_smem_kernel) as its host entry runs it, with the partials sum when split: the plan of
+ * sk::sm_plan with the column split forced (split 1), or every partition per block (0), and sl chunk groups per
+ * staged slice when sl > 0 (small slices: several per partition). grid as the host entry's, without the partitions.
+ */
+template <bool MOE>
+static void launch_skinny_smem(int fmt, sk::SmPlan pl, int split, int sl, dim3 grid, sk::Args a, int rows) {
+    pl.b.split = split;
+    if (sl > 0) {
+        const int ks = (fmt == DS4J_FMT_FP4_E2M1_B32 ? 32 : fmt == DS4J_FMT_FP8_E4M3_B128 ? 16 : 8) / 4;
+        pl.b.sl = sl;
+        pl.smem = (int64_t)sl * pl.nt * ks * 512;
+    }
+    std::vector<float> part;
+    if (split) {
+        part.assign((size_t)pl.b.nw * pl.b.ns * rows, std::nanf(""));
+        pl.b.part = part.data();
+        if (MOE) grid.z = pl.b.nw;
+        else grid.y = pl.b.nw;
+    }
+    auto run = [&](auto f, auto n) {
+        emu_launch(grid, dim3(sk::SM_W * 32), (size_t)pl.smem, [&] {
+            sk::skinny_smem_kernel<decltype(f)::value, 1, decltype(n)::value, MOE>(a, pl.b);
+        });
+    };
+    auto by_nt = [&](auto f) {
+        switch (pl.nt) {
+            case 1: run(f, std::integral_constant<int, 1>()); break;
+            case 2: run(f, std::integral_constant<int, 2>()); break;
+            case 3: run(f, std::integral_constant<int, 3>()); break;
+            case 4: run(f, std::integral_constant<int, 4>()); break;
+            default: run(f, std::integral_constant<int, 8>()); break;
+        }
+    };
+    switch (fmt) {
+        case DS4J_FMT_F16: by_nt(std::integral_constant<int, DS4J_FMT_F16>()); break;
+        case DS4J_FMT_BF16: by_nt(std::integral_constant<int, DS4J_FMT_BF16>()); break;
+        case DS4J_FMT_FP8_E4M3_B128: by_nt(std::integral_constant<int, DS4J_FMT_FP8_E4M3_B128>()); break;
+        default: by_nt(std::integral_constant<int, DS4J_FMT_FP4_E2M1_B32>()); break;
+    }
+    if (split) {
+        const int64_t n = (int64_t)pl.b.ns * rows;
+        emu_launch(dim3((unsigned)((n + 127) / 128)), dim3(128), 0, [&] {
+            sk::skinny_combine(pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr, MOE ? a.w_table : nullptr);
+        });
+    }
+}
+
+/** Values of n floats at a and b whose bits differ. */
+static int bits_differ(const float* a, const float* b, size_t n) {
+    int d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp(a + i, b + i, 4) != 0;
+    return d;
+}
+
+/**
  * The shape the host entry takes (sk::shape_for); mt_force > 0 takes that many m-tiles per warp in narrow passes
  * instead (to reach both variants with small shapes: the column split follows, as it would for a shape that chose it).
  */
@@ -744,8 +800,28 @@ static void skinny_dense(int fmt, int rows_total, int from, int rows, int cols, 
         if (memcmp(y1.data(), &y[s * ldy], 4 * ldy) != 0) { if (fails < 20) printf("FAIL skinny row %d alone differs from S=%d\n", s, S); fails++; }
         else same++;
     }
-    printf("skinny dense fmt %d rows %d (from %d) cols %d grp %d S %d%s%s: worst rel %.3g; %d rows alone bit-identical\n", fmt,
-           rows, from, cols, grp, S, big ? " big scales" : "", mt ? " (m-tiles forced)" : "", worst, same);
+    // the x-sharing kernel, split and not, with whole and one-group slices: the same bits as the kernel above
+    int diff = 0, runs = 0;
+    {
+        sk::SmPlan pl = sk::sm_plan(fmt, grp, groups, 1, row_bytes_of(fmt, cols), S, S, rows);
+        const sk::Shape sh0 = skinny_shape(fmt, grp, groups, 1, row_bytes_of(fmt, cols), S, 0);
+        if (pl.b.nw != sh0.nw) { printf("FAIL skinny smem plan: %d partitions, the kernel %d\n", pl.b.nw, sh0.nw); fails++; }
+        // forced m-tiles: the column split of the shapes that choose them
+        pl.b.nw = skinny_shape(fmt, grp, groups, 1, row_bytes_of(fmt, cols), S, mt).nw;
+        for (int split : {0, 1})
+            for (int sl : {0, 1}) {
+                std::vector<float> y2(ldy * S, -777.f);
+                sk::Args a{};
+                a.v = v; a.rows = rows; a.grp = grp; a.xgs = xgs; a.x = xp; a.ldx = ldx; a.y = y2.data(); a.ldy = ldy; a.S = S;
+                launch_skinny_smem<false>(fmt, pl, split, sl, dim3((unsigned)(groups * pl.b.rgpg)), a, rows);
+                diff += bits_differ(y2.data(), y.data(), y.size());
+                runs++;
+            }
+        if (diff) { printf("FAIL skinny smem: %d values differ from the kernel above\n", diff); fails++; }
+    }
+    printf("skinny dense fmt %d rows %d (from %d) cols %d grp %d S %d%s%s: worst rel %.3g; %d rows alone bit-identical;"
+           " shared-x kernel (%d runs): %d values differ\n", fmt, rows, from, cols, grp, S, big ? " big scales" : "",
+           mt ? " (m-tiles forced)" : "", worst, same, runs, diff);
 }
 
 /**
@@ -808,6 +884,24 @@ static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bo
         }
         if (y[p * ldy + rows] != -777.f) { printf("FAIL skinny moe wrote padding\n"); fails++; }
     }
+    int diff = 0, runs = 0;
+    {
+        sk::SmPlan pl = sk::sm_plan(fmt, rows, 1, k, row_bytes_of(fmt, cols), S, P, rows);
+        pl.b.nw = skinny_shape(fmt, rows, 1, k, row_bytes_of(fmt, cols), S, mt_force).nw;
+        for (int split : {0, 1})
+            for (int sl : {0, 1}) {
+                std::vector<float> y2(ldy * P, -777.f);
+                sk::Args a{};
+                a.v.scale_kind = DS4J_SCALE_E8M0; a.v.cols = cols; a.v.scale_cols = (cols + 127) >> 7;
+                a.rows = rows; a.x = xp; a.ldx = ldx; a.y = y2.data(); a.ldy = ldy; a.S = S;
+                a.w_table = wt.data(); a.scale_table = fmt >= DS4J_FMT_FP8_E4M3_B128 ? st.data() : nullptr; a.row_base_table = nullptr;
+                a.ids = ids.data(); a.P = P; a.k = k; a.x_per_pick = per_pick;
+                launch_skinny_smem<true>(fmt, pl, split, sl, dim3((unsigned)P, (unsigned)pl.b.rgpg), a, rows);
+                diff += bits_differ(y2.data(), y.data(), y.size());
+                runs++;
+            }
+        if (diff) { printf("FAIL skinny moe smem: %d values differ from the kernel above\n", diff); fails++; }
+    }
     int same = 0;
     for (int s : {0, S - 1}) {
         std::vector<float> y1(ldy * k, -777.f);
@@ -816,7 +910,8 @@ static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bo
         else same++;
     }
     printf("skinny moe fmt %d E %d k %d S %d rows %d cols %d per_pick %d misalign %d null %d m-tiles %d: worst rel %.3g; %d tokens"
-           " alone bit-identical\n", fmt, E, k, S, rows, cols, per_pick, misalign, null_e, mt, worst, same);
+           " alone bit-identical; shared-x kernel (%d runs): %d values differ\n", fmt, E, k, S, rows, cols, per_pick,
+           misalign, null_e, mt, worst, same, runs, diff);
 }
 
 // Top-k of the Lightning Indexer (attention.cpp): the multi-block kernels against a sorted reference (larger key
@@ -907,6 +1002,7 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
 int main() {
     // the row-wise kernels (misc.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
     mhc::run_all();
+    setenv("DS4J_SKINNY_SMEM", "1", 1);  // sk::sm_plan for every S (the driver forces its split and slices)
     // skinny products (decode, verify): every format and pass width, rows not whole tiles, column tails, FP8 row views
     // inside the block grid, groups ending inside a tile, few rows of many columns (several warps per row tile)
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {

@@ -49,6 +49,7 @@ open(out+'gemm_tc_v1.cpp','w').write(gemm(open(os.path.join(os.path.dirname(os.p
 # the skinny products (decode, verify): kernels only, the host entry points cut off
 k=open(src+'gemm_skinny.cpp').read()
 k=k[:k.index('// ------------------------------------------------------------------------------------------- host entry points')]+'}  // namespace ds4j\n'
+k=k.replace('extern __shared__ __align__(16) uint4 sk_xs[];','uint4* sk_xs = reinterpret_cast<uint4*>(emu_dyn_smem);')
 open(out+'gemm_skinny.cpp','w').write(k)
 x=open(src+'indexer_tc.cpp').read()
 x=repl_fn(x,'__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',

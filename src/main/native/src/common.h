@@ -73,6 +73,11 @@ struct ds4j_ctx {
      * when they could not be allocated (the one-block kernels run then).
      */
     unsigned* hc_count = nullptr;
+    /** Device memory of the skinny products' column-split partials (gemm_skinny.cpp), grown and kept as att_scratch. */
+    void* sk_scratch = nullptr;
+    int64_t sk_scratch_bytes = 0;
+    void* sk_retired[32] = {};
+    int sk_retired_n = 0;
 };
 
 /** Rows one split mHC launch covers (its counters in ds4j_ctx.hc_count). */

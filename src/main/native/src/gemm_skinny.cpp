@@ -27,6 +27,10 @@
 // ascending order and runs them as the B tokens, so each expert's weights are read once per step, not once per pick;
 // the blocks of the other picks leave at once.
 //
+// Staged activations (skinny_smem_kernel, steps of at least DS4J_SKINNY_SMEM rows): the same products with x split
+// once per block into shared memory and shared by 128 weight rows, a column partition per block where the row tiles
+// alone are too few, and the partitions' partial sums added in the warp order above (the same bits; see its comment).
+//
 // Launch shape (from the matrix shape only): MT m-tiles per warp, nw warps per block over one row tile's columns, U
 // chunk groups of loads in flight per lane. MT_HI, U, TARGET_WARPS and TARGET_TILES are first choices for the H200,
 // not measured optima: `tools/device/run.sh mm-bench` (io.ds4j.gpu.MatmulBench) prints what they give.
@@ -384,6 +388,301 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) skinny_kernel(Args a) {
 #endif
 }
 
+// ------------------------------------------------------------------------------------------- x shared in shared memory
+//
+// The variant with the activations staged per block (DS4J_SKINNY_SMEM): above, every warp loads and splits its own x
+// for each chunk and k-step, so a block moves S K 4 bytes of x through L1 / L2 for only 16 MT weight rows (8x the FP8
+// weight bytes at 64 rows). Here a block holds SM_W row tiles (one per warp, one m-tile each) of one column partition
+// (the chunk groups p, p + nw, ... of the kernel above, nw from shape_for) or of all partitions in turn; its threads
+// stage the partition's B words once into shared memory, in slices of `sl` chunk groups, and every warp reads them
+// with one 16-byte LDS per (k-step, n-tile). Same bits: every accumulator takes the same MMAs (same A and B words,
+// tail chunks included) in the same order, and a row's partitions are added in partition order, as the warps' partial
+// sums above: in registers (total = p == 0 ? acc : total + acc) when a block walks all partitions, else through the
+// scratch partials of every partition, added in order by skinny_combine. Which of the two runs (split) and how many
+// row tiles a block holds change no bits, so they may follow S as well as the shape.
+
+constexpr int SM_W = 8;               // row tiles (warps) per block
+constexpr int SM_BYTES = 64 * 1024;   // staged B words per slice, at most (dynamic shared memory)
+
+/** Where a launch of skinny_smem_kernel puts its results: y (split = false) or per-partition partials. */
+struct SmArgs {
+    int nw;          // column partitions (shape_for's warps per row tile)
+    int rgpg;        // blocks' row groups (SM_W row tiles each) per group (dense) or per expert (moe)
+    int tpg;         // row tiles of 16 rows per group or expert
+    int sl;          // chunk groups per staged slice
+    int split;       // 1: one partition per block, partials to part; 0: every partition, total to y
+    int ns;          // dense: S; moe: P (the partials' token rows)
+    float* part;     // [nw][ns][rows] partials when split
+};
+
+/** B words of one (chunk group, n-tile, k-step, lane) slot: {hi k 2t..2t+1, hi k 2t+8.., lo .., lo ..}. */
+template <int FMT, int NT>
+__device__ __forceinline__ int sm_slot(int jj, int nt, int i, int lane) {
+    return ((jj * NT + nt) * (Fmt<FMT>::E / 4) + i) * 32 + lane;
+}
+
+/** Chunk groups in flight per lane in skinny_smem_kernel (U): warp_part's U for one m-tile, 64-token passes included. */
+template <int FMT, int MT>
+struct SmU {
+    static constexpr int U = (MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16) ? 2 * Fmt<FMT>::U : Fmt<FMT>::U;
+};
+
+/** One warp's weight chunks (and scale bytes) of up to SmU::U chunk groups, loaded before they are decoded. */
+template <int FMT, int MT>
+struct SmBatch {
+    uint4 q[SmU<FMT, MT>::U][MT][2];
+    uint32_t sb[SmU<FMT, MT>::U][MT][2];
+};
+
+/**
+ * Loads chunk groups m .. m + min(U, left) - 1 of partition p (chunk group j = p + m nw) of the warp's rows: zeros (and
+ * scale 1) where a chunk is past the row's end or the warp holds no such row, as warp_part.
+ */
+template <int FMT, int MT>
+__device__ __forceinline__ void sm_load(SmBatch<FMT, MT>& bt, const uint8_t* const (&wr)[MT][2],
+                                        const size_t (&sbase)[MT][2], const uint8_t* scale, bool wal, int nch, int p,
+                                        int nw, int m, int left) {
+    constexpr int U = SmU<FMT, MT>::U;
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int c = (p + (m + u) * nw) * 4 + t;
+        const bool ok = u < left && c < nch;
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                bt.q[u][mi][h] = make_uint4(0u, 0u, 0u, 0u);
+                bt.sb[u][mi][h] = 127u;
+                if (ok && wr[mi][h]) {
+                    const uint8_t* ptr = wr[mi][h] + (size_t)c * 16;
+                    bt.q[u][mi][h] = wal ? __ldg(reinterpret_cast<const uint4*>(ptr)) : tc::load16_bytes(ptr);
+                    if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) bt.sb[u][mi][h] = scale[sbase[mi][h] + (c >> 3)];
+                    else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) bt.sb[u][mi][h] = scale[sbase[mi][h] + c];
+                }
+            }
+    }
+}
+
+/**
+ * acc += the loaded chunk groups (min(U, left) of them) x the B words staged in xs for slots jj0 .., in warp_part's
+ * MMA order: per chunk group, per k-step, per n-tile below ntv, per m-tile: hi, lo[, the F16 low part].
+ */
+template <int FMT, int MT, int NT>
+__device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uint4* xs, int jj0, int left, int ntv,
+                                           float (&acc)[MT][NT][4]) {
+    constexpr int U = SmU<FMT, MT>::U, KS = Fmt<FMT>::E / 4;
+    constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (u >= left) break;  // the same for every lane of the warp
+        uint32_t m1[MT][2], m2[MT][2];
+        bool two[MT][2];
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                m1[mi][h] = m2[mi][h] = 0u;
+                two[mi][h] = false;
+                if constexpr (QUANT) multipliers<FMT>(bt.sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
+            }
+#pragma unroll
+        for (int i = 0; i < KS; i++) {
+            uint32_t a[MT][4], al[MT][4];
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                a_words<FMT>(bt.q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
+                a_words<FMT>(bt.q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                if (nt < ntv) {
+                    const uint4 b = xs[sm_slot<FMT, NT>(jj0 + u, nt, i, lane)];
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++) {
+                        tc::mma_bf16(acc[mi][nt], a[mi], b.x, b.y);
+                        tc::mma_bf16(acc[mi][nt], a[mi], b.z, b.w);
+                        if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al[mi], b.x, b.y);
+                    }
+                }
+        }
+    }
+}
+
+/**
+ * Block: SM_W row tiles of 16 MT rows (dense: of one group; moe: of one expert), one per warp, for all tokens (picks)
+ * in passes of 8 NT; partition blockIdx.y (dense) / blockIdx.z (moe) when b.split, else every partition in order.
+ * Grid: dense (groups rgpg, split ? nw : 1); moe (P, rgpg, split ? nw : 1).
+ */
+template <int FMT, int MT, int NT, bool MOE>
+__global__ void __launch_bounds__(SM_W * 32) skinny_smem_kernel(Args a, SmArgs b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();
+#else
+    constexpr int RT = 16 * MT, TOK = 8 * NT, E = Fmt<FMT>::E, KS = E / 4;
+    extern __shared__ __align__(16) uint4 sk_xs[];
+    __shared__ int64_t xoff[TOK], yoff[TOK];
+    __shared__ int32_t tokid[TOK];
+    __shared__ int32_t picks[MOE ? MAX_PICKS : 1];
+    __shared__ int sh[32];
+    __shared__ int dup;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    WView v = a.v;
+    int row0, row_end, n, pb;
+    int64_t xg = 0;
+    if constexpr (MOE) {
+        const int p = blockIdx.x, e = a.ids[p];
+        v.w = (const uint8_t*)a.w_table[e];
+        if (!v.w) return;  // host expert: the caller fills its pick rows (skinny_combine skips them too)
+        if (tid == 0) dup = 0;
+        __syncthreads();
+        for (int q = tid; q < p; q += blockDim.x)
+            if (a.ids[q] == e) dup = 1;
+        __syncthreads();
+        if (dup) return;
+        int cnt = 0;
+        for (int q0 = p; q0 < a.P; q0 += blockDim.x) {
+            const int q = q0 + tid;
+            const int f = q < a.P && a.ids[q] == e;
+            int tot;
+            const int at = block_excl_scan(f, sh, &tot);
+            if (f) picks[cnt + at] = q;
+            cnt += tot;
+        }
+        n = cnt;
+        v.scale = a.scale_table ? (const uint8_t*)a.scale_table[e] : nullptr;
+        v.row_base = a.row_base_table ? a.row_base_table[e] : 0;
+        const int ti = blockIdx.y * SM_W + warp;
+        row0 = ti * RT;
+        row_end = ti < b.tpg ? min(a.rows, row0 + RT) : row0;
+        pb = b.split ? (int)blockIdx.z : 0;
+    } else {
+        const int gi = blockIdx.x / b.rgpg, ti = (blockIdx.x % b.rgpg) * SM_W + warp;
+        row0 = gi * a.grp + ti * RT;
+        row_end = ti < b.tpg ? min(row0 + RT, (gi + 1) * a.grp) : row0;
+        xg = (int64_t)gi * a.xgs;
+        n = a.S;
+        pb = b.split ? (int)blockIdx.y : 0;
+    }
+    const int pe = b.split ? pb + 1 : b.nw;
+    const bool mine = row0 < row_end;  // the warp holds rows
+    const int64_t rb = row_bytes_of(FMT, v.cols);
+    const bool wal = ((uintptr_t)v.w & 15u) == 0;
+    const int nch = (int)(rb >> 4), ngr = (nch + 3) >> 2;
+    const uint8_t* wr[MT][2];
+    size_t sbase[MT][2];
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = row0 + 16 * mi + 8 * h + g;
+            wr[mi][h] = r < row_end ? v.w + (size_t)r * rb : nullptr;
+            sbase[mi][h] = FMT == DS4J_FMT_FP8_E4M3_B128 ? (size_t)((v.row_base + r) >> 7) * v.scale_cols
+                                                         : (size_t)r * (v.cols >> 5);
+        }
+    for (int s0 = 0; s0 < n; s0 += TOK) {
+        const int cnt = min(TOK, n - s0);
+        __syncthreads();  // the previous pass is done with xoff, yoff
+        if (tid < TOK) {
+            int64_t xo = -1, yo = -1;
+            int id = -1;
+            if (tid < cnt) {
+                if constexpr (MOE) {
+                    const int q = picks[s0 + tid];
+                    xo = (int64_t)(a.x_per_pick ? q : q / a.k) * a.ldx;
+                    yo = (int64_t)q * a.ldy;
+                    id = q;
+                } else {
+                    xo = (int64_t)(s0 + tid) * a.ldx + xg;
+                    yo = (int64_t)(s0 + tid) * a.ldy;
+                    id = s0 + tid;
+                }
+            }
+            xoff[tid] = xo;
+            yoff[tid] = yo;
+            tokid[tid] = id;
+        }
+        __syncthreads();
+        const int ntv = (cnt + 7) >> 3;
+        float tot[MT][NT][4];
+        for (int p = pb; p < pe; p++) {
+            float acc[MT][NT][4];
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) acc[mi][nt][j] = 0.f;
+            const int ngp = p < ngr ? (ngr - p + b.nw - 1) / b.nw : 0;  // chunk groups of partition p
+            for (int m0 = 0; m0 < ngp; m0 += b.sl) {
+                const int sln = min(b.sl, ngp - m0);
+                __syncthreads();  // every warp is done with the previous slice
+                // the slice's first weight loads go out before the staging, so that they overlap it
+                SmBatch<FMT, MT> bt;
+                if (mine) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
+                const int slots = sln * ntv * KS * 32;
+                for (int e = tid; e < slots; e += blockDim.x) {
+                    const int ln = e & 31, i = (e >> 5) % KS, rest = (e >> 5) / KS, nt = rest % ntv, jj = rest / ntv;
+                    const int c = (p + (m0 + jj) * b.nw) * 4 + (ln & 3);
+                    const int64_t o = xoff[nt * 8 + (ln >> 2)];
+                    uint32_t h0, h1, l0, l1;
+                    b_words<FMT>(c < nch && o >= 0 ? a.x + o : nullptr, c < nch ? c * E : -1, i, h0, h1, l0, l1);
+                    sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)] = make_uint4(h0, h1, l0, l1);
+                }
+                __syncthreads();
+                if (mine) {
+                    constexpr int U = SmU<FMT, MT>::U;
+                    sm_compute<FMT, MT, NT>(bt, sk_xs, 0, sln, ntv, acc);
+                    for (int jj0 = U; jj0 < sln; jj0 += U) {
+                        sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0 + jj0, sln - jj0);
+                        sm_compute<FMT, MT, NT>(bt, sk_xs, jj0, sln - jj0, ntv, acc);
+                    }
+                }
+            }
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) tot[mi][nt][j] = p == pb ? acc[mi][nt][j] : tot[mi][nt][j] + acc[mi][nt][j];
+        }
+        if (!mine) continue;
+        // C fragment: c0, c1 = (row g, tokens 2t, 2t+1), c2, c3 = row g+8
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                if (nt < ntv)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const int tok = nt * 8 + 2 * t + (j & 1), r = row0 + 16 * mi + g + (j >> 1) * 8;
+                        if (tok >= cnt || r >= row_end) continue;
+                        if (b.split)
+                            b.part[((size_t)pb * b.ns + tokid[tok]) * a.rows + r] = tot[mi][nt][j];
+                        else
+                            a.y[yoff[tok] + r] = tot[mi][nt][j];
+                    }
+    }
+#endif
+}
+
+/**
+ * y[s ldy + r] = part[0][s][r] + part[1][s][r] + ... + part[nw - 1][s][r], added in that order (the warp order of
+ * skinny_kernel), for s < ns, r < rows; moe (ids non-null): rows s of picks whose expert is in host memory untouched.
+ */
+__global__ void skinny_combine(const float* part, int nw, int ns, int rows, float* y, int64_t ldy, const int32_t* ids,
+                               void* const* w_table) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)ns * rows) return;
+    const int s = (int)(i / rows), r = (int)(i % rows);
+    if (ids && !w_table[ids[s]]) return;
+    const size_t plane = (size_t)ns * rows;
+    float acc = part[i];
+    for (int p = 1; p < nw; p++) acc = acc + part[p * plane + i];
+    y[s * ldy + r] = acc;
+}
+
 /** m-tiles per warp for a format, (rows of a group, groups) and the number of matrices streamed at once (units). */
 static int mt_for(int format, int64_t grp, int64_t groups, int units) {
     const int hi = format == DS4J_FMT_FP4_E2M1_B32 ? Fmt<DS4J_FMT_FP4_E2M1_B32>::MT_HI : 2;
@@ -463,6 +762,59 @@ static Shape shape_for(int format, int64_t grp, int64_t groups, int units, int64
     return sh;
 }
 
+/**
+ * Steps of at least DS4J_SKINNY_SMEM rows (0: none; default 9, so that decode keeps the kernel without staging) take
+ * skinny_smem_kernel where sm_plan allows it. Read once.
+ */
+static int smem_min_rows() {
+    static std::atomic<int> c{0};
+    return env_choice(c, "DS4J_SKINNY_SMEM", 9, 0, 64);
+}
+
+/** Most bytes of partials one split launch of skinny_smem_kernel uses; larger ones walk every partition per block. */
+constexpr int64_t SM_SCRATCH_CAP = 64ll << 20;
+
+/** A launch of skinny_smem_kernel: whether it runs (on), its pass width, its block arguments and dynamic smem bytes. */
+struct SmPlan {
+    bool on;
+    int nt;
+    SmArgs b;
+    int64_t smem;
+};
+
+/**
+ * The x-sharing launch for S token rows (ns rows of partials: S, or the picks of a moe launch) against groups of grp
+ * rows (rows in all per group set, or per expert; units as in shape_for). The partitions are shape_for's nw, so the
+ * bits are skinny_kernel's; the column split across blocks (split) is taken where the row tiles alone give fewer warps
+ * than target_warps and the partials fit SM_SCRATCH_CAP. Off (the kernel above runs) below smem_min_rows, and where
+ * neither split nor enough row tiles would keep the weights streaming.
+ */
+static SmPlan sm_plan(int format, int64_t grp, int64_t groups, int units, int64_t rb, int S, int64_t ns, int64_t rows) {
+    SmPlan pl{};
+    const int min_rows = smem_min_rows();
+    if (min_rows == 0 || S < min_rows) return pl;
+    const Shape sh = shape_for(format, grp, groups, units, rb, S);
+    const int ks = (format == DS4J_FMT_FP4_E2M1_B32 ? 32 : format == DS4J_FMT_FP8_E4M3_B128 ? 16 : 8) / 4;
+    const int64_t tpg = (grp + 15) / 16, ngr = (rb / 16 + 3) / 4, ngp = (ngr + sh.nw - 1) / sh.nw;
+    const int64_t per = (int64_t)sh.nt * ks * 512;  // bytes of one chunk group's B words
+    int64_t sl = SM_BYTES / per;
+    if (sl > ngp) sl = ngp;
+    if (sl < 1) sl = 1;
+    pl.nt = sh.nt;
+    pl.b.nw = sh.nw;
+    pl.b.tpg = (int)tpg;
+    pl.b.rgpg = (int)((tpg + SM_W - 1) / SM_W);
+    pl.b.sl = (int)sl;
+    pl.b.ns = (int)ns;
+    pl.smem = sl * per;
+    const int64_t tiles = groups * tpg * units;
+    pl.b.split = tiles < target_warps() && (int64_t)sh.nw * ns * rows * 4 <= SM_SCRATCH_CAP;
+    if (!pl.b.split && tiles * 2 < target_warps()) return pl;
+    if (tpg > 0x7fffffff / SM_W || groups * pl.b.rgpg > 0x7fffffff) return pl;
+    pl.on = true;
+    return pl;
+}
+
 /** The (format, m-tiles, n-tiles) kernels built: shape_for's choices (MT_HI or MT_HI / 2 m-tiles; 1 or 2 at 64 tokens). */
 template <int F, int M, int N>
 constexpr bool built = N > 4 ? M <= 2 : (M == Fmt<F>::MT_HI || M == Fmt<F>::MT_HI / 2);
@@ -489,6 +841,14 @@ static void launch(dim3 grid, int threads, hipStream_t stream, const Args& a) {
         case DS4J_FMT_FP8_E4M3_B128: { constexpr int F = DS4J_FMT_FP8_E4M3_B128; DS4J_SK_MT(mt, nt, CALL); break; } \
         default: { constexpr int F = DS4J_FMT_FP4_E2M1_B32; DS4J_SK_MT(mt, nt, CALL); break; }         \
     }
+// the x-sharing kernel: one m-tile per warp
+#define DS4J_SK_DISPATCH_FN(format, nt, CALL)                                                    \
+    switch (format) {                                                                           \
+        case DS4J_FMT_F16: { constexpr int F = DS4J_FMT_F16; DS4J_SK_NT(nt, CALL); break; }     \
+        case DS4J_FMT_BF16: { constexpr int F = DS4J_FMT_BF16; DS4J_SK_NT(nt, CALL); break; }   \
+        case DS4J_FMT_FP8_E4M3_B128: { constexpr int F = DS4J_FMT_FP8_E4M3_B128; DS4J_SK_NT(nt, CALL); break; } \
+        default: { constexpr int F = DS4J_FMT_FP4_E2M1_B32; DS4J_SK_NT(nt, CALL); break; }      \
+    }
 #define DS4J_SK_MT(mt, nt, CALL)                                     \
     switch (mt) {                                                    \
         case 1: { constexpr int M = 1; DS4J_SK_NT(nt, CALL); break; }  \
@@ -503,6 +863,68 @@ static void launch(dim3 grid, int threads, hipStream_t stream, const Args& a) {
         case 4: { constexpr int N = 4; CALL; break; }         \
         default: { constexpr int N = 8; CALL; break; }        \
     }
+
+/**
+ * At least bytes of the context's partials scratch in *out. A larger buffer replaces a smaller one, which stays
+ * allocated until ds4j_ctx_destroy: launches queued or captured into a graph may still use it.
+ */
+static int sk_scratch(ds4j_ctx* ctx, int64_t bytes, float** out) {
+    if (bytes > ctx->sk_scratch_bytes) {
+        if (ctx->sk_retired_n >= (int)(sizeof(ctx->sk_retired) / sizeof(ctx->sk_retired[0])))
+            return fail(DS4J_ERR_ARG, "skinny matmul: partials scratch grown too often");
+        int64_t want = ctx->sk_scratch_bytes * 2 > bytes ? ctx->sk_scratch_bytes * 2 : bytes;
+        if (want < (1ll << 20)) want = 1ll << 20;
+        void* p = nullptr;
+        hipError_t e = hipMalloc(&p, (size_t)want);
+        if (e != hipSuccess) {
+            hipGetLastError();
+            return fail(DS4J_ERR_OOM, "skinny matmul: %lld bytes of partials scratch: %s", (long long)want,
+                        hipGetErrorName(e));
+        }
+        if (ctx->sk_scratch) ctx->sk_retired[ctx->sk_retired_n++] = ctx->sk_scratch;
+        ctx->sk_scratch = p;
+        ctx->sk_scratch_bytes = want;
+    }
+    *out = (float*)ctx->sk_scratch;
+    return DS4J_OK;
+}
+
+/** Launches skinny_smem_kernel (one m-tile per warp) with pl's shared memory; the launch status. */
+template <int F, int N, bool MOE>
+static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, const Args& a) {
+    hipError_t e = cudaFuncSetAttribute(skinny_smem_kernel<F, 1, N, MOE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)pl.smem);
+    if (e != hipSuccess) return e;
+    skinny_smem_kernel<F, 1, N, MOE><<<grid, SM_W * WARP, (size_t)pl.smem, stream>>>(a, pl.b);
+    return hipGetLastError();
+}
+
+/**
+ * Runs pl for a (grid: dense (groups rgpg), moe (P, rgpg), with the partitions added as the last dimension when split)
+ * and, when split, the ordered sum of the partials into y (ns rows of `rows`; ids / w_table for moe). A status.
+ */
+template <bool MOE>
+static int run_smem(ds4j_ctx* ctx, int format, SmPlan pl, dim3 grid, Args a, int rows) {
+    if (pl.b.split) {
+        int rc = sk_scratch(ctx, (int64_t)pl.b.nw * pl.b.ns * rows * 4, &pl.b.part);
+        if (rc != DS4J_OK) return rc;
+        if (MOE) grid.z = (unsigned)pl.b.nw;
+        else grid.y = (unsigned)pl.b.nw;
+    }
+    hipError_t e = hipSuccess;
+    DS4J_SK_DISPATCH_FN(format, pl.nt, (e = launch_smem<F, N, MOE>(grid, pl, ctx->stream, a)))
+    if (e != hipSuccess) return fail_hip(e, "launching matmul (skinny tensor cores, shared x)");
+    launched_kernels.fetch_add(1, std::memory_order_relaxed);
+    if (pl.b.split) {
+        const int64_t n = (int64_t)pl.b.ns * rows;
+        skinny_combine<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(
+            pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr, MOE ? a.w_table : nullptr);
+        e = hipGetLastError();
+        if (e != hipSuccess) return fail_hip(e, "launching matmul (skinny partials sum)");
+        launched_kernels.fetch_add(1, std::memory_order_relaxed);
+    }
+    return DS4J_OK;
+}
 
 }  // namespace sk
 #endif  // DS4J_HAVE_TC
@@ -543,6 +965,11 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
     a.y = y;
     a.ldy = ldy;
     a.S = S;
+    const SmPlan pl = sm_plan(format, grp, groups, 1, rb, S, S, rows);
+    if (pl.on) {
+        *rc = run_smem<false>(ctx, format, pl, dim3((unsigned)(groups * pl.b.rgpg)), a, rows);
+        return true;
+    }
     DS4J_SK_DISPATCH(format, sh.mt, sh.nt, (launch<F, M, N, false>(dim3((unsigned)tiles), sh.nw * WARP, ctx->stream, a)))
     hipError_t e = hipGetLastError();
     *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching matmul (skinny tensor cores)");
@@ -584,6 +1011,11 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     a.k = k;
     a.x_per_pick = x_per_pick;
     // an expert has at most P picks: the pass width follows S (shape_for), more picks take more passes
+    const SmPlan pl = sm_plan(format, rows, 1, k, rb, S, P, rows);
+    if (pl.on && pl.b.rgpg <= 65535) {
+        *rc = run_smem<true>(ctx, format, pl, dim3((unsigned)P, (unsigned)pl.b.rgpg), a, rows);
+        return true;
+    }
     dim3 grid((unsigned)P, (unsigned)sh.tpg);
     DS4J_SK_DISPATCH(format, sh.mt, sh.nt, (launch<F, M, N, true>(grid, sh.nw * WARP, ctx->stream, a)))
     hipError_t e = hipGetLastError();

@@ -154,6 +154,8 @@ int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
     for (int i = 0; i < ctx->att_retired_n; i++) hipFree(ctx->att_retired[i]);
     if (ctx->att_scratch) hipFree(ctx->att_scratch);
     if (ctx->hc_count) hipFree(ctx->hc_count);
+    for (int i = 0; i < ctx->sk_retired_n; i++) hipFree(ctx->sk_retired[i]);
+    if (ctx->sk_scratch) hipFree(ctx->sk_scratch);
     delete ctx;
     if (e != hipSuccess) return fail_hip(e, "hipStreamSynchronize");
     if (e2 != hipSuccess) return fail_hip(e2, "hipStreamDestroy");

@@ -16,7 +16,8 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * weight bytes, FLOP and the fraction of the HBM bound for ds4j_matmul, ds4j_matmul_grouped and ds4j_moe_matmul at
  * S = 1, 5, 16, 32, 64 rows (below DS4J_TC_MIN_ROWS: the skinny tensor-core products where the device has them, the
  * FFMA kernels otherwise; run with the environment variable DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 for
- * steps of 33 .. 64 rows in passes of 32, DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes). A benchmark,
+ * steps of 33 .. 64 rows in passes of 32, DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes,
+ * DS4J_SKINNY_SMEM=0 for the kernel without staged activations, =1 for the staged one at every S). A benchmark,
  * not a test: it prints a Markdown table and asserts nothing.
  *
  * <p>Shapes (hidden 4096, q_lora 1024, 64 heads of 512, 8 output groups, MoE intermediate 2048): wq_a 1024x4096,
@@ -101,12 +102,14 @@ public final class MatmulBench {
             int maxS = 0;
             for (int S : rowCounts) maxS = Math.max(maxS, S);
             System.out.printf("GPU %s; decode-size matrix products, %d calls per figure over > %.0f MB of weight copies;"
-                    + " DS4J_TC_MIN_ROWS %d; tensor cores %s; DS4J_SKINNY_WIDE %s, DS4J_SKINNY_WIDE_MT %s%n", gpu, reps, coldMb,
+                    + " DS4J_TC_MIN_ROWS %d; tensor cores %s; DS4J_SKINNY_WIDE %s, DS4J_SKINNY_WIDE_MT %s,"
+                    + " DS4J_SKINNY_SMEM %s%n", gpu, reps, coldMb,
                     DS4J_TC_MIN_ROWS(),
                     !gpu.tensorCores() ? "off (FFMA kernels)"
                             : "0".equals(System.getenv("DS4J_SKINNY")) ? "for prefill only (DS4J_SKINNY=0: FFMA kernels here)"
                             : "on (skinny kernels)",
-                    envOr("DS4J_SKINNY_WIDE", "default (1)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"));
+                    envOr("DS4J_SKINNY_WIDE", "default (1)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"),
+                    envOr("DS4J_SKINNY_SMEM", "default (9)"));
             System.out.println();
             System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s |");
             System.out.println("|---|---|---|---:|---:|---:|---:|---:|---:|");
