@@ -763,13 +763,17 @@ static Shape shape_for(int format, int64_t grp, int64_t groups, int units, int64
 }
 
 /**
- * Steps of at least DS4J_SKINNY_SMEM rows (0: none; default 9, so that decode keeps the kernel without staging) take
- * skinny_smem_kernel where sm_plan allows it. Read once.
+ * Steps of at least DS4J_SKINNY_SMEM rows (0: none; default 1: every step, the faster choice at every row count on the
+ * H200 by `tools/device/run.sh mm-bench --rows 1,5,16,32,64`, e.g. wo_b FP8 at 1 row 24.7 us against 30.1, routed FP4
+ * w1 / w3 at 1 row 28.6 against 45.1) take skinny_smem_kernel where sm_plan allows it. Read once.
  */
 static int smem_min_rows() {
     static std::atomic<int> c{0};
-    return env_choice(c, "DS4J_SKINNY_SMEM", 9, 0, 64);
+    return env_choice(c, "DS4J_SKINNY_SMEM", 1, 0, 64);
 }
+
+/** Routed-expert launches of more rows than this keep the kernel without staging (see skinny_moe). */
+constexpr int SM_MOE_MAX_ROWS = 32;
 
 /** Most bytes of partials one split launch of skinny_smem_kernel uses; larger ones walk every partition per block. */
 constexpr int64_t SM_SCRATCH_CAP = 64ll << 20;
@@ -1011,7 +1015,9 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     a.k = k;
     a.x_per_pick = x_per_pick;
     // an expert has at most P picks: the pass width follows S (shape_for), more picks take more passes
-    const SmPlan pl = sm_plan(format, rows, 1, k, rb, S, P, rows);
+    // staged x for routed experts up to SM_MOE_MAX_ROWS rows only: above, every expert has many picks and the kernel
+    // without staging was faster on the H200 (mm-bench, FP4 w1 / w3 at 64 rows: 351 us without, 507 with)
+    const SmPlan pl = S <= SM_MOE_MAX_ROWS ? sm_plan(format, rows, 1, k, rb, S, P, rows) : SmPlan{};
     if (pl.on && pl.b.rgpg <= 65535) {
         *rc = run_smem<true>(ctx, format, pl, dim3((unsigned)P, (unsigned)pl.b.rgpg), a, rows);
         return true;
