@@ -63,6 +63,9 @@ class ServerConfigTest {
         assertEquals(List.of("scheduler.minPrefillChunk: must be an integer in [1, 1048576], got 0",
                         "scheduler.maxTickStretch: must be 0 (off) or in [1, 100], got 0.5"),
                 problems("{\"scheduler\": {\"maxTickStretch\": 0.5, \"minPrefillChunk\": 0}}").problems());
+        // a number a long cannot hold is named as written, not as Long.MAX_VALUE
+        assertEquals(List.of("scheduler.maxTickStretch: must be 0 (off) or in [1, 100], got 1.0E20"),
+                problems("{\"scheduler\": {\"maxTickStretch\": 1e20}}").problems());
         e = problems("{\"limits\": {\"maxActive\": 0}, \"sampling\": {\"temperature\": 7}, \"log\": {\"level\": \"loud\"}}");
         assertTrue(e.getMessage().contains("limits.maxActive: must be an integer in [1, 4096], got 0"), e.getMessage());
         assertTrue(e.getMessage().contains("sampling.temperature: must be in [0, 2], got 7"), e.getMessage());

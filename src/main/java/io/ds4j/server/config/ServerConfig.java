@@ -381,7 +381,8 @@ public final class ServerConfig {
     }
 
     private static String fmt(double d) {
-        return d == Math.rint(d) ? Long.toString((long) d) : Double.toString(d);
+        // whole numbers as integers, but only where a long holds them (1e20 would print as Long.MAX_VALUE)
+        return d == Math.rint(d) && Math.abs(d) < 0x1p62 ? Long.toString((long) d) : Double.toString(d);
     }
 
     // ------------------------------------------------------------------------------------------------ accessors
