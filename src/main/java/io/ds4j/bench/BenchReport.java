@@ -28,12 +28,12 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         StringBuilder b = new StringBuilder();
         for (var e : setup.entrySet()) b.append("- ").append(e.getKey()).append(": ").append(e.getValue()).append('\n');
         b.append('\n');
-        b.append("| input tokens | context | sequence state MiB | verify attention | prefill tok/s | decode tok/s | verify step ms"
+        b.append("| input tokens | context | sequence state MiB | draft | verify attention | prefill tok/s | decode tok/s | verify step ms"
                 + " | control's conversion ms/step | acceptance rate | verifier agreement (rounds / rows) |\n");
-        b.append("|---:|---|---:|---|---:|---:|---:|---:|---:|---|\n");
+        b.append("|---:|---|---:|---|---|---:|---:|---:|---:|---:|---|\n");
         for (VerifyPathBench.Row r : rows) {
-            b.append(String.format(Locale.ROOT, "| %,d | %s | %,.0f | %s | %s | %.1f | %.2f | %s | %s | %s |%n", r.length(),
-                    r.synthetic() ? "synthetic" : "prefilled", r.stateMiB(), r.path(),
+            b.append(String.format(Locale.ROOT, "| %,d | %s | %,.0f | %s | %s | %s | %.1f | %.2f | %s | %s | %s |%n", r.length(),
+                    r.synthetic() ? "synthetic" : "prefilled", r.stateMiB(), r.draft(), r.path(),
                     Double.isNaN(r.prefillTokS()) ? "–" : String.format(Locale.ROOT, "%,.0f", r.prefillTokS()),
                     r.decodeTokS(), r.verifyMs(),
                     Double.isNaN(r.conversionMs()) ? "–" : String.format(Locale.ROOT, "%.3f", r.conversionMs()),
@@ -43,16 +43,20 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         }
         if (rows.stream().anyMatch(VerifyPathBench.Row::synthetic))
             b.append("\nSynthetic: the context was given as random cache rows (no prefill); decode and verify run on it for real.\n");
+        if (rows.stream().anyMatch(r -> r.draft().equals(VerifyPathBench.REPLAY)))
+            b.append("\nDrafts: copy = a copy of the target (its q draft steps are timed with the verify steps); replay = the"
+                    + " target's own greedy output of the copy run replayed as a predicted output (near free: the row times the"
+                    + " verify steps alone; same prefill as the copy row).\n");
         // relative change of the second path against the first, per length
         List<String> gains = new ArrayList<>();
         for (int i = 0; i + 1 < rows.size(); i++) {
             var a = rows.get(i);
             var c = rows.get(i + 1);
-            if (a.length() == c.length() && !a.path().equals(c.path()))
-                gains.add(String.format(Locale.ROOT, "%,d tokens: decode %+.1f %% (x%.2f), verify step %+.1f %% (%+.2f ms)%s", a.length(),
-                        100 * (c.decodeTokS() / a.decodeTokS() - 1), c.decodeTokS() / a.decodeTokS(),
+            if (a.length() == c.length() && a.draft().equals(c.draft()) && !a.path().equals(c.path()))
+                gains.add(String.format(Locale.ROOT, "%,d tokens, %s draft: decode %+.1f %% (x%.2f), verify step %+.1f %% (%+.2f ms)%s", a.length(),
+                        a.draft(), 100 * (c.decodeTokS() / a.decodeTokS() - 1), c.decodeTokS() / a.decodeTokS(),
                         100 * (c.verifyMs() / a.verifyMs() - 1), c.verifyMs() - a.verifyMs(),
-                        a.synthetic() ? "" : String.format(Locale.ROOT, ", prefill %+.1f %%", 100 * (c.prefillTokS() / a.prefillTokS() - 1))));
+                        a.synthetic() || !a.draft().equals(VerifyPathBench.COPY) ? "" : String.format(Locale.ROOT, ", prefill %+.1f %%", 100 * (c.prefillTokS() / a.prefillTokS() - 1))));
         }
         if (!gains.isEmpty()) b.append("\n").append(rows.get(1).path()).append(" against ").append(rows.get(0).path())
                 .append(": ").append(String.join("; ", gains)).append(".\n");
@@ -70,6 +74,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             ObjectNode o = a.addObject();
             o.put("input_tokens", r.length());
             o.put("verify_attention", r.path());
+            o.put("draft", r.draft());
             num(o, "prefill_tokens_per_s", r.prefillTokS());
             num(o, "prefill_seconds", r.prefillSeconds());
             num(o, "decode_tokens_per_s", r.decodeTokS());
@@ -103,8 +108,8 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         Map<Integer, Map<String, VerifyPathBench.Row>> byLen = new LinkedHashMap<>();
         List<String> paths = new ArrayList<>();
         for (VerifyPathBench.Row r : rows) {
-            byLen.computeIfAbsent(r.length(), k -> new LinkedHashMap<>()).put(r.path(), r);
-            if (!paths.contains(r.path())) paths.add(r.path());
+            byLen.computeIfAbsent(r.length(), k -> new LinkedHashMap<>()).put(key(r), r);
+            if (!paths.contains(key(r))) paths.add(key(r));
         }
         String[] colours = {"#8a8f98", "#2f6fdf", "#d9822b", "#3a9d5d"};
         int panelW = 360, panelH = 260, gap = 50, top = 50, left = 60, panels = 3;
@@ -149,7 +154,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                     if (Double.isNaN(v)) continue;  // e.g. no prefill figure for a synthetic context
                     int bh = max == 0 ? 0 : (int) Math.round(h * v / max);
                     b.append(String.format(Locale.ROOT, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>%s, %,d tokens: %s</title></rect>%n",
-                            gx + i * bw, y0 + h - bh, bw - 2, bh, colours[i % colours.length], esc(r.path()), r.length(), fmt(v)));
+                            gx + i * bw, y0 + h - bh, bw - 2, bh, colours[i % colours.length], esc(key(r)), r.length(), fmt(v)));
                     b.append(String.format(Locale.ROOT, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\">%s</text>%n",
                             gx + i * bw + (bw - 2) / 2, y0 + h - bh - 3, fmt(v)));
                 }
@@ -183,6 +188,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         List<VerifyPathBench.Row> rows = new ArrayList<>();
         for (var r : root.get("rows"))
             rows.add(new VerifyPathBench.Row(r.get("input_tokens").asInt(), r.get("verify_attention").asText(),
+                    r.has("draft") ? r.get("draft").asText() : VerifyPathBench.COPY,
                     d(r, "prefill_tokens_per_s"), d(r, "prefill_seconds"), d(r, "decode_tokens_per_s"), r.get("decode_tokens").asInt(),
                     r.get("verify_steps").asInt(), d(r, "verify_ms_per_step"), r.get("draft_tokens_offered").asInt(),
                     r.get("draft_tokens_accepted").asInt(), d(r, "acceptance_rate"), d(r, "verifier_agreement_rounds"),
@@ -205,6 +211,11 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         Files.writeString(js, json());
         Files.writeString(sv, svg());
         return List.of(md, js, sv);
+    }
+
+    /** A bar's series: the path, and the draft where it is not the copy of the target. */
+    private static String key(VerifyPathBench.Row r) {
+        return r.draft().equals(VerifyPathBench.COPY) ? r.path() : r.path() + ", " + r.draft();
     }
 
     private static double niceCeil(double v) {

@@ -1,11 +1,13 @@
 package io.ds4j.bench;
 
 import io.ds4j.engine.Backend;
+import io.ds4j.engine.Draft;
 import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StepKind;
 import io.ds4j.engine.SyntheticContext;
 import io.ds4j.engine.VerifyAttention;
 import io.ds4j.sampling.Sampler;
+import io.ds4j.speculative.PredictionDraft;
 
 import java.io.PrintStream;
 import java.util.ArrayList;
@@ -33,6 +35,9 @@ import java.util.SplittableRandom;
 public final class VerifyPathBench {
     private VerifyPathBench() {}
 
+    /** Draft names in the table: a copy of the target; the target's greedy output replayed as a predicted output. */
+    public static final String COPY = "copy", REPLAY = "replay";
+
     /**
      * @param lengths        input lengths (tokens)
      * @param q              draft tokens per verify step (1..16)
@@ -41,14 +46,22 @@ public final class VerifyPathBench {
      * @param chunk          prefill chunk (tokens)
      * @param seed           seed of the random prompt tokens
      * @param syntheticAbove lengths above this are filled synthetically instead of prefilled
+     * @param drafts         {@link #COPY} (always) and optionally {@link #REPLAY}
      */
     public record Options(List<Integer> lengths, int q, int decodeTokens, int agreementSteps, int chunk, long seed,
-                          int syntheticAbove) {
+                          int syntheticAbove, List<String> drafts) {
         /** Real prefill at every length that is at most 122,879 tokens, synthetic contexts above. */
         public static final int DEFAULT_SYNTHETIC_ABOVE = 122_879;
+        /** The drafts: a copy of the target, and the target's own greedy output replayed as a predicted output. */
+        public static final List<String> DRAFTS = List.of(COPY, REPLAY);
 
         public Options(List<Integer> lengths, int q, int decodeTokens, int agreementSteps, int chunk, long seed) {
             this(lengths, q, decodeTokens, agreementSteps, chunk, seed, DEFAULT_SYNTHETIC_ABOVE);
+        }
+
+        public Options(List<Integer> lengths, int q, int decodeTokens, int agreementSteps, int chunk, long seed,
+                       int syntheticAbove) {
+            this(lengths, q, decodeTokens, agreementSteps, chunk, seed, syntheticAbove, List.of(COPY));
         }
 
         public Options {
@@ -59,11 +72,21 @@ public final class VerifyPathBench {
             if (agreementSteps < 0) throw new IllegalArgumentException("agreement steps must be >= 0, got " + agreementSteps);
             if (chunk < 1) throw new IllegalArgumentException("prefill chunk must be >= 1, got " + chunk);
             if (syntheticAbove < 1) throw new IllegalArgumentException("synthetic-above must be >= 1, got " + syntheticAbove);
+            drafts = List.copyOf(drafts);
+            if (!drafts.contains(COPY))
+                throw new IllegalArgumentException("the drafts must include " + COPY + " (the replay replays its output), got " + drafts);
+            for (String d : drafts)
+                if (!DRAFTS.contains(d)) throw new IllegalArgumentException("unknown draft '" + d + "': one of " + DRAFTS);
+        }
+
+        boolean replay() {
+            return drafts.contains(REPLAY);
         }
     }
 
     /**
      * One row of the table.
+     * @param draft           {@link #COPY} or {@link #REPLAY}
      * @param prefillTokS     L / prefill seconds
      * @param decodeTokS      emitted tokens / seconds of the timed speculative rounds
      * @param verifyMs        mean milliseconds of one verify step (q + 1 rows on the target, logits back on the host)
@@ -74,11 +97,11 @@ public final class VerifyPathBench {
      * @param stateMiB        device (or host) memory of one sequence's state at this length, MiB
      * @param conversionMs    milliseconds the control spends per verify step converting the cache (NaN: not measured)
      */
-    public record Row(int length, String path, double prefillTokS, double prefillSeconds, double decodeTokS, int emitted,
+    public record Row(int length, String path, String draft, double prefillTokS, double prefillSeconds, double decodeTokS, int emitted,
                       int verifySteps, double verifyMs, int offered, int accepted, double acceptance, double agreement,
                       double rowAgreement, int agreementRounds, boolean synthetic, double stateMiB, double conversionMs) {
         Row withAgreement(double a, double rows, int rounds) {
-            return new Row(length, path, prefillTokS, prefillSeconds, decodeTokS, emitted, verifySteps, verifyMs, offered,
+            return new Row(length, path, draft, prefillTokS, prefillSeconds, decodeTokS, emitted, verifySteps, verifyMs, offered,
                     accepted, acceptance, a, rows, rounds, synthetic, stateMiB, conversionMs);
         }
     }
@@ -106,6 +129,7 @@ public final class VerifyPathBench {
             int[] prompt = tokens(L, V, o.seed() + L);
             List<Row> forL = new ArrayList<>();
             Spec last = null;
+            int[] controlOutput = null;
             for (VerifyAttention p : paths.isEmpty() ? java.util.Collections.<VerifyAttention>singletonList(null) : paths) {
                 if (p != null) be.setVerifyAttention(p);
                 String name = p == null ? be.name() : p.key();
@@ -118,12 +142,15 @@ public final class VerifyPathBench {
                 if (be instanceof SyntheticContext sc && paths.contains(VerifyAttention.F32_CONVERT))
                     conv = sc.verifyConversionMillis(s.tgt, 5);
                 double mib = be.stateBytes(L, 16) / 1048576.0;
+                // the replay starts from the same prefilled state: a fork taken before the copy run decodes
+                Sequence rep = o.replay() ? forkOrPrefill(be, s, o.chunk()) : null;
+                int start = s.len;
                 s.round(); // warm-up round (untimed)
                 s.resetCounters();
                 long t0 = System.nanoTime();
                 while (s.emitted < o.decodeTokens()) s.round();
                 double sec = (System.nanoTime() - t0) / 1e9;
-                Row r = new Row(L, name, synthetic ? Double.NaN : L / pre, synthetic ? Double.NaN : pre, s.emitted / sec, s.emitted,
+                Row r = new Row(L, name, COPY, synthetic ? Double.NaN : L / pre, synthetic ? Double.NaN : pre, s.emitted / sec, s.emitted,
                         s.steps, s.verifyNanos / 1e6 / s.steps, s.offered, s.accepted,
                         s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, synthetic, mib, conv);
                 log.printf("L=%d %s: %s, decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f;"
@@ -132,6 +159,15 @@ public final class VerifyPathBench {
                                 "prefill %.0f tok/s (%.2f s)", r.prefillTokS(), pre),
                         r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance(), conv, mib);
                 forL.add(r);
+                // the greedy output of this path, from the first generated token (pushed by the prefill) on
+                int[] output = java.util.Arrays.copyOfRange(s.ctx, L, s.len);
+                if (controlOutput == null) controlOutput = output;
+                else {
+                    int n = Math.min(output.length, controlOutput.length), same = 0;
+                    while (same < n && output[same] == controlOutput[same]) same++;
+                    log.printf("L=%d %s: greedy output equal to %s's for %d of %d tokens%n", L, name, forL.get(0).path(), same, n);
+                }
+                if (rep != null) forL.add(replay(be, s, rep, start, L, output, o, r, name, log));
             }
             if (paths.size() == 2 && o.agreementSteps() > 0) {
                 double[] a = last.agreement(paths.get(0), paths.get(1), o.agreementSteps());
@@ -141,9 +177,47 @@ public final class VerifyPathBench {
                 be.setVerifyAttention(paths.get(0));
             }
             last.close();
+            // per draft (copy, then replay), the paths in order (the control first)
+            forL.sort(java.util.Comparator.comparingInt((Row r) -> o.drafts().indexOf(r.draft())));
             rows.addAll(forL);
         }
         return rows;
+    }
+
+    /** A second sequence in the state of s's target after its prefill: a fork, or (a backend that cannot fork) a prefill, untimed. */
+    private static Sequence forkOrPrefill(Backend be, Spec s, int chunk) {
+        try {
+            return be.fork(s.tgt, 16);
+        } catch (UnsupportedOperationException e) {
+            Sequence q = be.newSequence(16);
+            int L = s.len - 1;
+            for (int off = 0; off < L; off += chunk)
+                be.forward(q, s.ctx, off, Math.min(chunk, L - off), new int[0], StepKind.PREFILL);
+            return q;
+        }
+    }
+
+    /**
+     * The {@code replay} row: speculative decoding from the prefilled state rep, with the target's own greedy output of
+     * the copy run (output, from the first generated token on) replayed as a predicted output: a near-free draft, so
+     * the row measures verify steps alone. Warm-up round untimed, as the copy run; stops when the prediction is used up.
+     */
+    private static Row replay(Backend be, Spec copy, Sequence rep, int start, int L, int[] output, Options o, Row copyRow,
+                              String name, PrintStream log) {
+        try (Spec s = new Spec(be, rep, copy.ctx, start, L, output, o)) {
+            s.round();
+            s.resetCounters();
+            long t0 = System.nanoTime();
+            while (s.emitted < o.decodeTokens() && s.round()) { }
+            double sec = (System.nanoTime() - t0) / 1e9;
+            Row r = new Row(L, name, REPLAY, copyRow.prefillTokS(), copyRow.prefillSeconds(), s.emitted / sec, s.emitted, s.steps,
+                    s.steps == 0 ? Double.NaN : s.verifyNanos / 1e6 / s.steps, s.offered, s.accepted,
+                    s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, copyRow.synthetic(),
+                    copyRow.stateMiB(), copyRow.conversionMs());
+            log.printf("L=%d %s, replayed prediction: decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f%n",
+                    L, name, r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance());
+            return r;
+        }
     }
 
     /** The checks of {@link #run} that need no work: each length fits the model's context and the device. */
@@ -160,15 +234,17 @@ public final class VerifyPathBench {
                         "input length %,d is above --synthetic-above %,d, and backend %s cannot fill a context synthetically;"
                                 + " lower the length or raise --synthetic-above", L, o.syntheticAbove(), be.name()));
             if (be instanceof SyntheticContext sc) {
-                // target and draft sequences, plus the control's F32 copy of the largest layer (4 bytes per cached value)
+                // target and draft sequences (and the replay's), plus the control's F32 copy of the largest layer (4 bytes
+                // per cached value)
                 long state = be.stateBytes((int) Math.min(need, Integer.MAX_VALUE), 16);
                 long scratch = 3L * L * be.config().headDim;
                 long free = sc.freeDeviceBytes();
-                if (2 * state + scratch > free)
+                int seqs = o.replay() ? 3 : 2;
+                if (seqs * state + scratch > free)
                     throw new IllegalArgumentException(String.format(java.util.Locale.ROOT,
-                            "input length %,d needs about %,.0f MiB of device memory (two sequences of %,.0f MiB and the control's"
-                                    + " scratch); %,.0f MiB are free", L, (2 * state + scratch) / 1048576.0, state / 1048576.0,
-                            free / 1048576.0));
+                            "input length %,d needs about %,.0f MiB of device memory (%d sequences of %,.0f MiB and the control's"
+                                    + " scratch); %,.0f MiB are free", L, (seqs * state + scratch) / 1048576.0, seqs,
+                            state / 1048576.0, free / 1048576.0));
             }
         }
     }
@@ -189,6 +265,8 @@ public final class VerifyPathBench {
         final int q, V;
         final Sequence tgt;
         Sequence dft;
+        /** The replayed prediction (the {@code replay} draft), or null: the draft is the target's copy on {@link #dft}. */
+        Draft prediction;
         int[] ctx;
         int len, dlen, emitted, steps, offered, accepted;
         long verifyNanos;
@@ -200,6 +278,21 @@ public final class VerifyPathBench {
             this.tgt = be.newSequence(16);
             this.ctx = java.util.Arrays.copyOf(prompt, prompt.length + 1024);
             this.len = prompt.length;
+        }
+
+        /**
+         * The {@code replay} draft: a sequence already holding the prefilled prompt (forked from a copy-of-target run's
+         * target before it decoded) whose committed tokens are ctx[0 .. len), drafting from a prediction: the target's
+         * own greedy output replayed as a client's predicted output ({@link PredictionDraft}).
+         */
+        Spec(Backend be, Sequence prefilled, int[] ctx, int len, int promptLen, int[] predicted, Options o) {
+            this.be = be;
+            this.q = o.q();
+            this.V = be.config().vocabSize;
+            this.tgt = prefilled;
+            this.ctx = java.util.Arrays.copyOf(ctx, Math.max(ctx.length, len + 1024));
+            this.len = len;
+            this.prediction = new PredictionDraft(predicted, promptLen, null);
         }
 
         /** Prefills the prompt (all L tokens; the last row's logits give the first token); returns seconds. */
@@ -246,8 +339,12 @@ public final class VerifyPathBench {
             verifyNanos = 0;
         }
 
-        /** The draft's q tokens after ctx[0 .. len): catch up, then q − 1 single steps. */
+        /**
+         * The draft's tokens after ctx[0 .. len): the copy of the target catches up, then takes q − 1 single steps; the
+         * replayed prediction proposes up to q tokens (none once it is used up).
+         */
         int[] propose() {
+            if (prediction != null) return prediction.propose(ctx, len, q).tokens();
             int n = len - dlen;
             float[] lg = be.forward(dft, ctx, dlen, n, new int[]{n - 1}, StepKind.DECODE);
             dlen = len;
@@ -260,18 +357,19 @@ public final class VerifyPathBench {
             return d;
         }
 
-        /** Verifies [ctx[len−1], d…] on the target; returns the argmax of every row (q + 1). */
+        /** Verifies [ctx[len−1], d…] on the target; returns the argmax of every row (d.length + 1). */
         int[] verify(int[] d) {
-            int[] rows = new int[q + 1];
+            int n = d.length + 1;
+            int[] rows = new int[n];
             rows[0] = ctx[len - 1];
-            System.arraycopy(d, 0, rows, 1, q);
-            int[] want = new int[q + 1];
-            for (int i = 0; i <= q; i++) want[i] = i;
+            System.arraycopy(d, 0, rows, 1, d.length);
+            int[] want = new int[n];
+            for (int i = 0; i < n; i++) want[i] = i;
             long t0 = System.nanoTime();
-            float[] lg = be.forward(tgt, rows, 0, q + 1, want, StepKind.VERIFY);
+            float[] lg = be.forward(tgt, rows, 0, n, want, StepKind.VERIFY);
             verifyNanos += System.nanoTime() - t0;
-            int[] g = new int[q + 1];
-            for (int i = 0; i <= q; i++) g[i] = Sampler.argmax(lg, i * V, V);
+            int[] g = new int[n];
+            for (int i = 0; i < n; i++) g[i] = Sampler.argmax(lg, i * V, V);
             return g;
         }
 
@@ -284,21 +382,30 @@ public final class VerifyPathBench {
         /** Commits a verified round: d[0 .. a) and g[a]; rolls both sequences back to what stays. */
         void commit(int[] d, int[] g) {
             int a = acceptedPrefix(d, g);
-            tgt.rollback(q - a);
-            int keep = Math.min(a, q - 1);
-            dft.rollback((q - 1) - keep);
-            dlen = len + keep;
+            tgt.rollback(d.length - a);
+            if (prediction == null) {
+                int keep = Math.min(a, q - 1);
+                dft.rollback((q - 1) - keep);
+                dlen = len + keep;
+            }
             for (int i = 0; i < a; i++) push(d[i]);
             push(g[a]);
+            if (prediction != null) {
+                prediction.verified(d.length, a);
+                prediction.committed(ctx, len);
+            }
             emitted += a + 1;
             steps++;
-            offered += q;
+            offered += d.length;
             accepted += a;
         }
 
-        void round() {
+        /** One speculative round; false (nothing done) when the draft had nothing to propose (a used-up prediction). */
+        boolean round() {
             int[] d = propose();
+            if (d.length == 0) return false;
             commit(d, verify(d));
+            return true;
         }
 
         /**
@@ -326,6 +433,7 @@ public final class VerifyPathBench {
         public void close() {
             tgt.close();
             if (dft != null) dft.close();
+            if (prediction != null) prediction.close();
         }
     }
 }

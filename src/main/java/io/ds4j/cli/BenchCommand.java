@@ -43,6 +43,7 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--q", defaultValue = "4", description = "draft tokens per verify step (default ${DEFAULT-VALUE})") int q;
     @Option(names = "--decode-tokens", defaultValue = "256", description = "tokens emitted in each timed decode, at least (whole verify steps of q + 1 tokens; default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--agreement-steps", defaultValue = "200", description = "verify rounds compared between the paths per length (default ${DEFAULT-VALUE})") int agreementSteps;
+    @Option(names = "--drafts", defaultValue = "copy,replay", split = ",", description = "drafts per length and path: copy (a copy of the target) and replay (the target's own greedy output of the copy run replayed as a predicted output: a near-free draft; default ${DEFAULT-VALUE})") List<String> drafts;
     @Option(names = "--chunk", defaultValue = "2048", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int chunk;
     @Option(names = "--f32-short-context-rows", defaultValue = "512", description = "the F16 path's full-F32 threshold (default ${DEFAULT-VALUE})") int shortRows;
     @Option(names = "--seed", defaultValue = "1", description = "model and prompt seed (default ${DEFAULT-VALUE})") long seed;
@@ -58,7 +59,7 @@ public final class BenchCommand implements Callable<Integer> {
             for (Path p : rep.write(out, name)) System.out.println("wrote " + p);
             return 0;
         }
-        VerifyPathBench.Options o = new VerifyPathBench.Options(lengths, q, decodeTokens, agreementSteps, chunk, seed, syntheticAbove);
+        VerifyPathBench.Options o = new VerifyPathBench.Options(lengths, q, decodeTokens, agreementSteps, chunk, seed, syntheticAbove, drafts);
         RandomCheckpoint.Storage storage = RandomCheckpoint.Storage.parse(dtype);
         Path dir = model != null ? model : ModelStore.ensureVariant(preset, layers, experts, storage, seed, System.err::println);
         BackendOptions bo = new BackendOptions(1, BackendOptions.ExpertPlacement.MONOLITHIC, 0, false, shortRows);
@@ -70,7 +71,9 @@ public final class BenchCommand implements Callable<Integer> {
             setup.put("date", LocalDate.now().toString());
             setup.put("machine", machine(be));
             setup.put("model", describe(c, model != null ? "as stored in " + dir : storage));
-            setup.put("draft", "a copy of the target (same weights, its cache forked from the prefilled target), greedy");
+            setup.put("draft", "a copy of the target (same weights, its cache forked from the prefilled target), greedy"
+                    + (o.drafts().contains(VerifyPathBench.REPLAY) ? "; replay: the target's own greedy output of the copy run"
+                    + " replayed as a predicted output (io.ds4j.speculative.PredictionDraft) from a fork of the prefilled target" : ""));
             setup.put("q", q + " draft tokens per verify step (" + (q + 1) + " rows verified per step)");
             setup.put("method", String.format(Locale.ROOT, "prefill of seeded random tokens in chunks of %d (timed to the last logits), lengths above %d synthetic (random cache rows, no prefill); "
                     + "decode: %d tokens after one warm-up round, draft and verify steps timed together; agreement: %d rounds "
@@ -97,7 +100,8 @@ public final class BenchCommand implements Callable<Integer> {
             if (experts != null) a.addAll(List.of("--experts", experts.toString()));
         }
         a.addAll(List.of("--lengths", String.join(",", lengths.stream().map(String::valueOf).toList()), "--q", "" + q,
-                "--decode-tokens", "" + decodeTokens, "--agreement-steps", "" + agreementSteps, "--chunk", "" + chunk));
+                "--decode-tokens", "" + decodeTokens, "--agreement-steps", "" + agreementSteps, "--chunk", "" + chunk,
+                "--drafts", String.join(",", drafts)));
         return a;
     }
 

@@ -66,6 +66,39 @@ class VerifyPathBenchTest {
         }
     }
 
+    /**
+     * The replay draft (the target's own greedy output of the copy run, replayed as a predicted output from the
+     * prefilled state) must have every token accepted too, with no draft steps: the row's verify steps are all it runs.
+     */
+    @Test
+    void theReplayedOutputIsAcceptedInFull(@TempDir Path dir) throws Exception {
+        ModelConfig c = TestModelsAccess.microConfig();
+        try (CpuBackend be = new CpuBackend(TestModelsAccess.random(c, 5))) {
+            var o = new VerifyPathBench.Options(List.of(31), 4, 17, 0, 16, 3, VerifyPathBench.Options.DEFAULT_SYNTHETIC_ABOVE,
+                    VerifyPathBench.Options.DRAFTS);
+            ByteArrayOutputStream log = new ByteArrayOutputStream();
+            List<VerifyPathBench.Row> rows = VerifyPathBench.run(be, o, new PrintStream(log, true));
+            assertEquals(2, rows.size(), log.toString());
+            VerifyPathBench.Row copy = rows.get(0), replay = rows.get(1);
+            assertEquals(VerifyPathBench.COPY, copy.draft());
+            assertEquals(VerifyPathBench.REPLAY, replay.draft());
+            assertTrue(replay.emitted() >= 17, "emitted " + replay.emitted() + "\n" + log);
+            assertEquals(replay.offered(), replay.accepted(), "the replayed greedy output is the target's own: " + replay);
+            assertEquals(replay.verifySteps() * 5, replay.emitted(), "q + 1 tokens per verify step");
+            assertEquals(copy.prefillTokS(), replay.prefillTokS(), "the replay starts from the copy row's prefill");
+            String md = new BenchReport(Map.of(), rows).markdown();
+            assertTrue(md.contains("| replay | cpu |") && md.contains("| copy | cpu |"), md);
+            BenchReport rep = new BenchReport(Map.of(), rows);
+            assertEquals(md, BenchReport.fromJson(rep.write(dir, "r").get(1)).markdown(), "the draft column survives the JSON");
+        }
+        var e = assertThrows(IllegalArgumentException.class, () -> new VerifyPathBench.Options(List.of(31), 4, 17, 0, 16, 3, 40,
+                List.of("replay")));
+        assertTrue(e.getMessage().contains("must include copy"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> new VerifyPathBench.Options(List.of(31), 4, 17, 0, 16, 3, 40,
+                List.of("copy", "ngram")));
+        assertTrue(e.getMessage().contains("unknown draft 'ngram'"), e.getMessage());
+    }
+
     @Test
     void lengthsThatCannotRunAreRefusedBeforeAnyWork() {
         ModelConfig c = TestModelsAccess.microConfig();
@@ -88,7 +121,7 @@ class VerifyPathBenchTest {
                 "--agreement-steps", "0", "--chunk", "16", "--out", dir.toString(), "--name", "b");
         assertEquals(0, r.code(), r.err() + r.out());
         for (String ext : new String[]{"md", "json", "svg"}) assertTrue(Files.size(dir.resolve("b." + ext)) > 100, ext);
-        assertTrue(r.out().contains("| 40 | prefilled |") && r.out().contains("| cpu |"), r.out());
+        assertTrue(r.out().contains("| 40 | prefilled |") && r.out().contains("| copy | cpu |") && r.out().contains("| replay | cpu |"), r.out());
     }
 
     @Test
