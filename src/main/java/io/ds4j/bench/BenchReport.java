@@ -176,6 +176,23 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
     }
 
     /**
+     * This report and another one (a run of other lengths on the same machine and model) as one table: rows ordered
+     * by input length (stable: each length keeps its run's order), this report's setup, and the other's command and
+     * method appended when they differ.
+     */
+    public BenchReport merge(BenchReport other) {
+        Map<String, String> s = new LinkedHashMap<>(setup);
+        for (String k : List.of("command", "method", "date")) {
+            String a = setup.get(k), b = other.setup().get(k);
+            if (b != null && !b.equals(a)) s.put(k, a == null ? b : a + "; and " + b);
+        }
+        List<VerifyPathBench.Row> all = new ArrayList<>(rows);
+        all.addAll(other.rows());
+        all.sort(java.util.Comparator.comparingInt(VerifyPathBench.Row::length));
+        return new BenchReport(s, all);
+    }
+
+    /**
      * Reads a report back from its JSON document ({@link #json()}), e.g. to render the table and chart of a run whose
      * Markdown and SVG files did not come back from the GPU machine.
      * @throws IOException when the file cannot be read or is not such a document

@@ -125,6 +125,23 @@ class VerifyPathBenchTest {
     }
 
     @Test
+    void twoRunsRenderAsOneTableOrderedByLength(@TempDir Path dir) throws Exception {
+        for (String[] run : new String[][]{{"40", "b"}, {"20", "a"}}) {
+            GenerateCommandTest.Run r = GenerateCommandTest.run("bench", "--backend", "cpu", "--model",
+                    "src/test/resources/fixtures/tiny-hf-bf16", "--lengths", run[0], "--decode-tokens", "6", "--drafts", "copy",
+                    "--agreement-steps", "0", "--chunk", "16", "--out", dir.toString(), "--name", run[1]);
+            assertEquals(0, r.code(), r.err() + r.out());
+        }
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench", "--render", dir.resolve("b.json") + "," + dir.resolve("a.json"),
+                "--out", dir.toString(), "--name", "ab");
+        assertEquals(0, r.code(), r.err() + r.out());
+        String md = Files.readString(dir.resolve("ab.md"));
+        assertTrue(md.indexOf("| 20 | prefilled |") < md.indexOf("| 40 | prefilled |") && md.contains("| 20 | prefilled |"), md);
+        assertTrue(md.contains("--lengths 40") && md.contains("; and ds4j bench") && md.contains("--lengths 20"), "both commands: " + md);
+        assertEquals(2, new ObjectMapper().readTree(dir.resolve("ab.json").toFile()).get("rows").size());
+    }
+
+    @Test
     void badOptionsAreNamed() {
         GenerateCommandTest.Run r = GenerateCommandTest.run("bench", "--backend", "cpu", "--q", "0",
                 "--model", "src/test/resources/fixtures/tiny-hf-bf16");
