@@ -59,6 +59,21 @@ public final class Sampler {
         return p;
     }
 
+    /** Ids at or above this are never produced (the model's rows past the tokenizer's vocabulary). */
+    public int tokenLimit() {
+        return tokenLimit;
+    }
+
+    /**
+     * Whether the next token's choice needs nothing of a logits row but its argmax below {@link #tokenLimit()}:
+     * greedy, no logit bias, no penalties, no logprobs. Then {@link #distribution} of a row (without a constraint's
+     * mask) is the certain {@link #argmax} of the row's ids [0, tokenLimit) (ids at or above it get −∞ there, which
+     * never wins), and nothing is drawn from the random source.
+     */
+    public boolean argmaxSuffices() {
+        return p.isGreedy() && (p.logitBias() == null || p.logitBias().isEmpty()) && !p.hasPenalties() && !p.logprobs();
+    }
+
     /** The request's random source (one stream per request, so a fixed seed reproduces the output). */
     public RandomGenerator rng() {
         return rng;
