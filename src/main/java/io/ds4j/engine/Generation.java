@@ -375,6 +375,14 @@ public final class Generation {
         if (lg == null && !e.argmaxOnly()) throw new IllegalArgumentException("the planned step needs its logits, got token ids");
         if (lg != null) ids = null;
         planned = null;
+        try {
+            return commitPlanned(e, lg, ids);
+        } finally {
+            prepared = null;
+        }
+    }
+
+    private boolean commitPlanned(BatchEntry e, float[] lg, int[] ids) {
         if (finish != null) return false;
         if (e.kind() == StepKind.PREFILL) return commitPrefill(e, lg, ids);
         Draft.Proposal prop = plannedProposal;
@@ -385,7 +393,39 @@ public final class Generation {
     /** The distribution of logit row i: the certain token ids[i] when ids are given (argmax-only), else the sampler's. */
     private Distribution rowDistribution(float[] lg, int[] ids, int i) {
         if (ids != null) return Distribution.certain(ids[i]);
+        if (prepared != null && prepared.logits == lg) return prepared.dists[i];
         return sampler.distribution(lg, i * target.config().vocabSize, mask());
+    }
+
+    /** Distributions of a planned decode/verify step's rows computed ahead of its commit ({@link #prepare}). */
+    private record Prepared(float[] logits, Distribution[] dists) {}
+
+    private Prepared prepared;
+
+    /**
+     * Whether {@link #prepare} would do anything for the planned step: a decode/verify step whose rows' distributions
+     * depend on the logits alone (no penalties or bias, which follow the tokens committed before each row; no
+     * constraint, whose mask does too; not greedy-only, whose entries come back as token ids).
+     */
+    public boolean preparable() {
+        BatchEntry e = planned;
+        return e != null && e.kind() != StepKind.PREFILL && !e.argmaxOnly() && constraint == null
+                && !sampler.params().hasPenalties() && (sampler.params().logitBias() == null || sampler.params().logitBias().isEmpty());
+    }
+
+    /**
+     * Computes the planned step's row distributions from its logits ahead of {@link #commit}, which then uses them:
+     * the same distributions commit would compute (they depend on the logits alone, see {@link #preparable}), so the
+     * output is unchanged. Touches only this generation's sampler: a scheduler may prepare different generations on
+     * different threads before it commits them on its own. Does nothing when not {@link #preparable}.
+     * @param lg the planned entry's logits [logitRows.length, V]
+     */
+    public void prepare(float[] lg) {
+        if (!preparable() || lg == null) return;
+        int rows = planned.logitRows().length, V = target.config().vocabSize;
+        Distribution[] d = new Distribution[rows];
+        for (int i = 0; i < rows; i++) d[i] = sampler.distribution(lg, i * V, null);
+        prepared = new Prepared(lg, d);
     }
 
     private boolean commitPrefill(BatchEntry e, float[] lg, int[] ids) {
@@ -475,6 +515,7 @@ public final class Generation {
     public void abandon() {
         cancelled = true;
         planned = null;
+        prepared = null;
         plannedProposal = null;
         end(Finish.CANCELLED);
     }

@@ -246,6 +246,7 @@ public final class Scheduler<K> {
             BatchRun.Outcome o = BatchRun.run(backend, batch);
             tStepped = clock.getAsLong();
             isolated = o.isolated();
+            prepareAll(keys, o);
             for (int i = 0; i < keys.size(); i++) {
                 K k = keys.get(i);
                 if (!o.ok(i)) {
@@ -292,6 +293,28 @@ public final class Scheduler<K> {
         if (!first) return 0;
         for (int k = Math.max(room + 1, floor); k < n; k++) if (backend.prefillSplitExact(n, k)) return k;
         return n;
+    }
+
+    /**
+     * Computes the row distributions of the entries whose sampling depends on their logits alone
+     * ({@link Generation#prepare}) on several threads (the common fork-join pool, this thread helping), before the
+     * commits run one by one on this thread. Sampling a full-vocabulary row costs about a millisecond on the host, so
+     * at 64 sampled streams this is most of a step's host time. A failure here is left to the commit, which computes
+     * the distributions itself then.
+     */
+    private void prepareAll(List<K> keys, BatchRun.Outcome o) {
+        List<Runnable> work = new ArrayList<>();
+        for (int i = 0; i < keys.size(); i++) {
+            Generation g = running.get(keys.get(i));
+            float[] lg = o.logits()[i];
+            if (g != null && lg != null && o.ok(i) && g.preparable()) work.add(() -> g.prepare(lg));
+        }
+        if (work.size() < 2) return;
+        try {
+            work.parallelStream().forEach(Runnable::run);
+        } catch (RuntimeException ignored) {
+            // commit computes what prepare did not
+        }
     }
 
     private void fail(K k, Throwable t, Map<K, Throwable> failed) {
