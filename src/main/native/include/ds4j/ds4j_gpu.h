@@ -580,6 +580,15 @@ DS4J_API int32_t ds4j_swiglu(ds4j_ctx* ctx, const float* g, const float* u, floa
 DS4J_API int32_t ds4j_moe_combine(ds4j_ctx* ctx, const int32_t* ids, const float* weights, const float* y_routed,
                                   const float* shared, int32_t S, int32_t k, int32_t D, float* out);
 
+/**
+ * The greedy token of each of `rows` logits rows (row r at x + r*ld floats): out[r] = the index in [0, n) of the row's
+ * largest value, the lowest index on ties; a NaN never wins, except that a NaN at index 0 makes the answer 0. This is
+ * what a sequential scan gives that starts at index 0 and moves only to a strictly larger value
+ * (io.ds4j.sampling.Sampler.argmax), so a greedy row's 129,280 logits need not cross to the host (4 bytes instead).
+ * The result does not depend on the launch shape. n in [1, ld]; out in device memory [rows].
+ */
+DS4J_API int32_t ds4j_argmax_rows(ds4j_ctx* ctx, const float* x, int64_t ld, int32_t rows, int32_t n, int32_t* out);
+
 /* ------------------------------------------------------------------------------------------------ kernel selection */
 
 /**

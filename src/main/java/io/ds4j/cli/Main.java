@@ -8,7 +8,7 @@ import picocli.CommandLine.Command;
         description = "DeepSeek-V4 inference engine and server for the JVM.",
         subcommands = {CommandLine.HelpCommand.class, MakeModelCommand.class, GenerateCommand.class,
                 BenchEngineCommand.class, BenchSpecCommand.class, BenchCommand.class, ServeCommand.class, BenchServerCommand.class,
-                BenchPrefixCommand.class})
+                BenchPrefixCommand.class, BenchHostCommand.class})
 public final class Main implements java.util.concurrent.Callable<Integer> {
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;

@@ -58,6 +58,33 @@ public interface Backend extends AutoCloseable {
     }
 
     /**
+     * {@link #step} where entries that want only their rows' greedy tokens ({@link BatchEntry#argmaxOnly()}) get token
+     * ids instead of logits: the index of each row's largest logit among ids [0, argmaxBelow), the lowest index on
+     * ties, exactly {@link io.ds4j.sampling.Sampler#argmax} over the logits {@link #step} would return (also for NaN:
+     * a NaN never wins, unless it is at index 0, which then stays the answer). The other entries get their logits as
+     * from {@link #step}. The default computes the ids from {@link #step}'s logits; a backend on a device computes
+     * them there and copies back only the ids.
+     * @return per entry its logits or its ids (see {@link StepOutput})
+     * @throws IllegalArgumentException as {@link #step}, also for an argmaxBelow above V
+     * @throws RuntimeException as {@link #step}
+     */
+    default StepOutput stepArgmax(java.util.List<BatchEntry> batch) {
+        checkArgmax(config(), batch);
+        return StepOutput.fromLogits(batch, step(batch), config().vocabSize);
+    }
+
+    /**
+     * The check {@link #stepArgmax} adds to {@link #checkBatch}.
+     * @throws IllegalArgumentException naming the entry whose argmaxBelow is above V
+     */
+    static void checkArgmax(ModelConfig c, java.util.List<BatchEntry> batch) {
+        for (int i = 0; i < batch.size(); i++)
+            if (batch.get(i).argmaxBelow() > c.vocabSize)
+                throw new IllegalArgumentException("batch entry " + i + ": argmaxBelow " + batch.get(i).argmaxBelow()
+                        + " is above the vocabulary size " + c.vocabSize);
+    }
+
+    /**
      * The argument checks every {@link #step} makes before touching any state.
      * @throws IllegalArgumentException for an empty batch, a repeated sequence, or an entry that fails {@link #checkStep}
      *         (the message names the entry's index)

@@ -25,11 +25,14 @@ public final class BatchRun {
     /**
      * The outcome per entry: logits where it succeeded, the error where it failed (exactly one of the two is non-null
      * per entry).
-     * @param logits   per entry, its logits [logitRows.length, V] row-major, or null when it failed
+     * @param logits   per entry, its logits [logitRows.length, V] row-major, or null when it failed or asked for its
+     *                 greedy tokens only
+     * @param argmax   per entry that asked for its greedy tokens only ({@link BatchEntry#argmaxOnly()}) and succeeded,
+     *                 one token id per logit row ({@link Backend#stepArgmax}); else null
      * @param failures per entry, its error, or null when it succeeded
      * @param isolated true when the batched step failed and the entries were retried one at a time
      */
-    public record Outcome(float[][] logits, Throwable[] failures, boolean isolated) {
+    public record Outcome(float[][] logits, int[][] argmax, Throwable[] failures, boolean isolated) {
         /** True when entry i succeeded. */
         public boolean ok(int i) {
             return failures[i] == null;
@@ -43,6 +46,7 @@ public final class BatchRun {
     public static Outcome run(Backend backend, List<BatchEntry> batch) {
         int n = batch.size();
         float[][] logits = new float[n][];
+        int[][] ids = new int[n][];
         Throwable[] failures = new Throwable[n];
         List<BatchEntry> valid = new ArrayList<>(n);
         List<Integer> index = new ArrayList<>(n);
@@ -50,23 +54,24 @@ public final class BatchRun {
             BatchEntry e = batch.get(i);
             try {
                 Backend.checkStep(backend.config(), e.tokens(), 0, e.count(), e.logitRows());
+                Backend.checkArgmax(backend.config(), List.of(e));
                 valid.add(e);
                 index.add(i);
             } catch (IllegalArgumentException x) {
                 failures[i] = x;
             }
         }
-        if (valid.isEmpty()) return new Outcome(logits, failures, false);
+        if (valid.isEmpty()) return new Outcome(logits, ids, failures, false);
         int[] before = new int[valid.size()];
         for (int k = 0; k < before.length; k++) before[k] = valid.get(k).seq().length();
-        float[][] out;
+        StepOutput out;
         try {
-            out = backend.step(valid);
+            out = backend.stepArgmax(valid);
         } catch (Throwable batchError) {
             if (valid.size() == 1) {
                 // a step of one entry has no one else to blame
                 failures[index.getFirst()] = batchError;
-                return new Outcome(logits, failures, false);
+                return new Outcome(logits, ids, failures, false);
             }
             for (int k = 0; k < valid.size(); k++) {
                 BatchEntry e = valid.get(k);
@@ -74,7 +79,8 @@ public final class BatchRun {
                 try {
                     int advanced = e.seq().length() - before[k];
                     if (advanced == e.count() && e.logitRows().length == 0) {
-                        logits[i] = new float[0];
+                        if (e.argmaxOnly()) ids[i] = new int[0];
+                        else logits[i] = new float[0];
                         continue;
                     }
                     if (advanced == e.count() && e.count() <= e.seq().rollbackable()) {
@@ -83,14 +89,19 @@ public final class BatchRun {
                         failures[i] = batchError;
                         continue;
                     }
-                    logits[i] = backend.step(List.of(e))[0];
+                    StepOutput alone = backend.stepArgmax(List.of(e));
+                    logits[i] = alone.logits()[0];
+                    ids[i] = alone.argmax()[0];
                 } catch (Throwable alone) {
                     failures[i] = alone;
                 }
             }
-            return new Outcome(logits, failures, true);
+            return new Outcome(logits, ids, failures, true);
         }
-        for (int k = 0; k < valid.size(); k++) logits[index.get(k)] = out[k];
-        return new Outcome(logits, failures, false);
+        for (int k = 0; k < valid.size(); k++) {
+            logits[index.get(k)] = out.logits()[k];
+            ids[index.get(k)] = out.argmax()[k];
+        }
+        return new Outcome(logits, ids, failures, false);
     }
 }

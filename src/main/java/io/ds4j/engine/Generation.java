@@ -205,7 +205,7 @@ public final class Generation {
     }
 
     /**
-     * Runs one step on its own: {@link #plan()}, the target's {@link Backend#step} over this one entry, then
+     * Runs one step on its own: {@link #plan()}, the target's {@link Backend#stepArgmax} over this one entry, then
      * {@link #commit}. For callers that step a single request (the CLI, tests); a scheduler batches many requests'
      * plans into one backend step instead.
      * @return true while more steps remain
@@ -215,8 +215,8 @@ public final class Generation {
     public boolean step() {
         BatchEntry e = plan();
         if (e == null) return false;
-        float[] lg = target.step(java.util.List.of(e))[0];
-        return commit(lg);
+        StepOutput o = target.stepArgmax(java.util.List.of(e));
+        return commit(o.logits()[0], o.argmax()[0]);
     }
 
     /** The draft proposal a decode step asks for: up to q tokens continuing ctx[0 .. len). */
@@ -299,7 +299,7 @@ public final class Generation {
         int[] want = new int[q + 1];
         for (int i = 0; i <= q; i++) want[i] = i;
         plannedProposal = prop;
-        planned = new BatchEntry(seq, rows, want, q > 0 ? StepKind.VERIFY : StepKind.DECODE);
+        planned = new BatchEntry(seq, rows, want, q > 0 ? StepKind.VERIFY : StepKind.DECODE, argmaxBelow());
         return planned;
     }
 
@@ -327,8 +327,19 @@ public final class Generation {
             rows = new int[n];
             for (int r = 0; r < n; r++) rows[r] = r;
         }
-        planned = new BatchEntry(seq, Arrays.copyOfRange(ctx, prefilled, prefilled + n), rows, StepKind.PREFILL);
+        planned = new BatchEntry(seq, Arrays.copyOfRange(ctx, prefilled, prefilled + n), rows, StepKind.PREFILL,
+                argmaxBelow());
         return planned;
+    }
+
+    /**
+     * The {@link BatchEntry#argmaxBelow} of this generation's steps: the sampler's token limit when every row's token
+     * is its argmax and nothing else of the logits is used (greedy without bias, penalties or logprobs, no
+     * constraint's mask, the prompt not scored; speculative acceptance under greedy compares a draft token with that
+     * argmax only), else 0 (the full logits).
+     */
+    private int argmaxBelow() {
+        return constraint == null && scoreTop < 0 && sampler.argmaxSuffices() ? sampler.tokenLimit() : 0;
     }
 
     /** The planned entry awaiting {@link #commit}, or null. */
@@ -345,17 +356,79 @@ public final class Generation {
      * @throws IllegalStateException when no step is planned
      */
     public boolean commit(float[] lg) {
-        BatchEntry e = planned;
-        if (e == null) throw new IllegalStateException("commit without a planned step");
-        planned = null;
-        if (finish != null) return false;
-        if (e.kind() == StepKind.PREFILL) return commitPrefill(e, lg);
-        Draft.Proposal prop = plannedProposal;
-        plannedProposal = null;
-        return commitDecode(prop, lg);
+        return commit(lg, null);
     }
 
-    private boolean commitPrefill(BatchEntry e, float[] lg) {
+    /**
+     * {@link #commit(float[])} given the entry's logits, or, for an entry planned as argmax-only
+     * ({@link BatchEntry#argmaxOnly()}), its rows' greedy tokens instead ({@link Backend#stepArgmax}). Both give the
+     * same result for such an entry.
+     * @param lg  the entry's logits [logitRows.length, V], or null when ids are given
+     * @param ids the entry's greedy token per logit row, or null when logits are given
+     * @throws IllegalStateException when no step is planned
+     * @throws IllegalArgumentException when neither is given, or ids for an entry that needs logits
+     */
+    public boolean commit(float[] lg, int[] ids) {
+        BatchEntry e = planned;
+        if (e == null) throw new IllegalStateException("commit without a planned step");
+        if (lg == null && ids == null) throw new IllegalArgumentException("commit needs the entry's logits or its token ids");
+        if (lg == null && !e.argmaxOnly()) throw new IllegalArgumentException("the planned step needs its logits, got token ids");
+        if (lg != null) ids = null;
+        planned = null;
+        try {
+            return commitPlanned(e, lg, ids);
+        } finally {
+            prepared = null;
+        }
+    }
+
+    private boolean commitPlanned(BatchEntry e, float[] lg, int[] ids) {
+        if (finish != null) return false;
+        if (e.kind() == StepKind.PREFILL) return commitPrefill(e, lg, ids);
+        Draft.Proposal prop = plannedProposal;
+        plannedProposal = null;
+        return commitDecode(prop, lg, ids);
+    }
+
+    /** The distribution of logit row i: the certain token ids[i] when ids are given (argmax-only), else the sampler's. */
+    private Distribution rowDistribution(float[] lg, int[] ids, int i) {
+        if (ids != null) return Distribution.certain(ids[i]);
+        if (prepared != null && prepared.logits == lg) return prepared.dists[i];
+        return sampler.distribution(lg, i * target.config().vocabSize, mask());
+    }
+
+    /** Distributions of a planned decode/verify step's rows computed ahead of its commit ({@link #prepare}). */
+    private record Prepared(float[] logits, Distribution[] dists) {}
+
+    private Prepared prepared;
+
+    /**
+     * Whether {@link #prepare} would do anything for the planned step: a decode/verify step whose rows' distributions
+     * depend on the logits alone (no penalties or bias, which follow the tokens committed before each row; no
+     * constraint, whose mask does too; not greedy-only, whose entries come back as token ids).
+     */
+    public boolean preparable() {
+        BatchEntry e = planned;
+        return e != null && e.kind() != StepKind.PREFILL && !e.argmaxOnly() && constraint == null
+                && !sampler.params().hasPenalties() && (sampler.params().logitBias() == null || sampler.params().logitBias().isEmpty());
+    }
+
+    /**
+     * Computes the planned step's row distributions from its logits ahead of {@link #commit}, which then uses them:
+     * the same distributions commit would compute (they depend on the logits alone, see {@link #preparable}), so the
+     * output is unchanged. Touches only this generation's sampler: a scheduler may prepare different generations on
+     * different threads before it commits them on its own. Does nothing when not {@link #preparable}.
+     * @param lg the planned entry's logits [logitRows.length, V]
+     */
+    public void prepare(float[] lg) {
+        if (!preparable() || lg == null) return;
+        int rows = planned.logitRows().length, V = target.config().vocabSize;
+        Distribution[] d = new Distribution[rows];
+        for (int i = 0; i < rows; i++) d[i] = sampler.distribution(lg, i * V, null);
+        prepared = new Prepared(lg, d);
+    }
+
+    private boolean commitPrefill(BatchEntry e, float[] lg, int[] ids) {
         int n = e.count();
         boolean scoring = scoreTop >= 0;
         boolean last = prefilled + n == promptLen;
@@ -376,7 +449,8 @@ public final class Generation {
             if (draft != null) draft.committed(ctx, promptLen);
             // max_tokens 0: only the prompt's scores were wanted
             if (sampler.params().maxTokens() == 0) return end(Finish.LENGTH);
-            Distribution d = sampler.distribution(lg, lastRow, mask());
+            // the last chunk's only logit row is its last (not scored: scoring needs the logits)
+            Distribution d = ids != null ? Distribution.certain(ids[0]) : sampler.distribution(lg, lastRow, mask());
             int tok = d.sample(sampler.rng());
             firstTokenNs = System.nanoTime();
             if (!emit(tok, lg, lastRow)) return false;
@@ -384,7 +458,7 @@ public final class Generation {
         return finish == null;
     }
 
-    private boolean commitDecode(Draft.Proposal prop, float[] lg) {
+    private boolean commitDecode(Draft.Proposal prop, float[] lg, int[] ids) {
         int q = prop.size();
         int V = target.config().vocabSize;
         int acc = 0;
@@ -394,7 +468,7 @@ public final class Generation {
         boolean endedOnAccept = false;
         // rows i = 0..q: row i predicts the token after the pending token and drafts 0..i-1
         for (int i = 0; i <= q; i++) {
-            Distribution p = sampler.distribution(lg, i * V, mask());
+            Distribution p = rowDistribution(lg, ids, i);
             if (i < q) {
                 judged++;
                 int d = prop.tokens()[i];
@@ -441,6 +515,7 @@ public final class Generation {
     public void abandon() {
         cancelled = true;
         planned = null;
+        prepared = null;
         plannedProposal = null;
         end(Finish.CANCELLED);
     }

@@ -86,10 +86,13 @@ public final class Scheduler<K> {
      *                      how many requests' MTP drafts it held
      * @param budget        the prefill limit decided for this tick and why; null when no prompt waited for prefill
      * @param nanos         how long the tick took (ns, by the scheduler's clock)
+     * @param planNanos     of which planning the batch (drafts' proposals included), ns
+     * @param stepNanos     of which the backend's step, ns
+     * @param commitNanos   of which committing the entries (sampling, acceptance, emitting tokens to the listeners), ns
      */
     public record Tick<K>(List<K> stepped, Map<K, Throwable> failed, List<K> ended, int entries, int decodeRows,
                           int prefillTokens, boolean isolated, List<Integer> mtpSteps, PrefillBudget.Decision budget,
-                          long nanos) {
+                          long nanos, long planNanos, long stepNanos, long commitNanos) {
         /** All rows of the target's step. */
         public int rows() {
             return decodeRows + prefillTokens;
@@ -238,9 +241,12 @@ public final class Scheduler<K> {
         // --- the target's step, and each entry's commit
         List<K> stepped = new ArrayList<>(keys.size());
         boolean isolated = false;
+        long tPlanned = clock.getAsLong(), tStepped = tPlanned;
         if (!batch.isEmpty()) {
             BatchRun.Outcome o = BatchRun.run(backend, batch);
+            tStepped = clock.getAsLong();
             isolated = o.isolated();
+            prepareAll(keys, o);
             for (int i = 0; i < keys.size(); i++) {
                 K k = keys.get(i);
                 if (!o.ok(i)) {
@@ -248,7 +254,7 @@ public final class Scheduler<K> {
                     continue;
                 }
                 try {
-                    running.get(k).commit(o.logits()[i]);
+                    running.get(k).commit(o.logits()[i], o.argmax()[i]);
                     stepped.add(k);
                 } catch (Throwable t) {
                     fail(k, t, failed);
@@ -268,10 +274,10 @@ public final class Scheduler<K> {
             Generation g = running.remove(k);
             if (g != null) running.put(k, g);
         }
-        long nanos = clock.getAsLong() - t0;
+        long t1 = clock.getAsLong(), nanos = t1 - t0;
         if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, prefillTokens, nanos);
         return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, isolated, List.copyOf(mtpSteps),
-                budget, nanos);
+                budget, nanos, tPlanned - t0, tStepped - tPlanned, t1 - tStepped);
     }
 
     /**
@@ -287,6 +293,28 @@ public final class Scheduler<K> {
         if (!first) return 0;
         for (int k = Math.max(room + 1, floor); k < n; k++) if (backend.prefillSplitExact(n, k)) return k;
         return n;
+    }
+
+    /**
+     * Computes the row distributions of the entries whose sampling depends on their logits alone
+     * ({@link Generation#prepare}) on several threads (the common fork-join pool, this thread helping), before the
+     * commits run one by one on this thread. Sampling a full-vocabulary row costs about a millisecond on the host, so
+     * at 64 sampled streams this is most of a step's host time. A failure here is left to the commit, which computes
+     * the distributions itself then.
+     */
+    private void prepareAll(List<K> keys, BatchRun.Outcome o) {
+        List<Runnable> work = new ArrayList<>();
+        for (int i = 0; i < keys.size(); i++) {
+            Generation g = running.get(keys.get(i));
+            float[] lg = o.logits()[i];
+            if (g != null && lg != null && o.ok(i) && g.preparable()) work.add(() -> g.prepare(lg));
+        }
+        if (work.size() < 2) return;
+        try {
+            work.parallelStream().forEach(Runnable::run);
+        } catch (RuntimeException ignored) {
+            // commit computes what prepare did not
+        }
     }
 
     private void fail(K k, Throwable t, Map<K, Throwable> failed) {

@@ -8,6 +8,7 @@ import io.ds4j.engine.CacheLayout;
 import io.ds4j.engine.EngineStatus;
 import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StepKind;
+import io.ds4j.engine.StepOutput;
 import io.ds4j.engine.VerifyAttention;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.model.AttentionKind;
@@ -611,6 +612,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             }
             ws.close();
             w.close();
+            gpu.free(argmaxIds);
             gpu.free(ropeMain);
             gpu.free(ropeCompress);
             gpu.close();
@@ -745,6 +747,22 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     @Override
     public synchronized float[][] step(List<BatchEntry> batch) {
+        return stepBatch(batch, false).logits();
+    }
+
+    /**
+     * {@inheritDoc} The argmax-only entries' rows are reduced on the device ({@code ds4j_argmax_rows}, after the step's
+     * kernels or graph) and only their ids are copied back, 4 bytes a row instead of 4·V; the other entries' logits
+     * come back as from {@link #step}. Same checks, errors and state rules as {@link #step}.
+     */
+    @Override
+    public synchronized StepOutput stepArgmax(List<BatchEntry> batch) {
+        Backend.checkArgmax(c, batch);
+        return stepBatch(batch, true);
+    }
+
+    /** {@link #step} (argmax false: every entry's logits) or {@link #stepArgmax} (argmax true). */
+    private StepOutput stepBatch(List<BatchEntry> batch, boolean argmax) {
         final long t0 = System.nanoTime();
         if (closed) throw new IllegalStateException("backend is closed");
         for (int i = 0; i < batch.size(); i++) {
@@ -784,22 +802,21 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             gpu.sync();
             profileMark = System.nanoTime();
         }
-        float[] logits;
+        int[] argmaxBelow = new int[batch.size()];
+        boolean anyArgmax = false;
+        for (int e = 0; e < argmaxBelow.length; e++) {
+            argmaxBelow[e] = argmax ? batch.get(e).argmaxBelow() : 0;
+            anyArgmax |= argmaxBelow[e] > 0 && b.logitRows[e].length > 0;
+        }
+        StepOutput out;
         try {
-            logits = run(b);
+            out = run(b, anyArgmax ? argmaxBelow : null);
         } catch (RuntimeException e) {
             // the rings may hold rows of this step now: the sequences cannot continue or roll back
             for (HipSequence seq : b.seqs) seq.failed = e.getMessage();
             throw e instanceof GpuException g ? outOfMemory(g, b.describe()) : e;
         }
         if (ws.bytes() != report.bytes(DeviceMemoryReport.WORKSPACE)) report = buildReport();
-        float[][] out = new float[b.seqs.length][];
-        int at = 0;
-        for (int e = 0; e < out.length; e++) {
-            int n = b.logitRows[e].length * c.vocabSize;
-            out[e] = Arrays.copyOfRange(logits, at, at + n);
-            at += n;
-        }
         return out;
     }
 
@@ -808,7 +825,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * graph for single-entry decode and verify steps ({@link DecodeGraphs}), launched one by one otherwise — and the
      * requested logits rows come back once the device has finished.
      */
-    private float[] run(DeviceStep b) {
+    private StepOutput run(DeviceStep b, int[] argmaxBelow) {
         long logits;
         if (b.fixed) logits = runFixed(b);
         else {
@@ -825,14 +842,84 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         hostSteps++;
         hostNanos += System.nanoTime() - b.t0;
         int rows = b.logitCounts();
-        float[] out;
+        StepOutput out;
         if (rows == 0) {
             gpu.sync();
-            out = new float[0];
-        } else out = gpu.downloadFloats(logits, rows * c.vocabSize);
+            out = split(b, new float[0], null, null);
+        } else if (argmaxBelow == null) out = split(b, gpu.downloadFloats(logits, rows * c.vocabSize), null, null);
+        else out = downloadArgmax(b, logits, rows, argmaxBelow);
         if (b.dropExec != 0) graphs.destroy(b.dropExec); // captured while the workspace grew: not valid for a replay
         commit(b); // only once the device has finished
         return out;
+    }
+
+    /** Device buffer of the argmax ids [argmaxCapacity] (grown as needed; freed at close). */
+    private long argmaxIds;
+    private int argmaxCapacity;
+
+    /**
+     * The step's output when some entries want only their greedy tokens: ds4j_argmax_rows over their rows (one launch
+     * over all rows when those entries share one limit, which is the usual case: the extra rows cost microseconds),
+     * the ids copied back, and the logits of the other entries copied back run by run of adjacent entries.
+     */
+    private StepOutput downloadArgmax(DeviceStep b, long logits, int rows, int[] argmaxBelow) {
+        int V = c.vocabSize;
+        if (rows > argmaxCapacity) {
+            int cap = Math.max(rows, Math.max(64, 2 * argmaxCapacity));
+            long p = gpu.malloc(4L * cap, "argmax ids");
+            gpu.free(argmaxIds);
+            argmaxIds = p;
+            argmaxCapacity = cap;
+        }
+        int common = -1;
+        for (int e = 0; e < argmaxBelow.length; e++) {
+            if (argmaxBelow[e] == 0 || b.logitRows[e].length == 0) continue;
+            common = common == -1 || common == argmaxBelow[e] ? argmaxBelow[e] : -2;
+        }
+        if (common > 0) check(ds4j_argmax_rows(ctx(), ptr(logits), V, rows, common, ptr(argmaxIds)), "argmax_rows");
+        else for (int e = 0, at = 0; e < argmaxBelow.length; at += b.logitRows[e].length, e++) {
+            int n = b.logitRows[e].length;
+            if (argmaxBelow[e] == 0 || n == 0) continue;
+            check(ds4j_argmax_rows(ctx(), ptr(logits + 4L * at * V), V, n, argmaxBelow[e], ptr(argmaxIds + 4L * at)),
+                    "argmax_rows");
+        }
+        int[] ids = gpu.downloadInts(argmaxIds, rows); // waits for the device
+        float[][] lg = new float[argmaxBelow.length][];
+        for (int e = 0, at = 0; e < argmaxBelow.length; ) {
+            if (argmaxBelow[e] > 0) {
+                at += b.logitRows[e].length;
+                e++;
+                continue;
+            }
+            int e1 = e, rowsRun = 0;
+            while (e1 < argmaxBelow.length && argmaxBelow[e1] == 0) rowsRun += b.logitRows[e1++].length;
+            float[] run = rowsRun == 0 ? new float[0] : gpu.downloadFloats(logits + 4L * at * V, rowsRun * V);
+            for (int off = 0; e < e1; e++) {
+                int n = b.logitRows[e].length * V;
+                lg[e] = Arrays.copyOfRange(run, off, off + n);
+                off += n;
+            }
+            at += rowsRun;
+        }
+        return split(b, null, lg, ids);
+    }
+
+    /**
+     * Per entry its logits (from all rows' logits, or from lg where given) or its ids (from all rows' ids, for the
+     * entries without logits in lg when ids are given).
+     */
+    private StepOutput split(DeviceStep b, float[] all, float[][] lg, int[] ids) {
+        int E = b.seqs.length, V = c.vocabSize;
+        float[][] logits = lg != null ? lg : new float[E][];
+        int[][] out = new int[E][];
+        int at = 0;
+        for (int e = 0; e < E; e++) {
+            int n = b.logitRows[e].length;
+            if (all != null) logits[e] = Arrays.copyOfRange(all, at * V, (at + n) * V);
+            else if (logits[e] == null) out[e] = Arrays.copyOfRange(ids, at, at + n);
+            at += n;
+        }
+        return new StepOutput(logits, out);
     }
 
     /**

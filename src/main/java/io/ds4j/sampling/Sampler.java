@@ -1,6 +1,10 @@
 package io.ds4j.sampling;
 
 import io.ds4j.kernels.TopK;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorMask;
+import jdk.incubator.vector.VectorOperators;
+import jdk.incubator.vector.VectorSpecies;
 
 import java.util.Arrays;
 import java.util.SplittableRandom;
@@ -59,6 +63,21 @@ public final class Sampler {
         return p;
     }
 
+    /** Ids at or above this are never produced (the model's rows past the tokenizer's vocabulary). */
+    public int tokenLimit() {
+        return tokenLimit;
+    }
+
+    /**
+     * Whether the next token's choice needs nothing of a logits row but its argmax below {@link #tokenLimit()}:
+     * greedy, no logit bias, no penalties, no logprobs. Then {@link #distribution} of a row (without a constraint's
+     * mask) is the certain {@link #argmax} of the row's ids [0, tokenLimit) (ids at or above it get −∞ there, which
+     * never wins), and nothing is drawn from the random source.
+     */
+    public boolean argmaxSuffices() {
+        return p.isGreedy() && (p.logitBias() == null || p.logitBias().isEmpty()) && !p.hasPenalties() && !p.logprobs();
+    }
+
     /** The request's random source (one stream per request, so a fixed seed reproduces the output). */
     public RandomGenerator rng() {
         return rng;
@@ -98,6 +117,17 @@ public final class Sampler {
      * @param allow allowed-token bitset, or null for no constraint
      */
     public Distribution distribution(float[] logits, int off, long[] allow) {
+        // the common case (no mask, bias, penalties or top-k) reads the row where it lies, over ids [0, tokenLimit):
+        // the ids above would get -inf, whose weight exp(-inf) = 0 adds nothing to the sum and is never kept, so the
+        // result is the same bit for bit (rows whose maximum is not finite take the general path, as NaN weights
+        // would be kept there)
+        if (allow == null && (p.logitBias() == null || p.logitBias().isEmpty()) && !p.hasPenalties()
+                && !(p.topK() > 0 && p.topK() < vocab)) {
+            if (p.isGreedy()) return Distribution.certain(argmax(logits, off, tokenLimit));
+            float mx = Float.NEGATIVE_INFINITY;
+            for (int i = 0; i < tokenLimit; i++) mx = Math.max(mx, logits[off + i]);
+            if (mx > Float.NEGATIVE_INFINITY) return draw(logits, off, tokenLimit, null, mx);
+        }
         float[] z = Arrays.copyOfRange(logits, off, off + vocab);
         if (tokenLimit < vocab) Arrays.fill(z, tokenLimit, vocab, Float.NEGATIVE_INFINITY);
         if (allow != null) {
@@ -120,7 +150,6 @@ public final class Sampler {
             }
         }
         if (p.isGreedy()) return Distribution.certain(argmax(z));
-        float invT = (float) (1.0 / p.temperature());
         int[] cand;
         int n;
         if (p.topK() > 0 && p.topK() < vocab) {
@@ -130,13 +159,25 @@ public final class Sampler {
             cand = null;
             n = vocab;
         }
-        // softmax over the candidates
         float mx = Float.NEGATIVE_INFINITY;
         for (int i = 0; i < n; i++) mx = Math.max(mx, z[cand == null ? i : cand[i]]);
-        double[] e = new double[n];
+        return draw(z, 0, n, cand, mx);
+    }
+
+    /** Weights exp((z - max) / T) of the candidates, reused between calls (one request's thread at a time). */
+    private double[] weights = new double[0];
+
+    /**
+     * Softmax over the candidates (z[base + i] for i in [0, n), or z[base + cand[i]]) with the maximum mx, then the
+     * top-p / min-p cuts; the ids are i or cand[i].
+     */
+    private Distribution draw(float[] z, int base, int n, int[] cand, float mx) {
+        float invT = (float) (1.0 / p.temperature());
+        if (weights.length < n) weights = new double[n];
+        double[] e = weights;
         double sum = 0;
         for (int i = 0; i < n; i++) {
-            e[i] = Math.exp((z[cand == null ? i : cand[i]] - mx) * invT);
+            e[i] = Math.exp((z[base + (cand == null ? i : cand[i])] - mx) * invT);
             sum += e[i];
         }
         // extract in descending order until top-p mass is reached; min-p cut relative to the maximum
@@ -164,26 +205,53 @@ public final class Sampler {
                 double tp = pr[0]; pr[0] = pr[best]; pr[best] = tp;
             }
         } else {
-            // extract in descending order until the top-p mass is reached (O(n + m log n) for m kept)
-            int[] heap = new int[n];
-            for (int i = 0; i < n; i++) heap[i] = i;
-            for (int i = n / 2 - 1; i >= 0; i--) siftDown(heap, i, n, e, cand);
-            int size = n;
-            ids = new int[Math.min(n, 256)];
-            pr = new double[ids.length];
-            while (size > 0) {
-                int top = heap[0];
-                double prob = e[top] / sum;
-                if (kept > 0 && (mass >= p.topP() || prob < minKeep || prob <= 0)) break;
-                if (kept == ids.length) {
-                    ids = Arrays.copyOf(ids, kept * 2);
-                    pr = Arrays.copyOf(pr, kept * 2);
+            // extract in descending order until the top-p mass is reached (O(n + m log n) for m kept). The candidates
+            // whose weight is at least a threshold come first in that order, so extracting from them alone gives the
+            // same tokens, probabilities and mass as long as the cut comes before they run out; when it does not, the
+            // extraction is redone over all candidates
+            ids = null;
+            pr = null;
+            int[] heap;
+            int size = 0;
+            for (double t : new double[]{0x1p-24, 0}) {
+                if (t > 0) {
+                    heap = new int[64];
+                    for (int i = 0; i < n; i++) {
+                        if (e[i] < t) continue;
+                        if (size == heap.length) heap = Arrays.copyOf(heap, size * 2);
+                        heap[size++] = i;
+                    }
+                    if (size > n / 4) continue; // too many above it to gain anything
+                } else {
+                    heap = new int[n];
+                    for (int i = 0; i < n; i++) heap[i] = i;
+                    size = n;
                 }
-                ids[kept] = cand == null ? top : cand[top];
-                pr[kept++] = prob;
-                mass += prob;
-                heap[0] = heap[--size];
-                siftDown(heap, 0, size, e, cand);
+                for (int i = size / 2 - 1; i >= 0; i--) siftDown(heap, i, size, e, cand);
+                ids = new int[Math.min(n, 256)];
+                pr = new double[ids.length];
+                kept = 0;
+                mass = 0;
+                boolean cut = false;
+                while (size > 0) {
+                    int top = heap[0];
+                    double prob = e[top] / sum;
+                    if (kept > 0 && (mass >= p.topP() || prob < minKeep || prob <= 0)) {
+                        cut = true;
+                        break;
+                    }
+                    if (kept == ids.length) {
+                        ids = Arrays.copyOf(ids, kept * 2);
+                        pr = Arrays.copyOf(pr, kept * 2);
+                    }
+                    ids[kept] = cand == null ? top : cand[top];
+                    pr[kept++] = prob;
+                    mass += prob;
+                    heap[0] = heap[--size];
+                    siftDown(heap, 0, size, e, cand);
+                }
+                if (cut || t == 0) break;
+                size = 0;
             }
         }
         float[] probs = new float[kept];
@@ -218,12 +286,33 @@ public final class Sampler {
         return argmax(z, 0, z.length);
     }
 
-    /** Index in [0, n) of the largest of z[off .. off+n), the lowest index on ties (one row of a logits matrix). */
+    /**
+     * Index in [0, n) of the largest of z[off .. off+n), the lowest index on ties (one row of a logits matrix): the
+     * scan from index 0 that moves only to a strictly larger value, so a NaN never wins unless it is at index 0.
+     */
     public static int argmax(float[] z, int off, int n) {
+        if (n >= 4 * F.length()) {
+            // the maximum in vector lanes (Math.max semantics: NaN when any value is NaN), then its first index;
+            // -0 and +0 compare equal there as in the scan. A row holding a NaN takes the scan.
+            FloatVector m = FloatVector.broadcast(F, Float.NEGATIVE_INFINITY);
+            int bound = F.loopBound(n), i = 0;
+            for (; i < bound; i += F.length()) m = m.max(FloatVector.fromArray(F, z, off + i));
+            float mx = m.reduceLanes(VectorOperators.MAX);
+            for (; i < n; i++) mx = Math.max(mx, z[off + i]);
+            if (!Float.isNaN(mx)) {
+                for (i = 0; i < bound; i += F.length()) {
+                    VectorMask<Float> hit = FloatVector.fromArray(F, z, off + i).eq(mx);
+                    if (hit.anyTrue()) return i + hit.firstTrue();
+                }
+                for (; i < n; i++) if (z[off + i] == mx) return i;
+            }
+        }
         int best = 0;
         for (int i = 1; i < n; i++) if (z[off + i] > z[off + best]) best = i;
         return best;
     }
+
+    private static final VectorSpecies<Float> F = FloatVector.SPECIES_PREFERRED;
 
     /**
      * Log-probabilities from the model's raw logits (before any processing, as vLLM reports them by default).
