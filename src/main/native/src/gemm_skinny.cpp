@@ -1036,11 +1036,23 @@ static hipError_t launch_smem(dim3 grid, const SmPlan& pl, int opt, ds4j_ctx* ct
         return hipGetLastError();
     };
     switch (opt) {
-        case 1: if constexpr (sm_built<F, N, MOE, 1>) return go(skinny_smem_kernel<F, 1, N, MOE, 1>); break;
-        case 2: if constexpr (sm_built<F, N, MOE, 2>) return go(skinny_smem_kernel<F, 1, N, MOE, 2>); break;
-        case SM_L2: if constexpr (sm_built<F, N, MOE, SM_L2>) return go(skinny_smem_kernel<F, 1, N, MOE, SM_L2>); break;
-        case SM_L2 | 1: if constexpr (sm_built<F, N, MOE, SM_L2 | 1>) return go(skinny_smem_kernel<F, 1, N, MOE, SM_L2 | 1>); break;
-        case SM_L2 | 2: if constexpr (sm_built<F, N, MOE, SM_L2 | 2>) return go(skinny_smem_kernel<F, 1, N, MOE, SM_L2 | 2>); break;
+        case SM_PIPE_HALF:
+            if constexpr (sm_built<F, N, MOE, SM_PIPE_HALF>) return go(skinny_smem_kernel<F, 1, N, MOE, SM_PIPE_HALF>);
+            break;
+        case SM_PIPE_FULL:
+            if constexpr (sm_built<F, N, MOE, SM_PIPE_FULL>) return go(skinny_smem_kernel<F, 1, N, MOE, SM_PIPE_FULL>);
+            break;
+        case SM_L2:
+            if constexpr (sm_built<F, N, MOE, SM_L2>) return go(skinny_smem_kernel<F, 1, N, MOE, SM_L2>);
+            break;
+        case SM_L2 | SM_PIPE_HALF:
+            if constexpr (sm_built<F, N, MOE, SM_L2 | SM_PIPE_HALF>)
+                return go(skinny_smem_kernel<F, 1, N, MOE, SM_L2 | SM_PIPE_HALF>);
+            break;
+        case SM_L2 | SM_PIPE_FULL:
+            if constexpr (sm_built<F, N, MOE, SM_L2 | SM_PIPE_FULL>)
+                return go(skinny_smem_kernel<F, 1, N, MOE, SM_L2 | SM_PIPE_FULL>);
+            break;
         default: break;
     }
     return go(skinny_smem_kernel<F, 1, N, MOE, 0>);

@@ -28,7 +28,9 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  *
  * <p>Each figure is the mean of --reps back-to-back calls after a warm-up (launch costs included); the "graph" figure
  * is the mean per call of the same calls captured once into a graph (one call per weight copy) and replayed, so without
- * the host's launch costs ("–" where capture is not available). The calls cycle
+ * the host's launch costs ("–" where capture is not available). "y hash" is a hash of the bits of the last call's
+ * result (every copy holds the same weights): equal hashes across runs with different DS4J_SKINNY_* switches show the
+ * variants give the same bits on the device. The calls cycle
  * over copies of the weights that together exceed --cold-mb (default 512 MB, ten times the H200's 50 MB L2), so every
  * call reads its weights from HBM. Bytes = the weights (and scales) the call must read: every row of a dense matrix,
  * every distinct picked expert once for the routed experts; x and y are not counted. FLOP = 2 x rows x cols x S
@@ -116,8 +118,8 @@ public final class MatmulBench {
                     envOr("DS4J_SKINNY_L2", "default (0)"), envOr("DS4J_SKINNY_FUSE", "default (0)"));
             System.out.println();
             System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s"
-                    + " | graph µs | graph % of HBM |");
-            System.out.println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+                    + " | graph µs | graph % of HBM | y hash |");
+            System.out.println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
             SplittableRandom r = new SplittableRandom(1);
             long x = gpu.malloc(4L * maxS * k * 32768, "x"), y = gpu.malloc(4L * maxS * k * 32768, "y");
             try {
@@ -141,7 +143,8 @@ public final class MatmulBench {
                             double us = time(gpu, reps, call);
                             next[0] = 0;
                             double gus = timeGraph(gpu, c.n, reps, call);
-                            row(s.name, s, S, us, s.weightBytes(), 2.0 * s.rows * s.cols * S, peakGbs, gus);
+                            row(s.name, s, S, us, s.weightBytes(), 2.0 * s.rows * s.cols * S, peakGbs, gus,
+                                    bitsHash(gpu.downloadFloats(y, S * s.rows)));
                         }
                     }
                 }
@@ -174,7 +177,7 @@ public final class MatmulBench {
                                 next[0] = 0;
                                 double gus = timeGraph(gpu, tables, reps, call);
                                 row(s.name + " (" + distinct + " of " + E + " experts)", s, S, us, distinct * s.weightBytes(),
-                                        2.0 * s.rows * s.cols * S * k, peakGbs, gus);
+                                        2.0 * s.rows * s.cols * S * k, peakGbs, gus, bitsHash(gpu.downloadFloats(y, S * k * s.rows)));
                             } finally {
                                 gpu.free(dids);
                             }
@@ -242,13 +245,24 @@ public final class MatmulBench {
         }
     }
 
-    static void row(String name, Shape s, int S, double us, long bytes, double flop, double peakGbs, double graphUs) {
+    /** A 64-bit FNV-1a hash of the floats' bit patterns, as 16 hex digits. */
+    static String bitsHash(float[] v) {
+        long h = 0xcbf29ce484222325L;
+        for (float f : v) {
+            h ^= Float.floatToRawIntBits(f) & 0xffffffffL;
+            h *= 0x100000001b3L;
+        }
+        return String.format("%016x", h);
+    }
+
+    static void row(String name, Shape s, int S, double us, long bytes, double flop, double peakGbs, double graphUs,
+                    String hash) {
         String fmt = s.format == DS4J_FMT_FP8_E4M3_B128() ? "FP8" : s.format == DS4J_FMT_FP4_E2M1_B32() ? "FP4" : "BF16";
         double gbs = bytes / (us * 1e3);
         String graph = Double.isNaN(graphUs) ? "– | –" : String.format(java.util.Locale.ROOT, "%.1f | %.1f %%", graphUs,
                 100 * bytes / (graphUs * 1e3) / peakGbs);
-        System.out.printf(java.util.Locale.ROOT, "| %s | %s | %dx%d | %d | %.1f | %.1f | %.0f | %.1f %% | %.0f | %s |%n", name, fmt,
-                s.rows, s.cols, S, us, bytes / 1e6, gbs, 100 * gbs / peakGbs, flop / (us * 1e3), graph);
+        System.out.printf(java.util.Locale.ROOT, "| %s | %s | %dx%d | %d | %.1f | %.1f | %.0f | %.1f %% | %.0f | %s | %s |%n", name,
+                fmt, s.rows, s.cols, S, us, bytes / 1e6, gbs, 100 * gbs / peakGbs, flop / (us * 1e3), graph, hash);
     }
 
     /** S rows of k distinct experts each, uniformly. */
