@@ -17,7 +17,8 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * S = 1, 5, 16, 32, 64 rows (below DS4J_TC_MIN_ROWS: the skinny tensor-core products where the device has them, the
  * FFMA kernels otherwise; run with the environment variable DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 for
  * steps of 33 .. 64 rows in passes of 32, DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes,
- * DS4J_SKINNY_SMEM=0 for the kernel without staged activations, =1 for the staged one at every S). A benchmark,
+ * DS4J_SKINNY_SMEM=0 for the kernel without staged activations, =1 for the staged one at every S; DS4J_SKINNY_PIPE,
+ * DS4J_SKINNY_L2 and DS4J_SKINNY_FUSE for the staged kernel's code variants, which give the same bits). A benchmark,
  * not a test: it prints a Markdown table and asserts nothing.
  *
  * <p>Shapes (hidden 4096, q_lora 1024, 64 heads of 512, 8 output groups, MoE intermediate 2048): wq_a 1024x4096,
@@ -25,7 +26,11 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * w2 4096x2048 (FP8 e4m3, 128x128 E8M0 scales); a BF16 1024x4096 product; the routed experts' w1 2048x4096 and
  * w2 4096x2048 (FP4 e2m1, 1x32 E8M0 scales), 16 experts, 6 distinct picks per row. Weights are random.
  *
- * <p>Each figure is the mean of --reps back-to-back calls after a warm-up (launch costs included). The calls cycle
+ * <p>Each figure is the mean of --reps back-to-back calls after a warm-up (launch costs included); the "graph" figure
+ * is the mean per call of the same calls captured once into a graph (one call per weight copy) and replayed, so without
+ * the host's launch costs ("–" where capture is not available). "y hash" is a hash of the bits of the last call's
+ * result (every copy holds the same weights): equal hashes across runs with different DS4J_SKINNY_* switches show the
+ * variants give the same bits on the device. The calls cycle
  * over copies of the weights that together exceed --cold-mb (default 512 MB, ten times the H200's 50 MB L2), so every
  * call reads its weights from HBM. Bytes = the weights (and scales) the call must read: every row of a dense matrix,
  * every distinct picked expert once for the routed experts; x and y are not counted. FLOP = 2 x rows x cols x S
@@ -103,16 +108,18 @@ public final class MatmulBench {
             for (int S : rowCounts) maxS = Math.max(maxS, S);
             System.out.printf("GPU %s; decode-size matrix products, %d calls per figure over > %.0f MB of weight copies;"
                     + " DS4J_TC_MIN_ROWS %d; tensor cores %s; DS4J_SKINNY_WIDE %s, DS4J_SKINNY_WIDE_MT %s,"
-                    + " DS4J_SKINNY_SMEM %s%n", gpu, reps, coldMb,
+                    + " DS4J_SKINNY_SMEM %s, DS4J_SKINNY_PIPE %s, DS4J_SKINNY_L2 %s, DS4J_SKINNY_FUSE %s%n", gpu, reps, coldMb,
                     DS4J_TC_MIN_ROWS(),
                     !gpu.tensorCores() ? "off (FFMA kernels)"
                             : "0".equals(System.getenv("DS4J_SKINNY")) ? "for prefill only (DS4J_SKINNY=0: FFMA kernels here)"
                             : "on (skinny kernels)",
                     envOr("DS4J_SKINNY_WIDE", "default (1)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"),
-                    envOr("DS4J_SKINNY_SMEM", "default (9)"));
+                    envOr("DS4J_SKINNY_SMEM", "default (1)"), envOr("DS4J_SKINNY_PIPE", "default (0)"),
+                    envOr("DS4J_SKINNY_L2", "default (0)"), envOr("DS4J_SKINNY_FUSE", "default (0)"));
             System.out.println();
-            System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s |");
-            System.out.println("|---|---|---|---:|---:|---:|---:|---:|---:|");
+            System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s"
+                    + " | graph µs | graph % of HBM | y hash |");
+            System.out.println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
             SplittableRandom r = new SplittableRandom(1);
             long x = gpu.malloc(4L * maxS * k * 32768, "x"), y = gpu.malloc(4L * maxS * k * 32768, "y");
             try {
@@ -124,7 +131,7 @@ public final class MatmulBench {
                             long ldx = (long) s.groups * s.cols;
                             final int Sf = S;
                             int[] next = {0};
-                            double us = time(gpu, reps, () -> {
+                            Runnable call = () -> {
                                 int i = next[0]++ % c.n;
                                 if (s.groups > 1)
                                     check(ds4j_matmul_grouped(gpu.ctx(), s.format, ptr(c.data[i]), ptr(c.scale[i]), DS4J_SCALE_E8M0(), 0,
@@ -132,8 +139,12 @@ public final class MatmulBench {
                                 else
                                     check(ds4j_matmul(gpu.ctx(), s.format, ptr(c.data[i]), ptr(c.scale[i]), DS4J_SCALE_E8M0(), 0,
                                             s.rows, s.cols, ptr(x), ldx, ptr(y), s.rows, Sf), "matmul");
-                            });
-                            row(s.name, s, S, us, s.weightBytes(), 2.0 * s.rows * s.cols * S, peakGbs);
+                            };
+                            double us = time(gpu, reps, call);
+                            next[0] = 0;
+                            double gus = timeGraph(gpu, c.n, reps, call);
+                            row(s.name, s, S, us, s.weightBytes(), 2.0 * s.rows * s.cols * S, peakGbs, gus,
+                                    bitsHash(gpu.downloadFloats(y, S * s.rows)));
                         }
                     }
                 }
@@ -157,13 +168,16 @@ public final class MatmulBench {
                                 int distinct = (int) java.util.Arrays.stream(ids).distinct().count();
                                 final int Sf = S;
                                 int[] next = {0};
-                                double us = time(gpu, reps, () -> {
+                                Runnable call = () -> {
                                     int t = next[0]++ % tables;
                                     check(ds4j_moe_matmul(gpu.ctx(), s.format, ptr(dt[t]), ptr(st[t]), MemorySegment.NULL, DS4J_SCALE_E8M0(),
                                             s.rows, s.cols, ptr(dids), k, Sf, ptr(x), s.cols, 0, ptr(y), s.rows), "moe_matmul");
-                                });
+                                };
+                                double us = time(gpu, reps, call);
+                                next[0] = 0;
+                                double gus = timeGraph(gpu, tables, reps, call);
                                 row(s.name + " (" + distinct + " of " + E + " experts)", s, S, us, distinct * s.weightBytes(),
-                                        2.0 * s.rows * s.cols * S * k, peakGbs);
+                                        2.0 * s.rows * s.cols * S * k, peakGbs, gus, bitsHash(gpu.downloadFloats(y, S * k * s.rows)));
                             } finally {
                                 gpu.free(dids);
                             }
@@ -197,11 +211,58 @@ public final class MatmulBench {
         return (System.nanoTime() - t0) / 1e3 / reps;
     }
 
-    static void row(String name, Shape s, int S, double us, long bytes, double flop, double peakGbs) {
+    /**
+     * Mean µs per call of `call` replayed from a graph: `calls` calls (one per weight copy, so that every call reads
+     * HBM) captured once, replayed until about reps calls ran, after one replay as a warm-up. NaN when this build or
+     * device cannot capture graphs (the capture is then discarded).
+     */
+    static double timeGraph(Gpu gpu, int calls, int reps, Runnable call) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment flag = arena.allocate(ValueLayout.JAVA_INT);
+            if (ds4j_graph_available(flag) != DS4J_OK() || flag.get(ValueLayout.JAVA_INT, 0) == 0) return Double.NaN;
+            gpu.sync();
+            if (ds4j_graph_begin(gpu.ctx()) != DS4J_OK()) return Double.NaN;
+            try {
+                for (int i = 0; i < calls; i++) call.run();
+            } catch (RuntimeException e) {
+                ds4j_graph_discard(gpu.ctx());
+                return Double.NaN;
+            }
+            MemorySegment h = arena.allocate(ValueLayout.JAVA_LONG);
+            if (ds4j_graph_end_keep(gpu.ctx(), h) != DS4J_OK()) return Double.NaN;
+            long exec = h.get(ValueLayout.JAVA_LONG, 0);
+            try {
+                int replays = Math.max(1, (reps + calls - 1) / calls);
+                check(ds4j_graph_replay(gpu.ctx(), exec), "replaying the benchmark graph");
+                gpu.sync();
+                long t0 = System.nanoTime();
+                for (int r = 0; r < replays; r++) check(ds4j_graph_replay(gpu.ctx(), exec), "replaying the benchmark graph");
+                gpu.sync();
+                return (System.nanoTime() - t0) / 1e3 / ((double) replays * calls);
+            } finally {
+                check(ds4j_graph_destroy(gpu.ctx(), exec), "destroying the benchmark graph");
+            }
+        }
+    }
+
+    /** A 64-bit FNV-1a hash of the floats' bit patterns, as 16 hex digits. */
+    static String bitsHash(float[] v) {
+        long h = 0xcbf29ce484222325L;
+        for (float f : v) {
+            h ^= Float.floatToRawIntBits(f) & 0xffffffffL;
+            h *= 0x100000001b3L;
+        }
+        return String.format("%016x", h);
+    }
+
+    static void row(String name, Shape s, int S, double us, long bytes, double flop, double peakGbs, double graphUs,
+                    String hash) {
         String fmt = s.format == DS4J_FMT_FP8_E4M3_B128() ? "FP8" : s.format == DS4J_FMT_FP4_E2M1_B32() ? "FP4" : "BF16";
         double gbs = bytes / (us * 1e3);
-        System.out.printf(java.util.Locale.ROOT, "| %s | %s | %dx%d | %d | %.1f | %.1f | %.0f | %.1f %% | %.0f |%n", name, fmt, s.rows, s.cols,
-                S, us, bytes / 1e6, gbs, 100 * gbs / peakGbs, flop / (us * 1e3));
+        String graph = Double.isNaN(graphUs) ? "– | –" : String.format(java.util.Locale.ROOT, "%.1f | %.1f %%", graphUs,
+                100 * bytes / (graphUs * 1e3) / peakGbs);
+        System.out.printf(java.util.Locale.ROOT, "| %s | %s | %dx%d | %d | %.1f | %.1f | %.0f | %.1f %% | %.0f | %s | %s |%n", name,
+                fmt, s.rows, s.cols, S, us, bytes / 1e6, gbs, 100 * gbs / peakGbs, flop / (us * 1e3), graph, hash);
     }
 
     /** S rows of k distinct experts each, uniformly. */
