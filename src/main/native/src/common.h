@@ -78,6 +78,11 @@ struct ds4j_ctx {
     int64_t sk_scratch_bytes = 0;
     void* sk_retired[32] = {};
     int sk_retired_n = 0;
+    /** Device memory of the prefill GEMM's split activations (gemm_tc.cpp, DS4J_TC_XSPLIT), grown and kept as att_scratch. */
+    void* tc_scratch = nullptr;
+    int64_t tc_scratch_bytes = 0;
+    void* tc_retired[32] = {};
+    int tc_retired_n = 0;
 };
 
 /** Rows one split mHC launch covers (its counters in ds4j_ctx.hc_count). */
