@@ -5,8 +5,8 @@
 // verify) also every pass width, both m-tile variants, null experts and bit-identical results of rows computed alone;
 // the split F32 attention with its decode vs verify and batched vs single bit identities; the multi-block top-k
 // against a sorted reference and the one-block kernel. The prefill GEMM runs with
-// both token tiles and must give, bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the
-// references). The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
+// both token tiles, with and without its activations split beforehand (xsplit_kernel, DS4J_TC_XSPLIT), and must give,
+// bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the references). The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
 // (mhc_cases.h). The skinny products' staged-activation kernel must give the bits of the kernel without staging.
 // EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
