@@ -5,8 +5,8 @@
 // verify) also every pass width, both m-tile variants, null experts and bit-identical results of rows computed alone;
 // the split F32 attention with its decode vs verify and batched vs single bit identities; the multi-block top-k
 // against a sorted reference and the one-block kernel. The prefill GEMM runs with
-// both token tiles and must give, bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the
-// references). The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
+// both token tiles, with and without its activations split beforehand (xsplit_kernel, DS4J_TC_XSPLIT), and must give,
+// bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the references). The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
 // (mhc_cases.h). The skinny products' staged-activation kernel must give the bits of the kernel without staging.
 // EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
@@ -94,15 +94,33 @@ static void launch_gemm_v1(int fmt, dim3 grid, const tc1::Args& a) {
 
 template <int F, bool MOE, int BN>
 static void launch_gemm_fb(dim3 grid, const tc::Args& a) {
-    emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN>(a); });
+    if (a.xs) emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN, 1>(a); });
+    else emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN, 0>(a); });
 }
 
-/** The current GEMM with token tiles of bn (64 or 128), the same Args as the previous one. */
+/**
+ * The current GEMM with token tiles of bn (64 or 128), the same Args as the previous one; with xp the activations
+ * are split beforehand (xsplit_kernel, the DS4J_TC_XSPLIT path): nrows rows (dense groups x S, moe the rows of x)
+ * of cols columns, group stride xgs.
+ */
 template <bool MOE>
-static void launch_gemm(int fmt, int bn, dim3 grid, const tc1::Args& a1) {
-    static_assert(sizeof(tc::Args) == sizeof(tc1::Args), "the same argument block");
-    tc::Args a;
-    memcpy(&a, &a1, sizeof a);
+static void launch_gemm(int fmt, int bn, dim3 grid, const tc1::Args& a1, bool xp = false, int64_t nrows = 0,
+                        int cols = 0, int64_t xgs = 0, int S = 0) {
+    static_assert(sizeof(tc::Args) > sizeof(tc1::Args), "the previous argument block, then the XP fields");
+    tc::Args a{};
+    memcpy(&a, &a1, sizeof a1);
+    std::vector<uint16_t> xs;
+    if (xp) {
+        // a ragged row pitch (cols + 8) checks that the kernel uses xs_ld, not cols
+        const int64_t lds = cols + 8;
+        xs.assign((size_t)(2 * nrows * lds), 0xdead);
+        const int64_t chunks = nrows * (cols / 8);
+        emu_launch(dim3((unsigned)((chunks + 63) / 64)), dim3(64), 0,
+                   [&] { tc::xsplit_kernel(a.x, a.ldx, xgs, S, nrows, cols, lds, xs.data(), nrows * lds); });
+        a.xs = xs.data();
+        a.xs_ld = lds;
+        a.xs_plane = nrows * lds;
+    }
     switch (fmt) {
         case DS4J_FMT_F16: bn == 128 ? launch_gemm_fb<DS4J_FMT_F16, MOE, 128>(grid, a) : launch_gemm_fb<DS4J_FMT_F16, MOE, 64>(grid, a); break;
         case DS4J_FMT_BF16: bn == 128 ? launch_gemm_fb<DS4J_FMT_BF16, MOE, 128>(grid, a) : launch_gemm_fb<DS4J_FMT_BF16, MOE, 64>(grid, a); break;
@@ -141,14 +159,16 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
     dim3 grid((S + 63) / 64, groups * a.tiles_per_grp);
     launch_gemm_v1<false>(fmt, grid, a);
     // the current kernel with both token tiles: the same bits as the previous one, padding included
-    int diffs[2];
-    for (int i = 0; i < 2; i++) {
-        const int bn = 64 << i;
+    int diffs[4];
+    for (int i = 0; i < 4; i++) {
+        const int bn = 64 << (i & 1);
+        const bool xp = i >= 2;
         std::vector<float> y2(ldy * S, -777.f);
         a.y = y2.data();
-        launch_gemm<false>(fmt, bn, dim3((S + bn - 1) / bn, groups * a.tiles_per_grp), a);
+        launch_gemm<false>(fmt, bn, dim3((S + bn - 1) / bn, groups * a.tiles_per_grp), a, xp, (int64_t)groups * S, cols,
+                           groups > 1 ? xgs : 0, S);
         diffs[i] = bit_diffs(y.data(), y2.data(), y.size());
-        if (diffs[i]) { printf("FAIL dense BN %d: %d values differ from the previous kernel\n", bn, diffs[i]); fails++; }
+        if (diffs[i]) { printf("FAIL dense BN %d XSPLIT %d: %d values differ from the previous kernel\n", bn, xp, diffs[i]); fails++; }
     }
     double worst = 0;
     for (int s = 0; s < S; s++)
@@ -163,8 +183,9 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
         }
     // untouched padding
     for (int s = 0; s < S; s++) for (int r = rows; r < ldy; r++) if (y[s * ldy + r] != -777.f) { printf("FAIL dense wrote padding\n"); fails++; }
-    printf("dense fmt %d rows %d (from %d) cols %d grp %d S %d: worst rel %.3g; vs previous kernel %d (BN 64) / %d (BN 128) bits differ\n",
-           fmt, rows, from, cols, grp, S, worst, diffs[0], diffs[1]);
+    printf("dense fmt %d rows %d (from %d) cols %d grp %d S %d: worst rel %.3g; vs previous kernel %d (BN 64) / %d (BN 128)"
+           " / %d (BN 64 XSPLIT) / %d (BN 128 XSPLIT) bits differ\n",
+           fmt, rows, from, cols, grp, S, worst, diffs[0], diffs[1], diffs[2], diffs[3]);
 }
 
 static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick, bool misalign) {
@@ -207,18 +228,19 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
     a.perm = perm; a.cnt = cnt; a.off = off; a.tile_prefix = tp; a.E = E; a.k = k; a.x_per_pick = per_pick;
     const int max_tiles = P / 64 + std::min(E, P);
     launch_gemm_v1<true>(fmt, dim3(max_tiles, (rows + 127) / 128), a);
-    int diffs[2];
-    for (int i = 0; i < 2; i++) {
-        const int bn = 64 << i;
+    int diffs[4];
+    for (int i = 0; i < 4; i++) {
+        const int bn = 64 << (i & 1);
+        const bool xp = i >= 2;
         std::vector<int32_t> tp2(E + 1, -1);
         emu_launch(dim3(1), dim3(256), 0, [&] { tc::moe_tiles_kernel(cnt, E, bn, tp2.data()); });
         std::vector<float> y2(ldy * P, -777.f);
         tc1::Args a2 = a;
         a2.y = y2.data();
         a2.tile_prefix = tp2.data();
-        launch_gemm<true>(fmt, bn, dim3(P / bn + std::min(E, P), (rows + 127) / 128), a2);
+        launch_gemm<true>(fmt, bn, dim3(P / bn + std::min(E, P), (rows + 127) / 128), a2, xp, xr, cols, 0, xr);
         diffs[i] = bit_diffs(y.data(), y2.data(), y.size());
-        if (diffs[i]) { printf("FAIL moe BN %d: %d values differ from the previous kernel\n", bn, diffs[i]); fails++; }
+        if (diffs[i]) { printf("FAIL moe BN %d XSPLIT %d: %d values differ from the previous kernel\n", bn, xp, diffs[i]); fails++; }
     }
     // counting sort sanity
     int tot = 0;
@@ -237,8 +259,9 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
             check("moe", y[p * ldy + r], acc, mag, 1e-5, p, r);
         }
     }
-    printf("moe fmt %d E %d k %d S %d rows %d cols %d per_pick %d misalign %d: worst rel %.3g; vs previous kernel %d / %d bits"
-           " differ; tiles %d; counts", fmt, E, k, S, rows, cols, per_pick, misalign, worst, diffs[0], diffs[1], tp[E]);
+    printf("moe fmt %d E %d k %d S %d rows %d cols %d per_pick %d misalign %d: worst rel %.3g; vs previous kernel %d / %d"
+           " (XSPLIT %d / %d) bits differ; tiles %d; counts", fmt, E, k, S, rows, cols, per_pick, misalign, worst, diffs[0],
+           diffs[1], diffs[2], diffs[3], tp[E]);
     for (int e = 0; e < E; e++) printf(" %d", cnt[e]);
     printf("\n");
 }
@@ -1059,6 +1082,7 @@ static void fp8_decode_exhaustive() {
 }
 
 int main() {
+    if (getenv("TC_ONLY")) goto prefill;  // the prefill GEMM cases only (tensor-core dense and routed-expert products)
     fp8_decode_exhaustive();
     // the row-wise kernels (misc.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
     mhc::run_all();
@@ -1105,6 +1129,7 @@ int main() {
         return fails ? 1 : 0;
     }
 
+prefill:
     // dense: odd rows, K tails, token tails, row views (FP8 grid offsets), groups straddling tiles
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
         int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 96 : 80;
@@ -1118,6 +1143,10 @@ int main() {
         moe(fmt, 5, 3, 40, 72, 64, true, true);
     }
     moe(DS4J_FMT_F16, 4, 2, 37, 130, 32, false, true);
+    if (getenv("TC_ONLY")) {
+        printf("%s: %d failures (prefill GEMM only)\n", fails ? "FAILED" : "OK", fails);
+        return fails ? 1 : 0;
+    }
     if (getenv("EXTRA")) {
         moe(DS4J_FMT_FP4_E2M1_B32, 300, 2, 40, 64, 64, false, false);
         indexer(16, 32, 4300, 40, 4, 64);

@@ -83,6 +83,11 @@ struct ds4j_ctx {
      * them, zero between launches; null when they could not be allocated (a second kernel adds the partials then).
      */
     unsigned* sk_count = nullptr;
+    /** Device memory of the prefill GEMM's split activations (gemm_tc.cpp, DS4J_TC_XSPLIT), grown and kept as att_scratch. */
+    void* tc_scratch = nullptr;
+    int64_t tc_scratch_bytes = 0;
+    void* tc_retired[32] = {};
+    int tc_retired_n = 0;
 };
 
 /** Row groups one fused skinny launch may count (ds4j_ctx.sk_count). */

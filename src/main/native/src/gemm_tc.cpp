@@ -9,6 +9,14 @@
 // registers before the current tile is multiplied and decoded into the other stage half-way through, so their latency
 // and the decoding hide behind the MMAs, with one barrier per tile.
 //
+// DS4J_TC_XSPLIT=1 (read once; off by default): a pre-pass (xsplit_kernel) splits the product's activations into BF16
+// hi and lo parts once, into a scratch the context keeps, instead of every block of BM weight rows splitting them again
+// (16 to 32 times over for the routed experts); the blocks then copy them straight into shared memory with cp.async,
+// issued a whole column tile ahead, which also frees the registers that held them (ptxas: 154-179 instead of 190-215
+// at BN 128). The split is the same function of the same F32 value, so the bits are the same. DS4J_TC_XSPLIT=2 also
+// caps the BN-128 FP8 and FP4 kernels' registers at 128 so that two blocks share a multiprocessor (their two stages,
+// 108 KiB, leave room for two; 16 warps instead of 8 to hide latency): only register allocation differs, same bits.
+//
 // Batch invariance: the value of output (s, r) is the sum over column tiles in order of the same MMA sequence, so it
 // depends on row r and token s only, never on S, on the token's place in its tile, or on the other picks of an expert.
 #include "tc.h"
@@ -130,20 +138,21 @@ __device__ __forceinline__ void decode(const uint4& q, float sc, uint32_t* hi, u
 }
 
 /** Weight chunks and activations of one column tile, in registers between the global loads and the shared stores. */
-template <int FMT, int BN>
+template <int FMT, int BN, bool XP>
 struct Regs {
     static constexpr int EPC = Fmt<FMT>::EPC, CPR = BK / EPC, NCH = BM * CPR, NPT = NCH / THREADS;
     static_assert(NCH % THREADS == 0, "whole chunks per thread");
     uint4 wq[NPT];
     float ws[NPT];
-    float4 xq[Tile<BN>::XV];
+    float4 xq[XP ? 1 : Tile<BN>::XV];  // unused with XP: the activations go to shared memory through cp.async
 };
 
-/** Global -> registers: the weight chunks (rows row0 .. row_end-1) and activations of the column tile at k0. */
-template <int FMT, int BN>
-__device__ __forceinline__ void load_tile(Regs<FMT, BN>& t, const WView& v, int64_t rb, bool wal, int row0, int row_end,
+/** Global -> registers: the weight chunks (rows row0 .. row_end-1) and activations of the column tile at k0 (the
+ *  activations only without XP). */
+template <int FMT, int BN, bool XP>
+__device__ __forceinline__ void load_tile(Regs<FMT, BN, XP>& t, const WView& v, int64_t rb, bool wal, int row0, int row_end,
                                           const float* x, const int64_t* xoff, int k0) {
-    using R = Regs<FMT, BN>;
+    using R = Regs<FMT, BN, XP>;
     const int tid = threadIdx.x, cols = v.cols;
 #pragma unroll
     for (int i = 0; i < R::NPT; i++) {
@@ -160,19 +169,22 @@ __device__ __forceinline__ void load_tile(Regs<FMT, BN>& t, const WView& v, int6
                 t.ws[i] = e8m0(v.scale[(size_t)gr * (cols >> 5) + (col >> 5)]);
         }
     }
-    // 16 float4s per token row of the tile: a half warp reads 256 contiguous bytes
+    if constexpr (!XP) {
+        // 16 float4s per token row of the tile: a half warp reads 256 contiguous bytes
 #pragma unroll
-    for (int i = 0; i < Tile<BN>::XV; i++) {
-        const int c = tid + i * THREADS, tok = c >> 4, col = k0 + (c & 15) * 4;
-        const int64_t o = xoff[tok];
-        t.xq[i] = (o >= 0 && col < cols) ? __ldg(reinterpret_cast<const float4*>(x + o + col)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int i = 0; i < Tile<BN>::XV; i++) {
+            const int c = tid + i * THREADS, tok = c >> 4, col = k0 + (c & 15) * 4;
+            const int64_t o = xoff[tok];
+            t.xq[i] = (o >= 0 && col < cols) ? __ldg(reinterpret_cast<const float4*>(x + o + col)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
     }
 }
 
-/** Registers -> shared memory: weights decoded to BF16 (hi, and lo for F16), activations split into hi and lo. */
-template <int FMT, int BN>
-__device__ __forceinline__ void store_tile(const Regs<FMT, BN>& t, uint32_t* sw, uint32_t* swl, uint32_t* sxh, uint32_t* sxl) {
-    using R = Regs<FMT, BN>;
+/** Registers -> shared memory: weights decoded to BF16 (hi, and lo for F16), activations split into hi and lo (the
+ *  activations only without XP). */
+template <int FMT, int BN, bool XP>
+__device__ __forceinline__ void store_tile(const Regs<FMT, BN, XP>& t, uint32_t* sw, uint32_t* swl, uint32_t* sxh, uint32_t* sxl) {
+    using R = Regs<FMT, BN, XP>;
     constexpr int EPC = R::EPC;
     const int tid = threadIdx.x;
 #pragma unroll
@@ -188,14 +200,47 @@ __device__ __forceinline__ void store_tile(const Regs<FMT, BN>& t, uint32_t* sw,
                 *reinterpret_cast<uint4*>(swl + o + 4 * j) = make_uint4(l[4 * j], l[4 * j + 1], l[4 * j + 2], l[4 * j + 3]);
         }
     }
+    if constexpr (!XP) {
 #pragma unroll
-    for (int i = 0; i < Tile<BN>::XV; i++) {
-        const int c = tid + i * THREADS, o = (c >> 4) * LDW + (c & 15) * 2;
-        uint32_t h0, l0, h1, l1;
-        split_bf16(t.xq[i].x, t.xq[i].y, h0, l0);
-        split_bf16(t.xq[i].z, t.xq[i].w, h1, l1);
-        *reinterpret_cast<uint2*>(sxh + o) = make_uint2(h0, h1);
-        *reinterpret_cast<uint2*>(sxl + o) = make_uint2(l0, l1);
+        for (int i = 0; i < Tile<BN>::XV; i++) {
+            const int c = tid + i * THREADS, o = (c >> 4) * LDW + (c & 15) * 2;
+            uint32_t h0, l0, h1, l1;
+            split_bf16(t.xq[i].x, t.xq[i].y, h0, l0);
+            split_bf16(t.xq[i].z, t.xq[i].w, h1, l1);
+            *reinterpret_cast<uint2*>(sxh + o) = make_uint2(h0, h1);
+            *reinterpret_cast<uint2*>(sxl + o) = make_uint2(l0, l1);
+        }
+    }
+}
+
+/** 16 bytes global -> shared without registers (cp.async, L2 only: the activations are shared by many blocks). */
+__device__ __forceinline__ void cp_async16(uint32_t* smem, const void* gmem) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem));
+}
+
+/** Waits for this thread's cp.async copies (the barrier that follows makes them visible to the block). */
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+/**
+ * XP: the activations of the column tile at k0, already split (xsplit_kernel), straight into the stage's hi and lo
+ * tiles: per token row 8 chunks of 8 BF16 per part, zeros past the columns and for absent tokens (xoff < 0).
+ */
+template <int BN>
+__device__ __forceinline__ void issue_x(uint32_t* sxh, uint32_t* sxl, const uint16_t* xs, int64_t plane, const int64_t* xoff,
+                                        int cols, int k0) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < BN * (BK / 8) / THREADS; i++) {
+        const int c = tid + i * THREADS, tok = c >> 3, col = k0 + (c & 7) * 8, o = tok * LDW + (c & 7) * 4;
+        const int64_t xo = xoff[tok];
+        if (xo >= 0 && col < cols) {
+            cp_async16(sxh + o, xs + xo + col);
+            cp_async16(sxl + o, xs + plane + xo + col);
+        } else {
+            *reinterpret_cast<uint4*>(sxh + o) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4*>(sxl + o) = make_uint4(0u, 0u, 0u, 0u);
+        }
     }
 }
 
@@ -228,6 +273,10 @@ struct Args {
     const int32_t* off;          // [E] first position of expert e in perm
     const int32_t* tile_prefix;  // [E + 1] token tiles before expert e
     int E, k, x_per_pick;
+    // XP (activations split beforehand, xsplit_kernel): hi parts of activation row i at xs + i * xs_ld, lo parts
+    // xs_plane elements further; rows: dense g * S + s (group g, token s), moe the rows of x
+    const uint16_t* xs;
+    int64_t xs_ld, xs_plane;
 };
 
 /**
@@ -239,8 +288,8 @@ struct Args {
  * hi x W, lo x W (and, for F16, hi x W-lo) into one F32 accumulator from 0: the sequence does not depend on BN, on
  * the tile a token falls in or on the other tokens, so results are bit-identical across tile choices and S.
  */
-template <int FMT, bool MOE, int BN>
-__global__ void __launch_bounds__(THREADS, BN == 64 ? 2 : 1) gemm_kernel(Args a) {
+template <int FMT, bool MOE, int BN, int XP>
+__global__ void __launch_bounds__(THREADS, BN == 64 || XP == 2 ? 2 : 1) gemm_kernel(Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
 #else
@@ -273,7 +322,7 @@ __global__ void __launch_bounds__(THREADS, BN == 64 ? 2 : 1) gemm_kernel(Args a)
         if (tid < BN) {
             if (tid < len) {
                 const int p = a.perm[start + tid];
-                xoff[tid] = (int64_t)(a.x_per_pick ? p : p / a.k) * a.ldx;
+                xoff[tid] = (int64_t)(a.x_per_pick ? p : p / a.k) * (XP != 0 ? a.xs_ld : a.ldx);
                 yoff[tid] = (int64_t)p * a.ldy;
             } else {
                 xoff[tid] = -1;
@@ -286,7 +335,7 @@ __global__ void __launch_bounds__(THREADS, BN == 64 ? 2 : 1) gemm_kernel(Args a)
         row_end = min(row0 + BM, (gi + 1) * a.grp);
         if (tid < BN) {
             const int s = blockIdx.x * BN + tid;
-            xoff[tid] = s < a.S ? (int64_t)s * a.ldx + (int64_t)gi * a.xgs : -1;
+            xoff[tid] = s >= a.S ? -1 : XP != 0 ? ((int64_t)gi * a.S + s) * a.xs_ld : (int64_t)s * a.ldx + (int64_t)gi * a.xgs;
             yoff[tid] = s < a.S ? (int64_t)s * a.ldy : -1;
         }
     }
@@ -298,7 +347,7 @@ __global__ void __launch_bounds__(THREADS, BN == 64 ? 2 : 1) gemm_kernel(Args a)
     // stage layout (words): weights [BM][LDW], weights lo (F16) [BM][LDW], x hi [BN][LDW], x lo [BN][LDW]
     constexpr int SW = Stage<FMT, BN>::WORDS, OWL = BM * LDW, OXH = (SPLIT ? 2 : 1) * BM * LDW, OXL = OXH + BN * LDW;
 
-    Regs<FMT, BN> regs;
+    Regs<FMT, BN, XP != 0> regs;
 
     float acc[MI][NI][4];
 #pragma unroll
@@ -316,14 +365,19 @@ __global__ void __launch_bounds__(THREADS, BN == 64 ? 2 : 1) gemm_kernel(Args a)
     const int a_off = (wm * T::WM + (lane & 15)) * LDW + (lane >> 4) * 4;
     const int b_off = (wn * 32 + ((lane >> 4) & 1) * 8 + (lane & 7)) * LDW + ((lane >> 3) & 1) * 4;
 
-    load_tile<FMT, BN>(regs, v, rb, wal, row0, row_end, a.x, xoff, 0);
-    store_tile<FMT, BN>(regs, tc_gsm, tc_gsm + OWL, tc_gsm + OXH, tc_gsm + OXL);
+    load_tile<FMT, BN, XP != 0>(regs, v, rb, wal, row0, row_end, a.x, xoff, 0);
+    if constexpr (XP != 0) issue_x<BN>(tc_gsm + OXH, tc_gsm + OXL, a.xs, a.xs_plane, xoff, cols, 0);
+    store_tile<FMT, BN, XP != 0>(regs, tc_gsm, tc_gsm + OWL, tc_gsm + OXH, tc_gsm + OXL);
+    if constexpr (XP != 0) cp_async_wait_all();
     __syncthreads();
     for (int kt = 0; kt < nk; kt++) {
         const uint32_t* st = tc_gsm + (kt & 1) * SW;
         uint32_t* nx = tc_gsm + ((kt + 1) & 1) * SW;
         const bool more = kt + 1 < nk;
-        if (more) load_tile<FMT, BN>(regs, v, rb, wal, row0, row_end, a.x, xoff, (kt + 1) * BK);
+        if (more) load_tile<FMT, BN, XP != 0>(regs, v, rb, wal, row0, row_end, a.x, xoff, (kt + 1) * BK);
+        // XP: the next tile's activations go into the other stage now (its last reads were before the previous
+        // barrier) and have the whole tile's multiplications to arrive
+        if (XP != 0 && more) issue_x<BN>(nx + OXH, nx + OXL, a.xs, a.xs_plane, xoff, cols, (kt + 1) * BK);
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
             // chunks 0 and 1 of a tile always exist (n16 is even); 2 and 3 may lie past the columns' last 32
@@ -352,8 +406,9 @@ __global__ void __launch_bounds__(THREADS, BN == 64 ? 2 : 1) gemm_kernel(Args a)
             }
             // the next tile goes into the other stage (last read before the previous barrier) mid-way, so that its
             // decoding overlaps the remaining multiplications of this warp and of the others
-            if (kk == 1 && more) store_tile<FMT, BN>(regs, nx, nx + OWL, nx + OXH, nx + OXL);
+            if (kk == 1 && more) store_tile<FMT, BN, XP != 0>(regs, nx, nx + OWL, nx + OXH, nx + OXL);
         }
+        if constexpr (XP != 0) cp_async_wait_all();
         __syncthreads();
     }
 
@@ -374,6 +429,29 @@ __global__ void __launch_bounds__(THREADS, BN == 64 ? 2 : 1) gemm_kernel(Args a)
             }
         }
 #endif
+}
+
+/**
+ * XP pre-pass: activation row i (i < nrows; dense i = g * S + s reads x[s*ldx + g*xgs ..], moe i = s reads
+ * x[s*ldx ..], with S = nrows and xgs = 0) split into BF16 hi and lo parts, exactly as store_tile splits them, at
+ * xs[i * lds + c] (hi) and xs[plane + i * lds + c] (lo), c < cols (a multiple of 8): each thread one 8-column chunk.
+ */
+__global__ void xsplit_kernel(const float* x, int64_t ldx, int64_t xgs, int S, int64_t nrows, int cols, int64_t lds,
+                              uint16_t* xs, int64_t plane) {
+    const int64_t cpr = cols / 8, n = nrows * cpr;
+    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = q / cpr;
+        const int c = (int)(q % cpr) * 8;
+        const float* src = x + (i % S) * ldx + (i / S) * xgs + c;
+        const float4 f0 = __ldg(reinterpret_cast<const float4*>(src)), f1 = __ldg(reinterpret_cast<const float4*>(src + 4));
+        uint32_t h[4], l[4];
+        split_bf16(f0.x, f0.y, h[0], l[0]);
+        split_bf16(f0.z, f0.w, h[1], l[1]);
+        split_bf16(f1.x, f1.y, h[2], l[2]);
+        split_bf16(f1.z, f1.w, h[3], l[3]);
+        *reinterpret_cast<uint4*>(xs + i * lds + c) = make_uint4(h[0], h[1], h[2], h[3]);
+        *reinterpret_cast<uint4*>(xs + plane + i * lds + c) = make_uint4(l[0], l[1], l[2], l[3]);
+    }
 }
 
 // ------------------------------------------------------------------------------------------- grouping picks by expert
@@ -459,14 +537,39 @@ static int pick_bn(ds4j_ctx* ctx, bool moe, int64_t tiles128, int64_t avg_picks)
     return tiles128 >= sm_count(ctx) ? 128 : 64;
 }
 
-/** Launches gemm_kernel<FMT, MOE, BN> with its two shared stages; the launch status. */
-template <int FMT, bool MOE, int BN>
+/** DS4J_TC_XSPLIT (read once): 0 (default) the blocks split the activations, 1 or 2 a pre-pass does (see launch_gemm). */
+static int xsplit_mode() {
+    static std::atomic<int> mode{-1};
+    int m = mode.load();
+    if (m < 0) {
+        const char* e = getenv("DS4J_TC_XSPLIT");
+        m = e && strcmp(e, "1") == 0 ? 1 : e && strcmp(e, "2") == 0 ? 2 : 0;
+        mode.store(m);
+    }
+    return m;
+}
+
+/** Launches gemm_kernel<FMT, MOE, BN, XP> with its two shared stages; the launch status. */
+template <int FMT, bool MOE, int BN, int XP>
 static hipError_t launch_gemm(ds4j_ctx* ctx, dim3 grid, const Args& a) {
     constexpr size_t smem = Stage<FMT, BN>::BYTES;
-    hipError_t e = cudaFuncSetAttribute(gemm_kernel<FMT, MOE, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    hipError_t e = cudaFuncSetAttribute(gemm_kernel<FMT, MOE, BN, XP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != hipSuccess) return e;
-    gemm_kernel<FMT, MOE, BN><<<grid, THREADS, smem, ctx->stream>>>(a);
+    gemm_kernel<FMT, MOE, BN, XP><<<grid, THREADS, smem, ctx->stream>>>(a);
     return hipGetLastError();
+}
+
+/**
+ * XP 0: the blocks split the activations; 1: split beforehand (a.xs); 2: as 1, and at BN 128 for FP8 and FP4 (whose two
+ * stages leave room for two blocks per multiprocessor) registers capped for two blocks (DS4J_TC_XSPLIT=2).
+ */
+template <int FMT, bool MOE, int BN>
+static hipError_t launch_gemm(ds4j_ctx* ctx, dim3 grid, const Args& a) {
+    constexpr bool OCC2 = BN == 128 && (FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32);
+    if (!a.xs) return launch_gemm<FMT, MOE, BN, 0>(ctx, grid, a);
+    if constexpr (OCC2)
+        if (xsplit_mode() == 2) return launch_gemm<FMT, MOE, BN, 2>(ctx, grid, a);
+    return launch_gemm<FMT, MOE, BN, 1>(ctx, grid, a);
 }
 
 template <bool MOE>
@@ -483,6 +586,42 @@ static hipError_t launch_gemm(ds4j_ctx* ctx, int format, int bn, dim3 grid, cons
             return bn == 128 ? launch_gemm<DS4J_FMT_FP4_E2M1_B32, MOE, 128>(ctx, grid, a)
                              : launch_gemm<DS4J_FMT_FP4_E2M1_B32, MOE, 64>(ctx, grid, a);
     }
+}
+
+/**
+ * XP: splits nrows activation rows of cols columns (see xsplit_kernel) into the context's split scratch and points
+ * a.xs at it. Leaves a.xs null (the kernel then splits per tile, with the same bits) when the switch is off, the scratch
+ * would have to grow during a graph capture, or it cannot be allocated; returns a launch failure's status, else DS4J_OK.
+ * A grown scratch replaces the old one, which stays allocated until ds4j_ctx_destroy (queued or captured launches).
+ */
+static int xsplit(ds4j_ctx* ctx, Args& a, int64_t nrows, int cols, int64_t xgs, int S) {
+    a.xs = nullptr;
+    if (xsplit_mode() == 0 || nrows <= 0) return DS4J_OK;
+    const int64_t lds = cols, bytes = 4 * nrows * lds;  // hi and lo, two bytes each
+    if (bytes > ctx->tc_scratch_bytes) {
+        if (ctx->capturing || ctx->tc_retired_n >= (int)(sizeof(ctx->tc_retired) / sizeof(ctx->tc_retired[0])))
+            return DS4J_OK;
+        const int64_t want = ctx->tc_scratch_bytes * 2 > bytes ? ctx->tc_scratch_bytes * 2 : bytes;
+        void* p = nullptr;
+        if (hipMalloc(&p, (size_t)want) != hipSuccess) {
+            hipGetLastError();
+            return DS4J_OK;
+        }
+        if (ctx->tc_scratch) ctx->tc_retired[ctx->tc_retired_n++] = ctx->tc_scratch;
+        ctx->tc_scratch = p;
+        ctx->tc_scratch_bytes = want;
+    }
+    uint16_t* xs = (uint16_t*)ctx->tc_scratch;
+    const int64_t chunks = nrows * (cols / 8);
+    const int blocks = (int)(chunks / 256 + 1 < 8192 ? chunks / 256 + 1 : 8192);
+    xsplit_kernel<<<blocks, 256, 0, ctx->stream>>>(a.x, a.ldx, xgs, S, nrows, cols, lds, xs, nrows * lds);
+    const hipError_t e = hipGetLastError();
+    if (e != hipSuccess) return fail_hip(e, "launching the activation split (tensor cores)");
+    launched_kernels.fetch_add(1, std::memory_order_relaxed);
+    a.xs = xs;
+    a.xs_ld = lds;
+    a.xs_plane = nrows * lds;
+    return DS4J_OK;
 }
 
 }  // namespace tc
@@ -512,6 +651,11 @@ bool tc_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int
     a.ldy = ldy;
     a.S = S;
     const int bn = pick_bn(ctx, false, (int64_t)((S + 127) / 128) * groups * tpg, 0);
+    const int xrc = xsplit(ctx, a, (int64_t)groups * S, v.cols, groups > 1 ? xgs : 0, S);
+    if (xrc != DS4J_OK) {
+        *rc = xrc;
+        return true;
+    }
     dim3 grid((unsigned)((S + bn - 1) / bn), (unsigned)(groups * tpg));
     hipError_t e = launch_gemm<false>(ctx, format, bn, grid, a);
     *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching matmul (tensor cores)");
@@ -588,6 +732,8 @@ int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_ta
         a.k = k;
         a.x_per_pick = x_per_pick;
         // sum over experts of ceil(cnt / bn) <= P / bn + (experts with picks)
+        const int xrc = xsplit(ctx, a, x_per_pick ? P : S, cols, 0, (int)(x_per_pick ? P : S));
+        if (xrc != DS4J_OK) return xrc;
         const int64_t max_tiles = P / bn + (E < P ? E : P);
         dim3 grid((unsigned)max_tiles, (unsigned)((rows + BM - 1) / BM));
         const hipError_t e = launch_gemm<true>(ctx, format, bn, grid, a);

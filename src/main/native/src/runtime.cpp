@@ -165,6 +165,8 @@ int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
     if (ctx->sk_count) hipFree(ctx->sk_count);
     for (int i = 0; i < ctx->sk_retired_n; i++) hipFree(ctx->sk_retired[i]);
     if (ctx->sk_scratch) hipFree(ctx->sk_scratch);
+    for (int i = 0; i < ctx->tc_retired_n; i++) hipFree(ctx->tc_retired[i]);
+    if (ctx->tc_scratch) hipFree(ctx->tc_scratch);
     delete ctx;
     if (e != hipSuccess) return fail_hip(e, "hipStreamSynchronize");
     if (e2 != hipSuccess) return fail_hip(e2, "hipStreamDestroy");

@@ -12,13 +12,17 @@ import static io.ds4j.gpu.Gpu.ptr;
 import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
 
 /**
- * Kernel-level microbenchmark of the matrix products of one V4-Flash decoder layer at decode and verify sizes: time,
- * weight bytes, FLOP and the fraction of the HBM bound for ds4j_matmul, ds4j_matmul_grouped and ds4j_moe_matmul at
- * S = 1, 5, 16, 32, 64 rows (below DS4J_TC_MIN_ROWS: the skinny tensor-core products where the device has them, the
- * FFMA kernels otherwise; run with the environment variable DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 for
- * steps of 33 .. 64 rows in passes of 32, DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes,
- * DS4J_SKINNY_SMEM=0 for the kernel without staged activations, =1 for the staged one at every S; DS4J_SKINNY_PIPE,
- * DS4J_SKINNY_L2 and DS4J_SKINNY_FUSE for the staged kernel's code variants, which give the same bits). A benchmark,
+ * Kernel-level microbenchmark of the matrix products of one V4-Flash decoder layer at decode, verify and prefill sizes:
+ * time, weight bytes, FLOP and the fractions of the HBM bound and of the BF16 tensor-core peak for ds4j_matmul,
+ * ds4j_matmul_grouped and the routed experts, by default at S = 1, 5, 16, 32, 64 rows. Below DS4J_TC_MIN_ROWS the
+ * skinny tensor-core products run where the device has them, the FFMA kernels otherwise (the environment variable
+ * DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 for steps of 33 .. 64 rows in passes of 32,
+ * DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes, DS4J_SKINNY_SMEM=0 for the kernel without staged
+ * activations, =1 for the staged one at every S; DS4J_SKINNY_PIPE, DS4J_SKINNY_L2 and DS4J_SKINNY_FUSE for the staged
+ * kernel's code variants, which give the same bits); the routed experts run ds4j_moe_matmul there. From DS4J_TC_MIN_ROWS
+ * rows (prefill chunks, e.g. --rows 512,2048) the prefill GEMM runs (gemm_tc.cpp; DS4J_TC_BN=64 or 128 forces its
+ * token tile, DS4J_TC_XSPLIT=1 splits the activations once per product) and the routed experts run
+ * ds4j_moe_matmul_prefill (picks grouped by expert on the device, the grouping included in the time). A benchmark,
  * not a test: it prints a Markdown table and asserts nothing.
  *
  * <p>Shapes (hidden 4096, q_lora 1024, 64 heads of 512, 8 output groups, MoE intermediate 2048): wq_a 1024x4096,
@@ -34,10 +38,13 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * over copies of the weights that together exceed --cold-mb (default 512 MB, ten times the H200's 50 MB L2), so every
  * call reads its weights from HBM. Bytes = the weights (and scales) the call must read: every row of a dense matrix,
  * every distinct picked expert once for the routed experts; x and y are not counted. FLOP = 2 x rows x cols x S
- * (x picks for the experts). Defaults: the H200's 4.8 TB/s HBM.
+ * (x picks for the experts). MMA FLOP = the FLOP the tensor cores execute on the BF16 paths: each activation is split
+ * into BF16 hi and lo parts, so twice the product's FLOP (three times for F16 weights, not in the table); the fraction
+ * of the peak is given for both. Defaults: the H200's 4.8 TB/s HBM and 989 TFLOP/s dense BF16.
  *
  * <pre>
- * java ... io.ds4j.gpu.MatmulBench [--rows 1,5,16,32,64] [--reps 50] [--cold-mb 512] [--peak-gbs 4800] [--only NAME]
+ * java ... io.ds4j.gpu.MatmulBench [--rows 1,5,16,32,64] [--reps 50] [--cold-mb 512] [--peak-gbs 4800]
+ *     [--peak-tflops 989] [--only NAME]
  * </pre>
  */
 public final class MatmulBench {
@@ -65,7 +72,7 @@ public final class MatmulBench {
     public static void main(String[] args) {
         int[] rowCounts = {1, 5, 16, 32, 64};
         int reps = 50;
-        double coldMb = 512, peakGbs = 4800;
+        double coldMb = 512, peakGbs = 4800, peakTflops = 989;
         String only = null; // products whose name contains this text (e.g. to profile one kernel with ncu)
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
@@ -77,14 +84,17 @@ public final class MatmulBench {
                 case "--reps" -> reps = Integer.parseInt(args[++i]);
                 case "--cold-mb" -> coldMb = Double.parseDouble(args[++i]);
                 case "--peak-gbs" -> peakGbs = Double.parseDouble(args[++i]);
+                case "--peak-tflops" -> peakTflops = Double.parseDouble(args[++i]);
                 case "--only" -> only = args[++i];
                 default -> throw new IllegalArgumentException("unknown option " + args[i]
-                        + " (expected --rows, --reps, --cold-mb, --peak-gbs, --only)");
+                        + " (expected --rows, --reps, --cold-mb, --peak-gbs, --peak-tflops, --only)");
             }
         }
         for (int S : rowCounts)
             if (S < 1 || S > 4096) throw new IllegalArgumentException("--rows: " + S + " is not in 1 .. 4096");
         if (reps < 1) throw new IllegalArgumentException("--reps must be at least 1");
+        if (!(peakGbs > 0) || !(peakTflops > 0)) throw new IllegalArgumentException("--peak-gbs and --peak-tflops must be positive");
+        final double tflops = peakTflops;
         final int fp8 = DS4J_FMT_FP8_E4M3_B128(), fp4 = DS4J_FMT_FP4_E2M1_B32(), bf16 = DS4J_FMT_BF16();
         List<Shape> dense = List.of(
                 new Shape("wq_a", fp8, 1024, 4096, 1),
@@ -106,24 +116,29 @@ public final class MatmulBench {
         try (Gpu gpu = Gpu.open(0)) {
             int maxS = 0;
             for (int S : rowCounts) maxS = Math.max(maxS, S);
-            System.out.printf("GPU %s; decode-size matrix products, %d calls per figure over > %.0f MB of weight copies;"
+            System.out.printf("GPU %s; matrix products, %d calls per figure over > %.0f MB of weight copies;"
                     + " DS4J_TC_MIN_ROWS %d; tensor cores %s; DS4J_SKINNY_WIDE %s, DS4J_SKINNY_WIDE_MT %s,"
-                    + " DS4J_SKINNY_SMEM %s, DS4J_SKINNY_PIPE %s, DS4J_SKINNY_L2 %s, DS4J_SKINNY_FUSE %s%n", gpu, reps, coldMb,
+                    + " DS4J_SKINNY_SMEM %s, DS4J_SKINNY_PIPE %s, DS4J_SKINNY_L2 %s, DS4J_SKINNY_FUSE %s;"
+                    + " prefill DS4J_TC_BN %s, DS4J_TC_XSPLIT %s%n", gpu, reps, coldMb,
                     DS4J_TC_MIN_ROWS(),
                     !gpu.tensorCores() ? "off (FFMA kernels)"
                             : "0".equals(System.getenv("DS4J_SKINNY")) ? "for prefill only (DS4J_SKINNY=0: FFMA kernels here)"
                             : "on (skinny kernels)",
                     envOr("DS4J_SKINNY_WIDE", "default (1)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"),
                     envOr("DS4J_SKINNY_SMEM", "default (1)"), envOr("DS4J_SKINNY_PIPE", "default (0)"),
-                    envOr("DS4J_SKINNY_L2", "default (0)"), envOr("DS4J_SKINNY_FUSE", "default (0)"));
+                    envOr("DS4J_SKINNY_L2", "default (0)"), envOr("DS4J_SKINNY_FUSE", "default (0)"),
+                    envOr("DS4J_TC_BN", "default (by shape)"), envOr("DS4J_TC_XSPLIT", "default (0)"));
             System.out.println();
             System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s"
-                    + " | graph µs | graph % of HBM | y hash |");
-            System.out.println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+                    + " | % of BF16 peak (product / MMA) | graph µs | graph % of HBM | y hash |");
+            System.out.println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
             SplittableRandom r = new SplittableRandom(1);
-            long x = gpu.malloc(4L * maxS * k * 32768, "x"), y = gpu.malloc(4L * maxS * k * 32768, "y");
+            // x: S rows of up to 8 x 4096 columns (wo_a's groups); y: S rows of up to 32768 (wq_b) or k x 4096 outputs
+            long x = gpu.malloc(4L * maxS * 32768, "x"), y = gpu.malloc(4L * maxS * 32768, "y");
+            final int maxPicks = maxS * k;
+            long scratch = gpu.malloc(4L * (maxPicks + 3L * E + 1), "moe scratch");
             try {
-                gpu.upload(x, gauss(r, maxS * k * 32768));
+                gpu.upload(x, gauss(r, maxS * 32768));
                 for (Shape s : dense) {
                     try (Copies c = new Copies(gpu, s, copiesFor(s.weightBytes(), coldMb), r)) {
                         for (int S : rowCounts) {
@@ -143,7 +158,7 @@ public final class MatmulBench {
                             double us = time(gpu, reps, call);
                             next[0] = 0;
                             double gus = timeGraph(gpu, c.n, reps, call);
-                            row(s.name, s, S, us, s.weightBytes(), 2.0 * s.rows * s.cols * S, peakGbs, gus,
+                            row(s.name, s, S, us, s.weightBytes(), 2.0 * s.rows * s.cols * S, peakGbs, tflops, gus,
                                     bitsHash(gpu.downloadFloats(y, S * s.rows)));
                         }
                     }
@@ -168,16 +183,23 @@ public final class MatmulBench {
                                 int distinct = (int) java.util.Arrays.stream(ids).distinct().count();
                                 final int Sf = S;
                                 int[] next = {0};
+                                final boolean prefill = S >= DS4J_TC_MIN_ROWS();
                                 Runnable call = () -> {
                                     int t = next[0]++ % tables;
-                                    check(ds4j_moe_matmul(gpu.ctx(), s.format, ptr(dt[t]), ptr(st[t]), MemorySegment.NULL, DS4J_SCALE_E8M0(),
-                                            s.rows, s.cols, ptr(dids), k, Sf, ptr(x), s.cols, 0, ptr(y), s.rows), "moe_matmul");
+                                    if (prefill)
+                                        check(ds4j_moe_matmul_prefill(gpu.ctx(), s.format, ptr(dt[t]), ptr(st[t]), MemorySegment.NULL,
+                                                DS4J_SCALE_E8M0(), s.rows, s.cols, E, ptr(dids), k, Sf, ptr(x), s.cols, 0, ptr(y), s.rows,
+                                                ptr(scratch), 4L * (maxPicks + 3L * E + 1)), "moe_matmul_prefill");
+                                    else
+                                        check(ds4j_moe_matmul(gpu.ctx(), s.format, ptr(dt[t]), ptr(st[t]), MemorySegment.NULL,
+                                                DS4J_SCALE_E8M0(), s.rows, s.cols, ptr(dids), k, Sf, ptr(x), s.cols, 0, ptr(y), s.rows),
+                                                "moe_matmul");
                                 };
                                 double us = time(gpu, reps, call);
                                 next[0] = 0;
                                 double gus = timeGraph(gpu, tables, reps, call);
                                 row(s.name + " (" + distinct + " of " + E + " experts)", s, S, us, distinct * s.weightBytes(),
-                                        2.0 * s.rows * s.cols * S * k, peakGbs, gus, bitsHash(gpu.downloadFloats(y, S * k * s.rows)));
+                                        2.0 * s.rows * s.cols * S * k, peakGbs, tflops, gus, bitsHash(gpu.downloadFloats(y, S * k * s.rows)));
                             } finally {
                                 gpu.free(dids);
                             }
@@ -193,6 +215,7 @@ public final class MatmulBench {
             } finally {
                 gpu.free(x);
                 gpu.free(y);
+                gpu.free(scratch);
             }
         }
     }
@@ -255,14 +278,19 @@ public final class MatmulBench {
         return String.format("%016x", h);
     }
 
-    static void row(String name, Shape s, int S, double us, long bytes, double flop, double peakGbs, double graphUs,
-                    String hash) {
+    /**
+     * One table row: µs per call, bytes read, FLOP of the product; the BF16 peak fraction for the product's FLOP and
+     * for the MMA FLOP (twice as many: hi and lo parts of the activations); the graph-replayed µs and the result's hash.
+     */
+    static void row(String name, Shape s, int S, double us, long bytes, double flop, double peakGbs, double peakTflops,
+                    double graphUs, String hash) {
         String fmt = s.format == DS4J_FMT_FP8_E4M3_B128() ? "FP8" : s.format == DS4J_FMT_FP4_E2M1_B32() ? "FP4" : "BF16";
         double gbs = bytes / (us * 1e3);
+        double pct = 100 * flop / (us * 1e-6) / (peakTflops * 1e12);
         String graph = Double.isNaN(graphUs) ? "– | –" : String.format(java.util.Locale.ROOT, "%.1f | %.1f %%", graphUs,
                 100 * bytes / (graphUs * 1e3) / peakGbs);
-        System.out.printf(java.util.Locale.ROOT, "| %s | %s | %dx%d | %d | %.1f | %.1f | %.0f | %.1f %% | %.0f | %s | %s |%n", name,
-                fmt, s.rows, s.cols, S, us, bytes / 1e6, gbs, 100 * gbs / peakGbs, flop / (us * 1e3), graph, hash);
+        System.out.printf(java.util.Locale.ROOT, "| %s | %s | %dx%d | %d | %.1f | %.1f | %.0f | %.1f %% | %.0f | %.1f %% / %.1f %% | %s | %s |%n",
+                name, fmt, s.rows, s.cols, S, us, bytes / 1e6, gbs, 100 * gbs / peakGbs, flop / (us * 1e3), pct, 2 * pct, graph, hash);
     }
 
     /** S rows of k distinct experts each, uniformly. */
