@@ -46,8 +46,9 @@ for j in "$build"/lib/*.jar; do
       cp "$j" "$stage/app/lib/"
       zip -q -d "$stage/app/lib/$(basename "$j")" 'native/lib/osx-*' 'native/lib/win-*' 'native/lib/linux-aarch64/*' || true ;;
     # the cluster mode (gateway and engine nodes over Hazelcast) never runs on the one-GPU machine, and its 42 MB jar
-    # would take the carried bundle past its limit: left out; `ds4j serve --cluster ...` there fails to find it
-    hazelcast-*.jar) ;;
+    # would take the carried bundle past its limit: left out, with Vert.x's Hazelcast cluster manager (its service
+    # entry would make every Vert.x start load Hazelcast classes); `ds4j serve --cluster ...` there fails to find them
+    hazelcast-*.jar|vertx-hazelcast-*.jar) ;;
     *) cp "$j" "$stage/app/lib/" ;;
   esac
 done

@@ -1013,49 +1013,50 @@ static int sk_scratch(ds4j_ctx* ctx, int64_t bytes, float** out) {
 }
 
 /**
- * Sets the most dynamic shared memory of one skinny_smem_kernel instance to SM_BYTES (what every plan stays within)
- * once per device, instead of before every launch (a host call per product).
+ * Launches skinny_smem_kernel<F, 1, N, MOE, OPT> with pl's shared memory, after setting the instance's most dynamic
+ * shared memory to SM_BYTES (what every plan stays within) once per device instead of before every launch. The flag is
+ * per instance (a static of this template): all instances share one function type, so a flag keyed by that type would
+ * leave every instance but the first at the 48 KB default, and their launches would fail.
  */
-template <typename K>
-static hipError_t sm_attr(K kernel, int device) {
+template <int F, int N, bool MOE, int OPT>
+static hipError_t launch_smem_one(dim3 grid, const SmPlan& pl, ds4j_ctx* ctx, const Args& a) {
     static std::atomic<uint32_t> done{0};  // bit d: set on device d (devices 0 .. 31; others set it every time)
+    const int device = ctx->device;
     const uint32_t bit = device >= 0 && device < 32 ? 1u << device : 0u;
-    if (bit && (done.load() & bit)) return hipSuccess;
-    hipError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SM_BYTES);
-    if (e == hipSuccess && bit) done.fetch_or(bit);
-    return e;
+    if (!bit || !(done.load() & bit)) {
+        hipError_t e = cudaFuncSetAttribute(skinny_smem_kernel<F, 1, N, MOE, OPT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            SM_BYTES);
+        if (e != hipSuccess) return e;
+        if (bit) done.fetch_or(bit);
+    }
+    skinny_smem_kernel<F, 1, N, MOE, OPT><<<grid, SM_W * WARP, (size_t)pl.smem, ctx->stream>>>(a, pl.b);
+    return hipGetLastError();
 }
 
 /** Launches skinny_smem_kernel (one m-tile per warp, code variant opt where built) with pl's shared memory. */
 template <int F, int N, bool MOE>
 static hipError_t launch_smem(dim3 grid, const SmPlan& pl, int opt, ds4j_ctx* ctx, const Args& a) {
-    auto go = [&](auto k) {
-        hipError_t e = sm_attr(k, ctx->device);
-        if (e != hipSuccess) return e;
-        k<<<grid, SM_W * WARP, (size_t)pl.smem, ctx->stream>>>(a, pl.b);
-        return hipGetLastError();
-    };
     switch (opt) {
         case SM_PIPE_HALF:
-            if constexpr (sm_built<F, N, MOE, SM_PIPE_HALF>) return go(skinny_smem_kernel<F, 1, N, MOE, SM_PIPE_HALF>);
+            if constexpr (sm_built<F, N, MOE, SM_PIPE_HALF>) return launch_smem_one<F, N, MOE, SM_PIPE_HALF>(grid, pl, ctx, a);
             break;
         case SM_PIPE_FULL:
-            if constexpr (sm_built<F, N, MOE, SM_PIPE_FULL>) return go(skinny_smem_kernel<F, 1, N, MOE, SM_PIPE_FULL>);
+            if constexpr (sm_built<F, N, MOE, SM_PIPE_FULL>) return launch_smem_one<F, N, MOE, SM_PIPE_FULL>(grid, pl, ctx, a);
             break;
         case SM_L2:
-            if constexpr (sm_built<F, N, MOE, SM_L2>) return go(skinny_smem_kernel<F, 1, N, MOE, SM_L2>);
+            if constexpr (sm_built<F, N, MOE, SM_L2>) return launch_smem_one<F, N, MOE, SM_L2>(grid, pl, ctx, a);
             break;
         case SM_L2 | SM_PIPE_HALF:
             if constexpr (sm_built<F, N, MOE, SM_L2 | SM_PIPE_HALF>)
-                return go(skinny_smem_kernel<F, 1, N, MOE, SM_L2 | SM_PIPE_HALF>);
+                return launch_smem_one<F, N, MOE, SM_L2 | SM_PIPE_HALF>(grid, pl, ctx, a);
             break;
         case SM_L2 | SM_PIPE_FULL:
             if constexpr (sm_built<F, N, MOE, SM_L2 | SM_PIPE_FULL>)
-                return go(skinny_smem_kernel<F, 1, N, MOE, SM_L2 | SM_PIPE_FULL>);
+                return launch_smem_one<F, N, MOE, SM_L2 | SM_PIPE_FULL>(grid, pl, ctx, a);
             break;
         default: break;
     }
-    return go(skinny_smem_kernel<F, 1, N, MOE, 0>);
+    return launch_smem_one<F, N, MOE, 0>(grid, pl, ctx, a);
 }
 
 /**

@@ -537,13 +537,16 @@ static int pick_bn(ds4j_ctx* ctx, bool moe, int64_t tiles128, int64_t avg_picks)
     return tiles128 >= sm_count(ctx) ? 128 : 64;
 }
 
-/** DS4J_TC_XSPLIT (read once): 0 (default) the blocks split the activations, 1 or 2 a pre-pass does (see launch_gemm). */
+/**
+ * DS4J_TC_XSPLIT (read once): 0 the blocks split the activations, 1 or 2 (the default: measured fastest on the H200,
+ * `tools/device/run.sh mm-bench --rows 512,2048`) a pre-pass does (see launch_gemm).
+ */
 static int xsplit_mode() {
     static std::atomic<int> mode{-1};
     int m = mode.load();
     if (m < 0) {
         const char* e = getenv("DS4J_TC_XSPLIT");
-        m = e && strcmp(e, "1") == 0 ? 1 : e && strcmp(e, "2") == 0 ? 2 : 0;
+        m = e && strcmp(e, "0") == 0 ? 0 : e && strcmp(e, "1") == 0 ? 1 : 2;
         mode.store(m);
     }
     return m;

@@ -21,7 +21,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * activations, =1 for the staged one at every S; DS4J_SKINNY_PIPE, DS4J_SKINNY_L2 and DS4J_SKINNY_FUSE for the staged
  * kernel's code variants, which give the same bits); the routed experts run ds4j_moe_matmul there. From DS4J_TC_MIN_ROWS
  * rows (prefill chunks, e.g. --rows 512,2048) the prefill GEMM runs (gemm_tc.cpp; DS4J_TC_BN=64 or 128 forces its
- * token tile, DS4J_TC_XSPLIT=1 splits the activations once per product) and the routed experts run
+ * token tile, DS4J_TC_XSPLIT=0 for the activations split in every block instead of once per product) and the routed experts run
  * ds4j_moe_matmul_prefill (picks grouped by expert on the device, the grouping included in the time). A benchmark,
  * not a test: it prints a Markdown table and asserts nothing.
  *
@@ -127,7 +127,7 @@ public final class MatmulBench {
                     envOr("DS4J_SKINNY_WIDE", "default (1)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"),
                     envOr("DS4J_SKINNY_SMEM", "default (1)"), envOr("DS4J_SKINNY_PIPE", "default (0)"),
                     envOr("DS4J_SKINNY_L2", "default (0)"), envOr("DS4J_SKINNY_FUSE", "default (0)"),
-                    envOr("DS4J_TC_BN", "default (by shape)"), envOr("DS4J_TC_XSPLIT", "default (0)"));
+                    envOr("DS4J_TC_BN", "default (by shape)"), envOr("DS4J_TC_XSPLIT", "default (2)"));
             System.out.println();
             System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s"
                     + " | % of BF16 peak (product / MMA) | graph µs | graph % of HBM | y hash |");
