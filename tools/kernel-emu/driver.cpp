@@ -705,8 +705,7 @@ static void launch_skinny(int fmt, const sk::Shape& sh, dim3 grid, const sk::Arg
  * staged slice when sl > 0 (small slices: several per partition). grid as the host entry's, without the partitions.
  */
 template <bool MOE>
-static void launch_skinny_smem(int fmt, sk::SmPlan pl, int split, int sl, dim3 grid, sk::Args a, int rows, int opt = 0,
-                               bool fuse = false) {
+static void launch_skinny_smem(int fmt, sk::SmPlan pl, int split, int sl, dim3 grid, sk::Args a, int rows) {
     pl.b.split = split;
     if (sl > 0) {
         const int ks = (fmt == DS4J_FMT_FP4_E2M1_B32 ? 32 : fmt == DS4J_FMT_FP8_E4M3_B128 ? 16 : 8) / 4;
@@ -714,33 +713,16 @@ static void launch_skinny_smem(int fmt, sk::SmPlan pl, int split, int sl, dim3 g
         pl.smem = (int64_t)sl * pl.nt * ks * 512;
     }
     std::vector<float> part;
-    std::vector<unsigned> count;
     if (split) {
         part.assign((size_t)pl.b.nw * pl.b.ns * rows, std::nanf(""));
         pl.b.part = part.data();
-        if (fuse) {  // the partials added by the last block of each row group (DS4J_SKINNY_FUSE)
-            count.assign((size_t)grid.x * grid.y, 0u);
-            pl.b.count = count.data();
-        }
         if (MOE) grid.z = pl.b.nw;
         else grid.y = pl.b.nw;
     }
     auto run = [&](auto f, auto n) {
-        constexpr int F = decltype(f)::value, N = decltype(n)::value;
-        auto go = [&](auto o) {
-            emu_launch(grid, dim3(sk::SM_W * 32), (size_t)pl.smem, [&] {
-                sk::skinny_smem_kernel<F, 1, N, MOE, decltype(o)::value>(a, pl.b);
-            });
-        };
-        // the code variants of DS4J_SKINNY_PIPE / DS4J_SKINNY_L2 where built (sk::sm_built), else the default, as the host
-        switch (opt) {
-            case 1: if constexpr (sk::sm_built<F, N, MOE, 1>) return go(std::integral_constant<int, 1>()); break;
-            case 2: if constexpr (sk::sm_built<F, N, MOE, 2>) return go(std::integral_constant<int, 2>()); break;
-            case 5: if constexpr (sk::sm_built<F, N, MOE, 5>) return go(std::integral_constant<int, 5>()); break;
-            case 6: if constexpr (sk::sm_built<F, N, MOE, 6>) return go(std::integral_constant<int, 6>()); break;
-            default: break;
-        }
-        go(std::integral_constant<int, 0>());
+        emu_launch(grid, dim3(sk::SM_W * 32), (size_t)pl.smem, [&] {
+            sk::skinny_smem_kernel<decltype(f)::value, 1, decltype(n)::value, MOE>(a, pl.b);
+        });
     };
     auto by_nt = [&](auto f) {
         switch (pl.nt) {
@@ -757,24 +739,13 @@ static void launch_skinny_smem(int fmt, sk::SmPlan pl, int split, int sl, dim3 g
         case DS4J_FMT_FP8_E4M3_B128: by_nt(std::integral_constant<int, DS4J_FMT_FP8_E4M3_B128>()); break;
         default: by_nt(std::integral_constant<int, DS4J_FMT_FP4_E2M1_B32>()); break;
     }
-    if (split && !fuse) {
+    if (split) {
         const int64_t n = (int64_t)pl.b.ns * rows;
         emu_launch(dim3((unsigned)((n + 127) / 128)), dim3(128), 0, [&] {
             sk::skinny_combine(pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr, MOE ? a.w_table : nullptr);
         });
     }
-    for (unsigned c : count)
-        if (c != 0) { printf("FAIL skinny fused sums: an arrival counter ends at %u, not 0\n", c); fails++; break; }
 }
-
-/**
- * The staged kernel's runs that must give the kernel's bits: (split, slice groups, code variant, fused sums). The first
- * four are the default code with and without the column split, whole and one-group slices; then the pipelined variants
- * (DS4J_SKINNY_PIPE 1 and 2), the L2 hint (DS4J_SKINNY_L2, opt | 4) and the fused partial sums (DS4J_SKINNY_FUSE).
- */
-struct SmRun { int split, sl, opt; bool fuse; };
-static const SmRun SM_RUNS[] = {{0, 0, 0, false}, {0, 1, 0, false}, {1, 0, 0, false}, {1, 1, 0, false},
-                                {1, 0, 1, true},  {1, 1, 2, true},  {0, 1, 5, false}, {0, 0, 6, false}};
 
 /** Values of n floats at a and b whose bits differ. */
 static int bits_differ(const float* a, const float* b, size_t n) {
@@ -860,16 +831,15 @@ static void skinny_dense(int fmt, int rows_total, int from, int rows, int cols, 
         if (pl.b.nw != sh0.nw) { printf("FAIL skinny smem plan: %d partitions, the kernel %d\n", pl.b.nw, sh0.nw); fails++; }
         // forced m-tiles: the column split of the shapes that choose them
         pl.b.nw = skinny_shape(fmt, grp, groups, 1, row_bytes_of(fmt, cols), S, mt).nw;
-        for (const SmRun& sr : SM_RUNS) {
-            std::vector<float> y2(ldy * S, -777.f);
-            sk::Args a{};
-            a.v = v; a.rows = rows; a.grp = grp; a.xgs = xgs; a.x = xp; a.ldx = ldx; a.y = y2.data(); a.ldy = ldy; a.S = S;
-            launch_skinny_smem<false>(fmt, pl, sr.split, sr.sl, dim3((unsigned)(groups * pl.b.rgpg)), a, rows, sr.opt, sr.fuse);
-            const int d = bits_differ(y2.data(), y.data(), y.size());
-            if (d && fails < 20) printf("FAIL skinny smem run split %d sl %d opt %d fuse %d: %d values differ\n", sr.split, sr.sl, sr.opt, sr.fuse, d);
-            diff += d;
-            runs++;
-        }
+        for (int split : {0, 1})
+            for (int sl : {0, 1}) {
+                std::vector<float> y2(ldy * S, -777.f);
+                sk::Args a{};
+                a.v = v; a.rows = rows; a.grp = grp; a.xgs = xgs; a.x = xp; a.ldx = ldx; a.y = y2.data(); a.ldy = ldy; a.S = S;
+                launch_skinny_smem<false>(fmt, pl, split, sl, dim3((unsigned)(groups * pl.b.rgpg)), a, rows);
+                diff += bits_differ(y2.data(), y.data(), y.size());
+                runs++;
+            }
         if (diff) { printf("FAIL skinny smem: %d values differ from the kernel above\n", diff); fails++; }
     }
     printf("skinny dense fmt %d rows %d (from %d) cols %d grp %d S %d%s%s: worst rel %.3g; %d rows alone bit-identical;"
@@ -941,19 +911,18 @@ static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bo
     {
         sk::SmPlan pl = sk::sm_plan(fmt, rows, 1, k, row_bytes_of(fmt, cols), S, P, rows);
         pl.b.nw = skinny_shape(fmt, rows, 1, k, row_bytes_of(fmt, cols), S, mt_force).nw;
-        for (const SmRun& sr : SM_RUNS) {
-            std::vector<float> y2(ldy * P, -777.f);
-            sk::Args a{};
-            a.v.scale_kind = DS4J_SCALE_E8M0; a.v.cols = cols; a.v.scale_cols = (cols + 127) >> 7;
-            a.rows = rows; a.x = xp; a.ldx = ldx; a.y = y2.data(); a.ldy = ldy; a.S = S;
-            a.w_table = wt.data(); a.scale_table = fmt >= DS4J_FMT_FP8_E4M3_B128 ? st.data() : nullptr; a.row_base_table = nullptr;
-            a.ids = ids.data(); a.P = P; a.k = k; a.x_per_pick = per_pick;
-            launch_skinny_smem<true>(fmt, pl, sr.split, sr.sl, dim3((unsigned)P, (unsigned)pl.b.rgpg), a, rows, sr.opt, sr.fuse);
-            const int d = bits_differ(y2.data(), y.data(), y.size());
-            if (d && fails < 20) printf("FAIL skinny moe smem run split %d sl %d opt %d fuse %d: %d values differ\n", sr.split, sr.sl, sr.opt, sr.fuse, d);
-            diff += d;
-            runs++;
-        }
+        for (int split : {0, 1})
+            for (int sl : {0, 1}) {
+                std::vector<float> y2(ldy * P, -777.f);
+                sk::Args a{};
+                a.v.scale_kind = DS4J_SCALE_E8M0; a.v.cols = cols; a.v.scale_cols = (cols + 127) >> 7;
+                a.rows = rows; a.x = xp; a.ldx = ldx; a.y = y2.data(); a.ldy = ldy; a.S = S;
+                a.w_table = wt.data(); a.scale_table = fmt >= DS4J_FMT_FP8_E4M3_B128 ? st.data() : nullptr; a.row_base_table = nullptr;
+                a.ids = ids.data(); a.P = P; a.k = k; a.x_per_pick = per_pick;
+                launch_skinny_smem<true>(fmt, pl, split, sl, dim3((unsigned)P, (unsigned)pl.b.rgpg), a, rows);
+                diff += bits_differ(y2.data(), y.data(), y.size());
+                runs++;
+            }
         if (diff) { printf("FAIL skinny moe smem: %d values differ from the kernel above\n", diff); fails++; }
     }
     int same = 0;
@@ -1053,37 +1022,8 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
 }
 #include "mhc_cases.h"
 
-/**
- * The skinny kernels' FP8 decoding (sk::a_words) against the byte-wise formula it replaced, for every pair of e4m3
- * bytes (bytes 0, 1 and with them 2, 3 of words 0 and 1), at scale byte 7: multiplier 2^(7 + 120 - 127) = 1, so the
- * words compared are the decoded patterns themselves.
- */
-static void fp8_decode_exhaustive() {
-    int bad = 0;
-    for (uint32_t lo = 0; lo < 65536; lo++) {
-        const uint32_t u = lo | ((lo ^ 0x5a3cu) << 16);  // bytes 2 and 3 vary with bytes 0 and 1
-        for (int i = 0; i < 2; i++) {
-            const uint4 q = make_uint4(i == 0 ? u : 0u, i == 1 ? u : 0u, 0u, 0u);
-            uint32_t m1, m2, w0, w1, l0 = 0, l1 = 0;
-            bool two;
-            sk::multipliers<DS4J_FMT_FP8_E4M3_B128>(7u, m1, m2, two);
-            sk::a_words<DS4J_FMT_FP8_E4M3_B128>(q, i, m1, m2, two, w0, w1, l0, l1);
-            const uint32_t t0 = __byte_perm(u, 0u, 0x4140u), t1 = __byte_perm(u, 0u, 0x4342u);
-            uint32_t p0 = ((t0 & 0x00800080u) << 8) | ((t0 & 0x007f007fu) << 4);
-            uint32_t p1 = ((t1 & 0x00800080u) << 8) | ((t1 & 0x007f007fu) << 4);
-            p0 = tc::mul_bf16x2(p0, m1);
-            p1 = tc::mul_bf16x2(p1, m1);
-            if (two) { p0 = tc::mul_bf16x2(p0, m2); p1 = tc::mul_bf16x2(p1, m2); }
-            bad += (p0 != w0) + (p1 != w1);
-        }
-    }
-    if (bad) { printf("FAIL fp8 decode: %d words differ from the byte-wise formula\n", bad); fails++; }
-    printf("fp8 decode: 131072 words x 2 halves, %d differ from the byte-wise formula\n", bad);
-}
-
 int main() {
     if (getenv("TC_ONLY")) goto prefill;  // the prefill GEMM cases only (tensor-core dense and routed-expert products)
-    fp8_decode_exhaustive();
     // the row-wise kernels (misc.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
     mhc::run_all();
     setenv("DS4J_SKINNY_SMEM", "1", 1);  // sk::sm_plan for every S (the driver forces its split and slices)

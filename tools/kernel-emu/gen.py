@@ -25,8 +25,6 @@ m=repl_fn(m,'__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t
  'inline uint32_t mul_bf16x2(uint32_t a, uint32_t b) { return emu_mul_bf16x2(a, b); }\n')
 m=repl_fn(m,'__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
  'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n')
-m=repl_fn(m,'__device__ __forceinline__ uint4 load16_l2_256(const uint8_t* p) {',
- 'inline uint4 load16_l2_256(const uint8_t* p) { uint4 r; memcpy(&r, p, 16); return r; }\n')
 open(out+'tc_mma.h','w').write(m)
 def gemm(g, ns):
     g=repl_fn(g,'bool tc_device(ds4j_ctx* ctx) {','')

@@ -7,10 +7,9 @@
 # nothing about speed or the tensor cores' own rounding, which only the GPU tests measure. Needs g++ 12 or newer
 # (C++20, _Float16) and python3; takes a few minutes on two cores (EXTRA=1: slower cases too). The skinny cases run
 # three times: as built, and with DS4J_SKINNY_WIDE_MT=1 and DS4J_SKINNY_WIDE=0 (SKINNY_ONLY=1 stops after them); each
-# case also runs the staged-activation kernel (column split and not, whole and one-group slices, its code variants of
-# DS4J_SKINNY_PIPE / DS4J_SKINNY_L2 and the fused partial sums of DS4J_SKINNY_FUSE), which must give the same bits.
-# The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give the same
-# bits; TC_ONLY=1 "$WORK_DIR/driver" runs only the prefill GEMM cases.
+# case also runs the staged-activation kernel (column split and not, whole and one-group slices), which must give the
+# same bits. The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give
+# the same bits; TC_ONLY=1 "$WORK_DIR/driver" runs only the prefill GEMM cases.
 #   tools/kernel-emu/run.sh [WORK_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -78,20 +78,12 @@ struct ds4j_ctx {
     int64_t sk_scratch_bytes = 0;
     void* sk_retired[32] = {};
     int sk_retired_n = 0;
-    /**
-     * Arrival counters of the skinny products' fused partial sums (gemm_skinny.cpp, DS4J_SKINNY_FUSE), DS4J_SK_COUNT of
-     * them, zero between launches; null when they could not be allocated (a second kernel adds the partials then).
-     */
-    unsigned* sk_count = nullptr;
     /** Device memory of the prefill GEMM's split activations (gemm_tc.cpp, DS4J_TC_XSPLIT), grown and kept as att_scratch. */
     void* tc_scratch = nullptr;
     int64_t tc_scratch_bytes = 0;
     void* tc_retired[32] = {};
     int tc_retired_n = 0;
 };
-
-/** Row groups one fused skinny launch may count (ds4j_ctx.sk_count). */
-#define DS4J_SK_COUNT 16384
 
 /** Rows one split mHC launch covers (its counters in ds4j_ctx.hc_count). */
 #define DS4J_HC_COUNT_ROWS 4096

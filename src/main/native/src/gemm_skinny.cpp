@@ -34,15 +34,6 @@
 // Launch shape (from the matrix shape only): MT m-tiles per warp, nw warps per block over one row tile's columns, U
 // chunk groups of loads in flight per lane. MT_HI, U, TARGET_WARPS and TARGET_TILES are first choices for the H200,
 // not measured optima: `tools/device/run.sh mm-bench` (io.ds4j.gpu.MatmulBench) prints what they give.
-//
-// Why one row is slow (H200, wo_b 4096x8192 FP8: 256 blocks of 8 warps, 2 per SM, 25 % occupancy set by the grid;
-// every warp streams 16 chunk groups of 16 rows): a warp issues U groups of loads, waits for them, then decodes and
-// multiplies them with no load in flight, and all warps of the single wave run nearly in step, so the HBM queue idles
-// while the SMs decode (about 60 instructions per 16-byte load at one row). The staged kernel's code variants
-// (DS4J_SKINNY_PIPE, DS4J_SKINNY_L2, DS4J_SKINNY_FUSE; sm_opt, sm_fuse) attack that without changing a bit: loads of
-// the next register set in flight during the MMAs, the L2 asked for the whole 256 bytes around each load (the
-// neighbouring partitions' chunk groups, which other blocks of the wave read), and the column split's partial sums
-// added by its last block instead of a second launch.
 #include "tc.h"
 #include "tc_mma.h"
 
@@ -139,12 +130,11 @@ __device__ __forceinline__ void a_words(const uint4& q, int i, uint32_t m1, uint
     } else {
         uint32_t p0, p1;
         if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
-            // bytes (b0, b1) and (b2, b3) of word i to the high bytes of 16-bit lanes (the sign lands on bit 15), then
-            // exponent and mantissa shifted down to bits 10..4: one permute, one shift and one three-input logic op
+            // bytes (b0, b1) and (b2, b3) of word i to 16-bit lanes; sign -> bit 15, exponent, mantissa -> bits 10..4
             const uint32_t u = word(q, i);
-            const uint32_t t0 = __byte_perm(u, 0u, 0x1404u), t1 = __byte_perm(u, 0u, 0x3424u);
-            p0 = (t0 & 0x80008000u) | ((t0 >> 4) & 0x07f007f0u);
-            p1 = (t1 & 0x80008000u) | ((t1 >> 4) & 0x07f007f0u);
+            const uint32_t t0 = __byte_perm(u, 0u, 0x4140u), t1 = __byte_perm(u, 0u, 0x4342u);
+            p0 = ((t0 & 0x00800080u) << 8) | ((t0 & 0x007f007fu) << 4);
+            p1 = ((t1 & 0x00800080u) << 8) | ((t1 & 0x007f007fu) << 4);
         } else {
             // nibbles n, n + 4 of word i / 2 (n = 2 (i % 2), then n + 1) to 16-bit lanes; sign -> bit 15, 2..0 -> 8..6
             const uint32_t u = word(q, i >> 1);
@@ -191,62 +181,6 @@ __device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_
 }
 
 /**
- * Chunk c of the warp's rows (wr[mi][h]: row 16 mi + 8 h + g of its tile, null where it holds none) and the chunk's
- * scale bytes, when ok: zeros (and scale byte 127, scale 1, never NaN) past a row's end, where ok is false or the row
- * is absent. wal: the weights are 16-byte aligned (else byte loads). L2: the loads ask the L2 for the whole 256-byte
- * span around them (the neighbouring chunk groups, which other warps or blocks of the same launch read).
- */
-template <int FMT, int MT, bool L2 = false>
-__device__ __forceinline__ void load_chunk(uint4 (&q)[MT][2], uint32_t (&sb)[MT][2], const uint8_t* const (&wr)[MT][2],
-                                           const size_t (&sbase)[MT][2], const uint8_t* scale, bool wal, int c,
-                                           bool ok) {
-#pragma unroll
-    for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            q[mi][h] = make_uint4(0u, 0u, 0u, 0u);
-            sb[mi][h] = 127u;
-            if (ok && wr[mi][h]) {
-                const uint8_t* p = wr[mi][h] + (size_t)c * 16;
-                q[mi][h] = !wal ? tc::load16_bytes(p)
-                                : L2 ? tc::load16_l2_256(p) : __ldg(reinterpret_cast<const uint4*>(p));
-                if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) sb[mi][h] = scale[sbase[mi][h] + (c >> 3)];
-                else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) sb[mi][h] = scale[sbase[mi][h] + c];
-            }
-        }
-}
-
-/** multipliers for the scale bytes of one chunk of every row of the warp (ones, unused, for BF16 and F16). */
-template <int FMT, int MT>
-__device__ __forceinline__ void chunk_multipliers(const uint32_t (&sb)[MT][2], uint32_t (&m1)[MT][2],
-                                                  uint32_t (&m2)[MT][2], bool (&two)[MT][2]) {
-#pragma unroll
-    for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            m1[mi][h] = m2[mi][h] = 0u;
-            two[mi][h] = false;
-            if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32)
-                multipliers<FMT>(sb[mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
-        }
-}
-
-/**
- * The A fragments of k-step i of one chunk for every m-tile (PTX ISA, mma.m16n8k16: a0 = (row g, k 2t..2t+1),
- * a1 = row g+8, a2 = k + 8, a3 = both); al: the F16 weights' low BF16 parts.
- */
-template <int FMT, int MT>
-__device__ __forceinline__ void a_frags(const uint4 (&q)[MT][2], int i, const uint32_t (&m1)[MT][2],
-                                        const uint32_t (&m2)[MT][2], const bool (&two)[MT][2], uint32_t (&a)[MT][4],
-                                        uint32_t (&al)[MT][4]) {
-#pragma unroll
-    for (int mi = 0; mi < MT; mi++) {
-        a_words<FMT>(q[mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
-        a_words<FMT>(q[mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
-    }
-}
-
-/**
  * One warp's share of a row tile: acc[mi][nt] += W[row0 + 16 mi .., its chunks] x[tokens of n-tile nt] for n-tiles
  * below ntv, over chunk groups warp, warp + nw, ... (chunk group j = chunks 4j .. 4j+3, one per lane t).
  */
@@ -258,6 +192,7 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
     // a 64-token pass (NT = 8) halves U: its accumulators take the registers
     constexpr int U1 = (MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16) ? 2 * Fmt<FMT>::U : Fmt<FMT>::U;
     constexpr int E = Fmt<FMT>::E, U = NT > 4 ? (U1 > 1 ? U1 / 2 : 1) : U1, KS = E / 4;
+    constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nch = (int)(rb >> 4), ngr = (nch + 3) >> 2;
     // token rows (null: no token); a 64-token pass reads them from shared memory as it goes, to save 16 registers
@@ -286,7 +221,20 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = (j0 + u * nw) * 4 + t;
-            load_chunk<FMT, MT>(q[u], sb[u], wr, sbase, v.scale, wal, c, j0 + u * nw < ngr && c < nch);
+            const bool ok = j0 + u * nw < ngr && c < nch;
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    q[u][mi][h] = make_uint4(0u, 0u, 0u, 0u);
+                    sb[u][mi][h] = 127u;  // scale 1 where there is no weight (zeros), never NaN
+                    if (ok && wr[mi][h]) {
+                        const uint8_t* p = wr[mi][h] + (size_t)c * 16;
+                        q[u][mi][h] = wal ? __ldg(reinterpret_cast<const uint4*>(p)) : tc::load16_bytes(p);
+                        if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) sb[u][mi][h] = v.scale[sbase[mi][h] + (c >> 3)];
+                        else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) sb[u][mi][h] = v.scale[sbase[mi][h] + c];
+                    }
+                }
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -295,14 +243,26 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
             const int col = c < nch ? c * E : -1;
             uint32_t m1[MT][2], m2[MT][2];
             bool two[MT][2];
-            chunk_multipliers<FMT, MT>(sb[u], m1, m2, two);
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    m1[mi][h] = m2[mi][h] = 0u;
+                    two[mi][h] = false;
+                    if constexpr (QUANT) multipliers<FMT>(sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
+                }
 #pragma unroll
             for (int i = 0; i < KS; i++) {
-                // the A fragments of every m-tile first, then each n-tile's B words once for all m-tiles: only four B
-                // words are live at a time, which leaves the registers for eight n-tiles of accumulators. Every
-                // accumulator still takes its MMAs in the order (k-step, hi, lo[, F16 low part]).
+                // the A fragments of every m-tile first (PTX ISA, mma.m16n8k16: a0 = (row g, k 2t..2t+1), a1 = row g+8,
+                // a2 = k + 8, a3 = both), then each n-tile's B words once for all m-tiles: only four B words are live at
+                // a time, which leaves the registers for eight n-tiles of accumulators. Every accumulator still takes
+                // its MMAs in the order (k-step, hi, lo[, F16 low part]).
                 uint32_t a[MT][4], al[MT][4];
-                a_frags<FMT, MT>(q[u], i, m1, m2, two, a, al);
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    a_words<FMT>(q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
+                    a_words<FMT>(q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
+                }
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
                     if (nt < ntv) {
@@ -453,8 +413,6 @@ struct SmArgs {
     int split;       // 1: one partition per block, partials to part; 0: every partition, total to y
     int ns;          // dense: S; moe: P (the partials' token rows)
     float* part;     // [nw][ns][rows] partials when split
-    unsigned* count; // split: null, skinny_combine adds the partials; else one arrival counter per row group (dense:
-                     // blockIdx.x; moe: blockIdx.x rgpg + blockIdx.y), zero between launches: the last block adds them
 };
 
 /** B words of one (chunk group, n-tile, k-step, lane) slot: {hi k 2t..2t+1, hi k 2t+8.., lo .., lo ..}. */
@@ -463,45 +421,46 @@ __device__ __forceinline__ int sm_slot(int jj, int nt, int i, int lane) {
     return ((jj * NT + nt) * (Fmt<FMT>::E / 4) + i) * 32 + lane;
 }
 
-/**
- * Code variants of skinny_smem_kernel (OPT, from DS4J_SKINNY_PIPE and DS4J_SKINNY_L2; the same bits, see sm_opt):
- * OPT & 3 = 0: the loads of U chunk groups, then their MMAs; 1: two register sets of U / 2 groups, the loads of one in
- * flight while the other's are multiplied; 2: two sets of U groups (more registers). OPT & 4: weight loads with the
- * 256-byte L2 prefetch hint. Every variant keeps two blocks per SM through its launch bounds (at most 128 registers):
- * the 1-row grids are about two blocks per SM, and one fewer would take a second wave.
- */
-constexpr int SM_PIPE_HALF = 1, SM_PIPE_FULL = 2, SM_L2 = 4;
-
-/**
- * Chunk groups per register set in skinny_smem_kernel (U): warp_part's U for one m-tile, 64-token passes included;
- * half of it with OPT's SM_PIPE_HALF.
- */
-template <int FMT, int MT, int OPT = 0>
+/** Chunk groups in flight per lane in skinny_smem_kernel (U): warp_part's U for one m-tile, 64-token passes included. */
+template <int FMT, int MT>
 struct SmU {
-    static constexpr int U0 = (MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16) ? 2 * Fmt<FMT>::U : Fmt<FMT>::U;
-    static constexpr int U = (OPT & 3) == SM_PIPE_HALF ? (U0 > 1 ? U0 / 2 : 1) : U0;
+    static constexpr int U = (MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16) ? 2 * Fmt<FMT>::U : Fmt<FMT>::U;
 };
 
-/** One warp's weight chunks (and scale bytes) of up to U chunk groups, loaded before they are decoded. */
-template <int FMT, int MT, int U>
+/** One warp's weight chunks (and scale bytes) of up to SmU::U chunk groups, loaded before they are decoded. */
+template <int FMT, int MT>
 struct SmBatch {
-    uint4 q[U][MT][2];
-    uint32_t sb[U][MT][2];
+    uint4 q[SmU<FMT, MT>::U][MT][2];
+    uint32_t sb[SmU<FMT, MT>::U][MT][2];
 };
 
 /**
  * Loads chunk groups m .. m + min(U, left) - 1 of partition p (chunk group j = p + m nw) of the warp's rows: zeros (and
  * scale 1) where a chunk is past the row's end or the warp holds no such row, as warp_part.
  */
-template <int FMT, int MT, int U, bool L2>
-__device__ __forceinline__ void sm_load(SmBatch<FMT, MT, U>& bt, const uint8_t* const (&wr)[MT][2],
+template <int FMT, int MT>
+__device__ __forceinline__ void sm_load(SmBatch<FMT, MT>& bt, const uint8_t* const (&wr)[MT][2],
                                         const size_t (&sbase)[MT][2], const uint8_t* scale, bool wal, int nch, int p,
                                         int nw, int m, int left) {
+    constexpr int U = SmU<FMT, MT>::U;
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int c = (p + (m + u) * nw) * 4 + t;
-        load_chunk<FMT, MT, L2>(bt.q[u], bt.sb[u], wr, sbase, scale, wal, c, u < left && c < nch);
+        const bool ok = u < left && c < nch;
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                bt.q[u][mi][h] = make_uint4(0u, 0u, 0u, 0u);
+                bt.sb[u][mi][h] = 127u;
+                if (ok && wr[mi][h]) {
+                    const uint8_t* ptr = wr[mi][h] + (size_t)c * 16;
+                    bt.q[u][mi][h] = wal ? __ldg(reinterpret_cast<const uint4*>(ptr)) : tc::load16_bytes(ptr);
+                    if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) bt.sb[u][mi][h] = scale[sbase[mi][h] + (c >> 3)];
+                    else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) bt.sb[u][mi][h] = scale[sbase[mi][h] + c];
+                }
+            }
     }
 }
 
@@ -509,21 +468,33 @@ __device__ __forceinline__ void sm_load(SmBatch<FMT, MT, U>& bt, const uint8_t* 
  * acc += the loaded chunk groups (min(U, left) of them) x the B words staged in xs for slots jj0 .., in warp_part's
  * MMA order: per chunk group, per k-step, per n-tile below ntv, per m-tile: hi, lo[, the F16 low part].
  */
-template <int FMT, int MT, int NT, int U>
-__device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT, U>& bt, const uint4* xs, int jj0, int left, int ntv,
+template <int FMT, int MT, int NT>
+__device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uint4* xs, int jj0, int left, int ntv,
                                            float (&acc)[MT][NT][4]) {
-    constexpr int KS = Fmt<FMT>::E / 4;
+    constexpr int U = SmU<FMT, MT>::U, KS = Fmt<FMT>::E / 4;
+    constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int u = 0; u < U; u++) {
         if (u >= left) break;  // the same for every lane of the warp
         uint32_t m1[MT][2], m2[MT][2];
         bool two[MT][2];
-        chunk_multipliers<FMT, MT>(bt.sb[u], m1, m2, two);
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                m1[mi][h] = m2[mi][h] = 0u;
+                two[mi][h] = false;
+                if constexpr (QUANT) multipliers<FMT>(bt.sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
+            }
 #pragma unroll
         for (int i = 0; i < KS; i++) {
             uint32_t a[MT][4], al[MT][4];
-            a_frags<FMT, MT>(bt.q[u], i, m1, m2, two, a, al);
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                a_words<FMT>(bt.q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
+                a_words<FMT>(bt.q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
+            }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
                 if (nt < ntv) {
@@ -540,42 +511,12 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT, U>& bt, const 
 }
 
 /**
- * The slice's MMAs for chunk groups 0 .. sln - 1 of the slice at m0, the first U already in bt: with OPT's pipelining,
- * the next register set's loads go out before the current set is multiplied. The order of the MMAs is the same in
- * every variant (chunk group by chunk group), so are the bits.
- */
-template <int FMT, int MT, int NT, int OPT>
-__device__ __forceinline__ void sm_slice(SmBatch<FMT, MT, SmU<FMT, MT, OPT>::U>& bt, const uint8_t* const (&wr)[MT][2],
-                                         const size_t (&sbase)[MT][2], const uint8_t* scale, bool wal, int nch, int p,
-                                         int nw, int m0, int sln, const uint4* xs, int ntv, float (&acc)[MT][NT][4]) {
-    constexpr int U = SmU<FMT, MT, OPT>::U;
-    constexpr bool L2 = (OPT & SM_L2) != 0;
-    if constexpr ((OPT & 3) == 0) {
-        sm_compute<FMT, MT, NT, U>(bt, xs, 0, sln, ntv, acc);
-        for (int jj0 = U; jj0 < sln; jj0 += U) {
-            sm_load<FMT, MT, U, L2>(bt, wr, sbase, scale, wal, nch, p, nw, m0 + jj0, sln - jj0);
-            sm_compute<FMT, MT, NT, U>(bt, xs, jj0, sln - jj0, ntv, acc);
-        }
-    } else {
-        SmBatch<FMT, MT, U> b2;
-        for (int jj0 = 0; jj0 < sln; jj0 += 2 * U) {
-            if (jj0 + U < sln) sm_load<FMT, MT, U, L2>(b2, wr, sbase, scale, wal, nch, p, nw, m0 + jj0 + U, sln - jj0 - U);
-            sm_compute<FMT, MT, NT, U>(bt, xs, jj0, sln - jj0, ntv, acc);
-            if (jj0 + U >= sln) break;
-            if (jj0 + 2 * U < sln)
-                sm_load<FMT, MT, U, L2>(bt, wr, sbase, scale, wal, nch, p, nw, m0 + jj0 + 2 * U, sln - jj0 - 2 * U);
-            sm_compute<FMT, MT, NT, U>(b2, xs, jj0 + U, sln - jj0 - U, ntv, acc);
-        }
-    }
-}
-
-/**
  * Block: SM_W row tiles of 16 MT rows (dense: of one group; moe: of one expert), one per warp, for all tokens (picks)
  * in passes of 8 NT; partition blockIdx.y (dense) / blockIdx.z (moe) when b.split, else every partition in order.
  * Grid: dense (groups rgpg, split ? nw : 1); moe (P, rgpg, split ? nw : 1).
  */
-template <int FMT, int MT, int NT, bool MOE, int OPT = 0>
-__global__ void __launch_bounds__(SM_W * 32, OPT ? 2 : 1) skinny_smem_kernel(Args a, SmArgs b) {
+template <int FMT, int MT, int NT, bool MOE>
+__global__ void __launch_bounds__(SM_W * 32) skinny_smem_kernel(Args a, SmArgs b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();
 #else
@@ -678,35 +619,26 @@ __global__ void __launch_bounds__(SM_W * 32, OPT ? 2 : 1) skinny_smem_kernel(Arg
                 const int sln = min(b.sl, ngp - m0);
                 __syncthreads();  // every warp is done with the previous slice
                 // the slice's first weight loads go out before the staging, so that they overlap it
-                constexpr int U = SmU<FMT, MT, OPT>::U;
-                SmBatch<FMT, MT, U> bt;
-                if (mine) sm_load<FMT, MT, U, (OPT & SM_L2) != 0>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
+                SmBatch<FMT, MT> bt;
+                if (mine) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
                 const int slots = sln * ntv * KS * 32;
-                // the pipelined variants issue four slots' activation loads before splitting any (b_words' order of
-                // operations per slot, so the same words)
-                constexpr int SU = (OPT & 3) ? 4 : 1;
-                for (int e0 = tid; e0 < slots; e0 += SU * blockDim.x) {
-                    uint32_t h0[SU], h1[SU], l0[SU], l1[SU];
-#pragma unroll
-                    for (int su = 0; su < SU; su++) {
-                        const int e = e0 + su * blockDim.x;
-                        if (e >= slots) break;
-                        const int ln = e & 31, i = (e >> 5) % KS, rest = (e >> 5) / KS, nt = rest % ntv, jj = rest / ntv;
-                        const int c = (p + (m0 + jj) * b.nw) * 4 + (ln & 3);
-                        const int64_t o = xoff[nt * 8 + (ln >> 2)];
-                        b_words<FMT>(c < nch && o >= 0 ? a.x + o : nullptr, c < nch ? c * E : -1, i, h0[su], h1[su],
-                                     l0[su], l1[su]);
-                    }
-#pragma unroll
-                    for (int su = 0; su < SU; su++) {
-                        const int e = e0 + su * blockDim.x;
-                        if (e >= slots) break;
-                        const int ln = e & 31, i = (e >> 5) % KS, rest = (e >> 5) / KS, nt = rest % ntv, jj = rest / ntv;
-                        sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)] = make_uint4(h0[su], h1[su], l0[su], l1[su]);
-                    }
+                for (int e = tid; e < slots; e += blockDim.x) {
+                    const int ln = e & 31, i = (e >> 5) % KS, rest = (e >> 5) / KS, nt = rest % ntv, jj = rest / ntv;
+                    const int c = (p + (m0 + jj) * b.nw) * 4 + (ln & 3);
+                    const int64_t o = xoff[nt * 8 + (ln >> 2)];
+                    uint32_t h0, h1, l0, l1;
+                    b_words<FMT>(c < nch && o >= 0 ? a.x + o : nullptr, c < nch ? c * E : -1, i, h0, h1, l0, l1);
+                    sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)] = make_uint4(h0, h1, l0, l1);
                 }
                 __syncthreads();
-                if (mine) sm_slice<FMT, MT, NT, OPT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln, sk_xs, ntv, acc);
+                if (mine) {
+                    constexpr int U = SmU<FMT, MT>::U;
+                    sm_compute<FMT, MT, NT>(bt, sk_xs, 0, sln, ntv, acc);
+                    for (int jj0 = U; jj0 < sln; jj0 += U) {
+                        sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0 + jj0, sln - jj0);
+                        sm_compute<FMT, MT, NT>(bt, sk_xs, jj0, sln - jj0, ntv, acc);
+                    }
+                }
             }
 #pragma unroll
             for (int mi = 0; mi < MT; mi++)
@@ -731,32 +663,6 @@ __global__ void __launch_bounds__(SM_W * 32, OPT ? 2 : 1) skinny_smem_kernel(Arg
                         else
                             a.y[yoff[tok] + r] = tot[mi][nt][j];
                     }
-    }
-    if (b.split && b.count) {
-        // the last of the row group's nw partition blocks to get here adds every partition's partials in partition
-        // order, skinny_combine's arithmetic for the same rows and tokens (or picks): the same bits, one launch less
-        __shared__ int last;
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) {
-            unsigned* cnt = b.count + (MOE ? (size_t)blockIdx.x * b.rgpg + blockIdx.y : (size_t)blockIdx.x);
-            last = atomicInc(cnt, (unsigned)(b.nw - 1)) == (unsigned)(b.nw - 1);  // wraps to 0 for the next launch
-        }
-        __syncthreads();
-        if (!last || !mine) return;
-        __threadfence();
-        const size_t plane = (size_t)b.ns * a.rows;
-        for (int i = lane; i < n * RT; i += 32) {
-            const int r = row0 + i % RT;
-            if (r >= row_end) continue;
-            int q = i / RT;
-            if constexpr (MOE) q = picks[q];
-            const size_t o = (size_t)q * a.rows + r;
-            // loads that see the other blocks' partials (not stopping at L1), as skinny_combine's in a later launch
-            float acc = *(const volatile float*)(b.part + o);
-            for (int pp = 1; pp < b.nw; pp++) acc = acc + *(const volatile float*)(b.part + pp * plane + o);
-            a.y[(int64_t)q * a.ldy + r] = acc;
-        }
     }
 #endif
 }
@@ -864,31 +770,6 @@ static Shape shape_for(int format, int64_t grp, int64_t groups, int units, int64
 static int smem_min_rows() {
     static std::atomic<int> c{0};
     return env_choice(c, "DS4J_SKINNY_SMEM", 1, 0, 64);
-}
-
-/**
- * The code variant (OPT) of skinny_smem_kernel for a launch, from DS4J_SKINNY_PIPE (0: loads then MMAs, the default;
- * 1: two register sets of half the chunk groups, one loading while the other is multiplied; 2: two sets of all of
- * them) and DS4J_SKINNY_L2 (1: the 256-byte L2 prefetch hint on the weight loads; default 0), read once. Built for
- * passes of up to 32 rows, dense FP8 and BF16 and routed FP4 (the stored formats of V4-Flash); other launches take 0.
- * Every variant runs the same MMAs in the same order: the same bits, only the schedule of the loads differs.
- */
-template <int F, int N, bool MOE, int OPT>
-constexpr bool sm_built = OPT == 0 || (N <= 4 && (MOE ? F == DS4J_FMT_FP4_E2M1_B32
-                                                      : F == DS4J_FMT_FP8_E4M3_B128 || F == DS4J_FMT_BF16));
-static int sm_opt() {
-    static std::atomic<int> pipe{0}, l2{0};
-    return env_choice(pipe, "DS4J_SKINNY_PIPE", 0, 0, 2) | (env_choice(l2, "DS4J_SKINNY_L2", 0, 0, 1) ? SM_L2 : 0);
-}
-
-/**
- * DS4J_SKINNY_FUSE=1 (read once; default 0): a column-split launch adds its partials itself, in its last block per
- * row group (arrival counters in ds4j_ctx.sk_count), instead of a second kernel (skinny_combine): the same sums in the
- * same order, one launch less per product.
- */
-static bool sm_fuse() {
-    static std::atomic<int> c{0};
-    return env_choice(c, "DS4J_SKINNY_FUSE", 0, 0, 1) == 1;
 }
 
 /** Routed-expert launches of more rows than this keep the kernel without staging (see skinny_moe). */
@@ -1012,51 +893,14 @@ static int sk_scratch(ds4j_ctx* ctx, int64_t bytes, float** out) {
     return DS4J_OK;
 }
 
-/**
- * Launches skinny_smem_kernel<F, 1, N, MOE, OPT> with pl's shared memory, after setting the instance's most dynamic
- * shared memory to SM_BYTES (what every plan stays within) once per device instead of before every launch. The flag is
- * per instance (a static of this template): all instances share one function type, so a flag keyed by that type would
- * leave every instance but the first at the 48 KB default, and their launches would fail.
- */
-template <int F, int N, bool MOE, int OPT>
-static hipError_t launch_smem_one(dim3 grid, const SmPlan& pl, ds4j_ctx* ctx, const Args& a) {
-    static std::atomic<uint32_t> done{0};  // bit d: set on device d (devices 0 .. 31; others set it every time)
-    const int device = ctx->device;
-    const uint32_t bit = device >= 0 && device < 32 ? 1u << device : 0u;
-    if (!bit || !(done.load() & bit)) {
-        hipError_t e = cudaFuncSetAttribute(skinny_smem_kernel<F, 1, N, MOE, OPT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            SM_BYTES);
-        if (e != hipSuccess) return e;
-        if (bit) done.fetch_or(bit);
-    }
-    skinny_smem_kernel<F, 1, N, MOE, OPT><<<grid, SM_W * WARP, (size_t)pl.smem, ctx->stream>>>(a, pl.b);
-    return hipGetLastError();
-}
-
-/** Launches skinny_smem_kernel (one m-tile per warp, code variant opt where built) with pl's shared memory. */
+/** Launches skinny_smem_kernel (one m-tile per warp) with pl's shared memory; the launch status. */
 template <int F, int N, bool MOE>
-static hipError_t launch_smem(dim3 grid, const SmPlan& pl, int opt, ds4j_ctx* ctx, const Args& a) {
-    switch (opt) {
-        case SM_PIPE_HALF:
-            if constexpr (sm_built<F, N, MOE, SM_PIPE_HALF>) return launch_smem_one<F, N, MOE, SM_PIPE_HALF>(grid, pl, ctx, a);
-            break;
-        case SM_PIPE_FULL:
-            if constexpr (sm_built<F, N, MOE, SM_PIPE_FULL>) return launch_smem_one<F, N, MOE, SM_PIPE_FULL>(grid, pl, ctx, a);
-            break;
-        case SM_L2:
-            if constexpr (sm_built<F, N, MOE, SM_L2>) return launch_smem_one<F, N, MOE, SM_L2>(grid, pl, ctx, a);
-            break;
-        case SM_L2 | SM_PIPE_HALF:
-            if constexpr (sm_built<F, N, MOE, SM_L2 | SM_PIPE_HALF>)
-                return launch_smem_one<F, N, MOE, SM_L2 | SM_PIPE_HALF>(grid, pl, ctx, a);
-            break;
-        case SM_L2 | SM_PIPE_FULL:
-            if constexpr (sm_built<F, N, MOE, SM_L2 | SM_PIPE_FULL>)
-                return launch_smem_one<F, N, MOE, SM_L2 | SM_PIPE_FULL>(grid, pl, ctx, a);
-            break;
-        default: break;
-    }
-    return launch_smem_one<F, N, MOE, 0>(grid, pl, ctx, a);
+static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, const Args& a) {
+    hipError_t e = cudaFuncSetAttribute(skinny_smem_kernel<F, 1, N, MOE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)pl.smem);
+    if (e != hipSuccess) return e;
+    skinny_smem_kernel<F, 1, N, MOE><<<grid, SM_W * WARP, (size_t)pl.smem, stream>>>(a, pl.b);
+    return hipGetLastError();
 }
 
 /**
@@ -1065,21 +909,17 @@ static hipError_t launch_smem(dim3 grid, const SmPlan& pl, int opt, ds4j_ctx* ct
  */
 template <bool MOE>
 static int run_smem(ds4j_ctx* ctx, int format, SmPlan pl, dim3 grid, Args a, int rows) {
-    pl.b.count = nullptr;
     if (pl.b.split) {
         int rc = sk_scratch(ctx, (int64_t)pl.b.nw * pl.b.ns * rows * 4, &pl.b.part);
         if (rc != DS4J_OK) return rc;
-        // counters: one per row group of the grid (moe: per pick and row group)
-        if (sm_fuse() && ctx->sk_count && (int64_t)grid.x * grid.y <= DS4J_SK_COUNT) pl.b.count = ctx->sk_count;
         if (MOE) grid.z = (unsigned)pl.b.nw;
         else grid.y = (unsigned)pl.b.nw;
     }
-    const int opt = sm_opt();
     hipError_t e = hipSuccess;
-    DS4J_SK_DISPATCH_FN(format, pl.nt, (e = launch_smem<F, N, MOE>(grid, pl, opt, ctx, a)))
+    DS4J_SK_DISPATCH_FN(format, pl.nt, (e = launch_smem<F, N, MOE>(grid, pl, ctx->stream, a)))
     if (e != hipSuccess) return fail_hip(e, "launching matmul (skinny tensor cores, shared x)");
     launched_kernels.fetch_add(1, std::memory_order_relaxed);
-    if (pl.b.split && !pl.b.count) {
+    if (pl.b.split) {
         const int64_t n = (int64_t)pl.b.ns * rows;
         skinny_combine<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(
             pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr, MOE ? a.w_table : nullptr);

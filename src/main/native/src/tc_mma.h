@@ -51,18 +51,6 @@ __device__ __forceinline__ uint4 load16_bytes(const uint8_t* p) {
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/**
- * 16 bytes at a 16-byte aligned address through the read-only path, asking the L2 to fetch the whole aligned 256-byte
- * span around them (the PTX prefetch-size hint), so that neighbouring chunks other warps read soon are already there.
- */
-__device__ __forceinline__ uint4 load16_l2_256(const uint8_t* p) {
-    uint4 r;
-    asm("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
-
 /** D += A B for one m16n8k16 tile: a[4] (row-major A fragment), b0, b1 (column-major B fragment), BF16. */
 __device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"

@@ -18,8 +18,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * skinny tensor-core products run where the device has them, the FFMA kernels otherwise (the environment variable
  * DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 for steps of 33 .. 64 rows in passes of 32,
  * DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes, DS4J_SKINNY_SMEM=0 for the kernel without staged
- * activations, =1 for the staged one at every S; DS4J_SKINNY_PIPE, DS4J_SKINNY_L2 and DS4J_SKINNY_FUSE for the staged
- * kernel's code variants, which give the same bits); the routed experts run ds4j_moe_matmul there. From DS4J_TC_MIN_ROWS
+ * activations, =1 for the staged one at every S); the routed experts run ds4j_moe_matmul there. From DS4J_TC_MIN_ROWS
  * rows (prefill chunks, e.g. --rows 512,2048) the prefill GEMM runs (gemm_tc.cpp; DS4J_TC_BN=64 or 128 forces its
  * token tile, DS4J_TC_XSPLIT=0 for the activations split in every block instead of once per product) and the routed experts run
  * ds4j_moe_matmul_prefill (picks grouped by expert on the device, the grouping included in the time). A benchmark,
@@ -33,8 +32,8 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * <p>Each figure is the mean of --reps back-to-back calls after a warm-up (launch costs included); the "graph" figure
  * is the mean per call of the same calls captured once into a graph (one call per weight copy) and replayed, so without
  * the host's launch costs ("–" where capture is not available). "y hash" is a hash of the bits of the last call's
- * result (every copy holds the same weights): equal hashes across runs with different DS4J_SKINNY_* switches show the
- * variants give the same bits on the device. The calls cycle
+ * result (every copy holds the same weights): equal hashes across runs with different switches (DS4J_SKINNY_SMEM, DS4J_TC_XSPLIT, ...)
+ * show that they give the same bits on the device. The calls cycle
  * over copies of the weights that together exceed --cold-mb (default 512 MB, ten times the H200's 50 MB L2), so every
  * call reads its weights from HBM. Bytes = the weights (and scales) the call must read: every row of a dense matrix,
  * every distinct picked expert once for the routed experts; x and y are not counted. FLOP = 2 x rows x cols x S
@@ -118,15 +117,14 @@ public final class MatmulBench {
             for (int S : rowCounts) maxS = Math.max(maxS, S);
             System.out.printf("GPU %s; matrix products, %d calls per figure over > %.0f MB of weight copies;"
                     + " DS4J_TC_MIN_ROWS %d; tensor cores %s; DS4J_SKINNY_WIDE %s, DS4J_SKINNY_WIDE_MT %s,"
-                    + " DS4J_SKINNY_SMEM %s, DS4J_SKINNY_PIPE %s, DS4J_SKINNY_L2 %s, DS4J_SKINNY_FUSE %s;"
+                    + " DS4J_SKINNY_SMEM %s;"
                     + " prefill DS4J_TC_BN %s, DS4J_TC_XSPLIT %s%n", gpu, reps, coldMb,
                     DS4J_TC_MIN_ROWS(),
                     !gpu.tensorCores() ? "off (FFMA kernels)"
                             : "0".equals(System.getenv("DS4J_SKINNY")) ? "for prefill only (DS4J_SKINNY=0: FFMA kernels here)"
                             : "on (skinny kernels)",
                     envOr("DS4J_SKINNY_WIDE", "default (1)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"),
-                    envOr("DS4J_SKINNY_SMEM", "default (1)"), envOr("DS4J_SKINNY_PIPE", "default (0)"),
-                    envOr("DS4J_SKINNY_L2", "default (0)"), envOr("DS4J_SKINNY_FUSE", "default (0)"),
+                    envOr("DS4J_SKINNY_SMEM", "default (1)"),
                     envOr("DS4J_TC_BN", "default (by shape)"), envOr("DS4J_TC_XSPLIT", "default (2)"));
             System.out.println();
             System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s"
