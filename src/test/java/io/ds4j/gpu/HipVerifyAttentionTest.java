@@ -546,45 +546,68 @@ class HipVerifyAttentionTest {
             assertTrue(st.f16KvRequested() && st.f16KvActive(), st.toString());
             seq.fillRandom(ctx, 9);
             SplittableRandom r = new SplittableRandom(10);
-            int[] toks = r.ints(S, 0, V).toArray(), all = {0, 1, 2, 3, 4};
-            long rows = 0, agree = 0;
-            double maxLogitDiff = 0;
             long t0 = System.nanoTime();
-            for (int step = 0; step < steps; step++) {
-                int n0 = seq.length();
-                be.setVerifyAttention(io.ds4j.engine.VerifyAttention.F32_CONVERT);
-                float[] a = be.forward(seq, toks, 0, S, all, StepKind.VERIFY);
-                seq.rollback(S);
-                be.setVerifyAttention(io.ds4j.engine.VerifyAttention.F16);
-                float[] b = be.forward(seq, toks, 0, S, all, StepKind.VERIFY);
-                if (step == 0) {
-                    Map<AttentionKind, String> modes = be.verifyAttentionModes();
-                    System.out.println("verify attention modes at context " + n0 + ": " + modes);
-                    assertTrue(modes.get(AttentionKind.SLIDING).startsWith("f16 full-F32"), modes.toString());
-                    assertTrue(modes.get(AttentionKind.CSA).contains("(n_attn 640 > 512)"), modes.toString());
-                    assertTrue(modes.get(AttentionKind.HCA).contains("(n_attn 596 > 512)"), modes.toString());
-                }
-                int[] arg = new int[S];
-                for (int row = 0; row < S; row++) {
-                    int x = argmax(a, row, V), y = argmax(b, row, V);
-                    arg[row] = y;
-                    rows++;
-                    if (x == y) agree++;
-                }
-                maxLogitDiff = Math.max(maxLogitDiff, maxDiff(a, b));
-                // commit the F16 path's rows up to a pseudo-accepted prefix, feed its argmax tokens
-                int keep = 1 + r.nextInt(S);
-                seq.rollback(S - keep);
-                int[] next = new int[S];
-                for (int i = 0; i < S; i++) next[i] = keep - 1 + i < S ? arg[keep - 1 + i] : r.nextInt(V);
-                toks = next;
-            }
-            double rate = (double) agree / rows;
+            Agreement ag = compareVerifyPaths(be, seq, r.ints(S, 0, V).toArray(), steps, r, () -> {
+                Map<AttentionKind, String> modes = be.verifyAttentionModes();
+                System.out.println("verify attention modes at context " + ctx + ": " + modes);
+                assertTrue(modes.get(AttentionKind.SLIDING).startsWith("f16 full-F32"), modes.toString());
+                assertTrue(modes.get(AttentionKind.CSA).contains("(n_attn 640 > 512)"), modes.toString());
+                assertTrue(modes.get(AttentionKind.HCA).contains("(n_attn 596 > 512)"), modes.toString());
+            });
+            double rate = ag.rate(), maxLogitDiff = ag.maxLogitDiff();
             System.out.printf("verify attention at %d..%d tokens: %d of %d rows (%.4f %%) with the same argmax on both paths; max |logit diff| %.3g; %.1f s%n",
-                    ctx, seq.length(), agree, rows, 100 * rate, maxLogitDiff, (System.nanoTime() - t0) / 1e9);
+                    ctx, seq.length(), ag.agree(), ag.rows(), 100 * rate, maxLogitDiff, (System.nanoTime() - t0) / 1e9);
             assertTrue(maxLogitDiff > 0, "the F16 path above the threshold gave the control's logits bit for bit: was it used?");
             assertTrue(rate >= 0.999, "argmax agreement " + rate + " < 99.9 %");
         }
+    }
+
+    /** What {@link #compareVerifyPaths} counted: rows and steps whose argmax the two paths share, the largest logit gap. */
+    record Agreement(long rows, long agree, long steps, long stepsSame, double maxLogitDiff) {
+        double rate() {
+            return (double) agree / rows;
+        }
+    }
+
+    /**
+     * steps verify steps of toks.length rows on seq, each verified by the control ({@code f32-convert}) and then by the
+     * {@code f16} path on the same rows (rolled back in between), counting rows with the same argmax. Between steps a
+     * pseudo-random prefix of the f16 path's rows is kept and its argmax tokens are fed next (random tokens after
+     * them). afterFirst runs once, after the first step (checks of the modes it entered). Leaves the f16 path set.
+     */
+    static Agreement compareVerifyPaths(HipBackend be, Sequence seq, int[] toks, int steps, SplittableRandom r,
+                                        Runnable afterFirst) {
+        int S = toks.length, V = be.config().vocabSize;
+        int[] all = new int[S];
+        for (int i = 0; i < S; i++) all[i] = i;
+        long rows = 0, agree = 0, stepsSame = 0;
+        double maxLogitDiff = 0;
+        for (int step = 0; step < steps; step++) {
+            be.setVerifyAttention(io.ds4j.engine.VerifyAttention.F32_CONVERT);
+            float[] a = be.forward(seq, toks, 0, S, all, StepKind.VERIFY);
+            seq.rollback(S);
+            be.setVerifyAttention(io.ds4j.engine.VerifyAttention.F16);
+            float[] b = be.forward(seq, toks, 0, S, all, StepKind.VERIFY);
+            if (step == 0 && afterFirst != null) afterFirst.run();
+            int[] arg = new int[S];
+            boolean same = true;
+            for (int row = 0; row < S; row++) {
+                int x = argmax(a, row, V), y = argmax(b, row, V);
+                arg[row] = y;
+                rows++;
+                if (x == y) agree++;
+                else same = false;
+            }
+            if (same) stepsSame++;
+            maxLogitDiff = Math.max(maxLogitDiff, maxDiff(a, b));
+            // commit the F16 path's rows up to a pseudo-accepted prefix, feed its argmax tokens
+            int keep = 1 + r.nextInt(S);
+            seq.rollback(S - keep);
+            int[] next = new int[S];
+            for (int i = 0; i < S; i++) next[i] = keep - 1 + i < S ? arg[keep - 1 + i] : r.nextInt(V);
+            toks = next;
+        }
+        return new Agreement(rows, agree, steps, stepsSame, maxLogitDiff);
     }
 
     /**

@@ -127,42 +127,18 @@ class HipVerifyFullDepthTest {
         return pending;
     }
 
-    /** STEPS verify steps on both paths; asserts the argmax agreement per row. */
+    /** STEPS verify steps on both paths from the next token first; asserts the argmax agreement per row. */
     static void agreement(Sequence seq, int first, int V, SplittableRandom r, int ctx) {
-        int[] toks = new int[S], all = {0, 1, 2, 3, 4};
+        int[] toks = new int[S];
         toks[0] = first;
         for (int i = 1; i < S; i++) toks[i] = r.nextInt(V);
-        long rows = 0, agree = 0, stepsSame = 0, t0 = System.nanoTime();
-        double maxLogitDiff = 0;
-        for (int step = 0; step < STEPS; step++) {
-            be.setVerifyAttention(VerifyAttention.F32_CONVERT);
-            float[] a = be.forward(seq, toks, 0, S, all, StepKind.VERIFY);
-            seq.rollback(S);
-            be.setVerifyAttention(VerifyAttention.F16);
-            float[] b = be.forward(seq, toks, 0, S, all, StepKind.VERIFY);
-            int[] arg = new int[S];
-            boolean same = true;
-            for (int row = 0; row < S; row++) {
-                int x = argmax(a, row, V), y = argmax(b, row, V);
-                arg[row] = y;
-                rows++;
-                if (x == y) agree++;
-                else same = false;
-            }
-            if (same) stepsSame++;
-            maxLogitDiff = Math.max(maxLogitDiff, HipVerifyAttentionTest.maxDiff(a, b));
-            // keep a pseudo-accepted prefix of the f16 path's rows, feed its argmax tokens
-            int keep = 1 + r.nextInt(S);
-            seq.rollback(S - keep);
-            int[] next = new int[S];
-            for (int i = 0; i < S; i++) next[i] = keep - 1 + i < S ? arg[keep - 1 + i] : r.nextInt(V);
-            toks = next;
-        }
-        double rate = (double) agree / rows;
+        long t0 = System.nanoTime();
+        HipVerifyAttentionTest.Agreement ag = HipVerifyAttentionTest.compareVerifyPaths(be, seq, toks, STEPS, r, null);
+        double rate = ag.rate();
         System.out.printf("full depth, verify attention at %,d..%,d tokens: %d of %d rows (%.4f %%) and %d of %d steps with the"
-                        + " same argmax on both paths; max |logit diff| %.3g; %.1f s%n", ctx, seq.length(), agree, rows, 100 * rate,
-                stepsSame, STEPS, maxLogitDiff, (System.nanoTime() - t0) / 1e9);
-        assertTrue(maxLogitDiff > 0, "the f16 path above the threshold gave the control's logits bit for bit: was it used?");
+                        + " same argmax on both paths; max |logit diff| %.3g; %.1f s%n", ctx, seq.length(), ag.agree(), ag.rows(),
+                100 * rate, ag.stepsSame(), ag.steps(), ag.maxLogitDiff(), (System.nanoTime() - t0) / 1e9);
+        assertTrue(ag.maxLogitDiff() > 0, "the f16 path above the threshold gave the control's logits bit for bit: was it used?");
         assertTrue(rate >= 0.9999, "argmax agreement at " + ctx + ": " + rate + " < 99.99 %");
     }
 
