@@ -568,6 +568,18 @@ __device__ __forceinline__ bool argmax_beats(float v, int32_t i, float w, int32_
     return v > w || (v == w && i < j);
 }
 
+/** The warp's best (value, index) pair by argmax_beats, in every lane. */
+__device__ __forceinline__ void warp_argmax(float& best, int32_t& at) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float w = DS4J_SHFL_XOR(best, o);
+        const int32_t j = DS4J_SHFL_XOR(at, o);
+        if (argmax_beats(w, j, best, at)) {
+            best = w;
+            at = j;
+        }
+    }
+}
+
 /**
  * ds4j_argmax_rows: one block per row. Each thread scans its strided share in ascending index (keeping the first of
  * equal values), then the (value, index) pairs are reduced by the order of argmax_beats, which is associative and
@@ -586,14 +598,7 @@ __global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t ld, int3
             at = i;
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float w = DS4J_SHFL_XOR(best, o);
-        const int32_t j = DS4J_SHFL_XOR(at, o);
-        if (argmax_beats(w, j, best, at)) {
-            best = w;
-            at = j;
-        }
-    }
+    warp_argmax(best, at);
     __shared__ float sv[32];
     __shared__ int32_t si[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
@@ -605,14 +610,7 @@ __global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t ld, int3
     if (warp == 0) {
         best = lane < warps ? sv[lane] : -INFINITY;
         at = lane < warps ? si[lane] : INT32_MAX;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float w = DS4J_SHFL_XOR(best, o);
-            const int32_t j = DS4J_SHFL_XOR(at, o);
-            if (argmax_beats(w, j, best, at)) {
-                best = w;
-                at = j;
-            }
-        }
+        warp_argmax(best, at);
         if (lane == 0) out[blockIdx.x] = (row[0] != row[0] || at == INT32_MAX) ? 0 : at;
     }
 }
