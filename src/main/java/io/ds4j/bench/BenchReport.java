@@ -179,6 +179,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
      * This report and another one (a run of other lengths on the same machine and model) as one table: rows ordered
      * by input length (stable: each length keeps its run's order), this report's setup, and the other's command and
      * method appended when they differ.
+     * @throws IllegalArgumentException when both have a row of the same length, path and draft
      */
     public BenchReport merge(BenchReport other) {
         Map<String, String> s = new LinkedHashMap<>(setup);
@@ -187,6 +188,12 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             if (b != null && !b.equals(a)) s.put(k, a == null ? b : a + "; and " + b);
         }
         List<VerifyPathBench.Row> all = new ArrayList<>(rows);
+        for (VerifyPathBench.Row r : other.rows())
+            for (VerifyPathBench.Row q : rows)
+                if (q.length() == r.length() && q.path().equals(r.path()) && q.draft().equals(r.draft()))
+                    throw new IllegalArgumentException(String.format(Locale.ROOT,
+                            "both runs have a row for %,d tokens, %s, %s draft: merge runs of different lengths", r.length(),
+                            r.path(), r.draft()));
         all.addAll(other.rows());
         all.sort(java.util.Comparator.comparingInt(VerifyPathBench.Row::length));
         return new BenchReport(s, all);
@@ -198,7 +205,12 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
      * @throws IOException when the file cannot be read or is not such a document
      */
     public static BenchReport fromJson(Path file) throws IOException {
-        var root = new ObjectMapper().readTree(file.toFile());
+        com.fasterxml.jackson.databind.JsonNode root;
+        try {
+            root = new ObjectMapper().readTree(file.toFile());
+        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+            throw new IOException(file + ": not a ds4j bench JSON document (" + e.getOriginalMessage() + ")");
+        }
         if (root == null || !root.has("setup") || !root.has("rows")) throw new IOException(file + ": not a ds4j bench JSON document");
         Map<String, String> setup = new LinkedHashMap<>();
         root.get("setup").properties().forEach(e -> setup.put(e.getKey(), e.getValue().asText()));

@@ -126,11 +126,12 @@ public final class HostOverheadBench {
         @Override
         public float[][] step(List<BatchEntry> batch) {
             long t0 = System.nanoTime();
-            if (recording) trace.add(new long[]{t0, batch.size()});
             try {
                 return Backend.super.step(batch);
             } finally {
-                stepNanos += System.nanoTime() - t0;
+                long dt = System.nanoTime() - t0;
+                if (recording) trace.add(new long[]{t0, batch.size(), dt});
+                stepNanos += dt;
                 steps++;
             }
         }
@@ -139,7 +140,6 @@ public final class HostOverheadBench {
         public StepOutput stepArgmax(List<BatchEntry> batch) {
             if (!deviceArgmax) return Backend.super.stepArgmax(batch);
             long t0 = System.nanoTime();
-            if (recording) trace.add(new long[]{t0, batch.size()});
             try {
                 Backend.checkBatch(c, batch);
                 Backend.checkArgmax(c, batch);
@@ -164,7 +164,9 @@ public final class HostOverheadBench {
                 }
                 return new StepOutput(lg, ids);
             } finally {
-                stepNanos += System.nanoTime() - t0;
+                long dt = System.nanoTime() - t0;
+                if (recording) trace.add(new long[]{t0, batch.size(), dt});
+                stepNanos += dt;
                 steps++;
             }
         }
@@ -313,10 +315,13 @@ public final class HostOverheadBench {
                 for (int c : levels) {
                     ServerFigures f = client.round(be, c, m, maxTokens, perClient);
                     res.add(f);
-                    out.printf("  server %-6s %3d streams: step period p50 %7.3f ms (mean %7.3f, backend %6.3f) over %5d steps;"
-                                    + " ITL p50 %7.3f ms p99 %7.3f ms; aggregate %9.0f tok/s%n",
-                            m.name().toLowerCase(), c, f.periodP50Ms(), f.periodMeanMs(), f.backendMs(), f.steadySteps(),
-                            f.itlP50Ms(), f.itlP99Ms(), f.aggregateTps());
+                    String period = f.steadySteps() == 0
+                            ? String.format(java.util.Locale.ROOT, "no two successive steps held all %d streams (raise --max-tokens"
+                            + " or --requests-per-client for a step period)", c)
+                            : String.format(java.util.Locale.ROOT, "step period p50 %7.3f ms (mean %7.3f, backend %6.3f) over %5d steps",
+                            f.periodP50Ms(), f.periodMeanMs(), f.backendMs(), f.steadySteps());
+                    out.printf("  server %-6s %3d streams: %s; ITL p50 %7.3f ms p99 %7.3f ms; aggregate %9.0f tok/s%n",
+                            m.name().toLowerCase(), c, period, f.itlP50Ms(), f.itlP99Ms(), f.aggregateTps());
                 }
         } finally {
             server.close().await();
@@ -339,7 +344,6 @@ public final class HostOverheadBench {
             List<Double> gaps = Collections.synchronizedList(new ArrayList<>());
             long[] tokens = new long[1];
             be.trace.clear();
-            long back0 = be.stepNanos, steps0 = be.steps;
             be.recording = true;
             long t0 = System.nanoTime();
             try (ExecutorService ex = Executors.newVirtualThreadPerTaskExecutor()) {
@@ -356,12 +360,18 @@ public final class HostOverheadBench {
             }
             double secs = (System.nanoTime() - t0) / 1e9;
             be.recording = false;
-            double backendMs = (be.stepNanos - back0) / 1e6 / Math.max(1, be.steps - steps0);
-            // periods between successive steps that both held every stream
+            // periods between successive steps that both held every stream, and those steps' backend time, so that the
+            // backend figure is a part of the period it is printed beside
             List<long[]> tr = new ArrayList<>(be.trace);
+            tr.sort(java.util.Comparator.comparingLong(x -> x[0]));
             List<Double> periods = new ArrayList<>();
+            long backNanos = 0;
             for (int i = 1; i < tr.size(); i++)
-                if (tr.get(i - 1)[1] == c && tr.get(i)[1] == c) periods.add((tr.get(i)[0] - tr.get(i - 1)[0]) / 1e6);
+                if (tr.get(i - 1)[1] == c && tr.get(i)[1] == c) {
+                    periods.add((tr.get(i)[0] - tr.get(i - 1)[0]) / 1e6);
+                    backNanos += tr.get(i - 1)[2];
+                }
+            double backendMs = periods.isEmpty() ? Double.NaN : backNanos / 1e6 / periods.size();
             double[] p = periods.stream().mapToDouble(Double::doubleValue).sorted().toArray();
             double[] g = gaps.stream().mapToDouble(Double::doubleValue).sorted().toArray();
             return new ServerFigures(c, mode, pct(p, 50), Arrays.stream(p).average().orElse(Double.NaN), backendMs,

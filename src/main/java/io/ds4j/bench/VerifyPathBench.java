@@ -73,10 +73,12 @@ public final class VerifyPathBench {
             if (chunk < 1) throw new IllegalArgumentException("prefill chunk must be >= 1, got " + chunk);
             if (syntheticAbove < 1) throw new IllegalArgumentException("synthetic-above must be >= 1, got " + syntheticAbove);
             drafts = List.copyOf(drafts);
-            if (!drafts.contains(COPY))
-                throw new IllegalArgumentException("the drafts must include " + COPY + " (the replay replays its output), got " + drafts);
             for (String d : drafts)
                 if (!DRAFTS.contains(d)) throw new IllegalArgumentException("unknown draft '" + d + "': one of " + DRAFTS);
+            if (drafts.stream().distinct().count() != drafts.size())
+                throw new IllegalArgumentException("a draft is named twice: " + drafts);
+            if (!drafts.contains(COPY))
+                throw new IllegalArgumentException("the drafts must include " + COPY + " (the replay replays its output), got " + drafts);
         }
 
         boolean replay() {
@@ -153,11 +155,13 @@ public final class VerifyPathBench {
                 Row r = new Row(L, name, COPY, synthetic ? Double.NaN : L / pre, synthetic ? Double.NaN : pre, s.emitted / sec, s.emitted,
                         s.steps, s.verifyNanos / 1e6 / s.steps, s.offered, s.accepted,
                         s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, synthetic, mib, conv);
-                log.printf("L=%d %s: %s, decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f;"
-                                + " control's conversion %.3f ms per verify step; sequence state %.0f MiB%n",
+                log.printf("L=%d %s: %s, decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f;%s"
+                                + " sequence state %.0f MiB%n",
                         L, name, synthetic ? "synthetic context (no prefill)" : String.format(java.util.Locale.ROOT,
                                 "prefill %.0f tok/s (%.2f s)", r.prefillTokS(), pre),
-                        r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance(), conv, mib);
+                        r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance(),
+                        Double.isNaN(conv) ? "" : String.format(java.util.Locale.ROOT, " control's conversion %.3f ms per verify step;", conv),
+                        mib);
                 forL.add(r);
                 // the greedy output of this path, from the first generated token (pushed by the prefill) on
                 int[] output = java.util.Arrays.copyOfRange(s.ctx, L, s.len);

@@ -48,12 +48,14 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--f32-short-context-rows", defaultValue = "512", description = "the F16 path's full-F32 threshold (default ${DEFAULT-VALUE})") int shortRows;
     @Option(names = "--seed", defaultValue = "1", description = "model and prompt seed (default ${DEFAULT-VALUE})") long seed;
     @Option(names = "--out", defaultValue = "out/bench", description = "output folder (default ${DEFAULT-VALUE}; the committed figures are in docs/bench)") Path out;
-    @Option(names = "--render", paramLabel = "FILE.json", split = ",", description = "only render earlier runs' JSON again: writes NAME.md, NAME.svg (and the JSON) into --out; several files (comma-separated) make one table, rows ordered by input length, the setup of the first with every run's command; no model, no GPU") List<Path> render;
+    @Option(names = "--render", paramLabel = "FILE.json", split = ",", description = "only render earlier runs' JSON again: writes NAME.md, NAME.svg (and the JSON) into --out (default out/bench); several files (comma-separated) make one table, rows ordered by input length, the setup of the first with every run's command; no model, no GPU") List<Path> render;
     @Option(names = "--name", defaultValue = "verify-f16kv", description = "file name stem (default ${DEFAULT-VALUE})") String name;
 
     @Override
     public Integer call() throws Exception {
         if (render != null) {
+            for (Path p : render)
+                if (p.toString().isBlank()) throw new IllegalArgumentException("--render: an empty file name (expected FILE.json[,FILE.json...])");
             BenchReport rep = BenchReport.fromJson(render.get(0));
             for (Path p : render.subList(1, render.size())) rep = rep.merge(BenchReport.fromJson(p));
             System.out.print(rep.markdown());

@@ -37,9 +37,21 @@ public final class BenchHostCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        // every option is checked before any work, so a bad one never shows up as NaN figures or a late failure
+        for (int s : streams) if (s < 1) throw new IllegalArgumentException("--streams: each level must be >= 1, got " + s);
+        if (steps < 1) throw new IllegalArgumentException("--steps must be >= 1, got " + steps);
+        if (promptTokens < 1) throw new IllegalArgumentException("--prompt-tokens must be >= 1, got " + promptTokens);
+        if (pool < 1) throw new IllegalArgumentException("--pool must be >= 1, got " + pool);
+        if (maxTokens < 1) throw new IllegalArgumentException("--max-tokens must be >= 1, got " + maxTokens);
+        if (perClient < 1) throw new IllegalArgumentException("--requests-per-client must be >= 1, got " + perClient);
+        List<Mode> ms = new java.util.ArrayList<>();
+        for (String m : modes) {
+            Mode mode = java.util.Arrays.stream(Mode.values()).filter(x -> x.name().equalsIgnoreCase(m.trim())).findFirst()
+                    .orElseThrow(() -> new IllegalArgumentException("--modes: unknown mode '" + m.trim() + "', expected greedy or seeded"));
+            if (!ms.contains(mode)) ms.add(mode);
+        }
         ModelConfig c = Presets.get(preset);
         int tokenLimit = Math.min(c.vocabSize, Tokenizers.vendored().vocabSize());
-        List<Mode> ms = modes.stream().map(m -> Mode.valueOf(m.trim().toUpperCase())).toList();
         System.out.printf("bench-host: HOST-OVERHEAD HARNESS (no model math): logits of %d ids (tokens below %d), "
                         + "argmax-only entries %s; %d cores, JDK %s%n", c.vocabSize, tokenLimit,
                 deviceArgmax ? "answered by the backend (as a device argmax)" : "from the logits on the host",

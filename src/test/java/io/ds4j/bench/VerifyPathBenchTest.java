@@ -97,6 +97,12 @@ class VerifyPathBenchTest {
         e = assertThrows(IllegalArgumentException.class, () -> new VerifyPathBench.Options(List.of(31), 4, 17, 0, 16, 3, 40,
                 List.of("copy", "ngram")));
         assertTrue(e.getMessage().contains("unknown draft 'ngram'"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> new VerifyPathBench.Options(List.of(31), 4, 17, 0, 16, 3, 40,
+                List.of("foo")));
+        assertTrue(e.getMessage().contains("unknown draft 'foo'"), "the name is checked first: " + e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> new VerifyPathBench.Options(List.of(31), 4, 17, 0, 16, 3, 40,
+                List.of("copy", "copy")));
+        assertTrue(e.getMessage().contains("named twice"), e.getMessage());
     }
 
     @Test
@@ -139,6 +145,17 @@ class VerifyPathBenchTest {
         assertTrue(md.indexOf("| 20 | prefilled |") < md.indexOf("| 40 | prefilled |") && md.contains("| 20 | prefilled |"), md);
         assertTrue(md.contains("--lengths 40") && md.contains("; and ds4j bench") && md.contains("--lengths 20"), "both commands: " + md);
         assertEquals(2, new ObjectMapper().readTree(dir.resolve("ab.json").toFile()).get("rows").size());
+        // the same length twice, a file that is not JSON, an empty name: one clear line each
+        r = GenerateCommandTest.run("bench", "--render", dir.resolve("a.json") + "," + dir.resolve("a.json"), "--out", dir.toString());
+        assertNotEquals(0, r.code());
+        assertTrue(r.err().contains("both runs have a row for 20 tokens"), r.err());
+        Path junk = Files.writeString(dir.resolve("junk.json"), "hello");
+        r = GenerateCommandTest.run("bench", "--render", junk.toString(), "--out", dir.toString());
+        assertNotEquals(0, r.code());
+        assertTrue(r.err().contains("junk.json: not a ds4j bench JSON document"), r.err());
+        r = GenerateCommandTest.run("bench", "--render", "", "--out", dir.toString());
+        assertNotEquals(0, r.code());
+        assertTrue(r.err().contains("empty file name"), r.err());
     }
 
     @Test

@@ -33,6 +33,25 @@ class CliErrorsTest {
         return f;
     }
 
+    /** bench-host checks every option before any work: no NaN figures, no late failure, the valid modes named. */
+    @Test
+    void benchHostRefusesImpossibleOptionsBeforeAnyWork() {
+        String[][] bad = {
+                {"--streams", "0"}, {"--streams", "1,-3"}, {"--steps", "0"}, {"--pool", "0"}, {"--prompt-tokens", "0"},
+                {"--server", "--max-tokens", "0"}, {"--requests-per-client", "0"}, {"--modes", "foo"}};
+        String[] expect = {"--streams", "--streams", "--steps", "--pool", "--prompt-tokens", "--max-tokens",
+                "--requests-per-client", "unknown mode 'foo', expected greedy or seeded"};
+        for (int i = 0; i < bad.length; i++) {
+            String[] args = new String[bad[i].length + 1];
+            args[0] = "bench-host";
+            System.arraycopy(bad[i], 0, args, 1, bad[i].length);
+            GenerateCommandTest.Run r = GenerateCommandTest.run(args);
+            assertNotEquals(0, r.code(), String.join(" ", args) + ": " + r.out());
+            assertTrue(r.err().contains(expect[i]), String.join(" ", args) + ": " + r.err());
+            assertFalse(r.out().contains("engine loop"), "refused before any work: " + r.out());
+        }
+    }
+
     @Test
     void serveOnAPortInUseSaysSoAndExits(@TempDir Path dir) throws Exception {
         try (ServerSocket taken = new ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
