@@ -123,16 +123,21 @@ public final class HostOverheadBench {
             return out;
         }
 
+        /** Accounts one step that started at t0 (nanoTime) with the given entries. */
+        private void stepDone(long t0, int entries) {
+            long dt = System.nanoTime() - t0;
+            if (recording) trace.add(new long[]{t0, entries, dt});
+            stepNanos += dt;
+            steps++;
+        }
+
         @Override
         public float[][] step(List<BatchEntry> batch) {
             long t0 = System.nanoTime();
             try {
                 return Backend.super.step(batch);
             } finally {
-                long dt = System.nanoTime() - t0;
-                if (recording) trace.add(new long[]{t0, batch.size(), dt});
-                stepNanos += dt;
-                steps++;
+                stepDone(t0, batch.size());
             }
         }
 
@@ -164,10 +169,7 @@ public final class HostOverheadBench {
                 }
                 return new StepOutput(lg, ids);
             } finally {
-                long dt = System.nanoTime() - t0;
-                if (recording) trace.add(new long[]{t0, batch.size(), dt});
-                stepNanos += dt;
-                steps++;
+                stepDone(t0, batch.size());
             }
         }
 
