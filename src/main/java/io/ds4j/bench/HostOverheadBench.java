@@ -394,10 +394,7 @@ public final class HostOverheadBench {
             if (r.statusCode() != 200) throw new IllegalStateException("HTTP " + r.statusCode());
             long last = 0, tokens = 0;
             List<Double> gaps = new ArrayList<>();
-            for (String line : (Iterable<String>) r.body()::iterator) {
-                if (!line.startsWith("data: ") || line.equals("data: [DONE]")) continue;
-                JsonNode j = json.readTree(line.substring(6));
-                if (j.has("error")) throw new IllegalStateException(j.toString());
+            for (JsonNode j : SseEvents.of(r.body(), json)) {
                 if (j.has("usage") && !j.get("usage").isNull()) {
                     tokens = j.get("usage").get("completion_tokens").asLong();
                     continue;

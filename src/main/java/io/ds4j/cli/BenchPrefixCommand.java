@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.bench.SseEvents;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.model.synth.RandomCheckpoint;
 import io.ds4j.app.DefaultModelProvider;
@@ -206,10 +207,7 @@ public final class BenchPrefixCommand implements Callable<Integer> {
         long first = 0;
         int prompt = 0, cached = 0;
         double serverTtft = Double.NaN;
-        for (String line : (Iterable<String>) r.body()::iterator) {
-            if (!line.startsWith("data: ") || line.equals("data: [DONE]")) continue;
-            JsonNode j = json.readTree(line.substring(6));
-            if (j.has("error")) throw new IllegalStateException(j.toString());
+        for (JsonNode j : SseEvents.of(r.body(), json)) {
             if (j.has("usage") && !j.get("usage").isNull()) {
                 prompt = j.get("usage").get("prompt_tokens").asInt();
                 cached = j.get("usage").at("/prompt_tokens_details/cached_tokens").asInt();

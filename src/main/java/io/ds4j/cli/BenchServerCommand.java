@@ -3,6 +3,7 @@ package io.ds4j.cli;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.bench.SseEvents;
 import io.ds4j.cpu.CpuBackend;
 import io.ds4j.engine.Scheduler;
 import io.ds4j.engine.Generation;
@@ -445,10 +446,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         if (r.statusCode() != 200) throw new IllegalStateException("HTTP " + r.statusCode());
         long first = 0, last = 0;
         int tokens = 0;
-        for (String line : (Iterable<String>) r.body()::iterator) {
-            if (!line.startsWith("data: ") || line.equals("data: [DONE]")) continue;
-            JsonNode j = json.readTree(line.substring(6));
-            if (j.has("error")) throw new IllegalStateException(j.toString());
+        for (JsonNode j : SseEvents.of(r.body(), json)) {
             if (j.has("usage") && !j.get("usage").isNull()) {
                 tokens = j.get("usage").get("completion_tokens").asInt();
                 continue;
