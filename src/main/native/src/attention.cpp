@@ -10,6 +10,7 @@ namespace ds4j {
 
 __global__ void rope_kernel(float* x, int S, int heads, int width, int rope_dim, const float* inv_freq, int64_t pos0,
                             int64_t pos_step, const int64_t* pos, int inverse) {
+    DS4J_AWAIT_PREVIOUS();
     const int half = rope_dim / 2;
     const int64_t total = (int64_t)S * heads * half;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
@@ -50,6 +51,7 @@ __device__ __forceinline__ void rmsnorm_rope_row(float* xr, const float* weight,
 
 __global__ void rmsnorm_rope_kernel(float* x, const float* weight, int n, float eps, int rope_dim, const float* inv_freq,
                                     int64_t pos0, const int64_t* pos, int rows_per_pos, int round16) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ double sh[32];
     const float ft = (float)(pos ? pos[blockIdx.x / rows_per_pos] : pos0 + blockIdx.x / rows_per_pos);
     rmsnorm_rope_row(x + (int64_t)blockIdx.x * n, weight, n, eps, rope_dim, inv_freq, ft, round16, sh);
@@ -62,6 +64,7 @@ __global__ void rmsnorm_rope_kernel(float* x, const float* weight, int n, float 
  */
 __global__ void qkv_norm_rope_kernel(float* q, float* kv, const float* kv_w, int S, int H, int d, float eps,
                                      int rope_dim, const float* inv_freq, int64_t pos0, const int64_t* pos) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ double sh[32];
     const int b = blockIdx.x;
     const bool isq = b < S * H;
@@ -72,6 +75,7 @@ __global__ void qkv_norm_rope_kernel(float* q, float* kv, const float* kv_w, int
 }
 
 __global__ void round_f16_kernel(float* x, int64_t n) {
+    DS4J_AWAIT_PREVIOUS();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] = f16_to_f32(f32_to_f16(x[i]));
 }
@@ -97,11 +101,13 @@ __device__ __forceinline__ void ring_store_body(void* ring, int f16, int cap, in
 
 __global__ void ring_store_kernel(void* ring, int f16, int cap, int width, const float* rows, int64_t N0, int S,
                                   int64_t p0) {
+    DS4J_AWAIT_PREVIOUS();
     ring_store_body(ring, f16, cap, width, rows, N0, S, p0);
 }
 
 /** One ring store per sequence (blockIdx.y): ring or ring2 of each view. */
 __global__ void ring_store_seqs_kernel(const ds4j_seq_view* views, int which, int f16, int width, const float* rows) {
+    DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.y];
     ring_store_body(which ? v.ring2 : v.ring, f16, v.cap, width, rows + (int64_t)v.row0 * width, v.N0, v.S,
                     ring_first(v.N0, v.S, v.cap));
@@ -256,6 +262,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, const T* entries, int kind,
                  int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int H, int d, int W, float scale,
                  int nk_max, float* out) {
+    DS4J_AWAIT_PREVIOUS();
     attention_body<T>(q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, nk_max, out,
                       blockIdx.x, blockIdx.y);
 }
@@ -265,6 +272,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
                       const int32_t* sel, int K, const float* sinks, int H, int d, int W, float scale, int nk_max,
                       float* out) {
+    DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.z];
     if ((int)blockIdx.y >= v.S) return;
     const int64_t r0 = v.row0;
@@ -542,6 +550,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 at_split_kernel(const float* q, const float* kv_new, const T* ring, int cap, const T* entries, int kind, int m,
                 const int32_t* sel, int K, const float* sinks, int64_t N0, int H, int d, int W, float scale, int s_base,
                 float* part, float* ml, int nsmax, float* out) {
+    DS4J_AWAIT_PREVIOUS();
     const int G = (H + AT_HG - 1) / AT_HG;
     const int sl = blockIdx.y / G;
     at_split_body<T>(q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, out, part, ml, nsmax,
@@ -551,6 +560,7 @@ at_split_kernel(const float* q, const float* kv_new, const T* ring, int cap, con
 /** Grid (H, S): the rows of queries s_base + blockIdx.y that have more than one key range. */
 __global__ void at_combine_kernel(const float* part, const float* ml, int nsmax, int kind, int m, int K, int64_t N0,
                                   int W, int s_base, int H, int d, const float* sinks, float* out) {
+    DS4J_AWAIT_PREVIOUS();
     const int s = s_base + blockIdx.y, h = blockIdx.x;
     const int nsplit = at_split(attended_rows(kind, m, K, N0 + s, W)).nsplit;
     if (nsplit == 1) return;
@@ -562,6 +572,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 at_split_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
                      const int32_t* sel, int K, const float* sinks, int H, int d, int W, float scale, int max_s,
                      float* part, float* ml, int nsmax, float* out) {
+    DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.z];
     const int G = (H + AT_HG - 1) / AT_HG;
     const int s = blockIdx.y / G;
@@ -576,6 +587,7 @@ at_split_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv
 __global__ void at_combine_seqs_kernel(const ds4j_seq_view* views, const float* part, const float* ml, int nsmax,
                                        int kind, int m, int K, int W, int max_s, int H, int d, const float* sinks,
                                        float* out) {
+    DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.z];
     const int s = blockIdx.y, h = blockIdx.x;
     if (s >= v.S) return;
@@ -650,6 +662,7 @@ __global__ void compress_pool_kernel(const float* ring_a, const float* ring_z, i
                                      const float* z_new, int64_t N0, int m, int w, int overlap, const float* pb,
                                      const float* norm_w, float eps, const float* inv_freq, int rope_dim,
                                      uint16_t* entries) {
+    DS4J_AWAIT_PREVIOUS();
     compress_pool_body(ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, pb, norm_w, eps, inv_freq, rope_dim,
                        entries, blockIdx.x);
 }
@@ -661,6 +674,7 @@ __host__ __device__ __forceinline__ int64_t windows_done(int64_t N0, int S, int 
 __global__ void compress_pool_seqs_kernel(const ds4j_seq_view* views, const float* a_new, const float* z_new, int m,
                                           int w, int overlap, const float* pb, const float* norm_w, float eps,
                                           const float* inv_freq, int rope_dim) {
+    DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.y];
     if ((int64_t)blockIdx.x >= windows_done(v.N0, v.S, m)) return;
     const int cw = overlap ? 2 * w : w;
@@ -699,6 +713,7 @@ __host__ __device__ __forceinline__ bool comp_store_disjoint(int S, int m, int o
 __global__ void compress_step_kernel(float* ring_a, float* ring_z, int cap, const float* a_new, const float* z_new,
                                      int64_t N0, int S, int m, int w, int overlap, const float* pb, const float* norm_w,
                                      float eps, const float* inv_freq, int rope_dim, uint16_t* entries, int nwin) {
+    DS4J_AWAIT_PREVIOUS();
     const int b = blockIdx.x;
     if (b < nwin)
         compress_pool_body(ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, pb, norm_w, eps, inv_freq, rope_dim,
@@ -711,6 +726,7 @@ __global__ void compress_step_kernel(float* ring_a, float* ring_z, int cap, cons
 __global__ void compress_step_seqs_kernel(const ds4j_seq_view* views, const float* a_new, const float* z_new, int m,
                                           int w, int overlap, const float* pb, const float* norm_w, float eps,
                                           const float* inv_freq, int rope_dim, int nwin) {
+    DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.y];
     const int cw = overlap ? 2 * w : w;
     const int b = blockIdx.x;
@@ -753,12 +769,14 @@ __device__ __forceinline__ void indexer_scores_body(const float* qi, const float
 template <typename T>
 __global__ void indexer_scores_kernel(const float* qi, const float* wt, const T* keys, int64_t N0, int m,
                                       int HI, int dI, int K, float w_scale, float s_scale, float* scores, int64_t ld) {
+    DS4J_AWAIT_PREVIOUS();
     indexer_scores_body<T>(qi, wt, keys, N0, m, HI, dI, K, w_scale, s_scale, scores, ld, blockIdx.x, blockIdx.y);
 }
 
 /** indexer_scores_kernel over several sequences: blockIdx.z picks the sequence. */
 __global__ void indexer_scores_seqs_kernel(const ds4j_seq_view* views, const float* qi, const float* wt, int m, int HI,
                                            int dI, int K, float w_scale, float s_scale, float* scores, int64_t ld) {
+    DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.z];
     if ((int)blockIdx.y >= v.S) return;
     const int64_t r0 = v.row0;
@@ -835,12 +853,14 @@ __device__ __forceinline__ void topk_body(const float* scores, int64_t ld, int64
 
 __global__ void __launch_bounds__(TOPK_THREADS)
 topk_kernel(const float* scores, int64_t ld, int64_t N0, int m, int K, int32_t* sel) {
+    DS4J_AWAIT_PREVIOUS();
     topk_body(scores, ld, N0, m, K, sel, blockIdx.x);
 }
 
 /** topk_kernel over several sequences: blockIdx.y picks the sequence, blockIdx.x its row. */
 __global__ void __launch_bounds__(TOPK_THREADS)
 topk_seqs_kernel(const ds4j_seq_view* views, const float* scores, int64_t ld, int m, int K, int32_t* sel) {
+    DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.y];
     if ((int)blockIdx.x >= v.S) return;
     topk_body(scores + (int64_t)v.row0 * ld, ld, v.N0, m, K, sel + (int64_t)v.row0 * K, blockIdx.x);
@@ -967,6 +987,7 @@ __device__ __forceinline__ TkState tk_state(const TkRow& r, int p, int K) {
 __global__ void __launch_bounds__(TK_THREADS)
 tk_hist_kernel(const ds4j_seq_view* views, const float* scores, int64_t ld, int64_t N0, int m, int K, int32_t* sel,
                uint32_t* scratch, int rows, int64_t chunks, int p) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ unsigned hist[TK_BINS];
     const TkRow r = tk_row(views, scores, ld, N0, m, K, sel, scratch, rows, chunks);
     const int64_t e0 = (int64_t)blockIdx.x * TK_CHUNK;
@@ -990,6 +1011,7 @@ tk_hist_kernel(const ds4j_seq_view* views, const float* scores, int64_t ld, int6
 __global__ void __launch_bounds__(TK_THREADS)
 tk_count_kernel(const ds4j_seq_view* views, const float* scores, int64_t ld, int64_t N0, int m, int K, int32_t* sel,
                 uint32_t* scratch, int rows, int64_t chunks) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ int scan_sh[32];
     const TkRow r = tk_row(views, scores, ld, N0, m, K, sel, scratch, rows, chunks);
     const int64_t e0 = (int64_t)blockIdx.x * TK_CHUNK;
@@ -1015,6 +1037,7 @@ tk_count_kernel(const ds4j_seq_view* views, const float* scores, int64_t ld, int
 __global__ void __launch_bounds__(TK_THREADS)
 tk_write_kernel(const ds4j_seq_view* views, const float* scores, int64_t ld, int64_t N0, int m, int K, int32_t* sel,
                 uint32_t* scratch, int rows, int64_t chunks) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ int scan_sh[32];
     const TkRow r = tk_row(views, scores, ld, N0, m, K, sel, scratch, rows, chunks);
     const int64_t e0 = (int64_t)blockIdx.x * TK_CHUNK;
@@ -1059,6 +1082,7 @@ tk_write_kernel(const ds4j_seq_view* views, const float* scores, int64_t ld, int
 
 /** F16 bit patterns to F32, 8 per thread where the pointers allow 16-byte accesses. */
 __global__ void f16_to_f32_kernel(const uint16_t* src, float* dst, int64_t n, int vec) {
+    DS4J_AWAIT_PREVIOUS();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     if (vec) {
         const int64_t n8 = n / 8;
@@ -1179,6 +1203,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
 tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int cap, const uint16_t* entries, int kind,
                     int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int S, int H, int W, float scale,
                     int s0, int ns_max, float* part, float* out) {
+    DS4J_AWAIT_PREVIOUS();
     // NT: n8 output tiles per warp (D/2 columns); KN: n8 key tiles per warp in Q K^T
     constexpr int ST = D + TC_PAD, SST = TC_KT + TC_SPAD, PST = TC_KT + TC_PAD, NT = D / 16, KN = TC_KT / 16;
     constexpr int KPT = TC_KT / 4;  // keys per thread in the softmax
@@ -1417,6 +1442,7 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
  */
 __global__ void tc_combine_kernel(const float* part, int nmax, int kind, int m, int K, int64_t N0, int S, int W, int s0,
                                   int ns_max, int H, int d, const float* sinks, float* out) {
+    DS4J_AWAIT_PREVIOUS();
     const int64_t SH = (int64_t)S * H;
     const int64_t row = (int64_t)s0 * H + blockIdx.x;
     const int64_t s = row / H;

@@ -32,6 +32,25 @@
 #define DS4J_HAVE_TC 0
 #endif
 
+// Programmatic dependent launch (graph.cpp, programmatic_edges): in a step graph on compute capability 9.0+, a
+// kernel may be launched while the kernel before it still runs, so that its launch latency hides behind that kernel's
+// tail. Every kernel therefore begins with DS4J_AWAIT_PREVIOUS(): it waits until the previous kernel of the graph has
+// completed and its writes are visible (PTX griddepcontrol.wait; before it the kernel touches no memory), then lets
+// the next kernel launch (griddepcontrol.launch_dependents), whose own wait holds it until this one has completed.
+// Launched any other way (no programmatic edge) both instructions do nothing. A kernel without this line must never
+// be reached by a programmatic edge: KernelEntryTest checks that every __global__ function starts with it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DS4J_AWAIT_PREVIOUS()                                   \
+    do {                                                        \
+        asm volatile("griddepcontrol.wait;" ::: "memory");      \
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); \
+    } while (0)
+#else
+#define DS4J_AWAIT_PREVIOUS() \
+    do {                      \
+    } while (0)
+#endif
+
 // Stream capture and graphs (graph.cpp): HIP has the API we use since ROCm 5.3; every CUDA 12+ build has it.
 #if defined(__HIPCC__) && defined(HIP_VERSION) && HIP_VERSION < 50300000
 #define DS4J_HAVE_GRAPHS 0

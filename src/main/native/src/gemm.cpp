@@ -15,6 +15,7 @@ template <int FMT>
 __global__ void __launch_bounds__(MM_WARPS * WARP)
 matmul_kernel(WView v, int rows, const float* __restrict__ x, int64_t ldx, float* __restrict__ y, int64_t ldy, int S,
               int grp, int64_t xgs) {
+    DS4J_AWAIT_PREVIOUS();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = blockIdx.y * MM_WARPS + warp;
     if (r >= rows) return;
@@ -167,6 +168,7 @@ template <int FMT>
 __global__ void __launch_bounds__(MM_WARPS * WARP)
 matvec_split_kernel(WView v, int rows, const float* __restrict__ x, int64_t ldx, float* __restrict__ y, int64_t ldy, int S,
                     int grp, int64_t xgs) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ float part[MM_WARPS][MM_TS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = blockIdx.y;
@@ -193,6 +195,7 @@ template <int FMT>
 __global__ void __launch_bounds__(MM_WARPS * WARP)
 matvec_kernel(WView v, int rows, const float* __restrict__ x, int64_t ldx, float* __restrict__ y, int64_t ldy, int S,
               int grp, int64_t xgs) {
+    DS4J_AWAIT_PREVIOUS();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = blockIdx.y * MM_WARPS + warp;
     if (r >= rows) return;
@@ -214,6 +217,7 @@ __global__ void __launch_bounds__(MM_WARPS * WARP)
 moe_matmul_kernel(void* const* w_table, void* const* scale_table, const int32_t* row_base_table, int scale_kind,
                   int rows, int cols, const int32_t* ids, int k, const float* __restrict__ x, int64_t ldx,
                   int x_per_pick, float* __restrict__ y, int64_t ldy) {
+    DS4J_AWAIT_PREVIOUS();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = blockIdx.y * MM_WARPS + warp;
     if (r >= rows) return;
@@ -245,6 +249,7 @@ moe_matmul_kernel(void* const* w_table, void* const* scale_table, const int32_t*
 
 template <int FMT>
 __global__ void embed_kernel(WView v, const int32_t* tokens, int S, int n, float* X) {
+    DS4J_AWAIT_PREVIOUS();
     const int64_t total = (int64_t)S * v.cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int s = (int)(i / v.cols), c = (int)(i % v.cols);

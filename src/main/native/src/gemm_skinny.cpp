@@ -289,6 +289,7 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
  */
 template <int FMT, int MT, int NT, bool MOE>
 __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) skinny_kernel(Args a) {
+    DS4J_AWAIT_PREVIOUS();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
 #else
@@ -517,6 +518,7 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
  */
 template <int FMT, int MT, int NT, bool MOE>
 __global__ void __launch_bounds__(SM_W * 32) skinny_smem_kernel(Args a, SmArgs b) {
+    DS4J_AWAIT_PREVIOUS();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();
 #else
@@ -673,6 +675,7 @@ __global__ void __launch_bounds__(SM_W * 32) skinny_smem_kernel(Args a, SmArgs b
  */
 __global__ void skinny_combine(const float* part, int nw, int ns, int rows, float* y, int64_t ldy, const int32_t* ids,
                                void* const* w_table) {
+    DS4J_AWAIT_PREVIOUS();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)ns * rows) return;
     const int s = (int)(i / rows), r = (int)(i % rows);

@@ -290,6 +290,7 @@ struct Args {
  */
 template <int FMT, bool MOE, int BN, int XP>
 __global__ void __launch_bounds__(THREADS, BN == 64 || XP == 2 ? 2 : 1) gemm_kernel(Args a) {
+    DS4J_AWAIT_PREVIOUS();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
 #else
@@ -438,6 +439,7 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP == 2 ? 2 : 1) gemm_ker
  */
 __global__ void xsplit_kernel(const float* x, int64_t ldx, int64_t xgs, int S, int64_t nrows, int cols, int64_t lds,
                               uint16_t* xs, int64_t plane) {
+    DS4J_AWAIT_PREVIOUS();
     const int64_t cpr = cols / 8, n = nrows * cpr;
     for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < n; q += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = q / cpr;
@@ -461,6 +463,7 @@ __global__ void xsplit_kernel(const float* x, int64_t ldx, int64_t xgs, int S, i
  * ascending pick order (a stable counting sort; ids outside [0, E) belong to no expert and are left out).
  */
 __global__ void moe_group_kernel(const int32_t* ids, int P, int32_t* perm, int32_t* cnt, int32_t* off) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ int sh[32];
     const int e = blockIdx.x;
     int lt = 0, eq = 0;
@@ -490,6 +493,7 @@ __global__ void moe_group_kernel(const int32_t* ids, int P, int32_t* perm, int32
 
 /** tile_prefix[e] = sum over e' < e of ceil(cnt[e'] / bn), e <= E (one block); bn: the token tile width. */
 __global__ void moe_tiles_kernel(const int32_t* cnt, int E, int bn, int32_t* tile_prefix) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ int sh[32];
     int carry = 0;
     for (int e0 = 0; e0 < E; e0 += blockDim.x) {

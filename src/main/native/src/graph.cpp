@@ -7,6 +7,8 @@
 #include "common.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <vector>
 
 namespace ds4j {
@@ -63,6 +65,113 @@ static int graph_signature(hipGraph_t g, uint64_t* out) {
     }
     *out = h == 0 ? 1 : h;  // 0 marks an empty slot
     return DS4J_OK;
+}
+
+#if defined(__NVCC__) && !defined(__HIPCC__) && defined(CUDART_VERSION) && CUDART_VERSION >= 12030
+#define DS4J_HAVE_PDL 1
+#if CUDART_VERSION >= 13000
+#define DS4J_GRAPH_EDGES cudaGraphGetEdges
+#define DS4J_GRAPH_ADD_DEPS cudaGraphAddDependencies
+#define DS4J_GRAPH_REMOVE_DEPS cudaGraphRemoveDependencies
+#else
+#define DS4J_GRAPH_EDGES cudaGraphGetEdges_v2
+#define DS4J_GRAPH_ADD_DEPS cudaGraphAddDependencies_v2
+#define DS4J_GRAPH_REMOVE_DEPS cudaGraphRemoveDependencies_v2
+#endif
+#else
+#define DS4J_HAVE_PDL 0
+#endif
+
+/**
+ * Whether step graphs on ctx's device get programmatic kernel-to-kernel edges (programmatic_edges): a CUDA build
+ * (12.3 or later) on compute capability 9.0+, unless DS4J_PDL is "0" (for A/B measurements). Read once per process
+ * (the setting) and per device (the capability).
+ */
+static bool pdl_enabled(ds4j_ctx* ctx) {
+#if DS4J_HAVE_PDL
+    static std::atomic<int> off{-1};
+    int o = off.load();
+    if (o < 0) {
+        const char* e = getenv("DS4J_PDL");
+        o = (e && strcmp(e, "0") == 0) ? 1 : 0;
+        off.store(o);
+    }
+    if (o == 1) return false;
+    constexpr int MAXDEV = 64;
+    static std::atomic<int> cc[MAXDEV];  // 0 unknown, else major compute capability + 1
+    const int d = ctx->device;
+    if (d < 0 || d >= MAXDEV) return false;
+    int v = cc[d].load();
+    if (v == 0) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
+            cudaGetLastError();
+            major = 0;
+        }
+        v = major + 1;
+        cc[d].store(v);
+    }
+    return v - 1 >= 9;
+#else
+    (void)ctx;
+    return false;
+#endif
+}
+
+/**
+ * Turns every kernel-to-kernel edge of a captured step into a programmatic one: the downstream kernel may launch once
+ * every block of the upstream one has started and run griddepcontrol.launch_dependents, and waits in its first line
+ * (DS4J_AWAIT_PREVIOUS, common.h) until the upstream kernel has completed with its writes visible. Same results;
+ * what it saves is the gap between two dependent kernels of a graph, a few microseconds each, over the ~2,000
+ * kernels of a full-depth step. Edges to or from copies and memsets stay full serializations. No-op where
+ * pdl_enabled is false; an error leaves the graph as captured (still correct) and reports nothing.
+ */
+static void programmatic_edges(ds4j_ctx* ctx, hipGraph_t g) {
+#if DS4J_HAVE_PDL
+    if (!pdl_enabled(ctx)) return;
+    size_t n = 0;
+    if (DS4J_GRAPH_EDGES(g, nullptr, nullptr, nullptr, &n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return;
+    }
+    std::vector<cudaGraphNode_t> from(n), to(n);
+    std::vector<cudaGraphEdgeData> data(n);
+    if (DS4J_GRAPH_EDGES(g, from.data(), to.data(), data.data(), &n) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    std::vector<cudaGraphNode_t> kf, kt;
+    std::vector<cudaGraphEdgeData> plain;
+    for (size_t i = 0; i < n; i++) {
+        cudaGraphNodeType tf, tt;
+        if (data[i].type != cudaGraphDependencyTypeDefault || data[i].from_port != 0) continue;
+        if (cudaGraphNodeGetType(from[i], &tf) != cudaSuccess || cudaGraphNodeGetType(to[i], &tt) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
+        if (tf != cudaGraphNodeTypeKernel || tt != cudaGraphNodeTypeKernel) continue;
+        kf.push_back(from[i]);
+        kt.push_back(to[i]);
+        plain.push_back(data[i]);
+    }
+    if (kf.empty()) return;
+    cudaGraphEdgeData prog{};
+    prog.from_port = cudaGraphKernelNodePortProgrammatic;
+    prog.type = cudaGraphDependencyTypeProgrammatic;
+    std::vector<cudaGraphEdgeData> progs(kf.size(), prog);
+    if (DS4J_GRAPH_REMOVE_DEPS(g, kf.data(), kt.data(), plain.data(), kf.size()) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    if (DS4J_GRAPH_ADD_DEPS(g, kf.data(), kt.data(), progs.data(), kf.size()) != cudaSuccess) {
+        cudaGetLastError();
+        // put the plain edges back: the graph must keep every dependency
+        DS4J_GRAPH_ADD_DEPS(g, kf.data(), kt.data(), plain.data(), kf.size());
+        cudaGetLastError();
+    }
+#else
+    (void)ctx, (void)g;
+#endif
 }
 
 /** Re-reports the last failure under another code, with suffix appended to its message. */
@@ -144,6 +253,7 @@ int32_t ds4j_graph_end_launch(ds4j_ctx* ctx, int32_t* host_how) {
     hipGraph_t g = nullptr;
     const int32_t erc = ds4j::end_capture(ctx, &g);
     if (erc != DS4J_OK) return erc;
+    ds4j::programmatic_edges(ctx, g);
     hipError_t e = hipSuccess;
     uint64_t sig = 0;
     int rc = ds4j::graph_signature(g, &sig);
@@ -231,6 +341,7 @@ int32_t ds4j_graph_end_keep(ds4j_ctx* ctx, int64_t* host_exec) {
     hipGraph_t g = nullptr;
     const int32_t erc = ds4j::end_capture(ctx, &g);
     if (erc != DS4J_OK) return erc;
+    ds4j::programmatic_edges(ctx, g);
     hipGraphExec_t exec = nullptr;
     hipError_t e = hipGraphInstantiateWithFlags(&exec, g, 0);
     hipGraphDestroy(g);  // the executable does not need it

@@ -214,6 +214,7 @@ template <typename T, int ROWS>
 __global__ void __launch_bounds__(2 * ROWS)
 indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, const T* __restrict__ keys, int64_t N0,
                   int S, int m, int HI, int dI, int K, float w_scale, float s_scale, float* scores, int64_t ld) {
+    DS4J_AWAIT_PREVIOUS();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
 #else
@@ -232,6 +233,7 @@ __global__ void __launch_bounds__(2 * ROWS)
 indexer_tc_rows_kernel(const ds4j_seq_view* views, const float* __restrict__ qi, const float* __restrict__ wt,
                        const T* __restrict__ keys, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale,
                        float s_scale, float* scores, int64_t ld, int tiles) {
+    DS4J_AWAIT_PREVIOUS();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();
 #else

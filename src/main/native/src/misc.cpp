@@ -10,6 +10,7 @@ namespace ds4j {
 constexpr int HC_MAX = 8;  // largest hc_mult supported by the mHC kernels
 
 __global__ void rmsnorm_kernel(const float* x, float* y, const float* weight, int n, float eps) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ double sh[32];
     rmsnorm_row(x + (int64_t)blockIdx.x * n, y + (int64_t)blockIdx.x * n, weight, n, eps, sh);
 }
@@ -35,6 +36,7 @@ __device__ __forceinline__ void sinkhorn_step(float* M, int n, float eps, bool c
 __global__ void hc_pre_kernel(const float* mu, const float* base, const float* scale, const float* X, int n, int D,
                               int iters, float eps, float* post, float* comb, float* col, int norm,
                               const float* norm_w, float rms_eps) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ float pre[HC_MAX];
     __shared__ double red[32];
     __shared__ float M[HC_MAX * HC_MAX];
@@ -101,6 +103,7 @@ __device__ __forceinline__ void hc_post_elem(float* xs, float fv, const float* p
 }
 
 __global__ void hc_post_kernel(float* X, const float* f, const float* post, const float* comb, int S, int n, int D) {
+    DS4J_AWAIT_PREVIOUS();
     const int64_t total = (int64_t)S * D;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int s = (int)(i / D), d = (int)(i % D);
@@ -110,6 +113,7 @@ __global__ void hc_post_kernel(float* X, const float* f, const float* post, cons
 
 __global__ void hc_head_kernel(const float* mu, const float* base, const float* scale, const float* X, int n, int D,
                                float eps, float* y) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ float pre[HC_MAX];
     const int r = blockIdx.x;
     if (threadIdx.x < n) pre[threadIdx.x] = add(sigmoid_d(add(mul(mu[r * n + threadIdx.x], scale[0]), base[threadIdx.x])), eps);
@@ -143,6 +147,7 @@ constexpr int ROUTE_KMAX = 16;
 
 __global__ void moe_route_kernel(const float* lam, const float* bias, const int32_t* tid2eid, const int32_t* tokens,
                                  int E, int k, float scaling, int32_t* ids, float* weights) {
+    DS4J_AWAIT_PREVIOUS();
     extern __shared__ float sm[];
     float* sc = sm;
     float* biased = sm + E;
@@ -186,6 +191,7 @@ __global__ void moe_route_kernel(const float* lam, const float* bias, const int3
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n, float lim) {
+    DS4J_AWAIT_PREVIOUS();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float gv = fminf(g[i], lim);
         const float uv = fmaxf(-lim, fminf(u[i], lim));
@@ -217,6 +223,7 @@ __device__ __forceinline__ float moe_combine_elem(const int32_t* ids, const floa
 
 __global__ void moe_combine_kernel(const int32_t* ids, const float* weights, const float* yr, const float* shared,
                                    int S, int k, int D, float* out) {
+    DS4J_AWAIT_PREVIOUS();
     const int64_t total = (int64_t)S * D;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int s = (int)(i / D), d = (int)(i % D);
@@ -231,6 +238,7 @@ __global__ void moe_combine_kernel(const int32_t* ids, const float* weights, con
  */
 __global__ void hc_post_norm_kernel(float* X, const float* f, const int32_t* ids, const float* weights, const float* yr,
                                     int k, const float* post, const float* comb, int n, int D, float eps, float* v) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ double red[32];
     const int s = blockIdx.x;
     float* xs = X + (int64_t)s * n * D;
@@ -340,6 +348,7 @@ __device__ __forceinline__ bool last_of_row(unsigned* count, unsigned blocks, in
 template <int REG>
 __global__ void __launch_bounds__(HC_THREADS) rmsnorm_ilp_kernel(const float* x, float* y, const float* weight, int n,
                                                                   float eps) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ double sh[32];
     rmsnorm_row_ilp<false, REG>(x + (int64_t)blockIdx.x * n, y + (int64_t)blockIdx.x * n, weight, n, eps, sh);
 }
@@ -398,6 +407,7 @@ __global__ void __launch_bounds__(HC_THREADS) hc_pre_split_kernel(const float* m
                                                                    const float* X, int n, int D, int iters, float eps,
                                                                    float* post, float* comb, float* col, int norm,
                                                                    const float* norm_w, float rms_eps, unsigned* count) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ float pre[HC_MAX];
     __shared__ double red[32];
     __shared__ int flag;
@@ -430,6 +440,7 @@ __global__ void __launch_bounds__(HC_THREADS) hc_post_split_kernel(float* X, con
                                                                     const float* weights, const float* yr, int k,
                                                                     const float* post, const float* comb, int n, int D,
                                                                     float eps, float* v, unsigned* count) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ double red[32];
     __shared__ int order[ROUTE_KMAX];
     __shared__ int flag;
@@ -470,6 +481,7 @@ __global__ void __launch_bounds__(HC_THREADS) hc_post_split_kernel(float* X, con
 /** hc_head_kernel split: block x collapses columns [x * HC_COLS, +HC_COLS) of row blockIdx.y. */
 __global__ void __launch_bounds__(HC_THREADS) hc_head_split_kernel(const float* mu, const float* base, const float* scale,
                                                                     const float* X, int n, int D, float eps, float* y) {
+    DS4J_AWAIT_PREVIOUS();
     __shared__ float pre[HC_MAX];
     const int r = blockIdx.y;
     if (threadIdx.x < n) pre[threadIdx.x] = add(sigmoid_d(add(mul(mu[r * n + threadIdx.x], scale[0]), base[threadIdx.x])), eps);
@@ -491,6 +503,7 @@ __global__ void __launch_bounds__(HC_THREADS) hc_head_split_kernel(const float* 
  */
 __global__ void moe_route_rank_kernel(const float* lam, const float* bias, const int32_t* tid2eid, const int32_t* tokens,
                                       int E, int k, float scaling, int32_t* ids, float* weights) {
+    DS4J_AWAIT_PREVIOUS();
     extern __shared__ float sm[];
     __shared__ int by_rank[ROUTE_KMAX], pick[ROUTE_KMAX];
     float* sc = sm;
@@ -587,6 +600,7 @@ __device__ __forceinline__ void warp_argmax(float& best, int32_t& at) {
  * strictly-greater scan, except at index 0, which the scan never leaves.
  */
 __global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t ld, int32_t n, int32_t* __restrict__ out) {
+    DS4J_AWAIT_PREVIOUS();
     const float* row = x + (int64_t)blockIdx.x * ld;
     float best = -INFINITY;
     int32_t at = INT32_MAX;

@@ -1,0 +1,101 @@
+package io.ds4j.gpu.bindings;
+
+import org.junit.jupiter.api.Test;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.stream.Stream;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Every kernel of the GPU library ({@code __global__} function in src/main/native/src) must begin with
+ * {@code DS4J_AWAIT_PREVIOUS();}: step graphs link consecutive kernels by programmatic edges (graph.cpp,
+ * programmatic_edges), which let a kernel start while the one before it still runs; only that first line (common.h)
+ * makes it wait for the previous kernel's results. A kernel without it would read inputs that are not written yet.
+ * Needs no GPU: the sources are read as text.
+ */
+class KernelEntryTest {
+    static final Path SOURCES = Path.of("src/main/native/src");
+
+    /**
+     * The kernels of one source whose body does not start with the wait: the name of each {@code __global__}
+     * definition (prototypes, ending in ';' before any '{', are skipped).
+     */
+    static List<String> kernelsWithoutWait(String src) {
+        String s = src.replaceAll("(?s)/\\*.*?\\*/", " ").replaceAll("//[^\n]*", " ");
+        List<String> bad = new ArrayList<>();
+        int at = 0;
+        while ((at = s.indexOf("__global__", at)) >= 0) {
+            int j = at + "__global__".length(), depth = 0, open = -1;
+            for (; j < s.length(); j++) {
+                char c = s.charAt(j);
+                if (c == '(') depth++;
+                else if (c == ')') depth--;
+                else if (c == ';' && depth == 0) break;
+                else if (c == '{' && depth == 0) {
+                    open = j;
+                    break;
+                }
+            }
+            if (open >= 0) {
+                // the name: the identifier before the last top-level '(' (the parameter list, after __launch_bounds__)
+                int params = -1, d = 0;
+                for (int i = at; i < open; i++) {
+                    char c = s.charAt(i);
+                    if (c == '(' && d++ == 0) params = i;
+                    else if (c == ')') d--;
+                }
+                String name = s.substring(at, params).trim().replaceAll("(?s).*?(\\w+)$", "$1");
+                if (!s.substring(open + 1).stripLeading().startsWith("DS4J_AWAIT_PREVIOUS();")) bad.add(name);
+            }
+            at = j;
+        }
+        return bad;
+    }
+
+    /** Kernels in the source listing. */
+    static int kernelCount(String src) {
+        String s = src.replaceAll("(?s)/\\*.*?\\*/", " ").replaceAll("//[^\n]*", " ");
+        int n = 0, at = 0;
+        while ((at = s.indexOf("__global__", at)) >= 0) {
+            n++;
+            at += 10;
+        }
+        return n;
+    }
+
+    @Test
+    void everyKernelWaitsForThePreviousOne() throws IOException {
+        List<String> bad = new ArrayList<>();
+        int kernels = 0;
+        try (Stream<Path> files = Files.list(SOURCES)) {
+            for (Path f : files.filter(p -> p.toString().endsWith(".cpp") || p.toString().endsWith(".h")).sorted().toList()) {
+                String src = Files.readString(f);
+                kernels += kernelCount(src);
+                for (String k : kernelsWithoutWait(src)) bad.add(f.getFileName() + ": " + k);
+            }
+        }
+        assertTrue(kernels >= 40, "expected the library's kernels under " + SOURCES + ", found " + kernels);
+        assertEquals(List.of(), bad, "kernels that do not begin with DS4J_AWAIT_PREVIOUS(); (common.h says why)");
+    }
+
+    @Test
+    void theCheckFindsAKernelWithoutTheWait() {
+        String src = """
+                template <int N>
+                __global__ void __launch_bounds__(N >= 4 ? 256 : 512) good(const float* x) {
+                    DS4J_AWAIT_PREVIOUS();
+                    x++;
+                }
+                __global__ void declared(int n);  // a prototype: no body
+                __global__ void bad(float* y, int n) {
+                    y[0] = n;
+                }
+                """;
+        assertEquals(List.of("bad"), kernelsWithoutWait(src));
+    }
+}
