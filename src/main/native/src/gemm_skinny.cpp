@@ -156,28 +156,37 @@ __device__ __forceinline__ void a_words(const uint4& q, int i, uint32_t m1, uint
 }
 
 /**
- * The B words of k-step i for token row xr (null: no token) at chunk column col: (hi, lo) of the k slots (2t, 2t+1)
- * and (2t+8, 2t+9).
+ * The four x values of k-step i for token row xr (null: no token, zeros) at chunk column col, in the order of the k
+ * slots (2t, 2t+1, 2t+8, 2t+9).
  */
 template <int FMT>
-__device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_t& h0, uint32_t& h1, uint32_t& l0,
-                                        uint32_t& l1) {
-    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+__device__ __forceinline__ float4 b_fetch(const float* xr, int col, int i) {
+    float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
     if (xr) {
         if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) {
             // columns (n, n + 4) and (n + 1, n + 5) of the word's 8, n = 2 (i % 2); the two loads are shared by k-steps
             // 2j and 2j + 1, which the unrolled loop issues back to back
             const float4 x0 = __ldg(reinterpret_cast<const float4*>(xr + col + 8 * (i >> 1)));
             const float4 x1 = __ldg(reinterpret_cast<const float4*>(xr + col + 8 * (i >> 1) + 4));
-            if (i & 1) a0 = x0.z, a1 = x1.z, a2 = x0.w, a3 = x1.w;
-            else a0 = x0.x, a1 = x1.x, a2 = x0.y, a3 = x1.y;
+            if (i & 1) r = make_float4(x0.z, x1.z, x0.w, x1.w);
+            else r = make_float4(x0.x, x1.x, x0.y, x1.y);
         } else {
-            const float4 xv = __ldg(reinterpret_cast<const float4*>(xr + col + 4 * i));
-            a0 = xv.x, a1 = xv.y, a2 = xv.z, a3 = xv.w;
+            r = __ldg(reinterpret_cast<const float4*>(xr + col + 4 * i));
         }
     }
-    tc::split_bf16(a0, a1, h0, l0);
-    tc::split_bf16(a2, a3, h1, l1);
+    return r;
+}
+
+/**
+ * The B words of k-step i for token row xr (null: no token) at chunk column col: (hi, lo) of the k slots (2t, 2t+1)
+ * and (2t+8, 2t+9).
+ */
+template <int FMT>
+__device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_t& h0, uint32_t& h1, uint32_t& l0,
+                                        uint32_t& l1) {
+    const float4 v = b_fetch<FMT>(xr, col, i);
+    tc::split_bf16(v.x, v.y, h0, l0);
+    tc::split_bf16(v.z, v.w, h1, l1);
 }
 
 /**
@@ -414,7 +423,10 @@ struct SmArgs {
     int split;       // 1: one partition per block, partials to part; 0: every partition, total to y
     int ns;          // dense: S; moe: P (the partials' token rows)
     float* part;     // [nw][ns][rows] partials when split
+    int xloads;      // 1: the staging issues the x loads of SM_XL slots together (sm_xloads)
 };
+
+constexpr int SM_XL = 4;  // slots per thread whose x loads the staging issues together (SmArgs::xloads)
 
 /** B words of one (chunk group, n-tile, k-step, lane) slot: {hi k 2t..2t+1, hi k 2t+8.., lo .., lo ..}. */
 template <int FMT, int NT>
@@ -624,13 +636,43 @@ __global__ void __launch_bounds__(SM_W * 32) skinny_smem_kernel(Args a, SmArgs b
                 SmBatch<FMT, MT> bt;
                 if (mine) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
                 const int slots = sln * ntv * KS * 32;
-                for (int e = tid; e < slots; e += blockDim.x) {
-                    const int ln = e & 31, i = (e >> 5) % KS, rest = (e >> 5) / KS, nt = rest % ntv, jj = rest / ntv;
-                    const int c = (p + (m0 + jj) * b.nw) * 4 + (ln & 3);
-                    const int64_t o = xoff[nt * 8 + (ln >> 2)];
-                    uint32_t h0, h1, l0, l1;
-                    b_words<FMT>(c < nch && o >= 0 ? a.x + o : nullptr, c < nch ? c * E : -1, i, h0, h1, l0, l1);
-                    sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)] = make_uint4(h0, h1, l0, l1);
+                if (b.xloads) {
+                    // SM_XL slots per thread at a time, their x loads all issued before the first is split, so that a
+                    // thread waits for one L2 round trip per SM_XL slots instead of one per slot
+                    for (int e0 = tid; e0 < slots; e0 += SM_XL * blockDim.x) {
+                        float4 xv[SM_XL];
+                        int dst[SM_XL];
+#pragma unroll
+                        for (int k = 0; k < SM_XL; k++) {
+                            const int e = e0 + k * blockDim.x;
+                            dst[k] = -1;
+                            xv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+                            if (e < slots) {
+                                const int ln = e & 31, i = (e >> 5) % KS, rest = (e >> 5) / KS, nt = rest % ntv, jj = rest / ntv;
+                                const int c = (p + (m0 + jj) * b.nw) * 4 + (ln & 3);
+                                const int64_t o = xoff[nt * 8 + (ln >> 2)];
+                                xv[k] = b_fetch<FMT>(c < nch && o >= 0 ? a.x + o : nullptr, c < nch ? c * E : -1, i);
+                                dst[k] = sm_slot<FMT, NT>(jj, nt, i, ln);
+                            }
+                        }
+#pragma unroll
+                        for (int k = 0; k < SM_XL; k++)
+                            if (dst[k] >= 0) {
+                                uint32_t h0, h1, l0, l1;
+                                tc::split_bf16(xv[k].x, xv[k].y, h0, l0);
+                                tc::split_bf16(xv[k].z, xv[k].w, h1, l1);
+                                sk_xs[dst[k]] = make_uint4(h0, h1, l0, l1);
+                            }
+                    }
+                } else {
+                    for (int e = tid; e < slots; e += blockDim.x) {
+                        const int ln = e & 31, i = (e >> 5) % KS, rest = (e >> 5) / KS, nt = rest % ntv, jj = rest / ntv;
+                        const int c = (p + (m0 + jj) * b.nw) * 4 + (ln & 3);
+                        const int64_t o = xoff[nt * 8 + (ln >> 2)];
+                        uint32_t h0, h1, l0, l1;
+                        b_words<FMT>(c < nch && o >= 0 ? a.x + o : nullptr, c < nch ? c * E : -1, i, h0, h1, l0, l1);
+                        sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)] = make_uint4(h0, h1, l0, l1);
+                    }
                 }
                 __syncthreads();
                 if (mine) {
@@ -775,6 +817,19 @@ static int smem_min_rows() {
     return env_choice(c, "DS4J_SKINNY_SMEM", 1, 0, 64);
 }
 
+/**
+ * Whether the staging of skinny_smem_kernel issues the x loads of SM_XL slots per thread together, for a weight format:
+ * DS4J_SKINNY_XLOADS "0" never, "1" for every format, "2" (default) for all but FP4. On the H200 (`tools/device/run.sh
+ * mm-bench --rows 1,5,16`, graph µs, equal result hashes) the FP8 products gained (wo_b 22.4 / 24.6 / 31.4 -> 20.7 /
+ * 22.1 / 27.4 at 1 / 5 / 16 rows, wq_b and wo_a alike) and the FP4 experts lost 2-3 % (two x loads a slot: twice the
+ * registers). Same bits either way. Read once.
+ */
+static bool sm_xloads(int format) {
+    static std::atomic<int> c{0};
+    const int v = env_choice(c, "DS4J_SKINNY_XLOADS", 2, 0, 2);
+    return v == 1 || (v == 2 && format != DS4J_FMT_FP4_E2M1_B32);
+}
+
 /** Routed-expert launches of more rows than this keep the kernel without staging (see skinny_moe). */
 constexpr int SM_MOE_MAX_ROWS = 32;
 
@@ -813,6 +868,7 @@ static SmPlan sm_plan(int format, int64_t grp, int64_t groups, int units, int64_
     pl.b.rgpg = (int)((tpg + SM_W - 1) / SM_W);
     pl.b.sl = (int)sl;
     pl.b.ns = (int)ns;
+    pl.b.xloads = sm_xloads(format) ? 1 : 0;
     pl.smem = sl * per;
     const int64_t tiles = groups * tpg * units;
     pl.b.split = tiles < target_warps() && (int64_t)sh.nw * ns * rows * 4 <= SM_SCRATCH_CAP;
