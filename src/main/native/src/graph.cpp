@@ -159,16 +159,23 @@ static void programmatic_edges(ds4j_ctx* ctx, hipGraph_t g) {
     prog.from_port = cudaGraphKernelNodePortProgrammatic;
     prog.type = cudaGraphDependencyTypeProgrammatic;
     std::vector<cudaGraphEdgeData> progs(kf.size(), prog);
-    if (DS4J_GRAPH_REMOVE_DEPS(g, kf.data(), kt.data(), plain.data(), kf.size()) != cudaSuccess) {
+    static const bool report = getenv("DS4J_PDL_REPORT") != nullptr;  // diagnostics: what each capture got
+    cudaError_t e = DS4J_GRAPH_REMOVE_DEPS(g, kf.data(), kt.data(), plain.data(), kf.size());
+    if (e != cudaSuccess) {
         cudaGetLastError();
+        if (report) fprintf(stderr, "ds4j: programmatic edges: removing %zu edges failed: %s\n", kf.size(), cudaGetErrorString(e));
         return;
     }
-    if (DS4J_GRAPH_ADD_DEPS(g, kf.data(), kt.data(), progs.data(), kf.size()) != cudaSuccess) {
+    e = DS4J_GRAPH_ADD_DEPS(g, kf.data(), kt.data(), progs.data(), kf.size());
+    if (e != cudaSuccess) {
         cudaGetLastError();
+        if (report) fprintf(stderr, "ds4j: programmatic edges: adding %zu failed: %s\n", kf.size(), cudaGetErrorString(e));
         // put the plain edges back: the graph must keep every dependency
         DS4J_GRAPH_ADD_DEPS(g, kf.data(), kt.data(), plain.data(), kf.size());
         cudaGetLastError();
+        return;
     }
+    if (report) fprintf(stderr, "ds4j: programmatic edges: %zu of %zu edges\n", kf.size(), n);
 #else
     (void)ctx, (void)g;
 #endif
