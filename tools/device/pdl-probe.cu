@@ -4,7 +4,7 @@
 // programmatic (as graph.cpp's programmatic_edges does for a step), and the time per kernel of each is printed. The two
 // chains must end with the same x[0].
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 tools/device/pdl-probe.cu -o .device/pdl_probe   (here; CUDA 12.3 or later)
+//   nvcc -O3 -arch=sm_90 -std=c++17 tools/device/pdl-probe.cu -o .device/pdl_probe   (here; CUDA 13 or later)
 //   .device/pdl_probe                                                              (on the GPU machine, carry .device)
 #include <cstdio>
 #include <vector>
