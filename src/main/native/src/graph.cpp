@@ -82,10 +82,19 @@ static int graph_signature(hipGraph_t g, uint64_t* out) {
 #define DS4J_HAVE_PDL 0
 #endif
 
+#if DS4J_HAVE_PDL
+/** A kernel for pdl_enabled to ask the runtime with which PTX version the library's kernels were built. */
+__global__ void pdl_build_probe() {
+    DS4J_AWAIT_PREVIOUS();
+}
+#endif
+
 /**
  * Whether step graphs on ctx's device get programmatic kernel-to-kernel edges (programmatic_edges): a CUDA build
- * (12.3 or later) on compute capability 9.0+, unless DS4J_PDL is "0" (for A/B measurements). Read once per process
- * (the setting) and per device (the capability).
+ * (12.3 or later) on compute capability 9.0+ whose kernels were built for 9.0 or later (their PTX version, asked of
+ * pdl_build_probe: a build for an older target, DS4J_GPU_ARCH, compiles DS4J_AWAIT_PREVIOUS to nothing, and its
+ * kernels must not be reached by such edges), unless DS4J_PDL is "0" (for A/B measurements). Read once per process
+ * (the setting, the build) and per device (the capability).
  */
 static bool pdl_enabled(ds4j_ctx* ctx) {
 #if DS4J_HAVE_PDL
@@ -94,6 +103,15 @@ static bool pdl_enabled(ds4j_ctx* ctx) {
     if (o < 0) {
         const char* e = getenv("DS4J_PDL");
         o = (e && strcmp(e, "0") == 0) ? 1 : 0;
+        if (o == 0) {
+            cudaFuncAttributes fa{};
+            if (cudaFuncGetAttributes(&fa, pdl_build_probe) != cudaSuccess) {
+                cudaGetLastError();
+                o = 1;
+            } else if (fa.ptxVersion < 90) {
+                o = 1;
+            }
+        }
         off.store(o);
     }
     if (o == 1) return false;
@@ -124,22 +142,28 @@ static bool pdl_enabled(ds4j_ctx* ctx) {
  * (DS4J_AWAIT_PREVIOUS, common.h) until the upstream kernel has completed with its writes visible. Same results;
  * what it saves is part of the gap between two dependent kernels of a graph, ~0.2 µs each on the H200
  * (tools/device/pdl-probe.cu), over the ~2,000 kernels of a full-depth step. Edges to or from copies and memsets stay
- * full serializations. No-op where pdl_enabled is false. An error leaves or puts back the plain edges and is returned
- * to nobody (DS4J_PDL_REPORT set prints it); should putting them back fail too, the graph lacks those dependencies.
+ * full serializations. No-op where pdl_enabled is false.
+ * @return true when g keeps every dependency it was captured with (converted, or left or put back as captured where
+ *         the runtime refused the change; DS4J_PDL_REPORT=1 prints why); false when a failed change could not be
+ *         undone, so g may lack dependencies and must not run
  */
-static void programmatic_edges(ds4j_ctx* ctx, hipGraph_t g) {
+static bool programmatic_edges(ds4j_ctx* ctx, hipGraph_t g) {
 #if DS4J_HAVE_PDL
-    if (!pdl_enabled(ctx)) return;
+    if (!pdl_enabled(ctx)) return true;
+    static const bool report = [] {  // diagnostics: what each capture got
+        const char* r = getenv("DS4J_PDL_REPORT");
+        return r && strcmp(r, "1") == 0;
+    }();
     size_t n = 0;
     if (DS4J_GRAPH_EDGES(g, nullptr, nullptr, nullptr, &n) != cudaSuccess || n == 0) {
         cudaGetLastError();
-        return;
+        return true;
     }
     std::vector<cudaGraphNode_t> from(n), to(n);
     std::vector<cudaGraphEdgeData> data(n);
     if (DS4J_GRAPH_EDGES(g, from.data(), to.data(), data.data(), &n) != cudaSuccess) {
         cudaGetLastError();
-        return;
+        return true;
     }
     std::vector<cudaGraphNode_t> kf, kt;
     std::vector<cudaGraphEdgeData> plain;
@@ -148,38 +172,47 @@ static void programmatic_edges(ds4j_ctx* ctx, hipGraph_t g) {
         if (data[i].type != cudaGraphDependencyTypeDefault || data[i].from_port != 0) continue;
         if (cudaGraphNodeGetType(from[i], &tf) != cudaSuccess || cudaGraphNodeGetType(to[i], &tt) != cudaSuccess) {
             cudaGetLastError();
-            return;
+            return true;
         }
         if (tf != cudaGraphNodeTypeKernel || tt != cudaGraphNodeTypeKernel) continue;
         kf.push_back(from[i]);
         kt.push_back(to[i]);
         plain.push_back(data[i]);
     }
-    if (kf.empty()) return;
+    if (kf.empty()) return true;
     cudaGraphEdgeData prog{};
     prog.from_port = cudaGraphKernelNodePortProgrammatic;
     prog.type = cudaGraphDependencyTypeProgrammatic;
     std::vector<cudaGraphEdgeData> progs(kf.size(), prog);
-    static const bool report = getenv("DS4J_PDL_REPORT") != nullptr;  // diagnostics: what each capture got
     cudaError_t e = DS4J_GRAPH_REMOVE_DEPS(g, kf.data(), kt.data(), plain.data(), kf.size());
     if (e != cudaSuccess) {
         cudaGetLastError();
+        // the runtime does not say whether some edges went before it failed: the graph is not trusted
         if (report) fprintf(stderr, "ds4j: programmatic edges: removing %zu edges failed: %s\n", kf.size(), cudaGetErrorString(e));
-        return;
+        return false;
     }
     e = DS4J_GRAPH_ADD_DEPS(g, kf.data(), kt.data(), progs.data(), kf.size());
     if (e != cudaSuccess) {
         cudaGetLastError();
         if (report) fprintf(stderr, "ds4j: programmatic edges: adding %zu failed: %s\n", kf.size(), cudaGetErrorString(e));
         // put the plain edges back: the graph must keep every dependency
-        DS4J_GRAPH_ADD_DEPS(g, kf.data(), kt.data(), plain.data(), kf.size());
+        const cudaError_t back = DS4J_GRAPH_ADD_DEPS(g, kf.data(), kt.data(), plain.data(), kf.size());
         cudaGetLastError();
-        return;
+        return back == cudaSuccess;
     }
     if (report) fprintf(stderr, "ds4j: programmatic edges: %zu of %zu edges\n", kf.size(), n);
+    return true;
 #else
     (void)ctx, (void)g;
+    return true;
 #endif
+}
+
+/** Ends a capture whose graph g programmatic_edges could not keep whole: drops it; DS4J_ERR_CAPTURE. */
+static int32_t refuse_damaged(hipGraph_t g) {
+    hipGraphDestroy(g);
+    return fail(DS4J_ERR_CAPTURE, "programmatic edges: the captured step's graph lost dependencies it could not get "
+                                  "back (DS4J_PDL=0 turns the edges off); nothing of the captured step ran");
 }
 
 /** Re-reports the last failure under another code, with suffix appended to its message. */
@@ -261,7 +294,7 @@ int32_t ds4j_graph_end_launch(ds4j_ctx* ctx, int32_t* host_how) {
     hipGraph_t g = nullptr;
     const int32_t erc = ds4j::end_capture(ctx, &g);
     if (erc != DS4J_OK) return erc;
-    ds4j::programmatic_edges(ctx, g);
+    if (!ds4j::programmatic_edges(ctx, g)) return ds4j::refuse_damaged(g);
     hipError_t e = hipSuccess;
     uint64_t sig = 0;
     int rc = ds4j::graph_signature(g, &sig);
@@ -349,7 +382,7 @@ int32_t ds4j_graph_end_keep(ds4j_ctx* ctx, int64_t* host_exec) {
     hipGraph_t g = nullptr;
     const int32_t erc = ds4j::end_capture(ctx, &g);
     if (erc != DS4J_OK) return erc;
-    ds4j::programmatic_edges(ctx, g);
+    if (!ds4j::programmatic_edges(ctx, g)) return ds4j::refuse_damaged(g);
     hipGraphExec_t exec = nullptr;
     hipError_t e = hipGraphInstantiateWithFlags(&exec, g, 0);
     hipGraphDestroy(g);  // the executable does not need it
