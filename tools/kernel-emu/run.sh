@@ -6,7 +6,8 @@
 # F64 references (driver.cpp). It finds indexing mistakes (tiles, tails, fragments, grouping by expert); it says
 # nothing about speed or the tensor cores' own rounding, which only the GPU tests measure. Needs g++ 12 or newer
 # (C++20, _Float16) and python3; takes a few minutes on two cores (EXTRA=1: slower cases too). The skinny cases run
-# three times: as built, and with DS4J_SKINNY_WIDE_MT=1 and DS4J_SKINNY_WIDE=0 (SKINNY_ONLY=1 stops after them); each
+# five times: as built, and with DS4J_SKINNY_WIDE_MT=1, DS4J_SKINNY_WIDE=0, DS4J_SKINNY_XLOADS=1 (the grouped x loads of
+# the staging for every format) and DS4J_SKINNY_XLOADS=0 (for none) (SKINNY_ONLY=1 stops after them); each
 # case also runs the staged-activation kernel (column split and not, whole and one-group slices), which must give the
 # same bits. The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give
 # the same bits; TC_ONLY=1 "$WORK_DIR/driver" runs only the prefill GEMM cases.
@@ -23,3 +24,5 @@ g++ -std=c++20 -O1 -ffp-contract=off -pthread -I"$work" "$work/driver.cpp" -o "$
 # the skinny products' alternatives, chosen by environment variables read once per process
 SKINNY_ONLY=1 DS4J_SKINNY_WIDE_MT=1 "$work/driver"
 SKINNY_ONLY=1 DS4J_SKINNY_WIDE=0 "$work/driver"
+SKINNY_ONLY=1 DS4J_SKINNY_XLOADS=1 "$work/driver"
+SKINNY_ONLY=1 DS4J_SKINNY_XLOADS=0 "$work/driver"

@@ -819,15 +819,16 @@ static int smem_min_rows() {
 
 /**
  * Whether the staging of skinny_smem_kernel issues the x loads of SM_XL slots per thread together, for a weight format:
- * DS4J_SKINNY_XLOADS "0" never, "1" for every format, "2" (default) for all but FP4. On the H200 (`tools/device/run.sh
+ * DS4J_SKINNY_XLOADS "0" never, "1" for every format, "2" (default) for FP8 only. On the H200 (`tools/device/run.sh
  * mm-bench --rows 1,5,16`, graph µs, equal result hashes) the FP8 products gained (wo_b 22.4 / 24.6 / 31.4 -> 20.7 /
- * 22.1 / 27.4 at 1 / 5 / 16 rows, wq_b and wo_a alike) and the FP4 experts lost 2-3 % (two x loads a slot: twice the
- * registers). Same bits either way. Read once.
+ * 22.1 / 27.4 at 1 / 5 / 16 rows, wq_b and wo_a alike), the FP4 experts lost 2-4 % (two x loads a slot: twice the
+ * registers), the BF16 product lost 2-4 % at 1 and 5 rows and gained 7 % at 16; F16 was not measured. Same bits either
+ * way. Read once.
  */
 static bool sm_xloads(int format) {
     static std::atomic<int> c{0};
     const int v = env_choice(c, "DS4J_SKINNY_XLOADS", 2, 0, 2);
-    return v == 1 || (v == 2 && format != DS4J_FMT_FP4_E2M1_B32);
+    return v == 1 || (v == 2 && format == DS4J_FMT_FP8_E4M3_B128);
 }
 
 /** Routed-expert launches of more rows than this keep the kernel without staging (see skinny_moe). */

@@ -18,7 +18,8 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * skinny tensor-core products run where the device has them, the FFMA kernels otherwise (the environment variable
  * DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 for steps of 33 .. 64 rows in passes of 32,
  * DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes, DS4J_SKINNY_SMEM=0 for the kernel without staged
- * activations, =1 for the staged one at every S); the routed experts run ds4j_moe_matmul there. From DS4J_TC_MIN_ROWS
+ * activations, =1 for the staged one at every S; DS4J_SKINNY_XLOADS=0|1|2 for the staging's x loads one slot at a time,
+ * four at a time for every format, or for FP8 only); the routed experts run ds4j_moe_matmul there. From DS4J_TC_MIN_ROWS
  * rows (prefill chunks, e.g. --rows 512,2048) the prefill GEMM runs (gemm_tc.cpp; DS4J_TC_BN=64 or 128 forces its
  * token tile, DS4J_TC_XSPLIT=0 for the activations split in every block instead of once per product) and the routed experts run
  * ds4j_moe_matmul_prefill (picks grouped by expert on the device, the grouping included in the time). A benchmark,
@@ -117,14 +118,14 @@ public final class MatmulBench {
             for (int S : rowCounts) maxS = Math.max(maxS, S);
             System.out.printf("GPU %s; matrix products, %d calls per figure over > %.0f MB of weight copies;"
                     + " DS4J_TC_MIN_ROWS %d; tensor cores %s; DS4J_SKINNY_WIDE %s, DS4J_SKINNY_WIDE_MT %s,"
-                    + " DS4J_SKINNY_SMEM %s;"
+                    + " DS4J_SKINNY_SMEM %s, DS4J_SKINNY_XLOADS %s;"
                     + " prefill DS4J_TC_BN %s, DS4J_TC_XSPLIT %s%n", gpu, reps, coldMb,
                     DS4J_TC_MIN_ROWS(),
                     !gpu.tensorCores() ? "off (FFMA kernels)"
                             : "0".equals(System.getenv("DS4J_SKINNY")) ? "for prefill only (DS4J_SKINNY=0: FFMA kernels here)"
                             : "on (skinny kernels)",
                     envOr("DS4J_SKINNY_WIDE", "default (1)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"),
-                    envOr("DS4J_SKINNY_SMEM", "default (1)"),
+                    envOr("DS4J_SKINNY_SMEM", "default (1)"), envOr("DS4J_SKINNY_XLOADS", "default (2: FP8)"),
                     envOr("DS4J_TC_BN", "default (by shape)"), envOr("DS4J_TC_XSPLIT", "default (2)"));
             System.out.println();
             System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s"
