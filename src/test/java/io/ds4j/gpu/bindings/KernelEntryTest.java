@@ -22,11 +22,42 @@ class KernelEntryTest {
     static final Path SOURCES = Path.of("src/main/native/src");
 
     /**
+     * The source with its comments blanked (each replaced by a space; newlines kept), read left to right so that a
+     * comment marker inside a string or character literal, or one kind of comment inside the other, is taken as C++
+     * takes it.
+     */
+    static String withoutComments(String src) {
+        StringBuilder out = new StringBuilder(src.length());
+        int i = 0, n = src.length();
+        while (i < n) {
+            char c = src.charAt(i);
+            if (c == '/' && i + 1 < n && src.charAt(i + 1) == '/') {
+                while (i < n && src.charAt(i) != '\n') i++;
+                out.append(' ');
+            } else if (c == '/' && i + 1 < n && src.charAt(i + 1) == '*') {
+                int end = src.indexOf("*/", i + 2);
+                i = end < 0 ? n : end + 2;
+                out.append(' ');
+            } else if (c == '"' || c == '\'') {
+                int j = i + 1;
+                while (j < n && src.charAt(j) != c && src.charAt(j) != '\n') j += src.charAt(j) == '\\' ? 2 : 1;
+                j = Math.min(j + 1, n);
+                out.append(src, i, j);
+                i = j;
+            } else {
+                out.append(c);
+                i++;
+            }
+        }
+        return out.toString();
+    }
+
+    /**
      * The kernels of one source whose body does not start with the wait: the name of each {@code __global__}
      * definition (prototypes, ending in ';' before any '{', are skipped).
      */
     static List<String> kernelsWithoutWait(String src) {
-        String s = src.replaceAll("(?s)/\\*.*?\\*/", " ").replaceAll("//[^\n]*", " ");
+        String s = withoutComments(src);
         List<String> bad = new ArrayList<>();
         int at = 0;
         while ((at = s.indexOf("__global__", at)) >= 0) {
@@ -49,7 +80,8 @@ class KernelEntryTest {
                     if (c == '(' && d++ == 0) params = i;
                     else if (c == ')') d--;
                 }
-                String name = s.substring(at, params).trim().replaceAll("(?s).*?(\\w+)$", "$1");
+                String name = params < 0 ? "(a kernel without a parameter list near offset " + at + ")"
+                        : s.substring(at, params).trim().replaceAll("(?s).*?(\\w+)$", "$1");
                 if (!s.substring(open + 1).stripLeading().startsWith("DS4J_AWAIT_PREVIOUS();")) bad.add(name);
             }
             at = j;
@@ -59,7 +91,7 @@ class KernelEntryTest {
 
     /** Kernels in the source listing. */
     static int kernelCount(String src) {
-        String s = src.replaceAll("(?s)/\\*.*?\\*/", " ").replaceAll("//[^\n]*", " ");
+        String s = withoutComments(src);
         int n = 0, at = 0;
         while ((at = s.indexOf("__global__", at)) >= 0) {
             n++;
@@ -72,7 +104,7 @@ class KernelEntryTest {
     void everyKernelWaitsForThePreviousOne() throws IOException {
         List<String> bad = new ArrayList<>();
         int kernels = 0;
-        try (Stream<Path> files = Files.list(SOURCES)) {
+        try (Stream<Path> files = Files.walk(SOURCES)) {
             for (Path f : files.filter(p -> p.toString().endsWith(".cpp") || p.toString().endsWith(".h")).sorted().toList()) {
                 String src = Files.readString(f);
                 kernels += kernelCount(src);
@@ -97,5 +129,25 @@ class KernelEntryTest {
                 }
                 """;
         assertEquals(List.of("bad"), kernelsWithoutWait(src));
+    }
+
+    @Test
+    void commentsAndStringsAreReadAsTheCompilerReadsThem() {
+        String src = """
+                // a line comment holding /* does not open a block comment
+                __global__ void hidden(float* y) {
+                    y[0] = 1.f;
+                }
+                /* a block comment: __global__ void inComment(float* y) { y[0] = 2.f; } */
+                __global__ void quoted(const char* s) {
+                    DS4J_AWAIT_PREVIOUS();
+                    s = "// not a comment"; s = "/* nor this";
+                }
+                __global__ void afterTheString(float* y) {
+                    y[0] = 3.f;
+                }
+                """;
+        assertEquals(List.of("hidden", "afterTheString"), kernelsWithoutWait(src));
+        assertEquals(3, kernelCount(src));
     }
 }
