@@ -32,12 +32,21 @@ class KernelEntryTest {
         while (i < n) {
             char c = src.charAt(i);
             if (c == '/' && i + 1 < n && src.charAt(i + 1) == '/') {
-                while (i < n && src.charAt(i) != '\n') i++;
+                // a backslash at the end of the line splices the next line into the comment
+                while (i < n && src.charAt(i) != '\n') i += src.charAt(i) == '\\' && i + 1 < n && src.charAt(i + 1) == '\n' ? 2 : 1;
                 out.append(' ');
             } else if (c == '/' && i + 1 < n && src.charAt(i + 1) == '*') {
                 int end = src.indexOf("*/", i + 2);
                 i = end < 0 ? n : end + 2;
                 out.append(' ');
+            } else if (c == '"' && rawStringAt(src, i)) {
+                // R"delim( ... )delim": no escapes, may span lines and hold quotes and comment markers
+                int paren = src.indexOf('(', i + 1);
+                String close = paren < 0 ? null : ")" + src.substring(i + 1, paren) + "\"";
+                int end = close == null ? -1 : src.indexOf(close, paren + 1);
+                int j = end < 0 ? n : end + close.length();
+                out.append(src, i, j);
+                i = j;
             } else if (c == '"' || c == '\'') {
                 int j = i + 1;
                 while (j < n && src.charAt(j) != c && src.charAt(j) != '\n') j += src.charAt(j) == '\\' ? 2 : 1;
@@ -50,6 +59,15 @@ class KernelEntryTest {
             }
         }
         return out.toString();
+    }
+
+    /** Whether the quote at q opens a raw string literal: R right before it, alone or after u8, u, U or L. */
+    static boolean rawStringAt(String src, int q) {
+        if (q == 0 || src.charAt(q - 1) != 'R') return false;
+        int start = q - 1;
+        while (start > 0 && (Character.isLetterOrDigit(src.charAt(start - 1)) || src.charAt(start - 1) == '_')) start--;
+        String prefix = src.substring(start, q - 1);
+        return prefix.isEmpty() || prefix.equals("u8") || prefix.equals("u") || prefix.equals("U") || prefix.equals("L");
     }
 
     /**
@@ -148,6 +166,29 @@ class KernelEntryTest {
                 }
                 """;
         assertEquals(List.of("hidden", "afterTheString"), kernelsWithoutWait(src));
+        assertEquals(3, kernelCount(src));
+    }
+
+    @Test
+    void rawStringsQuotesInCharactersAndSplicedLineComments() {
+        String src = """
+                const char* raw = R"x(a " quote, /* no comment )" and
+                a second line // nor this)x";
+                __global__ void afterRaw(float* y) {
+                    y[0] = 1.f;
+                }
+                const char q = '"'; const char* s = "\\\\"; // a quote as a character; an escaped backslash, then the string ends
+                __global__ void afterQuote(float* y) {
+                    y[0] = 2.f;
+                }
+                // a comment continued on the next line by a backslash \\
+                __global__ void spliced(float* y) { y[0] = 3.f; }
+                const char* far = FAR"(";  // an identifier ending in R is no raw-string prefix
+                __global__ void afterFar(float* y) {
+                    y[0] = 4.f;
+                }
+                """;
+        assertEquals(List.of("afterRaw", "afterQuote", "afterFar"), kernelsWithoutWait(src));
         assertEquals(3, kernelCount(src));
     }
 }
