@@ -87,14 +87,18 @@ static int graph_signature(hipGraph_t g, uint64_t* out) {
 __global__ void pdl_build_probe() {
     DS4J_AWAIT_PREVIOUS();
 }
+
+/** Set once programmatic_edges could not put a graph's plain edges back: no more programmatic edges in this process. */
+static std::atomic<bool> pdl_broken{false};
 #endif
 
 /**
  * Whether step graphs on ctx's device get programmatic kernel-to-kernel edges (programmatic_edges): a CUDA build
- * (12.3 or later) on compute capability 9.0+ whose kernels were built for 9.0 or later (their PTX version, asked of
- * pdl_build_probe: a build for an older target, DS4J_GPU_ARCH, compiles DS4J_AWAIT_PREVIOUS to nothing, and its
- * kernels must not be reached by such edges), unless DS4J_PDL is "0" (for A/B measurements). Read once per process
- * (the setting, the build) and per device (the capability).
+ * (12.3 or later) on compute capability 9.0+ whose kernels, as loaded for that device, were built for 9.0 or later
+ * (their PTX version, asked of pdl_build_probe: a build for an older target, DS4J_GPU_ARCH, compiles
+ * DS4J_AWAIT_PREVIOUS to nothing, and its kernels must not be reached by such edges), unless DS4J_PDL is "0" (for A/B
+ * measurements) or a refused edge change could not be undone (pdl_broken). Read once per process (the setting) and
+ * per device (the capability and the build).
  */
 static bool pdl_enabled(ds4j_ctx* ctx) {
 #if DS4J_HAVE_PDL
@@ -103,33 +107,34 @@ static bool pdl_enabled(ds4j_ctx* ctx) {
     if (o < 0) {
         const char* e = getenv("DS4J_PDL");
         o = (e && strcmp(e, "0") == 0) ? 1 : 0;
-        if (o == 0) {
-            cudaFuncAttributes fa{};
-            if (cudaFuncGetAttributes(&fa, pdl_build_probe) != cudaSuccess) {
-                cudaGetLastError();
-                o = 1;
-            } else if (fa.ptxVersion < 90) {
-                o = 1;
-            }
-        }
         off.store(o);
     }
-    if (o == 1) return false;
+    if (o == 1 || pdl_broken.load()) return false;
     constexpr int MAXDEV = 64;
-    static std::atomic<int> cc[MAXDEV];  // 0 unknown, else major compute capability + 1
+    static std::atomic<int> on[MAXDEV];  // 0 unknown, 1 off, 2 on
     const int d = ctx->device;
     if (d < 0 || d >= MAXDEV) return false;
-    int v = cc[d].load();
+    int v = on[d].load();
     if (v == 0) {
         int major = 0;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
             cudaGetLastError();
             major = 0;
         }
-        v = major + 1;
-        cc[d].store(v);
+        bool ok = major >= 9;
+        if (ok) {
+            // the attributes are those of the code loaded for the current device: ask on d, then restore it
+            int cur = -1;
+            cudaFuncAttributes fa{};
+            ok = cudaGetDevice(&cur) == cudaSuccess && (cur == d || cudaSetDevice(d) == cudaSuccess) &&
+                 cudaFuncGetAttributes(&fa, pdl_build_probe) == cudaSuccess && fa.ptxVersion >= 90;
+            if (cur >= 0 && cur != d) cudaSetDevice(cur);
+            cudaGetLastError();
+        }
+        v = ok ? 2 : 1;
+        on[d].store(v);
     }
-    return v - 1 >= 9;
+    return v == 2;
 #else
     (void)ctx;
     return false;
@@ -187,8 +192,10 @@ static bool programmatic_edges(ds4j_ctx* ctx, hipGraph_t g) {
     cudaError_t e = DS4J_GRAPH_REMOVE_DEPS(g, kf.data(), kt.data(), plain.data(), kf.size());
     if (e != cudaSuccess) {
         cudaGetLastError();
-        // the runtime does not say whether some edges went before it failed: the graph is not trusted
+        // the runtime does not say whether some edges went before it failed: the graph is not trusted, and later
+        // captures keep their plain edges (else every capture might be refused, and graphs turned off altogether)
         if (report) fprintf(stderr, "ds4j: programmatic edges: removing %zu edges failed: %s\n", kf.size(), cudaGetErrorString(e));
+        pdl_broken.store(true);
         return false;
     }
     e = DS4J_GRAPH_ADD_DEPS(g, kf.data(), kt.data(), progs.data(), kf.size());
@@ -198,6 +205,7 @@ static bool programmatic_edges(ds4j_ctx* ctx, hipGraph_t g) {
         // put the plain edges back: the graph must keep every dependency
         const cudaError_t back = DS4J_GRAPH_ADD_DEPS(g, kf.data(), kt.data(), plain.data(), kf.size());
         cudaGetLastError();
+        if (back != cudaSuccess) pdl_broken.store(true);
         return back == cudaSuccess;
     }
     if (report) fprintf(stderr, "ds4j: programmatic edges: %zu of %zu edges\n", kf.size(), n);
@@ -212,7 +220,7 @@ static bool programmatic_edges(ds4j_ctx* ctx, hipGraph_t g) {
 static int32_t refuse_damaged(hipGraph_t g) {
     hipGraphDestroy(g);
     return fail(DS4J_ERR_CAPTURE, "programmatic edges: the captured step's graph lost dependencies it could not get "
-                                  "back (DS4J_PDL=0 turns the edges off); nothing of the captured step ran");
+                                  "back (programmatic edges are off from now on); nothing of the captured step ran");
 }
 
 /** Re-reports the last failure under another code, with suffix appended to its message. */
