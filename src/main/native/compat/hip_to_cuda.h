@@ -49,6 +49,8 @@ typedef cudaGraphExecUpdateResult hipGraphExecUpdateResult;
 #define hipSetDevice cudaSetDevice
 #define hipGetDevice cudaGetDevice
 #define hipGetDeviceProperties cudaGetDeviceProperties
+#define hipDeviceGetAttribute cudaDeviceGetAttribute
+#define hipDeviceAttributeComputeCapabilityMajor cudaDevAttrComputeCapabilityMajor
 #define hipFuncSetAttribute cudaFuncSetAttribute
 #define hipFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributeMaxDynamicSharedMemorySize
 #define hipMemGetInfo cudaMemGetInfo

@@ -121,6 +121,11 @@ int fail(int code, const char* fmt, ...)
 int fail_hip(hipError_t e, const char* what);
 /** Process-wide launch counts (ds4j_launch_counts): kernels, copies and fills, graph launches. */
 extern std::atomic<int64_t> launched_kernels, launched_copies, launched_graphs;
+/**
+ * The major compute capability of a device, asked of the runtime once per device (devices 0 .. 63) and kept; 0 when
+ * the runtime cannot say (not kept: asked again next time).
+ */
+int device_cc_major(int device);
 /** Makes ctx's device current for the calling thread. */
 int bind(ds4j_ctx* ctx);
 /** Ends an open capture and destroys the cached executable graphs of ctx (graph.cpp; for ds4j_ctx_destroy). */

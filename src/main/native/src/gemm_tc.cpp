@@ -38,20 +38,7 @@ bool tc_device(ds4j_ctx* ctx) {
         off.store(o);
     }
     if (o == 1) return false;
-    constexpr int MAXDEV = 64;
-    static std::atomic<int> cc[MAXDEV];  // 0 unknown, else major compute capability + 1
-    const int d = ctx->device;
-    int v = d >= 0 && d < MAXDEV ? cc[d].load() : 0;
-    if (v == 0) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-        v = major + 1;
-        if (d >= 0 && d < MAXDEV) cc[d].store(v);
-    }
-    return v - 1 >= 8;
+    return device_cc_major(ctx->device) >= 8;
 #else
     (void)ctx;
     return false;

@@ -116,12 +116,7 @@ static bool pdl_enabled(ds4j_ctx* ctx) {
     if (d < 0 || d >= MAXDEV) return false;
     int v = on[d].load();
     if (v == 0) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
-            cudaGetLastError();
-            major = 0;
-        }
-        bool ok = major >= 9;
+        bool ok = device_cc_major(d) >= 9;
         if (ok) {
             // the attributes are those of the code loaded for the current device: ask on d, then restore it
             int cur = -1;

@@ -12,6 +12,22 @@ static thread_local char g_error[1024] = "";
 
 std::atomic<int64_t> launched_kernels{0}, launched_copies{0}, launched_graphs{0};
 
+int device_cc_major(int device) {
+    constexpr int MAXDEV = 64;
+    static std::atomic<int> cc[MAXDEV];  // 0 unknown, else major compute capability + 1
+    int v = device >= 0 && device < MAXDEV ? cc[device].load() : 0;
+    if (v == 0) {
+        int major = 0;
+        if (hipDeviceGetAttribute(&major, hipDeviceAttributeComputeCapabilityMajor, device) != hipSuccess) {
+            hipGetLastError();
+            return 0;
+        }
+        v = major + 1;
+        if (device >= 0 && device < MAXDEV) cc[device].store(v);
+    }
+    return v - 1;
+}
+
 int fail(int code, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
