@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
+#include <cuda_profiler_api.h>
 
 /* types */
 typedef cudaError_t hipError_t;
@@ -87,6 +88,8 @@ typedef cudaGraphExecUpdateResult hipGraphExecUpdateResult;
 #define hipGraphKernelNodeGetParams cudaGraphKernelNodeGetParams
 #define hipGraphInstantiateWithFlags cudaGraphInstantiateWithFlags
 #define hipGraphLaunch cudaGraphLaunch
+#define hipProfilerStart cudaProfilerStart
+#define hipProfilerStop cudaProfilerStop
 #define hipGraphExecDestroy cudaGraphExecDestroy
 #define hipGraphDestroy cudaGraphDestroy
 #define hipGraphExecUpdateSuccess cudaGraphExecUpdateSuccess

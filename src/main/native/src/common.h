@@ -126,6 +126,8 @@ extern std::atomic<int64_t> launched_kernels, launched_copies, launched_graphs;
  * the runtime cannot say (not kept: asked again next time).
  */
 int device_cc_major(int device);
+/** Called by ds4j_embed at the start of each forward step: the profiler window of DS4J_PROFILE_STEP (runtime.cpp). */
+void profile_step_mark(ds4j_ctx* ctx, int rows);
 /** Makes ctx's device current for the calling thread. */
 int bind(ds4j_ctx* ctx);
 /** Ends an open capture and destroys the cached executable graphs of ctx (graph.cpp; for ds4j_ctx_destroy). */

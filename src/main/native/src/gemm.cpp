@@ -390,6 +390,7 @@ int32_t ds4j_embed(ds4j_ctx* ctx, int32_t format, const void* w, const void* sca
     if (rc) return rc;
     DS4J_ARG(tokens && X && S >= 0 && n > 0, "ds4j_embed: bad arguments");
     if (S == 0) return DS4J_OK;
+    profile_step_mark(ctx, S);
     const WView v = make_view(w, scale, scale_kind, row_base, cols);
     const int64_t total = (int64_t)S * cols;
     const unsigned blocks = (unsigned)(total / 256 + 1 < 65535 ? total / 256 + 1 : 65535);

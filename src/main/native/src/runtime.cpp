@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,6 +75,32 @@ int bind(ds4j_ctx* ctx) {
     if (e != hipSuccess) return fail_hip(e, "hipSetDevice");
     g_bound = ctx->device;
     return DS4J_OK;
+}
+
+/**
+ * DS4J_PROFILE_STEP=N (unset or not a positive number: never): the profiler collects from the N-th call of ds4j_embed
+ * in the process (counted from 1) to the next one, i.e. exactly one forward step's kernels when step graphs are off
+ * (every step begins with the embedding). For Nsight Compute started with --profile-from-start off; the stream is
+ * waited for at both ends, so the window holds that step's kernels and no others.
+ */
+void profile_step_mark(ds4j_ctx* ctx, int rows) {
+    static const long long want = [] {
+        const char* e = getenv("DS4J_PROFILE_STEP");
+        const long long v = e ? atoll(e) : 0;
+        return v > 0 ? v : 0ll;
+    }();
+    if (want == 0) return;
+    static std::atomic<long long> calls{0};
+    const long long n = calls.fetch_add(1) + 1;
+    if (n != want && n != want + 1) return;
+    hipStreamSynchronize(ctx->stream);
+    if (n == want) {
+        fprintf(stderr, "ds4j: profiling forward step %lld, %d rows (DS4J_PROFILE_STEP)\n", want, rows);
+        hipProfilerStart();
+    } else {
+        hipProfilerStop();
+        fprintf(stderr, "ds4j: forward step %lld was profiled (DS4J_PROFILE_STEP)\n", want);
+    }
 }
 
 }  // namespace ds4j
