@@ -1026,6 +1026,10 @@ int main() {
     if (getenv("TC_ONLY")) goto prefill;  // the prefill GEMM cases only (tensor-core dense and routed-expert products)
     // the row-wise kernels (misc.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
     mhc::run_all();
+    if (getenv("MHC_ONLY")) {
+        printf("%s: %d failures (row-wise kernels only)\n", fails ? "FAILED" : "OK", fails);
+        return fails ? 1 : 0;
+    }
     setenv("DS4J_SKINNY_SMEM", "1", 1);  // sk::sm_plan for every S (the driver forces its split and slices)
     // skinny products (decode, verify): every format and pass width, rows not whole tiles, column tails, FP8 row views
     // inside the block grid, groups ending inside a tile, few rows of many columns (several warps per row tile)

@@ -10,7 +10,8 @@
 # the staging for every format) and DS4J_SKINNY_XLOADS=0 (for none) (SKINNY_ONLY=1 stops after them); each
 # case also runs the staged-activation kernel (column split and not, whole and one-group slices), which must give the
 # same bits. The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give
-# the same bits; TC_ONLY=1 "$WORK_DIR/driver" runs only the prefill GEMM cases.
+# the same bits; TC_ONLY=1 "$WORK_DIR/driver" runs only the prefill GEMM cases, MHC_ONLY=1 only the row-wise kernels of
+# misc.cpp (split mHC, RMSNorm, router) against their one-block kernels.
 #   tools/kernel-emu/run.sh [WORK_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
