@@ -831,6 +831,17 @@ static bool sm_xloads(int format) {
     return v == 1 || (v == 2 && format == DS4J_FMT_FP8_E4M3_B128);
 }
 
+/**
+ * DS4J_SKINNY_SPLIT (read once): 2 (default) lets sm_plan choose the column split from the shape as described there; 0
+ * never splits (every block walks all partitions, also where the row tiles alone give few warps, which the default
+ * leaves to the kernel without staging); 1 splits wherever the partials fit SM_SCRATCH_CAP. For measurements: the
+ * partitions and their order are shape_for's either way, so no value changes.
+ */
+static int split_choice() {
+    static std::atomic<int> c{0};
+    return env_choice(c, "DS4J_SKINNY_SPLIT", 2, 0, 2);
+}
+
 /** Routed-expert launches of more rows than this keep the kernel without staging (see skinny_moe). */
 constexpr int SM_MOE_MAX_ROWS = 32;
 
@@ -849,8 +860,9 @@ struct SmPlan {
  * The x-sharing launch for S token rows (ns rows of partials: S, or the picks of a moe launch) against groups of grp
  * rows (rows in all per group set, or per expert; units as in shape_for). The partitions are shape_for's nw, so the
  * bits are skinny_kernel's; the column split across blocks (split) is taken where the row tiles alone give fewer warps
- * than target_warps and the partials fit SM_SCRATCH_CAP. Off (the kernel above runs) below smem_min_rows, and where
- * neither split nor enough row tiles would keep the weights streaming.
+ * than target_warps and the partials fit SM_SCRATCH_CAP (split_choice forces it on or off). Off (the kernel above
+ * runs) below smem_min_rows, and, unless the split is forced, where neither split nor enough row tiles would keep the
+ * weights streaming.
  */
 static SmPlan sm_plan(int format, int64_t grp, int64_t groups, int units, int64_t rb, int S, int64_t ns, int64_t rows) {
     SmPlan pl{};
@@ -872,8 +884,10 @@ static SmPlan sm_plan(int format, int64_t grp, int64_t groups, int units, int64_
     pl.b.xloads = sm_xloads(format) ? 1 : 0;
     pl.smem = sl * per;
     const int64_t tiles = groups * tpg * units;
-    pl.b.split = tiles < target_warps() && (int64_t)sh.nw * ns * rows * 4 <= SM_SCRATCH_CAP;
-    if (!pl.b.split && tiles * 2 < target_warps()) return pl;
+    const bool fits = (int64_t)sh.nw * ns * rows * 4 <= SM_SCRATCH_CAP;
+    const int forced = split_choice();
+    pl.b.split = forced == 2 ? tiles < target_warps() && fits : forced == 1 && fits;
+    if (!pl.b.split && tiles * 2 < target_warps() && forced == 2) return pl;
     if (tpg > 0x7fffffff / SM_W || groups * pl.b.rgpg > 0x7fffffff) return pl;
     pl.on = true;
     return pl;
