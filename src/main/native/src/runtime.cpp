@@ -79,8 +79,8 @@ int bind(ds4j_ctx* ctx) {
 
 /**
  * DS4J_PROFILE_STEP=N (unset or not a positive number: never): the profiler collects from the N-th call of ds4j_embed
- * in the process (counted from 1) to the next one, i.e. exactly one forward step's kernels when step graphs are off
- * (every step begins with the embedding). For Nsight Compute started with --profile-from-start off; the stream is
+ * in the process (counted from 1; calls made while a step graph is captured are not counted) to the next one, i.e.
+ * exactly one forward step's kernels when step graphs are off (every step begins with the embedding). For Nsight Compute started with --profile-from-start off; the stream is
  * waited for at both ends, so the window holds that step's kernels and no others.
  */
 void profile_step_mark(ds4j_ctx* ctx, int rows) {
@@ -89,7 +89,7 @@ void profile_step_mark(ds4j_ctx* ctx, int rows) {
         const long long v = e ? atoll(e) : 0;
         return v > 0 ? v : 0ll;
     }();
-    if (want == 0) return;
+    if (want == 0 || ctx->capturing) return;  // waiting on a capturing stream would break the capture
     static std::atomic<long long> calls{0};
     const long long n = calls.fetch_add(1) + 1;
     if (n != want && n != want + 1) return;
