@@ -79,9 +79,10 @@ int bind(ds4j_ctx* ctx) {
 
 /**
  * DS4J_PROFILE_STEP=N (unset or not a positive number: never): the profiler collects from the N-th call of ds4j_embed
- * in the process (counted from 1; calls made while a step graph is captured are not counted) to the next one, i.e.
- * exactly one forward step's kernels when step graphs are off (every step begins with the embedding). For Nsight Compute started with --profile-from-start off; the stream is
- * waited for at both ends, so the window holds that step's kernels and no others.
+ * in the process (counted from 1, all contexts together; calls made while a step graph is captured are not counted)
+ * to the next one, i.e. exactly one forward step's kernels when step graphs are off (every step begins with the
+ * embedding). For Nsight Compute started with --profile-from-start off; ctx's stream is waited for at both ends, so
+ * the window holds that step's kernels and no others.
  */
 void profile_step_mark(ds4j_ctx* ctx, int rows) {
     static const long long want = [] {
@@ -89,17 +90,29 @@ void profile_step_mark(ds4j_ctx* ctx, int rows) {
         const long long v = e ? atoll(e) : 0;
         return v > 0 ? v : 0ll;
     }();
-    if (want == 0 || ctx->capturing) return;  // waiting on a capturing stream would break the capture
+    if (want == 0) return;
+    // A captured step runs only when its graph is launched, and waiting for a stream that is being captured is
+    // refused by the runtime and invalidates the capture: such calls neither count nor wait.
+    if (ctx->capturing) return;
     static std::atomic<long long> calls{0};
     const long long n = calls.fetch_add(1) + 1;
     if (n != want && n != want + 1) return;
-    hipStreamSynchronize(ctx->stream);
+    // a failed wait (an earlier kernel's fault) stays pending for the embedding's launch check to report
+    if (hipStreamSynchronize(ctx->stream) != hipSuccess) return;
+    hipError_t e;
     if (n == want) {
         fprintf(stderr, "ds4j: profiling forward step %lld, %d rows (DS4J_PROFILE_STEP)\n", want, rows);
-        hipProfilerStart();
+        e = hipProfilerStart();
     } else {
-        hipProfilerStop();
+        e = hipProfilerStop();
         fprintf(stderr, "ds4j: forward step %lld was profiled (DS4J_PROFILE_STEP)\n", want);
+    }
+    if (e != hipSuccess) {
+        // the window is a diagnostic: a runtime without profiler control (HIP may answer hipErrorNotSupported) must
+        // not fail the step, which the launch check after the embedding would otherwise do with this pending error
+        (void)hipGetLastError();
+        fprintf(stderr, "ds4j: the profiler %s failed: %s (DS4J_PROFILE_STEP)\n", n == want ? "start" : "stop",
+                hipGetErrorString(e));
     }
 }
 
