@@ -159,12 +159,15 @@ public final class ExpertOwners {
         return lo == hi ? Integer.toString(lo) : lo + ".." + hi;
     }
 
-    /** The device's range as "a..b" (inclusive) when every layer has the same one, else "per layer"; "none" when empty. */
+    /**
+     * The device's range for messages, to follow "experts ": "a..b of each layer" (inclusive) when every layer has the
+     * same one, "in ranges that differ by layer" when not, "none" when it is empty in every layer.
+     */
     String rangeText(int device) {
         if (bounds.length == 0) return "none";
         int a = bounds[0][device], b = bounds[0][device + 1];
-        for (int[] x : bounds) if (x[device] != a || x[device + 1] != b) return "per layer";
-        return a == b ? "none" : a + ".." + (b - 1);
+        for (int[] x : bounds) if (x[device] != a || x[device + 1] != b) return "in ranges that differ by layer";
+        return a == b ? "none" : a + ".." + (b - 1) + " of each layer";
     }
 
     @Override

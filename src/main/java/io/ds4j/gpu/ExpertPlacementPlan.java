@@ -303,7 +303,7 @@ public record ExpertPlacementPlan(ExpertPlacement placement, ExpertOwners owners
         }
         Budget budget = budgets.get(first);
         return new DeviceMemoryException("gpu.expertPlacement monolithic over " + D + " devices: device " + first + " (routed experts "
-                + owners.rangeText(first) + " of each layer) needs " + Gpu.mib(need[first]) + " of device memory ("
+                + owners.rangeText(first) + ") needs " + Gpu.mib(need[first]) + " of device memory ("
                 + categories(fp, share[first]) + ") but " + budget.describe() + " is "
                 + Gpu.mib(need[first] - budget.bytes()) + " short" + others + ". To fit: set gpu.expertPlacement: hybrid (or auto)"
                 + " to keep the routed experts beyond each device's budget in host memory, use more devices (gpu.devices) so that"
@@ -384,7 +384,7 @@ public record ExpertPlacementPlan(ExpertPlacement placement, ExpertOwners owners
         StringBuilder b = new StringBuilder("expert placement ").append(placement.key()).append(" over ").append(devices.size())
                 .append(devices.size() == 1 ? " device" : " devices");
         for (DeviceBytes d : devices)
-            b.append("; device ").append(d.device()).append(": experts ").append(owners.rangeText(d.device())).append(" of each layer, ")
+            b.append("; device ").append(d.device()).append(": experts ").append(owners.rangeText(d.device())).append(", ")
                     .append(owners.residentRange(d.device())).append(" resident per layer, ").append(Gpu.mib(d.total()))
                     .append(" (replicated ").append(Gpu.mib(d.fixed())).append(", expert tables ").append(Gpu.mib(d.tables()))
                     .append(", routed experts ").append(Gpu.mib(d.experts())).append(") of a budget of ").append(Gpu.mib(d.budget().bytes()));
