@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-long.
+# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-long, step-profile, split-ab.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -39,6 +39,20 @@ for p in ${phases//,/ }; do
     batch-test) TAILN=30 run batch-test 300 tools/device/run.sh test --select-class io.ds4j.gpu.HipBatchInvarianceTest ;;
     batch-bench) TAILN=30 run batch-bench 560 tools/device/run.sh ds4j bench-server --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --clients 1,4,16,64 --requests 16 --max-tokens 64 --skip-engine-alone ;;
     batch-long) TAILN=30 run batch-long 560 tools/device/run.sh ds4j bench-server --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --clients 16 --requests 16 --max-tokens 256 --long-prompt 32768 --skip-engine-alone ;;
+    # one full-depth decode step kernel by kernel (DS4J_PROFILE_STEP: the 8th forward step of this bench is a decode
+    # step), summed by kernel; the raw CSV stays in $OUT/step-profile.csv
+    step-profile) TAILN=45 run step-profile 300 bash -c 'JAVA_TOOL_OPTIONS=-Dds4j.gpu.graphs=off DS4J_PROFILE_STEP=8 \
+        /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --page raw tools/device/run.sh bench --layers 43 \
+        --prompt-tokens 512 --contexts 4096 --max-prefill 0 --decode-tokens 2 --graph-rounds 0 --verify-rows 5 --batches 1 \
+        > "$0/step-profile.csv" && tools/device/ncu-summary.py "$0/step-profile.csv"' "$out" ;;
+    # the skinny products' column split (DS4J_SKINNY_SPLIT) from the shape, never and always: whole-model decode and
+    # verify at full depth, then the one-layer products with their result hashes (equal hashes: same bits)
+    split-ab) TAILN=60 run split-ab 420 bash -c 'for v in 2 0 1 2 0; do echo "DS4J_SKINNY_SPLIT=$v"; DS4J_SKINNY_SPLIT=$v \
+        tools/device/run.sh bench --layers 43 --prompt-tokens 512 --contexts 4096 --max-prefill 0 --decode-tokens 32 \
+        --graph-rounds 2 --verify-rows 5 --batches 1 2>&1 | grep -E " on: .*median|verify step of"; done;
+        for v in 2 0 1; do echo "DS4J_SKINNY_SPLIT=$v"; DS4J_SKINNY_SPLIT=$v tools/device/run.sh mm-bench --rows 1,5,16 \
+        --reps 100 2>&1 | grep -E "^\| [a-z]"; done' ;;
     *) echo "unknown phase $p" >&2; exit 2 ;;
   esac
 done
