@@ -5,7 +5,6 @@ import org.junit.jupiter.api.Test;
 
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -20,14 +19,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * that one device gives exactly the plans and messages of the one-device planner.
  */
 class ExpertPlacementPlanDevicesTest {
-    /** Fixed weights 1500 bytes in five categories, tables 64 bytes per layer, host bytes 90 per expert. */
+    /** Fixed weights as ExpertPlacementPlanTest.fixedCategories, tables 64 bytes per layer, host bytes 90 + layer + expert. */
     static Footprint fp(long[][] experts) {
-        Map<String, Long> fixed = new LinkedHashMap<>();
-        fixed.put(DeviceMemoryReport.EMBED, 1000L);
-        fixed.put(DeviceMemoryReport.ATTENTION, 300L);
-        fixed.put(DeviceMemoryReport.COMPRESSORS, 100L);
-        fixed.put(DeviceMemoryReport.SHARED, 60L);
-        fixed.put(DeviceMemoryReport.OTHER, 40L);
+        Map<String, Long> fixed = ExpertPlacementPlanTest.fixedCategories();
         long[][] host = new long[experts.length][];
         for (int l = 0; l < experts.length; l++) {
             host[l] = new long[experts[l].length];

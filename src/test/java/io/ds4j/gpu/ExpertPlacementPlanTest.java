@@ -26,13 +26,19 @@ class ExpertPlacementPlanTest {
         return fp(new long[][]{{100, 100, 100, 100}, {100, 100, 100, 100}, {100, 100, 100, 100}});
     }
 
-    static ExpertPlacementPlan.Footprint fp(long[][] experts) {
+    /** Fixed weights of the test footprints: 1500 bytes in five categories. */
+    static Map<String, Long> fixedCategories() {
         Map<String, Long> fixed = new LinkedHashMap<>();
         fixed.put(DeviceMemoryReport.EMBED, 1000L);
         fixed.put(DeviceMemoryReport.ATTENTION, 300L);
         fixed.put(DeviceMemoryReport.COMPRESSORS, 100L);
         fixed.put(DeviceMemoryReport.SHARED, 60L);
         fixed.put(DeviceMemoryReport.OTHER, 40L);
+        return fixed;
+    }
+
+    static ExpertPlacementPlan.Footprint fp(long[][] experts) {
+        Map<String, Long> fixed = fixedCategories();
         long[][] host = new long[experts.length][];
         for (int l = 0; l < experts.length; l++) {
             host[l] = new long[experts[l].length];
