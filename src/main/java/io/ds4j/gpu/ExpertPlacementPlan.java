@@ -117,10 +117,7 @@ public record ExpertPlacementPlan(ExpertPlacement placement, ExpertOwners owners
 
         /** Device bytes of the resident experts (without tables). */
         public long residentBytes(int[] resident) {
-            long b = 0;
-            for (int l = 0; l < expertBytes.length; l++)
-                for (int e = 0; e < resident[l]; e++) b += expertBytes[l][e];
-            return b;
+            return sum(expertBytes, resident);
         }
 
         /** Stored bytes of the experts that are not resident. */
@@ -140,7 +137,7 @@ public record ExpertPlacementPlan(ExpertPlacement placement, ExpertOwners owners
 
         /** Device bytes of the whole model (monolithic). */
         public long total() {
-            return fixedTotal() + tablesTotal() + residentBytes(allResident());
+            return fixedTotal() + tablesTotal() + sum(expertBytes, null);
         }
     }
 
