@@ -7,12 +7,14 @@ then the twelve longest single kernels with their grids. Kernel times from Nsigh
 time (no overlap, no launch gaps). Usage: tools/device/ncu-summary.py FILE.csv [TOP]
 
 The file may hold the program's own output before the table (ncu writes the table at the end); the table starts at
-its header row ("ID", ..., "Kernel Name", ...). Values are scaled by the units row (nsecond/usecond/msecond/second or ns/us/ms/s,
-byte/Kbyte/Mbyte/Gbyte and their binary forms), so both --print-units base and auto work; thousands separators are
-dropped. A value that is missing or not a number ("n/a") counts as 0 and the summary says how many there were.
+its header row ("ID", ..., "Kernel Name", ...). Values are scaled by the units row (nsecond/usecond/msecond/second
+or ns/us/ms/s, byte/Kbyte/Mbyte/Gbyte and their binary forms), so both --print-units base and auto work; thousands
+separators are dropped. A value that is missing or not a finite number ("n/a", "nan") counts as 0 and the summary says
+how many there were.
 """
 import collections
 import csv
+import math
 import sys
 
 TIME_NS = {'nsecond': 1, 'usecond': 1e3, 'msecond': 1e6, 'second': 1e9, 'ns': 1, 'us': 1e3, 'ms': 1e6, 's': 1e9}
@@ -23,9 +25,10 @@ BYTES = {'byte': 1, 'Kbyte': 1e3, 'Mbyte': 1e6, 'Gbyte': 1e9, 'Tbyte': 1e12,
 def num(x):
     """The value of a cell, or None where it is empty or not a number."""
     try:
-        return float(x.replace(',', ''))
+        v = float(x.replace(',', ''))
     except ValueError:
         return None
+    return v if math.isfinite(v) else None
 
 
 def base_name(k):
