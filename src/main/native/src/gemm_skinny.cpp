@@ -524,21 +524,22 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
 }
 
 /**
+ * Blocks per multiprocessor skinny_smem_kernel is built for (__launch_bounds__): 3 for the FP4 routed experts in
+ * 8-token passes (decode, verify), which caps them at 80 registers (from 97; 44 bytes spilled): their launches are
+ * many short blocks (picks x row groups x column partitions: at one row 768 for w1 / w3 and 1,536 for w2, 2.9 and 5.8
+ * waves at two blocks per multiprocessor), whose fixed latencies a third block per multiprocessor overlaps. On the
+ * H200 (`tools/device/run.sh mm-bench --only routed`, graph figures, equal result hashes; BENCHMARKS.md, eighth
+ * session) w1 / w3 went from 16.4 to 20.7 % of HBM at 1 row and from 16.8 to 21.7 % at 5, w2 from 12.8 to 18.0 % and
+ * 12.6 to 18.7 %; 4 blocks (64 registers) was slower than 3 at both row counts; the FP8 products were slower with 3.
+ * Same bits at any value.
+ */
+constexpr int sm_min_blocks(int fmt, int nt, bool moe) { return moe && nt == 1 && fmt == DS4J_FMT_FP4_E2M1_B32 ? 3 : 1; }
+
+/**
  * Block: SM_W row tiles of 16 MT rows (dense: of one group; moe: of one expert), one per warp, for all tokens (picks)
  * in passes of 8 NT; partition blockIdx.y (dense) / blockIdx.z (moe) when b.split, else every partition in order.
  * Grid: dense (groups rgpg, split ? nw : 1); moe (P, rgpg, split ? nw : 1).
  */
-/**
- * Blocks per multiprocessor skinny_smem_kernel is built for (__launch_bounds__): 3 for the FP4 routed experts in
- * 8-token passes (decode, verify), which caps them at 80 registers (from 97, a few bytes spilled): their launches are
- * many short blocks (6 picks x row groups x column partitions, 2.9 to 5.8 waves at two blocks per multiprocessor),
- * whose fixed latencies a third block per multiprocessor overlaps. On the H200 (`tools/device/run.sh mm-bench --only
- * routed`, graph figures, equal result hashes) w1 / w3 went from 16.4 to 20.7 % of HBM at 1 row and from 16.8 to 21.7
- * % at 5, w2 from 12.8 to 18.0 % and 12.6 to 18.7 %; 4 blocks (64 registers) was slower than 3 in both; the FP8
- * products lost with 3. Same bits at any value.
- */
-constexpr int sm_min_blocks(int fmt, int nt, bool moe) { return moe && nt == 1 && fmt == DS4J_FMT_FP4_E2M1_B32 ? 3 : 1; }
-
 template <int FMT, int MT, int NT, bool MOE>
 __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny_smem_kernel(Args a, SmArgs b) {
     DS4J_AWAIT_PREVIOUS();
