@@ -531,9 +531,10 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
  * H200 (`tools/device/run.sh mm-bench --only routed`, graph figures, equal result hashes; BENCHMARKS.md, eighth
  * session) w1 / w3 went from 16.4 to 20.7 % of HBM at 1 row and from 16.8 to 21.7 % at 5, w2 from 12.8 to 18.0 % and
  * 12.6 to 18.7 %; 4 blocks (64 registers) was slower than 3 at both row counts; the FP8 products were slower with 3.
- * Same bits at any value.
+ * Same bits at any value. Every other instance gets 0, which leaves the register choice to the compiler as without a
+ * second __launch_bounds__ argument (1 would not: it changes the registers of most other instances).
  */
-constexpr int sm_min_blocks(int fmt, int nt, bool moe) { return moe && nt == 1 && fmt == DS4J_FMT_FP4_E2M1_B32 ? 3 : 1; }
+constexpr int sm_min_blocks(int fmt, int nt, bool moe) { return moe && nt == 1 && fmt == DS4J_FMT_FP4_E2M1_B32 ? 3 : 0; }
 
 /**
  * Block: SM_W row tiles of 16 MT rows (dense: of one group; moe: of one expert), one per warp, for all tokens (picks)
