@@ -363,6 +363,16 @@ int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_table, voi
                         const int32_t* ids, int32_t k, int32_t S, const float* x, int64_t ldx, int32_t x_per_pick,
                         float* y, int64_t ldy) {
     DS4J_CHECK_CTX(ctx);
+    return moe_matmul_impl(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, 0, ids, k, S, x,
+                           ldx, x_per_pick, y, ldy);
+}
+
+}  // extern "C"
+
+int32_t ds4j::moe_matmul_impl(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
+                        const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E,
+                        const int32_t* ids, int32_t k, int32_t S, const float* x, int64_t ldx, int32_t x_per_pick,
+                        float* y, int64_t ldy) {
     int rc = check_view("ds4j_moe_matmul", format, w_table, format >= DS4J_FMT_FP8_E4M3_B128 ? scale_table : w_table,
                         scale_kind, rows, cols);
     if (rc) return rc;
@@ -371,8 +381,8 @@ int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_table, voi
     DS4J_ARG(blocks_for(rows, MM_WARPS) <= 65535, "ds4j_moe_matmul: %d rows exceed one launch", rows);
     // each expert's weights read once for all its picks, on tensor cores (gemm_skinny.cpp), where allowed
     int src = DS4J_OK;
-    if (skinny_moe(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, ids, k, S, x, ldx, x_per_pick,
-                   y, ldy, &src))
+    if (skinny_moe(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x, ldx,
+                   x_per_pick, y, ldy, &src))
         return src;
     dim3 grid((unsigned)(S * k), blocks_for(rows, MM_WARPS));
     DS4J_DISPATCH_FMT(format, (moe_matmul_kernel<F><<<grid, MM_WARPS * WARP, 0, ctx->stream>>>(
@@ -381,6 +391,8 @@ int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_table, voi
     DS4J_LAUNCHED("moe_matmul");
     return DS4J_OK;
 }
+
+extern "C" {
 
 int32_t ds4j_embed(ds4j_ctx* ctx, int32_t format, const void* w, const void* scale, int32_t scale_kind,
                    int32_t row_base, int32_t rows, int32_t cols, const int32_t* tokens, int32_t S, int32_t n,

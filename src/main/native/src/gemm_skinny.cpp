@@ -23,9 +23,11 @@
 // shape only, never on S, on the token's place in its tile or on the other tokens or picks of the step (shape_for).
 // S picks the pass width and, for 64-token passes, the m-tiles per warp: which rows a warp holds, not how they sum.
 //
-// Routed experts: one block per (expert, row tile): the block of an expert's first pick collects all its picks in
-// ascending order and runs them as the B tokens, so each expert's weights are read once per step, not once per pick;
-// the blocks of the other picks leave at once.
+// Routed experts: one block per (expert, row tile), which collects all the expert's picks in ascending order and runs
+// them as the B tokens, so each expert's weights are read once per step, not once per pick. Where the caller gives the
+// number of experts E, the grid has min(picks, E) blocks per row tile and block x takes the x-th smallest expert id
+// picked; otherwise (E unknown) one block per pick, where the block of an expert's first pick works and the others
+// leave at once (moe_block_expert).
 //
 // Staged activations (skinny_smem_kernel, steps of at least DS4J_SKINNY_SMEM rows): the same products with x split
 // once per block into shared memory and shared by 128 weight rows, a column partition per block where the row tiles
@@ -92,7 +94,66 @@ struct Args {
     const int32_t* row_base_table;
     const int32_t* ids;
     int P, k, x_per_pick;
+    int E;            // moe: experts (ids lie in [0, E)) for a grid over distinct experts; 0: a grid over picks
 };
+
+constexpr int MOE_MAX_E = 1024;  // most experts a grid over distinct experts handles (Args::E); more take one over picks
+
+/**
+ * The routed expert block x of a moe launch works on, with its picks (ascending pick index) in picks[0 .. *n), or -1
+ * when the block has none: with a.E > 0, the x-th smallest expert id among ids[0 .. P) (a grid of min(P, E) blocks);
+ * with a.E == 0, ids[x] when pick x is that expert's first pick (a grid of P blocks). Each picked expert goes to
+ * exactly one block either way, and which block it is changes no bits. Every thread of the block gets the same answer;
+ * every thread must call it (it synchronises the block). sh: block_excl_scan's 32 ints.
+ */
+__device__ __forceinline__ int moe_block_expert(const Args& a, int x, int32_t* picks, int* sh, int* n) {
+    __shared__ unsigned present[MOE_MAX_E / 32];
+    __shared__ int chosen;
+    const int tid = threadIdx.x;
+    int e;
+    if (a.E > 0) {
+        const int words = (a.E + 31) >> 5;
+        if (tid == 0) chosen = -1;
+        for (int i = tid; i < words; i += blockDim.x) present[i] = 0u;
+        __syncthreads();
+        for (int q = tid; q < a.P; q += blockDim.x) {
+            const int id = a.ids[q];
+            atomicOr(&present[id >> 5], 1u << (id & 31));
+        }
+        __syncthreads();
+        const unsigned w = tid < words ? present[tid] : 0u;
+        const int c = __popc(w);
+        int total;
+        const int before = block_excl_scan(c, sh, &total);  // experts picked in the words below this thread's
+        if (x >= before && x < before + c) {
+            unsigned m = w;
+            for (int r = before; r < x; r++) m &= m - 1;  // drop the lowest bits until the x-th is lowest
+            chosen = tid * 32 + __ffs((int)m) - 1;
+        }
+        __syncthreads();
+        e = chosen;
+    } else {
+        if (tid == 0) chosen = 0;
+        e = a.ids[x];
+        __syncthreads();
+        for (int q = tid; q < x; q += blockDim.x)
+            if (a.ids[q] == e) chosen = 1;
+        __syncthreads();
+        if (chosen) e = -1;
+    }
+    if (e < 0 || !a.w_table[e]) return -1;  // no expert, or one in host memory: the caller fills its pick rows itself
+    int cnt = 0;  // the same in every thread; with a.E == 0 no pick below x has the expert
+    for (int q0 = a.E > 0 ? 0 : x; q0 < a.P; q0 += blockDim.x) {
+        const int q = q0 + tid;
+        const int f = q < a.P && a.ids[q] == e;
+        int tot;
+        const int at = block_excl_scan(f, sh, &tot);
+        if (f) picks[cnt + at] = q;
+        cnt += tot;
+    }
+    *n = cnt;
+    return e;
+}
 
 __device__ __forceinline__ uint32_t word(const uint4& q, int i) {
     return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
@@ -307,32 +368,14 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) skinny_kernel(Args a) {
     __shared__ int64_t xoff[TOK], yoff[TOK];
     __shared__ int32_t picks[MOE ? MAX_PICKS : 1];
     __shared__ int sh[32];
-    __shared__ int dup;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nw = blockDim.x >> 5, g = lane >> 2, t = lane & 3;
     WView v = a.v;
     int row0, row_end, n;
     int64_t xg = 0;
     if constexpr (MOE) {
-        const int p = blockIdx.x, e = a.ids[p];
+        const int e = moe_block_expert(a, blockIdx.x, picks, sh, &n);
+        if (e < 0) return;
         v.w = (const uint8_t*)a.w_table[e];
-        if (!v.w) return;  // expert e is in host memory (hybrid placement): the caller fills its pick rows itself
-        // the block of the expert's first pick does the work, the others leave
-        if (tid == 0) dup = 0;
-        __syncthreads();
-        for (int q = tid; q < p; q += blockDim.x)
-            if (a.ids[q] == e) dup = 1;
-        __syncthreads();
-        if (dup) return;
-        int cnt = 0;  // the same in every thread
-        for (int q0 = p; q0 < a.P; q0 += blockDim.x) {
-            const int q = q0 + tid;
-            const int f = q < a.P && a.ids[q] == e;
-            int tot;
-            const int at = block_excl_scan(f, sh, &tot);
-            if (f) picks[cnt + at] = q;
-            cnt += tot;
-        }
-        n = cnt;
         v.scale = a.scale_table ? (const uint8_t*)a.scale_table[e] : nullptr;
         v.row_base = a.row_base_table ? a.row_base_table[e] : 0;
         row0 = blockIdx.y * RT;
@@ -424,6 +467,7 @@ struct SmArgs {
     int ns;          // dense: S; moe: P (the partials' token rows)
     float* part;     // [nw][ns][rows] partials when split
     int xloads;      // 1: the staging issues the x loads of SM_XL slots together (sm_xloads)
+    int rg;          // moe: row groups per block, taken in turn (grid y: rgpg / rg rounded up); dense: 1
 };
 
 constexpr int SM_XL = 4;  // slots per thread whose x loads the staging issues together (SmArgs::xloads)
@@ -537,9 +581,10 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
 constexpr int sm_min_blocks(int fmt, int nt, bool moe) { return moe && nt == 1 && fmt == DS4J_FMT_FP4_E2M1_B32 ? 3 : 0; }
 
 /**
- * Block: SM_W row tiles of 16 MT rows (dense: of one group; moe: of one expert), one per warp, for all tokens (picks)
- * in passes of 8 NT; partition blockIdx.y (dense) / blockIdx.z (moe) when b.split, else every partition in order.
- * Grid: dense (groups rgpg, split ? nw : 1); moe (P, rgpg, split ? nw : 1).
+ * Block: SM_W row tiles of 16 MT rows (dense: of one group; moe: of one expert, b.rg such row groups in turn), one
+ * per warp, for all tokens (picks) in passes of 8 NT; partition blockIdx.y (dense) / blockIdx.z (moe) when b.split,
+ * else every partition in order. Grid: dense (groups rgpg, split ? nw : 1); moe (picks, or distinct experts when a.E
+ * is set (moe_block_expert), rgpg / rg rounded up, split ? nw : 1).
  */
 template <int FMT, int MT, int NT, bool MOE>
 __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny_smem_kernel(Args a, SmArgs b) {
@@ -553,36 +598,17 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
     __shared__ int32_t tokid[TOK];
     __shared__ int32_t picks[MOE ? MAX_PICKS : 1];
     __shared__ int sh[32];
-    __shared__ int dup;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     WView v = a.v;
     int row0, row_end, n, pb;
     int64_t xg = 0;
     if constexpr (MOE) {
-        const int p = blockIdx.x, e = a.ids[p];
+        // a host expert's pick rows: the caller fills them (skinny_combine skips them too)
+        const int e = moe_block_expert(a, blockIdx.x, picks, sh, &n);
+        if (e < 0) return;
         v.w = (const uint8_t*)a.w_table[e];
-        if (!v.w) return;  // host expert: the caller fills its pick rows (skinny_combine skips them too)
-        if (tid == 0) dup = 0;
-        __syncthreads();
-        for (int q = tid; q < p; q += blockDim.x)
-            if (a.ids[q] == e) dup = 1;
-        __syncthreads();
-        if (dup) return;
-        int cnt = 0;
-        for (int q0 = p; q0 < a.P; q0 += blockDim.x) {
-            const int q = q0 + tid;
-            const int f = q < a.P && a.ids[q] == e;
-            int tot;
-            const int at = block_excl_scan(f, sh, &tot);
-            if (f) picks[cnt + at] = q;
-            cnt += tot;
-        }
-        n = cnt;
         v.scale = a.scale_table ? (const uint8_t*)a.scale_table[e] : nullptr;
         v.row_base = a.row_base_table ? a.row_base_table[e] : 0;
-        const int ti = blockIdx.y * SM_W + warp;
-        row0 = ti * RT;
-        row_end = ti < b.tpg ? min(a.rows, row0 + RT) : row0;
         pb = b.split ? (int)blockIdx.z : 0;
     } else {
         const int gi = blockIdx.x / b.rgpg, ti = (blockIdx.x % b.rgpg) * SM_W + warp;
@@ -593,10 +619,20 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
         pb = b.split ? (int)blockIdx.y : 0;
     }
     const int pe = b.split ? pb + 1 : b.nw;
-    const bool mine = row0 < row_end;  // the warp holds rows
     const int64_t rb = row_bytes_of(FMT, v.cols);
     const bool wal = ((uintptr_t)v.w & 15u) == 0;
     const int nch = (int)(rb >> 4), ngr = (nch + 3) >> 2;
+    // moe: the block's row groups in turn (b.rg of them), the staged x kept from one to the next where it is the same
+    // slice (one pass, one partition and one slice per block: decode and verify steps); dense: one row group
+    int staged_s0 = -1, staged_p = -1, staged_m0 = -1;
+    const int rg_end = MOE ? min((int)(blockIdx.y + 1) * b.rg, b.rgpg) : 1;
+    for (int rgi = MOE ? (int)blockIdx.y * b.rg : 0; rgi < rg_end; rgi++) {
+    if constexpr (MOE) {
+        const int ti = rgi * SM_W + warp;
+        row0 = ti * RT;
+        row_end = ti < b.tpg ? min(a.rows, row0 + RT) : row0;
+    }
+    const bool mine = row0 < row_end;  // the warp holds rows
     const uint8_t* wr[MT][2];
     size_t sbase[MT][2];
 #pragma unroll
@@ -644,11 +680,13 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
             const int ngp = p < ngr ? (ngr - p + b.nw - 1) / b.nw : 0;  // chunk groups of partition p
             for (int m0 = 0; m0 < ngp; m0 += b.sl) {
                 const int sln = min(b.sl, ngp - m0);
-                __syncthreads();  // every warp is done with the previous slice
+                const bool stage = !MOE || s0 != staged_s0 || p != staged_p || m0 != staged_m0;  // the same in every thread
+                if (stage) __syncthreads();  // every warp is done with the previous slice
                 // the slice's first weight loads go out before the staging, so that they overlap it
                 SmBatch<FMT, MT> bt;
                 if (mine) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
-                const int slots = sln * ntv * KS * 32;
+                const int slots = stage ? sln * ntv * KS * 32 : 0;
+                staged_s0 = s0, staged_p = p, staged_m0 = m0;
                 if (b.xloads) {
                     // SM_XL slots per thread at a time, their x loads all issued before the first is split, so that a
                     // thread waits for one L2 round trip per SM_XL slots instead of one per slot
@@ -687,7 +725,7 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                         sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)] = make_uint4(h0, h1, l0, l1);
                     }
                 }
-                __syncthreads();
+                if (stage) __syncthreads();
                 if (mine) {
                     constexpr int U = SmU<FMT, MT>::U;
                     sm_compute<FMT, MT, NT>(bt, sk_xs, 0, sln, ntv, acc);
@@ -720,6 +758,7 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                         else
                             a.y[yoff[tok] + r] = tot[mi][nt][j];
                     }
+    }
     }
 #endif
 }
@@ -855,8 +894,46 @@ static int split_choice() {
     return env_choice(c, "DS4J_SKINNY_SPLIT", 2, 0, 2);
 }
 
-/** Routed-expert launches of more rows than this keep the kernel without staging (see skinny_moe). */
-constexpr int SM_MOE_MAX_ROWS = 32;
+/**
+ * Routed-expert launches of more rows than this keep the kernel without staging (see skinny_moe): 32, or
+ * DS4J_SKINNY_MOE_SMEM_MAX (0 .. 64) for measurements. Read once.
+ */
+static int sm_moe_max_rows() {
+    static std::atomic<int> c{0};
+    return env_choice(c, "DS4J_SKINNY_MOE_SMEM_MAX", 32, 0, 64);
+}
+
+/**
+ * Row groups per block of a staged routed-expert launch (SmArgs::rg) with gx expert blocks, rgpg row groups per expert
+ * and parts column partitions as blocks: by default (DS4J_SKINNY_MOE_RG unset or 0) the largest power of two up to 16
+ * that leaves at least MOE_BLOCKS blocks; DS4J_SKINNY_MOE_RG 1, 2, 4, 8 or 16 fixes it (for measurements). Row groups
+ * of one block share its expert lookup and, where the slice is the same, its staged x; fewer per block give more
+ * blocks. On the H200 (`tools/device/run.sh mm-bench --only routed`, graph figures, equal result hashes; BENCHMARKS.md,
+ * ninth session) one row group per block gave w1 / w3 19.9 % of HBM at 1 row, 14.6 % at 16; two 21.6 % at 1 row (768
+ * blocks -> 384), eight 19.0 % at 16 rows; w2 17.4 % at 1 row with one, 20.7 % with four (1,536 blocks -> 384). Same bits
+ * at any value (each warp computes its row tile as before). Read once.
+ */
+constexpr int64_t MOE_BLOCKS = 384;  // about three blocks per H200 multiprocessor (132), the FP4 experts' occupancy
+static int moe_row_groups(unsigned gx, int rgpg, int parts) {
+    static std::atomic<int> c{0};
+    const int v = env_choice(c, "DS4J_SKINNY_MOE_RG", 0, 0, 16);
+    int rg = v;
+    if (v == 0) {
+        const int64_t blocks = (int64_t)gx * rgpg * parts;
+        rg = 1;
+        while (rg < 16 && blocks / (2 * rg) >= MOE_BLOCKS) rg *= 2;
+    }
+    return rg < 1 ? 1 : rg > rgpg ? rgpg : rg;
+}
+
+/**
+ * Whether routed-expert launches whose number of experts is known take a grid over distinct experts (moe_block_expert):
+ * DS4J_SKINNY_MOE_GRID "0" keeps the grid over picks, for measurements (same bits either way). Read once.
+ */
+static bool expert_grid() {
+    static std::atomic<int> c{0};
+    return env_choice(c, "DS4J_SKINNY_MOE_GRID", 1, 0, 1) == 1;
+}
 
 /** Most bytes of partials one split launch of skinny_smem_kernel uses; larger ones walk every partition per block. */
 constexpr int64_t SM_SCRATCH_CAP = 64ll << 20;
@@ -895,6 +972,7 @@ static SmPlan sm_plan(int format, int64_t grp, int64_t groups, int units, int64_
     pl.b.sl = (int)sl;
     pl.b.ns = (int)ns;
     pl.b.xloads = sm_xloads(format) ? 1 : 0;
+    pl.b.rg = 1;
     pl.smem = sl * per;
     const int64_t tiles = groups * tpg * units;
     const bool fits = (int64_t)sh.nw * ns * rows * 4 <= SM_SCRATCH_CAP;
@@ -991,7 +1069,8 @@ static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, c
 }
 
 /**
- * Runs pl for a (grid: dense (groups rgpg), moe (P, rgpg), with the partitions added as the last dimension when split)
+ * Runs pl for a (grid: dense (groups rgpg), moe (expert blocks, rgpg / pl.b.rg), with the partitions added as the last
+ * dimension when split)
  * and, when split, the ordered sum of the partials into y (ns rows of `rows`; ids / w_table for moe). A status.
  */
 template <bool MOE>
@@ -1073,8 +1152,8 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
 }
 
 bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* scale_table,
-                const int32_t* row_base_table, int scale_kind, int rows, int cols, const int32_t* ids, int k, int S,
-                const float* x, int64_t ldx, int x_per_pick, float* y, int64_t ldy, int* rc) {
+                const int32_t* row_base_table, int scale_kind, int rows, int cols, int E, const int32_t* ids, int k,
+                int S, const float* x, int64_t ldx, int x_per_pick, float* y, int64_t ldy, int* rc) {
 #if DS4J_HAVE_TC
     using namespace sk;
     const int64_t P = (int64_t)S * k;
@@ -1101,22 +1180,27 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     a.P = (int)P;
     a.k = k;
     a.x_per_pick = x_per_pick;
+    // a grid over distinct experts where E is known and smaller than the picks (verify and batched steps), else over picks
+    a.E = E > 0 && E <= MOE_MAX_E && E < P && expert_grid() ? E : 0;
+    const unsigned gx = (unsigned)(a.E > 0 ? a.E : P);
     // an expert has at most P picks: the pass width follows S (shape_for), more picks take more passes
-    // staged x for routed experts up to SM_MOE_MAX_ROWS rows only: above, every expert has many picks and the kernel
+    // staged x for routed experts up to sm_moe_max_rows() rows only: above, every expert has many picks and the kernel
     // without staging was faster on the H200 (mm-bench, FP4 w1 / w3 at 64 rows: 351 us without, 507 with)
-    const SmPlan pl = S <= SM_MOE_MAX_ROWS ? sm_plan(format, rows, 1, k, rb, S, P, rows) : SmPlan{};
+    const SmPlan pl = S <= sm_moe_max_rows() ? sm_plan(format, rows, 1, k, rb, S, P, rows) : SmPlan{};
     if (pl.on && pl.b.rgpg <= 65535) {
-        *rc = run_smem<true>(ctx, format, pl, dim3((unsigned)P, (unsigned)pl.b.rgpg), a, rows);
+        SmPlan mp = pl;
+        mp.b.rg = moe_row_groups(gx, mp.b.rgpg, mp.b.split ? mp.b.nw : 1);
+        *rc = run_smem<true>(ctx, format, mp, dim3(gx, (unsigned)((mp.b.rgpg + mp.b.rg - 1) / mp.b.rg)), a, rows);
         return true;
     }
-    dim3 grid((unsigned)P, (unsigned)sh.tpg);
+    dim3 grid(gx, (unsigned)sh.tpg);
     DS4J_SK_DISPATCH(format, sh.mt, sh.nt, (launch<F, M, N, true>(grid, sh.nw * WARP, ctx->stream, a)))
     hipError_t e = hipGetLastError();
     *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching moe_matmul (skinny tensor cores)");
     return true;
 #else
     (void)ctx, (void)format, (void)w_table, (void)scale_table, (void)row_base_table, (void)scale_kind, (void)rows,
-        (void)cols, (void)ids, (void)k, (void)S, (void)x, (void)ldx, (void)x_per_pick, (void)y, (void)ldy, (void)rc;
+        (void)cols, (void)E, (void)ids, (void)k, (void)S, (void)x, (void)ldx, (void)x_per_pick, (void)y, (void)ldy, (void)rc;
     return false;
 #endif
 }

@@ -736,8 +736,8 @@ int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_ta
         return DS4J_OK;
     }
 #endif
-    return ds4j_moe_matmul(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, ids, k, S, x, ldx,
-                           x_per_pick, y, ldy);
+    return moe_matmul_impl(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x,
+                           ldx, x_per_pick, y, ldy);
 }
 
 }  // extern "C"

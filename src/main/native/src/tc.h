@@ -32,11 +32,22 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
 
 /**
  * ds4j_moe_matmul on the skinny tensor-core kernel (S < DS4J_TC_MIN_ROWS): each expert's weights are read once for
- * all its picks. Returns false, launching nothing, when the format, pointers, pick count or device do not allow it.
+ * all its picks. E: the number of experts (every id in [0, E)), which sizes the grid by distinct experts instead of
+ * by picks, or 0 when unknown. Returns false, launching nothing, when the format, pointers, pick count or device do
+ * not allow it.
  */
 bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* scale_table,
-                const int32_t* row_base_table, int scale_kind, int rows, int cols, const int32_t* ids, int k, int S,
-                const float* x, int64_t ldx, int x_per_pick, float* y, int64_t ldy, int* rc);
+                const int32_t* row_base_table, int scale_kind, int rows, int cols, int E, const int32_t* ids, int k,
+                int S, const float* x, int64_t ldx, int x_per_pick, float* y, int64_t ldy, int* rc);
+
+/**
+ * ds4j_moe_matmul with the number of experts E (every id in [0, E); 0 when unknown), which lets the skinny kernel size
+ * its grid by distinct experts (gemm.cpp; ds4j_moe_matmul_prefill passes its E). A status.
+ */
+int32_t moe_matmul_impl(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
+                        const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E,
+                        const int32_t* ids, int32_t k, int32_t S, const float* x, int64_t ldx, int32_t x_per_pick,
+                        float* y, int64_t ldy);
 
 /**
  * Lightning Indexer scores on tensor cores (indexer_tc.cpp; ds4j_gpu.h, ds4j_indexer_scores): one sequence (views

@@ -1790,21 +1790,20 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (profile != null) k(DS4J_OK(), "host experts", "routed experts (host, CPU)");
     }
 
+    /**
+     * The routed experts' product over the picks of S rows through ds4j_moe_matmul_prefill, which knows the number of
+     * experts: prefill steps (S >= DS4J_TC_MIN_ROWS) group the picks by expert in its scratch, one GEMM per expert;
+     * smaller steps run the skinny kernel with one block per picked expert instead of one per pick. The scratch is free
+     * again once the call is queued (later work on the stream runs after it).
+     */
     private void moeMatmul(DeviceWeights.Experts x, long ids, int k, int S, long in, long ldx, boolean perPick, long y, long ldy) {
-        if (S >= DS4J_TC_MIN_ROWS()) {
-            // prefill: picks grouped by expert on the device, one GEMM per expert (scratch: the grouping)
-            // (the scratch is free again once the call is queued: later work on the stream runs after it)
-            final int E = c.numExperts;
-            long mark = ws.mark();
-            long bytes = 4L * ((long) S * k + 3L * E + 1), scratch = ws.alloc(bytes);
-            k(ds4j_moe_matmul_prefill(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
-                    x.rows(), x.cols(), E, ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy, ptr(scratch), bytes),
-                    "routed experts", "routed experts");
-            ws.release(mark);
-            return;
-        }
-        k(ds4j_moe_matmul(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
-                x.rows(), x.cols(), ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy), "routed experts", "routed experts");
+        final int E = c.numExperts;
+        long mark = ws.mark();
+        long bytes = 4L * ((long) S * k + 3L * E + 1), scratch = ws.alloc(bytes);
+        k(ds4j_moe_matmul_prefill(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
+                x.rows(), x.cols(), E, ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy, ptr(scratch), bytes),
+                "routed experts", "routed experts");
+        ws.release(mark);
     }
 
     // ------------------------------------------------------------------------------------------------------------

@@ -19,7 +19,9 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 for steps of 33 .. 64 rows in passes of 32,
  * DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes, DS4J_SKINNY_SMEM=0 for the kernel without staged
  * activations, =1 for the staged one at every S; DS4J_SKINNY_XLOADS=0|1|2 for the staging's x loads one slot at a time,
- * four at a time for every format, or for FP8 only); the routed experts run ds4j_moe_matmul there. From DS4J_TC_MIN_ROWS
+ * four at a time for every format, or for FP8 only). The routed experts run ds4j_moe_matmul_prefill at every S, as the
+ * backend does: below DS4J_TC_MIN_ROWS one skinny block per picked expert (DS4J_SKINNY_MOE_GRID=0 for one per pick,
+ * DS4J_SKINNY_MOE_SMEM_MAX=N for staged activations up to N rows instead of 32). From DS4J_TC_MIN_ROWS
  * rows (prefill chunks, e.g. --rows 512,2048) the prefill GEMM runs (gemm_tc.cpp; DS4J_TC_BN=64 or 128 forces its
  * token tile, DS4J_TC_XSPLIT=0 for the activations split in every block instead of once per product) and the routed experts run
  * ds4j_moe_matmul_prefill (picks grouped by expert on the device, the grouping included in the time). A benchmark,
@@ -182,17 +184,11 @@ public final class MatmulBench {
                                 int distinct = (int) java.util.Arrays.stream(ids).distinct().count();
                                 final int Sf = S;
                                 int[] next = {0};
-                                final boolean prefill = S >= DS4J_TC_MIN_ROWS();
                                 Runnable call = () -> {
                                     int t = next[0]++ % tables;
-                                    if (prefill)
-                                        check(ds4j_moe_matmul_prefill(gpu.ctx(), s.format, ptr(dt[t]), ptr(st[t]), MemorySegment.NULL,
-                                                DS4J_SCALE_E8M0(), s.rows, s.cols, E, ptr(dids), k, Sf, ptr(x), s.cols, 0, ptr(y), s.rows,
-                                                ptr(scratch), 4L * (maxPicks + 3L * E + 1)), "moe_matmul_prefill");
-                                    else
-                                        check(ds4j_moe_matmul(gpu.ctx(), s.format, ptr(dt[t]), ptr(st[t]), MemorySegment.NULL,
-                                                DS4J_SCALE_E8M0(), s.rows, s.cols, ptr(dids), k, Sf, ptr(x), s.cols, 0, ptr(y), s.rows),
-                                                "moe_matmul");
+                                    check(ds4j_moe_matmul_prefill(gpu.ctx(), s.format, ptr(dt[t]), ptr(st[t]), MemorySegment.NULL,
+                                            DS4J_SCALE_E8M0(), s.rows, s.cols, E, ptr(dids), k, Sf, ptr(x), s.cols, 0, ptr(y), s.rows,
+                                            ptr(scratch), 4L * (maxPicks + 3L * E + 1)), "moe_matmul_prefill");
                                 };
                                 double us = time(gpu, reps, call);
                                 next[0] = 0;

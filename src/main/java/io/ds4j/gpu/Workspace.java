@@ -128,8 +128,8 @@ final class Workspace implements AutoCloseable {
      * comb, the collapsed input, the streams' RMSNorm_1 [T, n·D]) plus the largest of one layer's attention site
      * (queries, kv, compressor rows of all T rows, plus the largest entry's indexer scratch: queries, weights, scores
      * [S_i, (N0_i+S_i)/m], selection — each entry's scratch is released before the next entry's), one layer's MoE site (router logits, picks, expert rows
-     * [T·k, I] and [T·k, D], shared expert, the host rows of hybrid placement, and the grouping scratch of an entry on
-     * the tensor-core path) and the output head (R rows, logits [R, V]). Mirrors the allocations of HipBackend.step
+     * [T·k, I] and [T·k, D], shared expert, the host rows of hybrid placement, and the routed experts' scratch, which
+     * groups the picks of an entry on the tensor-core path) and the output head (R rows, logits [R, V]). Mirrors the allocations of HipBackend.step
      * and its helpers; keep the two in step (HipPlacementTest fails when a step takes more than this). The verify
      * attention scratch is added by the caller.
      * @param S tokens of each entry (each ≥ 1)
@@ -139,11 +139,8 @@ final class Workspace implements AutoCloseable {
     static long batchBytes(io.ds4j.model.ModelConfig c, int[] S, long[] N0, int R) {
         final long D = c.hidden, n = c.hcMult, nD = n * D, mix = (2 + n) * n, k = c.expertsPerToken, I = c.moeInter;
         final long H = c.numHeads, d = c.headDim;
-        long T = 0, maxS = 0;
-        for (int s : S) {
-            T += s;
-            maxS = Math.max(maxS, s);
-        }
+        long T = 0;
+        for (int s : S) T += s;
         long keep = f(T) + f(T * nD) + f(T * n) + f(T * n * n) + f(T * D) + f(T * nD);
         long hc = f(T * mix);
         long peak = hc;
@@ -170,8 +167,9 @@ final class Workspace implements AutoCloseable {
         }
         long moe = f(T * (long) c.numExperts) + 2 * f(T * k) + 2 * f(T * k * I) + f(T * k * D) + 2 * f(T * I) + 2 * f(T * D)
                 + f(T * k * D);
-        // an entry on the tensor-core path groups its picks by expert in a scratch (ds4j_moe_matmul_prefill)
-        if (maxS >= io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS()) moe += f(maxS * k + 3L * c.numExperts + 1);
+        // every run of rows passes ds4j_moe_matmul_prefill a scratch (an entry on the tensor-core path groups its picks
+        // by expert there); a run has at most T rows
+        moe += f(T * k + 3L * c.numExperts + 1);
         peak = Math.max(peak, moe);
         if (R > 0) peak = Math.max(peak, 2 * f(R * nD) + f(R * n) + f(R * D) + f((long) R * c.vocabSize));
         return keep + peak;

@@ -733,8 +733,9 @@ class GpuOpsTest {
     @Test
     void skinnyMoeReadsEachExpertOncePerStep() {
         // picks with an expert twice in one token, experts never picked, expert 1 stored off a 16-byte boundary, expert
-        // 2 in host memory (null table entry: its pick rows stay as they were); every pick against the reference, and
-        // the picks of tokens 0 and S-1 computed alone (S = 1) equal to theirs in the S-row step, bit for bit
+        // 2 in host memory (null table entry: its pick rows stay as they were); every pick against the reference, the
+        // picks of tokens 0 and S-1 computed alone (S = 1) equal to theirs in the S-row step, and the step with the
+        // number of experts given (ds4j_moe_matmul_prefill below DS4J_TC_MIN_ROWS) equal to it, bit for bit
         SplittableRandom r = new SplittableRandom(34);
         int E = 6, k = 3, rows = 72;
         for (WeightMatrix.Format f : TC_FORMATS) {
@@ -769,6 +770,14 @@ class GpuOpsTest {
                     check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, MemorySegment.NULL, 0, rows, cols, ptr(dids), k,
                             S, ptr(dx), cols, perPick ? 1 : 0, ptr(dy), rows), "moe_matmul");
                     float[] y = gpu.downloadFloats(dy, P * rows);
+                    // with the number of experts known (the backend's call): one block per picked expert instead of
+                    // one per pick, the same bits
+                    long dyE = dev(filled(P * rows, -777f)), scratch = zeros(4L * (P + 3L * E + 1));
+                    check(ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, MemorySegment.NULL, 0, rows, cols, E,
+                            ptr(dids), k, S, ptr(dx), cols, perPick ? 1 : 0, ptr(dyE), rows, ptr(scratch), 4L * (P + 3L * E + 1)),
+                            "moe_matmul_prefill");
+                    assertArrayEquals(y, gpu.downloadFloats(dyE, P * rows), f + " S=" + S + (perPick ? " per pick" : "")
+                            + ": a grid over distinct experts vs over picks");
                     for (int p = 0; p < P; p++) {
                         float[] yp = Arrays.copyOfRange(y, p * rows, p * rows + rows);
                         if (ids[p] == 2) {
@@ -789,6 +798,50 @@ class GpuOpsTest {
                     }
                 }
         }
+    }
+
+    @Test
+    void skinnyMoeAtTheModelsShapeTakesSeveralRowGroupsPerBlock() {
+        // V4-Flash's routed w1 shape (2048 x 4096 FP4) with 16 experts and 6 picks a token: a one-row step launches few
+        // expert blocks (6 x 16 row groups x 8 column partitions, two row groups per block by default), a five-row step
+        // one block per picked expert (16 x 16 x 8, four per block); every pick against the reference, and the picks of
+        // a token alone, in the five-row step and with the grid over picks all bit-identical
+        SplittableRandom r = new SplittableRandom(36);
+        int E = 16, k = 6, rows = 2048, cols = 4096, S = 5, P = S * k;
+        WeightMatrix.Format f = WeightMatrix.Format.FP4_E2M1_B32;
+        WeightMatrix[] ms = new WeightMatrix[E];
+        long[] data = new long[E], scale = new long[E];
+        for (int e = 0; e < E; e++) {
+            ms[e] = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix d = upload(ms[e]);
+            data[e] = d.data();
+            scale[e] = d.scale();
+        }
+        long dt = dev(new float[2 * E]), st = dev(new float[2 * E]);
+        gpu.upload(dt, data);
+        gpu.upload(st, scale);
+        int[] ids = new int[P];
+        for (int p = 0; p < P; p++) ids[p] = (p / k * 5 + p % k * 3) % E;  // 6 distinct a token, every expert in the step
+        float[] x = gauss(r, S * cols, 1);
+        long dx = dev(x), dids = dev(ids), scratch = zeros(4L * (P + 3L * E + 1));
+        java.util.function.BiFunction<Integer, Boolean, float[]> step = (n, knownE) -> {
+            int first = n == S ? 0 : 2;  // one row: token 2
+            long dy = dev(filled(n * k * rows, -777f));
+            if (knownE)
+                check(ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols, E,
+                        ptr(dids + 4L * first * k), k, n, ptr(dx + 4L * first * cols), cols, 0, ptr(dy), rows, ptr(scratch),
+                        4L * (P + 3L * E + 1)), "moe_matmul_prefill");
+            else
+                check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols, ptr(dids + 4L * first * k),
+                        k, n, ptr(dx + 4L * first * cols), cols, 0, ptr(dy), rows), "moe_matmul");
+            return gpu.downloadFloats(dy, n * k * rows);
+        };
+        float[] y = step.apply(S, true);
+        for (int p = 0; p < P; p++)
+            checkMatmul("FP4 2048x4096 experts, pick " + p + " (expert " + ids[p] + ")", ms[ids[p]],
+                    Arrays.copyOfRange(x, p / k * cols, p / k * cols + cols), cols, 1, Arrays.copyOfRange(y, p * rows, (p + 1) * rows), rows);
+        assertArrayEquals(y, step.apply(S, false), "grid over distinct experts vs over picks");
+        assertArrayEquals(Arrays.copyOfRange(y, 2 * k * rows, 3 * k * rows), step.apply(1, true), "token 2 alone vs in the step");
     }
 
     static float[] filled(int n, float v) {
