@@ -911,18 +911,26 @@ static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bo
     {
         sk::SmPlan pl = sk::sm_plan(fmt, rows, 1, k, row_bytes_of(fmt, cols), S, P, rows);
         pl.b.nw = skinny_shape(fmt, rows, 1, k, row_bytes_of(fmt, cols), S, mt_force).nw;
+        // the grid over picks or over distinct experts (a.E, moe_block_expert), one or two row groups per block
         for (int split : {0, 1})
-            for (int sl : {0, 1}) {
-                std::vector<float> y2(ldy * P, -777.f);
-                sk::Args a{};
-                a.v.scale_kind = DS4J_SCALE_E8M0; a.v.cols = cols; a.v.scale_cols = (cols + 127) >> 7;
-                a.rows = rows; a.x = xp; a.ldx = ldx; a.y = y2.data(); a.ldy = ldy; a.S = S;
-                a.w_table = wt.data(); a.scale_table = fmt >= DS4J_FMT_FP8_E4M3_B128 ? st.data() : nullptr; a.row_base_table = nullptr;
-                a.ids = ids.data(); a.P = P; a.k = k; a.x_per_pick = per_pick;
-                launch_skinny_smem<true>(fmt, pl, split, sl, dim3((unsigned)P, (unsigned)pl.b.rgpg), a, rows);
-                diff += bits_differ(y2.data(), y.data(), y.size());
-                runs++;
-            }
+            for (int sl : {0, 1})
+                for (int eg : {0, 1})
+                    for (int rg : {1, 2}) {
+                        if (sl && (eg || rg > 1)) continue;
+                        if (rg > pl.b.rgpg) continue;
+                        std::vector<float> y2(ldy * P, -777.f);
+                        sk::Args a{};
+                        a.v.scale_kind = DS4J_SCALE_E8M0; a.v.cols = cols; a.v.scale_cols = (cols + 127) >> 7;
+                        a.rows = rows; a.x = xp; a.ldx = ldx; a.y = y2.data(); a.ldy = ldy; a.S = S;
+                        a.w_table = wt.data(); a.scale_table = fmt >= DS4J_FMT_FP8_E4M3_B128 ? st.data() : nullptr; a.row_base_table = nullptr;
+                        a.ids = ids.data(); a.P = P; a.k = k; a.x_per_pick = per_pick;
+                        a.E = eg ? E : 0;
+                        sk::SmPlan p2 = pl;
+                        p2.b.rg = rg;
+                        launch_skinny_smem<true>(fmt, p2, split, sl, dim3((unsigned)(eg ? E : P), (unsigned)((pl.b.rgpg + rg - 1) / rg)), a, rows);
+                        diff += bits_differ(y2.data(), y.data(), y.size());
+                        runs++;
+                    }
         if (diff) { printf("FAIL skinny moe smem: %d values differ from the kernel above\n", diff); fails++; }
     }
     int same = 0;
@@ -1024,6 +1032,7 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
 
 int main() {
     if (getenv("TC_ONLY")) goto prefill;  // the prefill GEMM cases only (tensor-core dense and routed-expert products)
+    if (getenv("MOE_ONLY")) goto moe;     // the skinny routed-expert cases of the grid and row-group variants only
     // the row-wise kernels (misc.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
     mhc::run_all();
     if (getenv("MHC_ONLY")) {
@@ -1053,6 +1062,16 @@ int main() {
         skinny_dense(fmt, 20, 0, 20, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4096 : 2048, 20, 64, 0);
         if (fmt == DS4J_FMT_FP8_E4M3_B128 || fmt == DS4J_FMT_FP4_E2M1_B32) skinny_dense(fmt, 40, 0, 40, cols, 40, 57, 0, true);
         skinny_dense(fmt, 75, 0, 75, cols, 75, 64, 4, false, hi);
+    }
+moe:
+    // row groups per block (300 rows: three of 128) and the grid over distinct experts at the formats the model stores
+    for (int fmt : {DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
+        skinny_moe_case(fmt, 6, 3, 1, 300, fmt == DS4J_FMT_FP4_E2M1_B32 ? 512 : 256, false, false, -1);
+        skinny_moe_case(fmt, 6, 3, 5, 300, fmt == DS4J_FMT_FP4_E2M1_B32 ? 512 : 256, true, false, 2);
+    }
+    if (getenv("MOE_ONLY")) {
+        printf("%s: %d failures (skinny routed experts only)\n", fails ? "FAILED" : "OK", fails);
+        return fails ? 1 : 0;
     }
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
         const int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 128 : 64;

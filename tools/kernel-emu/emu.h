@@ -73,6 +73,10 @@ inline unsigned atomicInc(unsigned* a, unsigned v) {
     while (!r.compare_exchange_weak(old, old >= v ? 0u : old + 1u)) {}
     return old;
 }
+/** atomicOr on shared or global words (moe_block_expert's bitmap of picked experts). */
+inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
 inline void __trap() { abort(); }
 
 template <typename T> T __ldg(const T* p) { return *p; }

@@ -11,7 +11,8 @@
 # case also runs the staged-activation kernel (column split and not, whole and one-group slices), which must give the
 # same bits. The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give
 # the same bits; TC_ONLY=1 "$WORK_DIR/driver" runs only the prefill GEMM cases, MHC_ONLY=1 only the row-wise kernels of
-# misc.cpp (split mHC, RMSNorm, router) against their one-block kernels.
+# misc.cpp (split mHC, RMSNorm, router) against their one-block kernels, MOE_ONLY=1 only the routed-expert cases of the
+# staged kernel's grid over distinct experts and row groups per block.
 #   tools/kernel-emu/run.sh [WORK_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
