@@ -916,7 +916,8 @@ static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bo
             for (int sl : {0, 1})
                 for (int eg : {0, 1})
                     for (int rg : {1, 2}) {
-                        if (sl && (eg || rg > 1)) continue;
+                        // one-group slices with two row groups only where that makes several slices per partition
+                        if (sl && (eg || (rg > 1 && pl.b.sl < 2))) continue;
                         if (rg > pl.b.rgpg) continue;
                         std::vector<float> y2(ldy * P, -777.f);
                         sk::Args a{};
@@ -1069,6 +1070,9 @@ moe:
         skinny_moe_case(fmt, 6, 3, 1, 300, fmt == DS4J_FMT_FP4_E2M1_B32 ? 512 : 256, false, false, -1);
         skinny_moe_case(fmt, 6, 3, 5, 300, fmt == DS4J_FMT_FP4_E2M1_B32 ? 512 : 256, true, false, 2);
     }
+    // one expert takes all 15 picks (two passes of 8) over two row groups of 144 rows with two chunk groups per
+    // partition (two slices at sl = 1): a block's second row group must stage again each pass and slice
+    skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 2, 3, 5, 144, 1024, false, false, -1);
     if (getenv("MOE_ONLY")) {
         printf("%s: %d failures (skinny routed experts only)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
