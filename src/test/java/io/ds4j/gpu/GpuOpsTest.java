@@ -805,7 +805,8 @@ class GpuOpsTest {
         // V4-Flash's routed w1 shape (2048 x 4096 FP4) with 16 experts and 6 picks a token: a one-row step launches few
         // expert blocks (6 x 16 row groups x 8 column partitions, two row groups per block by default), a five-row step
         // one block per picked expert (16 x 16 x 8, four per block); every pick against the reference, and the picks of
-        // a token alone, in the five-row step and with the grid over picks all bit-identical
+        // a token alone, in the five-row step and with the grid over picks all bit-identical; for picks spread over all
+        // experts and for picks with one expert taken twice by every token
         SplittableRandom r = new SplittableRandom(36);
         int E = 16, k = 6, rows = 2048, cols = 4096, S = 5, P = S * k;
         WeightMatrix.Format f = WeightMatrix.Format.FP4_E2M1_B32;
@@ -820,28 +821,37 @@ class GpuOpsTest {
         long dt = dev(new float[2 * E]), st = dev(new float[2 * E]);
         gpu.upload(dt, data);
         gpu.upload(st, scale);
-        int[] ids = new int[P];
-        for (int p = 0; p < P; p++) ids[p] = (p / k * 5 + p % k * 3) % E;  // 6 distinct a token, every expert in the step
+        int[] spread = new int[P];
+        for (int p = 0; p < P; p++) spread[p] = (p / k * 5 + p % k * 3) % E;  // 6 distinct a token, every expert in the step
+        // expert 7 also takes picks 4 and 5 of every token: 11 picks, two passes of 8, so each row group of its blocks
+        // after the first stages x again for each pass; experts 1 and 12 unpicked, so two expert blocks leave
+        int[] twice = spread.clone();
+        for (int s = 0; s < S; s++) twice[s * k + 4] = twice[s * k + 5] = 7;
         float[] x = gauss(r, S * cols, 1);
-        long dx = dev(x), dids = dev(ids), scratch = zeros(4L * (P + 3L * E + 1));
-        java.util.function.BiFunction<Integer, Boolean, float[]> step = (n, knownE) -> {
-            int first = n == S ? 0 : 2;  // one row: token 2
-            long dy = dev(filled(n * k * rows, -777f));
-            if (knownE)
-                check(ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols, E,
-                        ptr(dids + 4L * first * k), k, n, ptr(dx + 4L * first * cols), cols, 0, ptr(dy), rows, ptr(scratch),
-                        4L * (P + 3L * E + 1)), "moe_matmul_prefill");
-            else
-                check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols, ptr(dids + 4L * first * k),
-                        k, n, ptr(dx + 4L * first * cols), cols, 0, ptr(dy), rows), "moe_matmul");
-            return gpu.downloadFloats(dy, n * k * rows);
-        };
-        float[] y = step.apply(S, true);
-        for (int p = 0; p < P; p++)
-            checkMatmul("FP4 2048x4096 experts, pick " + p + " (expert " + ids[p] + ")", ms[ids[p]],
-                    Arrays.copyOfRange(x, p / k * cols, p / k * cols + cols), cols, 1, Arrays.copyOfRange(y, p * rows, (p + 1) * rows), rows);
-        assertArrayEquals(y, step.apply(S, false), "grid over distinct experts vs over picks");
-        assertArrayEquals(Arrays.copyOfRange(y, 2 * k * rows, 3 * k * rows), step.apply(1, true), "token 2 alone vs in the step");
+        long dx = dev(x), scratch = zeros(4L * (P + 3L * E + 1));
+        for (int[] ids : new int[][]{spread, twice}) {
+            String what = ids == spread ? "spread picks" : "expert 7 picked 11 times";
+            long dids = dev(ids);
+            java.util.function.BiFunction<Integer, Boolean, float[]> step = (n, knownE) -> {
+                int first = n == S ? 0 : 2;  // one row: token 2
+                long dy = dev(filled(n * k * rows, -777f));
+                if (knownE)
+                    check(ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols, E,
+                            ptr(dids + 4L * first * k), k, n, ptr(dx + 4L * first * cols), cols, 0, ptr(dy), rows, ptr(scratch),
+                            4L * (P + 3L * E + 1)), "moe_matmul_prefill");
+                else
+                    check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols,
+                            ptr(dids + 4L * first * k), k, n, ptr(dx + 4L * first * cols), cols, 0, ptr(dy), rows), "moe_matmul");
+                return gpu.downloadFloats(dy, n * k * rows);
+            };
+            float[] y = step.apply(S, true);
+            for (int p = 0; p < P; p++)
+                checkMatmul(what + ": FP4 2048x4096 experts, pick " + p + " (expert " + ids[p] + ")", ms[ids[p]],
+                        Arrays.copyOfRange(x, p / k * cols, p / k * cols + cols), cols, 1, Arrays.copyOfRange(y, p * rows, (p + 1) * rows),
+                        rows);
+            assertArrayEquals(y, step.apply(S, false), what + ": grid over distinct experts vs over picks");
+            assertArrayEquals(Arrays.copyOfRange(y, 2 * k * rows, 3 * k * rows), step.apply(1, true), what + ": token 2 alone vs in the step");
+        }
     }
 
     static float[] filled(int n, float v) {
