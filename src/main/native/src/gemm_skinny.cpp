@@ -25,9 +25,11 @@
 //
 // Routed experts: one block per (expert, row tile), which collects all the expert's picks in ascending order and runs
 // them as the B tokens, so each expert's weights are read once per step, not once per pick. Where the caller gives the
-// number of experts E, the grid has min(picks, E) blocks per row tile and block x takes the x-th smallest expert id
-// picked; otherwise (E unknown) one block per pick, where the block of an expert's first pick works and the others
-// leave at once (moe_block_expert).
+// number of experts E and it is below the number of picks, the grid's x dimension has E blocks and block x takes the
+// x-th smallest expert id picked (those past the distinct experts leave); otherwise (E unknown, or at least the picks)
+// one block per pick, where the block of an expert's first pick works and the others leave at once
+// (moe_block_expert). Either way the x dimension has min(picks, E) blocks when E is given; y walks the row tiles (the
+// staged kernel: its row groups, several per block).
 //
 // Staged activations (skinny_smem_kernel, steps of at least DS4J_SKINNY_SMEM rows): the same products with x split
 // once per block into shared memory and shared by 128 weight rows, a column partition per block where the row tiles
@@ -583,8 +585,8 @@ constexpr int sm_min_blocks(int fmt, int nt, bool moe) { return moe && nt == 1 &
 /**
  * Block: SM_W row tiles of 16 MT rows (dense: of one group; moe: of one expert, b.rg such row groups in turn), one
  * per warp, for all tokens (picks) in passes of 8 NT; partition blockIdx.y (dense) / blockIdx.z (moe) when b.split,
- * else every partition in order. Grid: dense (groups rgpg, split ? nw : 1); moe (picks, or distinct experts when a.E
- * is set (moe_block_expert), rgpg / rg rounded up, split ? nw : 1).
+ * else every partition in order. Grid: dense (groups rgpg, split ? nw : 1); moe (picks, or a.E when it is set, one block
+ * per distinct expert picked (moe_block_expert), rgpg / rg rounded up, split ? nw : 1).
  */
 template <int FMT, int MT, int NT, bool MOE>
 __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny_smem_kernel(Args a, SmArgs b) {
@@ -906,7 +908,7 @@ static int sm_moe_max_rows() {
 /**
  * Row groups per block of a staged routed-expert launch (SmArgs::rg) with gx expert blocks, rgpg row groups per expert
  * and parts column partitions as blocks: by default (DS4J_SKINNY_MOE_RG unset or 0) the largest power of two up to 16
- * that leaves at least MOE_BLOCKS blocks; DS4J_SKINNY_MOE_RG 1, 2, 4, 8 or 16 fixes it (for measurements). Row groups
+ * that leaves at least MOE_BLOCKS blocks; DS4J_SKINNY_MOE_RG 1 .. 16 fixes it (for measurements). Row groups
  * of one block share its expert lookup and, where the slice is the same, its staged x; fewer per block give more
  * blocks. On the H200 (`tools/device/run.sh mm-bench --only routed`, graph figures, equal result hashes; BENCHMARKS.md,
  * ninth session) one row group per block gave w1 / w3 19.9 % of HBM at 1 row, 14.6 % at 16; two 21.6 % at 1 row (768
@@ -1180,7 +1182,8 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     a.P = (int)P;
     a.k = k;
     a.x_per_pick = x_per_pick;
-    // a grid over distinct experts where E is known and smaller than the picks (verify and batched steps), else over picks
+    // a grid over distinct experts where E is known and smaller than the picks (with V4's 256 experts and 6 picks a
+    // token: steps of 43 rows or more; models with few experts, e.g. mm-bench's 16, from 3 rows), else over picks
     a.E = E > 0 && E <= MOE_MAX_E && E < P && expert_grid() ? E : 0;
     const unsigned gx = (unsigned)(a.E > 0 ? a.E : P);
     // an expert has at most P picks: the pass width follows S (shape_for), more picks take more passes

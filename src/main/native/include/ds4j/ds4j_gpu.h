@@ -250,8 +250,9 @@ DS4J_API int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_t
  * aligned). On the tensor-core path (S >= DS4J_TC_MIN_ROWS, see there; x 16-byte aligned, ldx a multiple of 4) the
  * picks are grouped by expert on the device (a stable counting sort of ids into the scratch) and each expert's picks
  * run as one GEMM, which reads the expert's weights once per 64 picks instead of once per pick; results go straight
- * to their pick rows. Otherwise it runs ds4j_moe_matmul. As there, a null w_table entry (an expert in host memory)
- * leaves that expert's pick rows of y untouched.
+ * to their pick rows. Otherwise it runs ds4j_moe_matmul (the scratch unused), whose skinny kernel then launches one
+ * block per distinct picked expert instead of one per pick where S*k > E (the same results). As there, a null w_table
+ * entry (an expert in host memory) leaves that expert's pick rows of y untouched.
  */
 DS4J_API int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
                                          const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols,

@@ -1793,8 +1793,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /**
      * The routed experts' product over the picks of S rows through ds4j_moe_matmul_prefill, which knows the number of
      * experts: prefill steps (S >= DS4J_TC_MIN_ROWS) group the picks by expert in its scratch, one GEMM per expert;
-     * smaller steps run the skinny kernel with one block per picked expert instead of one per pick. The scratch is free
-     * again once the call is queued (later work on the stream runs after it).
+     * smaller steps run the skinny kernel, with one block per picked expert instead of one per pick where the picks
+     * (S·k) outnumber the experts, and leave the scratch unused. The scratch is free again once the call is queued
+     * (later work on the stream runs after it).
      */
     private void moeMatmul(DeviceWeights.Experts x, long ids, int k, int S, long in, long ldx, boolean perPick, long y, long ldy) {
         final int E = c.numExperts;

@@ -20,8 +20,10 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes, DS4J_SKINNY_SMEM=0 for the kernel without staged
  * activations, =1 for the staged one at every S; DS4J_SKINNY_XLOADS=0|1|2 for the staging's x loads one slot at a time,
  * four at a time for every format, or for FP8 only). The routed experts run ds4j_moe_matmul_prefill at every S, as the
- * backend does: below DS4J_TC_MIN_ROWS one skinny block per picked expert (DS4J_SKINNY_MOE_GRID=0 for one per pick,
- * DS4J_SKINNY_MOE_SMEM_MAX=N for staged activations up to N rows instead of 32). From DS4J_TC_MIN_ROWS
+ * backend does: below DS4J_TC_MIN_ROWS one skinny block per picked expert where the picks outnumber the 16 experts
+ * (from 3 rows; DS4J_SKINNY_MOE_GRID=0 for one per pick, DS4J_SKINNY_MOE_RG=N for N (1 .. 16) row groups of 128 rows
+ * per staged block instead of the number that leaves about 384 blocks, DS4J_SKINNY_MOE_SMEM_MAX=N for staged
+ * activations up to N rows instead of 32). From DS4J_TC_MIN_ROWS
  * rows (prefill chunks, e.g. --rows 512,2048) the prefill GEMM runs (gemm_tc.cpp; DS4J_TC_BN=64 or 128 forces its
  * token tile, DS4J_TC_XSPLIT=0 for the activations split in every block instead of once per product) and the routed experts run
  * ds4j_moe_matmul_prefill (picks grouped by expert on the device, the grouping included in the time). A benchmark,
