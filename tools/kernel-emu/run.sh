@@ -7,7 +7,8 @@
 # nothing about speed or the tensor cores' own rounding, which only the GPU tests measure. Needs g++ 12 or newer
 # (C++20, _Float16) and python3; takes a few minutes on two cores (EXTRA=1: slower cases too). The skinny cases run
 # five times: as built, and with DS4J_SKINNY_WIDE_MT=1, DS4J_SKINNY_WIDE=0, DS4J_SKINNY_XLOADS=1 (the grouped x loads of
-# the staging for every format) and DS4J_SKINNY_XLOADS=0 (for none) (SKINNY_ONLY=1 stops after them); each
+# the staging for every format) and DS4J_SKINNY_XLOADS=0 (for none) (SKINNY_ONLY=1 stops after them; the slow routed-expert
+# cases of 1 and 5 rows, which the two WIDE settings do not touch, skip those two runs); each
 # case also runs the staged-activation kernel (column split and not, whole and one-group slices), which must give the
 # same bits. The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give
 # the same bits; TC_ONLY=1 "$WORK_DIR/driver" runs only the prefill GEMM cases, MHC_ONLY=1 only the row-wise kernels of
