@@ -5,7 +5,8 @@
 # their sources are compiled with g++ against a host emulation of the CUDA subset they use (emu.h) and run against
 # F64 references (driver.cpp). It finds indexing mistakes (tiles, tails, fragments, grouping by expert); it says
 # nothing about speed or the tensor cores' own rounding, which only the GPU tests measure. Needs g++ 12 or newer
-# (C++20, _Float16) and python3; takes a few minutes on two cores (EXTRA=1: slower cases too). The skinny cases run
+# (C++20, _Float16) and python3; long on two cores (each block's threads are OS threads): on the 2-core build VM
+# MOE_ONLY=1 took ~8 min and SKINNY_ONLY=1 35-50 min (2026-12-02); EXTRA=1 adds slower cases. The skinny cases run
 # five times: as built, and with DS4J_SKINNY_WIDE_MT=1, DS4J_SKINNY_WIDE=0, DS4J_SKINNY_XLOADS=1 (the grouped x loads of
 # the staging for every format) and DS4J_SKINNY_XLOADS=0 (for none) (SKINNY_ONLY=1 stops after them; the slow routed-expert
 # cases of 1 and 5 rows, which the two WIDE settings do not touch, skip those two runs); each

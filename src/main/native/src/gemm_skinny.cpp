@@ -120,7 +120,8 @@ __device__ __forceinline__ int moe_block_expert(const Args& a, int x, int32_t* p
         __syncthreads();
         for (int q = tid; q < a.P; q += blockDim.x) {
             const int id = a.ids[q];
-            atomicOr(&present[id >> 5], 1u << (id & 31));
+            // ids lie in [0, E) (the entry points' contract); one outside is left out rather than written past the bitmap
+            if ((unsigned)id < (unsigned)a.E) atomicOr(&present[id >> 5], 1u << (id & 31));
         }
         __syncthreads();
         const unsigned w = tid < words ? present[tid] : 0u;

@@ -703,17 +703,9 @@ class GpuOpsTest {
         }
         int E = 8, k = 6, S = 5, rows = 2900, cols = 64;
         WeightMatrix.Format f = WeightMatrix.Format.FP4_E2M1_B32;
-        WeightMatrix[] ms = new WeightMatrix[E];
-        long[] data = new long[E], scale = new long[E];
-        for (int e = 0; e < E; e++) {
-            ms[e] = randomMatrix(r, f, rows, cols, false);
-            DeviceMatrix d = upload(ms[e]);
-            data[e] = d.data();
-            scale[e] = d.scale();
-        }
-        long dt = dev(new float[2 * E]), st = dev(new float[2 * E]);
-        gpu.upload(dt, data);
-        gpu.upload(st, scale);
+        Experts xs = uploadExperts(r, f, E, rows, cols);
+        WeightMatrix[] ms = xs.ms();
+        long dt = xs.dataTable(), st = xs.scaleTable();
         int[] ids = new int[S * k];
         for (int p = 0; p < S * k; p++) ids[p] = (p / k * 3 + p % k) % (E - 1);
         float[] x = gauss(r, S * cols, 1);
@@ -810,17 +802,9 @@ class GpuOpsTest {
         SplittableRandom r = new SplittableRandom(36);
         int E = 16, k = 6, rows = 2048, cols = 4096, S = 5, P = S * k;
         WeightMatrix.Format f = WeightMatrix.Format.FP4_E2M1_B32;
-        WeightMatrix[] ms = new WeightMatrix[E];
-        long[] data = new long[E], scale = new long[E];
-        for (int e = 0; e < E; e++) {
-            ms[e] = randomMatrix(r, f, rows, cols, false);
-            DeviceMatrix d = upload(ms[e]);
-            data[e] = d.data();
-            scale[e] = d.scale();
-        }
-        long dt = dev(new float[2 * E]), st = dev(new float[2 * E]);
-        gpu.upload(dt, data);
-        gpu.upload(st, scale);
+        Experts xs = uploadExperts(r, f, E, rows, cols);
+        WeightMatrix[] ms = xs.ms();
+        long dt = xs.dataTable(), st = xs.scaleTable();
         int[] spread = new int[P];
         for (int p = 0; p < P; p++) spread[p] = (p / k * 5 + p % k * 3) % E;  // 6 distinct a token, every expert in the step
         // expert 7 also takes picks 4 and 5 of every token: 11 picks, two passes of 8, so each row group of its blocks
@@ -852,6 +836,24 @@ class GpuOpsTest {
             assertArrayEquals(y, step.apply(S, false), what + ": grid over distinct experts vs over picks");
             assertArrayEquals(Arrays.copyOfRange(y, 2 * k * rows, 3 * k * rows), step.apply(1, true), what + ": token 2 alone vs in the step");
         }
+    }
+
+    /** E random expert matrices of one format on the device, with the device tables of their data and scale addresses. */
+    record Experts(WeightMatrix[] ms, long dataTable, long scaleTable) {}
+
+    static Experts uploadExperts(SplittableRandom r, WeightMatrix.Format f, int E, int rows, int cols) {
+        WeightMatrix[] ms = new WeightMatrix[E];
+        long[] data = new long[E], scale = new long[E];
+        for (int e = 0; e < E; e++) {
+            ms[e] = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix d = upload(ms[e]);
+            data[e] = d.data();
+            scale[e] = d.scale();
+        }
+        long dt = dev(new float[2 * E]), st = dev(new float[2 * E]);
+        gpu.upload(dt, data);
+        gpu.upload(st, scale);
+        return new Experts(ms, dt, st);
     }
 
     static float[] filled(int n, float v) {
