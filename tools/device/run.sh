@@ -6,7 +6,8 @@
 #   tools/device/run.sh mm-bench [options]             one layer's matrix products at decode sizes (io.ds4j.gpu.MatmulBench)
 #   tools/device/run.sh serve [ds4j serve options]     ds4j serve --backend hip (foreground)
 #   tools/device/run.sh serve-smoke                    starts serve --backend hip, sends one chat completion, stops
-#   tools/device/run.sh sanitize [JUnit options]       the GPU tests under compute-sanitizer memcheck
+#   tools/device/run.sh sanitize [JUnit options]       the GPU tests under compute-sanitizer memcheck (DS4J_SANITIZER_TOOL:
+#                                                       racecheck, synccheck or initcheck instead)
 #   tools/device/run.sh ds4j ARGS...                   any ds4j command (e.g. ds4j bench: the F16-KV verifier's matched table)
 #   tools/device/run.sh java ARGS...                   the packed runtime with the app's class path
 # Reports go to $OUT (the device tool's output folder) or ./out.
@@ -33,7 +34,7 @@ case "$cmd" in
   sanitize)
     sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
     [ -n "$sanitizer" ] || { echo "compute-sanitizer not found" >&2; exit 1; }
-    exec "$sanitizer" --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20 \
+    exec "$sanitizer" --tool "${DS4J_SANITIZER_TOOL:-memcheck}" --target-processes all --error-exitcode 99 --print-limit 20 \
       "$java" "${flags[@]}" -Dds4j.sanitizer=true "${junit[@]}" ${@:---select-package io.ds4j.gpu} ;;
   bench) exec "$java" "${flags[@]}" -cp "$cp" io.ds4j.gpu.GpuBench "$@" ;;
   attn-bench) exec "$java" "${flags[@]}" -cp "$cp" io.ds4j.gpu.VerifyAttentionBench "$@" ;;
