@@ -265,19 +265,9 @@ class GpuOpsTest {
         SplittableRandom r = new SplittableRandom(2);
         int E = 5, k = 2, S = 3, rows = 40, cols = 64;
         for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.FP4_E2M1_B32}) {
-            WeightMatrix[] ms = new WeightMatrix[E];
-            long[] data = new long[E], scale = new long[E];
-            for (int e = 0; e < E; e++) {
-                ms[e] = randomMatrix(r, f, rows, cols, false);
-                DeviceMatrix d = upload(ms[e]);
-                data[e] = d.data();
-                scale[e] = d.scale();
-            }
-            long dt = gpu.malloc(8L * E, "t"), st = gpu.malloc(8L * E, "t");
-            allocs.add(dt);
-            allocs.add(st);
-            gpu.upload(dt, data);
-            gpu.upload(st, scale);
+            Experts ex = uploadExperts(r, f, E, rows, cols);
+            WeightMatrix[] ms = ex.ms();
+            long dt = ex.dataTable(), st = ex.scaleTable();
             int[] ids = {4, 1, 0, 2, 3, 4};
             for (boolean perPick : new boolean[]{false, true}) {
                 int xr = perPick ? S * k : S;
