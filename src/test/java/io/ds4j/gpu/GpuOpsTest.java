@@ -722,24 +722,15 @@ class GpuOpsTest {
         int E = 6, k = 3, rows = 72;
         for (WeightMatrix.Format f : TC_FORMATS) {
             int cols = f == WeightMatrix.Format.FP4_E2M1_B32 ? 256 : 128;
-            WeightMatrix[] ms = new WeightMatrix[E];
-            long[] data = new long[E], scale = new long[E];
-            for (int e = 0; e < E; e++) {
-                ms[e] = randomMatrix(r, f, rows, cols, false);
-                DeviceMatrix d = upload(ms[e]);
-                data[e] = d.data();
-                scale[e] = d.scale();
-            }
+            ExpertMatrices em = expertMatrices(r, f, E, rows, cols);
+            WeightMatrix[] ms = em.ms();
+            long[] data = em.data();
             long p1 = gpu.malloc(ms[1].data.byteSize() + 16, "test");
             allocs.add(p1);
             gpu.upload(p1 + 8, ms[1].data);
             data[1] = p1 + 8;
             data[2] = 0;
-            long dt = gpu.malloc(8L * E, "t"), st = gpu.malloc(8L * E, "t");
-            allocs.add(dt);
-            allocs.add(st);
-            gpu.upload(dt, data);
-            gpu.upload(st, scale);
+            long dt = table(data), st = table(em.scale());
             MemorySegment scaleTable = f.ordinal() >= WeightMatrix.Format.FP8_E4M3_B128.ordinal() ? ptr(st) : MemorySegment.NULL;
             for (boolean perPick : new boolean[]{false, true})
                 for (int S : new int[]{1, 5, 17, 31, 40, 64}) {
@@ -828,10 +819,10 @@ class GpuOpsTest {
         }
     }
 
-    /** E random expert matrices of one format on the device, with the device tables of their data and scale addresses. */
-    record Experts(WeightMatrix[] ms, long dataTable, long scaleTable) {}
+    /** E random expert matrices of one format on the device, with their data and scale addresses (host arrays). */
+    record ExpertMatrices(WeightMatrix[] ms, long[] data, long[] scale) {}
 
-    static Experts uploadExperts(SplittableRandom r, WeightMatrix.Format f, int E, int rows, int cols) {
+    static ExpertMatrices expertMatrices(SplittableRandom r, WeightMatrix.Format f, int E, int rows, int cols) {
         WeightMatrix[] ms = new WeightMatrix[E];
         long[] data = new long[E], scale = new long[E];
         for (int e = 0; e < E; e++) {
@@ -840,10 +831,22 @@ class GpuOpsTest {
             data[e] = d.data();
             scale[e] = d.scale();
         }
-        long dt = dev(new float[2 * E]), st = dev(new float[2 * E]);
-        gpu.upload(dt, data);
-        gpu.upload(st, scale);
-        return new Experts(ms, dt, st);
+        return new ExpertMatrices(ms, data, scale);
+    }
+
+    /** A device table of addresses (8 bytes each), as the moe entry points take them. */
+    static long table(long[] addresses) {
+        long t = dev(new float[2 * addresses.length]);
+        gpu.upload(t, addresses);
+        return t;
+    }
+
+    /** E random expert matrices of one format on the device, with the device tables of their data and scale addresses. */
+    record Experts(WeightMatrix[] ms, long dataTable, long scaleTable) {}
+
+    static Experts uploadExperts(SplittableRandom r, WeightMatrix.Format f, int E, int rows, int cols) {
+        ExpertMatrices m = expertMatrices(r, f, E, rows, cols);
+        return new Experts(m.ms(), table(m.data()), table(m.scale()));
     }
 
     static float[] filled(int n, float v) {
