@@ -267,7 +267,11 @@ attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, co
                       blockIdx.x, blockIdx.y);
 }
 
-/** attention_kernel over several sequences of one layer: blockIdx.z picks the sequence, rows offset by its row0. */
+/**
+ * attention_kernel over several sequences of one layer: blockIdx.z picks the sequence, rows offset by its row0; T the
+ * cache rows' type (F16 in place, or the control's F32 copies).
+ */
+template <typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
 attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
                       const int32_t* sel, int K, const float* sinks, int H, int d, int W, float scale, int nk_max,
@@ -276,9 +280,9 @@ attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* k
     const ds4j_seq_view v = views[blockIdx.z];
     if ((int)blockIdx.y >= v.S) return;
     const int64_t r0 = v.row0;
-    attention_body<uint16_t>(q + r0 * H * d, kv_new + r0 * d, (const uint16_t*)v.ring, v.cap,
-                             (const uint16_t*)v.store, kind, m, sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, d, W,
-                             scale, nk_max, out + r0 * H * d, blockIdx.x, blockIdx.y);
+    attention_body<T>(q + r0 * H * d, kv_new + r0 * d, (const T*)v.ring, v.cap, (const T*)v.store, kind, m,
+                      sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, d, W, scale, nk_max, out + r0 * H * d,
+                      blockIdx.x, blockIdx.y);
 }
 
 // ------------------------------------------------------------------------------------------- split FFMA attention
@@ -568,6 +572,7 @@ __global__ void at_combine_kernel(const float* part, const float* ml, int nsmax,
 }
 
 /** at_split_kernel over sequences: grid (nsmax, ceil(H/AT_HG) * max_s, views); partial slot = view * max_s + s. */
+template <typename T>
 __global__ void __launch_bounds__(ATT_THREADS)
 at_split_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
                      const int32_t* sel, int K, const float* sinks, int H, int d, int W, float scale, int max_s,
@@ -578,9 +583,9 @@ at_split_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv
     const int s = blockIdx.y / G;
     if (s >= v.S) return;
     const int64_t r0 = v.row0;
-    at_split_body<uint16_t>(q + r0 * H * d, kv_new + r0 * d, (const uint16_t*)v.ring, v.cap, (const uint16_t*)v.store,
-                            kind, m, sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, d, W, scale, out + r0 * H * d,
-                            part, ml, nsmax, (int64_t)blockIdx.z * max_s + s, s, blockIdx.y % G, blockIdx.x);
+    at_split_body<T>(q + r0 * H * d, kv_new + r0 * d, (const T*)v.ring, v.cap, (const T*)v.store, kind, m,
+                     sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, d, W, scale, out + r0 * H * d, part, ml, nsmax,
+                     (int64_t)blockIdx.z * max_s + s, s, blockIdx.y % G, blockIdx.x);
 }
 
 /** at_combine_kernel over sequences: grid (H, max_s, views). */
@@ -773,15 +778,16 @@ __global__ void indexer_scores_kernel(const float* qi, const float* wt, const T*
     indexer_scores_body<T>(qi, wt, keys, N0, m, HI, dI, K, w_scale, s_scale, scores, ld, blockIdx.x, blockIdx.y);
 }
 
-/** indexer_scores_kernel over several sequences: blockIdx.z picks the sequence. */
+/** indexer_scores_kernel over several sequences: blockIdx.z picks the sequence; T the keys' type. */
+template <typename T>
 __global__ void indexer_scores_seqs_kernel(const ds4j_seq_view* views, const float* qi, const float* wt, int m, int HI,
                                            int dI, int K, float w_scale, float s_scale, float* scores, int64_t ld) {
     DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.z];
     if ((int)blockIdx.y >= v.S) return;
     const int64_t r0 = v.row0;
-    indexer_scores_body<uint16_t>(qi + r0 * HI * dI, wt + r0 * HI, (const uint16_t*)v.store, v.N0, m, HI, dI, K,
-                                  w_scale, s_scale, scores + r0 * ld, ld, blockIdx.x, blockIdx.y);
+    indexer_scores_body<T>(qi + r0 * HI * dI, wt + r0 * HI, (const T*)v.store, v.N0, m, HI, dI, K, w_scale, s_scale,
+                           scores + r0 * ld, ld, blockIdx.x, blockIdx.y);
 }
 
 /** Order-preserving key: larger float -> larger key; -0 == +0; NaN lowest. */
@@ -1101,6 +1107,59 @@ __global__ void f16_to_f32_kernel(const uint16_t* src, float* dst, int64_t n, in
         for (int64_t i = n8 * 8 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = f16_to_f32(src[i]);
     } else {
         for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = f16_to_f32(src[i]);
+    }
+}
+
+/**
+ * ds4j_f16_to_f32_seqs: grid (chunks of 8 values over one view's copy, views). View i's copy starts at dst + i *
+ * stride: ring_rows rows for its window ring (the first view.cap of them written), then its (N0+S)/m compressed
+ * entries (at most max_entries); rows of `width` values. Block (0, i) writes views32[i]: views[i] with ring and store
+ * pointing at the copies. Lengths and addresses come from the device views, so a captured launch serves every step
+ * whose views fit the bounds.
+ */
+__global__ void f16_to_f32_seqs_kernel(const ds4j_seq_view* views, int ring_rows, int m, int64_t max_entries, int width,
+                                       float* dst, ds4j_seq_view* views32) {
+    DS4J_AWAIT_PREVIOUS();
+    const ds4j_seq_view v = views[blockIdx.y];
+    const int64_t stride = ((int64_t)ring_rows + max_entries) * width;
+    float* copy = dst + (int64_t)blockIdx.y * stride;
+    float* ring32 = copy;
+    float* entries32 = copy + (int64_t)ring_rows * width;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        ds4j_seq_view o = v;
+        if (ring_rows > 0) o.ring = ring32;
+        if (m > 0) o.store = entries32;
+        views32[blockIdx.y] = o;
+    }
+    const int64_t ring_n = ring_rows > 0 ? (int64_t)(v.cap < ring_rows ? v.cap : ring_rows) * width : 0;
+    int64_t count = m > 0 ? (v.N0 + v.S) / m : 0;
+    if (count > max_entries) count = max_entries;
+    const int64_t ent_n = count * width;
+    const int64_t chunks = stride / 8;
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < chunks; c += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = c * 8;  // width is a multiple of 8, so a chunk never straddles the ring and the entries
+        const uint16_t* src;
+        float* out;
+        if (i < (int64_t)ring_rows * width) {
+            if (i >= ring_n) continue;
+            src = (const uint16_t*)v.ring + i;
+            out = ring32 + i;
+        } else {
+            const int64_t j = i - (int64_t)ring_rows * width;
+            if (j >= ent_n) continue;
+            src = (const uint16_t*)v.store + j;
+            out = entries32 + j;
+        }
+        const uint4 h = *reinterpret_cast<const uint4*>(src);
+        const uint32_t w[4] = {h.x, h.y, h.z, h.w};
+        float o[8];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            o[2 * k] = f16_to_f32((uint16_t)(w[k] & 0xFFFFu));
+            o[2 * k + 1] = f16_to_f32((uint16_t)(w[k] >> 16));
+        }
+        reinterpret_cast<float4*>(out)[0] = make_float4(o[0], o[1], o[2], o[3]);
+        reinterpret_cast<float4*>(out)[1] = make_float4(o[4], o[5], o[6], o[7]);
     }
 }
 
@@ -1740,6 +1799,131 @@ static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K,
 
 using namespace ds4j;
 
+template <typename T>
+static int32_t attention_seqs_impl(ds4j_ctx* ctx, const char* fn, const ds4j_seq_view* host_views,
+                                   const ds4j_seq_view* views, int32_t n, const float* q, const float* kv_new, int32_t kind,
+                                   int32_t m, const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,
+                                   int32_t W, float scale, float* out) {
+    int32_t max_s = 0;
+    const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
+    if (vrc != DS4J_OK) return vrc;
+    DS4J_ARG(q && kv_new && sinks && out && H > 0 && d > 0 && W > 0, "%s: bad arguments", fn);
+    DS4J_ARG(kind == DS4J_ATTN_SLIDING || kind == DS4J_ATTN_CSA || kind == DS4J_ATTN_HCA, "%s: unknown kind %d", fn, kind);
+    int64_t maxc = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        const int64_t N0 = v.N0, S = v.S;
+        DS4J_ARG(N0 == 0 || (v.ring && v.cap >= W - 1), "%s: view %d: ring of %d rows cannot hold the window", fn, i, v.cap);
+        DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (v.store || (N0 + S) / m == 0)),
+                 "%s: view %d: compressed layer without entries", fn, i);
+        DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: view %d: CSA without selections", fn, i);
+        int64_t c = 0;
+        if (kind == DS4J_ATTN_HCA) c = (N0 + S) / m;
+        else if (kind == DS4J_ATTN_CSA) c = (N0 + S) / m < K ? (N0 + S) / m : K;
+        if (c > maxc) maxc = c;
+    }
+    if (ctx->fixed_grids) {  // ds4j_seqs_bounds: the scratch for the bound, not for the present count
+        const int64_t bound = kind == DS4J_ATTN_CSA ? K : kind == DS4J_ATTN_HCA ? ctx->fixed_entries : 0;
+        DS4J_ARG(maxc <= bound, "%s: %lld compressed entries exceed the bound %lld (ds4j_seqs_bounds)", fn,
+                 (long long)maxc, (long long)bound);
+        maxc = bound;
+    }
+    if (at_usable(ctx, d)) {
+        const int G = (H + AT_HG - 1) / AT_HG;
+        DS4J_ARG((int64_t)G * max_s <= 65535, "%s: S %d too large for one launch", fn, max_s);
+        int nsmax = 1;
+        if (ctx->fixed_grids) {
+            // the grid for the bound: any query of at most W + maxc keys gets at most min(its tiles, AT_NS_MAX)
+            // ranges; a query's own split (at_split of its key count) and so its numbers do not depend on nsmax
+            const int64_t tiles = (W + maxc + AT_KT - 1) / AT_KT;
+            nsmax = (int)(tiles < AT_NS_MAX ? (tiles < 1 ? 1 : tiles) : AT_NS_MAX);
+        } else {
+            for (int32_t i = 0; i < n; i++) {
+                const int ns = at_nsmax(kind, m, K, host_views[i].N0, host_views[i].S, W);
+                if (ns > nsmax) nsmax = ns;
+            }
+        }
+        // partial slots: view * max_s + s; views in groups that keep the scratch within AT_SCRATCH_CAP
+        const int64_t view_bytes = nsmax > 1 ? (int64_t)max_s * H * nsmax * (d + 2) * 4 : 0;
+        int64_t per = view_bytes > 0 ? AT_SCRATCH_CAP / view_bytes : n;
+        if (per < 1) per = 1;
+        if (per > n) per = n;
+        float* part = nullptr;
+        if (view_bytes > 0) {
+            const int32_t rc = at_scratch(ctx, view_bytes * per, &part);
+            if (rc != DS4J_OK) return rc;
+        }
+        float* ml = part ? part + per * max_s * H * nsmax * (int64_t)d : nullptr;
+        const int64_t smem = at_smem(d);
+        if (smem > 48 * 1024) {
+            static int64_t granted[64];
+            const int32_t rc = smem_opt_in(ctx, reinterpret_cast<const void*>(at_split_seqs_kernel<T>), smem, granted);
+            if (rc != DS4J_OK) return rc;
+        }
+        for (int32_t v0 = 0; v0 < n; v0 += (int32_t)per) {
+            const int nv = (int)(n - v0 < per ? n - v0 : per);
+            at_split_seqs_kernel<T><<<dim3((unsigned)nsmax, (unsigned)(G * max_s), (unsigned)nv), ATT_THREADS, (size_t)smem,
+                                   ctx->stream>>>(views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s,
+                                                  part, ml, nsmax, out);
+            DS4J_LAUNCHED("attention_seqs (key ranges)");
+            if (nsmax > 1) {
+                at_combine_seqs_kernel<<<dim3((unsigned)H, (unsigned)max_s, (unsigned)nv), 128, 0, ctx->stream>>>(
+                    views + v0, part, ml, nsmax, kind, m, K, W, max_s, H, d, sinks, out);
+                DS4J_LAUNCHED("attention_seqs combine");
+            }
+        }
+        return DS4J_OK;
+    }
+    const int64_t nk_max = W + maxc;
+    const int64_t smem = attention_smem(d, nk_max);
+    DS4J_ARG(smem + 1024 <= device_limits(ctx->device).smem_optin,
+             "%s: %lld keys per query (window %d + %lld compressed) exceed the kernel's shared memory", fn,
+             (long long)nk_max, W, (long long)maxc);
+    if (smem > 48 * 1024) {
+        static int64_t granted[64];
+        const int32_t rc = smem_opt_in(ctx, reinterpret_cast<const void*>(attention_seqs_kernel<T>), smem, granted);
+        if (rc != DS4J_OK) return rc;
+    }
+    dim3 grid(H, max_s, n);
+    attention_seqs_kernel<T><<<grid, ATT_THREADS, (size_t)smem, ctx->stream>>>(views, q, kv_new, kind, m, sel, K, sinks, H,
+                                                                             d, W, scale, (int)nk_max, out);
+    DS4J_LAUNCHED("attention_seqs");
+    return DS4J_OK;
+}
+
+template <typename T>
+static int32_t indexer_scores_seqs_impl(ds4j_ctx* ctx, const char* fn, const ds4j_seq_view* host_views,
+                                        const ds4j_seq_view* views, int32_t n, const float* qi, const float* wt,
+                                        int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale,
+                                        float* scores, int64_t ld) {
+    int32_t max_s = 0;
+    const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
+    if (vrc != DS4J_OK) return vrc;
+    DS4J_ARG(qi && wt && scores && m > 0 && HI > 0 && dI > 0 && K > 0, "%s: bad arguments", fn);
+    int64_t maxAvail = 0;
+    bool aligned = true;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        const int64_t a = (v.N0 + v.S) / m;
+        if (a > K) DS4J_ARG(v.store && ld >= a, "%s: view %d: scores row of %lld < %lld entries", fn, i, (long long)ld,
+                            (long long)a);
+        if (a > maxAvail) maxAvail = a;
+        aligned &= ((uintptr_t)v.store & 15u) == 0;
+    }
+    if (ctx->fixed_grids) {  // ds4j_seqs_bounds: as many entry blocks as a scores row holds, launched always
+        DS4J_ARG(ld > 0 && (ld + IDX_ENTRIES - 1) / IDX_ENTRIES <= 0x7fffffff, "%s: bad ld %lld", fn, (long long)ld);
+        maxAvail = ld;
+    } else if (maxAvail <= K) return DS4J_OK;
+    int rc = DS4J_OK;
+    if (tc_indexer(ctx, views, n, qi, wt, nullptr, sizeof(T) == 4, aligned, 0, max_s, m, HI, dI, K, w_scale, s_scale,
+                   scores, ld, maxAvail, true, &rc))
+        return rc;
+    dim3 grid((unsigned)((maxAvail + IDX_ENTRIES - 1) / IDX_ENTRIES), max_s, n);
+    indexer_scores_seqs_kernel<T><<<grid, 128, 0, ctx->stream>>>(views, qi, wt, m, HI, dI, K, w_scale, s_scale, scores, ld);
+    DS4J_LAUNCHED("indexer_scores_seqs");
+    return DS4J_OK;
+}
+
 extern "C" {
 
 int32_t ds4j_rope(ds4j_ctx* ctx, float* x, int32_t S, int32_t heads, int32_t width, int32_t rope_dim,
@@ -2034,95 +2218,48 @@ int32_t ds4j_ring_store_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, con
     return DS4J_OK;
 }
 
+
 int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
                             const float* q, const float* kv_new, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
                             const float* sinks, int32_t H, int32_t d, int32_t W, float scale, float* out) {
     DS4J_CHECK_CTX(ctx);
-    const char* fn = "ds4j_attention_seqs";
+    return attention_seqs_impl<uint16_t>(ctx, "ds4j_attention_seqs", host_views, views, n, q, kv_new, kind, m, sel, K,
+                                         sinks, H, d, W, scale, out);
+}
+
+int32_t ds4j_attention_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
+                                const float* q, const float* kv_new, int32_t kind, int32_t m, const int32_t* sel,
+                                int32_t K, const float* sinks, int32_t H, int32_t d, int32_t W, float scale, float* out) {
+    DS4J_CHECK_CTX(ctx);
+    return attention_seqs_impl<float>(ctx, "ds4j_attention_f32_seqs", host_views, views, n, q, kv_new, kind, m, sel, K,
+                                      sinks, H, d, W, scale, out);
+}
+
+int32_t ds4j_f16_to_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
+                             int32_t ring_rows, int32_t m, int64_t max_entries, int32_t width, float* dst,
+                             ds4j_seq_view* views32) {
+    DS4J_CHECK_CTX(ctx);
+    const char* fn = "ds4j_f16_to_f32_seqs";
     int32_t max_s = 0;
     const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
     if (vrc != DS4J_OK) return vrc;
-    DS4J_ARG(q && kv_new && sinks && out && H > 0 && d > 0 && W > 0, "%s: bad arguments", fn);
-    DS4J_ARG(kind == DS4J_ATTN_SLIDING || kind == DS4J_ATTN_CSA || kind == DS4J_ATTN_HCA, "%s: unknown kind %d", fn, kind);
-    int64_t maxc = 0;
+    DS4J_ARG(dst && views32 && width > 0 && width % 8 == 0 && ring_rows >= 0 && m >= 0 && max_entries >= 0 &&
+                 (ring_rows > 0 || m > 0) && ((uintptr_t)dst & 15u) == 0,
+             "%s: bad arguments (ring_rows %d, m %d, max_entries %lld, width %d)", fn, ring_rows, m,
+             (long long)max_entries, width);
     for (int32_t i = 0; i < n; i++) {
         const ds4j_seq_view& v = host_views[i];
-        const int64_t N0 = v.N0, S = v.S;
-        DS4J_ARG(N0 == 0 || (v.ring && v.cap >= W - 1), "%s: view %d: ring of %d rows cannot hold the window", fn, i, v.cap);
-        DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (v.store || (N0 + S) / m == 0)),
-                 "%s: view %d: compressed layer without entries", fn, i);
-        DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: view %d: CSA without selections", fn, i);
-        int64_t c = 0;
-        if (kind == DS4J_ATTN_HCA) c = (N0 + S) / m;
-        else if (kind == DS4J_ATTN_CSA) c = (N0 + S) / m < K ? (N0 + S) / m : K;
-        if (c > maxc) maxc = c;
+        DS4J_ARG(ring_rows == 0 || (v.ring && ((uintptr_t)v.ring & 15u) == 0 && v.cap <= ring_rows),
+                 "%s: view %d: ring of %d rows, bound %d (16-byte aligned rings)", fn, i, v.cap, ring_rows);
+        const int64_t count = m > 0 ? (v.N0 + v.S) / m : 0;
+        DS4J_ARG(count <= max_entries && (count == 0 || (v.store && ((uintptr_t)v.store & 15u) == 0)),
+                 "%s: view %d: %lld entries, bound %lld (16-byte aligned stores)", fn, i, (long long)count,
+                 (long long)max_entries);
     }
-    if (ctx->fixed_grids) {  // ds4j_seqs_bounds: the scratch for the bound, not for the present count
-        const int64_t bound = kind == DS4J_ATTN_CSA ? K : kind == DS4J_ATTN_HCA ? ctx->fixed_entries : 0;
-        DS4J_ARG(maxc <= bound, "%s: %lld compressed entries exceed the bound %lld (ds4j_seqs_bounds)", fn,
-                 (long long)maxc, (long long)bound);
-        maxc = bound;
-    }
-    if (at_usable(ctx, d)) {
-        const int G = (H + AT_HG - 1) / AT_HG;
-        DS4J_ARG((int64_t)G * max_s <= 65535, "%s: S %d too large for one launch", fn, max_s);
-        int nsmax = 1;
-        if (ctx->fixed_grids) {
-            // the grid for the bound: any query of at most W + maxc keys gets at most min(its tiles, AT_NS_MAX)
-            // ranges; a query's own split (at_split of its key count) and so its numbers do not depend on nsmax
-            const int64_t tiles = (W + maxc + AT_KT - 1) / AT_KT;
-            nsmax = (int)(tiles < AT_NS_MAX ? (tiles < 1 ? 1 : tiles) : AT_NS_MAX);
-        } else {
-            for (int32_t i = 0; i < n; i++) {
-                const int ns = at_nsmax(kind, m, K, host_views[i].N0, host_views[i].S, W);
-                if (ns > nsmax) nsmax = ns;
-            }
-        }
-        // partial slots: view * max_s + s; views in groups that keep the scratch within AT_SCRATCH_CAP
-        const int64_t view_bytes = nsmax > 1 ? (int64_t)max_s * H * nsmax * (d + 2) * 4 : 0;
-        int64_t per = view_bytes > 0 ? AT_SCRATCH_CAP / view_bytes : n;
-        if (per < 1) per = 1;
-        if (per > n) per = n;
-        float* part = nullptr;
-        if (view_bytes > 0) {
-            const int32_t rc = at_scratch(ctx, view_bytes * per, &part);
-            if (rc != DS4J_OK) return rc;
-        }
-        float* ml = part ? part + per * max_s * H * nsmax * (int64_t)d : nullptr;
-        const int64_t smem = at_smem(d);
-        if (smem > 48 * 1024) {
-            static int64_t granted[64];
-            const int32_t rc = smem_opt_in(ctx, reinterpret_cast<const void*>(at_split_seqs_kernel), smem, granted);
-            if (rc != DS4J_OK) return rc;
-        }
-        for (int32_t v0 = 0; v0 < n; v0 += (int32_t)per) {
-            const int nv = (int)(n - v0 < per ? n - v0 : per);
-            at_split_seqs_kernel<<<dim3((unsigned)nsmax, (unsigned)(G * max_s), (unsigned)nv), ATT_THREADS, (size_t)smem,
-                                   ctx->stream>>>(views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s,
-                                                  part, ml, nsmax, out);
-            DS4J_LAUNCHED("attention_seqs (key ranges)");
-            if (nsmax > 1) {
-                at_combine_seqs_kernel<<<dim3((unsigned)H, (unsigned)max_s, (unsigned)nv), 128, 0, ctx->stream>>>(
-                    views + v0, part, ml, nsmax, kind, m, K, W, max_s, H, d, sinks, out);
-                DS4J_LAUNCHED("attention_seqs combine");
-            }
-        }
-        return DS4J_OK;
-    }
-    const int64_t nk_max = W + maxc;
-    const int64_t smem = attention_smem(d, nk_max);
-    DS4J_ARG(smem + 1024 <= device_limits(ctx->device).smem_optin,
-             "%s: %lld keys per query (window %d + %lld compressed) exceed the kernel's shared memory", fn,
-             (long long)nk_max, W, (long long)maxc);
-    if (smem > 48 * 1024) {
-        static int64_t granted[64];
-        const int32_t rc = smem_opt_in(ctx, reinterpret_cast<const void*>(attention_seqs_kernel), smem, granted);
-        if (rc != DS4J_OK) return rc;
-    }
-    dim3 grid(H, max_s, n);
-    attention_seqs_kernel<<<grid, ATT_THREADS, (size_t)smem, ctx->stream>>>(views, q, kv_new, kind, m, sel, K, sinks, H,
-                                                                             d, W, scale, (int)nk_max, out);
-    DS4J_LAUNCHED("attention_seqs");
+    const int64_t chunks = ((int64_t)ring_rows + max_entries) * width / 8;
+    f16_to_f32_seqs_kernel<<<dim3(grid_for(chunks), (unsigned)n), 256, 0, ctx->stream>>>(views, ring_rows, m, max_entries,
+                                                                                         width, dst, views32);
+    DS4J_LAUNCHED("f16_to_f32_seqs");
     return DS4J_OK;
 }
 
@@ -2200,37 +2337,21 @@ int32_t ds4j_compress_step_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
     return DS4J_OK;
 }
 
+
 int32_t ds4j_indexer_scores_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
                                  const float* qi, const float* wt, int32_t m, int32_t HI, int32_t dI, int32_t K,
                                  float w_scale, float s_scale, float* scores, int64_t ld) {
     DS4J_CHECK_CTX(ctx);
-    const char* fn = "ds4j_indexer_scores_seqs";
-    int32_t max_s = 0;
-    const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
-    if (vrc != DS4J_OK) return vrc;
-    DS4J_ARG(qi && wt && scores && m > 0 && HI > 0 && dI > 0 && K > 0, "%s: bad arguments", fn);
-    int64_t maxAvail = 0;
-    bool aligned = true;
-    for (int32_t i = 0; i < n; i++) {
-        const ds4j_seq_view& v = host_views[i];
-        const int64_t a = (v.N0 + v.S) / m;
-        if (a > K) DS4J_ARG(v.store && ld >= a, "%s: view %d: scores row of %lld < %lld entries", fn, i, (long long)ld,
-                            (long long)a);
-        if (a > maxAvail) maxAvail = a;
-        aligned &= ((uintptr_t)v.store & 15u) == 0;
-    }
-    if (ctx->fixed_grids) {  // ds4j_seqs_bounds: as many entry blocks as a scores row holds, launched always
-        DS4J_ARG(ld > 0 && (ld + IDX_ENTRIES - 1) / IDX_ENTRIES <= 0x7fffffff, "%s: bad ld %lld", fn, (long long)ld);
-        maxAvail = ld;
-    } else if (maxAvail <= K) return DS4J_OK;
-    int rc = DS4J_OK;
-    if (tc_indexer(ctx, views, n, qi, wt, nullptr, false, aligned, 0, max_s, m, HI, dI, K, w_scale, s_scale, scores, ld,
-                   maxAvail, true, &rc))
-        return rc;
-    dim3 grid((unsigned)((maxAvail + IDX_ENTRIES - 1) / IDX_ENTRIES), max_s, n);
-    indexer_scores_seqs_kernel<<<grid, 128, 0, ctx->stream>>>(views, qi, wt, m, HI, dI, K, w_scale, s_scale, scores, ld);
-    DS4J_LAUNCHED("indexer_scores_seqs");
-    return DS4J_OK;
+    return indexer_scores_seqs_impl<uint16_t>(ctx, "ds4j_indexer_scores_seqs", host_views, views, n, qi, wt, m, HI, dI,
+                                              K, w_scale, s_scale, scores, ld);
+}
+
+int32_t ds4j_indexer_scores_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                     int32_t n, const float* qi, const float* wt, int32_t m, int32_t HI, int32_t dI,
+                                     int32_t K, float w_scale, float s_scale, float* scores, int64_t ld) {
+    DS4J_CHECK_CTX(ctx);
+    return indexer_scores_seqs_impl<float>(ctx, "ds4j_indexer_scores_f32_seqs", host_views, views, n, qi, wt, m, HI, dI,
+                                           K, w_scale, s_scale, scores, ld);
 }
 
 int32_t ds4j_indexer_topk_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,

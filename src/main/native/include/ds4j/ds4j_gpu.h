@@ -527,6 +527,30 @@ DS4J_API int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_vi
                                      int32_t W, float scale, float* out);
 
 /**
+ * ds4j_attention_seqs over F32 copies of the cache (the verify path "f32-convert" in a step whose launches depend on
+ * its shape only): view.ring [cap, d] and view.store [*, d] are F32, e.g. views32 of ds4j_f16_to_f32_seqs; host_views
+ * the same views in host memory. Same keys, masks and operation order as ds4j_attention_seqs, so on converted rows
+ * the two give the same output bit for bit (and the same as ds4j_attention_f32 per sequence).
+ */
+DS4J_API int32_t ds4j_attention_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                         int32_t n, const float* q, const float* kv_new, int32_t kind, int32_t m,
+                                         const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,
+                                         int32_t W, float scale, float* out);
+
+/**
+ * The control's conversion (ds4j_f16_to_f32) for n sequences of one layer, lengths and addresses read from the device
+ * views: view i's F32 copy starts at dst + i * (ring_rows + max_entries) * width floats and holds, when ring_rows > 0,
+ * its window ring (view.cap rows of the F16 view.ring, at most ring_rows; the copy keeps ring_rows rows of room), then,
+ * when m > 0, its (N0 + S) / m compressed entries or indexer keys (F16 view.store, at most max_entries). views32[i]
+ * (device memory, n elements) becomes views[i] with ring (when ring_rows > 0) and store (when m > 0) replaced by the
+ * copies' addresses. width a multiple of 8; dst, the rings and the stores 16-byte aligned. The host views are checked
+ * against the bounds (DS4J_ERR_ARG naming the view); the launch shape depends on n and the bounds only.
+ */
+DS4J_API int32_t ds4j_f16_to_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                      int32_t n, int32_t ring_rows, int32_t m, int64_t max_entries, int32_t width,
+                                      float* dst, ds4j_seq_view* views32);
+
+/**
  * ds4j_compress_pool for n sequences (view.ring = ring_a, view.ring2 = ring_z, both F32 of view.cap rows;
  * view.store = the F16 entries): a_new, z_new [R, cw].
  */
@@ -553,6 +577,16 @@ DS4J_API int32_t ds4j_indexer_scores_seqs(ds4j_ctx* ctx, const ds4j_seq_view* ho
                                           int32_t n, const float* qi, const float* wt, int32_t m, int32_t HI,
                                           int32_t dI, int32_t K, float w_scale, float s_scale, float* scores,
                                           int64_t ld);
+
+/**
+ * ds4j_indexer_scores_seqs over F32 keys (view.store = F32 indexer keys, 16-byte aligned, e.g. views32 of
+ * ds4j_f16_to_f32_seqs; host_views the same views in host memory): the control path's scores, as
+ * ds4j_indexer_scores_f32 per sequence.
+ */
+DS4J_API int32_t ds4j_indexer_scores_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                              int32_t n, const float* qi, const float* wt, int32_t m, int32_t HI,
+                                              int32_t dI, int32_t K, float w_scale, float s_scale, float* scores,
+                                              int64_t ld);
 
 /**
  * ds4j_indexer_topk for n sequences: scores [R, ld], sel [R, K]. Under ds4j_seqs_bounds the choice between one and

@@ -23,8 +23,10 @@ import java.util.SplittableRandom;
  * <pre>
  * java ... io.ds4j.gpu.GpuBench [--model DIR | --preset NAME [--dtype bf16|fp8] [--layers L] [--experts E]]
  *      [--prompt-tokens 4096] [--chunk 512] [--decode-tokens 32] [--contexts 4096,59933] [--max-prefill 131072]
- *      [--peak-gbs 4800] [--graph-rounds 3] [--verify-rows 5] [--batches 1,4,16,64]
+ *      [--peak-gbs 4800] [--graph-rounds 3] [--verify-rows 5] [--verify-paths f32-convert,f16@1024] [--batches 1,4,16,64]
  * </pre>
+ * {@code --verify-paths}: the verify attention paths the verify step is timed on, in turn (default: the backend's
+ * start-up path); {@code f16@N} is the f16 path with {@code verify.f32ShortContextRows} N.
  * {@code --batches}: batched decode at each context (copies of the prefilled sequence stepped together, see
  * {@link #batched}).
  * Decode-step graphs ({@link DecodeGraphs}): the decode rate is measured with the default setting
@@ -46,6 +48,7 @@ public final class GpuBench {
         int prompt = 4096, chunk = 512, decode = 32, maxPrefill = 131072, graphRounds = 3, verifyRows = 0;
         double peak = 4800;
         List<Integer> contexts = new ArrayList<>(), batches = new ArrayList<>();
+        List<String> verifyPaths = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
             switch (a) {
@@ -62,6 +65,7 @@ public final class GpuBench {
                 case "--max-prefill" -> maxPrefill = Integer.parseInt(args[++i]);
                 case "--graph-rounds" -> graphRounds = Integer.parseInt(args[++i]);
                 case "--verify-rows" -> verifyRows = Integer.parseInt(args[++i]);
+                case "--verify-paths" -> verifyPaths.addAll(List.of(args[++i].split(",")));
                 case "--batches" -> { for (String s : args[++i].split(",")) batches.add(Integer.parseInt(s.trim())); }
                 default -> throw new IllegalArgumentException("unknown option " + a);
             }
@@ -140,7 +144,10 @@ public final class GpuBench {
                     be.forward(s, toks, ctx + decode + 1, 1, new int[]{0});
                     System.out.print("  one decode step by category (each op waited for):\n" + be.takeProfile());
                     be.setProfiling(false);
-                    if (verifyRows > 0) verifyStep(be, s, toks, verifyRows, decode);
+                    if (verifyRows > 0) {
+                        if (verifyPaths.isEmpty()) verifyStep(be, s, toks, verifyRows, decode);
+                        else for (String path : verifyPaths) verifyStep(be, s, toks, verifyRows, decode, path);
+                    }
                     if (!batches.isEmpty()) batched(be, s, Math.max(16, decode), toks, decode, batches);
                 }
             }
@@ -212,6 +219,25 @@ public final class GpuBench {
      * A verify step of `rows` rows at the sequence's context against a decode step there: both timed over n steps (each
      * rolled back), then one verify step's profile by category.
      */
+    static void verifyStep(HipBackend be, HipSequence s, int[] toks, int rows, int n, String path) {
+        io.ds4j.engine.VerifyAttention before = be.verifyAttention();
+        int at = path.indexOf('@');
+        String key = at < 0 ? path : path.substring(0, at);
+        io.ds4j.engine.VerifyAttention p = java.util.Arrays.stream(io.ds4j.engine.VerifyAttention.values())
+                .filter(v -> v.key().equals(key)).findFirst()
+                .orElseThrow(() -> new IllegalArgumentException("--verify-paths: f32-convert, f16 or f16@ROWS, got " + path));
+        be.setVerifyAttention(p);
+        int rowsBefore = be.f32ShortContextRows();
+        if (at >= 0) be.setF32ShortContextRows(Integer.parseInt(path.substring(at + 1)));
+        System.out.println("  verify path " + path + ":");
+        try {
+            verifyStep(be, s, toks, rows, n);
+        } finally {
+            be.setVerifyAttention(before);
+            be.setF32ShortContextRows(rowsBefore);
+        }
+    }
+
     static void verifyStep(HipBackend be, HipSequence s, int[] toks, int rows, int n) {
         int pos = s.length();
         int[] want = java.util.stream.IntStream.range(0, rows).toArray();

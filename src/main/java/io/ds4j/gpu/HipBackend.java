@@ -77,12 +77,15 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  *
  * <p>Decode-step graphs ({@link DecodeGraphs}): with monolithic placement, decode steps (S = 1)
  * and verify steps run as one graph launch instead of kernel by kernel ({@link #setGraphs}, {@code -Dds4j.gpu.graphs});
- * the results are the same bit for bit. Steps whose entries all take the plain attention path run in a fixed form:
- * every entry through the several-sequence kernels (a batch of one included), which read positions, lengths, ring
- * offsets and cache addresses from views in device memory, with launch shapes from bounds (ds4j_seqs_bounds) and the
- * indexer's scores row rounded up to a power of two. Its launches and their arguments then depend only on a shape key
- * (rows, kind and logits rows of each entry, whether the indexer selects, the bounds, the workspace's generation), so
- * it is captured once per key and replayed after one upload of the step's inputs (tokens, positions, views).
+ * the results are the same bit for bit. Steps whose entries all take the plain attention path, and steps whose entries
+ * are all verify entries on the control path, run in a fixed form: every entry through the several-sequence kernels (a
+ * batch of one included), which read positions, lengths, ring offsets and cache addresses from views in device memory,
+ * with launch shapes from bounds (ds4j_seqs_bounds) and the indexer's scores row rounded up to a power of two; the
+ * control's conversion copies each view's rows into room sized by the bounds (ds4j_f16_to_f32_seqs: the window ring's
+ * rows, the CSA and HCA entries rounded up to a power of two) and attends on the copies (ds4j_attention_f32_seqs). Its
+ * launches and their arguments then depend only on a shape key (rows, kind and logits rows of each entry, whether the
+ * indexer selects, the bounds, the workspace's generation), so it is captured once per key and replayed after one
+ * upload of the step's inputs (tokens, positions, views).
  *
  * <p>All work runs on one stream of one device; calls are serialised on the backend (different sequences may be
  * stepped from different threads, one at a time). Implements {@code backend: hip} ({@link io.ds4j.engine.Backends}).
@@ -437,6 +440,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             throw new IllegalArgumentException("verify.f32ShortContextRows must be in " + BackendOptions.MIN_SHORT_ROWS + ".."
                     + BackendOptions.MAX_SHORT_ROWS + ", got " + rows);
         shortRows = rows;
+    }
+
+    /** The F16 path's full-F32 threshold (attended rows) in force ({@link #setF32ShortContextRows}). */
+    public synchronized int f32ShortContextRows() {
+        return shortRows;
     }
 
     /**
@@ -794,6 +802,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             for (int e = 0; e < starts.length; e++) starts[e] = b.start[e];
             b.fixed = fixedForm(b);
             b.group = b.fixed ? java.util.stream.IntStream.range(0, b.seqs.length).toArray() : group(b);
+            if (b.convert) scratch = Math.max(scratch, convertBytes(b));
             ws.reset(Workspace.batchBytes(c, b.count, starts, b.logitCounts()) + scratch + groupBytes(b));
         } catch (GpuException e) {
             throw outOfMemory(e, b.describe());
@@ -924,27 +933,36 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * Whether a step runs in the fixed form (see the class comment): graphs on, not profiling, and every entry one that
-     * graphs take (a decode step, or a verify step below DS4J_TC_MIN_ROWS rows) on the plain attention path (not the
-     * f32-convert verify path, not above the f16 path's short-context threshold) with no MTP state attached (its
-     * stream copies depend on the position). Sets the step's bounds: whether the indexer selects, the scores row
-     * (a power of two, at least 256) and the HCA entry bound (likewise).
+     * graphs take (a decode step, or a verify step below DS4J_TC_MIN_ROWS rows) with no MTP state attached (its
+     * stream copies depend on the position), either all on the plain attention path (not above the f16 path's
+     * short-context threshold) or all verify entries on the f32-convert path (a step mixing those with decode entries
+     * is not fixed). Sets the step's bounds: whether the indexer selects, the scores row (a power of two, at least
+     * 256), the HCA entry bound (likewise) and, for the control's copies, the window ring rows and the CSA entry bound.
      */
     private boolean fixedForm(DeviceStep b) {
         if (!graphs.enabled() || profile != null) return false;
         long csa = 0, hca = 0;
+        int verifying = 0, ring = 0;
+        boolean control = verifyAttention == VerifyAttention.F32_CONVERT;
         for (int e = 0; e < b.seqs.length; e++) {
             StepKind kind = b.kinds[e];
             int S = b.count[e], N0 = b.start[e];
             if (!DecodeGraphs.capturable(true, false, S, kind == StepKind.VERIFY) || b.seqs[e].kept != null) return false;
-            if (kind == StepKind.VERIFY && verifyAttention == VerifyAttention.F32_CONVERT) return false;
+            if (kind == StepKind.VERIFY) verifying++;
             if (kind != StepKind.PREFILL && verifyAttention == VerifyAttention.F16)
                 for (int l = 0; l < c.numLayers; l++) if (attendedRows(c, l, N0, S) > shortRows) return false;
             csa = Math.max(csa, CacheLayout.entries(N0 + S, c.csaRatio));
             hca = Math.max(hca, CacheLayout.entries(N0 + S, c.hcaRatio));
+            ring = Math.max(ring, b.seqs[e].layers[0].winCap);
         }
+        // the control converts for verify entries only: a step mixing them with decode entries runs kernel by kernel
+        b.convert = control && verifying > 0;
+        if (b.convert && verifying < b.seqs.length) return false;
         b.indexer = hasCsa && csa > c.indexTopk;
         b.scoreLd = b.indexer ? bound(csa) : 0;
         b.hcaBound = hasHca ? bound(hca) : 0;
+        b.ringRows = b.convert ? ring : 0;
+        b.csaBound = b.convert && hasCsa ? bound(csa) : 0;
         return true;
     }
 
@@ -957,7 +975,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * The shape key of a fixed-form step: what its launches and their arguments depend on. Entries' kinds, rows and
      * logits rows; the bounds; the workspace's generation (its addresses).
      */
-    private record ShapeKey(String entries, boolean indexer, long scoreLd, long hcaBound, long workspace) {}
+    private record ShapeKey(String entries, boolean indexer, long scoreLd, long hcaBound, int ringRows, long csaBound,
+                            long workspace) {}
 
     private ShapeKey shapeKey(DeviceStep b) {
         StringBuilder k = new StringBuilder();
@@ -966,7 +985,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             for (int r : b.logitRows[e]) k.append(r).append(',');
             k.append('|');
         }
-        return new ShapeKey(k.toString(), b.indexer, b.scoreLd, b.hcaBound, ws.generation);
+        return new ShapeKey(k.toString(), b.indexer, b.scoreLd, b.hcaBound, b.ringRows, b.csaBound, ws.generation);
     }
 
     /**
@@ -1005,11 +1024,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /** The verify modes a replayed step's entries are in (what its capture noted, see attendGroup). */
     private void noteReplayedModes(DeviceStep b) {
-        if (verifyAttention != VerifyAttention.F16) return;
         for (int e = 0; e < b.seqs.length; e++) {
             if (b.kinds[e] != StepKind.VERIFY) continue;
             for (int l = 0; l < c.numLayers; l++)
-                noteVerifyMode(c.layerTypes[l], "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, b.start[e], b.count[e])
+                if (b.convert) noteVerifyMode(c.layerTypes[l], "f32-convert", "f32-convert");
+                else noteVerifyMode(c.layerTypes[l], "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, b.start[e], b.count[e])
                         + " <= " + shortRows + ")");
         }
     }
@@ -1114,6 +1133,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         /** The fixed form ({@link #fixedForm}) and its bounds. */
         boolean fixed, indexer;
         long scoreLd, hcaBound;
+        /**
+         * A fixed-form step of verify entries on the control path ({@link #convertGroup}): its attention and indexer
+         * read F32 copies made in the step; the copies' bounds: window ring rows and CSA entries (HCA: hcaBound).
+         */
+        boolean convert;
+        int ringRows;
+        long csaBound;
         /** When the step started (host time), and an executable to destroy once it has finished (or 0). */
         long t0, dropExec;
 
@@ -1562,8 +1588,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         };
         int m = st0.comp == null ? 0 : st0.comp.m;
         float scale = (float) (1.0 / Math.sqrt(d));
-        k(ds4j_attention_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks), H, d, W, scale, ptr(o)),
-                "attention", "attention");
+        if (b.convert) {
+            // the control: the group's complete F16 cache rows to F32, then F32 attention on the copies
+            long entries = kind == AttentionKind.CSA ? b.csaBound : kind == AttentionKind.HCA ? b.hcaBound : 0;
+            var v32 = convertGroup(b, hWin, dWin, b.ringRows, m, entries, d);
+            k(ds4j_attention_f32_seqs(ctx(), v32.host(), ptr(v32.device()), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks),
+                    H, d, W, scale, ptr(o)), "attention (f32 copy)", "attention");
+            noteVerifyMode(kind, "f32-convert", "f32-convert");
+        } else k(ds4j_attention_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks), H, d, W,
+                scale, ptr(o)), "attention", "attention");
         for (int e : b.group)
             if (b.kinds[e] == StepKind.VERIFY && verifyAttention == VerifyAttention.F16)
                 noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, b.start[e], b.count[e]) + " <= " + shortRows + ")");
@@ -1601,7 +1634,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
         var h = groupHostView(b, l, 2);
         long dv = groupView(b, l, 2);
-        k(ds4j_indexer_scores_seqs(ctx(), h, ptr(dv), G, ptr(qi), ptr(wt), m, HI, dI, K, wScale, sScale, ptr(scores), ld),
+        if (b.convert) { // the control: every indexer key to F32 first
+            var v32 = convertGroup(b, h, dv, 0, m, ld, dI);
+            k(ds4j_indexer_scores_f32_seqs(ctx(), v32.host(), ptr(v32.device()), G, ptr(qi), ptr(wt), m, HI, dI, K, wScale, sScale,
+                    ptr(scores), ld), "indexer_scores (f32 copy)", "indexer");
+        } else k(ds4j_indexer_scores_seqs(ctx(), h, ptr(dv), G, ptr(qi), ptr(wt), m, HI, dI, K, wScale, sScale, ptr(scores), ld),
                 "indexer_scores", "indexer");
         k(ds4j_indexer_topk_seqs(ctx(), h, ptr(dv), G, ptr(scores), ld, m, K, ptr(sel)), "indexer_topk", "indexer");
         return sel;
@@ -1647,6 +1684,54 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         long dst = ws.f32(n);
         k(ds4j_f16_to_f32(ctx(), ptr(f16), ptr(dst), n), "f16 to f32", "attention: f32 conversion");
         return dst;
+    }
+
+    /** Views of the control's F32 copies: in host memory (checks, launch sizes) and in device memory (the kernels). */
+    private record CopyViews(MemorySegment host, long device) {}
+
+    /** Host memory of the copies' views ({@link #convertGroup}), reused by every call. */
+    private MemorySegment copyViewsHost;
+
+    /**
+     * The control's conversion for the group of a fixed-form step: every view's window ring (ringRows > 0; the copy
+     * keeps ringRows rows) and its compressed entries or indexer keys (m > 0, at most maxEntries) to F32 in the
+     * workspace, in one launch that reads lengths and addresses from the device views (ds4j_f16_to_f32_seqs), which
+     * also writes the copies' views in device memory; the same views are built here in host memory.
+     * @param hViews the group's views in host memory, {@code views} the same in device memory
+     * @param width  values per row (d for the attention's rows, d_I for indexer keys)
+     */
+    private CopyViews convertGroup(DeviceStep b, MemorySegment hViews, long views, int ringRows, int m, long maxEntries, int width) {
+        int G = b.group.length;
+        long stride = 4L * (ringRows + maxEntries) * width;
+        long dst = ws.alloc(stride * G), dViews = ws.alloc(SeqViews.BYTES * G);
+        k(ds4j_f16_to_f32_seqs(ctx(), hViews, ptr(views), G, ringRows, m, maxEntries, width, ptr(dst), ptr(dViews)),
+                "f16 to f32", "attention: f32 conversion");
+        long bytes = SeqViews.BYTES * G;
+        if (copyViewsHost == null || copyViewsHost.byteSize() < bytes) copyViewsHost = Arena.ofAuto().allocate(Math.max(bytes, 2 * SeqViews.BYTES * 64), 8);
+        MemorySegment h = copyViewsHost.asSlice(0, bytes);
+        h.copyFrom(hViews.asSlice(0, bytes));
+        for (int i = 0; i < G; i++) {
+            long copy = dst + stride * i;
+            if (ringRows > 0) h.set(ValueLayout.JAVA_LONG, SeqViews.BYTES * i + 16, copy);
+            if (m > 0) h.set(ValueLayout.JAVA_LONG, SeqViews.BYTES * i + 32, copy + 4L * ringRows * width);
+        }
+        return new CopyViews(h, dViews);
+    }
+
+    /** Workspace bytes of a converting fixed-form step's copies ({@link #convertGroup}) in its largest layer. */
+    private long convertBytes(DeviceStep b) {
+        long G = b.seqs.length, a = Workspace.ALIGN_BYTES, most = 0;
+        for (int l = 0; l < c.numLayers; l++) {
+            long entries = switch (c.layerTypes[l]) {
+                case SLIDING -> 0;
+                case CSA -> b.csaBound;
+                case HCA -> b.hcaBound;
+            };
+            long bytes = 4 * G * (b.ringRows + entries) * c.headDim + SeqViews.BYTES * G + 2 * a;
+            if (c.layerTypes[l] == AttentionKind.CSA && b.indexer) bytes += 4 * G * b.scoreLd * c.indexHeadDim + SeqViews.BYTES * G + 2 * a;
+            most = Math.max(most, bytes);
+        }
+        return most;
     }
 
     /** Records the verify mode of a layer kind; logs it when the kind's mode category changes (or is first seen). */

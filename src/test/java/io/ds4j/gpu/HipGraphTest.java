@@ -130,15 +130,17 @@ class HipGraphTest {
 
     /**
      * The shape key of a one-sequence step in the fixed form as the backend forms it (kind, rows, logits rows, whether the
-     * indexer selects, the power-of-two bounds of the scores row and of the HCA entries); the workspace is not
-     * reallocated in these runs (its first chunk holds every decode and verify step).
+     * indexer selects, the power-of-two bounds of the scores row and of the HCA entries, and for a verify step on the
+     * control path the bound of the CSA entries its conversion copies); the workspace is not reallocated in these runs
+     * (its first chunk holds every decode and verify step), and the window ring's rows are those of one sequence.
      */
     static String shapeKey(HipBackend b, StepKind kind, int N0, int S, int[] rows) {
         var c = b.config();
         long csa = (N0 + S) / c.csaRatio, hca = (N0 + S) / c.hcaRatio;
         boolean indexer = csa > c.indexTopk;
+        boolean convert = kind == StepKind.VERIFY && b.verifyAttention() == VerifyAttention.F32_CONVERT;
         return kind + ":" + S + ":" + java.util.Arrays.toString(rows) + ":" + indexer + ":" + (indexer ? HipBackend.bound(csa) : 0)
-                + ":" + HipBackend.bound(hca);
+                + ":" + HipBackend.bound(hca) + ":" + (convert ? HipBackend.bound(csa) : 0);
     }
 
     @Test
@@ -148,49 +150,134 @@ class HipGraphTest {
         try (HipBackend b = monolithic(tiny)) {
             b.setVerifyAttention(VerifyAttention.F16);
             b.setF32ShortContextRows(BackendOptions.MAX_SHORT_ROWS);
-            int[] toks = tokens(b, 200, 11);
-            SplittableRandom r = new SplittableRandom(11);
-            java.util.Set<String> keys = new java.util.HashSet<>();
-            DecodeGraphs.Stats before = b.graphStats();
-            int graphSteps = 0;
-            try (Sequence off = b.newSequence(16); Sequence on = b.newSequence(16)) {
-                int[] last = {4};
-                assertArrayEquals(step(b, false, off, toks, 0, 5, last, StepKind.PREFILL), step(b, true, on, toks, 0, 5, last, StepKind.PREFILL));
-                while (off.length() < 90) {
-                    int pos = off.length();
-                    if (r.nextDouble() < 0.25) {
-                        int n = 2 + r.nextInt(4);
-                        keys.add(shapeKey(b, StepKind.VERIFY, pos, n, all(n)));
-                        assertArrayEquals(step(b, false, off, toks, pos, n, all(n), StepKind.VERIFY),
-                                step(b, true, on, toks, pos, n, all(n), StepKind.VERIFY), "verify of " + n + " rows at " + pos);
-                        int reject = r.nextInt(n);
-                        off.rollback(reject);
-                        on.rollback(reject);
-                    } else {
-                        int[] rows = r.nextDouble() < 0.1 ? new int[0] : new int[]{0};
-                        keys.add(shapeKey(b, StepKind.DECODE, pos, 1, rows));
-                        assertArrayEquals(step(b, false, off, toks, pos, 1, rows, StepKind.DECODE),
-                                step(b, true, on, toks, pos, 1, rows, StepKind.DECODE), "decode at " + pos);
+            capturedOncePerShapeAndReplayed(b, 11);
+        }
+    }
+
+    /** The same on the control path: its verify steps convert the cache in the fixed form (ds4j_f16_to_f32_seqs). */
+    @Test
+    void controlVerifyStepsAreCapturedOncePerShapeAndReplayed() throws Exception {
+        try (HipBackend b = monolithic(tiny)) {
+            b.setVerifyAttention(VerifyAttention.F32_CONVERT);
+            capturedOncePerShapeAndReplayed(b, 12);
+        }
+    }
+
+    /**
+     * Two sequences given the same prefill, decode and verify steps (with rollbacks) to 90 tokens, graphs off and on:
+     * equal logits bit for bit, every step with graphs on replayed from a kept graph or captured once for its shape key
+     * (none re-recorded or refused), then a decode stretch of known keys launching no kernel from the host.
+     */
+    static void capturedOncePerShapeAndReplayed(HipBackend b, long seed) {
+        int[] toks = tokens(b, 200, seed);
+        SplittableRandom r = new SplittableRandom(seed);
+        java.util.Set<String> keys = new java.util.HashSet<>();
+        DecodeGraphs.Stats before = b.graphStats();
+        int graphSteps = 0;
+        try (Sequence off = b.newSequence(16); Sequence on = b.newSequence(16)) {
+            int[] last = {4};
+            assertArrayEquals(step(b, false, off, toks, 0, 5, last, StepKind.PREFILL), step(b, true, on, toks, 0, 5, last, StepKind.PREFILL));
+            while (off.length() < 90) {
+                int pos = off.length();
+                if (r.nextDouble() < 0.25) {
+                    int n = 2 + r.nextInt(4);
+                    keys.add(shapeKey(b, StepKind.VERIFY, pos, n, all(n)));
+                    assertArrayEquals(step(b, false, off, toks, pos, n, all(n), StepKind.VERIFY),
+                            step(b, true, on, toks, pos, n, all(n), StepKind.VERIFY), "verify of " + n + " rows at " + pos);
+                    int reject = r.nextInt(n);
+                    off.rollback(reject);
+                    on.rollback(reject);
+                } else {
+                    int[] rows = r.nextDouble() < 0.1 ? new int[0] : new int[]{0};
+                    keys.add(shapeKey(b, StepKind.DECODE, pos, 1, rows));
+                    assertArrayEquals(step(b, false, off, toks, pos, 1, rows, StepKind.DECODE),
+                            step(b, true, on, toks, pos, 1, rows, StepKind.DECODE), "decode at " + pos);
+                }
+                graphSteps++;
+            }
+            DecodeGraphs.Stats after = b.graphStats();
+            long kept = after.kept() - before.kept(), replayed = after.replayed() - before.replayed();
+            System.out.printf("fixed form: %d graph steps to 90 tokens, %d shape keys: captured %d, replayed %d%n", graphSteps,
+                    keys.size(), kept, replayed);
+            assertEquals(0, after.captured() - before.captured(), "no step was re-recorded");
+            assertEquals(0, after.fallbacks() - before.fallbacks(), "no capture refused");
+            assertEquals(graphSteps, kept + replayed, "every decode and verify step ran from a kept graph");
+            assertTrue(kept <= keys.size(), "captured " + kept + " times for " + keys.size() + " shape keys");
+            // a decode stretch of keys seen: no kernel launched from the host, one graph launch and one upload a step
+            int pos = on.length();
+            for (int i = 0; i < 2; i++) b.forward(on, toks, pos + i, 1, new int[]{0}, StepKind.DECODE);
+            long[] l0 = b.gpu().launchCounts();
+            for (int i = 2; i < 12; i++) b.forward(on, toks, pos + i, 1, new int[]{0}, StepKind.DECODE);
+            long[] l1 = b.gpu().launchCounts();
+            assertEquals(0, l1[0] - l0[0], "kernel launches from the host in 10 replayed steps");
+            assertEquals(10, l1[1] - l0[1], "copies: one upload of the inputs a step");
+            assertEquals(10, l1[2] - l0[2], "graph launches");
+        }
+    }
+
+    /**
+     * Batches of verify entries on the control path (three sequences at different lengths: the indexer selecting for
+     * some, HCA entries for all) run in the fixed form, captured once per shape key and replayed, with every entry's
+     * logits equal bit for bit to the same steps without graphs; a batch mixing in a decode entry runs kernel by kernel
+     * with the same numbers.
+     */
+    @Test
+    void controlVerifyBatchesRunAsKeptGraphs() throws Exception {
+        try (HipBackend b = HipPlacementTest.open(tiny, HipPlacementTest.opts(ExpertPlacement.MONOLITHIC, 0, false))) {
+            b.setVerifyAttention(VerifyAttention.F32_CONVERT);
+            int[] toks = tokens(b, 300, 21);
+            int[] starts = {30, 47, 61};
+            List<Sequence> off = new ArrayList<>(), on = new ArrayList<>();
+            try {
+                for (int n : starts) {
+                    Sequence a = b.newSequence(16), c = b.newSequence(16);
+                    off.add(a);
+                    on.add(c);
+                    b.setGraphs(false);
+                    b.forward(a, toks, 0, n, new int[0]);
+                    b.setGraphs(true);
+                    b.forward(c, toks, 0, n, new int[0]);
+                }
+                SplittableRandom r = new SplittableRandom(21);
+                DecodeGraphs.Stats before = b.graphStats();
+                int fixedSteps = 0;
+                for (int round = 0; round < 24; round++) {
+                    boolean mixed = round % 6 == 5;
+                    List<io.ds4j.engine.BatchEntry> eOff = new ArrayList<>(), eOn = new ArrayList<>();
+                    int[] count = new int[starts.length];
+                    for (int i = 0; i < starts.length; i++) {
+                        boolean decode = mixed && i == 1;
+                        // two verify widths per entry, so that most rounds replay a shape seen before
+                        int n = decode ? 1 : (round + i) % 2 == 0 ? 3 : 5, pos = off.get(i).length();
+                        count[i] = n;
+                        int[] t = java.util.Arrays.copyOfRange(toks, pos, pos + n);
+                        StepKind kind = decode ? StepKind.DECODE : StepKind.VERIFY;
+                        int[] rows = decode ? new int[]{0} : all(n);
+                        eOff.add(new io.ds4j.engine.BatchEntry(off.get(i), t, rows, kind));
+                        eOn.add(new io.ds4j.engine.BatchEntry(on.get(i), t, rows, kind));
                     }
-                    graphSteps++;
+                    b.setGraphs(false);
+                    float[][] want = b.step(eOff);
+                    b.setGraphs(true);
+                    float[][] got = b.step(eOn);
+                    for (int i = 0; i < starts.length; i++) {
+                        assertArrayEquals(want[i], got[i], "round " + round + (mixed ? " (mixed)" : "") + ", entry " + i);
+                        int reject = count[i] > 1 ? r.nextInt(count[i]) : 0;
+                        off.get(i).rollback(reject);
+                        on.get(i).rollback(reject);
+                        assertEquals(off.get(i).length(), on.get(i).length());
+                    }
+                    if (!mixed) fixedSteps++;
                 }
                 DecodeGraphs.Stats after = b.graphStats();
                 long kept = after.kept() - before.kept(), replayed = after.replayed() - before.replayed();
-                System.out.printf("fixed form: %d graph steps to 90 tokens, %d shape keys: captured %d, replayed %d%n", graphSteps,
-                        keys.size(), kept, replayed);
-                assertEquals(0, after.captured() - before.captured(), "no step was re-recorded");
+                System.out.printf("control verify batches: %d fixed-form steps, captured %d, replayed %d%n", fixedSteps, kept, replayed);
+                assertEquals(fixedSteps, kept + replayed, "every all-verify batch ran from a kept graph");
+                assertTrue(replayed > 0, "some batches replayed a kept graph");
                 assertEquals(0, after.fallbacks() - before.fallbacks(), "no capture refused");
-                assertEquals(graphSteps, kept + replayed, "every decode and verify step ran from a kept graph");
-                assertTrue(kept <= keys.size(), "captured " + kept + " times for " + keys.size() + " shape keys");
-                // a decode stretch of keys seen: no kernel launched from the host, one graph launch and one upload a step
-                int pos = on.length();
-                for (int i = 0; i < 2; i++) b.forward(on, toks, pos + i, 1, new int[]{0}, StepKind.DECODE);
-                long[] l0 = b.gpu().launchCounts();
-                for (int i = 2; i < 12; i++) b.forward(on, toks, pos + i, 1, new int[]{0}, StepKind.DECODE);
-                long[] l1 = b.gpu().launchCounts();
-                assertEquals(0, l1[0] - l0[0], "kernel launches from the host in 10 replayed steps");
-                assertEquals(10, l1[1] - l0[1], "copies: one upload of the inputs a step");
-                assertEquals(10, l1[2] - l0[2], "graph launches");
+            } finally {
+                for (Sequence q : off) q.close();
+                for (Sequence q : on) q.close();
             }
         }
     }

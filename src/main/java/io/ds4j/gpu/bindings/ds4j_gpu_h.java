@@ -4017,6 +4017,140 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_attention_f32_seqs {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_attention_f32_seqs");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static FunctionDescriptor ds4j_attention_f32_seqs$descriptor() {
+        return ds4j_attention_f32_seqs.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static MethodHandle ds4j_attention_f32_seqs$handle() {
+        return ds4j_attention_f32_seqs.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static MemorySegment ds4j_attention_f32_seqs$address() {
+        return ds4j_attention_f32_seqs.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, float *out)
+     * }
+     */
+    public static int ds4j_attention_f32_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment q, MemorySegment kv_new, int kind, int m, MemorySegment sel, int K, MemorySegment sinks, int H, int d, int W, float scale, MemorySegment out) {
+        var mh$ = ds4j_attention_f32_seqs.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_views, views, n, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, out);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_f16_to_f32_seqs {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_f16_to_f32_seqs");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_f16_to_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, int32_t ring_rows, int32_t m, int64_t max_entries, int32_t width, float *dst, ds4j_seq_view *views32)
+     * }
+     */
+    public static FunctionDescriptor ds4j_f16_to_f32_seqs$descriptor() {
+        return ds4j_f16_to_f32_seqs.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_f16_to_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, int32_t ring_rows, int32_t m, int64_t max_entries, int32_t width, float *dst, ds4j_seq_view *views32)
+     * }
+     */
+    public static MethodHandle ds4j_f16_to_f32_seqs$handle() {
+        return ds4j_f16_to_f32_seqs.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_f16_to_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, int32_t ring_rows, int32_t m, int64_t max_entries, int32_t width, float *dst, ds4j_seq_view *views32)
+     * }
+     */
+    public static MemorySegment ds4j_f16_to_f32_seqs$address() {
+        return ds4j_f16_to_f32_seqs.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_f16_to_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, int32_t ring_rows, int32_t m, int64_t max_entries, int32_t width, float *dst, ds4j_seq_view *views32)
+     * }
+     */
+    public static int ds4j_f16_to_f32_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, int ring_rows, int m, long max_entries, int width, MemorySegment dst, MemorySegment views32) {
+        var mh$ = ds4j_f16_to_f32_seqs.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_views, views, n, ring_rows, m, max_entries, width, dst, views32);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_compress_pool_seqs {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
@@ -4214,6 +4348,74 @@ public class ds4j_gpu_h {
      */
     public static int ds4j_indexer_scores_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment qi, MemorySegment wt, int m, int HI, int dI, int K, float w_scale, float s_scale, MemorySegment scores, long ld) {
         var mh$ = ds4j_indexer_scores_seqs.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_views, views, n, qi, wt, m, HI, dI, K, w_scale, s_scale, scores, ld);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_indexer_scores_f32_seqs {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_indexer_scores_f32_seqs");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *qi, const float *wt, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static FunctionDescriptor ds4j_indexer_scores_f32_seqs$descriptor() {
+        return ds4j_indexer_scores_f32_seqs.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *qi, const float *wt, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static MethodHandle ds4j_indexer_scores_f32_seqs$handle() {
+        return ds4j_indexer_scores_f32_seqs.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *qi, const float *wt, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static MemorySegment ds4j_indexer_scores_f32_seqs$address() {
+        return ds4j_indexer_scores_f32_seqs.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_indexer_scores_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *qi, const float *wt, int32_t m, int32_t HI, int32_t dI, int32_t K, float w_scale, float s_scale, float *scores, int64_t ld)
+     * }
+     */
+    public static int ds4j_indexer_scores_f32_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment qi, MemorySegment wt, int m, int HI, int dI, int K, float w_scale, float s_scale, MemorySegment scores, long ld) {
+        var mh$ = ds4j_indexer_scores_f32_seqs.HANDLE;
         try {
             return (int) mh$.invokeExact(ctx, host_views, views, n, qi, wt, m, HI, dI, K, w_scale, s_scale, scores, ld);
         } catch (Throwable ex$) {
