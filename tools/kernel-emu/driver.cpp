@@ -135,6 +135,17 @@ static void launch_gemm(int fmt, int bn, dim3 grid, const tc1::Args& a1, bool xp
 
 static int bit_diffs(const float* a, const float* b, size_t n);
 
+/** FNV-1a over the bit patterns of n floats: equal hashes across builds mean the same outputs, bit for bit. */
+static uint64_t bits_hash(const float* a, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, a + i, 4);
+        for (int b = 0; b < 4; b++) h = (h ^ ((u >> (8 * b)) & 0xffu)) * 1099511628211ull;
+    }
+    return h;
+}
+
 static void check(const char* what, double got, double want, double mag, double tol, int i, int j) {
     if (!(std::fabs(got - want) <= tol * mag + 1e-30)) {
         if (fails < 20) printf("FAIL %s (%d, %d): got %.9g want %.9g (mag %.3g)\n", what, i, j, got, want, mag);
@@ -513,7 +524,7 @@ static std::vector<float> split_run(const SplitLayer& L) {
     std::vector<float> out((size_t)c.S * c.H * c.D, -555.f), part((size_t)c.S * c.H * nsmax * (c.D + 2) + 1, 777.f);
     float* ml = part.data() + (size_t)c.S * c.H * nsmax * c.D;
     const float scale = 1.f / std::sqrt((float)c.D);
-    emu_launch(dim3(nsmax, G * c.S), dim3(ATT_THREADS), at_smem(c.D), [&] {
+    emu_launch(dim3(nsmax, G * c.S), dim3(AT_THREADS), at_smem(c.D), [&] {
         at_split_kernel<T>(L.q.data(), L.kv_new.data(), ring.data(), L.cap, entries.data(), c.kind, c.m, L.sel.data(), c.K,
                            L.sinks.data(), c.N0, c.H, c.D, c.W, scale, 0, part.data(), ml, nsmax, out.data());
     });
@@ -606,8 +617,8 @@ static void split_attention(const SplitCase& c) {
         }
     if (dv) { printf("FAIL split attention: decoded alone differs from the verify step in %d values\n", dv); fails++; }
     printf("split attention H %d D %d kind %d m %d K %d W %d N0 %ld S %d: up to %d key ranges, worst error %.3g of sum |p v|;"
-           " F16 vs F32 copy %d bits differ, decode vs verify %d\n", c.H, c.D, c.kind, c.m, c.K, c.W, (long)c.N0, c.S, ranges,
-           worst, d32, dv);
+           " F16 vs F32 copy %d bits differ, decode vs verify %d; output hash %016llx\n", c.H, c.D, c.kind, c.m, c.K, c.W,
+           (long)c.N0, c.S, ranges, worst, d32, dv, (unsigned long long)bits_hash(out.data(), out.size()));
 }
 
 /** Several sequences through at_split_seqs_kernel, each compared bit for bit with its own single-sequence launch. */
@@ -640,8 +651,8 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
     const float scale = 1.f / std::sqrt((float)D);
     std::vector<float> out((size_t)R * H * D, -555.f), part((size_t)n * max_s * H * nsmax * (D + 2) + 1, 777.f);
     float* ml = part.data() + (size_t)n * max_s * H * nsmax * D;
-    emu_launch(dim3(nsmax, G * max_s, n), dim3(ATT_THREADS), at_smem(D), [&] {
-        at_split_seqs_kernel(views.data(), q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(), H, D, W, scale,
+    emu_launch(dim3(nsmax, G * max_s, n), dim3(AT_THREADS), at_smem(D), [&] {
+        at_split_seqs_kernel<uint16_t>(views.data(), q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(), H, D, W, scale,
                              max_s, part.data(), ml, nsmax, out.data());
     });
     if (nsmax > 1)
@@ -657,8 +668,8 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
         diffs += bit_diffs(alone.data(), out.data() + (size_t)views[i].row0 * H * D, alone.size());
     }
     if (diffs) { printf("FAIL split attention seqs: %d values differ from the single-sequence launches\n", diffs); fails++; }
-    printf("split attention seqs H %d D %d kind %d, %d sequences (max S %d, up to %d key ranges): %d values differ\n", H, D, kind,
-           n, max_s, nsmax, diffs);
+    printf("split attention seqs H %d D %d kind %d, %d sequences (max S %d, up to %d key ranges): %d values differ; output hash"
+           " %016llx\n", H, D, kind, n, max_s, nsmax, diffs, (unsigned long long)bits_hash(out.data(), out.size()));
 }
 
 // ------------------------------------------------------------------------------------------- skinny products
@@ -1033,6 +1044,7 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
 
 int main() {
     if (getenv("TC_ONLY")) goto prefill;  // the prefill GEMM cases only (tensor-core dense and routed-expert products)
+    if (getenv("SPLIT_ONLY")) goto split;  // the split FFMA attention cases only (with output hashes to compare builds)
     if (getenv("MOE_ONLY")) goto moe;     // the skinny routed-expert cases of the grid and row-group variants only
     // the row-wise kernels (misc.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
     mhc::run_all();
@@ -1134,6 +1146,7 @@ prefill:
     attention(24, 64, DS4J_ATTN_HCA, 2, 8, 30, 6, 2, 1.0);       // queries of one and of two key ranges in one step
     // split FFMA attention: one key range and several, a range count past AT_NS_MAX tiles (ranges of two tiles), heads
     // past H, odd widths (scalar loads, one output column per thread), a dominant sink
+split:
     split_attention(SplitCase{20, 40, DS4J_ATTN_SLIDING, 0, 0, 16, 30, 5, 1.0, 1.0});     // ring wrapped, one range
     split_attention(SplitCase{16, 36, DS4J_ATTN_HCA, 2, 0, 16, 90, 5, 1.0, 1.0});         // odd width, two ranges
     split_attention(SplitCase{24, 64, DS4J_ATTN_CSA, 4, 40, 16, 300, 5, 3.0, 1.0});       // CSA selections, sharp
@@ -1143,6 +1156,10 @@ prefill:
     split_attention(SplitCase{17, 300, DS4J_ATTN_CSA, 2, 24, 16, 100, 3, 1.0, 1.0});      // 300 columns: some threads 2
     split_attention_seqs(20, 40, DS4J_ATTN_HCA, 2, 0, 16, {0, 70, 5, 200}, {3, 1, 5, 2});
     split_attention_seqs(16, 64, DS4J_ATTN_CSA, 4, 20, 16, {300, 10, 150}, {5, 2, 1});
+    if (getenv("SPLIT_ONLY")) {
+        printf("%s: %d failures (split attention only)\n", fails ? "FAILED" : "OK", fails);
+        return fails ? 1 : 0;
+    }
     // top-k: chunk edges, picks spanning chunks, every key equal, few distinct values (ties at the threshold, NaN,
     // -0 / +0, infinities), rows of 300K entries (1.2M tokens at m = 4), several sequences in one launch
     topk_case({4 * 5000}, {3}, 4, 512, 1, true);

@@ -290,18 +290,26 @@ attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* k
 // The F32 attention (ds4j_attention, ds4j_attention_f32, ds4j_attention_seqs, and the queries of
 // ds4j_attention_f16_operands at or under its threshold). V4 has one KV head for all query heads (MLA), so a block
 // takes AT_HG heads of one query and reads each key row once for all of them: a tile of AT_KT rows goes to shared
-// memory as F32 (F16 -> F32 is exact), then Q K^T (warp w: heads 2w, 2w+1; lane: the tile's key), an online softmax
-// per head in the same warp, and P V (thread t: columns t and t + 256 of all AT_HG heads). A query's keys are cut into
+// memory as F32 (F16 -> F32 is exact), then Q K^T (warp w: AT_HPW heads from AT_HPW w; lane: the tile's key), an online
+// softmax per head in the same warp, and P V (thread t: columns t and t + AT_THREADS of all AT_HG heads). Each head's
+// dot products run over the columns in order and its P V over the keys in order, so how heads and columns are dealt to
+// warps and threads changes no bit. A query's keys are cut into
 // key ranges (flash-decoding) so that a decode step, one query, still fills the device: each range's block writes its
 // running max m, sum l and unnormalised output, and at_combine_* adds them with the sink. The ranges are a function of
 // the query's own key count only (at_split), never of the step's shape or of other queries or sequences: a query's
 // result is the same bit for bit whether it is decoded alone, verified among S queries or batched with other
 // sequences. T = uint16_t (F16 rows in place) and T = float (F32 copies) run this one body, so they agree bit for bit.
 
-constexpr int AT_HG = 16;      // heads per block (2 per warp)
+constexpr int AT_HG = 16;      // heads per block
 constexpr int AT_KT = 32;      // keys per tile (one per lane)
 constexpr int AT_NS_MAX = 32;  // most key ranges per query
-constexpr int AT_DMAX = 2 * ATT_THREADS;  // widest head: two output columns per thread
+// Threads of a split block: one warp per head for Q K^T and one output column per thread for P V at d = 512. A decode
+// step has few blocks (16 for a 128-key window), each a chain of dependent shared-memory loads and FMAs, so the block
+// takes 16 warps to hide them rather than 8 with two heads each; every head's sums keep their order either way.
+constexpr int AT_THREADS = 512;
+constexpr int AT_HPW = AT_HG / (AT_THREADS / 32);  // heads per warp
+static_assert(AT_HPW >= 1 && AT_HG % (AT_THREADS / 32) == 0, "whole heads per warp");
+constexpr int AT_DMAX = 2 * AT_THREADS;  // widest head: two output columns per thread
 
 /** A query's key ranges: nsplit ranges of per keys (a multiple of the tile), the last one shorter. */
 struct AtSplit {
@@ -383,10 +391,12 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
         const int hh = i / d4, col = i % d4, h = h0 + hh;
         qs[i] = h < H && col < d ? q[((int64_t)s * H + h) * d + col] : 0.f;
     }
-    // softmax state of the warp's heads 2*warp + e, the same in every lane
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    // output columns ca = tid, cb = tid + 256 of every head
-    const int ca = tid, cb = tid + ATT_THREADS;
+    // softmax state of the warp's heads AT_HPW*warp + e, the same in every lane
+    float m_run[AT_HPW], l_run[AT_HPW];
+#pragma unroll
+    for (int e = 0; e < AT_HPW; e++) m_run[e] = -INFINITY, l_run[e] = 0.f;
+    // output columns ca = tid, cb = tid + AT_THREADS of every head
+    const int ca = tid, cb = tid + AT_THREADS;
     const bool has_a = ca < d, has_b = cb < d;
     float o[AT_HG][2];
 #pragma unroll
@@ -415,37 +425,35 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
         }
         __syncthreads();  // K tile ready
 
-        // logits of heads 2*warp + e against key lane, then the online softmax of those heads
+        // logits of heads AT_HPW*warp + e against key lane, then the online softmax of those heads
         {
             const float* kr = Ks + lane * dp;
-            const float* q0 = qs + (2 * warp) * d4;
-            const float* q1 = q0 + d4;
-            float a0 = 0.f, a1 = 0.f;
+            const float* qw = qs + (AT_HPW * warp) * d4;
+            float acc[AT_HPW];
+#pragma unroll
+            for (int e = 0; e < AT_HPW; e++) acc[e] = 0.f;
 #pragma unroll 4
             for (int i = 0; i < d4; i += 4) {
                 const float4 kv = *reinterpret_cast<const float4*>(kr + i);
-                const float4 x = *reinterpret_cast<const float4*>(q0 + i);
-                const float4 y = *reinterpret_cast<const float4*>(q1 + i);
-                a0 += x.x * kv.x;
-                a0 += x.y * kv.y;
-                a0 += x.z * kv.z;
-                a0 += x.w * kv.w;
-                a1 += y.x * kv.x;
-                a1 += y.y * kv.y;
-                a1 += y.z * kv.z;
-                a1 += y.w * kv.w;
-            }
-            const float acc[2] = {a0, a1};
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
+                for (int e = 0; e < AT_HPW; e++) {
+                    const float4 x = *reinterpret_cast<const float4*>(qw + e * d4 + i);
+                    acc[e] += x.x * kv.x;
+                    acc[e] += x.y * kv.y;
+                    acc[e] += x.z * kv.z;
+                    acc[e] += x.w * kv.w;
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < AT_HPW; e++) {
                 const float lg = lane < nv ? mul(acc[e], scale) : -INFINITY;
                 const float mnew = fmaxf(m_run[e], warp_max(lg));  // finite: the tile has a key
                 const float corr = m_run[e] == -INFINITY ? 0.f : exp_d(sub(m_run[e], mnew));
                 const float p = lane < nv ? exp_d(sub(lg, mnew)) : 0.f;
                 l_run[e] = add(mul(l_run[e], corr), warp_sum(p));
                 m_run[e] = mnew;
-                Ps[(2 * warp + e) * AT_KT + lane] = p;
-                if (lane == 0) corrS[2 * warp + e] = corr;
+                Ps[(AT_HPW * warp + e) * AT_KT + lane] = p;
+                if (lane == 0) corrS[AT_HPW * warp + e] = corr;
             }
         }
         __syncthreads();  // P and the corrections ready
@@ -487,12 +495,12 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
 
     // each head's (m, l) to every thread: through Ps (free after the last P V)
     __syncthreads();
-    if (lane == 0) {
-        Ps[2 * warp] = m_run[0];
-        Ps[2 * warp + 1] = m_run[1];
-        Ps[AT_HG + 2 * warp] = l_run[0];
-        Ps[AT_HG + 2 * warp + 1] = l_run[1];
-    }
+    if (lane == 0)
+#pragma unroll
+        for (int e = 0; e < AT_HPW; e++) {
+            Ps[AT_HPW * warp + e] = m_run[e];
+            Ps[AT_HG + AT_HPW * warp + e] = l_run[e];
+        }
     __syncthreads();
     if (!has_a) return;
     const bool direct = sp.nsplit == 1;
@@ -550,7 +558,7 @@ __device__ __forceinline__ void at_combine_body(const float* part, const float* 
 
 /** Grid (nsmax, ceil(H/AT_HG) * S): queries s_base + blockIdx.y / groups, partial slot blockIdx.y / groups. */
 template <typename T>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(AT_THREADS)
 at_split_kernel(const float* q, const float* kv_new, const T* ring, int cap, const T* entries, int kind, int m,
                 const int32_t* sel, int K, const float* sinks, int64_t N0, int H, int d, int W, float scale, int s_base,
                 float* part, float* ml, int nsmax, float* out) {
@@ -573,7 +581,7 @@ __global__ void at_combine_kernel(const float* part, const float* ml, int nsmax,
 
 /** at_split_kernel over sequences: grid (nsmax, ceil(H/AT_HG) * max_s, views); partial slot = view * max_s + s. */
 template <typename T>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(AT_THREADS)
 at_split_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
                      const int32_t* sel, int K, const float* sinks, int H, int d, int W, float scale, int max_s,
                      float* part, float* ml, int nsmax, float* out) {
@@ -1641,7 +1649,7 @@ static int32_t launch_split(ds4j_ctx* ctx, const char* fn, const float* q, const
     }
     for (int32_t s0 = 0; s0 < S; s0 += (int32_t)per) {
         const int n = (int)(S - s0 < per ? S - s0 : per);
-        at_split_kernel<T><<<dim3((unsigned)nsmax, (unsigned)(G * n)), ATT_THREADS, (size_t)smem, ctx->stream>>>(
+        at_split_kernel<T><<<dim3((unsigned)nsmax, (unsigned)(G * n)), AT_THREADS, (size_t)smem, ctx->stream>>>(
             q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, s0, part, ml, nsmax, out);
         DS4J_LAUNCHED("attention (key ranges)");
         if (nsmax > 1) {
@@ -1862,7 +1870,7 @@ static int32_t attention_seqs_impl(ds4j_ctx* ctx, const char* fn, const ds4j_seq
         }
         for (int32_t v0 = 0; v0 < n; v0 += (int32_t)per) {
             const int nv = (int)(n - v0 < per ? n - v0 : per);
-            at_split_seqs_kernel<T><<<dim3((unsigned)nsmax, (unsigned)(G * max_s), (unsigned)nv), ATT_THREADS, (size_t)smem,
+            at_split_seqs_kernel<T><<<dim3((unsigned)nsmax, (unsigned)(G * max_s), (unsigned)nv), AT_THREADS, (size_t)smem,
                                    ctx->stream>>>(views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s,
                                                   part, ml, nsmax, out);
             DS4J_LAUNCHED("attention_seqs (key ranges)");

@@ -62,6 +62,10 @@ template <> struct Epc<DS4J_FMT_FP8_E4M3_B128> { static constexpr int v = 16; };
 template <> struct Epc<DS4J_FMT_FP4_E2M1_B32> { static constexpr int v = 32; };
 
 constexpr int MV_UNROLL = 4;
+// Chunks in flight per lane in matvec_split_kernel: its rows are few (the mHC mapping: 24 rows of n D F32 columns), so
+// each block streams a long row and with MV_UNROLL waited for the memory several times in turn. A lane's chunks are
+// added in the same order whatever the unroll, so the bits do not change.
+template <int FMT> constexpr int MV_SPLIT_UNROLL = FMT == DS4J_FMT_F32 ? 16 : MV_UNROLL;
 
 /** Two F16 bit patterns (low, high half) -> floats. */
 __device__ __forceinline__ void h2f2(uint32_t h2, float* w) {
@@ -102,8 +106,11 @@ __device__ __forceinline__ void decode_chunk(const uint4& q, float* w) {
     }
 }
 
-/** acc[t] += sum over this warp's chunks of W[r, c] x[t*ldx + c], t < ns; warp sw of `split` warps per row. */
-template <int FMT>
+/**
+ * acc[t] += sum over this warp's chunks of W[r, c] x[t*ldx + c], t < ns; warp sw of `split` warps per row; U chunks
+ * of a lane in flight (a lane's chunks are added in ascending order for any U).
+ */
+template <int FMT, int U = MV_UNROLL>
 __device__ __forceinline__ void row_dot_vec(const WView& v, int r, const float* __restrict__ x, int64_t ldx, int ns,
                                             float* acc, int sw = 0, int split = 1) {
     constexpr int E = Epc<FMT>::v;
@@ -114,15 +121,15 @@ __device__ __forceinline__ void row_dot_vec(const WView& v, int r, const float* 
     const uint4* wr = reinterpret_cast<const uint4*>(v.w + (size_t)r * rb);
     const int nch = (int)(rb / 16);
     const int step = WARP * split;
-    for (int c0 = lane + WARP * sw; c0 < nch; c0 += step * MV_UNROLL) {
-        uint4 q[MV_UNROLL];
+    for (int c0 = lane + WARP * sw; c0 < nch; c0 += step * U) {
+        uint4 q[U];
 #pragma unroll
-        for (int u = 0; u < MV_UNROLL; u++) {
+        for (int u = 0; u < U; u++) {
             const int c = c0 + step * u;
             if (c < nch) q[u] = __ldg(wr + c);
         }
 #pragma unroll
-        for (int u = 0; u < MV_UNROLL; u++) {
+        for (int u = 0; u < U; u++) {
             const int c = c0 + step * u;
             if (c >= nch) break;
             float s = 1.f;
@@ -177,7 +184,8 @@ matvec_split_kernel(WView v, int rows, const float* __restrict__ x, int64_t ldx,
     float acc[MM_TS];
 #pragma unroll
     for (int t = 0; t < MM_TS; t++) acc[t] = 0.f;
-    row_dot_vec<FMT>(v, r, x + (int64_t)s0 * ldx + (int64_t)(r / grp) * xgs, ldx, ns, acc, warp, MM_WARPS);
+    row_dot_vec<FMT, MV_SPLIT_UNROLL<FMT>>(v, r, x + (int64_t)s0 * ldx + (int64_t)(r / grp) * xgs, ldx, ns, acc, warp,
+                                             MM_WARPS);
 #pragma unroll
     for (int t = 0; t < MM_TS; t++) {
         const float sum = warp_sum(acc[t]);

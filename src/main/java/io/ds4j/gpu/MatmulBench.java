@@ -58,7 +58,8 @@ public final class MatmulBench {
     record Shape(String name, int format, int rows, int cols, int groups) {
         long weightBytes() {
             long b = format == DS4J_FMT_FP8_E4M3_B128() ? (long) rows * cols
-                    : format == DS4J_FMT_FP4_E2M1_B32() ? (long) rows * cols / 2 : 2L * rows * cols;
+                    : format == DS4J_FMT_FP4_E2M1_B32() ? (long) rows * cols / 2
+                    : format == DS4J_FMT_F32() ? 4L * rows * cols : 2L * rows * cols;
             return b + scaleBytes();
         }
 
@@ -99,7 +100,7 @@ public final class MatmulBench {
         if (reps < 1) throw new IllegalArgumentException("--reps must be at least 1");
         if (!(peakGbs > 0) || !(peakTflops > 0)) throw new IllegalArgumentException("--peak-gbs and --peak-tflops must be positive");
         final double tflops = peakTflops;
-        final int fp8 = DS4J_FMT_FP8_E4M3_B128(), fp4 = DS4J_FMT_FP4_E2M1_B32(), bf16 = DS4J_FMT_BF16();
+        final int fp8 = DS4J_FMT_FP8_E4M3_B128(), fp4 = DS4J_FMT_FP4_E2M1_B32(), bf16 = DS4J_FMT_BF16(), f32 = DS4J_FMT_F32();
         List<Shape> dense = List.of(
                 new Shape("wq_a", fp8, 1024, 4096, 1),
                 new Shape("wq_b", fp8, 32768, 1024, 1),
@@ -108,7 +109,9 @@ public final class MatmulBench {
                 new Shape("wo_b", fp8, 4096, 8192, 1),
                 new Shape("shared w1 / w3", fp8, 2048, 4096, 1),
                 new Shape("shared w2", fp8, 4096, 2048, 1),
-                new Shape("bf16 1024x4096", bf16, 1024, 4096, 1));
+                new Shape("bf16 1024x4096", bf16, 1024, 4096, 1),
+                // the mHC mapping of a layer's residual streams: (2 + n) n rows over n D columns (n = 4, D = 4096), F32
+                new Shape("mHC mapping (f32 24x16384)", f32, 24, 16384, 1));
         List<Shape> experts = List.of(new Shape("routed w1 / w3", fp4, 2048, 4096, 1), new Shape("routed w2", fp4, 4096, 2048, 1));
         if (only != null) {
             final String o = only;
@@ -281,7 +284,8 @@ public final class MatmulBench {
      */
     static void row(String name, Shape s, int S, double us, long bytes, double flop, double peakGbs, double peakTflops,
                     double graphUs, String hash) {
-        String fmt = s.format == DS4J_FMT_FP8_E4M3_B128() ? "FP8" : s.format == DS4J_FMT_FP4_E2M1_B32() ? "FP4" : "BF16";
+        String fmt = s.format == DS4J_FMT_FP8_E4M3_B128() ? "FP8" : s.format == DS4J_FMT_FP4_E2M1_B32() ? "FP4"
+                : s.format == DS4J_FMT_F32() ? "F32" : "BF16";
         double gbs = bytes / (us * 1e3);
         double pct = 100 * flop / (us * 1e-6) / (peakTflops * 1e12);
         String graph = Double.isNaN(graphUs) ? "– | –" : String.format(java.util.Locale.ROOT, "%.1f | %.1f %%", graphUs,
@@ -330,6 +334,7 @@ public final class MatmulBench {
                     int b = r.nextInt(256);
                     if (s.format == DS4J_FMT_FP8_E4M3_B128() && (b & 0x7F) == 0x7F) b &= 0xFE;  // no NaN codes
                     if (s.format == DS4J_FMT_BF16() && (i & 1) == 1) b = 0x3C + r.nextInt(8);  // BF16: moderate exponents
+                    if (s.format == DS4J_FMT_F32() && (i & 3) == 3) b = 0x3C + r.nextInt(4);  // F32: likewise
                     d.set(ValueLayout.JAVA_BYTE, i, (byte) b);
                 }
                 MemorySegment sc = a.allocate(Math.max(1, s.scaleBytes()), 16);
