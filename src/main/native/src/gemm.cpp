@@ -67,6 +67,18 @@ constexpr int MV_UNROLL = 4;
 // added in the same order whatever the unroll, so the bits do not change.
 template <int FMT> constexpr int MV_SPLIT_UNROLL = FMT == DS4J_FMT_F32 ? 16 : MV_UNROLL;
 
+/** False when DS4J_MV_SPLIT_UNROLL is "4": the split F32 rows keep MV_UNROLL chunks in flight (measurements; same bits). */
+static bool mv_split_wide() {
+    static std::atomic<int> on{-1};
+    int o = on.load();
+    if (o < 0) {
+        const char* e = getenv("DS4J_MV_SPLIT_UNROLL");
+        o = (e && strcmp(e, "4") == 0) ? 0 : 1;
+        on.store(o);
+    }
+    return o == 1;
+}
+
 /** Two F16 bit patterns (low, high half) -> floats. */
 __device__ __forceinline__ void h2f2(uint32_t h2, float* w) {
     w[0] = __half2float(__ushort_as_half((uint16_t)(h2 & 0xffffu)));
@@ -171,7 +183,7 @@ __device__ __forceinline__ void row_dot_vec(const WView& v, int r, const float* 
  * Few-row matrices (the mHC mappings, qA, kv, ...) take MM_WARPS warps per row (split over the chunks) so that
  * enough warps stream the weights; the choice depends on the shape only.
  */
-template <int FMT>
+template <int FMT, int U>
 __global__ void __launch_bounds__(MM_WARPS * WARP)
 matvec_split_kernel(WView v, int rows, const float* __restrict__ x, int64_t ldx, float* __restrict__ y, int64_t ldy, int S,
                     int grp, int64_t xgs) {
@@ -184,8 +196,7 @@ matvec_split_kernel(WView v, int rows, const float* __restrict__ x, int64_t ldx,
     float acc[MM_TS];
 #pragma unroll
     for (int t = 0; t < MM_TS; t++) acc[t] = 0.f;
-    row_dot_vec<FMT, MV_SPLIT_UNROLL<FMT>>(v, r, x + (int64_t)s0 * ldx + (int64_t)(r / grp) * xgs, ldx, ns, acc, warp,
-                                             MM_WARPS);
+    row_dot_vec<FMT, U>(v, r, x + (int64_t)s0 * ldx + (int64_t)(r / grp) * xgs, ldx, ns, acc, warp, MM_WARPS);
 #pragma unroll
     for (int t = 0; t < MM_TS; t++) {
         const float sum = warp_sum(acc[t]);
@@ -335,7 +346,9 @@ static int32_t matmul_impl(const char* fn, ds4j_ctx* ctx, int32_t format, const 
     const bool split = vec && rows < 2048 && row_bytes_of(format, cols) / 16 >= 4 * WARP;
     if (split) {
         dim3 g2((unsigned)((S + MM_TS - 1) / MM_TS), (unsigned)rows);
-        DS4J_DISPATCH_FMT(format, (matvec_split_kernel<F><<<g2, MM_WARPS * WARP, 0, ctx->stream>>>(v, rows, x, ldx, y, ldy, S, grp, xgs)))
+        const bool wide = mv_split_wide();
+        DS4J_DISPATCH_FMT(format, ((wide ? matvec_split_kernel<F, MV_SPLIT_UNROLL<F>> : matvec_split_kernel<F, MV_UNROLL>)
+                                   <<<g2, MM_WARPS * WARP, 0, ctx->stream>>>(v, rows, x, ldx, y, ldy, S, grp, xgs)))
     } else if (vec)
         DS4J_DISPATCH_FMT(format, (matvec_kernel<F><<<grid, MM_WARPS * WARP, 0, ctx->stream>>>(v, rows, x, ldx, y, ldy, S, grp, xgs)))
     else
