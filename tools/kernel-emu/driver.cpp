@@ -510,8 +510,11 @@ static SplitLayer split_layer(const SplitCase& c) {
     return L;
 }
 
-/** Runs the split kernels (single-sequence launch) on L with cache element type T; returns out [S, H, D]. */
-template <typename T>
+/**
+ * Runs the split kernels (single-sequence launch) on L with cache element type T and NT threads a block; returns out
+ * [S, H, D].
+ */
+template <typename T, int NT = AT_THREADS>
 static std::vector<float> split_run(const SplitLayer& L) {
     const SplitCase& c = L.c;
     std::vector<T> ring(L.ring.size()), entries(L.entries.size());
@@ -524,8 +527,8 @@ static std::vector<float> split_run(const SplitLayer& L) {
     std::vector<float> out((size_t)c.S * c.H * c.D, -555.f), part((size_t)c.S * c.H * nsmax * (c.D + 2) + 1, 777.f);
     float* ml = part.data() + (size_t)c.S * c.H * nsmax * c.D;
     const float scale = 1.f / std::sqrt((float)c.D);
-    emu_launch(dim3(nsmax, G * c.S), dim3(AT_THREADS), at_smem(c.D), [&] {
-        at_split_kernel<T>(L.q.data(), L.kv_new.data(), ring.data(), L.cap, entries.data(), c.kind, c.m, L.sel.data(), c.K,
+    emu_launch(dim3(nsmax, G * c.S), dim3(NT), at_smem(c.D), [&] {
+        at_split_kernel<T, NT>(L.q.data(), L.kv_new.data(), ring.data(), L.cap, entries.data(), c.kind, c.m, L.sel.data(), c.K,
                            L.sinks.data(), c.N0, c.H, c.D, c.W, scale, 0, part.data(), ml, nsmax, out.data());
     });
     if (nsmax > 1)
@@ -563,6 +566,10 @@ static void split_attention(const SplitCase& c) {
     const std::vector<float> out32 = split_run<float>(L);
     const int d32 = bit_diffs(out.data(), out32.data(), out.size());
     if (d32) { printf("FAIL split attention: F16 in place differs from the F32 copy in %d values\n", d32); fails++; }
+    // the blocks of AT_THREADS_FEW threads (launches of few blocks) give the same bits as those of AT_THREADS
+    const std::vector<float> few = split_run<uint16_t, AT_THREADS_FEW>(L);
+    const int dnt = bit_diffs(out.data(), few.data(), out.size());
+    if (dnt) { printf("FAIL split attention: %d-thread blocks differ from %d-thread ones in %d values\n", AT_THREADS_FEW, AT_THREADS, dnt); fails++; }
     double worst = 0;
     int ranges = 1;
     const float scale = 1.f / std::sqrt((float)c.D);
@@ -617,8 +624,9 @@ static void split_attention(const SplitCase& c) {
         }
     if (dv) { printf("FAIL split attention: decoded alone differs from the verify step in %d values\n", dv); fails++; }
     printf("split attention H %d D %d kind %d m %d K %d W %d N0 %ld S %d: up to %d key ranges, worst error %.3g of sum |p v|;"
-           " F16 vs F32 copy %d bits differ, decode vs verify %d; output hash %016llx\n", c.H, c.D, c.kind, c.m, c.K, c.W,
-           (long)c.N0, c.S, ranges, worst, d32, dv, (unsigned long long)bits_hash(out.data(), out.size()));
+           " F16 vs F32 copy %d bits differ, decode vs verify %d, %d vs %d threads %d; output hash %016llx\n", c.H, c.D, c.kind,
+           c.m, c.K, c.W, (long)c.N0, c.S, ranges, worst, d32, dv, AT_THREADS_FEW, AT_THREADS, dnt,
+           (unsigned long long)bits_hash(out.data(), out.size()));
 }
 
 /** Several sequences through at_split_seqs_kernel, each compared bit for bit with its own single-sequence launch. */
@@ -652,7 +660,7 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
     std::vector<float> out((size_t)R * H * D, -555.f), part((size_t)n * max_s * H * nsmax * (D + 2) + 1, 777.f);
     float* ml = part.data() + (size_t)n * max_s * H * nsmax * D;
     emu_launch(dim3(nsmax, G * max_s, n), dim3(AT_THREADS), at_smem(D), [&] {
-        at_split_seqs_kernel<uint16_t>(views.data(), q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(), H, D, W, scale,
+        at_split_seqs_kernel<uint16_t, AT_THREADS>(views.data(), q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(), H, D, W, scale,
                              max_s, part.data(), ml, nsmax, out.data());
     });
     if (nsmax > 1)

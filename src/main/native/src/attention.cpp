@@ -291,7 +291,7 @@ attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* k
 // ds4j_attention_f16_operands at or under its threshold). V4 has one KV head for all query heads (MLA), so a block
 // takes AT_HG heads of one query and reads each key row once for all of them: a tile of AT_KT rows goes to shared
 // memory as F32 (F16 -> F32 is exact), then Q K^T (warp w: AT_HPW heads from AT_HPW w; lane: the tile's key), an online
-// softmax per head in the same warp, and P V (thread t: columns t and t + AT_THREADS of all AT_HG heads). Each head's
+// softmax per head in the same warp, and P V (thread t: columns t and t + NT of all AT_HG heads, NT threads). Each head's
 // dot products run over the columns in order and its P V over the keys in order, so how heads and columns are dealt to
 // warps and threads changes no bit. A query's keys are cut into
 // key ranges (flash-decoding) so that a decode step, one query, still fills the device: each range's block writes its
@@ -303,13 +303,15 @@ attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* k
 constexpr int AT_HG = 16;      // heads per block
 constexpr int AT_KT = 32;      // keys per tile (one per lane)
 constexpr int AT_NS_MAX = 32;  // most key ranges per query
-// Threads of a split block: one warp per head for Q K^T and one output column per thread for P V at d = 512. A decode
-// step has few blocks (16 for a 128-key window), each a chain of dependent shared-memory loads and FMAs, so the block
-// takes 16 warps to hide them rather than 8 with two heads each; every head's sums keep their order either way.
-constexpr int AT_THREADS = 512;
-constexpr int AT_HPW = AT_HG / (AT_THREADS / 32);  // heads per warp
-static_assert(AT_HPW >= 1 && AT_HG % (AT_THREADS / 32) == 0, "whole heads per warp");
-constexpr int AT_DMAX = 2 * AT_THREADS;  // widest head: two output columns per thread
+// Threads of a split block (at_threads): AT_THREADS (8 warps of two heads each for Q K^T, two output columns per
+// thread at d = 512) where a launch has at least as many blocks as the device has multiprocessors, AT_THREADS_FEW (one
+// warp per head, one column per thread) where it has fewer: a decode step's 16 blocks for a 128-key window are chains
+// of dependent shared-memory loads and FMAs, which twice the warps hide better, while a step of many blocks keeps two
+// smaller blocks per multiprocessor. Every head's sums keep their order either way: the same bits.
+constexpr int AT_THREADS = 256, AT_THREADS_FEW = 512;
+template <int NT> constexpr int AT_HPW = AT_HG / (NT / 32);  // heads per warp
+static_assert(AT_HG % (AT_THREADS_FEW / 32) == 0 && AT_HG % (AT_THREADS / 32) == 0, "whole heads per warp");
+constexpr int AT_DMAX = 2 * AT_THREADS;  // widest head: two output columns per thread of the smaller block
 
 /** A query's key ranges: nsplit ranges of per keys (a multiple of the tile), the last one shorter. */
 struct AtSplit {
@@ -367,7 +369,7 @@ __device__ __forceinline__ void at_chunk(const E* row, int c, int n, float* v) {
  * part[((slot*H + h)*nsmax + c)*d ..], (m, l) at ml[((slot*H + h)*nsmax + c)*2 ..]. Returns early (uniformly) when
  * the query has fewer ranges than c + 1.
  */
-template <typename T>
+template <typename T, int NT>
 __device__ __forceinline__ void at_split_body(const float* q, const float* kv_new, const T* ring, int cap,
                                               const T* entries, int kind, int m, const int32_t* sel, int K,
                                               const float* sinks, int64_t N0, int H, int d, int W, float scale,
@@ -391,12 +393,12 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
         const int hh = i / d4, col = i % d4, h = h0 + hh;
         qs[i] = h < H && col < d ? q[((int64_t)s * H + h) * d + col] : 0.f;
     }
-    // softmax state of the warp's heads AT_HPW*warp + e, the same in every lane
-    float m_run[AT_HPW], l_run[AT_HPW];
+    // softmax state of the warp's heads AT_HPW<NT>*warp + e, the same in every lane
+    float m_run[AT_HPW<NT>], l_run[AT_HPW<NT>];
 #pragma unroll
-    for (int e = 0; e < AT_HPW; e++) m_run[e] = -INFINITY, l_run[e] = 0.f;
-    // output columns ca = tid, cb = tid + AT_THREADS of every head
-    const int ca = tid, cb = tid + AT_THREADS;
+    for (int e = 0; e < AT_HPW<NT>; e++) m_run[e] = -INFINITY, l_run[e] = 0.f;
+    // output columns ca = tid, cb = tid + NT of every head
+    const int ca = tid, cb = tid + NT;
     const bool has_a = ca < d, has_b = cb < d;
     float o[AT_HG][2];
 #pragma unroll
@@ -425,18 +427,18 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
         }
         __syncthreads();  // K tile ready
 
-        // logits of heads AT_HPW*warp + e against key lane, then the online softmax of those heads
+        // logits of heads AT_HPW<NT>*warp + e against key lane, then the online softmax of those heads
         {
             const float* kr = Ks + lane * dp;
-            const float* qw = qs + (AT_HPW * warp) * d4;
-            float acc[AT_HPW];
+            const float* qw = qs + (AT_HPW<NT> * warp) * d4;
+            float acc[AT_HPW<NT>];
 #pragma unroll
-            for (int e = 0; e < AT_HPW; e++) acc[e] = 0.f;
+            for (int e = 0; e < AT_HPW<NT>; e++) acc[e] = 0.f;
 #pragma unroll 4
             for (int i = 0; i < d4; i += 4) {
                 const float4 kv = *reinterpret_cast<const float4*>(kr + i);
 #pragma unroll
-                for (int e = 0; e < AT_HPW; e++) {
+                for (int e = 0; e < AT_HPW<NT>; e++) {
                     const float4 x = *reinterpret_cast<const float4*>(qw + e * d4 + i);
                     acc[e] += x.x * kv.x;
                     acc[e] += x.y * kv.y;
@@ -445,15 +447,15 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
                 }
             }
 #pragma unroll
-            for (int e = 0; e < AT_HPW; e++) {
+            for (int e = 0; e < AT_HPW<NT>; e++) {
                 const float lg = lane < nv ? mul(acc[e], scale) : -INFINITY;
                 const float mnew = fmaxf(m_run[e], warp_max(lg));  // finite: the tile has a key
                 const float corr = m_run[e] == -INFINITY ? 0.f : exp_d(sub(m_run[e], mnew));
                 const float p = lane < nv ? exp_d(sub(lg, mnew)) : 0.f;
                 l_run[e] = add(mul(l_run[e], corr), warp_sum(p));
                 m_run[e] = mnew;
-                Ps[(AT_HPW * warp + e) * AT_KT + lane] = p;
-                if (lane == 0) corrS[AT_HPW * warp + e] = corr;
+                Ps[(AT_HPW<NT> * warp + e) * AT_KT + lane] = p;
+                if (lane == 0) corrS[AT_HPW<NT> * warp + e] = corr;
             }
         }
         __syncthreads();  // P and the corrections ready
@@ -497,9 +499,9 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
     __syncthreads();
     if (lane == 0)
 #pragma unroll
-        for (int e = 0; e < AT_HPW; e++) {
-            Ps[AT_HPW * warp + e] = m_run[e];
-            Ps[AT_HG + AT_HPW * warp + e] = l_run[e];
+        for (int e = 0; e < AT_HPW<NT>; e++) {
+            Ps[AT_HPW<NT> * warp + e] = m_run[e];
+            Ps[AT_HG + AT_HPW<NT> * warp + e] = l_run[e];
         }
     __syncthreads();
     if (!has_a) return;
@@ -557,15 +559,15 @@ __device__ __forceinline__ void at_combine_body(const float* part, const float* 
 }
 
 /** Grid (nsmax, ceil(H/AT_HG) * S): queries s_base + blockIdx.y / groups, partial slot blockIdx.y / groups. */
-template <typename T>
-__global__ void __launch_bounds__(AT_THREADS)
+template <typename T, int NT>
+__global__ void __launch_bounds__(NT)
 at_split_kernel(const float* q, const float* kv_new, const T* ring, int cap, const T* entries, int kind, int m,
                 const int32_t* sel, int K, const float* sinks, int64_t N0, int H, int d, int W, float scale, int s_base,
                 float* part, float* ml, int nsmax, float* out) {
     DS4J_AWAIT_PREVIOUS();
     const int G = (H + AT_HG - 1) / AT_HG;
     const int sl = blockIdx.y / G;
-    at_split_body<T>(q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, out, part, ml, nsmax,
+    at_split_body<T, NT>(q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, out, part, ml, nsmax,
                      sl, s_base + sl, blockIdx.y % G, blockIdx.x);
 }
 
@@ -580,8 +582,8 @@ __global__ void at_combine_kernel(const float* part, const float* ml, int nsmax,
 }
 
 /** at_split_kernel over sequences: grid (nsmax, ceil(H/AT_HG) * max_s, views); partial slot = view * max_s + s. */
-template <typename T>
-__global__ void __launch_bounds__(AT_THREADS)
+template <typename T, int NT>
+__global__ void __launch_bounds__(NT)
 at_split_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
                      const int32_t* sel, int K, const float* sinks, int H, int d, int W, float scale, int max_s,
                      float* part, float* ml, int nsmax, float* out) {
@@ -591,7 +593,7 @@ at_split_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv
     const int s = blockIdx.y / G;
     if (s >= v.S) return;
     const int64_t r0 = v.row0;
-    at_split_body<T>(q + r0 * H * d, kv_new + r0 * d, (const T*)v.ring, v.cap, (const T*)v.store, kind, m,
+    at_split_body<T, NT>(q + r0 * H * d, kv_new + r0 * d, (const T*)v.ring, v.cap, (const T*)v.store, kind, m,
                      sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, d, W, scale, out + r0 * H * d, part, ml, nsmax,
                      (int64_t)blockIdx.z * max_s + s, s, blockIdx.y % G, blockIdx.x);
 }
@@ -1582,6 +1584,14 @@ static int32_t check_views(const char* fn, const ds4j_seq_view* host_views, cons
 /** Most bytes of key-range partials one split launch uses: longer steps run in several launches. */
 constexpr int64_t AT_SCRATCH_CAP = 64ll << 20;
 
+/**
+ * Whether a split launch of this grid takes AT_THREADS_FEW threads a block: fewer blocks than the device has
+ * multiprocessors (a function of the launch shape and the device; the bits are the same either way).
+ */
+static bool at_few(ds4j_ctx* ctx, dim3 grid) {
+    return (int64_t)grid.x * grid.y * grid.z < device_limits(ctx->device).sms;
+}
+
 /** Whether the split kernels run for head width d on ctx's device (a function of d and the device only). */
 static bool at_usable(ds4j_ctx* ctx, int d) {
     return d <= AT_DMAX && at_smem(d) + 1024 <= device_limits(ctx->device).smem_optin;
@@ -1642,15 +1652,23 @@ static int32_t launch_split(ds4j_ctx* ctx, const char* fn, const float* q, const
     }
     float* ml = part ? part + per * H * nsmax * (int64_t)d : nullptr;
     const int64_t smem = at_smem(d);
-    if (smem > 48 * 1024) {
-        static int64_t granted[64];
-        const int32_t rc = smem_opt_in(ctx, reinterpret_cast<const void*>(at_split_kernel<T>), smem, granted);
-        if (rc != DS4J_OK) return rc;
-    }
     for (int32_t s0 = 0; s0 < S; s0 += (int32_t)per) {
         const int n = (int)(S - s0 < per ? S - s0 : per);
-        at_split_kernel<T><<<dim3((unsigned)nsmax, (unsigned)(G * n)), AT_THREADS, (size_t)smem, ctx->stream>>>(
-            q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, s0, part, ml, nsmax, out);
+        const dim3 grid((unsigned)nsmax, (unsigned)(G * n));
+        const bool few = at_few(ctx, grid);
+        static int64_t granted[2][64];
+        const void* kern = few ? reinterpret_cast<const void*>(at_split_kernel<T, AT_THREADS_FEW>)
+                               : reinterpret_cast<const void*>(at_split_kernel<T, AT_THREADS>);
+        if (smem > 48 * 1024) {
+            const int32_t rc = smem_opt_in(ctx, kern, smem, granted[few]);
+            if (rc != DS4J_OK) return rc;
+        }
+        if (few)
+            at_split_kernel<T, AT_THREADS_FEW><<<grid, AT_THREADS_FEW, (size_t)smem, ctx->stream>>>(
+                q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, s0, part, ml, nsmax, out);
+        else
+            at_split_kernel<T, AT_THREADS><<<grid, AT_THREADS, (size_t)smem, ctx->stream>>>(
+                q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, d, W, scale, s0, part, ml, nsmax, out);
         DS4J_LAUNCHED("attention (key ranges)");
         if (nsmax > 1) {
             at_combine_kernel<<<dim3((unsigned)H, (unsigned)n), 128, 0, ctx->stream>>>(part, ml, nsmax, kind, m, K, N0, W,
@@ -1863,16 +1881,23 @@ static int32_t attention_seqs_impl(ds4j_ctx* ctx, const char* fn, const ds4j_seq
         }
         float* ml = part ? part + per * max_s * H * nsmax * (int64_t)d : nullptr;
         const int64_t smem = at_smem(d);
-        if (smem > 48 * 1024) {
-            static int64_t granted[64];
-            const int32_t rc = smem_opt_in(ctx, reinterpret_cast<const void*>(at_split_seqs_kernel<T>), smem, granted);
-            if (rc != DS4J_OK) return rc;
-        }
         for (int32_t v0 = 0; v0 < n; v0 += (int32_t)per) {
             const int nv = (int)(n - v0 < per ? n - v0 : per);
-            at_split_seqs_kernel<T><<<dim3((unsigned)nsmax, (unsigned)(G * max_s), (unsigned)nv), AT_THREADS, (size_t)smem,
-                                   ctx->stream>>>(views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s,
-                                                  part, ml, nsmax, out);
+            const dim3 grid((unsigned)nsmax, (unsigned)(G * max_s), (unsigned)nv);
+            const bool few = at_few(ctx, grid);
+            static int64_t granted[2][64];
+            const void* kern = few ? reinterpret_cast<const void*>(at_split_seqs_kernel<T, AT_THREADS_FEW>)
+                                   : reinterpret_cast<const void*>(at_split_seqs_kernel<T, AT_THREADS>);
+            if (smem > 48 * 1024) {
+                const int32_t rc = smem_opt_in(ctx, kern, smem, granted[few]);
+                if (rc != DS4J_OK) return rc;
+            }
+            if (few)
+                at_split_seqs_kernel<T, AT_THREADS_FEW><<<grid, AT_THREADS_FEW, (size_t)smem, ctx->stream>>>(
+                    views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s, part, ml, nsmax, out);
+            else
+                at_split_seqs_kernel<T, AT_THREADS><<<grid, AT_THREADS, (size_t)smem, ctx->stream>>>(
+                    views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s, part, ml, nsmax, out);
             DS4J_LAUNCHED("attention_seqs (key ranges)");
             if (nsmax > 1) {
                 at_combine_seqs_kernel<<<dim3((unsigned)H, (unsigned)max_s, (unsigned)nv), 128, 0, ctx->stream>>>(
