@@ -956,8 +956,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             ring = Math.max(ring, b.seqs[e].layers[0].winCap);
         }
         // the control converts for verify entries only: a step mixing them with decode entries runs kernel by kernel
-        b.convert = control && verifying > 0;
-        if (b.convert && verifying < b.seqs.length) return false;
+        // (and its grouped decode entries must not convert: the flag is set for fixed steps alone)
+        boolean convert = control && verifying > 0;
+        if (convert && verifying < b.seqs.length) return false;
+        b.convert = convert;
         b.indexer = hasCsa && csa > c.indexTopk;
         b.scoreLd = b.indexer ? bound(csa) : 0;
         b.hcaBound = hasHca ? bound(hca) : 0;

@@ -218,8 +218,8 @@ class HipGraphTest {
     /**
      * Batches of verify entries on the control path (three sequences at different lengths: the indexer selecting for
      * some, HCA entries for all) run in the fixed form, captured once per shape key and replayed, with every entry's
-     * logits equal bit for bit to the same steps without graphs; a batch mixing in a decode entry runs kernel by kernel
-     * with the same numbers.
+     * logits equal bit for bit to the same steps without graphs; a batch mixing in decode entries runs kernel by kernel
+     * (the decode entries grouped, the verify entry converting alone) with the same numbers.
      */
     @Test
     void controlVerifyBatchesRunAsKeptGraphs() throws Exception {
@@ -246,7 +246,9 @@ class HipGraphTest {
                     List<io.ds4j.engine.BatchEntry> eOff = new ArrayList<>(), eOn = new ArrayList<>();
                     int[] count = new int[starts.length];
                     for (int i = 0; i < starts.length; i++) {
-                        boolean decode = mixed && i == 1;
+                        // mixed rounds: two decode entries (the several-sequence kernels group them) beside a
+                        // verify entry on the control path, which runs on its own
+                        boolean decode = mixed && i < 2;
                         // two verify widths per entry, so that most rounds replay a shape seen before
                         int n = decode ? 1 : (round + i) % 2 == 0 ? 3 : 5, pos = off.get(i).length();
                         count[i] = n;
