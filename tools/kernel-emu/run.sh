@@ -14,7 +14,9 @@
 # same bits. The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give
 # the same bits; TC_ONLY=1 "$WORK_DIR/driver" runs only the prefill GEMM cases, MHC_ONLY=1 only the row-wise kernels of
 # misc.cpp (split mHC, RMSNorm, router) against their one-block kernels, MOE_ONLY=1 only the routed-expert cases of the
-# staged kernel's grid over distinct experts and row groups per block.
+# staged kernel's grid over distinct experts and row groups per block, SPLIT_ONLY=1 only the split F32 attention (both
+# block sizes, which must give the same bits; each case prints an output hash, to compare two builds: ~12 min on the
+# 2-core VM, 2026-12-02).
 #   tools/kernel-emu/run.sh [WORK_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
