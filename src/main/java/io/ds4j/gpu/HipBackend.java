@@ -1712,10 +1712,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (copyViewsHost == null || copyViewsHost.byteSize() < bytes) copyViewsHost = Arena.ofAuto().allocate(Math.max(bytes, 2 * SeqViews.BYTES * 64), 8);
         MemorySegment h = copyViewsHost.asSlice(0, bytes);
         h.copyFrom(hViews.asSlice(0, bytes));
+        SeqViews copies = new SeqViews(h, G);
         for (int i = 0; i < G; i++) {
             long copy = dst + stride * i;
-            if (ringRows > 0) h.set(ValueLayout.JAVA_LONG, SeqViews.BYTES * i + 16, copy);
-            if (m > 0) h.set(ValueLayout.JAVA_LONG, SeqViews.BYTES * i + 32, copy + 4L * ringRows * width);
+            if (ringRows > 0) copies.ring(i, copy);
+            if (m > 0) copies.store(i, copy + 4L * ringRows * width);
         }
         return new CopyViews(h, dViews);
     }

@@ -59,6 +59,24 @@ public final class SeqViews {
         return this;
     }
 
+    /**
+     * Replaces element i's ring address (e.g. with a copy of the ring).
+     * @return this
+     */
+    public SeqViews ring(int i, long ring) {
+        host.set(ValueLayout.JAVA_LONG, BYTES * i + 16, ring);
+        return this;
+    }
+
+    /**
+     * Replaces element i's store address (e.g. with a copy of the entries).
+     * @return this
+     */
+    public SeqViews store(int i, long store) {
+        host.set(ValueLayout.JAVA_LONG, BYTES * i + 32, store);
+        return this;
+    }
+
     /** The host copy. */
     public MemorySegment host() {
         return host;
