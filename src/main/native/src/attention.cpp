@@ -303,7 +303,7 @@ attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* k
 constexpr int AT_HG = 16;      // heads per block
 constexpr int AT_KT = 32;      // keys per tile (one per lane)
 constexpr int AT_NS_MAX = 32;  // most key ranges per query
-// Threads of a split block (at_threads): AT_THREADS (8 warps of two heads each for Q K^T, two output columns per
+// Threads of a split block (at_few chooses): AT_THREADS (8 warps of two heads each for Q K^T, two output columns per
 // thread at d = 512) where a launch has at least as many blocks as the device has multiprocessors, AT_THREADS_FEW (one
 // warp per head, one column per thread) where it has fewer: a decode step's 16 blocks for a 128-key window are chains
 // of dependent shared-memory loads and FMAs, which twice the warps hide better, while a step of many blocks keeps two

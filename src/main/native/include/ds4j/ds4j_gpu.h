@@ -168,7 +168,9 @@ DS4J_API int32_t ds4j_graph_destroy(ds4j_ctx* ctx, int64_t exec);
  * ds4j_compress_step_seqs) launches ceil(max S / m) window blocks per sequence, ds4j_indexer_scores_seqs entry blocks for ld entries, and both indexer
  * calls launch even when no view needs a selection (the kernels skip what a view does not need); ds4j_attention_seqs
  * sizes its key scratch for the window plus K compressed entries (CSA) or max_entries (HCA), failing with DS4J_ERR_ARG
- * when a view has more. The numbers are the same either way, bit for bit.
+ * when a view has more. ds4j_attention_f32_seqs and ds4j_indexer_scores_f32_seqs follow the same rules as their F16
+ * forms; ds4j_f16_to_f32_seqs takes its bounds as arguments and launches for them either way. The numbers are the same
+ * either way, bit for bit.
  */
 DS4J_API int32_t ds4j_seqs_bounds(ds4j_ctx* ctx, int32_t on, int64_t max_entries);
 /**

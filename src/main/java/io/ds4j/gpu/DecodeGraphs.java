@@ -21,10 +21,11 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  *       shape key and the executable replayed as is for every later step of that key, after the step's inputs are
  *       uploaded into the same device buffers; at most {@value #MAX_KEPT} executables are kept (least recently used
  *       evicted);</li>
- *   <li>re-recorded graphs ({@link #run}): the other decode and verify steps (e.g. a step mixing decode entries with
- *       verify entries on the f32-convert path, whose conversions run for the verify entries only) are captured again
- *       every step, and the library updates the parameters of a cached executable graph of the same topology instead
- *       of building a new one.</li>
+ *   <li>re-recorded graphs ({@link #run}): the other decode and verify steps of one sequence (e.g. a verify step on
+ *       the f16 path above its short-context threshold, whose tensor-core launches follow the context) are captured
+ *       again every step, and the library updates the parameters of a cached executable graph of the same topology
+ *       instead of building a new one. Steps of several sequences that are not in the fixed form (a batch mixing
+ *       decode entries with verify entries on the f32-convert path) run kernel by kernel.</li>
  * </ul>
  * The numerics are those of the same kernels launched one by one, bit for bit.
  *

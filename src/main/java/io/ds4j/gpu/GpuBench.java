@@ -216,8 +216,10 @@ public final class GpuBench {
     }
 
     /**
-     * A verify step of `rows` rows at the sequence's context against a decode step there: both timed over n steps (each
-     * rolled back), then one verify step's profile by category.
+     * {@link #verifyStep(HipBackend, HipSequence, int[], int, int)} on the verify attention path {@code path}
+     * ({@code f32-convert}, {@code f16} or {@code f16@ROWS}: the f16 path with that short-context threshold); the
+     * backend's path and threshold are restored afterwards.
+     * @throws IllegalArgumentException for an unknown path
      */
     static void verifyStep(HipBackend be, HipSequence s, int[] toks, int rows, int n, String path) {
         io.ds4j.engine.VerifyAttention before = be.verifyAttention();
@@ -238,6 +240,10 @@ public final class GpuBench {
         }
     }
 
+    /**
+     * A verify step of `rows` rows at the sequence's context against a decode step there: both timed over n steps (each
+     * rolled back), then one verify step's profile by category.
+     */
     static void verifyStep(HipBackend be, HipSequence s, int[] toks, int rows, int n) {
         int pos = s.length();
         int[] want = java.util.stream.IntStream.range(0, rows).toArray();

@@ -936,8 +936,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * graphs take (a decode step, or a verify step below DS4J_TC_MIN_ROWS rows) with no MTP state attached (its
      * stream copies depend on the position), either all on the plain attention path (not above the f16 path's
      * short-context threshold) or all verify entries on the f32-convert path (a step mixing those with decode entries
-     * is not fixed). Sets the step's bounds: whether the indexer selects, the scores row (a power of two, at least
-     * 256), the HCA entry bound (likewise) and, for the control's copies, the window ring rows and the CSA entry bound.
+     * is not fixed; so is one whose copies at the bounds would take more than twice its largest entry's exact copies
+     * plus {@link #CONVERT_SLACK}). Sets the step's bounds: whether the indexer selects, the scores row (a power of two,
+     * at least 256), the HCA entry bound (likewise) and, for the control's copies, the window ring rows and the CSA
+     * entry bound.
      */
     private boolean fixedForm(DeviceStep b) {
         if (!graphs.enabled() || profile != null) return false;
@@ -965,8 +967,24 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         b.hcaBound = hasHca ? bound(hca) : 0;
         b.ringRows = b.convert ? ring : 0;
         b.csaBound = b.convert && hasCsa ? bound(csa) : 0;
+        if (b.convert) {
+            // the fixed form keeps every entry's copies at the bounds at once, where kernel by kernel each entry's exact
+            // copies are freed before the next: a batch of long contexts stays kernel by kernel rather than asking for
+            // many times the memory (within twice the largest entry's copies plus CONVERT_SLACK it takes the fixed form)
+            long alone = 0;
+            for (int e = 0; e < b.seqs.length; e++) alone = Math.max(alone, verifyScratchBytes(b.seqs[e], b.count[e], b.start[e]));
+            if (convertBytes(b) > 2 * alone + CONVERT_SLACK) {
+                b.convert = false;
+                b.ringRows = 0;
+                b.csaBound = 0;
+                return false;
+            }
+        }
         return true;
     }
+
+    /** Workspace bytes a converting fixed-form step may take beyond twice its largest entry's own copies (64 MiB). */
+    static final long CONVERT_SLACK = 64L << 20;
 
     /** The smallest power of two at least n and at least 256 (few distinct bounds, so few shape keys). */
     static long bound(long n) {
