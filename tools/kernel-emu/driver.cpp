@@ -629,7 +629,10 @@ static void split_attention(const SplitCase& c) {
            (unsigned long long)bits_hash(out.data(), out.size()));
 }
 
-/** Several sequences through at_split_seqs_kernel, each compared bit for bit with its own single-sequence launch. */
+/**
+ * Several sequences through at_split_seqs_kernel, each compared bit for bit with its own single-sequence launch; the
+ * same step with the other block size, and on F32 copies made by f16_to_f32_seqs_kernel, bit for bit.
+ */
 static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, const std::vector<int64_t>& N0s,
                                  const std::vector<int>& Ss) {
     const int n = (int)N0s.size();
@@ -657,17 +660,40 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
     }
     const int G = (H + AT_HG - 1) / AT_HG;
     const float scale = 1.f / std::sqrt((float)D);
-    std::vector<float> out((size_t)R * H * D, -555.f), part((size_t)n * max_s * H * nsmax * (D + 2) + 1, 777.f);
-    float* ml = part.data() + (size_t)n * max_s * H * nsmax * D;
-    emu_launch(dim3(nsmax, G * max_s, n), dim3(AT_THREADS), at_smem(D), [&] {
-        at_split_seqs_kernel<uint16_t, AT_THREADS>(views.data(), q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(), H, D, W, scale,
-                             max_s, part.data(), ml, nsmax, out.data());
-    });
-    if (nsmax > 1)
-        emu_launch(dim3(H, max_s, n), dim3(128), 0, [&] {
-            at_combine_seqs_kernel(views.data(), part.data(), ml, nsmax, kind, m, K, W, max_s, H, D, Ls[0].sinks.data(),
-                                   out.data());
+    // the step through the several-sequence kernels: `kernel` (a block size, a cache type) on the views vs
+    auto run = [&](auto kernel, int nt, const ds4j_seq_view* vs) {
+        std::vector<float> o((size_t)R * H * D, -555.f), part((size_t)n * max_s * H * nsmax * (D + 2) + 1, 777.f);
+        float* ml = part.data() + (size_t)n * max_s * H * nsmax * D;
+        emu_launch(dim3(nsmax, G * max_s, n), dim3(nt), at_smem(D), [&] {
+            kernel(vs, q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(), H, D, W, scale, max_s, part.data(),
+                   ml, nsmax, o.data());
         });
+        if (nsmax > 1)
+            emu_launch(dim3(H, max_s, n), dim3(128), 0, [&] {
+                at_combine_seqs_kernel(vs, part.data(), ml, nsmax, kind, m, K, W, max_s, H, D, Ls[0].sinks.data(), o.data());
+            });
+        return o;
+    };
+    const std::vector<float> out = run(at_split_seqs_kernel<uint16_t, AT_THREADS>, AT_THREADS, views.data());
+    const std::vector<float> few = run(at_split_seqs_kernel<uint16_t, AT_THREADS_FEW>, AT_THREADS_FEW, views.data());
+    // the control's copies (ds4j_f16_to_f32_seqs): every view's ring and entries to F32, with room past each view's own
+    // rows (as the bounds of a fixed-form step leave), then the F32 kernel on the copies' views
+    int ring_rows = 0;
+    int64_t max_e = 0;
+    for (const ds4j_seq_view& v : views) {
+        ring_rows = std::max(ring_rows, v.cap + 3);
+        max_e = std::max<int64_t>(max_e, (v.N0 + v.S) / m + 5);
+    }
+    std::vector<float> dst((size_t)n * (ring_rows + max_e) * D, 999.f);
+    std::vector<ds4j_seq_view> views32(n);
+    const int64_t chunks = ((int64_t)ring_rows + max_e) * D / 8;
+    emu_launch(dim3((unsigned)((chunks + 255) / 256), n), dim3(256), 0, [&] {
+        f16_to_f32_seqs_kernel(views.data(), ring_rows, m, max_e, D, dst.data(), views32.data());
+    });
+    const std::vector<float> copies = run(at_split_seqs_kernel<float, AT_THREADS>, AT_THREADS, views32.data());
+    const int dfew = bit_diffs(out.data(), few.data(), out.size()), dcopy = bit_diffs(out.data(), copies.data(), out.size());
+    if (dfew) { printf("FAIL split attention seqs: %d-thread blocks differ in %d values\n", AT_THREADS_FEW, dfew); fails++; }
+    if (dcopy) { printf("FAIL split attention seqs: the F32 copies differ from the F16 rows in %d values\n", dcopy); fails++; }
     int diffs = 0;
     for (int i = 0; i < n; i++) {
         SplitLayer L = Ls[i];
@@ -676,8 +702,9 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
         diffs += bit_diffs(alone.data(), out.data() + (size_t)views[i].row0 * H * D, alone.size());
     }
     if (diffs) { printf("FAIL split attention seqs: %d values differ from the single-sequence launches\n", diffs); fails++; }
-    printf("split attention seqs H %d D %d kind %d, %d sequences (max S %d, up to %d key ranges): %d values differ; output hash"
-           " %016llx\n", H, D, kind, n, max_s, nsmax, diffs, (unsigned long long)bits_hash(out.data(), out.size()));
+    printf("split attention seqs H %d D %d kind %d, %d sequences (max S %d, up to %d key ranges): %d values differ; %d-thread"
+           " blocks %d, F32 copies %d; output hash %016llx\n", H, D, kind, n, max_s, nsmax, diffs, AT_THREADS_FEW, dfew, dcopy,
+           (unsigned long long)bits_hash(out.data(), out.size()));
 }
 
 // ------------------------------------------------------------------------------------------- skinny products

@@ -85,7 +85,9 @@ split=split.replace('extern __shared__ __align__(16) float at_sm[];','float* at_
 split=split.replace('static inline int64_t at_smem','inline int64_t at_smem')
 att=a[a.index('constexpr int ATT_THREADS'):]
 att=att[:att.index('\n')+1]
-open(out+'attention_tc.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+keys+tcs+emu_tc+kern+comb+att+split+'}  // namespace ds4j\n')
+# the control's conversion for several sequences (ds4j_f16_to_f32_seqs), which feeds the split kernels on F32 copies
+conv=a[a.index('/**\n * ds4j_f16_to_f32_seqs: grid'):a.index('// ------------------------------------------------------------------------------------------- F16-operand attention')]
+open(out+'attention_tc.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+keys+tcs+emu_tc+kern+comb+att+split+conv+'}  // namespace ds4j\n')
 
 # the Lightning Indexer's top-k of attention.cpp: one block per row (topk_body) and the multi-block kernels
 tk=a[a.index('/** Order-preserving key'):a.index('/** F16 bit patterns to F32')]
