@@ -1740,14 +1740,8 @@ constexpr int64_t TK_MULTI_MIN = 8192;
 
 /** False when the environment variable DS4J_TOPK_MULTI is "0" (read at the first call): one block per row always. */
 static bool tk_multi_enabled() {
-    static std::atomic<int> on{-1};  // -1 unknown
-    int o = on.load();
-    if (o < 0) {
-        const char* e = getenv("DS4J_TOPK_MULTI");
-        o = (e && strcmp(e, "0") == 0) ? 0 : 1;
-        on.store(o);
-    }
-    return o == 1;
+    static std::atomic<int> on{-1};
+    return !env_equals(on, "DS4J_TOPK_MULTI", "0");
 }
 
 /** Whether a top-k call over rows rows of up to most entries runs on the multi-block kernels (shape only). */

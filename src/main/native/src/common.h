@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <atomic>
+#include <stdlib.h>
+#include <string.h>
 #include "../include/ds4j/ds4j_gpu.h"
 
 // Tensor-core kernels (mma.sync through inline PTX) exist only in nvcc builds; hipcc builds use the FFMA kernels for
@@ -169,6 +171,20 @@ void graphs_destroy(ds4j_ctx* ctx);
 namespace ds4j {
 
 constexpr int WARP = 32;
+
+/**
+ * Whether the environment variable `name` equals `value`, read at the first call through `cache` (the caller's static
+ * std::atomic<int>, -1 until read): the measurement switches of the kernels (DS4J_PDL=0, DS4J_SKINNY=0, ...).
+ */
+static inline bool env_equals(std::atomic<int>& cache, const char* name, const char* value) {
+    int v = cache.load();
+    if (v < 0) {
+        const char* e = getenv(name);
+        v = e && strcmp(e, value) == 0 ? 1 : 0;
+        cache.store(v);
+    }
+    return v == 1;
+}
 
 static inline unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 /** Blocks of 256 threads for n elements of a grid-stride kernel: at least 1, at most 65,535 (the kernel loops). */

@@ -70,13 +70,7 @@ template <int FMT> constexpr int MV_SPLIT_UNROLL = FMT == DS4J_FMT_F32 ? 16 : MV
 /** False when DS4J_MV_SPLIT_UNROLL is "4": the split F32 rows keep MV_UNROLL chunks in flight (measurements; same bits). */
 static bool mv_split_wide() {
     static std::atomic<int> on{-1};
-    int o = on.load();
-    if (o < 0) {
-        const char* e = getenv("DS4J_MV_SPLIT_UNROLL");
-        o = (e && strcmp(e, "4") == 0) ? 0 : 1;
-        on.store(o);
-    }
-    return o == 1;
+    return !env_equals(on, "DS4J_MV_SPLIT_UNROLL", "4");
 }
 
 /** Two F16 bit patterns (low, high half) -> floats. */

@@ -1104,14 +1104,8 @@ static int run_smem(ds4j_ctx* ctx, int format, SmPlan pl, dim3 grid, Args a, int
 
 /** False when the environment variable DS4J_SKINNY is "0" (read at the first call): decode and verify on FFMA. */
 static bool skinny_enabled() {
-    static std::atomic<int> on{-1};  // -1 unknown
-    int o = on.load();
-    if (o < 0) {
-        const char* e = getenv("DS4J_SKINNY");
-        o = (e && strcmp(e, "0") == 0) ? 0 : 1;
-        on.store(o);
-    }
-    return o == 1;
+    static std::atomic<int> on{-1};
+    return !env_equals(on, "DS4J_SKINNY", "0");
 }
 
 bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int64_t xgs, const float* x,

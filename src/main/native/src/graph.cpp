@@ -103,13 +103,7 @@ static std::atomic<bool> pdl_broken{false};
 static bool pdl_enabled(ds4j_ctx* ctx) {
 #if DS4J_HAVE_PDL
     static std::atomic<int> off{-1};
-    int o = off.load();
-    if (o < 0) {
-        const char* e = getenv("DS4J_PDL");
-        o = (e && strcmp(e, "0") == 0) ? 1 : 0;
-        off.store(o);
-    }
-    if (o == 1 || pdl_broken.load()) return false;
+    if (env_equals(off, "DS4J_PDL", "0") || pdl_broken.load()) return false;
     constexpr int MAXDEV = 64;
     static std::atomic<int> on[MAXDEV];  // 0 unknown, 1 off, 2 on
     const int d = ctx->device;

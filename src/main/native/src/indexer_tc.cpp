@@ -263,14 +263,8 @@ using namespace ds4j;
 
 /** False when the environment variable DS4J_INDEXER_TC is "0" (read at the first call): see ds4j_indexer_scores. */
 static bool indexer_tc_enabled() {
-    static std::atomic<int> on{-1};  // -1 unknown
-    int o = on.load();
-    if (o < 0) {
-        const char* e = getenv("DS4J_INDEXER_TC");
-        o = (e && strcmp(e, "0") == 0) ? 0 : 1;
-        on.store(o);
-    }
-    return o == 1;
+    static std::atomic<int> on{-1};
+    return !env_equals(on, "DS4J_INDEXER_TC", "0");
 }
 
 #if DS4J_HAVE_TC
