@@ -800,7 +800,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             }
             long[] starts = new long[b.start.length];
             for (int e = 0; e < starts.length; e++) starts[e] = b.start[e];
-            b.fixed = fixedForm(b);
+            b.fixed = fixedForm(b, scratch);
             b.group = b.fixed ? java.util.stream.IntStream.range(0, b.seqs.length).toArray() : group(b);
             if (b.convert) scratch = Math.max(scratch, convertBytes(b));
             ws.reset(Workspace.batchBytes(c, b.count, starts, b.logitCounts()) + scratch + groupBytes(b));
@@ -940,8 +940,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * plus {@link #CONVERT_SLACK}). Sets the step's bounds: whether the indexer selects, the scores row (a power of two,
      * at least 256), the HCA entry bound (likewise) and, for the control's copies, the window ring rows and the CSA
      * entry bound.
+     * @param alone the largest verify scratch of one entry ({@link #verifyScratchBytes}, as the step computed it): with
+     *              every entry on the control path, its largest entry's exact copies
      */
-    private boolean fixedForm(DeviceStep b) {
+    private boolean fixedForm(DeviceStep b, long alone) {
         if (!graphs.enabled() || profile != null) return false;
         long csa = 0, hca = 0;
         int verifying = 0, ring = 0;
@@ -971,8 +973,6 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             // the fixed form keeps every entry's copies at the bounds at once, where kernel by kernel each entry's exact
             // copies are freed before the next: a batch of long contexts stays kernel by kernel rather than asking for
             // many times the memory (within twice the largest entry's copies plus CONVERT_SLACK it takes the fixed form)
-            long alone = 0;
-            for (int e = 0; e < b.seqs.length; e++) alone = Math.max(alone, verifyScratchBytes(b.seqs[e], b.count[e], b.start[e]));
             if (convertBytes(b) > 2 * alone + CONVERT_SLACK) {
                 b.convert = false;
                 b.ringRows = 0;
