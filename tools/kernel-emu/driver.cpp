@@ -24,6 +24,22 @@ using namespace ds4j;
 static std::mt19937_64 rng(7);
 static double gauss() { static std::normal_distribution<double> n(0, 1); return n(rng); }
 static int fails = 0;
+// x of the skinny cases (fill_x): gauss(), or with wide_x each row times 2^u (u uniform in [-30, 30]) and each value
+// times 2^v (v uniform in [-8, 8]): rows past the F16 range and far below it, values of one row over ~16 binades (the
+// FP8 path's per-group scaling, fp8_x)
+static bool wide_x = false;
+static void fill_x(float* xp, int64_t ldx, int64_t rows) {
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (int64_t r = 0; r < rows; r++) {
+        const double rs = wide_x ? std::exp2(30 * u(rng)) : 1;
+        for (int64_t c = 0; c < ldx; c++) xp[r * ldx + c] = (float)(wide_x ? gauss() * rs * std::exp2(8 * u(rng)) : gauss());
+    }
+}
+/** SKINNY_FMT=N: the skinny cases of weight format N only (unset: every format). */
+static bool fmt_on(int fmt) {
+    const char* e = getenv("SKINNY_FMT");
+    return !e || atoi(e) == fmt;
+}
 
 struct Mat {
     int fmt, rows, cols, scale_kind = DS4J_SCALE_E8M0;
@@ -848,7 +864,7 @@ static void skinny_dense(int fmt, int rows_total, int from, int rows, int cols, 
     const int64_t ldx = (groups - 1) * xgs + cols + pad, ldy = rows + 3;
     std::vector<float> x(ldx * S + 16), y(ldy * S, -777.f);
     float* xp = (float*)(((uintptr_t)x.data() + 15) & ~(uintptr_t)15);
-    for (int64_t i = 0; i < ldx * S; i++) xp[i] = (float)gauss();
+    fill_x(xp, ldx, S);
     skinny_dense_run(fmt, v, rows, grp, xgs, xp, ldx, y.data(), ldy, S, mt);
     double worst = 0;
     for (int s = 0; s < S; s++)
@@ -922,7 +938,7 @@ static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bo
     const int64_t ldx = cols + 4, ldy = rows + 1;
     std::vector<float> x(ldx * xr + 16), y(ldy * P, -777.f);
     float* xp = (float*)(((uintptr_t)x.data() + 15) & ~(uintptr_t)15);
-    for (int64_t i = 0; i < ldx * xr; i++) xp[i] = (float)gauss();
+    fill_x(xp, ldx, xr);
     int mt = 0;
     auto run = [&](const int32_t* idp, int s_count, const float* xb, float* yb) {
         const sk::Shape sh = skinny_shape(fmt, rows, 1, k, row_bytes_of(fmt, cols), s_count, mt_force);
@@ -1091,6 +1107,7 @@ int main() {
     // skinny products (decode, verify): every format and pass width, rows not whole tiles, column tails, FP8 row views
     // inside the block grid, groups ending inside a tile, few rows of many columns (several warps per row tile)
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
+        if (!fmt_on(fmt)) continue;
         const int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 160 : 80;
         for (int S : {1, 2, 5, 8, 9, 17, 31}) skinny_dense(fmt, 75, 0, 75, cols, 75, S, 4);
         skinny_dense(fmt, 300, 130, 130, cols, 130, 5, 0);
@@ -1110,6 +1127,11 @@ int main() {
         skinny_dense(fmt, 20, 0, 20, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4096 : 2048, 20, 64, 0);
         if (fmt == DS4J_FMT_FP8_E4M3_B128 || fmt == DS4J_FMT_FP4_E2M1_B32) skinny_dense(fmt, 40, 0, 40, cols, 40, 57, 0, true);
         skinny_dense(fmt, 75, 0, 75, cols, 75, 64, 4, false, hi);
+        // rows past the F16 range and far below it (every format; FP8 scales x per group)
+        wide_x = true;
+        for (int S : {1, 5, 40}) skinny_dense(fmt, 75, 0, 75, cols, 75, S, 4);
+        skinny_dense(fmt, 40, 0, 40, cols, 40, 17, 0, fmt == DS4J_FMT_FP8_E4M3_B128 || fmt == DS4J_FMT_FP4_E2M1_B32);
+        wide_x = false;
     }
 moe:
     // steps of 1 and 5 rows, which DS4J_SKINNY_WIDE and DS4J_SKINNY_WIDE_MT (33 .. 64 rows) leave as they are: run.sh's
@@ -1117,31 +1139,38 @@ moe:
     if (!getenv("DS4J_SKINNY_WIDE") && !getenv("DS4J_SKINNY_WIDE_MT")) {
         // row groups per block (300 rows: three of 128) and the grid over distinct experts at the formats the model stores
         for (int fmt : {DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
+            if (!fmt_on(fmt)) continue;
             skinny_moe_case(fmt, 6, 3, 1, 300, fmt == DS4J_FMT_FP4_E2M1_B32 ? 512 : 256, false, false, -1);
             skinny_moe_case(fmt, 6, 3, 5, 300, fmt == DS4J_FMT_FP4_E2M1_B32 ? 512 : 256, true, false, 2);
         }
         // one expert takes all 15 picks (two passes of 8) over two row groups of 144 rows with two chunk groups per
         // partition (two slices at sl = 1): a block's second row group must stage again each pass and slice
-        skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 2, 3, 5, 144, 1024, false, false, -1);
+        if (fmt_on(DS4J_FMT_FP4_E2M1_B32)) skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 2, 3, 5, 144, 1024, false, false, -1);
     }
     if (getenv("MOE_ONLY")) {
         printf("%s: %d failures (skinny routed experts only)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
     }
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
+        if (!fmt_on(fmt)) continue;
         const int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 128 : 64;
         skinny_moe_case(fmt, 6, 3, 17, 72, cols, false, fmt != DS4J_FMT_FP8_E4M3_B128, 2);
         skinny_moe_case(fmt, 5, 2, 5, 40, cols, true, false, -1);
         skinny_moe_case(fmt, 6, 3, 9, 72, cols, false, true, 2, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4 : 2);
+        wide_x = true;
+        skinny_moe_case(fmt, 5, 2, 5, 40, cols, true, false, -1);
+        wide_x = false;
     }
-    skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 3, 3, 31, 40, 64, false, false, -1);  // experts with > 32 picks: two passes
+    if (fmt_on(DS4J_FMT_FP4_E2M1_B32))
+        skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 3, 3, 31, 40, 64, false, false, -1);  // experts with > 32 picks: two passes
     // 33 .. 64 tokens: 64-pick passes; experts with more than 64 picks (two passes)
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_F16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
+        if (!fmt_on(fmt)) continue;
         const int cols = fmt == DS4J_FMT_FP4_E2M1_B32 ? 128 : 64;
         skinny_moe_case(fmt, 6, 3, 64, 72, cols, false, fmt != DS4J_FMT_FP8_E4M3_B128, 2);
         skinny_moe_case(fmt, 5, 2, 40, 40, cols, true, false, -1, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4 : 2);
     }
-    skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 3, 3, 64, 40, 64, false, false, -1);
+    if (fmt_on(DS4J_FMT_FP4_E2M1_B32)) skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 3, 3, 64, 40, 64, false, false, -1);
     if (getenv("SKINNY_ONLY")) {
         printf("%s: %d failures (skinny products only)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;

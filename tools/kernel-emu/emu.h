@@ -125,6 +125,7 @@ template <typename T> T emu_shfl_xor(T v, int o) { return emu_exchange(v, emu_la
 template <typename T> T emu_shfl_up(T v, int o) { int l = emu_lane(); return emu_exchange(v, l >= o ? l - o : l); }
 #define DS4J_SHFL_XOR(v, o) emu_shfl_xor((v), (o))
 #define DS4J_SHFL_UP(v, o) emu_shfl_up((v), (o))
+#define DS4J_SHFL(v, l) emu_exchange((v), (l))
 
 inline float emu_bf16(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
 inline float emu_f16(uint16_t b) { return __half2float({b}); }

@@ -25,6 +25,15 @@ m=repl_fn(m,'__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t
  'inline uint32_t mul_bf16x2(uint32_t a, uint32_t b) { return emu_mul_bf16x2(a, b); }\n')
 m=repl_fn(m,'__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
  'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n')
+m=repl_fn(m,'__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
+ 'inline void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, false); }\n')
+m=repl_fn(m,'__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {',
+ 'inline uint32_t pack_f16(float lo, float hi) { return __float2half_rn(lo).b | ((uint32_t)__float2half_rn(hi).b << 16); }\n')
+# cvt.rn.f16x2.e4m3x2: each byte's value (common.h, e4m3) as F16, which is exact
+m=repl_fn(m,'__device__ __forceinline__ void e4m3x4_to_f16(uint32_t u, uint32_t& lo, uint32_t& hi) {',
+ 'inline void e4m3x4_to_f16(uint32_t u, uint32_t& lo, uint32_t& hi) {\n'
+ '    lo = pack_f16(e4m3(u & 0xffu), e4m3((u >> 8) & 0xffu));\n'
+ '    hi = pack_f16(e4m3((u >> 16) & 0xffu), e4m3(u >> 24));\n}\n')
 open(out+'tc_mma.h','w').write(m)
 def gemm(g, ns):
     g=repl_fn(g,'bool tc_device(ds4j_ctx* ctx) {','')

@@ -8,12 +8,14 @@
 #define DS4J_PLATFORM_NAME "cuda"
 #define DS4J_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))
 #define DS4J_SHFL_UP(v, o) __shfl_up_sync(0xffffffffu, (v), (o))
+#define DS4J_SHFL(v, l) __shfl_sync(0xffffffffu, (v), (l))
 #else
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
 #define DS4J_PLATFORM_NAME "hip"
 #define DS4J_SHFL_XOR(v, o) __shfl_xor((v), (o), 32)
 #define DS4J_SHFL_UP(v, o) __shfl_up((v), (o), 32)
+#define DS4J_SHFL(v, l) __shfl((v), (l), 32)
 #if defined(__AMDGCN_WAVEFRONT_SIZE) && __AMDGCN_WAVEFRONT_SIZE != 32
 #error "ds4j kernels assume wave32 (RDNA, gfx11); build for gfx1100/gfx1151 without -mwavefrontsize64"
 #endif

@@ -13,10 +13,11 @@
 // at the same four columns of token g. So the MMA's k runs over a fixed permutation of the columns, the same for every
 // row and token, and the result differs in rounding (not in value) from the prefill GEMM of gemm_tc.cpp.
 //
-// Exactness: FP8 e4m3 and FP4 e2m1 bit patterns are placed into BF16 patterns, which read as value x 2^-120 and
-// value x 2^-126 (subnormal codes included), then multiplied by 2^120 (2^126) x the E8M0 scale, a power of two: exact,
-// as gemm_tc.cpp's decoding. BF16 weights are used as stored, F16 ones as an exact BF16 hi + lo pair; x is split into
-// BF16 hi + lo; F32 accumulation (see ds4j_gpu.h for the error bound).
+// Exactness: FP4 e2m1 bit patterns are placed into BF16 patterns, which read as value x 2^-126 (subnormal codes
+// included), then multiplied by 2^126 x the E8M0 scale, a power of two: exact, as gemm_tc.cpp's decoding. BF16 weights
+// are used as stored, F16 ones as an exact BF16 hi + lo pair; x is split into BF16 hi + lo; F32 accumulation (see
+// ds4j_gpu.h for the error bound). FP8 e4m3 weights take F16 MMAs instead: exact F16 values from the hardware
+// conversion, the block scale and a per-group power of two of x applied to each chunk group's partial sum (fp8_x).
 //
 // Batch invariance: the result for (token s, row r) is the sum of the warps' partial sums in warp order, each warp's
 // over its chunks in order, each chunk's k-steps in order; the warp count and the column split depend on the matrix
@@ -192,23 +193,17 @@ __device__ __forceinline__ void a_words(const uint4& q, int i, uint32_t m1, uint
         tc::split_bf16(f0.x, f0.y, w0, l0);  // exact: an F16 value has 11 significant bits, hi + lo hold 16
         tc::split_bf16(f1.x, f1.y, w1, l1);
     } else {
+        // FP4 (FP8 takes fp8_a): nibbles n, n + 4 of word i / 2 (n = 2 (i % 2), then n + 1) to 16-bit lanes; sign ->
+        // bit 15, 2..0 -> 8..6
+        static_assert(FMT == DS4J_FMT_FP4_E2M1_B32, "FP8 weights take fp8_a");
         uint32_t p0, p1;
-        if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
-            // bytes (b0, b1) and (b2, b3) of word i to 16-bit lanes; sign -> bit 15, exponent, mantissa -> bits 10..4
-            const uint32_t u = word(q, i);
-            const uint32_t t0 = __byte_perm(u, 0u, 0x4140u), t1 = __byte_perm(u, 0u, 0x4342u);
-            p0 = ((t0 & 0x00800080u) << 8) | ((t0 & 0x007f007fu) << 4);
-            p1 = ((t1 & 0x00800080u) << 8) | ((t1 & 0x007f007fu) << 4);
+        const uint32_t u = word(q, i >> 1);
+        if (i & 1) {
+            p0 = ((u >> 2) & 0x01c001c0u) | ((u << 4) & 0x80008000u);
+            p1 = ((u >> 6) & 0x01c001c0u) | (u & 0x80008000u);
         } else {
-            // nibbles n, n + 4 of word i / 2 (n = 2 (i % 2), then n + 1) to 16-bit lanes; sign -> bit 15, 2..0 -> 8..6
-            const uint32_t u = word(q, i >> 1);
-            if (i & 1) {
-                p0 = ((u >> 2) & 0x01c001c0u) | ((u << 4) & 0x80008000u);
-                p1 = ((u >> 6) & 0x01c001c0u) | (u & 0x80008000u);
-            } else {
-                p0 = ((u << 6) & 0x01c001c0u) | ((u << 12) & 0x80008000u);
-                p1 = ((u << 2) & 0x01c001c0u) | ((u << 8) & 0x80008000u);
-            }
+            p0 = ((u << 6) & 0x01c001c0u) | ((u << 12) & 0x80008000u);
+            p1 = ((u << 2) & 0x01c001c0u) | ((u << 8) & 0x80008000u);
         }
         w0 = tc::mul_bf16x2(p0, m1);
         w1 = tc::mul_bf16x2(p1, m1);
@@ -251,6 +246,91 @@ __device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_
     const float4 v = b_fetch<FMT>(xr, col, i);
     tc::split_bf16(v.x, v.y, h0, l0);
     tc::split_bf16(v.z, v.w, h1, l1);
+}
+
+// ------------------------------------------------------------------------------------------- FP8 on F16 operands
+//
+// FP8 weights take F16 MMAs instead of the BF16 placement above: the hardware turns two e4m3 bytes into an exact F16
+// pair in one instruction, where placing them into BF16 patterns took about a dozen per pair of words and left the
+// one-row products bound by their instruction count rather than by memory (BENCHMARKS.md, tenth session). The E8M0
+// block scale (one per 128 rows x 128 columns; a chunk group's 64 columns lie in one block) multiplies the chunk
+// group's F32 partial sum instead of the weights. x is split into F16 hi + lo of x 2^-e, with e per (token, chunk group)
+// such that the group's largest |x| lands in [2^14, 2^15) (no F16 overflow, full F16 precision at the top), and 2^e
+// multiplies the partial sum too: |x 2^-e - hi - lo| <= 2^-22 |x 2^-e| + 2^-25 (F16 subnormals), so each x is within
+// 2^-22 |x| + 2^-39 of its group's largest |x|. Both kernels, at every S, sum a row the same way: per chunk group, per
+// n-tile, per m-tile, the k-steps' hi and lo MMAs into a zeroed partial p, then acc = fma(scale, p 2^e, acc).
+
+/** The F16 A fragments of one chunk group of FP8 rows: a[i][mi] = k-step i of m-tile mi (q: rows g, g + 8). */
+template <int MT>
+__device__ __forceinline__ void fp8_a(const uint4 (&q)[MT][2], uint32_t (&a)[4][MT][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) tc::e4m3x4_to_f16(word(q[mi][h], i), a[i][mi][h], a[i][mi][h + 2]);
+}
+
+/**
+ * x of one FP8 chunk group as F16 B words; all 32 lanes call it. Lane (g, t) passes token g's row xr (null: zeros) at
+ * its chunk's column col and gets bw[i] = {hi of k slots (2t, 2t+1), hi (2t+8, 2t+9), lo .., lo ..} of k-step i (the
+ * slots of b_words) for x 2^-e; returns 2^e, the same in the four lanes of token g (see the comment above).
+ */
+__device__ __forceinline__ float fp8_x(const float* xr, int col, uint4 (&bw)[4]) {
+    float4 v[4];
+    float m = 0.f;  // fmaxf drops NaN: a NaN x stays NaN in hi
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[i] = b_fetch<DS4J_FMT_FP8_E4M3_B128>(xr, col, i);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+    }
+    m = fmaxf(m, DS4J_SHFL_XOR(m, 1));
+    m = fmaxf(m, DS4J_SHFL_XOR(m, 2));
+    // biased exponent of m; zero, F32 subnormals and inf keep e = 0 (an inf x makes the sum inf or NaN either way)
+    const int be = (int)(__float_as_uint(m) >> 23);
+    const int e = be == 0 || be == 255 ? 0 : max(be - 141, -110);
+    const float sc = __uint_as_float((uint32_t)(127 - e) << 23);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float a0 = __fmul_rn(v[i].x, sc), a1 = __fmul_rn(v[i].y, sc), a2 = __fmul_rn(v[i].z, sc),
+                    a3 = __fmul_rn(v[i].w, sc);
+        const uint32_t h0 = tc::pack_f16(a0, a1), h1 = tc::pack_f16(a2, a3);
+        const float2 f0 = tc::h2_to_f2(h0), f1 = tc::h2_to_f2(h1);
+        bw[i] = make_uint4(h0, h1, tc::pack_f16(__fsub_rn(a0, f0.x), __fsub_rn(a1, f0.y)),
+                           tc::pack_f16(__fsub_rn(a2, f1.x), __fsub_rn(a3, f1.y)));
+    }
+    return __uint_as_float((uint32_t)(127 + e) << 23);
+}
+
+/**
+ * acc[mi][nt] += one FP8 chunk group's products for n-tile nt: per m-tile, the four k-steps' hi and lo MMAs into a
+ * zeroed partial p, then acc = fma(ws, p xs, acc) with ws the rows' block scales (rows g, g + 8) and xs the tokens' 2^e
+ * (xs0: token 2t, xs1: token 2t + 1; C fragment c0, c1 = row g, c2, c3 = row g + 8).
+ */
+template <int MT, int NT>
+__device__ __forceinline__ void fp8_mma(const uint32_t (&a)[4][MT][4], const uint4 (&bw)[4], const float (&ws)[MT][2],
+                                        float xs0, float xs1, int nt, float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++) {
+        float p[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            tc::mma_f16(p, a[i][mi], bw[i].x, bw[i].y);
+            tc::mma_f16(p, a[i][mi], bw[i].z, bw[i].w);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            acc[mi][nt][j] = fmaf(ws[mi][j >> 1], __fmul_rn(p[j], (j & 1) ? xs1 : xs0), acc[mi][nt][j]);
+    }
+}
+
+/** The block scales of one chunk group's rows (sb: E8M0 bytes of rows g, g + 8 per m-tile) as floats. */
+template <int MT>
+__device__ __forceinline__ void fp8_ws(const uint32_t (&sb)[MT][2], float (&ws)[MT][2]) {
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) ws[mi][h] = e8m0(sb[mi][h]);
 }
 
 /**
@@ -304,9 +384,12 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
                     if (ok && wr[mi][h]) {
                         const uint8_t* p = wr[mi][h] + (size_t)c * 16;
                         q[u][mi][h] = wal ? __ldg(reinterpret_cast<const uint4*>(p)) : tc::load16_bytes(p);
-                        if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) sb[u][mi][h] = v.scale[sbase[mi][h] + (c >> 3)];
-                        else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) sb[u][mi][h] = v.scale[sbase[mi][h] + c];
+                        if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) sb[u][mi][h] = v.scale[sbase[mi][h] + c];
                     }
+                    // FP8: the row's block scale in every lane of an existing chunk group, also past the row's last
+                    // chunk: it multiplies the partial sum of the group's four lanes (fp8_mma), not the lane's weights
+                    if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128)
+                        if (j0 + u * nw < ngr && wr[mi][h]) sb[u][mi][h] = v.scale[sbase[mi][h] + (c >> 3)];
                 }
         }
 #pragma unroll
@@ -314,43 +397,60 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
             if (j0 + u * nw >= ngr) break;  // the same for every lane of the warp
             const int c = (j0 + u * nw) * 4 + t;
             const int col = c < nch ? c * E : -1;
-            uint32_t m1[MT][2], m2[MT][2];
-            bool two[MT][2];
-#pragma unroll
-            for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    m1[mi][h] = m2[mi][h] = 0u;
-                    two[mi][h] = false;
-                    if constexpr (QUANT) multipliers<FMT>(sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
-                }
-#pragma unroll
-            for (int i = 0; i < KS; i++) {
-                // the A fragments of every m-tile first (PTX ISA, mma.m16n8k16: a0 = (row g, k 2t..2t+1), a1 = row g+8,
-                // a2 = k + 8, a3 = both), then each n-tile's B words once for all m-tiles: only four B words are live at
-                // a time, which leaves the registers for eight n-tiles of accumulators. Every accumulator still takes
-                // its MMAs in the order (k-step, hi, lo[, F16 low part]).
-                uint32_t a[MT][4], al[MT][4];
-#pragma unroll
-                for (int mi = 0; mi < MT; mi++) {
-                    a_words<FMT>(q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
-                    a_words<FMT>(q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
-                }
+            if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+                uint32_t a8[4][MT][4];
+                float ws[MT][2];
+                fp8_a<MT>(q[u], a8);
+                fp8_ws<MT>(sb[u], ws);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
                     if (nt < ntv) {
-                        uint32_t bh0, bh1, bl0, bl1;
                         const float* xt = nullptr;
                         if constexpr (XR) xt = xr[nt];
                         else if (xoff[nt * 8 + g] >= 0) xt = x + xoff[nt * 8 + g];
-                        b_words<FMT>(col >= 0 ? xt : nullptr, col, i, bh0, bh1, bl0, bl1);
-#pragma unroll
-                        for (int mi = 0; mi < MT; mi++) {
-                            tc::mma_bf16(acc[mi][nt], a[mi], bh0, bh1);
-                            tc::mma_bf16(acc[mi][nt], a[mi], bl0, bl1);
-                            if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al[mi], bh0, bh1);
-                        }
+                        uint4 bw[4];
+                        const float xs = fp8_x(col >= 0 ? xt : nullptr, col, bw);
+                        fp8_mma<MT, NT>(a8, bw, ws, DS4J_SHFL(xs, 8 * t), DS4J_SHFL(xs, 8 * t + 4), nt, acc);
                     }
+            } else {
+                uint32_t m1[MT][2], m2[MT][2];
+                bool two[MT][2];
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        m1[mi][h] = m2[mi][h] = 0u;
+                        two[mi][h] = false;
+                        if constexpr (QUANT) multipliers<FMT>(sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
+                    }
+#pragma unroll
+                for (int i = 0; i < KS; i++) {
+                    // the A fragments of every m-tile first (PTX ISA, mma.m16n8k16: a0 = (row g, k 2t..2t+1), a1 =
+                    // row g+8, a2 = k + 8, a3 = both), then each n-tile's B words once for all m-tiles: only four B
+                    // words are live at a time, which leaves the registers for eight n-tiles of accumulators. Every
+                    // accumulator still takes its MMAs in the order (k-step, hi, lo[, F16 low part]).
+                    uint32_t a[MT][4], al[MT][4];
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++) {
+                        a_words<FMT>(q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
+                        a_words<FMT>(q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+                        if (nt < ntv) {
+                            uint32_t bh0, bh1, bl0, bl1;
+                            const float* xt = nullptr;
+                            if constexpr (XR) xt = xr[nt];
+                            else if (xoff[nt * 8 + g] >= 0) xt = x + xoff[nt * 8 + g];
+                            b_words<FMT>(col >= 0 ? xt : nullptr, col, i, bh0, bh1, bl0, bl1);
+#pragma unroll
+                            for (int mi = 0; mi < MT; mi++) {
+                                tc::mma_bf16(acc[mi][nt], a[mi], bh0, bh1);
+                                tc::mma_bf16(acc[mi][nt], a[mi], bl0, bl1);
+                                if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al[mi], bh0, bh1);
+                            }
+                        }
+                }
             }
         }
     }
@@ -473,6 +573,7 @@ struct SmArgs {
     int rg;          // moe: row groups per block, taken in turn (grid y: rgpg / rg rounded up); dense: 1
 };
 
+constexpr int SM_GT = SM_BYTES / (4 * 512);  // most (chunk group, n-tile) pairs of one FP8 slice (4 k-steps each)
 constexpr int SM_XL = 4;  // slots per thread whose x loads the staging issues together (SmArgs::xloads)
 
 /** B words of one (chunk group, n-tile, k-step, lane) slot: {hi k 2t..2t+1, hi k 2t+8.., lo .., lo ..}. */
@@ -517,9 +618,10 @@ __device__ __forceinline__ void sm_load(SmBatch<FMT, MT>& bt, const uint8_t* con
                 if (ok && wr[mi][h]) {
                     const uint8_t* ptr = wr[mi][h] + (size_t)c * 16;
                     bt.q[u][mi][h] = wal ? __ldg(reinterpret_cast<const uint4*>(ptr)) : tc::load16_bytes(ptr);
-                    if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) bt.sb[u][mi][h] = scale[sbase[mi][h] + (c >> 3)];
-                    else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) bt.sb[u][mi][h] = scale[sbase[mi][h] + c];
+                    if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) bt.sb[u][mi][h] = scale[sbase[mi][h] + c];
                 }
+                if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128)  // as warp_part: every lane of an existing chunk group
+                    if (u < left && wr[mi][h]) bt.sb[u][mi][h] = scale[sbase[mi][h] + (c >> 3)];
             }
     }
 }
@@ -529,43 +631,64 @@ __device__ __forceinline__ void sm_load(SmBatch<FMT, MT>& bt, const uint8_t* con
  * MMA order: per chunk group, per k-step, per n-tile below ntv, per m-tile: hi, lo[, the F16 low part].
  */
 template <int FMT, int MT, int NT>
-__device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uint4* xs, int jj0, int left, int ntv,
-                                           float (&acc)[MT][NT][4]) {
+__device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uint4* xs, const float* xsc, int jj0,
+                                           int left, int ntv, float (&acc)[MT][NT][4]) {
     constexpr int U = SmU<FMT, MT>::U, KS = Fmt<FMT>::E / 4;
     constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
     const int lane = threadIdx.x & 31;
+    if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+        // warp_part's FP8 order; the B words and each token's 2^e (xsc) as the staging left them
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-        if (u >= left) break;  // the same for every lane of the warp
-        uint32_t m1[MT][2], m2[MT][2];
-        bool two[MT][2];
-#pragma unroll
-        for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                m1[mi][h] = m2[mi][h] = 0u;
-                two[mi][h] = false;
-                if constexpr (QUANT) multipliers<FMT>(bt.sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
-            }
-#pragma unroll
-        for (int i = 0; i < KS; i++) {
-            uint32_t a[MT][4], al[MT][4];
-#pragma unroll
-            for (int mi = 0; mi < MT; mi++) {
-                a_words<FMT>(bt.q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
-                a_words<FMT>(bt.q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
-            }
+        for (int u = 0; u < U; u++) {
+            if (u >= left) break;
+            uint32_t a8[4][MT][4];
+            float ws[MT][2];
+            fp8_a<MT>(bt.q[u], a8);
+            fp8_ws<MT>(bt.sb[u], ws);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
                 if (nt < ntv) {
-                    const uint4 b = xs[sm_slot<FMT, NT>(jj0 + u, nt, i, lane)];
+                    uint4 bw[4];
 #pragma unroll
-                    for (int mi = 0; mi < MT; mi++) {
-                        tc::mma_bf16(acc[mi][nt], a[mi], b.x, b.y);
-                        tc::mma_bf16(acc[mi][nt], a[mi], b.z, b.w);
-                        if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al[mi], b.x, b.y);
-                    }
+                    for (int i = 0; i < 4; i++) bw[i] = xs[sm_slot<FMT, NT>(jj0 + u, nt, i, lane)];
+                    const float2 e2 = *reinterpret_cast<const float2*>(xsc + ((jj0 + u) * NT + nt) * 8 + 2 * (lane & 3));
+                    fp8_mma<MT, NT>(a8, bw, ws, e2.x, e2.y, nt, acc);
                 }
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (u >= left) break;  // the same for every lane of the warp
+            uint32_t m1[MT][2], m2[MT][2];
+            bool two[MT][2];
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    m1[mi][h] = m2[mi][h] = 0u;
+                    two[mi][h] = false;
+                    if constexpr (QUANT) multipliers<FMT>(bt.sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
+                }
+#pragma unroll
+            for (int i = 0; i < KS; i++) {
+                uint32_t a[MT][4], al[MT][4];
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    a_words<FMT>(bt.q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
+                    a_words<FMT>(bt.q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+                    if (nt < ntv) {
+                        const uint4 b = xs[sm_slot<FMT, NT>(jj0 + u, nt, i, lane)];
+#pragma unroll
+                        for (int mi = 0; mi < MT; mi++) {
+                            tc::mma_bf16(acc[mi][nt], a[mi], b.x, b.y);
+                            tc::mma_bf16(acc[mi][nt], a[mi], b.z, b.w);
+                            if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al[mi], b.x, b.y);
+                        }
+                    }
+            }
         }
     }
 }
@@ -597,6 +720,8 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
 #else
     constexpr int RT = 16 * MT, TOK = 8 * NT, E = Fmt<FMT>::E, KS = E / 4;
     extern __shared__ __align__(16) uint4 sk_xs[];
+    // FP8: each staged (chunk group, token)'s 2^e (fp8_x) at (jj NT + nt) 8 + token; sl NT <= SM_GT (sm_plan's slices)
+    __shared__ __align__(8) float sk_xsc[FMT == DS4J_FMT_FP8_E4M3_B128 ? SM_GT * 8 : 2];
     __shared__ int64_t xoff[TOK], yoff[TOK];
     __shared__ int32_t tokid[TOK];
     __shared__ int32_t picks[MOE ? MAX_PICKS : 1];
@@ -690,7 +815,20 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                 if (mine) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
                 const int slots = stage ? sln * ntv * KS * 32 : 0;
                 staged_s0 = s0, staged_p = p, staged_m0 = m0;
-                if (b.xloads) {
+                if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+                    // one (chunk group, n-tile, lane) per thread, its four k-steps together (fp8_x's group maximum
+                    // takes the token's four lanes t): whole warps, as slots / KS is a multiple of 32
+                    for (int e = tid; e < slots / KS; e += blockDim.x) {
+                        const int ln = e & 31, nt = (e >> 5) % ntv, jj = (e >> 5) / ntv;
+                        const int c = (p + (m0 + jj) * b.nw) * 4 + (ln & 3);
+                        const int64_t o = xoff[nt * 8 + (ln >> 2)];
+                        uint4 bw[4];
+                        const float xsv = fp8_x(c < nch && o >= 0 ? a.x + o : nullptr, c < nch ? c * E : -1, bw);
+#pragma unroll
+                        for (int i = 0; i < 4; i++) sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)] = bw[i];
+                        if ((ln & 3) == 0) sk_xsc[(jj * NT + nt) * 8 + (ln >> 2)] = xsv;
+                    }
+                } else if (b.xloads) {
                     // SM_XL slots per thread at a time, their x loads all issued before the first is split, so that a
                     // thread waits for one L2 round trip per SM_XL slots instead of one per slot
                     for (int e0 = tid; e0 < slots; e0 += SM_XL * blockDim.x) {
@@ -731,10 +869,10 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                 if (stage) __syncthreads();
                 if (mine) {
                     constexpr int U = SmU<FMT, MT>::U;
-                    sm_compute<FMT, MT, NT>(bt, sk_xs, 0, sln, ntv, acc);
+                    sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, 0, sln, ntv, acc);
                     for (int jj0 = U; jj0 < sln; jj0 += U) {
                         sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0 + jj0, sln - jj0);
-                        sm_compute<FMT, MT, NT>(bt, sk_xs, jj0, sln - jj0, ntv, acc);
+                        sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, jj0, sln - jj0, ntv, acc);
                     }
                 }
             }
@@ -873,17 +1011,16 @@ static int smem_min_rows() {
 }
 
 /**
- * Whether the staging of skinny_smem_kernel issues the x loads of SM_XL slots per thread together, for a weight format:
- * DS4J_SKINNY_XLOADS "0" never, "1" for every format, "2" (default) for FP8 only. On the H200 (`tools/device/run.sh
- * mm-bench --rows 1,5,16`, graph µs, equal result hashes) the FP8 products gained (wo_b 22.4 / 24.6 / 31.4 -> 20.7 /
- * 22.1 / 27.4 at 1 / 5 / 16 rows, wq_b and wo_a alike), the FP4 experts lost 2-4 % (two x loads a slot: twice the
+ * Whether the staging of skinny_smem_kernel issues the x loads of SM_XL slots per thread together, for a BF16, F16 or
+ * FP4 weight format (FP8 stages a lane's whole chunk at once, fp8_x): DS4J_SKINNY_XLOADS "1" yes, "0" (default) no. On
+ * the H200 (`tools/device/run.sh mm-bench --rows 1,5,16`, graph µs, equal result hashes; BENCHMARKS.md, sixth session)
+ * the FP8 products of the BF16 path gained from it, the FP4 experts lost 2-4 % (two x loads a slot: twice the
  * registers), the BF16 product lost 2-4 % at 1 and 5 rows and gained 7 % at 16; F16 was not measured. Same bits either
  * way. Read once.
  */
 static bool sm_xloads(int format) {
     static std::atomic<int> c{0};
-    const int v = env_choice(c, "DS4J_SKINNY_XLOADS", 2, 0, 2);
-    return v == 1 || (v == 2 && format == DS4J_FMT_FP8_E4M3_B128);
+    return env_choice(c, "DS4J_SKINNY_XLOADS", 0, 0, 1) == 1 && format != DS4J_FMT_FP8_E4M3_B128;
 }
 
 /**

@@ -1,6 +1,7 @@
-// BF16 tensor-core building blocks shared by the prefill GEMM (gemm_tc.cpp) and the skinny products (gemm_skinny.cpp):
-// F32 -> BF16 conversion and hi/lo splitting, BF16 pair multiplication, unaligned 16-byte loads and mma.sync
-// m16n8k16. Only for nvcc builds (DS4J_HAVE_TC); tools/kernel-emu replaces the inline PTX with host emulations.
+// Tensor-core building blocks shared by the prefill GEMM (gemm_tc.cpp) and the skinny products (gemm_skinny.cpp):
+// F32 -> BF16 / F16 conversion and hi/lo splitting, e4m3 -> F16 conversion, BF16 pair multiplication, unaligned
+// 16-byte loads and mma.sync m16n8k16 (BF16 and F16 operands). Only for nvcc builds (DS4J_HAVE_TC); tools/kernel-emu
+// replaces the inline PTX with host emulations.
 #pragma once
 
 #include "common.h"
@@ -34,6 +35,28 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
     return r;
 }
 
+/** Two floats -> F16 pair (round to nearest even), lo in the low half. */
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/**
+ * Four e4m3 bytes (byte 0 lowest) -> two F16 pairs: lo holds bytes 0, 1 (byte 0 in the low half), hi bytes 2, 3. Exact:
+ * every e4m3 value is an F16 number (NaN codes give NaN). The hardware conversion on compute capability >= 8.9, else
+ * the value of each byte (common.h, e4m3) rounded to F16, which is the same number.
+ */
+__device__ __forceinline__ void e4m3x4_to_f16(uint32_t u, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+        : "=r"(lo), "=r"(hi) : "r"(u));
+#else
+    lo = pack_f16(e4m3(u & 0xffu), e4m3((u >> 8) & 0xffu));
+    hi = pack_f16(e4m3((u >> 16) & 0xffu), e4m3(u >> 24));
+#endif
+}
+
 /** Two F16 bit patterns (low, high half) -> floats. */
 __device__ __forceinline__ float2 h2_to_f2(uint32_t u) {
     __half2 h;
@@ -54,6 +77,13 @@ __device__ __forceinline__ uint4 load16_bytes(const uint8_t* p) {
 /** D += A B for one m16n8k16 tile: a[4] (row-major A fragment), b0, b1 (column-major B fragment), BF16. */
 __device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/** D += A B for one m16n8k16 tile: a[4] (row-major A fragment), b0, b1 (column-major B fragment), F16. */
+__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }

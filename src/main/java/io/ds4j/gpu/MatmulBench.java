@@ -18,9 +18,9 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * skinny tensor-core products run where the device has them, the FFMA kernels otherwise (the environment variable
  * DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 for steps of 33 .. 64 rows in passes of 32,
  * DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes, DS4J_SKINNY_SMEM=0 for the kernel without staged
- * activations, =1 for the staged one at every S; DS4J_SKINNY_XLOADS=0|1|2 for the staging's x loads one slot at a time,
- * four at a time for every format, or for FP8 only). The routed experts run ds4j_moe_matmul_prefill at every S, as the
- * backend does: below DS4J_TC_MIN_ROWS one skinny block per picked expert where the picks outnumber the 16 experts
+ * activations, =1 for the staged one at every S; DS4J_SKINNY_XLOADS=0|1 for the staging's x loads one slot at a time or
+ * four at a time, FP8 aside, which stages each lane's chunk at once). The routed experts run ds4j_moe_matmul_prefill
+ * at every S, as the backend does: below DS4J_TC_MIN_ROWS one skinny block per picked expert where the picks outnumber the 16 experts
  * (from 3 rows; DS4J_SKINNY_MOE_GRID=0 for one per pick, DS4J_SKINNY_MOE_RG=N for N (1 .. 16) row groups of 128 rows
  * per staged block instead of the number that leaves about 384 blocks, DS4J_SKINNY_MOE_SMEM_MAX=N for staged
  * activations up to N rows instead of 32). From DS4J_TC_MIN_ROWS
@@ -132,7 +132,7 @@ public final class MatmulBench {
                             : "0".equals(System.getenv("DS4J_SKINNY")) ? "for prefill only (DS4J_SKINNY=0: FFMA kernels here)"
                             : "on (skinny kernels)",
                     envOr("DS4J_SKINNY_WIDE", "default (1)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"),
-                    envOr("DS4J_SKINNY_SMEM", "default (1)"), envOr("DS4J_SKINNY_XLOADS", "default (2: FP8)"),
+                    envOr("DS4J_SKINNY_SMEM", "default (1)"), envOr("DS4J_SKINNY_XLOADS", "default (0)"),
                     envOr("DS4J_TC_BN", "default (by shape)"), envOr("DS4J_TC_XSPLIT", "default (2)"));
             System.out.println();
             System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s"
