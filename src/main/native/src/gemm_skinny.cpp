@@ -582,10 +582,29 @@ __device__ __forceinline__ int sm_slot(int jj, int nt, int i, int lane) {
     return ((jj * NT + nt) * (Fmt<FMT>::E / 4) + i) * 32 + lane;
 }
 
-/** Chunk groups in flight per lane in skinny_smem_kernel (U): warp_part's U for one m-tile, 64-token passes included. */
+#ifndef DS4J_SKINNY_PIPE
+#define DS4J_SKINNY_PIPE 1
+#endif
+/**
+ * Whether skinny_smem_kernel loads a warp's next chunk groups while it computes the current ones (two batches of
+ * Fmt::U chunk groups in registers): FP8 only. On the H200 (BENCHMARKS.md, eleventh session; equal mm-bench hashes)
+ * FP8 wo_a / wo_b at 1 and 16 rows took 17.0 / 21.9 and 17.1 / 22.3 µs against 17.7 / 24.2 and 18.1 / 24.6 without;
+ * the FP4 routed experts the same way (124 registers, two blocks per multiprocessor instead of three) slowed the
+ * decode step from 64-67 to 58 tokens/s. DS4J_SKINNY_PIPE=0 at build time turns it off (for measurements). Same bits.
+ */
+template <int FMT>
+struct SmPipe {
+    static constexpr bool on = DS4J_SKINNY_PIPE && FMT == DS4J_FMT_FP8_E4M3_B128;
+};
+
+/**
+ * Chunk groups in flight per lane in skinny_smem_kernel (U): warp_part's U for one m-tile, 64-token passes included,
+ * except FP8 with SmPipe, whose two batches of Fmt::U groups each keep as many loads in flight.
+ */
 template <int FMT, int MT>
 struct SmU {
-    static constexpr int U = (MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16) ? 2 * Fmt<FMT>::U : Fmt<FMT>::U;
+    static constexpr int U = (MT == 1 && FMT == DS4J_FMT_BF16) || (MT == 1 && FMT == DS4J_FMT_FP8_E4M3_B128 && !DS4J_SKINNY_PIPE)
+                                 ? 2 * Fmt<FMT>::U : Fmt<FMT>::U;
 };
 
 /** One warp's weight chunks (and scale bytes) of up to SmU::U chunk groups, loaded before they are decoded. */
@@ -694,7 +713,8 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
 }
 
 /**
- * Blocks per multiprocessor skinny_smem_kernel is built for (__launch_bounds__): 3 for the FP4 routed experts in
+ * Blocks per multiprocessor skinny_smem_kernel is built for (__launch_bounds__): 2 for FP8 in 8-token passes (the
+ * pipelined loads of SmPipe stay within 128 registers, no spills). 3 for the FP4 routed experts in
  * 8-token passes (decode, verify), which caps them at 80 registers (from 97; 44 bytes spilled): their launches are
  * many short blocks (picks x row groups x column partitions: at one row 768 for w1 / w3 and 1,536 for w2, 2.9 and 5.8
  * waves at two blocks per multiprocessor), whose fixed latencies a third block per multiprocessor overlaps. On the
@@ -704,7 +724,9 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
  * Same bits at any value. Every other instance gets 0, which leaves the register choice to the compiler as without a
  * second __launch_bounds__ argument (1 would not: it changes the registers of most other instances).
  */
-constexpr int sm_min_blocks(int fmt, int nt, bool moe) { return moe && nt == 1 && fmt == DS4J_FMT_FP4_E2M1_B32 ? 3 : 0; }
+constexpr int sm_min_blocks(int fmt, int nt, bool moe) {
+    return moe && nt == 1 && fmt == DS4J_FMT_FP4_E2M1_B32 ? 3 : nt == 1 && fmt == DS4J_FMT_FP8_E4M3_B128 ? 2 : 0;
+}
 
 /**
  * Block: SM_W row tiles of 16 MT rows (dense: of one group; moe: of one expert, b.rg such row groups in turn), one
@@ -869,10 +891,22 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                 if (stage) __syncthreads();
                 if (mine) {
                     constexpr int U = SmU<FMT, MT>::U;
-                    sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, 0, sln, ntv, acc);
-                    for (int jj0 = U; jj0 < sln; jj0 += U) {
-                        sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0 + jj0, sln - jj0);
-                        sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, jj0, sln - jj0, ntv, acc);
+                    if constexpr (SmPipe<FMT>::on) {
+                        // the next chunk groups' loads go out before this batch is decoded and multiplied, so that a
+                        // warp keeps loads in flight while it computes (same MMAs in the same order)
+                        for (int jj0 = 0; jj0 < sln; jj0 += U) {
+                            SmBatch<FMT, MT> nx;
+                            if (jj0 + U < sln)
+                                sm_load<FMT, MT>(nx, wr, sbase, v.scale, wal, nch, p, b.nw, m0 + jj0 + U, sln - jj0 - U);
+                            sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, jj0, sln - jj0, ntv, acc);
+                            bt = nx;
+                        }
+                    } else {
+                        sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, 0, sln, ntv, acc);
+                        for (int jj0 = U; jj0 < sln; jj0 += U) {
+                            sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0 + jj0, sln - jj0);
+                            sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, jj0, sln - jj0, ntv, acc);
+                        }
                     }
                 }
             }
