@@ -167,12 +167,13 @@ __device__ __forceinline__ uint32_t word(const uint4& q, int i) {
 __device__ __forceinline__ uint32_t pow2_pair(uint32_t f) { return (f << 7) | (f << 23); }
 
 /**
- * Multipliers taking decoded patterns to value x scale for E8M0 scale byte sb: one (m1) when 2^OFF x scale is a normal
- * BF16, else two (m1 = 2^OFF, m2 = scale; two = true), for scales above 2^7 (FP8) or 2^1 (FP4).
+ * Multipliers taking decoded FP4 patterns to value x scale for E8M0 scale byte sb: one (m1) when 2^126 x scale is a
+ * normal BF16, else two (m1 = 2^126, m2 = scale; two = true), for scales above 2^1.
  */
 template <int FMT>
 __device__ __forceinline__ void multipliers(uint32_t sb, uint32_t& m1, uint32_t& m2, bool& two) {
-    constexpr uint32_t OFF = FMT == DS4J_FMT_FP8_E4M3_B128 ? 120u : 126u;
+    static_assert(FMT == DS4J_FMT_FP4_E2M1_B32, "FP8 scales multiply partial sums (fp8_mma)");
+    constexpr uint32_t OFF = 126u;
     two = sb + OFF > 254u;
     m1 = pow2_pair(two ? OFF + 127u : sb + OFF);
     m2 = sb == 255u ? 0x7fc07fc0u : pow2_pair(sb);  // E8M0 0xFF is NaN
@@ -345,7 +346,7 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
     // a 64-token pass (NT = 8) halves U: its accumulators take the registers
     constexpr int U1 = (MT == 1 && FMT != DS4J_FMT_FP4_E2M1_B32 && FMT != DS4J_FMT_F16) ? 2 * Fmt<FMT>::U : Fmt<FMT>::U;
     constexpr int E = Fmt<FMT>::E, U = NT > 4 ? (U1 > 1 ? U1 / 2 : 1) : U1, KS = E / 4;
-    constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
+    constexpr bool QUANT = FMT == DS4J_FMT_FP4_E2M1_B32;  // scaled weights (FP8 takes its own branch)
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nch = (int)(rb >> 4), ngr = (nch + 3) >> 2;
     // token rows (null: no token); a 64-token pass reads them from shared memory as it goes, to save 16 registers
@@ -603,8 +604,8 @@ struct SmPipe {
  */
 template <int FMT, int MT>
 struct SmU {
-    static constexpr int U = (MT == 1 && FMT == DS4J_FMT_BF16) || (MT == 1 && FMT == DS4J_FMT_FP8_E4M3_B128 && !DS4J_SKINNY_PIPE)
-                                 ? 2 * Fmt<FMT>::U : Fmt<FMT>::U;
+    static constexpr bool TWICE = MT == 1 && (FMT == DS4J_FMT_BF16 || (FMT == DS4J_FMT_FP8_E4M3_B128 && !SmPipe<FMT>::on));
+    static constexpr int U = TWICE ? 2 * Fmt<FMT>::U : Fmt<FMT>::U;
 };
 
 /** One warp's weight chunks (and scale bytes) of up to SmU::U chunk groups, loaded before they are decoded. */
@@ -653,7 +654,7 @@ template <int FMT, int MT, int NT>
 __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uint4* xs, const float* xsc, int jj0,
                                            int left, int ntv, float (&acc)[MT][NT][4]) {
     constexpr int U = SmU<FMT, MT>::U, KS = Fmt<FMT>::E / 4;
-    constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
+    constexpr bool QUANT = FMT == DS4J_FMT_FP4_E2M1_B32;  // scaled weights (FP8 takes its own branch)
     const int lane = threadIdx.x & 31;
     if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
         // warp_part's FP8 order; the B words and each token's 2^e (xsc) as the staging left them
