@@ -28,11 +28,13 @@ static int fails = 0;
 // times 2^v (v uniform in [-8, 8]): rows past the F16 range and far below it, values of one row over ~16 binades (the
 // FP8 path's per-group scaling, fp8_x)
 static bool wide_x = false;
+static double x_scale = 1;      // FP8_EDGE: every x times this (rows far below the F16 range, F32 subnormals)
+static int fixed_fp8_scale = -1;  // FP8_EDGE: every FP8 block scale byte this value (>= 0)
 static void fill_x(float* xp, int64_t ldx, int64_t rows) {
     std::uniform_real_distribution<double> u(-1, 1);
     for (int64_t r = 0; r < rows; r++) {
-        const double rs = wide_x ? std::exp2(30 * u(rng)) : 1;
-        for (int64_t c = 0; c < ldx; c++) xp[r * ldx + c] = (float)(wide_x ? gauss() * rs * std::exp2(8 * u(rng)) : gauss());
+        const double rs = (wide_x ? std::exp2(30 * u(rng)) : 1) * x_scale;
+        for (int64_t c = 0; c < ldx; c++) xp[r * ldx + c] = (float)(wide_x ? gauss() * rs * std::exp2(8 * u(rng)) : gauss() * rs);
     }
 }
 /** SKINNY_FMT=N: the skinny cases of weight format N only (unset: every format). */
@@ -67,6 +69,7 @@ static Mat random_mat(int fmt, int rows, int cols) {
         m.srows = (rows + 127) / 128;
         m.scale.resize(m.srows * ((cols + 127) / 128));
         for (auto& s : m.scale) s = 120 + rng() % 6;
+        if (fixed_fp8_scale >= 0) for (auto& s : m.scale) s = (uint8_t)fixed_fp8_scale;
     }
     if (fmt == DS4J_FMT_FP4_E2M1_B32) {
         m.scale.resize((size_t)rows * cols / 32);
@@ -162,8 +165,9 @@ static uint64_t bits_hash(const float* a, size_t n) {
     return h;
 }
 
+static double abs_floor = 1e-30;  // FP8_EDGE: 0 (its results lie far below 1e-30)
 static void check(const char* what, double got, double want, double mag, double tol, int i, int j) {
-    if (!(std::fabs(got - want) <= tol * mag + 1e-30)) {
+    if (!(std::fabs(got - want) <= tol * mag + abs_floor)) {
         if (fails < 20) printf("FAIL %s (%d, %d): got %.9g want %.9g (mag %.3g)\n", what, i, j, got, want, mag);
         fails++;
     }
@@ -1094,6 +1098,27 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
 #include "mhc_cases.h"
 
 int main() {
+    if (getenv("FP8_EDGE")) {
+        // FP8 skinny products with x far below the F16 range (fp8_x's lower limit of e, F32 subnormal groups) and
+        // block scale bytes 0 (2^-127, an F32 subnormal), 1 and 200 (SKINNY_FMT=N: weight format N instead)
+        setenv("DS4J_SKINNY_SMEM", "1", 1);
+        abs_floor = 0;
+        const int f = getenv("SKINNY_FMT") ? atoi(getenv("SKINNY_FMT")) : DS4J_FMT_FP8_E4M3_B128;
+        for (double s : {0x1p-90, 0x1p-100, 0x1p-112, 0x1p-120, 0x1p-128, 0x1p-135}) {
+            x_scale = s;
+            printf("x times %g\n", s);
+            skinny_dense(f, 75, 0, 75, 80, 75, 5, 4);
+        }
+        x_scale = 1;
+        for (int sc : {0, 1, 200}) {
+            fixed_fp8_scale = sc;
+            printf("scale byte %d\n", sc);
+            skinny_dense(f, 75, 0, 75, 80, 75, 5, 4);
+        }
+        fixed_fp8_scale = -1;
+        printf("%s: %d failures (FP8 edge cases)\n", fails ? "FAILED" : "OK", fails);
+        return fails ? 1 : 0;
+    }
     if (getenv("TC_ONLY")) goto prefill;  // the prefill GEMM cases only (tensor-core dense and routed-expert products)
     if (getenv("SPLIT_ONLY")) goto split;  // the split FFMA attention cases only (with output hashes to compare builds)
     if (getenv("MOE_ONLY")) goto moe;     // the skinny routed-expert cases of the grid and row-group variants only

@@ -8,7 +8,7 @@
 # (C++20, _Float16) and python3; long on two cores (each block's threads are OS threads): on the 2-core build VM
 # MOE_ONLY=1 took ~8 min and SKINNY_ONLY=1 35-50 min (2026-12-02); EXTRA=1 adds slower cases. The skinny cases run
 # five times: as built, and with DS4J_SKINNY_WIDE_MT=1, DS4J_SKINNY_WIDE=0, DS4J_SKINNY_XLOADS=1 (the grouped x loads of
-# the staging for every format) and DS4J_SKINNY_XLOADS=0 (for none) (SKINNY_ONLY=1 stops after them; the slow routed-expert
+# the staging, BF16, F16 and FP4 weights) and DS4J_SKINNY_XLOADS=0 (none: the default, the same as built) (SKINNY_ONLY=1 stops after them; the slow routed-expert
 # cases of 1 and 5 rows, which the two WIDE settings do not touch, skip those two runs); each
 # case also runs the staged-activation kernel (column split and not, whole and one-group slices), which must give the
 # same bits. The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give

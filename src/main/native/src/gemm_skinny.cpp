@@ -6,7 +6,8 @@
 // Layout: the weights are the MMA's A operand (16 weight rows per m16 tile), the step's rows (tokens, or one expert's
 // picks) are B (8 per n8 tile, up to NT = 8 tiles per pass: a step of 64 rows reads each weight once). A warp owns MT
 // m-tiles (16 MT weight rows) and a share of the columns; lane (g, t) = (lane / 4, lane % 4) loads one 16-byte chunk
-// of rows g and g + 8 of each m-tile, and these bytes are its A fragments: no shared-memory staging, no shuffles. Chunk c of a row holds E columns (16 FP8, 32
+// of rows g and g + 8 of each m-tile, and these bytes are its A fragments: no shared-memory staging, no shuffles (FP8
+// aside: fp8_x takes each token's largest |x| over the four lanes t). Chunk c of a row holds E columns (16 FP8, 32
 // FP4, 8 BF16 / F16); the four lanes t of a row read chunks 4j + t, 64 contiguous bytes. K-step i of a chunk puts four
 // of its columns into the lane's k slots {2t, 2t+1, 2t+8, 2t+9} (FP8, BF16, F16: columns 4i .. 4i+3 in order; FP4:
 // within each 8-column word the pairs (n, n+4), which decode with shifts and masks alone) and the B fragment takes x
@@ -256,10 +257,12 @@ __device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_
 // one-row products bound by their instruction count rather than by memory (BENCHMARKS.md, tenth session). The E8M0
 // block scale (one per 128 rows x 128 columns; a chunk group's 64 columns lie in one block) multiplies the chunk
 // group's F32 partial sum instead of the weights. x is split into F16 hi + lo of x 2^-e, with e per (token, chunk group)
-// such that the group's largest |x| lands in [2^14, 2^15) (no F16 overflow, full F16 precision at the top), and 2^e
-// multiplies the partial sum too: |x 2^-e - hi - lo| <= 2^-22 |x 2^-e| + 2^-25 (F16 subnormals), so each x is within
-// 2^-22 |x| + 2^-39 of its group's largest |x|. Both kernels, at every S, sum a row the same way: per chunk group, per
-// n-tile, per m-tile, the k-steps' hi and lo MMAs into a zeroed partial p, then acc = fma(scale, p 2^e, acc).
+// such that the group's largest |x| lands in [2^14, 2^15) (no F16 overflow, full F16 precision at the top; e >= -126,
+// so groups whose largest |x| is below 2^-112 land lower), and 2^e multiplies the partial sum too:
+// |x 2^-e - hi - lo| <= 2^-22 |x 2^-e| + 2^-25 (F16 subnormals), so each x is within 2^-22 |x| + 2^-39 of its group's
+// largest |x| (below 2^-112: + 2^-151, under F32's smallest subnormal). Both kernels, at every S, sum a row the same
+// way: per chunk group, per n-tile, per m-tile, the k-steps' hi and lo MMAs into a zeroed partial p, then
+// acc = fma(scale, p 2^e, acc).
 
 /** The F16 A fragments of one chunk group of FP8 rows: a[i][mi] = k-step i of m-tile mi (q: rows g, g + 8). */
 template <int MT>
@@ -287,9 +290,10 @@ __device__ __forceinline__ float fp8_x(const float* xr, int col, uint4 (&bw)[4])
     }
     m = fmaxf(m, DS4J_SHFL_XOR(m, 1));
     m = fmaxf(m, DS4J_SHFL_XOR(m, 2));
-    // biased exponent of m; zero, F32 subnormals and inf keep e = 0 (an inf x makes the sum inf or NaN either way)
+    // biased exponent of m; inf keeps e = 0 (an inf x makes the sum NaN: its lo is inf - inf); zero and groups below
+    // 2^-112 (F32 subnormals included) take the largest scaling, 2^126
     const int be = (int)(__float_as_uint(m) >> 23);
-    const int e = be == 0 || be == 255 ? 0 : max(be - 141, -110);
+    const int e = be == 255 ? 0 : max(be - 141, -126);
     const float sc = __uint_as_float((uint32_t)(127 - e) << 23);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -648,7 +652,8 @@ __device__ __forceinline__ void sm_load(SmBatch<FMT, MT>& bt, const uint8_t* con
 
 /**
  * acc += the loaded chunk groups (min(U, left) of them) x the B words staged in xs for slots jj0 .., in warp_part's
- * MMA order: per chunk group, per k-step, per n-tile below ntv, per m-tile: hi, lo[, the F16 low part].
+ * MMA order: per chunk group, per k-step, per n-tile below ntv, per m-tile: hi, lo[, the F16 low part]; FP8: per chunk
+ * group, per n-tile, per m-tile as fp8_mma, with each token's 2^e from xsc.
  */
 template <int FMT, int MT, int NT>
 __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uint4* xs, const float* xsc, int jj0,
@@ -900,7 +905,7 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                             if (jj0 + U < sln)
                                 sm_load<FMT, MT>(nx, wr, sbase, v.scale, wal, nch, p, b.nw, m0 + jj0 + U, sln - jj0 - U);
                             sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, jj0, sln - jj0, ntv, acc);
-                            bt = nx;
+                            if (jj0 + U < sln) bt = nx;
                         }
                     } else {
                         sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, 0, sln, ntv, acc);

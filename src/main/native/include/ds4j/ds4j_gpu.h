@@ -200,7 +200,8 @@ DS4J_API int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies,
  * straight into the MMA's operand, with the same exact BF16 decoding, hi + lo split of x and F32 accumulation, so the
  * same error bound, except FP8 weights: exact F16 values (e4m3 to F16 in hardware) against x 2^-e split into F16 hi +
  * lo, e per token and 64 columns such that their largest |x| scales into [2^14, 2^15), the E8M0 scale and 2^e applied
- * to each 64 columns' F32 partial sum; each x within 2^-22 |x| plus 2^-39 of the largest |x| of its 64 columns; ds4j_moe_matmul reads each picked expert's weights once for all its picks there (in passes of up
+ * to each 64 columns' F32 partial sum; each x within 2^-22 |x| plus 2^-39 of the largest |x| of its 64 columns (plus
+ * 2^-151 where that largest |x| is below 2^-112); ds4j_moe_matmul reads each picked expert's weights once for all its picks there (in passes of up
  * to 64 picks). The environment variables DS4J_SKINNY_WIDE=0 (steps of 33 .. 64 rows in passes of 32, each reading
  * the weights) and DS4J_SKINNY_WIDE_MT=1 (one m-tile of 16 weight rows per warp in 64-row passes instead of two) are
  * for measurements; they change no result. Elsewhere (hipcc
