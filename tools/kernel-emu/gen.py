@@ -27,13 +27,12 @@ m=repl_fn(m,'__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* 
  'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n')
 m=repl_fn(m,'__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
  'inline void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, false); }\n')
-m=repl_fn(m,'__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {',
- 'inline uint32_t pack_f16(float lo, float hi) { return __float2half_rn(lo).b | ((uint32_t)__float2half_rn(hi).b << 16); }\n')
 # cvt.rn.f16x2.e4m3x2: each byte's value (common.h, e4m3) as F16, which is exact
 m=repl_fn(m,'__device__ __forceinline__ void e4m3x4_to_f16(uint32_t u, uint32_t& lo, uint32_t& hi) {',
  'inline void e4m3x4_to_f16(uint32_t u, uint32_t& lo, uint32_t& hi) {\n'
- '    lo = pack_f16(e4m3(u & 0xffu), e4m3((u >> 8) & 0xffu));\n'
- '    hi = pack_f16(e4m3((u >> 16) & 0xffu), e4m3(u >> 24));\n}\n')
+ '    const __half2 l = __floats2half2_rn(e4m3(u & 0xffu), e4m3((u >> 8) & 0xffu));\n'
+ '    const __half2 h = __floats2half2_rn(e4m3((u >> 16) & 0xffu), e4m3(u >> 24));\n'
+ '    memcpy(&lo, &l, 4);\n    memcpy(&hi, &h, 4);\n}\n')
 open(out+'tc_mma.h','w').write(m)
 def gemm(g, ns):
     g=repl_fn(g,'bool tc_device(ds4j_ctx* ctx) {','')
@@ -65,8 +64,6 @@ k=k[:k.index('// ---------------------------------------------------------------
 k=k.replace('extern __shared__ __align__(16) uint4 sk_xs[];','uint4* sk_xs = reinterpret_cast<uint4*>(emu_dyn_smem);')
 open(out+'gemm_skinny.cpp','w').write(k)
 x=open(src+'indexer_tc.cpp').read()
-x=repl_fn(x,'__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
- 'inline void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, false); }\n')
 x=x.replace('extern __shared__ __align__(16) uint32_t sm[];','uint32_t* sm = emu_dyn_smem;')
 x=x[:x.index('}  // namespace ds4j\n\nusing namespace ds4j;')]+'}  // namespace ds4j\n'
 open(out+'indexer_tc.cpp','w').write(x)

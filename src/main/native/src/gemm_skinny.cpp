@@ -299,10 +299,8 @@ __device__ __forceinline__ float fp8_x(const float* xr, int col, uint4 (&bw)[4])
     for (int i = 0; i < 4; i++) {
         const float a0 = __fmul_rn(v[i].x, sc), a1 = __fmul_rn(v[i].y, sc), a2 = __fmul_rn(v[i].z, sc),
                     a3 = __fmul_rn(v[i].w, sc);
-        const uint32_t h0 = tc::pack_f16(a0, a1), h1 = tc::pack_f16(a2, a3);
-        const float2 f0 = tc::h2_to_f2(h0), f1 = tc::h2_to_f2(h1);
-        bw[i] = make_uint4(h0, h1, tc::pack_f16(__fsub_rn(a0, f0.x), __fsub_rn(a1, f0.y)),
-                           tc::pack_f16(__fsub_rn(a2, f1.x), __fsub_rn(a3, f1.y)));
+        tc::split_f16(a0, a1, bw[i].x, bw[i].z);
+        tc::split_f16(a2, a3, bw[i].y, bw[i].w);
     }
     return __uint_as_float((uint32_t)(127 + e) << 23);
 }

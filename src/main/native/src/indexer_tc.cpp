@@ -10,6 +10,7 @@
 // same as the FFMA kernel but at tensor-core rate. Each (query, key) score depends only on that query's row and that
 // key, so the result does not depend on S or on how the queries are grouped into blocks.
 #include "tc.h"
+#include "tc_mma.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +32,6 @@ static inline size_t smem_bytes(int rows, int dI) {
     return 4 * ((size_t)2 * rows * ldq + (size_t)KT * ldq + (size_t)(rows / 16) * KT + 2 * rows);
 }
 
-/** (a, b) -> F16 pairs hi = f16(x), lo = f16(x - hi) (22 significant bits together for |x| >= 2^-3). */
-__device__ __forceinline__ void split_f16(float a, float b, uint32_t& hi, uint32_t& lo) {
-    const __half2 h = __floats2half2_rn(a, b);
-    const float2 hf = __half22float2(h);
-    const __half2 l = __floats2half2_rn(__fsub_rn(a, hf.x), __fsub_rn(b, hf.y));
-    memcpy(&hi, &h, 4);
-    memcpy(&lo, &l, 4);
-}
-
 /** Eight F32 keys values (F16 numbers, so exactly) as the F16 halves of one 16-byte chunk. */
 __device__ __forceinline__ uint4 pack_f16x8(float4 a, float4 b) {
     const __half2 h[4] = {__floats2half2_rn(a.x, a.y), __floats2half2_rn(a.z, a.w), __floats2half2_rn(b.x, b.y),
@@ -47,12 +39,6 @@ __device__ __forceinline__ uint4 pack_f16x8(float4 a, float4 b) {
     uint4 r;
     memcpy(&r, h, 16);
     return r;
-}
-
-__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /** One term of spec 3.6 step 3, in the order of ds4j_indexer_scores: ((w_{t,h} H_I^-1/2) ReLU(dot)) d_I^-1/2. */
@@ -105,8 +91,8 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         const float up = __uint_as_float((uint32_t)(127 + t) << 23);
         if (lane * 4 < dI) {
             uint32_t h0, l0, h1, l1;
-            split_f16(v.x * up, v.y * up, h0, l0);
-            split_f16(v.z * up, v.w * up, h1, l1);
+            tc::split_f16(v.x * up, v.y * up, h0, l0);
+            tc::split_f16(v.z * up, v.w * up, h1, l1);
             *reinterpret_cast<uint2*>(qh + r * ldq + 2 * lane) = make_uint2(h0, h1);
             *reinterpret_cast<uint2*>(ql + r * ldq + 2 * lane) = make_uint2(l0, l1);
         }
@@ -172,8 +158,8 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
                 for (int ni = 0; ni < KT / 8; ni++) {
                     const int ob = (ni * 8 + g) * ldq + kk * 8 + tig;
                     const uint32_t b0 = ks[ob], b1 = ks[ob + 4];
-                    mma_f16(acc[ni], ah, b0, b1);
-                    mma_f16(acc[ni], al, b0, b1);
+                    tc::mma_f16(acc[ni], ah, b0, b1);
+                    tc::mma_f16(acc[ni], al, b0, b1);
                 }
             }
         }

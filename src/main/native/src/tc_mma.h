@@ -1,4 +1,5 @@
-// Tensor-core building blocks shared by the prefill GEMM (gemm_tc.cpp) and the skinny products (gemm_skinny.cpp):
+// Tensor-core building blocks shared by the prefill GEMM (gemm_tc.cpp), the skinny products (gemm_skinny.cpp) and the
+// indexer scores (indexer_tc.cpp):
 // F32 -> BF16 / F16 conversion and hi/lo splitting, e4m3 -> F16 conversion, BF16 pair multiplication, unaligned
 // 16-byte loads and mma.sync m16n8k16 (BF16 and F16 operands). Only for nvcc builds (DS4J_HAVE_TC); tools/kernel-emu
 // replaces the inline PTX with host emulations.
@@ -35,13 +36,6 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
     return r;
 }
 
-/** Two floats -> F16 pair (round to nearest even), lo in the low half. */
-__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
-    uint32_t r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
 /**
  * Four e4m3 bytes (byte 0 lowest) -> two F16 pairs: lo holds bytes 0, 1 (byte 0 in the low half), hi bytes 2, 3. Exact:
  * every e4m3 value is an F16 number (NaN codes give NaN). The hardware conversion on compute capability >= 8.9, else
@@ -52,9 +46,23 @@ __device__ __forceinline__ void e4m3x4_to_f16(uint32_t u, uint32_t& lo, uint32_t
     asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
         : "=r"(lo), "=r"(hi) : "r"(u));
 #else
-    lo = pack_f16(e4m3(u & 0xffu), e4m3((u >> 8) & 0xffu));
-    hi = pack_f16(e4m3((u >> 16) & 0xffu), e4m3(u >> 24));
+    const __half2 l = __floats2half2_rn(e4m3(u & 0xffu), e4m3((u >> 8) & 0xffu));
+    const __half2 h = __floats2half2_rn(e4m3((u >> 16) & 0xffu), e4m3(u >> 24));
+    memcpy(&lo, &l, 4);
+    memcpy(&hi, &h, 4);
 #endif
+}
+
+/**
+ * (a, b) -> F16 pairs hi = f16(x), lo = f16(x - hi) (22 significant bits together for |x| >= 2^-3): the indexer's
+ * queries (indexer_tc.cpp) and the FP8 products' x (gemm_skinny.cpp, fp8_x).
+ */
+__device__ __forceinline__ void split_f16(float a, float b, uint32_t& hi, uint32_t& lo) {
+    const __half2 h = __floats2half2_rn(a, b);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(__fsub_rn(a, hf.x), __fsub_rn(b, hf.y));
+    memcpy(&hi, &h, 4);
+    memcpy(&lo, &l, 4);
 }
 
 /** Two F16 bit patterns (low, high half) -> floats. */
