@@ -55,6 +55,47 @@
     } while (0)
 #endif
 
+// Weights read by a kernel are never written by a step, so a kernel may ask for them before its wait: the L2 fetches
+// them from HBM while the previous kernel still runs (weight streaming kernels otherwise spend their first round trip
+// idle). DS4J_AWAIT_PREVIOUS_PREFETCHING(r) prefetches the L2Range r (computed from the kernel's parameters and
+// indices alone: it reads no memory) into the L2, then waits as DS4J_AWAIT_PREVIOUS. A prefetch into the L2 never
+// changes what a load returns (global memory is coherent in the L2, and the L1 is not filled), so even a range that a
+// kernel of the step writes would stay correct; KernelEntryTest accepts this form as a kernel's first line.
+
+/** Bytes [p, p + n) for the L2 to fetch: a hint only; null or n = 0 asks for nothing. */
+struct L2Range {
+    const void* p;
+    size_t n;
+};
+
+/**
+ * Asks the L2 for r, split evenly over the calling block's warps (lane 0 of each issues one bulk prefetch of its
+ * piece, cut to 16-byte granules: the start rounded up, the end down, as cp.async.bulk.prefetch wants). sm_90+; a no-op
+ * elsewhere. Every thread of the block may call it.
+ */
+__device__ __forceinline__ void prefetch_l2(L2Range r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const int nw = (int)(blockDim.x >> 5), w = (int)(threadIdx.x >> 5);
+    if ((threadIdx.x & 31) != 0 || r.p == nullptr || r.n < 16) return;
+    const uintptr_t a = ((uintptr_t)r.p + 15u) & ~(uintptr_t)15u, e = ((uintptr_t)r.p + r.n) & ~(uintptr_t)15u;
+    if (e <= a) return;
+    const size_t gran = (e - a) >> 4;  // 16-byte granules, split over the warps
+    const uintptr_t b0 = a + ((gran * (size_t)w / nw) << 4), b1 = a + ((gran * (size_t)(w + 1) / nw) << 4);
+    for (uintptr_t b = b0; b < b1; b += (uintptr_t)1 << 30) {  // size is 32 bits: pieces of at most 1 GiB
+        const uint32_t n = (uint32_t)min((uintptr_t)1 << 30, b1 - b);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b), "r"(n) : "memory");
+    }
+#else
+    (void)r;
+#endif
+}
+
+#define DS4J_AWAIT_PREVIOUS_PREFETCHING(...) \
+    do {                                     \
+        prefetch_l2(__VA_ARGS__);            \
+        DS4J_AWAIT_PREVIOUS();               \
+    } while (0)
+
 // Stream capture and graphs (graph.cpp): HIP has the API we use since ROCm 5.3; every CUDA 12+ build has it.
 #if defined(__HIPCC__) && defined(HIP_VERSION) && HIP_VERSION < 50300000
 #define DS4J_HAVE_GRAPHS 0

@@ -101,6 +101,35 @@ struct Args {
     int E;            // moe: experts (ids lie in [0, E)) for a grid over distinct experts; 0: a grid over picks
 };
 
+
+/**
+ * Share part of parts (an even split of the bytes, cut anywhere) of rows [r0, r1) of a row-major matrix with rb bytes a
+ * row at base: the bytes a block prefetches into the L2 (prefetch_l2), so that the blocks of one row range, one per
+ * column partition, together ask for each of its bytes once. Empty when r1 <= r0.
+ */
+__device__ __forceinline__ L2Range rows_share(const void* base, int64_t rb, int r0, int r1, int part, int parts) {
+    if (base == nullptr || r1 <= r0) return L2Range{nullptr, 0};
+    const size_t len = (size_t)(r1 - r0) * (size_t)rb, lo = len * (size_t)part / parts, hi = len * (size_t)(part + 1) / parts;
+    return L2Range{(const uint8_t*)base + (size_t)r0 * (size_t)rb + lo, hi - lo};
+}
+
+/** skinny_kernel's dense block: its row tile of rt rows (every column) of its group, as the kernel body takes it. */
+template <int FMT>
+__device__ __forceinline__ L2Range sk_tile_range(const Args& a, int rt) {
+    const int gi = blockIdx.x / a.tiles_per_grp, r0 = gi * a.grp + (blockIdx.x % a.tiles_per_grp) * rt;
+    return rows_share(a.v.w, row_bytes_of(FMT, a.v.cols), r0, min(r0 + rt, (gi + 1) * a.grp), 0, 1);
+}
+
+/**
+ * Prefetches share part of parts of rows [r0, r1) of v into the L2: the weights, and the FP4 scale bytes (one per 32
+ * columns of a row; FP8's 128 x 128 block scales are few and left out).
+ */
+template <int FMT>
+__device__ __forceinline__ void sk_prefetch_rows(const WView& v, int r0, int r1, int part, int parts) {
+    prefetch_l2(rows_share(v.w, row_bytes_of(FMT, v.cols), r0, r1, part, parts));
+    if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) prefetch_l2(rows_share(v.scale, v.cols >> 5, r0, r1, part, parts));
+}
+
 constexpr int MOE_MAX_E = 1024;  // most experts a grid over distinct experts handles (Args::E); more take one over picks
 
 /**
@@ -465,7 +494,8 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
  */
 template <int FMT, int MT, int NT, bool MOE>
 __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) skinny_kernel(Args a) {
-    DS4J_AWAIT_PREVIOUS();
+    // dense: the block's row tile is known before the wait (moe: its expert is not, see below)
+    DS4J_AWAIT_PREVIOUS_PREFETCHING(MOE ? L2Range{nullptr, 0} : sk_tile_range<FMT>(a, 16 * MT));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
 #else
@@ -486,6 +516,7 @@ __global__ void __launch_bounds__(MT >= 4 ? 256 : 512) skinny_kernel(Args a) {
         v.row_base = a.row_base_table ? a.row_base_table[e] : 0;
         row0 = blockIdx.y * RT;
         row_end = min(a.rows, row0 + RT);
+        sk_prefetch_rows<FMT>(v, row0, row_end, 0, 1);
     } else {
         const int gi = blockIdx.x / a.tiles_per_grp, ti = blockIdx.x % a.tiles_per_grp;
         row0 = gi * a.grp + ti * RT;
@@ -575,6 +606,18 @@ struct SmArgs {
     int xloads;      // 1: the staging issues the x loads of SM_XL slots together (sm_xloads)
     int rg;          // moe: row groups per block, taken in turn (grid y: rgpg / rg rounded up); dense: 1
 };
+
+/**
+ * skinny_smem_kernel's dense block: the rows of its row group (SM_W row tiles of rt rows, as the kernel body takes
+ * them), its partition's share when b.split.
+ */
+template <int FMT, int MT>
+__device__ __forceinline__ L2Range sm_dense_range(const Args& a, const SmArgs& b) {
+    constexpr int RT = 16 * MT;
+    const int gi = blockIdx.x / b.rgpg, t0 = (blockIdx.x % b.rgpg) * SM_W, t1 = min(t0 + SM_W, b.tpg);
+    const int r0 = gi * a.grp + t0 * RT, r1 = min(gi * a.grp + t1 * RT, (gi + 1) * a.grp);
+    return rows_share(a.v.w, row_bytes_of(FMT, a.v.cols), r0, r1, b.split ? (int)blockIdx.y : 0, b.split ? b.nw : 1);
+}
 
 constexpr int SM_GT = SM_BYTES / (4 * 512);  // most (chunk group, n-tile) pairs of one FP8 slice (4 k-steps each)
 constexpr int SM_XL = 4;  // slots per thread whose x loads the staging issues together (SmArgs::xloads)
@@ -740,7 +783,8 @@ constexpr int sm_min_blocks(int fmt, int nt, bool moe) {
  */
 template <int FMT, int MT, int NT, bool MOE>
 __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny_smem_kernel(Args a, SmArgs b) {
-    DS4J_AWAIT_PREVIOUS();
+    // dense: the block's rows are known before the wait (moe: its expert is not, see below)
+    DS4J_AWAIT_PREVIOUS_PREFETCHING(MOE ? L2Range{nullptr, 0} : sm_dense_range<FMT, MT>(a, b));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();
 #else
@@ -764,6 +808,9 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
         v.scale = a.scale_table ? (const uint8_t*)a.scale_table[e] : nullptr;
         v.row_base = a.row_base_table ? a.row_base_table[e] : 0;
         pb = b.split ? (int)blockIdx.z : 0;
+        // the rows of the block's row groups (b.rg of them), its partition's share
+        const int t0 = (int)blockIdx.y * b.rg * SM_W, t1 = min(min((int)(blockIdx.y + 1) * b.rg, b.rgpg) * SM_W, b.tpg);
+        sk_prefetch_rows<FMT>(v, t0 * RT, min(a.rows, t1 * RT), pb, b.split ? b.nw : 1);
     } else {
         const int gi = blockIdx.x / b.rgpg, ti = (blockIdx.x % b.rgpg) * SM_W + warp;
         row0 = gi * a.grp + ti * RT;
@@ -1082,6 +1129,19 @@ static int sm_moe_max_rows() {
 }
 
 /**
+ * Pass width of a routed-expert launch over distinct experts: DS4J_SKINNY_MOE_NT "0" (default) takes it from the rows
+ * S as for a dense product; "1" from the mean picks per expert (P / E rounded up), so that e.g. 64 rows with 16
+ * experts (24 picks each on average) run 3 n-tiles a pass instead of 8 (an expert with more picks takes more passes).
+ * The pass width never changes a row's sums (shape_for). Read once.
+ */
+static int moe_pass_rows(int S, int64_t P, int E) {
+    static std::atomic<int> c{0};
+    if (env_choice(c, "DS4J_SKINNY_MOE_NT", 0, 0, 1) == 0 || E <= 0) return S;
+    const int64_t mean = (P + E - 1) / E;
+    return (int)(mean < S ? mean : S);
+}
+
+/**
  * Row groups per block of a staged routed-expert launch (SmArgs::rg) with gx expert blocks, rgpg row groups per expert
  * and parts column partitions as blocks: by default (DS4J_SKINNY_MOE_RG unset or 0) the largest power of two up to 16
  * that leaves at least MOE_BLOCKS blocks; DS4J_SKINNY_MOE_RG 1 .. 16 fixes it (for measurements). Row groups
@@ -1332,9 +1392,7 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     if (S <= 0 || S >= DS4J_TC_MIN_ROWS || P > MAX_PICKS || rows <= 0 || !tc_format(format, scale_kind)) return false;
     const int64_t rb = row_bytes_of(format, cols);
     if ((rb & 15) != 0 || ((uintptr_t)x & 15u) != 0 || (ldx & 3) != 0) return false;
-    // shape: k experts streamed at once per row
-    const Shape sh = shape_for(format, rows, 1, k, rb, S);
-    if (sh.tpg > 65535 || !skinny_enabled() || !tc_device(ctx)) return false;
+    if (!skinny_enabled() || !tc_device(ctx)) return false;
     Args a{};
     a.v.scale_kind = scale_kind;
     a.v.cols = cols;
@@ -1356,10 +1414,14 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     // token: steps of 43 rows or more; models with few experts, e.g. mm-bench's 16, from 3 rows), else over picks
     a.E = E > 0 && E <= MOE_MAX_E && E < P && expert_grid() ? E : 0;
     const unsigned gx = (unsigned)(a.E > 0 ? a.E : P);
+    // shape: k experts streamed at once per row; the pass width from the rows or the picks per expert
+    const int Sp = moe_pass_rows(S, P, a.E);
+    const Shape sh = shape_for(format, rows, 1, k, rb, Sp);
+    if (sh.tpg > 65535) return false;
     // an expert has at most P picks: the pass width follows S (shape_for), more picks take more passes
     // staged x for routed experts up to sm_moe_max_rows() rows only: above, every expert has many picks and the kernel
     // without staging was faster on the H200 (mm-bench, FP4 w1 / w3 at 64 rows: 351 us without, 507 with)
-    const SmPlan pl = S <= sm_moe_max_rows() ? sm_plan(format, rows, 1, k, rb, S, P, rows) : SmPlan{};
+    const SmPlan pl = S <= sm_moe_max_rows() ? sm_plan(format, rows, 1, k, rb, Sp, P, rows) : SmPlan{};
     if (pl.on && pl.b.rgpg <= 65535) {
         SmPlan mp = pl;
         mp.b.rg = moe_row_groups(gx, mp.b.rgpg, mp.b.split ? mp.b.nw : 1);

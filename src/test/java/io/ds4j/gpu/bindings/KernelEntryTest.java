@@ -13,9 +13,10 @@ import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * Every kernel of the GPU library ({@code __global__} function in src/main/native/src) must begin with
- * {@code DS4J_AWAIT_PREVIOUS();}: step graphs link consecutive kernels by programmatic edges (graph.cpp,
- * programmatic_edges), which let a kernel start while the one before it still runs; only that first line (common.h)
- * makes it wait for the previous kernel's results. A kernel without it would read inputs that are not written yet.
+ * {@code DS4J_AWAIT_PREVIOUS();} or {@code DS4J_AWAIT_PREVIOUS_PREFETCHING(range);} (an L2 prefetch of its weights,
+ * then the same wait): step graphs link consecutive kernels by programmatic edges (graph.cpp, programmatic_edges),
+ * which let a kernel start while the one before it still runs; only that first line (common.h) makes it wait for the
+ * previous kernel's results. A kernel without it would read inputs that are not written yet.
  * Needs no GPU: the sources are read as text.
  */
 class KernelEntryTest {
@@ -100,7 +101,8 @@ class KernelEntryTest {
                 }
                 String name = params < 0 ? "(a kernel without a parameter list near offset " + at + ")"
                         : s.substring(at, params).trim().replaceAll("(?s).*?(\\w+)$", "$1");
-                if (!s.substring(open + 1).stripLeading().startsWith("DS4J_AWAIT_PREVIOUS();")) bad.add(name);
+                String body = s.substring(open + 1).stripLeading();
+                if (!body.startsWith("DS4J_AWAIT_PREVIOUS();") && !body.startsWith("DS4J_AWAIT_PREVIOUS_PREFETCHING(")) bad.add(name);
             }
             at = j;
         }
@@ -145,8 +147,16 @@ class KernelEntryTest {
                 __global__ void bad(float* y, int n) {
                     y[0] = n;
                 }
+                __global__ void prefetching(const uint8_t* w, float* y) {
+                    DS4J_AWAIT_PREVIOUS_PREFETCHING(L2Range{w, 4096});
+                    y[0] = w[0];
+                }
+                __global__ void prefetchAfter(const uint8_t* w, float* y) {
+                    y[0] = w[0];
+                    DS4J_AWAIT_PREVIOUS_PREFETCHING(L2Range{w, 4096});
+                }
                 """;
-        assertEquals(List.of("bad"), kernelsWithoutWait(src));
+        assertEquals(List.of("bad", "prefetchAfter"), kernelsWithoutWait(src));
     }
 
     @Test
