@@ -779,17 +779,9 @@ static void launch_skinny_smem(int fmt, sk::SmPlan pl, int split, int sl, dim3 g
         pl.smem = (int64_t)sl * pl.nt * ks * 512;
     }
     std::vector<float> part;
-    // FUSED=1: the kernel's last partition block of each row set adds the partials (SmArgs::cnt), not skinny_combine
-    static const bool fused = getenv("FUSED") && atoi(getenv("FUSED")) == 1;
-    std::vector<unsigned> cnt;
-    pl.b.cnt = nullptr;
     if (split) {
         part.assign((size_t)pl.b.nw * pl.b.ns * rows, std::nanf(""));
         pl.b.part = part.data();
-        if (fused) {
-            cnt.assign((size_t)grid.x * grid.y, 0u);
-            pl.b.cnt = cnt.data();
-        }
         if (MOE) grid.z = pl.b.nw;
         else grid.y = pl.b.nw;
     }
@@ -813,9 +805,7 @@ static void launch_skinny_smem(int fmt, sk::SmPlan pl, int split, int sl, dim3 g
         case DS4J_FMT_FP8_E4M3_B128: by_nt(std::integral_constant<int, DS4J_FMT_FP8_E4M3_B128>()); break;
         default: by_nt(std::integral_constant<int, DS4J_FMT_FP4_E2M1_B32>()); break;
     }
-    for (unsigned c : cnt)
-        if (c != 0u) { printf("FAIL skinny smem: an arrival counter left at %u\n", c); fails++; break; }
-    if (split && !fused) {
+    if (split) {
         const int64_t n = (int64_t)pl.b.ns * rows;
         emu_launch(dim3((unsigned)((n + 127) / 128)), dim3(128), 0, [&] {
             sk::skinny_combine(pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr, MOE ? a.w_table : nullptr);

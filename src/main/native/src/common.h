@@ -90,25 +90,6 @@ __device__ __forceinline__ void prefetch_l2(L2Range r) {
 #endif
 }
 
-/** A load that sees what other blocks of the same launch wrote before a __threadfence (it does not stop at L1). */
-__device__ __forceinline__ float ld_coherent(const float* p) { return *(const volatile float*)p; }
-
-/**
- * Whether the calling block is the last of the `blocks` blocks that count on *count to get here (every thread gets the
- * answer; every thread must call it: it synchronises the block). *count wraps to 0 with the last arrival, ready for the
- * next launch. What those blocks wrote before the call is visible to the last one through ld_coherent. flag: a
- * __shared__ int of the block.
- */
-__device__ __forceinline__ bool last_arrival(unsigned* count, unsigned blocks, int* flag) {
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) *flag = atomicInc(count, blocks - 1) == blocks - 1;
-    __syncthreads();
-    const bool last = *flag != 0;
-    if (last) __threadfence();
-    return last;
-}
-
 #define DS4J_AWAIT_PREVIOUS_PREFETCHING(...) \
     do {                                     \
         prefetch_l2(__VA_ARGS__);            \
@@ -156,11 +137,6 @@ struct ds4j_ctx {
      * when they could not be allocated (the one-block kernels run then).
      */
     unsigned* hc_count = nullptr;
-    /**
-     * Arrival counters of the skinny products' column-split launches (gemm_skinny.cpp, sm_fused_sum), DS4J_SK_COUNT of
-     * them, zero between launches; null when they could not be allocated (a separate partials sum runs then).
-     */
-    unsigned* sk_count = nullptr;
     /** Device memory of the skinny products' column-split partials (gemm_skinny.cpp), grown and kept as att_scratch. */
     void* sk_scratch = nullptr;
     int64_t sk_scratch_bytes = 0;
@@ -175,7 +151,6 @@ struct ds4j_ctx {
 
 /** Rows one split mHC launch covers (its counters in ds4j_ctx.hc_count). */
 #define DS4J_HC_COUNT_ROWS 4096
-#define DS4J_SK_COUNT 65536
 
 namespace ds4j {
 

@@ -605,33 +605,17 @@ struct SmArgs {
     float* part;     // [nw][ns][rows] partials when split
     int xloads;      // 1: the staging issues the x loads of SM_XL slots together (sm_xloads)
     int rg;          // moe: row groups per block, taken in turn (grid y: rgpg / rg rounded up); dense: 1
-    unsigned* cnt;   // split: arrival counters, one per row set (sm_fused_sum), zero between launches; null: the
-                     // partials are added by skinny_combine, a launch of its own
 };
 
 /**
- * The rows [r0, r1) of skinny_smem_kernel's block, as the kernel body takes them: dense, its row group (SM_W row tiles
- * of 16 MT rows of its group); moe, its b.rg row groups of its expert.
+ * skinny_smem_kernel's dense block: the rows of its row group (SM_W row tiles of rt rows, as the kernel body takes
+ * them), its partition's share when b.split.
  */
-template <int MT, bool MOE>
-__device__ __forceinline__ void sm_block_rows(const Args& a, const SmArgs& b, int& r0, int& r1) {
-    constexpr int RT = 16 * MT;
-    if constexpr (MOE) {
-        const int t0 = (int)blockIdx.y * b.rg * SM_W, t1 = min(min((int)(blockIdx.y + 1) * b.rg, b.rgpg) * SM_W, b.tpg);
-        r0 = t0 * RT;
-        r1 = min(a.rows, t1 * RT);
-    } else {
-        const int gi = blockIdx.x / b.rgpg, t0 = (blockIdx.x % b.rgpg) * SM_W, t1 = min(t0 + SM_W, b.tpg);
-        r0 = gi * a.grp + t0 * RT;
-        r1 = min(gi * a.grp + t1 * RT, (gi + 1) * a.grp);
-    }
-}
-
-/** skinny_smem_kernel's dense block's weights: its rows, its partition's share when b.split. */
 template <int FMT, int MT>
 __device__ __forceinline__ L2Range sm_dense_range(const Args& a, const SmArgs& b) {
-    int r0, r1;
-    sm_block_rows<MT, false>(a, b, r0, r1);
+    constexpr int RT = 16 * MT;
+    const int gi = blockIdx.x / b.rgpg, t0 = (blockIdx.x % b.rgpg) * SM_W, t1 = min(t0 + SM_W, b.tpg);
+    const int r0 = gi * a.grp + t0 * RT, r1 = min(gi * a.grp + t1 * RT, (gi + 1) * a.grp);
     return rows_share(a.v.w, row_bytes_of(FMT, a.v.cols), r0, r1, b.split ? (int)blockIdx.y : 0, b.split ? b.nw : 1);
 }
 
@@ -824,9 +808,9 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
         v.scale = a.scale_table ? (const uint8_t*)a.scale_table[e] : nullptr;
         v.row_base = a.row_base_table ? a.row_base_table[e] : 0;
         pb = b.split ? (int)blockIdx.z : 0;
-        int r0, r1;  // the rows of the block's row groups; its partition's share of them
-        sm_block_rows<MT, true>(a, b, r0, r1);
-        sk_prefetch_rows<FMT>(v, r0, r1, pb, b.split ? b.nw : 1);
+        // the rows of the block's row groups (b.rg of them), its partition's share
+        const int t0 = (int)blockIdx.y * b.rg * SM_W, t1 = min(min((int)(blockIdx.y + 1) * b.rg, b.rgpg) * SM_W, b.tpg);
+        sk_prefetch_rows<FMT>(v, t0 * RT, min(a.rows, t1 * RT), pb, b.split ? b.nw : 1);
     } else {
         const int gi = blockIdx.x / b.rgpg, ti = (blockIdx.x % b.rgpg) * SM_W + warp;
         row0 = gi * a.grp + ti * RT;
@@ -1002,23 +986,6 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                     }
     }
     }
-    if (b.split && b.cnt) {
-        // the last of the row set's nw partition blocks adds their partials in partition order, skinny_combine's sums
-        __shared__ int last;
-        if (last_arrival(b.cnt + (MOE ? blockIdx.x * gridDim.y + blockIdx.y : blockIdx.x), (unsigned)b.nw, &last)) {
-            int r0, r1;
-            sm_block_rows<MT, MOE>(a, b, r0, r1);
-            const int nr = r1 - r0;
-            const size_t plane = (size_t)b.ns * a.rows;
-            for (int i = tid; i < n * nr; i += blockDim.x) {
-                const int s = i / nr, r = r0 + i % nr, q = MOE ? picks[s] : s;  // token (moe: pick) and row
-                const float* pp = b.part + (size_t)q * a.rows + r;
-                float acc = ld_coherent(pp);
-                for (int p = 1; p < b.nw; p++) acc = acc + ld_coherent(pp + p * plane);
-                a.y[(int64_t)q * a.ldy + r] = acc;
-            }
-        }
-    }
 #endif
 }
 
@@ -1142,17 +1109,6 @@ static bool sm_xloads(int format) {
 }
 
 /**
- * Whether a column-split launch of skinny_smem_kernel adds its partitions' partials itself, in the last of each row
- * set's partition blocks to finish (arrival counters in ds4j_ctx.sk_count), instead of in a skinny_combine launch of its
- * own: DS4J_SKINNY_FUSED_SUM "1" (default) yes, "0" no (for measurements). The same additions in the same order either
- * way. Read once.
- */
-static bool sm_fused_sum() {
-    static std::atomic<int> c{0};
-    return env_choice(c, "DS4J_SKINNY_FUSED_SUM", 1, 0, 1) == 1;
-}
-
-/**
  * DS4J_SKINNY_SPLIT (read once): 2 (default) lets sm_plan choose the column split from the shape as described there; 0
  * never splits (every block walks all partitions, also where the row tiles alone give few warps, which the default
  * leaves to the kernel without staging); 1 splits wherever the partials fit SM_SCRATCH_CAP. For measurements: the
@@ -1175,18 +1131,19 @@ static int sm_moe_max_rows() {
 }
 
 /**
- * The rows that pick the pass width of a routed-expert launch over E distinct experts (E > 0) with P picks: the mean
- * picks per expert m = P / E rounded up, plus one n-tile's worth where m fits in one (most experts then hold more than
- * m picks, which a single n-tile would leave to a second pass), at most S. On the H200 (`tools/device/run.sh mm-bench
- * --rows 16,32,64 --only routed`, 16 experts, graph µs w1 / w3 and w2; BENCHMARKS.md, twelfth session) 3 n-tiles at 64
- * rows took 187.5 / 227.3 against 308.1 / 324.1 with 8 (S's pass width, without staging), 2 at 32 rows 84.0 / 97.3
- * against 95.4 / 106.6 with 4, and 1 instead of 2 at 16 rows was slower (101.3 / 123.7 against 75.4 / 86.8). Equal
- * result hashes: the pass width never changes a row's sums (shape_for). DS4J_SKINNY_MOE_NT "0" takes S as a dense
- * product does (for measurements). Read once.
+ * The rows that pick the pass width of a routed-expert launch of S > 32 rows over E distinct experts (E > 0) with P
+ * picks, where S alone would take 8-tile passes: the mean picks per expert m = P / E rounded up, plus one n-tile's
+ * worth where m fits in one (most experts then hold more than m picks, which a single n-tile would leave to a second
+ * pass), at most S; S itself for S <= 32. On the H200 (`tools/device/run.sh mm-bench --rows 16,32,64 --only routed`,
+ * 16 experts, graph µs of w1 / w3 and w2; BENCHMARKS.md, twelfth session) 3 n-tiles at 64 rows took 187.5 / 227.3 and
+ * 200.3 / 226.5 (two builds) against 302.9–308.1 / 318.1–324.1 with 8; at 32 rows 2 n-tiles against S's 4 gave 84.0 /
+ * 97.3 in one build and 119.9 / 160.3 in the other (S's: 90.3–95.4 / 101.3–106.6), so S keeps its pass width there;
+ * at 16 rows 1 n-tile instead of 2 was slower (101.3 / 123.7 against 75.4 / 86.8). Equal result hashes: the pass
+ * width never changes a row's sums (shape_for). DS4J_SKINNY_MOE_NT "0" takes S at every S (for measurements). Read once.
  */
 static int moe_pass_rows(int S, int64_t P, int E) {
     static std::atomic<int> c{0};
-    if (env_choice(c, "DS4J_SKINNY_MOE_NT", 1, 0, 1) == 0 || E <= 0) return S;
+    if (S <= 32 || E <= 0 || env_choice(c, "DS4J_SKINNY_MOE_NT", 1, 0, 1) == 0) return S;
     const int64_t m = (P + E - 1) / E, r = m <= 8 ? m + 8 : m;
     return (int)(r < S ? r : S);
 }
@@ -1363,12 +1320,9 @@ static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, c
  */
 template <bool MOE>
 static int run_smem(ds4j_ctx* ctx, int format, SmPlan pl, dim3 grid, Args a, int rows) {
-    pl.b.cnt = nullptr;
     if (pl.b.split) {
         int rc = sk_scratch(ctx, (int64_t)pl.b.nw * pl.b.ns * rows * 4, &pl.b.part);
         if (rc != DS4J_OK) return rc;
-        // one counter per row set (grid x, and y for moe, before the partitions are added)
-        if (sm_fused_sum() && ctx->sk_count && (int64_t)grid.x * grid.y <= DS4J_SK_COUNT) pl.b.cnt = ctx->sk_count;
         if (MOE) grid.z = (unsigned)pl.b.nw;
         else grid.y = (unsigned)pl.b.nw;
     }
@@ -1376,7 +1330,7 @@ static int run_smem(ds4j_ctx* ctx, int format, SmPlan pl, dim3 grid, Args a, int
     DS4J_SK_DISPATCH_FN(format, pl.nt, (e = launch_smem<F, N, MOE>(grid, pl, ctx->stream, a)))
     if (e != hipSuccess) return fail_hip(e, "launching matmul (skinny tensor cores, shared x)");
     launched_kernels.fetch_add(1, std::memory_order_relaxed);
-    if (pl.b.split && !pl.b.cnt) {
+    if (pl.b.split) {
         const int64_t n = (int64_t)pl.b.ns * rows;
         skinny_combine<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(
             pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr, MOE ? a.w_table : nullptr);

@@ -266,10 +266,10 @@ constexpr int HC_COLS = HC_THREADS;  // columns of a row per block (one per thre
 /** Rows of one split launch: one arrival counter each in ds4j_ctx.hc_count (longer steps run in several launches). */
 constexpr int HC_COUNT_ROWS = DS4J_HC_COUNT_ROWS;
 
-/** A load that sees what other blocks of the same launch wrote before a __threadfence when COHERENT (ld_coherent). */
+/** A load that sees what other blocks of the same launch wrote before a __threadfence (it does not stop at L1). */
 template <bool COHERENT>
 __device__ __forceinline__ float hc_ld(const float* p) {
-    if (COHERENT) return ld_coherent(p);
+    if (COHERENT) return *(const volatile float*)p;
     return *p;
 }
 
@@ -328,6 +328,21 @@ constexpr int HC_FEW_ROWS = 64;
 static inline int hc_reg_for(int64_t rows, int64_t n) {
     if (rows > HC_FEW_ROWS) return 0;
     return n <= 16 * HC_THREADS ? 16 : n <= 64 * HC_THREADS ? 64 : 0;
+}
+
+/**
+ * Whether the calling block is the last of the `blocks` blocks of its row to get here (every thread gets the answer).
+ * Counts on *count, which wraps to 0 with the last arrival, ready for the next launch. What the row's blocks wrote
+ * before the call is visible to the last block (through hc_ld<true>).
+ */
+__device__ __forceinline__ bool last_of_row(unsigned* count, unsigned blocks, int* flag) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) *flag = atomicInc(count, blocks - 1) == blocks - 1;
+    __syncthreads();
+    const bool last = *flag != 0;
+    if (last) __threadfence();
+    return last;
 }
 
 template <int REG>
@@ -413,7 +428,7 @@ __global__ void __launch_bounds__(HC_THREADS) hc_pre_split_kernel(const float* m
         for (int i = 0; i < n; i++) acc = add(acc, mul(pre[i], xs[(int64_t)i * D + d]));
         cs[d] = acc;
     }
-    if (norm && last_arrival(count + s, B, &flag)) rmsnorm_row_ilp<true, REG>(cs, cs, norm_w, D, rms_eps, red);
+    if (norm && last_of_row(count + s, B, &flag)) rmsnorm_row_ilp<true, REG>(cs, cs, norm_w, D, rms_eps, red);
 }
 
 /**
@@ -459,7 +474,7 @@ __global__ void __launch_bounds__(HC_THREADS) hc_post_split_kernel(float* X, con
         }
         hc_post_elem(xs, fv, post + s * n, comb + (int64_t)s * n * n, n, D, d);
     }
-    if (v && last_arrival(count + s, gridDim.x, &flag))
+    if (v && last_of_row(count + s, gridDim.x, &flag))
         rmsnorm_row_ilp<true, REG>(xs, v + (int64_t)s * n * D, nullptr, n * D, eps, red);
 }
 

@@ -198,14 +198,6 @@ int32_t ds4j_ctx_create(int32_t device, ds4j_ctx** host_out) {
         if (c->hc_count) hipFree(c->hc_count);
         c->hc_count = nullptr;
     }
-    // so do the skinny products' (gemm_skinny.cpp)
-    if (hipMalloc(&c->sk_count, DS4J_SK_COUNT * sizeof(unsigned)) != hipSuccess ||
-        hipMemsetAsync(c->sk_count, 0, DS4J_SK_COUNT * sizeof(unsigned), s) != hipSuccess ||
-        hipStreamSynchronize(s) != hipSuccess) {
-        hipGetLastError();
-        if (c->sk_count) hipFree(c->sk_count);
-        c->sk_count = nullptr;
-    }
     *host_out = c;
     return DS4J_OK;
 }
@@ -218,7 +210,6 @@ int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
     for (int i = 0; i < ctx->att_retired_n; i++) hipFree(ctx->att_retired[i]);
     if (ctx->att_scratch) hipFree(ctx->att_scratch);
     if (ctx->hc_count) hipFree(ctx->hc_count);
-    if (ctx->sk_count) hipFree(ctx->sk_count);
     for (int i = 0; i < ctx->sk_retired_n; i++) hipFree(ctx->sk_retired[i]);
     if (ctx->sk_scratch) hipFree(ctx->sk_scratch);
     for (int i = 0; i < ctx->tc_retired_n; i++) hipFree(ctx->tc_retired[i]);
