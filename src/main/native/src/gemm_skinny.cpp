@@ -1122,8 +1122,8 @@ static int split_choice() {
 /**
  * Routed-expert launches of more rows than this keep the kernel without staging (see skinny_moe): 64 (every skinny
  * step), or DS4J_SKINNY_MOE_SMEM_MAX (0 .. 64) for measurements. With the pass width from the picks per expert
- * (moe_pass_rows), staging won at 64 rows too (187.5 µs for w1 / w3 against 294.9 without; before, with 8-tile passes,
- * it lost: 507 against 351). Read once.
+ * (moe_pass_rows: 3 n-tiles at 64 rows and 16 experts), staging won at 64 rows too (187.5 µs for w1 / w3 against 294.9
+ * without); 8-tile passes stay unstaged (skinny_moe). Read once.
  */
 static int sm_moe_max_rows() {
     static std::atomic<int> c{0};
@@ -1426,8 +1426,9 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     const Shape sh = shape_for(format, rows, 1, k, rb, Sp);
     if (sh.tpg > 65535) return false;
     // an expert has at most P picks: the pass width follows S (shape_for), more picks take more passes
-    // staged x for routed experts up to sm_moe_max_rows() rows
-    const SmPlan pl = S <= sm_moe_max_rows() ? sm_plan(format, rows, 1, k, rb, Sp, P, rows) : SmPlan{};
+    // staged x for routed experts up to sm_moe_max_rows() rows, in passes of at most 4 n-tiles (8-tile passes were
+    // faster without staging: 350.7 against 507.4 µs for w1 / w3 at 64 rows, BENCHMARKS.md fourth session)
+    const SmPlan pl = S <= sm_moe_max_rows() && Sp <= 32 ? sm_plan(format, rows, 1, k, rb, Sp, P, rows) : SmPlan{};
     if (pl.on && pl.b.rgpg <= 65535) {
         SmPlan mp = pl;
         mp.b.rg = moe_row_groups(gx, mp.b.rgpg, mp.b.split ? mp.b.nw : 1);
