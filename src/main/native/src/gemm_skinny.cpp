@@ -101,6 +101,12 @@ struct Args {
     int E;            // moe: experts (ids lie in [0, E)) for a grid over distinct experts; 0: a grid over picks
 };
 
+#ifndef DS4J_SKINNY_PREFETCH
+#define DS4J_SKINNY_PREFETCH 1
+#endif
+// DS4J_SKINNY_PREFETCH=0 at build time turns the L2 prefetch of the weights off (for measurements; BENCHMARKS.md,
+// twelfth session, has the A/B against the library before it). Dense products prefetch their weights only (no V4
+// dense product has FP4 scales); no cap on a block's bytes was tried: one wave of blocks may ask for a whole matrix.
 
 /**
  * Share part of parts (an even split of the bytes, cut anywhere) of rows [r0, r1) of a row-major matrix with rb bytes a
@@ -108,7 +114,7 @@ struct Args {
  * column partition, together ask for each of its bytes once. Empty when r1 <= r0.
  */
 __device__ __forceinline__ L2Range rows_share(const void* base, int64_t rb, int r0, int r1, int part, int parts) {
-    if (base == nullptr || r1 <= r0) return L2Range{nullptr, 0};
+    if (!DS4J_SKINNY_PREFETCH || base == nullptr || r1 <= r0) return L2Range{nullptr, 0};
     const size_t len = (size_t)(r1 - r0) * (size_t)rb, lo = len * (size_t)part / parts, hi = len * (size_t)(part + 1) / parts;
     return L2Range{(const uint8_t*)base + (size_t)r0 * (size_t)rb + lo, hi - lo};
 }
@@ -1425,7 +1431,7 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     const int Sp = moe_pass_rows(S, P, a.E);
     const Shape sh = shape_for(format, rows, 1, k, rb, Sp);
     if (sh.tpg > 65535) return false;
-    // an expert has at most P picks: the pass width follows S (shape_for), more picks take more passes
+    // an expert has at most P picks: the pass width follows Sp (shape_for), more picks take more passes
     // staged x for routed experts up to sm_moe_max_rows() rows, in passes of at most 4 n-tiles (8-tile passes were
     // faster without staging: 350.7 against 507.4 µs for w1 / w3 at 64 rows, BENCHMARKS.md fourth session)
     const SmPlan pl = S <= sm_moe_max_rows() && Sp <= 32 ? sm_plan(format, rows, 1, k, rb, Sp, P, rows) : SmPlan{};

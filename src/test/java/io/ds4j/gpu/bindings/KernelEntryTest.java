@@ -16,8 +16,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * {@code DS4J_AWAIT_PREVIOUS();} or {@code DS4J_AWAIT_PREVIOUS_PREFETCHING(range);} (an L2 prefetch of its weights,
  * then the same wait): step graphs link consecutive kernels by programmatic edges (graph.cpp, programmatic_edges),
  * which let a kernel start while the one before it still runs; only that first line (common.h) makes it wait for the
- * previous kernel's results. A kernel without it would read inputs that are not written yet.
- * Needs no GPU: the sources are read as text.
+ * previous kernel's results. A kernel without it would read inputs that are not written yet. The prefetching form's
+ * range must come from the kernel's parameters and indices alone (it runs before the wait); this test checks only that
+ * the line is first, a reviewer the argument. Needs no GPU: the sources are read as text.
  */
 class KernelEntryTest {
     static final Path SOURCES = Path.of("src/main/native/src");
