@@ -119,7 +119,11 @@ __device__ __forceinline__ L2Range rows_share(const void* base, int64_t rb, int 
     return L2Range{(const uint8_t*)base + (size_t)r0 * (size_t)rb + lo, hi - lo};
 }
 
-/** skinny_kernel's dense block: its row tile of rt rows (every column) of its group, as the kernel body takes it. */
+/**
+ * The weights of skinny_kernel's dense block: its row tile of rt rows (every column) of its group, as the kernel body
+ * takes it (the body keeps its own lines: calling this helper there instead gave most dense instances more registers,
+ * up to 229 from 219 and new spills, `nvcc -Xptxas -v`).
+ */
 template <int FMT>
 __device__ __forceinline__ L2Range sk_tile_range(const Args& a, int rt) {
     const int gi = blockIdx.x / a.tiles_per_grp, r0 = gi * a.grp + (blockIdx.x % a.tiles_per_grp) * rt;
@@ -614,14 +618,28 @@ struct SmArgs {
 };
 
 /**
- * skinny_smem_kernel's dense block: the rows of its row group (SM_W row tiles of rt rows, as the kernel body takes
- * them), its partition's share when b.split.
+ * The rows [r0, r1) of skinny_smem_kernel's block, as the kernel body takes them: dense, its row group (SM_W row tiles
+ * of 16 MT rows of its group); moe, its b.rg row groups of its expert.
  */
+template <int MT, bool MOE>
+__device__ __forceinline__ void sm_block_rows(const Args& a, const SmArgs& b, int& r0, int& r1) {
+    constexpr int RT = 16 * MT;
+    if constexpr (MOE) {
+        const int t0 = (int)blockIdx.y * b.rg * SM_W, t1 = min(min((int)(blockIdx.y + 1) * b.rg, b.rgpg) * SM_W, b.tpg);
+        r0 = t0 * RT;
+        r1 = min(a.rows, t1 * RT);
+    } else {
+        const int gi = blockIdx.x / b.rgpg, t0 = (blockIdx.x % b.rgpg) * SM_W, t1 = min(t0 + SM_W, b.tpg);
+        r0 = gi * a.grp + t0 * RT;
+        r1 = min(gi * a.grp + t1 * RT, (gi + 1) * a.grp);
+    }
+}
+
+/** The weights of skinny_smem_kernel's dense block: its rows, its partition's share when b.split. */
 template <int FMT, int MT>
 __device__ __forceinline__ L2Range sm_dense_range(const Args& a, const SmArgs& b) {
-    constexpr int RT = 16 * MT;
-    const int gi = blockIdx.x / b.rgpg, t0 = (blockIdx.x % b.rgpg) * SM_W, t1 = min(t0 + SM_W, b.tpg);
-    const int r0 = gi * a.grp + t0 * RT, r1 = min(gi * a.grp + t1 * RT, (gi + 1) * a.grp);
+    int r0, r1;
+    sm_block_rows<MT, false>(a, b, r0, r1);
     return rows_share(a.v.w, row_bytes_of(FMT, a.v.cols), r0, r1, b.split ? (int)blockIdx.y : 0, b.split ? b.nw : 1);
 }
 
@@ -814,9 +832,9 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
         v.scale = a.scale_table ? (const uint8_t*)a.scale_table[e] : nullptr;
         v.row_base = a.row_base_table ? a.row_base_table[e] : 0;
         pb = b.split ? (int)blockIdx.z : 0;
-        // the rows of the block's row groups (b.rg of them), its partition's share
-        const int t0 = (int)blockIdx.y * b.rg * SM_W, t1 = min(min((int)(blockIdx.y + 1) * b.rg, b.rgpg) * SM_W, b.tpg);
-        sk_prefetch_rows<FMT>(v, t0 * RT, min(a.rows, t1 * RT), pb, b.split ? b.nw : 1);
+        int r0, r1;  // the rows of the block's row groups; its partition's share of them
+        sm_block_rows<MT, true>(a, b, r0, r1);
+        sk_prefetch_rows<FMT>(v, r0, r1, pb, b.split ? b.nw : 1);
     } else {
         const int gi = blockIdx.x / b.rgpg, ti = (blockIdx.x % b.rgpg) * SM_W + warp;
         row0 = gi * a.grp + ti * RT;
