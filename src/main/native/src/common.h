@@ -36,6 +36,13 @@
 #define DS4J_HAVE_TC 0
 #endif
 
+/**
+ * The fewest rows a product call with this tc_rows argument (ds4j_matmul, ds4j_matmul_grouped,
+ * ds4j_moe_matmul_prefill; already validated to 0 .. DS4J_TC_MIN_ROWS) runs on the tensor-core prefill path:
+ * DS4J_TC_MIN_ROWS for 0, else tc_rows.
+ */
+inline int tc_min_rows(int32_t tc_rows) { return tc_rows > 0 ? tc_rows : DS4J_TC_MIN_ROWS; }
+
 // Programmatic dependent launch (graph.cpp, programmatic_edges): in a step graph on compute capability 9.0+, a
 // kernel may be launched while the kernel before it still runs, so that its launch latency hides behind that kernel's
 // tail. Every kernel therefore begins with DS4J_AWAIT_PREVIOUS(): it waits until the previous kernel of the graph has

@@ -311,23 +311,27 @@ using namespace ds4j;
 
 static int32_t matmul_impl(const char* fn, ds4j_ctx* ctx, int32_t format, const void* w, const void* scale,
                            int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, int32_t grp, int64_t xgs,
-                           const float* x, int64_t ldx, float* y, int64_t ldy, int32_t S) {
+                           const float* x, int64_t ldx, float* y, int64_t ldy, int32_t S, int32_t tc_rows) {
     int rc = check_view(fn, format, w, scale, scale_kind, rows, cols);
     if (rc) return rc;
+    DS4J_ARG(tc_rows >= 0 && tc_rows <= DS4J_TC_MIN_ROWS, "%s: tc_rows %d not in 0 .. %d", fn, tc_rows, DS4J_TC_MIN_ROWS);
     DS4J_ARG(S >= 0 && x && y && ldx >= cols && ldy >= rows, "%s: bad activations (S %d, ldx %lld, ldy %lld)", fn, S,
              (long long)ldx, (long long)ldy);
     DS4J_ARG(grp > 0 && xgs >= 0, "%s: bad grouping (group_rows %d, x_group_stride %lld)", fn, grp, (long long)xgs);
     if (S == 0 || rows == 0) return DS4J_OK;
     DS4J_ARG(blocks_for(rows, MM_WARPS) <= 65535, "%s: %d rows exceed one launch", fn, rows);
     const WView v = make_view(w, scale, scale_kind, row_base, cols);
-    // prefill: tensor cores where the format, shape and pointers allow (gemm_tc.cpp); S below the threshold never
-    if (S >= DS4J_TC_MIN_ROWS) {
+    // prefill: tensor cores where the format, shape and pointers allow (gemm_tc.cpp); S below the caller's threshold
+    // (tc_rows, DS4J_TC_MIN_ROWS by default) never. Where they do not allow it, a call at or above the threshold runs
+    // the FFMA kernels below whatever its S, as a call of DS4J_TC_MIN_ROWS rows would (never the skinny ones)
+    const bool prefill = S >= tc_min_rows(tc_rows);
+    if (prefill) {
         int trc = DS4J_OK;
         if (tc_matmul(ctx, format, v, rows, grp, xgs, x, ldx, y, ldy, S, &trc)) return trc;
     }
     // decode and verify steps: the skinny tensor-core product where the format, pointers and device allow it
-    // (gemm_skinny.cpp); the choice depends on the format, the alignment and S < DS4J_TC_MIN_ROWS only
-    if (S < DS4J_TC_MIN_ROWS) {
+    // (gemm_skinny.cpp); the choice depends on the format, the alignment and S below the threshold only
+    if (!prefill) {
         int src = DS4J_OK;
         if (skinny_matmul(ctx, format, v, rows, grp, xgs, x, ldx, y, ldy, S, &src)) return src;
     }
@@ -355,22 +359,22 @@ extern "C" {
 
 int32_t ds4j_matmul(ds4j_ctx* ctx, int32_t format, const void* w, const void* scale, int32_t scale_kind,
                     int32_t row_base, int32_t rows, int32_t cols, const float* x, int64_t ldx, float* y, int64_t ldy,
-                    int32_t S) {
+                    int32_t S, int32_t tc_rows) {
     DS4J_CHECK_CTX(ctx);
     return matmul_impl("ds4j_matmul", ctx, format, w, scale, scale_kind, row_base, rows, cols, rows > 0 ? rows : 1, 0, x,
-                       ldx, y, ldy, S);
+                       ldx, y, ldy, S, tc_rows);
 }
 
 int32_t ds4j_matmul_grouped(ds4j_ctx* ctx, int32_t format, const void* w, const void* scale, int32_t scale_kind,
                             int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows, int64_t x_group_stride,
-                            const float* x, int64_t ldx, float* y, int64_t ldy, int32_t S) {
+                            const float* x, int64_t ldx, float* y, int64_t ldy, int32_t S, int32_t tc_rows) {
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(group_rows > 0 && rows % group_rows == 0, "ds4j_matmul_grouped: %d rows are not whole groups of %d", rows,
              group_rows);
     DS4J_ARG(ldx >= (int64_t)(rows / group_rows - 1) * x_group_stride + cols,
              "ds4j_matmul_grouped: ldx %lld too small for %d groups", (long long)ldx, rows / group_rows);
     return matmul_impl("ds4j_matmul_grouped", ctx, format, w, scale, scale_kind, row_base, rows, cols, group_rows,
-                       x_group_stride, x, ldx, y, ldy, S);
+                       x_group_stride, x, ldx, y, ldy, S, tc_rows);
 }
 
 int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
@@ -379,7 +383,7 @@ int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_table, voi
                         float* y, int64_t ldy) {
     DS4J_CHECK_CTX(ctx);
     return moe_matmul_impl(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, 0, ids, k, S, x,
-                           ldx, x_per_pick, y, ldy);
+                           ldx, x_per_pick, y, ldy, true);
 }
 
 }  // extern "C"
@@ -387,7 +391,7 @@ int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_table, voi
 int32_t ds4j::moe_matmul_impl(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
                         const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E,
                         const int32_t* ids, int32_t k, int32_t S, const float* x, int64_t ldx, int32_t x_per_pick,
-                        float* y, int64_t ldy) {
+                        float* y, int64_t ldy, bool skinny) {
     int rc = check_view("ds4j_moe_matmul", format, w_table, format >= DS4J_FMT_FP8_E4M3_B128 ? scale_table : w_table,
                         scale_kind, rows, cols);
     if (rc) return rc;
@@ -396,7 +400,7 @@ int32_t ds4j::moe_matmul_impl(ds4j_ctx* ctx, int32_t format, void* const* w_tabl
     DS4J_ARG(blocks_for(rows, MM_WARPS) <= 65535, "ds4j_moe_matmul: %d rows exceed one launch", rows);
     // each expert's weights read once for all its picks, on tensor cores (gemm_skinny.cpp), where allowed
     int src = DS4J_OK;
-    if (skinny_moe(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x, ldx,
+    if (skinny && skinny_moe(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x, ldx,
                    x_per_pick, y, ldy, &src))
         return src;
     dim3 grid((unsigned)(S * k), blocks_for(rows, MM_WARPS));

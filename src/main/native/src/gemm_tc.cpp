@@ -626,7 +626,7 @@ bool tc_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int
 #if DS4J_HAVE_TC
     using namespace tc;
     // shape-only conditions (and alignment), so the choice never depends on S beyond the threshold
-    if (S < DS4J_TC_MIN_ROWS || !tc_format(format, v.scale_kind) || rows < 64) return false;
+    if (!tc_format(format, v.scale_kind) || rows < 64) return false;
     if ((row_bytes_of(format, v.cols) & 15) != 0 || ((uintptr_t)v.w & 15u) != 0 || ((uintptr_t)x & 15u) != 0 ||
         (ldx & 3) != 0 || (xgs & 3) != 0)
         return false;
@@ -677,8 +677,11 @@ int32_t ds4j_tc_available(ds4j_ctx* ctx, int32_t* host_available) {
 int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
                                 const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E,
                                 const int32_t* ids, int32_t k, int32_t S, const float* x, int64_t ldx,
-                                int32_t x_per_pick, float* y, int64_t ldy, void* scratch, int64_t scratch_bytes) {
+                                int32_t x_per_pick, float* y, int64_t ldy, void* scratch, int64_t scratch_bytes,
+                                int32_t tc_rows) {
     DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(tc_rows >= 0 && tc_rows <= DS4J_TC_MIN_ROWS, "ds4j_moe_matmul_prefill: tc_rows %d not in 0 .. %d", tc_rows,
+             DS4J_TC_MIN_ROWS);
     DS4J_ARG(E > 0 && k > 0 && S >= 0 && (int64_t)S * k <= 0x7fffffff, "ds4j_moe_matmul_prefill: bad E %d / k %d / S %d",
              E, k, S);
     const int64_t P = (int64_t)S * k, need = 4 * (P + 3 * (int64_t)E + 1);
@@ -687,7 +690,7 @@ int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_ta
              (long long)need);
 #if DS4J_HAVE_TC
     using namespace tc;
-    const bool use = S >= DS4J_TC_MIN_ROWS && tc_format(format, scale_kind) && rows > 0 && cols > 0 &&
+    const bool use = S >= tc_min_rows(tc_rows) && tc_format(format, scale_kind) && rows > 0 && cols > 0 &&
                      (row_bytes_of(format, cols) & 15) == 0 && ((uintptr_t)x & 15u) == 0 && (ldx & 3) == 0 &&
                      tc_device(ctx) && (rows + BM - 1) / BM <= 65535;
     if (use) {
@@ -737,7 +740,7 @@ int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_ta
     }
 #endif
     return moe_matmul_impl(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x,
-                           ldx, x_per_pick, y, ldy);
+                           ldx, x_per_pick, y, ldy, S < tc_min_rows(tc_rows));
 }
 
 }  // extern "C"

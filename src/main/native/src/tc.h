@@ -18,7 +18,8 @@ bool tc_device(ds4j_ctx* ctx);
 /**
  * y[s*ldy + r] = sum_c W[r, c] x[s*ldx + (r / grp) * xgs + c] on tensor cores, when the format, shape and pointers
  * allow it (see ds4j_gpu.h). Returns false, launching nothing, when they do not (the caller then runs the FFMA
- * kernels); otherwise true with *rc the launch status. Arguments are already validated; S >= DS4J_TC_MIN_ROWS.
+ * kernels); otherwise true with *rc the launch status. Arguments are already validated; the caller decided that S
+ * takes this path (S >= tc_min_rows of its tc_rows).
  */
 bool tc_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int64_t xgs, const float* x, int64_t ldx,
                float* y, int64_t ldy, int S, int* rc);
@@ -42,12 +43,14 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
 
 /**
  * ds4j_moe_matmul with the number of experts E (every id in [0, E); 0 when unknown), which lets the skinny kernel size
- * its grid by distinct experts (gemm.cpp; ds4j_moe_matmul_prefill passes its E). A status.
+ * its grid by distinct experts (gemm.cpp; ds4j_moe_matmul_prefill passes its E). skinny false: the FFMA kernel even
+ * below DS4J_TC_MIN_ROWS (a prefill call at or above its tc_rows whose tensor-core path the arguments do not allow,
+ * so that it rounds as the same call of DS4J_TC_MIN_ROWS rows would). A status.
  */
 int32_t moe_matmul_impl(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,
                         const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E,
                         const int32_t* ids, int32_t k, int32_t S, const float* x, int64_t ldx, int32_t x_per_pick,
-                        float* y, int64_t ldy);
+                        float* y, int64_t ldy, bool skinny);
 
 /**
  * Lightning Indexer scores on tensor cores (indexer_tc.cpp; ds4j_gpu.h, ds4j_indexer_scores): one sequence (views

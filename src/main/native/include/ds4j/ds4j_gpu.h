@@ -211,6 +211,12 @@ DS4J_API int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies,
  * side of the threshold.
  * The environment variable DS4J_TC=0 (read at the first call) turns the tensor-core paths off; DS4J_SKINNY=0 only
  * the skinny ones (steps below the threshold then run on the FFMA kernels).
+ * The last argument of these three calls, tc_rows, moves the threshold for that call: 0 keeps DS4J_TC_MIN_ROWS,
+ * 1 .. DS4J_TC_MIN_ROWS makes every call of at least that many rows run as a call of DS4J_TC_MIN_ROWS rows would: on
+ * the tensor-core path where the build, device, format and pointers allow it, else on the FFMA kernels (never the
+ * skinny ones), so each row gets the numbers it gets in a call above the threshold. A caller that decides per request
+ * which side a request's rows are on (e.g. a short prefill chunk) passes 1 for them and 0 elsewhere. Any other value
+ * fails with DS4J_ERR_ARG.
  */
 #define DS4J_TC_MIN_ROWS 65
 
@@ -225,7 +231,7 @@ DS4J_API int32_t ds4j_tc_available(ds4j_ctx* ctx, int32_t* host_available);
  */
 DS4J_API int32_t ds4j_matmul(ds4j_ctx* ctx, int32_t format, const void* w, const void* scale, int32_t scale_kind,
                              int32_t row_base, int32_t rows, int32_t cols,
-                             const float* x, int64_t ldx, float* y, int64_t ldy, int32_t S);
+                             const float* x, int64_t ldx, float* y, int64_t ldy, int32_t S, int32_t tc_rows);
 
 /**
  * Block-diagonal product (the grouped output projection, spec 3.4 step 7): as ds4j_matmul, but row r reads its
@@ -234,7 +240,7 @@ DS4J_API int32_t ds4j_matmul(ds4j_ctx* ctx, int32_t format, const void* w, const
 DS4J_API int32_t ds4j_matmul_grouped(ds4j_ctx* ctx, int32_t format, const void* w, const void* scale, int32_t scale_kind,
                                      int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows,
                                      int64_t x_group_stride, const float* x, int64_t ldx, float* y, int64_t ldy,
-                                     int32_t S);
+                                     int32_t S, int32_t tc_rows);
 
 /**
  * Routed-expert products (spec 3.8 step 4). For pick p = s*k + j (s < S, j < k) with e = ids[p]:
@@ -252,7 +258,7 @@ DS4J_API int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_t
 /**
  * ds4j_moe_matmul for prefill chunks: the same arguments and results (pick order), plus the number of experts E
  * (every ids[p] must lie in [0, E)) and scratch device memory of at least 4 * (S*k + 3*E + 1) bytes (16-byte
- * aligned). On the tensor-core path (S >= DS4J_TC_MIN_ROWS, see there; x 16-byte aligned, ldx a multiple of 4) the
+ * aligned). On the tensor-core path (S >= DS4J_TC_MIN_ROWS or tc_rows, see there; x 16-byte aligned, ldx a multiple of 4) the
  * picks are grouped by expert on the device (a stable counting sort of ids into the scratch) and each expert's picks
  * run as one GEMM, which reads the expert's weights once per 64 picks instead of once per pick; results go straight
  * to their pick rows. Otherwise it runs ds4j_moe_matmul (the scratch unused), whose skinny kernel then launches one
@@ -263,7 +269,7 @@ DS4J_API int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* co
                                          const int32_t* row_base_table, int32_t scale_kind, int32_t rows, int32_t cols,
                                          int32_t E, const int32_t* ids, int32_t k, int32_t S, const float* x,
                                          int64_t ldx, int32_t x_per_pick, float* y, int64_t ldy, void* scratch,
-                                         int64_t scratch_bytes);
+                                         int64_t scratch_bytes, int32_t tc_rows);
 
 /** Spec 3.1: X[s, i, :] = W[tokens[s], :] for every stream i < n (X is [S, n, cols]); W in any format. */
 DS4J_API int32_t ds4j_embed(ds4j_ctx* ctx, int32_t format, const void* w, const void* scale, int32_t scale_kind,

@@ -40,9 +40,9 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * The DeepSeek-V4 forward (spec section 3) on a GPU through the ds4j GPU library (HIP C++, built with hipcc or, on
  * NVIDIA, with nvcc), running {@link LayerProgram} like the CPU backend (the reference) does, operation by operation: F32 activations, weights in
  * their stored format dequantised inside the kernels, the F16 MLA cache and the F32 compressor rings of each
- * {@link HipSequence} in device memory. One step serves prefill chunks, decode and verification (S ≥ 1 rows); steps
- * of at least {@code DS4J_TC_MIN_ROWS} rows (prefill chunks) run the matrix products, the routed experts (grouped by
- * expert) and the indexer scores on tensor cores, shorter ones (decode, verify) their products on the skinny
+ * {@link HipSequence} in device memory. One step serves prefill chunks, decode and verification (S ≥ 1 rows); entries
+ * of at least {@code DS4J_TC_MIN_ROWS} rows, and prefill chunks of at least {@link #PREFILL_TC_ROWS} ({@link #tcEntry}),
+ * run the matrix products, the routed experts (grouped by expert) and the indexer scores on tensor cores, the others (decode, verify) their products on the skinny
  * tensor-core kernels (each picked routed expert read once per step) where the build, device and formats allow, else
  * on the F32 FFMA kernels (ds4j_gpu.h says how close the paths are). Only the requested logits rows are copied back.
  *
@@ -117,7 +117,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /** Whether ds4j_attention_f16_operands uses tensor cores for this model (nvcc build, supported head width). */
     private final boolean tensorCores;
     /**
-     * Whether prefill entries of at least DS4J_TC_MIN_ROWS rows run their attention on tensor cores (default) or on the
+     * Whether prefill entries on the tensor-core path ({@link #tcEntry}) run their attention on tensor cores (default) or on the
      * F32 kernel of decode steps ({@code -Dds4j.gpu.prefillAttention=f32}, for comparisons). Prefill rows never have to
      * equal decode rows bit for bit (their products already run on tensor cores), only to agree within F32 noise.
      */
@@ -551,16 +551,21 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * {@inheritDoc} Where both parts stay on the chunk's side of DS4J_TC_MIN_ROWS: a chunk below it runs every part on
-     * the same kernels as the whole; a chunk at or above it may be cut only into parts of at least that many rows (the
-     * tensor-core path, whose row results do not depend on the step's size). A cut that puts rows of a tensor-core
-     * chunk on the shorter steps' kernels would round them differently.
+     * {@inheritDoc} Where both parts stay on the chunk's side of {@link #PREFILL_TC_ROWS}: a chunk below it runs every
+     * part on the same kernels as the whole; a chunk at or above it may be cut only into parts of at least that many
+     * rows (the tensor-core path, whose row results do not depend on the step's size). A cut that puts rows of a
+     * tensor-core chunk on the shorter steps' kernels would round them differently.
      */
     @Override
     public boolean prefillSplitExact(int rows, int first) {
-        final int T = DS4J_TC_MIN_ROWS();
+        return splitExact(rows, first);
+    }
+
+    /** {@link #prefillSplitExact}: both parts of the cut on the chunk's side of {@link #tcEntry}. */
+    static boolean splitExact(int rows, int first) {
         if (first < 1 || first >= rows) return false;
-        return rows < T || (first >= T && rows - first >= T);
+        final boolean tc = tcEntry(StepKind.PREFILL, rows);
+        return tc == tcEntry(StepKind.PREFILL, first) && tc == tcEntry(StepKind.PREFILL, rows - first);
     }
 
     /**
@@ -698,14 +703,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         return b.toString();
     }
 
-    /** y[s*ldy + r] = Σ W[r, c] x[s*ldx + c] (ds4j_matmul). */
-    private void matmul(DeviceMatrix m, long x, long ldx, long y, long ldy, int S) {
+    /**
+     * y[s*ldy + r] = Σ W[r, c] x[s*ldx + c] (ds4j_matmul); tcRows: the call's tc_rows (1 for rows of entries on the
+     * tensor-core prefill path, {@link #tcEntry}; 0 for the library's threshold).
+     */
+    private void matmul(DeviceMatrix m, long x, long ldx, long y, long ldy, int S, int tcRows) {
         k(ds4j_matmul(ctx(), m.format(), ptr(m.data()), ptr(m.scale()), m.scaleKind(), m.rowBase(), m.rows(), m.cols(),
-                ptr(x), ldx, ptr(y), ldy, S), m.name(), m == w.lmHead ? "lm_head" : "matmul (dense)");
-    }
-
-    private void matmul(DeviceMatrix m, long x, long y, int S) {
-        matmul(m, x, m.cols(), y, m.rows(), S);
+                ptr(x), ldx, ptr(y), ldy, S, tcRows), m.name(), m == w.lmHead ? "lm_head" : "matmul (dense)");
     }
 
     private void rmsnorm(long x, long y, long weight, int rows, int n) {
@@ -742,11 +746,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * of the batch unusable (their rings may hold rows of this step). Steps of one entry whose kind and size allow it
      * run as a decode-step graph ({@link DecodeGraphs}); steps of several entries run without graphs.
      *
-     * <p>Batch invariance: the kernel of a matrix product depends on its row count (tensor cores from
-     * DS4J_TC_MIN_ROWS rows on, the skinny tensor-core or FFMA kernels below it; each gives a row a result that does
-     * not depend on the row count, but the two sides differ in rounding). So the row-wise products never run over the
-     * batch's total row count: they run over runs of rows ({@link #rowRuns}) in which every row belongs to an entry
-     * that alone would take the same kernel. The routed experts follow the same runs. Attention, compressors and indexer run per entry at the
+     * <p>Batch invariance: the kernel of a matrix product depends on its row count and on the call's tc_rows (tensor
+     * cores from DS4J_TC_MIN_ROWS rows on, or for the entries {@link #tcEntry} puts there; the skinny tensor-core or
+     * FFMA kernels for the others; each gives a row a result that does not depend on the row count, but the two sides
+     * differ in rounding). So the row-wise products never run over the batch's total row count: they run over runs of
+     * rows ({@link #rowRuns}) in which every row belongs to an entry that alone would take the same kernel. The routed experts follow the same runs. Attention, compressors and indexer run per entry at the
      * entry's own size, as alone.
      * @throws IllegalArgumentException naming the entry: a sequence of another backend, a bad token id or logit row,
      *         a repeated sequence
@@ -1074,30 +1078,61 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     static final int RUN_ROWS = Math.clamp(Integer.getInteger("ds4j.gpu.runRows", DS4J_TC_MIN_ROWS() - 1), 1, DS4J_TC_MIN_ROWS() - 1);
 
     /**
-     * Runs of rows [first, count] for the row-wise products of a step whose entries have the given row counts (in
-     * batch order, rows concatenated): an entry of at least DS4J_TC_MIN_ROWS rows is a run of its own (the tensor-core
-     * path, as alone); the rows of the smaller entries fill runs of at most {@link #RUN_ROWS} rows (the skinny or
-     * FFMA path, as alone; a run may split an entry). Entries of no rows are skipped. Row offsets keep the activations
-     * 16-byte aligned because every activation width of the model is a multiple of 4.
+     * Fewest rows of a prefill entry that run on the tensor-core prefill path (its products, routed experts, indexer
+     * products and attention; {@link #tcEntry}): DS4J_TC_MIN_ROWS, or the system property {@code ds4j.gpu.prefillTcRows}
+     * (1 .. DS4J_TC_MIN_ROWS) to put shorter prefill chunks there too (decode and verify entries keep the skinny kernels
+     * below DS4J_TC_MIN_ROWS at any value: they must agree with each other). Kept at DS4J_TC_MIN_ROWS because the
+     * prefill GEMM is slower than the skinny kernels at a few dozen rows on the H200: each block walks its columns 64 at
+     * a time at ~1.5 µs a step whatever the rows (wq_a 1024x4096 ~95 µs from 16 to 128 rows; a 43-layer prefill in
+     * chunks of 64 at 16: 782-808 tokens/s against 930; BENCHMARKS.md, thirteenth session).
      */
-    static int[][] rowRuns(int[] counts) {
-        return rowRuns(counts, RUN_ROWS);
+    static final int PREFILL_TC_ROWS = Math.clamp(Integer.getInteger("ds4j.gpu.prefillTcRows", DS4J_TC_MIN_ROWS()), 1,
+            DS4J_TC_MIN_ROWS());
+
+    /**
+     * Whether an entry of this kind and size runs on the tensor-core prefill path (products with tc_rows 1, routed
+     * experts grouped by expert, tensor-core prefill attention): any entry of at least DS4J_TC_MIN_ROWS rows, and
+     * prefill entries of at least {@link #PREFILL_TC_ROWS}. A function of the entry alone, so an entry's numbers do not
+     * depend on the rest of its step; a prefill chunk's do not depend on how it is cut among parts on its side of
+     * {@link #PREFILL_TC_ROWS} ({@link #prefillSplitExact}).
+     */
+    static boolean tcEntry(StepKind kind, int rows) {
+        return rows >= DS4J_TC_MIN_ROWS() || (kind == StepKind.PREFILL && rows >= PREFILL_TC_ROWS);
     }
 
-    /** {@link #rowRuns(int[])} with runs of at most {@code width} (1 .. DS4J_TC_MIN_ROWS − 1) small-entry rows. */
-    static int[][] rowRuns(int[] counts, int width) {
+    /**
+     * Runs of rows [first, count, tcRows] for the row-wise products of a step whose entries have the given row counts
+     * and kinds (in batch order, rows concatenated): consecutive entries on the tensor-core path ({@link #tcEntry})
+     * share one run with tcRows 1 (the prefill GEMM, whose row results do not depend on the run's other rows, so that a
+     * tick's short prompts read the weights once together); the rows of the other entries fill runs of at most
+     * {@link #RUN_ROWS} rows with tcRows 0 (the skinny or FFMA path, as alone; a run may split an entry). Entries of no
+     * rows are skipped. Row offsets keep the activations 16-byte aligned because every activation width of the model
+     * is a multiple of 4.
+     */
+    static int[][] rowRuns(int[] counts, StepKind[] kinds) {
+        return rowRuns(counts, kinds, RUN_ROWS);
+    }
+
+    /** {@link #rowRuns(int[], StepKind[])} with runs of at most {@code width} (1 .. DS4J_TC_MIN_ROWS − 1) small-entry rows. */
+    static int[][] rowRuns(int[] counts, StepKind[] kinds, int width) {
         final int T = DS4J_TC_MIN_ROWS();
         if (width < 1 || width >= T) throw new IllegalArgumentException("run width " + width + " not in 1 .. " + (T - 1));
+        if (kinds.length != counts.length) throw new IllegalArgumentException(kinds.length + " kinds for " + counts.length + " entries");
         List<int[]> runs = new ArrayList<>();
-        int p = 0, smallStart = 0, smallLen = 0;
-        for (int cnt : counts) {
-            if (cnt >= T) {
-                if (smallLen > 0) runs.add(new int[]{smallStart, smallLen});
+        int p = 0, smallStart = 0, smallLen = 0, tcStart = 0, tcLen = 0;
+        for (int i = 0; i < counts.length; i++) {
+            final int cnt = counts[i];
+            if (cnt == 0) continue;
+            if (tcEntry(kinds[i], cnt)) {
+                if (smallLen > 0) runs.add(new int[]{smallStart, smallLen, 0});
                 smallLen = 0;
-                runs.add(new int[]{p, cnt});
+                if (tcLen == 0) tcStart = p;
+                tcLen += cnt;
                 p += cnt;
                 continue;
             }
+            if (tcLen > 0) runs.add(new int[]{tcStart, tcLen, 1});
+            tcLen = 0;
             for (int left = cnt; left > 0; ) {
                 if (smallLen == 0) smallStart = p;
                 int take = Math.min(left, width - smallLen);
@@ -1105,12 +1140,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 left -= take;
                 p += take;
                 if (smallLen == width) {
-                    runs.add(new int[]{smallStart, smallLen});
+                    runs.add(new int[]{smallStart, smallLen, 0});
                     smallLen = 0;
                 }
             }
         }
-        if (smallLen > 0) runs.add(new int[]{smallStart, smallLen});
+        if (smallLen > 0) runs.add(new int[]{smallStart, smallLen, 0});
+        if (tcLen > 0) runs.add(new int[]{tcStart, tcLen, 1});
         return runs.toArray(int[][]::new);
     }
 
@@ -1193,8 +1229,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             logitRows = lay.logitRows;
             toks = lay.toks;
             R = lay.rows;
-            runs = rowRuns(count);
-            headRuns = rowRuns(heads);
+            runs = rowRuns(count, kinds);
+            headRuns = rowRuns(heads, kinds);
         }
 
         int logitCounts() {
@@ -1290,7 +1326,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /** A row-wise product over the runs of a step: y[s*ldy + r] = Σ W[r, c] x[s*ldx + c] for the runs' rows s. */
     private void matmulRuns(int[][] runs, DeviceMatrix m, long x, long y) {
         for (int[] run : runs)
-            matmul(m, x + 4L * run[0] * m.cols(), m.cols(), y + 4L * run[0] * m.rows(), m.rows(), run[1]);
+            matmul(m, x + 4L * run[0] * m.cols(), m.cols(), y + 4L * run[0] * m.rows(), m.rows(), run[1], run[2]);
     }
 
     /** 3.9: hc_head merge, final norm and lm_head for the requested rows only; the logits [R, V] (0 when R = 0). */
@@ -1386,7 +1422,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         DeviceMatrix oA = L.oA;
         for (int[] run : b.runs)
             k(ds4j_matmul_grouped(ctx(), oA.format(), ptr(oA.data()), ptr(oA.scale()), oA.scaleKind(), oA.rowBase(), oA.rows(), oA.cols(),
-                    Rk, gw, ptr(o + 4L * run[0] * H * d), (long) H * d, ptr(y + 4L * run[0] * G * Rk), (long) G * Rk, run[1]),
+                    Rk, gw, ptr(o + 4L * run[0] * H * d), (long) H * d, ptr(y + 4L * run[0] * G * Rk), (long) G * Rk, run[1], run[2]),
                     oA.name(), "matmul (dense)");
         long out = ws.f32((long) R * D);
         matmulRuns(b.runs, L.oB, y, out);
@@ -1418,7 +1454,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         long sel = 0;
         if (st.index != null) {
             compress(st.index, L.indexer.compressor, ia, iz, S, N0);
-            sel = indexerSelect(st.index, L, ql, x, S, N0, convert);
+            sel = indexerSelect(st.index, L, ql, x, S, N0, convert, tcEntry(step, S) ? 1 : 0);
         }
         // 5. attention over [raw window ‖ compressed entries] with the sink; 6. de-rotation
         int akind = switch (kind) {
@@ -1450,7 +1486,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                     "attention (f16 in place, tensor cores)", "attention");
             if (verify) noteVerifyMode(kind, "f16 tensor-core", (tensorCores ? "f16 tensor-core" : "f16 in place, portable kernel (no tensor cores)")
                     + " (n_attn " + nAttn + " > " + shortRows + ")");
-        } else if (step == StepKind.PREFILL && S >= DS4J_TC_MIN_ROWS() && tensorCores && prefillTensorCores) {
+        } else if (step == StepKind.PREFILL && tcEntry(step, S) && tensorCores && prefillTensorCores) {
             // a prefill chunk: every query on tensor cores at F32 accuracy, its keys read once for all 64 heads (the F32
             // kernel below runs a block per head and query and re-reads them 64 times); one block per query, no split
             k(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
@@ -1473,7 +1509,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * The entries of a step whose attention can run in the library's several-sequence kernels (ds4j_attention_seqs and
      * its companions), or null when fewer than two can: those that alone would take the plain path — ds4j_attention on
      * the F16 rows and the FFMA indexer — so that their numbers are the same bit for bit (the kernels share their bodies
-     * with the single-sequence ones). Left out: entries of DS4J_TC_MIN_ROWS rows or more (their indexer scores run on
+     * with the single-sequence ones). Left out: entries on the tensor-core path, {@link #tcEntry} (their indexer scores run on
      * tensor cores alone), verify entries on the control path (f32-convert), and entries above the short-context
      * threshold on the f16 path (the tensor-core attention). Decode steps of many sequences are the case this serves:
      * one launch per kernel and layer instead of one per sequence.
@@ -1489,7 +1525,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * Whether prefill chunks of at least DS4J_TC_MIN_ROWS rows run their attention on tensor cores (the default where
+     * Whether prefill chunks on the tensor-core path ({@link #tcEntry}) run their attention on tensor cores (the default where
      * {@code ds4j_attention_f16_operands} has them) or on the F32 kernel (benchmarks compare the two, {@link GpuBench}).
      */
     public void setPrefillTensorCores(boolean on) {
@@ -1503,7 +1539,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         for (int e = 0; e < b.seqs.length; e++) {
             StepKind kind = b.kinds[e];
             int S = b.count[e], N0 = b.start[e];
-            if (S >= DS4J_TC_MIN_ROWS()) continue;
+            if (tcEntry(kind, S)) continue;
             if (kind == StepKind.VERIFY && verifyAttention == VerifyAttention.F32_CONVERT) continue;
             boolean plain = true;
             if (kind != StepKind.PREFILL && verifyAttention == VerifyAttention.F16)
@@ -1778,13 +1814,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * 3.6 Lightning Indexer: top-K_I entries per query whose available set exceeds K_I (ties to the lower index);
      * returns the selection [S, K_I] (0 when no query needs one: the attention then takes every available entry).
      */
-    private long indexerSelect(HipSequence.Comp ix, DeviceWeights.Layer L, long ql, long x, int S, int N0, boolean convert) {
+    private long indexerSelect(HipSequence.Comp ix, DeviceWeights.Layer L, long ql, long x, int S, int N0, boolean convert, int tcRows) {
         final int HI = c.indexHeads, dI = c.indexHeadDim, K = c.indexTopk, m = ix.m;
         final int total = CacheLayout.entries(N0 + S, m);
         if (total <= K) return 0;
         long qi = ws.f32((long) S * HI * dI), wt = ws.f32((long) S * HI);
-        matmul(L.indexer.qB, ql, qi, S);
-        matmul(L.indexer.weightsProj, x, wt, S);
+        matmul(L.indexer.qB, ql, L.indexer.qB.cols(), qi, L.indexer.qB.rows(), S, tcRows);
+        matmul(L.indexer.weightsProj, x, L.indexer.weightsProj.cols(), wt, L.indexer.weightsProj.rows(), S, tcRows);
         rope(qi, S, HI, dI, ropeCompress, N0, 1, false);
         long scores = ws.f32((long) S * total), sel = ws.i32((long) S * K);
         float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
@@ -1795,7 +1831,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         } else {
             // tensor cores at every S (the same bits per query and key); DS4J_INDEXER_TC=0 puts the steps below the
             // threshold (and the control's F32 copies) back on the FFMA kernel, for comparisons
-            int rc = S >= DS4J_TC_MIN_ROWS()
+            int rc = tcRows != 0
                     ? ds4j_indexer_scores_tc(ctx(), ptr(qi), ptr(wt), ptr(ix.entries()), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total)
                     : ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries()), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total);
             k(rc, "indexer_scores", "indexer");
@@ -1809,7 +1845,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * 3.8 over a step: routing over all rows (hash layers by token id), routed experts over the step's row runs
-     * (grouped by expert on tensor cores for an entry of at least DS4J_TC_MIN_ROWS rows; below it each expert once for
+     * (grouped by expert on tensor cores for the runs of entries on the tensor-core path; in the other runs each expert once for
      * all its picks on the skinny tensor-core kernel, or pick by pick on the FFMA kernels), the shared expert;
      * h [R, D] -> [R, D]. The weighted combination is left to the stream update that takes the output
      * ({@code DeviceStep.mixPost}, ds4j_hc_post_norm): the address returned names it, its values are never stored.
@@ -1842,13 +1878,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (resident > 0) {
             for (int[] run : b.runs) {
                 long p0 = (long) run[0] * k;
-                moeMatmul(L.w1, ids + 4 * p0, k, run[1], h + 4L * run[0] * D, D, false, g + 4 * p0 * I, I);
-                moeMatmul(L.w3, ids + 4 * p0, k, run[1], h + 4L * run[0] * D, D, false, u + 4 * p0 * I, I);
+                moeMatmul(L.w1, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, g + 4 * p0 * I, I);
+                moeMatmul(L.w3, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, u + 4 * p0 * I, I);
             }
             k(ds4j_swiglu(ctx(), ptr(g), ptr(u), ptr(g), (long) S * k * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
             for (int[] run : b.runs) {
                 long p0 = (long) run[0] * k;
-                moeMatmul(L.w2, ids + 4 * p0, k, run[1], g + 4 * p0 * I, I, true, yr + 4 * p0 * D, D);
+                moeMatmul(L.w2, ids + 4 * p0, k, run, g + 4 * p0 * I, I, true, yr + 4 * p0 * D, D);
             }
         }
         long sg = ws.f32((long) S * I), su = ws.f32((long) S * I), sy = ws.f32((long) S * D);
@@ -1897,18 +1933,18 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * The routed experts' product over the picks of S rows through ds4j_moe_matmul_prefill, which knows the number of
-     * experts: prefill steps (S >= DS4J_TC_MIN_ROWS) group the picks by expert in its scratch, one GEMM per expert;
-     * smaller steps run the skinny kernel, with one block per picked expert instead of one per pick where the picks
+     * The routed experts' product over the picks of a run's rows (run as {@link #rowRuns} gives it) through
+     * ds4j_moe_matmul_prefill, which knows the number of experts: runs on the tensor-core path (run[2], the call's
+     * tc_rows, 1) group the picks by expert in its scratch, one GEMM per expert; the others run the skinny kernel, with one block per picked expert instead of one per pick where the picks
      * (S·k) outnumber the experts, and leave the scratch unused. The scratch is free again once the call is queued
      * (later work on the stream runs after it).
      */
-    private void moeMatmul(DeviceWeights.Experts x, long ids, int k, int S, long in, long ldx, boolean perPick, long y, long ldy) {
-        final int E = c.numExperts;
+    private void moeMatmul(DeviceWeights.Experts x, long ids, int k, int[] run, long in, long ldx, boolean perPick, long y, long ldy) {
+        final int E = c.numExperts, S = run[1];
         long mark = ws.mark();
         long bytes = 4L * ((long) S * k + 3L * E + 1), scratch = ws.alloc(bytes);
         k(ds4j_moe_matmul_prefill(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
-                x.rows(), x.cols(), E, ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy, ptr(scratch), bytes),
+                x.rows(), x.cols(), E, ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy, ptr(scratch), bytes, run[2]),
                 "routed experts", "routed experts");
         ws.release(mark);
     }
@@ -2009,7 +2045,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             for (int e = 0; e < E; e++) rowsN[e] = b.count[e] * n;
             long X = ws.f32((long) R * nD), hn = ws.f32((long) R * nD);
             rmsnorm(H, hn, in.hnorm(), R * n, D);
-            matmulRuns(rowRuns(rowsN), in.hProj(), hn, X);
+            matmulRuns(rowRuns(rowsN, b.kinds), in.hProj(), hn, X);
             long e = ws.f32((long) R * D), ep = ws.f32((long) R * D);
             DeviceMatrix em = w.embed;
             k(ds4j_embed(ctx(), em.format(), ptr(em.data()), ptr(em.scale()), em.scaleKind(), em.rowBase(), em.rows(), em.cols(),

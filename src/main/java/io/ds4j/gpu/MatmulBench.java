@@ -24,7 +24,8 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * (from 3 rows; DS4J_SKINNY_MOE_GRID=0 for one per pick, DS4J_SKINNY_MOE_RG=N for N (1 .. 16) row groups of 128 rows
  * per staged block instead of the number that leaves about 384 blocks, DS4J_SKINNY_MOE_SMEM_MAX=N for staged
  * activations up to N rows instead of 32). From DS4J_TC_MIN_ROWS
- * rows (prefill chunks, e.g. --rows 512,2048) the prefill GEMM runs (gemm_tc.cpp; DS4J_TC_BN=64 or 128 forces its
+ * rows (prefill chunks, e.g. --rows 512,2048), or from --tc-rows N rows (1 .. DS4J_TC_MIN_ROWS: the calls' tc_rows, as
+ * the backend passes for the prefill chunks it runs on tensor cores below DS4J_TC_MIN_ROWS), the prefill GEMM runs (gemm_tc.cpp; DS4J_TC_BN=64 or 128 forces its
  * token tile, DS4J_TC_XSPLIT=0 for the activations split in every block instead of once per product) and the routed experts run
  * ds4j_moe_matmul_prefill (picks grouped by expert on the device, the grouping included in the time). A benchmark,
  * not a test: it prints a Markdown table and asserts nothing.
@@ -48,7 +49,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  *
  * <pre>
  * java ... io.ds4j.gpu.MatmulBench [--rows 1,5,16,32,64] [--reps 50] [--cold-mb 512] [--peak-gbs 4800]
- *     [--peak-tflops 989] [--only NAME]
+ *     [--peak-tflops 989] [--only NAME] [--tc-rows N]
  * </pre>
  */
 public final class MatmulBench {
@@ -79,6 +80,7 @@ public final class MatmulBench {
         int reps = 50;
         double coldMb = 512, peakGbs = 4800, peakTflops = 989;
         String only = null; // products whose name contains this text (e.g. to profile one kernel with ncu)
+        int tcRows = 0; // the calls' tc_rows: 0 = the library's threshold (DS4J_TC_MIN_ROWS)
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--rows" -> {
@@ -91,13 +93,17 @@ public final class MatmulBench {
                 case "--peak-gbs" -> peakGbs = Double.parseDouble(args[++i]);
                 case "--peak-tflops" -> peakTflops = Double.parseDouble(args[++i]);
                 case "--only" -> only = args[++i];
+                case "--tc-rows" -> tcRows = Integer.parseInt(args[++i]);
                 default -> throw new IllegalArgumentException("unknown option " + args[i]
-                        + " (expected --rows, --reps, --cold-mb, --peak-gbs, --peak-tflops, --only)");
+                        + " (expected --rows, --reps, --cold-mb, --peak-gbs, --peak-tflops, --only, --tc-rows)");
             }
         }
         for (int S : rowCounts)
             if (S < 1 || S > 4096) throw new IllegalArgumentException("--rows: " + S + " is not in 1 .. 4096");
         if (reps < 1) throw new IllegalArgumentException("--reps must be at least 1");
+        if (tcRows < 0 || tcRows > DS4J_TC_MIN_ROWS())
+            throw new IllegalArgumentException("--tc-rows: " + tcRows + " is not in 0 .. " + DS4J_TC_MIN_ROWS());
+        final int tcr = tcRows;
         if (!(peakGbs > 0) || !(peakTflops > 0)) throw new IllegalArgumentException("--peak-gbs and --peak-tflops must be positive");
         final double tflops = peakTflops;
         final int fp8 = DS4J_FMT_FP8_E4M3_B128(), fp4 = DS4J_FMT_FP4_E2M1_B32(), bf16 = DS4J_FMT_BF16(), f32 = DS4J_FMT_F32();
@@ -124,10 +130,10 @@ public final class MatmulBench {
             int maxS = 0;
             for (int S : rowCounts) maxS = Math.max(maxS, S);
             System.out.printf("GPU %s; matrix products, %d calls per figure over > %.0f MB of weight copies;"
-                    + " DS4J_TC_MIN_ROWS %d; tensor cores %s; DS4J_SKINNY_WIDE %s, DS4J_SKINNY_WIDE_MT %s,"
+                    + " DS4J_TC_MIN_ROWS %d, tc_rows %d; tensor cores %s; DS4J_SKINNY_WIDE %s, DS4J_SKINNY_WIDE_MT %s,"
                     + " DS4J_SKINNY_SMEM %s, DS4J_SKINNY_XLOADS %s;"
                     + " prefill DS4J_TC_BN %s, DS4J_TC_XSPLIT %s%n", gpu, reps, coldMb,
-                    DS4J_TC_MIN_ROWS(),
+                    DS4J_TC_MIN_ROWS(), tcr,
                     !gpu.tensorCores() ? "off (FFMA kernels)"
                             : "0".equals(System.getenv("DS4J_SKINNY")) ? "for prefill only (DS4J_SKINNY=0: FFMA kernels here)"
                             : "on (skinny kernels)",
@@ -156,10 +162,10 @@ public final class MatmulBench {
                                 int i = next[0]++ % c.n;
                                 if (s.groups > 1)
                                     check(ds4j_matmul_grouped(gpu.ctx(), s.format, ptr(c.data[i]), ptr(c.scale[i]), DS4J_SCALE_E8M0(), 0,
-                                            s.rows, s.cols, rpg, s.cols, ptr(x), ldx, ptr(y), s.rows, Sf), "matmul_grouped");
+                                            s.rows, s.cols, rpg, s.cols, ptr(x), ldx, ptr(y), s.rows, Sf, tcr), "matmul_grouped");
                                 else
                                     check(ds4j_matmul(gpu.ctx(), s.format, ptr(c.data[i]), ptr(c.scale[i]), DS4J_SCALE_E8M0(), 0,
-                                            s.rows, s.cols, ptr(x), ldx, ptr(y), s.rows, Sf), "matmul");
+                                            s.rows, s.cols, ptr(x), ldx, ptr(y), s.rows, Sf, tcr), "matmul");
                             };
                             double us = time(gpu, reps, call);
                             next[0] = 0;
@@ -193,7 +199,7 @@ public final class MatmulBench {
                                     int t = next[0]++ % tables;
                                     check(ds4j_moe_matmul_prefill(gpu.ctx(), s.format, ptr(dt[t]), ptr(st[t]), MemorySegment.NULL,
                                             DS4J_SCALE_E8M0(), s.rows, s.cols, E, ptr(dids), k, Sf, ptr(x), s.cols, 0, ptr(y), s.rows,
-                                            ptr(scratch), 4L * (maxPicks + 3L * E + 1)), "moe_matmul_prefill");
+                                            ptr(scratch), 4L * (maxPicks + 3L * E + 1), tcr), "moe_matmul_prefill");
                                 };
                                 double us = time(gpu, reps, call);
                                 next[0] = 0;

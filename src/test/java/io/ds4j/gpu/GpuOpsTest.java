@@ -157,7 +157,7 @@ class GpuOpsTest {
                     float[] x = gauss(r, S * cols, 1);
                     long dx = dev(x), dy = zeros(4L * S * rows);
                     check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), dm.rowBase(), rows, cols,
-                            ptr(dx), cols, ptr(dy), rows, S), "matmul");
+                            ptr(dx), cols, ptr(dy), rows, S, 0), "matmul");
                     checkMatmul(f + (f32s ? "/f32 scales" : "") + " S=" + S, m, x, cols, S, gpu.downloadFloats(dy, S * rows), rows);
                 }
                 // a row view (as the grouped o_a projection uses) with strided activations: ldx a multiple of 4 takes
@@ -169,7 +169,7 @@ class GpuOpsTest {
                     float[] x = gauss(r, S * ldx, 1);
                     long dx = dev(x), dy = zeros(4L * S * ldy);
                     check(ds4j_matmul(gpu.ctx(), dv.format(), ptr(dv.data()), ptr(dv.scale()), dv.scaleKind(), dv.rowBase(), dv.rows(),
-                            cols, ptr(dx), ldx, ptr(dy), ldy, S), "matmul view");
+                            cols, ptr(dx), ldx, ptr(dy), ldy, S, 0), "matmul view");
                     checkMatmul(f + (f32s ? "/f32 scales" : "") + " rows 130..260 ldx+" + pad, mv, x, ldx, S,
                             gpu.downloadFloats(dy, S * ldy), ldy);
                 }
@@ -188,7 +188,7 @@ class GpuOpsTest {
                 float[] x = gauss(r, S * cols, 1);
                 long dx = dev(x), dy = zeros(4L * S * rows);
                 check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, rows, cols, ptr(dx),
-                        cols, ptr(dy), rows, S), "matmul");
+                        cols, ptr(dy), rows, S, 0), "matmul");
                 checkMatmul(f + " 100x4096 (split rows) S=" + S, m, x, cols, S, gpu.downloadFloats(dy, S * rows), rows);
             }
         }
@@ -213,7 +213,7 @@ class GpuOpsTest {
         float[] x = gauss(r, S * ldx, 1);
         long dx = dev(x), dy = zeros(4L * S * G * R);
         check(ds4j_matmul_grouped(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, G * R, gw, R, gw,
-                ptr(dx), ldx, ptr(dy), G * R, S), "matmul_grouped");
+                ptr(dx), ldx, ptr(dy), G * R, S, 0), "matmul_grouped");
         float[] y = gpu.downloadFloats(dy, S * G * R);
         for (int g = 0; g < G; g++) {
             float[] xs = new float[S * gw], ys = new float[S * R];
@@ -255,7 +255,7 @@ class GpuOpsTest {
             float[] x = gauss(r, S * cols, 1);
             long dx = dev(x), dy = zeros(4L * S * rows);
             check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, rows, cols, ptr(dx), cols,
-                    ptr(dy), rows, S), "matmul");
+                    ptr(dy), rows, S, 0), "matmul");
             checkMatmul(f + " cols=102 (scalar path)", m, x, cols, S, gpu.downloadFloats(dy, S * rows), rows);
         }
     }
@@ -404,7 +404,7 @@ class GpuOpsTest {
     static float[] matmul(DeviceMatrix dm, long dx, int ldx, int S, int ldy) {
         long dy = zeros(4L * S * ldy);
         check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), dm.rowBase(), dm.rows(), dm.cols(),
-                ptr(dx), ldx, ptr(dy), ldy, S), "matmul");
+                ptr(dx), ldx, ptr(dy), ldy, S, 0), "matmul");
         return gpu.downloadFloats(dy, S * ldy);
     }
 
@@ -442,6 +442,87 @@ class GpuOpsTest {
                 float[] xs = gauss(r, S * ldx, 1);
                 checkMatmul(name + " rows 130..260 ldx+8 S=" + S, mv, xs, ldx, S, matmul(dv, dev(xs), ldx, S, ldy), ldy);
             }
+    }
+
+    /**
+     * tc_rows 1 puts a call of any size on the prefill path (the backend's prefill chunks of at least
+     * HipBackend.PREFILL_TC_ROWS rows): each row's result equals that row of a call above DS4J_TC_MIN_ROWS, bit for bit,
+     * for dense products and the routed experts; tc_rows outside 0 .. DS4J_TC_MIN_ROWS is a clear error.
+     */
+    @Test
+    void tcRowsPutsSmallCallsOnThePrefillPath() {
+        SplittableRandom r = new SplittableRandom(25);
+        int rows = 256, cols = 512, big = TC + 30;
+        for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.FP8_E4M3_B128,
+                WeightMatrix.Format.FP4_E2M1_B32}) {
+            WeightMatrix m = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix dm = upload(m);
+            float[] x = gauss(r, big * cols, 1);
+            long dx = dev(x);
+            float[] yBig = matmul(dm, dx, cols, big, rows);
+            for (int S : new int[]{1, 16, 40, TC - 1}) {
+                long dy = zeros(4L * S * rows);
+                check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), dm.rowBase(), rows, cols,
+                        ptr(dx), cols, ptr(dy), rows, S, 1), "matmul tc_rows 1");
+                assertArrayEquals(Arrays.copyOf(yBig, S * rows), gpu.downloadFloats(dy, S * rows),
+                        f + ": S=" + S + " with tc_rows 1 vs the rows of a " + big + "-row call");
+            }
+            // the routed experts: the picks of the first 20 tokens alone vs in a call above the threshold
+            int E = 5, k = 2, few = 20;
+            long[] data = new long[E], scale = new long[E];
+            WeightMatrix[] ms = new WeightMatrix[E];
+            for (int e = 0; e < E; e++) {
+                ms[e] = randomMatrix(r, f, rows, cols, false);
+                DeviceMatrix d = upload(ms[e]);
+                data[e] = d.data();
+                scale[e] = d.scale();
+            }
+            long dt = gpu.malloc(8L * E, "t"), st = gpu.malloc(8L * E, "t");
+            allocs.add(dt);
+            allocs.add(st);
+            gpu.upload(dt, data);
+            gpu.upload(st, scale);
+            MemorySegment scaleTable = f.ordinal() >= WeightMatrix.Format.FP8_E4M3_B128.ordinal() ? ptr(st) : MemorySegment.NULL;
+            int[] ids = unevenIds(r, big, E + 2, k, 1); // ids in [0, E), k distinct per token
+            long dids = dev(ids), bytes = 4L * (big * k + 3L * E + 1), scratch = zeros(bytes);
+            float[][] got = new float[2][];
+            int[] steps = {big, few};
+            for (int c = 0; c < 2; c++) {
+                long dy = zeros(4L * steps[c] * k * rows);
+                check(ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, MemorySegment.NULL, 0, rows, cols, E,
+                        ptr(dids), k, steps[c], ptr(dx), cols, 0, ptr(dy), rows, ptr(scratch), bytes, c == 0 ? 0 : 1), "moe tc_rows");
+                got[c] = gpu.downloadFloats(dy, steps[c] * k * rows);
+            }
+            assertArrayEquals(Arrays.copyOf(got[0], few * k * rows), got[1], f + ": routed picks of " + few + " tokens with tc_rows 1");
+            for (int p = 0; p < few * k; p++)
+                checkMatmul(f + " tc_rows 1 pick " + p, ms[ids[p]], Arrays.copyOfRange(x, p / k * cols, p / k * cols + cols), cols, 1,
+                        Arrays.copyOfRange(got[1], p * rows, p * rows + rows), rows);
+        }
+        // where the tensor-core path declines (fewer than 64 weight rows; F32 weights) a call with tc_rows 1 runs the FFMA
+        // kernels as a call above the threshold does, not the skinny ones of its size
+        for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.FP8_E4M3_B128,
+                WeightMatrix.Format.F32}) {
+            int few = f == WeightMatrix.Format.F32 ? 96 : 48;
+            WeightMatrix m = randomMatrix(r, f, few, cols, false);
+            DeviceMatrix dm = upload(m);
+            float[] x = gauss(r, big * cols, 1);
+            long dx = dev(x);
+            float[] yBig = matmul(dm, dx, cols, big, few);
+            for (int S : new int[]{1, 16, 40}) {
+                long dy = zeros(4L * S * few);
+                check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), dm.rowBase(), few, cols,
+                        ptr(dx), cols, ptr(dy), few, S, 1), "matmul tc_rows 1, FFMA fallback");
+                assertArrayEquals(Arrays.copyOf(yBig, S * few), gpu.downloadFloats(dy, S * few),
+                        f + " " + few + " rows: S=" + S + " with tc_rows 1 vs the rows of a " + big + "-row call");
+            }
+        }
+        WeightMatrix m = randomMatrix(r, WeightMatrix.Format.BF16, 128, 64, false);
+        DeviceMatrix dm = upload(m);
+        for (int bad : new int[]{-1, TC + 1}) {
+            assertEquals(DS4J_ERR_ARG(), ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), 0, 128, 64,
+                    ptr(dev(gauss(r, 64, 1))), 64, ptr(zeros(4L * 128)), 128, 1, bad));
+            assertTrue(Gpu.lastError().contains("tc_rows"), Gpu.lastError());
+        }
     }
 
     @Test
@@ -520,7 +601,7 @@ class GpuOpsTest {
                     long dx = dev(x), dids = dev(ids), dy = zeros(4L * P * rows), dy0 = zeros(4L * P * rows);
                     long bytes = 4L * (P + 3L * E + 1), scratch = zeros(bytes);
                     check(ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, rowTable, 0, rows, cols, E, ptr(dids), k,
-                            steps, ptr(dx), cols, perPick ? 1 : 0, ptr(dy), rows, ptr(scratch), bytes), "moe_matmul_prefill");
+                            steps, ptr(dx), cols, perPick ? 1 : 0, ptr(dy), rows, ptr(scratch), bytes, 0), "moe_matmul_prefill");
                     float[] y = gpu.downloadFloats(dy, P * rows);
                     for (int p = 0; p < P; p++) {
                         float[] xs = Arrays.copyOfRange(x, (perPick ? p : p / k) * cols, (perPick ? p : p / k) * cols + cols);
@@ -538,7 +619,7 @@ class GpuOpsTest {
             int[] ids = unevenIds(r, S, E, k, hot);
             long small = zeros(64);
             assertEquals(DS4J_ERR_ARG(), ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, rowTable, 0, rows, cols, E,
-                    ptr(dev(ids)), k, S, ptr(dev(gauss(r, S * cols, 1))), cols, 0, ptr(zeros(4L * S * k * rows)), rows, ptr(small), 64));
+                    ptr(dev(ids)), k, S, ptr(dev(gauss(r, S * cols, 1))), cols, 0, ptr(zeros(4L * S * k * rows)), rows, ptr(small), 64, 0));
             assertTrue(Gpu.lastError().contains("scratch"), Gpu.lastError());
         }
     }
@@ -747,7 +828,7 @@ class GpuOpsTest {
                     // one per pick, the same bits
                     long dyE = dev(filled(P * rows, -777f)), scratch = zeros(4L * (P + 3L * E + 1));
                     check(ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, MemorySegment.NULL, 0, rows, cols, E,
-                            ptr(dids), k, S, ptr(dx), cols, perPick ? 1 : 0, ptr(dyE), rows, ptr(scratch), 4L * (P + 3L * E + 1)),
+                            ptr(dids), k, S, ptr(dx), cols, perPick ? 1 : 0, ptr(dyE), rows, ptr(scratch), 4L * (P + 3L * E + 1), 0),
                             "moe_matmul_prefill");
                     assertArrayEquals(y, gpu.downloadFloats(dyE, P * rows), f + " S=" + S + (perPick ? " per pick" : "")
                             + ": a grid over distinct experts vs over picks");
@@ -803,7 +884,7 @@ class GpuOpsTest {
                 if (knownE)
                     check(ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols, E,
                             ptr(dids + 4L * first * k), k, n, ptr(dx + 4L * first * cols), cols, 0, ptr(dy), rows, ptr(scratch),
-                            4L * (P + 3L * E + 1)), "moe_matmul_prefill");
+                            4L * (P + 3L * E + 1), 0), "moe_matmul_prefill");
                 else
                     check(ds4j_moe_matmul(gpu.ctx(), f.ordinal(), ptr(dt), ptr(st), MemorySegment.NULL, 0, rows, cols,
                             ptr(dids + 4L * first * k), k, n, ptr(dx + 4L * first * cols), cols, 0, ptr(dy), rows), "moe_matmul");

@@ -209,31 +209,42 @@ class HipBackendTest {
     }
 
     /**
-     * GPU alone: the same logits whatever the chunking, among steps on the same side of the prefill threshold
-     * (DS4J_TC_MIN_ROWS: steps of at least that many rows take the tensor-core path, which rounds differently from the
-     * FFMA kernels of shorter steps), logits within the parity tolerance across it, and exact rollback (bit for bit).
+     * GPU alone: the same logits whatever the chunking, among prefill steps on the same side of the prefill threshold
+     * (HipBackend.PREFILL_TC_ROWS: chunks of at least that many rows take the tensor-core path, which rounds
+     * differently from the skinny or FFMA kernels of shorter steps), logits within the parity tolerance across it, and
+     * exact rollback (bit for bit).
      */
     static void invariance(Pair p) {
         HipBackend g = p.gpu;
-        int V = g.config().vocabSize, T = io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS();
-        // 2T + 10 tokens: whole, or in two prefill-sized chunks of at least T each
+        int V = g.config().vocabSize, T = io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS(), P = HipBackend.PREFILL_TC_ROWS;
+        // 2T + 10 tokens: whole, or in chunks of at least P each (one of them below DS4J_TC_MIN_ROWS)
         final int L = 2 * T + 10;
         int[] toks = prompt(g.config(), L, 7);
         int[] ones = new int[L];
         Arrays.fill(ones, 1);
         float[] byToken = run(g, toks, ones);
-        int[] uneven = {5, 3, 1, 7, 1, 16, 2, 11, 4, 9, 11, T - 1, 0};
-        uneven[uneven.length - 1] = L - Arrays.stream(uneven).sum();
-        assertArrayEquals(byToken, run(g, toks, uneven), p.name + ": uneven short chunks vs token by token");
+        // chunks below P (at most 15 rows: P is at least 16 unless the property sets it lower), then one the rest
+        int[] uneven = {5, 3, 1, 7, 1, 15, 2, 11, 4, 9, 11, 14, 0};
+        for (int i = 0; i < uneven.length - 1; i++) uneven[i] = Math.min(uneven[i], Math.max(1, P - 1));
+        uneven[uneven.length - 1] = 0;
+        int shortRows = Arrays.stream(uneven).sum();
+        int[] shortPart = Arrays.copyOf(uneven, uneven.length - 1);
+        int[] prefix = Arrays.copyOf(toks, shortRows);
+        if (P > 1) assertArrayEquals(Arrays.copyOf(byToken, shortRows * V), run(g, prefix, shortPart),
+                p.name + ": uneven chunks below " + P + " rows vs token by token");
         float[] whole = run(g, toks, new int[]{L});
         assertArrayEquals(whole, run(g, toks, new int[]{T + 5, L - T - 5}), p.name + ": prefill-sized chunks vs whole");
+        if (3 * P <= L) // chunks of P rows, the tensor-core path below DS4J_TC_MIN_ROWS where P is below it
+            assertArrayEquals(whole, run(g, toks, new int[]{P, P, L - 2 * P}), p.name + ": chunks of " + P + " rows vs whole");
         Cmp across = new Cmp(p.name + " whole vs by token", V);
         across.rows(byToken, whole, "prefill path vs decode path");
         across.done();
         SplittableRandom r = new SplittableRandom(5);
         for (int trial = 0; trial < 12; trial++) {
             // both prefills of a trial (n - k and n tokens) on the same side of the threshold: below, or both at/above
-            int n = trial % 2 == 0 ? 1 + r.nextInt(T - 1) : T + 16 + r.nextInt(30), k = 1 + r.nextInt(Math.min(16, n));
+            int k = 1 + r.nextInt(16);
+            int n = trial % 2 == 0 && P > 1 ? Math.min(P - 1, k + r.nextInt(P)) : P + k + r.nextInt(T + 30 - P);
+            k = Math.min(k, n);
             int[] t = prompt(g.config(), n, 100 + trial);
             float[] fresh;
             try (Sequence s = g.newSequence(16)) {

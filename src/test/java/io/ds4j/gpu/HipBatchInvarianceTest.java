@@ -45,9 +45,9 @@ class HipBatchInvarianceTest {
     @Test
     void longPromptsCutByTheLatencyBoundAnswerAsAloneOnTheGpu() throws Exception {
         try (HipBackend target = new HipBackend(WeightLoader.load(TINY))) {
-            int T = io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS();
-            assertTrue(target.prefillSplitExact(2 * T + 6, T) && target.prefillSplitExact(T - 1, 5), "cuts that keep each side");
-            assertFalse(target.prefillSplitExact(2 * T + 6, T - 1) || target.prefillSplitExact(T + 10, T), "cuts across the threshold");
+            int P = HipBackend.PREFILL_TC_ROWS;
+            assertTrue(target.prefillSplitExact(2 * P + 6, P) && (P < 7 || target.prefillSplitExact(P - 1, 5)), "cuts that keep each side");
+            assertFalse(target.prefillSplitExact(2 * P + 6, P - 1) || target.prefillSplitExact(P + 10, P + 1), "cuts across the threshold");
             LongPromptRuns.Run r = LongPromptRuns.run(target, null, -1);
             for (String k : r.alone().keySet())
                 assertArrayEquals(r.alone().get(k), r.batched().get(k), "request " + k + " beside the long prompts, as alone");

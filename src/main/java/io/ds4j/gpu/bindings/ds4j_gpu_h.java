@@ -1909,6 +1909,7 @@ public class ds4j_gpu_h {
                 ds4j_gpu_h.C_LONG,
                 ds4j_gpu_h.C_POINTER,
                 ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_INT
             );
 
@@ -1920,7 +1921,7 @@ public class ds4j_gpu_h {
     /**
      * Function descriptor for:
      * {@snippet lang=c :
-     * int32_t ds4j_matmul(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S)
+     * int32_t ds4j_matmul(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S, int32_t tc_rows)
      * }
      */
     public static FunctionDescriptor ds4j_matmul$descriptor() {
@@ -1930,7 +1931,7 @@ public class ds4j_gpu_h {
     /**
      * Downcall method handle for:
      * {@snippet lang=c :
-     * int32_t ds4j_matmul(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S)
+     * int32_t ds4j_matmul(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S, int32_t tc_rows)
      * }
      */
     public static MethodHandle ds4j_matmul$handle() {
@@ -1940,7 +1941,7 @@ public class ds4j_gpu_h {
     /**
      * Address for:
      * {@snippet lang=c :
-     * int32_t ds4j_matmul(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S)
+     * int32_t ds4j_matmul(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S, int32_t tc_rows)
      * }
      */
     public static MemorySegment ds4j_matmul$address() {
@@ -1949,13 +1950,13 @@ public class ds4j_gpu_h {
 
     /**
      * {@snippet lang=c :
-     * int32_t ds4j_matmul(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S)
+     * int32_t ds4j_matmul(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S, int32_t tc_rows)
      * }
      */
-    public static int ds4j_matmul(MemorySegment ctx, int format, MemorySegment w, MemorySegment scale, int scale_kind, int row_base, int rows, int cols, MemorySegment x, long ldx, MemorySegment y, long ldy, int S) {
+    public static int ds4j_matmul(MemorySegment ctx, int format, MemorySegment w, MemorySegment scale, int scale_kind, int row_base, int rows, int cols, MemorySegment x, long ldx, MemorySegment y, long ldy, int S, int tc_rows) {
         var mh$ = ds4j_matmul.HANDLE;
         try {
-            return (int) mh$.invokeExact(ctx, format, w, scale, scale_kind, row_base, rows, cols, x, ldx, y, ldy, S);
+            return (int) mh$.invokeExact(ctx, format, w, scale, scale_kind, row_base, rows, cols, x, ldx, y, ldy, S, tc_rows);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
@@ -1978,6 +1979,7 @@ public class ds4j_gpu_h {
                 ds4j_gpu_h.C_LONG,
                 ds4j_gpu_h.C_POINTER,
                 ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_INT
             );
 
@@ -1989,7 +1991,7 @@ public class ds4j_gpu_h {
     /**
      * Function descriptor for:
      * {@snippet lang=c :
-     * int32_t ds4j_matmul_grouped(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows, int64_t x_group_stride, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S)
+     * int32_t ds4j_matmul_grouped(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows, int64_t x_group_stride, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S, int32_t tc_rows)
      * }
      */
     public static FunctionDescriptor ds4j_matmul_grouped$descriptor() {
@@ -1999,7 +2001,7 @@ public class ds4j_gpu_h {
     /**
      * Downcall method handle for:
      * {@snippet lang=c :
-     * int32_t ds4j_matmul_grouped(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows, int64_t x_group_stride, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S)
+     * int32_t ds4j_matmul_grouped(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows, int64_t x_group_stride, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S, int32_t tc_rows)
      * }
      */
     public static MethodHandle ds4j_matmul_grouped$handle() {
@@ -2009,7 +2011,7 @@ public class ds4j_gpu_h {
     /**
      * Address for:
      * {@snippet lang=c :
-     * int32_t ds4j_matmul_grouped(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows, int64_t x_group_stride, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S)
+     * int32_t ds4j_matmul_grouped(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows, int64_t x_group_stride, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S, int32_t tc_rows)
      * }
      */
     public static MemorySegment ds4j_matmul_grouped$address() {
@@ -2018,13 +2020,13 @@ public class ds4j_gpu_h {
 
     /**
      * {@snippet lang=c :
-     * int32_t ds4j_matmul_grouped(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows, int64_t x_group_stride, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S)
+     * int32_t ds4j_matmul_grouped(ds4j_ctx *ctx, int32_t format, const void *w, const void *scale, int32_t scale_kind, int32_t row_base, int32_t rows, int32_t cols, int32_t group_rows, int64_t x_group_stride, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t S, int32_t tc_rows)
      * }
      */
-    public static int ds4j_matmul_grouped(MemorySegment ctx, int format, MemorySegment w, MemorySegment scale, int scale_kind, int row_base, int rows, int cols, int group_rows, long x_group_stride, MemorySegment x, long ldx, MemorySegment y, long ldy, int S) {
+    public static int ds4j_matmul_grouped(MemorySegment ctx, int format, MemorySegment w, MemorySegment scale, int scale_kind, int row_base, int rows, int cols, int group_rows, long x_group_stride, MemorySegment x, long ldx, MemorySegment y, long ldy, int S, int tc_rows) {
         var mh$ = ds4j_matmul_grouped.HANDLE;
         try {
-            return (int) mh$.invokeExact(ctx, format, w, scale, scale_kind, row_base, rows, cols, group_rows, x_group_stride, x, ldx, y, ldy, S);
+            return (int) mh$.invokeExact(ctx, format, w, scale, scale_kind, row_base, rows, cols, group_rows, x_group_stride, x, ldx, y, ldy, S, tc_rows);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
@@ -2121,7 +2123,8 @@ public class ds4j_gpu_h {
                 ds4j_gpu_h.C_POINTER,
                 ds4j_gpu_h.C_LONG,
                 ds4j_gpu_h.C_POINTER,
-                ds4j_gpu_h.C_LONG
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT
             );
 
         public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_moe_matmul_prefill");
@@ -2132,7 +2135,7 @@ public class ds4j_gpu_h {
     /**
      * Function descriptor for:
      * {@snippet lang=c :
-     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes, int32_t tc_rows)
      * }
      */
     public static FunctionDescriptor ds4j_moe_matmul_prefill$descriptor() {
@@ -2142,7 +2145,7 @@ public class ds4j_gpu_h {
     /**
      * Downcall method handle for:
      * {@snippet lang=c :
-     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes, int32_t tc_rows)
      * }
      */
     public static MethodHandle ds4j_moe_matmul_prefill$handle() {
@@ -2152,7 +2155,7 @@ public class ds4j_gpu_h {
     /**
      * Address for:
      * {@snippet lang=c :
-     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes, int32_t tc_rows)
      * }
      */
     public static MemorySegment ds4j_moe_matmul_prefill$address() {
@@ -2161,13 +2164,13 @@ public class ds4j_gpu_h {
 
     /**
      * {@snippet lang=c :
-     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes)
+     * int32_t ds4j_moe_matmul_prefill(ds4j_ctx *ctx, int32_t format, void *const *w_table, void *const *scale_table, const int32_t *row_base_table, int32_t scale_kind, int32_t rows, int32_t cols, int32_t E, const int32_t *ids, int32_t k, int32_t S, const float *x, int64_t ldx, int32_t x_per_pick, float *y, int64_t ldy, void *scratch, int64_t scratch_bytes, int32_t tc_rows)
      * }
      */
-    public static int ds4j_moe_matmul_prefill(MemorySegment ctx, int format, MemorySegment w_table, MemorySegment scale_table, MemorySegment row_base_table, int scale_kind, int rows, int cols, int E, MemorySegment ids, int k, int S, MemorySegment x, long ldx, int x_per_pick, MemorySegment y, long ldy, MemorySegment scratch, long scratch_bytes) {
+    public static int ds4j_moe_matmul_prefill(MemorySegment ctx, int format, MemorySegment w_table, MemorySegment scale_table, MemorySegment row_base_table, int scale_kind, int rows, int cols, int E, MemorySegment ids, int k, int S, MemorySegment x, long ldx, int x_per_pick, MemorySegment y, long ldy, MemorySegment scratch, long scratch_bytes, int tc_rows) {
         var mh$ = ds4j_moe_matmul_prefill.HANDLE;
         try {
-            return (int) mh$.invokeExact(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x, ldx, x_per_pick, y, ldy, scratch, scratch_bytes);
+            return (int) mh$.invokeExact(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x, ldx, x_per_pick, y, ldy, scratch, scratch_bytes, tc_rows);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
