@@ -5,7 +5,8 @@
 // verify) also every pass width, both m-tile variants, null experts and bit-identical results of rows computed alone;
 // the split F32 attention with its decode vs verify and batched vs single bit identities; the multi-block top-k
 // against a sorted reference and the one-block kernel. The prefill GEMM runs with
-// both token tiles, with and without its activations split beforehand (xsplit_kernel, DS4J_TC_XSPLIT), and must give,
+// both token tiles, with and without its activations split beforehand (xsplit_kernel, DS4J_TC_XSPLIT), with the deeper
+// weight loads of launches of few blocks (XP 3, token tiles of 64), and must give,
 // bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the references). The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
 // (mhc_cases.h). The skinny products' staged-activation kernel must give the bits of the kernel without staging.
 // EXTRA=1 adds the slow cases.
@@ -111,9 +112,14 @@ static void launch_gemm_v1(int fmt, dim3 grid, const tc1::Args& a) {
     }
 }
 
+/** Whether launch_gemm_fb runs the XP 3 kernel (deeper weight loads, launches of few blocks) where it exists. */
+static bool g_deep = false;
+
 template <int F, bool MOE, int BN>
 static void launch_gemm_fb(dim3 grid, const tc::Args& a) {
-    if (a.xs) emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN, 1>(a); });
+    if (a.xs && BN == 64 && g_deep)
+        emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN, 3>(a); });
+    else if (a.xs) emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN, 1>(a); });
     else emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN, 0>(a); });
 }
 
@@ -190,17 +196,19 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
     dim3 grid((S + 63) / 64, groups * a.tiles_per_grp);
     launch_gemm_v1<false>(fmt, grid, a);
     // the current kernel with both token tiles: the same bits as the previous one, padding included
-    int diffs[4];
-    for (int i = 0; i < 4; i++) {
-        const int bn = 64 << (i & 1);
+    int diffs[5];
+    for (int i = 0; i < 5; i++) {
+        const int bn = i == 4 ? 64 : 64 << (i & 1);
         const bool xp = i >= 2;
+        g_deep = i == 4;
         std::vector<float> y2(ldy * S, -777.f);
         a.y = y2.data();
         launch_gemm<false>(fmt, bn, dim3((S + bn - 1) / bn, groups * a.tiles_per_grp), a, xp, (int64_t)groups * S, cols,
                            groups > 1 ? xgs : 0, S);
         diffs[i] = bit_diffs(y.data(), y2.data(), y.size());
-        if (diffs[i]) { printf("FAIL dense BN %d XSPLIT %d: %d values differ from the previous kernel\n", bn, xp, diffs[i]); fails++; }
+        if (diffs[i]) { printf("FAIL dense BN %d XSPLIT %d deep %d: %d values differ from the previous kernel\n", bn, xp, g_deep, diffs[i]); fails++; }
     }
+    g_deep = false;
     double worst = 0;
     for (int s = 0; s < S; s++)
         for (int r = 0; r < rows; r++) {
@@ -215,8 +223,8 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
     // untouched padding
     for (int s = 0; s < S; s++) for (int r = rows; r < ldy; r++) if (y[s * ldy + r] != -777.f) { printf("FAIL dense wrote padding\n"); fails++; }
     printf("dense fmt %d rows %d (from %d) cols %d grp %d S %d: worst rel %.3g; vs previous kernel %d (BN 64) / %d (BN 128)"
-           " / %d (BN 64 XSPLIT) / %d (BN 128 XSPLIT) bits differ\n",
-           fmt, rows, from, cols, grp, S, worst, diffs[0], diffs[1], diffs[2], diffs[3]);
+           " / %d (BN 64 XSPLIT) / %d (BN 128 XSPLIT) / %d (BN 64 XSPLIT deep) bits differ\n",
+           fmt, rows, from, cols, grp, S, worst, diffs[0], diffs[1], diffs[2], diffs[3], diffs[4]);
 }
 
 static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick, bool misalign) {
@@ -259,10 +267,11 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
     a.perm = perm; a.cnt = cnt; a.off = off; a.tile_prefix = tp; a.E = E; a.k = k; a.x_per_pick = per_pick;
     const int max_tiles = P / 64 + std::min(E, P);
     launch_gemm_v1<true>(fmt, dim3(max_tiles, (rows + 127) / 128), a);
-    int diffs[4];
-    for (int i = 0; i < 4; i++) {
-        const int bn = 64 << (i & 1);
+    int diffs[5];
+    for (int i = 0; i < 5; i++) {
+        const int bn = i == 4 ? 64 : 64 << (i & 1);
         const bool xp = i >= 2;
+        g_deep = i == 4;
         std::vector<int32_t> tp2(E + 1, -1);
         emu_launch(dim3(1), dim3(256), 0, [&] { tc::moe_tiles_kernel(cnt, E, bn, tp2.data()); });
         std::vector<float> y2(ldy * P, -777.f);
@@ -271,8 +280,9 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
         a2.tile_prefix = tp2.data();
         launch_gemm<true>(fmt, bn, dim3(P / bn + std::min(E, P), (rows + 127) / 128), a2, xp, xr, cols, 0, xr);
         diffs[i] = bit_diffs(y.data(), y2.data(), y.size());
-        if (diffs[i]) { printf("FAIL moe BN %d XSPLIT %d: %d values differ from the previous kernel\n", bn, xp, diffs[i]); fails++; }
+        if (diffs[i]) { printf("FAIL moe BN %d XSPLIT %d deep %d: %d values differ from the previous kernel\n", bn, xp, g_deep, diffs[i]); fails++; }
     }
+    g_deep = false;
     // counting sort sanity
     int tot = 0;
     for (int e = 0; e < E; e++) tot += cnt[e];
@@ -291,8 +301,8 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
         }
     }
     printf("moe fmt %d E %d k %d S %d rows %d cols %d per_pick %d misalign %d: worst rel %.3g; vs previous kernel %d / %d"
-           " (XSPLIT %d / %d) bits differ; tiles %d; counts", fmt, E, k, S, rows, cols, per_pick, misalign, worst, diffs[0],
-           diffs[1], diffs[2], diffs[3], tp[E]);
+           " (XSPLIT %d / %d, deep %d) bits differ; tiles %d; counts", fmt, E, k, S, rows, cols, per_pick, misalign, worst, diffs[0],
+           diffs[1], diffs[2], diffs[3], diffs[4], tp[E]);
     for (int e = 0; e < E; e++) printf(" %d", cnt[e]);
     printf("\n");
 }
@@ -1209,7 +1219,11 @@ prefill:
         dense(fmt, 300, 130, 150, cols, 150, 33, 0);
         dense(fmt, 300, 0, 3 * 96, cols, 96, 40, 8);
         dense(fmt, 300, 0, 260, fmt == DS4J_FMT_FP4_E2M1_B32 ? 224 : 208, 260, 130, 4);  // several column tiles
+        // seven column tiles: the deeper kernel's register ring wraps (D 4 or 2) and ends inside it
+        dense(fmt, 200, 0, 200, fmt == DS4J_FMT_FP4_E2M1_B32 ? 416 : 400, 200, 20, 4);
     }
+    for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32})
+        moe(fmt, 5, 2, 20, 72, fmt == DS4J_FMT_FP4_E2M1_B32 ? 416 : 400, false, false);
     for (int fmt : {DS4J_FMT_BF16, DS4J_FMT_FP8_E4M3_B128, DS4J_FMT_FP4_E2M1_B32}) {
         moe(fmt, 5, 2, 40, 72, 64, false, false);
         moe(fmt, 5, 3, 40, 72, 64, true, true);

@@ -134,6 +134,15 @@ struct Regs {
     float4 xq[XP ? 1 : Tile<BN>::XV];  // unused with XP: the activations go to shared memory through cp.async
 };
 
+/**
+ * Weight tiles the XP 3 kernels keep in flight in registers (gemm_kernel's D): FP8 and FP4 hold few registers per tile
+ * (2 and 1 chunks a thread), BF16 and F16 4, so they keep 2.
+ */
+template <int FMT>
+struct Deep {
+    static constexpr int D = Regs<FMT, 64, true>::NPT <= 2 ? 4 : 2;
+};
+
 /** Global -> registers: the weight chunks (rows row0 .. row_end-1) and activations of the column tile at k0 (the
  *  activations only without XP). */
 template <int FMT, int BN, bool XP>
@@ -276,7 +285,7 @@ struct Args {
  * the tile a token falls in or on the other tokens, so results are bit-identical across tile choices and S.
  */
 template <int FMT, bool MOE, int BN, int XP>
-__global__ void __launch_bounds__(THREADS, BN == 64 || XP == 2 ? 2 : 1) gemm_kernel(Args a) {
+__global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_kernel(Args a) {
     DS4J_AWAIT_PREVIOUS();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
@@ -335,7 +344,11 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP == 2 ? 2 : 1) gemm_ker
     // stage layout (words): weights [BM][LDW], weights lo (F16) [BM][LDW], x hi [BN][LDW], x lo [BN][LDW]
     constexpr int SW = Stage<FMT, BN>::WORDS, OWL = BM * LDW, OXH = (SPLIT ? 2 : 1) * BM * LDW, OXL = OXH + BN * LDW;
 
-    Regs<FMT, BN, XP != 0> regs;
+    // weight tiles in flight in registers ahead of the one being decoded: 1, or DEEP<FMT> (XP 3, launches of few
+    // blocks, where each block's column tiles run one after another and a tile's load latency is not hidden by other
+    // blocks); only when the loads are issued changes, never what is stored into the stages
+    constexpr int D = XP == 3 ? Deep<FMT>::D : 1;
+    Regs<FMT, BN, XP != 0> regs[D];
 
     float acc[MI][NI][4];
 #pragma unroll
@@ -353,16 +366,24 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP == 2 ? 2 : 1) gemm_ker
     const int a_off = (wm * T::WM + (lane & 15)) * LDW + (lane >> 4) * 4;
     const int b_off = (wn * 32 + ((lane >> 4) & 1) * 8 + (lane & 7)) * LDW + ((lane >> 3) & 1) * 4;
 
-    load_tile<FMT, BN, XP != 0>(regs, v, rb, wal, row0, row_end, a.x, xoff, 0);
+#pragma unroll
+    for (int d = 0; d < D; d++)
+        if (d == 0 || d < nk) load_tile<FMT, BN, XP != 0>(regs[d], v, rb, wal, row0, row_end, a.x, xoff, d * BK);
     if constexpr (XP != 0) issue_x<BN>(tc_gsm + OXH, tc_gsm + OXL, a.xs, a.xs_plane, xoff, cols, 0);
-    store_tile<FMT, BN, XP != 0>(regs, tc_gsm, tc_gsm + OWL, tc_gsm + OXH, tc_gsm + OXL);
+    store_tile<FMT, BN, XP != 0>(regs[0], tc_gsm, tc_gsm + OWL, tc_gsm + OXH, tc_gsm + OXL);
     if constexpr (XP != 0) cp_async_wait_all();
     __syncthreads();
-    for (int kt = 0; kt < nk; kt++) {
+    // tile kt's weights are in regs[kt % D]: loaded D tiles ahead, stored into the other stage mid-way through tile
+    // kt - 1 (so regs[kt % D] is free for tile kt + D when tile kt starts)
+    for (int kt0 = 0; kt0 < nk; kt0 += D)
+#pragma unroll
+    for (int d = 0; d < D; d++) {
+        const int kt = kt0 + d;
+        if (kt >= nk) break;
         const uint32_t* st = tc_gsm + (kt & 1) * SW;
         uint32_t* nx = tc_gsm + ((kt + 1) & 1) * SW;
         const bool more = kt + 1 < nk;
-        if (more) load_tile<FMT, BN, XP != 0>(regs, v, rb, wal, row0, row_end, a.x, xoff, (kt + 1) * BK);
+        if (kt + D < nk) load_tile<FMT, BN, XP != 0>(regs[d], v, rb, wal, row0, row_end, a.x, xoff, (kt + D) * BK);
         // XP: the next tile's activations go into the other stage now (its last reads were before the previous
         // barrier) and have the whole tile's multiplications to arrive
         if (XP != 0 && more) issue_x<BN>(nx + OXH, nx + OXL, a.xs, a.xs_plane, xoff, cols, (kt + 1) * BK);
@@ -394,7 +415,7 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP == 2 ? 2 : 1) gemm_ker
             }
             // the next tile goes into the other stage (last read before the previous barrier) mid-way, so that its
             // decoding overlaps the remaining multiplications of this warp and of the others
-            if (kk == 1 && more) store_tile<FMT, BN, XP != 0>(regs, nx, nx + OWL, nx + OXH, nx + OXL);
+            if (kk == 1 && more) store_tile<FMT, BN, XP != 0>(regs[(d + 1) % D], nx, nx + OWL, nx + OXH, nx + OXL);
         }
         if constexpr (XP != 0) cp_async_wait_all();
         __syncthreads();
@@ -554,13 +575,34 @@ static hipError_t launch_gemm(ds4j_ctx* ctx, dim3 grid, const Args& a) {
 }
 
 /**
+ * Whether a launch of this grid takes the XP 3 kernels (token tiles of 64 only: at 128 the deeper loads spill): at most
+ * four blocks per multiprocessor in all (a prefill chunk of a few dozen tokens, small products), so each block's column
+ * tiles are its critical path; DS4J_TC_DEEP=0 (read
+ * once) never, for measurements. Same bits either way.
+ */
+static bool deep_tiles(ds4j_ctx* ctx, dim3 grid) {
+    static std::atomic<int> off{-1};
+    int o = off.load();
+    if (o < 0) {
+        const char* e = getenv("DS4J_TC_DEEP");
+        o = e && strcmp(e, "0") == 0 ? 1 : 0;
+        off.store(o);
+    }
+    const int sms = sm_count(ctx);
+    return o == 0 && sms > 0 && (int64_t)grid.x * grid.y * grid.z <= 4 * (int64_t)sms;
+}
+
+/**
  * XP 0: the blocks split the activations; 1: split beforehand (a.xs); 2: as 1, and at BN 128 for FP8 and FP4 (whose two
- * stages leave room for two blocks per multiprocessor) registers capped for two blocks (DS4J_TC_XSPLIT=2).
+ * stages leave room for two blocks per multiprocessor) registers capped for two blocks (DS4J_TC_XSPLIT=2); 3: as 1,
+ * with Deep<FMT>::D weight tiles in flight per block and registers capped for two blocks (deep_tiles).
  */
 template <int FMT, bool MOE, int BN>
 static hipError_t launch_gemm(ds4j_ctx* ctx, dim3 grid, const Args& a) {
     constexpr bool OCC2 = BN == 128 && (FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32);
     if (!a.xs) return launch_gemm<FMT, MOE, BN, 0>(ctx, grid, a);
+    if constexpr (BN == 64)
+        if (deep_tiles(ctx, grid)) return launch_gemm<FMT, MOE, BN, 3>(ctx, grid, a);
     if constexpr (OCC2)
         if (xsplit_mode() == 2) return launch_gemm<FMT, MOE, BN, 2>(ctx, grid, a);
     return launch_gemm<FMT, MOE, BN, 1>(ctx, grid, a);
