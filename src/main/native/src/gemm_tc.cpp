@@ -277,8 +277,9 @@ struct Args {
 
 /**
  * One block: BM weight rows x BN tokens. The column tiles pass through two shared stages: while the warps multiply
- * tile kt, the global loads of tile kt + 1 are in flight into registers, and after the multiplications of its first
- * half they are decoded into the other stage, so each tile costs one barrier.
+ * tile kt, the global loads of tile kt + 1 (XP 3: of tiles up to kt + Deep<FMT>::D) are in flight into registers, and
+ * after the multiplications of its first half tile kt + 1 is decoded into the other stage, so each tile costs one
+ * barrier.
  *
  * Numbers: output (s, r) is the sum over the k16 chunks 0 .. 2 ceil(cols / 32) - 1, in increasing order, of the MMAs
  * hi x W, lo x W (and, for F16, hi x W-lo) into one F32 accumulator from 0: the sequence does not depend on BN, on
@@ -344,7 +345,7 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
     // stage layout (words): weights [BM][LDW], weights lo (F16) [BM][LDW], x hi [BN][LDW], x lo [BN][LDW]
     constexpr int SW = Stage<FMT, BN>::WORDS, OWL = BM * LDW, OXH = (SPLIT ? 2 : 1) * BM * LDW, OXL = OXH + BN * LDW;
 
-    // weight tiles in flight in registers ahead of the one being decoded: 1, or DEEP<FMT> (XP 3, launches of few
+    // weight tiles in flight in registers ahead of the one being decoded: 1, or Deep<FMT>::D (XP 3, launches of few
     // blocks, where each block's column tiles run one after another and a tile's load latency is not hidden by other
     // blocks); only when the loads are issued changes, never what is stored into the stages
     constexpr int D = XP == 3 ? Deep<FMT>::D : 1;

@@ -183,7 +183,7 @@ DS4J_API int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies,
 /* ------------------------------------------------------------------------------------------------ dense ops */
 
 /*
- * Prefill path (tensor cores). With S >= DS4J_TC_MIN_ROWS rows, ds4j_matmul, ds4j_matmul_grouped and
+ * Prefill path (tensor cores). With S >= DS4J_TC_MIN_ROWS rows (or S >= the call's tc_rows, below), ds4j_matmul, ds4j_matmul_grouped and
  * ds4j_moe_matmul_prefill run on tensor cores (mma.sync m16n8k16, BF16 inputs, F32 accumulation) when the build and
  * the device allow it (nvcc build, compute capability >= 8.0; hipcc builds for AMD always take the F32 FFMA kernels)
  * and W is BF16, F16, FP8 with E8M0 scales or FP4 (ds4j_matmul*: with at least 64 rows), its stored rows are whole
@@ -258,11 +258,12 @@ DS4J_API int32_t ds4j_moe_matmul(ds4j_ctx* ctx, int32_t format, void* const* w_t
 /**
  * ds4j_moe_matmul for prefill chunks: the same arguments and results (pick order), plus the number of experts E
  * (every ids[p] must lie in [0, E)) and scratch device memory of at least 4 * (S*k + 3*E + 1) bytes (16-byte
- * aligned). On the tensor-core path (S >= DS4J_TC_MIN_ROWS or tc_rows, see there; x 16-byte aligned, ldx a multiple of 4) the
+ * aligned). On the tensor-core path (S >= tc_rows, DS4J_TC_MIN_ROWS when 0, see there; x 16-byte aligned, ldx a multiple of 4) the
  * picks are grouped by expert on the device (a stable counting sort of ids into the scratch) and each expert's picks
  * run as one GEMM, which reads the expert's weights once per 64 picks instead of once per pick; results go straight
- * to their pick rows. Otherwise it runs ds4j_moe_matmul (the scratch unused), whose skinny kernel then launches one
- * block per distinct picked expert instead of one per pick where S*k > E (the same results). As there, a null w_table
+ * to their pick rows. Otherwise it runs ds4j_moe_matmul (the scratch unused): below that threshold its skinny kernel,
+ * which then launches one block per distinct picked expert instead of one per pick where S*k > E (the same results);
+ * at or above it (the tensor-core path declined by the format or pointers) its FFMA kernel. As there, a null w_table
  * entry (an expert in host memory) leaves that expert's pick rows of y untouched.
  */
 DS4J_API int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_table, void* const* scale_table,

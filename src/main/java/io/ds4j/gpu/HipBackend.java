@@ -937,7 +937,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * Whether a step runs in the fixed form (see the class comment): graphs on, not profiling, and every entry one that
-     * graphs take (a decode step, or a verify step below DS4J_TC_MIN_ROWS rows) with no MTP state attached (its
+     * graphs take (one row, or a verify step below DS4J_TC_MIN_ROWS rows) and not on the tensor-core path
+     * ({@link #tcEntry}) with no MTP state attached (its
      * stream copies depend on the position), either all on the plain attention path (not above the f16 path's
      * short-context threshold) or all verify entries on the f32-convert path (a step mixing those with decode entries
      * is not fixed; so is one whose copies at the bounds would take more than twice its largest entry's exact copies
@@ -956,6 +957,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             StepKind kind = b.kinds[e];
             int S = b.count[e], N0 = b.start[e];
             if (!DecodeGraphs.capturable(true, false, S, kind == StepKind.VERIFY) || b.seqs[e].kept != null) return false;
+            // the fixed form runs every entry on the plain attention path: not one that takes the tensor-core path
+            // (a one-row prefill chunk under ds4j.gpu.prefillTcRows=1), whose attention would then depend on its step
+            if (tcEntry(kind, S)) return false;
             if (kind == StepKind.VERIFY) verifying++;
             if (kind != StepKind.PREFILL && verifyAttention == VerifyAttention.F16)
                 for (int l = 0; l < c.numLayers; l++) if (attendedRows(c, l, N0, S) > shortRows) return false;
@@ -1230,6 +1234,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             toks = lay.toks;
             R = lay.rows;
             runs = rowRuns(count, kinds);
+            // the head's runs by each entry's logit rows (a function of the entry too)
             headRuns = rowRuns(heads, kinds);
         }
 

@@ -223,12 +223,10 @@ class HipBackendTest {
         int[] ones = new int[L];
         Arrays.fill(ones, 1);
         float[] byToken = run(g, toks, ones);
-        // chunks below P (at most 15 rows: P is at least 16 unless the property sets it lower), then one the rest
-        int[] uneven = {5, 3, 1, 7, 1, 15, 2, 11, 4, 9, 11, 14, 0};
-        for (int i = 0; i < uneven.length - 1; i++) uneven[i] = Math.min(uneven[i], Math.max(1, P - 1));
-        uneven[uneven.length - 1] = 0;
-        int shortRows = Arrays.stream(uneven).sum();
-        int[] shortPart = Arrays.copyOf(uneven, uneven.length - 1);
+        // uneven chunks, each below P (at most P - 1 rows), over a prefix of the prompt
+        int[] shortPart = {5, 3, 1, 7, 1, 15, 2, 11, 4, 9, 11, 14};
+        for (int i = 0; i < shortPart.length; i++) shortPart[i] = Math.min(shortPart[i], Math.max(1, P - 1));
+        int shortRows = Arrays.stream(shortPart).sum();
         int[] prefix = Arrays.copyOf(toks, shortRows);
         if (P > 1) assertArrayEquals(Arrays.copyOf(byToken, shortRows * V), run(g, prefix, shortPart),
                 p.name + ": uneven chunks below " + P + " rows vs token by token");

@@ -47,7 +47,8 @@ class HipBatchInvarianceTest {
         try (HipBackend target = new HipBackend(WeightLoader.load(TINY))) {
             int P = HipBackend.PREFILL_TC_ROWS;
             assertTrue(target.prefillSplitExact(2 * P + 6, P) && (P < 7 || target.prefillSplitExact(P - 1, 5)), "cuts that keep each side");
-            assertFalse(target.prefillSplitExact(2 * P + 6, P - 1) || target.prefillSplitExact(P + 10, P + 1), "cuts across the threshold");
+            assertFalse(P > 1 && (target.prefillSplitExact(2 * P + 6, P - 1) || target.prefillSplitExact(P + 10, 11)),
+                    "cuts across the threshold");
             LongPromptRuns.Run r = LongPromptRuns.run(target, null, -1);
             for (String k : r.alone().keySet())
                 assertArrayEquals(r.alone().get(k), r.batched().get(k), "request " + k + " beside the long prompts, as alone");
