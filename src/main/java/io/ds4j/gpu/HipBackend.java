@@ -1108,7 +1108,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * Runs of rows [first, count, tcRows] for the row-wise products of a step whose entries have the given row counts
      * and kinds (in batch order, rows concatenated): consecutive entries on the tensor-core path ({@link #tcEntry})
      * share one run with tcRows 1 (the prefill GEMM, whose row results do not depend on the run's other rows, so that a
-     * tick's short prompts read the weights once together); the rows of the other entries fill runs of at most
+     * tick's prefill chunks read the weights once together); the rows of the other entries fill runs of at most
      * {@link #RUN_ROWS} rows with tcRows 0 (the skinny or FFMA path, as alone; a run may split an entry). Entries of no
      * rows are skipped. Row offsets keep the activations 16-byte aligned because every activation width of the model
      * is a multiple of 4.

@@ -494,6 +494,18 @@ class GpuOpsTest {
                 got[c] = gpu.downloadFloats(dy, steps[c] * k * rows);
             }
             assertArrayEquals(Arrays.copyOf(got[0], few * k * rows), got[1], f + ": routed picks of " + few + " tokens with tc_rows 1");
+            // activations 4 bytes off a 16-byte boundary: the tensor-core path declines (the skinny one too), and a call
+            // with tc_rows 1 gives its rows the numbers of the call above the threshold (the FFMA kernel's)
+            long dxo = dev(Arrays.copyOf(x, big * cols + 4)) + 4;
+            float[][] off = new float[2][];
+            for (int c = 0; c < 2; c++) {
+                long dy = zeros(4L * steps[c] * k * rows);
+                check(ds4j_moe_matmul_prefill(gpu.ctx(), f.ordinal(), ptr(dt), scaleTable, MemorySegment.NULL, 0, rows, cols, E,
+                        ptr(dids), k, steps[c], ptr(dxo), cols, 0, ptr(dy), rows, ptr(scratch), bytes, c == 0 ? 0 : 1), "moe tc_rows, x off");
+                off[c] = gpu.downloadFloats(dy, steps[c] * k * rows);
+            }
+            assertArrayEquals(Arrays.copyOf(off[0], few * k * rows), off[1], f + ": routed picks of " + few
+                    + " tokens with tc_rows 1, activations off their alignment (FFMA fallback)");
             for (int p = 0; p < few * k; p++)
                 checkMatmul(f + " tc_rows 1 pick " + p, ms[ids[p]], Arrays.copyOfRange(x, p / k * cols, p / k * cols + cols), cols, 1,
                         Arrays.copyOfRange(got[1], p * rows, p * rows + rows), rows);
