@@ -578,19 +578,13 @@ static hipError_t launch_gemm(ds4j_ctx* ctx, dim3 grid, const Args& a) {
 /**
  * Whether a launch of this grid takes the XP 3 kernels (token tiles of 64 only: at 128 the deeper loads spill): at most
  * four blocks per multiprocessor in all (a prefill chunk of a few dozen tokens, small products), so each block's column
- * tiles are its critical path; DS4J_TC_DEEP=0 (read
- * once) never, for measurements. Same bits either way.
+ * tiles are its critical path; DS4J_TC_DEEP=0 (read once) never, for measurements. Same bits either way.
  */
 static bool deep_tiles(ds4j_ctx* ctx, dim3 grid) {
     static std::atomic<int> off{-1};
-    int o = off.load();
-    if (o < 0) {
-        const char* e = getenv("DS4J_TC_DEEP");
-        o = e && strcmp(e, "0") == 0 ? 1 : 0;
-        off.store(o);
-    }
+    if (env_equals(off, "DS4J_TC_DEEP", "0")) return false;
     const int sms = sm_count(ctx);
-    return o == 0 && sms > 0 && (int64_t)grid.x * grid.y * grid.z <= 4 * (int64_t)sms;
+    return sms > 0 && (int64_t)grid.x * grid.y * grid.z <= 4 * (int64_t)sms;
 }
 
 /**

@@ -712,6 +712,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 ptr(x), ldx, ptr(y), ldy, S, tcRows), m.name(), m == w.lmHead ? "lm_head" : "matmul (dense)");
     }
 
+    /** {@link #matmul(DeviceMatrix, long, long, long, long, int, int)} on packed rows (ldx = cols, ldy = rows). */
+    private void matmul(DeviceMatrix m, long x, long y, int S, int tcRows) {
+        matmul(m, x, m.cols(), y, m.rows(), S, tcRows);
+    }
+
     private void rmsnorm(long x, long y, long weight, int rows, int n) {
         k(ds4j_rmsnorm(ctx(), ptr(x), ptr(y), ptr(weight), rows, n, (float) c.rmsEps), "rmsnorm", "norm, rope, mHC");
     }
@@ -1824,8 +1829,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         final int total = CacheLayout.entries(N0 + S, m);
         if (total <= K) return 0;
         long qi = ws.f32((long) S * HI * dI), wt = ws.f32((long) S * HI);
-        matmul(L.indexer.qB, ql, L.indexer.qB.cols(), qi, L.indexer.qB.rows(), S, tcRows);
-        matmul(L.indexer.weightsProj, x, L.indexer.weightsProj.cols(), wt, L.indexer.weightsProj.rows(), S, tcRows);
+        matmul(L.indexer.qB, ql, qi, S, tcRows);
+        matmul(L.indexer.weightsProj, x, wt, S, tcRows);
         rope(qi, S, HI, dI, ropeCompress, N0, 1, false);
         long scores = ws.f32((long) S * total), sel = ws.i32((long) S * K);
         float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
