@@ -7,7 +7,8 @@
 // against a sorted reference and the one-block kernel. The prefill GEMM runs with
 // both token tiles, with and without its activations split beforehand (xsplit_kernel, DS4J_TC_XSPLIT), with the deeper
 // weight loads of launches of few blocks (XP 3, token tiles of 64), and must give,
-// bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the references). The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
+// bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the references); in column parts
+// (k_parts) it must give the same bits in every variant and for fewer tokens, within the references' tolerance. The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
 // (mhc_cases.h). The skinny products' staged-activation kernel must give the bits of the kernel without staging.
 // EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
@@ -126,14 +127,18 @@ static void launch_gemm_fb(dim3 grid, const tc::Args& a) {
 /**
  * The current GEMM with token tiles of bn (64 or 128), the same Args as the previous one; with xp the activations
  * are split beforehand (xsplit_kernel, the DS4J_TC_XSPLIT path): nrows rows (dense groups x S, moe the rows of x)
- * of cols columns, group stride xgs.
+ * of cols columns, group stride xgs; extra: the column parts' fields (kparts, part) when not null.
  */
 template <bool MOE>
 static void launch_gemm(int fmt, int bn, dim3 grid, const tc1::Args& a1, bool xp = false, int64_t nrows = 0,
-                        int cols = 0, int64_t xgs = 0, int S = 0) {
+                        int cols = 0, int64_t xgs = 0, int S = 0, const tc::Args* extra = nullptr) {
     static_assert(sizeof(tc::Args) > sizeof(tc1::Args), "the previous argument block, then the XP fields");
     tc::Args a{};
     memcpy(&a, &a1, sizeof a1);
+    if (extra) {  // the column parts
+        a.kparts = extra->kparts;
+        a.part = extra->part;
+    }
     std::vector<uint16_t> xs;
     if (xp) {
         // a ragged row pitch (cols + 8) checks that the kernel uses xs_ld, not cols
@@ -209,7 +214,39 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
         if (diffs[i]) { printf("FAIL dense BN %d XSPLIT %d deep %d: %d values differ from the previous kernel\n", bn, xp, g_deep, diffs[i]); fails++; }
     }
     g_deep = false;
-    double worst = 0;
+    // column parts (k_parts): kp ranges of column tiles, their partials added in order (sum_partials); every tile
+    // variant, and a run of fewer tokens, must give the bits of the first run (BN 64, whole S), which must be within
+    // the reference's tolerance; kp larger than the tiles leaves parts empty (zero partials)
+    const int nk = (cols + tc::BK - 1) / tc::BK;
+    std::vector<std::vector<float>> ykp;
+    for (int kp : {3, nk + 1}) {
+        if (kp == nk + 1 && (nk > 2 || kp == 3)) continue;  // nk 2: kp 3 already leaves a part empty
+        std::vector<float> first;
+        for (int i = 0; i < 6; i++) {
+            const int bn = i == 1 || i == 3 ? 128 : 64, S2 = i == 5 ? std::max(1, S - 5) : S;
+            const bool xp = i >= 2;
+            g_deep = i == 4;
+            std::vector<float> y2(ldy * S, -777.f), part((size_t)kp * S2 * rows, -555.f);
+            tc1::Args b = a;
+            b.y = y2.data();
+            b.S = S2;
+            tc::Args extra{};
+            extra.kparts = kp;
+            extra.part = part.data();
+            launch_gemm<false>(fmt, bn, dim3((S2 + bn - 1) / bn, groups * a.tiles_per_grp, kp), b, xp, (int64_t)groups * S2,
+                               cols, groups > 1 ? xgs : 0, S2, &extra);
+            emu_launch(dim3((unsigned)((S2 * rows + 255) / 256)), dim3(256), 0,
+                       [&] { sk::skinny_combine(part.data(), kp, S2, rows, y2.data(), ldy, nullptr, nullptr); });
+            if (i == 0) { first = y2; continue; }
+            int d = 0;
+            for (int s = 0; s < S2; s++)
+                for (int r = 0; r < ldy; r++) d += memcmp(&first[s * ldy + r], &y2[s * ldy + r], 4) != 0;
+            if (d) { printf("FAIL dense column parts %d: BN %d XSPLIT %d deep %d S %d: %d values differ\n", kp, bn, xp, g_deep, S2, d); fails++; }
+        }
+        ykp.push_back(first);
+    }
+    g_deep = false;
+    double worst = 0, worst_kp = 0;
     for (int s = 0; s < S; s++)
         for (int r = 0; r < rows; r++) {
             double acc = 0, mag = 0;
@@ -219,12 +256,18 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
             }
             worst = std::max(worst, std::fabs(y[s * ldy + r] - acc) / mag);
             check("dense", y[s * ldy + r], acc, mag, 1e-5, s, r);
+            for (const auto& yk : ykp) {
+                worst_kp = std::max(worst_kp, std::fabs(yk[s * ldy + r] - acc) / mag);
+                check("dense column parts", yk[s * ldy + r], acc, mag, 1e-5, s, r);
+            }
         }
+    for (const auto& yk : ykp)
+        for (int s = 0; s < S; s++) for (int r = rows; r < ldy; r++) if (yk[s * ldy + r] != -777.f) { printf("FAIL dense column parts wrote padding\n"); fails++; }
     // untouched padding
     for (int s = 0; s < S; s++) for (int r = rows; r < ldy; r++) if (y[s * ldy + r] != -777.f) { printf("FAIL dense wrote padding\n"); fails++; }
-    printf("dense fmt %d rows %d (from %d) cols %d grp %d S %d: worst rel %.3g; vs previous kernel %d (BN 64) / %d (BN 128)"
+    printf("dense fmt %d rows %d (from %d) cols %d grp %d S %d: worst rel %.3g (column parts %.3g); vs previous kernel %d (BN 64) / %d (BN 128)"
            " / %d (BN 64 XSPLIT) / %d (BN 128 XSPLIT) / %d (BN 64 XSPLIT deep) bits differ\n",
-           fmt, rows, from, cols, grp, S, worst, diffs[0], diffs[1], diffs[2], diffs[3], diffs[4]);
+           fmt, rows, from, cols, grp, S, worst, worst_kp, diffs[0], diffs[1], diffs[2], diffs[3], diffs[4]);
 }
 
 static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick, bool misalign) {

@@ -1302,21 +1302,19 @@ static void launch(dim3 grid, int threads, hipStream_t stream, const Args& a) {
         default: { constexpr int N = 8; CALL; break; }        \
     }
 
-/**
- * At least bytes of the context's partials scratch in *out. A larger buffer replaces a smaller one, which stays
- * allocated until ds4j_ctx_destroy: launches queued or captured into a graph may still use it.
- */
-static int sk_scratch(ds4j_ctx* ctx, int64_t bytes, float** out) {
+}  // namespace sk
+
+int partials_scratch(ds4j_ctx* ctx, int64_t bytes, float** out) {
     if (bytes > ctx->sk_scratch_bytes) {
         if (ctx->sk_retired_n >= (int)(sizeof(ctx->sk_retired) / sizeof(ctx->sk_retired[0])))
-            return fail(DS4J_ERR_ARG, "skinny matmul: partials scratch grown too often");
+            return fail(DS4J_ERR_ARG, "matmul: partials scratch grown too often");
         int64_t want = ctx->sk_scratch_bytes * 2 > bytes ? ctx->sk_scratch_bytes * 2 : bytes;
         if (want < (1ll << 20)) want = 1ll << 20;
         void* p = nullptr;
         hipError_t e = hipMalloc(&p, (size_t)want);
         if (e != hipSuccess) {
             hipGetLastError();
-            return fail(DS4J_ERR_OOM, "skinny matmul: %lld bytes of partials scratch: %s", (long long)want,
+            return fail(DS4J_ERR_OOM, "matmul: %lld bytes of partials scratch: %s", (long long)want,
                         hipGetErrorName(e));
         }
         if (ctx->sk_scratch) ctx->sk_retired[ctx->sk_retired_n++] = ctx->sk_scratch;
@@ -1326,6 +1324,19 @@ static int sk_scratch(ds4j_ctx* ctx, int64_t bytes, float** out) {
     *out = (float*)ctx->sk_scratch;
     return DS4J_OK;
 }
+
+int sum_partials(ds4j_ctx* ctx, const float* part, int nw, int ns, int rows, float* y, int64_t ldy, const int32_t* ids,
+                 void* const* w_table) {
+    const int64_t n = (int64_t)ns * rows;
+    if (n == 0) return DS4J_OK;
+    sk::skinny_combine<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(part, nw, ns, rows, y, ldy, ids, w_table);
+    const hipError_t e = hipGetLastError();
+    if (e != hipSuccess) return fail_hip(e, "launching matmul (partials sum)");
+    launched_kernels.fetch_add(1, std::memory_order_relaxed);
+    return DS4J_OK;
+}
+
+namespace sk {
 
 /** Launches skinny_smem_kernel (one m-tile per warp) with pl's shared memory; the launch status. */
 template <int F, int N, bool MOE>
@@ -1345,7 +1356,7 @@ static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, c
 template <bool MOE>
 static int run_smem(ds4j_ctx* ctx, int format, SmPlan pl, dim3 grid, Args a, int rows) {
     if (pl.b.split) {
-        int rc = sk_scratch(ctx, (int64_t)pl.b.nw * pl.b.ns * rows * 4, &pl.b.part);
+        int rc = partials_scratch(ctx, (int64_t)pl.b.nw * pl.b.ns * rows * 4, &pl.b.part);
         if (rc != DS4J_OK) return rc;
         if (MOE) grid.z = (unsigned)pl.b.nw;
         else grid.y = (unsigned)pl.b.nw;
@@ -1354,14 +1365,9 @@ static int run_smem(ds4j_ctx* ctx, int format, SmPlan pl, dim3 grid, Args a, int
     DS4J_SK_DISPATCH_FN(format, pl.nt, (e = launch_smem<F, N, MOE>(grid, pl, ctx->stream, a)))
     if (e != hipSuccess) return fail_hip(e, "launching matmul (skinny tensor cores, shared x)");
     launched_kernels.fetch_add(1, std::memory_order_relaxed);
-    if (pl.b.split) {
-        const int64_t n = (int64_t)pl.b.ns * rows;
-        skinny_combine<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(
-            pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr, MOE ? a.w_table : nullptr);
-        e = hipGetLastError();
-        if (e != hipSuccess) return fail_hip(e, "launching matmul (skinny partials sum)");
-        launched_kernels.fetch_add(1, std::memory_order_relaxed);
-    }
+    if (pl.b.split)
+        return sum_partials(ctx, pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr,
+                            MOE ? a.w_table : nullptr);
     return DS4J_OK;
 }
 

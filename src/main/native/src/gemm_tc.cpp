@@ -17,8 +17,14 @@
 // caps the BN-128 FP8 and FP4 kernels' registers at 128 so that two blocks share a multiprocessor (their two stages,
 // 108 KiB, leave room for two; 16 warps instead of 8 to hide latency): only register allocation differs, same bits.
 //
-// Batch invariance: the value of output (s, r) is the sum over column tiles in order of the same MMA sequence, so it
-// depends on row r and token s only, never on S, on the token's place in its tile, or on the other picks of an expert.
+// Column parts (dense products, k_parts): a product whose row blocks leave most multiprocessors idle (a prefill chunk
+// of a few dozen tokens through wq_a, wkv, wo_b...) splits its column tiles into a few ranges, one block each, whose
+// F32 partial sums a second launch adds in order (sum_partials, gemm_skinny.cpp): each block then walks 8 to 16 column
+// tiles instead of 64 to 128. The number of ranges depends on the weights' shape and the device only.
+//
+// Batch invariance: the value of output (s, r) is the sum over column tiles in order of the same MMA sequence (per
+// column range, the ranges then added in order), so it depends on row r and token s only, never on S, on the token's
+// place in its tile, or on the other picks of an expert.
 #include "tc.h"
 #include "tc_mma.h"
 
@@ -273,6 +279,11 @@ struct Args {
     // xs_plane elements further; rows: dense g * S + s (group g, token s), moe the rows of x
     const uint16_t* xs;
     int64_t xs_ld, xs_plane;
+    // dense, column parts (k_parts): kparts > 1 splits the column tiles into kparts ranges of nearly equal length, one
+    // per blockIdx.z; the block of range j writes its sum to part + j * S * rows, token s at (s * rows + r), and
+    // sum_partials adds the ranges in order into y. kparts 0 or 1: one range, written to y
+    int kparts;
+    float* part;
 };
 
 /**
@@ -283,7 +294,9 @@ struct Args {
  *
  * Numbers: output (s, r) is the sum over the k16 chunks 0 .. 2 ceil(cols / 32) - 1, in increasing order, of the MMAs
  * hi x W, lo x W (and, for F16, hi x W-lo) into one F32 accumulator from 0: the sequence does not depend on BN, on
- * the tile a token falls in or on the other tokens, so results are bit-identical across tile choices and S.
+ * the tile a token falls in or on the other tokens, so results are bit-identical across tile choices and S. With
+ * column parts (a.kparts > 1, dense only) each part's chunks go so into an accumulator of their own and the parts are
+ * added in order afterwards (sum_partials); kparts is a function of the shape (k_parts), never of S.
  */
 template <int FMT, bool MOE, int BN, int XP>
 __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_kernel(Args a) {
@@ -334,9 +347,14 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
         if (tid < BN) {
             const int s = blockIdx.x * BN + tid;
             xoff[tid] = s >= a.S ? -1 : XP != 0 ? ((int64_t)gi * a.S + s) * a.xs_ld : (int64_t)s * a.ldx + (int64_t)gi * a.xgs;
-            yoff[tid] = s < a.S ? (int64_t)s * a.ldy : -1;
+            yoff[tid] = s >= a.S ? -1 : a.part ? (int64_t)s * a.rows : (int64_t)s * a.ldy;
         }
     }
+    // this block's column tiles [kb, ke) (all of them but in a column part) and where its sums go (the part's
+    // partials, or y)
+    const int nk = (v.cols + BK - 1) / BK, kp = MOE || a.kparts < 1 ? 1 : a.kparts;
+    const int kb = MOE ? 0 : (int)((int64_t)nk * blockIdx.z / kp), ke = MOE ? nk : (int)((int64_t)nk * (blockIdx.z + 1) / kp);
+    float* const y = !MOE && a.part ? a.part + (size_t)blockIdx.z * a.S * a.rows : a.y;
     const int cols = v.cols;
     const int64_t rb = row_bytes_of(FMT, cols);
     const bool wal = ((uintptr_t)v.w & 15u) == 0;
@@ -360,7 +378,6 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
             for (int j = 0; j < 4; j++) acc[mi][ni][j] = 0.f;
 
     const int wm = warp % T::WARPS_M, wn = warp / T::WARPS_M;
-    const int nk = (cols + BK - 1) / BK;
     const int n16 = 2 * ((cols + 31) / 32);  // k16 chunks: the same count for every tiling (trailing zero chunks too)
     // ldmatrix lane addresses (words, within a stage): A x4 = rows 0-7 / 8-15 at k 0-7, then at k 8-15;
     // B x4 = tokens 0-7 at k 0-7, k 8-15, then tokens 8-15 at k 0-7, k 8-15 (b0, b1 of two MMA columns)
@@ -369,22 +386,25 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
 
 #pragma unroll
     for (int d = 0; d < D; d++)
-        if (d == 0 || d < nk) load_tile<FMT, BN, XP != 0>(regs[d], v, rb, wal, row0, row_end, a.x, xoff, d * BK);
-    if constexpr (XP != 0) issue_x<BN>(tc_gsm + OXH, tc_gsm + OXL, a.xs, a.xs_plane, xoff, cols, 0);
-    store_tile<FMT, BN, XP != 0>(regs[0], tc_gsm, tc_gsm + OWL, tc_gsm + OXH, tc_gsm + OXL);
+        if (d == 0 || kb + d < ke) load_tile<FMT, BN, XP != 0>(regs[d], v, rb, wal, row0, row_end, a.x, xoff, (kb + d) * BK);
+    {
+        uint32_t* first = tc_gsm + (kb & 1) * SW;  // tile kt is always in stage kt & 1
+        if constexpr (XP != 0) issue_x<BN>(first + OXH, first + OXL, a.xs, a.xs_plane, xoff, cols, kb * BK);
+        store_tile<FMT, BN, XP != 0>(regs[0], first, first + OWL, first + OXH, first + OXL);
+    }
     if constexpr (XP != 0) cp_async_wait_all();
     __syncthreads();
-    // tile kt's weights are in regs[kt % D]: loaded D tiles ahead, stored into the other stage mid-way through tile
-    // kt - 1 (so regs[kt % D] is free for tile kt + D when tile kt starts)
-    for (int kt0 = 0; kt0 < nk; kt0 += D)
+    // column tile kt has its weights in regs[(kt - kb) % D]: loaded D tiles ahead, stored into the other stage mid-way
+    // through tile kt - 1 (so that register set is free for tile kt + D when tile kt starts)
+    for (int kt0 = kb; kt0 < ke; kt0 += D)
 #pragma unroll
     for (int d = 0; d < D; d++) {
         const int kt = kt0 + d;
-        if (kt >= nk) break;
+        if (kt >= ke) break;
         const uint32_t* st = tc_gsm + (kt & 1) * SW;
         uint32_t* nx = tc_gsm + ((kt + 1) & 1) * SW;
-        const bool more = kt + 1 < nk;
-        if (kt + D < nk) load_tile<FMT, BN, XP != 0>(regs[d], v, rb, wal, row0, row_end, a.x, xoff, (kt + D) * BK);
+        const bool more = kt + 1 < ke;
+        if (kt + D < ke) load_tile<FMT, BN, XP != 0>(regs[d], v, rb, wal, row0, row_end, a.x, xoff, (kt + D) * BK);
         // XP: the next tile's activations go into the other stage now (its last reads were before the previous
         // barrier) and have the whole tile's multiplications to arrive
         if (XP != 0 && more) issue_x<BN>(nx + OXH, nx + OXL, a.xs, a.xs_plane, xoff, cols, (kt + 1) * BK);
@@ -430,12 +450,12 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
             const int r = row0 + wm * T::WM + mi * 16 + g, t = wn * 32 + ni * 8 + 2 * tig;
             const int64_t y0 = yoff[t], y1 = yoff[t + 1];
             if (r < row_end) {
-                if (y0 >= 0) a.y[y0 + r] = acc[mi][ni][0];
-                if (y1 >= 0) a.y[y1 + r] = acc[mi][ni][1];
+                if (y0 >= 0) y[y0 + r] = acc[mi][ni][0];
+                if (y1 >= 0) y[y1 + r] = acc[mi][ni][1];
             }
             if (r + 8 < row_end) {
-                if (y0 >= 0) a.y[y0 + r + 8] = acc[mi][ni][2];
-                if (y1 >= 0) a.y[y1 + r + 8] = acc[mi][ni][3];
+                if (y0 >= 0) y[y0 + r + 8] = acc[mi][ni][2];
+                if (y1 >= 0) y[y1 + r + 8] = acc[mi][ni][3];
             }
         }
 #endif
@@ -565,6 +585,30 @@ static int xsplit_mode() {
     return m;
 }
 
+/**
+ * Column parts of a dense product of row_blocks blocks of BM rows over nk column tiles (see gemm_kernel): none when
+ * one token tile's blocks already keep a quarter of the multiprocessors busy (the partials' traffic then costs more
+ * than it saves at a few hundred tokens: wo_a's 64 row blocks, 257 -> 288 us at 512 tokens in 3 parts on the H200);
+ * else as many as give each multiprocessor one block per token tile, with at least DS4J_TC_KSTEPS column tiles per
+ * part (read once; default 8; 0 turns the parts off). Measured with `tools/device/run.sh mm-bench --rows 65,512`:
+ * BENCHMARKS.md, fourteenth session. A function of the shape and the device only, never of S, so a token's sums do not
+ * depend on what else the product carries.
+ */
+static int k_parts(ds4j_ctx* ctx, int64_t row_blocks, int nk) {
+    static std::atomic<int> steps{-1};
+    int m = steps.load();
+    if (m < 0) {
+        const char* e = getenv("DS4J_TC_KSTEPS");
+        m = e && *e ? atoi(e) : 8;
+        if (m < 0) m = 8;
+        steps.store(m);
+    }
+    const int sms = sm_count(ctx);
+    if (m == 0 || sms <= 0 || 4 * row_blocks > sms) return 1;
+    const int64_t want = (sms + row_blocks - 1) / row_blocks, most = nk / m;
+    return (int)(want < most ? want : most > 1 ? most : 1);
+}
+
 /** Launches gemm_kernel<FMT, MOE, BN, XP> with its two shared stages; the launch status. */
 template <int FMT, bool MOE, int BN, int XP>
 static hipError_t launch_gemm(ds4j_ctx* ctx, dim3 grid, const Args& a) {
@@ -681,15 +725,22 @@ bool tc_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int
     a.y = y;
     a.ldy = ldy;
     a.S = S;
-    const int bn = pick_bn(ctx, false, (int64_t)((S + 127) / 128) * groups * tpg, 0);
+    a.kparts = k_parts(ctx, (int64_t)groups * tpg, (v.cols + BK - 1) / BK);
+    if (a.kparts > 1) {
+        *rc = partials_scratch(ctx, (int64_t)a.kparts * S * rows * 4, &a.part);
+        if (*rc != DS4J_OK) return true;
+    }
+    const int bn = pick_bn(ctx, false, (int64_t)((S + 127) / 128) * groups * tpg * a.kparts, 0);
     const int xrc = xsplit(ctx, a, (int64_t)groups * S, v.cols, groups > 1 ? xgs : 0, S);
     if (xrc != DS4J_OK) {
         *rc = xrc;
         return true;
     }
-    dim3 grid((unsigned)((S + bn - 1) / bn), (unsigned)(groups * tpg));
+    dim3 grid((unsigned)((S + bn - 1) / bn), (unsigned)(groups * tpg), (unsigned)a.kparts);
     hipError_t e = launch_gemm<false>(ctx, format, bn, grid, a);
     *rc = e == hipSuccess ? DS4J_OK : fail_hip(e, "launching matmul (tensor cores)");
+    if (*rc == DS4J_OK) launched_kernels.fetch_add(1, std::memory_order_relaxed);
+    if (*rc == DS4J_OK && a.kparts > 1) *rc = sum_partials(ctx, a.part, a.kparts, S, rows, y, ldy, nullptr, nullptr);
     return true;
 #else
     (void)ctx, (void)format, (void)v, (void)rows, (void)grp, (void)xgs, (void)x, (void)ldx, (void)y, (void)ldy, (void)S,

@@ -53,6 +53,21 @@ int32_t moe_matmul_impl(ds4j_ctx* ctx, int32_t format, void* const* w_table, voi
                         float* y, int64_t ldy, bool skinny);
 
 /**
+ * At least bytes of the context's device scratch for column-split partial sums in *out (shared by the skinny and the
+ * prefill products; a larger buffer replaces a smaller one, which stays allocated until ds4j_ctx_destroy because
+ * queued or captured launches may still use it). A status: DS4J_ERR_OOM when it cannot be allocated.
+ */
+int partials_scratch(ds4j_ctx* ctx, int64_t bytes, float** out);
+
+/**
+ * Launches y[s ldy + r] = part[0][s][r] + part[1][s][r] + ... + part[nw - 1][s][r], added in that order, for s < ns,
+ * r < rows (part[p] holds ns x rows floats); ids / w_table non-null (routed experts): rows s whose expert ids[s] has no
+ * device weights are left untouched. A status.
+ */
+int sum_partials(ds4j_ctx* ctx, const float* part, int nw, int ns, int rows, float* y, int64_t ldy, const int32_t* ids,
+                 void* const* w_table);
+
+/**
  * Lightning Indexer scores on tensor cores (indexer_tc.cpp; ds4j_gpu.h, ds4j_indexer_scores): one sequence (views
  * null: qi, wt, keys, N0, S) or n (views in device memory, keys from view.store, S the largest view.S). keys F16 bits,
  * or F32 (keys_f32) holding F16 values; keys_aligned: every view's store is 16-byte aligned. most: the largest

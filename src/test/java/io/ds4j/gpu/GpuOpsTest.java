@@ -537,6 +537,36 @@ class GpuOpsTest {
         }
     }
 
+    /**
+     * Products whose blocks of 128 weight rows leave most multiprocessors idle run in column parts on the tensor cores
+     * (gemm_tc.cpp, k_parts; on the H200 a 256 x 4096 product in 8 column ranges, 4 groups of 128 rows over 1,024
+     * columns in 2), their partial sums added in order: within the reference's tolerance, and a row's result is the
+     * same bits whatever S (and with tc_rows 1 at 16 rows).
+     */
+    @Test
+    void prefillMatmulInColumnParts() {
+        SplittableRandom r = new SplittableRandom(26);
+        int rows = 256, cols = 4096, big = 140;
+        for (WeightMatrix.Format f : new WeightMatrix.Format[]{WeightMatrix.Format.BF16, WeightMatrix.Format.F16,
+                WeightMatrix.Format.FP8_E4M3_B128, WeightMatrix.Format.FP4_E2M1_B32}) {
+            WeightMatrix m = randomMatrix(r, f, rows, cols, false);
+            DeviceMatrix dm = upload(m);
+            float[] x = gauss(r, big * cols, 1);
+            long dx = dev(x);
+            float[] yBig = matmul(dm, dx, cols, big, rows);
+            checkMatmul(f + " " + rows + "x" + cols + " S=" + big, m, x, cols, big, yBig, rows);
+            for (int S : new int[]{TC, TC + 5, 130})
+                assertArrayEquals(Arrays.copyOf(yBig, S * rows), matmul(dm, dx, cols, S, rows), f + ": S=" + S + " vs S=" + big);
+            int few = 16;
+            long dy = zeros(4L * few * rows);
+            check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), dm.rowBase(), rows, cols,
+                    ptr(dx), cols, ptr(dy), rows, few, 1), "matmul tc_rows 1");
+            assertArrayEquals(Arrays.copyOf(yBig, few * rows), gpu.downloadFloats(dy, few * rows),
+                    f + ": " + few + " rows with tc_rows 1 vs S=" + big);
+        }
+        checkGrouped(r, WeightMatrix.Format.FP8_E4M3_B128, 4, 128, 1024, TC + 13, "FP8 4 groups of 128 x 1024 (column parts), group ");
+    }
+
     @Test
     void prefillGroupedMatmul() {
         // groups of 128 rows (whole tiles) and of 96 (a group's last tile is partial) read their own slices of x
