@@ -144,7 +144,10 @@ struct ds4j_ctx {
      * when they could not be allocated (the one-block kernels run then).
      */
     unsigned* hc_count = nullptr;
-    /** Device memory of the skinny products' column-split partials (gemm_skinny.cpp), grown and kept as att_scratch. */
+    /**
+     * Device memory of the column-split partials of the skinny products and of the prefill GEMM's column parts
+     * (partials_scratch, gemm_skinny.cpp), grown and kept as att_scratch.
+     */
     void* sk_scratch = nullptr;
     int64_t sk_scratch_bytes = 0;
     void* sk_retired[32] = {};

@@ -19,8 +19,9 @@
 //
 // Column parts (dense products, k_parts): a product whose row blocks leave most multiprocessors idle (a prefill chunk
 // of a few dozen tokens through wq_a, wkv, wo_b...) splits its column tiles into a few ranges, one block each, whose
-// F32 partial sums a second launch adds in order (sum_partials, gemm_skinny.cpp): each block then walks 8 to 16 column
-// tiles instead of 64 to 128. The number of ranges depends on the weights' shape and the device only.
+// F32 partial sums a second launch adds in order (sum_partials, gemm_skinny.cpp): each block then walks at least
+// DS4J_TC_KSTEPS (8) column tiles instead of all of them (wq_a: 8 instead of 64). The number of ranges depends on the
+// weights' shape only (k_parts).
 //
 // Batch invariance: the value of output (s, r) is the sum over column tiles in order of the same MMA sequence (per
 // column range, the ranges then added in order), so it depends on row r and token s only, never on S, on the token's
@@ -295,7 +296,7 @@ struct Args {
  * Numbers: output (s, r) is the sum over the k16 chunks 0 .. 2 ceil(cols / 32) - 1, in increasing order, of the MMAs
  * hi x W, lo x W (and, for F16, hi x W-lo) into one F32 accumulator from 0: the sequence does not depend on BN, on
  * the tile a token falls in or on the other tokens, so results are bit-identical across tile choices and S. With
- * column parts (a.kparts > 1, dense only) each part's chunks go so into an accumulator of their own and the parts are
+ * column parts (a.kparts > 1, dense only) each part's chunks go into an accumulator of their own in that order and the parts are
  * added in order afterwards (sum_partials); kparts is a function of the shape (k_parts), never of S.
  */
 template <int FMT, bool MOE, int BN, int XP>
@@ -586,15 +587,21 @@ static int xsplit_mode() {
 }
 
 /**
- * Column parts of a dense product of row_blocks blocks of BM rows over nk column tiles (see gemm_kernel): none when
- * one token tile's blocks already keep a quarter of the multiprocessors busy (the partials' traffic then costs more
- * than it saves at a few hundred tokens: wo_a's 64 row blocks, 257 -> 288 us at 512 tokens in 3 parts on the H200);
- * else as many as give each multiprocessor one block per token tile, with at least DS4J_TC_KSTEPS column tiles per
- * part (read once; default 8; 0 turns the parts off). Measured with `tools/device/run.sh mm-bench --rows 65,512`:
- * BENCHMARKS.md, fourteenth session. A function of the shape and the device only, never of S, so a token's sums do not
- * depend on what else the product carries.
+ * The blocks per token tile that column parts aim at: the H200's multiprocessor count, a constant rather than the
+ * device's count so that a product's numbers are the same on every device (as the skinny kernels' TARGET_TILES).
  */
-static int k_parts(ds4j_ctx* ctx, int64_t row_blocks, int nk) {
+constexpr int PARTS_BLOCKS = 132;
+
+/**
+ * Column parts of a dense product of row_blocks blocks of BM rows over nk column tiles (see gemm_kernel): none when
+ * one token tile's blocks are more than a quarter of PARTS_BLOCKS (the partials' traffic then costs more than it saves
+ * at a few hundred tokens: wo_a's 64 row blocks, 257 -> 288 us at 512 tokens in 3 parts on the H200); else as many as
+ * make PARTS_BLOCKS blocks per token tile, with at least DS4J_TC_KSTEPS column tiles per part (read once; default 8;
+ * 0 turns the parts off). Measured with `tools/device/run.sh mm-bench --rows 65,512`: BENCHMARKS.md, fourteenth
+ * session. A function of the shape only, never of S or the device, so a token's sums do not depend on what else the
+ * product carries.
+ */
+static int k_parts(int64_t row_blocks, int nk) {
     static std::atomic<int> steps{-1};
     int m = steps.load();
     if (m < 0) {
@@ -603,9 +610,8 @@ static int k_parts(ds4j_ctx* ctx, int64_t row_blocks, int nk) {
         if (m < 0) m = 8;
         steps.store(m);
     }
-    const int sms = sm_count(ctx);
-    if (m == 0 || sms <= 0 || 4 * row_blocks > sms) return 1;
-    const int64_t want = (sms + row_blocks - 1) / row_blocks, most = nk / m;
+    if (m == 0 || 4 * row_blocks > PARTS_BLOCKS) return 1;
+    const int64_t want = (PARTS_BLOCKS + row_blocks - 1) / row_blocks, most = nk / m;
     return (int)(want < most ? want : most > 1 ? most : 1);
 }
 
@@ -725,7 +731,7 @@ bool tc_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int
     a.y = y;
     a.ldy = ldy;
     a.S = S;
-    a.kparts = k_parts(ctx, (int64_t)groups * tpg, (v.cols + BK - 1) / BK);
+    a.kparts = k_parts((int64_t)groups * tpg, (v.cols + BK - 1) / BK);
     if (a.kparts > 1) {
         *rc = partials_scratch(ctx, (int64_t)a.kparts * S * rows * 4, &a.part);
         if (*rc != DS4J_OK) return true;

@@ -539,9 +539,10 @@ class GpuOpsTest {
 
     /**
      * Products whose blocks of 128 weight rows leave most multiprocessors idle run in column parts on the tensor cores
-     * (gemm_tc.cpp, k_parts; on the H200 a 256 x 4096 product in 8 column ranges, 4 groups of 128 rows over 1,024
-     * columns in 2), their partial sums added in order: within the reference's tolerance, and a row's result is the
-     * same bits whatever S (and with tc_rows 1 at 16 rows).
+     * (gemm_tc.cpp, k_parts: a 256 x 4096 product in 8 column ranges, 4 groups of 128 rows over 1,024 columns in 2),
+     * their partial sums added in order by one more launch than a product without parts: within the reference's
+     * tolerance, and a row's result is the same bits whatever S (also with tc_rows 1 at 16 rows, with ldy past the
+     * rows, and for the grouped product).
      */
     @Test
     void prefillMatmulInColumnParts() {
@@ -563,8 +564,38 @@ class GpuOpsTest {
                     ptr(dx), cols, ptr(dy), rows, few, 1), "matmul tc_rows 1");
             assertArrayEquals(Arrays.copyOf(yBig, few * rows), gpu.downloadFloats(dy, few * rows),
                     f + ": " + few + " rows with tc_rows 1 vs S=" + big);
+            int S = TC + 5, ldy = rows + 3;
+            float[] strided = matmul(dm, dx, cols, S, ldy);
+            for (int t = 0; t < S; t++)
+                assertArrayEquals(Arrays.copyOfRange(yBig, t * rows, (t + 1) * rows), Arrays.copyOfRange(strided, t * ldy, t * ldy + rows),
+                        f + ": row " + t + " with ldy " + ldy);
+            if (f == WeightMatrix.Format.FP8_E4M3_B128) {
+                // the parts ran: one launch more (their sum) than for a product of 34 row blocks, which takes none
+                DeviceMatrix whole = upload(randomMatrix(r, f, 34 * 128, 512, false));
+                long dxw = dev(gauss(r, TC * 512, 1));
+                long k0 = gpu.launchCounts()[0];
+                matmul(dm, dx, cols, TC, rows);
+                long k1 = gpu.launchCounts()[0];
+                matmul(whole, dxw, 512, TC, 34 * 128);
+                long k2 = gpu.launchCounts()[0];
+                assertEquals("0".equals(System.getenv("DS4J_TC_KSTEPS")) ? 0 : 1, (k1 - k0) - (k2 - k1),
+                        "kernel launches of a product in parts minus those of one without");
+            }
         }
         checkGrouped(r, WeightMatrix.Format.FP8_E4M3_B128, 4, 128, 1024, TC + 13, "FP8 4 groups of 128 x 1024 (column parts), group ");
+        WeightMatrix g = randomMatrix(r, WeightMatrix.Format.FP8_E4M3_B128, 4 * 128, 1024, false);
+        DeviceMatrix dg = upload(g);
+        int ldx = 4 * 1024;
+        long dx = dev(gauss(r, 130 * ldx, 1));
+        float[][] ys = new float[2][];
+        int[] steps = {TC + 13, 130};
+        for (int c = 0; c < 2; c++) {
+            long dy = zeros(4L * steps[c] * 4 * 128);
+            check(ds4j_matmul_grouped(gpu.ctx(), dg.format(), ptr(dg.data()), ptr(dg.scale()), dg.scaleKind(), 0, 4 * 128, 1024, 128,
+                    1024, ptr(dx), ldx, ptr(dy), 4 * 128, steps[c], 0), "matmul_grouped");
+            ys[c] = gpu.downloadFloats(dy, steps[c] * 4 * 128);
+        }
+        assertArrayEquals(ys[0], Arrays.copyOf(ys[1], ys[0].length), "grouped in column parts: " + steps[0] + " rows vs " + steps[1]);
     }
 
     @Test
