@@ -212,6 +212,11 @@ void graphs_destroy(ds4j_ctx* ctx);
         if (!(cond)) return ds4j::fail(DS4J_ERR_ARG, __VA_ARGS__); \
     } while (0)
 
+/** Fails entry point fn with DS4J_ERR_ARG unless its tc_rows argument is in 0 .. DS4J_TC_MIN_ROWS (see tc_min_rows). */
+#define DS4J_ARG_TC_ROWS(fn, tc_rows)                                                                       \
+    DS4J_ARG((tc_rows) >= 0 && (tc_rows) <= DS4J_TC_MIN_ROWS, "%s: tc_rows %d not in 0 .. %d", fn, (int)(tc_rows), \
+             DS4J_TC_MIN_ROWS)
+
 #define DS4J_LAUNCHED(name)                                                 \
     do {                                                                    \
         hipError_t e_ = hipGetLastError();                                  \
@@ -237,6 +242,24 @@ static inline bool env_equals(std::atomic<int>& cache, const char* name, const c
         cache.store(v);
     }
     return v == 1;
+}
+
+/**
+ * A small integer setting of the environment variable `name`, read at the first call through `cache` (the caller's
+ * static std::atomic<int>, 0 until read): def when unset or not one of lo .. hi (lo >= 0).
+ */
+static inline int env_choice(std::atomic<int>& cache, const char* name, int def, int lo, int hi) {
+    int v = cache.load();
+    if (v == 0) {
+        v = def;
+        if (const char* e = getenv(name)) {
+            const int n = atoi(e);
+            if (e[0] >= '0' && e[0] <= '9' && n >= lo && n <= hi) v = n;
+        }
+        cache.store(v + 1);  // stored plus one, so that 0 means unread
+        return v;
+    }
+    return v - 1;
 }
 
 static inline unsigned blocks_for(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }

@@ -314,7 +314,7 @@ static int32_t matmul_impl(const char* fn, ds4j_ctx* ctx, int32_t format, const 
                            const float* x, int64_t ldx, float* y, int64_t ldy, int32_t S, int32_t tc_rows) {
     int rc = check_view(fn, format, w, scale, scale_kind, rows, cols);
     if (rc) return rc;
-    DS4J_ARG(tc_rows >= 0 && tc_rows <= DS4J_TC_MIN_ROWS, "%s: tc_rows %d not in 0 .. %d", fn, tc_rows, DS4J_TC_MIN_ROWS);
+    DS4J_ARG_TC_ROWS(fn, tc_rows);
     DS4J_ARG(S >= 0 && x && y && ldx >= cols && ldy >= rows, "%s: bad activations (S %d, ldx %lld, ldy %lld)", fn, S,
              (long long)ldx, (long long)ldy);
     DS4J_ARG(grp > 0 && xgs >= 0, "%s: bad grouping (group_rows %d, x_group_stride %lld)", fn, grp, (long long)xgs);

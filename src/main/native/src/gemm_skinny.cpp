@@ -1049,21 +1049,6 @@ static int warps_for(int mt, int64_t tiles, int64_t rb) {
     return nw;
 }
 
-/** Reads a small integer setting from the environment once: def when unset or not one of the allowed values. */
-static int env_choice(std::atomic<int>& cache, const char* name, int def, int lo, int hi) {
-    int v = cache.load();
-    if (v == 0) {
-        v = def;
-        if (const char* e = getenv(name)) {
-            const int n = atoi(e);
-            if (e[0] >= '0' && e[0] <= '9' && n >= lo && n <= hi) v = n;
-        }
-        cache.store(v + 1);  // stored plus one, so that 0 means unread
-        return v;
-    }
-    return v - 1;
-}
-
 /** False when DS4J_SKINNY_WIDE is "0": steps of more than 32 rows then run in passes of 32 (each reading the weights). */
 static bool wide_passes() {
     static std::atomic<int> c{0};

@@ -596,20 +596,14 @@ constexpr int PARTS_BLOCKS = 132;
  * Column parts of a dense product of row_blocks blocks of BM rows over nk column tiles (see gemm_kernel): none when
  * one token tile's blocks are more than a quarter of PARTS_BLOCKS (the partials' traffic then costs more than it saves
  * at a few hundred tokens: wo_a's 64 row blocks, 257 -> 288 us at 512 tokens in 3 parts on the H200); else as many as
- * make PARTS_BLOCKS blocks per token tile, with at least DS4J_TC_KSTEPS column tiles per part (read once; default 8;
- * 0 turns the parts off). Measured with `tools/device/run.sh mm-bench --rows 65,512`: BENCHMARKS.md, fourteenth
+ * make PARTS_BLOCKS blocks per token tile, with at least DS4J_TC_KSTEPS column tiles per part (read once, 0 .. 64;
+ * default 8; 0 turns the parts off). Measured with `tools/device/run.sh mm-bench --rows 65,512`: BENCHMARKS.md, fourteenth
  * session. A function of the shape only, never of S or the device, so a token's sums do not depend on what else the
  * product carries.
  */
 static int k_parts(int64_t row_blocks, int nk) {
-    static std::atomic<int> steps{-1};
-    int m = steps.load();
-    if (m < 0) {
-        const char* e = getenv("DS4J_TC_KSTEPS");
-        m = e && *e ? atoi(e) : 8;
-        if (m < 0) m = 8;
-        steps.store(m);
-    }
+    static std::atomic<int> steps{0};
+    const int m = env_choice(steps, "DS4J_TC_KSTEPS", 8, 0, 64);
     if (m == 0 || 4 * row_blocks > PARTS_BLOCKS) return 1;
     const int64_t want = (PARTS_BLOCKS + row_blocks - 1) / row_blocks, most = nk / m;
     return (int)(want < most ? want : most > 1 ? most : 1);
@@ -774,17 +768,17 @@ int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_ta
                                 int32_t x_per_pick, float* y, int64_t ldy, void* scratch, int64_t scratch_bytes,
                                 int32_t tc_rows) {
     DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(tc_rows >= 0 && tc_rows <= DS4J_TC_MIN_ROWS, "ds4j_moe_matmul_prefill: tc_rows %d not in 0 .. %d", tc_rows,
-             DS4J_TC_MIN_ROWS);
+    DS4J_ARG_TC_ROWS("ds4j_moe_matmul_prefill", tc_rows);
     DS4J_ARG(E > 0 && k > 0 && S >= 0 && (int64_t)S * k <= 0x7fffffff, "ds4j_moe_matmul_prefill: bad E %d / k %d / S %d",
              E, k, S);
     const int64_t P = (int64_t)S * k, need = 4 * (P + 3 * (int64_t)E + 1);
     DS4J_ARG(scratch && scratch_bytes >= need && ((uintptr_t)scratch & 15u) == 0,
              "ds4j_moe_matmul_prefill: scratch of %lld bytes (need %lld, 16-byte aligned)", (long long)scratch_bytes,
              (long long)need);
+    const bool prefill = S >= tc_min_rows(tc_rows);
 #if DS4J_HAVE_TC
     using namespace tc;
-    const bool use = S >= tc_min_rows(tc_rows) && tc_format(format, scale_kind) && rows > 0 && cols > 0 &&
+    const bool use = prefill && tc_format(format, scale_kind) && rows > 0 && cols > 0 &&
                      (row_bytes_of(format, cols) & 15) == 0 && ((uintptr_t)x & 15u) == 0 && (ldx & 3) == 0 &&
                      tc_device(ctx) && (rows + BM - 1) / BM <= 65535;
     if (use) {
@@ -834,7 +828,7 @@ int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_ta
     }
 #endif
     return moe_matmul_impl(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x,
-                           ldx, x_per_pick, y, ldy, S < tc_min_rows(tc_rows));
+                           ldx, x_per_pick, y, ldy, !prefill);
 }
 
 }  // extern "C"
