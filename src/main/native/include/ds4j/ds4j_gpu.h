@@ -194,9 +194,9 @@ DS4J_API int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies,
  * the rounding noise of an F32 sum of a few thousand terms. F32 weights and FP8 with F32 scales keep the FFMA kernels.
  * A dense product whose blocks of 128 weight rows would leave most multiprocessors idle sums its columns in a few
  * ranges, one block each, and adds the ranges' F32 sums in order: how many ranges depends on the weights' shape only,
- * never on S or the device (DS4J_TC_KSTEPS=N, 0 .. 64, read at the first call: at least N column tiles of 64 per range, default
- * 8; 0 one range, for measurements, which changes the rounding of those products). Their partial sums take device
- * memory the context keeps (ranges x rows x 4 bytes per token; failing to allocate it fails the call with
+ * never on S or the device (DS4J_TC_KSTEPS=N, 0 .. 64, read at the first call: at least N column tiles of 64 per
+ * range, default 8; 0 one range, for measurements, which changes the rounding of those products). Their partial sums
+ * take device memory the context keeps (ranges x rows x 4 bytes per token; failing to allocate it fails the call with
  * DS4J_ERR_OOM rather than rounding differently).
  * Below the threshold (decode; verification of q+1 rows, q+1 <= 17 with the default rollback window of 16; batched
  * steps of up to 64 decode or verify rows, which is why the threshold is 65: such a step is one launch per product
