@@ -203,9 +203,6 @@ __device__ __forceinline__ uint32_t word(const uint4& q, int i) {
     return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
 }
 
-/** BF16 pair (both halves) 2^(f - 127) for a biased exponent f in 1 .. 254. */
-__device__ __forceinline__ uint32_t pow2_pair(uint32_t f) { return (f << 7) | (f << 23); }
-
 /**
  * Multipliers taking decoded FP4 patterns to value x scale for E8M0 scale byte sb: one (m1) when 2^126 x scale is a
  * normal BF16, else two (m1 = 2^126, m2 = scale; two = true), for scales above 2^1.
@@ -215,8 +212,8 @@ __device__ __forceinline__ void multipliers(uint32_t sb, uint32_t& m1, uint32_t&
     static_assert(FMT == DS4J_FMT_FP4_E2M1_B32, "FP8 scales multiply partial sums (fp8_mma)");
     constexpr uint32_t OFF = 126u;
     two = sb + OFF > 254u;
-    m1 = pow2_pair(two ? OFF + 127u : sb + OFF);
-    m2 = sb == 255u ? 0x7fc07fc0u : pow2_pair(sb);  // E8M0 0xFF is NaN
+    m1 = tc::pow2_pair(two ? OFF + 127u : sb + OFF);
+    m2 = sb == 255u ? 0x7fc07fc0u : tc::pow2_pair(sb);  // E8M0 0xFF is NaN
 }
 
 /**

@@ -86,12 +86,18 @@ __device__ __forceinline__ void ldsm_x4(uint32_t* r, const uint32_t* p) {
 }
 
 /**
- * Decodes one 16-byte chunk (EPC elements) into EPC/2 BF16 pairs hi[] (and lo[] for F16). FP8 and FP4 go through
- * F16 patterns (value x 2^-8, x 2^-14, see gemm.cpp decode_chunk) and are multiplied by 2^8 (2^14) x the E8M0 block
- * scale, a power of two, so value x scale is exact in F32 and then in BF16 (it has at most 4 significant bits).
+ * Decodes one 16-byte chunk (EPC elements) into EPC/2 BF16 pairs hi[] (and lo[] for F16); sb: the chunk's E8M0 scale
+ * byte (FP8, FP4). FP8 and FP4 codes are placed into BF16 patterns p that read as value x 2^-OFF (OFF 120 for e4m3, 126
+ * for e2m1; subnormal codes included), which then become value x scale, exact (at most 4 significant bits) wherever that
+ * is a normal number:
+ * - scales of ordinary size: one BF16 pair multiplication of p by the power of two 2^OFF x scale (both normal). About a
+ *   third of the instructions of the F32 path, which dominated the block's step (BENCHMARKS.md, fifteenth session);
+ * - other scales (2^OFF x scale not a normal BF16, subnormal products, the NaN scale 0xFF): each half widened to F32,
+ *   times 2^OFF (exact), times the scale (one rounding), to BF16.
+ * Both give value x scale rounded once, so the bits do not depend on the path.
  */
 template <int FMT>
-__device__ __forceinline__ void decode(const uint4& q, float sc, uint32_t* hi, uint32_t* lo) {
+__device__ __forceinline__ void decode(const uint4& q, uint32_t sb, uint32_t* hi, uint32_t* lo) {
     const uint32_t u[4] = {q.x, q.y, q.z, q.w};
     if constexpr (FMT == DS4J_FMT_BF16) {
 #pragma unroll
@@ -103,31 +109,40 @@ __device__ __forceinline__ void decode(const uint4& q, float sc, uint32_t* hi, u
             split_bf16(f.x, f.y, hi[i], lo[i]);  // exact: an F16 value has 11 significant bits, hi + lo hold 16
         }
     } else {
-        constexpr float UNIT = FMT == DS4J_FMT_FP8_E4M3_B128 ? 256.f : 16384.f;
-        const float mult = sc * UNIT;
-        // mult overflows only for scales near 2^127: then scale in two steps (both exact)
-        const bool two = isinf(mult) && !isinf(sc);
-#define DS4J_TC_SCALE(v) (two ? ((v) * UNIT) * sc : (v) * mult)
-        if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+        constexpr bool FP8 = FMT == DS4J_FMT_FP8_E4M3_B128;
+        constexpr uint32_t OFF = FP8 ? 120u : 126u;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint32_t t0 = __byte_perm(u[i], 0u, 0x4140u), t1 = __byte_perm(u[i], 0u, 0x4342u);
-                const float2 f0 = h2_to_f2(((t0 & 0x00800080u) << 8) | ((t0 & 0x007f007fu) << 7));
-                const float2 f1 = h2_to_f2(((t1 & 0x00800080u) << 8) | ((t1 & 0x007f007fu) << 7));
-                hi[2 * i] = pack_bf16(DS4J_TC_SCALE(f0.x), DS4J_TC_SCALE(f0.y));
-                hi[2 * i + 1] = pack_bf16(DS4J_TC_SCALE(f1.x), DS4J_TC_SCALE(f1.y));
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 4; i++) {
+            if constexpr (FP8) {
+                // bytes (0, 1) and (2, 3) into the high bytes of 16-bit lanes: the sign is then at bit 15, and
+                // exponent and mantissa (bits 14..8) move to 10..4
+                const uint32_t t0 = __byte_perm(u[i], 0u, 0x1404u), t1 = __byte_perm(u[i], 0u, 0x3424u);
+                hi[2 * i] = (t0 & 0x80008000u) | ((t0 >> 4) & 0x07f007f0u);
+                hi[2 * i + 1] = (t1 & 0x80008000u) | ((t1 >> 4) & 0x07f007f0u);
+            } else {
+                const uint32_t v = u[i] >> 4;
 #pragma unroll
                 for (int b = 0; b < 4; b++) {
-                    const uint32_t by = (u[i] >> (8 * b)) & 0xffu, t = by | (by << 12);
-                    const float2 f = h2_to_f2(((t & 0x00080008u) << 12) | ((t & 0x00070007u) << 9));
-                    hi[4 * i + b] = pack_bf16(DS4J_TC_SCALE(f.x), DS4J_TC_SCALE(f.y));
+                    // byte b's low nibble at bits 0..3, its high nibble at 16..19 (the other bits are masked off):
+                    // sign -> bit 15, exponent and mantissa -> bits 8..6
+                    const uint32_t t = __byte_perm(u[i], v, (uint32_t)(b | b << 4 | (4 + b) << 8 | (4 + b) << 12));
+                    hi[4 * i + b] = ((t << 12) & 0x80008000u) | ((t << 6) & 0x01c001c0u);
                 }
+            }
         }
-#undef DS4J_TC_SCALE
+        // the multiplier and every nonzero product normal: sb + OFF <= 254 and the smallest nonzero value (e4m3
+        // 2^-9, e2m1 2^-1) x scale >= 2^-126
+        constexpr uint32_t SB_MIN = FP8 ? 10u : 2u;
+        if (sb - SB_MIN <= 254u - OFF - SB_MIN) {
+            const uint32_t m = pow2_pair(sb + OFF);
+#pragma unroll
+            for (int j = 0; j < Fmt<FMT>::EPC / 2; j++) hi[j] = mul_bf16x2(hi[j], m);
+        } else {
+            const float sc = e8m0(sb), up = __uint_as_float((127u + OFF) << 23);
+#pragma unroll
+            for (int j = 0; j < Fmt<FMT>::EPC / 2; j++)
+                hi[j] = pack_bf16(__uint_as_float(hi[j] << 16) * up * sc, __uint_as_float(hi[j] & 0xffff0000u) * up * sc);
+        }
     }
 }
 
@@ -137,7 +152,7 @@ struct Regs {
     static constexpr int EPC = Fmt<FMT>::EPC, CPR = BK / EPC, NCH = BM * CPR, NPT = NCH / THREADS;
     static_assert(NCH % THREADS == 0, "whole chunks per thread");
     uint4 wq[NPT];
-    float ws[NPT];
+    uint32_t ws[NPT];  // E8M0 scale bytes (FP8, FP4), decoded only when the tile is stored
     float4 xq[XP ? 1 : Tile<BN>::XV];  // unused with XP: the activations go to shared memory through cp.async
 };
 
@@ -161,15 +176,15 @@ __device__ __forceinline__ void load_tile(Regs<FMT, BN, XP>& t, const WView& v, 
     for (int i = 0; i < R::NPT; i++) {
         const int c = tid + i * THREADS;
         t.wq[i] = make_uint4(0u, 0u, 0u, 0u);
-        t.ws[i] = 1.f;
+        t.ws[i] = 127u;
         const int gr = row0 + c / R::CPR, col = k0 + (c % R::CPR) * R::EPC;
         if (gr < row_end && col < cols) {
             const uint8_t* p = v.w + (size_t)gr * rb + (size_t)col * 16 / R::EPC;
             t.wq[i] = wal ? __ldg(reinterpret_cast<const uint4*>(p)) : load16_bytes(p);
             if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128)
-                t.ws[i] = e8m0(v.scale[(size_t)((v.row_base + gr) >> 7) * v.scale_cols + (col >> 7)]);
+                t.ws[i] = v.scale[(size_t)((v.row_base + gr) >> 7) * v.scale_cols + (col >> 7)];
             else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32)
-                t.ws[i] = e8m0(v.scale[(size_t)gr * (cols >> 5) + (col >> 5)]);
+                t.ws[i] = v.scale[(size_t)gr * (cols >> 5) + (col >> 5)];
         }
     }
     if constexpr (!XP) {

@@ -26,6 +26,9 @@ __device__ __forceinline__ void split_bf16(float a, float b, uint32_t& hi, uint3
     lo = pack_bf16(__fsub_rn(a, __uint_as_float(hi << 16)), __fsub_rn(b, __uint_as_float(hi & 0xffff0000u)));
 }
 
+/** BF16 pair (both halves) 2^(f - 127) for a biased exponent f in 1 .. 254. */
+__device__ __forceinline__ uint32_t pow2_pair(uint32_t f) { return (f << 7) | (f << 23); }
+
 /**
  * a * b for two BF16 pairs (fma.rn with -0 added, so a zero product keeps its sign), subnormal inputs included:
  * exact whenever b is a power of two and the products stay in the normal range.
