@@ -9,7 +9,8 @@
 // weight loads of launches of few blocks (XP 3, token tiles of 64), and must give,
 // bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the references); in column parts
 // (k_parts) it must give the same bits in every variant and for fewer tokens, within the references' tolerance. The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
-// (mhc_cases.h). The skinny products' staged-activation kernel must give the bits of the kernel without staging.
+// (mhc_cases.h). The skinny products' staged-activation kernel must give the bits of the kernel without staging. The
+// compressor pooling (attention.cpp) must give the bits of the earlier one-thread-per-channel kernel's arithmetic.
 // EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
 #include "gemm_tc_v1.cpp"
@@ -17,6 +18,7 @@
 #include "indexer_tc.cpp"
 #include "attention_tc.cpp"
 #include "topk.cpp"
+#include "compress.cpp"
 #include "misc.cpp"
 #include <random>
 #include <type_traits>
@@ -1159,6 +1161,92 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
 }
 #include "mhc_cases.h"
 
+/**
+ * The compressor pooling (compress_pool_kernel: rows shared across the block, sums in row order) against the
+ * arithmetic of the earlier kernel, one thread per channel walking the window with 256 threads a block (the order of
+ * CpuBackend#compress), bit for bit: w, m, overlap, positions N0 .. N0+S-1, a ring of cap rows (0: none, N0 = 0).
+ */
+static void compress_case(int w, int m, int overlap, int64_t N0, int S, int cap, int rope_dim) {
+    const int cw = overlap ? 2 * w : w;
+    const int64_t total = N0 + S;
+    std::vector<float> A(total * cw), Z(total * cw), pb((size_t)m * cw), nw(w), inv(rope_dim / 2);
+    for (auto& v : A) v = (float)gauss();
+    for (auto& v : Z) v = (float)(2 * gauss());
+    for (auto& v : pb) v = (float)(0.5 * gauss());
+    for (auto& v : nw) v = (float)(1 + 0.1 * gauss());
+    for (int i = 0; i < rope_dim / 2; i++) inv[i] = (float)std::pow(10000.0, -2.0 * i / rope_dim);
+    std::vector<float> ra(cap > 0 ? (size_t)cap * cw : 1, NAN), rz(ra.size(), NAN);
+    for (int64_t p = std::max<int64_t>(0, N0 - cap); p < N0; p++)
+        for (int c = 0; c < cw; c++) {
+            ra[(p % cap) * cw + c] = A[p * cw + c];
+            rz[(p % cap) * cw + c] = Z[p * cw + c];
+        }
+    const float eps = 1e-6f;
+    const int64_t nwin = total / m - N0 / m;
+    std::vector<uint16_t> got(total / m * w + 1, 0xdead), want(got);
+    emu_launch(dim3((unsigned)nwin), dim3(POOL_THREADS), pool_smem(w), [&] {
+        compress_pool_kernel(cap > 0 ? ra.data() : nullptr, cap > 0 ? rz.data() : nullptr, cap, A.data() + N0 * cw,
+                             Z.data() + N0 * cw, N0, m, w, overlap, pb.data(), nw.data(), eps, inv.data(), rope_dim,
+                             got.data());
+    });
+    std::vector<float> pooled(w);
+    for (int64_t win = N0 / m; win < total / m; win++) {
+        const int64_t prev = (win - 1) * m, cur = win * m;
+        const bool has_prev = overlap && win > 0;
+        const int voff = overlap ? w : 0;
+        for (int ch = 0; ch < w; ch++) {
+            float mx = -INFINITY;
+            if (has_prev) for (int j = 0; j < m; j++) mx = fmaxf(mx, add(Z[(prev + j) * cw + ch], pb[j * cw + ch]));
+            for (int j = 0; j < m; j++) mx = fmaxf(mx, add(Z[(cur + j) * cw + voff + ch], pb[j * cw + voff + ch]));
+            float sum = 0, acc = 0;
+            if (has_prev)
+                for (int j = 0; j < m; j++) {
+                    const float e = exp_d(sub(add(Z[(prev + j) * cw + ch], pb[j * cw + ch]), mx));
+                    sum = add(sum, e);
+                    acc = add(acc, mul(e, A[(prev + j) * cw + ch]));
+                }
+            for (int j = 0; j < m; j++) {
+                const float e = exp_d(sub(add(Z[(cur + j) * cw + voff + ch], pb[j * cw + voff + ch]), mx));
+                sum = add(sum, e);
+                acc = add(acc, mul(e, A[(cur + j) * cw + voff + ch]));
+            }
+            pooled[ch] = acc / sum;
+        }
+        // the sum of squares of a 256-thread block: per thread its channels in order, per warp the xor butterfly, then
+        // the warps in order
+        double part[256] = {0};
+        for (int ch = 0; ch < w; ch++) part[ch % 256] += (double)mul(pooled[ch], pooled[ch]);
+        double ss = 0;
+        for (int wp = 0; wp < 8; wp++) {
+            double v[32];
+            for (int l = 0; l < 32; l++) v[l] = part[wp * 32 + l];
+            for (int o = 16; o > 0; o >>= 1) {
+                double n[32];
+                for (int l = 0; l < 32; l++) n[l] = v[l] + v[l ^ o];
+                memcpy(v, n, sizeof v);
+            }
+            ss += v[0];
+        }
+        const float iv = (float)(1.0 / sqrt((double)add((float)(ss / w), eps)));
+        for (int ch = 0; ch < w; ch++) pooled[ch] = mul(nw[ch], mul(pooled[ch], iv));
+        const float ft = (float)(win * m);
+        for (int i = 0; i < rope_dim / 2; i++) {
+            const double phi = (double)mul(inv[i], ft);
+            const float c = (float)cos(phi), sn = (float)sin(phi);
+            float* base = pooled.data() + (w - rope_dim);
+            const float a0 = base[2 * i], b0 = base[2 * i + 1];
+            base[2 * i] = sub(mul(a0, c), mul(b0, sn));
+            base[2 * i + 1] = add(mul(b0, c), mul(a0, sn));
+        }
+        for (int ch = 0; ch < w; ch++) want[win * w + ch] = f32_to_f16(pooled[ch]);
+    }
+    int d = 0;
+    for (size_t i = 0; i < got.size(); i++) d += got[i] != want[i];
+    if (d) { printf("FAIL compress pooling w %d m %d overlap %d N0 %lld S %d cap %d: %d values differ\n", w, m, overlap, (long long)N0, S, cap, d); fails++; }
+    printf("compress pooling w %d m %d overlap %d N0 %lld S %d cap %d: %lld windows, %d values differ from the one-thread-per-channel order\n",
+           w, m, overlap, (long long)N0, S, cap, (long long)nwin, d);
+}
+
 int main() {
     if (getenv("FP8_EDGE")) {
         // FP8 skinny products with x far below the F16 range (fp8_x's lower limit of e, F32 subnormal groups) and
@@ -1192,6 +1280,16 @@ int main() {
         }
         printf("%s: %d failures (prefill GEMM, edge scales)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
+    }
+    if (getenv("COMP_ONLY") || !getenv("TC_ONLY")) {  // the compressor pooling (COMP_ONLY=1: only these)
+        compress_case(64, 16, 1, 40, 30, 32, 16);    // 8 row groups per channel's maximum, 2 row chunks, ring + fresh rows
+        compress_case(640, 4, 1, 6, 13, 8, 64);      // more channels than threads, chunks of 7 rows
+        compress_case(128, 128, 0, 100, 60, 128, 64); // HCA-like: one 128-row window, 8 chunks
+        compress_case(96, 8, 1, 0, 20, 0, 32);       // no ring (N0 = 0)
+        if (getenv("COMP_ONLY")) {
+            printf("%s: %d failures (compressor pooling only)\n", fails ? "FAILED" : "OK", fails);
+            return fails ? 1 : 0;
+        }
     }
     if (getenv("TC_ONLY")) goto prefill;  // the prefill GEMM cases only (tensor-core dense and routed-expert products)
     if (getenv("SPLIT_ONLY")) goto split;  // the split FFMA attention cases only (with output hashes to compare builds)

@@ -95,6 +95,12 @@ att=att[:att.index('\n')+1]
 conv=a[a.index('/**\n * ds4j_f16_to_f32_seqs: grid'):a.index('// ------------------------------------------------------------------------------------------- F16-operand attention')]
 open(out+'attention_tc.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+keys+tcs+emu_tc+kern+comb+att+split+conv+'}  // namespace ds4j\n')
 
+# the compressor pooling of attention.cpp (compress_pool_kernel and what it needs)
+cp=a[a.index('/**\n * The compressor rows (values a or logits z)'):a.index('/** Windows completed by a step of S positions after N0. */')]
+cp=cp.replace('extern __shared__ float pool_sm[];','float* pool_sm = reinterpret_cast<float*>(emu_dyn_smem);')
+cp=cp.replace('static size_t pool_smem','inline size_t pool_smem')
+open(out+'compress.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+cp+'}  // namespace ds4j\n')
+
 # the Lightning Indexer's top-k of attention.cpp: one block per row (topk_body) and the multi-block kernels
 tk=a[a.index('/** Order-preserving key'):a.index('/** F16 bit patterns to F32')]
 open(out+'topk.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+tk+'}  // namespace ds4j\n')

@@ -614,48 +614,116 @@ __global__ void at_combine_seqs_kernel(const ds4j_seq_view* views, const float* 
 }
 // ------------------------------------------------------------------------------------------- end of split attention
 
-/** A compressor row (values a or logits z) of position p: this step's rows or the ring. */
-__device__ __forceinline__ const float* comp_row(const float* ring, const float* fresh, int64_t p, int64_t N0, int cap,
-                                                 int cw) {
-    return p >= N0 ? fresh + (p - N0) * cw : ring + (p % cap) * cw;
+/**
+ * The compressor rows (values a or logits z) of the positions base .. base + n - 1 (n <= cap + 1 where any comes from
+ * the ring): this step's rows from N0 on, the ring's before. The ring slot of base is found once (a 64-bit remainder
+ * per row read cost more than the pooling's arithmetic), then stepped.
+ */
+struct CompRows {
+    int64_t base, N0;
+    int64_t s0;  // ring slot of base (0 without a ring)
+    int cap, cw;
+    __device__ __forceinline__ CompRows(int64_t base_, int64_t N0_, int cap_, int cw_)
+        : base(base_), N0(N0_), s0(cap_ > 0 && base_ < N0_ ? base_ % cap_ : 0), cap(cap_), cw(cw_) {}
+    /** Row of position p (base <= p < base + n) in ring or fresh. */
+    __device__ __forceinline__ const float* row(const float* ring, const float* fresh, int64_t p) const {
+        if (p >= N0) return fresh + (p - N0) * cw;
+        int64_t s = s0 + (p - base);
+        if (s >= cap) s -= cap;
+        return ring + s * cw;
+    }
+};
+
+/** Threads per block of the pooling launches. */
+constexpr int POOL_THREADS = 512;
+/** Channel pattern of the norm's sum of squares: that of a 256-thread block, whatever the block size (the same bits). */
+constexpr int POOL_NORM_THREADS = 256;
+/** Widest compressor row the pooling takes (its shared memory: pool_smem). */
+constexpr int POOL_MAX_W = 2048;
+
+/** Window rows whose exponentials the pooling holds in shared memory at once for width w (1 .. 16; 48 KiB in all). */
+__host__ __device__ __forceinline__ int pool_rows_per_chunk(int w) {
+    const int j = (12288 / w - 4) / 2;
+    return j < 1 ? 1 : j > 16 ? 16 : j;
 }
 
+/** Dynamic shared memory of a pooling block for width w (w <= POOL_MAX_W): 4 w floats and two chunks of rows. */
+static size_t pool_smem(int w) { return (size_t)(4 + 2 * pool_rows_per_chunk(w)) * w * sizeof(float); }
+
+/**
+ * One compressed entry (window b of the step): per channel the softmax over the window's rows (with overlap the
+ * previous window's rows first, then this window's) of logits z + position bias, weighting the values a; then RMSNorm,
+ * RoPE on the last rope_dim channels and the F16 store. The channel's maximum is taken over all rows in any order (the
+ * same number); the exponentials and their products with a are computed a chunk of rows at a time by all threads and
+ * summed per channel in row order: the order of the CPU reference (CpuBackend#compress) and the bits of the earlier
+ * kernel, one thread per channel walking the window, which took ~140 us a call for 128-row windows (BENCHMARKS.md,
+ * fourteenth session); now the block's threads share the exponentials.
+ */
 __device__ __forceinline__ void compress_pool_body(const float* ring_a, const float* ring_z, int cap, const float* a_new,
                                                    const float* z_new, int64_t N0, int m, int w, int overlap,
                                                    const float* pb, const float* norm_w, float eps,
                                                    const float* inv_freq, int rope_dim, uint16_t* entries, int b) {
-    extern __shared__ float pooled[];  // [w]
+    extern __shared__ float pool_sm[];  // pooled [w], max [w], sum [w], acc [w], then e and e a [J][w] each
     __shared__ double red[32];
+    const int J = pool_rows_per_chunk(w);
+    float *pooled = pool_sm, *mxs = pool_sm + w, *sums = mxs + w, *accs = sums + w, *ev = accs + w, *eav = ev + J * w;
     const int64_t win = N0 / m + b;
     const int cw = overlap ? 2 * w : w;
     const int64_t prev = (win - 1) * m, cur = win * m;
     const bool has_prev = overlap && win > 0;
     const int voff = overlap ? w : 0;
-    for (int ch = threadIdx.x; ch < w; ch += blockDim.x) {
+    const CompRows rows(has_prev ? prev : cur, N0, cap, cw);
+    // row r of the R pooled rows: the previous window's r (channels from 0), then this window's r - mp (from voff)
+    const int mp = has_prev ? m : 0, R = mp + m;
+    const int tid = threadIdx.x, bd = blockDim.x;
+    // the maxima: G row groups per channel, then the groups' maxima together
+    const int G = bd >= w ? bd / w : 1;
+    for (int i = tid; i < G * w; i += bd) {
+        const int g = i / w, ch = i - g * w;
         float mx = -INFINITY;
-        if (has_prev)
-            for (int j = 0; j < m; j++)
-                mx = fmaxf(mx, add(comp_row(ring_z, z_new, prev + j, N0, cap, cw)[ch], pb[j * cw + ch]));
-        for (int j = 0; j < m; j++)
-            mx = fmaxf(mx, add(comp_row(ring_z, z_new, cur + j, N0, cap, cw)[voff + ch], pb[j * cw + voff + ch]));
-        float sum = 0, acc = 0;
-        if (has_prev)
-            for (int j = 0; j < m; j++) {
-                const float e = exp_d(sub(add(comp_row(ring_z, z_new, prev + j, N0, cap, cw)[ch], pb[j * cw + ch]), mx));
-                sum = add(sum, e);
-                acc = add(acc, mul(e, comp_row(ring_a, a_new, prev + j, N0, cap, cw)[ch]));
-            }
-        for (int j = 0; j < m; j++) {
-            const float e = exp_d(sub(add(comp_row(ring_z, z_new, cur + j, N0, cap, cw)[voff + ch], pb[j * cw + voff + ch]), mx));
-            sum = add(sum, e);
-            acc = add(acc, mul(e, comp_row(ring_a, a_new, cur + j, N0, cap, cw)[voff + ch]));
+        for (int r = g; r < R; r += G) {
+            const int j = r < mp ? r : r - mp, o = r < mp ? ch : voff + ch;
+            mx = fmaxf(mx, add(rows.row(ring_z, z_new, r < mp ? prev + j : cur + j)[o], pb[j * cw + o]));
         }
-        pooled[ch] = acc / sum;
+        ev[i] = mx;
     }
     __syncthreads();
+    for (int ch = tid; ch < w; ch += bd) {
+        float mx = ev[ch];
+        for (int g = 1; g < G; g++) mx = fmaxf(mx, ev[g * w + ch]);
+        mxs[ch] = mx;
+        sums[ch] = 0.f;
+        accs[ch] = 0.f;
+    }
+    __syncthreads();
+    for (int r0 = 0; r0 < R; r0 += J) {
+        const int n = R - r0 < J ? R - r0 : J;
+        for (int i = tid; i < n * w; i += bd) {
+            const int rr = i / w, ch = i - rr * w, r = r0 + rr;
+            const int j = r < mp ? r : r - mp, o = r < mp ? ch : voff + ch;
+            const int64_t p = r < mp ? prev + j : cur + j;
+            const float e = exp_d(sub(add(rows.row(ring_z, z_new, p)[o], pb[j * cw + o]), mxs[ch]));
+            ev[i] = e;
+            eav[i] = mul(e, rows.row(ring_a, a_new, p)[o]);
+        }
+        __syncthreads();
+        for (int ch = tid; ch < w; ch += bd) {
+            float sum = sums[ch], acc = accs[ch];
+            for (int rr = 0; rr < n; rr++) {
+                sum = add(sum, ev[rr * w + ch]);
+                acc = add(acc, eav[rr * w + ch]);
+            }
+            sums[ch] = sum;
+            accs[ch] = acc;
+        }
+        __syncthreads();
+    }
+    for (int ch = tid; ch < w; ch += bd) pooled[ch] = accs[ch] / sums[ch];
+    __syncthreads();
     double ss = 0;
-    for (int ch = threadIdx.x; ch < w; ch += blockDim.x) ss += (double)mul(pooled[ch], pooled[ch]);
-    ss = block_sum(ss, red);
+    if (tid < POOL_NORM_THREADS)
+        for (int ch = tid; ch < w; ch += POOL_NORM_THREADS) ss += (double)mul(pooled[ch], pooled[ch]);
+    ss = block_sum(ss, red);  // warps past the pattern's add zeros, after its warps' sums: the same value
     const float inv = (float)(1.0 / sqrt((double)add((float)(ss / w), eps)));
     for (int ch = threadIdx.x; ch < w; ch += blockDim.x) pooled[ch] = mul(norm_w[ch], mul(pooled[ch], inv));
     __syncthreads();
@@ -2132,8 +2200,8 @@ int32_t ds4j_compress_pool(ds4j_ctx* ctx, const float* ring_a, const float* ring
     DS4J_ARG(N0 == 0 || (ring_a && ring_z && cap >= (overlap ? 2 * m : m) - 1), "ds4j_compress_pool: ring too small");
     const int64_t nwin = (N0 + S) / m - N0 / m;
     if (nwin <= 0) return DS4J_OK;
-    DS4J_ARG(w * sizeof(float) <= 32 * 1024, "ds4j_compress_pool: width %d too large", w);
-    compress_pool_kernel<<<(unsigned)nwin, 256, w * sizeof(float), ctx->stream>>>(
+    DS4J_ARG(w <= POOL_MAX_W, "ds4j_compress_pool: width %d too large", w);
+    compress_pool_kernel<<<(unsigned)nwin, POOL_THREADS, pool_smem(w), ctx->stream>>>(
         ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, position_bias, norm_w, eps, inv_freq, rope_dim, entries);
     DS4J_LAUNCHED("compress_pool");
     return DS4J_OK;
@@ -2156,12 +2224,12 @@ int32_t ds4j_compress_step(ds4j_ctx* ctx, float* ring_a, float* ring_z, int32_t 
     DS4J_ARG(a_new && z_new && position_bias && norm_w && inv_freq && entries && m > 0 && w > 0 && S >= 0 && N0 >= 0,
              "ds4j_compress_step: bad arguments");
     DS4J_ARG(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= w, "ds4j_compress_step: bad rope_dim %d", rope_dim);
-    DS4J_ARG(w * sizeof(float) <= 32 * 1024, "ds4j_compress_step: width %d too large", w);
+    DS4J_ARG(w <= POOL_MAX_W, "ds4j_compress_step: width %d too large", w);
     if (S == 0) return DS4J_OK;
     const int64_t nwin = windows_done(N0, S, m);
     const int cw = overlap ? 2 * w : w;
     const unsigned nst = grid_for((N0 + S - ring_first(N0, S, cap)) * cw);
-    compress_step_kernel<<<(unsigned)nwin + nst, 256, w * sizeof(float), ctx->stream>>>(
+    compress_step_kernel<<<(unsigned)nwin + nst, POOL_THREADS, pool_smem(w), ctx->stream>>>(
         ring_a, ring_z, cap, a_new, z_new, N0, S, m, w, overlap, position_bias, norm_w, eps, inv_freq, rope_dim, entries,
         (int)nwin);
     DS4J_LAUNCHED("compress_step");
@@ -2301,7 +2369,7 @@ int32_t ds4j_compress_pool_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
     if (vrc != DS4J_OK) return vrc;
     DS4J_ARG(a_new && z_new && position_bias && norm_w && inv_freq && m > 0 && w > 0, "%s: bad arguments", fn);
     DS4J_ARG(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= w, "%s: bad rope_dim %d", fn, rope_dim);
-    DS4J_ARG(w * sizeof(float) <= 32 * 1024, "%s: width %d too large", fn, w);
+    DS4J_ARG(w <= POOL_MAX_W, "%s: width %d too large", fn, w);
     int64_t most = 0;
     for (int32_t i = 0; i < n; i++) {
         const ds4j_seq_view& v = host_views[i];
@@ -2313,7 +2381,7 @@ int32_t ds4j_compress_pool_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
     if (ctx->fixed_grids) most = (max_s + m - 1) / m;  // the most windows max_s rows can complete
     if (most <= 0) return DS4J_OK;
     dim3 grid((unsigned)most, (unsigned)n);
-    compress_pool_seqs_kernel<<<grid, 256, w * sizeof(float), ctx->stream>>>(views, a_new, z_new, m, w, overlap,
+    compress_pool_seqs_kernel<<<grid, POOL_THREADS, pool_smem(w), ctx->stream>>>(views, a_new, z_new, m, w, overlap,
                                                                             position_bias, norm_w, eps, inv_freq,
                                                                             rope_dim);
     DS4J_LAUNCHED("compress_pool_seqs");
@@ -2345,7 +2413,7 @@ int32_t ds4j_compress_step_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
     }
     DS4J_ARG(a_new && z_new && position_bias && norm_w && inv_freq && m > 0 && w > 0, "%s: bad arguments", fn);
     DS4J_ARG(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= w, "%s: bad rope_dim %d", fn, rope_dim);
-    DS4J_ARG(w * sizeof(float) <= 32 * 1024, "%s: width %d too large", fn, w);
+    DS4J_ARG(w <= POOL_MAX_W, "%s: width %d too large", fn, w);
     int64_t most = 0, rows = 0;
     for (int32_t i = 0; i < n; i++) {
         const ds4j_seq_view& v = host_views[i];
@@ -2357,7 +2425,7 @@ int32_t ds4j_compress_step_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
     }
     if (ctx->fixed_grids) most = (max_s + m - 1) / m;  // the most windows max_s rows can complete
     dim3 grid((unsigned)most + grid_for(rows * cw), (unsigned)n);
-    compress_step_seqs_kernel<<<grid, 256, w * sizeof(float), ctx->stream>>>(views, a_new, z_new, m, w, overlap,
+    compress_step_seqs_kernel<<<grid, POOL_THREADS, pool_smem(w), ctx->stream>>>(views, a_new, z_new, m, w, overlap,
                                                                             position_bias, norm_w, eps, inv_freq,
                                                                             rope_dim, (int)most);
     DS4J_LAUNCHED("compress_step_seqs");
