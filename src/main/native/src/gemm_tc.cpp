@@ -329,6 +329,7 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
     WView v = a.v;
     int row0, row_end;
+    int nvalid;  // tokens of this block's tile (the rest are padding: their MMAs are skipped, see below)
     if constexpr (MOE) {
         const int bx = (int)blockIdx.x;
         if (bx >= a.tile_prefix[a.E]) return;  // more blocks are launched than there are tiles (an upper bound)
@@ -340,6 +341,7 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
         }
         const int e = lo, i = bx - a.tile_prefix[e];
         const int start = a.off[e] + i * BN, len = min(BN, a.cnt[e] - i * BN);
+        nvalid = len;
         v.w = (const uint8_t*)a.w_table[e];
         if (!v.w) return;  // expert e is in host memory (hybrid placement): the caller fills its pick rows itself
         v.scale = a.scale_table ? (const uint8_t*)a.scale_table[e] : nullptr;
@@ -358,6 +360,7 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
         }
     } else {
         const int gi = blockIdx.y / a.tiles_per_grp, ti = blockIdx.y % a.tiles_per_grp;
+        nvalid = min(BN, a.S - (int)blockIdx.x * BN);
         row0 = gi * a.grp + ti * BM;
         row_end = min(row0 + BM, (gi + 1) * a.grp);
         if (tid < BN) {
@@ -397,6 +400,7 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
     const int n16 = 2 * ((cols + 31) / 32);  // k16 chunks: the same count for every tiling (trailing zero chunks too)
     // ldmatrix lane addresses (words, within a stage): A x4 = rows 0-7 / 8-15 at k 0-7, then at k 8-15;
     // B x4 = tokens 0-7 at k 0-7, k 8-15, then tokens 8-15 at k 0-7, k 8-15 (b0, b1 of two MMA columns)
+    const int tok0 = wn * 32;  // this warp's first token in the tile
     const int a_off = (wm * T::WM + (lane & 15)) * LDW + (lane >> 4) * 4;
     const int b_off = (wn * 32 + ((lane >> 4) & 1) * 8 + (lane & 7)) * LDW + ((lane >> 3) & 1) * 4;
 
@@ -429,25 +433,29 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
             // chunks 0 and 1 of a tile always exist (n16 is even); 2 and 3 may lie past the columns' last 32
             if (kk >= 2 && kt * (BK / 16) + kk >= n16) break;
             uint32_t af[MI][4], afl[SPLIT ? MI : 1][4], bh[NI / 2][4], bl[NI / 2][4];
-#pragma unroll
-            for (int mi = 0; mi < MI; mi++) {
-                ldsm_x4(af[mi], st + a_off + mi * 16 * LDW + kk * 8);
-                if constexpr (SPLIT) ldsm_x4(afl[mi], st + OWL + a_off + mi * 16 * LDW + kk * 8);
-            }
-#pragma unroll
-            for (int nj = 0; nj < NI / 2; nj++) {
-                ldsm_x4(bh[nj], st + OXH + b_off + nj * 16 * LDW + kk * 8);
-                ldsm_x4(bl[nj], st + OXL + b_off + nj * 16 * LDW + kk * 8);
-            }
-#pragma unroll
-            for (int ni = 0; ni < NI; ni++) {
-                const uint32_t bh0 = bh[ni >> 1][2 * (ni & 1)], bh1 = bh[ni >> 1][2 * (ni & 1) + 1];
-                const uint32_t bl0 = bl[ni >> 1][2 * (ni & 1)], bl1 = bl[ni >> 1][2 * (ni & 1) + 1];
+            // a warp's n8 tiles past the block's tokens hold padding: no loads, no MMAs (uniform per warp; the other
+            // tokens' sums are the same MMAs in the same order)
+            if (tok0 < nvalid) {
 #pragma unroll
                 for (int mi = 0; mi < MI; mi++) {
-                    mma_bf16(acc[mi][ni], af[mi], bh0, bh1);
-                    mma_bf16(acc[mi][ni], af[mi], bl0, bl1);
-                    if constexpr (SPLIT) mma_bf16(acc[mi][ni], afl[mi], bh0, bh1);
+                    ldsm_x4(af[mi], st + a_off + mi * 16 * LDW + kk * 8);
+                    if constexpr (SPLIT) ldsm_x4(afl[mi], st + OWL + a_off + mi * 16 * LDW + kk * 8);
+                }
+#pragma unroll
+                for (int nj = 0; nj < NI / 2; nj++) {
+                    if (tok0 + nj * 16 >= nvalid) break;
+                    ldsm_x4(bh[nj], st + OXH + b_off + nj * 16 * LDW + kk * 8);
+                    ldsm_x4(bl[nj], st + OXL + b_off + nj * 16 * LDW + kk * 8);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int ni = 2 * nj + h;
+#pragma unroll
+                        for (int mi = 0; mi < MI; mi++) {
+                            mma_bf16(acc[mi][ni], af[mi], bh[nj][2 * h], bh[nj][2 * h + 1]);
+                            mma_bf16(acc[mi][ni], af[mi], bl[nj][2 * h], bl[nj][2 * h + 1]);
+                            if constexpr (SPLIT) mma_bf16(acc[mi][ni], afl[mi], bh[nj][2 * h], bh[nj][2 * h + 1]);
+                        }
+                    }
                 }
             }
             // the next tile goes into the other stage (last read before the previous barrier) mid-way, so that its
