@@ -22,6 +22,7 @@
 #include "misc.cpp"
 #include <random>
 #include <type_traits>
+#include <utility>
 
 using namespace ds4j;
 
@@ -1183,6 +1184,8 @@ static void compress_case(int w, int m, int overlap, int64_t N0, int S, int cap,
         }
     const float eps = 1e-6f;
     const int64_t nwin = total / m - N0 / m;
+    // a launch gets 48 KiB of shared memory without opting in: the dynamic part and the kernel's 32 doubles
+    if (pool_smem(w) + 32 * sizeof(double) > 48 * 1024) { printf("FAIL compress pooling w %d: %zu bytes of shared memory\n", w, pool_smem(w)); fails++; }
     std::vector<uint16_t> got(total / m * w + 1, 0xdead), want(got);
     emu_launch(dim3((unsigned)nwin), dim3(POOL_THREADS), pool_smem(w), [&] {
         compress_pool_kernel(cap > 0 ? ra.data() : nullptr, cap > 0 ? rz.data() : nullptr, cap, A.data() + N0 * cw,
@@ -1266,6 +1269,7 @@ int main() {
             skinny_dense(f, 75, 0, 75, 80, 75, 5, 4);
         }
         fixed_fp8_scale = -1;
+        fails += std::exchange(emu_smem_overruns, 0);
         printf("%s: %d failures (FP8 edge cases)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
     }
@@ -1278,6 +1282,7 @@ int main() {
             else dense(fmt, 300, 0, 260, 224, 260, 70, 4);
             moe(fmt, 5, 2, 40, 72, 64, false, false);
         }
+        fails += std::exchange(emu_smem_overruns, 0);
         printf("%s: %d failures (prefill GEMM, edge scales)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
     }
@@ -1286,7 +1291,10 @@ int main() {
         compress_case(640, 4, 1, 6, 13, 8, 64);      // more channels than threads, chunks of 7 rows
         compress_case(128, 128, 0, 100, 60, 128, 64); // HCA-like: one 128-row window, 8 chunks
         compress_case(96, 8, 1, 0, 20, 0, 32);       // no ring (N0 = 0)
+        compress_case(8, 4, 1, 10, 9, 8, 4);         // narrow rows: more row groups than a chunk's rows
+        compress_case(1024, 4, 0, 5, 9, 4, 64);      // the widest row (POOL_MAX_W)
         if (getenv("COMP_ONLY")) {
+            fails += std::exchange(emu_smem_overruns, 0);
             printf("%s: %d failures (compressor pooling only)\n", fails ? "FAILED" : "OK", fails);
             return fails ? 1 : 0;
         }
@@ -1297,6 +1305,7 @@ int main() {
     // the row-wise kernels (misc.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
     mhc::run_all();
     if (getenv("MHC_ONLY")) {
+        fails += std::exchange(emu_smem_overruns, 0);
         printf("%s: %d failures (row-wise kernels only)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
     }
@@ -1345,6 +1354,7 @@ moe:
         if (fmt_on(DS4J_FMT_FP4_E2M1_B32)) skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 2, 3, 5, 144, 1024, false, false, -1);
     }
     if (getenv("MOE_ONLY")) {
+        fails += std::exchange(emu_smem_overruns, 0);
         printf("%s: %d failures (skinny routed experts only)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
     }
@@ -1369,6 +1379,7 @@ moe:
     }
     if (fmt_on(DS4J_FMT_FP4_E2M1_B32)) skinny_moe_case(DS4J_FMT_FP4_E2M1_B32, 3, 3, 64, 40, 64, false, false, -1);
     if (getenv("SKINNY_ONLY")) {
+        fails += std::exchange(emu_smem_overruns, 0);
         printf("%s: %d failures (skinny products only)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
     }
@@ -1392,6 +1403,7 @@ prefill:
     }
     moe(DS4J_FMT_F16, 4, 2, 37, 130, 32, false, true);
     if (getenv("TC_ONLY")) {
+        fails += std::exchange(emu_smem_overruns, 0);
         printf("%s: %d failures (prefill GEMM only)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
     }
@@ -1422,6 +1434,7 @@ split:
     split_attention_seqs(20, 40, DS4J_ATTN_HCA, 2, 0, 16, {0, 70, 5, 200}, {3, 1, 5, 2});
     split_attention_seqs(16, 64, DS4J_ATTN_CSA, 4, 20, 16, {300, 10, 150}, {5, 2, 1});
     if (getenv("SPLIT_ONLY")) {
+        fails += std::exchange(emu_smem_overruns, 0);
         printf("%s: %d failures (split attention only)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
     }
@@ -1434,6 +1447,7 @@ split:
     topk_case({4 * 300000}, {1}, 4, 512, 0, true);
     topk_case({4 * 300000}, {2}, 4, 512, 3, false);
     topk_case({4 * 5000, 40, 4 * 9000}, {2, 3, 5}, 4, 512, 3, false);
+    fails += std::exchange(emu_smem_overruns, 0);
     printf("%s: %d failures\n", fails ? "FAILED" : "OK", fails);
     return fails ? 1 : 0;
 }

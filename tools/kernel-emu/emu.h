@@ -61,6 +61,8 @@ struct EmuBlock {
 };
 inline EmuBlock* g_blk;
 inline uint32_t* emu_dyn_smem;
+/** Launches whose kernels wrote past their dynamic shared memory (emu_launch); the driver counts them as failures. */
+inline int emu_smem_overruns = 0;
 
 inline void __syncthreads() { g_blk->block->arrive_and_wait(); }
 /** atomicAdd on shared or global words: the block's threads run at once, the blocks one after another. */
@@ -188,7 +190,9 @@ inline uint32_t emu_mul_bf16x2(uint32_t a, uint32_t b) {
 template <typename F>
 void emu_launch(dim3 grid, dim3 block, size_t smem, F&& body) {
     const int n = block.x;
-    std::vector<uint32_t> dyn((smem + 3) / 4 + 4);
+    // 1024 guard words past the dynamic shared memory: a kernel that writes past its smem bytes is reported
+    const size_t words = (smem + 3) / 4;
+    std::vector<uint32_t> dyn(words + 1024, 0x5eed5eedu);
     emu_dyn_smem = dyn.data();
     blockDim = block;
     gridDim = grid;
@@ -200,7 +204,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F&& body) {
             B->block = &bb;
             for (int w = 0; w < n / 32; w++) B->warp[w] = new std::barrier<>(32);
             g_blk = B;
-            std::memset(dyn.data(), 0xAB, dyn.size() * 4);  // garbage, as on a GPU
+            std::memset(dyn.data(), 0xAB, words * 4);  // garbage, as on a GPU (the guard words keep their pattern)
             std::vector<std::thread> th;
             for (int t = 0; t < n; t++)
                 th.emplace_back([&, t, bx, by, bz] {
@@ -211,5 +215,11 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F&& body) {
             for (auto& x : th) x.join();
             for (int w = 0; w < n / 32; w++) delete B->warp[w];
             delete B;
+        }
+    for (size_t k = words; k < dyn.size(); k++)
+        if (dyn[k] != 0x5eed5eedu) {
+            printf("FAIL a kernel wrote past its %zu bytes of dynamic shared memory (word %zu)\n", smem, k);
+            emu_smem_overruns++;
+            break;
         }
 }

@@ -638,12 +638,17 @@ struct CompRows {
 constexpr int POOL_THREADS = 512;
 /** Channel pattern of the norm's sum of squares: that of a 256-thread block, whatever the block size (the same bits). */
 constexpr int POOL_NORM_THREADS = 256;
-/** Widest compressor row the pooling takes (its shared memory: pool_smem). */
-constexpr int POOL_MAX_W = 2048;
+/**
+ * Floats of dynamic shared memory a pooling block may take: 44 KiB, which with its static 256 bytes stays under the
+ * 48 KiB a launch gets without opting in.
+ */
+constexpr int POOL_SMEM_FLOATS = 11264;
+/** Widest compressor row the pooling takes: 4 w floats and one chunk of one row (2 w) fit POOL_SMEM_FLOATS. */
+constexpr int POOL_MAX_W = 1024;
 
-/** Window rows whose exponentials the pooling holds in shared memory at once for width w (1 .. 16; 48 KiB in all). */
+/** Window rows whose exponentials the pooling holds in shared memory at once for width w (1 .. 16). */
 __host__ __device__ __forceinline__ int pool_rows_per_chunk(int w) {
-    const int j = (12288 / w - 4) / 2;
+    const int j = (POOL_SMEM_FLOATS / w - 4) / 2;
     return j < 1 ? 1 : j > 16 ? 16 : j;
 }
 
@@ -676,8 +681,9 @@ __device__ __forceinline__ void compress_pool_body(const float* ring_a, const fl
     // row r of the R pooled rows: the previous window's r (channels from 0), then this window's r - mp (from voff)
     const int mp = has_prev ? m : 0, R = mp + m;
     const int tid = threadIdx.x, bd = blockDim.x;
-    // the maxima: G row groups per channel, then the groups' maxima together
-    const int G = bd >= w ? bd / w : 1;
+    // the maxima: G row groups per channel (their partial maxima in ev, which holds J w floats), then the groups'
+    // maxima together
+    const int G = bd >= w ? min(bd / w, J) : 1;
     for (int i = tid; i < G * w; i += bd) {
         const int g = i / w, ch = i - g * w;
         float mx = -INFINITY;
