@@ -643,8 +643,12 @@ constexpr int POOL_NORM_THREADS = 256;
  * 48 KiB a launch gets without opting in.
  */
 constexpr int POOL_SMEM_FLOATS = 11264;
-/** Widest compressor row the pooling takes: 4 w floats and one chunk of one row (2 w) fit POOL_SMEM_FLOATS. */
-constexpr int POOL_MAX_W = 1024;
+/**
+ * Widest compressor row the pooling takes (ds4j_gpu.h): a chosen bound, twice the model's 512; 4 w floats and one chunk
+ * of one row (2 w) would fit POOL_SMEM_FLOATS up to 1,877.
+ */
+constexpr int POOL_MAX_W = DS4J_COMPRESS_MAX_WIDTH;
+static_assert(6 * POOL_MAX_W <= POOL_SMEM_FLOATS, "a pooling block's shared memory at the widest row");
 
 /** Window rows whose exponentials the pooling holds in shared memory at once for width w (1 .. 16). */
 __host__ __device__ __forceinline__ int pool_rows_per_chunk(int w) {
@@ -661,8 +665,8 @@ static size_t pool_smem(int w) { return (size_t)(4 + 2 * pool_rows_per_chunk(w))
  * RoPE on the last rope_dim channels and the F16 store. The channel's maximum is taken over all rows in any order (the
  * same number); the exponentials and their products with a are computed a chunk of rows at a time by all threads and
  * summed per channel in row order: the order of the CPU reference (CpuBackend#compress) and the bits of the earlier
- * kernel, one thread per channel walking the window, which took ~140 us a call for 128-row windows (BENCHMARKS.md,
- * fourteenth session); now the block's threads share the exponentials.
+ * kernel, one thread per channel walking the window (~140 us per compressor call on average in a 65-row prefill chunk,
+ * BENCHMARKS.md, fourteenth session); now the block's threads share the exponentials.
  */
 __device__ __forceinline__ void compress_pool_body(const float* ring_a, const float* ring_z, int cap, const float* a_new,
                                                    const float* z_new, int64_t N0, int m, int w, int overlap,
@@ -747,7 +751,7 @@ __device__ __forceinline__ void compress_pool_body(const float* ring_a, const fl
     for (int ch = threadIdx.x; ch < w; ch += blockDim.x) entries[win * w + ch] = f32_to_f16(pooled[ch]);
 }
 
-__global__ void compress_pool_kernel(const float* ring_a, const float* ring_z, int cap, const float* a_new,
+__global__ void __launch_bounds__(POOL_THREADS) compress_pool_kernel(const float* ring_a, const float* ring_z, int cap, const float* a_new,
                                      const float* z_new, int64_t N0, int m, int w, int overlap, const float* pb,
                                      const float* norm_w, float eps, const float* inv_freq, int rope_dim,
                                      uint16_t* entries) {
@@ -760,7 +764,7 @@ __global__ void compress_pool_kernel(const float* ring_a, const float* ring_z, i
 __host__ __device__ __forceinline__ int64_t windows_done(int64_t N0, int S, int m) { return (N0 + S) / m - N0 / m; }
 
 /** compress_pool_kernel over several sequences: blockIdx.y picks the sequence, blockIdx.x its window. */
-__global__ void compress_pool_seqs_kernel(const ds4j_seq_view* views, const float* a_new, const float* z_new, int m,
+__global__ void __launch_bounds__(POOL_THREADS) compress_pool_seqs_kernel(const ds4j_seq_view* views, const float* a_new, const float* z_new, int m,
                                           int w, int overlap, const float* pb, const float* norm_w, float eps,
                                           const float* inv_freq, int rope_dim) {
     DS4J_AWAIT_PREVIOUS();
@@ -799,7 +803,7 @@ __host__ __device__ __forceinline__ bool comp_store_disjoint(int S, int m, int o
 }
 
 /** compress_pool_kernel and the two ring stores in one launch: blocks 0 .. nwin-1 pool, the rest store. */
-__global__ void compress_step_kernel(float* ring_a, float* ring_z, int cap, const float* a_new, const float* z_new,
+__global__ void __launch_bounds__(POOL_THREADS) compress_step_kernel(float* ring_a, float* ring_z, int cap, const float* a_new, const float* z_new,
                                      int64_t N0, int S, int m, int w, int overlap, const float* pb, const float* norm_w,
                                      float eps, const float* inv_freq, int rope_dim, uint16_t* entries, int nwin) {
     DS4J_AWAIT_PREVIOUS();
@@ -812,7 +816,7 @@ __global__ void compress_step_kernel(float* ring_a, float* ring_z, int cap, cons
 }
 
 /** compress_step_kernel over several sequences: blockIdx.y picks the sequence; blocks 0 .. nwin-1 pool, the rest store. */
-__global__ void compress_step_seqs_kernel(const ds4j_seq_view* views, const float* a_new, const float* z_new, int m,
+__global__ void __launch_bounds__(POOL_THREADS) compress_step_seqs_kernel(const ds4j_seq_view* views, const float* a_new, const float* z_new, int m,
                                           int w, int overlap, const float* pb, const float* norm_w, float eps,
                                           const float* inv_freq, int rope_dim, int nwin) {
     DS4J_AWAIT_PREVIOUS();
@@ -2204,9 +2208,9 @@ int32_t ds4j_compress_pool(ds4j_ctx* ctx, const float* ring_a, const float* ring
              "ds4j_compress_pool: bad arguments");
     DS4J_ARG(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= w, "ds4j_compress_pool: bad rope_dim %d", rope_dim);
     DS4J_ARG(N0 == 0 || (ring_a && ring_z && cap >= (overlap ? 2 * m : m) - 1), "ds4j_compress_pool: ring too small");
+    DS4J_ARG(w <= POOL_MAX_W, "ds4j_compress_pool: width %d above %d", w, POOL_MAX_W);
     const int64_t nwin = (N0 + S) / m - N0 / m;
     if (nwin <= 0) return DS4J_OK;
-    DS4J_ARG(w <= POOL_MAX_W, "ds4j_compress_pool: width %d too large", w);
     compress_pool_kernel<<<(unsigned)nwin, POOL_THREADS, pool_smem(w), ctx->stream>>>(
         ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, position_bias, norm_w, eps, inv_freq, rope_dim, entries);
     DS4J_LAUNCHED("compress_pool");
@@ -2219,6 +2223,7 @@ int32_t ds4j_compress_step(ds4j_ctx* ctx, float* ring_a, float* ring_z, int32_t 
                            int32_t rope_dim, uint16_t* entries) {
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(ring_a && ring_z && cap > 0, "ds4j_compress_step: no ring");
+    DS4J_ARG(w <= POOL_MAX_W, "ds4j_compress_step: width %d above %d", w, POOL_MAX_W);
     if (!comp_store_disjoint(S, m, overlap, cap)) {  // the stores must wait for the pooling: three launches
         const int32_t rc = ds4j_compress_pool(ctx, ring_a, ring_z, cap, a_new, z_new, N0, S, m, w, overlap, position_bias,
                                               norm_w, eps, inv_freq, rope_dim, entries);
@@ -2230,7 +2235,6 @@ int32_t ds4j_compress_step(ds4j_ctx* ctx, float* ring_a, float* ring_z, int32_t 
     DS4J_ARG(a_new && z_new && position_bias && norm_w && inv_freq && entries && m > 0 && w > 0 && S >= 0 && N0 >= 0,
              "ds4j_compress_step: bad arguments");
     DS4J_ARG(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= w, "ds4j_compress_step: bad rope_dim %d", rope_dim);
-    DS4J_ARG(w <= POOL_MAX_W, "ds4j_compress_step: width %d too large", w);
     if (S == 0) return DS4J_OK;
     const int64_t nwin = windows_done(N0, S, m);
     const int cw = overlap ? 2 * w : w;
@@ -2375,7 +2379,7 @@ int32_t ds4j_compress_pool_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
     if (vrc != DS4J_OK) return vrc;
     DS4J_ARG(a_new && z_new && position_bias && norm_w && inv_freq && m > 0 && w > 0, "%s: bad arguments", fn);
     DS4J_ARG(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= w, "%s: bad rope_dim %d", fn, rope_dim);
-    DS4J_ARG(w <= POOL_MAX_W, "%s: width %d too large", fn, w);
+    DS4J_ARG(w <= POOL_MAX_W, "%s: width %d above %d", fn, w, POOL_MAX_W);
     int64_t most = 0;
     for (int32_t i = 0; i < n; i++) {
         const ds4j_seq_view& v = host_views[i];
@@ -2409,6 +2413,7 @@ int32_t ds4j_compress_step_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
         DS4J_ARG(v.ring && v.ring2 && v.cap > 0, "%s: view %d has no ring", fn, i);
         disjoint &= comp_store_disjoint(v.S, m, overlap, v.cap);
     }
+    DS4J_ARG(w <= POOL_MAX_W, "%s: width %d above %d", fn, w, POOL_MAX_W);
     const int32_t cw = overlap ? 2 * w : w;
     if (!disjoint) {  // the stores must wait for the pooling: three launches
         const int32_t rc = ds4j_compress_pool_seqs(ctx, host_views, views, n, a_new, z_new, m, w, overlap, position_bias,
@@ -2419,7 +2424,6 @@ int32_t ds4j_compress_step_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
     }
     DS4J_ARG(a_new && z_new && position_bias && norm_w && inv_freq && m > 0 && w > 0, "%s: bad arguments", fn);
     DS4J_ARG(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= w, "%s: bad rope_dim %d", fn, rope_dim);
-    DS4J_ARG(w <= POOL_MAX_W, "%s: width %d too large", fn, w);
     int64_t most = 0, rows = 0;
     for (int32_t i = 0; i < n; i++) {
         const ds4j_seq_view& v = host_views[i];

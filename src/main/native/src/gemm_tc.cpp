@@ -88,12 +88,13 @@ __device__ __forceinline__ void ldsm_x4(uint32_t* r, const uint32_t* p) {
 /**
  * Decodes one 16-byte chunk (EPC elements) into EPC/2 BF16 pairs hi[] (and lo[] for F16); sb: the chunk's E8M0 scale
  * byte (FP8, FP4). FP8 and FP4 codes are placed into BF16 patterns p that read as value x 2^-OFF (OFF 120 for e4m3, 126
- * for e2m1; subnormal codes included), which then become value x scale, exact (at most 4 significant bits) wherever that
- * is a normal number:
- * - scales of ordinary size: one BF16 pair multiplication of p by the power of two 2^OFF x scale (both normal). About a
- *   third of the instructions of the F32 path, which dominated the block's step (BENCHMARKS.md, fifteenth session);
- * - other scales (2^OFF x scale not a normal BF16, subnormal products, the NaN scale 0xFF): each half widened to F32,
- *   times 2^OFF (exact), times the scale (one rounding), to BF16.
+ * for e2m1; subnormal codes included; the e4m3 NaN codes 0x7f / 0xff read as +-480 x 2^-OFF, as they did before), which
+ * then become value x scale, exact (at most 4 significant bits) wherever that is a normal number:
+ * - scales of ordinary size: one BF16 pair multiplication of p by the power of two 2^OFF x scale (both normal); the
+ *   F32 path below took about three times the instructions and dominated the block's step (BENCHMARKS.md, fifteenth
+ *   session);
+ * - other scales (2^OFF x scale not a normal BF16, subnormal products, the NaN scale 0xFF): each half widened to F32
+ *   and multiplied by 2^OFF and by the scale (exact in F32), then rounded to BF16.
  * Both give value x scale rounded once, so the bits do not depend on the path.
  */
 template <int FMT>
@@ -433,8 +434,8 @@ __global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_ker
             // chunks 0 and 1 of a tile always exist (n16 is even); 2 and 3 may lie past the columns' last 32
             if (kk >= 2 && kt * (BK / 16) + kk >= n16) break;
             uint32_t af[MI][4], afl[SPLIT ? MI : 1][4], bh[NI / 2][4], bl[NI / 2][4];
-            // a warp's n8 tiles past the block's tokens hold padding: no loads, no MMAs (uniform per warp; the other
-            // tokens' sums are the same MMAs in the same order)
+            // a warp's 16-token groups past the block's tokens hold padding: no loads, no MMAs (uniform per warp; the
+            // other tokens' sums are the same MMAs in the same order)
             if (tok0 < nvalid) {
 #pragma unroll
                 for (int mi = 0; mi < MI; mi++) {

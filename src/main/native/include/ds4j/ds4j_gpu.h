@@ -421,8 +421,10 @@ DS4J_API int32_t ds4j_attention_f16_operands_work(ds4j_ctx* ctx, int32_t kind, i
  * Rows of positions >= N0 come from a_new/z_new [S, cw], older ones from ring_a/ring_z [cap, cw] (slot p % cap),
  * cw = overlap ? 2w : w. Each entry: per-channel softmax over the slots of z + position_bias [m, cw], pooled a,
  * RMSNorm(norm_w [w]), RoPE at position win*m (inv_freq [rope_dim/2]), stored F16 at entries[win*w ..].
- * w at most 1024 (DS4J_ERR_ARG otherwise; the same for the step and sequence variants).
+ * w at most DS4J_COMPRESS_MAX_WIDTH (DS4J_ERR_ARG otherwise, also when no window completes; the same for the step and
+ * sequence variants). The ring must hold the positions the windows read: cap >= (overlap ? 2m : m) - 1 (checked).
  */
+#define DS4J_COMPRESS_MAX_WIDTH 1024
 DS4J_API int32_t ds4j_compress_pool(ds4j_ctx* ctx, const float* ring_a, const float* ring_z, int32_t cap,
                                     const float* a_new, const float* z_new, int64_t N0, int32_t S, int32_t m, int32_t w,
                                     int32_t overlap, const float* position_bias, const float* norm_w, float eps,

@@ -156,6 +156,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     private HipBackend(ModelWeights weights, Gpu gpu, BackendOptions options) {
+        try {
+            requireCompressorWidths(weights.config);
+        } catch (IllegalArgumentException e) {
+            gpu.close();
+            throw e;
+        }
         this.gpu = gpu;
         this.c = weights.config;
         this.hostWeights = weights;
@@ -338,6 +344,19 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 + " gpu.expertPlacement hybrid or auto, more routed experts stay in host memory), use shorter prefill chunks"
                 + " (limits.prefillChunk), fewer concurrent sequences (limits.maxActive), a shorter context"
                 + " (limits.maxContextTokens), or a smaller model", e);
+    }
+
+    /**
+     * Checks that the model's compressed entries fit the GPU's compressor pooling: head_dim (the attention's entries)
+     * and index_head_dim (the indexer's) at most DS4J_COMPRESS_MAX_WIDTH (ds4j_gpu.h), so that such a model is refused
+     * before its weights are uploaded rather than failing at its first compressed window.
+     * @throws IllegalArgumentException naming the config key, its value and the limit
+     */
+    static void requireCompressorWidths(io.ds4j.model.ModelConfig c) {
+        final int most = DS4J_COMPRESS_MAX_WIDTH();
+        if (c.headDim > most || c.indexHeadDim > most)
+            throw new IllegalArgumentException("backend 'hip' pools compressed entries of at most " + most + " channels; this model has "
+                    + (c.headDim > most ? "head_dim " + c.headDim : "index_head_dim " + c.indexHeadDim) + " (use backend 'cpu')");
     }
 
     /**

@@ -382,6 +382,22 @@ class GpuFusedOpsTest {
         }
     }
 
+    /** A width above DS4J_COMPRESS_MAX_WIDTH is refused by the pooling and the step, also when no window completes. */
+    @Test
+    void compressorWiderThanTheLimitIsRefused() {
+        final int w = DS4J_COMPRESS_MAX_WIDTH() + 1, m = 4, cap = 8;
+        long buf = dev(new float[2 * cap * w]), pb = dev(new float[m * w]), norm = dev(new float[w]), table = dev(new float[32]);
+        short[] none = new short[4 * w];
+        long st = dev(none);
+        for (int S : new int[]{1, 8}) {  // no window completes, two windows complete
+            assertEquals(DS4J_ERR_ARG(), ds4j_compress_pool(gpu.ctx(), ptr(buf), ptr(buf), cap, ptr(buf), ptr(buf), 0, S, m, w, 0,
+                    ptr(pb), ptr(norm), 1e-6f, ptr(table), 64, ptr(st)), "compress_pool, S " + S);
+            assertEquals(DS4J_ERR_ARG(), ds4j_compress_step(gpu.ctx(), ptr(buf), ptr(buf), cap, ptr(buf), ptr(buf), 0, S, m, w, 0,
+                    ptr(pb), ptr(norm), 1e-6f, ptr(table), 64, ptr(st)), "compress_step, S " + S);
+        }
+        assertArrayEquals(none, gpu.downloadShorts(st, 4 * w), "nothing stored");
+    }
+
     @Test
     void compressStepSeqsEqualsPoolThenRingStores() {
         io.ds4j.model.ModelConfig c = io.ds4j.model.synth.Presets.get("small");

@@ -312,6 +312,17 @@ public class ds4j_gpu_h {
         return DS4J_GRAPH_REINSTANTIATED;
     }
 
+    private static final int DS4J_COMPRESS_MAX_WIDTH = (int)1024L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_COMPRESS_MAX_WIDTH 1024
+     * }
+     */
+    public static int DS4J_COMPRESS_MAX_WIDTH() {
+        return DS4J_COMPRESS_MAX_WIDTH;
+    }
+
     private static final int DS4J_TC_MIN_ROWS = (int)65L;
 
     /**
