@@ -615,9 +615,9 @@ __global__ void at_combine_seqs_kernel(const ds4j_seq_view* views, const float* 
 // ------------------------------------------------------------------------------------------- end of split attention
 
 /**
- * The compressor rows (values a or logits z) of the positions base .. base + n - 1 (n <= cap + 1 where any comes from
- * the ring): this step's rows from N0 on, the ring's before. The ring slot of base is found once (a 64-bit remainder
- * per row read cost more than the pooling's arithmetic), then stepped.
+ * The compressor rows (values a or logits z) of the positions base + r, r < n (n <= cap + 1 where any comes from the
+ * ring): this step's rows from N0 on, the ring's before. The ring slot of base is found once (a 64-bit remainder per
+ * row read cost more than the pooling's arithmetic), then stepped.
  */
 struct CompRows {
     int64_t base, N0;
@@ -625,10 +625,11 @@ struct CompRows {
     int cap, cw;
     __device__ __forceinline__ CompRows(int64_t base_, int64_t N0_, int cap_, int cw_)
         : base(base_), N0(N0_), s0(cap_ > 0 && base_ < N0_ ? base_ % cap_ : 0), cap(cap_), cw(cw_) {}
-    /** Row of position p (base <= p < base + n) in ring or fresh. */
-    __device__ __forceinline__ const float* row(const float* ring, const float* fresh, int64_t p) const {
+    /** Row of position base + r in ring or fresh. */
+    __device__ __forceinline__ const float* row(const float* ring, const float* fresh, int r) const {
+        const int64_t p = base + r;
         if (p >= N0) return fresh + (p - N0) * cw;
-        int64_t s = s0 + (p - base);
+        int64_t s = s0 + r;
         if (s >= cap) s -= cap;
         return ring + s * cw;
     }
@@ -681,8 +682,9 @@ __device__ __forceinline__ void compress_pool_body(const float* ring_a, const fl
     const int64_t prev = (win - 1) * m, cur = win * m;
     const bool has_prev = overlap && win > 0;
     const int voff = overlap ? w : 0;
+    // row r of the R pooled rows is position base + r: the previous window's row r (channels from 0), then this
+    // window's row r - mp (channels from voff)
     const CompRows rows(has_prev ? prev : cur, N0, cap, cw);
-    // row r of the R pooled rows: the previous window's r (channels from 0), then this window's r - mp (from voff)
     const int mp = has_prev ? m : 0, R = mp + m;
     const int tid = threadIdx.x, bd = blockDim.x;
     // the maxima: G row groups per channel (their partial maxima in ev, which holds J w floats), then the groups'
@@ -693,7 +695,7 @@ __device__ __forceinline__ void compress_pool_body(const float* ring_a, const fl
         float mx = -INFINITY;
         for (int r = g; r < R; r += G) {
             const int j = r < mp ? r : r - mp, o = r < mp ? ch : voff + ch;
-            mx = fmaxf(mx, add(rows.row(ring_z, z_new, r < mp ? prev + j : cur + j)[o], pb[j * cw + o]));
+            mx = fmaxf(mx, add(rows.row(ring_z, z_new, r)[o], pb[j * cw + o]));
         }
         ev[i] = mx;
     }
@@ -711,10 +713,9 @@ __device__ __forceinline__ void compress_pool_body(const float* ring_a, const fl
         for (int i = tid; i < n * w; i += bd) {
             const int rr = i / w, ch = i - rr * w, r = r0 + rr;
             const int j = r < mp ? r : r - mp, o = r < mp ? ch : voff + ch;
-            const int64_t p = r < mp ? prev + j : cur + j;
-            const float e = exp_d(sub(add(rows.row(ring_z, z_new, p)[o], pb[j * cw + o]), mxs[ch]));
+            const float e = exp_d(sub(add(rows.row(ring_z, z_new, r)[o], pb[j * cw + o]), mxs[ch]));
             ev[i] = e;
-            eav[i] = mul(e, rows.row(ring_a, a_new, p)[o]);
+            eav[i] = mul(e, rows.row(ring_a, a_new, r)[o]);
         }
         __syncthreads();
         for (int ch = tid; ch < w; ch += bd) {
