@@ -620,16 +620,18 @@ constexpr int PARTS_BLOCKS = 132;
  * Column parts of a dense product of row_blocks blocks of BM rows over nk column tiles (see gemm_kernel): none when
  * one token tile's blocks are more than a quarter of PARTS_BLOCKS (the partials' traffic then costs more than it saves
  * at a few hundred tokens: wo_a's 64 row blocks, 257 -> 288 us at 512 tokens in 3 parts on the H200); else as many as
- * make PARTS_BLOCKS blocks per token tile, with at least DS4J_TC_KSTEPS column tiles per part (read once, 0 .. 64;
- * default 8; 0 turns the parts off). Measured with `tools/device/run.sh mm-bench --rows 65,512`: BENCHMARKS.md, fourteenth
- * session. A function of the shape only, never of S or the device, so a token's sums do not depend on what else the
+ * make at most PARTS_BLOCKS blocks per token tile (so that the two 64-token tiles of a 65-row chunk fit the two blocks
+ * per multiprocessor of the XP 3 kernels in one wave: wo_b's 32 row blocks take 4 parts, not 5, which left a second
+ * wave of 56 blocks), with at least DS4J_TC_KSTEPS column tiles per part (read once, 0 .. 64; default 8; 0 turns the
+ * parts off). Measured with `tools/device/run.sh mm-bench --rows 65,512`: BENCHMARKS.md, fourteenth and sixteenth
+ * sessions. A function of the shape only, never of S or the device, so a token's sums do not depend on what else the
  * product carries.
  */
 static int k_parts(int64_t row_blocks, int nk) {
     static std::atomic<int> steps{0};
     const int m = env_choice(steps, "DS4J_TC_KSTEPS", 8, 0, 64);
     if (m == 0 || 4 * row_blocks > PARTS_BLOCKS) return 1;
-    const int64_t want = (PARTS_BLOCKS + row_blocks - 1) / row_blocks, most = nk / m;
+    const int64_t want = PARTS_BLOCKS / row_blocks, most = nk / m;
     return (int)(want < most ? want : most > 1 ? most : 1);
 }
 
