@@ -6,7 +6,8 @@
 // the split F32 attention with its decode vs verify and batched vs single bit identities; the multi-block top-k
 // against a sorted reference and the one-block kernel. The prefill GEMM runs with
 // both token tiles, with and without its activations split beforehand (xsplit_kernel, DS4J_TC_XSPLIT), with the deeper
-// weight loads of launches of few blocks (XP 3, token tiles of 64), and must give,
+// weight loads of launches of few blocks (XP 3, token tiles of 64; cp.async copies land at the wait that covers them,
+// so a stage read before its wait fails), and must give,
 // bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the references); in column parts
 // (k_parts) it must give the same bits in every variant and for fewer tokens, within the references' tolerance. The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
 // (mhc_cases.h). The skinny products' staged-activation kernel must give the bits of the kernel without staging. The

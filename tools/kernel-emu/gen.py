@@ -44,13 +44,19 @@ def gemm(g, ns):
          'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n'),
         ('__device__ __forceinline__ void ldsm_x4(uint32_t* r, const uint32_t* p) {',
          'inline void ldsm_x4(uint32_t* r, const uint32_t* p) { emu_ldsm_x4(r, p); }\n'),
+        # cp.async copies land at the wait (cp.async.wait_all), not when issued, so that a read of a stage before
+        # its wait sees the stage's old contents and fails the comparison
         ('__device__ __forceinline__ void cp_async16(uint32_t* smem, const void* gmem) {',
-         'inline void cp_async16(uint32_t* smem, const void* gmem) { memcpy(smem, gmem, 16); }\n')]:
+         'inline thread_local std::vector<std::pair<void*, const void*>> emu_cp_pending;\n'
+         'inline void cp_async16(uint32_t* smem, const void* gmem) { emu_cp_pending.push_back({smem, gmem}); }\n')]:
         if sig in g:
             g=repl_fn(g,sig,body)
     g=g.replace('extern __shared__ __align__(16) uint32_t tc_gsm[];','uint32_t* tc_gsm = emu_dyn_smem;')
     g=g.replace('__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }',
-                'inline void cp_async_wait_all() {}')
+                'inline void cp_async_wait_all() {\n'
+                '    for (auto& c : emu_cp_pending) memcpy(c.first, c.second, 16);\n'
+                '    emu_cp_pending.clear();\n'
+                '}')
     if '/** Streaming multiprocessors' in g:  # host launch helpers
         g=g[:g.index('/** Streaming multiprocessors')]+g[g.index('}  // namespace tc\n#endif'):]
     g=g[:g.index('bool tc_matmul(')]+'}  // namespace ds4j\n'
