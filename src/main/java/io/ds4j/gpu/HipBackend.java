@@ -1107,14 +1107,19 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * Fewest rows of a prefill entry that run on the tensor-core prefill path (its products, routed experts, indexer
-     * products and attention; {@link #tcEntry}): DS4J_TC_MIN_ROWS, or the system property {@code ds4j.gpu.prefillTcRows}
-     * (1 .. DS4J_TC_MIN_ROWS) to put shorter prefill chunks there too (decode and verify entries keep the skinny kernels
-     * below DS4J_TC_MIN_ROWS at any value: they must agree with each other). Kept at DS4J_TC_MIN_ROWS because the
-     * prefill GEMM is slower than the skinny kernels at a few dozen rows on the H200: each block walks its columns 64 at
-     * a time at ~1.5 µs a step whatever the rows (wq_a 1024x4096 ~95 µs from 16 to 128 rows; a 43-layer prefill in
-     * chunks of 64 at 16: 782-808 tokens/s against 930; BENCHMARKS.md, thirteenth session).
+     * products and attention; {@link #tcEntry}): {@value #PREFILL_TC_ROWS_DEFAULT}, or the system property
+     * {@code ds4j.gpu.prefillTcRows} (1 .. DS4J_TC_MIN_ROWS; DS4J_TC_MIN_ROWS keeps every chunk below it on the skinny
+     * kernels). Decode and verify entries keep the skinny kernels below DS4J_TC_MIN_ROWS at any value: they must agree
+     * with each other. On the prefill path the prompts of a tick share one run, so each weight is read once for all of
+     * them, where the skinny kernels read it once per run of at most {@link #RUN_ROWS} rows. On the H200 (43 layers,
+     * `bench-server --clients 1,16,64`, 62-token prompts, the same call for both values; BENCHMARKS.md, sixteenth
+     * session) 16 against DS4J_TC_MIN_ROWS gave TTFT p50 50.2 against 69.6 ms for one stream, 494 against 637 ms at
+     * 16 streams, and aggregates of 6.54x / 8.80x one stream at 16 / 64 streams against 6.19x / 7.25x.
      */
-    static final int PREFILL_TC_ROWS = Math.clamp(Integer.getInteger("ds4j.gpu.prefillTcRows", DS4J_TC_MIN_ROWS()), 1,
+    static final int PREFILL_TC_ROWS_DEFAULT = 16;
+
+    /** {@link #PREFILL_TC_ROWS_DEFAULT} or {@code ds4j.gpu.prefillTcRows}, read once. */
+    static final int PREFILL_TC_ROWS = Math.clamp(Integer.getInteger("ds4j.gpu.prefillTcRows", PREFILL_TC_ROWS_DEFAULT), 1,
             DS4J_TC_MIN_ROWS());
 
     /**
