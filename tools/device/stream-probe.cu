@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(256) flat_kernel(const uint4* __restrict__ w, 
 }
 
 template <int U, bool INTERLEAVED, bool PF>
-__global__ void __launch_bounds__(256) tile_kernel(const uint8_t* __restrict__ w, int rows, int cols, int nw, uint32_t* out) {
+__global__ void __launch_bounds__(256) tile_kernel(const uint8_t* __restrict__ w, int cols, int nw, uint32_t* out) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int p = blockIdx.y, row0 = blockIdx.x * 128 + warp * 16;
     const int ngr = cols / 64, per = ngr / nw;
@@ -200,17 +200,17 @@ int main() {
             char l[64];
             const dim3 grid(rg, nw);
             snprintf(l, sizeof l, "tile U2 NW%d i (%d blocks)", nw, rg * nw);
-            measure(l, [&](const uint8_t* w) { tile_kernel<2, true, false><<<grid, 256, 0, st>>>(w, m.rows, m.cols, nw, out); });
+            measure(l, [&](const uint8_t* w) { tile_kernel<2, true, false><<<grid, 256, 0, st>>>(w, m.cols, nw, out); });
             snprintf(l, sizeof l, "tile U2 NW%d i +pf", nw);
-            measure(l, [&](const uint8_t* w) { tile_kernel<2, true, true><<<grid, 256, 0, st>>>(w, m.rows, m.cols, nw, out); });
+            measure(l, [&](const uint8_t* w) { tile_kernel<2, true, true><<<grid, 256, 0, st>>>(w, m.cols, nw, out); });
             snprintf(l, sizeof l, "tile U2 NW%d c", nw);
-            measure(l, [&](const uint8_t* w) { tile_kernel<2, false, false><<<grid, 256, 0, st>>>(w, m.rows, m.cols, nw, out); });
+            measure(l, [&](const uint8_t* w) { tile_kernel<2, false, false><<<grid, 256, 0, st>>>(w, m.cols, nw, out); });
             snprintf(l, sizeof l, "tile U4 NW%d i", nw);
-            measure(l, [&](const uint8_t* w) { tile_kernel<4, true, false><<<grid, 256, 0, st>>>(w, m.rows, m.cols, nw, out); });
+            measure(l, [&](const uint8_t* w) { tile_kernel<4, true, false><<<grid, 256, 0, st>>>(w, m.cols, nw, out); });
             snprintf(l, sizeof l, "tile U4 NW%d c", nw);
-            measure(l, [&](const uint8_t* w) { tile_kernel<4, false, false><<<grid, 256, 0, st>>>(w, m.rows, m.cols, nw, out); });
+            measure(l, [&](const uint8_t* w) { tile_kernel<4, false, false><<<grid, 256, 0, st>>>(w, m.cols, nw, out); });
             snprintf(l, sizeof l, "tile U8 NW%d c", nw);
-            measure(l, [&](const uint8_t* w) { tile_kernel<8, false, false><<<grid, 256, 0, st>>>(w, m.rows, m.cols, nw, out); });
+            measure(l, [&](const uint8_t* w) { tile_kernel<8, false, false><<<grid, 256, 0, st>>>(w, m.cols, nw, out); });
         }
         for (int kb : {8, 16, 32}) {
             for (int bps : {1, 2}) {
