@@ -358,10 +358,41 @@ public final class Ds4jServer {
         return registry;
     }
 
-    /** Stops everything: the engine releases every sequence and the model. */
+    /** Longest wait, after the engine drained, for the last responses to go out before the connections close (ms). */
+    static final long FLUSH_WAIT_MS = 5_000;
+
+    /**
+     * Shuts down gracefully, then stops everything: new generation requests get 503 server_shutting_down (and
+     * /health 503) at once, queued ones too; running requests finish within {@code server.shutdownGraceSeconds}, or
+     * end with that 503 (an error event on a stream) when it is over; once their responses have gone out (at most
+     * {@link #FLUSH_WAIT_MS} more), the engine releases every sequence and the model and the server closes.
+     */
     public Future<Void> close() {
         if (scanTimer != -1) vertx.cancelTimer(scanTimer);
         if (retriever != null) retriever.close();
-        return vertx.close().onComplete(ar -> registry.close());
+        state.beginDrain();
+        int grace = state.config().shutdownGraceSeconds();
+        Promise<Void> drained = Promise.promise();
+        // no engine to answer (still loading, or failed): nothing runs, so close at once
+        vertx.eventBus().<Object>request(EngineVerticle.DRAIN, grace,
+                        new io.vertx.core.eventbus.DeliveryOptions().setLocalOnly(true).setSendTimeout(grace * 1000L + 30_000))
+                .onComplete(ar -> {
+                    if (ar.failed() && !(ar.cause() instanceof io.vertx.core.eventbus.ReplyException re
+                            && re.failureType() == io.vertx.core.eventbus.ReplyFailure.NO_HANDLERS))
+                        LOG.warn("shutting down: the engine did not drain ({}); closing anyway", ar.cause().getMessage());
+                    waitForResponses(System.nanoTime() + FLUSH_WAIT_MS * 1_000_000, drained);
+                });
+        return drained.future().transform(v -> vertx.close()).onComplete(ar -> registry.close());
+    }
+
+    /** Completes done once no generation response is open, or at the deadline (System.nanoTime). */
+    private void waitForResponses(long deadline, Promise<Void> done) {
+        int open = state.openExchanges();
+        if (open <= 0 || System.nanoTime() >= deadline) {
+            if (open > 0) LOG.warn("shutting down: {} responses still open after {} ms; closing their connections", open, FLUSH_WAIT_MS);
+            done.tryComplete();
+            return;
+        }
+        vertx.setTimer(20, id -> waitForResponses(deadline, done));
     }
 }

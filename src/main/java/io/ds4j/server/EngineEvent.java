@@ -26,8 +26,18 @@ public sealed interface EngineEvent {
      */
     record PromptLogprobs(List<TokenLogprob> tokens) implements EngineEvent {}
 
-    /** The request failed inside the engine; other requests are unaffected. */
-    record Failed(int status, String message) implements EngineEvent {}
+    /**
+     * The request failed inside the engine, or the engine ended it (shutdown); other requests are unaffected.
+     * @param status            HTTP status of the error (a stream that already started gets it as an error event)
+     * @param code              the error body's code, or null (then the status decides it)
+     * @param retryAfterSeconds Retry-After for the client, or null
+     */
+    record Failed(int status, String message, String code, Integer retryAfterSeconds) implements EngineEvent {
+        /** A failure without a code of its own. */
+        public Failed(int status, String message) {
+            this(status, message, null, null);
+        }
+    }
 
     /** A generated token's log-probability, with the most likely alternatives. */
     record TokenLogprob(String token, byte[] bytes, float logprob, List<TopLogprob> top) {}

@@ -53,6 +53,12 @@ public final class EngineVerticle extends VerticleBase {
     public static final String SUBMIT = "ds4j.engine.submit";
     /** Address of cancellations (body: the request id). */
     public static final String CANCEL = "ds4j.engine.cancel";
+    /**
+     * Address of the shutdown drain (request-reply; body: the grace period in seconds, an Integer): from then on
+     * submissions are refused and queued requests end with 503 server_shutting_down; the running ones go on until they
+     * finish or the grace period ends, when they end with that 503 too. The reply (null) comes once none runs.
+     */
+    public static final String DRAIN = "ds4j.engine.drain";
     /** Rollback window of target sequences: the widest verify step (8) with room to spare. */
     static final int MAX_ROLLBACK = RollbackWindow.DEFAULT;
     /** Verify width of a request with a prediction when its width is "auto". */
@@ -84,6 +90,11 @@ public final class EngineVerticle extends VerticleBase {
     /** Smoothed request duration, for Retry-After. */
     private double meanRequestSeconds = 5;
     private final List<MessageConsumer<?>> consumers = new ArrayList<>();
+    /** The drain request to answer once no request runs; null before shutdown. */
+    private Message<Object> drain;
+    private boolean drainAnswered;
+    /** Set by {@link #stop}: no more ticks. */
+    private boolean stopped;
 
     /** @param provider loads the model when the verticle starts (on the engine thread) */
     public EngineVerticle(ServerState state, ModelProvider provider) {
@@ -129,6 +140,7 @@ public final class EngineVerticle extends VerticleBase {
         scheduler = new Scheduler<>(backend, limits(cfg0));
         consumers.add(vertx.eventBus().localConsumer(SUBMIT, this::onSubmit));
         consumers.add(vertx.eventBus().localConsumer(CANCEL, this::onCancel));
+        consumers.add(vertx.eventBus().localConsumer(DRAIN, this::onDrain));
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList()).onSuccess(v -> {
             state.model(info);
             Scheduler.Limits l = scheduler.limits();
@@ -176,6 +188,7 @@ public final class EngineVerticle extends VerticleBase {
 
     @Override
     public Future<?> stop() {
+        stopped = true;
         for (Job j : new ArrayList<>(active)) {
             j.gen.abandon(); // ends the generation and releases its sequence
             scheduler.remove(j);
@@ -193,6 +206,11 @@ public final class EngineVerticle extends VerticleBase {
     private void onSubmit(Message<Object> msg) {
         EngineRequest r = (EngineRequest) msg.body();
         ServerConfig cfg = state.config();
+        if (drain != null || stopped) {
+            LOG.info("request {} refused with 503: the server is shutting down", r.id);
+            msg.reply(Admission.refused(HttpVerticle.shuttingDown()), LOCAL);
+            return;
+        }
         if (r.cancelled()) {
             msg.reply(Admission.refused(new ApiException(499, "invalid_request_error", "cancelled", null, "cancelled", null)), LOCAL);
             return;
@@ -361,7 +379,68 @@ public final class EngineVerticle extends VerticleBase {
             scheduler.remove(j);
             retire(j, null);
             promote();
+            drained();
         }
+    }
+
+    /**
+     * Shutdown ({@link #DRAIN}): refuses what waits, lets what runs finish within the grace period, then ends the rest;
+     * answers once nothing runs.
+     */
+    private void onDrain(Message<Object> msg) {
+        if (drain != null) {
+            msg.reply(null, LOCAL);
+            return;
+        }
+        drain = msg;
+        int grace = (Integer) msg.body();
+        int queued = waiting.size();
+        for (Job j : new ArrayList<>(waiting)) retireShutdown(j, "it was queued");
+        waiting.clear();
+        updateGauges();
+        LOG.info("shutting down: {} refused with 503, {} may finish within {} s (server.shutdownGraceSeconds)",
+                plural(queued, "queued request"), plural(active.size(), "running request"), grace);
+        if (grace == 0) endRunning(grace);
+        else vertx.setTimer(grace * 1000L, id -> endRunning(grace));
+        drained();
+    }
+
+    /** The end of the shutdown grace period: every request still running ends with 503. */
+    private void endRunning(int grace) {
+        if (active.isEmpty()) return;
+        LOG.info("shutting down: the grace period of {} s is over; ending {} with 503", grace, plural(active.size(), "running request"));
+        for (Job j : new ArrayList<>(active)) {
+            j.gen.abandon(); // ends the generation and releases its sequence
+            scheduler.remove(j);
+            active.remove(j);
+            retireShutdown(j, "it ran past the shutdown grace period (server.shutdownGraceSeconds " + grace + ") after "
+                    + plural(j.gen.generatedTokens(), "generated token"));
+        }
+        updateGauges();
+        drained();
+    }
+
+    /** Answers the drain request once no request runs (after a tick, a cancellation or the grace period). */
+    private void drained() {
+        if (drain == null || drainAnswered || !active.isEmpty()) return;
+        drainAnswered = true;
+        drain.reply(null, LOCAL);
+        LOG.info("shutting down: no request runs any more");
+    }
+
+    /** Ends a queued or running request because the server shuts down: a 503 to its client (an error event mid-stream). */
+    private void retireShutdown(Job j, String why) {
+        jobs.remove(j.req.id);
+        reservedTokens -= j.reserved;
+        int generated = j.gen != null ? j.gen.generatedTokens() : 0;
+        if (j.gen != null) j.flush(); // what was generated before this point reaches the client first
+        // a queued request counts as refused; a running one as aborted (vLLM's finish reason "abort")
+        if (j.gen == null) state.metrics().rejected("server_shutting_down");
+        else state.metrics().success("abort");
+        state.record(new ServerState.JobRecord(j.req.id, "shutdown", j.req.prompt.length, j.promptDone, generated, j.steps));
+        LOG.info("request {} ended with 503: the server is shutting down and {}", j.req.id, why);
+        send(j, new EngineEvent.Failed(503, "the server is shutting down and " + why + "; retry on another instance or once it is back",
+                "server_shutting_down", 5));
     }
 
     private void retireCancelledInQueue(Job j) {
@@ -374,14 +453,21 @@ public final class EngineVerticle extends VerticleBase {
     // ------------------------------------------------------------------------------------------------ scheduling
 
     private void scheduleTick() {
-        if (tickQueued) return;
+        if (tickQueued || stopped) return;
         tickQueued = true;
-        context.runOnContext(v -> tick());
+        try {
+            context.runOnContext(v -> tick());
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            // the engine's thread pool is closing (the server stops): no further steps
+            tickQueued = false;
+            LOG.debug("no further engine steps: the engine is stopping");
+        }
     }
 
     /** One batched step of the running requests, then yield. */
     private void tick() {
         tickQueued = false;
+        if (stopped) return;
         try {
             promote();
             if (active.isEmpty()) return;
@@ -420,6 +506,7 @@ public final class EngineVerticle extends VerticleBase {
             LOG.error("engine scheduler error", t);
         } finally {
             if (!active.isEmpty()) scheduleTick();
+            else drained();
         }
     }
 

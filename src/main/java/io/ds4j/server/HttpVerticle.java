@@ -153,7 +153,7 @@ public final class HttpVerticle extends VerticleBase {
      */
     private void invalidRequest(HttpServerRequest req) {
         Throwable cause = req.decoderResult().cause();
-        String why = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
+        String why = decodeProblem(cause);
         List<String> keys = state.config().apiKeys();
         ApiException e;
         if (!keys.isEmpty() && !hasValidKey(req.getHeader(HttpHeaders.AUTHORIZATION), keys)) {
@@ -169,6 +169,22 @@ public final class HttpVerticle extends VerticleBase {
         req.response().setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json")
                 .putHeader(HttpHeaders.CONNECTION, "close").end(Json.write(e.body()))
                 .onComplete(v -> req.connection().close());
+    }
+
+    /**
+     * Netty's reason for refusing a request, fit for the log and the answer: a header value it quotes (which may be an
+     * API key) is withheld, and control characters are written as U+XXXX.
+     */
+    static String decodeProblem(Throwable cause) {
+        String m = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
+        java.util.regex.Matcher v = java.util.regex.Pattern.compile("(?s)^(a header value contains .*?'.'): .*$").matcher(m);
+        if (v.matches()) m = v.group(1) + " (the value is not shown)";
+        StringBuilder b = new StringBuilder(m.length());
+        m.codePoints().forEach(c -> {
+            if (Character.isISOControl(c)) b.append(String.format("U+%04X", c));
+            else b.appendCodePoint(c);
+        });
+        return b.toString();
     }
 
     /** Whether an Authorization header carries one of the keys as a Bearer token (compared in constant time). */
@@ -335,6 +351,11 @@ public final class HttpVerticle extends VerticleBase {
      * Refusals before generation (4xx, 503) are counted in ds4j:requests_rejected_total by their code.
      */
     void error(RoutingContext ctx, ApiException e) {
+        error(ctx, e, false);
+    }
+
+    /** As {@link #error(RoutingContext, ApiException)}; countedByEngine: the engine already counted the request. */
+    private void error(RoutingContext ctx, ApiException e, boolean countedByEngine) {
         HttpServerResponse resp = ctx.response();
         if (resp.ended() || resp.closed()) return;
         if (resp.headWritten()) {
@@ -342,7 +363,7 @@ public final class HttpVerticle extends VerticleBase {
             return;
         }
         boolean routing = e.status() == 404 && "not_found".equals(e.code()) || e.status() == 405;
-        if ((e.status() < 500 || e.status() == 503) && !routing) {
+        if ((e.status() < 500 || e.status() == 503) && !routing && !countedByEngine) {
             state.metrics().rejected(e.code() != null ? e.code() : "http_" + e.status());
             if (e.status() != 429) // the engine logs queue-full refusals with the queue state
                 LOG.info("{} {} rejected with {}: {}", ctx.request().method(), ctx.request().path(), e.status(), e.getMessage());
@@ -355,6 +376,12 @@ public final class HttpVerticle extends VerticleBase {
         HttpServerResponse resp = ctx.response();
         if (resp.ended() || resp.closed()) return;
         resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(body));
+    }
+
+    /** The answer to a generation request once the server is shutting down ({@link ServerState#draining}). */
+    static ApiException shuttingDown() {
+        return new ApiException(503, "unavailable_error", "server_shutting_down", null,
+                "the server is shutting down and takes no new requests; retry on another instance or once it is back", 5);
     }
 
     /** The model, or a 503 (loading / failed) answer. */
@@ -370,7 +397,11 @@ public final class HttpVerticle extends VerticleBase {
 
     private void health(RoutingContext ctx) {
         ObjectNode o = Json.object();
-        if (state.model() != null) {
+        if (state.draining()) {
+            // load balancers stop routing here while the running requests finish
+            o.put("status", "shutting_down");
+            json(ctx, 503, o);
+        } else if (state.model() != null) {
             o.put("status", "ready");
             json(ctx, 200, o);
         } else if (state.loadError() != null) {
@@ -575,6 +606,7 @@ public final class HttpVerticle extends VerticleBase {
     // ------------------------------------------------------------------------------------------------ generation
 
     private void generate(RoutingContext ctx, JsonNode body, boolean chat) {
+        if (state.draining()) throw shuttingDown();
         ModelInfo m = ready();
         ServerConfig cfg = state.config();
         Requests.Gen g = Requests.parse(body, chat, m, cfg);
@@ -722,6 +754,9 @@ public final class HttpVerticle extends VerticleBase {
                 LOG.info("request {} dropped before submission: the client went away", req.id());
                 return;
             }
+            // counted until its response ends or its connection closes: shutdown waits for the last ones to go out
+            state.exchangeOpened();
+            ctx.addEndHandler(v -> state.exchangeClosed());
             Handler<Void> gone = v -> clientGone();
             resp.closeHandler(gone);
             out = new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage());
@@ -795,8 +830,11 @@ public final class HttpVerticle extends VerticleBase {
                 }
                 case EngineEvent.Failed f -> {
                     finish();
-                    error(ctx, f.status() < 500 ? new ApiException(f.status(), "invalid_request_error", null, null, f.message(), null)
-                            : new ApiException(f.status(), "server_error", "internal_error", null, f.message(), null));
+                    // requests the shutdown ended were counted by the engine (refused when queued, aborted when running)
+                    error(ctx, f.status() < 500 ? new ApiException(f.status(), "invalid_request_error", f.code(), null, f.message(), null)
+                            : f.status() == 503 ? new ApiException(503, "unavailable_error", f.code(), null, f.message(), f.retryAfterSeconds())
+                            : new ApiException(f.status(), "server_error", f.code() != null ? f.code() : "internal_error", null, f.message(), null),
+                            "server_shutting_down".equals(f.code()));
                 }
             }
         }

@@ -4,6 +4,7 @@ import io.ds4j.server.config.ServerConfig;
 
 import java.util.List;
 import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -24,6 +25,10 @@ public final class ServerState {
     private final long startedAtMillis = System.currentTimeMillis();
     private volatile int port;
     private volatile ReloadOutcome lastReload;
+    /** Set once the server began shutting down ({@link Ds4jServer#close}): no new generation is accepted. */
+    private volatile boolean draining;
+    /** Generation exchanges (HTTP) whose response has not ended yet. */
+    private final AtomicInteger openExchanges = new AtomicInteger();
 
     public ServerState(ServerConfig config, ServerMetrics metrics) {
         this.config = config;
@@ -61,6 +66,28 @@ public final class ServerState {
 
     void loadError(String e) {
         this.loadError = e;
+    }
+
+    /** True once the server is shutting down: generation requests get 503 server_shutting_down, /health 503. */
+    public boolean draining() {
+        return draining;
+    }
+
+    void beginDrain() {
+        this.draining = true;
+    }
+
+    /** Generation exchanges whose HTTP response has not ended (streams included). */
+    public int openExchanges() {
+        return openExchanges.get();
+    }
+
+    void exchangeOpened() {
+        openExchanges.incrementAndGet();
+    }
+
+    void exchangeClosed() {
+        openExchanges.decrementAndGet();
     }
 
     public ServerMetrics metrics() {

@@ -150,6 +150,10 @@ class ClientDetailsTest {
         assertTrue(r.toLowerCase().contains("www-authenticate: bearer"), r);
         JsonNode e = Json.MAPPER.readTree(r.substring(r.indexOf("\r\n\r\n") + 4)).get("error");
         assertEquals("invalid_api_key", e.get("code").asText(), e.toString());
+        // the header's value (a key, perhaps a real one with a typo) is neither echoed nor logged; the character is named
+        assertFalse(e.get("message").asText().contains("sk-"), e.toString());
+        assertEquals("a header value contains a prohibited character 'U+0001' (the value is not shown)",
+                HttpVerticle.decodeProblem(new IllegalArgumentException("a header value contains a prohibited character '\u0001': Bearer sk-\u0001test")));
         TestServer.Resp missing = server.get("/v1/models");
         assertEquals(401, missing.status());
         assertEquals("Bearer", missing.headers().firstValue("WWW-Authenticate").orElse(null));

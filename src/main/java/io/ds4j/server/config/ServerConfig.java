@@ -39,6 +39,10 @@ public final class ServerConfig {
             key("server.maxBodyBytes", ConfigKey.Type.INT, 4 << 20, true, "largest accepted request body; larger gets 413"),
             key("server.webroot", ConfigKey.Type.STRING, "webroot", false, "folder of the playground's static files served at /"),
             key("server.configScanMs", ConfigKey.Type.INT, 1000, false, "how often the config file is checked for changes (ms)"),
+            key("server.shutdownGraceSeconds", ConfigKey.Type.INT, 20, true,
+                    "on SIGTERM / Ctrl-C, how long running requests may go on to finish (s; 0..3600); meanwhile new and "
+                            + "queued requests get 503 server_shutting_down; those still running then end with that 503 "
+                            + "(an error event on a stream)"),
             key("model.path", ConfigKey.Type.NULLABLE_STRING, null, false,
                     "model folder (config.json + safetensors); null = the embedded default (random 'tiny' model)"),
             key("model.name", ConfigKey.Type.NULLABLE_STRING, null, false,
@@ -285,6 +289,7 @@ public final class ServerConfig {
         intRange(v, p, "server.httpInstances", 0, 64);
         intRange(v, p, "server.maxBodyBytes", 1024, 1 << 30);
         intRange(v, p, "server.configScanMs", 50, 3_600_000);
+        intRange(v, p, "server.shutdownGraceSeconds", 0, 3600);
         intRange(v, p, "model.cacheTokens", 0, Integer.MAX_VALUE);
         intRange(v, p, "verify.f32ShortContextRows", BackendOptions.MIN_SHORT_ROWS, BackendOptions.MAX_SHORT_ROWS);
         intRange(v, p, "gpu.devices", 1, Integer.MAX_VALUE);
@@ -429,6 +434,9 @@ public final class ServerConfig {
 
     /** {@code server.configScanMs}. */
     public int configScanMs() { return i("server.configScanMs"); }
+
+    /** {@code server.shutdownGraceSeconds}. */
+    public int shutdownGraceSeconds() { return i("server.shutdownGraceSeconds"); }
 
     /** The model folder, or null for the embedded default. */
     public String modelPath() { return (String) values.get("model.path"); }

@@ -1,0 +1,127 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.vertx.core.Future;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Graceful shutdown ({@link Ds4jServer#close}, what SIGTERM / Ctrl-C run): running requests finish within
+ * {@code server.shutdownGraceSeconds}, new and queued ones get 503 server_shutting_down, the ones past the grace period
+ * end with that 503 (an error event on a stream) after everything generated before it, and every sequence is released.
+ */
+class ShutdownTest {
+    private final ScriptedBackend backend = new ScriptedBackend(TestServer::defaultScript);
+    private TestServer server;
+    private Future<Void> closing;
+
+    @AfterEach
+    void stop() {
+        if (closing == null && server != null) server.close();
+    }
+
+    private static String errorCode(String json) throws Exception {
+        JsonNode e = Json.MAPPER.readTree(json).get("error");
+        assertNotNull(e, "an error body: " + json);
+        return e.get("code").asText();
+    }
+
+    @Test
+    void runningStreamsFinishWhileNewRequestsAreRefused() throws Exception {
+        backend.delayMs = 20;
+        server = TestServer.scripted(backend, Map.of("speculative.draft", "none", "server.shutdownGraceSeconds", 30));
+        String body = TestServer.chat("Please count for a long time.", "\"stream\":true,\"max_tokens\":40");
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions", body)) {
+            assertEquals(200, s.status);
+            assertNotNull(s.nextData());
+            closing = server.server.close();
+            assertTrue(TestServer.eventually(3000, () -> server.state().draining()), "the server is draining");
+            // the listener is still open while the stream runs: a new request and /health are told why
+            TestServer.Resp refused = server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+            assertEquals(503, refused.status());
+            assertEquals("server_shutting_down", errorCode(refused.body()));
+            assertEquals("5", refused.headers().firstValue("Retry-After").orElse(null));
+            TestServer.Resp health = server.get("/health");
+            assertEquals(503, health.status());
+            assertEquals("shutting_down", health.json().get("status").asText());
+            List<String> rest = new ArrayList<>();
+            for (String d = s.nextData(); d != null; d = s.nextData()) {
+                rest.add(d);
+                if (d.equals("[DONE]")) break;
+            }
+            assertEquals("[DONE]", rest.getLast(), "the running stream ran to its end: " + rest);
+            JsonNode last = Json.MAPPER.readTree(rest.get(rest.size() - 2));
+            assertEquals("length", last.at("/choices/0/finish_reason").asText(), "it stopped at max_tokens, not at the shutdown");
+        }
+        closing.toCompletionStage().toCompletableFuture().get(20, TimeUnit.SECONDS);
+        assertEquals(0, backend.openSequences(), "every sequence released");
+    }
+
+    @Test
+    void requestsPastTheGracePeriodEndWith503AfterWhatWasGenerated() throws Exception {
+        backend.delayMs = 10;
+        server = TestServer.scripted(backend, Map.of("speculative.draft", "none", "server.shutdownGraceSeconds", 1,
+                "limits.maxActive", 2));
+        // two running (one streamed, one not), one queued behind them
+        CompletableFuture<TestServer.Resp> plain = CompletableFuture.supplyAsync(() -> {
+            try {
+                return server.post("/v1/chat/completions", TestServer.chat("Please count for a long time.", "\"max_tokens\":3000"));
+            } catch (Exception e) {
+                throw new RuntimeException(e);
+            }
+        });
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions", SchedulingTest.LONG)) {
+            assertEquals(200, s.status);
+            StringBuilder content = new StringBuilder();
+            content.append(Json.MAPPER.readTree(s.nextData()).at("/choices/0/delta/content").asText(""));
+            assertTrue(TestServer.eventually(5000, () -> server.state().metrics().running.get() == 2), "two run");
+            CompletableFuture<TestServer.Resp> queued = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            assertTrue(TestServer.eventually(5000, () -> server.state().metrics().waiting.get() == 1), "one waits");
+            long t0 = System.nanoTime();
+            closing = server.server.close();
+            TestServer.Resp q = queued.get(10, TimeUnit.SECONDS);
+            assertEquals(503, q.status(), "the queued request is refused at once: " + q.body());
+            assertEquals("server_shutting_down", errorCode(q.body()));
+            String error = null;
+            for (String d = s.nextData(); d != null; d = s.nextData()) {
+                JsonNode n = Json.MAPPER.readTree(d);
+                if (n.has("error")) {
+                    error = d;
+                    break;
+                }
+                content.append(n.at("/choices/0/delta/content").asText(""));
+            }
+            assertNotNull(error, "the stream ends with an error event");
+            assertEquals("server_shutting_down", errorCode(error));
+            double waited = (System.nanoTime() - t0) / 1e9;
+            assertTrue(waited >= 0.9 && waited < 10, "ended at the grace period's end, after " + waited + " s");
+            // what the client got before the error is the script's text from its start, without a gap
+            String expected = TestServer.tokenizer().decode(TestServer.defaultScript(TestServer.tokenizer().encode(
+                    "Please count for a long time.")));
+            assertTrue(content.length() > 0 && expected.startsWith(content.toString()),
+                    "the content before the error is the script's start: " + content);
+            TestServer.Resp p = plain.get(10, TimeUnit.SECONDS);
+            assertEquals(503, p.status(), p.body());
+            assertEquals("server_shutting_down", errorCode(p.body()));
+        }
+        closing.toCompletionStage().toCompletableFuture().get(20, TimeUnit.SECONDS);
+        assertEquals(0, backend.openSequences(), "every sequence released");
+        assertEquals("shutdown", server.state().recent().getLast().outcome());
+    }
+}
