@@ -61,6 +61,15 @@ public final class PrefillBudget {
             return reason == Reason.FLOOR || reason == Reason.STRETCH || reason == Reason.NO_DATA;
         }
 
+        /**
+         * True when the tick's limit is the floor because even a floor-sized chunk exceeds the stretch bound (or its
+         * cost is not known yet): the bound is not met whatever the tick holds, so prompts whose rest fits in the floor
+         * may come along up to the token budget ({@link Scheduler}).
+         */
+        public boolean atFloor() {
+            return reason == Reason.FLOOR || reason == Reason.NO_DATA;
+        }
+
         /** The predicted duration of a tick with this many prefill tokens (ms; NaN when unknown). */
         public double predictedMs(int prefillTokens) {
             return (Double.isNaN(decodeMs) ? 0 : decodeMs) + prefillTokens * msPerToken;

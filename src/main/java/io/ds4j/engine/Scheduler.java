@@ -28,7 +28,9 @@ import java.util.function.LongSupplier;
  *       ({@link #prefillChunk}). Only to meet the latency bound is a chunk cut shorter, and only where the backend
  *       says the two parts give the same numbers as the whole chunk ({@link Backend#prefillSplitExact}), so a
  *       request's output never depends on what else runs. A long prompt thus takes one chunk (or part of one) per
- *       tick and the decoding generations step in every tick beside it.</li>
+ *       tick and the decoding generations step in every tick beside it. Where the bound leaves only the floor (even a
+ *       floor-sized chunk breaks it), prompts whose whole rest fits in the floor come along up to the token budget
+ *       ({@link #shortRestAtFloor}).</li>
  * </ul>
  * Generations that stepped move to the back of the order, so decodes that waited and prefills that did not get a
  * chunk go first in the next tick (round-robin).
@@ -219,7 +221,7 @@ public final class Scheduler<K> {
             if (budget == null) budget = prefillBudget.decide(limits, rowsDecode);
             if (budget.tokens() == 0) break; // a probe: this tick measures the decode rows alone
             int n = g.nextRows();
-            int take = prefillTokens + n <= budget.tokens() ? n
+            int take = prefillTokens + n <= budget.tokens() || shortRestAtFloor(g, n, budget, prefillTokens) ? n
                     : budget.bounded() ? cut(n, budget.tokens() - prefillTokens, prefillTokens == 0) : 0;
             if (take == 0 && prefillTokens == 0) take = n; // the first prompt always progresses
             if (take == 0) continue;
@@ -278,6 +280,20 @@ public final class Scheduler<K> {
         if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, prefillTokens, nanos);
         return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, isolated, List.copyOf(mtpSteps),
                 budget, nanos, tPlanned - t0, tStepped - tPlanned, t1 - tStepped);
+    }
+
+    /**
+     * Whether a prompt's next chunk of n tokens runs in this tick although it does not fit the latency bound's limit:
+     * when the limit is the floor ({@link PrefillBudget.Decision#atFloor}: a floor-sized chunk already breaks the
+     * bound), a prompt whose whole rest is this chunk of at most {@link Limits#minPrefillChunk} tokens comes along up to
+     * the token budget. Each such prompt would otherwise take a tick of its own at the floor; together they share one
+     * pass over the weights (on the GPU most of a short chunk's cost), so a burst of short prompts gets its first
+     * tokens in one tick instead of one tick each, and the running streams are held up once instead of once per prompt.
+     * A long prompt's chunks are still limited to the floor.
+     */
+    private boolean shortRestAtFloor(Generation g, int n, PrefillBudget.Decision budget, int prefillTokens) {
+        return budget.atFloor() && n <= Math.min(limits.minPrefillChunk(), limits.tokenBudget())
+                && g.promptTokens() - g.prefilledTokens() == n && prefillTokens + n <= limits.tokenBudget();
     }
 
     /**

@@ -187,6 +187,68 @@ class SchedulerTest {
     }
 
     /**
+     * Where even a floor-sized chunk breaks the stretch bound (a prefill pass with a large fixed cost, as on the GPU),
+     * prompts whose whole rest fits in the floor come along in the same tick up to the token budget, a long prompt's
+     * chunks stay at the floor, a short prompt above the floor waits its turn, and every output is the request's alone.
+     */
+    @Test
+    void atTheFloorShortPromptsComeAlongUpToTheTokenBudget() {
+        TrackingBackend target = new TrackingBackend(targetCpu);
+        // 12 ms with decode rows; a prefill pass 30 ms + 0.1 ms a token: the bound (0.5 x 12 ms) is never met
+        target.cost = batch -> {
+            boolean decode = batch.stream().anyMatch(e -> e.kind() != StepKind.PREFILL);
+            int prefill = batch.stream().filter(e -> e.kind() == StepKind.PREFILL).mapToInt(BatchEntry::count).sum();
+            return (decode ? 12_000_000L : 0) + (prefill > 0 ? 30_000_000L + 100_000L * prefill : 0);
+        };
+        Scheduler<String> sch = new Scheduler<>(target, new Scheduler.Limits(256, 64, 1.5, 8), target::now);
+        SplittableRandom rnd = new SplittableRandom(5);
+        int V = cfg.vocabSize;
+        Map<String, Req> reqs = new java.util.LinkedHashMap<>();
+        Map<String, List<Integer>> outs = new java.util.LinkedHashMap<>();
+        for (String k : List.of("a", "b"))
+            reqs.put(k, new Req(new int[]{1 + rnd.nextInt(V - 1), 2, 3}, SamplingParams.greedy(60), null, "1"));
+        int[] longPrompt = new int[100];
+        for (int j = 0; j < longPrompt.length; j++) longPrompt[j] = rnd.nextInt(V);
+        reqs.put("long", new Req(longPrompt, SamplingParams.greedy(3), null, "1"));
+        for (int i = 0; i < 6; i++) {
+            int[] p = new int[3 + i];  // 3 .. 8 tokens: within the floor
+            for (int j = 0; j < p.length; j++) p[j] = rnd.nextInt(V);
+            reqs.put("short" + i, new Req(p, i % 2 == 0 ? SamplingParams.greedy(4) : SamplingParams.sampled(0.8, 0, 0.9, 0, 31 + i, 4), null, "1"));
+        }
+        int[] over = new int[12];  // above the floor: not carried along
+        for (int j = 0; j < over.length; j++) over[j] = rnd.nextInt(V);
+        reqs.put("over", new Req(over, SamplingParams.greedy(3), null, "1"));
+        for (String k : List.of("a", "b")) {
+            outs.put(k, new ArrayList<>());
+            sch.add(k, open(target, reqs.get(k), 64, outs.get(k)));
+        }
+        while (sch.tick().prefillTokens() > 0) { } // the two decode now
+        sch.tick(); // and their decode-only time is measured
+        for (String k : reqs.keySet()) {
+            if (outs.containsKey(k)) continue;
+            outs.put(k, new ArrayList<>());
+            sch.add(k, open(target, reqs.get(k), 64, outs.get(k)));
+        }
+        Scheduler.Tick<String> first = sch.tick();
+        assertTrue(first.budget().atFloor(), "the bound cannot be met: " + first.budget());
+        for (int i = 0; i < 6; i++) assertEquals(1, outs.get("short" + i).size(), "short" + i + " got its first token in the first tick");
+        assertEquals(8 + (3 + 4 + 5 + 6 + 7 + 8), first.prefillTokens(), "the long prompt's floor chunk and the six short prompts");
+        assertTrue(outs.get("over").isEmpty(), "a prompt above the floor is not carried along");
+        int ticks = 0;
+        while (!sch.isEmpty()) {
+            Scheduler.Tick<String> t = sch.tick();
+            if (++ticks > 1000) fail("the requests do not end");
+            if (t.budget() != null && t.budget().atFloor()) assertTrue(t.prefillTokens() <= 8 + 12, "at the floor: " + t.prefillTokens());
+        }
+        for (var en : reqs.entrySet()) {
+            List<Integer> a = new ArrayList<>();
+            Generation g = open(targetCpu, en.getValue(), 64, a);
+            while (g.step()) { }
+            assertArrayEquals(tokens(a), tokens(outs.get(en.getKey())), "request " + en.getKey() + " as alone");
+        }
+    }
+
+    /**
      * A backend whose steps of 32 rows or more round differently from shorter ones (as the GPU's tensor-core
      * threshold): a chunk of 32 or more is only cut into parts of at least 32, whatever the bound asks.
      */
