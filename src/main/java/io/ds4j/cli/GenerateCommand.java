@@ -81,6 +81,7 @@ public final class GenerateCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         PrintStream err = System.err;
+        if (maxTokens < 0) throw new IllegalArgumentException("-n / --max-tokens must be >= 0, got " + maxTokens);
         SamplingParams sp = new SamplingParams(temperature, topK, topP, minP, seed, presence, frequency, repetition,
                 Map.of(), maxTokens, stop, false, 0, ignoreEos);
         VerifyWidth width;

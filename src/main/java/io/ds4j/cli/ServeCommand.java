@@ -67,7 +67,7 @@ public final class ServeCommand implements Callable<Integer> {
             description = "verify.f16Kv = true: the F16-KV verifier (backend hip on a single device only).")
     boolean fusedVerifyF16Kv;
 
-    @Option(names = "--draft", paramLabel = "none|ngram|DIR", description = "speculative.draft.")
+    @Option(names = "--draft", paramLabel = "none|ngram|mtp|DIR", description = "speculative.draft.")
     String draft;
 
     @Option(names = "--spec-q", paramLabel = "auto|1..8", description = "speculative.q: draft tokens verified per step.")
@@ -130,7 +130,8 @@ public final class ServeCommand implements Callable<Integer> {
                 if (eq <= 0) throw new CommandLine.ParameterException(spec.commandLine(), "--set needs KEY=VALUE, got '" + s + "'");
                 String k = s.substring(0, eq).trim(), v = s.substring(eq + 1);
                 if (ServerConfig.keyOf(k) == null)
-                    throw new CommandLine.ParameterException(spec.commandLine(), "--set: unknown configuration key '" + k + "'");
+                    throw new CommandLine.ParameterException(spec.commandLine(), "--set: unknown configuration key '" + k + "'"
+                            + ServerConfig.suggestion(k));
                 Object val;
                 try {
                     val = om.readValue(v, Object.class);

@@ -296,6 +296,9 @@ public final class Ds4jServer {
     }
 
     /** Validates a new version of the file as a whole and applies it atomically, or keeps the old one. */
+    /** The file's values a flag overrides that were last warned about (onConfigText). */
+    private List<String> warnedOverrides = List.of();
+
     private void onConfigText(String text, boolean changed) {
         Path file = opt.configFile();
         ServerConfig proposed;
@@ -311,7 +314,10 @@ public final class Ds4jServer {
         // keys the file sets that a command-line flag keeps at the flag's value: said, so an edit that changes nothing
         // is not a mystery
         List<String> overridden = changed ? ServerConfig.overridden(text, opt.overrides()) : List.of();
-        if (!overridden.isEmpty()) LOG.warn("config file {}: command-line flags win over the file: {}", file, overridden);
+        // said once per file value: a later edit of another key does not repeat it
+        List<String> newly = overridden.stream().filter(o -> !warnedOverrides.contains(o)).toList();
+        if (changed) warnedOverrides = overridden;
+        if (!newly.isEmpty()) LOG.warn("config file {}: command-line flags win over the file: {}", file, newly);
         String note = overridden.isEmpty() ? "" : "; overridden by flags " + overridden;
         if (r.live().isEmpty() && r.pending().equals(state.pending())) {
             if (changed) {

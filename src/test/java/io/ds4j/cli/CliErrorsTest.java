@@ -124,6 +124,9 @@ class CliErrorsTest {
         assertFalse(r.err().contains(f.toString()), "the file is not blamed: " + r.err());
         r = runBounded("serve", "--config", f.toString(), "--set", "limits.maxActive=0");
         assertTrue(r.err().contains("flag --set limits.maxActive=0: limits.maxActive"), r.err());
+        r = runBounded("serve", "--config", f.toString(), "--set", "limits.maxActiv=3");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("unknown configuration key 'limits.maxActiv' (did you mean limits.maxActive?)"), r.err());
         Path bad = config(dir, "{\"limits\": {\"maxActive\": 0}}");
         r = runBounded("serve", "--config", bad.toString());
         assertEquals(2, r.code(), r.err());

@@ -86,6 +86,9 @@ public class GenerateCommandTest {
         r = run("generate", "--model", FIXTURE, "--prompt", "x", "-n", "abc");
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("abc"), r.err());
+        r = run("generate", "--model", FIXTURE, "--prompt", "x", "-n", "-3");
+        assertNotEquals(0, r.code());
+        assertTrue(r.err().contains("-n / --max-tokens must be >= 0, got -3"), r.err());
     }
 
     /**

@@ -258,7 +258,8 @@ public final class ServerConfig {
         return false;
     }
 
-    private static String suggestion(String path) {
+    /** " (did you mean KEY?)" for the key closest to path, or "" when none is close. */
+    public static String suggestion(String path) {
         String best = null;
         int bestD = Integer.MAX_VALUE;
         for (ConfigKey k : KEYS) {
