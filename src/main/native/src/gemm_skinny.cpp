@@ -1155,21 +1155,29 @@ static int moe_pass_rows(int S, int64_t P, int E) {
 }
 
 /**
- * Row groups per block of a staged routed-expert launch (SmArgs::rg) with gx expert blocks, rgpg row groups per expert
- * and parts column partitions as blocks: by default (DS4J_SKINNY_MOE_RG unset or 0) the largest power of two up to 16
- * that leaves at least MOE_BLOCKS blocks; DS4J_SKINNY_MOE_RG 1 .. 16 fixes it (for measurements). Row groups
- * of one block share its expert lookup and, where the slice is the same, its staged x; fewer per block give more
- * blocks. On the H200 (`tools/device/run.sh mm-bench --only routed`, graph figures, equal result hashes; BENCHMARKS.md,
- * ninth session) one row group per block gave w1 / w3 19.9 % of HBM at 1 row, 14.6 % at 16; two 21.6 % at 1 row (768
- * blocks -> 384), eight 19.0 % at 16 rows; w2 17.4 % at 1 row with one, 20.7 % with four (1,536 blocks -> 384). Same bits
- * at any value (each warp computes its row tile as before). Read once.
+ * Row groups per block of a staged routed-expert launch (SmArgs::rg) with gx expert blocks, rgpg row groups per expert,
+ * parts column partitions as blocks, nt n-tiles per pass and rb weight bytes a row. By default (DS4J_SKINNY_MOE_RG unset
+ * or 0): for passes of one n-tile (at most 8 picks of an expert at a time: decode and verify steps), the largest power
+ * of two up to 16 whose row groups hold at most MOE_BLOCK_BYTES of weights; for wider passes, the largest power of two
+ * up to 16 that leaves at least MOE_BLOCKS blocks. DS4J_SKINNY_MOE_RG 1 .. 16 fixes it (for measurements). Row groups of
+ * one block share its expert lookup and, where the slice is the same, its staged x; fewer per block give more blocks.
+ * On the H200 (`tools/device/run.sh mm-bench --rows 1,5,16 --only routed`, graph µs, equal result hashes; BENCHMARKS.md,
+ * ninth and seventeenth sessions): at 1 row the best were 2 row groups for w1 / w3 (2048 rows of 2048 bytes) and 4 for
+ * w2 (4096 of 1024), 512 KiB a block either way (384 blocks); at 5 rows (14 of 16 experts) the same 2 and 4 (62.5 and
+ * 67.2 µs), where the block count's rule took 4 and 8 (66.5, 76.5); at 16 rows (2 n-tiles) the block count's 4 and 8
+ * (74.4, 88.0) against 82.3 and 91.2 with 512 KiB. Same bits at any value (each warp computes its row tile as before).
+ * Read once.
  */
 constexpr int64_t MOE_BLOCKS = 384;  // about three blocks per H200 multiprocessor (132), the FP4 experts' occupancy
-static int moe_row_groups(unsigned gx, int rgpg, int parts) {
+constexpr int64_t MOE_BLOCK_BYTES = 512 << 10;  // weights of a one-n-tile pass's block
+static int moe_row_groups(unsigned gx, int rgpg, int parts, int nt, int64_t rb) {
     static std::atomic<int> c{0};
     const int v = env_choice(c, "DS4J_SKINNY_MOE_RG", 0, 0, 16);
     int rg = v;
-    if (v == 0) {
+    if (v == 0 && nt == 1) {
+        rg = 1;
+        while (rg < 16 && 2 * rg * SM_W * 16 * rb <= MOE_BLOCK_BYTES) rg *= 2;
+    } else if (v == 0) {
         const int64_t blocks = (int64_t)gx * rgpg * parts;
         rg = 1;
         while (rg < 16 && blocks / (2 * rg) >= MOE_BLOCKS) rg *= 2;
@@ -1443,7 +1451,7 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     const SmPlan pl = S <= sm_moe_max_rows() && Sp <= 32 ? sm_plan(format, rows, 1, k, rb, Sp, P, rows) : SmPlan{};
     if (pl.on && pl.b.rgpg <= 65535) {
         SmPlan mp = pl;
-        mp.b.rg = moe_row_groups(gx, mp.b.rgpg, mp.b.split ? mp.b.nw : 1);
+        mp.b.rg = moe_row_groups(gx, mp.b.rgpg, mp.b.split ? mp.b.nw : 1, mp.nt, rb);
         *rc = run_smem<true>(ctx, format, mp, dim3(gx, (unsigned)((mp.b.rgpg + mp.b.rg - 1) / mp.b.rg)), a, rows);
         return true;
     }
