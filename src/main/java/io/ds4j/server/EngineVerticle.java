@@ -431,7 +431,7 @@ public final class EngineVerticle extends VerticleBase {
     /** Ends a queued or running request because the server shuts down: a 503 to its client (an error event mid-stream). */
     private void retireShutdown(Job j, String why) {
         jobs.remove(j.req.id);
-        reservedTokens -= j.reserved;
+        if (j.gen != null) reservedTokens -= j.reserved; // a queued request reserved nothing yet
         int generated = j.gen != null ? j.gen.generatedTokens() : 0;
         if (j.gen != null) j.flush(); // what was generated before this point reaches the client first
         // a queued request counts as refused; a running one as aborted (vLLM's finish reason "abort")
