@@ -295,10 +295,10 @@ public final class Ds4jServer {
         LOG.warn(msg);
     }
 
-    /** Validates a new version of the file as a whole and applies it atomically, or keeps the old one. */
     /** The file's values a flag overrides that were last warned about (onConfigText). */
     private List<String> warnedOverrides = List.of();
 
+    /** Validates a new version of the file as a whole and applies it atomically, or keeps the old one. */
     private void onConfigText(String text, boolean changed) {
         Path file = opt.configFile();
         ServerConfig proposed;
