@@ -598,6 +598,8 @@ public final class EngineVerticle extends VerticleBase {
     }
 
     private void send(Job j, EngineEvent e) {
+        // a client that went away has unregistered its address: an event sent there would only be logged as discarded
+        if (j.req.cancelled()) return;
         vertx.eventBus().send(j.req.address, e, LOCAL);
     }
 
