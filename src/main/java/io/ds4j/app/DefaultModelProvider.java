@@ -76,7 +76,15 @@ public final class DefaultModelProvider implements ModelProvider {
             if (!Files.isDirectory(dir)) throw new IllegalArgumentException("model.path: folder not found: " + dir.toAbsolutePath());
         }
         long t0 = System.nanoTime();
-        Backend backend = open(cfg.backend(), dir, cfg.backendOptions());
+        Backend backend;
+        try {
+            backend = open(cfg.backend(), dir, cfg.backendOptions());
+        } catch (io.ds4j.model.CheckpointException | java.io.IOException | java.io.UncheckedIOException e) {
+            if (!embedded) throw e;
+            // the store made these files: a failure to read them means they were damaged after (a full disk, a copy)
+            throw new java.io.IOException("the embedded default model in " + dir + " cannot be read (" + e.getMessage()
+                    + "); delete that folder and it is made again at the next start", e);
+        }
         DraftSource draft = null;
         try {
             Tokenizer tok = Tokenizers.forModel(dir);
