@@ -235,10 +235,17 @@ public final class ServeCommand implements Callable<Integer> {
         // why the server goes away: a signal (SIGTERM / Ctrl-C), unless the model failed to load first
         java.util.concurrent.atomic.AtomicReference<String> why = new java.util.concurrent.atomic.AtomicReference<>("signal received");
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            // say why, then stop accepting, cancel requests, release the model
-            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("shutting down ({}): stopping the server", why.get());
+            var log = org.slf4j.LoggerFactory.getLogger(ServeCommand.class);
+            if (server.state().model() == null && server.state().loadError() == null) {
+                // the model is still loading: nothing runs yet, and the load cannot be interrupted (undeploying the
+                // engine mid-start trips Vert.x), so the process ends without waiting for it
+                log.info("shutting down ({}) while the model loads: exiting without waiting for the load", why.get());
+                return;
+            }
+            // say why, then stop accepting, let running requests finish within the grace period, release the model
+            log.info("shutting down ({}): stopping the server", why.get());
             server.close().await();
-            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("stopped");
+            log.info("stopped");
         }, "ds4j-shutdown"));
         try {
             server.ready().await();

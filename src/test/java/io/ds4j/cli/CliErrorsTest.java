@@ -127,6 +127,8 @@ class CliErrorsTest {
         r = runBounded("serve", "--config", f.toString(), "--set", "limits.maxActiv=3");
         assertEquals(2, r.code(), r.err());
         assertTrue(r.err().contains("unknown configuration key 'limits.maxActiv' (did you mean limits.maxActive?)"), r.err());
+        r = runBounded("serve", "--config", f.toString(), "--set", "shutdownGraceSeconds=3");
+        assertTrue(r.err().contains("unknown configuration key 'shutdownGraceSeconds' (did you mean server.shutdownGraceSeconds?)"), r.err());
         Path bad = config(dir, "{\"limits\": {\"maxActive\": 0}}");
         r = runBounded("serve", "--config", bad.toString());
         assertEquals(2, r.code(), r.err());

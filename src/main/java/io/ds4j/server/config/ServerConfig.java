@@ -269,7 +269,11 @@ public final class ServerConfig {
                 best = k.name();
             }
         }
-        return best != null && bestD <= Math.max(2, path.length() / 4) ? " (did you mean " + best + "?)" : "";
+        if (best != null && bestD <= Math.max(2, path.length() / 4)) return " (did you mean " + best + "?)";
+        // a key given without its group ("maxActive" for limits.maxActive)
+        String tail = "." + path.toLowerCase(Locale.ROOT);
+        List<String> named = KEYS.stream().map(ConfigKey::name).filter(n -> n.toLowerCase(Locale.ROOT).endsWith(tail)).toList();
+        return named.size() == 1 ? " (did you mean " + named.getFirst() + "?)" : "";
     }
 
     private static int distance(String a, String b) {
