@@ -40,7 +40,7 @@ class ShutdownTest {
     void runningStreamsFinishWhileNewRequestsAreRefused() throws Exception {
         backend.delayMs = 20;
         server = TestServer.scripted(backend, Map.of("speculative.draft", "none", "server.shutdownGraceSeconds", 30));
-        String body = TestServer.chat("Please count for a long time.", "\"stream\":true,\"max_tokens\":40");
+        String body = TestServer.chat("Please count for a long time.", "\"stream\":true,\"max_tokens\":100");
         try (RawStream s = new RawStream(server.port, "/v1/chat/completions", body)) {
             assertEquals(200, s.status);
             assertNotNull(s.nextData());
