@@ -236,7 +236,7 @@ public final class ServeCommand implements Callable<Integer> {
         java.util.concurrent.atomic.AtomicReference<String> why = new java.util.concurrent.atomic.AtomicReference<>("signal received");
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             var log = org.slf4j.LoggerFactory.getLogger(ServeCommand.class);
-            if (server.state().model() == null && server.state().loadError() == null) {
+            if (server.state().loading()) {
                 // the model is still loading: nothing runs yet, and the load cannot be interrupted (undeploying the
                 // engine mid-start trips Vert.x), so the process ends without waiting for it
                 log.info("shutting down ({}) while the model loads: exiting without waiting for the load", why.get());

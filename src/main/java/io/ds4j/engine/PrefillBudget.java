@@ -97,7 +97,7 @@ public final class PrefillBudget {
         if (limits.maxTickStretch() == 0) return new Decision(budget, Reason.OFF, decodeMs, msPerToken);
         if (Double.isNaN(decodeMs) || sinceDecodeSample >= PROBE_EVERY || loadChanged(decodeRows))
             return new Decision(0, Reason.PROBE, decodeMs, msPerToken);
-        int floor = Math.min(limits.minPrefillChunk(), budget);
+        int floor = limits.floor();
         if (Double.isNaN(msPerToken)) return new Decision(floor, Reason.NO_DATA, decodeMs, msPerToken);
         double allowed = (limits.maxTickStretch() - 1) * decodeMs / msPerToken;
         if (allowed >= budget) return new Decision(budget, Reason.CEILING, decodeMs, msPerToken);

@@ -69,6 +69,11 @@ public final class Scheduler<K> {
             if (minPrefillChunk < 1) throw new IllegalArgumentException("minPrefillChunk must be >= 1, got " + minPrefillChunk);
         }
 
+        /** The floor a waiting prompt gets under the latency bound: minPrefillChunk, at most the token budget. */
+        public int floor() {
+            return Math.min(minPrefillChunk, tokenBudget);
+        }
+
         /** Limits without the latency bound: prefill always gets the whole token budget. */
         public Limits(int maxBatchRows, int tokenBudget) {
             this(maxBatchRows, tokenBudget, 0, 1);
@@ -292,7 +297,7 @@ public final class Scheduler<K> {
      * A long prompt's chunks are still limited to the floor.
      */
     private boolean shortRestAtFloor(Generation g, int n, PrefillBudget.Decision budget, int prefillTokens) {
-        return budget.atFloor() && n <= Math.min(limits.minPrefillChunk(), limits.tokenBudget())
+        return budget.atFloor() && n <= limits.floor()
                 && g.promptTokens() - g.prefilledTokens() == n && prefillTokens + n <= limits.tokenBudget();
     }
 
@@ -304,7 +309,7 @@ public final class Scheduler<K> {
      * not the first, 0 (it waits). The floor is {@link Limits#minPrefillChunk} (at most the token budget).
      */
     int cut(int n, int room, boolean first) {
-        int floor = Math.min(limits.minPrefillChunk(), limits.tokenBudget());
+        int floor = limits.floor();
         for (int k = Math.min(room, n - 1); k >= floor; k--) if (backend.prefillSplitExact(n, k)) return k;
         if (!first) return 0;
         for (int k = Math.max(room + 1, floor); k < n; k++) if (backend.prefillSplitExact(n, k)) return k;

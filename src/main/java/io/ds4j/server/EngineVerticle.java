@@ -189,11 +189,7 @@ public final class EngineVerticle extends VerticleBase {
     @Override
     public Future<?> stop() {
         stopped = true;
-        for (Job j : new ArrayList<>(active)) {
-            j.gen.abandon(); // ends the generation and releases its sequence
-            scheduler.remove(j);
-        }
-        active.clear();
+        for (Job j : new ArrayList<>(active)) end(j);
         waiting.clear();
         jobs.clear();
         if (prefixCache != null) prefixCache.close();
@@ -372,11 +368,10 @@ public final class EngineVerticle extends VerticleBase {
             updateGauges();
             return;
         }
-        if (active.remove(j)) {
+        if (active.contains(j)) {
             // the step boundary is now (ticks run on this thread): end it without another forward and release its
             // state at once, mid-prefill too
-            j.gen.abandon();
-            scheduler.remove(j);
+            end(j);
             retire(j, null);
             promote();
             drained();
@@ -410,14 +405,19 @@ public final class EngineVerticle extends VerticleBase {
         if (active.isEmpty()) return;
         LOG.info("shutting down: the grace period of {} s is over; ending {} with 503", grace, plural(active.size(), "running request"));
         for (Job j : new ArrayList<>(active)) {
-            j.gen.abandon(); // ends the generation and releases its sequence
-            scheduler.remove(j);
-            active.remove(j);
+            end(j);
             retireShutdown(j, "it ran past the shutdown grace period (server.shutdownGraceSeconds " + grace + ") after "
                     + plural(j.gen.generatedTokens(), "generated token"));
         }
         updateGauges();
         drained();
+    }
+
+    /** Ends a running request between steps: its generation (and sequence) released, out of the scheduler and the running set. */
+    private void end(Job j) {
+        j.gen.abandon();
+        scheduler.remove(j);
+        active.remove(j);
     }
 
     /** Answers the drain request once no request runs (after a tick, a cancellation or the grace period). */
@@ -428,19 +428,24 @@ public final class EngineVerticle extends VerticleBase {
         LOG.info("shutting down: no request runs any more");
     }
 
+    /** Drops a request from the table, and its reserved tokens when it ran (a queued one reserved none yet). */
+    private void forget(Job j) {
+        jobs.remove(j.req.id);
+        if (j.gen != null) reservedTokens -= j.reserved;
+    }
+
     /** Ends a queued or running request because the server shuts down: a 503 to its client (an error event mid-stream). */
     private void retireShutdown(Job j, String why) {
-        jobs.remove(j.req.id);
-        if (j.gen != null) reservedTokens -= j.reserved; // a queued request reserved nothing yet
+        forget(j);
         int generated = j.gen != null ? j.gen.generatedTokens() : 0;
         if (j.gen != null) j.flush(); // what was generated before this point reaches the client first
         // a queued request counts as refused; a running one as aborted (vLLM's finish reason "abort")
-        if (j.gen == null) state.metrics().rejected("server_shutting_down");
+        if (j.gen == null) state.metrics().rejected(HttpVerticle.SHUTTING_DOWN);
         else state.metrics().success("abort");
         state.record(new ServerState.JobRecord(j.req.id, "shutdown", j.req.prompt.length, j.promptDone, generated, j.steps));
         LOG.info("request {} ended with 503: the server is shutting down and {}", j.req.id, why);
         send(j, new EngineEvent.Failed(503, "the server is shutting down and " + why + "; retry on another instance or once it is back",
-                "server_shutting_down", 5));
+                HttpVerticle.SHUTTING_DOWN, HttpVerticle.SHUTDOWN_RETRY_SECONDS));
     }
 
     private void retireCancelledInQueue(Job j) {
@@ -554,8 +559,7 @@ public final class EngineVerticle extends VerticleBase {
 
     /** Removes a finished, cancelled or failed request and tells its client. */
     private void retire(Job j, Throwable failure) {
-        jobs.remove(j.req.id);
-        reservedTokens -= j.reserved;
+        forget(j);
         long now = System.nanoTime();
         int generated = j.gen.generatedTokens();
         if (failure != null) {

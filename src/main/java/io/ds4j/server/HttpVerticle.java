@@ -171,13 +171,17 @@ public final class HttpVerticle extends VerticleBase {
                 .onComplete(v -> req.connection().close());
     }
 
+    /** Netty's message for a header value with a prohibited character: the text before the quoted value. */
+    private static final java.util.regex.Pattern QUOTED_HEADER_VALUE =
+            java.util.regex.Pattern.compile("(?s)^(a header value contains .*?'.'): .*$");
+
     /**
      * Netty's reason for refusing a request, fit for the log and the answer: a header value it quotes (which may be an
      * API key) is withheld, and control characters are written as U+XXXX.
      */
     static String decodeProblem(Throwable cause) {
         String m = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
-        java.util.regex.Matcher v = java.util.regex.Pattern.compile("(?s)^(a header value contains .*?'.'): .*$").matcher(m);
+        java.util.regex.Matcher v = QUOTED_HEADER_VALUE.matcher(m);
         if (v.matches()) m = v.group(1) + " (the value is not shown)";
         StringBuilder b = new StringBuilder(m.length());
         m.codePoints().forEach(c -> {
@@ -378,10 +382,16 @@ public final class HttpVerticle extends VerticleBase {
         resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(body));
     }
 
+    /** Error code of requests refused or ended because the server shuts down. */
+    static final String SHUTTING_DOWN = "server_shutting_down";
+    /** Their Retry-After (s). */
+    static final int SHUTDOWN_RETRY_SECONDS = 5;
+
     /** The answer to a generation request once the server is shutting down ({@link ServerState#draining}). */
     static ApiException shuttingDown() {
-        return new ApiException(503, "unavailable_error", "server_shutting_down", null,
-                "the server is shutting down and takes no new requests; retry on another instance or once it is back", 5);
+        return new ApiException(503, "unavailable_error", SHUTTING_DOWN, null,
+                "the server is shutting down and takes no new requests; retry on another instance or once it is back",
+                SHUTDOWN_RETRY_SECONDS);
     }
 
     /** The model, or a 503 (loading / failed) answer. */
@@ -834,7 +844,7 @@ public final class HttpVerticle extends VerticleBase {
                     error(ctx, f.status() < 500 ? new ApiException(f.status(), "invalid_request_error", f.code(), null, f.message(), null)
                             : f.status() == 503 ? new ApiException(503, "unavailable_error", f.code(), null, f.message(), f.retryAfterSeconds())
                             : new ApiException(f.status(), "server_error", f.code() != null ? f.code() : "internal_error", null, f.message(), null),
-                            "server_shutting_down".equals(f.code()));
+                            SHUTTING_DOWN.equals(f.code()));
                 }
             }
         }

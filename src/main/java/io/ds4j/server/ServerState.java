@@ -59,6 +59,11 @@ public final class ServerState {
         this.model = m;
     }
 
+    /** True while the model loads (neither loaded nor failed). */
+    public boolean loading() {
+        return model == null && loadError == null;
+    }
+
     /** Why loading failed, or null. */
     public String loadError() {
         return loadError;
