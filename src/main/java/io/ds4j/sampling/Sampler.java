@@ -144,7 +144,9 @@ public final class Sampler {
             for (int i = 0; i < nSeen; i++) {
                 int t = seen[i];
                 if (allCount[t] <= 0) continue;
-                if (rp != 1f) z[t] = z[t] > 0 ? z[t] / rp : z[t] * rp;
+                // in double (the same F32 result where it is finite), kept within F32's range: a tiny penalty (1e-300
+                // is in range, and rounds to F32 zero) would make a logit inf, and inf - inf is NaN in the softmax
+                if (rp != 1f) z[t] = (float) Math.clamp(z[t] > 0 ? (double) z[t] / rp : (double) z[t] * rp, -Float.MAX_VALUE, Float.MAX_VALUE);
                 int oc = outCount[t];
                 if (oc > 0) z[t] -= (float) (p.presencePenalty() + p.frequencyPenalty() * oc);
             }
@@ -177,7 +179,9 @@ public final class Sampler {
         double[] e = weights;
         double sum = 0;
         for (int i = 0; i < n; i++) {
-            e[i] = Math.exp((z[base + (cand == null ? i : cand[i])] - mx) * invT);
+            // the maximum's weight is 1 also where 1 / T overflows F32 (a temperature below ~3e-39: 0 x inf is NaN)
+            final float d = z[base + (cand == null ? i : cand[i])] - mx;
+            e[i] = d == 0 ? 1 : Math.exp(d * invT);
             sum += e[i];
         }
         // extract in descending order until top-p mass is reached; min-p cut relative to the maximum

@@ -67,6 +67,19 @@ class SamplerTest {
     }
 
     @Test
+    void extremeButValidSettingsGiveAProperDistribution() {
+        // 1 / 1e-40 overflows F32 (the maximum's weight was 0 x inf = NaN); 1e-300 rounds to an F32 zero (inf logits)
+        float[] z = logits(1, 3, 2, 0, 0, 0, 0, 0, 0, 0);
+        Distribution cold = new Sampler(params(1e-40, 0, 1, 0), V, new int[0]).distribution(z, 0);
+        assertEquals(1, cold.size(), "a vanishing temperature keeps the argmax alone");
+        assertEquals(1, cold.top());
+        assertEquals(1.0, cold.probOf(1));
+        Distribution rep = new Sampler(params(1, 0, 1, 0).withPenalties(0, 0, 1e-300), V, new int[]{2}).distribution(z, 0);
+        assertEquals(2, rep.top(), "the penalised positive logit becomes the largest finite one");
+        assertEquals(1.0, rep.probOf(2));
+    }
+
+    @Test
     void penaltiesAndBiasChangeTheArgmax() {
         float[] z = logits(3, 2.5, 0, 0, 0, 0, 0, 0, 0, 0);
         Sampler pres = new Sampler(SamplingParams.greedy(5).withPenalties(1.0, 0, 1), V, new int[0]);
