@@ -16,6 +16,7 @@ import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.core.Future;
 import io.vertx.core.Handler;
 import io.vertx.core.VerticleBase;
+import io.vertx.core.WorkerExecutor;
 import io.vertx.core.buffer.Buffer;
 import io.vertx.core.eventbus.DeliveryOptions;
 import io.vertx.core.http.HttpHeaders;
@@ -71,10 +72,21 @@ public final class HttpVerticle extends VerticleBase {
             java.util.Map.entry("/health", "GET"), java.util.Map.entry("/v1/health", "GET"),
             java.util.Map.entry("/tokenize", "POST"), java.util.Map.entry("/detokenize", "POST"));
 
+    /**
+     * Request bodies of at least this many bytes tokenise on the long-text lane ({@link #LONG_TEXT_THREADS} threads of
+     * their own): the tokenizer's time grows faster than linearly with a word's length (a 4 MB prompt without spaces
+     * took ~20 s on the 2-core VM), so without a lane of their own a few such prompts held every worker thread and
+     * stalled the tokenisation of all other requests.
+     */
+    static final int LONG_TEXT_BYTES = 256 * 1024;
+    /** Threads of the long-text lane, shared by the HTTP verticles. */
+    static final int LONG_TEXT_THREADS = 2;
+
     private final ServerState state;
     private final PrometheusMeterRegistry registry;
     private final String webroot;
     private HttpServer server;
+    private WorkerExecutor longText;
 
     /**
      * @param registry the Prometheus registry served at /metrics
@@ -88,6 +100,8 @@ public final class HttpVerticle extends VerticleBase {
 
     @Override
     public Future<?> start() {
+        // a long tokenisation is expected on this lane: Vert.x's blocked-thread warnings only past half an hour
+        longText = vertx.createSharedWorkerExecutor("ds4j-long-text", LONG_TEXT_THREADS, 30, java.util.concurrent.TimeUnit.MINUTES);
         Router r = Router.router(vertx);
         r.route().handler(this::first);
         r.get("/health").handler(this::health);
@@ -262,6 +276,11 @@ public final class HttpVerticle extends VerticleBase {
                 given == null ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", null));
     }
 
+    @Override
+    public Future<?> stop() {
+        return longText != null ? longText.close() : Future.succeededFuture();
+    }
+
     /**
      * Reads the body up to server.maxBodyBytes and parses it as JSON. A larger body gets 413 (the rest of it is read and
      * discarded so the client sees the answer).
@@ -312,6 +331,7 @@ public final class HttpVerticle extends VerticleBase {
                         + (e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName()), null));
                 return;
             }
+            ctx.put("bodyBytes", body.length());
             try {
                 then.accept(n);
             } catch (RuntimeException e) {
@@ -545,18 +565,11 @@ public final class HttpVerticle extends VerticleBase {
             opts = null;
         }
         Tokenizer tok = m.tokenizer();
-        vertx.executeBlocking(() -> {
-            int[] ids = plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
-                    : tok.encode(ChatEncoder.encode(messages, opts));
-            return ids;
-        }, false).onComplete(ar -> {
-            if (ar.failed()) {
-                error(ctx, asApi(ar.cause()));
-                return;
-            }
+        tokenizing(ctx, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
+                : tok.encode(ChatEncoder.encode(messages, opts)), result -> {
             ObjectNode o = Json.object();
             ArrayNode arr = o.putArray("tokens");
-            for (int id : ar.result()) {
+            for (int id : result) {
                 if (!pieces) {
                     arr.add(id);
                     continue;
@@ -570,8 +583,45 @@ public final class HttpVerticle extends VerticleBase {
                     for (byte x : bytes) bs.add(x & 0xff);
                 }
             }
-            o.put("count", ar.result().length).put("max_model_len", state.maxContext());
+            o.put("count", result.length).put("max_model_len", state.maxContext());
             json(ctx, 200, o);
+        });
+    }
+
+    /** A tokenisation not started because the client had gone (nothing to answer). */
+    private static final class ClientGone extends RuntimeException {
+        ClientGone() {
+            super("the client went away", null, false, false);
+        }
+    }
+
+    /**
+     * Runs a request's tokenisation (work) off the event loop, then {@code then} with its result on the event loop;
+     * a failure is answered as an error. Bodies of {@link #LONG_TEXT_BYTES} or more take the long-text lane, the others
+     * Vert.x's worker pool. Work whose client has gone by the time it would start is not done.
+     */
+    private <T> void tokenizing(RoutingContext ctx, java.util.concurrent.Callable<T> work, Consumer<T> then) {
+        java.util.concurrent.Callable<T> guarded = () -> {
+            if (ctx.response().closed()) throw new ClientGone();
+            return work.call();
+        };
+        Integer bytes = ctx.get("bodyBytes");
+        Future<T> f = bytes != null && bytes >= LONG_TEXT_BYTES ? longText.executeBlocking(guarded, false)
+                : vertx.executeBlocking(guarded, false);
+        f.onComplete(ar -> {
+            if (ar.failed() && ar.cause() instanceof ClientGone) {
+                LOG.info("{} {}: not tokenised, the client went away", ctx.request().method(), ctx.request().path());
+                return;
+            }
+            if (ar.failed()) {
+                error(ctx, asApi(ar.cause()));
+                return;
+            }
+            try {
+                then.accept(ar.result());
+            } catch (RuntimeException e) {
+                error(ctx, asApi(e));
+            }
         });
     }
 
@@ -625,12 +675,14 @@ public final class HttpVerticle extends VerticleBase {
         long t0 = ctx.get("t0");
         String model = m.id();
         Tokenizer tok = m.tokenizer();
-        vertx.executeBlocking(() -> {
+        tokenizing(ctx, () -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             int ctxLimit = state.maxContext();
             if (chat) {
-                int[] ids = tok.encode(ChatEncoder.encode(g.messages(), g.options()));
+                String text = ChatEncoder.encode(g.messages(), g.options());
+                checkChars(tok, text, ctxLimit, "messages");
+                int[] ids = tok.encode(text);
                 return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit));
             }
             String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
@@ -641,6 +693,7 @@ public final class HttpVerticle extends VerticleBase {
             } else {
                 // like HF/vLLM for DeepSeek: a completion prompt starts with BOS unless it already does
                 addedBos = !g.promptText().startsWith(V4Format.BOS);
+                checkChars(tok, g.promptText(), ctxLimit, "prompt");
                 ids = tok.encode(addedBos ? V4Format.BOS + g.promptText() : g.promptText());
             }
             List<String> promptTokens = null;
@@ -651,12 +704,8 @@ public final class HttpVerticle extends VerticleBase {
                     promptTokens.add(new String(tok.tokenBytes(ids[i]), StandardCharsets.UTF_8));
             }
             return new Encoded(ids, echo, promptTokens, encodePrediction(tok, predictionText, ids.length, ctxLimit));
-        }, false).onComplete(ar -> {
-            if (ar.failed()) {
-                error(ctx, asApi(ar.cause()));
-                return;
-            }
-            int[] prompt = ar.result().ids();
+        }, enc -> {
+            int[] prompt = enc.ids();
             int ctxLimit = state.maxContext();
             if (prompt.length >= ctxLimit) {
                 error(ctx, ApiException.bad(chat ? "messages" : "prompt", "context_length_exceeded", (chat ? "messages" : "prompt")
@@ -664,7 +713,7 @@ public final class HttpVerticle extends VerticleBase {
                         + " tokens (prompt + output), so at most " + (ctxLimit - 1) + " prompt tokens fit"));
                 return;
             }
-            int[] predicted = ar.result().prediction();
+            int[] predicted = enc.prediction();
             if (predicted != null && predicted.length > ctxLimit - prompt.length) {
                 error(ctx, ApiException.bad("prediction", "context_length_exceeded", "prediction: the prediction is "
                         + predicted.length + " tokens; after the " + prompt.length + "-token prompt this server's context limit of "
@@ -675,10 +724,10 @@ public final class HttpVerticle extends VerticleBase {
             String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
             EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
                     g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),
-                    ar.result().promptTokens() != null ? g.topLogprobs() : -1)
+                    enc.promptTokens() != null ? g.topLogprobs() : -1)
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
-                    .cachePrompt(cachePrompt && ar.result().promptTokens() == null).constrain(g.grammar()).predict(predicted);
-            new Exchange(ctx, g, req, model, ar.result().echo(), ar.result().promptTokens()).start();
+                    .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted);
+            new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens()).start();
         });
     }
 
@@ -704,6 +753,19 @@ public final class HttpVerticle extends VerticleBase {
                     + " characters, more than the " + room + " tokens the context limit of " + ctxLimit + " leaves after the "
                     + promptTokens + "-token prompt can hold (a token holds at most " + most + " bytes)");
         return tok.encode(text);
+    }
+
+    /**
+     * Refuses a prompt text that cannot fit the context limit, before it is tokenised (a huge one would cost seconds
+     * of tokenizer time): it has at least chars / longest tokens, as for a prediction ({@link #encodePrediction}).
+     * @throws ApiException 400 context_length_exceeded naming {@code field}
+     */
+    private void checkChars(Tokenizer tok, String text, int ctxLimit, String field) {
+        long most = longestTokenBytes(tok);
+        if (text.length() > ctxLimit * most)
+            throw ApiException.bad(field, "context_length_exceeded", field + ": the prompt is " + text.length()
+                    + " characters, more than this server's context limit of " + ctxLimit + " tokens can hold (a token"
+                    + " holds at most " + most + " bytes)");
     }
 
     private int longestTokenBytes(Tokenizer tok) {

@@ -183,6 +183,15 @@ class PredictionServerTest {
         // a prompt that alone exceeds the context is reported as such, whatever the prediction
         e = expect("/v1/completions", "{\"prompt\":\"" + "word ".repeat(400) + "\",\"prediction\":\"" + huge + "\"}", "prompt",
                 "context_length_exceeded");
+        // a prompt with more characters than 256 tokens of at most 128 bytes can hold is refused before it is tokenised;
+        // the second body is past HttpVerticle.LONG_TEXT_BYTES: its work runs on the long-text lane and answers from there
+        for (int chars : new int[]{256 * 128 + 1, HttpVerticle.LONG_TEXT_BYTES + 1}) {
+            String x = "x".repeat(chars);
+            e = expect("/v1/chat/completions", TestServer.chat(x, ""), "messages", "context_length_exceeded");
+            assertTrue(e.get("message").asText().contains(" characters, more than this server's context limit of 256 tokens"), e.toString());
+            e = expect("/v1/completions", "{\"prompt\":\"" + x + "\"}", "prompt", "context_length_exceeded");
+            assertTrue(e.get("message").asText().contains("the prompt is " + chars + " characters"), e.toString());
+        }
         // the server still serves
         assertEquals(TestServer.PLAIN, post(noDraft, "/v1/chat/completions", chatWith(null)).at("/choices/0/message/content").asText());
     }
