@@ -77,6 +77,8 @@ public final class Json {
         m = m.replaceAll("\\('(.{1,2})' \\(code \\d+\\)\\)", "'$1'");
         m = m.replaceAll("\\(\\((CTRL-CHAR), code (\\d+)\\)\\)", "(control character $2)");
         m = m.replace("Unexpected end-of-input", "the JSON ends too early");
+        // "Trailing token (of type START_OBJECT) found after value (bound as `...JsonNode`): not allowed as per ..."
+        if (m.startsWith("Trailing token")) return "more content after the JSON value (one JSON value a body)";
         m = m.replace("(JSON String, Number, Array, Object or token 'null', 'true' or 'false')", "a JSON value");
         m = m.replaceAll("\\s+", " ").trim();
         if (m.endsWith(":")) m = m.substring(0, m.length() - 1);

@@ -215,7 +215,8 @@ final class Requests {
         Long seed = d.seed();
         JsonNode s = b.get("seed");
         if (s != null && !s.isNull()) {
-            if (!isIntegral(s) || !s.canConvertToLong()) throw ApiException.badField("seed", "must be an integer, got " + describe(s));
+            if (!isIntegral(s)) throw ApiException.badField("seed", "must be an integer, got " + describe(s));
+            if (!s.canConvertToLong()) throw ApiException.badField("seed", "is out of range: give an integer in [-2^63, 2^63), got " + describe(s));
             seed = s.longValue();
         }
         Map<Integer, Float> bias = logitBias(b, model);

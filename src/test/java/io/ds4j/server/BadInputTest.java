@@ -64,6 +64,9 @@ class BadInputTest {
         String ok = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1}";
         assertEquals("invalid_json", expect("/v1/chat/completions", ok + " xyz", 400, null).get("code").asText());
         assertEquals("invalid_json", expect("/v1/chat/completions", ok + "}", 400, null).get("code").asText());
+        // two objects in one body: said in plain words, without the JSON library's internals
+        String two = expect("/v1/chat/completions", ok + ok, 400, null).get("message").asText();
+        assertTrue(two.contains("more content after the JSON value") && !two.contains("jackson") && !two.contains("FAIL_ON"), two);
         expect("/v1/completions", "\"just a string\"", 400, null);
     }
 
@@ -71,6 +74,8 @@ class BadInputTest {
     void wrongTypes() throws Exception {
         expect("/v1/chat/completions", chat("\"temperature\":\"hot\""), 400, "temperature");
         expect("/v1/chat/completions", chat("\"max_tokens\":1.5"), 400, "max_tokens");
+        assertTrue(expect("/v1/chat/completions", chat("\"seed\":18446744073709551615"), 400, "seed").get("message").asText()
+                .contains("out of range"));
         expect("/v1/chat/completions", chat("\"max_completion_tokens\":\"ten\""), 400, "max_completion_tokens");
         expect("/v1/chat/completions", chat("\"stream\":\"yes\""), 400, "stream");
         expect("/v1/chat/completions", chat("\"stream_options\":{\"include_usage\":1}"), 400, "stream_options.include_usage");
@@ -263,6 +268,8 @@ class BadInputTest {
         r = server.post("/v1/chat/completions", chat("\"max_tokens\":1e3,\"seed\":7.0,\"top_k\":4.0"));
         assertEquals(200, r.status(), r.body());
         expect("/v1/chat/completions", chat("\"max_tokens\":1.5"), 400, "max_tokens");
+        assertTrue(expect("/v1/chat/completions", chat("\"seed\":18446744073709551615"), 400, "seed").get("message").asText()
+                .contains("out of range"));
         JsonNode e = expect("/v1/chat/completions", chat("\"max_tokens\":0"), 400, "max_tokens");
         assertEquals("max_tokens: must be >= 1 (0 with echo on /v1/completions), got 0", e.get("message").asText());
     }
