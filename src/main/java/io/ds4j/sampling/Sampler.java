@@ -146,7 +146,9 @@ public final class Sampler {
                 if (allCount[t] <= 0) continue;
                 // in double (the same F32 result where it is finite), kept within F32's range: a tiny penalty (1e-300
                 // is in range, and rounds to F32 zero) would make a logit inf, and inf - inf is NaN in the softmax
-                if (rp != 1f) z[t] = (float) Math.clamp(z[t] > 0 ? (double) z[t] / rp : (double) z[t] * rp, -Float.MAX_VALUE, Float.MAX_VALUE);
+                // (a masked token's -inf stays as it is: -inf x an F32-zero penalty would be NaN)
+                if (rp != 1f && z[t] != Float.NEGATIVE_INFINITY)
+                    z[t] = (float) Math.clamp(z[t] > 0 ? (double) z[t] / rp : (double) z[t] * rp, -Float.MAX_VALUE, Float.MAX_VALUE);
                 int oc = outCount[t];
                 if (oc > 0) z[t] -= (float) (p.presencePenalty() + p.frequencyPenalty() * oc);
             }

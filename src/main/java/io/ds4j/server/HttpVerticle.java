@@ -75,12 +75,12 @@ public final class HttpVerticle extends VerticleBase {
     /**
      * Request bodies of at least this many bytes tokenise on the long-text lane ({@link #LONG_TEXT_THREADS} threads of
      * their own): the tokenizer's time grows faster than linearly with a word's length (a 4 MB prompt without spaces
-     * took ~20 s on the 2-core VM), so without a lane of their own a few such prompts held every worker thread and
-     * stalled the tokenisation of all other requests.
+     * took ~20 s on the 2-core VM, 30 bodies of 256 KB held a small request up for 1.5 s), so without a lane of their
+     * own a few such prompts held every worker thread and stalled the tokenisation of all other requests.
      */
-    static final int LONG_TEXT_BYTES = 256 * 1024;
-    /** Threads of the long-text lane, shared by the HTTP verticles. */
-    static final int LONG_TEXT_THREADS = 2;
+    static final int LONG_TEXT_BYTES = 32 * 1024;
+    /** Threads of the long-text lane, shared by the HTTP verticles: a quarter of the cores, at least two. */
+    static final int LONG_TEXT_THREADS = Math.max(2, Runtime.getRuntime().availableProcessors() / 4);
 
     private final ServerState state;
     private final PrometheusMeterRegistry registry;
@@ -598,29 +598,26 @@ public final class HttpVerticle extends VerticleBase {
     /**
      * Runs a request's tokenisation (work) off the event loop, then {@code then} with its result on the event loop;
      * a failure is answered as an error. Bodies of {@link #LONG_TEXT_BYTES} or more take the long-text lane, the others
-     * Vert.x's worker pool. Work whose client has gone by the time it would start is not done.
+     * Vert.x's worker pool. Work whose client has gone by the time it would start is not done, nor work that would
+     * start after the shutdown began (503).
      */
     private <T> void tokenizing(RoutingContext ctx, java.util.concurrent.Callable<T> work, Consumer<T> then) {
         java.util.concurrent.Callable<T> guarded = () -> {
             if (ctx.response().closed()) throw new ClientGone();
+            if (state.draining()) throw shuttingDown();  // no new work once the shutdown began: 503
             return work.call();
         };
+        // counted as an open exchange while it is tokenised, so that a shutdown waits for it (up to its grace); a
+        // generation's Exchange counts itself from then on
+        state.exchangeOpened();
         Integer bytes = ctx.get("bodyBytes");
         Future<T> f = bytes != null && bytes >= LONG_TEXT_BYTES ? longText.executeBlocking(guarded, false)
                 : vertx.executeBlocking(guarded, false);
         f.onComplete(ar -> {
-            if (ar.failed() && ar.cause() instanceof ClientGone) {
-                LOG.info("{} {}: not tokenised, the client went away", ctx.request().method(), ctx.request().path());
-                return;
-            }
-            if (ar.failed()) {
-                error(ctx, asApi(ar.cause()));
-                return;
-            }
             try {
-                then.accept(ar.result());
-            } catch (RuntimeException e) {
-                error(ctx, asApi(e));
+                answer(ctx, ar, then);
+            } finally {
+                state.exchangeClosed();  // after then: a generation's Exchange has counted itself, so no gap at zero
             }
         });
     }
@@ -675,13 +672,22 @@ public final class HttpVerticle extends VerticleBase {
         long t0 = ctx.get("t0");
         String model = m.id();
         Tokenizer tok = m.tokenizer();
+        Longest known = longest;
+        if (known != null && known.tok() == tok) {
+            // the prompt's own characters (the template adds more) against the bound, here on the event loop, so that a
+            // prompt it refuses does not wait for a tokenising thread
+            long chars = 0;
+            if (chat) for (ChatMessage msg : g.messages()) chars += msg.content() != null ? msg.content().length() : 0;
+            else if (g.promptText() != null) chars = g.promptText().length();
+            checkChars(tok, chars, state.maxContext(), chat ? "messages" : "prompt");
+        }
         tokenizing(ctx, () -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             int ctxLimit = state.maxContext();
             if (chat) {
                 String text = ChatEncoder.encode(g.messages(), g.options());
-                checkChars(tok, text, ctxLimit, "messages");
+                checkChars(tok, text.length(), ctxLimit, "messages");
                 int[] ids = tok.encode(text);
                 return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit));
             }
@@ -693,7 +699,7 @@ public final class HttpVerticle extends VerticleBase {
             } else {
                 // like HF/vLLM for DeepSeek: a completion prompt starts with BOS unless it already does
                 addedBos = !g.promptText().startsWith(V4Format.BOS);
-                checkChars(tok, g.promptText(), ctxLimit, "prompt");
+                checkChars(tok, g.promptText().length(), ctxLimit, "prompt");
                 ids = tok.encode(addedBos ? V4Format.BOS + g.promptText() : g.promptText());
             }
             List<String> promptTokens = null;
@@ -705,6 +711,7 @@ public final class HttpVerticle extends VerticleBase {
             }
             return new Encoded(ids, echo, promptTokens, encodePrediction(tok, predictionText, ids.length, ctxLimit));
         }, enc -> {
+            if (state.draining()) throw shuttingDown();  // tokenised while the shutdown began
             int[] prompt = enc.ids();
             int ctxLimit = state.maxContext();
             if (prompt.length >= ctxLimit) {
@@ -729,6 +736,23 @@ public final class HttpVerticle extends VerticleBase {
                     .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted);
             new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens()).start();
         });
+    }
+
+    /** tokenizing's end: then with the result, or the failure answered (nothing for a client that went away). */
+    private <T> void answer(RoutingContext ctx, io.vertx.core.AsyncResult<T> ar, Consumer<T> then) {
+        if (ar.failed() && ar.cause() instanceof ClientGone) {
+            LOG.info("{} {}: not tokenised, the client went away", ctx.request().method(), ctx.request().path());
+            return;
+        }
+        if (ar.failed()) {
+            error(ctx, asApi(ar.cause()));
+            return;
+        }
+        try {
+            then.accept(ar.result());
+        } catch (RuntimeException e) {
+            error(ctx, asApi(e));
+        }
     }
 
     /** A tokenizer and the length of its longest token in bytes (the last one asked about). */
@@ -760,10 +784,10 @@ public final class HttpVerticle extends VerticleBase {
      * of tokenizer time): it has at least chars / longest tokens, as for a prediction ({@link #encodePrediction}).
      * @throws ApiException 400 context_length_exceeded naming {@code field}
      */
-    private void checkChars(Tokenizer tok, String text, int ctxLimit, String field) {
+    private void checkChars(Tokenizer tok, long chars, int ctxLimit, String field) {
         long most = longestTokenBytes(tok);
-        if (text.length() > ctxLimit * most)
-            throw ApiException.bad(field, "context_length_exceeded", field + ": the prompt is " + text.length()
+        if (chars > ctxLimit * most)
+            throw ApiException.bad(field, "context_length_exceeded", field + ": the prompt is " + chars
                     + " characters, more than this server's context limit of " + ctxLimit + " tokens can hold (a token"
                     + " holds at most " + most + " bytes)");
     }

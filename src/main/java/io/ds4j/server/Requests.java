@@ -216,7 +216,9 @@ final class Requests {
         JsonNode s = b.get("seed");
         if (s != null && !s.isNull()) {
             if (!isIntegral(s)) throw ApiException.badField("seed", "must be an integer, got " + describe(s));
-            if (!s.canConvertToLong()) throw ApiException.badField("seed", "is out of range: give an integer in [-2^63, 2^63), got " + describe(s));
+            // (a floating 2^63 passes canConvertToLong: it compares as Long.MAX_VALUE in double)
+            if (!s.canConvertToLong() || (s.isFloatingPointNumber() && s.doubleValue() >= 0x1p63))
+                throw ApiException.badField("seed", "is out of range: give an integer in [-2^63, 2^63), got " + describe(s));
             seed = s.longValue();
         }
         Map<Integer, Float> bias = logitBias(b, model);

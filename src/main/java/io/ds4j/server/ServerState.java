@@ -82,7 +82,7 @@ public final class ServerState {
         this.draining = true;
     }
 
-    /** Generation exchanges whose HTTP response has not ended (streams included). */
+    /** Requests being tokenised, and generation exchanges whose HTTP response has not ended (streams included). */
     public int openExchanges() {
         return openExchanges.get();
     }

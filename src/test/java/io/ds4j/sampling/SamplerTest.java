@@ -77,6 +77,11 @@ class SamplerTest {
         Distribution rep = new Sampler(params(1, 0, 1, 0).withPenalties(0, 0, 1e-300), V, new int[]{2}).distribution(z, 0);
         assertEquals(2, rep.top(), "the penalised positive logit becomes the largest finite one");
         assertEquals(1.0, rep.probOf(2));
+        // a seen token that a constraint masks keeps its -inf (-inf x the F32 zero the penalty rounds to is NaN)
+        long[] allow = {~(1L << 2)};
+        Distribution masked = new Sampler(params(1, 0, 1, 0).withPenalties(0, 0, 1e-300), V, new int[]{2}).distribution(z, 0, allow);
+        assertEquals(1, masked.top(), "the masked token is never drawn; the others keep their weights");
+        assertEquals(0.0, masked.probOf(2));
     }
 
     @Test

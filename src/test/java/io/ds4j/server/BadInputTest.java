@@ -74,8 +74,9 @@ class BadInputTest {
     void wrongTypes() throws Exception {
         expect("/v1/chat/completions", chat("\"temperature\":\"hot\""), 400, "temperature");
         expect("/v1/chat/completions", chat("\"max_tokens\":1.5"), 400, "max_tokens");
-        assertTrue(expect("/v1/chat/completions", chat("\"seed\":18446744073709551615"), 400, "seed").get("message").asText()
-                .contains("out of range"));
+        for (String seed : new String[]{"18446744073709551615", "9223372036854775808.0"})
+            assertTrue(expect("/v1/chat/completions", chat("\"seed\":" + seed), 400, "seed").get("message").asText()
+                    .contains("out of range"), seed);
         expect("/v1/chat/completions", chat("\"max_completion_tokens\":\"ten\""), 400, "max_completion_tokens");
         expect("/v1/chat/completions", chat("\"stream\":\"yes\""), 400, "stream");
         expect("/v1/chat/completions", chat("\"stream_options\":{\"include_usage\":1}"), 400, "stream_options.include_usage");
@@ -268,8 +269,9 @@ class BadInputTest {
         r = server.post("/v1/chat/completions", chat("\"max_tokens\":1e3,\"seed\":7.0,\"top_k\":4.0"));
         assertEquals(200, r.status(), r.body());
         expect("/v1/chat/completions", chat("\"max_tokens\":1.5"), 400, "max_tokens");
-        assertTrue(expect("/v1/chat/completions", chat("\"seed\":18446744073709551615"), 400, "seed").get("message").asText()
-                .contains("out of range"));
+        for (String seed : new String[]{"18446744073709551615", "9223372036854775808.0"})
+            assertTrue(expect("/v1/chat/completions", chat("\"seed\":" + seed), 400, "seed").get("message").asText()
+                    .contains("out of range"), seed);
         JsonNode e = expect("/v1/chat/completions", chat("\"max_tokens\":0"), 400, "max_tokens");
         assertEquals("max_tokens: must be >= 1 (0 with echo on /v1/completions), got 0", e.get("message").asText());
     }

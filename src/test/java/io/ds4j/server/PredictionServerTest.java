@@ -183,9 +183,9 @@ class PredictionServerTest {
         // a prompt that alone exceeds the context is reported as such, whatever the prediction
         e = expect("/v1/completions", "{\"prompt\":\"" + "word ".repeat(400) + "\",\"prediction\":\"" + huge + "\"}", "prompt",
                 "context_length_exceeded");
-        // a prompt with more characters than 256 tokens of at most 128 bytes can hold is refused before it is tokenised;
-        // the second body is past HttpVerticle.LONG_TEXT_BYTES: its work runs on the long-text lane and answers from there
-        for (int chars : new int[]{256 * 128 + 1, HttpVerticle.LONG_TEXT_BYTES + 1}) {
+        // a prompt with more characters than 256 tokens of at most 128 bytes can hold is refused before it is tokenised:
+        // the first on the long-text lane (its body is past HttpVerticle.LONG_TEXT_BYTES), the next on the event loop
+        for (int chars : new int[]{256 * 128 + 1, 2 * HttpVerticle.LONG_TEXT_BYTES + 1}) {
             String x = "x".repeat(chars);
             e = expect("/v1/chat/completions", TestServer.chat(x, ""), "messages", "context_length_exceeded");
             assertTrue(e.get("message").asText().contains(" characters, more than this server's context limit of 256 tokens"), e.toString());
