@@ -68,6 +68,15 @@ open(out+'gemm_tc_v1.cpp','w').write(gemm(open(os.path.join(os.path.dirname(os.p
 k=open(src+'gemm_skinny.cpp').read()
 k=k[:k.index('// ------------------------------------------------------------------------------------------- host entry points')]+'}  // namespace ds4j\n'
 k=k.replace('extern __shared__ __align__(16) uint4 sk_xs[];','uint4* sk_xs = reinterpret_cast<uint4*>(emu_dyn_smem);')
+# the staging's cp.async copies land at the wait, as in the prefill GEMM above (src null: 16 zero bytes)
+k=repl_fn(k,'__device__ __forceinline__ void sk_cp16(uint4* smem, const float* src, const float* any) {',
+ 'inline thread_local std::vector<std::pair<void*, const void*>> emu_sk_pending;\n'
+ 'inline void sk_cp16(uint4* smem, const float* src, const float*) { emu_sk_pending.push_back({smem, src}); }\n')
+k=k.replace('__device__ __forceinline__ void sk_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }',
+ 'inline void sk_cp_wait() {\n'
+ '    for (auto& c : emu_sk_pending) c.second ? (void)memcpy(c.first, c.second, 16) : (void)memset(c.first, 0, 16);\n'
+ '    emu_sk_pending.clear();\n'
+ '}')
 open(out+'gemm_skinny.cpp','w').write(k)
 x=open(src+'indexer_tc.cpp').read()
 x=x.replace('extern __shared__ __align__(16) uint32_t sm[];','uint32_t* sm = emu_dyn_smem;')

@@ -7,8 +7,9 @@
 # nothing about speed or the tensor cores' own rounding, which only the GPU tests measure. Needs g++ 12 or newer
 # (C++20, _Float16) and python3; long on two cores (each block's threads are OS threads): on the 2-core build VM
 # MOE_ONLY=1 took ~8 min and SKINNY_ONLY=1 35-50 min (2026-12-02); EXTRA=1 adds slower cases. The skinny cases run
-# five times: as built, and with DS4J_SKINNY_WIDE_MT=1, DS4J_SKINNY_WIDE=0, DS4J_SKINNY_XLOADS=1 (the grouped x loads of
-# the staging, BF16, F16 and FP4 weights) and DS4J_SKINNY_XLOADS=0 (none: the default, the same as built) (SKINNY_ONLY=1 stops after them; the slow routed-expert
+# seven times: as built, and with DS4J_SKINNY_WIDE_MT=1, DS4J_SKINNY_WIDE=0, DS4J_SKINNY_XLOADS=1 (the grouped x loads of
+# the staging, BF16, F16 and FP4 weights), DS4J_SKINNY_XLOADS=0 (none: the default, the same as built),
+# DS4J_SKINNY_XASYNC=30 (x staged by cp.async for every format) and DS4J_SKINNY_XASYNC=0 (for none) (SKINNY_ONLY=1 stops after them; the slow routed-expert
 # cases of 1 and 5 rows, which the two WIDE settings do not touch, skip those two runs); each
 # case also runs the staged-activation kernel (column split and not, whole and one-group slices), which must give the
 # same bits. The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give
@@ -33,3 +34,5 @@ SKINNY_ONLY=1 DS4J_SKINNY_WIDE_MT=1 "$work/driver"
 SKINNY_ONLY=1 DS4J_SKINNY_WIDE=0 "$work/driver"
 SKINNY_ONLY=1 DS4J_SKINNY_XLOADS=1 "$work/driver"
 SKINNY_ONLY=1 DS4J_SKINNY_XLOADS=0 "$work/driver"
+SKINNY_ONLY=1 DS4J_SKINNY_XASYNC=30 "$work/driver"
+SKINNY_ONLY=1 DS4J_SKINNY_XASYNC=0 "$work/driver"

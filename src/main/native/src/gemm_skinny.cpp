@@ -36,6 +36,7 @@
 // Staged activations (skinny_smem_kernel, steps of at least DS4J_SKINNY_SMEM rows): the same products with x split
 // once per block into shared memory and shared by 128 weight rows, a column partition per block where the row tiles
 // alone are too few, and the partitions' partial sums added in the warp order above (the same bits; see its comment).
+// FP4 passes of two or more n-tiles copy the raw x into the slots by cp.async and split it there (sm_xasync).
 //
 // Launch shape (from the matrix shape only): MT m-tiles per warp, nw warps per block over one row tile's columns, U
 // chunk groups of loads in flight per lane. MT_HI, U, TARGET_WARPS and TARGET_TILES are first choices for the H200,
@@ -253,6 +254,22 @@ __device__ __forceinline__ void a_words(const uint4& q, int i, uint32_t m1, uint
 }
 
 /**
+ * FP4 k-step i's four x values from the eight columns 8 (i / 2) .. 8 (i / 2) + 7 of its chunk (x0 the first four, x1
+ * the others): columns (n, n + 4) and (n + 1, n + 5) of the word's 8, n = 2 (i % 2).
+ */
+__device__ __forceinline__ float4 fp4_kstep(const float4& x0, const float4& x1, int i) {
+    return (i & 1) ? make_float4(x0.z, x1.z, x0.w, x1.w) : make_float4(x0.x, x1.x, x0.y, x1.y);
+}
+
+/** The B words {hi of k slots (2t, 2t+1), hi (2t+8, 2t+9), lo .., lo ..} of a k-step's four x values (b_fetch). */
+__device__ __forceinline__ uint4 bf16_words(const float4& v) {
+    uint32_t h0, h1, l0, l1;
+    tc::split_bf16(v.x, v.y, h0, l0);
+    tc::split_bf16(v.z, v.w, h1, l1);
+    return make_uint4(h0, h1, l0, l1);
+}
+
+/**
  * The four x values of k-step i for token row xr (null: no token, zeros) at chunk column col, in the order of the k
  * slots (2t, 2t+1, 2t+8, 2t+9).
  */
@@ -265,8 +282,7 @@ __device__ __forceinline__ float4 b_fetch(const float* xr, int col, int i) {
             // 2j and 2j + 1, which the unrolled loop issues back to back
             const float4 x0 = __ldg(reinterpret_cast<const float4*>(xr + col + 8 * (i >> 1)));
             const float4 x1 = __ldg(reinterpret_cast<const float4*>(xr + col + 8 * (i >> 1) + 4));
-            if (i & 1) r = make_float4(x0.z, x1.z, x0.w, x1.w);
-            else r = make_float4(x0.x, x1.x, x0.y, x1.y);
+            r = fp4_kstep(x0, x1, i);
         } else {
             r = __ldg(reinterpret_cast<const float4*>(xr + col + 4 * i));
         }
@@ -281,10 +297,21 @@ __device__ __forceinline__ float4 b_fetch(const float* xr, int col, int i) {
 template <int FMT>
 __device__ __forceinline__ void b_words(const float* xr, int col, int i, uint32_t& h0, uint32_t& h1, uint32_t& l0,
                                         uint32_t& l1) {
-    const float4 v = b_fetch<FMT>(xr, col, i);
-    tc::split_bf16(v.x, v.y, h0, l0);
-    tc::split_bf16(v.z, v.w, h1, l1);
+    const uint4 w = bf16_words(b_fetch<FMT>(xr, col, i));
+    h0 = w.x, h1 = w.y, l0 = w.z, l1 = w.w;
 }
+
+/**
+ * 16 bytes of x from global to shared memory without registers (cp.async, L2 only: x is shared by many blocks); src
+ * null: 16 zero bytes (nothing is read; any is a valid address to name). Lands at sk_cp_wait.
+ */
+__device__ __forceinline__ void sk_cp16(uint4* smem, const float* src, const float* any) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(src ? src : any), "r"(src ? 16 : 0));
+}
+
+/** Waits for this thread's sk_cp16 copies (visible to this thread; a barrier makes them visible to the block). */
+__device__ __forceinline__ void sk_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // ------------------------------------------------------------------------------------------- FP8 on F16 operands
 //
@@ -311,19 +338,18 @@ __device__ __forceinline__ void fp8_a(const uint4 (&q)[MT][2], uint32_t (&a)[4][
             for (int h = 0; h < 2; h++) tc::e4m3x4_to_f16(word(q[mi][h], i), a[i][mi][h], a[i][mi][h + 2]);
 }
 
-/**
- * x of one FP8 chunk group as F16 B words; all 32 lanes call it. Lane (g, t) passes token g's row xr (null: zeros) at
- * its chunk's column col and gets bw[i] = {hi of k slots (2t, 2t+1), hi (2t+8, 2t+9), lo .., lo ..} of k-step i (the
- * slots of b_words) for x 2^-e; returns 2^e, the same in the four lanes of token g (see the comment above).
- */
-__device__ __forceinline__ float fp8_x(const float* xr, int col, uint4 (&bw)[4]) {
-    float4 v[4];
+/** fp8_x's first half: lane (g, t)'s 16 x values (token g's row xr, null: zeros, at its chunk's column col). */
+__device__ __forceinline__ void fp8_x_fetch(const float* xr, int col, float4 (&v)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = b_fetch<DS4J_FMT_FP8_E4M3_B128>(xr, col, i);
+}
+
+/** fp8_x's second half: the B words of the x that fp8_x_fetch loaded; all 32 lanes call it (the group maximum). */
+__device__ __forceinline__ float fp8_x_words(const float4 (&v)[4], uint4 (&bw)[4]) {
     float m = 0.f;  // fmaxf drops NaN: a NaN x stays NaN in hi
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        v[i] = b_fetch<DS4J_FMT_FP8_E4M3_B128>(xr, col, i);
+    for (int i = 0; i < 4; i++)
         m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
-    }
     m = fmaxf(m, DS4J_SHFL_XOR(m, 1));
     m = fmaxf(m, DS4J_SHFL_XOR(m, 2));
     // biased exponent of m; inf keeps e = 0 (an inf x makes the sum NaN: its lo is inf - inf); zero and groups below
@@ -339,6 +365,17 @@ __device__ __forceinline__ float fp8_x(const float* xr, int col, uint4 (&bw)[4])
         tc::split_f16(a2, a3, bw[i].y, bw[i].w);
     }
     return __uint_as_float((uint32_t)(127 + e) << 23);
+}
+
+/**
+ * x of one FP8 chunk group as F16 B words; all 32 lanes call it. Lane (g, t) passes token g's row xr (null: zeros) at
+ * its chunk's column col and gets bw[i] = {hi of k slots (2t, 2t+1), hi (2t+8, 2t+9), lo .., lo ..} of k-step i (the
+ * slots of b_words) for x 2^-e; returns 2^e, the same in the four lanes of token g (see the comment above).
+ */
+__device__ __forceinline__ float fp8_x(const float* xr, int col, uint4 (&bw)[4]) {
+    float4 v[4];
+    fp8_x_fetch(xr, col, v);
+    return fp8_x_words(v, bw);
 }
 
 /**
@@ -612,6 +649,7 @@ struct SmArgs {
     float* part;     // [nw][ns][rows] partials when split
     int xloads;      // 1: the staging issues the x loads of SM_XL slots together (sm_xloads)
     int rg;          // moe: row groups per block, taken in turn (grid y: rgpg / rg rounded up); dense: 1
+    int xasync;      // 1: the staging copies raw x into the slots by cp.async, then splits it in place (sm_xasync)
 };
 
 /**
@@ -909,7 +947,49 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                 if (mine) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
                 const int slots = stage ? sln * ntv * KS * 32 : 0;
                 staged_s0 = s0, staged_p = p, staged_m0 = m0;
-                if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+                if (b.xasync) {
+                    // two rounds: first every item's (chunk group, n-tile, lane) raw x goes to its own KS slots (slot
+                    // i: columns 4i .. 4i + 3 of the lane's chunk, as b_fetch reads them) by cp.async, all in flight
+                    // together; then each thread turns items' raw x into B words in place (the same words as the
+                    // staging below)
+                    const int items = slots / KS;
+                    // the copies in memory order: piece q (16 bytes) of token g's four chunks of a chunk group (4 E
+                    // contiguous floats) is k-step q % KS of chunk q / KS, slot (jj, nt, q % KS, lane 4 g + q / KS);
+                    // consecutive threads take consecutive pieces, so a warp's copies read whole sectors
+                    for (int e = tid; e < slots; e += blockDim.x) {
+                        const int q = e % E, tg = (e / E) & 7, rest = e / (8 * E), nt = rest % ntv, jj = rest / ntv;
+                        const int i = q % KS, ln = 4 * tg + q / KS;
+                        const int c = (p + (m0 + jj) * b.nw) * 4 + q / KS;
+                        const int64_t o = xoff[nt * 8 + tg];
+                        sk_cp16(&sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)], c < nch && o >= 0 ? a.x + o + c * E + 4 * i : nullptr, a.x);
+                    }
+                    sk_cp_wait();
+                    __syncthreads();  // every thread's copies, before each turns its own items
+                    for (int e = tid; e < items; e += blockDim.x) {
+                        const int ln = e & 31, nt = (e >> 5) % ntv, jj = (e >> 5) / ntv;
+                        uint4* sl4 = &sk_xs[sm_slot<FMT, NT>(jj, nt, 0, ln)];  // slot i at sl4[32 i]
+                        if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+                            float4 v[4];
+                            uint4 bw[4];
+#pragma unroll
+                            for (int i = 0; i < 4; i++) v[i] = *reinterpret_cast<const float4*>(&sl4[32 * i]);
+                            const float xsv = fp8_x_words(v, bw);
+#pragma unroll
+                            for (int i = 0; i < 4; i++) sl4[32 * i] = bw[i];
+                            if ((ln & 3) == 0) sk_xsc[(jj * NT + nt) * 8 + (ln >> 2)] = xsv;
+                        } else {
+                            // k-step i's words from its four x values in b_fetch's order; FP4 pairs k-steps 2j, 2j + 1
+#pragma unroll
+                            for (int i = 0; i < KS; i += 2) {
+                                const float4 x0 = *reinterpret_cast<const float4*>(&sl4[32 * i]);
+                                const float4 x1 = *reinterpret_cast<const float4*>(&sl4[32 * (i + 1)]);
+                                const bool fp4 = FMT == DS4J_FMT_FP4_E2M1_B32;
+                                sl4[32 * i] = bf16_words(fp4 ? fp4_kstep(x0, x1, i) : x0);
+                                sl4[32 * (i + 1)] = bf16_words(fp4 ? fp4_kstep(x0, x1, i + 1) : x1);
+                            }
+                        }
+                    }
+                } else if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
                     // one (chunk group, n-tile, lane) per thread, its four k-steps together (fp8_x's group maximum
                     // takes the token's four lanes t): whole warps, as slots / KS is a multiple of 32
                     for (int e = tid; e < slots / KS; e += blockDim.x) {
@@ -944,10 +1024,7 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
 #pragma unroll
                         for (int k = 0; k < SM_XL; k++)
                             if (dst[k] >= 0) {
-                                uint32_t h0, h1, l0, l1;
-                                tc::split_bf16(xv[k].x, xv[k].y, h0, l0);
-                                tc::split_bf16(xv[k].z, xv[k].w, h1, l1);
-                                sk_xs[dst[k]] = make_uint4(h0, h1, l0, l1);
+                                sk_xs[dst[k]] = bf16_words(xv[k]);
                             }
                     }
                 } else {
@@ -1115,6 +1192,20 @@ static bool sm_xloads(int format) {
 }
 
 /**
+ * Whether skinny_smem_kernel stages x by cp.async (SmArgs::xasync) for a weight format, in passes of two or more n-tiles
+ * (sm_plan): bit `format` of DS4J_SKINNY_XASYNC (0 .. 31; 30 every format, 0 none), by default FP4 only. On the H200
+ * (`tools/device/run.sh mm-bench --rows 1,5,16,64 --reps 50`, graph µs, equal result hashes; BENCHMARKS.md, eighteenth
+ * session) the routed FP4 experts at 64 rows (three n-tiles a pass) took 170.8 / 208.3 µs (w1 / w3, w2) against 197.0 /
+ * 223.5 with the register staging, but at 1 and 5 rows (one n-tile) 27.0 / 28.1 and 64.1 / 66.3 against 26.0 / 27.7 and
+ * 63.7 / 63.8; the FP8 products lost at every row count (wo_b at 16 rows 32.4 against 25.9: their staging issues a
+ * lane's whole chunk at once already). Same bits either way. Read once.
+ */
+static int sm_xasync(int format) {
+    static std::atomic<int> c{0};
+    return (env_choice(c, "DS4J_SKINNY_XASYNC", 1 << DS4J_FMT_FP4_E2M1_B32, 0, 31) >> format) & 1;
+}
+
+/**
  * DS4J_SKINNY_SPLIT (read once): 2 (default) lets sm_plan choose the column split from the shape as described there; 0
  * never splits (every block walks all partitions, also where the row tiles alone give few warps, which the default
  * leaves to the kernel without staging); 1 splits wherever the partials fit SM_SCRATCH_CAP. For measurements: the
@@ -1231,6 +1322,7 @@ static SmPlan sm_plan(int format, int64_t grp, int64_t groups, int units, int64_
     pl.b.sl = (int)sl;
     pl.b.ns = (int)ns;
     pl.b.xloads = sm_xloads(format) ? 1 : 0;
+    pl.b.xasync = sh.nt >= 2 && sm_xasync(format);
     pl.b.rg = 1;
     pl.smem = sl * per;
     const int64_t tiles = groups * tpg * units;

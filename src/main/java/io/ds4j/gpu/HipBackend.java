@@ -1546,9 +1546,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * with the single-sequence ones). Left out: entries on the tensor-core path, {@link #tcEntry} (their indexer scores run on
      * tensor cores alone), verify entries on the control path (f32-convert), and entries above the short-context
      * threshold on the f16 path (the tensor-core attention). Decode steps of many sequences are the case this serves:
-     * one launch per kernel and layer instead of one per sequence.
+     * one launch per kernel and layer instead of one per sequence. The system property
+     * {@code ds4j.gpu.groupedAttention=false} turns it off (for measurements through the server).
      */
-    private volatile boolean groupedAttention = true;
+    private volatile boolean groupedAttention = !"false".equals(System.getProperty("ds4j.gpu.groupedAttention"));
 
     /**
      * Whether the attention of several decode and verify entries runs in the several-sequence kernels (default) or one
