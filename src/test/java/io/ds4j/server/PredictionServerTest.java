@@ -183,8 +183,16 @@ class PredictionServerTest {
         // a prompt that alone exceeds the context is reported as such, whatever the prediction
         e = expect("/v1/completions", "{\"prompt\":\"" + "word ".repeat(400) + "\",\"prediction\":\"" + huge + "\"}", "prompt",
                 "context_length_exceeded");
+        // the server still serves
+        assertEquals(TestServer.PLAIN, post(noDraft, "/v1/chat/completions", chatWith(null)).at("/choices/0/message/content").asText());
+    }
+
+    @Test
+    void aPromptBeyondTheContextInCharactersIsRefusedBeforeItIsTokenised() throws Exception {
+        JsonNode e;
         // a prompt with more characters than 256 tokens of at most 128 bytes can hold is refused before it is tokenised:
-        // the first on the long-text lane (its body is past HttpVerticle.LONG_TEXT_BYTES), the next on the event loop
+        // on the event loop once the longest token is known, else on the long-text lane (both bodies are past
+        // HttpVerticle.LONG_TEXT_BYTES)
         for (int chars : new int[]{256 * 128 + 1, 2 * HttpVerticle.LONG_TEXT_BYTES + 1}) {
             String x = "x".repeat(chars);
             e = expect("/v1/chat/completions", TestServer.chat(x, ""), "messages", "context_length_exceeded");
@@ -192,8 +200,6 @@ class PredictionServerTest {
             e = expect("/v1/completions", "{\"prompt\":\"" + x + "\"}", "prompt", "context_length_exceeded");
             assertTrue(e.get("message").asText().contains("the prompt is " + chars + " characters"), e.toString());
         }
-        // the server still serves
-        assertEquals(TestServer.PLAIN, post(noDraft, "/v1/chat/completions", chatWith(null)).at("/choices/0/message/content").asText());
     }
 
     static JsonNode expect(String path, String body, String param, String code) throws Exception {
