@@ -672,23 +672,18 @@ public final class HttpVerticle extends VerticleBase {
         long t0 = ctx.get("t0");
         String model = m.id();
         Tokenizer tok = m.tokenizer();
-        Longest known = longest;
-        if (known != null && known.tok() == tok) {
-            // the prompt's own characters (the template adds more) against the bound, here on the event loop, so that a
-            // prompt it refuses does not wait for a tokenising thread
-            long chars = 0;
-            if (chat) for (ChatMessage msg : g.messages()) chars += msg.content() != null ? msg.content().length() : 0;
-            else if (g.promptText() != null) chars = g.promptText().length();
-            checkChars(tok, chars, state.maxContext(), chat ? "messages" : "prompt");
-        }
+        // the prompt's own characters (a chat template adds more) against the bound, here on the event loop, so that a
+        // prompt it refuses does not wait for a tokenising thread
+        long chars = 0;
+        if (chat) for (ChatMessage msg : g.messages()) chars += msg.content() != null ? msg.content().length() : 0;
+        else if (g.promptText() != null) chars = g.promptText().length();
+        checkChars(tok, chars, state.maxContext(), chat ? "messages" : "prompt");
         tokenizing(ctx, () -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             int ctxLimit = state.maxContext();
             if (chat) {
-                String text = ChatEncoder.encode(g.messages(), g.options());
-                checkChars(tok, text.length(), ctxLimit, "messages");
-                int[] ids = tok.encode(text);
+                int[] ids = tok.encode(ChatEncoder.encode(g.messages(), g.options()));
                 return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit));
             }
             String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
@@ -699,7 +694,6 @@ public final class HttpVerticle extends VerticleBase {
             } else {
                 // like HF/vLLM for DeepSeek: a completion prompt starts with BOS unless it already does
                 addedBos = !g.promptText().startsWith(V4Format.BOS);
-                checkChars(tok, g.promptText().length(), ctxLimit, "prompt");
                 ids = tok.encode(addedBos ? V4Format.BOS + g.promptText() : g.promptText());
             }
             List<String> promptTokens = null;
@@ -780,8 +774,9 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * Refuses a prompt text that cannot fit the context limit, before it is tokenised (a huge one would cost seconds
-     * of tokenizer time): it has at least chars / longest tokens, as for a prediction ({@link #encodePrediction}).
+     * Refuses a prompt of at least {@code chars} characters that cannot fit the context limit, on the event loop before
+     * it is tokenised (a huge one would cost seconds of tokenizer time): it has at least chars / longest tokens, as for
+     * a prediction ({@link #encodePrediction}). The longest token is found once per tokenizer (a few ms).
      * @throws ApiException 400 context_length_exceeded naming {@code field}
      */
     private void checkChars(Tokenizer tok, long chars, int ctxLimit, String field) {

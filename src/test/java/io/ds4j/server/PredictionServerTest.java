@@ -190,9 +190,8 @@ class PredictionServerTest {
     @Test
     void aPromptBeyondTheContextInCharactersIsRefusedBeforeItIsTokenised() throws Exception {
         JsonNode e;
-        // a prompt with more characters than 256 tokens of at most 128 bytes can hold is refused before it is tokenised:
-        // on the event loop once the longest token is known, else on the long-text lane (both bodies are past
-        // HttpVerticle.LONG_TEXT_BYTES)
+        // a prompt with more characters than 256 tokens of at most 128 bytes can hold is refused before it is tokenised
+        // (both bodies are past HttpVerticle.LONG_TEXT_BYTES: none of them waits for the long-text lane)
         for (int chars : new int[]{256 * 128 + 1, 2 * HttpVerticle.LONG_TEXT_BYTES + 1}) {
             String x = "x".repeat(chars);
             e = expect("/v1/chat/completions", TestServer.chat(x, ""), "messages", "context_length_exceeded");
