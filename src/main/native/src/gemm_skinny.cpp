@@ -36,7 +36,7 @@
 // Staged activations (skinny_smem_kernel, steps of at least DS4J_SKINNY_SMEM rows): the same products with x split
 // once per block into shared memory and shared by 128 weight rows, a column partition per block where the row tiles
 // alone are too few, and the partitions' partial sums added in the warp order above (the same bits; see its comment).
-// FP4 passes of two or more n-tiles copy the raw x into the slots by cp.async and split it there (sm_xasync).
+// FP4 passes copy the raw x into the slots by cp.async and split it there (sm_xasync).
 //
 // Launch shape (from the matrix shape only): MT m-tiles per warp, nw warps per block over one row tile's columns, U
 // chunk groups of loads in flight per lane. MT_HI, U, TARGET_WARPS and TARGET_TILES are first choices for the H200,
@@ -948,23 +948,21 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                 const int slots = stage ? sln * ntv * KS * 32 : 0;
                 staged_s0 = s0, staged_p = p, staged_m0 = m0;
                 if (b.xasync) {
-                    // two rounds: first every item's (chunk group, n-tile, lane) raw x goes to its own KS slots (slot
-                    // i: columns 4i .. 4i + 3 of the lane's chunk, as b_fetch reads them) by cp.async, all in flight
-                    // together; then each thread turns items' raw x into B words in place (the same words as the
-                    // staging below)
+                    // two rounds by the same thread per item (chunk group, n-tile, lane): first its raw x goes to its
+                    // own KS slots (slot i: columns 4i .. 4i + 3 of the lane's chunk, as b_fetch reads them) by
+                    // cp.async, every item's copies in flight together; then the thread turns its items' raw x into B
+                    // words in place (the same words as the staging below)
                     const int items = slots / KS;
-                    // the copies in memory order: piece q (16 bytes) of token g's four chunks of a chunk group (4 E
-                    // contiguous floats) is k-step q % KS of chunk q / KS, slot (jj, nt, q % KS, lane 4 g + q / KS);
-                    // consecutive threads take consecutive pieces, so a warp's copies read whole sectors
-                    for (int e = tid; e < slots; e += blockDim.x) {
-                        const int q = e % E, tg = (e / E) & 7, rest = e / (8 * E), nt = rest % ntv, jj = rest / ntv;
-                        const int i = q % KS, ln = 4 * tg + q / KS;
-                        const int c = (p + (m0 + jj) * b.nw) * 4 + q / KS;
-                        const int64_t o = xoff[nt * 8 + tg];
-                        sk_cp16(&sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)], c < nch && o >= 0 ? a.x + o + c * E + 4 * i : nullptr, a.x);
+                    for (int e = tid; e < items; e += blockDim.x) {
+                        const int ln = e & 31, nt = (e >> 5) % ntv, jj = (e >> 5) / ntv;
+                        const int c = (p + (m0 + jj) * b.nw) * 4 + (ln & 3);
+                        const int64_t o = xoff[nt * 8 + (ln >> 2)];
+                        const bool ok = c < nch && o >= 0;
+#pragma unroll
+                        for (int i = 0; i < KS; i++)
+                            sk_cp16(&sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)], ok ? a.x + o + c * E + 4 * i : nullptr, a.x);
                     }
-                    sk_cp_wait();
-                    __syncthreads();  // every thread's copies, before each turns its own items
+                    sk_cp_wait();  // this thread's copies only: it turns no other thread's items, so no barrier
                     for (int e = tid; e < items; e += blockDim.x) {
                         const int ln = e & 31, nt = (e >> 5) % ntv, jj = (e >> 5) / ntv;
                         uint4* sl4 = &sk_xs[sm_slot<FMT, NT>(jj, nt, 0, ln)];  // slot i at sl4[32 i]
@@ -1192,13 +1190,13 @@ static bool sm_xloads(int format) {
 }
 
 /**
- * Whether skinny_smem_kernel stages x by cp.async (SmArgs::xasync) for a weight format, in passes of two or more n-tiles
- * (sm_plan): bit `format` of DS4J_SKINNY_XASYNC (0 .. 31; 30 every format, 0 none), by default FP4 only. On the H200
- * (`tools/device/run.sh mm-bench --rows 1,5,16,64 --reps 50`, graph µs, equal result hashes; BENCHMARKS.md, eighteenth
- * session) the routed FP4 experts at 64 rows (three n-tiles a pass) took 170.8 / 208.3 µs (w1 / w3, w2) against 197.0 /
- * 223.5 with the register staging, but at 1 and 5 rows (one n-tile) 27.0 / 28.1 and 64.1 / 66.3 against 26.0 / 27.7 and
- * 63.7 / 63.8; the FP8 products lost at every row count (wo_b at 16 rows 32.4 against 25.9: their staging issues a
- * lane's whole chunk at once already). Same bits either way. Read once.
+ * Whether skinny_smem_kernel stages x by cp.async (SmArgs::xasync) for a weight format: bit `format` of
+ * DS4J_SKINNY_XASYNC (0 .. 31; 30 every format, 0 none), by default FP4 only. On the H200
+ * (`tools/device/run.sh mm-bench --rows 1,5,16,64 --reps 50`, graph µs, equal result hashes; BENCHMARKS.md, nineteenth
+ * session) the routed FP4 experts took 162.8 / 196.6 µs (w1 / w3, w2) at 64 rows against 198.3 / 224.7 with the register
+ * staging, 72.0 / 87.1 against 79.1 / 87.2 at 16, 61.5 / 64.6 against 63.9 / 63.9 at 5 and 25.8 / 28.2 against 26.1 /
+ * 27.9 at 1; the FP8 products lost at 5 rows and more (wo_b at 16 rows 31.4 against 26.1: their staging issues a lane's
+ * whole chunk at once already). Same bits either way. Read once.
  */
 static int sm_xasync(int format) {
     static std::atomic<int> c{0};
@@ -1322,7 +1320,7 @@ static SmPlan sm_plan(int format, int64_t grp, int64_t groups, int units, int64_
     pl.b.sl = (int)sl;
     pl.b.ns = (int)ns;
     pl.b.xloads = sm_xloads(format) ? 1 : 0;
-    pl.b.xasync = sh.nt >= 2 && sm_xasync(format);
+    pl.b.xasync = sm_xasync(format);
     pl.b.rg = 1;
     pl.smem = sl * per;
     const int64_t tiles = groups * tpg * units;

@@ -275,8 +275,8 @@ public final class GpuBench {
      * entries per token), n steps timed after one warm-up step, then rolled back so that every size runs at the same
      * context (n must not exceed maxRollback, the source's rollback window); aggregate tokens/s, per-step time and the
      * ratio to batch 1 of the same run. For N > 1 the attention
-     * runs both in the several-sequence kernels (grouped) and one entry at a time, interleaved; the profile of one
-     * grouped step of the largest size follows.
+     * runs both in the several-sequence kernels (grouped) and one entry at a time, interleaved; the profiles of one
+     * step of the largest size each way follow (by operation with -Dds4j.gpu.profileByOperation=true).
      */
     static void batched(HipBackend be, HipSequence s, int maxRollback, int[] toks, int n, List<Integer> sizes) {
         int pos = s.length();
@@ -301,14 +301,17 @@ public final class GpuBench {
                             N == 1 ? "          " : grouped ? " (grouped)" : " (entries)", agg, agg / N, 1e3 * sec / n,
                             one > 0 ? agg / one : Double.NaN);
                 }
+                if (N == largest && N > 1)
+                    for (boolean grouped : new boolean[]{true, false}) {
+                        be.setGroupedAttention(grouped);
+                        be.setProfiling(true);
+                        batchSteps(be, seqs, toks, pos, 1);
+                        System.out.print("    one step of " + N + " decode entries, attention " + (grouped ? "grouped" : "one entry at a time")
+                                + ", by category (each op waited for):\n" + be.takeProfile());
+                        be.setProfiling(false);
+                        for (Sequence q : seqs) q.rollback(1);
+                    }
                 be.setGroupedAttention(true);
-                if (N == largest && N > 1) {
-                    be.setProfiling(true);
-                    batchSteps(be, seqs, toks, pos, 1);
-                    System.out.print("    one grouped step of " + N + " decode entries by category (each op waited for):\n" + be.takeProfile());
-                    be.setProfiling(false);
-                    for (Sequence q : seqs) q.rollback(1);
-                }
             } finally {
                 be.setGroupedAttention(true);
                 for (Sequence q : seqs) q.close();
