@@ -27,6 +27,7 @@ import java.util.SplittableRandom;
  * </pre>
  * {@code --verify-paths}: the verify attention paths the verify step is timed on, in turn (default: the backend's
  * start-up path); {@code f16@N} is the f16 path with {@code verify.f32ShortContextRows} N.
+ * {@code --chunk-at CTX,...}: one prefill chunk of --chunk tokens at each of these contexts ({@link #chunkAt}).
  * {@code --batches}: batched decode at each context (copies of the prefilled sequence stepped together, see
  * {@link #batched}).
  * Decode-step graphs ({@link DecodeGraphs}): the decode rate is measured with the default setting
@@ -47,7 +48,7 @@ public final class GpuBench {
         Integer layers = null, experts = null;
         int prompt = 4096, chunk = 512, decode = 32, maxPrefill = 131072, graphRounds = 3, verifyRows = 0;
         double peak = 4800;
-        List<Integer> contexts = new ArrayList<>(), batches = new ArrayList<>();
+        List<Integer> contexts = new ArrayList<>(), batches = new ArrayList<>(), chunkAt = new ArrayList<>();
         List<String> verifyPaths = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
@@ -67,6 +68,7 @@ public final class GpuBench {
                 case "--verify-rows" -> verifyRows = Integer.parseInt(args[++i]);
                 case "--verify-paths" -> verifyPaths.addAll(List.of(args[++i].split(",")));
                 case "--batches" -> { for (String s : args[++i].split(",")) batches.add(Integer.parseInt(s.trim())); }
+                case "--chunk-at" -> { for (String s : args[++i].split(",")) chunkAt.add(Integer.parseInt(s.trim())); }
                 default -> throw new IllegalArgumentException("unknown option " + a);
             }
         }
@@ -92,6 +94,7 @@ public final class GpuBench {
                     be.gpu().tensorCores() ? "tensor cores" : "FFMA kernels (no tensor-core path here)");
             SplittableRandom r = new SplittableRandom(1);
             int maxCtx = Math.max(prompt, contexts.stream().mapToInt(Integer::intValue).max().orElse(prompt));
+            for (int n : chunkAt) maxCtx = Math.max(maxCtx, n + chunk);
             final int maxPre = maxPrefill;
             int[] toks = new int[maxCtx + 2 * decode + 2 + verifyRows]; // the verify step reads rows past the decoded ones
             for (int i = 0; i < toks.length; i++) toks[i] = r.nextInt(c.vocabSize);
@@ -118,6 +121,7 @@ public final class GpuBench {
                         + " by category (each op waited for):\n" + be.takeProfile());
                 be.setProfiling(false);
             }
+            for (int ctx : chunkAt) chunkAt(be, toks, ctx, chunk);
             for (int ctx : contexts) {
                 try (HipSequence s = be.newSequence(Math.max(16, decode))) {
                     long t0 = System.nanoTime();
@@ -316,6 +320,32 @@ public final class GpuBench {
                 be.setGroupedAttention(true);
                 for (Sequence q : seqs) q.close();
             }
+        }
+    }
+
+    /**
+     * One prefill chunk of `chunk` tokens at a long context (a synthetic cache of ctx tokens, HipSequence#fillRandom):
+     * the median of 5 timed chunks (each rolled back), then one chunk's profile. What a long prompt's chunk adds to the
+     * steps of the streams decoding beside it.
+     */
+    static void chunkAt(HipBackend be, int[] toks, int ctx, int chunk) {
+        try (HipSequence s = be.newSequence(Math.max(16, chunk))) {
+            s.fillRandom(ctx, 7);
+            be.forward(s, toks, ctx, chunk, new int[]{chunk - 1}); // warm
+            s.rollback(chunk);
+            double[] ms = new double[5];
+            for (int i = 0; i < ms.length; i++) {
+                long t0 = System.nanoTime();
+                be.forward(s, toks, ctx, chunk, new int[]{chunk - 1});
+                ms[i] = (System.nanoTime() - t0) / 1e6;
+                s.rollback(chunk);
+            }
+            System.out.printf("prefill chunk of %d tokens at context %d (synthetic cache): %.2f ms median (%s)%n", chunk, ctx,
+                    median(ms), rates(ms));
+            be.setProfiling(true);
+            be.forward(s, toks, ctx, chunk, new int[]{chunk - 1});
+            System.out.print("  by category (each op waited for):\n" + be.takeProfile());
+            be.setProfiling(false);
         }
     }
 
