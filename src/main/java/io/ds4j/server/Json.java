@@ -53,6 +53,16 @@ public final class Json {
                 : what + ": " + m;
     }
 
+    /** Jackson's message for a '}' or ']' read outside every object and array. */
+    private static final java.util.regex.Pattern ROOT_CLOSER =
+            java.util.regex.Pattern.compile("^Unexpected close marker '([}\\]])'.*\\(for root ");
+
+    /** Whether the parser had read a complete top-level value when it failed. */
+    private static boolean afterValue(JsonProcessingException e) {
+        return e.getProcessor() instanceof com.fasterxml.jackson.core.JsonParser p && p.getParsingContext() != null
+                && p.getParsingContext().inRoot() && p.getParsingContext().getEntryCount() > 0;
+    }
+
     static String plainSyntaxMessage(JsonProcessingException e) {
         String m = e.getOriginalMessage() != null ? e.getOriginalMessage() : "";
         if (e instanceof com.fasterxml.jackson.core.exc.StreamConstraintsException) {
@@ -65,6 +75,12 @@ public final class Json {
             if (l.contains("name")) return "a field name is too long" + (max != null ? " (more than " + max + " characters)" : "");
             return "the JSON exceeds a size limit";
         }
+        // "Unexpected close marker '}': expected ']' (for root starting at ...)": a closer with nothing open to close,
+        // which Jackson words as a mismatch with a root it calls an array; after a complete value it is a stray closer
+        java.util.regex.Matcher closer = ROOT_CLOSER.matcher(m);
+        if (closer.find())
+            return afterValue(e) ? "more content after the JSON value: a stray '" + closer.group(1) + "' (one JSON value a body)"
+                    : "unexpected '" + closer.group(1) + "': there is no object or array to close";
         // "(start marker at [Source: REDACTED ...; line: 1, column: 14])" -> "(opened at line 1, column 14)"
         m = m.replaceAll("\\[Source: [^;\\]]*; line: (\\d+), column: (\\d+)\\]", "line $1, column $2");
         m = m.replace("start marker at ", "opened at ");

@@ -67,6 +67,14 @@ class BadInputTest {
         // two objects in one body: said in plain words, without the JSON library's internals
         String two = expect("/v1/chat/completions", ok + ok, 400, null).get("message").asText();
         assertTrue(two.contains("more content after the JSON value") && !two.contains("jackson") && !two.contains("FAIL_ON"), two);
+        // a stray closer after the value is the same mistake, in the same words (not a "close marker" of a "root")
+        for (String closer : new String[]{"}", "]"}) {
+            String stray = expect("/v1/chat/completions", ok + closer, 400, null).get("message").asText();
+            assertEquals("malformed JSON at line 1, column " + (ok.length() + 1) + ": more content after the JSON value: a stray '"
+                    + closer + "' (one JSON value a body)", stray);
+        }
+        String alone = expect("/v1/chat/completions", " }", 400, null).get("message").asText();
+        assertTrue(alone.endsWith(": unexpected '}': there is no object or array to close"), alone);
         expect("/v1/completions", "\"just a string\"", 400, null);
     }
 
