@@ -194,6 +194,13 @@ class BadInputTest {
         TestServer.Resp c = server.post("/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}");
         assertEquals(5, c.json().get("count").asInt(), c.body()); // BOS, User, Hi, Assistant, </think>
         expect("/detokenize", "{\"tokens\":[1,\"a\"]}", 400, "tokens[1]");
+        // a token id is an integral JSON number however written, as every integer field
+        TestServer.Resp exp = server.post("/detokenize", "{\"tokens\":[1e3,1000.0,1.0E3]}");
+        assertEquals(200, exp.status(), exp.body());
+        assertEquals(TestServer.tokenizer().decode(new int[]{1000, 1000, 1000}), exp.json().get("content").asText());
+        assertTrue(expect("/detokenize", "{\"tokens\":[5,1.5]}", 400, "tokens[1]").get("message").asText().contains("must be an integer"));
+        assertTrue(expect("/detokenize", "{\"tokens\":[1e20]}", 400, "tokens[0]").get("message").asText().contains("out of range"));
+        assertTrue(expect("/detokenize", "{\"tokens\":[-1]}", 400, "tokens[0]").get("message").asText().contains("out of range"));
         expect("/detokenize", "{\"tokens\":[999999999]}", 400, "tokens[0]");
         expect("/detokenize", "{}", 400, "tokens");
         expect("/tokenize", "{\"content\":5}", 400, "content");
