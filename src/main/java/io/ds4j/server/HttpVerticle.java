@@ -545,7 +545,11 @@ public final class HttpVerticle extends VerticleBase {
         boolean pieces = Requests.bool(b, "with_pieces", false);
         boolean addSpecial = Requests.bool(b, "add_special", false);
         String text = Requests.optString(b, "content", "content");
-        if (text == null) text = Requests.optString(b, "prompt", "prompt");
+        String field = "content";
+        if (text == null) {
+            text = Requests.optString(b, "prompt", "prompt");
+            field = "prompt";
+        }
         JsonNode msgs = b.get("messages");
         if (text == null && (msgs == null || msgs.isNull()))
             throw ApiException.badField("content", "give the text to tokenize as content (or prompt), or chat messages");
@@ -565,6 +569,11 @@ public final class HttpVerticle extends VerticleBase {
             opts = null;
         }
         Tokenizer tok = m.tokenizer();
+        // the bound the generation endpoints apply, so that a huge text is refused before it is tokenised
+        long chars = 0;
+        if (plain != null) chars = plain.length();
+        else for (ChatMessage msg : messages) chars += msg.content() != null ? msg.content().length() : 0;
+        checkChars(tok, chars, state.maxContext(), plain != null ? field : "messages");
         tokenizing(ctx, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
                 : tok.encode(ChatEncoder.encode(messages, opts)), result -> {
             ObjectNode o = Json.object();

@@ -190,14 +190,22 @@ class PredictionServerTest {
     @Test
     void aPromptBeyondTheContextInCharactersIsRefusedBeforeItIsTokenised() throws Exception {
         JsonNode e;
-        // a prompt with more characters than 256 tokens of at most 128 bytes can hold is refused before it is tokenised
-        // (both bodies are past HttpVerticle.LONG_TEXT_BYTES: none of them waits for the long-text lane)
+        // a prompt (or a text to tokenize) with more characters than 256 tokens of at most 128 bytes can hold is refused
+        // before it is tokenised (both bodies are past HttpVerticle.LONG_TEXT_BYTES: none of them waits for the long-text lane)
         for (int chars : new int[]{256 * 128 + 1, 2 * HttpVerticle.LONG_TEXT_BYTES + 1}) {
             String x = "x".repeat(chars);
             e = expect("/v1/chat/completions", TestServer.chat(x, ""), "messages", "context_length_exceeded");
             assertTrue(e.get("message").asText().contains(" characters, more than this server's context limit of 256 tokens"), e.toString());
             e = expect("/v1/completions", "{\"prompt\":\"" + x + "\"}", "prompt", "context_length_exceeded");
             assertTrue(e.get("message").asText().contains("the prompt is " + chars + " characters"), e.toString());
+            // /tokenize applies the same bound to each of its ways of giving the text
+            for (String field : new String[]{"content", "prompt"}) {
+                e = expect("/tokenize", "{\"" + field + "\":\"" + x + "\"}", field, "context_length_exceeded");
+                assertTrue(e.get("message").asText().contains("the prompt is " + chars + " characters"), e.toString());
+            }
+            e = expect("/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"" + x + "\"}]}", "messages",
+                    "context_length_exceeded");
+            assertTrue(e.get("message").asText().contains("context limit of 256 tokens"), e.toString());
         }
     }
 
