@@ -47,8 +47,8 @@ import java.util.function.Consumer;
  * event bus and writes what comes back — as Server-Sent Events or one JSON body. It never touches model state.
  *
  * <p>Routes: {@code POST /v1/chat/completions}, {@code POST /v1/completions}, {@code GET /v1/models},
- * {@code GET /health}, {@code GET /props}, {@code POST /tokenize}, {@code POST /detokenize}, {@code GET /metrics},
- * and the playground's static files at {@code /}.
+ * {@code GET /v1/models/{id}}, {@code GET} and {@code HEAD /health}, {@code GET /props}, {@code POST /tokenize},
+ * {@code POST /detokenize}, {@code GET /metrics}, and the playground's static files at {@code /}.
  */
 public final class HttpVerticle extends VerticleBase {
     private static final Logger LOG = LoggerFactory.getLogger(HttpVerticle.class);
@@ -69,7 +69,7 @@ public final class HttpVerticle extends VerticleBase {
             java.util.Map.entry("/v1/completions", "POST"), java.util.Map.entry("/completions", "POST"),
             java.util.Map.entry("/v1/models", "GET"), java.util.Map.entry("/models", "GET"),
             java.util.Map.entry("/props", "GET"), java.util.Map.entry("/metrics", "GET"),
-            java.util.Map.entry("/health", "GET"), java.util.Map.entry("/v1/health", "GET"),
+            java.util.Map.entry("/health", "GET, HEAD"), java.util.Map.entry("/v1/health", "GET, HEAD"),
             java.util.Map.entry("/tokenize", "POST"), java.util.Map.entry("/detokenize", "POST"));
 
     /**
@@ -106,6 +106,9 @@ public final class HttpVerticle extends VerticleBase {
         r.route().handler(this::first);
         r.get("/health").handler(this::health);
         r.get("/v1/health").handler(this::health);
+        // load balancers and uptime checks probe with HEAD: the same status and headers, without the body
+        r.head("/health").handler(this::health);
+        r.head("/v1/health").handler(this::health);
         r.route().handler(this::auth);
         for (String p : List.of("/v1/chat/completions", "/chat/completions"))
             r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, true)));
@@ -113,6 +116,9 @@ public final class HttpVerticle extends VerticleBase {
             r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, false)));
         r.get("/v1/models").handler(this::models);
         r.get("/models").handler(this::models);
+        // one model by id; the id may hold '/' (an organisation/name id), so the rest of the path is the id
+        r.getWithRegex("/v1/models/(?<id>.+)").handler(this::model);
+        r.getWithRegex("/models/(?<id>.+)").handler(this::model);
         r.get("/props").handler(this::props);
         r.post("/tokenize").handler(ctx -> withBody(ctx, b -> tokenize(ctx, b)));
         r.post("/detokenize").handler(ctx -> withBody(ctx, b -> detokenize(ctx, b)));
@@ -124,7 +130,7 @@ public final class HttpVerticle extends VerticleBase {
         r.route("/*").handler(ctx -> {
             HttpMethod m = ctx.request().method();
             String path = ctx.request().path();
-            String allow = ALLOW.get(path);
+            String allow = allowed(path);
             if (allow != null) {
                 // a known API path reached here with a method it does not answer
                 ctx.response().putHeader("Allow", allow);
@@ -136,7 +142,7 @@ public final class HttpVerticle extends VerticleBase {
         r.errorHandler(404, ctx -> error(ctx, new ApiException(404, "invalid_request_error", "not_found", null,
                 "no route for " + ctx.request().method() + " " + ctx.request().path(), null)));
         r.errorHandler(405, ctx -> {
-            String allow = ALLOW.get(ctx.request().path());
+            String allow = allowed(ctx.request().path());
             if (allow != null) ctx.response().putHeader("Allow", allow);
             error(ctx, new ApiException(405, "invalid_request_error", "method_not_allowed", null,
                     ctx.request().method() + " is not allowed on " + ctx.request().path()
@@ -254,7 +260,14 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     private static boolean isApi(String path) {
-        return path.startsWith("/v1/") || API_PATHS.contains(path);
+        return path.startsWith("/v1/") || path.startsWith("/models/") || API_PATHS.contains(path);
+    }
+
+    /** The methods an API path answers, or null for a path that is not one. */
+    private static String allowed(String path) {
+        String allow = ALLOW.get(path);
+        if (allow == null && (path.startsWith("/v1/models/") || path.startsWith("/models/"))) return "GET";
+        return allow;
     }
 
     /** Bearer key check for API routes when server.apiKeys is set. */
@@ -399,7 +412,14 @@ public final class HttpVerticle extends VerticleBase {
     private static void json(RoutingContext ctx, int status, JsonNode body) {
         HttpServerResponse resp = ctx.response();
         if (resp.ended() || resp.closed()) return;
-        resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(body));
+        resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json");
+        if (ctx.request().method() == HttpMethod.HEAD) {
+            // GET's headers without the body, its length included (Vert.x leaves the length out of a HEAD answer)
+            byte[] b = Json.write(body).getBytes(StandardCharsets.UTF_8);
+            resp.putHeader(HttpHeaders.CONTENT_LENGTH, Integer.toString(b.length)).end();
+        } else {
+            resp.end(Json.write(body));
+        }
     }
 
     /** Error code of requests refused or ended because the server shuts down. */
@@ -455,13 +475,40 @@ public final class HttpVerticle extends VerticleBase {
             return;
         }
         ObjectNode root = Json.object().put("object", "list");
-        ObjectNode e = root.putArray("data").addObject();
+        root.putArray("data").add(modelObject(m));
+        json(ctx, 200, root);
+    }
+
+    /**
+     * GET /v1/models/{id}: the served model's object (as listed by /v1/models), or 404 model_not_found for any other
+     * id, as OpenAI answers.
+     */
+    private void model(RoutingContext ctx) {
+        ModelInfo m;
+        try {
+            m = ready();
+        } catch (ApiException e) {
+            error(ctx, e);
+            return;
+        }
+        String id = ctx.pathParam("id");
+        if (!m.id().equals(id)) {
+            error(ctx, new ApiException(404, "invalid_request_error", "model_not_found", "model",
+                    "model: '" + id + "' does not exist; this server serves '" + m.id() + "'", null));
+            return;
+        }
+        json(ctx, 200, modelObject(m));
+    }
+
+    /** One model in OpenAI's shape, with ds4j's {@code meta}. */
+    private ObjectNode modelObject(ModelInfo m) {
+        ObjectNode e = Json.object();
         e.put("id", m.id()).put("object", "model").put("created", state.startedAtMillis() / 1000).put("owned_by", "ds4j");
         ObjectNode meta = e.putObject("meta");
         meta.put("n_vocab", m.vocabSize()).put("n_ctx", state.maxContext()).put("n_ctx_train", m.maxPositions())
                 .put("n_layers", m.layers()).put("n_embd", m.hidden()).put("backend", m.backend()).put("path", m.path())
                 .put("embedded", m.embedded());
-        json(ctx, 200, root);
+        return e;
     }
 
     private void props(RoutingContext ctx) {

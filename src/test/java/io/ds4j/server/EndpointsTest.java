@@ -15,7 +15,7 @@ import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.*;
 
-/** /health while loading and when ready, /props, /v1/models, the static playground and CORS. */
+/** /health (GET and HEAD) while loading and when ready, /props, /v1/models and one model by id, the static playground and CORS. */
 @ExtendWith(VertxExtension.class)
 class EndpointsTest {
 
@@ -34,6 +34,11 @@ class EndpointsTest {
                     HttpResponse.BodyHandlers.ofString());
             assertEquals(503, h.statusCode());
             assertTrue(h.body().contains("\"loading\""), h.body());
+            String head = raw(s.port(), "HEAD", "/health");
+            assertTrue(head.startsWith("HTTP/1.1 503") && head.endsWith("\r\n\r\n") && head.contains("Retry-After"), head);
+            // a model asked for by id while loading: the 503 every model route gives then
+            assertEquals(503, http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + s.port() + "/v1/models/scripted")).build(),
+                    HttpResponse.BodyHandlers.ofString()).statusCode());
             HttpResponse<String> c = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + s.port() + "/v1/chat/completions"))
                     .POST(HttpRequest.BodyPublishers.ofString(TestServer.chat("Hi", ""))).build(), HttpResponse.BodyHandlers.ofString());
             assertEquals(503, c.statusCode(), c.body());
@@ -48,6 +53,65 @@ class EndpointsTest {
         } finally {
             release.countDown();
             s.close().await();
+        }
+    }
+
+    /** The raw answer to a request without a body, read to the end (the connection closes after it). */
+    static String raw(int port, String method, String path) throws Exception {
+        try (java.net.Socket s = new java.net.Socket("127.0.0.1", port)) {
+            s.setSoTimeout(30_000);
+            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                    .getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+            return new String(s.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        }
+    }
+
+    /** The status line and the header lines of a raw answer, in order of their text. */
+    static java.util.SortedSet<String> headLines(String answer) {
+        return new java.util.TreeSet<>(List.of(answer.substring(0, answer.indexOf("\r\n\r\n")).split("\r\n")));
+    }
+
+    @Test
+    void oneModelByIdAndHealthByHead() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of())) {
+            // the same object as the list's entry
+            JsonNode listed = t.get("/v1/models").json().at("/data/0");
+            for (String path : List.of("/v1/models/scripted", "/models/scripted")) {
+                TestServer.Resp r = t.get(path);
+                assertEquals(200, r.status(), path + ": " + r.body());
+                assertEquals(listed, r.json(), path);
+            }
+            for (String id : List.of("gpt-4o", "deepseek-ai/DeepSeek-V4", "scripted/x")) {
+                TestServer.Resp r = t.get("/v1/models/" + id);
+                assertEquals(404, r.status(), r.body());
+                JsonNode e = r.json().get("error");
+                assertEquals("model_not_found", e.get("code").asText(), r.body());
+                assertEquals("invalid_request_error", e.get("type").asText(), r.body());
+                assertEquals("model", e.get("param").asText(), r.body());
+                assertTrue(e.get("message").asText().contains("'" + id + "' does not exist"), r.body());
+            }
+            TestServer.Resp post = t.post("/v1/models/scripted", "{}");
+            assertEquals(405, post.status(), post.body());
+            assertEquals("GET", post.headers().firstValue("allow").orElse(null));
+
+            // HEAD /health: GET's status and headers, no body
+            String get = raw(t.port, "GET", "/health"), head = raw(t.port, "HEAD", "/health");
+            assertTrue(get.startsWith("HTTP/1.1 200") && get.endsWith("{\"status\":\"ready\"}"), get);
+            assertTrue(head.startsWith("HTTP/1.1 200"), head);
+            assertTrue(head.endsWith("\r\n\r\n"), "no body: " + head);
+            assertEquals(headLines(get), headLines(head), "the same status and headers");
+            assertEquals("GET, HEAD", t.post("/health", "{}").headers().firstValue("allow").orElse(null));
+        }
+        // an organisation/name id, given as it is or with its '/' percent-encoded (as JS clients encode path parts)
+        ScriptedBackend b = new ScriptedBackend(TestServer::defaultScript);
+        ModelProvider named = (cfg, log) -> new LoadedModel("deepseek-ai/DeepSeek-V4-Flash", "/scripted", false, b,
+                TestServer.tokenizer(), null);
+        try (TestServer t = TestServer.start(named, Map.of(), null, null)) {
+            for (String path : List.of("/v1/models/deepseek-ai/DeepSeek-V4-Flash", "/v1/models/deepseek-ai%2FDeepSeek-V4-Flash")) {
+                TestServer.Resp r = t.get(path);
+                assertEquals(200, r.status(), path + ": " + r.body());
+                assertEquals("deepseek-ai/DeepSeek-V4-Flash", r.json().get("id").asText(), path);
+            }
         }
     }
 
