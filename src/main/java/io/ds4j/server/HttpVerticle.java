@@ -654,11 +654,18 @@ public final class HttpVerticle extends VerticleBase {
     /**
      * Runs a request's tokenisation (work) off the event loop, then {@code then} with its result on the event loop;
      * a failure is answered as an error. Bodies of {@link #LONG_TEXT_BYTES} or more take the long-text lane, the others
-     * Vert.x's worker pool. Work whose client has gone by the time it would start is not done, nor work that would
+     * Vert.x's worker pool; one waiting for a thread of that lane counts against limits.maxQueue
+     * ({@link #queueLongText}). Work whose client has gone by the time it would start is not done, nor work that would
      * start after the shutdown began (503).
      */
     private <T> void tokenizing(RoutingContext ctx, java.util.concurrent.Callable<T> work, Consumer<T> then) {
+        Integer bytes = ctx.get("bodyBytes");
+        boolean longBody = bytes != null && bytes >= LONG_TEXT_BYTES;
+        if (longBody) queueLongText(ctx);
+        // set while the body waits for a lane thread: cleared by the first of its start and its end
+        java.util.concurrent.atomic.AtomicBoolean waits = new java.util.concurrent.atomic.AtomicBoolean(longBody);
         java.util.concurrent.Callable<T> guarded = () -> {
+            if (waits.getAndSet(false)) state.longTextDequeued();
             if (ctx.response().closed()) throw new ClientGone();
             if (state.draining()) throw shuttingDown();  // no new work once the shutdown began: 503
             return work.call();
@@ -666,16 +673,38 @@ public final class HttpVerticle extends VerticleBase {
         // counted as an open exchange while it is tokenised, so that a shutdown waits for it (up to its grace); a
         // generation's Exchange counts itself from then on
         state.exchangeOpened();
-        Integer bytes = ctx.get("bodyBytes");
-        Future<T> f = bytes != null && bytes >= LONG_TEXT_BYTES ? longText.executeBlocking(guarded, false)
-                : vertx.executeBlocking(guarded, false);
+        Future<T> f = longBody ? longText.executeBlocking(guarded, false) : vertx.executeBlocking(guarded, false);
         f.onComplete(ar -> {
+            if (waits.getAndSet(false)) state.longTextDequeued();  // never started (the lane was closed)
             try {
                 answer(ctx, ar, then);
             } finally {
                 state.exchangeClosed();  // after then: a generation's Exchange has counted itself, so no gap at zero
             }
         });
+    }
+
+    /** Retry-After (s) of a body refused because the long-text lane's queue is full (its tokenisations take seconds). */
+    static final int LONG_TEXT_RETRY_SECONDS = 5;
+
+    /**
+     * Counts a body that is about to wait for the long-text lane against {@code limits.maxQueue}, with the requests
+     * waiting in the engine's queue: while it waits, its body (up to server.maxBodyBytes) and its parsed request stay
+     * in the heap, so without a bound many large bodies would pile up there.
+     * @throws ApiException 429 queue_full when the lane's waiters and the engine's queue already hold
+     *                      {@code limits.maxQueue} requests
+     */
+    private void queueLongText(RoutingContext ctx) {
+        int maxQueue = state.config().maxQueue(), engineWaiting = state.metrics().waiting.get();
+        int lane = state.longTextQueued();
+        if (lane + engineWaiting <= maxQueue) return;
+        state.longTextDequeued();
+        String why = EngineVerticle.plural(lane - 1, "request") + " of " + LONG_TEXT_BYTES + " bytes or more waiting to"
+                + " be tokenised and " + engineWaiting + " waiting for a slot (limits.maxQueue " + maxQueue + ")";
+        LOG.info("{} {} rejected with 429: {}; Retry-After {} s", ctx.request().method(), ctx.request().path(), why,
+                LONG_TEXT_RETRY_SECONDS);
+        throw new ApiException(429, "rate_limit_exceeded", "queue_full", null, "the server is busy: " + why
+                + "; retry after " + LONG_TEXT_RETRY_SECONDS + " s", LONG_TEXT_RETRY_SECONDS);
     }
 
     /** A /tokenize body with messages, reduced to what chat parsing needs (it requires no sampling fields). */

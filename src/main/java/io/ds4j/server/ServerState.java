@@ -29,6 +29,8 @@ public final class ServerState {
     private volatile boolean draining;
     /** Generation exchanges (HTTP) whose response has not ended yet. */
     private final AtomicInteger openExchanges = new AtomicInteger();
+    /** Request bodies waiting for a thread of the long-text lane (not yet tokenising), over all HTTP verticles. */
+    private final AtomicInteger longTextWaiting = new AtomicInteger();
 
     public ServerState(ServerConfig config, ServerMetrics metrics) {
         this.config = config;
@@ -93,6 +95,21 @@ public final class ServerState {
 
     void exchangeClosed() {
         openExchanges.decrementAndGet();
+    }
+
+    /** Request bodies waiting for a thread of the long-text lane ({@link HttpVerticle#LONG_TEXT_BYTES}). */
+    public int longTextWaiting() {
+        return longTextWaiting.get();
+    }
+
+    /** One more body waits for the long-text lane; returns how many wait now. */
+    int longTextQueued() {
+        return longTextWaiting.incrementAndGet();
+    }
+
+    /** A body stopped waiting for the long-text lane (its tokenisation started, or it will not run). */
+    void longTextDequeued() {
+        longTextWaiting.decrementAndGet();
     }
 
     public ServerMetrics metrics() {

@@ -160,6 +160,55 @@ class SchedulingTest {
     }
 
     @Test
+    void longBodiesWaitingForTheirLaneCountAgainstTheQueue() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.maxActive", 1, "limits.maxQueue", 1));
+        // every thread of the long-text lane busy, so that long bodies wait for it
+        io.vertx.core.WorkerExecutor lane = server.server.vertx().createSharedWorkerExecutor("ds4j-long-text",
+                HttpVerticle.LONG_TEXT_THREADS, 30, java.util.concurrent.TimeUnit.MINUTES);
+        java.util.concurrent.CountDownLatch busy = new java.util.concurrent.CountDownLatch(HttpVerticle.LONG_TEXT_THREADS),
+                release = new java.util.concurrent.CountDownLatch(1);
+        try {
+            for (int i = 0; i < HttpVerticle.LONG_TEXT_THREADS; i++)
+                lane.executeBlocking(() -> {
+                    busy.countDown();
+                    return release.await(60, java.util.concurrent.TimeUnit.SECONDS);
+                }, false);
+            assertTrue(busy.await(30, java.util.concurrent.TimeUnit.SECONDS), "the lane is busy");
+            String text = "lorem ipsum dolor sit amet ".repeat(HttpVerticle.LONG_TEXT_BYTES / 20);
+            String tokenize = "{\"content\":\"" + text + "\"}";
+            CompletableFuture<TestServer.Resp> first = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return server.post("/tokenize", tokenize);
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            assertTrue(TestServer.eventually(10_000, () -> server.state().longTextWaiting() == 1), "the first long body waits");
+            // the queue's one place is taken: the next long body is refused as a full queue is, naming the limit
+            for (String path : List.of("/tokenize", "/v1/completions")) {
+                TestServer.Resp r = server.post(path, path.equals("/tokenize") ? tokenize
+                        : "{\"prompt\":\"" + text + "\",\"max_tokens\":1}");
+                assertEquals(429, r.status(), r.body());
+                assertEquals("queue_full", r.json().at("/error/code").asText(), r.body());
+                assertTrue(r.json().at("/error/message").asText().contains("limits.maxQueue 1"), r.body());
+                assertTrue(r.headers().firstValue("retry-after").isPresent(), r.body());
+            }
+            assertEquals(1, server.state().longTextWaiting(), "a refused body is not counted");
+            // a short body does not wait for that lane
+            assertEquals(200, server.post("/tokenize", "{\"content\":\"Hello\"}").status());
+            release.countDown();
+            TestServer.Resp r = first.get();
+            assertEquals(200, r.status(), r.body());
+            assertEquals(TestServer.tokenizer().encode(text).length, r.json().get("count").asInt());
+            assertEquals(0, server.state().longTextWaiting());
+            assertEquals(200, server.post("/tokenize", tokenize).status(), "accepted again once the lane's queue drained");
+        } finally {
+            release.countDown();
+            lane.close();
+        }
+    }
+
+    @Test
     void aFailingRequestDoesNotAffectOthers() throws Exception {
         backend.delayMs = 5;
         backend.failOn = TestServer.tokenizer().encode("EXPLODE");

@@ -69,7 +69,8 @@ public final class ServerConfig {
                     "with verify.f16Kv, a layer attending to at most this many rows keeps Q·Kᵀ and P·V in full F32 (1..4096)"),
             key("limits.maxContextTokens", ConfigKey.Type.INT, 32768, true,
                     "context limit per request (prompt + generated); capped by the model's own limit"),
-            key("limits.maxQueue", ConfigKey.Type.INT, 64, true, "requests that may wait for a slot; beyond that 429"),
+            key("limits.maxQueue", ConfigKey.Type.INT, 64, true, "requests that may wait for a slot; beyond that 429 "
+                    + "(bodies of 32 KiB or more waiting to be tokenised on their lane count too)"),
             key("limits.maxActive", ConfigKey.Type.INT, 8, true, "requests generating at the same time"),
             key("limits.maxTokensDefault", ConfigKey.Type.INT, 4096, true, "max_tokens of requests that give none"),
             key("limits.prefillChunk", ConfigKey.Type.INT, 512, true, "prompt tokens per prefill step (smaller = fairer interleaving)"),
