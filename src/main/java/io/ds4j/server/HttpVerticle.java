@@ -296,7 +296,8 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * Reads the body up to server.maxBodyBytes and parses it as JSON. A larger body gets 413 (the rest of it is read and
-     * discarded so the client sees the answer).
+     * discarded so the client sees the answer). A body that has not fully arrived limits.bodyReadTimeoutMs after the
+     * headers gets 408 and its connection is closed ({@link #bodyTimedOut}).
      */
     private void withBody(RoutingContext ctx, Consumer<JsonNode> then) {
         HttpServerRequest req = ctx.request();
@@ -315,7 +316,17 @@ public final class HttpVerticle extends VerticleBase {
             // the client (curl, for bodies over 1 MB) waits for this before it sends the body; the route and the key
             // are already accepted here, and a declared length over the limit was answered with 413 instead
             ctx.response().writeContinue();
+        // a client that sends part of a body and stalls would otherwise hold the connection and the buffer forever
+        int timeoutMs = state.config().bodyReadTimeoutMs();
+        long[] received = {0};
+        long declaredLength = declared;
+        long timer = vertx.setTimer(timeoutMs, id -> {
+            boolean answered = over[0];
+            over[0] = true;  // whatever arrives from now on is discarded
+            bodyTimedOut(ctx, timeoutMs, received[0], declaredLength, answered);
+        });
         req.handler(chunk -> {
+            received[0] += chunk.length();
             if (over[0]) return;
             if (body.length() + chunk.length() > limit) {
                 over[0] = true;
@@ -324,8 +335,12 @@ public final class HttpVerticle extends VerticleBase {
             }
             body.appendBuffer(chunk);
         });
-        req.exceptionHandler(t -> LOG.debug("request body: {}", t.toString()));
+        req.exceptionHandler(t -> {
+            vertx.cancelTimer(timer);
+            LOG.debug("request body: {}", t.toString());
+        });
         req.endHandler(v -> {
+            vertx.cancelTimer(timer);
             if (over[0]) return;
             JsonNode n;
             try {
@@ -375,6 +390,33 @@ public final class HttpVerticle extends VerticleBase {
         out.clear();
         if (d.flush(out).isError()) throw new ApiException(400, "invalid_request_error", "invalid_json", null,
                 "the request body is not valid UTF-8: it ends inside a character", null);
+    }
+
+    /**
+     * A body still incomplete limits.bodyReadTimeoutMs after its headers: 408 request_timeout, and the connection is
+     * closed (what remains of the body can no longer be told from a next request). A request already answered (a body
+     * over the size limit that is still being discarded) only has its connection closed.
+     */
+    private void bodyTimedOut(RoutingContext ctx, int timeoutMs, long received, long declared, boolean answered) {
+        HttpServerRequest req = ctx.request();
+        HttpServerResponse resp = ctx.response();
+        if (resp.closed()) return;
+        String got = received + (declared >= 0 ? " of the " + declared + " bytes declared" : " bytes (chunked)");
+        if (answered || resp.ended()) {
+            LOG.info("{} {}: the rest of a refused body did not arrive within {} ms (limits.bodyReadTimeoutMs), {} came;"
+                    + " closing the connection", req.method(), req.path(), timeoutMs, got);
+            req.connection().close();
+            return;
+        }
+        ApiException e = new ApiException(408, "invalid_request_error", "request_timeout", null, "the request body did not"
+                + " arrive in time: " + got + " came within " + timeoutMs + " ms (limits.bodyReadTimeoutMs); the connection is"
+                + " closed", null);
+        state.metrics().rejected(e.code());
+        LOG.info("{} {} rejected with 408: the body did not arrive within {} ms (limits.bodyReadTimeoutMs), {} came;"
+                + " closing the connection", req.method(), req.path(), timeoutMs, got);
+        // written before the close, as for a malformed request: the client learns why its connection ends
+        resp.setStatusCode(408).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").putHeader(HttpHeaders.CONNECTION, "close")
+                .end(Json.write(e.body())).onComplete(v -> req.connection().close());
     }
 
     private void tooLarge(RoutingContext ctx, int limit, long declared) {
@@ -545,7 +587,8 @@ public final class HttpVerticle extends VerticleBase {
         ObjectNode limits = o.putObject("limits");
         limits.put("n_ctx", state.maxContext()).put("maxContextTokens", cfg.maxContextTokens()).put("maxQueue", cfg.maxQueue())
                 .put("maxActive", cfg.maxActive()).put("maxTokensDefault", cfg.maxTokensDefault())
-                .put("prefillChunk", cfg.prefillChunk()).put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens());
+                .put("prefillChunk", cfg.prefillChunk()).put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens())
+                .put("bodyReadTimeoutMs", cfg.bodyReadTimeoutMs());
         o.putObject("scheduler").put("maxBatchRows", cfg.maxBatchRows()).put("tokenBudget", cfg.tokenBudget())
                 .put("prefillChunk", Math.min(cfg.prefillChunk(), cfg.tokenBudget()))
                 .put("maxTickStretch", cfg.maxTickStretch()).put("minPrefillChunk", cfg.minPrefillChunk());

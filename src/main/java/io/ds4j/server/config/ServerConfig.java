@@ -74,6 +74,9 @@ public final class ServerConfig {
             key("limits.maxActive", ConfigKey.Type.INT, 8, true, "requests generating at the same time"),
             key("limits.maxTokensDefault", ConfigKey.Type.INT, 4096, true, "max_tokens of requests that give none"),
             key("limits.prefillChunk", ConfigKey.Type.INT, 512, true, "prompt tokens per prefill step (smaller = fairer interleaving)"),
+            key("limits.bodyReadTimeoutMs", ConfigKey.Type.INT, 30_000, true,
+                    "how long a request's body may take to arrive once its headers have (ms); a body still incomplete "
+                            + "then gets 408 and the connection is closed"),
             key("scheduler.maxBatchRows", ConfigKey.Type.INT, 256, true,
                     "most decode/verify token rows in one batched step (a verify step of q drafts has q + 1); "
                             + "requests beyond it wait for the next step"),
@@ -305,6 +308,7 @@ public final class ServerConfig {
         intRange(v, p, "limits.maxActive", 1, 4096);
         intRange(v, p, "limits.maxTokensDefault", 1, Integer.MAX_VALUE);
         intRange(v, p, "limits.prefillChunk", 1, 1 << 16);
+        intRange(v, p, "limits.bodyReadTimeoutMs", 100, 3_600_000);
         intRange(v, p, "scheduler.maxBatchRows", 1, 1 << 16);
         intRange(v, p, "scheduler.tokenBudget", 1, 1 << 20);
         intRange(v, p, "scheduler.minPrefillChunk", 1, 1 << 20);
@@ -512,6 +516,9 @@ public final class ServerConfig {
 
     /** {@code limits.prefillChunk}. */
     public int prefillChunk() { return i("limits.prefillChunk"); }
+
+    /** {@code limits.bodyReadTimeoutMs}. */
+    public int bodyReadTimeoutMs() { return i("limits.bodyReadTimeoutMs"); }
 
     /** {@code scheduler.maxBatchRows}. */
     public int maxBatchRows() { return i("scheduler.maxBatchRows"); }
