@@ -588,7 +588,7 @@ public final class HttpVerticle extends VerticleBase {
         limits.put("n_ctx", state.maxContext()).put("maxContextTokens", cfg.maxContextTokens()).put("maxQueue", cfg.maxQueue())
                 .put("maxActive", cfg.maxActive()).put("maxTokensDefault", cfg.maxTokensDefault())
                 .put("prefillChunk", cfg.prefillChunk()).put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens())
-                .put("bodyReadTimeoutMs", cfg.bodyReadTimeoutMs());
+                .put("bodyReadTimeoutMs", cfg.bodyReadTimeoutMs()).put("streamBufferBytes", cfg.streamBufferBytes());
         o.putObject("scheduler").put("maxBatchRows", cfg.maxBatchRows()).put("tokenBudget", cfg.tokenBudget())
                 .put("prefillChunk", Math.min(cfg.prefillChunk(), cfg.tokenBudget()))
                 .put("maxTickStretch", cfg.maxTickStretch()).put("minPrefillChunk", cfg.minPrefillChunk());
@@ -960,6 +960,8 @@ public final class HttpVerticle extends VerticleBase {
         boolean admitted, completed;
         /** Completions with echo and logprobs: the echo waits for the prompt's scores. */
         boolean scoresPending;
+        /** A stream's limits.streamBufferBytes when it started (a reload applies to later streams). */
+        int streamBufferBytes;
         java.util.List<EngineEvent> early = new java.util.ArrayList<>();
 
         Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo, List<String> promptTokens) {
@@ -1006,6 +1008,9 @@ public final class HttpVerticle extends VerticleBase {
                         scoresPending = true;
                     }
                     if (g.stream()) {
+                        // Netty queues what the socket does not take; past this many bytes the queue reports full
+                        streamBufferBytes = state.config().streamBufferBytes();
+                        resp.setWriteQueueMaxSize(streamBufferBytes);
                         resp.setChunked(true).setStatusCode(200)
                                 .putHeader(HttpHeaders.CONTENT_TYPE, "text/event-stream; charset=utf-8")
                                 .putHeader(HttpHeaders.CACHE_CONTROL, "no-cache")
@@ -1063,7 +1068,21 @@ public final class HttpVerticle extends VerticleBase {
         }
 
         private void write(String s) {
-            if (!s.isEmpty() && !resp.ended() && !resp.closed()) resp.write(s);
+            if (s.isEmpty() || resp.ended() || resp.closed()) return;
+            resp.write(s);
+            // a client that stops reading would otherwise have its whole answer buffered here while it runs on
+            if (!completed && g.stream() && resp.writeQueueFull()) notReading();
+        }
+
+        /**
+         * A streaming client that does not read: more than limits.streamBufferBytes wait unsent. The request stops as
+         * for a disconnect (its engine slot is freed at the next step boundary) and the connection is closed.
+         */
+        private void notReading() {
+            stop();
+            LOG.warn("request {}: the client is not reading its stream: more than {} bytes wait unsent (limits.streamBufferBytes);"
+                    + " asking the engine to stop it at the next step boundary and closing the connection", req.id(), streamBufferBytes);
+            ctx.request().connection().close();
         }
 
         private void finish() {
@@ -1073,10 +1092,15 @@ public final class HttpVerticle extends VerticleBase {
 
         void clientGone() {
             if (completed) return;
+            stop();
+            LOG.info("request {}: client disconnected; asking the engine to stop it at the next step boundary", req.id());
+        }
+
+        /** Ends the exchange and cancels its request in the engine (it frees the request's state). */
+        private void stop() {
             finish();
             req.cancel();
             vertx.eventBus().send(EngineVerticle.CANCEL, req.id(), LOCAL);
-            LOG.info("request {}: client disconnected; asking the engine to stop it at the next step boundary", req.id());
         }
     }
 }

@@ -15,8 +15,9 @@ import java.util.Map;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * Clients that hold resources without finishing their part: a body that stops arriving gets 408 and its connection
- * closed (a body already refused has its connection closed), and the server keeps serving the others.
+ * Clients that hold resources without finishing their part: a stream its client does not read is cancelled once
+ * more than limits.streamBufferBytes wait unsent, freeing its engine slot; a body that stops arriving gets 408 and its
+ * connection closed (a body already refused has its connection closed); the server keeps serving the others.
  */
 @ExtendWith(VertxExtension.class)
 class SlowClientTest {
@@ -26,6 +27,48 @@ class SlowClientTest {
     @AfterEach
     void stop() {
         if (server != null) server.close();
+    }
+
+    /** Tokens of the flood answer: each 64 bytes of text, listed with 20 alternatives (about 2 KB of SSE a token). */
+    static final int FLOOD = 30_000;
+
+    @Test
+    void aStreamNobodyReadsIsCancelledOnceItsUnsentBytesPassTheLimit() throws Exception {
+        int[] bar = TestServer.tokenizer().encode("=".repeat(64));
+        int[] flood = new int[FLOOD];
+        java.util.Arrays.fill(flood, bar[0]);
+        ScriptedBackend b = new ScriptedBackend(p -> TestServer.tokenizer().decode(p).contains("flood") ? flood : TestServer.defaultScript(p));
+        server = TestServer.scripted(b, Map.of("limits.streamBufferBytes", 16 * 1024));
+        // the operating system's socket buffers take the first few MB (Linux grows a loopback connection's send buffer up
+        // to net.ipv4.tcp_wmem's maximum, 4 MiB by default); the answer is far longer than that and the limit together
+        String logprobs = "\"stream\":true,\"logprobs\":true,\"top_logprobs\":20";
+        byte[] body = TestServer.chat("flood", logprobs + ",\"max_tokens\":" + FLOOD).getBytes(StandardCharsets.UTF_8);
+        try (Socket s = new Socket()) {
+            s.setReceiveBufferSize(2048);  // before connecting: the window the client offers stays small
+            s.setSoTimeout(30_000);
+            s.connect(new java.net.InetSocketAddress("127.0.0.1", server.port));
+            OutputStream o = s.getOutputStream();
+            o.write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                    + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            o.write(body);
+            o.flush();
+            // the client reads nothing while the answer is generated: the server gives up on it, not the client
+            assertTrue(TestServer.eventually(300_000, () -> !server.state().recent().isEmpty()), "the request ended");
+            ServerState.JobRecord r = server.state().recent().getLast();
+            assertEquals("cancelled", r.outcome(), r.toString());
+            assertTrue(r.generated() < FLOOD, "stopped before the end of its " + FLOOD + " tokens: " + r);
+            // the connection is closed: what was sent before reads to its end, without the stream's end
+            String got = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(got.startsWith("HTTP/1.1 200"), got.substring(0, Math.min(200, got.length())));
+            assertFalse(got.contains("[DONE]"), "the stream did not end normally");
+        }
+        assertTrue(TestServer.eventually(3000, () -> b.openSequences() == 0), "its engine state is released");
+        assertTrue(TestServer.eventually(3000, () -> server.state().openExchanges() == 0), "no exchange left open");
+        assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 1.0"));
+        // a client that reads gets its whole stream under the same limit
+        TestServer.Resp ok = server.post("/v1/chat/completions", TestServer.chat("Hi", logprobs));
+        assertEquals(200, ok.status());
+        assertEquals("[DONE]", ok.events().getLast());
     }
 
     /** Sends the head and the first part of a request, then nothing more; returns everything the server answers. */

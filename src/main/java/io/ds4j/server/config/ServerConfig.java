@@ -77,6 +77,9 @@ public final class ServerConfig {
             key("limits.bodyReadTimeoutMs", ConfigKey.Type.INT, 30_000, true,
                     "how long a request's body may take to arrive once its headers have (ms); a body still incomplete "
                             + "then gets 408 and the connection is closed"),
+            key("limits.streamBufferBytes", ConfigKey.Type.INT, 8 << 20, true,
+                    "most bytes of a stream that may wait unsent for a client that does not read them; beyond that its "
+                            + "request is cancelled (its engine slot freed) and the connection closed"),
             key("scheduler.maxBatchRows", ConfigKey.Type.INT, 256, true,
                     "most decode/verify token rows in one batched step (a verify step of q drafts has q + 1); "
                             + "requests beyond it wait for the next step"),
@@ -309,6 +312,7 @@ public final class ServerConfig {
         intRange(v, p, "limits.maxTokensDefault", 1, Integer.MAX_VALUE);
         intRange(v, p, "limits.prefillChunk", 1, 1 << 16);
         intRange(v, p, "limits.bodyReadTimeoutMs", 100, 3_600_000);
+        intRange(v, p, "limits.streamBufferBytes", 1024, 1 << 30);
         intRange(v, p, "scheduler.maxBatchRows", 1, 1 << 16);
         intRange(v, p, "scheduler.tokenBudget", 1, 1 << 20);
         intRange(v, p, "scheduler.minPrefillChunk", 1, 1 << 20);
@@ -519,6 +523,9 @@ public final class ServerConfig {
 
     /** {@code limits.bodyReadTimeoutMs}. */
     public int bodyReadTimeoutMs() { return i("limits.bodyReadTimeoutMs"); }
+
+    /** {@code limits.streamBufferBytes}. */
+    public int streamBufferBytes() { return i("limits.streamBufferBytes"); }
 
     /** {@code scheduler.maxBatchRows}. */
     public int maxBatchRows() { return i("scheduler.maxBatchRows"); }
