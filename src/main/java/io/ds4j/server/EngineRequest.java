@@ -32,6 +32,7 @@ public final class EngineRequest {
     final boolean skipSpecialTokens;
     final int promptLogprobs;
     private volatile boolean cancelled;
+    private volatile String cancelReason = "the client went away";
     /** Whether the prompt may resume from, and feed, the prefix cache (request field {@code cache_prompt}). */
     boolean cachePrompt = true;
     /** Constrained decoding's grammar, or null (set before submission). */
@@ -86,6 +87,20 @@ public final class EngineRequest {
     /** Asks the engine to stop this request at its next step boundary (thread-safe). */
     public void cancel() {
         cancelled = true;
+    }
+
+    /**
+     * {@link #cancel()}, saying why for the engine's log line (e.g. "the client stopped reading its stream").
+     * @param reason a short clause, lower case
+     */
+    public void cancel(String reason) {
+        cancelReason = reason;
+        cancelled = true;
+    }
+
+    /** Why the request was cancelled ({@link #cancel(String)}; "the client went away" by default). */
+    public String cancelReason() {
+        return cancelReason;
     }
 
     public boolean cancelled() {

@@ -452,7 +452,7 @@ public final class EngineVerticle extends VerticleBase {
         jobs.remove(j.req.id);
         state.metrics().cancelled();
         state.record(new ServerState.JobRecord(j.req.id, "cancelled", j.req.prompt.length, 0, 0, 0));
-        LOG.info("request {} cancelled while queued (client went away)", j.req.id);
+        LOG.info("request {} cancelled while queued ({})", j.req.id, j.req.cancelReason());
     }
 
     // ------------------------------------------------------------------------------------------------ scheduling
@@ -571,8 +571,8 @@ public final class EngineVerticle extends VerticleBase {
         } else if (j.gen.finish() == Generation.Finish.CANCELLED) {
             state.metrics().cancelled();
             state.record(new ServerState.JobRecord(j.req.id, "cancelled", j.req.prompt.length, j.promptDone, generated, j.steps));
-            LOG.info("request {} cancelled (client went away) at a step boundary: prefill {}/{} tokens, {} generated; state released",
-                    j.req.id, j.promptDone, j.req.prompt.length, generated);
+            LOG.info("request {} cancelled ({}) at a step boundary: prefill {}/{} tokens, {} generated; state released",
+                    j.req.id, j.req.cancelReason(), j.promptDone, j.req.prompt.length, generated);
         } else {
             Generation.SpecStats s = j.gen.specStats();
             String reason = j.gen.finish() == Generation.Finish.LENGTH ? "length" : j.toolCalls ? "tool_calls" : "stop";

@@ -1079,7 +1079,7 @@ public final class HttpVerticle extends VerticleBase {
          * for a disconnect (its engine slot is freed at the next step boundary) and the connection is closed.
          */
         private void notReading() {
-            stop();
+            stop("the client stopped reading its stream");
             LOG.warn("request {}: the client is not reading its stream: more than {} bytes wait unsent (limits.streamBufferBytes);"
                     + " asking the engine to stop it at the next step boundary and closing the connection", req.id(), streamBufferBytes);
             ctx.request().connection().close();
@@ -1092,14 +1092,14 @@ public final class HttpVerticle extends VerticleBase {
 
         void clientGone() {
             if (completed) return;
-            stop();
+            stop("the client went away");
             LOG.info("request {}: client disconnected; asking the engine to stop it at the next step boundary", req.id());
         }
 
         /** Ends the exchange and cancels its request in the engine (it frees the request's state). */
-        private void stop() {
+        private void stop(String reason) {
             finish();
-            req.cancel();
+            req.cancel(reason);
             vertx.eventBus().send(EngineVerticle.CANCEL, req.id(), LOCAL);
         }
     }

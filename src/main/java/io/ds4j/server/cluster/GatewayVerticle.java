@@ -122,6 +122,9 @@ public final class GatewayVerticle extends VerticleBase {
         Router r = Router.router(vertx);
         r.get("/health").handler(this::health);
         r.get("/v1/health").handler(this::health);
+        // load balancers probe with HEAD: GET's status and headers without the body (as an engine node answers it)
+        r.head("/health").handler(this::health);
+        r.head("/v1/health").handler(this::health);
         r.route().handler(this::auth);
         r.get("/v1/models").handler(this::models);
         r.get("/models").handler(this::models);

@@ -258,6 +258,9 @@ class ClusterProcessesTest {
         startEngine(0);
         startEngine(1);
         assertTrue(eventually(180_000, () -> readyEngines() == 2), "the gateway sees two ready engines" + logs());
+        HttpResponse<String> headReady = head(gwPort, "/v1/health");
+        assertEquals(200, headReady.statusCode(), "HEAD /v1/health while engines are ready");
+        assertEquals("application/json", headReady.headers().firstValue("Content-Type").orElse(null), "GET's headers");
 
         // --- the cluster view, and keys enforced at the gateway
         HttpResponse<String> anon = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + gwPort + "/v1/chat/completions"))
@@ -389,5 +392,13 @@ class ClusterProcessesTest {
         assertTrue(err.path("message").asText().contains("no engine node"), none.body());
         assertTrue(none.headers().firstValue("Retry-After").isPresent());
         assertEquals(503, get(gwPort, "/health").statusCode());
+        HttpResponse<String> head = head(gwPort, "/health");
+        assertEquals(503, head.statusCode(), "HEAD /health answers GET's status");
+        assertTrue(head.headers().firstValue("Retry-After").isPresent(), "and GET's headers");
+    }
+
+    static HttpResponse<String> head(int port, String path) throws IOException, InterruptedException {
+        return HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).method("HEAD",
+                HttpRequest.BodyPublishers.noBody()).timeout(Duration.ofSeconds(10)).build(), HttpResponse.BodyHandlers.ofString());
     }
 }
