@@ -279,7 +279,8 @@ public final class GpuBench {
      * entries per token), n steps timed after one warm-up step, then rolled back so that every size runs at the same
      * context (n must not exceed maxRollback, the source's rollback window); aggregate tokens/s, per-step time and the
      * ratio to batch 1 of the same run. For N > 1 the attention
-     * runs both in the several-sequence kernels (grouped) and one entry at a time, interleaved; the profiles of one
+     * runs both in the several-sequence kernels (grouped) and one entry at a time, in three interleaved rounds whose order
+     * alternates (the medians are printed, with how many of the first round's steps replayed a kept graph); the profiles of one
      * step of the largest size each way follow (by operation with -Dds4j.gpu.profileByOperation=true).
      */
     static void batched(HipBackend be, HipSequence s, int maxRollback, int[] toks, int n, List<Integer> sizes) {
@@ -291,19 +292,35 @@ public final class GpuBench {
             List<Sequence> seqs = new ArrayList<>();
             try {
                 for (int i = 0; i < N; i++) seqs.add(be.fork(s, maxRollback)); // copies need the source's ring sizes
-                for (boolean grouped : N == 1 ? new boolean[]{true} : new boolean[]{true, false}) {
-                    be.setGroupedAttention(grouped);
-                    batchSteps(be, seqs, toks, pos, 1);
-                    for (Sequence q : seqs) q.rollback(1);
-                    long t0 = System.nanoTime();
-                    batchSteps(be, seqs, toks, pos, n);
-                    double sec = (System.nanoTime() - t0) / 1e9;
-                    for (Sequence q : seqs) q.rollback(n);
-                    double agg = (double) N * n / sec;
+                // batch 1 once; for N > 1 the two attention settings in interleaved rounds (the order alternates), so
+                // that neither gains from going second; each setting's median over the rounds
+                int rounds = N == 1 ? 1 : 3;
+                double[][] rate = new double[2][rounds];
+                DecodeGraphs.Stats[][] gs = new DecodeGraphs.Stats[2][2];
+                for (int r = 0; r < rounds; r++)
+                    for (int j = 0; j < (N == 1 ? 1 : 2); j++) {
+                        boolean grouped = (j == 0) == (r % 2 == 0);
+                        be.setGroupedAttention(grouped);
+                        batchSteps(be, seqs, toks, pos, 1);
+                        for (Sequence q : seqs) q.rollback(1);
+                        DecodeGraphs.Stats g0 = be.graphStats();
+                        long t0 = System.nanoTime();
+                        batchSteps(be, seqs, toks, pos, n);
+                        double sec = (System.nanoTime() - t0) / 1e9;
+                        DecodeGraphs.Stats g1 = be.graphStats();
+                        for (Sequence q : seqs) q.rollback(n);
+                        rate[grouped ? 0 : 1][r] = (double) N * n / sec;
+                        if (r == 0) gs[grouped ? 0 : 1] = new DecodeGraphs.Stats[]{g0, g1};
+                    }
+                for (int j = 0; j < (N == 1 ? 1 : 2); j++) {
+                    double agg = median(rate[j]);
                     if (N == 1) one = agg;
-                    System.out.printf("    batch %3d%s: %8.1f tokens/s aggregate, %6.1f per stream, %7.2f ms a step, %5.2fx batch 1%n", N,
-                            N == 1 ? "          " : grouped ? " (grouped)" : " (entries)", agg, agg / N, 1e3 * sec / n,
-                            one > 0 ? agg / one : Double.NaN);
+                    DecodeGraphs.Stats g0 = gs[j][0], g1 = gs[j][1];
+                    System.out.printf("    batch %3d%s: %8.1f tokens/s aggregate, %6.1f per stream, %7.2f ms a step, %5.2fx batch 1%s%n", N,
+                            N == 1 ? "          " : j == 0 ? " (grouped)" : " (entries)", agg, agg / N, 1e3 * N / agg,
+                            one > 0 ? agg / one : Double.NaN,
+                            (rounds > 1 ? " (rounds " + rates(rate[j]) + ")" : "") + String.format("; first round's steps: %d kept graphs replayed, %d captured",
+                                    g1.replayed() - g0.replayed(), g1.captured() + g1.kept() - g0.captured() - g0.kept()));
                 }
                 if (N == largest && N > 1)
                     for (boolean grouped : new boolean[]{true, false}) {
@@ -315,7 +332,6 @@ public final class GpuBench {
                         be.setProfiling(false);
                         for (Sequence q : seqs) q.rollback(1);
                     }
-                be.setGroupedAttention(true);
             } finally {
                 be.setGroupedAttention(true);
                 for (Sequence q : seqs) q.close();
