@@ -139,6 +139,9 @@ public final class HttpVerticle extends VerticleBase {
             } else if ((m == HttpMethod.GET || m == HttpMethod.HEAD) && !isApi(path)) files.handle(ctx);
             else ctx.next();
         });
+        // the router refuses a path it cannot decode (a malformed percent-escape) or a request without Host with 400;
+        // without this handler it answers plain text and logs a stack trace at ERROR for every such request
+        r.errorHandler(400, ctx -> error(ctx, MalformedRequests.answer(ctx.request().path(), ctx.failure())));
         r.errorHandler(404, ctx -> error(ctx, new ApiException(404, "invalid_request_error", "not_found", null,
                 "no route for " + ctx.request().method() + " " + ctx.request().path(), null)));
         r.errorHandler(405, ctx -> {

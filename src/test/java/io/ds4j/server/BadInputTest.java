@@ -11,6 +11,7 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.Socket;
 import java.nio.charset.StandardCharsets;
+import java.util.List;
 import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.*;
@@ -289,6 +290,47 @@ class BadInputTest {
                     .contains("out of range"), seed);
         JsonNode e = expect("/v1/chat/completions", chat("\"max_tokens\":0"), 400, "max_tokens");
         assertEquals("max_tokens: must be >= 1 (0 with echo on /v1/completions), got 0", e.get("message").asText());
+    }
+
+    /** The raw answer to a request sent over a plain socket (Java's HTTP client refuses a URI with a bad escape). */
+    static String raw(String method, String path, String body) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(30_000);
+            byte[] b = body.getBytes(StandardCharsets.UTF_8);
+            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: "
+                    + b.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().write(b);
+            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+
+    @Test
+    void aMalformedPercentEscapeInThePathIsA400NamingItAndOneLogLine() throws Exception {
+        String[][] cases = {{"GET", "/v1/models/%ZZ", "%ZZ"}, {"GET", "/health%", "%"}, {"GET", "/%ZZ", "%ZZ"},
+                {"POST", "/v1/chat/completions%zz", "%zz"}, {"GET", "/v1/models/%2", "%2"}, {"HEAD", "/props%G1", "%G1"}};
+        try (LogCapture log = new LogCapture()) {
+            for (String[] c : cases) {
+                String answer = raw(c[0], c[1], c[0].equals("POST") ? chat("") : "");
+                assertTrue(answer.startsWith("HTTP/1.1 400"), c[1] + ": " + answer);
+                assertTrue(answer.toLowerCase(java.util.Locale.ROOT).contains("content-type: application/json"), answer);
+                if (c[0].equals("HEAD")) continue;
+                JsonNode e = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).get("error");
+                assertEquals("invalid_path", e.get("code").asText(), answer);
+                assertEquals("invalid_request_error", e.get("type").asText(), answer);
+                assertTrue(e.get("message").asText().contains("percent-escape '" + c[2] + "'"), answer);
+            }
+            for (String[] c : cases) {
+                // one INFO line per request, with the path and the reason, and no stack trace
+                List<String> lines = log.linesWith(" " + c[1] + " ");
+                assertEquals(1, lines.size(), c[1] + ": " + lines);
+                assertTrue(lines.getFirst().contains("[INFO]") && lines.getFirst().contains("rejected with 400"), lines.getFirst());
+            }
+            assertTrue(log.linesWith("Unhandled exception").isEmpty() && log.linesWith("\tat ").isEmpty(), log.lines().toString());
+        }
+        assertTrue(server.get("/metrics").body().contains("ds4j:requests_rejected_total{reason=\"invalid_path\"}"), "counted");
+        // a '%' written as %25 and escapes of unreserved characters are well formed
+        assertEquals(404, server.get("/v1/models/a%25b").status());
+        assertEquals(200, server.get("/h%65alth").status());
     }
 
     @Test

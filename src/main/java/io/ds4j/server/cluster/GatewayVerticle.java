@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.server.ApiException;
 import io.ds4j.server.Json;
+import io.ds4j.server.MalformedRequests;
 import io.ds4j.server.config.ServerConfig;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.Gauge;
@@ -137,6 +138,13 @@ public final class GatewayVerticle extends VerticleBase {
             if (isApi(ctx.request().path()) || m == HttpMethod.OPTIONS) relay(ctx);
             else if (m == HttpMethod.GET || m == HttpMethod.HEAD) files.handle(ctx);
             else relay(ctx);
+        });
+        // a path the router cannot decode (a malformed percent-escape): an OpenAI error and one log line, not the
+        // router's plain-text answer with a stack trace at ERROR
+        r.errorHandler(400, ctx -> {
+            ApiException e = MalformedRequests.answer(ctx.request().path(), ctx.failure());
+            LOG.info("{} {} rejected with 400: {}", ctx.request().method(), ctx.request().path(), e.getMessage());
+            error(ctx.response(), e);
         });
         r.errorHandler(404, ctx -> error(ctx.response(), new ApiException(404, "invalid_request_error", "not_found", null,
                 "no route for " + ctx.request().method() + " " + ctx.request().path(), null)));

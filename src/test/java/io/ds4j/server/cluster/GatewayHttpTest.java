@@ -1,0 +1,75 @@
+package io.ds4j.server.cluster;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.server.Json;
+import io.ds4j.server.LogCapture;
+import io.ds4j.server.config.ServerConfig;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.ThreadLocalRandom;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * A cluster gateway alone in its cluster (no engine node): what its HTTP front answers by itself, before anything
+ * could be relayed. It runs in this JVM, on loopback, in a cluster of its own name.
+ */
+class GatewayHttpTest {
+    static ClusterNode node;
+
+    @BeforeAll
+    static void start() throws Exception {
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("server.host", "127.0.0.1");
+        o.put("server.port", 0);
+        o.put("cluster.enabled", true);
+        o.put("cluster.role", "gateway");
+        o.put("cluster.port", 0);
+        o.put("cluster.name", "gateway-test-" + Long.toHexString(ThreadLocalRandom.current().nextLong()));
+        node = ClusterNode.start(ServerConfig.parse(null, "test", o), null, o, null).await();
+    }
+
+    @AfterAll
+    static void stop() {
+        if (node != null) node.close().await();
+    }
+
+    /** The raw answer to a request without a body, read to the end (the connection closes after it). */
+    static String raw(String method, String path) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", node.port())) {
+            s.setSoTimeout(30_000);
+            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    .getBytes(StandardCharsets.US_ASCII));
+            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+
+    @Test
+    void aMalformedPercentEscapeInThePathIsA400NamingItAndOneLogLine() throws Exception {
+        List<String> paths = List.of("/v1/models/%ZZ", "/health%", "/%ZZ", "/v1/chat/completions%zz");
+        try (LogCapture log = new LogCapture()) {
+            for (String path : paths) {
+                String answer = raw("GET", path);
+                assertTrue(answer.startsWith("HTTP/1.1 400"), path + ": " + answer);
+                assertTrue(answer.toLowerCase(Locale.ROOT).contains("content-type: application/json"), answer);
+                JsonNode e = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).get("error");
+                assertEquals("invalid_path", e.get("code").asText(), answer);
+                assertTrue(e.get("message").asText().contains("malformed percent-escape"), answer);
+            }
+            for (String path : paths) {
+                List<String> lines = log.linesWith(" " + path + " ");
+                assertEquals(1, lines.size(), path + ": " + lines);
+                assertTrue(lines.getFirst().contains("[INFO]") && lines.getFirst().contains("rejected with 400"), lines.getFirst());
+            }
+            assertTrue(log.linesWith("Unhandled exception").isEmpty() && log.linesWith("\tat ").isEmpty(), log.lines().toString());
+        }
+    }
+}
