@@ -218,7 +218,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         this.ropeMain = rm;
         this.ropeCompress = rc;
         this.report = buildReport();
-        LOG.info(report.format());
+        // one log line per line of the report: a line break inside a log line is written escaped (LogEscaping)
+        for (String line : report.format().split("\\R")) LOG.info("{}", line);
         boolean hostExperts = false;
         for (DeviceWeights.Layer L : dw.layers) hostExperts |= L.w1.resident() < c.numExperts;
         this.graphs = new DecodeGraphs(gpu, hostExperts

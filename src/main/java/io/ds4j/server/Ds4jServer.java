@@ -119,6 +119,8 @@ public final class Ds4jServer {
      * the failure's message says so in one line (e.g. "cannot listen on 127.0.0.1:8080: address already in use").
      */
     public static Future<Ds4jServer> start(Options opt) {
+        // before anything a client sends can be logged
+        LogEscaping.install();
         LogLevels.apply(opt.config().logLevel());
         PrometheusMeterRegistry registry = newRegistry();
         io.vertx.core.VertxBuilder builder = vertxBuilder(registry, opt.config(), opt.cluster());
