@@ -171,11 +171,17 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * A request Netty could not decode (e.g. a header value with control characters) gets an OpenAI error body, not
-     * an empty 400. When API keys are on and no valid key was among the headers read, it is a 401: a key sent with
+     * an empty 400. A connection that closed before a request's head was complete is only logged at debug level. When API keys are on and no valid key was among the headers read, it is a 401: a key sent with
      * control characters is not a valid key. The connection closes after the answer.
      */
     private void invalidRequest(HttpServerRequest req) {
         Throwable cause = req.decoderResult().cause();
+        if (cause instanceof io.netty.handler.codec.PrematureChannelClosureException) {
+            // Netty reports a connection that closed in the middle of a request's head (the client went away, or this
+            // server closed it) as an undecodable request: nothing was refused and nobody is left to answer
+            LOG.debug("connection from {} closed before its request headers arrived", req.remoteAddress());
+            return;
+        }
         String why = decodeProblem(cause);
         List<String> keys = state.config().apiKeys();
         ApiException e;

@@ -10,6 +10,7 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.Socket;
 import java.nio.charset.StandardCharsets;
+import java.util.List;
 import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.*;
@@ -109,5 +110,24 @@ class SlowClientTest {
         assertTrue(server.get("/metrics").body().contains("ds4j:requests_rejected_total{reason=\"request_timeout\"} 2.0"), "counted as rejected");
         assertEquals(forwards, backend.forwards.get(), "nothing of the stalled requests reached the engine");
         assertEquals(200, server.post("/v1/chat/completions", TestServer.chat("Hi", "")).status(), "still serving");
+    }
+
+    @Test
+    void aConnectionClosedInTheMiddleOfItsHeadersIsNotReportedAsA400() throws Exception {
+        server = TestServer.scripted(backend, Map.of("log.level", "debug"));
+        try (LogCapture log = new LogCapture()) {
+            try (Socket s = new Socket("127.0.0.1", server.port)) {
+                s.getOutputStream().write("GET /health HTTP/1.1\r\nHost: x\r\n".getBytes(StandardCharsets.US_ASCII));
+                s.getOutputStream().flush();
+                // the server reads the part (or reads it with the close: the same case)
+                assertEquals(200, server.get("/health").status());
+            }
+            assertTrue(TestServer.eventually(5000, () -> !log.linesWith("closed before its request headers arrived").isEmpty()),
+                    log.lines().toString());
+            List<String> line = log.linesWith("closed before its request headers arrived");
+            assertTrue(line.getFirst().contains("[DEBUG]"), line.toString());
+            assertTrue(log.linesWith("rejected with 400").isEmpty(), "no 400 was sent: " + log.lines());
+        }
+        assertFalse(server.get("/metrics").body().contains("reason=\"invalid_header\""), "not counted as a refusal");
     }
 }
