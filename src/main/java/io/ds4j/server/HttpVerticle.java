@@ -141,7 +141,10 @@ public final class HttpVerticle extends VerticleBase {
         });
         // the router refuses a path it cannot decode (a malformed percent-escape) or a request without Host with 400;
         // without this handler it answers plain text and logs a stack trace at ERROR for every such request
-        r.errorHandler(400, ctx -> error(ctx, MalformedRequests.answer(ctx.request().path(), ctx.failure())));
+        r.errorHandler(400, ctx -> {
+            watchBody(ctx);  // a request without Host is refused before the first route ran
+            error(ctx, MalformedRequests.answer(ctx.request().path(), ctx.failure()));
+        });
         r.errorHandler(404, ctx -> error(ctx, new ApiException(404, "invalid_request_error", "not_found", null,
                 "no route for " + ctx.request().method() + " " + ctx.request().path(), null)));
         r.errorHandler(405, ctx -> {
@@ -236,9 +239,10 @@ public final class HttpVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ filters
 
-    /** Arrival time, CORS headers and preflight. */
+    /** Arrival time, the body's deadline, CORS headers and preflight. */
     private void first(RoutingContext ctx) {
         ctx.put("t0", System.nanoTime());
+        watchBody(ctx);
         List<String> allowed = state.config().corsOrigins();
         String origin = ctx.request().getHeader(HttpHeaders.ORIGIN);
         if (origin != null && !allowed.isEmpty() && (allowed.contains("*") || allowed.contains(origin))) {
@@ -303,10 +307,45 @@ public final class HttpVerticle extends VerticleBase {
         return longText != null ? longText.close() : Future.succeededFuture();
     }
 
+    /** Context keys of a request's body deadline ({@link #watchBody}): its timer, and whether it passed. */
+    private static final String BODY_TIMER = "ds4j.bodyTimer", BODY_LATE = "ds4j.bodyLate";
+
+    /**
+     * Sets the deadline of a request that declares a body (Content-Length above 0, or Transfer-Encoding): when the body
+     * has not fully arrived limits.bodyReadTimeoutMs after the headers, {@link #bodyTimedOut} answers 408 or, for a
+     * request answered without (all of) its body, closes the connection. A client that sends part of a body and stalls
+     * would otherwise hold the connection, and what was read of the body, forever. Routes that read the body cancel it
+     * when the body ends ({@link #bodyArrived}); for the others it finds the body complete when it fires.
+     */
+    private void watchBody(RoutingContext ctx) {
+        HttpServerRequest req = ctx.request();
+        if (ctx.get(BODY_TIMER) != null || !declaresBody(req)) return;
+        int timeoutMs = state.config().bodyReadTimeoutMs();
+        ctx.put(BODY_TIMER, vertx.setTimer(timeoutMs, id -> bodyTimedOut(ctx, timeoutMs)));
+    }
+
+    /** Whether a request's headers say a body follows (a request without either has none, RFC 9112 section 6.3). */
+    private static boolean declaresBody(HttpServerRequest req) {
+        if (req.getHeader(HttpHeaders.TRANSFER_ENCODING) != null) return true;
+        String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
+        return cl != null && !cl.trim().equals("0");
+    }
+
+    /** The body has ended (or failed): its deadline no longer applies. */
+    private void bodyArrived(RoutingContext ctx) {
+        Long timer = ctx.get(BODY_TIMER);
+        if (timer != null) vertx.cancelTimer(timer);
+    }
+
+    /** Whether the body's deadline passed (what arrives after it is discarded). */
+    private static boolean bodyLate(RoutingContext ctx) {
+        return ctx.get(BODY_LATE) != null;
+    }
+
     /**
      * Reads the body up to server.maxBodyBytes and parses it as JSON. A larger body gets 413 (the rest of it is read and
      * discarded so the client sees the answer). A body that has not fully arrived limits.bodyReadTimeoutMs after the
-     * headers gets 408 and its connection is closed ({@link #bodyTimedOut}).
+     * headers gets 408 and its connection is closed ({@link #watchBody}).
      */
     private void withBody(RoutingContext ctx, Consumer<JsonNode> then) {
         HttpServerRequest req = ctx.request();
@@ -325,18 +364,8 @@ public final class HttpVerticle extends VerticleBase {
             // the client (curl, for bodies over 1 MB) waits for this before it sends the body; the route and the key
             // are already accepted here, and a declared length over the limit was answered with 413 instead
             ctx.response().writeContinue();
-        // a client that sends part of a body and stalls would otherwise hold the connection and the buffer forever
-        int timeoutMs = state.config().bodyReadTimeoutMs();
-        long[] received = {0};
-        long declaredLength = declared;
-        long timer = vertx.setTimer(timeoutMs, id -> {
-            boolean answered = over[0];
-            over[0] = true;  // whatever arrives from now on is discarded
-            bodyTimedOut(ctx, timeoutMs, received[0], declaredLength, answered);
-        });
         req.handler(chunk -> {
-            received[0] += chunk.length();
-            if (over[0]) return;
+            if (over[0] || bodyLate(ctx)) return;
             if (body.length() + chunk.length() > limit) {
                 over[0] = true;
                 tooLarge(ctx, limit, -1);
@@ -345,12 +374,12 @@ public final class HttpVerticle extends VerticleBase {
             body.appendBuffer(chunk);
         });
         req.exceptionHandler(t -> {
-            vertx.cancelTimer(timer);
+            bodyArrived(ctx);
             LOG.debug("request body: {}", t.toString());
         });
         req.endHandler(v -> {
-            vertx.cancelTimer(timer);
-            if (over[0]) return;
+            bodyArrived(ctx);
+            if (over[0] || bodyLate(ctx)) return;
             JsonNode n;
             try {
                 if (body.length() == 0) throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
@@ -403,17 +432,23 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * A body still incomplete limits.bodyReadTimeoutMs after its headers: 408 request_timeout, and the connection is
-     * closed (what remains of the body can no longer be told from a next request). A request already answered (a body
-     * over the size limit that is still being discarded) only has its connection closed.
+     * closed (what remains of the body can no longer be told from a next request). A request already answered without
+     * (all of) its body — a 401 for a wrong key, a 404, GET /health with a body, a body over the size limit that is
+     * still being discarded — only has its connection closed: the answer went out, and the connection cannot carry a
+     * next request before the body ends.
      */
-    private void bodyTimedOut(RoutingContext ctx, int timeoutMs, long received, long declared, boolean answered) {
+    private void bodyTimedOut(RoutingContext ctx, int timeoutMs) {
         HttpServerRequest req = ctx.request();
         HttpServerResponse resp = ctx.response();
-        if (resp.closed()) return;
-        String got = received + (declared >= 0 ? " of the " + declared + " bytes declared" : " bytes (chunked)");
-        if (answered || resp.ended()) {
-            LOG.info("{} {}: the rest of a refused body did not arrive within {} ms (limits.bodyReadTimeoutMs), {} came;"
-                    + " closing the connection", req.method(), req.path(), timeoutMs, got);
+        if (req.isEnded() || resp.closed()) return;
+        ctx.put(BODY_LATE, true);  // whatever arrives from now on is discarded
+        String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
+        String got = req.bytesRead() + (cl != null && req.getHeader(HttpHeaders.TRANSFER_ENCODING) == null
+                ? " of the " + cl.trim() + " bytes declared" : " bytes (chunked)");
+        if (resp.headWritten()) {
+            LOG.info("{} {}: answered with {} before its body arrived; the rest of the body did not come within {} ms"
+                    + " (limits.bodyReadTimeoutMs), {} came; closing the connection", req.method(), req.path(),
+                    resp.getStatusCode(), timeoutMs, got);
             req.connection().close();
             return;
         }

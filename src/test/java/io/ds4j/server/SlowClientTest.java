@@ -130,4 +130,62 @@ class SlowClientTest {
         }
         assertFalse(server.get("/metrics").body().contains("reason=\"invalid_header\""), "not counted as a refusal");
     }
+
+    /** One response read off a connection: its status line, its headers (lower case) and its body. */
+    record Answer(String statusLine, java.util.Map<String, String> headers, String body) {}
+
+    /** Reads one response with a Content-Length body, leaving the connection open for the next one. */
+    static Answer readAnswer(InputStream in) throws Exception {
+        java.io.ByteArrayOutputStream head = new java.io.ByteArrayOutputStream();
+        while (!head.toString(StandardCharsets.US_ASCII).endsWith("\r\n\r\n")) {
+            int b = in.read();
+            if (b < 0) throw new java.io.EOFException("the connection closed after: " + head);
+            head.write(b);
+        }
+        String[] lines = head.toString(StandardCharsets.US_ASCII).split("\r\n");
+        java.util.Map<String, String> h = new java.util.HashMap<>();
+        for (int i = 1; i < lines.length; i++) {
+            int c = lines[i].indexOf(':');
+            if (c > 0) h.put(lines[i].substring(0, c).trim().toLowerCase(java.util.Locale.ROOT), lines[i].substring(c + 1).trim());
+        }
+        byte[] body = in.readNBytes(Integer.parseInt(h.getOrDefault("content-length", "0")));
+        return new Answer(lines[0], h, new String(body, StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void aRequestAnsweredWithoutItsBodyHasItsConnectionClosedOnceTheBodyIsLate() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.bodyReadTimeoutMs", 300, "server.apiKeys", List.of("sk-test")));
+        String json = "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n";
+        try (LogCapture log = new LogCapture()) {
+            // each is answered at once without its body; the connection then waits for the rest of the body, which
+            // never comes: stall reads to the end, so it returns only because the server closes the connection
+            String wrongKey = stall(server.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\n" + json, "{\"mes");
+            assertTrue(wrongKey.startsWith("HTTP/1.1 401") && wrongKey.contains("invalid_api_key"), wrongKey);
+            String unknown = stall(server.port, "POST /v1/nothing HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test\r\n" + json, "{\"a");
+            assertTrue(unknown.startsWith("HTTP/1.1 404"), unknown);
+            String health = stall(server.port, "GET /health HTTP/1.1\r\nHost: x\r\n" + json, "abc");
+            assertTrue(health.startsWith("HTTP/1.1 200") && health.endsWith("{\"status\":\"ready\"}"), health);
+            for (String status : new String[]{"401", "404", "200"}) {
+                List<String> l = log.linesWith("answered with " + status + " before its body arrived");
+                assertEquals(1, l.size(), log.lines().toString());
+                assertTrue(l.getFirst().contains("within 300 ms (limits.bodyReadTimeoutMs)") && l.getFirst().contains("closing the connection"), l.getFirst());
+            }
+            assertTrue(log.linesWith("GET /health: answered with 200 before its body arrived").getFirst().contains("3 of the 100 bytes declared"),
+                    log.lines().toString());
+        }
+        // a body that arrives in full after an answer that did not read it leaves the connection open for the next request
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(30_000);
+            OutputStream o = s.getOutputStream();
+            o.write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+                    .getBytes(StandardCharsets.US_ASCII));
+            o.flush();
+            assertTrue(readAnswer(s.getInputStream()).statusLine().startsWith("HTTP/1.1 401"));
+            Thread.sleep(600);  // past the deadline the first request had
+            o.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n".getBytes(StandardCharsets.US_ASCII));
+            o.flush();
+            Answer second = readAnswer(s.getInputStream());
+            assertTrue(second.statusLine().startsWith("HTTP/1.1 200"), second.toString());
+        }
+    }
 }

@@ -76,7 +76,8 @@ public final class ServerConfig {
             key("limits.prefillChunk", ConfigKey.Type.INT, 512, true, "prompt tokens per prefill step (smaller = fairer interleaving)"),
             key("limits.bodyReadTimeoutMs", ConfigKey.Type.INT, 30_000, true,
                     "how long a request's body may take to arrive once its headers have (ms); a body still incomplete "
-                            + "then gets 408 and the connection is closed"),
+                            + "then gets 408 and the connection is closed (a request already answered without its body "
+                            + "only has its connection closed)"),
             key("limits.streamBufferBytes", ConfigKey.Type.INT, 8 << 20, true,
                     "most bytes of a stream that may wait unsent for a client that does not read them; beyond that its "
                             + "request is cancelled (its engine slot freed) and the connection closed"),
