@@ -87,6 +87,7 @@ public final class HttpVerticle extends VerticleBase {
     private final String webroot;
     private HttpServer server;
     private WorkerExecutor longText;
+    private HeadDeadline heads;
 
     /**
      * @param registry the Prometheus registry served at /metrics
@@ -165,10 +166,21 @@ public final class HttpVerticle extends VerticleBase {
                     "internal error: " + (t != null && t.getMessage() != null ? t.getMessage() : String.valueOf(t)), null));
         });
         ServerConfig cfg = state.config();
-        // port 0 with several instances: -1 makes them share one random port (Vert.x convention)
+        heads = new HeadDeadline(vertx, () -> state.config().headerReadTimeoutMs());
+        // port 0 with several instances: -1 makes them share one random port (Vert.x convention). HTTP/1.x only: with
+        // cleartext HTTP/2 detection on, Vert.x hands over a connection only once a request has come on it, so a
+        // client stalled in its first head, or sending nothing, escaped the head deadline
         server = vertx.createHttpServer(new HttpServerOptions().setHost(cfg.host()).setPort(cfg.port() == 0 ? -1 : cfg.port())
-                        .setCompressionSupported(false).setTcpNoDelay(true))
-                .requestHandler(r).invalidRequestHandler(this::invalidRequest);
+                        .setCompressionSupported(false).setTcpNoDelay(true).setHttp2ClearTextEnabled(false))
+                .connectionHandler(heads::opened)
+                .requestHandler(req -> {
+                    heads.head(req);
+                    r.handle(req);
+                })
+                .invalidRequestHandler(req -> {
+                    heads.head(req);
+                    invalidRequest(req);
+                });
         return server.listen().onSuccess(s -> state.port(s.actualPort()));
     }
 
@@ -304,6 +316,7 @@ public final class HttpVerticle extends VerticleBase {
 
     @Override
     public Future<?> stop() {
+        if (heads != null) heads.stop();
         return longText != null ? longText.close() : Future.succeededFuture();
     }
 
@@ -632,7 +645,8 @@ public final class HttpVerticle extends VerticleBase {
         limits.put("n_ctx", state.maxContext()).put("maxContextTokens", cfg.maxContextTokens()).put("maxQueue", cfg.maxQueue())
                 .put("maxActive", cfg.maxActive()).put("maxTokensDefault", cfg.maxTokensDefault())
                 .put("prefillChunk", cfg.prefillChunk()).put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens())
-                .put("bodyReadTimeoutMs", cfg.bodyReadTimeoutMs()).put("streamBufferBytes", cfg.streamBufferBytes());
+                .put("bodyReadTimeoutMs", cfg.bodyReadTimeoutMs()).put("headerReadTimeoutMs", cfg.headerReadTimeoutMs())
+                .put("streamBufferBytes", cfg.streamBufferBytes());
         o.putObject("scheduler").put("maxBatchRows", cfg.maxBatchRows()).put("tokenBudget", cfg.tokenBudget())
                 .put("prefillChunk", Math.min(cfg.prefillChunk(), cfg.tokenBudget()))
                 .put("maxTickStretch", cfg.maxTickStretch()).put("minPrefillChunk", cfg.minPrefillChunk());

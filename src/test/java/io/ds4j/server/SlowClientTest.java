@@ -188,4 +188,37 @@ class SlowClientTest {
             assertTrue(second.statusLine().startsWith("HTTP/1.1 200"), second.toString());
         }
     }
+
+    @Test
+    void aConnectionWithoutACompleteRequestHeadIsClosedButABusyOneIsNot() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.headerReadTimeoutMs", 300));
+        try (LogCapture log = new LogCapture()) {
+            // a request line and some headers, then nothing; and a client that connects and sends nothing: each is
+            // closed without an answer (stall reads to the end, so it returns only because the server closed it)
+            assertEquals("", stall(server.port, "GET /health HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n", ""));
+            assertEquals("", stall(server.port, "", ""));
+            assertEquals(2, log.linesWith("no complete request head within 300 ms after it opened (limits.headerReadTimeoutMs);"
+                    + " closing it").size(), log.lines().toString());
+        }
+        // an answer that is silent for longer than the deadline (a slow prefill) is not cut: streamed or not
+        backend.delayMs = 1000;
+        TestServer.Resp streamed = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"stream\":true,\"max_tokens\":1"));
+        assertEquals(200, streamed.status(), streamed.body());
+        assertEquals("[DONE]", streamed.events().getLast());
+        TestServer.Resp plain = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":1"));
+        assertEquals(200, plain.status(), plain.body());
+        backend.delayMs = 0;
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(30_000);
+            OutputStream o = s.getOutputStream();
+            // keep-alive: the next request right after an answer is served on the same connection
+            for (int i = 0; i < 2; i++) {
+                o.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n".getBytes(StandardCharsets.US_ASCII));
+                o.flush();
+                assertTrue(readAnswer(s.getInputStream()).statusLine().startsWith("HTTP/1.1 200"));
+            }
+            // then, idle beyond the deadline, it is closed
+            assertEquals(-1, s.getInputStream().read(), "closed by the server");
+        }
+    }
 }

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.server.ApiException;
+import io.ds4j.server.HeadDeadline;
 import io.ds4j.server.Json;
 import io.ds4j.server.MalformedRequests;
 import io.ds4j.server.config.ServerConfig;
@@ -79,6 +80,7 @@ public final class GatewayVerticle extends VerticleBase {
     private final AtomicInteger readyGauge = new AtomicInteger(), knownGauge = new AtomicInteger();
     private String address;
     private HttpServer server;
+    private HeadDeadline heads;
     private long timer = -1;
     private Counter lost, retried;
     private Timer relayLatency;
@@ -164,8 +166,19 @@ public final class GatewayVerticle extends VerticleBase {
             gauges();
         });
         ServerConfig cfg = config.get();
+        heads = new HeadDeadline(vertx, () -> config.get().headerReadTimeoutMs());
+        // HTTP/1.x only, as a single server: every connection exists from its accept, so the head deadline bounds it
         server = vertx.createHttpServer(new HttpServerOptions().setHost(cfg.host()).setPort(cfg.port())
-                .setCompressionSupported(false).setTcpNoDelay(true)).requestHandler(r);
+                        .setCompressionSupported(false).setTcpNoDelay(true).setHttp2ClearTextEnabled(false))
+                .connectionHandler(heads::opened)
+                .requestHandler(req -> {
+                    heads.head(req);
+                    r.handle(req);
+                })
+                .invalidRequestHandler(req -> {
+                    heads.head(req);
+                    HttpServerRequest.DEFAULT_INVALID_REQUEST_HANDLER.handle(req);
+                });
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList())
                 .compose(v -> server.listen())
                 .onSuccess(s -> LOG.info("cluster: gateway listening on http://{}:{}; cluster '{}' member {}", cfg.host(),
@@ -532,6 +545,7 @@ public final class GatewayVerticle extends VerticleBase {
     @Override
     public Future<?> stop() {
         if (timer != -1) vertx.cancelTimer(timer);
+        if (heads != null) heads.stop();
         return server != null ? server.close() : Future.succeededFuture();
     }
 }

@@ -78,6 +78,10 @@ public final class ServerConfig {
                     "how long a request's body may take to arrive once its headers have (ms); a body still incomplete "
                             + "then gets 408 and the connection is closed (a request already answered without its body "
                             + "only has its connection closed)"),
+            key("limits.headerReadTimeoutMs", ConfigKey.Type.INT, 30_000, true,
+                    "how long a connection may go without a complete request head (ms), after it opens and after its "
+                            + "last request and answer are done; a connection still without one is closed (within 1.5 "
+                            + "times this): a client stalled in its headers, or an idle keep-alive connection"),
             key("limits.streamBufferBytes", ConfigKey.Type.INT, 8 << 20, true,
                     "most bytes of a stream that may wait unsent for a client that does not read them; beyond that its "
                             + "request is cancelled (its engine slot freed) and the connection closed"),
@@ -313,6 +317,7 @@ public final class ServerConfig {
         intRange(v, p, "limits.maxTokensDefault", 1, Integer.MAX_VALUE);
         intRange(v, p, "limits.prefillChunk", 1, 1 << 16);
         intRange(v, p, "limits.bodyReadTimeoutMs", 100, 3_600_000);
+        intRange(v, p, "limits.headerReadTimeoutMs", 100, 3_600_000);
         intRange(v, p, "limits.streamBufferBytes", 1024, 1 << 30);
         intRange(v, p, "scheduler.maxBatchRows", 1, 1 << 16);
         intRange(v, p, "scheduler.tokenBudget", 1, 1 << 20);
@@ -524,6 +529,9 @@ public final class ServerConfig {
 
     /** {@code limits.bodyReadTimeoutMs}. */
     public int bodyReadTimeoutMs() { return i("limits.bodyReadTimeoutMs"); }
+
+    /** {@code limits.headerReadTimeoutMs}. */
+    public int headerReadTimeoutMs() { return i("limits.headerReadTimeoutMs"); }
 
     /** {@code limits.streamBufferBytes}. */
     public int streamBufferBytes() { return i("limits.streamBufferBytes"); }

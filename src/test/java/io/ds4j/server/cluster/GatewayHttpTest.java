@@ -30,6 +30,7 @@ class GatewayHttpTest {
         Map<String, Object> o = new LinkedHashMap<>();
         o.put("server.host", "127.0.0.1");
         o.put("server.port", 0);
+        o.put("limits.headerReadTimeoutMs", 300);
         o.put("cluster.enabled", true);
         o.put("cluster.role", "gateway");
         o.put("cluster.port", 0);
@@ -70,6 +71,18 @@ class GatewayHttpTest {
                 assertTrue(lines.getFirst().contains("[INFO]") && lines.getFirst().contains("rejected with 400"), lines.getFirst());
             }
             assertTrue(log.linesWith("Unhandled exception").isEmpty() && log.linesWith("\tat ").isEmpty(), log.lines().toString());
+        }
+    }
+
+    @Test
+    void aConnectionWithoutACompleteRequestHeadIsClosed() throws Exception {
+        for (String part : new String[]{"GET /health HTTP/1.1\r\nHost: x\r\n", ""}) {
+            try (Socket s = new Socket("127.0.0.1", node.port())) {
+                s.setSoTimeout(30_000);  // a bound for a broken server, far above the deadline under test
+                s.getOutputStream().write(part.getBytes(StandardCharsets.US_ASCII));
+                // read to the end: it comes only because the gateway closes the connection, without an answer
+                assertEquals(0, s.getInputStream().readAllBytes().length, part);
+            }
         }
     }
 }

@@ -1,0 +1,120 @@
+package io.ds4j.server;
+
+import io.vertx.core.Vertx;
+import io.vertx.core.http.HttpConnection;
+import io.vertx.core.http.HttpServerRequest;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.function.IntSupplier;
+
+/**
+ * Closes an HTTP/1.x connection that goes {@code limits.headerReadTimeoutMs} without a complete request head: after it
+ * opened, or after its last request and answer were done. A client that sends a request line and some headers and
+ * then nothing, or connects and sends nothing, would otherwise hold its connection (and the headers read so far)
+ * forever: neither Vert.x nor Netty bounds the time a request's head may take, and Vert.x's idle timeouts would also
+ * close a stream that is silent while a long prompt is prefilled. A connection with a request in progress — its body
+ * arriving (bounded by limits.bodyReadTimeoutMs), or its answer being generated or streamed, however long and silent —
+ * is never closed here; an idle keep-alive connection is, once it has been idle that long (clients reconnect, as they
+ * do after any server's keep-alive timeout).
+ *
+ * <p>Vert.x offers no event for a head's first bytes, so an idle connection cannot be told from one whose next head is
+ * stalled: both count as waiting for a head. The connections are swept every quarter of the timeout; one is closed once
+ * it has been seen waiting for at least the timeout, so within 1.5 times it. It needs the server's connection handler
+ * to see every connection at its accept, i.e. cleartext HTTP/2 detection off: with it on, Vert.x hands over a
+ * connection only once a request has come on it. One instance per HTTP server, used on that server's event loop only.
+ */
+public final class HeadDeadline {
+    private static final Logger LOG = LoggerFactory.getLogger(HeadDeadline.class);
+
+    private final Vertx vertx;
+    private final IntSupplier timeoutMs;
+    private final Map<HttpConnection, Waiting> open = new HashMap<>();
+    private long timer = -1;
+    private boolean stopped;
+
+    /** A connection's state: its request in progress, and since when it is known to wait for a head (or -1). */
+    private static final class Waiting {
+        HttpServerRequest current;
+        long since;
+        boolean served;
+
+        Waiting(long since) {
+            this.since = since;
+        }
+    }
+
+    /**
+     * @param timeoutMs the current limits.headerReadTimeoutMs (read at every sweep: a reload applies at once)
+     */
+    public HeadDeadline(Vertx vertx, IntSupplier timeoutMs) {
+        this.vertx = vertx;
+        this.timeoutMs = timeoutMs;
+    }
+
+    /** A connection was accepted (the HTTP server's connection handler): it waits for its first head from now. */
+    public void opened(HttpConnection c) {
+        if (stopped) return;
+        open.put(c, new Waiting(System.nanoTime()));
+        c.closeHandler(v -> open.remove(c));
+        if (timer == -1) schedule();
+    }
+
+    /** A request's head has arrived (the HTTP server's request handler): its connection is busy until it is done. */
+    public void head(HttpServerRequest req) {
+        Waiting w = open.get(req.connection());
+        if (w == null) return;
+        w.current = req;
+        w.since = -1;
+        w.served = true;
+    }
+
+    /** Stops sweeping (the server is closing). */
+    public void stop() {
+        stopped = true;
+        if (timer != -1) vertx.cancelTimer(timer);
+        timer = -1;
+        open.clear();
+    }
+
+    private void schedule() {
+        timer = vertx.setTimer(Math.max(25, timeoutMs.getAsInt() / 4), id -> sweep());
+    }
+
+    private void sweep() {
+        timer = -1;
+        if (stopped) return;
+        long now = System.nanoTime(), limit = timeoutMs.getAsInt();
+        List<Map.Entry<HttpConnection, Waiting>> late = new ArrayList<>();
+        for (Map.Entry<HttpConnection, Waiting> e : open.entrySet()) {
+            Waiting w = e.getValue();
+            HttpServerRequest r = w.current;
+            boolean busy = r != null && !r.response().closed() && !(r.isEnded() && r.response().ended());
+            if (busy) {
+                w.since = -1;
+            } else if (w.since < 0) {
+                w.since = now;  // done since the last sweep at the latest
+            } else if ((now - w.since) / 1_000_000 >= limit) {
+                late.add(e);
+            }
+        }
+        for (Map.Entry<HttpConnection, Waiting> e : late) {
+            HttpConnection c = e.getKey();
+            open.remove(c);
+            if (e.getValue().served) {
+                // most often an idle keep-alive connection, which clients expect to be closed some time
+                LOG.debug("connection from {}: no request head within {} ms after its last answer"
+                        + " (limits.headerReadTimeoutMs); closing it", c.remoteAddress(), limit);
+            } else {
+                LOG.info("connection from {}: no complete request head within {} ms after it opened"
+                        + " (limits.headerReadTimeoutMs); closing it", c.remoteAddress(), limit);
+            }
+            c.close();
+        }
+        if (!open.isEmpty()) schedule();
+    }
+}
