@@ -78,8 +78,11 @@ public final class EngineNode extends VerticleBase {
     public Future<?> start() {
         ServerConfig cfg = state.config();
         String host = cfg.host().equals("0.0.0.0") || cfg.host().equals("::") ? "127.0.0.1" : cfg.host();
+        // the client drops an idle connection (after half of limits.headerReadTimeoutMs, at least 1 s) before the
+        // server closes it: a request sent on a connection the server is closing at that moment would fail
+        int keepAliveSeconds = Math.max(1, cfg.headerReadTimeoutMs() / 2000);
         client = vertx.createHttpClient(new HttpClientOptions().setDefaultHost(host).setDefaultPort(state.port())
-                .setKeepAlive(true).setTcpNoDelay(true), new PoolOptions().setHttp1MaxSize(1024));
+                .setKeepAlive(true).setKeepAliveTimeout(keepAliveSeconds).setTcpNoDelay(true), new PoolOptions().setHttp1MaxSize(1024));
         consumer = vertx.eventBus().consumer(address(cluster.nodeId()), this::onFrame);
         cluster.onMemberLeft(node -> context.runOnContext(v -> gatewayLeft(node)));
         timer = vertx.setPeriodic(0, cfg.cluster().announceMs(), id -> vertx.eventBus().publish(ANNOUNCE, announcement()));
