@@ -47,8 +47,9 @@ import java.util.function.Consumer;
  * event bus and writes what comes back — as Server-Sent Events or one JSON body. It never touches model state.
  *
  * <p>Routes: {@code POST /v1/chat/completions}, {@code POST /v1/completions}, {@code GET /v1/models},
- * {@code GET /v1/models/{id}}, {@code GET} and {@code HEAD /health}, {@code GET /props}, {@code POST /tokenize},
- * {@code POST /detokenize}, {@code GET /metrics}, and the playground's static files at {@code /}.
+ * {@code GET /v1/models/{id}}, {@code GET /health}, {@code GET /props}, {@code POST /tokenize},
+ * {@code POST /detokenize}, {@code GET /metrics}, and the playground's static files at {@code /}; every GET route
+ * answers HEAD too.
  */
 public final class HttpVerticle extends VerticleBase {
     private static final Logger LOG = LoggerFactory.getLogger(HttpVerticle.class);
@@ -67,8 +68,8 @@ public final class HttpVerticle extends VerticleBase {
     private static final java.util.Map<String, String> ALLOW = java.util.Map.ofEntries(
             java.util.Map.entry("/v1/chat/completions", "POST"), java.util.Map.entry("/chat/completions", "POST"),
             java.util.Map.entry("/v1/completions", "POST"), java.util.Map.entry("/completions", "POST"),
-            java.util.Map.entry("/v1/models", "GET"), java.util.Map.entry("/models", "GET"),
-            java.util.Map.entry("/props", "GET"), java.util.Map.entry("/metrics", "GET"),
+            java.util.Map.entry("/v1/models", "GET, HEAD"), java.util.Map.entry("/models", "GET, HEAD"),
+            java.util.Map.entry("/props", "GET, HEAD"), java.util.Map.entry("/metrics", "GET, HEAD"),
             java.util.Map.entry("/health", "GET, HEAD"), java.util.Map.entry("/v1/health", "GET, HEAD"),
             java.util.Map.entry("/tokenize", "POST"), java.util.Map.entry("/detokenize", "POST"));
 
@@ -115,15 +116,16 @@ public final class HttpVerticle extends VerticleBase {
             r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, true)));
         for (String p : List.of("/v1/completions", "/completions"))
             r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, false)));
-        r.get("/v1/models").handler(this::models);
-        r.get("/models").handler(this::models);
+        // every GET route answers HEAD too: GET's status and headers without the body (first() adds the length)
+        r.get("/v1/models").method(HttpMethod.HEAD).handler(this::models);
+        r.get("/models").method(HttpMethod.HEAD).handler(this::models);
         // one model by id; the id may hold '/' (an organisation/name id), so the rest of the path is the id
-        r.getWithRegex("/v1/models/(?<id>.+)").handler(this::model);
-        r.getWithRegex("/models/(?<id>.+)").handler(this::model);
-        r.get("/props").handler(this::props);
+        r.getWithRegex("/v1/models/(?<id>.+)").method(HttpMethod.HEAD).handler(this::model);
+        r.getWithRegex("/models/(?<id>.+)").method(HttpMethod.HEAD).handler(this::model);
+        r.get("/props").method(HttpMethod.HEAD).handler(this::props);
         r.post("/tokenize").handler(ctx -> withBody(ctx, b -> tokenize(ctx, b)));
         r.post("/detokenize").handler(ctx -> withBody(ctx, b -> detokenize(ctx, b)));
-        r.get("/metrics").handler(PrometheusScrapingHandler.create(registry));
+        r.get("/metrics").method(HttpMethod.HEAD).handler(PrometheusScrapingHandler.create(registry));
         // the page and its scripts change with every ds4j release: browsers revalidate instead of caching for a day
         StaticHandler files = StaticHandler.create(FileSystemAccess.ROOT, webroot).setIndexPage("index.html")
                 .setCachingEnabled(false).setMaxAgeSeconds(0);
@@ -137,8 +139,15 @@ public final class HttpVerticle extends VerticleBase {
                 ctx.response().putHeader("Allow", allow);
                 error(ctx, new ApiException(405, "invalid_request_error", "method_not_allowed", null,
                         m + " is not allowed on " + path + " (allowed: " + allow + ")", null));
-            } else if ((m == HttpMethod.GET || m == HttpMethod.HEAD) && !isApi(path)) files.handle(ctx);
-            else ctx.next();
+            } else if ((m == HttpMethod.GET || m == HttpMethod.HEAD) && !isApi(path)) {
+                // Vert.x's static handler answers HEAD without the Content-Type GET gets: the same, from the name
+                if (m == HttpMethod.HEAD) {
+                    String type = io.vertx.core.http.MimeMapping.mimeTypeForFilename(path.endsWith("/") ? "index.html" : path);
+                    if (type != null) ctx.response().putHeader(HttpHeaders.CONTENT_TYPE, type.startsWith("text")
+                            ? type + ";charset=" + java.nio.charset.Charset.defaultCharset().name() : type);
+                }
+                files.handle(ctx);
+            } else ctx.next();
         });
         // the router refuses a path it cannot decode (a malformed percent-escape) or a request without Host with 400;
         // without this handler it answers plain text and logs a stack trace at ERROR for every such request
@@ -251,10 +260,11 @@ public final class HttpVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ filters
 
-    /** Arrival time, the body's deadline, CORS headers and preflight. */
+    /** Arrival time, the body's deadline, HEAD's length, CORS headers and preflight. */
     private void first(RoutingContext ctx) {
         ctx.put("t0", System.nanoTime());
         watchBody(ctx);
+        if (ctx.request().method() == HttpMethod.HEAD) headLength(ctx);
         List<String> allowed = state.config().corsOrigins();
         String origin = ctx.request().getHeader(HttpHeaders.ORIGIN);
         if (origin != null && !allowed.isEmpty() && (allowed.contains("*") || allowed.contains(origin))) {
@@ -284,6 +294,19 @@ public final class HttpVerticle extends VerticleBase {
         ctx.next();
     }
 
+    /**
+     * A HEAD answer carries the Content-Length GET's would have: Vert.x drops the body of an answer to HEAD and leaves
+     * its length out, unless a handler set it (the static files and {@link #json} do). A handler that writes GET's body
+     * (the Prometheus scrape, an error) has it counted here, as the headers go out.
+     */
+    public static void headLength(RoutingContext ctx) {
+        HttpServerResponse resp = ctx.response();
+        ctx.addHeadersEndHandler(v -> {
+            if (!resp.isChunked() && !resp.headers().contains(HttpHeaders.CONTENT_LENGTH))
+                resp.putHeader(HttpHeaders.CONTENT_LENGTH, Long.toString(resp.bytesWritten()));
+        });
+    }
+
     private static boolean isApi(String path) {
         return path.startsWith("/v1/") || path.startsWith("/models/") || API_PATHS.contains(path);
     }
@@ -291,7 +314,7 @@ public final class HttpVerticle extends VerticleBase {
     /** The methods an API path answers, or null for a path that is not one. */
     private static String allowed(String path) {
         String allow = ALLOW.get(path);
-        if (allow == null && (path.startsWith("/v1/models/") || path.startsWith("/models/"))) return "GET";
+        if (allow == null && (path.startsWith("/v1/models/") || path.startsWith("/models/"))) return "GET, HEAD";
         return allow;
     }
 

@@ -341,7 +341,7 @@ class BadInputTest {
         assertEquals("method_not_allowed", r.json().at("/error/code").asText());
         r = server.post("/v1/models", "{}");
         assertEquals(405, r.status(), r.body());
-        assertEquals("GET", r.headers().firstValue("allow").orElse(null));
+        assertEquals("GET, HEAD", r.headers().firstValue("allow").orElse(null));
         assertEquals(405, server.post("/health", "{}").status());
         assertEquals(404, server.post("/v1/nothing", "{}").status());
     }

@@ -92,7 +92,7 @@ class EndpointsTest {
             }
             TestServer.Resp post = t.post("/v1/models/scripted", "{}");
             assertEquals(405, post.status(), post.body());
-            assertEquals("GET", post.headers().firstValue("allow").orElse(null));
+            assertEquals("GET, HEAD", post.headers().firstValue("allow").orElse(null));
 
             // HEAD /health: GET's status and headers, no body
             String get = raw(t.port, "GET", "/health"), head = raw(t.port, "HEAD", "/health");
@@ -112,6 +112,43 @@ class EndpointsTest {
                 assertEquals(200, r.status(), path + ": " + r.body());
                 assertEquals("deepseek-ai/DeepSeek-V4-Flash", r.json().get("id").asText(), path);
             }
+        }
+    }
+
+    /** The header lines of a raw answer but one, in order of their text. */
+    static java.util.SortedSet<String> headLinesBut(String answer, String header) {
+        java.util.SortedSet<String> s = headLines(answer);
+        s.removeIf(l -> l.toLowerCase(java.util.Locale.ROOT).startsWith(header + ":"));
+        return s;
+    }
+
+    @Test
+    void headIsAnsweredWhereverGetIs() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of())) {
+            for (String path : List.of("/v1/models", "/models", "/v1/models/scripted", "/models/scripted", "/v1/models/nope",
+                    "/props", "/metrics", "/health", "/")) {
+                String get = raw(t.port, "GET", path), head = raw(t.port, "HEAD", path);
+                assertTrue(head.endsWith("\r\n\r\n"), "no body: " + head);
+                assertFalse(head.startsWith("HTTP/1.1 405"), path + ": " + head);
+                if (path.equals("/metrics") || path.equals("/props")) {
+                    // their figures move between two requests (counters, load): the same headers but the length
+                    assertEquals(headLinesBut(get, "content-length"), headLinesBut(head, "content-length"), path);
+                    assertTrue(head.toLowerCase(java.util.Locale.ROOT).contains("content-length: "), head);
+                } else {
+                    // (the static files carry a Date, which may turn to the next second between the two)
+                    assertEquals(headLinesBut(get, "date"), headLinesBut(head, "date"), path + ": the same status and headers");
+                }
+            }
+            // a wrong method is told HEAD is allowed
+            TestServer.Resp post = t.post("/metrics", "{}");
+            assertEquals(405, post.status());
+            assertEquals("GET, HEAD", post.headers().firstValue("allow").orElse(null));
+        }
+        // with API keys, a HEAD without one gets the 401's status and headers
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.apiKeys", List.of("k")))) {
+            String get = raw(t.port, "GET", "/v1/models"), head = raw(t.port, "HEAD", "/v1/models");
+            assertTrue(get.startsWith("HTTP/1.1 401"), get);
+            assertEquals(headLines(get), headLines(head));
         }
     }
 

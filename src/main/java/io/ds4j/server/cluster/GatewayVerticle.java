@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.server.ApiException;
 import io.ds4j.server.HeadDeadline;
+import io.ds4j.server.HttpVerticle;
 import io.ds4j.server.Json;
 import io.ds4j.server.MalformedRequests;
 import io.ds4j.server.config.ServerConfig;
@@ -123,16 +124,21 @@ public final class GatewayVerticle extends VerticleBase {
                 .publishPercentiles(0.5, 0.99).register(registry);
 
         Router r = Router.router(vertx);
+        r.route().handler(ctx -> {
+            if (ctx.request().method() == HttpMethod.HEAD) HttpVerticle.headLength(ctx);
+            ctx.next();
+        });
         r.get("/health").handler(this::health);
         r.get("/v1/health").handler(this::health);
         // load balancers probe with HEAD: GET's status and headers without the body (as an engine node answers it)
         r.head("/health").handler(this::health);
         r.head("/v1/health").handler(this::health);
         r.route().handler(this::auth);
-        r.get("/v1/models").handler(this::models);
-        r.get("/models").handler(this::models);
-        r.get("/props").handler(this::props);
-        r.get("/metrics").handler(PrometheusScrapingHandler.create(registry));
+        // HEAD wherever GET is answered here: GET's status and headers without the body
+        r.get("/v1/models").method(HttpMethod.HEAD).handler(this::models);
+        r.get("/models").method(HttpMethod.HEAD).handler(this::models);
+        r.get("/props").method(HttpMethod.HEAD).handler(this::props);
+        r.get("/metrics").method(HttpMethod.HEAD).handler(PrometheusScrapingHandler.create(registry));
         StaticHandler files = StaticHandler.create(FileSystemAccess.ROOT, webroot).setIndexPage("index.html")
                 .setCachingEnabled(false).setMaxAgeSeconds(0);
         r.route("/*").handler(ctx -> {

@@ -85,4 +85,24 @@ class GatewayHttpTest {
             }
         }
     }
+
+    /** The status line and the header lines of a raw answer but its length, in order of their text. */
+    static java.util.SortedSet<String> headLinesButLength(String answer) {
+        java.util.SortedSet<String> s = new java.util.TreeSet<>(List.of(answer.substring(0, answer.indexOf("\r\n\r\n")).split("\r\n")));
+        s.removeIf(l -> l.toLowerCase(Locale.ROOT).startsWith("content-length:"));
+        return s;
+    }
+
+    @Test
+    void headIsAnsweredWhereverGetIs() throws Exception {
+        for (String path : List.of("/v1/models", "/models", "/props", "/metrics", "/health", "/v1/health")) {
+            String get = raw("GET", path), head = raw("HEAD", path);
+            assertTrue(head.endsWith("\r\n\r\n"), "no body: " + head);
+            // GET's status and headers; its length too, but /props and /metrics change between two requests
+            assertEquals(headLinesButLength(get), headLinesButLength(head), path);
+            assertTrue(head.toLowerCase(Locale.ROOT).contains("content-length: "), head);
+            if (!path.equals("/props") && !path.equals("/metrics"))
+                assertTrue(head.contains("content-length: " + get.substring(get.indexOf("\r\n\r\n") + 4).getBytes(StandardCharsets.UTF_8).length), head);
+        }
+    }
 }
