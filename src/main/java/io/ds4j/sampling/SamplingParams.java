@@ -85,19 +85,20 @@ public record SamplingParams(double temperature, int topK, double topP, double m
      */
     public void validate(int vocabSize) {
         range("temperature", temperature, 0, 2);
-        if (topK < 0 || topK > vocabSize) throw bad("top_k", topK, "[0, " + vocabSize + "] (0 = off)");
-        if (!(topP > 0 && topP <= 1)) throw bad("top_p", topP, "(0, 1]");
+        if (topK < 0 || topK > vocabSize) throw bad("top_k", plain(topK), "[0, " + vocabSize + "] (0 = off)");
+        if (!(topP > 0 && topP <= 1)) throw bad("top_p", plain(topP), "(0, 1]");
         range("min_p", minP, 0, 1);
         range("presence_penalty", presencePenalty, -2, 2);
         range("frequency_penalty", frequencyPenalty, -2, 2);
-        if (!(repetitionPenalty > 0 && repetitionPenalty <= 10)) throw bad("repetition_penalty", repetitionPenalty, "(0, 10]");
-        if (maxTokens < 0) throw new IllegalArgumentException("max_tokens must be >= 0, got " + maxTokens);
-        if (topLogprobs < 0 || topLogprobs > 20) throw bad("top_logprobs", topLogprobs, "[0, 20]");
+        if (!(repetitionPenalty > 0 && repetitionPenalty <= 10)) throw bad("repetition_penalty", plain(repetitionPenalty), "(0, 10]");
+        if (maxTokens < 0) throw new IllegalArgumentException("max_tokens: must be >= 0, got " + maxTokens);
+        if (topLogprobs < 0 || topLogprobs > 20) throw bad("top_logprobs", plain(topLogprobs), "[0, 20]");
         if (logitBias != null) for (var e : logitBias.entrySet()) {
             if (e.getKey() < 0 || e.getKey() >= vocabSize)
                 throw new IllegalArgumentException("logit_bias: token id " + e.getKey() + " is outside [0, " + vocabSize + ")");
             if (!(e.getValue() >= -100 && e.getValue() <= 100))
-                throw new IllegalArgumentException("logit_bias: bias " + e.getValue() + " for token " + e.getKey() + " is outside [-100, 100]");
+                throw new IllegalArgumentException("logit_bias: bias " + plain(e.getValue()) + " for token " + e.getKey()
+                        + " is outside [-100, 100]");
         }
         if (stop != null) {
             if (stop.size() > 16) throw new IllegalArgumentException("stop: at most 16 stop strings, got " + stop.size());
@@ -106,14 +107,29 @@ public record SamplingParams(double temperature, int topK, double topP, double m
     }
 
     private static void range(String name, double v, double lo, double hi) {
-        if (!(v >= lo && v <= hi)) throw bad(name, v, "[" + fmt(lo) + ", " + fmt(hi) + "]");
+        if (!(v >= lo && v <= hi)) throw bad(name, plain(v), "[" + plain(lo) + ", " + plain(hi) + "]");
     }
 
-    private static String fmt(double v) {
-        return v == Math.rint(v) ? Long.toString((long) v) : Double.toString(v);
+    /** "name: must be in RANGE, got VALUE", as every field's message starts with its name. */
+    private static IllegalArgumentException bad(String name, String v, String range) {
+        return new IllegalArgumentException(name + ": must be in " + range + ", got " + v);
     }
 
-    private static IllegalArgumentException bad(String name, Object v, String range) {
-        return new IllegalArgumentException(name + " must be in " + range + ", got " + v);
+    /**
+     * A number as a message shows it, close to how a client writes it: an integral value in plain digits ({@code 5},
+     * {@code 10000000000}), another in its shortest decimal form with a lower-case exponent where it needs one
+     * ({@code 0.5}, {@code 1e-7}, {@code 1e30}) — not Java's {@code 5.0} or {@code 1.0E10}. A number past the double
+     * range (a JSON literal like 1e400 parses to an infinity) is said to be so.
+     */
+    public static String plain(double v) {
+        if (Double.isNaN(v)) return "NaN";
+        if (Double.isInfinite(v)) return "a number beyond " + (v > 0 ? "" : "-") + "1.8e308 (the largest double)";
+        if (v == Math.rint(v) && Math.abs(v) < 1e21) return new java.math.BigDecimal(v).toBigInteger().toString();
+        String s = Double.toString(v);
+        int e = s.indexOf('E');
+        if (e < 0) return s;
+        String mantissa = s.substring(0, e);
+        if (mantissa.endsWith(".0")) mantissa = mantissa.substring(0, mantissa.length() - 2);
+        return mantissa + "e" + s.substring(e + 1);
     }
 }

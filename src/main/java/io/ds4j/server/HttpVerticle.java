@@ -847,12 +847,15 @@ public final class HttpVerticle extends VerticleBase {
         int[] ids = new int[t.size()];
         for (int i = 0; i < ids.length; i++) {
             JsonNode x = t.get(i);
+            // a number past the double range (1E400) is an integer too large, not a fraction
+            boolean overflowed = x.isNumber() && !Double.isFinite(x.doubleValue());
             // an integral number however written (1000, 1e3, 1000.0), as for every integer field: JSON has one number type
-            if (!Requests.isIntegral(x))
+            if (!overflowed && !Requests.isIntegral(x))
                 throw ApiException.badField("tokens[" + i + "]", "must be an integer token id, got " + Requests.describe(x));
             Integer id = Requests.intValue(x);
             if (id == null || id < 0 || id >= tok.vocabSize())
-                throw ApiException.badField("tokens[" + i + "]", "is out of range: a token id is in [0, " + tok.vocabSize() + "), got " + x);
+                throw ApiException.badField("tokens[" + i + "]", "is out of range: a token id is in [0, " + tok.vocabSize()
+                        + "), got " + Requests.shown(x));
             ids[i] = id;
         }
         vertx.executeBlocking(() -> tok.decode(ids), false).onComplete(ar -> {

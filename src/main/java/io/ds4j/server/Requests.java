@@ -54,11 +54,9 @@ final class Requests {
         if (body == null || !body.isObject()) throw new ApiException(400, "invalid_request_error", null, null,
                 "the request body must be a JSON object", null);
         checkModel(body, model);
-        Integer n = integer(body, "n");
-        if (n != null && n != 1) throw ApiException.badField("n", "only n = 1 is supported, got " + n);
+        onlyOne(body, "n");
         if (!chat) {
-            Integer bestOf = integer(body, "best_of");
-            if (bestOf != null && bestOf != 1) throw ApiException.badField("best_of", "only best_of = 1 is supported, got " + bestOf);
+            onlyOne(body, "best_of");
             if (present(body, "suffix")) throw ApiException.badField("suffix", "is not supported");
         }
         boolean stream = bool(body, "stream", false);
@@ -71,9 +69,9 @@ final class Requests {
 
         // max tokens: max_completion_tokens (current OpenAI name) wins over max_tokens (legacy)
         String mtName = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-        Integer maxTokens = integer(body, mtName);
         // 0 only where it means something: a completion that echoes (and may score) its prompt
         int minTokens = !chat && bool(body, "echo", false) ? 0 : 1;
+        Integer maxTokens = integer(body, mtName, minTokens, Integer.MAX_VALUE);
         if (maxTokens != null && maxTokens < minTokens)
             throw ApiException.badField(mtName, "must be >= " + minTokens + (minTokens == 0 ? "" : " (0 with echo on /v1/completions)")
                     + ", got " + maxTokens);
@@ -83,12 +81,12 @@ final class Requests {
         int topLogprobs;
         if (chat) {
             logprobs = bool(body, "logprobs", false);
-            Integer t = integer(body, "top_logprobs");
+            Integer t = integer(body, "top_logprobs", 0, 20);
             topLogprobs = t == null ? 0 : t;
             if (t != null && (t < 0 || t > 20)) throw ApiException.badField("top_logprobs", "must be in [0, 20], got " + t);
             if (t != null && t > 0 && !logprobs) throw ApiException.badField("top_logprobs", "needs logprobs: true");
         } else {
-            Integer lp = integer(body, "logprobs");
+            Integer lp = integer(body, "logprobs", 0, 20);
             if (lp != null && (lp < 0 || lp > 20)) throw ApiException.badField("logprobs", "must be in [0, 20], got " + lp);
             logprobs = lp != null;
             topLogprobs = lp == null ? 0 : lp;
@@ -134,7 +132,7 @@ final class Requests {
             for (int i = 0; i < p.size(); i++) {
                 Integer id = intValue(p.get(i));
                 if (id == null || id < 0 || id >= limit)
-                    throw ApiException.badField(where + "[" + i + "]", "must be a token id in [0, " + limit + "), got " + p.get(i));
+                    throw ApiException.badField(where + "[" + i + "]", "must be a token id in [0, " + limit + "), got " + shown(p.get(i)));
                 ids[i] = id;
             }
         } else {
@@ -205,8 +203,11 @@ final class Requests {
         ServerConfig.SamplingDefaults d = cfg.sampling();
         double temperature = orDefault(number(b, "temperature"), d.temperature());
         double topP = orDefault(number(b, "top_p"), d.topP());
-        Integer topKv = integer(b, "top_k");
+        int vocab = model.tokenizer().vocabSize();
+        Integer topKv = integer(b, "top_k", -1, vocab);
         // llama.cpp and vLLM use -1 for "off"
+        if (topKv != null && (topKv < -1 || topKv > vocab))
+            throw ApiException.badField("top_k", "must be in [-1, " + vocab + "] (0 or -1 = off), got " + topKv);
         int topK = topKv == null ? d.topK() : topKv == -1 ? 0 : topKv;
         double minP = orDefault(number(b, "min_p"), d.minP());
         double presence = orDefault(number(b, "presence_penalty"), d.presencePenalty());
@@ -279,7 +280,7 @@ final class Requests {
         if (q.isTextual() && q.textValue().trim().equalsIgnoreCase("auto")) return "auto";
         // a number as JSON numbers are (like every integer field); a string other than "auto" is refused, even "5"
         if (isIntegral(q) && q.canConvertToInt() && q.intValue() >= 0 && q.intValue() <= 8) return Integer.toString(q.intValue());
-        throw ApiException.badField("speculative_q", "must be 0 (off), an integer 1..8 or \"auto\", got " + q);
+        throw ApiException.badField("speculative_q", "must be 0 (off), an integer 1..8 or \"auto\", got " + shown(q));
     }
 
     /**
@@ -445,12 +446,29 @@ final class Requests {
         return v != null && !v.isNull();
     }
 
-    static Integer integer(JsonNode b, String f) {
+    /**
+     * An integer field: a JSON number with an integral value however written (1000, 1e3, 1000.0), or null when absent.
+     * A value beyond the int range (or beyond the double range, which JSON's 1e400 is) is out of range, and the message
+     * gives the field's range [lo, hi]; values inside the int range are returned for the caller's own range check.
+     */
+    static Integer integer(JsonNode b, String f, long lo, long hi) {
         JsonNode v = b.get(f);
         if (v == null || v.isNull()) return null;
-        if (!isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
-        if (!v.canConvertToInt()) throw ApiException.badField(f, "is out of range: " + v);
+        boolean overflowed = v.isNumber() && !Double.isFinite(v.doubleValue());
+        if (!overflowed && !isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
+        if (overflowed || !v.canConvertToInt())
+            throw ApiException.badField(f, "is out of range: give an integer in [" + lo + ", " + hi + "], got " + shown(v));
         return v.intValue();
+    }
+
+    /** {@code n} and {@code best_of}: only 1 is supported. */
+    private static void onlyOne(JsonNode b, String f) {
+        JsonNode v = b.get(f);
+        if (v == null || v.isNull()) return;
+        boolean overflowed = v.isNumber() && !Double.isFinite(v.doubleValue());
+        if (!overflowed && !isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
+        if (overflowed || !v.canConvertToInt() || v.intValue() != 1)
+            throw ApiException.badField(f, "only " + f + " = 1 is supported, got " + shown(v));
     }
 
     /** A JSON number with an integral value: 1000, but also 1e3 and 1000.0 (JSON has one number type). */
@@ -500,11 +518,23 @@ final class Requests {
         return v == null ? d : v;
     }
 
+    /** What a value is, for a message about a wrong type: "a string", ..., or a number itself ({@link #shown}). */
     static String describe(JsonNode v) {
         if (v.isTextual()) return "a string";
         if (v.isArray()) return "an array";
         if (v.isObject()) return "an object";
         if (v.isBoolean()) return "a boolean";
+        return shown(v);
+    }
+
+    /**
+     * A value as a message shows it: a number plainly, close to how the client wrote it ({@code 10000000000},
+     * {@code 1e30}, {@code 0.5}; not Java's {@code 1.0E10}, see {@link io.ds4j.sampling.SamplingParams#plain}), an
+     * integer of any size in its digits, anything else as JSON.
+     */
+    static String shown(JsonNode v) {
+        if (v.isIntegralNumber()) return v.bigIntegerValue().toString();
+        if (v.isNumber()) return io.ds4j.sampling.SamplingParams.plain(v.doubleValue());
         return v.toString();
     }
 }

@@ -76,7 +76,7 @@ public class GenerateCommandTest {
     void badFlagValuesAreClearErrors() {
         Run r = run("generate", "--model", FIXTURE, "--prompt", "x", "--temperature", "5");
         assertNotEquals(0, r.code());
-        assertTrue(r.err().contains("temperature must be in [0, 2]"), r.err());
+        assertTrue(r.err().contains("temperature: must be in [0, 2], got 5"), r.err());
         r = run("generate", "--model", FIXTURE, "--prompt", "x", "--spec-q", "9", "--draft", "ngram");
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("1..8"), r.err());

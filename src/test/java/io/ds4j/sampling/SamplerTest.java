@@ -119,15 +119,29 @@ class SamplerTest {
 
     @Test
     void invalidParametersNameTheParameterAndRange() {
-        assertMsg(() -> params(3, 0, 1, 0).validate(V), "temperature must be in [0, 2], got 3.0");
-        assertMsg(() -> params(1, -1, 1, 0).validate(V), "top_k must be in [0, 10]");
-        assertMsg(() -> params(1, 0, 0, 0).validate(V), "top_p must be in (0, 1]");
-        assertMsg(() -> params(1, 0, 1, 2).validate(V), "min_p must be in [0, 1]");
-        assertMsg(() -> SamplingParams.greedy(-1).validate(V), "max_tokens must be >= 0, got -1");
-        assertMsg(() -> SamplingParams.greedy(1).withPenalties(3, 0, 1).validate(V), "presence_penalty must be in [-2, 2]");
+        assertMsg(() -> params(3, 0, 1, 0).validate(V), "temperature: must be in [0, 2], got 3");
+        assertMsg(() -> params(1, -1, 1, 0).validate(V), "top_k: must be in [0, 10]");
+        assertMsg(() -> params(1, 0, 0, 0).validate(V), "top_p: must be in (0, 1], got 0");
+        assertMsg(() -> params(1, 0, 1, 2).validate(V), "min_p: must be in [0, 1], got 2");
+        assertMsg(() -> SamplingParams.greedy(-1).validate(V), "max_tokens: must be >= 0, got -1");
+        assertMsg(() -> SamplingParams.greedy(1).withPenalties(3, 0, 1).validate(V), "presence_penalty: must be in [-2, 2], got 3");
         assertMsg(() -> SamplingParams.greedy(1).withLogitBias(Map.of(99, 1f)).validate(V), "logit_bias: token id 99");
         assertMsg(() -> SamplingParams.greedy(1).withStop(List.of("")).validate(V), "stop strings must not be empty");
-        assertMsg(() -> SamplingParams.greedy(1).withLogprobs(true, 21).validate(V), "top_logprobs must be in [0, 20]");
+        assertMsg(() -> SamplingParams.greedy(1).withLogprobs(true, 21).validate(V), "top_logprobs: must be in [0, 20], got 21");
+    }
+
+    @Test
+    void numbersInMessagesAreWrittenPlainly() {
+        assertEquals("5", SamplingParams.plain(5.0));
+        assertEquals("-3", SamplingParams.plain(-3.0));
+        assertEquals("0.5", SamplingParams.plain(0.5));
+        assertEquals("10000000000", SamplingParams.plain(1e10));
+        assertEquals("9223372036854775808", SamplingParams.plain(0x1p63));
+        assertEquals("1e30", SamplingParams.plain(1e30));
+        assertEquals("1.5e-7", SamplingParams.plain(1.5e-7));
+        assertEquals("a number beyond 1.8e308 (the largest double)", SamplingParams.plain(Double.POSITIVE_INFINITY));
+        assertMsg(() -> SamplingParams.greedy(1).withPenalties(0, 0, 1e30).validate(V), "repetition_penalty: must be in (0, 10], got 1e30");
+        assertMsg(() -> SamplingParams.greedy(1).withLogitBias(Map.of(1, 1e9f)).validate(V), "logit_bias: bias 1000000000 for token 1");
     }
 
     static void assertMsg(Runnable r, String part) {

@@ -129,6 +129,44 @@ class BadInputTest {
         expect("/v1/chat/completions", chat("\"stop\":[\"\"]"), 400, "stop");
     }
 
+    /** The message of the 400 a chat request with extra fields gets (its param checked against the field). */
+    static String message(String field, String extra) throws Exception {
+        return expect("/v1/chat/completions", chat(extra), 400, field).get("message").asText();
+    }
+
+    @Test
+    void numbersInMessagesAreWrittenAsSentAndOutOfRangeOnesGetTheirRange() throws Exception {
+        int vocab = TestServer.tokenizer().vocabSize();
+        String beyond = "a number beyond 1.8e308 (the largest double)";
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 1e30", message("max_tokens", "\"max_tokens\":1e30"));
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got " + beyond, message("max_tokens", "\"max_tokens\":1e400"));
+        assertEquals("max_completion_tokens: is out of range: give an integer in [1, 2147483647], got 3000000000",
+                message("max_completion_tokens", "\"max_completion_tokens\":3000000000"));
+        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "], got 10000000000", message("top_k", "\"top_k\":1E10"));
+        assertEquals("top_k: must be in [-1, " + vocab + "] (0 or -1 = off), got " + (vocab + 1), message("top_k", "\"top_k\":" + (vocab + 1)));
+        assertEquals("top_logprobs: is out of range: give an integer in [0, 20], got 1e25", message("top_logprobs", "\"logprobs\":true,\"top_logprobs\":1e25"));
+        assertEquals("n: only n = 1 is supported, got 10000000000", message("n", "\"n\":1e10"));
+        assertEquals("seed: is out of range: give an integer in [-2^63, 2^63), got 9223372036854775808",
+                message("seed", "\"seed\":9223372036854775808.0"));
+        assertEquals("speculative_q: must be 0 (off), an integer 1..8 or \"auto\", got 10000000000", message("speculative_q", "\"speculative_q\":1e10"));
+        // every field's message starts with its name, and shows the number as the client wrote it
+        assertEquals("temperature: must be in [0, 2], got 5", message("temperature", "\"temperature\":5"));
+        assertEquals("temperature: must be in [0, 2], got 2.5", message("temperature", "\"temperature\":2.5"));
+        assertEquals("temperature: must be in [0, 2], got " + beyond, message("temperature", "\"temperature\":1e400"));
+        assertEquals("top_p: must be in (0, 1], got 0", message("top_p", "\"top_p\":0"));
+        assertEquals("presence_penalty: must be in [-2, 2], got -1e30", message("presence_penalty", "\"presence_penalty\":-1e30"));
+        assertEquals("max_tokens: must be an integer, got 1.5", message("max_tokens", "\"max_tokens\":1.5"));
+        // a token id past the double range is out of range, not a fraction
+        assertEquals("tokens[0]: is out of range: a token id is in [0, " + vocab + "), got " + beyond,
+                expect("/detokenize", "{\"tokens\":[1E400]}", 400, "tokens[0]").get("message").asText());
+        assertEquals("tokens[1]: is out of range: a token id is in [0, " + vocab + "), got a number beyond -1.8e308 (the largest double)",
+                expect("/detokenize", "{\"tokens\":[1,-1E400]}", 400, "tokens[1]").get("message").asText());
+        assertEquals("tokens[0]: is out of range: a token id is in [0, " + vocab + "), got 100000000000000000000",
+                expect("/detokenize", "{\"tokens\":[1e20]}", 400, "tokens[0]").get("message").asText());
+        assertEquals("prompt[0]: must be a token id in [0, " + vocab + "), got 1e300",
+                expect("/v1/completions", "{\"prompt\":[1e300]}", 400, "prompt[0]").get("message").asText());
+    }
+
     @Test
     void unknownModel() throws Exception {
         JsonNode e = expect("/v1/chat/completions", TestServer.chat("Hi", "").replace("\"scripted\"", "\"gpt-4o\""), 404, "model");
