@@ -422,6 +422,10 @@ public final class HttpVerticle extends VerticleBase {
                 byte[] bytes = body.getBytes();
                 checkUtf8(bytes);
                 n = Json.MAPPER.readTree(bytes);
+                // whitespace alone is no JSON value either: the same answer as an empty body
+                if (n == null || n.isMissingNode())
+                    throw new ApiException(400, "invalid_request_error", "invalid_json", null,
+                            "the request body is empty (" + bytes.length + " bytes of whitespace)", null);
             } catch (JsonProcessingException e) {
                 error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, Json.syntaxProblem("malformed JSON", e), null));
                 return;

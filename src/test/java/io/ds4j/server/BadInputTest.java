@@ -60,6 +60,12 @@ class BadInputTest {
         assertEquals("invalid_json", e.get("code").asText());
         assertTrue(e.get("message").asText().contains("line 1"), e.toString());
         assertEquals("invalid_json", expect("/v1/chat/completions", "", 400, null).get("code").asText());
+        // whitespace alone is as empty as nothing, on every endpoint that reads a body
+        for (String path : new String[]{"/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"}) {
+            JsonNode blank = expect(path, " \r\n\t ", 400, null);
+            assertEquals("invalid_json", blank.get("code").asText(), blank.toString());
+            assertEquals("the request body is empty (5 bytes of whitespace)", blank.get("message").asText());
+        }
         expect("/v1/chat/completions", "[1,2]", 400, null);
         // trailing content after the value is malformed, not ignored
         String ok = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1}";
