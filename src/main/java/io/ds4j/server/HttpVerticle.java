@@ -379,9 +379,26 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
+     * The codings of a Content-Encoding header other than identity (the server decodes none: a compressed body would
+     * only fail as malformed UTF-8 or JSON), or null when there are none.
+     */
+    static String unsupportedEncoding(String header) {
+        if (header == null) return null;
+        StringBuilder other = new StringBuilder();
+        for (String coding : header.split(",")) {
+            String c = coding.trim();
+            if (c.isEmpty() || c.equalsIgnoreCase("identity")) continue;
+            if (!other.isEmpty()) other.append(", ");
+            other.append(c.length() > 64 ? c.substring(0, 64) + "..." : c);
+        }
+        return other.isEmpty() ? null : other.toString();
+    }
+
+    /**
      * Reads the body up to server.maxBodyBytes and parses it as JSON. A larger body gets 413 (the rest of it is read and
-     * discarded so the client sees the answer). A body that has not fully arrived limits.bodyReadTimeoutMs after the
-     * headers gets 408 and its connection is closed ({@link #watchBody}).
+     * discarded so the client sees the answer), a body with a Content-Encoding other than identity 415. A body that has
+     * not fully arrived limits.bodyReadTimeoutMs after the headers gets 408 and its connection is closed
+     * ({@link #watchBody}).
      */
     private void withBody(RoutingContext ctx, Consumer<JsonNode> then) {
         HttpServerRequest req = ctx.request();
@@ -394,8 +411,14 @@ public final class HttpVerticle extends VerticleBase {
             // Netty rejects malformed lengths before we get here
         }
         Buffer body = Buffer.buffer();
-        boolean[] over = {declared > limit};
-        if (over[0]) tooLarge(ctx, limit, declared);
+        String encoding = unsupportedEncoding(req.getHeader(HttpHeaders.CONTENT_ENCODING));
+        boolean[] over = {encoding != null || declared > limit};
+        if (encoding != null) {
+            // RFC 9110 section 15.5.16: Accept-Encoding says which codings would have been taken
+            ctx.response().putHeader(HttpHeaders.ACCEPT_ENCODING, "identity");
+            error(ctx, new ApiException(415, "invalid_request_error", "unsupported_content_encoding", null, "the request"
+                    + " body's Content-Encoding '" + encoding + "' is not supported: send the JSON uncompressed (identity)", null));
+        } else if (over[0]) tooLarge(ctx, limit, declared);
         else if ("100-continue".equalsIgnoreCase(req.getHeader(HttpHeaders.EXPECT)) && req.version() != HttpVersion.HTTP_1_0)
             // the client (curl, for bodies over 1 MB) waits for this before it sends the body; the route and the key
             // are already accepted here, and a declared length over the limit was answered with 413 instead

@@ -217,6 +217,31 @@ class BadInputTest {
     }
 
     @Test
+    void aCompressedBodyIs415NamingItsEncoding() throws Exception {
+        java.io.ByteArrayOutputStream gz = new java.io.ByteArrayOutputStream();
+        try (java.util.zip.GZIPOutputStream z = new java.util.zip.GZIPOutputStream(gz)) {
+            z.write(chat("").getBytes(StandardCharsets.UTF_8));
+        }
+        for (String[] c : new String[][]{{"gzip", "gzip"}, {"br", "br"}, {"identity, deflate", "deflate"}}) {
+            // a real gzip body for gzip (the others are not compressed: the header alone decides)
+            byte[] body = c[0].equals("gzip") ? gz.toByteArray() : chat("").getBytes(StandardCharsets.UTF_8);
+            java.net.http.HttpResponse<String> r = server.http().send(java.net.http.HttpRequest.newBuilder(
+                            java.net.URI.create("http://127.0.0.1:" + server.port + "/v1/chat/completions"))
+                    .header("Content-Type", "application/json").header("Content-Encoding", c[0])
+                    .POST(java.net.http.HttpRequest.BodyPublishers.ofByteArray(body)).build(), java.net.http.HttpResponse.BodyHandlers.ofString());
+            assertEquals(415, r.statusCode(), r.body());
+            assertEquals("identity", r.headers().firstValue("accept-encoding").orElse(null));
+            JsonNode e = Json.MAPPER.readTree(r.body()).get("error");
+            assertEquals("unsupported_content_encoding", e.get("code").asText());
+            assertEquals("the request body's Content-Encoding '" + c[1] + "' is not supported: send the JSON uncompressed (identity)",
+                    e.get("message").asText());
+        }
+        // identity is no coding at all
+        assertEquals(200, server.post("/v1/chat/completions", chat(""), "Content-Encoding", "identity").status());
+        assertEquals(415, server.post("/tokenize", "{\"content\":\"x\"}", "Content-Encoding", "gzip").status());
+    }
+
+    @Test
     void routesAndMethods() throws Exception {
         assertEquals(404, server.get("/v1/nothing").status());
         assertEquals(404, server.post("/v1/nothing", "{}").status());
