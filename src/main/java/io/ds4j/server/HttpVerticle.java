@@ -444,13 +444,19 @@ public final class HttpVerticle extends VerticleBase {
                 if (body.length() == 0) throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
                 byte[] bytes = body.getBytes();
                 checkUtf8(bytes);
-                n = Json.MAPPER.readTree(bytes);
+                n = Json.BODY_READER.readTree(bytes);
                 // whitespace alone is no JSON value either: the same answer as an empty body
                 if (n == null || n.isMissingNode())
                     throw new ApiException(400, "invalid_request_error", "invalid_json", null,
                             "the request body is empty (" + bytes.length + " bytes of whitespace)", null);
             } catch (JsonProcessingException e) {
-                error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, Json.syntaxProblem("malformed JSON", e), null));
+                String twice = Json.duplicateKey(e);
+                var at = e.getLocation();
+                error(ctx, twice != null
+                        ? new ApiException(400, "invalid_request_error", "invalid_json", twice, twice + ": is given twice in one"
+                                + " JSON object" + (at != null ? " (the second time at line " + at.getLineNr() + ", column "
+                                + at.getColumnNr() + ")" : "") + "; give each key once", null)
+                        : new ApiException(400, "invalid_request_error", "invalid_json", null, Json.syntaxProblem("malformed JSON", e), null));
                 return;
             } catch (ApiException e) {
                 error(ctx, e);

@@ -1,8 +1,11 @@
 package io.ds4j.server;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.JsonStreamContext;
+import com.fasterxml.jackson.core.StreamReadFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.ObjectReader;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -16,7 +19,30 @@ public final class Json {
     public static final ObjectMapper MAPPER = new ObjectMapper()
             .enable(com.fasterxml.jackson.databind.DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
 
+    /**
+     * Reads request bodies: as {@link #MAPPER}, and a key given twice in one object is an error instead of the last
+     * value winning silently (a client that sends {@code "max_tokens"} twice meant one of them, and which is unclear).
+     */
+    public static final ObjectReader BODY_READER = MAPPER.reader().with(StreamReadFeature.STRICT_DUPLICATE_DETECTION);
+
     private Json() {}
+
+    /**
+     * Where a key that a body gives twice in one object is, in the form error messages name fields with
+     * ({@code max_tokens}, {@code messages[0].role}); null when the error is another one.
+     */
+    public static String duplicateKey(JsonProcessingException e) {
+        String m = e.getOriginalMessage();
+        if (m == null || !m.startsWith("Duplicate field '") || !(e.getProcessor() instanceof com.fasterxml.jackson.core.JsonParser p))
+            return null;
+        java.util.Deque<String> parts = new java.util.ArrayDeque<>();
+        for (JsonStreamContext c = p.getParsingContext(); c != null && !c.inRoot(); c = c.getParent()) {
+            if (c.inObject()) parts.push((c.getParent() != null && !c.getParent().inRoot() ? "." : "") + c.getCurrentName());
+            else parts.push("[" + c.getCurrentIndex() + "]");
+        }
+        String path = String.join("", parts);
+        return path.startsWith(".") ? path.substring(1) : path;
+    }
 
     public static ObjectNode object() {
         return JsonNodeFactory.instance.objectNode();

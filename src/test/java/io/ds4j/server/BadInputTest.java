@@ -242,6 +242,25 @@ class BadInputTest {
     }
 
     @Test
+    void aKeyGivenTwiceIsRefusedByItsPath() throws Exception {
+        String body = chat("\"max_tokens\":5,\"max_tokens\":6");
+        JsonNode e = expect("/v1/chat/completions", body, 400, "max_tokens");
+        assertEquals("invalid_json", e.get("code").asText());
+        assertEquals("max_tokens: is given twice in one JSON object (the second time at line 1, column "
+                + (body.lastIndexOf("\"max_tokens\"") + 13) + "); give each key once", e.get("message").asText());
+        e = expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"role\":\"system\"}]}", 400,
+                "messages[0].role");
+        assertEquals("invalid_json", e.get("code").asText());
+        expect("/v1/chat/completions", chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":"
+                + "\"object\",\"type\":\"array\"}}}"), 400, "response_format.json_schema.schema.type");
+        expect("/detokenize", "{\"tokens\":[1],\"tokens\":[2]}", 400, "tokens");
+        expect("/v1/completions", "[{\"prompt\":\"a\",\"prompt\":\"b\"}]", 400, "[0].prompt");
+        // the same key in two objects is fine
+        assertEquals(200, server.post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+                + "{\"role\":\"assistant\",\"content\":\"b\"},{\"role\":\"user\",\"content\":\"c\"}],\"max_tokens\":2}").status());
+    }
+
+    @Test
     void routesAndMethods() throws Exception {
         assertEquals(404, server.get("/v1/nothing").status());
         assertEquals(404, server.post("/v1/nothing", "{}").status());
