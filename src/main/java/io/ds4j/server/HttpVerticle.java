@@ -343,39 +343,9 @@ public final class HttpVerticle extends VerticleBase {
         return longText != null ? longText.close() : Future.succeededFuture();
     }
 
-    /** Context keys of a request's body deadline ({@link #watchBody}): its timer, and whether it passed. */
-    private static final String BODY_TIMER = "ds4j.bodyTimer", BODY_LATE = "ds4j.bodyLate";
-
-    /**
-     * Sets the deadline of a request that declares a body (Content-Length above 0, or Transfer-Encoding): when the body
-     * has not fully arrived limits.bodyReadTimeoutMs after the headers, {@link #bodyTimedOut} answers 408 or, for a
-     * request answered without (all of) its body, closes the connection. A client that sends part of a body and stalls
-     * would otherwise hold the connection, and what was read of the body, forever. Routes that read the body cancel it
-     * when the body ends ({@link #bodyArrived}); for the others it finds the body complete when it fires.
-     */
+    /** The body's deadline ({@link BodyDeadline}), its 408s counted as refusals. */
     private void watchBody(RoutingContext ctx) {
-        HttpServerRequest req = ctx.request();
-        if (ctx.get(BODY_TIMER) != null || !declaresBody(req)) return;
-        int timeoutMs = state.config().bodyReadTimeoutMs();
-        ctx.put(BODY_TIMER, vertx.setTimer(timeoutMs, id -> bodyTimedOut(ctx, timeoutMs)));
-    }
-
-    /** Whether a request's headers say a body follows (a request without either has none, RFC 9112 section 6.3). */
-    private static boolean declaresBody(HttpServerRequest req) {
-        if (req.getHeader(HttpHeaders.TRANSFER_ENCODING) != null) return true;
-        String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
-        return cl != null && !cl.trim().equals("0");
-    }
-
-    /** The body has ended (or failed): its deadline no longer applies. */
-    private void bodyArrived(RoutingContext ctx) {
-        Long timer = ctx.get(BODY_TIMER);
-        if (timer != null) vertx.cancelTimer(timer);
-    }
-
-    /** Whether the body's deadline passed (what arrives after it is discarded). */
-    private static boolean bodyLate(RoutingContext ctx) {
-        return ctx.get(BODY_LATE) != null;
+        BodyDeadline.watch(ctx, state.config().bodyReadTimeoutMs(), () -> state.metrics().rejected("request_timeout"));
     }
 
     /**
@@ -398,7 +368,7 @@ public final class HttpVerticle extends VerticleBase {
      * Reads the body up to server.maxBodyBytes and parses it as JSON. A larger body gets 413 (the rest of it is read and
      * discarded so the client sees the answer), a body with a Content-Encoding other than identity 415. A body that has
      * not fully arrived limits.bodyReadTimeoutMs after the headers gets 408 and its connection is closed
-     * ({@link #watchBody}).
+     * ({@link BodyDeadline}).
      */
     private void withBody(RoutingContext ctx, Consumer<JsonNode> then) {
         HttpServerRequest req = ctx.request();
@@ -424,7 +394,7 @@ public final class HttpVerticle extends VerticleBase {
             // are already accepted here, and a declared length over the limit was answered with 413 instead
             ctx.response().writeContinue();
         req.handler(chunk -> {
-            if (over[0] || bodyLate(ctx)) return;
+            if (over[0] || BodyDeadline.passed(ctx)) return;
             if (body.length() + chunk.length() > limit) {
                 over[0] = true;
                 tooLarge(ctx, limit, -1);
@@ -433,12 +403,12 @@ public final class HttpVerticle extends VerticleBase {
             body.appendBuffer(chunk);
         });
         req.exceptionHandler(t -> {
-            bodyArrived(ctx);
+            BodyDeadline.arrived(ctx);
             LOG.debug("request body: {}", t.toString());
         });
         req.endHandler(v -> {
-            bodyArrived(ctx);
-            if (over[0] || bodyLate(ctx)) return;
+            BodyDeadline.arrived(ctx);
+            if (over[0] || BodyDeadline.passed(ctx)) return;
             JsonNode n;
             try {
                 if (body.length() == 0) throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
@@ -497,39 +467,6 @@ public final class HttpVerticle extends VerticleBase {
         out.clear();
         if (d.flush(out).isError()) throw new ApiException(400, "invalid_request_error", "invalid_json", null,
                 "the request body is not valid UTF-8: it ends inside a character", null);
-    }
-
-    /**
-     * A body still incomplete limits.bodyReadTimeoutMs after its headers: 408 request_timeout, and the connection is
-     * closed (what remains of the body can no longer be told from a next request). A request already answered without
-     * (all of) its body — a 401 for a wrong key, a 404, GET /health with a body, a body over the size limit that is
-     * still being discarded — only has its connection closed: the answer went out, and the connection cannot carry a
-     * next request before the body ends.
-     */
-    private void bodyTimedOut(RoutingContext ctx, int timeoutMs) {
-        HttpServerRequest req = ctx.request();
-        HttpServerResponse resp = ctx.response();
-        if (req.isEnded() || resp.closed()) return;
-        ctx.put(BODY_LATE, true);  // whatever arrives from now on is discarded
-        String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
-        String got = req.bytesRead() + (cl != null && req.getHeader(HttpHeaders.TRANSFER_ENCODING) == null
-                ? " of the " + cl.trim() + " bytes declared" : " bytes (chunked)");
-        if (resp.headWritten()) {
-            LOG.info("{} {}: answered with {} before its body arrived; the rest of the body did not come within {} ms"
-                    + " (limits.bodyReadTimeoutMs), {} came; closing the connection", req.method(), req.path(),
-                    resp.getStatusCode(), timeoutMs, got);
-            req.connection().close();
-            return;
-        }
-        ApiException e = new ApiException(408, "invalid_request_error", "request_timeout", null, "the request body did not"
-                + " arrive in time: " + got + " came within " + timeoutMs + " ms (limits.bodyReadTimeoutMs); the connection is"
-                + " closed", null);
-        state.metrics().rejected(e.code());
-        LOG.info("{} {} rejected with 408: the body did not arrive within {} ms (limits.bodyReadTimeoutMs), {} came;"
-                + " closing the connection", req.method(), req.path(), timeoutMs, got);
-        // written before the close, as for a malformed request: the client learns why its connection ends
-        resp.setStatusCode(408).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").putHeader(HttpHeaders.CONNECTION, "close")
-                .end(Json.write(e.body())).onComplete(v -> req.connection().close());
     }
 
     private void tooLarge(RoutingContext ctx, int limit, long declared) {

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.server.ApiException;
+import io.ds4j.server.BodyDeadline;
 import io.ds4j.server.HeadDeadline;
 import io.ds4j.server.HttpVerticle;
 import io.ds4j.server.Json;
@@ -125,6 +126,9 @@ public final class GatewayVerticle extends VerticleBase {
 
         Router r = Router.router(vertx);
         r.route().handler(ctx -> {
+            // a body that stalls, also one of a request answered without reading it (a 401), is bounded as on a
+            // single server
+            BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { });
             if (ctx.request().method() == HttpMethod.HEAD) HttpVerticle.headLength(ctx);
             ctx.next();
         });
@@ -150,6 +154,7 @@ public final class GatewayVerticle extends VerticleBase {
         // a path the router cannot decode (a malformed percent-escape): an OpenAI error and one log line, not the
         // router's plain-text answer with a stack trace at ERROR
         r.errorHandler(400, ctx -> {
+            BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { });  // no route ran for a request without Host
             ApiException e = MalformedRequests.answer(ctx.request().path(), ctx.failure());
             LOG.info("{} {} rejected with 400: {}", ctx.request().method(), ctx.request().path(), e.getMessage());
             error(ctx.response(), e);
@@ -347,14 +352,14 @@ public final class GatewayVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ relaying
 
-    /** Reads the body (up to server.maxBodyBytes), then routes it. */
+    /** Reads the body (up to server.maxBodyBytes, within limits.bodyReadTimeoutMs: {@link BodyDeadline}), then routes it. */
     private void relay(RoutingContext ctx) {
         HttpServerRequest req = ctx.request();
         int limit = config.get().maxBodyBytes();
         Buffer body = Buffer.buffer();
         boolean[] over = {false};
         req.handler(chunk -> {
-            if (over[0]) return;
+            if (over[0] || BodyDeadline.passed(ctx)) return;
             if (body.length() + chunk.length() > limit) {
                 over[0] = true;
                 error(ctx.response(), new ApiException(413, "invalid_request_error", "request_too_large", null,
@@ -363,8 +368,10 @@ public final class GatewayVerticle extends VerticleBase {
             }
             body.appendBuffer(chunk);
         });
+        req.exceptionHandler(t -> BodyDeadline.arrived(ctx));
         req.endHandler(v -> {
-            if (over[0]) return;
+            BodyDeadline.arrived(ctx);
+            if (over[0] || BodyDeadline.passed(ctx)) return;
             String model = null, session = req.getHeader(SESSION_HEADER);
             if (body.length() > 0) {
                 try {

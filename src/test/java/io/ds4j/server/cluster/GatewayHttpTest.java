@@ -31,6 +31,7 @@ class GatewayHttpTest {
         o.put("server.host", "127.0.0.1");
         o.put("server.port", 0);
         o.put("limits.headerReadTimeoutMs", 300);
+        o.put("limits.bodyReadTimeoutMs", 300);
         o.put("cluster.enabled", true);
         o.put("cluster.role", "gateway");
         o.put("cluster.port", 0);
@@ -104,5 +105,24 @@ class GatewayHttpTest {
             if (!path.equals("/props") && !path.equals("/metrics"))
                 assertTrue(head.contains("content-length: " + get.substring(get.indexOf("\r\n\r\n") + 4).getBytes(StandardCharsets.UTF_8).length), head);
         }
+    }
+
+    /** Sends a request's head and part of its body, then nothing more; returns everything answered, to the close. */
+    static String stall(String headAndPart) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", node.port())) {
+            s.setSoTimeout(30_000);  // a bound for a broken server, far above the deadline under test
+            s.getOutputStream().write(headAndPart.getBytes(StandardCharsets.US_ASCII));
+            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+
+    @Test
+    void aBodyThatStopsArrivingIsBoundedAsOnASingleServer() throws Exception {
+        String relayed = stall("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n{\"messages\":");
+        assertTrue(relayed.startsWith("HTTP/1.1 408"), relayed);
+        assertTrue(relayed.contains("\"request_timeout\"") && relayed.contains("12 of the 200 bytes declared came within 300 ms"), relayed);
+        // answered without reading the body, then closed once the rest of it is late
+        String health = stall("GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc");
+        assertTrue(health.startsWith("HTTP/1.1 503") && health.contains("\"engines\""), health);
     }
 }
