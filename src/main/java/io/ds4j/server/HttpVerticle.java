@@ -195,8 +195,9 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * A request Netty could not decode (e.g. a header value with control characters) gets an OpenAI error body, not
-     * an empty 400. A connection that closed before a request's head was complete is only logged at debug level. When API keys are on and no valid key was among the headers read, it is a 401: a key sent with
-     * control characters is not a valid key. The connection closes after the answer.
+     * an empty 400. When API keys are on and no valid key was among the headers read, it is a 401: a key sent with
+     * control characters is not a valid key. The connection closes after the answer. A connection that closed before a
+     * request's head was complete is only logged, at debug level: nothing was refused.
      */
     private void invalidRequest(HttpServerRequest req) {
         Throwable cause = req.decoderResult().cause();
