@@ -1,7 +1,10 @@
 package io.ds4j.server;
 
+import io.vertx.core.Handler;
 import io.vertx.core.Vertx;
 import io.vertx.core.http.HttpConnection;
+import io.vertx.core.http.HttpServer;
+import io.vertx.core.http.HttpServerOptions;
 import io.vertx.core.http.HttpServerRequest;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -54,6 +57,28 @@ public final class HeadDeadline {
     public HeadDeadline(Vertx vertx, IntSupplier timeoutMs) {
         this.vertx = vertx;
         this.timeoutMs = timeoutMs;
+    }
+
+    /**
+     * An HTTP front whose every connection and request head this deadline sees: HTTP/1.x only (cleartext HTTP/2
+     * detection off, see the class comment), no compression (answers are small JSON or token streams), TCP_NODELAY
+     * (streamed tokens go out at once). Both fronts, a single server and a cluster gateway, are made here.
+     * @param port     the port (0 one chosen by the system; -1 a random one shared by several instances)
+     * @param requests every request, after its head was noted
+     * @param invalid  every request Vert.x could not parse, after its head was noted
+     */
+    public HttpServer server(String host, int port, Handler<HttpServerRequest> requests, Handler<HttpServerRequest> invalid) {
+        return vertx.createHttpServer(new HttpServerOptions().setHost(host).setPort(port).setCompressionSupported(false)
+                        .setTcpNoDelay(true).setHttp2ClearTextEnabled(false))
+                .connectionHandler(this::opened)
+                .requestHandler(req -> {
+                    head(req);
+                    requests.handle(req);
+                })
+                .invalidRequestHandler(req -> {
+                    head(req);
+                    invalid.handle(req);
+                });
     }
 
     /** A connection was accepted (the HTTP server's connection handler): it waits for its first head from now. */

@@ -22,7 +22,6 @@ import io.vertx.core.eventbus.DeliveryOptions;
 import io.vertx.core.http.HttpHeaders;
 import io.vertx.core.http.HttpMethod;
 import io.vertx.core.http.HttpServer;
-import io.vertx.core.http.HttpServerOptions;
 import io.vertx.core.http.HttpServerRequest;
 import io.vertx.core.http.HttpServerResponse;
 import io.vertx.core.http.HttpVersion;
@@ -117,11 +116,11 @@ public final class HttpVerticle extends VerticleBase {
         for (String p : List.of("/v1/completions", "/completions"))
             r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, false)));
         // every GET route answers HEAD too: GET's status and headers without the body (first() adds the length)
-        r.get("/v1/models").method(HttpMethod.HEAD).handler(this::models);
-        r.get("/models").method(HttpMethod.HEAD).handler(this::models);
+        r.get("/v1/models").method(HttpMethod.HEAD).handler(withModel(this::models));
+        r.get("/models").method(HttpMethod.HEAD).handler(withModel(this::models));
         // one model by id; the id may hold '/' (an organisation/name id), so the rest of the path is the id
-        r.getWithRegex("/v1/models/(?<id>.+)").method(HttpMethod.HEAD).handler(this::model);
-        r.getWithRegex("/models/(?<id>.+)").method(HttpMethod.HEAD).handler(this::model);
+        r.getWithRegex("/v1/models/(?<id>.+)").method(HttpMethod.HEAD).handler(withModel(this::model));
+        r.getWithRegex("/models/(?<id>.+)").method(HttpMethod.HEAD).handler(withModel(this::model));
         r.get("/props").method(HttpMethod.HEAD).handler(this::props);
         r.post("/tokenize").handler(ctx -> withBody(ctx, b -> tokenize(ctx, b)));
         r.post("/detokenize").handler(ctx -> withBody(ctx, b -> detokenize(ctx, b)));
@@ -176,20 +175,8 @@ public final class HttpVerticle extends VerticleBase {
         });
         ServerConfig cfg = state.config();
         heads = new HeadDeadline(vertx, () -> state.config().headerReadTimeoutMs());
-        // port 0 with several instances: -1 makes them share one random port (Vert.x convention). HTTP/1.x only: with
-        // cleartext HTTP/2 detection on, Vert.x hands over a connection only once a request has come on it, so a
-        // client stalled in its first head, or sending nothing, escaped the head deadline
-        server = vertx.createHttpServer(new HttpServerOptions().setHost(cfg.host()).setPort(cfg.port() == 0 ? -1 : cfg.port())
-                        .setCompressionSupported(false).setTcpNoDelay(true).setHttp2ClearTextEnabled(false))
-                .connectionHandler(heads::opened)
-                .requestHandler(req -> {
-                    heads.head(req);
-                    r.handle(req);
-                })
-                .invalidRequestHandler(req -> {
-                    heads.head(req);
-                    invalidRequest(req);
-                });
+        // port 0 with several instances: -1 makes them share one random port (Vert.x convention)
+        server = heads.server(cfg.host(), cfg.port() == 0 ? -1 : cfg.port(), r, this::invalidRequest);
         return server.listen().onSuccess(s -> state.port(s.actualPort()));
     }
 
@@ -528,6 +515,20 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /** The model, or a 503 (loading / failed) answer. */
+    /** A route that needs the loaded model: handler with it, or the 503 {@link #ready()} gives while there is none. */
+    private io.vertx.core.Handler<RoutingContext> withModel(java.util.function.BiConsumer<RoutingContext, ModelInfo> handler) {
+        return ctx -> {
+            ModelInfo m;
+            try {
+                m = ready();
+            } catch (ApiException e) {
+                error(ctx, e);
+                return;
+            }
+            handler.accept(ctx, m);
+        };
+    }
+
     private ModelInfo ready() {
         ModelInfo m = state.model();
         if (m != null) return m;
@@ -559,14 +560,8 @@ public final class HttpVerticle extends VerticleBase {
         }
     }
 
-    private void models(RoutingContext ctx) {
-        ModelInfo m;
-        try {
-            m = ready();
-        } catch (ApiException e) {
-            error(ctx, e);
-            return;
-        }
+    /** GET /v1/models: the served model's object in a list (OpenAI's shape). */
+    private void models(RoutingContext ctx, ModelInfo m) {
         ObjectNode root = Json.object().put("object", "list");
         root.putArray("data").add(modelObject(m));
         json(ctx, 200, root);
@@ -576,14 +571,7 @@ public final class HttpVerticle extends VerticleBase {
      * GET /v1/models/{id}: the served model's object (as listed by /v1/models), or 404 model_not_found for any other
      * id, as OpenAI answers.
      */
-    private void model(RoutingContext ctx) {
-        ModelInfo m;
-        try {
-            m = ready();
-        } catch (ApiException e) {
-            error(ctx, e);
-            return;
-        }
+    private void model(RoutingContext ctx, ModelInfo m) {
         String id = ctx.pathParam("id");
         if (!m.id().equals(id)) {
             error(ctx, new ApiException(404, "invalid_request_error", "model_not_found", "model",

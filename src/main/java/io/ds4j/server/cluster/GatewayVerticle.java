@@ -25,7 +25,6 @@ import io.vertx.core.eventbus.MessageConsumer;
 import io.vertx.core.http.HttpHeaders;
 import io.vertx.core.http.HttpMethod;
 import io.vertx.core.http.HttpServer;
-import io.vertx.core.http.HttpServerOptions;
 import io.vertx.core.http.HttpServerRequest;
 import io.vertx.core.http.HttpServerResponse;
 import io.vertx.core.json.JsonObject;
@@ -178,18 +177,7 @@ public final class GatewayVerticle extends VerticleBase {
         });
         ServerConfig cfg = config.get();
         heads = new HeadDeadline(vertx, () -> config.get().headerReadTimeoutMs());
-        // HTTP/1.x only, as a single server: every connection exists from its accept, so the head deadline bounds it
-        server = vertx.createHttpServer(new HttpServerOptions().setHost(cfg.host()).setPort(cfg.port())
-                        .setCompressionSupported(false).setTcpNoDelay(true).setHttp2ClearTextEnabled(false))
-                .connectionHandler(heads::opened)
-                .requestHandler(req -> {
-                    heads.head(req);
-                    r.handle(req);
-                })
-                .invalidRequestHandler(req -> {
-                    heads.head(req);
-                    HttpServerRequest.DEFAULT_INVALID_REQUEST_HANDLER.handle(req);
-                });
+        server = heads.server(cfg.host(), cfg.port(), r, HttpServerRequest.DEFAULT_INVALID_REQUEST_HANDLER);
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList())
                 .compose(v -> server.listen())
                 .onSuccess(s -> LOG.info("cluster: gateway listening on http://{}:{}; cluster '{}' member {}", cfg.host(),
