@@ -38,6 +38,8 @@ public final class HeadDeadline {
     private final IntSupplier timeoutMs;
     private final Map<HttpConnection, Waiting> open = new HashMap<>();
     private long timer = -1;
+    /** When the pending sweep runs (System.nanoTime), while timer is set. */
+    private long due;
     private boolean stopped;
 
     /** A connection's state: its request in progress, and since when it is known to wait for a head (or -1). */
@@ -52,7 +54,8 @@ public final class HeadDeadline {
     }
 
     /**
-     * @param timeoutMs the current limits.headerReadTimeoutMs (read at every sweep: a reload applies at once)
+     * @param timeoutMs the current limits.headerReadTimeoutMs (read at every sweep and when a connection opens: a reload
+     *                  that lowers it applies to connections open then at the next sweep, to new ones from their accept)
      */
     public HeadDeadline(Vertx vertx, IntSupplier timeoutMs) {
         this.vertx = vertx;
@@ -86,6 +89,12 @@ public final class HeadDeadline {
         if (stopped) return;
         open.put(c, new Waiting(System.nanoTime()));
         c.closeHandler(v -> open.remove(c));
+        long period = period();
+        // a sweep scheduled under a longer timeout (before a reload lowered it) would come too late for this connection
+        if (timer != -1 && System.nanoTime() + period * 1_000_000 < due) {
+            vertx.cancelTimer(timer);
+            timer = -1;
+        }
         if (timer == -1) schedule();
     }
 
@@ -106,8 +115,15 @@ public final class HeadDeadline {
         open.clear();
     }
 
+    /** The sweep period: a quarter of the current timeout (ms, at least 25). */
+    private long period() {
+        return Math.max(25, timeoutMs.getAsInt() / 4);
+    }
+
     private void schedule() {
-        timer = vertx.setTimer(Math.max(25, timeoutMs.getAsInt() / 4), id -> sweep());
+        long period = period();
+        due = System.nanoTime() + period * 1_000_000;
+        timer = vertx.setTimer(period, id -> sweep());
     }
 
     private void sweep() {

@@ -369,7 +369,8 @@ public final class HttpVerticle extends VerticleBase {
             // Netty rejects malformed lengths before we get here
         }
         Buffer body = Buffer.buffer();
-        String encoding = unsupportedEncoding(req.getHeader(HttpHeaders.CONTENT_ENCODING));
+        // every Content-Encoding line counts: two lines are one list (RFC 9110 section 5.3)
+        String encoding = unsupportedEncoding(String.join(",", req.headers().getAll(HttpHeaders.CONTENT_ENCODING)));
         boolean[] over = {encoding != null || declared > limit};
         if (encoding != null) {
             // RFC 9110 section 15.5.16: Accept-Encoding says which codings would have been taken

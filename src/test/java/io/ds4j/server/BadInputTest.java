@@ -239,6 +239,9 @@ class BadInputTest {
         // identity is no coding at all
         assertEquals(200, server.post("/v1/chat/completions", chat(""), "Content-Encoding", "identity").status());
         assertEquals(415, server.post("/tokenize", "{\"content\":\"x\"}", "Content-Encoding", "gzip").status());
+        // two header lines are one list: a coding on the second line counts as much as on the first
+        assertEquals(415, server.post("/tokenize", "{\"content\":\"x\"}", "Content-Encoding", "identity", "Content-Encoding",
+                "gzip").status());
     }
 
     @Test

@@ -221,4 +221,25 @@ class SlowClientTest {
             assertEquals(-1, s.getInputStream().read(), "closed by the server");
         }
     }
+
+    @Test
+    void aLoweredHeadDeadlineAppliesToTheNextConnectionAtOnce() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.headerReadTimeoutMs", 3_600_000));
+        // silent connections on every HTTP verticle (they take connections in turn): each one's sweep is scheduled
+        // 15 minutes ahead; then a reload lowers the deadline to 300 ms
+        List<Socket> idle = new java.util.ArrayList<>();
+        try {
+            for (int i = 0; i < 16; i++) idle.add(new Socket("127.0.0.1", server.port));
+            Thread.sleep(300);
+            ServerState st = server.state();
+            st.config(st.config().with("limits.headerReadTimeoutMs", 300), List.of());
+            for (int i = 0; i < 4; i++) {
+                long t0 = System.nanoTime();
+                assertEquals("", stall(server.port, "", ""), "a new silent connection is closed under the new deadline");
+                assertTrue((System.nanoTime() - t0) / 1_000_000 < 10_000, "within seconds, not at the old sweep");
+            }
+        } finally {
+            for (Socket s : idle) s.close();
+        }
+    }
 }

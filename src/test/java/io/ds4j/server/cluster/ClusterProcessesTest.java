@@ -261,6 +261,11 @@ class ClusterProcessesTest {
         HttpResponse<String> headReady = head(gwPort, "/v1/health");
         assertEquals(200, headReady.statusCode(), "HEAD /v1/health while engines are ready");
         assertEquals("application/json", headReady.headers().firstValue("Content-Type").orElse(null), "GET's headers");
+        // a compressed body is refused by the engine behind the gateway as by a single server (its header is relayed)
+        HttpResponse<String> gz = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + gwPort + "/tokenize"))
+                .header("Authorization", "Bearer " + KEY).header("Content-Type", "application/json").header("Content-Encoding", "gzip")
+                .POST(HttpRequest.BodyPublishers.ofString("{\"content\":\"x\"}")).build(), HttpResponse.BodyHandlers.ofString());
+        assertEquals(415, gz.statusCode(), gz.body());
 
         // --- the cluster view, and keys enforced at the gateway
         HttpResponse<String> anon = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + gwPort + "/v1/chat/completions"))
