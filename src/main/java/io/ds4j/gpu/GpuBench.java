@@ -95,7 +95,7 @@ public final class GpuBench {
             SplittableRandom r = new SplittableRandom(1);
             int maxCtx = Math.max(prompt, contexts.stream().mapToInt(Integer::intValue).max().orElse(prompt));
             for (int n : chunkAt) maxCtx = Math.max(maxCtx, n + chunk);
-            final int maxPre = maxPrefill;
+            final int maxPre = maxPrefill, ch = chunk, dec = decode, promptT = prompt;  // for the lambdas below
             int[] toks = new int[maxCtx + 2 * decode + 2 + verifyRows]; // the verify step reads rows past the decoded ones
             for (int i = 0; i < toks.length; i++) toks[i] = r.nextInt(c.vocabSize);
             // warm-up (module load, workspace growth)
@@ -115,11 +115,8 @@ public final class GpuBench {
             System.out.printf("prefill: %.0f tokens/s (%d tokens, chunks of %d)%n", bestPrefill, prompt, chunk);
             try (Sequence s = be.newSequence(16)) {
                 prefill(be, s, toks, Math.max(0, prompt - chunk), chunk);
-                be.setProfiling(true);
-                prefill(be, s, toks, Math.min(chunk, prompt), chunk);
-                System.out.print("  one prefill chunk of " + Math.min(chunk, prompt) + " tokens at context " + Math.max(0, prompt - chunk)
-                        + " by category (each op waited for):\n" + be.takeProfile());
-                be.setProfiling(false);
+                profiled(be, "  one prefill chunk of " + Math.min(chunk, prompt) + " tokens at context " + Math.max(0, prompt - chunk),
+                        () -> prefill(be, s, toks, Math.min(ch, promptT), ch));
             }
             for (int ctx : chunkAt) chunkAt(be, toks, ctx, chunk);
             for (int ctx : contexts) {
@@ -144,10 +141,7 @@ public final class GpuBench {
                     System.out.printf("  achieved %.0f GB/s = %.1f%% of %.0f GB/s (decode-step graphs %s)%n", gbs, 100 * gbs / peak, peak,
                             be.graphs() ? "on" : "off");
                     if (graphRounds > 0) graphsAB(be, s, toks, decode, graphRounds);
-                    be.setProfiling(true);
-                    be.forward(s, toks, ctx + decode + 1, 1, new int[]{0});
-                    System.out.print("  one decode step by category (each op waited for):\n" + be.takeProfile());
-                    be.setProfiling(false);
+                    profiled(be, "  one decode step", () -> be.forward(s, toks, ctx + dec + 1, 1, new int[]{0}));
                     if (verifyRows > 0) {
                         if (verifyPaths.isEmpty()) verifyStep(be, s, toks, verifyRows, decode);
                         else for (String path : verifyPaths) verifyStep(be, s, toks, verifyRows, decode, path);
@@ -267,10 +261,7 @@ public final class GpuBench {
         double decodeMs = (System.nanoTime() - t0) / 1e6 / n;
         System.out.printf("  verify step of %d rows at context %d: %.2f ms = %.2fx a decode step (%.2f ms)%n", rows, pos, verifyMs,
                 verifyMs / decodeMs, decodeMs);
-        be.setProfiling(true);
-        be.forward(s, toks, pos, rows, want, io.ds4j.engine.StepKind.VERIFY);
-        System.out.print("  one verify step by category (each op waited for):\n" + be.takeProfile());
-        be.setProfiling(false);
+        profiled(be, "  one verify step", () -> be.forward(s, toks, pos, rows, want, io.ds4j.engine.StepKind.VERIFY));
         s.rollback(rows);
     }
 
@@ -294,11 +285,11 @@ public final class GpuBench {
                 for (int i = 0; i < N; i++) seqs.add(be.fork(s, maxRollback)); // copies need the source's ring sizes
                 // batch 1 once; for N > 1 the two attention settings in interleaved rounds (the order alternates), so
                 // that neither gains from going second; each setting's median over the rounds
-                int rounds = N == 1 ? 1 : 3;
+                int settings = N == 1 ? 1 : 2, rounds = N == 1 ? 1 : 3;
                 double[][] rate = new double[2][rounds];
                 DecodeGraphs.Stats[][] gs = new DecodeGraphs.Stats[2][2];
                 for (int r = 0; r < rounds; r++)
-                    for (int j = 0; j < (N == 1 ? 1 : 2); j++) {
+                    for (int j = 0; j < settings; j++) {
                         boolean grouped = (j == 0) == (r % 2 == 0);
                         be.setGroupedAttention(grouped);
                         batchSteps(be, seqs, toks, pos, 1);
@@ -312,7 +303,7 @@ public final class GpuBench {
                         rate[grouped ? 0 : 1][r] = (double) N * n / sec;
                         if (r == 0) gs[grouped ? 0 : 1] = new DecodeGraphs.Stats[]{g0, g1};
                     }
-                for (int j = 0; j < (N == 1 ? 1 : 2); j++) {
+                for (int j = 0; j < settings; j++) {
                     double agg = median(rate[j]);
                     if (N == 1) one = agg;
                     DecodeGraphs.Stats g0 = gs[j][0], g1 = gs[j][1];
@@ -325,11 +316,8 @@ public final class GpuBench {
                 if (N == largest && N > 1)
                     for (boolean grouped : new boolean[]{true, false}) {
                         be.setGroupedAttention(grouped);
-                        be.setProfiling(true);
-                        batchSteps(be, seqs, toks, pos, 1);
-                        System.out.print("    one step of " + N + " decode entries, attention " + (grouped ? "grouped" : "one entry at a time")
-                                + ", by category (each op waited for):\n" + be.takeProfile());
-                        be.setProfiling(false);
+                        profiled(be, "    one step of " + N + " decode entries, attention " + (grouped ? "grouped" : "one entry at a time")
+                                + ",", () -> batchSteps(be, seqs, toks, pos, 1));
                         for (Sequence q : seqs) q.rollback(1);
                     }
             } finally {
@@ -358,9 +346,17 @@ public final class GpuBench {
             }
             System.out.printf("prefill chunk of %d tokens at context %d (synthetic cache): %.2f ms median (%s)%n", chunk, ctx,
                     median(ms), rates(ms));
-            be.setProfiling(true);
-            be.forward(s, toks, ctx, chunk, new int[]{chunk - 1});
-            System.out.print("  by category (each op waited for):\n" + be.takeProfile());
+            profiled(be, " ", () -> be.forward(s, toks, ctx, chunk, new int[]{chunk - 1}));  // "  by category ..."
+        }
+    }
+
+    /** Runs step once with every operation waited for and timed, then prints "HEADING by category (...)" and the profile. */
+    private static void profiled(HipBackend be, String heading, Runnable step) {
+        be.setProfiling(true);
+        try {
+            step.run();
+            System.out.print(heading + " by category (each op waited for):\n" + be.takeProfile());
+        } finally {
             be.setProfiling(false);
         }
     }

@@ -493,14 +493,8 @@ public final class HttpVerticle extends VerticleBase {
     private static void json(RoutingContext ctx, int status, JsonNode body) {
         HttpServerResponse resp = ctx.response();
         if (resp.ended() || resp.closed()) return;
-        resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json");
-        if (ctx.request().method() == HttpMethod.HEAD) {
-            // GET's headers without the body, its length included (Vert.x leaves the length out of a HEAD answer)
-            byte[] b = Json.write(body).getBytes(StandardCharsets.UTF_8);
-            resp.putHeader(HttpHeaders.CONTENT_LENGTH, Integer.toString(b.length)).end();
-        } else {
-            resp.end(Json.write(body));
-        }
+        // a HEAD answer drops the body and gets its length from headLength (first())
+        resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(body));
     }
 
     /** Error code of requests refused or ended because the server shuts down. */
@@ -515,7 +509,6 @@ public final class HttpVerticle extends VerticleBase {
                 SHUTDOWN_RETRY_SECONDS);
     }
 
-    /** The model, or a 503 (loading / failed) answer. */
     /** A route that needs the loaded model: handler with it, or the 503 {@link #ready()} gives while there is none. */
     private io.vertx.core.Handler<RoutingContext> withModel(java.util.function.BiConsumer<RoutingContext, ModelInfo> handler) {
         return ctx -> {
@@ -530,6 +523,7 @@ public final class HttpVerticle extends VerticleBase {
         };
     }
 
+    /** The model, or a 503 (loading / failed) answer. */
     private ModelInfo ready() {
         ModelInfo m = state.model();
         if (m != null) return m;
@@ -701,10 +695,7 @@ public final class HttpVerticle extends VerticleBase {
         }
         Tokenizer tok = m.tokenizer();
         // the bound the generation endpoints apply, so that a huge text is refused before it is tokenised
-        long chars = 0;
-        if (plain != null) chars = plain.length();
-        else for (ChatMessage msg : messages) chars += msg.content() != null ? msg.content().length() : 0;
-        checkChars(tok, chars, state.maxContext(), plain != null ? field : "messages");
+        checkChars(tok, plain, messages, state.maxContext(), plain != null ? field : "messages");
         tokenizing(ctx, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
                 : tok.encode(ChatEncoder.encode(messages, opts)), result -> {
             ObjectNode o = Json.object();
@@ -808,7 +799,7 @@ public final class HttpVerticle extends VerticleBase {
         for (int i = 0; i < ids.length; i++) {
             JsonNode x = t.get(i);
             // a number past the double range (1E400) is an integer too large, not a fraction
-            boolean overflowed = x.isNumber() && !Double.isFinite(x.doubleValue());
+            boolean overflowed = Requests.beyondDouble(x);
             // an integral number however written (1000, 1e3, 1000.0), as for every integer field: JSON has one number type
             if (!overflowed && !Requests.isIntegral(x))
                 throw ApiException.badField("tokens[" + i + "]", "must be an integer token id, got " + Requests.describe(x));
@@ -850,10 +841,7 @@ public final class HttpVerticle extends VerticleBase {
         Tokenizer tok = m.tokenizer();
         // the prompt's own characters (a chat template adds more) against the bound, here on the event loop, so that a
         // prompt it refuses does not wait for a tokenising thread
-        long chars = 0;
-        if (chat) for (ChatMessage msg : g.messages()) chars += msg.content() != null ? msg.content().length() : 0;
-        else if (g.promptText() != null) chars = g.promptText().length();
-        checkChars(tok, chars, state.maxContext(), chat ? "messages" : "prompt");
+        checkChars(tok, chat ? null : g.promptText(), chat ? g.messages() : null, state.maxContext(), chat ? "messages" : "prompt");
         tokenizing(ctx, () -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
@@ -950,12 +938,16 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * Refuses a prompt of at least {@code chars} characters that cannot fit the context limit, on the event loop before
-     * it is tokenised (a huge one would cost seconds of tokenizer time): it has at least chars / longest tokens, as for
-     * a prediction ({@link #encodePrediction}). The longest token is found once per tokenizer (a few ms).
+     * Refuses a prompt whose characters cannot fit the context limit, on the event loop before it is tokenised (a huge
+     * one would cost seconds of tokenizer time): it has at least chars / longest tokens, as for a prediction
+     * ({@link #encodePrediction}). The longest token is found once per tokenizer (a few ms).
+     * @param text     the prompt's text, or null for chat messages
+     * @param messages chat messages (their contents count; a template adds more), or null
      * @throws ApiException 400 context_length_exceeded naming {@code field}
      */
-    private void checkChars(Tokenizer tok, long chars, int ctxLimit, String field) {
+    private void checkChars(Tokenizer tok, String text, List<ChatMessage> messages, int ctxLimit, String field) {
+        long chars = text != null ? text.length() : 0;
+        if (messages != null) for (ChatMessage msg : messages) chars += msg.content() != null ? msg.content().length() : 0;
         long most = longestTokenBytes(tok);
         if (chars > ctxLimit * most)
             throw ApiException.bad(field, "context_length_exceeded", field + ": the prompt is " + chars

@@ -454,18 +454,23 @@ final class Requests {
     static Integer integer(JsonNode b, String f, long lo, long hi) {
         JsonNode v = b.get(f);
         if (v == null || v.isNull()) return null;
-        boolean overflowed = v.isNumber() && !Double.isFinite(v.doubleValue());
+        boolean overflowed = beyondDouble(v);
         if (!overflowed && !isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
         if (overflowed || !v.canConvertToInt())
             throw ApiException.badField(f, "is out of range: give an integer in [" + lo + ", " + hi + "], got " + shown(v));
         return v.intValue();
     }
 
+    /** A JSON number past the double range (1e400 parses to an infinity): an integer too large, not a fraction. */
+    static boolean beyondDouble(JsonNode v) {
+        return v.isNumber() && !Double.isFinite(v.doubleValue());
+    }
+
     /** {@code n} and {@code best_of}: only 1 is supported. */
     private static void onlyOne(JsonNode b, String f) {
         JsonNode v = b.get(f);
         if (v == null || v.isNull()) return;
-        boolean overflowed = v.isNumber() && !Double.isFinite(v.doubleValue());
+        boolean overflowed = beyondDouble(v);
         if (!overflowed && !isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
         if (overflowed || !v.canConvertToInt() || v.intValue() != 1)
             throw ApiException.badField(f, "only " + f + " = 1 is supported, got " + shown(v));
