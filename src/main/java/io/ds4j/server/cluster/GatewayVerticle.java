@@ -387,6 +387,15 @@ public final class GatewayVerticle extends VerticleBase {
         req.resume();
     }
 
+    /** Whether an answer's head says it is a stream of Server-Sent Events. */
+    private static boolean isStream(ClusterFrame head) {
+        if (head == null) return false;
+        for (int i = 0; i < head.headers().size(); i += 2)
+            if (head.headers().get(i).equalsIgnoreCase("content-type")
+                    && head.headers().get(i + 1).toLowerCase(Locale.ROOT).startsWith("text/event-stream")) return true;
+        return false;
+    }
+
     private void onFrame(Message<ClusterFrame> msg) {
         ClusterFrame f = msg.body();
         Relay x = relays.get(f.id());
@@ -407,6 +416,8 @@ public final class GatewayVerticle extends VerticleBase {
         /** The answer's head, kept until the first bytes or the end. */
         ClusterFrame head;
         boolean answered, done;
+        /** An SSE answer's limits.streamBufferBytes when it started (0: not a stream); see {@link #notReading}. */
+        int streamBufferBytes;
         String lastFailure;
 
         Relay(RoutingContext ctx, String request, List<String> headers, byte[] body, String model, String session) {
@@ -484,12 +495,19 @@ public final class GatewayVerticle extends VerticleBase {
                     if (!resp.headWritten()) {
                         writeHead();
                         if (!end) resp.setChunked(true);
+                        if (!end && isStream(head)) {
+                            // Netty queues what the socket does not take; past this many bytes the queue reports full
+                            streamBufferBytes = config.get().streamBufferBytes();
+                            resp.setWriteQueueMaxSize(streamBufferBytes);
+                        }
                     }
                     if (end) {
                         finish();
                         if (!resp.ended() && !resp.closed()) resp.end(Buffer.buffer(f.data()));
                     } else if (f.data().length > 0 && !resp.closed()) {
                         resp.write(Buffer.buffer(f.data()));
+                        // a client that stops reading would otherwise have its whole answer buffered here
+                        if (streamBufferBytes > 0 && resp.writeQueueFull()) notReading();
                     }
                 }
                 case FAIL -> {
@@ -525,10 +543,26 @@ public final class GatewayVerticle extends VerticleBase {
 
         void clientGone() {
             if (done) return;
+            cancel();
+            if (engine != null) LOG.info("request {}: client disconnected; cancelling it on engine node '{}'", id, engine.name());
+        }
+
+        /**
+         * A streaming client that does not read: more than limits.streamBufferBytes of its answer wait unsent here. As
+         * on a single server, the request is cancelled (its engine node stops it at the next step boundary, as for a
+         * disconnect) and the connection is closed.
+         */
+        private void notReading() {
+            cancel();
+            LOG.warn("request {}: the client is not reading its stream: more than {} bytes wait unsent (limits.streamBufferBytes);"
+                    + " cancelling it on engine node '{}' and closing the connection", id, streamBufferBytes, engine.name());
+            ctx.request().connection().close();
+        }
+
+        /** Ends the relay and has its engine node cancel the request. */
+        private void cancel() {
             finish();
-            if (engine == null) return;
-            LOG.info("request {}: client disconnected; cancelling it on engine node '{}'", id, engine.name());
-            vertx.eventBus().send(EngineNode.address(engine.node), ClusterFrame.cancel(id));
+            if (engine != null) vertx.eventBus().send(EngineNode.address(engine.node), ClusterFrame.cancel(id));
         }
 
         private void release() {

@@ -1,0 +1,127 @@
+package io.ds4j.server.cluster;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.server.Json;
+import io.ds4j.server.LogCapture;
+import io.ds4j.server.ScriptedModelAccess;
+import io.ds4j.server.ServerState;
+import io.ds4j.server.config.ServerConfig;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.function.BooleanSupplier;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * A gateway with an engine behind it, both in this JVM (role {@code both}) on the scripted model: what the gateway does
+ * with answers it relays: a stream whose client stopped reading.
+ */
+class GatewayRelayTest {
+    /** Tokens of the flood answer: each 64 bytes of text, listed with 20 alternatives (about 2 KB of SSE a token). */
+    static final int FLOOD = 30_000;
+    static final int BUFFER = 16 * 1024;
+    static ClusterNode node;
+
+    @BeforeAll
+    static void start() throws Exception {
+        int[] bar = ScriptedModelAccess.tokenizer().encode("=".repeat(64));
+        int[] flood = new int[FLOOD];
+        java.util.Arrays.fill(flood, bar[0]);
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("server.host", "127.0.0.1");
+        o.put("server.port", 0);
+        o.put("server.httpInstances", 1);
+        o.put("limits.streamBufferBytes", BUFFER);
+        o.put("cluster.enabled", true);
+        o.put("cluster.role", "both");
+        o.put("cluster.port", 0);
+        // a shared 2-core machine can starve the announcements for a while: no false engine losses
+        o.put("cluster.engineTimeoutMs", 60_000);
+        o.put("cluster.name", "relay-test-" + Long.toHexString(ThreadLocalRandom.current().nextLong()));
+        node = ClusterNode.start(ServerConfig.parse(null, "test", o), null, o, ScriptedModelAccess.provider(
+                p -> ScriptedModelAccess.tokenizer().decode(p).contains("flood") ? flood : ScriptedModelAccess.defaultScript(p))).await();
+        node.ready().await();
+        assertTrue(eventually(60_000, () -> raw("GET", "/health").contains("\"ready\":1")), "the gateway sees its engine");
+    }
+
+    @AfterAll
+    static void stop() {
+        if (node != null) node.close().await();
+    }
+
+    static boolean eventually(long ms, BooleanSupplier c) throws InterruptedException {
+        long end = System.currentTimeMillis() + ms;
+        while (System.currentTimeMillis() < end) {
+            if (c.getAsBoolean()) return true;
+            Thread.sleep(20);
+        }
+        return c.getAsBoolean();
+    }
+
+    /** The raw answer of the gateway to a request without a body, read to the end (the connection closes after it). */
+    static String raw(String method, String path) {
+        try (Socket s = new Socket("127.0.0.1", node.port())) {
+            s.setSoTimeout(30_000);
+            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    .getBytes(StandardCharsets.US_ASCII));
+            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+    }
+
+    @Test
+    void aStreamWhoseClientStopsReadingIsCancelledOnItsEngineOnceTheGatewayHoldsTooMuchOfIt() throws Exception {
+        ServerState engine = node.engine().state();
+        int before = engine.recent().size();
+        String logprobs = "\"stream\":true,\"logprobs\":true,\"top_logprobs\":20";
+        byte[] body = ("{\"messages\":[{\"role\":\"user\",\"content\":\"flood\"}]," + logprobs + ",\"max_tokens\":" + FLOOD + "}")
+                .getBytes(StandardCharsets.UTF_8);
+        try (LogCapture log = new LogCapture(); Socket s = new Socket()) {
+            s.setReceiveBufferSize(2048);  // before connecting: the window the client offers stays small
+            s.setSoTimeout(30_000);
+            s.connect(new InetSocketAddress("127.0.0.1", node.port()));
+            OutputStream o = s.getOutputStream();
+            o.write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                    + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            o.write(body);
+            o.flush();
+            // the client reads nothing while the answer is generated: the gateway gives up on it, and the engine stops it
+            assertTrue(eventually(300_000, () -> engine.recent().size() > before), "the request ended");
+            ServerState.JobRecord r = engine.recent().getLast();
+            assertEquals("cancelled", r.outcome(), r.toString());
+            assertTrue(r.generated() < FLOOD, "stopped before the end of its " + FLOOD + " tokens: " + r);
+            // the connection is closed: what was sent before reads to its end, without the stream's end
+            String got = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(got.startsWith("HTTP/1.1 200"), got.substring(0, Math.min(200, got.length())));
+            assertFalse(got.contains("[DONE]"), "the stream did not end normally");
+            List<String> lines = log.linesWith("is not reading its stream");
+            assertEquals(1, lines.size(), log.lines().toString());
+            assertTrue(lines.getFirst().contains("GatewayVerticle") && lines.getFirst().contains("more than " + BUFFER
+                    + " bytes wait unsent (limits.streamBufferBytes)"), lines.getFirst());
+        }
+        assertTrue(eventually(10_000, () -> engine.openExchanges() == 0), "no exchange left open on the engine");
+        // a client that reads gets its whole stream under the same limit
+        try (Socket s = new Socket("127.0.0.1", node.port())) {
+            s.setSoTimeout(60_000);
+            byte[] hi = ("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]," + logprobs + "}").getBytes(StandardCharsets.UTF_8);
+            s.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: " + hi.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().write(hi);
+            String got = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(got.startsWith("HTTP/1.1 200") && got.contains("data: [DONE]"), got);
+        }
+        JsonNode health = Json.MAPPER.readTree(raw("GET", "/health").substring(raw("GET", "/health").indexOf("\r\n\r\n") + 4));
+        assertEquals(1, health.path("engines").path("ready").asInt(), "the engine is still there: " + health);
+    }
+}
