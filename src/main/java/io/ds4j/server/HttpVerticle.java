@@ -125,9 +125,7 @@ public final class HttpVerticle extends VerticleBase {
         r.post("/tokenize").handler(ctx -> withBody(ctx, b -> tokenize(ctx, b)));
         r.post("/detokenize").handler(ctx -> withBody(ctx, b -> detokenize(ctx, b)));
         r.get("/metrics").method(HttpMethod.HEAD).handler(PrometheusScrapingHandler.create(registry));
-        // the page and its scripts change with every ds4j release: browsers revalidate instead of caching for a day
-        StaticHandler files = StaticHandler.create(FileSystemAccess.ROOT, webroot).setIndexPage("index.html")
-                .setCachingEnabled(false).setMaxAgeSeconds(0);
+        Handler<RoutingContext> files = staticFiles(webroot);
         // no method restriction on the route itself, so an unknown POST path is a 404, not a 405
         r.route("/*").handler(ctx -> {
             HttpMethod m = ctx.request().method();
@@ -136,15 +134,8 @@ public final class HttpVerticle extends VerticleBase {
             if (allow != null) {
                 // a known API path reached here with a method it does not answer
                 ctx.response().putHeader("Allow", allow);
-                error(ctx, new ApiException(405, "invalid_request_error", "method_not_allowed", null,
-                        m + " is not allowed on " + path + " (allowed: " + allow + ")", null));
+                error(ctx, notAllowed(m, path, allow));
             } else if ((m == HttpMethod.GET || m == HttpMethod.HEAD) && !isApi(path)) {
-                // Vert.x's static handler answers HEAD without the Content-Type GET gets: the same, from the name
-                if (m == HttpMethod.HEAD) {
-                    String type = io.vertx.core.http.MimeMapping.mimeTypeForFilename(path.endsWith("/") ? "index.html" : path);
-                    if (type != null) ctx.response().putHeader(HttpHeaders.CONTENT_TYPE, type.startsWith("text")
-                            ? type + ";charset=" + java.nio.charset.Charset.defaultCharset().name() : type);
-                }
                 files.handle(ctx);
             } else ctx.next();
         });
@@ -154,14 +145,11 @@ public final class HttpVerticle extends VerticleBase {
             watchBody(ctx);  // a request without Host is refused before the first route ran
             error(ctx, MalformedRequests.answer(ctx.request().path(), ctx.failure()));
         });
-        r.errorHandler(404, ctx -> error(ctx, new ApiException(404, "invalid_request_error", "not_found", null,
-                "no route for " + ctx.request().method() + " " + ctx.request().path(), null)));
+        r.errorHandler(404, ctx -> error(ctx, noRoute(ctx.request().method(), ctx.request().path())));
         r.errorHandler(405, ctx -> {
             String allow = allowed(ctx.request().path());
             if (allow != null) ctx.response().putHeader("Allow", allow);
-            error(ctx, new ApiException(405, "invalid_request_error", "method_not_allowed", null,
-                    ctx.request().method() + " is not allowed on " + ctx.request().path()
-                            + (allow != null ? " (allowed: " + allow + ")" : ""), null));
+            error(ctx, notAllowed(ctx.request().method(), ctx.request().path(), allow));
         });
         r.errorHandler(500, ctx -> {
             Throwable t = ctx.failure();
@@ -304,6 +292,47 @@ public final class HttpVerticle extends VerticleBase {
         String allow = ALLOW.get(path);
         if (allow == null && (path.startsWith("/v1/models/") || path.startsWith("/models/"))) return "GET, HEAD";
         return allow;
+    }
+
+    /**
+     * The 404 for a path no route answers (its body, if any, is not read). A HEAD gets GET's answer, as everywhere, so
+     * that its Content-Length is GET's.
+     */
+    public static ApiException noRoute(HttpMethod m, String path) {
+        return new ApiException(404, "invalid_request_error", "not_found", null, "no route for " + asGet(m) + " " + path, null);
+    }
+
+    /**
+     * The 405 for a method a path does not answer; {@code allow}: the methods it answers, or null when unknown. A HEAD
+     * gets GET's answer, as in {@link #noRoute}.
+     */
+    public static ApiException notAllowed(HttpMethod m, String path, String allow) {
+        return new ApiException(405, "invalid_request_error", "method_not_allowed", null,
+                asGet(m) + " is not allowed on " + path + (allow != null ? " (allowed: " + allow + ")" : ""), null);
+    }
+
+    private static HttpMethod asGet(HttpMethod m) {
+        return m == HttpMethod.HEAD ? HttpMethod.GET : m;
+    }
+
+    /**
+     * The playground's files from a folder, for GET and HEAD; both HTTP fronts serve them so. Vert.x's static handler
+     * answers HEAD without the Content-Type GET gets; it is set here as the handler sets it for GET, from the name.
+     * A path with no file goes on to the next route (a 404).
+     */
+    public static Handler<RoutingContext> staticFiles(String webroot) {
+        // the page and its scripts change with every ds4j release: browsers revalidate instead of caching for a day
+        StaticHandler files = StaticHandler.create(FileSystemAccess.ROOT, webroot).setIndexPage("index.html")
+                .setCachingEnabled(false).setMaxAgeSeconds(0);
+        return ctx -> {
+            String path = ctx.request().path();
+            if (ctx.request().method() == HttpMethod.HEAD) {
+                String type = io.vertx.core.http.MimeMapping.mimeTypeForFilename(path.endsWith("/") ? "index.html" : path);
+                if (type != null) ctx.response().putHeader(HttpHeaders.CONTENT_TYPE, type.startsWith("text")
+                        ? type + ";charset=" + java.nio.charset.Charset.defaultCharset().name() : type);
+            }
+            files.handle(ctx);
+        };
     }
 
     /** Bearer key check for API routes when server.apiKeys is set. */

@@ -126,7 +126,7 @@ class EndpointsTest {
     void headIsAnsweredWhereverGetIs() throws Exception {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of())) {
             for (String path : List.of("/v1/models", "/models", "/v1/models/scripted", "/models/scripted", "/v1/models/nope",
-                    "/props", "/metrics", "/health", "/")) {
+                    "/props", "/metrics", "/health", "/", "/app.css", "/no-such-file.html", "/v1/nothing")) {
                 String get = raw(t.port, "GET", path), head = raw(t.port, "HEAD", path);
                 assertTrue(head.endsWith("\r\n\r\n"), "no body: " + head);
                 assertFalse(head.startsWith("HTTP/1.1 405"), path + ": " + head);

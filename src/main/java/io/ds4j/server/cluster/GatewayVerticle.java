@@ -17,6 +17,7 @@ import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.Timer;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.core.Future;
+import io.vertx.core.Handler;
 import io.vertx.core.VerticleBase;
 import io.vertx.core.buffer.Buffer;
 import io.vertx.core.eventbus.DeliveryOptions;
@@ -30,8 +31,6 @@ import io.vertx.core.http.HttpServerResponse;
 import io.vertx.core.json.JsonObject;
 import io.vertx.ext.web.Router;
 import io.vertx.ext.web.RoutingContext;
-import io.vertx.ext.web.handler.FileSystemAccess;
-import io.vertx.ext.web.handler.StaticHandler;
 import io.vertx.micrometer.PrometheusScrapingHandler;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -142,8 +141,7 @@ public final class GatewayVerticle extends VerticleBase {
         r.get("/models").method(HttpMethod.HEAD).handler(this::models);
         r.get("/props").method(HttpMethod.HEAD).handler(this::props);
         r.get("/metrics").method(HttpMethod.HEAD).handler(PrometheusScrapingHandler.create(registry));
-        StaticHandler files = StaticHandler.create(FileSystemAccess.ROOT, webroot).setIndexPage("index.html")
-                .setCachingEnabled(false).setMaxAgeSeconds(0);
+        Handler<RoutingContext> files = HttpVerticle.staticFiles(webroot);
         r.route("/*").handler(ctx -> {
             HttpMethod m = ctx.request().method();
             if (isApi(ctx.request().path()) || m == HttpMethod.OPTIONS) relay(ctx);
@@ -158,8 +156,7 @@ public final class GatewayVerticle extends VerticleBase {
             LOG.info("{} {} rejected with 400: {}", ctx.request().method(), ctx.request().path(), e.getMessage());
             error(ctx.response(), e);
         });
-        r.errorHandler(404, ctx -> error(ctx.response(), new ApiException(404, "invalid_request_error", "not_found", null,
-                "no route for " + ctx.request().method() + " " + ctx.request().path(), null)));
+        r.errorHandler(404, ctx -> error(ctx.response(), HttpVerticle.noRoute(ctx.request().method(), ctx.request().path())));
 
         consumers.add(vertx.eventBus().<JsonObject>consumer(EngineNode.ANNOUNCE, m -> announced(m.body())));
         consumers.add(vertx.eventBus().<ClusterFrame>consumer(address, this::onFrame));

@@ -16,7 +16,10 @@ import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
+import java.util.SortedSet;
+import java.util.TreeSet;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.function.BooleanSupplier;
 
@@ -24,7 +27,7 @@ import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * A gateway with an engine behind it, both in this JVM (role {@code both}) on the scripted model: what the gateway does
- * with answers it relays: a stream whose client stopped reading.
+ * with answers it relays — a stream whose client stopped reading, HEAD on relayed routes.
  */
 class GatewayRelayTest {
     /** Tokens of the flood answer: each 64 bytes of text, listed with 20 alternatives (about 2 KB of SSE a token). */
@@ -77,6 +80,24 @@ class GatewayRelayTest {
             return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
         } catch (java.io.IOException e) {
             throw new java.io.UncheckedIOException(e);
+        }
+    }
+
+    /** The status line and the header lines of a raw answer but its Date, in order of their text. */
+    static SortedSet<String> headLinesButDate(String answer) {
+        SortedSet<String> s = new TreeSet<>(List.of(answer.substring(0, answer.indexOf("\r\n\r\n")).split("\r\n")));
+        s.removeIf(l -> l.toLowerCase(Locale.ROOT).startsWith("date:"));
+        return s;
+    }
+
+    @Test
+    void headOnARelayedRouteAnswersGetsStatusAndHeadersWithItsLength() {
+        for (String path : List.of("/v1/models/scripted", "/v1/models/nope")) {
+            String get = raw("GET", path), head = raw("HEAD", path);
+            assertTrue(head.endsWith("\r\n\r\n"), "no body: " + head);
+            int length = get.substring(get.indexOf("\r\n\r\n") + 4).getBytes(StandardCharsets.UTF_8).length;
+            assertTrue(length > 0 && head.toLowerCase(Locale.ROOT).contains("content-length: " + length + "\r\n"), path + ": " + head);
+            assertEquals(headLinesButDate(get), headLinesButDate(head), path + ": GET's status and headers");
         }
     }
 
