@@ -283,12 +283,20 @@ public final class HttpVerticle extends VerticleBase {
         });
     }
 
-    private static boolean isApi(String path) {
+    /**
+     * Whether a path is the API's (it needs the API key when keys are set, and is never a static file): a known API
+     * path, or any path under {@code /v1/} or {@code /models/}. Both HTTP fronts, a single server and a cluster gateway,
+     * route by it.
+     */
+    public static boolean isApi(String path) {
         return path.startsWith("/v1/") || path.startsWith("/models/") || API_PATHS.contains(path);
     }
 
-    /** The methods an API path answers, or null for a path that is not one. */
-    private static String allowed(String path) {
+    /**
+     * The methods an API path answers ("POST", "GET, HEAD"), or null for a path no API route answers. Both HTTP fronts
+     * route by it: a cluster gateway relays only what an engine's API answers, and answers 404 and 405 itself.
+     */
+    public static String allowed(String path) {
         String allow = ALLOW.get(path);
         if (allow == null && (path.startsWith("/v1/models/") || path.startsWith("/models/"))) return "GET, HEAD";
         return allow;

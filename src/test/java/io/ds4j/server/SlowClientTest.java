@@ -189,6 +189,34 @@ class SlowClientTest {
         }
     }
 
+    /**
+     * Requests that declare a body and send only part of it: one for a path no route answers gets 404, and one for a
+     * known path with a method it does not answer 405, at once (their bodies are not needed); a known route that reads
+     * its body gets 408 once the body is late.
+     */
+    static void unknownPathsAreAnsweredWithoutWaitingForTheirBodies(int port) throws Exception {
+        String rest = " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n";
+        for (String line : List.of("POST /nothing", "POST /v1/nothing", "PUT /v1/nothing", "GET /v1/nothing", "DELETE /x/y",
+                "GET /no-such-file.html", "PATCH /")) {
+            String answer = stall(port, line + rest, "{\"a");
+            assertTrue(answer.startsWith("HTTP/1.1 404"), line + ": " + answer);
+            JsonNode e = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).get("error");
+            assertEquals("not_found", e.get("code").asText(), answer);
+        }
+        for (String line : List.of("PUT /v1/chat/completions", "POST /v1/models", "DELETE /tokenize", "POST /v1/models/scripted")) {
+            String answer = stall(port, line + rest, "{\"a");
+            assertTrue(answer.startsWith("HTTP/1.1 405") && answer.contains("method_not_allowed"), line + ": " + answer);
+        }
+        String known = stall(port, "POST /v1/chat/completions" + rest, "{\"a");
+        assertTrue(known.startsWith("HTTP/1.1 408") && known.contains("request_timeout"), known);
+    }
+
+    @Test
+    void anUnknownPathIsA404AtOnceEvenWhenItsBodyNeverCompletes() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.bodyReadTimeoutMs", 300));
+        unknownPathsAreAnsweredWithoutWaitingForTheirBodies(server.port);
+    }
+
     @Test
     void aConnectionWithoutACompleteRequestHeadIsClosedButABusyOneIsNot() throws Exception {
         server = TestServer.scripted(backend, Map.of("limits.headerReadTimeoutMs", 300));

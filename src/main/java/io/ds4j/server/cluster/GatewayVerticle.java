@@ -64,8 +64,6 @@ public final class GatewayVerticle extends VerticleBase {
     /** Response header naming the engine node that served the request. */
     public static final String ENGINE_HEADER = "X-Ds4j-Engine";
     private static final Logger LOG = LoggerFactory.getLogger(GatewayVerticle.class);
-    private static final Set<String> API_PATHS = Set.of("/props", "/tokenize", "/detokenize", "/metrics", "/models",
-            "/completions", "/chat/completions");
     /** An engine node acknowledges a request as soon as it receives it; silence this long means it cannot. */
     private static final DeliveryOptions ACK = new DeliveryOptions().setSendTimeout(5000);
 
@@ -142,11 +140,18 @@ public final class GatewayVerticle extends VerticleBase {
         r.get("/props").method(HttpMethod.HEAD).handler(this::props);
         r.get("/metrics").method(HttpMethod.HEAD).handler(PrometheusScrapingHandler.create(registry));
         Handler<RoutingContext> files = HttpVerticle.staticFiles(webroot);
+        // only what an engine's API answers is relayed (CORS preflights included); a path no route answers, or a method
+        // its path does not answer, is refused here at once, as a single server refuses it: the body is not awaited
         r.route("/*").handler(ctx -> {
             HttpMethod m = ctx.request().method();
-            if (isApi(ctx.request().path()) || m == HttpMethod.OPTIONS) relay(ctx);
-            else if (m == HttpMethod.GET || m == HttpMethod.HEAD) files.handle(ctx);
-            else relay(ctx);
+            String path = ctx.request().path();
+            String allow = HttpVerticle.allowed(path);
+            if (m == HttpMethod.OPTIONS || allow != null && List.of(allow.split(", ")).contains(m.name())) relay(ctx);
+            else if (allow != null) {
+                ctx.response().putHeader("Allow", allow);
+                error(ctx.response(), HttpVerticle.notAllowed(m, path, allow));
+            } else if ((m == HttpMethod.GET || m == HttpMethod.HEAD) && !HttpVerticle.isApi(path)) files.handle(ctx);
+            else ctx.next();
         });
         // a path the router cannot decode (a malformed percent-escape): an OpenAI error and one log line, not the
         // router's plain-text answer with a stack trace at ERROR
@@ -222,14 +227,10 @@ public final class GatewayVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ small endpoints
 
-    private static boolean isApi(String path) {
-        return path.startsWith("/v1/") || API_PATHS.contains(path);
-    }
-
     /** Bearer key check (server.apiKeys) for API routes, as a single server does it. */
     private void auth(RoutingContext ctx) {
         List<String> keys = config.get().apiKeys();
-        if (keys.isEmpty() || !isApi(ctx.request().path()) || ctx.request().method() == HttpMethod.OPTIONS) {
+        if (keys.isEmpty() || !HttpVerticle.isApi(ctx.request().path()) || ctx.request().method() == HttpMethod.OPTIONS) {
             ctx.next();
             return;
         }

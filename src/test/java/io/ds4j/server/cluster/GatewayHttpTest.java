@@ -105,8 +105,9 @@ class GatewayHttpTest {
             if (!path.equals("/props") && !path.equals("/metrics"))
                 assertTrue(head.contains("content-length: " + get.substring(get.indexOf("\r\n\r\n") + 4).getBytes(StandardCharsets.UTF_8).length), head);
         }
-        // the playground's files: GET's headers, its Content-Type and length included (a Date may turn to the next second)
-        for (String path : List.of("/", "/index.html", "/app.css", "/app.js", "/no-such-file.html")) {
+        // the playground's files and paths with no route: GET's headers, its Content-Type and length included (a Date
+        // may turn to the next second)
+        for (String path : List.of("/", "/index.html", "/app.css", "/app.js", "/no-such-file.html", "/v1/nothing")) {
             String get = raw("GET", path), head = raw("HEAD", path);
             assertTrue(head.endsWith("\r\n\r\n"), "no body: " + head);
             java.util.SortedSet<String> g = headLinesButLength(get), h = headLinesButLength(head);
@@ -136,5 +137,11 @@ class GatewayHttpTest {
         // answered without reading the body, then closed once the rest of it is late
         String health = stall("GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc");
         assertTrue(health.startsWith("HTTP/1.1 503") && health.contains("\"engines\""), health);
+    }
+
+    @Test
+    void anUnknownPathIsA404AtOnceEvenWhenItsBodyNeverCompletes() throws Exception {
+        // as on a single server: answered by the gateway itself, without relaying or waiting for the body
+        io.ds4j.server.SlowClientTestAccess.unknownPathsAreAnsweredWithoutWaitingForTheirBodies(node.port());
     }
 }

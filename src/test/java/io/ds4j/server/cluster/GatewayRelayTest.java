@@ -92,13 +92,14 @@ class GatewayRelayTest {
 
     @Test
     void headOnARelayedRouteAnswersGetsStatusAndHeadersWithItsLength() {
-        for (String path : List.of("/v1/models/scripted", "/v1/models/nope")) {
+        for (String path : List.of("/v1/models/scripted", "/models/scripted", "/v1/models/nope")) {
             String get = raw("GET", path), head = raw("HEAD", path);
             assertTrue(head.endsWith("\r\n\r\n"), "no body: " + head);
             int length = get.substring(get.indexOf("\r\n\r\n") + 4).getBytes(StandardCharsets.UTF_8).length;
             assertTrue(length > 0 && head.toLowerCase(Locale.ROOT).contains("content-length: " + length + "\r\n"), path + ": " + head);
             assertEquals(headLinesButDate(get), headLinesButDate(head), path + ": GET's status and headers");
         }
+        assertTrue(raw("GET", "/models/scripted").startsWith("HTTP/1.1 200"), "served by the engine, as /v1/models/scripted");
     }
 
     @Test
