@@ -239,11 +239,20 @@ final class Requests {
         return p;
     }
 
+    /**
+     * logit_bias: token id (a key) to bias. A key is read as an integer, so "05", "+5" and " 5" name token 5 as "5"
+     * does. Clients write the keys from token ids ("5"); a hand-written other form is accepted rather than refused,
+     * since a server that reads the keys as integers accepts it and a client moving here expects the same request to
+     * work. Two keys that name one token are refused with both named: they give two biases for one token, and which
+     * one the client meant is unclear (as for a key given twice in one JSON object, also refused); letting the last
+     * one win would silently drop the other.
+     */
     private static Map<Integer, Float> logitBias(JsonNode b, ModelInfo model) {
         JsonNode lb = b.get("logit_bias");
         if (lb == null || lb.isNull()) return Map.of();
         if (!lb.isObject()) throw ApiException.badField("logit_bias", "must be an object mapping token ids to biases");
         Map<Integer, Float> out = new HashMap<>();
+        Map<Integer, String> keys = new HashMap<>();
         for (var e : lb.properties()) {
             int id;
             try {
@@ -251,6 +260,10 @@ final class Requests {
             } catch (NumberFormatException x) {
                 throw ApiException.badField("logit_bias", "key '" + e.getKey() + "' is not a token id");
             }
+            String before = keys.putIfAbsent(id, e.getKey());
+            if (before != null)
+                throw ApiException.badField("logit_bias", "keys '" + before + "' and '" + e.getKey() + "' both name token " + id
+                        + "; give each token once");
             if (!e.getValue().isNumber()) throw ApiException.badField("logit_bias", "bias for token " + id + " must be a number");
             out.put(id, e.getValue().floatValue());
         }

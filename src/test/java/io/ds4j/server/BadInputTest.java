@@ -351,6 +351,18 @@ class BadInputTest {
     }
 
     @Test
+    void twoLogitBiasKeysThatNameOneTokenAreRefusedWithBothNamed() throws Exception {
+        for (String[] pair : new String[][]{{"5", "05"}, {"+5", "5"}, {"5", " 5"}, {"0", "-0"}}) {
+            String extra = "\"logit_bias\":{\"" + pair[0] + "\":10,\"" + pair[1] + "\":-10}";
+            String m = expect("/v1/chat/completions", chat(extra), 400, "logit_bias").get("message").asText();
+            String id = pair[0].equals("0") ? "0" : "5";
+            assertEquals("logit_bias: keys '" + pair[0] + "' and '" + pair[1] + "' both name token " + id + "; give each token once", m);
+        }
+        // one key in another form than the canonical one still names its token
+        assertEquals(200, server.post("/v1/chat/completions", chat("\"logit_bias\":{\"05\":1,\"+6\":-1},\"max_tokens\":2")).status());
+    }
+
+    @Test
     void tokenIdsHaveOneLimitTheTokenizers() throws Exception {
         int limit = TestServer.tokenizer().vocabSize();
         JsonNode e = expect("/v1/completions", "{\"prompt\":[" + limit + ",5]}", 400, "prompt[0]");
