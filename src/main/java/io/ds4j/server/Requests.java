@@ -71,23 +71,19 @@ final class Requests {
         String mtName = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
         // 0 only where it means something: a completion that echoes (and may score) its prompt
         int minTokens = !chat && bool(body, "echo", false) ? 0 : 1;
-        Integer maxTokens = integer(body, mtName, minTokens, Integer.MAX_VALUE);
-        if (maxTokens != null && maxTokens < minTokens)
-            throw ApiException.badField(mtName, "must be >= " + minTokens + (minTokens == 0 ? "" : " (0 with echo on /v1/completions)")
-                    + ", got " + maxTokens);
+        Integer maxTokens = integer(body, mtName, minTokens, Integer.MAX_VALUE,
+                minTokens == 0 ? "" : " (0 with echo on /v1/completions)");
         if (maxTokens == null) maxTokens = cfg.maxTokensDefault();
 
         boolean logprobs;
         int topLogprobs;
         if (chat) {
             logprobs = bool(body, "logprobs", false);
-            Integer t = integer(body, "top_logprobs", 0, 20);
+            Integer t = integer(body, "top_logprobs", 0, 20, "");
             topLogprobs = t == null ? 0 : t;
-            if (t != null && (t < 0 || t > 20)) throw ApiException.badField("top_logprobs", "must be in [0, 20], got " + t);
             if (t != null && t > 0 && !logprobs) throw ApiException.badField("top_logprobs", "needs logprobs: true");
         } else {
-            Integer lp = integer(body, "logprobs", 0, 20);
-            if (lp != null && (lp < 0 || lp > 20)) throw ApiException.badField("logprobs", "must be in [0, 20], got " + lp);
+            Integer lp = integer(body, "logprobs", 0, 20, "");
             logprobs = lp != null;
             topLogprobs = lp == null ? 0 : lp;
         }
@@ -204,10 +200,8 @@ final class Requests {
         double temperature = orDefault(number(b, "temperature"), d.temperature());
         double topP = orDefault(number(b, "top_p"), d.topP());
         int vocab = model.tokenizer().vocabSize();
-        Integer topKv = integer(b, "top_k", -1, vocab);
         // llama.cpp and vLLM use -1 for "off"
-        if (topKv != null && (topKv < -1 || topKv > vocab))
-            throw ApiException.badField("top_k", "must be in [-1, " + vocab + "] (0 or -1 = off), got " + topKv);
+        Integer topKv = integer(b, "top_k", -1, vocab, " (0 or -1 = off)");
         int topK = topKv == null ? d.topK() : topKv == -1 ? 0 : topKv;
         double minP = orDefault(number(b, "min_p"), d.minP());
         double presence = orDefault(number(b, "presence_penalty"), d.presencePenalty());
@@ -460,17 +454,18 @@ final class Requests {
     }
 
     /**
-     * An integer field: a JSON number with an integral value however written (1000, 1e3, 1000.0), or null when absent.
-     * A value beyond the int range (or beyond the double range, which JSON's 1e400 is) is out of range, and the message
-     * gives the field's range [lo, hi]; values inside the int range are returned for the caller's own range check.
+     * An integer field in [lo, hi], or null when absent: a JSON number with an integral value however written (1000,
+     * 1e3, 1000.0). The field's range is decided here alone: a value outside it, beyond the int range or beyond the
+     * double range (which JSON's 1e400 is) included, is refused with one message giving the range.
+     * @param note said after the range, such as " (0 or -1 = off)"; "" for nothing
      */
-    static Integer integer(JsonNode b, String f, long lo, long hi) {
+    static Integer integer(JsonNode b, String f, int lo, int hi, String note) {
         JsonNode v = b.get(f);
         if (v == null || v.isNull()) return null;
         boolean overflowed = beyondDouble(v);
         if (!overflowed && !isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
-        if (overflowed || !v.canConvertToInt())
-            throw ApiException.badField(f, "is out of range: give an integer in [" + lo + ", " + hi + "], got " + shown(v));
+        if (overflowed || !v.canConvertToInt() || v.intValue() < lo || v.intValue() > hi)
+            throw ApiException.badField(f, "is out of range: give an integer in [" + lo + ", " + hi + "]" + note + ", got " + shown(v));
         return v.intValue();
     }
 

@@ -144,13 +144,21 @@ class BadInputTest {
     void numbersInMessagesAreWrittenAsSentAndOutOfRangeOnesGetTheirRange() throws Exception {
         int vocab = TestServer.tokenizer().vocabSize();
         String beyond = "a number beyond 1.8e308 (the largest double)";
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 1e30", message("max_tokens", "\"max_tokens\":1e30"));
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got " + beyond, message("max_tokens", "\"max_tokens\":1e400"));
-        assertEquals("max_completion_tokens: is out of range: give an integer in [1, 2147483647], got 3000000000",
+        String echo = " (0 with echo on /v1/completions)";
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 1e30", message("max_tokens", "\"max_tokens\":1e30"));
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got " + beyond, message("max_tokens", "\"max_tokens\":1e400"));
+        assertEquals("max_completion_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 3000000000",
                 message("max_completion_tokens", "\"max_completion_tokens\":3000000000"));
-        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "], got 10000000000", message("top_k", "\"top_k\":1E10"));
-        assertEquals("top_k: must be in [-1, " + vocab + "] (0 or -1 = off), got " + (vocab + 1), message("top_k", "\"top_k\":" + (vocab + 1)));
+        // one message whatever side of the int range the value is on: each field's range is decided in one place
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got -5", message("max_tokens", "\"max_tokens\":-5"));
+        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off), got 10000000000", message("top_k", "\"top_k\":1E10"));
+        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off), got " + (vocab + 1),
+                message("top_k", "\"top_k\":" + (vocab + 1)));
+        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off), got -2", message("top_k", "\"top_k\":-2"));
         assertEquals("top_logprobs: is out of range: give an integer in [0, 20], got 1e25", message("top_logprobs", "\"logprobs\":true,\"top_logprobs\":1e25"));
+        assertEquals("top_logprobs: is out of range: give an integer in [0, 20], got 21", message("top_logprobs", "\"logprobs\":true,\"top_logprobs\":21"));
+        assertEquals("logprobs: is out of range: give an integer in [0, 20], got -1",
+                expect("/v1/completions", "{\"prompt\":\"x\",\"logprobs\":-1}", 400, "logprobs").get("message").asText());
         assertEquals("n: only n = 1 is supported, got 10000000000", message("n", "\"n\":1e10"));
         assertEquals("seed: is out of range: give an integer in [-2^63, 2^63), got 9223372036854775808",
                 message("seed", "\"seed\":9223372036854775808.0"));
@@ -392,7 +400,8 @@ class BadInputTest {
             assertTrue(expect("/v1/chat/completions", chat("\"seed\":" + seed), 400, "seed").get("message").asText()
                     .contains("out of range"), seed);
         JsonNode e = expect("/v1/chat/completions", chat("\"max_tokens\":0"), 400, "max_tokens");
-        assertEquals("max_tokens: must be >= 1 (0 with echo on /v1/completions), got 0", e.get("message").asText());
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647] (0 with echo on /v1/completions), got 0",
+                e.get("message").asText());
     }
 
     /** The raw answer to a request sent over a plain socket (Java's HTTP client refuses a URI with a bad escape). */
