@@ -84,21 +84,34 @@ public record SamplingParams(double temperature, int topK, double topP, double m
      * @throws IllegalArgumentException naming the parameter, its value and the valid range
      */
     public void validate(int vocabSize) {
-        range("temperature", temperature, 0, 2);
+        validate(vocabSize, name -> null);
+    }
+
+    /**
+     * Checks every value against its range, a message showing a value as the caller says it was written (a request's
+     * {@code -0} or {@code 1e-400}, which the double holds as 0).
+     * @param vocabSize V, for top_k and logit_bias ids
+     * @param written   a value's text by its parameter's name ({@code temperature}, ...; {@code logit_bias[ID]} for a
+     *                  bias), or null where there is none: the value is then shown by {@link #plain}
+     * @throws IllegalArgumentException naming the parameter, its value and the valid range
+     */
+    public void validate(int vocabSize, java.util.function.Function<String, String> written) {
+        range("temperature", temperature, 0, 2, written);
         if (topK < 0 || topK > vocabSize) throw bad("top_k", plain(topK), "[0, " + vocabSize + "] (0 = off)");
-        if (!(topP > 0 && topP <= 1)) throw bad("top_p", plain(topP), "(0, 1]");
-        range("min_p", minP, 0, 1);
-        range("presence_penalty", presencePenalty, -2, 2);
-        range("frequency_penalty", frequencyPenalty, -2, 2);
-        if (!(repetitionPenalty > 0 && repetitionPenalty <= 10)) throw bad("repetition_penalty", plain(repetitionPenalty), "(0, 10]");
+        if (!(topP > 0 && topP <= 1)) throw bad("top_p", shown("top_p", topP, written), "(0, 1]");
+        range("min_p", minP, 0, 1, written);
+        range("presence_penalty", presencePenalty, -2, 2, written);
+        range("frequency_penalty", frequencyPenalty, -2, 2, written);
+        if (!(repetitionPenalty > 0 && repetitionPenalty <= 10))
+            throw bad("repetition_penalty", shown("repetition_penalty", repetitionPenalty, written), "(0, 10]");
         if (maxTokens < 0) throw new IllegalArgumentException("max_tokens: must be >= 0, got " + maxTokens);
         if (topLogprobs < 0 || topLogprobs > 20) throw bad("top_logprobs", plain(topLogprobs), "[0, 20]");
         if (logitBias != null) for (var e : logitBias.entrySet()) {
             if (e.getKey() < 0 || e.getKey() >= vocabSize)
                 throw new IllegalArgumentException("logit_bias: token id " + e.getKey() + " is outside [0, " + vocabSize + ")");
             if (!(e.getValue() >= -100 && e.getValue() <= 100))
-                throw new IllegalArgumentException("logit_bias: bias " + plain(e.getValue()) + " for token " + e.getKey()
-                        + " is outside [-100, 100]");
+                throw new IllegalArgumentException("logit_bias: bias " + shown("logit_bias[" + e.getKey() + "]", e.getValue(), written)
+                        + " for token " + e.getKey() + " is outside [-100, 100]");
         }
         if (stop != null) {
             if (stop.size() > 16) throw new IllegalArgumentException("stop: at most 16 stop strings, got " + stop.size());
@@ -106,8 +119,14 @@ public record SamplingParams(double temperature, int topK, double topP, double m
         }
     }
 
-    private static void range(String name, double v, double lo, double hi) {
-        if (!(v >= lo && v <= hi)) throw bad(name, plain(v), "[" + plain(lo) + ", " + plain(hi) + "]");
+    private static void range(String name, double v, double lo, double hi, java.util.function.Function<String, String> written) {
+        if (!(v >= lo && v <= hi)) throw bad(name, shown(name, v, written), "[" + plain(lo) + ", " + plain(hi) + "]");
+    }
+
+    /** A value as written, else {@link #plain}. */
+    private static String shown(String name, double v, java.util.function.Function<String, String> written) {
+        String w = written.apply(name);
+        return w != null ? w : plain(v);
     }
 
     /** "name: must be in RANGE, got VALUE", as every field's message starts with its name. */
@@ -119,10 +138,11 @@ public record SamplingParams(double temperature, int topK, double topP, double m
      * A number as a message shows it, close to how a client writes it: an integral value in plain digits ({@code 5},
      * {@code 10000000000}), another in its shortest decimal form with a lower-case exponent where it needs one
      * ({@code 0.5}, {@code 1e-7}, {@code 1e30}) — not Java's {@code 5.0} or {@code 1.0E10}. A number past the double
-     * range (a JSON literal like 1e400 parses to an infinity) is said to be so.
+     * range (a JSON literal like 1e400 parses to an infinity) is said to be so. A negative zero is {@code -0}.
      */
     public static String plain(double v) {
         if (Double.isNaN(v)) return "NaN";
+        if (v == 0 && Double.doubleToRawLongBits(v) != 0) return "-0";
         if (Double.isInfinite(v)) return "a number beyond " + (v > 0 ? "" : "-") + "1.8e308 (the largest double)";
         if (v == Math.rint(v) && Math.abs(v) < 1e21) return new java.math.BigDecimal(v).toBigInteger().toString();
         String s = Double.toString(v);

@@ -1,14 +1,26 @@
 package io.ds4j.server;
 
+import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.JsonStreamContext;
+import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadFeature;
+import com.fasterxml.jackson.databind.DeserializationContext;
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.ObjectReader;
+import com.fasterxml.jackson.databind.deser.std.StdDeserializer;
+import com.fasterxml.jackson.databind.module.SimpleModule;
 import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ContainerNode;
+import com.fasterxml.jackson.databind.node.DoubleNode;
+import com.fasterxml.jackson.databind.node.IntNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+
+import java.io.IOException;
+import java.util.ArrayDeque;
 
 /** The server's shared Jackson mapper and small helpers. */
 public final class Json {
@@ -17,15 +29,126 @@ public final class Json {
      * error, not silently ignored.
      */
     public static final ObjectMapper MAPPER = new ObjectMapper()
-            .enable(com.fasterxml.jackson.databind.DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
+            .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
 
     /**
      * Reads request bodies: as {@link #MAPPER}, and a key given twice in one object is an error instead of the last
      * value winning silently (a client that sends {@code "max_tokens"} twice meant one of them, and which is unclear).
+     * Numbers keep the text the client wrote them in, for messages about them ({@link #written}).
      */
-    public static final ObjectReader BODY_READER = MAPPER.reader().with(StreamReadFeature.STRICT_DUPLICATE_DETECTION);
+    public static final ObjectReader BODY_READER = new ObjectMapper()
+            .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
+            .registerModule(new SimpleModule("ds4j-body").addDeserializer(JsonNode.class, new BodyTree()))
+            .reader().with(StreamReadFeature.STRICT_DUPLICATE_DETECTION);
 
     private Json() {}
+
+    /**
+     * How the client wrote a number of a request body ({@link #BODY_READER}) where its value would show it otherwise:
+     * a number with a fraction or an exponent ({@code 1E10}, {@code 2.50}, {@code 1e-400}, which is 0 as a double), and
+     * {@code -0}; null for any other node (an integer's digits are its text).
+     */
+    public static String written(JsonNode n) {
+        return n instanceof Written w ? w.text() : null;
+    }
+
+    /** A number node that keeps its text. */
+    private interface Written {
+        String text();
+    }
+
+    /** A fraction or exponent: Jackson's node for it (a double), with its text. */
+    private static final class WrittenDouble extends DoubleNode implements Written {
+        private final String text;
+
+        WrittenDouble(double v, String text) {
+            super(v);
+            this.text = text;
+        }
+
+        @Override
+        public String text() {
+            return text;
+        }
+    }
+
+    /** {@code -0}, which Jackson reads as the int 0. */
+    private static final class WrittenInt extends IntNode implements Written {
+        private final String text;
+
+        WrittenInt(int v, String text) {
+            super(v);
+            this.text = text;
+        }
+
+        @Override
+        public String text() {
+            return text;
+        }
+    }
+
+    /**
+     * Builds a body's tree as Jackson's own tree reader does (the same node types, iteratively, so deep nesting costs no
+     * stack), but with numbers that keep their text where the value loses it ({@link #written}). Duplicate keys, depth and
+     * size limits and trailing content are the parser's and the reader's checks, as before.
+     */
+    private static final class BodyTree extends StdDeserializer<JsonNode> {
+        BodyTree() {
+            super(JsonNode.class);
+        }
+
+        @Override
+        public JsonNode deserialize(JsonParser p, DeserializationContext ctxt) throws IOException {
+            JsonNodeFactory f = ctxt.getNodeFactory();
+            JsonToken t = p.currentToken();
+            if (t != JsonToken.START_OBJECT && t != JsonToken.START_ARRAY) return scalar(p, f, ctxt);
+            ContainerNode<?> root = t == JsonToken.START_OBJECT ? f.objectNode() : f.arrayNode();
+            ArrayDeque<ContainerNode<?>> open = new ArrayDeque<>();
+            open.push(root);
+            String name = null;
+            while (true) {
+                t = p.nextToken();
+                if (t == null) return ctxt.reportInputMismatch(JsonNode.class, "the JSON ends too early");
+                switch (t) {
+                    case FIELD_NAME -> {
+                        name = p.currentName();
+                        continue;
+                    }
+                    case END_OBJECT, END_ARRAY -> {
+                        open.pop();
+                        if (open.isEmpty()) return root;
+                        continue;
+                    }
+                    default -> { }
+                }
+                JsonNode v = t == JsonToken.START_OBJECT ? f.objectNode()
+                        : t == JsonToken.START_ARRAY ? f.arrayNode() : scalar(p, f, ctxt);
+                if (open.peek() instanceof ObjectNode o) o.set(name, v);
+                else ((ArrayNode) open.peek()).add(v);
+                if (v instanceof ContainerNode<?> c) open.push(c);
+            }
+        }
+
+        private static JsonNode scalar(JsonParser p, JsonNodeFactory f, DeserializationContext ctxt) throws IOException {
+            return switch (p.currentToken()) {
+                case VALUE_STRING -> f.textNode(p.getText());
+                case VALUE_NUMBER_INT -> switch (p.getNumberType()) {
+                    case INT -> {
+                        int v = p.getIntValue();
+                        yield v == 0 && "-0".equals(p.getText()) ? new WrittenInt(0, "-0") : f.numberNode(v);
+                    }
+                    case LONG -> f.numberNode(p.getLongValue());
+                    default -> f.numberNode(p.getBigIntegerValue());
+                };
+                case VALUE_NUMBER_FLOAT -> new WrittenDouble(p.getDoubleValue(), p.getText());
+                case VALUE_TRUE -> f.booleanNode(true);
+                case VALUE_FALSE -> f.booleanNode(false);
+                case VALUE_NULL -> f.nullNode();
+                case VALUE_EMBEDDED_OBJECT -> f.pojoNode(p.getEmbeddedObject());
+                default -> ctxt.reportInputMismatch(JsonNode.class, "unexpected " + p.currentToken());
+            };
+        }
+    }
 
     /**
      * Where a key that a body gives twice in one object is, in the form error messages name fields with
@@ -33,9 +156,9 @@ public final class Json {
      */
     public static String duplicateKey(JsonProcessingException e) {
         String m = e.getOriginalMessage();
-        if (m == null || !m.startsWith("Duplicate field '") || !(e.getProcessor() instanceof com.fasterxml.jackson.core.JsonParser p))
+        if (m == null || !m.startsWith("Duplicate field '") || !(e.getProcessor() instanceof JsonParser p))
             return null;
-        java.util.Deque<String> parts = new java.util.ArrayDeque<>();
+        java.util.Deque<String> parts = new ArrayDeque<>();
         for (JsonStreamContext c = p.getParsingContext(); c != null && !c.inRoot(); c = c.getParent()) {
             if (c.inObject()) parts.push((c.getParent() != null && !c.getParent().inRoot() ? "." : "") + c.getCurrentName());
             else parts.push("[" + c.getCurrentIndex() + "]");
@@ -85,7 +208,7 @@ public final class Json {
 
     /** Whether the parser had read a complete top-level value when it failed. */
     private static boolean afterValue(JsonProcessingException e) {
-        return e.getProcessor() instanceof com.fasterxml.jackson.core.JsonParser p && p.getParsingContext() != null
+        return e.getProcessor() instanceof JsonParser p && p.getParsingContext() != null
                 && p.getParsingContext().inRoot() && p.getParsingContext().getEntryCount() > 0;
     }
 

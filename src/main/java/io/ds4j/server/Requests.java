@@ -216,14 +216,18 @@ final class Requests {
                 throw ApiException.badField("seed", "is out of range: give an integer in [-2^63, 2^63), got " + describe(s));
             seed = s.longValue();
         }
-        Map<Integer, Float> bias = logitBias(b, model);
+        // the values validate's messages show, as the client wrote them (SamplingParams.validate's names)
+        Map<String, JsonNode> given = new HashMap<>();
+        for (String f : List.of("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"))
+            if (present(b, f)) given.put(f, b.get(f));
+        Map<Integer, Float> bias = logitBias(b, model, given);
         List<String> stop = stop(b);
         boolean ignoreEos = bool(b, "ignore_eos", false);
         SamplingParams p = new SamplingParams(temperature, topK, topP, minP, seed, presence, frequency, repetition, bias,
                 maxTokens, stop, logprobs, top, ignoreEos);
         try {
             // one limit for token ids everywhere: the ids the tokenizer can decode (the model's embedding may be larger)
-            p.validate(model.tokenizer().vocabSize());
+            p.validate(model.tokenizer().vocabSize(), name -> given.containsKey(name) ? shownAgainstRange(given.get(name)) : null);
         } catch (IllegalArgumentException e) {
             String msg = e.getMessage();
             Matcher m = Pattern.compile("^([a-z_]+)").matcher(msg);
@@ -241,7 +245,7 @@ final class Requests {
      * one the client meant is unclear (as for a key given twice in one JSON object, also refused); letting the last
      * one win would silently drop the other.
      */
-    private static Map<Integer, Float> logitBias(JsonNode b, ModelInfo model) {
+    private static Map<Integer, Float> logitBias(JsonNode b, ModelInfo model, Map<String, JsonNode> given) {
         JsonNode lb = b.get("logit_bias");
         if (lb == null || lb.isNull()) return Map.of();
         if (!lb.isObject()) throw ApiException.badField("logit_bias", "must be an object mapping token ids to biases");
@@ -260,6 +264,7 @@ final class Requests {
                         + "; give each token once");
             if (!e.getValue().isNumber()) throw ApiException.badField("logit_bias", "bias for token " + id + " must be a number");
             out.put(id, e.getValue().floatValue());
+            given.put("logit_bias[" + id + "]", e.getValue());
         }
         return out;
     }
@@ -484,12 +489,32 @@ final class Requests {
             throw ApiException.badField(f, "only " + f + " = 1 is supported, got " + shown(v));
     }
 
-    /** A JSON number with an integral value: 1000, but also 1e3 and 1000.0 (JSON has one number type). */
+    /**
+     * A JSON number with an integral value: 1000, but also 1e3 and 1000.0 (JSON has one number type); not 1e-400 or
+     * 1.0000000000000000001, which a double rounds to an integer.
+     */
     static boolean isIntegral(JsonNode v) {
         if (v.isIntegralNumber()) return true;
         if (!v.isFloatingPointNumber()) return false;
         double d = v.doubleValue();
-        return Double.isFinite(d) && d == Math.rint(d);
+        if (!Double.isFinite(d) || d != Math.rint(d)) return false;
+        String w = Json.written(v);
+        if (w == null) return true;
+        try {
+            java.math.BigDecimal x = new java.math.BigDecimal(w);
+            return x.signum() == 0 || x.stripTrailingZeros().scale() <= 0;
+        } catch (NumberFormatException | ArithmeticException e) {
+            // an exponent past BigDecimal's (1e-9999999999): a fraction unless its digits are all 0
+            return !underflowed(v);
+        }
+    }
+
+    /** A number written nonzero that a double holds as 0 ({@code 1e-400}). */
+    static boolean underflowed(JsonNode v) {
+        String w = Json.written(v);
+        if (w == null || v.doubleValue() != 0) return false;
+        int e = w.toLowerCase(Locale.ROOT).indexOf('e');
+        return (e < 0 ? w : w.substring(0, e)).chars().anyMatch(c -> c >= '1' && c <= '9');
     }
 
     /** The int value of an integral JSON number in int range, else null. */
@@ -541,13 +566,23 @@ final class Requests {
     }
 
     /**
-     * A value as a message shows it: a number plainly, close to how the client wrote it ({@code 10000000000},
-     * {@code 1e30}, {@code 0.5}; not Java's {@code 1.0E10}, see {@link io.ds4j.sampling.SamplingParams#plain}), an
-     * integer of any size in its digits, anything else as JSON.
+     * A value as a message shows it: a number as the client wrote it ({@code 1E10}, {@code 0.50}, {@code -0},
+     * {@code 1e-400}; not as Java or a double would, {@code 1.0E10} or {@code 0}, see {@link Json#written}), anything
+     * else as JSON.
      */
     static String shown(JsonNode v) {
+        String w = Json.written(v);
+        if (w != null) return w;
         if (v.isIntegralNumber()) return v.bigIntegerValue().toString();
         if (v.isNumber()) return io.ds4j.sampling.SamplingParams.plain(v.doubleValue());
         return v.toString();
+    }
+
+    /**
+     * A number as a message about its range shows it ({@link #shown}), saying so where the double it is checked as
+     * holds 0 though the client wrote more ({@code 1e-400}): that number is in (0, 1], its double is not.
+     */
+    static String shownAgainstRange(JsonNode v) {
+        return shown(v) + (underflowed(v) ? " (0 in double precision)" : "");
     }
 }

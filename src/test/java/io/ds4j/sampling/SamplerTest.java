@@ -128,12 +128,19 @@ class SamplerTest {
         assertMsg(() -> SamplingParams.greedy(1).withLogitBias(Map.of(99, 1f)).validate(V), "logit_bias: token id 99");
         assertMsg(() -> SamplingParams.greedy(1).withStop(List.of("")).validate(V), "stop strings must not be empty");
         assertMsg(() -> SamplingParams.greedy(1).withLogprobs(true, 21).validate(V), "top_logprobs: must be in [0, 20], got 21");
+        // a caller that knows how a value was written has it shown so (a request's 1e-400 is 0 as a double)
+        assertMsg(() -> params(1, 0, 0, 0).validate(V, name -> name.equals("top_p") ? "1e-400" : null), "top_p: must be in (0, 1], got 1e-400");
+        assertMsg(() -> SamplingParams.greedy(1).withLogitBias(Map.of(3, 150f)).validate(V, name -> name.equals("logit_bias[3]") ? "1.5E2" : null),
+                "logit_bias: bias 1.5E2 for token 3 is outside [-100, 100]");
+        assertMsg(() -> SamplingParams.greedy(1).withPenalties(0, 0, -0.0).validate(V), "repetition_penalty: must be in (0, 10], got -0");
     }
 
     @Test
     void numbersInMessagesAreWrittenPlainly() {
         assertEquals("5", SamplingParams.plain(5.0));
         assertEquals("-3", SamplingParams.plain(-3.0));
+        assertEquals("0", SamplingParams.plain(0.0));
+        assertEquals("-0", SamplingParams.plain(-0.0));
         assertEquals("0.5", SamplingParams.plain(0.5));
         assertEquals("10000000000", SamplingParams.plain(1e10));
         assertEquals("9223372036854775808", SamplingParams.plain(0x1p63));

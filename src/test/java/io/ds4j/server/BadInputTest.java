@@ -143,15 +143,14 @@ class BadInputTest {
     @Test
     void numbersInMessagesAreWrittenAsSentAndOutOfRangeOnesGetTheirRange() throws Exception {
         int vocab = TestServer.tokenizer().vocabSize();
-        String beyond = "a number beyond 1.8e308 (the largest double)";
         String echo = " (0 with echo on /v1/completions)";
         assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 1e30", message("max_tokens", "\"max_tokens\":1e30"));
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got " + beyond, message("max_tokens", "\"max_tokens\":1e400"));
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 1e400", message("max_tokens", "\"max_tokens\":1e400"));
         assertEquals("max_completion_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 3000000000",
                 message("max_completion_tokens", "\"max_completion_tokens\":3000000000"));
         // one message whatever side of the int range the value is on: each field's range is decided in one place
         assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got -5", message("max_tokens", "\"max_tokens\":-5"));
-        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off), got 10000000000", message("top_k", "\"top_k\":1E10"));
+        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off), got 1E10", message("top_k", "\"top_k\":1E10"));
         assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off), got " + (vocab + 1),
                 message("top_k", "\"top_k\":" + (vocab + 1)));
         assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off), got -2", message("top_k", "\"top_k\":-2"));
@@ -159,26 +158,48 @@ class BadInputTest {
         assertEquals("top_logprobs: is out of range: give an integer in [0, 20], got 21", message("top_logprobs", "\"logprobs\":true,\"top_logprobs\":21"));
         assertEquals("logprobs: is out of range: give an integer in [0, 20], got -1",
                 expect("/v1/completions", "{\"prompt\":\"x\",\"logprobs\":-1}", 400, "logprobs").get("message").asText());
-        assertEquals("n: only n = 1 is supported, got 10000000000", message("n", "\"n\":1e10"));
-        assertEquals("seed: is out of range: give an integer in [-2^63, 2^63), got 9223372036854775808",
+        assertEquals("n: only n = 1 is supported, got 1e10", message("n", "\"n\":1e10"));
+        assertEquals("seed: is out of range: give an integer in [-2^63, 2^63), got 9223372036854775808.0",
                 message("seed", "\"seed\":9223372036854775808.0"));
-        assertEquals("speculative_q: must be 0 (off), an integer 1..8 or \"auto\", got 10000000000", message("speculative_q", "\"speculative_q\":1e10"));
+        assertEquals("speculative_q: must be 0 (off), an integer 1..8 or \"auto\", got 1e10", message("speculative_q", "\"speculative_q\":1e10"));
         // every field's message starts with its name, and shows the number as the client wrote it
         assertEquals("temperature: must be in [0, 2], got 5", message("temperature", "\"temperature\":5"));
         assertEquals("temperature: must be in [0, 2], got 2.5", message("temperature", "\"temperature\":2.5"));
-        assertEquals("temperature: must be in [0, 2], got " + beyond, message("temperature", "\"temperature\":1e400"));
+        assertEquals("temperature: must be in [0, 2], got 1e400", message("temperature", "\"temperature\":1e400"));
         assertEquals("top_p: must be in (0, 1], got 0", message("top_p", "\"top_p\":0"));
         assertEquals("presence_penalty: must be in [-2, 2], got -1e30", message("presence_penalty", "\"presence_penalty\":-1e30"));
         assertEquals("max_tokens: must be an integer, got 1.5", message("max_tokens", "\"max_tokens\":1.5"));
         // a token id past the double range is out of range, not a fraction
-        assertEquals("tokens[0]: is out of range: a token id is in [0, " + vocab + "), got " + beyond,
+        assertEquals("tokens[0]: is out of range: a token id is in [0, " + vocab + "), got 1E400",
                 expect("/detokenize", "{\"tokens\":[1E400]}", 400, "tokens[0]").get("message").asText());
-        assertEquals("tokens[1]: is out of range: a token id is in [0, " + vocab + "), got a number beyond -1.8e308 (the largest double)",
+        assertEquals("tokens[1]: is out of range: a token id is in [0, " + vocab + "), got -1E400",
                 expect("/detokenize", "{\"tokens\":[1,-1E400]}", 400, "tokens[1]").get("message").asText());
-        assertEquals("tokens[0]: is out of range: a token id is in [0, " + vocab + "), got 100000000000000000000",
+        assertEquals("tokens[0]: is out of range: a token id is in [0, " + vocab + "), got 1e20",
                 expect("/detokenize", "{\"tokens\":[1e20]}", 400, "tokens[0]").get("message").asText());
         assertEquals("prompt[0]: must be a token id in [0, " + vocab + "), got 1e300",
                 expect("/v1/completions", "{\"prompt\":[1e300]}", 400, "prompt[0]").get("message").asText());
+    }
+
+    @Test
+    void aNumberADoubleWouldShowAs0IsShownAsTheClientWroteIt() throws Exception {
+        // -0 and -0.0: the double is a zero, its sign is the client's
+        assertEquals("repetition_penalty: must be in (0, 10], got -0", message("repetition_penalty", "\"repetition_penalty\":-0"));
+        assertEquals("top_p: must be in (0, 1], got -0.0", message("top_p", "\"top_p\":-0.0"));
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647] (0 with echo on /v1/completions), got -0",
+                message("max_tokens", "\"max_tokens\":-0"));
+        // 1e-400: a double holds it as 0; a range check on that double says so, and it is no integer
+        assertEquals("top_p: must be in (0, 1], got 1e-400 (0 in double precision)", message("top_p", "\"top_p\":1e-400"));
+        assertEquals("repetition_penalty: must be in (0, 10], got 1E-400 (0 in double precision)",
+                message("repetition_penalty", "\"repetition_penalty\":1E-400"));
+        assertEquals("max_tokens: must be an integer, got 1e-400", message("max_tokens", "\"max_tokens\":1e-400"));
+        assertEquals("max_tokens: must be an integer, got 1.0000000000000000001", message("max_tokens", "\"max_tokens\":1.0000000000000000001"));
+        assertEquals("seed: must be an integer, got 1e-400", message("seed", "\"seed\":1e-400"));
+        assertEquals("tokens[0]: must be an integer token id, got 1e-400",
+                expect("/detokenize", "{\"tokens\":[1e-400]}", 400, "tokens[0]").get("message").asText());
+        assertEquals("logit_bias: bias 1.5e2 for token 5 is outside [-100, 100]", message("logit_bias", "\"logit_bias\":{\"5\":1.5e2}"));
+        // where 0 is in range, such a number is 0, as before; 0e-400 and 0.0e5 are integers
+        assertEquals(200, server.post("/v1/chat/completions", chat("\"temperature\":1e-400,\"top_k\":-0,\"max_tokens\":2")).status());
+        assertEquals(200, server.post("/v1/completions", "{\"prompt\":\"x\",\"echo\":true,\"max_tokens\":0.0e5}").status());
     }
 
     @Test

@@ -1,0 +1,52 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import org.junit.jupiter.api.Test;
+
+import java.nio.charset.StandardCharsets;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/** Request bodies read by {@link Json#BODY_READER}: Jackson's tree, with numbers that keep the client's text. */
+class JsonBodyReaderTest {
+    static JsonNode read(String json) throws Exception {
+        return Json.BODY_READER.readTree(json.getBytes(StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void theTreeIsJacksonsOwn() throws Exception {
+        String doc = "{\"a\":[1,-0,2.5,1e-400,1E10,12345678901,123456789012345678901234567890,-0.0,true,false,null,\"s\"],"
+                + "\"b\":{\"c\":{\"d\":[[],{}]}},\"e\":\"\\u00e9\"}";
+        JsonNode ours = read(doc), jacksons = Json.MAPPER.readTree(doc);
+        assertEquals(jacksons, ours);
+        // the same node types (a number that keeps its text is one of Jackson's own kind)
+        for (int i = 0; i < jacksons.get("a").size(); i++)
+            assertTrue(jacksons.get("a").get(i).getClass().isInstance(ours.get("a").get(i)), "element " + i + ": " + ours.get("a").get(i).getClass());
+        // written back, a body's numbers are what they were (tool schemas go into prompts so)
+        assertEquals(Json.write(jacksons), Json.write(ours));
+        assertTrue(read("null").isNull());
+        assertTrue(read("  ").isMissingNode());
+        assertEquals(5, read("5").intValue());
+        String deep = "[".repeat(900) + "]".repeat(900);
+        assertEquals(Json.MAPPER.readTree(deep), read(deep));
+    }
+
+    @Test
+    void numbersKeepTheTextTheClientWrote() throws Exception {
+        JsonNode a = read("[1e-400,1E10,2.50,-0.0,-0,0,7,12345678901]");
+        String[] written = {"1e-400", "1E10", "2.50", "-0.0", "-0", null, null, null};
+        for (int i = 0; i < written.length; i++) assertEquals(written[i], Json.written(a.get(i)), "element " + i);
+        assertEquals(0.0, a.get(0).doubleValue());
+        assertEquals(0, a.get(4).intValue());
+        assertTrue(a.get(4).isInt() && a.get(1).isDouble());
+        assertNull(Json.written(Json.MAPPER.readTree("1.5")), "only request bodies keep it");
+    }
+
+    @Test
+    void theParsersChecksStillApply() {
+        assertThrows(JsonProcessingException.class, () -> read("{\"a\":1,\"a\":2}"), "a key given twice");
+        assertThrows(JsonProcessingException.class, () -> read("{\"a\":1} x"), "trailing content");
+        assertThrows(JsonProcessingException.class, () -> read("{\"a\":[1,"), "the JSON ends too early");
+    }
+}
