@@ -128,6 +128,17 @@ template <typename T> T emu_shfl_up(T v, int o) { int l = emu_lane(); return emu
 #define DS4J_SHFL_XOR(v, o) emu_shfl_xor((v), (o))
 #define DS4J_SHFL_UP(v, o) emu_shfl_up((v), (o))
 #define DS4J_SHFL(v, l) emu_exchange((v), (l))
+/** Whether p holds in any lane of the warp (__any_sync over all 32 lanes). */
+inline bool emu_any(bool p) {
+    const int w = emu_warp(), l = emu_lane();
+    g_blk->xs[w][l] = p ? 1.0 : 0.0;
+    g_blk->warp[w]->arrive_and_wait();
+    bool r = false;
+    for (int i = 0; i < 32; i++) r = r || g_blk->xs[w][i] != 0.0;
+    g_blk->warp[w]->arrive_and_wait();
+    return r;
+}
+#define DS4J_ANY(p) emu_any(p)
 
 inline float emu_bf16(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
 inline float emu_f16(uint16_t b) { return __half2float({b}); }

@@ -9,6 +9,7 @@
 #define DS4J_SHFL_XOR(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))
 #define DS4J_SHFL_UP(v, o) __shfl_up_sync(0xffffffffu, (v), (o))
 #define DS4J_SHFL(v, l) __shfl_sync(0xffffffffu, (v), (l))
+#define DS4J_ANY(p) __any_sync(0xffffffffu, (p))
 #else
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
@@ -16,6 +17,7 @@
 #define DS4J_SHFL_XOR(v, o) __shfl_xor((v), (o), 32)
 #define DS4J_SHFL_UP(v, o) __shfl_up((v), (o), 32)
 #define DS4J_SHFL(v, l) __shfl((v), (l), 32)
+#define DS4J_ANY(p) __any(p)
 #if defined(__AMDGCN_WAVEFRONT_SIZE) && __AMDGCN_WAVEFRONT_SIZE != 32
 #error "ds4j kernels assume wave32 (RDNA, gfx11); build for gfx1100/gfx1151 without -mwavefrontsize64"
 #endif

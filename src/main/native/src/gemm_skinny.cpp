@@ -47,6 +47,7 @@
 #include <atomic>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 
 namespace ds4j {
 
@@ -204,6 +205,9 @@ __device__ __forceinline__ uint32_t word(const uint4& q, int i) {
     return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
 }
 
+/** Whether FP4 scale byte sb takes two multipliers (multipliers): 2^126 x scale past the largest BF16 exponent. */
+__device__ __forceinline__ bool two_multipliers(uint32_t sb) { return sb + 126u > 254u; }
+
 /**
  * Multipliers taking decoded FP4 patterns to value x scale for E8M0 scale byte sb: one (m1) when 2^126 x scale is a
  * normal BF16, else two (m1 = 2^126, m2 = scale; two = true), for scales above 2^1.
@@ -212,16 +216,47 @@ template <int FMT>
 __device__ __forceinline__ void multipliers(uint32_t sb, uint32_t& m1, uint32_t& m2, bool& two) {
     static_assert(FMT == DS4J_FMT_FP4_E2M1_B32, "FP8 scales multiply partial sums (fp8_mma)");
     constexpr uint32_t OFF = 126u;
-    two = sb + OFF > 254u;
+    two = two_multipliers(sb);
     m1 = tc::pow2_pair(two ? OFF + 127u : sb + OFF);
     m2 = sb == 255u ? 0x7fc07fc0u : tc::pow2_pair(sb);  // E8M0 0xFF is NaN
 }
 
 /**
- * The two A words of k-step i for one row's chunk q: w0 = k slots (2t, 2t+1), w1 = (2t+8, 2t+9), as BF16 pairs
- * (l0, l1: the low BF16 parts of F16 weights). See the file comment for the column each slot holds.
+ * Whether any lane of the warp (every lane taking part) has two multipliers for any of the U chunk groups of FP4 scale
+ * bytes sb: the same in every lane, so that callers run the k-steps of the common case (every scale at most 2^1, as in
+ * trained weights) without the second multiplies, where a per-lane test would leave them in the instruction stream,
+ * predicated off. False for the other formats.
  */
-template <int FMT>
+template <int FMT, int U, int MT>
+__device__ __forceinline__ bool any_two(const uint32_t (&sb)[U][MT][2]) {
+    if constexpr (FMT != DS4J_FMT_FP4_E2M1_B32) {
+        return false;
+    } else {
+        bool t = false;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) t = t || two_multipliers(sb[u][mi][0]) || two_multipliers(sb[u][mi][1]);
+        return DS4J_ANY(t);
+    }
+}
+
+/**
+ * FP4 nibbles n and n + 4 of word u (n = 0 or 1) as BF16 patterns in the low and high halves: each nibble's bits 2..0
+ * at 8..6 and its sign bit 3 at 15. The product by 65 2^(6 - 4n) writes the two isolated nibbles twice, 6 bits apart,
+ * without carries (the copies do not overlap): the first copy puts bits 2..0 in place, the second the sign; the mask
+ * keeps those. Three instructions a word pair (and, multiply, and) where separate shifts for the two fields took four.
+ */
+__device__ __forceinline__ uint32_t fp4_pair(uint32_t u, int n) {
+    return ((u & (0x000f000fu << (4 * n))) * (65u << (6 - 4 * n))) & 0x81c081c0u;
+}
+
+/**
+ * The two A words of k-step i for one row's chunk q: w0 = k slots (2t, 2t+1), w1 = (2t+8, 2t+9), as BF16 pairs
+ * (l0, l1: the low BF16 parts of F16 weights). See the file comment for the column each slot holds. TWO false: the
+ * caller knows that no lane of the warp has two multipliers (any_two), so none is tested for.
+ */
+template <int FMT, bool TWO = true>
 __device__ __forceinline__ void a_words(const uint4& q, int i, uint32_t m1, uint32_t m2, bool two, uint32_t& w0,
                                         uint32_t& w1, uint32_t& l0, uint32_t& l1) {
     if constexpr (FMT == DS4J_FMT_BF16) {
@@ -232,21 +267,12 @@ __device__ __forceinline__ void a_words(const uint4& q, int i, uint32_t m1, uint
         tc::split_bf16(f0.x, f0.y, w0, l0);  // exact: an F16 value has 11 significant bits, hi + lo hold 16
         tc::split_bf16(f1.x, f1.y, w1, l1);
     } else {
-        // FP4 (FP8 takes fp8_a): nibbles n, n + 4 of word i / 2 (n = 2 (i % 2), then n + 1) to 16-bit lanes; sign ->
-        // bit 15, 2..0 -> 8..6
+        // FP4 (FP8 takes fp8_a): nibbles n, n + 4 of word i / 2 (n = 2 (i % 2), then n + 1) as BF16 pairs (fp4_pair)
         static_assert(FMT == DS4J_FMT_FP4_E2M1_B32, "FP8 weights take fp8_a");
-        uint32_t p0, p1;
-        const uint32_t u = word(q, i >> 1);
-        if (i & 1) {
-            p0 = ((u >> 2) & 0x01c001c0u) | ((u << 4) & 0x80008000u);
-            p1 = ((u >> 6) & 0x01c001c0u) | (u & 0x80008000u);
-        } else {
-            p0 = ((u << 6) & 0x01c001c0u) | ((u << 12) & 0x80008000u);
-            p1 = ((u << 2) & 0x01c001c0u) | ((u << 8) & 0x80008000u);
-        }
-        w0 = tc::mul_bf16x2(p0, m1);
-        w1 = tc::mul_bf16x2(p1, m1);
-        if (two) {
+        const uint32_t u = word(q, i >> 1) >> (i & 1 ? 8 : 0);  // nibbles 2, 3, 6, 7 to the places of 0, 1, 4, 5
+        w0 = tc::mul_bf16x2(fp4_pair(u, 0), m1);
+        w1 = tc::mul_bf16x2(fp4_pair(u, 1), m1);
+        if (TWO && two) {
             w0 = tc::mul_bf16x2(w0, m2);
             w1 = tc::mul_bf16x2(w1, m2);
         }
@@ -468,6 +494,7 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
                         if (j0 + u * nw < ngr && wr[mi][h]) sb[u][mi][h] = v.scale[sbase[mi][h] + (c >> 3)];
                 }
         }
+        const bool two_any = any_two<FMT, U, MT>(sb);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (j0 + u * nw >= ngr) break;  // the same for every lane of the warp
@@ -499,34 +526,42 @@ __device__ __forceinline__ void warp_part(const WView& v, int64_t rb, bool wal, 
                         two[mi][h] = false;
                         if constexpr (QUANT) multipliers<FMT>(sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
                     }
+                // the k-steps, with or without the second multipliers (any_two); the same MMAs either way
+                auto ksteps = [&](auto two_c) {
+                    constexpr bool TW = decltype(two_c)::value;
 #pragma unroll
-                for (int i = 0; i < KS; i++) {
-                    // the A fragments of every m-tile first (PTX ISA, mma.m16n8k16: a0 = (row g, k 2t..2t+1), a1 =
-                    // row g+8, a2 = k + 8, a3 = both), then each n-tile's B words once for all m-tiles: only four B
-                    // words are live at a time, which leaves the registers for eight n-tiles of accumulators. Every
-                    // accumulator still takes its MMAs in the order (k-step, hi, lo[, F16 low part]).
-                    uint32_t a[MT][4], al[MT][4];
+                    for (int i = 0; i < KS; i++) {
+                        // the A fragments of every m-tile first (PTX ISA, mma.m16n8k16: a0 = (row g, k 2t..2t+1), a1 =
+                        // row g+8, a2 = k + 8, a3 = both), then each n-tile's B words once for all m-tiles: only four B
+                        // words are live at a time, which leaves the registers for eight n-tiles of accumulators. Every
+                        // accumulator still takes its MMAs in the order (k-step, hi, lo[, F16 low part]).
+                        uint32_t a[MT][4], al[MT][4];
 #pragma unroll
-                    for (int mi = 0; mi < MT; mi++) {
-                        a_words<FMT>(q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
-                        a_words<FMT>(q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
-                    }
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++)
-                        if (nt < ntv) {
-                            uint32_t bh0, bh1, bl0, bl1;
-                            const float* xt = nullptr;
-                            if constexpr (XR) xt = xr[nt];
-                            else if (xoff[nt * 8 + g] >= 0) xt = x + xoff[nt * 8 + g];
-                            b_words<FMT>(col >= 0 ? xt : nullptr, col, i, bh0, bh1, bl0, bl1);
-#pragma unroll
-                            for (int mi = 0; mi < MT; mi++) {
-                                tc::mma_bf16(acc[mi][nt], a[mi], bh0, bh1);
-                                tc::mma_bf16(acc[mi][nt], a[mi], bl0, bl1);
-                                if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al[mi], bh0, bh1);
-                            }
+                        for (int mi = 0; mi < MT; mi++) {
+                            a_words<FMT, TW>(q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2],
+                                             al[mi][0], al[mi][2]);
+                            a_words<FMT, TW>(q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3],
+                                             al[mi][1], al[mi][3]);
                         }
-                }
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++)
+                            if (nt < ntv) {
+                                uint32_t bh0, bh1, bl0, bl1;
+                                const float* xt = nullptr;
+                                if constexpr (XR) xt = xr[nt];
+                                else if (xoff[nt * 8 + g] >= 0) xt = x + xoff[nt * 8 + g];
+                                b_words<FMT>(col >= 0 ? xt : nullptr, col, i, bh0, bh1, bl0, bl1);
+#pragma unroll
+                                for (int mi = 0; mi < MT; mi++) {
+                                    tc::mma_bf16(acc[mi][nt], a[mi], bh0, bh1);
+                                    tc::mma_bf16(acc[mi][nt], a[mi], bl0, bl1);
+                                    if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al[mi], bh0, bh1);
+                                }
+                            }
+                    }
+                };
+                if (two_any) ksteps(std::true_type{});
+                else ksteps(std::false_type{});
             }
         }
     }
@@ -781,40 +816,53 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
                 }
         }
     } else {
+        // FP4: a batch of U chunk groups in a full pass of several n-tiles (every n-tile holds tokens), as most are,
+        // runs without the tests for the batch's and the pass's ends (FULL): straight-line code that the compiler may
+        // schedule across k-steps and chunk groups (one-tile passes stay as they are: their 80 registers would spill);
+        // and without the second multipliers unless some lane has two (TW, any_two; the ends are
+        // then tested too: one slow variant, not two). The same MMAs in the same order in every variant.
+        auto run = [&](auto two_c, auto full_c) {
+            constexpr bool TW = decltype(two_c)::value, FULL = decltype(full_c)::value;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (u >= left) break;  // the same for every lane of the warp
-            uint32_t m1[MT][2], m2[MT][2];
-            bool two[MT][2];
+            for (int u = 0; u < U; u++) {
+                if (!FULL && u >= left) break;  // the same for every lane of the warp
+                uint32_t m1[MT][2], m2[MT][2];
+                bool two[MT][2];
 #pragma unroll
-            for (int mi = 0; mi < MT; mi++)
+                for (int mi = 0; mi < MT; mi++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    m1[mi][h] = m2[mi][h] = 0u;
-                    two[mi][h] = false;
-                    if constexpr (QUANT) multipliers<FMT>(bt.sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
-                }
-#pragma unroll
-            for (int i = 0; i < KS; i++) {
-                uint32_t a[MT][4], al[MT][4];
-#pragma unroll
-                for (int mi = 0; mi < MT; mi++) {
-                    a_words<FMT>(bt.q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2], al[mi][0], al[mi][2]);
-                    a_words<FMT>(bt.q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3], al[mi][1], al[mi][3]);
-                }
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-                    if (nt < ntv) {
-                        const uint4 b = xs[sm_slot<FMT, NT>(jj0 + u, nt, i, lane)];
-#pragma unroll
-                        for (int mi = 0; mi < MT; mi++) {
-                            tc::mma_bf16(acc[mi][nt], a[mi], b.x, b.y);
-                            tc::mma_bf16(acc[mi][nt], a[mi], b.z, b.w);
-                            if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al[mi], b.x, b.y);
-                        }
+                    for (int h = 0; h < 2; h++) {
+                        m1[mi][h] = m2[mi][h] = 0u;
+                        two[mi][h] = false;
+                        if constexpr (QUANT) multipliers<FMT>(bt.sb[u][mi][h], m1[mi][h], m2[mi][h], two[mi][h]);
                     }
+#pragma unroll
+                for (int i = 0; i < KS; i++) {
+                    uint32_t a[MT][4], al[MT][4];
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++) {
+                        a_words<FMT, TW>(bt.q[u][mi][0], i, m1[mi][0], m2[mi][0], two[mi][0], a[mi][0], a[mi][2],
+                                         al[mi][0], al[mi][2]);
+                        a_words<FMT, TW>(bt.q[u][mi][1], i, m1[mi][1], m2[mi][1], two[mi][1], a[mi][1], a[mi][3],
+                                         al[mi][1], al[mi][3]);
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+                        if (FULL || nt < ntv) {
+                            const uint4 b = xs[sm_slot<FMT, NT>(jj0 + u, nt, i, lane)];
+#pragma unroll
+                            for (int mi = 0; mi < MT; mi++) {
+                                tc::mma_bf16(acc[mi][nt], a[mi], b.x, b.y);
+                                tc::mma_bf16(acc[mi][nt], a[mi], b.z, b.w);
+                                if constexpr (FMT == DS4J_FMT_F16) tc::mma_bf16(acc[mi][nt], al[mi], b.x, b.y);
+                            }
+                        }
+                }
             }
-        }
+        };
+        if (any_two<FMT, U, MT>(bt.sb)) run(std::true_type{}, std::false_type{});
+        else if (QUANT && NT > 1 && left >= U && ntv == NT) run(std::false_type{}, std::true_type{});
+        else run(std::false_type{}, std::false_type{});
     }
 }
 
