@@ -1276,18 +1276,25 @@ static int sm_moe_max_rows() {
 /**
  * The rows that pick the pass width of a routed-expert launch of S > 32 rows over E distinct experts (E > 0) with P
  * picks, where S alone would take 8-tile passes: the mean picks per expert m = P / E rounded up, plus one n-tile's
- * worth where m fits in one (most experts then hold more than m picks, which a single n-tile would leave to a second
- * pass), at most S; S itself for S <= 32. On the H200 (`tools/device/run.sh mm-bench --rows 16,32,64 --only routed`,
- * 16 experts, graph µs of w1 / w3 and w2; BENCHMARKS.md, twelfth session) 3 n-tiles at 64 rows took 187.5 / 227.3 and
+ * worth while that stays within 32 (4 n-tiles, the staged passes' widest): about half the experts hold more than the
+ * mean, and each of those would take a second pass that decodes its weights again, where the FP4 experts' time is the
+ * decoding, not the MMAs. At most S; S itself for S <= 32. DS4J_SKINNY_MOE_NT "1" adds the n-tile only where m fits in
+ * one (the rule before), "0" takes S at every S (both for measurements). On the H200 (`DS4J_SKINNY_MOE_NT=1|2
+ * tools/device/run.sh mm-bench --rows 40,48,56,64 --reps 50 --only routed`, graph µs, twice each, equal result hashes;
+ * BENCHMARKS.md, twentieth session) w1 / w3 at 40 / 48 / 56 / 64 rows took 86.4 / 98.2 / 102.5 / 105.5 against 127.6 /
+ * 118.5 / 123.3 / 154.5 with the rule before, w2 101.0 / 112.7 / 120.5 / 165.4 against 155.5 / 107.0 / 180.0 / 192.0.
+ * Earlier (the rule before against S; `tools/device/run.sh mm-bench --rows 16,32,64 --only routed`, 16 experts, graph
+ * µs of w1 / w3 and w2; BENCHMARKS.md, twelfth session) 3 n-tiles at 64 rows took 187.5 / 227.3 and
  * 200.3 / 226.5 (two builds) against 302.9–308.1 / 318.1–324.1 with 8; at 32 rows 2 n-tiles against S's 4 gave 84.0 /
  * 97.3 in one build and 119.9 / 160.3 in the other (S's: 90.3–95.4 / 101.3–106.6), so S keeps its pass width there;
- * at 16 rows 1 n-tile instead of 2 was slower (101.3 / 123.7 against 75.4 / 86.8). Equal result hashes: the pass
- * width never changes a row's sums (shape_for). DS4J_SKINNY_MOE_NT "0" takes S at every S (for measurements). Read once.
+ * at 16 rows 1 n-tile instead of 2 was slower (101.3 / 123.7 against 75.4 / 86.8). The pass width never changes a
+ * row's sums (shape_for). Read once.
  */
 static int moe_pass_rows(int S, int64_t P, int E) {
     static std::atomic<int> c{0};
-    if (S <= 32 || E <= 0 || env_choice(c, "DS4J_SKINNY_MOE_NT", 1, 0, 1) == 0) return S;
-    const int64_t m = (P + E - 1) / E, r = m <= 8 ? m + 8 : m;
+    const int rule = env_choice(c, "DS4J_SKINNY_MOE_NT", 2, 0, 2);
+    if (S <= 32 || E <= 0 || rule == 0) return S;
+    const int64_t m = (P + E - 1) / E, r = m <= 8 || (rule == 2 && m + 8 <= 32) ? m + 8 : m;
     return (int)(r < S ? r : S);
 }
 
