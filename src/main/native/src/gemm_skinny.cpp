@@ -1265,7 +1265,7 @@ static int split_choice() {
 /**
  * Routed-expert launches of more rows than this keep the kernel without staging (see skinny_moe): 64 (every skinny
  * step), or DS4J_SKINNY_MOE_SMEM_MAX (0 .. 64) for measurements. With the pass width from the picks per expert
- * (moe_pass_rows: 3 n-tiles at 64 rows and 16 experts), staging won at 64 rows too (187.5 µs for w1 / w3 against 294.9
+ * (moe_pass_rows; 3 n-tiles at 64 rows and 16 experts then), staging won at 64 rows too (187.5 µs for w1 / w3 against 294.9
  * without); 8-tile passes stay unstaged (skinny_moe). Read once.
  */
 static int sm_moe_max_rows() {
