@@ -819,8 +819,8 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
         // FP4: a batch of U chunk groups in a full pass of several n-tiles (every n-tile holds tokens), as most are,
         // runs without the tests for the batch's and the pass's ends (FULL): straight-line code that the compiler may
         // schedule across k-steps and chunk groups (one-tile passes stay as they are: their 80 registers would spill);
-        // and without the second multipliers unless some lane has two (TW, any_two; the ends are
-        // then tested too: one slow variant, not two). The same MMAs in the same order in every variant.
+        // and without the second multipliers unless some lane has two (TW, any_two; the ends are then tested too: one
+        // slow variant, not two). The same MMAs in the same order in every variant.
         auto run = [&](auto two_c, auto full_c) {
             constexpr bool TW = decltype(two_c)::value, FULL = decltype(full_c)::value;
 #pragma unroll
