@@ -129,7 +129,7 @@ public final class HttpVerticle extends VerticleBase {
         // no method restriction on the route itself, so an unknown POST path is a 404, not a 405
         r.route("/*").handler(ctx -> {
             HttpMethod m = ctx.request().method();
-            String path = ctx.request().path();
+            String path = routed(ctx);
             String allow = allowed(path);
             if (allow != null) {
                 // a known API path reached here with a method it does not answer
@@ -145,11 +145,11 @@ public final class HttpVerticle extends VerticleBase {
             watchBody(ctx);  // a request without Host is refused before the first route ran
             error(ctx, MalformedRequests.answer(ctx.request().path(), ctx.failure()));
         });
-        r.errorHandler(404, ctx -> error(ctx, noRoute(ctx.request().method(), ctx.request().path())));
+        r.errorHandler(404, ctx -> error(ctx, noRoute(ctx.request().method(), routed(ctx))));
         r.errorHandler(405, ctx -> {
-            String allow = allowed(ctx.request().path());
+            String allow = allowed(routed(ctx));
             if (allow != null) ctx.response().putHeader("Allow", allow);
-            error(ctx, notAllowed(ctx.request().method(), ctx.request().path(), allow));
+            error(ctx, notAllowed(ctx.request().method(), routed(ctx), allow));
         });
         r.errorHandler(500, ctx -> {
             Throwable t = ctx.failure();
@@ -284,6 +284,17 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
+     * The path the router routes a request by: the request's path with dot segments removed, doubled slashes joined and
+     * percent-escaped unreserved characters decoded ({@code //v1/./models} and {@code /%76%31/models} reach
+     * {@code /v1/models}). Every decision about a path (the API key, API or file, 404 and 405) takes this one, never the
+     * path as written, or a path written another way would reach an API route without the key. Both HTTP fronts use it.
+     */
+    public static String routed(RoutingContext ctx) {
+        String p = ctx.normalizedPath();
+        return p != null ? p : ctx.request().path();
+    }
+
+    /**
      * Whether a path is the API's (it needs the API key when keys are set, and is never a static file): a known API
      * path, or any path under {@code /v1/} or {@code /models/}. Both HTTP fronts, a single server and a cluster gateway,
      * route by it.
@@ -346,7 +357,7 @@ public final class HttpVerticle extends VerticleBase {
     /** Bearer key check for API routes when server.apiKeys is set. */
     private void auth(RoutingContext ctx) {
         List<String> keys = state.config().apiKeys();
-        String path = ctx.request().path();
+        String path = routed(ctx);
         if (keys.isEmpty() || !isApi(path)) {
             ctx.next();
             return;

@@ -152,6 +152,25 @@ class EndpointsTest {
         }
     }
 
+    /**
+     * The key check reads the path the router routes by: dot segments, doubled slashes and percent-escaped letters
+     * reach the same API routes, so they need the key as the plain path does.
+     */
+    @Test
+    void anApiPathWrittenAnotherWayStillNeedsTheKey() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.apiKeys", List.of("k")))) {
+            for (String path : List.of("/v1/models", "//v1/models", "/./v1/models", "/%76%31/models", "/v1/./models",
+                    "/x/../v1/models", "//props", "/%70rops", "/./metrics", "//tokenize")) {
+                String get = raw(t.port, path.endsWith("tokenize") ? "POST" : "GET", path);
+                assertTrue(get.startsWith("HTTP/1.1 401"), path + ": " + get);
+            }
+            String chat = raw(t.port, "POST", "/./v1/chat/completions");
+            assertTrue(chat.startsWith("HTTP/1.1 401"), chat);
+            // the playground's files stay open to all
+            assertTrue(raw(t.port, "GET", "/./index.html").startsWith("HTTP/1.1 200"));
+        }
+    }
+
     @Test
     void propsModelsPlaygroundAndCors() throws Exception {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),

@@ -144,7 +144,7 @@ public final class GatewayVerticle extends VerticleBase {
         // its path does not answer, is refused here at once, as a single server refuses it: the body is not awaited
         r.route("/*").handler(ctx -> {
             HttpMethod m = ctx.request().method();
-            String path = ctx.request().path();
+            String path = HttpVerticle.routed(ctx);
             String allow = HttpVerticle.allowed(path);
             if (m == HttpMethod.OPTIONS || allow != null && List.of(allow.split(", ")).contains(m.name())) relay(ctx);
             else if (allow != null) {
@@ -161,7 +161,7 @@ public final class GatewayVerticle extends VerticleBase {
             LOG.info("{} {} rejected with 400: {}", ctx.request().method(), ctx.request().path(), e.getMessage());
             error(ctx.response(), e);
         });
-        r.errorHandler(404, ctx -> error(ctx.response(), HttpVerticle.noRoute(ctx.request().method(), ctx.request().path())));
+        r.errorHandler(404, ctx -> error(ctx.response(), HttpVerticle.noRoute(ctx.request().method(), HttpVerticle.routed(ctx))));
 
         consumers.add(vertx.eventBus().<JsonObject>consumer(EngineNode.ANNOUNCE, m -> announced(m.body())));
         consumers.add(vertx.eventBus().<ClusterFrame>consumer(address, this::onFrame));
@@ -230,7 +230,7 @@ public final class GatewayVerticle extends VerticleBase {
     /** Bearer key check (server.apiKeys) for API routes, as a single server does it. */
     private void auth(RoutingContext ctx) {
         List<String> keys = config.get().apiKeys();
-        if (keys.isEmpty() || !HttpVerticle.isApi(ctx.request().path()) || ctx.request().method() == HttpMethod.OPTIONS) {
+        if (keys.isEmpty() || !HttpVerticle.isApi(HttpVerticle.routed(ctx)) || ctx.request().method() == HttpMethod.OPTIONS) {
             ctx.next();
             return;
         }
