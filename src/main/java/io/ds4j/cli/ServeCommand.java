@@ -1,6 +1,5 @@
 package io.ds4j.cli;
 
-import com.fasterxml.jackson.databind.ObjectMapper;
 import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.cluster.ClusterNode;
@@ -124,7 +123,6 @@ public final class ServeCommand implements Callable<Integer> {
         Map<String, Object> o = new LinkedHashMap<>();
         flagOf.clear();
         if (sets != null) {
-            ObjectMapper om = new ObjectMapper();
             for (String s : sets) {
                 int eq = s.indexOf('=');
                 if (eq <= 0) throw new CommandLine.ParameterException(spec.commandLine(), "--set needs KEY=VALUE, got '" + s + "'");
@@ -134,7 +132,8 @@ public final class ServeCommand implements Callable<Integer> {
                             + ServerConfig.suggestion(k));
                 Object val;
                 try {
-                    val = om.readValue(v, Object.class);
+                    // read as the API reads JSON: "4,5" is not the number 4 followed by something ignored
+                    val = io.ds4j.server.Json.MAPPER.readValue(v, Object.class);
                 } catch (IOException e) {
                     val = v;
                 }
@@ -201,7 +200,7 @@ public final class ServeCommand implements Callable<Integer> {
         Map<String, Object> ov = overrides();
         ServerConfig cfg;
         try {
-            cfg = ServerConfig.parse(file != null ? Files.readString(file) : null,
+            cfg = ServerConfig.parseFile(file != null ? Files.readAllBytes(file) : null,
                     file != null ? file.toString() : "defaults", ov);
         } catch (ConfigException e) {
             var err = spec.commandLine().getErr();

@@ -251,7 +251,7 @@ public final class Ds4jServer {
 
     /**
      * Watches the configuration file with vertx-config (a raw file store scanned every {@code server.configScanMs});
-     * each changed text is validated and applied (or rejected) by {@link #onConfigText}. vertx-config reports a
+     * each changed version is validated and applied (or rejected) by {@link #onConfigText}. vertx-config reports a
      * missing file only as an error line at every scan (silenced in simplelogger.properties), so a separate presence
      * check says it once when the file goes missing and once when it is back; the running configuration stays.
      */
@@ -259,17 +259,19 @@ public final class Ds4jServer {
         Path file = opt.configFile();
         if (file == null) return Future.succeededFuture();
         long scanMs = opt.config().configScanMs();
+        // the file's bytes, not a string: decoding here would turn bytes that are not UTF-8 into U+FFFD unseen
         ConfigStoreOptions store = new ConfigStoreOptions().setType("file").setFormat("raw")
-                .setConfig(new JsonObject().put("path", file.toAbsolutePath().toString()).put("raw.key", "text"));
+                .setConfig(new JsonObject().put("path", file.toAbsolutePath().toString()).put("raw.key", "bytes")
+                        .put("raw.type", "binary"));
         retriever = ConfigRetriever.create(vertx, new ConfigRetrieverOptions().addStore(store).setScanPeriod(scanMs));
         return retriever.getConfig().transform(ar -> {
             // the file may have changed between the caller's read and the watcher's baseline
-            String first = ar.succeeded() ? ar.result().getString("text") : null;
+            byte[] first = ar.succeeded() ? ar.result().getBinary("bytes") : null;
             if (first != null) onConfigText(first, false);
             else configMissing(file);
             retriever.listen(change -> {
-                String text = change.getNewConfiguration().getString("text");
-                if (text != null) onConfigText(text, true);
+                byte[] bytes = change.getNewConfiguration().getBinary("bytes");
+                if (bytes != null) onConfigText(bytes, true);
             });
             scanTimer = vertx.setPeriodic(scanMs, id -> checkPresence(file));
             LOG.info("watching {} for changes (every {} ms)", file, scanMs);
@@ -301,11 +303,11 @@ public final class Ds4jServer {
     private List<String> warnedOverrides = List.of();
 
     /** Validates a new version of the file as a whole and applies it atomically, or keeps the old one. */
-    private void onConfigText(String text, boolean changed) {
+    private void onConfigText(byte[] content, boolean changed) {
         Path file = opt.configFile();
         ServerConfig proposed;
         try {
-            proposed = ServerConfig.parse(text, file.toString(), opt.overrides());
+            proposed = ServerConfig.parseFile(content, file.toString(), opt.overrides());
         } catch (ConfigException e) {
             state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "rejected", e.getMessage()));
             LOG.error("config reload rejected, the previous configuration stays in effect: {}", e.getMessage());
@@ -315,7 +317,7 @@ public final class Ds4jServer {
         ServerConfig.Reload r = ServerConfig.reload(running, proposed);
         // keys the file sets that a command-line flag keeps at the flag's value: said, so an edit that changes nothing
         // is not a mystery
-        List<String> overridden = changed ? ServerConfig.overridden(text, opt.overrides()) : List.of();
+        List<String> overridden = changed ? ServerConfig.overridden(content, opt.overrides()) : List.of();
         // said once per file value: a later edit of another key does not repeat it
         List<String> newly = overridden.stream().filter(o -> !warnedOverrides.contains(o)).toList();
         if (changed) warnedOverrides = overridden;

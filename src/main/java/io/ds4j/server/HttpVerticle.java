@@ -450,27 +450,17 @@ public final class HttpVerticle extends VerticleBase {
             try {
                 if (body.length() == 0) throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
                 byte[] bytes = body.getBytes();
-                checkUtf8(bytes);
-                n = Json.BODY_READER.readTree(bytes);
+                n = Json.read(bytes);
                 // whitespace alone is no JSON value either: the same answer as an empty body
-                if (n == null || n.isMissingNode())
+                if (n == null)
                     throw new ApiException(400, "invalid_request_error", "invalid_json", null,
                             "the request body is empty (" + bytes.length + " bytes of whitespace)", null);
-            } catch (JsonProcessingException e) {
-                String twice = Json.duplicateKey(e);
-                var at = e.getLocation();
-                error(ctx, twice != null
-                        ? new ApiException(400, "invalid_request_error", "invalid_json", twice, twice + ": is given twice in one"
-                                + " JSON object" + (at != null ? " (the second time at line " + at.getLineNr() + ", column "
-                                + at.getColumnNr() + ")" : "") + "; give each key once", null)
-                        : new ApiException(400, "invalid_request_error", "invalid_json", null, Json.syntaxProblem("malformed JSON", e), null));
+            } catch (Json.Unreadable e) {
+                error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", e.field(),
+                        e.problem() == Json.Problem.UTF8 ? "the request body is " + e.getMessage() : e.getMessage(), null));
                 return;
             } catch (ApiException e) {
                 error(ctx, e);
-                return;
-            } catch (Exception e) {
-                error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body cannot be read: "
-                        + (e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName()), null));
                 return;
             }
             ctx.put("bodyBytes", body.length());
@@ -481,29 +471,6 @@ public final class HttpVerticle extends VerticleBase {
             }
         });
         req.resume();
-    }
-
-    /**
-     * Refuses a body that is not well-formed UTF-8 (RFC 3629): Jackson's parser lets overlong forms, surrogates and
-     * code points above U+10FFFF through, so the JDK's strict decoder checks the bytes first.
-     * @throws ApiException 400 invalid_json naming the byte offset of the first bad sequence
-     */
-    static void checkUtf8(byte[] bytes) {
-        java.nio.charset.CharsetDecoder d = StandardCharsets.UTF_8.newDecoder()
-                .onMalformedInput(java.nio.charset.CodingErrorAction.REPORT)
-                .onUnmappableCharacter(java.nio.charset.CodingErrorAction.REPORT);
-        java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(bytes);
-        java.nio.CharBuffer out = java.nio.CharBuffer.allocate(8192);
-        while (true) {
-            java.nio.charset.CoderResult r = d.decode(in, out, true);
-            if (r.isError()) throw new ApiException(400, "invalid_request_error", "invalid_json", null,
-                    "the request body is not valid UTF-8: a malformed byte sequence at byte offset " + in.position(), null);
-            if (r.isUnderflow()) break;
-            out.clear();
-        }
-        out.clear();
-        if (d.flush(out).isError()) throw new ApiException(400, "invalid_request_error", "invalid_json", null,
-                "the request body is not valid UTF-8: it ends inside a character", null);
     }
 
     private void tooLarge(RoutingContext ctx, int limit, long declared) {

@@ -32,8 +32,9 @@ public final class Json {
             .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
 
     /**
-     * Reads request bodies: as {@link #MAPPER}, and a key given twice in one object is an error instead of the last
-     * value winning silently (a client that sends {@code "max_tokens"} twice meant one of them, and which is unclear).
+     * Reads JSON the server is given, request bodies and the configuration file ({@link #read}, which checks the
+     * bytes' UTF-8 first): as {@link #MAPPER}, and a key given twice in one object is an error instead of the last value
+     * winning silently (a client that sends {@code "max_tokens"} twice meant one of them, and which is unclear).
      * Numbers keep the text the client wrote them in, for messages about them ({@link #written}).
      */
     public static final ObjectReader BODY_READER = new ObjectMapper()
@@ -42,6 +43,90 @@ public final class Json {
             .reader().with(StreamReadFeature.STRICT_DUPLICATE_DETECTION);
 
     private Json() {}
+
+    /** What kind of problem made a JSON text {@link Unreadable}. */
+    public enum Problem {
+        /** The bytes are not well-formed UTF-8. */
+        UTF8,
+        /** A key is given twice in one object ({@link Unreadable#field()} names it). */
+        DUPLICATE_KEY,
+        /** Any other syntax error. */
+        SYNTAX
+    }
+
+    /**
+     * A JSON text that {@link #read} refuses. The message is in plain words and names no source, so that each caller
+     * says what was read: {@code not valid UTF-8: a malformed byte sequence at byte offset 19},
+     * {@code limits.maxActive: is given twice in one JSON object (the second time at line 1, column 36); give each key
+     * once}, {@code malformed JSON at line 1, column 4: ...}.
+     */
+    public static final class Unreadable extends Exception {
+        private final Problem problem;
+        private final String field;
+
+        Unreadable(Problem problem, String field, String message) {
+            super(message, null, false, false);
+            this.problem = problem;
+            this.field = field;
+        }
+
+        public Problem problem() {
+            return problem;
+        }
+
+        /** The path of the key given twice ({@code messages[0].role}); null for the other problems. */
+        public String field() {
+            return field;
+        }
+    }
+
+    /**
+     * Reads one JSON value the way the server reads every JSON text it is given, request bodies and the configuration
+     * file alike: the bytes must be well-formed UTF-8 (RFC 3629), each key may appear once per object, and nothing but
+     * whitespace may follow the value.
+     * @return the value, or null when the bytes are empty or only whitespace (each caller words that itself)
+     * @throws Unreadable naming the byte offset, the key given twice, or the line and column of a syntax error
+     */
+    public static JsonNode read(byte[] bytes) throws Unreadable {
+        checkUtf8(bytes);
+        JsonNode n;
+        try {
+            n = BODY_READER.readTree(bytes);
+        } catch (JsonProcessingException e) {
+            String twice = duplicateKey(e);
+            if (twice == null) throw new Unreadable(Problem.SYNTAX, null, syntaxProblem("malformed JSON", e));
+            var at = e.getLocation();
+            throw new Unreadable(Problem.DUPLICATE_KEY, twice, twice + ": is given twice in one JSON object" + (at != null
+                    ? " (the second time at line " + at.getLineNr() + ", column " + at.getColumnNr() + ")" : "") + "; give each key once");
+        } catch (java.io.IOException | RuntimeException e) {
+            // readTree of a byte array does no I/O: whatever else it throws is about the text, and bad input is never a 500
+            throw new Unreadable(Problem.SYNTAX, null, "the JSON cannot be read: " + (e.getMessage() != null ? e.getMessage()
+                    : e.getClass().getSimpleName()));
+        }
+        return n == null || n.isMissingNode() ? null : n;
+    }
+
+    /**
+     * Refuses bytes that are not well-formed UTF-8: Jackson's parser lets overlong forms, surrogates and code points
+     * above U+10FFFF through (and a String read from a file would have turned them into U+FFFD), so the JDK's strict
+     * decoder checks the bytes first.
+     */
+    private static void checkUtf8(byte[] bytes) throws Unreadable {
+        java.nio.charset.CharsetDecoder d = java.nio.charset.StandardCharsets.UTF_8.newDecoder()
+                .onMalformedInput(java.nio.charset.CodingErrorAction.REPORT)
+                .onUnmappableCharacter(java.nio.charset.CodingErrorAction.REPORT);
+        java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(bytes);
+        java.nio.CharBuffer out = java.nio.CharBuffer.allocate(8192);
+        while (true) {
+            java.nio.charset.CoderResult r = d.decode(in, out, true);
+            if (r.isError())
+                throw new Unreadable(Problem.UTF8, null, "not valid UTF-8: a malformed byte sequence at byte offset " + in.position());
+            if (r.isUnderflow()) break;
+            out.clear();
+        }
+        out.clear();
+        if (d.flush(out).isError()) throw new Unreadable(Problem.UTF8, null, "not valid UTF-8: it ends inside a character");
+    }
 
     /**
      * How the client wrote a number of a request body ({@link #BODY_READER}) where its value would show it otherwise:
@@ -151,10 +236,10 @@ public final class Json {
     }
 
     /**
-     * Where a key that a body gives twice in one object is, in the form error messages name fields with
+     * Where a key given twice in one object is, in the form error messages name fields with
      * ({@code max_tokens}, {@code messages[0].role}); null when the error is another one.
      */
-    public static String duplicateKey(JsonProcessingException e) {
+    private static String duplicateKey(JsonProcessingException e) {
         String m = e.getOriginalMessage();
         if (m == null || !m.startsWith("Duplicate field '") || !(e.getProcessor() instanceof JsonParser p))
             return null;

@@ -205,6 +205,28 @@ class CliErrorsTest {
         }
     }
 
+    /**
+     * A key given twice or bytes that are not UTF-8 refuse the file at start, naming the key or the byte offset (not
+     * read as the last value, or as U+FFFD), as the API refuses such a body.
+     */
+    @Test
+    void aConfigFileWithAKeyTwiceOrBadUtf8IsRefused(@TempDir Path dir) throws Exception {
+        Path f = config(dir, "{\"limits\":{\"maxActive\":4,\"maxActive\":5}}");
+        // the flag sets the same key: the file is still the one blamed
+        GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port", "0", "--max-active", "3");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: " + f + ": limits.maxActive: is given twice in one JSON object (the second time at line 1,"
+                + " column 37); give each key once", r.err().strip());
+        Files.write(f, "{\"model\":{\"name\":\"a\u00ffb\"}}".getBytes(java.nio.charset.StandardCharsets.ISO_8859_1));
+        r = runBounded("serve", "--config", f.toString(), "--port", "0");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: " + f + ": not valid UTF-8: a malformed byte sequence at byte offset 19", r.err().strip());
+        // a --set value is read as JSON in the same way: "4,5" is not 4 with the rest ignored
+        r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--set", "limits.maxActive=4,5");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: flag --set limits.maxActive=4,5: limits.maxActive: must be an integer, got \"4,5\"", r.err().strip());
+    }
+
     @Test
     void benchEngineChecksTheLengthsAgainstTheContext() throws Exception {
         GenerateCommandTest.Run r = runBounded("bench-engine", "--preset", "tiny", "--prompt-tokens", "2000000");

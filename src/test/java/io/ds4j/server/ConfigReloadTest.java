@@ -99,7 +99,7 @@ class ConfigReloadTest {
     void invalidFileIsRejectedAndTheOldConfigurationKeepsServing() throws Exception {
         String[] key = {"Authorization", "Bearer sk-test"};
         write("{\"limits\": {\"maxActive\": 0,");
-        assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("not valid JSON", key)));
+        assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("malformed JSON", key)));
         write("{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 0, \"maxQeue\": 3}, \"sampling\": {\"top_p\": \"high\"}}");
         assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("limits.maxActive", key)));
         JsonNode p = props(key);
@@ -190,11 +190,38 @@ class ConfigReloadTest {
     }
 
     /**
+     * A reload reads the file as strictly as the API reads a body: a key given twice is refused naming it (the last
+     * value does not silently win), bytes that are not UTF-8 naming their offset (not read as U+FFFD); either way
+     * the old configuration keeps serving.
+     */
+    @Test
+    @Order(6)
+    void aKeyGivenTwiceOrBadUtf8IsRejectedAndTheOldConfigurationKeepsServing() throws Exception {
+        write("{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 6, \"maxActive\": 4, \"maxActive\": 5}}");
+        assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("is given twice")), "rejected");
+        JsonNode p = props();
+        assertEquals("rejected", p.at("/config_reload/outcome").asText());
+        assertTrue(p.at("/config_reload/message").asText().startsWith(file + ": limits.maxActive: is given twice in one JSON"
+                + " object (the second time at line 1, column "), p.at("/config_reload/message").asText());
+        assertEquals(8, p.at("/config/limits/maxActive").asInt(), "neither value applied");
+
+        Path tmp = dir.resolve("server.json.tmp");
+        Files.write(tmp, "{\"model\":{\"name\":\"a\u00ffb\"}}".getBytes(java.nio.charset.StandardCharsets.ISO_8859_1));
+        Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+        assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("UTF-8")), "rejected");
+        p = props();
+        assertEquals("rejected", p.at("/config_reload/outcome").asText());
+        assertEquals(file + ": not valid UTF-8: a malformed byte sequence at byte offset 19", p.at("/config_reload/message").asText());
+        assertTrue(p.get("pending_restart").isEmpty(), "no model.name pending: " + p.get("pending_restart"));
+        assertEquals(6, p.at("/config/limits/maxTokensDefault").asInt(), "the old configuration keeps serving");
+    }
+
+    /**
      * A key the file sets while a command-line flag overrides it keeps the flag's value, and the reload says so (the
      * outcome's message names the key and both values), with or without other changes.
      */
     @Test
-    @Order(6)
+    @Order(7)
     void aKeyOverriddenByAFlagIsReportedOnReload(@TempDir Path other) throws Exception {
         Path f = other.resolve("server.json");
         String text = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 4}}";

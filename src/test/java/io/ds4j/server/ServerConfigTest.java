@@ -75,9 +75,23 @@ class ServerConfigTest {
     @Test
     void syntaxErrorsNameTheLine() {
         ConfigException e = problems("{\n  \"server\": {\n    \"port\": 80,\n  }\n}");
-        assertTrue(e.getMessage().startsWith("test: not valid JSON at line 4"), e.getMessage());
+        assertTrue(e.getMessage().startsWith("test: malformed JSON at line 4"), e.getMessage());
         assertTrue(problems("[1]").getMessage().contains("must be a JSON object"));
         assertTrue(problems("{\"server\": 5}").getMessage().contains("server: must be an object"));
+    }
+
+    /**
+     * The file is read as strictly as a request body: a key given twice is refused by its path (the last value does not
+     * silently win), content after the object too (bytes that are not UTF-8: CliErrorsTest, ConfigReloadTest).
+     */
+    @Test
+    void aKeyGivenTwiceAndTrailingContentAreRefused() {
+        String dup = "{\"limits\":{\"maxActive\":4,\"maxActive\":5}}";
+        assertEquals(List.of("test: limits.maxActive: is given twice in one JSON object (the second time at line 1, column "
+                + (dup.lastIndexOf("\"maxActive\"") + 12) + "); give each key once"), problems(dup).problems());
+        assertTrue(problems("{\"server\":{\"apiKeys\":[],\"apiKeys\":[\"k\"]}}").getMessage().contains("server.apiKeys: is given twice"));
+        assertTrue(problems("{} {}").getMessage().startsWith("test: malformed JSON at line 1, column 4: more content after"),
+                problems("{} {}").getMessage());
     }
 
     @Test

@@ -1,13 +1,12 @@
 package io.ds4j.server.config;
 
-import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.BackendOptions.ExpertPlacement;
 import io.ds4j.engine.FeatureGate;
+import io.ds4j.server.Json;
 
 import java.util.ArrayList;
 import java.util.Collections;
@@ -20,13 +19,11 @@ import java.util.Set;
 
 /**
  * The server's configuration ({@code conf/server.json}): an immutable, validated set of values for the keys in
- * {@link #KEYS}. Built from JSON with {@link #parse}, which checks the whole file at once (unknown keys, wrong types,
+ * {@link #KEYS}. Built from JSON with {@link #parseFile}, which checks the whole file at once (unknown keys, wrong types,
  * out-of-range values) and reports every problem by key; CLI flags are applied as overrides of single keys before
  * that check. {@link #reload} splits a new configuration into what applies live and what waits for a restart.
  */
 public final class ServerConfig {
-    private static final ObjectMapper JSON = new ObjectMapper();
-
     /** Every key, in documentation order. */
     public static final List<ConfigKey> KEYS = List.of(
             key("server.host", ConfigKey.Type.STRING, "127.0.0.1", false, "address to listen on (use 0.0.0.0 for all interfaces)"),
@@ -163,53 +160,67 @@ public final class ServerConfig {
     }
 
     /**
-     * Parses a configuration file's text and applies overrides.
-     * @param text      the file's JSON text (an object); null (no file) means every default. An empty or blank text is
+     * Parses a configuration's text and applies overrides ({@link #parseFile} of its UTF-8 bytes).
+     * @param text the JSON text, or null for every default
+     */
+    public static ServerConfig parse(String text, String source, Map<String, Object> overrides) throws ConfigException {
+        return parseFile(text == null ? null : text.getBytes(java.nio.charset.StandardCharsets.UTF_8), source, overrides);
+    }
+
+    /**
+     * Parses a configuration file's bytes and applies overrides. The file is read as the API reads a request body
+     * ({@link Json#read}): bytes that are not UTF-8, a key given twice and content after the object are refused.
+     * @param bytes     the file's content (a JSON object); null (no file) means every default. An empty or blank file is
      *                  refused: a file truncated by a failed write must not silently reset every setting (write
      *                  {@code {}} for all defaults)
      * @param source    where the text came from, for messages
      * @param overrides dotted key → value (String, Number, Boolean, List or null) that replace the file's values
-     * @throws ConfigException listing every problem, each naming its key (or the JSON syntax error with line and column)
+     * @throws ConfigException listing every problem, each naming its key (or the file's syntax error with line and
+     *                         column, the byte offset of bytes that are not UTF-8, the key given twice)
      */
-    public static ServerConfig parse(String text, String source, Map<String, Object> overrides) throws ConfigException {
+    public static ServerConfig parseFile(byte[] bytes, String source, Map<String, Object> overrides) throws ConfigException {
         ObjectNode tree;
-        if (text == null) {
+        if (bytes == null) {
             tree = JsonNodeFactory.instance.objectNode();
-        } else if (text.isBlank()) {
-            throw new ConfigException(source + ": the file is empty; write {} to use every default");
         } else {
-            JsonNode n;
-            try {
-                n = JSON.readTree(text);
-            } catch (JsonProcessingException e) {
-                throw new ConfigException(io.ds4j.server.Json.syntaxProblem(source + ": not valid JSON", e));
-            }
-            if (n == null || !n.isObject()) throw new ConfigException(source + ": must be a JSON object");
+            JsonNode n = read(bytes, source);
+            if (n == null) throw new ConfigException(source + ": the file is empty; write {} to use every default");
+            if (!n.isObject()) throw new ConfigException(source + ": must be a JSON object");
             tree = (ObjectNode) n;
         }
-        if (overrides != null) for (var e : overrides.entrySet()) put(tree, e.getKey(), JSON.valueToTree(e.getValue()));
+        if (overrides != null) for (var e : overrides.entrySet()) put(tree, e.getKey(), Json.MAPPER.valueToTree(e.getValue()));
         return fromTree(tree);
+    }
+
+    /** The file's JSON value, or null when it is empty or only whitespace. */
+    private static JsonNode read(byte[] bytes, String source) throws ConfigException {
+        try {
+            return Json.read(bytes);
+        } catch (Json.Unreadable e) {
+            // the file is named first: a key given twice is the file's fault even where a flag sets that key too
+            throw new ConfigException(source + ": " + e.getMessage());
+        }
     }
 
     /**
      * The keys a configuration file sets to another value than a command-line override, which wins over it (so a
-     * reload of that key changes nothing), as "key: file value, flag value" lines in key order. A text that is not a
-     * JSON object gives none (parse reports it).
-     * @param text      the file's JSON text
-     * @param overrides dotted key → value, as given to {@link #parse}
+     * reload of that key changes nothing), as "key: file value, flag value" lines in key order. A file that
+     * {@link #parseFile} refuses gives none (parseFile reports it).
+     * @param bytes     the file's content
+     * @param overrides dotted key → value, as given to {@link #parseFile}
      */
-    public static List<String> overridden(String text, Map<String, Object> overrides) {
-        if (text == null || overrides == null || overrides.isEmpty()) return List.of();
+    public static List<String> overridden(byte[] bytes, Map<String, Object> overrides) {
+        if (bytes == null || overrides == null || overrides.isEmpty()) return List.of();
         JsonNode tree;
         try {
-            tree = JSON.readTree(text);
-        } catch (JsonProcessingException e) {
+            tree = Json.read(bytes);
+        } catch (Json.Unreadable e) {
             return List.of();
         }
         if (tree == null || !tree.isObject()) return List.of();
         List<String> out = new ArrayList<>();
         for (var e : new java.util.TreeMap<>(overrides).entrySet()) {
-            JsonNode inFile = tree.at("/" + e.getKey().replace('.', '/')), flag = JSON.valueToTree(e.getValue());
+            JsonNode inFile = tree.at("/" + e.getKey().replace('.', '/')), flag = Json.MAPPER.valueToTree(e.getValue());
             if (!inFile.isMissingNode() && !inFile.equals(flag))
                 out.add(e.getKey() + ": the file's " + inFile + " is overridden by the command line's " + flag);
         }
@@ -604,7 +615,7 @@ public final class ServerConfig {
             if (redactSecrets && k.name().equals("server.apiKeys"))
                 val = apiKeys().stream().map(x -> "***").toList();
             try {
-                put(root, k.name(), JSON.valueToTree(val));
+                put(root, k.name(), Json.MAPPER.valueToTree(val));
             } catch (ConfigException e) {
                 throw new IllegalStateException(e);
             }
@@ -615,7 +626,7 @@ public final class ServerConfig {
     /** A copy with one key changed (the value must already be valid; used by tests and the bench command). */
     public ServerConfig with(String key, Object value) throws ConfigException {
         ObjectNode tree = toJson(false);
-        put(tree, key, JSON.valueToTree(value));
+        put(tree, key, Json.MAPPER.valueToTree(value));
         return fromTree(tree);
     }
 
