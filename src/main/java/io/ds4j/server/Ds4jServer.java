@@ -69,8 +69,10 @@ public final class Ds4jServer {
     private final Promise<Void> ready = Promise.promise();
     private long scanTimer = -1;
     private ConfigRetriever retriever;
-    private volatile boolean missing;
-    private volatile String missingReason = "is missing";
+    /** Whether the config file was last seen missing (said once when it goes, once when it is back). */
+    private final java.util.concurrent.atomic.AtomicBoolean missing = new java.util.concurrent.atomic.AtomicBoolean();
+    /** The file's content as last handed to onConfigText: what vertx-config compares its next scan with. */
+    private volatile byte[] lastContent;
 
     private Ds4jServer(Options opt, PrometheusMeterRegistry registry, Vertx vertx) {
         this.opt = opt;
@@ -253,7 +255,8 @@ public final class Ds4jServer {
      * Watches the configuration file with vertx-config (a raw file store scanned every {@code server.configScanMs});
      * each changed version is validated and applied (or rejected) by {@link #onConfigText}. vertx-config reports a
      * missing file only as an error line at every scan (silenced in simplelogger.properties), so a separate presence
-     * check says it once when the file goes missing and once when it is back; the running configuration stays.
+     * check says it once when the file goes missing and once when it is back (put back as it was, it gets no change
+     * from vertx-config, so the check records that outcome itself); the running configuration stays.
      */
     private Future<Void> watchConfig() {
         Path file = opt.configFile();
@@ -280,21 +283,28 @@ public final class Ds4jServer {
     }
 
     private void checkPresence(Path file) {
-        vertx.fileSystem().exists(file.toAbsolutePath().toString()).onSuccess(exists -> {
-            if (!exists) {
-                missingReason = "is missing";
-                configMissing(file);
-            } else if (missing) {
-                missing = false;
-                LOG.info("config file {} is back", file);
-            }
+        String path = file.toAbsolutePath().toString();
+        vertx.fileSystem().exists(path).onSuccess(exists -> {
+            if (!exists) configMissing(file);
+            else if (missing.get()) vertx.fileSystem().readFile(path).onComplete(read -> {
+                // onConfigText may have said it first, when the watcher's scan came before this check
+                if (!missing.compareAndSet(true, false)) return;
+                if (read.succeeded() && java.util.Arrays.equals(read.result().getBytes(), lastContent)) {
+                    // vertx-config reports no change for a file back as it was, so nothing else would replace "missing"
+                    String msg = "config file " + file + " is back, unchanged; the configuration stays as it is";
+                    state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "unchanged", msg));
+                    LOG.info(msg);
+                } else {
+                    // with other content: the watcher's next scan reads it, and onConfigText says what it decided
+                    LOG.info("config file {} is back", file);
+                }
+            });
         });
     }
 
     private void configMissing(Path file) {
-        if (missing) return;
-        missing = true;
-        String msg = "config file " + file + " " + missingReason + "; keeping the current configuration";
+        if (!missing.compareAndSet(false, true)) return;
+        String msg = "config file " + file + " is missing; keeping the current configuration";
         state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "file missing", msg));
         LOG.warn(msg);
     }
@@ -305,6 +315,8 @@ public final class Ds4jServer {
     /** Validates a new version of the file as a whole and applies it atomically, or keeps the old one. */
     private void onConfigText(byte[] content, boolean changed) {
         Path file = opt.configFile();
+        lastContent = content;
+        if (missing.compareAndSet(true, false)) LOG.info("config file {} is back", file);
         ServerConfig proposed;
         try {
             proposed = ServerConfig.parseFile(content, file.toString(), opt.overrides());
@@ -322,10 +334,14 @@ public final class Ds4jServer {
         List<String> newly = overridden.stream().filter(o -> !warnedOverrides.contains(o)).toList();
         if (changed) warnedOverrides = overridden;
         if (!newly.isEmpty()) LOG.warn("config file {}: command-line flags win over the file: {}", file, newly);
-        String note = overridden.isEmpty() ? "" : "; overridden by flags " + overridden;
-        if (r.live().isEmpty() && r.pending().equals(state.pending())) {
+        List<ServerConfig.Change> wasPending = state.pending();
+        // the outcome's message: its parts joined, so that it never starts or ends with a separator
+        List<String> parts = new java.util.ArrayList<>();
+        if (r.live().isEmpty() && r.pending().equals(wasPending)) {
             if (changed) {
-                state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "unchanged", "no effective change" + note));
+                parts.add("no effective change");
+                if (!overridden.isEmpty()) parts.add("overridden by flags " + overridden);
+                state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "unchanged", String.join("; ", parts)));
                 LOG.info("config file {} changed; no effective change", file);
             }
             return;
@@ -333,17 +349,26 @@ public final class Ds4jServer {
         state.config(r.applied(), r.pending());
         boolean levelChanged = r.live().stream().anyMatch(c -> c.key().equals("log.level"));
         if (levelChanged) LogLevels.apply(r.applied().logLevel());
-        StringBuilder msg = new StringBuilder();
         if (!r.live().isEmpty()) {
-            msg.append("applied ").append(r.live());
+            parts.add("applied " + r.live());
             LOG.info("config reloaded from {}: applied to new requests now: {}", file, r.live());
         }
         if (!r.pending().isEmpty()) {
-            if (!msg.isEmpty()) msg.append("; ");
-            msg.append("pending restart ").append(r.pending());
+            parts.add("pending restart " + r.pending());
             LOG.warn("config {}: these keys need a restart and keep their running values until then: {}", file, r.pending());
         }
-        state.lastReload(new ServerState.ReloadOutcome(Instant.now(), r.pending().isEmpty() ? "applied" : "applied, restart pending", msg + note));
+        // keys that waited for a restart and now no longer do (the file is back to the running value): a decision too,
+        // said as such, or the pending list would empty without a word
+        java.util.Set<String> stillPending = new java.util.HashSet<>();
+        for (ServerConfig.Change c : r.pending()) stillPending.add(c.key());
+        List<String> cleared = wasPending.stream().map(ServerConfig.Change::key).filter(k -> !stillPending.contains(k)).toList();
+        if (!cleared.isEmpty()) {
+            parts.add("no restart pending any more for " + cleared + " (back to the running value)");
+            LOG.info("config {}: back to the running value, no restart pending any more for: {}", file, cleared);
+        }
+        if (!overridden.isEmpty()) parts.add("overridden by flags " + overridden);
+        state.lastReload(new ServerState.ReloadOutcome(Instant.now(), r.pending().isEmpty() ? "applied" : "applied, restart pending",
+                String.join("; ", parts)));
     }
 
     /** Completes when the model is loaded and the engine runs; fails when loading failed. */

@@ -127,7 +127,7 @@ public final class ServerState {
 
     /**
      * The outcome of the latest config file change.
-     * @param outcome "applied", "applied, restart pending", "unchanged" or "rejected"
+     * @param outcome "applied", "applied, restart pending", "unchanged", "rejected" or "file missing"
      * @param message what was applied, what waits for a restart, or why the file was rejected
      */
     public record ReloadOutcome(java.time.Instant at, String outcome, String message) {}

@@ -217,6 +217,69 @@ class ConfigReloadTest {
     }
 
     /**
+     * Every reload decision is logged and its /props message reads cleanly: a restart key set back to its running value
+     * clears the pending restart and says so (the message was empty, or began with "; overridden by flags" when a flag
+     * overrode a key of the file); a file deleted and put back as it was says that it is back unchanged (the outcome
+     * went on saying "file missing").
+     */
+    @Test
+    @Order(8)
+    void everyReloadDecisionIsLoggedAndItsMessageReadsCleanly(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String plain = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 9}}";
+        String hip = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 9}, \"model\": {\"backend\": \"hip\"}}";
+        Files.writeString(f, plain);
+        String flagNote = "overridden by flags [limits.maxActive: the file's 9 is overridden by the command line's 5]";
+        try (LogCapture log = new LogCapture();
+             TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)),
+                     Map.of("limits.maxActive", 5), f, plain)) {
+            java.util.function.Supplier<JsonNode> reload = () -> {
+                try {
+                    return s.get("/props").json();
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            };
+            Path tmp = other.resolve("server.json.tmp");
+            java.util.function.Consumer<String> put = text -> {
+                try {
+                    Files.writeString(tmp, text);
+                    Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+                } catch (java.io.IOException e) {
+                    throw new RuntimeException(e);
+                }
+            };
+            for (int round = 0; round < 2; round++) {
+                put.accept(hip);
+                assertTrue(TestServer.eventually(5000, () -> !reload.get().get("pending_restart").isEmpty()), "restart pending");
+                int cleared = log.linesWith("no restart pending any more for: [model.backend]").size();
+                if (round == 1) {
+                    // the file goes and comes back without the restart key
+                    Files.delete(f);
+                    assertTrue(TestServer.eventually(5000, () -> reload.get().at("/config_reload/outcome").asText().equals("file missing")));
+                }
+                put.accept(plain);
+                assertTrue(TestServer.eventually(5000, () -> reload.get().get("pending_restart").isEmpty()), "no restart pending");
+                JsonNode p = reload.get();
+                assertEquals("applied", p.at("/config_reload/outcome").asText(), p.toString());
+                assertEquals("no restart pending any more for [model.backend] (back to the running value); " + flagNote,
+                        p.at("/config_reload/message").asText());
+                assertTrue(TestServer.eventually(2000, () -> log.linesWith("no restart pending any more for: [model.backend]").size()
+                        == cleared + 1), "logged: " + log.linesWith("Ds4jServer"));
+            }
+            // deleted and put back as it was: vertx-config sees no change, the server says the file is back unchanged
+            Files.delete(f);
+            assertTrue(TestServer.eventually(5000, () -> reload.get().at("/config_reload/outcome").asText().equals("file missing")));
+            put.accept(plain);
+            assertTrue(TestServer.eventually(5000, () -> reload.get().at("/config_reload/outcome").asText().equals("unchanged")),
+                    reload.get().get("config_reload").toString());
+            assertEquals("config file " + f + " is back, unchanged; the configuration stays as it is",
+                    reload.get().at("/config_reload/message").asText());
+            assertEquals(1, log.linesWith("config file " + f + " is back, unchanged").size(), log.linesWith("Ds4jServer").toString());
+        }
+    }
+
+    /**
      * A key the file sets while a command-line flag overrides it keeps the flag's value, and the reload says so (the
      * outcome's message names the key and both values), with or without other changes.
      */
