@@ -34,7 +34,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ThreadLocalRandom;
@@ -185,7 +184,7 @@ public final class HttpVerticle extends VerticleBase {
         String why = decodeProblem(cause);
         List<String> keys = state.config().apiKeys();
         ApiException e;
-        if (!keys.isEmpty() && !hasValidKey(req.getHeader(HttpHeaders.AUTHORIZATION), keys)) {
+        if (!keys.isEmpty() && !ApiKeys.accepted(req.getHeader(HttpHeaders.AUTHORIZATION), keys)) {
             req.response().putHeader("WWW-Authenticate", "Bearer");
             e = new ApiException(401, "invalid_request_error", "invalid_api_key", null,
                     "invalid API key: the request headers cannot be read (" + why + ")", null);
@@ -220,14 +219,6 @@ public final class HttpVerticle extends VerticleBase {
         return b.toString();
     }
 
-    /** Whether an Authorization header carries one of the keys as a Bearer token (compared in constant time). */
-    private static boolean hasValidKey(String h, List<String> keys) {
-        String given = h != null && h.regionMatches(true, 0, "Bearer ", 0, 7) ? h.substring(7).trim() : null;
-        if (given == null) return false;
-        byte[] g = given.getBytes(StandardCharsets.UTF_8);
-        for (String k : keys) if (MessageDigest.isEqual(g, k.getBytes(StandardCharsets.UTF_8))) return true;
-        return false;
-    }
 
         /** The port the server actually listens on (useful with server.port 0). */
     public int actualPort() {
@@ -363,14 +354,13 @@ public final class HttpVerticle extends VerticleBase {
             return;
         }
         String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION);
-        String given = h != null && h.regionMatches(true, 0, "Bearer ", 0, 7) ? h.substring(7).trim() : null;
-        if (hasValidKey(h, keys)) {
+        if (ApiKeys.accepted(h, keys)) {
             ctx.next();
             return;
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
         error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                given == null ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", null));
+                ApiKeys.token(h) == null ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", null));
     }
 
     @Override

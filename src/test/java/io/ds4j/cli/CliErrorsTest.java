@@ -227,6 +227,16 @@ class CliErrorsTest {
         assertEquals("error: flag --set limits.maxActive=4,5: limits.maxActive: must be an integer, got \"4,5\"", r.err().strip());
     }
 
+    /** An API key given by the flag that no client could send is blamed on the flag, without showing the key. */
+    @Test
+    void anApiKeyWithSpacesAtItsEndsIsRefused(@TempDir Path dir) throws Exception {
+        GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--api-key", " k ");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: flag --api-key: server.apiKeys: the key at index 0 starts or ends with a space, tab or control"
+                + " character, which no client can send (it is stripped from the Authorization header before the key is"
+                + " compared); remove it from the key", r.err().strip());
+    }
+
     @Test
     void benchEngineChecksTheLengthsAgainstTheContext() throws Exception {
         GenerateCommandTest.Run r = runBounded("bench-engine", "--preset", "tiny", "--prompt-tokens", "2000000");

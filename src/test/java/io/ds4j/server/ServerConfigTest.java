@@ -100,6 +100,27 @@ class ServerConfigTest {
         assertTrue(problems("{\"server\": {\"apiKeys\": [\"\"]}}").getMessage().contains("server.apiKeys"));
     }
 
+    /**
+     * An API key no client can send is refused at load, by its index (the key itself is a secret and is not shown):
+     * an empty one, and one that starts or ends with a space, tab or control character, which is stripped from the
+     * Authorization header before the key is compared. A space inside a key is sent as it is.
+     */
+    @Test
+    void apiKeysNoClientCanSendAreRefused() throws Exception {
+        String ends = "starts or ends with a space, tab or control character, which no client can send (it is stripped"
+                + " from the Authorization header before the key is compared); remove it from the key";
+        assertEquals(List.of("server.apiKeys: the key at index 1 " + ends),
+                problems("{\"server\": {\"apiKeys\": [\"sk-1\", \" k \"]}}").problems());
+        assertEquals(List.of("server.apiKeys: the key at index 0 " + ends, "server.apiKeys: the key at index 1 " + ends,
+                        "server.apiKeys: the key at index 2 is empty; a key needs at least one character"),
+                problems("{\"server\": {\"apiKeys\": [\"\\tk\", \"k\\n\", \"\"]}}").problems());
+        assertEquals(List.of("server.apiKeys: the key at index 0 " + ends),
+                problems("{\"server\": {\"apiKeys\": [\"   \"]}}").problems());
+        ConfigException e = assertThrows(ConfigException.class, () -> ServerConfig.parse("{}", "f", Map.of("server.apiKeys", List.of("k "))));
+        assertFalse(e.getMessage().contains("k "), "the key is not shown: " + e.getMessage());
+        assertEquals(List.of("a b"), ServerConfig.parse("{\"server\": {\"apiKeys\": [\"a b\"]}}", "t", null).apiKeys());
+    }
+
     @Test
     void gpuAndVerifyKeysBuildTheBackendOptions() throws Exception {
         BackendOptions d = ServerConfig.defaults().backendOptions();

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.server.ApiException;
+import io.ds4j.server.ApiKeys;
 import io.ds4j.server.BodyDeadline;
 import io.ds4j.server.HeadDeadline;
 import io.ds4j.server.HttpVerticle;
@@ -35,8 +36,6 @@ import io.vertx.micrometer.PrometheusScrapingHandler;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -235,19 +234,13 @@ public final class GatewayVerticle extends VerticleBase {
             return;
         }
         String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION);
-        String given = h != null && h.regionMatches(true, 0, "Bearer ", 0, 7) ? h.substring(7).trim() : null;
-        if (given != null) {
-            byte[] g = given.getBytes(StandardCharsets.UTF_8);
-            for (String k : keys) {
-                if (MessageDigest.isEqual(g, k.getBytes(StandardCharsets.UTF_8))) {
-                    ctx.next();
-                    return;
-                }
-            }
+        if (ApiKeys.accepted(h, keys)) {
+            ctx.next();
+            return;
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
         error(ctx.response(), new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                given == null ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", null));
+                ApiKeys.token(h) == null ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", null));
     }
 
     private void health(RoutingContext ctx) {

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.BackendOptions.ExpertPlacement;
 import io.ds4j.engine.FeatureGate;
+import io.ds4j.server.ApiKeys;
 import io.ds4j.server.Json;
 
 import java.util.ArrayList;
@@ -30,7 +31,8 @@ public final class ServerConfig {
             key("server.port", ConfigKey.Type.INT, 8080, false, "TCP port; 0 picks a free one (logged)"),
             key("server.httpInstances", ConfigKey.Type.INT, 0, false, "HTTP verticle instances on the event loops; 0 = min(4, cores)"),
             key("server.apiKeys", ConfigKey.Type.STRING_LIST, List.of(), true,
-                    "accepted Bearer keys; empty = no authentication. /health and the playground stay public"),
+                    "accepted Bearer keys; empty = no authentication. /health and the playground stay public. A key "
+                            + "that is empty or starts or ends with a space, tab or control character is refused (no client can send it)"),
             key("server.cors.allowedOrigins", ConfigKey.Type.STRING_LIST, List.of(), true,
                     "origins allowed by CORS (\"*\" = any); empty = no CORS headers"),
             key("server.maxBodyBytes", ConfigKey.Type.INT, 4 << 20, true, "largest accepted request body; larger gets 413"),
@@ -385,7 +387,11 @@ public final class ServerConfig {
                 && noneAbout(p, List.of("cluster.announceMs", "cluster.engineTimeoutMs")))
             p.add("cluster.engineTimeoutMs: must be at least twice cluster.announceMs (" + v.get("cluster.announceMs") + ")");
         @SuppressWarnings("unchecked") List<String> keys = (List<String>) v.get("server.apiKeys");
-        for (String k : keys) if (k.isBlank()) p.add("server.apiKeys: keys must not be empty");
+        // named by index: a key is a secret, and this message reaches the log and /props
+        for (int i = 0; i < keys.size(); i++) {
+            String why = ApiKeys.unsendable(keys.get(i));
+            if (why != null) p.add("server.apiKeys: the key at index " + i + " " + why);
+        }
     }
 
     /** The keys {@link #backendOptions()} reads. */

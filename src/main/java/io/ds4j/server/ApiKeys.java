@@ -1,0 +1,43 @@
+package io.ds4j.server;
+
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.util.List;
+
+/**
+ * How an API key ({@code server.apiKeys}) is read from a request and which keys can be given at all, decided here for
+ * the single server, the cluster gateway and the configuration check alike.
+ */
+public final class ApiKeys {
+    private ApiKeys() {}
+
+    /**
+     * The key an Authorization header carries as a Bearer token, or null when it carries none. What surrounds the key
+     * (spaces, tabs, control characters) is dropped, as HTTP drops it from a header value's ends.
+     */
+    public static String token(String authorization) {
+        return authorization != null && authorization.regionMatches(true, 0, "Bearer ", 0, 7)
+                ? authorization.substring(7).trim() : null;
+    }
+
+    /** Whether an Authorization header carries one of the keys as a Bearer token (compared in constant time). */
+    public static boolean accepted(String authorization, List<String> keys) {
+        String given = token(authorization);
+        if (given == null) return false;
+        byte[] g = given.getBytes(StandardCharsets.UTF_8);
+        for (String k : keys) if (MessageDigest.isEqual(g, k.getBytes(StandardCharsets.UTF_8))) return true;
+        return false;
+    }
+
+    /**
+     * Why no client could ever be let in with a configured key, or null when one can: an empty key, or one with what
+     * {@link #token} drops at its ends (a request sending it arrives without it).
+     */
+    public static String unsendable(String key) {
+        if (key.isEmpty()) return "is empty; a key needs at least one character";
+        if (!key.equals(token("Bearer " + key)))
+            return "starts or ends with a space, tab or control character, which no client can send (it is stripped from"
+                    + " the Authorization header before the key is compared); remove it from the key";
+        return null;
+    }
+}
