@@ -83,6 +83,12 @@ public final class EngineVerticle extends VerticleBase {
     private final ArrayDeque<Job> waiting = new ArrayDeque<>();
     private final ArrayList<Job> active = new ArrayList<>();
     private final Map<String, Job> jobs = new HashMap<>();
+    /**
+     * Requests this thread ended as cancelled on seeing their flag (at submission, in the queue, at a step boundary)
+     * before their cancel message came: the HTTP side sends one for every submitted request it cancels, and it finds
+     * nothing left to do and nothing to say.
+     */
+    private final java.util.Set<String> cancelsToCome = new java.util.HashSet<>();
     /** Plans, runs and commits the running requests' batched steps (created once the model is loaded). */
     private Scheduler<Job> scheduler;
     private boolean tickQueued;
@@ -202,13 +208,20 @@ public final class EngineVerticle extends VerticleBase {
     private void onSubmit(Message<Object> msg) {
         EngineRequest r = (EngineRequest) msg.body();
         ServerConfig cfg = state.config();
+        if (r.cancelled()) {
+            // its client went away while the submission waited for this thread (behind a long step): nobody else
+            // would say what became of it, or count it
+            state.metrics().cancelled();
+            state.record(new ServerState.JobRecord(r.id, "cancelled", r.prompt.length, 0, 0, 0));
+            cancelsToCome.add(r.id);
+            LOG.info("request {} cancelled ({}) while its submission waited: dropped before it reached the engine's queue,"
+                    + " nothing computed", r.id, r.cancelReason());
+            msg.reply(Admission.refused(new ApiException(499, "invalid_request_error", "cancelled", null, "cancelled", null)), LOCAL);
+            return;
+        }
         if (drain != null || stopped) {
             LOG.info("request {} refused with 503: the server is shutting down", r.id);
             msg.reply(Admission.refused(HttpVerticle.shuttingDown()), LOCAL);
-            return;
-        }
-        if (r.cancelled()) {
-            msg.reply(Admission.refused(new ApiException(499, "invalid_request_error", "cancelled", null, "cancelled", null)), LOCAL);
             return;
         }
         int need = r.reserveTokens();
@@ -360,15 +373,21 @@ public final class EngineVerticle extends VerticleBase {
     }
 
     private void onCancel(Message<Object> msg) {
-        Job j = jobs.get((String) msg.body());
-        if (j == null) return;
+        String id = (String) msg.body();
+        Job j = jobs.get(id);
+        if (j == null) {
+            // a cancel comes after its request's submission (both from one event loop, handled in order here), so the
+            // request has already ended here and its end was logged; unless the end was that very cancellation, this
+            // says why the disconnect changed nothing
+            if (!cancelsToCome.remove(id))
+                LOG.info("request {}: nothing to stop, it had already ended in the engine when its client went away", id);
+            return;
+        }
         j.req.cancel();
         if (waiting.remove(j)) {
             retireCancelledInQueue(j);
             updateGauges();
-            return;
-        }
-        if (active.contains(j)) {
+        } else if (active.contains(j)) {
             // the step boundary is now (ticks run on this thread): end it without another forward and release its
             // state at once, mid-prefill too
             end(j);
@@ -376,6 +395,7 @@ public final class EngineVerticle extends VerticleBase {
             promote();
             drained();
         }
+        cancelsToCome.remove(id);  // this was the message
     }
 
     /**
@@ -450,6 +470,7 @@ public final class EngineVerticle extends VerticleBase {
 
     private void retireCancelledInQueue(Job j) {
         jobs.remove(j.req.id);
+        cancelsToCome.add(j.req.id);
         state.metrics().cancelled();
         state.record(new ServerState.JobRecord(j.req.id, "cancelled", j.req.prompt.length, 0, 0, 0));
         LOG.info("request {} cancelled while queued ({})", j.req.id, j.req.cancelReason());
@@ -569,6 +590,7 @@ public final class EngineVerticle extends VerticleBase {
             state.record(new ServerState.JobRecord(j.req.id, "failed", j.req.prompt.length, j.promptDone, generated, j.steps));
             send(j, new EngineEvent.Failed(500, "internal error while generating: " + m));
         } else if (j.gen.finish() == Generation.Finish.CANCELLED) {
+            cancelsToCome.add(j.req.id);
             state.metrics().cancelled();
             state.record(new ServerState.JobRecord(j.req.id, "cancelled", j.req.prompt.length, j.promptDone, generated, j.steps));
             LOG.info("request {} cancelled ({}) at a step boundary: prefill {}/{} tokens, {} generated; state released",

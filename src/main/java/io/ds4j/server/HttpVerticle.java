@@ -701,7 +701,7 @@ public final class HttpVerticle extends VerticleBase {
         Tokenizer tok = m.tokenizer();
         // the bound the generation endpoints apply, so that a huge text is refused before it is tokenised
         checkChars(tok, plain, messages, state.maxContext(), plain != null ? field : "messages");
-        tokenizing(ctx, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
+        tokenizing(ctx, false, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
                 : tok.encode(ChatEncoder.encode(messages, opts)), result -> {
             ObjectNode o = Json.object();
             ArrayNode arr = o.putArray("tokens");
@@ -738,7 +738,7 @@ public final class HttpVerticle extends VerticleBase {
      * ({@link #queueLongText}). Work whose client has gone by the time it would start is not done, nor work that would
      * start after the shutdown began (503).
      */
-    private <T> void tokenizing(RoutingContext ctx, java.util.concurrent.Callable<T> work, Consumer<T> then) {
+    private <T> void tokenizing(RoutingContext ctx, boolean generation, java.util.concurrent.Callable<T> work, Consumer<T> then) {
         Integer bytes = ctx.get("bodyBytes");
         boolean longBody = bytes != null && bytes >= LONG_TEXT_BYTES;
         if (longBody) queueLongText(ctx);
@@ -757,7 +757,7 @@ public final class HttpVerticle extends VerticleBase {
         f.onComplete(ar -> {
             if (waits.getAndSet(false)) state.longTextDequeued();  // never started (the lane was closed)
             try {
-                answer(ctx, ar, then);
+                answer(ctx, generation, ar, then);
             } finally {
                 state.exchangeClosed();  // after then: a generation's Exchange has counted itself, so no gap at zero
             }
@@ -847,7 +847,7 @@ public final class HttpVerticle extends VerticleBase {
         // the prompt's own characters (a chat template adds more) against the bound, here on the event loop, so that a
         // prompt it refuses does not wait for a tokenising thread
         checkChars(tok, chat ? null : g.promptText(), chat ? g.messages() : null, state.maxContext(), chat ? "messages" : "prompt");
-        tokenizing(ctx, () -> {
+        tokenizing(ctx, true, () -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             int ctxLimit = state.maxContext();
@@ -901,10 +901,19 @@ public final class HttpVerticle extends VerticleBase {
         });
     }
 
-    /** tokenizing's end: then with the result, or the failure answered (nothing for a client that went away). */
-    private <T> void answer(RoutingContext ctx, io.vertx.core.AsyncResult<T> ar, Consumer<T> then) {
+    /**
+     * tokenizing's end: then with the result, or the failure answered (nothing for a client that went away: a generation
+     * so dropped is counted as cancelled, as those cancelled later are).
+     */
+    private <T> void answer(RoutingContext ctx, boolean generation, io.vertx.core.AsyncResult<T> ar, Consumer<T> then) {
         if (ar.failed() && ar.cause() instanceof ClientGone) {
-            LOG.info("{} {}: not tokenised, the client went away", ctx.request().method(), ctx.request().path());
+            if (generation) {
+                state.metrics().cancelled();
+                LOG.info("{} {}: the client went away before the request was tokenised; dropped before it reached the engine",
+                        ctx.request().method(), ctx.request().path());
+            } else {
+                LOG.info("{} {}: not tokenised, the client went away", ctx.request().method(), ctx.request().path());
+            }
             return;
         }
         if (ar.failed()) {
@@ -998,7 +1007,8 @@ public final class HttpVerticle extends VerticleBase {
         final long created = System.currentTimeMillis() / 1000;
         io.vertx.core.eventbus.MessageConsumer<Object> consumer;
         ResponseBuilder out;
-        boolean admitted, completed;
+        /** Sent to the engine (from then on the engine says what became of it); admitted by it; answered or gone. */
+        boolean submitted, admitted, completed;
         /** Completions with echo and logprobs: the echo waits for the prompt's scores. */
         boolean scoresPending;
         /** A stream's limits.streamBufferBytes when it started (a reload applies to later streams). */
@@ -1017,7 +1027,7 @@ public final class HttpVerticle extends VerticleBase {
 
         void start() {
             if (resp.closed()) {
-                LOG.info("request {} dropped before submission: the client went away", req.id());
+                dropped("the client went away before it was submitted");
                 return;
             }
             // counted until its response ends or its connection closes: shutdown waits for the last ones to go out
@@ -1029,6 +1039,7 @@ public final class HttpVerticle extends VerticleBase {
             consumer = vertx.eventBus().localConsumer(req.address, msg -> onEvent((EngineEvent) msg.body()));
             consumer.completion().onComplete(reg -> {
                 if (completed) return;
+                submitted = true;
                 vertx.eventBus().<Object>request(EngineVerticle.SUBMIT, req, SUBMIT).onComplete(ar -> {
                     if (completed) return;
                     if (ar.failed()) {
@@ -1133,8 +1144,24 @@ public final class HttpVerticle extends VerticleBase {
 
         void clientGone() {
             if (completed) return;
+            if (!submitted) {
+                finish();
+                dropped("the client went away before it was submitted");
+                return;
+            }
             stop("the client went away");
             LOG.info("request {}: client disconnected; asking the engine to stop it at the next step boundary", req.id());
+        }
+
+        /**
+         * Ends a request the engine never got: said in one line and counted as cancelled, as the engine does for those
+         * it cancels.
+         */
+        private void dropped(String why) {
+            req.cancel(why);
+            state.metrics().cancelled();
+            state.record(new ServerState.JobRecord(req.id(), "cancelled", req.prompt.length, 0, 0, 0));
+            LOG.info("request {} dropped before it reached the engine: {}", req.id(), why);
         }
 
         /** Ends the exchange and cancels its request in the engine (it frees the request's state). */

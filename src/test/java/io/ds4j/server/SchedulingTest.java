@@ -208,6 +208,84 @@ class SchedulingTest {
         }
     }
 
+    /**
+     * A client that goes away while its request waits to reach the engine (its submission queued behind an engine step)
+     * ends with one line saying what became of it and is counted as cancelled, as one cancelled in the engine is (it
+     * was only said to be disconnected, and not counted).
+     */
+    @Test
+    void aRequestWhoseClientWentBeforeItReachedTheEngineIsLoggedAndCounted() throws Exception {
+        server = TestServer.scripted(backend, Map.of("speculative.draft", "none"));
+        java.util.concurrent.CountDownLatch gate = new java.util.concurrent.CountDownLatch(1);
+        try (LogCapture log = new LogCapture()) {
+            backend.gate = gate;
+            CompletableFuture<TestServer.Resp> a = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":2"));
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            assertTrue(TestServer.eventually(5000, () -> backend.gated.get() > 0), "a step holds the engine thread");
+            try (RawStream b = new RawStream(server.port, "/v1/chat/completions", TestServer.chat("Hello", "\"max_tokens\":2"), false)) {
+                Thread.sleep(500); // tokenised and submitted; the submission waits for the engine thread
+            }
+            assertTrue(TestServer.eventually(5000, () -> !log.linesWith("client disconnected").isEmpty()), log.lines().toString());
+            java.util.regex.Matcher m = java.util.regex.Pattern.compile("request (\\S+): client disconnected")
+                    .matcher(log.linesWith("client disconnected").getFirst());
+            assertTrue(m.find());
+            String bid = m.group(1);
+            backend.gate = null;
+            gate.countDown();
+            assertEquals(200, a.get().status());
+            assertTrue(TestServer.eventually(5000, () -> server.state().finished(bid) != null), "b's end is recorded");
+            assertEquals("cancelled", server.state().finished(bid).outcome());
+            List<String> outcome = log.linesWith("request " + bid).stream().filter(l -> !l.contains("client disconnected")).toList();
+            assertEquals(1, outcome.size(), log.linesWith("request " + bid).toString());
+            assertTrue(outcome.getFirst().contains("dropped before it reached the engine"), outcome.getFirst());
+            assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 1.0"));
+        } finally {
+            gate.countDown();
+        }
+    }
+
+    /** A generation whose client goes away while its long body waits for a tokenising thread is counted as cancelled. */
+    @Test
+    void aRequestWhoseClientWentBeforeItWasTokenisedIsCounted() throws Exception {
+        server = TestServer.scripted(backend, Map.of());
+        io.vertx.core.WorkerExecutor lane = server.server.vertx().createSharedWorkerExecutor("ds4j-long-text",
+                HttpVerticle.LONG_TEXT_THREADS, 30, java.util.concurrent.TimeUnit.MINUTES);
+        java.util.concurrent.CountDownLatch busy = new java.util.concurrent.CountDownLatch(HttpVerticle.LONG_TEXT_THREADS),
+                release = new java.util.concurrent.CountDownLatch(1);
+        try (LogCapture log = new LogCapture()) {
+            for (int i = 0; i < HttpVerticle.LONG_TEXT_THREADS; i++)
+                lane.executeBlocking(() -> {
+                    busy.countDown();
+                    return release.await(60, java.util.concurrent.TimeUnit.SECONDS);
+                }, false);
+            assertTrue(busy.await(30, java.util.concurrent.TimeUnit.SECONDS), "the lane is busy");
+            String text = "lorem ipsum dolor sit amet ".repeat(HttpVerticle.LONG_TEXT_BYTES / 20);
+            try (RawStream b = new RawStream(server.port, "/v1/completions", "{\"prompt\":\"" + text + "\",\"max_tokens\":1}", false)) {
+                assertTrue(TestServer.eventually(10_000, () -> server.state().longTextWaiting() == 1), "the long body waits");
+            }
+            Thread.sleep(300); // the server sees the connection close
+            release.countDown();
+            assertTrue(TestServer.eventually(5000, () -> {
+                try {
+                    return server.get("/metrics").body().contains("ds4j:requests_cancelled_total 1.0");
+                } catch (Exception e) {
+                    return false;
+                }
+            }), "counted as cancelled: " + log.linesWith("HttpVerticle"));
+            assertEquals(1, log.linesWith("dropped before it reached the engine").size(), log.linesWith("HttpVerticle").toString());
+            assertTrue(log.linesWith("dropped before it reached the engine").getFirst().contains("POST /v1/completions: the client"
+                    + " went away before the request was tokenised"), log.linesWith("dropped").toString());
+        } finally {
+            release.countDown();
+            lane.close();
+        }
+    }
+
     @Test
     void aFailingRequestDoesNotAffectOthers() throws Exception {
         backend.delayMs = 5;

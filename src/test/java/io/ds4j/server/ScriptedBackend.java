@@ -21,6 +21,10 @@ final class ScriptedBackend implements Backend {
     private final ModelConfig cfg = Presets.get("tiny");
     private final Function<int[], int[]> scriptFor;
     volatile long delayMs;
+    /** While set, every forward waits for it to open (a test holds the engine thread inside a step); null = never. */
+    volatile java.util.concurrent.CountDownLatch gate;
+    /** Forwards that waited at the gate. */
+    final java.util.concurrent.atomic.AtomicInteger gated = new java.util.concurrent.atomic.AtomicInteger();
     /** A prompt containing this token sequence makes forward throw (null = never). */
     volatile int[] failOn;
     final AtomicLong forwards = new AtomicLong(), tokens = new AtomicLong();
@@ -69,6 +73,15 @@ final class ScriptedBackend implements Backend {
         if (s.closed) throw new IllegalStateException("sequence is closed");
         forwards.incrementAndGet();
         tokens.addAndGet(count);
+        java.util.concurrent.CountDownLatch g = gate;
+        if (g != null) {
+            gated.incrementAndGet();
+            try {
+                if (!g.await(60, java.util.concurrent.TimeUnit.SECONDS)) throw new IllegalStateException("the test's gate stayed shut");
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
         if (delayMs > 0) {
             try {
                 Thread.sleep(delayMs);
