@@ -71,8 +71,10 @@ final class Requests {
         String mtName = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
         // 0 only where it means something: a completion that echoes (and may score) its prompt
         int minTokens = !chat && bool(body, "echo", false) ? 0 : 1;
-        Integer maxTokens = integer(body, mtName, minTokens, Integer.MAX_VALUE,
-                minTokens == 0 ? "" : " (0 with echo on /v1/completions)");
+        String mtRange = minTokens == 0 ? "" : " (0 with echo on /v1/completions)";
+        // both fields are checked whenever sent: the one that loses is still the client's mistake when it is bad
+        Integer legacy = integer(body, "max_tokens", minTokens, Integer.MAX_VALUE, mtRange);
+        Integer maxTokens = mtName.equals("max_tokens") ? legacy : integer(body, mtName, minTokens, Integer.MAX_VALUE, mtRange);
         if (maxTokens == null) maxTokens = cfg.maxTokensDefault();
 
         boolean logprobs;

@@ -181,6 +181,21 @@ class BadInputTest {
     }
 
     @Test
+    void maxTokensIsCheckedAlsoWhenMaxCompletionTokensIsThere() throws Exception {
+        // max_completion_tokens wins, but a bad max_tokens beside it is still the client's mistake, not ignored
+        String echo = " (0 with echo on /v1/completions)";
+        expect("/v1/chat/completions", chat("\"max_tokens\":\"abc\",\"max_completion_tokens\":2"), 400, "max_tokens");
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got -5",
+                message("max_tokens", "\"max_tokens\":-5,\"max_completion_tokens\":2"));
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 1e999999999",
+                message("max_tokens", "\"max_completion_tokens\":2,\"max_tokens\":1e999999999"));
+        // and the other way round: a bad max_completion_tokens beside a good max_tokens
+        expect("/v1/chat/completions", chat("\"max_tokens\":2,\"max_completion_tokens\":-1"), 400, "max_completion_tokens");
+        // both good: max_completion_tokens still wins
+        assertEquals(200, server.post("/v1/chat/completions", chat("\"max_tokens\":5,\"max_completion_tokens\":2")).status());
+    }
+
+    @Test
     void aNumberADoubleWouldShowAs0IsShownAsTheClientWroteIt() throws Exception {
         // -0 and -0.0: the double is a zero, its sign is the client's
         assertEquals("repetition_penalty: must be in (0, 10], got -0", message("repetition_penalty", "\"repetition_penalty\":-0"));
