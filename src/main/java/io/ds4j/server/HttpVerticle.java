@@ -234,10 +234,8 @@ public final class HttpVerticle extends VerticleBase {
         if (ctx.request().method() == HttpMethod.HEAD) headLength(ctx);
         List<String> allowed = state.config().corsOrigins();
         String origin = ctx.request().getHeader(HttpHeaders.ORIGIN);
-        if (origin != null && !allowed.isEmpty() && (allowed.contains("*") || allowed.contains(origin))) {
+        if (cors(ctx.request(), ctx.response(), allowed)) {
             HttpServerResponse resp = ctx.response();
-            resp.putHeader("Access-Control-Allow-Origin", allowed.contains("*") ? "*" : origin);
-            if (!allowed.contains("*")) resp.putHeader("Vary", "Origin");
             if (ctx.request().method() == HttpMethod.OPTIONS) {
                 // Echo the headers the browser asks for: SDKs send their own (the openai JS SDK sends X-Stainless-*),
                 // and a fixed list would block them. The origin is already allowed, and it may send what it likes.
@@ -259,6 +257,21 @@ public final class HttpVerticle extends VerticleBase {
             return;
         }
         ctx.next();
+    }
+
+    /**
+     * Puts the CORS headers on the answer to a request whose Origin is allowed (server.cors.allowedOrigins; {@code *} =
+     * any). Both HTTP fronts, a single server and a cluster gateway, call it, so their answers agree.
+     *
+     * @return whether the request has an Origin and it is allowed
+     */
+    public static boolean cors(HttpServerRequest req, HttpServerResponse resp, List<String> allowed) {
+        String origin = req.getHeader(HttpHeaders.ORIGIN);
+        if (origin == null || allowed.isEmpty() || !allowed.contains("*") && !allowed.contains(origin)) return false;
+        resp.putHeader("Access-Control-Allow-Origin", allowed.contains("*") ? "*" : origin);
+        // an answer that depends on the Origin must not be served from a cache to another origin
+        if (!allowed.contains("*")) resp.putHeader("Vary", "Origin");
+        return true;
     }
 
     /**

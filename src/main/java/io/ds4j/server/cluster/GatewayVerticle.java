@@ -125,6 +125,9 @@ public final class GatewayVerticle extends VerticleBase {
             // single server
             BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { });
             if (ctx.request().method() == HttpMethod.HEAD) HttpVerticle.headLength(ctx);
+            // the answers written here (health, models, props, 401, 404, 405) carry CORS headers as a single server's
+            // do; a relayed answer carries its engine's instead (see Relay.writeHead)
+            HttpVerticle.cors(ctx.request(), ctx.response(), config.get().corsOrigins());
             ctx.next();
         });
         r.get("/health").handler(this::health);
@@ -513,6 +516,8 @@ public final class GatewayVerticle extends VerticleBase {
             if (resp.closed()) return;
             resp.setStatusCode(head != null ? head.status() : 200);
             if (head != null) {
+                // the engine node decided CORS for what it answered (preflights included): its headers alone count
+                resp.headers().remove("Access-Control-Allow-Origin").remove("Vary");
                 for (int i = 0; i < head.headers().size(); i += 2) resp.putHeader(head.headers().get(i), head.headers().get(i + 1));
                 resp.putHeader(ENGINE_HEADER, head.address());
             }

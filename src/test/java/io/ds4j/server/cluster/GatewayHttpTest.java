@@ -27,6 +27,11 @@ class GatewayHttpTest {
 
     @BeforeAll
     static void start() throws Exception {
+        node = ClusterNode.start(ServerConfig.parse(null, "test", config()), null, config(), null).await();
+    }
+
+    /** A lone gateway's configuration, in a cluster of its own name. */
+    static Map<String, Object> config() {
         Map<String, Object> o = new LinkedHashMap<>();
         o.put("server.host", "127.0.0.1");
         o.put("server.port", 0);
@@ -36,7 +41,8 @@ class GatewayHttpTest {
         o.put("cluster.role", "gateway");
         o.put("cluster.port", 0);
         o.put("cluster.name", "gateway-test-" + Long.toHexString(ThreadLocalRandom.current().nextLong()));
-        node = ClusterNode.start(ServerConfig.parse(null, "test", o), null, o, null).await();
+        o.put("server.cors.allowedOrigins", List.of("http://app.example"));
+        return o;
     }
 
     @AfterAll
@@ -46,9 +52,14 @@ class GatewayHttpTest {
 
     /** The raw answer to a request without a body, read to the end (the connection closes after it). */
     static String raw(String method, String path) throws Exception {
-        try (Socket s = new Socket("127.0.0.1", node.port())) {
+        return raw(node.port(), method, path, "");
+    }
+
+    /** The raw answer to a request without a body, with extra header lines (each ending in CRLF). */
+    static String raw(int port, String method, String path, String headers) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", port)) {
             s.setSoTimeout(30_000);
-            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + "\r\n")
                     .getBytes(StandardCharsets.US_ASCII));
             return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
         }
@@ -143,5 +154,35 @@ class GatewayHttpTest {
     void anUnknownPathIsA404AtOnceEvenWhenItsBodyNeverCompletes() throws Exception {
         // as on a single server: answered by the gateway itself, without relaying or waiting for the body
         io.ds4j.server.SlowClientTestAccess.unknownPathsAreAnsweredWithoutWaitingForTheirBodies(node.port());
+    }
+
+    @Test
+    void theGatewaysOwnAnswersCarryCorsHeadersForAnAllowedOrigin() throws Exception {
+        Map<String, Object> keyed = config();
+        keyed.put("server.apiKeys", List.of("k1"));
+        ClusterNode withKeys = ClusterNode.start(ServerConfig.parse(null, "test", keyed), null, keyed, null).await();
+        try {
+            // health, models (503: no engine), props, 404, 405; then a 401 and a keyed 200 from a gateway with a key
+            Map<String, String> answers = new LinkedHashMap<>();
+            for (String[] r : new String[][]{{"GET", "/health"}, {"HEAD", "/health"}, {"GET", "/v1/models"}, {"GET", "/props"},
+                    {"GET", "/v1/nothing"}, {"GET", "/v1/chat/completions"}})
+                answers.put(r[0] + " " + r[1], raw(node.port(), r[0], r[1], "Origin: http://app.example\r\n"));
+            answers.put("401 GET /v1/models", raw(withKeys.port(), "GET", "/v1/models", "Origin: http://app.example\r\n"));
+            answers.put("keyed GET /props", raw(withKeys.port(), "GET", "/props",
+                    "Origin: http://app.example\r\nAuthorization: Bearer k1\r\n"));
+            assertTrue(answers.get("GET /v1/nothing").startsWith("HTTP/1.1 404"), answers.get("GET /v1/nothing"));
+            assertTrue(answers.get("GET /v1/chat/completions").startsWith("HTTP/1.1 405"), answers.get("GET /v1/chat/completions"));
+            assertTrue(answers.get("401 GET /v1/models").startsWith("HTTP/1.1 401"), answers.get("401 GET /v1/models"));
+            for (Map.Entry<String, String> a : answers.entrySet()) {
+                String head = a.getValue().substring(0, a.getValue().indexOf("\r\n\r\n")).toLowerCase(Locale.ROOT);
+                assertTrue(head.contains("\r\naccess-control-allow-origin: http://app.example"), a.getKey() + ": " + a.getValue());
+                assertTrue(head.contains("\r\nvary: origin"), a.getKey() + ": " + a.getValue());
+            }
+            // an origin not on the list gets none, as from a single server
+            String other = raw(node.port(), "GET", "/health", "Origin: http://evil.example\r\n");
+            assertFalse(other.toLowerCase(Locale.ROOT).contains("access-control-allow-origin"), other);
+        } finally {
+            withKeys.close().await();
+        }
     }
 }
