@@ -260,6 +260,18 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
+     * For an HTTP/1.0 request answered with a body of unknown length (a stream): says {@code Connection: close} and closes
+     * the connection once the answer ends. Both HTTP fronts call it before the answer's head goes out.
+     */
+    public static void closeAfterUnframedAnswer(HttpServerRequest req, HttpServerResponse resp) {
+        if (req.version() != HttpVersion.HTTP_1_0) return;
+        // HTTP/1.0 has no chunked encoding: such an answer ends only when the connection closes, even when the client
+        // asked to keep it alive (Vert.x writes "keep-alive" back for such a request; the headers-end hook runs after it)
+        resp.headersEndHandler(v -> resp.putHeader(HttpHeaders.CONNECTION, "close"));
+        resp.endHandler(v -> req.connection().close());
+    }
+
+    /**
      * Puts the CORS headers on the answer to a request whose Origin is allowed (server.cors.allowedOrigins; {@code *} =
      * any). Both HTTP fronts, a single server and a cluster gateway, call it, so their answers agree.
      *
@@ -1080,13 +1092,7 @@ public final class HttpVerticle extends VerticleBase {
                                 .putHeader(HttpHeaders.CONTENT_TYPE, "text/event-stream; charset=utf-8")
                                 .putHeader(HttpHeaders.CACHE_CONTROL, "no-cache")
                                 .putHeader("X-Accel-Buffering", "no");
-                        if (ctx.request().version() == HttpVersion.HTTP_1_0) {
-                            // HTTP/1.0 has no chunked encoding: a stream of unknown length ends only when the
-                            // connection closes, even when the client asked to keep it alive
-                            // (Vert.x writes "keep-alive" back for such a request; the headers-end hook runs after it)
-                            resp.headersEndHandler(v -> resp.putHeader(HttpHeaders.CONNECTION, "close"));
-                            resp.endHandler(v -> ctx.request().connection().close());
-                        }
+                        closeAfterUnframedAnswer(ctx.request(), resp);
                         if (!scoresPending) write(out.start(echo, null));
                     } else if (echo != null && !scoresPending) {
                         out.start(echo, null);

@@ -488,7 +488,10 @@ public final class GatewayVerticle extends VerticleBase {
                     }
                     if (!resp.headWritten()) {
                         writeHead();
-                        if (!end) resp.setChunked(true);
+                        if (!end) {
+                            resp.setChunked(true);
+                            HttpVerticle.closeAfterUnframedAnswer(ctx.request(), resp);
+                        }
                         if (!end && isStream(head)) {
                             // Netty queues what the socket does not take; past this many bytes the queue reports full
                             streamBufferBytes = config.get().streamBufferBytes();

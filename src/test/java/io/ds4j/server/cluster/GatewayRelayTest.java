@@ -146,4 +146,27 @@ class GatewayRelayTest {
         JsonNode health = Json.MAPPER.readTree(raw("GET", "/health").substring(raw("GET", "/health").indexOf("\r\n\r\n") + 4));
         assertEquals(1, health.path("engines").path("ready").asInt(), "the engine is still there: " + health);
     }
+
+    @Test
+    void anHttp10StreamThatAskedForKeepAliveEndsWithTheConnectionAsOnASingleServer() throws Exception {
+        // HTTP/1.0 has no chunked encoding: without a length, the connection's close is the only end the client can see
+        byte[] hi = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"stream\":true}".getBytes(StandardCharsets.UTF_8);
+        try (Socket s = new Socket("127.0.0.1", node.port())) {
+            s.setSoTimeout(15_000);  // far above the stream's time, well below an idle connection's close
+            s.getOutputStream().write(("POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n"
+                    + "Content-Type: application/json\r\nContent-Length: " + hi.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().write(hi);
+            String got;
+            try {
+                got = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            } catch (java.net.SocketTimeoutException e) {
+                throw new AssertionError("the connection stayed open after the stream: the client cannot tell its end", e);
+            }
+            String head = got.substring(0, got.indexOf("\r\n\r\n")).toLowerCase(Locale.ROOT);
+            assertTrue(head.startsWith("http/1.0 200") || head.startsWith("http/1.1 200"), got);
+            assertTrue(head.contains("\r\nconnection: close"), got);
+            assertFalse(head.contains("transfer-encoding"), got);
+            assertTrue(got.endsWith("data: [DONE]\n\n"), got);
+        }
+    }
 }
