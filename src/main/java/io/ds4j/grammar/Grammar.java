@@ -11,6 +11,15 @@ import java.util.List;
  * object, or one DeepSeek-V4 DSML tool call. {@link #constraint} gives a request its own stateful constraint.
  */
 public final class Grammar {
+    /**
+     * The most parse states a constraint keeps live at once, the one limit on the constraint engine's work per token
+     * (each state is stepped for every byte the token mask tries). States that differ only in what follows them are
+     * merged, so a schema stays far below it unless many alternatives are genuinely open together: an anyOf with
+     * more alternatives is refused when the request is validated ({@link UnsupportedSchemaException}), and an output
+     * that would reach it later fails with {@link GrammarLimitException}.
+     */
+    public static final int MAX_LIVE_STATES = 512;
+
     private final GState start;
     private final String description;
 
@@ -26,10 +35,21 @@ public final class Grammar {
 
     /**
      * JSON valid for a schema (response_format json_schema).
-     * @throws UnsupportedSchemaException for a schema outside the supported subset
+     * @throws UnsupportedSchemaException for a schema outside the supported subset, or one whose alternatives would
+     *                                    keep more than {@link #MAX_LIVE_STATES} states live from the start
      */
     public static Grammar jsonSchema(JsonNode schema) {
-        return new Grammar(States.value(SchemaCompiler.compile(schema), States.End.INSTANCE), "json_schema");
+        Schema root = SchemaCompiler.compile(schema);
+        return new Grammar(start(() -> States.value(root, States.End.INSTANCE)), "json_schema");
+    }
+
+    /** A start state; one past the live-state limit is the schema's problem, said as such. */
+    private static GState start(java.util.function.Supplier<GState> build) {
+        try {
+            return build.get();
+        } catch (GrammarLimitException e) {
+            throw new UnsupportedSchemaException("anyOf", "", e.getMessage());
+        }
     }
 
     /**
@@ -63,7 +83,7 @@ public final class Grammar {
             heads.add("\n\n" + Dsml.TOOL_CALLS_OPEN + "\n" + Dsml.INVOKE_OPEN + " name=\"" + names.get(i) + "\">\n");
         }
         GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
-        GState start = new States.Lit(new LitSet(heads), 0, new States.ToolThen(List.copyOf(objs), close));
+        GState start = start(() -> new States.Lit(new LitSet(heads), 0, new States.ToolThen(List.copyOf(objs), close)));
         return new Grammar(start, "tool_call");
     }
 

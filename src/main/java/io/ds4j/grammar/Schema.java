@@ -169,6 +169,11 @@ public abstract sealed class Schema {
     /** Any of several schemas. */
     public static final class AnyOf extends Schema {
         Schema[] options;
+        /**
+         * The distinct schemas a value of this node can start as, nested anyOf and {@code $ref} expanded (neither
+         * consumes input), none of them an AnyOf or a Ref; set by the compiler.
+         */
+        Schema[] alternatives;
     }
 
     /** Placeholder for a {@code $ref} until the compiler resolves it. */

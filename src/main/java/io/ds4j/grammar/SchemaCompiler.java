@@ -2,9 +2,13 @@ package io.ds4j.grammar;
 
 import com.fasterxml.jackson.databind.JsonNode;
 
+import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
+import java.util.IdentityHashMap;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -26,11 +30,24 @@ public final class SchemaCompiler {
     /** Integer digits that keep every number inside the widest bounds clients send (±(2^53 − 1) from zod's int()). */
     static final int BOUNDED_DIGITS = 15;
     private static final double BOUND = 999_999_999_999_999d;
+    /**
+     * Most schema nodes visited while expanding every anyOf through nested anyOf and {@code $ref}, over the whole
+     * schema: bounds the compile's time and the expansions' memory whatever the schema's shape (real schemas need a
+     * few per anyOf option).
+     */
+    static final int MAX_EXPANSION = 200_000;
 
     private final JsonNode root;
     private final List<Schema> nodes = new ArrayList<>();
     private final Map<String, Schema> byPointer = new HashMap<>();
     private final List<Map.Entry<String, Schema.Ref>> pending = new ArrayList<>();
+    /**
+     * One node per distinct number kind and per distinct literal list: states refer to their schema node, so equal
+     * nodes shared make equal states, which the live alternatives then hold once.
+     */
+    private final Map<List<Object>, Schema> shared = new HashMap<>();
+    /** Where each anyOf node is, for messages. */
+    private final Map<Schema, String> anyOfPaths = new IdentityHashMap<>();
 
     private SchemaCompiler(JsonNode root) {
         this.root = root;
@@ -40,12 +57,15 @@ public final class SchemaCompiler {
      * @param schema a JSON Schema (an object or {@code true})
      * @return the compiled root
      * @throws UnsupportedSchemaException for a keyword outside the subset, a bad value of a supported keyword, a
-     *                                    {@code $ref} that does not resolve, or a schema no finite JSON satisfies
+     *                                    {@code $ref} that does not resolve, a schema no finite JSON satisfies, an
+     *                                    anyOf that refers back to itself before any input, or one that opens more
+     *                                    alternatives at once than {@link Grammar#MAX_LIVE_STATES}
      */
     public static Schema compile(JsonNode schema) {
         SchemaCompiler c = new SchemaCompiler(schema);
         Schema s = c.node(schema, "");
         c.resolve();
+        c.alternatives();
         c.minLengths();
         if (s.minLen >= GState.FAR)
             throw new UnsupportedSchemaException("$ref", "", "the schema admits no finite JSON value (a required recursion without a base case)");
@@ -85,17 +105,18 @@ public final class SchemaCompiler {
             JsonNode a = n.get("anyOf");
             if (!a.isArray() || a.isEmpty()) throw new UnsupportedSchemaException("anyOf", path, "anyOf at '" + path + "' must be a non-empty array");
             Schema.AnyOf u = add(new Schema.AnyOf());
+            anyOfPaths.put(u, path);
             u.options = new Schema[a.size()];
             for (int i = 0; i < a.size(); i++) u.options[i] = node(a.get(i), path + "/anyOf/" + i);
             return u;
         }
-        if (n.has("const")) return add(new Schema.Literals(List.of(Json.write(n.get("const")))));
+        if (n.has("const")) return literals(List.of(Json.write(n.get("const"))));
         if (n.has("enum")) {
             JsonNode en = n.get("enum");
             if (!en.isArray() || en.isEmpty()) throw new UnsupportedSchemaException("enum", path, "enum at '" + path + "' must be a non-empty array");
             List<String> texts = new ArrayList<>();
             for (JsonNode v : en) texts.add(Json.write(v));
-            return add(new Schema.Literals(texts));
+            return literals(texts);
         }
         JsonNode t = n.get("type");
         if (t == null || t.isNull()) {
@@ -106,6 +127,7 @@ public final class SchemaCompiler {
         if (t.isTextual()) return typed(n, t.textValue(), path);
         if (t.isArray() && !t.isEmpty()) {
             Schema.AnyOf u = add(new Schema.AnyOf());
+            anyOfPaths.put(u, path);
             u.options = new Schema[t.size()];
             for (int i = 0; i < t.size(); i++) {
                 if (!t.get(i).isTextual()) throw new UnsupportedSchemaException("type", path, "type at '" + path + "' must be a type name or a list of them");
@@ -120,25 +142,33 @@ public final class SchemaCompiler {
         return switch (type) {
             case "string" -> add(new Schema.Str());
             case "number", "integer" -> {
-                Schema.Num num = add(new Schema.Num(type.equals("integer")));
+                boolean nonNegative = false;
+                int maxIntDigits = -1;
                 JsonNode min = n.get("minimum"), max = n.get("maximum");
                 if (min != null && !min.isNull()) {
                     if (!min.isNumber() || !(min.doubleValue() == 0 || min.doubleValue() <= -BOUND))
                         throw new UnsupportedSchemaException("minimum", path, "minimum " + min + " at '" + path
                                 + "' is not supported (only 0, or bounds at or beyond ±" + (long) BOUND + ")");
-                    if (min.doubleValue() == 0) num.nonNegative = true;
-                    num.maxIntDigits = BOUNDED_DIGITS;
+                    if (min.doubleValue() == 0) nonNegative = true;
+                    maxIntDigits = BOUNDED_DIGITS;
                 }
                 if (max != null && !max.isNull()) {
                     if (!max.isNumber() || max.doubleValue() < BOUND)
                         throw new UnsupportedSchemaException("maximum", path, "maximum " + max + " at '" + path
                                 + "' is not supported (only bounds at or beyond " + (long) BOUND + ")");
-                    num.maxIntDigits = BOUNDED_DIGITS;
+                    maxIntDigits = BOUNDED_DIGITS;
                 }
-                yield num;
+                boolean integer = type.equals("integer"), nn = nonNegative;
+                int digits = maxIntDigits;
+                yield shared(List.of("number", integer, nn, digits), () -> {
+                    Schema.Num num = new Schema.Num(integer);
+                    num.nonNegative = nn;
+                    num.maxIntDigits = digits;
+                    return num;
+                });
             }
-            case "boolean" -> add(new Schema.Literals(List.of("true", "false")));
-            case "null" -> add(new Schema.Literals(List.of("null")));
+            case "boolean" -> literals(List.of("true", "false"));
+            case "null" -> literals(List.of("null"));
             case "array" -> {
                 int min = count(n, "minItems", path, 0);
                 int max = count(n, "maxItems", path, -1);
@@ -150,6 +180,19 @@ public final class SchemaCompiler {
             case "object" -> object(n, path);
             default -> throw new UnsupportedSchemaException("type", path, "type '" + type + "' at '" + path + "' is not a JSON Schema type");
         };
+    }
+
+    private Schema literals(List<String> texts) {
+        return shared(List.of("literals", texts), () -> new Schema.Literals(texts));
+    }
+
+    private Schema shared(List<Object> key, java.util.function.Supplier<Schema> make) {
+        Schema s = shared.get(key);
+        if (s == null) {
+            s = add(make.get());
+            shared.put(key, s);
+        }
+        return s;
     }
 
     private Schema object(JsonNode n, String path) {
@@ -216,6 +259,61 @@ public final class SchemaCompiler {
                 if (++hops > pending.size() + 1)
                     throw new UnsupportedSchemaException("$ref", e.getKey(), "$ref \"#" + e.getKey() + "\" only leads to other references");
             }
+        }
+    }
+
+    /**
+     * Expands every anyOf into the distinct schemas its value can start as ({@link Schema.AnyOf#alternatives}), so
+     * building its states costs one state per alternative however the anyOf and {@code $ref} nest and share. Refuses
+     * an anyOf that reaches itself again through anyOf and {@code $ref} alone (it would expand without end before any
+     * input), one with more alternatives than {@link Grammar#MAX_LIVE_STATES} (they would all be live at once), and a
+     * schema whose expansions visit more than {@link #MAX_EXPANSION} nodes in all. Plain strings, free values and free
+     * objects each count once: their states do not depend on the schema node.
+     */
+    private void alternatives() {
+        int visited = 0;
+        for (Schema s : nodes) {
+            if (!(s instanceof Schema.AnyOf u)) continue;
+            String path = anyOfPaths.getOrDefault(u, "");
+            Set<Schema> seen = Collections.newSetFromMap(new IdentityHashMap<>());
+            LinkedHashSet<Schema> leaves = new LinkedHashSet<>(); // Schema nodes compare by identity
+            boolean str = false, any = false, anyObject = false;
+            ArrayDeque<Schema> todo = new ArrayDeque<>();
+            for (int i = u.options.length - 1; i >= 0; i--) todo.push(u.options[i]);
+            while (!todo.isEmpty()) {
+                Schema x = todo.pop();
+                if (x == u)
+                    throw new UnsupportedSchemaException("anyOf", path, "anyOf at '" + path + "' refers back to itself through"
+                            + " anyOf and $ref alone, with nothing written in between, so it has no finite expansion");
+                if (!seen.add(x)) continue;
+                if (++visited > MAX_EXPANSION)
+                    throw new UnsupportedSchemaException("anyOf", path, "the schema's anyOf and $ref take more than " + MAX_EXPANSION
+                            + " steps to expand (at '" + path + "'); simplify it");
+                switch (x) {
+                    case Schema.AnyOf a -> {
+                        for (int i = a.options.length - 1; i >= 0; i--) todo.push(a.options[i]);
+                    }
+                    case Schema.Ref r -> todo.push(r.target);
+                    case Schema.Str t -> {
+                        if (!str) leaves.add(t);
+                        str = true;
+                    }
+                    case Schema.Any t -> {
+                        if (!any) leaves.add(t);
+                        any = true;
+                    }
+                    case Schema.AnyObject t -> {
+                        if (!anyObject) leaves.add(t);
+                        anyObject = true;
+                    }
+                    default -> leaves.add(x);
+                }
+            }
+            if (leaves.size() > Grammar.MAX_LIVE_STATES)
+                throw new UnsupportedSchemaException("anyOf", path, "anyOf at '" + path + "' opens " + leaves.size()
+                        + " alternatives at once (through nested anyOf and $ref), more than the " + Grammar.MAX_LIVE_STATES
+                        + " parse states the constraint engine keeps live; use fewer alternatives (an enum is one)");
+            u.alternatives = leaves.toArray(new Schema[0]);
         }
     }
 

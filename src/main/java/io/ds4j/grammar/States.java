@@ -2,6 +2,9 @@ package io.ds4j.grammar;
 
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 
@@ -9,6 +12,9 @@ import java.util.List;
  * The grammar states. Each state is a record holding its continuation {@code k} (the state to enter once its own
  * part is complete), so a state is the whole remaining grammar and equal records are interchangeable.
  * Whitespace between JSON tokens is allowed where JSON allows it, at most {@link #MAX_WS} bytes in a row.
+ * Alternatives live at once are a {@link Union}, which merges states that differ only in their continuation, so
+ * overlapping anyOf alternatives do not multiply the states at every nesting level; at most
+ * {@link Grammar#MAX_LIVE_STATES} may be live ({@link GrammarLimitException} past it).
  */
 final class States {
     private States() {}
@@ -38,8 +44,10 @@ final class States {
             case Schema.Arr a -> new Arr(a, 0, Arr.OPEN, k);
             case Schema.Obj o -> new Obj(o, 0, Obj.OPEN, k);
             case Schema.AnyOf u -> {
-                List<GState> alts = new ArrayList<>();
-                for (Schema o : u.options) alts.add(value(o, k));
+                // the compiler's flattened alternatives: nested anyOf and $ref expanded once, each schema once
+                Schema[] opts = u.alternatives != null ? u.alternatives : u.options;
+                List<GState> alts = new ArrayList<>(opts.length);
+                for (Schema o : opts) alts.add(value(o, k));
                 yield Union.of(alts);
             }
             case Schema.Ref r -> value(r.target, k);
@@ -63,50 +71,200 @@ final class States {
         @Override public int dist() { return 0; }
     }
 
+    /**
+     * A state whose own part is followed by a continuation {@link #k}, entered once that part is complete. Two states
+     * that differ only in their continuation accept together exactly what their common part followed by either
+     * continuation accepts, so {@link Union#of} can hold them as one state whose continuation is the union of theirs.
+     */
+    interface Framed extends GState {
+        /** What follows this state's own part. */
+        GState k();
+
+        /** The same own part followed by another continuation. */
+        GState withK(GState k);
+    }
+
     /** Optional whitespace (up to left bytes) before then. */
-    record Ws(GState then, int left) implements GState {
+    record Ws(GState then, int left) implements Framed {
         @Override
         public GState next(int b) {
             if (isWs(b) && left > 0) return left == 1 ? then : new Ws(then, left - 1);
             return then.next(b);
         }
 
+        @Override public GState k() { return then; }
+        @Override public GState withK(GState k) { return new Ws(k, left); }
+
         @Override public boolean accepting() { return then.accepting(); }
         @Override public int dist() { return then.dist(); }
     }
 
-    /** Several alternatives at once (anyOf). */
-    record Union(List<GState> alts) implements GState {
+    /** How many states a state keeps live at once: a union's members, through leading whitespace. */
+    static int width(GState g) {
+        while (g instanceof Ws w) g = w.then;
+        return g instanceof Union u ? u.width : 1;
+    }
+
+    /**
+     * Several alternatives live at once (anyOf, a literal that may end or go on). Built only by {@link #of}, which keeps
+     * one state per frame: alternatives that reached the same point of the same schema node along different parents
+     * become one state whose continuation is the union of theirs. The live states thus stay bounded by the schema's
+     * size instead of multiplying by the number of alternatives at every nesting level, and the continuations form a
+     * shared graph rather than one copy of the stack per parse. Unions compare as sets; their hash, distance and
+     * acceptance are computed once, since unions nest inside continuations and recomputing them would walk the
+     * graph's every path.
+     */
+    static final class Union implements GState {
+        /** One state per frame, in the order of their hashes (ties in any order). */
+        private final GState[] alts;
+        private final int[] hashes;
+        private final int hash;
+        private final int width;
+        // caches filled on first use; a race only computes the same value twice
+        private int dist = -1;
+        private int accepting = -1;
+        /**
+         * A union found equal to this one, towards the one standing for all unions found equal so far: equal unions
+         * built apart (the mask's walk and the committed token build the same states) compare once, not at every
+         * level that shares them.
+         */
+        private Union canon;
+
+        private Union(GState[] alts, int[] hashes, int width) {
+            this.alts = alts;
+            this.hashes = hashes;
+            this.width = width;
+            // mixed, not summed: members share their continuation's hash, and a plain sum of two would shift it out
+            // a few bits per nesting level until every deep union hashed alike
+            int h = 0x2545F491;
+            for (int x : hashes) h = (h ^ mix(x)) * 0x9E3779B1;
+            this.hash = mix(h);
+        }
+
+        private static int mix(int x) {
+            x ^= x >>> 16;
+            x *= 0x85EBCA6B;
+            x ^= x >>> 13;
+            x *= 0xC2B2AE35;
+            return x ^ (x >>> 16);
+        }
+
+        /** The union standing for every union found equal to this one. */
+        private Union rep() {
+            Union r = this;
+            while (r.canon != null) r = r.canon;
+            for (Union x = this; x != r; ) {
+                Union n = x.canon;
+                x.canon = r;
+                x = n;
+            }
+            return r;
+        }
+
+        /**
+         * The union of some states (nulls, which lead nowhere, left out; unions flattened): null for none, the state
+         * itself for one, else a union with states of equal frames merged.
+         * @throws GrammarLimitException when more than {@link Grammar#MAX_LIVE_STATES} states would be live
+         */
         static GState of(List<GState> in) {
-            LinkedHashSet<GState> set = new LinkedHashSet<>();
+            LinkedHashSet<GState> flat = new LinkedHashSet<>();
             for (GState g : in) {
                 if (g == null) continue;
-                if (g instanceof Union u) set.addAll(u.alts);
-                else set.add(g);
+                if (g instanceof Union u) Collections.addAll(flat, u.alts);
+                else flat.add(g);
             }
-            if (set.isEmpty()) return null;
-            if (set.size() == 1) return set.iterator().next();
-            return new Union(List.copyOf(set));
+            if (flat.size() <= 1) return flat.isEmpty() ? null : flat.getFirst();
+            // a state's frame is the state with a placeholder continuation: equal frames, mergeable states
+            LinkedHashMap<GState, List<GState>> frames = new LinkedHashMap<>();
+            for (GState g : flat)
+                frames.computeIfAbsent(g instanceof Framed f ? f.withK(End.INSTANCE) : g, x -> new ArrayList<>(1)).add(g);
+            List<GState> out = new ArrayList<>(frames.size());
+            for (List<GState> same : frames.values()) {
+                if (same.size() == 1) {
+                    out.add(same.getFirst());
+                    continue;
+                }
+                List<GState> ks = new ArrayList<>(same.size());
+                for (GState g : same) ks.add(((Framed) g).k());
+                out.add(((Framed) same.getFirst()).withK(of(ks)));
+            }
+            if (out.size() == 1) return out.getFirst();
+            int width = 0;
+            for (GState g : out) width += width(g);
+            if (width > Grammar.MAX_LIVE_STATES) throw new GrammarLimitException(width);
+            long[] order = new long[out.size()];
+            for (int i = 0; i < order.length; i++) order[i] = ((long) out.get(i).hashCode() << 32) | i;
+            Arrays.sort(order);
+            GState[] alts = new GState[order.length];
+            int[] hashes = new int[order.length];
+            for (int i = 0; i < order.length; i++) {
+                alts[i] = out.get((int) order[i]);
+                hashes[i] = (int) (order[i] >> 32);
+            }
+            return new Union(alts, hashes, width);
+        }
+
+        static GState of(GState a, GState b) {
+            return of(Arrays.asList(a, b));
         }
 
         @Override
         public GState next(int b) {
-            List<GState> out = new ArrayList<>(alts.size());
-            for (GState g : alts) out.add(g.next(b));
+            List<GState> out = new ArrayList<>(alts.length);
+            for (GState g : alts) {
+                GState t = g.next(b);
+                if (t != null) out.add(t);
+            }
             return of(out);
         }
 
         @Override
         public boolean accepting() {
-            for (GState g : alts) if (g.accepting()) return true;
-            return false;
+            if (accepting < 0) {
+                boolean any = false;
+                for (GState g : alts) any |= g.accepting();
+                accepting = any ? 1 : 0;
+            }
+            return accepting == 1;
         }
 
         @Override
         public int dist() {
-            int d = GState.FAR;
-            for (GState g : alts) d = Math.min(d, g.dist());
-            return d;
+            if (dist < 0) {
+                int d = GState.FAR;
+                for (GState g : alts) d = Math.min(d, g.dist());
+                dist = d;
+            }
+            return dist;
+        }
+
+        @Override
+        public int hashCode() {
+            return hash;
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            if (this == o) return true;
+            if (!(o instanceof Union u) || u.hash != hash || u.alts.length != alts.length) return false;
+            Union a = rep(), b = u.rep();
+            if (a == b) return true;
+            if (!Arrays.equals(hashes, u.hashes)) return false;
+            for (int i = 0; i < alts.length; i++) if (!alts[i].equals(u.alts[i]) && !inTies(u, i)) return false;
+            a.canon = b;
+            return true;
+        }
+
+        /** Whether alts[i] equals a member of u with the same hash (members of equal hashes may be in any order). */
+        private boolean inTies(Union u, int i) {
+            for (int j = 0; j < u.alts.length; j++) if (j != i && u.hashes[j] == hashes[i] && alts[i].equals(u.alts[j])) return true;
+            return false;
+        }
+
+        @Override
+        public String toString() {
+            // not the members: printing a shared graph of continuations in full takes time exponential in its depth
+            return "Union[" + alts.length + " states, " + width + " live]";
         }
     }
 
@@ -116,26 +274,36 @@ final class States {
 
         /** after(value).dist(), computed without building the state. */
         int afterDist(int value);
+
+        /** The continuation after the whole construct this belongs to (see {@link Framed}). */
+        GState k();
+
+        /** The same, followed by another continuation. */
+        Then withK(GState k);
     }
 
     /** The same continuation whatever the literal. */
     record Same(GState k) implements Then {
         @Override public GState after(int value) { return k; }
         @Override public int afterDist(int value) { return k.dist(); }
+        @Override public Then withK(GState k) { return new Same(k); }
     }
 
     /** Inside one literal of a set. */
-    record Lit(LitSet set, int node, Then then) implements GState {
+    record Lit(LitSet set, int node, Then then) implements Framed {
         @Override
         public GState next(int b) {
             int c = set.step(node, b);
             GState cont = c >= 0 ? new Lit(set, c, then) : null;
             if (set.terminal(node)) {
                 GState past = then.after(set.value(node)).next(b);
-                if (past != null) return cont == null ? past : Union.of(List.of(cont, past));
+                if (past != null) return cont == null ? past : Union.of(cont, past);
             }
             return cont;
         }
+
+        @Override public GState k() { return then.k(); }
+        @Override public GState withK(GState k) { return new Lit(set, node, then.withK(k)); }
 
         @Override
         public boolean accepting() {
@@ -166,7 +334,9 @@ final class States {
     private static final java.util.concurrent.ConcurrentHashMap<String, LitSet> LITERALS = new java.util.concurrent.ConcurrentHashMap<>();
 
     /** Any JSON value. */
-    record AnyStart(GState k) implements GState {
+    record AnyStart(GState k) implements Framed {
+        @Override public GState withK(GState k) { return new AnyStart(k); }
+
         @Override
         public GState next(int b) {
             return switch (b) {
@@ -189,7 +359,9 @@ final class States {
      * A free-form object. Phases: 0 before '{', 1 after '{' (key or '}'), 2 after ',' (key), 3 after a key (':'),
      * 4 after a value (',' or '}'); whitespace is handled by wrapping.
      */
-    record FreeObj(int phase, GState k) implements GState {
+    record FreeObj(int phase, GState k) implements Framed {
+        @Override public GState withK(GState k) { return new FreeObj(phase, k); }
+
         @Override
         public GState next(int b) {
             return switch (phase) {
@@ -215,7 +387,9 @@ final class States {
     }
 
     /** A JSON string. Modes: OPEN, BODY, ESC, HEX(n) = HEX1 − 1 + n digits left, UTF8 = 16 + need·8 + range kind. */
-    record Str(GState k, int mode, int kd) implements GState {
+    record Str(GState k, int mode, int kd) implements Framed {
+        @Override public GState withK(GState k) { return new Str(k, mode); }
+
         Str(GState k, int mode) {
             this(k, mode, k.dist());
         }
@@ -286,7 +460,9 @@ final class States {
      * A JSON number of schema n (integer: no fraction or exponent; bounded: capped integer digits, no exponent);
      * len counts its bytes so far, digits its integer digits.
      */
-    record Num(GState k, Schema.Num n, int phase, int len, int digits) implements GState {
+    record Num(GState k, Schema.Num n, int phase, int len, int digits) implements Framed {
+        @Override public GState withK(GState k) { return new Num(k, n, phase, len, digits); }
+
         static final int START = 0, MINUS = 1, ZERO = 2, INT = 3, DOT = 4, FRAC = 5, E = 6, ESIGN = 7, EXP = 8;
 
         private boolean done() {
@@ -330,7 +506,9 @@ final class States {
     }
 
     /** Phases of containers. */
-    record Arr(Schema.Arr a, int count, int phase, GState k) implements GState {
+    record Arr(Schema.Arr a, int count, int phase, GState k) implements Framed {
+        @Override public GState withK(GState k) { return new Arr(a, count, phase, k); }
+
         static final int OPEN = 0, FIRST = 1, AFTER = 2;
 
         @Override
@@ -369,7 +547,9 @@ final class States {
     }
 
     /** An object of known properties. Phases: OPEN before '{', FIRST after '{', AFTER after a value. */
-    record Obj(Schema.Obj o, int next, int phase, GState k) implements GState {
+    record Obj(Schema.Obj o, int next, int phase, GState k) implements Framed {
+        @Override public GState withK(GState k) { return new Obj(o, next, phase, k); }
+
         static final int OPEN = 0, FIRST = 1, AFTER = 2;
 
         @Override
@@ -408,6 +588,8 @@ final class States {
 
     /** After a key: ':' then the property's value, then the rest of the object. */
     record KeyThen(Schema.Obj o, GState k) implements Then {
+        @Override public Then withK(GState k) { return new KeyThen(o, k); }
+
         @Override
         public GState after(int i) {
             return ws(new Colon(o, i, k));
@@ -419,7 +601,9 @@ final class States {
         }
     }
 
-    record Colon(Schema.Obj o, int i, GState k) implements GState {
+    record Colon(Schema.Obj o, int i, GState k) implements Framed {
+        @Override public GState withK(GState k) { return new Colon(o, i, k); }
+
         @Override
         public GState next(int b) {
             return b == ':' ? ws(value(o.props[i], ws(new Obj(o, i + 1, Obj.AFTER, k)))) : null;
@@ -453,7 +637,9 @@ final class States {
     static final Delim PARAMETER_END = new Delim(Dsml.PARAMETER_CLOSE);
 
     /** Free UTF-8 text up to and including the first occurrence of a delimiter, then k. */
-    record Until(Delim d, int matched, int utf8, GState k, int kd) implements GState {
+    record Until(Delim d, int matched, int utf8, GState k, int kd) implements Framed {
+        @Override public GState withK(GState k) { return new Until(d, matched, utf8, k); }
+
         Until(Delim d, int matched, int utf8, GState k) {
             this(d, matched, utf8, k, k.dist());
         }
@@ -488,6 +674,8 @@ final class States {
 
     /** After the invoke line of tool i: its parameters. */
     record ToolThen(List<Schema.Obj> tools, GState k) implements Then {
+        @Override public Then withK(GState k) { return new ToolThen(tools, k); }
+
         @Override
         public GState after(int i) {
             Schema.Obj o = tools.get(i);
@@ -502,6 +690,8 @@ final class States {
 
     /** After a parameter opening tag (or the invoke close, value −1). */
     record ParamThen(Schema.Obj o, GState k) implements Then {
+        @Override public Then withK(GState k) { return new ParamThen(o, k); }
+
         @Override
         public GState after(int j) {
             if (j < 0) return k;

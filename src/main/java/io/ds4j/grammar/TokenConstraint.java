@@ -17,6 +17,10 @@ import java.util.Map;
  * single-byte token in byte-level BPE vocabularies, so this guarantees a complete output whenever the budget allows
  * one at all; when it cannot (max_tokens below the shortest completion), the tokens that come closest are allowed
  * and generation ends with finish reason "length" and an incomplete output.
+ *
+ * <p>Bounded work: a state holds at most {@link Grammar#MAX_LIVE_STATES} live alternatives; {@link #allowed},
+ * {@link #acceptablePrefix} and {@link #advance} throw {@link GrammarLimitException} (and leave the state as it was)
+ * when a step would need more.
  */
 public final class TokenConstraint implements Constraint {
     private static final int CACHE_ENTRIES = 128;
@@ -200,6 +204,11 @@ public final class TokenConstraint implements Constraint {
     @Override
     public boolean complete() {
         return state.accepting();
+    }
+
+    /** Parse states live in the current state (alternatives the output may still be in). */
+    int liveStates() {
+        return States.width(state);
     }
 
     /** Nanoseconds spent computing masks so far (cache look-ups included). */

@@ -1,0 +1,146 @@
+package io.ds4j.grammar;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.ds4j.sampling.Constraint;
+import io.ds4j.text.Tokenizer;
+import io.ds4j.text.Tokenizers;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Schemas whose alternatives overlap must not multiply the parse states: nested anyOf of equivalent branches stays
+ * as cheap per token as one branch, a schema that recurses into itself without consuming input is refused at compile
+ * time, and the live-state cap ends a constraint that would still grow past it with {@link GrammarLimitException}.
+ * Each test's timeout is what catches a blow-up (without the merging, 30 nested brackets of the first schema take
+ * minutes).
+ */
+class GrammarBoundsTest {
+    static final ObjectMapper M = new ObjectMapper();
+    static final Tokenizer TOK = Tokenizers.vendored();
+
+    /** Two identical alternatives, each an array of the root: every '[' doubled the states before they were merged. */
+    static final String TWO_WAYS = "{\"anyOf\":[{\"$ref\":\"#/$defs/d0\"},{\"$ref\":\"#/$defs/d1\"}],\"$defs\":{"
+            + "\"d0\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}},\"d1\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}}}";
+
+    static int token(String text) {
+        int[] ids = TOK.encode(text);
+        assertEquals(1, ids.length, text + " is one token");
+        return ids[0];
+    }
+
+    /** Feeds n tokens of text t (one token) through the constraint, asking for the mask before each as generation does. */
+    static TokenConstraint nest(String schema, String t, int n, int budget) throws Exception {
+        TokenConstraint c = Grammar.jsonSchema(M.readTree(schema)).constraint(TOK);
+        int tok = token(t);
+        for (int i = 0; i < n; i++) {
+            assertTrue(Constraint.has(c.allowed(budget - i), tok), "'" + t + "' allowed at step " + i);
+            c.advance(tok);
+        }
+        return c;
+    }
+
+    @Test
+    @Timeout(value = 60, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+    void overlappingAlternativesDoNotMultiply() throws Exception {
+        // 2^60 parse stacks without merging; with it, two states per nesting level
+        TokenConstraint c = nest(TWO_WAYS, "[", 60, 200);
+        assertTrue(c.liveStates() <= 4, "live states after 60 '[': " + c.liveStates());
+        // and the output can still be closed: ']' is allowed, and 60 of them complete it
+        int close = token("]");
+        for (int i = 0; i < 60; i++) {
+            assertTrue(Constraint.has(c.allowed(200), close), "']' allowed at depth " + (60 - i));
+            c.advance(close);
+        }
+        assertTrue(c.complete());
+        // the double-bracket token of the report nests two levels at a time
+        nest(TWO_WAYS, "[[", 40, 200);
+    }
+
+    @Test
+    @Timeout(value = 60, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+    void deepNestingStaysCheapPerToken() {
+        // 6,000 levels: each level's union is shared by the states of the level above, so a state's hash, distance
+        // and comparisons must not follow every path down through the levels (exponential in the depth)
+        TokenConstraint c = assertDoesNotThrow(() -> nest(TWO_WAYS, "[[", 3000, 100_000));
+        assertTrue(c.liveStates() <= 4, "live states at depth 6000: " + c.liveStates());
+    }
+
+    @Test
+    @Timeout(value = 60, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+    void threeOverlappingAlternativesWithObjects() throws Exception {
+        String schema = "{\"$defs\":{\"n\":{\"anyOf\":[{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"}},"
+                + "{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"maxItems\":3},"
+                + "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},{\"type\":\"integer\"}]}}]}},"
+                + "\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"a\"]}";
+        TokenConstraint c = Grammar.jsonSchema(M.readTree(schema)).constraint(TOK);
+        for (int tok : TOK.encode("{\"a\":")) c.advance(tok);
+        int open = token("[");
+        for (int i = 0; i < 80; i++) {
+            assertTrue(Constraint.has(c.allowed(300), open), "'[' allowed at depth " + i);
+            c.advance(open);
+        }
+        assertTrue(c.liveStates() <= 16, "live states after 80 '[': " + c.liveStates());
+    }
+
+    @Test
+    void recursionWithoutInputIsRefused() throws Exception {
+        for (String s : new String[]{
+                "{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"string\"}]}",
+                "{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/b\"},{\"type\":\"null\"}]},\"b\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"}]}},"
+                        + "\"$ref\":\"#/$defs/a\"}"}) {
+            UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree(s)), s);
+            assertEquals("anyOf", e.keyword(), e.getMessage());
+            assertTrue(e.getMessage().contains("refers back to itself"), e.getMessage());
+        }
+    }
+
+    @Test
+    @Timeout(value = 60, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+    void pastTheLimitAStepFailsAndTheStateStays() throws Exception {
+        // k arrays (within the limit), each of one of two objects: after "[{" all 2k objects are live
+        int k = Grammar.MAX_LIVE_STATES / 2 + 1;
+        StringBuilder s = new StringBuilder("{\"anyOf\":[");
+        for (int i = 0; i < k; i++) {
+            s.append(i > 0 ? "," : "").append("{\"type\":\"array\",\"items\":{\"anyOf\":[");
+            for (int j = 0; j < 2; j++)
+                s.append(j > 0 ? "," : "").append("{\"type\":\"object\",\"properties\":{\"a").append(i).append('_').append(j)
+                        .append("\":{\"type\":\"integer\"}},\"required\":[\"a").append(i).append('_').append(j).append("\"]}");
+            s.append("]}}");
+        }
+        s.append("]}");
+        TokenConstraint c = Grammar.jsonSchema(M.readTree(s.toString())).constraint(TOK);
+        assertEquals(k, c.liveStates());
+        c.advance(token("["));
+        int brace = token("{");
+        GrammarLimitException e = assertThrows(GrammarLimitException.class, () -> {
+            c.allowed(100);
+            c.advance(brace);
+        });
+        assertEquals(2 * k, e.live(), e.getMessage());
+        assertTrue(e.getMessage().contains(String.valueOf(Grammar.MAX_LIVE_STATES)), e.getMessage());
+        assertThrows(GrammarLimitException.class, () -> c.advance(brace));
+        // nothing was committed: the state after '[' is still there and can close
+        assertEquals(k, c.liveStates());
+        c.advance(token("]"));
+        assertTrue(c.complete());
+    }
+
+    @Test
+    void tooManyAlternativesAtOnceAreRefused() throws Exception {
+        StringBuilder s = new StringBuilder("{\"anyOf\":[");
+        int n = Grammar.MAX_LIVE_STATES + 1;
+        for (int i = 0; i < n; i++) {
+            if (i > 0) s.append(',');
+            s.append("{\"type\":\"object\",\"properties\":{\"k").append(i).append("\":{\"type\":\"integer\"}},\"required\":[\"k").append(i).append("\"]}");
+        }
+        s.append("]}");
+        JsonNode schema = M.readTree(s.toString());
+        UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(schema));
+        assertEquals("anyOf", e.keyword(), e.getMessage());
+        assertTrue(e.getMessage().contains(String.valueOf(n)) && e.getMessage().contains(String.valueOf(Grammar.MAX_LIVE_STATES)),
+                e.getMessage());
+    }
+}
