@@ -13,6 +13,8 @@ import io.ds4j.sampling.Sampler;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.engine.Draft;
 import io.ds4j.engine.VerifyWidth;
+import io.ds4j.grammar.Grammar;
+import io.ds4j.grammar.GrammarLimitException;
 import io.ds4j.speculative.PredictionDraft;
 import io.ds4j.text.StreamingDetokenizer;
 import io.ds4j.text.Tokenizer;
@@ -59,6 +61,8 @@ public final class EngineVerticle extends VerticleBase {
      * finish or the grace period ends, when they end with that 503 too. The reply (null) comes once none runs.
      */
     public static final String DRAIN = "ds4j.engine.drain";
+    /** Error code of a request whose output constraint would keep too many parse states live ({@link GrammarLimitException}). */
+    static final String GRAMMAR_TOO_COMPLEX = "grammar_too_complex";
     /** Rollback window of target sequences: the widest verify step (8) with room to spare. */
     static final int MAX_ROLLBACK = RollbackWindow.DEFAULT;
     /** Verify width of a request with a prediction when its width is "auto". */
@@ -583,7 +587,16 @@ public final class EngineVerticle extends VerticleBase {
         forget(j);
         long now = System.nanoTime();
         int generated = j.gen.generatedTokens();
-        if (failure != null) {
+        if (grammarLimit(failure) instanceof GrammarLimitException g) {
+            // the request's own schema is at fault: a client error for it alone, and nothing for the server's error log
+            LOG.warn("request {} ended with 400 grammar_too_complex after {} generated tokens: its output constraint ({}) would "
+                            + "keep {} parse states live at once, past the limit of {} (Grammar.MAX_LIVE_STATES) that bounds the "
+                            + "constraint's work per token; other requests continue", j.req.id, generated,
+                    j.req.grammar, g.live(), Grammar.MAX_LIVE_STATES);
+            state.metrics().rejected(GRAMMAR_TOO_COMPLEX);
+            state.record(new ServerState.JobRecord(j.req.id, "failed", j.req.prompt.length, j.promptDone, generated, j.steps));
+            send(j, new EngineEvent.Failed(400, g.getMessage(), GRAMMAR_TOO_COMPLEX, null));
+        } else if (failure != null) {
             String m = failure.getMessage() != null ? failure.getMessage() : failure.toString();
             LOG.error("request {} failed in the engine after {} steps (other requests continue): {}", j.req.id, j.steps, m, failure);
             state.metrics().failed();
@@ -616,6 +629,12 @@ public final class EngineVerticle extends VerticleBase {
                     s.accepted(), s.offered());
         }
         updateGauges();
+    }
+
+    /** The grammar limit behind a failure, or null when it is something else. */
+    private static GrammarLimitException grammarLimit(Throwable t) {
+        for (int i = 0; t != null && i < 8; t = t.getCause(), i++) if (t instanceof GrammarLimitException g) return g;
+        return null;
     }
 
     private void updateGauges() {

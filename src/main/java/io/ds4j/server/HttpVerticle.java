@@ -1129,11 +1129,12 @@ public final class HttpVerticle extends VerticleBase {
                 }
                 case EngineEvent.Failed f -> {
                     finish();
-                    // requests the shutdown ended were counted by the engine (refused when queued, aborted when running)
+                    // requests the shutdown ended were counted by the engine (refused when queued, aborted when running),
+                    // and so were those whose output constraint grew past its limit (the engine logged why)
                     error(ctx, f.status() < 500 ? new ApiException(f.status(), "invalid_request_error", f.code(), null, f.message(), null)
                             : f.status() == 503 ? new ApiException(503, "unavailable_error", f.code(), null, f.message(), f.retryAfterSeconds())
                             : new ApiException(f.status(), "server_error", f.code() != null ? f.code() : "internal_error", null, f.message(), null),
-                            SHUTTING_DOWN.equals(f.code()));
+                            SHUTTING_DOWN.equals(f.code()) || EngineVerticle.GRAMMAR_TOO_COMPLEX.equals(f.code()));
                 }
             }
         }
