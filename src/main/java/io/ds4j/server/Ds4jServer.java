@@ -395,12 +395,30 @@ public final class Ds4jServer {
 
     /** Longest wait, after the engine drained, for the last responses to go out before the connections close (ms). */
     static final long FLUSH_WAIT_MS = 5_000;
+    /**
+     * How long the engine may take to take up the shutdown (ms): it does so between two steps, so only a thread stuck
+     * inside one step takes longer; then the requests it has not started get their 503 from the HTTP side.
+     */
+    static final long ENGINE_ANSWER_MS = 5_000;
+    /**
+     * How long after the grace period the engine may take to end what still runs (ms): a step in progress finishes
+     * first. Past it the HTTP side ends every open request with 503.
+     */
+    static final long ENGINE_MARGIN_MS = 10_000;
+    /**
+     * Longest wait for Vert.x to close (ms): undeploying the engine runs on the engine's thread, which a step that never
+     * ends holds forever; the server is closed without it then, and the process can exit.
+     */
+    static final long CLOSE_WAIT_MS = 5_000;
 
     /**
      * Shuts down gracefully, then stops everything: new generation requests get 503 server_shutting_down (and
      * /health 503) at once, queued ones too; running requests finish within {@code server.shutdownGraceSeconds}, or
      * end with that 503 (an error event on a stream) when it is over; once their responses have gone out (at most
-     * {@link #FLUSH_WAIT_MS} more), the engine releases every sequence and the model and the server closes.
+     * {@link #FLUSH_WAIT_MS} more), the engine releases every sequence and the model and the server closes. Bounded even
+     * when the engine's thread is stuck inside one step: the HTTP side then answers the requests the engine has not
+     * started after {@link #ENGINE_ANSWER_MS}, the rest {@link #ENGINE_MARGIN_MS} after the grace period, and the close
+     * stops waiting for the engine after {@link #CLOSE_WAIT_MS}.
      */
     public Future<Void> close() {
         if (scanTimer != -1) vertx.cancelTimer(scanTimer);
@@ -408,16 +426,37 @@ public final class Ds4jServer {
         state.beginDrain();
         int grace = state.config().shutdownGraceSeconds();
         Promise<Void> drained = Promise.promise();
+        long answer = vertx.setTimer(ENGINE_ANSWER_MS, id -> {
+            if (state.engineTookUpDrain()) return;
+            int n = state.endGenerations(false, "the engine did not take its request up before the shutdown", null);
+            LOG.warn("shutting down: the engine has not taken up the shutdown after {} ms (its thread is busy inside one step);"
+                    + " answering {} it has not started with 503 here", ENGINE_ANSWER_MS, EngineVerticle.plural(n, "request"));
+        });
         // no engine to answer (still loading, or failed): nothing runs, so close at once
         vertx.eventBus().<Object>request(EngineVerticle.DRAIN, grace,
-                        new io.vertx.core.eventbus.DeliveryOptions().setLocalOnly(true).setSendTimeout(grace * 1000L + 30_000))
+                        new io.vertx.core.eventbus.DeliveryOptions().setLocalOnly(true).setSendTimeout(grace * 1000L + ENGINE_MARGIN_MS))
                 .onComplete(ar -> {
+                    vertx.cancelTimer(answer);
                     if (ar.failed() && !(ar.cause() instanceof io.vertx.core.eventbus.ReplyException re
-                            && re.failureType() == io.vertx.core.eventbus.ReplyFailure.NO_HANDLERS))
-                        LOG.warn("shutting down: the engine did not drain ({}); closing anyway", ar.cause().getMessage());
+                            && re.failureType() == io.vertx.core.eventbus.ReplyFailure.NO_HANDLERS)) {
+                        int n = state.endGenerations(true, "the engine did not take its request up before the shutdown",
+                                "the engine did not end it within the grace period (server.shutdownGraceSeconds " + grace + ")");
+                        LOG.warn("shutting down: the engine did not drain within {} s ({}); ending {} here with 503 and"
+                                + " closing anyway", grace + ENGINE_MARGIN_MS / 1000, ar.cause().getMessage(),
+                                EngineVerticle.plural(n, "open request"));
+                    }
                     waitForResponses(System.nanoTime() + FLUSH_WAIT_MS * 1_000_000, drained);
                 });
-        return drained.future().transform(v -> vertx.close()).onComplete(ar -> registry.close());
+        Promise<Void> closed = Promise.promise();
+        drained.future().onComplete(v -> {
+            vertx.close().onComplete(ar -> closed.tryComplete());
+            java.util.concurrent.CompletableFuture.delayedExecutor(CLOSE_WAIT_MS, TimeUnit.MILLISECONDS).execute(() -> {
+                if (closed.tryComplete())
+                    LOG.warn("shutting down: Vert.x has not closed after {} ms (the engine's thread is still inside one step);"
+                            + " closing without it", CLOSE_WAIT_MS);
+            });
+        });
+        return closed.future().onComplete(ar -> registry.close());
     }
 
     /** Completes done once no generation response is open, or at the deadline (System.nanoTime). */

@@ -346,6 +346,7 @@ public final class EngineVerticle extends VerticleBase {
         reservedTokens += j.reserved;
         active.add(j);
         scheduler.add(j, j.gen);
+        state.started(r.id);
         state.metrics().queueTime(j.activatedNanos - r.arrivalNanos);
         updateGauges();
     }
@@ -412,6 +413,7 @@ public final class EngineVerticle extends VerticleBase {
             return;
         }
         drain = msg;
+        state.drainTakenUp();
         int grace = (Integer) msg.body();
         int queued = waiting.size();
         for (Job j : new ArrayList<>(waiting)) retireShutdown(j, "it was queued");
@@ -455,6 +457,7 @@ public final class EngineVerticle extends VerticleBase {
     /** Drops a request from the table, and its reserved tokens when it ran (a queued one reserved none yet). */
     private void forget(Job j) {
         jobs.remove(j.req.id);
+        state.retired(j.req.id);
         if (j.gen != null) reservedTokens -= j.reserved;
     }
 

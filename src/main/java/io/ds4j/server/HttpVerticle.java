@@ -1057,7 +1057,12 @@ public final class HttpVerticle extends VerticleBase {
             }
             // counted until its response ends or its connection closes: shutdown waits for the last ones to go out
             state.exchangeOpened();
-            ctx.addEndHandler(v -> state.exchangeClosed());
+            io.vertx.core.Context here = vertx.getOrCreateContext();
+            state.generationOpened(req.id(), why -> here.runOnContext(v -> endByServer(why)));
+            ctx.addEndHandler(v -> {
+                state.exchangeClosed();
+                state.generationClosed(req.id());
+            });
             Handler<Void> gone = v -> clientGone();
             resp.closeHandler(gone);
             out = new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage());
@@ -1160,6 +1165,24 @@ public final class HttpVerticle extends VerticleBase {
         private void finish() {
             completed = true;
             if (consumer != null) consumer.unregister();
+        }
+
+        /**
+         * The shutdown ends this request here, because the engine did not answer in time (its thread is stuck inside
+         * one step): 503 server_shutting_down (an error event on a stream that started), and the engine is asked to
+         * drop it should its thread come back.
+         */
+        void endByServer(String why) {
+            if (completed) return;
+            boolean runs = state.runs(req.id());
+            stop("the server ended it while shutting down");
+            // counted as the engine would: refused while it waited (error() counts and logs that), aborted while it ran
+            if (runs) {
+                state.metrics().success("abort");
+                LOG.info("request {} ended with 503 by the HTTP side: the server is shutting down and {}", req.id(), why);
+            }
+            error(ctx, new ApiException(503, "unavailable_error", SHUTTING_DOWN, null, "the server is shutting down and " + why
+                    + "; retry on another instance or once it is back", SHUTDOWN_RETRY_SECONDS), runs);
         }
 
         void clientGone() {

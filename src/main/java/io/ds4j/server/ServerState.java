@@ -3,6 +3,9 @@ package io.ds4j.server;
 import io.ds4j.server.config.ServerConfig;
 
 import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -31,6 +34,15 @@ public final class ServerState {
     private final AtomicInteger openExchanges = new AtomicInteger();
     /** Request bodies waiting for a thread of the long-text lane (not yet tokenising), over all HTTP verticles. */
     private final AtomicInteger longTextWaiting = new AtomicInteger();
+    /**
+     * Generation exchanges submitted or about to be, by request id, each with how to end it from the HTTP side: the
+     * shutdown's way to answer requests when the engine's thread cannot (it is stuck inside one step).
+     */
+    private final Map<String, java.util.function.Consumer<String>> generations = new ConcurrentHashMap<>();
+    /** Requests the engine runs (started, not yet retired); written by the engine only. */
+    private final Set<String> running = ConcurrentHashMap.newKeySet();
+    /** Set by the engine when it took up the shutdown (refused what waits, began the grace period). */
+    private volatile boolean drainTakenUp;
 
     public ServerState(ServerConfig config, ServerMetrics metrics) {
         this.config = config;
@@ -95,6 +107,60 @@ public final class ServerState {
 
     void exchangeClosed() {
         openExchanges.decrementAndGet();
+    }
+
+    /** A generation exchange opened; end(why) ends it from the HTTP side with 503 server_shutting_down. */
+    void generationOpened(String id, java.util.function.Consumer<String> end) {
+        generations.put(id, end);
+    }
+
+    void generationClosed(String id) {
+        generations.remove(id);
+    }
+
+    /** Generation exchanges open (submitted to the engine or about to be). */
+    public int openGenerations() {
+        return generations.size();
+    }
+
+    /** The engine started running a request. */
+    void started(String id) {
+        running.add(id);
+    }
+
+    /** The engine is done with a request (finished, failed, cancelled or ended by the shutdown). */
+    void retired(String id) {
+        running.remove(id);
+    }
+
+    /** Whether the engine runs the request (it started and is not retired yet). */
+    boolean runs(String id) {
+        return running.contains(id);
+    }
+
+    void drainTakenUp() {
+        drainTakenUp = true;
+    }
+
+    /** Whether the engine took up the shutdown. */
+    boolean engineTookUpDrain() {
+        return drainTakenUp;
+    }
+
+    /**
+     * Ends open generation exchanges from the HTTP side with 503 server_shutting_down (each on its own event loop).
+     * @param runningToo also those the engine runs; else only those it has not started
+     * @return how many were ended
+     */
+    int endGenerations(boolean runningToo, String whyWaiting, String whyRunning) {
+        int n = 0;
+        for (var e : generations.entrySet()) {
+            boolean runs = running.contains(e.getKey());
+            if (runs && !runningToo) continue;
+            e.getValue().accept(runs ? whyRunning : whyWaiting);
+            n++;
+        }
+        return n;
     }
 
     /** Request bodies waiting for a thread of the long-text lane ({@link HttpVerticle#LONG_TEXT_BYTES}). */

@@ -9,6 +9,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -19,6 +20,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * Graceful shutdown ({@link Ds4jServer#close}, what SIGTERM / Ctrl-C run): running requests finish within
  * {@code server.shutdownGraceSeconds}, new and queued ones get 503 server_shutting_down, the ones past the grace period
  * end with that 503 (an error event on a stream) after everything generated before it, and every sequence is released.
+ * With the engine's thread stuck inside one step, the HTTP side answers in its place and the close still ends.
  */
 class ShutdownTest {
     private final ScriptedBackend backend = new ScriptedBackend(TestServer::defaultScript);
@@ -27,6 +29,8 @@ class ShutdownTest {
 
     @AfterEach
     void stop() {
+        CountDownLatch h = backend.gate;
+        if (h != null) h.countDown();
         if (closing == null && server != null) server.close();
     }
 
@@ -123,5 +127,52 @@ class ShutdownTest {
         closing.toCompletionStage().toCompletableFuture().get(20, TimeUnit.SECONDS);
         assertEquals(0, backend.openSequences(), "every sequence released");
         assertEquals("shutdown", server.state().recent().getLast().outcome());
+    }
+
+    @Test
+    @org.junit.jupiter.api.Timeout(value = 120, threadMode = org.junit.jupiter.api.Timeout.ThreadMode.SEPARATE_THREAD)
+    void aStuckEngineStillShutsDownInBoundedTime() throws Exception {
+        server = TestServer.scripted(backend, Map.of("speculative.draft", "none", "server.shutdownGraceSeconds", 1,
+                "limits.maxActive", 1));
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions", SchedulingTest.LONG)) {
+            assertEquals(200, s.status);
+            assertNotNull(s.nextData());
+            // the engine's thread now stays inside one step: no drain, no timer and no undeploy can run on it
+            backend.gate = new CountDownLatch(1);
+            long f0 = backend.forwards.get();
+            assertTrue(TestServer.eventually(5000, () -> backend.forwards.get() > f0), "the engine is inside a step");
+            CompletableFuture<TestServer.Resp> queued = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            assertTrue(TestServer.eventually(5000, () -> server.state().openGenerations() == 2), "the second request was submitted");
+            long t0 = System.nanoTime();
+            closing = server.server.close();
+            // the waiting request gets its 503 without the engine, soon after the engine fails to take up the shutdown
+            TestServer.Resp q = queued.get(Ds4jServer.ENGINE_ANSWER_MS / 1000 + 5, TimeUnit.SECONDS);
+            assertEquals(503, q.status(), q.body());
+            assertEquals("server_shutting_down", errorCode(q.body()));
+            double refused = (System.nanoTime() - t0) / 1e9;
+            assertTrue(refused < Ds4jServer.ENGINE_ANSWER_MS / 1000.0 + 3, "refused after " + refused + " s");
+            // the running stream ends with the 503 error event once the grace period and the engine's margin are over
+            String error = null;
+            for (String d = s.nextData(); d != null; d = s.nextData()) {
+                if (Json.MAPPER.readTree(d).has("error")) {
+                    error = d;
+                    break;
+                }
+            }
+            assertNotNull(error, "the stream ends with an error event");
+            assertEquals("server_shutting_down", errorCode(error));
+            // and the server closes although the engine's thread never comes back
+            closing.toCompletionStage().toCompletableFuture().get(Ds4jServer.ENGINE_MARGIN_MS / 1000 + Ds4jServer.FLUSH_WAIT_MS / 1000
+                    + Ds4jServer.CLOSE_WAIT_MS / 1000 + 10, TimeUnit.SECONDS);
+            double closed = (System.nanoTime() - t0) / 1e9;
+            assertTrue(closed < 1 + (Ds4jServer.ENGINE_MARGIN_MS + Ds4jServer.FLUSH_WAIT_MS + Ds4jServer.CLOSE_WAIT_MS) / 1000.0 + 3,
+                    "closed after " + closed + " s");
+        }
     }
 }
