@@ -132,12 +132,12 @@ public final class LogEscaping {
 
         @Override
         public void println(Object x) {
-            target.get().println(escape(String.valueOf(x)));
+            println(String.valueOf(x));
         }
 
         @Override
         public void println(char[] x) {
-            target.get().println(escape(new String(x)));
+            println(new String(x));
         }
 
         @Override
@@ -147,12 +147,12 @@ public final class LogEscaping {
 
         @Override
         public void print(Object o) {
-            target.get().print(escape(String.valueOf(o)));
+            print(String.valueOf(o));
         }
 
         @Override
         public void print(char[] s) {
-            target.get().print(escape(new String(s)));
+            print(new String(s));
         }
 
         @Override

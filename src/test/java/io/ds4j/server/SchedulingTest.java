@@ -159,21 +159,38 @@ class SchedulingTest {
         assertEquals(200, d.status(), "accepted again once the queue drained: " + d.body());
     }
 
-    @Test
-    void longBodiesWaitingForTheirLaneCountAgainstTheQueue() throws Exception {
-        server = TestServer.scripted(backend, Map.of("limits.maxActive", 1, "limits.maxQueue", 1));
-        // every thread of the long-text lane busy, so that long bodies wait for it
-        io.vertx.core.WorkerExecutor lane = server.server.vertx().createSharedWorkerExecutor("ds4j-long-text",
-                HttpVerticle.LONG_TEXT_THREADS, 30, java.util.concurrent.TimeUnit.MINUTES);
-        java.util.concurrent.CountDownLatch busy = new java.util.concurrent.CountDownLatch(HttpVerticle.LONG_TEXT_THREADS),
-                release = new java.util.concurrent.CountDownLatch(1);
-        try {
+    /** Every thread of the server's long-text lane busy until release() or close(), so that long bodies wait for it. */
+    private static final class BusyLane implements AutoCloseable {
+        private final java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        private final io.vertx.core.WorkerExecutor lane;
+
+        BusyLane(TestServer server) throws InterruptedException {
+            lane = server.server.vertx().createSharedWorkerExecutor("ds4j-long-text", HttpVerticle.LONG_TEXT_THREADS, 30,
+                    java.util.concurrent.TimeUnit.MINUTES);
+            java.util.concurrent.CountDownLatch busy = new java.util.concurrent.CountDownLatch(HttpVerticle.LONG_TEXT_THREADS);
             for (int i = 0; i < HttpVerticle.LONG_TEXT_THREADS; i++)
                 lane.executeBlocking(() -> {
                     busy.countDown();
                     return release.await(60, java.util.concurrent.TimeUnit.SECONDS);
                 }, false);
             assertTrue(busy.await(30, java.util.concurrent.TimeUnit.SECONDS), "the lane is busy");
+        }
+
+        void release() {
+            release.countDown();
+        }
+
+        @Override
+        public void close() {
+            release.countDown();
+            lane.close();
+        }
+    }
+
+    @Test
+    void longBodiesWaitingForTheirLaneCountAgainstTheQueue() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.maxActive", 1, "limits.maxQueue", 1));
+        try (BusyLane lane = new BusyLane(server)) {
             String text = "lorem ipsum dolor sit amet ".repeat(HttpVerticle.LONG_TEXT_BYTES / 20);
             String tokenize = "{\"content\":\"" + text + "\"}";
             CompletableFuture<TestServer.Resp> first = CompletableFuture.supplyAsync(() -> {
@@ -196,15 +213,12 @@ class SchedulingTest {
             assertEquals(1, server.state().longTextWaiting(), "a refused body is not counted");
             // a short body does not wait for that lane
             assertEquals(200, server.post("/tokenize", "{\"content\":\"Hello\"}").status());
-            release.countDown();
+            lane.release();
             TestServer.Resp r = first.get();
             assertEquals(200, r.status(), r.body());
             assertEquals(TestServer.tokenizer().encode(text).length, r.json().get("count").asInt());
             assertEquals(0, server.state().longTextWaiting());
             assertEquals(200, server.post("/tokenize", tokenize).status(), "accepted again once the lane's queue drained");
-        } finally {
-            release.countDown();
-            lane.close();
         }
     }
 
@@ -253,23 +267,13 @@ class SchedulingTest {
     @Test
     void aRequestWhoseClientWentBeforeItWasTokenisedIsCounted() throws Exception {
         server = TestServer.scripted(backend, Map.of());
-        io.vertx.core.WorkerExecutor lane = server.server.vertx().createSharedWorkerExecutor("ds4j-long-text",
-                HttpVerticle.LONG_TEXT_THREADS, 30, java.util.concurrent.TimeUnit.MINUTES);
-        java.util.concurrent.CountDownLatch busy = new java.util.concurrent.CountDownLatch(HttpVerticle.LONG_TEXT_THREADS),
-                release = new java.util.concurrent.CountDownLatch(1);
-        try (LogCapture log = new LogCapture()) {
-            for (int i = 0; i < HttpVerticle.LONG_TEXT_THREADS; i++)
-                lane.executeBlocking(() -> {
-                    busy.countDown();
-                    return release.await(60, java.util.concurrent.TimeUnit.SECONDS);
-                }, false);
-            assertTrue(busy.await(30, java.util.concurrent.TimeUnit.SECONDS), "the lane is busy");
+        try (BusyLane lane = new BusyLane(server); LogCapture log = new LogCapture()) {
             String text = "lorem ipsum dolor sit amet ".repeat(HttpVerticle.LONG_TEXT_BYTES / 20);
             try (RawStream b = new RawStream(server.port, "/v1/completions", "{\"prompt\":\"" + text + "\",\"max_tokens\":1}", false)) {
                 assertTrue(TestServer.eventually(10_000, () -> server.state().longTextWaiting() == 1), "the long body waits");
             }
             Thread.sleep(300); // the server sees the connection close
-            release.countDown();
+            lane.release();
             assertTrue(TestServer.eventually(5000, () -> {
                 try {
                     return server.get("/metrics").body().contains("ds4j:requests_cancelled_total 1.0");
@@ -280,9 +284,6 @@ class SchedulingTest {
             assertEquals(1, log.linesWith("dropped before it reached the engine").size(), log.linesWith("HttpVerticle").toString());
             assertTrue(log.linesWith("dropped before it reached the engine").getFirst().contains("POST /v1/completions: the client"
                     + " went away before the request was tokenised"), log.linesWith("dropped").toString());
-        } finally {
-            release.countDown();
-            lane.close();
         }
     }
 
