@@ -88,29 +88,33 @@ public record SamplingParams(double temperature, int topK, double topP, double m
     }
 
     /**
-     * Checks every value against its range, a message showing a value as the caller says it was written (a request's
-     * {@code -0} or {@code 1e-400}, which the double holds as 0).
+     * Checks every value against its range as the caller says it was written, a request's number as its client wrote
+     * it: a range is decided on that number as well as on the double it is held in, so a number past a bound by less
+     * than a double can tell ({@code 2.0000000000000000001}, {@code -1e-400}) is refused, and so is one whose double is
+     * out of range though the number is not ({@code 1e-400} where 0 is out: the message says so). Messages show the
+     * number as written ({@code -0}, {@code 1E10}).
      * @param vocabSize V, for top_k and logit_bias ids
      * @param written   a value's text by its parameter's name ({@code temperature}, ...; {@code logit_bias[ID]} for a
-     *                  bias), or null where there is none: the value is then shown by {@link #plain}
+     *                  bias): a JSON number, or null where there is none (the value is then decided and shown by its
+     *                  double, {@link #plain}); text that is no JSON number is only shown
      * @throws IllegalArgumentException naming the parameter, its value and the valid range
      */
     public void validate(int vocabSize, java.util.function.Function<String, String> written) {
-        range("temperature", temperature, 0, 2, written);
+        range("temperature", temperature, 0, false, 2, written);
         if (topK < 0 || topK > vocabSize) throw bad("top_k", plain(topK), "[0, " + vocabSize + "] (0 = off)");
-        if (!(topP > 0 && topP <= 1)) throw bad("top_p", shown("top_p", topP, written), "(0, 1]");
-        range("min_p", minP, 0, 1, written);
-        range("presence_penalty", presencePenalty, -2, 2, written);
-        range("frequency_penalty", frequencyPenalty, -2, 2, written);
-        if (!(repetitionPenalty > 0 && repetitionPenalty <= 10))
-            throw bad("repetition_penalty", shown("repetition_penalty", repetitionPenalty, written), "(0, 10]");
+        range("top_p", topP, 0, true, 1, written);
+        range("min_p", minP, 0, false, 1, written);
+        range("presence_penalty", presencePenalty, -2, false, 2, written);
+        range("frequency_penalty", frequencyPenalty, -2, false, 2, written);
+        range("repetition_penalty", repetitionPenalty, 0, true, 10, written);
         if (maxTokens < 0) throw new IllegalArgumentException("max_tokens: must be >= 0, got " + maxTokens);
         if (topLogprobs < 0 || topLogprobs > 20) throw bad("top_logprobs", plain(topLogprobs), "[0, 20]");
         if (logitBias != null) for (var e : logitBias.entrySet()) {
             if (e.getKey() < 0 || e.getKey() >= vocabSize)
                 throw new IllegalArgumentException("logit_bias: token id " + e.getKey() + " is outside [0, " + vocabSize + ")");
-            if (!(e.getValue() >= -100 && e.getValue() <= 100))
-                throw new IllegalArgumentException("logit_bias: bias " + shown("logit_bias[" + e.getKey() + "]", e.getValue(), written)
+            String w = written.apply("logit_bias[" + e.getKey() + "]");
+            if (!within(e.getValue(), -100, false, 100, w))
+                throw new IllegalArgumentException("logit_bias: bias " + shown(e.getValue(), w, -100, false, 100)
                         + " for token " + e.getKey() + " is outside [-100, 100]");
         }
         if (stop != null) {
@@ -119,14 +123,57 @@ public record SamplingParams(double temperature, int topK, double topP, double m
         }
     }
 
-    private static void range(String name, double v, double lo, double hi, java.util.function.Function<String, String> written) {
-        if (!(v >= lo && v <= hi)) throw bad(name, shown(name, v, written), "[" + plain(lo) + ", " + plain(hi) + "]");
+    /** Refuses a value outside [lo, hi], or (lo, hi] where loOpen, by its double and as written. */
+    private static void range(String name, double v, double lo, boolean loOpen, double hi,
+                              java.util.function.Function<String, String> written) {
+        String w = written.apply(name);
+        if (!within(v, lo, loOpen, hi, w))
+            throw bad(name, shown(v, w, lo, loOpen, hi), (loOpen ? "(" : "[") + plain(lo) + ", " + plain(hi) + "]");
     }
 
-    /** A value as written, else {@link #plain}. */
-    private static String shown(String name, double v, java.util.function.Function<String, String> written) {
-        String w = written.apply(name);
-        return w != null ? w : plain(v);
+    /** Whether the double and, where given, the number as written are both in range. */
+    private static boolean within(double v, double lo, boolean loOpen, double hi, String written) {
+        boolean in = (loOpen ? v > lo : v >= lo) && v <= hi;
+        java.math.BigDecimal x = written == null ? null : exact(written);
+        return in && (x == null || exactlyWithin(x, lo, loOpen, hi));
+    }
+
+    private static boolean exactlyWithin(java.math.BigDecimal x, double lo, boolean loOpen, double hi) {
+        int c = x.compareTo(new java.math.BigDecimal(lo));
+        return (loOpen ? c > 0 : c >= 0) && x.compareTo(new java.math.BigDecimal(hi)) <= 0;
+    }
+
+    /**
+     * A refused value as written, else {@link #plain}; where only its double is out of range, what the double holds
+     * too ({@code 1e-400 (0 in double precision)}), as the number itself would pass.
+     */
+    private static String shown(double v, String written, double lo, boolean loOpen, double hi) {
+        if (written == null) return plain(v);
+        java.math.BigDecimal x = exact(written);
+        return x != null && exactlyWithin(x, lo, loOpen, hi) ? written + " (" + plain(v) + " in double precision)" : written;
+    }
+
+    private static final java.util.regex.Pattern JSON_NUMBER =
+            java.util.regex.Pattern.compile("(-?)([0-9]+)(?:\\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?");
+
+    /**
+     * The exact value of a JSON number's text, or null for text that is no JSON number. An exponent past what a
+     * BigDecimal holds ({@code 1e-99999999999}) gives a stand-in on the same side of every double: 0 when the digits
+     * are all 0, else ±10^-1000 for a negative exponent (nearer 0 than any nonzero double) and ±10^1000 for a positive
+     * one (beyond every double), so comparing it with a double bound decides as the number would.
+     */
+    private static java.math.BigDecimal exact(String text) {
+        java.util.regex.Matcher m = JSON_NUMBER.matcher(text);
+        if (!m.matches()) return null;
+        try {
+            return new java.math.BigDecimal(text);
+        } catch (NumberFormatException e) {
+            String digits = m.group(2) + (m.group(3) == null ? "" : m.group(3));
+            if (digits.chars().allMatch(c -> c == '0')) return java.math.BigDecimal.ZERO;
+            int power = m.group(4) != null && m.group(4).startsWith("-") ? -1000 : 1000;
+            java.math.BigDecimal stand = java.math.BigDecimal.ONE.scaleByPowerOfTen(power);
+            return m.group(1).isEmpty() ? stand : stand.negate();
+        }
     }
 
     /** "name: must be in RANGE, got VALUE", as every field's message starts with its name. */

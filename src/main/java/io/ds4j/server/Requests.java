@@ -211,14 +211,8 @@ final class Requests {
         double repetition = orDefault(number(b, "repetition_penalty"), d.repetitionPenalty());
         Long seed = d.seed();
         JsonNode s = b.get("seed");
-        if (s != null && !s.isNull()) {
-            if (!isIntegral(s)) throw ApiException.badField("seed", "must be an integer, got " + describe(s));
-            // (a floating 2^63 passes canConvertToLong: it compares as Long.MAX_VALUE in double)
-            if (!s.canConvertToLong() || (s.isFloatingPointNumber() && s.doubleValue() >= 0x1p63))
-                throw ApiException.badField("seed", "is out of range: give an integer in [-2^63, 2^63), got " + describe(s));
-            seed = s.longValue();
-        }
-        // the values validate's messages show, as the client wrote them (SamplingParams.validate's names)
+        if (s != null && !s.isNull()) seed = seed(s);
+        // the values validate decides on and shows, as the client wrote them (SamplingParams.validate's names)
         Map<String, JsonNode> given = new HashMap<>();
         for (String f : List.of("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"))
             if (present(b, f)) given.put(f, b.get(f));
@@ -229,7 +223,7 @@ final class Requests {
                 maxTokens, stop, logprobs, top, ignoreEos);
         try {
             // one limit for token ids everywhere: the ids the tokenizer can decode (the model's embedding may be larger)
-            p.validate(model.tokenizer().vocabSize(), name -> given.containsKey(name) ? shownAgainstRange(given.get(name)) : null);
+            p.validate(model.tokenizer().vocabSize(), name -> given.containsKey(name) ? shown(given.get(name)) : null);
         } catch (IllegalArgumentException e) {
             String msg = e.getMessage();
             Matcher m = Pattern.compile("^([a-z_]+)").matcher(msg);
@@ -237,6 +231,40 @@ final class Requests {
             throw new ApiException(400, "invalid_request_error", null, param, msg, null);
         }
         return p;
+    }
+
+    private static final java.math.BigDecimal LONG_MIN = java.math.BigDecimal.valueOf(Long.MIN_VALUE);
+    private static final java.math.BigDecimal LONG_MAX = java.math.BigDecimal.valueOf(Long.MAX_VALUE);
+
+    /**
+     * seed: an integer in the long range, decided on the number as written, as every integer field is: a double
+     * holds neither 2^63 - 1 nor -2^63 - 1 (both round to a power of two, one out of range, one in), so
+     * {@code 9223372036854775807.0} is accepted as 2^63 - 1 and {@code -9223372036854775809.0} is refused, not
+     * rounded to -2^63.
+     */
+    private static long seed(JsonNode s) {
+        boolean overflowed = beyondDouble(s);
+        if (!overflowed && !isIntegral(s)) throw ApiException.badField("seed", "must be an integer, got " + describe(s));
+        java.math.BigDecimal x = overflowed ? null : exactIntegral(s);
+        if (x == null || x.compareTo(LONG_MIN) < 0 || x.compareTo(LONG_MAX) > 0)
+            throw ApiException.badField("seed", "is out of range: give an integer in [-2^63, 2^63), got " + shown(s));
+        return x.longValueExact();
+    }
+
+    /**
+     * The exact value of a number {@link #isIntegral} accepted and not {@link #beyondDouble}: its digits, or its
+     * text as written. A text whose exponent is past BigDecimal's ({@code 0e99999999999}) is 0 here: with a nonzero
+     * digit it would be beyond the double range or round to 0, and neither passes those checks.
+     */
+    private static java.math.BigDecimal exactIntegral(JsonNode v) {
+        if (v.isIntegralNumber()) return new java.math.BigDecimal(v.bigIntegerValue());
+        String w = Json.written(v);
+        if (w == null) return new java.math.BigDecimal(v.doubleValue());
+        try {
+            return new java.math.BigDecimal(w);
+        } catch (NumberFormatException e) {
+            return java.math.BigDecimal.ZERO;
+        }
     }
 
     /**
@@ -578,13 +606,5 @@ final class Requests {
         if (v.isIntegralNumber()) return v.bigIntegerValue().toString();
         if (v.isNumber()) return io.ds4j.sampling.SamplingParams.plain(v.doubleValue());
         return v.toString();
-    }
-
-    /**
-     * A number as a message about its range shows it ({@link #shown}), saying so where the double it is checked as
-     * holds 0 though the client wrote more ({@code 1e-400}): that number is in (0, 1], its double is not.
-     */
-    static String shownAgainstRange(JsonNode v) {
-        return shown(v) + (underflowed(v) ? " (0 in double precision)" : "");
     }
 }

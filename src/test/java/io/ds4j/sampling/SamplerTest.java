@@ -133,6 +133,12 @@ class SamplerTest {
         assertMsg(() -> SamplingParams.greedy(1).withLogitBias(Map.of(3, 150f)).validate(V, name -> name.equals("logit_bias[3]") ? "1.5E2" : null),
                 "logit_bias: bias 1.5E2 for token 3 is outside [-100, 100]");
         assertMsg(() -> SamplingParams.greedy(1).withPenalties(0, 0, -0.0).validate(V), "repetition_penalty: must be in (0, 10], got -0");
+        // a range is decided on the number as written too: past the bound by less than a double (or a float) tells
+        assertMsg(() -> params(2, 0, 1, 0).validate(V, name -> name.equals("temperature") ? "2.0000000000000000001" : null),
+                "temperature: must be in [0, 2], got 2.0000000000000000001");
+        assertMsg(() -> SamplingParams.greedy(1).withLogitBias(Map.of(3, 100f)).validate(V, name -> name.equals("logit_bias[3]") ? "100.000001" : null),
+                "logit_bias: bias 100.000001 for token 3 is outside [-100, 100]");
+        params(2, 0, 1, 0).validate(V, name -> name.equals("temperature") ? "2.000" : null);
     }
 
     @Test

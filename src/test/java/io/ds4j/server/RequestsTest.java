@@ -1,0 +1,91 @@
+package io.ds4j.server;
+
+import io.ds4j.server.config.ServerConfig;
+import org.junit.jupiter.api.Test;
+
+import java.nio.charset.StandardCharsets;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * {@link Requests#parse} alone, without a server: what a chat body is read as, and the 400 each mistake gets (its
+ * param and message). Bodies go through {@link Json#read}, as the server reads them, so numbers keep their text.
+ */
+class RequestsTest {
+    static final ModelInfo MODEL = new ModelInfo("scripted", "/scripted", false, "cpu", TestServer.tokenizer(),
+            TestServer.tokenizer().vocabSize(), 4096, 1, 1, 1, null, null);
+
+    static Requests.Gen parse(String body) throws Exception {
+        return Requests.parse(Json.read(body.getBytes(StandardCharsets.UTF_8)), true, MODEL, ServerConfig.defaults());
+    }
+
+    /** The message of the 400 a body gets, its param checked. */
+    static String refused(String param, String body) {
+        ApiException e = assertThrows(ApiException.class, () -> parse(body), body);
+        assertEquals(400, e.status(), body);
+        assertEquals(param, e.body().at("/error/param").asText(null), e.getMessage());
+        assertEquals("invalid_request_error", e.body().at("/error/type").asText(), e.getMessage());
+        return e.getMessage();
+    }
+
+    static String chat(String extra) {
+        return TestServer.chat("Hi", extra);
+    }
+
+    @Test
+    void aFloatFieldPastItsBoundAsWrittenIsRefusedThoughItsDoubleIsTheBound() throws Exception {
+        // each of these is the bound as a double (a float for a bias), and past it as written
+        assertEquals("temperature: must be in [0, 2], got 2.0000000000000000001",
+                refused("temperature", chat("\"temperature\":2.0000000000000000001")));
+        assertEquals("temperature: must be in [0, 2], got -1e-400", refused("temperature", chat("\"temperature\":-1e-400")));
+        assertEquals("top_p: must be in (0, 1], got 1.00000000000000001", refused("top_p", chat("\"top_p\":1.00000000000000001")));
+        assertEquals("min_p: must be in [0, 1], got -0.1e-330", refused("min_p", chat("\"min_p\":-0.1e-330")));
+        assertEquals("presence_penalty: must be in [-2, 2], got 2.00000000000000001",
+                refused("presence_penalty", chat("\"presence_penalty\":2.00000000000000001")));
+        assertEquals("frequency_penalty: must be in [-2, 2], got -200000000000000001e-17",
+                refused("frequency_penalty", chat("\"frequency_penalty\":-200000000000000001e-17")));
+        assertEquals("repetition_penalty: must be in (0, 10], got 10.0000000000000001",
+                refused("repetition_penalty", chat("\"repetition_penalty\":10.0000000000000001")));
+        assertEquals("logit_bias: bias 100.000001 for token 5 is outside [-100, 100]",
+                refused("logit_bias", chat("\"logit_bias\":{\"5\":100.000001}")));
+        assertEquals("logit_bias: bias -100.000001 for token 5 is outside [-100, 100]",
+                refused("logit_bias", chat("\"logit_bias\":{\"5\":-100.000001}")));
+        // an exponent past what a decimal can hold is still on the side it is written
+        assertEquals("temperature: must be in [0, 2], got -1e-99999999999",
+                refused("temperature", chat("\"temperature\":-1e-99999999999")));
+        // the bounds themselves, however written, and what is below them by less than a double tells, are in range
+        var g = parse(chat("\"temperature\":2.000000000000000000000,\"top_p\":1e0,\"min_p\":0.99999999999999999999,"
+                + "\"presence_penalty\":-2.00,\"frequency_penalty\":200e-2,\"repetition_penalty\":10.0,"
+                + "\"logit_bias\":{\"5\":100.0000,\"6\":-99.9999999999}"));
+        assertEquals(2, g.params().temperature());
+        assertEquals(1, g.params().minP());
+        assertEquals(100f, g.params().logitBias().get(5));
+        assertEquals(-100f, g.params().logitBias().get(6));
+        // as before: 0 in double precision is said so where 0 is out of range, and is 0 where it is in range
+        assertEquals("top_p: must be in (0, 1], got 1e-400 (0 in double precision)", refused("top_p", chat("\"top_p\":1e-400")));
+        assertEquals(0, parse(chat("\"temperature\":1e-400,\"min_p\":1e-99999999999")).params().temperature());
+    }
+
+    @Test
+    void aSeedIsTheIntegerAsWrittenNotItsDouble() throws Exception {
+        // 2^63 - 1 written with a fraction or an exponent: in range (its double is 2^63, which is not)
+        assertEquals(Long.MAX_VALUE, parse(chat("\"seed\":9223372036854775807.0")).params().seed());
+        assertEquals(Long.MAX_VALUE, parse(chat("\"seed\":9.223372036854775807e18")).params().seed());
+        assertEquals(Long.MIN_VALUE, parse(chat("\"seed\":-9223372036854775808.0")).params().seed());
+        assertEquals(Long.MAX_VALUE - 1, parse(chat("\"seed\":92233720368547758.06e2")).params().seed());
+        assertEquals(7, parse(chat("\"seed\":7.0")).params().seed());
+        assertEquals(0, parse(chat("\"seed\":0e99999999999")).params().seed());
+        // -2^63 - 1: its double is -2^63, in range; the number is not, and is refused rather than rounded
+        String range = "seed: is out of range: give an integer in [-2^63, 2^63), got ";
+        assertEquals(range + "-9223372036854775809.0", refused("seed", chat("\"seed\":-9223372036854775809.0")));
+        assertEquals(range + "9223372036854775808.0", refused("seed", chat("\"seed\":9223372036854775808.0")));
+        assertEquals(range + "9223372036854775808", refused("seed", chat("\"seed\":9223372036854775808")));
+        assertEquals(range + "-9223372036854775809", refused("seed", chat("\"seed\":-9223372036854775809")));
+        // past the double range: out of range as for every integer field, not "not an integer"
+        assertEquals(range + "1e400", refused("seed", chat("\"seed\":1e400")));
+        assertEquals(range + "-1E99999999999", refused("seed", chat("\"seed\":-1E99999999999")));
+        assertEquals("seed: must be an integer, got 1.5", refused("seed", chat("\"seed\":1.5")));
+        assertEquals("seed: must be an integer, got 9223372036854775806.5", refused("seed", chat("\"seed\":9223372036854775806.5")));
+        assertEquals("seed: must be an integer, got 1e-400", refused("seed", chat("\"seed\":1e-400")));
+    }
+}
