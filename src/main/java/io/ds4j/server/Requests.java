@@ -268,10 +268,10 @@ final class Requests {
     }
 
     /**
-     * logit_bias: token id (a key) to bias. A key is read as an integer, so "05", "+5" and " 5" name token 5 as "5"
-     * does. Clients write the keys from token ids ("5"); a hand-written other form is accepted rather than refused,
-     * since a server that reads the keys as integers accepts it and a client moving here expects the same request to
-     * work. Two keys that name one token are refused with both named: they give two biases for one token, and which
+     * logit_bias: token id (a key) to bias. A key is read as an integer ({@link #biasKey}), so "05", "+5" and " 5"
+     * name token 5 as "5" does. Clients write the keys from token ids ("5"); a hand-written other form is accepted
+     * rather than refused, since a server that reads the keys as integers accepts it and a client moving here expects
+     * the same request to work. Two keys that name one token are refused with both named: they give two biases for one token, and which
      * one the client meant is unclear (as for a key given twice in one JSON object, also refused); letting the last
      * one win would silently drop the other.
      */
@@ -281,13 +281,9 @@ final class Requests {
         if (!lb.isObject()) throw ApiException.badField("logit_bias", "must be an object mapping token ids to biases");
         Map<Integer, Float> out = new HashMap<>();
         Map<Integer, String> keys = new HashMap<>();
+        int limit = model.tokenizer().vocabSize();
         for (var e : lb.properties()) {
-            int id;
-            try {
-                id = Integer.parseInt(e.getKey().trim());
-            } catch (NumberFormatException x) {
-                throw ApiException.badField("logit_bias", "key '" + e.getKey() + "' is not a token id");
-            }
+            int id = biasKey(e.getKey(), limit);
             String before = keys.putIfAbsent(id, e.getKey());
             if (before != null)
                 throw ApiException.badField("logit_bias", "keys '" + before + "' and '" + e.getKey() + "' both name token " + id
@@ -297,6 +293,28 @@ final class Requests {
             given.put("logit_bias[" + id + "]", e.getValue());
         }
         return out;
+    }
+
+    /**
+     * A logit_bias key's token id: ASCII digits, optionally signed, optionally with whitespace around them
+     * (Integer.parseInt alone would also read the digits of other scripts, such as Arabic-Indic ones, which no client
+     * writes a token id in). Its range is checked here, where the key as written is at hand for the message: "+129280"
+     * is shown so, not as 129280.
+     */
+    private static int biasKey(String key, int limit) {
+        String t = key.trim();
+        int digits = t.startsWith("+") || t.startsWith("-") ? 1 : 0;
+        if (t.length() == digits || !t.substring(digits).chars().allMatch(c -> c >= '0' && c <= '9'))
+            throw ApiException.badField("logit_bias", "key '" + key + "' is not a token id (ASCII digits 0-9, optionally signed)");
+        int id;
+        try {
+            id = Integer.parseInt(t);
+        } catch (NumberFormatException beyondInt) {
+            id = -1;
+        }
+        if (id < 0 || id >= limit)
+            throw ApiException.badField("logit_bias", "key '" + key + "' is outside the token ids [0, " + limit + ")");
+        return id;
     }
 
     private static List<String> stop(JsonNode b) {

@@ -88,4 +88,25 @@ class RequestsTest {
         assertEquals("seed: must be an integer, got 9223372036854775806.5", refused("seed", chat("\"seed\":9223372036854775806.5")));
         assertEquals("seed: must be an integer, got 1e-400", refused("seed", chat("\"seed\":1e-400")));
     }
+
+    @Test
+    void aLogitBiasKeyIsShownAsWrittenAndIsAsciiDigits() throws Exception {
+        int limit = TestServer.tokenizer().vocabSize();
+        assertEquals("logit_bias: key '+" + limit + "' is outside the token ids [0, " + limit + ")",
+                refused("logit_bias", chat("\"logit_bias\":{\"+" + limit + "\":1}")));
+        assertEquals("logit_bias: key '-5' is outside the token ids [0, " + limit + ")",
+                refused("logit_bias", chat("\"logit_bias\":{\"-5\":1}")));
+        assertEquals("logit_bias: key ' 0099999999999' is outside the token ids [0, " + limit + ")",
+                refused("logit_bias", chat("\"logit_bias\":{\" 0099999999999\":1}")));
+        // digits of other scripts are digits to Java's Integer.parseInt, not in a token id
+        for (String key : new String[]{"\u0665", "\u0661\u0662", "\uff15", "5\u0665", "\u096b"})
+            assertEquals("logit_bias: key '" + key + "' is not a token id (ASCII digits 0-9, optionally signed)",
+                    refused("logit_bias", chat("\"logit_bias\":{\"" + key + "\":1}")), key);
+        for (String key : new String[]{"", " ", "+", "-", "5.0", "1e3", "0x5", "5 5", "++5"})
+            assertEquals("logit_bias: key '" + key + "' is not a token id (ASCII digits 0-9, optionally signed)",
+                    refused("logit_bias", chat("\"logit_bias\":{\"" + key + "\":1}")), key);
+        // as before: other forms of a token id name it, and the last id is one
+        var bias = parse(chat("\"logit_bias\":{\"05\":1,\"+6\":2,\" 7 \":3,\"-0\":4,\"" + (limit - 1) + "\":5}")).params().logitBias();
+        assertEquals(java.util.Map.of(5, 1f, 6, 2f, 7, 3f, 0, 4f, limit - 1, 5f), bias);
+    }
 }
