@@ -109,4 +109,27 @@ class RequestsTest {
         var bias = parse(chat("\"logit_bias\":{\"05\":1,\"+6\":2,\" 7 \":3,\"-0\":4,\"" + (limit - 1) + "\":5}")).params().logitBias();
         assertEquals(java.util.Map.of(5, 1f, 6, 2f, 7, 3f, 0, 4f, limit - 1, 5f), bias);
     }
+
+    static final String CALL = "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+            + "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}},{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"g\"}}]}";
+
+    static String messages(String... m) {
+        return "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}," + String.join(",", m) + "]}";
+    }
+
+    static String tool(String id) {
+        return "{\"role\":\"tool\",\"tool_call_id\":\"" + id + "\",\"content\":\"ok\"}";
+    }
+
+    @Test
+    void anAssistantMessageNeedsContentOrToolCalls() throws Exception {
+        String needs = "messages[1].content: is required in an assistant message without tool_calls";
+        assertEquals(needs, refused("messages[1].content", messages("{\"role\":\"assistant\"}")));
+        assertEquals(needs, refused("messages[1].content", messages("{\"role\":\"assistant\",\"content\":null}")));
+        assertEquals(needs, refused("messages[1].content", messages("{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]}")));
+        assertEquals(needs, refused("messages[1].content", messages("{\"role\":\"assistant\",\"reasoning_content\":\"r\"}")));
+        // either is enough; empty text is content
+        assertEquals(3, parse(messages("{\"role\":\"assistant\",\"content\":\"\"}", "{\"role\":\"user\",\"content\":\"x\"}")).messages().size());
+        assertEquals(3, parse(messages(CALL, tool("c1"))).messages().size());
+    }
 }

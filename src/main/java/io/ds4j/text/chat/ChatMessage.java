@@ -141,9 +141,14 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         if (role == Role.TOOL && (toolCallId == null || toolCallId.isEmpty())) {
             throw new ChatFormatException(path + ".tool_call_id", "is required in a tool message");
         }
-                // only an assistant turn may come without content (it may carry tool calls or be a prefix to continue)
+        // only an assistant turn that makes tool calls may come without content (an empty tool_calls array makes
+        // none), as in OpenAI's API: a turn with neither is most likely a message the client lost, which rendering
+        // it as an empty answer would hide
         if (content == null && role != Role.ASSISTANT) {
             throw new ChatFormatException(path + ".content", "is required in a " + roleNode.textValue() + " message");
+        }
+        if (content == null && calls.isEmpty()) {
+            throw new ChatFormatException(path + ".content", "is required in an assistant message without tool_calls");
         }
         return new ChatMessage(role, content, reasoning, calls, toolCallId, name);
     }
