@@ -390,9 +390,12 @@ class BadInputTest {
         expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"tool_calls\":"
                 + "[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{not json\"}}]}]}", 400,
                 "messages[1].tool_calls[0].function.arguments");
-        // an assistant message with neither content nor tool calls
+        // an assistant message with neither content nor tool calls, and a tool result for a call never made
         expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\"}]}", 400,
                 "messages[1].content");
+        expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"tool_calls\":"
+                + "[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"d\","
+                + "\"content\":\"ok\"}]}", 400, "messages[2].tool_call_id");
         JsonNode e = expect("/v1/chat/completions", chat("\"tool_choice\":5"), 400, "tool_choice");
         assertTrue(e.get("message").asText().contains("must be a string"), e.toString());
     }

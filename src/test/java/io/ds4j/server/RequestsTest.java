@@ -132,4 +132,30 @@ class RequestsTest {
         assertEquals(3, parse(messages("{\"role\":\"assistant\",\"content\":\"\"}", "{\"role\":\"user\",\"content\":\"x\"}")).messages().size());
         assertEquals(3, parse(messages(CALL, tool("c1"))).messages().size());
     }
+
+    @Test
+    void aToolMessageAnswersACallOfTheAssistantMessageBeforeIt() throws Exception {
+        // answered, in any order, each tool message after the call or after another answer
+        assertEquals(4, parse(messages(CALL, tool("c2"), tool("c1"))).messages().size());
+        // an id that no call of that message has
+        assertEquals("messages[2].tool_call_id: 'c3' is not the id of a tool call of messages[1] (its tool calls: 'c1', 'c2')",
+                refused("messages[2].tool_call_id", messages(CALL, tool("c3"))));
+        assertEquals("messages[3].tool_call_id: 'C1' is not the id of a tool call of messages[1] (its tool calls: 'c1', 'c2')",
+                refused("messages[3].tool_call_id", messages(CALL, tool("c1"), tool("C1"))));
+        // no call before it at all, or another message in between: it answers nothing
+        String none = " answers no tool call: a tool message follows the assistant message with the tool_calls it answers"
+                + " (or another tool message after it)";
+        assertEquals("messages[1].tool_call_id: 'c1'" + none, refused("messages[1].tool_call_id", messages(tool("c1"))));
+        assertEquals("messages[3].tool_call_id: 'c1'" + none,
+                refused("messages[3].tool_call_id", messages(CALL, "{\"role\":\"user\",\"content\":\"and?\"}", tool("c1"))));
+        assertEquals("messages[3].tool_call_id: 'c1'" + none,
+                refused("messages[3].tool_call_id", messages(CALL, "{\"role\":\"assistant\",\"content\":\"done\"}", tool("c1"))));
+        // a call without an id cannot be answered by one
+        String noId = "{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
+        assertEquals("messages[2].tool_call_id: 'c1' is not the id of a tool call of messages[1] (its tool calls: one without an id)",
+                refused("messages[2].tool_call_id", messages(noId, tool("c1"))));
+        // a later turn answers the later call
+        assertEquals(7, parse(messages(CALL, tool("c1"), "{\"role\":\"assistant\",\"content\":\"ok\"}",
+                "{\"role\":\"user\",\"content\":\"again\"}", CALL.replace("c1", "c9"), tool("c9"))).messages().size());
+    }
 }

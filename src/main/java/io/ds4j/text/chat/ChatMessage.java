@@ -88,15 +88,46 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
     }
 
     /**
-     * Reads an OpenAI {@code messages} array.
+     * Reads an OpenAI {@code messages} array. Beyond each message's own fields, a {@code tool} message must answer a
+     * call of the assistant message with {@code tool_calls} it follows (directly or after other tool messages): its
+     * {@code tool_call_id} is one of that message's call ids, as OpenAI requires.
      *
      * @throws ChatFormatException naming the first bad field, e.g. {@code messages[2].role: unknown role 'foo'}
      */
     public static List<ChatMessage> listFromOpenAi(JsonNode messages) {
         if (messages == null || !messages.isArray()) throw new ChatFormatException("messages", "must be an array");
         List<ChatMessage> out = new ArrayList<>(messages.size());
-        for (int i = 0; i < messages.size(); i++) out.add(fromOpenAi(messages.get(i), "messages[" + i + "]"));
+        int caller = -1; // the assistant message whose calls a tool message here answers, or -1
+        for (int i = 0; i < messages.size(); i++) {
+            String path = "messages[" + i + "]";
+            ChatMessage m = fromOpenAi(messages.get(i), path);
+            switch (m.role()) {
+                case ASSISTANT -> caller = m.toolCalls().isEmpty() ? -1 : i;
+                case TOOL -> checkAnswers(m, path, caller, caller < 0 ? null : out.get(caller));
+                default -> caller = -1;
+            }
+            out.add(m);
+        }
         return out;
+    }
+
+    /**
+     * Refuses a tool message that answers no call of the assistant message before it: the encoder puts tool results
+     * in the order of that message's calls, and a result for a call the model never made is a broken history (a
+     * client that lost or reordered messages), which OpenAI refuses too.
+     */
+    private static void checkAnswers(ChatMessage tool, String path, int caller, ChatMessage assistant) {
+        String id = "'" + tool.toolCallId() + "'";
+        if (assistant == null)
+            throw new ChatFormatException(path + ".tool_call_id", id + " answers no tool call: a tool message follows the"
+                    + " assistant message with the tool_calls it answers (or another tool message after it)");
+        List<String> ids = new ArrayList<>();
+        for (ToolCall c : assistant.toolCalls()) {
+            if (tool.toolCallId().equals(c.id())) return;
+            ids.add(c.id() == null ? "one without an id" : "'" + c.id() + "'");
+        }
+        throw new ChatFormatException(path + ".tool_call_id", id + " is not the id of a tool call of messages[" + caller
+                + "] (its tool calls: " + String.join(", ", ids) + ")");
     }
 
     /** Reads one OpenAI message object; errors are reported under the path {@code message}. */
