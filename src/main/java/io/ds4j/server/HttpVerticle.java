@@ -416,40 +416,23 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * Reads the body up to server.maxBodyBytes and parses it as JSON. A larger body gets 413 (the rest of it is read and
-     * discarded so the client sees the answer), a body with a Content-Encoding other than identity 415. A body that has
-     * not fully arrived limits.bodyReadTimeoutMs after the headers gets 408 and its connection is closed
-     * ({@link BodyDeadline}).
+     * Reads the body up to server.maxBodyBytes and parses it as JSON. What the head alone decides is answered first
+     * ({@link #admitBody}: 415, 413, or 100 Continue); a body larger than the limit gets 413 once it is (the rest of it
+     * is read and discarded so the client sees the answer). A body that has not fully arrived limits.bodyReadTimeoutMs
+     * after the headers gets 408 and its connection is closed ({@link BodyDeadline}).
      */
     private void withBody(RoutingContext ctx, Consumer<JsonNode> then) {
         HttpServerRequest req = ctx.request();
         int limit = state.config().maxBodyBytes();
-        long declared = -1;
-        try {
-            String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
-            if (cl != null) declared = Long.parseLong(cl.trim());
-        } catch (NumberFormatException ignored) {
-            // Netty rejects malformed lengths before we get here
-        }
         Buffer body = Buffer.buffer();
-        // every Content-Encoding line counts: two lines are one list (RFC 9110 section 5.3)
-        String encoding = unsupportedEncoding(String.join(",", req.headers().getAll(HttpHeaders.CONTENT_ENCODING)));
-        boolean[] over = {encoding != null || declared > limit};
-        if (encoding != null) {
-            // RFC 9110 section 15.5.16: Accept-Encoding says which codings would have been taken
-            ctx.response().putHeader(HttpHeaders.ACCEPT_ENCODING, "identity");
-            error(ctx, new ApiException(415, "invalid_request_error", "unsupported_content_encoding", null, "the request"
-                    + " body's Content-Encoding '" + encoding + "' is not supported: send the JSON uncompressed (identity)", null));
-        } else if (over[0]) tooLarge(ctx, limit, declared);
-        else if ("100-continue".equalsIgnoreCase(req.getHeader(HttpHeaders.EXPECT)) && req.version() != HttpVersion.HTTP_1_0)
-            // the client (curl, for bodies over 1 MB) waits for this before it sends the body; the route and the key
-            // are already accepted here, and a declared length over the limit was answered with 413 instead
-            ctx.response().writeContinue();
+        ApiException refused = admitBody(ctx, limit);
+        boolean[] over = {refused != null};
+        if (refused != null) error(ctx, refused);
         req.handler(chunk -> {
             if (over[0] || BodyDeadline.passed(ctx)) return;
             if (body.length() + chunk.length() > limit) {
                 over[0] = true;
-                tooLarge(ctx, limit, -1);
+                error(ctx, tooLarge(limit, -1));
                 return;
             }
             body.appendBuffer(chunk);
@@ -488,10 +471,43 @@ public final class HttpVerticle extends VerticleBase {
         req.resume();
     }
 
-    private void tooLarge(RoutingContext ctx, int limit, long declared) {
-        error(ctx, new ApiException(413, "invalid_request_error", "request_too_large", null, "the request body"
+    /**
+     * What a request's head alone decides about its body, before any of it is read: 415 for a Content-Encoding other
+     * than identity (with the Accept-Encoding header the answer needs), 413 for a declared length over {@code limit};
+     * otherwise a client that waits for {@code 100 Continue} gets it now. Both HTTP fronts, a single server and a
+     * cluster gateway, call it where a route starts reading a body, after the route and the API key were accepted.
+     *
+     * @return the refusal to answer (the caller writes it, then discards what comes of the body), or null to read it
+     */
+    public static ApiException admitBody(RoutingContext ctx, int limit) {
+        HttpServerRequest req = ctx.request();
+        // every Content-Encoding line counts: two lines are one list (RFC 9110 section 5.3)
+        String encoding = unsupportedEncoding(String.join(",", req.headers().getAll(HttpHeaders.CONTENT_ENCODING)));
+        if (encoding != null) {
+            // RFC 9110 section 15.5.16: Accept-Encoding says which codings would have been taken
+            ctx.response().putHeader(HttpHeaders.ACCEPT_ENCODING, "identity");
+            return new ApiException(415, "invalid_request_error", "unsupported_content_encoding", null, "the request"
+                    + " body's Content-Encoding '" + encoding + "' is not supported: send the JSON uncompressed (identity)", null);
+        }
+        long declared = -1;
+        try {
+            String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
+            if (cl != null) declared = Long.parseLong(cl.trim());
+        } catch (NumberFormatException ignored) {
+            // Netty rejects malformed lengths before we get here
+        }
+        if (declared > limit) return tooLarge(limit, declared);
+        // the client (curl, for bodies over 1 MB) waits for this before it sends the body; HTTP/1.0 has no such answer
+        if ("100-continue".equalsIgnoreCase(req.getHeader(HttpHeaders.EXPECT)) && req.version() != HttpVersion.HTTP_1_0)
+            ctx.response().writeContinue();
+        return null;
+    }
+
+    /** The 413 for a body over server.maxBodyBytes; {@code declared}: its declared length, or -1 when it was not. */
+    public static ApiException tooLarge(int limit, long declared) {
+        return new ApiException(413, "invalid_request_error", "request_too_large", null, "the request body"
                 + (declared >= 0 ? " (" + declared + " bytes)" : "") + " is larger than the limit of " + limit
-                + " bytes (server.maxBodyBytes)", null));
+                + " bytes (server.maxBodyBytes)", null);
     }
 
     /**

@@ -43,7 +43,8 @@ public final class EngineNode extends VerticleBase {
     /** Request headers a gateway passes on (hop-by-hop and length headers are the HTTP client's business). */
     static final Set<String> PASSED_REQUEST_HEADERS = Set.of("authorization", "content-type", "accept", "origin",
             "access-control-request-method", "access-control-request-headers", "x-request-id",
-            // the engine refuses a compressed body with 415 as it does for a direct client; dropped, it would read it as text
+            // a gateway refuses a compressed POST body itself (HttpVerticle.admitBody); passed on all the same, so that an
+            // engine never reads a compressed body as text
             "content-encoding");
     /** Response headers passed back to the client. */
     static final Set<String> PASSED_RESPONSE_HEADERS = Set.of("content-type", "cache-control", "retry-after", "allow",

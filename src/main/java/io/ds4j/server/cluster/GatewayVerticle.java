@@ -334,18 +334,23 @@ public final class GatewayVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ relaying
 
-    /** Reads the body (up to server.maxBodyBytes, within limits.bodyReadTimeoutMs: {@link BodyDeadline}), then routes it. */
+    /**
+     * Reads the body (up to server.maxBodyBytes, within limits.bodyReadTimeoutMs: {@link BodyDeadline}), then routes it.
+     * A POST's head is answered first as on a single server ({@link HttpVerticle#admitBody}: 415, 413 or 100 Continue).
+     */
     private void relay(RoutingContext ctx) {
         HttpServerRequest req = ctx.request();
         int limit = config.get().maxBodyBytes();
         Buffer body = Buffer.buffer();
-        boolean[] over = {false};
+        // a single server reads (and so admits) a body only on its POST routes
+        ApiException refused = req.method() == HttpMethod.POST ? HttpVerticle.admitBody(ctx, limit) : null;
+        boolean[] over = {refused != null};
+        if (refused != null) refuse(ctx, refused);
         req.handler(chunk -> {
             if (over[0] || BodyDeadline.passed(ctx)) return;
             if (body.length() + chunk.length() > limit) {
                 over[0] = true;
-                error(ctx.response(), new ApiException(413, "invalid_request_error", "request_too_large", null,
-                        "the request body is larger than the limit of " + limit + " bytes (server.maxBodyBytes)", null));
+                refuse(ctx, HttpVerticle.tooLarge(limit, -1));
                 return;
             }
             body.appendBuffer(chunk);
@@ -379,6 +384,12 @@ public final class GatewayVerticle extends VerticleBase {
             x.dispatch(null);
         });
         req.resume();
+    }
+
+    /** A request the gateway refuses itself before relaying it: one log line, as a single server writes, and the error. */
+    private static void refuse(RoutingContext ctx, ApiException e) {
+        LOG.info("{} {} rejected with {}: {}", ctx.request().method(), ctx.request().path(), e.status(), e.getMessage());
+        error(ctx.response(), e);
     }
 
     /** Whether an answer's head says it is a stream of Server-Sent Events. */

@@ -261,11 +261,12 @@ class ClusterProcessesTest {
         HttpResponse<String> headReady = head(gwPort, "/v1/health");
         assertEquals(200, headReady.statusCode(), "HEAD /v1/health while engines are ready");
         assertEquals("application/json", headReady.headers().firstValue("Content-Type").orElse(null), "GET's headers");
-        // a compressed body is refused by the engine behind the gateway as by a single server (its header is relayed)
+        // a compressed body is refused as by a single server: by the gateway itself, before anything is relayed
         HttpResponse<String> gz = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + gwPort + "/tokenize"))
                 .header("Authorization", "Bearer " + KEY).header("Content-Type", "application/json").header("Content-Encoding", "gzip")
                 .POST(HttpRequest.BodyPublishers.ofString("{\"content\":\"x\"}")).build(), HttpResponse.BodyHandlers.ofString());
         assertEquals(415, gz.statusCode(), gz.body());
+        assertTrue(gz.headers().firstValue(GatewayVerticle.ENGINE_HEADER).isEmpty(), "refused by the gateway itself");
 
         // --- the cluster view, and keys enforced at the gateway
         HttpResponse<String> anon = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + gwPort + "/v1/chat/completions"))

@@ -1,6 +1,7 @@
 package io.ds4j.server.cluster;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.server.FrontChecks;
 import io.ds4j.server.Json;
 import io.ds4j.server.LogCapture;
 import io.ds4j.server.ScriptedModelAccess;
@@ -100,6 +101,11 @@ class GatewayRelayTest {
             assertEquals(headLinesButDate(get), headLinesButDate(head), path + ": GET's status and headers");
         }
         assertTrue(raw("GET", "/models/scripted").startsWith("HTTP/1.1 200"), "served by the engine, as /v1/models/scripted");
+    }
+
+    @Test
+    void expect100ContinueIsAnsweredBeforeTheBodyAsOnASingleServer() throws Exception {
+        FrontChecks.expectContinueIsAnsweredBeforeTheBody(node.port(), "");
     }
 
     @Test

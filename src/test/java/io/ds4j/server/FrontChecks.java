@@ -1,0 +1,77 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+import java.io.OutputStream;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.nio.charset.StandardCharsets;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Checks both HTTP fronts must pass alike, a single server and a cluster gateway (its answers relayed from an engine
+ * serving the scripted model): each is run by a test of each front, against its port.
+ */
+public final class FrontChecks {
+    /** How long a check waits for an answer that should come at once: far below limits.bodyReadTimeoutMs's default. */
+    static final int PROMPT_MS = 5_000;
+
+    private FrontChecks() {}
+
+    /**
+     * A client that sends {@code Expect: 100-continue} and holds its body back until told: a declared length over any
+     * server.maxBodyBytes gets 413 at once, a compressed body 415 at once, and a body within the limit 100 Continue,
+     * then the answer once it is sent.
+     * @param headers extra header lines (each ending in CRLF), e.g. the API key
+     */
+    public static void expectContinueIsAnsweredBeforeTheBody(int port, String headers) throws Exception {
+        String head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers
+                + "Expect: 100-continue\r\n";
+        long overAnyLimit = (1L << 30) + 1;  // server.maxBodyBytes is at most 1 GiB
+        SlowClientTest.Answer big = heldBack(port, head + "Content-Length: " + overAnyLimit + "\r\n\r\n");
+        assertTrue(big.statusLine().startsWith("HTTP/1.1 413"), big.toString());
+        JsonNode e = Json.MAPPER.readTree(big.body()).get("error");
+        assertEquals("request_too_large", e.get("code").asText(), big.toString());
+        assertTrue(e.get("message").asText().contains("(" + overAnyLimit + " bytes)"), big.toString());
+        SlowClientTest.Answer gzip = heldBack(port, head + "Content-Encoding: gzip\r\nContent-Length: 20\r\n\r\n");
+        assertTrue(gzip.statusLine().startsWith("HTTP/1.1 415"), gzip.toString());
+        assertTrue(gzip.body().contains("\"unsupported_content_encoding\""), gzip.toString());
+        assertEquals("identity", gzip.headers().get("accept-encoding"), gzip.toString());
+
+        byte[] body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2}".getBytes(StandardCharsets.UTF_8);
+        try (Socket s = new Socket("127.0.0.1", port)) {
+            s.setSoTimeout(PROMPT_MS);
+            OutputStream o = s.getOutputStream();
+            o.write((head + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            o.flush();
+            String interim;
+            try {
+                interim = new String(s.getInputStream().readNBytes(25), StandardCharsets.US_ASCII);
+            } catch (SocketTimeoutException t) {
+                throw new AssertionError("no 100 Continue within " + PROMPT_MS + " ms: the server waits for the body the client holds back", t);
+            }
+            assertEquals("HTTP/1.1 100 Continue\r\n\r\n", interim);
+            o.write(body);
+            o.flush();
+            SlowClientTest.Answer a = SlowClientTest.readAnswer(s.getInputStream());
+            assertTrue(a.statusLine().startsWith("HTTP/1.1 200"), a.toString());
+        }
+    }
+
+    /** Sends a request's head only, holding its body back, and reads the one answer that should come at once. */
+    private static SlowClientTest.Answer heldBack(int port, String head) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", port)) {
+            s.setSoTimeout(PROMPT_MS);
+            s.getOutputStream().write(head.getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().flush();
+            try {
+                return SlowClientTest.readAnswer(s.getInputStream());
+            } catch (SocketTimeoutException t) {
+                throw new AssertionError("no answer within " + PROMPT_MS + " ms to a request whose body is held back: "
+                        + head.replace("\r\n", " | "), t);
+            }
+        }
+    }
+
+}
