@@ -2,6 +2,8 @@ package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 
+import java.io.ByteArrayOutputStream;
+import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.Socket;
 import java.net.SocketTimeoutException;
@@ -71,6 +73,39 @@ public final class FrontChecks {
                 throw new AssertionError("no answer within " + PROMPT_MS + " ms to a request whose body is held back: "
                         + head.replace("\r\n", " | "), t);
             }
+        }
+    }
+
+    /**
+     * GET, HEAD and OPTIONS requests that declare a body and send only part of it: each gets at once the status it gets
+     * without a body (the answers never depend on one), not a 408 once the body is late.
+     */
+    public static void bodilessMethodsAreAnsweredWithoutWaitingForTheirBodies(int port) throws Exception {
+        for (String[] r : new String[][]{{"GET", "/v1/models/scripted"}, {"HEAD", "/v1/models/scripted"},
+                {"GET", "/v1/models/nope"}, {"OPTIONS", "/v1/chat/completions"}}) {
+            String line = r[0] + " " + r[1] + " HTTP/1.1\r\nHost: x\r\n";
+            String plain = statusLine(port, line + "\r\n", "");
+            String stalled = statusLine(port, line + "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n", "{\"a");
+            assertEquals(plain, stalled, r[0] + " " + r[1]);
+        }
+    }
+
+    /** The status line of the answer to a request, read within {@link #PROMPT_MS}. */
+    private static String statusLine(int port, String head, String part) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", port)) {
+            s.setSoTimeout(PROMPT_MS);
+            s.getOutputStream().write((head + part).getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().flush();
+            InputStream in = s.getInputStream();
+            ByteArrayOutputStream got = new ByteArrayOutputStream();
+            try {
+                for (int b; !got.toString(StandardCharsets.US_ASCII).contains("\r\n"); got.write(b))
+                    if ((b = in.read()) < 0) throw new AssertionError("the connection closed after: " + got);
+            } catch (SocketTimeoutException t) {
+                throw new AssertionError("no answer within " + PROMPT_MS + " ms to " + head.replace("\r\n", " | ")
+                        + " with " + part.length() + " bytes of its body", t);
+            }
+            return got.toString(StandardCharsets.US_ASCII).trim();
         }
     }
 

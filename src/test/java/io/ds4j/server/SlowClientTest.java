@@ -218,6 +218,12 @@ class SlowClientTest {
     }
 
     @Test
+    void aGetHeadOrOptionsIsAnsweredWithoutWaitingForItsBody() throws Exception {
+        server = TestServer.scripted(backend, Map.of());
+        FrontChecks.bodilessMethodsAreAnsweredWithoutWaitingForTheirBodies(server.port);
+    }
+
+    @Test
     void aConnectionWithoutACompleteRequestHeadIsClosedButABusyOneIsNot() throws Exception {
         server = TestServer.scripted(backend, Map.of("limits.headerReadTimeoutMs", 300));
         try (LogCapture log = new LogCapture()) {

@@ -335,15 +335,23 @@ public final class GatewayVerticle extends VerticleBase {
     // ------------------------------------------------------------------------------------------------ relaying
 
     /**
-     * Reads the body (up to server.maxBodyBytes, within limits.bodyReadTimeoutMs: {@link BodyDeadline}), then routes it.
-     * A POST's head is answered first as on a single server ({@link HttpVerticle#admitBody}: 415, 413 or 100 Continue).
+     * Relays a request. A POST's body is read first (up to server.maxBodyBytes, within limits.bodyReadTimeoutMs:
+     * {@link BodyDeadline}), after what its head alone decides ({@link HttpVerticle#admitBody}: 415, 413 or 100
+     * Continue, as on a single server); any other method goes at once, without its body.
      */
     private void relay(RoutingContext ctx) {
         HttpServerRequest req = ctx.request();
+        if (req.method() != HttpMethod.POST) {
+            // an engine's API reads a body only for POST routes: its answers to GET, HEAD and OPTIONS never depend on
+            // one, and a single server answers them without reading it. Waiting for it here would let a client that
+            // declares a body and never sends it hold the relay until a 408. The body is left unread, as on a single
+            // server: once the answer went out, the body's deadline closes the connection if the body did not come.
+            forward(ctx, new byte[0]);
+            return;
+        }
         int limit = config.get().maxBodyBytes();
         Buffer body = Buffer.buffer();
-        // a single server reads (and so admits) a body only on its POST routes
-        ApiException refused = req.method() == HttpMethod.POST ? HttpVerticle.admitBody(ctx, limit) : null;
+        ApiException refused = HttpVerticle.admitBody(ctx, limit);
         boolean[] over = {refused != null};
         if (refused != null) refuse(ctx, refused);
         req.handler(chunk -> {
@@ -359,29 +367,7 @@ public final class GatewayVerticle extends VerticleBase {
         req.endHandler(v -> {
             BodyDeadline.arrived(ctx);
             if (over[0] || BodyDeadline.passed(ctx)) return;
-            String model = null, session = req.getHeader(SESSION_HEADER);
-            if (body.length() > 0) {
-                try {
-                    JsonNode n = Json.MAPPER.readTree(body.getBytes());
-                    if (n != null && n.isObject()) {
-                        if (n.path("model").isTextual()) model = n.get("model").textValue();
-                        if (session == null && n.path("user").isTextual() && !n.get("user").textValue().isEmpty())
-                            session = n.get("user").textValue();
-                    }
-                } catch (Exception ignored) {
-                    // not JSON: the engine's API answers with the precise 400, as a single server would
-                }
-            }
-            List<String> headers = new ArrayList<>();
-            req.headers().forEach(e -> {
-                if (EngineNode.PASSED_REQUEST_HEADERS.contains(e.getKey().toLowerCase(Locale.ROOT))) {
-                    headers.add(e.getKey());
-                    headers.add(e.getValue());
-                }
-            });
-            Relay x = new Relay(ctx, req.method() + " " + req.uri(), headers, body.getBytes(), model, session);
-            ctx.response().closeHandler(c -> x.clientGone());
-            x.dispatch(null);
+            forward(ctx, body.getBytes());
         });
         req.resume();
     }
@@ -390,6 +376,34 @@ public final class GatewayVerticle extends VerticleBase {
     private static void refuse(RoutingContext ctx, ApiException e) {
         LOG.info("{} {} rejected with {}: {}", ctx.request().method(), ctx.request().path(), e.status(), e.getMessage());
         error(ctx.response(), e);
+    }
+
+    /** Routes a request with its body (the model and the session key are read from it) and sends it to an engine node. */
+    private void forward(RoutingContext ctx, byte[] body) {
+        HttpServerRequest req = ctx.request();
+        String model = null, session = req.getHeader(SESSION_HEADER);
+        if (body.length > 0) {
+            try {
+                JsonNode n = Json.MAPPER.readTree(body);
+                if (n != null && n.isObject()) {
+                    if (n.path("model").isTextual()) model = n.get("model").textValue();
+                    if (session == null && n.path("user").isTextual() && !n.get("user").textValue().isEmpty())
+                        session = n.get("user").textValue();
+                }
+            } catch (Exception ignored) {
+                // not JSON: the engine's API answers with the precise 400, as a single server would
+            }
+        }
+        List<String> headers = new ArrayList<>();
+        req.headers().forEach(e -> {
+            if (EngineNode.PASSED_REQUEST_HEADERS.contains(e.getKey().toLowerCase(Locale.ROOT))) {
+                headers.add(e.getKey());
+                headers.add(e.getValue());
+            }
+        });
+        Relay x = new Relay(ctx, req.method() + " " + req.uri(), headers, body, model, session);
+        ctx.response().closeHandler(c -> x.clientGone());
+        x.dispatch(null);
     }
 
     /** Whether an answer's head says it is a stream of Server-Sent Events. */
@@ -479,6 +493,11 @@ public final class GatewayVerticle extends VerticleBase {
                     head = f;
                 }
                 case DATA, END -> {
+                    if (resp.ended()) {
+                        // answered here meanwhile: a request relayed without its body got 408 when that body was late
+                        cancel();
+                        return;
+                    }
                     if (f.nanos() != 0 && bootId != null && bootId.equals(engine.ann.getString("bootId")))
                         relayLatency.record(Duration.ofNanos(System.nanoTime() - f.nanos()));
                     boolean end = f.kind() == ClusterFrame.Kind.END;

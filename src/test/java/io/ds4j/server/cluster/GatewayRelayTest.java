@@ -109,6 +109,11 @@ class GatewayRelayTest {
     }
 
     @Test
+    void aRelayedGetHeadOrOptionsIsAnsweredWithoutWaitingForItsBody() throws Exception {
+        FrontChecks.bodilessMethodsAreAnsweredWithoutWaitingForTheirBodies(node.port());
+    }
+
+    @Test
     void aStreamWhoseClientStopsReadingIsCancelledOnItsEngineOnceTheGatewayHoldsTooMuchOfIt() throws Exception {
         ServerState engine = node.engine().state();
         int before = engine.recent().size();
