@@ -351,23 +351,56 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * The playground's files from a folder, for GET and HEAD; both HTTP fronts serve them so. Vert.x's static handler
-     * answers HEAD without the Content-Type GET gets; it is set here as the handler sets it for GET, from the name.
-     * A path with no file goes on to the next route (a 404).
+     * The playground's files from a folder, for GET and HEAD; both HTTP fronts serve them so. A file's answer gets its
+     * Content-Type here, from {@link #fileType}, for GET and HEAD alike: Vert.x's static handler types what it sends for
+     * GET but answers HEAD without a type, and one decision for both keeps HEAD's headers GET's, however the path was
+     * written (an escaped letter, a name with no known type, a directory's index). A path with no file goes on to the
+     * next route (a 404).
      */
     public static Handler<RoutingContext> staticFiles(String webroot) {
         // the page and its scripts change with every ds4j release: browsers revalidate instead of caching for a day
         StaticHandler files = StaticHandler.create(FileSystemAccess.ROOT, webroot).setIndexPage("index.html")
                 .setCachingEnabled(false).setMaxAgeSeconds(0);
         return ctx -> {
-            String path = ctx.request().path();
-            if (ctx.request().method() == HttpMethod.HEAD) {
-                String type = io.vertx.core.http.MimeMapping.mimeTypeForFilename(path.endsWith("/") ? "index.html" : path);
-                if (type != null) ctx.response().putHeader(HttpHeaders.CONTENT_TYPE, type.startsWith("text")
-                        ? type + ";charset=" + java.nio.charset.Charset.defaultCharset().name() : type);
-            }
+            String path = routed(ctx);
+            ctx.addHeadersEndHandler(v -> {
+                // only a file's answer (200, or 206 for a range) is typed here; a redirect, a 404, a 416 keep their own
+                int status = ctx.response().getStatusCode();
+                if (status == 200 || status == 206) ctx.response().putHeader(HttpHeaders.CONTENT_TYPE, fileType(webroot, path));
+            });
             files.handle(ctx);
         };
+    }
+
+    /**
+     * The Content-Type of the file a static path is answered with: from the name of the file served (for a path ending
+     * in '/', the directory's index.html when it names a directory), text as UTF-8 (the playground's files are), and
+     * application/octet-stream for a name with no known type.
+     * @param path the path as routed ({@link #routed}), of a file that is being answered
+     */
+    static String fileType(String webroot, String path) {
+        String p;
+        try {
+            // the static handler decodes what the router left escaped ("%2F"); '+' is no space in a path
+            p = java.net.URLDecoder.decode(path.replace("+", "%2B"), StandardCharsets.UTF_8);
+        } catch (IllegalArgumentException e) {
+            p = path;  // a malformed escape: the router refuses such paths before any route, this is only a fallback
+        }
+        String name = p.substring(p.lastIndexOf('/') + 1);
+        if (name.isEmpty()) {
+            // a directory's index page, or a file whose path was given a trailing slash (the file system serves it)
+            String trimmed = p.replaceAll("/+$", "");
+            boolean dir;
+            try {
+                dir = trimmed.isEmpty() || java.nio.file.Files.isDirectory(java.nio.file.Path.of(webroot, trimmed));
+            } catch (java.nio.file.InvalidPathException e) {
+                dir = false;
+            }
+            name = dir ? "index.html" : trimmed.substring(trimmed.lastIndexOf('/') + 1);
+        }
+        String type = io.vertx.core.http.MimeMapping.mimeTypeForFilename(name);
+        if (type == null) return "application/octet-stream";
+        return type.startsWith("text") ? type + ";charset=UTF-8" : type;
     }
 
     /** Bearer key check for API routes when server.apiKeys is set. */

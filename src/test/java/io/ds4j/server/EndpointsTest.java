@@ -139,6 +139,7 @@ class EndpointsTest {
                     assertEquals(headLinesBut(get, "date"), headLinesBut(head, "date"), path + ": the same status and headers");
                 }
             }
+            FrontChecks.staticHeadsMatchGets(t.port);
             // a wrong method is told HEAD is allowed
             TestServer.Resp post = t.post("/metrics", "{}");
             assertEquals(405, post.status());

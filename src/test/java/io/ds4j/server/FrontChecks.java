@@ -8,6 +8,10 @@ import java.io.OutputStream;
 import java.net.Socket;
 import java.net.SocketTimeoutException;
 import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.Locale;
+import java.util.SortedSet;
+import java.util.TreeSet;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -109,4 +113,49 @@ public final class FrontChecks {
         }
     }
 
+    /** Paths of the playground's folder, some written other ways, some of a directory, some of no file. */
+    static final List<String> STATIC_PATHS = List.of("/", "/index.html", "/app.css", "/app.js", "/vendor/README.md",
+            "/vendor/dompurify/LICENSE", "/vendor/marked/marked.umd.js", "/app.%6as", "/index.html/", "/vendor/highlight.js",
+            "/vendor/highlight.js/", "/no-such-file.html", "/v1/nothing");
+
+    /**
+     * HEAD on the playground's paths gets GET's status and headers, its Content-Type and length included (a Date may
+     * turn to the next second between the two); a file's type follows the file served, however its path was written.
+     */
+    public static void staticHeadsMatchGets(int port) throws Exception {
+        for (String path : STATIC_PATHS) {
+            String get = raw(port, "GET", path), head = raw(port, "HEAD", path);
+            assertTrue(head.endsWith("\r\n\r\n"), "no body: " + head);
+            assertEquals(headLinesButDate(get), headLinesButDate(head), path + ": GET's status and headers");
+            int length = get.substring(get.indexOf("\r\n\r\n") + 4).getBytes(StandardCharsets.UTF_8).length;
+            assertTrue(head.toLowerCase(Locale.ROOT).contains("content-length: " + length + "\r\n"), path + ": " + head);
+        }
+        assertEquals(contentType(raw(port, "GET", "/app.js")), contentType(raw(port, "GET", "/app.%6as")));
+        assertEquals("text/javascript;charset=UTF-8", contentType(raw(port, "GET", "/app.js")));
+        assertEquals("text/html;charset=UTF-8", contentType(raw(port, "GET", "/")));
+        assertEquals("text/html;charset=UTF-8", contentType(raw(port, "GET", "/index.html/")), "the file served is index.html");
+        assertEquals("application/octet-stream", contentType(raw(port, "GET", "/vendor/dompurify/LICENSE")));
+    }
+
+    /** The raw answer to a request without a body, read to the end (the connection closes after it). */
+    static String raw(int port, String method, String path) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", port)) {
+            s.setSoTimeout(30_000);
+            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    .getBytes(StandardCharsets.US_ASCII));
+            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+
+    private static SortedSet<String> headLinesButDate(String answer) {
+        SortedSet<String> s = new TreeSet<>(List.of(answer.substring(0, answer.indexOf("\r\n\r\n")).split("\r\n")));
+        s.removeIf(l -> l.toLowerCase(Locale.ROOT).startsWith("date:"));
+        return s;
+    }
+
+    private static String contentType(String answer) {
+        for (String l : answer.substring(0, answer.indexOf("\r\n\r\n")).split("\r\n"))
+            if (l.toLowerCase(Locale.ROOT).startsWith("content-type:")) return l.substring(l.indexOf(':') + 1).trim();
+        return null;
+    }
 }
