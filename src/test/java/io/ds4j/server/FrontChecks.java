@@ -120,7 +120,8 @@ public final class FrontChecks {
 
     /**
      * HEAD on the playground's paths gets GET's status and headers, its Content-Type and length included (a Date may
-     * turn to the next second between the two); a file's type follows the file served, however its path was written.
+     * turn to the next second between the two); a file's type follows the file served, however its path was written,
+     * and a HEAD with a Range is answered as without one.
      */
     public static void staticHeadsMatchGets(int port) throws Exception {
         for (String path : STATIC_PATHS) {
@@ -130,6 +131,13 @@ public final class FrontChecks {
             int length = get.substring(get.indexOf("\r\n\r\n") + 4).getBytes(StandardCharsets.UTF_8).length;
             assertTrue(head.toLowerCase(Locale.ROOT).contains("content-length: " + length + "\r\n"), path + ": " + head);
         }
+        // a Range is GET's alone: a HEAD with one is answered as without it, with the whole file's length
+        String whole = raw(port, "HEAD", "/app.js", "");
+        for (String range : List.of("bytes=0-9", "bytes=99999999-")) {
+            String head = raw(port, "HEAD", "/app.js", "Range: " + range + "\r\n");
+            assertEquals(headLinesButDate(whole), headLinesButDate(head), "HEAD with Range: " + range);
+        }
+        assertTrue(raw(port, "GET", "/app.js", "Range: bytes=0-9\r\n").startsWith("HTTP/1.1 206"), "GET's range still served");
         assertEquals(contentType(raw(port, "GET", "/app.js")), contentType(raw(port, "GET", "/app.%6as")));
         assertEquals("text/javascript;charset=UTF-8", contentType(raw(port, "GET", "/app.js")));
         assertEquals("text/html;charset=UTF-8", contentType(raw(port, "GET", "/")));
@@ -139,9 +147,14 @@ public final class FrontChecks {
 
     /** The raw answer to a request without a body, read to the end (the connection closes after it). */
     static String raw(int port, String method, String path) throws Exception {
+        return raw(port, method, path, "");
+    }
+
+    /** The raw answer to a request without a body, with extra header lines (each ending in CRLF). */
+    static String raw(int port, String method, String path, String headers) throws Exception {
         try (Socket s = new Socket("127.0.0.1", port)) {
             s.setSoTimeout(30_000);
-            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + "\r\n")
                     .getBytes(StandardCharsets.US_ASCII));
             return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
         }
