@@ -5,8 +5,8 @@
 // verify) also every pass width, both m-tile variants, null experts and bit-identical results of rows computed alone;
 // the split F32 attention with its decode vs verify and batched vs single bit identities; the multi-block top-k
 // against a sorted reference and the one-block kernel. The prefill GEMM runs with
-// both token tiles, with and without its activations split beforehand (xsplit_kernel, DS4J_TC_XSPLIT), with the deeper
-// weight loads of launches of few blocks (XP 3, token tiles of 64; cp.async copies land at the wait that covers them,
+// each token tile (32, 64 and 128), with and without its activations split beforehand (xsplit_kernel, DS4J_TC_XSPLIT), with the deeper
+// weight loads of launches of few blocks (XP 3, token tiles of 32 and 64; cp.async copies land at the wait that covers them,
 // so a stage read before its wait fails), and must give,
 // bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the references); in column parts
 // (k_parts) it must give the same bits in every variant and for fewer tokens, within the references' tolerance. The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
@@ -130,14 +130,14 @@ static bool g_deep = false;
 
 template <int F, bool MOE, int BN>
 static void launch_gemm_fb(dim3 grid, const tc::Args& a) {
-    if (a.xs && BN == 64 && g_deep)
+    if (a.xs && BN <= 64 && g_deep)
         emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN, 3>(a); });
     else if (a.xs) emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN, 1>(a); });
     else emu_launch(grid, dim3(tc::THREADS), tc::Stage<F, BN>::BYTES, [&] { tc::gemm_kernel<F, MOE, BN, 0>(a); });
 }
 
 /**
- * The current GEMM with token tiles of bn (64 or 128), the same Args as the previous one; with xp the activations
+ * The current GEMM with token tiles of bn (32, 64 or 128), the same Args as the previous one; with xp the activations
  * are split beforehand (xsplit_kernel, the DS4J_TC_XSPLIT path): nrows rows (dense groups x S, moe the rows of x)
  * of cols columns, group stride xgs; extra: the column parts' fields (kparts, part) when not null.
  */
@@ -163,19 +163,27 @@ static void launch_gemm(int fmt, int bn, dim3 grid, const tc1::Args& a1, bool xp
         a.xs_ld = lds;
         a.xs_plane = nrows * lds;
     }
+#define TC_FB(F) (bn == 128 ? launch_gemm_fb<F, MOE, 128>(grid, a) : bn == 64 ? launch_gemm_fb<F, MOE, 64>(grid, a) \
+                                                                   : launch_gemm_fb<F, MOE, 32>(grid, a))
     switch (fmt) {
-        case DS4J_FMT_F16: bn == 128 ? launch_gemm_fb<DS4J_FMT_F16, MOE, 128>(grid, a) : launch_gemm_fb<DS4J_FMT_F16, MOE, 64>(grid, a); break;
-        case DS4J_FMT_BF16: bn == 128 ? launch_gemm_fb<DS4J_FMT_BF16, MOE, 128>(grid, a) : launch_gemm_fb<DS4J_FMT_BF16, MOE, 64>(grid, a); break;
-        case DS4J_FMT_FP8_E4M3_B128:
-            bn == 128 ? launch_gemm_fb<DS4J_FMT_FP8_E4M3_B128, MOE, 128>(grid, a) : launch_gemm_fb<DS4J_FMT_FP8_E4M3_B128, MOE, 64>(grid, a);
-            break;
-        default:
-            bn == 128 ? launch_gemm_fb<DS4J_FMT_FP4_E2M1_B32, MOE, 128>(grid, a) : launch_gemm_fb<DS4J_FMT_FP4_E2M1_B32, MOE, 64>(grid, a);
-            break;
+        case DS4J_FMT_F16: TC_FB(DS4J_FMT_F16); break;
+        case DS4J_FMT_BF16: TC_FB(DS4J_FMT_BF16); break;
+        case DS4J_FMT_FP8_E4M3_B128: TC_FB(DS4J_FMT_FP8_E4M3_B128); break;
+        default: TC_FB(DS4J_FMT_FP4_E2M1_B32); break;
     }
+#undef TC_FB
 }
 
 static int bit_diffs(const float* a, const float* b, size_t n);
+
+/** The prefill GEMM's variants each case runs: token tile, activations split beforehand, deeper weight loads. */
+struct TcVariant {
+    int bn;
+    bool xp, deep;
+};
+constexpr TcVariant TC_VARIANTS[] = {{64, false, false}, {128, false, false}, {64, true, false}, {128, true, false},
+                                     {64, true, true},   {32, false, false},  {32, true, false}, {32, true, true}};
+constexpr int N_TC_VARIANTS = sizeof(TC_VARIANTS) / sizeof(TC_VARIANTS[0]);
 
 /** FNV-1a over the bit patterns of n floats: equal hashes across builds mean the same outputs, bit for bit. */
 static uint64_t bits_hash(const float* a, size_t n) {
@@ -214,11 +222,11 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
     dim3 grid((S + 63) / 64, groups * a.tiles_per_grp);
     launch_gemm_v1<false>(fmt, grid, a);
     // the current kernel with both token tiles: the same bits as the previous one, padding included
-    int diffs[5];
-    for (int i = 0; i < 5; i++) {
-        const int bn = i == 4 ? 64 : 64 << (i & 1);
-        const bool xp = i >= 2;
-        g_deep = i == 4;
+    int diffs[N_TC_VARIANTS];
+    for (int i = 0; i < N_TC_VARIANTS; i++) {
+        const int bn = TC_VARIANTS[i].bn;
+        const bool xp = TC_VARIANTS[i].xp;
+        g_deep = TC_VARIANTS[i].deep;
         std::vector<float> y2(ldy * S, -777.f);
         a.y = y2.data();
         launch_gemm<false>(fmt, bn, dim3((S + bn - 1) / bn, groups * a.tiles_per_grp), a, xp, (int64_t)groups * S, cols,
@@ -235,10 +243,12 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
     for (int kp : {3, nk + 1}) {
         if (kp == nk + 1 && (nk > 2 || kp == 3)) continue;  // nk 2: kp 3 already leaves a part empty
         std::vector<float> first;
-        for (int i = 0; i < 6; i++) {
-            const int bn = i == 1 || i == 3 ? 128 : 64, S2 = i == 5 ? std::max(1, S - 5) : S;
-            const bool xp = i >= 2;
-            g_deep = i == 4;
+        for (int i = 0; i <= N_TC_VARIANTS; i++) {
+            // every variant, then (i == N_TC_VARIANTS) the first one with fewer tokens
+            const TcVariant tv = TC_VARIANTS[i < N_TC_VARIANTS ? i : 0];
+            const int bn = tv.bn, S2 = i == N_TC_VARIANTS ? std::max(1, S - 5) : S;
+            const bool xp = tv.xp;
+            g_deep = tv.deep;
             std::vector<float> y2(ldy * S, -777.f), part((size_t)kp * S2 * rows, -555.f);
             tc1::Args b = a;
             b.y = y2.data();
@@ -279,8 +289,10 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
     // untouched padding
     for (int s = 0; s < S; s++) for (int r = rows; r < ldy; r++) if (y[s * ldy + r] != -777.f) { printf("FAIL dense wrote padding\n"); fails++; }
     printf("dense fmt %d rows %d (from %d) cols %d grp %d S %d: worst rel %.3g (column parts %.3g); vs previous kernel %d (BN 64) / %d (BN 128)"
-           " / %d (BN 64 XSPLIT) / %d (BN 128 XSPLIT) / %d (BN 64 XSPLIT deep) bits differ\n",
-           fmt, rows, from, cols, grp, S, worst, worst_kp, diffs[0], diffs[1], diffs[2], diffs[3], diffs[4]);
+           " / %d (BN 64 XSPLIT) / %d (BN 128 XSPLIT) / %d (BN 64 XSPLIT deep) / %d (BN 32) / %d (BN 32 XSPLIT) / %d (BN 32"
+           " XSPLIT deep) bits differ\n",
+           fmt, rows, from, cols, grp, S, worst, worst_kp, diffs[0], diffs[1], diffs[2], diffs[3], diffs[4], diffs[5], diffs[6],
+           diffs[7]);
 }
 
 static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick, bool misalign) {
@@ -323,11 +335,11 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
     a.perm = perm; a.cnt = cnt; a.off = off; a.tile_prefix = tp; a.E = E; a.k = k; a.x_per_pick = per_pick;
     const int max_tiles = P / 64 + std::min(E, P);
     launch_gemm_v1<true>(fmt, dim3(max_tiles, (rows + 127) / 128), a);
-    int diffs[5];
-    for (int i = 0; i < 5; i++) {
-        const int bn = i == 4 ? 64 : 64 << (i & 1);
-        const bool xp = i >= 2;
-        g_deep = i == 4;
+    int diffs[N_TC_VARIANTS];
+    for (int i = 0; i < N_TC_VARIANTS; i++) {
+        const int bn = TC_VARIANTS[i].bn;
+        const bool xp = TC_VARIANTS[i].xp;
+        g_deep = TC_VARIANTS[i].deep;
         std::vector<int32_t> tp2(E + 1, -1);
         emu_launch(dim3(1), dim3(256), 0, [&] { tc::moe_tiles_kernel(cnt, E, bn, tp2.data()); });
         std::vector<float> y2(ldy * P, -777.f);
@@ -357,8 +369,8 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
         }
     }
     printf("moe fmt %d E %d k %d S %d rows %d cols %d per_pick %d misalign %d: worst rel %.3g; vs previous kernel %d / %d"
-           " (XSPLIT %d / %d, deep %d) bits differ; tiles %d; counts", fmt, E, k, S, rows, cols, per_pick, misalign, worst, diffs[0],
-           diffs[1], diffs[2], diffs[3], diffs[4], tp[E]);
+           " (XSPLIT %d / %d, deep %d; BN 32 %d, XSPLIT %d, deep %d) bits differ; tiles %d; counts", fmt, E, k, S, rows, cols,
+           per_pick, misalign, worst, diffs[0], diffs[1], diffs[2], diffs[3], diffs[4], diffs[5], diffs[6], diffs[7], tp[E]);
     for (int e = 0; e < E; e++) printf(" %d", cnt[e]);
     printf("\n");
 }

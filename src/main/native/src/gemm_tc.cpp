@@ -1,7 +1,7 @@
 // Tensor-core GEMMs for prefill (ds4j_gpu.h, DS4J_TC_MIN_ROWS): dense and grouped matrix products against
 // stored-format weights, and routed-expert products with the picks grouped by expert (ds4j_moe_matmul_prefill).
 //
-// One block computes a tile of BM weight rows x BN tokens (BN 64 or 128, chosen per launch) with
+// One block computes a tile of BM weight rows x BN tokens (BN 32, 64 or 128, chosen per launch) with
 // mma.sync.m16n8k16 (BF16 in, F32 accumulate, fragments through ldmatrix), walking the columns BK = 64 at a time.
 // The weight tile is read as 16-byte chunks of the stored format and dequantised into shared memory as BF16 (exact
 // for BF16, FP8 x E8M0 and FP4 x E8M0; F16 becomes an exact pair of BF16 parts); the F32 activations are split into
@@ -61,8 +61,9 @@ constexpr int THREADS = 256; // 8 warps
 constexpr int LDW = (BK + 8) / 2;  // shared row stride in 32-bit words (two BF16 each): 144 bytes, conflict-free ldmatrix
 
 /**
- * Per token-tile width BN (64 or 128): the warps' layout. Every warp covers 32 tokens (NI = 4 MMA columns) and WM
- * weight rows (MI = WM / 16 MMA rows): 4 x 2 warps of 32 x 32 for BN 64, 2 x 4 warps of 64 x 32 for BN 128.
+ * Per token-tile width BN (32, 64 or 128): the warps' layout. Every warp covers 32 tokens (NI = 4 MMA columns) and WM
+ * weight rows (MI = WM / 16 MMA rows): 8 x 1 warps of 16 x 32 for BN 32, 4 x 2 warps of 32 x 32 for BN 64, 2 x 4 warps
+ * of 64 x 32 for BN 128.
  */
 template <int BN>
 struct Tile {
@@ -316,7 +317,7 @@ struct Args {
  * added in order afterwards (sum_partials); kparts is a function of the shape (k_parts), never of S.
  */
 template <int FMT, bool MOE, int BN, int XP>
-__global__ void __launch_bounds__(THREADS, BN == 64 || XP >= 2 ? 2 : 1) gemm_kernel(Args a) {
+__global__ void __launch_bounds__(THREADS, BN <= 64 || XP >= 2 ? 2 : 1) gemm_kernel(Args a) {
     DS4J_AWAIT_PREVIOUS();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();  // the host only launches this on compute capability >= 8.0 (tc_device)
@@ -578,21 +579,32 @@ static int sm_count(ds4j_ctx* ctx) {
 }
 
 /**
- * The token tile width: DS4J_TC_BN=64 or 128 forces it (for measurements); otherwise 128, the cheaper tile per
- * product, unless that leaves the device's multiprocessors idle (wide) or an average expert's picks would fill a
- * 128-token tile less than once (moe), then 64. Numbers never depend on it (see gemm_kernel).
+ * The token tile width for S tokens, bpt blocks per token tile (dense: row blocks x column parts) or an average of
+ * avg_picks picks per expert (moe): DS4J_TC_BN=32, 64 or 128 forces it (for measurements); otherwise 128, the cheaper
+ * tile per product, unless that leaves the device's multiprocessors idle or an average expert's picks would fill a
+ * 128-token tile less than once (moe), then 64. Dense products of a prefill chunk of a few dozen tokens (beside running
+ * streams) take 32 where S fits in it, or fits in two such tiles whose blocks stay within two per multiprocessor: a
+ * 64-token tile of at most 32 tokens leaves half its warps without a token to multiply, and a 32-token tile gives each
+ * warp 16 weight rows instead of 32. On the H200 (`tools/device/run.sh mm-bench --rows 16,32,64 --tc-rows 1`, graph µs,
+ * equal result hashes; BENCHMARKS.md, twenty-first session) 32 against 64 took wq_b 28.1 / 31.1 against 35.0 / 42.9 at
+ * 16 / 32 tokens, wo_a 101.6 against 111.8 at 32, wo_b 55.7 against 61.4; at 64 tokens wo_a 102.8 against 140.1, wo_b
+ * 56.4 against 75.9, shared w1 / w3 19.8 against 24.7, but wq_b (256 row blocks) 56.3 against 47.1. The routed experts
+ * keep 64 (99.0 against 88.8 for w1 / w3 at 16 tokens). DS4J_TC_BN32=0 turns the 32 off (for measurements). Numbers
+ * never depend on the tile (see gemm_kernel).
  */
-static int pick_bn(ds4j_ctx* ctx, bool moe, int64_t tiles128, int64_t avg_picks) {
-    static std::atomic<int> forced{-1};
+static int pick_bn(ds4j_ctx* ctx, bool moe, int64_t bpt, int64_t avg_picks, int S) {
+    static std::atomic<int> forced{-1}, narrow{-1};
     int f = forced.load();
     if (f < 0) {
         const char* e = getenv("DS4J_TC_BN");
-        f = e && strcmp(e, "64") == 0 ? 64 : e && strcmp(e, "128") == 0 ? 128 : 0;
+        f = e && strcmp(e, "32") == 0 ? 32 : e && strcmp(e, "64") == 0 ? 64 : e && strcmp(e, "128") == 0 ? 128 : 0;
         forced.store(f);
     }
     if (f) return f;
     if (moe) return avg_picks >= 128 ? 128 : 64;
-    return tiles128 >= sm_count(ctx) ? 128 : 64;
+    const int64_t sms = sm_count(ctx);
+    if (S <= 64 && !env_equals(narrow, "DS4J_TC_BN32", "0") && (S <= 32 || bpt <= sms)) return 32;  // two tiles: 2 bpt blocks
+    return (int64_t)((S + 127) / 128) * bpt >= sms ? 128 : 64;
 }
 
 /**
@@ -646,7 +658,7 @@ static hipError_t launch_gemm(ds4j_ctx* ctx, dim3 grid, const Args& a) {
 }
 
 /**
- * Whether a launch of this grid takes the XP 3 kernels (token tiles of 64 only: at 128 the deeper loads spill): at most
+ * Whether a launch of this grid takes the XP 3 kernels (token tiles of 32 and 64 only: at 128 the deeper loads spill): at most
  * four blocks per multiprocessor in all (a prefill chunk of a few dozen tokens, small products), so each block's column
  * tiles are its critical path; DS4J_TC_DEEP=0 (read once) never, for measurements. Same bits either way.
  */
@@ -666,7 +678,7 @@ template <int FMT, bool MOE, int BN>
 static hipError_t launch_gemm(ds4j_ctx* ctx, dim3 grid, const Args& a) {
     constexpr bool OCC2 = BN == 128 && (FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32);
     if (!a.xs) return launch_gemm<FMT, MOE, BN, 0>(ctx, grid, a);
-    if constexpr (BN == 64)
+    if constexpr (BN <= 64)
         if (deep_tiles(ctx, grid)) return launch_gemm<FMT, MOE, BN, 3>(ctx, grid, a);
     if constexpr (OCC2)
         if (xsplit_mode() == 2) return launch_gemm<FMT, MOE, BN, 2>(ctx, grid, a);
@@ -675,18 +687,16 @@ static hipError_t launch_gemm(ds4j_ctx* ctx, dim3 grid, const Args& a) {
 
 template <bool MOE>
 static hipError_t launch_gemm(ds4j_ctx* ctx, int format, int bn, dim3 grid, const Args& a) {
+#define DS4J_TC_BN_SWITCH(F) \
+    return bn == 128 ? launch_gemm<F, MOE, 128>(ctx, grid, a) : bn == 64 ? launch_gemm<F, MOE, 64>(ctx, grid, a) \
+                                                                          : launch_gemm<F, MOE, 32>(ctx, grid, a)
     switch (format) {
-        case DS4J_FMT_F16:
-            return bn == 128 ? launch_gemm<DS4J_FMT_F16, MOE, 128>(ctx, grid, a) : launch_gemm<DS4J_FMT_F16, MOE, 64>(ctx, grid, a);
-        case DS4J_FMT_BF16:
-            return bn == 128 ? launch_gemm<DS4J_FMT_BF16, MOE, 128>(ctx, grid, a) : launch_gemm<DS4J_FMT_BF16, MOE, 64>(ctx, grid, a);
-        case DS4J_FMT_FP8_E4M3_B128:
-            return bn == 128 ? launch_gemm<DS4J_FMT_FP8_E4M3_B128, MOE, 128>(ctx, grid, a)
-                             : launch_gemm<DS4J_FMT_FP8_E4M3_B128, MOE, 64>(ctx, grid, a);
-        default:
-            return bn == 128 ? launch_gemm<DS4J_FMT_FP4_E2M1_B32, MOE, 128>(ctx, grid, a)
-                             : launch_gemm<DS4J_FMT_FP4_E2M1_B32, MOE, 64>(ctx, grid, a);
+        case DS4J_FMT_F16: DS4J_TC_BN_SWITCH(DS4J_FMT_F16);
+        case DS4J_FMT_BF16: DS4J_TC_BN_SWITCH(DS4J_FMT_BF16);
+        case DS4J_FMT_FP8_E4M3_B128: DS4J_TC_BN_SWITCH(DS4J_FMT_FP8_E4M3_B128);
+        default: DS4J_TC_BN_SWITCH(DS4J_FMT_FP4_E2M1_B32);
     }
+#undef DS4J_TC_BN_SWITCH
 }
 
 /**
@@ -756,7 +766,7 @@ bool tc_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp, int
         *rc = partials_scratch(ctx, (int64_t)a.kparts * S * rows * 4, &a.part);
         if (*rc != DS4J_OK) return true;
     }
-    const int bn = pick_bn(ctx, false, (int64_t)((S + 127) / 128) * groups * tpg * a.kparts, 0);
+    const int bn = pick_bn(ctx, false, (int64_t)groups * tpg * a.kparts, 0, S);
     const int xrc = xsplit(ctx, a, (int64_t)groups * S, v.cols, groups > 1 ? xgs : 0, S);
     if (xrc != DS4J_OK) {
         *rc = xrc;
@@ -819,7 +829,7 @@ int32_t ds4j_moe_matmul_prefill(ds4j_ctx* ctx, int32_t format, void* const* w_ta
         int32_t* tile_prefix = off + E;
         moe_group_kernel<<<E, 256, 0, ctx->stream>>>(ids, (int)P, perm, cnt, off);
         DS4J_LAUNCHED("moe_group");
-        const int bn = pick_bn(ctx, true, 0, P / E);
+        const int bn = pick_bn(ctx, true, 0, P / E, 0);
         moe_tiles_kernel<<<1, 1024, 0, ctx->stream>>>(cnt, E, bn, tile_prefix);
         DS4J_LAUNCHED("moe_tiles");
         Args a{};
