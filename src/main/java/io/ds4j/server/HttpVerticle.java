@@ -145,6 +145,7 @@ public final class HttpVerticle extends VerticleBase {
             error(ctx, MalformedRequests.answer(ctx.request().path(), ctx.failure()));
         });
         r.errorHandler(404, ctx -> error(ctx, noRoute(ctx.request().method(), routed(ctx))));
+        r.errorHandler(416, HttpVerticle::rangeNotSatisfiable);
         r.errorHandler(405, ctx -> {
             String allow = allowed(routed(ctx));
             if (allow != null) ctx.response().putHeader("Allow", allow);
@@ -373,6 +374,26 @@ public final class HttpVerticle extends VerticleBase {
             });
             files.handle(ctx);
         };
+    }
+
+    /**
+     * The answer to a GET of a static file whose Range no byte of the file satisfies (a first byte at or past its end):
+     * 416 with the OpenAI error body and the {@code Content-Range: bytes *}{@code /LENGTH} the static handler set before
+     * it failed the request with 416. Both HTTP fronts register it as their router's handler for 416, so they answer
+     * alike; without it the router answers plain text and logs an ERROR for every such request, which any client can
+     * send, so it is logged at DEBUG only.
+     */
+    public static void rangeNotSatisfiable(RoutingContext ctx) {
+        HttpServerResponse resp = ctx.response();
+        if (resp.ended() || resp.closed() || resp.headWritten()) return;
+        String range = ctx.request().getHeader("Range");
+        if (range != null && range.length() > 64) range = range.substring(0, 64) + "...";
+        String contentRange = resp.headers().get(HttpHeaders.CONTENT_RANGE);
+        String size = contentRange != null && contentRange.startsWith("bytes */") ? contentRange.substring(8) : null;
+        ApiException e = new ApiException(416, "invalid_request_error", "range_not_satisfiable", null, "the range '"
+                + range + "' is not satisfiable" + (size != null ? ": the file has " + size + " bytes" : ""), null);
+        LOG.debug("{} {} answered with 416: {}", ctx.request().method(), ctx.request().path(), e.getMessage());
+        resp.setStatusCode(416).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(e.body()));
     }
 
     /**

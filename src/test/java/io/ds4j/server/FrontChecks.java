@@ -145,6 +145,35 @@ public final class FrontChecks {
         assertEquals("application/octet-stream", contentType(raw(port, "GET", "/vendor/dompurify/LICENSE")));
     }
 
+    /**
+     * A GET whose Range no part of the file satisfies gets 416 with {@code Content-Range: bytes *}{@code /LENGTH} and the
+     * usual OpenAI error body, and nothing is logged above DEBUG for it: any client can send such ranges.
+     */
+    public static void unsatisfiableRangeIsA416WithTheErrorBody(int port) throws Exception {
+        String whole = raw(port, "GET", "/app.js");
+        int length = whole.substring(whole.indexOf("\r\n\r\n") + 4).getBytes(StandardCharsets.UTF_8).length;
+        try (LogCapture log = new LogCapture()) {
+            // a first byte at or past the file's end, also one past anything a long holds
+            for (String range : List.of("bytes=99999999-", "bytes=" + length + "-", "bytes=99999999999999999999-")) {
+                String a = raw(port, "GET", "/app.js", "Range: " + range + "\r\n");
+                assertTrue(a.startsWith("HTTP/1.1 416"), range + ": " + a);
+                String head = a.substring(0, a.indexOf("\r\n\r\n")).toLowerCase(Locale.ROOT);
+                assertTrue(head.contains("\r\ncontent-range: bytes */" + length + "\r\n"), range + ": " + a);
+                assertTrue(head.contains("\r\ncontent-type: application/json\r\n"), range + ": " + a);
+                JsonNode e = Json.MAPPER.readTree(a.substring(a.indexOf("\r\n\r\n") + 4)).get("error");
+                assertNotNull(e, range + ": " + a);
+                assertEquals("invalid_request_error", e.get("type").asText(), a);
+                assertEquals("range_not_satisfiable", e.get("code").asText(), a);
+                assertTrue(e.get("message").asText().contains(length + " bytes"), a);
+            }
+            List<String> logged = log.lines().stream().filter(l -> l.contains("Unhandled") || l.contains("/app.js")
+                    || l.contains("\tat ")).toList();
+            assertTrue(logged.isEmpty(), "logged for a client's unsatisfiable range: " + logged);
+        }
+        // the ranges it can serve still are
+        assertTrue(raw(port, "GET", "/app.js", "Range: bytes=" + (length - 1) + "-\r\n").startsWith("HTTP/1.1 206"));
+    }
+
     /** The raw answer to a request without a body, read to the end (the connection closes after it). */
     static String raw(int port, String method, String path) throws Exception {
         return raw(port, method, path, "");

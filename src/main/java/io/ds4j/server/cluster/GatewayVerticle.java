@@ -164,6 +164,7 @@ public final class GatewayVerticle extends VerticleBase {
             error(ctx.response(), e);
         });
         r.errorHandler(404, ctx -> error(ctx.response(), HttpVerticle.noRoute(ctx.request().method(), HttpVerticle.routed(ctx))));
+        r.errorHandler(416, HttpVerticle::rangeNotSatisfiable);
 
         consumers.add(vertx.eventBus().<JsonObject>consumer(EngineNode.ANNOUNCE, m -> announced(m.body())));
         consumers.add(vertx.eventBus().<ClusterFrame>consumer(address, this::onFrame));

@@ -118,6 +118,7 @@ class GatewayHttpTest {
         }
         // the playground's files and paths with no route: GET's headers, its Content-Type and length included
         io.ds4j.server.FrontChecks.staticHeadsMatchGets(node.port());
+        io.ds4j.server.FrontChecks.unsatisfiableRangeIsA416WithTheErrorBody(node.port());
     }
 
     /** Sends a request's head and part of its body, then nothing more; returns everything answered, to the close. */
