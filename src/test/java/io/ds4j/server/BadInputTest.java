@@ -396,6 +396,14 @@ class BadInputTest {
         expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"tool_calls\":"
                 + "[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"d\","
                 + "\"content\":\"ok\"}]}", 400, "messages[2].tool_call_id");
+        // a call left unanswered (before another message, or at the end), answered twice, or without an id
+        String call = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"tool_calls\":"
+                + "[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
+        String answer = ",{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"ok\"}";
+        expect("/v1/chat/completions", call + ",{\"role\":\"user\",\"content\":\"and?\"}]}", 400, "messages[1].tool_calls");
+        expect("/v1/chat/completions", call + "]}", 400, "messages[1].tool_calls");
+        expect("/v1/chat/completions", call + answer + answer + "]}", 400, "messages[3].tool_call_id");
+        expect("/v1/chat/completions", call.replace("\"id\":\"c\",", "") + answer + "]}", 400, "messages[1].tool_calls[0].id");
         JsonNode e = expect("/v1/chat/completions", chat("\"tool_choice\":5"), 400, "tool_choice");
         assertTrue(e.get("message").asText().contains("must be a string"), e.toString());
     }

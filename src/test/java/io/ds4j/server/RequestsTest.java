@@ -130,7 +130,7 @@ class RequestsTest {
         assertEquals(needs, refused("messages[1].content", messages("{\"role\":\"assistant\",\"reasoning_content\":\"r\"}")));
         // either is enough; empty text is content
         assertEquals(3, parse(messages("{\"role\":\"assistant\",\"content\":\"\"}", "{\"role\":\"user\",\"content\":\"x\"}")).messages().size());
-        assertEquals(3, parse(messages(CALL, tool("c1"))).messages().size());
+        assertEquals(4, parse(messages(CALL, tool("c1"), tool("c2"))).messages().size());
     }
 
     @Test
@@ -142,20 +142,52 @@ class RequestsTest {
                 refused("messages[2].tool_call_id", messages(CALL, tool("c3"))));
         assertEquals("messages[3].tool_call_id: 'C1' is not the id of a tool call of messages[1] (its tool calls: 'c1', 'c2')",
                 refused("messages[3].tool_call_id", messages(CALL, tool("c1"), tool("C1"))));
-        // no call before it at all, or another message in between: it answers nothing
+        // no call before it at all, or another message in between (after every call was answered): it answers nothing
         String none = " answers no tool call: a tool message follows the assistant message with the tool_calls it answers"
                 + " (or another tool message after it)";
         assertEquals("messages[1].tool_call_id: 'c1'" + none, refused("messages[1].tool_call_id", messages(tool("c1"))));
-        assertEquals("messages[3].tool_call_id: 'c1'" + none,
-                refused("messages[3].tool_call_id", messages(CALL, "{\"role\":\"user\",\"content\":\"and?\"}", tool("c1"))));
-        assertEquals("messages[3].tool_call_id: 'c1'" + none,
-                refused("messages[3].tool_call_id", messages(CALL, "{\"role\":\"assistant\",\"content\":\"done\"}", tool("c1"))));
-        // a call without an id cannot be answered by one
-        String noId = "{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
-        assertEquals("messages[2].tool_call_id: 'c1' is not the id of a tool call of messages[1] (its tool calls: one without an id)",
-                refused("messages[2].tool_call_id", messages(noId, tool("c1"))));
-        // a later turn answers the later call
-        assertEquals(7, parse(messages(CALL, tool("c1"), "{\"role\":\"assistant\",\"content\":\"ok\"}",
-                "{\"role\":\"user\",\"content\":\"again\"}", CALL.replace("c1", "c9"), tool("c9"))).messages().size());
+        assertEquals("messages[5].tool_call_id: 'c1'" + none, refused("messages[5].tool_call_id",
+                messages(CALL, tool("c1"), tool("c2"), "{\"role\":\"user\",\"content\":\"and?\"}", tool("c1"))));
+        assertEquals("messages[5].tool_call_id: 'c1'" + none, refused("messages[5].tool_call_id",
+                messages(CALL, tool("c1"), tool("c2"), "{\"role\":\"assistant\",\"content\":\"done\"}", tool("c1"))));
+        // a later turn answers the later calls
+        assertEquals(9, parse(messages(CALL, tool("c1"), tool("c2"), "{\"role\":\"assistant\",\"content\":\"ok\"}",
+                "{\"role\":\"user\",\"content\":\"again\"}", CALL.replace("c1", "c9"), tool("c9"), tool("c2"))).messages().size());
+    }
+
+    @Test
+    void everyToolCallIsAnsweredOnceBeforeAnyOtherMessage() throws Exception {
+        String user = "{\"role\":\"user\",\"content\":\"and?\"}";
+        String rule = ": an assistant message with tool_calls must be followed by a tool message answering each of its"
+                + " call ids before any other message";
+        // every call answered, in any order, then the conversation goes on
+        assertEquals(5, parse(messages(CALL, tool("c2"), tool("c1"), user)).messages().size());
+        // a call left without its answer before the next message that is not a tool message
+        assertEquals("messages[1].tool_calls: no tool message answers the call 'c2' before messages[3] (a user message)" + rule,
+                refused("messages[1].tool_calls", messages(CALL, tool("c1"), user)));
+        assertEquals("messages[1].tool_calls: no tool message answers the calls 'c1', 'c2' before messages[2] (an assistant"
+                + " message)" + rule, refused("messages[1].tool_calls", messages(CALL, "{\"role\":\"assistant\",\"content\":\"done\"}")));
+        // or before the conversation ends: a history whose last calls have no results
+        assertEquals("messages[1].tool_calls: no tool message answers the calls 'c1', 'c2' before the messages end" + rule,
+                refused("messages[1].tool_calls", messages(CALL)));
+        assertEquals("messages[1].tool_calls: no tool message answers the call 'c1' before the messages end" + rule,
+                refused("messages[1].tool_calls", messages(CALL, tool("c2"))));
+        // many unanswered calls: the first few are named
+        StringBuilder many = new StringBuilder("{\"role\":\"assistant\",\"tool_calls\":[");
+        for (int i = 0; i < 20; i++)
+            many.append(i == 0 ? "" : ",").append("{\"id\":\"k").append(i).append("\",\"function\":{\"name\":\"f\"}}");
+        assertEquals("messages[1].tool_calls: no tool message answers the calls 'k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8',"
+                + " and 11 more before the messages end" + rule, refused("messages[1].tool_calls", messages(many + "]}", tool("k0"))));
+        // one call answered twice
+        assertEquals("messages[3].tool_call_id: 'c1' was already answered by messages[2]: each tool call of messages[1] is"
+                + " answered by one tool message", refused("messages[3].tool_call_id", messages(CALL, tool("c1"), tool("c1"), tool("c2"))));
+        // a call without an id (or an empty one), which no tool message could name, and two calls with one id
+        String need = ".id: is required: the tool message that answers the call names it by its id";
+        assertEquals("messages[1].tool_calls[0]" + need, refused("messages[1].tool_calls[0].id",
+                messages("{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}")));
+        assertEquals("messages[1].tool_calls[1]" + need, refused("messages[1].tool_calls[1].id",
+                messages(CALL.replace("\"id\":\"c2\"", "\"id\":\"\""), tool("c1"))));
+        assertEquals("messages[1].tool_calls[1].id: 'c1' is also the id of messages[1].tool_calls[0]: each tool call has an id"
+                + " of its own", refused("messages[1].tool_calls[1].id", messages(CALL.replace("c2", "c1"), tool("c1"))));
     }
 }

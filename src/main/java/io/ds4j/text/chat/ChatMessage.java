@@ -2,8 +2,10 @@ package io.ds4j.text.chat;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 
 /**
  * One message of an OpenAI-style conversation, as the V4 encoder takes it.
@@ -39,7 +41,8 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
     /**
      * A function call made by the assistant.
      *
-     * @param id the call's id (OpenAI {@code tool_calls[].id}); may be null
+     * @param id the call's id (OpenAI {@code tool_calls[].id}); may be null in a message built in code, never in one
+     *     read by {@link ChatMessage#listFromOpenAi}
      * @param name the function name
      * @param arguments the arguments as JSON text (normally an object)
      */
@@ -88,46 +91,85 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
     }
 
     /**
-     * Reads an OpenAI {@code messages} array. Beyond each message's own fields, a {@code tool} message must answer a
-     * call of the assistant message with {@code tool_calls} it follows (directly or after other tool messages): its
-     * {@code tool_call_id} is one of that message's call ids, as OpenAI requires.
+     * Reads an OpenAI {@code messages} array. Beyond each message's own fields, tool calls and their results must pair
+     * up as OpenAI requires: an assistant message with {@code tool_calls} is followed by one {@code tool} message for
+     * each of its calls (in any order) before any other message, also when it is the conversation's last turn, and a
+     * tool message answers a call of that assistant message, by its id, and only once.
      *
      * @throws ChatFormatException naming the first bad field, e.g. {@code messages[2].role: unknown role 'foo'}
      */
     public static List<ChatMessage> listFromOpenAi(JsonNode messages) {
         if (messages == null || !messages.isArray()) throw new ChatFormatException("messages", "must be an array");
         List<ChatMessage> out = new ArrayList<>(messages.size());
-        int caller = -1; // the assistant message whose calls a tool message here answers, or -1
+        int caller = -1; // the assistant message whose calls the tool messages here answer, or -1
+        Map<String, Integer> answered = new HashMap<>(); // its call ids answered so far, with the tool message that did
         for (int i = 0; i < messages.size(); i++) {
             String path = "messages[" + i + "]";
             ChatMessage m = fromOpenAi(messages.get(i), path);
-            switch (m.role()) {
-                case ASSISTANT -> caller = m.toolCalls().isEmpty() ? -1 : i;
-                case TOOL -> checkAnswers(m, path, caller, caller < 0 ? null : out.get(caller));
-                default -> caller = -1;
+            if (m.role() == Role.TOOL) {
+                checkAnswers(m, path, caller, caller < 0 ? null : out.get(caller), answered);
+                answered.put(m.toolCallId(), i);
+            } else {
+                if (caller >= 0) checkAllAnswered(out.get(caller), caller, answered, "before " + path + " ("
+                        + (m.role() == Role.ASSISTANT ? "an " : "a ") + m.role().wireName() + " message)");
+                caller = m.role() == Role.ASSISTANT && !m.toolCalls().isEmpty() ? i : -1;
+                answered.clear();
             }
             out.add(m);
         }
+        if (caller >= 0) checkAllAnswered(out.get(caller), caller, answered, "before the messages end");
         return out;
     }
 
     /**
-     * Refuses a tool message that answers no call of the assistant message before it: the encoder puts tool results
-     * in the order of that message's calls, and a result for a call the model never made is a broken history (a
-     * client that lost or reordered messages), which OpenAI refuses too.
+     * Refuses a tool message that answers no call of the assistant message before it, or a call already answered: the
+     * encoder puts tool results in the order of that message's calls, and a result for a call the model never made,
+     * or a second one for a call, is a broken history (a client that lost, reordered or repeated messages), which
+     * OpenAI refuses too.
      */
-    private static void checkAnswers(ChatMessage tool, String path, int caller, ChatMessage assistant) {
+    private static void checkAnswers(ChatMessage tool, String path, int caller, ChatMessage assistant,
+                                     Map<String, Integer> answered) {
         String id = "'" + tool.toolCallId() + "'";
         if (assistant == null)
             throw new ChatFormatException(path + ".tool_call_id", id + " answers no tool call: a tool message follows the"
                     + " assistant message with the tool_calls it answers (or another tool message after it)");
+        Integer before = answered.get(tool.toolCallId());
+        if (before != null)
+            throw new ChatFormatException(path + ".tool_call_id", id + " was already answered by messages[" + before
+                    + "]: each tool call of messages[" + caller + "] is answered by one tool message");
         List<String> ids = new ArrayList<>();
         for (ToolCall c : assistant.toolCalls()) {
             if (tool.toolCallId().equals(c.id())) return;
-            ids.add(c.id() == null ? "one without an id" : "'" + c.id() + "'");
+            ids.add("'" + c.id() + "'");
         }
         throw new ChatFormatException(path + ".tool_call_id", id + " is not the id of a tool call of messages[" + caller
                 + "] (its tool calls: " + String.join(", ", ids) + ")");
+    }
+
+    /** The most unanswered call ids an error lists. */
+    private static final int MAX_LISTED_IDS = 8;
+
+    /**
+     * Refuses an assistant message with tool_calls whose calls are not all answered before the next message other
+     * than a tool message, or before the conversation ends: the model would go on as if it had the results of calls it
+     * never got (a client that lost a result or stopped its agent mid-step), which OpenAI refuses too.
+     *
+     * @param where where the answers stop, e.g. {@code before messages[3] (a user message)}
+     */
+    private static void checkAllAnswered(ChatMessage assistant, int index, Map<String, Integer> answered, String where) {
+        List<String> missing = new ArrayList<>();
+        int count = 0;
+        for (ToolCall c : assistant.toolCalls()) {
+            if (answered.containsKey(c.id())) continue;
+            // the first few name the problem; a message (and its log line) listing thousands would not help more
+            if (++count <= MAX_LISTED_IDS) missing.add("'" + c.id() + "'");
+        }
+        if (count == 0) return;
+        if (count > MAX_LISTED_IDS) missing.add("and " + (count - MAX_LISTED_IDS) + " more");
+        throw new ChatFormatException("messages[" + index + "].tool_calls", "no tool message answers "
+                + (count == 1 ? "the call " : "the calls ") + String.join(", ", missing) + " " + where
+                + ": an assistant message with tool_calls must be followed by a tool message answering each of its call"
+                + " ids before any other message");
     }
 
     /** Reads one OpenAI message object; errors are reported under the path {@code message}. */
@@ -163,7 +205,16 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
                 throw new ChatFormatException(callsPath, "only assistant messages carry tool calls");
             }
             calls = new ArrayList<>(callsNode.size());
-            for (int i = 0; i < callsNode.size(); i++) calls.add(readToolCall(callsNode.get(i), callsPath + "[" + i + "]"));
+            Map<String, Integer> ids = new HashMap<>();
+            for (int i = 0; i < callsNode.size(); i++) {
+                ToolCall c = readToolCall(callsNode.get(i), callsPath + "[" + i + "]");
+                // a tool message names the call it answers by its id, so two calls with one id cannot both be answered
+                Integer same = ids.putIfAbsent(c.id(), i);
+                if (same != null)
+                    throw new ChatFormatException(callsPath + "[" + i + "].id", "'" + c.id() + "' is also the id of "
+                            + callsPath + "[" + same + "]: each tool call has an id of its own");
+                calls.add(c);
+            }
         }
         if (role == Role.DEVELOPER && (content == null || content.isEmpty())) {
             throw new ChatFormatException(path + ".content", "a developer message needs non-empty content");
@@ -259,6 +310,10 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         } else {
             throw new ChatFormatException(path + ".function.arguments", "must be a JSON string");
         }
+        // the tool message answering the call names it by its id (OpenAI requires one too); checked last, so a call
+        // that is wrong in several ways is first told about its function
+        if (id == null || id.isEmpty())
+            throw new ChatFormatException(path + ".id", "is required: the tool message that answers the call names it by its id");
         return new ToolCall(id, name.textValue(), arguments);
     }
 }

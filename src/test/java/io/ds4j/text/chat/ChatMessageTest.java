@@ -30,8 +30,9 @@ class ChatMessageTest {
                  {"role": "assistant", "content": null, "reasoning_content": "r",
                   "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\\"x\\": 1}"}},
                                  {"id": "c2", "type": "function", "function": {"name": "g", "arguments": {"y": [1, 2.5]}}}]},
-                 {"role": "tool", "tool_call_id": "c1", "content": "ok"}]"""));
-        assertEquals(5, m.size());
+                 {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+                 {"role": "tool", "tool_call_id": "c2", "content": "done"}]"""));
+        assertEquals(6, m.size());
         assertEquals(Role.DEVELOPER, m.get(1).role());
         assertEquals("a\n\nb", m.get(2).content());
         assertEquals("bob", m.get(2).name());
