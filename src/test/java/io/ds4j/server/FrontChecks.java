@@ -180,7 +180,7 @@ public final class FrontChecks {
     }
 
     /** The raw answer to a request without a body, with extra header lines (each ending in CRLF). */
-    static String raw(int port, String method, String path, String headers) throws Exception {
+    public static String raw(int port, String method, String path, String headers) throws Exception {
         try (Socket s = new Socket("127.0.0.1", port)) {
             s.setSoTimeout(30_000);
             s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + "\r\n")

@@ -1,6 +1,7 @@
 package io.ds4j.server.cluster;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.server.FrontChecks;
 import io.ds4j.server.Json;
 import io.ds4j.server.LogCapture;
 import io.ds4j.server.config.ServerConfig;
@@ -55,14 +56,9 @@ class GatewayHttpTest {
         return raw(node.port(), method, path, "");
     }
 
-    /** The raw answer to a request without a body, with extra header lines (each ending in CRLF). */
+    /** {@link FrontChecks#raw(int, String, String, String)}. */
     static String raw(int port, String method, String path, String headers) throws Exception {
-        try (Socket s = new Socket("127.0.0.1", port)) {
-            s.setSoTimeout(30_000);
-            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + "\r\n")
-                    .getBytes(StandardCharsets.US_ASCII));
-            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        }
+        return FrontChecks.raw(port, method, path, headers);
     }
 
     @Test
@@ -117,8 +113,8 @@ class GatewayHttpTest {
                 assertTrue(head.contains("content-length: " + get.substring(get.indexOf("\r\n\r\n") + 4).getBytes(StandardCharsets.UTF_8).length), head);
         }
         // the playground's files and paths with no route: GET's headers, its Content-Type and length included
-        io.ds4j.server.FrontChecks.staticHeadsMatchGets(node.port());
-        io.ds4j.server.FrontChecks.unsatisfiableRangeIsA416WithTheErrorBody(node.port());
+        FrontChecks.staticHeadsMatchGets(node.port());
+        FrontChecks.unsatisfiableRangeIsA416WithTheErrorBody(node.port());
     }
 
     /** Sends a request's head and part of its body, then nothing more; returns everything answered, to the close. */
