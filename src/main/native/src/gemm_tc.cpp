@@ -603,7 +603,7 @@ static int pick_bn(ds4j_ctx* ctx, bool moe, int64_t bpt, int64_t avg_picks, int 
     if (f) return f;
     if (moe) return avg_picks >= 128 ? 128 : 64;
     const int64_t sms = sm_count(ctx);
-    if (S <= 64 && !env_equals(narrow, "DS4J_TC_BN32", "0") && (S <= 32 || bpt <= sms)) return 32;  // two tiles: 2 bpt blocks
+    if (S <= 64 && !env_equals(narrow, "DS4J_TC_BN32", "0") && (S <= 32 || bpt <= sms)) return 32;  // 2 bpt blocks at 33..64
     return (int64_t)((S + 127) / 128) * bpt >= sms ? 128 : 64;
 }
 
