@@ -295,14 +295,17 @@ final class Requests {
         return out;
     }
 
+    /** Spaces and tabs around a logit_bias key, which a key may have (control characters it may not). */
+    private static final java.util.regex.Pattern SPACES_AROUND = java.util.regex.Pattern.compile("^[ \\t]+|[ \\t]+$");
+
     /**
-     * A logit_bias key's token id: ASCII digits, optionally signed, optionally with whitespace around them
+     * A logit_bias key's token id: ASCII digits, optionally signed, optionally with spaces or tabs around them
      * (Integer.parseInt alone would also read the digits of other scripts, such as Arabic-Indic ones, which no client
-     * writes a token id in). Its range is checked here, where the key as written is at hand for the message: "+129280"
-     * is shown so, not as 129280.
+     * writes a token id in; String.trim would also drop control characters such as NUL). Its range is checked here,
+     * where the key as written is at hand for the message: "+129280" is shown so, not as 129280.
      */
     private static int biasKey(String key, int limit) {
-        String t = key.trim();
+        String t = SPACES_AROUND.matcher(key).replaceAll("");
         int digits = t.startsWith("+") || t.startsWith("-") ? 1 : 0;
         if (t.length() == digits || !t.substring(digits).chars().allMatch(c -> c >= '0' && c <= '9'))
             throw ApiException.badField("logit_bias", "key '" + key + "' is not a token id (ASCII digits 0-9, optionally signed)");

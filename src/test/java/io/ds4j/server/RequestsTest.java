@@ -4,6 +4,8 @@ import io.ds4j.server.config.ServerConfig;
 import org.junit.jupiter.api.Test;
 
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -105,6 +107,10 @@ class RequestsTest {
         for (String key : new String[]{"", " ", "+", "-", "5.0", "1e3", "0x5", "5 5", "++5"})
             assertEquals("logit_bias: key '" + key + "' is not a token id (ASCII digits 0-9, optionally signed)",
                     refused("logit_bias", chat("\"logit_bias\":{\"" + key + "\":1}")), key);
+        // control characters around the digits are not spaces (String.trim would have dropped them)
+        for (String[] k : new String[][]{{"\\u00005", "\u00005"}, {"5\\u001f", "5\u001f"}, {"\\n5", "\n5"}})
+            assertEquals("logit_bias: key '" + k[1] + "' is not a token id (ASCII digits 0-9, optionally signed)",
+                    refused("logit_bias", chat("\"logit_bias\":{\"" + k[0] + "\":1}")), k[0]);
         // as before: other forms of a token id name it, and the last id is one
         var bias = parse(chat("\"logit_bias\":{\"05\":1,\"+6\":2,\" 7 \":3,\"-0\":4,\"" + (limit - 1) + "\":5}")).params().logitBias();
         assertEquals(java.util.Map.of(5, 1f, 6, 2f, 7, 3f, 0, 4f, limit - 1, 5f), bias);
@@ -178,6 +184,18 @@ class RequestsTest {
             many.append(i == 0 ? "" : ",").append("{\"id\":\"k").append(i).append("\",\"function\":{\"name\":\"f\"}}");
         assertEquals("messages[1].tool_calls: no tool message answers the calls 'k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8',"
                 + " and 11 more before the messages end" + rule, refused("messages[1].tool_calls", messages(many + "]}", tool("k0"))));
+        // and a wrong id among many calls names the first few of them, not all
+        assertEquals("messages[2].tool_call_id: 'nope' is not the id of a tool call of messages[1] (its tool calls: 'k0', 'k1',"
+                + " 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', and 12 more)", refused("messages[2].tool_call_id", messages(many + "]}", tool("nope"))));
+        // thousands of calls each answered in turn: one look-up per answer, not a scan of the calls (an event loop parses this)
+        StringBuilder lots = new StringBuilder("{\"role\":\"assistant\",\"tool_calls\":[");
+        List<String> answers = new ArrayList<>();
+        for (int i = 0; i < 20_000; i++) {
+            lots.append(i == 0 ? "" : ",").append("{\"id\":\"L").append(i).append("\",\"function\":{\"name\":\"f\"}}");
+            answers.add(tool("L" + i));
+        }
+        answers.add(0, lots + "]}");
+        assertEquals(20_002, parse(messages(answers.toArray(String[]::new))).messages().size());
         // one call answered twice
         assertEquals("messages[3].tool_call_id: 'c1' was already answered by messages[2]: each tool call of messages[1] is"
                 + " answered by one tool message", refused("messages[3].tool_call_id", messages(CALL, tool("c1"), tool("c1"), tool("c2"))));

@@ -3,9 +3,11 @@ package io.ds4j.text.chat;
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 
 /**
  * One message of an OpenAI-style conversation, as the V4 encoder takes it.
@@ -102,17 +104,20 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         if (messages == null || !messages.isArray()) throw new ChatFormatException("messages", "must be an array");
         List<ChatMessage> out = new ArrayList<>(messages.size());
         int caller = -1; // the assistant message whose calls the tool messages here answer, or -1
+        Set<String> callIds = new HashSet<>(); // its call ids: each tool message is checked in constant time
         Map<String, Integer> answered = new HashMap<>(); // its call ids answered so far, with the tool message that did
         for (int i = 0; i < messages.size(); i++) {
             String path = "messages[" + i + "]";
             ChatMessage m = fromOpenAi(messages.get(i), path);
             if (m.role() == Role.TOOL) {
-                checkAnswers(m, path, caller, caller < 0 ? null : out.get(caller), answered);
+                checkAnswers(m, path, caller, caller < 0 ? null : out.get(caller), callIds, answered);
                 answered.put(m.toolCallId(), i);
             } else {
                 if (caller >= 0) checkAllAnswered(out.get(caller), caller, answered, "before " + path + " ("
                         + (m.role() == Role.ASSISTANT ? "an " : "a ") + m.role().wireName() + " message)");
                 caller = m.role() == Role.ASSISTANT && !m.toolCalls().isEmpty() ? i : -1;
+                callIds.clear();
+                for (ToolCall c : m.toolCalls()) callIds.add(c.id());
                 answered.clear();
             }
             out.add(m);
@@ -127,7 +132,7 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
      * or a second one for a call, is a broken history (a client that lost, reordered or repeated messages), which
      * OpenAI refuses too.
      */
-    private static void checkAnswers(ChatMessage tool, String path, int caller, ChatMessage assistant,
+    private static void checkAnswers(ChatMessage tool, String path, int caller, ChatMessage assistant, Set<String> callIds,
                                      Map<String, Integer> answered) {
         String id = "'" + tool.toolCallId() + "'";
         if (assistant == null)
@@ -137,9 +142,13 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         if (before != null)
             throw new ChatFormatException(path + ".tool_call_id", id + " was already answered by messages[" + before
                     + "]: each tool call of messages[" + caller + "] is answered by one tool message");
+        if (callIds.contains(tool.toolCallId())) return;
         List<String> ids = new ArrayList<>();
         for (ToolCall c : assistant.toolCalls()) {
-            if (tool.toolCallId().equals(c.id())) return;
+            if (ids.size() == MAX_LISTED_IDS) {
+                ids.add("and " + (assistant.toolCalls().size() - MAX_LISTED_IDS) + " more");
+                break;
+            }
             ids.add("'" + c.id() + "'");
         }
         throw new ChatFormatException(path + ".tool_call_id", id + " is not the id of a tool call of messages[" + caller
