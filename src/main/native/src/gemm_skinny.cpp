@@ -1169,10 +1169,26 @@ static int warps_for(int mt, int64_t tiles, int64_t rb) {
     return nw;
 }
 
-/** False when DS4J_SKINNY_WIDE is "0": steps of more than 32 rows then run in passes of 32 (each reading the weights). */
-static bool wide_passes() {
+/** Fewest rows (all groups of an FP8 product) from which steps of more than 32 rows run in passes of 32 (wide_passes). */
+constexpr int64_t NARROW_MIN_ROWS = 2048;
+
+/**
+ * Whether a step of more than 32 rows against a product of `rows` rows (all groups) in `format` runs in one pass of 8
+ * n-tiles (true) or in passes of 32 rows, each reading the weights (false). DS4J_SKINNY_WIDE (read once): 1 (default)
+ * always one pass; 2 passes of 32 for FP8 products of at least NARROW_MIN_ROWS rows, one pass for the others; 0 always
+ * passes of 32. Rule 2 is not the default yet: the GPU suite has not run on it (measured per product only, below). A 64-token FP8 pass holds 186 registers a thread, one block per multiprocessor, so a
+ * product whose blocks exceed one wave runs two latency-bound waves of it; two 32-row passes run two blocks per
+ * multiprocessor. On the H200 (`DS4J_SKINNY_WIDE=1|0 tools/device/run.sh mm-bench --rows 48,64 --reps 30`, graph µs at
+ * 64 rows, equal result hashes; BENCHMARKS.md, twenty-first session) passes of 32 took wq_b 69.6 against 83.1, wo_a 75.1
+ * against 93.1, wo_b 70.9 against 91.4, the shared expert's w1 / w3 24.3 against 27.8 and w2 23.1 against 27.5, but
+ * wq_a (1,024 rows) 18.1 against 15.1 and wkv (512) 16.9 against 13.9. Other formats keep one pass: the BF16 product of
+ * 1,024 rows moved by 3 %, and the BF16 head (129,280 rows, 1 GB read once per pass) was not measured. The pass width
+ * never changes a row's sums.
+ */
+static bool wide_passes(int format, int64_t rows) {
     static std::atomic<int> c{0};
-    return env_choice(c, "DS4J_SKINNY_WIDE", 1, 0, 1) == 1;
+    const int v = env_choice(c, "DS4J_SKINNY_WIDE", 1, 0, 2);
+    return v == 1 || (v == 2 && (format != DS4J_FMT_FP8_E4M3_B128 || rows < NARROW_MIN_ROWS));
 }
 
 /**
@@ -1198,7 +1214,8 @@ struct Shape {
  * The shape for S token rows against `groups` groups of grp rows (moe: one group of an expert's rows, units = k experts
  * streamed at once). The column split (nw: warp w of a block sums chunk groups w, w + nw, ...), and with it the order in
  * which every row's products are summed, comes from the matrix shape alone, through the m-tiles the narrow passes take;
- * S only picks the pass width (nt: (S + 7) / 8 up to 4 n-tiles, 8 for more than 32 rows) and, in 64-token passes, the
+ * S only picks the pass width (nt: (S + 7) / 8 up to 4 n-tiles, 8 for more than 32 rows where wide_passes says so) and,
+ * in 64-token passes, the
  * m-tiles per warp (wide_mt), which decide which rows a warp holds, never how a row is summed.
  */
 static Shape shape_for(int format, int64_t grp, int64_t groups, int units, int64_t rb, int S) {
@@ -1206,7 +1223,7 @@ static Shape shape_for(int format, int64_t grp, int64_t groups, int units, int64
     sh.mt = mt_for(format, grp, groups, units);
     sh.tpg = (grp + 16 * sh.mt - 1) / (16 * sh.mt);
     sh.nw = warps_for(sh.mt, groups * sh.tpg * units, rb);
-    sh.nt = S > 32 ? (wide_passes() ? 8 : 4) : (S + 7) / 8;
+    sh.nt = S > 32 ? (wide_passes(format, grp * groups) ? 8 : 4) : (S + 7) / 8;
     if (sh.nt == 8) {
         sh.mt = wide_mt();
         sh.tpg = (grp + 16 * sh.mt - 1) / (16 * sh.mt);
