@@ -129,11 +129,15 @@ class RequestsTest {
 
     @Test
     void anAssistantMessageNeedsContentOrToolCalls() throws Exception {
-        String needs = "messages[1].content: is required in an assistant message without tool_calls";
+        String needs = "messages[1].content: is required in an assistant message without tool_calls (or refusal)";
         assertEquals(needs, refused("messages[1].content", messages("{\"role\":\"assistant\"}")));
         assertEquals(needs, refused("messages[1].content", messages("{\"role\":\"assistant\",\"content\":null}")));
         assertEquals(needs, refused("messages[1].content", messages("{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]}")));
         assertEquals(needs, refused("messages[1].content", messages("{\"role\":\"assistant\",\"reasoning_content\":\"r\"}")));
+        // a refused turn as OpenAI's API returns it (content null, the words in refusal) is what the assistant said
+        var refused = parse(messages("{\"role\":\"assistant\",\"content\":null,\"refusal\":\"I can't help with that.\"}",
+                "{\"role\":\"user\",\"content\":\"ok\"}")).messages();
+        assertEquals("I can't help with that.", refused.get(1).content());
         // either is enough; empty text is content
         assertEquals(3, parse(messages("{\"role\":\"assistant\",\"content\":\"\"}", "{\"role\":\"user\",\"content\":\"x\"}")).messages().size());
         assertEquals(4, parse(messages(CALL, tool("c1"), tool("c2"))).messages().size());

@@ -238,8 +238,12 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         if (content == null && role != Role.ASSISTANT) {
             throw new ChatFormatException(path + ".content", "is required in a " + roleNode.textValue() + " message");
         }
+        // a turn the model refused comes back from OpenAI's API with content null and its words in refusal, and the SDKs
+        // send it so in the history: the refusal is what the assistant said
+        if (content == null && role == Role.ASSISTANT) content = optionalString(message, "refusal", path);
         if (content == null && calls.isEmpty()) {
-            throw new ChatFormatException(path + ".content", "is required in an assistant message without tool_calls");
+            throw new ChatFormatException(path + ".content", "is required in an assistant message without tool_calls"
+                    + " (or refusal)");
         }
         return new ChatMessage(role, content, reasoning, calls, toolCallId, name);
     }
