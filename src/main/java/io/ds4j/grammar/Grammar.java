@@ -22,10 +22,21 @@ public final class Grammar {
 
     private final GState start;
     private final String description;
+    private final boolean toolCall;
 
     private Grammar(GState start, String description) {
+        this(start, description, false);
+    }
+
+    private Grammar(GState start, String description, boolean toolCall) {
         this.start = start;
         this.description = description;
+        this.toolCall = toolCall;
+    }
+
+    /** Whether the output (after any reasoning) is one DSML tool call and nothing else ({@link #toolCall}). */
+    public boolean isToolCall() {
+        return toolCall;
     }
 
     /** Any JSON object (response_format json_object). */
@@ -84,7 +95,7 @@ public final class Grammar {
         }
         GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
         GState start = start(() -> new States.Lit(new LitSet(heads), 0, new States.ToolThen(List.copyOf(objs), close)));
-        return new Grammar(start, "tool_call");
+        return new Grammar(start, "tool_call", true);
     }
 
     /** Whether a name fits DSML's {@code name="..."} attribute as the output parser reads it. */
@@ -98,7 +109,7 @@ public final class Grammar {
 
     /** The same grammar after free reasoning text that ends with {@code </think>} (thinking mode). */
     public Grammar afterThinking() {
-        return new Grammar(new States.Until(States.THINK_END, 0, 0, start), description + " after reasoning");
+        return new Grammar(new States.Until(States.THINK_END, 0, 0, start), description + " after reasoning", toolCall);
     }
 
     /** A fresh constraint over a tokenizer's vocabulary (the token trie is built once per tokenizer). */

@@ -340,7 +340,7 @@ public final class EngineVerticle extends VerticleBase {
         j.prediction = prediction;
         j.detok = tokenizer.streamer();
         j.stops = new StopStrings(r.params.stop());
-        j.parser = r.chat ? new OutputParser(r.thinking) : null;
+        j.parser = r.chat ? new OutputParser(r.thinking).forcedToolCall(r.grammar != null && r.grammar.isToolCall()) : null;
         j.activatedNanos = System.nanoTime();
         j.promptDone = j.gen.prefilledTokens(); // a resumed prefix is not counted as prefilled
         reservedTokens += j.reserved;

@@ -1138,7 +1138,8 @@ public final class HttpVerticle extends VerticleBase {
             });
             Handler<Void> gone = v -> clientGone();
             resp.closeHandler(gone);
-            out = new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage());
+            out = new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage())
+                    .forcedToolCall(g.grammar() != null && g.grammar().isToolCall());
             consumer = vertx.eventBus().localConsumer(req.address, msg -> onEvent((EngineEvent) msg.body()));
             consumer.completion().onComplete(reg -> {
                 if (completed) return;

@@ -34,6 +34,8 @@ final class ResponseBuilder {
     /** Length of the echoed prompt text: the text_offset of the first generated token. */
     private int echoLength;
     private int textOffset;
+    /** The request forced a tool call: its message's content is null even when the call was cut before it began. */
+    private boolean forcedToolCall;
 
     ResponseBuilder(String id, long created, String model, boolean chat, boolean stream, boolean includeUsage) {
         this.id = id;
@@ -42,6 +44,15 @@ final class ResponseBuilder {
         this.chat = chat;
         this.stream = stream;
         this.includeUsage = includeUsage;
+    }
+
+    /**
+     * Marks the response as one to a forced tool call (constrained decoding allows no content).
+     * @return this
+     */
+    ResponseBuilder forcedToolCall(boolean on) {
+        forcedToolCall = on;
+        return this;
     }
 
     private static String frame(ObjectNode o) {
@@ -182,7 +193,7 @@ final class ResponseBuilder {
         if (chat) {
             ObjectNode m = c.putObject("message");
             m.put("role", "assistant");
-            if (content.isEmpty() && !calls.isEmpty()) m.putNull("content"); else m.put("content", content.toString());
+            if (content.isEmpty() && (!calls.isEmpty() || forcedToolCall)) m.putNull("content"); else m.put("content", content.toString());
             if (!reasoning.isEmpty()) m.put("reasoning_content", reasoning.toString()).put("reasoning", reasoning.toString());
             if (!calls.isEmpty()) {
                 ArrayNode tc = m.putArray("tool_calls");

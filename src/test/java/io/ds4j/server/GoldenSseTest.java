@@ -159,6 +159,31 @@ class GoldenSseTest {
         assertEquals("reasoning=The user says hi. I should greet back.|content=Hi there, nice to meet you.|call=null|finish=stop", think);
     }
 
+    /**
+     * A tool call cut by max_tokens at every length: streamed and whole answers agree, the arguments are exactly the
+     * text generated so far (a prefix of the whole call's, never closed or completed), and the finish reason is length.
+     */
+    @Test
+    void aToolCallCutByMaxTokensCarriesOnlyWhatWasGenerated() throws Exception {
+        String whole = "{\"city\": \"Paris\", \"days\": 3}";
+        int n = TestServer.tokenizer().encode(TestServer.TOOL).length;
+        String close = "</｜DSML｜invoke>";
+        int invokeClosed = TestServer.tokenizer().encode(TestServer.TOOL.substring(0, TestServer.TOOL.indexOf(close) + close.length())).length;
+        for (int max = 1; max < n; max++) {
+            String extra = "\"temperature\":0,\"speculative_q\":0,\"max_tokens\":" + max + "," + TOOLS;
+            String streamed = assemble(server.post("/v1/chat/completions", TestServer.chat("What is the weather in Paris?", "\"stream\":true," + extra)));
+            TestServer.Resp full = server.post("/v1/chat/completions", TestServer.chat("What is the weather in Paris?", extra));
+            assertEquals(200, full.status(), full.body());
+            assertEquals(streamed, assembleFull(full.json()), "max_tokens " + max);
+            assertEquals("length", full.json().at("/choices/0/finish_reason").asText(), full.body());
+            JsonNode call = full.json().at("/choices/0/message/tool_calls/0/function");
+            if (call.isMissingNode()) continue;
+            String args = call.get("arguments").asText();
+            assertTrue(whole.startsWith(args), "max_tokens " + max + ": " + args);
+            assertEquals(max >= invokeClosed, args.equals(whole), "max_tokens " + max + ": " + args);
+        }
+    }
+
     @Test
     void completionsStreamAndEcho() throws Exception {
         TestServer.Resp r = server.post("/v1/completions", "{\"prompt\":\"Say hi\",\"stream\":true,\"echo\":true,\"max_tokens\":50}");

@@ -113,6 +113,30 @@ class StructuredOutputTest {
         }
     }
 
+    /**
+     * A forced call whose markup does not fit max_tokens ends with length, no content, and the arguments as far as they
+     * got (not a JSON object closed over values never generated); streamed and whole answers agree.
+     */
+    @Test
+    void aForcedCallCutByMaxTokensIsNotCompleted() throws Exception {
+        for (int max : new int[]{1, 5, 40}) {
+            String extra = TOOLS + ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"
+                    + ",\"temperature\":0,\"max_tokens\":" + max;
+            var full = server.post("/v1/chat/completions", body(extra));
+            assertEquals(200, full.status(), full.body());
+            JsonNode c = full.json().get("choices").get(0);
+            assertEquals("length", c.get("finish_reason").asText(), full.body());
+            assertTrue(c.get("message").get("content").isNull(), full.body());
+            String args = c.get("message").path("tool_calls").path(0).path("function").path("arguments").asText("");
+            if (max == 40) {
+                assertTrue(args.startsWith("{\"city\": \""), full.body());
+                assertThrows(Exception.class, () -> Json.MAPPER.readTree(args), "never closed: " + args);
+            }
+            var stream = server.post("/v1/chat/completions", body(extra + ",\"stream\":true"));
+            assertEquals(GoldenSseTest.assembleFull(full.json()), GoldenSseTest.assemble(stream), "max_tokens " + max);
+        }
+    }
+
     @Test
     void speculativeGreedyEqualsPlainGreedy() throws Exception {
         JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"list\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}},\"name\":{\"type\":\"string\"}},\"required\":[\"list\",\"name\"],\"additionalProperties\":false}");

@@ -30,11 +30,16 @@ import org.slf4j.LoggerFactory;
  *   <li>Arguments stream as JSON text: {@code {"name": } then the value, then {@code , } or {@code }}, in the
  *       exact form of the reference's {@code decode_dsml_to_arguments}. {@code string="true"} values are JSON-escaped
  *       as they arrive; {@code string="false"} values are released when their tag closes, and one that is not valid
- *       JSON is sent as a JSON string instead (with a warning), so the fragments always join to a valid object.</li>
+ *       JSON is sent as a JSON string instead (with a warning), so the fragments of a finished call always join to a
+ *       valid object.</li>
  *   <li>Malformed markup never throws: the tool call being parsed (if one was started) is closed, the markup text
  *       that was not turned into events and everything after it becomes plain content, and a warning is logged.
  *       Output that ends inside a block is treated the same way, except inside a parameter value, where the call
  *       is closed with what it has.</li>
+ *   <li>Output cut short ({@link #finish(boolean)} with {@code truncated}) is not closed: a call whose invoke tag
+ *       was complete keeps exactly the arguments text generated so far (often not valid JSON: a string
+ *       value as far as it got, no closing brace), as a truncated call is reported with finish reason
+ *       {@code length}; unfinished tags and the blank line before a block that had begun are dropped.</li>
  * </ul>
  * Not thread-safe; one instance per generated turn.
  */
@@ -102,6 +107,8 @@ public final class OutputParser {
     /** The output was cut short (length limit or stop string): an unfinished delimiter or tag at the end is dropped, not content. */
     private boolean cutShort;
     private boolean logWarnings = true;
+    /** Constrained decoding allows only one tool call after the reasoning: held newlines there are markup. */
+    private boolean forcedToolCall;
 
     /** A parser with random tool-call ids ({@code call_} and 24 letters or digits). */
     public OutputParser(boolean thinking) {
@@ -164,7 +171,8 @@ public final class OutputParser {
      *
      * @param truncated the generation was cut short (its length limit, or a stop string that matched): ending inside
      *                  the reasoning or a tool call is then expected, unfinished markup is dropped rather than sent as
-     *                  content, and it is logged at debug level instead of being a warning
+     *                  content, an open call keeps the arguments text it has (not closed), and it is logged at debug
+     *                  level instead of being a warning
      * @throws IllegalStateException when called twice
      */
     public List<Event> finish(boolean truncated) {
@@ -180,17 +188,17 @@ public final class OutputParser {
                     pendingMarkup.setLength(0);
                     state = State.DONE;
                 }
-                case INVOKE -> { // the call's name is known: close it with the parameters it has
+                // the call's name is known: it ends with the arguments text generated so far, never closed or
+                // completed, so a client cannot mistake values the model never wrote for its answer
+                case INVOKE, STRING_VALUE -> {
                     buf.setLength(0);
                     pendingMarkup.setLength(0);
-                    emitArguments(params == 0 ? "{}" : "}");
                     out.add(new ToolCallEnd(calls - 1));
                     state = State.DONE;
                 }
                 case RAW_VALUE -> {
-                    String raw = buf.substring(0, buf.length() - heldPrefix(VALUE_STOPS));
+                    emitArguments(buf.substring(0, buf.length() - heldPrefix(VALUE_STOPS)));
                     buf.setLength(0);
-                    emitArguments(rawValue(raw) + "}");
                     out.add(new ToolCallEnd(calls - 1));
                     state = State.DONE;
                 }
@@ -319,6 +327,11 @@ public final class OutputParser {
             return true;
         }
         int keep = eof && !cutShort ? buf.length() : releasable(stops, !eof && stops != PLAIN_STOPS);
+        if (eof && cutShort && stops == CONTENT_STOPS
+                && (forcedToolCall || heldPrefix(new String[] {V4Format.TOOL_CALLS_OPEN}) > 0)) {
+            // cut inside the start of a block (or where only a block may follow): its blank line is markup too
+            keep = releasable(stops, true);
+        }
         if (keep > 0) {
             emitText(reasoning, buf.substring(0, keep));
             buf.delete(0, keep);
@@ -544,6 +557,15 @@ public final class OutputParser {
     private void warn(String message) {
         warnings.add(message);
         if (logWarnings) LOG.warn("DeepSeek-V4 output: {}", message);
+    }
+
+    /**
+     * Says that constrained decoding lets the output hold only one tool call after any reasoning (a forced
+     * {@code tool_choice}), so that newlines cut off before its block are dropped as its markup, not sent as content.
+     */
+    public OutputParser forcedToolCall(boolean on) {
+        this.forcedToolCall = on;
+        return this;
     }
 
     /**

@@ -355,29 +355,41 @@ class OutputParserTest {
     }
 
     /**
-     * Output cut by the length limit anywhere inside DSML markup: no piece of the markup reaches the content, a call
-     * whose invoke tag was complete is sent with arguments that join to a JSON object, and nothing else is.
+     * Output cut by the length limit anywhere inside DSML markup: no piece of the markup (its blank line included, once
+     * the block has begun) reaches the content, and a call whose invoke tag was complete is sent with exactly the
+     * arguments text generated so far: a prefix of the whole call's arguments, never closed or completed before the
+     * invoke's closing tag came.
      */
     @Test
-    void markupCutShortByTheLengthLimitNeverReachesContent() throws Exception {
+    void markupCutShortByTheLengthLimitNeverReachesContent() {
         String text = "Let me check.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
                 + "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
                 + "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
                 + "</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+        String whole = "{\"city\": \"Paris\", \"days\": 3}";
         int invokeComplete = text.indexOf("\">\n<｜DSML｜parameter") + 2;
-        for (int n = 0; n <= text.length(); n++) {
-            OutputParser p = new OutputParser(false, OutputParser.sequentialIds());
-            List<Event> events = new ArrayList<>(p.push(text.substring(0, n)));
-            events.addAll(p.finish(true));
-            ParsedOutput out = ParsedOutput.fromEvents(events);
-            String cut = "cut at " + n + ": " + out;
-            assertTrue("Let me check.\n\n".startsWith(out.content()) || out.content().equals("Let me check."), cut);
-            assertFalse(out.content().contains("<") || out.content().contains("｜"), cut);
-            assertEquals(n >= invokeComplete ? 1 : 0, out.toolCalls().size(), cut);
-            for (ToolCall c : out.toolCalls()) {
-                assertEquals("get_weather", c.name(), cut);
-                assertTrue(JSON.readTree(c.arguments()).isObject(), cut);
-                assertFalse(c.arguments().contains("｜"), cut);
+        int invokeClosed = text.indexOf("</｜DSML｜invoke>") + "</｜DSML｜invoke>".length();
+        int blank = text.indexOf("\n\n");
+        for (boolean forced : new boolean[] {false, true}) {
+            // a forced call's output is the markup alone; the unforced one has content before it
+            String t = forced ? text.substring(blank) : text;
+            int shift = forced ? blank : 0;
+            for (int n = 0; n <= t.length(); n++) {
+                OutputParser p = new OutputParser(false, OutputParser.sequentialIds()).forcedToolCall(forced);
+                List<Event> events = new ArrayList<>(p.push(t.substring(0, n)));
+                events.addAll(p.finish(true));
+                ParsedOutput out = ParsedOutput.fromEvents(events);
+                String cut = "cut at " + n + (forced ? " (forced)" : "") + ": " + out;
+                int at = n + shift;
+                String content = forced ? "" : at <= blank + 2 ? text.substring(0, at) : "Let me check.";
+                assertEquals(content, out.content(), cut);
+                assertEquals(at >= invokeComplete ? 1 : 0, out.toolCalls().size(), cut);
+                for (ToolCall c : out.toolCalls()) {
+                    assertEquals("get_weather", c.name(), cut);
+                    assertTrue(whole.startsWith(c.arguments()), cut);
+                    assertEquals(at >= invokeClosed, c.arguments().equals(whole), cut);
+                }
+                assertTrue(p.warnings().isEmpty(), cut + " " + p.warnings());
             }
         }
         // without the length limit, an unfinished block is still malformed output, released as content (unchanged)
