@@ -20,6 +20,20 @@ public final class ApiKeys {
                 ? authorization.substring(7).trim() : null;
     }
 
+    /**
+     * The message of the 401 for an Authorization header that {@link #accepted} refused: no key at all, a header
+     * without the {@code Bearer} scheme (a bare key is the common mistake), or a key that is not one of the keys. The
+     * header's value is never repeated (it may be a real key).
+     */
+    public static String refusal(String authorization) {
+        String given = token(authorization);
+        if (given != null)
+            return given.isEmpty() ? "missing API key after 'Bearer ': send 'Authorization: Bearer <key>'" : "invalid API key";
+        if (authorization == null || authorization.isBlank()) return "missing API key: send 'Authorization: Bearer <key>'";
+        return "the Authorization header must be 'Bearer <key>' (the word Bearer, a space, then the key);"
+                + " this one has no 'Bearer ' before its value";
+    }
+
     /** Whether an Authorization header carries one of the keys as a Bearer token (compared in constant time). */
     public static boolean accepted(String authorization, List<String> keys) {
         String given = token(authorization);

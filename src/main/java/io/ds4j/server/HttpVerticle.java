@@ -335,7 +335,47 @@ public final class HttpVerticle extends VerticleBase {
      * that its Content-Length is GET's.
      */
     public static ApiException noRoute(HttpMethod m, String path) {
-        return new ApiException(404, "invalid_request_error", "not_found", null, "no route for " + asGet(m) + " " + path, null);
+        String near = nearestRoute(path);
+        String hint = near == null ? "" : "; did you mean " + ALLOW.get(near).split(",")[0] + " " + near + "?";
+        return new ApiException(404, "invalid_request_error", "not_found", null, "no route for " + asGet(m) + " " + path + hint, null);
+    }
+
+    /** Known routes in the order a suggestion prefers them (the {@code /v1} paths first). */
+    private static final List<String> ROUTES = ALLOW.keySet().stream()
+            .sorted(java.util.Comparator.comparing((String k) -> !k.startsWith("/v1/")).thenComparing(k -> k)).toList();
+
+    /**
+     * The known route a mistyped path most likely meant ({@code /v1/chat/completion}, {@code /v1/Models}), or null
+     * when none is within a few edits (a path written quite differently gets no guess rather than a wrong one).
+     */
+    static String nearestRoute(String path) {
+        if (path.length() > 64) return null; // bounds the edit-distance work for long junk paths
+        String lower = path.toLowerCase(java.util.Locale.ROOT);
+        String best = null;
+        int bestDistance = Integer.MAX_VALUE;
+        for (String r : ROUTES) {
+            int d = editDistance(lower, r);
+            if (d < bestDistance) {
+                best = r;
+                bestDistance = d;
+            }
+        }
+        return best != null && !best.equals(path) && bestDistance <= Math.min(3, best.length() / 4) ? best : null;
+    }
+
+    /** Levenshtein distance (insertions, deletions and substitutions of one character). */
+    private static int editDistance(String a, String b) {
+        int[] prev = new int[b.length() + 1], cur = new int[b.length() + 1];
+        for (int j = 0; j <= b.length(); j++) prev[j] = j;
+        for (int i = 1; i <= a.length(); i++) {
+            cur[0] = i;
+            for (int j = 1; j <= b.length(); j++)
+                cur[j] = Math.min(Math.min(cur[j - 1], prev[j]) + 1, prev[j - 1] + (a.charAt(i - 1) == b.charAt(j - 1) ? 0 : 1));
+            int[] t = prev;
+            prev = cur;
+            cur = t;
+        }
+        return prev[b.length()];
     }
 
     /**
@@ -442,7 +482,7 @@ public final class HttpVerticle extends VerticleBase {
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
         error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                ApiKeys.token(h) == null ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", null));
+                ApiKeys.refusal(h), null));
     }
 
     @Override

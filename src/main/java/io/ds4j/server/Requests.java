@@ -96,7 +96,11 @@ final class Requests {
 
         if (chat) {
             JsonNode msgs = body.get("messages");
-            if (msgs == null || msgs.isNull()) throw ApiException.badField("messages", "is required");
+            if (msgs == null || msgs.isNull())
+                throw ApiException.badField("messages", body.has("prompt")
+                        ? "is required; 'prompt' belongs to /v1/completions"
+                                + " (chat takes \"messages\": [{\"role\": \"user\", \"content\": \"...\"}])"
+                        : "is required");
             List<ChatMessage> messages;
             try {
                 messages = ChatMessage.listFromOpenAi(msgs);
@@ -112,7 +116,9 @@ final class Requests {
         JsonNode p = body.get("prompt");
         String text = null;
         int[] ids = null;
-        if (p == null || p.isNull()) throw ApiException.badField("prompt", "is required");
+        if (p == null || p.isNull())
+            throw ApiException.badField("prompt", body.has("messages")
+                    ? "is required; 'messages' belongs to /v1/chat/completions" : "is required");
         String where = "prompt";
         if (p.isArray() && p.size() == 1 && (p.get(0).isTextual() || p.get(0).isArray())) {
             // a batch of one (["text"] or [[ids]]): OpenAI accepts it, and it is one prompt

@@ -69,6 +69,40 @@ class ClientDetailsTest {
         return all;
     }
 
+    /**
+     * The newcomer's mistakes get a message that says what to do, with the same status as before: a key without
+     * "Bearer ", a mistyped route, and a completions body sent to chat (or the other way round).
+     */
+    @Test
+    void commonMistakesAreExplained() throws Exception {
+        var bare = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":2"), "Authorization", "sk-test");
+        assertEquals(401, bare.status(), bare.body());
+        String m = bare.json().at("/error/message").asText();
+        assertTrue(m.contains("'Bearer <key>'") && m.contains("no 'Bearer '"), m);
+        assertFalse(m.contains("sk-test"), "the value is not echoed: " + m);
+        var none = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":2"));
+        assertEquals("missing API key: send 'Authorization: Bearer <key>'", none.json().at("/error/message").asText(), none.body());
+        var wrong = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":2"), "Authorization", "Bearer sk-nope");
+        assertEquals("invalid API key", wrong.json().at("/error/message").asText(), wrong.body());
+
+        var typo = server.post("/v1/chat/completion", "{}", KEY);
+        assertEquals(404, typo.status(), typo.body());
+        assertEquals("no route for POST /v1/chat/completion; did you mean POST /v1/chat/completions?",
+                typo.json().at("/error/message").asText(), typo.body());
+        assertEquals("no route for GET /v1/Models; did you mean GET /v1/models?",
+                server.get("/v1/Models", KEY).json().at("/error/message").asText());
+        assertEquals("no route for POST /v1/embeddings", server.post("/v1/embeddings", "{}", KEY).json().at("/error/message").asText(),
+                "no guess when nothing is close");
+
+        var prompt = server.post("/v1/chat/completions", "{\"prompt\":\"Hi\"}", KEY);
+        assertEquals(400, prompt.status(), prompt.body());
+        assertEquals("messages", prompt.json().at("/error/param").asText(), prompt.body());
+        assertTrue(prompt.json().at("/error/message").asText().contains("'prompt' belongs to /v1/completions"), prompt.body());
+        var messages = server.post("/v1/completions", TestServer.chat("Hi", "\"max_tokens\":2"), KEY);
+        assertEquals(400, messages.status(), messages.body());
+        assertTrue(messages.json().at("/error/message").asText().contains("'messages' belongs to /v1/chat/completions"), messages.body());
+    }
+
     @Test
     void invalidUtf8IsRefusedLikeOtherBadBytes() throws Exception {
         // overlong "/", a UTF-16 surrogate, a code point above U+10FFFF, a lone continuation byte, a cut-off character

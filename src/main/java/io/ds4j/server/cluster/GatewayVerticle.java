@@ -244,7 +244,7 @@ public final class GatewayVerticle extends VerticleBase {
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
         error(ctx.response(), new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                ApiKeys.token(h) == null ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", null));
+                ApiKeys.refusal(h), null));
     }
 
     private void health(RoutingContext ctx) {
