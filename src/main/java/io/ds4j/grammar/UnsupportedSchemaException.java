@@ -20,4 +20,15 @@ public final class UnsupportedSchemaException extends IllegalArgumentException {
     public String path() {
         return path;
     }
+
+    /**
+     * The message without the location it gives in JSON pointer form ({@code at '/properties/x'}), for a caller that
+     * names the location itself in its own form, so that the location is said once.
+     */
+    public String problem() {
+        String m = getMessage();
+        for (String at : new String[] {" (at '" + path + "/" + keyword + "')", " (at '" + path + "')", " at '" + path + "'"})
+            m = m.replace(at, "");
+        return m;
+    }
 }

@@ -503,9 +503,31 @@ final class Requests {
         return g;
     }
 
-    private static ApiException schemaError(String param, UnsupportedSchemaException e) {
-        return new ApiException(400, "invalid_request_error", "unsupported_schema_keyword", param + (e.path().isEmpty() ? "" : e.path()),
-                param + ": " + e.getMessage() + " (keyword '" + e.keyword() + "')", null);
+    /**
+     * The 400 for a schema outside the supported subset: {@code param} is the schema's field extended to the node
+     * that holds the keyword, written as every other error's param is ({@code tools[0].function.parameters.properties.x}),
+     * and the message says the location once, in that form, and names the keyword.
+     */
+    static ApiException schemaError(String field, UnsupportedSchemaException e) {
+        String param = field + dotted(e.path());
+        return new ApiException(400, "invalid_request_error", "unsupported_schema_keyword", param, param + ": " + e.problem(), null);
+    }
+
+    /** A JSON pointer inside a schema as a field path: {@code /properties/x/anyOf/0} → {@code .properties.x.anyOf[0]}. */
+    static String dotted(String pointer) {
+        String p = pointer.startsWith("#") ? pointer.substring(1) : pointer;
+        if (p.startsWith("/")) p = p.substring(1);
+        if (p.isEmpty()) return "";
+        StringBuilder out = new StringBuilder();
+        String previous = "";
+        for (String raw : p.split("/", -1)) {
+            String seg = raw.replace("~1", "/").replace("~0", "~");
+            if (seg.matches("\\d+") && (previous.equals("anyOf") || previous.equals("prefixItems"))) out.append('[').append(seg).append(']');
+            else if (seg.matches("[A-Za-z0-9_$-]+")) out.append('.').append(seg);
+            else out.append('[').append(Json.write(com.fasterxml.jackson.databind.node.TextNode.valueOf(seg))).append(']');
+            previous = seg;
+        }
+        return out.toString();
     }
 
     // ------------------------------------------------------------------------------------------------ field readers

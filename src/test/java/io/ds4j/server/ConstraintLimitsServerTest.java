@@ -154,7 +154,7 @@ class ConstraintLimitsServerTest {
         wide.append("]}},\"required\":[\"x\"]}");
         TestServer.Resp tooWide = server.post("/v1/chat/completions", TestServer.chat("Hi", strict(wide.toString())));
         assertEquals(400, tooWide.status(), tooWide.body());
-        assertEquals("response_format.json_schema.schema/properties/x", tooWide.json().at("/error/param").asText(), tooWide.body());
+        assertEquals("response_format.json_schema.schema.properties.x", tooWide.json().at("/error/param").asText(), tooWide.body());
         assertTrue(tooWide.json().at("/error/message").asText().contains(n + " alternatives"), tooWide.body());
         // a forced tool call's parameters go through the same checks
         TestServer.Resp tool = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"tools\":[{\"type\":\"function\","

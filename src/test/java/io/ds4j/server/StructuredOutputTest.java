@@ -175,6 +175,17 @@ class StructuredOutputTest {
                 + "{\"type\":\"object\",\"properties\":{\"x\":{\"oneOf\":[{\"type\":\"string\"}]}}}}}],\"tool_choice\":\"required\""));
         assertEquals(400, bad.status(), bad.body());
         assertTrue(bad.json().get("error").get("message").asText().contains("oneOf"), bad.body());
+        // the keyword and its location are said once, the location in the form every other error's param has
+        var format = server.post("/v1/chat/completions", body("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                + "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"date\"}}}}}],\"tool_choice\":\"required\""));
+        assertEquals(400, format.status(), format.body());
+        assertEquals("unsupported_schema_keyword", format.json().at("/error/code").asText(), format.body());
+        assertEquals("tools[0].function.parameters.properties.x", format.json().at("/error/param").asText(), format.body());
+        assertEquals("tools[0].function.parameters.properties.x: JSON Schema keyword 'format' is not supported by constrained decoding",
+                format.json().at("/error/message").asText(), format.body());
+        var nested = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(
+                "{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"pattern\":\"a\"}]}"), true)));
+        assertEquals("response_format.json_schema.schema.anyOf[1]", nested.json().at("/error/param").asText(), nested.body());
         var missing = server.post("/v1/chat/completions", body(TOOLS + ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}"));
         assertEquals(400, missing.status(), missing.body());
         var none = server.post("/v1/chat/completions", body("\"tool_choice\":\"required\""));
