@@ -354,7 +354,7 @@ public final class HttpVerticle extends VerticleBase {
         String best = null;
         int bestDistance = Integer.MAX_VALUE;
         for (String r : ROUTES) {
-            int d = editDistance(lower, r);
+            int d = ServerConfig.editDistance(lower, r);
             if (d < bestDistance) {
                 best = r;
                 bestDistance = d;
@@ -363,20 +363,6 @@ public final class HttpVerticle extends VerticleBase {
         return best != null && !best.equals(path) && bestDistance <= Math.min(3, best.length() / 4) ? best : null;
     }
 
-    /** Levenshtein distance (insertions, deletions and substitutions of one character). */
-    private static int editDistance(String a, String b) {
-        int[] prev = new int[b.length() + 1], cur = new int[b.length() + 1];
-        for (int j = 0; j <= b.length(); j++) prev[j] = j;
-        for (int i = 1; i <= a.length(); i++) {
-            cur[0] = i;
-            for (int j = 1; j <= b.length(); j++)
-                cur[j] = Math.min(Math.min(cur[j - 1], prev[j]) + 1, prev[j - 1] + (a.charAt(i - 1) == b.charAt(j - 1) ? 0 : 1));
-            int[] t = prev;
-            prev = cur;
-            cur = t;
-        }
-        return prev[b.length()];
-    }
 
     /**
      * The 405 for a method a path does not answer; {@code allow}: the methods it answers, or null when unknown. A HEAD

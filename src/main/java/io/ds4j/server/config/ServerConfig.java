@@ -288,7 +288,7 @@ public final class ServerConfig {
         String best = null;
         int bestD = Integer.MAX_VALUE;
         for (ConfigKey k : KEYS) {
-            int d = distance(path.toLowerCase(Locale.ROOT), k.name().toLowerCase(Locale.ROOT));
+            int d = editDistance(path.toLowerCase(Locale.ROOT), k.name().toLowerCase(Locale.ROOT));
             if (d < bestD) {
                 bestD = d;
                 best = k.name();
@@ -301,7 +301,11 @@ public final class ServerConfig {
         return named.size() == 1 ? " (did you mean " + named.getFirst() + "?)" : "";
     }
 
-    private static int distance(String a, String b) {
+    /**
+     * Levenshtein distance between two strings (insertions, deletions and substitutions of one character), for the
+     * "did you mean" of a mistyped configuration key or request path; O(|a| |b|) time, so callers bound the lengths.
+     */
+    public static int editDistance(String a, String b) {
         int[] prev = new int[b.length() + 1], cur = new int[b.length() + 1];
         for (int j = 0; j <= b.length(); j++) prev[j] = j;
         for (int i = 1; i <= a.length(); i++) {
