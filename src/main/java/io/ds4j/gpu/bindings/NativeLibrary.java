@@ -77,8 +77,9 @@ public final class NativeLibrary {
         if (url == null)
             throw new UnsatisfiedLinkError("this build of ds4j has no GPU library for this machine (class-path resource " + res
                     + " not found). The build compiles src/main/native only where nvcc or hipcc is installed "
-                    + "(/usr/local/cuda/bin/nvcc, /opt/rocm/bin/hipcc, or -Dds4j.native=nvcc|hipcc with it on the PATH); "
-                    + "or point -Dds4j.gpu.library (DS4J_GPU_LIBRARY) at a libds4j_gpu.so");
+                    + "(/usr/local/cuda/bin/nvcc, /opt/rocm/bin/hipcc, or -Dds4j.native=nvcc|hipcc with it on the PATH) "
+                    + "and not with DS4J_NATIVE=none (bin/ds4j rebuilds only when sources change: remove target/ds4j.jar "
+                    + "to rebuild with the GPU library); or point -Dds4j.gpu.library (DS4J_GPU_LIBRARY) at a libds4j_gpu.so");
         if ("file".equals(url.getProtocol())) {
             try {
                 return Path.of(url.toURI());
