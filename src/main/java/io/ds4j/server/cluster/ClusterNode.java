@@ -2,6 +2,7 @@ package io.ds4j.server.cluster;
 
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.LogEscaping;
+import io.ds4j.server.LogLevels;
 import io.ds4j.server.ModelProvider;
 import io.ds4j.server.config.ConfigException;
 import io.ds4j.server.config.ServerConfig;
@@ -45,8 +46,9 @@ public final class ClusterNode {
      * its model: see {@link #ready()}); fails with a {@link Ds4jServer.StartException} naming what could not start.
      */
     public static Future<ClusterNode> start(ServerConfig cfg, Path configFile, Map<String, Object> overrides, ModelProvider provider) {
-        // a gateway logs what clients send too, and it does not go through Ds4jServer.start
+        // a gateway logs what clients send too, and at its configured level, and it does not go through Ds4jServer.start
         LogEscaping.install();
+        LogLevels.apply(cfg.logLevel());
         ServerConfig.Cluster c = cfg.cluster();
         ClusterNode n;
         try {

@@ -143,6 +143,25 @@ class GatewayHttpTest {
     }
 
     @Test
+    void aGatewayLogsAtItsConfiguredLevel() throws Exception {
+        // from info (as every process starts), a gateway configured for debug logs its own DEBUG lines, as a single server
+        io.ds4j.server.LogLevels.apply("info");
+        Map<String, Object> debug = config();
+        debug.put("log.level", "debug");
+        ClusterNode verbose = ClusterNode.start(ServerConfig.parse(null, "test", debug), null, debug, null).await();
+        try (LogCapture log = new LogCapture()) {
+            String a = raw(verbose.port(), "GET", "/app.js", "Range: bytes=99999999-\r\n");
+            assertTrue(a.startsWith("HTTP/1.1 416"), a);
+            List<String> line = log.linesWith("answered with 416");
+            assertFalse(line.isEmpty(), "no DEBUG line for the 416: " + log.lines());
+            assertTrue(line.getFirst().contains("[DEBUG]"), line.toString());
+        } finally {
+            verbose.close().await();
+            io.ds4j.server.LogLevels.apply("info");
+        }
+    }
+
+    @Test
     void theGatewaysOwnAnswersCarryCorsHeadersForAnAllowedOrigin() throws Exception {
         Map<String, Object> keyed = config();
         keyed.put("server.apiKeys", List.of("k1"));
