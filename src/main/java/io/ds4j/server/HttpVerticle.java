@@ -175,6 +175,19 @@ public final class HttpVerticle extends VerticleBase {
      * request's head was complete is only logged, at debug level: nothing was refused.
      */
     private void invalidRequest(HttpServerRequest req) {
+        answerUndecodable(req, state.config().apiKeys(), code -> state.metrics().rejected(code));
+    }
+
+    /**
+     * The answer of both fronts (a single server, a cluster gateway) to a request Vert.x could not parse (a bad
+     * Content-Length, a header line it cannot read, an over-long request line or header): the OpenAI error body with
+     * 400 {@code invalid_header}, or 401 where API keys are set and the request's key is not among them, the
+     * connection closed after it, one INFO line; a connection that closed in the middle of its head gets no answer and
+     * a DEBUG line.
+     * @param keys     server.apiKeys of the front
+     * @param rejected counts the refusal under its error code
+     */
+    public static void answerUndecodable(HttpServerRequest req, List<String> keys, java.util.function.Consumer<String> rejected) {
         Throwable cause = req.decoderResult().cause();
         if (cause instanceof io.netty.handler.codec.PrematureChannelClosureException) {
             // Netty reports a connection that closed in the middle of a request's head (the client went away, or this
@@ -183,7 +196,6 @@ public final class HttpVerticle extends VerticleBase {
             return;
         }
         String why = decodeProblem(cause);
-        List<String> keys = state.config().apiKeys();
         ApiException e;
         if (!keys.isEmpty() && !ApiKeys.accepted(req.getHeader(HttpHeaders.AUTHORIZATION), keys)) {
             req.response().putHeader("WWW-Authenticate", "Bearer");
@@ -193,7 +205,7 @@ public final class HttpVerticle extends VerticleBase {
             e = new ApiException(400, "invalid_request_error", "invalid_header", null,
                     "the request cannot be read: " + why, null);
         }
-        state.metrics().rejected(e.code());
+        rejected.accept(e.code());
         LOG.info("malformed HTTP request rejected with {}: {}", e.status(), why);
         req.response().setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json")
                 .putHeader(HttpHeaders.CONNECTION, "close").end(Json.write(e.body()))

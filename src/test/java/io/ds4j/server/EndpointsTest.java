@@ -141,6 +141,7 @@ class EndpointsTest {
             }
             FrontChecks.staticHeadsMatchGets(t.port);
             FrontChecks.unsatisfiableRangeIsA416WithTheErrorBody(t.port);
+            FrontChecks.undecodableRequestsGetTheJsonError(t.port);
             // a wrong method is told HEAD is allowed
             TestServer.Resp post = t.post("/metrics", "{}");
             assertEquals(405, post.status());

@@ -115,6 +115,7 @@ class GatewayHttpTest {
         // the playground's files and paths with no route: GET's headers, its Content-Type and length included
         FrontChecks.staticHeadsMatchGets(node.port());
         FrontChecks.unsatisfiableRangeIsA416WithTheErrorBody(node.port());
+        FrontChecks.undecodableRequestsGetTheJsonError(node.port());
     }
 
     /** Sends a request's head and part of its body, then nothing more; returns everything answered, to the close. */
