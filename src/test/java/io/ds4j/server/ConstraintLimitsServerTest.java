@@ -117,13 +117,7 @@ class ConstraintLimitsServerTest {
         // streamed: the headers went out at admission, so the client gets an error event
         try (RawStream s = new RawStream(server.port, "/v1/chat/completions", TestServer.chat("Hi", extra + ",\"stream\":true"))) {
             assertEquals(200, s.status);
-            String error = null;
-            for (String d = s.nextData(); d != null; d = s.nextData()) {
-                if (Json.MAPPER.readTree(d).has("error")) {
-                    error = d;
-                    break;
-                }
-            }
+            String error = s.firstError(n -> { });
             assertNotNull(error, "an error event");
             assertEquals("grammar_too_complex", Json.MAPPER.readTree(error).at("/error/code").asText(), error);
         }

@@ -208,7 +208,8 @@ public final class FrontChecks {
         }
     }
 
-    private static SortedSet<String> headLinesButDate(String answer) {
+    /** The status line and the header lines of a raw answer but its Date, in order of their text. */
+    public static SortedSet<String> headLinesButDate(String answer) {
         SortedSet<String> s = new TreeSet<>(List.of(answer.substring(0, answer.indexOf("\r\n\r\n")).split("\r\n")));
         s.removeIf(l -> l.toLowerCase(Locale.ROOT).startsWith("date:"));
         return s;

@@ -50,6 +50,19 @@ final class RawStream implements AutoCloseable {
         return null;
     }
 
+    /**
+     * Reads the stream up to its first error event and returns that payload, or null when the stream ends without one;
+     * each payload before it goes to {@code before}.
+     */
+    String firstError(java.util.function.Consumer<com.fasterxml.jackson.databind.JsonNode> before) throws IOException {
+        for (String d = nextData(); d != null; d = nextData()) {
+            com.fasterxml.jackson.databind.JsonNode n = Json.MAPPER.readTree(d);
+            if (n.has("error")) return d;
+            before.accept(n);
+        }
+        return null;
+    }
+
     /** Reads a non-SSE response body line (for a JSON error answer). */
     String readLine() throws IOException {
         return in.readLine();

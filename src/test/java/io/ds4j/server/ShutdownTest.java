@@ -102,15 +102,7 @@ class ShutdownTest {
             TestServer.Resp q = queued.get(10, TimeUnit.SECONDS);
             assertEquals(503, q.status(), "the queued request is refused at once: " + q.body());
             assertEquals("server_shutting_down", errorCode(q.body()));
-            String error = null;
-            for (String d = s.nextData(); d != null; d = s.nextData()) {
-                JsonNode n = Json.MAPPER.readTree(d);
-                if (n.has("error")) {
-                    error = d;
-                    break;
-                }
-                content.append(n.at("/choices/0/delta/content").asText(""));
-            }
+            String error = s.firstError(n -> content.append(n.at("/choices/0/delta/content").asText("")));
             assertNotNull(error, "the stream ends with an error event");
             assertEquals("server_shutting_down", errorCode(error));
             double waited = (System.nanoTime() - t0) / 1e9;
@@ -158,13 +150,7 @@ class ShutdownTest {
             double refused = (System.nanoTime() - t0) / 1e9;
             assertTrue(refused < Ds4jServer.ENGINE_ANSWER_MS / 1000.0 + 3, "refused after " + refused + " s");
             // the running stream ends with the 503 error event once the grace period and the engine's margin are over
-            String error = null;
-            for (String d = s.nextData(); d != null; d = s.nextData()) {
-                if (Json.MAPPER.readTree(d).has("error")) {
-                    error = d;
-                    break;
-                }
-            }
+            String error = s.firstError(n -> { });
             assertNotNull(error, "the stream ends with an error event");
             assertEquals("server_shutting_down", errorCode(error));
             // and the server closes although the engine's thread never comes back

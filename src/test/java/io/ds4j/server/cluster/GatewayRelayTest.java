@@ -19,8 +19,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.SortedSet;
-import java.util.TreeSet;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.function.BooleanSupplier;
 
@@ -74,21 +72,11 @@ class GatewayRelayTest {
 
     /** The raw answer of the gateway to a request without a body, read to the end (the connection closes after it). */
     static String raw(String method, String path) {
-        try (Socket s = new Socket("127.0.0.1", node.port())) {
-            s.setSoTimeout(30_000);
-            s.getOutputStream().write((method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                    .getBytes(StandardCharsets.US_ASCII));
-            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        } catch (java.io.IOException e) {
-            throw new java.io.UncheckedIOException(e);
+        try {
+            return FrontChecks.raw(node.port(), method, path, "");
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
         }
-    }
-
-    /** The status line and the header lines of a raw answer but its Date, in order of their text. */
-    static SortedSet<String> headLinesButDate(String answer) {
-        SortedSet<String> s = new TreeSet<>(List.of(answer.substring(0, answer.indexOf("\r\n\r\n")).split("\r\n")));
-        s.removeIf(l -> l.toLowerCase(Locale.ROOT).startsWith("date:"));
-        return s;
     }
 
     @Test
@@ -98,7 +86,7 @@ class GatewayRelayTest {
             assertTrue(head.endsWith("\r\n\r\n"), "no body: " + head);
             int length = get.substring(get.indexOf("\r\n\r\n") + 4).getBytes(StandardCharsets.UTF_8).length;
             assertTrue(length > 0 && head.toLowerCase(Locale.ROOT).contains("content-length: " + length + "\r\n"), path + ": " + head);
-            assertEquals(headLinesButDate(get), headLinesButDate(head), path + ": GET's status and headers");
+            assertEquals(FrontChecks.headLinesButDate(get), FrontChecks.headLinesButDate(head), path + ": GET's status and headers");
         }
         assertTrue(raw("GET", "/models/scripted").startsWith("HTTP/1.1 200"), "served by the engine, as /v1/models/scripted");
     }
