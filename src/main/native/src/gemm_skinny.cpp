@@ -1174,20 +1174,21 @@ constexpr int64_t NARROW_MIN_ROWS = 2048;
 
 /**
  * Whether a step of more than 32 rows against a product of `rows` rows (all groups) in `format` runs in one pass of 8
- * n-tiles (true) or in passes of 32 rows, each reading the weights (false). DS4J_SKINNY_WIDE (read once): 1 (default)
- * always one pass; 2 passes of 32 for FP8 products of at least NARROW_MIN_ROWS rows, one pass for the others; 0 always
- * passes of 32. Rule 2 is not the default yet: the GPU suite has not run on it (measured per product only, below). A 64-token FP8 pass holds 186 registers a thread, one block per multiprocessor, so a
- * product whose blocks exceed one wave runs two latency-bound waves of it; two 32-row passes run two blocks per
- * multiprocessor. On the H200 (`DS4J_SKINNY_WIDE=1|0 tools/device/run.sh mm-bench --rows 48,64 --reps 30`, graph µs at
- * 64 rows, equal result hashes; BENCHMARKS.md, twenty-first session) passes of 32 took wq_b 69.6 against 83.1, wo_a 75.1
- * against 93.1, wo_b 70.9 against 91.4, the shared expert's w1 / w3 24.3 against 27.8 and w2 23.1 against 27.5, but
- * wq_a (1,024 rows) 18.1 against 15.1 and wkv (512) 16.9 against 13.9. Other formats keep one pass: the BF16 product of
- * 1,024 rows moved by 3 %, and the BF16 head (129,280 rows, 1 GB read once per pass) was not measured. The pass width
- * never changes a row's sums.
+ * n-tiles (true) or in passes of 32 rows, each reading the weights (false). DS4J_SKINNY_WIDE (read once): 2 (default)
+ * passes of 32 for FP8 products of at least NARROW_MIN_ROWS rows, one pass for the others; 1 always one pass; 0 always
+ * passes of 32. A 64-token FP8 pass holds 186 registers a thread, one block per multiprocessor, so a product whose
+ * blocks exceed one wave runs two latency-bound waves of it; two 32-row passes run two blocks per multiprocessor. On
+ * the H200 (`DS4J_SKINNY_WIDE=1|2 tools/device/run.sh mm-bench --rows 48,64 --reps 20`, graph µs at 64 rows, equal
+ * result hashes; BENCHMARKS.md, twenty-second session) passes of 32 took wq_b 69.1 against 83.1, wo_a 74.1 against
+ * 93.5, wo_b 70.2 against 91.7, the shared expert's w1 / w3 23.5 against 27.7 and w2 24.7 against 28.4, where wq_a
+ * (1,024 rows) took 18.1 against 15.1 and wkv (512) 16.9 against 13.9 in passes of 32 (twenty-first session), so those
+ * keep one pass; a 64-entry decode step of the 43-layer model 83.8–87.2 ms against 88.9–90.3. Other formats keep one
+ * pass: the BF16 product of 1,024 rows moved by 3 %, and the BF16 head (129,280 rows, 1 GB read once per pass) was not
+ * measured. The pass width never changes a row's sums.
  */
 static bool wide_passes(int format, int64_t rows) {
     static std::atomic<int> c{0};
-    const int v = env_choice(c, "DS4J_SKINNY_WIDE", 1, 0, 2);
+    const int v = env_choice(c, "DS4J_SKINNY_WIDE", 2, 0, 2);
     return v == 1 || (v == 2 && (format != DS4J_FMT_FP8_E4M3_B128 || rows < NARROW_MIN_ROWS));
 }
 

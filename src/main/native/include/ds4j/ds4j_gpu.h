@@ -208,8 +208,8 @@ DS4J_API int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies,
  * lo, e per token and 64 columns such that their largest |x| scales into [2^14, 2^15), the E8M0 scale and 2^e applied
  * to each 64 columns' F32 partial sum; each x within 2^-22 |x| plus 2^-39 of the largest |x| of its 64 columns (plus
  * 2^-151 where that largest |x| is below 2^-112); ds4j_moe_matmul reads each picked expert's weights once for all its picks there (in passes of up
- * to 64 picks). The environment variables DS4J_SKINNY_WIDE=0 (steps of 33 .. 64 rows in passes of 32, each reading
- * the weights) and DS4J_SKINNY_WIDE_MT=1 (one m-tile of 16 weight rows per warp in 64-row passes instead of two) are
+ * to 64 picks). The environment variables DS4J_SKINNY_WIDE=0 / 1 (steps of 33 .. 64 rows in passes of 32, each reading
+ * the weights, for every product / for none; the default 2 does so for FP8 products of at least 2,048 rows) and DS4J_SKINNY_WIDE_MT=1 (one m-tile of 16 weight rows per warp in 64-row passes instead of two) are
  * for measurements; they change no result. Elsewhere (hipcc
  * builds, F32 weights, FP8 with F32 scales, unaligned pointers) the FFMA kernels run. Every path gives row (s, r) a
  * result that does not depend on S or on the other rows, but the paths differ in rounding (the skinny and prefill

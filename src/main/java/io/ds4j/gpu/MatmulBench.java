@@ -16,7 +16,8 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * time, weight bytes, FLOP and the fractions of the HBM bound and of the BF16 tensor-core peak for ds4j_matmul,
  * ds4j_matmul_grouped and the routed experts, by default at S = 1, 5, 16, 32, 64 rows. Below DS4J_TC_MIN_ROWS the
  * skinny tensor-core products run where the device has them, the FFMA kernels otherwise (the environment variable
- * DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 for steps of 33 .. 64 rows in passes of 32,
+ * DS4J_SKINNY=0 for the FFMA figures, DS4J_SKINNY_WIDE=0 / 1 for steps of 33 .. 64 rows in passes of 32 / in one pass
+ * for every product (the default 2: passes of 32 for FP8 products of at least 2,048 rows),
  * DS4J_SKINNY_WIDE_MT=1 for one m-tile per warp in 64-row passes, DS4J_SKINNY_SMEM=0 for the kernel without staged
  * activations, =1 for the staged one at every S; DS4J_SKINNY_XLOADS=0|1 for the staging's x loads one slot at a time or
  * four at a time, FP8 aside, which stages each lane's chunk at once). The routed experts run ds4j_moe_matmul_prefill
@@ -137,7 +138,7 @@ public final class MatmulBench {
                     !gpu.tensorCores() ? "off (FFMA kernels)"
                             : "0".equals(System.getenv("DS4J_SKINNY")) ? "for prefill only (DS4J_SKINNY=0: FFMA kernels here)"
                             : "on (skinny kernels)",
-                    envOr("DS4J_SKINNY_WIDE", "default (1)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"),
+                    envOr("DS4J_SKINNY_WIDE", "default (2)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"),
                     envOr("DS4J_SKINNY_SMEM", "default (1)"), envOr("DS4J_SKINNY_XLOADS", "default (0)"),
                     envOr("DS4J_TC_BN", "default (by shape)"), envOr("DS4J_TC_XSPLIT", "default (2)"));
             System.out.println();
