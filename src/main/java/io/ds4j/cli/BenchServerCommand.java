@@ -84,6 +84,9 @@ public final class BenchServerCommand implements Callable<Integer> {
             + "decode, a step with prefill takes at most this many times the step without it; 0 = off (default ${DEFAULT-VALUE})") double maxTickStretch;
     @Option(names = "--min-prefill-chunk", defaultValue = "64", description = "scheduler.minPrefillChunk: the fewest prefill "
             + "tokens a step gives a waiting prompt under that bound (default ${DEFAULT-VALUE})") int minPrefillChunk;
+    @Option(names = "--layer-slices", defaultValue = "true", arity = "1", paramLabel = "true|false", description =
+            "scheduler.layerSlices: a chunk that would break that bound even at the floor runs a few layers a step "
+                    + "(default ${DEFAULT-VALUE})") boolean layerSlices;
     @Option(names = "--prefill-chunk", defaultValue = "512", description = "limits.prefillChunk (default ${DEFAULT-VALUE})") int prefillChunk;
     @Option(names = "--long-prompt", defaultValue = "0", paramLabel = "N", description = "also run each level beside an "
             + "N-token prompt being prefilled (e.g. 32768); 0 = off (default)") int longPrompt;
@@ -138,6 +141,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         o.put("scheduler.tokenBudget", tokenBudget);
         o.put("scheduler.maxTickStretch", maxTickStretch);
         o.put("scheduler.minPrefillChunk", minPrefillChunk);
+        o.put("scheduler.layerSlices", layerSlices);
         o.put("log.level", "warn");
         ServerConfig cfg = ServerConfig.parse(null, "bench", o);
         Ds4jServer server = Ds4jServer.start(new Ds4jServer.Options(cfg, null, o, new DefaultModelProvider())).await();
@@ -156,7 +160,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             System.out.println();
             levels(user);
             System.out.printf("%n%s%n", serverLine(active, maxBatchRows, tokenBudget, prefillChunk, cfg.httpInstances(),
-                    maxTickStretch, minPrefillChunk));
+                    maxTickStretch, minPrefillChunk) + (maxTickStretch == 0 ? "" : ", scheduler.layerSlices " + layerSlices));
         } finally {
             server.close().await();
         }

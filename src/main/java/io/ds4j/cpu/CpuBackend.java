@@ -151,8 +151,50 @@ public final class CpuBackend implements Backend {
             if (seq.closed) throw new IllegalStateException("batch entry " + i + ": sequence is closed");
         }
         Backend.checkBatch(c, batch);
-        Step st = new Step(batch);
-        return run(st, batch);
+        List<BatchEntry> whole = new java.util.ArrayList<>(batch.size());
+        for (int i = 0; i < batch.size(); i++) {
+            BatchEntry e = batch.get(i);
+            if (e.layers() == null) whole.add(e);
+            else if (e.layers().from() > 0 && e.count() != ((CpuSequence) e.seq()).sliceRows)
+                throw new IllegalArgumentException("batch entry " + i + ": layer slice of " + e.count() + " tokens continues a chunk of "
+                        + ((CpuSequence) e.seq()).sliceRows);
+        }
+        if (whole.size() == batch.size()) return run(new Step(batch), batch);
+        // the whole entries together, then each chunk's layer slice on its own (no other row depends on it)
+        float[][] out = new float[batch.size()][];
+        float[][] wholeOut = whole.isEmpty() ? new float[0][] : run(new Step(whole), whole);
+        for (int i = 0, w = 0; i < batch.size(); i++)
+            out[i] = batch.get(i).layers() == null ? wholeOut[w++] : runSlice(batch.get(i));
+        return out;
+    }
+
+    /** {@inheritDoc} Always: a slice's streams stay in the sequence (host memory), and each layer sees what it sees whole. */
+    @Override
+    public boolean layerSlices() {
+        return true;
+    }
+
+    /**
+     * Runs a checked entry's layer slice: from the embedding (from 0) or the streams the sequence kept, through layers
+     * [from, to); then the streams stay with the sequence, or, at the last layer, the head's logits come back and the
+     * chunk's tokens are appended.
+     */
+    private float[] runSlice(BatchEntry e) {
+        CpuSequence seq = (CpuSequence) e.seq();
+        BatchEntry.Layers ly = e.layers();
+        Step st = new Step(List.of(e), ly.from() == 0 ? null : seq.sliceX);
+        float[] X = LayerProgram.layers(st, st.embed(), ly.from(), ly.to());
+        if (!ly.last(c.numLayers)) {
+            seq.sliceX = X;
+            seq.sliceRows = e.count();
+            seq.sliceNext = ly.to();
+            return new float[0];
+        }
+        seq.sliceX = null;
+        seq.sliceNext = 0;
+        float[] logits = st.head(X);
+        seq.pos.advance(e.count());
+        return logits;
     }
 
     /**

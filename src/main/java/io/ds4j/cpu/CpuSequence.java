@@ -32,6 +32,12 @@ public final class CpuSequence implements Sequence {
     boolean closed;
     /** The final residual streams of the latest positions, kept while an MTP state is attached (else null). */
     KeptStreams kept;
+    /**
+     * A prefill chunk part-way through its layers ({@link io.ds4j.engine.BatchEntry.Layers}): its streams [rows, n·D]
+     * after layer sliceNext − 1, its token count and the next layer; sliceX null and sliceNext 0 when none.
+     */
+    float[] sliceX;
+    int sliceRows, sliceNext;
 
     CpuSequence(ModelConfig cfg, int maxRollback) {
         this.pos = new RollbackWindow(maxRollback); // validates maxRollback
@@ -130,7 +136,21 @@ public final class CpuSequence implements Sequence {
     }
 
     @Override
+    public int slicedLayers() {
+        return sliceNext;
+    }
+
+    /** @throws IllegalStateException while a prefill chunk is part-way through its layers */
+    void checkNotSliced(String what) {
+        if (sliceNext > 0)
+            throw new IllegalStateException("cannot " + what + " a sequence whose prefill chunk has run " + sliceNext + " of "
+                    + cfg.numLayers + " layers");
+    }
+
+    /** {@inheritDoc} @throws IllegalStateException while a prefill chunk is part-way through its layers */
+    @Override
     public void rollback(int k) {
+        checkNotSliced("roll back");
         int n = pos.rollback(k, closed);
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.count = CacheLayout.entries(n, ls.comp.m);
@@ -151,13 +171,15 @@ public final class CpuSequence implements Sequence {
             if (ls.comp != null) b += ls.comp.bytes();
             if (ls.index != null) b += ls.index.bytes();
         }
-        return b;
+        return b + (sliceX != null ? sliceX.length * 4L : 0);
     }
 
     @Override
     public void close() {
         if (closed) return;
         closed = true;
+        sliceX = null;
+        sliceNext = 0;
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.release();
             if (ls.index != null) ls.index.release();
@@ -166,6 +188,7 @@ public final class CpuSequence implements Sequence {
 
     /** A copy of this sequence's rings and a share of its entry stores (see {@link StateSnapshot}). */
     Snapshot snapshot() {
+        checkNotSliced("snapshot or fork");
         if (closed) throw new IllegalStateException("sequence is closed");
         return new Snapshot(this);
     }

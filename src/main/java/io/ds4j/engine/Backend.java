@@ -49,6 +49,9 @@ public interface Backend extends AutoCloseable {
      */
     default float[][] step(java.util.List<BatchEntry> batch) {
         checkBatch(config(), batch);
+        for (int i = 0; i < batch.size(); i++)
+            if (batch.get(i).layers() != null)
+                throw new IllegalArgumentException("batch entry " + i + ": backend " + name() + " does not run layer slices");
         float[][] out = new float[batch.size()][];
         for (int i = 0; i < batch.size(); i++) {
             BatchEntry e = batch.get(i);
@@ -97,6 +100,7 @@ public interface Backend extends AutoCloseable {
             if (!seen.add(e.seq())) throw new IllegalArgumentException("batch entry " + i + ": its sequence is already in the batch");
             try {
                 checkStep(c, e.tokens(), 0, e.count(), e.logitRows());
+                checkLayers(c, e);
             } catch (IllegalArgumentException x) {
                 throw new IllegalArgumentException("batch entry " + i + ": " + x.getMessage(), x);
             }
@@ -113,6 +117,15 @@ public interface Backend extends AutoCloseable {
      * @param first the first part's tokens, 1 .. rows − 1
      */
     default boolean prefillSplitExact(int rows, int first) {
+        return false;
+    }
+
+    /**
+     * Whether {@link #step} runs prefill chunks in layer slices ({@link BatchEntry.Layers}): a slice's streams stay with
+     * the sequence until the chunk's next slice, and the last slice gives bit for bit the numbers of the whole chunk
+     * in one step. The default is false (such entries are refused).
+     */
+    default boolean layerSlices() {
         return false;
     }
 
@@ -195,6 +208,29 @@ public interface Backend extends AutoCloseable {
         }
         for (int r : logitRows)
             if (r < 0 || r >= S) throw new IllegalArgumentException("logit row " + r + " is outside [0, " + S + ")");
+    }
+
+    /**
+     * The checks of an entry against its sequence's part-way chunk ({@link Sequence#slicedLayers}): a sequence with
+     * one takes only that chunk's next slice (from = its sliced layers); a slice ends at most at the last layer, and
+     * only the last slice asks for logit rows.
+     * @throws IllegalArgumentException naming what is wrong
+     */
+    static void checkLayers(ModelConfig c, BatchEntry e) {
+        int done = e.seq().slicedLayers();
+        BatchEntry.Layers ly = e.layers();
+        if (ly == null) {
+            if (done > 0) throw new IllegalArgumentException("the sequence's prefill chunk has run " + done + " of "
+                    + c.numLayers + " layers: its next step must run layers from " + done);
+            return;
+        }
+        if (ly.to() > c.numLayers)
+            throw new IllegalArgumentException("layer slice [" + ly.from() + ", " + ly.to() + ") ends past the model's " + c.numLayers + " layers");
+        if (ly.from() != done)
+            throw new IllegalArgumentException("layer slice [" + ly.from() + ", " + ly.to() + ") does not continue the sequence's chunk, "
+                    + (done == 0 ? "which has none part-way (a chunk starts at layer 0)" : "whose next layer is " + done));
+        if (!ly.last(c.numLayers) && e.logitRows().length > 0)
+            throw new IllegalArgumentException("layer slice [" + ly.from() + ", " + ly.to() + ") asks for logit rows before the last layer");
     }
 
     /** Bytes of per-sequence state at a given context length (tokens), with the given rollback window. */

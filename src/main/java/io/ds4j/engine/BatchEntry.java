@@ -16,12 +16,45 @@ import java.util.Arrays;
  *                    wanted, the index of its largest logit among token ids [0, n) (lowest id on ties, as
  *                    {@link io.ds4j.sampling.Sampler#argmax}), which {@link Backend#stepArgmax} answers with token ids
  *                    instead of logits (a backend on a device copies 4 bytes per row to the host instead of 4·V)
+ * @param layers      null: the entry runs through every layer (embedding to logits); else a prefill chunk runs only
+ *                    these layers in this step ({@link Layers}; backends that say {@link Backend#layerSlices})
  */
-public record BatchEntry(Sequence seq, int[] tokens, int[] logitRows, StepKind kind, int argmaxBelow) {
+public record BatchEntry(Sequence seq, int[] tokens, int[] logitRows, StepKind kind, int argmaxBelow, Layers layers) {
     public BatchEntry {
         if (seq == null || tokens == null || logitRows == null || kind == null)
             throw new IllegalArgumentException("a batch entry needs a sequence, tokens, logit rows and a step kind");
         if (argmaxBelow < 0) throw new IllegalArgumentException("argmaxBelow must be >= 0, got " + argmaxBelow);
+        if (layers != null && kind != StepKind.PREFILL)
+            throw new IllegalArgumentException("only a prefill chunk runs in layer slices, not a " + kind + " step");
+    }
+
+    /**
+     * Layers [from, to) of a prefill chunk, for a step that runs only part of the chunk's forward: the chunk's residual
+     * streams after layer to − 1 stay with the sequence ({@link Sequence#slicedLayers}) until a later step runs the next
+     * slice of the same chunk; the slice that ends at the last layer computes the logit rows and appends the chunk's
+     * tokens to the sequence, with the same numbers as the whole chunk in one step (every layer sees the same inputs).
+     * Until then the sequence keeps its length and takes no other step, rollback, snapshot or fork; only the last
+     * slice may ask for logit rows. A scheduler runs a chunk this way so that a step beside running decodes stays
+     * within its latency bound even where a whole chunk of the fewest useful tokens would not
+     * ({@link PrefillBudget}).
+     * @param from first layer, 0 for the chunk's first slice (which starts from the embedding)
+     * @param to   one past the last layer, at most the model's layer count
+     * @throws IllegalArgumentException when from is negative or to is not above from
+     */
+    public record Layers(int from, int to) {
+        public Layers {
+            if (from < 0 || to <= from) throw new IllegalArgumentException("layer slice [" + from + ", " + to + ") is empty or negative");
+        }
+
+        /** True when the slice ends at the last of {@code numLayers} layers (the chunk completes). */
+        public boolean last(int numLayers) {
+            return to == numLayers;
+        }
+    }
+
+    /** An entry through every layer. */
+    public BatchEntry(Sequence seq, int[] tokens, int[] logitRows, StepKind kind, int argmaxBelow) {
+        this(seq, tokens, logitRows, kind, argmaxBelow, null);
     }
 
     /** An entry whose logit rows' full logits are wanted. */
@@ -42,6 +75,7 @@ public record BatchEntry(Sequence seq, int[] tokens, int[] logitRows, StepKind k
     @Override
     public String toString() {
         return kind + "[" + tokens.length + " tokens at " + seq.length() + ", rows " + Arrays.toString(logitRows)
-                + (argmaxBelow > 0 ? ", argmax below " + argmaxBelow : "") + "]";
+                + (argmaxBelow > 0 ? ", argmax below " + argmaxBelow : "")
+                + (layers != null ? ", layers " + layers.from() + ".." + (layers.to() - 1) : "") + "]";
     }
 }

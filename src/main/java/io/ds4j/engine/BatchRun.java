@@ -12,8 +12,10 @@ import java.util.List;
  *   <li>an entry whose sequence advanced by its whole count finished before the failure (a backend that runs the
  *       entries one after another): without wanted logits it is done; with them its tokens are rolled back
  *       ({@link Sequence#rollback}, exact) and it is stepped alone, when the rollback window allows;</li>
- *   <li>any other entry (advanced partly, or further than its rollback window) fails with the batch's error, as its
- *       state is unknown.</li>
+ *   <li>a layer slice of a prefill chunk ({@link BatchEntry.Layers}) that is not the chunk's last is done when its
+ *       sequence's {@link Sequence#slicedLayers} reached the slice's end, and stepped alone when they did not move;</li>
+ *   <li>any other entry (advanced partly, further than its rollback window, or a chunk's last slice with logit rows,
+ *       whose streams are gone once it ran) fails with the batch's error, as its state is unknown.</li>
  * </ul>
  * An entry that throws when stepped alone fails with its own error; one that succeeds alone goes on (a fault that does
  * not recur fails nobody). A step of a single entry is not retried: its error is the entry's. Errors of every kind are
@@ -62,8 +64,11 @@ public final class BatchRun {
             }
         }
         if (valid.isEmpty()) return new Outcome(logits, ids, failures, false);
-        int[] before = new int[valid.size()];
-        for (int k = 0; k < before.length; k++) before[k] = valid.get(k).seq().length();
+        int[] before = new int[valid.size()], slicedBefore = new int[valid.size()];
+        for (int k = 0; k < before.length; k++) {
+            before[k] = valid.get(k).seq().length();
+            slicedBefore[k] = valid.get(k).seq().slicedLayers();
+        }
         StepOutput out;
         try {
             out = backend.stepArgmax(valid);
@@ -78,12 +83,20 @@ public final class BatchRun {
                 int i = index.get(k);
                 try {
                     int advanced = e.seq().length() - before[k];
+                    int sliced = e.seq().slicedLayers();
+                    if (e.layers() != null && !e.layers().last(backend.config().numLayers) && sliced != slicedBefore[k]) {
+                        // a slice before the chunk's last ran when its streams are kept up to its end
+                        if (sliced != e.layers().to()) failures[i] = batchError;
+                        else if (e.argmaxOnly()) ids[i] = new int[0];
+                        else logits[i] = new float[0];
+                        continue;
+                    }
                     if (advanced == e.count() && e.logitRows().length == 0) {
                         if (e.argmaxOnly()) ids[i] = new int[0];
                         else logits[i] = new float[0];
                         continue;
                     }
-                    if (advanced == e.count() && e.count() <= e.seq().rollbackable()) {
+                    if (advanced == e.count() && e.count() <= e.seq().rollbackable() && e.layers() == null) {
                         e.seq().rollback(e.count());
                     } else if (advanced != 0) {
                         failures[i] = batchError;

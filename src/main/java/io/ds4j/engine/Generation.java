@@ -85,6 +85,11 @@ public final class Generation {
     private int[] ctx;
     private int len;
     private int prefilled;
+    /**
+     * A prefill chunk part-way through its layers ({@link BatchEntry.Layers}): its tokens and the next layer to run;
+     * sliceNext 0 when none.
+     */
+    private int sliceRows, sliceNext;
     /** Prompt tokens the sequence held when the generation started (a resumed prefix). */
     private final int cached;
     private int[] points = new int[0];
@@ -243,6 +248,7 @@ public final class Generation {
      */
     public int nextRows() {
         if (finish != null || cancelled || planned != null) return 0;
+        if (sliceNext > 0) return sliceRows;
         if (prefilled < promptLen) return nextChunk();
         DraftCall c = draftCall();
         return 1 + (c == null ? 0 : c.q());
@@ -284,7 +290,8 @@ public final class Generation {
             return null;
         }
         if (planned != null) return planned;
-        if (prefilled < promptLen) return planChunk(nextChunk());
+        if (sliceNext > 0) return planChunk(sliceRows, new BatchEntry.Layers(sliceNext, target.config().numLayers));
+        if (prefilled < promptLen) return planChunk(nextChunk(), null);
         Draft.Proposal prop = proposal == null ? Draft.Proposal.NONE : proposal;
         if (constraint != null && prop.size() > 0) {
             // drafts the constraint rejects would be rejected by verification anyway: do not spend rows on them
@@ -313,22 +320,43 @@ public final class Generation {
      * @throws IllegalArgumentException when maxRows is below 1
      */
     public BatchEntry planPrefill(int maxRows) {
-        if (maxRows < 1) throw new IllegalArgumentException("maxRows must be >= 1, got " + maxRows);
-        if (finish != null || planned != null || cancelled || prefilled >= promptLen) return plan();
-        if (startNs == 0) startNs = System.nanoTime();
-        return planChunk(Math.min(nextChunk(), maxRows));
+        return planPrefill(maxRows, Integer.MAX_VALUE);
     }
 
-    /** Plans a prefill step of the next n prompt tokens. */
-    private BatchEntry planChunk(int n) {
+    /**
+     * {@link #planPrefill(int)} where the step runs at most {@code layers} layers of the chunk ({@link BatchEntry.Layers},
+     * for a backend that says {@link Backend#layerSlices}): a chunk part-way through its layers ({@link #slicing})
+     * continues with its next layers (maxRows does not cut it); a new chunk starts at layer 0. The chunk's tokens count
+     * as prefilled once its last layer has run.
+     * @param layers at least 1; the model's layer count or more runs the chunk whole
+     * @throws IllegalArgumentException when maxRows or layers is below 1
+     */
+    public BatchEntry planPrefill(int maxRows, int layers) {
+        if (maxRows < 1) throw new IllegalArgumentException("maxRows must be >= 1, got " + maxRows);
+        if (layers < 1) throw new IllegalArgumentException("layers must be >= 1, got " + layers);
+        if (finish != null || planned != null || cancelled || prefilled >= promptLen) return plan();
+        if (startNs == 0) startNs = System.nanoTime();
+        int L = target.config().numLayers;
+        if (sliceNext > 0) return planChunk(sliceRows, new BatchEntry.Layers(sliceNext, (int) Math.min(L, (long) sliceNext + layers)));
+        return planChunk(Math.min(nextChunk(), maxRows), layers < L ? new BatchEntry.Layers(0, layers) : null);
+    }
+
+    /** True while a prefill chunk is part-way through its layers (its next slice comes next). */
+    public boolean slicing() {
+        return sliceNext > 0;
+    }
+
+    /** Plans a prefill step of the next n prompt tokens, through every layer (slice null) or the slice's. */
+    private BatchEntry planChunk(int n, BatchEntry.Layers slice) {
         boolean last = prefilled + n == promptLen;
         int[] rows = last ? new int[]{n - 1} : new int[0];
-        if (scoreTop >= 0) {
+        if (slice != null && !slice.last(target.config().numLayers)) rows = new int[0];
+        else if (scoreTop >= 0) {
             rows = new int[n];
             for (int r = 0; r < n; r++) rows[r] = r;
         }
         planned = new BatchEntry(seq, Arrays.copyOfRange(ctx, prefilled, prefilled + n), rows, StepKind.PREFILL,
-                argmaxBelow());
+                argmaxBelow(), slice);
         return planned;
     }
 
@@ -430,6 +458,13 @@ public final class Generation {
 
     private boolean commitPrefill(BatchEntry e, float[] lg, int[] ids) {
         int n = e.count();
+        if (e.layers() != null && !e.layers().last(target.config().numLayers)) {
+            // the chunk's streams wait in the sequence for its next layers
+            sliceRows = n;
+            sliceNext = e.layers().to();
+            return true;
+        }
+        sliceNext = 0;
         boolean scoring = scoreTop >= 0;
         boolean last = prefilled + n == promptLen;
         if (scoring) {

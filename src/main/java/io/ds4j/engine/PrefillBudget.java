@@ -45,7 +45,12 @@ public final class PrefillBudget {
         /** The stretch bound limits the tokens. */
         STRETCH,
         /** The stretch bound allows at least the token budget: the budget. */
-        CEILING
+        CEILING,
+        /**
+         * Even a floor-sized chunk breaks the bound, and the backend runs chunks in layer slices: a chunk runs only the
+         * layers whose predicted cost fits the bound in this tick, the rest in the next ticks ({@link #layers}).
+         */
+        LAYERS
     }
 
     /**
@@ -58,16 +63,21 @@ public final class PrefillBudget {
     public record Decision(int tokens, Reason reason, double decodeMs, double msPerToken) {
         /** True when the latency bound set the limit below the token budget (chunks may be cut to meet it). */
         public boolean bounded() {
-            return reason == Reason.FLOOR || reason == Reason.STRETCH || reason == Reason.NO_DATA;
+            return reason == Reason.FLOOR || reason == Reason.STRETCH || reason == Reason.NO_DATA || reason == Reason.LAYERS;
+        }
+
+        /** This decision with another reason (the scheduler's, once it knows what the tick holds). */
+        public Decision because(Reason why) {
+            return new Decision(tokens, why, decodeMs, msPerToken);
         }
 
         /**
          * True when the tick's limit is the floor because even a floor-sized chunk exceeds the stretch bound (or its
-         * cost is not known yet): the bound is not met whatever the tick holds, so prompts whose rest fits in the floor
-         * may come along up to the token budget ({@link Scheduler}).
+         * cost is not known yet; or a chunk runs in a layer slice for that reason): the bound is not met by a whole
+         * chunk, so prompts whose rest fits in the floor may come along up to the token budget ({@link Scheduler}).
          */
         public boolean atFloor() {
-            return reason == Reason.FLOOR || reason == Reason.NO_DATA;
+            return reason == Reason.FLOOR || reason == Reason.NO_DATA || reason == Reason.LAYERS;
         }
 
         /** The predicted duration of a tick with this many prefill tokens (ms; NaN when unknown). */
@@ -106,12 +116,27 @@ public final class PrefillBudget {
     }
 
     /**
+     * How many layers of a chunk of {@code chunkTokens} tokens a tick under this decision runs, for a backend that runs
+     * chunks in layer slices: where the latency bound limits the tick ({@link Decision#bounded}) and both costs are
+     * known, the layers whose share of the chunk's predicted cost (chunkTokens · msPerToken, spread evenly over the
+     * layers) fits the bound, (maxTickStretch − 1) · decodeMs, at least one; otherwise every layer.
+     * @param numLayers the model's layers
+     * @return 1 .. numLayers
+     */
+    public static int layers(Scheduler.Limits limits, Decision d, int chunkTokens, int numLayers) {
+        if (!d.bounded() || Double.isNaN(d.decodeMs()) || Double.isNaN(d.msPerToken())) return numLayers;
+        double allowedMs = (limits.maxTickStretch() - 1) * d.decodeMs(), chunkMs = chunkTokens * d.msPerToken();
+        return (int) Math.max(1, Math.min(numLayers, Math.floor(numLayers * allowedMs / chunkMs)));
+    }
+
+    /**
      * Learns from a tick that ran.
      * @param decodeRows    its decode/verify rows
-     * @param prefillTokens its prefill tokens
+     * @param prefillTokens its prefill tokens, a chunk run in a layer slice counting as its tokens times the slice's
+     *                      share of the layers
      * @param nanos         its duration (ns)
      */
-    public void observe(int decodeRows, int prefillTokens, long nanos) {
+    public void observe(int decodeRows, double prefillTokens, long nanos) {
         double ms = nanos / 1e6;
         if (prefillTokens == 0) {
             if (decodeRows == 0) return;

@@ -30,7 +30,10 @@ import java.util.function.LongSupplier;
  *       request's output never depends on what else runs. A long prompt thus takes one chunk (or part of one) per
  *       tick and the decoding generations step in every tick beside it. Where the bound leaves only the floor (even a
  *       floor-sized chunk breaks it), prompts whose whole rest fits in the floor come along up to the token budget
- *       ({@link #shortRestAtFloor}).</li>
+ *       ({@link #shortRestAtFloor}); a longer prompt's next chunk then runs in layer slices where the limits and the
+ *       backend allow ({@link Limits#layerSlices}, {@link Backend#layerSlices}): the whole chunk, but per tick only the
+ *       layers whose share of its predicted cost fits the bound ({@link PrefillBudget#layers}), the tick's only
+ *       prefill, one chunk part-way at a time (same numbers: every layer sees what it sees in one step).</li>
  * </ul>
  * Generations that stepped move to the back of the order, so decodes that waited and prefills that did not get a
  * chunk go first in the next tick (round-robin).
@@ -58,9 +61,12 @@ public final class Scheduler<K> {
      *                        bound off (prefill always gets the token budget); else at least 1
      * @param minPrefillChunk the fewest prefill tokens a tick gives a waiting prompt under that bound (a floor, so the
      *                        prompt progresses in chunks large enough to run efficiently)
+     * @param layerSlices     where even a floor-sized chunk breaks the bound, run a prompt's chunk in layer slices over
+     *                        several ticks when the backend can ({@link Backend#layerSlices}), each tick only the layers
+     *                        that fit the bound; false: such a chunk runs whole in one tick, beyond the bound
      * @throws IllegalArgumentException for a value out of range
      */
-    public record Limits(int maxBatchRows, int tokenBudget, double maxTickStretch, int minPrefillChunk) {
+    public record Limits(int maxBatchRows, int tokenBudget, double maxTickStretch, int minPrefillChunk, boolean layerSlices) {
         public Limits {
             if (maxBatchRows < 1) throw new IllegalArgumentException("maxBatchRows must be >= 1, got " + maxBatchRows);
             if (tokenBudget < 1) throw new IllegalArgumentException("tokenBudget must be >= 1, got " + tokenBudget);
@@ -72,6 +78,11 @@ public final class Scheduler<K> {
         /** The floor a waiting prompt gets under the latency bound: minPrefillChunk, at most the token budget. */
         public int floor() {
             return Math.min(minPrefillChunk, tokenBudget);
+        }
+
+        /** Limits with layer slices where the backend has them. */
+        public Limits(int maxBatchRows, int tokenBudget, double maxTickStretch, int minPrefillChunk) {
+            this(maxBatchRows, tokenBudget, maxTickStretch, minPrefillChunk, true);
         }
 
         /** Limits without the latency bound: prefill always gets the whole token budget. */
@@ -88,6 +99,7 @@ public final class Scheduler<K> {
      * @param entries       batch entries of the target's step (0: nothing ran)
      * @param decodeRows    rows of decode/verify entries
      * @param prefillTokens rows of prefill entries
+     * @param slicedTokens  of which the rows of a chunk that ran in a layer slice ({@link BatchEntry.Layers}), 0 if none
      * @param isolated      true when the batched step failed and its entries were retried one at a time
      * @param mtpSteps      per batched MTP step of the drafts this tick ({@link MtpHead#step}, one per draft position),
      *                      how many requests' MTP drafts it held
@@ -98,7 +110,7 @@ public final class Scheduler<K> {
      * @param commitNanos   of which committing the entries (sampling, acceptance, emitting tokens to the listeners), ns
      */
     public record Tick<K>(List<K> stepped, Map<K, Throwable> failed, List<K> ended, int entries, int decodeRows,
-                          int prefillTokens, boolean isolated, List<Integer> mtpSteps, PrefillBudget.Decision budget,
+                          int prefillTokens, int slicedTokens, boolean isolated, List<Integer> mtpSteps, PrefillBudget.Decision budget,
                           long nanos, long planNanos, long stepNanos, long commitNanos) {
         /** All rows of the target's step. */
         public int rows() {
@@ -220,13 +232,39 @@ public final class Scheduler<K> {
         }
         // --- prefill chunks under the tick's prefill limit
         PrefillBudget.Decision budget = null;
+        double prefillShare = 0; // prefill tokens times the share of the layers they ran
+        final int L = backend.config().numLayers;
+        // a chunk part-way through its layers goes on before another starts (each holds its streams until it ends)
+        boolean partWay = running.values().stream().anyMatch(g -> g.slicing() && g.nextRows() > 0);
+        int sliceTokens = 0; // the tokens of the tick's chunk in a layer slice (prefillTokens: whole chunks)
         for (var en : running.entrySet()) {
             Generation g = en.getValue();
             if (!g.prefilling() || g.nextRows() == 0) continue;
             if (budget == null) budget = prefillBudget.decide(limits, rowsDecode);
             if (budget.tokens() == 0) break; // a probe: this tick measures the decode rows alone
             int n = g.nextRows();
-            int take = prefillTokens + n <= budget.tokens() || shortRestAtFloor(g, n, budget, prefillTokens) ? n
+            boolean shortRest = shortRestAtFloor(g, n, budget, prefillTokens);
+            if (g.slicing() || (sliceable(budget) && !shortRest)) {
+                // a chunk in layer slices: the generation's whole next chunk (the weights read once for all its tokens)
+                // or the rest of its part-way one, as many layers as the bound allows; one such chunk a tick
+                if (sliceTokens > 0 || (partWay && !g.slicing())) continue;
+                try {
+                    BatchEntry e = g.planPrefill(n, PrefillBudget.layers(limits, budget, n, L));
+                    if (e == null) continue;
+                    keys.add(en.getKey());
+                    batch.add(e);
+                    sliceTokens = e.count();
+                    BatchEntry.Layers ly = e.layers();
+                    prefillShare += ly == null ? e.count() : (double) e.count() * (ly.to() - ly.from()) / L;
+                    if (ly != null && budget.reason() == PrefillBudget.Reason.FLOOR)
+                        budget = budget.because(PrefillBudget.Reason.LAYERS);
+                } catch (Throwable t) {
+                    fail(en.getKey(), t, failed);
+                }
+                continue;
+            }
+            if (sliceTokens > 0 && !shortRest) continue; // beside a slice only prompts' short rests come along
+            int take = prefillTokens + n <= budget.tokens() || shortRest ? n
                     : budget.bounded() ? cut(n, budget.tokens() - prefillTokens, prefillTokens == 0) : 0;
             if (take == 0 && prefillTokens == 0) take = n; // the first prompt always progresses
             if (take == 0) continue;
@@ -236,10 +274,12 @@ public final class Scheduler<K> {
                 keys.add(en.getKey());
                 batch.add(e);
                 prefillTokens += e.count();
+                prefillShare += e.count();
             } catch (Throwable t) {
                 fail(en.getKey(), t, failed);
             }
         }
+        prefillTokens += sliceTokens;
         // --- cancelled generations end at this step boundary (plan releases their state)
         for (var en : running.entrySet()) {
             Generation g = en.getValue();
@@ -282,8 +322,8 @@ public final class Scheduler<K> {
             if (g != null) running.put(k, g);
         }
         long t1 = clock.getAsLong(), nanos = t1 - t0;
-        if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, prefillTokens, nanos);
-        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, isolated, List.copyOf(mtpSteps),
+        if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, prefillShare, nanos);
+        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, sliceTokens, isolated, List.copyOf(mtpSteps),
                 budget, nanos, tPlanned - t0, tStepped - tPlanned, t1 - tStepped);
     }
 
@@ -299,6 +339,14 @@ public final class Scheduler<K> {
     private boolean shortRestAtFloor(Generation g, int n, PrefillBudget.Decision budget, int prefillTokens) {
         return budget.atFloor() && n <= limits.floor()
                 && g.promptTokens() - g.prefilledTokens() == n && prefillTokens + n <= limits.tokenBudget();
+    }
+
+    /**
+     * Whether a new chunk starts in layer slices under this decision: the limits allow it, the backend runs them, and
+     * the decision is the floor because a floor-sized chunk already breaks the bound ({@link PrefillBudget#layers}).
+     */
+    private boolean sliceable(PrefillBudget.Decision budget) {
+        return limits.layerSlices() && backend.layerSlices() && budget.reason() == PrefillBudget.Reason.FLOOR;
     }
 
     /**

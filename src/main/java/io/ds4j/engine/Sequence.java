@@ -17,6 +17,15 @@ public interface Sequence extends AutoCloseable {
     /** How many of the last tokens can currently be rolled back. */
     int rollbackable();
 
+    /**
+     * Layers already run of a prefill chunk that runs in layer slices ({@link BatchEntry.Layers}), whose next slice
+     * starts at this layer; 0 when no chunk is part-way (the sequence's state is then that of its {@link #length}
+     * tokens).
+     */
+    default int slicedLayers() {
+        return 0;
+    }
+
     /** Bytes of state this sequence holds now. */
     long stateBytes();
 

@@ -798,9 +798,18 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         return stepBatch(batch, true);
     }
 
+    /**
+     * {@inheritDoc} A slice runs as a step of its own after the step of the batch's whole entries (its products on the
+     * tensor-core path where the whole chunk's would be, {@link #tcEntry} of its rows), its streams and their
+     * RMSNorm_1 kept in device buffers of the sequence between slices ({@link HipSequence#sliceX}).
+     */
+    @Override
+    public boolean layerSlices() {
+        return true;
+    }
+
     /** {@link #step} (argmax false: every entry's logits) or {@link #stepArgmax} (argmax true). */
     private StepOutput stepBatch(List<BatchEntry> batch, boolean argmax) {
-        final long t0 = System.nanoTime();
         if (closed) throw new IllegalStateException("backend is closed");
         for (int i = 0; i < batch.size(); i++) {
             if (!(batch.get(i).seq() instanceof HipSequence seq) || seq.backend != this)
@@ -811,8 +820,31 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             } catch (IllegalStateException e) {
                 throw new IllegalStateException("batch entry " + i + ": " + e.getMessage(), e);
             }
+            BatchEntry e = batch.get(i);
+            if (e.layers() != null && e.layers().from() > 0 && e.count() != seq.sliceRows)
+                throw new IllegalArgumentException("batch entry " + i + ": layer slice of " + e.count() + " tokens continues a chunk of "
+                        + seq.sliceRows);
         }
         Backend.checkBatch(c, batch);
+        List<BatchEntry> whole = batch.stream().filter(e -> e.layers() == null).toList();
+        if (whole.size() == batch.size() || batch.size() == 1) return stepChecked(batch, argmax);
+        // the whole entries in one step, then each chunk's layer slice in a step of its own
+        float[][] lg = new float[batch.size()][];
+        int[][] ids = new int[batch.size()][];
+        StepOutput w = whole.isEmpty() ? null : stepChecked(whole, argmax);
+        for (int i = 0, k = 0; i < batch.size(); i++) {
+            BatchEntry e = batch.get(i);
+            StepOutput o = e.layers() == null ? w : stepChecked(List.of(e), argmax);
+            int at = e.layers() == null ? k++ : 0;
+            lg[i] = o.logits()[at];
+            ids[i] = o.argmax()[at];
+        }
+        return new StepOutput(lg, ids);
+    }
+
+    /** {@link #stepBatch} of checked entries: every entry whole, or a single entry (a layer slice or not). */
+    private StepOutput stepChecked(List<BatchEntry> batch, boolean argmax) {
+        final long t0 = System.nanoTime();
         DeviceStep b = new DeviceStep(batch);
         b.t0 = t0;
         // grow the entry arrays and the workspace first, so that running out of memory leaves every sequence unchanged
@@ -829,6 +861,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             }
             long[] starts = new long[b.start.length];
             for (int e = 0; e < starts.length; e++) starts[e] = b.start[e];
+            if (b.slice != null && b.slice.from() == 0 && b.seqs[0].sliceX == 0) {
+                // the chunk's streams and their norm outlive this step's workspace
+                HipSequence s0 = b.seqs[0];
+                long bytes = 4L * b.R * c.hcMult * c.hidden;
+                s0.sliceX = gpu.malloc(bytes, "layer slice streams");
+                s0.sliceV = gpu.malloc(bytes, "layer slice streams' norm");
+            }
             b.fixed = fixedForm(b, scratch);
             b.group = b.fixed ? java.util.stream.IntStream.range(0, b.seqs.length).toArray() : group(b);
             if (b.convert) scratch = Math.max(scratch, convertBytes(b));
@@ -873,8 +912,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 gpu.upload(b.tok, b.toks);
             }
             long mark = ws.mark();
-            java.util.function.LongSupplier body = () -> LayerProgram.run(b, c.numLayers);
-            boolean graph = b.seqs.length == 1 && graphs.capturable(b.R, b.kinds[0] == StepKind.VERIFY, profile != null);
+            java.util.function.LongSupplier body = () -> b.slice == null ? LayerProgram.run(b, c.numLayers) : runSlice(b);
+            boolean graph = b.seqs.length == 1 && b.slice == null
+                    && graphs.capturable(b.R, b.kinds[0] == StepKind.VERIFY, profile != null);
             logits = graph ? graphs.run(body, () -> ws.release(mark)) : body.getAsLong();
         }
         hostSteps++;
@@ -889,6 +929,16 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (b.dropExec != 0) graphs.destroy(b.dropExec); // captured while the workspace grew: not valid for a replay
         commit(b); // only once the device has finished
         return out;
+    }
+
+    /**
+     * The program of a step that runs one chunk's layer slice [from, to): embedding (from 0) or the streams the
+     * sequence kept, those layers, and the head when the slice ends at the last layer.
+     * @return the logits (0 before the last layer: none are asked for)
+     */
+    private long runSlice(DeviceStep b) {
+        long X = LayerProgram.layers(b, b.embed(), b.slice.from(), b.slice.to());
+        return b.slice.last(c.numLayers) ? b.head(X) : 0;
     }
 
     /** Device buffer of the argmax ids [argmaxCapacity] (grown as needed; freed at close). */
@@ -974,7 +1024,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      *              every entry on the control path, its largest entry's exact copies
      */
     private boolean fixedForm(DeviceStep b, long alone) {
-        if (!graphs.enabled() || profile != null) return false;
+        if (!graphs.enabled() || profile != null || b.slice != null) return false;
         long csa = 0, hca = 0;
         int verifying = 0, ring = 0;
         boolean control = verifyAttention == VerifyAttention.F32_CONVERT;
@@ -1086,8 +1136,20 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         }
     }
 
-    /** Commits a finished step: the entry counts of every sequence's compressors and its length. */
-    private static void commit(DeviceStep b) {
+    /**
+     * Commits a finished step: the entry counts of every sequence's compressors and its length; for a layer slice
+     * before the chunk's last, only how far the chunk got (its streams wait in the sequence's buffers).
+     */
+    private void commit(DeviceStep b) {
+        if (b.slice != null) {
+            HipSequence s0 = b.seqs[0];
+            if (!b.slice.last(c.numLayers)) {
+                s0.sliceRows = b.R;
+                s0.sliceNext = b.slice.to();
+                return;
+            }
+            s0.dropSlice();
+        }
         for (int e = 0; e < b.seqs.length; e++) {
             int n = b.start[e] + b.count[e];
             for (HipSequence.LayerState ls : b.seqs[e].layers) {
@@ -1245,6 +1307,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
          * the layers run), or 0.
          */
         long given;
+        /** The layers of a step that runs one chunk's layer slice ({@link #runSlice}), or null. */
+        final BatchEntry.Layers slice;
 
         DeviceStep(List<BatchEntry> batch) {
             int E = batch.size();
@@ -1266,6 +1330,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             runs = rowRuns(count, kinds);
             // the head's runs by each entry's logit rows (a function of the entry too)
             headRuns = rowRuns(heads, kinds);
+            slice = E == 1 ? batch.getFirst().layers() : null;
         }
 
         int logitCounts() {
@@ -1282,9 +1347,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         @Override
         public Long embed() { // 3.1: every stream starts as the embedding
             final int D = c.hidden, n = c.hcMult, nD = n * D;
-            long X = given;
-            if (X == 0) {
-                X = ws.f32((long) R * nD);
+            // a layer slice works in the sequence's buffers: from layer 0 it embeds into them, later it continues there
+            final boolean sliced = slice != null, continues = sliced && slice.from() > 0;
+            long X = sliced ? seqs[0].sliceX : given;
+            if (given == 0 && !continues) {
+                if (X == 0) X = ws.f32((long) R * nD);
                 DeviceMatrix e = w.embed;
                 k(ds4j_embed(ctx(), e.format(), ptr(e.data()), ptr(e.scale()), e.scaleKind(), e.rowBase(), e.rows(), e.cols(),
                         ptr(tok), R, n, ptr(X)), "embed", "embed");
@@ -1292,8 +1359,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             post = ws.f32((long) R * n);
             comb = ws.f32((long) R * n * n);
             col = ws.f32((long) R * D);
-            v = ws.f32((long) R * nD);
-            vReady = false;
+            v = sliced ? seqs[0].sliceV : ws.f32((long) R * nD);
+            vReady = continues; // the previous slice's last stream update left RMSNorm_1 of X in v
             siteMark = ws.mark();
             return X;
         }

@@ -33,6 +33,13 @@ public final class HipSequence implements Sequence {
     String failed;
     /** The final streams of the latest positions, kept while an MTP state is attached (else null). */
     KeptRing kept;
+    /**
+     * A prefill chunk part-way through its layers ({@link io.ds4j.engine.BatchEntry.Layers}): device buffers of its
+     * streams X and of their RMSNorm_1 v [sliceRows, n·D] F32 (what the next site's mHC product reads: the last stream
+     * update computed it), its token count and the next layer; 0 when none. Freed when the chunk's last slice has run.
+     */
+    long sliceX, sliceV;
+    int sliceRows, sliceNext;
     private final List<Long> fixed = new ArrayList<>();
 
     /** One layer's state (device pointers). */
@@ -141,6 +148,27 @@ public final class HipSequence implements Sequence {
                     + "); start a new sequence");
     }
 
+    @Override
+    public int slicedLayers() {
+        return sliceNext;
+    }
+
+    /** @throws IllegalStateException while a prefill chunk is part-way through its layers */
+    void checkNotSliced(String what) {
+        if (sliceNext > 0)
+            throw new IllegalStateException("cannot " + what + " a sequence whose prefill chunk has run " + sliceNext + " of "
+                    + cfg.numLayers + " layers");
+    }
+
+    /** Frees the part-way chunk's buffers (the chunk's last slice has run, or the sequence closes). */
+    void dropSlice() {
+        Gpu gpu = backend.gpu();
+        if (sliceX != 0) gpu.free(sliceX);
+        if (sliceV != 0) gpu.free(sliceV);
+        sliceX = sliceV = 0;
+        sliceRows = sliceNext = 0;
+    }
+
     /**
      * Makes rows [count, n) writable and room for n entries: takes the store over when nobody writes it and no
      * snapshot uses rows at or past count, else copies rows [0, count) into a new store of its own; grows the store
@@ -204,6 +232,7 @@ public final class HipSequence implements Sequence {
      */
     void copyFrom(HipSequence src) {
         if (pos.length() != 0) throw new IllegalStateException("copyFrom needs an empty sequence");
+        src.checkNotSliced("fork");
         Gpu gpu = backend.gpu();
         for (int l = 0; l < layers.length; l++) {
             LayerState a = layers[l], b = src.layers[l];
@@ -230,6 +259,7 @@ public final class HipSequence implements Sequence {
      * their counts). On running out of device memory nothing is kept and the {@link GpuException} propagates.
      */
     Snapshot snapshot() {
+        checkNotSliced("snapshot");
         return new Snapshot(this);
     }
 
@@ -384,6 +414,7 @@ public final class HipSequence implements Sequence {
     @Override
     public void rollback(int k) {
         if (!closed) checkUsable();
+        checkNotSliced("roll back");
         int n = pos.rollback(k, closed);
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.count = CacheLayout.entries(n, ls.comp.m);
@@ -404,10 +435,11 @@ public final class HipSequence implements Sequence {
             for (Comp cs : new Comp[]{ls.comp, ls.index})
                 if (cs != null) b += (long) cs.cap * cs.cw * 4 * 2 + (long) cs.count * cs.w * 2;
         }
-        return b;
+        return b + (sliceX != 0 ? 2L * sliceRows * cfg.hcMult * cfg.hidden * 4 : 0);
     }
 
     private void free() {
+        dropSlice();
         Gpu gpu = backend.gpu();
         for (long p : fixed) gpu.free(p);
         fixed.clear();

@@ -71,8 +71,17 @@ public final class LayerProgram {
      * @return what {@link Ops#head} returns
      */
     public static <A> A run(Ops<A> ops, int layers) {
-        A X = ops.embed();
-        for (int l = 0; l < layers; l++) {
+        return ops.head(layers(ops, ops.embed(), 0, layers));
+    }
+
+    /**
+     * Runs layers [from, to) on the streams X (updated in place) and returns them: a part of {@link #run} for a prefill
+     * chunk run in layer slices, whose streams carry over from one slice to the next. Every layer sees what it sees in
+     * {@link #run}, so a chunk run slice by slice gives the same numbers.
+     * @param X the streams [R, n·D] after layer from − 1 ({@link Ops#embed} for from = 0)
+     */
+    public static <A> A layers(Ops<A> ops, A X, int from, int to) {
+        for (int l = from; l < to; l++) {
             A col = ops.mixPre(X, l, Site.ATTENTION);
             ops.norm(col, l, Site.ATTENTION);
             ops.mixPost(X, ops.attention(l, col));
@@ -82,6 +91,6 @@ public final class LayerProgram {
             ops.mixPost(X, ops.moe(l, col));
             ops.siteDone();
         }
-        return ops.head(X);
+        return X;
     }
 }

@@ -159,13 +159,17 @@ public final class EngineVerticle extends VerticleBase {
                     backend.name(), model.draft() == null ? "none" : model.draft().name(), state.config().maxActive(),
                     state.config().maxQueue(), l.maxBatchRows(), l.tokenBudget(), l.maxTickStretch() == 0
                             ? "the whole budget (scheduler.maxTickStretch 0)"
-                            : "a step at most " + l.maxTickStretch() + "x the step without it, at least " + l.minPrefillChunk() + " tokens");
+                            : "a step at most " + l.maxTickStretch() + "x the step without it, at least " + l.minPrefillChunk() + " tokens"
+                            + (!l.layerSlices() ? " (whole chunks: scheduler.layerSlices false)"
+                            : backend.layerSlices() ? ", a chunk in layer slices where even that many break the bound"
+                            : " (backend " + backend.name() + " runs chunks whole)"));
         });
     }
 
     /** The scheduler's limits from the configuration. */
     static Scheduler.Limits limits(ServerConfig cfg) {
-        return new Scheduler.Limits(cfg.maxBatchRows(), cfg.tokenBudget(), cfg.maxTickStretch(), cfg.minPrefillChunk());
+        return new Scheduler.Limits(cfg.maxBatchRows(), cfg.tokenBudget(), cfg.maxTickStretch(), cfg.minPrefillChunk(),
+                cfg.layerSlices());
     }
 
     /**

@@ -767,7 +767,8 @@ public final class HttpVerticle extends VerticleBase {
                 .put("streamBufferBytes", cfg.streamBufferBytes());
         o.putObject("scheduler").put("maxBatchRows", cfg.maxBatchRows()).put("tokenBudget", cfg.tokenBudget())
                 .put("prefillChunk", Math.min(cfg.prefillChunk(), cfg.tokenBudget()))
-                .put("maxTickStretch", cfg.maxTickStretch()).put("minPrefillChunk", cfg.minPrefillChunk());
+                .put("maxTickStretch", cfg.maxTickStretch()).put("minPrefillChunk", cfg.minPrefillChunk())
+                .put("layerSlices", cfg.layerSlices());
         ObjectNode pc = o.putObject("prefix_cache");
         io.ds4j.engine.PrefixCache.Stats ps = state.metrics().prefixCache();
         pc.put("enabled", ps != null).put("configured", cfg.prefixCacheEnabled()).put("budgetMiB", cfg.prefixCacheBudgetMiB())

@@ -38,7 +38,7 @@ import java.util.function.ToDoubleFunction;
  *   <li>the scheduler's prefill limit, in steps where a prompt waited for prefill: {@code ds4j:step_prefill_limit}
  *       histogram (the most prefill tokens the step could take: the token budget, or less while requests decode;
  *       0 in a step that measured the decode rows alone) and {@code ds4j:step_prefill_limit_reason_total{reason}}
- *       (why: no_decodes, off, probe, no_data, floor, stretch, ceiling);</li>
+ *       (why: no_decodes, off, probe, no_data, floor, stretch, ceiling, layers);</li>
  *   <li>the MTP draft's batched forwards: {@code ds4j:mtp_batch_size} histogram (requests' MTP drafts per batched MTP
  *       step; one step per draft position per engine step);</li>
  *   <li>{@code vllm:spec_decode_num_drafts_total} (verify steps that carried draft tokens),

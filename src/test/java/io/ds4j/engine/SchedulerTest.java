@@ -191,8 +191,9 @@ class SchedulerTest {
      * prompts whose whole rest fits in the floor come along in the same tick up to the token budget, a long prompt's
      * chunks stay at the floor, a short prompt above the floor waits its turn, and every output is the request's alone.
      */
-    @Test
-    void atTheFloorShortPromptsComeAlongUpToTheTokenBudget() {
+    @org.junit.jupiter.params.ParameterizedTest
+    @org.junit.jupiter.params.provider.ValueSource(booleans = {false, true})
+    void atTheFloorShortPromptsComeAlongUpToTheTokenBudget(boolean slices) {
         TrackingBackend target = new TrackingBackend(targetCpu);
         // 12 ms with decode rows; a prefill pass 30 ms + 0.1 ms a token: the bound (0.5 x 12 ms) is never met
         target.cost = batch -> {
@@ -200,7 +201,7 @@ class SchedulerTest {
             int prefill = batch.stream().filter(e -> e.kind() == StepKind.PREFILL).mapToInt(BatchEntry::count).sum();
             return (decode ? 12_000_000L : 0) + (prefill > 0 ? 30_000_000L + 100_000L * prefill : 0);
         };
-        Scheduler<String> sch = new Scheduler<>(target, new Scheduler.Limits(256, 64, 1.5, 8), target::now);
+        Scheduler<String> sch = new Scheduler<>(target, new Scheduler.Limits(256, 64, 1.5, 8, slices), target::now);
         SplittableRandom rnd = new SplittableRandom(5);
         int V = cfg.vocabSize;
         Map<String, Req> reqs = new java.util.LinkedHashMap<>();
@@ -230,15 +231,22 @@ class SchedulerTest {
             sch.add(k, open(target, reqs.get(k), 64, outs.get(k)));
         }
         Scheduler.Tick<String> first = sch.tick();
-        assertTrue(first.budget().atFloor(), "the bound cannot be met: " + first.budget());
         for (int i = 0; i < 6; i++) assertEquals(1, outs.get("short" + i).size(), "short" + i + " got its first token in the first tick");
-        assertEquals(8 + (3 + 4 + 5 + 6 + 7 + 8), first.prefillTokens(), "the long prompt's floor chunk and the six short prompts");
+        if (slices) {
+            // the long prompt's whole chunk (64) in a slice of its layers, the short prompts whole beside it
+            assertEquals(PrefillBudget.Reason.LAYERS, first.budget().reason(), "the bound cannot be met by a floor chunk");
+            assertEquals(64 + (3 + 4 + 5 + 6 + 7 + 8), first.prefillTokens(), "a slice of the long prompt's chunk and the six short prompts");
+        } else {
+            assertTrue(first.budget().atFloor(), "the bound cannot be met: " + first.budget());
+            assertEquals(8 + (3 + 4 + 5 + 6 + 7 + 8), first.prefillTokens(), "the long prompt's floor chunk and the six short prompts");
+        }
         assertTrue(outs.get("over").isEmpty(), "a prompt above the floor is not carried along");
         int ticks = 0;
         while (!sch.isEmpty()) {
             Scheduler.Tick<String> t = sch.tick();
             if (++ticks > 1000) fail("the requests do not end");
-            if (t.budget() != null && t.budget().atFloor()) assertTrue(t.prefillTokens() <= 8 + 12, "at the floor: " + t.prefillTokens());
+            if (t.budget() != null && t.budget().atFloor())
+                assertTrue(t.prefillTokens() - t.slicedTokens() <= 8 + 12, "whole chunks at the floor: " + t.prefillTokens());
         }
         for (var en : reqs.entrySet()) {
             List<Integer> a = new ArrayList<>();

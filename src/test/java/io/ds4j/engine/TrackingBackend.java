@@ -18,6 +18,8 @@ public final class TrackingBackend implements Backend {
     /** Per {@link #step} call, the kinds of its entries in order. */
     public final List<List<StepKind>> steps = Collections.synchronizedList(new ArrayList<>());
     public final List<Seq> sequences = Collections.synchronizedList(new ArrayList<>());
+    /** Per {@link #step} call, its entries in order. */
+    public final List<List<BatchEntry>> entries = Collections.synchronizedList(new ArrayList<>());
     /** Per {@link #step} call, the row counts of its entries in order. */
     public final List<int[]> counts = Collections.synchronizedList(new ArrayList<>());
     /** Nanoseconds a step adds to {@link #now} (null: the clock stands still). */
@@ -44,6 +46,7 @@ public final class TrackingBackend implements Backend {
         @Override public int length() { return inner.length(); }
         @Override public void rollback(int k) { inner.rollback(k); }
         @Override public int rollbackable() { return inner.rollbackable(); }
+        @Override public int slicedLayers() { return inner.slicedLayers(); }
         @Override public long stateBytes() { return inner.stateBytes(); }
 
         @Override
@@ -56,6 +59,7 @@ public final class TrackingBackend implements Backend {
     @Override public String name() { return inner.name(); }
     @Override public ModelConfig config() { return inner.config(); }
     @Override public long stateBytes(int contextTokens, int maxRollback) { return inner.stateBytes(contextTokens, maxRollback); }
+    @Override public boolean layerSlices() { return inner.layerSlices(); }
     @Override public void close() { inner.close(); }
 
     /** The fake clock (ns): the sum of the costs of the steps so far. */
@@ -99,11 +103,12 @@ public final class TrackingBackend implements Backend {
         List<StepKind> kinds = new ArrayList<>(batch.size());
         boolean poison = false;
         for (BatchEntry e : batch) {
-            in.add(new BatchEntry(unwrap(e.seq()), e.tokens(), e.logitRows(), e.kind()));
+            in.add(new BatchEntry(unwrap(e.seq()), e.tokens(), e.logitRows(), e.kind(), 0, e.layers()));
             kinds.add(e.kind());
             poison |= ((Seq) e.seq()).poisoned;
         }
         steps.add(kinds);
+        entries.add(List.copyOf(batch));
         counts.add(batch.stream().mapToInt(BatchEntry::count).toArray());
         var c = cost;
         if (c != null) clock.addAndGet(c.applyAsLong(batch));

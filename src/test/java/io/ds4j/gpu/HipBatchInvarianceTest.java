@@ -1,6 +1,7 @@
 package io.ds4j.gpu;
 
 import io.ds4j.engine.BatchInvarianceRuns;
+import io.ds4j.engine.LayerSliceRuns;
 import io.ds4j.engine.LongPromptRuns;
 import io.ds4j.model.WeightLoader;
 import org.junit.jupiter.api.Tag;
@@ -18,7 +19,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * output equals plain greedy output in the batch. Kernel choices that depend on a step's row count (the tensor-core
  * threshold of the products) must not change any request's numbers for this to hold. Also: long prompts whose chunks
  * the scheduler's latency bound cuts beside decoding requests answer as alone, and the backend's rule for where a
- * chunk may be cut ({@link HipBackend#prefillSplitExact}) is the chunking invariance it has.
+ * chunk may be cut ({@link HipBackend#prefillSplitExact}) is the chunking invariance it has. Chunks run in layer
+ * slices give the whole chunk's numbers, on the tensor-core path and below it, and a scheduler that slices long
+ * prompts beside decoding requests leaves every answer as alone.
  */
 @Tag("gpu")
 class HipBatchInvarianceTest {
@@ -39,6 +42,27 @@ class HipBatchInvarianceTest {
             assertTrue(rep.allReleased());
             System.out.printf("gpu batch invariance: %d requests, widest step %d entries, %d ticks (%d steps alone)%n",
                     rep.requests().size(), rep.widest(), rep.ticks(), rep.aloneSteps());
+        }
+    }
+
+    @Test
+    void chunksInLayerSlicesGiveTheWholeChunksNumbersOnTheGpu() throws Exception {
+        try (HipBackend target = new HipBackend(WeightLoader.load(TINY))) {
+            assertTrue(target.layerSlices());
+            java.util.SplittableRandom r = new java.util.SplittableRandom(3);
+            int[] p = new int[90];
+            for (int i = 0; i < p.length; i++) p[i] = r.nextInt(target.config().vocabSize);
+            int P = HipBackend.PREFILL_TC_ROWS;
+            // a chunk on the tensor-core path (40 rows), one below it (P − 1 rows), one layer a step
+            assertNull(LayerSliceRuns.chunkInSlices(target, p, 50, new int[]{1, 3}, 4), "40-row chunk");
+            assertNull(LayerSliceRuns.chunkInSlices(target, java.util.Arrays.copyOf(p, 20 + P - 1), 20, new int[]{2}, 4), (P - 1) + "-row chunk");
+            assertNull(LayerSliceRuns.chunkInSlices(target, java.util.Arrays.copyOf(p, 70), 6, new int[]{1, 2, 3, 4}, 3), "64-row chunk");
+            LayerSliceRuns.Run run = LayerSliceRuns.scheduled(target, true, false);
+            assertEquals(List.of(), run.failed());
+            for (String k : run.alone().keySet())
+                assertArrayEquals(run.alone().get(k), run.batched().get(k), "request " + k + " beside sliced chunks, as alone");
+            assertTrue(run.layersInOrder().stream().anyMatch(java.util.Objects::nonNull), "chunks ran in slices");
+            System.out.printf("gpu layer slices: the whole chunk's numbers; scheduled slices %s%n", run.slices("long"));
         }
     }
 

@@ -47,8 +47,12 @@ class BatchedServerTest {
     @ValueSource(strings = {"ngram", "model", "mtp"})
     void sixteenConcurrentRequestsAnswerAsTheyDoAlone(String draft) throws Exception {
         String d = draft.equals("model") ? ModelStore.ensure("tiny", 1, s -> { }).toAbsolutePath().toString() : draft;
+        // whole chunks at the floor (no layer slices): a burst of prompts then starts decoding a chunk per step, so
+        // steps hold many requests; slices would keep the bound instead and admit the burst more slowly on the CPU,
+        // where a chunk's cost grows with its tokens (LayerSliceTest covers slices beside decoding requests)
         try (TestServer server = TestServer.start(new DefaultModelProvider(), Map.of("speculative.draft", d,
-                "limits.maxActive", 16, "scheduler.tokenBudget", 48, "limits.prefillChunk", 64), null, null)) {
+                "limits.maxActive", 16, "scheduler.tokenBudget", 48, "limits.prefillChunk", 64, "scheduler.layerSlices", false),
+                null, null)) {
             int n = 16;
             List<String> alone = new ArrayList<>();
             for (int i = 0; i < n; i++) alone.add(answer(server.post("/v1/chat/completions", body(i))));
@@ -163,7 +167,7 @@ class BatchedServerTest {
             String metrics = server.get("/metrics").body();
             assertTrue(metric(metrics, "ds4j:step_prefill_limit_count") > 0, "the decisions are exported");
             double besideDecodes = 0;
-            for (String r : List.of("probe", "no_data", "floor", "stretch", "ceiling"))
+            for (String r : List.of("probe", "no_data", "floor", "stretch", "ceiling", "layers"))
                 besideDecodes += Math.max(0, nan0(metric(metrics, "ds4j:step_prefill_limit_reason_total{reason=\"" + r + "\"}")));
             assertTrue(besideDecodes > 0, "the bound decided steps beside the decoding streams: "
                     + metrics.lines().filter(l -> l.startsWith("ds4j:step_prefill_limit_reason")).toList());

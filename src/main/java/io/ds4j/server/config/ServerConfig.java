@@ -97,6 +97,10 @@ public final class ServerConfig {
             key("scheduler.minPrefillChunk", ConfigKey.Type.INT, 64, true,
                     "the fewest prefill tokens a step gives a waiting prompt under scheduler.maxTickStretch, so it "
                             + "always progresses in efficient chunks (at most scheduler.tokenBudget is used)"),
+            key("scheduler.layerSlices", ConfigKey.Type.BOOL, true, true,
+                    "where even a chunk of scheduler.minPrefillChunk tokens would break scheduler.maxTickStretch, run a "
+                            + "prompt's chunk a few layers per step (on backends that can; same numbers), so the "
+                            + "decoding requests' steps stay within the bound; false = such a chunk runs whole in one step"),
             key("prefixCache.enabled", ConfigKey.Type.BOOL, true, false,
                     "reuse prompt prefixes across requests (snapshots of sequence state at block boundaries); "
                             + "requests opt out with cache_prompt: false"),
@@ -568,6 +572,9 @@ public final class ServerConfig {
 
     /** {@code scheduler.minPrefillChunk}. */
     public int minPrefillChunk() { return i("scheduler.minPrefillChunk"); }
+
+    /** {@code scheduler.layerSlices}. */
+    public boolean layerSlices() { return (Boolean) values.get("scheduler.layerSlices"); }
 
     /** The {@code cluster.*} settings. */
     @SuppressWarnings("unchecked")
