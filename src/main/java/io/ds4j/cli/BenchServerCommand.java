@@ -84,6 +84,8 @@ public final class BenchServerCommand implements Callable<Integer> {
             + "decode, a step with prefill takes at most this many times the step without it; 0 = off (default ${DEFAULT-VALUE})") double maxTickStretch;
     @Option(names = "--min-prefill-chunk", defaultValue = "64", description = "scheduler.minPrefillChunk: the fewest prefill "
             + "tokens a step gives a waiting prompt under that bound (default ${DEFAULT-VALUE})") int minPrefillChunk;
+    @Option(names = "--log-level", defaultValue = "warn", paramLabel = "LEVEL", description = "the server's log.level during "
+            + "the run (default ${DEFAULT-VALUE}; debug logs every step's prefill decision and duration)") String logLevel;
     @Option(names = "--layer-slices", defaultValue = "true", arity = "1", paramLabel = "true|false", description =
             "scheduler.layerSlices: a chunk that would break that bound even at the floor runs a few layers a step "
                     + "(default ${DEFAULT-VALUE})") boolean layerSlices;
@@ -142,7 +144,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         o.put("scheduler.maxTickStretch", maxTickStretch);
         o.put("scheduler.minPrefillChunk", minPrefillChunk);
         o.put("scheduler.layerSlices", layerSlices);
-        o.put("log.level", "warn");
+        o.put("log.level", logLevel);
         ServerConfig cfg = ServerConfig.parse(null, "bench", o);
         Ds4jServer server = Ds4jServer.start(new Ds4jServer.Options(cfg, null, o, new DefaultModelProvider())).await();
         try {
@@ -251,6 +253,12 @@ public final class BenchServerCommand implements Callable<Integer> {
             System.out.printf("%-8d %10.2f / %7.2f ms %10.2f / %7.2f ms %14.2f%n", e.getKey(), without.itl(50), with.itl(50),
                     without.itl(99), with.itl(99), with.itl(99) / without.itl(50));
         }
+        // the tails in more detail: where the p99 sits relative to the bulk of the gaps
+        for (var e : withLong.entrySet())
+            System.out.printf("%d clients, ITL without / with, ms: p90 %.2f / %.2f, p95 %.2f / %.2f, p99.9 %.2f / %.2f, max %.2f / %.2f%n",
+                    e.getKey(), lastPlain.get(e.getKey()).itl(90), e.getValue().itl(90), lastPlain.get(e.getKey()).itl(95),
+                    e.getValue().itl(95), lastPlain.get(e.getKey()).itl(99.9), e.getValue().itl(99.9),
+                    lastPlain.get(e.getKey()).itl(100), e.getValue().itl(100));
         if (!withLong.isEmpty()) System.out.println(schedulerLine());
     }
 

@@ -81,7 +81,7 @@ public final class PrefillBudget {
         }
 
         /** The predicted duration of a tick with this many prefill tokens (ms; NaN when unknown). */
-        public double predictedMs(int prefillTokens) {
+        public double predictedMs(double prefillTokens) {
             return (Double.isNaN(decodeMs) ? 0 : decodeMs) + prefillTokens * msPerToken;
         }
     }

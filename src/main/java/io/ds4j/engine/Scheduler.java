@@ -100,6 +100,8 @@ public final class Scheduler<K> {
      * @param decodeRows    rows of decode/verify entries
      * @param prefillTokens rows of prefill entries
      * @param slicedTokens  of which the rows of a chunk that ran in a layer slice ({@link BatchEntry.Layers}), 0 if none
+     * @param prefillShare  the prefill tokens, a chunk in a layer slice counting as its rows times the slice's share of
+     *                      the layers (a chunk's slices add up to its rows): the prefill work the tick did
      * @param isolated      true when the batched step failed and its entries were retried one at a time
      * @param mtpSteps      per batched MTP step of the drafts this tick ({@link MtpHead#step}, one per draft position),
      *                      how many requests' MTP drafts it held
@@ -110,7 +112,7 @@ public final class Scheduler<K> {
      * @param commitNanos   of which committing the entries (sampling, acceptance, emitting tokens to the listeners), ns
      */
     public record Tick<K>(List<K> stepped, Map<K, Throwable> failed, List<K> ended, int entries, int decodeRows,
-                          int prefillTokens, int slicedTokens, boolean isolated, List<Integer> mtpSteps, PrefillBudget.Decision budget,
+                          int prefillTokens, int slicedTokens, double prefillShare, boolean isolated, List<Integer> mtpSteps, PrefillBudget.Decision budget,
                           long nanos, long planNanos, long stepNanos, long commitNanos) {
         /** All rows of the target's step. */
         public int rows() {
@@ -323,7 +325,7 @@ public final class Scheduler<K> {
         }
         long t1 = clock.getAsLong(), nanos = t1 - t0;
         if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, prefillShare, nanos);
-        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, sliceTokens, isolated, List.copyOf(mtpSteps),
+        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, sliceTokens, prefillShare, isolated, List.copyOf(mtpSteps),
                 budget, nanos, tPlanned - t0, tStepped - tPlanned, t1 - tStepped);
     }
 

@@ -513,7 +513,7 @@ public final class EngineVerticle extends VerticleBase {
             Scheduler.Tick<Job> t = scheduler.tick();
             if (t.entries() > 0) {
                 state.engineSteps.incrementAndGet();
-                state.metrics().batch(t.entries(), t.rows(), t.prefillTokens(), t.decodeRows());
+                state.metrics().batch(t.entries(), t.decodeRows() + t.prefillShare(), t.prefillShare(), t.decodeRows());
             }
             if (t.budget() != null) logBudget(t);
             for (int n : t.mtpSteps()) state.metrics().mtpStep(n);
@@ -552,10 +552,12 @@ public final class EngineVerticle extends VerticleBase {
         var d = t.budget();
         state.metrics().prefillBudget(d);
         if (LOG.isDebugEnabled())
-            LOG.debug("step: {} decode rows, {} prefill tokens (limit {}: {}; predicted {} ms without prefill, {} ms/prefill token, "
-                            + "{} ms with), took {} ms", t.decodeRows(), t.prefillTokens(), d.tokens(), d.reason(),
+            LOG.debug("step: {} decode rows, {} prefill tokens{} (limit {}: {}; predicted {} ms without prefill, {} ms/prefill token, "
+                            + "{} ms with), took {} ms", t.decodeRows(), t.prefillTokens(),
+                    t.slicedTokens() == 0 ? "" : String.format(" (a chunk of %d in a layer slice: %.1f tokens' work)",
+                            t.slicedTokens(), t.prefillShare()), d.tokens(), d.reason(),
                     ms(d.decodeMs()), Double.isNaN(d.msPerToken()) ? "?" : String.format("%.3f", d.msPerToken()),
-                    ms(d.predictedMs(t.prefillTokens())),
+                    ms(d.predictedMs(t.prefillShare())),
                     ms(t.nanos() / 1e6));
     }
 

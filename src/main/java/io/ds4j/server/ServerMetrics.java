@@ -154,9 +154,11 @@ public final class ServerMetrics {
     /**
      * One batched engine step ran.
      * @param entries requests in the step
-     * @param rows    token rows of the step (prefill tokens + decode/verify rows)
+     * @param rows          token rows of the step (prefill tokens + decode/verify rows)
+     * @param prefillTokens the step's prefill tokens, a chunk in a layer slice counting as its share of the layers (its
+     *                      slices add up to its tokens, so the prefill token counter counts each token once)
      */
-    void batch(int entries, int rows, int prefillTokens, int decodeRows) {
+    void batch(int entries, double rows, double prefillTokens, int decodeRows) {
         batchSize.record(entries);
         batchTokens.record(rows);
         iterationTokens.record(rows);
