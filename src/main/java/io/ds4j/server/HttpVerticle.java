@@ -212,24 +212,55 @@ public final class HttpVerticle extends VerticleBase {
                 .onComplete(v -> req.connection().close());
     }
 
-    /** Netty's message for a header value with a prohibited character: the text before the quoted value. */
-    private static final java.util.regex.Pattern QUOTED_HEADER_VALUE =
-            java.util.regex.Pattern.compile("(?s)^(a header value contains .*?'.'): .*$");
+    /**
+     * Vert.x's message for a header value with a prohibited character: the character (its code in decimal, e.g.
+     * {@code '11'}, or the character itself) and then the whole value, which may be an API key.
+     */
+    private static final java.util.regex.Pattern PROHIBITED_IN_VALUE =
+            java.util.regex.Pattern.compile("(?s)^a header value contains a prohibited character '(\\d+|.)'.*$");
+
+    /** Netty's message for the same: the character's code in hex and its index, no value. */
+    private static final java.util.regex.Pattern PROHIBITED_IN_VALUE_HEX =
+            java.util.regex.Pattern.compile("(?s)^a header value contains prohibited character 0x([0-9a-fA-F]+)( at index \\d+)?.*$");
+
+    /** Vert.x's other messages about a header value's line breaks, each followed by the value. */
+    private static final List<String> VALUE_FOLLOWS = List.of("a header value must not end with '\\r' or '\\n'",
+            "only '\\n' is allowed after '\\r'", "only ' ' and '\\t' are allowed after '\\n'");
 
     /**
-     * Netty's reason for refusing a request, fit for the log and the answer: a header value it quotes (which may be an
-     * API key) is withheld, and control characters are written as U+XXXX.
+     * Netty's or Vert.x's reason for refusing a request, fit for the log and the answer: a header value (which may be
+     * an API key) is never shown, a prohibited character is named by its code point (U+XXXX), and other control
+     * characters are written as U+XXXX.
      */
     static String decodeProblem(Throwable cause) {
         String m = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
-        java.util.regex.Matcher v = QUOTED_HEADER_VALUE.matcher(m);
-        if (v.matches()) m = v.group(1) + " (the value is not shown)";
+        java.util.regex.Matcher v = PROHIBITED_IN_VALUE.matcher(m);
+        java.util.regex.Matcher hex = PROHIBITED_IN_VALUE_HEX.matcher(m);
+        if (v.matches()) {
+            // Vert.x writes a control character as its decimal code (a digit itself is never prohibited), others as is
+            String c = v.group(1);
+            int code = c.chars().allMatch(Character::isDigit) ? Integer.parseInt(c) : c.codePointAt(0);
+            m = "a header value contains a prohibited character " + codePoint(code) + " (the value is not shown)";
+        } else if (hex.matches()) {
+            m = "a header value contains a prohibited character " + codePoint(Integer.parseInt(hex.group(1), 16))
+                    + (hex.group(2) != null ? hex.group(2) : "");
+        } else if (m.startsWith("a header value") || VALUE_FOLLOWS.stream().anyMatch(m::startsWith)) {
+            // any other message about a value: what comes before the value, never the value
+            String head = VALUE_FOLLOWS.stream().filter(m::startsWith).findFirst().orElse(null);
+            if (head == null) head = m.indexOf(':') >= 0 ? m.substring(0, m.indexOf(':')) : m;
+            m = head + " (the value is not shown)";
+        }
         StringBuilder b = new StringBuilder(m.length());
         m.codePoints().forEach(c -> {
-            if (Character.isISOControl(c)) b.append(String.format("U+%04X", c));
+            if (Character.isISOControl(c)) b.append(codePoint(c));
             else b.appendCodePoint(c);
         });
         return b.toString();
+    }
+
+    /** A character's name in a message: its code point as U+XXXX. */
+    private static String codePoint(int c) {
+        return String.format("U+%04X", c);
     }
 
 

@@ -173,11 +173,34 @@ class ClientDetailsTest {
         assertEquals("invalid_api_key", e.get("code").asText(), e.toString());
         // the header's value (a key, perhaps a real one with a typo) is neither echoed nor logged; the character is named
         assertFalse(e.get("message").asText().contains("sk-"), e.toString());
-        assertEquals("a header value contains a prohibited character 'U+0001' (the value is not shown)",
+        assertEquals("a header value contains a prohibited character U+0001 (the value is not shown)",
                 HttpVerticle.decodeProblem(new IllegalArgumentException("a header value contains a prohibited character '\u0001': Bearer sk-\u0001test")));
         TestServer.Resp missing = server.get("/v1/models");
         assertEquals(401, missing.status());
         assertEquals("Bearer", missing.headers().firstValue("WWW-Authenticate").orElse(null));
+    }
+
+    /**
+     * Whatever the character and whoever words the message (Vert.x with a decimal code of any length or the character
+     * itself, Netty with a hex code), a header's value is never shown and the character is named by its code point.
+     */
+    @Test
+    void aRefusedHeaderValueIsNeverShownAndItsCharacterIsNamed() {
+        String shown = " (the value is not shown)";
+        for (String[] c : new String[][]{{"1", "U+0001"}, {"11", "U+000B"}, {"12", "U+000C"}, {"31", "U+001F"},
+                {"127", "U+007F"}, {"\u000b", "U+000B"}}) {
+            String why = HttpVerticle.decodeProblem(new IllegalArgumentException(
+                    "a header value contains a prohibited character '" + c[0] + "': Bearer sk-secret\u000bXYZ"));
+            assertEquals("a header value contains a prohibited character " + c[1] + shown, why, c[0]);
+        }
+        assertEquals("a header value contains a prohibited character U+001B at index 3",
+                HttpVerticle.decodeProblem(new IllegalArgumentException("a header value contains prohibited character 0x1b at index 3")));
+        for (String m : List.of("only '\\n' is allowed after '\\r': sk-secret\rXYZ", "only ' ' and '\\t' are allowed after '\\n': sk-secret",
+                "a header value must not end with '\\r' or '\\n':sk-secret\n", "a header value is odd: sk-secret")) {
+            String why = HttpVerticle.decodeProblem(new IllegalArgumentException(m));
+            assertFalse(why.contains("sk-secret"), why);
+            assertTrue(why.endsWith(shown), why);
+        }
     }
 
     @Test

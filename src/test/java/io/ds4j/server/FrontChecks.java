@@ -161,6 +161,20 @@ public final class FrontChecks {
             assertNotNull(e, what + ": " + a);
             assertEquals("invalid_header", e.get("code").asText(), what + ": " + a);
         }
+        // a value with a prohibited character (an API key, perhaps) is neither echoed nor logged, whatever the
+        // character's code, in any header; the character is named by its code point
+        for (String[] h : new String[][]{{"Authorization: Bearer sk-secret\u000bXYZ", "U+000B"},
+                {"Authorization: Bearer sk-secret\u007fXYZ", "U+007F"}, {"X-Note: sk-secret\u001fXYZ", "U+001F"},
+                {"X-Note: sk-secret\u0001XYZ", "U+0001"}}) {
+            try (LogCapture log = new LogCapture()) {
+                String a = raw(port, "GET", "/v1/models", h[0] + "\r\n");
+                assertTrue(a.startsWith("HTTP/1.1 400"), h[1] + ": " + a);
+                String message = Json.MAPPER.readTree(a.substring(a.indexOf("\r\n\r\n") + 4)).at("/error/message").asText();
+                assertEquals("the request cannot be read: a header value contains a prohibited character " + h[1]
+                        + " (the value is not shown)", message, h[1]);
+                assertEquals(List.of(), log.linesWith("sk-secret"), h[1] + ": the value is not logged");
+            }
+        }
     }
 
     /**
