@@ -307,12 +307,17 @@ public final class HttpVerticle extends VerticleBase {
      * For an HTTP/1.0 request answered with a body of unknown length (a stream): says {@code Connection: close} and closes
      * the connection once the answer ends. Both HTTP fronts call it before the answer's head goes out.
      */
-    public static void closeAfterUnframedAnswer(HttpServerRequest req, HttpServerResponse resp) {
+    public static void closeAfterUnframedAnswer(RoutingContext ctx) {
+        HttpServerRequest req = ctx.request();
+        HttpServerResponse resp = ctx.response();
         if (req.version() != HttpVersion.HTTP_1_0) return;
         // HTTP/1.0 has no chunked encoding: such an answer ends only when the connection closes, even when the client
-        // asked to keep it alive (Vert.x writes "keep-alive" back for such a request; the headers-end hook runs after it)
-        resp.headersEndHandler(v -> resp.putHeader(HttpHeaders.CONNECTION, "close"));
-        resp.endHandler(v -> req.connection().close());
+        // asked to keep it alive (Vert.x writes "keep-alive" back for such a request; the headers-end hook runs after it).
+        // The context's hooks, not the response's own: a response has one end handler and one headers-end handler, and
+        // the context's are among them (its end handlers count a generation's response as closed, so replacing them
+        // left a finished stream counted as open until the shutdown gave up on it)
+        ctx.addHeadersEndHandler(v -> resp.putHeader(HttpHeaders.CONNECTION, "close"));
+        ctx.addEndHandler(v -> req.connection().close());
     }
 
     /**
@@ -1241,7 +1246,7 @@ public final class HttpVerticle extends VerticleBase {
                                 .putHeader(HttpHeaders.CONTENT_TYPE, "text/event-stream; charset=utf-8")
                                 .putHeader(HttpHeaders.CACHE_CONTROL, "no-cache")
                                 .putHeader("X-Accel-Buffering", "no");
-                        closeAfterUnframedAnswer(ctx.request(), resp);
+                        closeAfterUnframedAnswer(ctx);
                         if (!scoresPending) write(out.start(echo, null));
                     } else if (echo != null && !scoresPending) {
                         out.start(echo, null);

@@ -131,16 +131,25 @@ class ClientDetailsTest {
         FrontChecks.expectContinueIsAnsweredBeforeTheBody(server.port, "Authorization: Bearer sk-test\r\n");
     }
 
+    /**
+     * An HTTP/1.0 stream, whether or not the client asked to keep the connection alive, ends with the connection's
+     * close, and once it has ended it no longer counts as an open response (a shutdown would otherwise wait for it).
+     */
     @Test
-    void http10KeepAliveStreamEndsWithConnectionClose() throws Exception {
+    void http10StreamEndsWithConnectionCloseAndIsNoLongerOpen() throws Exception {
         byte[] body = TestServer.chat("Hi", "\"stream\":true,\"max_tokens\":4").getBytes(StandardCharsets.UTF_8);
-        String r = raw(post("HTTP/1.0", "Connection: keep-alive\r\n", body), 10_000);
-        assertFalse(r.contains("<<timeout"), "the stream must end: " + r);
-        assertTrue(r.startsWith("HTTP/1.0 200") || r.startsWith("HTTP/1.1 200"), r);
-        String head = r.substring(0, r.indexOf("\r\n\r\n")).toLowerCase();
-        assertTrue(head.contains("connection: close"), head);
-        assertFalse(head.contains("transfer-encoding: chunked"), "HTTP/1.0 has no chunked encoding: " + head);
-        assertTrue(r.contains("data: [DONE]"), r);
+        for (String connection : List.of("Connection: keep-alive\r\n", "")) {
+            String r = raw(post("HTTP/1.0", connection, body), 10_000);
+            assertFalse(r.contains("<<timeout"), "the stream must end: " + r);
+            assertTrue(r.startsWith("HTTP/1.0 200") || r.startsWith("HTTP/1.1 200"), r);
+            String head = r.substring(0, r.indexOf("\r\n\r\n")).toLowerCase();
+            assertTrue(head.contains("connection: close"), head);
+            assertFalse(head.contains("transfer-encoding: chunked"), "HTTP/1.0 has no chunked encoding: " + head);
+            assertTrue(r.contains("data: [DONE]"), r);
+            assertTrue(TestServer.eventually(2_000, () -> server.state().openExchanges() == 0
+                            && server.state().openGenerations() == 0),
+                    connection + ": still open after the stream ended: " + server.state().openExchanges());
+        }
     }
 
     @Test

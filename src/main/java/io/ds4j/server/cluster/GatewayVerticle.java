@@ -524,7 +524,7 @@ public final class GatewayVerticle extends VerticleBase {
                         writeHead();
                         if (!end) {
                             resp.setChunked(true);
-                            HttpVerticle.closeAfterUnframedAnswer(ctx.request(), resp);
+                            HttpVerticle.closeAfterUnframedAnswer(ctx);
                         }
                         if (!end && isStream(head)) {
                             // Netty queues what the socket does not take; past this many bytes the queue reports full
