@@ -57,12 +57,12 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--reasoning-effort", description = "high or max (with --thinking)") String effort;
     @Option(names = {"-n", "--max-tokens"}, defaultValue = "128", description = "tokens to generate (default ${DEFAULT-VALUE})") int maxTokens;
     @Option(names = "--temperature", defaultValue = "0", description = "0 = greedy (default ${DEFAULT-VALUE})") double temperature;
-    @Option(names = "--top-p", defaultValue = "1") double topP;
-    @Option(names = "--top-k", defaultValue = "0") int topK;
-    @Option(names = "--min-p", defaultValue = "0") double minP;
-    @Option(names = "--presence-penalty", defaultValue = "0") double presence;
-    @Option(names = "--frequency-penalty", defaultValue = "0") double frequency;
-    @Option(names = "--repetition-penalty", defaultValue = "1") double repetition;
+    @Option(names = "--top-p", defaultValue = "1", description = "nucleus sampling: keep the most likely tokens up to this probability mass, (0, 1]; 1 = off (default ${DEFAULT-VALUE})") double topP;
+    @Option(names = "--top-k", defaultValue = "0", description = "keep the k most likely tokens, up to the vocabulary size; 0 or -1 = off (default ${DEFAULT-VALUE})") int topK;
+    @Option(names = "--min-p", defaultValue = "0", description = "drop tokens below this fraction of the most likely one's probability, [0, 1]; 0 = off (default ${DEFAULT-VALUE})") double minP;
+    @Option(names = "--presence-penalty", defaultValue = "0", description = "subtracted from the logit of a token the output already has, [-2, 2] (default ${DEFAULT-VALUE})") double presence;
+    @Option(names = "--frequency-penalty", defaultValue = "0", description = "subtracted from a token's logit per time the output has it, [-2, 2] (default ${DEFAULT-VALUE})") double frequency;
+    @Option(names = "--repetition-penalty", defaultValue = "1", description = "divides a positive logit (multiplies a negative one) of a token in the prompt or the output, (0, 10]; 1 = off (default ${DEFAULT-VALUE})") double repetition;
     @Option(names = "--seed", description = "random seed (same seed + same request = same output)") Long seed;
     @Option(names = "--stop", description = "stop string (repeatable)") List<String> stop = new ArrayList<>();
     @Option(names = "--ignore-eos", description = "keep going after the end-of-sequence token") boolean ignoreEos;
@@ -82,8 +82,15 @@ public final class GenerateCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         PrintStream err = System.err;
         if (maxTokens < 0) throw new IllegalArgumentException("-n / --max-tokens must be >= 0, got " + maxTokens);
-        SamplingParams sp = new SamplingParams(temperature, topK, topP, minP, seed, presence, frequency, repetition,
-                Map.of(), maxTokens, stop, false, 0, ignoreEos);
+        // as the API takes top_k: -1 is off, as 0 is
+        if (topK < -1) throw new IllegalArgumentException("--top-k must be >= 0 (0 or -1 = off), got " + topK);
+        SamplingParams sp = new SamplingParams(temperature, topK == -1 ? 0 : topK, topP, minP, seed, presence, frequency,
+                repetition, Map.of(), maxTokens, stop, false, 0, ignoreEos);
+        // every range but top-k's upper bound (the vocabulary size, checked once the model is open) is checked here,
+        // before the model loads: a bad flag fails at once, not after a load that may take minutes
+        sp.validate(Integer.MAX_VALUE);
+        if (maxContext != null && maxContext < 2)
+            throw new IllegalArgumentException("--max-context must be >= 2 (the BOS token and one more), got " + maxContext);
         VerifyWidth width;
         try {
             width = VerifyWidth.parse(specQ); // checked even without --draft: a typo must not pass silently

@@ -92,6 +92,40 @@ public class GenerateCommandTest {
     }
 
     /**
+     * --top-k -1 is off, as top_k -1 is for the API (the same text as 0); a bad sampling flag fails before the model
+     * loads (a model directory that does not exist is never reached), naming the flag; the sampling flags have help.
+     */
+    @Test
+    void topKMinusOneIsOffAndBadSamplingFlagsFailBeforeTheModelLoads(@TempDir Path tmp) {
+        Run off = run("generate", "--model", FIXTURE, "--prompt", "a b", "-n", "6", "--temperature", "0.9", "--seed", "3", "--top-k", "0");
+        Run minusOne = run("generate", "--model", FIXTURE, "--prompt", "a b", "-n", "6", "--temperature", "0.9", "--seed", "3", "--top-k", "-1");
+        assertEquals(0, minusOne.code(), minusOne.err());
+        assertEquals(off.out(), minusOne.out(), "-1 is off, as 0 is");
+        String missing = tmp.resolve("nope").toString();
+        for (String[] c : new String[][]{{"--top-k", "-2", "--top-k must be >= 0 (0 or -1 = off), got -2"},
+                {"--temperature", "3", "temperature: must be in [0, 2], got 3"}, {"--top-p", "0", "top_p: must be in (0, 1], got 0"},
+                {"--top-p", "1.5", "top_p: must be in (0, 1], got 1.5"}, {"--min-p", "-0.1", "min_p: must be in [0, 1], got -0.1"},
+                {"--presence-penalty", "3", "presence_penalty"}, {"--frequency-penalty", "-3", "frequency_penalty"},
+                {"--repetition-penalty", "0", "repetition_penalty"},
+                {"--max-context", "0", "--max-context must be >= 2 (the BOS token and one more), got 0"}}) {
+            Run r = run("generate", "--model", missing, "--prompt", "x", c[0], c[1]);
+            assertNotEquals(0, r.code(), c[0] + " " + c[1]);
+            assertTrue(r.err().contains(c[2]) && !r.err().contains("folder not found"), c[0] + " " + c[1] + ": " + r.err());
+        }
+        // past the vocabulary is still refused, once the model says how large it is (the fixture has 1,024 tokens)
+        Run big = run("generate", "--model", FIXTURE, "--prompt", "x", "--top-k", "5000");
+        assertNotEquals(0, big.code());
+        assertTrue(big.err().contains("top_k: must be in [0, 1024]"), big.err());
+        String help = run("generate", "--help").out();
+        var spec = Main.commandLine().getSubcommands().get("generate").getCommandSpec();
+        for (String flag : java.util.List.of("--top-p", "--top-k", "--min-p", "--presence-penalty", "--frequency-penalty", "--repetition-penalty")) {
+            String[] d = spec.findOption(flag).description();
+            assertTrue(d.length > 0 && d[0].length() > 10, "help for " + flag + ": " + java.util.Arrays.toString(d));
+        }
+        assertTrue(help.contains("0 or -1 = off"), help);
+    }
+
+    /**
      * The context is capped at the model's max_position_embeddings, as serve caps it; a draft model with a smaller
      * limit drafts only within it (said once), and the output is the same.
      */
