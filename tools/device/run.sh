@@ -24,7 +24,8 @@ if [ ! -f "$work/app/ds4j.jar" ] || [ .device/app.tar.xz -nt "$work/app/ds4j.jar
 fi
 java="$work/rt/bin/java"
 export DJL_OFFLINE=true OPT_OUT_TRACKING=true DS4J_HOME="${DS4J_HOME:-$work/home}"
-flags=(--add-modules jdk.incubator.vector --enable-native-access=ALL-UNNAMED -Xss4m -XX:+UseParallelGC)
+# DS4J_GC: the collector flag (default -XX:+UseParallelGC, as bin/ds4j), e.g. -XX:+UseZGC for a comparison
+flags=(--add-modules jdk.incubator.vector --enable-native-access=ALL-UNNAMED -Xss4m "${DS4J_GC:--XX:+UseParallelGC}")
 cp="$(printf '%s:' "$work/app/ds4j.jar" "$work/app"/lib/*.jar)"; cp="${cp%:}"  # explicit: JUnit does not expand lib/*
 junit=(-jar "$work/app/junit-console.jar" execute --class-path "$cp:$work/app/tests.jar" --disable-banner
        --details=tree --include-tag gpu --reports-dir "$out/junit")

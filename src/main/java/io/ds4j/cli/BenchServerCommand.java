@@ -151,7 +151,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             server.ready().await();
             port = server.port();
             base = "http://127.0.0.1:" + port;
-            http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(10)).build();
+            http = newClient();
             if (backend.equals("cpu") && !skipEngineAlone) engineAlone(dir, prompt, tok, user);
             else for (int i = 0; i < 5; i++) stream(user); // warm-up
             if (longUser != null) {
@@ -228,11 +228,14 @@ public final class BenchServerCommand implements Callable<Integer> {
         Map<Integer, Double> aggregate = new LinkedHashMap<>();
         Map<Integer, Round> withLong = new LinkedHashMap<>();
         for (int c : clients) {
+            if (longUser != null) serverGaps.put(-c, serverItlBuckets());
             Round rd = round(c, user, false);
+            if (longUser != null) serverGaps.put(c, serverItlBuckets());
             aggregate.put(c, rd.aggregate());
             printRow(String.valueOf(c), rd);
             if (longUser != null) {
                 Round lr = round(c, user, true);
+                serverGaps.put(1_000_000 + c, serverItlBuckets());
                 withLong.put(c, lr);
                 printRow(c + "+long", lr);
             }
@@ -252,6 +255,15 @@ public final class BenchServerCommand implements Callable<Integer> {
             Round without = lastPlain.get(e.getKey()), with = e.getValue();
             System.out.printf("%-8d %10.2f / %7.2f ms %10.2f / %7.2f ms %14.2f%n", e.getKey(), without.itl(50), with.itl(50),
                     without.itl(99), with.itl(99), with.itl(99) / without.itl(50));
+        }
+        // where the tail comes from: the server's own gaps between a request's outputs (the engine's flushes, from
+        // /metrics) against the gaps the clients saw, as the share above 40 and 50 ms
+        for (var e : withLong.entrySet()) {
+            int c = e.getKey();
+            System.out.printf("%d clients, share of gaps above 40 / 50 ms: without the long prompt clients %s, server %s; "
+                            + "with it clients %s, server %s%n", c, above(lastPlain.get(c)),
+                    serverAbove(serverGaps.get(-c), serverGaps.get(c)), above(e.getValue()),
+                    serverAbove(serverGaps.get(c), serverGaps.get(1_000_000 + c)));
         }
         // the tails in more detail: where the p99 sits relative to the bulk of the gaps
         for (var e : withLong.entrySet())
@@ -300,7 +312,7 @@ public final class BenchServerCommand implements Callable<Integer> {
      */
     private int remote(String user, int maxClients) throws Exception {
         base = url.replaceAll("/+$", "");
-        http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(10)).build();
+        http = newClient();
         System.out.printf("server: %s (running already; its own limits apply)%n", base);
         for (int i = 0; i < 10; i++) stream(user);
         List<Sample> single = new ArrayList<>();
@@ -364,6 +376,45 @@ public final class BenchServerCommand implements Callable<Integer> {
         }
     }
 
+    /** Cumulative counts of the server's vllm:inter_token_latency_seconds buckets (le in s → count) around the rounds. */
+    private final Map<Integer, Map<Double, Double>> serverGaps = new LinkedHashMap<>();
+
+    /** The server's ITL histogram's cumulative bucket counts now (empty when /metrics cannot be read). */
+    private Map<Double, Double> serverItlBuckets() {
+        Map<Double, Double> m = new LinkedHashMap<>();
+        try {
+            HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/metrics")).GET();
+            if (apiKey != null) rb.header("Authorization", "Bearer " + apiKey);
+            for (String l : http.send(rb.build(), HttpResponse.BodyHandlers.ofString()).body().split("\n")) {
+                if (!l.startsWith("vllm:inter_token_latency_seconds_bucket{")) continue;
+                int a = l.indexOf("le=\"") + 4;
+                String le = l.substring(a, l.indexOf('"', a));
+                m.put(le.equals("+Inf") ? Double.POSITIVE_INFINITY : Double.parseDouble(le),
+                        Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1)));
+            }
+        } catch (Exception e) {
+            m.clear();
+        }
+        return m;
+    }
+
+    /** Share of the server's gaps between two readings above 40 and 50 ms ("?" where the buckets are missing). */
+    private static String serverAbove(Map<Double, Double> before, Map<Double, Double> after) {
+        if (before == null || after == null) return "?";
+        double all = after.getOrDefault(Double.POSITIVE_INFINITY, Double.NaN) - before.getOrDefault(Double.POSITIVE_INFINITY, Double.NaN);
+        double le40 = after.getOrDefault(0.04, Double.NaN) - before.getOrDefault(0.04, Double.NaN);
+        double le50 = after.getOrDefault(0.05, Double.NaN) - before.getOrDefault(0.05, Double.NaN);
+        if (!(all > 0) || Double.isNaN(le40) || Double.isNaN(le50)) return "?";
+        return String.format("%.1f%% / %.1f%%", 100 * (all - le40) / all, 100 * (all - le50) / all);
+    }
+
+    /** Share of a round's client-side gaps above 40 and 50 ms. */
+    private static String above(Round rd) {
+        double[] g = rd.samples().stream().flatMapToDouble(x -> Arrays.stream(x.gapsMs())).toArray();
+        long a40 = Arrays.stream(g).filter(x -> x > 40).count(), a50 = Arrays.stream(g).filter(x -> x > 50).count();
+        return g.length == 0 ? "?" : String.format("%.1f%% / %.1f%%", 100.0 * a40 / g.length, 100.0 * a50 / g.length);
+    }
+
     /** The last plain round per level (the "without" side of the long-prompt comparison). */
     private final Map<Integer, Round> lastPlain = new LinkedHashMap<>();
     private String longUser;
@@ -399,8 +450,12 @@ public final class BenchServerCommand implements Callable<Integer> {
         long t0 = System.nanoTime();
         try (ExecutorService ex = Executors.newVirtualThreadPerTaskExecutor()) {
             List<Future<?>> fs = new ArrayList<>();
+            // each client its own HttpClient (its own connection and selector thread), as separate users have: one
+            // shared client reads every stream on one thread, which can hold a token back behind the others
             for (int k = 0; k < c; k++) fs.add(ex.submit(() -> {
-                for (int r = 0; r < perClient; r++) samples.add(stream(user));
+                try (HttpClient own = newClient()) {
+                    for (int r = 0; r < perClient; r++) samples.add(stream(own, user));
+                }
                 return null;
             }));
             for (Future<?> f : fs) f.get();
@@ -451,10 +506,19 @@ public final class BenchServerCommand implements Callable<Integer> {
     }
 
     private Sample stream(String user) throws Exception {
+        return stream(http, user);
+    }
+
+    private static HttpClient newClient() {
+        return HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(10)).build();
+    }
+
+    /** One streamed request on the given client, as that client sees it. */
+    private Sample stream(HttpClient client, String user) throws Exception {
         HttpRequest req = chatRequest(user, maxTokens, true);
         List<Double> gaps = new ArrayList<>();
         long t0 = System.nanoTime();
-        HttpResponse<Stream<String>> r = http.send(req, HttpResponse.BodyHandlers.ofLines());
+        HttpResponse<Stream<String>> r = client.send(req, HttpResponse.BodyHandlers.ofLines());
         if (r.statusCode() != 200) throw new IllegalStateException("HTTP " + r.statusCode());
         long first = 0, last = 0;
         int tokens = 0;
