@@ -30,7 +30,8 @@ import java.util.function.LongSupplier;
  *       request's output never depends on what else runs. A long prompt thus takes one chunk (or part of one) per
  *       tick and the decoding generations step in every tick beside it. Where the bound leaves only the floor (even a
  *       floor-sized chunk breaks it), prompts whose whole rest fits in the floor come along up to the token budget
- *       ({@link #shortRestAtFloor}); a longer prompt's next chunk then runs in layer slices where the limits and the
+ *       ({@link #shortRestAtFloor}, and such a prompt is never sliced: it comes along or waits for a tick with room);
+ *       a longer prompt's next chunk then runs in layer slices where the limits and the
  *       backend allow ({@link Limits#layerSlices}, {@link Backend#layerSlices}): the whole chunk, but per tick only the
  *       layers whose share of its predicted cost fits the bound ({@link PrefillBudget#layers}), the tick's only
  *       prefill, one chunk part-way at a time (same numbers: every layer sees what it sees in one step).</li>
@@ -246,7 +247,10 @@ public final class Scheduler<K> {
             if (budget.tokens() == 0) break; // a probe: this tick measures the decode rows alone
             int n = g.nextRows();
             boolean shortRest = shortRestAtFloor(g, n, budget, prefillTokens);
-            if (g.slicing() || (sliceable(budget) && !shortRest)) {
+            // a prompt whose whole rest fits in the floor is never sliced: it comes along whole, or waits for a tick
+            // with room (a burst of short prompts then shares whole passes instead of each taking slices of its own)
+            boolean restInFloor = n <= limits.floor() && g.promptTokens() - g.prefilledTokens() == n;
+            if (g.slicing() || (sliceable(budget) && !restInFloor)) {
                 // a chunk in layer slices: the generation's whole next chunk (the weights read once for all its tokens)
                 // or the rest of its part-way one, as many layers as the bound allows; one such chunk a tick
                 if (sliceTokens > 0 || (partWay && !g.slicing())) continue;

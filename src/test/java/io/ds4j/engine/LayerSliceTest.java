@@ -168,6 +168,56 @@ class LayerSliceTest {
         assertArrayEquals(new int[2], next, "the last chunks finished");
     }
 
+    /**
+     * A burst of short prompts (each within the floor) beyond the token budget, beside decoding requests where a
+     * floor-sized chunk breaks the bound: none is sliced, each comes along whole or waits for a tick with room, so the
+     * ticks are those of the same burst with layer slices off, and every output is as alone.
+     */
+    @Test
+    void aBurstOfShortPromptsBeyondTheBudgetIsNeverSliced() {
+        List<List<Integer>> perTick = new ArrayList<>();
+        List<java.util.Map<String, int[]>> outsBoth = new ArrayList<>();
+        for (boolean slices : new boolean[]{false, true}) {
+            TrackingBackend target = new TrackingBackend(cpu);
+            target.cost = b -> LayerSliceRuns.fakeCost(b, cfg.numLayers);
+            Scheduler<String> sch = new Scheduler<>(target, new Scheduler.Limits(256, 64, 1.5, 32, slices), target::now);
+            java.util.Map<String, List<Integer>> outs = new java.util.LinkedHashMap<>();
+            java.util.Map<String, BatchInvarianceRuns.Req> reqs = new java.util.LinkedHashMap<>();
+            for (String k : List.of("a", "b"))
+                reqs.put(k, new BatchInvarianceRuns.Req(new int[]{4 + k.length(), 5, 6}, io.ds4j.sampling.SamplingParams.greedy(40), null, "1"));
+            for (int i = 0; i < 20; i++)
+                reqs.put("s" + i, new BatchInvarianceRuns.Req(prompt(10 + i % 7, 100 + i), io.ds4j.sampling.SamplingParams.greedy(3), null, "1"));
+            for (String k : List.of("a", "b")) {
+                outs.put(k, new ArrayList<>());
+                sch.add(k, BatchInvarianceRuns.open(target, reqs.get(k), 64, outs.get(k)));
+            }
+            while (sch.tick().prefillTokens() > 0) { }
+            sch.tick(); // the decode-only time is measured
+            for (int i = 0; i < 20; i++) {
+                outs.put("s" + i, new ArrayList<>());
+                sch.add("s" + i, BatchInvarianceRuns.open(target, reqs.get("s" + i), 64, outs.get("s" + i)));
+            }
+            List<Integer> ticks = new ArrayList<>();
+            while (!sch.isEmpty()) {
+                Scheduler.Tick<String> t = sch.tick();
+                assertEquals(0, t.slicedTokens(), "no short prompt runs in slices");
+                ticks.add(t.prefillTokens());
+            }
+            perTick.add(ticks);
+            java.util.Map<String, int[]> o = new java.util.LinkedHashMap<>();
+            outs.forEach((k, v) -> o.put(k, BatchInvarianceRuns.tokens(v)));
+            outsBoth.add(o);
+            for (var en : reqs.entrySet()) {
+                List<Integer> a = new ArrayList<>();
+                Generation g = BatchInvarianceRuns.open(cpu, en.getValue(), 64, a);
+                while (g.step()) { }
+                assertArrayEquals(BatchInvarianceRuns.tokens(a), o.get(en.getKey()), "request " + en.getKey() + " as alone");
+            }
+        }
+        assertEquals(perTick.get(0), perTick.get(1), "the same ticks with and without layer slices");
+        assertTrue(perTick.get(1).stream().anyMatch(n -> n > 32), "short prompts came along together: " + perTick.get(1));
+    }
+
     /** With scheduler.layerSlices off the same run takes whole chunks at the floor, beyond the bound. */
     @Test
     void withLayerSlicesOffChunksRunWholeAtTheFloor() {
