@@ -113,8 +113,8 @@ public final class Scheduler<K> {
      * @param commitNanos   of which committing the entries (sampling, acceptance, emitting tokens to the listeners), ns
      */
     public record Tick<K>(List<K> stepped, Map<K, Throwable> failed, List<K> ended, int entries, int decodeRows,
-                          int prefillTokens, int slicedTokens, double prefillShare, boolean isolated, List<Integer> mtpSteps, PrefillBudget.Decision budget,
-                          long nanos, long planNanos, long stepNanos, long commitNanos) {
+                          int prefillTokens, int slicedTokens, double prefillShare, boolean isolated, List<Integer> mtpSteps,
+                          PrefillBudget.Decision budget, long nanos, long planNanos, long stepNanos, long commitNanos) {
         /** All rows of the target's step. */
         public int rows() {
             return decodeRows + prefillTokens;
@@ -254,19 +254,13 @@ public final class Scheduler<K> {
                 // a chunk in layer slices: the generation's whole next chunk (the weights read once for all its tokens)
                 // or the rest of its part-way one, as many layers as the bound allows; one such chunk a tick
                 if (sliceTokens > 0 || (partWay && !g.slicing())) continue;
-                try {
-                    BatchEntry e = g.planPrefill(n, PrefillBudget.layers(limits, budget, n, L));
-                    if (e == null) continue;
-                    keys.add(en.getKey());
-                    batch.add(e);
-                    sliceTokens = e.count();
-                    BatchEntry.Layers ly = e.layers();
-                    prefillShare += ly == null ? e.count() : (double) e.count() * (ly.to() - ly.from()) / L;
-                    if (ly != null && budget.reason() == PrefillBudget.Reason.FLOOR)
-                        budget = budget.because(PrefillBudget.Reason.LAYERS);
-                } catch (Throwable t) {
-                    fail(en.getKey(), t, failed);
-                }
+                int layers = PrefillBudget.layers(limits, budget, n, L);
+                BatchEntry e = plan(en.getKey(), () -> g.planPrefill(n, layers), keys, batch, failed);
+                if (e == null) continue;
+                sliceTokens = e.count();
+                BatchEntry.Layers ly = e.layers();
+                prefillShare += ly == null ? e.count() : (double) e.count() * (ly.to() - ly.from()) / L;
+                if (ly != null && budget.reason() == PrefillBudget.Reason.FLOOR) budget = budget.because(PrefillBudget.Reason.LAYERS);
                 continue;
             }
             if (sliceTokens > 0 && !shortRest) continue; // beside a slice only prompts' short rests come along
@@ -274,16 +268,11 @@ public final class Scheduler<K> {
                     : budget.bounded() ? cut(n, budget.tokens() - prefillTokens, prefillTokens == 0) : 0;
             if (take == 0 && prefillTokens == 0) take = n; // the first prompt always progresses
             if (take == 0) continue;
-            try {
-                BatchEntry e = g.planPrefill(take);
-                if (e == null) continue;
-                keys.add(en.getKey());
-                batch.add(e);
-                prefillTokens += e.count();
-                prefillShare += e.count();
-            } catch (Throwable t) {
-                fail(en.getKey(), t, failed);
-            }
+            final int t = take;
+            BatchEntry e = plan(en.getKey(), () -> g.planPrefill(t), keys, batch, failed);
+            if (e == null) continue;
+            prefillTokens += e.count();
+            prefillShare += e.count();
         }
         prefillTokens += sliceTokens;
         // --- cancelled generations end at this step boundary (plan releases their state)
@@ -329,8 +318,8 @@ public final class Scheduler<K> {
         }
         long t1 = clock.getAsLong(), nanos = t1 - t0;
         if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, prefillShare, nanos);
-        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, sliceTokens, prefillShare, isolated, List.copyOf(mtpSteps),
-                budget, nanos, tPlanned - t0, tStepped - tPlanned, t1 - tStepped);
+        return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, sliceTokens, prefillShare, isolated,
+                List.copyOf(mtpSteps), budget, nanos, tPlanned - t0, tStepped - tPlanned, t1 - tStepped);
     }
 
     /**
@@ -345,6 +334,26 @@ public final class Scheduler<K> {
     private boolean shortRestAtFloor(Generation g, int n, PrefillBudget.Decision budget, int prefillTokens) {
         return budget.atFloor() && n <= limits.floor()
                 && g.promptTokens() - g.prefilledTokens() == n && prefillTokens + n <= limits.tokenBudget();
+    }
+
+    /**
+     * Plans a prefill entry of the generation under key: adds it to the batch when there is one, fails the generation
+     * when planning throws.
+     * @return the entry, or null (none, or planning failed)
+     */
+    private BatchEntry plan(K key, java.util.function.Supplier<BatchEntry> planner, List<K> keys, List<BatchEntry> batch,
+                            Map<K, Throwable> failed) {
+        try {
+            BatchEntry e = planner.get();
+            if (e != null) {
+                keys.add(key);
+                batch.add(e);
+            }
+            return e;
+        } catch (Throwable t) {
+            fail(key, t, failed);
+            return null;
+        }
     }
 
     /**
