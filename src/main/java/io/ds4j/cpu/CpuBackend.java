@@ -151,14 +151,7 @@ public final class CpuBackend implements Backend {
             if (seq.closed) throw new IllegalStateException("batch entry " + i + ": sequence is closed");
         }
         Backend.checkBatch(c, batch);
-        List<BatchEntry> whole = new java.util.ArrayList<>(batch.size());
-        for (int i = 0; i < batch.size(); i++) {
-            BatchEntry e = batch.get(i);
-            if (e.layers() == null) whole.add(e);
-            else if (e.layers().from() > 0 && e.count() != ((CpuSequence) e.seq()).sliceRows)
-                throw new IllegalArgumentException("batch entry " + i + ": layer slice of " + e.count() + " tokens continues a chunk of "
-                        + ((CpuSequence) e.seq()).sliceRows);
-        }
+        List<BatchEntry> whole = batch.stream().filter(e -> e.layers() == null).toList();
         if (whole.size() == batch.size()) return run(new Step(batch), batch);
         // the whole entries together, then each chunk's layer slice on its own (no other row depends on it)
         float[][] out = new float[batch.size()][];

@@ -140,6 +140,11 @@ public final class CpuSequence implements Sequence {
         return sliceNext;
     }
 
+    @Override
+    public int slicedRows() {
+        return sliceNext > 0 ? sliceRows : 0;
+    }
+
     /** @throws IllegalStateException while a prefill chunk is part-way through its layers */
     void checkNotSliced(String what) {
         if (sliceNext > 0)

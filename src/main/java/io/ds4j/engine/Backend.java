@@ -212,8 +212,8 @@ public interface Backend extends AutoCloseable {
 
     /**
      * The checks of an entry against its sequence's part-way chunk ({@link Sequence#slicedLayers}): a sequence with
-     * one takes only that chunk's next slice (from = its sliced layers); a slice ends at most at the last layer, and
-     * only the last slice asks for logit rows.
+     * one takes only that chunk's next slice (from = its sliced layers, the same tokens); a slice ends at most at the
+     * last layer, and only the last slice asks for logit rows.
      * @throws IllegalArgumentException naming what is wrong
      */
     static void checkLayers(ModelConfig c, BatchEntry e) {
@@ -229,6 +229,8 @@ public interface Backend extends AutoCloseable {
         if (ly.from() != done)
             throw new IllegalArgumentException("layer slice [" + ly.from() + ", " + ly.to() + ") does not continue the sequence's chunk, "
                     + (done == 0 ? "which has none part-way (a chunk starts at layer 0)" : "whose next layer is " + done));
+        if (done > 0 && e.count() != e.seq().slicedRows())
+            throw new IllegalArgumentException("layer slice of " + e.count() + " tokens continues a chunk of " + e.seq().slicedRows());
         if (!ly.last(c.numLayers) && e.logitRows().length > 0)
             throw new IllegalArgumentException("layer slice [" + ly.from() + ", " + ly.to() + ") asks for logit rows before the last layer");
     }

@@ -26,6 +26,11 @@ public interface Sequence extends AutoCloseable {
         return 0;
     }
 
+    /** The tokens of the chunk part-way through its layers ({@link #slicedLayers}); 0 when none. */
+    default int slicedRows() {
+        return 0;
+    }
+
     /** Bytes of state this sequence holds now. */
     long stateBytes();
 

@@ -820,10 +820,6 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             } catch (IllegalStateException e) {
                 throw new IllegalStateException("batch entry " + i + ": " + e.getMessage(), e);
             }
-            BatchEntry e = batch.get(i);
-            if (e.layers() != null && e.layers().from() > 0 && e.count() != seq.sliceRows)
-                throw new IllegalArgumentException("batch entry " + i + ": layer slice of " + e.count() + " tokens continues a chunk of "
-                        + seq.sliceRows);
         }
         Backend.checkBatch(c, batch);
         List<BatchEntry> whole = batch.stream().filter(e -> e.layers() == null).toList();

@@ -47,6 +47,7 @@ public final class TrackingBackend implements Backend {
         @Override public void rollback(int k) { inner.rollback(k); }
         @Override public int rollbackable() { return inner.rollbackable(); }
         @Override public int slicedLayers() { return inner.slicedLayers(); }
+        @Override public int slicedRows() { return inner.slicedRows(); }
         @Override public long stateBytes() { return inner.stateBytes(); }
 
         @Override
