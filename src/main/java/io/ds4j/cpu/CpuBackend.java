@@ -179,12 +179,11 @@ public final class CpuBackend implements Backend {
         float[] X = LayerProgram.layers(st, st.embed(), ly.from(), ly.to());
         if (!ly.last(c.numLayers)) {
             seq.sliceX = X;
-            seq.sliceRows = e.count();
-            seq.sliceNext = ly.to();
+            seq.chunk.ranTo(e.count(), ly.to());
             return new float[0];
         }
         seq.sliceX = null;
-        seq.sliceNext = 0;
+        seq.chunk.clear();
         float[] logits = st.head(X);
         seq.pos.advance(e.count());
         return logits;

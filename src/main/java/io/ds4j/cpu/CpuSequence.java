@@ -33,11 +33,11 @@ public final class CpuSequence implements Sequence {
     /** The final residual streams of the latest positions, kept while an MTP state is attached (else null). */
     KeptStreams kept;
     /**
-     * A prefill chunk part-way through its layers ({@link io.ds4j.engine.BatchEntry.Layers}): its streams [rows, n·D]
-     * after layer sliceNext − 1, its token count and the next layer; sliceX null and sliceNext 0 when none.
+     * A prefill chunk part-way through its layers ({@link io.ds4j.engine.BatchEntry.Layers}): how far it got, and its
+     * streams [rows, n·D] after the last layer run (null when none).
      */
+    final io.ds4j.engine.ChunkProgress chunk = new io.ds4j.engine.ChunkProgress();
     float[] sliceX;
-    int sliceRows, sliceNext;
 
     CpuSequence(ModelConfig cfg, int maxRollback) {
         this.pos = new RollbackWindow(maxRollback); // validates maxRollback
@@ -137,25 +137,18 @@ public final class CpuSequence implements Sequence {
 
     @Override
     public int slicedLayers() {
-        return sliceNext;
+        return chunk.layers();
     }
 
     @Override
     public int slicedRows() {
-        return sliceNext > 0 ? sliceRows : 0;
-    }
-
-    /** @throws IllegalStateException while a prefill chunk is part-way through its layers */
-    void checkNotSliced(String what) {
-        if (sliceNext > 0)
-            throw new IllegalStateException("cannot " + what + " a sequence whose prefill chunk has run " + sliceNext + " of "
-                    + cfg.numLayers + " layers");
+        return chunk.rows();
     }
 
     /** {@inheritDoc} @throws IllegalStateException while a prefill chunk is part-way through its layers */
     @Override
     public void rollback(int k) {
-        checkNotSliced("roll back");
+        chunk.checkNone("roll back", cfg.numLayers);
         int n = pos.rollback(k, closed);
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.count = CacheLayout.entries(n, ls.comp.m);
@@ -184,7 +177,7 @@ public final class CpuSequence implements Sequence {
         if (closed) return;
         closed = true;
         sliceX = null;
-        sliceNext = 0;
+        chunk.clear();
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.release();
             if (ls.index != null) ls.index.release();
@@ -193,7 +186,7 @@ public final class CpuSequence implements Sequence {
 
     /** A copy of this sequence's rings and a share of its entry stores (see {@link StateSnapshot}). */
     Snapshot snapshot() {
-        checkNotSliced("snapshot or fork");
+        chunk.checkNone("snapshot or fork", cfg.numLayers);
         if (closed) throw new IllegalStateException("sequence is closed");
         return new Snapshot(this);
     }

@@ -85,11 +85,8 @@ public final class Generation {
     private int[] ctx;
     private int len;
     private int prefilled;
-    /**
-     * A prefill chunk part-way through its layers ({@link BatchEntry.Layers}): its tokens and the next layer to run;
-     * sliceNext 0 when none.
-     */
-    private int sliceRows, sliceNext;
+    /** A prefill chunk part-way through its layers ({@link BatchEntry.Layers}): its tokens and the next layer to run. */
+    private final ChunkProgress chunk = new ChunkProgress();
     /** Prompt tokens the sequence held when the generation started (a resumed prefix). */
     private final int cached;
     private int[] points = new int[0];
@@ -248,7 +245,7 @@ public final class Generation {
      */
     public int nextRows() {
         if (finish != null || cancelled || planned != null) return 0;
-        if (sliceNext > 0) return sliceRows;
+        if (chunk.layers() > 0) return chunk.rows();
         if (prefilled < promptLen) return nextChunk();
         DraftCall c = draftCall();
         return 1 + (c == null ? 0 : c.q());
@@ -290,7 +287,7 @@ public final class Generation {
             return null;
         }
         if (planned != null) return planned;
-        if (sliceNext > 0) return planChunk(sliceRows, new BatchEntry.Layers(sliceNext, target.config().numLayers));
+        if (chunk.layers() > 0) return planChunk(chunk.rows(), new BatchEntry.Layers(chunk.layers(), target.config().numLayers));
         if (prefilled < promptLen) return planChunk(nextChunk(), null);
         Draft.Proposal prop = proposal == null ? Draft.Proposal.NONE : proposal;
         if (constraint != null && prop.size() > 0) {
@@ -337,13 +334,14 @@ public final class Generation {
         if (finish != null || planned != null || cancelled || prefilled >= promptLen) return plan();
         if (startNs == 0) startNs = System.nanoTime();
         int L = target.config().numLayers;
-        if (sliceNext > 0) return planChunk(sliceRows, new BatchEntry.Layers(sliceNext, (int) Math.min(L, (long) sliceNext + layers)));
+        if (chunk.layers() > 0)
+            return planChunk(chunk.rows(), new BatchEntry.Layers(chunk.layers(), (int) Math.min(L, (long) chunk.layers() + layers)));
         return planChunk(Math.min(nextChunk(), maxRows), layers < L ? new BatchEntry.Layers(0, layers) : null);
     }
 
     /** True while a prefill chunk is part-way through its layers (its next slice comes next). */
     public boolean slicing() {
-        return sliceNext > 0;
+        return chunk.layers() > 0;
     }
 
     /** Plans a prefill step of the next n prompt tokens, through every layer (slice null) or the slice's. */
@@ -460,11 +458,10 @@ public final class Generation {
         int n = e.count();
         if (e.layers() != null && !e.layers().last(target.config().numLayers)) {
             // the chunk's streams wait in the sequence for its next layers
-            sliceRows = n;
-            sliceNext = e.layers().to();
+            chunk.ranTo(n, e.layers().to());
             return true;
         }
-        sliceNext = 0;
+        chunk.clear();
         boolean scoring = scoreTop >= 0;
         boolean last = prefilled + n == promptLen;
         if (scoring) {

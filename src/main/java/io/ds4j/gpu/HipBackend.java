@@ -863,6 +863,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 long bytes = 4L * b.R * c.hcMult * c.hidden;
                 s0.sliceX = gpu.malloc(bytes, "layer slice streams");
                 s0.sliceV = gpu.malloc(bytes, "layer slice streams' norm");
+                s0.sliceBytes = bytes;
             }
             b.fixed = fixedForm(b, scratch);
             b.group = b.fixed ? java.util.stream.IntStream.range(0, b.seqs.length).toArray() : group(b);
@@ -1140,8 +1141,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (b.slice != null) {
             HipSequence s0 = b.seqs[0];
             if (!b.slice.last(c.numLayers)) {
-                s0.sliceRows = b.R;
-                s0.sliceNext = b.slice.to();
+                s0.chunk.ranTo(b.R, b.slice.to());
                 return;
             }
             s0.dropSlice();

@@ -34,12 +34,12 @@ public final class HipSequence implements Sequence {
     /** The final streams of the latest positions, kept while an MTP state is attached (else null). */
     KeptRing kept;
     /**
-     * A prefill chunk part-way through its layers ({@link io.ds4j.engine.BatchEntry.Layers}): device buffers of its
-     * streams X and of their RMSNorm_1 v [sliceRows, n·D] F32 (what the next site's mHC product reads: the last stream
-     * update computed it), its token count and the next layer; 0 when none. Freed when the chunk's last slice has run.
+     * A prefill chunk part-way through its layers ({@link io.ds4j.engine.BatchEntry.Layers}): how far it got, and device
+     * buffers of its streams X and of their RMSNorm_1 v [rows, n·D] F32 (what the next site's mHC product reads: the last
+     * stream update computed it); 0 when none. Freed when the chunk's last slice has run.
      */
-    long sliceX, sliceV;
-    int sliceRows, sliceNext;
+    final io.ds4j.engine.ChunkProgress chunk = new io.ds4j.engine.ChunkProgress();
+    long sliceX, sliceV, sliceBytes;
     private final List<Long> fixed = new ArrayList<>();
 
     /** One layer's state (device pointers). */
@@ -150,19 +150,12 @@ public final class HipSequence implements Sequence {
 
     @Override
     public int slicedLayers() {
-        return sliceNext;
+        return chunk.layers();
     }
 
     @Override
     public int slicedRows() {
-        return sliceNext > 0 ? sliceRows : 0;
-    }
-
-    /** @throws IllegalStateException while a prefill chunk is part-way through its layers */
-    void checkNotSliced(String what) {
-        if (sliceNext > 0)
-            throw new IllegalStateException("cannot " + what + " a sequence whose prefill chunk has run " + sliceNext + " of "
-                    + cfg.numLayers + " layers");
+        return chunk.rows();
     }
 
     /** Frees the part-way chunk's buffers (the chunk's last slice has run, or the sequence closes). */
@@ -170,8 +163,8 @@ public final class HipSequence implements Sequence {
         Gpu gpu = backend.gpu();
         if (sliceX != 0) gpu.free(sliceX);
         if (sliceV != 0) gpu.free(sliceV);
-        sliceX = sliceV = 0;
-        sliceRows = sliceNext = 0;
+        sliceX = sliceV = sliceBytes = 0;
+        chunk.clear();
     }
 
     /**
@@ -237,7 +230,7 @@ public final class HipSequence implements Sequence {
      */
     void copyFrom(HipSequence src) {
         if (pos.length() != 0) throw new IllegalStateException("copyFrom needs an empty sequence");
-        src.checkNotSliced("fork");
+        src.chunk.checkNone("fork", cfg.numLayers);
         Gpu gpu = backend.gpu();
         for (int l = 0; l < layers.length; l++) {
             LayerState a = layers[l], b = src.layers[l];
@@ -264,7 +257,7 @@ public final class HipSequence implements Sequence {
      * their counts). On running out of device memory nothing is kept and the {@link GpuException} propagates.
      */
     Snapshot snapshot() {
-        checkNotSliced("snapshot");
+        chunk.checkNone("snapshot", cfg.numLayers);
         return new Snapshot(this);
     }
 
@@ -419,7 +412,7 @@ public final class HipSequence implements Sequence {
     @Override
     public void rollback(int k) {
         if (!closed) checkUsable();
-        checkNotSliced("roll back");
+        chunk.checkNone("roll back", cfg.numLayers);
         int n = pos.rollback(k, closed);
         for (LayerState ls : layers) {
             if (ls.comp != null) ls.comp.count = CacheLayout.entries(n, ls.comp.m);
@@ -440,7 +433,7 @@ public final class HipSequence implements Sequence {
             for (Comp cs : new Comp[]{ls.comp, ls.index})
                 if (cs != null) b += (long) cs.cap * cs.cw * 4 * 2 + (long) cs.count * cs.w * 2;
         }
-        return b + (sliceX != 0 ? 2L * sliceRows * cfg.hcMult * cfg.hidden * 4 : 0);
+        return b + 2 * sliceBytes;
     }
 
     private void free() {

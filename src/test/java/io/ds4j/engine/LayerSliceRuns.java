@@ -1,14 +1,10 @@
 package io.ds4j.engine;
 
-import io.ds4j.sampling.SamplingParams;
-import io.ds4j.speculative.NgramDraft;
-
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.SplittableRandom;
 
 /**
  * Prefill chunks run in layer slices ({@link BatchEntry.Layers}), for the CPU and GPU tests (no test-only libraries, so
@@ -125,16 +121,7 @@ public final class LayerSliceRuns {
         final int L = backend.config().numLayers, V = backend.config().vocabSize;
         target.cost = batch -> fakeCost(batch, L);
         Scheduler<String> sch = new Scheduler<>(target, new Scheduler.Limits(256, 64, 1.5, 32, slices), target::now);
-        SplittableRandom rnd = new SplittableRandom(23);
-        Map<String, BatchInvarianceRuns.Req> reqs = new LinkedHashMap<>();
-        for (String k : List.of("a", "b", "c"))
-            reqs.put(k, new BatchInvarianceRuns.Req(new int[]{1 + rnd.nextInt(Math.min(90, V - 1)), 2, 3}, SamplingParams.greedy(150),
-                    k.equals("b") ? NgramDraft.source() : null, "3"));
-        int[] p1 = new int[300], p2 = new int[150];
-        for (int j = 0; j < p1.length; j++) p1[j] = rnd.nextInt(V);
-        for (int j = 0; j < p2.length; j++) p2[j] = rnd.nextInt(V);
-        reqs.put("long", new BatchInvarianceRuns.Req(p1, SamplingParams.greedy(5), null, "1"));
-        reqs.put("long2", new BatchInvarianceRuns.Req(p2, SamplingParams.sampled(0.9, 0, 0.95, 0, 77, 5), null, "1"));
+        Map<String, BatchInvarianceRuns.Req> reqs = LongPromptRuns.requests(V, 23, 150);
         Map<String, List<Integer>> outs = new LinkedHashMap<>();
         Map<String, Generation> gens = new LinkedHashMap<>();
         for (var en : reqs.entrySet()) {
@@ -168,14 +155,8 @@ public final class LayerSliceRuns {
                     sl.add(e.layers());
                 }
         while (!sch.isEmpty()) failed.addAll(sch.tick().failed().keySet());
-        Map<String, int[]> batched = new LinkedHashMap<>(), alone = new LinkedHashMap<>();
-        for (var en : reqs.entrySet()) {
-            batched.put(en.getKey(), BatchInvarianceRuns.tokens(outs.get(en.getKey())));
-            List<Integer> a = new ArrayList<>();
-            Generation g = BatchInvarianceRuns.open(backend, en.getValue(), 64, a);
-            while (g.step()) { }
-            alone.put(en.getKey(), BatchInvarianceRuns.tokens(a));
-        }
-        return new Run(ticks, order, sl, poisoned, batched, alone, failed);
+        Map<String, int[]> batched = new LinkedHashMap<>();
+        outs.forEach((k, v) -> batched.put(k, BatchInvarianceRuns.tokens(v)));
+        return new Run(ticks, order, sl, poisoned, batched, LongPromptRuns.alone(backend, reqs), failed);
     }
 }

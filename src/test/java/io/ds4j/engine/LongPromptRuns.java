@@ -49,16 +49,7 @@ public final class LongPromptRuns {
         int V = backend.config().vocabSize;
         Scheduler.Limits bounded = new Scheduler.Limits(256, 64, 1.5, 8);
         Scheduler<String> sch = new Scheduler<>(target, bounded, target::now);
-        SplittableRandom rnd = new SplittableRandom(11);
-        Map<String, BatchInvarianceRuns.Req> reqs = new LinkedHashMap<>();
-        for (String k : List.of("a", "b", "c"))
-            reqs.put(k, new BatchInvarianceRuns.Req(new int[]{1 + rnd.nextInt(Math.min(90, V - 1)), 2, 3}, SamplingParams.greedy(120),
-                    k.equals("b") ? NgramDraft.source() : null, "3"));
-        int[] p1 = new int[300], p2 = new int[150];
-        for (int j = 0; j < p1.length; j++) p1[j] = rnd.nextInt(V);
-        for (int j = 0; j < p2.length; j++) p2[j] = rnd.nextInt(V);
-        reqs.put("long", new BatchInvarianceRuns.Req(p1, SamplingParams.greedy(5), null, "1"));
-        reqs.put("long2", new BatchInvarianceRuns.Req(p2, SamplingParams.sampled(0.9, 0, 0.95, 0, 77, 5), null, "1"));
+        Map<String, BatchInvarianceRuns.Req> reqs = requests(V, 11, 120);
         Map<String, List<Integer>> outs = new LinkedHashMap<>();
         for (String k : List.of("a", "b", "c")) {
             outs.put(k, new ArrayList<>());
@@ -82,14 +73,38 @@ public final class LongPromptRuns {
             for (int e = 0; e < c.length; e++) if (target.steps.get(s).get(e) == StepKind.PREFILL) chunks.add(c[e]);
         }
         while (!sch.isEmpty()) sch.tick();
-        Map<String, int[]> batched = new LinkedHashMap<>(), alone = new LinkedHashMap<>();
+        Map<String, int[]> batched = new LinkedHashMap<>();
+        outs.forEach((k, v) -> batched.put(k, BatchInvarianceRuns.tokens(v)));
+        return new Run(chunks, ticks, batched, alone(backend, reqs));
+    }
+
+    /**
+     * The requests of these runs: "a", "b", "c" greedy with a 3-token prompt and {@code decodeTokens} tokens to generate
+     * ("b" with an n-gram draft), "long" a 300-token greedy prompt (5 tokens), "long2" a 150-token seeded sampled one.
+     */
+    static Map<String, BatchInvarianceRuns.Req> requests(int V, long seed, int decodeTokens) {
+        SplittableRandom rnd = new SplittableRandom(seed);
+        Map<String, BatchInvarianceRuns.Req> reqs = new LinkedHashMap<>();
+        for (String k : List.of("a", "b", "c"))
+            reqs.put(k, new BatchInvarianceRuns.Req(new int[]{1 + rnd.nextInt(Math.min(90, V - 1)), 2, 3}, SamplingParams.greedy(decodeTokens),
+                    k.equals("b") ? NgramDraft.source() : null, "3"));
+        int[] p1 = new int[300], p2 = new int[150];
+        for (int j = 0; j < p1.length; j++) p1[j] = rnd.nextInt(V);
+        for (int j = 0; j < p2.length; j++) p2[j] = rnd.nextInt(V);
+        reqs.put("long", new BatchInvarianceRuns.Req(p1, SamplingParams.greedy(5), null, "1"));
+        reqs.put("long2", new BatchInvarianceRuns.Req(p2, SamplingParams.sampled(0.9, 0, 0.95, 0, 77, 5), null, "1"));
+        return reqs;
+    }
+
+    /** Per request, its tokens stepped alone on the backend (prefill chunk 64). */
+    static Map<String, int[]> alone(Backend backend, Map<String, BatchInvarianceRuns.Req> reqs) {
+        Map<String, int[]> alone = new LinkedHashMap<>();
         for (var en : reqs.entrySet()) {
-            batched.put(en.getKey(), BatchInvarianceRuns.tokens(outs.get(en.getKey())));
             List<Integer> a = new ArrayList<>();
             Generation g = BatchInvarianceRuns.open(backend, en.getValue(), 64, a);
             while (g.step()) { }
             alone.put(en.getKey(), BatchInvarianceRuns.tokens(a));
         }
-        return new Run(chunks, ticks, batched, alone);
+        return alone;
     }
 }
