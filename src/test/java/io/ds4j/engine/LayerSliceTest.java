@@ -271,4 +271,61 @@ class LayerSliceTest {
         while (g.step()) { }
         assertEquals(alone, outA, "the other request is as alone");
     }
+
+    /**
+     * The sliced sequence itself is poisoned (every batched step holding it throws after running, a faulty kernel):
+     * only that request fails, every other request's output is as alone (another long prompt's short rest of 12
+     * tokens, within the rollback window, came along beside the poisoned slice and was stepped again alone), and its
+     * sequence is released.
+     */
+    @Test
+    void aPoisonedSlicedSequenceFailsOnlyItsOwnRequest() {
+        poisonedLongPrompt(true, 140);
+    }
+
+    /**
+     * A poisoned long prompt, with another long prompt of {@code otherLen} tokens (chunks of 64, its rest last).
+     * @param slices the limits' layerSlices
+     */
+    static void poisonedLongPrompt(boolean slices, int otherLen) {
+        TrackingBackend target = new TrackingBackend(cpu);
+        target.cost = b -> LayerSliceRuns.fakeCost(b, cfg.numLayers);
+        Scheduler<String> sch = new Scheduler<>(target, new Scheduler.Limits(256, 64, 1.5, 32, slices), target::now);
+        java.util.Map<String, BatchInvarianceRuns.Req> reqs = new java.util.LinkedHashMap<>();
+        reqs.put("a", new BatchInvarianceRuns.Req(new int[]{4, 5, 6}, io.ds4j.sampling.SamplingParams.greedy(150), null, "1"));
+        reqs.put("b", new BatchInvarianceRuns.Req(new int[]{7, 5, 6}, io.ds4j.sampling.SamplingParams.sampled(0.9, 0, 0.95, 0, 3, 150),
+                io.ds4j.speculative.NgramDraft.source(), "3"));
+        java.util.Map<String, List<Integer>> outs = new java.util.LinkedHashMap<>();
+        for (String k : reqs.keySet()) {
+            outs.put(k, new ArrayList<>());
+            sch.add(k, BatchInvarianceRuns.open(target, reqs.get(k), 64, outs.get(k)));
+        }
+        while (sch.tick().prefillTokens() > 0) { }
+        sch.tick();
+        List<Integer> outL = new ArrayList<>(), outL2 = new ArrayList<>();
+        var l = new BatchInvarianceRuns.Req(prompt(300, 11), io.ds4j.sampling.SamplingParams.greedy(3), null, "1");
+        var l2 = new BatchInvarianceRuns.Req(prompt(otherLen, 12), io.ds4j.sampling.SamplingParams.greedy(3), null, "1");
+        Generation gl = BatchInvarianceRuns.open(target, l, 64, outL);
+        sch.add("long", gl);
+        sch.add("long2", BatchInvarianceRuns.open(target, l2, 64, outL2));
+        TrackingBackend.Seq seq = target.sequences.get(2);
+        for (int i = 0; i < 200 && (slices ? !gl.slicing() : gl.prefilledTokens() < 64); i++) sch.tick();
+        assertTrue(!slices || gl.slicing(), "the long prompt's chunk went part-way");
+        seq.poisoned = true;
+        java.util.Map<String, Throwable> failed = new java.util.LinkedHashMap<>();
+        while (!sch.isEmpty()) failed.putAll(sch.tick().failed());
+        assertEquals(java.util.Set.of("long"), failed.keySet(), "only the poisoned request fails: " + failed);
+        assertTrue(seq.closed, "its sequence is released");
+        assertEquals(List.of(), outL, "the failed request produced nothing");
+        for (String k : reqs.keySet()) {
+            List<Integer> a = new ArrayList<>();
+            Generation g = BatchInvarianceRuns.open(cpu, reqs.get(k), 64, a);
+            while (g.step()) { }
+            assertEquals(a, outs.get(k), "request " + k + " as alone");
+        }
+        List<Integer> a = new ArrayList<>();
+        Generation g = BatchInvarianceRuns.open(cpu, l2, 64, a);
+        while (g.step()) { }
+        assertEquals(a, outL2, "the other long prompt as alone");
+    }
 }
