@@ -153,11 +153,12 @@ public final class CpuBackend implements Backend {
         Backend.checkBatch(c, batch);
         List<BatchEntry> whole = batch.stream().filter(e -> e.layers() == null).toList();
         if (whole.size() == batch.size()) return run(new Step(batch), batch);
-        // the whole entries together, then each chunk's layer slice on its own (no other row depends on it)
+        // each chunk's layer slice on its own (no other row depends on it), then the whole entries together: a slice
+        // that fails leaves the whole entries as they were, so they can be stepped again alone (BatchRun)
         float[][] out = new float[batch.size()][];
+        for (int i = 0; i < batch.size(); i++) if (batch.get(i).layers() != null) out[i] = runSlice(batch.get(i));
         float[][] wholeOut = whole.isEmpty() ? new float[0][] : run(new Step(whole), whole);
-        for (int i = 0, w = 0; i < batch.size(); i++)
-            out[i] = batch.get(i).layers() == null ? wholeOut[w++] : runSlice(batch.get(i));
+        for (int i = 0, w = 0; i < batch.size(); i++) if (batch.get(i).layers() == null) out[i] = wholeOut[w++];
         return out;
     }
 

@@ -15,7 +15,8 @@ import java.util.List;
  *   <li>a layer slice of a prefill chunk ({@link BatchEntry.Layers}) that is not the chunk's last is done when its
  *       sequence's {@link Sequence#slicedLayers} reached the slice's end, and stepped alone when they did not move;</li>
  *   <li>any other entry (advanced partly, further than its rollback window, or a chunk's last slice with logit rows,
- *       whose streams are gone once it ran) fails with the batch's error, as its state is unknown.</li>
+ *       whose streams are gone once it ran) fails with the batch's error, as its state is unknown. The backends run a
+ *       step's layer slices before its whole entries, so a failing slice leaves those to be stepped again.</li>
  * </ul>
  * An entry that throws when stepped alone fails with its own error; one that succeeds alone goes on (a fault that does
  * not recur fails nobody). A step of a single entry is not retried: its error is the entry's. Errors of every kind are

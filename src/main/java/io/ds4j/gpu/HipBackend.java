@@ -799,7 +799,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * {@inheritDoc} A slice runs as a step of its own after the step of the batch's whole entries (its products on the
+     * {@inheritDoc} A slice runs as a step of its own before the step of the batch's whole entries (its products on the
      * tensor-core path where the whole chunk's would be, {@link #tcEntry} of its rows), its streams and their
      * RMSNorm_1 kept in device buffers of the sequence between slices ({@link HipSequence#sliceX}).
      */
@@ -824,16 +824,21 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         Backend.checkBatch(c, batch);
         List<BatchEntry> whole = batch.stream().filter(e -> e.layers() == null).toList();
         if (whole.size() == batch.size() || batch.size() == 1) return stepChecked(batch, argmax);
-        // the whole entries in one step, then each chunk's layer slice in a step of its own
+        // each chunk's layer slice in a step of its own, then the whole entries in one step: a slice that fails leaves
+        // the whole entries' sequences untouched
         float[][] lg = new float[batch.size()][];
         int[][] ids = new int[batch.size()][];
+        for (int i = 0; i < batch.size(); i++) {
+            if (batch.get(i).layers() == null) continue;
+            StepOutput o = stepChecked(List.of(batch.get(i)), argmax);
+            lg[i] = o.logits()[0];
+            ids[i] = o.argmax()[0];
+        }
         StepOutput w = whole.isEmpty() ? null : stepChecked(whole, argmax);
         for (int i = 0, k = 0; i < batch.size(); i++) {
-            BatchEntry e = batch.get(i);
-            StepOutput o = e.layers() == null ? w : stepChecked(List.of(e), argmax);
-            int at = e.layers() == null ? k++ : 0;
-            lg[i] = o.logits()[at];
-            ids[i] = o.argmax()[at];
+            if (batch.get(i).layers() != null) continue;
+            lg[i] = w.logits()[k];
+            ids[i] = w.argmax()[k++];
         }
         return new StepOutput(lg, ids);
     }
