@@ -54,6 +54,12 @@ public final class HeadDeadline {
     }
 
     /**
+     * The longest request line (method, target, version) both fronts read, in bytes: Vert.x's default, set here so
+     * that the 414 for a longer one can name it.
+     */
+    public static final int MAX_REQUEST_LINE = HttpServerOptions.DEFAULT_MAX_INITIAL_LINE_LENGTH;
+
+    /**
      * @param timeoutMs the current limits.headerReadTimeoutMs (read at every sweep and when a connection opens: a reload
      *                  that lowers it applies to connections open then at the next sweep, to new ones from their accept)
      */
@@ -72,7 +78,7 @@ public final class HeadDeadline {
      */
     public HttpServer server(String host, int port, Handler<HttpServerRequest> requests, Handler<HttpServerRequest> invalid) {
         return vertx.createHttpServer(new HttpServerOptions().setHost(host).setPort(port).setCompressionSupported(false)
-                        .setTcpNoDelay(true).setHttp2ClearTextEnabled(false))
+                        .setTcpNoDelay(true).setHttp2ClearTextEnabled(false).setMaxInitialLineLength(MAX_REQUEST_LINE))
                 .connectionHandler(this::opened)
                 .requestHandler(req -> {
                     head(req);

@@ -181,8 +181,9 @@ public final class HttpVerticle extends VerticleBase {
     /**
      * The answer of both fronts (a single server, a cluster gateway) to a request Vert.x could not parse (a bad
      * Content-Length, a header line it cannot read, an over-long request line or header): the OpenAI error body with
-     * 400 {@code invalid_header}, or 401 where API keys are set and the request's key is not among them, the
-     * connection closed after it, one INFO line; a connection that closed in the middle of its head gets no answer and
+     * 400 {@code invalid_header} (414 {@code uri_too_long} for a request line past {@link HeadDeadline#MAX_REQUEST_LINE}),
+     * or 401 where API keys are set and the request's key is not among them, the connection closed after it, one INFO
+     * line; a connection that closed in the middle of its head gets no answer and
      * a DEBUG line.
      * @param keys     server.apiKeys of the front
      * @param rejected counts the refusal under its error code
@@ -201,6 +202,11 @@ public final class HttpVerticle extends VerticleBase {
             req.response().putHeader("WWW-Authenticate", "Bearer");
             e = new ApiException(401, "invalid_request_error", "invalid_api_key", null,
                     "invalid API key: the request headers cannot be read (" + why + ")", null);
+        } else if (cause instanceof io.netty.handler.codec.http.TooLongHttpLineException) {
+            // Netty's decoder raises this for the request line only (a header past its limit is a
+            // TooLongHttpHeaderException); a long target is the usual cause, so the answer is HTTP's 414
+            e = new ApiException(414, "invalid_request_error", "uri_too_long", null, "the request line is longer than "
+                    + HeadDeadline.MAX_REQUEST_LINE + " bytes, the server's limit: shorten the path and query", null);
         } else {
             e = new ApiException(400, "invalid_request_error", "invalid_header", null,
                     "the request cannot be read: " + why, null);

@@ -123,6 +123,13 @@ class EndpointsTest {
     }
 
     @Test
+    void anOverLongRequestLineIsA414WithTheErrorBody() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of())) {
+            FrontChecks.overLongRequestLineIsA414WithTheErrorBody(t.port);
+        }
+    }
+
+    @Test
     void headIsAnsweredWhereverGetIs() throws Exception {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of())) {
             for (String path : List.of("/v1/models", "/models", "/v1/models/scripted", "/models/scripted", "/v1/models/nope",

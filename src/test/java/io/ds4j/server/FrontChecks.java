@@ -207,6 +207,25 @@ public final class FrontChecks {
         assertTrue(raw(port, "GET", "/app.js", "Range: bytes=" + (length - 1) + "-\r\n").startsWith("HTTP/1.1 206"));
     }
 
+    /**
+     * A request line longer than the server's limit (4096 bytes) gets 414 with the OpenAI error body naming the limit,
+     * not the decoder's bare 400, and the connection closed.
+     */
+    public static void overLongRequestLineIsA414WithTheErrorBody(int port) throws Exception {
+        String a = raw(port, "GET", "/" + "a".repeat(5000));
+        assertTrue(a.matches("(?s)HTTP/1\\.[01] 414 .*"), a);
+        String head = a.substring(0, a.indexOf("\r\n\r\n")).toLowerCase(Locale.ROOT);
+        assertTrue(head.contains("\r\ncontent-type: application/json"), a);
+        assertTrue(head.contains("\r\nconnection: close"), a);
+        JsonNode e = Json.MAPPER.readTree(a.substring(a.indexOf("\r\n\r\n") + 4)).get("error");
+        assertNotNull(e, a);
+        assertEquals("invalid_request_error", e.get("type").asText(), a);
+        assertEquals("uri_too_long", e.get("code").asText(), a);
+        assertTrue(e.get("message").asText().contains("4096 bytes"), a);
+        // a line within the limit is still routed
+        assertTrue(raw(port, "GET", "/" + "a".repeat(3000)).startsWith("HTTP/1.1 404"));
+    }
+
     /** The raw answer to a request without a body, read to the end (the connection closes after it). */
     static String raw(int port, String method, String path) throws Exception {
         return raw(port, method, path, "");

@@ -118,6 +118,11 @@ class GatewayHttpTest {
         FrontChecks.undecodableRequestsGetTheJsonError(node.port());
     }
 
+    @Test
+    void anOverLongRequestLineIsA414WithTheErrorBody() throws Exception {
+        FrontChecks.overLongRequestLineIsA414WithTheErrorBody(node.port());
+    }
+
     /** Sends a request's head and part of its body, then nothing more; returns everything answered, to the close. */
     static String stall(String headAndPart) throws Exception {
         try (Socket s = new Socket("127.0.0.1", node.port())) {
