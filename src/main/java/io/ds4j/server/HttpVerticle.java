@@ -445,7 +445,14 @@ public final class HttpVerticle extends VerticleBase {
         return ctx -> {
             // HTTP defines ranges for GET only: a HEAD with a Range is answered as without one (GET's 200 and the whole
             // length), where the static handler would pair 200 with the length of the range, a length no GET gets
-            if (ctx.request().method() == HttpMethod.HEAD) ctx.request().headers().remove("Range");
+            io.vertx.core.MultiMap headers = ctx.request().headers();
+            if (ctx.request().method() == HttpMethod.HEAD) headers.remove("Range");
+            // The files' answers carry no validator (caching is off: no ETag, no Last-Modified), so no If-Range can
+            // match them, and RFC 9110 has a Range with a non-matching If-Range ignored: 200 with the whole file. The
+            // static handler does not read If-Range and would serve the range, or refuse it with 416.
+            if (headers.contains("If-Range")) headers.remove("Range");
+            String range = headers.get("Range");
+            if (range != null) headers.set("Range", clampedRange(range));
             String path = routed(ctx);
             ctx.addHeadersEndHandler(v -> {
                 // only a file's answer (200, or 206 for a range) is typed here; a redirect, a 404, a 416 keep their own
@@ -454,6 +461,25 @@ public final class HttpVerticle extends VerticleBase {
             });
             files.handle(ctx);
         };
+    }
+
+    /** A single byte range as the static handler reads it (any other Range it ignores, serving the whole file). */
+    private static final java.util.regex.Pattern BYTE_RANGE = java.util.regex.Pattern.compile("bytes=(\\d+)-(\\d*)");
+
+    /**
+     * A Range with its last position cut to what the static handler can read: a last position past what a long holds
+     * is past any file's end, which RFC 9110 has served as the file's end, where the static handler fails to parse it
+     * and answers 416. An open end ({@code bytes=N-}) means just that. Any other Range is returned as is.
+     */
+    static String clampedRange(String range) {
+        java.util.regex.Matcher m = BYTE_RANGE.matcher(range);
+        if (!m.matches() || m.group(2).isEmpty()) return range;
+        try {
+            Long.parseLong(m.group(2));
+            return range;
+        } catch (NumberFormatException tooLarge) {  // digits only: the number does not fit a long
+            return "bytes=" + m.group(1) + "-";
+        }
     }
 
     /**

@@ -130,6 +130,13 @@ class EndpointsTest {
     }
 
     @Test
+    void rangesPastALongAndStaleIfRangesAreServedAsRfc9110Says() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of())) {
+            FrontChecks.rangesPastALongAndStaleIfRangesAreServedAsRfc9110Says(t.port);
+        }
+    }
+
+    @Test
     void headIsAnsweredWhereverGetIs() throws Exception {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of())) {
             for (String path : List.of("/v1/models", "/models", "/v1/models/scripted", "/models/scripted", "/v1/models/nope",

@@ -226,6 +226,34 @@ public final class FrontChecks {
         assertTrue(raw(port, "GET", "/" + "a".repeat(3000)).startsWith("HTTP/1.1 404"));
     }
 
+    /**
+     * Ranges RFC 9110 says how to serve: a last position past the file's end, even past what a long holds, is the
+     * file's end (206 with the rest of the file); a Range with an If-Range the file does not match (no answer carries a
+     * validator, so none does) is ignored: 200 with the whole file, also where the range alone would be a 416.
+     */
+    public static void rangesPastALongAndStaleIfRangesAreServedAsRfc9110Says(int port) throws Exception {
+        String whole = raw(port, "GET", "/app.js");
+        String body = whole.substring(whole.indexOf("\r\n\r\n") + 4);
+        int length = body.getBytes(StandardCharsets.UTF_8).length;
+        for (String range : List.of("bytes=0-99999999999999999999", "bytes=0-" + Long.MAX_VALUE, "bytes=0-" + length)) {
+            String a = raw(port, "GET", "/app.js", "Range: " + range + "\r\n");
+            assertTrue(a.startsWith("HTTP/1.1 206"), range + ": " + a);
+            assertTrue(a.toLowerCase(Locale.ROOT).contains("\r\ncontent-range: bytes 0-" + (length - 1) + "/" + length + "\r\n"), range + ": " + a);
+            assertEquals(body, a.substring(a.indexOf("\r\n\r\n") + 4), range);
+        }
+        String tail = raw(port, "GET", "/app.js", "Range: bytes=10-99999999999999999999\r\n");
+        assertTrue(tail.startsWith("HTTP/1.1 206"), tail);
+        assertTrue(tail.toLowerCase(Locale.ROOT).contains("\r\ncontent-range: bytes 10-" + (length - 1) + "/" + length + "\r\n"), tail);
+        for (String ifRange : List.of("\"stale\"", "W/\"weak\"", "Thu, 01 Jan 1970 00:00:00 GMT")) {
+            for (String range : List.of("bytes=0-9", "bytes=99999999-")) {
+                String a = raw(port, "GET", "/app.js", "Range: " + range + "\r\nIf-Range: " + ifRange + "\r\n");
+                assertTrue(a.startsWith("HTTP/1.1 200"), ifRange + ", " + range + ": " + a);
+                assertFalse(a.toLowerCase(Locale.ROOT).contains("\r\ncontent-range:"), ifRange + ", " + range + ": " + a);
+                assertEquals(body, a.substring(a.indexOf("\r\n\r\n") + 4), ifRange + ", " + range);
+            }
+        }
+    }
+
     /** The raw answer to a request without a body, read to the end (the connection closes after it). */
     static String raw(int port, String method, String path) throws Exception {
         return raw(port, method, path, "");

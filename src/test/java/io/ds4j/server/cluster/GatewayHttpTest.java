@@ -123,6 +123,11 @@ class GatewayHttpTest {
         FrontChecks.overLongRequestLineIsA414WithTheErrorBody(node.port());
     }
 
+    @Test
+    void rangesPastALongAndStaleIfRangesAreServedAsRfc9110Says() throws Exception {
+        FrontChecks.rangesPastALongAndStaleIfRangesAreServedAsRfc9110Says(node.port());
+    }
+
     /** Sends a request's head and part of its body, then nothing more; returns everything answered, to the close. */
     static String stall(String headAndPart) throws Exception {
         try (Socket s = new Socket("127.0.0.1", node.port())) {
