@@ -283,30 +283,42 @@ public final class HttpVerticle extends VerticleBase {
         watchBody(ctx);
         if (ctx.request().method() == HttpMethod.HEAD) headLength(ctx);
         List<String> allowed = state.config().corsOrigins();
-        String origin = ctx.request().getHeader(HttpHeaders.ORIGIN);
-        if (cors(ctx.request(), ctx.response(), allowed)) {
-            HttpServerResponse resp = ctx.response();
-            if (ctx.request().method() == HttpMethod.OPTIONS) {
-                // Echo the headers the browser asks for: SDKs send their own (the openai JS SDK sends X-Stainless-*),
-                // and a fixed list would block them. The origin is already allowed, and it may send what it likes.
-                String asked = ctx.request().getHeader("Access-Control-Request-Headers");
-                String headers = asked != null && !asked.isBlank() && SAFE_HEADER_LIST.matcher(asked).matches()
-                        ? asked.trim() : DEFAULT_ALLOW_HEADERS;
-                resp.putHeader("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-                        .putHeader("Access-Control-Allow-Headers", headers)
-                        .putHeader("Access-Control-Max-Age", "600")
-                        .putHeader("Vary", allowed.contains("*") ? "Access-Control-Request-Headers" : "Origin, Access-Control-Request-Headers")
-                        .setStatusCode(204).end();
-                return;
-            }
-        } else if (origin != null && ctx.request().method() == HttpMethod.OPTIONS
-                && ctx.request().getHeader("Access-Control-Request-Method") != null) {
-            // a preflight the server will not allow: say so, instead of a 405 for the OPTIONS method
-            error(ctx, new ApiException(403, "invalid_request_error", "cors_origin_not_allowed", null, "origin '" + origin
-                    + "' is not allowed by server.cors.allowedOrigins" + (allowed.isEmpty() ? " (CORS is off)" : ""), null));
-            return;
-        }
+        if (preflight(ctx, cors(ctx.request(), ctx.response(), allowed), allowed, e -> error(ctx, e))) return;
         ctx.next();
+    }
+
+    /**
+     * Answers a CORS preflight: an OPTIONS from an allowed origin gets 204 with the methods and headers it may use; a
+     * preflight (Access-Control-Request-Method) from another origin 403 {@code cors_origin_not_allowed}, instead of a
+     * 405 for the OPTIONS method. A single server calls it for every path, a cluster gateway for the paths it does not
+     * relay (an engine answers the others).
+     * @param originAllowed what {@link #cors} returned for the request
+     * @param allowed       server.cors.allowedOrigins of the front
+     * @param refuse        sends the front's error answer
+     * @return whether the request was answered here
+     */
+    public static boolean preflight(RoutingContext ctx, boolean originAllowed, List<String> allowed,
+                                    java.util.function.Consumer<ApiException> refuse) {
+        HttpServerRequest req = ctx.request();
+        if (req.method() != HttpMethod.OPTIONS) return false;
+        String origin = req.getHeader(HttpHeaders.ORIGIN);
+        if (originAllowed) {
+            // Echo the headers the browser asks for: SDKs send their own (the openai JS SDK sends X-Stainless-*),
+            // and a fixed list would block them. The origin is already allowed, and it may send what it likes.
+            String asked = req.getHeader("Access-Control-Request-Headers");
+            String headers = asked != null && !asked.isBlank() && SAFE_HEADER_LIST.matcher(asked).matches()
+                    ? asked.trim() : DEFAULT_ALLOW_HEADERS;
+            ctx.response().putHeader("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+                    .putHeader("Access-Control-Allow-Headers", headers)
+                    .putHeader("Access-Control-Max-Age", "600")
+                    .putHeader("Vary", allowed.contains("*") ? "Access-Control-Request-Headers" : "Origin, Access-Control-Request-Headers")
+                    .setStatusCode(204).end();
+            return true;
+        }
+        if (origin == null || req.getHeader("Access-Control-Request-Method") == null) return false;
+        refuse.accept(new ApiException(403, "invalid_request_error", "cors_origin_not_allowed", null, "origin '" + origin
+                + "' is not allowed by server.cors.allowedOrigins" + (allowed.isEmpty() ? " (CORS is off)" : ""), null));
+        return true;
     }
 
     /**

@@ -137,6 +137,18 @@ class EndpointsTest {
     }
 
     @Test
+    void optionsOnAnUnknownPathIsA404OrAPreflightsAnswer() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
+                Map.of("server.cors.allowedOrigins", List.of("http://app.example")))) {
+            FrontChecks.optionsOnAnUnknownPathIsAnsweredAsOnASingleServer(t.port, "http://app.example");
+        }
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
+                Map.of("server.cors.allowedOrigins", List.of("http://app.example"), "server.apiKeys", List.of("k1")))) {
+            FrontChecks.optionsOnAnUnknownApiPathNeedsTheKeyButAPreflightDoesNot(t.port, "http://app.example");
+        }
+    }
+
+    @Test
     void headIsAnsweredWhereverGetIs() throws Exception {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of())) {
             for (String path : List.of("/v1/models", "/models", "/v1/models/scripted", "/models/scripted", "/v1/models/nope",

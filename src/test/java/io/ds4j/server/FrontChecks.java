@@ -254,6 +254,42 @@ public final class FrontChecks {
         }
     }
 
+    /**
+     * OPTIONS on a path no route answers gets the 404 any other method gets there (with its "did you mean"), and a CORS
+     * preflight there 204 from an allowed origin, 403 from another: a gateway answers it itself, as a single server does.
+     * @param origin an origin server.cors.allowedOrigins allows
+     */
+    public static void optionsOnAnUnknownPathIsAnsweredAsOnASingleServer(int port, String origin) throws Exception {
+        for (String[] r : new String[][]{{"/nope", "no route for OPTIONS /nope"},
+                {"/v1/chat/completion", "no route for OPTIONS /v1/chat/completion; did you mean POST /v1/chat/completions?"},
+                {"/index.html", "no route for OPTIONS /index.html"}}) {
+            String a = raw(port, "OPTIONS", r[0]);
+            assertTrue(a.startsWith("HTTP/1.1 404"), r[0] + ": " + a);
+            JsonNode e = Json.MAPPER.readTree(a.substring(a.indexOf("\r\n\r\n") + 4)).get("error");
+            assertEquals("not_found", e.get("code").asText(), a);
+            assertEquals(r[1], e.get("message").asText(), a);
+        }
+        String ok = raw(port, "OPTIONS", "/nope", "Origin: " + origin + "\r\nAccess-Control-Request-Method: POST\r\n");
+        assertTrue(ok.startsWith("HTTP/1.1 204"), ok);
+        assertTrue(ok.toLowerCase(Locale.ROOT).contains("\r\naccess-control-allow-origin: " + origin + "\r\n"), ok);
+        String no = raw(port, "OPTIONS", "/nope", "Origin: http://elsewhere.example\r\nAccess-Control-Request-Method: POST\r\n");
+        assertTrue(no.startsWith("HTTP/1.1 403"), no);
+        assertTrue(no.contains("\"cors_origin_not_allowed\""), no);
+    }
+
+    /**
+     * On a front with API keys: OPTIONS on an API path no route answers needs the key as any other method there (401),
+     * and a CORS preflight there from an allowed origin is answered without one (204), as browsers send it.
+     * @param origin an origin server.cors.allowedOrigins allows
+     */
+    public static void optionsOnAnUnknownApiPathNeedsTheKeyButAPreflightDoesNot(int keyedPort, String origin) throws Exception {
+        String a = raw(keyedPort, "OPTIONS", "/v1/nothing");
+        assertTrue(a.startsWith("HTTP/1.1 401"), a);
+        assertTrue(a.contains("\"invalid_api_key\""), a);
+        String ok = raw(keyedPort, "OPTIONS", "/v1/nothing", "Origin: " + origin + "\r\nAccess-Control-Request-Method: POST\r\n");
+        assertTrue(ok.startsWith("HTTP/1.1 204"), ok);
+    }
+
     /** The raw answer to a request without a body, read to the end (the connection closes after it). */
     static String raw(int port, String method, String path) throws Exception {
         return raw(port, method, path, "");

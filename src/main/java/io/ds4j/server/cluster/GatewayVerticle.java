@@ -100,6 +100,9 @@ public final class GatewayVerticle extends VerticleBase {
         return "ds4j.cluster.gateway." + nodeId + ".";
     }
 
+    /** Routing context key: whether the request's Origin is allowed (what HttpVerticle.cors returned for it). */
+    private static final String ORIGIN_ALLOWED = "ds4j.originAllowed";
+
     /** The port the gateway listens on. */
     public int actualPort() {
         return server.actualPort();
@@ -127,7 +130,7 @@ public final class GatewayVerticle extends VerticleBase {
             if (ctx.request().method() == HttpMethod.HEAD) HttpVerticle.headLength(ctx);
             // the answers written here (health, models, props, 401, 404, 405) carry CORS headers as a single server's
             // do; a relayed answer carries its engine's instead (see Relay.writeHead)
-            HttpVerticle.cors(ctx.request(), ctx.response(), config.get().corsOrigins());
+            ctx.put(ORIGIN_ALLOWED, HttpVerticle.cors(ctx.request(), ctx.response(), config.get().corsOrigins()));
             ctx.next();
         });
         r.get("/health").handler(this::health);
@@ -135,6 +138,14 @@ public final class GatewayVerticle extends VerticleBase {
         // load balancers probe with HEAD: GET's status and headers without the body (as an engine node answers it)
         r.head("/health").handler(this::health);
         r.head("/v1/health").handler(this::health);
+        // A preflight to a path no engine route answers is not relayed: it is answered here as a single server answers
+        // it, before the key check (a browser's preflight carries no key). After the routes with a path, so that a
+        // path the router cannot decode is its 400 before anything here reads the path.
+        r.route().handler(ctx -> {
+            boolean relayed = HttpVerticle.allowed(HttpVerticle.routed(ctx)) != null;
+            if (relayed || !HttpVerticle.preflight(ctx, Boolean.TRUE.equals(ctx.get(ORIGIN_ALLOWED)), config.get().corsOrigins(),
+                    e -> error(ctx.response(), e))) ctx.next();
+        });
         r.route().handler(this::auth);
         // HEAD wherever GET is answered here: GET's status and headers without the body
         r.get("/v1/models").method(HttpMethod.HEAD).handler(this::models);
@@ -142,13 +153,14 @@ public final class GatewayVerticle extends VerticleBase {
         r.get("/props").method(HttpMethod.HEAD).handler(this::props);
         r.get("/metrics").method(HttpMethod.HEAD).handler(PrometheusScrapingHandler.create(registry));
         Handler<RoutingContext> files = HttpVerticle.staticFiles(webroot);
-        // only what an engine's API answers is relayed (CORS preflights included); a path no route answers, or a method
-        // its path does not answer, is refused here at once, as a single server refuses it: the body is not awaited
+        // only what an engine's API answers is relayed (CORS preflights included); a path no route answers (OPTIONS
+        // too), or a method its path does not answer, is refused here at once, as a single server refuses it: the body
+        // is not awaited
         r.route("/*").handler(ctx -> {
             HttpMethod m = ctx.request().method();
             String path = HttpVerticle.routed(ctx);
             String allow = HttpVerticle.allowed(path);
-            if (m == HttpMethod.OPTIONS || allow != null && List.of(allow.split(", ")).contains(m.name())) relay(ctx);
+            if (allow != null && (m == HttpMethod.OPTIONS || List.of(allow.split(", ")).contains(m.name()))) relay(ctx);
             else if (allow != null) {
                 ctx.response().putHeader("Allow", allow);
                 error(ctx.response(), HttpVerticle.notAllowed(m, path, allow));
@@ -236,7 +248,11 @@ public final class GatewayVerticle extends VerticleBase {
     /** Bearer key check (server.apiKeys) for API routes, as a single server does it. */
     private void auth(RoutingContext ctx) {
         List<String> keys = config.get().apiKeys();
-        if (keys.isEmpty() || !HttpVerticle.isApi(HttpVerticle.routed(ctx)) || ctx.request().method() == HttpMethod.OPTIONS) {
+        String path = HttpVerticle.routed(ctx);
+        // an OPTIONS on an engine's route is relayed without a key (its engine answers preflights); on any other API
+        // path it needs the key, as on a single server
+        boolean relayed = ctx.request().method() == HttpMethod.OPTIONS && HttpVerticle.allowed(path) != null;
+        if (keys.isEmpty() || !HttpVerticle.isApi(path) || relayed) {
             ctx.next();
             return;
         }

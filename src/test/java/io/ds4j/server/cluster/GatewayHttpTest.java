@@ -128,6 +128,19 @@ class GatewayHttpTest {
         FrontChecks.rangesPastALongAndStaleIfRangesAreServedAsRfc9110Says(node.port());
     }
 
+    @Test
+    void optionsOnAnUnknownPathIsAnsweredHereNotRelayed() throws Exception {
+        FrontChecks.optionsOnAnUnknownPathIsAnsweredAsOnASingleServer(node.port(), "http://app.example");
+        Map<String, Object> keyed = config();
+        keyed.put("server.apiKeys", List.of("k1"));
+        ClusterNode withKeys = ClusterNode.start(ServerConfig.parse(null, "test", keyed), null, keyed, null).await();
+        try {
+            FrontChecks.optionsOnAnUnknownApiPathNeedsTheKeyButAPreflightDoesNot(withKeys.port(), "http://app.example");
+        } finally {
+            withKeys.close().await();
+        }
+    }
+
     /** Sends a request's head and part of its body, then nothing more; returns everything answered, to the close. */
     static String stall(String headAndPart) throws Exception {
         try (Socket s = new Socket("127.0.0.1", node.port())) {
