@@ -88,13 +88,22 @@ public final class Json {
      * @throws Unreadable naming the byte offset, the key given twice, or the line and column of a syntax error
      */
     public static JsonNode read(byte[] bytes) throws Unreadable {
+        return read(bytes, "a body");
+    }
+
+    /**
+     * {@link #read(byte[])} for a text that is not a request body: messages that say one value is allowed name what
+     * was read ({@code "a file"}: "more content after the JSON value (one JSON value a file)").
+     * @param unit what the text is, with its article, as in "one JSON value a body"
+     */
+    public static JsonNode read(byte[] bytes, String unit) throws Unreadable {
         checkUtf8(bytes);
         JsonNode n;
         try {
             n = BODY_READER.readTree(bytes);
         } catch (JsonProcessingException e) {
             String twice = duplicateKey(e);
-            if (twice == null) throw new Unreadable(Problem.SYNTAX, null, syntaxProblem("malformed JSON", e));
+            if (twice == null) throw new Unreadable(Problem.SYNTAX, null, syntaxProblem("malformed JSON", e, unit));
             var at = e.getLocation();
             throw new Unreadable(Problem.DUPLICATE_KEY, twice, twice + ": is given twice in one JSON object" + (at != null
                     ? " (the second time at line " + at.getLineNr() + ", column " + at.getColumnNr() + ")" : "") + "; give each key once");
@@ -281,8 +290,13 @@ public final class Json {
      * @param what how the message starts ("malformed JSON")
      */
     public static String syntaxProblem(String what, JsonProcessingException e) {
+        return syntaxProblem(what, e, "a body");
+    }
+
+    /** {@link #syntaxProblem(String, JsonProcessingException)} of a text that is unit ("a file"), not a request body. */
+    static String syntaxProblem(String what, JsonProcessingException e, String unit) {
         var loc = e.getLocation();
-        String m = plainSyntaxMessage(e);
+        String m = plainSyntaxMessage(e, unit);
         return loc != null && loc.getLineNr() > 0 ? what + " at line " + loc.getLineNr() + ", column " + loc.getColumnNr() + ": " + m
                 : what + ": " + m;
     }
@@ -297,7 +311,11 @@ public final class Json {
                 && p.getParsingContext().inRoot() && p.getParsingContext().getEntryCount() > 0;
     }
 
-    static String plainSyntaxMessage(JsonProcessingException e) {
+    /**
+     * Jackson's syntax message in plain words, without its place.
+     * @param unit what the text is ("a body", "a file"), for the messages that say one value is allowed
+     */
+    static String plainSyntaxMessage(JsonProcessingException e, String unit) {
         String m = e.getOriginalMessage() != null ? e.getOriginalMessage() : "";
         if (e instanceof com.fasterxml.jackson.core.exc.StreamConstraintsException) {
             String l = m.toLowerCase(java.util.Locale.ROOT);
@@ -313,7 +331,8 @@ public final class Json {
         // which Jackson words as a mismatch with a root it calls an array; after a complete value it is a stray closer
         java.util.regex.Matcher closer = ROOT_CLOSER.matcher(m);
         if (closer.find())
-            return afterValue(e) ? "more content after the JSON value: a stray '" + closer.group(1) + "' (one JSON value a body)"
+            return afterValue(e)
+                    ? "more content after the JSON value: a stray '" + closer.group(1) + "' (one JSON value " + unit + ")"
                     : "unexpected '" + closer.group(1) + "': there is no object or array to close";
         // "(start marker at [Source: REDACTED ...; line: 1, column: 14])" -> "(opened at line 1, column 14)"
         m = m.replaceAll("\\[Source: [^;\\]]*; line: (\\d+), column: (\\d+)\\]", "line $1, column $2");
@@ -328,7 +347,7 @@ public final class Json {
         m = m.replaceAll("\\(\\((CTRL-CHAR), code (\\d+)\\)\\)", "(control character $2)");
         m = m.replace("Unexpected end-of-input", "the JSON ends too early");
         // "Trailing token (of type START_OBJECT) found after value (bound as `...JsonNode`): not allowed as per ..."
-        if (m.startsWith("Trailing token")) return "more content after the JSON value (one JSON value a body)";
+        if (m.startsWith("Trailing token")) return "more content after the JSON value (one JSON value " + unit + ")";
         m = m.replace("(JSON String, Number, Array, Object or token 'null', 'true' or 'false')", "a JSON value");
         m = m.replaceAll("\\s+", " ").trim();
         if (m.endsWith(":")) m = m.substring(0, m.length() - 1);

@@ -207,4 +207,13 @@ class ServerConfigTest {
         String readme = Files.readString(Path.of("README.md"));
         for (ConfigKey k : ServerConfig.KEYS) assertTrue(readme.contains("`" + k.name() + "`"), "README documents " + k.name());
     }
+
+    @Test
+    void aFileWithMoreThanOneValueIsToldSoAsAFile() {
+        ConfigException e = problems("{} {}");
+        assertTrue(e.getMessage().contains("more content after the JSON value (one JSON value a file)"), e.getMessage());
+        assertFalse(e.getMessage().contains("a body"), e.getMessage());
+        e = problems("{}}");
+        assertTrue(e.getMessage().contains("a stray '}' (one JSON value a file)"), e.getMessage());
+    }
 }

@@ -201,7 +201,7 @@ public final class ServerConfig {
     /** The file's JSON value, or null when it is empty or only whitespace. */
     private static JsonNode read(byte[] bytes, String source) throws ConfigException {
         try {
-            return Json.read(bytes);
+            return Json.read(bytes, "a file");
         } catch (Json.Unreadable e) {
             // the file is named first: a key given twice is the file's fault even where a flag sets that key too
             throw new ConfigException(source + ": " + e.getMessage());
