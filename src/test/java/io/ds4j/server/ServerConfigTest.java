@@ -60,11 +60,11 @@ class ServerConfigTest {
         // a whole number beyond the int range says so, not "must be an integer"
         assertEquals(List.of("scheduler.maxBatchRows: must be an integer of at most 2147483647 in magnitude, got 99999999999"),
                 problems("{\"scheduler\": {\"maxBatchRows\": 99999999999}}").problems());
-        assertEquals(List.of("scheduler.minPrefillChunk: must be an integer in [1, 1048576], got 0",
-                        "scheduler.maxTickStretch: must be 0 (off) or in [1, 100], got 0.5"),
+        assertEquals(List.of("scheduler.maxTickStretch: must be 0 (off) or in [1, 100], got 0.5",
+                        "scheduler.minPrefillChunk: must be an integer in [1, 1048576], got 0"),
                 problems("{\"scheduler\": {\"maxTickStretch\": 0.5, \"minPrefillChunk\": 0}}").problems());
         // a number a long cannot hold is named as written, not as Long.MAX_VALUE
-        assertEquals(List.of("scheduler.maxTickStretch: must be 0 (off) or in [1, 100], got 1.0E20"),
+        assertEquals(List.of("scheduler.maxTickStretch: must be 0 (off) or in [1, 100], got 1e20"),
                 problems("{\"scheduler\": {\"maxTickStretch\": 1e20}}").problems());
         e = problems("{\"limits\": {\"maxActive\": 0}, \"sampling\": {\"temperature\": 7}, \"log\": {\"level\": \"loud\"}}");
         assertTrue(e.getMessage().contains("limits.maxActive: must be an integer in [1, 4096], got 0"), e.getMessage());
@@ -215,5 +215,87 @@ class ServerConfigTest {
         assertFalse(e.getMessage().contains("a body"), e.getMessage());
         e = problems("{}}");
         assertTrue(e.getMessage().contains("a stray '}' (one JSON value a file)"), e.getMessage());
+    }
+
+    /** The README's configuration table: key → its cells (key, default, range, applies, meaning). */
+    static Map<String, List<String>> readmeConfigRows() throws Exception {
+        Map<String, List<String>> rows = new java.util.LinkedHashMap<>();
+        boolean in = false;
+        for (String line : Files.readAllLines(Path.of("README.md"))) {
+            if (line.equals("| key | default | range | applies | meaning |")) in = true;
+            else if (in && line.isBlank()) break;
+            else if (in && line.startsWith("| `")) {
+                // the meaning may hold a '|' of its own: only the first four separators split cells
+                List<String> cells = java.util.Arrays.stream(line.substring(2).split(" \\| ", 5)).map(String::strip).toList();
+                rows.put(cells.getFirst().replace("`", ""), cells);
+            }
+        }
+        assertFalse(rows.isEmpty(), "README has the configuration table with a range column");
+        return rows;
+    }
+
+    @Test
+    void readmeStatesEveryNumericKeysRangeAsValidated() throws Exception {
+        Map<String, List<String>> rows = readmeConfigRows();
+        assertEquals(ServerConfig.KEYS.stream().map(ConfigKey::name).toList(), List.copyOf(rows.keySet()),
+                "the table lists every key, in the order of ServerConfig.KEYS");
+        for (ConfigKey k : ServerConfig.KEYS) {
+            boolean numeric = k.type() == ConfigKey.Type.INT || k.type() == ConfigKey.Type.NUMBER;
+            assertEquals(numeric, k.range() != null, k.name() + ": a numeric key, and only one, declares its range");
+            List<String> row = rows.get(k.name());
+            assertEquals(k.rangeText(), row.get(2), k.name() + ": the README's range cell");
+            assertEquals(k.live() ? "live" : "restart", row.get(3), k.name() + ": the README's applies cell");
+            // the range is stated once, in its column: a bound also written in the prose could drift from it
+            if (k.range() != null)
+                assertFalse(row.get(4).matches(".*(\\d\\.\\.-?\\d|[≥≤] ?-?\\d).*"), k.name() + ": the meaning restates a range: " + row.get(4));
+        }
+    }
+
+    @Test
+    void validationEnforcesEachKeysDeclaredRange() throws Exception {
+        for (ConfigKey k : ServerConfig.KEYS) {
+            ConfigKey.Range r = k.range();
+            if (r == null) continue;
+            boolean integer = k.type() == ConfigKey.Type.INT;
+            double step = integer ? 1 : 0.5;
+            List<Double> outside = new java.util.ArrayList<>(List.of(r.openLow() ? r.lo() : r.lo() - step));
+            if (r.hi() != Double.POSITIVE_INFINITY) outside.add(r.hi() + step);
+            for (double x : outside) {
+                String json = json(k.name(), x, integer);
+                List<String> p = problems(json).problems();
+                assertEquals(1, p.size(), json + " -> " + p);
+                assertTrue(p.getFirst().startsWith(k.name() + ": must be " + (integer ? "an integer " : "")),
+                        json + " -> " + p);
+                assertTrue(p.getFirst().contains(r.interval()), json + " -> " + p);
+            }
+            // the bounds themselves are within range (a cross-key rule, such as cluster.engineTimeoutMs against
+            // cluster.announceMs, may still refuse one alone)
+            for (double inside : r.hi() != Double.POSITIVE_INFINITY ? List.of(r.hi(), r.openLow() ? r.hi() : r.lo()) : List.of(r.lo())) {
+                String json = json(k.name(), inside, integer);
+                try {
+                    assertEquals(inside, ((Number) ServerConfig.parse(json, "test", null).get(k.name())).doubleValue(), json);
+                } catch (ConfigException e) {
+                    assertTrue(e.problems().stream().noneMatch(p -> p.contains(r.interval())), json + " -> " + e.problems());
+                }
+            }
+        }
+    }
+
+    private static String json(String dotted, double x, boolean integer) {
+        String[] parts = dotted.split("\\.");
+        String v = integer ? Long.toString((long) x) : Double.toString(x);
+        return "{\"" + parts[0] + "\": {\"" + parts[1] + "\": " + v + "}}";
+    }
+
+    @Test
+    void fileErrorsShowNumbersAsWritten() {
+        assertEquals(List.of("limits.maxActive: must be an integer of at most 2147483647 in magnitude, got 10000000000.0"),
+                problems("{\"limits\": {\"maxActive\": 10000000000.0}}").problems());
+        assertEquals(List.of("limits.maxActive: must be an integer, got 2.50"),
+                problems("{\"limits\": {\"maxActive\": 2.50}}").problems());
+        assertEquals(List.of("sampling.temperature: must be in [0, 2], got 2.50"),
+                problems("{\"sampling\": {\"temperature\": 2.50}}").problems());
+        assertEquals(List.of("limits.maxActive: must be an integer in [1, 4096], got 5e3"),
+                problems("{\"limits\": {\"maxActive\": 5e3}}").problems());
     }
 }

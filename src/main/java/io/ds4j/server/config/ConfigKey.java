@@ -1,6 +1,7 @@
 package io.ds4j.server.config;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.server.Json;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -8,15 +9,77 @@ import java.util.Locale;
 
 /**
  * One key of {@code conf/server.json}: its dotted name, value type, default, whether a change applies to the running
- * server (live) or needs a restart, and a one-line description (the README table lists the same).
+ * server (live) or needs a restart, its accepted range, and a one-line description (the README table lists the same).
  *
  * @param name   dotted path, e.g. {@code limits.maxActive}
  * @param type   how the JSON value is read and checked
  * @param def    the default value (already in the type's Java form; may be null where the type allows it)
  * @param live   true when a change applies to new requests at once; false when it only takes effect after a restart
+ * @param range  the values an {@link Type#INT} or {@link Type#NUMBER} key accepts; null for the other types
  * @param doc    what the key does
  */
-public record ConfigKey(String name, Type type, Object def, boolean live, String doc) {
+public record ConfigKey(String name, Type type, Object def, boolean live, Range range, String doc) {
+
+    /**
+     * The accepted values of a numeric key: the one definition that both validation and the README's range column
+     * (checked by a test) are derived from, so they cannot disagree.
+     * @param lo      lower bound
+     * @param hi      upper bound; {@code Double.POSITIVE_INFINITY} for none
+     * @param openLow whether lo itself is refused
+     * @param off     one more accepted value outside the interval that turns the feature off; null for none
+     */
+    public record Range(double lo, double hi, boolean openLow, Double off) {
+        /** [lo, hi]. */
+        public static Range of(double lo, double hi) {
+            return new Range(lo, hi, false, null);
+        }
+
+        /** [lo, ∞]. */
+        public static Range atLeast(double lo) {
+            return new Range(lo, Double.POSITIVE_INFINITY, false, null);
+        }
+
+        /** (lo, hi]. */
+        public static Range aboveUpTo(double lo, double hi) {
+            return new Range(lo, hi, true, null);
+        }
+
+        /** off, or [lo, hi]. */
+        public static Range offOr(double off, double lo, double hi) {
+            return new Range(lo, hi, false, off);
+        }
+
+        /** Whether x is accepted. */
+        public boolean accepts(double x) {
+            return (off != null && x == off) || ((openLow ? x > lo : x >= lo) && x <= hi);
+        }
+
+        /** The interval as the README and error messages write it: {@code [1, 4096]}, {@code (0, 1]}, {@code [0, ∞]}. */
+        public String interval() {
+            return (openLow ? "(" : "[") + num(lo) + ", " + (hi == Double.POSITIVE_INFINITY ? "∞" : num(hi)) + "]";
+        }
+
+        /** The README's range cell: the interval, after the off value where there is one ({@code 0 (off) or [1, 100]}). */
+        public String text() {
+            return off == null ? interval() : num(off) + " (off) or " + interval();
+        }
+
+        /** What a value out of range is told it must be: {@code in [1, 4096]}, {@code 0 (off) or in [1, 100]}. */
+        String mustBe() {
+            return off == null ? "in " + interval() : num(off) + " (off) or in " + interval();
+        }
+
+        /** A bound as written in the README: whole numbers without a fraction. */
+        static String num(double d) {
+            return d == Math.rint(d) && Math.abs(d) < 0x1p62 ? Long.toString((long) d) : Double.toString(d);
+        }
+    }
+
+    /** The README's range cell of this key: its {@link Range#text}, the accepted widths, or "—" for a key without one. */
+    public String rangeText() {
+        if (range != null) return range.text();
+        return type == Type.WIDTH ? "[1, 8] or \"auto\"" : "—";
+    }
 
     /** Value types. Each reads a JSON node into a Java value or returns a problem text. */
     public enum Type {
@@ -96,7 +159,9 @@ public record ConfigKey(String name, Type type, Object def, boolean live, String
         static String describe(JsonNode v) {
             if (v.isTextual()) return "\"" + (v.textValue().length() > 40 ? v.textValue().substring(0, 37) + "..." : v.textValue()) + "\"";
             if (v.isContainerNode()) return v.isArray() ? "an array" : "an object";
-            return v.toString();
+            // a number as the file wrote it (10000000000.0, not 1.0E10), as request errors show theirs
+            String written = Json.written(v);
+            return written != null ? written : v.toString();
         }
     }
 

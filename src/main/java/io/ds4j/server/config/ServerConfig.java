@@ -7,6 +7,7 @@ import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.BackendOptions.ExpertPlacement;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.server.ApiKeys;
+import io.ds4j.server.config.ConfigKey.Range;
 import io.ds4j.server.Json;
 
 import java.util.ArrayList;
@@ -28,18 +29,22 @@ public final class ServerConfig {
     /** Every key, in documentation order. */
     public static final List<ConfigKey> KEYS = List.of(
             key("server.host", ConfigKey.Type.STRING, "127.0.0.1", false, "address to listen on (use 0.0.0.0 for all interfaces)"),
-            key("server.port", ConfigKey.Type.INT, 8080, false, "TCP port; 0 picks a free one (logged)"),
-            key("server.httpInstances", ConfigKey.Type.INT, 0, false, "HTTP verticle instances on the event loops; 0 = min(4, cores)"),
+            key("server.port", ConfigKey.Type.INT, 8080, false, Range.of(0, 65535), "TCP port; 0 picks a free one (logged)"),
+            key("server.httpInstances", ConfigKey.Type.INT, 0, false, Range.of(0, 64),
+                    "HTTP verticle instances on the event loops; 0 = min(4, cores)"),
             key("server.apiKeys", ConfigKey.Type.STRING_LIST, List.of(), true,
                     "accepted Bearer keys; empty = no authentication. /health and the playground stay public. A key "
                             + "that is empty or starts or ends with a space, tab or control character is refused (no client can send it)"),
             key("server.cors.allowedOrigins", ConfigKey.Type.STRING_LIST, List.of(), true,
                     "origins allowed by CORS (\"*\" = any); empty = no CORS headers"),
-            key("server.maxBodyBytes", ConfigKey.Type.INT, 4 << 20, true, "largest accepted request body; larger gets 413"),
+            key("server.maxBodyBytes", ConfigKey.Type.INT, 4 << 20, true, Range.of(1024, 1 << 30),
+                    "largest accepted request body; larger gets 413"),
             key("server.webroot", ConfigKey.Type.STRING, "webroot", false, "folder of the playground's static files served at /"),
-            key("server.configScanMs", ConfigKey.Type.INT, 1000, false, "how often the config file is checked for changes (ms)"),
+            key("server.configScanMs", ConfigKey.Type.INT, 1000, false, Range.of(50, 3_600_000),
+                    "how often the config file is checked for changes (ms)"),
             key("server.shutdownGraceSeconds", ConfigKey.Type.INT, 20, true,
-                    "on SIGTERM / Ctrl-C, how long running requests may go on to finish (s; 0..3600); meanwhile new and "
+                    Range.of(0, 3600),
+                    "on SIGTERM / Ctrl-C, how long running requests may go on to finish (s); meanwhile new and "
                             + "queued requests get 503 server_shutting_down; those still running then end with that 503 "
                             + "(an error event on a stream)"),
             key("model.path", ConfigKey.Type.NULLABLE_STRING, null, false,
@@ -48,14 +53,17 @@ public final class ServerConfig {
                     "model id shown by /v1/models and accepted in requests; null = the folder's name"),
             key("model.backend", ConfigKey.Type.STRING, "cpu", false, "compute backend: cpu, or hip (the GPU backend, see README 'GPU')"),
             key("model.cacheTokens", ConfigKey.Type.INT, 0, false,
+                    Range.atLeast(0),
                     "token budget of sequence state over all active requests (prompt + max_tokens each); 0 = no limit"),
             key("gpu.devices", ConfigKey.Type.INT, 1, false,
+                    Range.atLeast(1),
                     "GPUs the hip backend uses; it runs on one device, so more is refused (ignored by backend cpu)"),
             key("gpu.expertPlacement", ConfigKey.Type.STRING, "auto", false,
                     "where routed experts live on backend hip: auto (monolithic when the model fits, else hybrid; "
                             + "monolithic is asked for with verify.f16Kv on), monolithic (all on the device) or hybrid "
                             + "(experts beyond the budget in host memory)"),
             key("gpu.memoryBudgetMiB", ConfigKey.Type.INT, 0, false,
+                    Range.atLeast(0),
                     "device memory the weights may use on backend hip (MiB); 0 = all free device memory"),
             key("speculative.draft", ConfigKey.Type.STRING, "ngram", false,
                     "draft for speculative decoding: \"none\", \"ngram\" (prompt lookup), \"mtp\" (the checkpoint's MTP layer) or a draft model folder"),
@@ -65,36 +73,46 @@ public final class ServerConfig {
                     "F16-KV verifier: verify attention reads the F16 cache directly instead of converting it to F32; "
                             + "only with backend hip on a single device, and off (with a warning) under hybrid expert placement"),
             key("verify.f32ShortContextRows", ConfigKey.Type.INT, 512, false,
-                    "with verify.f16Kv, a layer attending to at most this many rows keeps Q·Kᵀ and P·V in full F32 (1..4096)"),
+                    Range.of(BackendOptions.MIN_SHORT_ROWS, BackendOptions.MAX_SHORT_ROWS),
+                    "with verify.f16Kv, a layer attending to at most this many rows keeps Q·Kᵀ and P·V in full F32"),
             key("limits.maxContextTokens", ConfigKey.Type.INT, 32768, true,
+                    Range.atLeast(16),
                     "context limit per request (prompt + generated); capped by the model's own limit"),
-            key("limits.maxQueue", ConfigKey.Type.INT, 64, true, "requests that may wait for a slot; beyond that 429 "
+            key("limits.maxQueue", ConfigKey.Type.INT, 64, true, Range.of(0, 1 << 20), "requests that may wait for a slot; beyond that 429 "
                     + "(bodies of 32 KiB or more waiting to be tokenised on their lane count too)"),
-            key("limits.maxActive", ConfigKey.Type.INT, 8, true, "requests generating at the same time"),
-            key("limits.maxTokensDefault", ConfigKey.Type.INT, 4096, true, "max_tokens of requests that give none"),
-            key("limits.prefillChunk", ConfigKey.Type.INT, 512, true, "prompt tokens per prefill step (smaller = fairer interleaving)"),
+            key("limits.maxActive", ConfigKey.Type.INT, 8, true, Range.of(1, 4096), "requests generating at the same time"),
+            key("limits.maxTokensDefault", ConfigKey.Type.INT, 4096, true, Range.atLeast(1), "max_tokens of requests that give none"),
+            key("limits.prefillChunk", ConfigKey.Type.INT, 512, true, Range.of(1, 1 << 16),
+                    "prompt tokens per prefill step (smaller = fairer interleaving)"),
             key("limits.bodyReadTimeoutMs", ConfigKey.Type.INT, 30_000, true,
+                    Range.of(100, 3_600_000),
                     "how long a request's body may take to arrive once its headers have (ms); a body still incomplete "
                             + "then gets 408 and the connection is closed (a request already answered without its body "
                             + "only has its connection closed)"),
             key("limits.headerReadTimeoutMs", ConfigKey.Type.INT, 30_000, true,
+                    Range.of(100, 3_600_000),
                     "how long a connection may go without a complete request head (ms), after it opens and after its "
                             + "last request and answer are done; a connection still without one is closed (within 1.5 "
                             + "times this): a client stalled in its headers, or an idle keep-alive connection"),
             key("limits.streamBufferBytes", ConfigKey.Type.INT, 8 << 20, true,
+                    Range.of(1024, 1 << 30),
                     "most bytes of a stream that may wait unsent for a client that does not read them; beyond that its "
                             + "request is cancelled (its engine slot freed) and the connection closed"),
             key("scheduler.maxBatchRows", ConfigKey.Type.INT, 256, true,
+                    Range.of(1, 1 << 16),
                     "most decode/verify token rows in one batched step (a verify step of q drafts has q + 1); "
                             + "requests beyond it wait for the next step"),
             key("scheduler.tokenBudget", ConfigKey.Type.INT, 512, true,
+                    Range.of(1, 1 << 20),
                     "most prefill tokens in one batched step: a long prompt is split across steps, so it delays the running "
                             + "requests' next tokens by at most this much prefill; prefill chunks are at most this long"),
             key("scheduler.maxTickStretch", ConfigKey.Type.NUMBER, 1.6, true,
+                    Range.offOr(0, 1, 100),
                     "while requests decode, a step with prefill may take at most this many times the predicted step "
                             + "without it (learned online), which bounds their inter-token latency beside a long prompt; "
-                            + "0 = off (prefill gets the whole token budget), else >= 1"),
+                            + "0 = off (prefill gets the whole token budget)"),
             key("scheduler.minPrefillChunk", ConfigKey.Type.INT, 64, true,
+                    Range.of(1, 1 << 20),
                     "the fewest prefill tokens a step gives a waiting prompt under scheduler.maxTickStretch, so it "
                             + "always progresses in efficient chunks (at most scheduler.tokenBudget is used)"),
             key("scheduler.layerSlices", ConfigKey.Type.BOOL, true, true,
@@ -105,19 +123,23 @@ public final class ServerConfig {
                     "reuse prompt prefixes across requests (snapshots of sequence state at block boundaries); "
                             + "requests opt out with cache_prompt: false"),
             key("prefixCache.budgetMiB", ConfigKey.Type.INT, 2048, true,
+                    Range.atLeast(0),
                     "memory the prefix cache's snapshots may hold (MiB): host memory on backend cpu, device memory on "
                             + "backend hip; least recently used snapshots are evicted beyond it"),
             key("prefixCache.blockTokens", ConfigKey.Type.INT, 128, false,
+                    Range.of(1, 1 << 20),
                     "granularity of cached prefixes (tokens); rounded up to a multiple of every compression ratio"),
             key("prefixCache.intervalTokens", ConfigKey.Type.INT, 2048, false,
+                    Range.atLeast(0),
                     "a long prompt also leaves a snapshot every this many tokens (0 = only at its end and branch points)"),
-            key("sampling.temperature", ConfigKey.Type.NUMBER, 1.0, true, "default temperature (0 = greedy)"),
-            key("sampling.top_p", ConfigKey.Type.NUMBER, 1.0, true, "default nucleus mass (1 = off)"),
-            key("sampling.top_k", ConfigKey.Type.INT, 0, true, "default top-k (0 or -1 = off)"),
-            key("sampling.min_p", ConfigKey.Type.NUMBER, 0.0, true, "default min-p (0 = off)"),
-            key("sampling.presence_penalty", ConfigKey.Type.NUMBER, 0.0, true, "default presence penalty"),
-            key("sampling.frequency_penalty", ConfigKey.Type.NUMBER, 0.0, true, "default frequency penalty"),
-            key("sampling.repetition_penalty", ConfigKey.Type.NUMBER, 1.0, true, "default repetition penalty (1 = off)"),
+            key("sampling.temperature", ConfigKey.Type.NUMBER, 1.0, true, Range.of(0, 2), "default temperature (0 = greedy)"),
+            key("sampling.top_p", ConfigKey.Type.NUMBER, 1.0, true, Range.aboveUpTo(0, 1), "default nucleus mass (1 = off)"),
+            key("sampling.top_k", ConfigKey.Type.INT, 0, true, Range.atLeast(-1), "default top-k (0 or -1 = off)"),
+            key("sampling.min_p", ConfigKey.Type.NUMBER, 0.0, true, Range.of(0, 1), "default min-p (0 = off)"),
+            key("sampling.presence_penalty", ConfigKey.Type.NUMBER, 0.0, true, Range.of(-2, 2), "default presence penalty"),
+            key("sampling.frequency_penalty", ConfigKey.Type.NUMBER, 0.0, true, Range.of(-2, 2), "default frequency penalty"),
+            key("sampling.repetition_penalty", ConfigKey.Type.NUMBER, 1.0, true, Range.aboveUpTo(0, 10),
+                    "default repetition penalty (1 = off)"),
             key("sampling.seed", ConfigKey.Type.NULLABLE_LONG, null, true, "default seed; null = a random seed per request"),
             key("log.level", ConfigKey.Type.STRING, "info", true, "log level: trace, debug, info, warn, error or off"),
             key("cluster.enabled", ConfigKey.Type.BOOL, false, false,
@@ -127,12 +149,16 @@ public final class ServerConfig {
             key("cluster.name", ConfigKey.Type.STRING, "ds4j", false, "cluster name; only members with the same name join"),
             key("cluster.host", ConfigKey.Type.STRING, "127.0.0.1", false,
                     "address the cluster traffic (Hazelcast membership and the event bus) binds to and announces"),
-            key("cluster.port", ConfigKey.Type.INT, 5701, false, "Hazelcast member port on cluster.host (0 = a free port)"),
-            key("cluster.eventBusPort", ConfigKey.Type.INT, 0, false, "event-bus TCP port on cluster.host (0 = a free port)"),
+            key("cluster.port", ConfigKey.Type.INT, 5701, false, Range.of(0, 65535),
+                    "Hazelcast member port on cluster.host (0 = a free port)"),
+            key("cluster.eventBusPort", ConfigKey.Type.INT, 0, false, Range.of(0, 65535),
+                    "event-bus TCP port on cluster.host (0 = a free port)"),
             key("cluster.members", ConfigKey.Type.STRING_LIST, List.of(), false,
                     "members to join by TCP/IP, \"host:port\" each (multicast is never used); empty = start alone and wait to be joined"),
-            key("cluster.announceMs", ConfigKey.Type.INT, 500, false, "how often an engine node announces its model, capacity and health (ms)"),
+            key("cluster.announceMs", ConfigKey.Type.INT, 500, false, Range.of(50, 60_000),
+                    "how often an engine node announces its model, capacity and health (ms)"),
             key("cluster.engineTimeoutMs", ConfigKey.Type.INT, 4000, false,
+                    Range.of(200, 600_000),
                     "a gateway drops an engine node silent this long (or reported gone by the cluster) and ends its requests with an error"));
 
     private static final Map<String, ConfigKey> BY_NAME;
@@ -144,7 +170,11 @@ public final class ServerConfig {
     }
 
     private static ConfigKey key(String name, ConfigKey.Type t, Object def, boolean live, String doc) {
-        return new ConfigKey(name, t, def, live, doc);
+        return new ConfigKey(name, t, def, live, null, doc);
+    }
+
+    private static ConfigKey key(String name, ConfigKey.Type t, Object def, boolean live, Range range, String doc) {
+        return new ConfigKey(name, t, def, live, range, doc);
     }
 
     /** The key of a dotted name, or null. */
@@ -256,14 +286,17 @@ public final class ServerConfig {
         List<String> problems = new ArrayList<>();
         Map<String, Object> v = new LinkedHashMap<>();
         for (ConfigKey k : KEYS) v.put(k.name(), k.def());
-        walk(tree, "", v, problems);
+        Map<String, String> written = new LinkedHashMap<>();
+        walk(tree, "", v, problems, written);
         // keys with a type problem still hold their (valid) default here, so range checks only report the others
-        check(v, problems);
+        check(v, problems, written);
         if (!problems.isEmpty()) throw new ConfigException(problems);
         return new ServerConfig(v);
     }
 
-    private static void walk(JsonNode node, String prefix, Map<String, Object> v, List<String> problems) {
+    /** Reads the tree's keys into v; written collects the text of numbers as the file wrote them ({@link Json#written}). */
+    private static void walk(JsonNode node, String prefix, Map<String, Object> v, List<String> problems,
+                             Map<String, String> written) {
         for (var e : node.properties()) {
             String name = e.getKey();
             if (name.startsWith("_")) continue;
@@ -273,8 +306,9 @@ public final class ServerConfig {
                 Object r = k.type().read(e.getValue());
                 if (r instanceof ConfigKey.Problem p) problems.add(path + ": " + p.text());
                 else v.put(path, r);
+                if (Json.written(e.getValue()) != null) written.put(path, Json.written(e.getValue()));
             } else if (isSection(path)) {
-                if (e.getValue().isObject()) walk(e.getValue(), path, v, problems);
+                if (e.getValue().isObject()) walk(e.getValue(), path, v, problems, written);
                 else problems.add(path + ": must be an object");
             } else {
                 problems.add(path + ": unknown key" + suggestion(path));
@@ -321,41 +355,9 @@ public final class ServerConfig {
         return prev[b.length()];
     }
 
-    /** Range and cross-key checks. */
-    private static void check(Map<String, Object> v, List<String> p) {
-        intRange(v, p, "server.port", 0, 65535);
-        intRange(v, p, "server.httpInstances", 0, 64);
-        intRange(v, p, "server.maxBodyBytes", 1024, 1 << 30);
-        intRange(v, p, "server.configScanMs", 50, 3_600_000);
-        intRange(v, p, "server.shutdownGraceSeconds", 0, 3600);
-        intRange(v, p, "model.cacheTokens", 0, Integer.MAX_VALUE);
-        intRange(v, p, "verify.f32ShortContextRows", BackendOptions.MIN_SHORT_ROWS, BackendOptions.MAX_SHORT_ROWS);
-        intRange(v, p, "gpu.devices", 1, Integer.MAX_VALUE);
-        intRange(v, p, "gpu.memoryBudgetMiB", 0, Integer.MAX_VALUE);
-        intRange(v, p, "limits.maxContextTokens", 16, Integer.MAX_VALUE);
-        intRange(v, p, "limits.maxQueue", 0, 1 << 20);
-        intRange(v, p, "limits.maxActive", 1, 4096);
-        intRange(v, p, "limits.maxTokensDefault", 1, Integer.MAX_VALUE);
-        intRange(v, p, "limits.prefillChunk", 1, 1 << 16);
-        intRange(v, p, "limits.bodyReadTimeoutMs", 100, 3_600_000);
-        intRange(v, p, "limits.headerReadTimeoutMs", 100, 3_600_000);
-        intRange(v, p, "limits.streamBufferBytes", 1024, 1 << 30);
-        intRange(v, p, "scheduler.maxBatchRows", 1, 1 << 16);
-        intRange(v, p, "scheduler.tokenBudget", 1, 1 << 20);
-        intRange(v, p, "scheduler.minPrefillChunk", 1, 1 << 20);
-        double stretch = (Double) v.get("scheduler.maxTickStretch");
-        if (!(stretch == 0 || (stretch >= 1 && stretch <= 100)))
-            p.add("scheduler.maxTickStretch: must be 0 (off) or in [1, 100], got " + fmt(stretch));
-        intRange(v, p, "sampling.top_k", -1, Integer.MAX_VALUE); // -1 is "off" too, as in requests
-        intRange(v, p, "prefixCache.budgetMiB", 0, Integer.MAX_VALUE);
-        intRange(v, p, "prefixCache.blockTokens", 1, 1 << 20);
-        intRange(v, p, "prefixCache.intervalTokens", 0, Integer.MAX_VALUE);
-        numRange(v, p, "sampling.temperature", 0, 2, false);
-        numRange(v, p, "sampling.top_p", 0, 1, true);
-        numRange(v, p, "sampling.min_p", 0, 1, false);
-        numRange(v, p, "sampling.presence_penalty", -2, 2, false);
-        numRange(v, p, "sampling.frequency_penalty", -2, 2, false);
-        numRange(v, p, "sampling.repetition_penalty", 0, 10, true);
+    /** Each numeric key's declared {@link Range}, then the other and cross-key checks. */
+    private static void check(Map<String, Object> v, List<String> p, Map<String, String> written) {
+        for (ConfigKey k : KEYS) if (k.range() != null) inRange(v, p, k, written.get(k.name()));
         String host = (String) v.get("server.host");
         if (host.isBlank()) p.add("server.host: must not be empty");
         String backend = (String) v.get("model.backend");
@@ -379,10 +381,6 @@ public final class ServerConfig {
         if (!Set.of("trace", "debug", "info", "warn", "error", "off").contains(level))
             p.add("log.level: must be one of trace, debug, info, warn, error, off, got \"" + v.get("log.level") + "\"");
         else v.put("log.level", level);
-        intRange(v, p, "cluster.port", 0, 65535);
-        intRange(v, p, "cluster.eventBusPort", 0, 65535);
-        intRange(v, p, "cluster.announceMs", 50, 60_000);
-        intRange(v, p, "cluster.engineTimeoutMs", 200, 600_000);
         if (!List.of("gateway", "engine", "both").contains(v.get("cluster.role")))
             p.add("cluster.role: must be gateway, engine or both, got \"" + v.get("cluster.role") + "\"");
         if (((String) v.get("cluster.name")).isBlank()) p.add("cluster.name: must not be empty");
@@ -418,21 +416,16 @@ public final class ServerConfig {
                 (Integer) v.get("verify.f32ShortContextRows"));
     }
 
-    private static void intRange(Map<String, Object> v, List<String> p, String k, int lo, int hi) {
-        int x = (Integer) v.get(k);
-        if (x < lo || x > hi)
-            p.add(k + ": must be an integer in [" + lo + ", " + (hi == Integer.MAX_VALUE ? "∞" : hi) + "], got " + x);
-    }
-
-    private static void numRange(Map<String, Object> v, List<String> p, String k, double lo, double hi, boolean openLow) {
-        double x = (Double) v.get(k);
-        boolean ok = (openLow ? x > lo : x >= lo) && x <= hi;
-        if (!ok) p.add(k + ": must be in " + (openLow ? "(" : "[") + fmt(lo) + ", " + fmt(hi) + "], got " + fmt(x));
-    }
-
-    private static String fmt(double d) {
-        // whole numbers as integers, but only where a long holds them (1e20 would print as Long.MAX_VALUE)
-        return d == Math.rint(d) && Math.abs(d) < 0x1p62 ? Long.toString((long) d) : Double.toString(d);
+    /**
+     * Reports a numeric key's value outside its {@link Range}, shown as the file wrote it where its value would not
+     * ({@code 1e20}, {@code 2.50}), else as an integer where it is whole.
+     * @param written the value's text in the file, or null
+     */
+    private static void inRange(Map<String, Object> v, List<String> p, ConfigKey k, String written) {
+        double x = ((Number) v.get(k.name())).doubleValue();
+        if (k.range().accepts(x)) return;
+        p.add(k.name() + ": must be " + (k.type() == ConfigKey.Type.INT ? "an integer " : "") + k.range().mustBe()
+                + ", got " + (written != null ? written : Range.num(x)));
     }
 
     // ------------------------------------------------------------------------------------------------ accessors
