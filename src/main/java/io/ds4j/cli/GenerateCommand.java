@@ -81,7 +81,9 @@ public final class GenerateCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         PrintStream err = System.err;
-        if (maxTokens < 0) throw new IllegalArgumentException("-n / --max-tokens must be >= 0, got " + maxTokens);
+        // the API's rule for chat and plain completions: 0 means something only with echo, which generate has not
+        if (maxTokens < 1)
+            throw new IllegalArgumentException("-n / --max-tokens must be >= 1 (as the API's max_tokens), got " + maxTokens);
         // as the API takes top_k: -1 is off, as 0 is
         if (topK < -1) throw new IllegalArgumentException("--top-k must be >= 0 (0 or -1 = off), got " + topK);
         SamplingParams sp = new SamplingParams(temperature, topK == -1 ? 0 : topK, topP, minP, seed, presence, frequency,

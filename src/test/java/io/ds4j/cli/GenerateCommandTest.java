@@ -88,7 +88,11 @@ public class GenerateCommandTest {
         assertTrue(r.err().contains("abc"), r.err());
         r = run("generate", "--model", FIXTURE, "--prompt", "x", "-n", "-3");
         assertNotEquals(0, r.code());
-        assertTrue(r.err().contains("-n / --max-tokens must be >= 0, got -3"), r.err());
+        assertTrue(r.err().contains("-n / --max-tokens must be >= 1 (as the API's max_tokens), got -3"), r.err());
+        // as the server refuses max_tokens 0 for chat (and for completions without echo, which generate has not)
+        r = run("generate", "--model", FIXTURE, "--prompt", "x", "-n", "0");
+        assertNotEquals(0, r.code(), r.err());
+        assertTrue(r.err().contains("-n / --max-tokens must be >= 1 (as the API's max_tokens), got 0"), r.err());
     }
 
     /**
