@@ -78,6 +78,9 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--json-schema", paramLabel = "FILE", description = "constrain the output to JSON valid for this JSON Schema (constrained decoding); prints the mask's cost per step") Path jsonSchema;
     @Option(names = "--json-object", description = "constrain the output to a JSON object (constrained decoding); prints the mask's cost per step") boolean jsonObject;
 
+    /** Whether no generation has finished in this process yet (each {@code ds4j generate} is one). */
+    static final java.util.concurrent.atomic.AtomicBoolean FIRST_IN_PROCESS = new java.util.concurrent.atomic.AtomicBoolean(true);
+
     @Override
     public Integer call() throws Exception {
         PrintStream err = System.err;
@@ -174,8 +177,10 @@ public final class GenerateCommand implements Callable<Integer> {
             Generation.SpecStats st = g.specStats();
             String spec = d == null ? "" : String.format(", draft %s q=%s: offered %d, accepted %d, acceptance %s, %s tokens/step",
                     ds.name(), width, st.offered(), st.accepted(), fmt(st.acceptanceRate(), "%.3f"), fmt(st.committedPerStep(), "%.2f"));
-            err.printf("prompt %d tokens, prefill %.1f tokens/s; generated %d tokens, decode %s tokens/s; finish %s%s%n",
-                    ids.length, g.prefillTokensPerSecond(), g.generatedTokens(), fmt(g.decodeTokensPerSecond(), "%.2f"),
+            // the JIT compiles the kernels while the first prompt is prefilled, so that rate is below a warm one
+            String warmUp = FIRST_IN_PROCESS.getAndSet(false) ? " (first generation of this process: includes JIT warm-up)" : "";
+            err.printf("prompt %d tokens, prefill %.1f tokens/s%s; generated %d tokens, decode %s tokens/s; finish %s%s%n",
+                    ids.length, g.prefillTokensPerSecond(), warmUp, g.generatedTokens(), fmt(g.decodeTokensPerSecond(), "%.2f"),
                     g.finish().name().toLowerCase(), spec);
             if (constraint != null) {
                 long steps = Math.max(1, st.steps());

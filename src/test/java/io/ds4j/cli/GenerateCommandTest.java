@@ -172,4 +172,17 @@ public class GenerateCommandTest {
         String reasoning = r.err().substring(r.err().indexOf('\n') + 1, at);
         assertFalse(reasoning.isBlank(), "some reasoning was printed: " + r.err());
     }
+
+    /** The summary says when its prefill rate includes the JIT's warm-up: on the process's first generation only. */
+    @Test
+    void theFirstGenerationOfAProcessSaysItsPrefillIncludesWarmUp() {
+        GenerateCommand.FIRST_IN_PROCESS.set(true); // as in a fresh process; other tests here may have generated
+        String note = "includes JIT warm-up";
+        Run first = run("generate", "--model", FIXTURE, "--prompt", "a b", "-n", "2");
+        Run second = run("generate", "--model", FIXTURE, "--prompt", "a b", "-n", "2");
+        assertEquals(0, first.code(), first.err());
+        assertTrue(first.err().matches("(?s).*prefill [0-9.]+ tokens/s \\(first generation of this process: includes JIT warm-up\\);.*"),
+                first.err());
+        assertFalse(second.err().contains(note), second.err());
+    }
 }
