@@ -17,8 +17,8 @@ import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * A real fault inside a layer slice on the CPU backend (its kept streams corrupted, so the slice's layers throw): the
- * CPU runs the batch's whole entries first and the slices after them, so the whole entries have already advanced when
- * the slice throws. BatchRun must still leave every entry but the slice's as alone.
+ * backend runs a step's slices before its whole entries, so those have not advanced when the slice throws, and
+ * BatchRun steps them again alone: every entry but the slice's answers as alone, short or beyond the rollback window.
  */
 class SliceFaultIsolationTest {
     static ModelConfig cfg;

@@ -207,6 +207,16 @@ class LayerSliceMixTest {
      * after that; the run goes on until every request ended. Then each request runs alone.
      */
     static Run run(Scheduler.Limits limits, List<Spec> decode, List<Spec> longs, BiConsumer<Integer, Map<String, Out>> hook) {
+        return runHooked(limits, decode, longs, hook == null ? null : (i, outs, sch, b) -> hook.accept(i, outs));
+    }
+
+    /** What runs before a tick of {@link #run}: its index, the requests, the scheduler and the backend. */
+    interface Hook {
+        void before(int tick, Map<String, Out> outs, Scheduler<String> sch, Clocked backend);
+    }
+
+    /** {@link #run} with a hook that may also change the scheduler (a reload) and read the backend's steps. */
+    static Run runHooked(Scheduler.Limits limits, List<Spec> decode, List<Spec> longs, Hook hook) {
         Clocked b = new Clocked(cpu);
         Scheduler<String> sch = new Scheduler<>(b, limits, () -> b.now);
         int chunk = Scheduler.prefillChunk(64, limits);
@@ -226,7 +236,7 @@ class LayerSliceMixTest {
         }
         List<Scheduler.Tick<String>> ticks = new ArrayList<>();
         while (!sch.isEmpty()) {
-            if (hook != null) hook.accept(ticks.size(), outs);
+            if (hook != null) hook.before(ticks.size(), outs, sch, b);
             Scheduler.Tick<String> t = sch.tick();
             assertEquals(Map.of(), t.failed(), "tick " + ticks.size());
             ticks.add(t);
@@ -328,57 +338,20 @@ class LayerSliceMixTest {
 
     /** {@link #run} with the limits changed before tick {@code at} (a reload mid-run), counting chunks part-way then. */
     static Run runWith(int at, Scheduler.Limits after, int[] partWaySeen) {
-        Clocked b = new Clocked(cpu);
-        Scheduler<String> sch = new Scheduler<>(b, SLICED, () -> b.now);
-        List<Spec> dec = decoders(NgramDraft.source(), "2", false);
-        List<Spec> longs = List.of(new Spec("long", prompt(300, 8), SamplingParams.greedy(10), null, "1"),
-                new Spec("long2", prompt(150, 9), SamplingParams.greedy(10), null, "1"));
-        Map<String, Out> outs = new LinkedHashMap<>();
-        for (Spec s : dec) {
-            Out o = open(b, s, 64);
-            outs.put(s.key(), o);
-            sch.add(s.key(), o.gen());
-        }
-        while (sch.tick().prefillTokens() > 0) { }
-        sch.tick();
-        int first = b.entries.size();
-        for (Spec s : longs) {
-            Out o = open(b, s, 64);
-            outs.put(s.key(), o);
-            sch.add(s.key(), o.gen());
-        }
-        List<Scheduler.Tick<String>> ticks = new ArrayList<>();
-        int reloadStep = -1;
-        while (!sch.isEmpty()) {
-            if (ticks.size() == at) {
-                for (Out o : outs.values()) if (o.gen().slicing()) partWaySeen[0]++;
-                sch.limits(after);
-                reloadStep = b.entries.size();
-            }
-            Scheduler.Tick<String> t = sch.tick();
-            assertEquals(Map.of(), t.failed());
-            ticks.add(t);
-            assertTrue(ticks.size() < 5000);
-        }
+        int[] reloadStep = {-1};
+        Run r = runHooked(SLICED, decoders(NgramDraft.source(), "2", false), List.of(new Spec("long", prompt(300, 8), SamplingParams.greedy(10), null, "1"),
+                new Spec("long2", prompt(150, 9), SamplingParams.greedy(10), null, "1")), (i, outs, sch, b) -> {
+            if (i != at) return;
+            for (Out o : outs.values()) if (o.gen().slicing()) partWaySeen[0]++;
+            sch.limits(after);
+            reloadStep[0] = b.entries.size();
+        });
         // after the reload, a slice that starts a chunk (from 0) never runs
-        for (int s = reloadStep; s < b.entries.size(); s++)
-            for (BatchEntry e : b.entries.get(s))
+        assertTrue(reloadStep[0] >= 0, "the reload happened");
+        for (int s = reloadStep[0]; s < r.backend().entries.size(); s++)
+            for (BatchEntry e : r.backend().entries.get(s))
                 if (e.layers() != null) assertTrue(e.layers().from() > 0, "a new chunk started in slices after the reload: " + e);
-        Map<Sequence, String> bySeq = new IdentityHashMap<>();
-        outs.forEach((k, o) -> bySeq.put(o.seq(), k));
-        Map<String, List<BatchEntry.Layers>> slices = new LinkedHashMap<>();
-        for (int s = first; s < b.entries.size(); s++)
-            for (BatchEntry e : b.entries.get(s))
-                if (e.kind() == StepKind.PREFILL) slices.computeIfAbsent(bySeq.get(e.seq()), k -> new ArrayList<>()).add(e.layers());
-        Map<String, Out> alone = new LinkedHashMap<>();
-        List<Spec> all = new ArrayList<>(dec);
-        all.addAll(longs);
-        for (Spec s : all) {
-            Out o = open(cpu, s, 64);
-            while (o.gen().step()) { }
-            alone.put(s.key(), o);
-        }
-        return new Run(outs, alone, slices, ticks, b, sch);
+        return r;
     }
 
     /** maxTickStretch 0 (the bound off) while a chunk is part-way: the next tick runs the rest of its layers at once. */
