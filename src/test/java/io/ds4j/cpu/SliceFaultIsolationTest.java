@@ -11,7 +11,6 @@ import org.junit.jupiter.api.Test;
 
 import java.util.Arrays;
 import java.util.List;
-import java.util.SplittableRandom;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -36,10 +35,7 @@ class SliceFaultIsolationTest {
     }
 
     static int[] prompt(int n, long seed) {
-        SplittableRandom r = new SplittableRandom(seed);
-        int[] p = new int[n];
-        for (int i = 0; i < n; i++) p[i] = r.nextInt(cfg.vocabSize);
-        return p;
+        return TestModelsAccess.randomTokens(cfg, n, seed);
     }
 
     /** A whole prefill entry of wholeRows rows (its logit row the last) beside a slice that throws: only the slice fails. */

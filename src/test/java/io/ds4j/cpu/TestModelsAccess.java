@@ -14,4 +14,12 @@ public final class TestModelsAccess {
     public static ModelWeights random(ModelConfig c, long seed) {
         return TestModels.random(c, seed);
     }
+
+    /** n token ids drawn uniformly from the vocabulary with the given seed (a prompt for tests). */
+    public static int[] randomTokens(ModelConfig c, int n, long seed) {
+        java.util.SplittableRandom r = new java.util.SplittableRandom(seed);
+        int[] p = new int[n];
+        for (int i = 0; i < n; i++) p[i] = r.nextInt(c.vocabSize);
+        return p;
+    }
 }

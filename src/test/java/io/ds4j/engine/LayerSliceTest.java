@@ -9,7 +9,6 @@ import org.junit.jupiter.api.Test;
 
 import java.util.ArrayList;
 import java.util.List;
-import java.util.SplittableRandom;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -34,10 +33,7 @@ class LayerSliceTest {
     }
 
     static int[] prompt(int n, long seed) {
-        SplittableRandom r = new SplittableRandom(seed);
-        int[] p = new int[n];
-        for (int i = 0; i < n; i++) p[i] = r.nextInt(cfg.vocabSize);
-        return p;
+        return TestModelsAccess.randomTokens(cfg, n, seed);
     }
 
     @Test
