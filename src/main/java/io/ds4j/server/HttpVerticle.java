@@ -464,7 +464,11 @@ public final class HttpVerticle extends VerticleBase {
             // static handler does not read If-Range and would serve the range, or refuse it with 416.
             if (headers.contains("If-Range")) headers.remove("Range");
             String range = headers.get("Range");
-            if (range != null) headers.set("Range", clampedRange(range));
+            if (range != null) {
+                String served = clampedRange(range);
+                if (served == null) headers.remove("Range");
+                else headers.set("Range", served);
+            }
             String path = routed(ctx);
             ctx.addHeadersEndHandler(v -> {
                 // only a file's answer (200, or 206 for a range) is typed here; a redirect, a 404, a 416 keep their own
@@ -481,16 +485,23 @@ public final class HttpVerticle extends VerticleBase {
     /**
      * A Range with its last position cut to what the static handler can read: a last position past what a long holds
      * is past any file's end, which RFC 9110 has served as the file's end, where the static handler fails to parse it
-     * and answers 416. An open end ({@code bytes=N-}) means just that. Any other Range is returned as is.
+     * and answers 416. An open end ({@code bytes=N-}) means just that. A last position before the first makes the range
+     * invalid, and RFC 9110 has a Range without a valid range ignored: null (serve the whole file; the static handler
+     * would answer 416). Any other Range is returned as is.
      */
     static String clampedRange(String range) {
         java.util.regex.Matcher m = BYTE_RANGE.matcher(range);
         if (!m.matches() || m.group(2).isEmpty()) return range;
+        long last;
         try {
-            Long.parseLong(m.group(2));
-            return range;
+            last = Long.parseLong(m.group(2));
         } catch (NumberFormatException tooLarge) {  // digits only: the number does not fit a long
             return "bytes=" + m.group(1) + "-";
+        }
+        try {
+            return last < Long.parseLong(m.group(1)) ? null : range;
+        } catch (NumberFormatException firstTooLarge) {  // a first byte past any file: the handler's 416 stands
+            return range;
         }
     }
 
