@@ -228,14 +228,14 @@ public final class BenchServerCommand implements Callable<Integer> {
         Map<Integer, Double> aggregate = new LinkedHashMap<>();
         Map<Integer, Round> withLong = new LinkedHashMap<>();
         for (int c : clients) {
-            if (longUser != null) serverGaps.put(-c, serverItlBuckets());
+            if (longUser != null) serverGaps.put(c, new ArrayList<>(List.of(serverItlBuckets())));
             Round rd = round(c, user, false);
-            if (longUser != null) serverGaps.put(c, serverItlBuckets());
+            if (longUser != null) serverGaps.get(c).add(serverItlBuckets());
             aggregate.put(c, rd.aggregate());
             printRow(String.valueOf(c), rd);
             if (longUser != null) {
                 Round lr = round(c, user, true);
-                serverGaps.put(1_000_000 + c, serverItlBuckets());
+                serverGaps.get(c).add(serverItlBuckets());
                 withLong.put(c, lr);
                 printRow(c + "+long", lr);
             }
@@ -262,8 +262,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             int c = e.getKey();
             System.out.printf("%d clients, share of gaps above 40 / 50 ms: without the long prompt clients %s, server %s; "
                             + "with it clients %s, server %s%n", c, above(lastPlain.get(c)),
-                    serverAbove(serverGaps.get(-c), serverGaps.get(c)), above(e.getValue()),
-                    serverAbove(serverGaps.get(c), serverGaps.get(1_000_000 + c)));
+                    serverAbove(serverGaps.get(c), 0), above(e.getValue()), serverAbove(serverGaps.get(c), 1));
         }
         // the tails in more detail: where the p99 sits relative to the bulk of the gaps
         for (var e : withLong.entrySet())
@@ -376,8 +375,11 @@ public final class BenchServerCommand implements Callable<Integer> {
         }
     }
 
-    /** Cumulative counts of the server's vllm:inter_token_latency_seconds buckets (le in s → count) around the rounds. */
-    private final Map<Integer, Map<Double, Double>> serverGaps = new LinkedHashMap<>();
+    /**
+     * Per level, the cumulative counts of the server's vllm:inter_token_latency_seconds buckets (le in s → count) read
+     * before its plain round, after it and after its round beside the long prompt.
+     */
+    private final Map<Integer, List<Map<Double, Double>>> serverGaps = new LinkedHashMap<>();
 
     /** The server's ITL histogram's cumulative bucket counts now (empty when /metrics cannot be read). */
     private Map<Double, Double> serverItlBuckets() {
@@ -398,9 +400,14 @@ public final class BenchServerCommand implements Callable<Integer> {
         return m;
     }
 
-    /** Share of the server's gaps between two readings above 40 and 50 ms ("?" where the buckets are missing). */
-    private static String serverAbove(Map<Double, Double> before, Map<Double, Double> after) {
-        if (before == null || after == null) return "?";
+    /**
+     * Share of the server's gaps in a level's round above 40 and 50 ms ("?" where the buckets are missing).
+     * @param readings the level's readings ({@link #serverGaps})
+     * @param round    0: the plain round, 1: the round beside the long prompt
+     */
+    private static String serverAbove(List<Map<Double, Double>> readings, int round) {
+        if (readings == null || readings.size() <= round + 1) return "?";
+        Map<Double, Double> before = readings.get(round), after = readings.get(round + 1);
         double all = after.getOrDefault(Double.POSITIVE_INFINITY, Double.NaN) - before.getOrDefault(Double.POSITIVE_INFINITY, Double.NaN);
         double le40 = after.getOrDefault(0.04, Double.NaN) - before.getOrDefault(0.04, Double.NaN);
         double le50 = after.getOrDefault(0.05, Double.NaN) - before.getOrDefault(0.05, Double.NaN);

@@ -89,7 +89,7 @@ public final class GenerateCommand implements Callable<Integer> {
             throw new IllegalArgumentException("-n / --max-tokens must be >= 1 (as the API's max_tokens), got " + maxTokens);
         // as the API takes top_k: -1 is off, as 0 is
         if (topK < -1) throw new IllegalArgumentException("--top-k must be >= 0 (0 or -1 = off), got " + topK);
-        SamplingParams sp = new SamplingParams(temperature, topK == -1 ? 0 : topK, topP, minP, seed, presence, frequency,
+        SamplingParams sp = new SamplingParams(temperature, SamplingParams.topKGiven(topK), topP, minP, seed, presence, frequency,
                 repetition, Map.of(), maxTokens, stop, false, 0, ignoreEos);
         // every range but top-k's upper bound (the vocabulary size, checked once the model is open) is checked here,
         // before the model loads: a bad flag fails at once, not after a load that may take minutes

@@ -151,8 +151,8 @@ public final class CpuBackend implements Backend {
             if (seq.closed) throw new IllegalStateException("batch entry " + i + ": sequence is closed");
         }
         Backend.checkBatch(c, batch);
+        if (!Backend.anySlice(batch)) return run(new Step(batch), batch);
         List<BatchEntry> whole = batch.stream().filter(e -> e.layers() == null).toList();
-        if (whole.size() == batch.size()) return run(new Step(batch), batch);
         // each chunk's layer slice on its own (no other row depends on it), then the whole entries together: a slice
         // that fails leaves the whole entries as they were, so they can be stepped again alone (BatchRun)
         float[][] out = new float[batch.size()][];

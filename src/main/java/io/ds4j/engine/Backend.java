@@ -210,6 +210,12 @@ public interface Backend extends AutoCloseable {
             if (r < 0 || r >= S) throw new IllegalArgumentException("logit row " + r + " is outside [0, " + S + ")");
     }
 
+    /** Whether any entry runs a layer slice ({@link BatchEntry#layers}); a plain loop, as every step asks it. */
+    static boolean anySlice(java.util.List<BatchEntry> batch) {
+        for (BatchEntry e : batch) if (e.layers() != null) return true;
+        return false;
+    }
+
     /**
      * The checks of an entry against its sequence's part-way chunk ({@link Sequence#slicedLayers}): a sequence with
      * one takes only that chunk's next slice (from = its sliced layers, the same tokens); a slice ends at most at the

@@ -822,8 +822,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             }
         }
         Backend.checkBatch(c, batch);
+        if (batch.size() == 1 || !Backend.anySlice(batch)) return stepChecked(batch, argmax);
         List<BatchEntry> whole = batch.stream().filter(e -> e.layers() == null).toList();
-        if (whole.size() == batch.size() || batch.size() == 1) return stepChecked(batch, argmax);
         // each chunk's layer slice in a step of its own, then the whole entries in one step: a slice that fails leaves
         // the whole entries' sequences untouched
         float[][] lg = new float[batch.size()][];

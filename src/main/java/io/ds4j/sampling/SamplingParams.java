@@ -88,6 +88,14 @@ public record SamplingParams(double temperature, int topK, double topP, double m
     }
 
     /**
+     * top_k as users give it (the API, the configuration, the CLI): -1 means off, as 0 does (llama.cpp's and vLLM's
+     * convention); any other value as is, for {@link #validate} to check.
+     */
+    public static int topKGiven(int k) {
+        return k == -1 ? 0 : k;
+    }
+
+    /**
      * Checks every value against its range as the caller says it was written, a request's number as its client wrote
      * it: a range is decided on that number as well as on the double it is held in, so a number past a bound by less
      * than a double can tell ({@code 2.0000000000000000001}, {@code -1e-400}) is refused, and so is one whose double is

@@ -250,11 +250,11 @@ public final class HttpVerticle extends VerticleBase {
         } else if (hex.matches()) {
             m = "a header value contains a prohibited character " + codePoint(Integer.parseInt(hex.group(1), 16))
                     + (hex.group(2) != null ? hex.group(2) : "");
-        } else if (m.startsWith("a header value") || VALUE_FOLLOWS.stream().anyMatch(m::startsWith)) {
+        } else {
             // any other message about a value: what comes before the value, never the value
-            String head = VALUE_FOLLOWS.stream().filter(m::startsWith).findFirst().orElse(null);
-            if (head == null) head = m.indexOf(':') >= 0 ? m.substring(0, m.indexOf(':')) : m;
-            m = head + " (the value is not shown)";
+            String head = VALUE_FOLLOWS.stream().filter(m::startsWith).findFirst()
+                    .orElse(!m.startsWith("a header value") ? null : m.indexOf(':') >= 0 ? m.substring(0, m.indexOf(':')) : m);
+            if (head != null) m = head + " (the value is not shown)";
         }
         StringBuilder b = new StringBuilder(m.length());
         m.codePoints().forEach(c -> {
@@ -492,16 +492,18 @@ public final class HttpVerticle extends VerticleBase {
     static String clampedRange(String range) {
         java.util.regex.Matcher m = BYTE_RANGE.matcher(range);
         if (!m.matches() || m.group(2).isEmpty()) return range;
-        long last;
+        long first = digits(m.group(1)), last = digits(m.group(2));
+        if (last < 0) return "bytes=" + m.group(1) + "-";
+        // a first byte past what a long holds is past any file: the handler's 416 stands
+        return first >= 0 && last < first ? null : range;
+    }
+
+    /** A run of ASCII digits as a long, or -1 where the number does not fit one. */
+    private static long digits(String d) {
         try {
-            last = Long.parseLong(m.group(2));
-        } catch (NumberFormatException tooLarge) {  // digits only: the number does not fit a long
-            return "bytes=" + m.group(1) + "-";
-        }
-        try {
-            return last < Long.parseLong(m.group(1)) ? null : range;
-        } catch (NumberFormatException firstTooLarge) {  // a first byte past any file: the handler's 416 stands
-            return range;
+            return Long.parseLong(d);
+        } catch (NumberFormatException tooLarge) {
+            return -1;
         }
     }
 

@@ -210,7 +210,7 @@ final class Requests {
         int vocab = model.tokenizer().vocabSize();
         // llama.cpp and vLLM use -1 for "off"
         Integer topKv = integer(b, "top_k", -1, vocab, " (0 or -1 = off)");
-        int topK = topKv == null ? d.topK() : topKv == -1 ? 0 : topKv;
+        int topK = topKv == null ? d.topK() : SamplingParams.topKGiven(topKv);
         double minP = orDefault(number(b, "min_p"), d.minP());
         double presence = orDefault(number(b, "presence_penalty"), d.presencePenalty());
         double frequency = orDefault(number(b, "frequency_penalty"), d.frequencyPenalty());

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.BackendOptions.ExpertPlacement;
 import io.ds4j.engine.FeatureGate;
+import io.ds4j.sampling.SamplingParams;
 import io.ds4j.server.ApiKeys;
 import io.ds4j.server.config.ConfigKey.Range;
 import io.ds4j.server.Json;
@@ -306,7 +307,8 @@ public final class ServerConfig {
                 Object r = k.type().read(e.getValue());
                 if (r instanceof ConfigKey.Problem p) problems.add(path + ": " + p.text());
                 else v.put(path, r);
-                if (Json.written(e.getValue()) != null) written.put(path, Json.written(e.getValue()));
+                String text = Json.written(e.getValue());
+                if (text != null) written.put(path, text);
             } else if (isSection(path)) {
                 if (e.getValue().isObject()) walk(e.getValue(), path, v, problems, written);
                 else problems.add(path + ": must be an object");
@@ -605,7 +607,8 @@ public final class ServerConfig {
 
     /** Default sampling settings. */
     public SamplingDefaults sampling() {
-        return new SamplingDefaults(d("sampling.temperature"), d("sampling.top_p"), Math.max(0, i("sampling.top_k")), d("sampling.min_p"),
+        return new SamplingDefaults(d("sampling.temperature"), d("sampling.top_p"), SamplingParams.topKGiven(i("sampling.top_k")),
+                d("sampling.min_p"),
                 d("sampling.presence_penalty"), d("sampling.frequency_penalty"), d("sampling.repetition_penalty"),
                 (Long) values.get("sampling.seed"));
     }
