@@ -1111,7 +1111,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         long inputs = ws.alloc(host.byteSize());
         gpu.upload(inputs, host);
         b.setInputs(inputs);
-        long generation = ws.generation, mark = ws.mark();
+        long generation = ws.generation, mark = ws.mark(), t0 = System.nanoTime();
         check(ds4j_seqs_bounds(ctx(), 1, b.hcaBound), "launch bounds of the several-sequence kernels");
         long[] r;
         try {
@@ -1120,6 +1120,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             int rc = ds4j_seqs_bounds(ctx(), 0, 0);
             if (rc != DS4J_OK()) LOG.warn("resetting the launch bounds failed: {}", Gpu.lastError());
         }
+        if (LOG.isDebugEnabled())
+            LOG.debug("step graph captured for {} entries (scores row {}, HCA bound {}, workspace generation {}): {} ms to record and launch",
+                    b.seqs.length, b.scoreLd, b.hcaBound, ws.generation, String.format("%.1f", (System.nanoTime() - t0) / 1e6));
         if (r[1] != 0) {
             if (ws.generation == generation) graphs.keep(key, new DecodeGraphs.Kept(r[1], inputs, r[0]));
             else b.dropExec = r[1];

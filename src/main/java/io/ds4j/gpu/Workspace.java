@@ -1,5 +1,8 @@
 package io.ds4j.gpu;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 import java.util.ArrayList;
 import java.util.List;
 
@@ -12,6 +15,7 @@ import java.util.List;
  * {@link #overshoot}).
  */
 final class Workspace implements AutoCloseable {
+    private static final Logger LOG = LoggerFactory.getLogger(Workspace.class);
     private static final long ALIGN = 256, MIN_CHUNK = 64L << 20;
     /** The alignment (bytes) of every allocation: an allocation of n bytes takes at most n + ALIGN_BYTES. */
     static final long ALIGN_BYTES = ALIGN;
@@ -49,6 +53,7 @@ final class Workspace implements AutoCloseable {
         }
         long size = Math.max(bytes, Math.max(MIN_CHUNK, chunks.isEmpty() ? 0 : 2 * chunks.getLast()[1]));
         chunks.add(new long[]{gpu.malloc(size, "activations (workspace)"), size});
+        LOG.debug("workspace grown by a chunk of {} MiB within a step (its estimate was {} MiB)", size >> 20, need >> 20);
         generation++;
         cur = chunks.size() - 1;
         off = bytes;
@@ -97,6 +102,8 @@ final class Workspace implements AutoCloseable {
         long have = bytes();
         if (chunks.size() <= 1 && have >= need) return;
         long size = Math.max(have, (need + MIN_CHUNK - 1) / MIN_CHUNK * MIN_CHUNK);
+        LOG.debug("workspace reallocated: {} MiB in {} chunks to {} MiB (the step needs {} MiB)", have >> 20, chunks.size(),
+                size >> 20, need >> 20);
         gpu.sync();
         generation++;
         for (long[] c : chunks) gpu.free(c[0]);

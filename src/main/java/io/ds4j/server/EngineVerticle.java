@@ -516,6 +516,9 @@ public final class EngineVerticle extends VerticleBase {
                 state.metrics().batch(t.entries(), t.decodeRows() + t.prefillShare(), t.prefillShare(), t.decodeRows());
             }
             if (t.budget() != null) logBudget(t);
+            else if (LOG.isDebugEnabled() && t.entries() > 0)
+                LOG.debug("step: {} entries, {} decode rows, {} prefill tokens, took {} ms", t.entries(), t.decodeRows(),
+                        t.prefillTokens(), ms(t.nanos() / 1e6));
             for (int n : t.mtpSteps()) state.metrics().mtpStep(n);
             if (t.isolated()) LOG.warn("a batched step failed; its {} entries were stepped one at a time to find the culprit", t.entries());
             for (Job j : t.stepped()) {
