@@ -15,7 +15,13 @@ package io.ds4j.engine;
  *
  * <p>The cost model is learned online from the measured durations of whole ticks ({@link #observe}):
  * <ul>
- *   <li>{@code decodeMs}: exponentially weighted mean of the ticks that ran decode/verify rows and no prefill;</li>
+ *   <li>{@code decodeMs}: the second fastest of the last {@value #DECODE_WINDOW} measured ticks that ran
+ *       decode/verify rows and no prefill (the fastest while there is one). Such a tick is measured when it has as many
+ *       decode entries as the previous one (or is the first, or the load changed): the first step of a new batch shape
+ *       may carry one-off work (on the GPU it captures its step graph, ~20 ms on a 23 ms step at 16 streams;
+ *       BENCHMARKS.md), as streams end at a round's close one after another. Slow outliers are common and fast ones
+ *       rare, and a bound set too loose costs every stream's latency where one set too tight costs only prefill
+ *       speed;</li>
  *   <li>{@code msPerToken}: exponentially weighted mean of a tick's prefill cost per prefill token, the prefill cost
  *       being the tick's duration less {@code decodeMs} (the whole tick when no decode rows ran). Measured on chunks
  *       of the size the policy picks, it includes a chunk's fixed cost spread over its tokens, so the pick converges
@@ -90,9 +96,15 @@ public final class PrefillBudget {
     public static final int PROBE_EVERY = 64;
     /** Weight of a new measurement in the means. */
     static final double ALPHA = 0.25;
+    /** Decode-only ticks whose second fastest is {@code decodeMs}. */
+    static final int DECODE_WINDOW = 5;
 
     private double decodeMs = Double.NaN;
+    private final double[] decodeSamples = new double[DECODE_WINDOW];
+    private int decodeCount, decodeNext;
     private double decodeRowsAt;
+    /** Decode entries of the last tick without prefill (-1: none yet). */
+    private int lastDecodeEntries = -1;
     private double msPerToken = Double.NaN;
     private int sinceDecodeSample;
 
@@ -129,25 +141,38 @@ public final class PrefillBudget {
         return (int) Math.max(1, Math.min(numLayers, Math.floor(numLayers * allowedMs / chunkMs)));
     }
 
+    /** {@link #observe(int, int, double, long)} with one decode entry per decode row. */
+    public void observe(int decodeRows, double prefillTokens, long nanos) {
+        observe(decodeRows, decodeRows, prefillTokens, nanos);
+    }
+
     /**
      * Learns from a tick that ran.
      * @param decodeRows    its decode/verify rows
+     * @param decodeEntries the decode/verify entries that hold them (its batch shape, with the prefill entries)
      * @param prefillTokens its prefill tokens, a chunk run in a layer slice counting as its tokens times the slice's
      *                      share of the layers
      * @param nanos         its duration (ns)
      */
-    public void observe(int decodeRows, double prefillTokens, long nanos) {
+    public void observe(int decodeRows, int decodeEntries, double prefillTokens, long nanos) {
         double ms = nanos / 1e6;
         if (prefillTokens == 0) {
             if (decodeRows == 0) return;
+            boolean repeat = decodeEntries == lastDecodeEntries;
+            lastDecodeEntries = decodeEntries;
+            if (!repeat && !Double.isNaN(decodeMs) && !loadChanged(decodeRows)) return; // a new shape: not measured
             if (Double.isNaN(decodeMs) || loadChanged(decodeRows)) {
-                // the first measurement, or a new decode load: it replaces the old mean
-                decodeMs = ms;
+                // the first measurement, or a new decode load: it replaces the old ones
+                decodeCount = 0;
+                decodeNext = 0;
                 decodeRowsAt = decodeRows;
             } else {
-                decodeMs += ALPHA * (ms - decodeMs);
                 decodeRowsAt += ALPHA * (decodeRows - decodeRowsAt);
             }
+            decodeSamples[decodeNext] = ms;
+            decodeNext = (decodeNext + 1) % DECODE_WINDOW;
+            decodeCount = Math.min(decodeCount + 1, DECODE_WINDOW);
+            decodeMs = secondFastest(decodeSamples, decodeCount);
             sinceDecodeSample = 0;
             return;
         }
@@ -161,6 +186,13 @@ public final class PrefillBudget {
         // a tick faster than the decode-only mean (noise): count its prefill as nearly free, the next ticks correct it
         double perToken = Math.max(cost, 1e-3) / prefillTokens;
         msPerToken = Double.isNaN(msPerToken) ? perToken : msPerToken + ALPHA * (perToken - msPerToken);
+    }
+
+    /** The second smallest of v[0 .. n), or v[0] when n is 1. */
+    private static double secondFastest(double[] v, int n) {
+        double[] c = java.util.Arrays.copyOf(v, n);
+        java.util.Arrays.sort(c);
+        return c[Math.min(1, n - 1)];
     }
 
     /**

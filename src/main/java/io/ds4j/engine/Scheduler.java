@@ -30,11 +30,16 @@ import java.util.function.LongSupplier;
  *       request's output never depends on what else runs. A long prompt thus takes one chunk (or part of one) per
  *       tick and the decoding generations step in every tick beside it. Where the bound leaves only the floor (even a
  *       floor-sized chunk breaks it), prompts whose whole rest fits in the floor come along up to the token budget
- *       ({@link #shortRestAtFloor}, and such a prompt is never sliced: it comes along or waits for a tick with room);
- *       a longer prompt's next chunk then runs in layer slices where the limits and the
- *       backend allow ({@link Limits#layerSlices}, {@link Backend#layerSlices}): the whole chunk, but per tick only the
- *       layers whose share of its predicted cost fits the bound ({@link PrefillBudget#layers}), the tick's only
- *       prefill, one chunk part-way at a time (same numbers: every layer sees what it sees in one step).</li>
+ *       ({@link #shortRestAtFloor}, and such a prompt is never sliced: it comes along or waits for a tick with room).
+ *       Wherever the bound limits the tick (at the floor or below the budget), a longer prompt's next chunk runs in
+ *       layer slices where the limits and the backend allow ({@link Limits#layerSlices}, {@link Backend#layerSlices}):
+ *       the whole chunk, but per tick only the layers whose share of its predicted cost fits the bound
+ *       ({@link PrefillBudget#layers}; all of them when it fits whole), the tick's only prefill besides short rests,
+ *       one chunk part-way at a time (same numbers: every layer sees what it sees in one step). It is not cut shorter
+ *       instead: a short chunk pays most of a whole chunk's pass over the weights (on the GPU, beside 16 streams at
+ *       32K tokens of context, a step with a 70-token chunk took 76 ms, one with a slice of a 512-token chunk worth
+ *       71 tokens 45 ms; BENCHMARKS.md, twenty-third session), and the cost per token that the bound learns from the
+ *       slices would not predict it.</li>
  * </ul>
  * Generations that stepped move to the back of the order, so decodes that waited and prefills that did not get a
  * chunk go first in the next tick (round-robin).
@@ -62,9 +67,10 @@ public final class Scheduler<K> {
      *                        bound off (prefill always gets the token budget); else at least 1
      * @param minPrefillChunk the fewest prefill tokens a tick gives a waiting prompt under that bound (a floor, so the
      *                        prompt progresses in chunks large enough to run efficiently)
-     * @param layerSlices     where even a floor-sized chunk breaks the bound, run a prompt's chunk in layer slices over
-     *                        several ticks when the backend can ({@link Backend#layerSlices}), each tick only the layers
-     *                        that fit the bound; false: such a chunk runs whole in one tick, beyond the bound
+     * @param layerSlices     where the bound limits a tick, run a prompt's chunk in layer slices over several ticks
+     *                        when the backend can ({@link Backend#layerSlices}), each tick only the layers that fit the
+     *                        bound; false: such a chunk is cut to the tokens that fit, and where even a floor-sized
+     *                        chunk breaks the bound it runs at the floor, beyond it
      * @throws IllegalArgumentException for a value out of range
      */
     public record Limits(int maxBatchRows, int tokenBudget, double maxTickStretch, int minPrefillChunk, boolean layerSlices) {
@@ -219,7 +225,7 @@ public final class Scheduler<K> {
         }
         List<K> keys = new ArrayList<>();
         List<BatchEntry> batch = new ArrayList<>();
-        int rowsDecode = 0, prefillTokens = 0;
+        int rowsDecode = 0, entriesDecode = 0, prefillTokens = 0;
         for (K k : decoding) {
             if (failed.containsKey(k)) continue;
             Generation g = running.get(k);
@@ -229,6 +235,7 @@ public final class Scheduler<K> {
                 keys.add(k);
                 batch.add(e);
                 rowsDecode += e.count();
+                entriesDecode++;
             } catch (Throwable t) {
                 fail(k, t, failed);
             }
@@ -317,7 +324,7 @@ public final class Scheduler<K> {
             if (g != null) running.put(k, g);
         }
         long t1 = clock.getAsLong(), nanos = t1 - t0;
-        if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, prefillShare, nanos);
+        if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, entriesDecode, prefillShare, nanos);
         return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, sliceTokens, prefillShare, isolated,
                 List.copyOf(mtpSteps), budget, nanos, tPlanned - t0, tStepped - tPlanned, t1 - tStepped);
     }
@@ -358,10 +365,12 @@ public final class Scheduler<K> {
 
     /**
      * Whether a new chunk starts in layer slices under this decision: the limits allow it, the backend runs them, and
-     * the decision is the floor because a floor-sized chunk already breaks the bound ({@link PrefillBudget#layers}).
+     * the latency bound limits the tick, at the floor (a floor-sized chunk already breaks the bound) or below the
+     * budget ({@link PrefillBudget#layers}).
      */
     private boolean sliceable(PrefillBudget.Decision budget) {
-        return limits.layerSlices() && backend.layerSlices() && budget.reason() == PrefillBudget.Reason.FLOOR;
+        return limits.layerSlices() && backend.layerSlices()
+                && (budget.reason() == PrefillBudget.Reason.FLOOR || budget.reason() == PrefillBudget.Reason.STRETCH);
     }
 
     /**

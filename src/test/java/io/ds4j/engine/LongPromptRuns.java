@@ -14,7 +14,8 @@ import java.util.function.BiPredicate;
  * Long prompts prefilled beside decoding requests through one {@link Scheduler} under the latency bound, on fake step
  * costs, for the CPU and GPU tests (no test-only libraries, so the device package can run it): three greedy
  * requests decode (one with an n-gram draft) when a 300-token greedy prompt and a 150-token seeded sampled prompt
- * arrive (prefill chunk 64, token budget 64, maxTickStretch 1.5, minPrefillChunk 8); then every request runs alone.
+ * arrive (prefill chunk 64, token budget 64, maxTickStretch 1.5, minPrefillChunk 8, layer slices on or off); then
+ * every request runs alone.
  */
 public final class LongPromptRuns {
     private LongPromptRuns() {}
@@ -29,11 +30,20 @@ public final class LongPromptRuns {
     public record Run(List<Integer> longChunks, List<Scheduler.Tick<String>> ticks, Map<String, int[]> batched,
                       Map<String, int[]> alone) {}
 
-    /** Fake step costs: 12 ms when decode/verify rows run, plus 2 ms + 0.25 ms per token when prefill runs. */
-    public static long fakeCost(List<BatchEntry> batch) {
+    /**
+     * Fake step costs: 12 ms when decode/verify rows run, plus 2 ms + 0.25 ms per token when prefill runs; a chunk in a
+     * layer slice costs its share of the layers of that, the 2 ms included (the largest share of the step's chunks).
+     */
+    public static long fakeCost(List<BatchEntry> batch, int numLayers) {
         boolean decode = batch.stream().anyMatch(e -> e.kind() != StepKind.PREFILL);
-        int prefill = batch.stream().filter(e -> e.kind() == StepKind.PREFILL).mapToInt(BatchEntry::count).sum();
-        return (decode ? 12_000_000L : 0) + (prefill > 0 ? 2_000_000L + 250_000L * prefill : 0);
+        double fixed = 0, tokens = 0;
+        for (BatchEntry e : batch) {
+            if (e.kind() != StepKind.PREFILL) continue;
+            double share = e.layers() == null ? 1 : (double) (e.layers().to() - e.layers().from()) / numLayers;
+            fixed = Math.max(fixed, share);
+            tokens += e.count() * share;
+        }
+        return (decode ? 12_000_000L : 0) + Math.round(2_000_000L * fixed + 250_000L * tokens);
     }
 
     /**
@@ -41,13 +51,15 @@ public final class LongPromptRuns {
      * @param splitRule answers {@link Backend#prefillSplitExact} instead of the backend (null: the backend answers)
      * @param reloadAt  ticks after the long prompts' arrival at which the limits turn the bound off, then on again two
      *                  ticks later (-1: never)
+     * @param slices    the limits' layerSlices (false: chunks are cut to the bound)
      */
-    public static Run run(Backend backend, BiPredicate<Integer, Integer> splitRule, int reloadAt) {
+    public static Run run(Backend backend, BiPredicate<Integer, Integer> splitRule, int reloadAt, boolean slices) {
         TrackingBackend target = new TrackingBackend(backend);
-        target.cost = LongPromptRuns::fakeCost;
+        final int L = backend.config().numLayers;
+        target.cost = batch -> fakeCost(batch, L);
         target.splitRule = splitRule;
         int V = backend.config().vocabSize;
-        Scheduler.Limits bounded = new Scheduler.Limits(256, 64, 1.5, 8);
+        Scheduler.Limits bounded = new Scheduler.Limits(256, 64, 1.5, 8, slices);
         Scheduler<String> sch = new Scheduler<>(target, bounded, target::now);
         Map<String, BatchInvarianceRuns.Req> reqs = requests(V, 11, 120);
         Map<String, List<Integer>> outs = new LinkedHashMap<>();
@@ -63,7 +75,7 @@ public final class LongPromptRuns {
         }
         List<Scheduler.Tick<String>> ticks = new ArrayList<>();
         while (outs.get("long").isEmpty() || outs.get("long2").isEmpty()) {
-            if (ticks.size() == reloadAt) sch.limits(new Scheduler.Limits(256, 64));
+            if (ticks.size() == reloadAt) sch.limits(new Scheduler.Limits(256, 64, 0, 1, slices));
             if (ticks.size() == reloadAt + 2) sch.limits(bounded);
             ticks.add(sch.tick());
         }

@@ -109,6 +109,33 @@ class PrefillBudgetTest {
         assertEquals((int) (0.6 * 60 / 0.1), d.tokens());
     }
 
+    /**
+     * The first step of a new batch shape captures its step graph on the GPU (about 20 ms on top of a 23 ms step at
+     * 16 streams, BENCHMARKS.md): such ticks, one per shape as streams end at a round's close, must not raise the
+     * decode-only prediction, which sets every later prefill tick's bound; nor may slow repeats of one shape; a lasting
+     * change moves it within a few ticks.
+     */
+    @Test
+    void slowDecodeOnlyTicksDoNotRaiseThePrediction() {
+        PrefillBudget b = new PrefillBudget();
+        for (int i = 0; i < 3; i++) b.observe(16, 16, 0, ms(23.5));
+        b.observe(14, 14, 0, ms(49.1));
+        b.observe(13, 13, 0, ms(52.1));
+        b.observe(12, 12, 0, ms(41.0));
+        assertEquals(23.5, b.decodeMs(), 1e-9, "each tick the first of its shape: not measured");
+        b.observe(12, 12, 0, ms(21.0));
+        assertEquals(23.5, b.decodeMs(), 1e-9, "a repeat is measured: the second fastest of 23.5, 23.5, 23.5, 21");
+        b.observe(16, 16, 0, ms(60));
+        b.observe(16, 16, 0, ms(45));
+        assertEquals(23.5, b.decodeMs(), 1e-9, "the new shape's slow first tick not measured, its slow repeat measured");
+        for (int i = 0; i < 4; i++) b.observe(16, 16, 0, ms(30));
+        assertEquals(30, b.decodeMs(), 1e-9, "four of the last five at 30 ms");
+        // verify rows swing from tick to tick without a new shape: each tick is measured
+        PrefillBudget v = new PrefillBudget();
+        for (int rows : new int[]{20, 23, 17, 25, 21}) v.observe(rows, 5, 0, ms(rows));
+        assertEquals(20, v.decodeMs(), 1e-9, "the second fastest of 20, 23, 17, 25, 21");
+    }
+
     @Test
     void aTickFasterThanTheDecodeMeanCountsItsPrefillAsNearlyFree() {
         PrefillBudget b = new PrefillBudget();

@@ -155,7 +155,7 @@ class SchedulerTest {
 
     @Test
     void besideDecodesALongPromptsChunksAreCutToTheStretchBoundAndOutputsStayAsAlone() {
-        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, null, -1);
+        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, null, -1, false);
         assertAsAlone(r);
         int cut = 0, probes = 0, prev = -1;
         for (int i = 0; i < r.ticks().size(); i++) {
@@ -184,6 +184,33 @@ class SchedulerTest {
         int last = r.ticks().get(r.ticks().size() - 2).prefillTokens();
         assertTrue(last >= 12 && last <= 16, "chunks grew to the bound: " + last);
         assertEquals(450, r.longChunks().stream().mapToInt(Integer::intValue).sum(), "every prompt token prefilled once");
+    }
+
+    /**
+     * With layer slices on, where the bound allows more than the floor but less than a chunk, a long prompt's chunk is
+     * not cut to the tokens that fit (a short chunk pays most of a whole one's pass over the weights): the whole chunk
+     * runs the layers that fit, every tick within the bound, and every output is the request's alone.
+     */
+    @Test
+    void underTheStretchBoundALongPromptsChunksRunInLayerSlicesInsteadOfBeingCut() {
+        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, null, -1, true);
+        assertAsAlone(r);
+        int sliced = 0, stretch = 0;
+        for (int i = 0; i < r.ticks().size(); i++) {
+            Scheduler.Tick<String> t = r.ticks().get(i);
+            PrefillBudget.Decision d = t.budget();
+            assertEquals(3, t.stepped().stream().filter(k -> k.length() == 1).count(), "tick " + i + ": every decode stepped");
+            if (d.reason() != PrefillBudget.Reason.STRETCH) continue;
+            stretch++;
+            assertTrue(t.nanos() <= 1.5 * 12_000_000L, "tick " + i + ": " + t.nanos() / 1e6 + " ms > 1.5 x 12 ms");
+            if (t.slicedTokens() > 0) sliced++;
+            else assertTrue(t.prefillTokens() <= 16, "tick " + i + ": a whole chunk of " + t.prefillTokens() + " tokens");
+        }
+        assertTrue(stretch > r.ticks().size() / 2 && sliced > stretch / 2, sliced + " of " + stretch + " ticks under the stretch"
+                + " bound ran a slice, of " + r.ticks().size());
+        // chunks were cut only before the prefill cost was known (the first chunk of each prompt at most)
+        long cut = r.longChunks().stream().filter(c -> c != 64 && c != 300 % 64 && c != 150 % 64).count();
+        assertTrue(cut <= 4, "chunks cut: " + r.longChunks());
     }
 
     /**
@@ -262,14 +289,14 @@ class SchedulerTest {
      */
     @Test
     void chunksAreCutOnlyWhereTheBackendSaysTheNumbersStayTheSame() {
-        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, (rows, first) -> rows < 32 || (first >= 32 && rows - first >= 32), -1);
+        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, (rows, first) -> rows < 32 || (first >= 32 && rows - first >= 32), -1, false);
         assertAsAlone(r);
         // the 150-token prompt's last natural chunk (22 tokens) is below the threshold: it may be cut anywhere
         assertEquals(22, r.longChunks().stream().filter(c -> c < 32).mapToInt(Integer::intValue).sum(),
                 "below the threshold only the parts of a chunk that was below it: " + r.longChunks());
         assertTrue(r.longChunks().stream().anyMatch(c -> c < 64), "the bound cut chunks to 32: " + r.longChunks());
         // and a backend that never allows a cut gets whole chunks
-        LongPromptRuns.Run w = LongPromptRuns.run(targetCpu, (rows, first) -> false, -1);
+        LongPromptRuns.Run w = LongPromptRuns.run(targetCpu, (rows, first) -> false, -1, false);
         assertAsAlone(w);
         assertTrue(w.longChunks().stream().allMatch(c -> c == 64 || c == 300 % 64 || c == 150 % 64),
                 "whole chunks only: " + w.longChunks());
@@ -277,7 +304,7 @@ class SchedulerTest {
 
     @Test
     void aReloadOfTheLimitsAppliesFromTheNextTick() {
-        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, null, 6);
+        LongPromptRuns.Run r = LongPromptRuns.run(targetCpu, null, 6, false);
         assertAsAlone(r);
         for (int i = 3; i < 9; i++) {
             Scheduler.Tick<String> t = r.ticks().get(i);

@@ -73,7 +73,7 @@ class HipBatchInvarianceTest {
             assertTrue(target.prefillSplitExact(2 * P + 6, P) && (P < 7 || target.prefillSplitExact(P - 1, 5)), "cuts that keep each side");
             assertFalse(P > 1 && (target.prefillSplitExact(2 * P + 6, P - 1) || target.prefillSplitExact(P + 10, 11)),
                     "cuts across the threshold");
-            LongPromptRuns.Run r = LongPromptRuns.run(target, null, -1);
+            LongPromptRuns.Run r = LongPromptRuns.run(target, null, -1, false);
             for (String k : r.alone().keySet())
                 assertArrayEquals(r.alone().get(k), r.batched().get(k), "request " + k + " beside the long prompts, as alone");
             assertTrue(r.longChunks().stream().anyMatch(c -> c < 64), "the bound cut chunks: " + r.longChunks());

@@ -117,9 +117,10 @@ public final class ServerConfig {
                     "the fewest prefill tokens a step gives a waiting prompt under scheduler.maxTickStretch, so it "
                             + "always progresses in efficient chunks (at most scheduler.tokenBudget is used)"),
             key("scheduler.layerSlices", ConfigKey.Type.BOOL, true, true,
-                    "where even a chunk of scheduler.minPrefillChunk tokens would break scheduler.maxTickStretch, run a "
-                            + "prompt's chunk a few layers per step (on backends that can; same numbers), so the "
-                            + "decoding requests' steps stay within the bound; false = such a chunk runs whole in one step"),
+                    "where scheduler.maxTickStretch limits a step's prefill, run a prompt's whole chunk a few layers per "
+                            + "step (on backends that can; same numbers) instead of cutting it, so the decoding requests' "
+                            + "steps stay within the bound; false = the chunk is cut to what fits, and runs whole at "
+                            + "scheduler.minPrefillChunk where even that breaks the bound"),
             key("prefixCache.enabled", ConfigKey.Type.BOOL, true, false,
                     "reuse prompt prefixes across requests (snapshots of sequence state at block boundaries); "
                             + "requests opt out with cache_prompt: false"),
