@@ -160,7 +160,12 @@ public final class PrefillBudget {
             if (decodeRows == 0) return;
             boolean repeat = decodeEntries == lastDecodeEntries;
             lastDecodeEntries = decodeEntries;
-            if (!repeat && !Double.isNaN(decodeMs) && !loadChanged(decodeRows)) return; // a new shape: not measured
+            if (!repeat && !Double.isNaN(decodeMs) && !loadChanged(decodeRows)) {
+                // a new shape: not measured; a probe is due again after one prefill tick (not at once, so that streams
+                // ending one per tick cannot hold the prompt back, nor after PROBE_EVERY, so the time stays fresh)
+                sinceDecodeSample = Math.min(sinceDecodeSample, PROBE_EVERY - 1);
+                return;
+            }
             if (Double.isNaN(decodeMs) || loadChanged(decodeRows)) {
                 // the first measurement, or a new decode load: it replaces the old ones
                 decodeCount = 0;
