@@ -1,5 +1,7 @@
 package io.ds4j.engine;
 
+import java.util.Arrays;
+
 /**
  * The scheduler's latency policy for prefill: how many prompt tokens a tick may carry beside the running
  * decode/verify rows, so that a long prompt being prefilled stretches the running streams' inter-token latency by a
@@ -149,7 +151,7 @@ public final class PrefillBudget {
     /**
      * Learns from a tick that ran.
      * @param decodeRows    its decode/verify rows
-     * @param decodeEntries the decode/verify entries that hold them (its batch shape, with the prefill entries)
+     * @param decodeEntries the decode/verify entries that hold them (with its prefill entries, the step's batch shape)
      * @param prefillTokens its prefill tokens, a chunk run in a layer slice counting as its tokens times the slice's
      *                      share of the layers
      * @param nanos         its duration (ns)
@@ -158,15 +160,15 @@ public final class PrefillBudget {
         double ms = nanos / 1e6;
         if (prefillTokens == 0) {
             if (decodeRows == 0) return;
-            boolean repeat = decodeEntries == lastDecodeEntries;
+            boolean fresh = Double.isNaN(decodeMs) || loadChanged(decodeRows), repeat = decodeEntries == lastDecodeEntries;
             lastDecodeEntries = decodeEntries;
-            if (!repeat && !Double.isNaN(decodeMs) && !loadChanged(decodeRows)) {
+            if (!fresh && !repeat) {
                 // a new shape: not measured; a probe is due again after one prefill tick (not at once, so that streams
                 // ending one per tick cannot hold the prompt back, nor after PROBE_EVERY, so the time stays fresh)
                 sinceDecodeSample = Math.min(sinceDecodeSample, PROBE_EVERY - 1);
                 return;
             }
-            if (Double.isNaN(decodeMs) || loadChanged(decodeRows)) {
+            if (fresh) {
                 // the first measurement, or a new decode load: it replaces the old ones
                 decodeCount = 0;
                 decodeNext = 0;
@@ -195,8 +197,8 @@ public final class PrefillBudget {
 
     /** The second smallest of v[0 .. n), or v[0] when n is 1. */
     private static double secondFastest(double[] v, int n) {
-        double[] c = java.util.Arrays.copyOf(v, n);
-        java.util.Arrays.sort(c);
+        double[] c = Arrays.copyOf(v, n);
+        Arrays.sort(c);
         return c[Math.min(1, n - 1)];
     }
 
