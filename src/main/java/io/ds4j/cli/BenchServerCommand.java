@@ -74,7 +74,7 @@ public final class BenchServerCommand implements Callable<Integer> {
     @Option(names = "--max-tokens", defaultValue = "32", description = "tokens generated per request (default ${DEFAULT-VALUE})") int maxTokens;
     @Option(names = "--clients", defaultValue = "1,4,16,64", split = ",", description = "concurrency levels (default ${DEFAULT-VALUE})") List<Integer> clients;
     @Option(names = "--requests", defaultValue = "32", description = "requests per level, at least one per client (default ${DEFAULT-VALUE})") int requests;
-    @Option(names = "--repeats", defaultValue = "10", description = "single-stream runs for the overhead figure (default ${DEFAULT-VALUE})") int repeats;
+    @Option(names = "--repeats", defaultValue = "10", description = "single-stream runs per block for the overhead figure, in two blocks (medians of twice this many; default ${DEFAULT-VALUE})") int repeats;
     @Option(names = "--draft", defaultValue = "none", description = "speculative.draft for both sides: none or ngram (default ${DEFAULT-VALUE})") String draft;
     @Option(names = "--max-active", defaultValue = "0", description = "limits.maxActive of the server; 0 (default) = the "
             + "largest concurrency level (plus one for --long-prompt), so every stream runs at once") int maxActive;

@@ -351,7 +351,7 @@ public final class Ds4jServer {
         if (levelChanged) LogLevels.apply(r.applied().logLevel());
         if (!r.live().isEmpty()) {
             parts.add("applied " + r.live());
-            LOG.info("config reloaded from {}: applied to new requests now: {}", file, r.live());
+            LOG.info("config reloaded from {}: applied from now on (new requests; the scheduler's limits from its next step): {}", file, r.live());
         }
         if (!r.pending().isEmpty()) {
             parts.add("pending restart " + r.pending());

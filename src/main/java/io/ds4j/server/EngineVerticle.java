@@ -515,10 +515,8 @@ public final class EngineVerticle extends VerticleBase {
                 state.engineSteps.incrementAndGet();
                 state.metrics().batch(t.entries(), t.decodeRows() + t.prefillShare(), t.prefillShare(), t.decodeRows());
             }
-            if (t.budget() != null) logBudget(t);
-            else if (LOG.isDebugEnabled() && t.entries() > 0)
-                LOG.debug("step: {} entries, {} decode rows, {} prefill tokens, took {} ms", t.entries(), t.decodeRows(),
-                        t.prefillTokens(), ms(t.nanos() / 1e6));
+            if (t.budget() != null) state.metrics().prefillBudget(t.budget());
+            if (LOG.isDebugEnabled() && t.entries() > 0) logStep(t);
             for (int n : t.mtpSteps()) state.metrics().mtpStep(n);
             if (t.isolated()) LOG.warn("a batched step failed; its {} entries were stepped one at a time to find the culprit", t.entries());
             for (Job j : t.stepped()) {
@@ -550,22 +548,25 @@ public final class EngineVerticle extends VerticleBase {
         }
     }
 
-    /** The scheduler's prefill decision of a tick where a prompt waited: to /metrics, and at debug to the log. */
-    private void logBudget(Scheduler.Tick<Job> t) {
+    /**
+     * A step at debug: its entries, decode rows and prefill tokens (a chunk in a layer slice counted whole, with the
+     * share of the layers it ran as tokens' work), its duration, and where a prompt waited the scheduler's prefill
+     * decision (the limit, why, and the costs it predicted; "not measured" before the first measurement).
+     */
+    private void logStep(Scheduler.Tick<Job> t) {
+        StringBuilder b = new StringBuilder(String.format("step: %d entries, %d decode rows, %d prefill tokens", t.entries(),
+                t.decodeRows(), t.prefillTokens()));
+        if (t.slicedTokens() > 0)
+            b.append(String.format(" (%d of them a chunk in a layer slice; %.1f tokens' work in all)", t.slicedTokens(), t.prefillShare()));
         var d = t.budget();
-        state.metrics().prefillBudget(d);
-        if (LOG.isDebugEnabled())
-            LOG.debug("step: {} decode rows, {} prefill tokens{} (limit {}: {}; predicted {} ms without prefill, {} ms/prefill token, "
-                            + "{} ms with), took {} ms", t.decodeRows(), t.prefillTokens(),
-                    t.slicedTokens() == 0 ? "" : String.format(" (a chunk of %d in a layer slice: %.1f tokens' work)",
-                            t.slicedTokens(), t.prefillShare()), d.tokens(), d.reason(),
-                    ms(d.decodeMs()), Double.isNaN(d.msPerToken()) ? "?" : String.format("%.3f", d.msPerToken()),
-                    ms(d.predictedMs(t.prefillShare())),
-                    ms(t.nanos() / 1e6));
+        if (d != null)
+            b.append(String.format(" (limit %d: %s; predicted %s without prefill, %s a prefill token, %s with)", d.tokens(),
+                    d.reason(), ms(d.decodeMs()), ms(d.msPerToken()), ms(d.predictedMs(t.prefillShare()))));
+        LOG.debug("{}, took {}", b, ms(t.nanos() / 1e6));
     }
 
     private static String ms(double v) {
-        return Double.isNaN(v) ? "?" : String.format("%.1f", v);
+        return Double.isNaN(v) ? "not measured" : String.format(v < 1 ? "%.3f ms" : "%.1f ms", v);
     }
 
     /**
