@@ -18,12 +18,14 @@ import java.util.Arrays;
  * <p>The cost model is learned online from the measured durations of whole ticks ({@link #observe}):
  * <ul>
  *   <li>{@code decodeMs}: the second fastest of the last {@value #DECODE_WINDOW} measured ticks that ran
- *       decode/verify rows and no prefill (the fastest while there is one). Such a tick is measured when it has as many
- *       decode entries as the previous one (or is the first, or the load changed): the first step of a new batch shape
- *       may carry one-off work (on the GPU it captures its step graph, ~20 ms on a 23 ms step at 16 streams;
- *       BENCHMARKS.md), as streams end at a round's close one after another. Slow outliers are common and fast ones
- *       rare, and a bound set too loose costs every stream's latency where one set too tight costs only prefill
- *       speed;</li>
+ *       decode/verify rows and no prefill (the fastest while there are at most two). Such a tick is measured when it
+ *       has as many decode entries as the previous one, when it is the first or the load changed, or when the
+ *       previous one was not measured: the first step of a new batch shape may carry one-off work (on the GPU it
+ *       captures its step graph, ~20 ms on a 23 ms step at 16 streams; BENCHMARKS.md), as streams end at a round's
+ *       close one after another. A probe that was not measured is followed by another after one prefill tick. Slow
+ *       outliers are common and fast ones rare, and a bound set too loose costs every stream's latency where one set too
+ *       tight costs only prefill speed. Not covered: the first tick of a new load (rows more than twice as many, or half)
+ *       is measured alone whatever its shape, so a graph capture on it sets the bound until the next probe;</li>
  *   <li>{@code msPerToken}: exponentially weighted mean of a tick's prefill cost per prefill token, the prefill cost
  *       being the tick's duration less {@code decodeMs} (the whole tick when no decode rows ran). Measured on chunks
  *       of the size the policy picks, it includes a chunk's fixed cost spread over its tokens, so the pick converges
@@ -107,6 +109,8 @@ public final class PrefillBudget {
     private double decodeRowsAt;
     /** Decode entries of the last tick without prefill (-1: none yet). */
     private int lastDecodeEntries = -1;
+    /** Whether the last tick without prefill was left unmeasured (a new shape). */
+    private boolean lastSkipped;
     private double msPerToken = Double.NaN;
     private int sinceDecodeSample;
 
@@ -133,14 +137,18 @@ public final class PrefillBudget {
      * How many layers of a chunk of {@code chunkTokens} tokens a tick under this decision runs, for a backend that runs
      * chunks in layer slices: where the latency bound limits the tick ({@link Decision#bounded}) and both costs are
      * known, the layers whose share of the chunk's predicted cost (chunkTokens · msPerToken, spread evenly over the
-     * layers) fits the bound, (maxTickStretch − 1) · decodeMs, at least one; otherwise every layer.
+     * layers) fits the room the bound leaves, (maxTickStretch − 1) · decodeMs less the prefill work already in the tick
+     * (planned · msPerToken); 0 when not one layer fits (the caller decides: one layer, or a cut chunk instead);
+     * otherwise every layer.
+     * @param planned   prefill work (tokens) already planned in the tick, a slice counting as its share of the layers
      * @param numLayers the model's layers
-     * @return 1 .. numLayers
+     * @return 0 .. numLayers
      */
-    public static int layers(Scheduler.Limits limits, Decision d, int chunkTokens, int numLayers) {
+    public static int layers(Scheduler.Limits limits, Decision d, int chunkTokens, double planned, int numLayers) {
         if (!d.bounded() || Double.isNaN(d.decodeMs()) || Double.isNaN(d.msPerToken())) return numLayers;
-        double allowedMs = (limits.maxTickStretch() - 1) * d.decodeMs(), chunkMs = chunkTokens * d.msPerToken();
-        return (int) Math.max(1, Math.min(numLayers, Math.floor(numLayers * allowedMs / chunkMs)));
+        double roomMs = (limits.maxTickStretch() - 1) * d.decodeMs() - planned * d.msPerToken(),
+                chunkMs = chunkTokens * d.msPerToken();
+        return (int) Math.max(0, Math.min(numLayers, Math.floor(numLayers * roomMs / chunkMs)));
     }
 
     /** {@link #observe(int, int, double, long)} with one decode entry per decode row. */
@@ -162,12 +170,15 @@ public final class PrefillBudget {
             if (decodeRows == 0) return;
             boolean fresh = Double.isNaN(decodeMs) || loadChanged(decodeRows), repeat = decodeEntries == lastDecodeEntries;
             lastDecodeEntries = decodeEntries;
-            if (!fresh && !repeat) {
+            if (!fresh && !repeat && !lastSkipped) {
                 // a new shape: not measured; a probe is due again after one prefill tick (not at once, so that streams
-                // ending one per tick cannot hold the prompt back, nor after PROBE_EVERY, so the time stays fresh)
+                // ending one per tick cannot hold the prompt back, nor after PROBE_EVERY, so the time stays fresh), and
+                // that one is measured whatever its shape, so that shapes changing at every probe cannot keep it stale
+                lastSkipped = true;
                 sinceDecodeSample = Math.min(sinceDecodeSample, PROBE_EVERY - 1);
                 return;
             }
+            lastSkipped = false;
             if (fresh) {
                 // the first measurement, or a new decode load: it replaces the old ones
                 decodeCount = 0;
@@ -195,11 +206,11 @@ public final class PrefillBudget {
         msPerToken = Double.isNaN(msPerToken) ? perToken : msPerToken + ALPHA * (perToken - msPerToken);
     }
 
-    /** The second smallest of v[0 .. n), or v[0] when n is 1. */
+    /** The second smallest of v[0 .. n), or the smallest when n is at most 2. */
     private static double secondFastest(double[] v, int n) {
         double[] c = Arrays.copyOf(v, n);
         Arrays.sort(c);
-        return c[Math.min(1, n - 1)];
+        return c[n <= 2 ? 0 : 1];
     }
 
     /**

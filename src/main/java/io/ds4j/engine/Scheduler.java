@@ -4,6 +4,7 @@ import io.ds4j.engine.Draft;
 import io.ds4j.engine.DraftBatch;
 
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.IdentityHashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -34,8 +35,10 @@ import java.util.function.LongSupplier;
  *       Wherever the bound limits the tick (at the floor or below the budget), a longer prompt's next chunk runs in
  *       layer slices where the limits and the backend allow ({@link Limits#layerSlices}, {@link Backend#layerSlices}):
  *       the whole chunk, but per tick only the layers whose share of its predicted cost fits the bound
- *       ({@link PrefillBudget#layers}; all of them when it fits whole), the tick's only prefill besides short rests,
- *       one chunk part-way at a time (same numbers: every layer sees what it sees in one step). It is not cut shorter
+ *       ({@link PrefillBudget#layers}, after the prefill already in the tick; all of them when it fits whole), the
+ *       tick's only prefill besides short rests, one chunk part-way at a time (same numbers: every layer sees what it
+ *       sees in one step); under the stretch bound a new chunk of which not even one layer fits is cut as below,
+ *       at the floor or part-way it runs one layer. It is not cut shorter
  *       instead: a short chunk pays most of a whole chunk's pass over the weights (on the GPU, beside 16 streams at
  *       32K tokens of context, a step with a 70-token chunk took 76 ms, one with a slice of a 512-token chunk worth
  *       71 tokens 45 ms; BENCHMARKS.md, twenty-third session), and the cost per token that the bound learns from the
@@ -247,7 +250,11 @@ public final class Scheduler<K> {
         // a chunk part-way through its layers goes on before another starts (each holds its streams until it ends)
         boolean partWay = running.values().stream().anyMatch(g -> g.slicing() && g.nextRows() > 0);
         int sliceTokens = 0; // the tokens of the tick's chunk in a layer slice (prefillTokens: whole chunks)
-        for (var en : running.entrySet()) {
+        // a part-way chunk plans first, so that its next slice is sized by the whole room of the bound, not by what
+        // prompts ahead of it in the round-robin order left
+        List<Map.Entry<K, Generation>> order = new ArrayList<>(running.entrySet());
+        if (partWay) order.sort(Comparator.comparing(en -> !en.getValue().slicing()));
+        for (var en : order) {
             Generation g = en.getValue();
             if (!g.prefilling() || g.nextRows() == 0) continue;
             if (budget == null) budget = prefillBudget.decide(limits, rowsDecode);
@@ -261,17 +268,24 @@ public final class Scheduler<K> {
                 // a chunk in layer slices: the generation's whole next chunk (the weights read once for all its tokens)
                 // or the rest of its part-way one, as many layers as the bound allows; one such chunk a tick
                 if (sliceTokens > 0 || (partWay && !g.slicing())) continue;
-                int layers = PrefillBudget.layers(limits, budget, n, L);
-                BatchEntry e = plan(en.getKey(), () -> g.planPrefill(n, layers), keys, batch, failed);
-                if (e == null) continue;
-                sliceTokens = e.count();
-                BatchEntry.Layers ly = e.layers();
-                prefillShare += ly == null ? e.count() : (double) e.count() * (ly.to() - ly.from()) / L;
-                if (ly != null && budget.reason() == PrefillBudget.Reason.FLOOR) budget = budget.because(PrefillBudget.Reason.LAYERS);
-                continue;
+                int layers = PrefillBudget.layers(limits, budget, n, prefillShare, L);
+                // not one layer fits the room the tick has left: at the floor or part-way the chunk runs one layer;
+                // under the stretch bound a new chunk is cut instead (below: to the tokens that fit, or it waits)
+                int run = layers > 0 || g.slicing() || budget.reason() != PrefillBudget.Reason.STRETCH ? Math.max(1, layers) : 0;
+                if (run > 0) {
+                    BatchEntry e = plan(en.getKey(), () -> g.planPrefill(n, run), keys, batch, failed);
+                    if (e == null) continue;
+                    sliceTokens = e.count();
+                    BatchEntry.Layers ly = e.layers();
+                    prefillShare += ly == null ? e.count() : (double) e.count() * (ly.to() - ly.from()) / L;
+                    if (ly != null && budget.reason() == PrefillBudget.Reason.FLOOR) budget = budget.because(PrefillBudget.Reason.LAYERS);
+                    continue;
+                }
             }
-            if (sliceTokens > 0 && !shortRest) continue; // beside a slice only prompts' short rests come along
-            int take = prefillTokens + n <= budget.tokens() || shortRest ? n
+            // beside a slice only prompts' short rests (at the floor) and whole chunks that fit the room left come along
+            boolean besideSlice = sliceTokens > 0;
+            if (besideSlice && !shortRest && prefillShare + n > budget.tokens()) continue;
+            int take = besideSlice || prefillTokens + n <= budget.tokens() || shortRest ? n
                     : budget.bounded() ? cut(n, budget.tokens() - prefillTokens, prefillTokens == 0) : 0;
             if (take == 0 && prefillTokens == 0) take = n; // the first prompt always progresses
             if (take == 0) continue;

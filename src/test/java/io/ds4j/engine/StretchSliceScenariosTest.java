@@ -20,13 +20,13 @@ import java.util.SplittableRandom;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * Adversarial scenarios for layer slices under the STRETCH bound and the decode-only time from repeated shapes
- * (commits ea95a57, 6d76f0f, 6763e4f) that hold: cancellation and reloads mid-chunk, a standing clock, two long
- * prompts beside swinging verify rows, entries varying under maxBatchRows, wide speculative streams beside a waiting
- * prompt, a one-layer model with slices off; every output checked against the request run alone. The failing ones
- * (bugs) are in {@link StretchSliceBugsTest}, which shares these helpers.
+ * Adversarial scenarios for layer slices under the stretch bound and the decode-only time from repeated shapes:
+ * cancellation and reloads mid-chunk, a standing clock, two long prompts beside swinging verify rows, entries varying
+ * under maxBatchRows, wide speculative streams beside a waiting prompt, a one-layer model with slices off; every
+ * output checked against the request run alone. The bound's edges are in {@link StretchSliceBoundTest}, which shares
+ * these helpers.
  */
-class StretchSliceBreakerTest {
+class StretchSliceScenariosTest {
     static ModelConfig cfg, oneLayer;
     static CpuBackend target, target1;
 
