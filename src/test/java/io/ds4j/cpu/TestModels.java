@@ -15,15 +15,21 @@ final class TestModels {
 
     /** A very small config exercising all three attention kinds, both MoE kinds, YaRN and a pruning indexer. */
     static ModelConfig microConfig() {
+        return microConfig(2, "sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+                "compressed_sparse_attention", "heavily_compressed_attention");
+    }
+
+    /** {@link #microConfig()}'s dimensions with these layers, the first hashLayers of them with hash-routed MoE. */
+    static ModelConfig microConfig(int hashLayers, String... layerTypes) {
         ObjectMapper om = new ObjectMapper();
         ObjectNode j = om.createObjectNode();
-        j.put("vocab_size", 97).put("hidden_size", 32).put("num_hidden_layers", 5).put("num_attention_heads", 4)
+        j.put("vocab_size", 97).put("hidden_size", 32).put("num_hidden_layers", layerTypes.length).put("num_attention_heads", 4)
                 .put("head_dim", 16).put("qk_rope_head_dim", 4).put("q_lora_rank", 16).put("o_groups", 2)
                 .put("o_lora_rank", 8).put("sliding_window", 4).put("index_n_heads", 4).put("index_head_dim", 8)
                 .put("index_topk", 2).put("n_routed_experts", 4).put("num_experts_per_tok", 2)
-                .put("moe_intermediate_size", 16).put("hc_mult", 4).put("num_hash_layers", 2).put("swiglu_limit", 1.0);
-        j.putArray("layer_types").add("sliding_attention").add("compressed_sparse_attention")
-                .add("heavily_compressed_attention").add("compressed_sparse_attention").add("heavily_compressed_attention");
+                .put("moe_intermediate_size", 16).put("hc_mult", 4).put("num_hash_layers", hashLayers).put("swiglu_limit", 1.0);
+        var types = j.putArray("layer_types");
+        for (String t : layerTypes) types.add(t);
         j.putObject("compress_rates").put("compressed_sparse_attention", 4).put("heavily_compressed_attention", 8);
         j.putObject("rope_scaling").put("type", "yarn").put("factor", 4).put("original_max_position_embeddings", 16)
                 .put("beta_fast", 32).put("beta_slow", 1);

@@ -11,6 +11,11 @@ public final class TestModelsAccess {
         return TestModels.microConfig();
     }
 
+    /** The micro config's dimensions with these layers, the first hashLayers of them hash-routed. */
+    public static ModelConfig microConfig(int hashLayers, String... layerTypes) {
+        return TestModels.microConfig(hashLayers, layerTypes);
+    }
+
     public static ModelWeights random(ModelConfig c, long seed) {
         return TestModels.random(c, seed);
     }
