@@ -228,14 +228,14 @@ public final class BenchServerCommand implements Callable<Integer> {
         Map<Integer, Double> aggregate = new LinkedHashMap<>();
         Map<Integer, Round> withLong = new LinkedHashMap<>();
         for (int c : clients) {
-            if (longUser != null) serverGaps.put(c, new ArrayList<>(List.of(serverItlBuckets())));
+            if (longUser != null) serverGaps.put(c, new ArrayList<>(List.of(serverReading())));
             Round rd = round(c, user, false);
-            if (longUser != null) serverGaps.get(c).add(serverItlBuckets());
+            if (longUser != null) serverGaps.get(c).add(serverReading());
             aggregate.put(c, rd.aggregate());
             printRow(String.valueOf(c), rd);
             if (longUser != null) {
                 Round lr = round(c, user, true);
-                serverGaps.get(c).add(serverItlBuckets());
+                serverGaps.get(c).add(serverReading());
                 withLong.put(c, lr);
                 printRow(c + "+long", lr);
             }
@@ -263,6 +263,8 @@ public final class BenchServerCommand implements Callable<Integer> {
             System.out.printf("%d clients, share of gaps above 40 / 50 ms: without the long prompt clients %s, server %s; "
                             + "with it clients %s, server %s%n", c, above(lastPlain.get(c)),
                     serverAbove(serverGaps.get(c), 0), above(e.getValue()), serverAbove(serverGaps.get(c), 1));
+            System.out.printf("%d clients, share of the server's deliveries (the engine's send to the written chunk) above 5 / 20 ms:"
+                    + " without the long prompt %s; with it %s%n", c, deliveryAbove(serverGaps.get(c), 0), deliveryAbove(serverGaps.get(c), 1));
         }
         // the tails in more detail: where the p99 sits relative to the bulk of the gaps
         for (var e : withLong.entrySet())
@@ -379,25 +381,35 @@ public final class BenchServerCommand implements Callable<Integer> {
      * Per level, the cumulative counts of the server's vllm:inter_token_latency_seconds buckets (le in s → count) read
      * before its plain round, after it and after its round beside the long prompt.
      */
-    private final Map<Integer, List<Map<Double, Double>>> serverGaps = new LinkedHashMap<>();
+    private final Map<Integer, List<ServerReading>> serverGaps = new LinkedHashMap<>();
 
-    /** The server's ITL histogram's cumulative bucket counts now (empty when /metrics cannot be read). */
-    private Map<Double, Double> serverItlBuckets() {
-        Map<Double, Double> m = new LinkedHashMap<>();
+    /**
+     * Cumulative bucket counts (upper bound in seconds → count) of two server histograms at one moment.
+     * @param itl      vllm:inter_token_latency_seconds: the gaps between a request's outputs at the engine
+     * @param delivery ds4j:stream_delivery_seconds: the engine's send of an output to its chunk's completed write
+     */
+    private record ServerReading(Map<Double, Double> itl, Map<Double, Double> delivery) {}
+
+    /** The server's ITL and delivery histograms now (empty maps when /metrics cannot be read). */
+    private ServerReading serverReading() {
+        ServerReading r = new ServerReading(new LinkedHashMap<>(), new LinkedHashMap<>());
         try {
             HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/metrics")).GET();
             if (apiKey != null) rb.header("Authorization", "Bearer " + apiKey);
             for (String l : http.send(rb.build(), HttpResponse.BodyHandlers.ofString()).body().split("\n")) {
-                if (!l.startsWith("vllm:inter_token_latency_seconds_bucket{")) continue;
+                Map<Double, Double> m = l.startsWith("vllm:inter_token_latency_seconds_bucket{") ? r.itl()
+                        : l.startsWith("ds4j:stream_delivery_seconds_bucket{") ? r.delivery() : null;
+                if (m == null) continue;
                 int a = l.indexOf("le=\"") + 4;
                 String le = l.substring(a, l.indexOf('"', a));
                 m.put(le.equals("+Inf") ? Double.POSITIVE_INFINITY : Double.parseDouble(le),
                         Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1)));
             }
         } catch (Exception e) {
-            m.clear();
+            r.itl().clear();
+            r.delivery().clear();
         }
-        return m;
+        return r;
     }
 
     /**
@@ -405,14 +417,25 @@ public final class BenchServerCommand implements Callable<Integer> {
      * @param readings the level's readings ({@link #serverGaps})
      * @param round    0: the plain round, 1: the round beside the long prompt
      */
-    private static String serverAbove(List<Map<Double, Double>> readings, int round) {
+    private static String serverAbove(List<ServerReading> readings, int round) {
+        return sharesAbove(readings, round, ServerReading::itl, 0.04, 0.05);
+    }
+
+    /** Share of the server's deliveries in a level's round above 5 and 20 ms ({@link #serverAbove}'s arguments). */
+    private static String deliveryAbove(List<ServerReading> readings, int round) {
+        return sharesAbove(readings, round, ServerReading::delivery, 0.005, 0.02);
+    }
+
+    /** Share of one histogram's observations in a round above two of its bucket bounds (seconds; "?" if missing). */
+    private static String sharesAbove(List<ServerReading> readings, int round,
+                                      java.util.function.Function<ServerReading, Map<Double, Double>> which, double lo, double hi) {
         if (readings == null || readings.size() <= round + 1) return "?";
-        Map<Double, Double> before = readings.get(round), after = readings.get(round + 1);
+        Map<Double, Double> before = which.apply(readings.get(round)), after = which.apply(readings.get(round + 1));
         double all = after.getOrDefault(Double.POSITIVE_INFINITY, Double.NaN) - before.getOrDefault(Double.POSITIVE_INFINITY, Double.NaN);
-        double le40 = after.getOrDefault(0.04, Double.NaN) - before.getOrDefault(0.04, Double.NaN);
-        double le50 = after.getOrDefault(0.05, Double.NaN) - before.getOrDefault(0.05, Double.NaN);
-        if (!(all > 0) || Double.isNaN(le40) || Double.isNaN(le50)) return "?";
-        return String.format("%.1f%% / %.1f%%", 100 * (all - le40) / all, 100 * (all - le50) / all);
+        double leLo = after.getOrDefault(lo, Double.NaN) - before.getOrDefault(lo, Double.NaN);
+        double leHi = after.getOrDefault(hi, Double.NaN) - before.getOrDefault(hi, Double.NaN);
+        if (!(all > 0) || Double.isNaN(leLo) || Double.isNaN(leHi)) return "?";
+        return String.format("%.1f%% / %.1f%%", 100 * (all - leLo) / all, 100 * (all - leHi) / all);
     }
 
     /** Share of a round's client-side gaps above 40 and 50 ms. */

@@ -11,7 +11,12 @@ public sealed interface EngineEvent {
      * @param events   reasoning / content / tool-call events (plain completions use content deltas only)
      * @param logprobs one entry per generated token of this step when logprobs were asked for, else empty
      */
-    record Delta(List<OutputParser.Event> events, List<TokenLogprob> logprobs) implements EngineEvent {}
+    /**
+     * Output of one engine step for a request.
+     * @param flushedNanos {@link System#nanoTime} when the engine sent it (the front measures the delivery from it:
+     *                     both run in one JVM)
+     */
+    record Delta(List<OutputParser.Event> events, List<TokenLogprob> logprobs, long flushedNanos) implements EngineEvent {}
 
     /**
      * The request finished normally.

@@ -834,7 +834,7 @@ public final class EngineVerticle extends VerticleBase {
             }
             events.removeIf(e -> e instanceof OutputParser.End || e instanceof OutputParser.ToolCallEnd);
             if (events.isEmpty() && logprobs.isEmpty()) return;
-            send(this, new EngineEvent.Delta(events, logprobs));
+            send(this, new EngineEvent.Delta(events, logprobs, now));
             events = new ArrayList<>();
             logprobs = new ArrayList<>();
         }

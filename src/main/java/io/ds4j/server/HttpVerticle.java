@@ -1243,6 +1243,8 @@ public final class HttpVerticle extends VerticleBase {
         boolean scoresPending;
         /** A stream's limits.streamBufferBytes when it started (a reload applies to later streams). */
         int streamBufferBytes;
+        /** The last chunk written to the response (null: none, or it wrote nothing). */
+        Future<Void> lastWrite;
         java.util.List<EngineEvent> early = new java.util.ArrayList<>();
 
         Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo, List<String> promptTokens) {
@@ -1328,7 +1330,12 @@ public final class HttpVerticle extends VerticleBase {
                     String first = out.start(echo, scored);
                     if (g.stream()) write(first);
                 }
-                case EngineEvent.Delta d -> write(out.delta(d));
+                case EngineEvent.Delta d -> {
+                    String chunk = out.delta(d);
+                    write(chunk);
+                    // the engine's flush to the bytes handed to the socket: what a stream's gaps gain past the engine
+                    if (g.stream() && !chunk.isEmpty()) delivered(d.flushedNanos());
+                }
                 case EngineEvent.Done d -> {
                     finish();
                     if (g.stream()) {
@@ -1350,9 +1357,15 @@ public final class HttpVerticle extends VerticleBase {
             }
         }
 
+        /** Books the delivery of the last write: the time from the engine's flush to its completion (metrics). */
+        private void delivered(long flushedNanos) {
+            if (lastWrite != null) lastWrite.onSuccess(v -> state.metrics().delivery(System.nanoTime() - flushedNanos));
+        }
+
         private void write(String s) {
+            lastWrite = null;
             if (s.isEmpty() || resp.ended() || resp.closed()) return;
-            resp.write(s);
+            lastWrite = resp.write(s);
             // a client that stops reading would otherwise have its whole answer buffered here while it runs on
             if (!completed && g.stream() && resp.writeQueueFull()) notReading();
         }

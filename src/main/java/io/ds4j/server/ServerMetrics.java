@@ -26,6 +26,8 @@ import java.util.function.ToDoubleFunction;
  *   <li>{@code vllm:inter_token_latency_seconds} histogram: one observation per decode step that produced tokens
  *       (time since the request's previous tokens; a speculative step can commit several);</li>
  *   <li>{@code vllm:e2e_request_latency_seconds}, {@code vllm:request_queue_time_seconds} histograms;</li>
+ *   <li>{@code ds4j:stream_delivery_seconds} histogram: a streamed output's engine send → its chunk's completed write
+ *       (what the clients' gaps gain beyond the engine's);</li>
  *   <li>{@code vllm:prompt_tokens_total} (counted as prefill processes them), {@code vllm:generation_tokens_total},
  *       {@code vllm:request_success_total{finished_reason}};</li>
  *   <li>{@code vllm:num_requests_running}, {@code vllm:num_requests_waiting} gauges (queue depth);</li>
@@ -68,7 +70,8 @@ public final class ServerMetrics {
             30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0};
 
     private final MeterRegistry registry;
-    private final Timer ttft, itl, e2e, queueTime;
+    private static final double[] DELIVERY_BUCKETS = {0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0};
+    private final Timer ttft, itl, e2e, queueTime, delivery;
     private final Counter promptTokens, generationTokens, promptTokensLcpp, predictedLcpp;
     private final Counter drafts, draftTokens, acceptedTokens, cancelled, failed;
     private final DistributionSummary batchSize, batchTokens, iterationTokens, mtpBatchSize, prefillLimit;
@@ -84,6 +87,8 @@ public final class ServerMetrics {
         itl = timer("vllm:inter_token_latency", "Time between successive outputs of a request (one per decode step)", ITL_BUCKETS);
         e2e = timer("vllm:e2e_request_latency", "Request arrival to its last token", E2E_BUCKETS);
         queueTime = timer("vllm:request_queue_time", "Request arrival to its first engine step", E2E_BUCKETS);
+        delivery = timer("ds4j:stream_delivery", "A streamed output's way from the engine's step to the socket: the engine's "
+                + "send to the completed write of its chunk", DELIVERY_BUCKETS);
         promptTokens = counter("vllm:prompt_tokens", "Prompt tokens processed by prefill");
         generationTokens = counter("vllm:generation_tokens", "Generated tokens");
         promptTokensLcpp = counter("llamacpp:prompt_tokens", "Prompt tokens processed (llama.cpp name)");
@@ -194,6 +199,10 @@ public final class ServerMetrics {
 
     void interToken(long nanos) {
         itl.record(nanos, TimeUnit.NANOSECONDS);
+    }
+
+    void delivery(long nanos) {
+        delivery.record(nanos, TimeUnit.NANOSECONDS);
     }
 
     void e2e(long nanos) {

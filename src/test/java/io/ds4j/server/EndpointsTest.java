@@ -252,7 +252,8 @@ class EndpointsTest {
             for (String name : List.of("vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
                     "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:prompt_tokens_total",
                     "vllm:generation_tokens_total", "vllm:spec_decode_num_draft_tokens_total",
-                    "vllm:spec_decode_num_accepted_tokens_total", "llamacpp:requests_processing", "vertx_http_server"))
+                    "vllm:spec_decode_num_accepted_tokens_total", "llamacpp:requests_processing", "vertx_http_server",
+                    "ds4j:stream_delivery_seconds_bucket"))
                 assertTrue(metrics.contains(name), "/metrics has " + name);
         }
     }

@@ -59,9 +59,15 @@ class GoldenSseTest {
 
     @Test
     void plainStream() throws Exception {
+        double delivered = BatchedServerTest.metric(server.get("/metrics").body(), "ds4j:stream_delivery_seconds_count");
         TestServer.Resp r = server.post("/v1/chat/completions", TestServer.chat("Hi",
                 "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":0,\"speculative_q\":0"));
         assertEquals(200, r.status(), r.body());
+        // each step's output chunk is booked once its write completes (the engine's send to the socket)
+        String m = server.get("/metrics").body();
+        double n = BatchedServerTest.metric(m, "ds4j:stream_delivery_seconds_count") - delivered;
+        long deltas = r.events().stream().filter(e -> e.contains("\"content\":\"") && !e.contains("\"content\":\"\"")).count();
+        assertTrue(n >= 1 && n <= deltas, n + " deliveries booked for " + deltas + " content chunks");
         assertTrue(r.headers().firstValue("content-type").orElse("").startsWith("text/event-stream"));
         golden("plain.sse", r.body());
         JsonNode usage = Json.MAPPER.readTree(r.events().get(r.events().size() - 2)).get("usage");
