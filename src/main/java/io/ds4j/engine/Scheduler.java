@@ -282,9 +282,11 @@ public final class Scheduler<K> {
                     continue;
                 }
             }
-            // beside a slice only prompts' short rests (at the floor) and whole chunks that fit the room left come along
+            // beside a slice only prompts' short rests come along: at the floor up to the budget (shortRestAtFloor),
+            // under the stretch bound those that fit the tokens it has left
             boolean besideSlice = sliceTokens > 0;
-            if (besideSlice && !shortRest && prefillShare + n > budget.tokens()) continue;
+            if (besideSlice && !shortRest && (budget.reason() != PrefillBudget.Reason.STRETCH || prefillShare + n > budget.tokens()))
+                continue;
             int take = besideSlice || prefillTokens + n <= budget.tokens() || shortRest ? n
                     : budget.bounded() ? cut(n, budget.tokens() - prefillTokens, prefillTokens == 0) : 0;
             if (take == 0 && prefillTokens == 0) take = n; // the first prompt always progresses
