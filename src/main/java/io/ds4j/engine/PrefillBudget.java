@@ -24,8 +24,8 @@ import java.util.Arrays;
  *       captures its step graph, ~20 ms on a 23 ms step at 16 streams; BENCHMARKS.md), as streams end at a round's
  *       close one after another. A probe that was not measured is followed by another after one prefill tick. Slow
  *       outliers are common and fast ones rare, and a bound set too loose costs every stream's latency where one set too
- *       tight costs only prefill speed. Not covered: the first tick of a new load (rows more than twice as many, or half)
- *       is measured alone whatever its shape, so a graph capture on it sets the bound until the next probe;</li>
+ *       tight costs only prefill speed. Not covered: the first tick of a new load (decode rows off by more than a factor of two
+ *       and 8 rows, below) is measured alone whatever its shape, so a graph capture on it sets the bound until the next probe;</li>
  *   <li>{@code msPerToken}: exponentially weighted mean of a tick's prefill cost per prefill token, the prefill cost
  *       being the tick's duration less {@code decodeMs} (the whole tick when no decode rows ran). Measured on chunks
  *       of the size the policy picks, it includes a chunk's fixed cost spread over its tokens, so the pick converges
