@@ -378,8 +378,8 @@ public final class BenchServerCommand implements Callable<Integer> {
     }
 
     /**
-     * Per level, the cumulative counts of the server's vllm:inter_token_latency_seconds buckets (le in s → count) read
-     * before its plain round, after it and after its round beside the long prompt.
+     * Per level, the server's histograms ({@link ServerReading}) read before its plain round, after it and after its
+     * round beside the long prompt.
      */
     private final Map<Integer, List<ServerReading>> serverGaps = new LinkedHashMap<>();
 

@@ -252,8 +252,12 @@ public final class Scheduler<K> {
         int sliceTokens = 0; // the tokens of the tick's chunk in a layer slice (prefillTokens: whole chunks)
         // a part-way chunk plans first, so that its next slice is sized by the whole room of the bound, not by what
         // prompts ahead of it in the round-robin order left
-        List<Map.Entry<K, Generation>> order = new ArrayList<>(running.entrySet());
-        if (partWay) order.sort(Comparator.comparing(en -> !en.getValue().slicing()));
+        Iterable<Map.Entry<K, Generation>> order = running.entrySet();
+        if (partWay) {
+            List<Map.Entry<K, Generation>> sorted = new ArrayList<>(running.entrySet());
+            sorted.sort(Comparator.comparing(en -> !en.getValue().slicing()));
+            order = sorted;
+        }
         for (var en : order) {
             Generation g = en.getValue();
             if (!g.prefilling() || g.nextRows() == 0) continue;

@@ -10,9 +10,6 @@ public sealed interface EngineEvent {
      * Output decided by one engine step.
      * @param events   reasoning / content / tool-call events (plain completions use content deltas only)
      * @param logprobs one entry per generated token of this step when logprobs were asked for, else empty
-     */
-    /**
-     * Output of one engine step for a request.
      * @param flushedNanos {@link System#nanoTime} when the engine sent it (the front measures the delivery from it:
      *                     both run in one JVM)
      */

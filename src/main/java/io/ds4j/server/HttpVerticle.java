@@ -1243,8 +1243,6 @@ public final class HttpVerticle extends VerticleBase {
         boolean scoresPending;
         /** A stream's limits.streamBufferBytes when it started (a reload applies to later streams). */
         int streamBufferBytes;
-        /** The last chunk written to the response (null: none, or it wrote nothing). */
-        Future<Void> lastWrite;
         java.util.List<EngineEvent> early = new java.util.ArrayList<>();
 
         Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo, List<String> promptTokens) {
@@ -1331,10 +1329,9 @@ public final class HttpVerticle extends VerticleBase {
                     if (g.stream()) write(first);
                 }
                 case EngineEvent.Delta d -> {
-                    String chunk = out.delta(d);
-                    write(chunk);
                     // the engine's flush to the bytes handed to the socket: what a stream's gaps gain past the engine
-                    if (g.stream() && !chunk.isEmpty()) delivered(d.flushedNanos());
+                    Future<Void> w = write(out.delta(d));
+                    if (w != null && g.stream()) w.onSuccess(v -> state.metrics().delivery(System.nanoTime() - d.flushedNanos()));
                 }
                 case EngineEvent.Done d -> {
                     finish();
@@ -1357,17 +1354,13 @@ public final class HttpVerticle extends VerticleBase {
             }
         }
 
-        /** Books the delivery of the last write: the time from the engine's flush to its completion (metrics). */
-        private void delivered(long flushedNanos) {
-            if (lastWrite != null) lastWrite.onSuccess(v -> state.metrics().delivery(System.nanoTime() - flushedNanos));
-        }
-
-        private void write(String s) {
-            lastWrite = null;
-            if (s.isEmpty() || resp.ended() || resp.closed()) return;
-            lastWrite = resp.write(s);
+        /** Writes s to the response; the write's completion, or null when nothing was written. */
+        private Future<Void> write(String s) {
+            if (s.isEmpty() || resp.ended() || resp.closed()) return null;
+            Future<Void> w = resp.write(s);
             // a client that stops reading would otherwise have its whole answer buffered here while it runs on
             if (!completed && g.stream() && resp.writeQueueFull()) notReading();
+            return w;
         }
 
         /**

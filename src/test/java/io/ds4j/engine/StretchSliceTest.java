@@ -86,6 +86,12 @@ class StretchSliceTest {
         }
     }
 
+    /** Every request's output in outs is its output run alone on the CPU target. */
+    static void assertOutputsAsAlone(Map<String, BatchInvarianceRuns.Req> reqs, Map<String, List<Integer>> outs) {
+        for (var en : LongPromptRuns.alone(target, reqs).entrySet())
+            assertArrayEquals(en.getValue(), BatchInvarianceRuns.tokens(outs.get(en.getKey())), en.getKey());
+    }
+
     static final Scheduler.Limits SLICED = new Scheduler.Limits(256, 64, 1.5, 8, true);
 
     /** The same run with slices off: the chunks are cut to the bound (contrast to the test above). */
@@ -228,9 +234,7 @@ class StretchSliceTest {
             assertTrue(++n < 5000, "no end after 5000 ticks");
         }
         assertEquals(0.0, sch.prefillBudget().decodeMs());
-        Map<String, int[]> alone = LongPromptRuns.alone(target, reqs);
-        for (var en : alone.entrySet())
-            assertArrayEquals(en.getValue(), BatchInvarianceRuns.tokens(outs.get(en.getKey())), en.getKey());
+        assertOutputsAsAlone(reqs, outs);
     }
 
     /**
@@ -307,9 +311,7 @@ class StretchSliceTest {
         assertTrue(probes <= prefillTicks / 8 + 3, probes + " probes for " + prefillTicks + " prefill ticks (" + measured + " measured; entries "
                 + entrySet + ";" + trace + ")");
         while (!sch.isEmpty()) sch.tick();
-        Map<String, int[]> alone = LongPromptRuns.alone(target, reqs);
-        for (var en : alone.entrySet())
-            assertArrayEquals(en.getValue(), BatchInvarianceRuns.tokens(outs.get(en.getKey())), en.getKey());
+        assertOutputsAsAlone(reqs, outs);
     }
 
     /**
@@ -354,9 +356,7 @@ class StretchSliceTest {
         assertTrue(lg.done(), "the long prompt ended within " + n + " ticks");
         assertTrue(probes <= pre / 4 + 3, probes + " probes against " + pre + " prefill ticks; rows:" + rows);
         while (!sch.isEmpty()) sch.tick();
-        Map<String, int[]> alone = LongPromptRuns.alone(target, reqs);
-        for (var en : alone.entrySet())
-            assertArrayEquals(en.getValue(), BatchInvarianceRuns.tokens(outs.get(en.getKey())), en.getKey());
+        assertOutputsAsAlone(reqs, outs);
     }
 
     /**
