@@ -253,8 +253,12 @@ public final class BenchServerCommand implements Callable<Integer> {
         }
         for (var e : withLong.entrySet()) {
             Round without = lastPlain.get(e.getKey()), with = e.getValue();
-            System.out.printf("%-8d %10.2f / %7.2f ms %10.2f / %7.2f ms %14.2f%n", e.getKey(), without.itl(50), with.itl(50),
-                    without.itl(99), with.itl(99), with.itl(99) / without.itl(50));
+            System.out.printf("%-8d %10.2f / %7.2f ms %10.2f / %7.2f ms %14.2f   between chunks%n", e.getKey(), without.itl(50),
+                    with.itl(50), without.itl(99), with.itl(99), with.itl(99) / without.itl(50));
+            System.out.printf("%-8d %10.2f / %7.2f ms %10.2f / %7.2f ms %14.2f   per token (%.1f%% / %.1f%% of tokens came in a "
+                            + "chunk with the one before)%n", e.getKey(), without.itlPerToken(50), with.itlPerToken(50),
+                    without.itlPerToken(99), with.itlPerToken(99), with.itlPerToken(99) / without.itlPerToken(50),
+                    without.sharedPercent(), with.sharedPercent());
         }
         // where the tail comes from: the server's own gaps between a request's outputs (the engine's flushes, from
         // /metrics) against the gaps the clients saw, as the share above 40 and 50 ms
@@ -357,8 +361,13 @@ public final class BenchServerCommand implements Callable<Integer> {
         return new double[]{g.decodeTokensPerSecond(), g.generatedTokens() / secs, g.prefillSeconds() * 1000};
     }
 
-    /** One request as the client sees it. */
-    record Sample(double ttftMs, double decodeTps, double e2eTps, long tokens, double[] gapsMs) {}
+    /**
+     * One request as the client sees it.
+     * @param gapsMs      gaps between successive content chunks (ms)
+     * @param tokenGapsMs per token after the first chunk: a chunk of k tokens after a gap g gives k gaps of g / k (ms)
+     * @param shared      tokens after the first chunk that came in a chunk with the token before them (k − 1 a chunk)
+     */
+    record Sample(double ttftMs, double decodeTps, double e2eTps, long tokens, double[] gapsMs, double[] tokenGapsMs, int shared) {}
 
     /** The streamed requests of one concurrency level and the seconds they took together. */
     record Round(List<Sample> samples, double seconds) {
@@ -374,6 +383,17 @@ public final class BenchServerCommand implements Callable<Integer> {
         /** Percentile of the gaps between successive content chunks, pooled over the streams. */
         double itl(double p) {
             return pct(samples.stream().flatMapToDouble(x -> Arrays.stream(x.gapsMs())).sorted().toArray(), p);
+        }
+
+        /** Percentile of the per-token gaps ({@link Sample#tokenGapsMs}), pooled over the streams. */
+        double itlPerToken(double p) {
+            return pct(samples.stream().flatMapToDouble(x -> Arrays.stream(x.tokenGapsMs())).sorted().toArray(), p);
+        }
+
+        /** Share of the tokens after the first chunks that came in a chunk with the one before them (%). */
+        double sharedPercent() {
+            long n = samples.stream().mapToLong(x -> x.tokenGapsMs().length).sum();
+            return n == 0 ? Double.NaN : 100.0 * samples.stream().mapToLong(Sample::shared).sum() / n;
         }
     }
 
@@ -526,7 +546,8 @@ public final class BenchServerCommand implements Callable<Integer> {
         ObjectNode b = json.createObjectNode();
         b.putArray("messages").addObject().put("role", "user").put("content", content);
         b.put("stream", streamIt).put("max_tokens", maxTok).put("temperature", 0).put("ignore_eos", true);
-        if (streamIt) b.putObject("stream_options").put("include_usage", true);
+        // the running usage on every chunk: how many tokens each one stands for (ITL per token)
+        if (streamIt) b.putObject("stream_options").put("include_usage", true).put("continuous_usage_stats", true);
         // the long prompt is prefilled in full every time: a prefix-cache hit would skip the work it stands for
         else b.put("cache_prompt", false);
         HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/v1/chat/completions"))
@@ -543,25 +564,38 @@ public final class BenchServerCommand implements Callable<Integer> {
         return HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(10)).build();
     }
 
-    /** One streamed request on the given client, as that client sees it. */
+    /**
+     * One streamed request on the given client, as that client sees it. Each chunk's running usage
+     * (stream_options.continuous_usage_stats) says how many tokens it stands for: a chunk of k tokens after a gap g
+     * gives k per-token gaps of g / k (a token whose text waited for the next one, such as half of a character, arrives
+     * with it; a server without that usage counts one token a chunk).
+     */
     private Sample stream(HttpClient client, String user) throws Exception {
         HttpRequest req = chatRequest(user, maxTokens, true);
-        List<Double> gaps = new ArrayList<>();
+        List<Double> gaps = new ArrayList<>(), tokenGaps = new ArrayList<>();
         long t0 = System.nanoTime();
         HttpResponse<Stream<String>> r = client.send(req, HttpResponse.BodyHandlers.ofLines());
         if (r.statusCode() != 200) throw new IllegalStateException("HTTP " + r.statusCode());
         long first = 0, last = 0;
-        int tokens = 0;
+        int tokens = 0, shared = 0, seen = 0; // seen: completion tokens up to the last content chunk
         for (JsonNode j : SseEvents.of(r.body(), json)) {
-            if (j.has("usage") && !j.get("usage").isNull()) {
-                tokens = j.get("usage").get("completion_tokens").asInt();
+            JsonNode c = j.path("choices").path(0);
+            if (c.isMissingNode()) { // the closing usage chunk
+                if (j.hasNonNull("usage")) tokens = j.get("usage").get("completion_tokens").asInt();
                 continue;
             }
-            JsonNode c = j.path("choices").path(0);
             long now = System.nanoTime();
             if (!c.path("delta").path("content").asText("").isEmpty()) {
+                int upTo = j.path("usage").path("completion_tokens").asInt(seen + 1);
+                int k = Math.max(1, upTo - seen);
+                seen = upTo;
                 if (first == 0) first = now;
-                else gaps.add((now - last) / 1e6);
+                else {
+                    double g = (now - last) / 1e6;
+                    gaps.add(g);
+                    for (int i = 0; i < k; i++) tokenGaps.add(g / k);
+                    shared += k - 1;
+                }
                 last = now;
             }
             if (!c.path("finish_reason").isNull() && !c.path("finish_reason").isMissingNode()) last = now;
@@ -569,7 +603,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         long end = System.nanoTime();
         double decode = last > first && tokens > 1 ? (tokens - 1) / ((last - first) / 1e9) : 0;
         return new Sample((first - t0) / 1e6, decode, tokens / ((end - t0) / 1e9), tokens,
-                gaps.stream().mapToDouble(Double::doubleValue).toArray());
+                gaps.stream().mapToDouble(Double::doubleValue).toArray(), tokenGaps.stream().mapToDouble(Double::doubleValue).toArray(), shared);
     }
 
     private static double median(double[] v) {

@@ -129,6 +129,15 @@ public interface Backend extends AutoCloseable {
         return false;
     }
 
+    /**
+     * A count of the one-off work done inside steps so far (on the GPU: step graphs captured, workspace reallocations),
+     * read before and after a step: a step during which it moved cost more than the same step costs again, so the
+     * scheduler's latency policy does not learn from it ({@link PrefillBudget#observe}). The default, 0, never moves.
+     */
+    default long oneOffWork() {
+        return 0;
+    }
+
     /** The verify attention paths this backend can switch between (empty: it has only one). */
     default java.util.Set<VerifyAttention> verifyAttentionPaths() {
         return java.util.Set.of();

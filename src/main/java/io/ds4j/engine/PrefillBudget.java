@@ -24,8 +24,10 @@ import java.util.Arrays;
  *       captures its step graph, ~20 ms on a 23 ms step at 16 streams; BENCHMARKS.md), as streams end at a round's
  *       close one after another. A probe that was not measured is followed by another after one prefill tick. Slow
  *       outliers are common and fast ones rare, and a bound set too loose costs every stream's latency where one set too
- *       tight costs only prefill speed. Not covered: the first tick of a new load (decode rows off by more than a factor of two
- *       and 8 rows, below) is measured alone whatever its shape, so a graph capture on it sets the bound until the next probe;</li>
+ *       tight costs only prefill speed. The first tick of a new load (decode rows off by more than a factor of two and 8
+ *       rows, below) is measured whatever its shape, and replaces the measurements before it. A tick in which the
+ *       backend did one-off work ({@link Backend#oneOffWork}: a step graph captured, the workspace reallocated) is never
+ *       measured, whatever it holds; such a probe is repeated;</li>
  *   <li>{@code msPerToken}: exponentially weighted mean of a tick's prefill cost per prefill token, the prefill cost
  *       being the tick's duration less {@code decodeMs} (the whole tick when no decode rows ran). Measured on chunks
  *       of the size the policy picks, it includes a chunk's fixed cost spread over its tokens, so the pick converges
@@ -151,9 +153,14 @@ public final class PrefillBudget {
         return (int) Math.max(0, Math.min(numLayers, Math.floor(numLayers * roomMs / chunkMs)));
     }
 
-    /** {@link #observe(int, int, double, long)} with one decode entry per decode row. */
+    /** {@link #observe(int, int, double, long, boolean)} with one decode entry per decode row and no one-off work. */
     public void observe(int decodeRows, double prefillTokens, long nanos) {
-        observe(decodeRows, decodeRows, prefillTokens, nanos);
+        observe(decodeRows, decodeRows, prefillTokens, nanos, false);
+    }
+
+    /** {@link #observe(int, int, double, long, boolean)} of a tick without one-off work. */
+    public void observe(int decodeRows, int decodeEntries, double prefillTokens, long nanos) {
+        observe(decodeRows, decodeEntries, prefillTokens, nanos, false);
     }
 
     /**
@@ -163,13 +170,22 @@ public final class PrefillBudget {
      * @param prefillTokens its prefill tokens, a chunk run in a layer slice counting as its tokens times the slice's
      *                      share of the layers
      * @param nanos         its duration (ns)
+     * @param oneOff        the backend did one-off work in it ({@link Backend#oneOffWork}: a graph captured, the workspace
+     *                      reallocated): its duration is not learned from; a probe that did is repeated after one
+     *                      prefill tick (at once when there is no decode time yet or the load changed)
      */
-    public void observe(int decodeRows, int decodeEntries, double prefillTokens, long nanos) {
+    public void observe(int decodeRows, int decodeEntries, double prefillTokens, long nanos, boolean oneOff) {
         double ms = nanos / 1e6;
         if (prefillTokens == 0) {
             if (decodeRows == 0) return;
             boolean fresh = Double.isNaN(decodeMs) || loadChanged(decodeRows), repeat = decodeEntries == lastDecodeEntries;
             lastDecodeEntries = decodeEntries;
+            if (oneOff) {
+                // the same shape runs without that work next time: measure it then
+                lastSkipped = true;
+                sinceDecodeSample = Math.min(sinceDecodeSample, PROBE_EVERY - 1);
+                return;
+            }
             if (!fresh && !repeat && !lastSkipped) {
                 // a new shape: not measured; a probe is due again after one prefill tick (not at once, so that streams
                 // ending one per tick cannot hold the prompt back, nor after PROBE_EVERY, so the time stays fresh), and
@@ -194,10 +210,11 @@ public final class PrefillBudget {
             sinceDecodeSample = 0;
             return;
         }
+        if (decodeRows > 0) sinceDecodeSample++;
+        if (oneOff) return;
         double cost;
         if (decodeRows == 0) cost = ms;
         else {
-            sinceDecodeSample++;
             if (Double.isNaN(decodeMs)) return; // the prefill's share of the tick is unknown
             cost = ms - decodeMs;
         }

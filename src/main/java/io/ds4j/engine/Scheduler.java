@@ -120,10 +120,12 @@ public final class Scheduler<K> {
      * @param planNanos     of which planning the batch (drafts' proposals included), ns
      * @param stepNanos     of which the backend's step, ns
      * @param commitNanos   of which committing the entries (sampling, acceptance, emitting tokens to the listeners), ns
+     * @param oneOff        the backend did one-off work in the tick ({@link Backend#oneOffWork}): not learned from
      */
     public record Tick<K>(List<K> stepped, Map<K, Throwable> failed, List<K> ended, int entries, int decodeRows,
                           int prefillTokens, int slicedTokens, double prefillShare, boolean isolated, List<Integer> mtpSteps,
-                          PrefillBudget.Decision budget, long nanos, long planNanos, long stepNanos, long commitNanos) {
+                          PrefillBudget.Decision budget, long nanos, long planNanos, long stepNanos, long commitNanos,
+                          boolean oneOff) {
         /** All rows of the target's step. */
         public int rows() {
             return decodeRows + prefillTokens;
@@ -191,7 +193,7 @@ public final class Scheduler<K> {
 
     /** Plans one batch, runs it and commits the results (see the class description). */
     public Tick<K> tick() {
-        long t0 = clock.getAsLong();
+        long t0 = clock.getAsLong(), work0 = backend.oneOffWork();
         List<K> ended = new ArrayList<>();
         Map<K, Throwable> failed = new LinkedHashMap<>();
         // --- decode/verify entries: how many rows each asks for, in order, while they fit
@@ -344,9 +346,10 @@ public final class Scheduler<K> {
             if (g != null) running.put(k, g);
         }
         long t1 = clock.getAsLong(), nanos = t1 - t0;
-        if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, entriesDecode, prefillShare, nanos);
+        boolean oneOff = backend.oneOffWork() != work0;
+        if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, entriesDecode, prefillShare, nanos, oneOff);
         return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, sliceTokens, prefillShare, isolated,
-                List.copyOf(mtpSteps), budget, nanos, tPlanned - t0, tStepped - tPlanned, t1 - tStepped);
+                List.copyOf(mtpSteps), budget, nanos, tPlanned - t0, tStepped - tPlanned, t1 - tStepped, oneOff);
     }
 
     /**

@@ -1120,6 +1120,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             int rc = ds4j_seqs_bounds(ctx(), 0, 0);
             if (rc != DS4J_OK()) LOG.warn("resetting the launch bounds failed: {}", Gpu.lastError());
         }
+        captures++;
         if (LOG.isDebugEnabled())
             LOG.debug("step graph captured for {} entries (scores row {}, HCA bound {}, workspace generation {}): {} ms to record and launch",
                     b.seqs.length, b.scoreLd, b.hcaBound, ws.generation, String.format("%.1f", (System.nanoTime() - t0) / 1e6));
@@ -1128,6 +1129,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             else b.dropExec = r[1];
         }
         return r[0];
+    }
+
+    /** Step graphs captured so far ({@link #runFixed}). */
+    private long captures;
+
+    /** Step graphs captured plus workspace reallocations so far. */
+    @Override
+    public long oneOffWork() {
+        return captures + ws.generation;
     }
 
     /** The verify modes a replayed step's entries are in (what its capture noted, see attendGroup). */

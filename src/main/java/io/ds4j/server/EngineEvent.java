@@ -12,8 +12,11 @@ public sealed interface EngineEvent {
      * @param logprobs one entry per generated token of this step when logprobs were asked for, else empty
      * @param flushedNanos {@link System#nanoTime} when the engine sent it (the front measures the delivery from it:
      *                     both run in one JVM)
+     * @param completionTokens tokens generated so far, this step's included (also those whose text is still held back:
+     *                     an incomplete character, a possible stop string or markup)
      */
-    record Delta(List<OutputParser.Event> events, List<TokenLogprob> logprobs, long flushedNanos) implements EngineEvent {}
+    record Delta(List<OutputParser.Event> events, List<TokenLogprob> logprobs, long flushedNanos, int completionTokens)
+            implements EngineEvent {}
 
     /**
      * The request finished normally.

@@ -562,6 +562,7 @@ public final class EngineVerticle extends VerticleBase {
         if (d != null)
             b.append(String.format(" (limit %d: %s; predicted %s without prefill, %s a prefill token, %s with)", d.tokens(),
                     d.reason(), ms(d.decodeMs()), ms(d.msPerToken()), ms(d.predictedMs(t.prefillShare()))));
+        if (t.oneOff()) b.append(" (one-off work in the backend: not learned from)");
         LOG.debug("{}, took {}", b, ms(t.nanos() / 1e6));
     }
 
@@ -834,7 +835,7 @@ public final class EngineVerticle extends VerticleBase {
             }
             events.removeIf(e -> e instanceof OutputParser.End || e instanceof OutputParser.ToolCallEnd);
             if (events.isEmpty() && logprobs.isEmpty()) return;
-            send(this, new EngineEvent.Delta(events, logprobs, now));
+            send(this, new EngineEvent.Delta(events, logprobs, now, gen.generatedTokens()));
             events = new ArrayList<>();
             logprobs = new ArrayList<>();
         }

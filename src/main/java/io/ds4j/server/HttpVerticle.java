@@ -1270,7 +1270,7 @@ public final class HttpVerticle extends VerticleBase {
             });
             Handler<Void> gone = v -> clientGone();
             resp.closeHandler(gone);
-            out = new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage())
+            out = new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage(), g.continuousUsage(), req.prompt.length)
                     .forcedToolCall(g.grammar() != null && g.grammar().isToolCall());
             consumer = vertx.eventBus().localConsumer(req.address, msg -> onEvent((EngineEvent) msg.body()));
             consumer.completion().onComplete(reg -> {

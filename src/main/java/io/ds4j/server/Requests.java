@@ -31,6 +31,8 @@ final class Requests {
      * @param chat          chat completion (else legacy completion)
      * @param stream        answer as Server-Sent Events
      * @param includeUsage  stream_options.include_usage
+     * @param continuousUsage stream_options.continuous_usage_stats (vLLM's extension) with include_usage: every streamed
+     *                      chunk carries the usage so far, so a client can tell how many tokens each chunk stands for
      * @param messages      chat messages (chat only)
      * @param options       chat encoding options (chat only)
      * @param promptText    completion prompt text, or null when promptIds is given
@@ -45,7 +47,7 @@ final class Requests {
      * @param grammar       what constrained decoding enforces on the output (forced tool call, strict JSON schema,
      *                      JSON object), or null for free output
      */
-    record Gen(boolean chat, boolean stream, boolean includeUsage, List<ChatMessage> messages, ChatOptions options,
+    record Gen(boolean chat, boolean stream, boolean includeUsage, boolean continuousUsage, List<ChatMessage> messages, ChatOptions options,
                String promptText, int[] promptIds, boolean echo, SamplingParams params, String maxTokensParam,
                String specQ, boolean logprobs, int topLogprobs, boolean skipSpecialTokens, Grammar grammar) {}
 
@@ -60,11 +62,13 @@ final class Requests {
             if (present(body, "suffix")) throw ApiException.badField("suffix", "is not supported");
         }
         boolean stream = bool(body, "stream", false);
-        boolean includeUsage = false;
+        boolean includeUsage = false, continuousUsage = false;
         JsonNode so = body.get("stream_options");
         if (so != null && !so.isNull()) {
             if (!so.isObject()) throw ApiException.badField("stream_options", "must be an object");
             includeUsage = bool(so, "include_usage", "stream_options.include_usage", false);
+            // as vLLM: the per-chunk usage comes with include_usage only (alone it is accepted and has no effect)
+            continuousUsage = bool(so, "continuous_usage_stats", "stream_options.continuous_usage_stats", false) && includeUsage;
         }
 
         // max tokens: max_completion_tokens (current OpenAI name) wins over max_tokens (legacy)
@@ -110,7 +114,7 @@ final class Requests {
             if (messages.isEmpty()) throw ApiException.badField("messages", "must contain at least one message");
             ChatOptions opts = chatOptions(body);
             Grammar grammar = grammar(body, opts);
-            return new Gen(true, stream, includeUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
+            return new Gen(true, stream, includeUsage, continuousUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
                     skipSpecial, grammar);
         }
         JsonNode p = body.get("prompt");
@@ -144,7 +148,7 @@ final class Requests {
         }
         if (text != null && text.isEmpty()) throw ApiException.badField(where, "must not be empty");
         boolean echo = bool(body, "echo", false);
-        return new Gen(false, stream, includeUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
+        return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
                 skipSpecial, null);
     }
 

@@ -16,13 +16,16 @@ import java.util.List;
  * as both {@code reasoning_content} and {@code reasoning}, the two names clients read), tool-call deltas (the first
  * fragment of a call carries index, id, type and name with empty arguments, later ones only argument text); then a
  * chunk with an empty delta and the finish reason; then, when {@code stream_options.include_usage} was set, a chunk
- * with {@code choices: []} and the usage; then {@code data: [DONE]}.
+ * with {@code choices: []} and the usage; then {@code data: [DONE]}. With {@code stream_options.continuous_usage_stats}
+ * as well (vLLM's extension), every chunk also carries {@code usage} with the prompt tokens and the tokens generated so
+ * far: a chunk that stands for several tokens (the text of one held back for the next, or accepted drafts) says so.
  */
 final class ResponseBuilder {
     private final String id;
     private final long created;
     private final String model;
-    private final boolean chat, stream, includeUsage;
+    private final boolean chat, stream, includeUsage, continuousUsage;
+    private final int promptTokens;
     // non-streaming accumulators
     private final StringBuilder content = new StringBuilder(), reasoning = new StringBuilder();
     private final List<String[]> calls = new ArrayList<>(); // id, name
@@ -37,13 +40,20 @@ final class ResponseBuilder {
     /** The request forced a tool call: its message's content is null even when the call was cut before it began. */
     private boolean forcedToolCall;
 
-    ResponseBuilder(String id, long created, String model, boolean chat, boolean stream, boolean includeUsage) {
+    /**
+     * @param continuousUsage every streamed chunk carries the usage so far (stream_options.continuous_usage_stats)
+     * @param promptTokens    the prompt's tokens, for that usage
+     */
+    ResponseBuilder(String id, long created, String model, boolean chat, boolean stream, boolean includeUsage,
+                    boolean continuousUsage, int promptTokens) {
         this.id = id;
         this.created = created;
         this.model = model;
         this.chat = chat;
         this.stream = stream;
         this.includeUsage = includeUsage;
+        this.continuousUsage = continuousUsage;
+        this.promptTokens = promptTokens;
     }
 
     /**
@@ -57,6 +67,14 @@ final class ResponseBuilder {
 
     private static String frame(ObjectNode o) {
         return "data: " + Json.write(o) + "\n\n";
+    }
+
+    /** A content frame; with continuous usage it carries the counts after {@code completionTokens} generated tokens. */
+    private String frame(ObjectNode o, int completionTokens) {
+        if (continuousUsage)
+            o.putObject("usage").put("prompt_tokens", promptTokens).put("completion_tokens", completionTokens)
+                    .put("total_tokens", promptTokens + completionTokens);
+        return frame(o);
     }
 
     private ObjectNode base() {
@@ -101,11 +119,11 @@ final class ResponseBuilder {
         }
         if (chat) {
             ObjectNode d = Json.object().put("role", "assistant").put("content", "");
-            return frame(chunk(d, null, null, null));
+            return frame(chunk(d, null, null, null), 0);
         }
         if (echo == null || echo.isEmpty()) return "";
         ObjectNode lp = promptLogprobs.isEmpty() ? null : logprobs(List.of());
-        return frame(chunk(null, echo, null, lp));
+        return frame(chunk(null, echo, null, lp), 0);
     }
 
     /** The frames of one engine step (streaming), or nothing after accumulating it (non-streaming). */
@@ -121,10 +139,10 @@ final class ResponseBuilder {
         for (OutputParser.Event e : d.events()) {
             ObjectNode f = chat ? chatChunk(e, lp) : textChunk(e, lp);
             if (f == null) continue;
-            out.append(frame(f));
+            out.append(frame(f, d.completionTokens()));
             lp = null; // logprobs of this step ride on its first chunk
         }
-        if (lp != null) out.append(frame(chunk(null, "", null, lp)));
+        if (lp != null) out.append(frame(chunk(null, "", null, lp), d.completionTokens()));
         return out.toString();
     }
 
@@ -174,7 +192,7 @@ final class ResponseBuilder {
         ObjectNode fin = chunk(chat ? Json.object() : null, "", d.finishReason(), null);
         ObjectNode choice = (ObjectNode) fin.get("choices").get(0);
         if (d.stopString() != null) choice.put("stop_reason", d.stopString());
-        out.append(frame(fin));
+        out.append(frame(fin, d.usage().completionTokens()));
         if (includeUsage) {
             ObjectNode u = base();
             u.putArray("choices");

@@ -159,6 +159,40 @@ class PrefillBudgetTest {
         }
     }
 
+    /**
+     * A tick in which the backend did one-off work (a step graph captured, the workspace reallocated) is not learned
+     * from: neither as the first decode-only time, nor on a new load (the first tick of a round at 16 streams, whose
+     * capture would set a bound of 1.6 x 45 ms until the next probe 64 ticks later), nor as prefill cost; such a probe
+     * is repeated, and its repeat measured.
+     */
+    @Test
+    void ticksWithOneOffWorkAreNotLearnedFrom() {
+        PrefillBudget b = new PrefillBudget();
+        b.observe(1, 1, 0, ms(60), true);
+        assertTrue(Double.isNaN(b.decodeMs()), "the first probe captured its graph: " + b.decodeMs());
+        assertEquals(PrefillBudget.Reason.PROBE, b.decide(LIMITS, 1).reason(), "probed again at once");
+        b.observe(1, 1, 0, ms(14));
+        assertEquals(14, b.decodeMs(), 1e-9);
+        b.observe(1, 1, 64, ms(14 + 64 * 0.2));
+        b.observe(1, 1, 64, ms(300), true); // the workspace reallocated for a longer chunk
+        assertEquals(0.2, b.msPerToken(), 1e-9, "the reallocating tick's prefill cost not learned");
+        assertEquals(PrefillBudget.Reason.PROBE, b.decide(LIMITS, 16).reason(), "a new load");
+        b.observe(16, 16, 0, ms(45), true);
+        assertEquals(14, b.decodeMs(), 1e-9, "the new load's capture is not its decode time");
+        assertEquals(PrefillBudget.Reason.PROBE, b.decide(LIMITS, 16).reason(), "the load is still unmeasured: probe again");
+        b.observe(16, 16, 0, ms(24));
+        assertEquals(24, b.decodeMs(), 1e-9, "the repeat measured, replacing the old load's time");
+        for (int i = 0; i < PrefillBudget.PROBE_EVERY; i++) b.observe(16, 16, 10, ms(26));
+        assertEquals(PrefillBudget.Reason.PROBE, b.decide(LIMITS, 16).reason());
+        b.observe(16, 16, 0, ms(50), true); // same shape, one-off work all the same: not measured, probed after one tick
+        assertEquals(24, b.decodeMs(), 1e-9);
+        assertNotEquals(PrefillBudget.Reason.PROBE, b.decide(LIMITS, 16).reason(), "the prompt progresses between probes");
+        b.observe(16, 16, 10, ms(26));
+        assertEquals(PrefillBudget.Reason.PROBE, b.decide(LIMITS, 16).reason(), "probed again");
+        b.observe(16, 16, 0, ms(23));
+        assertEquals(23, b.decodeMs(), 1e-9, "the faster of two: 24, 23");
+    }
+
     @Test
     void aTickFasterThanTheDecodeMeanCountsItsPrefillAsNearlyFree() {
         PrefillBudget b = new PrefillBudget();

@@ -315,6 +315,63 @@ class StretchSliceTest {
     }
 
     /**
+     * A backend whose first step of each batch shape does one-off work costing 20 ms (a GPU's graph capture): streams
+     * join a long prompt's prefill in waves (new loads, each probed on a new shape), and the learned decode-only time,
+     * which sets every prefill tick's bound, is always what some load's decode rows cost (4 ms + 1 ms a row here), never
+     * a capture's 20 ms more.
+     */
+    @Test
+    void graphCapturesOnNewLoadsAreNotLearnedAsTheDecodeTime() {
+        TrackingBackend tb = new TrackingBackend(target);
+        int L = cfg.numLayers;
+        java.util.Set<String> shapes = new java.util.HashSet<>();
+        java.util.function.Function<List<BatchEntry>, String> shape = b -> b.stream().map(e -> e.kind() + ":" + e.count()).toList().toString();
+        java.util.function.Predicate<List<BatchEntry>> decodeOnly = b -> b.stream().allMatch(e -> e.kind() != StepKind.PREFILL);
+        tb.cost = b -> {
+            long rows = b.stream().filter(e -> e.kind() != StepKind.PREFILL).mapToLong(BatchEntry::count).sum();
+            long pre = LongPromptRuns.fakeCost(b.stream().filter(e -> e.kind() == StepKind.PREFILL).toList(), L);
+            boolean capture = decodeOnly.test(b) && !shapes.contains(shape.apply(b));
+            return 4_000_000L + rows * 1_000_000L + pre + (capture ? 20_000_000L : 0);
+        };
+        tb.oneOff = b -> decodeOnly.test(b) && shapes.add(shape.apply(b)); // runs after the cost
+        Scheduler<String> sch = new Scheduler<>(tb, new Scheduler.Limits(256, 64, 1.5, 8, true), tb::now);
+        Map<String, BatchInvarianceRuns.Req> reqs = new LinkedHashMap<>();
+        Map<String, List<Integer>> outs = new LinkedHashMap<>();
+        BatchInvarianceRuns.Req lp = longPrompt(cfg, 3000, 11, false);
+        outs.put("long", new ArrayList<>());
+        Generation lg = BatchInvarianceRuns.open(tb, lp, 64, outs.get("long"));
+        sch.add("long", lg);
+        reqs.put("long", lp);
+        int wave = 0, maxRows = 0, captures = 0, probes = 0;
+        StringBuilder wrong = new StringBuilder();
+        for (int n = 0; !lg.done() && n < 4000; n++) {
+            if (n % 60 == 0 && wave < 3) {
+                // a wave of streams: 1, then 4, then 12 more (each a new load)
+                int k = new int[]{1, 4, 12}[wave];
+                for (var en : decoders(cfg.vocabSize, k, 2000, false).entrySet()) {
+                    String key = "w" + wave + en.getKey();
+                    outs.put(key, new ArrayList<>());
+                    reqs.put(key, en.getValue());
+                    sch.add(key, BatchInvarianceRuns.open(tb, en.getValue(), 64, outs.get(key)));
+                }
+                wave++;
+            }
+            Scheduler.Tick<String> t = sch.tick();
+            maxRows = Math.max(maxRows, t.decodeRows());
+            if (t.oneOff()) captures++;
+            if (t.budget() != null && t.budget().reason() == PrefillBudget.Reason.PROBE) probes++;
+            double d = sch.prefillBudget().decodeMs();
+            if (d > 4 + maxRows + 1e-9 && wrong.length() < 1000)
+                wrong.append(String.format(" tick %d: %.1f ms at most %d rows;", n, d, maxRows));
+        }
+        assertTrue(lg.done(), "the long prompt ended");
+        assertEquals("", wrong.toString(), "decode-only times learned from a capture");
+        assertTrue(captures >= 3 && probes >= 3, captures + " captures, " + probes + " probes");
+        while (!sch.isEmpty()) sch.tick();
+        assertOutputsAsAlone(reqs, outs);
+    }
+
+    /**
      * Exploratory, through the scheduler: two n-gram speculative streams of width 8 whose verify rows swing between 1
      * and 9 each (2 to 18 decode rows: more than 2x + 8 apart, a "load change") while a long prompt waits. Counts the
      * probes: every tick whose rows cross the threshold is a probe, a tick without prefill.

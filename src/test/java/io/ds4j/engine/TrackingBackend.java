@@ -11,7 +11,8 @@ import java.util.List;
  * whether each sequence it handed out has been closed, and can fail the steps of sequences marked poisoned. It
  * delegates the numbers to the wrapped backend. For the scheduler's latency policy it also keeps a fake clock that
  * each step advances by a given cost, records every step's entry sizes, and can answer
- * {@link #prefillSplitExact} by another rule than the wrapped backend's (to play a backend with a size threshold).
+ * {@link #prefillSplitExact} by another rule than the wrapped backend's (to play a backend with a size threshold), and
+ * can play a backend that does one-off work in some steps ({@link #oneOff}).
  */
 public final class TrackingBackend implements Backend {
     final Backend inner;
@@ -27,6 +28,9 @@ public final class TrackingBackend implements Backend {
     /** Answers {@link #prefillSplitExact} instead of the wrapped backend (null: the wrapped backend answers). */
     public volatile java.util.function.BiPredicate<Integer, Integer> splitRule;
     private final java.util.concurrent.atomic.AtomicLong clock = new java.util.concurrent.atomic.AtomicLong();
+    /** Says which steps do one-off work ({@link #oneOffWork} moves; null: none do), as a GPU's graph captures. */
+    public volatile java.util.function.Predicate<List<BatchEntry>> oneOff;
+    private final java.util.concurrent.atomic.AtomicLong work = new java.util.concurrent.atomic.AtomicLong();
 
     public TrackingBackend(Backend inner) {
         this.inner = inner;
@@ -62,6 +66,11 @@ public final class TrackingBackend implements Backend {
     @Override public long stateBytes(int contextTokens, int maxRollback) { return inner.stateBytes(contextTokens, maxRollback); }
     @Override public boolean layerSlices() { return inner.layerSlices(); }
     @Override public void close() { inner.close(); }
+
+    @Override
+    public long oneOffWork() {
+        return work.get();
+    }
 
     /** The fake clock (ns): the sum of the costs of the steps so far. */
     public long now() {
@@ -113,6 +122,8 @@ public final class TrackingBackend implements Backend {
         counts.add(batch.stream().mapToInt(BatchEntry::count).toArray());
         var c = cost;
         if (c != null) clock.addAndGet(c.applyAsLong(batch));
+        var o = oneOff;
+        if (o != null && o.test(batch)) work.incrementAndGet();
         float[][] out = inner.step(in);
         if (poison) throw new IllegalStateException("injected fault in a batched step");
         return out;
