@@ -26,8 +26,10 @@ import java.util.Arrays;
  *       outliers are common and fast ones rare, and a bound set too loose costs every stream's latency where one set too
  *       tight costs only prefill speed. The first tick of a new load (decode rows off by more than a factor of two and 8
  *       rows, below) is measured whatever its shape, and replaces the measurements before it. A tick in which the
- *       backend did one-off work ({@link Backend#oneOffWork}: a step graph captured, the workspace reallocated) is never
- *       measured, whatever it holds; such a probe is repeated;</li>
+ *       backend did one-off work ({@link Backend#oneOffWork}: a step graph captured, the workspace reallocated) is not
+ *       measured, whatever it holds; such a probe is repeated, and after {@value #ONE_OFF_SKIPS} such probes in a row
+ *       the next is measured all the same (one-off work at every probe would otherwise hold a waiting prompt back
+ *       for good, or keep the time stale);</li>
  *   <li>{@code msPerToken}: exponentially weighted mean of a tick's prefill cost per prefill token, the prefill cost
  *       being the tick's duration less {@code decodeMs} (the whole tick when no decode rows ran). Measured on chunks
  *       of the size the policy picks, it includes a chunk's fixed cost spread over its tokens, so the pick converges
@@ -102,6 +104,11 @@ public final class PrefillBudget {
     public static final int PROBE_EVERY = 64;
     /** Weight of a new measurement in the means. */
     static final double ALPHA = 0.25;
+    /**
+     * Probes in a row left unmeasured because the backend did one-off work in them; the next one is measured all the
+     * same (two: a capture during which the workspace grew is not kept, so the shape's next step captures again).
+     */
+    static final int ONE_OFF_SKIPS = 2;
     /** Decode-only ticks whose second fastest is {@code decodeMs}. */
     static final int DECODE_WINDOW = 5;
 
@@ -115,6 +122,8 @@ public final class PrefillBudget {
     private boolean lastSkipped;
     private double msPerToken = Double.NaN;
     private int sinceDecodeSample;
+    /** Probes in a row left unmeasured for one-off work ({@link #ONE_OFF_SKIPS} at most). */
+    private int oneOffSkips;
 
     /**
      * The prefill tokens of the next tick, given that prefill waits.
@@ -172,7 +181,8 @@ public final class PrefillBudget {
      * @param nanos         its duration (ns)
      * @param oneOff        the backend did one-off work in it ({@link Backend#oneOffWork}: a graph captured, the workspace
      *                      reallocated): its duration is not learned from; a probe that did is repeated after one
-     *                      prefill tick (at once when there is no decode time yet or the load changed)
+     *                      prefill tick (at once when there is no decode time yet or the load changed), and measured
+     *                      all the same after {@value #ONE_OFF_SKIPS} such probes in a row
      */
     public void observe(int decodeRows, int decodeEntries, double prefillTokens, long nanos, boolean oneOff) {
         double ms = nanos / 1e6;
@@ -180,8 +190,11 @@ public final class PrefillBudget {
             if (decodeRows == 0) return;
             boolean fresh = Double.isNaN(decodeMs) || loadChanged(decodeRows), repeat = decodeEntries == lastDecodeEntries;
             lastDecodeEntries = decodeEntries;
-            if (oneOff) {
-                // the same shape runs without that work next time: measure it then
+            if (oneOff && oneOffSkips < ONE_OFF_SKIPS) {
+                // the same shape runs without that work next time: measure it then (but not forever: a backend whose
+                // one-off work recurs at every probe would otherwise keep decodeMs unknown, or stale, and every other
+                // tick, or every tick, a probe)
+                oneOffSkips++;
                 lastSkipped = true;
                 sinceDecodeSample = Math.min(sinceDecodeSample, PROBE_EVERY - 1);
                 return;
@@ -195,6 +208,7 @@ public final class PrefillBudget {
                 return;
             }
             lastSkipped = false;
+            oneOffSkips = 0;
             if (fresh) {
                 // the first measurement, or a new decode load: it replaces the old ones
                 decodeCount = 0;

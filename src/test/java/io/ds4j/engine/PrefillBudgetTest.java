@@ -193,6 +193,37 @@ class PrefillBudgetTest {
         assertEquals(23, b.decodeMs(), 1e-9, "the faster of two: 24, 23");
     }
 
+    /**
+     * A backend whose one-off work does not stop (every decode-only step captures a graph: speculative streams' verify
+     * widths give more batch shapes than the GPU keeps graphs for): were every such probe left unmeasured, decodeMs
+     * would stay unknown and every tick would be a probe (a waiting prompt never prefilled while streams run), or,
+     * once known, stay at a stale time with every other tick a probe. A probe is left unmeasured for one-off work at
+     * most twice in a row.
+     */
+    @Test
+    void oneOffWorkInEveryProbeNeitherStarvesThePromptNorKeepsDecodeMsStale() {
+        PrefillBudget b = new PrefillBudget();
+        int prefillTicks = 0;
+        for (int i = 0; i < 100; i++) {
+            if (b.decide(LIMITS, 16).tokens() == 0) b.observe(16, 16, 0, ms(20), true);
+            else {
+                prefillTicks++;
+                b.observe(16, 16, 64, ms(20 + 64 * 0.1));
+            }
+        }
+        assertTrue(prefillTicks > 50, "the prompt prefilled in " + prefillTicks + " of 100 ticks; decodeMs " + b.decodeMs());
+        // the decode load grows within 2x + 8 rows: 40 ms where 20 were measured, every probe with one-off work
+        int probes = 0;
+        for (int i = 0; i < 2000; i++) {
+            if (b.decide(LIMITS, 30).tokens() == 0) {
+                probes++;
+                b.observe(30, 30, 0, ms(40), true);
+            } else b.observe(30, 30, 64, ms(40 + 64 * 0.1));
+        }
+        assertTrue(b.decodeMs() > 30, "decodeMs still " + b.decodeMs() + " ms after " + probes
+                + " probes of 40 ms, none measured");
+    }
+
     @Test
     void aTickFasterThanTheDecodeMeanCountsItsPrefillAsNearlyFree() {
         PrefillBudget b = new PrefillBudget();

@@ -372,6 +372,44 @@ class StretchSliceTest {
     }
 
     /**
+     * Through the scheduler: a backend that does one-off work in every decode-only step (a GPU that captures a graph
+     * for each, its batch shapes outnumbering the graphs it keeps). A long prompt beside one decoding stream still
+     * prefills while the stream runs, instead of every tick being a probe that is never measured.
+     */
+    @Test
+    void oneOffWorkInEveryDecodeOnlyStepDoesNotStarveAPrompt() {
+        TrackingBackend tb = new TrackingBackend(target);
+        int L = cfg.numLayers;
+        tb.cost = b -> 4_000_000L + LongPromptRuns.fakeCost(b, L);
+        tb.oneOff = b -> b.stream().allMatch(e -> e.kind() != StepKind.PREFILL);
+        Scheduler<String> sch = new Scheduler<>(tb, SLICED, tb::now);
+        Map<String, BatchInvarianceRuns.Req> reqs = new LinkedHashMap<>(decoders(cfg.vocabSize, 1, 600, false));
+        Map<String, List<Integer>> outs = new LinkedHashMap<>();
+        Map<String, Generation> gens = new LinkedHashMap<>();
+        for (var en : reqs.entrySet()) {
+            outs.put(en.getKey(), new ArrayList<>());
+            gens.put(en.getKey(), BatchInvarianceRuns.open(tb, en.getValue(), 64, outs.get(en.getKey())));
+            sch.add(en.getKey(), gens.get(en.getKey()));
+        }
+        while (sch.tick().prefillTokens() > 0) { }
+        BatchInvarianceRuns.Req lp = longPrompt(cfg, 600, 7, false);
+        outs.put("long", new ArrayList<>());
+        Generation lg = BatchInvarianceRuns.open(tb, lp, 64, outs.get("long"));
+        sch.add("long", lg);
+        reqs.put("long", lp);
+        int probes = 0, n = 0;
+        while (!lg.done() && n < 4000) {
+            Scheduler.Tick<String> t = sch.tick();
+            n++;
+            if (t.budget() != null && t.budget().reason() == PrefillBudget.Reason.PROBE) probes++;
+        }
+        assertFalse(gens.get("d0").done(), "the long prompt waited for the stream to end: " + probes + " probes in " + n
+                + " ticks, decodeMs " + sch.prefillBudget().decodeMs());
+        while (!sch.isEmpty()) sch.tick();
+        assertOutputsAsAlone(reqs, outs);
+    }
+
+    /**
      * Exploratory, through the scheduler: two n-gram speculative streams of width 8 whose verify rows swing between 1
      * and 9 each (2 to 18 decode rows: more than 2x + 8 apart, a "load change") while a long prompt waits. Counts the
      * probes: every tick whose rows cross the threshold is a probe, a tick without prefill.
