@@ -572,19 +572,26 @@ public final class BenchServerCommand implements Callable<Integer> {
      */
     private Sample stream(HttpClient client, String user) throws Exception {
         HttpRequest req = chatRequest(user, maxTokens, true);
-        List<Double> gaps = new ArrayList<>(), tokenGaps = new ArrayList<>();
         long t0 = System.nanoTime();
         HttpResponse<Stream<String>> r = client.send(req, HttpResponse.BodyHandlers.ofLines());
         if (r.statusCode() != 200) throw new IllegalStateException("HTTP " + r.statusCode());
+        return sample(SseEvents.of(r.body(), json), t0, System::nanoTime);
+    }
+
+    /**
+     * A stream's events as its client sees them ({@link #stream}), each timed by the clock when it is read.
+     * @param t0 the clock when the request was sent
+     */
+    static Sample sample(Iterable<JsonNode> events, long t0, java.util.function.LongSupplier clock) {
+        List<Double> gaps = new ArrayList<>(), tokenGaps = new ArrayList<>();
         long first = 0, last = 0;
         int tokens = 0, shared = 0, seen = 0; // seen: completion tokens up to the last content chunk
-        for (JsonNode j : SseEvents.of(r.body(), json)) {
+        for (JsonNode j : events) {
+            // the last usage seen: the closing chunk's, or that of a server that puts it beside the finish reason
+            if (j.hasNonNull("usage")) tokens = j.get("usage").path("completion_tokens").asInt(tokens);
             JsonNode c = j.path("choices").path(0);
-            if (c.isMissingNode()) { // the closing usage chunk
-                if (j.hasNonNull("usage")) tokens = j.get("usage").get("completion_tokens").asInt();
-                continue;
-            }
-            long now = System.nanoTime();
+            if (c.isMissingNode()) continue; // the closing usage chunk
+            long now = clock.getAsLong();
             if (!c.path("delta").path("content").asText("").isEmpty()) {
                 int upTo = j.path("usage").path("completion_tokens").asInt(seen + 1);
                 int k = Math.max(1, upTo - seen);
@@ -600,7 +607,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             }
             if (!c.path("finish_reason").isNull() && !c.path("finish_reason").isMissingNode()) last = now;
         }
-        long end = System.nanoTime();
+        long end = clock.getAsLong();
         double decode = last > first && tokens > 1 ? (tokens - 1) / ((last - first) / 1e9) : 0;
         return new Sample((first - t0) / 1e6, decode, tokens / ((end - t0) / 1e9), tokens,
                 gaps.stream().mapToDouble(Double::doubleValue).toArray(), tokenGaps.stream().mapToDouble(Double::doubleValue).toArray(), shared);
