@@ -79,7 +79,7 @@ public final class BenchServerCommand implements Callable<Integer> {
     @Option(names = "--max-active", defaultValue = "0", description = "limits.maxActive of the server; 0 (default) = the "
             + "largest concurrency level (plus one for --long-prompt), so every stream runs at once") int maxActive;
     @Option(names = "--max-batch-rows", defaultValue = "256", description = "scheduler.maxBatchRows (default ${DEFAULT-VALUE})") int maxBatchRows;
-    @Option(names = "--token-budget", defaultValue = "1024", description = "scheduler.tokenBudget: prefill tokens per step (default ${DEFAULT-VALUE})") int tokenBudget;
+    @Option(names = "--token-budget", defaultValue = "512", description = "scheduler.tokenBudget: prefill tokens per step (default ${DEFAULT-VALUE})") int tokenBudget;
     @Option(names = "--max-tick-stretch", defaultValue = "1.6", description = "scheduler.maxTickStretch: while streams "
             + "decode, a step with prefill takes at most this many times the step without it; 0 = off (default ${DEFAULT-VALUE})") double maxTickStretch;
     @Option(names = "--min-prefill-chunk", defaultValue = "64", description = "scheduler.minPrefillChunk: the fewest prefill "

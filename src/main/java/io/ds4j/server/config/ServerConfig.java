@@ -103,7 +103,7 @@ public final class ServerConfig {
                     Range.of(1, 1 << 16),
                     "most decode/verify token rows in one batched step (a verify step of q drafts has q + 1); "
                             + "requests beyond it wait for the next step"),
-            key("scheduler.tokenBudget", ConfigKey.Type.INT, 1024, true,
+            key("scheduler.tokenBudget", ConfigKey.Type.INT, 512, true,
                     Range.of(1, 1 << 20),
                     "most prefill tokens in one batched step: a long prompt is split across steps, so it delays the running "
                             + "requests' next tokens by at most this much prefill; prefill chunks are at most this long"),
