@@ -69,6 +69,8 @@ final class Requests {
             includeUsage = bool(so, "include_usage", "stream_options.include_usage", false);
             // as vLLM: the per-chunk usage comes with include_usage only (alone it is accepted and has no effect)
             continuousUsage = bool(so, "continuous_usage_stats", "stream_options.continuous_usage_stats", false) && includeUsage;
+            // as OpenAI and vLLM: options of a stream on an answer that is not one are the client's mistake
+            if (!stream) throw ApiException.badField("stream_options", "is allowed only with \"stream\": true");
         }
 
         // max tokens: max_completion_tokens (current OpenAI name) wins over max_tokens (legacy)

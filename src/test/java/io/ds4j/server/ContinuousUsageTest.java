@@ -87,6 +87,21 @@ class ContinuousUsageTest {
     }
 
     @Test
+    void streamOptionsWithoutAStreamAreA400() throws Exception {
+        for (String stream : new String[]{"", "\"stream\":false,"}) {
+            TestServer.Resp r = server.post("/v1/chat/completions", TestServer.chat("Hi",
+                    stream + "\"stream_options\":{\"include_usage\":true,\"continuous_usage_stats\":true}"));
+            assertEquals(400, r.status(), r.body());
+            assertTrue(r.body().contains("stream_options") && r.body().contains("only with"), r.body());
+        }
+        TestServer.Resp ok = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"stream_options\":null"));
+        assertEquals(200, ok.status(), "null is no options: " + ok.body());
+        TestServer.Resp done = server.post("/v1/completions", "{\"model\":\"scripted\",\"prompt\":\"Hi\",\"max_tokens\":2,"
+                + "\"stream_options\":{\"include_usage\":true}}");
+        assertEquals(400, done.status(), "completions too: " + done.body());
+    }
+
+    @Test
     void aNonBooleanIsA400NamingTheField() throws Exception {
         TestServer.Resp r = server.post("/v1/chat/completions", TestServer.chat("Hi",
                 "\"stream\":true,\"stream_options\":{\"include_usage\":true,\"continuous_usage_stats\":\"yes\"}"));
