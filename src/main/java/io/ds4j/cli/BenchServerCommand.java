@@ -22,6 +22,7 @@ import io.ds4j.text.Tokenizers;
 import io.ds4j.text.chat.ChatEncoder;
 import io.ds4j.text.chat.ChatMessage;
 import io.ds4j.text.chat.ChatOptions;
+import picocli.CommandLine;
 import picocli.CommandLine.ArgGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -70,11 +71,13 @@ public final class BenchServerCommand implements Callable<Integer> {
     @Option(names = "--dtype", defaultValue = "bf16", description = "preset variant storage: bf16 or fp8 (default ${DEFAULT-VALUE})") String dtype;
     @Option(names = "--backend", defaultValue = "cpu", description = "model.backend: cpu or hip (default ${DEFAULT-VALUE}); "
             + "the engine-alone comparison runs on cpu only") String backend;
-    @Option(names = "--prompt-tokens", defaultValue = "64", description = "approximate prompt length (default ${DEFAULT-VALUE})") int promptTokens;
+    @Option(names = "--prompt-tokens", defaultValue = "64", description = "approximate prompt length, the chat template "
+            + "included (at least 8 words; default ${DEFAULT-VALUE})") int promptTokens;
     @Option(names = "--max-tokens", defaultValue = "32", description = "tokens generated per request (default ${DEFAULT-VALUE})") int maxTokens;
     @Option(names = "--clients", defaultValue = "1,4,16,64", split = ",", description = "concurrency levels (default ${DEFAULT-VALUE})") List<Integer> clients;
     @Option(names = "--requests", defaultValue = "32", description = "requests per level, at least one per client (default ${DEFAULT-VALUE})") int requests;
-    @Option(names = "--repeats", defaultValue = "10", description = "single-stream runs per block for the overhead figure, in two blocks (medians of twice this many; default ${DEFAULT-VALUE})") int repeats;
+    @Option(names = "--repeats", defaultValue = "10", description = "single-stream runs per block for the overhead figure, in two blocks (medians of twice this many; "
+            + "with --url, twice this many single-stream runs; default ${DEFAULT-VALUE})") int repeats;
     @Option(names = "--draft", defaultValue = "none", description = "speculative.draft for both sides: none or ngram (default ${DEFAULT-VALUE})") String draft;
     @Option(names = "--max-active", defaultValue = "0", description = "limits.maxActive of the server; 0 (default) = the "
             + "largest concurrency level (plus one for --long-prompt), so every stream runs at once") int maxActive;
@@ -99,6 +102,8 @@ public final class BenchServerCommand implements Callable<Integer> {
             + "no engine-alone comparison") String url;
     @Option(names = "--api-key", paramLabel = "KEY", description = "Bearer key for --url") String apiKey;
 
+    @CommandLine.Spec CommandLine.Model.CommandSpec spec;
+
     private final ObjectMapper json = new ObjectMapper();
     private String base;
     private HttpClient http;
@@ -107,8 +112,8 @@ public final class BenchServerCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
-        if (!draft.equals("none") && !draft.equals("ngram")) throw new IllegalArgumentException("--draft must be none or ngram");
-        if (clients.stream().anyMatch(c -> c < 1)) throw new IllegalArgumentException("--clients: levels must be >= 1");
+        String bad = badOption();
+        if (bad != null) throw new CommandLine.ParameterException(spec.commandLine(), bad);
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
         Path dir = source.model != null ? source.model
                 : layers == null && experts == null && dtype.equals("bf16") ? ModelStore.ensure(preset, 1, System.err::println)
@@ -167,6 +172,33 @@ public final class BenchServerCommand implements Callable<Integer> {
             server.close().await();
         }
         return 0;
+    }
+
+    /**
+     * The first option value out of its range, as a message naming the option and its allowed range; null when every
+     * value is fine. Checked before anything loads: a bad value would otherwise load the model and start the server
+     * before failing (--max-tokens 0: HTTP 400), or be quietly replaced (--requests 0 ran one request a client).
+     */
+    String badOption() {
+        if (!draft.equals("none") && !draft.equals("ngram")) return "--draft must be none or ngram, got '" + draft + "'";
+        if (promptTokens < 1) return "--prompt-tokens must be >= 1, got " + promptTokens;
+        if (maxTokens < 1) return "--max-tokens must be >= 1 (the API's max_tokens), got " + maxTokens;
+        for (int c : clients) if (c < 1) return "--clients: each level must be >= 1, got " + c;
+        if (requests < 1) return "--requests must be >= 1 (rounded up to one per client), got " + requests;
+        if (repeats < 1) return "--repeats must be >= 1, got " + repeats;
+        if (longPrompt < 0) return "--long-prompt must be >= 0 (0 = off), got " + longPrompt;
+        if (maxActive < 0) return "--max-active must be >= 0 (0 = every stream at once), got " + maxActive;
+        if (url != null) {
+            URI u;
+            try {
+                u = new URI(url);
+            } catch (java.net.URISyntaxException e) {
+                u = null;
+            }
+            if (u == null || u.getHost() == null || !("http".equalsIgnoreCase(u.getScheme()) || "https".equalsIgnoreCase(u.getScheme())))
+                return "--url must be an http:// or https:// URL with a host (e.g. http://127.0.0.1:8080), got '" + url + "'";
+        }
+        return null;
     }
 
     /**

@@ -3,13 +3,17 @@ package io.ds4j.cli;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import org.junit.jupiter.api.Test;
+import picocli.CommandLine;
 
+import java.io.PrintWriter;
+import java.io.StringWriter;
 import java.util.ArrayList;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** {@code ds4j bench-server}: its closing line shows the prefill chunk the engine uses, not only the configured one, and the latency bound on prefill. */
@@ -67,5 +71,54 @@ class BenchServerCommandTest {
         assertEquals(3, s.tokens(), "the usage on the finish chunk");
         assertArrayEquals(new double[]{10, 10}, s.tokenGapsMs(), 1e-9);
         assertTrue(s.decodeTps() > 0, "decode tok/s " + s.decodeTps());
+    }
+
+    /** The option check of the given flags (null: every value is fine). */
+    static String badOption(String... args) {
+        BenchServerCommand cmd = new BenchServerCommand();
+        new CommandLine(cmd).parseArgs(args);
+        return cmd.badOption();
+    }
+
+    /** Values out of range are refused with the option's name and its range, not run with a quiet replacement. */
+    @Test
+    void badOptionValuesAreNamedWithTheirRange() {
+        assertNull(badOption());
+        assertNull(badOption("--long-prompt", "0", "--max-active", "0", "--url", "http://127.0.0.1:8080"));
+        String[][] cases = { // option, value, the message's start, its end
+                {"--max-tokens", "0", "--max-tokens must be >= 1", "got 0"},
+                {"--repeats", "0", "--repeats must be >= 1", "got 0"},
+                {"--requests", "0", "--requests must be >= 1", "got 0"},
+                {"--requests", "-3", "--requests must be >= 1", "got -3"},
+                {"--long-prompt", "-5", "--long-prompt must be >= 0 (0 = off)", "got -5"},
+                {"--prompt-tokens", "0", "--prompt-tokens must be >= 1", "got 0"},
+                {"--clients", "1,0", "--clients: each level must be >= 1", "got 0"},
+                {"--max-active", "-1", "--max-active must be >= 0", "got -1"},
+                {"--draft", "mtp", "--draft must be none or ngram", "got 'mtp'"},
+                {"--url", "localhost:8080", "--url must be an http:// or https:// URL", "got 'localhost:8080'"},
+        };
+        for (String[] c : cases) {
+            String m = badOption(c[0], c[1]);
+            assertTrue(m != null && m.startsWith(c[2]) && m.endsWith(c[3]), c[0] + " " + c[1] + ": " + m);
+        }
+    }
+
+    /** Runs ds4j with the given arguments: {exit code, stderr}. */
+    static String[] run(String... args) {
+        StringWriter err = new StringWriter();
+        CommandLine cl = Main.commandLine();
+        cl.setErr(new PrintWriter(err, true));
+        cl.setOut(new PrintWriter(new StringWriter(), true));
+        int rc = cl.execute(args);
+        return new String[]{String.valueOf(rc), err.toString()};
+    }
+
+    /** A bad value is refused before the model loads or the server starts (it used to end in "error: HTTP 400"). */
+    @Test
+    void aBadValueIsRefusedBeforeAnythingLoads() {
+        String[] r = run("bench-server", "--max-tokens", "0", "--model", "/nonexistent/model");
+        assertEquals("2", r[0], r[1]);
+        assertTrue(r[1].contains("error: --max-tokens must be >= 1"), r[1]);
+        assertTrue(r[1].contains("bench-server --help"), r[1]);
     }
 }
