@@ -114,6 +114,12 @@ public final class BenchServerCommand implements Callable<Integer> {
         System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
         String bad = badOption();
         if (bad != null) throw new CommandLine.ParameterException(spec.commandLine(), bad);
+        if (url != null) {
+            // the server is reached first, before the local model (its tokenizer sizes the prompts) is made or loaded
+            base = url.replaceAll("/+$", "");
+            http = newClient();
+            serverProps = remoteProps();
+        }
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
         Path dir = source.model != null ? source.model
                 : layers == null && experts == null && dtype.equals("bf16") ? ModelStore.ensure(preset, 1, System.err::println)
@@ -348,8 +354,6 @@ public final class BenchServerCommand implements Callable<Integer> {
      * of one stream (a speculative step may deliver several tokens in one chunk).
      */
     private int remote(String user, int maxClients) throws Exception {
-        base = url.replaceAll("/+$", "");
-        http = newClient();
         System.out.printf("server: %s (running already; its own limits apply)%n", base);
         for (int i = 0; i < 10; i++) stream(user);
         List<Sample> single = new ArrayList<>();
@@ -365,6 +369,67 @@ public final class BenchServerCommand implements Callable<Integer> {
         System.out.println();
         levels(user);
         return 0;
+    }
+
+    /** --url: the server's /props (null where it answers with something else, e.g. another server's 404). */
+    private JsonNode serverProps;
+
+    /**
+     * --url: the server's GET /props, the first request sent to it.
+     * @return its JSON, or null when the answer is not 200 with a JSON body
+     * @throws IllegalStateException when the server cannot be reached ({@link #unreachable})
+     */
+    private JsonNode remoteProps() throws InterruptedException {
+        HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/props")).GET().timeout(Duration.ofSeconds(30));
+        if (apiKey != null) rb.header("Authorization", "Bearer " + apiKey);
+        HttpResponse<String> r;
+        try {
+            r = http.send(rb.build(), HttpResponse.BodyHandlers.ofString());
+        } catch (java.io.IOException e) {
+            throw new IllegalStateException(unreachable(base, e), e);
+        }
+        try {
+            return r.statusCode() == 200 ? json.readTree(r.body()) : null;
+        } catch (Exception e) {
+            return null;
+        }
+    }
+
+    /**
+     * The message for a server that could not be reached: the URL and why. The HTTP client's own exceptions often
+     * carry no message ("java.net.ConnectException"), so the reason is told by their kind where it has none.
+     */
+    static String unreachable(String base, Throwable e) {
+        String why = null;
+        for (Throwable t = e; t != null && why == null; t = t.getCause()) {
+            if (t instanceof java.nio.channels.UnresolvedAddressException || t instanceof java.net.UnknownHostException)
+                why = "unknown host " + URI.create(base).getHost();
+            else if (t instanceof java.net.http.HttpConnectTimeoutException || t instanceof java.net.http.HttpTimeoutException)
+                why = "no answer in time (" + t.getMessage() + ")";
+        }
+        for (Throwable t = e; t != null && why == null; t = t.getCause())
+            if (t.getMessage() != null && !t.getMessage().isBlank()) why = t.getMessage();
+        if (why == null)
+            why = e instanceof java.net.ConnectException ? "the connection was refused (is a server listening there?)"
+                    : e.getClass().getName();
+        return "the server at " + base + " could not be reached: " + why;
+    }
+
+    /**
+     * An answer other than 200: where, the status and the server's own error message (an OpenAI-style
+     * {"error":{"message":...}} body), else the start of the body.
+     */
+    static String httpError(String where, int status, String body) {
+        String msg = body == null ? "" : body.strip();
+        try {
+            JsonNode j = new ObjectMapper().readTree(msg);
+            JsonNode m = j.path("error").isTextual() ? j.path("error") : j.path("error").path("message");
+            if (m.isTextual()) msg = m.asText();
+        } catch (Exception ignored) {
+            // not JSON: the text as it is
+        }
+        if (msg.length() > 300) msg = msg.substring(0, 300) + " ...";
+        return "HTTP " + status + " from " + where + (msg.isEmpty() ? "" : ": " + msg);
     }
 
     /** A user message of roughly --prompt-tokens tokens once encoded. */
@@ -606,7 +671,13 @@ public final class BenchServerCommand implements Callable<Integer> {
         HttpRequest req = chatRequest(user, maxTokens, true);
         long t0 = System.nanoTime();
         HttpResponse<Stream<String>> r = client.send(req, HttpResponse.BodyHandlers.ofLines());
-        if (r.statusCode() != 200) throw new IllegalStateException("HTTP " + r.statusCode());
+        if (r.statusCode() != 200) {
+            String body;
+            try (Stream<String> lines = r.body()) {
+                body = String.join("\n", lines.limit(50).toList());
+            }
+            throw new IllegalStateException(httpError(req.uri().toString(), r.statusCode(), body));
+        }
         return sample(SseEvents.of(r.body(), json), t0, System::nanoTime);
     }
 

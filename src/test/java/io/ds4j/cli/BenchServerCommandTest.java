@@ -121,4 +121,29 @@ class BenchServerCommandTest {
         assertTrue(r[1].contains("error: --max-tokens must be >= 1"), r[1]);
         assertTrue(r[1].contains("bench-server --help"), r[1]);
     }
+
+    /** --url at a port nobody listens on: the URL and why, before the local model is made or loaded. */
+    @Test
+    void anUnreachableServerIsNamedWithTheReason() throws Exception {
+        int port;
+        try (java.net.ServerSocket ss = new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+            port = ss.getLocalPort();
+        }
+        String url = "http://127.0.0.1:" + port;
+        String[] r = run("bench-server", "--url", url, "--model", "/nonexistent/model");
+        assertEquals("2", r[0], r[1]);
+        assertTrue(r[1].contains("error: the server at " + url + " could not be reached: the connection was refused"), r[1]);
+        String unknown = BenchServerCommand.unreachable("http://nohost.invalid:8080",
+                new java.net.ConnectException().initCause(new java.nio.channels.UnresolvedAddressException()));
+        assertEquals("the server at http://nohost.invalid:8080 could not be reached: unknown host nohost.invalid", unknown);
+    }
+
+    /** A refused request says where, the status and the server's message. */
+    @Test
+    void anHttpErrorCarriesTheServersMessage() {
+        assertEquals("HTTP 401 from http://h:1/v1/chat/completions: invalid API key",
+                BenchServerCommand.httpError("http://h:1/v1/chat/completions", 401, "{\"error\":{\"message\":\"invalid API key\",\"type\":\"x\"}}"));
+        assertEquals("HTTP 502 from u: Bad Gateway", BenchServerCommand.httpError("u", 502, "Bad Gateway\n"));
+        assertEquals("HTTP 500 from u", BenchServerCommand.httpError("u", 500, ""));
+    }
 }
