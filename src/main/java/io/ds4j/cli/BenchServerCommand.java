@@ -132,8 +132,8 @@ public final class BenchServerCommand implements Callable<Integer> {
 
         System.out.printf("bench-server: model %s, backend %s, prompt %d tokens, %d generated tokens per request (greedy, ignore_eos), draft %s%n",
                 dir, url != null ? "(remote)" : backend, prompt.length, maxTokens, draft);
-        if (longUser != null) System.out.printf("long prompt beside the streams: %d tokens, max_tokens 1%n",
-                tok.encode(ChatEncoder.encode(List.of(ChatMessage.user(longUser)), ChatOptions.defaults())).length);
+        longTokens = longUser == null ? 0 : tok.encode(ChatEncoder.encode(List.of(ChatMessage.user(longUser)), ChatOptions.defaults())).length;
+        if (longUser != null) System.out.println(longPromptLine(longTokens, longPrompt));
         System.out.printf("machine: %s, %d cores, JDK %s%n", cpuName(), Runtime.getRuntime().availableProcessors(),
                 System.getProperty("java.version"));
 
@@ -149,7 +149,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         o.put("limits.maxActive", active);
         o.put("limits.maxQueue", Math.max(64, maxClients));
         o.put("limits.prefillChunk", prefillChunk);
-        o.put("limits.maxContextTokens", Math.max(32768, longPrompt + 4096));
+        o.put("limits.maxContextTokens", Math.max(32768, longTokens + 4096));
         o.put("scheduler.maxBatchRows", maxBatchRows);
         o.put("scheduler.tokenBudget", tokenBudget);
         o.put("scheduler.maxTickStretch", maxTickStretch);
@@ -178,6 +178,22 @@ public final class BenchServerCommand implements Callable<Integer> {
             server.close().await();
         }
         return 0;
+    }
+
+    /** The header's line on the long prompt: its size as sent (the chat template included), and what was asked. */
+    static String longPromptLine(int tokens, int asked) {
+        return String.format("long prompt beside the streams: %d tokens in the chat template (--long-prompt %d), max_tokens 1, "
+                + "sent again whenever it finishes", tokens, asked);
+    }
+
+    /**
+     * The title of the comparison with and without the long prompt: its size as sent (as {@link #longPromptLine}), and
+     * how many times it was sent and prefilled to the end during the rounds beside it (each round's last one is
+     * abandoned when its streams are done).
+     */
+    static String longTitle(int tokens, int started, int finished) {
+        return String.format("beside a %d-token prompt being prefilled (sent again whenever it finished: %d prefills started, "
+                + "%d finished during the rounds):", tokens, started, finished);
     }
 
     /**
@@ -285,8 +301,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             System.out.println(sb);
         }
         if (!withLong.isEmpty()) {
-            System.out.printf("%nbeside a %d-token prompt being prefilled (%d prefills started, %d finished during the rounds):%n",
-                    longPrompt, longStarted.get(), longFinished.get());
+            System.out.printf("%n%s%n", longTitle(longTokens, longStarted.get(), longFinished.get()));
             System.out.printf("%-8s %22s %22s %14s%n", "clients", "ITL p50 without/with", "ITL p99 without/with", "p99 with / p50 without");
         }
         for (var e : withLong.entrySet()) {
@@ -565,6 +580,8 @@ public final class BenchServerCommand implements Callable<Integer> {
     /** The last plain round per level (the "without" side of the long-prompt comparison). */
     private final Map<Integer, Round> lastPlain = new LinkedHashMap<>();
     private String longUser;
+    /** The long prompt's tokens as sent: its text of about --long-prompt tokens in the chat template. */
+    private int longTokens;
     private final java.util.concurrent.atomic.AtomicInteger longStarted = new java.util.concurrent.atomic.AtomicInteger(),
             longFinished = new java.util.concurrent.atomic.AtomicInteger();
 

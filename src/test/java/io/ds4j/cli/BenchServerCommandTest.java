@@ -146,4 +146,14 @@ class BenchServerCommandTest {
         assertEquals("HTTP 502 from u: Bad Gateway", BenchServerCommand.httpError("u", 502, "Bad Gateway\n"));
         assertEquals("HTTP 500 from u", BenchServerCommand.httpError("u", 500, ""));
     }
+
+    /** The long prompt's size is the one sent (chat template included) in both places, not --long-prompt in one. */
+    @Test
+    void theLongPromptHasOneSize() {
+        String header = BenchServerCommand.longPromptLine(324, 300);
+        assertTrue(header.startsWith("long prompt beside the streams: 324 tokens in the chat template (--long-prompt 300)"), header);
+        String title = BenchServerCommand.longTitle(324, 8, 6);
+        assertTrue(title.startsWith("beside a 324-token prompt being prefilled"), title);
+        assertTrue(title.contains("8 prefills started, 6 finished during the rounds"), title);
+    }
 }
