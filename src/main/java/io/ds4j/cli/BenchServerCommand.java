@@ -130,11 +130,18 @@ public final class BenchServerCommand implements Callable<Integer> {
         int maxClients = clients.stream().mapToInt(Integer::intValue).max().orElse(1);
         longUser = longPrompt > 0 ? textOfTokens(tok, longPrompt) : null;
 
-        System.out.printf("bench-server: model %s, backend %s, prompt %d tokens, %d generated tokens per request (greedy, ignore_eos), draft %s%n",
-                dir, url != null ? "(remote)" : backend, prompt.length, maxTokens, draft);
+        if (url != null) {
+            // the local model only sizes the prompts: what the server runs is what its /props says
+            System.out.printf("bench-server: %s%n", remoteLine(base, serverProps));
+            System.out.printf("requests: prompt %d tokens by the local tokenizer (%s; the server's may count differently), "
+                    + "%d generated tokens per request (greedy, ignore_eos)%n", prompt.length, dir, maxTokens);
+        } else {
+            System.out.printf("bench-server: model %s, backend %s, prompt %d tokens, %d generated tokens per request (greedy, ignore_eos), draft %s%n",
+                    dir, backend, prompt.length, maxTokens, draft);
+        }
         longTokens = longUser == null ? 0 : tok.encode(ChatEncoder.encode(List.of(ChatMessage.user(longUser)), ChatOptions.defaults())).length;
         if (longUser != null) System.out.println(longPromptLine(longTokens, longPrompt));
-        System.out.printf("machine: %s, %d cores, JDK %s%n", cpuName(), Runtime.getRuntime().availableProcessors(),
+        System.out.printf("%s: %s, %d cores, JDK %s%n", url != null ? "client machine" : "machine", cpuName(), Runtime.getRuntime().availableProcessors(),
                 System.getProperty("java.version"));
 
         if (url != null) return remote(user, maxClients);
@@ -281,6 +288,7 @@ public final class BenchServerCommand implements Callable<Integer> {
                 "aggregate tok/s", "ITL p50", "ITL p99");
         Map<Integer, Double> aggregate = new LinkedHashMap<>();
         Map<Integer, Round> withLong = new LinkedHashMap<>();
+        SchedulerReading schedBefore = longUser != null ? SchedulerReading.parse(metrics()) : null;
         for (int c : clients) {
             if (longUser != null) serverGaps.put(c, new ArrayList<>(List.of(serverReading())));
             Round rd = round(c, user, false);
@@ -329,34 +337,95 @@ public final class BenchServerCommand implements Callable<Integer> {
                     e.getKey(), lastPlain.get(e.getKey()).itl(90), e.getValue().itl(90), lastPlain.get(e.getKey()).itl(95),
                     e.getValue().itl(95), lastPlain.get(e.getKey()).itl(99.9), e.getValue().itl(99.9),
                     lastPlain.get(e.getKey()).itl(100), e.getValue().itl(100));
-        if (!withLong.isEmpty()) System.out.println(schedulerLine());
+        if (!withLong.isEmpty()) System.out.println(schedulerLine(schedBefore, SchedulerReading.parse(metrics()), url != null));
     }
 
-    /**
-     * The scheduler's prefill decisions over the whole run, from /metrics: steps where a prompt waited, their mean
-     * prefill limit, and why the limits were set (counts per reason).
-     */
-    private String schedulerLine() {
+    /** The server's /metrics text now, or null when it cannot be read. */
+    private String metrics() {
         try {
             HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/metrics")).GET();
             if (apiKey != null) rb.header("Authorization", "Bearer " + apiKey);
-            String text = http.send(rb.build(), HttpResponse.BodyHandlers.ofString()).body();
+            HttpResponse<String> r = http.send(rb.build(), HttpResponse.BodyHandlers.ofString());
+            return r.statusCode() == 200 ? r.body() : null;
+        } catch (Exception e) {
+            return null;
+        }
+    }
+
+    /**
+     * The scheduler's prefill decisions so far, from /metrics: steps where a prompt waited for prefill
+     * (ds4j:step_prefill_limit), the sum of their prefill limits, and why the limits were set (counts per reason).
+     * @param present whether /metrics had those counters (a server other than a ds4j engine has none)
+     */
+    record SchedulerReading(boolean present, double count, double sum, Map<String, Double> reasons) {
+        static SchedulerReading parse(String metrics) {
             double count = 0, sum = 0;
-            StringBuilder reasons = new StringBuilder();
-            for (String l : text.split("\n")) {
-                if (l.startsWith("ds4j:step_prefill_limit_count ")) count = Double.parseDouble(l.substring(l.indexOf(' ') + 1));
-                else if (l.startsWith("ds4j:step_prefill_limit_sum ")) sum = Double.parseDouble(l.substring(l.indexOf(' ') + 1));
-                else if (l.startsWith("ds4j:step_prefill_limit_reason_total{")) {
+            boolean present = false;
+            Map<String, Double> reasons = new LinkedHashMap<>();
+            for (String l : metrics == null ? new String[0] : metrics.split("\n")) {
+                if (l.startsWith("ds4j:step_prefill_limit_count ")) {
+                    count = Double.parseDouble(l.substring(l.indexOf(' ') + 1).trim());
+                    present = true;
+                } else if (l.startsWith("ds4j:step_prefill_limit_sum ")) {
+                    sum = Double.parseDouble(l.substring(l.indexOf(' ') + 1).trim());
+                } else if (l.startsWith("ds4j:step_prefill_limit_reason_total{")) {
                     int a = l.indexOf("reason=\"") + 8;
-                    reasons.append(' ').append(l, a, l.indexOf('"', a)).append(' ')
-                            .append((long) Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1)));
+                    reasons.put(l.substring(a, l.indexOf('"', a)), Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1)));
                 }
             }
-            return String.format("scheduler, whole run: %d steps with a prompt waiting for prefill, mean prefill limit %.0f tokens; why:%s",
-                    (long) count, count > 0 ? sum / count : 0, reasons);
-        } catch (Exception e) {
-            return "scheduler: /metrics not read (" + e.getMessage() + ")";
+            return new SchedulerReading(present, count, sum, reasons);
         }
+    }
+
+    /**
+     * The scheduler's prefill decisions during the rounds: the difference of two /metrics readings, before the first
+     * round and after the last (a running server's counters start at its own start, not at this run's).
+     * @param remote a server running already (--url): its other clients' requests in that time count too
+     */
+    static String schedulerLine(SchedulerReading before, SchedulerReading after, boolean remote) {
+        if (before == null || !before.present() || !after.present())
+            return "scheduler: /metrics had no ds4j:step_prefill_limit counters before and after the rounds (not a ds4j engine?)";
+        double count = after.count() - before.count(), sum = after.sum() - before.sum();
+        StringBuilder reasons = new StringBuilder();
+        after.reasons().forEach((k, v) -> {
+            long d = Math.round(v - before.reasons().getOrDefault(k, 0.0));
+            if (d != 0) reasons.append(' ').append(k).append(' ').append(d);
+        });
+        return String.format("scheduler during the rounds above (/metrics before and after them%s): %d steps with a prompt "
+                        + "waiting for prefill, mean prefill limit %.0f tokens; why:%s",
+                remote ? ", with any other clients' requests to that server in that time" : "", Math.round(count),
+                count > 0 ? sum / count : 0, reasons.length() == 0 ? " -" : reasons);
+    }
+
+    /**
+     * --url: the server as its /props describes it (a ds4j engine's or cluster gateway's, or llama.cpp's fields);
+     * nothing of the local model, which only sizes the prompts.
+     */
+    static String remoteLine(String base, JsonNode props) {
+        String head = "server at " + base + " (running already; its own settings apply)";
+        if (props == null) return head + ": its /props could not be read, so its model and settings are not known here";
+        List<String> facts = new ArrayList<>();
+        JsonNode cluster = props.path("cluster");
+        if (cluster.path("role").asText("").equals("gateway"))
+            facts.add("a ds4j cluster gateway, " + cluster.path("engines_ready").asInt() + " of "
+                    + cluster.path("engines_known").asInt() + " engines ready");
+        JsonNode model = props.path("model");
+        String id = model.path("id").asText(props.path("model_alias").asText(""));
+        String path = model.path("path").asText(props.path("model_path").asText(""));
+        List<String> about = new ArrayList<>();
+        if (!id.isEmpty() && !path.isEmpty() && !path.equals(id)) about.add(path);
+        if (model.path("embedded").asBoolean(false)) about.add("the embedded random tiny model");
+        if (!id.isEmpty() || !path.isEmpty())
+            facts.add("model " + (id.isEmpty() ? path : id) + (about.isEmpty() ? "" : " (" + String.join("; ", about) + ")"));
+        if (props.path("backend").isTextual()) facts.add("backend " + props.path("backend").asText());
+        if (props.path("speculative").path("draft").isTextual()) facts.add("draft " + props.path("speculative").path("draft").asText());
+        if (props.path("limits").path("maxActive").isNumber()) facts.add("limits.maxActive " + props.path("limits").path("maxActive").asInt());
+        else if (props.path("total_slots").isNumber()) facts.add("total_slots " + props.path("total_slots").asInt());
+        JsonNode sch = props.path("scheduler");
+        if (sch.path("tokenBudget").isNumber())
+            facts.add("scheduler.tokenBudget " + sch.path("tokenBudget").asInt() + ", prefill chunk " + sch.path("prefillChunk").asInt()
+                    + ", scheduler.maxTickStretch " + sch.path("maxTickStretch").asDouble());
+        return head + ": " + (facts.isEmpty() ? "its /props names no model or settings" : String.join(", ", facts));
     }
 
     private void printRow(String label, Round rd) {
@@ -369,7 +438,6 @@ public final class BenchServerCommand implements Callable<Integer> {
      * of one stream (a speculative step may deliver several tokens in one chunk).
      */
     private int remote(String user, int maxClients) throws Exception {
-        System.out.printf("server: %s (running already; its own limits apply)%n", base);
         for (int i = 0; i < 10; i++) stream(user);
         List<Sample> single = new ArrayList<>();
         for (int i = 0; i < 2 * repeats; i++) single.add(stream(user));

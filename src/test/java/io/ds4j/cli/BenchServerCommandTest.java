@@ -156,4 +156,44 @@ class BenchServerCommandTest {
         assertTrue(title.startsWith("beside a 324-token prompt being prefilled"), title);
         assertTrue(title.contains("8 prefills started, 6 finished during the rounds"), title);
     }
+
+    /** --url: the header tells what the server's /props says, not the local model's path or the local --draft. */
+    @Test
+    void theRemoteServerIsDescribedByItsProps() throws Exception {
+        ObjectMapper m = new ObjectMapper();
+        String ds4j = BenchServerCommand.remoteLine("http://h:8080", m.readTree("{\"model\":{\"id\":\"flash\",\"path\":\"/m/flash\"},"
+                + "\"backend\":\"hip\",\"speculative\":{\"draft\":\"mtp\",\"q\":4},\"limits\":{\"maxActive\":16},"
+                + "\"scheduler\":{\"tokenBudget\":512,\"prefillChunk\":512,\"maxTickStretch\":1.6}}"));
+        assertEquals("server at http://h:8080 (running already; its own settings apply): model flash (/m/flash), backend hip, "
+                + "draft mtp, limits.maxActive 16, scheduler.tokenBudget 512, prefill chunk 512, scheduler.maxTickStretch 1.6", ds4j);
+        String llama = BenchServerCommand.remoteLine("http://h:8080", m.readTree("{\"model_path\":\"/m/x.gguf\",\"total_slots\":4}"));
+        assertTrue(llama.endsWith(": model /m/x.gguf, total_slots 4"), llama);
+        String none = BenchServerCommand.remoteLine("http://h:8080", null);
+        assertTrue(none.contains("its /props could not be read"), none);
+        assertFalse(none.contains("draft"), none);
+    }
+
+    /** The scheduler line counts the rounds (two readings' difference), not the server's whole lifetime. */
+    @Test
+    void theSchedulerLineCountsOnlyTheRounds() {
+        var before = BenchServerCommand.SchedulerReading.parse("""
+                ds4j:step_prefill_limit_count 100
+                ds4j:step_prefill_limit_sum 10000
+                ds4j:step_prefill_limit_reason_total{reason="layers"} 60
+                """);
+        var after = BenchServerCommand.SchedulerReading.parse("""
+                ds4j:step_prefill_limit_count 110
+                ds4j:step_prefill_limit_sum 12000
+                ds4j:step_prefill_limit_reason_total{reason="layers"} 64
+                ds4j:step_prefill_limit_reason_total{reason="no_decodes"} 6
+                """);
+        String local = BenchServerCommand.schedulerLine(before, after, false);
+        assertTrue(local.startsWith("scheduler during the rounds above (/metrics before and after them): 10 steps with a prompt "
+                + "waiting for prefill, mean prefill limit 200 tokens; why: layers 4 no_decodes 6"), local);
+        String remote = BenchServerCommand.schedulerLine(before, after, true);
+        assertTrue(remote.contains("other clients' requests to that server in that time"), remote);
+        String missing = BenchServerCommand.schedulerLine(BenchServerCommand.SchedulerReading.parse(null),
+                BenchServerCommand.SchedulerReading.parse("other_metric 1\n"), true);
+        assertTrue(missing.contains("had no ds4j:step_prefill_limit counters"), missing);
+    }
 }
