@@ -434,21 +434,15 @@ public final class BenchServerCommand implements Callable<Integer> {
     }
 
     /**
-     * --url: the server at the URL as clients see it. Per-token latency is the time between successive content chunks
-     * of one stream (a speculative step may deliver several tokens in one chunk).
+     * --url: the server at the URL as clients see it: the single-stream table ({@link #singleStreamTable}), then the
+     * concurrency levels.
      */
     private int remote(String user, int maxClients) throws Exception {
         for (int i = 0; i < 10; i++) stream(user);
         List<Sample> single = new ArrayList<>();
         for (int i = 0; i < 2 * repeats; i++) single.add(stream(user));
-        double[] gaps = single.stream().flatMapToDouble(x -> Arrays.stream(x.gapsMs())).sorted().toArray();
         System.out.println();
-        System.out.printf("%-24s %14s %16s %12s %14s %14s%n", "single stream", "decode tok/s", "end-to-end tok/s", "TTFT ms",
-                "per-token p50", "per-token p99");
-        System.out.printf("%-24s %14.1f %16.1f %12.1f %11.2f ms %11.2f ms%n", "1 client, " + single.size() + " runs",
-                median(single.stream().mapToDouble(Sample::decodeTps).toArray()),
-                median(single.stream().mapToDouble(Sample::e2eTps).toArray()),
-                median(single.stream().mapToDouble(Sample::ttftMs).toArray()), pct(gaps, 50), pct(gaps, 99));
+        System.out.print(singleStreamTable(single));
         System.out.println();
         levels(user);
         return 0;
@@ -513,6 +507,24 @@ public final class BenchServerCommand implements Callable<Integer> {
         }
         if (msg.length() > 300) msg = msg.substring(0, 300) + " ...";
         return "HTTP " + status + " from " + where + (msg.isEmpty() ? "" : ": " + msg);
+    }
+
+    /**
+     * --url: the single-stream table. Inter-token latency twice: between content chunks, and per token (a chunk of k
+     * tokens after a gap g counts k gaps of g / k, {@link Sample#tokenGapsMs}), with the share of tokens that came
+     * in a chunk with the one before (where the two differ).
+     */
+    static String singleStreamTable(List<Sample> single) {
+        Round rd = new Round(single, 1);
+        return String.format("%-24s %14s %16s %12s   %28s   %28s%n", "single stream", "decode tok/s", "end-to-end tok/s",
+                "TTFT ms", "ITL p50 / p99 between chunks", "ITL p50 / p99 per token")
+                + String.format("%-24s %14.1f %16.1f %12.1f   %28s   %28s%n", "1 client, " + single.size() + " runs",
+                median(single.stream().mapToDouble(Sample::decodeTps).toArray()),
+                median(single.stream().mapToDouble(Sample::e2eTps).toArray()),
+                median(single.stream().mapToDouble(Sample::ttftMs).toArray()),
+                String.format("%.2f / %.2f ms", rd.itl(50), rd.itl(99)), String.format("%.2f / %.2f ms", rd.itlPerToken(50), rd.itlPerToken(99)))
+                + String.format("per token: a chunk of k tokens after a gap g counts k gaps of g / k; %.1f%% of the tokens came in "
+                + "a chunk with the one before%n", rd.sharedPercent());
     }
 
     /** A user message of roughly --prompt-tokens tokens once encoded. */

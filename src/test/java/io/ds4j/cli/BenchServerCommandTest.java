@@ -196,4 +196,26 @@ class BenchServerCommandTest {
                 BenchServerCommand.SchedulerReading.parse("other_metric 1\n"), true);
         assertTrue(missing.contains("had no ds4j:step_prefill_limit counters"), missing);
     }
+
+    /**
+     * --url's single-stream table: the per-token columns hold the per-token gaps (a chunk of two tokens after 20 ms
+     * counts two gaps of 10 ms), and the gaps between chunks are labelled as such.
+     */
+    @Test
+    void theSingleStreamTableShowsPerTokenGapsAsPerToken() throws Exception {
+        List<BenchServerCommand.Sample> runs = new ArrayList<>();
+        for (int i = 0; i < 3; i++)
+            runs.add(sample(new long[]{10, 30, 50, 51},
+                    chunk("a", null, 1), chunk("bc", null, 3), chunk("de", null, 5), chunk(null, "length", 5)));
+        String t = BenchServerCommand.singleStreamTable(runs);
+        String[] lines = t.split("\n");
+        assertTrue(lines[0].contains("ITL p50 / p99 between chunks") && lines[0].contains("ITL p50 / p99 per token"), t);
+        assertTrue(lines[1].contains("20.00 / 20.00 ms") && lines[1].contains("10.00 / 10.00 ms"), t);
+        assertTrue(lines[1].indexOf("20.00 / 20.00 ms") < lines[1].indexOf("10.00 / 10.00 ms"), t);
+        assertTrue(lines[2].contains("50.0% of the tokens came in a chunk with the one before"), t);
+        // each label ends where its values end
+        assertEquals(lines[0].indexOf("between chunks") + "between chunks".length(),
+                lines[1].indexOf("20.00 / 20.00 ms") + "20.00 / 20.00 ms".length(), t);
+        assertEquals(lines[0].length(), lines[1].length(), t);
+    }
 }
