@@ -187,6 +187,18 @@ public final class BenchServerCommand implements Callable<Integer> {
         return 0;
     }
 
+    /** The header of the comparison without and with the long prompt; its labels end where {@link #longRow}'s values end. */
+    static String longHeader() {
+        return String.format("%-8s   %23s   %23s   %22s", "clients", "ITL p50 without / with", "ITL p99 without / with",
+                "p99 with / p50 without");
+    }
+
+    /** One row of that comparison: ITL p50 and p99 without and with the long prompt (ms), their ratio, and what was timed. */
+    static String longRow(int clients, double p50Without, double p50With, double p99Without, double p99With, String what) {
+        return String.format("%-8d   %10.2f / %7.2f ms   %10.2f / %7.2f ms   %22.2f   %s", clients, p50Without, p50With,
+                p99Without, p99With, p99With / p50Without, what);
+    }
+
     /** The header's line on the long prompt: its size as sent (the chat template included), and what was asked. */
     static String longPromptLine(int tokens, int asked) {
         return String.format("long prompt beside the streams: %d tokens in the chat template (--long-prompt %d), max_tokens 1, "
@@ -310,22 +322,21 @@ public final class BenchServerCommand implements Callable<Integer> {
         }
         if (!withLong.isEmpty()) {
             System.out.printf("%n%s%n", longTitle(longTokens, longStarted.get(), longFinished.get()));
-            System.out.printf("%-8s %22s %22s %14s%n", "clients", "ITL p50 without/with", "ITL p99 without/with", "p99 with / p50 without");
+            System.out.println(longHeader());
         }
         for (var e : withLong.entrySet()) {
             Round without = lastPlain.get(e.getKey()), with = e.getValue();
-            System.out.printf("%-8d %10.2f / %7.2f ms %10.2f / %7.2f ms %14.2f   between chunks%n", e.getKey(), without.itl(50),
-                    with.itl(50), without.itl(99), with.itl(99), with.itl(99) / without.itl(50));
-            System.out.printf("%-8d %10.2f / %7.2f ms %10.2f / %7.2f ms %14.2f   per token (%.1f%% / %.1f%% of tokens came in a "
-                            + "chunk with the one before)%n", e.getKey(), without.itlPerToken(50), with.itlPerToken(50),
-                    without.itlPerToken(99), with.itlPerToken(99), with.itlPerToken(99) / without.itlPerToken(50),
-                    without.sharedPercent(), with.sharedPercent());
+            System.out.println(longRow(e.getKey(), without.itl(50), with.itl(50), without.itl(99), with.itl(99), "between chunks"));
+            System.out.println(longRow(e.getKey(), without.itlPerToken(50), with.itlPerToken(50), without.itlPerToken(99),
+                    with.itlPerToken(99), String.format("per token (tokens that came in a chunk with the one before: "
+                            + "%.1f%% without / %.1f%% with)", without.sharedPercent(), with.sharedPercent())));
         }
         // where the tail comes from: the server's own gaps between a request's outputs (the engine's flushes, from
         // /metrics) against the gaps the clients saw, as the share above 40 and 50 ms
         for (var e : withLong.entrySet()) {
             int c = e.getKey();
-            System.out.printf("%d clients, share of gaps above 40 / 50 ms: without the long prompt clients %s, server %s; "
+            System.out.printf("%d clients, share of the gaps between chunks (at the server: between a request's outputs) above "
+                            + "40 / 50 ms: without the long prompt clients %s, server %s; "
                             + "with it clients %s, server %s%n", c, above(lastPlain.get(c)),
                     serverAbove(serverGaps.get(c), 0), above(e.getValue()), serverAbove(serverGaps.get(c), 1));
             System.out.printf("%d clients, share of the server's deliveries (the engine's send to the written chunk) above 5 / 20 ms:"
@@ -333,7 +344,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         }
         // the tails in more detail: where the p99 sits relative to the bulk of the gaps
         for (var e : withLong.entrySet())
-            System.out.printf("%d clients, ITL without / with, ms: p90 %.2f / %.2f, p95 %.2f / %.2f, p99.9 %.2f / %.2f, max %.2f / %.2f%n",
+            System.out.printf("%d clients, ITL between chunks without / with, ms: p90 %.2f / %.2f, p95 %.2f / %.2f, p99.9 %.2f / %.2f, max %.2f / %.2f%n",
                     e.getKey(), lastPlain.get(e.getKey()).itl(90), e.getValue().itl(90), lastPlain.get(e.getKey()).itl(95),
                     e.getValue().itl(95), lastPlain.get(e.getKey()).itl(99.9), e.getValue().itl(99.9),
                     lastPlain.get(e.getKey()).itl(100), e.getValue().itl(100));

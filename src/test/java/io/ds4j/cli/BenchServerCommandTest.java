@@ -218,4 +218,21 @@ class BenchServerCommandTest {
                 lines[1].indexOf("20.00 / 20.00 ms") + "20.00 / 20.00 ms".length(), t);
         assertEquals(lines[0].length(), lines[1].length(), t);
     }
+
+    /** The long-prompt comparison's labels stand apart, each ending where its column's values end. */
+    @Test
+    void theLongPromptColumnsReadApart() {
+        String h = BenchServerCommand.longHeader();
+        String r = BenchServerCommand.longRow(16, 12.5, 14.25, 20, 30.5, "between chunks");
+        assertFalse(h.contains("without/with p99"), h);
+        String[] labels = {"ITL p50 without / with", "ITL p99 without / with", "p99 with / p50 without"};
+        String[] values = {"12.50 /   14.25 ms", "20.00 /   30.50 ms", "2.44"};
+        for (int i = 0; i < labels.length; i++) {
+            int end = h.indexOf(labels[i]) + labels[i].length();
+            assertEquals(end, r.indexOf(values[i]) + values[i].length(), h + "\n" + r);
+            assertTrue(h.indexOf(labels[i]) >= 3 && h.substring(h.indexOf(labels[i]) - 3, h.indexOf(labels[i])).isBlank(),
+                    "at least three spaces before " + labels[i] + ":\n" + h);
+        }
+        assertTrue(r.endsWith("   between chunks"), r);
+    }
 }
