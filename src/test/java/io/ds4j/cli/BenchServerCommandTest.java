@@ -20,14 +20,26 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class BenchServerCommandTest {
     @Test
     void theServerLineShowsTheEffectivePrefillChunk() {
-        String cut = BenchServerCommand.serverLine(16, 256, 48, 512, 2, 1.6, 64);
+        String cut = BenchServerCommand.serverLine(16, 16, 256, 48, 512, 2, 1.6, 64);
         assertTrue(cut.contains("prefill chunk 48 (limits.prefillChunk 512, cut to the token budget)"), cut);
         assertTrue(cut.contains("scheduler.tokenBudget 48"), cut);
-        String kept = BenchServerCommand.serverLine(16, 256, 1024, 512, 2, 0, 64);
+        String kept = BenchServerCommand.serverLine(16, 17, 256, 1024, 512, 2, 0, 64);
         assertTrue(kept.contains("prefill chunk 512,"), kept);
         assertFalse(kept.contains("cut to"), kept);
         assertTrue(cut.contains("scheduler.maxTickStretch 1.6 with scheduler.minPrefillChunk 64"), cut);
         assertTrue(kept.contains("scheduler.maxTickStretch 0 (off"), kept);
+    }
+
+    /** The queue is mentioned only where the largest level (plus the long prompt) is more than limits.maxActive. */
+    @Test
+    void theQueueIsMentionedOnlyWhenSomeoneWaits() {
+        String fits = BenchServerCommand.serverLine(3, 3, 256, 512, 512, 2, 1.6, 64);
+        assertTrue(fits.startsWith("server: limits.maxActive 3, "), fits);
+        assertFalse(fits.contains("queue"), fits);
+        String waits = BenchServerCommand.serverLine(3, 5, 256, 512, 512, 2, 1.6, 64);
+        assertTrue(waits.startsWith("server: limits.maxActive 3 (2 of the 5 requests at once at the largest level wait in the queue), "), waits);
+        String one = BenchServerCommand.serverLine(3, 4, 256, 512, 512, 2, 1.6, 64);
+        assertTrue(one.startsWith("server: limits.maxActive 3 (1 of the 4 requests at once at the largest level waits in the queue), "), one);
     }
 
     /** Parses the events; the clock reads 0 at the request and then each event's time (ms), one per event. */
