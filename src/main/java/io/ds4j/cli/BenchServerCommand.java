@@ -468,7 +468,8 @@ public final class BenchServerCommand implements Callable<Integer> {
     /**
      * --url: the server's GET /props, the first request sent to it.
      * @return its JSON, or null when the answer is not 200 with a JSON body
-     * @throws IllegalStateException when the server cannot be reached ({@link #unreachable})
+     * @throws IllegalStateException when the server cannot be reached ({@link #unreachable}), or refuses the key
+     *                               (401 or 403: every request would be refused)
      */
     private JsonNode remoteProps() throws InterruptedException {
         HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/props")).GET().timeout(Duration.ofSeconds(30));
@@ -479,6 +480,9 @@ public final class BenchServerCommand implements Callable<Integer> {
         } catch (java.io.IOException e) {
             throw new IllegalStateException(unreachable(base, e), e);
         }
+        // a key refused there is refused on every request: said now, before the local model is made or loaded
+        if (r.statusCode() == 401 || r.statusCode() == 403)
+            throw new IllegalStateException(httpError(base + "/props", r.statusCode(), r.body()));
         try {
             return r.statusCode() == 200 ? json.readTree(r.body()) : null;
         } catch (Exception e) {

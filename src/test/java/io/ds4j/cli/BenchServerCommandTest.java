@@ -247,4 +247,36 @@ class BenchServerCommandTest {
         }
         assertTrue(r.endsWith("   between chunks"), r);
     }
+
+    /** A fake server on a free port: each path's status and body (non-streamed), the chat route as the handler given. */
+    static com.sun.net.httpserver.HttpServer fake(com.sun.net.httpserver.HttpHandler chat, int propsStatus, String propsBody) throws Exception {
+        var hs = com.sun.net.httpserver.HttpServer.create(new java.net.InetSocketAddress(java.net.InetAddress.getLoopbackAddress(), 0), 0);
+        hs.createContext("/props", x -> {
+            byte[] b = propsBody.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+            x.sendResponseHeaders(propsStatus, b.length);
+            x.getResponseBody().write(b);
+            x.close();
+        });
+        hs.createContext("/v1/chat/completions", chat);
+        hs.setExecutor(java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor());
+        hs.start();
+        return hs;
+    }
+
+    /** --url against a server that wants a key: its 401 on /props ends the run at once, with the server's message. */
+    @Test
+    void aRefusedPropsRequestEndsTheRunWithTheReason() throws Exception {
+        var hs = fake(x -> {
+            x.sendResponseHeaders(500, -1);
+            x.close();
+        }, 401, "{\"error\":{\"message\":\"invalid API key\",\"type\":\"invalid_request_error\"}}");
+        try {
+            String url = "http://127.0.0.1:" + hs.getAddress().getPort();
+            String[] r = run("bench-server", "--url", url, "--api-key", "wrong", "--model", "/nonexistent/model");
+            assertEquals("2", r[0], r[1]);
+            assertTrue(r[1].contains("error: HTTP 401 from " + url + "/props: invalid API key"), r[1]);
+        } finally {
+            hs.stop(0);
+        }
+    }
 }
