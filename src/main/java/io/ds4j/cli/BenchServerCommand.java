@@ -692,15 +692,22 @@ public final class BenchServerCommand implements Callable<Integer> {
         List<Sample> samples = Collections.synchronizedList(new ArrayList<>());
         java.util.concurrent.atomic.AtomicBoolean over = new java.util.concurrent.atomic.AtomicBoolean();
         java.util.concurrent.atomic.AtomicReference<java.util.concurrent.CompletableFuture<?>> inFlight = new java.util.concurrent.atomic.AtomicReference<>();
+        // the long prompt refused (e.g. longer than the server's context): nothing was prefilled beside the streams
+        java.util.concurrent.atomic.AtomicReference<String> longRefused = new java.util.concurrent.atomic.AtomicReference<>();
         Thread longClient = null;
         if (withLong) {
             longClient = Thread.ofVirtual().start(() -> {
                 while (!over.get()) {
-                    var f = http.sendAsync(chatRequest(longUser, 1, false), HttpResponse.BodyHandlers.discarding());
+                    HttpRequest req = chatRequest(longUser, 1, false);
+                    var f = http.sendAsync(req, HttpResponse.BodyHandlers.ofString());
                     inFlight.set(f);
                     longStarted.incrementAndGet();
                     try {
-                        f.get();
+                        HttpResponse<String> resp = f.get();
+                        if (resp.statusCode() != 200) {
+                            longRefused.set(httpError(req.uri().toString(), resp.statusCode(), resp.body()));
+                            return;
+                        }
                         if (!over.get()) longFinished.incrementAndGet();
                     } catch (Exception e) {
                         return; // abandoned at the end of the round
@@ -728,6 +735,8 @@ public final class BenchServerCommand implements Callable<Integer> {
             var f = inFlight.get();
             if (f != null) f.cancel(true); // the client goes away: the server cancels the prefill at its next step
             longClient.join();
+            if (longRefused.get() != null)
+                throw new IllegalStateException("the long prompt (--long-prompt, " + longTokens + " tokens) was refused: " + longRefused.get());
         } else {
             lastPlain.put(c, rd);
         }

@@ -279,4 +279,33 @@ class BenchServerCommandTest {
             hs.stop(0);
         }
     }
+
+    /**
+     * --url with --long-prompt against a server that refuses the long prompt (longer than its context): the run says
+     * so, instead of counting each refusal as a finished prefill and printing the figures as beside a prompt being
+     * prefilled.
+     */
+    @Test
+    void aRefusedLongPromptIsAnError() throws Exception {
+        String sse = "data: " + chunk("a", null, 1) + "\n\ndata: " + chunk("b", null, 2) + "\n\ndata: " + chunk(null, "length", 2)
+                + "\n\ndata: [DONE]\n\n";
+        var hs = fake(x -> {
+            String body = new String(x.getRequestBody().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+            byte[] b = (body.contains("\"stream\":true") ? sse
+                    : "{\"error\":{\"message\":\"the prompt is too long for this server's context\"}}").getBytes();
+            x.sendResponseHeaders(body.contains("\"stream\":true") ? 200 : 400, b.length);
+            x.getResponseBody().write(b);
+            x.close();
+        }, 200, "{}");
+        try {
+            String url = "http://127.0.0.1:" + hs.getAddress().getPort();
+            String[] r = run("bench-server", "--url", url, "--clients", "1", "--requests", "4", "--repeats", "1",
+                    "--max-tokens", "2", "--long-prompt", "40");
+            assertEquals("2", r[0], r[1]);
+            assertTrue(r[1].contains("the long prompt") && r[1].contains("HTTP 400 from " + url
+                    + "/v1/chat/completions: the prompt is too long for this server's context"), r[1]);
+        } finally {
+            hs.stop(0);
+        }
+    }
 }
