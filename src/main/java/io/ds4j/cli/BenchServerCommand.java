@@ -400,6 +400,8 @@ public final class BenchServerCommand implements Callable<Integer> {
         if (before == null || !before.present() || !after.present())
             return "scheduler: /metrics had no ds4j:step_prefill_limit counters before and after the rounds (not a ds4j engine?)";
         double count = after.count() - before.count(), sum = after.sum() - before.sum();
+        if (count < 0 || sum < 0 || after.reasons().entrySet().stream().anyMatch(e -> e.getValue() < before.reasons().getOrDefault(e.getKey(), 0.0)))
+            return "scheduler: /metrics' counters went down during the rounds (the server restarted?), so its prefill decisions in them are not known";
         StringBuilder reasons = new StringBuilder();
         after.reasons().forEach((k, v) -> {
             long d = Math.round(v - before.reasons().getOrDefault(k, 0.0));
@@ -664,7 +666,8 @@ public final class BenchServerCommand implements Callable<Integer> {
         double all = after.getOrDefault(Double.POSITIVE_INFINITY, Double.NaN) - before.getOrDefault(Double.POSITIVE_INFINITY, Double.NaN);
         double leLo = after.getOrDefault(lo, Double.NaN) - before.getOrDefault(lo, Double.NaN);
         double leHi = after.getOrDefault(hi, Double.NaN) - before.getOrDefault(hi, Double.NaN);
-        if (!(all > 0) || Double.isNaN(leLo) || Double.isNaN(leHi)) return "?";
+        // counters that went down: the server restarted between the readings
+        if (!(all > 0) || !(leLo >= 0) || !(leHi >= 0)) return "?";
         return String.format("%.1f%% / %.1f%%", 100 * (all - leLo) / all, 100 * (all - leHi) / all);
     }
 

@@ -308,4 +308,14 @@ class BenchServerCommandTest {
             hs.stop(0);
         }
     }
+
+    /** Counters that went down between the readings (the server restarted): no negative step counts. */
+    @Test
+    void aRestartedServersCountersAreNotSubtracted() {
+        var before = BenchServerCommand.SchedulerReading.parse("ds4j:step_prefill_limit_count 100\nds4j:step_prefill_limit_sum 10000\n");
+        var after = BenchServerCommand.SchedulerReading.parse("ds4j:step_prefill_limit_count 10\nds4j:step_prefill_limit_sum 900\n");
+        String l = BenchServerCommand.schedulerLine(before, after, true);
+        assertFalse(l.contains("-90"), l);
+        assertTrue(l.contains("restarted"), l);
+    }
 }
