@@ -691,7 +691,7 @@ public final class BenchServerCommand implements Callable<Integer> {
      * long-prompt request (max_tokens 1) is kept in flight beside them the whole time and abandoned at the end.
      */
     private Round round(int c, String user, boolean withLong) throws Exception {
-        int perClient = Math.max(1, (requests + c - 1) / c);
+        int perClient = perClient(requests, c);
         List<Sample> samples = Collections.synchronizedList(new ArrayList<>());
         java.util.concurrent.atomic.AtomicBoolean over = new java.util.concurrent.atomic.AtomicBoolean();
         java.util.concurrent.atomic.AtomicReference<java.util.concurrent.CompletableFuture<?>> inFlight = new java.util.concurrent.atomic.AtomicReference<>();
@@ -744,6 +744,11 @@ public final class BenchServerCommand implements Callable<Integer> {
             lastPlain.put(c, rd);
         }
         return rd;
+    }
+
+    /** Requests per client: --requests rounded up to a multiple of the clients, at least one each. */
+    static int perClient(int requests, int c) {
+        return (int) Math.max(1, ((long) requests + c - 1) / c);
     }
 
     /** A user message of about n tokens once encoded (numbered words, so n-gram lookup finds little to draft). */

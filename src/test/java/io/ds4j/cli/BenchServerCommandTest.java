@@ -318,4 +318,12 @@ class BenchServerCommandTest {
         assertFalse(l.contains("-90"), l);
         assertTrue(l.contains("restarted"), l);
     }
+
+    /** --requests near the int range: rounded up to a multiple of the clients without overflowing to one each. */
+    @Test
+    void hugeRequestCountsDoNotOverflow() {
+        assertEquals(Integer.MAX_VALUE / 4 + 1, BenchServerCommand.perClient(Integer.MAX_VALUE, 4));
+        assertEquals(3, BenchServerCommand.perClient(10, 4));
+        assertEquals(1, BenchServerCommand.perClient(2, 4));
+    }
 }
