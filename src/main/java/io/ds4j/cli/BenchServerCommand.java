@@ -195,8 +195,18 @@ public final class BenchServerCommand implements Callable<Integer> {
 
     /** One row of that comparison: ITL p50 and p99 without and with the long prompt (ms), their ratio, and what was timed. */
     static String longRow(int clients, double p50Without, double p50With, double p99Without, double p99With, String what) {
-        return String.format("%-8d   %10.2f / %7.2f ms   %10.2f / %7.2f ms   %22.2f   %s", clients, p50Without, p50With,
-                p99Without, p99With, p99With / p50Without, what);
+        return String.format("%-8d   %23s   %23s   %22s   %s", clients, pair(p50Without, p50With, 7), pair(p99Without, p99With, 7),
+                num(p99With / p50Without, 2), what);
+    }
+
+    /** A value with the given decimals, or "-" where there is none (NaN: nothing to measure, e.g. no gap in a round). */
+    static String num(double v, int decimals) {
+        return Double.isFinite(v) ? String.format("%." + decimals + "f", v) : "-";
+    }
+
+    /** Two latencies as "a / b ms" (b right-aligned in bWidth places), or "-" where neither was measured. */
+    static String pair(double a, double b, int bWidth) {
+        return Double.isNaN(a) && Double.isNaN(b) ? "-" : String.format("%s / %" + bWidth + "s ms", num(a, 2), num(b, 2));
     }
 
     /** The header's line on the long prompt: its size as sent (the chat template included), and what was asked. */
@@ -286,11 +296,13 @@ public final class BenchServerCommand implements Callable<Integer> {
             double sseTtft = median(single.stream().mapToDouble(Sample::ttftMs).toArray());
             System.out.println();
             System.out.printf("%-24s %14s %16s %12s%n", "single stream", "decode tok/s", "end-to-end tok/s", "TTFT ms");
-            System.out.printf("%-24s %14.1f %16.1f %12.1f%n", "engine alone", engDecode, engE2e, engTtft);
-            System.out.printf("%-24s %14.1f %16.1f %12.1f%n", "through SSE (1 client)", sseDecode, sseE2e, sseTtft);
-            System.out.printf("overhead: decode %.1f %% (%.2f ms/token), end-to-end %.1f %%, TTFT +%.1f ms (medians of %d runs each)%n",
-                    100 * (1 - sseDecode / engDecode), 1000 / sseDecode - 1000 / engDecode, 100 * (1 - sseE2e / engE2e),
-                    sseTtft - engTtft, 2 * repeats);
+            System.out.printf("%-24s %14s %16s %12s%n", "engine alone", num(engDecode, 1), num(engE2e, 1), num(engTtft, 1));
+            System.out.printf("%-24s %14s %16s %12s%n", "through SSE (1 client)", num(sseDecode, 1), num(sseE2e, 1), num(sseTtft, 1));
+            // with one generated token there is no decode to compare ("-")
+            boolean decodes = engDecode > 0 && sseDecode > 0;
+            System.out.printf("overhead: decode %s %% (%s ms/token), end-to-end %s %%, TTFT +%s ms (medians of %d runs each)%n",
+                    decodes ? num(100 * (1 - sseDecode / engDecode), 1) : "-", decodes ? num(1000 / sseDecode - 1000 / engDecode, 2) : "-",
+                    num(100 * (1 - sseE2e / engE2e), 1), num(sseTtft - engTtft, 1), 2 * repeats);
         }
     }
 
@@ -332,7 +344,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             System.out.println(longRow(e.getKey(), without.itl(50), with.itl(50), without.itl(99), with.itl(99), "between chunks"));
             System.out.println(longRow(e.getKey(), without.itlPerToken(50), with.itlPerToken(50), without.itlPerToken(99),
                     with.itlPerToken(99), String.format("per token (tokens that came in a chunk with the one before: "
-                            + "%.1f%% without / %.1f%% with)", without.sharedPercent(), with.sharedPercent())));
+                            + "%s%% without / %s%% with)", num(without.sharedPercent(), 1), num(with.sharedPercent(), 1))));
         }
         // where the tail comes from: the server's own gaps between a request's outputs (the engine's flushes, from
         // /metrics) against the gaps the clients saw, as the share above 40 and 50 ms
@@ -445,8 +457,17 @@ public final class BenchServerCommand implements Callable<Integer> {
     }
 
     private void printRow(String label, Round rd) {
-        System.out.printf("%-8s %9d %13.1f %13.1f %17.1f %11.2f ms %11.2f ms%n", label, rd.samples().size(), rd.ttft(50),
-                rd.ttft(99), rd.aggregate(), rd.itl(50), rd.itl(99));
+        System.out.println(levelRow(label, rd));
+    }
+
+    /** One row of the concurrency table. */
+    static String levelRow(String label, Round rd) {
+        return String.format("%-8s %9d %13s %13s %17s %14s %14s", label, rd.samples().size(), num(rd.ttft(50), 1),
+                num(rd.ttft(99), 1), num(rd.aggregate(), 1), ms(rd.itl(50)), ms(rd.itl(99)));
+    }
+
+    private static String ms(double v) {
+        return Double.isFinite(v) ? String.format("%.2f ms", v) : "-";
     }
 
     /**
@@ -538,13 +559,14 @@ public final class BenchServerCommand implements Callable<Integer> {
         Round rd = new Round(single, 1);
         return String.format("%-24s %14s %16s %12s   %28s   %28s%n", "single stream", "decode tok/s", "end-to-end tok/s",
                 "TTFT ms", "ITL p50 / p99 between chunks", "ITL p50 / p99 per token")
-                + String.format("%-24s %14.1f %16.1f %12.1f   %28s   %28s%n", "1 client, " + single.size() + " runs",
-                median(single.stream().mapToDouble(Sample::decodeTps).toArray()),
-                median(single.stream().mapToDouble(Sample::e2eTps).toArray()),
-                median(single.stream().mapToDouble(Sample::ttftMs).toArray()),
-                String.format("%.2f / %.2f ms", rd.itl(50), rd.itl(99)), String.format("%.2f / %.2f ms", rd.itlPerToken(50), rd.itlPerToken(99)))
-                + String.format("per token: a chunk of k tokens after a gap g counts k gaps of g / k; %.1f%% of the tokens came in "
-                + "a chunk with the one before%n", rd.sharedPercent());
+                + String.format("%-24s %14s %16s %12s   %28s   %28s%n", "1 client, " + single.size() + " runs",
+                num(median(single.stream().mapToDouble(Sample::decodeTps).toArray()), 1),
+                num(median(single.stream().mapToDouble(Sample::e2eTps).toArray()), 1),
+                num(median(single.stream().mapToDouble(Sample::ttftMs).toArray()), 1),
+                pair(rd.itl(50), rd.itl(99), 1), pair(rd.itlPerToken(50), rd.itlPerToken(99), 1))
+                + "per token: a chunk of k tokens after a gap g counts k gaps of g / k; " + (Double.isNaN(rd.sharedPercent())
+                ? "no run had a second chunk, so there is no gap to time (--max-tokens 1?)"
+                : String.format("%.1f%% of the tokens came in a chunk with the one before", rd.sharedPercent())) + "\n";
     }
 
     /** A user message of roughly --prompt-tokens tokens once encoded. */
@@ -589,7 +611,8 @@ public final class BenchServerCommand implements Callable<Integer> {
         }
 
         double ttft(double p) {
-            return pct(samples.stream().mapToDouble(Sample::ttftMs).sorted().toArray(), p);
+            // a stream without output has no TTFT (NaN), left out
+            return pct(samples.stream().mapToDouble(Sample::ttftMs).filter(x -> !Double.isNaN(x)).sorted().toArray(), p);
         }
 
         /** Percentile of the gaps between successive content chunks, pooled over the streams. */
@@ -848,8 +871,9 @@ public final class BenchServerCommand implements Callable<Integer> {
                 gaps.stream().mapToDouble(Double::doubleValue).toArray(), tokenGaps.stream().mapToDouble(Double::doubleValue).toArray(), shared);
     }
 
+    /** The median of the measured values (NaN: not measured, left out); NaN where none was. */
     private static double median(double[] v) {
-        double[] s = v.clone();
+        double[] s = Arrays.stream(v).filter(x -> !Double.isNaN(x)).toArray();
         Arrays.sort(s);
         return s.length == 0 ? Double.NaN : s.length % 2 == 1 ? s[s.length / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
     }

@@ -309,6 +309,30 @@ class BenchServerCommandTest {
         }
     }
 
+    /** --max-tokens 1 (no gap between tokens): the tables show "-" where there is nothing to measure, not NaN. */
+    @Test
+    void nothingToMeasureIsADashNotNaN() throws Exception {
+        List<BenchServerCommand.Sample> runs = new ArrayList<>();
+        for (int i = 0; i < 2; i++) runs.add(sample(new long[]{10, 11}, chunk("a", null, 1), chunk(null, "length", 1)));
+        String t = BenchServerCommand.singleStreamTable(runs);
+        assertFalse(t.contains("NaN"), t);
+        String[] lines = t.split("\n");
+        assertEquals(lines[0].length(), lines[1].length(), t);
+        String r = BenchServerCommand.longRow(4, Double.NaN, Double.NaN, Double.NaN, Double.NaN, "between chunks");
+        assertFalse(r.contains("NaN"), r);
+        assertEquals(BenchServerCommand.longHeader().length(), r.indexOf("   between chunks"), r);
+        String lv = BenchServerCommand.levelRow("2", new BenchServerCommand.Round(runs, 1));
+        assertFalse(lv.contains("NaN"), lv);
+    }
+
+    /** A large ITL with the long prompt (10 s and more) still ends where its label ends. */
+    @Test
+    void largeValuesStayInTheirColumns() {
+        String h = BenchServerCommand.longHeader();
+        String r = BenchServerCommand.longRow(16, 12.5, 12345.67, 20, 23456.78, "between chunks");
+        assertEquals(h.length(), r.indexOf("   between chunks"), h + "\n" + r);
+    }
+
     /** Counters that went down between the readings (the server restarted): no negative step counts. */
     @Test
     void aRestartedServersCountersAreNotSubtracted() {
