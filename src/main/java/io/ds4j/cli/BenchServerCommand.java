@@ -597,7 +597,11 @@ public final class BenchServerCommand implements Callable<Integer> {
 
     /**
      * One request as the client sees it.
-     * @param gapsMs      gaps between successive content chunks (ms)
+     * @param ttftMs      request sent to the first output chunk (content, or a reasoning model's reasoning_content);
+     *                    NaN where none came
+     * @param decodeTps   tokens after the first over the time to the last; NaN where there is none to time
+     * @param tokens      the last usage's completion_tokens; one a chunk from a server that sends no usage
+     * @param gapsMs      gaps between successive output chunks (ms)
      * @param tokenGapsMs per token after the first chunk: a chunk of k tokens after a gap g gives k gaps of g / k (ms)
      * @param shared      tokens after the first chunk that came in a chunk with the token before them (k − 1 a chunk)
      */
@@ -850,7 +854,10 @@ public final class BenchServerCommand implements Callable<Integer> {
             JsonNode c = j.path("choices").path(0);
             if (c.isMissingNode()) continue; // the closing usage chunk
             long now = clock.getAsLong();
-            if (!c.path("delta").path("content").asText("").isEmpty()) {
+            // a reasoning model's tokens come as reasoning_content (or reasoning) before the content: output too
+            JsonNode d = c.path("delta");
+            if (!d.path("content").asText("").isEmpty() || !d.path("reasoning_content").asText("").isEmpty()
+                    || !d.path("reasoning").asText("").isEmpty()) {
                 int upTo = j.path("usage").path("completion_tokens").asInt(seen + 1);
                 int k = Math.max(1, upTo - seen);
                 seen = upTo;
@@ -866,8 +873,10 @@ public final class BenchServerCommand implements Callable<Integer> {
             if (!c.path("finish_reason").isNull() && !c.path("finish_reason").isMissingNode()) last = now;
         }
         long end = clock.getAsLong();
-        double decode = last > first && tokens > 1 ? (tokens - 1) / ((last - first) / 1e9) : 0;
-        return new Sample((first - t0) / 1e6, decode, tokens / ((end - t0) / 1e9), tokens,
+        tokens = Math.max(tokens, seen); // a server that sends no usage: one token a chunk
+        // NaN where there is no decode to time (one token, or all in one chunk), as the engine alone's figure
+        double decode = last > first && tokens > 1 ? (tokens - 1) / ((last - first) / 1e9) : Double.NaN;
+        return new Sample(first == 0 ? Double.NaN : (first - t0) / 1e6, decode, tokens / ((end - t0) / 1e9), tokens,
                 gaps.stream().mapToDouble(Double::doubleValue).toArray(), tokenGaps.stream().mapToDouble(Double::doubleValue).toArray(), shared);
     }
 

@@ -309,11 +309,33 @@ class BenchServerCommandTest {
         }
     }
 
+    /** A server that sends no usage (stream_options not supported): one token a content chunk, not none. */
+    @Test
+    void withoutUsageEachChunkCountsOneToken() throws Exception {
+        BenchServerCommand.Sample s = sample(new long[]{10, 20, 30, 31},
+                chunk("a", null, null), chunk("b", null, null), chunk("c", null, null), chunk(null, "length", null));
+        assertEquals(3, s.tokens(), "tokens");
+        assertTrue(s.decodeTps() > 0 && s.e2eTps() > 0, s.toString());
+    }
+
+    /** A reasoning model's tokens (delta.reasoning_content) are output too: TTFT is the first of them, not unset. */
+    @Test
+    void reasoningChunksAreOutput() throws Exception {
+        BenchServerCommand.Sample s = sample(new long[]{10, 20, 30, 31},
+                "{\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"a\"},\"finish_reason\":null}],\"usage\":{\"completion_tokens\":1}}",
+                "{\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"b\"},\"finish_reason\":null}],\"usage\":{\"completion_tokens\":2}}",
+                "{\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"c\"},\"finish_reason\":null}],\"usage\":{\"completion_tokens\":3}}",
+                chunk(null, "length", 3));
+        assertEquals(10, s.ttftMs(), 1e-9);
+        assertArrayEquals(new double[]{10, 10}, s.gapsMs(), 1e-9);
+    }
+
     /** --max-tokens 1 (no gap between tokens): the tables show "-" where there is nothing to measure, not NaN. */
     @Test
     void nothingToMeasureIsADashNotNaN() throws Exception {
         List<BenchServerCommand.Sample> runs = new ArrayList<>();
         for (int i = 0; i < 2; i++) runs.add(sample(new long[]{10, 11}, chunk("a", null, 1), chunk(null, "length", 1)));
+        assertTrue(Double.isNaN(runs.get(0).decodeTps()), "no decode to time, as the engine alone's: " + runs.get(0));
         String t = BenchServerCommand.singleStreamTable(runs);
         assertFalse(t.contains("NaN"), t);
         String[] lines = t.split("\n");
