@@ -116,7 +116,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         if (bad != null) throw new CommandLine.ParameterException(spec.commandLine(), bad);
         if (url != null) {
             // the server is reached first, before the local model (its tokenizer sizes the prompts) is made or loaded
-            base = url.replaceAll("/+$", "");
+            base = serverBase(url);
             http = newClient();
             serverProps = remoteProps();
         }
@@ -185,6 +185,15 @@ public final class BenchServerCommand implements Callable<Integer> {
             server.close().await();
         }
         return 0;
+    }
+
+    /**
+     * The server's root from --url: trailing slashes and an OpenAI-style {@code /v1} base path dropped (the bench adds
+     * {@code /v1/chat/completions}, {@code /props} and {@code /metrics} itself), so the base URL a client library takes
+     * works too.
+     */
+    static String serverBase(String url) {
+        return url.replaceAll("/+$", "").replaceAll("/v1$", "");
     }
 
     /** The header of the comparison without and with the long prompt; its labels end where {@link #longRow}'s values end. */

@@ -19,6 +19,15 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /** {@code ds4j bench-server}: its closing line shows the prefill chunk the engine uses, not only the configured one, and the latency bound on prefill. */
 class BenchServerCommandTest {
     @Test
+    void theServerBaseTakesAClientLibrarysBaseUrlToo() {
+        assertEquals("http://h:8080", BenchServerCommand.serverBase("http://h:8080/v1"));
+        assertEquals("http://h:8080", BenchServerCommand.serverBase("http://h:8080/v1/"));
+        assertEquals("http://h:8080", BenchServerCommand.serverBase("http://h:8080//"));
+        assertEquals("http://h:8080/gw", BenchServerCommand.serverBase("http://h:8080/gw"));
+        assertEquals("http://h:8080/v10", BenchServerCommand.serverBase("http://h:8080/v10"), "only a whole /v1 segment");
+    }
+
+    @Test
     void theServerLineShowsTheEffectivePrefillChunk() {
         String cut = BenchServerCommand.serverLine(16, 16, 256, 48, 512, 2, 1.6, 64);
         assertTrue(cut.contains("prefill chunk 48 (limits.prefillChunk 512, cut to the token budget)"), cut);
