@@ -661,10 +661,10 @@ public final class BenchServerCommand implements Callable<Integer> {
     /** The server's ITL and delivery histograms now (empty maps when /metrics cannot be read). */
     private ServerReading serverReading() {
         ServerReading r = new ServerReading(new LinkedHashMap<>(), new LinkedHashMap<>());
+        String text = metrics();
+        if (text == null) return r;
         try {
-            HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(base + "/metrics")).GET();
-            if (apiKey != null) rb.header("Authorization", "Bearer " + apiKey);
-            for (String l : http.send(rb.build(), HttpResponse.BodyHandlers.ofString()).body().split("\n")) {
+            for (String l : text.split("\n")) {
                 Map<Double, Double> m = l.startsWith("vllm:inter_token_latency_seconds_bucket{") ? r.itl()
                         : l.startsWith("ds4j:stream_delivery_seconds_bucket{") ? r.delivery() : null;
                 if (m == null) continue;

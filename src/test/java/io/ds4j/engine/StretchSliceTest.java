@@ -87,6 +87,15 @@ class StretchSliceTest {
     }
 
     /** Every request's output in outs is its output run alone on the CPU target. */
+    /** Opens a request's generation (prefill chunk 64), gives it an output list in outs and adds it to the scheduler. */
+    static Generation admit(Scheduler<String> sch, Backend target, String key, BatchInvarianceRuns.Req r,
+                            Map<String, List<Integer>> outs) {
+        outs.put(key, new ArrayList<>());
+        Generation g = BatchInvarianceRuns.open(target, r, 64, outs.get(key));
+        sch.add(key, g);
+        return g;
+    }
+
     static void assertOutputsAsAlone(Map<String, BatchInvarianceRuns.Req> reqs, Map<String, List<Integer>> outs) {
         for (var en : LongPromptRuns.alone(target, reqs).entrySet())
             assertArrayEquals(en.getValue(), BatchInvarianceRuns.tokens(outs.get(en.getKey())), en.getKey());
@@ -124,19 +133,9 @@ class StretchSliceTest {
             Scheduler<String> sch = new Scheduler<>(tb, limits, tb::now);
             Map<String, List<Integer>> outs = new LinkedHashMap<>();
             Map<String, Generation> gens = new LinkedHashMap<>();
-            for (var en : first.entrySet()) {
-                outs.put(en.getKey(), new ArrayList<>());
-                Generation g = BatchInvarianceRuns.open(tb, en.getValue(), 64, outs.get(en.getKey()));
-                gens.put(en.getKey(), g);
-                sch.add(en.getKey(), g);
-            }
+            for (var en : first.entrySet()) gens.put(en.getKey(), admit(sch, tb, en.getKey(), en.getValue(), outs));
             while (sch.tick().prefillTokens() > 0) { }
-            for (var en : later.entrySet()) {
-                outs.put(en.getKey(), new ArrayList<>());
-                Generation g = BatchInvarianceRuns.open(tb, en.getValue(), 64, outs.get(en.getKey()));
-                gens.put(en.getKey(), g);
-                sch.add(en.getKey(), g);
-            }
+            for (var en : later.entrySet()) gens.put(en.getKey(), admit(sch, tb, en.getKey(), en.getValue(), outs));
             List<Scheduler.Tick<String>> ticks = new ArrayList<>();
             while (!sch.isEmpty()) {
                 if (hook != null) hook.before(ticks.size(), sch, gens, outs);
@@ -224,10 +223,7 @@ class StretchSliceTest {
         reqs.put("long", longPrompt(cfg, 300, 7, false));
         reqs.put("long2", longPrompt(cfg, 200, 8, true));
         Map<String, List<Integer>> outs = new LinkedHashMap<>();
-        for (var en : reqs.entrySet()) {
-            outs.put(en.getKey(), new ArrayList<>());
-            sch.add(en.getKey(), BatchInvarianceRuns.open(tb, en.getValue(), 64, outs.get(en.getKey())));
-        }
+        for (var en : reqs.entrySet()) admit(sch, tb, en.getKey(), en.getValue(), outs);
         int n = 0;
         while (!sch.isEmpty()) {
             sch.tick();
@@ -281,15 +277,10 @@ class StretchSliceTest {
         Scheduler<String> sch = new Scheduler<>(tb, new Scheduler.Limits(12, 64, 1.5, 8, true), tb::now);
         Map<String, BatchInvarianceRuns.Req> reqs = new LinkedHashMap<>(decoders(cfg.vocabSize, 8, 1500, true));
         Map<String, List<Integer>> outs = new LinkedHashMap<>();
-        for (var en : reqs.entrySet()) {
-            outs.put(en.getKey(), new ArrayList<>());
-            sch.add(en.getKey(), BatchInvarianceRuns.open(tb, en.getValue(), 64, outs.get(en.getKey())));
-        }
+        for (var en : reqs.entrySet()) admit(sch, tb, en.getKey(), en.getValue(), outs);
         for (int i = 0; i < 5; i++) sch.tick();
         BatchInvarianceRuns.Req lp = longPrompt(cfg, 2500, 7, false);
-        outs.put("long", new ArrayList<>());
-        Generation lg = BatchInvarianceRuns.open(tb, lp, 64, outs.get("long"));
-        sch.add("long", lg);
+        Generation lg = admit(sch, tb, "long", lp, outs);
         reqs.put("long", lp);
         int probes = 0, prefillTicks = 0, measured = 0, n = 0;
         double last = sch.prefillBudget().decodeMs();
@@ -338,9 +329,7 @@ class StretchSliceTest {
         Map<String, BatchInvarianceRuns.Req> reqs = new LinkedHashMap<>();
         Map<String, List<Integer>> outs = new LinkedHashMap<>();
         BatchInvarianceRuns.Req lp = longPrompt(cfg, 3000, 11, false);
-        outs.put("long", new ArrayList<>());
-        Generation lg = BatchInvarianceRuns.open(tb, lp, 64, outs.get("long"));
-        sch.add("long", lg);
+        Generation lg = admit(sch, tb, "long", lp, outs);
         reqs.put("long", lp);
         int wave = 0, maxRows = 0, captures = 0, probes = 0;
         StringBuilder wrong = new StringBuilder();
@@ -350,9 +339,8 @@ class StretchSliceTest {
                 int k = new int[]{1, 4, 12}[wave];
                 for (var en : decoders(cfg.vocabSize, k, 2000, false).entrySet()) {
                     String key = "w" + wave + en.getKey();
-                    outs.put(key, new ArrayList<>());
                     reqs.put(key, en.getValue());
-                    sch.add(key, BatchInvarianceRuns.open(tb, en.getValue(), 64, outs.get(key)));
+                    admit(sch, tb, key, en.getValue(), outs);
                 }
                 wave++;
             }
@@ -386,16 +374,10 @@ class StretchSliceTest {
         Map<String, BatchInvarianceRuns.Req> reqs = new LinkedHashMap<>(decoders(cfg.vocabSize, 1, 600, false));
         Map<String, List<Integer>> outs = new LinkedHashMap<>();
         Map<String, Generation> gens = new LinkedHashMap<>();
-        for (var en : reqs.entrySet()) {
-            outs.put(en.getKey(), new ArrayList<>());
-            gens.put(en.getKey(), BatchInvarianceRuns.open(tb, en.getValue(), 64, outs.get(en.getKey())));
-            sch.add(en.getKey(), gens.get(en.getKey()));
-        }
+        for (var en : reqs.entrySet()) gens.put(en.getKey(), admit(sch, tb, en.getKey(), en.getValue(), outs));
         while (sch.tick().prefillTokens() > 0) { }
         BatchInvarianceRuns.Req lp = longPrompt(cfg, 600, 7, false);
-        outs.put("long", new ArrayList<>());
-        Generation lg = BatchInvarianceRuns.open(tb, lp, 64, outs.get("long"));
-        sch.add("long", lg);
+        Generation lg = admit(sch, tb, "long", lp, outs);
         reqs.put("long", lp);
         int probes = 0, n = 0;
         while (!lg.done() && n < 4000) {
@@ -428,16 +410,11 @@ class StretchSliceTest {
             reqs.put("d" + i, new BatchInvarianceRuns.Req(p, SamplingParams.greedy(400), NgramDraft.source(), "8"));
         }
         Map<String, List<Integer>> outs = new LinkedHashMap<>();
-        for (var en : reqs.entrySet()) {
-            outs.put(en.getKey(), new ArrayList<>());
-            sch.add(en.getKey(), BatchInvarianceRuns.open(tb, en.getValue(), 64, outs.get(en.getKey())));
-        }
+        for (var en : reqs.entrySet()) admit(sch, tb, en.getKey(), en.getValue(), outs);
         while (sch.tick().prefillTokens() > 0) { }
         for (int i = 0; i < 3; i++) sch.tick();
         BatchInvarianceRuns.Req lp = longPrompt(cfg, 600, 7, false);
-        outs.put("long", new ArrayList<>());
-        Generation lg = BatchInvarianceRuns.open(tb, lp, 64, outs.get("long"));
-        sch.add("long", lg);
+        Generation lg = admit(sch, tb, "long", lp, outs);
         reqs.put("long", lp);
         int probes = 0, pre = 0, n = 0;
         StringBuilder rows = new StringBuilder();
@@ -503,10 +480,7 @@ class StretchSliceTest {
                 // from tick 12 on (the costs known by then), three short prompts arrive every tick
                 for (int j = 3 * (i - 12); j >= 0 && j < 3 * (i - 11) && j < sk.size(); j++) {
                     String k = sk.get(j);
-                    outs.put(k, new ArrayList<>());
-                    Generation g = BatchInvarianceRuns.open(CURRENT.get(), shorts.get(k), 64, outs.get(k));
-                    gens.put(k, g);
-                    sch.add(k, g);
+                    gens.put(k, admit(sch, CURRENT.get(), k, shorts.get(k), outs));
                 }
             };
             Run r = runWithExtra(target, new Scheduler.Limits(256, 64, 1.5, 8, slices), decoders(cfg.vocabSize, 3, 80, false),
@@ -586,16 +560,11 @@ class StretchSliceTest {
             reqs.put("d" + i, new BatchInvarianceRuns.Req(TestModelsAccess.randomTokens(cfg, 4, 300 + i),
                     SamplingParams.greedy(110 + i), null, "1"));
         Map<String, List<Integer>> outs = new LinkedHashMap<>();
-        for (var en : reqs.entrySet()) {
-            outs.put(en.getKey(), new ArrayList<>());
-            sch.add(en.getKey(), BatchInvarianceRuns.open(tb, en.getValue(), 64, outs.get(en.getKey())));
-        }
+        for (var en : reqs.entrySet()) admit(sch, tb, en.getKey(), en.getValue(), outs);
         while (sch.tick().prefillTokens() > 0) { }
         for (int i = 0; i < 5; i++) sch.tick(); // decode-only ticks: decodeMs measured at 80 streams
         BatchInvarianceRuns.Req lp = longPrompt(cfg, 3000, 7, false);
-        outs.put("long", new ArrayList<>());
-        Generation lg = BatchInvarianceRuns.open(tb, lp, 64, outs.get("long"));
-        sch.add("long", lg);
+        Generation lg = admit(sch, tb, "long", lp, outs);
         int wastedInARow = 0, most = 0, n = 0;
         double worstStretch = 0;
         StringBuilder trace = new StringBuilder();
