@@ -290,10 +290,12 @@ attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* k
 // The F32 attention (ds4j_attention, ds4j_attention_f32, ds4j_attention_seqs, and the queries of
 // ds4j_attention_f16_operands at or under its threshold). V4 has one KV head for all query heads (MLA), so a block
 // takes AT_HG heads of one query and reads each key row once for all of them: a tile of AT_KT rows goes to shared
-// memory as F32 (F16 -> F32 is exact), then Q K^T (warp w: AT_HPW heads from AT_HPW w; lane: the tile's key), an online
-// softmax per head in the same warp, and P V (thread t: columns t and t + NT of all AT_HG heads, NT threads). Each head's
-// dot products run over the columns in order and its P V over the keys in order, so how heads and columns are dealt to
-// warps and threads changes no bit. A query's keys are cut into
+// memory as F32 (F16 -> F32 is exact), then Q K^T in AT_CS column slices (warp w: slice w / AT_WPS for
+// AT_HG / AT_WPS heads; lane: the tile's key), the logits (warp w: AT_HPW heads from AT_HPW w adding their slices in
+// order; lane: the key) and an online softmax per head in the same warp, and P V (thread t: columns t and t + NT of all
+// AT_HG heads, NT threads). Each slice's dot products run over its columns in order, the slices are added in order, and
+// each head's P V runs over the keys in order, so how heads and columns are dealt to warps and threads changes no bit
+// (both block sizes give the same numbers). A query's keys are cut into
 // key ranges (flash-decoding) so that a decode step, one query, still fills the device: each range's block writes its
 // running max m, sum l and unnormalised output, and at_combine_* adds them with the sink. The ranges are a function of
 // the query's own key count only (at_split), never of the step's shape or of other queries or sequences: a query's
@@ -303,14 +305,22 @@ attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* k
 constexpr int AT_HG = 16;      // heads per block
 constexpr int AT_KT = 32;      // keys per tile (one per lane)
 constexpr int AT_NS_MAX = 32;  // most key ranges per query
+// Column slices of Q K^T: each logit is the sum, in slice order, of AT_CS partial dot products over consecutive
+// column ranges (at_slice), each in column order. A fixed part of the numbers (not of the launch): a warp then takes
+// one slice for AT_HG / (warps per slice) heads, so each key row it reads from shared memory serves that many heads
+// (two when a warp took whole rows), and its dependent FMA chains are a slice long instead of a row.
+constexpr int AT_CS = 4;
 // Threads of a split block (at_few chooses): AT_THREADS (8 warps of two heads each for Q K^T, two output columns per
 // thread at d = 512) where a launch has at least as many blocks as the device has multiprocessors, AT_THREADS_FEW (one
 // warp per head, one column per thread) where it has fewer: a decode step's 16 blocks for a 128-key window are chains
 // of dependent shared-memory loads and FMAs, which twice the warps hide better, while a step of many blocks keeps two
 // smaller blocks per multiprocessor. Every head's sums keep their order either way: the same bits.
 constexpr int AT_THREADS = 256, AT_THREADS_FEW = 512;
-template <int NT> constexpr int AT_HPW = AT_HG / (NT / 32);  // heads per warp
+template <int NT> constexpr int AT_HPW = AT_HG / (NT / 32);  // heads per warp (softmax)
+template <int NT> constexpr int AT_WPS = (NT / 32) / AT_CS;   // warps per column slice (Q K^T)
 static_assert(AT_HG % (AT_THREADS_FEW / 32) == 0 && AT_HG % (AT_THREADS / 32) == 0, "whole heads per warp");
+static_assert((AT_THREADS / 32) % AT_CS == 0 && (AT_THREADS_FEW / 32) % AT_CS == 0, "whole warps per slice");
+static_assert(AT_HG % AT_WPS<AT_THREADS> == 0 && AT_HG % AT_WPS<AT_THREADS_FEW> == 0, "whole heads per slice warp");
 constexpr int AT_DMAX = 2 * AT_THREADS;  // widest head: two output columns per thread of the smaller block
 
 /** A query's key ranges: nsplit ranges of per keys (a multiple of the tile), the last one shorter. */
@@ -330,11 +340,20 @@ __host__ __device__ __forceinline__ AtSplit at_split(int64_t nk) {
  */
 __host__ __device__ __forceinline__ int at_stride(int d) { return ((d + 7) & ~7) + 4; }
 
-/** Dynamic shared memory of the split kernels: q of AT_HG heads, the key tile, P, the corrections, key addresses. */
+/** Columns of a Q K^T slice: d rounded up to 4, cut into AT_CS ranges of a multiple of 4 (the last may be shorter or empty). */
+__host__ __device__ __forceinline__ int at_slice(int d) {
+    const int d4 = (d + 3) & ~3;
+    return (d4 + 4 * AT_CS - 1) / (4 * AT_CS) * 4;
+}
+
+/**
+ * Dynamic shared memory of the split kernels: q of AT_HG heads, the key tile, the slices' partial logits (slice 0 then
+ * P), the corrections, key addresses.
+ */
 static inline int64_t at_smem(int d) {
     const int d4 = (d + 3) & ~3;
-    return (int64_t)AT_HG * d4 * 4 + ((int64_t)AT_KT * at_stride(d) + 4) * 4 + (int64_t)AT_HG * AT_KT * 4 + AT_HG * 4 +
-           AT_KT * 8;
+    return (int64_t)AT_HG * d4 * 4 + ((int64_t)AT_KT * at_stride(d) + 4) * 4 + (int64_t)AT_CS * AT_HG * AT_KT * 4 +
+           AT_HG * 4 + AT_KT * 8;
 }
 
 /** 8 consecutive row elements to F32 (16-byte aligned, all in the row). */
@@ -380,12 +399,12 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
     const AtSplit sp = at_split(nk);
     if (c >= sp.nsplit) return;
     const int kbeg = c * sp.per, kend = min(nk, kbeg + sp.per);
-    const int d4 = (d + 3) & ~3, dp = at_stride(d);
+    const int d4 = (d + 3) & ~3, dp = at_stride(d), sw = at_slice(d);
     extern __shared__ __align__(16) float at_sm[];
     float* qs = at_sm;                          // [AT_HG][d4]
     float* Ks = qs + AT_HG * d4;                // [AT_KT][dp], then 4 spare floats
-    float* Ps = Ks + AT_KT * dp + 4;            // [AT_HG][AT_KT]
-    float* corrS = Ps + AT_HG * AT_KT;          // [AT_HG]
+    float* Ps = Ks + AT_KT * dp + 4;            // [AT_HG][AT_KT] P, over [AT_CS][AT_HG][AT_KT] partial logits
+    float* corrS = Ps + AT_CS * AT_HG * AT_KT;  // [AT_HG]
     uintptr_t* kaddr = reinterpret_cast<uintptr_t*>(corrS + AT_HG);  // [AT_KT]
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int h0 = g * AT_HG;
@@ -427,18 +446,21 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
         }
         __syncthreads();  // K tile ready
 
-        // logits of heads AT_HPW<NT>*warp + e against key lane, then the online softmax of those heads
+        // partial logits: column slice warp / AT_WPS, heads HQ * (warp % AT_WPS) + e, against key lane
         {
+            constexpr int HQ = AT_HG / AT_WPS<NT>;
+            const int sl = warp / AT_WPS<NT>, hb = HQ * (warp % AT_WPS<NT>);
+            const int c0 = sl * sw, c1 = min(d4, c0 + sw);
             const float* kr = Ks + lane * dp;
-            const float* qw = qs + (AT_HPW<NT> * warp) * d4;
-            float acc[AT_HPW<NT>];
+            const float* qw = qs + hb * d4;
+            float acc[HQ];
 #pragma unroll
-            for (int e = 0; e < AT_HPW<NT>; e++) acc[e] = 0.f;
-#pragma unroll 4
-            for (int i = 0; i < d4; i += 4) {
+            for (int e = 0; e < HQ; e++) acc[e] = 0.f;
+#pragma unroll 2
+            for (int i = c0; i < c1; i += 4) {
                 const float4 kv = *reinterpret_cast<const float4*>(kr + i);
 #pragma unroll
-                for (int e = 0; e < AT_HPW<NT>; e++) {
+                for (int e = 0; e < HQ; e++) {
                     const float4 x = *reinterpret_cast<const float4*>(qw + e * d4 + i);
                     acc[e] += x.x * kv.x;
                     acc[e] += x.y * kv.y;
@@ -447,14 +469,25 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
                 }
             }
 #pragma unroll
+            for (int e = 0; e < HQ; e++) Ps[(sl * AT_HG + hb + e) * AT_KT + lane] = acc[e];
+        }
+        __syncthreads();  // partial logits ready
+
+        // logits of heads AT_HPW<NT>*warp + e against key lane (the slices added in order), then their online softmax
+        {
+#pragma unroll
             for (int e = 0; e < AT_HPW<NT>; e++) {
-                const float lg = lane < nv ? mul(acc[e], scale) : -INFINITY;
+                const int h = AT_HPW<NT> * warp + e;
+                float acc = Ps[h * AT_KT + lane];
+#pragma unroll
+                for (int c = 1; c < AT_CS; c++) acc = add(acc, Ps[(c * AT_HG + h) * AT_KT + lane]);
+                const float lg = lane < nv ? mul(acc, scale) : -INFINITY;
                 const float mnew = fmaxf(m_run[e], warp_max(lg));  // finite: the tile has a key
                 const float corr = m_run[e] == -INFINITY ? 0.f : exp_d(sub(m_run[e], mnew));
                 const float p = lane < nv ? exp_d(sub(lg, mnew)) : 0.f;
                 l_run[e] = add(mul(l_run[e], corr), warp_sum(p));
                 m_run[e] = mnew;
-                Ps[(AT_HPW<NT> * warp + e) * AT_KT + lane] = p;
+                Ps[h * AT_KT + lane] = p;  // over slice 0's partial of this head and key, read above by this thread
                 if (lane == 0) corrS[AT_HPW<NT> * warp + e] = corr;
             }
         }
