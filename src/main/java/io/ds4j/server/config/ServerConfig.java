@@ -326,20 +326,31 @@ public final class ServerConfig {
 
     /** " (did you mean KEY?)" for the key closest to path, or "" when none is close. */
     public static String suggestion(String path) {
-        String best = null;
-        int bestD = Integer.MAX_VALUE;
-        for (ConfigKey k : KEYS) {
-            int d = editDistance(path.toLowerCase(Locale.ROOT), k.name().toLowerCase(Locale.ROOT));
-            if (d < bestD) {
-                bestD = d;
-                best = k.name();
-            }
-        }
-        if (best != null && bestD <= Math.max(2, path.length() / 4)) return " (did you mean " + best + "?)";
+        String best = closest(path, KEYS.stream().map(ConfigKey::name).toList());
+        if (best != null) return " (did you mean " + best + "?)";
         // a key given without its group ("maxActive" for limits.maxActive)
         String tail = "." + path.toLowerCase(Locale.ROOT);
         List<String> named = KEYS.stream().map(ConfigKey::name).filter(n -> n.toLowerCase(Locale.ROOT).endsWith(tail)).toList();
         return named.size() == 1 ? " (did you mean " + named.getFirst() + "?)" : "";
+    }
+
+    /**
+     * The name among {@code names} that a mistyped {@code name} most likely meant, ignoring letter case, or null when
+     * none is within max(2, a quarter of its length) edits, or when the nearest would replace every character of
+     * it (a guess that shares nothing is no guess). The one rule for every "did you mean": configuration keys and
+     * request body fields. The first of equally near names wins.
+     */
+    public static String closest(String name, Iterable<String> names) {
+        String lower = name.toLowerCase(Locale.ROOT), best = null;
+        int bestD = Integer.MAX_VALUE;
+        for (String n : names) {
+            int d = editDistance(lower, n.toLowerCase(Locale.ROOT));
+            if (d < bestD) {
+                bestD = d;
+                best = n;
+            }
+        }
+        return best != null && bestD <= Math.max(2, name.length() / 4) && bestD < name.length() ? best : null;
     }
 
     /**
