@@ -348,6 +348,8 @@ public final class HttpVerticle extends VerticleBase {
         String origin = req.getHeader(HttpHeaders.ORIGIN);
         if (origin == null || allowed.isEmpty() || !allowed.contains("*") && !allowed.contains(origin)) return false;
         resp.putHeader("Access-Control-Allow-Origin", allowed.contains("*") ? "*" : origin);
+        // a browser shows a script only the simple response headers and those named here
+        resp.putHeader("Access-Control-Expose-Headers", RequestFields.HEADER);
         // an answer that depends on the Origin must not be served from a cache to another origin
         if (!allowed.contains("*")) resp.putHeader("Vary", "Origin");
         return true;
@@ -902,6 +904,7 @@ public final class HttpVerticle extends VerticleBase {
     private void tokenize(RoutingContext ctx, JsonNode b) {
         ModelInfo m = ready();
         if (!b.isObject()) throw new ApiException(400, "invalid_request_error", null, null, "the request body must be a JSON object", null);
+        Requests.checkModel(b, m);
         boolean pieces = Requests.bool(b, "with_pieces", false);
         boolean addSpecial = Requests.bool(b, "add_special", false);
         String text = Requests.optString(b, "content", "content");
@@ -910,24 +913,21 @@ public final class HttpVerticle extends VerticleBase {
             text = Requests.optString(b, "prompt", "prompt");
             field = "prompt";
         }
-        JsonNode msgs = b.get("messages");
-        if (text == null && (msgs == null || msgs.isNull()))
-            throw ApiException.badField("content", "give the text to tokenize as content (or prompt), or chat messages");
         final String plain = text;
         final List<ChatMessage> messages;
         final ChatOptions opts;
         if (plain == null) {
-            try {
-                messages = ChatMessage.listFromOpenAi(msgs);
-            } catch (ChatFormatException e) {
-                throw Requests.chatError(e);
-            }
-            Requests.Gen g = Requests.parse(chatBodyFor(b), true, m, state.config());
+            if (!Requests.present(b, "messages"))
+                throw ApiException.badField("content", "give the text to tokenize as content (or prompt), or chat messages");
+            // read as a chat request, so that a chat body counts its prompt's tokens as sent (its other fields checked)
+            Requests.Gen g = Requests.parse(b, true, m, state.config());
+            messages = g.messages();
             opts = g.options();
         } else {
             messages = null;
             opts = null;
         }
+        ignoredFields(ctx, b, null);
         Tokenizer tok = m.tokenizer();
         // the bound the generation endpoints apply, so that a huge text is refused before it is tokenised
         checkChars(tok, plain, messages, state.maxContext(), plain != null ? field : "messages");
@@ -1017,16 +1017,10 @@ public final class HttpVerticle extends VerticleBase {
                 + "; retry after " + LONG_TEXT_RETRY_SECONDS + " s", LONG_TEXT_RETRY_SECONDS);
     }
 
-    /** A /tokenize body with messages, reduced to what chat parsing needs (it requires no sampling fields). */
-    private static JsonNode chatBodyFor(JsonNode b) {
-        ObjectNode c = ((ObjectNode) b).deepCopy();
-        c.remove(List.of("content", "prompt", "with_pieces", "add_special", "model"));
-        return c;
-    }
-
     private void detokenize(RoutingContext ctx, JsonNode b) {
         ModelInfo m = ready();
         if (!b.isObject()) throw new ApiException(400, "invalid_request_error", null, null, "the request body must be a JSON object", null);
+        Requests.checkModel(b, m);
         JsonNode t = b.get("tokens");
         if (t == null || !t.isArray()) throw ApiException.badField("tokens", "must be an array of token ids");
         Tokenizer tok = m.tokenizer();
@@ -1044,6 +1038,7 @@ public final class HttpVerticle extends VerticleBase {
                         + "), got " + Requests.shown(x));
             ids[i] = id;
         }
+        ignoredFields(ctx, b, null);
         vertx.executeBlocking(() -> tok.decode(ids), false).onComplete(ar -> {
             if (ar.failed()) {
                 error(ctx, asApi(ar.cause()));
@@ -1051,6 +1046,22 @@ public final class HttpVerticle extends VerticleBase {
             }
             json(ctx, 200, Json.object().put("content", ar.result()));
         });
+    }
+
+    /**
+     * Deals with the fields of a body that its endpoint did not read ({@link RequestFields}); called after the
+     * handler's last read of the body and before its answer's head goes out. The request goes on, a warning names
+     * them, and so does the {@link RequestFields#HEADER} header of the answer (streamed or not), so that a client can see a misspelling
+     * that the answer alone would hide.
+     * @param requestId the generation's id for the log, or null where there is none
+     */
+    private void ignoredFields(RoutingContext ctx, JsonNode body, String requestId) {
+        RequestFields.Report r = RequestFields.report(body);
+        if (r.isEmpty()) return;
+        String list = RequestFields.list(r);
+        LOG.warn("{}{} {}: ignored {}: {}", requestId != null ? "request " + requestId + ": " : "", ctx.request().method(),
+                ctx.request().path(), r.total() == 1 ? "an unknown field" : r.total() + " unknown fields", list);
+        ctx.response().putHeader(RequestFields.HEADER, list);
     }
 
     static ApiException asApi(Throwable t) {
@@ -1071,6 +1082,8 @@ public final class HttpVerticle extends VerticleBase {
         Requests.Gen g = Requests.parse(body, chat, m, cfg);
         String predictionText = Requests.prediction(body, chat);
         boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
+        String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
+        ignoredFields(ctx, body, id);
         long t0 = ctx.get("t0");
         String model = m.id();
         Tokenizer tok = m.tokenizer();
@@ -1121,7 +1134,6 @@ public final class HttpVerticle extends VerticleBase {
                 return;
             }
             int maxTokens = Math.min(g.params().maxTokens(), ctxLimit - prompt.length);
-            String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
             EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
                     g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),
                     enc.promptTokens() != null ? g.topLogprobs() : -1)

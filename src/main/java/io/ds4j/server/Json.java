@@ -35,7 +35,8 @@ public final class Json {
      * Reads JSON the server is given, request bodies and the configuration file ({@link #read}, which checks the
      * bytes' UTF-8 first): as {@link #MAPPER}, and a key given twice in one object is an error instead of the last value
      * winning silently (a client that sends {@code "max_tokens"} twice meant one of them, and which is unclear).
-     * Numbers keep the text the client wrote them in, for messages about them ({@link #written}).
+     * Numbers keep the text the client wrote them in, for messages about them ({@link #written}); objects record
+     * which of their fields were read, so that a body's unread fields can be reported ({@link RequestFields}).
      */
     public static final ObjectReader BODY_READER = new ObjectMapper()
             .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
@@ -196,7 +197,8 @@ public final class Json {
             JsonNodeFactory f = ctxt.getNodeFactory();
             JsonToken t = p.currentToken();
             if (t != JsonToken.START_OBJECT && t != JsonToken.START_ARRAY) return scalar(p, f, ctxt);
-            ContainerNode<?> root = t == JsonToken.START_OBJECT ? f.objectNode() : f.arrayNode();
+            // objects record which fields the endpoint reads, so that the others can be reported (RequestFields)
+            ContainerNode<?> root = t == JsonToken.START_OBJECT ? new RequestFields.Tracked(f) : f.arrayNode();
             ArrayDeque<ContainerNode<?>> open = new ArrayDeque<>();
             open.push(root);
             String name = null;
@@ -215,7 +217,7 @@ public final class Json {
                     }
                     default -> { }
                 }
-                JsonNode v = t == JsonToken.START_OBJECT ? f.objectNode()
+                JsonNode v = t == JsonToken.START_OBJECT ? new RequestFields.Tracked(f)
                         : t == JsonToken.START_ARRAY ? f.arrayNode() : scalar(p, f, ctxt);
                 if (open.peek() instanceof ObjectNode o) o.set(name, v);
                 else ((ArrayNode) open.peek()).add(v);

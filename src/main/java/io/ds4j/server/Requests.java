@@ -19,8 +19,8 @@ import java.util.regex.Pattern;
 
 /**
  * Reads and checks the body of {@code /v1/chat/completions} and {@code /v1/completions}. Every mistake becomes an
- * {@link ApiException} (400) naming the field; unknown fields are ignored, as OpenAI clients send many optional ones.
- * Nothing here blocks or touches the model.
+ * {@link ApiException} (400) naming the field. A field read nowhere here is one the endpoint ignores: the body's
+ * objects record what was read, and {@link RequestFields} reports the rest. Nothing here blocks or touches the model.
  */
 final class Requests {
     private Requests() {}
@@ -431,9 +431,17 @@ final class Requests {
                     throw ApiException.badField("tool_choice", "must be a string (\"auto\", \"none\" or \"required\") or {\"type\": \"function\", \"function\": {\"name\": ...}}, got " + describe(choice));
                 }
             }
-            if (useTools && tools != null && !tools.isNull()) o = o.withTools(tools);
+            if (useTools && tools != null && !tools.isNull()) {
+                o = o.withTools(tools);
+                // the chat template renders each tool's function object whole into the prompt (ChatEncoder.renderTools)
+                for (JsonNode t : tools) RequestFields.usedWhole(t.get("function"));
+            }
             JsonNode rf = b.get("response_format");
-            if (rf != null && !rf.isNull()) o = o.withResponseFormat(rf);
+            if (rf != null && !rf.isNull()) {
+                o = o.withResponseFormat(rf);
+                // rendered whole into the prompt unless it asks for plain text (ChatOptions.hasResponseFormat)
+                if (!"text".equals(rf.path("type").asText())) RequestFields.usedWhole(rf);
+            }
         } catch (ChatFormatException e) {
             throw chatError(e);
         }

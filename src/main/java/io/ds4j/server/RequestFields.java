@@ -1,0 +1,296 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.core.JsonPointer;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.server.config.ServerConfig;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * The fields of a request body that its endpoint did not read: misspellings ({@code max_token}) and fields of other
+ * APIs, which would otherwise be dropped without a word while the request runs on defaults.
+ *
+ * <p>There is no list of known fields to keep up to date: every JSON object of a body is a {@link Tracked} node
+ * ({@link Json#read} builds them), which records the names the parser asks it for, and a field is unread when the
+ * parser never asked for its name. The names asked for are also what a misspelling is compared with for its "did you
+ * mean". Only objects the parser looked into are judged: one it never opened (the {@code tools} of a request with
+ * {@code tool_choice: "none"}) was skipped as a whole, knowingly. A field whose value is null is never reported: null
+ * means "not given" throughout the API, so it asks for nothing that is then withheld.
+ */
+final class RequestFields {
+    private RequestFields() {}
+
+    /** The response header that lists the fields a request's endpoint ignored. */
+    static final String HEADER = "x-ds4j-ignored-fields";
+
+    /** At most this many fields are named in the header and the log line (then "and N more"). */
+    static final int MAX_LISTED = 8;
+
+    /** A field name longer than this gets no suggestion: the edit distance costs its length times each name's. */
+    private static final int MAX_NAME = 64;
+
+    /**
+     * Fields of OpenAI's API that are accepted and deliberately ignored, by path ({@code []} for any array index): they
+     * concern OpenAI's platform or bookkeeping, not the answer, and common clients send them unasked, so a warning
+     * about them would only be noise. A field that would change the answer (audio, n > 1, web search) is not here:
+     * ignoring it is worth a warning.
+     */
+    static final Set<String> ACCEPTED = Set.of(
+            // the end user, for OpenAI's abuse monitoring (safety_identifier is its newer name)
+            "user", "safety_identifier",
+            // OpenAI's stored completions and their tags: this server stores nothing
+            "store", "metadata",
+            // OpenAI's processing tier: this server has one
+            "service_tier",
+            // a routing hint for OpenAI's prompt cache: this server's prefix cache finds prefixes by their tokens
+            "prompt_cache_key",
+            // agent frameworks send it by default; the model may make several calls in one turn and nothing limits it
+            "parallel_tool_calls",
+            // citations OpenAI returns on an assistant message, which SDKs send back with the history; output only
+            "messages[].annotations");
+
+    /**
+     * A field the endpoint did not read.
+     *
+     * @param path       where it is, as error messages name fields ({@code stream_options.include_usge},
+     *                   {@code messages[0].nmae})
+     * @param suggestion the path of the field it most likely meant, or null
+     */
+    record Ignored(String path, String suggestion) {
+        /** {@code max_token (did you mean max_tokens?)}, printable ASCII only (it goes into a header). */
+        String text() {
+            return shown(path) + (suggestion != null ? " (did you mean " + shown(suggestion) + "?)" : "");
+        }
+    }
+
+    /**
+     * The fields of a body its endpoint did not read, in document order: the first {@link #MAX_LISTED} of them, and
+     * how many there are.
+     */
+    record Report(List<Ignored> fields, int total) {
+        boolean isEmpty() {
+            return total == 0;
+        }
+    }
+
+    /**
+     * A node still to look at, with its path and its path's pattern ({@code []} for indexes, as {@link #ACCEPTED}'s);
+     * or, with an {@code owner}, a field of it to report, named {@code name}.
+     */
+    private record Pending(JsonNode node, String path, String pattern, Tracked owner, String name) {}
+
+    /**
+     * What a body's endpoint did not read; call it after the endpoint's last read of the body. Empty for a body that
+     * is not an object.
+     */
+    static Report report(JsonNode body) {
+        List<Ignored> out = new ArrayList<>();
+        int total = 0;
+        // depth first in document order, iteratively like the tree's reader: a deeply nested body costs no stack
+        Deque<Pending> todo = new ArrayDeque<>();
+        todo.push(new Pending(body, "", "", null, null));
+        while (!todo.isEmpty()) {
+            Pending t = todo.pop();
+            if (t.owner() != null) {
+                if (++total <= MAX_LISTED) out.add(new Ignored(t.path(), suggestion(t.path(), t.name(), t.owner())));
+            } else if (t.node() instanceof Tracked o) {
+                if (o.whole || o.askedNone()) continue;
+                List<Pending> next = new ArrayList<>();
+                for (Map.Entry<String, JsonNode> e : o.children()) {
+                    String name = e.getKey();
+                    String path = t.path().isEmpty() ? name : t.path() + "." + name;
+                    String pattern = t.pattern().isEmpty() ? name : t.pattern() + "." + name;
+                    if (o.wasAsked(name)) next.add(new Pending(e.getValue(), path, pattern, null, null));
+                    else if (!e.getValue().isNull() && !ACCEPTED.contains(pattern)) next.add(new Pending(null, path, pattern, o, name));
+                }
+                for (int i = next.size() - 1; i >= 0; i--) todo.push(next.get(i));
+            } else if (t.node() instanceof ArrayNode a) {
+                // only objects hold fields: a prompt's 100,000 token ids are passed over
+                for (int i = a.size() - 1; i >= 0; i--)
+                    if (a.get(i).isContainerNode()) todo.push(new Pending(a.get(i), t.path() + "[" + i + "]", t.pattern() + "[]", null, null));
+            }
+        }
+        return new Report(List.copyOf(out), total);
+    }
+
+    /**
+     * The path of the name among those the parser asked {@code owner} for that the field at {@code path} (named
+     * {@code name}) most likely meant, or null.
+     */
+    private static String suggestion(String path, String name, Tracked owner) {
+        if (name.length() > MAX_NAME) return null;
+        String best = ServerConfig.closest(name, owner.askedNames());
+        return best == null ? null : path.substring(0, path.length() - name.length()) + best;
+    }
+
+    /**
+     * The fields as the header and the log line list them: {@code max_token (did you mean max_tokens?), temprature
+     * (did you mean temperature?)}, the first {@link #MAX_LISTED}, then {@code and N more}.
+     */
+    static String list(Report r) {
+        StringBuilder b = new StringBuilder();
+        for (int i = 0; i < r.fields().size(); i++) {
+            if (i > 0) b.append(", ");
+            b.append(r.fields().get(i).text());
+        }
+        if (r.total() > MAX_LISTED) b.append(", and ").append(r.total() - MAX_LISTED).append(" more");
+        return b.toString();
+    }
+
+    /**
+     * Marks a part of a body as used whole: the parser passes it on as it is (the chat template renders a tool's
+     * function object and a response format into the prompt, where every field of theirs reaches the model), so no
+     * field of it is unread, though the parser asked for a few names only.
+     */
+    static void usedWhole(JsonNode n) {
+        if (n instanceof Tracked o) o.whole = true;
+    }
+
+    /** A path shown longer than this is cut: the header stays small whatever names a body has. */
+    private static final int MAX_SHOWN = 128;
+
+    /** A path as the header shows it: printable ASCII, other characters as {@code \}{@code uXXXX}, cut when long. */
+    private static String shown(String path) {
+        String s = path.length() > MAX_SHOWN ? path.substring(0, MAX_SHOWN) : path;
+        StringBuilder b = new StringBuilder(s.length());
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (c >= 0x20 && c < 0x7f) b.append(c);
+            else b.append(String.format("\\u%04x", (int) c));
+        }
+        return path.length() > MAX_SHOWN ? b + "..." : b.toString();
+    }
+
+    /**
+     * An object of a request body that records the names it was asked for ({@link #get}, {@link #path},
+     * {@link #has}, ...). Going over all of its fields ({@link #properties}, {@link #fields}, ...) uses it whole: a
+     * parser that iterates an object (logit_bias' token ids, a schema compiled) takes every field as data. Reads may
+     * come from the worker thread that tokenises the request, so the record is synchronized.
+     */
+    static final class Tracked extends ObjectNode {
+        private final Set<String> asked = new HashSet<>(8);
+        private volatile boolean whole;
+
+        Tracked(JsonNodeFactory f) {
+            super(f);
+        }
+
+        private void ask(String name) {
+            if (name == null) return;
+            synchronized (asked) {
+                asked.add(name);
+            }
+        }
+
+        private boolean askedNone() {
+            synchronized (asked) {
+                return asked.isEmpty();
+            }
+        }
+
+        private boolean wasAsked(String name) {
+            synchronized (asked) {
+                return asked.contains(name);
+            }
+        }
+
+        private List<String> askedNames() {
+            synchronized (asked) {
+                return List.copyOf(asked);
+            }
+        }
+
+        /** The fields, without counting as a read. */
+        private Set<Map.Entry<String, JsonNode>> children() {
+            return _children.entrySet();
+        }
+
+        @Override
+        public JsonNode get(String name) {
+            ask(name);
+            return super.get(name);
+        }
+
+        @Override
+        public JsonNode path(String name) {
+            ask(name);
+            return super.path(name);
+        }
+
+        @Override
+        public JsonNode required(String name) {
+            ask(name);
+            return super.required(name);
+        }
+
+        @Override
+        protected JsonNode _at(JsonPointer ptr) {
+            ask(ptr.getMatchingProperty());
+            return super._at(ptr);
+        }
+
+        @Override
+        public Set<Map.Entry<String, JsonNode>> properties() {
+            whole = true;
+            return super.properties();
+        }
+
+        @Override
+        public Iterator<Map.Entry<String, JsonNode>> fields() {
+            whole = true;
+            return super.fields();
+        }
+
+        @Override
+        public Iterator<String> fieldNames() {
+            whole = true;
+            return super.fieldNames();
+        }
+
+        @Override
+        public Iterator<JsonNode> elements() {
+            whole = true;
+            return super.elements();
+        }
+
+        @Override
+        public JsonNode findValue(String name) {
+            whole = true;
+            return super.findValue(name);
+        }
+
+        @Override
+        public ObjectNode findParent(String name) {
+            whole = true;
+            return super.findParent(name);
+        }
+
+        @Override
+        public List<JsonNode> findValues(String name, List<JsonNode> found) {
+            whole = true;
+            return super.findValues(name, found);
+        }
+
+        @Override
+        public List<String> findValuesAsText(String name, List<String> found) {
+            whole = true;
+            return super.findValuesAsText(name, found);
+        }
+
+        @Override
+        public List<JsonNode> findParents(String name, List<JsonNode> found) {
+            whole = true;
+            return super.findParents(name, found);
+        }
+    }
+}

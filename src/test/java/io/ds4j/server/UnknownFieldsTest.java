@@ -1,0 +1,190 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.MethodOrderer;
+import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestMethodOrder;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Request body fields an endpoint does not read (a newcomer's {@code max_token} ran 4096 tokens without a word): they
+ * are named in a warning and in the x-ds4j-ignored-fields header, with a "did you mean", and change nothing else. A body with every field the endpoints
+ * read gets no warning, which keeps the parser's reads and the documented fields together.
+ */
+@TestMethodOrder(MethodOrderer.OrderAnnotation.class)
+class UnknownFieldsTest {
+    @TempDir
+    static Path dir;
+    static Path file;
+    static TestServer server;
+
+    static final String CHAT = "/v1/chat/completions";
+
+    @BeforeAll
+    static void start() throws Exception {
+        file = dir.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 100}}";
+        Files.writeString(file, text);
+        server = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), Map.of(), file, text);
+    }
+
+    @AfterAll
+    static void stop() {
+        server.close();
+    }
+
+    static String ignored(TestServer.Resp r) {
+        return r.headers().firstValue(RequestFields.HEADER).orElse(null);
+    }
+
+    /** The answer without what differs between two runs (ids, times). */
+    static JsonNode answer(TestServer.Resp r) {
+        JsonNode j = r.json();
+        return Json.object().<com.fasterxml.jackson.databind.node.ObjectNode>set("choices", j.get("choices"))
+                .put("completion_tokens", j.at("/usage/completion_tokens").asInt());
+    }
+
+    @Test
+    @Order(1)
+    void unknownFieldsAreNamedAndChangeNothing() throws Exception {
+        TestServer.Resp plain = server.post(CHAT, TestServer.chat("Hi", "\"temperature\":0"));
+        assertEquals(200, plain.status(), plain.body());
+        assertNull(ignored(plain), "a body of known fields gets no header");
+        try (LogCapture log = new LogCapture()) {
+            TestServer.Resp r = server.post(CHAT, TestServer.chat("Hi", "\"temperature\":0,\"max_token\":3,"
+                    + "\"chat_template_kwargs\":{\"thinkng\":false},\"stop_sequences\":[\"x\"],\"unused\":null"));
+            assertEquals(200, r.status(), r.body());
+            assertEquals("max_token (did you mean max_tokens?), chat_template_kwargs.thinkng (did you mean"
+                    + " chat_template_kwargs.thinking?), stop_sequences", ignored(r), "a null value asks for nothing");
+            assertEquals(answer(plain), answer(r), "the ignored fields change nothing");
+            String id = r.json().get("id").asText();
+            List<String> warn = log.linesWith("ignored 3 unknown fields");
+            assertEquals(1, warn.size(), log.lines().toString());
+            assertTrue(warn.getFirst().contains("WARN") && warn.getFirst().contains("request " + id + ": POST " + CHAT)
+                    && warn.getFirst().endsWith(ignored(r)), warn.getFirst());
+        }
+    }
+
+    @Test
+    @Order(2)
+    void aStreamCarriesTheHeaderToo() throws Exception {
+        String extra = "\"stream\":true,\"stream_options\":{\"include_usage\":true,\"include_usge\":true}";
+        TestServer.Resp r = server.post(CHAT, TestServer.chat("Hi", extra));
+        assertEquals(200, r.status(), r.body());
+        assertTrue(r.headers().firstValue("content-type").orElse("").startsWith("text/event-stream"), r.headers().toString());
+        assertEquals("stream_options.include_usge (did you mean stream_options.include_usage?)", ignored(r));
+        assertEquals("[DONE]", r.events().getLast());
+        assertTrue(r.events().get(r.events().size() - 2).contains("\"usage\""), "include_usage still applies: " + r.body());
+    }
+
+    @Test
+    @Order(3)
+    void everyEndpointNamesWhatItIgnores() throws Exception {
+        TestServer.Resp c = server.post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokns\":3,\"Stream\":false,"
+                + "\"temprature\":0,\"messages\":[]}");
+        assertEquals(200, c.status(), c.body());
+        assertEquals("max_tokns (did you mean max_tokens?), Stream (did you mean stream?), temprature (did you mean"
+                + " temperature?), messages", ignored(c), "messages belongs to chat");
+        TestServer.Resp t = server.post("/tokenize", "{\"content\":\"Hi\",\"with_piece\":true,\"prompt\":\"other\"}");
+        assertEquals(200, t.status(), t.body());
+        assertEquals("with_piece (did you mean with_pieces?), prompt", ignored(t), "content came first: prompt is not read");
+        TestServer.Resp d = server.post("/detokenize", "{\"tokens\":[1],\"token\":[2]}");
+        assertEquals(200, d.status(), d.body());
+        assertEquals("token (did you mean tokens?)", ignored(d));
+        // fields deep in messages, with their paths
+        TestServer.Resp m = server.post(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+                + "\"text\":\"Hi\",\"cache_control\":{\"type\":\"ephemeral\"}}],\"nmae\":\"x\"}]}");
+        assertEquals(200, m.status(), m.body());
+        assertEquals("messages[0].content[0].cache_control, messages[0].nmae (did you mean messages[0].name?)", ignored(m));
+    }
+
+    @Test
+    @Order(4)
+    void namesAreShownPrintableAndTheListIsBounded() throws Exception {
+        StringBuilder many = new StringBuilder();
+        for (int i = 0; i < 20; i++) many.append(",\"zz").append(i).append("\":1");
+        TestServer.Resp r = server.post(CHAT, TestServer.chat("Hi", "\"m\\u00e4x\\n\":1" + many));
+        assertEquals(200, r.status(), r.body());
+        String h = ignored(r);
+        assertTrue(h.startsWith("m\\u00e4x\\u000a, zz0, "), h);
+        assertTrue(h.endsWith(", zz6, and 13 more"), h);
+    }
+
+    /**
+     * Every field the endpoints read, nested ones included, and the OpenAI fields accepted on purpose: no warning. A
+     * field the parser stops reading, or a reader that no longer records what it reads, shows here.
+     */
+    @Test
+    @Order(5)
+    void aBodyOfEveryKnownFieldGetsNoWarning() throws Exception {
+        String tools = """
+                "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                  "strict": true, "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                  "days": {"type": "integer"}},
+                  "required": ["city"], "additionalProperties": false}}}]""";
+        String messages = """
+                "messages": [
+                  {"role": "system", "content": "Be brief.", "name": "sys"},
+                  {"role": "developer", "content": "Answer in English."},
+                  {"role": "user", "content": [{"type": "text", "text": "Hi"}, "there"]},
+                  {"role": "assistant", "content": null, "refusal": "No."},
+                  {"role": "user", "content": "And the weather?"},
+                  {"role": "assistant", "content": "Let me check.", "reasoning_content": "A tool call.", "annotations": [],
+                   "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                     "arguments": "{\\"city\\": \\"Paris\\"}"}}]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+                  {"role": "user", "content": "Thanks"}]""";
+        String sampling = """
+                "temperature": 0, "top_p": 1, "top_k": 0, "min_p": 0, "presence_penalty": 0, "frequency_penalty": 0,
+                "repetition_penalty": 1, "seed": 7, "stop": ["\\n\\n\\n"], "logit_bias": {"5": 0}, "ignore_eos": false,
+                "skip_special_tokens": true, "speculative_q": "auto", "cache_prompt": true, "n": 1,
+                "user": "u1", "safety_identifier": "s1", "metadata": {"k": "v"}, "store": false,
+                "service_tier": "auto", "prompt_cache_key": "p1\"""";
+        String chat = "{\"model\": \"scripted\", " + messages + ", " + tools + ", " + sampling + """
+                , "stream": false, "max_tokens": 8, "max_completion_tokens": 8, "logprobs": true, "top_logprobs": 2,
+                "tool_choice": "auto", "parallel_tool_calls": true,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "r", "description": "d",
+                  "strict": false, "schema": {"type": "object"}}},
+                "chat_template_kwargs": {"thinking": true, "enable_thinking": true, "reasoning_effort": "high"},
+                "thinking": {"type": "enabled"}, "reasoning_effort": "high",
+                "prediction": {"type": "content", "content": [{"type": "text", "text": "Hello"}]}}""";
+        TestServer.Resp r = server.post(CHAT, chat);
+        assertEquals(200, r.status(), r.body());
+        assertNull(ignored(r), "chat");
+
+        // the scripted model calls get_weather when asked about the weather
+        String streamed = TestServer.chat("What is the weather in Paris?", "\"stream\":true,\"max_tokens\":64,"
+                + "\"stream_options\":{\"include_usage\":true,\"continuous_usage_stats\":true},"
+                + "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}," + tools);
+        r = server.post(CHAT, streamed);
+        assertEquals(200, r.status(), r.body());
+        assertNull(ignored(r), "chat streamed, forced tool");
+
+        String completion = "{\"model\": \"scripted\", \"prompt\": [\"Hi\"], \"echo\": true, \"logprobs\": 1, \"best_of\": 1,"
+                + " \"max_tokens\": 4, \"prediction\": \"Hello\", " + sampling + "}";
+        r = server.post("/v1/completions", completion);
+        assertEquals(200, r.status(), r.body());
+        assertNull(ignored(r), "completions");
+
+        r = server.post("/tokenize", "{\"model\": \"scripted\", \"content\": \"Hi\", \"add_special\": true, \"with_pieces\": true}");
+        assertEquals(200, r.status(), r.body());
+        assertNull(ignored(r), "tokenize");
+        r = server.post("/tokenize", "{\"model\": \"scripted\", \"with_pieces\": false, " + messages + ", " + tools
+                + ", \"chat_template_kwargs\": {\"thinking\": true}}");
+        assertEquals(200, r.status(), r.body());
+        assertNull(ignored(r), "tokenize messages");
+        r = server.post("/detokenize", "{\"model\": \"scripted\", \"tokens\": [1, 2]}");
+        assertEquals(200, r.status(), r.body());
+        assertNull(ignored(r), "detokenize");
+    }
+}
