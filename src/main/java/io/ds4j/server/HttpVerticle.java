@@ -1050,14 +1050,16 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * Deals with the fields of a body that its endpoint did not read ({@link RequestFields}); called after the
-     * handler's last read of the body and before its answer's head goes out. The request goes on, a warning names
-     * them, and so does the {@link RequestFields#HEADER} header of the answer (streamed or not), so that a client can see a misspelling
+     * handler's last read of the body and before its answer's head goes out. They are refused with 400 under
+     * server.rejectUnknownFields; otherwise the request goes on, a warning names them, and so does the
+     * {@link RequestFields#HEADER} header of the answer (streamed or not), so that a client can see a misspelling
      * that the answer alone would hide.
      * @param requestId the generation's id for the log, or null where there is none
      */
     private void ignoredFields(RoutingContext ctx, JsonNode body, String requestId) {
         RequestFields.Report r = RequestFields.report(body);
         if (r.isEmpty()) return;
+        if (state.config().rejectUnknownFields()) throw RequestFields.refusal(r);
         String list = RequestFields.list(r);
         LOG.warn("{}{} {}: ignored {}: {}", requestId != null ? "request " + requestId + ": " : "", ctx.request().method(),
                 ctx.request().path(), r.total() == 1 ? "an unknown field" : r.total() + " unknown fields", list);

@@ -33,7 +33,7 @@ final class RequestFields {
     /** The response header that lists the fields a request's endpoint ignored. */
     static final String HEADER = "x-ds4j-ignored-fields";
 
-    /** At most this many fields are named in the header and the log line (then "and N more"). */
+    /** At most this many fields are named in the header, the log line and the refusal (then "and N more"). */
     static final int MAX_LISTED = 8;
 
     /** A field name longer than this gets no suggestion: the edit distance costs its length times each name's. */
@@ -145,6 +145,15 @@ final class RequestFields {
         }
         if (r.total() > MAX_LISTED) b.append(", and ").append(r.total() - MAX_LISTED).append(" more");
         return b.toString();
+    }
+
+    /**
+     * The refusal under server.rejectUnknownFields, worded as OpenAI's ({@code Unrecognized request argument
+     * supplied: max_token}) with the suggestion; param names the first field.
+     */
+    static ApiException refusal(Report r) {
+        String what = r.total() == 1 ? "Unrecognized request argument supplied: " : "Unrecognized request arguments supplied: ";
+        return new ApiException(400, "invalid_request_error", null, r.fields().getFirst().path(), what + list(r), null);
     }
 
     /**

@@ -11,6 +11,7 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.util.List;
 import java.util.Map;
 
@@ -18,7 +19,8 @@ import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * Request body fields an endpoint does not read (a newcomer's {@code max_token} ran 4096 tokens without a word): they
- * are named in a warning and in the x-ds4j-ignored-fields header, with a "did you mean", and change nothing else. A body with every field the endpoints
+ * are named in a warning and in the x-ds4j-ignored-fields header, with a "did you mean", and change nothing else;
+ * under server.rejectUnknownFields (live) they are a 400 as OpenAI words it. A body with every field the endpoints
  * read gets no warning, which keeps the parser's reads and the documented fields together.
  */
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
@@ -186,5 +188,52 @@ class UnknownFieldsTest {
         r = server.post("/detokenize", "{\"model\": \"scripted\", \"tokens\": [1, 2]}");
         assertEquals(200, r.status(), r.body());
         assertNull(ignored(r), "detokenize");
+    }
+
+    /** Replaces the file in one step, as an editor's save-and-rename does. */
+    static void write(String text) throws Exception {
+        Path tmp = dir.resolve("server.json.tmp");
+        Files.writeString(tmp, text);
+        Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+    }
+
+    static boolean strict() {
+        try {
+            return server.get("/props").json().at("/config/server/rejectUnknownFields").asBoolean();
+        } catch (Exception e) {
+            return false;
+        }
+    }
+
+    @Test
+    @Order(6)
+    void strictModeRefusesAsOpenAiDoes() throws Exception {
+        write("{\"server\": {\"configScanMs\": 100, \"rejectUnknownFields\": true}}");
+        assertTrue(TestServer.eventually(5000, UnknownFieldsTest::strict), "the key applies live");
+        try {
+            TestServer.Resp r = server.post(CHAT, TestServer.chat("Hi", "\"max_token\":3"));
+            assertEquals(400, r.status(), r.body());
+            JsonNode e = r.json().get("error");
+            assertEquals("Unrecognized request argument supplied: max_token (did you mean max_tokens?)", e.get("message").asText());
+            assertEquals("invalid_request_error", e.get("type").asText());
+            assertEquals("max_token", e.get("param").asText());
+
+            r = server.post(CHAT, TestServer.chat("Hi", "\"stream\":true,\"stream_options\":{\"include_usge\":true},\"foo\":1"));
+            assertEquals(400, r.status(), r.body());
+            e = r.json().get("error");
+            assertEquals("Unrecognized request arguments supplied: stream_options.include_usge (did you mean"
+                    + " stream_options.include_usage?), foo", e.get("message").asText());
+            assertEquals("stream_options.include_usge", e.get("param").asText());
+
+            r = server.post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokns\":3}");
+            assertEquals(400, r.status(), r.body());
+            assertEquals("max_tokns", r.json().at("/error/param").asText());
+
+            r = server.post(CHAT, TestServer.chat("Hi", "\"max_tokens\":3,\"user\":\"u1\",\"other\":null"));
+            assertEquals(200, r.status(), "known, accepted and null fields pass: " + r.body());
+        } finally {
+            write("{\"server\": {\"configScanMs\": 100}}");
+            assertTrue(TestServer.eventually(5000, () -> !strict()), "back to warnings");
+        }
     }
 }

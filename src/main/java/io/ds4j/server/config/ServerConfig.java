@@ -48,6 +48,9 @@ public final class ServerConfig {
                     "on SIGTERM / Ctrl-C, how long running requests may go on to finish (s); meanwhile new and "
                             + "queued requests get 503 server_shutting_down; those still running then end with that 503 "
                             + "(an error event on a stream)"),
+            key("server.rejectUnknownFields", ConfigKey.Type.BOOL, false, true,
+                    "a request body field the endpoint does not read (a misspelling such as max_token) is refused with 400 "
+                            + "instead of ignored with a warning and the x-ds4j-ignored-fields response header"),
             key("model.path", ConfigKey.Type.NULLABLE_STRING, null, false,
                     "model folder (config.json + safetensors); null = the embedded default (random 'tiny' model)"),
             key("model.name", ConfigKey.Type.NULLABLE_STRING, null, false,
@@ -489,6 +492,9 @@ public final class ServerConfig {
 
     /** {@code server.shutdownGraceSeconds}. */
     public int shutdownGraceSeconds() { return i("server.shutdownGraceSeconds"); }
+
+    /** {@code server.rejectUnknownFields}. */
+    public boolean rejectUnknownFields() { return (Boolean) values.get("server.rejectUnknownFields"); }
 
     /** The model folder, or null for the embedded default. */
     public String modelPath() { return (String) values.get("model.path"); }
