@@ -245,6 +245,10 @@ class EndpointsTest {
             assertEquals(204, rs.statusCode());
             assertEquals(asked, rs.headers().firstValue("access-control-allow-headers").orElse(null));
             assertTrue(rs.headers().allValues("vary").toString().contains("Access-Control-Request-Headers"), rs.headers().toString());
+            // a script of that origin may read the header that names the fields a request's endpoint ignored
+            TestServer.Resp typo = t.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_token\":3"), "Origin", "http://app.example");
+            assertEquals(RequestFields.HEADER, typo.headers().firstValue("access-control-expose-headers").orElse(null));
+            assertTrue(typo.headers().firstValue(RequestFields.HEADER).isPresent(), typo.headers().toString());
             TestServer.Resp other = t.get("/v1/models", "Origin", "http://evil.example");
             assertTrue(other.headers().firstValue("access-control-allow-origin").isEmpty(), "other origins get no CORS headers");
 
