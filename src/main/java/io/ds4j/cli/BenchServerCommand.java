@@ -74,7 +74,7 @@ public final class BenchServerCommand implements Callable<Integer> {
     @Option(names = "--prompt-tokens", defaultValue = "64", description = "approximate prompt length, the chat template "
             + "included (at least 8 words; default ${DEFAULT-VALUE})") int promptTokens;
     @Option(names = "--max-tokens", defaultValue = "32", description = "tokens generated per request (default ${DEFAULT-VALUE})") int maxTokens;
-    @Option(names = "--clients", defaultValue = "1,4,16,64", split = ",", description = "concurrency levels (default ${DEFAULT-VALUE})") List<Integer> clients;
+    @Option(names = "--clients", defaultValue = "1,4,16,64", split = ",", description = "concurrency levels, each once (default ${DEFAULT-VALUE})") List<Integer> clients;
     @Option(names = "--requests", defaultValue = "32", description = "requests per level, at least one per client (default ${DEFAULT-VALUE})") int requests;
     @Option(names = "--repeats", defaultValue = "10", description = "single-stream runs per block for the overhead figure, in two blocks (medians of twice this many; "
             + "with --url, twice this many single-stream runs; default ${DEFAULT-VALUE})") int repeats;
@@ -244,6 +244,12 @@ public final class BenchServerCommand implements Callable<Integer> {
         if (promptTokens < 1) return "--prompt-tokens must be >= 1, got " + promptTokens;
         if (maxTokens < 1) return "--max-tokens must be >= 1 (the API's max_tokens), got " + maxTokens;
         for (int c : clients) if (c < 1) return "--clients: each level must be >= 1, got " + c;
+        // each level's figures are kept by its number of clients: a level given twice would have its second round
+        // stand for both (the aggregate relative to one stream was taken from the last level-1 round)
+        for (int i = 0; i < clients.size(); i++)
+            if (clients.indexOf(clients.get(i)) < i)
+                return "--clients: each level may be given once, but " + clients.get(i) + " is repeated (--clients "
+                        + String.join(",", clients.stream().map(String::valueOf).toList()) + ")";
         if (requests < 1) return "--requests must be >= 1 (rounded up to one per client), got " + requests;
         if (repeats < 1) return "--repeats must be >= 1, got " + repeats;
         if (longPrompt < 0) return "--long-prompt must be >= 0 (0 = off), got " + longPrompt;

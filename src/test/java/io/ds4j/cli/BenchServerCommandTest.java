@@ -124,6 +124,21 @@ class BenchServerCommandTest {
         }
     }
 
+    /**
+     * A level given twice is refused before anything loads: the figures are kept per level, so the second round stood
+     * for both (with --clients 1,2,1 the aggregate relative to one stream was taken from the last level-1 round).
+     */
+    @Test
+    void aRepeatedLevelIsRefused() {
+        assertEquals("--clients: each level may be given once, but 1 is repeated (--clients 1,2,1)", badOption("--clients", "1,2,1"));
+        assertEquals("--clients: each level may be given once, but 4 is repeated (--clients 4,16,4,4)",
+                badOption("--clients", "4,16,4,4"));
+        assertNull(badOption("--clients", "2,1,4"));
+        String[] r = run("bench-server", "--clients", "1,2,1", "--model", "/nonexistent/model");
+        assertEquals("2", r[0], r[1]);
+        assertTrue(r[1].contains("error: --clients: each level may be given once, but 1 is repeated"), r[1]);
+    }
+
     /** Runs ds4j with the given arguments: {exit code, stderr}. */
     static String[] run(String... args) {
         StringWriter err = new StringWriter();
