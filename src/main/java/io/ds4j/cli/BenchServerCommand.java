@@ -14,6 +14,7 @@ import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
+import io.ds4j.server.config.ConfigKey;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.speculative.NgramDraft;
 import io.ds4j.engine.VerifyWidth;
@@ -254,6 +255,17 @@ public final class BenchServerCommand implements Callable<Integer> {
         if (repeats < 1) return "--repeats must be >= 1, got " + repeats;
         if (longPrompt < 0) return "--long-prompt must be >= 0 (0 = off), got " + longPrompt;
         if (maxActive < 0) return "--max-active must be >= 0 (0 = every stream at once), got " + maxActive;
+        // the flags that set one configuration key each: that key's range, as the server would check it after the
+        // model's header (and name the key, not the flag)
+        String[][] keyed = {{"--max-batch-rows", "scheduler.maxBatchRows"}, {"--token-budget", "scheduler.tokenBudget"},
+                {"--max-tick-stretch", "scheduler.maxTickStretch"}, {"--min-prefill-chunk", "scheduler.minPrefillChunk"},
+                {"--prefill-chunk", "limits.prefillChunk"}};
+        double[] values = {maxBatchRows, tokenBudget, maxTickStretch, minPrefillChunk, prefillChunk};
+        for (int i = 0; i < keyed.length; i++) {
+            ConfigKey k = ServerConfig.keyOf(keyed[i][1]);
+            if (!k.range().accepts(values[i]))
+                return keyed[i][0] + ": " + k.mustBe() + " (" + k.name() + "), got " + ConfigKey.Range.num(values[i]);
+        }
         if (url != null) {
             URI u;
             try {

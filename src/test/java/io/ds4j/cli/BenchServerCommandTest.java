@@ -139,6 +139,31 @@ class BenchServerCommandTest {
         assertTrue(r[1].contains("error: --clients: each level may be given once, but 1 is repeated"), r[1]);
     }
 
+    /**
+     * A flag that sets a scheduler or limits key is checked against that key's range before anything loads, and the
+     * message names the flag (the server refused it after the model's header, naming only the key).
+     */
+    @Test
+    void aSchedulerFlagOutOfItsKeysRangeIsNamedByTheFlag() {
+        assertEquals("--token-budget: must be an integer in [1, 1048576] (scheduler.tokenBudget), got 0",
+                badOption("--token-budget", "0"));
+        assertEquals("--max-tick-stretch: must be 0 (off) or in [1, 100] (scheduler.maxTickStretch), got 0.5",
+                badOption("--max-tick-stretch", "0.5"));
+        assertEquals("--max-batch-rows: must be an integer in [1, 65536] (scheduler.maxBatchRows), got 0",
+                badOption("--max-batch-rows", "0"));
+        assertEquals("--min-prefill-chunk: must be an integer in [1, 1048576] (scheduler.minPrefillChunk), got 0",
+                badOption("--min-prefill-chunk", "0"));
+        assertEquals("--prefill-chunk: must be an integer in [1, 65536] (limits.prefillChunk), got 0",
+                badOption("--prefill-chunk", "0"));
+        assertEquals("--max-batch-rows: must be an integer in [1, 65536] (scheduler.maxBatchRows), got 65537",
+                badOption("--max-batch-rows", "65537"));
+        assertNull(badOption("--max-tick-stretch", "0", "--token-budget", "1048576", "--max-batch-rows", "65536",
+                "--min-prefill-chunk", "1", "--prefill-chunk", "65536"));
+        String[] r = run("bench-server", "--token-budget", "0", "--model", "/nonexistent/model");
+        assertEquals("2", r[0], r[1]);
+        assertTrue(r[1].contains("error: --token-budget: must be an integer in [1, 1048576] (scheduler.tokenBudget), got 0"), r[1]);
+    }
+
     /** Runs ds4j with the given arguments: {exit code, stderr}. */
     static String[] run(String... args) {
         StringWriter err = new StringWriter();

@@ -69,10 +69,19 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
             return off == null ? "in " + interval() : num(off) + " (off) or in " + interval();
         }
 
-        /** A bound as written in the README: whole numbers without a fraction. */
-        static String num(double d) {
+        /** A bound or value as written in the README and error messages: whole numbers without a fraction. */
+        public static String num(double d) {
             return d == Math.rint(d) && Math.abs(d) < 0x1p62 ? Long.toString((long) d) : Double.toString(d);
         }
+    }
+
+    /**
+     * What a value outside this key's {@link #range} is told it must be: {@code must be an integer in [1, 4096]},
+     * {@code must be 0 (off) or in [1, 100]}; the one wording of the configuration's errors and of the flags that set
+     * a key.
+     */
+    public String mustBe() {
+        return "must be " + (type == Type.INT ? "an integer " : "") + range.mustBe();
     }
 
     /** The README's range cell of this key: its {@link Range#text}, the accepted widths, or "—" for a key without one. */

@@ -441,8 +441,7 @@ public final class ServerConfig {
     private static void inRange(Map<String, Object> v, List<String> p, ConfigKey k, String written) {
         double x = ((Number) v.get(k.name())).doubleValue();
         if (k.range().accepts(x)) return;
-        p.add(k.name() + ": must be " + (k.type() == ConfigKey.Type.INT ? "an integer " : "") + k.range().mustBe()
-                + ", got " + (written != null ? written : Range.num(x)));
+        p.add(k.name() + ": " + k.mustBe() + ", got " + (written != null ? written : Range.num(x)));
     }
 
     // ------------------------------------------------------------------------------------------------ accessors
