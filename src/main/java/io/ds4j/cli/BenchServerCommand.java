@@ -141,7 +141,11 @@ public final class BenchServerCommand implements Callable<Integer> {
                     dir, backend, prompt.length, maxTokens, draft);
         }
         longTokens = longUser == null ? 0 : tok.encode(ChatEncoder.encode(List.of(ChatMessage.user(longUser)), ChatOptions.defaults())).length;
-        if (longUser != null) System.out.println(longPromptLine(longTokens, longPrompt));
+        if (longUser != null) {
+            System.out.println(longPromptLine(longTokens, longPrompt));
+            String small = longPromptWarning(longTokens, prompt.length);
+            if (small != null) System.out.println(small);
+        }
         System.out.printf("%s: %s, %d cores, JDK %s%n", url != null ? "client machine" : "machine", cpuName(), Runtime.getRuntime().availableProcessors(),
                 System.getProperty("java.version"));
 
@@ -231,8 +235,30 @@ public final class BenchServerCommand implements Callable<Integer> {
      * abandoned when its streams are done).
      */
     static String longTitle(int tokens, int started, int finished) {
-        return String.format("beside a %d-token prompt being prefilled (sent again whenever it finished: %d prefills started, "
-                + "%d finished during the rounds):", tokens, started, finished);
+        return String.format("beside %s %d-token prompt being prefilled (sent again whenever it finished: %d prefills started, "
+                + "%d finished during the rounds):", article(tokens), tokens, started, finished);
+    }
+
+    /**
+     * "a" or "an" before a number as it is read aloud in English: "an" where the reading starts with a vowel sound
+     * (eight, eleven, eighteen, eighty-…, eight hundred …), by its leading group of three digits (8,000 is "eight
+     * thousand", 11,500 "eleven thousand …"), so an 8-, an 11-, an 18-, an 80-, an 800-, an 8,192-token prompt.
+     */
+    static String article(long n) {
+        long g = Math.abs(n);
+        while (g >= 1000) g /= 1000;
+        long said = g >= 100 ? g / 100 : g; // the first word: the hundreds' digit, else the whole group
+        return said == 8 || said == 11 || said == 18 || (said >= 80 && said <= 89) ? "an" : "a";
+    }
+
+    /**
+     * A warning when the long prompt is not longer than the streams' own prompt (both as sent, in the chat template):
+     * the rounds beside it then measure no long prefill. Null when it is longer.
+     */
+    static String longPromptWarning(int longTokens, int streamTokens) {
+        return longTokens > streamTokens ? null : String.format("warning: the long prompt (%d tokens) is not longer than the "
+                + "streams' own prompt (%d tokens), so the rounds beside it show no long prefill; give --long-prompt well "
+                + "above --prompt-tokens", longTokens, streamTokens);
     }
 
     /**

@@ -218,6 +218,27 @@ class BenchServerCommandTest {
         assertTrue(title.contains("8 prefills started, 6 finished during the rounds"), title);
     }
 
+    /** The long prompt's size takes the article it is read with: an 11-token prompt, not "a 11-token" one. */
+    @Test
+    void theLongPromptsSizeTakesItsArticle() {
+        assertTrue(BenchServerCommand.longTitle(11, 1, 1).startsWith("beside an 11-token prompt being prefilled"));
+        assertTrue(BenchServerCommand.longTitle(32780, 1, 1).startsWith("beside a 32780-token prompt being prefilled"));
+        for (long n : new long[]{8, 11, 18, 80, 86, 89, 800, 899, 8000, 8192, 11000, 18500, 80000, 800000, 8_000_000, 11_000_000})
+            assertEquals("an", BenchServerCommand.article(n), String.valueOf(n));
+        for (long n : new long[]{0, 1, 7, 10, 12, 17, 19, 28, 79, 90, 100, 108, 111, 118, 180, 1100, 1800, 12000, 32768, 1_000_000})
+            assertEquals("a", BenchServerCommand.article(n), String.valueOf(n));
+    }
+
+    /** A long prompt no longer than the streams' own prompt gets a warning line (--long-prompt 5 made 11 tokens beside 62). */
+    @Test
+    void aLongPromptNoLongerThanTheStreamsIsWarnedOf() {
+        String w = BenchServerCommand.longPromptWarning(11, 62);
+        assertTrue(w != null && w.startsWith("warning: the long prompt (11 tokens) is not longer than the streams' own prompt "
+                + "(62 tokens)"), w);
+        assertTrue(BenchServerCommand.longPromptWarning(62, 62) != null, "as long is not longer");
+        assertNull(BenchServerCommand.longPromptWarning(324, 62));
+    }
+
     /** --url: the header tells what the server's /props says, not the local model's path or the local --draft. */
     @Test
     void theRemoteServerIsDescribedByItsProps() throws Exception {
