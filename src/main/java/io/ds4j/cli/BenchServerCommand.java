@@ -73,7 +73,8 @@ public final class BenchServerCommand implements Callable<Integer> {
     @Option(names = "--backend", defaultValue = "cpu", description = "model.backend: cpu or hip (default ${DEFAULT-VALUE}); "
             + "the engine-alone comparison runs on cpu only") String backend;
     @Option(names = "--prompt-tokens", defaultValue = "64", description = "approximate prompt length, the chat template "
-            + "included (at least 8 words; default ${DEFAULT-VALUE})") int promptTokens;
+            + "included: at least 1, and the prompt has at least " + PROMPT_WORDS + " words (the header says where that "
+            + "is more than asked; default ${DEFAULT-VALUE})") int promptTokens;
     @Option(names = "--max-tokens", defaultValue = "32", description = "tokens generated per request (default ${DEFAULT-VALUE})") int maxTokens;
     @Option(names = "--clients", defaultValue = "1,4,16,64", split = ",", description = "concurrency levels, each once (default ${DEFAULT-VALUE})") List<Integer> clients;
     @Option(names = "--requests", defaultValue = "32", description = "requests per level, at least one per client (default ${DEFAULT-VALUE})") int requests;
@@ -128,17 +129,18 @@ public final class BenchServerCommand implements Callable<Integer> {
         Tokenizer tok = Tokenizers.forModel(dir);
         String user = userText(tok);
         int[] prompt = tok.encode(ChatEncoder.encode(List.of(ChatMessage.user(user)), ChatOptions.defaults()));
+        String longer = promptNote(prompt.length, promptTokens, user.split(" ").length == PROMPT_WORDS);
         int maxClients = clients.stream().mapToInt(Integer::intValue).max().orElse(1);
         longUser = longPrompt > 0 ? textOfTokens(tok, longPrompt) : null;
 
         if (url != null) {
             // the local model only sizes the prompts: what the server runs is what its /props says
             System.out.printf("bench-server: %s%n", remoteLine(base, serverProps));
-            System.out.printf("requests: prompt %d tokens by the local tokenizer (%s; the server's may count differently), "
-                    + "%d generated tokens per request (greedy, ignore_eos)%n", prompt.length, dir, maxTokens);
+            System.out.printf("requests: prompt %d tokens by the local tokenizer (%s; the server's may count differently%s), "
+                    + "%d generated tokens per request (greedy, ignore_eos)%n", prompt.length, dir, longer == null ? "" : "; " + longer, maxTokens);
         } else {
-            System.out.printf("bench-server: model %s, backend %s, prompt %d tokens, %d generated tokens per request (greedy, ignore_eos), draft %s%n",
-                    dir, backend, prompt.length, maxTokens, draft);
+            System.out.printf("bench-server: model %s, backend %s, prompt %d tokens%s, %d generated tokens per request (greedy, ignore_eos), draft %s%n",
+                    dir, backend, prompt.length, longer == null ? "" : " (" + longer + ")", maxTokens, draft);
         }
         longTokens = longUser == null ? 0 : tok.encode(ChatEncoder.encode(List.of(ChatMessage.user(longUser)), ChatOptions.defaults())).length;
         if (longUser != null) {
@@ -622,15 +624,29 @@ public final class BenchServerCommand implements Callable<Integer> {
                 : String.format("%.1f%% of the tokens came in a chunk with the one before", rd.sharedPercent())) + "\n";
     }
 
-    /** A user message of roughly --prompt-tokens tokens once encoded. */
+    /** The streams' prompt grows by this many words, and has at least this many. */
+    static final int PROMPT_WORDS = 8;
+
+    /** A user message of roughly --prompt-tokens tokens once encoded (whole steps of {@link #PROMPT_WORDS} words). */
     private String userText(Tokenizer tok) {
         String[] words = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches "
                 + "under a pale moon and the river keeps running toward the distant sea").split(" ");
         StringBuilder s = new StringBuilder();
         for (int i = 0; ; i++) {
             s.append(words[i % words.length]).append(' ');
-            if (i % 8 == 7 && tok.encode(s.toString()).length + 5 >= promptTokens) return s.toString().trim();
+            if (i % PROMPT_WORDS == PROMPT_WORDS - 1 && tok.encode(s.toString()).length + 5 >= promptTokens) return s.toString().trim();
         }
+    }
+
+    /**
+     * What the header says beside the streams' prompt size where the shortest prompt ({@link #PROMPT_WORDS} words) is
+     * already longer than --prompt-tokens asked: that it is; else null.
+     * @param tokens   the prompt's tokens as sent (chat template included)
+     * @param shortest whether the prompt is the shortest one
+     */
+    static String promptNote(int tokens, int asked, boolean shortest) {
+        return shortest && tokens > asked ? String.format("more than --prompt-tokens %d: the shortest prompt is %d words in "
+                + "the chat template", asked, PROMPT_WORDS) : null;
     }
 
     /** One generation on the engine alone: {decode tok/s, end-to-end tok/s, prefill (TTFT) ms}. */

@@ -239,6 +239,15 @@ class BenchServerCommandTest {
         assertNull(BenchServerCommand.longPromptWarning(324, 62));
     }
 
+    /** A prompt longer than --prompt-tokens asked, because even the shortest is longer, is said so in the header. */
+    @Test
+    void aPromptLongerThanAskedIsSaidSo() {
+        assertEquals("more than --prompt-tokens 3: the shortest prompt is 8 words in the chat template",
+                BenchServerCommand.promptNote(12, 3, true));
+        assertNull(BenchServerCommand.promptNote(12, 12, true), "as asked");
+        assertNull(BenchServerCommand.promptNote(66, 64, false), "about as asked: the prompt grows by 8 words");
+    }
+
     /** --url: the header tells what the server's /props says, not the local model's path or the local --draft. */
     @Test
     void theRemoteServerIsDescribedByItsProps() throws Exception {
