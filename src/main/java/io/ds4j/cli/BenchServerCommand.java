@@ -405,20 +405,25 @@ public final class BenchServerCommand implements Callable<Integer> {
         // /metrics) against the gaps the clients saw, as the share above 40 and 50 ms
         for (var e : withLong.entrySet()) {
             int c = e.getKey();
-            System.out.printf("%d clients, share of the gaps between chunks (at the server: between a request's outputs) above "
+            System.out.printf("%s, share of the gaps between chunks (at the server: between a request's outputs) above "
                             + "40 / 50 ms: without the long prompt clients %s, server %s; "
-                            + "with it clients %s, server %s%n", c, above(lastPlain.get(c)),
+                            + "with it clients %s, server %s%n", clientCount(c), above(lastPlain.get(c)),
                     serverAbove(serverGaps.get(c), 0), above(e.getValue()), serverAbove(serverGaps.get(c), 1));
-            System.out.printf("%d clients, share of the server's deliveries (the engine's send to the written chunk) above 5 / 20 ms:"
-                    + " without the long prompt %s; with it %s%n", c, deliveryAbove(serverGaps.get(c), 0), deliveryAbove(serverGaps.get(c), 1));
+            System.out.printf("%s, share of the server's deliveries (the engine's send to the written chunk) above 5 / 20 ms:"
+                    + " without the long prompt %s; with it %s%n", clientCount(c), deliveryAbove(serverGaps.get(c), 0), deliveryAbove(serverGaps.get(c), 1));
         }
         // the tails in more detail: where the p99 sits relative to the bulk of the gaps
         for (var e : withLong.entrySet())
-            System.out.printf("%d clients, ITL between chunks without / with, ms: p90 %.2f / %.2f, p95 %.2f / %.2f, p99.9 %.2f / %.2f, max %.2f / %.2f%n",
-                    e.getKey(), lastPlain.get(e.getKey()).itl(90), e.getValue().itl(90), lastPlain.get(e.getKey()).itl(95),
+            System.out.printf("%s, ITL between chunks without / with, ms: p90 %.2f / %.2f, p95 %.2f / %.2f, p99.9 %.2f / %.2f, max %.2f / %.2f%n",
+                    clientCount(e.getKey()), lastPlain.get(e.getKey()).itl(90), e.getValue().itl(90), lastPlain.get(e.getKey()).itl(95),
                     e.getValue().itl(95), lastPlain.get(e.getKey()).itl(99.9), e.getValue().itl(99.9),
                     lastPlain.get(e.getKey()).itl(100), e.getValue().itl(100));
         if (!withLong.isEmpty()) System.out.println(schedulerLine(schedBefore, SchedulerReading.parse(metrics()), url != null));
+    }
+
+    /** "1 client", "4 clients": a level's lines after the table. */
+    static String clientCount(int c) {
+        return c + (c == 1 ? " client" : " clients");
     }
 
     /** The server's /metrics text now, or null when it cannot be read. */

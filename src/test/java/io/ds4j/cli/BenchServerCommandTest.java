@@ -388,6 +388,44 @@ class BenchServerCommandTest {
         }
     }
 
+    /**
+     * A whole --url run at one client beside a short long prompt, its printout read: a level of one client is "1
+     * client" (it was "1 clients"), the long prompt no longer than the streams' gets its warning and its article, and
+     * the prompt longer than --prompt-tokens asked is said so.
+     */
+    @Test
+    void aRunAtOneClientReadsRight() throws Exception {
+        String sse = "data: " + chunk("a", null, 1) + "\n\ndata: " + chunk("b", null, 2) + "\n\ndata: " + chunk(null, "length", 2)
+                + "\n\ndata: [DONE]\n\n";
+        var hs = fake(x -> {
+            String body = new String(x.getRequestBody().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+            byte[] b = (body.contains("\"stream\":true") ? sse : "{\"choices\":[]}").getBytes();
+            x.sendResponseHeaders(200, b.length);
+            x.getResponseBody().write(b);
+            x.close();
+        }, 200, "{}");
+        java.io.PrintStream old = System.out;
+        java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
+        String[] r;
+        try {
+            System.setOut(new java.io.PrintStream(out, true, java.nio.charset.StandardCharsets.UTF_8));
+            r = run("bench-server", "--url", "http://127.0.0.1:" + hs.getAddress().getPort(), "--clients", "1", "--requests", "2",
+                    "--repeats", "1", "--max-tokens", "2", "--long-prompt", "5", "--prompt-tokens", "3");
+        } finally {
+            System.setOut(old);
+            hs.stop(0);
+        }
+        String o = out.toString(java.nio.charset.StandardCharsets.UTF_8);
+        assertEquals("0", r[0], r[1] + o);
+        assertTrue(o.contains("the server's may count differently; more than --prompt-tokens 3: the shortest prompt is 8 words"), o);
+        assertTrue(o.contains("\nwarning: the long prompt (11 tokens) is not longer than the streams' own prompt (12 tokens)"), o);
+        assertTrue(o.contains("\nbeside an 11-token prompt being prefilled"), o);
+        assertTrue(o.contains("\n1 client, share of the gaps between chunks"), o);
+        assertTrue(o.contains("\n1 client, share of the server's deliveries"), o);
+        assertTrue(o.contains("\n1 client, ITL between chunks without / with"), o);
+        assertFalse(o.contains("1 clients"), o);
+    }
+
     /** A server that sends no usage (stream_options not supported): one token a content chunk, not none. */
     @Test
     void withoutUsageEachChunkCountsOneToken() throws Exception {
