@@ -860,10 +860,13 @@ public final class HttpVerticle extends VerticleBase {
                 .put("prefillChunk", cfg.prefillChunk()).put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens())
                 .put("bodyReadTimeoutMs", cfg.bodyReadTimeoutMs()).put("headerReadTimeoutMs", cfg.headerReadTimeoutMs())
                 .put("streamBufferBytes", cfg.streamBufferBytes());
-        o.putObject("scheduler").put("maxBatchRows", cfg.maxBatchRows()).put("tokenBudget", cfg.tokenBudget())
-                .put("prefillChunk", Math.min(cfg.prefillChunk(), cfg.tokenBudget()))
-                .put("maxTickStretch", cfg.maxTickStretch()).put("minPrefillChunk", cfg.minPrefillChunk())
-                .put("layerSlices", cfg.layerSlices());
+        // the values in effect, as the engine's scheduler takes them (the configured ones are under "config"): the
+        // prefill chunk and the floor under the latency bound are each at most the token budget
+        io.ds4j.engine.Scheduler.Limits sl = EngineVerticle.limits(cfg);
+        o.putObject("scheduler").put("maxBatchRows", sl.maxBatchRows()).put("tokenBudget", sl.tokenBudget())
+                .put("prefillChunk", io.ds4j.engine.Scheduler.prefillChunk(cfg.prefillChunk(), sl))
+                .put("maxTickStretch", sl.maxTickStretch()).put("minPrefillChunk", sl.floor())
+                .put("layerSlices", sl.layerSlices());
         ObjectNode pc = o.putObject("prefix_cache");
         io.ds4j.engine.PrefixCache.Stats ps = state.metrics().prefixCache();
         pc.put("enabled", ps != null).put("configured", cfg.prefixCacheEnabled()).put("budgetMiB", cfg.prefixCacheBudgetMiB())

@@ -78,7 +78,7 @@ class BatchedServerTest {
             assertEquals(48, props.get("tokenBudget").asInt());
             assertEquals(48, props.get("prefillChunk").asInt(), "chunks are at most the token budget");
             assertEquals(1.6, props.get("maxTickStretch").asDouble(), "the latency bound on prefill, by default");
-            assertEquals(64, props.get("minPrefillChunk").asInt());
+            assertEquals(48, props.get("minPrefillChunk").asInt(), "the floor in effect: scheduler.minPrefillChunk 64, at most the token budget");
             double mtpSteps = metric(metrics, "ds4j:mtp_batch_size_count"), mtpSmall = metric(metrics, "ds4j:mtp_batch_size_bucket{le=\"4.0\"}");
             if (draft.equals("mtp")) assertTrue(mtpSteps > 0, "the MTP drafts ran: " + mtpSteps);
             else assertEquals(0.0, mtpSteps, "no MTP steps without the MTP draft");

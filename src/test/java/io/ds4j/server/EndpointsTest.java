@@ -200,6 +200,28 @@ class EndpointsTest {
         }
     }
 
+    /**
+     * /props' scheduler section shows the values the scheduler works with: the prefill chunk and the floor under the
+     * latency bound (scheduler.minPrefillChunk) each at most the token budget; the configured ones stay under config.
+     */
+    @Test
+    void theSchedulersPropsShowTheValuesInEffect() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
+                Map.of("scheduler.tokenBudget", 48, "scheduler.minPrefillChunk", 64, "limits.prefillChunk", 512))) {
+            JsonNode p = t.get("/props").json();
+            assertEquals(48, p.at("/scheduler/tokenBudget").asInt());
+            assertEquals(48, p.at("/scheduler/prefillChunk").asInt(), p.get("scheduler").toString());
+            assertEquals(48, p.at("/scheduler/minPrefillChunk").asInt(), "a floor above the budget acts as the budget: " + p.get("scheduler"));
+            assertEquals(64, p.at("/config/scheduler/minPrefillChunk").asInt(), "the configured value stays under config");
+            assertEquals(512, p.at("/config/limits/prefillChunk").asInt());
+        }
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("scheduler.minPrefillChunk", 32))) {
+            JsonNode p = t.get("/props").json();
+            assertEquals(32, p.at("/scheduler/minPrefillChunk").asInt(), "below the budget: as configured");
+            assertEquals(512, p.at("/scheduler/prefillChunk").asInt());
+        }
+    }
+
     @Test
     void propsModelsPlaygroundAndCors() throws Exception {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
