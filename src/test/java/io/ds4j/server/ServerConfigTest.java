@@ -57,9 +57,18 @@ class ServerConfigTest {
         assertTrue(p.contains("speculative.q: must be \"auto\" or an integer 1..8, got 12"), p.toString());
         assertTrue(p.contains("extra: unknown key"), p.toString());
         assertTrue(p.contains("limits.maxActive: must be an integer in [1, 4096], got 0"), p.toString());
-        // a whole number beyond the int range says so, not "must be an integer"
-        assertEquals(List.of("scheduler.maxBatchRows: must be an integer of at most 2147483647 in magnitude, got 99999999999"),
+        // a whole number beyond the int range is told the key's range, as other values out of range are (not "must be
+        // an integer", nor the int range: it was "must be an integer of at most 2147483647 in magnitude")
+        assertEquals(List.of("scheduler.maxBatchRows: must be an integer in [1, 65536], got 99999999999"),
                 problems("{\"scheduler\": {\"maxBatchRows\": 99999999999}}").problems());
+        assertEquals(List.of("scheduler.maxBatchRows: must be an integer in [1, 65536], got 2147483648"),
+                problems("{\"scheduler\": {\"maxBatchRows\": 2147483648}}").problems());
+        // a key without an upper bound: the range as far as an int reaches, which its largest value is within
+        assertEquals(List.of("model.cacheTokens: must be an integer in [0, 2147483647], got 2147483648"),
+                problems("{\"model\": {\"cacheTokens\": 2147483648}}").problems());
+        assertEquals(List.of("model.cacheTokens: must be an integer in [0, 2147483647], got -2147483649"),
+                problems("{\"model\": {\"cacheTokens\": -2147483649}}").problems());
+        assertDoesNotThrow(() -> ServerConfig.parse("{\"model\": {\"cacheTokens\": 2147483647.0}}", "t", null));
         assertEquals(List.of("scheduler.maxTickStretch: must be 0 (off) or in [1, 100], got 0.5",
                         "scheduler.minPrefillChunk: must be an integer in [1, 1048576], got 0"),
                 problems("{\"scheduler\": {\"maxTickStretch\": 0.5, \"minPrefillChunk\": 0}}").problems());
@@ -77,7 +86,9 @@ class ServerConfigTest {
         ConfigException e = problems("{\n  \"server\": {\n    \"port\": 80,\n  }\n}");
         assertTrue(e.getMessage().startsWith("test: malformed JSON at line 4"), e.getMessage());
         assertTrue(problems("[1]").getMessage().contains("must be a JSON object"));
-        assertTrue(problems("{\"server\": 5}").getMessage().contains("server: must be an object"));
+        assertEquals(List.of("server: must be an object, got 5"), problems("{\"server\": 5}").problems());
+        assertEquals(List.of("scheduler: must be an object, got \"x\""), problems("{\"scheduler\": \"x\"}").problems());
+        assertEquals(List.of("limits: must be an object, got an array"), problems("{\"limits\": [1]}").problems());
     }
 
     /**
@@ -289,7 +300,7 @@ class ServerConfigTest {
 
     @Test
     void fileErrorsShowNumbersAsWritten() {
-        assertEquals(List.of("limits.maxActive: must be an integer of at most 2147483647 in magnitude, got 10000000000.0"),
+        assertEquals(List.of("limits.maxActive: must be an integer in [1, 4096], got 10000000000.0"),
                 problems("{\"limits\": {\"maxActive\": 10000000000.0}}").problems());
         assertEquals(List.of("limits.maxActive: must be an integer, got 2.50"),
                 problems("{\"limits\": {\"maxActive\": 2.50}}").problems());

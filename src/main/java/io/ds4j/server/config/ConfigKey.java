@@ -84,6 +84,22 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
         return "must be " + (type == Type.INT ? "an integer " : "") + range.mustBe();
     }
 
+    /**
+     * Reads a JSON value as this key's {@link #type}. A whole number beyond the int range is told the range this key
+     * accepts, as far as an int reaches ({@code [1, 65536]}; {@code [0, 2147483647]} for {@code [0, ∞]}), as any other
+     * value out of range is.
+     * @return the Java value, or a {@link Problem} describing why the value is unusable
+     */
+    Object read(JsonNode v) {
+        Object r = type.read(v);
+        if (r instanceof Problem && type == Type.INT && range != null && v.isNumber() && v.asDouble() == Math.rint(v.asDouble())) {
+            Range held = new Range(Math.max(range.lo(), Integer.MIN_VALUE), Math.min(range.hi(), Integer.MAX_VALUE),
+                    range.openLow(), range.off());
+            return new Problem("must be an integer " + held.mustBe() + ", got " + Type.describe(v));
+        }
+        return r;
+    }
+
     /** The README's range cell of this key: its {@link Range#text}, the accepted widths, or "—" for a key without one. */
     public String rangeText() {
         if (range != null) return range.text();
@@ -124,9 +140,11 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
                 }
                 case INT -> {
                     if (v.isIntegralNumber() && v.canConvertToInt()) return v.intValue();
-                    if (v.isNumber() && v.asDouble() == Math.rint(v.asDouble()) && Math.abs(v.asDouble()) < Integer.MAX_VALUE)
+                    if (v.isNumber() && v.asDouble() == Math.rint(v.asDouble()) && v.asDouble() >= Integer.MIN_VALUE
+                            && v.asDouble() <= Integer.MAX_VALUE)
                         return (int) v.asDouble();
-                    if (v.isNumber() && v.asDouble() == Math.rint(v.asDouble())) // a whole number out of the int range
+                    // a whole number out of the int range (ConfigKey.read tells the key's range instead)
+                    if (v.isNumber() && v.asDouble() == Math.rint(v.asDouble()))
                         return new Problem("must be an integer of at most " + Integer.MAX_VALUE + " in magnitude, got " + describe(v));
                     return new Problem("must be an integer, got " + describe(v));
                 }

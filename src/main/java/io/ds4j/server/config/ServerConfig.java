@@ -308,14 +308,14 @@ public final class ServerConfig {
             String path = prefix.isEmpty() ? name : prefix + "." + name;
             ConfigKey k = BY_NAME.get(path);
             if (k != null) {
-                Object r = k.type().read(e.getValue());
+                Object r = k.read(e.getValue());
                 if (r instanceof ConfigKey.Problem p) problems.add(path + ": " + p.text());
                 else v.put(path, r);
                 String text = Json.written(e.getValue());
                 if (text != null) written.put(path, text);
             } else if (isSection(path)) {
                 if (e.getValue().isObject()) walk(e.getValue(), path, v, problems, written);
-                else problems.add(path + ": must be an object");
+                else problems.add(path + ": must be an object, got " + ConfigKey.Type.describe(e.getValue()));
             } else {
                 problems.add(path + ": unknown key" + suggestion(path));
             }
