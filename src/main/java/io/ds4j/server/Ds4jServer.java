@@ -309,7 +309,7 @@ public final class Ds4jServer {
         LOG.warn(msg);
     }
 
-    /** The file's values a flag overrides that were last warned about (onConfigText). */
+    /** The file's values a flag overrides, as last read (onConfigText): each is warned about once. */
     private List<String> warnedOverrides = List.of();
 
     /** Validates a new version of the file as a whole and applies it atomically, or keeps the old one. */
@@ -327,12 +327,13 @@ public final class Ds4jServer {
         }
         ServerConfig running = state.config();
         ServerConfig.Reload r = ServerConfig.reload(running, proposed);
-        // keys the file sets that a command-line flag keeps at the flag's value: said, so an edit that changes nothing
-        // is not a mystery
-        List<String> overridden = changed ? ServerConfig.overridden(content, opt.overrides()) : List.of();
+        // keys the file sets that a command-line flag keeps at the flag's value: said at start (the watcher's first
+        // reading) and at a reload, so a value in the file that does nothing, or an edit that changes nothing, is not a
+        // mystery
+        List<String> overridden = ServerConfig.overridden(content, opt.overrides());
         // said once per file value: a later edit of another key does not repeat it
         List<String> newly = overridden.stream().filter(o -> !warnedOverrides.contains(o)).toList();
-        if (changed) warnedOverrides = overridden;
+        warnedOverrides = overridden;
         if (!newly.isEmpty()) LOG.warn("config file {}: command-line flags win over the file: {}", file, newly);
         List<ServerConfig.Change> wasPending = state.pending();
         // the outcome's message: its parts joined, so that it never starts or ends with a separator

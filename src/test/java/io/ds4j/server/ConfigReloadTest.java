@@ -280,6 +280,36 @@ class ConfigReloadTest {
     }
 
     /**
+     * A key the file sets while a command-line flag overrides it is named in a warning at start already (it was said
+     * only at the first reload), once: a reload of another key does not repeat it.
+     */
+    @Test
+    @Order(9)
+    void aKeyOverriddenByAFlagIsWarnedOfAtStart(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 4}}";
+        Files.writeString(f, text);
+        String warning = "config file " + f + ": command-line flags win over the file: "
+                + "[limits.maxActive: the file's 4 is overridden by the command line's 5]";
+        try (LogCapture log = new LogCapture();
+             TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)),
+                     Map.of("limits.maxActive", 5), f, text)) {
+            assertTrue(TestServer.eventually(5000, () -> log.linesWith(warning).size() == 1), "warned at start: " + log.linesWith("Ds4jServer"));
+            Path tmp = other.resolve("server.json.tmp");
+            Files.writeString(tmp, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 4, \"maxTokensDefault\": 7}}");
+            Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            assertTrue(TestServer.eventually(5000, () -> {
+                try {
+                    return s.get("/props").json().at("/config/limits/maxTokensDefault").asInt() == 7;
+                } catch (Exception e) {
+                    return false;
+                }
+            }), "the file's other change applied");
+            assertEquals(1, log.linesWith("command-line flags win over the file").size(), "not repeated: " + log.linesWith("Ds4jServer"));
+        }
+    }
+
+    /**
      * A key the file sets while a command-line flag overrides it keeps the flag's value, and the reload says so (the
      * outcome's message names the key and both values), with or without other changes.
      */
