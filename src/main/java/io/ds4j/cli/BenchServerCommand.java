@@ -369,6 +369,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         System.out.printf("%-8s %9s %13s %13s %17s %14s %14s%n", "clients", "requests", "TTFT p50 ms", "TTFT p99 ms",
                 "aggregate tok/s", "ITL p50", "ITL p99");
         Map<Integer, Double> aggregate = new LinkedHashMap<>();
+        int fewest = Integer.MAX_VALUE;
         Map<Integer, Round> withLong = new LinkedHashMap<>();
         SchedulerReading schedBefore = longUser != null ? SchedulerReading.parse(metrics()) : null;
         for (int c : clients) {
@@ -376,6 +377,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             Round rd = round(c, user, false);
             if (longUser != null) serverGaps.get(c).add(serverReading());
             aggregate.put(c, rd.aggregate());
+            fewest = Math.min(fewest, rd.samples().size());
             printRow(String.valueOf(c), rd);
             if (longUser != null) {
                 Round lr = round(c, user, true);
@@ -390,6 +392,8 @@ public final class BenchServerCommand implements Callable<Integer> {
             aggregate.forEach((c, a) -> sb.append(String.format(" %d: %.2fx", c, a / one)));
             System.out.println(sb);
         }
+        String few = fewSamplesNote(fewest);
+        if (few != null) System.out.println(few);
         if (!withLong.isEmpty()) {
             System.out.printf("%n%s%n", longTitle(longTokens, longStarted.get(), longFinished.get()));
             System.out.println(longHeader());
@@ -518,6 +522,18 @@ public final class BenchServerCommand implements Callable<Integer> {
 
     private void printRow(String label, Round rd) {
         System.out.println(levelRow(label, rd));
+    }
+
+    /**
+     * A note under the concurrency table where a level's TTFT p99 rests on fewer than 100 requests (it is then the
+     * slowest of them, and with a handful a single slow one, such as the first prompt on a JIT-cold path, sets it and
+     * the level's aggregate); null at 100 or more.
+     * @param fewest the fewest requests of a level in the table
+     */
+    static String fewSamplesNote(int fewest) {
+        if (fewest >= 100) return null;
+        return String.format("(TTFT p99 of a level with %d request%s is its slowest; with few requests one slow request moves "
+                + "that level's TTFT and aggregate: more --requests give steadier figures)", fewest, fewest == 1 ? "" : "s");
     }
 
     /** One row of the concurrency table. */

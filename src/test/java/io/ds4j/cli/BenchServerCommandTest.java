@@ -18,6 +18,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** {@code ds4j bench-server}: its closing line shows the prefill chunk the engine uses, not only the configured one, and the latency bound on prefill. */
 class BenchServerCommandTest {
+    /** Under 100 requests a level's TTFT p99 is its slowest request, and the table says so; at 100 and more it does not. */
+    @Test
+    void aLevelOfFewRequestsIsSaidToRestOnThem() {
+        assertEquals("(TTFT p99 of a level with 2 requests is its slowest; with few requests one slow request moves that "
+                + "level's TTFT and aggregate: more --requests give steadier figures)", BenchServerCommand.fewSamplesNote(2));
+        assertTrue(BenchServerCommand.fewSamplesNote(1).contains("with 1 request is"), BenchServerCommand.fewSamplesNote(1));
+        assertTrue(BenchServerCommand.fewSamplesNote(99).contains("with 99 requests"));
+        assertNull(BenchServerCommand.fewSamplesNote(100));
+    }
+
     @Test
     void theServerBaseTakesAClientLibrarysBaseUrlToo() {
         assertEquals("http://h:8080", BenchServerCommand.serverBase("http://h:8080/v1"));

@@ -298,13 +298,7 @@ class ConfigReloadTest {
             Path tmp = other.resolve("server.json.tmp");
             Files.writeString(tmp, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 4, \"maxTokensDefault\": 7}}");
             Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
-            assertTrue(TestServer.eventually(5000, () -> {
-                try {
-                    return s.get("/props").json().at("/config/limits/maxTokensDefault").asInt() == 7;
-                } catch (Exception e) {
-                    return false;
-                }
-            }), "the file's other change applied");
+            assertTrue(appliedMaxTokensDefault(s, 7), "the file's other change applied");
             assertEquals(1, log.linesWith("command-line flags win over the file").size(), "not repeated: " + log.linesWith("Ds4jServer"));
         }
     }
@@ -324,17 +318,22 @@ class ConfigReloadTest {
             Path tmp = other.resolve("server.json.tmp");
             Files.writeString(tmp, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 9, \"maxTokensDefault\": 7}}");
             Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
-            assertTrue(TestServer.eventually(5000, () -> {
-                try {
-                    return s.get("/props").json().at("/config/limits/maxTokensDefault").asInt() == 7;
-                } catch (Exception e) {
-                    return false;
-                }
-            }), "the file's other change applied");
+            assertTrue(appliedMaxTokensDefault(s, 7), "the file's other change applied");
             JsonNode p = s.get("/props").json();
             assertEquals(5, p.at("/config/limits/maxActive").asInt(), "the flag keeps its value");
             String msg = p.at("/config_reload/message").asText();
             assertTrue(msg.contains("limits.maxActive: the file's 9 is overridden by the command line's 5"), msg);
         }
+    }
+
+    /** Whether s's configuration shows limits.maxTokensDefault = value within 5 s (a reload applied). */
+    private static boolean appliedMaxTokensDefault(TestServer s, int value) throws InterruptedException {
+        return TestServer.eventually(5000, () -> {
+            try {
+                return s.get("/props").json().at("/config/limits/maxTokensDefault").asInt() == value;
+            } catch (Exception e) {
+                return false;
+            }
+        });
     }
 }
