@@ -190,6 +190,31 @@ class UnknownFieldsTest {
         assertNull(ignored(r), "detokenize");
     }
 
+    /**
+     * An assistant message sent back as this server answered it is read whole: a thinking answer carries its reasoning
+     * twice, as reasoning_content and as reasoning (the name newer vLLM clients read), and a client that appends the
+     * answer's message to its history (the usual multi-turn loop) sends both; neither is an unknown field.
+     */
+    @Test
+    @Order(5)
+    void anAnswerSentBackInTheHistoryIsNoUnknownField() throws Exception {
+        TestServer.Resp first = server.post(CHAT, TestServer.chat("Hi", "\"reasoning_effort\":\"high\",\"max_tokens\":32"));
+        assertEquals(200, first.status(), first.body());
+        JsonNode said = first.json().at("/choices/0/message");
+        assertTrue(said.has("reasoning_content") && said.has("reasoning"), said.toString());
+        String history = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, " + Json.write(said)
+                + ", {\"role\": \"user\", \"content\": \"And?\"}], \"max_tokens\": 4}";
+        TestServer.Resp r = server.post(CHAT, history);
+        assertEquals(200, r.status(), r.body());
+        assertNull(ignored(r), "the server's own message");
+        // reasoning alone is read as reasoning_content is
+        r = server.post(CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\","
+                + " \"content\": \"Hello\", \"reasoning\": \"A greeting.\"}, {\"role\": \"user\", \"content\": \"And?\"}],"
+                + " \"max_tokens\": 4}");
+        assertEquals(200, r.status(), r.body());
+        assertNull(ignored(r), "reasoning alone");
+    }
+
     /** Replaces the file in one step, as an editor's save-and-rename does. */
     static void write(String text) throws Exception {
         Path tmp = dir.resolve("server.json.tmp");

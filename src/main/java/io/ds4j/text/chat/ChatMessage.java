@@ -202,6 +202,10 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
 
         String content = readContent(message.get("content"), path + ".content");
         String reasoning = optionalString(message, "reasoning_content", path);
+        // newer vLLM's name for it, which this server's answers also carry: a client that sends an answer back in its
+        // history sends both (reasoning_content counts where both are given)
+        String reasoningAlias = optionalString(message, "reasoning", path);
+        if (reasoning == null) reasoning = reasoningAlias;
         String toolCallId = optionalString(message, "tool_call_id", path);
         String name = optionalString(message, "name", path);
 
