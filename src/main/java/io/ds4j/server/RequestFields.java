@@ -108,10 +108,12 @@ final class RequestFields {
                 List<Pending> next = new ArrayList<>();
                 for (Map.Entry<String, JsonNode> e : o.children()) {
                     String name = e.getKey();
-                    String path = t.path().isEmpty() ? name : t.path() + "." + name;
+                    // an empty name is shown as "" (the header, the log and the 400 would otherwise name nothing)
+                    String seg = name.isEmpty() ? "\"\"" : name;
+                    String path = t.path().isEmpty() ? seg : t.path() + "." + seg;
                     String pattern = t.pattern().isEmpty() ? name : t.pattern() + "." + name;
                     if (o.wasAsked(name)) next.add(new Pending(e.getValue(), path, pattern, null, null));
-                    else if (!e.getValue().isNull() && !ACCEPTED.contains(pattern)) next.add(new Pending(null, path, pattern, o, name));
+                    else if (!e.getValue().isNull() && !ACCEPTED.contains(pattern)) next.add(new Pending(null, path, pattern, o, seg));
                 }
                 for (int i = next.size() - 1; i >= 0; i--) todo.push(next.get(i));
             } else if (t.node() instanceof ArrayNode a) {

@@ -120,6 +120,10 @@ class UnknownFieldsTest {
         String h = ignored(r);
         assertTrue(h.startsWith("m\\u00e4x\\u000a, zz0, "), h);
         assertTrue(h.endsWith(", zz6, and 13 more"), h);
+        // an empty name, top-level or nested, is shown as "" rather than as nothing
+        TestServer.Resp e = server.post(CHAT, TestServer.chat("Hi", "\"\":1,\"stream_options\":{\"\":2},\"stream\":true"));
+        assertEquals(200, e.status(), e.body());
+        assertEquals("\"\", stream_options.\"\"", ignored(e));
     }
 
     /**
