@@ -118,60 +118,70 @@ public final class ServeCommand implements Callable<Integer> {
     /** Which flag set each overridden key ("--port", "--set limits.maxActive=..."), for error messages. */
     private final Map<String, String> flagOf = new LinkedHashMap<>();
 
-    /** The flags as dotted-key overrides of the configuration file. */
+    /**
+     * The flags as dotted-key overrides of the configuration file. A key given twice with different values (a flag
+     * and a --set of its key, or two --sets) is refused, naming both ({@link CommandLineOverrides}).
+     */
     Map<String, Object> overrides() {
-        Map<String, Object> o = new LinkedHashMap<>();
+        CommandLineOverrides o = new CommandLineOverrides();
         flagOf.clear();
-        if (sets != null) {
-            for (String s : sets) {
-                int eq = s.indexOf('=');
-                if (eq <= 0) throw new CommandLine.ParameterException(spec.commandLine(), "--set needs KEY=VALUE, got '" + s + "'");
-                String k = s.substring(0, eq).trim(), v = s.substring(eq + 1);
-                if (ServerConfig.keyOf(k) == null)
-                    throw new CommandLine.ParameterException(spec.commandLine(), "--set: unknown configuration key '" + k + "'"
-                            + ServerConfig.suggestion(k));
-                Object val;
-                try {
-                    // read as the API reads JSON: "4,5" is not the number 4 followed by something ignored
-                    val = io.ds4j.server.Json.MAPPER.readValue(v, Object.class);
-                } catch (IOException e) {
-                    val = v;
+        try {
+            put(o, "server.host", "--host", host);
+            put(o, "server.port", "--port", port);
+            put(o, "model.path", "--model", model);
+            put(o, "model.name", "--model-name", modelName);
+            put(o, "model.backend", "--backend", backend);
+            put(o, "gpu.devices", "--gpu-devices", gpuDevices);
+            put(o, "gpu.expertPlacement", "--expert-placement", expertPlacement);
+            put(o, "gpu.memoryBudgetMiB", "--gpu-memory-budget-mib", gpuMemoryBudgetMiB);
+            put(o, "verify.f16Kv", "--fused-verify-f16-kv", fusedVerifyF16Kv ? Boolean.TRUE : null);
+            put(o, "speculative.draft", "--draft", draft);
+            put(o, "speculative.q", "--spec-q", specQ);
+            put(o, "limits.maxContextTokens", "--max-context", maxContext);
+            put(o, "limits.maxActive", "--max-active", maxActive);
+            put(o, "limits.maxQueue", "--max-queue", maxQueue);
+            put(o, "limits.maxTokensDefault", "--max-tokens-default", maxTokensDefault);
+            put(o, "limits.prefillChunk", "--prefill-chunk", prefillChunk);
+            put(o, "server.apiKeys", "--api-key", apiKeys == null ? null : new ArrayList<>(apiKeys));
+            put(o, "server.cors.allowedOrigins", "--cors-origin", corsOrigins == null ? null : new ArrayList<>(corsOrigins));
+            put(o, "log.level", "--log-level", logLevel);
+            put(o, "cluster.enabled", "--cluster", cluster ? Boolean.TRUE : null);
+            put(o, "cluster.role", "--role", role);
+            put(o, "cluster.host", "--cluster-host", clusterHost);
+            put(o, "cluster.port", "--cluster-port", clusterPort);
+            put(o, "cluster.members", "--member", members == null ? null : new ArrayList<>(members));
+            if (sets != null) {
+                for (String s : sets) {
+                    int eq = s.indexOf('=');
+                    if (eq <= 0) throw new CommandLine.ParameterException(spec.commandLine(), "--set needs KEY=VALUE, got '" + s + "'");
+                    String k = s.substring(0, eq).trim(), v = s.substring(eq + 1);
+                    if (ServerConfig.keyOf(k) == null)
+                        throw new CommandLine.ParameterException(spec.commandLine(), "--set: unknown configuration key '" + k + "'"
+                                + ServerConfig.suggestion(k));
+                    Object val;
+                    try {
+                        // read as the API reads JSON: "4,5" is not the number 4 followed by something ignored
+                        val = io.ds4j.server.Json.MAPPER.readValue(v, Object.class);
+                    } catch (IOException e) {
+                        val = v;
+                    }
+                    o.put(k, "--set " + s, "--set " + s, val);
                 }
-                o.put(k, val);
-                flagOf.put(k, "--set " + s);
             }
+        } catch (CommandLineOverrides.Conflict e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
-        put(o, "server.host", "--host", host);
-        put(o, "server.port", "--port", port);
-        put(o, "model.path", "--model", model);
-        put(o, "model.name", "--model-name", modelName);
-        put(o, "model.backend", "--backend", backend);
-        put(o, "gpu.devices", "--gpu-devices", gpuDevices);
-        put(o, "gpu.expertPlacement", "--expert-placement", expertPlacement);
-        put(o, "gpu.memoryBudgetMiB", "--gpu-memory-budget-mib", gpuMemoryBudgetMiB);
-        put(o, "verify.f16Kv", "--fused-verify-f16-kv", fusedVerifyF16Kv ? Boolean.TRUE : null);
-        put(o, "speculative.draft", "--draft", draft);
-        put(o, "speculative.q", "--spec-q", specQ);
-        put(o, "limits.maxContextTokens", "--max-context", maxContext);
-        put(o, "limits.maxActive", "--max-active", maxActive);
-        put(o, "limits.maxQueue", "--max-queue", maxQueue);
-        put(o, "limits.maxTokensDefault", "--max-tokens-default", maxTokensDefault);
-        put(o, "limits.prefillChunk", "--prefill-chunk", prefillChunk);
-        put(o, "server.apiKeys", "--api-key", apiKeys == null ? null : new ArrayList<>(apiKeys));
-        put(o, "server.cors.allowedOrigins", "--cors-origin", corsOrigins == null ? null : new ArrayList<>(corsOrigins));
-        put(o, "log.level", "--log-level", logLevel);
-        put(o, "cluster.enabled", "--cluster", cluster ? Boolean.TRUE : null);
-        put(o, "cluster.role", "--role", role);
-        put(o, "cluster.host", "--cluster-host", clusterHost);
-        put(o, "cluster.port", "--cluster-port", clusterPort);
-        put(o, "cluster.members", "--member", members == null ? null : new ArrayList<>(members));
-        return o;
+        flagOf.putAll(o.flags());
+        return new LinkedHashMap<>(o.values());
     }
 
-    private void put(Map<String, Object> o, String k, String flag, Object v) {
+    /** A dedicated flag's key; the flag as written is the flag and its value (each value of a repeatable one). */
+    private static void put(CommandLineOverrides o, String k, String flag, Object v) {
         if (v == null) return;
-        o.put(k, v);
-        flagOf.put(k, flag);
+        String written = v instanceof Boolean ? flag
+                : v instanceof List<?> l ? String.join(" ", l.stream().map(x -> flag + " " + x).toList())
+                : flag + " " + v;
+        o.put(k, flag, written, v);
     }
 
     /**

@@ -278,4 +278,42 @@ class CliErrorsTest {
         assertEquals("n/a", GenerateCommand.fmt(Double.NaN, "%.3f"));
         assertEquals("0.500", GenerateCommand.fmt(0.5, "%.3f"));
     }
+    /** serve's flags as parsed: the overrides they give, or the refusal's message. */
+    static Object serveOverrides(String... args) {
+        ServeCommand cmd = new ServeCommand();
+        new picocli.CommandLine(cmd).parseArgs(args);
+        try {
+            return cmd.overrides();
+        } catch (picocli.CommandLine.ParameterException e) {
+            return e.getMessage();
+        }
+    }
+
+    /**
+     * One key given twice on the command line with different values is refused, naming both: a dedicated flag used to
+     * beat a --set of its key silently, and of two --sets the last won.
+     */
+    @Test
+    void aKeyGivenTwiceWithDifferentValuesIsRefused(@TempDir Path dir) throws Exception {
+        assertEquals("--set limits.maxQueue=30 conflicts with --max-queue 20: give the key once",
+                serveOverrides("--max-queue", "20", "--set", "limits.maxQueue=30"));
+        assertEquals("--set limits.maxQueue=30 conflicts with --max-queue 20: give the key once",
+                serveOverrides("--set", "limits.maxQueue=30", "--max-queue", "20"), "whatever the order");
+        assertEquals("--set limits.maxQueue=30 conflicts with --set limits.maxQueue=20: give the key once",
+                serveOverrides("--set", "limits.maxQueue=20", "--set", "limits.maxQueue=30"));
+        assertEquals("--set server.apiKeys=[\"a\"] conflicts with --api-key a --api-key b: give the key once",
+                serveOverrides("--api-key", "a", "--api-key", "b", "--set", "server.apiKeys=[\"a\"]"));
+        assertEquals("--set verify.f16Kv=false conflicts with --fused-verify-f16-kv: give the key once",
+                serveOverrides("--fused-verify-f16-kv", "--set", "verify.f16Kv=false"));
+        // the same value twice is one value
+        assertEquals(java.util.Map.of("limits.maxQueue", 20), serveOverrides("--max-queue", "20", "--set", "limits.maxQueue=20",
+                "--set", "limits.maxQueue=20.0"));
+        assertEquals(java.util.Map.of("model.path", "m"), serveOverrides("--model", "m", "--set", "model.path=m"));
+        // through the command line: a usage error, before anything starts
+        GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--max-queue", "20",
+                "--set", "limits.maxQueue=30");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: --set limits.maxQueue=30 conflicts with --max-queue 20: give the key once"), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
+    }
 }
