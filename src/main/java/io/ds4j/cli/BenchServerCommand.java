@@ -76,7 +76,10 @@ public final class BenchServerCommand implements Callable<Integer> {
             + "included: at least 1, and the prompt has at least " + PROMPT_WORDS + " words (the header says where that "
             + "is more than asked; default ${DEFAULT-VALUE})") int promptTokens;
     @Option(names = "--max-tokens", defaultValue = "32", description = "tokens generated per request (default ${DEFAULT-VALUE})") int maxTokens;
-    @Option(names = "--clients", defaultValue = "1,4,16,64", split = ",", description = "concurrency levels, each once (default ${DEFAULT-VALUE})") List<Integer> clients;
+    @Option(names = "--clients", defaultValue = "1,4,16,64", paramLabel = "N[,N...]", description = "concurrency levels, "
+            + "each once (default ${DEFAULT-VALUE})") List<String> clientsGiven;
+    /** The --clients levels, read from them as written by {@link #badOption}. */
+    List<Integer> clients;
     @Option(names = "--requests", defaultValue = "32", description = "requests per level, at least one per client (default ${DEFAULT-VALUE})") int requests;
     @Option(names = "--repeats", defaultValue = "10", description = "single-stream runs per block for the overhead figure, in two blocks (medians of twice this many; "
             + "with --url, twice this many single-stream runs; default ${DEFAULT-VALUE})") int repeats;
@@ -270,19 +273,14 @@ public final class BenchServerCommand implements Callable<Integer> {
      */
     String badOption() {
         if (!draft.equals("none") && !draft.equals("ngram")) return "--draft must be none or ngram, got '" + draft + "'";
-        if (promptTokens < 1) return "--prompt-tokens must be >= 1, got " + promptTokens;
-        if (maxTokens < 1) return "--max-tokens must be >= 1 (the API's max_tokens), got " + maxTokens;
-        for (int c : clients) if (c < 1) return "--clients: each level must be >= 1, got " + c;
-        // each level's figures are kept by its number of clients: a level given twice would have its second round
-        // stand for both (the aggregate relative to one stream was taken from the last level-1 round)
-        for (int i = 0; i < clients.size(); i++)
-            if (clients.indexOf(clients.get(i)) < i)
-                return "--clients: each level may be given once, but " + clients.get(i) + " is repeated (--clients "
-                        + String.join(",", clients.stream().map(String::valueOf).toList()) + ")";
-        if (requests < 1) return "--requests must be >= 1 (rounded up to one per client), got " + requests;
-        if (repeats < 1) return "--repeats must be >= 1, got " + repeats;
-        if (longPrompt < 0) return "--long-prompt must be >= 0 (0 = off), got " + longPrompt;
-        if (maxActive < 0) return "--max-active must be >= 0 (0 = every stream at once), got " + maxActive;
+        if (promptTokens < 1) return "--prompt-tokens must be >= 1, got " + written("--prompt-tokens", promptTokens);
+        if (maxTokens < 1) return "--max-tokens must be >= 1 (the API's max_tokens), got " + written("--max-tokens", maxTokens);
+        String levels = badClients();
+        if (levels != null) return levels;
+        if (requests < 1) return "--requests must be >= 1 (rounded up to one per client), got " + written("--requests", requests);
+        if (repeats < 1) return "--repeats must be >= 1, got " + written("--repeats", repeats);
+        if (longPrompt < 0) return "--long-prompt must be >= 0 (0 = off), got " + written("--long-prompt", longPrompt);
+        if (maxActive < 0) return "--max-active must be >= 0 (0 = every stream at once), got " + written("--max-active", maxActive);
         // the flags that set one configuration key each: that key's range, as the server would check it after the
         // model's header (and name the key, not the flag)
         String[][] keyed = {{"--max-batch-rows", "scheduler.maxBatchRows"}, {"--token-budget", "scheduler.tokenBudget"},
@@ -292,7 +290,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         for (int i = 0; i < keyed.length; i++) {
             ConfigKey k = ServerConfig.keyOf(keyed[i][1]);
             if (!k.range().accepts(values[i]))
-                return keyed[i][0] + ": " + k.mustBe() + " (" + k.name() + "), got " + ConfigKey.Range.num(values[i]);
+                return keyed[i][0] + ": " + k.mustBe() + " (" + k.name() + "), got " + written(keyed[i][0], values[i]);
         }
         if (url != null) {
             URI u;
@@ -305,6 +303,50 @@ public final class BenchServerCommand implements Callable<Integer> {
                 return "--url must be an http:// or https:// URL with a host (e.g. http://127.0.0.1:8080), got '" + url + "'";
         }
         return null;
+    }
+
+    /**
+     * Reads --clients as written into {@link #clients}: the message on the first level that is empty, not a whole
+     * number, below 1 or given twice, each named as written (null when all are fine). Picocli's own split let a
+     * trailing comma pass ("1," ran as 1) but refused an empty level elsewhere as "'' is not an int".
+     */
+    private String badClients() {
+        String written = "--clients " + String.join(" --clients ", clientsGiven);
+        List<Integer> read = new ArrayList<>();
+        List<String> as = new ArrayList<>();
+        for (String given : clientsGiven) {
+            for (String piece : given.split(",", -1)) {
+                String t = piece.strip();
+                if (t.isEmpty())
+                    return "--clients: an empty level in '" + given + "' (levels are whole numbers separated by commas, "
+                            + "e.g. --clients 1,4,16)";
+                int c;
+                try {
+                    c = Integer.parseInt(t);
+                } catch (NumberFormatException e) {
+                    return "--clients: '" + t + "' is not a whole number (" + written + ")";
+                }
+                if (c < 1) return "--clients: each level must be >= 1, got " + t;
+                // each level's figures are kept by its number of clients: a level given twice would have its second
+                // round stand for both (the aggregate relative to one stream was taken from the last level-1 round)
+                int first = read.indexOf(c);
+                if (first >= 0)
+                    return "--clients: each level may be given once, but " + c + " is repeated"
+                            + (as.get(first).equals(t) ? "" : " (as " + as.get(first) + " and " + t + ")") + " (" + written + ")";
+                read.add(c);
+                as.add(t);
+            }
+        }
+        clients = read;
+        return null;
+    }
+
+    /** An option's value as it was written on the command line (its last occurrence), else the given one (a default). */
+    private String written(String option, Object value) {
+        CommandLine.ParseResult pr = spec == null ? null : spec.commandLine().getParseResult();
+        CommandLine.Model.OptionSpec o = pr == null ? null : pr.matchedOption(option);
+        if (o == null || o.originalStringValues().isEmpty()) return value instanceof Double d ? ConfigKey.Range.num(d) : String.valueOf(value);
+        return o.originalStringValues().getLast();
     }
 
     /**

@@ -150,6 +150,47 @@ class BenchServerCommandTest {
     }
 
     /**
+     * An empty --clients level is refused wherever it is (a trailing comma used to pass, "1," running as 1, and one
+     * elsewhere got picocli's "'' is not an int"), and a level is named as written: a repeat of 1 written 01, a value
+     * that is not a number.
+     */
+    @Test
+    void clientsLevelsAreReadAsWritten() {
+        for (String bad : new String[]{"1,", ",1", "1,,2", ","})
+            assertEquals("--clients: an empty level in '" + bad + "' (levels are whole numbers separated by commas, e.g. --clients 1,4,16)",
+                    badOption("--clients", bad), bad);
+        assertEquals("--clients: each level may be given once, but 1 is repeated (as 01 and 1) (--clients 01,1)",
+                badOption("--clients", "01,1"));
+        assertEquals("--clients: 'x' is not a whole number (--clients 1,x)", badOption("--clients", "1,x"));
+        assertEquals("--clients: each level must be >= 1, got -0", badOption("--clients", "4,-0"));
+        assertEquals("--clients: each level may be given once, but 4 is repeated (--clients 4 --clients 1,4)",
+                badOption("--clients", "4", "--clients", "1,4"));
+        BenchServerCommand cmd = new BenchServerCommand();
+        new CommandLine(cmd).parseArgs("--clients", "16", "--clients", "1,4");
+        assertNull(cmd.badOption());
+        assertEquals(List.of(16, 1, 4), cmd.clients, "each occurrence's levels, in order");
+        cmd = new BenchServerCommand();
+        new CommandLine(cmd).parseArgs();
+        assertNull(cmd.badOption());
+        assertEquals(List.of(1, 4, 16, 64), cmd.clients, "the default");
+        String[] r = run("bench-server", "--clients", "1,", "--model", "/nonexistent/model");
+        assertEquals("2", r[0], r[1]);
+        assertTrue(r[1].contains("error: --clients: an empty level in '1,'"), r[1]);
+    }
+
+    /** A value out of its range is named as written: 1e400 is not "Infinity", 0.50 not 0.5. */
+    @Test
+    void anOutOfRangeValueIsNamedAsWritten() {
+        assertEquals("--max-tick-stretch: must be 0 (off) or in [1, 100] (scheduler.maxTickStretch), got 1e400",
+                badOption("--max-tick-stretch", "1e400"));
+        assertEquals("--max-tick-stretch: must be 0 (off) or in [1, 100] (scheduler.maxTickStretch), got 0.50",
+                badOption("--max-tick-stretch=0.50"));
+        assertEquals("--token-budget: must be an integer in [1, 1048576] (scheduler.tokenBudget), got 00",
+                badOption("--token-budget", "00"));
+        assertEquals("--max-tokens must be >= 1 (the API's max_tokens), got -00", badOption("--max-tokens", "-00"));
+    }
+
+    /**
      * A flag that sets a scheduler or limits key is checked against that key's range before anything loads, and the
      * message names the flag (the server refused it after the model's header, naming only the key).
      */
