@@ -104,7 +104,7 @@ public final class BenchServerCommand implements Callable<Integer> {
 
     @Option(names = "--url", paramLabel = "URL", description = "measure a server already running at URL (e.g. a cluster gateway, "
             + "http://127.0.0.1:8080) instead of starting one: single-stream and concurrent figures with per-token latency, "
-            + "no engine-alone comparison") String url;
+            + "no engine-alone comparison; the flags that configure the local server are refused with it") String url;
     @Option(names = "--api-key", paramLabel = "KEY", description = "Bearer key for --url") String apiKey;
 
     @CommandLine.Spec CommandLine.Model.CommandSpec spec;
@@ -301,9 +301,24 @@ public final class BenchServerCommand implements Callable<Integer> {
             }
             if (u == null || u.getHost() == null || !("http".equalsIgnoreCase(u.getScheme()) || "https".equalsIgnoreCase(u.getScheme())))
                 return "--url must be an http:// or https:// URL with a host (e.g. http://127.0.0.1:8080), got '" + url + "'";
+            // given explicitly (a default is not a choice): the server at --url runs with its own settings, so these
+            // were silently ignored (--token-budget 100 passed, then the header showed that server's 512)
+            CommandLine.ParseResult pr = spec == null ? null : spec.commandLine().getParseResult();
+            List<String> local = pr == null ? List.of() : LOCAL_SERVER_OPTIONS.stream().filter(pr::hasMatchedOption).toList();
+            if (!local.isEmpty())
+                return String.join(", ", local) + (local.size() == 1 ? " configures" : " configure") + " the local server "
+                        + "bench-server starts without --url, not the one at --url (that one runs with its own settings): "
+                        + "leave " + (local.size() == 1 ? "it" : "them") + " out with --url";
         }
         return null;
     }
+
+    /**
+     * The options that configure only the server bench-server starts itself (and the engine-alone comparison beside
+     * it): with --url they would have no effect.
+     */
+    static final List<String> LOCAL_SERVER_OPTIONS = List.of("--backend", "--draft", "--max-active", "--max-batch-rows",
+            "--token-budget", "--max-tick-stretch", "--min-prefill-chunk", "--layer-slices", "--prefill-chunk", "--log-level");
 
     /**
      * Reads --clients as written into {@link #clients}: the message on the first level that is empty, not a whole

@@ -115,7 +115,8 @@ class BenchServerCommandTest {
     @Test
     void badOptionValuesAreNamedWithTheirRange() {
         assertNull(badOption());
-        assertNull(badOption("--long-prompt", "0", "--max-active", "0", "--url", "http://127.0.0.1:8080"));
+        assertNull(badOption("--long-prompt", "0", "--max-active", "0"));
+        assertNull(badOption("--long-prompt", "0", "--url", "http://127.0.0.1:8080"));
         String[][] cases = { // option, value, the message's start, its end
                 {"--max-tokens", "0", "--max-tokens must be >= 1", "got 0"},
                 {"--repeats", "0", "--repeats must be >= 1", "got 0"},
@@ -188,6 +189,39 @@ class BenchServerCommandTest {
         assertEquals("--token-budget: must be an integer in [1, 1048576] (scheduler.tokenBudget), got 00",
                 badOption("--token-budget", "00"));
         assertEquals("--max-tokens must be >= 1 (the API's max_tokens), got -00", badOption("--max-tokens", "-00"));
+    }
+
+    /**
+     * With --url, a flag that configures only the server bench-server starts itself is refused when given, even at its
+     * default value (--token-budget 100 passed, then the header showed that server's own 512); without one, --url runs.
+     */
+    @Test
+    void localServerFlagsAreRefusedWithUrl() {
+        String url = "http://127.0.0.1:8080";
+        assertEquals("--token-budget configures the local server bench-server starts without --url, not the one at --url "
+                + "(that one runs with its own settings): leave it out with --url", badOption("--url", url, "--token-budget", "100"));
+        assertEquals("--token-budget, --max-tick-stretch configure the local server bench-server starts without --url, not "
+                        + "the one at --url (that one runs with its own settings): leave them out with --url",
+                badOption("--max-tick-stretch", "1.6", "--url", url, "--token-budget", "512"), "given explicitly, at the default too");
+        for (String o : BenchServerCommand.LOCAL_SERVER_OPTIONS) {
+            String v = switch (o) {
+                case "--backend" -> "cpu";
+                case "--draft" -> "none";
+                case "--layer-slices" -> "true";
+                case "--log-level" -> "warn";
+                case "--max-tick-stretch" -> "2";
+                default -> "8";
+            };
+            String m = badOption("--url", url, o, v);
+            assertTrue(m != null && m.startsWith(o + " configures the local server"), o + ": " + m);
+            assertNull(badOption(o, v), o + " without --url");
+        }
+        // what applies with --url too: the prompts (sized by the local model), the rounds, the key
+        assertNull(badOption("--url", url, "--clients", "1,4", "--requests", "8", "--repeats", "2", "--max-tokens", "4",
+                "--prompt-tokens", "16", "--long-prompt", "64", "--preset", "tiny", "--skip-engine-alone", "--api-key", "k"));
+        String[] r = run("bench-server", "--url", url, "--token-budget", "100", "--model", "/nonexistent/model");
+        assertEquals("2", r[0], r[1]);
+        assertTrue(r[1].contains("error: --token-budget configures the local server"), r[1]);
     }
 
     /**
