@@ -6,7 +6,8 @@
 #   .device/app.tar.xz  app/ds4j.jar (with native/linux-x86_64/libds4j_gpu.so), app/lib/*.jar (runtime dependencies; the
 #                       tokenizers jar keeps only its linux-x86_64 native), app/tests.jar (test classes, no resources:
 #                       the fixtures travel with the working tree) and app/junit-console.jar
-# Everything carried stays under 46 MiB so that, with the working tree (~16 MiB), a call stays under 64 MiB.
+# Everything carried stays under 46 MiB so that, with the working tree (~20 MiB), a call stays under 64 MiB;
+# DS4J_GPU_LINEINFO=0 builds the library without line info (a smaller bundle: room for tools/device/pack-lib.sh's).
 # usage: tools/device/pack.sh            (builds into target-device/ with -Dbuild.dir, never touching target/)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

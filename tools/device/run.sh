@@ -10,7 +10,8 @@
 #                                                       racecheck, synccheck or initcheck instead)
 #   tools/device/run.sh ds4j ARGS...                   any ds4j command (e.g. ds4j bench: the F16-KV verifier's matched table)
 #   tools/device/run.sh java ARGS...                   the packed runtime with the app's class path
-# Reports go to $OUT (the device tool's output folder) or ./out.
+# Reports go to $OUT (the device tool's output folder) or ./out. DS4J_GPU_LIB=NAME runs any of them with the library
+# tools/device/pack-lib.sh packed as NAME (an A/B of two native builds in one call).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -23,6 +24,15 @@ if [ ! -f "$work/app/ds4j.jar" ] || [ .device/app.tar.xz -nt "$work/app/ds4j.jar
   rm -rf "$work/app"; tar -C "$work" -xJf .device/app.tar.xz; touch "$work/app/ds4j.jar"
 fi
 java="$work/rt/bin/java"
+# DS4J_GPU_LIB=NAME: the library tools/device/pack-lib.sh packed as .device/lib-NAME.so.xz instead of the jar's
+if [ -n "${DS4J_GPU_LIB:-}" ]; then
+  [ -f ".device/lib-$DS4J_GPU_LIB.so.xz" ] || { echo "no .device/lib-$DS4J_GPU_LIB.so.xz: run tools/device/pack-lib.sh REV $DS4J_GPU_LIB" >&2; exit 1; }
+  lib="$work/lib-$DS4J_GPU_LIB.so"
+  if [ ! -f "$lib" ] || [ ".device/lib-$DS4J_GPU_LIB.so.xz" -nt "$lib" ]; then
+    xz -dc ".device/lib-$DS4J_GPU_LIB.so.xz" > "$lib.tmp" && mv "$lib.tmp" "$lib"
+  fi
+  export DS4J_GPU_LIBRARY="$lib"
+fi
 export DJL_OFFLINE=true OPT_OUT_TRACKING=true DS4J_HOME="${DS4J_HOME:-$work/home}"
 # DS4J_GC: the collector flag (default -XX:+UseParallelGC, as bin/ds4j), e.g. -XX:+UseZGC for a comparison
 flags=(--add-modules jdk.incubator.vector --enable-native-access=ALL-UNNAMED -Xss4m "${DS4J_GC:--XX:+UseParallelGC}")

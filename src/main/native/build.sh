@@ -4,6 +4,7 @@
 #   build.sh OUT_DIR [auto|nvcc|hipcc|none] [OBJ_DIR]
 #
 # auto picks nvcc when it is on the PATH (or at /usr/local/cuda/bin), else hipcc (PATH or /opt/rocm/bin); none skips.
+# DS4J_GPU_LINEINFO=0 builds without -lineinfo (nvcc).
 # Targets: DS4J_GPU_ARCH overrides them (nvcc default: sm_90 machine code + compute_90 PTX; hipcc default:
 # gfx1100 and gfx1151). Objects are rebuilt only when their sources changed; the library is replaced atomically.
 set -euo pipefail
@@ -37,7 +38,11 @@ if [ "$kind" = nvcc ]; then
   arch="${DS4J_GPU_ARCH:--gencode arch=compute_90,code=[sm_90,compute_90]}"
   # -cudart static: the library needs no libcudart.so at run time, and loads on machines without a driver
   # (the first runtime call then reports the missing driver instead of dlopen failing).
-  cflags=(-x cu -std=c++17 -O3 -lineinfo -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Xcompiler -Wall $arch)
+  # -lineinfo: Nsight Compute's source view; DS4J_GPU_LINEINFO=0 leaves it out (for sm_90 alone 13.9 MB against 21.0, for carrying
+  # several to the device: tools/device/pack-lib.sh)
+  lineinfo=(-lineinfo)
+  [ "${DS4J_GPU_LINEINFO:-1}" = 0 ] && lineinfo=()
+  cflags=(-x cu -std=c++17 -O3 "${lineinfo[@]}" -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Xcompiler -Wall $arch)
   lflags=(-shared -cudart static $arch)
 else
   arch="${DS4J_GPU_ARCH:---offload-arch=gfx1100 --offload-arch=gfx1151}"
