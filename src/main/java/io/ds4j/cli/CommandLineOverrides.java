@@ -1,5 +1,8 @@
 package io.ds4j.cli;
 
+import io.ds4j.server.config.ConfigKey;
+import io.ds4j.server.config.ServerConfig;
+
 import java.math.BigDecimal;
 import java.util.Collections;
 import java.util.LinkedHashMap;
@@ -32,9 +35,9 @@ final class CommandLineOverrides {
      * @throws Conflict when the key was set before to another value: the message names both
      */
     void put(String key, String flag, String asWritten, Object value) {
-        if (value == null) return;
+        // a null value is a value: --set model.name=null sets the key to null (the file's value does not stay)
         if (values.containsKey(key)) {
-            if (same(values.get(key), value)) return;
+            if (same(key, values.get(key), value)) return;
             throw new Conflict(asWritten + " conflicts with " + written.get(key) + ": give the key once");
         }
         values.put(key, value);
@@ -50,6 +53,16 @@ final class CommandLineOverrides {
     /** Dotted key → the flag that set it. */
     Map<String, String> flags() {
         return Collections.unmodifiableMap(flags);
+    }
+
+    /**
+     * Equal values of a key: as the key reads them where it accepts both (--spec-q 4 and --set speculative.q=4 are the
+     * width "4"), else numbers by value (20 and 20.0 are one value) and anything else by equals.
+     */
+    static boolean same(String key, Object a, Object b) {
+        ConfigKey k = ServerConfig.keyOf(key);
+        if (k != null && k.sameValue(a, b)) return true;
+        return same(a, b);
     }
 
     /** Equal values, numbers by value (20 and 20.0 are one value). */

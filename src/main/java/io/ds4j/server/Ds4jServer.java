@@ -53,7 +53,8 @@ public final class Ds4jServer {
          *                {@code cluster.host}:{@code cluster.eventBusPort}), or null for a local event bus
          */
         public Options {
-            overrides = overrides == null ? Map.of() : Map.copyOf(overrides);
+            // not Map.copyOf: a key overridden to null (--set model.name=null) is an override too
+            overrides = overrides == null ? Map.of() : java.util.Collections.unmodifiableMap(new java.util.LinkedHashMap<>(overrides));
         }
 
         /** A server on a local (not clustered) event bus. */

@@ -316,4 +316,25 @@ class CliErrorsTest {
         assertTrue(r.err().contains("error: --set limits.maxQueue=30 conflicts with --max-queue 20: give the key once"), r.err());
         assertFalse(r.err().contains("listening on"), r.err());
     }
+
+    /**
+     * One value written two ways is one value as its key reads it (the width 4 and "4"), and null is a value: --set
+     * model.name=null used to be dropped (the file's name stayed, and --model-name x beside it was no conflict).
+     */
+    @Test
+    void aValueIsComparedAsItsKeyReadsItAndNullIsAValue() throws Exception {
+        assertEquals(java.util.Map.of("speculative.q", "4"), serveOverrides("--spec-q", "4", "--set", "speculative.q=4"));
+        assertEquals(java.util.Map.of("speculative.q", "auto"), serveOverrides("--spec-q", "auto", "--set", "speculative.q=\"AUTO\""));
+        assertEquals("--set speculative.q=5 conflicts with --spec-q 4: give the key once",
+                serveOverrides("--spec-q", "4", "--set", "speculative.q=5"));
+        assertEquals("--set model.name=null conflicts with --model-name other: give the key once",
+                serveOverrides("--model-name", "other", "--set", "model.name=null"));
+        Object o = serveOverrides("--set", "sampling.seed=null");
+        assertTrue(o instanceof java.util.Map<?, ?> m && m.containsKey("sampling.seed") && m.get("sampling.seed") == null, String.valueOf(o));
+        @SuppressWarnings("unchecked") java.util.Map<String, Object> ov = (java.util.Map<String, Object>) o;
+        io.ds4j.server.config.ServerConfig cfg = io.ds4j.server.config.ServerConfig.parse("{\"sampling\": {\"seed\": 42}}", "f", ov);
+        assertNull(cfg.get("sampling.seed"), "the command line's null wins over the file's 42");
+        // the server keeps the override for its reloads
+        assertTrue(new io.ds4j.server.Ds4jServer.Options(cfg, null, ov, null).overrides().containsKey("sampling.seed"));
+    }
 }
