@@ -272,6 +272,27 @@ public final class BenchServerCommand implements Callable<Integer> {
      * before failing (--max-tokens 0: HTTP 400), or be quietly replaced (--requests 0 ran one request a client).
      */
     String badOption() {
+        // --url first: a flag that --url makes pointless is named as such, not for its value
+        if (url == null && apiKey != null)
+            return "--api-key is the key for the server at --url; without --url it would have no effect: give --url or leave it out";
+        if (url != null) {
+            URI u;
+            try {
+                u = new URI(url);
+            } catch (java.net.URISyntaxException e) {
+                u = null;
+            }
+            if (u == null || u.getHost() == null || !("http".equalsIgnoreCase(u.getScheme()) || "https".equalsIgnoreCase(u.getScheme())))
+                return "--url must be an http:// or https:// URL with a host (e.g. http://127.0.0.1:8080), got '" + url + "'";
+            // given explicitly (a default is not a choice): the server at --url runs with its own settings, so these
+            // were silently ignored (--token-budget 100 passed, then the header showed that server's 512)
+            CommandLine.ParseResult pr = spec == null ? null : spec.commandLine().getParseResult();
+            List<String> local = pr == null ? List.of() : LOCAL_SERVER_OPTIONS.stream().filter(pr::hasMatchedOption).toList();
+            if (!local.isEmpty())
+                return String.join(", ", local) + (local.size() == 1 ? " configures" : " configure") + " the local server "
+                        + "bench-server starts without --url, not the one at --url (that one runs with its own settings): "
+                        + "leave " + (local.size() == 1 ? "it" : "them") + " out with --url";
+        }
         if (!draft.equals("none") && !draft.equals("ngram")) return "--draft must be none or ngram, got '" + draft + "'";
         if (promptTokens < 1) return "--prompt-tokens must be >= 1, got " + written("--prompt-tokens", promptTokens);
         if (maxTokens < 1) return "--max-tokens must be >= 1 (the API's max_tokens), got " + written("--max-tokens", maxTokens);
@@ -291,24 +312,6 @@ public final class BenchServerCommand implements Callable<Integer> {
             ConfigKey k = ServerConfig.keyOf(keyed[i][1]);
             if (!k.range().accepts(values[i]))
                 return keyed[i][0] + ": " + k.mustBe() + " (" + k.name() + "), got " + written(keyed[i][0], values[i]);
-        }
-        if (url != null) {
-            URI u;
-            try {
-                u = new URI(url);
-            } catch (java.net.URISyntaxException e) {
-                u = null;
-            }
-            if (u == null || u.getHost() == null || !("http".equalsIgnoreCase(u.getScheme()) || "https".equalsIgnoreCase(u.getScheme())))
-                return "--url must be an http:// or https:// URL with a host (e.g. http://127.0.0.1:8080), got '" + url + "'";
-            // given explicitly (a default is not a choice): the server at --url runs with its own settings, so these
-            // were silently ignored (--token-budget 100 passed, then the header showed that server's 512)
-            CommandLine.ParseResult pr = spec == null ? null : spec.commandLine().getParseResult();
-            List<String> local = pr == null ? List.of() : LOCAL_SERVER_OPTIONS.stream().filter(pr::hasMatchedOption).toList();
-            if (!local.isEmpty())
-                return String.join(", ", local) + (local.size() == 1 ? " configures" : " configure") + " the local server "
-                        + "bench-server starts without --url, not the one at --url (that one runs with its own settings): "
-                        + "leave " + (local.size() == 1 ? "it" : "them") + " out with --url";
         }
         return null;
     }
@@ -335,11 +338,14 @@ public final class BenchServerCommand implements Callable<Integer> {
                 if (t.isEmpty())
                     return "--clients: an empty level in '" + given + "' (levels are whole numbers separated by commas, "
                             + "e.g. --clients 1,4,16)";
+                // ASCII digits only, as written (Integer.parseInt also takes a sign and other scripts' digits)
+                if (t.matches("-[0-9]+")) return "--clients: each level must be >= 1, got " + t;
+                if (!t.matches("[0-9]+")) return "--clients: '" + t + "' is not a whole number in the digits 0-9 (" + written + ")";
                 int c;
                 try {
                     c = Integer.parseInt(t);
                 } catch (NumberFormatException e) {
-                    return "--clients: '" + t + "' is not a whole number (" + written + ")";
+                    return "--clients: " + t + " is too large (at most " + Integer.MAX_VALUE + ") (" + written + ")";
                 }
                 if (c < 1) return "--clients: each level must be >= 1, got " + t;
                 // each level's figures are kept by its number of clients: a level given twice would have its second

@@ -38,11 +38,23 @@ final class CommandLineOverrides {
         // a null value is a value: --set model.name=null sets the key to null (the file's value does not stay)
         if (values.containsKey(key)) {
             if (same(key, values.get(key), value)) return;
-            throw new Conflict(asWritten + " conflicts with " + written.get(key) + ": give the key once");
+            throw new Conflict(shown(key, asWritten) + " conflicts with " + shown(key, written.get(key)) + ": give the key once");
         }
         values.put(key, value);
         flags.put(key, flag);
         written.put(key, asWritten);
+    }
+
+    /**
+     * A flag with its value as a message shows it: a secret key's values ({@link ServerConfig#secret}) as *** ("--set
+     * server.apiKeys=***", "--api-key ***"), for the message reaches the terminal and logs.
+     */
+    static String shown(String key, String asWritten) {
+        if (!ServerConfig.secret(key)) return asWritten;
+        int eq = asWritten.indexOf('=');
+        if (asWritten.startsWith("--set ") && eq > 0) return asWritten.substring(0, eq + 1) + "***";
+        int sp = asWritten.indexOf(' ');
+        return (sp > 0 ? asWritten.substring(0, sp) : asWritten) + " ***";
     }
 
     /** Dotted key → value, in the order they were set. */

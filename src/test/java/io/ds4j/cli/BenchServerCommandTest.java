@@ -162,8 +162,14 @@ class BenchServerCommandTest {
                     badOption("--clients", bad), bad);
         assertEquals("--clients: each level may be given once, but 1 is repeated (as 01 and 1) (--clients 01,1)",
                 badOption("--clients", "01,1"));
-        assertEquals("--clients: 'x' is not a whole number (--clients 1,x)", badOption("--clients", "1,x"));
+        assertEquals("--clients: 'x' is not a whole number in the digits 0-9 (--clients 1,x)", badOption("--clients", "1,x"));
         assertEquals("--clients: each level must be >= 1, got -0", badOption("--clients", "4,-0"));
+        assertEquals("--clients: each level must be >= 1, got 0", badOption("--clients", "4,0"));
+        // ASCII digits as written: no sign, no other script's digits (Integer.parseInt takes both)
+        assertEquals("--clients: '+1' is not a whole number in the digits 0-9 (--clients +1)", badOption("--clients", "+1"));
+        assertEquals("--clients: '\u0661\u0666' is not a whole number in the digits 0-9 (--clients \u0661\u0666)", badOption("--clients", "\u0661\u0666"));
+        assertEquals("--clients: 99999999999 is too large (at most 2147483647) (--clients 1,99999999999)",
+                badOption("--clients", "1,99999999999"));
         assertEquals("--clients: each level may be given once, but 4 is repeated (--clients 4 --clients 1,4)",
                 badOption("--clients", "4", "--clients", "1,4"));
         BenchServerCommand cmd = new BenchServerCommand();
@@ -216,6 +222,10 @@ class BenchServerCommandTest {
             assertTrue(m != null && m.startsWith(o + " configures the local server"), o + ": " + m);
             assertNull(badOption(o, v), o + " without --url");
         }
+        // named for being pointless with --url before its value is judged
+        assertTrue(badOption("--url", url, "--token-budget", "0").startsWith("--token-budget configures the local server"));
+        assertEquals("--api-key is the key for the server at --url; without --url it would have no effect: give --url or "
+                + "leave it out", badOption("--api-key", "k"));
         // what applies with --url too: the prompts (sized by the local model), the rounds, the key
         assertNull(badOption("--url", url, "--clients", "1,4", "--requests", "8", "--repeats", "2", "--max-tokens", "4",
                 "--prompt-tokens", "16", "--long-prompt", "64", "--preset", "tiny", "--skip-engine-alone", "--api-key", "k"));

@@ -301,8 +301,9 @@ class CliErrorsTest {
                 serveOverrides("--set", "limits.maxQueue=30", "--max-queue", "20"), "whatever the order");
         assertEquals("--set limits.maxQueue=30 conflicts with --set limits.maxQueue=20: give the key once",
                 serveOverrides("--set", "limits.maxQueue=20", "--set", "limits.maxQueue=30"));
-        assertEquals("--set server.apiKeys=[\"a\"] conflicts with --api-key a --api-key b: give the key once",
-                serveOverrides("--api-key", "a", "--api-key", "b", "--set", "server.apiKeys=[\"a\"]"));
+        // API keys are secrets: the message names the flags, not the keys
+        assertEquals("--set server.apiKeys=*** conflicts with --api-key ***: give the key once",
+                serveOverrides("--api-key", "sekrit1", "--api-key", "b", "--set", "server.apiKeys=[\"sekrit1\"]"));
         assertEquals("--set verify.f16Kv=false conflicts with --fused-verify-f16-kv: give the key once",
                 serveOverrides("--fused-verify-f16-kv", "--set", "verify.f16Kv=false"));
         // the same value twice is one value

@@ -634,6 +634,11 @@ public final class ServerConfig {
     public record SamplingDefaults(double temperature, double topP, int topK, double minP, double presencePenalty,
                                    double frequencyPenalty, double repetitionPenalty, Long seed) {}
 
+    /** Whether a key's values are secrets (the API keys), never shown in logs, /props or messages. */
+    public static boolean secret(String key) {
+        return key.equals("server.apiKeys");
+    }
+
     /**
      * The configuration as nested JSON (the file's shape).
      * @param redactSecrets replace API keys by "***"
@@ -642,7 +647,7 @@ public final class ServerConfig {
         ObjectNode root = JsonNodeFactory.instance.objectNode();
         for (ConfigKey k : KEYS) {
             Object val = values.get(k.name());
-            if (redactSecrets && k.name().equals("server.apiKeys"))
+            if (redactSecrets && secret(k.name()))
                 val = apiKeys().stream().map(x -> "***").toList();
             try {
                 put(root, k.name(), Json.MAPPER.valueToTree(val));
@@ -701,7 +706,7 @@ public final class ServerConfig {
     }
 
     private static Object redact(ConfigKey k, Object o) {
-        if (k.name().equals("server.apiKeys") && o instanceof List<?> l) return l.size() + " key(s)";
+        if (secret(k.name()) && o instanceof List<?> l) return l.size() + " key(s)";
         return o;
     }
 
