@@ -325,6 +325,8 @@ class CliErrorsTest {
     @Test
     void aValueIsComparedAsItsKeyReadsItAndNullIsAValue() throws Exception {
         assertEquals(java.util.Map.of("speculative.q", "4"), serveOverrides("--spec-q", "4", "--set", "speculative.q=4"));
+        // a log level in any case is that level (the configuration lower-cases it)
+        assertEquals(java.util.Map.of("log.level", "DEBUG"), serveOverrides("--log-level", "DEBUG", "--set", "log.level=debug"));
         assertEquals(java.util.Map.of("speculative.q", "auto"), serveOverrides("--spec-q", "auto", "--set", "speculative.q=\"AUTO\""));
         assertEquals("--set speculative.q=5 conflicts with --spec-q 4: give the key once",
                 serveOverrides("--spec-q", "4", "--set", "speculative.q=5"));

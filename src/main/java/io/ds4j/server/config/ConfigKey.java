@@ -102,11 +102,13 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
 
     /**
      * Whether two values (String, Number, Boolean, List or null, as overrides give them) are one value of this key:
-     * both accepted and read alike (the width 4 and "4"; the integer 20 and 20.0). False when the key refuses either.
+     * both accepted and read alike (the width 4 and "4"; the integer 20 and 20.0; the log levels DEBUG and debug,
+     * {@link ServerConfig#normalized}). False when the key refuses either.
      */
     public boolean sameValue(Object a, Object b) {
         Object x = read(Json.MAPPER.valueToTree(a)), y = read(Json.MAPPER.valueToTree(b));
-        return !(x instanceof Problem) && !(y instanceof Problem) && java.util.Objects.equals(x, y);
+        return !(x instanceof Problem) && !(y instanceof Problem)
+                && java.util.Objects.equals(ServerConfig.normalized(name, x), ServerConfig.normalized(name, y));
     }
 
     /** The README's range cell of this key: its {@link Range#text}, the accepted widths, or "—" for a key without one. */

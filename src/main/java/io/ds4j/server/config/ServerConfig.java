@@ -394,7 +394,7 @@ public final class ServerConfig {
         if (draft.isBlank()) p.add("speculative.draft: must be \"none\", \"ngram\", \"mtp\" or a model folder, got an empty string");
         String mp = (String) v.get("model.path");
         if (mp != null && mp.isBlank()) p.add("model.path: must be a folder or null, got an empty string");
-        String level = ((String) v.get("log.level")).toLowerCase(Locale.ROOT);
+        String level = (String) normalized("log.level", v.get("log.level"));
         if (!Set.of("trace", "debug", "info", "warn", "error", "off").contains(level))
             p.add("log.level: must be one of trace, debug, info, warn, error, off, got \"" + v.get("log.level") + "\"");
         else v.put("log.level", level);
@@ -633,6 +633,14 @@ public final class ServerConfig {
     /** The sampling defaults requests fall back to. */
     public record SamplingDefaults(double temperature, double topP, int topK, double minP, double presencePenalty,
                                    double frequencyPenalty, double repetitionPenalty, Long seed) {}
+
+    /**
+     * A key's value as the configuration keeps it once read: log.level lower-cased (any case is accepted), any other
+     * as given. Also what tells two command-line values of one key apart ({@link ConfigKey#sameValue}).
+     */
+    public static Object normalized(String key, Object value) {
+        return key.equals("log.level") && value instanceof String s ? s.toLowerCase(Locale.ROOT) : value;
+    }
 
     /** Whether a key's values are secrets (the API keys), never shown in logs, /props or messages. */
     public static boolean secret(String key) {
