@@ -606,7 +606,7 @@ public final class BenchServerCommand implements Callable<Integer> {
     }
 
     private static String ms(double v) {
-        return Double.isFinite(v) ? String.format("%.2f ms", v) : "-";
+        return Double.isFinite(v) ? num(v, 2) + " ms" : "-";
     }
 
     /**

@@ -102,13 +102,12 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
 
     /**
      * Whether two values (String, Number, Boolean, List or null, as overrides give them) are one value of this key:
-     * both accepted and read alike (the width 4 and "4"; the integer 20 and 20.0; the log levels DEBUG and debug,
-     * {@link ServerConfig#normalized}). False when the key refuses either.
+     * both accepted and read alike (the width 4 and "4"; the integer 20 and 20.0; the log levels DEBUG and debug).
+     * False when the key refuses either.
      */
     public boolean sameValue(Object a, Object b) {
         Object x = read(Json.MAPPER.valueToTree(a)), y = read(Json.MAPPER.valueToTree(b));
-        return !(x instanceof Problem) && !(y instanceof Problem)
-                && java.util.Objects.equals(ServerConfig.normalized(name, x), ServerConfig.normalized(name, y));
+        return !(x instanceof Problem) && !(y instanceof Problem) && java.util.Objects.equals(x, y);
     }
 
     /** The README's range cell of this key: its {@link Range#text}, the accepted widths, or "—" for a key without one. */
@@ -134,7 +133,12 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
         /** An array of strings (Java List&lt;String&gt;). */
         STRING_LIST,
         /** "auto" or an integer 1..8 (Java String, canonical form). */
-        WIDTH;
+        WIDTH,
+        /** A log level: trace, debug, info, warn, error or off, in any case (Java String, lower case). */
+        LEVEL;
+
+        /** The log levels {@link #LEVEL} accepts, in the order its message names them. */
+        static final List<String> LEVELS = List.of("trace", "debug", "info", "warn", "error", "off");
 
         /**
          * Reads a JSON value.
@@ -189,6 +193,11 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
                         // reported below
                     }
                     return new Problem("must be \"auto\" or an integer 1..8, got " + describe(v));
+                }
+                case LEVEL -> {
+                    String l = v.isTextual() ? v.textValue().toLowerCase(Locale.ROOT) : null;
+                    if (LEVELS.contains(l)) return l;
+                    return new Problem("must be one of " + String.join(", ", LEVELS) + ", got " + describe(v));
                 }
                 default -> throw new AssertionError(this);
             }

@@ -18,7 +18,6 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
-import java.util.Set;
 
 /**
  * The server's configuration ({@code conf/server.json}): an immutable, validated set of values for the keys in
@@ -146,7 +145,7 @@ public final class ServerConfig {
             key("sampling.repetition_penalty", ConfigKey.Type.NUMBER, 1.0, true, Range.aboveUpTo(0, 10),
                     "default repetition penalty (1 = off)"),
             key("sampling.seed", ConfigKey.Type.NULLABLE_LONG, null, true, "default seed; null = a random seed per request"),
-            key("log.level", ConfigKey.Type.STRING, "info", true, "log level: trace, debug, info, warn, error or off"),
+            key("log.level", ConfigKey.Type.LEVEL, "info", true, "log level: trace, debug, info, warn, error or off"),
             key("cluster.enabled", ConfigKey.Type.BOOL, false, false,
                     "join a Vert.x cluster (Hazelcast) as cluster.role; false = one process with a local event bus (--cluster)"),
             key("cluster.role", ConfigKey.Type.STRING, "both", false,
@@ -394,10 +393,6 @@ public final class ServerConfig {
         if (draft.isBlank()) p.add("speculative.draft: must be \"none\", \"ngram\", \"mtp\" or a model folder, got an empty string");
         String mp = (String) v.get("model.path");
         if (mp != null && mp.isBlank()) p.add("model.path: must be a folder or null, got an empty string");
-        String level = (String) normalized("log.level", v.get("log.level"));
-        if (!Set.of("trace", "debug", "info", "warn", "error", "off").contains(level))
-            p.add("log.level: must be one of trace, debug, info, warn, error, off, got \"" + v.get("log.level") + "\"");
-        else v.put("log.level", level);
         if (!List.of("gateway", "engine", "both").contains(v.get("cluster.role")))
             p.add("cluster.role: must be gateway, engine or both, got \"" + v.get("cluster.role") + "\"");
         if (((String) v.get("cluster.name")).isBlank()) p.add("cluster.name: must not be empty");
@@ -633,14 +628,6 @@ public final class ServerConfig {
     /** The sampling defaults requests fall back to. */
     public record SamplingDefaults(double temperature, double topP, int topK, double minP, double presencePenalty,
                                    double frequencyPenalty, double repetitionPenalty, Long seed) {}
-
-    /**
-     * A key's value as the configuration keeps it once read: log.level lower-cased (any case is accepted), any other
-     * as given. Also what tells two command-line values of one key apart ({@link ConfigKey#sameValue}).
-     */
-    public static Object normalized(String key, Object value) {
-        return key.equals("log.level") && value instanceof String s ? s.toLowerCase(Locale.ROOT) : value;
-    }
 
     /** Whether a key's values are secrets (the API keys), never shown in logs, /props or messages. */
     public static boolean secret(String key) {
