@@ -81,8 +81,10 @@ int bind(ds4j_ctx* ctx) {
  * DS4J_PROFILE_STEP=N (unset or not a positive number: never): the profiler collects from the N-th call of ds4j_embed
  * in the process (counted from 1, all contexts together; calls made while a step graph is captured are not counted)
  * to the next one, i.e. exactly one forward step's kernels when step graphs are off (every step begins with the
- * embedding). For Nsight Compute started with --profile-from-start off; ctx's stream is waited for at both ends, so
- * the window holds that step's kernels and no others.
+ * embedding). With DS4J_PROFILE_ROWS=R as well, only the calls of R rows count (the N-th step of R rows: a step of 64
+ * decode entries without knowing how many steps of other sizes come before it); the window still ends at the next
+ * call. For Nsight Compute started with --profile-from-start off; ctx's stream is waited for at both ends, so the
+ * window holds that step's kernels and no others.
  */
 void profile_step_mark(ds4j_ctx* ctx, int rows) {
     static const long long want = [] {
@@ -90,17 +92,31 @@ void profile_step_mark(ds4j_ctx* ctx, int rows) {
         const long long v = e ? atoll(e) : 0;
         return v > 0 ? v : 0ll;
     }();
+    static const int want_rows = [] {
+        const char* e = getenv("DS4J_PROFILE_ROWS");
+        const int v = e ? atoi(e) : 0;
+        return v > 0 ? v : 0;
+    }();
     if (want == 0) return;
     // A captured step runs only when its graph is launched, and waiting for a stream that is being captured is
     // refused by the runtime and invalidates the capture: such calls neither count nor wait.
     if (ctx->capturing) return;
     static std::atomic<long long> calls{0};
-    const long long n = calls.fetch_add(1) + 1;
-    if (n != want && n != want + 1) return;
+    static std::atomic<int> state{0};  // 0: before the window, 1: in it, 2: after it
+    bool start = false;
+    if (state.load() == 1) {
+        state.store(2);
+    } else if (state.load() == 0 && (want_rows == 0 || rows == want_rows)) {
+        if (calls.fetch_add(1) + 1 != want) return;
+        state.store(1);
+        start = true;
+    } else {
+        return;
+    }
     // a failed wait (an earlier kernel's fault) stays pending for the embedding's launch check to report
     if (hipStreamSynchronize(ctx->stream) != hipSuccess) return;
     hipError_t e;
-    if (n == want) {
+    if (start) {
         fprintf(stderr, "ds4j: profiling forward step %lld, %d rows (DS4J_PROFILE_STEP)\n", want, rows);
         e = hipProfilerStart();
     } else {
@@ -111,7 +127,7 @@ void profile_step_mark(ds4j_ctx* ctx, int rows) {
         // the window is a diagnostic: a runtime without profiler control (HIP may answer hipErrorNotSupported) must
         // not fail the step, which the launch check after the embedding would otherwise do with this pending error
         (void)hipGetLastError();
-        fprintf(stderr, "ds4j: the profiler %s failed: %s (DS4J_PROFILE_STEP)\n", n == want ? "start" : "stop",
+        fprintf(stderr, "ds4j: the profiler %s failed: %s (DS4J_PROFILE_STEP)\n", start ? "start" : "stop",
                 hipGetErrorString(e));
     }
 }
