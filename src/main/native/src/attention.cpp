@@ -408,9 +408,25 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
     uintptr_t* kaddr = reinterpret_cast<uintptr_t*>(corrS + AT_HG);  // [AT_KT]
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int h0 = g * AT_HG;
-    for (int i = tid; i < AT_HG * d4; i += blockDim.x) {
-        const int hh = i / d4, col = i % d4, h = h0 + hh;
-        qs[i] = h < H && col < d ? q[((int64_t)s * H + h) * d + col] : 0.f;
+    if ((d & 3) == 0 && ((uintptr_t)q & 15u) == 0) {
+        // 16 bytes a load, a thread's loads all in flight before the first is stored: one round trip, not one a value
+        constexpr int QL = AT_HG * AT_DMAX / (4 * NT);  // float4 per thread at the widest head
+        const int n4 = AT_HG * d4 / 4;
+        float4 v[QL];
+#pragma unroll
+        for (int u = 0; u < QL; u++) {
+            const int i = tid + u * NT, h = h0 + 4 * i / d4;
+            v[u] = i < n4 && h < H ? *reinterpret_cast<const float4*>(q + ((int64_t)s * H + h) * d + 4 * i % d4)
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < QL; u++)
+            if (tid + u * NT < n4) reinterpret_cast<float4*>(qs)[tid + u * NT] = v[u];
+    } else {
+        for (int i = tid; i < AT_HG * d4; i += blockDim.x) {
+            const int hh = i / d4, col = i % d4, h = h0 + hh;
+            qs[i] = h < H && col < d ? q[((int64_t)s * H + h) * d + col] : 0.f;
+        }
     }
     // softmax state of the warp's heads AT_HPW<NT>*warp + e, the same in every lane
     float m_run[AT_HPW<NT>], l_run[AT_HPW<NT>];
