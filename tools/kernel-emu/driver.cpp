@@ -30,6 +30,19 @@ using namespace ds4j;
 static std::mt19937_64 rng(7);
 static double gauss() { static std::normal_distribution<double> n(0, 1); return n(rng); }
 static int fails = 0;
+
+/** sum_partials' launch of skinny_combine (gemm_skinny.cpp), with its choice of values per thread. */
+static void combine(const float* part, int nw, int ns, int rows, float* y, int64_t ldy, const int32_t* ids,
+                    void* const* wt) {
+    const int64_t n = (int64_t)ns * rows;
+    const bool v4 = rows % 4 == 0 && ldy % 4 == 0 && ((uintptr_t)part & 15u) == 0 && ((uintptr_t)y & 15u) == 0;
+    if (v4)
+        emu_launch(dim3((unsigned)((n / 4 + 255) / 256)), dim3(256), 0,
+                   [&] { sk::skinny_combine<4>(part, nw, ns, rows, y, ldy, ids, wt); });
+    else
+        emu_launch(dim3((unsigned)((n + 255) / 256)), dim3(256), 0,
+                   [&] { sk::skinny_combine<1>(part, nw, ns, rows, y, ldy, ids, wt); });
+}
 // x of the skinny cases (fill_x): gauss(), or with wide_x each row times 2^u (u uniform in [-30, 30]) and each value
 // times 2^v (v uniform in [-8, 8]): rows past the F16 range and far below it, values of one row over ~16 binades (the
 // FP8 path's per-group scaling, fp8_x)
@@ -258,8 +271,7 @@ static void dense(int fmt, int rows_total, int from, int rows, int cols, int grp
             extra.part = part.data();
             launch_gemm<false>(fmt, bn, dim3((S2 + bn - 1) / bn, groups * a.tiles_per_grp, kp), b, xp, (int64_t)groups * S2,
                                cols, groups > 1 ? xgs : 0, S2, &extra);
-            emu_launch(dim3((unsigned)((S2 * rows + 255) / 256)), dim3(256), 0,
-                       [&] { sk::skinny_combine(part.data(), kp, S2, rows, y2.data(), ldy, nullptr, nullptr); });
+            combine(part.data(), kp, S2, rows, y2.data(), ldy, nullptr, nullptr);
             if (i == 0) { first = y2; continue; }
             int d = 0;
             for (int s = 0; s < S2; s++)
@@ -884,10 +896,7 @@ static void launch_skinny_smem(int fmt, sk::SmPlan pl, int split, int sl, dim3 g
         default: by_nt(std::integral_constant<int, DS4J_FMT_FP4_E2M1_B32>()); break;
     }
     if (split) {
-        const int64_t n = (int64_t)pl.b.ns * rows;
-        emu_launch(dim3((unsigned)((n + 127) / 128)), dim3(128), 0, [&] {
-            sk::skinny_combine(pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr, MOE ? a.w_table : nullptr);
-        });
+        combine(pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr, MOE ? a.w_table : nullptr);
     }
 }
 

@@ -1133,21 +1133,43 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
 #endif
 }
 
+/** Partials loaded together before they are added (skinny_combine): a thread waits for one round trip per CB of them. */
+constexpr int CB = 8;
+
+__device__ __forceinline__ float cb_add(float a, float b) { return a + b; }
+__device__ __forceinline__ float4 cb_add(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
 /**
  * y[s ldy + r] = part[0][s][r] + part[1][s][r] + ... + part[nw - 1][s][r], added in that order (the warp order of
  * skinny_kernel), for s < ns, r < rows; moe (ids non-null): rows s of picks whose expert is in host memory untouched.
+ * A thread takes V consecutive r of one s (V = 4: rows, ldy and both pointers 16-byte multiples) and loads CB
+ * partitions' values at a time before adding them, still in partition order: the same sums as one value and one load
+ * at a time, with CB V loads in flight instead of one (a 64-row step's partials are megabytes, a 1-row step's a chain
+ * of nw round trips).
  */
+template <int V>
 __global__ void skinny_combine(const float* part, int nw, int ns, int rows, float* y, int64_t ldy, const int32_t* ids,
                                void* const* w_table) {
     DS4J_AWAIT_PREVIOUS();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    using Vec = typename std::conditional<V == 4, float4, float>::type;
+    const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (i >= (int64_t)ns * rows) return;
     const int s = (int)(i / rows), r = (int)(i % rows);
     if (ids && !w_table[ids[s]]) return;
     const size_t plane = (size_t)ns * rows;
-    float acc = part[i];
-    for (int p = 1; p < nw; p++) acc = acc + part[p * plane + i];
-    y[s * ldy + r] = acc;
+    Vec acc = *reinterpret_cast<const Vec*>(part + i);
+    for (int p0 = 1; p0 < nw; p0 += CB) {
+        Vec v[CB];
+#pragma unroll
+        for (int j = 0; j < CB; j++)
+            if (p0 + j < nw) v[j] = *reinterpret_cast<const Vec*>(part + (size_t)(p0 + j) * plane + i);
+#pragma unroll
+        for (int j = 0; j < CB; j++)
+            if (p0 + j < nw) acc = cb_add(acc, v[j]);
+    }
+    *reinterpret_cast<Vec*>(y + s * ldy + r) = acc;
 }
 
 /** m-tiles per warp for a format, (rows of a group, groups) and the number of matrices streamed at once (units). */
@@ -1482,7 +1504,12 @@ int sum_partials(ds4j_ctx* ctx, const float* part, int nw, int ns, int rows, flo
                  void* const* w_table) {
     const int64_t n = (int64_t)ns * rows;
     if (n == 0) return DS4J_OK;
-    sk::skinny_combine<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(part, nw, ns, rows, y, ldy, ids, w_table);
+    const bool v4 = rows % 4 == 0 && ldy % 4 == 0 && ((uintptr_t)part & 15u) == 0 && ((uintptr_t)y & 15u) == 0;
+    if (v4)
+        sk::skinny_combine<4><<<(unsigned)((n / 4 + 255) / 256), 256, 0, ctx->stream>>>(part, nw, ns, rows, y, ldy, ids,
+                                                                                       w_table);
+    else
+        sk::skinny_combine<1><<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(part, nw, ns, rows, y, ldy, ids, w_table);
     const hipError_t e = hipGetLastError();
     if (e != hipSuccess) return fail_hip(e, "launching matmul (partials sum)");
     launched_kernels.fetch_add(1, std::memory_order_relaxed);
