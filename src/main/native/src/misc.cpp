@@ -9,6 +9,21 @@ namespace ds4j {
 
 constexpr int HC_MAX = 8;  // largest hc_mult supported by the mHC kernels
 
+/**
+ * The collapse of column d of a row's n streams xs [n, D]: sum over i of pre[i] xs[i D + d], in i order. The n values
+ * are loaded before the first is added (one round trip, not n).
+ */
+__device__ __forceinline__ float hc_collapse(const float* pre, const float* xs, int n, int D, int d) {
+    float xi[HC_MAX];
+#pragma unroll
+    for (int i = 0; i < HC_MAX; i++) xi[i] = i < n ? xs[(int64_t)i * D + d] : 0.f;
+    float acc = 0;
+#pragma unroll
+    for (int i = 0; i < HC_MAX; i++)
+        if (i < n) acc = add(acc, mul(pre[i], xi[i]));
+    return acc;
+}
+
 __global__ void rmsnorm_kernel(const float* x, float* y, const float* weight, int n, float eps) {
     DS4J_AWAIT_PREVIOUS();
     __shared__ double sh[32];
@@ -70,8 +85,7 @@ __global__ void hc_pre_kernel(const float* mu, const float* base, const float* s
     if (j < n * n) comb[(int64_t)s * n * n + j] = M[j];
     const float* xs = X + (int64_t)s * n * D;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float acc = 0;
-        for (int i = 0; i < n; i++) acc = add(acc, mul(pre[i], xs[(int64_t)i * D + d]));
+        const float acc = hc_collapse(pre, xs, n, D, d);
         col[(int64_t)s * D + d] = acc;
     }
     if (norm) {  // the RMSNorm of the column, as rmsnorm_kernel computes it (same block size, same order)
@@ -120,8 +134,7 @@ __global__ void hc_head_kernel(const float* mu, const float* base, const float* 
     __syncthreads();
     const float* xs = X + (int64_t)r * n * D;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float acc = 0;
-        for (int k = 0; k < n; k++) acc = add(acc, mul(pre[k], xs[(int64_t)k * D + d]));
+        const float acc = hc_collapse(pre, xs, n, D, d);
         y[(int64_t)r * D + d] = acc;
     }
 }
@@ -424,8 +437,7 @@ __global__ void __launch_bounds__(HC_THREADS) hc_pre_split_kernel(const float* m
     float* cs = col + (int64_t)s * D;
     const int d = blockIdx.x * HC_COLS + threadIdx.x;
     if (d < D) {
-        float acc = 0;
-        for (int i = 0; i < n; i++) acc = add(acc, mul(pre[i], xs[(int64_t)i * D + d]));
+        const float acc = hc_collapse(pre, xs, n, D, d);
         cs[d] = acc;
     }
     if (norm && last_of_row(count + s, B, &flag)) rmsnorm_row_ilp<true, REG>(cs, cs, norm_w, D, rms_eps, red);
@@ -489,8 +501,7 @@ __global__ void __launch_bounds__(HC_THREADS) hc_head_split_kernel(const float* 
     const int d = blockIdx.x * HC_COLS + threadIdx.x;
     if (d < D) {
         const float* xs = X + (int64_t)r * n * D;
-        float acc = 0;
-        for (int k = 0; k < n; k++) acc = add(acc, mul(pre[k], xs[(int64_t)k * D + d]));
+        const float acc = hc_collapse(pre, xs, n, D, d);
         y[(int64_t)r * D + d] = acc;
     }
 }
