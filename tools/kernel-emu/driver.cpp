@@ -35,8 +35,7 @@ static int fails = 0;
 static void combine(const float* part, int nw, int ns, int rows, float* y, int64_t ldy, const int32_t* ids,
                     void* const* wt) {
     const int64_t n = (int64_t)ns * rows;
-    const bool v4 = rows % 4 == 0 && ldy % 4 == 0 && ((uintptr_t)part & 15u) == 0 && ((uintptr_t)y & 15u) == 0;
-    if (v4)
+    if (sk::combine_by_4(rows, ldy, part, y))
         emu_launch(dim3((unsigned)((n / 4 + 255) / 256)), dim3(256), 0,
                    [&] { sk::skinny_combine<4>(part, nw, ns, rows, y, ldy, ids, wt); });
     else

@@ -1136,6 +1136,11 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
 /** Partials loaded together before they are added (skinny_combine): a thread waits for one round trip per CB of them. */
 constexpr int CB = 8;
 
+/** Whether sum_partials runs skinny_combine<4> (4 outputs a thread, 16-byte accesses) for these arguments, else <1>. */
+inline bool combine_by_4(int rows, int64_t ldy, const float* part, const float* y) {
+    return rows % 4 == 0 && ldy % 4 == 0 && ((uintptr_t)part & 15u) == 0 && ((uintptr_t)y & 15u) == 0;
+}
+
 __device__ __forceinline__ float cb_add(float a, float b) { return a + b; }
 __device__ __forceinline__ float4 cb_add(float4 a, float4 b) {
     return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
@@ -1504,8 +1509,7 @@ int sum_partials(ds4j_ctx* ctx, const float* part, int nw, int ns, int rows, flo
                  void* const* w_table) {
     const int64_t n = (int64_t)ns * rows;
     if (n == 0) return DS4J_OK;
-    const bool v4 = rows % 4 == 0 && ldy % 4 == 0 && ((uintptr_t)part & 15u) == 0 && ((uintptr_t)y & 15u) == 0;
-    if (v4)
+    if (sk::combine_by_4(rows, ldy, part, y))
         sk::skinny_combine<4><<<(unsigned)((n / 4 + 255) / 256), 256, 0, ctx->stream>>>(part, nw, ns, rows, y, ldy, ids,
                                                                                        w_table);
     else
