@@ -116,6 +116,19 @@ class ServerConfigTest {
      * an empty one, and one that starts or ends with a space, tab or control character, which is stripped from the
      * Authorization header before the key is compared. A space inside a key is sent as it is.
      */
+    /**
+     * A file's API keys overridden by the command line's are reported (start-up warning, the reload's message in
+     * /props) as "***" each: neither side's keys in clear text, as /props shows them.
+     */
+    @Test
+    void overriddenApiKeysAreShownMasked() {
+        byte[] file = "{\"server\": {\"apiKeys\": [\"sk-file-1\", \"sk-file-2\"]}, \"limits\": {\"maxActive\": 9}}".getBytes();
+        List<String> lines = ServerConfig.overridden(file, Map.of("server.apiKeys", List.of("sk-flag"), "limits.maxActive", 5));
+        assertEquals(List.of("limits.maxActive: the file's 9 is overridden by the command line's 5",
+                "server.apiKeys: the file's [\"***\",\"***\"] is overridden by the command line's [\"***\"]"), lines);
+        for (String l : lines) assertFalse(l.contains("sk-"), l);
+    }
+
     @Test
     void apiKeysNoClientCanSendAreRefused() throws Exception {
         String ends = "starts or ends with a space, tab or control character, which no client can send (it is stripped"

@@ -262,9 +262,19 @@ public final class ServerConfig {
         for (var e : new java.util.TreeMap<>(overrides).entrySet()) {
             JsonNode inFile = tree.at("/" + e.getKey().replace('.', '/')), flag = Json.MAPPER.valueToTree(e.getValue());
             if (!inFile.isMissingNode() && !inFile.equals(flag))
-                out.add(e.getKey() + ": the file's " + inFile + " is overridden by the command line's " + flag);
+                out.add(e.getKey() + ": the file's " + shown(e.getKey(), inFile) + " is overridden by the command line's "
+                        + shown(e.getKey(), flag));
         }
         return out;
+    }
+
+    /** A key's JSON value as logs and messages show it: a secret key's values as "***" each ({@link #secret}). */
+    private static JsonNode shown(String key, JsonNode v) {
+        if (!secret(key)) return v;
+        if (!v.isArray()) return JsonNodeFactory.instance.textNode("***");
+        var masked = JsonNodeFactory.instance.arrayNode();
+        for (int i = 0; i < v.size(); i++) masked.add("***");
+        return masked;
     }
 
     /** Sets a dotted key in a JSON tree, creating the objects on its path. */
