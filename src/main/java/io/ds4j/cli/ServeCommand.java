@@ -158,12 +158,16 @@ public final class ServeCommand implements Callable<Integer> {
                     if (ServerConfig.keyOf(k) == null)
                         throw new CommandLine.ParameterException(spec.commandLine(), "--set: unknown configuration key '" + k + "'"
                                 + ServerConfig.suggestion(k));
-                    Object val;
+                    Object val = v;  // not JSON (or empty): the text itself
                     try {
-                        // read as the API reads JSON: "4,5" is not the number 4 followed by something ignored
-                        val = io.ds4j.server.Json.MAPPER.readValue(v, Object.class);
-                    } catch (IOException e) {
-                        val = v;
+                        // read as the API reads JSON: "4,5" is not the number 4 followed by something ignored; a number
+                        // written with a fraction or exponent stays a node that keeps its text (Json#written), so that
+                        // its checks decide on it as written (2.0000000000000001 is no integer), as in a file
+                        var node = io.ds4j.server.Json.read(v.getBytes(java.nio.charset.StandardCharsets.UTF_8), "a --set value");
+                        if (node != null)
+                            val = io.ds4j.server.Json.written(node) != null ? node : io.ds4j.server.Json.MAPPER.treeToValue(node, Object.class);
+                    } catch (io.ds4j.server.Json.Unreadable | IOException e) {
+                        // the text itself
                     }
                     o.put(k, "--set " + s, "--set " + s, val);
                 }

@@ -168,9 +168,10 @@ public record SamplingParams(double temperature, int topK, double topP, double m
      * The exact value of a JSON number's text, or null for text that is no JSON number. An exponent past what a
      * BigDecimal holds ({@code 1e-99999999999}) gives a stand-in on the same side of every double: 0 when the digits
      * are all 0, else ±10^-1000 for a negative exponent (nearer 0 than any nonzero double) and ±10^1000 for a positive
-     * one (beyond every double), so comparing it with a double bound decides as the number would.
+     * one (beyond every double), so comparing it with a double bound decides as the number would. Also the
+     * configuration's range checks (its numbers as the file or a flag wrote them).
      */
-    private static java.math.BigDecimal exact(String text) {
+    public static java.math.BigDecimal exact(String text) {
         java.util.regex.Matcher m = JSON_NUMBER.matcher(text);
         if (!m.matches()) return null;
         try {

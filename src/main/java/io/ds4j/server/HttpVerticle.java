@@ -1033,7 +1033,7 @@ public final class HttpVerticle extends VerticleBase {
             // a number past the double range (1E400) is an integer too large, not a fraction
             boolean overflowed = Requests.beyondDouble(x);
             // an integral number however written (1000, 1e3, 1000.0), as for every integer field: JSON has one number type
-            if (!overflowed && !Requests.isIntegral(x))
+            if (!overflowed && !Json.isIntegral(x))
                 throw ApiException.badField("tokens[" + i + "]", "must be an integer token id, got " + Requests.describe(x));
             Integer id = Requests.intValue(x);
             if (id == null || id < 0 || id >= tok.vocabSize())

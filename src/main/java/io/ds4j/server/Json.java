@@ -147,6 +147,42 @@ public final class Json {
         return n instanceof Written w ? w.text() : null;
     }
 
+    /**
+     * A JSON number with an integral value: 1000, but also 1e3 and 1000.0 (JSON has one number type); not 1e-400 or
+     * 1.0000000000000000001, which a double rounds to an integer.
+     */
+    public static boolean isIntegral(JsonNode v) {
+        if (v.isIntegralNumber()) return true;
+        if (!v.isFloatingPointNumber()) return false;
+        double d = v.doubleValue();
+        if (!Double.isFinite(d) || d != Math.rint(d)) return false;
+        String w = written(v);
+        if (w == null) return true;
+        try {
+            java.math.BigDecimal x = new java.math.BigDecimal(w);
+            return x.signum() == 0 || x.stripTrailingZeros().scale() <= 0;
+        } catch (NumberFormatException | ArithmeticException e) {
+            // an exponent past BigDecimal's (1e-9999999999): a fraction unless its digits are all 0
+            return !underflowed(v);
+        }
+    }
+
+    /** A number written nonzero that a double holds as 0 ({@code 1e-400}). */
+    public static boolean underflowed(JsonNode v) {
+        String w = written(v);
+        if (w == null || v.doubleValue() != 0) return false;
+        int e = w.toLowerCase(java.util.Locale.ROOT).indexOf('e');
+        return (e < 0 ? w : w.substring(0, e)).chars().anyMatch(c -> c >= '1' && c <= '9');
+    }
+
+    /**
+     * A Java value as a JSON tree ({@link #MAPPER}'s valueToTree), except that a node is itself: valueToTree copies a
+     * node into Jackson's own types, which would drop the text a number keeps ({@link #written}).
+     */
+    public static JsonNode tree(Object value) {
+        return value instanceof JsonNode n ? n : MAPPER.valueToTree(value);
+    }
+
     /** A number node that keeps its text. */
     private interface Written {
         String text();

@@ -256,7 +256,7 @@ final class Requests {
      */
     private static long seed(JsonNode s) {
         boolean overflowed = beyondDouble(s);
-        if (!overflowed && !isIntegral(s)) throw ApiException.badField("seed", "must be an integer, got " + describe(s));
+        if (!overflowed && !Json.isIntegral(s)) throw ApiException.badField("seed", "must be an integer, got " + describe(s));
         java.math.BigDecimal x = overflowed ? null : exactIntegral(s);
         if (x == null || x.compareTo(LONG_MIN) < 0 || x.compareTo(LONG_MAX) > 0)
             throw ApiException.badField("seed", "is out of range: give an integer in [-2^63, 2^63), got " + shown(s));
@@ -264,7 +264,7 @@ final class Requests {
     }
 
     /**
-     * The exact value of a number {@link #isIntegral} accepted and not {@link #beyondDouble}: its digits, or its
+     * The exact value of a number {@link Json#isIntegral} accepted and not {@link #beyondDouble}: its digits, or its
      * text as written. A text whose exponent is past BigDecimal's ({@code 0e99999999999}) is 0 here: with a nonzero
      * digit it would be beyond the double range or round to 0, and neither passes those checks.
      */
@@ -354,7 +354,7 @@ final class Requests {
         if (q == null || q.isNull()) return cfg.specQ();
         if (q.isTextual() && q.textValue().trim().equalsIgnoreCase("auto")) return "auto";
         // a number as JSON numbers are (like every integer field); a string other than "auto" is refused, even "5"
-        if (isIntegral(q) && q.canConvertToInt() && q.intValue() >= 0 && q.intValue() <= 8) return Integer.toString(q.intValue());
+        if (Json.isIntegral(q) && q.canConvertToInt() && q.intValue() >= 0 && q.intValue() <= 8) return Integer.toString(q.intValue());
         throw ApiException.badField("speculative_q", "must be 0 (off), an integer 1..8 or \"auto\", got " + shown(q));
     }
 
@@ -561,7 +561,7 @@ final class Requests {
         JsonNode v = b.get(f);
         if (v == null || v.isNull()) return null;
         boolean overflowed = beyondDouble(v);
-        if (!overflowed && !isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
+        if (!overflowed && !Json.isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
         if (overflowed || !v.canConvertToInt() || v.intValue() < lo || v.intValue() > hi)
             throw ApiException.badField(f, "is out of range: give an integer in [" + lo + ", " + hi + "]" + note + ", got " + shown(v));
         return v.intValue();
@@ -577,42 +577,14 @@ final class Requests {
         JsonNode v = b.get(f);
         if (v == null || v.isNull()) return;
         boolean overflowed = beyondDouble(v);
-        if (!overflowed && !isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
+        if (!overflowed && !Json.isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
         if (overflowed || !v.canConvertToInt() || v.intValue() != 1)
             throw ApiException.badField(f, "only " + f + " = 1 is supported, got " + shown(v));
     }
 
-    /**
-     * A JSON number with an integral value: 1000, but also 1e3 and 1000.0 (JSON has one number type); not 1e-400 or
-     * 1.0000000000000000001, which a double rounds to an integer.
-     */
-    static boolean isIntegral(JsonNode v) {
-        if (v.isIntegralNumber()) return true;
-        if (!v.isFloatingPointNumber()) return false;
-        double d = v.doubleValue();
-        if (!Double.isFinite(d) || d != Math.rint(d)) return false;
-        String w = Json.written(v);
-        if (w == null) return true;
-        try {
-            java.math.BigDecimal x = new java.math.BigDecimal(w);
-            return x.signum() == 0 || x.stripTrailingZeros().scale() <= 0;
-        } catch (NumberFormatException | ArithmeticException e) {
-            // an exponent past BigDecimal's (1e-9999999999): a fraction unless its digits are all 0
-            return !underflowed(v);
-        }
-    }
-
-    /** A number written nonzero that a double holds as 0 ({@code 1e-400}). */
-    static boolean underflowed(JsonNode v) {
-        String w = Json.written(v);
-        if (w == null || v.doubleValue() != 0) return false;
-        int e = w.toLowerCase(Locale.ROOT).indexOf('e');
-        return (e < 0 ? w : w.substring(0, e)).chars().anyMatch(c -> c >= '1' && c <= '9');
-    }
-
     /** The int value of an integral JSON number in int range, else null. */
     static Integer intValue(JsonNode v) {
-        return v != null && isIntegral(v) && v.canConvertToInt() ? v.intValue() : null;
+        return v != null && Json.isIntegral(v) && v.canConvertToInt() ? v.intValue() : null;
     }
 
     static Double number(JsonNode b, String f) {

@@ -124,6 +124,11 @@ class CliErrorsTest {
         assertFalse(r.err().contains(f.toString()), "the file is not blamed: " + r.err());
         r = runBounded("serve", "--config", f.toString(), "--set", "limits.maxActive=0");
         assertTrue(r.err().contains("flag --set limits.maxActive=0: limits.maxActive"), r.err());
+        // a flag's number is judged as written, as the file's and a request's are
+        r = runBounded("serve", "--config", f.toString(), "--set", "limits.maxActive=2.0000000000000001");
+        assertTrue(r.err().contains("limits.maxActive: must be an integer, got 2.0000000000000001"), r.err());
+        r = runBounded("serve", "--config", f.toString(), "--set", "sampling.temperature=2.0000000000000000001");
+        assertTrue(r.err().contains("sampling.temperature: must be in [0, 2], got 2.0000000000000000001"), r.err());
         r = runBounded("serve", "--config", f.toString(), "--set", "limits.maxActiv=3");
         assertEquals(2, r.code(), r.err());
         assertTrue(r.err().contains("unknown configuration key 'limits.maxActiv' (did you mean limits.maxActive?)"), r.err());

@@ -311,6 +311,38 @@ class ServerConfigTest {
         return "{\"" + parts[0] + "\": {\"" + parts[1] + "\": " + v + "}}";
     }
 
+    /** A blank model name is refused (it would be served as the id "" that no request can name); null is the folder's. */
+    @Test
+    void aBlankModelNameIsRefused() throws Exception {
+        assertEquals(List.of("model.name: must be a name or null (the model folder's name), got an empty string"),
+                problems("{\"model\": {\"name\": \"\"}}").problems());
+        assertEquals(List.of("model.name: must be a name or null (the model folder's name), got \"  \""),
+                problems("{\"model\": {\"name\": \"  \"}}").problems());
+        assertNull(ServerConfig.parse("{\"model\": {\"name\": null}}", "test", null).modelName());
+        assertEquals("v4", ServerConfig.parse("{\"model\": {\"name\": \"v4\"}}", "test", null).modelName());
+    }
+
+    /**
+     * A file's numbers are judged as written, as a request's are: an integer key refuses 2.0000000000000001 (a double
+     * rounds it to 2) and takes 4.0 and 1e3; a range is checked on the exact number (2.0000000000000000001 is above 2);
+     * the speculative width and the seed take a whole number written with a fraction (4.0) as a request does.
+     */
+    @Test
+    void fileNumbersAreJudgedAsWritten() throws Exception {
+        assertEquals(List.of("limits.maxActive: must be an integer, got 2.0000000000000001"),
+                problems("{\"limits\": {\"maxActive\": 2.0000000000000001}}").problems());
+        assertEquals(List.of("sampling.temperature: must be in [0, 2], got 2.0000000000000000001"),
+                problems("{\"sampling\": {\"temperature\": 2.0000000000000000001}}").problems());
+        assertEquals(List.of("sampling.top_p: must be in (0, 1], got 1e-400"),
+                problems("{\"sampling\": {\"top_p\": 1e-400}}").problems());
+        ServerConfig c = ServerConfig.parse("{\"limits\": {\"maxActive\": 4.0, \"maxQueue\": 1e3}, \"speculative\": {\"q\": 4.0},"
+                + " \"sampling\": {\"seed\": 7.0}}", "test", null);
+        assertEquals(4, c.get("limits.maxActive"));
+        assertEquals(1000, c.get("limits.maxQueue"));
+        assertEquals("4", c.get("speculative.q"));
+        assertEquals(7L, c.get("sampling.seed"));
+    }
+
     @Test
     void fileErrorsShowNumbersAsWritten() {
         assertEquals(List.of("limits.maxActive: must be an integer in [1, 4096], got 10000000000.0"),

@@ -54,6 +54,13 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
             return (off != null && x == off) || ((openLow ? x > lo : x >= lo) && x <= hi);
         }
 
+        /** Whether the exact number x is accepted (a number as written: 2.0000000000000000001 is above 2). */
+        public boolean accepts(java.math.BigDecimal x) {
+            if (off != null && x.compareTo(new java.math.BigDecimal(off)) == 0) return true;
+            int c = x.compareTo(new java.math.BigDecimal(lo));
+            return (openLow ? c > 0 : c >= 0) && (hi == Double.POSITIVE_INFINITY || x.compareTo(new java.math.BigDecimal(hi)) <= 0);
+        }
+
         /** The interval as the README and error messages write it: {@code [1, 4096]}, {@code (0, 1]}, {@code [0, ∞]}. */
         public String interval() {
             return (openLow ? "(" : "[") + num(lo) + ", " + (hi == Double.POSITIVE_INFINITY ? "∞" : num(hi)) + "]";
@@ -92,7 +99,8 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
      */
     Object read(JsonNode v) {
         Object r = type.read(v);
-        if (r instanceof Problem && type == Type.INT && range != null && v.isNumber() && v.asDouble() == Math.rint(v.asDouble())) {
+        if (r instanceof Problem && type == Type.INT && range != null && v.isNumber() && Json.isIntegral(v)
+                && !Double.isInfinite(v.asDouble())) {
             Range held = new Range(Math.max(range.lo(), Integer.MIN_VALUE), Math.min(range.hi(), Integer.MAX_VALUE),
                     range.openLow(), range.off());
             return new Problem("must be an integer " + held.mustBe() + ", got " + Type.describe(v));
@@ -106,7 +114,7 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
      * False when the key refuses either.
      */
     public boolean sameValue(Object a, Object b) {
-        Object x = read(Json.MAPPER.valueToTree(a)), y = read(Json.MAPPER.valueToTree(b));
+        Object x = read(Json.tree(a)), y = read(Json.tree(b));
         return !(x instanceof Problem) && !(y instanceof Problem) && java.util.Objects.equals(x, y);
     }
 
@@ -155,11 +163,13 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
                 }
                 case INT -> {
                     if (v.isIntegralNumber() && v.canConvertToInt()) return v.intValue();
-                    if (v.isNumber() && v.asDouble() == Math.rint(v.asDouble()) && v.asDouble() >= Integer.MIN_VALUE
-                            && v.asDouble() <= Integer.MAX_VALUE)
+                    // whole as written (1e3, 4.0; not 2.0000000000000001, which a double rounds to 2), as a request's
+                    // integers are read (Json#isIntegral)
+                    final boolean whole = v.isNumber() && Json.isIntegral(v) && !Double.isInfinite(v.asDouble());
+                    if (whole && v.asDouble() >= Integer.MIN_VALUE && v.asDouble() <= Integer.MAX_VALUE)
                         return (int) v.asDouble();
                     // a whole number out of the int range (ConfigKey.read tells the key's range instead)
-                    if (v.isNumber() && v.asDouble() == Math.rint(v.asDouble()))
+                    if (whole)
                         return new Problem("must be an integer of at most " + Integer.MAX_VALUE + " in magnitude, got " + describe(v));
                     return new Problem("must be an integer, got " + describe(v));
                 }
@@ -169,6 +179,7 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
                 case NULLABLE_LONG -> {
                     if (v.isNull()) return null;
                     if (v.isIntegralNumber() && v.canConvertToLong()) return v.longValue();
+                    if (v.isNumber() && Json.isIntegral(v) && Math.abs(v.asDouble()) < 0x1p63) return (long) v.asDouble();
                     return new Problem("must be an integer or null, got " + describe(v));
                 }
                 case BOOL -> {
@@ -185,7 +196,9 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
                 }
                 case WIDTH -> {
                     if (v.isTextual() && v.textValue().trim().toLowerCase(Locale.ROOT).equals("auto")) return "auto";
-                    String s = v.isIntegralNumber() ? v.asText() : v.isTextual() ? v.textValue().trim() : null;
+                    String s = v.isIntegralNumber() ? v.asText()
+                            : v.isNumber() && Json.isIntegral(v) && v.canConvertToInt() ? Integer.toString(v.intValue())
+                            : v.isTextual() ? v.textValue().trim() : null;
                     try {
                         int q = s == null ? -1 : Integer.parseInt(s);
                         if (q >= 1 && q <= 8) return Integer.toString(q);

@@ -214,7 +214,8 @@ public final class ServerConfig {
      *                  refused: a file truncated by a failed write must not silently reset every setting (write
      *                  {@code {}} for all defaults)
      * @param source    where the text came from, for messages
-     * @param overrides dotted key → value (String, Number, Boolean, List or null) that replace the file's values
+     * @param overrides dotted key → value (String, Number, Boolean, List, null, or a JSON number node that keeps its
+     *                  text, {@link Json#written}) that replace the file's values
      * @throws ConfigException listing every problem, each naming its key (or the file's syntax error with line and
      *                         column, the byte offset of bytes that are not UTF-8, the key given twice)
      */
@@ -228,7 +229,7 @@ public final class ServerConfig {
             if (!n.isObject()) throw new ConfigException(source + ": must be a JSON object");
             tree = (ObjectNode) n;
         }
-        if (overrides != null) for (var e : overrides.entrySet()) put(tree, e.getKey(), Json.MAPPER.valueToTree(e.getValue()));
+        if (overrides != null) for (var e : overrides.entrySet()) put(tree, e.getKey(), Json.tree(e.getValue()));
         return fromTree(tree);
     }
 
@@ -260,7 +261,7 @@ public final class ServerConfig {
         if (tree == null || !tree.isObject()) return List.of();
         List<String> out = new ArrayList<>();
         for (var e : new java.util.TreeMap<>(overrides).entrySet()) {
-            JsonNode inFile = tree.at("/" + e.getKey().replace('.', '/')), flag = Json.MAPPER.valueToTree(e.getValue());
+            JsonNode inFile = tree.at("/" + e.getKey().replace('.', '/')), flag = Json.tree(e.getValue());
             if (!inFile.isMissingNode() && !inFile.equals(flag))
                 out.add(e.getKey() + ": the file's " + shown(e.getKey(), inFile) + " is overridden by the command line's "
                         + shown(e.getKey(), flag));
@@ -403,6 +404,10 @@ public final class ServerConfig {
         if (draft.isBlank()) p.add("speculative.draft: must be \"none\", \"ngram\", \"mtp\" or a model folder, got an empty string");
         String mp = (String) v.get("model.path");
         if (mp != null && mp.isBlank()) p.add("model.path: must be a folder or null, got an empty string");
+        // a blank name would be served as the model id "" (and no request could name it)
+        String mn = (String) v.get("model.name");
+        if (mn != null && mn.isBlank())
+            p.add("model.name: must be a name or null (the model folder's name), got " + (mn.isEmpty() ? "an empty string" : "\"" + mn + "\""));
         if (!List.of("gateway", "engine", "both").contains(v.get("cluster.role")))
             p.add("cluster.role: must be gateway, engine or both, got \"" + v.get("cluster.role") + "\"");
         if (((String) v.get("cluster.name")).isBlank()) p.add("cluster.name: must not be empty");
@@ -439,13 +444,17 @@ public final class ServerConfig {
     }
 
     /**
-     * Reports a numeric key's value outside its {@link Range}, shown as the file wrote it where its value would not
-     * ({@code 1e20}, {@code 2.50}), else as an integer where it is whole.
+     * Reports a numeric key's value outside its {@link Range}, decided on the value and on the number as the file or
+     * flag wrote it (2.0000000000000000001 is above 2, though its double is 2; as a request's numbers are), shown as
+     * written where its value would not show it ({@code 1e20}, {@code 2.50}), else as an integer where it is whole.
      * @param written the value's text in the file, or null
      */
     private static void inRange(Map<String, Object> v, List<String> p, ConfigKey k, String written) {
+        // a value its type refused (the default stands in for it) is reported once, by that refusal
+        if (!noneAbout(p, List.of(k.name()))) return;
         double x = ((Number) v.get(k.name())).doubleValue();
-        if (k.range().accepts(x)) return;
+        java.math.BigDecimal exact = written == null ? null : io.ds4j.sampling.SamplingParams.exact(written);
+        if (k.range().accepts(x) && (exact == null || k.range().accepts(exact))) return;
         p.add(k.name() + ": " + k.mustBe() + ", got " + (written != null ? written : Range.num(x)));
     }
 
