@@ -44,10 +44,12 @@ public final class DefaultModelProvider implements ModelProvider {
         checkBackend(cfg.backend());
     }
 
+    // what would certainly fail the load, found before the port is bound: config.json and the weight files (not
+    // their contents, which only the load reads)
     private static void checkModelFolder(String key, Path dir) {
         if (!Files.isDirectory(dir)) throw new IllegalArgumentException(key + ": folder not found: " + dir.toAbsolutePath());
         try {
-            io.ds4j.model.ModelConfig.read(dir.resolve("config.json"));
+            io.ds4j.model.Checkpoint.inspect(dir);
         } catch (Exception e) {
             throw new IllegalArgumentException(key + ": " + dir.toAbsolutePath() + " is not a model folder: "
                     + (e.getMessage() != null ? e.getMessage() : e), e);

@@ -60,37 +60,11 @@ public final class Checkpoint implements AutoCloseable {
      *         invalid, a tensor appears twice, or no known tensor names are present
      */
     public static Checkpoint open(Path dir) throws CheckpointException {
-        if (!Files.isDirectory(dir)) throw new CheckpointException(dir, null, "model directory not found");
-        ModelConfig config = ModelConfig.read(dir.resolve("config.json"));
-
-        Path source;
-        List<Path> paths = new ArrayList<>();
-        Map<String, String> weightMap = null;
-        Path index = dir.resolve(INDEX);
-        if (Files.isRegularFile(index)) {
-            source = index;
-            weightMap = readIndex(index);
-            Set<String> shardNames = new TreeSet<>(weightMap.values());
-            for (String s : shardNames) {
-                Path p = dir.resolve(s);
-                if (!Files.isRegularFile(p))
-                    throw new CheckpointException(p, null, "shard file listed in " + INDEX + " is missing");
-                paths.add(p);
-            }
-        } else if (Files.isRegularFile(dir.resolve(SINGLE))) {
-            source = dir.resolve(SINGLE);
-            paths.add(source);
-        } else {
-            source = dir;
-            try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir, "*.safetensors")) {
-                for (Path p : ds) if (Files.isRegularFile(p)) paths.add(p);
-            } catch (IOException e) {
-                throw new CheckpointException(dir, null, "cannot list directory: " + e.getMessage());
-            }
-            Collections.sort(paths);
-            if (paths.isEmpty())
-                throw new CheckpointException(dir, null, "no weights found (expected " + SINGLE + ", " + INDEX + " or *.safetensors files)");
-        }
+        Found w = find(dir);
+        ModelConfig config = w.config();
+        Path source = w.source();
+        List<Path> paths = w.paths();
+        Map<String, String> weightMap = w.weightMap();
 
         List<SafetensorsFile> files = new ArrayList<>();
         try {
@@ -123,6 +97,48 @@ public final class Checkpoint implements AutoCloseable {
         } finally {
             if (files != null) for (SafetensorsFile f : files) f.close();
         }
+    }
+
+    /**
+     * Checks a model directory without mapping any weight: reads {@code config.json} and finds the weight files as
+     * {@link #open} would (the index's shards must exist); their contents are read only by {@link #open}.
+     * @return the parsed {@code config.json}
+     * @throws CheckpointException when the directory or config.json is missing or invalid, a shard listed in the index
+     *         is missing, or there are no weight files
+     */
+    public static ModelConfig inspect(Path dir) throws CheckpointException {
+        return find(dir).config();
+    }
+
+    /** A directory's config and where its weights are: the file named as their source, the files to map, the index's map or null. */
+    private record Found(ModelConfig config, Path source, List<Path> paths, Map<String, String> weightMap) {}
+
+    // the one place that decides whether a directory is a model with weights, for open and inspect alike
+    private static Found find(Path dir) throws CheckpointException {
+        if (!Files.isDirectory(dir)) throw new CheckpointException(dir, null, "model directory not found");
+        ModelConfig config = ModelConfig.read(dir.resolve("config.json"));
+        List<Path> paths = new ArrayList<>();
+        Path index = dir.resolve(INDEX);
+        if (Files.isRegularFile(index)) {
+            Map<String, String> weightMap = readIndex(index);
+            for (String s : new TreeSet<>(weightMap.values())) {
+                Path p = dir.resolve(s);
+                if (!Files.isRegularFile(p))
+                    throw new CheckpointException(p, null, "shard file listed in " + INDEX + " is missing");
+                paths.add(p);
+            }
+            return new Found(config, index, paths, weightMap);
+        }
+        if (Files.isRegularFile(dir.resolve(SINGLE))) return new Found(config, dir.resolve(SINGLE), List.of(dir.resolve(SINGLE)), null);
+        try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir, "*.safetensors")) {
+            for (Path p : ds) if (Files.isRegularFile(p)) paths.add(p);
+        } catch (IOException e) {
+            throw new CheckpointException(dir, null, "cannot list directory: " + e.getMessage());
+        }
+        Collections.sort(paths);
+        if (paths.isEmpty())
+            throw new CheckpointException(dir, null, "no weights found (expected " + SINGLE + ", " + INDEX + " or *.safetensors files)");
+        return new Found(config, dir, paths, null);
     }
 
     private static boolean isMtp(String name) {

@@ -18,7 +18,7 @@ public interface ModelProvider {
 
     /**
      * Checks, quickly and before the server binds its port, what would certainly make {@link #load} fail: a model or
-     * draft folder that does not exist or has no readable config.json, a backend that cannot run on this machine.
+     * draft folder that does not exist or has no readable config.json or no weight files, a backend that cannot run on this machine.
      * The default checks nothing.
      * @throws Exception with a one-line message naming the setting and the problem
      */

@@ -98,6 +98,23 @@ class CliErrorsTest {
         assertTrue(r.err().contains("error: --model: "), r.err());
     }
 
+    /** A model folder with a config.json but no weight files is refused as one without config.json is: before listening. */
+    @Test
+    void serveRefusesAModelFolderWithoutWeightsBeforeListening(@TempDir Path dir) throws Exception {
+        Path m = Files.createDirectories(dir.resolve("m"));
+        Files.copy(Path.of(GenerateCommandTest.FIXTURE, "config.json"), m.resolve("config.json"));
+        GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--model", m.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: flag --model: model.path: " + m.toAbsolutePath() + " is not a model folder: ")
+                && r.err().contains("no weights found"), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
+        // the same for a draft folder
+        r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--draft", m.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: flag --draft: speculative.draft: ") && r.err().contains("no weights found"), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
+    }
+
     @Test
     void serveWithBackendHipWithoutAGpuIsAUsageError(@TempDir Path dir) throws Exception {
         boolean gpu;
