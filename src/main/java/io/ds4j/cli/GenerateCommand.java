@@ -87,11 +87,11 @@ public final class GenerateCommand implements Callable<Integer> {
         // the API's rule for chat and plain completions: 0 means something only with echo, which generate has not
         if (maxTokens < 1)
             throw new IllegalArgumentException("-n / --max-tokens must be >= 1 (as the API's max_tokens), got " + maxTokens);
-        // as the API takes top_k: -1 is off, as 0 is
-        if (topK < -1) throw new IllegalArgumentException("--top-k must be >= 0 (0 or -1 = off), got " + topK);
+        // as the API takes top_k: -1 is off, as 0 is; the upper bound, the vocabulary, is checked once config.json is read
+        if (topK < -1) throw new IllegalArgumentException("--top-k must be >= -1 (0 or -1 = off), got " + topK);
         SamplingParams sp = new SamplingParams(temperature, SamplingParams.topKGiven(topK), topP, minP, seed, presence, frequency,
                 repetition, Map.of(), maxTokens, stop, false, 0, ignoreEos);
-        // every range but top-k's upper bound (the vocabulary size, checked once the model is open) is checked here,
+        // every range but top-k's upper bound (the vocabulary size, checked once config.json is read) is checked here,
         // before the model loads: a bad flag fails at once, not after a load that may take minutes
         sp.validate(Integer.MAX_VALUE);
         if (maxContext != null && maxContext < 2)
@@ -106,12 +106,28 @@ public final class GenerateCommand implements Callable<Integer> {
         if (prefillChunk < 1) throw new IllegalArgumentException("--prefill-chunk must be >= 1");
         if ((system != null || thinking || effort != null) && !chat)
             throw new IllegalArgumentException("--system, --thinking and --reasoning-effort need --chat");
+        // the chat format would refuse it only when the prompt is encoded, after the load
+        ChatOptions.EncodingRevision chatFormat = ChatOptions.defaults().revision();
+        if (effort != null && !chatFormat.efforts().contains(effort))
+            throw new IllegalArgumentException("--reasoning-effort must be " + String.join(" or ", chatFormat.efforts())
+                    + " (the DeepSeek-V4 chat format's efforts), got " + effort);
         BackendOptions bo = backendOptions();
         Path dir = source.model != null ? source.model : ModelStore.ensure(source.preset != null ? source.preset : "tiny", 1, err::println);
         if (!Files.isDirectory(dir)) throw new IllegalArgumentException("--model: folder not found: " + dir.toAbsolutePath());
         if (source.model == null) err.println("model: preset " + (source.preset != null ? source.preset : "tiny") + " (" + dir
                 + "; random weights: the text is meaningless)");
+        // config.json and the weight files' presence, not the weights: what --top-k needs is known before the load
+        io.ds4j.model.ModelConfig mc;
+        try {
+            mc = io.ds4j.model.Checkpoint.inspect(dir);
+        } catch (io.ds4j.model.CheckpointException e) {
+            throw new IllegalArgumentException("--model: " + e.getMessage(), e);
+        }
         Tokenizer tok = Tokenizers.forModel(dir);
+        // the sampler keeps only ids both the model and the tokenizer have
+        int topKMax = Math.min(mc.vocabSize, tok.vocabSize());
+        if (topK > topKMax)
+            throw new IllegalArgumentException("--top-k must be in [-1, " + topKMax + "] (0 or -1 = off), got " + topK);
         try (Backend be = open("--model", dir, bo); DraftSource ds = openDraft(be, dir, tok, bo)) {
             // a requested feature the backend could not honour is said, never dropped silently
             if (be.status().diagnostic() != null) err.println("warning: " + be.status().diagnostic());

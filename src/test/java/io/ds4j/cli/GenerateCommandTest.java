@@ -106,7 +106,7 @@ public class GenerateCommandTest {
         assertEquals(0, minusOne.code(), minusOne.err());
         assertEquals(off.out(), minusOne.out(), "-1 is off, as 0 is");
         String missing = tmp.resolve("nope").toString();
-        for (String[] c : new String[][]{{"--top-k", "-2", "--top-k must be >= 0 (0 or -1 = off), got -2"},
+        for (String[] c : new String[][]{{"--top-k", "-2", "--top-k must be >= -1 (0 or -1 = off), got -2"},
                 {"--temperature", "3", "temperature: must be in [0, 2], got 3"}, {"--top-p", "0", "top_p: must be in (0, 1], got 0"},
                 {"--top-p", "1.5", "top_p: must be in (0, 1], got 1.5"}, {"--min-p", "-0.1", "min_p: must be in [0, 1], got -0.1"},
                 {"--presence-penalty", "3", "presence_penalty"}, {"--frequency-penalty", "-3", "frequency_penalty"},
@@ -116,10 +116,10 @@ public class GenerateCommandTest {
             assertNotEquals(0, r.code(), c[0] + " " + c[1]);
             assertTrue(r.err().contains(c[2]) && !r.err().contains("folder not found"), c[0] + " " + c[1] + ": " + r.err());
         }
-        // past the vocabulary is still refused, once the model says how large it is (the fixture has 1,024 tokens)
+        // past the vocabulary is refused too, in the API's range text (the fixture has 1,024 tokens)
         Run big = run("generate", "--model", FIXTURE, "--prompt", "x", "--top-k", "5000");
-        assertNotEquals(0, big.code());
-        assertTrue(big.err().contains("top_k: must be in [0, 1024]"), big.err());
+        assertEquals(2, big.code(), big.err());
+        assertTrue(big.err().contains("--top-k must be in [-1, 1024] (0 or -1 = off), got 5000"), big.err());
         String help = run("generate", "--help").out();
         var spec = Main.commandLine().getSubcommands().get("generate").getCommandSpec();
         for (String flag : java.util.List.of("--top-p", "--top-k", "--min-p", "--presence-penalty", "--frequency-penalty", "--repetition-penalty")) {
@@ -127,6 +127,34 @@ public class GenerateCommandTest {
             assertTrue(d.length > 0 && d[0].length() > 10, "help for " + flag + ": " + java.util.Arrays.toString(d));
         }
         assertTrue(help.contains("0 or -1 = off"), help);
+    }
+
+    /**
+     * The checks that need the model's config.json but not its weights come before the weights are read: a folder
+     * whose weight file is not safetensors fails at the load, yet --top-k past the vocabulary and an unknown
+     * --reasoning-effort are refused first, naming the flag.
+     */
+    @Test
+    void topKPastTheVocabularyAndAnUnknownEffortFailBeforeTheWeightsAreRead(@TempDir Path tmp) throws Exception {
+        Path dir = java.nio.file.Files.createDirectories(tmp.resolve("model"));
+        java.nio.file.Files.copy(Path.of(FIXTURE, "config.json"), dir.resolve("config.json"));
+        java.nio.file.Files.writeString(dir.resolve("model.safetensors"), "not safetensors");
+        // the premise: this folder fails once its weights are read
+        Run load = run("generate", "--model", dir.toString(), "--prompt", "x", "--chat", "--reasoning-effort", "max");
+        assertEquals(2, load.code(), load.err());
+        assertTrue(load.err().contains("model.safetensors"), load.err());
+        Run big = run("generate", "--model", dir.toString(), "--prompt", "x", "--top-k", "999999");
+        assertEquals(2, big.code(), big.err());
+        assertTrue(big.err().contains("--top-k must be in [-1, 1024] (0 or -1 = off), got 999999"), big.err());
+        assertFalse(big.err().contains("model.safetensors"), "refused before the weights are read: " + big.err());
+        Run effort = run("generate", "--model", dir.toString(), "--prompt", "x", "--chat", "--reasoning-effort", "ultra");
+        assertEquals(2, effort.code(), effort.err());
+        assertTrue(effort.err().contains("--reasoning-effort must be high or max (the DeepSeek-V4 chat format's efforts), got ultra"),
+                effort.err());
+        assertFalse(effort.err().contains("model.safetensors"), "refused before the weights are read: " + effort.err());
+        // the largest top-k the model takes still passes the check, and the load is reached
+        Run edge = run("generate", "--model", dir.toString(), "--prompt", "x", "--top-k", "1024");
+        assertTrue(edge.err().contains("model.safetensors") && !edge.err().contains("--top-k"), edge.err());
     }
 
     /**
