@@ -335,6 +335,9 @@ class ServerConfigTest {
                 problems("{\"sampling\": {\"temperature\": 2.0000000000000000001}}").problems());
         assertEquals(List.of("sampling.top_p: must be in (0, 1], got 1e-400"),
                 problems("{\"sampling\": {\"top_p\": 1e-400}}").problems());
+        // beyond the double range a number has no fraction: the key's range is what it misses
+        assertEquals(List.of("limits.maxActive: must be an integer in [1, 4096], got 1e400"),
+                problems("{\"limits\": {\"maxActive\": 1e400}}").problems());
         ServerConfig c = ServerConfig.parse("{\"limits\": {\"maxActive\": 4.0, \"maxQueue\": 1e3}, \"speculative\": {\"q\": 4.0},"
                 + " \"sampling\": {\"seed\": 7.0}}", "test", null);
         assertEquals(4, c.get("limits.maxActive"));

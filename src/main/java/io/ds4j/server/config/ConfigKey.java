@@ -99,8 +99,7 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
      */
     Object read(JsonNode v) {
         Object r = type.read(v);
-        if (r instanceof Problem && type == Type.INT && range != null && v.isNumber() && Json.isIntegral(v)
-                && !Double.isInfinite(v.asDouble())) {
+        if (r instanceof Problem && type == Type.INT && range != null && Type.whole(v)) {
             Range held = new Range(Math.max(range.lo(), Integer.MIN_VALUE), Math.min(range.hi(), Integer.MAX_VALUE),
                     range.openLow(), range.off());
             return new Problem("must be an integer " + held.mustBe() + ", got " + Type.describe(v));
@@ -165,11 +164,10 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
                     if (v.isIntegralNumber() && v.canConvertToInt()) return v.intValue();
                     // whole as written (1e3, 4.0; not 2.0000000000000001, which a double rounds to 2), as a request's
                     // integers are read (Json#isIntegral)
-                    final boolean whole = v.isNumber() && Json.isIntegral(v) && !Double.isInfinite(v.asDouble());
-                    if (whole && v.asDouble() >= Integer.MIN_VALUE && v.asDouble() <= Integer.MAX_VALUE)
+                    if (whole(v) && v.asDouble() >= Integer.MIN_VALUE && v.asDouble() <= Integer.MAX_VALUE)
                         return (int) v.asDouble();
                     // a whole number out of the int range (ConfigKey.read tells the key's range instead)
-                    if (whole)
+                    if (whole(v))
                         return new Problem("must be an integer of at most " + Integer.MAX_VALUE + " in magnitude, got " + describe(v));
                     return new Problem("must be an integer, got " + describe(v));
                 }
@@ -214,6 +212,11 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
                 }
                 default -> throw new AssertionError(this);
             }
+        }
+
+        /** A whole number as written ({@link Json#isIntegral}), or one beyond the double range (1e400: no fraction). */
+        static boolean whole(JsonNode v) {
+            return v.isNumber() && (Json.isIntegral(v) || Double.isInfinite(v.asDouble()));
         }
 
         static String describe(JsonNode v) {
