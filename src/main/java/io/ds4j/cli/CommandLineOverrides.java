@@ -54,7 +54,7 @@ final class CommandLineOverrides {
         int eq = asWritten.indexOf('=');
         if (asWritten.startsWith("--set ") && eq > 0) return asWritten.substring(0, eq + 1) + "***";
         int sp = asWritten.indexOf(' ');
-        return (sp > 0 ? asWritten.substring(0, sp) : asWritten) + " ***";
+        return sp > 0 ? asWritten.substring(0, sp) + " ***" : asWritten;  // a flag's name alone ("--api-key") shows no key
     }
 
     /** Dotted key → value, in the order they were set. */

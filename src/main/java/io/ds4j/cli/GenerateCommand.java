@@ -108,6 +108,7 @@ public final class GenerateCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--system, --thinking and --reasoning-effort need --chat");
         // the chat format would refuse it only when the prompt is encoded, after the load
         ChatOptions.EncodingRevision chatFormat = ChatOptions.defaults().revision();
+        if (effort != null) effort = effort.trim().toLowerCase(java.util.Locale.ROOT);  // in any case, as the API reads it
         if (effort != null && !chatFormat.efforts().contains(effort))
             throw new IllegalArgumentException("--reasoning-effort must be " + String.join(" or ", chatFormat.efforts())
                     + " (the DeepSeek-V4 chat format's efforts), got " + effort);

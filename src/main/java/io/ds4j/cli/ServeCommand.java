@@ -195,7 +195,7 @@ public final class ServeCommand implements Callable<Integer> {
     String blame(String problem, Path file) {
         int colon = problem.indexOf(':');
         String key = colon > 0 ? problem.substring(0, colon) : null;
-        if (key != null && flagOf.containsKey(key)) return "flag " + flagOf.get(key) + ": " + problem;
+        if (key != null && flagOf.containsKey(key)) return "flag " + CommandLineOverrides.shown(key, flagOf.get(key)) + ": " + problem;
         if (file != null && problem.startsWith(file.toString())) return problem;
         return (file != null ? file.toString() : "configuration") + ": " + problem;
     }

@@ -183,6 +183,22 @@ public final class Json {
         return value instanceof JsonNode n ? n : MAPPER.valueToTree(value);
     }
 
+    /**
+     * A number node's exact value: its text as written where it keeps one ({@link #written}; a number past the double
+     * range by a stand-in on the same side of every double, as {@code SamplingParams.exact}), else its integer digits or
+     * the shortest decimal of its double (0.7, not 0.69999...).
+     */
+    public static java.math.BigDecimal exact(JsonNode n) {
+        String w = written(n);
+        java.math.BigDecimal x = w == null ? null : io.ds4j.sampling.SamplingParams.exact(w);
+        if (x != null) return x;
+        if (n.isIntegralNumber()) return new java.math.BigDecimal(n.bigIntegerValue());
+        double d = n.doubleValue();
+        // an infinite double (a Java value, not a JSON text) by the same stand-in: beyond every finite double
+        return Double.isFinite(d) ? java.math.BigDecimal.valueOf(d)
+                : java.math.BigDecimal.ONE.scaleByPowerOfTen(1000).multiply(java.math.BigDecimal.valueOf(Math.signum(d)));
+    }
+
     /** A number node that keeps its text. */
     private interface Written {
         String text();

@@ -146,6 +146,17 @@ class CliErrorsTest {
         assertTrue(r.err().contains("limits.maxActive: must be an integer, got 2.0000000000000001"), r.err());
         r = runBounded("serve", "--config", f.toString(), "--set", "sampling.temperature=2.0000000000000000001");
         assertTrue(r.err().contains("sampling.temperature: must be in [0, 2], got 2.0000000000000000001"), r.err());
+        // a conflict of two spellings that a double reads alike but that differ as written hides neither
+        r = runBounded("serve", "--config", f.toString(), "--set", "sampling.temperature=2", "--set",
+                "sampling.temperature=2.0000000000000000001");
+        assertEquals(2, r.code(), r.err());
+        // a refused API key is named by its kind and its flag shows no key
+        r = runBounded("serve", "--config", f.toString(), "--set", "server.apiKeys=sk-SECRET2");
+        assertEquals(2, r.code(), r.err());
+        assertFalse(r.err().contains("sk-SECRET2"), r.err());
+        r = runBounded("serve", "--config", f.toString(), "--set", "server.apiKeys=[\" sk-SECRET4\"]");
+        assertEquals(2, r.code(), r.err());
+        assertFalse(r.err().contains("sk-SECRET4"), r.err());
         r = runBounded("serve", "--config", f.toString(), "--set", "limits.maxActiv=3");
         assertEquals(2, r.code(), r.err());
         assertTrue(r.err().contains("unknown configuration key 'limits.maxActiv' (did you mean limits.maxActive?)"), r.err());

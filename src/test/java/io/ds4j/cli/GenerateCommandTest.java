@@ -152,6 +152,9 @@ public class GenerateCommandTest {
         assertTrue(effort.err().contains("--reasoning-effort must be high or max (the DeepSeek-V4 chat format's efforts), got ultra"),
                 effort.err());
         assertFalse(effort.err().contains("model.safetensors"), "refused before the weights are read: " + effort.err());
+        // an effort in any case, as the API reads one: it passes the check and the load is reached
+        Run upper = run("generate", "--model", dir.toString(), "--prompt", "x", "--chat", "--reasoning-effort", "MAX");
+        assertTrue(upper.err().contains("model.safetensors") && !upper.err().contains("--reasoning-effort"), upper.err());
         // the largest top-k the model takes still passes the check, and the load is reached
         Run edge = run("generate", "--model", dir.toString(), "--prompt", "x", "--top-k", "1024");
         assertTrue(edge.err().contains("model.safetensors") && !edge.err().contains("--top-k"), edge.err());

@@ -318,6 +318,7 @@ class ServerConfigTest {
                 problems("{\"model\": {\"name\": \"\"}}").problems());
         assertEquals(List.of("model.name: must be a name or null (the model folder's name), got \"  \""),
                 problems("{\"model\": {\"name\": \"  \"}}").problems());
+        assertEquals(1, problems("{\"model\": {\"name\": \"\u00a0\"}}").problems().size(), "a no-break space is blank too");
         assertNull(ServerConfig.parse("{\"model\": {\"name\": null}}", "test", null).modelName());
         assertEquals("v4", ServerConfig.parse("{\"model\": {\"name\": \"v4\"}}", "test", null).modelName());
     }
@@ -344,6 +345,27 @@ class ServerConfigTest {
         assertEquals(1000, c.get("limits.maxQueue"));
         assertEquals("4", c.get("speculative.q"));
         assertEquals(7L, c.get("sampling.seed"));
+        // the seed exactly as written, as a request's (a double would make 9007199254740993.0 ...992)
+        assertEquals(9007199254740993L, ServerConfig.parse("{\"sampling\": {\"seed\": 9007199254740993.0}}", "test", null)
+                .get("sampling.seed"));
+        assertEquals(Long.MAX_VALUE, ServerConfig.parse("{\"sampling\": {\"seed\": 9223372036854775807.0}}", "test", null)
+                .get("sampling.seed"));
+        assertEquals(List.of("sampling.seed: must be an integer in [-2^63, 2^63) or null, got 9223372036854775808"),
+                problems("{\"sampling\": {\"seed\": 9223372036854775808}}").problems());
+        // two spellings of one number are one value; two numbers a double cannot tell apart are two
+        ConfigKey t = ServerConfig.keyOf("sampling.temperature"), m = ServerConfig.keyOf("limits.maxActive");
+        assertTrue(m.sameValue(1000, io.ds4j.server.Json.read("1e3".getBytes(), "x")));
+        assertTrue(t.sameValue(0.7, io.ds4j.server.Json.read("0.70".getBytes(), "x")));
+        assertFalse(t.sameValue(2, io.ds4j.server.Json.read("2.0000000000000000001".getBytes(), "x")));
+    }
+
+    /** A refused API key value is named by its kind, never shown: the message reaches the terminal, the log and /props. */
+    @Test
+    void aRefusedApiKeyValueIsNotShown() {
+        assertEquals(List.of("server.apiKeys: must be an array of strings, got a string"),
+                problems("{\"server\": {\"apiKeys\": \"sk-SECRET1\"}}").problems());
+        assertEquals(List.of("server.apiKeys: must be an array of strings, got an array with an element that is not a string"),
+                problems("{\"server\": {\"apiKeys\": [\"sk-ok\", 5]}}").problems());
     }
 
     @Test

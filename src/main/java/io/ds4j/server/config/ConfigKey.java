@@ -99,6 +99,10 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
      */
     Object read(JsonNode v) {
         Object r = type.read(v);
+        // a secret's refused value is said by its kind only: the message reaches the terminal, the log and /props
+        if (r instanceof Problem && ServerConfig.secret(name))
+            return new Problem(v.isArray() ? "must be an array of strings, got an array with an element that is not a string"
+                    : "must be an array of strings, got " + Type.kind(v));
         if (r instanceof Problem && type == Type.INT && range != null && Type.whole(v)) {
             Range held = new Range(Math.max(range.lo(), Integer.MIN_VALUE), Math.min(range.hi(), Integer.MAX_VALUE),
                     range.openLow(), range.off());
@@ -113,8 +117,12 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
      * False when the key refuses either.
      */
     public boolean sameValue(Object a, Object b) {
-        Object x = read(Json.tree(a)), y = read(Json.tree(b));
-        return !(x instanceof Problem) && !(y instanceof Problem) && java.util.Objects.equals(x, y);
+        JsonNode ta = Json.tree(a), tb = Json.tree(b);
+        Object x = read(ta), y = read(tb);
+        if (x instanceof Problem || y instanceof Problem || !java.util.Objects.equals(x, y)) return false;
+        // numbers are one value only where they are as written, not only as read (2 and 2.0000000000000000001 are
+        // two, though a double reads both as 2)
+        return !ta.isNumber() || !tb.isNumber() || Json.exact(ta).compareTo(Json.exact(tb)) == 0;
     }
 
     /** The README's range cell of this key: its {@link Range#text}, the accepted widths, or "—" for a key without one. */
@@ -177,7 +185,14 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
                 case NULLABLE_LONG -> {
                     if (v.isNull()) return null;
                     if (v.isIntegralNumber() && v.canConvertToLong()) return v.longValue();
-                    if (v.isNumber() && Json.isIntegral(v) && Math.abs(v.asDouble()) < 0x1p63) return (long) v.asDouble();
+                    if (whole(v)) {
+                        // the exact number as written (9007199254740993.0 is not 9007199254740992), as a request's seed
+                        try {
+                            return Json.exact(v).longValueExact();
+                        } catch (ArithmeticException e) {
+                            return new Problem("must be an integer in [-2^63, 2^63) or null, got " + describe(v));
+                        }
+                    }
                     return new Problem("must be an integer or null, got " + describe(v));
                 }
                 case BOOL -> {
@@ -217,6 +232,12 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
         /** A whole number as written ({@link Json#isIntegral}), or one beyond the double range (1e400: no fraction). */
         static boolean whole(JsonNode v) {
             return v.isNumber() && (Json.isIntegral(v) || Double.isInfinite(v.asDouble()));
+        }
+
+        /** What a JSON value is, without the value: "a string", "a number", "true or false", "null", "an object". */
+        static String kind(JsonNode v) {
+            return v.isTextual() ? "a string" : v.isNumber() ? "a number" : v.isBoolean() ? "true or false" : v.isNull() ? "null"
+                    : v.isArray() ? "an array" : "an object";
         }
 
         static String describe(JsonNode v) {

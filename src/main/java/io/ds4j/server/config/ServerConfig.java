@@ -406,7 +406,7 @@ public final class ServerConfig {
         if (mp != null && mp.isBlank()) p.add("model.path: must be a folder or null, got an empty string");
         // a blank name would be served as the model id "" (and no request could name it)
         String mn = (String) v.get("model.name");
-        if (mn != null && mn.isBlank())
+        if (mn != null && mn.codePoints().allMatch(c -> Character.isWhitespace(c) || Character.isSpaceChar(c)))
             p.add("model.name: must be a name or null (the model folder's name), got " + (mn.isEmpty() ? "an empty string" : "\"" + mn + "\""));
         if (!List.of("gateway", "engine", "both").contains(v.get("cluster.role")))
             p.add("cluster.role: must be gateway, engine or both, got \"" + v.get("cluster.role") + "\"");
