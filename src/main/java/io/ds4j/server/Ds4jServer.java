@@ -326,6 +326,13 @@ public final class Ds4jServer {
             LOG.error("config reload rejected, the previous configuration stays in effect: {}", e.getMessage());
             return;
         }
+        ModelInfo loaded = state.model();
+        String unfit = loaded == null ? null : proposed.againstVocabulary(loaded.tokenizer().vocabSize());
+        if (unfit != null) {
+            state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "rejected", unfit));
+            LOG.error("config reload rejected, the previous configuration stays in effect: {}", unfit);
+            return;
+        }
         ServerConfig running = state.config();
         ServerConfig.Reload r = ServerConfig.reload(running, proposed);
         // keys the file sets that a command-line flag keeps at the flag's value: said at start (the watcher's first

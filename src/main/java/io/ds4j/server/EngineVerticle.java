@@ -124,6 +124,13 @@ public final class EngineVerticle extends VerticleBase {
         }
         backend = model.backend();
         tokenizer = model.tokenizer();
+        String unfit = state.config().againstVocabulary(tokenizer.vocabSize());
+        if (unfit != null) {
+            state.loadError(unfit);
+            LOG.error("model load failed: {}", unfit);
+            model.close();
+            return Future.failedFuture(new IllegalArgumentException(unfit));
+        }
         try {
             warmUp();
         } catch (Throwable e) {

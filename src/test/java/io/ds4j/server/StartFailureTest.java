@@ -78,4 +78,22 @@ class StartFailureTest {
                 ServerConfig.parse(null, "t", Map.of("speculative.draft", "/nonexistent/draft"))));
         assertTrue(e.getMessage().startsWith("speculative.draft:"), e.getMessage());
     }
+
+    /** A default top-k above the loaded model's vocabulary fails the start, named (every request giving none would 400). */
+    @Test
+    void aDefaultTopKAboveTheVocabularyFailsTheStart() throws Exception {
+        Map<String, Object> o = TestServer.base();
+        o.put("sampling.top_k", 1000000);
+        ServerConfig cfg = ServerConfig.parse(null, "t", o);
+        Ds4jServer srv = Ds4jServer.start(new Ds4jServer.Options(cfg, null, o, TestServer.provider(new ScriptedBackend(
+                TestServer::defaultScript)))).toCompletionStage().toCompletableFuture().get(30, TimeUnit.SECONDS);
+        try {
+            ExecutionException e = assertThrows(ExecutionException.class,
+                    () -> srv.ready().toCompletionStage().toCompletableFuture().get(30, TimeUnit.SECONDS));
+            String m = String.valueOf(e.getCause().getMessage());
+            assertTrue(m.startsWith("sampling.top_k: must be in [-1, ") && m.endsWith("got 1000000"), m);
+        } finally {
+            srv.close().toCompletionStage().toCompletableFuture().get(30, TimeUnit.SECONDS);
+        }
+    }
 }

@@ -138,7 +138,7 @@ public final class ServerConfig {
                     "a long prompt also leaves a snapshot every this many tokens (0 = only at its end and branch points)"),
             key("sampling.temperature", ConfigKey.Type.NUMBER, 1.0, true, Range.of(0, 2), "default temperature (0 = greedy)"),
             key("sampling.top_p", ConfigKey.Type.NUMBER, 1.0, true, Range.aboveUpTo(0, 1), "default nucleus mass (1 = off)"),
-            key("sampling.top_k", ConfigKey.Type.INT, 0, true, Range.atLeast(-1), "default top-k (0 or -1 = off)"),
+            key("sampling.top_k", ConfigKey.Type.INT, 0, true, Range.atLeast(-1), "default top-k (0 or -1 = off); at most the model's vocabulary, checked once the model has loaded (the start fails) and at every reload (refused)"),
             key("sampling.min_p", ConfigKey.Type.NUMBER, 0.0, true, Range.of(0, 1), "default min-p (0 = off)"),
             key("sampling.presence_penalty", ConfigKey.Type.NUMBER, 0.0, true, Range.of(-2, 2), "default presence penalty"),
             key("sampling.frequency_penalty", ConfigKey.Type.NUMBER, 0.0, true, Range.of(-2, 2), "default frequency penalty"),
@@ -647,6 +647,17 @@ public final class ServerConfig {
     /** The sampling defaults requests fall back to. */
     public record SamplingDefaults(double temperature, double topP, int topK, double minP, double presencePenalty,
                                    double frequencyPenalty, double repetitionPenalty, Long seed) {}
+
+    /**
+     * What this configuration asks that a model of {@code vocab} token ids cannot give, or null: a default top-k above
+     * the vocabulary would make every request that gives none a 400 naming a top_k it never sent. Checked when the model
+     * has loaded and at every reload, against the vocabulary requests are checked against (the tokenizer's).
+     */
+    public String againstVocabulary(int vocab) {
+        int k = (Integer) values.get("sampling.top_k");
+        return k > vocab ? "sampling.top_k: must be in [-1, " + vocab + "] (0 or -1 = off; " + vocab
+                + " is the model's vocabulary), got " + k : null;
+    }
 
     /** Whether a key's values are secrets (the API keys), never shown in logs, /props or messages. */
     public static boolean secret(String key) {
