@@ -127,9 +127,11 @@ public final class Checkpoint implements AutoCloseable {
                     throw new CheckpointException(p, null, "shard file listed in " + INDEX + " is missing");
                 paths.add(p);
             }
-            return new Found(config, index, paths, weightMap);
+            if (paths.isEmpty()) throw new CheckpointException(index, null, "no weights found: the index lists no shard files");
+            return checked(new Found(config, index, paths, weightMap));
         }
-        if (Files.isRegularFile(dir.resolve(SINGLE))) return new Found(config, dir.resolve(SINGLE), List.of(dir.resolve(SINGLE)), null);
+        if (Files.isRegularFile(dir.resolve(SINGLE)))
+            return checked(new Found(config, dir.resolve(SINGLE), List.of(dir.resolve(SINGLE)), null));
         try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir, "*.safetensors")) {
             for (Path p : ds) if (Files.isRegularFile(p)) paths.add(p);
         } catch (IOException e) {
@@ -138,7 +140,19 @@ public final class Checkpoint implements AutoCloseable {
         Collections.sort(paths);
         if (paths.isEmpty())
             throw new CheckpointException(dir, null, "no weights found (expected " + SINGLE + ", " + INDEX + " or *.safetensors files)");
-        return new Found(config, dir, paths, null);
+        return checked(new Found(config, dir, paths, null));
+    }
+
+    /** f, once each weight file is long enough to be safetensors (SafetensorsFile#checkLength). */
+    private static Found checked(Found f) throws CheckpointException {
+        for (Path p : f.paths()) {
+            try {
+                SafetensorsFile.checkLength(p, Files.size(p));
+            } catch (IOException e) {
+                throw new CheckpointException(p, null, "cannot read file: " + e.getMessage());
+            }
+        }
+        return f;
     }
 
     private static boolean isMtp(String name) {

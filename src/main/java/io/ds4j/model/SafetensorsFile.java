@@ -58,6 +58,15 @@ public final class SafetensorsFile implements AutoCloseable {
      * @throws CheckpointException when the file is missing, unreadable, truncated or has a corrupt header,
      *         an unsupported dtype, or offsets/sizes that do not match the shape
      */
+    /**
+     * Refuses a file too short to be safetensors (its first 8 bytes give the header's length): the one check that
+     * {@link #open} and {@link Checkpoint#inspect} (before a server binds its port) share.
+     * @throws CheckpointException naming the file and its size
+     */
+    static void checkLength(Path file, long size) throws CheckpointException {
+        if (size < 8) throw new CheckpointException(file, null, "truncated: file has " + size + " bytes, less than the 8-byte header length");
+    }
+
     public static SafetensorsFile open(Path file) throws CheckpointException {
         if (!Files.isRegularFile(file)) throw new CheckpointException(file, null, "file not found");
         Arena arena = Arena.ofShared();
@@ -65,7 +74,7 @@ public final class SafetensorsFile implements AutoCloseable {
             MemorySegment seg;
             try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
                 long size = ch.size();
-                if (size < 8) throw new CheckpointException(file, null, "truncated: file has " + size + " bytes, less than the 8-byte header length");
+                checkLength(file, size);
                 seg = ch.map(FileChannel.MapMode.READ_ONLY, 0, size, arena);
             } catch (IOException e) {
                 throw new CheckpointException(file, null, "cannot read file: " + e.getMessage());

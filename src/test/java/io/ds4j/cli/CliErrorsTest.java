@@ -113,6 +113,18 @@ class CliErrorsTest {
         assertEquals(2, r.code(), r.err());
         assertTrue(r.err().contains("error: flag --draft: speculative.draft: ") && r.err().contains("no weights found"), r.err());
         assertFalse(r.err().contains("listening on"), r.err());
+        // an index that lists no shard, and a weight file too short to be safetensors: refused before listening too
+        Files.writeString(m.resolve("model.safetensors.index.json"), "{\"weight_map\": {}}");
+        r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--model", m.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("the index lists no shard files"), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
+        Files.delete(m.resolve("model.safetensors.index.json"));
+        Files.write(m.resolve("model.safetensors"), new byte[0]);
+        r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--model", m.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("truncated: file has 0 bytes"), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
     }
 
     @Test
