@@ -257,26 +257,10 @@ final class Requests {
     private static long seed(JsonNode s) {
         boolean overflowed = beyondDouble(s);
         if (!overflowed && !Json.isIntegral(s)) throw ApiException.badField("seed", "must be an integer, got " + describe(s));
-        java.math.BigDecimal x = overflowed ? null : exactIntegral(s);
+        java.math.BigDecimal x = overflowed ? null : Json.exact(s);
         if (x == null || x.compareTo(LONG_MIN) < 0 || x.compareTo(LONG_MAX) > 0)
             throw ApiException.badField("seed", "is out of range: give an integer in [-2^63, 2^63), got " + shown(s));
         return x.longValueExact();
-    }
-
-    /**
-     * The exact value of a number {@link Json#isIntegral} accepted and not {@link #beyondDouble}: its digits, or its
-     * text as written. A text whose exponent is past BigDecimal's ({@code 0e99999999999}) is 0 here: with a nonzero
-     * digit it would be beyond the double range or round to 0, and neither passes those checks.
-     */
-    private static java.math.BigDecimal exactIntegral(JsonNode v) {
-        if (v.isIntegralNumber()) return new java.math.BigDecimal(v.bigIntegerValue());
-        String w = Json.written(v);
-        if (w == null) return new java.math.BigDecimal(v.doubleValue());
-        try {
-            return new java.math.BigDecimal(w);
-        } catch (NumberFormatException e) {
-            return java.math.BigDecimal.ZERO;
-        }
     }
 
     /**

@@ -328,7 +328,7 @@ class ConfigReloadTest {
 
     /**
      * A default top-k above the model's vocabulary is refused at a reload (it would make every request that gives no
-     * top_k a 400 naming a top_k it never sent), and a request without one keeps working.
+     * top_k a 400 naming a top_k it never sent), and the running default stays.
      */
     @Test
     @Order(8)
@@ -340,13 +340,7 @@ class ConfigReloadTest {
             Path tmp = other.resolve("server.json.tmp");
             Files.writeString(tmp, "{\"server\": {\"configScanMs\": 100}, \"sampling\": {\"top_k\": 1000000}}");
             Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
-            assertTrue(TestServer.eventually(5000, () -> {
-                try {
-                    return s.get("/props").json().at("/config_reload/outcome").asText().equals("rejected");
-                } catch (Exception e) {
-                    return false;
-                }
-            }), "the reload is refused");
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/outcome").asText().equals("rejected")), "the reload is refused");
             JsonNode p = s.get("/props").json();
             assertTrue(p.at("/config_reload/message").asText().startsWith("sampling.top_k: must be in [-1, "), p.toString());
             assertEquals(0, p.at("/config/sampling/top_k").asInt(), "the running default stays");
@@ -355,9 +349,14 @@ class ConfigReloadTest {
 
     /** Whether s's configuration shows limits.maxTokensDefault = value within 5 s (a reload applied). */
     private static boolean appliedMaxTokensDefault(TestServer s, int value) throws InterruptedException {
+        return propsSoon(s, p -> p.at("/config/limits/maxTokensDefault").asInt() == value);
+    }
+
+    /** Whether s's /props satisfies test within 5 s. */
+    private static boolean propsSoon(TestServer s, java.util.function.Predicate<JsonNode> test) throws InterruptedException {
         return TestServer.eventually(5000, () -> {
             try {
-                return s.get("/props").json().at("/config/limits/maxTokensDefault").asInt() == value;
+                return test.test(s.get("/props").json());
             } catch (Exception e) {
                 return false;
             }
