@@ -269,10 +269,14 @@ public final class GpuBench {
      * Batched decode: for each batch size N, N copies of the prefilled sequence step together (one step of N decode
      * entries per token), n steps timed after one warm-up step, then rolled back so that every size runs at the same
      * context (n must not exceed maxRollback, the source's rollback window); aggregate tokens/s, per-step time and the
-     * ratio to batch 1 of the same run. For N > 1 the attention
-     * runs both in the several-sequence kernels (grouped) and one entry at a time, in three interleaved rounds whose order
-     * alternates (the medians are printed, with how many of the first round's steps replayed a kept graph); the profiles of one
-     * step of the largest size each way follow (by operation with -Dds4j.gpu.profileByOperation=true).
+     * ratio to batch 1 of the same run. Each size first runs n untimed steps (graph capture and warm-up), then for N > 1
+     * three rounds, whose median is printed with how many of the first round's steps replayed a kept graph. With graphs
+     * off the rounds alternate the attention in the several-sequence kernels (grouped) and one entry at a time, the order
+     * alternating; with graphs on an all-decode step takes the backend's fixed form, which runs every entry through the
+     * several-sequence kernels whatever that setting, so one setting is timed (printing both would time one graph twice
+     * and show the first-run warm-up as a difference). The profiles of one step of the largest size follow, in each setting
+     * (a profiled step runs kernel by kernel, outside the fixed form; by operation with
+     * -Dds4j.gpu.profileByOperation=true).
      */
     static void batched(HipBackend be, HipSequence s, int maxRollback, int[] toks, int n, List<Integer> sizes) {
         int pos = s.length();
@@ -283,9 +287,13 @@ public final class GpuBench {
             List<Sequence> seqs = new ArrayList<>();
             try {
                 for (int i = 0; i < N; i++) seqs.add(be.fork(s, maxRollback)); // copies need the source's ring sizes
-                // batch 1 once; for N > 1 the two attention settings in interleaved rounds (the order alternates), so
-                // that neither gains from going second; each setting's median over the rounds
-                int settings = N == 1 ? 1 : 2, rounds = N == 1 ? 1 : 3;
+                // the warm-up: the first steps of a size capture its graph and run slower, in whichever setting
+                // went first
+                batchSteps(be, seqs, toks, pos, n);
+                for (Sequence q : seqs) q.rollback(n);
+                // batch 1 once; for N > 1 the rounds, with graphs off the two attention settings interleaved (the order
+                // alternates) so that neither gains from going second; each setting's median over the rounds
+                int settings = N == 1 || be.graphs() ? 1 : 2, rounds = N == 1 ? 1 : 3;
                 double[][] rate = new double[2][rounds];
                 DecodeGraphs.Stats[][] gs = new DecodeGraphs.Stats[2][2];
                 for (int r = 0; r < rounds; r++)
@@ -308,7 +316,7 @@ public final class GpuBench {
                     if (N == 1) one = agg;
                     DecodeGraphs.Stats g0 = gs[j][0], g1 = gs[j][1];
                     System.out.printf("    batch %3d%s: %8.1f tokens/s aggregate, %6.1f per stream, %7.2f ms a step, %5.2fx batch 1%s%n", N,
-                            N == 1 ? "          " : j == 0 ? " (grouped)" : " (entries)", agg, agg / N, 1e3 * N / agg,
+                            N == 1 ? "          " : settings == 1 ? " (fixed)  " : j == 0 ? " (grouped)" : " (entries)", agg, agg / N, 1e3 * N / agg,
                             one > 0 ? agg / one : Double.NaN,
                             (rounds > 1 ? " (rounds " + rates(rate[j]) + ")" : "") + String.format("; first round's steps: %d kept graphs replayed, %d captured",
                                     g1.replayed() - g0.replayed(), g1.captured() + g1.kept() - g0.captured() - g0.kept()));
