@@ -298,7 +298,8 @@ public final class GpuBench {
                 DecodeGraphs.Stats[][] gs = new DecodeGraphs.Stats[2][2];
                 for (int r = 0; r < rounds; r++)
                     for (int j = 0; j < settings; j++) {
-                        boolean grouped = (j == 0) == (r % 2 == 0);
+                        // one setting: grouped in every round; two: alternating which goes first
+                        boolean grouped = settings == 1 || (j == 0) == (r % 2 == 0);
                         be.setGroupedAttention(grouped);
                         batchSteps(be, seqs, toks, pos, 1);
                         for (Sequence q : seqs) q.rollback(1);
