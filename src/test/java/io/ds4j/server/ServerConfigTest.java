@@ -326,7 +326,8 @@ class ServerConfigTest {
     /**
      * A file's numbers are judged as written, as a request's are: an integer key refuses 2.0000000000000001 (a double
      * rounds it to 2) and takes 4.0 and 1e3; a range is checked on the exact number (2.0000000000000000001 is above 2);
-     * the speculative width and the seed take a whole number written with a fraction (4.0) as a request does.
+     * the speculative width and the seed take a whole number written with a fraction (4.0) as a request does; a number
+     * whose double alone misses the range is told what the double holds.
      */
     @Test
     void fileNumbersAreJudgedAsWritten() throws Exception {
@@ -334,7 +335,8 @@ class ServerConfigTest {
                 problems("{\"limits\": {\"maxActive\": 2.0000000000000001}}").problems());
         assertEquals(List.of("sampling.temperature: must be in [0, 2], got 2.0000000000000000001"),
                 problems("{\"sampling\": {\"temperature\": 2.0000000000000000001}}").problems());
-        assertEquals(List.of("sampling.top_p: must be in (0, 1], got 1e-400"),
+        // 1e-400 is in (0, 1]; its double, 0, is not: the message says so, as a request's does
+        assertEquals(List.of("sampling.top_p: must be in (0, 1], got 1e-400 (0 in double precision)"),
                 problems("{\"sampling\": {\"top_p\": 1e-400}}").problems());
         // beyond the double range a number has no fraction: the key's range is what it misses
         assertEquals(List.of("limits.maxActive: must be an integer in [1, 4096], got 1e400"),

@@ -446,7 +446,9 @@ public final class ServerConfig {
     /**
      * Reports a numeric key's value outside its {@link Range}, decided on the value and on the number as the file or
      * flag wrote it (2.0000000000000000001 is above 2, though its double is 2; as a request's numbers are), shown as
-     * written where its value would not show it ({@code 1e20}, {@code 2.50}), else as an integer where it is whole.
+     * written where its value would not show it ({@code 1e20}, {@code 2.50}), else as an integer where it is whole;
+     * where only the double misses the range, with what the double holds, as a request's error says it
+     * ({@code 1e-400 (0 in double precision)}).
      * @param written the value's text in the file, or null
      */
     private static void inRange(Map<String, Object> v, List<String> p, ConfigKey k, String written) {
@@ -455,7 +457,9 @@ public final class ServerConfig {
         double x = ((Number) v.get(k.name())).doubleValue();
         java.math.BigDecimal exact = written == null ? null : io.ds4j.sampling.SamplingParams.exact(written);
         if (k.range().accepts(x) && (exact == null || k.range().accepts(exact))) return;
-        p.add(k.name() + ": " + k.mustBe() + ", got " + (written != null ? written : Range.num(x)));
+        String shown = written == null ? Range.num(x)
+                : exact != null && k.range().accepts(exact) ? written + " (" + Range.num(x) + " in double precision)" : written;
+        p.add(k.name() + ": " + k.mustBe() + ", got " + shown);
     }
 
     // ------------------------------------------------------------------------------------------------ accessors
