@@ -271,8 +271,8 @@ public final class GpuBench {
      * context (n must not exceed maxRollback, the source's rollback window); aggregate tokens/s, per-step time and the
      * ratio to batch 1 of the same run. Each size first runs n untimed steps (graph capture and warm-up), then for N > 1
      * three rounds, whose median is printed with how many of the first round's steps replayed a kept graph. With graphs
-     * off the rounds alternate the attention in the several-sequence kernels (grouped) and one entry at a time, the order
-     * alternating; with graphs on an all-decode step takes the backend's fixed form, which runs every entry through the
+     * off each round times both attention settings, the several-sequence kernels (grouped) and one entry at a time, which
+     * goes first alternating; with graphs on an all-decode step takes the backend's fixed form, which runs every entry through the
      * several-sequence kernels whatever that setting, so one setting is timed (printing both would time one graph twice
      * and show the first-run warm-up as a difference). The profiles of one step of the largest size follow, in each setting
      * (a profiled step runs kernel by kernel, outside the fixed form; by operation with
