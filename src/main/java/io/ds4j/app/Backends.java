@@ -51,10 +51,12 @@ public final class Backends {
 
     /**
      * Probes the hardware a backend needs (the GPU is opened and closed once), so that a machine without it fails
-     * before the server binds its port.
-     * @throws IllegalArgumentException naming the backend and the reason when it cannot run here
+     * before the server binds its port, and before a command creates a model for it (a 43-layer preset is ~18 GB).
+     * @throws IllegalArgumentException naming the backend and the reason when it cannot run here, or when the name is
+     *                                  none of {@link #NAMES}
      */
     public static void checkAvailable(String name) {
+        if (!NAMES.contains(name)) throw new IllegalArgumentException("unknown backend '" + name + "' (expected one of " + NAMES + ")");
         if (!name.equals("hip")) return;
         try {
             Gpu.open(0).close();

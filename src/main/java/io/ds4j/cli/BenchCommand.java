@@ -30,7 +30,7 @@ import java.util.concurrent.Callable;
  */
 @Command(name = "bench", mixinStandardHelpOptions = true,
         description = "Matched benchmark of the verify attention paths (control f32-convert vs the F16-KV verifier): "
-                + "prefill and speculative decode tokens/s, acceptance rate, verifier agreement; writes .md, .json and .svg.")
+                + "prefill and speculative decode tokens/s, acceptance rate, verifier agreement; writes a Markdown table, JSON and an SVG chart.")
 public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--backend", defaultValue = "hip", description = "cpu or hip (default ${DEFAULT-VALUE}); only hip has both paths") String backend;
     @Option(names = "--model", paramLabel = "DIR", description = "model directory (default: a preset, created on first use)") Path model;
@@ -64,6 +64,7 @@ public final class BenchCommand implements Callable<Integer> {
         }
         VerifyPathBench.Options o = new VerifyPathBench.Options(lengths, q, decodeTokens, agreementSteps, chunk, seed, syntheticAbove, drafts);
         RandomCheckpoint.Storage storage = RandomCheckpoint.Storage.parse(dtype);
+        Backends.checkAvailable(backend);  // before the model: a machine without the GPU is told so, not after 18 GB
         Path dir = model != null ? model : ModelStore.ensureVariant(preset, layers, experts, storage, seed, System.err::println);
         BackendOptions bo = new BackendOptions(1, BackendOptions.ExpertPlacement.MONOLITHIC, 0, false, shortRows);
         try (Backend be = Backends.open(backend, dir, bo)) {

@@ -7,6 +7,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.bench.SseEvents;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.model.synth.RandomCheckpoint;
+import io.ds4j.app.Backends;
 import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.config.ServerConfig;
@@ -74,6 +75,7 @@ public final class BenchPrefixCommand implements Callable<Integer> {
         System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
         for (String w : workloads)
             if (!w.equals("agent") && !w.equals("doc")) throw new IllegalArgumentException("--workloads: unknown workload '" + w + "'");
+        Backends.checkAvailable(backend);  // the server's backend, before a model is made for it
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
         Path dir = source.model != null ? source.model
                 : layers == null && experts == null && dtype.equals("bf16") ? ModelStore.ensure(preset, 1, System.err::println)

@@ -12,6 +12,7 @@ import io.ds4j.model.synth.ModelStore;
 import io.ds4j.model.synth.RandomCheckpoint;
 import io.ds4j.sampling.Sampler;
 import io.ds4j.sampling.SamplingParams;
+import io.ds4j.app.Backends;
 import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.config.ConfigKey;
@@ -125,6 +126,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             http = newClient();
             serverProps = remoteProps();
         }
+        if (url == null) Backends.checkAvailable(backend);  // the server's backend, before a model is made for it
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
         Path dir = source.model != null ? source.model
                 : layers == null && experts == null && dtype.equals("bf16") ? ModelStore.ensure(preset, 1, System.err::println)

@@ -67,11 +67,16 @@ public final class BenchSpecCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         VerifyWidth.parse(specQ);
-        if (promptTokens < 1 || decodeTokens < 2 || prompts < 1 || warmup < 1)
-            throw new IllegalArgumentException("--prompt-tokens >= 1, --decode-tokens >= 2, --prompts >= 1, --warmup >= 1");
+        List<String> bad = new ArrayList<>();
+        if (promptTokens < 1) bad.add("--prompt-tokens must be at least 1, got " + promptTokens);
+        if (decodeTokens < 2) bad.add("--decode-tokens must be at least 2, got " + decodeTokens);
+        if (prompts < 1) bad.add("--prompts must be at least 1, got " + prompts);
+        if (warmup < 1) bad.add("--warmup must be at least 1 (the untimed passes before the timed ones), got " + warmup);
+        if (!bad.isEmpty()) throw new IllegalArgumentException(String.join("; ", bad));
         Set<String> want = new LinkedHashSet<>(sources);
         for (String s : want)
             if (!SOURCES.contains(s)) throw new IllegalArgumentException("--sources: unknown source '" + s + "' (expected some of " + SOURCES + ")");
+        Backends.checkAvailable(backend);  // before a model is made for it
         Path tdir = model != null ? model
                 : preset == null && layers == null && experts == null ? ModelStore.ensure("small", 1, System.err::println)
                 : ModelStore.ensureVariant(preset == null ? "small" : preset, layers, experts, RandomCheckpoint.Storage.parse(dtype), 1, System.err::println);

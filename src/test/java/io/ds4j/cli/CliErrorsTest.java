@@ -144,7 +144,43 @@ class CliErrorsTest {
         assertFalse(r.err().contains("listening on"), r.err());
     }
 
-        @Test
+    /**
+     * The commands that make a model for a backend probe it first: without a GPU, bench (default backend hip, a 43-layer
+     * preset of ~18 GB), bench-spec, bench-server and bench-prefix with --backend hip fail before any model is created.
+     */
+    @Test
+    void benchesOnBackendHipWithoutAGpuFailBeforeMakingAModel() throws Exception {
+        boolean gpu;
+        try {
+            io.ds4j.gpu.Gpu.open(0).close();
+            gpu = true;
+        } catch (Throwable e) {
+            gpu = false;
+        }
+        org.junit.jupiter.api.Assumptions.assumeFalse(gpu, "this machine has a usable GPU");
+        // a preset variant no other test makes: were it made, its folder would name it
+        String[][] commands = {
+                {"bench", "--preset", "tiny", "--layers", "3", "--experts", "4", "--lengths", "64"},
+                {"bench-spec", "--backend", "hip", "--preset", "tiny", "--layers", "3", "--experts", "4", "--prompts", "1"},
+                {"bench-server", "--backend", "hip", "--preset", "tiny", "--layers", "3", "--experts", "4", "--clients", "1"},
+                {"bench-prefix", "--backend", "hip", "--preset", "tiny", "--layers", "3", "--experts", "4"}};
+        for (String[] c : commands) {
+            GenerateCommandTest.Run r = runBounded(c);
+            assertNotEquals(0, r.code(), String.join(" ", c) + ": " + r.err());
+            assertTrue(r.err().contains("backend 'hip' is not available on this machine"), String.join(" ", c) + ": " + r.err());
+            assertFalse(r.err().contains("creating model"), String.join(" ", c) + ": " + r.err());
+        }
+    }
+
+    @Test
+    void benchSpecNamesEachOptionOutOfRange() {
+        GenerateCommandTest.Run r = run("bench-spec", "--preset", "tiny", "--warmup", "0", "--decode-tokens", "1");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: --decode-tokens must be at least 2, got 1; --warmup must be at least 1 (the untimed passes before"
+                + " the timed ones), got 0", r.err().strip());
+    }
+
+    @Test
     void flagErrorsNameTheFlagAndFileErrorsTheFile(@TempDir Path dir) throws Exception {
         Path f = config(dir, "{}");
         GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port", "70000");
