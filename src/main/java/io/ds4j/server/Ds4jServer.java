@@ -70,8 +70,14 @@ public final class Ds4jServer {
     private final Promise<Void> ready = Promise.promise();
     private long scanTimer = -1;
     private ConfigRetriever retriever;
-    /** Whether the config file was last seen missing (said once when it goes, once when it is back). */
+    /**
+     * Whether the config file was last seen unusable — missing, not a regular file, too large
+     * ({@link ConfigFileStore#unusable}) — said once when it becomes so (and again when the reason changes), once when
+     * it is back.
+     */
     private final java.util.concurrent.atomic.AtomicBoolean missing = new java.util.concurrent.atomic.AtomicBoolean();
+    /** The reason last said for an unusable config file ({@link #missing}), or null. */
+    private volatile String unusableSaid;
     /** The file's content as last handed to onConfigText: what vertx-config compares its next scan with. */
     private volatile byte[] lastContent;
 
@@ -253,18 +259,20 @@ public final class Ds4jServer {
     }
 
     /**
-     * Watches the configuration file with vertx-config (a raw file store scanned every {@code server.configScanMs});
-     * each changed version is validated and applied (or rejected) by {@link #onConfigText}. vertx-config reports a
-     * missing file only as an error line at every scan (silenced in simplelogger.properties), so a separate presence
-     * check says it once when the file goes missing and once when it is back (put back as it was, it gets no change
-     * from vertx-config, so the check records that outcome itself); the running configuration stays.
+     * Watches the configuration file with vertx-config (the file read raw through {@link ConfigFileStore}, which reads
+     * only a regular file of at most 1 MiB, scanned every {@code server.configScanMs}); each changed version is
+     * validated and applied (or rejected) by {@link #onConfigText}. vertx-config reports a failed scan only as an error
+     * line at every scan (silenced in simplelogger.properties), so a separate check of the path says once when the file
+     * goes missing or becomes unusable (a FIFO, a device, a folder, too large: never opened) and once when it is back
+     * (put back as it was, it gets no change from vertx-config, so the check records that outcome itself); the running
+     * configuration stays.
      */
     private Future<Void> watchConfig() {
         Path file = opt.configFile();
         if (file == null) return Future.succeededFuture();
         long scanMs = opt.config().configScanMs();
         // the file's bytes, not a string: decoding here would turn bytes that are not UTF-8 into U+FFFD unseen
-        ConfigStoreOptions store = new ConfigStoreOptions().setType("file").setFormat("raw")
+        ConfigStoreOptions store = new ConfigStoreOptions().setType(ConfigFileStore.TYPE).setFormat("raw")
                 .setConfig(new JsonObject().put("path", file.toAbsolutePath().toString()).put("raw.key", "bytes")
                         .put("raw.type", "binary"));
         retriever = ConfigRetriever.create(vertx, new ConfigRetrieverOptions().addStore(store).setScanPeriod(scanMs));
@@ -272,7 +280,8 @@ public final class Ds4jServer {
             // the file may have changed between the caller's read and the watcher's baseline
             byte[] first = ar.succeeded() ? ar.result().getBinary("bytes") : null;
             if (first != null) onConfigText(first, false);
-            else configMissing(file);
+            else vertx.executeBlocking(() -> ConfigFileStore.unusable(file), true)
+                    .onSuccess(why -> configUnusable(file, why == null ? "cannot be read" : why));
             retriever.listen(change -> {
                 byte[] bytes = change.getNewConfiguration().getBinary("bytes");
                 if (bytes != null) onConfigText(bytes, true);
@@ -284,13 +293,15 @@ public final class Ds4jServer {
     }
 
     private void checkPresence(Path file) {
-        String path = file.toAbsolutePath().toString();
-        vertx.fileSystem().exists(path).onSuccess(exists -> {
-            if (!exists) configMissing(file);
-            else if (missing.get()) vertx.fileSystem().readFile(path).onComplete(read -> {
+        // the attributes only, and the file read only where it is a regular file of bounded size: a FIFO at the path
+        // would hold the reading thread, /dev/zero would read without end
+        vertx.executeBlocking(() -> ConfigFileStore.unusable(file), true).onSuccess(why -> {
+            if (why != null) configUnusable(file, why);
+            else if (missing.get()) vertx.executeBlocking(() -> ConfigFileStore.read(file), true).onComplete(read -> {
                 // onConfigText may have said it first, when the watcher's scan came before this check
                 if (!missing.compareAndSet(true, false)) return;
-                if (read.succeeded() && java.util.Arrays.equals(read.result().getBytes(), lastContent)) {
+                unusableSaid = null;
+                if (read.succeeded() && java.util.Arrays.equals(read.result(), lastContent)) {
                     // vertx-config reports no change for a file back as it was, so nothing else would replace "missing"
                     String msg = "config file " + file + " is back, unchanged; the configuration stays as it is";
                     state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "unchanged", msg));
@@ -303,10 +314,13 @@ public final class Ds4jServer {
         });
     }
 
-    private void configMissing(Path file) {
-        if (!missing.compareAndSet(false, true)) return;
-        String msg = "config file " + file + " is missing; keeping the current configuration";
-        state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "file missing", msg));
+    /** Says once that the file became unusable for reason why (a clause: "is missing"), and again if the reason changes. */
+    private void configUnusable(Path file, String why) {
+        if (why.equals(unusableSaid) && missing.get()) return;
+        missing.set(true);
+        unusableSaid = why;
+        String msg = "config file " + file + " " + why + "; keeping the current configuration";
+        state.lastReload(new ServerState.ReloadOutcome(Instant.now(), why.equals("is missing") ? "file missing" : "file unusable", msg));
         LOG.warn(msg);
     }
 
@@ -317,7 +331,10 @@ public final class Ds4jServer {
     private void onConfigText(byte[] content, boolean changed) {
         Path file = opt.configFile();
         lastContent = content;
-        if (missing.compareAndSet(true, false)) LOG.info("config file {} is back", file);
+        if (missing.compareAndSet(true, false)) {
+            unusableSaid = null;
+            LOG.info("config file {} is back", file);
+        }
         ServerConfig proposed;
         try {
             proposed = ServerConfig.parseFile(content, file.toString(), opt.overrides());

@@ -193,7 +193,7 @@ public final class ServerState {
 
     /**
      * The outcome of the latest config file change.
-     * @param outcome "applied", "applied, restart pending", "unchanged", "rejected" or "file missing"
+     * @param outcome "applied", "applied, restart pending", "unchanged", "rejected", "file missing" or "file unusable" (not a regular file, or larger than 1 MiB)
      * @param message what was applied, what waits for a restart, or why the file was rejected
      */
     public record ReloadOutcome(java.time.Instant at, String outcome, String message) {}

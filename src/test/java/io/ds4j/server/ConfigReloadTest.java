@@ -280,6 +280,38 @@ class ConfigReloadTest {
     }
 
     /**
+     * A FIFO or a link to /dev/zero at the file's path is never opened: said once ("file unusable"), the configuration
+     * kept, the playground's files still served after many scans (a FIFO used to hold a blocking thread at every scan
+     * until none was left, and /dev/zero read without end), and a regular file put back is read and applied.
+     */
+    @Test
+    @Order(10)
+    void aFifoOrADeviceAtThePathIsNeverReadAndSaidOnce(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"maxTokensDefault\": 9}}";
+        Files.writeString(f, text);
+        try (LogCapture log = new LogCapture();
+             TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), Map.of(), f, text)) {
+            Files.delete(f);
+            assertEquals(0, new ProcessBuilder("mkfifo", f.toString()).inheritIO().start().waitFor(), "mkfifo");
+            String said = "config file " + f + " is not a regular file (a FIFO, a socket or a device); keeping the current configuration";
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().equals(said)
+                    && p.at("/config_reload/outcome").asText().equals("file unusable")), log.linesWith("Ds4jServer").toString());
+            Thread.sleep(1500);  // 30 scans: each used to hold one of the 20 blocking threads for good
+            Files.delete(f);
+            Files.createSymbolicLink(f, Path.of("/dev/zero"));
+            Thread.sleep(500);
+            TestServer.Resp index = s.get("/");
+            assertEquals(200, index.status(), "the playground's page is still served");
+            assertEquals(9, s.get("/props").json().at("/config/limits/maxTokensDefault").asInt());
+            assertEquals(1, log.linesWith("is not a regular file").size(), "said once: " + log.linesWith("Ds4jServer"));
+            Files.delete(f);
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"maxTokensDefault\": 7}}");
+            assertTrue(appliedMaxTokensDefault(s, 7), "the regular file put back is applied: " + log.linesWith("Ds4jServer"));
+        }
+    }
+
+    /**
      * A key the file sets while a command-line flag overrides it is named in a warning at start already (it was said
      * only at the first reload), once: a reload of another key does not repeat it.
      */
