@@ -1,6 +1,7 @@
 package io.ds4j.cli;
 
 import io.ds4j.app.DefaultModelProvider;
+import io.ds4j.server.ConfigFileStore;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.cluster.ClusterNode;
 import io.ds4j.server.config.ConfigException;
@@ -10,7 +11,6 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -208,14 +208,21 @@ public final class ServeCommand implements Callable<Integer> {
         System.setProperty("vertx.disableDnsResolver", "true");
 
         Path file = config;
-        if (file != null && !Files.isRegularFile(file))
-            throw new CommandLine.ParameterException(spec.commandLine(), "--config: file not found: " + file.toAbsolutePath());
+        // a FIFO or a device is never opened (reading one would block or never end), as the reload's watcher does
+        String unusable = file == null ? null : ConfigFileStore.unusable(file);
+        if (unusable != null)
+            throw new CommandLine.ParameterException(spec.commandLine(), unusable.equals("is missing")
+                    ? "--config: file not found: " + file.toAbsolutePath() : "--config: " + file.toAbsolutePath() + " " + unusable);
         if (file == null) file = Ds4jServer.appRelative("conf/server.json");
         Map<String, Object> ov = overrides();
         ServerConfig cfg;
         try {
-            cfg = ServerConfig.parseFile(file != null ? Files.readAllBytes(file) : null,
+            cfg = ServerConfig.parseFile(file != null ? ConfigFileStore.read(file) : null,
                     file != null ? file.toString() : "defaults", ov);
+        } catch (java.io.IOException e) {
+            // a file that is not a regular one (a FIFO, a device) or larger than 1 MiB: ConfigFileStore.read says which
+            spec.commandLine().getErr().println("error: " + e.getMessage());
+            return 2;
         } catch (ConfigException e) {
             var err = spec.commandLine().getErr();
             List<String> problems = e.problems();

@@ -172,6 +172,17 @@ class CliErrorsTest {
         }
     }
 
+    /** A FIFO given as --config is refused as what it is (it used to read "file not found"), never opened. */
+    @Test
+    void aFifoAsTheConfigFileIsRefusedAsNotARegularFile(@TempDir Path dir) throws Exception {
+        Path fifo = dir.resolve("server.json");
+        assertEquals(0, new ProcessBuilder("mkfifo", fifo.toString()).inheritIO().start().waitFor(), "mkfifo");
+        GenerateCommandTest.Run r = runBounded("serve", "--config", fifo.toString(), "--port", "0");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--config: " + fifo.toAbsolutePath() + " is not a regular file (a FIFO, a socket or a device)"),
+                r.err());
+    }
+
     @Test
     void benchSpecNamesEachOptionOutOfRange() {
         GenerateCommandTest.Run r = run("bench-spec", "--preset", "tiny", "--warmup", "0", "--decode-tokens", "1");
