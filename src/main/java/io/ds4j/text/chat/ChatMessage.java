@@ -200,7 +200,7 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         Role role = Role.fromWireName(roleNode.textValue());
         if (role == null) throw new ChatFormatException(path + ".role", "unknown role '" + roleNode.textValue() + "'");
 
-        String content = readContent(message.get("content"), path + ".content");
+        String content = readContent(message.get("content"), path + ".content", role == Role.ASSISTANT);
         String reasoning = optionalString(message, "reasoning_content", path);
         // newer vLLM's name for it, which this server's answers also carry: a client that sends an answer back in its
         // history sends both (reasoning_content counts where both are given)
@@ -252,10 +252,13 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         return new ChatMessage(role, content, reasoning, calls, toolCallId, name);
     }
 
-    private static String readContent(JsonNode node, String path) {
+    /** nullable: whether the role may leave its content null (an assistant's, with tool calls or a refusal), as its error says. */
+    private static String readContent(JsonNode node, String path, boolean nullable) {
         if (node == null || node.isNull()) return null;
         if (node.isTextual()) return node.textValue();
-        if (!node.isArray()) throw new ChatFormatException(path, "must be a string, an array of content parts or null");
+        if (!node.isArray())
+            throw new ChatFormatException(path, nullable ? "must be a string, an array of content parts or null"
+                    : "must be a string or an array of content parts");
         StringBuilder text = new StringBuilder();
         for (int i = 0; i < node.size(); i++) {
             JsonNode part = node.get(i);

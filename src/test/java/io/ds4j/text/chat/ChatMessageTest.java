@@ -50,8 +50,11 @@ class ChatMessageTest {
         assertEquals("messages[0].role: missing", error("[{\"content\": \"x\"}]"));
         assertEquals("messages[0].content[1].type: unsupported content part type 'image_url'",
                 error("[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"image_url\", \"image_url\": {\"url\": \"u\"}}]}]"));
-        assertEquals("messages[0].content: must be a string, an array of content parts or null",
+        // null only where the role may leave it null (an assistant's turn with tool calls or a refusal)
+        assertEquals("messages[0].content: must be a string or an array of content parts",
                 error("[{\"role\": \"user\", \"content\": 5}]"));
+        assertEquals("messages[0].content: must be a string, an array of content parts or null",
+                error("[{\"role\": \"assistant\", \"content\": 5}]"));
         assertEquals("messages[0].tool_calls[0].function.name: must be a non-empty string",
                 error("[{\"role\": \"assistant\", \"tool_calls\": [{\"type\": \"function\", \"function\": {\"arguments\": \"{}\"}}]}]"));
         assertEquals("messages[0].tool_calls: only assistant messages carry tool calls",
