@@ -1080,6 +1080,20 @@ public final class HttpVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ generation
 
+    /**
+     * What the chat template writes into a prompt beside the messages, as a context_length_exceeded message names it
+     * ({@code " (the messages with tools and response_format's schema, as the chat template writes them)"}), or "":
+     * a large schema or tool list can fill the context while the messages are short.
+     */
+    private static String renderedBeside(JsonNode body) {
+        JsonNode tools = body.get("tools"), rf = body.get("response_format");
+        boolean t = tools != null && tools.isArray() && !tools.isEmpty();
+        boolean sch = rf != null && rf.isObject() && "json_schema".equals(rf.path("type").asText(null));
+        if (!t && !sch) return "";
+        return " (the messages with " + (t && sch ? "tools and response_format's schema" : t ? "tools" : "response_format's schema")
+                + ", as the chat template writes them)";
+    }
+
     private void generate(RoutingContext ctx, JsonNode body, boolean chat) {
         if (state.draining()) throw shuttingDown();
         ModelInfo m = ready();
@@ -1127,7 +1141,8 @@ public final class HttpVerticle extends VerticleBase {
             int ctxLimit = state.maxContext();
             if (prompt.length >= ctxLimit) {
                 error(ctx, ApiException.bad(chat ? "messages" : "prompt", "context_length_exceeded", (chat ? "messages" : "prompt")
-                        + ": the prompt is " + prompt.length + " tokens; this server's context limit is " + ctxLimit
+                        + ": the prompt is " + prompt.length + " tokens" + (chat ? renderedBeside(body) : "")
+                        + "; this server's context limit is " + ctxLimit
                         + " tokens (prompt + output), so at most " + (ctxLimit - 1) + " prompt tokens fit"));
                 return;
             }

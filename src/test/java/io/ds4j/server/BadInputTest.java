@@ -230,6 +230,12 @@ class BadInputTest {
         assertEquals("context_length_exceeded", e.get("code").asText());
         assertTrue(e.get("message").asText().contains("64"), e.toString());
         expect("/v1/completions", "{\"prompt\":\"" + "word ".repeat(200) + "\"}", 400, "prompt");
+        // short messages with a schema that the chat template writes into the prompt: the message says so
+        String props = "{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"integer\"},\"c\":{\"type\":\"boolean\"}}";
+        e = expect("/v1/chat/completions", chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+                + "\"schema\":{\"type\":\"object\",\"properties\":" + props + "}}}"), 400, "messages");
+        assertTrue(e.get("message").asText().contains(" tokens (the messages with response_format's schema, as the chat template writes"
+                + " them); this server's context limit is 64"), e.toString());
         // a prompt that fits still works: max_tokens is clamped to the room left
         TestServer.Resp ok = server.post("/v1/chat/completions", chat("\"max_tokens\":1000"));
         assertEquals(200, ok.status(), ok.body());
