@@ -236,6 +236,11 @@ class ClientDetailsTest {
         expect(TestServer.chat("Hi", "\"tools\":[" + fn.formatted("x".repeat(65), "[]") + "]"), "tools[0].function.name");
         expect(TestServer.chat("Hi", "\"tools\":[" + fn.formatted("f", "\"city\"") + "]"), "tools[0].function.parameters.required");
         expect(TestServer.chat("Hi", "\"tools\":[" + fn.formatted("f", "[1]") + "]"), "tools[0].function.parameters.required");
+        // two tools of one name: which one a call or tool_choice names would be left to chance
+        JsonNode dup = expect(TestServer.chat("Hi", "\"tools\":[" + fn.formatted("f", "[]") + "," + fn.formatted("g", "[]") + ","
+                + fn.formatted("f", "[]") + "]"), "tools[2].function.name");
+        assertEquals("tools[2].function.name: 'f' is also the name of tools[0]; each tool needs its own name",
+                dup.get("message").asText(), dup.toString());
         String noId = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":null,"
                 + "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]},"
                 + "{\"role\":\"tool\",\"content\":\"ok\"}],\"max_tokens\":2}";
@@ -249,10 +254,12 @@ class ClientDetailsTest {
         assertEquals(200, r.status(), r.body());
     }
 
-    private static void expect(String body, String param) throws Exception {
+    /** A 400 naming param; returns its error object. */
+    private static JsonNode expect(String body, String param) throws Exception {
         TestServer.Resp r = server.post("/v1/chat/completions", body, KEY);
         assertEquals(400, r.status(), r.body());
         assertEquals(param, r.json().at("/error/param").asText(), r.body());
+        return r.json().get("error");
     }
 
     @Test

@@ -71,6 +71,9 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
         if (tools != null && tools.isNull()) tools = null;
         if (tools != null) {
             if (!tools.isArray()) throw new ChatFormatException("tools", "must be an array");
+            // a name is what a tool call and tool_choice name a tool by: two tools of one name would leave the one
+            // called, and the schema its arguments are held to, to chance
+            java.util.Map<String, Integer> named = new java.util.HashMap<>();
             for (int i = 0; i < tools.size(); i++) {
                 JsonNode t = tools.get(i);
                 if (!t.isObject()) throw new ChatFormatException("tools[" + i + "]", "must be an object");
@@ -90,6 +93,11 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
                 if (!TOOL_NAME.matcher(name.textValue()).matches()) {
                     throw new ChatFormatException("tools[" + i + "].function.name",
                             "must be 1 to 64 letters, digits, underscores or hyphens, got '" + name.textValue() + "'");
+                }
+                Integer first = named.putIfAbsent(name.textValue(), i);
+                if (first != null) {
+                    throw new ChatFormatException("tools[" + i + "].function.name",
+                            "'" + name.textValue() + "' is also the name of tools[" + first + "]; each tool needs its own name");
                 }
                 JsonNode desc = fn.get("description");
                 if (desc != null && !desc.isNull() && !desc.isTextual()) {
