@@ -32,6 +32,12 @@ public final class DefaultModelProvider implements ModelProvider {
 
     @Override
     public void check(ServerConfig cfg) throws Exception {
+        checkFolders(cfg);
+        checkBackend(cfg.backend());
+    }
+
+    @Override
+    public void checkFolders(ServerConfig cfg) {
         if (cfg.modelPath() != null) checkModelFolder("model.path", Path.of(cfg.modelPath()));
         String d = cfg.draft();
         if (!d.equals("none") && !d.equals("ngram") && !d.equals("mtp")) {
@@ -41,7 +47,6 @@ public final class DefaultModelProvider implements ModelProvider {
                         + dir.toAbsolutePath());
             checkModelFolder("speculative.draft", dir);
         }
-        checkBackend(cfg.backend());
     }
 
     // what would certainly fail the load, found before the port is bound: config.json and the weight files (not

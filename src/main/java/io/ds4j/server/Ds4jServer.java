@@ -382,6 +382,15 @@ public final class Ds4jServer {
         if (!r.pending().isEmpty()) {
             parts.add("pending restart " + r.pending());
             LOG.warn("config {}: these keys need a restart and keep their running values until then: {}", file, r.pending());
+            // a folder the next start would refuse is said now, not at that start
+            if (r.pending().stream().anyMatch(c -> c.key().equals("model.path") || c.key().equals("speculative.draft"))) {
+                try {
+                    opt.provider().checkFolders(proposed);
+                } catch (Exception e) {
+                    parts.add("the next start would fail: " + e.getMessage());
+                    LOG.warn("config {}: the next start would fail: {}", file, e.getMessage());
+                }
+            }
         }
         // keys that waited for a restart and now no longer do (the file is back to the running value): a decision too,
         // said as such, or the pending list would empty without a word

@@ -23,4 +23,12 @@ public interface ModelProvider {
      * @throws Exception with a one-line message naming the setting and the problem
      */
     default void check(ServerConfig config) throws Exception {}
+
+    /**
+     * The part of {@link #check} that reads files only (the model and draft folders config names), without probing
+     * hardware: what a reload that changes those restart keys can tell of the next start, while this one runs.
+     * The default checks nothing.
+     * @throws Exception with a one-line message naming the setting and the problem
+     */
+    default void checkFolders(ServerConfig config) throws Exception {}
 }

@@ -312,6 +312,37 @@ class ConfigReloadTest {
     }
 
     /**
+     * A restart key naming a folder the next start would refuse (model.path, speculative.draft) is still pending, as
+     * every restart key is, and the reload says now that the next start would fail, with the start's own check.
+     */
+    @Test
+    @Order(11)
+    void aModelFolderTheNextStartWouldRefuseIsSaidAtTheReload(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 50}}";
+        Files.writeString(f, text);
+        ModelProvider scripted = TestServer.provider(new ScriptedBackend(TestServer::defaultScript));
+        ModelProvider provider = new ModelProvider() {
+            @Override
+            public LoadedModel load(io.ds4j.server.config.ServerConfig config, java.util.function.Consumer<String> log) throws Exception {
+                return scripted.load(config, log);
+            }
+
+            @Override
+            public void checkFolders(io.ds4j.server.config.ServerConfig config) {
+                new io.ds4j.app.DefaultModelProvider().checkFolders(config);
+            }
+        };
+        Path missing = other.resolve("no-such-model");
+        try (TestServer s = TestServer.start(provider, Map.of(), f, text)) {
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"model\": {\"path\": \"" + missing + "\"}}");
+            String said = "the next start would fail: model.path: folder not found: " + missing.toAbsolutePath();
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/outcome").asText().equals("applied, restart pending")
+                    && p.at("/config_reload/message").asText().contains(said)), s.get("/props").body());
+        }
+    }
+
+    /**
      * A key the file sets while a command-line flag overrides it is named in a warning at start already (it was said
      * only at the first reload), once: a reload of another key does not repeat it.
      */
