@@ -51,6 +51,12 @@ public final class Json {
         UTF8,
         /** A key is given twice in one object ({@link Unreadable#field()} names it). */
         DUPLICATE_KEY,
+        /**
+         * A string or key holds half of a UTF-16 surrogate pair without the other half, from a JSON escape of one
+         * surrogate (backslash, u, D800): no character ({@link Unreadable#field()} names where), where the same bytes
+         * raw are refused as not UTF-8.
+         */
+        LONE_SURROGATE,
         /** Any other syntax error. */
         SYNTAX
     }
@@ -102,6 +108,10 @@ public final class Json {
         JsonNode n;
         try {
             n = BODY_READER.readTree(bytes);
+        } catch (LoneSurrogate e) {
+            throw new Unreadable(Problem.LONE_SURROGATE, e.path.isEmpty() ? null : e.path, (e.path.isEmpty() ? "the value" : e.path)
+                    + ": holds an escape of half a UTF-16 surrogate pair without the other half (such as \\ud800), which is no"
+                    + " character; write the character itself, or both halves of its escape");
         } catch (JsonProcessingException e) {
             String twice = duplicateKey(e);
             if (twice == null) throw new Unreadable(Problem.SYNTAX, null, syntaxProblem("malformed JSON", e, unit));
@@ -114,6 +124,31 @@ public final class Json {
                     : e.getClass().getSimpleName()));
         }
         return n == null || n.isMissingNode() ? null : n;
+    }
+
+    /** s with each surrogate char written as its escape (backslash, u, four hex digits). */
+    private static String escapeSurrogates(String s) {
+        StringBuilder b = new StringBuilder(s.length() + 8);
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (Character.isSurrogate(c)) b.append(String.format("\\u%04x", (int) c));
+            else b.append(c);
+        }
+        return b.toString();
+    }
+
+    /** Whether s holds a high surrogate not followed by a low one, or a low one not after a high one. */
+    private static boolean lone(String s) {
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (Character.isHighSurrogate(c)) {
+                if (i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1))) i++;
+                else return true;
+            } else if (Character.isLowSurrogate(c)) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /**
@@ -260,6 +295,7 @@ public final class Json {
                 switch (t) {
                     case FIELD_NAME -> {
                         name = p.currentName();
+                        if (lone(name)) throw new LoneSurrogate(p);
                         continue;
                     }
                     case END_OBJECT, END_ARRAY -> {
@@ -279,7 +315,11 @@ public final class Json {
 
         private static JsonNode scalar(JsonParser p, JsonNodeFactory f, DeserializationContext ctxt) throws IOException {
             return switch (p.currentToken()) {
-                case VALUE_STRING -> f.textNode(p.getText());
+                case VALUE_STRING -> {
+                    String text = p.getText();
+                    if (lone(text)) throw new LoneSurrogate(p);
+                    yield f.textNode(text);
+                }
                 case VALUE_NUMBER_INT -> switch (p.getNumberType()) {
                     case INT -> {
                         int v = p.getIntValue();
@@ -306,6 +346,11 @@ public final class Json {
         String m = e.getOriginalMessage();
         if (m == null || !m.startsWith("Duplicate field '") || !(e.getProcessor() instanceof JsonParser p))
             return null;
+        return fieldPath(p);
+    }
+
+    /** Where the parser is, as error messages name fields ({@code max_tokens}, {@code messages[0].role}); "" at the root. */
+    private static String fieldPath(JsonParser p) {
         java.util.Deque<String> parts = new ArrayDeque<>();
         for (JsonStreamContext c = p.getParsingContext(); c != null && !c.inRoot(); c = c.getParent()) {
             if (c.inObject()) parts.push((c.getParent() != null && !c.getParent().inRoot() ? "." : "") + c.getCurrentName());
@@ -313,6 +358,19 @@ public final class Json {
         }
         String path = String.join("", parts);
         return path.startsWith(".") ? path.substring(1) : path;
+    }
+
+    /**
+     * A string or key holding a lone surrogate (BodyTree), with where it is; the path writes surrogates as escapes, as
+     * the error that names it is JSON too.
+     */
+    private static final class LoneSurrogate extends JsonProcessingException {
+        final String path;
+
+        LoneSurrogate(JsonParser p) {
+            super("a lone UTF-16 surrogate");
+            this.path = escapeSurrogates(fieldPath(p));
+        }
     }
 
     public static ObjectNode object() {

@@ -217,6 +217,23 @@ class BadInputTest {
         assertEquals(200, server.post("/v1/completions", "{\"prompt\":\"x\",\"echo\":true,\"max_tokens\":0.0e5}").status());
     }
 
+    /**
+     * A JSON escape of half a surrogate pair (no character) is refused naming where it is, as the same bytes raw are
+     * (it was read as '?'); an escaped pair is a character and passes.
+     */
+    @Test
+    void aLoneSurrogateEscapeIsRefusedNamingItsField() throws Exception {
+        String body = "{\"model\":\"scripted\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}";
+        JsonNode e = expect("/v1/chat/completions", body.formatted("a\\ud800b"), 400, "messages[0].content");
+        assertEquals("invalid_json", e.get("code").asText());
+        assertEquals("messages[0].content: holds an escape of half a UTF-16 surrogate pair without the other half (such as"
+                + " \\ud800), which is no character; write the character itself, or both halves of its escape", e.get("message").asText());
+        expect("/v1/chat/completions", "{\"model\":\"scripted\",\"metadata\":{\"k\\udc00\":1},\"messages\":[]}", 400,
+                "metadata.k\\udc00");
+        TestServer.Resp ok = server.post("/v1/chat/completions", body.formatted("a\\ud83d\\ude00b"));
+        assertEquals(200, ok.status(), ok.body());
+    }
+
     @Test
     void unknownModel() throws Exception {
         JsonNode e = expect("/v1/chat/completions", TestServer.chat("Hi", "").replace("\"scripted\"", "\"gpt-4o\""), 404, "model");
