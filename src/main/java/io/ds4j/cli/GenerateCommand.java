@@ -221,9 +221,12 @@ public final class GenerateCommand implements Callable<Integer> {
         else {
             if (!Files.isRegularFile(jsonSchema)) throw new IllegalArgumentException("--json-schema: file not found: " + jsonSchema);
             try {
-                gr = Grammar.jsonSchema(new com.fasterxml.jackson.databind.ObjectMapper().readTree(jsonSchema.toFile()));
-            } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
-                throw new IllegalArgumentException("--json-schema: " + jsonSchema + " is not JSON: " + e.getOriginalMessage(), e);
+                // the server's reader, so that an enum's numbers are produced as the file writes them (1e2, not 100.0)
+                com.fasterxml.jackson.databind.JsonNode schema = io.ds4j.server.Json.read(Files.readAllBytes(jsonSchema), "a file");
+                if (schema == null) throw new IllegalArgumentException("--json-schema: " + jsonSchema + " is empty");
+                gr = Grammar.jsonSchema(schema);
+            } catch (io.ds4j.server.Json.Unreadable e) {
+                throw new IllegalArgumentException("--json-schema: " + jsonSchema + " is not JSON: " + e.getMessage(), e);
             } catch (io.ds4j.grammar.UnsupportedSchemaException e) {
                 throw new IllegalArgumentException("--json-schema: " + e.getMessage(), e);
             }

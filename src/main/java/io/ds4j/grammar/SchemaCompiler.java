@@ -110,12 +110,12 @@ public final class SchemaCompiler {
             for (int i = 0; i < a.size(); i++) u.options[i] = node(a.get(i), path + "/anyOf/" + i);
             return u;
         }
-        if (n.has("const")) return literals(List.of(Json.write(n.get("const"))));
+        if (n.has("const")) return literals(List.of(Json.write(n.get("const"), path)));
         if (n.has("enum")) {
             JsonNode en = n.get("enum");
             if (!en.isArray() || en.isEmpty()) throw new UnsupportedSchemaException("enum", path, "enum at '" + path + "' must be a non-empty array");
             List<String> texts = new ArrayList<>();
-            for (JsonNode v : en) texts.add(Json.write(v));
+            for (JsonNode v : en) texts.add(Json.write(v, path));
             return literals(texts);
         }
         JsonNode t = n.get("type");

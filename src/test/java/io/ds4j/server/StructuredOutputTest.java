@@ -162,6 +162,18 @@ class StructuredOutputTest {
         assertTrue(a.equals("yes") || a.equals("no"), resp.body());
     }
 
+    /** An enum's or const's number is the output as the schema writes it, not its double ("Infinity", 0.0, 100.0). */
+    @Test
+    void enumNumbersAreProducedAsWritten() throws Exception {
+        for (String[] c : new String[][]{{"{\"enum\":[1e400]}", "1e400"}, {"{\"enum\":[1e-400]}", "1e-400"},
+                {"{\"const\":1e2}", "1e2"}, {"{\"const\":[2.50,-0]}", "[2.50,-0]"}}) {
+            var resp = server.post("/v1/chat/completions", body("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                    + "{\"name\":\"out\",\"strict\":true,\"schema\":" + c[0] + "}},\"max_tokens\":20"));
+            assertEquals(200, resp.status(), resp.body());
+            assertEquals(c[1], resp.json().at("/choices/0/message/content").asText(), c[0]);
+        }
+    }
+
     @Test
     void unsupportedKeywordIs400() throws Exception {
         JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"d\"]}");
