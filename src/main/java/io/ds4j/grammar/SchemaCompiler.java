@@ -20,7 +20,10 @@ import java.util.Set;
  * {@code anyOf}, {@code $ref} to {@code #}, {@code #/$defs/...} or {@code #/definitions/...}, and annotations
  * ({@code title}, {@code description}, {@code default}, {@code examples}, {@code $schema}, {@code $id},
  * {@code $comment}, {@code deprecated}, {@code readOnly}, {@code writeOnly}). Any other keyword is refused with
- * {@link UnsupportedSchemaException} naming it, so nothing the client asked for is silently not enforced.
+ * {@link UnsupportedSchemaException} naming it, so nothing the client asked for is silently not enforced. The values
+ * of an {@code enum} or {@code const} are produced only where they satisfy the other keywords of their node too (any
+ * {@code minimum} and {@code maximum} there included, checked on the values exactly); a node none of whose values
+ * does is refused, as no output would be valid.
  */
 public final class SchemaCompiler {
     private static final Set<String> ANNOTATIONS = Set.of("title", "description", "default", "examples", "$schema",
@@ -81,12 +84,7 @@ public final class SchemaCompiler {
         if (n != null && n.isBoolean() && n.booleanValue()) return add(new Schema.Any());
         if (n == null || !n.isObject())
             throw new UnsupportedSchemaException("type", path, "schema at '" + path + "' must be an object");
-        for (var e : n.properties()) {
-            String k = e.getKey();
-            if (!ANNOTATIONS.contains(k) && !STRUCTURE.contains(k))
-                throw new UnsupportedSchemaException(k, path, "JSON Schema keyword '" + k + "' (at '" + path + "/" + k
-                        + "') is not supported by constrained decoding");
-        }
+        keywords(n, path);
         if (n.has("$ref")) {
             for (var e : n.properties())
                 if (STRUCTURE.contains(e.getKey()) && !e.getKey().equals("$ref"))
@@ -110,14 +108,7 @@ public final class SchemaCompiler {
             for (int i = 0; i < a.size(); i++) u.options[i] = node(a.get(i), path + "/anyOf/" + i);
             return u;
         }
-        if (n.has("const")) return literals(List.of(Json.write(n.get("const"), path)));
-        if (n.has("enum")) {
-            JsonNode en = n.get("enum");
-            if (!en.isArray() || en.isEmpty()) throw new UnsupportedSchemaException("enum", path, "enum at '" + path + "' must be a non-empty array");
-            List<String> texts = new ArrayList<>();
-            for (JsonNode v : en) texts.add(Json.write(v, path));
-            return literals(texts);
-        }
+        if (n.has("const") || n.has("enum")) return literals(n, path);
         JsonNode t = n.get("type");
         if (t == null || t.isNull()) {
             if (n.has("properties") || n.has("required") || n.has("additionalProperties")) return typed(n, "object", path);
@@ -180,6 +171,181 @@ public final class SchemaCompiler {
             case "object" -> object(n, path);
             default -> throw new UnsupportedSchemaException("type", path, "type '" + type + "' at '" + path + "' is not a JSON Schema type");
         };
+    }
+
+    /** Refuses a keyword outside the subset, so that nothing the client asked for is silently not enforced. */
+    private static void keywords(JsonNode n, String path) {
+        for (var e : n.properties()) {
+            String k = e.getKey();
+            if (!ANNOTATIONS.contains(k) && !STRUCTURE.contains(k))
+                throw new UnsupportedSchemaException(k, path, "JSON Schema keyword '" + k + "' (at '" + path + "/" + k
+                        + "') is not supported by constrained decoding");
+        }
+    }
+
+    /**
+     * The values of a node's const (else its enum) that satisfy every keyword of the node ({@link #satisfies}): the
+     * output must be valid for the whole node, so {@code {"type": "integer", "enum": ["a"]}} must not produce "a".
+     * When none does, no output is valid and the schema is refused.
+     */
+    private Schema literals(JsonNode n, String path) {
+        JsonNode en = n.get("enum");
+        if (en != null && (!en.isArray() || en.isEmpty()))
+            throw new UnsupportedSchemaException("enum", path, "enum at '" + path + "' must be a non-empty array");
+        boolean isConst = n.has("const");
+        List<JsonNode> candidates = new ArrayList<>();
+        if (isConst) candidates.add(n.get("const"));
+        else en.forEach(candidates::add);
+        List<String> texts = new ArrayList<>();
+        for (JsonNode v : candidates) if (satisfies(v, n, path)) texts.add(Json.write(v, path));
+        if (texts.isEmpty()) {
+            String own = isConst ? "const" : "enum";
+            List<String> others = new ArrayList<>();
+            for (var e : n.properties())
+                if (STRUCTURE.contains(e.getKey()) && !e.getKey().equals(own)) others.add("'" + e.getKey() + "'");
+            throw new UnsupportedSchemaException(own, path, "no value satisfies the schema at '" + path + "': "
+                    + (isConst ? "its const is not" : "none of its enum values is") + " valid for " + String.join(", ", others));
+        }
+        return literals(texts);
+    }
+
+    /** Results of {@link #satisfies} per value and schema node (by identity); null while one is being decided. */
+    private final Map<JsonNode, Map<JsonNode, Boolean>> checked = new IdentityHashMap<>();
+
+    /**
+     * Whether a value is valid for a schema of the supported subset, every keyword of every node it reaches counting,
+     * each as JSON Schema reads it (bounds only for numbers, {@code properties} and {@code required} only for objects,
+     * and so on); a keyword outside the subset or a malformed one is refused as {@link #node} refuses it. Results are
+     * kept per value and schema node, so anyOf and {@code $ref} that share subschemas are each decided once.
+     */
+    private boolean satisfies(JsonNode v, JsonNode s, String path) {
+        Map<JsonNode, Boolean> forValue = checked.computeIfAbsent(v, k -> new IdentityHashMap<>());
+        if (forValue.containsKey(s)) {
+            Boolean r = forValue.get(s);
+            if (r == null)
+                throw new UnsupportedSchemaException("$ref", path, "$ref at '" + path + "' leads back to the same schema through"
+                        + " $ref and anyOf alone, with nothing in between, so no value can be checked against it");
+            return r;
+        }
+        forValue.put(s, null);
+        boolean r = check(v, s, path);
+        forValue.put(s, r);
+        return r;
+    }
+
+    private boolean check(JsonNode v, JsonNode s, String path) {
+        if (s.isBoolean()) return s.booleanValue();
+        if (!s.isObject()) throw new UnsupportedSchemaException("type", path, "schema at '" + path + "' must be an object");
+        keywords(s, path);
+        JsonNode c = s.get("const");
+        if (c != null && !equal(v, c, path)) return false;
+        JsonNode en = s.get("enum");
+        if (en != null) {
+            if (!en.isArray() || en.isEmpty()) throw new UnsupportedSchemaException("enum", path, "enum at '" + path + "' must be a non-empty array");
+            boolean in = false;
+            for (JsonNode x : en) in |= equal(v, x, path);
+            if (!in) return false;
+        }
+        JsonNode t = s.get("type");
+        if (t != null && !t.isNull()) {
+            boolean ok = false;
+            if (t.isTextual()) ok = ofType(v, t.textValue(), path);
+            else if (t.isArray() && !t.isEmpty()) {
+                for (JsonNode x : t) {
+                    if (!x.isTextual()) throw new UnsupportedSchemaException("type", path, "type at '" + path + "' must be a type name or a list of them");
+                    ok |= ofType(v, x.textValue(), path);
+                }
+            } else throw new UnsupportedSchemaException("type", path, "type at '" + path + "' must be a type name or a list of them");
+            if (!ok) return false;
+        }
+        if (v.isNumber()) {
+            for (String bound : new String[]{"minimum", "maximum"}) {
+                JsonNode b = s.get(bound);
+                if (b == null || b.isNull()) continue;
+                if (!b.isNumber()) throw new UnsupportedSchemaException(bound, path, bound + " at '" + path + "' must be a number");
+                int cmp = Json.exact(v, path).compareTo(Json.exact(b, path));
+                if (bound.equals("minimum") ? cmp < 0 : cmp > 0) return false;
+            }
+        }
+        if (v.isArray()) {
+            int min = count(s, "minItems", path, 0), max = count(s, "maxItems", path, -1);
+            if (v.size() < min || max >= 0 && v.size() > max) return false;
+            JsonNode items = s.get("items");
+            if (items != null && !items.isNull())
+                for (JsonNode x : v) if (!satisfies(x, items, path + "/items")) return false;
+        }
+        if (v.isObject()) {
+            JsonNode ap = s.get("additionalProperties");
+            if (ap != null && !ap.isBoolean())
+                throw new UnsupportedSchemaException("additionalProperties", path, "additionalProperties at '" + path + "' must be false (or true); a schema there is not supported");
+            JsonNode props = s.get("properties");
+            if (props != null && !props.isNull() && !props.isObject())
+                throw new UnsupportedSchemaException("properties", path, "properties at '" + path + "' must be an object");
+            for (var e : v.properties()) {
+                JsonNode p = props == null || props.isNull() ? null : props.get(e.getKey());
+                if (p != null) {
+                    if (!satisfies(e.getValue(), p, path + "/properties/" + e.getKey())) return false;
+                } else if (ap != null && !ap.booleanValue()) return false;
+            }
+            JsonNode r = s.get("required");
+            if (r != null && !r.isNull()) {
+                if (!r.isArray()) throw new UnsupportedSchemaException("required", path, "required at '" + path + "' must be an array of names");
+                for (JsonNode x : r) {
+                    if (!x.isTextual()) throw new UnsupportedSchemaException("required", path, "required at '" + path + "' must be an array of names");
+                    if (!v.has(x.textValue())) return false;
+                }
+            }
+        }
+        JsonNode a = s.get("anyOf");
+        if (a != null) {
+            if (!a.isArray() || a.isEmpty()) throw new UnsupportedSchemaException("anyOf", path, "anyOf at '" + path + "' must be a non-empty array");
+            boolean any = false;
+            for (int i = 0; i < a.size() && !any; i++) any = satisfies(v, a.get(i), path + "/anyOf/" + i);
+            if (!any) return false;
+        }
+        JsonNode ref = s.get("$ref");
+        if (ref != null) {
+            if (!ref.isTextual() || !(ref.textValue().equals("#") || ref.textValue().startsWith("#/")))
+                throw new UnsupportedSchemaException("$ref", path, "$ref at '" + path + "' must be a local reference such as \"#/$defs/Name\"");
+            String ptr = ref.textValue().substring(1);
+            JsonNode target = ptr.isEmpty() ? root : root.at(ptr);
+            if (target == null || target.isMissingNode())
+                throw new UnsupportedSchemaException("$ref", ptr, "$ref \"#" + ptr + "\" does not resolve");
+            return satisfies(v, target, ptr);
+        }
+        return true;
+    }
+
+    /** Whether a value is of a JSON Schema type; an integer is a number of integral value however written, as the server reads one. */
+    private static boolean ofType(JsonNode v, String type, String path) {
+        return switch (type) {
+            case "string" -> v.isTextual();
+            case "number" -> v.isNumber();
+            case "integer" -> v.isNumber() && io.ds4j.server.Json.isIntegral(v);
+            case "boolean" -> v.isBoolean();
+            case "null" -> v.isNull();
+            case "array" -> v.isArray();
+            case "object" -> v.isObject();
+            default -> throw new UnsupportedSchemaException("type", path, "type '" + type + "' at '" + path + "' is not a JSON Schema type");
+        };
+    }
+
+    /** JSON equality, as enum and const compare: numbers by exact value (1 and 1.0 are equal), objects whatever their key order. */
+    private static boolean equal(JsonNode a, JsonNode b, String path) {
+        if (a.isNumber() && b.isNumber()) return Json.exact(a, path).compareTo(Json.exact(b, path)) == 0;
+        if (a.getNodeType() != b.getNodeType() || a.size() != b.size()) return false;
+        if (a.isArray()) {
+            for (int i = 0; i < a.size(); i++) if (!equal(a.get(i), b.get(i), path)) return false;
+            return true;
+        }
+        if (a.isObject()) {
+            for (var e : a.properties()) {
+                JsonNode o = b.get(e.getKey());
+                if (o == null || !equal(e.getValue(), o, path)) return false;
+            }
+            return true;
+        }
+        return a.equals(b);
     }
 
     private Schema literals(List<String> texts) {

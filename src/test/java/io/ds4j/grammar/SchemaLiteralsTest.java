@@ -63,4 +63,59 @@ class SchemaLiteralsTest {
         UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(s));
         assertTrue(e.getMessage().contains("beyond the double range"), e.getMessage());
     }
+
+    static UnsupportedSchemaException refused(String json) throws Exception {
+        JsonNode s = schema(json);
+        return assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(s), json);
+    }
+
+    /** The tester's cases: each produced a value its node's type forbids; no value satisfies them, so they are refused. */
+    @Test
+    void aLiteralThatBreaksItsNodesTypeIsRefused() throws Exception {
+        UnsupportedSchemaException e = refused("{\"type\":\"integer\",\"enum\":[\"a\"]}");
+        assertEquals("enum", e.keyword());
+        assertEquals("", e.path());
+        assertEquals("no value satisfies the schema: none of its enum values is valid for 'type'", e.problem());
+        e = refused("{\"type\":\"string\",\"const\":5}");
+        assertEquals("const", e.keyword());
+        assertEquals("no value satisfies the schema: its const is not valid for 'type'", e.problem());
+        refused("{\"type\":\"object\",\"const\":5}");
+        e = refused("{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"const\":[1]}");
+        assertEquals("no value satisfies the schema: its const is not valid for 'type', 'items'", e.problem());
+        e = refused("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"boolean\",\"enum\":[0,1]}}}");
+        assertEquals("/properties/x", e.path());
+        // 1e400 is no integer as the server reads integers (its double is infinite), and const must be in enum too
+        refused("{\"type\":\"integer\",\"const\":1e400}");
+        refused("{\"const\":\"a\",\"enum\":[\"b\"]}");
+    }
+
+    @Test
+    void onlyTheValuesThatSatisfyTheWholeNodeAreProduced() throws Exception {
+        Grammar ints = grammar("{\"type\":\"integer\",\"enum\":[\"a\",1,2.5,1e2,1.0,1e-400]}");
+        for (String ok : new String[]{"1", "1e2", "1.0"}) assertTrue(accepts(ints, ok), ok);
+        for (String no : new String[]{"\"a\"", "2.5", "1e-400"}) assertFalse(accepts(ints, no), no);
+        Grammar list = grammar("{\"type\":[\"string\",\"null\"],\"enum\":[\"a\",null,3]}");
+        assertTrue(accepts(list, "\"a\"") && accepts(list, "null"));
+        assertFalse(accepts(list, "3"));
+        assertTrue(accepts(grammar("{\"const\":\"b\",\"enum\":[\"a\",\"b\"]}"), "\"b\""));
+        // any bound next to an enum (it is checked exactly here, not by the number grammar's few supported bounds)
+        Grammar min = grammar("{\"type\":\"number\",\"minimum\":3,\"maximum\":5,\"enum\":[1,3,5,5.0000000000000000001]}");
+        assertTrue(accepts(min, "3") && accepts(min, "5"));
+        assertFalse(accepts(min, "1") || accepts(min, "5.0000000000000000001"));
+        Grammar obj = grammar("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],"
+                + "\"additionalProperties\":false,\"enum\":[{\"a\":1},{\"a\":\"x\"},{},{\"a\":1,\"b\":2}]}");
+        assertTrue(accepts(obj, "{\"a\":1}"));
+        for (String no : new String[]{"{\"a\":\"x\"}", "{}", "{\"a\":1,\"b\":2}"}) assertFalse(accepts(obj, no), no);
+        Grammar ref = grammar("{\"$defs\":{\"n\":{\"type\":\"integer\"}},\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},"
+                + "\"maxItems\":2,\"enum\":[[1],[\"x\"],[1,2,3]]}");
+        assertTrue(accepts(ref, "[1]"));
+        assertFalse(accepts(ref, "[\"x\"]") || accepts(ref, "[1,2,3]"));
+    }
+
+    @Test
+    void aKeywordOutsideTheSubsetNextToALiteralIsStillRefused() throws Exception {
+        assertEquals("pattern", refused("{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"a\"},\"const\":[\"a\"]}").keyword());
+        assertEquals("$ref", refused("{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"}]}},\"type\":\"array\","
+                + "\"items\":{\"$ref\":\"#/$defs/a\"},\"const\":[1]}").keyword());
+    }
 }

@@ -174,6 +174,30 @@ class StructuredOutputTest {
         }
     }
 
+    /** A literal must satisfy its node's other keywords: where none does, the request is a 400 naming the node. */
+    @Test
+    void aLiteralNoValueOfItsNodeSatisfiesIs400() throws Exception {
+        for (String schema : new String[]{"{\"type\":\"integer\",\"enum\":[\"a\"]}", "{\"type\":\"string\",\"const\":5}",
+                "{\"type\":\"object\",\"const\":5}", "{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"const\":[1]}"}) {
+            var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(schema), true)));
+            assertEquals(400, resp.status(), resp.body());
+            assertEquals("unsupported_schema_keyword", resp.json().at("/error/code").asText(), resp.body());
+            assertEquals("response_format.json_schema.schema", resp.json().at("/error/param").asText(), resp.body());
+            assertTrue(resp.json().at("/error/message").asText().startsWith("response_format.json_schema.schema: no value satisfies the schema: "),
+                    resp.body());
+        }
+        var nested = server.post("/v1/chat/completions", body(TOOLS.replace("\"unit\":{\"enum\":[\"C\",\"F\"]}",
+                "\"unit\":{\"type\":\"integer\",\"enum\":[\"C\",\"F\"]}")
+                + ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"));
+        assertEquals(400, nested.status(), nested.body());
+        assertEquals("tools[0].function.parameters.properties.unit: no value satisfies the schema: none of its enum values is valid for 'type'",
+                nested.json().at("/error/message").asText(), nested.body());
+        // the values that do satisfy it are the output
+        var some = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(
+                "{\"type\":\"integer\",\"enum\":[\"a\",7]}"), true) + ",\"max_tokens\":10"));
+        assertEquals("7", some.json().at("/choices/0/message/content").asText(), some.body());
+    }
+
     @Test
     void unsupportedKeywordIs400() throws Exception {
         JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"d\"]}");
