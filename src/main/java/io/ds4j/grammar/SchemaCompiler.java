@@ -57,7 +57,7 @@ public final class SchemaCompiler {
     }
 
     /**
-     * @param schema a JSON Schema (an object or {@code true})
+     * @param schema a JSON Schema (an object, or {@code true}; {@code false} admits no value and is refused)
      * @return the compiled root
      * @throws UnsupportedSchemaException for a keyword outside the subset, a bad value of a supported keyword, a
      *                                    {@code $ref} that does not resolve, a schema no finite JSON satisfies, an
@@ -82,8 +82,14 @@ public final class SchemaCompiler {
 
     private Schema node(JsonNode n, String path) {
         if (n != null && n.isBoolean() && n.booleanValue()) return add(new Schema.Any());
+        if (n != null && n.isBoolean()) {
+            // false: no value at all; inside a schema it would take leaving a property or option out, which is not done
+            if (path.isEmpty()) throw new UnsupportedSchemaException("false", path, "no value satisfies the schema at '" + path + "': it is false");
+            throw new UnsupportedSchemaException("false", path, "the schema false (no value) at '" + path
+                    + "' is not supported by constrained decoding; leave the property or option out instead");
+        }
         if (n == null || !n.isObject())
-            throw new UnsupportedSchemaException("type", path, "schema at '" + path + "' must be an object");
+            throw new UnsupportedSchemaException("type", path, "schema at '" + path + "' must be an object, or true or false");
         keywords(n, path);
         if (n.has("$ref")) {
             for (var e : n.properties())
@@ -235,7 +241,7 @@ public final class SchemaCompiler {
 
     private boolean check(JsonNode v, JsonNode s, String path) {
         if (s.isBoolean()) return s.booleanValue();
-        if (!s.isObject()) throw new UnsupportedSchemaException("type", path, "schema at '" + path + "' must be an object");
+        if (!s.isObject()) throw new UnsupportedSchemaException("type", path, "schema at '" + path + "' must be an object, or true or false");
         keywords(s, path);
         JsonNode c = s.get("const");
         if (c != null && !equal(v, c, path)) return false;

@@ -198,6 +198,39 @@ class StructuredOutputTest {
         assertEquals("7", some.json().at("/choices/0/message/content").asText(), some.body());
     }
 
+    static String format(String jsonSchema) {
+        return body("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":" + jsonSchema + "},\"max_tokens\":4");
+    }
+
+    /**
+     * As OpenAI: json_schema needs a name, and its schema is an object or a boolean schema; true is any value, false
+     * none, so a strict false is a 400 like any schema no value satisfies (it read "must be an object" while true passed).
+     */
+    @Test
+    void jsonSchemaNeedsANameAndItsSchemaMayBeABoolean() throws Exception {
+        for (String[] c : new String[][]{{"{}", "response_format.json_schema.name"},
+                {"{\"strict\":true,\"schema\":{\"type\":\"object\"}}", "response_format.json_schema.name"},
+                {"{\"name\":\"a b\",\"schema\":{}}", "response_format.json_schema.name"},
+                {"{\"name\":\"out\",\"schema\":5}", "response_format.json_schema.schema"},
+                {"{\"name\":\"out\",\"strict\":true,\"schema\":false}", "response_format.json_schema.schema"},
+                {"{\"name\":\"out\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"x\":false}}}",
+                        "response_format.json_schema.schema.properties.x"}}) {
+            var resp = server.post("/v1/chat/completions", format(c[0]));
+            assertEquals(400, resp.status(), c[0] + " -> " + resp.body());
+            assertEquals(c[1], resp.json().at("/error/param").asText(), resp.body());
+        }
+        var none = server.post("/v1/chat/completions", format("{\"name\":\"out\",\"strict\":true,\"schema\":false}"));
+        assertEquals("response_format.json_schema.schema: no value satisfies the schema: it is false",
+                none.json().at("/error/message").asText(), none.body());
+        assertEquals("response_format.json_schema.name: is required: 1 to 64 letters, digits, underscores or hyphens",
+                server.post("/v1/chat/completions", format("{}")).json().at("/error/message").asText());
+        for (String ok : new String[]{"{\"name\":\"out\",\"strict\":true,\"schema\":true}", "{\"name\":\"out\",\"schema\":false}",
+                "{\"name\":\"out\"}"}) {
+            var resp = server.post("/v1/chat/completions", format(ok));
+            assertEquals(200, resp.status(), ok + " -> " + resp.body());
+        }
+    }
+
     @Test
     void unsupportedKeywordIs400() throws Exception {
         JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"d\"]}");

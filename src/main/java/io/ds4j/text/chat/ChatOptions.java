@@ -138,6 +138,21 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
                     if (js == null || !js.isObject()) {
                         throw new ChatFormatException("response_format.json_schema", "missing or not an object");
                     }
+                    // as OpenAI's API: a name is required, and a schema is a JSON Schema object or a boolean schema
+                    JsonNode name = js.get("name");
+                    if (name == null || name.isNull()) {
+                        throw new ChatFormatException("response_format.json_schema.name",
+                                "is required: 1 to 64 letters, digits, underscores or hyphens");
+                    }
+                    if (!name.isTextual() || !TOOL_NAME.matcher(name.textValue()).matches()) {
+                        throw new ChatFormatException("response_format.json_schema.name",
+                                "must be 1 to 64 letters, digits, underscores or hyphens, got " + name);
+                    }
+                    JsonNode schema = js.get("schema");
+                    if (schema != null && !schema.isNull() && !schema.isObject() && !schema.isBoolean()) {
+                        throw new ChatFormatException("response_format.json_schema.schema",
+                                "must be a JSON Schema: an object, or true (any value) or false (none)");
+                    }
                 }
                 default -> throw new ChatFormatException("response_format.type",
                         "unsupported type '" + type.textValue() + "'");
