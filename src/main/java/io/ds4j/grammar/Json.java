@@ -57,12 +57,12 @@ final class Json {
 
     /**
      * A number's JSON text: as written where the reader kept it (the server's request and file reader,
-     * {@link io.ds4j.server.Json#written}: fractions, exponents, {@code -0}), else its integer digits, its decimal, or
+     * {@link io.ds4j.json.JsonNumbers#written}: fractions, exponents, {@code -0}), else its integer digits, its decimal, or
      * its double's shortest form (a tree from another reader).
      * @throws UnsupportedSchemaException for a double that is not finite (another reader's {@code 1e400}): its text is lost
      */
     static String numberText(JsonNode n, String path) {
-        String w = io.ds4j.server.Json.written(n);
+        String w = io.ds4j.json.JsonNumbers.written(n);
         if (w != null) return w;
         if (n.isIntegralNumber()) return n.bigIntegerValue().toString();
         if (n.isBigDecimal()) return n.decimalValue().toString();

@@ -327,7 +327,7 @@ public final class SchemaCompiler {
         return switch (type) {
             case "string" -> v.isTextual();
             case "number" -> v.isNumber();
-            case "integer" -> v.isNumber() && io.ds4j.server.Json.isIntegral(v);
+            case "integer" -> v.isNumber() && io.ds4j.json.JsonNumbers.isIntegral(v);
             case "boolean" -> v.isBoolean();
             case "null" -> v.isNull();
             case "array" -> v.isArray();

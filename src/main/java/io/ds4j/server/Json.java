@@ -1,5 +1,7 @@
 package io.ds4j.server;
 
+import io.ds4j.json.JsonNumbers;
+
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.JsonStreamContext;
@@ -174,40 +176,21 @@ public final class Json {
     }
 
     /**
-     * How the client wrote a number of a request body ({@link #BODY_READER}) where its value would show it otherwise:
-     * a number with a fraction or an exponent ({@code 1E10}, {@code 2.50}, {@code 1e-400}, which is 0 as a double), and
-     * {@code -0}; null for any other node (an integer's digits are its text).
+     * How the client wrote a number of a request body ({@link #BODY_READER}) where its value would show it otherwise
+     * ({@link JsonNumbers#written}, where it is decided).
      */
     public static String written(JsonNode n) {
-        return n instanceof Written w ? w.text() : null;
+        return JsonNumbers.written(n);
     }
 
-    /**
-     * A JSON number with an integral value: 1000, but also 1e3 and 1000.0 (JSON has one number type); not 1e-400 or
-     * 1.0000000000000000001, which a double rounds to an integer.
-     */
+    /** A JSON number with an integral value as written ({@link JsonNumbers#isIntegral}, where it is decided). */
     public static boolean isIntegral(JsonNode v) {
-        if (v.isIntegralNumber()) return true;
-        if (!v.isFloatingPointNumber()) return false;
-        double d = v.doubleValue();
-        if (!Double.isFinite(d) || d != Math.rint(d)) return false;
-        String w = written(v);
-        if (w == null) return true;
-        try {
-            java.math.BigDecimal x = new java.math.BigDecimal(w);
-            return x.signum() == 0 || x.stripTrailingZeros().scale() <= 0;
-        } catch (NumberFormatException | ArithmeticException e) {
-            // an exponent past BigDecimal's (1e-9999999999): a fraction unless its digits are all 0
-            return !underflowed(v);
-        }
+        return JsonNumbers.isIntegral(v);
     }
 
-    /** A number written nonzero that a double holds as 0 ({@code 1e-400}). */
+    /** A number written nonzero that a double holds as 0 ({@link JsonNumbers#underflowed}, where it is decided). */
     public static boolean underflowed(JsonNode v) {
-        String w = written(v);
-        if (w == null || v.doubleValue() != 0) return false;
-        int e = w.toLowerCase(java.util.Locale.ROOT).indexOf('e');
-        return (e < 0 ? w : w.substring(0, e)).chars().anyMatch(c -> c >= '1' && c <= '9');
+        return JsonNumbers.underflowed(v);
     }
 
     /**
@@ -234,13 +217,8 @@ public final class Json {
                 : java.math.BigDecimal.ONE.scaleByPowerOfTen(1000).multiply(java.math.BigDecimal.valueOf(Math.signum(d)));
     }
 
-    /** A number node that keeps its text. */
-    private interface Written {
-        String text();
-    }
-
     /** A fraction or exponent: Jackson's node for it (a double), with its text. */
-    private static final class WrittenDouble extends DoubleNode implements Written {
+    private static final class WrittenDouble extends DoubleNode implements JsonNumbers.Written {
         private final String text;
 
         WrittenDouble(double v, String text) {
@@ -255,7 +233,7 @@ public final class Json {
     }
 
     /** {@code -0}, which Jackson reads as the int 0. */
-    private static final class WrittenInt extends IntNode implements Written {
+    private static final class WrittenInt extends IntNode implements JsonNumbers.Written {
         private final String text;
 
         WrittenInt(int v, String text) {

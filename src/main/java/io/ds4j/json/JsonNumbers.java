@@ -1,0 +1,56 @@
+package io.ds4j.json;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+/**
+ * JSON numbers as written: the text a reader kept for a number whose value would not show it ({@link Written}: the
+ * request and configuration reader of io.ds4j.server.Json keeps it), and integrality judged on that text. Depends on
+ * Jackson alone, so that every layer that reads JSON numbers (the server, the grammar's schema compiler) decides them
+ * here, in one place.
+ */
+public final class JsonNumbers {
+    private JsonNumbers() {}
+
+    /** A number node that keeps its text (a fraction, an exponent, {@code -0}). */
+    public interface Written {
+        /** The number as written, e.g. {@code 1e-400}, {@code 2.50}, {@code -0}. */
+        String text();
+    }
+
+    /**
+     * How a number was written where its value would show it otherwise: a number with a fraction or an exponent
+     * ({@code 1E10}, {@code 2.50}, {@code 1e-400}, which is 0 as a double), and {@code -0}; null for any other node (an
+     * integer's digits are its text).
+     */
+    public static String written(JsonNode n) {
+        return n instanceof Written w ? w.text() : null;
+    }
+
+    /**
+     * A JSON number with an integral value: 1000, but also 1e3 and 1000.0 (JSON has one number type); not 1e-400 or
+     * 1.0000000000000000001, which a double rounds to an integer, nor one past the double range (1e400).
+     */
+    public static boolean isIntegral(JsonNode v) {
+        if (v.isIntegralNumber()) return true;
+        if (!v.isFloatingPointNumber()) return false;
+        double d = v.doubleValue();
+        if (!Double.isFinite(d) || d != Math.rint(d)) return false;
+        String w = written(v);
+        if (w == null) return true;
+        try {
+            java.math.BigDecimal x = new java.math.BigDecimal(w);
+            return x.signum() == 0 || x.stripTrailingZeros().scale() <= 0;
+        } catch (NumberFormatException | ArithmeticException e) {
+            // an exponent past BigDecimal's (1e-9999999999): a fraction unless its digits are all 0
+            return !underflowed(v);
+        }
+    }
+
+    /** A number written nonzero that a double holds as 0 ({@code 1e-400}). */
+    public static boolean underflowed(JsonNode v) {
+        String w = written(v);
+        if (w == null || v.doubleValue() != 0) return false;
+        int e = w.toLowerCase(java.util.Locale.ROOT).indexOf('e');
+        return (e < 0 ? w : w.substring(0, e)).chars().anyMatch(c -> c >= '1' && c <= '9');
+    }
+}
