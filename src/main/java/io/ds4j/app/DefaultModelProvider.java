@@ -43,8 +43,8 @@ public final class DefaultModelProvider implements ModelProvider {
         if (!d.equals("none") && !d.equals("ngram") && !d.equals("mtp")) {
             Path dir = Path.of(d);
             if (!Files.isDirectory(dir))
-                throw new IllegalArgumentException("speculative.draft: must be \"none\", \"ngram\", \"mtp\" or a model folder; folder not found: "
-                        + dir.toAbsolutePath());
+                throw new IllegalArgumentException("speculative.draft: must be \"none\", \"ngram\", \"mtp\" or a model folder; "
+                        + (Files.exists(dir) ? "not a folder: " : "folder not found: ") + dir.toAbsolutePath());
             checkModelFolder("speculative.draft", dir);
         }
     }
@@ -52,7 +52,8 @@ public final class DefaultModelProvider implements ModelProvider {
     // what would certainly fail the load, found before the port is bound: config.json and the weight files (not
     // their contents, which only the load reads)
     private static void checkModelFolder(String key, Path dir) {
-        if (!Files.isDirectory(dir)) throw new IllegalArgumentException(key + ": folder not found: " + dir.toAbsolutePath());
+        if (!Files.isDirectory(dir))
+            throw new IllegalArgumentException(key + (Files.exists(dir) ? ": not a folder: " : ": folder not found: ") + dir.toAbsolutePath());
         try {
             io.ds4j.model.Checkpoint.inspect(dir);
         } catch (Exception e) {

@@ -221,7 +221,9 @@ public final class ServeCommand implements Callable<Integer> {
                     file != null ? file.toString() : "defaults", ov);
         } catch (java.io.IOException e) {
             // a file that is not a regular one (a FIFO, a device) or larger than 1 MiB: ConfigFileStore.read says which
-            spec.commandLine().getErr().println("error: " + e.getMessage());
+            // (an AccessDeniedException's message is the path alone: its kind says why)
+            spec.commandLine().getErr().println("error: " + (e instanceof java.nio.file.FileSystemException f
+                    ? "config file " + f.getFile() + " cannot be read (" + e.getClass().getSimpleName() + ")" : e.getMessage()));
             return 2;
         } catch (ConfigException e) {
             var err = spec.commandLine().getErr();

@@ -339,6 +339,10 @@ class ConfigReloadTest {
             String said = "the next start would fail: model.path: folder not found: " + missing.toAbsolutePath();
             assertTrue(propsSoon(s, p -> p.at("/config_reload/outcome").asText().equals("applied, restart pending")
                     && p.at("/config_reload/message").asText().contains(said)), s.get("/props").body());
+            // a file where a folder is wanted is named as such, not as a folder not found
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"model\": {\"path\": \"" + f + "\"}}");
+            String file = "the next start would fail: model.path: not a folder: " + f.toAbsolutePath();
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains(file)), s.get("/props").body());
         }
     }
 
