@@ -71,7 +71,7 @@ public final class Ds4jServer {
     private long scanTimer = -1;
     private ConfigRetriever retriever;
     /**
-     * Whether the config file was last seen unusable — missing, not a regular file, too large
+     * Whether the config file was last seen unusable — missing, not a regular file, too large, unreadable
      * ({@link ConfigFileStore#unusable}) — said once when it becomes so (and again when the reason changes), once when
      * it is back.
      */
@@ -260,10 +260,11 @@ public final class Ds4jServer {
 
     /**
      * Watches the configuration file with vertx-config (the file read raw through {@link ConfigFileStore}, which reads
-     * only a regular file of at most 1 MiB, scanned every {@code server.configScanMs}); each changed version is
+     * only a readable regular file of at most 1 MiB, scanned every {@code server.configScanMs}); each changed version is
      * validated and applied (or rejected) by {@link #onConfigText}. vertx-config reports a failed scan only as an error
      * line at every scan (silenced in simplelogger.properties), so a separate check of the path says once when the file
-     * goes missing or becomes unusable (a FIFO, a device, a folder, too large: never opened) and once when it is back
+     * goes missing or becomes unusable (a FIFO, a device, a folder, too large, unreadable: never opened) and once when
+     * it is back
      * (put back as it was, it gets no change from vertx-config, so the check records that outcome itself); the running
      * configuration stays.
      */
