@@ -142,16 +142,18 @@ public final class SchemaCompiler {
                 boolean nonNegative = false;
                 int maxIntDigits = -1;
                 JsonNode min = n.get("minimum"), max = n.get("maximum");
+                // the bounds as written, compared exactly: 1e-400 is no 0 (its double is), 1e400 is named so, not Infinity
                 if (min != null && !min.isNull()) {
-                    if (!min.isNumber() || !(min.doubleValue() == 0 || min.doubleValue() <= -BOUND))
-                        throw new UnsupportedSchemaException("minimum", path, "minimum " + min + " at '" + path
+                    java.math.BigDecimal m = min.isNumber() ? Json.exact(min, path) : null;
+                    if (m == null || !(m.signum() == 0 || m.compareTo(java.math.BigDecimal.valueOf(-BOUND)) <= 0))
+                        throw new UnsupportedSchemaException("minimum", path, "minimum " + shown(min, path) + " at '" + path
                                 + "' is not supported (only 0, or bounds at or beyond ±" + (long) BOUND + ")");
-                    if (min.doubleValue() == 0) nonNegative = true;
+                    if (m.signum() == 0) nonNegative = true;
                     maxIntDigits = BOUNDED_DIGITS;
                 }
                 if (max != null && !max.isNull()) {
-                    if (!max.isNumber() || max.doubleValue() < BOUND)
-                        throw new UnsupportedSchemaException("maximum", path, "maximum " + max + " at '" + path
+                    if (!max.isNumber() || Json.exact(max, path).compareTo(java.math.BigDecimal.valueOf(BOUND)) < 0)
+                        throw new UnsupportedSchemaException("maximum", path, "maximum " + shown(max, path) + " at '" + path
                                 + "' is not supported (only bounds at or beyond " + (long) BOUND + ")");
                     maxIntDigits = BOUNDED_DIGITS;
                 }
@@ -177,6 +179,11 @@ public final class SchemaCompiler {
             case "object" -> object(n, path);
             default -> throw new UnsupportedSchemaException("type", path, "type '" + type + "' at '" + path + "' is not a JSON Schema type");
         };
+    }
+
+    /** A bound as an error names it: a number as written ({@link Json#numberText}), anything else as JSON. */
+    private static String shown(JsonNode v, String path) {
+        return v.isNumber() ? Json.numberText(v, path) : v.toString();
     }
 
     /** Refuses a keyword outside the subset, so that nothing the client asked for is silently not enforced. */
@@ -208,11 +215,20 @@ public final class SchemaCompiler {
         String own = isConst ? "const" : "enum";
         for (JsonNode v : candidates) if (check(v, n, path, own)) texts.add(Json.write(v, path));
         if (texts.isEmpty()) {
-            List<String> others = new ArrayList<>();
-            for (var e : n.properties())
-                if (STRUCTURE.contains(e.getKey()) && !e.getKey().equals(own)) others.add("'" + e.getKey() + "'");
+            // named: the keywords that alone rule out every value (else, where only together, all of them)
+            List<String> others = new ArrayList<>(), alone = new ArrayList<>();
+            for (var e : n.properties()) {
+                if (!STRUCTURE.contains(e.getKey()) || e.getKey().equals(own)) continue;
+                others.add("'" + e.getKey() + "'");
+                com.fasterxml.jackson.databind.node.ObjectNode only = com.fasterxml.jackson.databind.node.JsonNodeFactory.instance.objectNode();
+                only.set(e.getKey(), e.getValue());
+                boolean any = false;
+                for (JsonNode v : candidates) any |= check(v, only, path, null);
+                if (!any) alone.add("'" + e.getKey() + "'");
+            }
             throw new UnsupportedSchemaException(own, path, "no value satisfies the schema at '" + path + "': "
-                    + (isConst ? "its const is not" : "none of its enum values is") + " valid for " + String.join(", ", others));
+                    + (isConst ? "its const is not" : "none of its enum values is") + " valid for "
+                    + String.join(", ", alone.isEmpty() ? others : alone) + (alone.isEmpty() && others.size() > 1 ? " together" : ""));
         }
         return literals(texts);
     }

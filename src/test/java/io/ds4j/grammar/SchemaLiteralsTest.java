@@ -81,7 +81,12 @@ class SchemaLiteralsTest {
         assertEquals("no value satisfies the schema: its const is not valid for 'type'", e.problem());
         refused("{\"type\":\"object\",\"const\":5}");
         e = refused("{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"const\":[1]}");
-        assertEquals("no value satisfies the schema: its const is not valid for 'type', 'items'", e.problem());
+        assertEquals("no value satisfies the schema: its const is not valid for 'items'", e.problem());
+        // the keywords named are those that alone rule out every value, else all of them, together
+        assertEquals("no value satisfies the schema: none of its enum values is valid for 'maximum'",
+                refused("{\"type\":\"number\",\"enum\":[5],\"maximum\":1}").problem());
+        assertEquals("no value satisfies the schema: none of its enum values is valid for 'type', 'maximum' together",
+                refused("{\"type\":\"integer\",\"maximum\":0,\"enum\":[1,\"a\"]}").problem());
         e = refused("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"boolean\",\"enum\":[0,1]}}}");
         assertEquals("/properties/x", e.path());
         // 1e400 is no integer as the server reads integers (its double is infinite), and const must be in enum too
@@ -110,6 +115,17 @@ class SchemaLiteralsTest {
                 + "\"maxItems\":2,\"enum\":[[1],[\"x\"],[1,2,3]]}");
         assertTrue(accepts(ref, "[1]"));
         assertFalse(accepts(ref, "[\"x\"]") || accepts(ref, "[1,2,3]"));
+    }
+
+    /** The number grammar's bounds are judged and named as written: 1e-400 is no 0, 1e400 is not "Infinity". */
+    @Test
+    void boundsAreJudgedAndNamedAsWritten() throws Exception {
+        UnsupportedSchemaException e = refused("{\"type\":\"integer\",\"minimum\":1e400}");
+        assertEquals("minimum", e.keyword());
+        assertTrue(e.getMessage().startsWith("minimum 1e400 at ''"), e.getMessage());
+        e = refused("{\"type\":\"integer\",\"minimum\":1e-400}");
+        assertTrue(e.getMessage().startsWith("minimum 1e-400 at ''"), e.getMessage());
+        assertTrue(accepts(grammar("{\"type\":\"integer\",\"minimum\":0.0}"), "0"), "0.0 is 0");
     }
 
     @Test
