@@ -40,7 +40,8 @@ public final class ConfigFileStore implements ConfigStore {
     /**
      * What makes {@code file} unusable as the configuration file, as a clause after its name ("is missing", "is not a
      * regular file (a FIFO, a socket or a device)", "is larger than 1048576 bytes (N)", "cannot be read (permission
-     * denied)"), or null for a readable regular file of at most {@link #MAX_BYTES}. Reads the file's attributes only (never opens it): safe on a FIFO. Blocking.
+     * denied)"), or null for a readable regular file of at most {@link #MAX_BYTES}. Reads the file's attributes only
+     * (never opens it): safe on a FIFO. Blocking.
      */
     public static String unusable(Path file) {
         try {
