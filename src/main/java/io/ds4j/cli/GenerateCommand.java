@@ -115,8 +115,6 @@ public final class GenerateCommand implements Callable<Integer> {
         BackendOptions bo = backendOptions();
         Path dir = source.model != null ? source.model : ModelStore.ensure(source.preset != null ? source.preset : "tiny", 1, err::println);
         if (!Files.isDirectory(dir)) throw new IllegalArgumentException("--model: folder not found: " + dir.toAbsolutePath());
-        if (source.model == null) err.println("model: preset " + (source.preset != null ? source.preset : "tiny") + " (" + dir
-                + "; random weights: the text is meaningless)");
         // config.json and the weight files' presence, not the weights: what --top-k needs is known before the load
         io.ds4j.model.ModelConfig mc;
         try {
@@ -129,6 +127,9 @@ public final class GenerateCommand implements Callable<Integer> {
         int topKMax = Math.min(mc.vocabSize, tok.vocabSize());
         if (topK > topKMax)
             throw new IllegalArgumentException("--top-k must be in [-1, " + topKMax + "] (0 or -1 = off), got " + topK);
+        // said once the flags are known to hold: a refused --top-k is the only line, not after a model line
+        if (source.model == null) err.println("model: preset " + (source.preset != null ? source.preset : "tiny") + " (" + dir
+                + "; random weights: the text is meaningless)");
         try (Backend be = open("--model", dir, bo); DraftSource ds = openDraft(be, dir, tok, bo)) {
             // a requested feature the backend could not honour is said, never dropped silently
             if (be.status().diagnostic() != null) err.println("warning: " + be.status().diagnostic());

@@ -120,6 +120,11 @@ public class GenerateCommandTest {
         Run big = run("generate", "--model", FIXTURE, "--prompt", "x", "--top-k", "5000");
         assertEquals(2, big.code(), big.err());
         assertTrue(big.err().contains("--top-k must be in [-1, 1024] (0 or -1 = off), got 5000"), big.err());
+        // on the embedded preset the refusal is the only line: the model line comes once the flags hold
+        Run preset = run("generate", "--prompt", "x", "--top-k", "999999");
+        assertEquals(2, preset.code(), preset.err());
+        assertTrue(preset.err().contains("--top-k must be in [-1, "), preset.err());
+        assertFalse(preset.err().contains("model: preset"), preset.err());
         String help = run("generate", "--help").out();
         var spec = Main.commandLine().getSubcommands().get("generate").getCommandSpec();
         for (String flag : java.util.List.of("--top-p", "--top-k", "--min-p", "--presence-penalty", "--frequency-penalty", "--repetition-penalty")) {
