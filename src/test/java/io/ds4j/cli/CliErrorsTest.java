@@ -189,6 +189,11 @@ class CliErrorsTest {
         assertEquals(2, r.code(), r.err());
         assertEquals("error: --decode-tokens must be at least 2, got 1; --warmup must be at least 1 (the untimed passes before"
                 + " the timed ones), got 0", r.err().strip());
+        // an unknown backend among them is named with them
+        r = run("bench-spec", "--backend", "nope", "--warmup", "0");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: --backend: unknown backend 'nope' (expected one of [cpu, hip]); --warmup must be at least 1 (the"
+                + " untimed passes before the timed ones), got 0", r.err().strip());
     }
 
     @Test
