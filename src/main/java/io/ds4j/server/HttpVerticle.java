@@ -1094,6 +1094,12 @@ public final class HttpVerticle extends VerticleBase {
                 + ", as the chat template writes them)";
     }
 
+    /** {@link #renderedBeside(JsonNode)} with how many of the prompt's tokens those parts take, where known (extras >= 0). */
+    private static String renderedBeside(JsonNode body, int extras) {
+        String what = renderedBeside(body);
+        return what.isEmpty() || extras < 0 ? what : what.substring(0, what.length() - 1) + ": " + extras + " of the tokens)";
+    }
+
     private void generate(RoutingContext ctx, JsonNode body, boolean chat) {
         if (state.draining()) throw shuttingDown();
         ModelInfo m = ready();
@@ -1115,7 +1121,12 @@ public final class HttpVerticle extends VerticleBase {
             int ctxLimit = state.maxContext();
             if (chat) {
                 int[] ids = tok.encode(ChatEncoder.encode(g.messages(), g.options()));
-                return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit));
+                // over the context with tools or a schema written in: how many tokens are theirs, for the message
+                int extras = -1;
+                if (ids.length >= ctxLimit && !renderedBeside(body).isEmpty())
+                    extras = ids.length - tok.encode(ChatEncoder.encode(g.messages(),
+                            g.options().withTools(null).withResponseFormat(null))).length;
+                return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit), extras);
             }
             String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
             int[] ids;
@@ -1134,14 +1145,14 @@ public final class HttpVerticle extends VerticleBase {
                 for (int i = addedBos ? 1 : 0; i < ids.length; i++)
                     promptTokens.add(new String(tok.tokenBytes(ids[i]), StandardCharsets.UTF_8));
             }
-            return new Encoded(ids, echo, promptTokens, encodePrediction(tok, predictionText, ids.length, ctxLimit));
+            return new Encoded(ids, echo, promptTokens, encodePrediction(tok, predictionText, ids.length, ctxLimit), -1);
         }, enc -> {
             if (state.draining()) throw shuttingDown();  // tokenised while the shutdown began
             int[] prompt = enc.ids();
             int ctxLimit = state.maxContext();
             if (prompt.length >= ctxLimit) {
                 error(ctx, ApiException.bad(chat ? "messages" : "prompt", "context_length_exceeded", (chat ? "messages" : "prompt")
-                        + ": the prompt is " + prompt.length + " tokens" + (chat ? renderedBeside(body) : "")
+                        + ": the prompt is " + prompt.length + " tokens" + (chat ? renderedBeside(body, enc.extras()) : "")
                         + "; this server's context limit is " + ctxLimit
                         + " tokens (prompt + output), so at most " + (ctxLimit - 1) + " prompt tokens fit"));
                 return;
@@ -1247,7 +1258,8 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /** A tokenised prompt, the text to echo (completions with echo), and the tokenised prediction (or null). */
-    private record Encoded(int[] ids, String echo, List<String> promptTokens, int[] prediction) {}
+    /** extras: the tokens of the tools and schema the chat template writes into a prompt over the context; else -1. */
+    private record Encoded(int[] ids, String echo, List<String> promptTokens, int[] prediction, int extras) {}
 
     private static String randomId() {
         String a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
