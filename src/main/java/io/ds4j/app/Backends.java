@@ -39,13 +39,13 @@ public final class Backends {
      *         names the requirement and the current backend)
      */
     public static Backend open(String name, Path modelDir, BackendOptions options) throws CheckpointException {
-        if (!NAMES.contains(name)) throw new IllegalArgumentException("unknown backend '" + name + "' (expected one of " + NAMES + ")");
+        requireKnown(name);
         List<String> refused = FeatureGate.check(name, options);
         if (!refused.isEmpty()) throw new IllegalArgumentException(String.join("; ", refused));
         return switch (name) {
             case "cpu" -> new CpuBackend(WeightLoader.load(modelDir));
             case "hip" -> HipBackend.open(modelDir, options);
-            default -> throw new IllegalArgumentException("unknown backend '" + name + "' (expected one of " + NAMES + ")");
+            default -> throw new IllegalArgumentException(FeatureGate.unknownBackend(name));
         };
     }
 
@@ -56,7 +56,7 @@ public final class Backends {
      *                                  none of {@link #NAMES}
      */
     public static void checkAvailable(String name) {
-        if (!NAMES.contains(name)) throw new IllegalArgumentException("unknown backend '" + name + "' (expected one of " + NAMES + ")");
+        requireKnown(name);
         if (!name.equals("hip")) return;
         try {
             Gpu.open(0).close();
@@ -66,5 +66,11 @@ public final class Backends {
         } catch (LinkageError e) {
             throw new IllegalArgumentException("backend 'hip' is not available on this machine: " + e + "; use backend 'cpu'", e);
         }
+    }
+
+    /** @throws IllegalArgumentException for a name that is none of {@link #NAMES} ({@link FeatureGate#unknownBackend}) */
+    private static void requireKnown(String name) {
+        String unknown = FeatureGate.unknownBackend(name);
+        if (unknown != null) throw new IllegalArgumentException(unknown);
     }
 }

@@ -38,22 +38,19 @@ public final class DefaultModelProvider implements ModelProvider {
 
     @Override
     public void checkFolders(ServerConfig cfg) {
-        if (cfg.modelPath() != null) checkModelFolder("model.path", Path.of(cfg.modelPath()));
+        if (cfg.modelPath() != null) checkModelFolder("model.path", "", Path.of(cfg.modelPath()));
         String d = cfg.draft();
         if (!d.equals("none") && !d.equals("ngram") && !d.equals("mtp")) {
-            Path dir = Path.of(d);
-            if (!Files.isDirectory(dir))
-                throw new IllegalArgumentException("speculative.draft: must be \"none\", \"ngram\", \"mtp\" or a model folder; "
-                        + (Files.exists(dir) ? "not a folder: " : "folder not found: ") + dir.toAbsolutePath());
-            checkModelFolder("speculative.draft", dir);
+            checkModelFolder("speculative.draft", "must be \"none\", \"ngram\", \"mtp\" or a model folder; ", Path.of(d));
         }
     }
 
     // what would certainly fail the load, found before the port is bound: config.json and the weight files (not
-    // their contents, which only the load reads)
-    private static void checkModelFolder(String key, Path dir) {
+    // their contents, which only the load reads); what: the key's accepted values, before a missing folder is named
+    private static void checkModelFolder(String key, String what, Path dir) {
         if (!Files.isDirectory(dir))
-            throw new IllegalArgumentException(key + (Files.exists(dir) ? ": not a folder: " : ": folder not found: ") + dir.toAbsolutePath());
+            throw new IllegalArgumentException(key + ": " + what + (Files.exists(dir) ? "not a folder: " : "folder not found: ")
+                    + dir.toAbsolutePath());
         try {
             io.ds4j.model.Checkpoint.inspect(dir);
         } catch (Exception e) {

@@ -68,7 +68,8 @@ public final class BenchSpecCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         VerifyWidth.parse(specQ);
         List<String> bad = new ArrayList<>();
-        if (!Backends.NAMES.contains(backend)) bad.add("--backend: unknown backend '" + backend + "' (expected one of " + Backends.NAMES + ")");
+        String unknown = io.ds4j.engine.FeatureGate.unknownBackend(backend);
+        if (unknown != null) bad.add("--backend: " + unknown);
         if (promptTokens < 1) bad.add("--prompt-tokens must be at least 1, got " + promptTokens);
         if (decodeTokens < 2) bad.add("--decode-tokens must be at least 2, got " + decodeTokens);
         if (prompts < 1) bad.add("--prompts must be at least 1, got " + prompts);

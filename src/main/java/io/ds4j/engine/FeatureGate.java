@@ -31,11 +31,19 @@ public final class FeatureGate {
     public static final String F16KV_HYBRID_WARNING = "F16-KV verifier unavailable with hybrid expert placement; "
             + "using F32 verifier attention (verify.f16Kv requested)";
 
-    /** Verify attention path names, as {@link EngineStatus#verifyAttention()} reports them. */
     /** The backends there are ("cpu": the reference, always available; "hip": one GPU through the native library). */
     public static final List<String> BACKENDS = List.of("cpu", "hip");
 
+    /** Verify attention path names, as {@link EngineStatus#verifyAttention()} reports them. */
     public static final String VERIFY_F32_CONVERT = "f32-convert", VERIFY_F16 = "f16";
+
+    /**
+     * The refusal of a backend name that is none of {@link #BACKENDS} ({@code unknown backend 'cuda' (expected one of
+     * [cpu, hip])}), or null for a known one: the one wording of the configuration, the CLI and the backends' opening.
+     */
+    public static String unknownBackend(String name) {
+        return BACKENDS.contains(name) ? null : "unknown backend '" + name + "' (expected one of " + BACKENDS + ")";
+    }
 
     /**
      * Checks options against a backend before it is opened. Every message starts with the configuration key it is

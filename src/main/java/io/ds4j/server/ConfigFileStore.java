@@ -62,8 +62,15 @@ public final class ConfigFileStore implements ConfigStore {
     static final long READ_WAIT_MS = 2000;
 
     /**
-     * The file's bytes, at most {@link #MAX_BYTES}. The open and the read run on a thread of their own, waited for at
-     * most {@link #READ_WAIT_MS}: a FIFO put in the file's place between the check and the open blocks that open for
+     * The threads the opens and reads run on: kept between scans (a scan every configScanMs would otherwise start a
+     * thread each time); one a blocked open holds stays behind, and the next read takes another.
+     */
+    private static final java.util.concurrent.ExecutorService READERS = java.util.concurrent.Executors.newCachedThreadPool(
+            Thread.ofPlatform().daemon().name("ds4j-config-read").factory());
+
+    /**
+     * The file's bytes, at most {@link #MAX_BYTES}. The open and the read run on a thread of {@link #READERS}, waited for
+     * at most {@link #READ_WAIT_MS}: a FIFO put in the file's place between the check and the open blocks that open for
      * good (and, renamed over, can never be opened by a writer to free it), and Java cannot open without blocking; the
      * caller goes on (the next scan reads the file again), only that thread stays behind.
      * @throws IOException naming the reason when the file is unusable ({@link #unusable}), grew past the limit while
@@ -72,12 +79,11 @@ public final class ConfigFileStore implements ConfigStore {
     public static byte[] read(Path file) throws IOException {
         String why = unusable(file);
         if (why != null) throw new IOException("config file " + file + " " + why);
-        java.util.concurrent.FutureTask<byte[]> task = new java.util.concurrent.FutureTask<>(() -> {
+        java.util.concurrent.Future<byte[]> task = READERS.submit(() -> {
             try (InputStream in = Files.newInputStream(file)) {
                 return in.readNBytes((int) MAX_BYTES + 1);
             }
         });
-        Thread.ofPlatform().daemon().name("ds4j-config-read").start(task);
         byte[] b;
         try {
             b = task.get(READ_WAIT_MS, java.util.concurrent.TimeUnit.MILLISECONDS);

@@ -71,13 +71,11 @@ public final class Ds4jServer {
     private long scanTimer = -1;
     private ConfigRetriever retriever;
     /**
-     * Whether the config file was last seen unusable — missing, not a regular file, too large, unreadable
-     * ({@link ConfigFileStore#unusable}) — said once when it becomes so (and again when the reason changes), once when
-     * it is back.
+     * Why the config file was last seen unusable — missing, not a regular file, too large, unreadable
+     * ({@link ConfigFileStore#unusable}) — or null while it is usable: said once when it becomes so (and again when the
+     * reason changes), once when it is back.
      */
-    private final java.util.concurrent.atomic.AtomicBoolean missing = new java.util.concurrent.atomic.AtomicBoolean();
-    /** The reason last said for an unusable config file ({@link #missing}), or null. */
-    private volatile String unusableSaid;
+    private final java.util.concurrent.atomic.AtomicReference<String> unusable = new java.util.concurrent.atomic.AtomicReference<>();
     /** The file's content as last handed to onConfigText: what vertx-config compares its next scan with. */
     private volatile byte[] lastContent;
 
@@ -298,10 +296,9 @@ public final class Ds4jServer {
         // would hold the reading thread, /dev/zero would read without end
         vertx.executeBlocking(() -> ConfigFileStore.unusable(file), true).onSuccess(why -> {
             if (why != null) configUnusable(file, why);
-            else if (missing.get()) vertx.executeBlocking(() -> ConfigFileStore.read(file), true).onComplete(read -> {
+            else if (unusable.get() != null) vertx.executeBlocking(() -> ConfigFileStore.read(file), true).onComplete(read -> {
                 // onConfigText may have said it first, when the watcher's scan came before this check
-                if (!missing.compareAndSet(true, false)) return;
-                unusableSaid = null;
+                if (unusable.getAndSet(null) == null) return;
                 if (read.succeeded() && java.util.Arrays.equals(read.result(), lastContent)) {
                     // vertx-config reports no change for a file back as it was, so nothing else would replace "missing"
                     String msg = "config file " + file + " is back, unchanged; the configuration stays as it is";
@@ -317,9 +314,7 @@ public final class Ds4jServer {
 
     /** Says once that the file became unusable for reason why (a clause: "is missing"), and again if the reason changes. */
     private void configUnusable(Path file, String why) {
-        if (why.equals(unusableSaid) && missing.get()) return;
-        missing.set(true);
-        unusableSaid = why;
+        if (why.equals(unusable.getAndSet(why))) return;
         String msg = "config file " + file + " " + why + "; keeping the current configuration";
         state.lastReload(new ServerState.ReloadOutcome(Instant.now(), why.equals("is missing") ? "file missing" : "file unusable", msg));
         LOG.warn(msg);
@@ -332,10 +327,7 @@ public final class Ds4jServer {
     private void onConfigText(byte[] content, boolean changed) {
         Path file = opt.configFile();
         lastContent = content;
-        if (missing.compareAndSet(true, false)) {
-            unusableSaid = null;
-            LOG.info("config file {} is back", file);
-        }
+        if (unusable.getAndSet(null) != null) LOG.info("config file {} is back", file);
         ServerConfig proposed;
         try {
             proposed = ServerConfig.parseFile(content, file.toString(), opt.overrides());

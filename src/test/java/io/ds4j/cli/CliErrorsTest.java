@@ -27,6 +27,18 @@ class CliErrorsTest {
         return CompletableFuture.supplyAsync(() -> run(args)).get(60, TimeUnit.SECONDS);
     }
 
+    /** Skips the calling test on a machine with a usable GPU: it checks what a machine without one is told. */
+    static void assumeNoGpu() {
+        boolean gpu;
+        try {
+            io.ds4j.gpu.Gpu.open(0).close();
+            gpu = true;
+        } catch (Throwable e) {
+            gpu = false;
+        }
+        org.junit.jupiter.api.Assumptions.assumeFalse(gpu, "this machine has a usable GPU");
+    }
+
     static Path config(Path dir, String text) throws Exception {
         Path f = dir.resolve("server.json");
         Files.writeString(f, text);
@@ -129,14 +141,7 @@ class CliErrorsTest {
 
     @Test
     void serveWithBackendHipWithoutAGpuIsAUsageError(@TempDir Path dir) throws Exception {
-        boolean gpu;
-        try {
-            io.ds4j.gpu.Gpu.open(0).close();
-            gpu = true;
-        } catch (Throwable e) {
-            gpu = false;
-        }
-        org.junit.jupiter.api.Assumptions.assumeFalse(gpu, "this machine has a usable GPU");
+        assumeNoGpu();
         GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0",
                 "--backend", "hip", "--draft", "none");
         assertEquals(2, r.code(), r.err());
@@ -150,14 +155,7 @@ class CliErrorsTest {
      */
     @Test
     void benchesOnBackendHipWithoutAGpuFailBeforeMakingAModel() throws Exception {
-        boolean gpu;
-        try {
-            io.ds4j.gpu.Gpu.open(0).close();
-            gpu = true;
-        } catch (Throwable e) {
-            gpu = false;
-        }
-        org.junit.jupiter.api.Assumptions.assumeFalse(gpu, "this machine has a usable GPU");
+        assumeNoGpu();
         // a preset variant no other test makes: were it made, its folder would name it
         String[][] commands = {
                 {"bench", "--preset", "tiny", "--layers", "3", "--experts", "4", "--lengths", "64"},

@@ -388,8 +388,8 @@ public final class ServerConfig {
         String host = (String) v.get("server.host");
         if (host.isBlank()) p.add("server.host: must not be empty");
         String backend = (String) v.get("model.backend");
-        if (!FeatureGate.BACKENDS.contains(backend))
-            p.add("model.backend: unknown backend '" + backend + "' (expected one of " + FeatureGate.BACKENDS + ")");
+        String unknown = FeatureGate.unknownBackend(backend);
+        if (unknown != null) p.add("model.backend: " + unknown);
         boolean placementOk = true;
         try {
             v.put("gpu.expertPlacement", ExpertPlacement.parse((String) v.get("gpu.expertPlacement")).key());
