@@ -63,6 +63,12 @@ typedef cudaGraphExecUpdateResult hipGraphExecUpdateResult;
 #define hipStreamNonBlocking cudaStreamNonBlocking
 #define hipStreamDestroy cudaStreamDestroy
 #define hipStreamSynchronize cudaStreamSynchronize
+#define hipStreamWaitEvent cudaStreamWaitEvent
+#define hipEvent_t cudaEvent_t
+#define hipEventCreateWithFlags cudaEventCreateWithFlags
+#define hipEventDisableTiming cudaEventDisableTiming
+#define hipEventRecord cudaEventRecord
+#define hipEventDestroy cudaEventDestroy
 
 /* memory */
 #define hipMalloc cudaMalloc

@@ -1817,7 +1817,7 @@ static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, c
     DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (entries || (N0 + S) / m == 0)), "%s: compressed layer without entries",
              fn);
     DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: CSA without selections", fn);
-    if (S == 0) return DS4J_OK;
+    if (S == 0 || measure_skip("attention")) return DS4J_OK;
     if (at_usable(ctx, d)) return launch_split<T>(ctx, fn, q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, S, H,
                                                   d, W, scale, out);
     int64_t maxc = 0;
@@ -1970,6 +1970,7 @@ static int32_t attention_seqs_impl(ds4j_ctx* ctx, const char* fn, const ds4j_seq
         else if (kind == DS4J_ATTN_CSA) c = (N0 + S) / m < K ? (N0 + S) / m : K;
         if (c > maxc) maxc = c;
     }
+    if (measure_skip("attention")) return DS4J_OK;
     if (ctx->fixed_grids) {  // ds4j_seqs_bounds: the scratch for the bound, not for the present count
         const int64_t bound = kind == DS4J_ATTN_CSA ? K : kind == DS4J_ATTN_HCA ? ctx->fixed_entries : 0;
         DS4J_ARG(maxc <= bound, "%s: %lld compressed entries exceed the bound %lld (ds4j_seqs_bounds)", fn,

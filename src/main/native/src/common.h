@@ -121,6 +121,27 @@ struct GraphSlot {
     uint64_t signature = 0;
     uint64_t used = 0;
 };
+
+/**
+ * What a launch takes from its context that must differ between two streams working at once (ds4j_branch_begin): the
+ * stream, and the scratch buffers that a product or an attention call writes and reads within its launches (ds4j_ctx
+ * documents each).
+ */
+struct Lane {
+    hipStream_t stream = nullptr;
+    void* att_scratch = nullptr;
+    int64_t att_scratch_bytes = 0;
+    void* att_retired[32] = {};
+    int att_retired_n = 0;
+    void* sk_scratch = nullptr;
+    int64_t sk_scratch_bytes = 0;
+    void* sk_retired[32] = {};
+    int sk_retired_n = 0;
+    void* tc_scratch = nullptr;
+    int64_t tc_scratch_bytes = 0;
+    void* tc_retired[32] = {};
+    int tc_retired_n = 0;
+};
 }  // namespace ds4j
 
 struct ds4j_ctx {
@@ -159,6 +180,15 @@ struct ds4j_ctx {
     int64_t tc_scratch_bytes = 0;
     void* tc_retired[32] = {};
     int tc_retired_n = 0;
+    /**
+     * ds4j_branch_*: the other lane's stream and scratch (the branch's while none is open, the context's own while one
+     * is: the fields above always belong to the stream launches go to); the side stream and its events are made at the
+     * first ds4j_branch_begin.
+     */
+    ds4j::Lane other;
+    int lane = 0;                 // 1 between ds4j_branch_begin and ds4j_branch_end
+    bool branch_unjoined = false;  // a branch ended (its event recorded) that the context's stream has not waited for
+    hipEvent_t fork_ev = nullptr, join_ev = nullptr;
 };
 
 /** Rows one split mHC launch covers (its counters in ds4j_ctx.hc_count). */
@@ -183,12 +213,25 @@ extern std::atomic<int64_t> launched_kernels, launched_copies, launched_graphs;
  * the runtime cannot say (not kept: asked again next time).
  */
 int device_cc_major(int device);
+/**
+ * Measurement only, never for results: whether DS4J_MEASURE_SKIP (a comma-separated list, read once) names the class of
+ * operations `what` ("mhc", "mapping", "combine", "attention", "routed", "fp8", "bf16"), whose entry points then return
+ * without launching anything. Replaying a step graph without one class shows what that class costs inside the replay,
+ * overlap and launch gaps included, which kernel-by-kernel profiles do not; the step's numbers are meaningless then.
+ */
+bool measure_skip(const char* what);
 /** Called by ds4j_embed at the start of each forward step: the profiler window of DS4J_PROFILE_STEP (runtime.cpp). */
 void profile_step_mark(ds4j_ctx* ctx, int rows);
 /** Makes ctx's device current for the calling thread. */
 int bind(ds4j_ctx* ctx);
 /** Ends an open capture and destroys the cached executable graphs of ctx (graph.cpp; for ds4j_ctx_destroy). */
 void graphs_destroy(ds4j_ctx* ctx);
+/**
+ * Ends an open branch and joins an unjoined one (ds4j_branch_*), so that ctx's fields are its own stream's and that
+ * stream waits for everything queued on the context; for calls that end a capture or wait, and after failures. The
+ * runtime's first error, or hipSuccess.
+ */
+hipError_t branch_settle(ds4j_ctx* ctx);
 
 }  // namespace ds4j
 

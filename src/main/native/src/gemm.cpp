@@ -320,6 +320,7 @@ static int32_t matmul_impl(const char* fn, ds4j_ctx* ctx, int32_t format, const 
     DS4J_ARG(grp > 0 && xgs >= 0, "%s: bad grouping (group_rows %d, x_group_stride %lld)", fn, grp, (long long)xgs);
     if (S == 0 || rows == 0) return DS4J_OK;
     DS4J_ARG(blocks_for(rows, MM_WARPS) <= 65535, "%s: %d rows exceed one launch", fn, rows);
+    if (measure_skip(format == DS4J_FMT_F32 ? "mapping" : format == DS4J_FMT_FP8_E4M3_B128 ? "fp8" : "bf16")) return DS4J_OK;
     const WView v = make_view(w, scale, scale_kind, row_base, cols);
     // prefill: tensor cores where the format, shape and pointers allow (gemm_tc.cpp); S below the caller's threshold
     // (tc_rows, DS4J_TC_MIN_ROWS by default) never. Where they do not allow it, a call at or above the threshold runs
@@ -398,6 +399,7 @@ int32_t ds4j::moe_matmul_impl(ds4j_ctx* ctx, int32_t format, void* const* w_tabl
     DS4J_ARG(ids && x && y && k > 0 && S >= 0 && ldx >= cols && ldy >= rows, "ds4j_moe_matmul: bad arguments");
     if (S == 0 || rows == 0) return DS4J_OK;
     DS4J_ARG(blocks_for(rows, MM_WARPS) <= 65535, "ds4j_moe_matmul: %d rows exceed one launch", rows);
+    if (measure_skip("routed")) return DS4J_OK;
     // each expert's weights read once for all its picks, on tensor cores (gemm_skinny.cpp), where allowed
     int src = DS4J_OK;
     if (skinny && skinny_moe(ctx, format, w_table, scale_table, row_base_table, scale_kind, rows, cols, E, ids, k, S, x, ldx,

@@ -17,6 +17,7 @@ namespace ds4j {
 
 /** An open capture's stream is out of capture mode again; what was recorded is dropped. */
 static void end_capture_dropping(ds4j_ctx* ctx) {
+    branch_settle(ctx);
     hipGraph_t g = nullptr;
     hipStreamCaptureStatus st = hipStreamCaptureStatusNone;
     if (hipStreamIsCapturing(ctx->stream, &st) == hipSuccess && st != hipStreamCaptureStatusNone) {
@@ -242,6 +243,7 @@ void graphs_destroy(ds4j_ctx* ctx) {
  * (nothing of the captured step ran). The context is out of capture mode either way.
  */
 static int32_t end_capture(ds4j_ctx* ctx, hipGraph_t* g) {
+    branch_settle(ctx);  // a branch left open or unjoined would end the capture with an error
     hipError_t e = hipStreamEndCapture(ctx->stream, g);
     ctx->capturing = false;
     if (e != hipSuccess || !*g) {
@@ -272,6 +274,7 @@ int32_t ds4j_graph_available(int32_t* host_available) {
 int32_t ds4j_graph_begin(ds4j_ctx* ctx) {
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(!ctx->capturing, "ds4j_graph_begin: a capture is already open on this context");
+    ds4j::branch_settle(ctx);  // a capture starts on the context's own stream, after everything queued before it
     // relaxed: the calling thread may still allocate (a workspace that grows mid-step); calls that wait are refused
     // by the library itself (DS4J_NOT_CAPTURING) before they reach the runtime
     hipError_t e = hipStreamBeginCapture(ctx->stream, hipStreamCaptureModeRelaxed);

@@ -667,6 +667,7 @@ int32_t ds4j_rmsnorm(ds4j_ctx* ctx, const float* x, float* y, const float* weigh
 static int32_t hc_pre_launch(ds4j_ctx* ctx, const float* mu, const float* base, const float* scale, const float* X,
                              int32_t S, int32_t n, int32_t D, int32_t iters, float hc_eps, float* post, float* comb,
                              float* col, int norm, const float* norm_w, float rms_eps) {
+    if (measure_skip("mhc")) return DS4J_OK;
     if (!hc_split() || (norm && !ctx->hc_count)) {
         hc_pre_kernel<<<S, 256, 0, ctx->stream>>>(mu, base, scale, X, n, D, iters, hc_eps, post, comb, col, norm, norm_w,
                                                   rms_eps);
@@ -723,7 +724,7 @@ int32_t ds4j_hc_post(ds4j_ctx* ctx, float* X, const float* f, const float* post,
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(X && f && post && comb, "ds4j_hc_post: null pointer");
     DS4J_ARG(n >= 1 && n <= HC_MAX && D > 0 && S >= 0, "ds4j_hc_post: unsupported shape (n %d, D %d)", n, D);
-    if (S == 0) return DS4J_OK;
+    if (S == 0 || measure_skip("mhc")) return DS4J_OK;
     hc_post_kernel<<<grid_for((int64_t)S * D), 256, 0, ctx->stream>>>(X, f, post, comb, S, n, D);
     DS4J_LAUNCHED("hc_post");
     return DS4J_OK;
@@ -736,7 +737,7 @@ int32_t ds4j_hc_post_norm(ds4j_ctx* ctx, float* X, const float* f, const int32_t
     DS4J_ARG(X && f && post && comb, "ds4j_hc_post_norm: null pointer");
     DS4J_ARG(!ids || (weights && y_routed && k >= 1 && k <= ROUTE_KMAX), "ds4j_hc_post_norm: bad combination inputs (k %d)", k);
     DS4J_ARG(n >= 1 && n <= HC_MAX && D > 0 && S >= 0, "ds4j_hc_post_norm: unsupported shape (n %d, D %d)", n, D);
-    if (S == 0) return DS4J_OK;
+    if (S == 0 || measure_skip("mhc")) return DS4J_OK;
     if (!hc_split() || (v && !ctx->hc_count)) {
         hc_post_norm_kernel<<<S, 256, 0, ctx->stream>>>(X, f, ids, weights, y_routed, k, post, comb, n, D, eps, v);
     } else {

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <utility>
+
 namespace ds4j {
 
 static thread_local char g_error[1024] = "";
@@ -75,6 +77,67 @@ int bind(ds4j_ctx* ctx) {
     if (e != hipSuccess) return fail_hip(e, "hipSetDevice");
     g_bound = ctx->device;
     return DS4J_OK;
+}
+
+/** Exchanges the launch fields of ctx (stream and scratch) with ctx->other: the other lane's become current. */
+static void swap_lane(ds4j_ctx* c) {
+    Lane& o = c->other;
+    std::swap(c->stream, o.stream);
+    std::swap(c->att_scratch, o.att_scratch);
+    std::swap(c->att_scratch_bytes, o.att_scratch_bytes);
+    std::swap(c->att_retired, o.att_retired);
+    std::swap(c->att_retired_n, o.att_retired_n);
+    std::swap(c->sk_scratch, o.sk_scratch);
+    std::swap(c->sk_scratch_bytes, o.sk_scratch_bytes);
+    std::swap(c->sk_retired, o.sk_retired);
+    std::swap(c->sk_retired_n, o.sk_retired_n);
+    std::swap(c->tc_scratch, o.tc_scratch);
+    std::swap(c->tc_scratch_bytes, o.tc_scratch_bytes);
+    std::swap(c->tc_retired, o.tc_retired);
+    std::swap(c->tc_retired_n, o.tc_retired_n);
+    c->lane ^= 1;
+}
+
+hipError_t branch_settle(ds4j_ctx* c) {
+    hipError_t first = hipSuccess;
+    if (c->lane == 1) {
+        first = hipEventRecord(c->join_ev, c->stream);
+        swap_lane(c);
+        c->branch_unjoined = true;
+    }
+    if (c->branch_unjoined) {
+        const hipError_t e = hipStreamWaitEvent(c->stream, c->join_ev, 0);
+        if (first == hipSuccess) first = e;
+        c->branch_unjoined = false;
+    }
+    return first;
+}
+
+/** Frees the scratch buffers (current and retired) of ctx's current lane. */
+static void free_lane_scratch(ds4j_ctx* c) {
+    for (int i = 0; i < c->att_retired_n; i++) hipFree(c->att_retired[i]);
+    if (c->att_scratch) hipFree(c->att_scratch);
+    for (int i = 0; i < c->sk_retired_n; i++) hipFree(c->sk_retired[i]);
+    if (c->sk_scratch) hipFree(c->sk_scratch);
+    for (int i = 0; i < c->tc_retired_n; i++) hipFree(c->tc_retired[i]);
+    if (c->tc_scratch) hipFree(c->tc_scratch);
+}
+
+bool measure_skip(const char* what) {
+    static const char* list = [] {
+        const char* e = getenv("DS4J_MEASURE_SKIP");
+        if (e && *e) fprintf(stderr, "ds4j: DS4J_MEASURE_SKIP=%s: those operations are not run (measurement only)\n", e);
+        return e ? e : "";
+    }();
+    const size_t n = strlen(what);
+    for (const char* p = list; *p;) {
+        const char* c = strchr(p, ',');
+        const size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == n && strncmp(p, what, n) == 0) return true;
+        if (!c) break;
+        p = c + 1;
+    }
+    return false;
 }
 
 /**
@@ -203,9 +266,26 @@ int32_t ds4j_ctx_create(int32_t device, ds4j_ctx** host_out) {
     hipStream_t s;
     e = hipStreamCreateWithFlags(&s, hipStreamNonBlocking);
     if (e != hipSuccess) return fail_hip(e, "hipStreamCreateWithFlags");
+    // the branches' stream and events (ds4j_branch_begin), made here so that a capture never has to make them
+    hipStream_t side = nullptr;
+    hipEvent_t fork_ev = nullptr, join_ev = nullptr;
+    e = hipStreamCreateWithFlags(&side, hipStreamNonBlocking);
+    if (e == hipSuccess) e = hipEventCreateWithFlags(&fork_ev, hipEventDisableTiming);
+    if (e == hipSuccess) e = hipEventCreateWithFlags(&join_ev, hipEventDisableTiming);
+    if (e != hipSuccess) {
+        const int rc = fail_hip(e, "creating the branch stream and events");
+        if (join_ev) hipEventDestroy(join_ev);
+        if (fork_ev) hipEventDestroy(fork_ev);
+        if (side) hipStreamDestroy(side);
+        hipStreamDestroy(s);
+        return rc;
+    }
     ds4j_ctx* c = new ds4j_ctx;
     c->device = device;
     c->stream = s;
+    c->other.stream = side;
+    c->fork_ev = fork_ev;
+    c->join_ev = join_ev;
     // the split mHC kernels' counters start at zero and return to it at the end of every launch
     if (hipMalloc(&c->hc_count, DS4J_HC_COUNT_ROWS * sizeof(unsigned)) != hipSuccess ||
         hipMemsetAsync(c->hc_count, 0, DS4J_HC_COUNT_ROWS * sizeof(unsigned), s) != hipSuccess ||
@@ -221,15 +301,16 @@ int32_t ds4j_ctx_create(int32_t device, ds4j_ctx** host_out) {
 int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
     DS4J_CHECK_CTX(ctx);
     ds4j::graphs_destroy(ctx);
+    ds4j::branch_settle(ctx);
     hipError_t e = hipStreamSynchronize(ctx->stream);
     hipError_t e2 = hipStreamDestroy(ctx->stream);
-    for (int i = 0; i < ctx->att_retired_n; i++) hipFree(ctx->att_retired[i]);
-    if (ctx->att_scratch) hipFree(ctx->att_scratch);
+    if (ctx->other.stream) hipStreamDestroy(ctx->other.stream);  // joined above: nothing of it is left to run
+    if (ctx->fork_ev) hipEventDestroy(ctx->fork_ev);
+    if (ctx->join_ev) hipEventDestroy(ctx->join_ev);
     if (ctx->hc_count) hipFree(ctx->hc_count);
-    for (int i = 0; i < ctx->sk_retired_n; i++) hipFree(ctx->sk_retired[i]);
-    if (ctx->sk_scratch) hipFree(ctx->sk_scratch);
-    for (int i = 0; i < ctx->tc_retired_n; i++) hipFree(ctx->tc_retired[i]);
-    if (ctx->tc_scratch) hipFree(ctx->tc_scratch);
+    ds4j::free_lane_scratch(ctx);
+    ds4j::swap_lane(ctx);
+    ds4j::free_lane_scratch(ctx);
     delete ctx;
     if (e != hipSuccess) return fail_hip(e, "hipStreamSynchronize");
     if (e2 != hipSuccess) return fail_hip(e2, "hipStreamDestroy");
@@ -239,8 +320,38 @@ int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
 int32_t ds4j_ctx_sync(ds4j_ctx* ctx) {
     DS4J_CHECK_CTX(ctx);
     DS4J_NOT_CAPTURING(ctx);
-    hipError_t e = hipStreamSynchronize(ctx->stream);
+    hipError_t e = ds4j::branch_settle(ctx);
+    if (e != hipSuccess) return fail_hip(e, "joining the branch");
+    e = hipStreamSynchronize(ctx->stream);
     return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipStreamSynchronize");
+}
+
+int32_t ds4j_branch_begin(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    // one left open or unjoined (a step that failed between its calls) is joined first, so that nothing runs beside
+    // work it did not know of
+    hipError_t e = ds4j::branch_settle(ctx);
+    if (e == hipSuccess) e = hipEventRecord(ctx->fork_ev, ctx->stream);
+    if (e == hipSuccess) e = hipStreamWaitEvent(ctx->other.stream, ctx->fork_ev, 0);
+    if (e != hipSuccess) return fail_hip(e, "ds4j_branch_begin");
+    ds4j::swap_lane(ctx);
+    return DS4J_OK;
+}
+
+int32_t ds4j_branch_end(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(ctx->lane == 1, "ds4j_branch_end: no branch is open");
+    const hipError_t e = hipEventRecord(ctx->join_ev, ctx->stream);
+    ds4j::swap_lane(ctx);
+    ctx->branch_unjoined = true;  // also after a failed record: the join then reports the runtime's state
+    return e == hipSuccess ? DS4J_OK : fail_hip(e, "ds4j_branch_end");
+}
+
+int32_t ds4j_branch_join(ds4j_ctx* ctx) {
+    DS4J_CHECK_CTX(ctx);
+    DS4J_ARG(ctx->lane == 0, "ds4j_branch_join: the branch is still open (ds4j_branch_end)");
+    const hipError_t e = ds4j::branch_settle(ctx);
+    return e == hipSuccess ? DS4J_OK : fail_hip(e, "ds4j_branch_join");
 }
 
 int32_t ds4j_malloc(ds4j_ctx* ctx, int64_t bytes, void** host_out) {

@@ -1489,29 +1489,39 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         final int R = b.R, D = c.hidden, H = c.numHeads, d = c.headDim;
         final AttentionKind kind = c.layerTypes[l];
         final long P = kind == AttentionKind.SLIDING ? ropeMain : ropeCompress;
-        // 1. query latent (kept for the indexer), 2. queries, 3. shared kv
-        long ql = ws.f32((long) R * c.qLoraRank);
-        matmulRuns(b.runs, L.qA, x, ql);
-        rmsnorm(ql, ql, L.qANorm, R, c.qLoraRank);
-        long q = ws.f32((long) R * H * d);
-        matmulRuns(b.runs, L.qB, ql, q);
+        // 3. shared kv and the compressors' inputs: products of x alone, in a branch beside the queries' chain
         long kv = ws.f32((long) R * d);
-        matmulRuns(b.runs, L.kv, x, kv);
-        // the compressors' inputs
         long ca = 0, cz = 0, ia = 0, iz = 0;
         int cw = kind == AttentionKind.CSA ? 2 * d : d, iw = 2 * c.indexHeadDim;
         if (kind != AttentionKind.SLIDING) {
             ca = ws.f32((long) R * cw);
             cz = ws.f32((long) R * cw);
-            matmulRuns(b.runs, L.compressor.kvProj, x, ca);
-            matmulRuns(b.runs, L.compressor.gateProj, x, cz);
         }
         if (kind == AttentionKind.CSA) {
             ia = ws.f32((long) R * iw);
             iz = ws.f32((long) R * iw);
-            matmulRuns(b.runs, L.indexer.compressor.kvProj, x, ia);
-            matmulRuns(b.runs, L.indexer.compressor.gateProj, x, iz);
         }
+        boolean branch = branchBegin();
+        try {
+            matmulRuns(b.runs, L.kv, x, kv);
+            if (kind != AttentionKind.SLIDING) {
+                matmulRuns(b.runs, L.compressor.kvProj, x, ca);
+                matmulRuns(b.runs, L.compressor.gateProj, x, cz);
+            }
+            if (kind == AttentionKind.CSA) {
+                matmulRuns(b.runs, L.indexer.compressor.kvProj, x, ia);
+                matmulRuns(b.runs, L.indexer.compressor.gateProj, x, iz);
+            }
+        } finally {
+            if (branch) branchEnd();
+        }
+        // 1. query latent (kept for the indexer), 2. queries
+        long ql = ws.f32((long) R * c.qLoraRank);
+        matmulRuns(b.runs, L.qA, x, ql);
+        rmsnorm(ql, ql, L.qANorm, R, c.qLoraRank);
+        long q = ws.f32((long) R * H * d);
+        matmulRuns(b.runs, L.qB, ql, q);
+        if (branch) branchJoin();
         long o = ws.f32((long) R * H * d);
         boolean grouped = b.group != null;
         if (grouped) {
@@ -1647,6 +1657,38 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     public void setPrefillTensorCores(boolean on) {
         prefillTensorCores = on;
+    }
+
+    /**
+     * Whether a step runs the products that do not depend on each other at the same time, in a branch on the
+     * context's second stream ({@code ds4j_branch_begin}): the shared kv and compressor inputs beside the queries' chain,
+     * the shared expert beside the routed experts. Each product computes the same numbers either way; what changes is
+     * that two small launches share the device instead of waiting for each other. The system property
+     * {@code ds4j.gpu.branches=false} turns it off (for measurements); the per-operation profile turns it off too, since
+     * it waits for every call.
+     */
+    private volatile boolean branches = !"false".equals(System.getProperty("ds4j.gpu.branches"));
+
+    /** Turns the branches ({@link #branches}) on or off; the numbers are the same either way (tests compare the two). */
+    public void setBranches(boolean on) {
+        branches = on;
+    }
+
+    /** Opens a branch where branches are on and no profile is taken; whether it did (then {@link #branchEnd} follows). */
+    private boolean branchBegin() {
+        if (!branches || profile != null) return false;
+        check(ds4j_branch_begin(ctx()), "branch begin");
+        return true;
+    }
+
+    /** Ends the open branch: later calls queue beside it until {@link #branchJoin}. */
+    private void branchEnd() {
+        check(ds4j_branch_end(ctx()), "branch end");
+    }
+
+    /** The step's stream waits for the ended branch. */
+    private void branchJoin() {
+        check(ds4j_branch_join(ctx()), "branch join");
     }
 
     private int[] group(DeviceStep b) {
@@ -1972,6 +2014,17 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         final float lim = (float) c.swigluLimit;
         final long tok = b.tok;
         long lam = ws.f32((long) S * E), ids = ws.i32((long) S * k), wts = ws.f32((long) S * k);
+        // the shared expert in a branch beside the routing and the routed experts
+        long sg = ws.f32((long) S * I), su = ws.f32((long) S * I), sy = ws.f32((long) S * D);
+        boolean branch = branchBegin();
+        try {
+            matmulRuns(b.runs, L.sharedW1, h, sg);
+            matmulRuns(b.runs, L.sharedW3, h, su);
+            k(ds4j_swiglu(ctx(), ptr(sg), ptr(su), ptr(sg), (long) S * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
+            matmulRuns(b.runs, L.sharedW2, sg, sy);
+        } finally {
+            if (branch) branchEnd();
+        }
         matmulRuns(b.runs, L.gate, h, lam);
         boolean hash = c.hashMoe[l];
         k(ds4j_moe_route(ctx(), ptr(lam), ptr(hash ? 0 : L.gateBias), ptr(hash ? L.tid2eid : 0), ptr(tok), S, E, k,
@@ -2004,11 +2057,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 moeMatmul(L.w2, ids + 4 * p0, k, run, g + 4 * p0 * I, I, true, yr + 4 * p0 * D, D);
             }
         }
-        long sg = ws.f32((long) S * I), su = ws.f32((long) S * I), sy = ws.f32((long) S * D);
-        matmulRuns(b.runs, L.sharedW1, h, sg);
-        matmulRuns(b.runs, L.sharedW3, h, su);
-        k(ds4j_swiglu(ctx(), ptr(sg), ptr(su), ptr(sg), (long) S * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
-        matmulRuns(b.runs, L.sharedW2, sg, sy);
+        if (branch) branchJoin();
         if (hHost != null) hostExperts(l, hostPicks, idsHost, hHost, yr);
         // the combination runs in the stream update's launch (DeviceStep.mixPost); out is its handle
         long out = ws.f32((long) S * D);

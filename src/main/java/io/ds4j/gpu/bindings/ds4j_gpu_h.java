@@ -312,17 +312,6 @@ public class ds4j_gpu_h {
         return DS4J_GRAPH_REINSTANTIATED;
     }
 
-    private static final int DS4J_COMPRESS_MAX_WIDTH = (int)1024L;
-
-    /**
-     * {@snippet lang=c :
-     * #define DS4J_COMPRESS_MAX_WIDTH 1024
-     * }
-     */
-    public static int DS4J_COMPRESS_MAX_WIDTH() {
-        return DS4J_COMPRESS_MAX_WIDTH;
-    }
-
     private static final int DS4J_TC_MIN_ROWS = (int)65L;
 
     /**
@@ -332,6 +321,17 @@ public class ds4j_gpu_h {
      */
     public static int DS4J_TC_MIN_ROWS() {
         return DS4J_TC_MIN_ROWS;
+    }
+
+    private static final int DS4J_COMPRESS_MAX_WIDTH = (int)1024L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_COMPRESS_MAX_WIDTH 1024
+     * }
+     */
+    public static int DS4J_COMPRESS_MAX_WIDTH() {
+        return DS4J_COMPRESS_MAX_WIDTH;
     }
 
     private static class ds4j_api_version {
@@ -1787,6 +1787,171 @@ public class ds4j_gpu_h {
         var mh$ = ds4j_seqs_bounds.HANDLE;
         try {
             return (int) mh$.invokeExact(ctx, on, max_entries);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_branch_begin {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_branch_begin");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static FunctionDescriptor ds4j_branch_begin$descriptor() {
+        return ds4j_branch_begin.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static MethodHandle ds4j_branch_begin$handle() {
+        return ds4j_branch_begin.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static MemorySegment ds4j_branch_begin$address() {
+        return ds4j_branch_begin.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static int ds4j_branch_begin(MemorySegment ctx) {
+        var mh$ = ds4j_branch_begin.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_branch_end {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_branch_end");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_end(ds4j_ctx *ctx)
+     * }
+     */
+    public static FunctionDescriptor ds4j_branch_end$descriptor() {
+        return ds4j_branch_end.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_end(ds4j_ctx *ctx)
+     * }
+     */
+    public static MethodHandle ds4j_branch_end$handle() {
+        return ds4j_branch_end.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_end(ds4j_ctx *ctx)
+     * }
+     */
+    public static MemorySegment ds4j_branch_end$address() {
+        return ds4j_branch_end.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_end(ds4j_ctx *ctx)
+     * }
+     */
+    public static int ds4j_branch_end(MemorySegment ctx) {
+        var mh$ = ds4j_branch_end.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_branch_join {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_branch_join");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_join(ds4j_ctx *ctx)
+     * }
+     */
+    public static FunctionDescriptor ds4j_branch_join$descriptor() {
+        return ds4j_branch_join.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_join(ds4j_ctx *ctx)
+     * }
+     */
+    public static MethodHandle ds4j_branch_join$handle() {
+        return ds4j_branch_join.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_join(ds4j_ctx *ctx)
+     * }
+     */
+    public static MemorySegment ds4j_branch_join$address() {
+        return ds4j_branch_join.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_branch_join(ds4j_ctx *ctx)
+     * }
+     */
+    public static int ds4j_branch_join(MemorySegment ctx) {
+        var mh$ = ds4j_branch_join.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
