@@ -123,7 +123,7 @@ struct GraphSlot {
 };
 
 /**
- * What a launch takes from its context that must differ between two streams working at once (ds4j_branch_begin): the
+ * What a launch takes from its context that must differ between streams working at once (ds4j_branch_begin): the
  * stream, and the scratch buffers that a product or an attention call writes and reads within its launches (ds4j_ctx
  * documents each).
  */
@@ -181,14 +181,14 @@ struct ds4j_ctx {
     void* tc_retired[32] = {};
     int tc_retired_n = 0;
     /**
-     * ds4j_branch_*: the other lane's stream and scratch (the branch's while none is open, the context's own while one
-     * is: the fields above always belong to the stream launches go to); the side stream and its events are made at the
-     * first ds4j_branch_begin.
+     * ds4j_branch_*: the side lanes' streams and scratch (side[i - 1] is lane i's while no branch is open; while lane i
+     * is open it holds the context's own, and the fields above, which launches always take, are lane i's), made with
+     * the context. fork_ev[i - 1] orders lane i after the context's stream, join_ev[i - 1] the other way.
      */
-    ds4j::Lane other;
-    int lane = 0;                 // 1 between ds4j_branch_begin and ds4j_branch_end
-    bool branch_unjoined = false;  // a branch ended (its event recorded) that the context's stream has not waited for
-    hipEvent_t fork_ev = nullptr, join_ev = nullptr;
+    ds4j::Lane side[DS4J_BRANCH_LANES];
+    hipEvent_t fork_ev[DS4J_BRANCH_LANES] = {}, join_ev[DS4J_BRANCH_LANES] = {};
+    int lane = 0;           // the open branch's lane (1 .. DS4J_BRANCH_LANES), 0 when none is open
+    unsigned unjoined = 0;  // bit i - 1: lane i ended (join_ev recorded) and not yet waited for by the context's stream
 };
 
 /** Rows one split mHC launch covers (its counters in ds4j_ctx.hc_count). */
@@ -227,7 +227,7 @@ int bind(ds4j_ctx* ctx);
 /** Ends an open capture and destroys the cached executable graphs of ctx (graph.cpp; for ds4j_ctx_destroy). */
 void graphs_destroy(ds4j_ctx* ctx);
 /**
- * Ends an open branch and joins an unjoined one (ds4j_branch_*), so that ctx's fields are its own stream's and that
+ * Ends an open branch and joins every unjoined one (ds4j_branch_*), so that ctx's fields are its own stream's and that
  * stream waits for everything queued on the context; for calls that end a capture or wait, and after failures. The
  * runtime's first error, or hipSuccess.
  */

@@ -79,9 +79,12 @@ int bind(ds4j_ctx* ctx) {
     return DS4J_OK;
 }
 
-/** Exchanges the launch fields of ctx (stream and scratch) with ctx->other: the other lane's become current. */
-static void swap_lane(ds4j_ctx* c) {
-    Lane& o = c->other;
+/**
+ * Exchanges the launch fields of ctx (stream and scratch) with ctx->side[i - 1]: opens lane i when none is open
+ * (ctx->lane = i), closes it when it is the open one (ctx->lane = 0).
+ */
+static void swap_lane(ds4j_ctx* c, int i) {
+    Lane& o = c->side[i - 1];
     std::swap(c->stream, o.stream);
     std::swap(c->att_scratch, o.att_scratch);
     std::swap(c->att_scratch_bytes, o.att_scratch_bytes);
@@ -95,22 +98,43 @@ static void swap_lane(ds4j_ctx* c) {
     std::swap(c->tc_scratch_bytes, o.tc_scratch_bytes);
     std::swap(c->tc_retired, o.tc_retired);
     std::swap(c->tc_retired_n, o.tc_retired_n);
-    c->lane ^= 1;
+    c->lane = c->lane == 0 ? i : 0;
+}
+
+/** Ends the open branch (ctx->lane > 0): its join event recorded on its stream, the context's own fields back. */
+static hipError_t branch_close(ds4j_ctx* c) {
+    const int i = c->lane;
+    const hipError_t e = hipEventRecord(c->join_ev[i - 1], c->stream);
+    swap_lane(c, i);
+    c->unjoined |= 1u << (i - 1);  // also after a failed record: the join then reports the runtime's state
+    return e;
+}
+
+/** The context's stream waits for lane i's ended branch, if it has one (none may be open). */
+static hipError_t branch_wait(ds4j_ctx* c, int i) {
+    if (!(c->unjoined & (1u << (i - 1)))) return hipSuccess;
+    c->unjoined &= ~(1u << (i - 1));
+    return hipStreamWaitEvent(c->stream, c->join_ev[i - 1], 0);
 }
 
 hipError_t branch_settle(ds4j_ctx* c) {
-    hipError_t first = hipSuccess;
-    if (c->lane == 1) {
-        first = hipEventRecord(c->join_ev, c->stream);
-        swap_lane(c);
-        c->branch_unjoined = true;
-    }
-    if (c->branch_unjoined) {
-        const hipError_t e = hipStreamWaitEvent(c->stream, c->join_ev, 0);
+    hipError_t first = c->lane > 0 ? branch_close(c) : hipSuccess;
+    for (int i = 1; i <= DS4J_BRANCH_LANES; i++) {
+        const hipError_t e = branch_wait(c, i);
         if (first == hipSuccess) first = e;
-        c->branch_unjoined = false;
     }
     return first;
+}
+
+/** Destroys the side lanes' streams and events (those made; the context's own stream is not one of them). */
+static void destroy_lanes(ds4j_ctx* c) {
+    for (int i = 0; i < DS4J_BRANCH_LANES; i++) {
+        if (c->side[i].stream) hipStreamDestroy(c->side[i].stream);
+        if (c->fork_ev[i]) hipEventDestroy(c->fork_ev[i]);
+        if (c->join_ev[i]) hipEventDestroy(c->join_ev[i]);
+        c->side[i].stream = nullptr;
+        c->fork_ev[i] = c->join_ev[i] = nullptr;
+    }
 }
 
 /** Frees the scratch buffers (current and retired) of ctx's current lane. */
@@ -266,26 +290,22 @@ int32_t ds4j_ctx_create(int32_t device, ds4j_ctx** host_out) {
     hipStream_t s;
     e = hipStreamCreateWithFlags(&s, hipStreamNonBlocking);
     if (e != hipSuccess) return fail_hip(e, "hipStreamCreateWithFlags");
-    // the branches' stream and events (ds4j_branch_begin), made here so that a capture never has to make them
-    hipStream_t side = nullptr;
-    hipEvent_t fork_ev = nullptr, join_ev = nullptr;
-    e = hipStreamCreateWithFlags(&side, hipStreamNonBlocking);
-    if (e == hipSuccess) e = hipEventCreateWithFlags(&fork_ev, hipEventDisableTiming);
-    if (e == hipSuccess) e = hipEventCreateWithFlags(&join_ev, hipEventDisableTiming);
-    if (e != hipSuccess) {
-        const int rc = fail_hip(e, "creating the branch stream and events");
-        if (join_ev) hipEventDestroy(join_ev);
-        if (fork_ev) hipEventDestroy(fork_ev);
-        if (side) hipStreamDestroy(side);
-        hipStreamDestroy(s);
-        return rc;
-    }
     ds4j_ctx* c = new ds4j_ctx;
     c->device = device;
     c->stream = s;
-    c->other.stream = side;
-    c->fork_ev = fork_ev;
-    c->join_ev = join_ev;
+    // the branches' streams and events (ds4j_branch_begin), made here so that a capture never has to make them
+    for (int i = 0; i < DS4J_BRANCH_LANES && e == hipSuccess; i++) {
+        e = hipStreamCreateWithFlags(&c->side[i].stream, hipStreamNonBlocking);
+        if (e == hipSuccess) e = hipEventCreateWithFlags(&c->fork_ev[i], hipEventDisableTiming);
+        if (e == hipSuccess) e = hipEventCreateWithFlags(&c->join_ev[i], hipEventDisableTiming);
+    }
+    if (e != hipSuccess) {
+        const int rc = fail_hip(e, "creating the branch streams and events");
+        ds4j::destroy_lanes(c);
+        hipStreamDestroy(s);
+        delete c;
+        return rc;
+    }
     // the split mHC kernels' counters start at zero and return to it at the end of every launch
     if (hipMalloc(&c->hc_count, DS4J_HC_COUNT_ROWS * sizeof(unsigned)) != hipSuccess ||
         hipMemsetAsync(c->hc_count, 0, DS4J_HC_COUNT_ROWS * sizeof(unsigned), s) != hipSuccess ||
@@ -304,13 +324,14 @@ int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
     ds4j::branch_settle(ctx);
     hipError_t e = hipStreamSynchronize(ctx->stream);
     hipError_t e2 = hipStreamDestroy(ctx->stream);
-    if (ctx->other.stream) hipStreamDestroy(ctx->other.stream);  // joined above: nothing of it is left to run
-    if (ctx->fork_ev) hipEventDestroy(ctx->fork_ev);
-    if (ctx->join_ev) hipEventDestroy(ctx->join_ev);
+    ds4j::destroy_lanes(ctx);  // joined above: nothing of them is left to run
     if (ctx->hc_count) hipFree(ctx->hc_count);
     ds4j::free_lane_scratch(ctx);
-    ds4j::swap_lane(ctx);
-    ds4j::free_lane_scratch(ctx);
+    for (int i = 1; i <= DS4J_BRANCH_LANES; i++) {
+        ds4j::swap_lane(ctx, i);
+        ds4j::free_lane_scratch(ctx);
+        ds4j::swap_lane(ctx, i);
+    }
     delete ctx;
     if (e != hipSuccess) return fail_hip(e, "hipStreamSynchronize");
     if (e2 != hipSuccess) return fail_hip(e2, "hipStreamDestroy");
@@ -326,31 +347,32 @@ int32_t ds4j_ctx_sync(ds4j_ctx* ctx) {
     return e == hipSuccess ? DS4J_OK : fail_hip(e, "hipStreamSynchronize");
 }
 
-int32_t ds4j_branch_begin(ds4j_ctx* ctx) {
+int32_t ds4j_branch_begin(ds4j_ctx* ctx, int32_t lane) {
     DS4J_CHECK_CTX(ctx);
-    // one left open or unjoined (a step that failed between its calls) is joined first, so that nothing runs beside
-    // work it did not know of
-    hipError_t e = ds4j::branch_settle(ctx);
-    if (e == hipSuccess) e = hipEventRecord(ctx->fork_ev, ctx->stream);
-    if (e == hipSuccess) e = hipStreamWaitEvent(ctx->other.stream, ctx->fork_ev, 0);
+    DS4J_ARG(lane >= 1 && lane <= DS4J_BRANCH_LANES, "ds4j_branch_begin: lane %d is not in 1..%d", lane, DS4J_BRANCH_LANES);
+    // a branch left open, or this lane's last one unjoined (a step that failed between its calls), is ended and joined
+    // first, so that nothing runs beside work it did not know of
+    hipError_t e = ctx->lane > 0 ? ds4j::branch_close(ctx) : hipSuccess;
+    if (e == hipSuccess) e = ds4j::branch_wait(ctx, lane);
+    if (e == hipSuccess) e = hipEventRecord(ctx->fork_ev[lane - 1], ctx->stream);
+    if (e == hipSuccess) e = hipStreamWaitEvent(ctx->side[lane - 1].stream, ctx->fork_ev[lane - 1], 0);
     if (e != hipSuccess) return fail_hip(e, "ds4j_branch_begin");
-    ds4j::swap_lane(ctx);
+    ds4j::swap_lane(ctx, lane);
     return DS4J_OK;
 }
 
 int32_t ds4j_branch_end(ds4j_ctx* ctx) {
     DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(ctx->lane == 1, "ds4j_branch_end: no branch is open");
-    const hipError_t e = hipEventRecord(ctx->join_ev, ctx->stream);
-    ds4j::swap_lane(ctx);
-    ctx->branch_unjoined = true;  // also after a failed record: the join then reports the runtime's state
+    DS4J_ARG(ctx->lane > 0, "ds4j_branch_end: no branch is open");
+    const hipError_t e = ds4j::branch_close(ctx);
     return e == hipSuccess ? DS4J_OK : fail_hip(e, "ds4j_branch_end");
 }
 
-int32_t ds4j_branch_join(ds4j_ctx* ctx) {
+int32_t ds4j_branch_join(ds4j_ctx* ctx, int32_t lane) {
     DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(ctx->lane == 0, "ds4j_branch_join: the branch is still open (ds4j_branch_end)");
-    const hipError_t e = ds4j::branch_settle(ctx);
+    DS4J_ARG(lane >= 1 && lane <= DS4J_BRANCH_LANES, "ds4j_branch_join: lane %d is not in 1..%d", lane, DS4J_BRANCH_LANES);
+    DS4J_ARG(ctx->lane == 0, "ds4j_branch_join: a branch is still open (ds4j_branch_end)");
+    const hipError_t e = ds4j::branch_wait(ctx, lane);
     return e == hipSuccess ? DS4J_OK : fail_hip(e, "ds4j_branch_join");
 }
 

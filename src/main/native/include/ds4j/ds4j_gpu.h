@@ -175,22 +175,30 @@ DS4J_API int32_t ds4j_graph_destroy(ds4j_ctx* ctx, int64_t exec);
 DS4J_API int32_t ds4j_seqs_bounds(ds4j_ctx* ctx, int32_t on, int64_t max_entries);
 
 /*
- * Branches: calls that do not depend on the calls beside them run on a second stream of the context, at the same time.
- * After ds4j_branch_begin the context's calls queue on that stream, behind everything queued on the context before it;
- * after ds4j_branch_end they queue on the context's own stream again, beside the branch, until ds4j_branch_join makes
- * that stream wait for the branch. One branch at a time; a step graph captures it as parallel nodes. The branch has
- * its own scratch memory (the column-split products' partials, the prefill GEMM's split activations, the split
- * attention's partials), so calls in it and beside it may run at once. Each call computes what it computes queued on
- * one stream, bit for bit: only the order in time changes. The caller keeps the memory a branch reads or writes
- * untouched beside it until the join. ds4j_ctx_sync, ds4j_graph_end_* and ds4j_graph_discard join an open or unjoined
- * branch first.
+ * Branches: calls that do not depend on the calls beside them run on other streams of the context (its side lanes 1 ..
+ * DS4J_BRANCH_LANES), at the same time. After ds4j_branch_begin(lane) the context's calls queue on that lane's stream,
+ * behind everything queued on the context's own stream before it; after ds4j_branch_end they queue on the context's
+ * stream again, beside the branch, until ds4j_branch_join(lane) makes that stream wait for it. One branch is open at a
+ * time; branches of different lanes may be ended and unjoined together. A step graph captures them as parallel nodes.
+ * Each lane has its own scratch memory (the column-split products' partials, the prefill GEMM's split activations, the
+ * split attention's partials), so calls in branches and beside them may run at once. Each call computes what it computes
+ * queued on one stream, bit for bit: only the order in time changes. The caller keeps the memory a branch reads or writes
+ * untouched beside it until its join. ds4j_ctx_sync, ds4j_graph_begin, ds4j_graph_end_* and ds4j_graph_discard end an
+ * open branch and join every unjoined one first.
  */
-/** Opens a branch; one still open or unjoined (a failure between the calls) is joined first. */
-DS4J_API int32_t ds4j_branch_begin(ds4j_ctx* ctx);
+#define DS4J_BRANCH_LANES 2
+/**
+ * Opens a branch on lane (1 .. DS4J_BRANCH_LANES); a branch still open, or one of this lane not joined yet (a failure
+ * between the calls), is ended and joined first.
+ */
+DS4J_API int32_t ds4j_branch_begin(ds4j_ctx* ctx, int32_t lane);
 /** Ends the open branch: later calls queue on the context's own stream, beside it (DS4J_ERR_ARG when none is open). */
 DS4J_API int32_t ds4j_branch_end(ds4j_ctx* ctx);
-/** The context's stream waits for the ended branch (no-op when there is none; DS4J_ERR_ARG when one is still open). */
-DS4J_API int32_t ds4j_branch_join(ds4j_ctx* ctx);
+/**
+ * The context's stream waits for lane's ended branch (no-op when it has none; DS4J_ERR_ARG when a branch is still open
+ * or lane is not in 1 .. DS4J_BRANCH_LANES).
+ */
+DS4J_API int32_t ds4j_branch_join(ds4j_ctx* ctx, int32_t lane);
 /**
  * Process-wide counts since the library was loaded: kernel launches queued by the library's entry points (each
  * kernel counted once when captured, never when replayed inside a graph), device copies and fills (ds4j_copy,

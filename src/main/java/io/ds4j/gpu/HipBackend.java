@@ -1501,7 +1501,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             ia = ws.f32((long) R * iw);
             iz = ws.f32((long) R * iw);
         }
-        boolean branch = branchBegin();
+        boolean branch = branchBegin(1);
         try {
             matmulRuns(b.runs, L.kv, x, kv);
             if (kind != AttentionKind.SLIDING) {
@@ -1521,7 +1521,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         rmsnorm(ql, ql, L.qANorm, R, c.qLoraRank);
         long q = ws.f32((long) R * H * d);
         matmulRuns(b.runs, L.qB, ql, q);
-        if (branch) branchJoin();
+        if (branch) branchJoin(1);
         long o = ws.f32((long) R * H * d);
         boolean grouped = b.group != null;
         if (grouped) {
@@ -1661,8 +1661,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * Whether a step runs the products that do not depend on each other at the same time, in a branch on the
-     * context's second stream ({@code ds4j_branch_begin}): the shared kv and compressor inputs beside the queries' chain,
-     * the shared expert beside the routed experts. Each product computes the same numbers either way; what changes is
+     * context's side streams ({@code ds4j_branch_begin}): the shared kv and compressor inputs beside the queries' chain,
+     * the shared expert beside the routing and the routed experts, the routed experts' w3 beside their w1. Each product computes the same numbers either way; what changes is
      * that two small launches share the device instead of waiting for each other. The system property
      * {@code ds4j.gpu.branches=false} turns it off (for measurements); the per-operation profile turns it off too, since
      * it waits for every call.
@@ -1674,10 +1674,14 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         branches = on;
     }
 
-    /** Opens a branch where branches are on and no profile is taken; whether it did (then {@link #branchEnd} follows). */
-    private boolean branchBegin() {
+    /**
+     * Opens a branch on lane (1 .. DS4J_BRANCH_LANES) where branches are on and no profile is taken; whether it did (then
+     * {@link #branchEnd} follows, and {@link #branchJoin} of the lane before anything beside it uses what it wrote). The
+     * workspace the branch uses stays taken until the join: the caller releases it after.
+     */
+    private boolean branchBegin(int lane) {
         if (!branches || profile != null) return false;
-        check(ds4j_branch_begin(ctx()), "branch begin");
+        check(ds4j_branch_begin(ctx(), lane), "branch begin");
         return true;
     }
 
@@ -1686,9 +1690,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         check(ds4j_branch_end(ctx()), "branch end");
     }
 
-    /** The step's stream waits for the ended branch. */
-    private void branchJoin() {
-        check(ds4j_branch_join(ctx()), "branch join");
+    /** The step's stream waits for the lane's ended branch. */
+    private void branchJoin(int lane) {
+        check(ds4j_branch_join(ctx(), lane), "branch join");
     }
 
     private int[] group(DeviceStep b) {
@@ -2016,7 +2020,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         long lam = ws.f32((long) S * E), ids = ws.i32((long) S * k), wts = ws.f32((long) S * k);
         // the shared expert in a branch beside the routing and the routed experts
         long sg = ws.f32((long) S * I), su = ws.f32((long) S * I), sy = ws.f32((long) S * D);
-        boolean branch = branchBegin();
+        boolean branch = branchBegin(1);
         try {
             matmulRuns(b.runs, L.sharedW1, h, sg);
             matmulRuns(b.runs, L.sharedW3, h, su);
@@ -2046,18 +2050,30 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         // resident picks on the device (ds4j_moe_matmul skips the host ones: null table entries), queued before the
         // CPU starts so that both work at once
         if (resident > 0) {
+            // w3 in a second branch beside w1; its calls' scratch stays taken until the join
+            long mark = ws.mark();
+            boolean up = branchBegin(2);
+            try {
+                for (int[] run : b.runs) {
+                    long p0 = (long) run[0] * k;
+                    moeMatmul(L.w3, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, u + 4 * p0 * I, I, up);
+                }
+            } finally {
+                if (up) branchEnd();
+            }
             for (int[] run : b.runs) {
                 long p0 = (long) run[0] * k;
-                moeMatmul(L.w1, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, g + 4 * p0 * I, I);
-                moeMatmul(L.w3, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, u + 4 * p0 * I, I);
+                moeMatmul(L.w1, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, g + 4 * p0 * I, I, false);
             }
+            if (up) branchJoin(2);
+            ws.release(mark);
             k(ds4j_swiglu(ctx(), ptr(g), ptr(u), ptr(g), (long) S * k * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
             for (int[] run : b.runs) {
                 long p0 = (long) run[0] * k;
-                moeMatmul(L.w2, ids + 4 * p0, k, run, g + 4 * p0 * I, I, true, yr + 4 * p0 * D, D);
+                moeMatmul(L.w2, ids + 4 * p0, k, run, g + 4 * p0 * I, I, true, yr + 4 * p0 * D, D, false);
             }
         }
-        if (branch) branchJoin();
+        if (branch) branchJoin(1);
         if (hHost != null) hostExperts(l, hostPicks, idsHost, hHost, yr);
         // the combination runs in the stream update's launch (DeviceStep.mixPost); out is its handle
         long out = ws.f32((long) S * D);
@@ -2103,16 +2119,17 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * ds4j_moe_matmul_prefill, which knows the number of experts: runs on the tensor-core path (run[2], the call's
      * tc_rows, 1) group the picks by expert in its scratch, one GEMM per expert; the others run the skinny kernel, with one block per picked expert instead of one per pick where the picks
      * (S·k) outnumber the experts, and leave the scratch unused. The scratch is free again once the call is queued
-     * (later work on the stream runs after it).
+     * (later work on the stream runs after it), unless keep: a call in a branch keeps it until the caller's join.
      */
-    private void moeMatmul(DeviceWeights.Experts x, long ids, int k, int[] run, long in, long ldx, boolean perPick, long y, long ldy) {
+    private void moeMatmul(DeviceWeights.Experts x, long ids, int k, int[] run, long in, long ldx, boolean perPick, long y, long ldy,
+                           boolean keep) {
         final int E = c.numExperts, S = run[1];
         long mark = ws.mark();
         long bytes = 4L * ((long) S * k + 3L * E + 1), scratch = ws.alloc(bytes);
         k(ds4j_moe_matmul_prefill(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
                 x.rows(), x.cols(), E, ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy, ptr(scratch), bytes, run[2]),
                 "routed experts", "routed experts");
-        ws.release(mark);
+        if (!keep) ws.release(mark);
     }
 
     // ------------------------------------------------------------------------------------------------------------

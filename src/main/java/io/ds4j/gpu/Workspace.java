@@ -8,8 +8,9 @@ import java.util.List;
 
 /**
  * Scratch device memory for the activations of one step: a bump allocator over grow-only chunks. Work is ordered on
- * the context's one stream, so memory released by {@link #release} can be handed out again at once: a later kernel
- * that reuses it runs after the earlier ones that used it. {@link #reset(long)} makes one chunk of at least the
+ * the context's stream, so memory released by {@link #release} can be handed out again at once: a later kernel that
+ * reuses it runs after the earlier ones that used it. Work in a branch on a side stream (HipBackend's branchBegin) is
+ * not ordered with the work beside it: what a branch uses is released only after its join. {@link #reset(long)} makes one chunk of at least the
  * step's estimated peak ({@link #stepBytes}) before the step starts, so that running out of device memory happens
  * before the step changes any sequence state; a step that needs more still grows the workspace (and is recorded in
  * {@link #overshoot}).

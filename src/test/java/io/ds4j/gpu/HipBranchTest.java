@@ -19,10 +19,11 @@ import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * Branches ({@code ds4j_branch_*}, {@link HipBackend#setBranches}): a step whose independent products run on the
- * context's second stream gives the logits of the same step on one stream, bit for bit, kernel by kernel and replayed
+ * context's side streams gives the logits of the same step on one stream, bit for bit, kernel by kernel and replayed
  * from kept graphs, over a tensor-core prefill chunk, a short prefill chunk, decode and verify steps with rollbacks; and
- * the calls' misuse is refused or mended: an end without a branch is an argument error, a branch left open by a
- * failure is joined by the next begin or sync.
+ * the calls' misuse is refused or mended: an end without a branch or a lane out of range is an argument error, a
+ * branch left open by a failure is ended by the next begin, an unjoined one joined by the next begin of its lane or a
+ * sync.
  */
 @Tag("gpu")
 class HipBranchTest {
@@ -84,20 +85,78 @@ class HipBranchTest {
         }
     }
 
+    /**
+     * Batched steps of 12 entries (decode, verify and short prefill entries mixed; all-decode rounds take the fixed form
+     * from kept graphs): each entry's logits with branches equal those of the same step on one stream, kernel by kernel.
+     */
+    @Test
+    void batchedStepsWithBranchesGiveTheNumbersOfOneStream() throws Exception {
+        try (HipBackend b = HipPlacementTest.open(tiny, HipPlacementTest.opts(ExpertPlacement.MONOLITHIC, 0, false))) {
+            final int E = 12, V = b.config().vocabSize;
+            SplittableRandom r = new SplittableRandom(43);
+            java.util.List<Sequence> one = new java.util.ArrayList<>(), two = new java.util.ArrayList<>();
+            try {
+                for (int i = 0; i < E; i++) {
+                    one.add(b.newSequence(16));
+                    two.add(b.newSequence(16));
+                    int[] hist = HipGraphTest.tokens(b, 3 + r.nextInt(30), 100 + i);
+                    int[] last = {hist.length - 1};
+                    assertArrayEquals(step(b, false, false, one.get(i), hist, 0, hist.length, last, StepKind.PREFILL),
+                            step(b, true, true, two.get(i), hist, 0, hist.length, last, StepKind.PREFILL), "history of entry " + i);
+                }
+                for (int round = 0; round < 12; round++) {
+                    boolean decodes = round % 3 != 2;
+                    java.util.List<io.ds4j.engine.BatchEntry> a = new java.util.ArrayList<>(), c = new java.util.ArrayList<>();
+                    for (int i = 0; i < E; i++) {
+                        StepKind kind = decodes ? StepKind.DECODE : StepKind.values()[(i + round) % 3];
+                        int S = kind == StepKind.DECODE ? 1 : 2 + r.nextInt(4);
+                        int[] toks = new int[S];
+                        for (int j = 0; j < S; j++) toks[j] = r.nextInt(V);
+                        int[] rows = HipGraphTest.all(S);
+                        a.add(new io.ds4j.engine.BatchEntry(one.get(i), toks, rows, kind));
+                        c.add(new io.ds4j.engine.BatchEntry(two.get(i), toks, rows, kind));
+                    }
+                    b.setBranches(false);
+                    b.setGraphs(false);
+                    float[][] want = b.step(a);
+                    b.setBranches(true);
+                    b.setGraphs(true);
+                    float[][] got = b.step(c);
+                    for (int i = 0; i < E; i++) assertArrayEquals(want[i], got[i], "round " + round + ", entry " + i + " " + a.get(i));
+                }
+            } finally {
+                one.forEach(Sequence::close);
+                two.forEach(Sequence::close);
+            }
+        }
+    }
+
     @Test
     void misusedBranchCallsAreRefusedOrMended() throws Exception {
         try (Gpu gpu = Gpu.open(0)) {
             var ctx = gpu.ctx();
+            int lanes = DS4J_BRANCH_LANES();
+            assertTrue(lanes >= 2, "lanes " + lanes);
             assertEquals(DS4J_ERR_ARG(), ds4j_branch_end(ctx), "an end with no branch open");
-            assertEquals(DS4J_OK(), ds4j_branch_join(ctx), "a join with nothing to join is a no-op");
-            assertEquals(DS4J_OK(), ds4j_branch_begin(ctx));
-            assertEquals(DS4J_ERR_ARG(), ds4j_branch_join(ctx), "a join while the branch is open");
-            // a second begin (a step that failed inside its branch) joins the open one first
-            assertEquals(DS4J_OK(), ds4j_branch_begin(ctx));
+            assertEquals(DS4J_ERR_ARG(), ds4j_branch_begin(ctx, 0), "lane 0 is the context's own stream");
+            assertEquals(DS4J_ERR_ARG(), ds4j_branch_begin(ctx, lanes + 1), "past the last lane");
+            assertEquals(DS4J_ERR_ARG(), ds4j_branch_join(ctx, lanes + 1), "past the last lane");
+            assertEquals(DS4J_OK(), ds4j_branch_join(ctx, 1), "a join with nothing to join is a no-op");
+            assertEquals(DS4J_OK(), ds4j_branch_begin(ctx, 1));
+            assertEquals(DS4J_ERR_ARG(), ds4j_branch_join(ctx, 1), "a join while the branch is open");
+            // a second begin (a step that failed inside its branch) ends the open one first
+            assertEquals(DS4J_OK(), ds4j_branch_begin(ctx, 2));
             assertEquals(DS4J_OK(), ds4j_branch_end(ctx));
-            // the sync joins the ended branch; the context works on one stream again
+            // both lanes ended and unjoined: the sync joins them; the context works on one stream again
             assertEquals(DS4J_OK(), ds4j_ctx_sync(ctx));
             assertEquals(DS4J_ERR_ARG(), ds4j_branch_end(ctx), "nothing left open after the sync");
+            // a lane begun again before its join is joined first
+            assertEquals(DS4J_OK(), ds4j_branch_begin(ctx, 1));
+            assertEquals(DS4J_OK(), ds4j_branch_end(ctx));
+            assertEquals(DS4J_OK(), ds4j_branch_begin(ctx, 1));
+            assertEquals(DS4J_OK(), ds4j_branch_end(ctx));
+            assertEquals(DS4J_OK(), ds4j_branch_join(ctx, 1));
+            assertEquals(DS4J_OK(), ds4j_ctx_sync(ctx));
         }
     }
 }

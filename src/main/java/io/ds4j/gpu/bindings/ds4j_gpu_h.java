@@ -312,6 +312,17 @@ public class ds4j_gpu_h {
         return DS4J_GRAPH_REINSTANTIATED;
     }
 
+    private static final int DS4J_BRANCH_LANES = (int)2L;
+
+    /**
+     * {@snippet lang=c :
+     * #define DS4J_BRANCH_LANES 2
+     * }
+     */
+    public static int DS4J_BRANCH_LANES() {
+        return DS4J_BRANCH_LANES;
+    }
+
     private static final int DS4J_TC_MIN_ROWS = (int)65L;
 
     /**
@@ -1795,7 +1806,8 @@ public class ds4j_gpu_h {
     private static class ds4j_branch_begin {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
-                ds4j_gpu_h.C_POINTER
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT
             );
 
         public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_branch_begin");
@@ -1806,7 +1818,7 @@ public class ds4j_gpu_h {
     /**
      * Function descriptor for:
      * {@snippet lang=c :
-     * int32_t ds4j_branch_begin(ds4j_ctx *ctx)
+     * int32_t ds4j_branch_begin(ds4j_ctx *ctx, int32_t lane)
      * }
      */
     public static FunctionDescriptor ds4j_branch_begin$descriptor() {
@@ -1816,7 +1828,7 @@ public class ds4j_gpu_h {
     /**
      * Downcall method handle for:
      * {@snippet lang=c :
-     * int32_t ds4j_branch_begin(ds4j_ctx *ctx)
+     * int32_t ds4j_branch_begin(ds4j_ctx *ctx, int32_t lane)
      * }
      */
     public static MethodHandle ds4j_branch_begin$handle() {
@@ -1826,7 +1838,7 @@ public class ds4j_gpu_h {
     /**
      * Address for:
      * {@snippet lang=c :
-     * int32_t ds4j_branch_begin(ds4j_ctx *ctx)
+     * int32_t ds4j_branch_begin(ds4j_ctx *ctx, int32_t lane)
      * }
      */
     public static MemorySegment ds4j_branch_begin$address() {
@@ -1835,13 +1847,13 @@ public class ds4j_gpu_h {
 
     /**
      * {@snippet lang=c :
-     * int32_t ds4j_branch_begin(ds4j_ctx *ctx)
+     * int32_t ds4j_branch_begin(ds4j_ctx *ctx, int32_t lane)
      * }
      */
-    public static int ds4j_branch_begin(MemorySegment ctx) {
+    public static int ds4j_branch_begin(MemorySegment ctx, int lane) {
         var mh$ = ds4j_branch_begin.HANDLE;
         try {
-            return (int) mh$.invokeExact(ctx);
+            return (int) mh$.invokeExact(ctx, lane);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
@@ -1905,7 +1917,8 @@ public class ds4j_gpu_h {
     private static class ds4j_branch_join {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
-                ds4j_gpu_h.C_POINTER
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT
             );
 
         public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_branch_join");
@@ -1916,7 +1929,7 @@ public class ds4j_gpu_h {
     /**
      * Function descriptor for:
      * {@snippet lang=c :
-     * int32_t ds4j_branch_join(ds4j_ctx *ctx)
+     * int32_t ds4j_branch_join(ds4j_ctx *ctx, int32_t lane)
      * }
      */
     public static FunctionDescriptor ds4j_branch_join$descriptor() {
@@ -1926,7 +1939,7 @@ public class ds4j_gpu_h {
     /**
      * Downcall method handle for:
      * {@snippet lang=c :
-     * int32_t ds4j_branch_join(ds4j_ctx *ctx)
+     * int32_t ds4j_branch_join(ds4j_ctx *ctx, int32_t lane)
      * }
      */
     public static MethodHandle ds4j_branch_join$handle() {
@@ -1936,7 +1949,7 @@ public class ds4j_gpu_h {
     /**
      * Address for:
      * {@snippet lang=c :
-     * int32_t ds4j_branch_join(ds4j_ctx *ctx)
+     * int32_t ds4j_branch_join(ds4j_ctx *ctx, int32_t lane)
      * }
      */
     public static MemorySegment ds4j_branch_join$address() {
@@ -1945,13 +1958,13 @@ public class ds4j_gpu_h {
 
     /**
      * {@snippet lang=c :
-     * int32_t ds4j_branch_join(ds4j_ctx *ctx)
+     * int32_t ds4j_branch_join(ds4j_ctx *ctx, int32_t lane)
      * }
      */
-    public static int ds4j_branch_join(MemorySegment ctx) {
+    public static int ds4j_branch_join(MemorySegment ctx, int lane) {
         var mh$ = ds4j_branch_join.HANDLE;
         try {
-            return (int) mh$.invokeExact(ctx);
+            return (int) mh$.invokeExact(ctx, lane);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
