@@ -133,7 +133,7 @@ public final class BenchServerCommand implements Callable<Integer> {
                 : ModelStore.ensureVariant(preset, layers, experts, RandomCheckpoint.Storage.parse(dtype), 1, System.err::println);
         Tokenizer tok = Tokenizers.forModel(dir);
         String user = userText(tok);
-        int[] prompt = tok.encode(ChatEncoder.encode(List.of(ChatMessage.user(user)), ChatOptions.defaults()));
+        int[] prompt = tok.encode(ChatEncoder.render(List.of(ChatMessage.user(user)), ChatOptions.defaults()));
         String longer = promptNote(prompt.length, promptTokens, user.split(" ").length == PROMPT_WORDS);
         int maxClients = clients.stream().mapToInt(Integer::intValue).max().orElse(1);
         longUser = longPrompt > 0 ? textOfTokens(tok, longPrompt) : null;
@@ -147,7 +147,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             System.out.printf("bench-server: model %s, backend %s, prompt %d tokens%s, %d generated tokens per request (greedy, ignore_eos), draft %s%n",
                     dir, backend, prompt.length, longer == null ? "" : " (" + longer + ")", maxTokens, draft);
         }
-        longTokens = longUser == null ? 0 : tok.encode(ChatEncoder.encode(List.of(ChatMessage.user(longUser)), ChatOptions.defaults())).length;
+        longTokens = longUser == null ? 0 : tok.encode(ChatEncoder.render(List.of(ChatMessage.user(longUser)), ChatOptions.defaults())).length;
         if (longUser != null) {
             System.out.println(longPromptLine(longTokens, longPrompt));
             String small = longPromptWarning(longTokens, prompt.length);

@@ -142,16 +142,19 @@ public final class GenerateCommand implements Callable<Integer> {
             if (ds != null && ds.maxContext() < context)
                 err.println("draft: its context limit (" + ds.maxContext() + " tokens) is below the context in use (" + context
                         + "): drafts only while the context plus the draft tokens fits in it, then plain decoding");
-            String text = prompt;
+            int[] ids;
             if (chat) {
                 List<ChatMessage> msgs = new ArrayList<>();
                 if (system != null) msgs.add(ChatMessage.system(system));
                 msgs.add(ChatMessage.user(prompt));
                 ChatOptions o = ChatOptions.defaults().withThinking(thinking);
                 if (effort != null) o = o.withReasoningEffort(effort);
-                text = ChatEncoder.encode(msgs, o);
+                // the message is plain text, as the server's: only the template's markers are control tokens
+                ids = tok.encode(ChatEncoder.render(msgs, o));
+            } else {
+                // a plain prompt is the model's input as written, control tokens included (as /v1/completions)
+                ids = tok.encode(prompt);
             }
-            int[] ids = tok.encode(text);
             if (!chat) { // a plain completion starts with BOS, as the model was trained
                 int[] b = new int[ids.length + 1];
                 b[0] = tok.bosId();

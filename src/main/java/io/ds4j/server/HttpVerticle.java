@@ -934,8 +934,10 @@ public final class HttpVerticle extends VerticleBase {
         Tokenizer tok = m.tokenizer();
         // the bound the generation endpoints apply, so that a huge text is refused before it is tokenised
         checkChars(tok, plain, messages, state.maxContext(), plain != null ? field : "messages");
+        // a text is tokenised as a completion's prompt is (its control-token strings are control tokens), messages as a
+        // chat's (only the template's markers are)
         tokenizing(ctx, false, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
-                : tok.encode(ChatEncoder.encode(messages, opts)), result -> {
+                : tok.encode(ChatEncoder.render(messages, opts)), result -> {
             ObjectNode o = Json.object();
             ArrayNode arr = o.putArray("tokens");
             for (int id : result) {
@@ -1120,11 +1122,13 @@ public final class HttpVerticle extends VerticleBase {
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             int ctxLimit = state.maxContext();
             if (chat) {
-                int[] ids = tok.encode(ChatEncoder.encode(g.messages(), g.options()));
+                // what the messages (and tools, schema) hold is plain text: a user cannot write a role marker or an end of
+                // sentence into the prompt; only the template's own markers are control tokens
+                int[] ids = tok.encode(ChatEncoder.render(g.messages(), g.options()));
                 // over the context with tools or a schema written in: how many tokens are theirs, for the message
                 int extras = -1;
                 if (ids.length >= ctxLimit && !renderedBeside(body).isEmpty())
-                    extras = ids.length - tok.encode(ChatEncoder.encode(g.messages(),
+                    extras = ids.length - tok.encode(ChatEncoder.render(g.messages(),
                             g.options().withTools(null).withResponseFormat(null))).length;
                 return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit), extras);
             }
@@ -1134,7 +1138,9 @@ public final class HttpVerticle extends VerticleBase {
             if (g.promptIds() != null) {
                 ids = g.promptIds();
             } else {
-                // like HF/vLLM for DeepSeek: a completion prompt starts with BOS unless it already does
+                // like HF/vLLM for DeepSeek: a completion prompt starts with BOS unless it already does. Its control-token
+                // strings are control tokens: the prompt is the model's whole input as the client writes it (a chat
+                // template it rendered itself, a fill-in-the-middle prompt), with no turns of others in it to protect
                 addedBos = !g.promptText().startsWith(V4Format.BOS);
                 ids = tok.encode(addedBos ? V4Format.BOS + g.promptText() : g.promptText());
             }

@@ -417,7 +417,7 @@ final class Requests {
             }
             if (useTools && tools != null && !tools.isNull()) {
                 o = o.withTools(tools);
-                // the chat template renders each tool's function object whole into the prompt (ChatEncoder.renderTools)
+                // the chat template renders each tool's function object whole into the prompt (ChatEncoder.appendTools)
                 for (JsonNode t : tools) RequestFields.usedWhole(t.get("function"));
             }
             JsonNode rf = b.get("response_format");

@@ -3,18 +3,25 @@ package io.ds4j.text;
 import ai.djl.huggingface.tokenizers.HuggingFaceTokenizer;
 import ai.djl.huggingface.tokenizers.jni.TokenizersLibrary;
 import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonGenerator;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
+import java.io.ByteArrayInputStream;
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.lang.ref.Reference;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collection;
+import java.util.Comparator;
 import java.util.HashMap;
+import java.util.List;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Objects;
@@ -31,6 +38,10 @@ import java.util.OptionalInt;
  * skip_special_tokens=False)}) with no Java-side pre/post-processing (DJL's {@code add_prefix_space},
  * lower-casing and {@code clean_up_tokenization_spaces} handling are not applied). Per-token bytes for
  * streaming come from the vocabulary, read from the same file. Thread-safe; instances live as long as the JVM.
+ *
+ * <p>A chat prompt's supplied text ({@link #encode(PromptText)}) is tokenised by a second native tokenizer made from
+ * the same file without its added tokens, which is what the {@code tokenizers} crate does to text in which special
+ * tokens are not to be parsed; it is made the first time such text holds a control-token string.
  */
 public final class HfTokenizer implements Tokenizer {
     static {
@@ -38,8 +49,14 @@ public final class HfTokenizer implements Tokenizer {
     }
 
     private static final ObjectMapper MAPPER = new ObjectMapper();
+    /** Reads tokenizer files: 128k distinct field names, whose canonicalising (interning) would cost seconds. */
+    private static final JsonFactory FILE_JSON =
+            JsonFactory.builder().configure(JsonFactory.Feature.CANONICALIZE_FIELD_NAMES, false).build();
     private static final String BOS_TEXT = "<｜begin▁of▁sentence｜>";
     private static final String EOS_TEXT = "<｜end▁of▁sentence｜>";
+    /** What the native tokenizers are made with: no post-processor tokens, no truncation, no padding. */
+    private static final Map<String, String> NATIVE_OPTIONS =
+            Map.of("addSpecialTokens", "false", "truncation", "false", "padding", "false");
 
     private final HuggingFaceTokenizer hf;
     private final long handle;
@@ -49,11 +66,18 @@ public final class HfTokenizer implements Tokenizer {
     private final java.util.BitSet control;
     private final int bos, eos;
     private final String source;
+    /** The added tokens' texts by their first character, longest first: the template's markers are found with it. */
+    private final Map<Character, String[]> controlTexts;
+    /** The tokenizer file's bytes, until {@link #plain} is made from them. */
+    private byte[] file;
+    private volatile HuggingFaceTokenizer plain;
 
     private HfTokenizer(HuggingFaceTokenizer hf, byte[][] bytes, Map<String, Integer> byText, java.util.BitSet control,
-                        int bos, int eos, String source) {
+                        Collection<String> controlTexts, byte[] file, int bos, int eos, String source) {
         this.hf = hf;
         this.control = control;
+        this.controlTexts = byFirstChar(controlTexts);
+        this.file = file;
         this.handle = hf.getHandle();
         this.bytes = bytes;
         this.byText = byText;
@@ -83,8 +107,10 @@ public final class HfTokenizer implements Tokenizer {
                 .build());
         Thread.ofPlatform().name("ds4j-tokenizer-load").daemon().start(nativeLoad);
         Parsed parsed;
+        byte[] file;
         try {
-            parsed = Parsed.read(tokenizerJson);
+            file = Files.readAllBytes(tokenizerJson);
+            parsed = Parsed.read(file);
         } catch (IOException | RuntimeException e) {
             closeWhenLoaded(nativeLoad);
             throw new IllegalArgumentException("cannot read tokenizer " + where + ": " + e.getMessage(), e);
@@ -104,7 +130,7 @@ public final class HfTokenizer implements Tokenizer {
             Path configFile = tokenizerJson.resolveSibling("tokenizer_config.json");
             int bos = specialId(v, configFile, "bos_token", BOS_TEXT, tokenizerJson);
             int eos = specialId(v, configFile, "eos_token", EOS_TEXT, tokenizerJson);
-            return new HfTokenizer(hf, v.bytes, v.byText, v.added, bos, eos, source);
+            return new HfTokenizer(hf, v.bytes, v.byText, v.added, parsed.added().keySet(), file, bos, eos, source);
         } catch (RuntimeException e) {
             hf.close();
             throw e;
@@ -131,14 +157,116 @@ public final class HfTokenizer implements Tokenizer {
     @Override
     public int[] encode(String text) {
         Objects.requireNonNull(text, "text");
+        return encode(hf, text);
+    }
+
+    /**
+     * The template's markers are found here (leftmost, longest, as the native tokenizer finds added tokens) in its own
+     * pieces only; the text between two of them, template and supplied alike, is tokenised in one piece, so that the
+     * ids are those of the whole text wherever nothing supplied holds a control-token string. Where the native
+     * tokenizer does find one in such a run, it was supplied (or spans a supplied piece's edge), and the run is
+     * tokenised again without added tokens.
+     */
+    @Override
+    public int[] encode(PromptText prompt) {
+        Objects.requireNonNull(prompt, "prompt");
+        List<int[]> parts = new ArrayList<>();
+        StringBuilder run = new StringBuilder();
+        for (PromptText.Piece p : prompt.pieces()) {
+            String s = p.text();
+            if (!p.template()) {
+                run.append(s);
+                continue;
+            }
+            int from = 0;
+            for (int i = 0; i < s.length(); ) {
+                String marker = controlAt(s, i);
+                if (marker == null) {
+                    i++;
+                    continue;
+                }
+                run.append(s, from, i);
+                encodeRun(run, parts);
+                parts.add(new int[] {byText.get(marker)});
+                i += marker.length();
+                from = i;
+            }
+            run.append(s, from, s.length());
+        }
+        encodeRun(run, parts);
+        int n = 0;
+        for (int[] part : parts) n += part.length;
+        int[] out = new int[n];
+        int at = 0;
+        for (int[] part : parts) {
+            System.arraycopy(part, 0, out, at, part.length);
+            at += part.length;
+        }
+        return out;
+    }
+
+    /** Tokenises the run between two markers (then empties it): as text, or without added tokens where it holds one. */
+    private void encodeRun(StringBuilder run, List<int[]> parts) {
+        if (run.isEmpty()) return;
+        String text = run.toString();
+        run.setLength(0);
+        int[] ids = encode(hf, text);
+        for (int id : ids) {
+            if (isControl(id)) {
+                ids = encode(plain(), text);
+                break;
+            }
+        }
+        parts.add(ids);
+    }
+
+    /** The longest added token's text that starts at s[i], or null. */
+    private String controlAt(String s, int i) {
+        String[] candidates = controlTexts.get(s.charAt(i));
+        if (candidates == null) return null;
+        for (String c : candidates) if (s.startsWith(c, i)) return c;
+        return null;
+    }
+
+    private static Map<Character, String[]> byFirstChar(Collection<String> texts) {
+        Map<Character, List<String>> lists = new HashMap<>();
+        for (String t : texts) if (!t.isEmpty()) lists.computeIfAbsent(t.charAt(0), c -> new ArrayList<>()).add(t);
+        Map<Character, String[]> out = new HashMap<>();
+        lists.forEach((c, l) -> {
+            l.sort(Comparator.comparingInt(String::length).reversed());
+            out.put(c, l.toArray(String[]::new));
+        });
+        return out;
+    }
+
+    /** The native tokenizer without added tokens, made on first use (about a second for DeepSeek's). */
+    private HuggingFaceTokenizer plain() {
+        HuggingFaceTokenizer p = plain;
+        if (p != null) return p;
+        synchronized (this) {
+            if (plain == null) {
+                try {
+                    plain = HuggingFaceTokenizer.newInstance(new ByteArrayInputStream(Parsed.withoutAddedTokens(file)),
+                            NATIVE_OPTIONS);
+                } catch (IOException e) {
+                    throw new UncheckedIOException("cannot make the tokenizer " + source + " without its added tokens: "
+                            + e.getMessage(), e);
+                }
+                file = null;
+            }
+            return plain;
+        }
+    }
+
+    private static int[] encode(HuggingFaceTokenizer with, String text) {
         if (text.isEmpty()) return new int[0];
-        long enc = TokenizersLibrary.LIB.encode(handle, replaceLoneSurrogates(text), false);
+        long enc = TokenizersLibrary.LIB.encode(with.getHandle(), replaceLoneSurrogates(text), false);
         long[] ids;
         try {
             ids = TokenizersLibrary.LIB.getTokenIds(enc);
         } finally {
             TokenizersLibrary.LIB.deleteEncoding(enc);
-            Reference.reachabilityFence(hf); // DJL frees the native tokenizer when hf is finalised
+            Reference.reachabilityFence(with); // DJL frees the native tokenizer when it is finalised
         }
         int[] out = new int[ids.length];
         for (int i = 0; i < ids.length; i++) out[i] = (int) ids[i];
@@ -251,14 +379,12 @@ public final class HfTokenizer implements Tokenizer {
 
     /** What ds4j reads from a tokenizer.json itself: the model vocabulary and the added tokens with their declared ids. */
     private record Parsed(Map<String, Integer> vocab, Map<String, Integer> added) {
-        static Parsed read(Path file) throws IOException {
+        static Parsed read(byte[] file) throws IOException {
             Map<String, Integer> vocab = null;
             Map<String, Integer> added = new LinkedHashMap<>();
             String modelType = null;
             JsonNode decoder = null;
-            // 128k distinct field names: canonicalising (interning) them costs seconds, so it is off
-            JsonFactory factory = JsonFactory.builder().configure(JsonFactory.Feature.CANONICALIZE_FIELD_NAMES, false).build();
-            try (JsonParser p = factory.createParser(Files.readAllBytes(file))) {
+            try (JsonParser p = FILE_JSON.createParser(file)) {
                 if (p.nextToken() != JsonToken.START_OBJECT) throw new IOException("not a JSON object");
                 while (p.nextToken() == JsonToken.FIELD_NAME) {
                     String name = p.currentName();
@@ -271,6 +397,7 @@ public final class HfTokenizer implements Tokenizer {
                                 if (!t.path("id").isInt() || !t.path("content").isTextual()) throw new IOException("bad added token " + t);
                                 added.put(t.get("content").asText(), t.get("id").asInt());
                             }
+
                         }
                         case "decoder" -> decoder = MAPPER.readTree(p);
                         case "model" -> {
@@ -302,6 +429,29 @@ public final class HfTokenizer implements Tokenizer {
                         + " is not supported (need a ByteLevel decoder, i.e. a byte-level BPE tokenizer)");
             }
             return new Parsed(vocab, added);
+        }
+
+        /** A tokenizer.json (known to be a JSON object) with an empty added_tokens array; everything else as it is. */
+        static byte[] withoutAddedTokens(byte[] file) throws IOException {
+            java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream(file.length);
+            try (JsonParser p = FILE_JSON.createParser(file); JsonGenerator g = FILE_JSON.createGenerator(out)) {
+                p.nextToken();
+                g.writeStartObject();
+                while (p.nextToken() == JsonToken.FIELD_NAME) {
+                    String name = p.currentName();
+                    p.nextToken();
+                    g.writeFieldName(name);
+                    if (name.equals("added_tokens")) {
+                        p.skipChildren();
+                        g.writeStartArray();
+                        g.writeEndArray();
+                    } else {
+                        g.copyCurrentStructure(p);
+                    }
+                }
+                g.writeEndObject();
+            }
+            return out.toByteArray();
         }
     }
 

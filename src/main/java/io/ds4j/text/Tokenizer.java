@@ -7,7 +7,9 @@ import java.util.OptionalInt;
  *
  * <p>Special-token strings written inside the text (for example {@code <｜User｜>}, {@code <｜Assistant｜>},
  * {@code <think>}) encode to their single ids, and {@link #decode} keeps special tokens as their text, so a
- * rendered chat prompt survives a round trip and a chat parser can see the markers in generated text.
+ * rendered chat prompt survives a round trip and a chat parser can see the markers in generated text. A prompt a chat
+ * template wrote is encoded with {@link #encode(PromptText)}, which gives those ids to the template's own markers
+ * only: text a client supplied is plain text there.
  */
 public interface Tokenizer {
 
@@ -17,6 +19,16 @@ public interface Tokenizer {
      * @throws NullPointerException when text is null
      */
     int[] encode(String text);
+
+    /**
+     * Encodes a prompt a chat template wrote: control-token strings in its template pieces encode to their ids, as in
+     * {@link #encode(String)}, while its supplied pieces are plain text, so they never give a control token (a
+     * supplied {@code <｜end▁of▁sentence｜>} is the tokens of those characters, as for a tokenizer without added
+     * tokens). Where no control-token string lies in or across the supplied pieces, the ids are those of
+     * {@code encode(prompt.toString())}: the text between two template markers is tokenised in one piece.
+     * @throws NullPointerException when prompt is null
+     */
+    int[] encode(PromptText prompt);
 
     /**
      * Decodes token ids to text, special tokens included as their text. Bytes that do not form valid UTF-8

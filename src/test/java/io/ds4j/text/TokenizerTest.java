@@ -128,7 +128,8 @@ class TokenizerTest {
         assertEquals("", tok.decode(new int[0]));
         assertEquals("a\uFFFDb\uFFFD", tok.decode(tok.encode("a\uD800b\uDC00")), "lone surrogates become U+FFFD");
         assertEquals("x😀y", tok.decode(tok.encode("x😀y")));
-        assertThrows(NullPointerException.class, () -> tok.encode(null));
+        assertThrows(NullPointerException.class, () -> tok.encode((String) null));
+        assertThrows(NullPointerException.class, () -> tok.encode((PromptText) null));
     }
 
     private static String lossy(int[] ids) {

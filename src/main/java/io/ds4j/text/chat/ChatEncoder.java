@@ -1,6 +1,7 @@
 package io.ds4j.text.chat;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.text.PromptText;
 import io.ds4j.text.chat.ChatMessage.Role;
 import io.ds4j.text.chat.ChatMessage.ToolCall;
 import java.util.ArrayList;
@@ -11,7 +12,9 @@ import java.util.Map;
 /**
  * Renders a conversation into the DeepSeek-V4 prompt text, following {@code encode_messages} of DeepSeek's
  * {@code encoding/encoding_dsv4.py} (see {@code package-info.java} for the rules and the few documented deviations).
- * The result starts with the BOS text and is meant for the tokenizer as is.
+ * The result starts with the BOS text. {@link #render} keeps apart the template's own text and what the messages,
+ * tools and response format supplied, which the tokenizer takes as plain text ({@code Tokenizer.encode(PromptText)}):
+ * a message holding {@code <｜User｜>} cannot open a turn of its own.
  */
 public final class ChatEncoder {
     private ChatEncoder() {}
@@ -44,7 +47,7 @@ public final class ChatEncoder {
     }
 
     /**
-     * Encodes a conversation.
+     * Encodes a conversation to its text (the text of {@link #render}).
      *
      * @param messages the conversation (may be empty)
      * @param options mode, effort, tools, response format and the other switches
@@ -52,6 +55,19 @@ public final class ChatEncoder {
      * @throws ChatFormatException for a message the format cannot carry (a developer message without content)
      */
     public static String encode(List<ChatMessage> messages, ChatOptions options) {
+        return render(messages, options).toString();
+    }
+
+    /**
+     * Renders a conversation as the prompt to tokenise: the format's markup and fixed texts are template pieces; message
+     * contents, reasoning, tool-call names and arguments, tool results, tool definitions and the response format are
+     * supplied pieces.
+     *
+     * @param messages the conversation (may be empty)
+     * @param options mode, effort, tools, response format and the other switches
+     * @throws ChatFormatException for a message the format cannot carry (a developer message without content)
+     */
+    public static PromptText render(List<ChatMessage> messages, ChatOptions options) {
         if (options == null) options = ChatOptions.defaults();
         for (int i = 0; i < messages.size(); i++) {
             ChatMessage m = messages.get(i);
@@ -67,10 +83,10 @@ public final class ChatEncoder {
         boolean drop = options.dropEarlierReasoning() && !options.hasTools();
         if (options.thinking() && drop) turns = dropEarlierReasoning(turns);
 
-        StringBuilder out = new StringBuilder(V4Format.BOS);
+        PromptText out = new PromptText().template(V4Format.BOS);
         int lastUser = lastUserIndex(turns);
         for (int i = 0; i < turns.size(); i++) render(turns, i, lastUser, drop, options, out);
-        return out.toString();
+        return out;
     }
 
     /**
@@ -166,38 +182,38 @@ public final class ChatEncoder {
 
     /** The reference's {@code render_message} for turn {@code i}. */
     private static void render(List<Turn> turns, int i, int lastUser, boolean drop, ChatOptions options,
-                               StringBuilder out) {
+                               PromptText out) {
         Turn t = turns.get(i);
-        if (i == 0 && options.thinking()) out.append(options.revision().effortPreamble(options.reasoningEffort()));
+        if (i == 0 && options.thinking()) out.template(options.revision().effortPreamble(options.reasoningEffort()));
 
         switch (t.role) {
             case SYSTEM -> {
-                out.append(orEmpty(t.content));
+                out.supplied(orEmpty(t.content));
                 appendAttachments(t, options, out);
             }
             case DEVELOPER -> {
-                out.append(V4Format.USER).append(t.content);
+                out.template(V4Format.USER).supplied(t.content);
                 appendAttachments(t, options, out);
             }
             case USER -> {
-                out.append(V4Format.USER);
+                out.template(V4Format.USER);
                 for (int b = 0; b < t.blocks.size(); b++) {
-                    if (b > 0) out.append("\n\n");
+                    if (b > 0) out.template("\n\n");
                     Block block = t.blocks.get(b);
                     if (block.toolResult()) {
-                        out.append(V4Format.TOOL_RESULT_OPEN).append(block.text()).append(V4Format.TOOL_RESULT_CLOSE);
+                        out.template(V4Format.TOOL_RESULT_OPEN).supplied(block.text()).template(V4Format.TOOL_RESULT_CLOSE);
                     } else {
-                        out.append(block.text());
+                        out.supplied(block.text());
                     }
                 }
             }
             case ASSISTANT -> {
                 if (options.thinking() && (!drop || i > lastUser)) {
-                    out.append(orEmpty(t.reasoning)).append(V4Format.THINK_END);
+                    out.supplied(orEmpty(t.reasoning)).template(V4Format.THINK_END);
                 }
-                out.append(orEmpty(t.content));
+                out.supplied(orEmpty(t.content));
                 if (!t.calls.isEmpty()) appendToolCalls(t.calls, out);
-                out.append(V4Format.EOS);
+                out.template(V4Format.EOS);
             }
             case TOOL -> throw new IllegalStateException("tool turns are merged into user turns");
         }
@@ -205,40 +221,43 @@ public final class ChatEncoder {
         boolean last = i == turns.size() - 1;
         if (!last && turns.get(i + 1).role != Role.ASSISTANT) return;
         if (t.userLike() && (!last || options.addGenerationPrompt())) {
-            out.append(V4Format.ASSISTANT);
+            out.template(V4Format.ASSISTANT);
             boolean think = options.thinking() && (!drop || i >= lastUser);
-            out.append(think ? V4Format.THINK_START : V4Format.THINK_END);
+            out.template(think ? V4Format.THINK_START : V4Format.THINK_END);
         }
     }
 
-    private static void appendAttachments(Turn t, ChatOptions options, StringBuilder out) {
-        if (t.withTools) out.append("\n\n").append(renderTools(options.tools()));
+    private static void appendAttachments(Turn t, ChatOptions options, PromptText out) {
+        if (t.withTools) {
+            out.template("\n\n");
+            appendTools(options.tools(), out);
+        }
         if (t.withResponseFormat) {
-            out.append("\n\n").append(V4Format.RESPONSE_FORMAT_HEAD).append(PythonJson.dumps(options.responseFormat()));
+            out.template("\n\n" + V4Format.RESPONSE_FORMAT_HEAD).supplied(PythonJson.dumps(options.responseFormat()));
         }
     }
 
-    /** The tools preamble with one {@code json.dumps} line per tool's {@code function} object. */
-    static String renderTools(JsonNode tools) {
-        StringBuilder out = new StringBuilder(V4Format.TOOLS_HEAD);
+    /** The tools preamble with one {@code json.dumps} line per tool's {@code function} object (the request's). */
+    private static void appendTools(JsonNode tools, PromptText out) {
+        out.template(V4Format.TOOLS_HEAD);
         for (int i = 0; i < tools.size(); i++) {
-            if (i > 0) out.append('\n');
-            out.append(PythonJson.dumps(tools.get(i).get("function")));
+            if (i > 0) out.template("\n");
+            out.supplied(PythonJson.dumps(tools.get(i).get("function")));
         }
-        return out.append(V4Format.TOOLS_TAIL).toString();
+        out.template(V4Format.TOOLS_TAIL);
     }
 
     /** {@code \n\n<｜DSML｜tool_calls>\n<invoke>\n<invoke>...\n</｜DSML｜tool_calls>}. */
-    private static void appendToolCalls(List<ToolCall> calls, StringBuilder out) {
-        out.append("\n\n").append(V4Format.TOOL_CALLS_OPEN).append('\n');
+    private static void appendToolCalls(List<ToolCall> calls, PromptText out) {
+        out.template("\n\n" + V4Format.TOOL_CALLS_OPEN + "\n");
         for (int c = 0; c < calls.size(); c++) {
-            if (c > 0) out.append('\n');
+            if (c > 0) out.template("\n");
             ToolCall call = calls.get(c);
-            out.append(V4Format.INVOKE_OPEN).append(" name=\"").append(call.name()).append("\">\n");
+            out.template(V4Format.INVOKE_OPEN + " name=\"").supplied(call.name()).template("\">\n");
             appendParameters(call.arguments(), out);
-            out.append('\n').append(V4Format.INVOKE_CLOSE);
+            out.template("\n" + V4Format.INVOKE_CLOSE);
         }
-        out.append('\n').append(V4Format.TOOL_CALLS_CLOSE);
+        out.template("\n" + V4Format.TOOL_CALLS_CLOSE);
     }
 
     /**
@@ -246,7 +265,7 @@ public final class ChatEncoder {
      * JSON with {@code string="false"}. Arguments that are not a JSON object become one string parameter named
      * {@code arguments} holding the raw text (the reference does this for text that is not JSON).
      */
-    private static void appendParameters(String arguments, StringBuilder out) {
+    private static void appendParameters(String arguments, PromptText out) {
         JsonNode parsed = PythonJson.parseOrNull(arguments);
         if (parsed == null || !parsed.isObject()) {
             appendParameter("arguments", true, arguments, out);
@@ -254,7 +273,7 @@ public final class ChatEncoder {
         }
         boolean first = true;
         for (Map.Entry<String, JsonNode> e : parsed.properties()) {
-            if (!first) out.append('\n');
+            if (!first) out.template("\n");
             first = false;
             JsonNode v = e.getValue();
             if (v.isTextual()) {
@@ -265,9 +284,10 @@ public final class ChatEncoder {
         }
     }
 
-    private static void appendParameter(String name, boolean isString, String value, StringBuilder out) {
-        out.append(V4Format.PARAMETER_OPEN).append(" name=\"").append(name).append("\" string=\"")
-                .append(isString ? "true" : "false").append("\">").append(value).append(V4Format.PARAMETER_CLOSE);
+    private static void appendParameter(String name, boolean isString, String value, PromptText out) {
+        out.template(V4Format.PARAMETER_OPEN + " name=\"").supplied(name)
+                .template("\" string=\"" + (isString ? "true" : "false") + "\">").supplied(value)
+                .template(V4Format.PARAMETER_CLOSE);
     }
 
     private static String orEmpty(String s) {

@@ -52,6 +52,10 @@
  *   <li>{@code addGenerationPrompt=false} leaves out the {@code <｜Assistant｜>} + think token after a final user
  *       turn; the file always writes it.</li>
  *   <li>Null user or tool content renders as empty text (the file would fail or print "None").</li>
+ *   <li>What the messages, tools and response format supply is plain text to the tokenizer
+ *       ({@link io.ds4j.text.chat.ChatEncoder#render}): the file returns one string, which tokenised whole turns a
+ *       message's {@code <｜User｜>} or {@code <｜end▁of▁sentence｜>} into the control token. Prompts without such
+ *       strings in supplied text get the same tokens either way.</li>
  *   <li>Not supported: the file's internal {@code task} tokens and the {@code latest_reminder} role, and
  *       continuing a final assistant message without EOS ({@code wo_eos}).</li>
  *   <li>The parser is lenient where {@code parse_message_from_completion_text} raises: see {@link
