@@ -111,6 +111,11 @@ class BadInputTest {
         expect("/v1/chat/completions", chat("\"chat_template_kwargs\":{\"thinking\":\"on\"}"), 400, "chat_template_kwargs.thinking");
         expect("/v1/chat/completions", "{\"messages\":\"hello\"}", 400, "messages");
         expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content");
+        // an empty array of content parts is no content (OpenAI refuses it too); a part with empty text is empty text
+        JsonNode empty = expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[]}]}", 400, "messages[0].content");
+        assertTrue(empty.get("message").asText().contains("empty array"), empty.toString());
+        assertEquals(200, server.post("/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"\"}]}],\"max_tokens\":1}").status());
         expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0].role");
         expect("/v1/chat/completions", "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role");
         expect("/v1/chat/completions", "{\"model\":\"scripted\"}", 400, "messages");

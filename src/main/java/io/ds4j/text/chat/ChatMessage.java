@@ -259,6 +259,10 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         if (!node.isArray())
             throw new ChatFormatException(path, nullable ? "must be a string, an array of content parts or null"
                     : "must be a string or an array of content parts");
+        // as in OpenAI's API: an array of parts has at least one; an empty one is most likely content the client lost
+        if (node.isEmpty())
+            throw new ChatFormatException(path, "is an empty array: an array of content parts needs at least one part"
+                    + (nullable ? " (an assistant message with tool_calls may leave content null)" : ""));
         StringBuilder text = new StringBuilder();
         for (int i = 0; i < node.size(); i++) {
             JsonNode part = node.get(i);

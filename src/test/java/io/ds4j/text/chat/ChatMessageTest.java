@@ -55,6 +55,17 @@ class ChatMessageTest {
                 error("[{\"role\": \"user\", \"content\": 5}]"));
         assertEquals("messages[0].content: must be a string, an array of content parts or null",
                 error("[{\"role\": \"assistant\", \"content\": 5}]"));
+        // an array of content parts has at least one, whatever the role
+        for (String role : new String[]{"system", "developer", "user"})
+            assertEquals("messages[0].content: is an empty array: an array of content parts needs at least one part",
+                    error("[{\"role\": \"" + role + "\", \"content\": []}]"), role);
+        assertEquals("messages[1].content: is an empty array: an array of content parts needs at least one part (an assistant"
+                + " message with tool_calls may leave content null)",
+                error("[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": [], \"tool_calls\": "
+                        + "[{\"id\": \"c1\", \"function\": {\"name\": \"f\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"r\"}]"));
+        assertEquals("messages[2].content: is an empty array: an array of content parts needs at least one part",
+                error("[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+                        + "[{\"id\": \"c1\", \"function\": {\"name\": \"f\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": []}]"));
         assertEquals("messages[0].tool_calls[0].function.name: must be a non-empty string",
                 error("[{\"role\": \"assistant\", \"tool_calls\": [{\"type\": \"function\", \"function\": {\"arguments\": \"{}\"}}]}]"));
         assertEquals("messages[0].tool_calls: only assistant messages carry tool calls",
@@ -65,6 +76,14 @@ class ChatMessageTest {
                 error("[{\"role\": \"assistant\", \"content\": \"x\", \"reasoning_content\": 1}]"));
         assertEquals("messages: must be an array",
                 assertThrows(ChatFormatException.class, () -> ChatMessage.listFromOpenAi(json("{}"))).getMessage());
+    }
+
+    @Test
+    void aPartWithEmptyTextIsEmptyContent() throws Exception {
+        List<ChatMessage> m = ChatMessage.listFromOpenAi(json("[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"\"}]}]"));
+        assertEquals("", m.get(0).content());
+        assertEquals(V4Format.BOS + V4Format.USER + V4Format.ASSISTANT + V4Format.THINK_END,
+                ChatEncoder.encode(m, ChatOptions.defaults()));
     }
 
     @Test
