@@ -164,7 +164,8 @@ public final class HttpVerticle extends VerticleBase {
         ServerConfig cfg = state.config();
         heads = new HeadDeadline(vertx, () -> state.config().headerReadTimeoutMs());
         // port 0 with several instances: -1 makes them share one random port (Vert.x convention)
-        server = heads.server(cfg.host(), cfg.port() == 0 ? -1 : cfg.port(), r, this::invalidRequest);
+        server = heads.server(cfg.host(), cfg.port() == 0 ? -1 : cfg.port(), r, this::invalidRequest,
+                code -> state.metrics().rejected(code));
         return server.listen().onSuccess(s -> state.port(s.actualPort()));
     }
 
@@ -180,8 +181,10 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * The answer of both fronts (a single server, a cluster gateway) to a request Vert.x could not parse (a bad
-     * Content-Length, a header line it cannot read, an over-long request line or header): the OpenAI error body with
-     * 400 {@code invalid_header} (414 {@code uri_too_long} for a request line past {@link HeadDeadline#MAX_REQUEST_LINE}),
+     * Content-Length, a header line it cannot read, an over-long request line or header) or whose framing
+     * {@link RequestFraming} refuses: the OpenAI error body with 400 {@code invalid_header} (414 {@code uri_too_long}
+     * for a request line past {@link HeadDeadline#MAX_REQUEST_LINE}, 501 {@code unsupported_transfer_encoding} for a
+     * transfer coding other than chunked),
      * or 401 where API keys are set and the request's key is not among them, the connection closed after it, one INFO
      * line; a connection that closed in the middle of its head gets no answer and
      * a DEBUG line.
@@ -202,6 +205,11 @@ public final class HttpVerticle extends VerticleBase {
             req.response().putHeader("WWW-Authenticate", "Bearer");
             e = new ApiException(401, "invalid_request_error", "invalid_api_key", null,
                     "invalid API key: the request headers cannot be read (" + why + ")", null);
+        } else if (cause instanceof RequestFraming.Refused framing) {
+            // a body whose length is ambiguous (Content-Length with Transfer-Encoding, ...): 400, or 501 for a transfer
+            // coding this server does not decode
+            e = new ApiException(framing.status, "invalid_request_error", framing.code, null,
+                    "the request cannot be read: " + why, null);
         } else if (cause instanceof io.netty.handler.codec.http.TooLongHttpLineException) {
             // Netty's decoder raises this for the request line only (a header past its limit is a
             // TooLongHttpHeaderException); a long target is the usual cause, so the answer is HTTP's 414

@@ -296,6 +296,41 @@ public final class FrontChecks {
         assertTrue(ok.startsWith("HTTP/1.1 204"), ok);
     }
 
+    /**
+     * A request whose body's length is ambiguous — Content-Length with Transfer-Encoding, a Transfer-Encoding that does
+     * not end with chunked, one in an HTTP/1.0 request — gets 400 {@code invalid_header} (501
+     * {@code unsupported_transfer_encoding} for a coding other than chunked) and its connection closed, and the request
+     * that follows it on the connection (one hidden in its body, as a proxy in front may frame it) is not answered; from
+     * a single server and a cluster gateway alike.
+     */
+    public static void ambiguousFramingIsRefusedAndNothingAfterItServed(int port) throws Exception {
+        String hidden = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", chunks = "0\r\n\r\n";
+        String[][] cases = {
+            {"1.1", "Content-Length: " + (chunks.length() + hidden.length()) + "\r\nTransfer-Encoding: chunked\r\n", "400", "invalid_header"},
+            {"1.1", "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n", "400", "invalid_header"},
+            {"1.1", "Transfer-Encoding: xchunked\r\n", "400", "invalid_header"},
+            {"1.1", "Transfer-Encoding: chunked, gzip\r\n", "400", "invalid_header"},
+            {"1.0", "Transfer-Encoding: chunked\r\n", "400", "invalid_header"},
+            {"1.1", "Transfer-Encoding: gzip, chunked\r\n", "501", "unsupported_transfer_encoding"}};
+        for (String[] c : cases) {
+            String what = "HTTP/" + c[0] + " " + c[1].trim().replace("\r\n", ", ");
+            String a;
+            try (Socket s = new Socket("127.0.0.1", port)) {
+                s.setSoTimeout(PROMPT_MS);
+                s.getOutputStream().write(("GET /health HTTP/" + c[0] + "\r\nHost: x\r\n" + c[1] + "\r\n" + chunks + hidden)
+                        .getBytes(StandardCharsets.US_ASCII));
+                // read to the end: a connection left open fails here
+                a = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            }
+            assertTrue(a.startsWith("HTTP/" + c[0] + " " + c[2] + " "), what + ": " + a);
+            assertEquals(1, java.util.regex.Pattern.compile("HTTP/1\\.[01] \\d{3} ").matcher(a).results().count(),
+                    what + ": one answer only: " + a);
+            assertTrue(a.toLowerCase(Locale.ROOT).contains("\r\nconnection: close\r\n"), what + ": " + a);
+            JsonNode e = Json.MAPPER.readTree(a.substring(a.indexOf("\r\n\r\n") + 4)).get("error");
+            assertEquals(c[3], e.get("code").asText(), what + ": " + a);
+        }
+    }
+
     /** The raw answer to a request without a body, read to the end (the connection closes after it). */
     static String raw(int port, String method, String path) throws Exception {
         return raw(port, method, path, "");

@@ -119,6 +119,11 @@ class GatewayHttpTest {
     }
 
     @Test
+    void aRequestWhoseBodyLengthIsAmbiguousIsRefusedAndItsConnectionClosed() throws Exception {
+        FrontChecks.ambiguousFramingIsRefusedAndNothingAfterItServed(node.port());
+    }
+
+    @Test
     void anOverLongRequestLineIsA414WithTheErrorBody() throws Exception {
         FrontChecks.overLongRequestLineIsA414WithTheErrorBody(node.port());
     }

@@ -1,0 +1,239 @@
+package io.ds4j.server;
+
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
+import io.netty.channel.ChannelDuplexHandler;
+import io.netty.channel.ChannelFutureListener;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelPipeline;
+import io.netty.channel.ChannelPromise;
+import io.netty.handler.codec.DecoderResult;
+import io.netty.handler.codec.http.DefaultFullHttpResponse;
+import io.netty.handler.codec.http.FullHttpResponse;
+import io.netty.handler.codec.http.HttpContent;
+import io.netty.handler.codec.http.HttpHeaderNames;
+import io.netty.handler.codec.http.HttpHeaderValues;
+import io.netty.handler.codec.http.HttpMessage;
+import io.netty.handler.codec.http.HttpRequest;
+import io.netty.handler.codec.http.HttpResponse;
+import io.netty.handler.codec.http.HttpResponseStatus;
+import io.netty.handler.codec.http.HttpVersion;
+import io.netty.handler.codec.http.LastHttpContent;
+import io.netty.util.ReferenceCountUtil;
+import io.vertx.core.http.HttpConnection;
+import io.vertx.core.http.HttpServerOptions;
+import io.vertx.core.http.impl.VertxHttpRequestDecoder;
+import io.vertx.core.net.impl.ConnectionBase;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.nio.channels.ClosedChannelException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.function.Consumer;
+
+/**
+ * Refuses a request whose body cannot be framed beyond doubt, the ground of request smuggling (a proxy in front that
+ * frames the bytes otherwise sees one request where this server sees two): Content-Length together with
+ * Transfer-Encoding, a Transfer-Encoding that does not end with {@code chunked} or names it twice, one in an HTTP/1.0
+ * request, and a chunked body that cannot be read (a chunk size that is no hexadecimal number, a line too long). Each
+ * gets 400 with an OpenAI error and its connection closed, as RFC 9112 (sections 6.1 and 6.3) asks, since the bytes
+ * after it cannot be told from a next request; a transfer coding other than chunked (gzip, ...) gets 501. Netty
+ * accepts all of these: it drops the Content-Length of a chunked HTTP/1.1 request and decodes the chunks, takes the
+ * Content-Length where the last coding is another, and closes the connection without an answer at a bad chunk.
+ *
+ * <p>A refused head goes to the front's handler for requests Vert.x could not read, so it is answered as those are
+ * ({@link HttpVerticle#answerUndecodable}). A bad chunk comes after its head was handed on: it is answered here, once
+ * the answers to the requests before it are written, unless this request's answer has begun (a 413 for a body too large,
+ * a 401), after which the connection is closed.
+ *
+ * <p>Both pieces are Netty handlers put into each connection's pipeline when it opens (the HTTP server's connection
+ * handler, before any byte is read): Vert.x has no option for them. The decoder is Vert.x's own with one method
+ * overridden, the one Netty provides for a request with both headers.
+ */
+final class RequestFraming {
+    private static final Logger LOG = LoggerFactory.getLogger(RequestFraming.class);
+    private static volatile boolean warned;
+
+    private RequestFraming() {}
+
+    /** Why a request's framing is refused: the status of the answer, its error code and the reason. */
+    static final class Refused extends RuntimeException {
+        final int status;
+        final String code;
+
+        Refused(int status, String code, String message) {
+            super(message, null, false, false);
+            this.status = status;
+            this.code = code;
+        }
+    }
+
+    private static final String BOTH_LENGTHS = "it has both Content-Length and Transfer-Encoding, so its body's length is"
+            + " ambiguous: send one of them";
+
+    /**
+     * Puts the checks into a connection's pipeline: its decoder replaced by one that refuses a chunked request with a
+     * Content-Length, and a handler in front of Vert.x's. Where the connection is not the kind expected (a Vert.x whose
+     * internals changed), says so once at WARN and leaves it as it is.
+     * @param options  the options the HTTP server was made with (the decoder's limits)
+     * @param rejected counts a refused chunked body under its error code
+     */
+    static void install(HttpConnection connection, HttpServerOptions options, Consumer<String> rejected) {
+        ChannelPipeline p = connection instanceof ConnectionBase c ? c.channelHandlerContext().pipeline() : null;
+        if (p == null || !(p.get("httpDecoder") instanceof VertxHttpRequestDecoder) || p.get("handler") == null) {
+            if (!warned) {
+                warned = true;
+                LOG.warn("this Vert.x's HTTP connections are not built as expected: requests with both Content-Length and"
+                        + " Transfer-Encoding, or a malformed chunked body, are handled by Netty's defaults");
+            }
+            return;
+        }
+        p.replace("httpDecoder", "httpDecoder", new Decoder(options));
+        p.addBefore("handler", "ds4jFraming", new Guard(rejected));
+    }
+
+    /** Vert.x's request decoder, with a chunked HTTP/1.1 request that also has a Content-Length made invalid. */
+    private static final class Decoder extends VertxHttpRequestDecoder {
+        Decoder(HttpServerOptions options) {
+            super(options);
+        }
+
+        @Override
+        protected void handleTransferEncodingChunkedWithContentLength(HttpMessage message) {
+            super.handleTransferEncodingChunkedWithContentLength(message);
+            message.setDecoderResult(DecoderResult.failure(new Refused(400, "invalid_header", BOTH_LENGTHS)));
+        }
+    }
+
+    /**
+     * What a head's framing headers say is wrong, or null: Netty has decided how to read its body by then, and the
+     * cases it reads where it should refuse are refused here (the connection closes after the answer, so its reading
+     * does not matter).
+     */
+    static Refused check(HttpRequest req) {
+        List<String> values = req.headers().getAll(HttpHeaderNames.TRANSFER_ENCODING);
+        if (values.isEmpty()) return null;
+        if (req.protocolVersion().equals(HttpVersion.HTTP_1_0))
+            return new Refused(400, "invalid_header", "it is an HTTP/1.0 request with a Transfer-Encoding, which HTTP/1.0"
+                    + " does not have: send the body with a Content-Length");
+        if (req.headers().contains(HttpHeaderNames.CONTENT_LENGTH)) return new Refused(400, "invalid_header", BOTH_LENGTHS);
+        List<String> codings = new ArrayList<>();
+        for (String v : values) {
+            for (String element : v.split(",", -1)) {
+                int semi = element.indexOf(';');
+                String coding = (semi >= 0 ? element.substring(0, semi) : element).trim().toLowerCase(Locale.ROOT);
+                if (!coding.isEmpty()) codings.add(coding);
+            }
+        }
+        String all = String.join(", ", values);
+        String shown = all.length() > 64 ? all.substring(0, 64) + "..." : all;
+        if (codings.isEmpty() || !codings.getLast().equals("chunked"))
+            return new Refused(400, "invalid_header", "its Transfer-Encoding '" + shown + "' does not end with chunked, so"
+                    + " its body's length cannot be told: send the body chunked or with a Content-Length");
+        if (codings.indexOf("chunked") < codings.size() - 1)
+            return new Refused(400, "invalid_header", "its Transfer-Encoding '" + shown + "' names chunked more than once");
+        for (String c : codings)
+            if (!c.equals("chunked"))
+                return new Refused(501, "unsupported_transfer_encoding", "the transfer coding '" + (c.length() > 64
+                        ? c.substring(0, 64) + "..." : c) + "' is not supported: send the body chunked alone or with a"
+                        + " Content-Length");
+        return null;
+    }
+
+    /**
+     * Between the decoder and Vert.x: refuses heads by their framing headers ({@link #check}) and answers a chunked body
+     * that cannot be read. It counts the heads that came and the answers written (an answer is begun by a head of status
+     * 200 or more, 100 Continue aside, and ended by its last content), to know whether the request with the bad body is
+     * the one being answered.
+     */
+    private static final class Guard extends ChannelDuplexHandler {
+        private final Consumer<String> rejected;
+        private int heads, answered;
+        private boolean answering;
+        /**
+         * Set once a head was refused (by Netty or here) or a body could not be read: nothing after it is handed on, as
+         * its bytes cannot be told from a next request (a request smuggled in a body would be answered otherwise).
+         */
+        private boolean discarding;
+        private HttpVersion version = HttpVersion.HTTP_1_1;
+        /** Why the current request's body cannot be read, once it cannot. */
+        private Refused broken;
+        /** Set when the connection is being closed: nothing more is written. */
+        private boolean closing;
+
+        Guard(Consumer<String> rejected) {
+            this.rejected = rejected;
+        }
+
+        @Override
+        public void channelRead(ChannelHandlerContext ctx, Object msg) {
+            if (discarding) {
+                ReferenceCountUtil.release(msg);
+                return;
+            }
+            if (msg instanceof HttpRequest req) {
+                heads++;
+                version = req.protocolVersion();
+                if (req.decoderResult().isSuccess()) {
+                    Refused r = check(req);
+                    if (r != null) req.setDecoderResult(DecoderResult.failure(r));
+                }
+                // Vert.x answers a refused head as a request it could not read, and closes the connection after it
+                discarding = !req.decoderResult().isSuccess();
+            } else if (msg instanceof HttpContent content && !content.decoderResult().isSuccess()) {
+                Throwable cause = content.decoderResult().cause();
+                ReferenceCountUtil.release(msg);
+                broken = new Refused(400, "invalid_chunked_body", "the request's chunked body cannot be read: "
+                        + HttpVerticle.decodeProblem(cause));
+                discarding = true;
+                settle(ctx);
+                return;
+            }
+            ctx.fireChannelRead(msg);
+        }
+
+        @Override
+        public void write(ChannelHandlerContext ctx, Object msg, ChannelPromise promise) {
+            if (closing) {
+                ReferenceCountUtil.release(msg);
+                promise.tryFailure(new ClosedChannelException());
+                return;
+            }
+            if (msg instanceof HttpResponse r && r.status().code() >= 200) answering = true;
+            boolean ends = answering && msg instanceof LastHttpContent;
+            ctx.write(msg, promise);
+            if (ends) {
+                answering = false;
+                answered++;
+                if (broken != null) settle(ctx);
+            }
+        }
+
+        /**
+         * After a bad chunk: answers it once every earlier request is answered and this one's answer has not begun, or
+         * closes the connection once this one's answer (begun before the chunk came) is written; else waits for the
+         * next answer to end.
+         */
+        private void settle(ChannelHandlerContext ctx) {
+            if (answered >= heads) {
+                closing = true;
+                ctx.writeAndFlush(Unpooled.EMPTY_BUFFER).addListener(ChannelFutureListener.CLOSE);
+            } else if (answered == heads - 1 && !answering) {
+                rejected.accept(broken.code);
+                LOG.info("malformed HTTP request rejected with {}: {}", broken.status, broken.getMessage());
+                ApiException e = new ApiException(broken.status, "invalid_request_error", broken.code, null,
+                        broken.getMessage(), null);
+                ByteBuf body = Unpooled.copiedBuffer(Json.write(e.body()), StandardCharsets.UTF_8);
+                FullHttpResponse resp = new DefaultFullHttpResponse(version, HttpResponseStatus.valueOf(broken.status), body);
+                resp.headers().set(HttpHeaderNames.CONTENT_TYPE, HttpHeaderValues.APPLICATION_JSON)
+                        .set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE)
+                        .setInt(HttpHeaderNames.CONTENT_LENGTH, body.readableBytes());
+                ctx.writeAndFlush(resp).addListener(ChannelFutureListener.CLOSE);
+                closing = true;
+            }
+        }
+    }
+}

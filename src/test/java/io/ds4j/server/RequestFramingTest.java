@@ -1,0 +1,168 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.io.OutputStream;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * A request whose body cannot be framed beyond doubt — Content-Length with Transfer-Encoding, a Transfer-Encoding that
+ * does not end with chunked, a chunked body that cannot be read — gets a 4xx (501 for an unknown transfer coding) with
+ * an OpenAI error and its connection closed, never a 500 or a connection left waiting, and nothing that follows it on
+ * the connection is served; the server keeps serving. Raw sockets, since HTTP clients do not send such requests.
+ */
+class RequestFramingTest {
+    static TestServer server;
+    static final String BODY = "{\"content\":\"hi\"}";
+
+    @BeforeAll
+    static void start() throws Exception {
+        server = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.maxBodyBytes", 4096));
+    }
+
+    @AfterAll
+    static void stop() {
+        server.close();
+    }
+
+    @AfterEach
+    void stillServing() throws Exception {
+        TestServer.Resp r = server.post("/tokenize", BODY);
+        assertEquals(200, r.status(), r.body());
+    }
+
+    /**
+     * Sends the bytes on a new connection and returns all that comes back until the server closes it; a server that
+     * keeps the connection open fails the test (read timeout).
+     */
+    static String untilClosed(String request) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write(request.getBytes(StandardCharsets.UTF_8));
+            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+
+    static String chunked(String body) {
+        return Integer.toHexString(body.length()) + "\r\n" + body + "\r\n0\r\n\r\n";
+    }
+
+    static String post(String version, String headers) {
+        return "POST /tokenize HTTP/" + version + "\r\nHost: x\r\nContent-Type: application/json\r\n" + headers + "\r\n";
+    }
+
+    /** How many answers (status lines) the bytes hold. */
+    static long answers(String bytes) {
+        return java.util.regex.Pattern.compile("HTTP/1\\.[01] \\d{3} ").matcher(bytes).results().count();
+    }
+
+    /** Checks that the answer is one refusal with the status and code, marked Connection: close; returns its error. */
+    static JsonNode refused(String answer, int status, String code) throws Exception {
+        assertTrue(answer.matches("(?s)HTTP/1\\.[01] " + status + " .*"), answer);
+        assertEquals(1, answers(answer), "one answer only: " + answer);
+        String head = answer.substring(0, answer.indexOf("\r\n\r\n")).toLowerCase();
+        assertTrue(head.contains("\r\nconnection: close"), answer);
+        assertTrue(head.contains("\r\ncontent-type: application/json"), answer);
+        JsonNode e = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).get("error");
+        assertEquals(code, e.get("code").asText(), answer);
+        assertEquals("invalid_request_error", e.get("type").asText(), answer);
+        return e;
+    }
+
+    @Test
+    void contentLengthWithTransferEncodingIs400AndNothingAfterItIsServed() throws Exception {
+        String smuggled = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        String body = chunked(BODY);
+        for (String request : new String[]{
+                post("1.1", "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n") + body,
+                post("1.1", "Transfer-Encoding: chunked\r\nContent-Length: 4\r\n") + body,
+                // the length a proxy in front may go by covers a second request; the chunks end before it
+                post("1.1", "Content-Length: " + (body.length() + smuggled.length()) + "\r\nTransfer-Encoding: chunked\r\n")
+                        + body + smuggled,
+                post("1.1", "Content-Length: " + BODY.length() + "\r\nTransfer-Encoding: xchunked\r\n") + BODY,
+                post("1.0", "Content-Length: " + body.length() + "\r\nTransfer-Encoding: chunked\r\n") + body,
+                "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"}) {
+            String answer = untilClosed(request);
+            JsonNode e = refused(answer, 400, "invalid_header");
+            assertTrue(e.get("message").asText().contains(request.contains(" HTTP/1.0\r\n") ? "HTTP/1.0"
+                    : "both Content-Length and Transfer-Encoding"), answer);
+            assertFalse(answer.contains("\"status\""), "the request in the body is not answered: " + answer);
+        }
+    }
+
+    @Test
+    void aBodyOfAmbiguousLengthIsRefusedOnAnyRoute() throws Exception {
+        FrontChecks.ambiguousFramingIsRefusedAndNothingAfterItServed(server.port);
+    }
+
+    @Test
+    void aTransferEncodingThatDoesNotEndWithChunkedIsRefused() throws Exception {
+        for (String te : new String[]{"xchunked", "chunked, gzip", "chunked, chunked", "chunked\r\nTransfer-Encoding: chunked"}) {
+            JsonNode e = refused(untilClosed(post("1.1", "Transfer-Encoding: " + te + "\r\n") + chunked(BODY)), 400, "invalid_header");
+            assertTrue(e.get("message").asText().contains("chunked"), e.toString());
+        }
+        JsonNode e = refused(untilClosed(post("1.0", "Transfer-Encoding: chunked\r\n") + chunked(BODY)), 400, "invalid_header");
+        assertTrue(e.get("message").asText().contains("HTTP/1.0"), e.toString());
+        // chunked last, but with a coding this server does not decode: 501, naming it
+        e = refused(untilClosed(post("1.1", "Transfer-Encoding: gzip, chunked\r\n") + chunked(BODY)), 501,
+                "unsupported_transfer_encoding");
+        assertTrue(e.get("message").asText().contains("'gzip'"), e.toString());
+    }
+
+    @Test
+    void aChunkedBodyThatCannotBeReadIs400AndCloses() throws Exception {
+        for (String size : new String[]{"zz", "fffffffffffffffffff", "-1"}) {
+            JsonNode e = refused(untilClosed(post("1.1", "Transfer-Encoding: chunked\r\n") + size + "\r\n" + BODY + "\r\n0\r\n\r\n"),
+                    400, "invalid_chunked_body");
+            assertTrue(e.get("message").asText().startsWith("the request's chunked body cannot be read: "), e.toString());
+        }
+        // the request before it on the connection is answered first, then the refusal
+        String answer = untilClosed(post("1.1", "Content-Length: " + BODY.length() + "\r\n") + BODY
+                + post("1.1", "Transfer-Encoding: chunked\r\n") + "5\r\n{\"con\r\nzz\r\n");
+        assertTrue(answer.startsWith("HTTP/1.1 200 "), answer);
+        refused(answer.substring(answer.indexOf("HTTP/1.1 400 ")), 400, "invalid_chunked_body");
+        // a request answered before its bad chunk came (no such route): that answer, and then the connection closed
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(10_000);
+            OutputStream o = s.getOutputStream();
+            o.write("POST /nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n".getBytes(StandardCharsets.UTF_8));
+            var in = s.getInputStream();
+            byte[] first = new byte[12];
+            for (int got = 0, n; got < first.length; got += n) assertTrue((n = in.read(first, got, first.length - got)) > 0);
+            assertEquals("HTTP/1.1 404", new String(first, StandardCharsets.US_ASCII));
+            o.write("zz\r\n".getBytes(StandardCharsets.UTF_8));
+            answer = new String(first, StandardCharsets.US_ASCII) + new String(in.readAllBytes(), StandardCharsets.UTF_8);
+        }
+        assertEquals(1, answers(answer), answer);
+        String metrics = server.get("/metrics").body();
+        assertTrue(metrics.contains("ds4j:requests_rejected_total{reason=\"invalid_chunked_body\"} 4.0"), metrics);
+    }
+
+    @Test
+    void aWellFramedChunkedBodyIsReadAndTheConnectionKept() throws Exception {
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(10_000);
+            OutputStream o = s.getOutputStream();
+            var in = new java.io.BufferedReader(new java.io.InputStreamReader(s.getInputStream(), StandardCharsets.UTF_8));
+            // the coding's name in any letter case; then a second request on the same connection
+            for (String te : new String[]{"chunked", "Chunked"}) {
+                o.write((post("1.1", "Transfer-Encoding: " + te + "\r\n") + chunked(BODY)).getBytes(StandardCharsets.UTF_8));
+                assertTrue(in.readLine().startsWith("HTTP/1.1 200 "), te);
+                int length = -1;
+                for (String h = in.readLine(); !h.isEmpty(); h = in.readLine())
+                    if (h.toLowerCase().startsWith("content-length:")) length = Integer.parseInt(h.substring(15).trim());
+                char[] body = new char[length];
+                for (int got = 0, n; got < length; got += n) assertTrue((n = in.read(body, got, length - got)) > 0);
+                assertTrue(new String(body).contains("\"tokens\""), new String(body));
+            }
+        }
+    }
+}
