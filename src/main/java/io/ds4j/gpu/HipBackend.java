@@ -1489,7 +1489,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         final int R = b.R, D = c.hidden, H = c.numHeads, d = c.headDim;
         final AttentionKind kind = c.layerTypes[l];
         final long P = kind == AttentionKind.SLIDING ? ropeMain : ropeCompress;
-        // 3. shared kv and the compressors' inputs: products of x alone, in a branch beside the queries' chain
+        // 3. shared kv and the compressors' inputs, products of x alone, and the compressors' steps, which read only
+        // those inputs and their own rings: in a branch beside the queries' chain
         long kv = ws.f32((long) R * d);
         long ca = 0, cz = 0, ia = 0, iz = 0;
         int cw = kind == AttentionKind.CSA ? 2 * d : d, iw = 2 * c.indexHeadDim;
@@ -1512,6 +1513,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 matmulRuns(b.runs, L.indexer.compressor.kvProj, x, ia);
                 matmulRuns(b.runs, L.indexer.compressor.gateProj, x, iz);
             }
+            compressors(b, l, L, ca, cz, ia, iz, cw, iw);
         } finally {
             if (branch) branchEnd();
         }
@@ -1529,15 +1531,14 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             k(ds4j_qkv_norm_rope(ctx(), ptr(q), ptr(kv), ptr(L.kvNorm), R, H, d, (float) c.rmsEps, c.ropeDim, ptr(P), 0, ptr(b.pos)),
                     "q, kv norm + rope (+ f16)", "norm, rope, mHC");
             long mark = ws.mark();
-            attendGroup(b, l, L, x, ql, q, kv, ca, cz, ia, iz, o);
+            attendGroup(b, l, L, x, ql, q, kv, o);
             ws.release(mark);
         }
         for (int e = 0; e < b.seqs.length; e++) {
             if (grouped && inGroup(b, e)) continue;
             long r0 = b.first[e], mark = ws.mark();
             attendEntry(b.seqs[e], l, L, x + 4L * r0 * D, ql + 4L * r0 * c.qLoraRank, q + 4L * r0 * H * d, kv + 4L * r0 * d,
-                    ca + 4L * r0 * cw, cz + 4L * r0 * cw, ia + 4L * r0 * iw, iz + 4L * r0 * iw, o + 4L * r0 * H * d,
-                    b.count[e], b.start[e], b.kinds[e], P, grouped);
+                    o + 4L * r0 * H * d, b.count[e], b.start[e], b.kinds[e], P, grouped);
             ws.release(mark);
         }
         // 6. de-rotation of every row at its position (the entries outside the group were left for this launch)
@@ -1557,11 +1558,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * 3.4-3.7 for one entry of S rows at positions N0 .. (addresses of its first row in each step matrix): query and kv
-     * norms and RoPE, compressors, the indexer's selection, the attention (on the path the step kind and the verify
-     * setting choose) into o [S, H·d], de-rotation, and the new raw rows into the window ring.
+     * norms and RoPE, the indexer's selection, the attention (on the path the step kind and the verify setting choose)
+     * into o [S, H·d], de-rotation, and the new raw rows into the window ring; the compressors' steps ran before
+     * ({@link #compressors}).
      */
-    private void attendEntry(HipSequence seq, int l, DeviceWeights.Layer L, long x, long ql, long q, long kv, long ca, long cz,
-                             long ia, long iz, long o, int S, int N0, StepKind step, long P, boolean normed) {
+    private void attendEntry(HipSequence seq, int l, DeviceWeights.Layer L, long x, long ql, long q, long kv, long o, int S,
+                             int N0, StepKind step, long P, boolean normed) {
         final boolean verify = step == StepKind.VERIFY;
         // the f16 path covers decode steps too: a verify step and the decode steps it stands for must compute the same
         // numbers, or the rows a verify step commits differ from what decoding writes (see the class comment)
@@ -1575,11 +1577,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             k(ds4j_qkv_norm_rope(ctx(), ptr(q), ptr(kv), ptr(L.kvNorm), S, H, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0,
                     MemorySegment.NULL), "q, kv norm + rope (+ f16)", "norm, rope, mHC");
         }
-        // 4. compressors and the indexer's selection
-        if (st.comp != null) compress(st.comp, L.compressor, ca, cz, S, N0);
+        // 4. the indexer's selection (the compressors' steps ran with their inputs, HipBackend.compressors)
         long sel = 0;
         if (st.index != null) {
-            compress(st.index, L.indexer.compressor, ia, iz, S, N0);
             sel = indexerSelect(st.index, L, ql, x, S, N0, convert, tcEntry(step, S) ? 1 : 0);
         }
         // 5. attention over [raw window ‖ compressed entries] with the sink; 6. de-rotation
@@ -1784,20 +1784,18 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * 3.4-3.7 for the group's entries at once (their norms and RoPE done by the caller): compressors, the indexer's
-     * selection, attention into o, and the window rings; one launch per kernel for all of them.
+     * 3.4-3.7 for the group's entries at once (their norms and RoPE done by the caller, their compressors' steps by
+     * {@link #compressors}): the indexer's selection, attention into o, and the window rings; one launch per kernel for
+     * all of them.
      */
-    private void attendGroup(DeviceStep b, int l, DeviceWeights.Layer L, long x, long ql, long q, long kv, long ca, long cz,
-                             long ia, long iz, long o) {
+    private void attendGroup(DeviceStep b, int l, DeviceWeights.Layer L, long x, long ql, long q, long kv, long o) {
         final int R = b.R, H = c.numHeads, d = c.headDim, W = c.slidingWindow, G = b.group.length, K = c.indexTopk;
         final AttentionKind kind = c.layerTypes[l];
         HipSequence.LayerState st0 = b.seqs[b.group[0]].layers[l];
         var hWin = groupHostView(b, l, 0);
         long dWin = groupView(b, l, 0);
-        if (st0.comp != null) compressGroup(b, l, 1, st0.comp, L.compressor, ca, cz);
-        long sel = 0;
+        long sel = 0;  // the compressors' steps ran with their inputs (HipBackend.compressors)
         if (st0.index != null) {
-            compressGroup(b, l, 2, st0.index, L.indexer.compressor, ia, iz);
             sel = indexerSelectGroup(b, l, st0.index.m, L, ql, x);
         }
         int akind = switch (kind) {
@@ -1821,6 +1819,29 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, b.start[e], b.count[e]) + " <= " + shortRows + ")");
         // the newest raw rows go to the rings after every query of this step has read the old ones
         k(ds4j_ring_store_seqs(ctx(), hWin, ptr(dWin), G, 0, 1, d, ptr(kv)), "window ring store", "attention");
+    }
+
+    /**
+     * 3.5 the compressor steps of a layer for every entry of the step (the group's in one launch per compressor, the
+     * others entry by entry): pooling of every completed window into the entries, then the newest raw rows into the
+     * rings. They read only the compressors' inputs ca, cz (width cw) and ia, iz (width iw) [R, ·] and each entry's own
+     * rings, so they run before the queries' norms, the indexer and the attention that read their entries.
+     */
+    private void compressors(DeviceStep b, int l, DeviceWeights.Layer L, long ca, long cz, long ia, long iz, int cw, int iw) {
+        boolean grouped = b.group != null;
+        if (grouped) {
+            HipSequence.LayerState st0 = b.seqs[b.group[0]].layers[l];
+            if (st0.comp != null) compressGroup(b, l, 1, st0.comp, L.compressor, ca, cz);
+            if (st0.index != null) compressGroup(b, l, 2, st0.index, L.indexer.compressor, ia, iz);
+        }
+        for (int e = 0; e < b.seqs.length; e++) {
+            if (grouped && inGroup(b, e)) continue;
+            HipSequence.LayerState st = b.seqs[e].layers[l];
+            long r0 = b.first[e];
+            int S = b.count[e], N0 = b.start[e];
+            if (st.comp != null) compress(st.comp, L.compressor, ca + 4L * r0 * cw, cz + 4L * r0 * cw, S, N0);
+            if (st.index != null) compress(st.index, L.indexer.compressor, ia + 4L * r0 * iw, iz + 4L * r0 * iw, S, N0);
+        }
     }
 
     /** 3.5 compressor step of the group: pooling of every completed window, then the newest raw rows into the rings. */

@@ -11,6 +11,7 @@ import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
+import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
 import java.util.SplittableRandom;
 
@@ -129,6 +130,46 @@ class HipBranchTest {
                 two.forEach(Sequence::close);
             }
         }
+    }
+
+    /**
+     * A call failing inside a branch (the compressor steps run in lane 1), kernel by kernel and inside a step's capture:
+     * the step fails with the library's error, no stream is left capturing, and the backend works on with branches as
+     * without them, bit for bit.
+     */
+    @Test
+    void aFailureInsideABranchLeavesTheBackendUsable() throws Exception {
+        try (HipBackend b = HipPlacementTest.open(tiny, HipPlacementTest.opts(ExpertPlacement.MONOLITHIC, 0, false))) {
+            int[] toks = HipGraphTest.tokens(b, 100, 44);
+            b.setBranches(true);
+            for (boolean graphs : new boolean[]{false, true}) {
+                b.setGraphs(graphs);
+                b.dropKeptGraphs();
+                try (Sequence s = b.newSequence(16)) {
+                    b.forward(s, toks, 0, 10, new int[0]);
+                    b.injectFault("compress_pool + ring stores",
+                            () -> ds4j_copy(b.gpu().ctx(), MemorySegment.NULL, MemorySegment.NULL, 4));
+                    GpuException e = assertThrows(GpuException.class, () -> b.forward(s, toks, 10, 1, new int[]{0}),
+                            "graphs " + graphs);
+                    assertEquals(DS4J_ERR_ARG(), e.code, e.getMessage());
+                    assertFalse(b.capturing(), "no stream left capturing (graphs " + graphs + ")");
+                }
+                java.util.List<float[]> one = run(b, false, toks), two = run(b, true, toks);
+                for (int i = 0; i < one.size(); i++)
+                    assertArrayEquals(one.get(i), two.get(i), "step " + i + " after the failure (graphs " + graphs + ")");
+            }
+        }
+    }
+
+    /** A fresh sequence: a 10-token prompt, then 20 decode steps' logits, branches on or off, graphs as set. */
+    static java.util.List<float[]> run(HipBackend b, boolean branches, int[] toks) {
+        b.setBranches(branches);
+        java.util.List<float[]> out = new java.util.ArrayList<>();
+        try (Sequence s = b.newSequence(16)) {
+            b.forward(s, toks, 0, 10, new int[0]);
+            for (int i = 10; i < 30; i++) out.add(b.forward(s, toks, i, 1, new int[]{0}));
+        }
+        return out;
     }
 
     @Test
