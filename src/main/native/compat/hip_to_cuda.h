@@ -89,6 +89,7 @@ typedef cudaGraphExecUpdateResult hipGraphExecUpdateResult;
 #define hipStreamCaptureStatusActive cudaStreamCaptureStatusActive
 #define hipStreamCaptureStatusInvalidated cudaStreamCaptureStatusInvalidated
 #define hipGraphGetNodes cudaGraphGetNodes
+#define hipGraphGetEdges cudaGraphGetEdges
 #define hipGraphNodeGetType cudaGraphNodeGetType
 #define hipGraphNodeTypeKernel cudaGraphNodeTypeKernel
 #define hipGraphKernelNodeGetParams cudaGraphKernelNodeGetParams

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <algorithm>
+#include <unordered_map>
 #include <vector>
 
 namespace ds4j {
@@ -36,38 +38,6 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
     return h;
 }
 
-/**
- * The topology of a captured graph as a 64-bit key: node count, then each node's type and, for kernel nodes, the
- * kernel function, in the order the runtime lists them (the capture order). A stream capture of one stream is a
- * chain, so equal keys mean the same graph up to parameters, which is what an executable graph update accepts (a
- * rare collision only costs a refused update and a new instantiation).
- */
-static int graph_signature(hipGraph_t g, uint64_t* out) {
-    size_t n = 0;
-    hipError_t e = hipGraphGetNodes(g, nullptr, &n);
-    if (e != hipSuccess) return fail_hip(e, "hipGraphGetNodes");
-    std::vector<hipGraphNode_t> nodes(n);
-    if (n > 0) {
-        e = hipGraphGetNodes(g, nodes.data(), &n);
-        if (e != hipSuccess) return fail_hip(e, "hipGraphGetNodes");
-    }
-    uint64_t h = mix(1469598103934665603ull, (uint64_t)n);
-    for (size_t i = 0; i < n; i++) {
-        hipGraphNodeType t;
-        e = hipGraphNodeGetType(nodes[i], &t);
-        if (e != hipSuccess) return fail_hip(e, "hipGraphNodeGetType");
-        h = mix(h, (uint64_t)t);
-        if (t == hipGraphNodeTypeKernel) {
-            hipKernelNodeParams p;
-            e = hipGraphKernelNodeGetParams(nodes[i], &p);
-            if (e != hipSuccess) return fail_hip(e, "hipGraphKernelNodeGetParams");
-            h = mix(h, (uint64_t)(uintptr_t)p.func);
-        }
-    }
-    *out = h == 0 ? 1 : h;  // 0 marks an empty slot
-    return DS4J_OK;
-}
-
 #if defined(__NVCC__) && !defined(__HIPCC__) && defined(CUDART_VERSION) && CUDART_VERSION >= 12030
 #define DS4J_HAVE_PDL 1
 #if CUDART_VERSION >= 13000
@@ -82,6 +52,70 @@ static int graph_signature(hipGraph_t g, uint64_t* out) {
 #else
 #define DS4J_HAVE_PDL 0
 #endif
+
+/** g's edges as (from, to) node pairs, in the order the runtime lists them; false when it could not list them. */
+static bool graph_edges(hipGraph_t g, std::vector<hipGraphNode_t>& from, std::vector<hipGraphNode_t>& to) {
+    size_t n = 0;
+#if DS4J_HAVE_PDL
+    bool ok = DS4J_GRAPH_EDGES(g, nullptr, nullptr, nullptr, &n) == cudaSuccess;
+    from.resize(n);
+    to.resize(n);
+    if (ok && n > 0) ok = DS4J_GRAPH_EDGES(g, from.data(), to.data(), nullptr, &n) == cudaSuccess;
+#else
+    bool ok = hipGraphGetEdges(g, nullptr, nullptr, &n) == hipSuccess;
+    from.resize(n);
+    to.resize(n);
+    if (ok && n > 0) ok = hipGraphGetEdges(g, from.data(), to.data(), &n) == hipSuccess;
+#endif
+    if (!ok) hipGetLastError();
+    from.resize(n);
+    to.resize(n);
+    return ok;
+}
+
+/**
+ * The topology of a captured graph as a 64-bit key: node count, then each node's type and, for kernel nodes, the
+ * kernel function, in the order the runtime lists them (the capture order), then its edges as pairs of those positions
+ * (sorted). Equal keys mean the same graph up to parameters, which is what an executable graph update accepts (a rare
+ * collision only costs a refused update and a new instantiation). The edges matter since a step may branch
+ * (ds4j_branch_begin): the same calls captured with and without branches give the same nodes in the same order, and an
+ * update that pairs nodes by position alone (HIP's) would move one graph's parameters onto the other's edges.
+ */
+static int graph_signature(hipGraph_t g, uint64_t* out) {
+    size_t n = 0;
+    hipError_t e = hipGraphGetNodes(g, nullptr, &n);
+    if (e != hipSuccess) return fail_hip(e, "hipGraphGetNodes");
+    std::vector<hipGraphNode_t> nodes(n);
+    if (n > 0) {
+        e = hipGraphGetNodes(g, nodes.data(), &n);
+        if (e != hipSuccess) return fail_hip(e, "hipGraphGetNodes");
+    }
+    uint64_t h = mix(1469598103934665603ull, (uint64_t)n);
+    std::unordered_map<hipGraphNode_t, uint32_t> pos;
+    pos.reserve(n);
+    for (size_t i = 0; i < n; i++) {
+        pos[nodes[i]] = (uint32_t)i;
+        hipGraphNodeType t;
+        e = hipGraphNodeGetType(nodes[i], &t);
+        if (e != hipSuccess) return fail_hip(e, "hipGraphNodeGetType");
+        h = mix(h, (uint64_t)t);
+        if (t == hipGraphNodeTypeKernel) {
+            hipKernelNodeParams p;
+            e = hipGraphKernelNodeGetParams(nodes[i], &p);
+            if (e != hipSuccess) return fail_hip(e, "hipGraphKernelNodeGetParams");
+            h = mix(h, (uint64_t)(uintptr_t)p.func);
+        }
+    }
+    std::vector<hipGraphNode_t> from, to;
+    if (!graph_edges(g, from, to)) return fail(DS4J_ERR_RUNTIME, "listing a captured graph's edges failed");
+    std::vector<uint64_t> pairs(from.size());
+    for (size_t i = 0; i < from.size(); i++) pairs[i] = (uint64_t)pos[from[i]] << 32 | pos[to[i]];
+    std::sort(pairs.begin(), pairs.end());
+    h = mix(h, (uint64_t)pairs.size());
+    for (uint64_t v : pairs) h = mix(h, v);
+    *out = h == 0 ? 1 : h;  // 0 marks an empty slot
+    return DS4J_OK;
+}
 
 #if DS4J_HAVE_PDL
 /** A kernel for pdl_enabled to ask the runtime with which PTX version the library's kernels were built. */

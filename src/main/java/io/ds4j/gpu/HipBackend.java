@@ -272,7 +272,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         return new HostTime(hostSteps, hostNanos);
     }
 
-    /** Tests: destroys the kept step graphs, so that the next fixed-form step is captured again. */
+    /** Destroys the kept step graphs, so that the next fixed-form step is captured again (tests; {@link #setBranches}). */
     synchronized void dropKeptGraphs() {
         graphs.dropKept();
     }
@@ -675,6 +675,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     private static final boolean PROFILE_BY_OPERATION = Boolean.getBoolean("ds4j.gpu.profileByOperation");
     private long profileMark;
+
+    /** Tests: the device weights (to name the operation of one matrix's product, {@link #injectFault}). */
+    DeviceWeights deviceWeights() {
+        return w;
+    }
 
     /** Tests: the next operation named faultAt gets the status of fault instead of its own (then both clear). */
     private String faultAt;
@@ -1502,8 +1507,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             ia = ws.f32((long) R * iw);
             iz = ws.f32((long) R * iw);
         }
-        boolean branch = branchBegin(1);
-        try {
+        long ql = ws.f32((long) R * c.qLoraRank), q = ws.f32((long) R * H * d);
+        try (Branch side = branch(1)) {
             matmulRuns(b.runs, L.kv, x, kv);
             if (kind != AttentionKind.SLIDING) {
                 matmulRuns(b.runs, L.compressor.kvProj, x, ca);
@@ -1514,16 +1519,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 matmulRuns(b.runs, L.indexer.compressor.gateProj, x, iz);
             }
             compressors(b, l, L, ca, cz, ia, iz, cw, iw);
-        } finally {
-            if (branch) branchEnd();
+            side.end();
+            // 1. query latent (kept for the indexer), 2. queries
+            matmulRuns(b.runs, L.qA, x, ql);
+            rmsnorm(ql, ql, L.qANorm, R, c.qLoraRank);
+            matmulRuns(b.runs, L.qB, ql, q);
         }
-        // 1. query latent (kept for the indexer), 2. queries
-        long ql = ws.f32((long) R * c.qLoraRank);
-        matmulRuns(b.runs, L.qA, x, ql);
-        rmsnorm(ql, ql, L.qANorm, R, c.qLoraRank);
-        long q = ws.f32((long) R * H * d);
-        matmulRuns(b.runs, L.qB, ql, q);
-        if (branch) branchJoin(1);
         long o = ws.f32((long) R * H * d);
         boolean grouped = b.group != null;
         if (grouped) {
@@ -1669,30 +1670,60 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     private volatile boolean branches = !"false".equals(System.getProperty("ds4j.gpu.branches"));
 
-    /** Turns the branches ({@link #branches}) on or off; the numbers are the same either way (tests compare the two). */
-    public void setBranches(boolean on) {
+    /**
+     * Turns the branches ({@link #branches}) on or off; the numbers are the same either way (tests compare the two). The
+     * kept step graphs are dropped when it changes, so that the next steps are captured the new way.
+     */
+    public synchronized void setBranches(boolean on) {
+        if (branches != on) dropKeptGraphs();
         branches = on;
     }
 
     /**
-     * Opens a branch on lane (1 .. DS4J_BRANCH_LANES) where branches are on and no profile is taken; whether it did (then
-     * {@link #branchEnd} follows, and {@link #branchJoin} of the lane before anything beside it uses what it wrote). The
-     * workspace the branch uses stays taken until the join: the caller releases it after.
+     * A branch on lane (1 .. DS4J_BRANCH_LANES), opened where branches are on and no profile is taken (else a branch that
+     * is not {@link Branch#open}: its calls queue on the step's stream as usual): the calls until {@link Branch#end} go
+     * to the lane, those after it beside them, and {@link Branch#close} joins the lane, on every exit, a failed call's
+     * too, so that no later work runs beside what the branch left queued. The workspace the branch uses stays taken
+     * until the close: the caller releases it after.
      */
-    private boolean branchBegin(int lane) {
-        if (!branches || profile != null) return false;
+    private Branch branch(int lane) {
+        if (!branches || profile != null) return new Branch(0);
         check(ds4j_branch_begin(ctx(), lane), "branch begin");
-        return true;
+        return new Branch(lane);
     }
 
-    /** Ends the open branch: later calls queue beside it until {@link #branchJoin}. */
-    private void branchEnd() {
-        check(ds4j_branch_end(ctx()), "branch end");
-    }
+    /** See {@link #branch}: an open (lane > 0) or a not opened (lane 0) branch. */
+    private final class Branch implements AutoCloseable {
+        private final int lane;
+        private boolean ended;
 
-    /** The step's stream waits for the lane's ended branch. */
-    private void branchJoin(int lane) {
-        check(ds4j_branch_join(ctx(), lane), "branch join");
+        Branch(int lane) {
+            this.lane = lane;
+            this.ended = lane == 0;
+        }
+
+        /** Whether the branch was opened: its calls run on a side lane. */
+        boolean open() {
+            return lane > 0;
+        }
+
+        /** Ends the branch: later calls queue on the step's stream, beside it until the close. */
+        void end() {
+            if (ended) return;
+            ended = true;
+            check(ds4j_branch_end(ctx()), "branch end");
+        }
+
+        /** Ends the branch where still open (a call in it failed) and makes the step's stream wait for it. */
+        @Override
+        public void close() {
+            if (lane == 0) return;
+            try {
+                end();
+            } finally {
+                check(ds4j_branch_join(ctx(), lane), "branch join");
+            }
+        }
     }
 
     private int[] group(DeviceStep b) {
@@ -2037,24 +2068,46 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private long moe(DeviceStep b, int l, DeviceWeights.Layer L, long h) {
         final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken, I = c.moeInter, S = b.R;
         final float lim = (float) c.swigluLimit;
-        final long tok = b.tok;
         long lam = ws.f32((long) S * E), ids = ws.i32((long) S * k), wts = ws.f32((long) S * k);
-        // the shared expert in a branch beside the routing and the routed experts
         long sg = ws.f32((long) S * I), su = ws.f32((long) S * I), sy = ws.f32((long) S * D);
-        boolean branch = branchBegin(1);
-        try {
+        long g = ws.f32((long) S * k * I), u = ws.f32((long) S * k * I), yr = ws.f32((long) S * k * D);
+        Runnable sharedExpert = () -> {
             matmulRuns(b.runs, L.sharedW1, h, sg);
             matmulRuns(b.runs, L.sharedW3, h, su);
             k(ds4j_swiglu(ctx(), ptr(sg), ptr(su), ptr(sg), (long) S * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
             matmulRuns(b.runs, L.sharedW2, sg, sy);
-        } finally {
-            if (branch) branchEnd();
+        };
+        // the shared expert in a branch beside the routing and the routed experts; without branches after them, so that
+        // the hybrid placement's wait for the routing does not wait for it too
+        try (Branch side = branch(1)) {
+            if (side.open()) {
+                sharedExpert.run();
+                side.end();
+            }
+            Runnable hostWork = routedExperts(b, l, L, h, lam, ids, wts, g, u, yr);
+            if (!side.open()) sharedExpert.run();
+            // the host experts' CPU work while the device runs what is queued
+            if (hostWork != null) hostWork.run();
         }
+        // the combination runs in the stream update's launch (DeviceStep.mixPost); out is its handle
+        long out = ws.f32((long) S * D);
+        b.combine = new long[]{out, ids, wts, yr, sy};
+        return out;
+    }
+
+    /**
+     * 3.8 the routing and the routed experts over a step: lam [R, E] the router's scores, ids / wts [R, k] the picks and
+     * their weights, g, u [R·k, I] the experts' gate and up products (g then their SwiGLU), yr [R·k, D] each pick's
+     * output. Under hybrid placement the picks of experts in host memory are left to the returned work (it runs
+     * {@link #hostExperts}, which fills their rows of yr), else null.
+     */
+    private Runnable routedExperts(DeviceStep b, int l, DeviceWeights.Layer L, long h, long lam, long ids, long wts, long g,
+                               long u, long yr) {
+        final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken, I = c.moeInter, S = b.R;
         matmulRuns(b.runs, L.gate, h, lam);
         boolean hash = c.hashMoe[l];
-        k(ds4j_moe_route(ctx(), ptr(lam), ptr(hash ? 0 : L.gateBias), ptr(hash ? L.tid2eid : 0), ptr(tok), S, E, k,
+        k(ds4j_moe_route(ctx(), ptr(lam), ptr(hash ? 0 : L.gateBias), ptr(hash ? L.tid2eid : 0), ptr(b.tok), S, E, k,
                 (float) c.routedScaling, ptr(ids), ptr(wts)), "moe_route", "MoE (routing, swiglu, combine)");
-        long g = ws.f32((long) S * k * I), u = ws.f32((long) S * k * I), yr = ws.f32((long) S * k * D);
         // hybrid placement: which picks go to experts in host memory (waits for the routing)
         final int resident = L.w1.resident();
         int[] idsHost = null, hostPicks = null;
@@ -2073,33 +2126,29 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (resident > 0) {
             // w3 in a second branch beside w1; its calls' scratch stays taken until the join
             long mark = ws.mark();
-            boolean up = branchBegin(2);
-            try {
+            try (Branch up = branch(2)) {
                 for (int[] run : b.runs) {
                     long p0 = (long) run[0] * k;
-                    moeMatmul(L.w3, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, u + 4 * p0 * I, I, up);
+                    moeMatmul(L.w3, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, u + 4 * p0 * I, I, up.open());
                 }
-            } finally {
-                if (up) branchEnd();
+                up.end();
+                for (int[] run : b.runs) {
+                    long p0 = (long) run[0] * k;
+                    moeMatmul(L.w1, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, g + 4 * p0 * I, I, false);
+                }
             }
-            for (int[] run : b.runs) {
-                long p0 = (long) run[0] * k;
-                moeMatmul(L.w1, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, g + 4 * p0 * I, I, false);
-            }
-            if (up) branchJoin(2);
             ws.release(mark);
-            k(ds4j_swiglu(ctx(), ptr(g), ptr(u), ptr(g), (long) S * k * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
+            k(ds4j_swiglu(ctx(), ptr(g), ptr(u), ptr(g), (long) S * k * I, (float) c.swigluLimit), "swiglu",
+                    "MoE (routing, swiglu, combine)");
             for (int[] run : b.runs) {
                 long p0 = (long) run[0] * k;
                 moeMatmul(L.w2, ids + 4 * p0, k, run, g + 4 * p0 * I, I, true, yr + 4 * p0 * D, D, false);
             }
         }
-        if (branch) branchJoin(1);
-        if (hHost != null) hostExperts(l, hostPicks, idsHost, hHost, yr);
-        // the combination runs in the stream update's launch (DeviceStep.mixPost); out is its handle
-        long out = ws.f32((long) S * D);
-        b.combine = new long[]{out, ids, wts, yr, sy};
-        return out;
+        if (hHost == null) return null;
+        final int[] picks = hostPicks, picked = idsHost;
+        final float[] hIn = hHost;
+        return () -> hostExperts(l, picks, picked, hIn, yr);
     }
 
     /**
