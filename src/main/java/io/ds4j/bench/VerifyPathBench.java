@@ -224,15 +224,15 @@ public final class VerifyPathBench {
         }
     }
 
-    /** The checks of {@link #run} that need no work: each length fits the model's context and the device. */
+    /**
+     * The checks of {@link #run} that need no work: each length fits the model's context ({@link #checkContext}) and
+     * the device.
+     */
     static void checkFits(Backend be, Options o) {
-        int maxPos = be.config().maxPositionEmbeddings;
+        boolean agreement = be.verifyAttentionPaths().size() > 1;
+        checkContext(be.config().maxPositionEmbeddings, o, agreement);
         for (int L : o.lengths()) {
-            long need = (long) L + o.decodeTokens() + 2L * (o.q() + 1) + 8;
-            if (need > maxPos)
-                throw new IllegalArgumentException(String.format(java.util.Locale.ROOT,
-                        "input length %,d plus %,d decode tokens needs %,d positions; the model's context is %,d (max_position_embeddings)",
-                        L, o.decodeTokens(), need, maxPos));
+            long need = positions(L, o, agreement);
             if (L > o.syntheticAbove() && !(be instanceof SyntheticContext))
                 throw new IllegalArgumentException(String.format(java.util.Locale.ROOT,
                         "input length %,d is above --synthetic-above %,d, and backend %s cannot fill a context synthetically;"
@@ -251,6 +251,41 @@ public final class VerifyPathBench {
                             state / 1048576.0, free / 1048576.0));
             }
         }
+    }
+
+    /**
+     * Refuses a length whose run would pass the model's context, before a model is opened or made (the context is
+     * known from its config). The message adds up: the input, the timed decode's tokens, the untimed warm-up step and
+     * the last step's overrun (each up to q + 1 tokens), a margin of 8 and, where both paths run, the agreement rounds
+     * (each up to q + 1 tokens).
+     * @param maxPositions the model's max_position_embeddings
+     * @param agreement    whether the agreement rounds run (a backend with both verify attention paths)
+     * @throws IllegalArgumentException naming the length, each part of what it needs, and the longest input that fits
+     */
+    public static void checkContext(int maxPositions, Options o, boolean agreement) {
+        for (int L : o.lengths()) {
+            long need = positions(L, o, agreement);
+            if (need <= maxPositions) continue;
+            long rounds = agreement ? (long) o.agreementSteps() * (o.q() + 1) : 0;
+            throw new IllegalArgumentException(String.format(java.util.Locale.ROOT,
+                    "input length %,d needs %,d positions, past the model's context of %,d (max_position_embeddings): "
+                            + "%,d input + %,d decode tokens (--decode-tokens) + %,d for the untimed warm-up step and the"
+                            + " last step's overrun (2 x (--q %d + 1)) + %d spare%s; the longest input that fits is %,d",
+                    L, need, maxPositions, L, o.decodeTokens(), 2L * (o.q() + 1), o.q(), SPARE_POSITIONS,
+                    rounds == 0 ? "" : String.format(java.util.Locale.ROOT,
+                            " + %,d for %,d agreement rounds (--agreement-steps) of up to --q %d + 1 tokens",
+                            rounds, o.agreementSteps(), o.q()),
+                    maxPositions - (need - L)));
+        }
+    }
+
+    /** Positions beyond those counted (input, decode, warm-up and overrun, agreement) that a run is given. */
+    private static final int SPARE_POSITIONS = 8;
+
+    /** The positions a length needs: its input, decode, warm-up step and overrun, the spare and any agreement rounds. */
+    private static long positions(int L, Options o, boolean agreement) {
+        return (long) L + o.decodeTokens() + 2L * (o.q() + 1) + SPARE_POSITIONS
+                + (agreement ? (long) o.agreementSteps() * (o.q() + 1) : 0);
     }
 
     static int[] tokens(int n, int V, long seed) {

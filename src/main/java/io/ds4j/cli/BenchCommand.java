@@ -4,10 +4,12 @@ import io.ds4j.bench.BenchReport;
 import io.ds4j.bench.VerifyPathBench;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
+import io.ds4j.engine.FeatureGate;
 import io.ds4j.app.Backends;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.synth.ModelStore;
+import io.ds4j.model.synth.Presets;
 import io.ds4j.model.synth.RandomCheckpoint;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -65,8 +67,12 @@ public final class BenchCommand implements Callable<Integer> {
         VerifyPathBench.Options o = new VerifyPathBench.Options(lengths, q, decodeTokens, agreementSteps, chunk, seed, syntheticAbove, drafts);
         RandomCheckpoint.Storage storage = RandomCheckpoint.Storage.parse(dtype);
         Backends.checkAvailable(backend);  // before the model: a machine without the GPU is told so, not after 18 GB
-        Path dir = model != null ? model : ModelStore.ensureVariant(preset, layers, experts, storage, seed, System.err::println);
         BackendOptions bo = new BackendOptions(1, BackendOptions.ExpertPlacement.MONOLITHIC, 0, false, shortRows);
+        // the context is known from the preset or config.json: a length past it is refused before a model is made
+        ModelConfig planned = model != null ? ModelConfig.read(model.resolve("config.json")) : Presets.get(preset, layers, experts);
+        VerifyPathBench.checkContext(planned.maxPositionEmbeddings, o,
+                o.agreementSteps() > 0 && FeatureGate.f16KvVerifierPossible(backend, bo.devices()));
+        Path dir = model != null ? model : ModelStore.ensureVariant(preset, layers, experts, storage, seed, System.err::println);
         try (Backend be = Backends.open(backend, dir, bo)) {
             ModelConfig c = be.config();
             Map<String, String> setup = new LinkedHashMap<>();

@@ -58,7 +58,7 @@ public final class FeatureGate {
     public static List<String> check(String backend, BackendOptions o) {
         List<String> refused = new ArrayList<>();
         boolean hip = "hip".equals(backend);
-        if (o.f16KvVerify() && !(hip && o.devices() == 1))
+        if (o.f16KvVerify() && !f16KvVerifierPossible(backend, o.devices()))
             refused.add("verify.f16Kv: the F16-KV verifier (--fused-verify-f16-kv) requires backend hip on a single device;"
                     + " current: " + current(backend, o.devices()));
         // the HIP backend drives one device; a larger count would otherwise be ignored without a word
@@ -66,6 +66,14 @@ public final class FeatureGate {
             refused.add("gpu.devices: backend hip runs on a single device (no multi-device split); current: "
                     + current(backend, o.devices()));
         return refused;
+    }
+
+    /**
+     * Whether the F16-KV verifier can run on a backend and device count (backend hip on a single device), so that a
+     * backend may offer both verify attention paths; a hybrid expert placement still leaves it the control alone.
+     */
+    public static boolean f16KvVerifierPossible(String backend, int devices) {
+        return "hip".equals(backend) && devices == 1;
     }
 
     private static String current(String backend, int devices) {

@@ -113,10 +113,46 @@ class VerifyPathBenchTest {
             var past = new VerifyPathBench.Options(List.of(23, c.maxPositionEmbeddings), 4, 17, 0, 16, 3);
             var e = assertThrows(IllegalArgumentException.class, () -> VerifyPathBench.run(be, past, new PrintStream(log, true)));
             assertTrue(e.getMessage().contains("max_position_embeddings"), e.getMessage());
+            // the parts add up to the positions named: the input, 17 decode tokens, 2 x (q + 1) and 8 spare
+            int L = c.maxPositionEmbeddings;
+            assertTrue(e.getMessage().contains(String.format(java.util.Locale.ROOT, "input length %,d needs %,d positions", L, L + 17 + 10 + 8))
+                    && e.getMessage().contains(String.format(java.util.Locale.ROOT, "%,d input + 17 decode tokens (--decode-tokens) + 10 for"
+                    + " the untimed warm-up step and the last step's overrun (2 x (--q 4 + 1)) + 8 spare;", L))
+                    && e.getMessage().contains(String.format(java.util.Locale.ROOT, "the longest input that fits is %,d", L - 35)),
+                    e.getMessage());
             var synth = new VerifyPathBench.Options(List.of(23, 61), 4, 17, 0, 16, 3, 40);
             e = assertThrows(IllegalArgumentException.class, () -> VerifyPathBench.run(be, synth, new PrintStream(log, true)));
             assertTrue(e.getMessage().contains("cannot fill a context synthetically"), e.getMessage());
             assertEquals("", log.toString(), "nothing ran before the refusal");
+        }
+    }
+
+    /** With both paths the agreement rounds take positions too: they are counted and named, and the numbers add up. */
+    @Test
+    void theAgreementRoundsAreCountedWhereBothPathsRun() {
+        var o = new VerifyPathBench.Options(List.of(1000), 4, 17, 200, 16, 3);
+        VerifyPathBench.checkContext(1035, o, false);
+        var e = assertThrows(IllegalArgumentException.class, () -> VerifyPathBench.checkContext(2000, o, true));
+        assertTrue(e.getMessage().startsWith("input length 1,000 needs 2,035 positions, past the model's context of 2,000")
+                && e.getMessage().contains(" + 8 spare + 1,000 for 200 agreement rounds (--agreement-steps) of up to --q 4 + 1 tokens;"
+                + " the longest input that fits is 965"), e.getMessage());
+    }
+
+    /** A length past the preset's context is refused before its model is made: no 'creating model', no folder. */
+    @Test
+    void benchRefusesALengthPastTheContextBeforeMakingAModel() throws Exception {
+        // a preset variant no other test makes: were it made, its folder would name it
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench", "--backend", "cpu", "--preset", "tiny", "--layers", "2",
+                "--experts", "3", "--lengths", "2000000");
+        assertNotEquals(0, r.code(), r.err());
+        assertTrue(r.err().contains("input length 2,000,000 needs 2,000,274 positions, past the model's context of 1,048,576"),
+                r.err());
+        assertFalse(r.err().contains("creating model"), r.err());
+        try (var s = Files.list(io.ds4j.model.synth.ModelStore.root()).filter(p ->
+                p.getFileName().toString().startsWith("tiny-L2-E3-"))) {
+            assertEquals(0, s.count(), "no model was made");
+        } catch (java.nio.file.NoSuchFileException none) {
+            // no store at all: nothing was made
         }
     }
 
