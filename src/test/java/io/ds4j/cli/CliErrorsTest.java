@@ -170,6 +170,20 @@ class CliErrorsTest {
         }
     }
 
+    /**
+     * serve refuses a file whose bad values the flags override, naming the file and each value (it started with a
+     * warning that the flags win; the next start without them would have refused it), not blaming the flags.
+     */
+    @Test
+    void aBadValueAFlagOverridesIsRefusedAtStart(@TempDir Path dir) throws Exception {
+        Path f = config(dir, "{\"server\":{\"port\":\"abc\"},\"limits\":{\"maxActive\":99999}}");
+        GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port", "0", "--max-active", "3");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("  " + f + ": server.port: must be an integer, got \"abc\" (the file on its own")
+                && r.err().contains("  " + f + ": limits.maxActive: "), r.err());
+        assertFalse(r.err().contains("flag --"), r.err());
+    }
+
     /** A FIFO given as --config is refused as what it is (it used to read "file not found"), never opened. */
     @Test
     void aFifoAsTheConfigFileIsRefusedAsNotARegularFile(@TempDir Path dir) throws Exception {
@@ -246,9 +260,15 @@ class CliErrorsTest {
         assertTrue(r.err().contains(two + ": " + F16_GATE + "backend hip on 2 devices"), r.err());
         assertTrue(r.err().contains(two + ": gpu.devices: backend hip runs on a single device"), r.err());
         assertFalse(r.err().contains("\tat ") || r.err().contains("Exception"), r.err());
-        // a flag overrides the file and goes through the same gate: one device passes it (the missing model folder
+        // a flag that makes that file's combination hold does not hide it: a start without the flag would refuse the file
+        r = runBounded("serve", "--config", two.toString(), "--port", "0", "--gpu-devices", "1");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains(two + ": gpu.devices: backend hip runs on a single device") && r.err().contains(
+                "(the file on its own: the command line's values hide it now, and a start without them would refuse the file)"), r.err());
+        // a flag overrides a valid file and goes through the same gate: one device passes it (the missing model folder
         // then stops the start, before anything binds, so this test never needs a GPU)
-        r = runBounded("serve", "--config", two.toString(), "--port", "0", "--gpu-devices", "1",
+        Path one = config(dir, "{\"model\": {\"backend\": \"hip\"}, \"verify\": {\"f16Kv\": true}}");
+        r = runBounded("serve", "--config", one.toString(), "--port", "0", "--gpu-devices", "1",
                 "--model", dir.resolve("nonexistent").toString());
         assertEquals(2, r.code(), r.err());
         assertTrue(r.err().contains("error: flag --model: model.path: folder not found"), r.err());

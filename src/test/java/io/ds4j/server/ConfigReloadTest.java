@@ -394,6 +394,30 @@ class ConfigReloadTest {
     }
 
     /**
+     * A reload whose file holds a bad value that a flag overrides is rejected as any invalid file, naming the value
+     * (it gave "no effective change", and the next start without the flag would refuse the file); the configuration stays.
+     */
+    @Test
+    @Order(7)
+    void aBadValueAFlagOverridesIsRejectedOnReload(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 4}}";
+        Files.writeString(f, text);
+        try (TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)),
+                Map.of("limits.maxActive", 5), f, text)) {
+            Path tmp = other.resolve("server.json.tmp");
+            Files.writeString(tmp, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 99999, \"maxTokensDefault\": 7}}");
+            Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/outcome").asText().equals("rejected")), s.get("/props").body());
+            JsonNode p = s.get("/props").json();
+            String msg = p.at("/config_reload/message").asText();
+            assertTrue(msg.startsWith(f + ": limits.maxActive: ") && msg.contains("99999") && msg.contains("a start without them would refuse the file"), msg);
+            assertEquals(5, p.at("/config/limits/maxActive").asInt(), "the flag's value stays");
+            assertNotEquals(7, p.at("/config/limits/maxTokensDefault").asInt(), "nothing of the file applied");
+        }
+    }
+
+    /**
      * A default top-k above the model's vocabulary is refused at a reload (it would make every request that gives no
      * top_k a 400 naming a top_k it never sent), and the running default stays.
      */

@@ -211,6 +211,28 @@ class ServerConfigTest {
         assertEquals("***", c.toJson(true).at("/server/apiKeys/0").asText());
     }
 
+    /**
+     * A bad value the command line overrides is still the file's: a start without the flag would refuse the file, so it
+     * is named now, after the file's name (it used to pass with a warning that the flag wins).
+     */
+    @Test
+    void aBadValueAFlagOverridesIsStillNamed() {
+        ConfigException e = assertThrows(ConfigException.class, () -> ServerConfig.parse(
+                "{\"server\": {\"port\": \"abc\"}, \"limits\": {\"maxActive\": 99999}}", "f.json",
+                Map.of("server.port", 18932, "limits.maxActive", 3)));
+        String hides = " (the file on its own: the command line's values hide it now, and a start without them would refuse the file)";
+        assertEquals(2, e.problems().size(), e.getMessage());
+        assertEquals("f.json: server.port: must be an integer, got \"abc\"" + hides, e.problems().get(0));
+        assertTrue(e.problems().get(1).startsWith("f.json: limits.maxActive: ") && e.problems().get(1).contains("99999")
+                && e.problems().get(1).endsWith(hides), e.problems().get(1));
+        // a combination the flags make hold is the file's too
+        e = assertThrows(ConfigException.class, () -> ServerConfig.parse("{\"verify\": {\"f16Kv\": true}}", "f.json",
+                Map.of("model.backend", "hip")));
+        assertTrue(e.getMessage().startsWith("f.json: verify.f16Kv: the F16-KV verifier") && e.getMessage().endsWith(hides), e.getMessage());
+        // a valid file the flags override passes, the flags' values winning
+        assertDoesNotThrow(() -> ServerConfig.parse("{\"server\": {\"port\": 9000}}", "f.json", Map.of("server.port", 1)));
+    }
+
     @Test
     void reloadSplitsLiveFromRestartKeys() throws Exception {
         ServerConfig running = ServerConfig.parse("{\"limits\": {\"maxActive\": 4}}", "a", null);

@@ -217,7 +217,9 @@ public final class ServerConfig {
      * @param overrides dotted key → value (String, Number, Boolean, List, null, or a JSON number node that keeps its
      *                  text, {@link Json#written}) that replace the file's values
      * @throws ConfigException listing every problem, each naming its key (or the file's syntax error with line and
-     *                         column, the byte offset of bytes that are not UTF-8, the key given twice)
+     *                         column, the byte offset of bytes that are not UTF-8, the key given twice); a problem of
+     *                         the file on its own that the overrides hide (a bad value a flag replaces) is named too,
+     *                         after the file's name
      */
     public static ServerConfig parseFile(byte[] bytes, String source, Map<String, Object> overrides) throws ConfigException {
         ObjectNode tree;
@@ -229,8 +231,30 @@ public final class ServerConfig {
             if (!n.isObject()) throw new ConfigException(source + ": must be a JSON object");
             tree = (ObjectNode) n;
         }
+        // the file is judged on its own too: a value a flag overrides, or a combination the flags' values make hold, is
+        // still the file's, and a start without those flags would refuse it
+        List<String> alone = List.of();
+        if (bytes != null && overrides != null && !overrides.isEmpty()) {
+            try {
+                fromTree(tree.deepCopy());
+            } catch (ConfigException e) {
+                alone = e.problems();
+            }
+        }
         if (overrides != null) for (var e : overrides.entrySet()) put(tree, e.getKey(), Json.tree(e.getValue()));
-        return fromTree(tree);
+        List<String> problems = new ArrayList<>();
+        ServerConfig c = null;
+        try {
+            c = fromTree(tree);
+        } catch (ConfigException e) {
+            problems.addAll(e.problems());
+        }
+        for (String p : alone)
+            if (!problems.contains(p))
+                problems.add(source + ": " + p + " (the file on its own: the command line's values hide it now, and a start"
+                        + " without them would refuse the file)");
+        if (!problems.isEmpty()) throw new ConfigException(problems);
+        return c;
     }
 
     /** The file's JSON value, or null when it is empty or only whitespace. */
