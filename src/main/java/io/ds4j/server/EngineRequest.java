@@ -39,6 +39,11 @@ public final class EngineRequest {
     io.ds4j.grammar.Grammar grammar;
     /** The tokenised predicted output (request field {@code prediction}), or null. */
     int[] prediction;
+    /**
+     * The field the client gave max_tokens in ({@code max_tokens} or {@code max_completion_tokens}), or null where the
+     * server's default applies: a refusal names what the client sent, never a value it did not.
+     */
+    String maxTokensField;
 
     public EngineRequest(String id, boolean chat, boolean thinking, int[] prompt, SamplingParams params, String specQ,
                          int maxContext, long arrivalNanos, String address) {
@@ -66,6 +71,15 @@ public final class EngineRequest {
      */
     public EngineRequest cachePrompt(boolean on) {
         cachePrompt = on;
+        return this;
+    }
+
+    /**
+     * Names the field the client gave max_tokens in; null (the default) for the server's default.
+     * @return this
+     */
+    public EngineRequest maxTokensField(String field) {
+        maxTokensField = field;
         return this;
     }
 

@@ -241,11 +241,19 @@ public final class EngineVerticle extends VerticleBase {
         }
         int need = r.reserveTokens();
         if (cfg.cacheTokens() > 0 && need > cfg.cacheTokens()) {
-            LOG.info("request {} rejected: needs {} tokens of sequence state (prompt {} + max_tokens {}), model.cacheTokens is {}",
-                    r.id, need, r.prompt.length, r.params.maxTokens(), cfg.cacheTokens());
-            msg.reply(Admission.refused(ApiException.bad("max_tokens", "context_length_exceeded", "max_tokens: prompt ("
-                    + r.prompt.length + " tokens) plus max_tokens (" + r.params.maxTokens() + ") exceeds the server's cache of "
-                    + cfg.cacheTokens() + " tokens; lower max_tokens or shorten the prompt")), LOCAL);
+            // the field to blame: the client's max_tokens where it sent one; else the prompt (the server's default
+            // max_tokens was cut to the cache's room, so only a prompt that leaves none gets here)
+            String mt = r.maxTokensField, field = mt != null ? mt : r.chat ? "messages" : "prompt";
+            String why = mt != null
+                    ? mt + ": the prompt (" + r.prompt.length + " tokens) plus " + mt + " (" + r.params.maxTokens()
+                    + ") exceeds the server's cache of " + cfg.cacheTokens() + " tokens (model.cacheTokens); lower " + mt
+                    + " or shorten the prompt"
+                    : field + ": the prompt (" + r.prompt.length + " tokens) leaves no room for output in the server's cache of "
+                    + cfg.cacheTokens() + " tokens (model.cacheTokens); shorten the prompt";
+            LOG.info("request {} rejected: needs {} tokens of sequence state (prompt {} + max_tokens {}{}), model.cacheTokens is {}",
+                    r.id, need, r.prompt.length, r.params.maxTokens(), mt != null ? " as sent" : ", the default cut to the cache",
+                    cfg.cacheTokens());
+            msg.reply(Admission.refused(ApiException.bad(field, "context_length_exceeded", why)), LOCAL);
             return;
         }
         Job j = new Job(r, need);
@@ -267,8 +275,8 @@ public final class EngineVerticle extends VerticleBase {
             jobs.put(r.id, j);
             updateGauges();
             msg.reply(Admission.queued(waiting.size()), LOCAL);
-            LOG.info("request {} queued at position {}: {} prompt tokens; running {}/{} (all slots busy)",
-                    r.id, waiting.size(), r.prompt.length, active.size(), cfg.maxActive());
+            LOG.info("request {} queued at position {}: {} prompt tokens; running {}/{} ({})",
+                    r.id, waiting.size(), r.prompt.length, active.size(), cfg.maxActive(), queueReason(j, cfg));
         } else {
             int retry = retryAfterSeconds(cfg);
             LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}); Retry-After {} s",
@@ -283,6 +291,21 @@ public final class EngineVerticle extends VerticleBase {
 
     static String plural(int n, String noun) {
         return n + " " + noun + (n == 1 ? "" : "s");
+    }
+
+    /**
+     * Why a request that just arrived waits (each reason that holds): every slot runs a request, the running requests'
+     * reserved tokens leave too little of model.cacheTokens, or others wait before it (first come, first served).
+     */
+    private String queueReason(Job j, ServerConfig cfg) {
+        List<String> why = new ArrayList<>();
+        if (active.size() >= cfg.maxActive()) why.add("all slots busy");
+        if (!fits(j.reserved, cfg))
+            why.add("model.cacheTokens: the running requests reserve " + reservedTokens + " of " + cfg.cacheTokens()
+                    + " tokens, this one needs " + j.reserved);
+        // the request is already at the end of the queue: the others are those before it
+        if (waiting.size() > 1) why.add(plural(waiting.size() - 1, "request") + " waiting before it");
+        return String.join("; ", why);
     }
 
     private boolean fits(int need, ServerConfig cfg) {

@@ -1178,10 +1178,16 @@ public final class HttpVerticle extends VerticleBase {
                         + ctxLimit + " tokens leaves room for at most " + (ctxLimit - prompt.length) + " output tokens"));
                 return;
             }
-            int maxTokens = Math.min(g.params().maxTokens(), ctxLimit - prompt.length);
+            // max_tokens is cut to the room the context leaves; the server's default also to the room the cache leaves
+            // (model.cacheTokens), as a client that sent none cannot be refused for it; a client's own max_tokens past
+            // the cache is refused by the engine's admission, naming it (at least 1: the engine then refuses a prompt
+            // that leaves the cache no room, naming the prompt)
+            int room = ctxLimit - prompt.length, cache = state.config().cacheTokens();
+            if (g.maxTokensParam() == null && cache > 0) room = Math.max(1, Math.min(room, cache - prompt.length));
+            int maxTokens = Math.min(g.params().maxTokens(), room);
             EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
                     g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),
-                    enc.promptTokens() != null ? g.topLogprobs() : -1)
+                    enc.promptTokens() != null ? g.topLogprobs() : -1).maxTokensField(g.maxTokensParam())
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
                     .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted);
             new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens()).start();

@@ -39,7 +39,8 @@ final class Requests {
      * @param promptIds     completion prompt as token ids, or null
      * @param echo          completions: prepend the prompt to the output
      * @param params        sampling settings; maxTokens is the request's value or the configured default
-     * @param maxTokensParam the field max_tokens came from (for messages)
+     * @param maxTokensParam the field max_tokens came from (for messages), or null where the client gave none and the
+     *                       server's default (limits.maxTokensDefault) applies
      * @param specQ         "0", "auto" or "1".."8" (request override or configured)
      * @param logprobs      return log-probabilities
      * @param topLogprobs   alternatives per token
@@ -81,7 +82,10 @@ final class Requests {
         // both fields are checked whenever sent: the one that loses is still the client's mistake when it is bad
         Integer legacy = integer(body, "max_tokens", minTokens, Integer.MAX_VALUE, mtRange);
         Integer maxTokens = mtName.equals("max_tokens") ? legacy : integer(body, mtName, minTokens, Integer.MAX_VALUE, mtRange);
-        if (maxTokens == null) maxTokens = cfg.maxTokensDefault();
+        if (maxTokens == null) {
+            maxTokens = cfg.maxTokensDefault();
+            mtName = null;
+        }
 
         boolean logprobs;
         int topLogprobs;
