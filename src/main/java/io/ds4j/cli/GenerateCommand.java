@@ -113,6 +113,10 @@ public final class GenerateCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--reasoning-effort must be " + String.join(" or ", chatFormat.efforts())
                     + " (the DeepSeek-V4 chat format's efforts), got " + effort);
         BackendOptions bo = backendOptions();
+        // the output constraint and the draft are read from the flags and files alone: a bad one is refused before a
+        // model is made or loaded
+        Grammar grammar = grammar();
+        checkDraft();
         Path dir = source.model != null ? source.model : ModelStore.ensure(source.preset != null ? source.preset : "tiny", 1, err::println);
         if (!Files.isDirectory(dir)) throw new IllegalArgumentException("--model: folder not found: " + dir.toAbsolutePath());
         // config.json and the weight files' presence, not the weights: what --top-k needs is known before the load
@@ -169,7 +173,7 @@ public final class GenerateCommand implements Callable<Integer> {
             PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
             Draft d = ds == null ? null : ds.open(ids, sp, seed != null ? seed : 0);
             int[] eos = Generation.endIds(tok.eosId(), be.config());
-            TokenConstraint constraint = constraint(tok, err);
+            TokenConstraint constraint = constraint(grammar, tok, err);
             Generation g = new Generation(be, be.newSequence(io.ds4j.engine.RollbackWindow.DEFAULT), ids, sampler, d, width,
                     new Generation.Options(prefillChunk, context, eos, io.ds4j.engine.RollbackWindow.DEFAULT),
                     (t, lp) -> {
@@ -216,8 +220,12 @@ public final class GenerateCommand implements Callable<Integer> {
         return 0;
     }
 
-    /** The output constraint of --json-schema / --json-object, or null; builds the token trie up front (timed). */
-    private TokenConstraint constraint(Tokenizer tok, PrintStream err) throws java.io.IOException {
+    /**
+     * The grammar of --json-schema / --json-object, or null; reads and compiles the schema file, so that a missing file
+     * or an unsupported keyword is refused before any model work.
+     * @throws IllegalArgumentException naming the flag and what is wrong
+     */
+    private Grammar grammar() throws java.io.IOException {
         if (jsonSchema == null && !jsonObject) return null;
         if (jsonSchema != null && jsonObject) throw new IllegalArgumentException("--json-schema and --json-object exclude each other");
         Grammar gr;
@@ -235,7 +243,12 @@ public final class GenerateCommand implements Callable<Integer> {
                 throw new IllegalArgumentException("--json-schema: " + e.getMessage(), e);
             }
         }
-        if (thinking) gr = gr.afterThinking();
+        return thinking ? gr.afterThinking() : gr;
+    }
+
+    /** The output constraint of a {@link #grammar()} (null for none); builds the token trie up front (timed). */
+    private static TokenConstraint constraint(Grammar gr, Tokenizer tok, PrintStream err) {
+        if (gr == null) return null;
         long t0 = System.nanoTime();
         TokenTrie trie = TokenTrie.of(tok);
         err.printf("constraint: %s; token trie of %d ids, %d nodes built in %.0f ms (once per tokenizer)%n", gr, trie.vocab(), trie.nodes(),
@@ -278,7 +291,23 @@ public final class GenerateCommand implements Callable<Integer> {
         }
     }
 
-        private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok, BackendOptions bo) throws Exception {
+    /**
+     * Checks --draft before any model work: ngram, mtp (whether the model has an MTP layer is known once it loads) or a
+     * folder holding a model's config.json and weight files.
+     * @throws IllegalArgumentException naming --draft and what is wrong
+     */
+    private void checkDraft() {
+        if (draft == null || draft.equals("ngram") || draft.equals("mtp")) return;
+        Path dd = Path.of(draft);
+        if (!Files.isDirectory(dd)) throw new IllegalArgumentException("--draft: '" + draft + "' is neither 'ngram', 'mtp' nor a model directory");
+        try {
+            io.ds4j.model.Checkpoint.inspect(dd);
+        } catch (io.ds4j.model.CheckpointException e) {
+            throw new IllegalArgumentException("--draft: " + e.getMessage(), e);
+        }
+    }
+
+    private DraftSource openDraft(Backend target, Path targetDir, Tokenizer tok, BackendOptions bo) throws Exception {
         if (draft == null) return null;
         if (draft.equals("ngram")) return NgramDraft.source();
         if (draft.equals("mtp")) {
@@ -288,8 +317,7 @@ public final class GenerateCommand implements Callable<Integer> {
                 throw new IllegalArgumentException("--draft mtp: " + e.getMessage(), e);
             }
         }
-        Path dd = Path.of(draft);
-        if (!Files.isDirectory(dd)) throw new IllegalArgumentException("--draft: '" + draft + "' is neither 'ngram', 'mtp' nor a model directory");
+        Path dd = Path.of(draft);  // a folder checkDraft found holding a model
         Backend db = open("--draft", dd, bo.withF16KvVerify(false)); // the draft never runs verify steps
         try {
             ModelDraftSource.checkCompatible(target, db, tok.source(), Tokenizers.forModel(dd).source());

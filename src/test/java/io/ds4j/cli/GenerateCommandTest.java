@@ -44,6 +44,32 @@ public class GenerateCommandTest {
         assertFalse(r.out().isBlank());
     }
 
+    /**
+     * The output constraint's flags and file, and a --draft that is no draft, are refused before the model is made or
+     * loaded: the refusal is the only line (they came after 'model: preset ...' and the load).
+     */
+    @Test
+    void constraintAndDraftFlagsAreRefusedBeforeTheModel(@TempDir Path dir) throws Exception {
+        Path pattern = dir.resolve("pattern.json");
+        java.nio.file.Files.writeString(pattern, "{\"type\": \"string\", \"pattern\": \"a+\"}");
+        Path noModel = java.nio.file.Files.createDirectory(dir.resolve("empty"));
+        String[][] cases = {
+                {"--json-schema", "/nonexistent.json"}, {"--json-object", "--json-schema", pattern.toString()},
+                {"--json-schema", pattern.toString()}, {"--draft", "bogus"}, {"--draft", noModel.toString()}};
+        String[] said = {"--json-schema: file not found: /nonexistent.json", "--json-schema and --json-object exclude each other",
+                "--json-schema: JSON Schema keyword 'pattern' (at '/pattern') is not supported", "--draft: 'bogus' is neither",
+                "--draft: "};
+        for (int i = 0; i < cases.length; i++) {
+            String[] args = new String[cases[i].length + 5];
+            System.arraycopy(new String[]{"generate", "--prompt", "x", "-n", "2"}, 0, args, 0, 5);
+            System.arraycopy(cases[i], 0, args, 5, cases[i].length);
+            Run r = run(args);
+            assertEquals(2, r.code(), String.join(" ", cases[i]) + ": " + r.err());
+            assertTrue(r.err().contains("error: " + said[i]), String.join(" ", cases[i]) + ": " + r.err());
+            assertFalse(r.err().contains("model: preset") || r.err().contains("creating model"), String.join(" ", cases[i]) + ": " + r.err());
+        }
+    }
+
     @Test
     void mtpDraftRunsOnAPresetAndIsRefusedWithoutAnMtpLayer() {
         Run plain = run("generate", "--preset", "tiny", "--prompt", "a b c d", "-n", "12");
