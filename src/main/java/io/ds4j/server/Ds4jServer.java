@@ -193,6 +193,8 @@ public final class Ds4jServer {
                     int port = state.port();
                     LOG.info("listening on http://{}:{} ({} HTTP verticle instance(s)); static files from {}", cfg.host(), port,
                             instances, webroot);
+                    String noWebroot = webrootProblem(webroot);
+                    if (noWebroot != null) LOG.warn("{}", noWebroot);
                     DeploymentOptions engine = new DeploymentOptions().setThreadingModel(ThreadingModel.WORKER)
                             .setWorkerPoolName("ds4j-engine").setWorkerPoolSize(1)
                             // a model load or a big prefill chunk may legitimately hold the engine thread for long
@@ -230,9 +232,20 @@ public final class Ds4jServer {
     }
 
     /** Relative to the working folder, else to the application folder (the parent of target/ds4j.jar). */
-    static String resolveWebroot(String w) {
+    public static String resolveWebroot(String w) {
         Path p = appRelative(w);
         return (p != null ? p : Path.of(w)).toAbsolutePath().normalize().toString();
+    }
+
+    /**
+     * What is wrong with server.webroot as resolved ({@link #resolveWebroot}), or null when it is a folder: a missing
+     * folder is no reason to refuse the API, but the playground at / then answers 404 and the log says why.
+     */
+    public static String webrootProblem(String resolved) {
+        Path p = Path.of(resolved);
+        if (Files.isDirectory(p)) return null;
+        return "server.webroot: " + (Files.exists(p) ? "not a folder: " : "folder not found: ") + resolved
+                + " (the playground at / answers 404 until it is there)";
     }
 
     /**
@@ -375,6 +388,14 @@ public final class Ds4jServer {
         if (!r.pending().isEmpty()) {
             parts.add("pending restart " + r.pending());
             LOG.warn("config {}: these keys need a restart and keep their running values until then: {}", file, r.pending());
+            // a playground folder the next start would not find is said now, as the start would say it
+            if (r.pending().stream().anyMatch(c -> c.key().equals("server.webroot"))) {
+                String noWebroot = webrootProblem(resolveWebroot(proposed.webroot()));
+                if (noWebroot != null) {
+                    parts.add("at the next start: " + noWebroot);
+                    LOG.warn("config {}: at the next start: {}", file, noWebroot);
+                }
+            }
             // a folder the next start would refuse is said now, not at that start
             if (r.pending().stream().anyMatch(c -> c.key().equals("model.path") || c.key().equals("speculative.draft"))) {
                 try {

@@ -312,6 +312,35 @@ class ConfigReloadTest {
     }
 
     /**
+     * A server.webroot that is no folder is warned of at start (the playground then answers 404; it was logged as
+     * "static files from" alone) and at the reload that names it, whose outcome says so.
+     */
+    @Test
+    @Order(11)
+    void aMissingWebrootIsWarnedOfAtStartAndAtTheReload(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        Path missing = other.resolve("no-such-webroot");
+        String text = "{\"server\": {\"configScanMs\": 50, \"webroot\": \"" + missing + "\"}}";
+        Files.writeString(f, text);
+        try (LogCapture log = new LogCapture();
+             TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), Map.of(), f, text)) {
+            String said = "server.webroot: folder not found: " + missing + " (the playground at / answers 404 until it is there)";
+            assertEquals(1, log.linesWith("[WARN] Ds4jServer - " + said).size(), log.linesWith("Ds4jServer").toString());
+            assertEquals(404, s.get("/").status());
+            Path other2 = other.resolve("still-missing");
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50, \"webroot\": \"" + other2 + "\"}}");
+            String next = "at the next start: server.webroot: folder not found: " + other2;
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/outcome").asText().equals("applied, restart pending")
+                    && p.at("/config_reload/message").asText().contains(next)), s.get("/props").body());
+            assertEquals(1, log.linesWith(next).size(), log.linesWith("Ds4jServer").toString());
+            // a folder that is there is not warned of
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50, \"webroot\": \"" + other + "\"}}");
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains("server.webroot")
+                    && !p.at("/config_reload/message").asText().contains("at the next start")), s.get("/props").body());
+        }
+    }
+
+    /**
      * A restart key naming a folder the next start would refuse (model.path, speculative.draft) is still pending, as
      * every restart key is, and the reload says now that the next start would fail, with the start's own check.
      */

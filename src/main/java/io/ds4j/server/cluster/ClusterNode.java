@@ -81,8 +81,9 @@ public final class ClusterNode {
                             : "engine@" + ecfg.host() + ":" + s.port();
                     Future<String> f = s.vertx().deployVerticle(new EngineNode(s.state(), n.cluster, name));
                     if (c.gateway()) {
+                        // the engine's server has warned of a missing folder already
                         n.gateway = new GatewayVerticle(() -> cfg, n.cluster, s.registry(),
-                                resolveWebroot(cfg.webroot()));
+                                Ds4jServer.resolveWebroot(cfg.webroot()));
                         f = f.compose(id -> s.vertx().deployVerticle(n.gateway, new DeploymentOptions()));
                     }
                     return f.map(n).recover(e -> s.close().transform(x -> Future.failedFuture(
@@ -90,9 +91,12 @@ public final class ClusterNode {
                 });
     }
 
+    /** server.webroot resolved as a single node resolves it, a missing folder warned of as a single node warns. */
     private static String resolveWebroot(String w) {
-        Path p = Ds4jServer.appRelative(w);
-        return (p != null ? p : Path.of(w)).toAbsolutePath().normalize().toString();
+        String resolved = Ds4jServer.resolveWebroot(w);
+        String problem = Ds4jServer.webrootProblem(resolved);
+        if (problem != null) LOG.warn("{}", problem);
+        return resolved;
     }
 
     private Future<ClusterNode> startGateway(ServerConfig cfg) {
