@@ -384,6 +384,11 @@ public final class Ds4jServer {
         if (!r.live().isEmpty()) {
             parts.add("applied " + r.live());
             LOG.info("config reloaded from {}: applied from now on (new requests; the scheduler's limits from its next step): {}", file, r.live());
+            String cap = r.live().stream().anyMatch(c -> c.key().equals("limits.maxContextTokens")) ? state.contextCap() : null;
+            if (cap != null) {
+                parts.add(cap);
+                LOG.warn("config {}: {}", file, cap);
+            }
         }
         if (!r.pending().isEmpty()) {
             parts.add("pending restart " + r.pending());

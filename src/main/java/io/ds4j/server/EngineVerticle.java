@@ -160,6 +160,8 @@ public final class EngineVerticle extends VerticleBase {
         consumers.add(vertx.eventBus().localConsumer(DRAIN, this::onDrain));
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList()).onSuccess(v -> {
             state.model(info);
+            String cap = state.contextCap();
+            if (cap != null) LOG.warn("{}", cap);
             Scheduler.Limits l = scheduler.limits();
             LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}, batch: max rows {}, prefill token budget {}, "
                             + "prefill beside decoding requests: {}",

@@ -223,6 +223,18 @@ public final class ServerState {
         return startedAtMillis;
     }
 
+    /**
+     * That limits.maxContextTokens is above the model's own limit and so capped to it, with both values; null when it is
+     * not (or no model is loaded yet): said where the value is set, as /props shows the capped one as n_ctx.
+     */
+    public String contextCap() {
+        ModelInfo m = model;
+        int c = config.maxContextTokens();
+        if (m == null || maxContext() == c) return null;
+        return "limits.maxContextTokens " + c + " is capped to " + maxContext()
+                + ", the model's context (its max_position_embeddings): positions past it are not ones the model was built for";
+    }
+
     /** Effective context limit: limits.maxContextTokens capped by the model's own limit. */
     public int maxContext() {
         ModelInfo m = model;

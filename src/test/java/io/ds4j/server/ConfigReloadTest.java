@@ -312,6 +312,35 @@ class ConfigReloadTest {
     }
 
     /**
+     * A reload of limits.maxContextTokens past the model's context says that it is capped to it and why (the log said
+     * "32768 -> 2000000" while /props showed the model's context as n_ctx); a start with such a value says it too.
+     */
+    @Test
+    @Order(11)
+    void aContextLimitPastTheModelsIsSaidToBeCapped(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"maxContextTokens\": 2000000}}";
+        Files.writeString(f, text);
+        try (LogCapture log = new LogCapture();
+             TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), Map.of(), f, text)) {
+            int model = s.get("/props").json().at("/default_generation_settings/n_ctx").asInt();
+            assertTrue(model < 2_000_000, "the model's context is smaller: " + model);
+            String cap = "limits.maxContextTokens 2000000 is capped to " + model + ", the model's context (its max_position_embeddings)";
+            assertTrue(TestServer.eventually(5000, () -> !log.linesWith("[WARN] EngineVerticle - " + cap).isEmpty()),
+                    log.linesWith("EngineVerticle").toString());
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"maxContextTokens\": 3000000}}");
+            String capped = "limits.maxContextTokens 3000000 is capped to " + model + ", the model's context";
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains(capped)), s.get("/props").body());
+            assertEquals(1, log.linesWith("[WARN] Ds4jServer - config " + f + ": " + capped).size(), log.linesWith("Ds4jServer").toString());
+            assertEquals(model, s.get("/props").json().at("/default_generation_settings/n_ctx").asInt());
+            // within the model's context nothing is said
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"maxContextTokens\": 1000}}");
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains("limits.maxContextTokens: 3000000 -> 1000")
+                    && !p.at("/config_reload/message").asText().contains("capped")), s.get("/props").body());
+        }
+    }
+
+    /**
      * A server.webroot that is no folder is warned of at start (the playground then answers 404; it was logged as
      * "static files from" alone) and at the reload that names it, whose outcome says so.
      */
