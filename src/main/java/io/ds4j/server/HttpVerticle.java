@@ -724,8 +724,9 @@ public final class HttpVerticle extends VerticleBase {
             resp.end("data: " + Json.write(e.body()) + "\n\n");
             return;
         }
-        boolean routing = e.status() == 404 && "not_found".equals(e.code()) || e.status() == 405;
-        if ((e.status() < 500 || e.status() == 503) && !routing && !countedByEngine) {
+        // a path no route answers (404 not_found) and a method its path does not answer (405) are refusals like any
+        // other: counted and logged, so that a client calling a wrong URL can be found in the log
+        if ((e.status() < 500 || e.status() == 503) && !countedByEngine) {
             state.metrics().rejected(e.code() != null ? e.code() : "http_" + e.status());
             if (e.status() != 429) // the engine logs queue-full refusals with the queue state
                 LOG.info("{} {} rejected with {}: {}", ctx.request().method(), ctx.request().path(), e.status(), e.getMessage());

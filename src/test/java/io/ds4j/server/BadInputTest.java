@@ -541,6 +541,36 @@ class BadInputTest {
         }
     }
 
+    /**
+     * A path no route answers (404) and a method its path does not answer (405) are logged with the reason at INFO, as
+     * other refusals, and counted in ds4j:requests_rejected_total (they were neither, even at debug).
+     */
+    @Test
+    void unknownRoutesAndWrongMethodsAreLoggedAndCounted() throws Exception {
+        String metrics = server.get("/metrics").body();
+        double notFound = counted(metrics, "not_found"), notAllowed = counted(metrics, "method_not_allowed");
+        try (LogCapture log = new LogCapture()) {
+            assertTrue(raw("GET", "/no-such-route", "").startsWith("HTTP/1.1 404"));
+            assertTrue(raw("DELETE", "/v1/models", "").startsWith("HTTP/1.1 405"));
+            List<String> lines = log.linesWith("GET /no-such-route rejected with 404: no route for GET /no-such-route");
+            assertEquals(1, lines.size(), log.lines().toString());
+            assertTrue(lines.getFirst().contains("[INFO]"), lines.getFirst());
+            lines = log.linesWith("DELETE /v1/models rejected with 405: DELETE is not allowed on /v1/models (allowed: GET, HEAD)");
+            assertEquals(1, lines.size(), log.lines().toString());
+        }
+        metrics = server.get("/metrics").body();
+        assertEquals(notFound + 1, counted(metrics, "not_found"), metrics);
+        assertEquals(notAllowed + 1, counted(metrics, "method_not_allowed"), metrics);
+    }
+
+    /** A reason's count in ds4j:requests_rejected_total (0 before the first). */
+    private static double counted(String metrics, String reason) {
+        String key = "ds4j:requests_rejected_total{reason=\"" + reason + "\"} ";
+        for (String line : metrics.split("\n"))
+            if (line.startsWith(key)) return Double.parseDouble(line.substring(key.length()));
+        return 0;
+    }
+
     @Test
     void aMalformedPercentEscapeInThePathIsA400NamingItAndOneLogLine() throws Exception {
         String[][] cases = {{"GET", "/v1/models/%ZZ", "%ZZ"}, {"GET", "/health%", "%"}, {"GET", "/%ZZ", "%ZZ"},

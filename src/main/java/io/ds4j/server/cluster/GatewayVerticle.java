@@ -163,7 +163,7 @@ public final class GatewayVerticle extends VerticleBase {
             if (allow != null && (m == HttpMethod.OPTIONS || List.of(allow.split(", ")).contains(m.name()))) relay(ctx);
             else if (allow != null) {
                 ctx.response().putHeader("Allow", allow);
-                error(ctx.response(), HttpVerticle.notAllowed(m, path, allow));
+                refuse(ctx, HttpVerticle.notAllowed(m, path, allow));
             } else if ((m == HttpMethod.GET || m == HttpMethod.HEAD) && !HttpVerticle.isApi(path)) files.handle(ctx);
             else ctx.next();
         });
@@ -175,7 +175,7 @@ public final class GatewayVerticle extends VerticleBase {
             LOG.info("{} {} rejected with 400: {}", ctx.request().method(), ctx.request().path(), e.getMessage());
             error(ctx.response(), e);
         });
-        r.errorHandler(404, ctx -> error(ctx.response(), HttpVerticle.noRoute(ctx.request().method(), HttpVerticle.routed(ctx))));
+        r.errorHandler(404, ctx -> refuse(ctx, HttpVerticle.noRoute(ctx.request().method(), HttpVerticle.routed(ctx))));
         r.errorHandler(416, HttpVerticle::rangeNotSatisfiable);
 
         consumers.add(vertx.eventBus().<JsonObject>consumer(EngineNode.ANNOUNCE, m -> announced(m.body())));

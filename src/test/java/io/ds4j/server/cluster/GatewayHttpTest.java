@@ -190,6 +190,20 @@ class GatewayHttpTest {
         }
     }
 
+    /** The gateway's own 404 and 405 are logged with the reason at INFO, as its other refusals and a single server's. */
+    @Test
+    void aGatewaysUnknownRoutesAndWrongMethodsAreLogged() throws Exception {
+        try (LogCapture log = new LogCapture()) {
+            assertTrue(raw(node.port(), "GET", "/v1/nothing", "").startsWith("HTTP/1.1 404"));
+            assertTrue(raw(node.port(), "GET", "/v1/chat/completions", "").startsWith("HTTP/1.1 405"));
+            List<String> lines = log.linesWith("GET /v1/nothing rejected with 404: no route for GET /v1/nothing");
+            assertEquals(1, lines.size(), log.lines().toString());
+            assertTrue(lines.getFirst().contains("[INFO]"), lines.getFirst());
+            assertEquals(1, log.linesWith("GET /v1/chat/completions rejected with 405: GET is not allowed on /v1/chat/completions").size(),
+                    log.lines().toString());
+        }
+    }
+
     @Test
     void theGatewaysOwnAnswersCarryCorsHeadersForAnAllowedOrigin() throws Exception {
         Map<String, Object> keyed = config();
