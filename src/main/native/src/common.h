@@ -124,36 +124,11 @@ struct GraphSlot {
 
 /**
  * What a launch takes from its context that must differ between streams working at once (ds4j_branch_begin): the
- * stream, and the scratch buffers that a product or an attention call writes and reads within its launches (ds4j_ctx
- * documents each).
+ * stream, and the scratch buffers that a product or an attention call writes and reads within its launches. A context
+ * is its own stream's lane (ds4j_ctx derives from it) and keeps one for each side lane.
  */
 struct Lane {
     hipStream_t stream = nullptr;
-    void* att_scratch = nullptr;
-    int64_t att_scratch_bytes = 0;
-    void* att_retired[32] = {};
-    int att_retired_n = 0;
-    void* sk_scratch = nullptr;
-    int64_t sk_scratch_bytes = 0;
-    void* sk_retired[32] = {};
-    int sk_retired_n = 0;
-    void* tc_scratch = nullptr;
-    int64_t tc_scratch_bytes = 0;
-    void* tc_retired[32] = {};
-    int tc_retired_n = 0;
-};
-}  // namespace ds4j
-
-struct ds4j_ctx {
-    int device;
-    hipStream_t stream;
-    /** Between ds4j_graph_begin and ds4j_graph_end_launch / ds4j_graph_discard: calls that wait must not run. */
-    bool capturing = false;
-    ds4j::GraphSlot graphs[DS4J_GRAPH_CACHE];
-    uint64_t graph_clock = 0;
-    /** ds4j_seqs_bounds: *_seqs launch shapes from bounds (fixed per step shape) instead of the views' values. */
-    bool fixed_grids = false;
-    int64_t fixed_entries = 0;
     /**
      * Device memory of the split attention's key-range partials (attention.cpp), grown on demand. Replaced buffers stay
      * allocated until ds4j_ctx_destroy: launches queued or captured into a graph may still use them.
@@ -162,11 +137,6 @@ struct ds4j_ctx {
     int64_t att_scratch_bytes = 0;
     void* att_retired[32] = {};
     int att_retired_n = 0;
-    /**
-     * Arrival counters of the split mHC kernels (misc.cpp), DS4J_HC_COUNT_ROWS of them, zero between launches; null
-     * when they could not be allocated (the one-block kernels run then).
-     */
-    unsigned* hc_count = nullptr;
     /**
      * Device memory of the column-split partials of the skinny products and of the prefill GEMM's column parts
      * (partials_scratch, gemm_skinny.cpp), grown and kept as att_scratch.
@@ -180,10 +150,28 @@ struct ds4j_ctx {
     int64_t tc_scratch_bytes = 0;
     void* tc_retired[32] = {};
     int tc_retired_n = 0;
+};
+}  // namespace ds4j
+
+/** The lane fields (stream, scratch) are always those of the stream launches go to (see side). */
+struct ds4j_ctx : ds4j::Lane {
+    int device;
+    /** Between ds4j_graph_begin and ds4j_graph_end_launch / ds4j_graph_discard: calls that wait must not run. */
+    bool capturing = false;
+    ds4j::GraphSlot graphs[DS4J_GRAPH_CACHE];
+    uint64_t graph_clock = 0;
+    /** ds4j_seqs_bounds: *_seqs launch shapes from bounds (fixed per step shape) instead of the views' values. */
+    bool fixed_grids = false;
+    int64_t fixed_entries = 0;
     /**
-     * ds4j_branch_*: the side lanes' streams and scratch (side[i - 1] is lane i's while no branch is open; while lane i
-     * is open it holds the context's own, and the fields above, which launches always take, are lane i's), made with
-     * the context. fork_ev[i - 1] orders lane i after the context's stream, join_ev[i - 1] the other way.
+     * Arrival counters of the split mHC kernels (misc.cpp), DS4J_HC_COUNT_ROWS of them, zero between launches; null
+     * when they could not be allocated (the one-block kernels run then).
+     */
+    unsigned* hc_count = nullptr;
+    /**
+     * ds4j_branch_*: the side lanes (side[i - 1] is lane i's while no branch is open; while lane i is open it holds the
+     * context's own, and the inherited Lane, which launches always take, is lane i's), made with the context.
+     * fork_ev[i - 1] orders lane i after the context's stream, join_ev[i - 1] the other way.
      */
     ds4j::Lane side[DS4J_BRANCH_LANES];
     hipEvent_t fork_ev[DS4J_BRANCH_LANES] = {}, join_ev[DS4J_BRANCH_LANES] = {};

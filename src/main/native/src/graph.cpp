@@ -60,7 +60,9 @@ static bool graph_edges(hipGraph_t g, std::vector<hipGraphNode_t>& from, std::ve
     bool ok = DS4J_GRAPH_EDGES(g, nullptr, nullptr, nullptr, &n) == cudaSuccess;
     from.resize(n);
     to.resize(n);
-    if (ok && n > 0) ok = DS4J_GRAPH_EDGES(g, from.data(), to.data(), nullptr, &n) == cudaSuccess;
+    // the edge data must be asked for: without it the runtime refuses to list programmatic edges (a lossy query)
+    std::vector<cudaGraphEdgeData> data(n);
+    if (ok && n > 0) ok = DS4J_GRAPH_EDGES(g, from.data(), to.data(), data.data(), &n) == cudaSuccess;
 #else
     bool ok = hipGraphGetEdges(g, nullptr, nullptr, &n) == hipSuccess;
     from.resize(n);

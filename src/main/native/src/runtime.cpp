@@ -84,20 +84,7 @@ int bind(ds4j_ctx* ctx) {
  * (ctx->lane = i), closes it when it is the open one (ctx->lane = 0).
  */
 static void swap_lane(ds4j_ctx* c, int i) {
-    Lane& o = c->side[i - 1];
-    std::swap(c->stream, o.stream);
-    std::swap(c->att_scratch, o.att_scratch);
-    std::swap(c->att_scratch_bytes, o.att_scratch_bytes);
-    std::swap(c->att_retired, o.att_retired);
-    std::swap(c->att_retired_n, o.att_retired_n);
-    std::swap(c->sk_scratch, o.sk_scratch);
-    std::swap(c->sk_scratch_bytes, o.sk_scratch_bytes);
-    std::swap(c->sk_retired, o.sk_retired);
-    std::swap(c->sk_retired_n, o.sk_retired_n);
-    std::swap(c->tc_scratch, o.tc_scratch);
-    std::swap(c->tc_scratch_bytes, o.tc_scratch_bytes);
-    std::swap(c->tc_retired, o.tc_retired);
-    std::swap(c->tc_retired_n, o.tc_retired_n);
+    std::swap(static_cast<Lane&>(*c), c->side[i - 1]);
     c->lane = c->lane == 0 ? i : 0;
 }
 
@@ -137,8 +124,8 @@ static void destroy_lanes(ds4j_ctx* c) {
     }
 }
 
-/** Frees the scratch buffers (current and retired) of ctx's current lane. */
-static void free_lane_scratch(ds4j_ctx* c) {
+/** Frees the scratch buffers (current and retired) of lane c. */
+static void free_lane_scratch(Lane* c) {
     for (int i = 0; i < c->att_retired_n; i++) hipFree(c->att_retired[i]);
     if (c->att_scratch) hipFree(c->att_scratch);
     for (int i = 0; i < c->sk_retired_n; i++) hipFree(c->sk_retired[i]);
@@ -327,11 +314,7 @@ int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
     ds4j::destroy_lanes(ctx);  // joined above: nothing of them is left to run
     if (ctx->hc_count) hipFree(ctx->hc_count);
     ds4j::free_lane_scratch(ctx);
-    for (int i = 1; i <= DS4J_BRANCH_LANES; i++) {
-        ds4j::swap_lane(ctx, i);
-        ds4j::free_lane_scratch(ctx);
-        ds4j::swap_lane(ctx, i);
-    }
+    for (ds4j::Lane& l : ctx->side) ds4j::free_lane_scratch(&l);
     delete ctx;
     if (e != hipSuccess) return fail_hip(e, "hipStreamSynchronize");
     if (e2 != hipSuccess) return fail_hip(e2, "hipStreamDestroy");

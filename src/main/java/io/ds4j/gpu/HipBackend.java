@@ -1661,12 +1661,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * Whether a step runs the products that do not depend on each other at the same time, in a branch on the
-     * context's side streams ({@code ds4j_branch_begin}): the shared kv and compressor inputs beside the queries' chain,
-     * the shared expert beside the routing and the routed experts, the routed experts' w3 beside their w1. Each product computes the same numbers either way; what changes is
-     * that two small launches share the device instead of waiting for each other. The system property
-     * {@code ds4j.gpu.branches=false} turns it off (for measurements); the per-operation profile turns it off too, since
-     * it waits for every call.
+     * Whether a step runs the work that does not depend on each other at the same time, in branches on the context's
+     * side streams ({@code ds4j_branch_begin}): the shared kv and the compressors' inputs and steps beside the queries'
+     * chain, the shared expert beside the routing and the routed experts, the routed experts' w3 beside their w1. Each
+     * call computes the same numbers either way; what changes is that small launches share the device instead of
+     * waiting for each other. The system property {@code ds4j.gpu.branches=false} turns it off (for measurements); the
+     * per-operation profile turns it off too, since it waits for every call.
      */
     private volatile boolean branches = !"false".equals(System.getProperty("ds4j.gpu.branches"));
 
@@ -2102,7 +2102,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * {@link #hostExperts}, which fills their rows of yr), else null.
      */
     private Runnable routedExperts(DeviceStep b, int l, DeviceWeights.Layer L, long h, long lam, long ids, long wts, long g,
-                               long u, long yr) {
+                                   long u, long yr) {
         final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken, I = c.moeInter, S = b.R;
         matmulRuns(b.runs, L.gate, h, lam);
         boolean hash = c.hashMoe[l];
