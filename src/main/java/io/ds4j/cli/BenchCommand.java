@@ -56,8 +56,10 @@ public final class BenchCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         if (render != null) {
-            for (Path p : render)
+            for (Path p : render) {
                 if (p.toString().isBlank()) throw new IllegalArgumentException("--render: an empty file name (expected FILE.json[,FILE.json...])");
+                if (!java.nio.file.Files.isRegularFile(p)) throw new IllegalArgumentException("--render: file not found: " + p);
+            }
             BenchReport rep = BenchReport.fromJson(render.get(0));
             for (Path p : render.subList(1, render.size())) rep = rep.merge(BenchReport.fromJson(p));
             System.out.print(rep.markdown());

@@ -74,7 +74,7 @@ public final class BenchPrefixCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
         for (String w : workloads)
-            if (!w.equals("agent") && !w.equals("doc")) throw new IllegalArgumentException("--workloads: unknown workload '" + w + "'");
+            if (!w.equals("agent") && !w.equals("doc")) throw new IllegalArgumentException("--workloads: unknown workload '" + w + "' (agent or doc)");
         Backends.checkAvailable(backend);  // the server's backend, before a model is made for it
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
         Path dir = source.model != null ? source.model

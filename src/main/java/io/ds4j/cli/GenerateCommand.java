@@ -93,7 +93,11 @@ public final class GenerateCommand implements Callable<Integer> {
                 repetition, Map.of(), maxTokens, stop, false, 0, ignoreEos);
         // every range but top-k's upper bound (the vocabulary size, checked once config.json is read) is checked here,
         // before the model loads: a bad flag fails at once, not after a load that may take minutes
-        sp.validate(Integer.MAX_VALUE);
+        try {
+            sp.validate(Integer.MAX_VALUE);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(asFlag(e.getMessage()), e);
+        }
         if (maxContext != null && maxContext < 2)
             throw new IllegalArgumentException("--max-context must be >= 2 (the BOS token and one more), got " + maxContext);
         VerifyWidth width;
@@ -351,5 +355,17 @@ public final class GenerateCommand implements Callable<Integer> {
             case OutputParser.ToolCallArgumentsDelta a -> out.print(a.fragment());
             default -> { }
         }
+    }
+
+    /**
+     * A sampling refusal ("top_p: must be in (0, 1], got 0": every message starts with the API's name of the value) as
+     * the flag that set it says it ("--top-p: ..."), since the user typed the flag.
+     */
+    static String asFlag(String message) {
+        int c = message.indexOf(':');
+        if (c <= 0) return message;
+        String field = message.substring(0, c);
+        String flag = field.equals("max_tokens") ? "-n / --max-tokens" : "--" + field.replace('_', '-');
+        return flag + message.substring(c);
     }
 }

@@ -195,6 +195,17 @@ class CliErrorsTest {
                 r.err());
     }
 
+    /** bench's --render names a missing file (it was Java's own message), bench-prefix's --workloads the valid ones. */
+    @Test
+    void renderAndWorkloadsNameWhatIsWrong() {
+        GenerateCommandTest.Run r = run("bench", "--render", "/nonexistent-run.json");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: --render: file not found: /nonexistent-run.json", r.err().strip());
+        r = run("bench-prefix", "--workloads", "agent,bogus");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: --workloads: unknown workload 'bogus' (agent or doc)", r.err().strip());
+    }
+
     @Test
     void benchSpecNamesEachOptionOutOfRange() {
         GenerateCommandTest.Run r = run("bench-spec", "--preset", "tiny", "--warmup", "0", "--decode-tokens", "1");

@@ -102,7 +102,7 @@ public class GenerateCommandTest {
     void badFlagValuesAreClearErrors() {
         Run r = run("generate", "--model", FIXTURE, "--prompt", "x", "--temperature", "5");
         assertNotEquals(0, r.code());
-        assertTrue(r.err().contains("temperature: must be in [0, 2], got 5"), r.err());
+        assertTrue(r.err().contains("--temperature: must be in [0, 2], got 5"), r.err());
         r = run("generate", "--model", FIXTURE, "--prompt", "x", "--spec-q", "9", "--draft", "ngram");
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("1..8"), r.err());
@@ -133,10 +133,11 @@ public class GenerateCommandTest {
         assertEquals(off.out(), minusOne.out(), "-1 is off, as 0 is");
         String missing = tmp.resolve("nope").toString();
         for (String[] c : new String[][]{{"--top-k", "-2", "--top-k must be >= -1 (0 or -1 = off), got -2"},
-                {"--temperature", "3", "temperature: must be in [0, 2], got 3"}, {"--top-p", "0", "top_p: must be in (0, 1], got 0"},
-                {"--top-p", "1.5", "top_p: must be in (0, 1], got 1.5"}, {"--min-p", "-0.1", "min_p: must be in [0, 1], got -0.1"},
-                {"--presence-penalty", "3", "presence_penalty"}, {"--frequency-penalty", "-3", "frequency_penalty"},
-                {"--repetition-penalty", "0", "repetition_penalty"},
+                {"--temperature", "3", "--temperature: must be in [0, 2], got 3"}, {"--top-p", "0", "--top-p: must be in (0, 1], got 0"},
+                {"--top-p", "1.5", "--top-p: must be in (0, 1], got 1.5"}, {"--min-p", "-0.1", "--min-p: must be in [0, 1], got -0.1"},
+                {"--presence-penalty", "3", "--presence-penalty: must be in [-2, 2], got 3"},
+                {"--frequency-penalty", "-3", "--frequency-penalty: must be in [-2, 2], got -3"},
+                {"--repetition-penalty", "0", "--repetition-penalty: must be in (0, 10], got 0"},
                 {"--max-context", "0", "--max-context must be >= 2 (the BOS token and one more), got 0"}}) {
             Run r = run("generate", "--model", missing, "--prompt", "x", c[0], c[1]);
             assertNotEquals(0, r.code(), c[0] + " " + c[1]);
