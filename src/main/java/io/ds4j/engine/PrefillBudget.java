@@ -64,7 +64,12 @@ public final class PrefillBudget {
          * Even a floor-sized chunk breaks the bound, and the backend runs chunks in layer slices: a chunk runs only the
          * layers whose predicted cost fits the bound in this tick, the rest in the next ticks ({@link #layers}).
          */
-        LAYERS
+        LAYERS;
+
+        /** The reason as logs and metrics name it: its name in lower case ({@code no_decodes}). */
+        public String label() {
+            return name().toLowerCase(java.util.Locale.ROOT);
+        }
     }
 
     /**

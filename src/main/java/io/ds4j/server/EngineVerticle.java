@@ -593,7 +593,7 @@ public final class EngineVerticle extends VerticleBase {
         var d = t.budget();
         if (d != null)
             b.append(String.format(" (limit %d: %s; predicted %s without prefill, %s a prefill token, %s with)", d.tokens(),
-                    d.reason(), ms(d.decodeMs()), ms(d.msPerToken()), ms(d.predictedMs(t.prefillShare()))));
+                    d.reason().label(), ms(d.decodeMs()), ms(d.msPerToken()), ms(d.predictedMs(t.prefillShare()))));
         if (t.oneOff()) b.append(" (one-off work in the backend: not learned from)");
         LOG.debug("{}, took {}", b, ms(t.nanos() / 1e6));
     }

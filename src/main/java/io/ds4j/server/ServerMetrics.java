@@ -176,7 +176,7 @@ public final class ServerMetrics {
     void prefillBudget(io.ds4j.engine.PrefillBudget.Decision d) {
         prefillLimit.record(d.tokens());
         Counter.builder("ds4j:step_prefill_limit_reason").description("Steps where a prompt waited for prefill, by why "
-                        + "the scheduler set its prefill limit").tag("reason", d.reason().name().toLowerCase(java.util.Locale.ROOT))
+                        + "the scheduler set its prefill limit").tag("reason", d.reason().label())
                 .register(registry).increment();
     }
 

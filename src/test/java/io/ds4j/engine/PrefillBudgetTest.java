@@ -232,4 +232,12 @@ class PrefillBudgetTest {
         assertTrue(b.msPerToken() > 0 && b.msPerToken() < 1e-3, "" + b.msPerToken());
         assertEquals(PrefillBudget.Reason.CEILING, b.decide(LIMITS, 16).reason());
     }
+
+    /** The step log and the metric name a reason alike (the log said NO_DECODES where the metric said no_decodes). */
+    @Test
+    void aReasonsLabelIsTheMetricsTag() {
+        assertEquals("no_decodes", PrefillBudget.Reason.NO_DECODES.label());
+        for (PrefillBudget.Reason r : PrefillBudget.Reason.values())
+            assertTrue(r.label().matches("[a-z_]+"), r.label());
+    }
 }
