@@ -98,8 +98,13 @@ public final class SchemaCompiler {
             JsonNode r = n.get("$ref");
             if (!r.isTextual() || !(r.textValue().equals("#") || r.textValue().startsWith("#/")))
                 throw new UnsupportedSchemaException("$ref", path, "$ref at '" + path + "' must be a local reference such as \"#/$defs/Name\"");
+            String ptr = r.textValue().substring(1);
+            // named where it is written: the pointer itself names no node when it does not resolve
+            JsonNode target = ptr.isEmpty() ? root : root.at(ptr);
+            if (target == null || target.isMissingNode())
+                throw new UnsupportedSchemaException("$ref", path, "$ref \"#" + ptr + "\" at '" + path + "' does not resolve");
             Schema.Ref ref = add(new Schema.Ref());
-            pending.add(Map.entry(r.textValue().substring(1), ref));
+            pending.add(Map.entry(ptr, ref));
             return ref;
         }
         if (n.has("anyOf")) {
@@ -335,7 +340,7 @@ public final class SchemaCompiler {
             String ptr = ref.textValue().substring(1);
             JsonNode target = ptr.isEmpty() ? root : root.at(ptr);
             if (target == null || target.isMissingNode())
-                throw new UnsupportedSchemaException("$ref", ptr, "$ref \"#" + ptr + "\" does not resolve");
+                throw new UnsupportedSchemaException("$ref", path, "$ref \"#" + ptr + "\" at '" + path + "' does not resolve");
             return satisfies(v, target, ptr);
         }
         return true;

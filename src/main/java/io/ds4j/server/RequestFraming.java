@@ -95,8 +95,36 @@ final class RequestFraming {
         p.addBefore("handler", "ds4jFraming", new Guard(rejected));
     }
 
-    /** Vert.x's request decoder, with a chunked HTTP/1.1 request that also has a Content-Length made invalid. */
+    /** Chunk sizes of more hex digits than this (leading zeros aside) are past what the decoder reads as a size. */
+    private static final int SIZE_DIGITS = 7;
+
+    /**
+     * The decoder's state, read to know when the next bytes are a chunk-size line (null where this Netty has no such
+     * field: the sizes are then left to Netty alone, said once at WARN).
+     */
+    private static final java.lang.invoke.VarHandle DECODER_STATE = decoderState();
+
+    private static java.lang.invoke.VarHandle decoderState() {
+        try {
+            Class<?> owner = io.netty.handler.codec.http.HttpObjectDecoder.class;
+            Class<?> state = Class.forName(owner.getName() + "$State");
+            return java.lang.invoke.MethodHandles.privateLookupIn(owner, java.lang.invoke.MethodHandles.lookup())
+                    .findVarHandle(owner, "currentState", state);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            LOG.warn("this Netty's request decoder has no state to read ({}): chunk sizes past 2^31 bytes are left to it", e.toString());
+            return null;
+        }
+    }
+
+    /**
+     * Vert.x's request decoder, with a chunked HTTP/1.1 request that also has a Content-Length made invalid, and a chunk
+     * size past 2^31 - 1 refused: Netty's reading of a size wraps it into an int without noticing (100000000 reads as 0,
+     * the last chunk), so that the bytes of the chunk a proxy in front would read were taken as a next request.
+     */
     private static final class Decoder extends VertxHttpRequestDecoder {
+        /** Set once a size was refused: nothing more of the connection is decoded. */
+        private boolean broken;
+
         Decoder(HttpServerOptions options) {
             super(options);
         }
@@ -106,6 +134,50 @@ final class RequestFraming {
             super.handleTransferEncodingChunkedWithContentLength(message);
             message.setDecoderResult(DecoderResult.failure(new Refused(400, "invalid_header", BOTH_LENGTHS)));
         }
+
+        @Override
+        protected void decode(ChannelHandlerContext ctx, ByteBuf in, List<Object> out) throws Exception {
+            if (broken) {
+                in.skipBytes(in.readableBytes());
+                return;
+            }
+            // the decoder reads one chunk-size line per call, at its start
+            if (DECODER_STATE != null && "READ_CHUNK_SIZE".equals(String.valueOf(DECODER_STATE.get(this)))) {
+                String size = oversizedChunkSize(in);
+                if (size != null) {
+                    broken = true;
+                    in.skipBytes(in.readableBytes());
+                    HttpContent bad = new io.netty.handler.codec.http.DefaultLastHttpContent(Unpooled.EMPTY_BUFFER);
+                    bad.setDecoderResult(DecoderResult.failure(new IllegalArgumentException("the chunk size '" + size
+                            + "' is past the largest this server reads (7fffffff bytes)")));
+                    out.add(bad);
+                    return;
+                }
+            }
+            super.decode(ctx, in, out);
+        }
+    }
+
+    /**
+     * The chunk size at the start of in when its whole line is there and its value is past 2^31 - 1 (shown at most 24
+     * characters long), else null: the size's hex digits after optional leading blanks, up to the first byte that is no
+     * hex digit (an extension's ';', a blank, the line's end).
+     */
+    static String oversizedChunkSize(ByteBuf in) {
+        int from = in.readerIndex(), to = in.writerIndex();
+        int lf = in.indexOf(from, Math.min(to, from + 8192), (byte) '\n');
+        if (lf < 0) return null;
+        int i = from;
+        while (i < lf && (in.getByte(i) == ' ' || in.getByte(i) == '\t')) i++;
+        int start = i;
+        while (i < lf && in.getByte(i) == '0') i++;
+        int digits = 0, first = -1;
+        for (; i < lf && Character.digit(in.getByte(i), 16) >= 0; i++, digits++)
+            if (first < 0) first = Character.digit(in.getByte(i), 16);
+        boolean past = digits > SIZE_DIGITS + 1 || (digits == SIZE_DIGITS + 1 && first >= 8);
+        if (!past) return null;
+        String text = in.toString(start, i - start, StandardCharsets.US_ASCII);
+        return text.length() > 24 ? text.substring(0, 24) + "..." : text;
     }
 
     /**
@@ -121,15 +193,21 @@ final class RequestFraming {
                     + " does not have: send the body with a Content-Length");
         if (req.headers().contains(HttpHeaderNames.CONTENT_LENGTH)) return new Refused(400, "invalid_header", BOTH_LENGTHS);
         List<String> codings = new ArrayList<>();
+        boolean chunkedParameters = false;
         for (String v : values) {
             for (String element : v.split(",", -1)) {
                 int semi = element.indexOf(';');
                 String coding = (semi >= 0 ? element.substring(0, semi) : element).trim().toLowerCase(Locale.ROOT);
                 if (!coding.isEmpty()) codings.add(coding);
+                chunkedParameters |= semi >= 0 && coding.equals("chunked");
             }
         }
         String all = String.join(", ", values);
         String shown = all.length() > 64 ? all.substring(0, 64) + "..." : all;
+        // chunked has no parameters, and Netty reads a request whose chunked has some as one without a body
+        if (chunkedParameters)
+            return new Refused(400, "invalid_header", "its Transfer-Encoding '" + shown + "' gives chunked parameters,"
+                    + " which it has none of");
         if (codings.isEmpty() || !codings.getLast().equals("chunked"))
             return new Refused(400, "invalid_header", "its Transfer-Encoding '" + shown + "' does not end with chunked, so"
                     + " its body's length cannot be told: send the body chunked or with a Content-Length");

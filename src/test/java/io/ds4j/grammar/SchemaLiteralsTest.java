@@ -70,6 +70,18 @@ class SchemaLiteralsTest {
     }
 
     /** The tester's cases: each produced a value its node's type forbids; no value satisfies them, so they are refused. */
+    /** A $ref that does not resolve is named where it is written (its pointer names no node). */
+    @Test
+    void anUnresolvedReferenceIsNamedWhereItIsWritten() throws Exception {
+        UnsupportedSchemaException e = refused("{\"$ref\":\"#/$defs/nope\"}");
+        assertEquals("$ref", e.keyword());
+        assertEquals("", e.path());
+        assertEquals("$ref \"#/$defs/nope\" does not resolve", e.problem());
+        e = refused("{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/definitions/x\"}},\"required\":[\"a\"]}");
+        assertEquals("/properties/a", e.path());
+        assertEquals("$ref \"#/definitions/x\" does not resolve", e.problem());
+    }
+
     @Test
     void aLiteralThatBreaksItsNodesTypeIsRefused() throws Exception {
         UnsupportedSchemaException e = refused("{\"type\":\"integer\",\"enum\":[\"a\"]}");

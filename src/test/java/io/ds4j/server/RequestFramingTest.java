@@ -105,7 +105,8 @@ class RequestFramingTest {
 
     @Test
     void aTransferEncodingThatDoesNotEndWithChunkedIsRefused() throws Exception {
-        for (String te : new String[]{"xchunked", "chunked, gzip", "chunked, chunked", "chunked\r\nTransfer-Encoding: chunked"}) {
+        for (String te : new String[]{"xchunked", "chunked, gzip", "chunked, chunked", "chunked\r\nTransfer-Encoding: chunked",
+                "chunked;x", "chunked ;x=1"}) {
             JsonNode e = refused(untilClosed(post("1.1", "Transfer-Encoding: " + te + "\r\n") + chunked(BODY)), 400, "invalid_header");
             assertTrue(e.get("message").asText().contains("chunked"), e.toString());
         }
@@ -119,7 +120,8 @@ class RequestFramingTest {
 
     @Test
     void aChunkedBodyThatCannotBeReadIs400AndCloses() throws Exception {
-        for (String size : new String[]{"zz", "fffffffffffffffffff", "-1"}) {
+        for (String size : new String[]{"zz", "fffffffffffffffffff", "-1", "100000000", "0000000100000000", "80000000",
+                "10000003c"}) {
             JsonNode e = refused(untilClosed(post("1.1", "Transfer-Encoding: chunked\r\n") + size + "\r\n" + BODY + "\r\n0\r\n\r\n"),
                     400, "invalid_chunked_body");
             assertTrue(e.get("message").asText().startsWith("the request's chunked body cannot be read: "), e.toString());
@@ -143,7 +145,16 @@ class RequestFramingTest {
         }
         assertEquals(1, answers(answer), answer);
         String metrics = server.get("/metrics").body();
-        assertTrue(metrics.contains("ds4j:requests_rejected_total{reason=\"invalid_chunked_body\"} 4.0"), metrics);
+        assertTrue(metrics.contains("ds4j:requests_rejected_total{reason=\"invalid_chunked_body\"} 8.0"), metrics);
+        // a size that wraps to a small number (Netty reads 100000000 as 0, the last chunk): nothing after it is served
+        String smuggled = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        answer = untilClosed(post("1.1", "Transfer-Encoding: chunked\r\n") + "100000000\r\n\r\n" + smuggled);
+        JsonNode e = refused(answer, 400, "invalid_chunked_body");
+        assertTrue(e.get("message").asText().contains("'100000000' is past the largest this server reads"), answer);
+        // the largest size it reads is a size, not a refusal (the body is shorter: the connection ends first)
+        assertNull(RequestFraming.oversizedChunkSize(io.netty.buffer.Unpooled.copiedBuffer("7fffffff\r\n", StandardCharsets.US_ASCII)));
+        assertNull(RequestFraming.oversizedChunkSize(io.netty.buffer.Unpooled.copiedBuffer("000007fffffff;x\r\n", StandardCharsets.US_ASCII)));
+        assertEquals("80000000", RequestFraming.oversizedChunkSize(io.netty.buffer.Unpooled.copiedBuffer(" 80000000\r\n", StandardCharsets.US_ASCII)));
     }
 
     @Test

@@ -79,6 +79,11 @@ class ServerConfigTest {
         assertTrue(e.getMessage().contains("limits.maxActive: must be an integer in [1, 4096], got 0"), e.getMessage());
         assertTrue(e.getMessage().contains("sampling.temperature: must be in [0, 2], got 7"), e.getMessage());
         assertTrue(e.getMessage().contains("log.level: must be one of"), e.getMessage());
+        // a level that is no string is named too (it threw a NullPointerException)
+        assertEquals(List.of("log.level: must be one of trace, debug, info, warn, error, off, got 5"),
+                problems("{\"log\": {\"level\": 5}}").problems());
+        assertEquals(List.of("log.level: must be one of trace, debug, info, warn, error, off, got null"),
+                problems("{\"log\": {\"level\": null}}").problems());
     }
 
     @Test

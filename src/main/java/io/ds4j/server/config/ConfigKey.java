@@ -222,7 +222,7 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
                 }
                 case LEVEL -> {
                     String l = v.isTextual() ? v.textValue().toLowerCase(Locale.ROOT) : null;
-                    if (LEVELS.contains(l)) return l;
+                    if (l != null && LEVELS.contains(l)) return l;  // List.of's contains throws on null
                     return new Problem("must be one of " + String.join(", ", LEVELS) + ", got " + describe(v));
                 }
                 default -> throw new AssertionError(this);
