@@ -95,16 +95,8 @@ public final class SchemaCompiler {
             for (var e : n.properties())
                 if (STRUCTURE.contains(e.getKey()) && !e.getKey().equals("$ref"))
                     throw new UnsupportedSchemaException(e.getKey(), path, "'" + e.getKey() + "' next to '$ref' (at '" + path + "') is not supported");
-            JsonNode r = n.get("$ref");
-            if (!r.isTextual() || !(r.textValue().equals("#") || r.textValue().startsWith("#/")))
-                throw new UnsupportedSchemaException("$ref", path, "$ref at '" + path + "' must be a local reference such as \"#/$defs/Name\"");
-            String ptr = r.textValue().substring(1);
-            // named where it is written: the pointer itself names no node when it does not resolve
-            JsonNode target = ptr.isEmpty() ? root : root.at(ptr);
-            if (target == null || target.isMissingNode())
-                throw new UnsupportedSchemaException("$ref", path, "$ref \"#" + ptr + "\" at '" + path + "' does not resolve");
             Schema.Ref ref = add(new Schema.Ref());
-            pending.add(Map.entry(ptr, ref));
+            pending.add(Map.entry(refPointer(n.get("$ref"), path), ref));
             return ref;
         }
         if (n.has("anyOf")) {
@@ -335,15 +327,30 @@ public final class SchemaCompiler {
         }
         JsonNode ref = s.get("$ref");
         if (ref != null) {
-            if (!ref.isTextual() || !(ref.textValue().equals("#") || ref.textValue().startsWith("#/")))
-                throw new UnsupportedSchemaException("$ref", path, "$ref at '" + path + "' must be a local reference such as \"#/$defs/Name\"");
-            String ptr = ref.textValue().substring(1);
-            JsonNode target = ptr.isEmpty() ? root : root.at(ptr);
-            if (target == null || target.isMissingNode())
-                throw new UnsupportedSchemaException("$ref", path, "$ref \"#" + ptr + "\" at '" + path + "' does not resolve");
-            return satisfies(v, target, ptr);
+            String ptr = refPointer(ref, path);
+            return satisfies(v, at(ptr), ptr);
         }
         return true;
+    }
+
+    /**
+     * The JSON pointer of the $ref written at path ("" for "#"), which names a node of the schema ({@link #at}).
+     * @throws UnsupportedSchemaException for a reference that is not local, or one that does not resolve: named where it
+     *                                    is written, since its pointer names no node
+     */
+    private String refPointer(JsonNode ref, String path) {
+        if (!ref.isTextual() || !(ref.textValue().equals("#") || ref.textValue().startsWith("#/")))
+            throw new UnsupportedSchemaException("$ref", path, "$ref at '" + path + "' must be a local reference such as \"#/$defs/Name\"");
+        String ptr = ref.textValue().substring(1);
+        JsonNode target = at(ptr);
+        if (target == null || target.isMissingNode())
+            throw new UnsupportedSchemaException("$ref", path, "$ref \"#" + ptr + "\" at '" + path + "' does not resolve");
+        return ptr;
+    }
+
+    /** The schema node a pointer names (the root for ""). */
+    private JsonNode at(String ptr) {
+        return ptr.isEmpty() ? root : root.at(ptr);
     }
 
     /** Whether a value is of a JSON Schema type; an integer is a number of integral value however written, as the server reads one. */
@@ -439,10 +446,7 @@ public final class SchemaCompiler {
             String ptr = e.getKey();
             Schema target = byPointer.get(ptr);
             if (target == null) {
-                JsonNode t = ptr.isEmpty() ? root : root.at(ptr);
-                if (t == null || t.isMissingNode())
-                    throw new UnsupportedSchemaException("$ref", ptr, "$ref \"#" + ptr + "\" does not resolve");
-                target = node(t, ptr);
+                target = node(at(ptr), ptr);  // resolves: refPointer checked it
                 byPointer.put(ptr, target);
             }
             e.getValue().target = target;

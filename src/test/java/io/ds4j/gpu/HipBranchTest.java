@@ -41,8 +41,7 @@ class HipBranchTest {
     static float[] step(HipBackend b, boolean branches, boolean graphs, Sequence s, int[] toks, int off, int S, int[] rows,
                         StepKind kind) {
         b.setBranches(branches);
-        b.setGraphs(graphs);
-        return b.forward(s, toks, off, S, rows, kind);
+        return HipGraphTest.step(b, graphs, s, toks, off, S, rows, kind);
     }
 
     @Test
@@ -145,8 +144,8 @@ class HipBranchTest {
             var L = b.deviceWeights().layers[0];
             String[] faults = {L.kv.name(), L.qB.name(), L.gate.name(), "routed experts"};
             for (boolean graphs : new boolean[]{false, true}) {
-                b.setGraphs(graphs);
-                java.util.List<float[]> want = run(b, false, toks);
+                b.setBranches(false);
+                java.util.List<float[]> want = HipGraphTest.decodeRun(b, graphs, toks, 10, 30);
                 b.setBranches(true);
                 for (String at : faults) {
                     String where = at + ", graphs " + graphs;
@@ -165,17 +164,6 @@ class HipBranchTest {
                 }
             }
         }
-    }
-
-    /** A fresh sequence: a 10-token prompt, then 20 decode steps' logits, branches on or off, graphs as set. */
-    static java.util.List<float[]> run(HipBackend b, boolean branches, int[] toks) {
-        b.setBranches(branches);
-        java.util.List<float[]> out = new java.util.ArrayList<>();
-        try (Sequence s = b.newSequence(16)) {
-            b.forward(s, toks, 0, 10, new int[0]);
-            for (int i = 10; i < 30; i++) out.add(b.forward(s, toks, i, 1, new int[]{0}));
-        }
-        return out;
     }
 
     @Test

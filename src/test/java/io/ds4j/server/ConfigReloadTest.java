@@ -36,7 +36,7 @@ class ConfigReloadTest {
         file = dir.resolve("server.json");
         String text = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 50}}";
         Files.writeString(file, text);
-        server = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), Map.of(), file, text);
+        server = watching(Map.of(), file, text);
     }
 
     @AfterAll
@@ -231,8 +231,7 @@ class ConfigReloadTest {
         Files.writeString(f, plain);
         String flagNote = "overridden by flags [limits.maxActive: the file's 9 is overridden by the command line's 5]";
         try (LogCapture log = new LogCapture();
-             TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)),
-                     Map.of("limits.maxActive", 5), f, plain)) {
+             TestServer s = watching(Map.of("limits.maxActive", 5), f, plain)) {
             java.util.function.Supplier<JsonNode> reload = () -> {
                 try {
                     return s.get("/props").json();
@@ -291,7 +290,7 @@ class ConfigReloadTest {
         String text = "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"maxTokensDefault\": 9}}";
         Files.writeString(f, text);
         try (LogCapture log = new LogCapture();
-             TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), Map.of(), f, text)) {
+             TestServer s = watching(Map.of(), f, text)) {
             Files.delete(f);
             assertEquals(0, new ProcessBuilder("mkfifo", f.toString()).inheritIO().start().waitFor(), "mkfifo");
             String said = "config file " + f + " is not a regular file (a FIFO, a socket or a device); keeping the current configuration";
@@ -322,7 +321,7 @@ class ConfigReloadTest {
         String text = "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"maxContextTokens\": 2000000}}";
         Files.writeString(f, text);
         try (LogCapture log = new LogCapture();
-             TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), Map.of(), f, text)) {
+             TestServer s = watching(Map.of(), f, text)) {
             int model = s.get("/props").json().at("/default_generation_settings/n_ctx").asInt();
             assertTrue(model < 2_000_000, "the model's context is smaller: " + model);
             String cap = "limits.maxContextTokens 2000000 is capped to " + model + ", the model's context (its max_position_embeddings)";
@@ -352,7 +351,7 @@ class ConfigReloadTest {
         String text = "{\"server\": {\"configScanMs\": 50, \"webroot\": \"" + missing + "\"}}";
         Files.writeString(f, text);
         try (LogCapture log = new LogCapture();
-             TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), Map.of(), f, text)) {
+             TestServer s = watching(Map.of(), f, text)) {
             String said = "server.webroot: folder not found: " + missing + " (the playground at / answers 404 until it is there)";
             assertEquals(1, log.linesWith("[WARN] Ds4jServer - " + said).size(), log.linesWith("Ds4jServer").toString());
             assertEquals(404, s.get("/").status());
@@ -417,8 +416,7 @@ class ConfigReloadTest {
         String warning = "config file " + f + ": command-line flags win over the file: "
                 + "[limits.maxActive: the file's 4 is overridden by the command line's 5]";
         try (LogCapture log = new LogCapture();
-             TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)),
-                     Map.of("limits.maxActive", 5), f, text)) {
+             TestServer s = watching(Map.of("limits.maxActive", 5), f, text)) {
             assertTrue(TestServer.eventually(5000, () -> log.linesWith(warning).size() == 1), "warned at start: " + log.linesWith("Ds4jServer"));
             Path tmp = other.resolve("server.json.tmp");
             Files.writeString(tmp, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 4, \"maxTokensDefault\": 7}}");
@@ -438,8 +436,7 @@ class ConfigReloadTest {
         Path f = other.resolve("server.json");
         String text = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 4}}";
         Files.writeString(f, text);
-        try (TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)),
-                Map.of("limits.maxActive", 5), f, text)) {
+        try (TestServer s = watching(Map.of("limits.maxActive", 5), f, text)) {
             Path tmp = other.resolve("server.json.tmp");
             Files.writeString(tmp, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 9, \"maxTokensDefault\": 7}}");
             Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
@@ -461,8 +458,7 @@ class ConfigReloadTest {
         Path f = other.resolve("server.json");
         String text = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 4}}";
         Files.writeString(f, text);
-        try (TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)),
-                Map.of("limits.maxActive", 5), f, text)) {
+        try (TestServer s = watching(Map.of("limits.maxActive", 5), f, text)) {
             Path tmp = other.resolve("server.json.tmp");
             Files.writeString(tmp, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 99999, \"maxTokensDefault\": 7}}");
             Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
@@ -485,7 +481,7 @@ class ConfigReloadTest {
         Path f = other.resolve("server.json");
         String text = "{\"server\": {\"configScanMs\": 100}}";
         Files.writeString(f, text);
-        try (TestServer s = TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), Map.of(), f, text)) {
+        try (TestServer s = watching(Map.of(), f, text)) {
             Path tmp = other.resolve("server.json.tmp");
             Files.writeString(tmp, "{\"server\": {\"configScanMs\": 100}, \"sampling\": {\"top_k\": 1000000}}");
             Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
@@ -502,6 +498,11 @@ class ConfigReloadTest {
     }
 
     /** Whether s's /props satisfies test within 5 s. */
+    /** A server on the scripted backend that watches the configuration file f (first read as text), with the overrides. */
+    private static TestServer watching(Map<String, Object> overrides, Path f, String text) throws Exception {
+        return TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), overrides, f, text);
+    }
+
     private static boolean propsSoon(TestServer s, java.util.function.Predicate<JsonNode> test) throws InterruptedException {
         return TestServer.eventually(5000, () -> {
             try {
