@@ -86,7 +86,7 @@ public final class Grammar {
             else throw new UnsupportedSchemaException("type", "", "the parameters of function '" + names.get(i) + "' must be an object schema");
             for (String n : o.names)
                 if (!dsmlName(n))
-                    throw new UnsupportedSchemaException("properties", "/properties/" + n, "parameter name '" + n + "' of function '"
+                    throw new UnsupportedSchemaException("properties", SchemaCompiler.property("", n), "parameter name '" + n + "' of function '"
                             + names.get(i) + "' cannot be written in a DSML tool call (no '\"', '<', '>' or line breaks)");
             if (!dsmlName(names.get(i)) || names.get(i).isEmpty())
                 throw new UnsupportedSchemaException("name", "", "function name '" + names.get(i) + "' cannot be written in a DSML tool call");

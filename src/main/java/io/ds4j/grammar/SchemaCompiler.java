@@ -306,7 +306,7 @@ public final class SchemaCompiler {
             for (var e : v.properties()) {
                 JsonNode p = props == null || props.isNull() ? null : props.get(e.getKey());
                 if (p != null) {
-                    if (!satisfies(e.getValue(), p, path + "/properties/" + e.getKey())) return false;
+                    if (!satisfies(e.getValue(), p, property(path, e.getKey()))) return false;
                 } else if (ap != null && !ap.booleanValue()) return false;
             }
             JsonNode r = s.get("required");
@@ -346,6 +346,14 @@ public final class SchemaCompiler {
         if (target == null || target.isMissingNode())
             throw new UnsupportedSchemaException("$ref", path, "$ref \"#" + ptr + "\" at '" + path + "' does not resolve");
         return ptr;
+    }
+
+    /**
+     * The JSON pointer of property name's schema under the node at path, the name escaped as RFC 6901 asks ('~' as
+     * "~0", '/' as "~1"), so that a name holding either reads back as one name, as a $ref's pointer does.
+     */
+    static String property(String path, String name) {
+        return path + "/properties/" + name.replace("~", "~0").replace("/", "~1");
     }
 
     /** The schema node a pointer names (the root for ""). */
@@ -426,7 +434,7 @@ public final class SchemaCompiler {
         Schema[] ps = new Schema[names.size()];
         boolean[] rq = new boolean[names.size()];
         for (int i = 0; i < ps.length; i++) {
-            ps[i] = node(defs.get(names.get(i)), path + "/properties/" + names.get(i));
+            ps[i] = node(defs.get(names.get(i)), property(path, names.get(i)));
             rq[i] = req.contains(names.get(i));
         }
         return add(new Schema.Obj(names, ps, rq));

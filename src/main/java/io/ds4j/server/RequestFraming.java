@@ -206,8 +206,8 @@ final class RequestFraming {
         String shown = all.length() > 64 ? all.substring(0, 64) + "..." : all;
         // chunked has no parameters, and Netty reads a request whose chunked has some as one without a body
         if (chunkedParameters)
-            return new Refused(400, "invalid_header", "its Transfer-Encoding '" + shown + "' gives chunked parameters,"
-                    + " which it has none of");
+            return new Refused(400, "invalid_header", "its Transfer-Encoding '" + shown + "' gives chunked parameters;"
+                    + " chunked takes none");
         if (codings.isEmpty() || !codings.getLast().equals("chunked"))
             return new Refused(400, "invalid_header", "its Transfer-Encoding '" + shown + "' does not end with chunked, so"
                     + " its body's length cannot be told: send the body chunked or with a Content-Length");

@@ -80,6 +80,9 @@ class SchemaLiteralsTest {
         e = refused("{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/definitions/x\"}},\"required\":[\"a\"]}");
         assertEquals("/properties/a", e.path());
         assertEquals("$ref \"#/definitions/x\" does not resolve", e.problem());
+        // a property name with '/' or '~' is one step of the pointer (escaped), not two
+        e = refused("{\"type\":\"object\",\"properties\":{\"a/b~c\":{\"$ref\":\"#/$defs/nope\"}},\"required\":[\"a/b~c\"]}");
+        assertEquals("/properties/a~1b~0c", e.path());
     }
 
     @Test

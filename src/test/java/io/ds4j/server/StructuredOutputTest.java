@@ -214,7 +214,10 @@ class StructuredOutputTest {
                 {"{\"name\":\"out\",\"schema\":5}", "response_format.json_schema.schema"},
                 {"{\"name\":\"out\",\"strict\":true,\"schema\":false}", "response_format.json_schema.schema"},
                 {"{\"name\":\"out\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"x\":false}}}",
-                        "response_format.json_schema.schema.properties.x"}}) {
+                        "response_format.json_schema.schema.properties.x"},
+                // a name with '/' is one property (it read properties.a.b)
+                {"{\"name\":\"out\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a/b\":false}}}",
+                        "response_format.json_schema.schema.properties[\"a/b\"]"}}) {
             var resp = server.post("/v1/chat/completions", format(c[0]));
             assertEquals(400, resp.status(), c[0] + " -> " + resp.body());
             assertEquals(c[1], resp.json().at("/error/param").asText(), resp.body());
