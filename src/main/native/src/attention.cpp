@@ -74,6 +74,80 @@ __global__ void qkv_norm_rope_kernel(float* q, float* kv, const float* kv_w, int
     else rmsnorm_rope_row(kv + (int64_t)s * d, kv_w, d, eps, rope_dim, inv_freq, ft, 1, sh);
 }
 
+// qkv_norm_rope_kernel gives each row (a query head or the kv row, 512 values) a block of 256 threads, so that a
+// prefill chunk of 512 tokens launches 33,280 blocks of three barriers each, which the launch rate, not the bytes,
+// bounds (~120 us a layer). qkv_norm_rope_warp_kernel gives a row one warp, eight rows a block, and the same bits:
+// lane l keeps the row's values l, l + 32, ... (slot k: value 32 k + l) in registers and sums their squares as the
+// 256-thread block does (thread t = 32 w + l: its values t, t + 256, ... in order, in double; the eight warps' sums
+// each by warp_sum's butterfly over the lanes, then added in warp order: block_sum); the RoPE pairs reach their
+// lanes by shuffles. The rounding and operation order of every value is rmsnorm_rope_row's.
+constexpr int QKV_SLOTS = 16;  // values a lane holds: rows of at most 32 x 16 = 512 values
+constexpr int QKV_ROWS = 8;    // rows (warps) per block
+
+/**
+ * rmsnorm_rope_row's result for one row of n values (n a multiple of 32, at most 32 QKV_SLOTS; rope_dim / 2 <= 32)
+ * by one warp, in place: RMSNorm (weight null: RMSNorm_1), RoPE of the last rope_dim values at position ft, optional
+ * F16 rounding.
+ */
+__device__ __forceinline__ void rmsnorm_rope_row_warp(float* xr, const float* weight, int n, float eps, int rope_dim,
+                                                      const float* inv_freq, float ft, int round16) {
+    const int lane = threadIdx.x & 31, ns = n >> 5;
+    float v[QKV_SLOTS];
+#pragma unroll
+    for (int k = 0; k < QKV_SLOTS; k++) v[k] = k < ns ? xr[32 * k + lane] : 0.f;
+    // the block's thread 32 w + lane holds slots w, w + 8 (values 32 w + lane, + 256): its sum, in order
+    double tot = 0;
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        double ss = 0;
+#pragma unroll
+        for (int k = w; k < QKV_SLOTS; k += 8)
+            if (k < ns) ss += (double)mul(v[k], v[k]);
+        tot += warp_sum(ss);  // warp w's butterfly over the lanes, the warps added in order (block_sum)
+    }
+    const float inv = (float)(1.0 / sqrt((double)add((float)(tot / n), eps)));
+#pragma unroll
+    for (int k = 0; k < QKV_SLOTS; k++)
+        if (k < ns) {
+            const float u = mul(v[k], inv);
+            v[k] = weight ? mul(weight[32 * k + lane], u) : u;
+        }
+    // RoPE: lane i takes pair i (values r0 + 2i, r0 + 2i + 1, one slot), fetched from their lanes slot by slot
+    const int r0 = n - rope_dim, npair = rope_dim >> 1, j = r0 + 2 * lane, js = j >> 5;
+    float a = 0.f, b = 0.f;
+#pragma unroll
+    for (int k = 0; k < QKV_SLOTS; k++)
+        if (k < ns && 32 * k + 31 >= r0) {
+            const float va = DS4J_SHFL(v[k], j & 31), vb = DS4J_SHFL(v[k], (j + 1) & 31);
+            if (js == k) a = va, b = vb;
+        }
+#pragma unroll
+    for (int k = 0; k < QKV_SLOTS; k++)
+        if (k < ns && 32 * k + lane < r0) xr[32 * k + lane] = round16 ? f16_to_f32(f32_to_f16(v[k])) : v[k];
+    if (lane < npair) {
+        const double phi = (double)mul(inv_freq[lane], ft);
+        const float c = (float)cos(phi), sn = (float)sin(phi);
+        float ra = sub(mul(a, c), mul(b, sn)), rb = add(mul(b, c), mul(a, sn));
+        if (round16) ra = f16_to_f32(f32_to_f16(ra)), rb = f16_to_f32(f32_to_f16(rb));
+        xr[j] = ra;
+        xr[j + 1] = rb;
+    }
+}
+
+/** qkv_norm_rope_kernel's rows, one warp each (rmsnorm_rope_row_warp): warp row b < S H a query head, else kv row. */
+__global__ void __launch_bounds__(QKV_ROWS * 32)
+qkv_norm_rope_warp_kernel(float* q, float* kv, const float* kv_w, int S, int H, int d, float eps, int rope_dim,
+                          const float* inv_freq, int64_t pos0, const int64_t* pos) {
+    DS4J_AWAIT_PREVIOUS();
+    const int64_t b = (int64_t)blockIdx.x * QKV_ROWS + (threadIdx.x >> 5);
+    if (b >= (int64_t)S * (H + 1)) return;
+    const bool isq = b < (int64_t)S * H;
+    const int s = (int)(isq ? b / H : b - (int64_t)S * H);
+    const float ft = (float)(pos ? pos[s] : pos0 + s);
+    if (isq) rmsnorm_rope_row_warp(q + b * d, nullptr, d, eps, rope_dim, inv_freq, ft, 0);
+    else rmsnorm_rope_row_warp(kv + (int64_t)s * d, kv_w, d, eps, rope_dim, inv_freq, ft, 1);
+}
+
 __global__ void round_f16_kernel(float* x, int64_t n) {
     DS4J_AWAIT_PREVIOUS();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -2107,6 +2181,12 @@ int32_t ds4j_rmsnorm_rope(ds4j_ctx* ctx, float* x, const float* weight, int32_t 
     return DS4J_OK;
 }
 
+/** DS4J_QKV_BLOCK_ROWS=1 (read once): qkv_norm_rope_kernel for every shape (measurements; the same bits). */
+static bool qkv_block_rows() {
+    static std::atomic<int> c{-1};
+    return env_equals(c, "DS4J_QKV_BLOCK_ROWS", "1");
+}
+
 int32_t ds4j_qkv_norm_rope(ds4j_ctx* ctx, float* q, float* kv, const float* kv_w, int32_t S, int32_t H, int32_t d,
                            float eps, int32_t rope_dim, const float* inv_freq, int64_t pos0, const int64_t* pos) {
     DS4J_CHECK_CTX(ctx);
@@ -2114,8 +2194,15 @@ int32_t ds4j_qkv_norm_rope(ds4j_ctx* ctx, float* q, float* kv, const float* kv_w
                  (pos || pos0 >= 0),
              "ds4j_qkv_norm_rope: bad arguments (S %d, H %d, d %d, rope_dim %d)", S, H, d, rope_dim);
     if (S == 0) return DS4J_OK;
-    qkv_norm_rope_kernel<<<(unsigned)(S * (H + 1)), 256, 0, ctx->stream>>>(q, kv, kv_w, S, H, d, eps, rope_dim, inv_freq,
-                                                                           pos0, pos);
+    // a warp a row where the row fits its registers (the same bits), else a block a row
+    if (d % 32 == 0 && d <= 32 * QKV_SLOTS && rope_dim <= 64 && !qkv_block_rows()) {
+        const int64_t rows = (int64_t)S * (H + 1);
+        qkv_norm_rope_warp_kernel<<<(unsigned)((rows + QKV_ROWS - 1) / QKV_ROWS), QKV_ROWS * 32, 0, ctx->stream>>>(
+            q, kv, kv_w, S, H, d, eps, rope_dim, inv_freq, pos0, pos);
+    } else {
+        qkv_norm_rope_kernel<<<(unsigned)(S * (H + 1)), 256, 0, ctx->stream>>>(q, kv, kv_w, S, H, d, eps, rope_dim,
+                                                                               inv_freq, pos0, pos);
+    }
     DS4J_LAUNCHED("qkv_norm_rope");
     return DS4J_OK;
 }

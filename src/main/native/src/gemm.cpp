@@ -73,6 +73,17 @@ static bool mv_split_wide() {
     return !env_equals(on, "DS4J_MV_SPLIT_UNROLL", "4");
 }
 
+/**
+ * Fewest tokens from which a split product (few rows of many chunks) runs matvec_rows_kernel instead of
+ * matvec_split_kernel (the same bits): DS4J_MV_ROWS (read once; 0 never), else MV_ROWS_MIN.
+ */
+constexpr int MV_ROWS_MIN = 65;
+static int mv_rows_min() {
+    static std::atomic<int> c{0};
+    const int v = env_choice(c, "DS4J_MV_ROWS", MV_ROWS_MIN, 0, 1 << 20);
+    return v == 0 ? INT32_MAX : v;
+}
+
 /** Two F16 bit patterns (low, high half) -> floats. */
 __device__ __forceinline__ void h2f2(uint32_t h2, float* w) {
     w[0] = __half2float(__ushort_as_half((uint16_t)(h2 & 0xffffu)));
@@ -112,6 +123,52 @@ __device__ __forceinline__ void decode_chunk(const uint4& q, float* w) {
     }
 }
 
+/** The factor of chunk c of row r (decode_chunk's values times it are the weights): the block scale, 1 if unscaled. */
+template <int FMT>
+__device__ __forceinline__ float chunk_scale(const WView& v, int r, int c) {
+    if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+        const size_t si = (size_t)((v.row_base + r) >> 7) * v.scale_cols + ((c * 16) >> 7);
+        return v.scale_kind == DS4J_SCALE_F32 ? ((const float*)v.scale)[si] : e8m0(v.scale[si]);
+    } else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) {
+        return e8m0(v.scale[(size_t)r * (v.cols >> 5) + c]);
+    }
+    return 1.f;
+}
+
+/**
+ * acc += one chunk's products: w (decode_chunk's E values) times the E activations xv, summed in column order
+ * into a partial, then scaled by s (chunk_scale) and added. Every vectorised kernel adds a chunk through this one
+ * function, so the same chunk gives the same bits in each.
+ */
+template <int FMT>
+__device__ __forceinline__ void chunk_add(float& acc, const float (&w)[Epc<FMT>::v], const float4 (&xv)[Epc<FMT>::v / 4],
+                                          float s) {
+    constexpr int E = Epc<FMT>::v;
+    constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
+    constexpr float UNIT = FMT == DS4J_FMT_FP8_E4M3_B128 ? 256.f : 16384.f;
+    float part = 0.f;
+#pragma unroll
+    for (int k = 0; k < E / 4; k++) {
+        part += w[4 * k] * xv[k].x;
+        part += w[4 * k + 1] * xv[k].y;
+        part += w[4 * k + 2] * xv[k].z;
+        part += w[4 * k + 3] * xv[k].w;
+    }
+    if constexpr (QUANT) {
+        const float mult = s * UNIT;  // inf only for scales near 2^127: then scale in two steps
+        acc += (isinf(mult) && !isinf(s)) ? (part * UNIT) * s : part * mult;
+    } else {
+        acc += part;
+    }
+}
+
+/** The E activations of one chunk (16-byte aligned) as float4s. */
+template <int FMT>
+__device__ __forceinline__ void load_x(const float* xp, float4 (&xv)[Epc<FMT>::v / 4]) {
+#pragma unroll
+    for (int k = 0; k < Epc<FMT>::v / 4; k++) xv[k] = reinterpret_cast<const float4*>(xp)[k];
+}
+
 /**
  * acc[t] += sum over this warp's chunks of W[r, c] x[t*ldx + c], t < ns; warp sw of `split` warps per row; U chunks
  * of a lane in flight (a lane's chunks are added in ascending order for any U).
@@ -120,8 +177,6 @@ template <int FMT, int U = MV_UNROLL>
 __device__ __forceinline__ void row_dot_vec(const WView& v, int r, const float* __restrict__ x, int64_t ldx, int ns,
                                             float* acc, int sw = 0, int split = 1) {
     constexpr int E = Epc<FMT>::v;
-    constexpr bool QUANT = FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_FP4_E2M1_B32;
-    constexpr float UNIT = FMT == DS4J_FMT_FP8_E4M3_B128 ? 256.f : 16384.f;
     const int lane = threadIdx.x & 31;
     const int64_t rb = row_bytes_of(FMT, v.cols);
     const uint4* wr = reinterpret_cast<const uint4*>(v.w + (size_t)r * rb);
@@ -138,37 +193,17 @@ __device__ __forceinline__ void row_dot_vec(const WView& v, int r, const float* 
         for (int u = 0; u < U; u++) {
             const int c = c0 + step * u;
             if (c >= nch) break;
-            float s = 1.f;
-            if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
-                const size_t si = (size_t)((v.row_base + r) >> 7) * v.scale_cols + ((c * 16) >> 7);
-                s = v.scale_kind == DS4J_SCALE_F32 ? ((const float*)v.scale)[si] : e8m0(v.scale[si]);
-            } else if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) {
-                s = e8m0(v.scale[(size_t)r * (v.cols >> 5) + c]);
-            }
+            const float s = chunk_scale<FMT>(v, r, c);
             float w[E];
             decode_chunk<FMT>(q[u], w);
             const int col0 = c * E;
 #pragma unroll
-            for (int t = 0; t < MM_TS; t++) {
+            for (int t = 0; t < MM_TS; t++)
                 if (t < ns) {
-                    const float4* xp = reinterpret_cast<const float4*>(x + (int64_t)t * ldx + col0);
-                    float part = 0.f;
-#pragma unroll
-                    for (int k = 0; k < E / 4; k++) {
-                        const float4 xv = xp[k];
-                        part += w[4 * k] * xv.x;
-                        part += w[4 * k + 1] * xv.y;
-                        part += w[4 * k + 2] * xv.z;
-                        part += w[4 * k + 3] * xv.w;
-                    }
-                    if constexpr (QUANT) {
-                        const float mult = s * UNIT;  // inf only for scales near 2^127: then scale in two steps
-                        acc[t] += (isinf(mult) && !isinf(s)) ? (part * UNIT) * s : part * mult;
-                    } else {
-                        acc[t] += part;
-                    }
+                    float4 xv[E / 4];
+                    load_x<FMT>(x + (int64_t)t * ldx + col0, xv);
+                    chunk_add<FMT>(acc[t], w, xv, s);
                 }
-            }
         }
     }
 }
@@ -201,6 +236,74 @@ matvec_split_kernel(WView v, int rows, const float* __restrict__ x, int64_t ldx,
         float sum = 0.f;
         for (int w = 0; w < MM_WARPS; w++) sum += part[w][threadIdx.x];
         y[(int64_t)(s0 + threadIdx.x) * ldy + r] = sum;
+    }
+}
+
+// Many tokens against few rows of many chunks (the mHC mappings in a prefill chunk): matvec_split_kernel runs one
+// block per (row, token group), so every row's block reads the group's activations again (24 times for the mapping:
+// at 512 tokens ~800 MB through the L2 for 34 MB of activations). matvec_rows_kernel gives a block MR_RB rows of one
+// group, and each lane loads a chunk's activations once for all of them. The sums are matvec_split_kernel's: warp w
+// of MM_WARPS takes chunks lane + 32 w, + 256, ... in ascending order through chunk_add, then warp_sum and the warps
+// added in order; so the bits are the same and the choice between the two may follow S (mv_rows_min).
+constexpr int MR_RB = 4;  // rows per block
+constexpr int MR_TS = 8;  // tokens per block
+
+/**
+ * y[s, r] = W[r, :] . x[s, (r / grp) xgs ..] for the block's MR_RB rows (all of one group: grp a multiple of MR_RB, or
+ * grp == rows) and MR_TS tokens; matvec_split_kernel's bits (see above). Grid (tokens / MR_TS, rows / MR_RB) rounded up.
+ */
+template <int FMT>
+__global__ void __launch_bounds__(MM_WARPS * WARP)
+matvec_rows_kernel(WView v, int rows, const float* __restrict__ x, int64_t ldx, float* __restrict__ y, int64_t ldy, int S,
+                   int grp, int64_t xgs) {
+    DS4J_AWAIT_PREVIOUS();
+    constexpr int E = Epc<FMT>::v;
+    __shared__ float part[MM_WARPS][MR_RB * MR_TS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = blockIdx.y * MR_RB, nr = min(MR_RB, rows - r0);
+    const int s0 = blockIdx.x * MR_TS, ns = min(MR_TS, S - s0);
+    const int64_t rb = row_bytes_of(FMT, v.cols);
+    const int nch = (int)(rb / 16);
+    const float* xs = x + (int64_t)s0 * ldx + (int64_t)(r0 / grp) * xgs;
+    float acc[MR_RB][MR_TS];
+#pragma unroll
+    for (int i = 0; i < MR_RB; i++)
+#pragma unroll
+        for (int t = 0; t < MR_TS; t++) acc[i][t] = 0.f;
+#pragma unroll 2
+    for (int c = lane + WARP * warp; c < nch; c += WARP * MM_WARPS) {
+        uint4 q[MR_RB];
+#pragma unroll
+        for (int i = 0; i < MR_RB; i++)
+            if (i < nr) q[i] = __ldg(reinterpret_cast<const uint4*>(v.w + (size_t)(r0 + i) * rb) + c);
+        float4 xv[MR_TS][E / 4];
+#pragma unroll
+        for (int t = 0; t < MR_TS; t++)
+            if (t < ns) load_x<FMT>(xs + (int64_t)t * ldx + c * E, xv[t]);
+#pragma unroll
+        for (int i = 0; i < MR_RB; i++)
+            if (i < nr) {
+                const float s = chunk_scale<FMT>(v, r0 + i, c);
+                float w[E];
+                decode_chunk<FMT>(q[i], w);
+#pragma unroll
+                for (int t = 0; t < MR_TS; t++)
+                    if (t < ns) chunk_add<FMT>(acc[i][t], w, xv[t], s);
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < MR_RB; i++)
+#pragma unroll
+        for (int t = 0; t < MR_TS; t++) {
+            const float sum = warp_sum(acc[i][t]);
+            if (lane == 0) part[warp][i * MR_TS + t] = sum;
+        }
+    __syncthreads();
+    const int i = threadIdx.x / MR_TS, t = threadIdx.x % MR_TS;
+    if (i < nr && t < ns) {
+        float sum = 0.f;
+        for (int w = 0; w < MM_WARPS; w++) sum += part[w][threadIdx.x];
+        y[(int64_t)(s0 + t) * ldy + r0 + i] = sum;
     }
 }
 
@@ -343,7 +446,15 @@ static int32_t matmul_impl(const char* fn, ds4j_ctx* ctx, int32_t format, const 
                      (ldx & 3) == 0 && (xgs & 3) == 0;
     // few rows of many chunks: split each row over a block's warps
     const bool split = vec && rows < 2048 && row_bytes_of(format, cols) / 16 >= 4 * WARP;
-    if (split) {
+    // matvec_rows_kernel for the formats of at most 8 values a chunk (wider ones would hold 64 or 128 activation
+    // registers a token and spill: ptxas)
+    const bool narrow = format == DS4J_FMT_F32 || format == DS4J_FMT_F16 || format == DS4J_FMT_BF16;
+    if (split && narrow && S >= mv_rows_min() && (grp == rows || grp % MR_RB == 0)) {
+        dim3 g3((unsigned)((S + MR_TS - 1) / MR_TS), (unsigned)((rows + MR_RB - 1) / MR_RB));
+        auto* k = format == DS4J_FMT_F32 ? matvec_rows_kernel<DS4J_FMT_F32>
+                  : format == DS4J_FMT_F16 ? matvec_rows_kernel<DS4J_FMT_F16> : matvec_rows_kernel<DS4J_FMT_BF16>;
+        k<<<g3, MM_WARPS * WARP, 0, ctx->stream>>>(v, rows, x, ldx, y, ldy, S, grp, xgs);
+    } else if (split) {
         dim3 g2((unsigned)((S + MM_TS - 1) / MM_TS), (unsigned)rows);
         const bool wide = mv_split_wide();
         DS4J_DISPATCH_FMT(format, ((wide ? matvec_split_kernel<F, MV_SPLIT_UNROLL<F>> : matvec_split_kernel<F, MV_UNROLL>)

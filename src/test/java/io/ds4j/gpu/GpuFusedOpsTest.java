@@ -314,7 +314,7 @@ class GpuFusedOpsTest {
         final float eps = 1e-6f;
         for (Rope rope : new Rope[]{Rope.main(c), Rope.compress(c)}) {
             long table = dev(rope.invFreq);
-            for (int[] shape : new int[][]{{1, 64, 512}, {5, 64, 512}, {3, 7, 128}, {2, 3, 64}}) {
+            for (int[] shape : new int[][]{{1, 64, 512}, {5, 64, 512}, {70, 64, 512}, {3, 7, 128}, {2, 3, 64}, {2, 3, 96}}) {
                 int S = shape[0], H = shape[1], d = shape[2];
                 if (rope.dims > d) continue;
                 float[] q = gauss(r, S * H * d, 2), kv = gauss(r, S * d, 2);

@@ -192,6 +192,21 @@ class GpuOpsTest {
                 checkMatmul(f + " 100x4096 (split rows) S=" + S, m, x, cols, S, gpu.downloadFloats(dy, S * rows), rows);
             }
         }
+        // F32 (the mHC mappings) at prefill sizes: several rows a block (matvec_rows_kernel), the bits of each token's
+        // row computed alone (one block a row); row counts below and past whole blocks of rows
+        for (int[] shape : new int[][]{{24, 16384}, {26, 4096}, {3, 1024}}) {
+            int rows = shape[0], cols = shape[1];
+            WeightMatrix m = randomMatrix(r, WeightMatrix.Format.F32, rows, cols, false);
+            DeviceMatrix dm = upload(m);
+            for (int S : new int[]{65, 70, 130}) {
+                float[] x = gauss(r, S * cols, 1);
+                long dx = dev(x);
+                float[] y = matmul(dm, dx, cols, S, rows);
+                String what = "F32 " + rows + "x" + cols + " (split rows) S=" + S;
+                checkMatmul(what, m, x, cols, S, y, rows);
+                assertRowsAlone(what, dm, dx, cols, S, rows, y);
+            }
+        }
     }
 
     @Test
