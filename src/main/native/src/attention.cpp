@@ -784,22 +784,21 @@ __host__ __device__ __forceinline__ int pool_rows_per_chunk(int w) {
 static size_t pool_smem(int w) { return (size_t)(4 + 2 * pool_rows_per_chunk(w)) * w * sizeof(float); }
 
 /**
- * One compressed entry (window b of the step): per channel the softmax over the window's rows (with overlap the
- * previous window's rows first, then this window's) of logits z + position bias, weighting the values a; then RMSNorm,
- * RoPE on the last rope_dim channels and the F16 store. The channel's maximum is taken over all rows in any order (the
+ * The pooled channels c0 .. c0 + wc - 1 of one compressed entry (window b of the step) into out[0 .. wc): per channel
+ * the softmax over the window's rows (with overlap the previous window's rows first, then this window's) of logits z +
+ * position bias, weighting the values a (pool_finish then takes RMSNorm, RoPE and the F16 store). sm: shared memory of
+ * (3 + 2 J) wc floats, J = pool_rows_per_chunk(wc). The channel's maximum is taken over all rows in any order (the
  * same number); the exponentials and their products with a are computed a chunk of rows at a time by all threads and
  * summed per channel in row order: the order of the CPU reference (CpuBackend#compress) and the bits of the earlier
  * kernel, one thread per channel walking the window (~140 us per compressor call on average in a 65-row prefill chunk,
- * BENCHMARKS.md, fourteenth session); now the block's threads share the exponentials.
+ * BENCHMARKS.md, fourteenth session); now the block's threads share the exponentials. A channel's arithmetic does not
+ * depend on which other channels its block pools (c0, wc), so blocks over slices of the channels give the same bits.
  */
-__device__ __forceinline__ void compress_pool_body(const float* ring_a, const float* ring_z, int cap, const float* a_new,
-                                                   const float* z_new, int64_t N0, int m, int w, int overlap,
-                                                   const float* pb, const float* norm_w, float eps,
-                                                   const float* inv_freq, int rope_dim, uint16_t* entries, int b) {
-    extern __shared__ float pool_sm[];  // pooled [w], max [w], sum [w], acc [w], then e and e a [J][w] each
-    __shared__ double red[32];
-    const int J = pool_rows_per_chunk(w);
-    float *pooled = pool_sm, *mxs = pool_sm + w, *sums = mxs + w, *accs = sums + w, *ev = accs + w, *eav = ev + J * w;
+__device__ __forceinline__ void pool_channels(const float* ring_a, const float* ring_z, int cap, const float* a_new,
+                                              const float* z_new, int64_t N0, int m, int w, int overlap, const float* pb,
+                                              int b, int c0, int wc, float* sm, float* out) {
+    const int J = pool_rows_per_chunk(wc);
+    float *mxs = sm, *sums = mxs + wc, *accs = sums + wc, *ev = accs + wc, *eav = ev + J * wc;
     const int64_t win = N0 / m + b;
     const int cw = overlap ? 2 * w : w;
     const int64_t prev = (win - 1) * m, cur = win * m;
@@ -810,11 +809,11 @@ __device__ __forceinline__ void compress_pool_body(const float* ring_a, const fl
     const CompRows rows(has_prev ? prev : cur, N0, cap, cw);
     const int mp = has_prev ? m : 0, R = mp + m;
     const int tid = threadIdx.x, bd = blockDim.x;
-    // the maxima: G row groups per channel (their partial maxima in ev, which holds J w floats), then the groups'
+    // the maxima: G row groups per channel (their partial maxima in ev, which holds J wc floats), then the groups'
     // maxima together
-    const int G = bd >= w ? min(bd / w, J) : 1;
-    for (int i = tid; i < G * w; i += bd) {
-        const int g = i / w, ch = i - g * w;
+    const int G = bd >= wc ? min(bd / wc, J) : 1;
+    for (int i = tid; i < G * wc; i += bd) {
+        const int g = i / wc, ch = c0 + i - g * wc;
         float mx = -INFINITY;
         for (int r = g; r < R; r += G) {
             const int j = r < mp ? r : r - mp, o = r < mp ? ch : voff + ch;
@@ -823,37 +822,47 @@ __device__ __forceinline__ void compress_pool_body(const float* ring_a, const fl
         ev[i] = mx;
     }
     __syncthreads();
-    for (int ch = tid; ch < w; ch += bd) {
-        float mx = ev[ch];
-        for (int g = 1; g < G; g++) mx = fmaxf(mx, ev[g * w + ch]);
-        mxs[ch] = mx;
-        sums[ch] = 0.f;
-        accs[ch] = 0.f;
+    for (int c = tid; c < wc; c += bd) {
+        float mx = ev[c];
+        for (int g = 1; g < G; g++) mx = fmaxf(mx, ev[g * wc + c]);
+        mxs[c] = mx;
+        sums[c] = 0.f;
+        accs[c] = 0.f;
     }
     __syncthreads();
     for (int r0 = 0; r0 < R; r0 += J) {
         const int n = R - r0 < J ? R - r0 : J;
-        for (int i = tid; i < n * w; i += bd) {
-            const int rr = i / w, ch = i - rr * w, r = r0 + rr;
+        for (int i = tid; i < n * wc; i += bd) {
+            const int rr = i / wc, c = i - rr * wc, ch = c0 + c, r = r0 + rr;
             const int j = r < mp ? r : r - mp, o = r < mp ? ch : voff + ch;
-            const float e = exp_d(sub(add(rows.row(ring_z, z_new, r)[o], pb[j * cw + o]), mxs[ch]));
+            const float e = exp_d(sub(add(rows.row(ring_z, z_new, r)[o], pb[j * cw + o]), mxs[c]));
             ev[i] = e;
             eav[i] = mul(e, rows.row(ring_a, a_new, r)[o]);
         }
         __syncthreads();
-        for (int ch = tid; ch < w; ch += bd) {
-            float sum = sums[ch], acc = accs[ch];
+        for (int c = tid; c < wc; c += bd) {
+            float sum = sums[c], acc = accs[c];
             for (int rr = 0; rr < n; rr++) {
-                sum = add(sum, ev[rr * w + ch]);
-                acc = add(acc, eav[rr * w + ch]);
+                sum = add(sum, ev[rr * wc + c]);
+                acc = add(acc, eav[rr * wc + c]);
             }
-            sums[ch] = sum;
-            accs[ch] = acc;
+            sums[c] = sum;
+            accs[c] = acc;
         }
         __syncthreads();
     }
-    for (int ch = tid; ch < w; ch += bd) pooled[ch] = accs[ch] / sums[ch];
-    __syncthreads();
+    for (int c = tid; c < wc; c += bd) out[c] = accs[c] / sums[c];
+}
+
+/**
+ * The rest of window b's entry from its pooled channels (pooled: w floats of shared memory, complete): RMSNorm with
+ * norm_w, RoPE of the last rope_dim channels at the window's position, the F16 store.
+ */
+__device__ __forceinline__ void pool_finish(float* pooled, int64_t N0, int m, int w, const float* norm_w, float eps,
+                                            const float* inv_freq, int rope_dim, uint16_t* entries, int b) {
+    __shared__ double red[32];
+    const int64_t win = N0 / m + b;
+    const int tid = threadIdx.x;
     double ss = 0;
     if (tid < POOL_NORM_THREADS)
         for (int ch = tid; ch < w; ch += POOL_NORM_THREADS) ss += (double)mul(pooled[ch], pooled[ch]);
@@ -875,6 +884,17 @@ __device__ __forceinline__ void compress_pool_body(const float* ring_a, const fl
     for (int ch = threadIdx.x; ch < w; ch += blockDim.x) entries[win * w + ch] = f32_to_f16(pooled[ch]);
 }
 
+/** compress_pool_body's window b by one block: pool_channels over every channel, then pool_finish. */
+__device__ __forceinline__ void compress_pool_body(const float* ring_a, const float* ring_z, int cap, const float* a_new,
+                                                   const float* z_new, int64_t N0, int m, int w, int overlap,
+                                                   const float* pb, const float* norm_w, float eps,
+                                                   const float* inv_freq, int rope_dim, uint16_t* entries, int b) {
+    extern __shared__ float pool_sm[];  // pooled [w], then pool_channels' max, sum, acc [w] and e, e a [J][w]
+    pool_channels(ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, pb, b, 0, w, pool_sm + w, pool_sm);
+    __syncthreads();
+    pool_finish(pool_sm, N0, m, w, norm_w, eps, inv_freq, rope_dim, entries, b);
+}
+
 __global__ void __launch_bounds__(POOL_THREADS) compress_pool_kernel(const float* ring_a, const float* ring_z, int cap, const float* a_new,
                                      const float* z_new, int64_t N0, int m, int w, int overlap, const float* pb,
                                      const float* norm_w, float eps, const float* inv_freq, int rope_dim,
@@ -882,6 +902,38 @@ __global__ void __launch_bounds__(POOL_THREADS) compress_pool_kernel(const float
     DS4J_AWAIT_PREVIOUS();
     compress_pool_body(ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, pb, norm_w, eps, inv_freq, rope_dim,
                        entries, blockIdx.x);
+}
+
+// A prefill chunk completes few windows of a long compressor (4 of 128 rows at 512 tokens), and one block per window
+// then pools 128 rows x 512 channels alone: ~175 us a call (BENCHMARKS.md, twenty-ninth session). With few windows the
+// channels are pooled in slices of POOL_SLICE, one block each, into F32 scratch, and one block per window finishes the
+// entry from there (pool_finish): the same operations per channel and per entry, so the same bits.
+constexpr int POOL_SLICE = 32;     // channels per block of compress_pool_part_kernel
+constexpr int POOL_FEW_WINDOWS = 16;  // at most this many windows in a launch take the sliced pooling
+
+/** Block (b, y): window b's channels [y POOL_SLICE, + POOL_SLICE) into part[b w ..]. */
+__global__ void __launch_bounds__(POOL_THREADS) compress_pool_part_kernel(const float* ring_a, const float* ring_z, int cap,
+                                                                          const float* a_new, const float* z_new, int64_t N0,
+                                                                          int m, int w, int overlap, const float* pb,
+                                                                          float* part) {
+    DS4J_AWAIT_PREVIOUS();
+    extern __shared__ float pool_sm[];
+    const int b = blockIdx.x, c0 = blockIdx.y * POOL_SLICE;
+    pool_channels(ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, pb, b, c0, POOL_SLICE, pool_sm,
+                  part + (int64_t)b * w + c0);
+}
+
+/** Block b: window b's entry from its pooled channels in part (compress_pool_part_kernel). */
+__global__ void __launch_bounds__(POOL_THREADS) compress_pool_finish_kernel(const float* part, int64_t N0, int m, int w,
+                                                                            const float* norm_w, float eps,
+                                                                            const float* inv_freq, int rope_dim,
+                                                                            uint16_t* entries) {
+    DS4J_AWAIT_PREVIOUS();
+    extern __shared__ float pool_sm[];
+    const int b = blockIdx.x;
+    for (int ch = threadIdx.x; ch < w; ch += blockDim.x) pool_sm[ch] = part[(int64_t)b * w + ch];
+    __syncthreads();
+    pool_finish(pool_sm, N0, m, w, norm_w, eps, inv_freq, rope_dim, entries, b);
 }
 
 /** Windows completed by a step of S positions after N0. */
@@ -2337,6 +2389,12 @@ int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* 
 #endif
 }
 
+/** DS4J_POOL_SLICES=0 (read once): one block per window for every launch (measurements; the same bits). */
+static bool pool_whole_windows() {
+    static std::atomic<int> c{-1};
+    return env_equals(c, "DS4J_POOL_SLICES", "0");
+}
+
 int32_t ds4j_compress_pool(ds4j_ctx* ctx, const float* ring_a, const float* ring_z, int32_t cap, const float* a_new,
                            const float* z_new, int64_t N0, int32_t S, int32_t m, int32_t w, int32_t overlap,
                            const float* position_bias, const float* norm_w, float eps, const float* inv_freq,
@@ -2349,6 +2407,20 @@ int32_t ds4j_compress_pool(ds4j_ctx* ctx, const float* ring_a, const float* ring
     DS4J_ARG(w <= POOL_MAX_W, "ds4j_compress_pool: width %d above %d", w, POOL_MAX_W);
     const int64_t nwin = (N0 + S) / m - N0 / m;
     if (nwin <= 0) return DS4J_OK;
+    // few windows of long rows (a prefill chunk's HCA windows): the channels in slices over many blocks (same bits)
+    if (nwin <= POOL_FEW_WINDOWS && m * (overlap ? 2 : 1) >= 64 && w % POOL_SLICE == 0 && !pool_whole_windows()) {
+        float* part = nullptr;
+        const int32_t rc = at_scratch(ctx, nwin * w * (int64_t)sizeof(float), &part);
+        if (rc != DS4J_OK) return rc;
+        compress_pool_part_kernel<<<dim3((unsigned)nwin, (unsigned)(w / POOL_SLICE)), POOL_THREADS,
+                                    pool_smem(POOL_SLICE), ctx->stream>>>(ring_a, ring_z, cap, a_new, z_new, N0, m, w,
+                                                                           overlap, position_bias, part);
+        DS4J_LAUNCHED("compress_pool");
+        compress_pool_finish_kernel<<<(unsigned)nwin, POOL_THREADS, (size_t)w * sizeof(float), ctx->stream>>>(
+            part, N0, m, w, norm_w, eps, inv_freq, rope_dim, entries);
+        DS4J_LAUNCHED("compress_pool");
+        return DS4J_OK;
+    }
     compress_pool_kernel<<<(unsigned)nwin, POOL_THREADS, pool_smem(w), ctx->stream>>>(
         ring_a, ring_z, cap, a_new, z_new, N0, m, w, overlap, position_bias, norm_w, eps, inv_freq, rope_dim, entries);
     DS4J_LAUNCHED("compress_pool");

@@ -412,14 +412,16 @@ __device__ __forceinline__ void hc_mapping(const float* m, const float* base, co
 }
 
 /**
- * hc_pre_kernel split: blocks x < B = gridDim.x - 1 collapse columns [x * HC_COLS, +HC_COLS) of row blockIdx.y, block
- * B computes the row's mapping (post, Sinkhorn). With norm, the last collapse block of the row normalises col[s].
+ * hc_pre_kernel split: blocks x < B = gridDim.x - 1 collapse columns [x * cols, +cols) of row blockIdx.y (cols: a
+ * multiple of HC_THREADS, hc_cols), block B computes the row's mapping (post, Sinkhorn). With norm, the last collapse
+ * block of the row normalises col[s].
  */
 template <int REG>
 __global__ void __launch_bounds__(HC_THREADS) hc_pre_split_kernel(const float* mu, const float* base, const float* scale,
                                                                    const float* X, int n, int D, int iters, float eps,
                                                                    float* post, float* comb, float* col, int norm,
-                                                                   const float* norm_w, float rms_eps, unsigned* count) {
+                                                                   const float* norm_w, float rms_eps, unsigned* count,
+                                                                   int cols) {
     DS4J_AWAIT_PREVIOUS();
     __shared__ float pre[HC_MAX];
     __shared__ double red[32];
@@ -435,8 +437,8 @@ __global__ void __launch_bounds__(HC_THREADS) hc_pre_split_kernel(const float* m
     __syncthreads();
     const float* xs = X + (int64_t)s * n * D;
     float* cs = col + (int64_t)s * D;
-    const int d = blockIdx.x * HC_COLS + threadIdx.x;
-    if (d < D) {
+    const int d1 = min(D, (int)(blockIdx.x + 1) * cols);
+    for (int d = blockIdx.x * cols + threadIdx.x; d < d1; d += HC_THREADS) {
         const float acc = hc_collapse(pre, xs, n, D, d);
         cs[d] = acc;
     }
@@ -445,7 +447,9 @@ __global__ void __launch_bounds__(HC_THREADS) hc_pre_split_kernel(const float* m
 
 /**
  * hc_post_norm_kernel split: block x updates columns [x * HC_COLS, +HC_COLS) of row blockIdx.y (with the MoE
- * combination when ids); with v, the last block of the row computes RMSNorm_1 of the updated row into v[s].
+ * combination when ids); with v, the last block of the row computes RMSNorm_1 of the updated row into v[s]. (1,024
+ * columns a block, as hc_pre_split_kernel's collapse takes in prefill chunks, took 110 us a call at 512 rows against
+ * 84: BENCHMARKS.md, twenty-ninth session.)
  */
 template <int REG>
 __global__ void __launch_bounds__(HC_THREADS) hc_post_split_kernel(float* X, const float* f, const int32_t* ids,
@@ -580,6 +584,18 @@ static bool hc_split() {
 /** Blocks of HC_COLS columns for a row of D columns. */
 static inline unsigned hc_blocks(int D) { return (unsigned)((D + HC_COLS - 1) / HC_COLS); }
 
+/**
+ * Columns per block of the split collapse (hc_pre_split_kernel) for a launch of `rows` rows: HC_COLS (one per thread)
+ * up to HC_FEW_ROWS rows, where a row's blocks must fill the device; 4 HC_COLS above (a prefill chunk of 512 rows:
+ * 43 us a call against 53 with 256 columns, BENCHMARKS.md, twenty-ninth session). Each element's operations do not
+ * depend on it: the same bits. DS4J_HC_COLS=256 keeps HC_COLS for every launch (measurements).
+ */
+static int hc_cols(int rows) {
+    static std::atomic<int> c{0};
+    const int wide = env_choice(c, "DS4J_HC_COLS", 4 * HC_COLS, HC_COLS, 16 * HC_COLS) / HC_COLS * HC_COLS;
+    return rows > HC_FEW_ROWS ? wide : HC_COLS;
+}
+
 extern "C" {
 
 int32_t ds4j_set_hc_split(int32_t on) {
@@ -675,21 +691,21 @@ static int32_t hc_pre_launch(ds4j_ctx* ctx, const float* mu, const float* base, 
     }
     for (int32_t s0 = 0; s0 < S; s0 += HC_COUNT_ROWS) {
         const int32_t rows = S - s0 < HC_COUNT_ROWS ? S - s0 : HC_COUNT_ROWS;
-        const int reg = hc_reg_for(rows, D);
+        const int reg = hc_reg_for(rows, D), cols = hc_cols(rows);
         const int mix = (2 + n) * n;
-        const dim3 grid(hc_blocks(D) + 1, rows);
+        const dim3 grid((unsigned)((D + cols - 1) / cols) + 1, rows);
         const float* m = mu + (int64_t)s0 * mix;
         const float* x = X + (int64_t)s0 * n * D;
         float *p = post + (int64_t)s0 * n, *c = comb + (int64_t)s0 * n * n, *o = col + (int64_t)s0 * D;
         if (reg == 16)
             hc_pre_split_kernel<16><<<grid, HC_THREADS, 0, ctx->stream>>>(m, base, scale, x, n, D, iters, hc_eps, p, c, o,
-                                                                          norm, norm_w, rms_eps, ctx->hc_count);
+                                                                          norm, norm_w, rms_eps, ctx->hc_count, cols);
         else if (reg == 64)
             hc_pre_split_kernel<64><<<grid, HC_THREADS, 0, ctx->stream>>>(m, base, scale, x, n, D, iters, hc_eps, p, c, o,
-                                                                          norm, norm_w, rms_eps, ctx->hc_count);
+                                                                          norm, norm_w, rms_eps, ctx->hc_count, cols);
         else
             hc_pre_split_kernel<0><<<grid, HC_THREADS, 0, ctx->stream>>>(m, base, scale, x, n, D, iters, hc_eps, p, c, o,
-                                                                         norm, norm_w, rms_eps, ctx->hc_count);
+                                                                         norm, norm_w, rms_eps, ctx->hc_count, cols);
     }
     return DS4J_OK;
 }

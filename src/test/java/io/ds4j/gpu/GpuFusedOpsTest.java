@@ -272,8 +272,9 @@ class GpuFusedOpsTest {
         }
     }
 
+    /** (S, n, D, k); above 64 rows the split collapse takes 1,024 columns a block instead of 256. */
     static final int[][] ROW_SHAPES = {{1, 4, 4096, 6}, {5, 4, 4096, 6}, {64, 4, 4096, 6}, {70, 4, 1000, 6}, {3, 8, 257, 16},
-            {2, 4, 5000, 2}, {2, 3, 200, 1}};
+            {2, 4, 5000, 2}, {2, 3, 200, 1}, {80, 4, 4096, 6}, {66, 4, 1100, 3}};
 
     @Test
     void splitRowKernelsEqualTheOneBlockKernels() {
@@ -347,12 +348,16 @@ class GpuFusedOpsTest {
         }
     }
 
-    /** (m, overlap, cap, N0, S) cases: decode and verify steps completing no window, one, several; ring wrap-around. */
+    /**
+     * (m, overlap, cap, N0, S) cases: decode and verify steps completing no window, one, several; ring wrap-around. The
+     * pooling alone takes the channels in slices where few windows of at least 64 rows complete, the step's one-launch
+     * form pools a window in one block: the long windows' cases compare the two.
+     */
     static final int[][] COMPRESS_CASES = {
             {4, 1, 8 + 16, 0, 1}, {4, 1, 8 + 16, 3, 1}, {4, 1, 8 + 16, 4098, 1}, {4, 1, 8 + 16, 4095, 1},
             {4, 1, 8 + 16, 4093, 5}, {4, 1, 8 + 16, 1000, 17}, {4, 1, 8 + 16, 1001, 40}, {4, 1, 8 + 16, 0, 37},
             {128, 0, 128 + 16, 127, 1}, {128, 0, 128 + 16, 4000, 1}, {128, 0, 128 + 16, 4093, 5}, {128, 0, 128 + 16, 255, 17},
-            {128, 0, 128 + 16, 250, 300}};
+            {128, 0, 128 + 16, 250, 300}, {128, 0, 128 + 16, 1020, 10}, {64, 1, 128 + 32, 2040, 20}};
 
     @Test
     void compressStepEqualsPoolThenRingStores() {
@@ -360,7 +365,7 @@ class GpuFusedOpsTest {
         Rope rope = Rope.compress(c);
         SplittableRandom r = new SplittableRandom(34);
         long table = dev(rope.invFreq);
-        final int w = 128;
+        for (int w : new int[]{128, 512})
         for (int[] cs : COMPRESS_CASES) {
             int m = cs[0], overlap = cs[1], cap = cs[2], S = cs[4], cw = overlap == 1 ? 2 * w : w;
             long N0 = cs[3];
@@ -375,7 +380,7 @@ class GpuFusedOpsTest {
             check(ds4j_ring_store(gpu.ctx(), ptr(rz1), 0, cap, cw, ptr(z), N0, S), "ring z");
             check(ds4j_compress_step(gpu.ctx(), ptr(ra2), ptr(rz2), cap, ptr(a), ptr(z), N0, S, m, w, overlap, ptr(pb), ptr(norm), 1e-6f,
                     ptr(table), rope.dims, ptr(st2)), "compress_step");
-            String at = "m " + m + ", overlap " + overlap + ", cap " + cap + ", N0 " + N0 + ", S " + S;
+            String at = "w " + w + ", m " + m + ", overlap " + overlap + ", cap " + cap + ", N0 " + N0 + ", S " + S;
             assertArrayEquals(gpu.downloadShorts(st1, entries * w), gpu.downloadShorts(st2, entries * w), "entries, " + at);
             sameBits(ra1, ra2, cap * cw, "ring a, " + at);
             sameBits(rz1, rz2, cap * cw, "ring z, " + at);
