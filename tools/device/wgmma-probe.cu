@@ -9,6 +9,11 @@
 // the same product on mma.sync.m16n8k16 in the same k order (one k16 step at a time, accumulated from 0), and N = 64
 // against the first 64 columns of N = 128.
 //
+// On the H200 (BENCHMARKS.md, twenty-ninth session): with the strides (128, K / 8 x 128) both N give the reference's
+// accuracy and 0 values differing from mma.sync, and N = 64 equals N = 128's first columns; the strides swapped give
+// garbage. A wgmma path of the prefill GEMM built on this (cores 144 bytes apart so that its stores did not conflict)
+// gave mma.sync's bits for every product and was slower, and was dropped (same section).
+//
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a tools/device/wgmma-probe.cu -o .device/wgmma_probe
 //   .device/wgmma_probe                                                    (on the GPU machine)
 #include <cmath>
