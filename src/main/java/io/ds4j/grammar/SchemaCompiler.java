@@ -155,7 +155,11 @@ public final class SchemaCompiler {
                     maxIntDigits = BOUNDED_DIGITS;
                 }
                 boolean integer = type.equals("integer"), nn = nonNegative;
-                int digits = maxIntDigits;
+                // An integer has at most 15 digits even without bounds, so a JavaScript client (whose numbers are
+                // doubles) reads it exactly: 24 digits came out as 933647685126847349171777, which JS rounds. The
+                // schema's own bounds never ask for more: the only ones supported are 0 and ±999,999,999,999,999 or
+                // wider, and a wider bound allows larger integers without requiring any.
+                int digits = integer ? BOUNDED_DIGITS : maxIntDigits;
                 yield shared(List.of("number", integer, nn, digits), () -> {
                     Schema.Num num = new Schema.Num(integer);
                     num.nonNegative = nn;

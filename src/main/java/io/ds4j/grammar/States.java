@@ -39,7 +39,7 @@ final class States {
             case Schema.Any a -> new AnyStart(k);
             case Schema.AnyObject o -> new FreeObj(0, k);
             case Schema.Str x -> new Str(k, Str.OPEN);
-            case Schema.Num n -> new Num(k, n, Num.START, 0, 0);
+            case Schema.Num n -> Num.start(k, n);
             case Schema.Literals l -> new Lit(l.set, 0, new Same(k));
             case Schema.Arr a -> new Arr(a, 0, Arr.OPEN, k);
             case Schema.Obj o -> new Obj(o, 0, Obj.OPEN, k);
@@ -344,7 +344,7 @@ final class States {
                 case '[' -> new Arr(ANY_ARRAY, 0, Arr.FIRST, k);
                 case '"' -> new Str(k, Str.BODY);
                 case 't', 'f', 'n' -> new Lit(BOOL_NULL, 0, new Same(k)).next(b);
-                default -> (b == '-' || (b >= '0' && b <= '9')) ? new Num(k, ANY_NUMBER, Num.START, 0, 0).next(b) : null;
+                default -> (b == '-' || (b >= '0' && b <= '9')) ? Num.start(k, ANY_NUMBER).next(b) : null;
             };
         }
 
@@ -458,21 +458,42 @@ final class States {
 
     /**
      * A JSON number of schema n (integer: no fraction or exponent; bounded: capped integer digits, no exponent);
-     * len counts its bytes so far, digits its integer digits.
+     * len counts its bytes so far, digits its integer digits; in the exponent, negExp is its sign, exp the value of
+     * its digits so far and expDigits their count. Every text admitted parses to a finite double: see
+     * {@link #MAX_EXP_DIGITS} and {@link #MAX_MAGNITUDE}.
      */
-    record Num(GState k, Schema.Num n, int phase, int len, int digits) implements Framed {
-        @Override public GState withK(GState k) { return new Num(k, n, phase, len, digits); }
+    record Num(GState k, Schema.Num n, int phase, int len, int digits, boolean negExp, int exp, int expDigits) implements Framed {
+        @Override public GState withK(GState k) { return new Num(k, n, phase, len, digits, negExp, exp, expDigits); }
 
         static final int START = 0, MINUS = 1, ZERO = 2, INT = 3, DOT = 4, FRAC = 5, E = 6, ESIGN = 7, EXP = 8;
+        /** Most exponent digits (leading zeros count): an exponent is at most 999, whatever its sign. */
+        static final int MAX_EXP_DIGITS = 3;
+        /**
+         * Integer digits plus a positive exponent are at most this, so a number stays below 10^308, under
+         * Double.MAX_VALUE (1.797e308): a longer mantissa leaves a smaller exponent. Without it the model wrote
+         * 91207513E898662376790471, Infinity to every client. A negative exponent needs no such cap: at worst the
+         * value rounds to zero or a subnormal, still finite.
+         */
+        static final int MAX_MAGNITUDE = 308;
+
+        static Num start(GState k, Schema.Num n) {
+            return new Num(k, n, START, 0, 0, false, 0, 0);
+        }
 
         private boolean done() {
             return phase == ZERO || phase == INT || phase == FRAC || phase == EXP;
         }
 
+        /** Whether exponent digit d may come next. */
+        private boolean expDigit(int d) {
+            int e = exp * 10 + d;
+            return expDigits < MAX_EXP_DIGITS && (negExp || digits + e <= MAX_MAGNITUDE);
+        }
+
         @Override
         public GState next(int b) {
             boolean digit = b >= '0' && b <= '9';
-            boolean integer = n.integer, exp = !n.integer && n.maxIntDigits < 0;
+            boolean integer = n.integer, expAllowed = !n.integer && n.maxIntDigits < 0;
             boolean moreDigits = n.maxIntDigits < 0 || digits < n.maxIntDigits;
             int to = -1;
             switch (phase) {
@@ -481,19 +502,22 @@ final class States {
                 case ZERO, INT -> {
                     if (phase == INT && digit && moreDigits) to = INT;
                     else if (!integer && b == '.') to = DOT;
-                    else if (exp && (b == 'e' || b == 'E')) to = E;
+                    else if (expAllowed && (b == 'e' || b == 'E')) to = E;
                 }
                 case DOT -> to = digit ? FRAC : -1;
-                case FRAC -> to = digit ? FRAC : exp && (b == 'e' || b == 'E') ? E : -1;
-                case E -> to = (b == '+' || b == '-') ? ESIGN : digit ? EXP : -1;
-                case ESIGN -> to = digit ? EXP : -1;
-                case EXP -> to = digit ? EXP : -1;
+                case FRAC -> to = digit ? FRAC : expAllowed && (b == 'e' || b == 'E') ? E : -1;
+                case E -> to = (b == '+' || b == '-') ? ESIGN : digit && expDigit(b - '0') ? EXP : -1;
+                case ESIGN, EXP -> to = digit && expDigit(b - '0') ? EXP : -1;
                 default -> { }
             }
             // a phase that still needs a digit must leave room for it under the length cap
             boolean complete = to == ZERO || to == INT || to == FRAC || to == EXP;
-            if (to >= 0 && len + (complete ? 1 : 2) <= MAX_NUMBER)
-                return new Num(k, n, to, len + 1, digits + (to == ZERO || to == INT ? 1 : 0));
+            if (to >= 0 && len + (complete ? 1 : 2) <= MAX_NUMBER) {
+                boolean expNext = to == EXP;
+                return new Num(k, n, to, len + 1, digits + (to == ZERO || to == INT ? 1 : 0),
+                        negExp || (to == ESIGN && b == '-'), expNext ? exp * 10 + (b - '0') : exp,
+                        expDigits + (expNext ? 1 : 0));
+            }
             return done() ? k.next(b) : null;
         }
 

@@ -1,0 +1,142 @@
+package io.ds4j.grammar;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.junit.jupiter.api.Test;
+
+import java.math.BigDecimal;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Every number the grammar admits parses to a finite double, and every integer to a long that a JavaScript client
+ * reads exactly (at most 2^53 − 1 in magnitude): random walks through the byte automaton, and its edges checked
+ * one by one (the largest exponent each mantissa length may take is admitted, one more is not).
+ */
+class NumberGrammarTest {
+    static final ObjectMapper M = new ObjectMapper();
+    static final String ALPHABET = "0123456789-+.eE";
+    static final BigDecimal MAX_DOUBLE = new BigDecimal(Double.MAX_VALUE);
+    static final long MAX_EXACT = (1L << 53) - 1;
+
+    static GState start(String schema) throws Exception {
+        return States.value(SchemaCompiler.compile(M.readTree(schema)), States.End.INSTANCE);
+    }
+
+    /** Whether the grammar from s takes text whole. */
+    static boolean accepts(GState s, String text) {
+        for (int i = 0; i < text.length() && s != null; i++) s = s.next(text.charAt(i));
+        return s != null && s.accepting();
+    }
+
+    /**
+     * A random text the automaton admits: each step picks among the bytes it allows, mostly '9' and the exponent
+     * letter where allowed (so walks reach the largest magnitudes), and stops only rarely where it could.
+     */
+    static String walk(GState s, SplittableRandom r) {
+        StringBuilder b = new StringBuilder();
+        while (true) {
+            List<Character> next = new ArrayList<>();
+            for (char c : ALPHABET.toCharArray()) if (s.next(c) != null) next.add(c);
+            if (next.isEmpty() || (s.accepting() && r.nextInt(12) == 0)) {
+                assertTrue(s.accepting(), "a dead end after " + b);
+                return b.toString();
+            }
+            char c = next.get(r.nextInt(next.size()));
+            int bias = r.nextInt(4);
+            if (bias == 0 && next.contains('9')) c = '9';
+            else if (bias == 1 && next.contains('e')) c = 'e';
+            b.append(c);
+            s = s.next(c);
+        }
+    }
+
+    static void assertFinite(String text) {
+        double d = Double.parseDouble(text);
+        assertTrue(Double.isFinite(d), text + " parses to " + d);
+        assertTrue(new BigDecimal(text).abs().compareTo(MAX_DOUBLE) < 0, text);
+    }
+
+    static void assertExact(String text) {
+        long v = assertDoesNotThrow(() -> Long.parseLong(text), text);
+        assertTrue(Math.abs(v) <= MAX_EXACT, text + " is beyond 2^53 - 1");
+        assertEquals(0, new BigDecimal(text).compareTo(new BigDecimal((double) v)), text + " is not exact as a double");
+    }
+
+    @Test
+    void randomNumbersTheGrammarAdmitsAreFiniteDoubles() throws Exception {
+        SplittableRandom r = new SplittableRandom(39);
+        int withExponent = 0, longest = 0;
+        // a number, a non-negative one, and any JSON value (json_object's values) that starts as a number
+        for (String schema : new String[]{"{\"type\":\"number\"}", "{\"type\":\"number\",\"minimum\":0}", "{}"}) {
+            GState s = start(schema);
+            for (int i = 0; i < 20_000; i++) {
+                String t = walk(s, r);
+                assertFinite(t);
+                assertTrue(t.length() <= States.MAX_NUMBER, t);
+                if (t.indexOf('e') >= 0 || t.indexOf('E') >= 0) withExponent++;
+                longest = Math.max(longest, t.length());
+            }
+        }
+        // the walks did reach the exponents and lengths that could overflow
+        assertTrue(withExponent > 10_000, "walks with an exponent: " + withExponent);
+        assertEquals(States.MAX_NUMBER, longest);
+    }
+
+    @Test
+    void randomIntegersTheGrammarAdmitsAreExactInJavaScript() throws Exception {
+        SplittableRandom r = new SplittableRandom(39);
+        int fifteen = 0;
+        for (String schema : new String[]{"{\"type\":\"integer\"}", "{\"type\":\"integer\",\"minimum\":0}",
+                "{\"type\":\"integer\",\"minimum\":-1e30,\"maximum\":1e30}"}) {
+            GState s = start(schema);
+            for (int i = 0; i < 20_000; i++) {
+                String t = walk(s, r);
+                assertExact(t);
+                if (t.replace("-", "").length() == SchemaCompiler.BOUNDED_DIGITS) fifteen++;
+            }
+            assertTrue(accepts(s, "999999999999999"), schema);
+            assertFalse(accepts(s, "1000000000000000"), schema);
+        }
+        assertTrue(fifteen > 1000, "walks of 15 digits: " + fifteen);
+        // the report's integer: 24 digits, which JavaScript rounds
+        assertFalse(accepts(start("{\"type\":\"integer\"}"), "933647685126847349171777"));
+    }
+
+    @Test
+    void eachMantissaLengthTakesTheLargestFiniteExponentAndNoMore() throws Exception {
+        GState s = start("{\"type\":\"number\"}");
+        int checked = 0;
+        for (int d = 1; d <= States.MAX_NUMBER - 3; d++) {
+            String nines = "9".repeat(d);
+            for (String mantissa : new String[]{nines, nines + ".9", "-" + nines, (d == 1 ? "0" : nines) + ".99"}) {
+                for (int e = 0; e <= 999; e++) {
+                    for (String written : new String[]{"e" + e, "E+" + e, "e" + String.format("%03d", e)}) {
+                        String t = mantissa + written;
+                        boolean expected = t.length() <= States.MAX_NUMBER && d + e <= States.Num.MAX_MAGNITUDE;
+                        assertEquals(expected, accepts(s, t), t);
+                        if (expected) {
+                            assertFinite(t);
+                            checked++;
+                        }
+                    }
+                    // a negative exponent of up to three digits is always finite (at worst zero)
+                    String neg = mantissa + "e-" + e;
+                    if (neg.length() <= States.MAX_NUMBER) {
+                        assertTrue(accepts(s, neg), neg);
+                        assertFinite(neg);
+                    }
+                }
+            }
+        }
+        assertTrue(checked > 10_000, "admitted texts checked: " + checked);
+        // the report's number, and the edge of double range
+        assertFalse(accepts(s, "91207513E898662376790471"));
+        assertTrue(accepts(s, "1e307"));
+        assertFalse(accepts(s, "1e308"));
+        assertFalse(accepts(s, "9e999"));
+        assertFalse(accepts(s, "1e0001"), "four exponent digits");
+    }
+}
