@@ -51,6 +51,8 @@ public final class SchemaCompiler {
     private final Map<List<Object>, Schema> shared = new HashMap<>();
     /** Where each anyOf node is, for messages. */
     private final Map<Schema, String> anyOfPaths = new IdentityHashMap<>();
+    /** Where each array node is, for messages. */
+    private final Map<Schema, String> arrayPaths = new IdentityHashMap<>();
 
     private SchemaCompiler(JsonNode root) {
         this.root = root;
@@ -70,8 +72,11 @@ public final class SchemaCompiler {
         c.resolve();
         c.alternatives();
         c.minLengths();
-        if (s.minLen >= GState.FAR)
+        if (s.minLen >= GState.FAR) {
+            // FAR also stands for a length past it, so a huge minItems must not be reported as endless recursion
+            if (c.derivable().contains(s)) throw c.tooLong();
             throw new UnsupportedSchemaException("$ref", "", "the schema admits no finite JSON value (a required recursion without a base case)");
+        }
         return s;
     }
 
@@ -174,6 +179,7 @@ public final class SchemaCompiler {
                 int max = count(n, "maxItems", path, -1);
                 if (max >= 0 && max < min) throw new UnsupportedSchemaException("maxItems", path, "maxItems is below minItems at '" + path + "'");
                 Schema.Arr a = add(new Schema.Arr(min, max));
+                arrayPaths.put(a, path);
                 a.items = n.has("items") ? node(n.get("items"), path + "/items") : add(new Schema.Any());
                 yield a;
             }
@@ -543,6 +549,55 @@ public final class SchemaCompiler {
                 }
             }
         }
+    }
+
+    /**
+     * The nodes that have some finite value, whatever its length: {@link #minLengths} without the byte counts, which
+     * saturate at {@link GState#FAR} and so cannot tell a value too long to count from none at all.
+     */
+    private Set<Schema> derivable() {
+        Set<Schema> done = Collections.newSetFromMap(new IdentityHashMap<>());
+        boolean changed = true;
+        while (changed) {
+            changed = false;
+            for (Schema s : nodes) {
+                if (done.contains(s)) continue;
+                boolean ok = switch (s) {
+                    case Schema.Literals l -> l.set.minLen() < GState.FAR;
+                    case Schema.Arr a -> a.minItems == 0 || done.contains(a.items);
+                    case Schema.Obj o -> {
+                        boolean all = true;
+                        for (int i = 0; i < o.props.length; i++) all &= !o.required[i] || done.contains(o.props[i]);
+                        yield all;
+                    }
+                    case Schema.AnyOf u -> java.util.Arrays.stream(u.options).anyMatch(done::contains);
+                    case Schema.Ref r -> done.contains(r.target);
+                    default -> true;
+                };
+                if (ok) changed |= done.add(s);
+            }
+        }
+        return done;
+    }
+
+    /**
+     * The error for a schema whose shortest value is too long to count: names the array with the largest minItems
+     * among those whose own shortest value is past the limit, or the schema as a whole when the length only adds up
+     * across several nodes.
+     */
+    private UnsupportedSchemaException tooLong() {
+        String limit = String.format("%,d", GState.FAR);
+        Schema.Arr worst = null;
+        for (Schema s : nodes)
+            if (s instanceof Schema.Arr a && a.minLen >= GState.FAR && a.items.minLen < GState.FAR && (worst == null || a.minItems > worst.minItems))
+                worst = a;
+        if (worst != null) {
+            String path = arrayPaths.get(worst);
+            return new UnsupportedSchemaException("minItems", path, "minItems " + worst.minItems + " at '" + path
+                    + "' makes the shortest value of the schema longer than " + limit + " bytes, more than any output can hold");
+        }
+        return new UnsupportedSchemaException("minItems", "", "the shortest value of the schema is longer than " + limit
+                + " bytes (its minItems and required properties add up to that), more than any output can hold");
     }
 
     static int own(Schema s) {

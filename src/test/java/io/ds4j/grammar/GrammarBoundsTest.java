@@ -97,6 +97,35 @@ class GrammarBoundsTest {
         }
     }
 
+    /** A shortest value too long to count is named as such, not as a recursion without a base case. */
+    @Test
+    void aHugeMinItemsIsNamedNotTakenForEndlessRecursion() throws Exception {
+        UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class,
+                () -> Grammar.jsonSchema(M.readTree("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2000000000}")));
+        assertEquals("minItems", e.keyword(), e.getMessage());
+        assertEquals("minItems 2000000000 at '' makes the shortest value of the schema longer than 536,870,912 bytes, more than any output can hold",
+                e.getMessage());
+        // nested: the array whose own shortest value is past the limit, where it is
+        e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree("{\"type\":\"object\",\"properties\":{\"m\":"
+                + "{\"type\":\"array\",\"minItems\":30000,\"items\":{\"type\":\"array\",\"items\":{\"type\":\"null\"},\"minItems\":30000}}},"
+                + "\"required\":[\"m\"]}")));
+        assertEquals("/properties/m", e.path(), e.getMessage());
+        assertTrue(e.getMessage().startsWith("minItems 30000 at '/properties/m' makes"), e.getMessage());
+        // lengths that only add up past it across properties
+        e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree("{\"type\":\"object\",\"properties\":{"
+                + "\"a\":{\"type\":\"array\",\"minItems\":200000000},\"b\":{\"type\":\"array\",\"minItems\":200000000}},"
+                + "\"required\":[\"a\",\"b\"]}")));
+        assertEquals("minItems", e.keyword(), e.getMessage());
+        assertTrue(e.getMessage().contains("longer than 536,870,912 bytes"), e.getMessage());
+        // a required recursion still says so
+        e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree(
+                "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"}},\"required\":[\"a\"]}")));
+        assertTrue(e.getMessage().contains("a required recursion without a base case"), e.getMessage());
+        // and a large but countable minItems is taken: 100,000 integers and their commas
+        assertEquals(2 + 100_000 + 99_999, Grammar.jsonSchema(M.readTree(
+                "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":100000}")).minBytes());
+    }
+
     @Test
     @Timeout(value = 60, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
     void pastTheLimitAStepFailsAndTheStateStays() throws Exception {

@@ -258,6 +258,12 @@ class StructuredOutputTest {
         var nested = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(
                 "{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"pattern\":\"a\"}]}"), true)));
         assertEquals("response_format.json_schema.schema.anyOf[1]", nested.json().at("/error/param").asText(), nested.body());
+        // a minItems whose shortest output is too long to count says so (it read "a required recursion without a base case")
+        var huge = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(
+                "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2000000000}"), true)));
+        assertEquals(400, huge.status(), huge.body());
+        assertEquals("response_format.json_schema.schema: minItems 2000000000 makes the shortest value of the schema longer than "
+                + "536,870,912 bytes, more than any output can hold", huge.json().at("/error/message").asText(), huge.body());
         var missing = server.post("/v1/chat/completions", body(TOOLS + ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}"));
         assertEquals(400, missing.status(), missing.body());
         var none = server.post("/v1/chat/completions", body("\"tool_choice\":\"required\""));
