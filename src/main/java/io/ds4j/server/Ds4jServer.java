@@ -333,6 +333,10 @@ public final class Ds4jServer {
         LOG.warn(msg);
     }
 
+    /** The keys a change of which can cap, or stop capping, a prefill chunk at the token budget. */
+    private static final java.util.Set<String> BUDGET_KEYS = java.util.Set.of("limits.prefillChunk",
+            "scheduler.minPrefillChunk", "scheduler.tokenBudget");
+
     /** The file's values a flag overrides, as last read (onConfigText): each is warned about once. */
     private List<String> warnedOverrides = List.of();
 
@@ -389,6 +393,11 @@ public final class Ds4jServer {
                 parts.add(cap);
                 LOG.warn("config {}: {}", file, cap);
             }
+            if (r.live().stream().anyMatch(c -> BUDGET_KEYS.contains(c.key())))
+                for (String capped : r.applied().tokenBudgetCaps()) {
+                    parts.add(capped);
+                    LOG.warn("config {}: {}", file, capped);
+                }
         }
         if (!r.pending().isEmpty()) {
             parts.add("pending restart " + r.pending());

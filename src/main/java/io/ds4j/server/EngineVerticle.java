@@ -162,6 +162,7 @@ public final class EngineVerticle extends VerticleBase {
             state.model(info);
             String cap = state.contextCap();
             if (cap != null) LOG.warn("{}", cap);
+            for (String capped : cfg0.tokenBudgetCaps()) LOG.warn("{}", capped);
             Scheduler.Limits l = scheduler.limits();
             LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}, batch: max rows {}, prefill token budget {}, "
                             + "prefill beside decoding requests: {}",

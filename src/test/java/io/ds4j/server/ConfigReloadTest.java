@@ -340,6 +340,40 @@ class ConfigReloadTest {
     }
 
     /**
+     * A reload of limits.prefillChunk above scheduler.tokenBudget says that it is capped to the budget (the log said
+     * "512 -> 4096" while /props showed 512 in effect); a start with such a value says it too, and raising the budget
+     * lifts the cap without a word about it.
+     */
+    @Test
+    @Order(11)
+    void aPrefillChunkAboveTheTokenBudgetIsSaidToBeCapped(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"prefillChunk\": 1024}}";
+        Files.writeString(f, text);
+        try (LogCapture log = new LogCapture();
+             TestServer s = watching(Map.of(), f, text)) {
+            String atStart = "limits.prefillChunk 1024 is capped to 512, scheduler.tokenBudget";
+            assertTrue(TestServer.eventually(5000, () -> !log.linesWith("[WARN] EngineVerticle - " + atStart).isEmpty()),
+                    log.linesWith("EngineVerticle").toString());
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"prefillChunk\": 4096}}");
+            String capped = "limits.prefillChunk 4096 is capped to 512, scheduler.tokenBudget: no prefill step takes more tokens";
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains("limits.prefillChunk: 1024 -> 4096")
+                    && p.at("/config_reload/message").asText().contains(capped)), s.get("/props").body());
+            assertEquals(1, log.linesWith("[WARN] Ds4jServer - config " + f + ": " + capped).size(), log.linesWith("Ds4jServer").toString());
+            assertEquals(512, s.get("/props").json().at("/scheduler/prefillChunk").asInt());
+            // a budget that takes the whole chunk: nothing capped, and the chunk is in effect
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"tokenBudget\": 4096}}");
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains("scheduler.tokenBudget: 512 -> 4096")
+                    && !p.at("/config_reload/message").asText().contains("capped")), s.get("/props").body());
+            assertEquals(4096, s.get("/props").json().at("/scheduler/prefillChunk").asInt());
+            // lowering the budget again caps the chunk again, and says so
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"tokenBudget\": 2048}}");
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains("limits.prefillChunk 4096 is capped to 2048")),
+                    s.get("/props").body());
+        }
+    }
+
+    /**
      * A server.webroot that is no folder is warned of at start (the playground then answers 404; it was logged as
      * "static files from" alone) and at the reload that names it, whose outcome says so.
      */

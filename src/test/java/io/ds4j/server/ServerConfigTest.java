@@ -39,6 +39,18 @@ class ServerConfigTest {
         assertNull(d.modelPath());
     }
 
+    /** A prefill chunk above the token budget is named with the value it is capped to; within it nothing is said. */
+    @Test
+    void chunksAboveTheTokenBudgetAreSaidToBeCapped() throws Exception {
+        assertEquals(java.util.List.of(), ServerConfig.defaults().tokenBudgetCaps());
+        assertEquals(java.util.List.of("limits.prefillChunk 4096 is capped to 512, scheduler.tokenBudget: no prefill step takes more tokens",
+                        "scheduler.minPrefillChunk 1000 is capped to 512, scheduler.tokenBudget: no prefill step takes more tokens"),
+                ServerConfig.parse("{\"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"minPrefillChunk\": 1000}}", "t", null)
+                        .tokenBudgetCaps());
+        assertEquals(java.util.List.of(), ServerConfig.parse("{\"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"tokenBudget\": 4096}}",
+                "t", null).tokenBudgetCaps());
+    }
+
     @Test
     void topKOffIsZeroOrMinusOneAsInRequests() throws Exception {
         assertEquals(0, ServerConfig.parse("{\"sampling\": {\"top_k\": -1}}", "t", null).sampling().topK());

@@ -627,6 +627,22 @@ public final class ServerConfig {
     /** {@code scheduler.minPrefillChunk}. */
     public int minPrefillChunk() { return i("scheduler.minPrefillChunk"); }
 
+    /**
+     * That limits.prefillChunk or scheduler.minPrefillChunk is above scheduler.tokenBudget and so capped to it, one
+     * line each with both values; empty when neither is. Said where the values are set: /props shows the capped ones
+     * under {@code scheduler}, and a reload's "512 -> 4096" alone read as if the larger one took effect.
+     */
+    public List<String> tokenBudgetCaps() {
+        List<String> caps = new ArrayList<>();
+        int budget = tokenBudget();
+        for (String key : List.of("limits.prefillChunk", "scheduler.minPrefillChunk")) {
+            int v = i(key);
+            if (v > budget)
+                caps.add(key + " " + v + " is capped to " + budget + ", scheduler.tokenBudget: no prefill step takes more tokens");
+        }
+        return caps;
+    }
+
     /** {@code scheduler.layerSlices}. */
     public boolean layerSlices() { return (Boolean) values.get("scheduler.layerSlices"); }
 
