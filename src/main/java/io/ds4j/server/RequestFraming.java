@@ -44,6 +44,8 @@ import java.util.function.Consumer;
  * accepts all of these: it drops the Content-Length of a chunked HTTP/1.1 request and decodes the chunks, takes the
  * Content-Length where the last coding is another, and closes the connection without an answer at a bad chunk.
  *
+ * It also refuses a request target that is not printable ASCII ({@link #target}), which the router would misread.
+ *
  * <p>A refused head goes to the front's handler for requests Vert.x could not read, so it is answered as those are
  * ({@link HttpVerticle#answerUndecodable}). A bad chunk comes after its head was handed on: it is answered here, once
  * the answers to the requests before it are written, unless this request's answer has begun (a 413 for a body too large,
@@ -181,6 +183,23 @@ final class RequestFraming {
     }
 
     /**
+     * Why a request target is refused, or null: a byte outside printable ASCII. RFC 9112 makes the target ASCII (other
+     * characters percent-encoded); Netty takes each byte as a Latin-1 character, so a raw UTF-8 {@code /v1/models/ü}
+     * was routed as {@code Ã¼} and answered 404 naming a model the client never wrote.
+     * @param uri the target as Netty read it, one character a byte
+     */
+    static Refused target(String uri) {
+        for (int i = 0; i < uri.length(); i++) {
+            char c = uri.charAt(i);
+            if (c > 0x20 && c < 0x7F) continue;
+            return new Refused(400, "invalid_path", String.format("its target (path and query) holds the byte 0x%02X at"
+                    + " byte %d, which is not printable ASCII: a request target is ASCII, any other character"
+                    + " percent-encoded as UTF-8 (%s is %%C3%%BC)", (int) c & 0xFF, i + 1, "\u00fc"));
+        }
+        return null;
+    }
+
+    /**
      * What a head's framing headers say is wrong, or null: Netty has decided how to read its body by then, and the
      * cases it reads where it should refuse are refused here (the connection closes after the answer, so its reading
      * does not matter).
@@ -256,7 +275,8 @@ final class RequestFraming {
                 heads++;
                 version = req.protocolVersion();
                 if (req.decoderResult().isSuccess()) {
-                    Refused r = check(req);
+                    Refused r = target(req.uri());
+                    if (r == null) r = check(req);
                     if (r != null) req.setDecoderResult(DecoderResult.failure(r));
                 }
                 // Vert.x answers a refused head as a request it could not read, and closes the connection after it

@@ -157,6 +157,27 @@ class RequestFramingTest {
         assertEquals("80000000", RequestFraming.oversizedChunkSize(io.netty.buffer.Unpooled.copiedBuffer(" 80000000\r\n", StandardCharsets.US_ASCII)));
     }
 
+    /**
+     * A target of raw non-ASCII bytes is refused, naming the byte, and nothing after it on the connection is served
+     * (it was read as Latin-1: 404 "model: '\u00c3\u00bc' does not exist"); the same character percent-encoded is
+     * read as UTF-8.
+     */
+    @Test
+    void aTargetThatIsNotAsciiIsRefused() throws Exception {
+        String answer = untilClosed("GET /v1/models/\u00fc HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        JsonNode e = refused(answer, 400, "invalid_path");
+        assertEquals("the request cannot be read: its target (path and query) holds the byte 0xC3 at byte 12, which is not"
+                + " printable ASCII: a request target is ASCII, any other character percent-encoded as UTF-8 (\u00fc is %C3%BC)",
+                e.get("message").asText(), answer);
+        // in a query too, and a control byte
+        refused(untilClosed("GET /health?q=\u00e9 HTTP/1.1\r\nHost: x\r\n\r\n"), 400, "invalid_path");
+        assertTrue(refused(untilClosed("GET /he\u0001alth HTTP/1.1\r\nHost: x\r\n\r\n"), 400, "invalid_path")
+                .get("message").asText().contains("the byte 0x01 at byte 4"));
+        TestServer.Resp encoded = server.get("/v1/models/%C3%BC");
+        assertEquals(404, encoded.status(), encoded.body());
+        assertTrue(encoded.body().contains("'\u00fc' does not exist"), encoded.body());
+    }
+
     @Test
     void aWellFramedChunkedBodyIsReadAndTheConnectionKept() throws Exception {
         try (Socket s = new Socket("127.0.0.1", server.port)) {
