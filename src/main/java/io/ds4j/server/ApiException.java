@@ -28,6 +28,16 @@ public final class ApiException extends RuntimeException {
         return new ApiException(400, "invalid_request_error", null, param, param + ": " + problem, null);
     }
 
+    /**
+     * 400 {@code invalid_json} for a body that is JSON but no object ({@code [1,2]}, {@code null}), naming what it is:
+     * the code of every other body that cannot be taken as a request.
+     */
+    public static ApiException bodyNotAnObject(com.fasterxml.jackson.databind.JsonNode body) {
+        String got = body == null || body.isNull() ? "null" : body.isArray() ? "an array" : body.isTextual() ? "a string"
+                : body.isNumber() ? "a number" : body.isBoolean() ? "a boolean" : "another JSON value";
+        return new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body must be a JSON object, not " + got, null);
+    }
+
     /** 400 invalid_request_error with a code (e.g. context_length_exceeded). */
     public static ApiException bad(String param, String code, String message) {
         return new ApiException(400, "invalid_request_error", code, param, message, null);

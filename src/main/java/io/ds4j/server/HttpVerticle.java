@@ -142,9 +142,9 @@ public final class HttpVerticle extends VerticleBase {
         // without this handler it answers plain text and logs a stack trace at ERROR for every such request
         r.errorHandler(400, ctx -> {
             watchBody(ctx);  // a request without Host is refused before the first route ran
-            error(ctx, MalformedRequests.answer(ctx.request().path(), ctx.failure()));
+            error(ctx, MalformedRequests.answer(ctx.request(), ctx.failure()));
         });
-        r.errorHandler(404, ctx -> error(ctx, noRoute(ctx.request().method(), routed(ctx))));
+        r.errorHandler(404, ctx -> error(ctx, noRoute(ctx.request().method(), shownTarget(ctx.request(), routed(ctx)))));
         r.errorHandler(416, HttpVerticle::rangeNotSatisfiable);
         r.errorHandler(405, ctx -> {
             String allow = allowed(routed(ctx));
@@ -385,6 +385,16 @@ public final class HttpVerticle extends VerticleBase {
     public static String routed(RoutingContext ctx) {
         String p = ctx.normalizedPath();
         return p != null ? p : ctx.request().path();
+    }
+
+    /**
+     * A request's target as an answer or a log line names it: the path given, or the target as sent where it is no path
+     * (a CONNECT's {@code host:port}, {@code OPTIONS *}), which the router's path writes with a '/' before it.
+     * @param path the path to name otherwise ({@link #routed}, or the request's path as written)
+     */
+    public static String shownTarget(io.vertx.core.http.HttpServerRequest req, String path) {
+        String uri = req.uri();
+        return uri == null || uri.startsWith("/") || uri.contains("://") ? path : uri;
     }
 
     /**
@@ -729,7 +739,8 @@ public final class HttpVerticle extends VerticleBase {
         if ((e.status() < 500 || e.status() == 503) && !countedByEngine) {
             state.metrics().rejected(e.code() != null ? e.code() : "http_" + e.status());
             if (e.status() != 429) // the engine logs queue-full refusals with the queue state
-                LOG.info("{} {} rejected with {}: {}", ctx.request().method(), ctx.request().path(), e.status(), e.getMessage());
+                LOG.info("{} {} rejected with {}: {}", ctx.request().method(), shownTarget(ctx.request(), ctx.request().path()),
+                        e.status(), e.getMessage());
         }
         if (e.retryAfterSeconds() != null) resp.putHeader("Retry-After", Integer.toString(e.retryAfterSeconds()));
         resp.setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(e.body()));
@@ -915,7 +926,7 @@ public final class HttpVerticle extends VerticleBase {
 
     private void tokenize(RoutingContext ctx, JsonNode b) {
         ModelInfo m = ready();
-        if (!b.isObject()) throw new ApiException(400, "invalid_request_error", null, null, "the request body must be a JSON object", null);
+        if (!b.isObject()) throw ApiException.bodyNotAnObject(b);
         Requests.checkModel(b, m);
         boolean pieces = Requests.bool(b, "with_pieces", false);
         boolean addSpecial = Requests.bool(b, "add_special", false);
@@ -1033,7 +1044,7 @@ public final class HttpVerticle extends VerticleBase {
 
     private void detokenize(RoutingContext ctx, JsonNode b) {
         ModelInfo m = ready();
-        if (!b.isObject()) throw new ApiException(400, "invalid_request_error", null, null, "the request body must be a JSON object", null);
+        if (!b.isObject()) throw ApiException.bodyNotAnObject(b);
         Requests.checkModel(b, m);
         JsonNode t = b.get("tokens");
         if (t == null || !t.isArray()) throw ApiException.badField("tokens", "must be an array of token ids");

@@ -11,6 +11,19 @@ public final class MalformedRequests {
     private MalformedRequests() {}
 
     /**
+     * The answer to a request the router refused: {@link #answer(String, Throwable)}, but for an HTTP/1.1 request
+     * without Host a 400 {@code invalid_header} saying so, the code of every other header problem (the router's
+     * reason came as {@code invalid_request}).
+     */
+    public static ApiException answer(io.vertx.core.http.HttpServerRequest req, Throwable failure) {
+        if (req.version() != io.vertx.core.http.HttpVersion.HTTP_1_0 && req.getHeader(io.vertx.core.http.HttpHeaders.HOST) == null
+                && badEscape(req.path() != null ? req.path() : "") < 0)
+            return new ApiException(400, "invalid_request_error", "invalid_header", null,
+                    "the request has no Host header, which HTTP/1.1 requires", null);
+        return answer(req.path(), failure);
+    }
+
+    /**
      * A 400 invalid_request_error naming what is wrong: code {@code invalid_path} and the first malformed escape for a
      * path the router could not decode, else code {@code invalid_request} with the router's reason.
      * @param rawPath the request's path as it arrived (not decoded)

@@ -54,8 +54,7 @@ final class Requests {
 
     /** Parses a chat or completion body. */
     static Gen parse(JsonNode body, boolean chat, ModelInfo model, ServerConfig cfg) {
-        if (body == null || !body.isObject()) throw new ApiException(400, "invalid_request_error", null, null,
-                "the request body must be a JSON object", null);
+        if (body == null || !body.isObject()) throw ApiException.bodyNotAnObject(body);
         checkModel(body, model);
         onlyOne(body, "n");
         if (!chat) {

@@ -75,7 +75,13 @@ class BadInputTest {
             assertEquals("invalid_json", blank.get("code").asText(), blank.toString());
             assertEquals("the request body is empty (5 bytes of whitespace)", blank.get("message").asText());
         }
-        expect("/v1/chat/completions", "[1,2]", 400, null);
+        // JSON of another shape than an object: the same code, naming what came
+        for (String[] c : new String[][]{{"/v1/chat/completions", "[1,2]", "an array"}, {"/v1/chat/completions", "null", "null"},
+                {"/v1/completions", "5", "a number"}, {"/tokenize", "\"x\"", "a string"}, {"/detokenize", "true", "a boolean"}}) {
+            JsonNode shape = expect(c[0], c[1], 400, null);
+            assertEquals("invalid_json", shape.get("code").asText(), c[0] + " " + c[1] + ": " + shape);
+            assertEquals("the request body must be a JSON object, not " + c[2], shape.get("message").asText(), shape.toString());
+        }
         // trailing content after the value is malformed, not ignored
         String ok = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1}";
         assertEquals("invalid_json", expect("/v1/chat/completions", ok + " xyz", 400, null).get("code").asText());
@@ -561,6 +567,31 @@ class BadInputTest {
         metrics = server.get("/metrics").body();
         assertEquals(notFound + 1, counted(metrics, "not_found"), metrics);
         assertEquals(notAllowed + 1, counted(metrics, "method_not_allowed"), metrics);
+    }
+
+    /**
+     * A request without Host is a header problem like the others (code invalid_header, it was invalid_request), and a
+     * CONNECT's target is named as sent (it read "/evil:443").
+     */
+    @Test
+    void aMissingHostIsAHeaderProblemAndAConnectTargetIsNamedAsSent() throws Exception {
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(30_000);
+            s.getOutputStream().write("GET /health HTTP/1.1\r\nConnection: close\r\n\r\n".getBytes(StandardCharsets.US_ASCII));
+            String answer = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(answer.startsWith("HTTP/1.1 400"), answer);
+            JsonNode e = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).get("error");
+            assertEquals("invalid_header", e.get("code").asText(), answer);
+            assertEquals("the request has no Host header, which HTTP/1.1 requires", e.get("message").asText(), answer);
+        }
+        try (LogCapture log = new LogCapture()) {
+            String answer = raw("CONNECT", "evil:443", "");
+            assertTrue(answer.startsWith("HTTP/1.1 404"), answer);
+            JsonNode e = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).get("error");
+            assertEquals("no route for CONNECT evil:443", e.get("message").asText(), answer);
+            assertEquals(1, log.linesWith("CONNECT evil:443 rejected with 404: no route for CONNECT evil:443").size(), log.lines().toString());
+            assertTrue(log.linesWith("/evil").isEmpty(), log.lines().toString());
+        }
     }
 
     /** A reason's count in ds4j:requests_rejected_total (0 before the first). */

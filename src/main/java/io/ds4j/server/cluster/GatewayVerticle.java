@@ -171,11 +171,13 @@ public final class GatewayVerticle extends VerticleBase {
         // router's plain-text answer with a stack trace at ERROR
         r.errorHandler(400, ctx -> {
             BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { });  // no route ran for a request without Host
-            ApiException e = MalformedRequests.answer(ctx.request().path(), ctx.failure());
-            LOG.info("{} {} rejected with 400: {}", ctx.request().method(), ctx.request().path(), e.getMessage());
+            ApiException e = MalformedRequests.answer(ctx.request(), ctx.failure());
+            LOG.info("{} {} rejected with 400: {}", ctx.request().method(),
+                    HttpVerticle.shownTarget(ctx.request(), ctx.request().path()), e.getMessage());
             error(ctx.response(), e);
         });
-        r.errorHandler(404, ctx -> refuse(ctx, HttpVerticle.noRoute(ctx.request().method(), HttpVerticle.routed(ctx))));
+        r.errorHandler(404, ctx -> refuse(ctx, HttpVerticle.noRoute(ctx.request().method(),
+                HttpVerticle.shownTarget(ctx.request(), HttpVerticle.routed(ctx)))));
         r.errorHandler(416, HttpVerticle::rangeNotSatisfiable);
 
         consumers.add(vertx.eventBus().<JsonObject>consumer(EngineNode.ANNOUNCE, m -> announced(m.body())));
@@ -394,7 +396,8 @@ public final class GatewayVerticle extends VerticleBase {
 
     /** A request the gateway refuses itself before relaying it: one log line, as a single server writes, and the error. */
     private static void refuse(RoutingContext ctx, ApiException e) {
-        LOG.info("{} {} rejected with {}: {}", ctx.request().method(), ctx.request().path(), e.status(), e.getMessage());
+        LOG.info("{} {} rejected with {}: {}", ctx.request().method(), HttpVerticle.shownTarget(ctx.request(), ctx.request().path()),
+                e.status(), e.getMessage());
         error(ctx.response(), e);
     }
 
