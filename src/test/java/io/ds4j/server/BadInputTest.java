@@ -594,6 +594,21 @@ class BadInputTest {
         }
     }
 
+    /** Headers past 8192 bytes (the README states the limit next to the request line's) are a 400 invalid_header. */
+    @Test
+    void headersPastTheirLimitAreA400InvalidHeader() throws Exception {
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(30_000);
+            s.getOutputStream().write(("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + "a".repeat(9000) + "\r\n\r\n")
+                    .getBytes(StandardCharsets.US_ASCII));
+            String answer = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(answer.startsWith("HTTP/1.1 400"), answer);
+            JsonNode e = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).get("error");
+            assertEquals("invalid_header", e.get("code").asText(), answer);
+            assertTrue(e.get("message").asText().contains("8192"), answer);
+        }
+    }
+
     /** A reason's count in ds4j:requests_rejected_total (0 before the first). */
     private static double counted(String metrics, String reason) {
         String key = "ds4j:requests_rejected_total{reason=\"" + reason + "\"} ";
