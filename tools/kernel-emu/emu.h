@@ -41,6 +41,7 @@ struct dim3 {
 typedef int hipError_t;
 typedef void* hipStream_t;
 typedef void* hipGraphExec_t;
+typedef void* hipEvent_t;
 #define hipSuccess 0
 inline hipError_t hipGetLastError() { return 0; }
 inline const char* hipGetErrorName(hipError_t) { return "emu"; }

@@ -47,15 +47,15 @@ static void counters_zero(const char* what, const std::vector<unsigned>& c) {
         }
 }
 
-/** hc_pre_split_kernel<reg> over S rows (grid B + 1 by S). */
-static void pre_split(int reg, const float* mu, const float* base, const float* scale, const float* X, int S, int n, int D,
-                      int iters, float eps, float* post, float* comb, float* col, int norm, const float* w, float reps,
+/** hc_pre_split_kernel<reg> over S rows with cols columns a collapse block (grid B + 1 by S). */
+static void pre_split(int reg, int cols, const float* mu, const float* base, const float* scale, const float* X, int S, int n,
+                      int D, int iters, float eps, float* post, float* comb, float* col, int norm, const float* w, float reps,
                       std::vector<unsigned>& cnt) {
-    dim3 grid((D + HC_COLS - 1) / HC_COLS + 1, S);
+    dim3 grid((D + cols - 1) / cols + 1, S);
     emu_launch(grid, dim3(HC_THREADS), 0, [&] {
-        if (reg == 16) hc_pre_split_kernel<16>(mu, base, scale, X, n, D, iters, eps, post, comb, col, norm, w, reps, cnt.data());
-        else if (reg == 64) hc_pre_split_kernel<64>(mu, base, scale, X, n, D, iters, eps, post, comb, col, norm, w, reps, cnt.data());
-        else hc_pre_split_kernel<0>(mu, base, scale, X, n, D, iters, eps, post, comb, col, norm, w, reps, cnt.data());
+        if (reg == 16) hc_pre_split_kernel<16>(mu, base, scale, X, n, D, iters, eps, post, comb, col, norm, w, reps, cnt.data(), cols);
+        else if (reg == 64) hc_pre_split_kernel<64>(mu, base, scale, X, n, D, iters, eps, post, comb, col, norm, w, reps, cnt.data(), cols);
+        else hc_pre_split_kernel<0>(mu, base, scale, X, n, D, iters, eps, post, comb, col, norm, w, reps, cnt.data(), cols);
     });
 }
 
@@ -72,12 +72,14 @@ static void hc_pre_case(int S, int n, int D, bool norm, bool weighted) {
     });
     char at[160];
     int bad = 0;
-    for (int reg : regs_for(S, D, (D + HC_COLS - 1) / HC_COLS + 1)) {
+    // 256 columns a collapse block (decode steps) and 1,024 (hc_cols above 64 rows): the same bits
+    for (int reg : regs_for(S, D, (D + HC_COLS - 1) / HC_COLS + 1))
+    for (int cols : {HC_COLS, 4 * HC_COLS}) {
         std::vector<float> p1(S * n), c1(S * n * n), o1((size_t)S * D);
         std::vector<unsigned> cnt(S, 0);
-        pre_split(reg, mu.data(), base.data(), scale.data(), X.data(), S, n, D, iters, eps, p1.data(), c1.data(), o1.data(),
-                  norm, wp, reps, cnt);
-        snprintf(at, sizeof at, "hc_pre S %d n %d D %d norm %d weighted %d reg %d", S, n, D, norm, weighted, reg);
+        pre_split(reg, cols, mu.data(), base.data(), scale.data(), X.data(), S, n, D, iters, eps, p1.data(), c1.data(),
+                  o1.data(), norm, wp, reps, cnt);
+        snprintf(at, sizeof at, "hc_pre S %d n %d D %d norm %d weighted %d reg %d cols %d", S, n, D, norm, weighted, reg, cols);
         bad += differ(at, p0.data(), p1.data(), p0.size()) + differ(at, c0.data(), c1.data(), c0.size()) +
                differ(at, o0.data(), o1.data(), o0.size());
         counters_zero(at, cnt);
@@ -86,7 +88,7 @@ static void hc_pre_case(int S, int n, int D, bool norm, bool weighted) {
     for (int s : alone_rows(S)) {
         std::vector<float> p1(n), c1(n * n), o1(D);
         std::vector<unsigned> cnt(1, 0);
-        pre_split(hc_reg_for(1, D), mu.data() + (size_t)s * mix, base.data(), scale.data(), X.data() + (size_t)s * n * D, 1, n,
+        pre_split(hc_reg_for(1, D), HC_COLS, mu.data() + (size_t)s * mix, base.data(), scale.data(), X.data() + (size_t)s * n * D, 1, n,
                   D, iters, eps, p1.data(), c1.data(), o1.data(), norm, wp, reps, cnt);
         snprintf(at, sizeof at, "hc_pre row %d alone of S %d n %d D %d norm %d", s, S, n, D, norm);
         bad += differ(at, p0.data() + s * n, p1.data(), n) + differ(at, c0.data() + s * n * n, c1.data(), n * n) +

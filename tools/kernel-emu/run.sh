@@ -14,7 +14,7 @@
 # case also runs the staged-activation kernel (column split and not, whole and one-group slices), which must give the
 # same bits. The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give
 # the same bits; TC_ONLY=1 "$WORK_DIR/driver" runs only the prefill GEMM cases (TC_EDGE=1 only its FP8 / FP4 decoding at every kind of
-# scale byte), COMP_ONLY=1 only the compressor pooling against the earlier kernel's order (seconds), MHC_ONLY=1 only the row-wise kernels of
+# scale byte), COMP_ONLY=1 only the compressor pooling (one block a window, and in channel slices) against the earlier kernel's order (seconds), MHC_ONLY=1 only the row-wise kernels of
 # misc.cpp (split mHC, RMSNorm, router) against their one-block kernels, MOE_ONLY=1 only the routed-expert cases of the
 # staged kernel's grid over distinct experts and row groups per block, SPLIT_ONLY=1 only the split F32 attention (both
 # block sizes, which must give the same bits; each case prints an output hash, to compare two builds: ~12 min on the
