@@ -26,6 +26,13 @@ public abstract sealed class Schema {
         boolean nonNegative;
         /** Range bounds given: at most this many integer digits and no exponent (−1: unbounded). */
         int maxIntDigits = -1;
+        /**
+         * Where the maximum is below 10^15: the fraction digits a positive number whose integer part is 15 nines may
+         * reach at most, compared digit by digit (missing digits are 0); null where no such number can exceed it.
+         */
+        String posCap;
+        /** The same for a negative number's magnitude against a minimum above −10^15. */
+        String negCap;
 
         Num(boolean integer) {
             this.integer = integer;

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.IdentityHashMap;
@@ -143,6 +144,7 @@ public final class SchemaCompiler {
             case "number", "integer" -> {
                 boolean nonNegative = false;
                 int maxIntDigits = -1;
+                String posCap = null, negCap = null;
                 JsonNode min = n.get("minimum"), max = n.get("maximum");
                 // the bounds as written, compared exactly: 1e-400 is no 0 (its double is), 1e400 is named so, not Infinity
                 if (min != null && !min.isNull()) {
@@ -151,24 +153,31 @@ public final class SchemaCompiler {
                         throw new UnsupportedSchemaException("minimum", path, "minimum " + shown(min, path) + " at '" + path
                                 + "' is not supported (only 0, or bounds at or beyond ±" + (long) BOUND + ")");
                     if (m.signum() == 0) nonNegative = true;
+                    else negCap = fractionCap(m.negate());
                     maxIntDigits = BOUNDED_DIGITS;
                 }
                 if (max != null && !max.isNull()) {
-                    if (!max.isNumber() || Json.exact(max, path).compareTo(java.math.BigDecimal.valueOf(BOUND)) < 0)
+                    java.math.BigDecimal m = max.isNumber() ? Json.exact(max, path) : null;
+                    if (m == null || m.compareTo(java.math.BigDecimal.valueOf(BOUND)) < 0)
                         throw new UnsupportedSchemaException("maximum", path, "maximum " + shown(max, path) + " at '" + path
                                 + "' is not supported (only bounds at or beyond " + (long) BOUND + ")");
+                    posCap = fractionCap(m);
                     maxIntDigits = BOUNDED_DIGITS;
                 }
                 boolean integer = type.equals("integer"), nn = nonNegative;
+                // an integer has no fraction, so 15 digits stay within any supported bound
+                String pc = integer ? null : posCap, nc = integer ? null : negCap;
                 // An integer has at most 15 digits even without bounds, so a JavaScript client (whose numbers are
                 // doubles) reads it exactly: 24 digits came out as 933647685126847349171777, which JS rounds. The
                 // schema's own bounds never ask for more: the only ones supported are 0 and ±999,999,999,999,999 or
                 // wider, and a wider bound allows larger integers without requiring any.
                 int digits = integer ? BOUNDED_DIGITS : maxIntDigits;
-                yield shared(List.of("number", integer, nn, digits), () -> {
+                yield shared(Arrays.asList("number", integer, nn, digits, pc, nc), () -> {
                     Schema.Num num = new Schema.Num(integer);
                     num.nonNegative = nn;
                     num.maxIntDigits = digits;
+                    num.posCap = pc;
+                    num.negCap = nc;
                     return num;
                 });
             }
@@ -186,6 +195,20 @@ public final class SchemaCompiler {
             case "object" -> object(n, path);
             default -> throw new UnsupportedSchemaException("type", path, "type '" + type + "' at '" + path + "' is not a JSON Schema type");
         };
+    }
+
+    /**
+     * For a bound's magnitude at or above 999,999,999,999,999: null from 10^15 on (no number of 15 integer digits
+     * reaches it), else the digits of its fraction ("" for none), which {@link States.Num} keeps a number whose integer
+     * part is 15 nines within. Digits past {@link States#MAX_NUMBER} are dropped: no number has that many, and reading
+     * them as 0 only narrows the cap.
+     */
+    private static String fractionCap(java.math.BigDecimal magnitude) {
+        java.math.BigDecimal f = magnitude.subtract(java.math.BigDecimal.valueOf(BOUND));
+        if (f.compareTo(java.math.BigDecimal.ONE) >= 0) return null;
+        if (f.signum() == 0) return "";
+        String digits = f.stripTrailingZeros().toPlainString().substring(2); // "0.xyz"
+        return digits.substring(0, Math.min(digits.length(), States.MAX_NUMBER));
     }
 
     /** A bound as an error names it: a number as written ({@link Json#numberText}), anything else as JSON. */

@@ -460,10 +460,13 @@ final class States {
      * A JSON number of schema n (integer: no fraction or exponent; bounded: capped integer digits, no exponent);
      * len counts its bytes so far, digits its integer digits; in the exponent, negExp is its sign, exp the value of
      * its digits so far and expDigits their count. Every text admitted parses to a finite double: see
-     * {@link #MAX_EXP_DIGITS} and {@link #MAX_MAGNITUDE}.
+     * {@link #MAX_EXP_DIGITS} and {@link #MAX_MAGNITUDE}. Where a bound is below 10^15 ({@link Schema.Num#posCap}),
+     * tight says the digits so far are those of the bound (15 nines, then its fraction), so a number never passes it:
+     * 999999999999999.99999999 under a maximum of 999999999999999 parsed as 10^15.
      */
-    record Num(GState k, Schema.Num n, int phase, int len, int digits, boolean negExp, int exp, int expDigits) implements Framed {
-        @Override public GState withK(GState k) { return new Num(k, n, phase, len, digits, negExp, exp, expDigits); }
+    record Num(GState k, Schema.Num n, int phase, int len, int digits, boolean negExp, int exp, int expDigits,
+               boolean neg, boolean tight) implements Framed {
+        @Override public GState withK(GState k) { return new Num(k, n, phase, len, digits, negExp, exp, expDigits, neg, tight); }
 
         static final int START = 0, MINUS = 1, ZERO = 2, INT = 3, DOT = 4, FRAC = 5, E = 6, ESIGN = 7, EXP = 8;
         /** Most exponent digits (leading zeros count): an exponent is at most 999, whatever its sign. */
@@ -477,7 +480,8 @@ final class States {
         static final int MAX_MAGNITUDE = 308;
 
         static Num start(GState k, Schema.Num n) {
-            return new Num(k, n, START, 0, 0, false, 0, 0);
+            // tight only where some cap applies, so numbers without one keep the states they had
+            return new Num(k, n, START, 0, 0, false, 0, 0, false, n.posCap != null || n.negCap != null);
         }
 
         private boolean done() {
@@ -488,6 +492,27 @@ final class States {
         private boolean expDigit(int d) {
             int e = exp * 10 + d;
             return expDigits < MAX_EXP_DIGITS && (negExp || digits + e <= MAX_MAGNITUDE);
+        }
+
+        /**
+         * Whether the digits after b still equal the bound's, or -1 where b would pass it. In the integer part that is
+         * all nines; at the dot, fifteen of them; in the fraction, the cap's digit at that place.
+         */
+        private int tightAfter(int to, int b) {
+            if (!tight) return 0;
+            String cap = neg ? n.negCap : n.posCap;
+            if (cap == null) return 0;
+            return switch (to) {
+                case ZERO -> 0;
+                case INT -> b == '9' ? 1 : 0;
+                case DOT -> digits == n.maxIntDigits ? 1 : 0;
+                case FRAC -> {
+                    int at = len - (neg ? 1 : 0) - digits - 1;
+                    int c = at < cap.length() ? cap.charAt(at) : '0';
+                    yield b > c ? -1 : b == c ? 1 : 0;
+                }
+                default -> 0;
+            };
         }
 
         @Override
@@ -510,13 +535,16 @@ final class States {
                 case ESIGN, EXP -> to = digit && expDigit(b - '0') ? EXP : -1;
                 default -> { }
             }
+            boolean minus = to == MINUS;
+            int t = minus ? (tight && n.negCap != null ? 1 : 0) : to >= 0 ? tightAfter(to, b) : 0;
+            if (t < 0) to = -1;
             // a phase that still needs a digit must leave room for it under the length cap
             boolean complete = to == ZERO || to == INT || to == FRAC || to == EXP;
             if (to >= 0 && len + (complete ? 1 : 2) <= MAX_NUMBER) {
                 boolean expNext = to == EXP;
                 return new Num(k, n, to, len + 1, digits + (to == ZERO || to == INT ? 1 : 0),
                         negExp || (to == ESIGN && b == '-'), expNext ? exp * 10 + (b - '0') : exp,
-                        expDigits + (expNext ? 1 : 0));
+                        expDigits + (expNext ? 1 : 0), neg || minus, t == 1);
             }
             return done() ? k.next(b) : null;
         }

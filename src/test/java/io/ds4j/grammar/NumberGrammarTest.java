@@ -25,6 +25,12 @@ class NumberGrammarTest {
         return States.value(SchemaCompiler.compile(M.readTree(schema)), States.End.INSTANCE);
     }
 
+    /** The grammar of a schema read as the server reads a request, which keeps each number's text. */
+    static GState served(String schema) throws Exception {
+        return States.value(SchemaCompiler.compile(io.ds4j.server.Json.read(schema.getBytes(java.nio.charset.StandardCharsets.UTF_8))),
+                States.End.INSTANCE);
+    }
+
     /** Whether the grammar from s takes text whole. */
     static boolean accepts(GState s, String text) {
         for (int i = 0; i < text.length() && s != null; i++) s = s.next(text.charAt(i));
@@ -138,5 +144,73 @@ class NumberGrammarTest {
         assertFalse(accepts(s, "1e308"));
         assertFalse(accepts(s, "9e999"));
         assertFalse(accepts(s, "1e0001"), "four exponent digits");
+    }
+
+    /** Every text the grammar admits from s after prefix with up to extra more bytes (digits and '.'), exhaustively. */
+    static void admitted(GState s, String prefix, int extra, List<String> out) {
+        if (s.accepting()) out.add(prefix);
+        if (extra == 0) return;
+        for (char c : "0123456789.".toCharArray()) {
+            GState t = s.next(c);
+            if (t != null) admitted(t, prefix + c, extra - 1, out);
+        }
+    }
+
+    /** The text that takes the largest byte allowed at every step ('.' first), and each of its accepted prefixes. */
+    static List<String> largest(GState s, String prefix) {
+        List<String> out = new ArrayList<>();
+        String t = prefix;
+        while (true) {
+            if (s.accepting()) out.add(t);
+            char pick = 0;
+            for (char c : "0123456789.".toCharArray()) if (s.next(c) != null && pick != '.') pick = c;
+            if (pick == 0) return out;
+            t += pick;
+            s = s.next(pick);
+        }
+    }
+
+    @Test
+    void aBoundBelowTenToTheFifteenIsNeverPassedByTheFraction() throws Exception {
+        SplittableRandom r = new SplittableRandom(41);
+        String nines = "9".repeat(SchemaCompiler.BOUNDED_DIGITS);
+        // {schema, bound, the bound's own text where the grammar must still admit it, a text just past it}
+        String[][] cases = {
+                {"{\"type\":\"number\",\"maximum\":999999999999999}", "999999999999999", "999999999999999.0", "999999999999999.00000001"},
+                {"{\"type\":\"number\",\"maximum\":999999999999999.5}", "999999999999999.5", "999999999999999.5", "999999999999999.50000001"},
+                {"{\"type\":\"number\",\"maximum\":999999999999999.25}", "999999999999999.25", "999999999999999.25", "999999999999999.3"},
+                {"{\"type\":\"number\",\"maximum\":999999999999999.909}", "999999999999999.909", "999999999999999.909", "999999999999999.91"},
+                {"{\"type\":\"number\",\"minimum\":-999999999999999}", "-999999999999999", "-999999999999999", "-999999999999999.00000001"},
+                {"{\"type\":\"number\",\"minimum\":-999999999999999.5,\"maximum\":1e300}", "-999999999999999.5", "-999999999999999.5", "-999999999999999.6"},
+        };
+        for (String[] c : cases) {
+            GState s = served(c[0]);
+            BigDecimal bound = new BigDecimal(c[1]);
+            boolean upper = bound.signum() > 0;
+            java.util.function.Predicate<String> within = t -> upper ? new BigDecimal(t).compareTo(bound) <= 0 : new BigDecimal(t).compareTo(bound) >= 0;
+            String prefix = (upper ? "" : "-") + nines;
+            GState at = s;
+            for (char ch : prefix.toCharArray()) at = at.next(ch);
+            assertNotNull(at, c[0]);
+            // past 15 nines, every text of up to 5 more bytes; and the largest the automaton allows, to its full length
+            List<String> texts = new ArrayList<>();
+            admitted(at, prefix, 5, texts);
+            List<String> big = largest(at, prefix);
+            texts.addAll(big);
+            for (String t : texts) assertTrue(within.test(t), c[0] + " admitted " + t);
+            assertTrue(texts.contains(prefix) && texts.contains(prefix + ".0000"), c[0] + ": " + texts);
+            assertEquals(States.MAX_NUMBER, big.getLast().length(), c[0] + ": " + big.getLast());
+            // random walks over the whole range, leaning on nines
+            for (int i = 0; i < 5_000; i++) {
+                String t = walk(s, r);
+                assertTrue(within.test(t), c[0] + " admitted " + t);
+            }
+            assertTrue(accepts(s, c[2]), c[0] + " refuses " + c[2]);
+            assertFalse(accepts(s, c[3]), c[0] + " admits " + c[3]);
+        }
+        // the report's texts, and a bound of 10^15 that keeps every fraction
+        assertFalse(accepts(served(cases[0][0]), "999999999999999.99999999"));
+        assertFalse(accepts(served(cases[4][0]), "-999999999999999.9999999"));
+        assertTrue(accepts(served("{\"type\":\"number\",\"maximum\":1e15}"), "999999999999999.99999999"));
     }
 }
