@@ -588,13 +588,15 @@ final class States {
 
         @Override
         public int dist() {
-            int item = a.items.minLen;
-            int own = switch (phase) {
-                case OPEN -> 2 + (a.minItems == 0 ? 0 : a.minItems * item + a.minItems - 1);
-                case FIRST -> 1 + (a.minItems == 0 ? 0 : a.minItems * item + a.minItems - 1);
-                default -> 1 + Math.max(0, a.minItems - count) * (item + 1);
+            // in long: minItems 2147483647 times an item's length wrapped negative as an int, and the decoder took
+            // the array for the shortest way out of an anyOf with null
+            long item = a.items.minLen, min = a.minItems;
+            long own = switch (phase) {
+                case OPEN -> 2 + (min == 0 ? 0 : min * item + min - 1);
+                case FIRST -> 1 + (min == 0 ? 0 : min * item + min - 1);
+                default -> 1 + Math.max(0, min - count) * (item + 1);
             };
-            return GState.add(Math.min(own, GState.FAR), k.dist());
+            return GState.add((int) Math.min(own, GState.FAR), k.dist());
         }
     }
 

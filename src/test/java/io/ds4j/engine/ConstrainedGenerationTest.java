@@ -92,4 +92,20 @@ class ConstrainedGenerationTest {
                     .validate(M.readTree(o.text())).isEmpty(), schema + " -> " + o.text());
         }
     }
+
+    /**
+     * An array that can never fit, next to null: greedy decoding pushed towards '[' by logit_bias still writes null
+     * and stops (the array's distance once wrapped negative, so the decoder opened it and ran out of tokens).
+     */
+    @Test
+    void aHugeMinItemsArrayNextToNullEndsWithNull() throws Exception {
+        Grammar g = Grammar.jsonSchema(M.readTree("{\"anyOf\":[{\"type\":\"array\",\"minItems\":2147483647},{\"type\":\"null\"}]}"));
+        int[] open = TOK.encode("[");
+        assertEquals(1, open.length);
+        int[] prompt = TOK.encode("<｜begin▁of▁sentence｜><｜User｜>Nothing<｜Assistant｜></think>");
+        SamplingParams p = SamplingParams.greedy(16).withLogitBias(java.util.Map.of(open[0], 100f));
+        ConstrainedRuns.Out o = run(g, prompt, p, null, null);
+        assertEquals("null", o.text().strip());
+        assertEquals(Generation.Finish.STOP, o.finish(), o.text());
+    }
 }

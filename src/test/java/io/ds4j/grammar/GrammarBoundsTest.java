@@ -126,6 +126,29 @@ class GrammarBoundsTest {
                 "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":100000}")).minBytes());
     }
 
+    /**
+     * An array whose shortest value is past counting is the long way out of an anyOf: its distance once wrapped
+     * negative (minItems 2147483647 as an int product), and a short budget then opened the array instead of null.
+     */
+    @Test
+    void aHugeMinItemsNextToNullLeavesNullTheShortestWay() throws Exception {
+        for (String items : new String[]{"", ",\"items\":{\"type\":\"integer\"}", ",\"items\":{\"type\":\"string\"}"}) {
+            String schema = "{\"anyOf\":[{\"type\":\"array\",\"minItems\":2147483647" + items + "},{\"type\":\"null\"}]}";
+            Grammar g = Grammar.jsonSchema(M.readTree(schema));
+            assertEquals(4, g.minBytes(), schema);
+            // with room for little more than null, '[' is not offered and null is
+            TokenConstraint c = g.constraint(TOK);
+            long[] mask = c.allowed(8);
+            assertFalse(Constraint.has(mask, token("[")), schema);
+            assertTrue(Constraint.has(mask, token("null")), schema);
+            // inside the array (were it chosen), the distance saturates rather than going negative
+            GState in = States.value(SchemaCompiler.compile(M.readTree(schema)), States.End.INSTANCE).next('[');
+            assertEquals(GState.FAR, in.dist(), schema);
+            GState item = items.contains("string") ? in.next('"').next('"') : in.next('1');
+            assertEquals(GState.FAR, item.dist(), schema);
+        }
+    }
+
     @Test
     @Timeout(value = 60, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
     void pastTheLimitAStepFailsAndTheStateStays() throws Exception {
