@@ -200,6 +200,87 @@ final class RequestFraming {
     }
 
     /**
+     * Why a head's Host is refused, or null: more than one Host header (RFC 9112 section 3.2 asks a 400 for that,
+     * equal values or not), or a value that is no {@code host[:port]} ({@link #validHost}). Vert.x reads either as no
+     * Host at all, and its router answered "the 'Host' header is required" with the connection kept.
+     */
+    static Refused host(HttpRequest req) {
+        List<String> values = req.headers().getAll(HttpHeaderNames.HOST);
+        if (values.size() > 1)
+            return new Refused(400, "invalid_header", "it has " + values.size() + " Host headers; a request has exactly one"
+                    + " (RFC 9112 section 3.2)");
+        if (values.isEmpty() || validHost(values.getFirst())) return null;
+        return new Refused(400, "invalid_header", "its Host header '" + escaped(values.getFirst()) + "' is invalid: it must"
+                + " be a host name, an IPv4 address or a bracketed IPv6 address, optionally followed by ':' and a port of"
+                + " at most 65535 (such as example.com:8080 or [::1]:8080)");
+    }
+
+    /**
+     * Whether a Host value is RFC 3986's {@code host [":" port]}, the port at most 65535: a registered name (letters,
+     * digits, {@code -._~!$&'()*+,;=} and percent-escapes) or an IP literal in brackets. Empty is valid (RFC 9112 allows
+     * it where the target has no authority).
+     */
+    static boolean validHost(String h) {
+        int portAt;
+        if (h.startsWith("[")) {
+            int close = h.indexOf(']');
+            if (close < 0 || !ipLiteral(h.substring(1, close))) return false;
+            if (close + 1 == h.length()) return true;
+            if (h.charAt(close + 1) != ':') return false;
+            portAt = close + 2;
+        } else {
+            int colon = h.indexOf(':');
+            String name = colon < 0 ? h : h.substring(0, colon);
+            for (int i = 0; i < name.length(); i++) {
+                char c = name.charAt(i);
+                if (c == '%') {
+                    if (i + 2 >= name.length() || Character.digit(name.charAt(i + 1), 16) < 0 || Character.digit(name.charAt(i + 2), 16) < 0)
+                        return false;
+                    i += 2;
+                } else if (!(unreserved(c) || "!$&'()*+,;=".indexOf(c) >= 0)) return false;
+            }
+            if (colon < 0) return true;
+            portAt = colon + 1;
+        }
+        String port = h.substring(portAt);
+        if (port.isEmpty() || port.length() > 5) return false;
+        for (int i = 0; i < port.length(); i++) if (port.charAt(i) < '0' || port.charAt(i) > '9') return false;
+        return Integer.parseInt(port) <= 65535;
+    }
+
+    private static boolean unreserved(char c) {
+        return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~';
+    }
+
+    /** Inside the brackets: an IPv6 address, or RFC 3986's IPvFuture ({@code v1.xyz}). */
+    private static boolean ipLiteral(String s) {
+        if (io.netty.util.NetUtil.isValidIpV6Address(s)) return true;
+        int dot = s.indexOf('.');
+        if (s.length() < 4 || (s.charAt(0) != 'v' && s.charAt(0) != 'V') || dot < 2 || dot == s.length() - 1) return false;
+        for (int i = 1; i < dot; i++) if (Character.digit(s.charAt(i), 16) < 0) return false;
+        for (int i = dot + 1; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (!(unreserved(c) || c == ':' || "!$&'()*+,;=".indexOf(c) >= 0)) return false;
+        }
+        return true;
+    }
+
+    /**
+     * A header value fit for a message: printable ASCII as is, any other byte (Netty reads one a character) as \xHH,
+     * at most 64 characters of it.
+     */
+    static String escaped(String v) {
+        StringBuilder b = new StringBuilder();
+        int i = 0;
+        for (; i < v.length() && b.length() < 64; i++) {
+            char c = v.charAt(i);
+            if (c >= 0x20 && c < 0x7F && c != '\\') b.append(c);
+            else b.append(String.format("\\x%02X", (int) c & 0xFF));
+        }
+        return i < v.length() ? b + "..." : b.toString();
+    }
+
+    /**
      * What a head's framing headers say is wrong, or null: Netty has decided how to read its body by then, and the
      * cases it reads where it should refuse are refused here (the connection closes after the answer, so its reading
      * does not matter).
@@ -276,6 +357,7 @@ final class RequestFraming {
                 version = req.protocolVersion();
                 if (req.decoderResult().isSuccess()) {
                     Refused r = target(req.uri());
+                    if (r == null) r = host(req);
                     if (r == null) r = check(req);
                     if (r != null) req.setDecoderResult(DecoderResult.failure(r));
                 }

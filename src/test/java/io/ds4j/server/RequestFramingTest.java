@@ -178,6 +178,38 @@ class RequestFramingTest {
         assertTrue(encoded.body().contains("'\u00fc' does not exist"), encoded.body());
     }
 
+    /**
+     * A Host that is present but no host[:port], or Host given twice, is a 400 invalid_header naming the value (escaped),
+     * and nothing after it on the connection is served; it was taken for a missing Host ("the 'Host' header is
+     * required", invalid_request) with the connection kept. Valid forms are still served.
+     */
+    @Test
+    void anInvalidOrRepeatedHostIsRefused() throws Exception {
+        String next = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        String[][] bad = {{"\u00fc", "\\xC3\\xBC"}, {"a b", "a b"}, {"[::1", "[::1"}, {"x:99999999", "x:99999999"},
+                {"x:abc", "x:abc"}, {"x/y", "x/y"}, {"x@y", "x@y"}, {"x:65536", "x:65536"}, {"[::g]:80", "[::g]:80"}};
+        for (String[] h : bad) {
+            String answer = untilClosed("GET /health HTTP/1.1\r\nHost: " + h[0] + "\r\n\r\n" + next);
+            JsonNode e = refused(answer, 400, "invalid_header");
+            assertTrue(e.get("message").asText().startsWith("the request cannot be read: its Host header '" + h[1] + "' is invalid:"),
+                    h[0] + ": " + answer);
+        }
+        for (String hosts : new String[]{"Host: x\r\nHost: y\r\n", "Host: x\r\nHost: x\r\n"}) {
+            JsonNode e = refused(untilClosed("GET /health HTTP/1.1\r\n" + hosts + "\r\n" + next), 400, "invalid_header");
+            assertEquals("the request cannot be read: it has 2 Host headers; a request has exactly one (RFC 9112 section 3.2)",
+                    e.get("message").asText());
+        }
+        for (String good : new String[]{"localhost", "localhost:8080", "127.0.0.1:1", "[::1]", "[::1]:65535", "a-b.example.org."}) {
+            try (Socket s = new Socket("127.0.0.1", server.port)) {
+                s.setSoTimeout(10_000);
+                s.getOutputStream().write(("GET /health HTTP/1.1\r\nHost: " + good + "\r\nConnection: close\r\n\r\n")
+                        .getBytes(StandardCharsets.UTF_8));
+                String answer = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+                assertTrue(answer.startsWith("HTTP/1.1 200"), good + ": " + answer);
+            }
+        }
+    }
+
     @Test
     void aWellFramedChunkedBodyIsReadAndTheConnectionKept() throws Exception {
         try (Socket s = new Socket("127.0.0.1", server.port)) {
