@@ -393,11 +393,17 @@ public final class Ds4jServer {
                 parts.add(cap);
                 LOG.warn("config {}: {}", file, cap);
             }
-            if (r.live().stream().anyMatch(c -> BUDGET_KEYS.contains(c.key())))
+            if (r.live().stream().anyMatch(c -> BUDGET_KEYS.contains(c.key()))) {
                 for (String capped : r.applied().tokenBudgetCaps()) {
                     parts.add(capped);
                     LOG.warn("config {}: {}", file, capped);
                 }
+                // a cap said before is said to be gone too, with the value that now takes effect
+                for (String lifted : r.applied().tokenBudgetLifts(running)) {
+                    parts.add(lifted);
+                    LOG.info("config {}: {}", file, lifted);
+                }
+            }
         }
         if (!r.pending().isEmpty()) {
             parts.add("pending restart " + r.pending());

@@ -169,7 +169,7 @@ public final class EngineVerticle extends VerticleBase {
                     backend.name(), model.draft() == null ? "none" : model.draft().name(), state.config().maxActive(),
                     state.config().maxQueue(), l.maxBatchRows(), l.tokenBudget(), l.maxTickStretch() == 0
                             ? "the whole budget (scheduler.maxTickStretch 0)"
-                            : "a step at most " + l.maxTickStretch() + "x the step without it, at least " + l.minPrefillChunk() + " tokens"
+                            : "a step at most " + l.maxTickStretch() + "x the step without it, at least " + l.floor() + " tokens"
                             + (!l.layerSlices() ? " (whole chunks: scheduler.layerSlices false)"
                             : backend.layerSlices() ? ", a chunk in layer slices where even that many break the bound"
                             : " (backend " + backend.name() + " runs chunks whole)"));

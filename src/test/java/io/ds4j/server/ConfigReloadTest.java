@@ -341,8 +341,9 @@ class ConfigReloadTest {
 
     /**
      * A reload of limits.prefillChunk above scheduler.tokenBudget says that it is capped to the budget (the log said
-     * "512 -> 4096" while /props showed 512 in effect); a start with such a value says it too, and raising the budget
-     * lifts the cap without a word about it.
+     * "512 -> 4096" while /props showed 512 in effect); a start with such a value says it too, and its "engine ready"
+     * line gives the minPrefillChunk in effect (it said 9999 after warning of the cap); raising the budget lifts the
+     * cap and says so, with the value now in effect.
      */
     @Test
     @Order(11)
@@ -351,10 +352,15 @@ class ConfigReloadTest {
         String text = "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"prefillChunk\": 1024}}";
         Files.writeString(f, text);
         try (LogCapture log = new LogCapture();
-             TestServer s = watching(Map.of(), f, text)) {
+             TestServer s = watching(Map.of("scheduler.minPrefillChunk", 9999), f, text)) {
             String atStart = "limits.prefillChunk 1024 is capped to 512, scheduler.tokenBudget";
             assertTrue(TestServer.eventually(5000, () -> !log.linesWith("[WARN] EngineVerticle - " + atStart).isEmpty()),
                     log.linesWith("EngineVerticle").toString());
+            assertEquals(1, log.linesWith("[WARN] EngineVerticle - scheduler.minPrefillChunk 9999 is capped to 512").size(),
+                    log.linesWith("EngineVerticle").toString());
+            assertTrue(TestServer.eventually(5000, () -> log.linesWith("engine ready").stream()
+                    .anyMatch(l -> l.contains("at least 512 tokens"))), log.linesWith("engine ready").toString());
+            assertTrue(log.linesWith("at least 9999").isEmpty(), log.linesWith("engine ready").toString());
             Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"prefillChunk\": 4096}}");
             String capped = "limits.prefillChunk 4096 is capped to 512, scheduler.tokenBudget: no prefill step takes more tokens";
             assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains("limits.prefillChunk: 1024 -> 4096")
@@ -363,8 +369,11 @@ class ConfigReloadTest {
             assertEquals(512, s.get("/props").json().at("/scheduler/prefillChunk").asInt());
             // a budget that takes the whole chunk: nothing capped, and the chunk is in effect
             Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"tokenBudget\": 4096}}");
+            String lifted = "limits.prefillChunk is no longer capped to 512: 4096 in effect (scheduler.tokenBudget 4096)";
             assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains("scheduler.tokenBudget: 512 -> 4096")
-                    && !p.at("/config_reload/message").asText().contains("capped")), s.get("/props").body());
+                    && !p.at("/config_reload/message").asText().contains("limits.prefillChunk 4096 is capped")
+                    && p.at("/config_reload/message").asText().contains(lifted)), s.get("/props").body());
+            assertEquals(1, log.linesWith("[INFO] Ds4jServer - config " + f + ": " + lifted).size(), log.linesWith("Ds4jServer").toString());
             assertEquals(4096, s.get("/props").json().at("/scheduler/prefillChunk").asInt());
             // lowering the budget again caps the chunk again, and says so
             Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"tokenBudget\": 2048}}");

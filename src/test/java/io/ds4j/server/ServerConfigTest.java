@@ -51,6 +51,25 @@ class ServerConfigTest {
                 "t", null).tokenBudgetCaps());
     }
 
+    /** A cap that a larger budget (or a smaller value) lifts is said to be gone, with the value in effect. */
+    @Test
+    void aLiftedCapIsNamedWithTheValueInEffect() throws Exception {
+        ServerConfig capped = ServerConfig.parse("{\"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"minPrefillChunk\": 1000}}", "t", null);
+        ServerConfig wider = ServerConfig.parse("{\"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"minPrefillChunk\": 1000,"
+                + " \"tokenBudget\": 4096}}", "t", null);
+        assertEquals(java.util.List.of("limits.prefillChunk is no longer capped to 512: 4096 in effect (scheduler.tokenBudget 4096)",
+                "scheduler.minPrefillChunk is no longer capped to 512: 1000 in effect (scheduler.tokenBudget 4096)"),
+                wider.tokenBudgetLifts(capped));
+        // still capped under a budget between: nothing lifted (tokenBudgetCaps says the new cap)
+        ServerConfig between = ServerConfig.parse("{\"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"minPrefillChunk\": 1000,"
+                + " \"tokenBudget\": 2048}}", "t", null);
+        assertEquals(java.util.List.of("scheduler.minPrefillChunk is no longer capped to 512: 1000 in effect (scheduler.tokenBudget 2048)"),
+                between.tokenBudgetLifts(capped));
+        // nothing was capped: nothing to lift
+        assertEquals(java.util.List.of(), wider.tokenBudgetLifts(ServerConfig.defaults()));
+        assertEquals(java.util.List.of(), capped.tokenBudgetLifts(wider));
+    }
+
     @Test
     void topKOffIsZeroOrMinusOneAsInRequests() throws Exception {
         assertEquals(0, ServerConfig.parse("{\"sampling\": {\"top_k\": -1}}", "t", null).sampling().topK());

@@ -643,6 +643,22 @@ public final class ServerConfig {
         return caps;
     }
 
+    /**
+     * That limits.prefillChunk or scheduler.minPrefillChunk, capped by the token budget in before, is not capped in this
+     * configuration, one line each with the value now in effect (a larger budget, or a smaller value, lifted the cap:
+     * the cap was warned of, so its end is said too); empty when neither is.
+     */
+    public List<String> tokenBudgetLifts(ServerConfig before) {
+        List<String> lifts = new ArrayList<>();
+        for (String key : List.of("limits.prefillChunk", "scheduler.minPrefillChunk")) {
+            int v = i(key);
+            if (before.i(key) > before.tokenBudget() && v <= tokenBudget())
+                lifts.add(key + " is no longer capped to " + before.tokenBudget() + ": " + v + " in effect (scheduler.tokenBudget "
+                        + tokenBudget() + ")");
+        }
+        return lifts;
+    }
+
     /** {@code scheduler.layerSlices}. */
     public boolean layerSlices() { return (Boolean) values.get("scheduler.layerSlices"); }
 
