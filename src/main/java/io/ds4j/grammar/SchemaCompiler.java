@@ -211,6 +211,11 @@ public final class SchemaCompiler {
         return digits.substring(0, Math.min(digits.length(), States.MAX_NUMBER));
     }
 
+    /** A value's text cut to 40 characters for a message (a number may be written with thousands of digits). */
+    private static String clipped(String t) {
+        return t.length() > 40 ? t.substring(0, 40) + "..." : t;
+    }
+
     /** A bound as an error names it: a number as written ({@link Json#numberText}), anything else as JSON. */
     private static String shown(JsonNode v, String path) {
         return v.isNumber() ? Json.numberText(v, path) : v.toString();
@@ -473,12 +478,21 @@ public final class SchemaCompiler {
         return add(new Schema.Obj(names, ps, rq));
     }
 
+    /**
+     * A count keyword's value (minItems, maxItems), def when absent. An integer as JSON Schema reads one, so 2.0 and
+     * 2e0 are 2; one past an int is named too large rather than "no integer" (2147483648 and 1e20 are integers).
+     */
     private static int count(JsonNode n, String f, String path, int def) {
         JsonNode v = n.get(f);
         if (v == null || v.isNull()) return def;
-        if (!v.canConvertToInt() || !v.isIntegralNumber() || v.intValue() < 0)
-            throw new UnsupportedSchemaException(f, path, f + " at '" + path + "' must be a non-negative integer");
-        return v.intValue();
+        java.math.BigDecimal x = v.isNumber() ? Json.exact(v, path) : null;
+        if (x == null || x.signum() < 0 || (x.signum() != 0 && x.stripTrailingZeros().scale() > 0))
+            throw new UnsupportedSchemaException(f, path, f + " at '" + path + "' must be a non-negative integer, got "
+                    + clipped(shown(v, path)));
+        if (x.compareTo(java.math.BigDecimal.valueOf(Integer.MAX_VALUE)) > 0)
+            throw new UnsupportedSchemaException(f, path, f + " " + clipped(shown(v, path)) + " at '" + path + "' is too large (at most "
+                    + Integer.MAX_VALUE + ")");
+        return x.intValueExact();
     }
 
     private void resolve() {

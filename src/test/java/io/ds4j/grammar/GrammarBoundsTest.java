@@ -127,6 +127,38 @@ class GrammarBoundsTest {
     }
 
     /**
+     * A count past an int is named too large (it was "must be a non-negative integer", which 2147483648 is); an
+     * integral number written with a fraction or exponent is the integer; a fraction or a negative is still no count.
+     */
+    @Test
+    void aCountPastAnIntIsTooLargeAndTwoPointZeroIsTwo() throws Exception {
+        for (String f : new String[]{"minItems", "maxItems"}) {
+            for (String big : new String[]{"2147483648", "9007199254740992", "1e20", "1" + "0".repeat(60)}) {
+                UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class,
+                        () -> Grammar.jsonSchema(io.ds4j.server.Json.read(("{\"type\":\"array\",\"" + f + "\":" + big + "}").getBytes())));
+                assertEquals(f, e.keyword(), e.getMessage());
+                String shown = big.length() > 40 ? big.substring(0, 40) + "..." : big;
+                assertEquals(f + " " + shown + " at '' is too large (at most 2147483647)", e.getMessage());
+            }
+            for (String bad : new String[]{"-1", "2.5", "1e-3", "\"2\""}) {
+                UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class,
+                        () -> Grammar.jsonSchema(io.ds4j.server.Json.read(("{\"type\":\"array\",\"" + f + "\":" + bad + "}").getBytes())));
+                assertEquals(f + " at '' must be a non-negative integer, got " + bad, e.getMessage());
+            }
+        }
+        // 2.0 and 2e0 are the integer 2: two nulls at least and at most
+        for (String two : new String[]{"2.0", "2e0", "20e-1"}) {
+            Grammar g = Grammar.jsonSchema(io.ds4j.server.Json.read(("{\"type\":\"array\",\"items\":{\"type\":\"null\"},\"minItems\":"
+                    + two + ",\"maxItems\":" + two + "}").getBytes()));
+            assertEquals("[null,null]".length(), g.minBytes(), two);
+            GState s = States.value(SchemaCompiler.compile(io.ds4j.server.Json.read(("{\"type\":\"array\",\"items\":{\"type\":\"null\"},"
+                    + "\"maxItems\":" + two + "}").getBytes())), States.End.INSTANCE);
+            for (char c : "[null,null".toCharArray()) s = s.next(c);
+            assertNull(s.next(','), "a third item under maxItems " + two);
+        }
+    }
+
+    /**
      * An array whose shortest value is past counting is the long way out of an anyOf: its distance once wrapped
      * negative (minItems 2147483647 as an int product), and a short budget then opened the array instead of null.
      */
