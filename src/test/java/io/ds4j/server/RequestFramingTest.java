@@ -179,6 +179,29 @@ class RequestFramingTest {
     }
 
     /**
+     * Percent-escapes in the path that do not decode to UTF-8 are a 400 invalid_path naming them (the router decoded
+     * them to U+FFFD: 404 for model '\ufffd'); nothing after it on the connection is served.
+     */
+    @Test
+    void pathEscapesThatAreNotUtf8AreRefused() throws Exception {
+        String next = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        String[][] cases = {{"/v1/models/%C3", "%C3", "12"}, {"/v1/models/%FF", "%FF", "12"}, {"/v1/models/%ED%A0%80", "%ED%A0", "12"},
+                {"/v1/models/a%E2%82", "%E2%82", "13"}, {"/v1/models/%C3a?x=%C3%BC", "%C3", "12"}, {"/v1/models/%c0%80", "%c0", "12"}};
+        for (String[] c : cases) {
+            JsonNode e = refused(untilClosed("GET " + c[0] + " HTTP/1.1\r\nHost: x\r\n\r\n" + next), 400, "invalid_path");
+            assertEquals("the request cannot be read: its path's percent-escapes '" + c[1] + "' at character " + c[2] + " are not"
+                    + " UTF-8: a character outside ASCII is percent-encoded as its UTF-8 bytes (\u00fc is %C3%BC)",
+                    e.get("message").asText(), c[0]);
+        }
+        // valid UTF-8 escapes, also of four bytes, reach the route (a malformed escape: BadInputTest)
+        for (String ok : new String[]{"/v1/models/%C3%BC", "/v1/models/%F0%9F%98%80", "/v1/models/%E2%82%AC"}) {
+            TestServer.Resp r = server.get(ok);
+            assertEquals(404, r.status(), ok + ": " + r.body());
+            assertFalse(r.body().contains("\ufffd"), r.body());
+        }
+    }
+
+    /**
      * A Host that is present but no host[:port], or Host given twice, is a 400 invalid_header naming the value (escaped),
      * and nothing after it on the connection is served; it was taken for a missing Host ("the 'Host' header is
      * required", invalid_request) with the connection kept. Valid forms are still served.
