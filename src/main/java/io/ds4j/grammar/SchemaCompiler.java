@@ -24,7 +24,8 @@ import java.util.Set;
  * {@link UnsupportedSchemaException} naming it, so nothing the client asked for is silently not enforced. The values
  * of an {@code enum} or {@code const} are produced only where they satisfy the other keywords of their node too (any
  * {@code minimum} and {@code maximum} there included, checked on the values exactly); a node none of whose values
- * does is refused, as no output would be valid.
+ * does is refused, as no output would be valid. A literal clients could not read as written is refused too: a number
+ * past the double range, or an integer past 2^53 − 1 where only an integer is valid.
  */
 public final class SchemaCompiler {
     private static final Set<String> ANNOTATIONS = Set.of("title", "description", "default", "examples", "$schema",
@@ -248,6 +249,7 @@ public final class SchemaCompiler {
         // each value against the node less the keyword it came from (it is a member of that): against the whole enum
         // again, n values took n^2 comparisons, seconds on an event loop for 50,000
         String own = isConst ? "const" : "enum";
+        for (JsonNode v : candidates) finite(v, path, own);
         for (JsonNode v : candidates) if (check(v, n, path, own)) texts.add(Json.write(v, path));
         if (texts.isEmpty()) {
             // named: the keywords that alone rule out every value (else, where only together, all of them)
@@ -267,6 +269,23 @@ public final class SchemaCompiler {
         }
         return literals(texts);
     }
+
+    /**
+     * Refuses a literal holding a number past the double range (1e400): every client reads it as Infinity or not at
+     * all, so producing it as written gives no usable value.
+     */
+    private static void finite(JsonNode v, String path, String own) {
+        if (v.isNumber()) {
+            String t = Json.numberText(v, path);
+            if (Double.isInfinite(Double.parseDouble(t)))
+                throw new UnsupportedSchemaException(own, path, "the number " + clipped(t) + " in the " + own + " at '" + path
+                        + "' is beyond the double range (clients read it as Infinity); write a number within ±1.7976931348623157e308");
+        }
+        for (JsonNode x : v) finite(x, path, own);
+    }
+
+    /** Largest integer every JavaScript client reads exactly (2^53 − 1). */
+    private static final java.math.BigDecimal MAX_EXACT = java.math.BigDecimal.valueOf((1L << 53) - 1);
 
     /** Results of {@link #satisfies} per value and schema node (by identity); null while one is being decided. */
     private final Map<JsonNode, Map<JsonNode, Boolean>> checked = new IdentityHashMap<>();
@@ -317,6 +336,14 @@ public final class SchemaCompiler {
                 }
             } else throw new UnsupportedSchemaException("type", path, "type at '" + path + "' must be a type name or a list of them");
             if (!ok) return false;
+            // where the value is valid as an integer only, it must be one a JavaScript client reads exactly, as every
+            // integer the number grammar produces is (9007199254740993 reads as ...992)
+            boolean number = t.isTextual() ? t.textValue().equals("number") : false;
+            if (t.isArray()) for (JsonNode x : t) number |= x.textValue().equals("number");
+            if (v.isNumber() && !number && Json.exact(v, path).abs().compareTo(MAX_EXACT) > 0)
+                throw new UnsupportedSchemaException("type", path, "the integer " + clipped(Json.numberText(v, path)) + " of an enum or"
+                        + " const at '" + path + "' (type integer) is past 2^53 - 1 (9007199254740991), which JavaScript clients"
+                        + " cannot read exactly; write an integer within ±9007199254740991");
         }
         if (v.isNumber()) {
             for (String bound : new String[]{"minimum", "maximum"}) {

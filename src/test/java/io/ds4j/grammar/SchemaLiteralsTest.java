@@ -38,9 +38,6 @@ class SchemaLiteralsTest {
 
     @Test
     void numbersAreProducedAsWritten() throws Exception {
-        Grammar big = grammar("{\"enum\":[1e400]}");
-        assertTrue(accepts(big, "1e400"));
-        assertFalse(accepts(big, "\"Infinity\""));
         Grammar tiny = grammar("{\"enum\":[1e-400]}");
         assertTrue(accepts(tiny, "1e-400"));
         assertFalse(accepts(tiny, "0.0"));
@@ -62,6 +59,36 @@ class SchemaLiteralsTest {
         JsonNode s = new com.fasterxml.jackson.databind.ObjectMapper().readTree("{\"enum\":[1e400]}");
         UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(s));
         assertTrue(e.getMessage().contains("beyond the double range"), e.getMessage());
+    }
+
+    /**
+     * A number past the double range is refused, not produced as written (1e400 was, and every client reads it as
+     * Infinity); an integer past 2^53 - 1 where only an integer is valid is refused too (JavaScript reads
+     * 9007199254740993 as ...992), as the number grammar never produces one.
+     */
+    @Test
+    void literalsClientsCannotReadAreRefused() throws Exception {
+        for (String[] c : new String[][]{{"{\"enum\":[1e400]}", "1e400", "enum"}, {"{\"const\":-1E+309}", "-1E+309", "const"},
+                {"{\"const\":{\"a\":[1,1e99999999999]}}", "1e99999999999", "const"}, {"{\"enum\":[1,2e308]}", "2e308", "enum"}}) {
+            UnsupportedSchemaException e = refused(c[0]);
+            assertEquals(c[2], e.keyword(), c[0]);
+            assertEquals("the number " + c[1] + " in the " + c[2] + " is beyond the double range (clients read it as"
+                    + " Infinity); write a number within \u00b11.7976931348623157e308", e.problem(), c[0]);
+        }
+        for (String s : new String[]{"{\"type\":\"integer\",\"enum\":[1,9007199254740993]}", "{\"type\":\"integer\",\"const\":-9007199254740992}",
+                "{\"type\":[\"integer\",\"null\"],\"const\":1e16}"}) {
+            UnsupportedSchemaException e = refused(s);
+            assertEquals("type", e.keyword(), s);
+            assertTrue(e.problem().contains("is past 2^53 - 1 (9007199254740991), which JavaScript clients cannot read exactly"), e.problem());
+        }
+        // nested: the property's type decides, and its path is named
+        assertEquals("/properties/a", refused("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                + "\"const\":{\"a\":9007199254740993}}").path());
+        // the edges are taken: the largest finite double as written, 2^53 - 1 as an integer, and a large one under type number
+        assertTrue(accepts(grammar("{\"const\":1.7976931348623157e308}"), "1.7976931348623157e308"));
+        assertTrue(accepts(grammar("{\"const\":1e-400}"), "1e-400"));
+        assertTrue(accepts(grammar("{\"type\":\"integer\",\"enum\":[9007199254740991,-9007199254740991]}"), "-9007199254740991"));
+        assertTrue(accepts(grammar("{\"type\":\"number\",\"const\":9007199254740993}"), "9007199254740993"));
     }
 
     static UnsupportedSchemaException refused(String json) throws Exception {

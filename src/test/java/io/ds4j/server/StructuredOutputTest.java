@@ -162,16 +162,22 @@ class StructuredOutputTest {
         assertTrue(a.equals("yes") || a.equals("no"), resp.body());
     }
 
-    /** An enum's or const's number is the output as the schema writes it, not its double ("Infinity", 0.0, 100.0). */
+    /** An enum's or const's number is the output as the schema writes it, not its double (0.0, 100.0); past the double range, a 400. */
     @Test
     void enumNumbersAreProducedAsWritten() throws Exception {
-        for (String[] c : new String[][]{{"{\"enum\":[1e400]}", "1e400"}, {"{\"enum\":[1e-400]}", "1e-400"},
+        for (String[] c : new String[][]{{"{\"enum\":[1e-400]}", "1e-400"},
                 {"{\"const\":1e2}", "1e2"}, {"{\"const\":[2.50,-0]}", "[2.50,-0]"}}) {
             var resp = server.post("/v1/chat/completions", body("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
                     + "{\"name\":\"out\",\"strict\":true,\"schema\":" + c[0] + "}},\"max_tokens\":20"));
             assertEquals(200, resp.status(), resp.body());
             assertEquals(c[1], resp.json().at("/choices/0/message/content").asText(), c[0]);
         }
+        // one past the double range is a 400 (it was produced as written, Infinity to every client)
+        var resp = server.post("/v1/chat/completions", body("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                + "{\"name\":\"out\",\"strict\":true,\"schema\":{\"enum\":[1e400]}}},\"max_tokens\":20"));
+        assertEquals(400, resp.status(), resp.body());
+        assertEquals("response_format.json_schema.schema: the number 1e400 in the enum is beyond the double range (clients"
+                + " read it as Infinity); write a number within \u00b11.7976931348623157e308", resp.json().at("/error/message").asText());
     }
 
     /** A literal must satisfy its node's other keywords: where none does, the request is a 400 naming the node. */
