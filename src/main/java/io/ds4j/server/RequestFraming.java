@@ -143,8 +143,23 @@ final class RequestFraming {
                 in.skipBytes(in.readableBytes());
                 return;
             }
+            String state = DECODER_STATE == null ? "" : String.valueOf(DECODER_STATE.get(this));
+            // a request line's target with a blank or control byte: Netty splits the line at it and names the version
+            // ("invalid version format"), so it is refused here, before Netty reads the line
+            if (state.equals("SKIP_CONTROL_CHARS") || state.equals("READ_INITIAL")) {
+                Refused r = requestLineTarget(in);
+                if (r != null) {
+                    broken = true;
+                    in.skipBytes(in.readableBytes());
+                    HttpRequest bad = new io.netty.handler.codec.http.DefaultFullHttpRequest(HttpVersion.HTTP_1_1,
+                            io.netty.handler.codec.http.HttpMethod.GET, "/", Unpooled.EMPTY_BUFFER);
+                    bad.setDecoderResult(DecoderResult.failure(r));
+                    out.add(bad);
+                    return;
+                }
+            }
             // the decoder reads one chunk-size line per call, at its start
-            if (DECODER_STATE != null && "READ_CHUNK_SIZE".equals(String.valueOf(DECODER_STATE.get(this)))) {
+            if (state.equals("READ_CHUNK_SIZE")) {
                 String size = oversizedChunkSize(in);
                 if (size != null) {
                     broken = true;
@@ -180,6 +195,28 @@ final class RequestFraming {
         if (!past) return null;
         String text = in.toString(start, i - start, StandardCharsets.US_ASCII);
         return text.length() > 24 ? text.substring(0, 24) + "..." : text;
+    }
+
+    /**
+     * Why the target of the request line at the start of in is refused ({@link #target}), or null, also while the line
+     * is not all there: the target is what lies between the first and the last space of a line that ends with an
+     * HTTP version (runs of spaces next to it aside, which Netty takes), so a TAB, VT, FF, CR or space inside it is named.
+     */
+    static Refused requestLineTarget(ByteBuf in) {
+        int from = in.readerIndex(), to = in.writerIndex();
+        int lf = in.indexOf(from, Math.min(to, from + 8192), (byte) '\n');
+        if (lf < 0) return null;
+        int s = from;
+        while (s < lf && (in.getByte(s) & 0xFF) <= 0x20) s++; // blank lines before a request, as Netty skips them
+        int e = lf;
+        while (e > s && (in.getByte(e - 1) == '\r' || in.getByte(e - 1) == ' ')) e--;
+        String line = in.toString(s, e - s, StandardCharsets.ISO_8859_1);
+        int a = line.indexOf(' '), b = line.lastIndexOf(' ');
+        if (a < 0 || b <= a || !line.startsWith("HTTP/", b + 1)) return null;
+        int ts = a + 1, te = b;
+        while (ts < te && line.charAt(ts) == ' ') ts++;
+        while (te > ts && line.charAt(te - 1) == ' ') te--;
+        return ts < te ? target(line.substring(ts, te)) : null;
     }
 
     /**

@@ -173,6 +173,18 @@ class RequestFramingTest {
         refused(untilClosed("GET /health?q=\u00e9 HTTP/1.1\r\nHost: x\r\n\r\n"), 400, "invalid_path");
         assertTrue(refused(untilClosed("GET /he\u0001alth HTTP/1.1\r\nHost: x\r\n\r\n"), 400, "invalid_path")
                 .get("message").asText().contains("the byte 0x01 at byte 4"));
+        // a blank or control byte that Netty would split the line at (it answered "invalid version format")
+        for (String[] c : new String[][]{{"\t", "09"}, {"\u000b", "0B"}, {"\f", "0C"}, {"\r", "0D"}, {" ", "20"}}) {
+            String line = "GET /v1/mo" + c[0] + "dels HTTP/1.1\r\nHost: x\r\n\r\n";
+            JsonNode bad = refused(untilClosed(line + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"), 400, "invalid_path");
+            assertTrue(bad.get("message").asText().startsWith("the request cannot be read: its target (path and query) holds the byte 0x"
+                    + c[1] + " at byte 7, which is not printable ASCII"), c[1] + ": " + bad);
+        }
+        // extra spaces around the target, and blank lines before the request, are still read as before
+        for (String ok : new String[]{"GET  /health  HTTP/1.1\r\n", "\r\nGET /health HTTP/1.1\r\n"}) {
+            String served = untilClosed(ok + "Host: x\r\nConnection: close\r\n\r\n");
+            assertTrue(served.startsWith("HTTP/1.1 200"), ok + ": " + served);
+        }
         TestServer.Resp encoded = server.get("/v1/models/%C3%BC");
         assertEquals(404, encoded.status(), encoded.body());
         assertTrue(encoded.body().contains("'\u00fc' does not exist"), encoded.body());
