@@ -147,21 +147,27 @@ public final class SchemaCompiler {
                 int maxIntDigits = -1;
                 String posCap = null, negCap = null;
                 JsonNode min = n.get("minimum"), max = n.get("maximum");
+                // JSON Schema asks for a number here: a null bound is no bound the client may think it set (it was
+                // ignored, and a 24-digit number came out under "minimum": null)
+                if (min != null && min.isNull())
+                    throw new UnsupportedSchemaException("minimum", path, "minimum at '" + path + "' is null: it must be a number");
+                if (max != null && max.isNull())
+                    throw new UnsupportedSchemaException("maximum", path, "maximum at '" + path + "' is null: it must be a number");
                 // the bounds as written, compared exactly: 1e-400 is no 0 (its double is), 1e400 is named so, not Infinity
-                if (min != null && !min.isNull()) {
+                if (min != null) {
                     java.math.BigDecimal m = min.isNumber() ? Json.exact(min, path) : null;
                     if (m == null || !(m.signum() == 0 || m.compareTo(java.math.BigDecimal.valueOf(-BOUND)) <= 0))
                         throw new UnsupportedSchemaException("minimum", path, "minimum " + shown(min, path) + " at '" + path
-                                + "' is not supported (only 0, or bounds at or beyond ±" + (long) BOUND + ")");
+                                + "' is not supported (only 0, or a minimum at or below -" + (long) BOUND + ")");
                     if (m.signum() == 0) nonNegative = true;
                     else negCap = fractionCap(m.negate());
                     maxIntDigits = BOUNDED_DIGITS;
                 }
-                if (max != null && !max.isNull()) {
+                if (max != null) {
                     java.math.BigDecimal m = max.isNumber() ? Json.exact(max, path) : null;
                     if (m == null || m.compareTo(java.math.BigDecimal.valueOf(BOUND)) < 0)
                         throw new UnsupportedSchemaException("maximum", path, "maximum " + shown(max, path) + " at '" + path
-                                + "' is not supported (only bounds at or beyond " + (long) BOUND + ")");
+                                + "' is not supported (only a maximum at or above " + (long) BOUND + ")");
                     posCap = fractionCap(m);
                     maxIntDigits = BOUNDED_DIGITS;
                 }

@@ -97,6 +97,29 @@ class GrammarBoundsTest {
         }
     }
 
+    /**
+     * A null minimum or maximum is refused (it was ignored: an unbounded number came out), and a bound of the wrong
+     * side says which side is supported (1e15 read as "at or beyond ±999999999999999", which it is).
+     */
+    @Test
+    void nullAndWrongSideBoundsAreNamed() throws Exception {
+        for (String k : new String[]{"minimum", "maximum"}) {
+            String s = "{\"type\":\"number\",\"" + k + "\":null}";
+            UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree(s)), s);
+            assertEquals(k, e.keyword(), e.getMessage());
+            assertTrue(e.getMessage().contains("is null: it must be a number"), e.getMessage());
+        }
+        UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class,
+                () -> Grammar.jsonSchema(M.readTree("{\"type\":\"number\",\"minimum\":1e15}")));
+        assertTrue(e.getMessage().startsWith("minimum 1") && e.getMessage().contains("a minimum at or below -999999999999999"),
+                e.getMessage());
+        e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree("{\"type\":\"integer\",\"maximum\":-1e15}")));
+        assertTrue(e.getMessage().contains("a maximum at or above 999999999999999"), e.getMessage());
+        // the supported forms still compile
+        Grammar.jsonSchema(M.readTree("{\"type\":\"integer\",\"minimum\":-999999999999999,\"maximum\":999999999999999}"));
+        Grammar.jsonSchema(M.readTree("{\"type\":\"number\",\"minimum\":0}"));
+    }
+
     /** A shortest value too long to count is named as such, not as a recursion without a base case. */
     @Test
     void aHugeMinItemsIsNamedNotTakenForEndlessRecursion() throws Exception {
