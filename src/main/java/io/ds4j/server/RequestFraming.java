@@ -240,7 +240,7 @@ final class RequestFraming {
      * Why a target's path is refused for its percent-escapes, or null: escapes that do not decode to UTF-8
      * ({@code %C3} alone, {@code %FF}, the surrogate {@code %ED%A0%80}). The router decodes them to U+FFFD, so
      * {@code /v1/models/%C3} was answered 404 for a model named '\ufffd'. A malformed escape ({@code %ZZ}) is left to
-     * {@link MalformedRequests}, which names it.
+     * {@link MalformedRequests}, which names it, except where it cuts a sequence short ({@code %C3%}): named here.
      * @param uri the target as Netty read it, printable ASCII ({@link #target} checked it)
      */
     static Refused pathEscapes(String uri) {
@@ -249,11 +249,13 @@ final class RequestFraming {
         // the path's bytes once decoded, each with where its text starts
         byte[] bytes = new byte[end];
         int[] at = new int[end];
+        boolean[] escape = new boolean[end];
         int n = 0;
         for (int i = 0; i < end; i++) {
             char c = uri.charAt(i);
             at[n] = i;
             if (c == '%' && i + 2 < end && Character.digit(uri.charAt(i + 1), 16) >= 0 && Character.digit(uri.charAt(i + 2), 16) >= 0) {
+                escape[n] = true;
                 bytes[n++] = (byte) Integer.parseInt(uri.substring(i + 1, i + 3), 16);
                 i += 2;
             } else bytes[n++] = (byte) c;
@@ -267,9 +269,16 @@ final class RequestFraming {
             else return badEscapes(uri, at, i, i);
             for (int j = 1; j <= need; j++) {
                 int c = i + j < n ? bytes[i + j] & 0xFF : -1;
+                if (c >= (j == 1 ? lo : 0x80) && c <= (j == 1 ? hi : 0xBF)) continue;
+                // a '%' that is no escape (%C3%, %C3%4, %C3%ZZ) is named as malformed, shown no further than the path
+                if (c == '%' && !escape[i + j]) {
+                    int p = at[i + j];
+                    return new Refused(400, "invalid_path", "its path has a malformed percent-escape '"
+                            + uri.substring(p, Math.min(end, p + 3)) + "' at character " + (p + 1) + ": a '%' must be"
+                            + " followed by two hexadecimal digits (a literal '%' is written %25)");
+                }
                 // shown up to the byte that breaks the sequence where that is an escape too, else up to the one before
-                if (c < (j == 1 ? lo : 0x80) || c > (j == 1 ? hi : 0xBF))
-                    return badEscapes(uri, at, i, c >= 0 && uri.charAt(at[i + j]) == '%' ? i + j : i + j - 1);
+                return badEscapes(uri, at, i, c >= 0 && escape[i + j] ? i + j : i + j - 1);
             }
             i += need + 1;
         }

@@ -214,6 +214,24 @@ class RequestFramingTest {
     }
 
     /**
+     * A '%' that is no escape after the lead of a UTF-8 sequence is a 400 invalid_path naming it as malformed, quoted no
+     * further than the path: the scanner read past the target's end, and the connection closed without an answer.
+     */
+    @Test
+    void anIncompleteEscapeAfterALeadIsNamed() throws Exception {
+        String next = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        String[][] cases = {{"/v1/models/%C3%", "%", "15"}, {"/v1/models/%C3%4", "%4", "15"}, {"/v1/models/%E2%82%", "%", "18"},
+                {"/v1/models/%F0%9F%98%", "%", "21"}, {"/v1/models/%C3%#", "%", "15"}, {"/v1/models/%C3%ZZ", "%ZZ", "15"},
+                {"/v1/models/%C3%?x=1", "%", "15"}};
+        for (String[] c : cases) {
+            JsonNode e = refused(untilClosed("GET " + c[0] + " HTTP/1.1\r\nHost: x\r\n\r\n" + next), 400, "invalid_path");
+            assertEquals("the request cannot be read: its path has a malformed percent-escape '" + c[1] + "' at character "
+                    + c[2] + ": a '%' must be followed by two hexadecimal digits (a literal '%' is written %25)",
+                    e.get("message").asText(), c[0]);
+        }
+    }
+
+    /**
      * A Host that is present but no host[:port], or Host given twice, is a 400 invalid_header naming the value (escaped),
      * and nothing after it on the connection is served; it was taken for a missing Host ("the 'Host' header is
      * required", invalid_request) with the connection kept. Valid forms are still served.
