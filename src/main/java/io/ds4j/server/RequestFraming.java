@@ -204,10 +204,12 @@ final class RequestFraming {
      */
     static Refused requestLineTarget(ByteBuf in) {
         int from = in.readerIndex(), to = in.writerIndex();
-        int lf = in.indexOf(from, Math.min(to, from + 8192), (byte) '\n');
-        if (lf < 0) return null;
+        // empty lines before a request line are skipped, as Netty does (RFC 9112 section 2.2 lets a server ignore them);
+        // the line looked at is the first after them, else "\r\nGET /a\tb" was taken for an empty line and passed
         int s = from;
-        while (s < lf && (in.getByte(s) & 0xFF) <= 0x20) s++; // blank lines before a request, as Netty skips them
+        while (s < to && (in.getByte(s) & 0xFF) <= 0x20) s++;
+        int lf = in.indexOf(s, Math.min(to, s + 8192), (byte) '\n');
+        if (lf < 0) return null;
         int e = lf;
         while (e > s && (in.getByte(e - 1) == '\r' || in.getByte(e - 1) == ' ')) e--;
         String line = in.toString(s, e - s, StandardCharsets.ISO_8859_1);

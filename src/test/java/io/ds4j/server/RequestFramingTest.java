@@ -214,6 +214,30 @@ class RequestFramingTest {
     }
 
     /**
+     * A blank or control byte in the target of a request line after empty lines is refused as without them, also when
+     * the empty line comes in a segment of its own: the empty line was taken for the request line, and Netty answered
+     * "invalid version format".
+     */
+    @Test
+    void aTargetAfterEmptyLinesIsChecked() throws Exception {
+        String bad = "GET /v1/mo\tdels HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        for (String blank : new String[]{"\r\n", "\n", "\r\n\r\n"}) {
+            JsonNode e = refused(untilClosed(blank + bad), 400, "invalid_path");
+            assertTrue(e.get("message").asText().contains("holds the byte 0x09 at byte 7"), e.toString());
+        }
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(10_000);
+            s.setTcpNoDelay(true);
+            s.getOutputStream().write("\r\n".getBytes(StandardCharsets.UTF_8));
+            s.getOutputStream().flush();
+            Thread.sleep(200);
+            s.getOutputStream().write(bad.getBytes(StandardCharsets.UTF_8));
+            String answer = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(refused(answer, 400, "invalid_path").get("message").asText().contains("the byte 0x09"), answer);
+        }
+    }
+
+    /**
      * A '%' that is no escape after the lead of a UTF-8 sequence is a 400 invalid_path naming it as malformed, quoted no
      * further than the path: the scanner read past the target's end, and the connection closed without an answer.
      */
