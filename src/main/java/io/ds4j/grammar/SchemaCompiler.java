@@ -121,6 +121,12 @@ public final class SchemaCompiler {
         if (n.has("const") || n.has("enum")) return literals(n, path);
         JsonNode t = n.get("type");
         if (t == null || t.isNull()) {
+            // a bound applies to numbers only, and a node without a type admits any value: the bound was dropped, and
+            // {"minimum": 0} produced -99999999999999999999999
+            for (String bound : new String[]{"minimum", "maximum"})
+                if (n.has(bound))
+                    throw new UnsupportedSchemaException(bound, path, bound + " at '" + path + "' without type number or"
+                            + " integer is not supported: add \"type\": \"number\" or \"integer\" next to it");
             if (n.has("properties") || n.has("required") || n.has("additionalProperties")) return typed(n, "object", path);
             if (n.has("items") || n.has("minItems") || n.has("maxItems")) return typed(n, "array", path);
             return add(new Schema.Any());

@@ -121,6 +121,35 @@ class GrammarBoundsTest {
     }
 
     /** A shortest value too long to count is named as such, not as a recursion without a base case. */
+    /** The server's reader, which keeps a number's text (1e-400 is no 0, 1e999999999 no Infinity). */
+    static JsonNode read(String json) throws Exception {
+        return io.ds4j.server.Json.MAPPER.readTree(json);
+    }
+
+    /**
+     * A minimum or maximum on a node without a type is refused naming it (it was dropped: {"minimum": 0} produced
+     * -99999999999999999999999), in an anyOf and a tool's parameters too; next to enum or const it still filters them.
+     */
+    @Test
+    void aBoundWithoutANumberTypeIsRefused() throws Exception {
+        String[][] cases = {{"{\"maximum\":999999999999999}", "maximum", ""}, {"{\"minimum\":0}", "minimum", ""},
+                {"{\"maximum\":1e-400}", "maximum", ""}, {"{\"anyOf\":[{\"type\":\"string\"},{\"minimum\":0}]}", "minimum", "/anyOf/1"},
+                {"{\"type\":\"object\",\"properties\":{\"x\":{\"maximum\":5,\"properties\":{}}}}", "maximum", "/properties/x"}};
+        for (String[] c : cases) {
+            UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(read(c[0])), c[0]);
+            assertEquals(c[1], e.keyword(), e.getMessage());
+            assertEquals(c[1] + " at '" + c[2] + "' without type number or integer is not supported: add \"type\": \"number\""
+                    + " or \"integer\" next to it", e.getMessage());
+        }
+        JsonNode params = read("{\"type\":\"object\",\"properties\":{\"n\":{\"minimum\":0}}}");
+        UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.toolCall(java.util.List.of("f"),
+                java.util.List.of(params)));
+        assertEquals("minimum", e.keyword(), e.getMessage());
+        // enum and const keep their values that satisfy the bound
+        Grammar.jsonSchema(read("{\"enum\":[1,5],\"minimum\":2}"));
+        assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(read("{\"const\":1,\"minimum\":2}")));
+    }
+
     @Test
     void aHugeMinItemsIsNamedNotTakenForEndlessRecursion() throws Exception {
         UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class,
