@@ -161,7 +161,7 @@ public final class SchemaCompiler {
                     throw new UnsupportedSchemaException("maximum", path, "maximum at '" + path + "' is null: it must be a number");
                 // the bounds as written, compared exactly: 1e-400 is no 0 (its double is), 1e400 is named so, not Infinity
                 if (min != null) {
-                    java.math.BigDecimal m = min.isNumber() ? Json.exact(min, path) : null;
+                    java.math.BigDecimal m = min.isNumber() ? bound(min, "minimum", path) : null;
                     if (m == null || !(m.signum() == 0 || m.compareTo(java.math.BigDecimal.valueOf(-BOUND)) <= 0))
                         throw new UnsupportedSchemaException("minimum", path, "minimum " + shown(min, path) + " at '" + path
                                 + "' is not supported (only 0, or a minimum at or below -" + (long) BOUND + ")");
@@ -170,7 +170,7 @@ public final class SchemaCompiler {
                     maxIntDigits = BOUNDED_DIGITS;
                 }
                 if (max != null) {
-                    java.math.BigDecimal m = max.isNumber() ? Json.exact(max, path) : null;
+                    java.math.BigDecimal m = max.isNumber() ? bound(max, "maximum", path) : null;
                     if (m == null || m.compareTo(java.math.BigDecimal.valueOf(BOUND)) < 0)
                         throw new UnsupportedSchemaException("maximum", path, "maximum " + shown(max, path) + " at '" + path
                                 + "' is not supported (only a maximum at or above " + (long) BOUND + ")");
@@ -222,6 +222,22 @@ public final class SchemaCompiler {
         if (f.signum() == 0) return "";
         String digits = f.stripTrailingZeros().toPlainString().substring(2); // "0.xyz"
         return digits.substring(0, Math.min(digits.length(), States.MAX_NUMBER));
+    }
+
+    /** Integer digits past which a bound is refused: 1e999999999 - 999999999999999 took a billion digits, or threw. */
+    private static final int BOUND_DIGITS = 1000;
+
+    /**
+     * A bound's exact value, refused where it has more than {@link #BOUND_DIGITS} integer digits: BigDecimal's
+     * arithmetic on 1e999999999 threw "BigInteger would overflow supported range", and on 1e2147483648 (a scale at
+     * int's limit) "Underflow", both answered 500.
+     */
+    private static java.math.BigDecimal bound(JsonNode b, String keyword, String path) {
+        java.math.BigDecimal m = Json.exact(b, path);
+        if (m != null && m.signum() != 0 && (long) m.precision() - m.scale() > BOUND_DIGITS)
+            throw new UnsupportedSchemaException(keyword, path, keyword + " " + clipped(shown(b, path)) + " at '" + path
+                    + "' is too large to compare: write a bound below 1e" + BOUND_DIGITS + " in magnitude");
+        return m;
     }
 
     /** A value's text cut to 40 characters for a message (a number may be written with thousands of digits). */
@@ -362,7 +378,7 @@ public final class SchemaCompiler {
                 JsonNode b = s.get(bound);
                 if (b == null || b.isNull()) continue;
                 if (!b.isNumber()) throw new UnsupportedSchemaException(bound, path, bound + " at '" + path + "' must be a number");
-                int cmp = Json.exact(v, path).compareTo(Json.exact(b, path));
+                int cmp = Json.exact(v, path).compareTo(bound(b, bound, path));
                 if (bound.equals("minimum") ? cmp < 0 : cmp > 0) return false;
             }
         }

@@ -123,7 +123,7 @@ class GrammarBoundsTest {
     /** A shortest value too long to count is named as such, not as a recursion without a base case. */
     /** The server's reader, which keeps a number's text (1e-400 is no 0, 1e999999999 no Infinity). */
     static JsonNode read(String json) throws Exception {
-        return io.ds4j.server.Json.MAPPER.readTree(json);
+        return io.ds4j.server.Json.BODY_READER.readTree(json);
     }
 
     /**
@@ -148,6 +148,34 @@ class GrammarBoundsTest {
         // enum and const keep their values that satisfy the bound
         Grammar.jsonSchema(read("{\"enum\":[1,5],\"minimum\":2}"));
         assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(read("{\"const\":1,\"minimum\":2}")));
+    }
+
+    /**
+     * A bound whose exponent is too large to compare is a 400 naming it, in a tool's parameters too (BigDecimal threw
+     * "BigInteger would overflow supported range" or "Underflow": a 500).
+     */
+    @Test
+    void aBoundWithAHugeExponentIsNamed() throws Exception {
+        String[][] cases = {{"maximum", "1e999999999"}, {"minimum", "-1e999999999"}, {"minimum", "-1e2147483648"},
+                {"maximum", "1e2147483648"}, {"maximum", "999999999999999.5e999999999"}};
+        for (String[] c : cases) {
+            for (String type : new String[]{"number", "integer"}) {
+                String s = "{\"type\":\"" + type + "\",\"" + c[0] + "\":" + c[1] + "}";
+                UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(read(s)), s);
+                assertEquals(c[0], e.keyword(), e.getMessage());
+                assertEquals(c[0] + " " + c[1] + " at '' is too large to compare: write a bound below 1e1000 in magnitude",
+                        e.getMessage());
+            }
+        }
+        JsonNode params = read("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\",\"maximum\":1e999999999}}}");
+        UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.toolCall(java.util.List.of("f"),
+                java.util.List.of(params)));
+        assertEquals("maximum", e.keyword(), e.getMessage());
+        // next to an enum too, where the values are compared with it
+        e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(read("{\"enum\":[1],\"minimum\":-1e2147483648}")));
+        assertEquals("minimum", e.keyword(), e.getMessage());
+        // a wide bound within that still compiles
+        Grammar.jsonSchema(read("{\"type\":\"number\",\"minimum\":-1e999,\"maximum\":9.99e999}"));
     }
 
     @Test
