@@ -264,6 +264,10 @@ final class RequestFraming {
         }
         for (int i = 0; i < n; ) {
             int b = bytes[i] & 0xFF, need, lo = 0x80, hi = 0xBF;
+            // a NUL ends a C string: no name holds one, and the router passed it on into a model's name
+            if (b == 0)
+                return new Refused(400, "invalid_path", "its path's percent-escape '" + uri.substring(at[i], at[i] + 3)
+                        + "' at character " + (at[i] + 1) + " is a NUL byte, which no path holds");
             if (b < 0x80) { i++; continue; }
             if (b >= 0xC2 && b <= 0xDF) need = 1;
             else if (b >= 0xE0 && b <= 0xEF) { need = 2; if (b == 0xE0) lo = 0xA0; if (b == 0xED) hi = 0x9F; }

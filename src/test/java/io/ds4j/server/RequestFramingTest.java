@@ -255,6 +255,16 @@ class RequestFramingTest {
         }
     }
 
+    /** An escaped NUL in the path is a 400 invalid_path naming it (it reached the route as part of a model's name). */
+    @Test
+    void anEscapedNulIsRefused() throws Exception {
+        for (String[] c : new String[][]{{"/v1/models/%00", "12"}, {"/v1/models/a%00b", "13"}}) {
+            JsonNode e = refused(untilClosed("GET " + c[0] + " HTTP/1.1\r\nHost: x\r\n\r\n"), 400, "invalid_path");
+            assertEquals("the request cannot be read: its path's percent-escape '%00' at character " + c[1] + " is a NUL byte,"
+                    + " which no path holds", e.get("message").asText(), c[0]);
+        }
+    }
+
     /**
      * A Host that is present but no host[:port], or Host given twice, is a 400 invalid_header naming the value (escaped),
      * and nothing after it on the connection is served; it was taken for a missing Host ("the 'Host' header is
