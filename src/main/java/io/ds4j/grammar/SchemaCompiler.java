@@ -162,9 +162,13 @@ public final class SchemaCompiler {
                 // the bounds as written, compared exactly: 1e-400 is no 0 (its double is), 1e400 is named so, not Infinity
                 if (min != null) {
                     java.math.BigDecimal m = min.isNumber() ? bound(min, "minimum", path) : null;
-                    if (m == null || !(m.signum() == 0 || m.compareTo(java.math.BigDecimal.valueOf(-BOUND)) <= 0))
+                    if (m == null || !(m.signum() == 0 || m.compareTo(java.math.BigDecimal.valueOf(-BOUND)) <= 0)) {
+                        // minimum == maximum asks for one value, which const gives; the ranges alone did not say so
+                        boolean one = m != null && max != null && max.isNumber() && m.compareTo(bound(max, "maximum", path)) == 0;
                         throw new UnsupportedSchemaException("minimum", path, "minimum " + shown(min, path) + " at '" + path
-                                + "' is not supported (only 0, or a minimum at or below -" + (long) BOUND + ")");
+                                + "' is not supported (only 0, or a minimum at or below -" + (long) BOUND + ")" + (one
+                                ? "; for the one value minimum and maximum allow, write \"const\": " + shown(min, path) : ""));
+                    }
                     if (m.signum() == 0) nonNegative = true;
                     else negCap = fractionCap(m.negate());
                     maxIntDigits = BOUNDED_DIGITS;

@@ -115,6 +115,13 @@ class GrammarBoundsTest {
                 e.getMessage());
         e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree("{\"type\":\"integer\",\"maximum\":-1e15}")));
         assertTrue(e.getMessage().contains("a maximum at or above 999999999999999"), e.getMessage());
+        // minimum == maximum: const is named as the way to ask for that one value
+        for (String v : new String[]{"999999999999999", "5"}) {
+            UnsupportedSchemaException one = assertThrows(UnsupportedSchemaException.class,
+                    () -> Grammar.jsonSchema(read("{\"type\":\"number\",\"minimum\":" + v + ",\"maximum\":" + v + "}")));
+            assertEquals("minimum " + v + " at '' is not supported (only 0, or a minimum at or below -999999999999999); for the"
+                    + " one value minimum and maximum allow, write \"const\": " + v, one.getMessage());
+        }
         // the supported forms still compile
         Grammar.jsonSchema(M.readTree("{\"type\":\"integer\",\"minimum\":-999999999999999,\"maximum\":999999999999999}"));
         Grammar.jsonSchema(M.readTree("{\"type\":\"number\",\"minimum\":0}"));
