@@ -355,7 +355,7 @@ final class RequestFraming {
     private static boolean vertxReads(String h) {
         if (h.isEmpty()) return true;
         try {
-            return io.vertx.core.net.impl.HostAndPortImpl.parseAuthority(h, -1) != null;
+            return io.vertx.core.net.HostAndPort.parseAuthority(h, -1) != null;  // the public entry to the same parser
         } catch (RuntimeException e) {
             return false;
         }
