@@ -160,15 +160,16 @@ public final class SchemaCompiler {
                 if (max != null && max.isNull())
                     throw new UnsupportedSchemaException("maximum", path, "maximum at '" + path + "' is null: it must be a number");
                 // the bounds as written, compared exactly: 1e-400 is no 0 (its double is), 1e400 is named so, not Infinity
+                // minimum == maximum asks for one value, which const gives; the ranges alone did not say so (whichever
+                // of the two is refused)
+                String one = min != null && max != null && min.isNumber() && max.isNumber()
+                        && bound(min, "minimum", path).compareTo(bound(max, "maximum", path)) == 0
+                        ? "; for the one value minimum and maximum allow, write \"const\": " + shown(min, path) : "";
                 if (min != null) {
                     java.math.BigDecimal m = min.isNumber() ? bound(min, "minimum", path) : null;
-                    if (m == null || !(m.signum() == 0 || m.compareTo(java.math.BigDecimal.valueOf(-BOUND)) <= 0)) {
-                        // minimum == maximum asks for one value, which const gives; the ranges alone did not say so
-                        boolean one = m != null && max != null && max.isNumber() && m.compareTo(bound(max, "maximum", path)) == 0;
+                    if (m == null || !(m.signum() == 0 || m.compareTo(java.math.BigDecimal.valueOf(-BOUND)) <= 0))
                         throw new UnsupportedSchemaException("minimum", path, "minimum " + shown(min, path) + " at '" + path
-                                + "' is not supported (only 0, or a minimum at or below -" + (long) BOUND + ")" + (one
-                                ? "; for the one value minimum and maximum allow, write \"const\": " + shown(min, path) : ""));
-                    }
+                                + "' is not supported (only 0, or a minimum at or below -" + (long) BOUND + ")" + one);
                     if (m.signum() == 0) nonNegative = true;
                     else negCap = fractionCap(m.negate());
                     maxIntDigits = BOUNDED_DIGITS;
@@ -177,7 +178,7 @@ public final class SchemaCompiler {
                     java.math.BigDecimal m = max.isNumber() ? bound(max, "maximum", path) : null;
                     if (m == null || m.compareTo(java.math.BigDecimal.valueOf(BOUND)) < 0)
                         throw new UnsupportedSchemaException("maximum", path, "maximum " + shown(max, path) + " at '" + path
-                                + "' is not supported (only a maximum at or above " + (long) BOUND + ")");
+                                + "' is not supported (only a maximum at or above " + (long) BOUND + ")" + one);
                     posCap = fractionCap(m);
                     maxIntDigits = BOUNDED_DIGITS;
                 }

@@ -122,6 +122,13 @@ class GrammarBoundsTest {
             assertEquals("minimum " + v + " at '' is not supported (only 0, or a minimum at or below -999999999999999); for the"
                     + " one value minimum and maximum allow, write \"const\": " + v, one.getMessage());
         }
+        // ... also where the maximum is the bound refused (a supported minimum: 0, or at or below -999999999999999)
+        for (String v : new String[]{"0", "-999999999999999"}) {
+            UnsupportedSchemaException one = assertThrows(UnsupportedSchemaException.class,
+                    () -> Grammar.jsonSchema(read("{\"type\":\"integer\",\"minimum\":" + v + ",\"maximum\":" + v + "}")));
+            assertEquals("maximum " + v + " at '' is not supported (only a maximum at or above 999999999999999); for the"
+                    + " one value minimum and maximum allow, write \"const\": " + v, one.getMessage());
+        }
         // the supported forms still compile
         Grammar.jsonSchema(M.readTree("{\"type\":\"integer\",\"minimum\":-999999999999999,\"maximum\":999999999999999}"));
         Grammar.jsonSchema(M.readTree("{\"type\":\"number\",\"minimum\":0}"));
