@@ -159,27 +159,27 @@ public final class SchemaCompiler {
                     throw new UnsupportedSchemaException("minimum", path, "minimum at '" + path + "' is null: it must be a number");
                 if (max != null && max.isNull())
                     throw new UnsupportedSchemaException("maximum", path, "maximum at '" + path + "' is null: it must be a number");
-                // the bounds as written, compared exactly: 1e-400 is no 0 (its double is), 1e400 is named so, not Infinity
+                // the bounds as written, read once and compared exactly: 1e-400 is no 0 (its double is), 1e400 is named
+                // so, not Infinity
+                java.math.BigDecimal lo = min != null && min.isNumber() ? bound(min, "minimum", path) : null;
+                java.math.BigDecimal hi = max != null && max.isNumber() ? bound(max, "maximum", path) : null;
                 // minimum == maximum asks for one value, which const gives; the ranges alone did not say so (whichever
                 // of the two is refused)
-                String one = min != null && max != null && min.isNumber() && max.isNumber()
-                        && bound(min, "minimum", path).compareTo(bound(max, "maximum", path)) == 0
+                String one = lo != null && hi != null && lo.compareTo(hi) == 0
                         ? "; for the one value minimum and maximum allow, write \"const\": " + shown(min, path) : "";
                 if (min != null) {
-                    java.math.BigDecimal m = min.isNumber() ? bound(min, "minimum", path) : null;
-                    if (m == null || !(m.signum() == 0 || m.compareTo(java.math.BigDecimal.valueOf(-BOUND)) <= 0))
+                    if (lo == null || !(lo.signum() == 0 || lo.compareTo(java.math.BigDecimal.valueOf(-BOUND)) <= 0))
                         throw new UnsupportedSchemaException("minimum", path, "minimum " + shown(min, path) + " at '" + path
                                 + "' is not supported (only 0, or a minimum at or below -" + (long) BOUND + ")" + one);
-                    if (m.signum() == 0) nonNegative = true;
-                    else negCap = fractionCap(m.negate());
+                    if (lo.signum() == 0) nonNegative = true;
+                    else negCap = fractionCap(lo.negate());
                     maxIntDigits = BOUNDED_DIGITS;
                 }
                 if (max != null) {
-                    java.math.BigDecimal m = max.isNumber() ? bound(max, "maximum", path) : null;
-                    if (m == null || m.compareTo(java.math.BigDecimal.valueOf(BOUND)) < 0)
+                    if (hi == null || hi.compareTo(java.math.BigDecimal.valueOf(BOUND)) < 0)
                         throw new UnsupportedSchemaException("maximum", path, "maximum " + shown(max, path) + " at '" + path
                                 + "' is not supported (only a maximum at or above " + (long) BOUND + ")" + one);
-                    posCap = fractionCap(m);
+                    posCap = fractionCap(hi);
                     maxIntDigits = BOUNDED_DIGITS;
                 }
                 boolean integer = type.equals("integer"), nn = nonNegative;

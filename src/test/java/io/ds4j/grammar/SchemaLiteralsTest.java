@@ -96,7 +96,6 @@ class SchemaLiteralsTest {
         return assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(s), json);
     }
 
-    /** The tester's cases: each produced a value its node's type forbids; no value satisfies them, so they are refused. */
     /** A $ref that does not resolve is named where it is written (its pointer names no node). */
     @Test
     void anUnresolvedReferenceIsNamedWhereItIsWritten() throws Exception {
@@ -112,6 +111,7 @@ class SchemaLiteralsTest {
         assertEquals("/properties/a~1b~0c", e.path());
     }
 
+    /** The tester's cases: each produced a value its node's type forbids; no value satisfies them, so they are refused. */
     @Test
     void aLiteralThatBreaksItsNodesTypeIsRefused() throws Exception {
         UnsupportedSchemaException e = refused("{\"type\":\"integer\",\"enum\":[\"a\"]}");
