@@ -72,30 +72,84 @@ public final class Grammar {
      * @param names      function names
      * @param parameters each function's parameters schema (null: no parameters)
      * @throws UnsupportedSchemaException when a parameters schema is not an object schema of the supported subset
+     *                                    ({@link UnsupportedSchemaException#tool()}: its index in names)
      */
     public static Grammar toolCall(List<String> names, List<JsonNode> parameters) {
+        List<Boolean> all = java.util.Collections.nCopies(names.size(), true);
+        GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
+        GState calls = invokes(names, parameters, all, (heads, objs) -> close);
+        return new Grammar(States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls), "tool_call", true);
+    }
+
+    /**
+     * Tool calls the model may choose to make (tool_choice auto): the content, which may end the turn, or a DSML
+     * tool-call block in which every invoke names one of the functions, a function marked strict gets arguments valid
+     * for its parameters schema (the others' parameters are free text up to the invoke's close), and at most one
+     * invoke comes when parallel calls are off; the end of the turn follows the block. With free content the block
+     * opens wherever the text writes {@code <｜DSML｜tool_calls>} (the model's own way to begin one); with a content
+     * grammar (a strict json_schema, json_object) the output is either that content or the block from its start.
+     *
+     * @param names      function names
+     * @param parameters each function's parameters schema (null: no parameters)
+     * @param strict     per function, whether its arguments are held to its schema
+     * @param parallel   whether the block may hold more than one invoke
+     * @param content    the content's grammar, or null for free text
+     * @throws UnsupportedSchemaException when a strict function's parameters schema is not an object schema of the
+     *                                    supported subset ({@link UnsupportedSchemaException#tool()}: its index)
+     */
+    public static Grammar optionalToolCalls(List<String> names, List<JsonNode> parameters, List<Boolean> strict,
+                                            boolean parallel, Grammar content) {
+        GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
+        GState calls = invokes(names, parameters, strict, (heads, objs) -> parallel ? new States.MoreCalls(heads, objs) : close);
+        if (content == null)
+            return new Grammar(States.Until.optional(States.TOOL_CALLS_START, calls), "text or tool calls");
+        GState block = States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls);
+        return new Grammar(start(() -> States.Union.of(content.start, block)), content.description + " or tool calls");
+    }
+
+    /**
+     * The first invoke of a block, right after its opening tag: {@code \n<｜DSML｜invoke name="…">\n} of one of the
+     * functions, its parameters, the invoke's close, then what {@code after} gives for those invoke lines and the
+     * functions' schemas (null for a function whose arguments are free).
+     */
+    private static GState invokes(List<String> names, List<JsonNode> parameters, List<Boolean> strict,
+                                  java.util.function.BiFunction<LitSet, List<Schema.Obj>, GState> after) {
         List<Schema.Obj> objs = new ArrayList<>();
-        List<String> heads = new ArrayList<>();
         for (int i = 0; i < names.size(); i++) {
-            JsonNode p = parameters.get(i);
+            if (!dsmlName(names.get(i)) || names.get(i).isEmpty())
+                throw new UnsupportedSchemaException("name", "", "function name '" + names.get(i) + "' cannot be written in a DSML tool call").inTool(i);
+            objs.add(strict.get(i) ? parametersOf(names.get(i), parameters.get(i), i) : null);
+        }
+        List<Schema.Obj> tools = java.util.Collections.unmodifiableList(objs);
+        LitSet heads = heads(names);
+        GState k = after.apply(heads, tools);
+        return start(() -> new States.Lit(heads, 0, new States.ToolThen(tools, k)));
+    }
+
+    /** The invoke lines of the functions, valued by their index. */
+    private static LitSet heads(List<String> names) {
+        List<String> heads = new ArrayList<>();
+        for (String n : names) heads.add("\n" + Dsml.INVOKE_OPEN + " name=\"" + n + "\">\n");
+        return new LitSet(heads);
+    }
+
+    /** A function's parameters as the object schema its DSML parameters are written from. */
+    private static Schema.Obj parametersOf(String name, JsonNode p, int tool) {
+        try {
             Schema s = p == null || p.isNull() ? new Schema.AnyObject() : SchemaCompiler.compile(p);
             while (s instanceof Schema.Ref r) s = r.target;
             Schema.Obj o;
             if (s instanceof Schema.Obj x) o = x;
             else if (s instanceof Schema.AnyObject || s instanceof Schema.Any) o = new Schema.Obj(List.of(), new Schema[0], new boolean[0]);
-            else throw new UnsupportedSchemaException("type", "", "the parameters of function '" + names.get(i) + "' must be an object schema");
+            else throw new UnsupportedSchemaException("type", "", "the parameters of function '" + name + "' must be an object schema");
             for (String n : o.names)
                 if (!dsmlName(n))
                     throw new UnsupportedSchemaException("properties", SchemaCompiler.property("", n), "parameter name '" + n + "' of function '"
-                            + names.get(i) + "' cannot be written in a DSML tool call (no '\"', '<', '>' or line breaks)");
-            if (!dsmlName(names.get(i)) || names.get(i).isEmpty())
-                throw new UnsupportedSchemaException("name", "", "function name '" + names.get(i) + "' cannot be written in a DSML tool call");
-            objs.add(o);
-            heads.add("\n\n" + Dsml.TOOL_CALLS_OPEN + "\n" + Dsml.INVOKE_OPEN + " name=\"" + names.get(i) + "\">\n");
+                            + name + "' cannot be written in a DSML tool call (no '\"', '<', '>' or line breaks)");
+            return o;
+        } catch (UnsupportedSchemaException e) {
+            throw e.inTool(tool);
         }
-        GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
-        GState start = start(() -> new States.Lit(new LitSet(heads), 0, new States.ToolThen(List.copyOf(objs), close)));
-        return new Grammar(start, "tool_call", true);
     }
 
     /** Whether a name fits DSML's {@code name="..."} attribute as the output parser reads it. */

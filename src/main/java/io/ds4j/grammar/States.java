@@ -689,13 +689,22 @@ final class States {
 
     static final Delim THINK_END = new Delim("</think>");
     static final Delim PARAMETER_END = new Delim(Dsml.PARAMETER_CLOSE);
+    static final Delim TOOL_CALLS_START = new Delim(Dsml.TOOL_CALLS_OPEN);
 
-    /** Free UTF-8 text up to and including the first occurrence of a delimiter, then k. */
-    record Until(Delim d, int matched, int utf8, GState k, int kd) implements Framed {
-        @Override public GState withK(GState k) { return new Until(d, matched, utf8, k); }
+    /**
+     * Free UTF-8 text up to and including the first occurrence of a delimiter, then k. With {@code mayEnd} the text
+     * may also end the output anywhere between characters (the delimiter is then an option, not a must).
+     */
+    record Until(Delim d, int matched, int utf8, GState k, int kd, boolean mayEnd) implements Framed {
+        @Override public GState withK(GState k) { return new Until(d, matched, utf8, k, k.dist(), mayEnd); }
 
         Until(Delim d, int matched, int utf8, GState k) {
-            this(d, matched, utf8, k, k.dist());
+            this(d, matched, utf8, k, k.dist(), false);
+        }
+
+        /** Text that may end anywhere or go on into k through the delimiter. */
+        static Until optional(Delim d, GState k) {
+            return new Until(d, 0, 0, k, k.dist(), true);
         }
 
         @Override
@@ -713,33 +722,116 @@ final class States {
             while (m > 0 && (d.bytes[m] & 0xFF) != b) m = d.fail[m - 1];
             if ((d.bytes[m] & 0xFF) == b) m++;
             if (m == d.bytes.length) return k;
-            return m == matched && u == utf8 && m == 0 && u == 0 ? this : new Until(d, m, u, k, kd);
+            return m == matched && u == utf8 && m == 0 && u == 0 ? this : new Until(d, m, u, k, kd, mayEnd);
         }
 
-        @Override public boolean accepting() { return false; }
+        @Override public boolean accepting() { return mayEnd && utf8 == 0; }
 
         @Override
         public int dist() {
+            if (mayEnd) return utf8;
             return GState.add(utf8 + d.bytes.length - (utf8 > 0 ? 0 : matched), kd);
         }
     }
 
     // ------------------------------------------------------------------------------------------- DSML tool calls
 
-    /** After the invoke line of tool i: its parameters. */
+    /**
+     * After the invoke line of tool i: its parameters, held to its schema, or free text up to the invoke's close for a
+     * tool whose schema is not enforced (a null entry of tools).
+     */
     record ToolThen(List<Schema.Obj> tools, GState k) implements Then {
         @Override public Then withK(GState k) { return new ToolThen(tools, k); }
 
         @Override
         public GState after(int i) {
             Schema.Obj o = tools.get(i);
+            if (o == null) return new FreeParams(true, k);
             return new Lit(o.dsml(0, true), 0, new ParamThen(o, k));
         }
 
         @Override
         public int afterDist(int i) {
-            return GState.add(tools.get(i).dsmlTail(0, true), k.dist());
+            Schema.Obj o = tools.get(i);
+            return GState.add(o == null ? FreeParams.CLOSE_BYTES : o.dsmlTail(0, true), k.dist());
         }
+    }
+
+    /**
+     * The parameters of a function whose arguments are not held to a schema: DSML parameter lines of any name, each a
+     * raw text ({@code string="true"}) or any JSON value ({@code string="false"}), then the invoke's close and k. The
+     * markup stays what the output parser reads, so the call is still reported as a call.
+     */
+    record FreeParams(boolean first, GState k) implements Framed {
+        static final String CLOSE = "\n" + Dsml.INVOKE_CLOSE;
+        static final int CLOSE_BYTES = CLOSE.getBytes(StandardCharsets.UTF_8).length;
+
+        @Override public GState withK(GState k) { return new FreeParams(first, k); }
+
+        @Override
+        public GState next(int b) {
+            GState param = literal((first ? "" : "\n") + Dsml.PARAMETER_OPEN + " name=\"", new ParamName(false, 0, k));
+            return Union.of(param, literal(CLOSE, k)).next(b);
+        }
+
+        @Override public boolean accepting() { return false; }
+        @Override public int dist() { return GState.add(CLOSE_BYTES, k.dist()); }
+    }
+
+    /**
+     * A free parameter's name (one character or more, none of them a quote, angle bracket or line break, which the
+     * DSML attribute cannot carry), its closing quote, its kind and value, then the next parameter or the close.
+     */
+    record ParamName(boolean some, int utf8, GState k) implements Framed {
+        /** The fewest bytes after the name's closing quote: an empty raw value, its close, the invoke's close. */
+        private static final int REST = (" string=\"true\">" + Dsml.PARAMETER_CLOSE + FreeParams.CLOSE)
+                .getBytes(StandardCharsets.UTF_8).length;
+
+        @Override public GState withK(GState k) { return new ParamName(some, utf8, k); }
+
+        @Override
+        public GState next(int b) {
+            if (utf8 > 0) return b >= 0x80 && b <= 0xBF ? new ParamName(true, utf8 - 1, k) : null;
+            if (b == '"') return some ? kind() : null;
+            if (b == '<' || b == '>' || b == '\n' || b == '\r') return null;
+            int u;
+            if (b < 0x80) u = 0;
+            else if (b >= 0xC2 && b <= 0xDF) u = 1;
+            else if (b >= 0xE0 && b <= 0xEF) u = 2;
+            else if (b >= 0xF0 && b <= 0xF4) u = 3;
+            else return null;
+            return some && u == 0 ? this : new ParamName(true, u, k);
+        }
+
+        private GState kind() {
+            GState more = new FreeParams(false, k);
+            GState raw = literal("true\">", new Until(PARAMETER_END, 0, 0, more));
+            GState json = literal("false\">", value(ANY, literal(Dsml.PARAMETER_CLOSE, more)));
+            return literal(" string=\"", Union.of(raw, json));
+        }
+
+        @Override public boolean accepting() { return false; }
+        @Override public int dist() { return GState.add(utf8 + (some ? 0 : 1) + 1 + REST, k.dist()); }
+    }
+
+    /**
+     * After an invoke's close when more calls may follow: the block's close (then nothing), or another invoke line of
+     * one of the tools (heads, valued by tool index) whose call leads back here. Built on each step rather than held,
+     * since the graph is a cycle; equal by its parts, so the constraint's mask cache finds it again.
+     */
+    record MoreCalls(LitSet heads, List<Schema.Obj> tools) implements GState {
+        private static final String CLOSE = "\n" + Dsml.TOOL_CALLS_CLOSE;
+        private static final int CLOSE_BYTES = CLOSE.getBytes(StandardCharsets.UTF_8).length;
+
+        @Override
+        public GState next(int b) {
+            GState close = literal(CLOSE, End.INSTANCE);
+            GState another = new Lit(heads, 0, new ToolThen(tools, this));
+            return Union.of(close, another).next(b);
+        }
+
+        @Override public boolean accepting() { return false; }
+        @Override public int dist() { return CLOSE_BYTES; }
     }
 
     /** After a parameter opening tag (or the invoke close, value −1). */

@@ -16,7 +16,8 @@ import java.util.Map;
  * budget, counting one token for end-of-sequence and assuming the worst case of one byte per token. Every byte has a
  * single-byte token in byte-level BPE vocabularies, so this guarantees a complete output whenever the budget allows
  * one at all; when it cannot (max_tokens below the shortest completion), the tokens that come closest are allowed
- * and generation ends with finish reason "length" and an incomplete output.
+ * and generation ends with finish reason "length" and an incomplete output. Free text that may end the output (the
+ * text around optional tool calls) is not steered: a block begun there is steered from its start.
  *
  * <p>Bounded work: a state holds at most {@link Grammar#MAX_LIVE_STATES} live alternatives; {@link #allowed},
  * {@link #acceptablePrefix} and {@link #advance} throw {@link GrammarLimitException} (and leave the state as it was)
@@ -62,7 +63,9 @@ public final class TokenConstraint implements Constraint {
         } else {
             cacheHits++;
         }
-        if (e.maxAfter <= remaining - 2) return e.bits;
+        // free text that may end the output is never steered: a tool-call block the model begins there without room
+        // to finish is cut by the length limit as an unconstrained call would be, rather than turned into an end
+        if (e.maxAfter <= remaining - 2 || s instanceof States.Until u && u.mayEnd()) return e.bits;
         return steered(s, remaining);
     }
 

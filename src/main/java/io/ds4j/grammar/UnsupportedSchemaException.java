@@ -4,11 +4,27 @@ package io.ds4j.grammar;
 public final class UnsupportedSchemaException extends IllegalArgumentException {
     private final String keyword;
     private final String path;
+    private final int tool;
 
     public UnsupportedSchemaException(String keyword, String path, String message) {
+        this(keyword, path, message, -1);
+    }
+
+    private UnsupportedSchemaException(String keyword, String path, String message, int tool) {
         super(message);
         this.keyword = keyword;
         this.path = path;
+        this.tool = tool;
+    }
+
+    /** The same problem, found in the parameters of function number {@code tool} of a tool grammar's list. */
+    UnsupportedSchemaException inTool(int tool) {
+        return new UnsupportedSchemaException(keyword, path, getMessage(), tool);
+    }
+
+    /** The index of the function whose parameters hold the problem in a tool grammar's list; −1 outside one. */
+    public int tool() {
+        return tool;
     }
 
     /** The offending keyword ({@code pattern}, {@code oneOf}, ...). */

@@ -54,8 +54,6 @@ final class RequestFields {
             "service_tier",
             // a routing hint for OpenAI's prompt cache: this server's prefix cache finds prefixes by their tokens
             "prompt_cache_key",
-            // agent frameworks send it by default; the model may make several calls in one turn and nothing limits it
-            "parallel_tool_calls",
             // citations OpenAI returns on an assistant message, which SDKs send back with the history; output only
             "messages[].annotations");
 

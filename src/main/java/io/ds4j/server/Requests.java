@@ -457,14 +457,19 @@ final class Requests {
     /**
      * What constrained decoding enforces: tool_choice "required" or a named function → one DSML tool call with
      * valid arguments; response_format json_schema with {@code strict: true} → JSON valid for the schema;
-     * json_object → a JSON object. A non-strict json_schema is only described in the prompt. In thinking mode the
-     * constraint starts after the reasoning.
+     * json_object → a JSON object. With tools offered in auto mode, a tool-call block the model begins is held to the
+     * listed tools (a {@code strict} function's arguments to its schema, one invoke when {@code parallel_tool_calls}
+     * is false) where a function is strict, parallel calls are off or the content is constrained (which must leave
+     * the calls open); otherwise the calls are free, as the template describes them. A non-strict json_schema is only
+     * described in the prompt. In thinking mode the constraint starts after the reasoning.
      */
     private static Grammar grammar(JsonNode b, ChatOptions opts) {
         Grammar g = null;
         JsonNode choice = b.get("tool_choice");
         JsonNode tools = opts.tools();
-        if (choice != null && tools != null && (choice.isObject() || "required".equals(choice.asText()))) {
+        boolean parallel = bool(b, "parallel_tool_calls", true);
+        boolean forced = choice != null && tools != null && (choice.isObject() || "required".equals(choice.asText()));
+        if (forced) {
             List<String> names = new ArrayList<>();
             List<JsonNode> params = new ArrayList<>();
             for (int i = 0; i < tools.size(); i++) {
@@ -477,31 +482,60 @@ final class Requests {
             try {
                 g = Grammar.toolCall(names, params);
             } catch (UnsupportedSchemaException e) {
-                int i = toolIndex(tools, names.size() == 1 ? names.getFirst() : "");
-                throw schemaError((i >= 0 ? "tools[" + i + "]" : "tools") + ".function.parameters", e);
+                throw schemaError(toolField(tools, e.tool() >= 0 ? toolIndex(tools, names.get(e.tool())) : -1), e);
             }
         } else if (opts.responseFormat() != null) {
-            JsonNode rf = opts.responseFormat();
-            switch (rf.path("type").asText()) {
-                case "json_object" -> g = Grammar.jsonObject();
-                case "json_schema" -> {
-                    JsonNode js = rf.get("json_schema");
-                    if (bool(js, "strict", "response_format.json_schema.strict", false)) {
-                        JsonNode schema = js.get("schema");
-                        if (schema == null || schema.isNull())
-                            throw ApiException.badField("response_format.json_schema.schema", "is required when strict is true");
-                        try {
-                            g = Grammar.jsonSchema(schema);
-                        } catch (UnsupportedSchemaException e) {
-                            throw schemaError("response_format.json_schema.schema", e);
-                        }
-                    }
+            g = contentGrammar(opts.responseFormat());
+        }
+        if (!forced && tools != null && !tools.isEmpty()) {
+            List<String> names = new ArrayList<>();
+            List<JsonNode> params = new ArrayList<>();
+            List<Boolean> strict = new ArrayList<>();
+            for (JsonNode t : tools) {
+                JsonNode fn = t.get("function");
+                names.add(fn.get("name").textValue());
+                params.add(fn.get("parameters"));
+                strict.add(fn.path("strict").asBoolean(false));
+            }
+            if (g != null || !parallel || strict.contains(true)) {
+                try {
+                    g = Grammar.optionalToolCalls(names, params, strict, parallel, g);
+                } catch (UnsupportedSchemaException e) {
+                    throw schemaError(toolField(tools, e.tool()), e);
                 }
-                default -> { }
             }
         }
         if (g != null && opts.thinking()) g = g.afterThinking();
         return g;
+    }
+
+    /** The request field of tool i's parameters ({@code tools} where the tool is not known). */
+    private static String toolField(JsonNode tools, int i) {
+        return (i >= 0 ? "tools[" + i + "]" : "tools") + ".function.parameters";
+    }
+
+    /** The grammar of a response_format that constrains the content (json_object, strict json_schema), else null. */
+    private static Grammar contentGrammar(JsonNode rf) {
+        switch (rf.path("type").asText()) {
+            case "json_object" -> {
+                return Grammar.jsonObject();
+            }
+            case "json_schema" -> {
+                JsonNode js = rf.get("json_schema");
+                if (!bool(js, "strict", "response_format.json_schema.strict", false)) return null;
+                JsonNode schema = js.get("schema");
+                if (schema == null || schema.isNull())
+                    throw ApiException.badField("response_format.json_schema.schema", "is required when strict is true");
+                try {
+                    return Grammar.jsonSchema(schema);
+                } catch (UnsupportedSchemaException e) {
+                    throw schemaError("response_format.json_schema.schema", e);
+                }
+            }
+            default -> {
+                return null;
+            }
+        }
     }
 
     /**

@@ -39,14 +39,28 @@ class GrammarPropertyTest {
     record Out(String text, boolean eos, int tokens) {}
 
     static Out run(Grammar g, int maxTokens, long seed, double temperature) {
+        return run(g, "", maxTokens, seed, temperature);
+    }
+
+    /**
+     * The same after a prefix the "model" writes first (each of its tokens must be allowed); the prefix is part of the
+     * text and of the tokens counted.
+     */
+    static Out run(Grammar g, String prefix, int maxTokens, long seed, double temperature) {
         TokenConstraint c = g.constraint(TOK);
+        ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+        int[] forced = prefix.isEmpty() ? new int[0] : TOK.encode(prefix);
+        for (int i = 0; i < forced.length; i++) {
+            assertTrue(Constraint.has(c.allowed(maxTokens - i), forced[i]), "prefix token " + i + " of " + prefix);
+            c.advance(forced[i]);
+            bytes.writeBytes(TOK.tokenBytes(forced[i]));
+        }
         SamplingParams p = temperature == 0 ? SamplingParams.greedy(maxTokens) : SamplingParams.sampled(temperature, 64, 1, 0, seed, maxTokens);
         Sampler s = new Sampler(p, V, new int[0], TOK.vocabSize());
         SplittableRandom r = new SplittableRandom(seed);
         float[] logits = new float[V], base = new float[V];
         for (int v = 0; v < V; v++) base[v] = r.nextFloat() * 8;
-        ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-        for (int i = 0; i < maxTokens; i++) {
+        for (int i = forced.length; i < maxTokens; i++) {
             // a cheap random "model": the same random row, rotated by a random offset each step
             int off = r.nextInt(V);
             System.arraycopy(base, off, logits, 0, V - off);
@@ -180,5 +194,135 @@ class GrammarPropertyTest {
         // a budget below the shortest output ends incomplete (finish reason "length")
         Out cut = run(Grammar.jsonSchema(schema), 5, 1, 1.0);
         assertFalse(cut.eos, cut.text);
+    }
+
+    /** A parsed output: its content and its tool calls (name, arguments text). */
+    record Parsed(String content, List<String[]> calls) {}
+
+    static Parsed parse(String text) {
+        OutputParser parser = new OutputParser(false, OutputParser.sequentialIds());
+        List<OutputParser.Event> ev = new ArrayList<>(parser.push(text));
+        ev.addAll(parser.finish());
+        StringBuilder content = new StringBuilder();
+        List<String[]> calls = new ArrayList<>();
+        for (OutputParser.Event e : ev) {
+            if (e instanceof OutputParser.ContentDelta c) content.append(c.text());
+            if (e instanceof OutputParser.ToolCallStart st) calls.add(new String[] {st.name(), ""});
+            if (e instanceof OutputParser.ToolCallArgumentsDelta d) calls.getLast()[1] += d.fragment();
+        }
+        return new Parsed(content.toString(), calls);
+    }
+
+    static final String BLOCK = "\n\n<\uFF5CDSML\uFF5Ctool_calls>";
+
+    @Test
+    void autoToolCallsLeaveTheTextFreeAndMayEndIt() throws Exception {
+        Grammar g = Grammar.optionalToolCalls(List.of("f"), List.of(M.readTree("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"]}")),
+                List.of(true), true, null);
+        assertEquals(0, g.minBytes());
+        assertFalse(g.isToolCall());
+        TokenConstraint c = g.constraint(TOK);
+        assertTrue(c.complete(), "an empty answer is complete");
+        assertTrue(Constraint.has(c.allowed(50), TOK.eosId()), "the end of the turn is allowed before any call");
+        // plain text, markup-like text that is not the block's opening, then the end
+        String text = "The answer is <b>42</b>, see <\uFF5CDSML\uFF5Cnot a block.";
+        int[] toks = TOK.encode(text);
+        assertEquals(toks.length, c.acceptablePrefix(toks, toks.length, 100), text);
+        for (int t : toks) c.advance(t);
+        assertTrue(c.complete());
+        c.advance(TOK.eosId());
+        // random text ends with EOS within its budget or runs to it; either way it parses as content without calls
+        for (long seed = 0; seed < 6; seed++) {
+            Out o = run(g, 40, seed, 1.0);
+            assertTrue(parse(o.text).calls().isEmpty() || o.text.contains("tool_calls"), o.text);
+        }
+    }
+
+    @Test
+    void aBlockTheModelBeginsIsHeldToTheToolsInAutoMode() throws Exception {
+        SplittableRandom r = new SplittableRandom(11);
+        List<String> names = List.of("get_weather", "search", "free_form");
+        int multi = 0, checked = 0;
+        for (int trial = 0; trial < 24; trial++) {
+            List<JsonNode> params = List.of(RandomSchemas.toolParameters(r), RandomSchemas.toolParameters(r), RandomSchemas.toolParameters(r));
+            boolean parallel = trial % 2 == 0;
+            Grammar g = Grammar.optionalToolCalls(names, params, List.of(true, true, false), parallel, null);
+            Out o = run(g, "Let me look that up." + BLOCK, 400, r.nextLong(), 1.0);
+            assertTrue(o.eos, "a begun block closes within the budget: " + o.text);
+            Parsed p = parse(o.text);
+            assertEquals("Let me look that up.", p.content(), o.text);
+            assertFalse(p.calls().isEmpty(), o.text);
+            if (!parallel) assertEquals(1, p.calls().size(), "one invoke without parallel calls: " + o.text);
+            if (p.calls().size() > 1) multi++;
+            for (String[] call : p.calls()) {
+                int i = names.indexOf(call[0]);
+                assertTrue(i >= 0, "a listed tool: " + o.text);
+                JsonNode a = M.readTree(call[1]);
+                assertTrue(a.isObject(), o.text);
+                if (i == 2) continue; // not strict: any parameters, but still DSML the parser reads as a call
+                assertTrue(validator(params.get(i)).validate(a).isEmpty(), params.get(i) + "\n" + o.text + "\n" + a);
+                checked++;
+            }
+        }
+        assertTrue(multi > 0, "parallel calls come when allowed");
+        assertTrue(checked >= 10, "strict calls checked: " + checked);
+    }
+
+    @Test
+    void anUnlistedToolOrInvalidArgumentsCannotBeWritten() throws Exception {
+        JsonNode p = M.readTree("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"],\"additionalProperties\":false}");
+        Grammar g = Grammar.optionalToolCalls(List.of("count"), List.of(p), List.of(true), false, null);
+        String open = "Ok." + BLOCK + "\n<\uFF5CDSML\uFF5Cinvoke name=\"";
+        String good = open + "count\">\n<\uFF5CDSML\uFF5Cparameter name=\"n\" string=\"false\">7</\uFF5CDSML\uFF5Cparameter>\n</\uFF5CDSML\uFF5Cinvoke>\n</\uFF5CDSML\uFF5Ctool_calls>";
+        assertEquals(-1, refusedAt(g, good), "the valid call is written whole");
+        int unlisted = refusedAt(g, open + "delete_all\">\n");
+        assertTrue(unlisted >= 0, "an unlisted name is refused");
+        int notANumber = refusedAt(g, open + "count\">\n<\uFF5CDSML\uFF5Cparameter name=\"n\" string=\"false\">\"seven\"");
+        assertTrue(notANumber >= 0, "an argument outside the schema is refused");
+        // one call only: a second invoke after the first is refused
+        String twice = good.substring(0, good.lastIndexOf('\n')) + "\n<\uFF5CDSML\uFF5Cinvoke name=\"count\">";
+        assertTrue(refusedAt(g, twice) >= 0, "a second invoke without parallel calls is refused");
+        // the same two calls pass where parallel calls are on
+        Grammar par = Grammar.optionalToolCalls(List.of("count"), List.of(p), List.of(true), true, null);
+        assertEquals(-1, refusedAt(par, twice));
+    }
+
+    /** The index of the first token of the text's encoding the constraint refuses, or −1 when it takes them all. */
+    static int refusedAt(Grammar g, String text) {
+        TokenConstraint c = g.constraint(TOK);
+        int[] toks = TOK.encode(text);
+        int n = c.acceptablePrefix(toks, toks.length, 1000);
+        return n == toks.length ? -1 : n;
+    }
+
+    @Test
+    void constrainedContentOrABlockOfCalls() throws Exception {
+        ObjectNode schema = (ObjectNode) M.readTree("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"],\"additionalProperties\":false}");
+        JsonNode p = M.readTree("{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"string\"}},\"required\":[\"q\"]}");
+        Grammar g = Grammar.optionalToolCalls(List.of("search"), List.of(p), List.of(false), true, Grammar.jsonSchema(schema));
+        assertTrue(refusedAt(g, "Free text") >= 0, "the content is held to its schema");
+        for (long seed = 0; seed < 6; seed++) {
+            Out o = run(g, 80, seed, 1.0);
+            assertTrue(o.eos, o.text);
+            assertTrue(validator(schema).validate(M.readTree(o.text)).isEmpty(), o.text);
+        }
+        Out call = run(g, BLOCK, 200, 3, 1.0);
+        assertTrue(call.eos, call.text);
+        Parsed parsed = parse(call.text);
+        assertEquals(1, parsed.calls().size(), call.text);
+        assertEquals("search", parsed.calls().getFirst()[0]);
+    }
+
+    @Test
+    void anUnsupportedKeywordOfAStrictToolNamesTheTool() throws Exception {
+        JsonNode ok = M.readTree("{\"type\":\"object\"}");
+        JsonNode bad = M.readTree("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"a+\"}}}");
+        UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class,
+                () -> Grammar.optionalToolCalls(List.of("a", "b"), List.of(ok, bad), List.of(true, true), true, null));
+        assertEquals("pattern", e.keyword());
+        assertEquals(1, e.tool());
+        // the same schema on a function that is not strict is not compiled: its arguments are free
+        Grammar free = Grammar.optionalToolCalls(List.of("a", "b"), List.of(ok, bad), List.of(true, false), true, null);
+        assertEquals(0, free.minBytes());
     }
 }

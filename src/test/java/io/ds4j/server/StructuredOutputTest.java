@@ -280,4 +280,47 @@ class StructuredOutputTest {
         assertEquals(400, yes.status(), yes.body());
         assertEquals("response_format.json_schema.strict", yes.json().get("error").get("param").asText(), yes.body());
     }
+
+    /**
+     * tool_choice auto with a strict function: its schema is checked when the request comes (an unsupported keyword is a
+     * 400 naming that tool's field, as for a forced call), a function that is not strict keeps a schema the constraint
+     * could not enforce, and {@code strict} and {@code parallel_tool_calls} must be booleans. The answer of the random
+     * model is whatever it says, text or calls, and parses either way (the grammar tests check the calls themselves:
+     * GrammarPropertyTest.aBlockTheModelBeginsIsHeldToTheToolsInAutoMode).
+     */
+    @Test
+    void strictToolsInAutoMode() throws Exception {
+        String ok = "{\"type\":\"function\",\"function\":{\"name\":\"ok\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+                + "\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"],\"additionalProperties\":false}}}";
+        String pattern = "{\"type\":\"function\",\"function\":{\"name\":\"p\",\"strict\":%s,\"parameters\":{\"type\":\"object\","
+                + "\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"a+\"}}}}}";
+        var bad = server.post("/v1/chat/completions", body("\"tools\":[" + ok + "," + pattern.formatted("true") + "],\"max_tokens\":4"));
+        assertEquals(400, bad.status(), bad.body());
+        assertEquals("unsupported_schema_keyword", bad.json().at("/error/code").asText(), bad.body());
+        assertEquals("tools[1].function.parameters.properties.x", bad.json().at("/error/param").asText(), bad.body());
+        var notStrict = server.post("/v1/chat/completions", body("\"tools\":[" + ok + "," + pattern.formatted("false") + "],\"max_tokens\":4"));
+        assertEquals(200, notStrict.status(), notStrict.body());
+        // none: the tools are not offered, so nothing of theirs is compiled
+        var none = server.post("/v1/chat/completions", body("\"tools\":[" + pattern.formatted("true") + "],\"tool_choice\":\"none\",\"max_tokens\":4"));
+        assertEquals(200, none.status(), none.body());
+        var yes = server.post("/v1/chat/completions", body("\"tools\":[" + pattern.formatted("\"yes\"") + "]"));
+        assertEquals(400, yes.status(), yes.body());
+        assertEquals("tools[0].function.strict", yes.json().at("/error/param").asText(), yes.body());
+        var parallel = server.post("/v1/chat/completions", body("\"tools\":[" + ok + "],\"parallel_tool_calls\":\"no\""));
+        assertEquals(400, parallel.status(), parallel.body());
+        assertEquals("parallel_tool_calls", parallel.json().at("/error/param").asText(), parallel.body());
+        for (String extra : new String[]{"", ",\"parallel_tool_calls\":false", ",\"stream\":true"}) {
+            var resp = server.post("/v1/chat/completions", body("\"tools\":[" + ok + "],\"max_tokens\":24,\"temperature\":1,\"seed\":3" + extra));
+            assertEquals(200, resp.status(), resp.body());
+            if (extra.contains("stream")) continue;
+            JsonNode c = resp.json().get("choices").get(0);
+            String finish = c.get("finish_reason").asText();
+            assertTrue(finish.equals("stop") || finish.equals("length") || finish.equals("tool_calls"), c.toString());
+            for (JsonNode call : c.get("message").path("tool_calls"))
+                assertTrue(Json.MAPPER.readTree(call.at("/function/arguments").asText()).path("n").isIntegralNumber(), c.toString());
+        }
+        // a forced call names the function whose schema fails, wherever it is in the list
+        var forced = server.post("/v1/chat/completions", body("\"tools\":[" + ok + "," + pattern.formatted("false") + "],\"tool_choice\":\"required\""));
+        assertEquals("tools[1].function.parameters.properties.x", forced.json().at("/error/param").asText(), forced.body());
+    }
 }

@@ -103,6 +103,10 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
                 if (desc != null && !desc.isNull() && !desc.isTextual()) {
                     throw new ChatFormatException("tools[" + i + "].function.description", "must be a string");
                 }
+                JsonNode strict = fn.get("strict");
+                if (strict != null && !strict.isNull() && !strict.isBoolean()) {
+                    throw new ChatFormatException("tools[" + i + "].function.strict", "must be true or false, got " + strict);
+                }
                 JsonNode params = fn.get("parameters");
                 if (params != null && !params.isNull()) {
                     // a JSON Schema object; its "type" (when given) is a type name or a list of them

@@ -1,0 +1,101 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * Tool calls in auto mode through HTTP, on the scripted model, which calls get_weather with
+ * {@code {"city": "Paris", "days": 3}} whenever the prompt mentions the weather ({@link TestServer#TOOL}): a function
+ * that is not strict gets the model's call as written; a strict one gets a call valid for its schema even where the
+ * model would write another; a tool-call block is held to the listed functions; without a weather question the answer
+ * is the model's text, untouched.
+ */
+class AutoToolCallsTest {
+    static TestServer server;
+
+    @BeforeAll
+    static void start() throws Exception {
+        server = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("speculative.draft", "none"));
+    }
+
+    @AfterAll
+    static void stop() {
+        if (server != null) server.close();
+    }
+
+    static String tool(String name, boolean strict, String properties) {
+        return "{\"type\":\"function\",\"function\":{\"name\":\"" + name + "\",\"strict\":" + strict + ",\"parameters\":"
+                + "{\"type\":\"object\",\"properties\":" + properties + ",\"required\":[\"city\"],\"additionalProperties\":false}}}";
+    }
+
+    static JsonNode answer(String user, String tools, String extra) throws Exception {
+        var r = server.post("/v1/chat/completions", TestServer.chat(user, "\"temperature\":0,\"max_tokens\":400,\"tools\":["
+                + tools + "]" + extra));
+        assertEquals(200, r.status(), r.body());
+        return r.json().at("/choices/0");
+    }
+
+    @Test
+    void aStrictFunctionsCallIsValidForItsSchema() throws Exception {
+        String cityIsANumber = "{\"city\":{\"type\":\"integer\"},\"days\":{\"type\":\"integer\"}}";
+        JsonNode free = answer("What is the weather in Paris?", tool("get_weather", false, cityIsANumber), "");
+        assertEquals("tool_calls", free.get("finish_reason").asText(), free.toString());
+        JsonNode freeArgs = Json.MAPPER.readTree(free.at("/message/tool_calls/0/function/arguments").asText());
+        assertEquals("Paris", freeArgs.get("city").asText(), "not strict: the model's arguments as written");
+
+        JsonNode strict = answer("What is the weather in Paris?", tool("get_weather", true, cityIsANumber), "");
+        assertEquals("tool_calls", strict.get("finish_reason").asText(), strict.toString());
+        assertEquals("Let me check.", strict.at("/message/content").asText(), strict.toString());
+        JsonNode call = strict.at("/message/tool_calls/0/function");
+        assertEquals("get_weather", call.get("name").asText());
+        JsonNode args = Json.MAPPER.readTree(call.get("arguments").asText());
+        assertTrue(args.get("city").isIntegralNumber(), "strict: the city is an integer: " + args);
+        assertTrue(StructuredOutputTest.valid(Json.MAPPER.readTree(cityIsANumber.replace("{\"city\"", "{\"type\":\"object\",\"properties\":{\"city\"") + ",\"required\":[\"city\"],\"additionalProperties\":false}"), args), args.toString());
+        assertEquals(1, strict.at("/message/tool_calls").size());
+    }
+
+    @Test
+    void aBlockNamesOnlyListedFunctions() throws Exception {
+        String props = "{\"city\":{\"type\":\"string\"}}";
+        JsonNode c = answer("What is the weather in Paris?", tool("get_forecast", true, props), ",\"parallel_tool_calls\":false");
+        JsonNode calls = c.at("/message/tool_calls");
+        assertEquals(1, calls.size(), c.toString());
+        assertEquals("get_forecast", calls.get(0).at("/function/name").asText(), "the one listed function, not the model's get_weather");
+        assertTrue(Json.MAPPER.readTree(calls.get(0).at("/function/arguments").asText()).get("city").isTextual(), c.toString());
+        // streamed, the same call
+        var s = server.post("/v1/chat/completions", TestServer.chat("What is the weather in Paris?", "\"temperature\":0,"
+                + "\"max_tokens\":400,\"stream\":true,\"parallel_tool_calls\":false,\"tools\":[" + tool("get_forecast", true, props) + "]"));
+        assertEquals(200, s.status(), s.body());
+        assertTrue(s.body().contains("\"name\":\"get_forecast\""), s.body());
+    }
+
+    @Test
+    void textAnswersAreUntouched() throws Exception {
+        JsonNode c = answer("Hi", tool("lookup", true, "{\"city\":{\"type\":\"integer\"}}"), "");
+        assertEquals(TestServer.PLAIN, c.at("/message/content").asText(), c.toString());
+        assertEquals("stop", c.get("finish_reason").asText());
+        assertTrue(c.at("/message/tool_calls").isMissingNode() || c.at("/message/tool_calls").isEmpty(), c.toString());
+    }
+
+    /**
+     * A block begun with too few tokens left for its shortest completion is cut by max_tokens (finish reason length,
+     * the call as far as it got), as an unconstrained call is: the budget does not turn the model's call into an end of
+     * its turn with half a tag in the content.
+     */
+    @Test
+    void aCallBegunWithoutRoomEndsWithLength() throws Exception {
+        var r = server.post("/v1/chat/completions", TestServer.chat("What is the weather in Paris?", "\"temperature\":0,"
+                + "\"max_tokens\":40,\"tools\":[" + tool("get_weather", true, "{\"city\":{\"type\":\"integer\"}}") + "]"));
+        assertEquals(200, r.status(), r.body());
+        JsonNode c = r.json().at("/choices/0");
+        assertEquals("length", c.get("finish_reason").asText(), c.toString());
+        assertEquals("Let me check.", c.at("/message/content").asText(), "no markup in the content: " + c);
+        assertEquals("get_weather", c.at("/message/tool_calls/0/function/name").asText(), c.toString());
+    }
+}
