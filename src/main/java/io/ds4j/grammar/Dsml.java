@@ -1,16 +1,20 @@
 package io.ds4j.grammar;
 
-/** The DeepSeek-V4 tool-call markup the tool grammar produces (the same text the chat encoder renders). */
+import io.ds4j.text.chat.V4Format;
+
+/**
+ * The DeepSeek-V4 tool-call markup the tool grammar produces: the chat format's own strings ({@link V4Format}), so the
+ * grammar writes exactly what the encoder renders and the output parser reads.
+ */
 final class Dsml {
     private Dsml() {}
 
-    static final String BAR = "\uFF5CDSML\uFF5C";
-    static final String TOOL_CALLS_OPEN = "<" + BAR + "tool_calls>";
-    static final String TOOL_CALLS_CLOSE = "</" + BAR + "tool_calls>";
-    static final String INVOKE_OPEN = "<" + BAR + "invoke";
-    static final String INVOKE_CLOSE = "</" + BAR + "invoke>";
-    static final String PARAMETER_OPEN = "<" + BAR + "parameter";
-    static final String PARAMETER_CLOSE = "</" + BAR + "parameter>";
+    static final String TOOL_CALLS_OPEN = V4Format.TOOL_CALLS_OPEN;
+    static final String TOOL_CALLS_CLOSE = V4Format.TOOL_CALLS_CLOSE;
+    static final String INVOKE_OPEN = V4Format.INVOKE_OPEN;
+    static final String INVOKE_CLOSE = V4Format.INVOKE_CLOSE;
+    static final String PARAMETER_OPEN = V4Format.PARAMETER_OPEN;
+    static final String PARAMETER_CLOSE = V4Format.PARAMETER_CLOSE;
 
     /** Plain strings travel as raw text ({@code string="true"}); everything else as JSON. */
     static boolean raw(Schema s) {
