@@ -21,7 +21,8 @@ import java.util.Set;
  * {@code anyOf}, {@code $ref} to {@code #}, {@code #/$defs/...} or {@code #/definitions/...}, and annotations
  * ({@code title}, {@code description}, {@code default}, {@code examples}, {@code $schema}, {@code $id},
  * {@code $comment}, {@code deprecated}, {@code readOnly}, {@code writeOnly}). Any other keyword is refused with
- * {@link UnsupportedSchemaException} naming it, so nothing the client asked for is silently not enforced. The values
+ * {@link UnsupportedSchemaException} naming it, so nothing the client asked for is silently not enforced; every
+ * {@code $defs} and {@code definitions} entry is checked so, whether or not a {@code $ref} uses it. The values
  * of an {@code enum} or {@code const} are produced only where they satisfy the other keywords of their node too (any
  * {@code minimum} and {@code maximum} there included, checked on the values exactly); a node none of whose values
  * does is refused, as no output would be valid. A literal clients could not read as written is refused too: a number
@@ -30,6 +31,8 @@ import java.util.Set;
 public final class SchemaCompiler {
     private static final Set<String> ANNOTATIONS = Set.of("title", "description", "default", "examples", "$schema",
             "$id", "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions");
+    /** The keywords that hold named schemas for {@code $ref} to use. */
+    private static final List<String> DEFINITIONS = List.of("$defs", "definitions");
     private static final Set<String> STRUCTURE = Set.of("type", "properties", "required", "additionalProperties",
             "items", "minItems", "maxItems", "enum", "const", "anyOf", "$ref", "minimum", "maximum");
     /** Integer digits that keep every number inside the widest bounds clients send (±(2^53 − 1) from zod's int()). */
@@ -46,6 +49,12 @@ public final class SchemaCompiler {
     private final List<Schema> nodes = new ArrayList<>();
     private final Map<String, Schema> byPointer = new HashMap<>();
     private final List<Map.Entry<String, Schema.Ref>> pending = new ArrayList<>();
+    /**
+     * The pointer of every {@code $defs} and {@code definitions} entry met while compiling, each compiled whether or not
+     * a {@code $ref} uses it: a dangling {@code $ref} or an unsupported keyword in an entry nothing uses yet is refused
+     * as it would be once a {@code $ref} reaches it, not left for a later edit of the schema to find.
+     */
+    private final List<String> definitions = new ArrayList<>();
     /**
      * One node per distinct number kind and per distinct literal list: states refer to their schema node, so equal
      * nodes shared make equal states, which the live alternatives then hold once.
@@ -98,6 +107,13 @@ public final class SchemaCompiler {
         if (n == null || !n.isObject())
             throw new UnsupportedSchemaException("type", path, "schema at '" + path + "' must be an object, or true or false");
         keywords(n, path);
+        for (String k : DEFINITIONS) {
+            JsonNode d = n.get(k);
+            if (d == null) continue;
+            if (!d.isObject())
+                throw new UnsupportedSchemaException(k, path, k + " at '" + path + "' must be an object of named schemas");
+            for (var e : d.properties()) definitions.add(path + "/" + k + "/" + escaped(e.getKey()));
+        }
         if (n.has("$ref")) {
             for (var e : n.properties())
                 if (STRUCTURE.contains(e.getKey()) && !e.getKey().equals("$ref"))
@@ -451,7 +467,12 @@ public final class SchemaCompiler {
      * "~0", '/' as "~1"), so that a name holding either reads back as one name, as a $ref's pointer does.
      */
     static String property(String path, String name) {
-        return path + "/properties/" + name.replace("~", "~0").replace("/", "~1");
+        return path + "/properties/" + escaped(name);
+    }
+
+    /** A name as one step of a JSON pointer (RFC 6901: '~' as "~0", '/' as "~1"). */
+    private static String escaped(String name) {
+        return name.replace("~", "~0").replace("/", "~1");
     }
 
     /** The schema node a pointer names (the root for ""). */
@@ -555,9 +576,19 @@ public final class SchemaCompiler {
         return x.intValueExact();
     }
 
+    /**
+     * Points every {@code $ref} at its target's node, compiling each target once, and compiles every definition no
+     * {@code $ref} reached ({@link #definitions}); both lists grow while targets and definitions compile.
+     */
     private void resolve() {
-        for (int i = 0; i < pending.size(); i++) { // grows while targets compile
-            var e = pending.get(i);
+        int d = 0;
+        for (int i = 0; i < pending.size() || d < definitions.size(); ) {
+            if (i == pending.size()) {
+                String ptr = definitions.get(d++);
+                if (!byPointer.containsKey(ptr)) byPointer.put(ptr, node(at(ptr), ptr));
+                continue;
+            }
+            var e = pending.get(i++);
             String ptr = e.getKey();
             Schema target = byPointer.get(ptr);
             if (target == null) {

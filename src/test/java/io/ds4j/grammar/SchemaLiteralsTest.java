@@ -111,6 +111,32 @@ class SchemaLiteralsTest {
         assertEquals("/properties/a~1b~0c", e.path());
     }
 
+    /**
+     * A definition nothing refers to is checked as a used one is: a dangling $ref, or a keyword outside the subset, in
+     * it is refused with the error the same definition gives once a $ref reaches it.
+     */
+    @Test
+    void anUnusedDefinitionIsCheckedAsAUsedOne() throws Exception {
+        String bad = "{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/$defs/Missing\"}}}";
+        String unused = "{\"type\":\"string\",\"$defs\":{\"Unused\":" + bad + "}}";
+        String used = "{\"$ref\":\"#/$defs/Unused\",\"$defs\":{\"Unused\":" + bad + "}}";
+        UnsupportedSchemaException u = refused(unused), r = refused(used);
+        assertEquals("$ref", u.keyword());
+        assertEquals("/$defs/Unused/properties/x", u.path());
+        assertEquals("$ref \"#/$defs/Missing\" at '/$defs/Unused/properties/x' does not resolve", u.getMessage());
+        assertEquals(r.getMessage(), u.getMessage());
+        // under definitions, nested in another definition, and a keyword the compiler refuses
+        u = refused("{\"type\":\"string\",\"definitions\":{\"A\":{\"type\":\"string\",\"$defs\":{\"a/b\":"
+                + "{\"type\":\"string\",\"pattern\":\"x\"}}}}}");
+        assertEquals("pattern", u.keyword());
+        assertEquals("/definitions/A/$defs/a~1b", u.path());
+        // a $defs that holds no named schemas
+        assertEquals("$defs at '' must be an object of named schemas", refused("{\"type\":\"string\",\"$defs\":[]}").getMessage());
+        // unused definitions that are fine change nothing
+        assertTrue(accepts(grammar("{\"type\":\"string\",\"$defs\":{\"N\":{\"type\":\"integer\"},"
+                + "\"R\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/R\"}}}}"), "\"hi\""));
+    }
+
     /** The tester's cases: each produced a value its node's type forbids; no value satisfies them, so they are refused. */
     @Test
     void aLiteralThatBreaksItsNodesTypeIsRefused() throws Exception {

@@ -240,6 +240,24 @@ class StructuredOutputTest {
         }
     }
 
+    /**
+     * A dangling $ref in a $defs entry nothing uses is the same 400 as in a used one, in response_format and in a
+     * forced tool call's parameters (it was accepted silently).
+     */
+    @Test
+    void danglingReferenceInAnUnusedDefinitionIs400() throws Exception {
+        String schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"],"
+                + "\"$defs\":{\"Unused\":{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/$defs/Missing\"}}}}}";
+        var rf = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(schema), true) + ",\"max_tokens\":4"));
+        assertEquals(400, rf.status(), rf.body());
+        assertEquals("response_format.json_schema.schema.$defs.Unused.properties.x: $ref \"#/$defs/Missing\" does not resolve",
+                rf.json().at("/error/message").asText(), rf.body());
+        var tool = server.post("/v1/chat/completions", body("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                + "\"parameters\":" + schema + "}}],\"tool_choice\":\"required\",\"max_tokens\":4"));
+        assertEquals(400, tool.status(), tool.body());
+        assertEquals("tools[0].function.parameters.$defs.Unused.properties.x", tool.json().at("/error/param").asText(), tool.body());
+    }
+
     @Test
     void unsupportedKeywordIs400() throws Exception {
         JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"d\"]}");
