@@ -68,8 +68,8 @@ final class CommandLineOverrides {
     }
 
     /**
-     * Equal values of a key: as the key reads them where it accepts both (--spec-q 4 and --set speculative.q=4 are the
-     * width "4"), else numbers by value (20 and 20.0 are one value) and anything else by equals.
+     * Equal values of a key: as the key reads them where it accepts both (--spec-q auto and --set speculative.q=AUTO
+     * are the width "auto"), else numbers by value (20 and 20.0 are one value) and anything else by equals.
      */
     static boolean same(String key, Object a, Object b) {
         ConfigKey k = ServerConfig.keyOf(key);

@@ -69,7 +69,8 @@ public final class ServeCommand implements Callable<Integer> {
     @Option(names = "--draft", paramLabel = "none|ngram|mtp|DIR", description = "speculative.draft.")
     String draft;
 
-    @Option(names = "--spec-q", paramLabel = "auto|1..8", description = "speculative.q: draft tokens verified per step.")
+    @Option(names = "--spec-q", paramLabel = "auto|0..8",
+            description = "speculative.q: draft tokens verified per step (0 = none for requests that give no speculative_q).")
     String specQ;
 
     @Option(names = "--max-context", paramLabel = "N", description = "limits.maxContextTokens.")
@@ -136,7 +137,8 @@ public final class ServeCommand implements Callable<Integer> {
             put(o, "gpu.memoryBudgetMiB", "--gpu-memory-budget-mib", gpuMemoryBudgetMiB);
             put(o, "verify.f16Kv", "--fused-verify-f16-kv", fusedVerifyF16Kv ? Boolean.TRUE : null);
             put(o, "speculative.draft", "--draft", draft);
-            put(o, "speculative.q", "--spec-q", specQ);
+            // a width is a number in the file ("4" is refused there): --spec-q 4 gives the number, --spec-q auto the text
+            put(o, "speculative.q", "--spec-q", specQ == null ? null : jsonOrText(specQ));
             put(o, "limits.maxContextTokens", "--max-context", maxContext);
             put(o, "limits.maxActive", "--max-active", maxActive);
             put(o, "limits.maxQueue", "--max-queue", maxQueue);
@@ -158,18 +160,7 @@ public final class ServeCommand implements Callable<Integer> {
                     if (ServerConfig.keyOf(k) == null)
                         throw new CommandLine.ParameterException(spec.commandLine(), "--set: unknown configuration key '" + k + "'"
                                 + ServerConfig.suggestion(k));
-                    Object val = v;  // not JSON (or empty): the text itself
-                    try {
-                        // read as the API reads JSON: "4,5" is not the number 4 followed by something ignored; a number
-                        // written with a fraction or exponent stays a node that keeps its text (Json#written), so that
-                        // its checks decide on it as written (2.0000000000000001 is no integer), as in a file
-                        var node = io.ds4j.server.Json.read(v.getBytes(java.nio.charset.StandardCharsets.UTF_8), "a --set value");
-                        if (node != null)
-                            val = io.ds4j.server.Json.written(node) != null ? node : io.ds4j.server.Json.MAPPER.treeToValue(node, Object.class);
-                    } catch (io.ds4j.server.Json.Unreadable | IOException e) {
-                        // the text itself
-                    }
-                    o.put(k, "--set " + s, "--set " + s, val);
+                    o.put(k, "--set " + s, "--set " + s, jsonOrText(v));
                 }
             }
         } catch (CommandLineOverrides.Conflict e) {
@@ -177,6 +168,24 @@ public final class ServeCommand implements Callable<Integer> {
         }
         flagOf.putAll(o.flags());
         return new LinkedHashMap<>(o.values());
+    }
+
+    /**
+     * A value given as text on the command line, as the configuration file would hold it: JSON where it reads as JSON
+     * (a number, true, null, a quoted string, ...), else the text itself.
+     */
+    private static Object jsonOrText(String v) {
+        try {
+            // read as the API reads JSON: "4,5" is not the number 4 followed by something ignored; a number written
+            // with a fraction or exponent stays a node that keeps its text (Json#written), so that its checks decide on
+            // it as written (2.0000000000000001 is no integer), as in a file
+            var node = io.ds4j.server.Json.read(v.getBytes(java.nio.charset.StandardCharsets.UTF_8), "a command-line value");
+            if (node != null)
+                return io.ds4j.server.Json.written(node) != null ? node : io.ds4j.server.Json.MAPPER.treeToValue(node, Object.class);
+        } catch (io.ds4j.server.Json.Unreadable | IOException e) {
+            // not JSON: the text itself
+        }
+        return v;  // not JSON, or empty
     }
 
     /** A dedicated flag's key; the flag as written is the flag and its value (each value of a repeatable one). */

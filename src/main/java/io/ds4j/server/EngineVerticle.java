@@ -166,7 +166,10 @@ public final class EngineVerticle extends VerticleBase {
             Scheduler.Limits l = scheduler.limits();
             LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}, batch: max rows {}, prefill token budget {}, "
                             + "prefill beside decoding requests: {}",
-                    backend.name(), model.draft() == null ? "none" : model.draft().name(), state.config().maxActive(),
+                    backend.name(), (model.draft() == null ? "none" : model.draft().name())
+                            // said here, since the draft is loaded yet unused by default
+                            + (state.config().specQ().equals("0") ? " (speculative.q 0: only requests that give speculative_q speculate)" : ""),
+                    state.config().maxActive(),
                     state.config().maxQueue(), l.maxBatchRows(), l.tokenBudget(), l.maxTickStretch() == 0
                             ? "the whole budget (scheduler.maxTickStretch 0)"
                             : "a step at most " + l.maxTickStretch() + "x the step without it, at least " + l.floor() + " tokens"

@@ -339,10 +339,10 @@ final class Requests {
     private static String specQ(JsonNode b, ServerConfig cfg) {
         JsonNode q = b.get("speculative_q");
         if (q == null || q.isNull()) return cfg.specQ();
-        if (q.isTextual() && q.textValue().trim().equalsIgnoreCase("auto")) return "auto";
-        // a number as JSON numbers are (like every integer field); a string other than "auto" is refused, even "5"
-        if (Json.isIntegral(q) && q.canConvertToInt() && q.intValue() >= 0 && q.intValue() <= 8) return Integer.toString(q.intValue());
-        throw ApiException.badField("speculative_q", "must be 0 (off), an integer 1..8 or \"auto\", got " + shown(q));
+        // read as the configuration's speculative.q is: a string other than "auto" is refused, even "5"
+        String w = io.ds4j.server.config.ConfigKey.width(q);
+        if (w != null) return w;
+        throw ApiException.badField("speculative_q", "must be " + io.ds4j.server.config.ConfigKey.WIDTHS + ", got " + shown(q));
     }
 
     /**

@@ -445,12 +445,15 @@ class CliErrorsTest {
     }
 
     /**
-     * One value written two ways is one value as its key reads it (the width 4 and "4"), and null is a value: --set
-     * model.name=null used to be dropped (the file's name stayed, and --model-name x beside it was no conflict).
+     * One value written two ways is one value as its key reads it (the widths auto and "AUTO"), and null is a value:
+     * --set model.name=null used to be dropped (the file's name stayed, and --model-name x beside it was no conflict).
+     * --spec-q gives its width as the number a file holds (a file's "4" is refused), and 0 as a number too.
      */
     @Test
     void aValueIsComparedAsItsKeyReadsItAndNullIsAValue() throws Exception {
-        assertEquals(java.util.Map.of("speculative.q", "4"), serveOverrides("--spec-q", "4", "--set", "speculative.q=4"));
+        assertEquals(java.util.Map.of("speculative.q", 4), serveOverrides("--spec-q", "4", "--set", "speculative.q=4"));
+        assertEquals(java.util.Map.of("speculative.q", 0), serveOverrides("--spec-q", "0"));
+        assertEquals("0", io.ds4j.server.config.ServerConfig.parse("{}", "f", java.util.Map.of("speculative.q", 0)).specQ());
         // a log level in any case is that level (the configuration lower-cases it)
         assertEquals(java.util.Map.of("log.level", "DEBUG"), serveOverrides("--log-level", "DEBUG", "--set", "log.level=debug"));
         assertEquals(java.util.Map.of("speculative.q", "auto"), serveOverrides("--spec-q", "auto", "--set", "speculative.q=\"AUTO\""));

@@ -225,7 +225,7 @@ class EndpointsTest {
     @Test
     void propsModelsPlaygroundAndCors() throws Exception {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
-                Map.of("server.cors.allowedOrigins", List.of("http://app.example"), "speculative.q", "3"))) {
+                Map.of("server.cors.allowedOrigins", List.of("http://app.example"), "speculative.q", 3))) {
             JsonNode p = t.get("/props").json();
             assertEquals("cpu", p.get("backend").asText());
             assertEquals("ngram", p.at("/speculative/draft").asText());

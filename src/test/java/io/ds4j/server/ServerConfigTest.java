@@ -85,7 +85,7 @@ class ServerConfigTest {
         List<String> p = e.problems();
         assertTrue(p.contains("server.port: must be an integer, got \"80\""), p.toString());
         assertTrue(p.contains("server.prot: unknown key (did you mean server.port?)"), p.toString());
-        assertTrue(p.contains("speculative.q: must be \"auto\" or an integer 1..8, got 12"), p.toString());
+        assertTrue(p.contains("speculative.q: must be 0 (off), an integer 1..8 or \"auto\", got 12"), p.toString());
         assertTrue(p.contains("extra: unknown key"), p.toString());
         assertTrue(p.contains("limits.maxActive: must be an integer in [1, 4096], got 0"), p.toString());
         // a whole number beyond the int range is told the key's range, as other values out of range are (not "must be
@@ -235,10 +235,26 @@ class ServerConfigTest {
                 problems("{\"model\": {\"backend\": \"cuda\"}, \"verify\": {\"f16Kv\": true}}").problems());
     }
 
+    /**
+     * speculative.q reads as a request's speculative_q does (one reading, ConfigKey.width): 0 is no speculation (it was
+     * refused), a number written as a string is refused (the file's "4" was taken while a request's "5" is a 400).
+     */
+    @Test
+    void speculativeWidthReadsAsARequestsSpeculativeQ() throws Exception {
+        assertEquals("0", ServerConfig.parse("{\"speculative\": {\"q\": 0}}", "t", null).specQ());
+        assertEquals("8", ServerConfig.parse("{\"speculative\": {\"q\": 8.0}}", "t", null).specQ());
+        assertEquals("auto", ServerConfig.parse("{\"speculative\": {\"q\": \" AUTO \"}}", "t", null).specQ());
+        assertEquals(List.of("speculative.q: must be 0 (off), an integer 1..8 or \"auto\", got \"4\""),
+                problems("{\"speculative\": {\"q\": \"4\"}}").problems());
+        assertEquals(List.of("speculative.q: must be 0 (off), an integer 1..8 or \"auto\", got -1"),
+                problems("{\"speculative\": {\"q\": -1}}").problems());
+        assertEquals("0 (off), [1, 8] or \"auto\"", ServerConfig.keyOf("speculative.q").rangeText());
+    }
+
     @Test
     void overridesWinOverTheFileAndAreChecked() throws Exception {
         ServerConfig c = ServerConfig.parse("{\"server\": {\"port\": 9000}, \"limits\": {\"maxQueue\": 5}}", "f",
-                Map.of("server.port", 1234, "speculative.q", "4", "server.apiKeys", List.of("a", "b")));
+                Map.of("server.port", 1234, "speculative.q", 4, "server.apiKeys", List.of("a", "b")));
         assertEquals(1234, c.port());
         assertEquals(5, c.maxQueue());
         assertEquals("4", c.specQ());

@@ -113,7 +113,7 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
 
     /**
      * Whether two values (String, Number, Boolean, List or null, as overrides give them) are one value of this key:
-     * both accepted and read alike (the width 4 and "4"; the integer 20 and 20.0; the log levels DEBUG and debug).
+     * both accepted and read alike (the widths "auto" and "AUTO"; the integer 20 and 20.0; the log levels DEBUG and debug).
      * False when the key refuses either.
      */
     public boolean sameValue(Object a, Object b) {
@@ -128,7 +128,24 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
     /** The README's range cell of this key: its {@link Range#text}, the accepted widths, or "—" for a key without one. */
     public String rangeText() {
         if (range != null) return range.text();
-        return type == Type.WIDTH ? "[1, 8] or \"auto\"" : "—";
+        return type == Type.WIDTH ? "0 (off), [1, 8] or \"auto\"" : "—";
+    }
+
+    /** The speculative widths {@link #width} accepts, as the messages of speculative.q and a request's speculative_q say them. */
+    public static final String WIDTHS = "0 (off), an integer 1..8 or \"auto\"";
+
+    /**
+     * Reads a speculative width: the one reading of the key {@code speculative.q} and of a request's
+     * {@code speculative_q}, so that the two accept the same values. "auto" in any letter case, or a JSON number that is
+     * a whole number 0..8 as written (4.0 too); 0 is no speculation. A string holding a number ("4") is refused, as by
+     * every integer key and request field.
+     * @return "auto" or "0".."8", or null for a value refused ({@link #WIDTHS} says what is accepted)
+     */
+    public static String width(JsonNode v) {
+        if (v.isTextual()) return v.textValue().trim().equalsIgnoreCase("auto") ? "auto" : null;
+        if (v.isNumber() && Json.isIntegral(v) && v.canConvertToInt() && v.intValue() >= 0 && v.intValue() <= 8)
+            return Integer.toString(v.intValue());
+        return null;
     }
 
     /** Value types. Each reads a JSON node into a Java value or returns a problem text. */
@@ -147,7 +164,7 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
         BOOL,
         /** An array of strings (Java List&lt;String&gt;). */
         STRING_LIST,
-        /** "auto" or an integer 1..8 (Java String, canonical form). */
+        /** "auto" or an integer 0..8, 0 for no speculation ({@link ConfigKey#width}; Java String, canonical form). */
         WIDTH,
         /** A log level: trace, debug, info, warn, error or off, in any case (Java String, lower case). */
         LEVEL;
@@ -208,17 +225,8 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
                     return List.copyOf(out);
                 }
                 case WIDTH -> {
-                    if (v.isTextual() && v.textValue().trim().toLowerCase(Locale.ROOT).equals("auto")) return "auto";
-                    String s = v.isIntegralNumber() ? v.asText()
-                            : v.isNumber() && Json.isIntegral(v) && v.canConvertToInt() ? Integer.toString(v.intValue())
-                            : v.isTextual() ? v.textValue().trim() : null;
-                    try {
-                        int q = s == null ? -1 : Integer.parseInt(s);
-                        if (q >= 1 && q <= 8) return Integer.toString(q);
-                    } catch (NumberFormatException ignored) {
-                        // reported below
-                    }
-                    return new Problem("must be \"auto\" or an integer 1..8, got " + describe(v));
+                    String w = width(v);
+                    return w != null ? w : new Problem("must be " + WIDTHS + ", got " + describe(v));
                 }
                 case LEVEL -> {
                     String l = v.isTextual() ? v.textValue().toLowerCase(Locale.ROOT) : null;

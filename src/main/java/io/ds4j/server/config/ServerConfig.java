@@ -71,7 +71,10 @@ public final class ServerConfig {
             key("speculative.draft", ConfigKey.Type.STRING, "ngram", false,
                     "draft for speculative decoding: \"none\", \"ngram\" (prompt lookup), \"mtp\" (the checkpoint's MTP layer) or a draft model folder"),
             key("speculative.q", ConfigKey.Type.WIDTH, "auto", true,
-                    "draft tokens verified per step: 1..8, or \"auto\" (adaptive, up to 8)"),
+                    "draft tokens verified per step: 1..8, or \"auto\" (adaptive, up to 8), for requests that give no "
+                            + "speculative_q; 0 = those requests do not speculate (neither with the draft nor with a "
+                            + "prediction), as with speculative_q 0, while a request's speculative_q still asks for it "
+                            + "(speculative.draft \"none\" loads no draft at all)"),
             key("verify.f16Kv", ConfigKey.Type.BOOL, false, false,
                     "F16-KV verifier: verify attention reads the F16 cache directly instead of converting it to F32; "
                             + "only with backend hip on a single device, and off (with a warning) under hybrid expert placement"),
@@ -552,7 +555,7 @@ public final class ServerConfig {
     /** {@code speculative.draft}. */
     public String draft() { return (String) values.get("speculative.draft"); }
 
-    /** "auto" or "1".."8". */
+    /** "auto" or "0".."8" (0: requests that give no speculative_q do not speculate). */
     public String specQ() { return (String) values.get("speculative.q"); }
 
     /** {@code verify.f16Kv}. */
