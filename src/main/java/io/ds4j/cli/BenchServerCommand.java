@@ -374,20 +374,23 @@ public final class BenchServerCommand implements Callable<Integer> {
 
     /**
      * The closing line on the server's settings. The prefill chunk shown is the one the engine uses: the configured
-     * limits.prefillChunk, at most scheduler.tokenBudget ({@link Scheduler#prefillChunk}).
+     * limits.prefillChunk, at most scheduler.tokenBudget ({@link Scheduler#prefillChunk}); so is the floor, at most that
+     * chunk ({@link ServerConfig#minPrefillChunkInEffect(int, int, int)}).
      * @param wanted the most requests at once: the largest level's clients, plus one for the long prompt; those above
      *               limits.maxActive wait in the queue (said only where some do)
      */
     static String serverLine(int active, int wanted, int maxBatchRows, int tokenBudget, int configuredChunk, int httpInstances,
                              double maxTickStretch, int minPrefillChunk) {
         int chunk = Scheduler.prefillChunk(configuredChunk, new Scheduler.Limits(maxBatchRows, tokenBudget));
+        int floor = ServerConfig.minPrefillChunkInEffect(minPrefillChunk, configuredChunk, tokenBudget);
         return String.format("server: limits.maxActive %d%s, scheduler.maxBatchRows %d, "
                         + "scheduler.tokenBudget %d, prefill chunk %d%s, %s, one engine thread, %d HTTP verticles",
                 active, wanted > active ? String.format(" (%d of the %d requests at once at the largest level %s in the queue)",
                         wanted - active, wanted, wanted - active == 1 ? "waits" : "wait") : "", maxBatchRows, tokenBudget, chunk,
                 chunk == configuredChunk ? "" : " (limits.prefillChunk " + configuredChunk + ", cut to the token budget)",
                 maxTickStretch == 0 ? "scheduler.maxTickStretch 0 (off: prefill gets the whole budget beside decoding streams)"
-                        : "scheduler.maxTickStretch " + maxTickStretch + " with scheduler.minPrefillChunk " + minPrefillChunk,
+                        : "scheduler.maxTickStretch " + maxTickStretch + " with scheduler.minPrefillChunk " + floor
+                        + (floor == minPrefillChunk ? "" : " (" + minPrefillChunk + " configured, cut to the prefill chunk)"),
                 httpInstances);
     }
 

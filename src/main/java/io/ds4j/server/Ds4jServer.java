@@ -333,7 +333,7 @@ public final class Ds4jServer {
         LOG.warn(msg);
     }
 
-    /** The keys a change of which can cap, or stop capping, a prefill chunk at the token budget. */
+    /** The keys a change of which can cap, or stop capping, the prefill chunk or the floor ({@link ServerConfig#prefillCaps}). */
     private static final java.util.Set<String> BUDGET_KEYS = java.util.Set.of("limits.prefillChunk",
             "scheduler.minPrefillChunk", "scheduler.tokenBudget");
 
@@ -394,12 +394,12 @@ public final class Ds4jServer {
                 LOG.warn("config {}: {}", file, cap);
             }
             if (r.live().stream().anyMatch(c -> BUDGET_KEYS.contains(c.key()))) {
-                for (String capped : r.applied().tokenBudgetCaps()) {
+                for (String capped : r.applied().prefillCaps()) {
                     parts.add(capped);
                     LOG.warn("config {}: {}", file, capped);
                 }
                 // a cap said before is said to be gone too, with the value that now takes effect
-                for (String lifted : r.applied().tokenBudgetLifts(running)) {
+                for (String lifted : r.applied().prefillCapLifts(running)) {
                     parts.add(lifted);
                     LOG.info("config {}: {}", file, lifted);
                 }

@@ -162,7 +162,7 @@ public final class EngineVerticle extends VerticleBase {
             state.model(info);
             String cap = state.contextCap();
             if (cap != null) LOG.warn("{}", cap);
-            for (String capped : cfg0.tokenBudgetCaps()) LOG.warn("{}", capped);
+            for (String capped : cfg0.prefillCaps()) LOG.warn("{}", capped);
             Scheduler.Limits l = scheduler.limits();
             LOG.info("engine ready: backend {}, draft {}, max active {}, max queue {}, batch: max rows {}, prefill token budget {}, "
                             + "prefill beside decoding requests: {}",
@@ -179,9 +179,9 @@ public final class EngineVerticle extends VerticleBase {
         });
     }
 
-    /** The scheduler's limits from the configuration. */
+    /** The scheduler's limits from the configuration: the floor as it takes effect (at most the prefill chunk). */
     static Scheduler.Limits limits(ServerConfig cfg) {
-        return new Scheduler.Limits(cfg.maxBatchRows(), cfg.tokenBudget(), cfg.maxTickStretch(), cfg.minPrefillChunk(),
+        return new Scheduler.Limits(cfg.maxBatchRows(), cfg.tokenBudget(), cfg.maxTickStretch(), cfg.minPrefillChunkInEffect(),
                 cfg.layerSlices());
     }
 

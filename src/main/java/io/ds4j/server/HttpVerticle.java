@@ -881,7 +881,7 @@ public final class HttpVerticle extends VerticleBase {
                 .put("bodyReadTimeoutMs", cfg.bodyReadTimeoutMs()).put("headerReadTimeoutMs", cfg.headerReadTimeoutMs())
                 .put("streamBufferBytes", cfg.streamBufferBytes());
         // the values in effect, as the engine's scheduler takes them (the configured ones are under "config"): the
-        // prefill chunk and the floor under the latency bound are each at most the token budget
+        // prefill chunk is at most the token budget, the floor under the latency bound at most that chunk
         io.ds4j.engine.Scheduler.Limits sl = EngineVerticle.limits(cfg);
         o.putObject("scheduler").put("maxBatchRows", sl.maxBatchRows()).put("tokenBudget", sl.tokenBudget())
                 .put("prefillChunk", io.ds4j.engine.Scheduler.prefillChunk(cfg.prefillChunk(), sl))

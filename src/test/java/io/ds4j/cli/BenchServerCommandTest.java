@@ -45,8 +45,14 @@ class BenchServerCommandTest {
         String kept = BenchServerCommand.serverLine(16, 17, 256, 1024, 512, 2, 0, 64);
         assertTrue(kept.contains("prefill chunk 512,"), kept);
         assertFalse(kept.contains("cut to"), kept);
-        assertTrue(cut.contains("scheduler.maxTickStretch 1.6 with scheduler.minPrefillChunk 64"), cut);
+        // the floor in effect: at most the chunk in effect
+        assertTrue(cut.contains("scheduler.maxTickStretch 1.6 with scheduler.minPrefillChunk 48 (64 configured, cut to the prefill chunk)"), cut);
         assertTrue(kept.contains("scheduler.maxTickStretch 0 (off"), kept);
+        String floor = BenchServerCommand.serverLine(16, 16, 256, 512, 100, 2, 1.6, 512);
+        assertTrue(floor.contains("prefill chunk 100, "), floor);
+        assertTrue(floor.contains("with scheduler.minPrefillChunk 100 (512 configured, cut to the prefill chunk)"), floor);
+        String within = BenchServerCommand.serverLine(16, 16, 256, 512, 512, 2, 1.6, 64);
+        assertTrue(within.contains("with scheduler.minPrefillChunk 64,"), within);
     }
 
     /** The queue is mentioned only where the largest level (plus the long prompt) is more than limits.maxActive. */

@@ -383,6 +383,31 @@ class ConfigReloadTest {
     }
 
     /**
+     * A scheduler.minPrefillChunk above limits.prefillChunk is capped to the chunk: the start warns of it and its
+     * "engine ready" line gives the floor in effect (it said "at least 512 tokens" while chunks were 100); a reload that
+     * raises the chunk lifts the cap and says so, and /props shows the floor in effect throughout.
+     */
+    @Test
+    @Order(11)
+    void aFloorAboveThePrefillChunkIsSaidToBeCapped(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"prefillChunk\": 100}, \"scheduler\": {\"minPrefillChunk\": 512}}";
+        Files.writeString(f, text);
+        try (LogCapture log = new LogCapture(); TestServer s = watching(Map.of(), f, text)) {
+            String atStart = "[WARN] EngineVerticle - scheduler.minPrefillChunk 512 is capped to 100, limits.prefillChunk: a step gives a prompt at most one chunk";
+            assertTrue(TestServer.eventually(5000, () -> !log.linesWith(atStart).isEmpty()), log.linesWith("EngineVerticle").toString());
+            assertTrue(TestServer.eventually(5000, () -> log.linesWith("engine ready").stream()
+                    .anyMatch(l -> l.contains("at least 100 tokens"))), log.linesWith("engine ready").toString());
+            assertTrue(log.linesWith("at least 512").isEmpty(), log.linesWith("engine ready").toString());
+            assertEquals(100, s.get("/props").json().at("/scheduler/minPrefillChunk").asInt());
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"prefillChunk\": 512}, \"scheduler\": {\"minPrefillChunk\": 512}}");
+            String lifted = "scheduler.minPrefillChunk is no longer capped to 100: 512 in effect (limits.prefillChunk 512, scheduler.tokenBudget 512)";
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains(lifted)), s.get("/props").body());
+            assertEquals(512, s.get("/props").json().at("/scheduler/minPrefillChunk").asInt());
+        }
+    }
+
+    /**
      * A server.webroot that is no folder is warned of at start (the playground then answers 404; it was logged as
      * "static files from" alone) and at the reload that names it, whose outcome says so.
      */

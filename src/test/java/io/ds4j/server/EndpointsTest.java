@@ -215,6 +215,14 @@ class EndpointsTest {
             assertEquals(64, p.at("/config/scheduler/minPrefillChunk").asInt(), "the configured value stays under config");
             assertEquals(512, p.at("/config/limits/prefillChunk").asInt());
         }
+        // a floor above the chunk acts as the chunk: a step gives a prompt at most one chunk
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
+                Map.of("scheduler.minPrefillChunk", 512, "limits.prefillChunk", 100))) {
+            JsonNode p = t.get("/props").json();
+            assertEquals(100, p.at("/scheduler/prefillChunk").asInt(), p.get("scheduler").toString());
+            assertEquals(100, p.at("/scheduler/minPrefillChunk").asInt(), p.get("scheduler").toString());
+            assertEquals(512, p.at("/config/scheduler/minPrefillChunk").asInt(), "the configured value stays under config");
+        }
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("scheduler.minPrefillChunk", 32))) {
             JsonNode p = t.get("/props").json();
             assertEquals(32, p.at("/scheduler/minPrefillChunk").asInt(), "below the budget: as configured");

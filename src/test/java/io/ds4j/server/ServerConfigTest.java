@@ -42,13 +42,41 @@ class ServerConfigTest {
     /** A prefill chunk above the token budget is named with the value it is capped to; within it nothing is said. */
     @Test
     void chunksAboveTheTokenBudgetAreSaidToBeCapped() throws Exception {
-        assertEquals(java.util.List.of(), ServerConfig.defaults().tokenBudgetCaps());
+        assertEquals(java.util.List.of(), ServerConfig.defaults().prefillCaps());
         assertEquals(java.util.List.of("limits.prefillChunk 4096 is capped to 512, scheduler.tokenBudget: no prefill step takes more tokens",
                         "scheduler.minPrefillChunk 1000 is capped to 512, scheduler.tokenBudget: no prefill step takes more tokens"),
                 ServerConfig.parse("{\"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"minPrefillChunk\": 1000}}", "t", null)
-                        .tokenBudgetCaps());
+                        .prefillCaps());
         assertEquals(java.util.List.of(), ServerConfig.parse("{\"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"tokenBudget\": 4096}}",
-                "t", null).tokenBudgetCaps());
+                "t", null).prefillCaps());
+    }
+
+    /**
+     * scheduler.minPrefillChunk above limits.prefillChunk acts as the chunk (a step gives a prompt at most one chunk; the
+     * start said "at least 512 tokens" while chunks were 100), is named with the value it is capped to, and a larger
+     * chunk lifts the cap. A chunk set below the default floor alone is no refused combination: the floor follows it.
+     */
+    @Test
+    void aFloorAboveThePrefillChunkIsCappedToIt() throws Exception {
+        ServerConfig c = ServerConfig.parse("{\"limits\": {\"prefillChunk\": 100}, \"scheduler\": {\"minPrefillChunk\": 512}}", "t", null);
+        assertEquals(100, c.minPrefillChunkInEffect());
+        assertEquals(512, c.minPrefillChunk(), "the configured value stays");
+        assertEquals(java.util.List.of("scheduler.minPrefillChunk 512 is capped to 100, limits.prefillChunk: a step gives a prompt at most one chunk"),
+                c.prefillCaps());
+        ServerConfig small = ServerConfig.parse("{\"limits\": {\"prefillChunk\": 16}}", "t", null);
+        assertEquals(16, small.minPrefillChunkInEffect());
+        assertEquals(java.util.List.of("scheduler.minPrefillChunk 64 is capped to 16, limits.prefillChunk: a step gives a prompt at most one chunk"),
+                small.prefillCaps());
+        // the chunk capped by the budget caps the floor at the budget, said as the budget's cap
+        ServerConfig both = ServerConfig.parse("{\"limits\": {\"prefillChunk\": 300}, \"scheduler\": {\"minPrefillChunk\": 512,"
+                + " \"tokenBudget\": 200}}", "t", null);
+        assertEquals(200, both.minPrefillChunkInEffect());
+        assertEquals(java.util.List.of("limits.prefillChunk 300 is capped to 200, scheduler.tokenBudget: no prefill step takes more tokens",
+                "scheduler.minPrefillChunk 512 is capped to 200, scheduler.tokenBudget: no prefill step takes more tokens"), both.prefillCaps());
+        assertEquals(64, ServerConfig.defaults().minPrefillChunkInEffect());
+        ServerConfig wider = ServerConfig.parse("{\"limits\": {\"prefillChunk\": 512}, \"scheduler\": {\"minPrefillChunk\": 512}}", "t", null);
+        assertEquals(java.util.List.of("scheduler.minPrefillChunk is no longer capped to 100: 512 in effect (limits.prefillChunk 512, "
+                + "scheduler.tokenBudget 512)"), wider.prefillCapLifts(c));
     }
 
     /** A cap that a larger budget (or a smaller value) lifts is said to be gone, with the value in effect. */
@@ -58,16 +86,16 @@ class ServerConfigTest {
         ServerConfig wider = ServerConfig.parse("{\"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"minPrefillChunk\": 1000,"
                 + " \"tokenBudget\": 4096}}", "t", null);
         assertEquals(java.util.List.of("limits.prefillChunk is no longer capped to 512: 4096 in effect (scheduler.tokenBudget 4096)",
-                "scheduler.minPrefillChunk is no longer capped to 512: 1000 in effect (scheduler.tokenBudget 4096)"),
-                wider.tokenBudgetLifts(capped));
-        // still capped under a budget between: nothing lifted (tokenBudgetCaps says the new cap)
+                "scheduler.minPrefillChunk is no longer capped to 512: 1000 in effect (limits.prefillChunk 4096, scheduler.tokenBudget 4096)"),
+                wider.prefillCapLifts(capped));
+        // still capped under a budget between: nothing lifted (prefillCaps says the new cap)
         ServerConfig between = ServerConfig.parse("{\"limits\": {\"prefillChunk\": 4096}, \"scheduler\": {\"minPrefillChunk\": 1000,"
                 + " \"tokenBudget\": 2048}}", "t", null);
-        assertEquals(java.util.List.of("scheduler.minPrefillChunk is no longer capped to 512: 1000 in effect (scheduler.tokenBudget 2048)"),
-                between.tokenBudgetLifts(capped));
+        assertEquals(java.util.List.of("scheduler.minPrefillChunk is no longer capped to 512: 1000 in effect (limits.prefillChunk 4096, scheduler.tokenBudget 2048)"),
+                between.prefillCapLifts(capped));
         // nothing was capped: nothing to lift
-        assertEquals(java.util.List.of(), wider.tokenBudgetLifts(ServerConfig.defaults()));
-        assertEquals(java.util.List.of(), capped.tokenBudgetLifts(wider));
+        assertEquals(java.util.List.of(), wider.prefillCapLifts(ServerConfig.defaults()));
+        assertEquals(java.util.List.of(), capped.prefillCapLifts(wider));
     }
 
     @Test

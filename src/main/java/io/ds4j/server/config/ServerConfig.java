@@ -120,7 +120,8 @@ public final class ServerConfig {
             key("scheduler.minPrefillChunk", ConfigKey.Type.INT, 64, true,
                     Range.of(1, 1 << 20),
                     "the fewest prefill tokens a step gives a waiting prompt under scheduler.maxTickStretch, so it "
-                            + "always progresses in efficient chunks (at most scheduler.tokenBudget is used)"),
+                            + "always progresses in efficient chunks (at most the prefill chunk in effect is used: "
+                            + "limits.prefillChunk, itself at most scheduler.tokenBudget)"),
             key("scheduler.layerSlices", ConfigKey.Type.BOOL, true, true,
                     "where scheduler.maxTickStretch limits a step's prefill, run a prompt's whole chunk a few layers per "
                             + "step (on backends that can; same numbers) instead of cutting it, so the decoding requests' "
@@ -627,38 +628,59 @@ public final class ServerConfig {
     /** {@code scheduler.maxTickStretch}: 0 (off) or at least 1. */
     public double maxTickStretch() { return d("scheduler.maxTickStretch"); }
 
-    /** {@code scheduler.minPrefillChunk}. */
+    /** {@code scheduler.minPrefillChunk} as configured ({@link #minPrefillChunkInEffect} is what the scheduler gets). */
     public int minPrefillChunk() { return i("scheduler.minPrefillChunk"); }
 
+    /** The prefill chunk in effect: limits.prefillChunk, at most scheduler.tokenBudget. */
+    private int prefillChunkInEffect() {
+        return Math.min(prefillChunk(), tokenBudget());
+    }
+
+    /** The floor the scheduler gets ({@link #minPrefillChunkInEffect(int, int, int)} of this configuration's values). */
+    public int minPrefillChunkInEffect() {
+        return minPrefillChunkInEffect(minPrefillChunk(), prefillChunk(), tokenBudget());
+    }
+
     /**
-     * That limits.prefillChunk or scheduler.minPrefillChunk is above scheduler.tokenBudget and so capped to it, one
-     * line each with both values; empty when neither is. Said where the values are set: /props shows the capped ones
-     * under {@code scheduler}, and a reload's "512 -> 4096" alone read as if the larger one took effect.
+     * The fewest prefill tokens a step gives a waiting prompt under the latency bound, as the scheduler takes it:
+     * scheduler.minPrefillChunk, at most the prefill chunk (limits.prefillChunk, itself at most scheduler.tokenBudget).
+     * A step gives a prompt at most one chunk, so a floor above the chunk was never given: the start said "at least 512
+     * tokens" while a lone prompt's steps had 100. The one place this rule is decided (the server, /props, the bench).
      */
-    public List<String> tokenBudgetCaps() {
+    public static int minPrefillChunkInEffect(int minPrefillChunk, int prefillChunk, int tokenBudget) {
+        return Math.min(minPrefillChunk, Math.min(prefillChunk, tokenBudget));
+    }
+
+    /**
+     * That limits.prefillChunk is above scheduler.tokenBudget, or scheduler.minPrefillChunk above the prefill chunk in
+     * effect, and so capped, one line each with the values; empty when neither is. Said where the values are set: /props
+     * shows the capped ones under {@code scheduler}, and a reload's "512 -> 4096" alone read as if the larger one took
+     * effect.
+     */
+    public List<String> prefillCaps() {
         List<String> caps = new ArrayList<>();
-        int budget = tokenBudget();
-        for (String key : List.of("limits.prefillChunk", "scheduler.minPrefillChunk")) {
-            int v = i(key);
-            if (v > budget)
-                caps.add(key + " " + v + " is capped to " + budget + ", scheduler.tokenBudget: no prefill step takes more tokens");
-        }
+        int budget = tokenBudget(), chunk = prefillChunkInEffect(), min = minPrefillChunk();
+        String byBudget = ", scheduler.tokenBudget: no prefill step takes more tokens";
+        if (prefillChunk() > budget) caps.add("limits.prefillChunk " + prefillChunk() + " is capped to " + budget + byBudget);
+        if (min > chunk)
+            caps.add("scheduler.minPrefillChunk " + min + " is capped to " + chunk + (chunk < budget
+                    ? ", limits.prefillChunk: a step gives a prompt at most one chunk" : byBudget));
         return caps;
     }
 
     /**
-     * That limits.prefillChunk or scheduler.minPrefillChunk, capped by the token budget in before, is not capped in this
-     * configuration, one line each with the value now in effect (a larger budget, or a smaller value, lifted the cap:
-     * the cap was warned of, so its end is said too); empty when neither is.
+     * That limits.prefillChunk or scheduler.minPrefillChunk, capped in before ({@link #prefillCaps}), is not capped in
+     * this configuration, one line each with the value now in effect (a larger budget or chunk, or a smaller value,
+     * lifted the cap: the cap was warned of, so its end is said too); empty when neither is.
      */
-    public List<String> tokenBudgetLifts(ServerConfig before) {
+    public List<String> prefillCapLifts(ServerConfig before) {
         List<String> lifts = new ArrayList<>();
-        for (String key : List.of("limits.prefillChunk", "scheduler.minPrefillChunk")) {
-            int v = i(key);
-            if (before.i(key) > before.tokenBudget() && v <= tokenBudget())
-                lifts.add(key + " is no longer capped to " + before.tokenBudget() + ": " + v + " in effect (scheduler.tokenBudget "
-                        + tokenBudget() + ")");
-        }
+        if (before.prefillChunk() > before.tokenBudget() && prefillChunk() <= tokenBudget())
+            lifts.add("limits.prefillChunk is no longer capped to " + before.tokenBudget() + ": " + prefillChunk()
+                    + " in effect (scheduler.tokenBudget " + tokenBudget() + ")");
+        if (before.minPrefillChunk() > before.prefillChunkInEffect() && minPrefillChunk() <= prefillChunkInEffect())
+            lifts.add("scheduler.minPrefillChunk is no longer capped to " + before.prefillChunkInEffect() + ": " + minPrefillChunk()
+                    + " in effect (limits.prefillChunk " + prefillChunk() + ", scheduler.tokenBudget " + tokenBudget() + ")");
         return lifts;
     }
 
