@@ -73,19 +73,21 @@ public final class HeadDeadline {
      * detection off, see the class comment), no compression (answers are small JSON or token streams), TCP_NODELAY
      * (streamed tokens go out at once), and each connection's request framing checked ({@link RequestFraming}: a
      * request with both Content-Length and Transfer-Encoding, or a malformed chunked body, is refused and its connection
-     * closed). Both fronts, a single server and a cluster gateway, are made here.
+     * closed; so is a chunked body past server.maxBodyBytes, with 413). Both fronts, a single server and a cluster
+     * gateway, are made here.
      * @param port     the port (0 one chosen by the system; -1 a random one shared by several instances)
      * @param requests every request, after its head was noted
      * @param invalid  every request Vert.x could not parse or whose framing is refused, after its head was noted
+     * @param maxBodyBytes the current server.maxBodyBytes: a chunked body past it is refused as it is framed
      * @param rejected counts a refused chunked body under its error code (answered without reaching the handlers)
      */
     public HttpServer server(String host, int port, Handler<HttpServerRequest> requests, Handler<HttpServerRequest> invalid,
-                             java.util.function.Consumer<String> rejected) {
+                             IntSupplier maxBodyBytes, java.util.function.Consumer<String> rejected) {
         HttpServerOptions options = new HttpServerOptions().setHost(host).setPort(port).setCompressionSupported(false)
                 .setTcpNoDelay(true).setHttp2ClearTextEnabled(false).setMaxInitialLineLength(MAX_REQUEST_LINE);
         return vertx.createHttpServer(options)
                 .connectionHandler(c -> {
-                    RequestFraming.install(c, options, rejected);
+                    RequestFraming.install(c, options, maxBodyBytes, rejected);
                     opened(c);
                 })
                 .requestHandler(req -> {

@@ -165,7 +165,7 @@ public final class HttpVerticle extends VerticleBase {
         heads = new HeadDeadline(vertx, () -> state.config().headerReadTimeoutMs());
         // port 0 with several instances: -1 makes them share one random port (Vert.x convention)
         server = heads.server(cfg.host(), cfg.port() == 0 ? -1 : cfg.port(), r, this::invalidRequest,
-                code -> state.metrics().rejected(code));
+                () -> state.config().maxBodyBytes(), code -> state.metrics().rejected(code));
         return server.listen().onSuccess(s -> state.port(s.actualPort()));
     }
 
@@ -625,8 +625,9 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * Reads the body up to server.maxBodyBytes and parses it as JSON. What the head alone decides is answered first
-     * ({@link #admitBody}: 415, 413, or 100 Continue); a body larger than the limit gets 413 once it is (the rest of it
-     * is read and discarded so the client sees the answer). A body that has not fully arrived limits.bodyReadTimeoutMs
+     * ({@link #admitBody}: 415, 413, or 100 Continue); a chunked body whose chunk sizes pass the limit gets 413 from
+     * {@link RequestFraming} as soon as the size that passes it is read, its connection closed (the check here is for a
+     * connection that check could not be put on). A body that has not fully arrived limits.bodyReadTimeoutMs
      * after the headers gets 408 and its connection is closed ({@link BodyDeadline}).
      */
     private void withBody(RoutingContext ctx, Consumer<JsonNode> then) {

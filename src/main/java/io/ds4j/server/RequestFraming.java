@@ -33,6 +33,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.function.Consumer;
+import java.util.function.IntSupplier;
 
 /**
  * Refuses a request whose body cannot be framed beyond doubt, the ground of request smuggling (a proxy in front that
@@ -44,7 +45,9 @@ import java.util.function.Consumer;
  * accepts all of these: it drops the Content-Length of a chunked HTTP/1.1 request and decodes the chunks, takes the
  * Content-Length where the last coding is another, and closes the connection without an answer at a bad chunk.
  *
- * It also refuses a request target that is not printable ASCII ({@link #target}), which the router would misread.
+ * It also refuses a request target that is not printable ASCII ({@link #target}), which the router would misread, and
+ * a chunked body whose chunk sizes add up past server.maxBodyBytes (413, at the size that passes it: the routes see a
+ * body only as its bytes come).
  *
  * <p>A refused head goes to the front's handler for requests Vert.x could not read, so it is answered as those are
  * ({@link HttpVerticle#answerUndecodable}). A bad chunk comes after its head was handed on: it is answered here, once
@@ -80,10 +83,12 @@ final class RequestFraming {
      * Puts the checks into a connection's pipeline: its decoder replaced by one that refuses a chunked request with a
      * Content-Length, and a handler in front of Vert.x's. Where the connection is not the kind expected (a Vert.x whose
      * internals changed), says so once at WARN and leaves it as it is.
-     * @param options  the options the HTTP server was made with (the decoder's limits)
-     * @param rejected counts a refused chunked body under its error code
+     * @param options     the options the HTTP server was made with (the decoder's limits)
+     * @param maxBodyBytes the current server.maxBodyBytes: a chunked body whose chunk sizes add up past it is refused
+     * @param rejected    counts a refused chunked body under its error code
      */
-    static void install(HttpConnection connection, HttpServerOptions options, Consumer<String> rejected) {
+    static void install(HttpConnection connection, HttpServerOptions options, IntSupplier maxBodyBytes,
+                        Consumer<String> rejected) {
         ChannelPipeline p = connection instanceof ConnectionBase c ? c.channelHandlerContext().pipeline() : null;
         if (p == null || !(p.get("httpDecoder") instanceof VertxHttpRequestDecoder) || p.get("handler") == null) {
             if (!warned) {
@@ -93,7 +98,7 @@ final class RequestFraming {
             }
             return;
         }
-        p.replace("httpDecoder", "httpDecoder", new Decoder(options));
+        p.replace("httpDecoder", "httpDecoder", new Decoder(options, maxBodyBytes));
         p.addBefore("handler", "ds4jFraming", new Guard(rejected));
     }
 
@@ -121,14 +126,21 @@ final class RequestFraming {
     /**
      * Vert.x's request decoder, with a chunked HTTP/1.1 request that also has a Content-Length made invalid, and a chunk
      * size past 2^31 - 1 refused: Netty's reading of a size wraps it into an int without noticing (100000000 reads as 0,
-     * the last chunk), so that the bytes of the chunk a proxy in front would read were taken as a next request.
+     * the last chunk), so that the bytes of the chunk a proxy in front would read were taken as a next request. A chunk
+     * size that takes the body past server.maxBodyBytes is refused too (413), as soon as its line is read: the routes only
+     * see a body's bytes as they come, so one chunk declared larger than the limit was awaited until the body's deadline
+     * (408), and a body past the limit, answered 413, was read to its end or that deadline.
      */
     private static final class Decoder extends VertxHttpRequestDecoder {
+        private final IntSupplier maxBodyBytes;
         /** Set once a size was refused: nothing more of the connection is decoded. */
         private boolean broken;
+        /** The sizes of the current request's chunks so far, added up. */
+        private long declared;
 
-        Decoder(HttpServerOptions options) {
+        Decoder(HttpServerOptions options, IntSupplier maxBodyBytes) {
             super(options);
+            this.maxBodyBytes = maxBodyBytes;
         }
 
         @Override
@@ -147,6 +159,7 @@ final class RequestFraming {
             // a request line's target with a blank or control byte: Netty splits the line at it and names the version
             // ("invalid version format"), so it is refused here, before Netty reads the line
             if (state.equals("SKIP_CONTROL_CHARS") || state.equals("READ_INITIAL")) {
+                declared = 0;
                 Refused r = requestLineTarget(in);
                 if (r != null) {
                     broken = true;
@@ -162,17 +175,62 @@ final class RequestFraming {
             if (state.equals("READ_CHUNK_SIZE")) {
                 String size = oversizedChunkSize(in);
                 if (size != null) {
-                    broken = true;
-                    in.skipBytes(in.readableBytes());
-                    HttpContent bad = new io.netty.handler.codec.http.DefaultLastHttpContent(Unpooled.EMPTY_BUFFER);
-                    bad.setDecoderResult(DecoderResult.failure(new IllegalArgumentException("the chunk size '" + size
-                            + "' is past the largest this server reads (7fffffff bytes)")));
-                    out.add(bad);
+                    refuse(in, out, new IllegalArgumentException("the chunk size '" + size
+                            + "' is past the largest this server reads (7fffffff bytes)"));
+                    return;
+                }
+                // counted once: with its whole line there, the decoder reads the size in this call
+                long n = chunkSize(in);
+                int limit = maxBodyBytes.getAsInt();
+                if (n > 0 && (declared += n) > limit) {
+                    refuse(in, out, new Refused(413, "request_too_large", HttpVerticle.tooLarge(limit, -1).getMessage()));
                     return;
                 }
             }
             super.decode(ctx, in, out);
         }
+
+        /** Ends the body with a failed last content carrying why, and decodes nothing more of the connection. */
+        private void refuse(ByteBuf in, List<Object> out, RuntimeException why) {
+            broken = true;
+            in.skipBytes(in.readableBytes());
+            HttpContent bad = new io.netty.handler.codec.http.DefaultLastHttpContent(Unpooled.EMPTY_BUFFER);
+            bad.setDecoderResult(DecoderResult.failure(why));
+            out.add(bad);
+        }
+    }
+
+    /**
+     * The value of the chunk size at the start of in (its hex digits after optional blanks) when its whole line is there
+     * and it is at most 2^31 - 1, else -1 (also for a line that holds no size: the decoder refuses that one).
+     */
+    static long chunkSize(ByteBuf in) {
+        String digits = chunkSizeDigits(in);
+        if (digits == null || digits.isEmpty() || oversized(digits)) return -1;
+        return Long.parseLong(digits, 16);
+    }
+
+    /**
+     * The hex digits of the chunk size at the start of in, after optional leading blanks, up to the first byte that is
+     * no hex digit (an extension's ';', a blank, the line's end); null while its line is not all there.
+     */
+    private static String chunkSizeDigits(ByteBuf in) {
+        int from = in.readerIndex(), to = in.writerIndex();
+        int lf = in.indexOf(from, Math.min(to, from + 8192), (byte) '\n');
+        if (lf < 0) return null;
+        int i = from;
+        while (i < lf && (in.getByte(i) == ' ' || in.getByte(i) == '\t')) i++;
+        int start = i;
+        while (i < lf && Character.digit(in.getByte(i), 16) >= 0) i++;
+        return in.toString(start, i - start, StandardCharsets.US_ASCII);
+    }
+
+    /** Whether hex digits (leading zeros aside) are past 2^31 - 1, the largest size the decoder reads. */
+    private static boolean oversized(String digits) {
+        int z = 0;
+        while (z < digits.length() && digits.charAt(z) == '0') z++;
+        int n = digits.length() - z;
+        return n > SIZE_DIGITS + 1 || (n == SIZE_DIGITS + 1 && Character.digit(digits.charAt(z), 16) >= 8);
     }
 
     /**
@@ -181,19 +239,8 @@ final class RequestFraming {
      * hex digit (an extension's ';', a blank, the line's end).
      */
     static String oversizedChunkSize(ByteBuf in) {
-        int from = in.readerIndex(), to = in.writerIndex();
-        int lf = in.indexOf(from, Math.min(to, from + 8192), (byte) '\n');
-        if (lf < 0) return null;
-        int i = from;
-        while (i < lf && (in.getByte(i) == ' ' || in.getByte(i) == '\t')) i++;
-        int start = i;
-        while (i < lf && in.getByte(i) == '0') i++;
-        int digits = 0, first = -1;
-        for (; i < lf && Character.digit(in.getByte(i), 16) >= 0; i++, digits++)
-            if (first < 0) first = Character.digit(in.getByte(i), 16);
-        boolean past = digits > SIZE_DIGITS + 1 || (digits == SIZE_DIGITS + 1 && first >= 8);
-        if (!past) return null;
-        String text = in.toString(start, i - start, StandardCharsets.US_ASCII);
+        String text = chunkSizeDigits(in);
+        if (text == null || !oversized(text)) return null;
         return text.length() > 24 ? text.substring(0, 24) + "..." : text;
     }
 
@@ -436,7 +483,7 @@ final class RequestFraming {
 
     /**
      * Between the decoder and Vert.x: refuses heads by their framing headers ({@link #check}) and answers a chunked body
-     * that cannot be read. It counts the heads that came and the answers written (an answer is begun by a head of status
+     * that cannot be read or is past server.maxBodyBytes. It counts the heads that came and the answers written (an answer is begun by a head of status
      * 200 or more, 100 Continue aside, and ended by its last content), to know whether the request with the bad body is
      * the one being answered.
      */
@@ -450,6 +497,8 @@ final class RequestFraming {
          */
         private boolean discarding;
         private HttpVersion version = HttpVersion.HTTP_1_1;
+        /** The current request's method and path, for the log. */
+        private String request = "";
         /** Why the current request's body cannot be read, once it cannot. */
         private Refused broken;
         /** Set when the connection is being closed: nothing more is written. */
@@ -468,6 +517,8 @@ final class RequestFraming {
             if (msg instanceof HttpRequest req) {
                 heads++;
                 version = req.protocolVersion();
+                int query = req.uri().indexOf('?');
+                request = req.method() + " " + (query < 0 ? req.uri() : req.uri().substring(0, query));
                 if (req.decoderResult().isSuccess()) {
                     Refused r = target(req.uri());
                     if (r == null) r = pathEscapes(req.uri());
@@ -480,8 +531,8 @@ final class RequestFraming {
             } else if (msg instanceof HttpContent content && !content.decoderResult().isSuccess()) {
                 Throwable cause = content.decoderResult().cause();
                 ReferenceCountUtil.release(msg);
-                broken = new Refused(400, "invalid_chunked_body", "the request's chunked body cannot be read: "
-                        + HttpVerticle.decodeProblem(cause));
+                broken = cause instanceof Refused r ? r : new Refused(400, "invalid_chunked_body",
+                        "the request's chunked body cannot be read: " + HttpVerticle.decodeProblem(cause));
                 discarding = true;
                 settle(ctx);
                 return;
@@ -513,11 +564,13 @@ final class RequestFraming {
          */
         private void settle(ChannelHandlerContext ctx) {
             if (answered >= heads) {
+                LOG.info("{}: answered before its body was read; {} ({}): closing the connection", request,
+                        broken.getMessage(), broken.code);
                 closing = true;
                 ctx.writeAndFlush(Unpooled.EMPTY_BUFFER).addListener(ChannelFutureListener.CLOSE);
             } else if (answered == heads - 1 && !answering) {
                 rejected.accept(broken.code);
-                LOG.info("malformed HTTP request rejected with {}: {}", broken.status, broken.getMessage());
+                LOG.info("{} rejected with {}: {}; closing the connection", request, broken.status, broken.getMessage());
                 ApiException e = new ApiException(broken.status, "invalid_request_error", broken.code, null,
                         broken.getMessage(), null);
                 ByteBuf body = Unpooled.copiedBuffer(Json.write(e.body()), StandardCharsets.UTF_8);

@@ -158,6 +158,36 @@ class RequestFramingTest {
     }
 
     /**
+     * A chunked body whose chunk sizes pass server.maxBodyBytes (4096 here) gets 413 as soon as the size that passes it
+     * is read, and its connection closed: one chunk declared larger than the limit was awaited until the body's deadline
+     * (a 408 after 30 s), and a body past the limit in smaller chunks, answered 413, was read to that deadline. A body of
+     * exactly the limit is still read, and a request answered before its body (a 404) has its connection closed.
+     */
+    @Test
+    void aChunkedBodyPastTheLimitIs413AtOnceAndCloses() throws Exception {
+        String head = post("1.1", "Transfer-Encoding: chunked\r\n");
+        String a = "a".repeat(2048);
+        for (String body : new String[]{"100000\r\n" + a, "800\r\n" + a + "\r\n800\r\n" + a + "\r\n10\r\n" + "b".repeat(16),
+                "1001\r\n"}) {
+            long t0 = System.nanoTime();
+            JsonNode e = refused(untilClosed(head + body), 413, "request_too_large");
+            assertEquals("the request body is larger than the limit of 4096 bytes (server.maxBodyBytes)", e.get("message").asText());
+            assertTrue(System.nanoTime() - t0 < 5_000_000_000L, "answered at once");
+        }
+        // answered already (no such route): that answer alone, and the connection closed
+        String answer = untilClosed("POST /nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n100000\r\n" + a);
+        assertTrue(answer.startsWith("HTTP/1.1 404 "), answer);
+        assertEquals(1, answers(answer), answer);
+        // exactly the limit, in two chunks, is read
+        String json = "{\"content\":\"" + "x".repeat(4096 - 14) + "\"}";
+        answer = untilClosed(head.replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n") + "800\r\n" + json.substring(0, 2048)
+                + "\r\n800\r\n" + json.substring(2048) + "\r\n0\r\n\r\n");
+        assertTrue(answer.startsWith("HTTP/1.1 200 "), answer);
+        String metrics = server.get("/metrics").body();
+        assertTrue(metrics.contains("ds4j:requests_rejected_total{reason=\"request_too_large\"} 3.0"), metrics);
+    }
+
+    /**
      * A target of raw non-ASCII bytes is refused, naming the byte, and nothing after it on the connection is served
      * (it was read as Latin-1: 404 "model: '\u00c3\u00bc' does not exist"); the same character percent-encoded is
      * read as UTF-8.
