@@ -164,8 +164,7 @@ final class RequestFraming {
                 if (r != null) {
                     broken = true;
                     in.skipBytes(in.readableBytes());
-                    HttpRequest bad = new io.netty.handler.codec.http.DefaultFullHttpRequest(HttpVersion.HTTP_1_1,
-                            io.netty.handler.codec.http.HttpMethod.GET, "/", Unpooled.EMPTY_BUFFER);
+                    HttpMessage bad = createInvalidMessage();
                     bad.setDecoderResult(DecoderResult.failure(r));
                     out.add(bad);
                     return;
@@ -188,6 +187,17 @@ final class RequestFraming {
                 }
             }
             super.decode(ctx, in, out);
+        }
+
+        /**
+         * The stand-in for a request whose line could not be read (too long, no version): Netty's is HTTP/1.0, and
+         * Vert.x answers in the request's version, so the 414 or 400 went out as HTTP/1.0 from a server that speaks
+         * HTTP/1.1 (RFC 9110 section 6.2: a server sends its own version).
+         */
+        @Override
+        protected HttpMessage createInvalidMessage() {
+            return new io.netty.handler.codec.http.DefaultFullHttpRequest(HttpVersion.HTTP_1_1,
+                    io.netty.handler.codec.http.HttpMethod.GET, "/", Unpooled.EMPTY_BUFFER);
         }
 
         /** Ends the body with a failed last content carrying why, and decodes nothing more of the connection. */

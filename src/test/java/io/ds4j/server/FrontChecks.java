@@ -209,11 +209,12 @@ public final class FrontChecks {
 
     /**
      * A request line longer than the server's limit (4096 bytes) gets 414 with the OpenAI error body naming the limit,
-     * not the decoder's bare 400, and the connection closed.
+     * not the decoder's bare 400, and the connection closed; in HTTP/1.1, the server's version (the decoder's stand-in
+     * for the request it could not read was HTTP/1.0, and so was the answer's status line).
      */
     public static void overLongRequestLineIsA414WithTheErrorBody(int port) throws Exception {
         String a = raw(port, "GET", "/" + "a".repeat(5000));
-        assertTrue(a.matches("(?s)HTTP/1\\.[01] 414 .*"), a);
+        assertTrue(a.startsWith("HTTP/1.1 414 "), a);
         String head = a.substring(0, a.indexOf("\r\n\r\n")).toLowerCase(Locale.ROOT);
         assertTrue(head.contains("\r\ncontent-type: application/json"), a);
         assertTrue(head.contains("\r\nconnection: close"), a);
