@@ -156,11 +156,11 @@ final class RequestFraming {
                 return;
             }
             String state = DECODER_STATE == null ? "" : String.valueOf(DECODER_STATE.get(this));
-            // a request line's target with a blank or control byte: Netty splits the line at it and names the version
-            // ("invalid version format"), so it is refused here, before Netty reads the line
+            // a request line without a version, or whose target holds a blank or control byte: Netty splits the line at
+            // the blank and names the version ("invalid version format"), so it is refused here, before Netty reads it
             if (state.equals("SKIP_CONTROL_CHARS") || state.equals("READ_INITIAL")) {
                 declared = 0;
-                Refused r = requestLineTarget(in);
+                Refused r = requestLine(in);
                 if (r != null) {
                     broken = true;
                     in.skipBytes(in.readableBytes());
@@ -254,12 +254,17 @@ final class RequestFraming {
         return text.length() > 24 ? text.substring(0, 24) + "..." : text;
     }
 
+    /** RFC 9112's HTTP-version: the name in capitals, one digit on each side of the dot. */
+    private static final java.util.regex.Pattern VERSION = java.util.regex.Pattern.compile("HTTP/[0-9]\\.[0-9]");
+
     /**
-     * Why the target of the request line at the start of in is refused ({@link #target}), or null, also while the line
-     * is not all there: the target is what lies between the first and the last space of a line that ends with an
-     * HTTP version (runs of spaces next to it aside, which Netty takes), so a TAB, VT, FF, CR or space inside it is named.
+     * Why the request line at the start of in is refused, or null, also while the line is not all there: a line that
+     * does not end with an HTTP version ({@code GET /a b}, {@code GET /a}, {@code GET /a http/1.1}), which Netty read
+     * as a version it could not parse ("invalid version format: B"), or a target refused by {@link #target}. The
+     * target is what lies between the first and the last space (runs of spaces next to it aside, which Netty takes),
+     * so a TAB, VT, FF, CR or space inside it is named. A version of other digits (HTTP/2.0) is left to Vert.x (501).
      */
-    static Refused requestLineTarget(ByteBuf in) {
+    static Refused requestLine(ByteBuf in) {
         int from = in.readerIndex(), to = in.writerIndex();
         // empty lines before a request line are skipped, as Netty does (RFC 9112 section 2.2 lets a server ignore them);
         // the line looked at is the first after them, else "\r\nGET /a\tb" was taken for an empty line and passed
@@ -271,7 +276,10 @@ final class RequestFraming {
         while (e > s && (in.getByte(e - 1) == '\r' || in.getByte(e - 1) == ' ')) e--;
         String line = in.toString(s, e - s, StandardCharsets.ISO_8859_1);
         int a = line.indexOf(' '), b = line.lastIndexOf(' ');
-        if (a < 0 || b <= a || !line.startsWith("HTTP/", b + 1)) return null;
+        if (a < 0 || b <= a || !VERSION.matcher(line.substring(b + 1)).matches())
+            return new Refused(400, "invalid_request_line", "its request line '" + escaped(line) + "' does not end with"
+                    + " an HTTP version: a request line is a method, a target and a version separated by single spaces"
+                    + " (GET /v1/models HTTP/1.1), a space inside the target written %20");
         int ts = a + 1, te = b;
         while (ts < te && line.charAt(ts) == ' ') ts++;
         while (te > ts && line.charAt(te - 1) == ' ') te--;

@@ -244,6 +244,25 @@ class RequestFramingTest {
     }
 
     /**
+     * A request line that does not end with an HTTP version — a space inside the target, no version, a version in small
+     * letters — is a 400 invalid_request_line in HTTP/1.1 naming the line, and nothing after it is served: it was
+     * Netty's "invalid version format: B" (or "text is empty"), as invalid_header, in HTTP/1.0.
+     */
+    @Test
+    void aRequestLineWithoutAVersionIsNamed() throws Exception {
+        String next = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        for (String line : new String[]{"GET /a b", "GET /a b c", "GET /a", "GET", "GET /health http/1.1", "GET /a HTTP/1.1 x",
+                "GET /a HTTP/1.x"}) {
+            String answer = untilClosed(line + "\r\nHost: x\r\n\r\n" + next);
+            assertTrue(answer.startsWith("HTTP/1.1 400 "), line + ": " + answer);
+            JsonNode e = refused(answer, 400, "invalid_request_line");
+            assertEquals("the request cannot be read: its request line '" + line + "' does not end with an HTTP version: a"
+                    + " request line is a method, a target and a version separated by single spaces (GET /v1/models"
+                    + " HTTP/1.1), a space inside the target written %20", e.get("message").asText(), line);
+        }
+    }
+
+    /**
      * A blank or control byte in the target of a request line after empty lines is refused as without them, also when
      * the empty line comes in a segment of its own: the empty line was taken for the request line, and Netty answered
      * "invalid version format".
