@@ -138,8 +138,9 @@ public final class HttpVerticle extends VerticleBase {
                 files.handle(ctx);
             } else ctx.next();
         });
-        // the router refuses a path it cannot decode (a malformed percent-escape) or a request without Host with 400;
-        // without this handler it answers plain text and logs a stack trace at ERROR for every such request
+        // the router refuses a path it cannot decode (a malformed percent-escape) or a request without Host with 400, and
+        // first() a path with bad escapes; without this handler the router answers plain text and logs a stack trace at
+        // ERROR for every such request
         r.errorHandler(400, ctx -> {
             watchBody(ctx);  // a request without Host is refused before the first route ran
             error(ctx, MalformedRequests.answer(ctx.request(), ctx.failure()));
@@ -285,13 +286,20 @@ public final class HttpVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ filters
 
-    /** Arrival time, the body's deadline, HEAD's length, CORS headers and preflight. */
+    /** Arrival time, the body's deadline, HEAD's length, CORS headers, a path's bad escapes, and preflight. */
     private void first(RoutingContext ctx) {
         ctx.put("t0", System.nanoTime());
         watchBody(ctx);
         if (ctx.request().method() == HttpMethod.HEAD) headLength(ctx);
         List<String> allowed = state.config().corsOrigins();
-        if (preflight(ctx, cors(ctx.request(), ctx.response(), allowed), allowed, e -> error(ctx, e))) return;
+        boolean originAllowed = cors(ctx.request(), ctx.response(), allowed);
+        // answered by the 400 handler, as a path the router cannot decode is; a preflight to such a path too
+        ApiException badPath = MalformedRequests.path(ctx.request().path());
+        if (badPath != null) {
+            ctx.fail(400, badPath);
+            return;
+        }
+        if (preflight(ctx, originAllowed, allowed, e -> error(ctx, e))) return;
         ctx.next();
     }
 

@@ -304,66 +304,6 @@ final class RequestFraming {
     }
 
     /**
-     * Why a target's path is refused for its percent-escapes, or null: escapes that do not decode to UTF-8
-     * ({@code %C3} alone, {@code %FF}, the surrogate {@code %ED%A0%80}). The router decodes them to U+FFFD, so
-     * {@code /v1/models/%C3} was answered 404 for a model named '\ufffd'. A malformed escape ({@code %ZZ}) is left to
-     * {@link MalformedRequests}, which names it, except where it cuts a sequence short ({@code %C3%}): named here.
-     * @param uri the target as Netty read it, printable ASCII ({@link #target} checked it)
-     */
-    static Refused pathEscapes(String uri) {
-        int end = uri.length();
-        for (int i = 0; i < uri.length(); i++) if (uri.charAt(i) == '?' || uri.charAt(i) == '#') { end = i; break; }
-        // the path's bytes once decoded, each with where its text starts
-        byte[] bytes = new byte[end];
-        int[] at = new int[end];
-        boolean[] escape = new boolean[end];
-        int n = 0;
-        for (int i = 0; i < end; i++) {
-            char c = uri.charAt(i);
-            at[n] = i;
-            if (c == '%' && i + 2 < end && Character.digit(uri.charAt(i + 1), 16) >= 0 && Character.digit(uri.charAt(i + 2), 16) >= 0) {
-                escape[n] = true;
-                bytes[n++] = (byte) Integer.parseInt(uri.substring(i + 1, i + 3), 16);
-                i += 2;
-            } else bytes[n++] = (byte) c;
-        }
-        for (int i = 0; i < n; ) {
-            int b = bytes[i] & 0xFF, need, lo = 0x80, hi = 0xBF;
-            // a NUL ends a C string: no name holds one, and the router passed it on into a model's name
-            if (b == 0)
-                return new Refused(400, "invalid_path", "its path's percent-escape '" + uri.substring(at[i], at[i] + 3)
-                        + "' at character " + (at[i] + 1) + " is a NUL byte, which no path holds");
-            if (b < 0x80) { i++; continue; }
-            if (b >= 0xC2 && b <= 0xDF) need = 1;
-            else if (b >= 0xE0 && b <= 0xEF) { need = 2; if (b == 0xE0) lo = 0xA0; if (b == 0xED) hi = 0x9F; }
-            else if (b >= 0xF0 && b <= 0xF4) { need = 3; if (b == 0xF0) lo = 0x90; if (b == 0xF4) hi = 0x8F; }
-            else return badEscapes(uri, at, i, i);
-            for (int j = 1; j <= need; j++) {
-                int c = i + j < n ? bytes[i + j] & 0xFF : -1;
-                if (c >= (j == 1 ? lo : 0x80) && c <= (j == 1 ? hi : 0xBF)) continue;
-                // a '%' that is no escape (%C3%, %C3%4, %C3%ZZ) is named as malformed, shown no further than the path
-                if (c == '%' && !escape[i + j]) {
-                    int p = at[i + j];
-                    return new Refused(400, "invalid_path", "its path has a malformed percent-escape '"
-                            + uri.substring(p, Math.min(end, p + 3)) + "' at character " + (p + 1) + ": a '%' must be"
-                            + " followed by two hexadecimal digits (a literal '%' is written %25)");
-                }
-                // shown up to the byte that breaks the sequence where that is an escape too, else up to the one before
-                return badEscapes(uri, at, i, c >= 0 && escape[i + j] ? i + j : i + j - 1);
-            }
-            i += need + 1;
-        }
-        return null;
-    }
-
-    private static Refused badEscapes(String uri, int[] at, int from, int to) {
-        int start = at[from], stop = at[to] + 3; // each byte shown is an escape
-        return new Refused(400, "invalid_path", "its path's percent-escapes '" + uri.substring(start, stop) + "' at character "
-                + (start + 1) + " are not UTF-8: a character outside ASCII is percent-encoded as its UTF-8 bytes (\u00fc is"
-                + " %C3%BC)");
-    }
-
-    /**
      * Why a head's Host is refused, or null: more than one Host header (RFC 9112 section 3.2 asks a 400 for that,
      * equal values or not), or a value that is no {@code host[:port]} ({@link #validHost}). Vert.x reads either as no
      * Host at all, and its router answered "the 'Host' header is required" with the connection kept.
@@ -539,7 +479,6 @@ final class RequestFraming {
                 request = req.method() + " " + (query < 0 ? req.uri() : req.uri().substring(0, query));
                 if (req.decoderResult().isSuccess()) {
                     Refused r = target(req.uri());
-                    if (r == null) r = pathEscapes(req.uri());
                     if (r == null) r = host(req);
                     if (r == null) r = check(req);
                     if (r != null) req.setDecoderResult(DecoderResult.failure(r));

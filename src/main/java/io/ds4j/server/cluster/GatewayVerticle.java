@@ -131,7 +131,10 @@ public final class GatewayVerticle extends VerticleBase {
             // the answers written here (health, models, props, 401, 404, 405) carry CORS headers as a single server's
             // do; a relayed answer carries its engine's instead (see Relay.writeHead)
             ctx.put(ORIGIN_ALLOWED, HttpVerticle.cors(ctx.request(), ctx.response(), config.get().corsOrigins()));
-            ctx.next();
+            // a path with bad percent-escapes is the 400 handler's, as on a single server
+            ApiException badPath = MalformedRequests.path(ctx.request().path());
+            if (badPath != null) ctx.fail(400, badPath);
+            else ctx.next();
         });
         r.get("/health").handler(this::health);
         r.get("/v1/health").handler(this::health);
@@ -167,8 +170,8 @@ public final class GatewayVerticle extends VerticleBase {
             } else if ((m == HttpMethod.GET || m == HttpMethod.HEAD) && !HttpVerticle.isApi(path)) files.handle(ctx);
             else ctx.next();
         });
-        // a path the router cannot decode (a malformed percent-escape): an OpenAI error and one log line, not the
-        // router's plain-text answer with a stack trace at ERROR
+        // a path the router cannot decode (a malformed percent-escape), or with escapes refused above: an OpenAI error
+        // and one log line, not the router's plain-text answer with a stack trace at ERROR
         r.errorHandler(400, ctx -> {
             BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { });  // no route ran for a request without Host
             ApiException e = MalformedRequests.answer(ctx.request(), ctx.failure());
