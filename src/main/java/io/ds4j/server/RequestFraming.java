@@ -323,7 +323,8 @@ final class RequestFraming {
     }
 
     /**
-     * Whether a Host value is RFC 3986's {@code host [":" port]}, the port at most 65535: a registered name (letters,
+     * Whether a Host value is RFC 3986's {@code host [":" port]}, the port's digits (none, or with leading zeros) at
+     * most 65535: a registered name (letters,
      * digits, {@code -._~!$&'()*+,;=}) or an IP literal in brackets, and one Vert.x reads. Empty is valid (RFC 9112
      * allows it where the target has no authority). Percent-escapes are refused: Vert.x 5.0.7's reading of one
      * ({@code %41}) threw StringIndexOutOfBoundsException, and the connection hung without an answer.
@@ -347,10 +348,13 @@ final class RequestFraming {
             if (colon < 0) return true;
             portAt = colon + 1;
         }
+        // RFC 3986's port is *DIGIT: empty (the scheme's default) and leading zeros are valid; the number it makes is
+        // what must be a port
         String port = h.substring(portAt);
-        if (port.isEmpty() || port.length() > 5) return false;
         for (int i = 0; i < port.length(); i++) if (port.charAt(i) < '0' || port.charAt(i) > '9') return false;
-        return Integer.parseInt(port) <= 65535;
+        int digits = port.length();
+        for (int i = 0; i < port.length() && port.charAt(i) == '0'; i++) digits--;
+        return digits <= 5 && (digits == 0 || Integer.parseInt(port.substring(port.length() - digits)) <= 65535);
     }
 
     /**

@@ -341,13 +341,15 @@ class RequestFramingTest {
     /**
      * A Host that is present but no host[:port], or Host given twice, is a 400 invalid_header naming the value (escaped),
      * and nothing after it on the connection is served; it was taken for a missing Host ("the 'Host' header is
-     * required", invalid_request) with the connection kept. Valid forms are still served.
+     * required", invalid_request) with the connection kept. Valid forms are still served, an empty port and a port with
+     * leading zeros among them (RFC 3986: port = *DIGIT; they were refused).
      */
     @Test
     void anInvalidOrRepeatedHostIsRefused() throws Exception {
         String next = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
         String[][] bad = {{"\u00fc", "\\xC3\\xBC"}, {"a b", "a b"}, {"[::1", "[::1"}, {"x:99999999", "x:99999999"},
-                {"x:abc", "x:abc"}, {"x/y", "x/y"}, {"x@y", "x@y"}, {"x:65536", "x:65536"}, {"[::g]:80", "[::g]:80"}};
+                {"x:abc", "x:abc"}, {"x/y", "x/y"}, {"x@y", "x@y"}, {"x:65536", "x:65536"}, {"[::g]:80", "[::g]:80"},
+                {"x:0000065536", "x:0000065536"}, {"x:-1", "x:-1"}, {"x: 80", "x: 80"}};
         for (String[] h : bad) {
             String answer = untilClosed("GET /health HTTP/1.1\r\nHost: " + h[0] + "\r\n\r\n" + next);
             JsonNode e = refused(answer, 400, "invalid_header");
@@ -359,7 +361,9 @@ class RequestFramingTest {
             assertEquals("the request cannot be read: it has 2 Host headers; a request has exactly one (RFC 9112 section 3.2)",
                     e.get("message").asText());
         }
-        for (String good : new String[]{"localhost", "localhost:8080", "127.0.0.1:1", "[::1]", "[::1]:65535", "a-b.example.org."}) {
+        // RFC 3986's port is *DIGIT: an empty port and leading zeros are valid
+        for (String good : new String[]{"localhost", "localhost:8080", "127.0.0.1:1", "[::1]", "[::1]:65535", "a-b.example.org.",
+                "x:000080", "x:", "[::1]:", "x:0000065535", "x:0"}) {
             try (Socket s = new Socket("127.0.0.1", server.port)) {
                 s.setSoTimeout(10_000);
                 s.getOutputStream().write(("GET /health HTTP/1.1\r\nHost: " + good + "\r\nConnection: close\r\n\r\n")
