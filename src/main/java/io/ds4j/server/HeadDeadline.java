@@ -60,6 +60,12 @@ public final class HeadDeadline {
     public static final int MAX_REQUEST_LINE = HttpServerOptions.DEFAULT_MAX_INITIAL_LINE_LENGTH;
 
     /**
+     * The most bytes a request's header lines may take all together (the request line aside): Vert.x's default, set
+     * here so that the refusal of more can name it.
+     */
+    public static final int MAX_HEADERS = HttpServerOptions.DEFAULT_MAX_HEADER_SIZE;
+
+    /**
      * @param timeoutMs the current limits.headerReadTimeoutMs (read at every sweep and when a connection opens: a reload
      *                  that lowers it applies to connections open then at the next sweep, to new ones from their accept)
      */
@@ -84,7 +90,7 @@ public final class HeadDeadline {
     public HttpServer server(String host, int port, Handler<HttpServerRequest> requests, Handler<HttpServerRequest> invalid,
                              IntSupplier maxBodyBytes, java.util.function.Consumer<String> rejected) {
         HttpServerOptions options = new HttpServerOptions().setHost(host).setPort(port).setCompressionSupported(false)
-                .setTcpNoDelay(true).setHttp2ClearTextEnabled(false).setMaxInitialLineLength(MAX_REQUEST_LINE);
+                .setTcpNoDelay(true).setHttp2ClearTextEnabled(false).setMaxInitialLineLength(MAX_REQUEST_LINE).setMaxHeaderSize(MAX_HEADERS);
         return vertx.createHttpServer(options)
                 .connectionHandler(c -> {
                     RequestFraming.install(c, options, maxBodyBytes, rejected);

@@ -248,6 +248,11 @@ public final class HttpVerticle extends VerticleBase {
      * characters are written as U+XXXX.
      */
     static String decodeProblem(Throwable cause) {
+        // Netty's message ("HTTP header is larger than 8192 bytes.") reads as one header, but the limit is for all of
+        // them together (a chunked body's trailers too)
+        if (cause instanceof io.netty.handler.codec.http.TooLongHttpHeaderException)
+            return "its header fields take more than " + HeadDeadline.MAX_HEADERS + " bytes together, the server's limit for"
+                    + " all of them: send fewer or shorter headers";
         String m = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
         java.util.regex.Matcher v = PROHIBITED_IN_VALUE.matcher(m);
         java.util.regex.Matcher hex = PROHIBITED_IN_VALUE_HEX.matcher(m);
