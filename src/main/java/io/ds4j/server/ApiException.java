@@ -13,14 +13,35 @@ public final class ApiException extends RuntimeException {
     private final String param;
     private final String code;
     private final Integer retryAfterSeconds;
+    /** The reason the log gives where it is not the message, else null ({@link #loggedAs}). */
+    private final String logged;
 
     public ApiException(int status, String type, String code, String param, String message, Integer retryAfterSeconds) {
+        this(status, type, code, param, message, retryAfterSeconds, null);
+    }
+
+    private ApiException(int status, String type, String code, String param, String message, Integer retryAfterSeconds,
+                         String logged) {
         super(message);
         this.status = status;
         this.type = type;
         this.code = code;
         this.param = param;
         this.retryAfterSeconds = retryAfterSeconds;
+        this.logged = logged;
+    }
+
+    /**
+     * This refusal with another reason for the log than its answer's message: a HEAD is answered with GET's refusal (so
+     * that its Content-Length is GET's), but the log tells what was asked.
+     */
+    public ApiException loggedAs(String reason) {
+        return new ApiException(status, type, code, param, getMessage(), retryAfterSeconds, reason);
+    }
+
+    /** The reason the log gives: the message, unless {@link #loggedAs} gave another. */
+    public String logReason() {
+        return logged != null ? logged : getMessage();
     }
 
     /** 400 invalid_request_error about one field; the message is prefixed with the field's name. */

@@ -431,12 +431,13 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * The 404 for a path no route answers (its body, if any, is not read). A HEAD gets GET's answer, as everywhere, so
-     * that its Content-Length is GET's.
+     * that its Content-Length is GET's; its log line says HEAD.
      */
     public static ApiException noRoute(HttpMethod m, String path) {
         String near = nearestRoute(path);
         String hint = near == null ? "" : "; did you mean " + ALLOW.get(near).split(",")[0] + " " + near + "?";
-        return new ApiException(404, "invalid_request_error", "not_found", null, "no route for " + asGet(m) + " " + path + hint, null);
+        return asHead(m, new ApiException(404, "invalid_request_error", "not_found", null, "no route for " + asGet(m) + " "
+                + path + hint, null), "no route for " + m + " " + path + hint);
     }
 
     /** Known routes in the order a suggestion prefers them (the {@code /v1} paths first). */
@@ -468,12 +469,18 @@ public final class HttpVerticle extends VerticleBase {
      * gets GET's answer, as in {@link #noRoute}.
      */
     public static ApiException notAllowed(HttpMethod m, String path, String allow) {
-        return new ApiException(405, "invalid_request_error", "method_not_allowed", null,
-                asGet(m) + " is not allowed on " + path + (allow != null ? " (allowed: " + allow + ")" : ""), null);
+        String rest = " is not allowed on " + path + (allow != null ? " (allowed: " + allow + ")" : "");
+        return asHead(m, new ApiException(405, "invalid_request_error", "method_not_allowed", null, asGet(m) + rest, null),
+                m + rest);
     }
 
     private static HttpMethod asGet(HttpMethod m) {
         return m == HttpMethod.HEAD ? HttpMethod.GET : m;
+    }
+
+    /** A refusal answered as GET's: for a HEAD, logged with the reason as the HEAD was asked. */
+    private static ApiException asHead(HttpMethod m, ApiException answered, String asked) {
+        return m == HttpMethod.HEAD ? answered.loggedAs(asked) : answered;
     }
 
     /**
@@ -754,7 +761,7 @@ public final class HttpVerticle extends VerticleBase {
             state.metrics().rejected(e.code() != null ? e.code() : "http_" + e.status());
             if (e.status() != 429) // the engine logs queue-full refusals with the queue state
                 LOG.info("{} {} rejected with {}: {}", ctx.request().method(), shownTarget(ctx.request(), ctx.request().path()),
-                        e.status(), e.getMessage());
+                        e.status(), e.logReason());
         }
         if (e.retryAfterSeconds() != null) resp.putHeader("Retry-After", Integer.toString(e.retryAfterSeconds()));
         resp.setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(e.body()));

@@ -549,7 +549,8 @@ class BadInputTest {
 
     /**
      * A path no route answers (404) and a method its path does not answer (405) are logged with the reason at INFO, as
-     * other refusals, and counted in ds4j:requests_rejected_total (they were neither, even at debug).
+     * other refusals, and counted in ds4j:requests_rejected_total (they were neither, even at debug); a HEAD's line
+     * names HEAD, though its answer is GET's.
      */
     @Test
     void unknownRoutesAndWrongMethodsAreLoggedAndCounted() throws Exception {
@@ -563,10 +564,19 @@ class BadInputTest {
             assertTrue(lines.getFirst().contains("[INFO]"), lines.getFirst());
             lines = log.linesWith("DELETE /v1/models rejected with 405: DELETE is not allowed on /v1/models (allowed: GET, HEAD)");
             assertEquals(1, lines.size(), log.lines().toString());
+            // a HEAD gets GET's answer (its length is GET's), but its log line says HEAD (it said GET after the status)
+            String get = raw("GET", "/no-such-route", ""), head = raw("HEAD", "/no-such-route", "");
+            assertTrue(head.startsWith("HTTP/1.1 404"), head);
+            assertEquals(get.substring(0, get.indexOf("\r\n\r\n")), head.substring(0, head.indexOf("\r\n\r\n")));
+            assertEquals(1, log.linesWith("HEAD /no-such-route rejected with 404: no route for HEAD /no-such-route").size(),
+                    log.lines().toString());
+            assertTrue(raw("HEAD", "/v1/chat/completions", "").startsWith("HTTP/1.1 405"));
+            assertEquals(1, log.linesWith("HEAD /v1/chat/completions rejected with 405: HEAD is not allowed on"
+                    + " /v1/chat/completions (allowed: POST)").size(), log.lines().toString());
         }
         metrics = server.get("/metrics").body();
-        assertEquals(notFound + 1, counted(metrics, "not_found"), metrics);
-        assertEquals(notAllowed + 1, counted(metrics, "method_not_allowed"), metrics);
+        assertEquals(notFound + 3, counted(metrics, "not_found"), metrics);
+        assertEquals(notAllowed + 2, counted(metrics, "method_not_allowed"), metrics);
     }
 
     /**

@@ -400,7 +400,7 @@ public final class GatewayVerticle extends VerticleBase {
     /** A request the gateway refuses itself before relaying it: one log line, as a single server writes, and the error. */
     private static void refuse(RoutingContext ctx, ApiException e) {
         LOG.info("{} {} rejected with {}: {}", ctx.request().method(), HttpVerticle.shownTarget(ctx.request(), ctx.request().path()),
-                e.status(), e.getMessage());
+                e.status(), e.logReason());
         error(ctx.response(), e);
     }
 
