@@ -23,15 +23,24 @@ public final class Grammar {
     private final GState start;
     private final String description;
     private final boolean toolCall;
+    /**
+     * The calls of an optional tool-call block, right after its opening tag (null where the grammar has none free to
+     * begin): reasoning may open the block too, as the output parser reads it ({@link #afterThinking}).
+     */
+    private final GState block;
+    /** Whether the output is steered to complete within max_tokens (see {@link TokenConstraint}). */
+    private final boolean steered;
 
     private Grammar(GState start, String description) {
-        this(start, description, false);
+        this(start, description, false, null, true);
     }
 
-    private Grammar(GState start, String description, boolean toolCall) {
+    private Grammar(GState start, String description, boolean toolCall, GState block, boolean steered) {
         this.start = start;
         this.description = description;
         this.toolCall = toolCall;
+        this.block = block;
+        this.steered = steered;
     }
 
     /** Whether the output (after any reasoning) is one DSML tool call and nothing else ({@link #toolCall}). */
@@ -78,7 +87,7 @@ public final class Grammar {
         List<Boolean> all = java.util.Collections.nCopies(names.size(), true);
         GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
         GState calls = invokes(names, parameters, all, (heads, objs) -> close);
-        return new Grammar(States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls), "tool_call", true);
+        return new Grammar(States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls), "tool_call", true, null, true);
     }
 
     /**
@@ -88,6 +97,8 @@ public final class Grammar {
      * invoke comes when parallel calls are off; the end of the turn follows the block. With free content the block
      * opens wherever the text writes {@code <｜DSML｜tool_calls>} (the model's own way to begin one); with a content
      * grammar (a strict json_schema, json_object) the output is either that content or the block from its start.
+     * Free content is not steered towards the length limit (the model's call is never shortened to fit: one that does
+     * not fit is cut, as an unconstrained call is); constrained content is, a block in its place too.
      *
      * @param names      function names
      * @param parameters each function's parameters schema (null: no parameters)
@@ -102,9 +113,9 @@ public final class Grammar {
         GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
         GState calls = invokes(names, parameters, strict, (heads, objs) -> parallel ? new States.MoreCalls(heads, objs) : close);
         if (content == null)
-            return new Grammar(States.Until.optional(States.TOOL_CALLS_START, calls), "text or tool calls");
+            return new Grammar(States.Until.optional(States.TOOL_CALLS_START, calls), "text or tool calls", false, calls, false);
         GState block = States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls);
-        return new Grammar(start(() -> States.Union.of(content.start, block)), content.description + " or tool calls");
+        return new Grammar(start(() -> States.Union.of(content.start, block)), content.description + " or tool calls", false, null, true);
     }
 
     /**
@@ -163,12 +174,27 @@ public final class Grammar {
 
     /** The same grammar after free reasoning text that ends with {@code </think>} (thinking mode). */
     public Grammar afterThinking() {
-        return new Grammar(new States.Until(States.THINK_END, 0, 0, start), description + " after reasoning", toolCall);
+        // a block of free calls may also open inside the reasoning, which the output parser ends there
+        GState reasoning = block != null ? new States.Reasoning(0, 0, 0, start, block) : new States.Until(States.THINK_END, 0, 0, start);
+        return new Grammar(reasoning, description + " after reasoning", toolCall, null, steered);
     }
 
     /** A fresh constraint over a tokenizer's vocabulary (the token trie is built once per tokenizer). */
     public TokenConstraint constraint(Tokenizer tokenizer) {
-        return new TokenConstraint(TokenTrie.of(tokenizer), start);
+        return constraint(tokenizer, false);
+    }
+
+    /**
+     * A fresh constraint; with {@code ignoreEos} (the request's ignore_eos) the end of the turn is offered only where
+     * the output can go no further, so free text runs on to the length limit as it would without a grammar.
+     */
+    public TokenConstraint constraint(Tokenizer tokenizer, boolean ignoreEos) {
+        return new TokenConstraint(TokenTrie.of(tokenizer), start, steered, ignoreEos);
+    }
+
+    /** A constraint steered to complete within max_tokens whatever the grammar's own choice (for property tests). */
+    TokenConstraint steeredConstraint(Tokenizer tokenizer) {
+        return new TokenConstraint(TokenTrie.of(tokenizer), start, true, false);
     }
 
     /** Fewest bytes of a complete output. */

@@ -99,6 +99,14 @@ final class States {
         @Override public int dist() { return then.dist(); }
     }
 
+    /** Whether the output is (or may be) inside reasoning: free text that ends with {@code </think>}. */
+    static boolean inReasoning(GState g) {
+        if (g instanceof Reasoning) return true;
+        if (g instanceof Until u) return u.d == THINK_END;
+        if (g instanceof Union u) for (GState a : u.alts) if (inReasoning(a)) return true;
+        return false;
+    }
+
     /** How many states a state keeps live at once: a union's members, through leading whitespace. */
     static int width(GState g) {
         while (g instanceof Ws w) g = w.then;
@@ -685,6 +693,27 @@ final class States {
                 fail[i] = j;
             }
         }
+
+        /** Bytes of the delimiter matched after byte b, m of them matched before it (bytes.length: complete). */
+        int step(int m, int b) {
+            while (m > 0 && (bytes[m] & 0xFF) != b) m = fail[m - 1];
+            return (bytes[m] & 0xFF) == b ? m + 1 : m;
+        }
+
+        /** Fewest bytes that complete the delimiter, m matched and utf8 continuation bytes of a character owed. */
+        int rest(int m, int utf8) {
+            return utf8 + bytes.length - (utf8 > 0 ? 0 : m);
+        }
+    }
+
+    /** The UTF-8 continuation bytes owed after byte b, utf8 owed before it; −1 where b cannot come. */
+    static int utf8After(int utf8, int b) {
+        if (utf8 > 0) return b >= 0x80 && b <= 0xBF ? utf8 - 1 : -1;
+        if (b < 0x80) return 0;
+        if (b >= 0xC2 && b <= 0xDF) return 1;
+        if (b >= 0xE0 && b <= 0xEF) return 2;
+        if (b >= 0xF0 && b <= 0xF4) return 3;
+        return -1;
     }
 
     static final Delim THINK_END = new Delim("</think>");
@@ -709,18 +738,9 @@ final class States {
 
         @Override
         public GState next(int b) {
-            int u;
-            if (utf8 > 0) {
-                if (b < 0x80 || b > 0xBF) return null;
-                u = utf8 - 1;
-            } else if (b < 0x80) u = 0;
-            else if (b >= 0xC2 && b <= 0xDF) u = 1;
-            else if (b >= 0xE0 && b <= 0xEF) u = 2;
-            else if (b >= 0xF0 && b <= 0xF4) u = 3;
-            else return null;
-            int m = matched;
-            while (m > 0 && (d.bytes[m] & 0xFF) != b) m = d.fail[m - 1];
-            if ((d.bytes[m] & 0xFF) == b) m++;
+            int u = utf8After(utf8, b);
+            if (u < 0) return null;
+            int m = d.step(matched, b);
             if (m == d.bytes.length) return k;
             return m == matched && u == utf8 && m == 0 && u == 0 ? this : new Until(d, m, u, k, kd, mayEnd);
         }
@@ -730,7 +750,31 @@ final class States {
         @Override
         public int dist() {
             if (mayEnd) return utf8;
-            return GState.add(utf8 + d.bytes.length - (utf8 > 0 ? 0 : matched), kd);
+            return GState.add(d.rest(matched, utf8), kd);
+        }
+    }
+
+    /**
+     * Reasoning beside optional tool calls: free UTF-8 text up to the first {@code </think>} (then k, the output after
+     * the reasoning) or the first opening of a tool-call block (then block, its calls), whichever comes first, as the
+     * output parser ends reasoning at either.
+     */
+    record Reasoning(int think, int open, int utf8, GState k, GState block) implements GState {
+        @Override
+        public GState next(int b) {
+            int u = utf8After(utf8, b);
+            if (u < 0) return null;
+            int t = THINK_END.step(think, b), o = TOOL_CALLS_START.step(open, b);
+            if (t == THINK_END.bytes.length) return k;
+            if (o == TOOL_CALLS_START.bytes.length) return block;
+            return t == think && o == open && u == utf8 ? this : new Reasoning(t, o, u, k, block);
+        }
+
+        @Override public boolean accepting() { return false; }
+
+        @Override
+        public int dist() {
+            return Math.min(GState.add(THINK_END.rest(think, utf8), k.dist()), GState.add(TOOL_CALLS_START.rest(open, utf8), block.dist()));
         }
     }
 

@@ -16,8 +16,11 @@ import java.util.Map;
  * budget, counting one token for end-of-sequence and assuming the worst case of one byte per token. Every byte has a
  * single-byte token in byte-level BPE vocabularies, so this guarantees a complete output whenever the budget allows
  * one at all; when it cannot (max_tokens below the shortest completion), the tokens that come closest are allowed
- * and generation ends with finish reason "length" and an incomplete output. Free text that may end the output (the
- * text around optional tool calls) is not steered: a block begun there is steered from its start.
+ * and generation ends with finish reason "length" and an incomplete output. A grammar of free text with optional tool
+ * calls is not steered at all ({@link Grammar#optionalToolCalls}): the model's call is never shortened to fit.
+ *
+ * <p>Reasoning ends with {@code </think>}, which the model writes as one control token: that token is offered where
+ * the grammar is inside the reasoning (other control tokens are never offered).
  *
  * <p>Bounded work: a state holds at most {@link Grammar#MAX_LIVE_STATES} live alternatives; {@link #allowed},
  * {@link #acceptablePrefix} and {@link #advance} throw {@link GrammarLimitException} (and leave the state as it was)
@@ -40,10 +43,15 @@ public final class TokenConstraint implements Constraint {
     /** A state's allowed tokens with no length limit, and the largest completion distance after any of them. */
     private record Entry(long[] bits, int maxAfter) {}
 
-    TokenConstraint(TokenTrie trie, GState start) {
+    private final boolean steered;
+    private final boolean ignoreEos;
+
+    TokenConstraint(TokenTrie trie, GState start, boolean steered, boolean ignoreEos) {
         this.trie = trie;
         this.words = (trie.vocab + 63) >> 6;
         this.state = start;
+        this.steered = steered;
+        this.ignoreEos = ignoreEos;
     }
 
     @Override
@@ -63,9 +71,7 @@ public final class TokenConstraint implements Constraint {
         } else {
             cacheHits++;
         }
-        // free text that may end the output is never steered: a tool-call block the model begins there without room
-        // to finish is cut by the length limit as an unconstrained call would be, rather than turned into an end
-        if (e.maxAfter <= remaining - 2 || s instanceof States.Until u && u.mayEnd()) return e.bits;
+        if (!steered || e.maxAfter <= remaining - 2) return e.bits;
         return steered(s, remaining);
     }
 
@@ -76,6 +82,7 @@ public final class TokenConstraint implements Constraint {
     private long[] pure(GState s) {
         if (s instanceof States.Str st && st.mode() == States.Str.BODY) return trie.stringPure;
         if (s instanceof States.Until u && u.matched() == 0 && u.utf8() == 0) return trie.textPure;
+        if (s instanceof States.Reasoning r && r.think() == 0 && r.open() == 0 && r.utf8() == 0) return trie.textPure;
         return null;
     }
 
@@ -93,8 +100,8 @@ public final class TokenConstraint implements Constraint {
             w.maxAfter = s.dist();
         }
         w.walk(s, 0);
-        if (s.accepting()) set(bits, trie.eos);
-        if (isEmpty(bits)) set(bits, trie.eos); // a dead end cannot happen for compiled grammars; end rather than hang
+        w.thinkEnd(s);
+        end(s, bits);
         return new Entry(bits, w.maxAfter);
     }
 
@@ -109,7 +116,8 @@ public final class TokenConstraint implements Constraint {
             w.minAfter = s.dist();
         }
         w.walk(s, 0);
-        if (s.accepting()) set(bits, trie.eos);
+        w.thinkEnd(s);
+        if (s.accepting() && !(ignoreEos && !isEmpty(bits))) set(bits, trie.eos);
         if (isEmpty(bits)) {
             // no completion fits: take the tokens that get closest
             Walk best = new Walk(bits, w.minAfter);
@@ -118,9 +126,19 @@ public final class TokenConstraint implements Constraint {
                 if (s.dist() <= w.minAfter) System.arraycopy(pure, 0, bits, 0, words);
             }
             best.walk(s, 0);
+            best.thinkEnd(s);
             if (isEmpty(bits)) set(bits, trie.eos);
         }
         return bits;
+    }
+
+    /**
+     * The end of the turn where the output may end: always, or with ignore_eos only where nothing else may follow;
+     * also at a dead end, which compiled grammars do not reach (end rather than hang).
+     */
+    private void end(GState s, long[] bits) {
+        if (s.accepting() && !(ignoreEos && !isEmpty(bits))) set(bits, trie.eos);
+        if (isEmpty(bits)) set(bits, trie.eos);
     }
 
     /** One walk of the trie from a state, setting the bits of tokens whose after-state is within limit. */
@@ -135,6 +153,20 @@ public final class TokenConstraint implements Constraint {
         Walk(long[] bits, int limit) {
             this.bits = bits;
             this.limit = limit;
+        }
+
+        /** Offers the {@code </think>} control token where the reasoning may end (its bytes, as one token). */
+        void thinkEnd(GState s) {
+            int id = TokenConstraint.this.trie.thinkEnd;
+            if (id < 0 || !States.inReasoning(s)) return;
+            GState t = TokenConstraint.this.advance(s, id);
+            if (t == null) return;
+            int d = t.dist();
+            minAfter = Math.min(minAfter, d);
+            if (d <= limit) {
+                maxAfter = Math.max(maxAfter, d);
+                set(bits, id);
+            }
         }
 
         void walk(GState s, int node) {

@@ -26,6 +26,11 @@ public final class TokenTrie {
     final int vocab;
     final int eos;
     final int nodes;
+    /**
+     * The control token that ends reasoning ({@code </think>}, one token in DeepSeek-V4's vocabulary), or −1: left out
+     * of the trie with the other control tokens, offered by the constraint only inside reasoning.
+     */
+    final int thinkEnd;
 
     /**
      * Precomputed shortcuts for free text, the states that would otherwise walk the whole trie: tokens that leave a
@@ -47,6 +52,8 @@ public final class TokenTrie {
         byte[][] bytes = new byte[vocab][];
         List<Integer> ids = new ArrayList<>(), strRest = new ArrayList<>(), txtRest = new ArrayList<>();
         long[] strPure = new long[(vocab + 63) >> 6], txtPure = new long[strPure.length];
+        byte[] think = "</think>".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        int thinkEnd = -1;
         for (int i = 0; i < vocab; i++) {
             byte[] b;
             try {
@@ -55,6 +62,7 @@ public final class TokenTrie {
                 continue;
             }
             bytes[i] = b;
+            if (t.isControl(i) && Arrays.equals(b, think)) thinkEnd = i;
             if (b.length == 0 || t.isControl(i)) continue;
             ids.add(i);
             boolean utf8 = completeUtf8(b), str = utf8, txt = utf8;
@@ -67,8 +75,9 @@ public final class TokenTrie {
             if (txt) txtPure[i >> 6] |= 1L << i;
             else txtRest.add(i);
         }
-        return new TokenTrie(vocab, t.eosId(), bytes, ids, strPure, new TokenTrie(vocab, t.eosId(), bytes, strRest, null, null, null, null),
-                txtPure, new TokenTrie(vocab, t.eosId(), bytes, txtRest, null, null, null, null));
+        return new TokenTrie(vocab, t.eosId(), thinkEnd, bytes, ids, strPure,
+                new TokenTrie(vocab, t.eosId(), thinkEnd, bytes, strRest, null, null, null, null),
+                txtPure, new TokenTrie(vocab, t.eosId(), thinkEnd, bytes, txtRest, null, null, null, null));
     }
 
     /** Whether b is a whole number of well-formed UTF-8 characters. */
@@ -91,10 +100,11 @@ public final class TokenTrie {
         return true;
     }
 
-    private TokenTrie(int vocab, int eos, byte[][] bytes, List<Integer> ids, long[] stringPure, TokenTrie stringRest,
+    private TokenTrie(int vocab, int eos, int thinkEnd, byte[][] bytes, List<Integer> ids, long[] stringPure, TokenTrie stringRest,
                       long[] textPure, TokenTrie textRest) {
         this.vocab = vocab;
         this.eos = eos;
+        this.thinkEnd = thinkEnd;
         this.bytes = bytes;
         this.stringPure = stringPure;
         this.stringRest = stringRest;

@@ -501,6 +501,9 @@ final class Requests {
                 try {
                     g = Grammar.optionalToolCalls(names, params, strict, parallel, g);
                 } catch (UnsupportedSchemaException e) {
+                    // a problem in no function's schema is the constrained content's (too many states beside the calls)
+                    if (e.tool() < 0 && g != null && "json_schema".equals(opts.responseFormat().path("type").asText()))
+                        throw schemaError("response_format.json_schema.schema", e);
                     throw schemaError(toolField(tools, e.tool()), e);
                 }
             }

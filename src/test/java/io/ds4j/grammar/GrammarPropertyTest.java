@@ -47,7 +47,9 @@ class GrammarPropertyTest {
      * text and of the tokens counted.
      */
     static Out run(Grammar g, String prefix, int maxTokens, long seed, double temperature) {
-        TokenConstraint c = g.constraint(TOK);
+        // steered whatever the grammar's own choice, so that random logits complete the output within the budget (free
+        // text with optional calls is not steered: a model ends its own strings; random logits would not)
+        TokenConstraint c = g.steeredConstraint(TOK);
         ByteArrayOutputStream bytes = new ByteArrayOutputStream();
         int[] forced = prefix.isEmpty() ? new int[0] : TOK.encode(prefix);
         for (int i = 0; i < forced.length; i++) {
@@ -324,5 +326,50 @@ class GrammarPropertyTest {
         // the same schema on a function that is not strict is not compiled: its arguments are free
         Grammar free = Grammar.optionalToolCalls(List.of("a", "b"), List.of(ok, bad), List.of(true, false), true, null);
         assertEquals(0, free.minBytes());
+    }
+
+    /**
+     * The {@code </think>} control token (how the model ends its reasoning) is offered inside the reasoning only; in
+     * thinking mode a block of free calls may open inside the reasoning too (the parser ends the reasoning there), held
+     * to the tools as after it, and the turn may end after it.
+     */
+    @Test
+    void reasoningEndsWithItsControlTokenAndMayOpenABlock() throws Exception {
+        int think = -1;
+        for (int i = 0; i < TOK.vocabSize(); i++)
+            if (TOK.isControl(i) && "</think>".equals(new String(TOK.tokenBytes(i), StandardCharsets.UTF_8))) think = i;
+        assertTrue(think >= 0, "the vocabulary has </think> as a control token");
+        JsonNode p = M.readTree("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"],\"additionalProperties\":false}");
+        Grammar g = Grammar.optionalToolCalls(List.of("count"), List.of(p), List.of(true), false, null).afterThinking();
+        TokenConstraint c = g.constraint(TOK);
+        assertTrue(Constraint.has(c.allowed(100), think), "inside the reasoning");
+        for (int t : TOK.encode("Let me think.")) c.advance(t);
+        assertTrue(Constraint.has(c.allowed(100), think));
+        c.advance(think);
+        assertFalse(Constraint.has(c.allowed(100), think), "not after the reasoning");
+        assertTrue(c.complete(), "free content may be empty");
+        Grammar json = Grammar.jsonObject();
+        assertFalse(Constraint.has(json.constraint(TOK).allowed(100), think), "never outside reasoning");
+        assertTrue(Constraint.has(json.afterThinking().constraint(TOK).allowed(100), think));
+
+        String call = "\n<\uFF5CDSML\uFF5Cinvoke name=\"count\">\n<\uFF5CDSML\uFF5Cparameter name=\"n\" string=\"false\">7</\uFF5CDSML\uFF5Cparameter>\n</\uFF5CDSML\uFF5Cinvoke>\n</\uFF5CDSML\uFF5Ctool_calls>";
+        assertEquals(-1, refusedAt(g, "I should count." + BLOCK + call), "a block inside the reasoning");
+        assertTrue(refusedAt(g, "I should count." + BLOCK + "\n<\uFF5CDSML\uFF5Cinvoke name=\"delete_all\">") >= 0, "held to the tools there too");
+        TokenConstraint after = g.constraint(TOK);
+        for (int t : TOK.encode("I should count." + BLOCK + call)) after.advance(t);
+        assertTrue(after.complete(), "the turn may end after the block");
+        Parsed parsed = parse("I should count." + BLOCK + call);
+        assertEquals(1, parsed.calls().size());
+    }
+
+    @Test
+    void ignoreEosOffersTheEndOnlyWhereNothingElseMayFollow() throws Exception {
+        Grammar free = Grammar.optionalToolCalls(List.of("f"), List.of(M.readTree("{\"type\":\"object\"}")), List.of(true), true, null);
+        assertTrue(Constraint.has(free.constraint(TOK, false).allowed(50), TOK.eosId()));
+        assertFalse(Constraint.has(free.constraint(TOK, true).allowed(50), TOK.eosId()), "free text runs on");
+        ObjectNode schema = (ObjectNode) M.readTree("{\"type\":\"integer\",\"enum\":[7]}");
+        TokenConstraint c = Grammar.jsonSchema(schema).constraint(TOK, true);
+        c.advance(TOK.encode("7")[0]);
+        assertTrue(Constraint.has(c.allowed(50), TOK.eosId()), "the end where the output can go no further");
     }
 }
