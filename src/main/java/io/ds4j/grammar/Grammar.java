@@ -93,7 +93,7 @@ public final class Grammar {
     /**
      * Tool calls the model may choose to make (tool_choice auto): the content, which may end the turn, or a DSML
      * tool-call block in which every invoke names one of the functions, a function marked strict gets arguments valid
-     * for its parameters schema (the others' parameters are free text up to the invoke's close), and at most one
+     * for its parameters schema (the others take any DSML parameters, still written as the parser reads them), and at most one
      * invoke comes when parallel calls are off; the end of the turn follows the block. With free content the block
      * opens wherever the text writes {@code <｜DSML｜tool_calls>} (the model's own way to begin one); with a content
      * grammar (a strict json_schema, json_object) the output is either that content or the block from its start.

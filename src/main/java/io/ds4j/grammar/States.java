@@ -781,8 +781,8 @@ final class States {
     // ------------------------------------------------------------------------------------------- DSML tool calls
 
     /**
-     * After the invoke line of tool i: its parameters, held to its schema, or free text up to the invoke's close for a
-     * tool whose schema is not enforced (a null entry of tools).
+     * After the invoke line of tool i: its parameters, held to its schema, or any DSML parameters ({@link FreeParams})
+     * for a tool whose schema is not enforced (a null entry of tools).
      */
     record ToolThen(List<Schema.Obj> tools, GState k) implements Then {
         @Override public Then withK(GState k) { return new ToolThen(tools, k); }
