@@ -77,6 +77,19 @@ public final class ApiException extends RuntimeException {
         return retryAfterSeconds;
     }
 
+    /** The field the error names, or null. */
+    public String param() {
+        return param;
+    }
+
+    /**
+     * The same error about another field name, worded anew: what an API that translates its requests into another's
+     * (the Anthropic Messages API over chat) reports, so that the client reads the names it sent.
+     */
+    public ApiException renamed(String param, String message) {
+        return new ApiException(status, type, code, param, message, retryAfterSeconds);
+    }
+
     /** The OpenAI error body. */
     public ObjectNode body() {
         return errorBody(getMessage(), type, param, code);

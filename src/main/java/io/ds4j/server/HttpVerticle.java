@@ -47,7 +47,9 @@ import java.util.function.Consumer;
  * <p>Routes: {@code POST /v1/chat/completions}, {@code POST /v1/completions}, {@code GET /v1/models},
  * {@code GET /v1/models/{id}}, {@code GET /health}, {@code GET /props}, {@code POST /tokenize},
  * {@code POST /detokenize}, {@code GET /metrics}, and the playground's static files at {@code /}; every GET route
- * answers HEAD too.
+ * answers HEAD too. {@code POST /v1/messages} and {@code POST /v1/messages/count_tokens} answer the Anthropic Messages
+ * API, translated into chat requests ({@link AnthropicApi}) and answered in its shapes ({@link AnthropicResponse}),
+ * their errors too.
  */
 public final class HttpVerticle extends VerticleBase {
     private static final Logger LOG = LoggerFactory.getLogger(HttpVerticle.class);
@@ -69,7 +71,8 @@ public final class HttpVerticle extends VerticleBase {
             java.util.Map.entry("/v1/models", "GET, HEAD"), java.util.Map.entry("/models", "GET, HEAD"),
             java.util.Map.entry("/props", "GET, HEAD"), java.util.Map.entry("/metrics", "GET, HEAD"),
             java.util.Map.entry("/health", "GET, HEAD"), java.util.Map.entry("/v1/health", "GET, HEAD"),
-            java.util.Map.entry("/tokenize", "POST"), java.util.Map.entry("/detokenize", "POST"));
+            java.util.Map.entry("/tokenize", "POST"), java.util.Map.entry("/detokenize", "POST"),
+            java.util.Map.entry(AnthropicApi.MESSAGES, "POST"), java.util.Map.entry(AnthropicApi.COUNT_TOKENS, "POST"));
 
     /**
      * Request bodies of at least this many bytes tokenise on the long-text lane ({@link #LONG_TEXT_THREADS} threads of
@@ -114,6 +117,9 @@ public final class HttpVerticle extends VerticleBase {
             r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, true)));
         for (String p : List.of("/v1/completions", "/completions"))
             r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, false)));
+        // the Anthropic Messages API, translated into chat requests (AnthropicApi)
+        r.post(AnthropicApi.MESSAGES).handler(ctx -> withBody(ctx, b -> generate(ctx, b, true, true)));
+        r.post(AnthropicApi.COUNT_TOKENS).handler(ctx -> withBody(ctx, b -> countTokens(ctx, b)));
         // every GET route answers HEAD too: GET's status and headers without the body (first() adds the length)
         r.get("/v1/models").method(HttpMethod.HEAD).handler(withModel(this::models));
         r.get("/models").method(HttpMethod.HEAD).handler(withModel(this::models));
@@ -740,8 +746,9 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * Sends an OpenAI error body, or, when an SSE stream already started, an error event that ends the stream.
-     * Refusals before generation (4xx, 503) are counted in ds4j:requests_rejected_total by their code.
+     * Sends an OpenAI error body, or, when an SSE stream already started, an error event that ends the stream; on the
+     * Anthropic routes in Anthropic's shapes ({@link AnthropicApi#errorBody}, an {@code error} event). Refusals before
+     * generation (4xx, 503) are counted in ds4j:requests_rejected_total by their code.
      */
     void error(RoutingContext ctx, ApiException e) {
         error(ctx, e, false);
@@ -751,8 +758,10 @@ public final class HttpVerticle extends VerticleBase {
     private void error(RoutingContext ctx, ApiException e, boolean countedByEngine) {
         HttpServerResponse resp = ctx.response();
         if (resp.ended() || resp.closed()) return;
+        boolean anthropic = anthropic(ctx);
         if (resp.headWritten()) {
-            resp.end("data: " + Json.write(e.body()) + "\n\n");
+            resp.end(anthropic ? "event: error\ndata: " + Json.write(AnthropicApi.errorBody(e)) + "\n\n"
+                    : "data: " + Json.write(e.body()) + "\n\n");
             return;
         }
         // a path no route answers (404 not_found) and a method its path does not answer (405) are refusals like any
@@ -764,7 +773,20 @@ public final class HttpVerticle extends VerticleBase {
                         e.status(), e.logReason());
         }
         if (e.retryAfterSeconds() != null) resp.putHeader("Retry-After", Integer.toString(e.retryAfterSeconds()));
-        resp.setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(e.body()));
+        resp.setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json")
+                .end(Json.write(anthropic ? AnthropicApi.errorBody(e) : e.body()));
+    }
+
+    /**
+     * Whether a request is to an Anthropic route, whose answers (errors included) take Anthropic's shapes. A path the
+     * router cannot decode (a malformed percent-escape) is none: its 400 is OpenAI's, as on every such path.
+     */
+    private static boolean anthropic(RoutingContext ctx) {
+        try {
+            return AnthropicApi.speaks(routed(ctx));
+        } catch (RuntimeException undecodable) {
+            return false;
+        }
     }
 
     private static void json(RoutingContext ctx, int status, JsonNode body) {
@@ -978,7 +1000,7 @@ public final class HttpVerticle extends VerticleBase {
         // a text is tokenised as a completion's prompt is (its control-token strings are control tokens), messages as a
         // chat's (only the template's markers are)
         tokenizing(ctx, false, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
-                : tok.encode(ChatEncoder.render(messages, opts)), result -> {
+                : chatPrompt(tok, messages, opts), result -> {
             ObjectNode o = Json.object();
             ArrayNode arr = o.putArray("tokens");
             for (int id : result) {
@@ -1144,28 +1166,40 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     private void generate(RoutingContext ctx, JsonNode body, boolean chat) {
+        generate(ctx, body, chat, false);
+    }
+
+    /**
+     * A chat, completion or Anthropic Messages generation.
+     * @param anthropic body is an Anthropic Messages request: it runs as the chat request it translates into, and is
+     *                  answered in its API's shapes
+     */
+    private void generate(RoutingContext ctx, JsonNode clientBody, boolean chat, boolean anthropic) {
         if (state.draining()) throw shuttingDown();
         ModelInfo m = ready();
         ServerConfig cfg = state.config();
-        Requests.Gen g = Requests.parse(body, chat, m, cfg);
+        AnthropicApi.Translation translation = anthropic ? AnthropicApi.translate(clientBody, true) : null;
+        // the body the endpoint's parser reads; unknown fields are judged on the client's own body
+        JsonNode body = anthropic ? translation.chat() : clientBody;
+        Requests.Gen g = parse(body, chat, m, cfg, translation);
         String predictionText = Requests.prediction(body, chat);
         boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
-        String id = (chat ? "chatcmpl-" : "cmpl-") + randomId();
-        ignoredFields(ctx, body, id);
+        String id = (anthropic ? "msg_" : chat ? "chatcmpl-" : "cmpl-") + randomId();
+        ignoredFields(ctx, clientBody, id);
         long t0 = ctx.get("t0");
         String model = m.id();
         Tokenizer tok = m.tokenizer();
         // the prompt's own characters (a chat template adds more) against the bound, here on the event loop, so that a
         // prompt it refuses does not wait for a tokenising thread
         checkChars(tok, chat ? null : g.promptText(), chat ? g.messages() : null, state.maxContext(), chat ? "messages" : "prompt");
-        tokenizing(ctx, true, () -> {
+        tokenizing(ctx, true, renaming(translation, () -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             int ctxLimit = state.maxContext();
             if (chat) {
                 // what the messages (and tools, schema) hold is plain text: a user cannot write a role marker or an end of
                 // sentence into the prompt; only the template's own markers are control tokens
-                int[] ids = tok.encode(ChatEncoder.render(g.messages(), g.options()));
+                int[] ids = chatPrompt(tok, g.messages(), g.options());
                 // over the context with tools or a schema written in: how many tokens are theirs, for the message
                 int extras = -1;
                 if (ids.length >= ctxLimit && !renderedBeside(body).isEmpty())
@@ -1193,7 +1227,7 @@ public final class HttpVerticle extends VerticleBase {
                     promptTokens.add(new String(tok.tokenBytes(ids[i]), StandardCharsets.UTF_8));
             }
             return new Encoded(ids, echo, promptTokens, encodePrediction(tok, predictionText, ids.length, ctxLimit), -1);
-        }, enc -> {
+        }), enc -> {
             if (state.draining()) throw shuttingDown();  // tokenised while the shutdown began
             int[] prompt = enc.ids();
             int ctxLimit = state.maxContext();
@@ -1223,7 +1257,7 @@ public final class HttpVerticle extends VerticleBase {
                     enc.promptTokens() != null ? g.topLogprobs() : -1).maxTokensField(g.maxTokensParam())
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
                     .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted);
-            new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens()).start();
+            new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens(), anthropic).start();
         });
     }
 
@@ -1314,6 +1348,50 @@ public final class HttpVerticle extends VerticleBase {
     /** extras: the tokens of the tools and schema the chat template writes into a prompt over the context; else -1. */
     private record Encoded(int[] ids, String echo, List<String> promptTokens, int[] prediction, int extras) {}
 
+    /**
+     * A chat request's prompt tokens: its messages, tools and options as the chat template writes them (only the
+     * template's own markers are control tokens). Chat and Messages generation, /tokenize and count_tokens count alike.
+     */
+    private static int[] chatPrompt(Tokenizer tok, List<ChatMessage> messages, ChatOptions opts) {
+        return tok.encode(ChatEncoder.render(messages, opts));
+    }
+
+    /** Requests.parse, its errors named as the client sent the fields where the body was translated (or null). */
+    private static Requests.Gen parse(JsonNode body, boolean chat, ModelInfo m, ServerConfig cfg, AnthropicApi.Translation t) {
+        try {
+            return Requests.parse(body, chat, m, cfg);
+        } catch (ApiException e) {
+            throw t == null ? e : t.renamed(e);
+        }
+    }
+
+    /** Work whose errors name chat fields, naming them as the client sent them where the body was translated. */
+    private static <T> java.util.concurrent.Callable<T> renaming(AnthropicApi.Translation t, java.util.concurrent.Callable<T> work) {
+        if (t == null) return work;
+        return () -> {
+            try {
+                return work.call();
+            } catch (ApiException | IllegalArgumentException e) {
+                throw t.renamed(asApi(e));
+            }
+        };
+    }
+
+    /**
+     * {@code POST /v1/messages/count_tokens}: {@code {"input_tokens": N}}, the prompt tokens of the same body sent to
+     * {@code /v1/messages} (read and checked the same way; max_tokens may be left out), without generating.
+     */
+    private void countTokens(RoutingContext ctx, JsonNode body) {
+        ModelInfo m = ready();
+        AnthropicApi.Translation t = AnthropicApi.translate(body, false);
+        Requests.Gen g = parse(t.chat(), true, m, state.config(), t);
+        ignoredFields(ctx, body, null);
+        Tokenizer tok = m.tokenizer();
+        checkChars(tok, null, g.messages(), state.maxContext(), "messages");
+        tokenizing(ctx, false, renaming(t, () -> chatPrompt(tok, g.messages(), g.options()).length),
+                n -> json(ctx, 200, Json.object().put("input_tokens", n)));
+    }
+
     private static String randomId() {
         String a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
         ThreadLocalRandom r = ThreadLocalRandom.current();
@@ -1332,8 +1410,10 @@ public final class HttpVerticle extends VerticleBase {
         final String echo;
         final List<String> promptTokens;
         final long created = System.currentTimeMillis() / 1000;
+        /** Answered in the Anthropic Messages API's shapes (else OpenAI's). */
+        final boolean anthropic;
         io.vertx.core.eventbus.MessageConsumer<Object> consumer;
-        ResponseBuilder out;
+        AnswerWriter out;
         /** Sent to the engine (from then on the engine says what became of it); admitted by it; answered or gone. */
         boolean submitted, admitted, completed;
         /** Completions with echo and logprobs: the echo waits for the prompt's scores. */
@@ -1342,7 +1422,9 @@ public final class HttpVerticle extends VerticleBase {
         int streamBufferBytes;
         java.util.List<EngineEvent> early = new java.util.ArrayList<>();
 
-        Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo, List<String> promptTokens) {
+        Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo, List<String> promptTokens,
+                 boolean anthropic) {
+            this.anthropic = anthropic;
             this.promptTokens = promptTokens;
             this.ctx = ctx;
             this.resp = ctx.response();
@@ -1367,7 +1449,8 @@ public final class HttpVerticle extends VerticleBase {
             });
             Handler<Void> gone = v -> clientGone();
             resp.closeHandler(gone);
-            out = new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage(), g.continuousUsage(), req.prompt.length)
+            out = anthropic ? new AnthropicResponse(req.id(), model, g.stream(), req.prompt.length)
+                    : new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage(), g.continuousUsage(), req.prompt.length)
                     .forcedToolCall(g.grammar() != null && g.grammar().isToolCall());
             consumer = vertx.eventBus().localConsumer(req.address, msg -> onEvent((EngineEvent) msg.body()));
             consumer.completion().onComplete(reg -> {

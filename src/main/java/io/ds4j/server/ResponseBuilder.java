@@ -20,7 +20,7 @@ import java.util.List;
  * as well (vLLM's extension), every chunk also carries {@code usage} with the prompt tokens and the tokens generated so
  * far: a chunk that stands for several tokens (the text of one held back for the next, or accepted drafts) says so.
  */
-final class ResponseBuilder {
+final class ResponseBuilder implements AnswerWriter {
     private final String id;
     private final long created;
     private final String model;
@@ -107,7 +107,8 @@ final class ResponseBuilder {
      * the generated tokens' text_offset starts after the echoed text.
      * @param promptTokens the echoed prompt tokens with their scores, or null
      */
-    String start(String echo, List<EngineEvent.TokenLogprob> promptTokens) {
+    @Override
+    public String start(String echo, List<EngineEvent.TokenLogprob> promptTokens) {
         echoLength = echo == null ? 0 : echo.length();
         if (echo != null && promptTokens != null && !promptTokens.isEmpty()) {
             promptLogprobs = new ArrayList<>(promptTokens);
@@ -127,7 +128,8 @@ final class ResponseBuilder {
     }
 
     /** The frames of one engine step (streaming), or nothing after accumulating it (non-streaming). */
-    String delta(EngineEvent.Delta d) {
+    @Override
+    public String delta(EngineEvent.Delta d) {
         if (!d.logprobs().isEmpty()) anyLogprobs = true;
         if (!stream) {
             for (OutputParser.Event e : d.events()) accumulate(e);
@@ -187,7 +189,8 @@ final class ResponseBuilder {
     }
 
     /** The closing frames: finish chunk, usage chunk (when asked for) and [DONE]. */
-    String done(EngineEvent.Done d) {
+    @Override
+    public String done(EngineEvent.Done d) {
         StringBuilder out = new StringBuilder();
         ObjectNode fin = chunk(chat ? Json.object() : null, "", d.finishReason(), null);
         ObjectNode choice = (ObjectNode) fin.get("choices").get(0);
@@ -204,7 +207,8 @@ final class ResponseBuilder {
     }
 
     /** The whole non-streaming response. */
-    ObjectNode full(EngineEvent.Done d) {
+    @Override
+    public ObjectNode full(EngineEvent.Done d) {
         ObjectNode o = base();
         ObjectNode c = o.putArray("choices").addObject();
         c.put("index", 0);

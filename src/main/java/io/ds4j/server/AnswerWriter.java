@@ -1,0 +1,29 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+import java.util.List;
+
+/**
+ * Writes one generation's engine events in its API's wire shapes: the OpenAI ones ({@link ResponseBuilder}) or the
+ * Anthropic Messages ones ({@link AnthropicResponse}). A streamed answer is the concatenation of what {@link #start},
+ * each {@link #delta} and {@link #done} return; an answer that is not streamed is {@link #full}, and the other methods
+ * return "" while they gather it.
+ */
+interface AnswerWriter {
+    /**
+     * What goes out when the request is admitted.
+     * @param echo         completions' echoed prompt, or null
+     * @param promptTokens completions with echo and logprobs: the echoed prompt's tokens with their scores, or null
+     */
+    String start(String echo, List<EngineEvent.TokenLogprob> promptTokens);
+
+    /** The frames of one engine step (streaming), or "" after gathering it. */
+    String delta(EngineEvent.Delta d);
+
+    /** The closing frames of a stream. */
+    String done(EngineEvent.Done d);
+
+    /** The whole answer of a request that is not streamed. */
+    ObjectNode full(EngineEvent.Done d);
+}

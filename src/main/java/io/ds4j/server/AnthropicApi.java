@@ -1,0 +1,437 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * The Anthropic Messages API ({@code POST /v1/messages} and {@code POST /v1/messages/count_tokens}) as a translation
+ * over the chat endpoint. A Messages body is rewritten into the chat body that means the same ({@link #translate}),
+ * which {@link Requests#parse} then reads and checks as any chat request, so sampling, stop strings, tools, tool
+ * choice, thinking and their limits are decided by chat alone; what only the Messages shapes have (blocks, a top-level
+ * {@code system}, {@code tool_result} blocks in user turns, server tools) is checked here, naming the Messages field.
+ * A complaint of the chat parser names a chat field; {@link Translation#renamed} names the Messages field it came
+ * from. Errors go out in Anthropic's shape ({@link #errorBody}).
+ *
+ * <p>The fields are read from the client's body, so {@link RequestFields} reports those this translation never asked
+ * for, as on chat; parts passed on whole (a tool's {@code input_schema}, a {@code tool_use} block's {@code input}) are
+ * marked so.
+ */
+final class AnthropicApi {
+    private AnthropicApi() {}
+
+    /** The generation route. */
+    static final String MESSAGES = "/v1/messages";
+    /** The route that counts a request's prompt tokens without generating. */
+    static final String COUNT_TOKENS = "/v1/messages/count_tokens";
+
+    /** Whether a routed path answers in the Anthropic shapes (its errors included). */
+    static boolean speaks(String path) {
+        return MESSAGES.equals(path) || COUNT_TOKENS.equals(path);
+    }
+
+    /**
+     * A Messages body as a chat body.
+     *
+     * @param chat    the chat body, to give {@link Requests#parse}
+     * @param origins for each chat message, the Messages path it came from ({@code system}, {@code messages[2]},
+     *                or {@code messages[3].content[0]} for a tool result)
+     * @param calls   for each chat message, the paths of its tool calls' {@code tool_use} blocks (empty for most)
+     */
+    record Translation(ObjectNode chat, List<String> origins, List<List<String>> calls) {
+        /** A chat path pattern: a message (with a call), a tool's function part, or a tool choice's name. */
+        private static final Pattern CHAT_PATH = Pattern.compile(
+                "messages\\[(\\d+)](\\.tool_calls(?:\\[(\\d+)])?(?:\\.function(?:\\.arguments|\\.name)?|\\.id)?|\\.tool_call_id|\\.content)?"
+                        + "|tools\\[(\\d+)]\\.function(\\.parameters|\\.name|\\.description)?"
+                        + "|tool_choice\\.function\\.name");
+
+        /**
+         * The chat parser's error as the Messages API's: its field, and every chat path in its message, named as the
+         * client sent them ({@code stop} is {@code stop_sequences}, {@code tools[0].function.parameters} is
+         * {@code tools[0].input_schema}, a chat message index is the Messages path it came from).
+         */
+        ApiException renamed(ApiException e) {
+            String param = e.param() == null ? null : path(e.param());
+            String msg = e.getMessage() == null ? null : text(e.getMessage(), e.param(), param);
+            return e.renamed(param, msg);
+        }
+
+        private String text(String msg, String oldParam, String newParam) {
+            // the message starts with the field it is about; the short chat-only names are renamed only there
+            if (oldParam != null && newParam != null && msg.startsWith(oldParam + ":"))
+                return newParam + paths(msg.substring(oldParam.length()));
+            return paths(msg);
+        }
+
+        private String path(String p) {
+            if (p.equals("stop") || p.startsWith("stop[")) return "stop_sequences" + p.substring(4);
+            if (p.equals("parallel_tool_calls")) return "tool_choice.disable_parallel_tool_use";
+            return paths(p);
+        }
+
+        private String paths(String s) {
+            Matcher m = CHAT_PATH.matcher(s);
+            StringBuilder out = new StringBuilder();
+            while (m.find()) m.appendReplacement(out, Matcher.quoteReplacement(one(m)));
+            m.appendTail(out);
+            return out.toString();
+        }
+
+        private String one(Matcher m) {
+            if (m.group(4) != null) {
+                String tool = "tools[" + m.group(4) + "]";
+                String part = m.group(5);
+                if (part == null) return tool;
+                return tool + (part.equals(".parameters") ? ".input_schema" : part);
+            }
+            if (m.group(1) == null) return "tool_choice.name";
+            int k = Integer.parseInt(m.group(1));
+            if (k >= origins.size()) return m.group();
+            String origin = origins.get(k), rest = m.group(2);
+            if (rest == null) return origin;
+            if (rest.equals(".tool_call_id")) return origin + ".tool_use_id";
+            if (rest.equals(".content")) return origin + ".content";
+            // a tool call: the tool_use block it came from
+            List<String> blocks = calls.get(k);
+            if (m.group(3) == null) return origin + ".content";
+            int c = Integer.parseInt(m.group(3));
+            String block = c < blocks.size() ? blocks.get(c) : origin + ".content";
+            String field = rest.substring(rest.indexOf(']') + 1);
+            return block + (field.endsWith(".arguments") ? ".input" : field.endsWith(".name") ? ".name" : field.equals(".id") ? ".id" : "");
+        }
+    }
+
+    /**
+     * Rewrites a Messages body into a chat body, checking what only the Messages shapes have.
+     *
+     * @param generation a generation request, which must give {@code max_tokens} (Anthropic requires it; counting
+     *                   tokens does not)
+     * @throws ApiException 400 naming the Messages field
+     */
+    static Translation translate(JsonNode body, boolean generation) {
+        if (body == null || !body.isObject()) throw ApiException.bodyNotAnObject(body);
+        ObjectNode chat = Json.object();
+        for (String f : List.of("model", "stream", "temperature", "top_p", "top_k", "max_tokens")) {
+            JsonNode v = body.get(f);
+            if (v != null && !v.isNull()) chat.set(f, v);
+        }
+        if (generation && !chat.has("max_tokens"))
+            throw ApiException.badField("max_tokens", "is required: the most tokens to generate, an integer of at least 1");
+        // accepted and not used: the caller's own tags for the request
+        body.get("metadata");
+
+        JsonNode stops = body.get("stop_sequences");
+        if (stops != null && !stops.isNull()) {
+            if (!stops.isArray()) throw ApiException.badField("stop_sequences", "must be an array of strings, got " + what(stops));
+            chat.set("stop", stops);
+        }
+
+        List<String> origins = new ArrayList<>();
+        List<List<String>> calls = new ArrayList<>();
+        ArrayNode messages = chat.putArray("messages");
+        JsonNode system = body.get("system");
+        if (system != null && !system.isNull()) {
+            ArrayNode parts = textParts(system, "system");
+            if (parts != null) {
+                messages.addObject().put("role", "system").set("content", parts);
+                origins.add("system");
+                calls.add(List.of());
+            }
+        }
+        JsonNode msgs = body.get("messages");
+        if (msgs == null || msgs.isNull()) throw ApiException.badField("messages", "is required");
+        if (!msgs.isArray()) throw ApiException.badField("messages", "must be an array of messages, got " + what(msgs));
+        if (msgs.isEmpty()) throw ApiException.badField("messages", "must contain at least one message");
+        for (int i = 0; i < msgs.size(); i++) message(msgs.get(i), "messages[" + i + "]", messages, origins, calls);
+
+        tools(body, chat);
+        thinking(body, chat);
+        return new Translation(chat, origins, calls);
+    }
+
+    /**
+     * A {@code system} prompt or a tool result's content: a string, or an array of text blocks (as chat's text parts,
+     * which chat joins). Null for an empty string, which adds nothing.
+     */
+    private static ArrayNode textParts(JsonNode v, String path) {
+        ArrayNode parts = Json.array();
+        if (v.isTextual()) {
+            if (v.textValue().isEmpty()) return null;
+            parts.addObject().put("type", "text").put("text", v.textValue());
+            return parts;
+        }
+        if (!v.isArray()) throw ApiException.badField(path, "must be a string or an array of text blocks, got " + what(v));
+        for (int j = 0; j < v.size(); j++) {
+            String where = path + "[" + j + "]";
+            JsonNode block = v.get(j);
+            String type = blockType(block, where);
+            if (!type.equals("text"))
+                throw ApiException.badField(where + ".type", unsupported(type, "text blocks only"));
+            parts.addObject().put("type", "text").put("text", text(block, where));
+        }
+        return parts.isEmpty() ? null : parts;
+    }
+
+    /** A block's type, checked to be there. */
+    private static String blockType(JsonNode block, String where) {
+        if (block == null || !block.isObject())
+            throw ApiException.badField(where, "must be a content block object, got " + what(block));
+        JsonNode t = block.get("type");
+        if (t == null || t.isNull()) throw ApiException.badField(where + ".type", "is required");
+        if (!t.isTextual()) throw ApiException.badField(where + ".type", "must be a string, got " + what(t));
+        // a prompt-caching hint: this server's prefix cache finds shared prefixes by their tokens, unasked
+        block.get("cache_control");
+        return t.textValue();
+    }
+
+    private static String text(JsonNode block, String where) {
+        JsonNode t = block.get("text");
+        if (t == null || t.isNull()) throw ApiException.badField(where + ".text", "is required");
+        if (!t.isTextual()) throw ApiException.badField(where + ".text", "must be a string, got " + what(t));
+        // the citations an answer carried, sent back with the history: output only
+        block.get("citations");
+        return t.textValue();
+    }
+
+    /** What a value is, for a message about a wrong type; "nothing" for a field not given. */
+    private static String what(JsonNode v) {
+        return v == null || v.isNull() ? "nothing" : Requests.describe(v);
+    }
+
+    private static String unsupported(String type, String what) {
+        if (type.equals("image") || type.equals("document"))
+            return "'" + type + "' blocks are not supported: this model reads text only (" + what + ")";
+        return "unsupported block type '" + type + "' (" + what + ")";
+    }
+
+    /**
+     * One Messages message as chat messages: a user turn's {@code tool_result} blocks become tool messages (first, as
+     * chat wants them right after the assistant's calls), its text blocks a user message; an assistant turn's text,
+     * {@code thinking} (its reasoning) and {@code tool_use} blocks (its tool calls) one assistant message.
+     */
+    private static void message(JsonNode m, String path, ArrayNode out, List<String> origins, List<List<String>> calls) {
+        if (m == null || !m.isObject()) throw ApiException.badField(path, "must be a message object, got " + what(m));
+        JsonNode roleNode = m.get("role");
+        if (roleNode == null || roleNode.isNull()) throw ApiException.badField(path + ".role", "is required (\"user\" or \"assistant\")");
+        String role = roleNode.isTextual() ? roleNode.textValue() : null;
+        if (!"user".equals(role) && !"assistant".equals(role))
+            throw ApiException.badField(path + ".role", "must be \"user\" or \"assistant\", got " + Requests.shown(roleNode)
+                    + ("system".equals(role) ? " (the system prompt is the top-level field system)" : ""));
+        JsonNode content = m.get("content");
+        if (content == null || content.isNull()) throw ApiException.badField(path + ".content", "is required");
+        if (content.isTextual()) {
+            out.addObject().put("role", role).put("content", content.textValue());
+            origins.add(path);
+            calls.add(List.of());
+            return;
+        }
+        if (!content.isArray())
+            throw ApiException.badField(path + ".content", "must be a string or an array of content blocks, got " + what(content));
+        if (content.isEmpty()) throw ApiException.badField(path + ".content", "must hold at least one content block");
+        boolean user = role.equals("user");
+        ArrayNode parts = Json.array();
+        StringBuilder reasoning = null;
+        ArrayNode toolCalls = Json.array();
+        List<String> callPaths = new ArrayList<>();
+        for (int j = 0; j < content.size(); j++) {
+            String where = path + ".content[" + j + "]";
+            JsonNode block = content.get(j);
+            String type = blockType(block, where);
+            switch (type) {
+                case "text" -> parts.addObject().put("type", "text").put("text", text(block, where));
+                case "tool_result" -> {
+                    if (!user) throw ApiException.badField(where + ".type", "a tool_result block belongs in a user message");
+                    out.add(toolResult(block, where));
+                    origins.add(where);
+                    calls.add(List.of());
+                }
+                case "tool_use" -> {
+                    if (user) throw ApiException.badField(where + ".type", "a tool_use block belongs in an assistant message");
+                    toolCalls.add(toolUse(block, where));
+                    callPaths.add(where);
+                }
+                case "thinking" -> {
+                    if (user) throw ApiException.badField(where + ".type", "a thinking block belongs in an assistant message");
+                    JsonNode t = block.get("thinking");
+                    if (t == null || !t.isTextual())
+                        throw ApiException.badField(where + ".thinking", "must be a string, got " + what(t));
+                    // the signature this server gave is empty; another one is not checked (nothing here can read it)
+                    block.get("signature");
+                    if (reasoning == null) reasoning = new StringBuilder();
+                    else reasoning.append("\n\n");
+                    reasoning.append(t.textValue());
+                }
+                case "redacted_thinking" -> {
+                    if (user) throw ApiException.badField(where + ".type", "a redacted_thinking block belongs in an assistant message");
+                    // encrypted reasoning of another provider's model: nothing this model can read, so left out
+                    block.get("data");
+                }
+                default -> throw ApiException.badField(where + ".type", unsupported(type,
+                        user ? "a user message takes text and tool_result blocks" : "an assistant message takes text, thinking and tool_use blocks"));
+            }
+        }
+        if (user) {
+            if (!parts.isEmpty()) {
+                out.addObject().put("role", "user").set("content", parts);
+                origins.add(path);
+                calls.add(List.of());
+            }
+            return;
+        }
+        ObjectNode a = out.addObject().put("role", "assistant");
+        if (!parts.isEmpty()) a.set("content", parts);
+        else if (toolCalls.isEmpty()) a.put("content", "");  // a turn of reasoning only
+        if (reasoning != null) a.put("reasoning_content", reasoning.toString());
+        if (!toolCalls.isEmpty()) a.set("tool_calls", toolCalls);
+        origins.add(path);
+        calls.add(callPaths);
+    }
+
+    /** A {@code tool_result} block as a chat tool message; a result marked {@code is_error} says so before its text. */
+    private static ObjectNode toolResult(JsonNode block, String where) {
+        JsonNode id = block.get("tool_use_id");
+        if (id == null || id.isNull()) throw ApiException.badField(where + ".tool_use_id", "is required: the id of the tool_use block it answers");
+        if (!id.isTextual()) throw ApiException.badField(where + ".tool_use_id", "must be a string, got " + what(id));
+        Boolean failed = Requests.optBool(block, "is_error", where + ".is_error");
+        JsonNode c = block.get("content");
+        String text;
+        if (c == null || c.isNull()) text = "";
+        else if (c.isTextual()) text = c.textValue();
+        else {
+            ArrayNode parts = textParts(c, where + ".content");
+            StringBuilder t = new StringBuilder();
+            if (parts != null)
+                for (JsonNode p : parts) t.append(t.isEmpty() ? "" : "\n\n").append(p.get("text").textValue());
+            text = t.toString();
+        }
+        // the chat template has no mark for a failed call: the model reads it in the result's text
+        if (Boolean.TRUE.equals(failed)) text = "Error: " + text;
+        return Json.object().put("role", "tool").put("tool_call_id", id.textValue()).put("content", text);
+    }
+
+    /** A {@code tool_use} block as a chat tool call (its {@code input} object as the arguments). */
+    private static ObjectNode toolUse(JsonNode block, String where) {
+        JsonNode id = block.get("id");
+        if (id == null || id.isNull()) throw ApiException.badField(where + ".id", "is required: the tool_result that answers it names it");
+        if (!id.isTextual() || id.textValue().isEmpty())
+            throw ApiException.badField(where + ".id", "must be a non-empty string, got " + Requests.shown(id));
+        JsonNode name = block.get("name");
+        if (name == null || !name.isTextual() || name.textValue().isEmpty())
+            throw ApiException.badField(where + ".name", "must be a non-empty string, got " + what(name));
+        JsonNode input = block.get("input");
+        if (input == null || !input.isObject())
+            throw ApiException.badField(where + ".input", "must be an object, got " + what(input));
+        RequestFields.usedWhole(input);
+        ObjectNode call = Json.object().put("id", id.textValue()).put("type", "function");
+        call.putObject("function").put("name", name.textValue()).set("arguments", input);
+        return call;
+    }
+
+    /**
+     * {@code tools} (custom tools: name, description, input_schema) as chat functions, and {@code tool_choice} as
+     * chat's: auto, any → required, tool → the named function, none; {@code disable_parallel_tool_use} →
+     * {@code parallel_tool_calls: false}. Server tools (a {@code type} such as {@code web_search_20250305}) run on
+     * Anthropic's platform, which this server is not: refused.
+     */
+    private static void tools(JsonNode body, ObjectNode chat) {
+        JsonNode tools = body.get("tools");
+        if (tools != null && !tools.isNull()) {
+            if (!tools.isArray()) throw ApiException.badField("tools", "must be an array of tools, got " + what(tools));
+            ArrayNode fns = chat.putArray("tools");
+            for (int i = 0; i < tools.size(); i++) {
+                String where = "tools[" + i + "]";
+                JsonNode t = tools.get(i);
+                if (!t.isObject()) throw ApiException.badField(where, "must be a tool object, got " + what(t));
+                JsonNode type = t.get("type");
+                if (type != null && !type.isNull() && !(type.isTextual() && type.textValue().equals("custom")))
+                    throw ApiException.badField(where + ".type", "server tools are not supported (got " + Requests.shown(type)
+                            + "): give custom tools, with name, description and input_schema");
+                t.get("cache_control");
+                JsonNode schema = t.get("input_schema");
+                if (schema == null || schema.isNull())
+                    throw ApiException.badField(where + ".input_schema", "is required: the JSON Schema of the tool's input");
+                ObjectNode fn = fns.addObject().put("type", "function").putObject("function");
+                JsonNode name = t.get("name");
+                if (name != null) fn.set("name", name);
+                JsonNode description = t.get("description");
+                if (description != null && !description.isNull()) fn.set("description", description);
+                fn.set("parameters", schema);
+                // the chat template writes the schema whole into the prompt
+                RequestFields.usedWhole(schema);
+            }
+        }
+        JsonNode choice = body.get("tool_choice");
+        if (choice == null || choice.isNull()) return;
+        if (!choice.isObject())
+            throw ApiException.badField("tool_choice", "must be an object such as {\"type\": \"auto\"}, got " + what(choice));
+        JsonNode type = choice.get("type");
+        String t = type != null && type.isTextual() ? type.textValue() : null;
+        switch (t == null ? "" : t) {
+            case "auto" -> chat.put("tool_choice", "auto");
+            case "any" -> chat.put("tool_choice", "required");
+            case "none" -> chat.put("tool_choice", "none");
+            case "tool" -> {
+                JsonNode name = choice.get("name");
+                if (name == null || !name.isTextual() || name.textValue().isEmpty())
+                    throw ApiException.badField("tool_choice.name", "must be a non-empty string, got " + what(name));
+                chat.putObject("tool_choice").put("type", "function").putObject("function").put("name", name.textValue());
+            }
+            default -> throw ApiException.badField("tool_choice.type", "must be \"auto\", \"any\", \"tool\" or \"none\", got "
+                    + (type == null ? "nothing" : Requests.shown(type)));
+        }
+        if (!t.equals("none")) {
+            Boolean single = Requests.optBool(choice, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use");
+            if (single != null) chat.put("parallel_tool_calls", !single);
+        }
+    }
+
+    /**
+     * {@code thinking}: {@code {"type": "enabled", "budget_tokens": N}} turns thinking mode on, {@code disabled} off.
+     * The budget is checked (an integer of at least 1) but does not bound the reasoning: DeepSeek-V4 has no such
+     * budget, and max_tokens still bounds the whole answer.
+     */
+    private static void thinking(JsonNode body, ObjectNode chat) {
+        JsonNode th = body.get("thinking");
+        if (th == null || th.isNull()) return;
+        if (!th.isObject())
+            throw ApiException.badField("thinking", "must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}, got "
+                    + what(th));
+        JsonNode type = th.get("type");
+        String t = type != null && type.isTextual() ? type.textValue() : null;
+        if (!"enabled".equals(t) && !"disabled".equals(t))
+            throw ApiException.badField("thinking.type", "must be \"enabled\" or \"disabled\", got " + (type == null ? "nothing" : Requests.shown(type)));
+        if (t.equals("enabled")) {
+            JsonNode budget = th.get("budget_tokens");
+            if (budget != null && !budget.isNull() && !(Json.isIntegral(budget) && budget.canConvertToInt() && budget.intValue() >= 1))
+                throw ApiException.badField("thinking.budget_tokens", "must be an integer of at least 1, got " + Requests.shown(budget));
+        }
+        chat.putObject("thinking").put("type", t);
+    }
+
+    // ------------------------------------------------------------------------------------------------ errors
+
+    /** Anthropic's error type for an HTTP status (the statuses are chat's for the same problem). */
+    static String errorType(int status) {
+        return switch (status) {
+            case 401 -> "authentication_error";
+            case 403 -> "permission_error";
+            case 404 -> "not_found_error";
+            case 413 -> "request_too_large";
+            case 429 -> "rate_limit_error";
+            case 503, 529 -> "overloaded_error";
+            default -> status >= 500 ? "api_error" : "invalid_request_error";
+        };
+    }
+
+    /** {@code {"type": "error", "error": {"type", "message"}}}: the body of an error, and the data of a stream's error event. */
+    static ObjectNode errorBody(ApiException e) {
+        ObjectNode o = Json.object().put("type", "error");
+        o.putObject("error").put("type", errorType(e.status())).put("message", e.getMessage());
+        return o;
+    }
+}

@@ -1,0 +1,355 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicReference;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * The Anthropic Messages API ({@code /v1/messages}, {@code /v1/messages/count_tokens}) on the scripted model: the
+ * answer's blocks and stop reasons, the stream's events and that its deltas join to the unstreamed content, a tool
+ * call and its result sent back, the prompt a Messages request renders (the same as the chat request it means), its
+ * errors in Anthropic's shape naming the Messages fields, and count_tokens against the prompt a request ran.
+ */
+class AnthropicMessagesTest {
+    static TestServer server;
+    /** The text of the last prompt the scripted model was given. */
+    static final AtomicReference<String> lastPrompt = new AtomicReference<>();
+    static final ScriptedBackend backend = new ScriptedBackend(p -> {
+        lastPrompt.set(TestServer.tokenizer().decode(p));
+        return TestServer.defaultScript(p);
+    });
+
+    static final String WEATHER_TOOL = "{\"name\":\"get_weather\",\"description\":\"Weather in a city\",\"input_schema\":"
+            + "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}},\"required\":[\"city\"]}}";
+
+    @BeforeAll
+    static void start() throws Exception {
+        server = TestServer.scripted(backend, Map.of("speculative.draft", "none", "prefixCache.enabled", false));
+    }
+
+    @AfterAll
+    static void stop() {
+        if (server != null) server.close();
+    }
+
+    /** A Messages body with one user turn. */
+    static String body(String user, String extra) {
+        return "{\"model\":\"scripted\",\"max_tokens\":200,\"messages\":[{\"role\":\"user\",\"content\":"
+                + Json.MAPPER.valueToTree(user) + "}]" + (extra.isEmpty() ? "" : "," + extra) + "}";
+    }
+
+    static JsonNode message(String body) throws Exception {
+        TestServer.Resp r = server.post("/v1/messages", body);
+        assertEquals(200, r.status(), r.body());
+        JsonNode m = r.json();
+        assertEquals("message", m.get("type").asText());
+        assertEquals("assistant", m.get("role").asText());
+        assertEquals("scripted", m.get("model").asText());
+        assertTrue(m.get("id").asText().startsWith("msg_"), m.toString());
+        return m;
+    }
+
+    /** One SSE event: its name and data. */
+    record Event(String name, JsonNode data) {}
+
+    static List<Event> stream(String body) throws Exception {
+        TestServer.Resp r = server.post("/v1/messages", body);
+        assertEquals(200, r.status(), r.body());
+        assertTrue(r.headers().firstValue("content-type").orElse("").startsWith("text/event-stream"));
+        List<Event> out = new ArrayList<>();
+        for (String block : r.body().split("\n\n")) {
+            if (block.isBlank()) continue;
+            String[] lines = block.split("\n");
+            assertEquals(2, lines.length, block);
+            assertTrue(lines[0].startsWith("event: ") && lines[1].startsWith("data: "), block);
+            JsonNode data = Json.MAPPER.readTree(lines[1].substring(6));
+            String name = lines[0].substring(7);
+            assertEquals(name, data.get("type").asText(), "an event's name is its data's type");
+            out.add(new Event(name, data));
+        }
+        return out;
+    }
+
+    /**
+     * Checks a stream's event order and rebuilds the message it tells (content blocks from their deltas, stop reason
+     * and usage from message_delta), as a client does.
+     */
+    static ObjectNode rebuild(List<Event> events) throws Exception {
+        assertEquals("message_start", events.getFirst().name());
+        assertEquals("message_stop", events.getLast().name());
+        assertEquals("message_delta", events.get(events.size() - 2).name());
+        ObjectNode m = events.getFirst().data().get("message").deepCopy();
+        assertEquals(0, m.get("content").size());
+        assertTrue(m.get("stop_reason").isNull());
+        ArrayNode content = (ArrayNode) m.get("content");
+        StringBuilder json = null;
+        int open = -1;
+        for (Event e : events.subList(1, events.size() - 2)) {
+            JsonNode d = e.data();
+            switch (e.name()) {
+                case "content_block_start" -> {
+                    assertEquals(-1, open, "a block starts after the one before it stopped");
+                    open = d.get("index").asInt();
+                    assertEquals(content.size(), open, "blocks are numbered in order");
+                    content.add(d.get("content_block").deepCopy());
+                    json = new StringBuilder();
+                }
+                case "content_block_delta" -> {
+                    assertEquals(open, d.get("index").asInt());
+                    ObjectNode b = (ObjectNode) content.get(open);
+                    JsonNode delta = d.get("delta");
+                    switch (delta.get("type").asText()) {
+                        case "text_delta" -> b.put("text", b.get("text").asText() + delta.get("text").asText());
+                        case "thinking_delta" -> b.put("thinking", b.get("thinking").asText() + delta.get("thinking").asText());
+                        case "input_json_delta" -> json.append(delta.get("partial_json").asText());
+                        default -> fail("unknown delta " + delta);
+                    }
+                }
+                case "content_block_stop" -> {
+                    assertEquals(open, d.get("index").asInt());
+                    ObjectNode b = (ObjectNode) content.get(open);
+                    if (b.get("type").asText().equals("tool_use")) b.set("input", Json.MAPPER.readTree(json.toString()));
+                    open = -1;
+                }
+                default -> fail("unexpected event " + e);
+            }
+        }
+        assertEquals(-1, open, "every block stopped before message_delta");
+        JsonNode md = events.get(events.size() - 2).data();
+        m.set("stop_reason", md.at("/delta/stop_reason"));
+        m.set("stop_sequence", md.at("/delta/stop_sequence"));
+        m.set("usage", md.get("usage"));
+        return m;
+    }
+
+    /** The same request streamed: the message it tells equals the unstreamed one but for its id. */
+    static void streamsTheSame(String body, JsonNode unstreamed) throws Exception {
+        ObjectNode streamed = rebuild(stream(body.substring(0, body.length() - 1) + ",\"stream\":true}"));
+        ObjectNode expected = unstreamed.deepCopy();
+        streamed.remove("id");
+        expected.remove("id");
+        assertEquals(expected, streamed);
+    }
+
+    static int countTokens(String body) throws Exception {
+        TestServer.Resp r = server.post("/v1/messages/count_tokens", body);
+        assertEquals(200, r.status(), r.body());
+        assertEquals(1, r.json().size(), r.body());
+        return r.json().get("input_tokens").asInt();
+    }
+
+    static void assertError(TestServer.Resp r, int status, String type, String messageStart) {
+        assertEquals(status, r.status(), r.body());
+        JsonNode j = r.json();
+        assertEquals("error", j.get("type").asText(), r.body());
+        assertEquals(type, j.at("/error/type").asText(), r.body());
+        assertTrue(j.at("/error/message").asText().startsWith(messageStart), r.body());
+    }
+
+    @Test
+    void plainTextAnswer() throws Exception {
+        String body = body("Hi", "\"temperature\":0");
+        JsonNode m = message(body);
+        assertEquals(Json.MAPPER.readTree("[{\"type\":\"text\",\"text\":\"" + TestServer.PLAIN + "\"}]"), m.get("content"));
+        assertEquals("end_turn", m.get("stop_reason").asText());
+        assertTrue(m.get("stop_sequence").isNull());
+        JsonNode u = m.get("usage");
+        int generated = TestServer.tokenizer().encode(TestServer.PLAIN).length + 1;  // the end of sentence too
+        assertEquals(generated, u.get("output_tokens").asInt(), u.toString());
+        assertEquals(0, u.get("cache_read_input_tokens").asInt());
+        assertEquals(countTokens(body), u.get("input_tokens").asInt(), "count_tokens counts the prompt the request ran");
+        streamsTheSame(body, m);
+    }
+
+    @Test
+    void toolUseAnswer() throws Exception {
+        String body = body("What is the weather in Paris?", "\"tools\":[" + WEATHER_TOOL + "]");
+        JsonNode m = message(body);
+        assertEquals("tool_use", m.get("stop_reason").asText(), m.toString());
+        JsonNode c = m.get("content");
+        assertEquals(2, c.size(), m.toString());
+        assertEquals(Json.MAPPER.readTree("{\"type\":\"text\",\"text\":\"Let me check.\"}"), c.get(0));
+        JsonNode call = c.get(1);
+        assertEquals("tool_use", call.get("type").asText());
+        assertTrue(call.get("id").asText().matches("toolu_[A-Za-z0-9]+"), call.toString());
+        assertEquals("get_weather", call.get("name").asText());
+        assertEquals(Json.MAPPER.readTree("{\"city\":\"Paris\",\"days\":3}"), call.get("input"));
+        assertTrue(lastPrompt.get().contains("get_weather") && lastPrompt.get().contains("Weather in a city"),
+                "the tool is described in the prompt: " + lastPrompt.get());
+        // streamed: the same blocks (the call's id is random per request, so compared apart from it)
+        ObjectNode streamed = rebuild(stream(body.substring(0, body.length() - 1) + ",\"stream\":true}"));
+        assertTrue(streamed.at("/content/1/id").asText().startsWith("toolu_"));
+        ((ObjectNode) streamed.at("/content/1")).remove("id");
+        ObjectNode expected = m.deepCopy();
+        ((ObjectNode) expected.at("/content/1")).remove("id");
+        streamed.remove("id");
+        expected.remove("id");
+        assertEquals(expected, streamed);
+    }
+
+    @Test
+    void thinkingBlocks() throws Exception {
+        String body = body("Hi", "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}");
+        JsonNode m = message(body);
+        assertTrue(lastPrompt.get().endsWith("<think>"), "thinking mode: " + lastPrompt.get());
+        assertEquals(Json.MAPPER.readTree("[{\"type\":\"thinking\",\"thinking\":\"The user says hi. I should greet back.\",\"signature\":\"\"},"
+                + "{\"type\":\"text\",\"text\":\"Hi there, nice to meet you.\"}]"), m.get("content"));
+        assertEquals("end_turn", m.get("stop_reason").asText());
+        streamsTheSame(body, m);
+        message(body("Hi", "\"thinking\":{\"type\":\"disabled\"}"));
+        assertFalse(lastPrompt.get().endsWith("<think>"), lastPrompt.get());
+    }
+
+    @Test
+    void stopSequencesAndMaxTokens() throws Exception {
+        String stop = body("Hi", "\"stop_sequences\":[\"nothing\",\"help\"]");
+        JsonNode m = message(stop);
+        assertEquals("Hello! How can I ", m.at("/content/0/text").asText());
+        assertEquals("stop_sequence", m.get("stop_reason").asText());
+        assertEquals("help", m.get("stop_sequence").asText());
+        streamsTheSame(stop, m);
+
+        String cut = body("Hi", "").replace("\"max_tokens\":200", "\"max_tokens\":3");
+        JsonNode c = message(cut);
+        assertEquals("max_tokens", c.get("stop_reason").asText());
+        assertEquals(3, c.at("/usage/output_tokens").asInt());
+        assertTrue(TestServer.PLAIN.startsWith(c.at("/content/0/text").asText()), c.toString());
+        streamsTheSame(cut, c);
+    }
+
+    @Test
+    void toolResultHistoryRendersAsTheSameChatRequest() throws Exception {
+        String anthropic = "{\"model\":\"scripted\",\"max_tokens\":50,\"system\":[{\"type\":\"text\",\"text\":\"Be brief.\","
+                + "\"cache_control\":{\"type\":\"ephemeral\"}}],\"tools\":[" + WEATHER_TOOL + "],\"messages\":["
+                + "{\"role\":\"user\",\"content\":\"What is the weather in Paris?\"},"
+                + "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"Call the tool.\",\"signature\":\"\"},"
+                + "{\"type\":\"text\",\"text\":\"Let me check.\"},"
+                + "{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get_weather\",\"input\":{\"city\":\"Paris\",\"days\":3}}]},"
+                + "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":\"text\",\"text\":\"Sunny, 21 C\"}]},"
+                + "{\"type\":\"text\",\"text\":\"And tomorrow?\"}]}]}";
+        TestServer.Resp r = server.post("/v1/messages", anthropic);
+        assertEquals(200, r.status(), r.body());
+        assertTrue(r.headers().firstValue(RequestFields.HEADER).isEmpty(), "cache_control and signature are accepted: " + r.headers());
+        String prompt = lastPrompt.get();
+        // the chat request it means, in OpenAI's shapes: the same prompt, token for token
+        String chat = "{\"model\":\"scripted\",\"max_tokens\":50,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                + "\"description\":\"Weather in a city\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+                + "\"days\":{\"type\":\"integer\"}},\"required\":[\"city\"]}}}],\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                + "{\"role\":\"user\",\"content\":\"What is the weather in Paris?\"},"
+                + "{\"role\":\"assistant\",\"content\":\"Let me check.\",\"reasoning_content\":\"Call the tool.\",\"tool_calls\":[{\"id\":\"toolu_1\","
+                + "\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\",\\\"days\\\":3}\"}}]},"
+                + "{\"role\":\"tool\",\"tool_call_id\":\"toolu_1\",\"content\":\"Sunny, 21 C\"},{\"role\":\"user\",\"content\":\"And tomorrow?\"}]}";
+        assertEquals(200, server.post("/v1/chat/completions", chat).status());
+        assertEquals(lastPrompt.get(), prompt, "the Messages request renders the chat request's prompt");
+        assertTrue(prompt.contains("Sunny, 21 C") && prompt.contains("Be brief."), prompt);
+        assertEquals(server.post("/tokenize", chat).json().get("count").asInt(), countTokens(anthropic));
+
+        // a failed call's result says so in its text
+        server.post("/v1/messages", anthropic.replace("\"tool_use_id\":\"toolu_1\",", "\"tool_use_id\":\"toolu_1\",\"is_error\":true,"));
+        assertTrue(lastPrompt.get().contains("Error: Sunny, 21 C"), lastPrompt.get());
+
+        // a result for a call that was never made: chat's pairing rule, named as the client sent it
+        TestServer.Resp bad = server.post("/v1/messages", anthropic.replace("\"tool_use_id\":\"toolu_1\"", "\"tool_use_id\":\"toolu_9\""));
+        assertError(bad, 400, "invalid_request_error", "messages[2].content[0].tool_use_id: 'toolu_9' is not the id of a tool call of messages[1]");
+        // a call left unanswered
+        TestServer.Resp unanswered = server.post("/v1/messages", anthropic.replace(
+                "{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":\"text\",\"text\":\"Sunny, 21 C\"}]},", ""));
+        assertError(unanswered, 400, "invalid_request_error", "messages[1].content: no tool message answers the call 'toolu_1' before messages[2]");
+    }
+
+    @Test
+    void toolChoiceMapsToChats() throws Exception {
+        // any: a call is forced even where the model would answer in text
+        JsonNode any = message(body("Hi", "\"tools\":[" + WEATHER_TOOL + "],\"tool_choice\":{\"type\":\"any\"}"));
+        assertEquals("tool_use", any.get("stop_reason").asText(), any.toString());
+        assertEquals("get_weather", any.at("/content/0/name").asText(), any.toString());
+        assertTrue(any.at("/content/0/input/city").isTextual(), any.toString());
+        // none: the tools are not offered, the answer is text
+        JsonNode none = message(body("Hi", "\"tools\":[" + WEATHER_TOOL + "],\"tool_choice\":{\"type\":\"none\"}"));
+        assertFalse(lastPrompt.get().contains("get_weather"), lastPrompt.get());
+        assertEquals("end_turn", none.get("stop_reason").asText());
+        // a named tool that is not offered: chat's check, named as sent
+        assertError(server.post("/v1/messages", body("Hi", "\"tools\":[" + WEATHER_TOOL + "],\"tool_choice\":{\"type\":\"tool\",\"name\":\"nope\"}")),
+                400, "invalid_request_error", "tool_choice: names function 'nope'");
+    }
+
+    @Test
+    void errorsInAnthropicsShape() throws Exception {
+        assertError(server.post("/v1/messages", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}"),
+                400, "invalid_request_error", "max_tokens: is required");
+        assertError(server.post("/v1/messages", body("Hi", "").replace("\"scripted\"", "\"claude-opus\"")),
+                404, "not_found_error", "model: 'claude-opus' does not exist");
+        assertError(server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":["
+                        + "{\"type\":\"text\",\"text\":\"What is this?\"},{\"type\":\"image\",\"source\":{\"type\":\"url\",\"url\":\"http://x/y.png\"}}]}]}"),
+                400, "invalid_request_error", "messages[0].content[1].type: 'image' blocks are not supported");
+        assertError(server.post("/v1/messages", body("Hi", "\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}]")),
+                400, "invalid_request_error", "tools[0].type: server tools are not supported");
+        assertError(server.post("/v1/messages", body("Hi", "\"tools\":[" + WEATHER_TOOL.replace("get_weather", "get weather") + "]")),
+                400, "invalid_request_error", "tools[0].name:");
+        // a forced call's schema is compiled by chat's structured outputs: its refusal names the input_schema node
+        assertError(server.post("/v1/messages", body("Hi", "\"tool_choice\":{\"type\":\"any\"},\"tools\":["
+                        + WEATHER_TOOL.replace("{\"city\":{\"type\":\"string\"}", "{\"city\":{\"type\":\"string\",\"pattern\":\"^P\"}") + "]")),
+                400, "invalid_request_error", "tools[0].input_schema.properties.city");
+        assertError(server.post("/v1/messages", body("Hi", "\"temperature\":5")), 400, "invalid_request_error",
+                "temperature: must be in [0, 2], got 5");
+        assertError(server.post("/v1/messages", body("Hi", "\"stop_sequences\":[\"a\",7]")), 400, "invalid_request_error",
+                "stop_sequences[1]: must be a string");
+        assertError(server.post("/v1/messages", body("Hi", "\"max_tokens\":0").replace("\"max_tokens\":200,", "")),
+                400, "invalid_request_error", "max_tokens: is out of range");
+        assertError(server.post("/v1/messages", body("Hi", "\"thinking\":{\"type\":\"sometimes\"}")), 400, "invalid_request_error",
+                "thinking.type: must be \"enabled\" or \"disabled\"");
+        assertError(server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":9,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}"),
+                400, "invalid_request_error", "messages[0].role: must be \"user\" or \"assistant\"");
+        assertError(server.post("/v1/messages", "{\"max_tokens\":"), 400, "invalid_request_error", "malformed JSON");
+        assertError(server.post("/v1/messages/count_tokens", "{\"messages\":[]}"), 400, "invalid_request_error",
+                "messages: must contain at least one message");
+        TestServer.Resp get = server.get("/v1/messages");
+        assertError(get, 405, "invalid_request_error", "");
+        assertEquals("POST", get.headers().firstValue("Allow").orElse(null));
+    }
+
+    @Test
+    void anErrorAfterTheStreamStartedIsAnErrorEvent() throws Exception {
+        backend.failOn = TestServer.tokenizer().encode("EXPLODE");
+        try {
+            TestServer.Resp r = server.post("/v1/messages", body("EXPLODE", "\"stream\":true"));
+            assertEquals(200, r.status());
+            String[] frames = r.body().split("\n\n");
+            assertEquals("message_start", frames[0].substring(7, frames[0].indexOf('\n')), r.body());
+            String last = frames[frames.length - 1];
+            assertTrue(last.startsWith("event: error\ndata: "), r.body());
+            JsonNode err = Json.MAPPER.readTree(last.substring(last.indexOf("data: ") + 6));
+            assertEquals("error", err.get("type").asText());
+            assertEquals("api_error", err.at("/error/type").asText(), last);
+        } finally {
+            backend.failOn = null;
+        }
+    }
+
+    @Test
+    void unknownFieldsAreReportedAsOnChat() throws Exception {
+        TestServer.Resp r = server.post("/v1/messages", body("Hi", "\"metadata\":{\"user_id\":\"u1\"},\"top_kk\":3"));
+        assertEquals(200, r.status(), r.body());
+        assertEquals("top_kk (did you mean top_k?)", r.headers().firstValue(RequestFields.HEADER).orElse(null));
+    }
+
+    @Test
+    void countTokensFollowsWhatTheRequestHolds() throws Exception {
+        String plain = body("What is the weather in Paris?", "");
+        int without = countTokens(plain), with = countTokens(body("What is the weather in Paris?", "\"tools\":[" + WEATHER_TOOL + "]"));
+        assertTrue(with > without, with + " vs " + without);
+        // max_tokens may be left out when counting
+        assertEquals(without, countTokens(plain.replace("\"max_tokens\":200,", "")));
+        assertEquals(server.post("/tokenize", TestServer.chat("What is the weather in Paris?", "")).json().get("count").asInt(), without);
+    }
+}
