@@ -36,7 +36,35 @@ public final class ApiKeys {
 
     /** Whether an Authorization header carries one of the keys as a Bearer token (compared in constant time). */
     public static boolean accepted(String authorization, List<String> keys) {
-        String given = token(authorization);
+        return oneOf(token(authorization), keys);
+    }
+
+    /**
+     * The header Anthropic's API and SDKs send the key in, the whole value being the key: a request may carry its key
+     * there instead of in Authorization, on every API route, so that those clients need no other setting.
+     */
+    public static final String X_API_KEY = "x-api-key";
+
+    /**
+     * Whether a request carries one of the keys: as a Bearer token in Authorization, or as the value of
+     * {@link #X_API_KEY} (what surrounds it dropped, as for the Bearer token).
+     */
+    public static boolean accepted(String authorization, String xApiKey, List<String> keys) {
+        return accepted(authorization, keys) || xApiKey != null && oneOf(xApiKey.trim(), keys);
+    }
+
+    /**
+     * The message of the 401 for headers {@link #accepted(String, String, List)} refused: as
+     * {@link #refusal(String)}, except for a request that sent x-api-key alone, whose key is the one refused.
+     */
+    public static String refusal(String authorization, String xApiKey) {
+        if (xApiKey != null && (authorization == null || authorization.isBlank()))
+            return xApiKey.isBlank() ? "missing API key: the x-api-key header is empty" : "invalid API key";
+        return refusal(authorization);
+    }
+
+    /** Whether a key given is one of the keys (compared in constant time); false for none. */
+    private static boolean oneOf(String given, List<String> keys) {
         if (given == null) return false;
         byte[] g = given.getBytes(StandardCharsets.UTF_8);
         for (String k : keys) if (MessageDigest.isEqual(g, k.getBytes(StandardCharsets.UTF_8))) return true;

@@ -604,7 +604,7 @@ public final class HttpVerticle extends VerticleBase {
         return type.startsWith("text") ? type + ";charset=UTF-8" : type;
     }
 
-    /** Bearer key check for API routes when server.apiKeys is set. */
+    /** API key check (a Bearer token or x-api-key, {@link ApiKeys}) for API routes when server.apiKeys is set. */
     private void auth(RoutingContext ctx) {
         List<String> keys = state.config().apiKeys();
         String path = routed(ctx);
@@ -612,14 +612,14 @@ public final class HttpVerticle extends VerticleBase {
             ctx.next();
             return;
         }
-        String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION);
-        if (ApiKeys.accepted(h, keys)) {
+        String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION), x = ctx.request().getHeader(ApiKeys.X_API_KEY);
+        if (ApiKeys.accepted(h, x, keys)) {
             ctx.next();
             return;
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
         error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                ApiKeys.refusal(h), null));
+                ApiKeys.refusal(h, x), null));
     }
 
     @Override

@@ -337,6 +337,23 @@ class AnthropicMessagesTest {
     }
 
     @Test
+    void theKeyMayComeInXApiKey() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.apiKeys", List.of("k1")))) {
+            String b = body("Hi", "");
+            assertEquals(200, t.post("/v1/messages", b, "x-api-key", "k1").status());
+            assertEquals(200, t.post("/v1/messages", b, "Authorization", "Bearer k1").status());
+            // x-api-key on the OpenAI routes too: one key check for every API route
+            assertEquals(200, t.post("/v1/chat/completions", TestServer.chat("Hi", ""), "x-api-key", "k1").status());
+            assertError(t.post("/v1/messages", b, "x-api-key", "k2"), 401, "authentication_error", "invalid API key");
+            assertError(t.post("/v1/messages", b), 401, "authentication_error", "missing API key");
+            assertError(t.post("/v1/messages/count_tokens", b), 401, "authentication_error", "missing API key");
+            TestServer.Resp chat = t.post("/v1/chat/completions", TestServer.chat("Hi", ""), "x-api-key", "k2");
+            assertEquals(401, chat.status());
+            assertEquals("invalid_api_key", chat.json().at("/error/code").asText(), "the OpenAI routes answer in OpenAI's shape");
+        }
+    }
+
+    @Test
     void unknownFieldsAreReportedAsOnChat() throws Exception {
         TestServer.Resp r = server.post("/v1/messages", body("Hi", "\"metadata\":{\"user_id\":\"u1\"},\"top_kk\":3"));
         assertEquals(200, r.status(), r.body());

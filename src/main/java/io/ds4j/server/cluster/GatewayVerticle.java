@@ -261,14 +261,14 @@ public final class GatewayVerticle extends VerticleBase {
             ctx.next();
             return;
         }
-        String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION);
-        if (ApiKeys.accepted(h, keys)) {
+        String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION), x = ctx.request().getHeader(ApiKeys.X_API_KEY);
+        if (ApiKeys.accepted(h, x, keys)) {
             ctx.next();
             return;
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
         error(ctx.response(), new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                ApiKeys.refusal(h), null));
+                ApiKeys.refusal(h, x), null));
     }
 
     private void health(RoutingContext ctx) {
