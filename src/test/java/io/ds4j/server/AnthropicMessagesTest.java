@@ -354,6 +354,27 @@ class AnthropicMessagesTest {
     }
 
     @Test
+    void aClientThatGoesAwayStopsItsRequest() throws Exception {
+        backend.delayMs = 10;
+        try {
+            String id;
+            String body = body("Please count for a long time.", "\"stream\":true").replace("\"max_tokens\":200", "\"max_tokens\":3000");
+            try (RawStream s = new RawStream(server.port, "/v1/messages", body)) {
+                assertEquals(200, s.status);
+                id = Json.MAPPER.readTree(s.nextData()).at("/message/id").asText();
+                assertTrue(s.nextData().contains("content_block_start"));
+                for (int i = 0; i < 3; i++) assertTrue(s.nextData().contains("text_delta"));
+            }
+            assertTrue(TestServer.eventually(3000, () -> server.state().finished(id) != null), "the request ended");
+            ServerState.JobRecord r = server.state().finished(id);
+            assertEquals("cancelled", r.outcome());
+            assertTrue(r.generated() < 100, "stopped soon after the disconnect, generated " + r.generated());
+        } finally {
+            backend.delayMs = 0;
+        }
+    }
+
+    @Test
     void unknownFieldsAreReportedAsOnChat() throws Exception {
         TestServer.Resp r = server.post("/v1/messages", body("Hi", "\"metadata\":{\"user_id\":\"u1\"},\"top_kk\":3"));
         assertEquals(200, r.status(), r.body());
