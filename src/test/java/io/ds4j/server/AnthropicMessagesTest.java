@@ -268,6 +268,39 @@ class AnthropicMessagesTest {
     }
 
     @Test
+    void aToolCallCutByMaxTokens() throws Exception {
+        // the first token count at which the call's first argument value has begun
+        int[] ids = TestServer.tokenizer().encode(TestServer.TOOL);
+        int k = 1;
+        while (!TestServer.tokenizer().decode(java.util.Arrays.copyOf(ids, k)).contains("string=\"true\">P")) k++;
+        String body = body("What is the weather in Paris?", "\"tools\":[" + WEATHER_TOOL + "]").replace("\"max_tokens\":200", "\"max_tokens\":" + k);
+        JsonNode m = message(body);
+        assertEquals("max_tokens", m.get("stop_reason").asText(), m.toString());
+        JsonNode call = m.get("content").get(1);
+        assertEquals("get_weather", call.get("name").asText(), m.toString());
+        assertEquals(Json.object(), call.get("input"), "arguments cut short are no object: the input is empty");
+        // streamed: the fragments as far as they got, the same stop reason
+        List<Event> events = stream(body.substring(0, body.length() - 1) + ",\"stream\":true}");
+        StringBuilder json = new StringBuilder();
+        for (Event e : events)
+            if (e.name().equals("content_block_delta") && e.data().at("/delta/type").asText().equals("input_json_delta"))
+                json.append(e.data().at("/delta/partial_json").asText());
+        assertTrue(json.toString().startsWith("{\"city\"") && json.toString().contains("P"), json.toString());
+        assertThrows(java.io.IOException.class, () -> Json.MAPPER.readTree(json.toString()), json.toString());
+        assertEquals("max_tokens", events.get(events.size() - 2).data().at("/delta/stop_reason").asText());
+    }
+
+    @Test
+    void unknownFieldsAreRefusedWhereTheServerSaysSo() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.rejectUnknownFields", true))) {
+            assertError(t.post("/v1/messages", body("Hi", "\"top_kk\":3")), 400, "invalid_request_error",
+                    "Unrecognized request argument supplied: top_kk (did you mean top_k?)");
+            assertEquals(200, t.post("/v1/messages", body("Hi", "\"metadata\":{\"user_id\":\"u\"},\"system\":[{\"type\":\"text\","
+                    + "\"text\":\"Be brief.\",\"cache_control\":{\"type\":\"ephemeral\"}}]")).status(), "fields Messages clients send unasked");
+        }
+    }
+
+    @Test
     void toolChoiceMapsToChats() throws Exception {
         // any: a call is forced even where the model would answer in text
         JsonNode any = message(body("Hi", "\"tools\":[" + WEATHER_TOOL + "],\"tool_choice\":{\"type\":\"any\"}"));

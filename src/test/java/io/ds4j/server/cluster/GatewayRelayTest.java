@@ -106,6 +106,20 @@ class GatewayRelayTest {
     }
 
     @Test
+    void anAnthropicMessagesStreamIsRelayed() throws Exception {
+        try (Socket s = new Socket("127.0.0.1", node.port())) {
+            s.setSoTimeout(60_000);
+            byte[] body = "{\"max_tokens\":20,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}".getBytes(StandardCharsets.UTF_8);
+            s.getOutputStream().write(("POST /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().write(body);
+            String got = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(got.startsWith("HTTP/1.1 200"), got);
+            assertTrue(got.contains("event: message_start\n") && got.contains("\"text_delta\"") && got.contains("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), got);
+        }
+    }
+
+    @Test
     void expect100ContinueIsAnsweredBeforeTheBodyAsOnASingleServer() throws Exception {
         FrontChecks.expectContinueIsAnsweredBeforeTheBody(node.port(), "");
     }
