@@ -147,7 +147,13 @@ final class AnthropicApi {
         if (msgs == null || msgs.isNull()) throw ApiException.badField("messages", "is required");
         if (!msgs.isArray()) throw ApiException.badField("messages", "must be an array of messages, got " + what(msgs));
         if (msgs.isEmpty()) throw ApiException.badField("messages", "must contain at least one message");
-        for (int i = 0; i < msgs.size(); i++) message(msgs.get(i), "messages[" + i + "]", messages, origins, calls);
+        String lastRole = null;
+        for (int i = 0; i < msgs.size(); i++) lastRole = message(msgs.get(i), "messages[" + i + "]", messages, origins, calls);
+        // Anthropic continues a last assistant message (a prefill); the chat template can only render it as a finished
+        // turn, after which the model would answer nothing it was asked: refused rather than answered wrongly
+        if (lastRole.equals("assistant"))
+            throw ApiException.badField("messages[" + (msgs.size() - 1) + "]", "the last message is the assistant's:"
+                    + " continuing an assistant turn (a prefill) is not supported; end with a user message");
 
         tools(body, chat);
         thinking(body, chat);
@@ -213,8 +219,9 @@ final class AnthropicApi {
      * One Messages message as chat messages: a user turn's {@code tool_result} blocks become tool messages (first, as
      * chat wants them right after the assistant's calls), its text blocks a user message; an assistant turn's text,
      * {@code thinking} (its reasoning) and {@code tool_use} blocks (its tool calls) one assistant message.
+     * @return the message's role
      */
-    private static void message(JsonNode m, String path, ArrayNode out, List<String> origins, List<List<String>> calls) {
+    private static String message(JsonNode m, String path, ArrayNode out, List<String> origins, List<List<String>> calls) {
         if (m == null || !m.isObject()) throw ApiException.badField(path, "must be a message object, got " + what(m));
         JsonNode roleNode = m.get("role");
         if (roleNode == null || roleNode.isNull()) throw ApiException.badField(path + ".role", "is required (\"user\" or \"assistant\")");
@@ -228,7 +235,7 @@ final class AnthropicApi {
             out.addObject().put("role", role).put("content", content.textValue());
             origins.add(path);
             calls.add(List.of());
-            return;
+            return role;
         }
         if (!content.isArray())
             throw ApiException.badField(path + ".content", "must be a string or an array of content blocks, got " + what(content));
@@ -281,7 +288,7 @@ final class AnthropicApi {
                 origins.add(path);
                 calls.add(List.of());
             }
-            return;
+            return role;
         }
         ObjectNode a = out.addObject().put("role", "assistant");
         if (!parts.isEmpty()) a.set("content", parts);
@@ -290,6 +297,7 @@ final class AnthropicApi {
         if (!toolCalls.isEmpty()) a.set("tool_calls", toolCalls);
         origins.add(path);
         calls.add(callPaths);
+        return role;
     }
 
     /** A {@code tool_result} block as a chat tool message; a result marked {@code is_error} says so before its text. */

@@ -343,6 +343,9 @@ class AnthropicMessagesTest {
                 "thinking.type: must be \"enabled\" or \"disabled\"");
         assertError(server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":9,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}"),
                 400, "invalid_request_error", "messages[0].role: must be \"user\" or \"assistant\"");
+        assertError(server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+                        + "{\"role\":\"assistant\",\"content\":\"The answer is\"}]}"),
+                400, "invalid_request_error", "messages[1]: the last message is the assistant's");
         assertError(server.post("/v1/messages", "{\"max_tokens\":"), 400, "invalid_request_error", "malformed JSON");
         assertError(server.post("/v1/messages/count_tokens", "{\"messages\":[]}"), 400, "invalid_request_error",
                 "messages: must contain at least one message");
