@@ -355,6 +355,46 @@ class AnthropicMessagesTest {
     }
 
     @Test
+    void malformedBodiesAreA400NamingTheField() throws Exception {
+        String u = "{\"role\":\"user\",\"content\":\"Hi\"}";
+        String[][] cases = {
+                {"\"messages\":\"hi\"", "messages"},
+                {"\"messages\":[1]", "messages[0]"},
+                {"\"messages\":[{\"content\":\"x\"}]", "messages[0].role"},
+                {"\"messages\":[{\"role\":\"user\"}]", "messages[0].content"},
+                {"\"messages\":[{\"role\":\"user\",\"content\":[]}]", "messages[0].content"},
+                {"\"messages\":[{\"role\":\"user\",\"content\":[null]}]", "messages[0].content[0]"},
+                {"\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]", "messages[0].content[0].type"},
+                {"\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]", "messages[0].content[0].text"},
+                {"\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\"}]}]", "messages[0].content[0].tool_use_id"},
+                {"\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"a\",\"content\":5}]}]", "messages[0].content[0].content"},
+                {"\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"f\",\"input\":{}}]}]", "messages[0].content[0].type"},
+                {"\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"name\":\"f\",\"input\":{}}]}," + u + "]", "messages[0].content[0].id"},
+                {"\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"f\",\"input\":[]}]}," + u + "]", "messages[0].content[0].input"},
+                {"\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\"}]}," + u + "]", "messages[0].content[0].thinking"},
+                {"\"system\":5,\"messages\":[" + u + "]", "system"},
+                {"\"system\":[{\"type\":\"image\"}],\"messages\":[" + u + "]", "system[0].type"},
+                {"\"stop_sequences\":\"x\",\"messages\":[" + u + "]", "stop_sequences"},
+                {"\"tools\":\"x\",\"messages\":[" + u + "]", "tools"},
+                {"\"tools\":[1],\"messages\":[" + u + "]", "tools[0]"},
+                {"\"tools\":[{\"name\":\"f\"}],\"messages\":[" + u + "]", "tools[0].input_schema"},
+                {"\"tools\":[{\"input_schema\":{\"type\":\"object\"}}],\"messages\":[" + u + "]", "tools[0].name"},
+                {"\"tools\":[{\"name\":\"f\",\"input_schema\":5}],\"messages\":[" + u + "]", "tools[0].input_schema"},
+                {"\"tool_choice\":\"auto\",\"messages\":[" + u + "]", "tool_choice"},
+                {"\"tool_choice\":{},\"messages\":[" + u + "]", "tool_choice.type"},
+                {"\"tool_choice\":{\"type\":\"tool\"},\"messages\":[" + u + "]", "tool_choice.name"},
+                {"\"tool_choice\":{\"type\":\"auto\",\"disable_parallel_tool_use\":\"yes\"},\"messages\":[" + u + "]", "tool_choice.disable_parallel_tool_use"},
+                {"\"thinking\":true,\"messages\":[" + u + "]", "thinking"},
+                {"\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":\"x\"},\"messages\":[" + u + "]", "thinking.budget_tokens"},
+                {"\"stream\":\"yes\",\"messages\":[" + u + "]", "stream"},
+                {"\"top_k\":1.5,\"messages\":[" + u + "]", "top_k"}};
+        for (String[] c : cases) {
+            TestServer.Resp r = server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":5," + c[0] + "}");
+            assertError(r, 400, "invalid_request_error", c[1] + ":");
+        }
+    }
+
+    @Test
     void anErrorAfterTheStreamStartedIsAnErrorEvent() throws Exception {
         backend.failOn = TestServer.tokenizer().encode("EXPLODE");
         try {
