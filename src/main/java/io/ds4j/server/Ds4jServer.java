@@ -383,8 +383,22 @@ public final class Ds4jServer {
             return;
         }
         state.config(r.applied(), r.pending());
-        boolean levelChanged = r.live().stream().anyMatch(c -> c.key().equals("log.level"));
-        if (levelChanged) LogLevels.apply(r.applied().logLevel());
+        // the reload's own lines are written under whichever of the old and the new level shows more: a level that
+        // shows more takes effect before them, one that shows less after them (a reload to "warn" applied first
+        // silenced its own INFO line, and the operator never saw it take effect)
+        String level = r.live().stream().anyMatch(c -> c.key().equals("log.level")) ? r.applied().logLevel() : null;
+        boolean quieter = level != null && LogLevels.rank(level) > LogLevels.rank(running.logLevel());
+        if (level != null && !quieter) LogLevels.apply(level);
+        try {
+            saidReload(file, running, proposed, r, wasPending, overridden, parts);
+        } finally {
+            if (quieter) LogLevels.apply(level);
+        }
+    }
+
+    /** Logs what a reload that changed something applied, what waits for a restart and what no longer does, and records its outcome. */
+    private void saidReload(Path file, ServerConfig running, ServerConfig proposed, ServerConfig.Reload r,
+                            List<ServerConfig.Change> wasPending, List<String> overridden, List<String> parts) {
         if (!r.live().isEmpty()) {
             parts.add("applied " + r.live());
             LOG.info("config reloaded from {}: applied from now on (new requests; the scheduler's limits from its next step): {}", file, r.live());

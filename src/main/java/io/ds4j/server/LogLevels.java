@@ -17,12 +17,11 @@ public final class LogLevels {
     private LogLevels() {}
 
     /**
-     * Applies a level (trace, debug, info, warn, error, off).
-     * @return false when the logging binding does not support changing levels
+     * A level's rank as slf4j-simple numbers them: trace 0, debug 10, info 20, warn 30, error 40, off (or anything
+     * else) 50; a higher rank shows fewer lines.
      */
-    public static boolean apply(String level) {
-        System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", level);
-        int v = switch (level) {
+    public static int rank(String level) {
+        return switch (level) {
             case "trace" -> 0;
             case "debug" -> 10;
             case "info" -> 20;
@@ -30,6 +29,15 @@ public final class LogLevels {
             case "error" -> 40;
             default -> 50; // off
         };
+    }
+
+    /**
+     * Applies a level (trace, debug, info, warn, error, off).
+     * @return false when the logging binding does not support changing levels
+     */
+    public static boolean apply(String level) {
+        System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", level);
+        int v = rank(level);
         try {
             ILoggerFactory f = LoggerFactory.getILoggerFactory();
             if (!f.getClass().getName().equals("org.slf4j.simple.SimpleLoggerFactory")) return false;

@@ -560,6 +560,37 @@ class ConfigReloadTest {
         }
     }
 
+    /**
+     * A reload that changes log.level is logged under whichever of the two levels shows more: one to "warn" says so
+     * before it silences INFO (its line was written after, and so never), one back to "info" after the change.
+     */
+    @Test
+    @Order(21)
+    void aReloadThatChangesTheLogLevelIsLoggedEitherWay(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String info = "{\"server\": {\"configScanMs\": 100}, \"log\": {\"level\": \"info\"}}";
+        String warn = "{\"server\": {\"configScanMs\": 100}, \"log\": {\"level\": \"warn\"}}";
+        Files.writeString(f, info);
+        try (LogCapture log = new LogCapture(); TestServer s = watching(Map.of(), f, info)) {
+            Path tmp = other.resolve("server.json.tmp");
+            Files.writeString(tmp, warn);
+            Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            assertTrue(propsSoon(s, p -> p.at("/config/log/level").asText().equals("warn")), "the reload applies");
+            assertTrue(TestServer.eventually(2000, () -> !log.linesWith("config reloaded from").isEmpty()),
+                    "the reload to warn is logged: " + log.linesWith("Ds4jServer"));
+            assertTrue(log.linesWith("config reloaded from").getFirst().contains("log.level"), log.linesWith("config reloaded").toString());
+            // the new level holds: a request's INFO lines are not written any more
+            assertEquals(200, s.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":1")).status());
+            assertTrue(log.linesWith("EngineVerticle").stream().noneMatch(l -> l.contains(" admitted: ")),
+                    log.linesWith("EngineVerticle").toString());
+            Files.writeString(tmp, info);
+            Files.move(tmp, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            assertTrue(propsSoon(s, p -> p.at("/config/log/level").asText().equals("info")), "the reload applies");
+            assertTrue(TestServer.eventually(2000, () -> log.linesWith("config reloaded from").size() == 2),
+                    "the reload back to info is logged: " + log.linesWith("Ds4jServer"));
+        }
+    }
+
     /** Whether s's configuration shows limits.maxTokensDefault = value within 5 s (a reload applied). */
     private static boolean appliedMaxTokensDefault(TestServer s, int value) throws InterruptedException {
         return propsSoon(s, p -> p.at("/config/limits/maxTokensDefault").asInt() == value);
