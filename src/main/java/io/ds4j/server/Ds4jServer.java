@@ -383,6 +383,9 @@ public final class Ds4jServer {
             return;
         }
         state.config(r.applied(), r.pending());
+        // the live keys the engine holds itself apply now, on its thread (none without an engine: a gateway)
+        if (!r.live().isEmpty())
+            vertx.eventBus().publish(EngineVerticle.RELOADED, null, new io.vertx.core.eventbus.DeliveryOptions().setLocalOnly(true));
         // the reload's own lines are written under whichever of the old and the new level shows more: a level that
         // shows more takes effect before them, one that shows less after them (a reload to "warn" applied first
         // silenced its own INFO line, and the operator never saw it take effect)

@@ -39,7 +39,8 @@ import java.util.SplittableRandom;
 /**
  * The engine: owns the backend, every sequence and the scheduler. Deployed as a worker verticle on its own
  * single-thread pool, so everything here runs on one thread and needs no locks; HTTP verticles talk to it only over
- * the event bus ({@link #SUBMIT}, {@link #CANCEL}; events go back to each request's own address).
+ * the event bus ({@link #SUBMIT}, {@link #CANCEL}; events go back to each request's own address), and the config reload
+ * tells it of live changes ({@link #RELOADED}).
  *
  * <p>Scheduling: requests are admitted up to {@code limits.maxActive} running at once, then queued up to
  * {@code limits.maxQueue}; beyond that a submission is refused (429). The running requests are stepped together by
@@ -55,6 +56,11 @@ public final class EngineVerticle extends VerticleBase {
     public static final String SUBMIT = "ds4j.engine.submit";
     /** Address of cancellations (body: the request id). */
     public static final String CANCEL = "ds4j.engine.cancel";
+    /**
+     * Address of reload notices (published, no body): a reload applied live keys, and the engine applies at once those
+     * it holds itself ({@code prefixCache.budgetMiB}), on its thread, rather than at the next request.
+     */
+    public static final String RELOADED = "ds4j.engine.reloaded";
     /**
      * Address of the shutdown drain (request-reply; body: the grace period in seconds, an Integer): from then on
      * submissions are refused and queued requests end with 503 server_shutting_down; the running ones go on until they
@@ -158,7 +164,9 @@ public final class EngineVerticle extends VerticleBase {
         consumers.add(vertx.eventBus().localConsumer(SUBMIT, this::onSubmit));
         consumers.add(vertx.eventBus().localConsumer(CANCEL, this::onCancel));
         consumers.add(vertx.eventBus().localConsumer(DRAIN, this::onDrain));
+        consumers.add(vertx.eventBus().localConsumer(RELOADED, msg -> cacheBudget(state.config())));
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList()).onSuccess(v -> {
+            cacheBudget(state.config());  // a reload while the model loaded sent its notice before anyone listened
             state.model(info);
             String cap = state.contextCap();
             if (cap != null) LOG.warn("{}", cap);
@@ -343,7 +351,6 @@ public final class EngineVerticle extends VerticleBase {
         boolean cached = prefixCache != null && r.cachePrompt;
         Sequence seq = null;
         if (cached) {
-            prefixCache.budgetBytes((long) cfg.prefixCacheBudgetMiB() << 20);
             try {
                 PrefixCache.Start st = prefixCache.start(r.prompt);
                 seq = st.seq();
@@ -389,6 +396,25 @@ public final class EngineVerticle extends VerticleBase {
         state.started(r.id);
         state.metrics().queueTime(j.activatedNanos - r.arrivalNanos);
         updateGauges();
+    }
+
+    /**
+     * Applies prefixCache.budgetMiB to the prefix cache when it changed (the one place that does: a reload's notice
+     * calls it), evicting the least recently used snapshots over the new budget at once and saying what that freed.
+     */
+    private void cacheBudget(ServerConfig cfg) {
+        if (prefixCache == null) return;
+        long budget = (long) cfg.prefixCacheBudgetMiB() << 20;
+        PrefixCache.Stats before = prefixCache.stats();
+        if (budget == before.budgetBytes()) return;
+        prefixCache.budgetBytes(budget);
+        PrefixCache.Stats after = prefixCache.stats();
+        publishCacheStats();
+        LOG.info("prefix cache: budget now {} MiB (prefixCache.budgetMiB): {}; {} held in {} bytes", cfg.prefixCacheBudgetMiB(),
+                after.evictions() == before.evictions() ? "nothing to evict"
+                        : "evicted " + plural((int) (after.evictions() - before.evictions()), "snapshot") + ", freeing "
+                        + (before.bytes() - after.bytes()) + " bytes",
+                plural(after.snapshots(), "snapshot"), after.bytes());
     }
 
     private void publishCacheStats() {

@@ -109,6 +109,42 @@ class PrefixCacheServerTest {
         }
     }
 
+    /**
+     * prefixCache.budgetMiB is live: a reload that lowers it evicts at once, with no request to come (the budget was
+     * applied only when the next request started, so the snapshots and their memory stayed until then).
+     */
+    @Test
+    void aReloadThatLowersTheBudgetEvictsAtOnce(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        java.nio.file.Path f = dir.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 100}, \"prefixCache\": {\"budgetMiB\": 64}}";
+        java.nio.file.Files.writeString(f, text);
+        try (LogCapture log = new LogCapture();
+             TestServer s = TestServer.start(new DefaultModelProvider(), Map.of("prefixCache.blockTokens", 16,
+                     "prefixCache.intervalTokens", 32, "limits.prefillChunk", 48), f, text)) {
+            TestServer.Resp r = s.post("/v1/chat/completions", body("What does the first page say?", "", true));
+            assertEquals(200, r.status(), r.body());
+            JsonNode before = s.get("/props").json().get("prefix_cache");
+            assertTrue(before.get("snapshots").asInt() > 0 && before.get("bytes").asLong() > 0, before.toString());
+            java.nio.file.Path tmp = dir.resolve("server.json.tmp");
+            java.nio.file.Files.writeString(tmp, text.replace("64", "0"));
+            java.nio.file.Files.move(tmp, f, java.nio.file.StandardCopyOption.REPLACE_EXISTING,
+                    java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+            assertTrue(TestServer.eventually(5000, () -> {
+                try {
+                    JsonNode pc = s.get("/props").json().get("prefix_cache");
+                    return pc.get("budgetMiB").asInt() == 0 && pc.get("snapshots").asInt() == 0 && pc.get("bytes").asLong() == 0;
+                } catch (Exception e) {
+                    return false;
+                }
+            }), "evicted at the reload: " + s.get("/props").json().get("prefix_cache"));
+            String metrics = s.get("/metrics").body();
+            assertEquals(0, metricValue(metrics, "ds4j:prefix_cache_bytes"), metrics);
+            assertEquals(0, metricValue(metrics, "ds4j:prefix_cache_budget_bytes"), metrics);
+            assertEquals(before.get("snapshots").asInt(), (int) metricValue(metrics, "ds4j:prefix_cache_evictions_total"), metrics);
+            assertEquals(1, log.linesWith("prefix cache: budget now 0 MiB").size(), log.linesWith("EngineVerticle").toString());
+        }
+    }
+
     @Test
     void badCachePromptIsA400() throws Exception {
         TestServer.Resp r = server.post("/v1/chat/completions", body("Hi", "", true).replace("\"cache_prompt\":true", "\"cache_prompt\":\"yes\""));
