@@ -1034,9 +1034,17 @@ public final class HttpVerticle extends VerticleBase {
      * a failure is answered as an error. Bodies of {@link #LONG_TEXT_BYTES} or more take the long-text lane, the others
      * Vert.x's worker pool; one waiting for a thread of that lane counts against limits.maxQueue
      * ({@link #queueLongText}). Work whose client has gone by the time it would start is not done, nor work that would
-     * start after the shutdown began (503).
+     * start after the shutdown began (503). A client that goes away before the tokenisation ends is told of at once
+     * ({@link #clientGone}), and what the tokenisation then gives is dropped.
      */
     private <T> void tokenizing(RoutingContext ctx, boolean generation, java.util.concurrent.Callable<T> work, Consumer<T> then) {
+        // settled once: by the client's going, or by the tokenisation's end (event loop only)
+        boolean[] settled = {false};
+        if (ctx.response().closed()) {
+            // it went while its body was read off the event loop
+            clientGone(ctx, generation, "before the request was tokenised", settled);
+            return;
+        }
         Integer bytes = ctx.get("bodyBytes");
         boolean longBody = bytes != null && bytes >= LONG_TEXT_BYTES;
         if (longBody) queueLongText(ctx);
@@ -1048,6 +1056,12 @@ public final class HttpVerticle extends VerticleBase {
             if (state.draining()) throw shuttingDown();  // no new work once the shutdown began: 503
             return work.call();
         };
+        // a client that goes while its prompt is tokenised (seconds for a large one) is said and counted then: the
+        // tokenisation cannot be stopped, and what it gives goes nowhere (its end said nothing of a request it dropped)
+        ctx.addEndHandler(ar -> {
+            if (ar.failed()) clientGone(ctx, generation, waits.get() ? "before the request was tokenised"
+                    : "while the request was being tokenised", settled);
+        });
         // counted as an open exchange while it is tokenised, so that a shutdown waits for it (up to its grace); a
         // generation's Exchange counts itself from then on
         state.exchangeOpened();
@@ -1055,7 +1069,12 @@ public final class HttpVerticle extends VerticleBase {
         f.onComplete(ar -> {
             if (waits.getAndSet(false)) state.longTextDequeued();  // never started (the lane was closed)
             try {
-                answer(ctx, generation, ar, then);
+                if (ar.failed() && ar.cause() instanceof ClientGone)
+                    clientGone(ctx, generation, "before the request was tokenised", settled);
+                else if (!settled[0]) {
+                    settled[0] = true;
+                    answer(ctx, ar, then);
+                }
             } finally {
                 state.exchangeClosed();  // after then: a generation's Exchange has counted itself, so no gap at zero
             }
@@ -1262,20 +1281,24 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * tokenizing's end: then with the result, or the failure answered (nothing for a client that went away: a generation
-     * so dropped is counted as cancelled, as those cancelled later are).
+     * Says, once per request ({@code settled}), that its client went away before its tokenisation ended; a generation
+     * so dropped is counted as cancelled, as those cancelled later are.
+     * @param when "before the request was tokenised" or "while the request was being tokenised"
      */
-    private <T> void answer(RoutingContext ctx, boolean generation, io.vertx.core.AsyncResult<T> ar, Consumer<T> then) {
-        if (ar.failed() && ar.cause() instanceof ClientGone) {
-            if (generation) {
-                state.metrics().cancelled();
-                LOG.info("{} {}: the client went away before the request was tokenised; dropped before it reached the engine",
-                        ctx.request().method(), ctx.request().path());
-            } else {
-                LOG.info("{} {}: not tokenised, the client went away", ctx.request().method(), ctx.request().path());
-            }
-            return;
+    private void clientGone(RoutingContext ctx, boolean generation, String when, boolean[] settled) {
+        if (settled[0]) return;
+        settled[0] = true;
+        if (generation) {
+            state.metrics().cancelled();
+            LOG.info("{} {}: the client went away {}; dropped before it reached the engine", ctx.request().method(),
+                    ctx.request().path(), when);
+        } else {
+            LOG.info("{} {}: the client went away {}; nothing to answer", ctx.request().method(), ctx.request().path(), when);
         }
+    }
+
+    /** tokenizing's end: then with the result, or the failure answered. */
+    private <T> void answer(RoutingContext ctx, io.vertx.core.AsyncResult<T> ar, Consumer<T> then) {
         if (ar.failed()) {
             error(ctx, asApi(ar.cause()));
             return;

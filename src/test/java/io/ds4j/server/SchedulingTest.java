@@ -287,6 +287,72 @@ class SchedulingTest {
         }
     }
 
+    /** The test tokenizer, whose encoding of a text that holds {@code HOLD} waits until released. */
+    private static final class HeldTokenizer implements io.ds4j.text.Tokenizer {
+        final io.ds4j.text.Tokenizer t = TestServer.tokenizer();
+        final java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        final java.util.concurrent.atomic.AtomicInteger held = new java.util.concurrent.atomic.AtomicInteger();
+
+        @Override
+        public int[] encode(String text) {
+            if (text.contains("HOLD")) {
+                held.incrementAndGet();
+                try {
+                    release.await(60, java.util.concurrent.TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            return t.encode(text);
+        }
+
+        @Override public int[] encode(io.ds4j.text.PromptText prompt) { return t.encode(prompt); }
+        @Override public String decode(int[] ids) { return t.decode(ids); }
+        @Override public byte[] tokenBytes(int id) { return t.tokenBytes(id); }
+        @Override public boolean isControl(int id) { return t.isControl(id); }
+        @Override public int vocabSize() { return t.vocabSize(); }
+        @Override public java.util.OptionalInt id(String tokenText) { return t.id(tokenText); }
+        @Override public int bosId() { return t.bosId(); }
+        @Override public int eosId() { return t.eosId(); }
+        @Override public String source() { return t.source(); }
+    }
+
+    /**
+     * Generations whose clients go away while their prompts are being tokenised are each said in one line and counted
+     * as cancelled at once, not when (or, for a prompt over the context, never after) their tokenisation ends; what
+     * the tokenisation then gives reaches neither the engine nor the log.
+     */
+    @Test
+    void requestsWhoseClientsWentWhileTheyWereTokenisedAreLoggedAndCountedAtOnce() throws Exception {
+        HeldTokenizer tok = new HeldTokenizer();
+        server = TestServer.start((cfg, log) -> new LoadedModel("scripted", "/scripted", false, backend, tok, null),
+                Map.of("limits.maxContextTokens", 64), null, null);
+        try (LogCapture log = new LogCapture()) {
+            List<RawStream> clients = new java.util.ArrayList<>();
+            // the third prompt is over the context limit (an error nobody is left to read)
+            for (String prompt : List.of("HOLD one", "HOLD two", "HOLD " + "lorem ipsum ".repeat(100)))
+                clients.add(new RawStream(server.port, "/v1/completions", "{\"prompt\":\"" + prompt + "\",\"max_tokens\":1}", false));
+            try {
+                assertTrue(TestServer.eventually(10_000, () -> tok.held.get() == 3), "the three prompts are being tokenised");
+                for (RawStream c : clients) c.close();
+                assertTrue(TestServer.eventually(5000, () -> log.linesWith("dropped before it reached the engine").size() == 3),
+                        "each is said while its tokenisation still runs: " + log.linesWith("HttpVerticle"));
+                for (String l : log.linesWith("dropped before it reached the engine"))
+                    assertTrue(l.contains("POST /v1/completions: the client went away while the request was being tokenised"), l);
+                assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 3.0"));
+            } finally {
+                tok.release.countDown();
+            }
+            // the tokenisations end: nothing more is said or counted, nothing reaches the engine
+            assertTrue(TestServer.eventually(5000, () -> server.state().openExchanges() == 0), "the tokenisations ended");
+            Thread.sleep(200);
+            assertEquals(3, log.linesWith("dropped before it reached the engine").size(), log.linesWith("HttpVerticle").toString());
+            assertTrue(log.linesWith("rejected with").isEmpty(), log.linesWith("HttpVerticle").toString());
+            assertTrue(log.linesWith("EngineVerticle").stream().noneMatch(l -> l.contains("admitted")), log.linesWith("EngineVerticle").toString());
+            assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 3.0"));
+        }
+    }
+
     @Test
     void aFailingRequestDoesNotAffectOthers() throws Exception {
         backend.delayMs = 5;
