@@ -41,7 +41,8 @@ import java.util.function.Consumer;
 
 /**
  * The OpenAI-compatible HTTP API on the event loop (several instances share the port). It parses and checks
- * requests, tokenises on Vert.x's worker pool (never on the event loop), submits to the {@link EngineVerticle} over the
+ * requests (a body of {@link #LARGE_BODY_BYTES} or more on Vert.x's worker pool), tokenises on Vert.x's worker pool
+ * (never on the event loop), submits to the {@link EngineVerticle} over the
  * event bus and writes what comes back — as Server-Sent Events or one JSON body. It never touches model state.
  *
  * <p>Routes: {@code POST /v1/chat/completions}, {@code POST /v1/completions}, {@code GET /v1/models},
@@ -81,6 +82,13 @@ public final class HttpVerticle extends VerticleBase {
      * own a few such prompts held every worker thread and stalled the tokenisation of all other requests.
      */
     static final int LONG_TEXT_BYTES = 32 * 1024;
+    /**
+     * Request bodies of at least this many bytes are parsed and checked on Vert.x's worker pool, off the event loop:
+     * reading JSON is linear but not cheap (a 1.5 MB body of 128,000 logit_bias keys took 0.2 to 1.6 s on the 2-core
+     * VM), and on the event loop a few such bodies stalled every stream it serves for seconds. A smaller body is read
+     * on the event loop (well under a millisecond), which keeps its latency and its order.
+     */
+    static final int LARGE_BODY_BYTES = LONG_TEXT_BYTES;
     /** Threads of the long-text lane, shared by the HTTP verticles: a quarter of the cores, at least two. */
     static final int LONG_TEXT_THREADS = Math.max(2, Runtime.getRuntime().availableProcessors() / 4);
 
@@ -114,12 +122,12 @@ public final class HttpVerticle extends VerticleBase {
         r.head("/v1/health").handler(this::health);
         r.route().handler(this::auth);
         for (String p : List.of("/v1/chat/completions", "/chat/completions"))
-            r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, true)));
+            r.post(p).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, true, false), g -> generate(ctx, g)));
         for (String p : List.of("/v1/completions", "/completions"))
-            r.post(p).handler(ctx -> withBody(ctx, b -> generate(ctx, b, false)));
+            r.post(p).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, false, false), g -> generate(ctx, g)));
         // the Anthropic Messages API, translated into chat requests (AnthropicApi)
-        r.post(AnthropicApi.MESSAGES).handler(ctx -> withBody(ctx, b -> generate(ctx, b, true, true)));
-        r.post(AnthropicApi.COUNT_TOKENS).handler(ctx -> withBody(ctx, b -> countTokens(ctx, b)));
+        r.post(AnthropicApi.MESSAGES).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, true, true), g -> generate(ctx, g)));
+        r.post(AnthropicApi.COUNT_TOKENS).handler(ctx -> withBody(ctx, this::readCountTokens, c -> countTokens(ctx, c)));
         // every GET route answers HEAD too: GET's status and headers without the body (first() adds the length)
         r.get("/v1/models").method(HttpMethod.HEAD).handler(withModel(this::models));
         r.get("/models").method(HttpMethod.HEAD).handler(withModel(this::models));
@@ -127,8 +135,8 @@ public final class HttpVerticle extends VerticleBase {
         r.getWithRegex("/v1/models/(?<id>.+)").method(HttpMethod.HEAD).handler(withModel(this::model));
         r.getWithRegex("/models/(?<id>.+)").method(HttpMethod.HEAD).handler(withModel(this::model));
         r.get("/props").method(HttpMethod.HEAD).handler(this::props);
-        r.post("/tokenize").handler(ctx -> withBody(ctx, b -> tokenize(ctx, b)));
-        r.post("/detokenize").handler(ctx -> withBody(ctx, b -> detokenize(ctx, b)));
+        r.post("/tokenize").handler(ctx -> withBody(ctx, this::readTokenize, t -> tokenize(ctx, t)));
+        r.post("/detokenize").handler(ctx -> withBody(ctx, this::readDetokenize, d -> detokenize(ctx, d)));
         r.get("/metrics").method(HttpMethod.HEAD).handler(PrometheusScrapingHandler.create(registry));
         Handler<RoutingContext> files = staticFiles(webroot);
         // no method restriction on the route itself, so an unknown POST path is a 404, not a 405
@@ -650,13 +658,42 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * Reads the body up to server.maxBodyBytes and parses it as JSON. What the head alone decides is answered first
+     * Reads a body as one endpoint takes it: the checks that need only the body, the configuration and the model,
+     * which write no answer and touch no request state, so that they may run on any thread.
+     * @param <R> what the endpoint goes on with
+     */
+    @FunctionalInterface
+    private interface BodyReader<R> {
+        /** @throws ApiException the refusal to answer */
+        R read(JsonNode body, Reading reading);
+    }
+
+    /**
+     * What reading a body leaves beside its result: the request's method and path for the log, and the value of the
+     * {@link RequestFields#HEADER} header to put on the answer (refusals included), or null. Written by the reading
+     * thread, read on the event loop once the reading has ended.
+     */
+    private static final class Reading {
+        final String method, path;
+        String ignoredFields;
+
+        Reading(HttpServerRequest req) {
+            method = req.method().name();
+            path = req.path();
+        }
+    }
+
+    /**
+     * Reads the body up to server.maxBodyBytes, parses it as JSON and reads it with {@code reader}, then goes on with
+     * {@code then} on the event loop; a refusal is answered. What the head alone decides is answered first
      * ({@link #admitBody}: 415, 413, or 100 Continue); a chunked body whose chunk sizes pass the limit gets 413 from
      * {@link RequestFraming} as soon as the size that passes it is read, its connection closed (the check here is for a
      * connection that check could not be put on). A body that has not fully arrived limits.bodyReadTimeoutMs
-     * after the headers gets 408 and its connection is closed ({@link BodyDeadline}).
+     * after the headers gets 408 and its connection is closed ({@link BodyDeadline}). A body of
+     * {@link #LARGE_BODY_BYTES} or more is parsed and read on Vert.x's worker pool, a smaller one on the event loop;
+     * the answers are the same.
      */
-    private void withBody(RoutingContext ctx, Consumer<JsonNode> then) {
+    private <R> void withBody(RoutingContext ctx, BodyReader<R> reader, Consumer<R> then) {
         HttpServerRequest req = ctx.request();
         int limit = state.config().maxBodyBytes();
         Buffer body = Buffer.buffer();
@@ -679,31 +716,64 @@ public final class HttpVerticle extends VerticleBase {
         req.endHandler(v -> {
             BodyDeadline.arrived(ctx);
             if (over[0] || BodyDeadline.passed(ctx)) return;
-            JsonNode n;
-            try {
-                if (body.length() == 0) throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
-                byte[] bytes = body.getBytes();
-                n = Json.read(bytes);
-                // whitespace alone is no JSON value either: the same answer as an empty body
-                if (n == null)
-                    throw new ApiException(400, "invalid_request_error", "invalid_json", null,
-                            "the request body is empty (" + bytes.length + " bytes of whitespace)", null);
-            } catch (Json.Unreadable e) {
-                error(ctx, new ApiException(400, "invalid_request_error", "invalid_json", e.field(),
-                        e.problem() == Json.Problem.UTF8 ? "the request body is " + e.getMessage() : e.getMessage(), null));
-                return;
-            } catch (ApiException e) {
-                error(ctx, e);
-                return;
-            }
             ctx.put("bodyBytes", body.length());
-            try {
-                then.accept(n);
-            } catch (RuntimeException e) {
-                error(ctx, asApi(e));
+            Reading reading = new Reading(req);
+            byte[] bytes = body.getBytes();
+            if (bytes.length < LARGE_BODY_BYTES) {
+                R read;
+                try {
+                    read = readBody(bytes, reader, reading);
+                } catch (RuntimeException e) {
+                    afterReading(ctx, reading, null, e, then);
+                    return;
+                }
+                afterReading(ctx, reading, read, null, then);
+                return;
             }
+            // counted as an open exchange while it is read, as while it is tokenised: a shutdown waits for its answer
+            state.exchangeOpened();
+            vertx.executeBlocking(() -> readBody(bytes, reader, reading), false).onComplete(ar -> {
+                try {
+                    afterReading(ctx, reading, ar.result(), ar.cause(), then);
+                } finally {
+                    state.exchangeClosed();  // after then: tokenizing has counted the request itself
+                }
+            });
         });
         req.resume();
+    }
+
+    /** Parses a body as JSON (an empty one, or whitespace alone, is refused as invalid_json) and reads it. */
+    private static <R> R readBody(byte[] bytes, BodyReader<R> reader, Reading reading) {
+        if (bytes.length == 0) throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
+        JsonNode n;
+        try {
+            n = Json.read(bytes);
+        } catch (Json.Unreadable e) {
+            throw new ApiException(400, "invalid_request_error", "invalid_json", e.field(),
+                    e.problem() == Json.Problem.UTF8 ? "the request body is " + e.getMessage() : e.getMessage(), null);
+        }
+        // whitespace alone is no JSON value either: the same answer as an empty body
+        if (n == null)
+            throw new ApiException(400, "invalid_request_error", "invalid_json", null,
+                    "the request body is empty (" + bytes.length + " bytes of whitespace)", null);
+        return reader.read(n, reading);
+    }
+
+    /** On the event loop once a body was read: the ignored fields' header, then the refusal or {@code then}. */
+    private <R> void afterReading(RoutingContext ctx, Reading reading, R read, Throwable failure, Consumer<R> then) {
+        HttpServerResponse resp = ctx.response();
+        if (reading.ignoredFields != null && !resp.headWritten() && !resp.closed())
+            resp.putHeader(RequestFields.HEADER, reading.ignoredFields);
+        if (failure != null) {
+            error(ctx, asApi(failure));
+            return;
+        }
+        try {
+            then.accept(read);
+        } catch (RuntimeException e) {
+            error(ctx, asApi(e));
+        }
     }
 
     /**
@@ -967,7 +1037,12 @@ public final class HttpVerticle extends VerticleBase {
         json(ctx, 200, o);
     }
 
-    private void tokenize(RoutingContext ctx, JsonNode b) {
+    /** A /tokenize body as read: the text (or chat messages and options) and how to answer. */
+    private record TokenizeRead(Tokenizer tok, String plain, List<ChatMessage> messages, ChatOptions opts,
+                                boolean pieces, boolean addSpecial) {}
+
+    /** Reads a /tokenize body ({@link BodyReader}): its fields checked, a huge text refused before it is tokenised. */
+    private TokenizeRead readTokenize(JsonNode b, Reading reading) {
         ModelInfo m = ready();
         if (!b.isObject()) throw ApiException.bodyNotAnObject(b);
         Requests.checkModel(b, m);
@@ -993,10 +1068,19 @@ public final class HttpVerticle extends VerticleBase {
             messages = null;
             opts = null;
         }
-        ignoredFields(ctx, b, null);
+        ignoredFields(reading, b, null);
         Tokenizer tok = m.tokenizer();
         // the bound the generation endpoints apply, so that a huge text is refused before it is tokenised
         checkChars(tok, plain, messages, state.maxContext(), plain != null ? field : "messages");
+        return new TokenizeRead(tok, plain, messages, opts, pieces, addSpecial);
+    }
+
+    private void tokenize(RoutingContext ctx, TokenizeRead t) {
+        Tokenizer tok = t.tok();
+        String plain = t.plain();
+        boolean addSpecial = t.addSpecial(), pieces = t.pieces();
+        List<ChatMessage> messages = t.messages();
+        ChatOptions opts = t.opts();
         // a text is tokenised as a completion's prompt is (its control-token strings are control tokens), messages as a
         // chat's (only the template's markers are)
         tokenizing(ctx, false, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
@@ -1104,7 +1188,8 @@ public final class HttpVerticle extends VerticleBase {
                 + "; retry after " + LONG_TEXT_RETRY_SECONDS + " s", LONG_TEXT_RETRY_SECONDS);
     }
 
-    private void detokenize(RoutingContext ctx, JsonNode b) {
+    /** Reads a /detokenize body ({@link BodyReader}): its token ids, each checked against the vocabulary. */
+    private int[] readDetokenize(JsonNode b, Reading reading) {
         ModelInfo m = ready();
         if (!b.isObject()) throw ApiException.bodyNotAnObject(b);
         Requests.checkModel(b, m);
@@ -1125,7 +1210,12 @@ public final class HttpVerticle extends VerticleBase {
                         + "), got " + Requests.shown(x));
             ids[i] = id;
         }
-        ignoredFields(ctx, b, null);
+        ignoredFields(reading, b, null);
+        return ids;
+    }
+
+    private void detokenize(RoutingContext ctx, int[] ids) {
+        Tokenizer tok = ready().tokenizer();
         vertx.executeBlocking(() -> tok.decode(ids), false).onComplete(ar -> {
             if (ar.failed()) {
                 error(ctx, asApi(ar.cause()));
@@ -1141,16 +1231,17 @@ public final class HttpVerticle extends VerticleBase {
      * server.rejectUnknownFields; otherwise the request goes on, a warning names them, and so does the
      * {@link RequestFields#HEADER} header of the answer (streamed or not), so that a client can see a misspelling
      * that the answer alone would hide.
+     * The header is put on the answer once the reading has ended ({@link #afterReading}).
      * @param requestId the generation's id for the log, or null where there is none
      */
-    private void ignoredFields(RoutingContext ctx, JsonNode body, String requestId) {
+    private void ignoredFields(Reading reading, JsonNode body, String requestId) {
         RequestFields.Report r = RequestFields.report(body);
         if (r.isEmpty()) return;
         if (state.config().rejectUnknownFields()) throw RequestFields.refusal(r);
         String list = RequestFields.list(r);
-        LOG.warn("{}{} {}: ignored {}: {}", requestId != null ? "request " + requestId + ": " : "", ctx.request().method(),
-                ctx.request().path(), r.total() == 1 ? "an unknown field" : r.total() + " unknown fields", list);
-        ctx.response().putHeader(RequestFields.HEADER, list);
+        LOG.warn("{}{} {}: ignored {}: {}", requestId != null ? "request " + requestId + ": " : "", reading.method,
+                reading.path, r.total() == 1 ? "an unknown field" : r.total() + " unknown fields", list);
+        reading.ignoredFields = list;
     }
 
     static ApiException asApi(Throwable t) {
@@ -1184,16 +1275,19 @@ public final class HttpVerticle extends VerticleBase {
         return what.isEmpty() || extras < 0 ? what : what.substring(0, what.length() - 1) + ": " + extras + " of the tokens)";
     }
 
-    private void generate(RoutingContext ctx, JsonNode body, boolean chat) {
-        generate(ctx, body, chat, false);
-    }
+    /**
+     * A generation's body as read: the request, its prediction's text, cache_prompt, its id, the model, and the
+     * translation of an Anthropic Messages body (null for chat and completions).
+     */
+    private record GenerationRead(JsonNode body, boolean chat, Requests.Gen g, String predictionText, boolean cachePrompt,
+                                  String id, ModelInfo m, AnthropicApi.Translation translation) {}
 
     /**
-     * A chat, completion or Anthropic Messages generation.
-     * @param anthropic body is an Anthropic Messages request: it runs as the chat request it translates into, and is
-     *                  answered in its API's shapes
+     * Reads a generation's body ({@link BodyReader}): every field checked, a prompt too long in characters refused.
+     * @param anthropic the body is an Anthropic Messages request: it is read as the chat request it translates into,
+     *                  and answered in its API's shapes
      */
-    private void generate(RoutingContext ctx, JsonNode clientBody, boolean chat, boolean anthropic) {
+    private GenerationRead readGeneration(JsonNode clientBody, Reading reading, boolean chat, boolean anthropic) {
         if (state.draining()) throw shuttingDown();
         ModelInfo m = ready();
         ServerConfig cfg = state.config();
@@ -1204,14 +1298,23 @@ public final class HttpVerticle extends VerticleBase {
         String predictionText = Requests.prediction(body, chat);
         boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
         String id = (anthropic ? "msg_" : chat ? "chatcmpl-" : "cmpl-") + randomId();
-        ignoredFields(ctx, clientBody, id);
-        long t0 = ctx.get("t0");
-        String model = m.id();
-        Tokenizer tok = m.tokenizer();
-        // the prompt's own characters (a chat template adds more) against the bound, here on the event loop, so that a
+        ignoredFields(reading, clientBody, id);
+        // the prompt's own characters (a chat template adds more) against the bound, before it is tokenised, so that a
         // prompt it refuses does not wait for a tokenising thread
-        checkChars(tok, chat ? null : g.promptText(), chat ? g.messages() : null, state.maxContext(), chat ? "messages" : "prompt");
-        tokenizing(ctx, true, renaming(translation, () -> {
+        checkChars(m.tokenizer(), chat ? null : g.promptText(), chat ? g.messages() : null, state.maxContext(),
+                chat ? "messages" : "prompt");
+        return new GenerationRead(body, chat, g, predictionText, cachePrompt, id, m, translation);
+    }
+
+    private void generate(RoutingContext ctx, GenerationRead read) {
+        JsonNode body = read.body();
+        boolean chat = read.chat(), cachePrompt = read.cachePrompt();
+        Requests.Gen g = read.g();
+        String predictionText = read.predictionText(), id = read.id();
+        long t0 = ctx.get("t0");
+        String model = read.m().id();
+        Tokenizer tok = read.m().tokenizer();
+        tokenizing(ctx, true, renaming(read.translation(), () -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             int ctxLimit = state.maxContext();
@@ -1276,7 +1379,7 @@ public final class HttpVerticle extends VerticleBase {
                     enc.promptTokens() != null ? g.topLogprobs() : -1).maxTokensField(g.maxTokensParam())
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
                     .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted);
-            new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens(), anthropic).start();
+            new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens(), read.translation() != null).start();
         });
     }
 
@@ -1404,15 +1507,23 @@ public final class HttpVerticle extends VerticleBase {
      * {@code POST /v1/messages/count_tokens}: {@code {"input_tokens": N}}, the prompt tokens of the same body sent to
      * {@code /v1/messages} (read and checked the same way; max_tokens may be left out), without generating.
      */
-    private void countTokens(RoutingContext ctx, JsonNode body) {
+    private void countTokens(RoutingContext ctx, CountRead c) {
+        Tokenizer tok = c.m().tokenizer();
+        tokenizing(ctx, false, renaming(c.translation(), () -> chatPrompt(tok, c.g().messages(), c.g().options()).length),
+                n -> json(ctx, 200, Json.object().put("input_tokens", n)));
+    }
+
+    /** A count_tokens body as read: the chat request it translates into, its translation and the model. */
+    private record CountRead(Requests.Gen g, AnthropicApi.Translation translation, ModelInfo m) {}
+
+    /** Reads a count_tokens body ({@link BodyReader}) as {@code /v1/messages} reads one, max_tokens optional. */
+    private CountRead readCountTokens(JsonNode body, Reading reading) {
         ModelInfo m = ready();
         AnthropicApi.Translation t = AnthropicApi.translate(body, false);
         Requests.Gen g = parse(t.chat(), true, m, state.config(), t);
-        ignoredFields(ctx, body, null);
-        Tokenizer tok = m.tokenizer();
-        checkChars(tok, null, g.messages(), state.maxContext(), "messages");
-        tokenizing(ctx, false, renaming(t, () -> chatPrompt(tok, g.messages(), g.options()).length),
-                n -> json(ctx, 200, Json.object().put("input_tokens", n)));
+        ignoredFields(reading, body, null);
+        checkChars(m.tokenizer(), null, g.messages(), state.maxContext(), "messages");
+        return new CountRead(g, t, m);
     }
 
     private static String randomId() {

@@ -287,6 +287,53 @@ class SchedulingTest {
         }
     }
 
+    /**
+     * A large body is parsed and checked off the event loop (reading 128,000 logit_bias keys took it for a second or
+     * more, and every stream it served stalled meanwhile): with every thread of Vert.x's worker pool held, its answer
+     * waits while the event loop goes on answering; once they are free it gets the answer a small body gets, and a
+     * valid one its ignored fields' header. A small body is still read on the event loop.
+     */
+    @Test
+    void aLargeBodyIsReadOffTheEventLoop() throws Exception {
+        server = TestServer.scripted(backend, Map.of());
+        StringBuilder bias = new StringBuilder();
+        for (int i = 0; i < 4000; i++) bias.append(i == 0 ? "" : ",").append('"').append(i).append("\":1");
+        String large = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1,\"logit_bias\":{" + bias + "}";
+        assertTrue(large.length() >= HttpVerticle.LARGE_BODY_BYTES, "a large body: " + large.length());
+        int threads = io.vertx.core.VertxOptions.DEFAULT_WORKER_POOL_SIZE;
+        java.util.concurrent.CountDownLatch busy = new java.util.concurrent.CountDownLatch(threads);
+        java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        try {
+            for (int i = 0; i < threads; i++)
+                server.server.vertx().executeBlocking(() -> {
+                    busy.countDown();
+                    return release.await(60, java.util.concurrent.TimeUnit.SECONDS);
+                }, false);
+            assertTrue(busy.await(30, java.util.concurrent.TimeUnit.SECONDS), "the worker pool is held");
+            CompletableFuture<TestServer.Resp> refused = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return server.post("/v1/chat/completions", large + ",\"temperature\":5}");
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            TestServer.Resp small = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"temperature\":5"));
+            assertEquals(400, small.status(), small.body());
+            assertEquals(200, server.get("/health").status());
+            Thread.sleep(300);
+            assertFalse(refused.isDone(), "the large body waits for a worker thread: " + (refused.isDone() ? refused.get().body() : ""));
+            release.countDown();
+            TestServer.Resp r = refused.get(30, java.util.concurrent.TimeUnit.SECONDS);
+            assertEquals(400, r.status(), r.body());
+            assertEquals(small.json().get("error"), r.json().get("error"), "the same answer as a small body's");
+        } finally {
+            release.countDown();
+        }
+        TestServer.Resp ok = server.post("/v1/chat/completions", large + ",\"max_token\":3}");
+        assertEquals(200, ok.status(), ok.body());
+        assertTrue(ok.headers().firstValue(RequestFields.HEADER).orElse("").contains("max_token"), ok.headers().map().toString());
+    }
+
     /** The test tokenizer, whose encoding of a text that holds {@code HOLD} waits until released. */
     private static final class HeldTokenizer implements io.ds4j.text.Tokenizer {
         final io.ds4j.text.Tokenizer t = TestServer.tokenizer();
