@@ -462,10 +462,21 @@ class BadInputTest {
         String fn = "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":%s}}";
         expect("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("\"notobj\"") + "]"), 400, "tools[0].function.parameters");
         expect("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":5}") + "]"), 400, "tools[0].function.parameters.type");
+        // a function's parameters are an object schema in every tool_choice mode, not only when the call is forced
+        for (String choice : new String[]{"", ",\"tool_choice\":\"auto\"", ",\"tool_choice\":\"required\"",
+                ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"}) {
+            for (String type : new String[]{"\"string\"", "[\"string\",\"null\"]"}) {
+                String m = expect("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":" + type + "}") + "]" + choice), 400,
+                        "tools[0].function.parameters.type").get("message").asText();
+                assertTrue(m.contains("the parameters of function 'f' must be an object schema"), m);
+            }
+        }
         expect("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":\"object\",\"properties\":[]}") + "]"), 400,
                 "tools[0].function.parameters.properties");
         // a valid tool passes the checks (this server's 64-token context is then too small for the tools prompt)
         TestServer.Resp ok = server.post("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":\"object\"}") + "]"));
+        assertTrue(ok.status() == 200 || ok.body().contains("context_length_exceeded"), ok.body());
+        ok = server.post("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":[\"object\",\"null\"]}") + "]"));
         assertTrue(ok.status() == 200 || ok.body().contains("context_length_exceeded"), ok.body());
         expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content");
         expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"tool_calls\":"

@@ -118,6 +118,12 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
                         throw new ChatFormatException("tools[" + i + "].function.parameters.type",
                                 "must be a JSON Schema type name such as \"object\", got " + pt);
                     }
+                    // OpenAI's rule: a function takes named arguments, so its parameters are an object schema; checked
+                    // here for every tool so that auto mode refuses what a forced call (which compiles the schema) would
+                    if (pt != null && !typeAllowsObject(pt)) {
+                        throw new ChatFormatException("tools[" + i + "].function.parameters.type",
+                                "the parameters of function '" + name.textValue() + "' must be an object schema (type \"object\"), got " + pt);
+                    }
                     JsonNode props = params.get("properties");
                     if (props != null && !props.isNull() && !props.isObject()) {
                         throw new ChatFormatException("tools[" + i + "].function.parameters.properties", "must be an object");
@@ -217,7 +223,14 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
     /** Function names OpenAI accepts. */
     private static final java.util.regex.Pattern TOOL_NAME = java.util.regex.Pattern.compile("[a-zA-Z0-9_-]{1,64}");
 
-        private static boolean allTextual(JsonNode a) {
+    /** Whether a schema's "type" (a name or a list of names) admits an object. */
+    private static boolean typeAllowsObject(JsonNode type) {
+        if (type.isTextual()) return type.textValue().equals("object");
+        for (JsonNode t : type) if (t.textValue().equals("object")) return true;
+        return false;
+    }
+
+    private static boolean allTextual(JsonNode a) {
         for (JsonNode x : a) if (!x.isTextual()) return false;
         return true;
     }
