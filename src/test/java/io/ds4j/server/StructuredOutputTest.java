@@ -117,6 +117,27 @@ class StructuredOutputTest {
      * A forced call whose markup does not fit max_tokens ends with length, no content, and the arguments as far as they
      * got (not a JSON object closed over values never generated); streamed and whole answers agree.
      */
+    /**
+     * A forced call of a function without parameters: cut inside its invoke, its arguments are "" (no parameter had
+     * begun); cut after its invoke closed (22 + 7 tokens of this model's markup) but before the block's end, the call is
+     * complete, "{}", though the finish reason is length. Streamed and whole answers agree.
+     */
+    @Test
+    void aForcedCallWithoutParametersCutByMaxTokens() throws Exception {
+        String[] expected = {"", "{}"};
+        int[] max = {22, 29};
+        for (int k = 0; k < max.length; k++) {
+            String extra = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+                    + "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"temperature\":0,\"max_tokens\":" + max[k];
+            var full = server.post("/v1/chat/completions", body(extra));
+            JsonNode c = full.json().get("choices").get(0);
+            assertEquals("length", c.get("finish_reason").asText(), full.body());
+            assertEquals(expected[k], c.get("message").get("tool_calls").get(0).get("function").get("arguments").asText(), full.body());
+            var stream = server.post("/v1/chat/completions", body(extra + ",\"stream\":true"));
+            assertEquals(GoldenSseTest.assembleFull(full.json()), GoldenSseTest.assemble(stream), "max_tokens " + max[k]);
+        }
+    }
+
     @Test
     void aForcedCallCutByMaxTokensIsNotCompleted() throws Exception {
         for (int max : new int[]{1, 5, 40}) {
