@@ -66,6 +66,8 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--seed", description = "random seed (same seed + same request = same output)") Long seed;
     @Option(names = "--stop", description = "stop string (repeatable)") List<String> stop = new ArrayList<>();
     @Option(names = "--ignore-eos", description = "keep going after the end-of-sequence token") boolean ignoreEos;
+    @Option(names = "--skip-special-tokens", arity = "1", defaultValue = "true", paramLabel = "true|false",
+            description = "leave control tokens (<｜User｜>, <｜place▁holder▁no▁N｜>, ...) out of the printed text, as the API's skip_special_tokens (default ${DEFAULT-VALUE})") boolean skipSpecialTokens;
     @Option(names = "--backend", defaultValue = "cpu", description = "cpu or hip (default ${DEFAULT-VALUE})") String backend;
     @Option(names = "--gpu-devices", defaultValue = "1", paramLabel = "N", description = "GPUs of backend hip (it runs on one; default ${DEFAULT-VALUE})") int gpuDevices;
     @Option(names = "--expert-placement", defaultValue = "auto", paramLabel = "auto|monolithic|hybrid", description = "where routed experts live on backend hip (default ${DEFAULT-VALUE})") String expertPlacement;
@@ -182,7 +184,7 @@ public final class GenerateCommand implements Callable<Integer> {
                     new Generation.Options(prefillChunk, context, eos, io.ds4j.engine.RollbackWindow.DEFAULT),
                     (t, lp) -> {
                         boolean isEos = !ignoreEos && java.util.Arrays.stream(eos).anyMatch(e -> e == t);
-                        String piece = isEos ? "" : detok.push(t);
+                        String piece = isEos || hidden(t, tok, parser) ? "" : detok.push(t);
                         emit(stops.push(piece), parser, out, err);
                         return !stops.stopped();
                     }, constraint);
@@ -330,6 +332,16 @@ public final class GenerateCommand implements Callable<Integer> {
             throw e;
         }
         return new ModelDraftSource(db, "model:" + dd, 16);
+    }
+
+    /**
+     * Whether a token's text is left out, as the server leaves it out of content: a control token, unless asked to
+     * keep them or the chat parser reads it as markup (the reasoning's end, DSML). Ids past the tokenizer have no text.
+     */
+    private boolean hidden(int t, Tokenizer tok, OutputParser parser) {
+        if (t < 0 || t >= tok.vocabSize()) return true;
+        if (!skipSpecialTokens || !tok.isControl(t)) return false;
+        return !(parser != null && parser.takesMarker(new String(tok.tokenBytes(t), StandardCharsets.UTF_8)));
     }
 
     private void emit(String text, OutputParser parser, PrintStream out, PrintStream err) {

@@ -70,6 +70,21 @@ public class GenerateCommandTest {
         }
     }
 
+    /**
+     * Control tokens are left out of the printed text by default, as the API's skip_special_tokens; the default
+     * preset's random weights greedily write some (placeholders) after "Hello world".
+     */
+    @Test
+    void controlTokensAreLeftOutUnlessKept() {
+        Run kept = run("generate", "--prompt", "Hello world", "-n", "8", "--skip-special-tokens", "false");
+        assertEquals(0, kept.code(), kept.err());
+        assertTrue(kept.out().contains("<｜"), "the greedy text has control tokens: " + kept.out());
+        Run r = run("generate", "--prompt", "Hello world", "-n", "8");
+        assertEquals(0, r.code(), r.err());
+        assertFalse(r.out().contains("<｜"), r.out());
+        assertTrue(r.err().contains("generated 8 tokens"), r.err());
+    }
+
     @Test
     void mtpDraftRunsOnAPresetAndIsRefusedWithoutAnMtpLayer() {
         Run plain = run("generate", "--preset", "tiny", "--prompt", "a b c d", "-n", "12");
