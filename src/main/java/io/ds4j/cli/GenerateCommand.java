@@ -100,8 +100,10 @@ public final class GenerateCommand implements Callable<Integer> {
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException(asFlag(e.getMessage()), e);
         }
-        if (maxContext != null && maxContext < 2)
-            throw new IllegalArgumentException("--max-context must be >= 2 (the BOS token and one more), got " + maxContext);
+        // serve's limits.maxContextTokens minimum: one definition, so that a limit generate takes serve takes too
+        if (maxContext != null && maxContext < io.ds4j.server.config.ServerConfig.MIN_CONTEXT_TOKENS)
+            throw new IllegalArgumentException("--max-context must be >= " + io.ds4j.server.config.ServerConfig.MIN_CONTEXT_TOKENS
+                    + " (as serve's limits.maxContextTokens), got " + maxContext);
         VerifyWidth width;
         try {
             width = VerifyWidth.parse(specQ); // checked even without --draft: a typo must not pass silently

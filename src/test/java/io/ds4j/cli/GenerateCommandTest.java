@@ -153,7 +153,8 @@ public class GenerateCommandTest {
                 {"--presence-penalty", "3", "--presence-penalty: must be in [-2, 2], got 3"},
                 {"--frequency-penalty", "-3", "--frequency-penalty: must be in [-2, 2], got -3"},
                 {"--repetition-penalty", "0", "--repetition-penalty: must be in (0, 10], got 0"},
-                {"--max-context", "0", "--max-context must be >= 2 (the BOS token and one more), got 0"}}) {
+                {"--max-context", "0", "--max-context must be >= 16 (as serve's limits.maxContextTokens), got 0"},
+                {"--max-context", "15", "--max-context must be >= 16 (as serve's limits.maxContextTokens), got 15"}}) {
             Run r = run("generate", "--model", missing, "--prompt", "x", c[0], c[1]);
             assertNotEquals(0, r.code(), c[0] + " " + c[1]);
             assertTrue(r.err().contains(c[2]) && !r.err().contains("folder not found"), c[0] + " " + c[1] + ": " + r.err());
