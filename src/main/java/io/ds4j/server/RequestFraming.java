@@ -172,6 +172,12 @@ final class RequestFraming {
             }
             // the decoder reads one chunk-size line per call, at its start
             if (state.equals("READ_CHUNK_SIZE")) {
+                // RFC 9112's chunk-size is 1*HEXDIG from the line's start; Netty trims blanks before it, so " 3c" passed
+                if (sizeLineStartsBlank(in)) {
+                    refuse(in, out, new IllegalArgumentException("the chunk-size line starts with a blank; a chunk size is"
+                            + " hexadecimal digits from the start of its line (RFC 9112)"));
+                    return;
+                }
                 String size = oversizedChunkSize(in);
                 if (size != null) {
                     refuse(in, out, new IllegalArgumentException("the chunk size '" + size
@@ -233,6 +239,14 @@ final class RequestFraming {
         int start = i;
         while (i < lf && Character.digit(in.getByte(i), 16) >= 0) i++;
         return in.toString(start, i - start, StandardCharsets.US_ASCII);
+    }
+
+    /** Whether the chunk-size line at the start of in is all there and begins with a space or a TAB. */
+    static boolean sizeLineStartsBlank(ByteBuf in) {
+        int from = in.readerIndex();
+        if (in.indexOf(from, Math.min(in.writerIndex(), from + 8192), (byte) '\n') < 0) return false;
+        byte b = in.getByte(from);
+        return b == ' ' || b == '\t';
     }
 
     /** Whether hex digits (leading zeros aside) are past 2^31 - 1, the largest size the decoder reads. */
