@@ -438,7 +438,12 @@ public final class Json {
         m = m.replace("Unexpected end-of-input", "the JSON ends too early");
         // "Trailing token (of type START_OBJECT) found after value (bound as `...JsonNode`): not allowed as per ..."
         if (m.startsWith("Trailing token")) return "more content after the JSON value (one JSON value " + unit + ")";
+        // "expected a valid value (JSON String, ...)": the list names a JSON value, so it replaces "a valid value" too
+        m = m.replace("a valid value (JSON String, Number, Array, Object or token 'null', 'true' or 'false')", "a JSON value");
         m = m.replace("(JSON String, Number, Array, Object or token 'null', 'true' or 'false')", "a JSON value");
+        // JSON numbers start with a digit or '-': say so where a number was likely meant (.5)
+        if (m.startsWith("Unexpected character '.': expected a JSON value"))
+            m = m.replaceFirst("expected a JSON value", "expected a JSON value (a JSON number starts with a digit or '-': 0.5, not .5)");
         m = m.replaceAll("\\s+", " ").trim();
         if (m.endsWith(":")) m = m.substring(0, m.length() - 1);
         return m.isEmpty() ? "malformed JSON" : Character.toLowerCase(m.charAt(0)) + m.substring(1);

@@ -450,6 +450,11 @@ class BadInputTest {
             for (String leak : new String[]{"Source", "REDACTED", "Feature", "enable", "StreamReadConstraints", "getMax", "`"})
                 assertFalse(m.contains(leak), "no parser internals (" + leak + "): " + m);
         }
+        // a value that is no JSON value: said once ("expected a valid value a JSON value" before), with a hint for .5
+        for (String b : new String[]{"{\"temperature\": .5}", "{\"stop\": [.25]}"}) {
+            String m = expect("/v1/chat/completions", b, 400, null).get("message").asText();
+            assertTrue(m.endsWith(": expected a JSON value (a JSON number starts with a digit or '-': 0.5, not .5)"), m);
+        }
         String m = expect("/v1/chat/completions", "{\"messages\": x}", 400, null).get("message").asText();
         assertTrue(m.startsWith("malformed JSON at line 1, column "), m);
         assertTrue(m.contains(": unrecognized token 'x'"), m);
