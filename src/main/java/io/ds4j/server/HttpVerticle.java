@@ -229,7 +229,7 @@ public final class HttpVerticle extends VerticleBase {
             // Netty's decoder raises this for the request line only (a header past its limit is a
             // TooLongHttpHeaderException); a long target is the usual cause, so the answer is HTTP's 414
             e = new ApiException(414, "invalid_request_error", "uri_too_long", null, "the request line is longer than "
-                    + HeadDeadline.MAX_REQUEST_LINE + " bytes, the server's limit: shorten the path and query", null);
+                    + HeadDeadline.MAX_REQUEST_LINE + " bytes, the server's limit: shorten it (a long path or query is the usual cause)", null);
         } else {
             e = new ApiException(400, "invalid_request_error", "invalid_header", null,
                     "the request cannot be read: " + why, null);
@@ -268,6 +268,8 @@ public final class HttpVerticle extends VerticleBase {
             return "its header fields take more than " + HeadDeadline.MAX_HEADERS + " bytes together, the server's limit for"
                     + " all of them: send fewer or shorter headers";
         String m = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
+        java.util.regex.Matcher name = PROHIBITED_IN_NAME.matcher(m);
+        if (name.matches()) return badHeaderName(name.group(1));
         java.util.regex.Matcher v = PROHIBITED_IN_VALUE.matcher(m);
         java.util.regex.Matcher hex = PROHIBITED_IN_VALUE_HEX.matcher(m);
         if (v.matches()) {
@@ -290,6 +292,34 @@ public final class HttpVerticle extends VerticleBase {
             else b.appendCodePoint(c);
         });
         return b.toString();
+    }
+
+    /** Vert.x's message for a header name with a prohibited character, ending with the whole name. */
+    private static final java.util.regex.Pattern PROHIBITED_IN_NAME =
+            java.util.regex.Pattern.compile("(?s)^a header name cannot contain some prohibited characters, such as : (.*)$");
+
+    /**
+     * What is wrong with a header name Vert.x refused, in words: a blank before its colon (Vert.x's message shows the
+     * name with the blank, "such as : Host ", which reads as if the colon were the character), else its first byte
+     * that is no RFC 9110 token character, by code point.
+     */
+    static String badHeaderName(String name) {
+        String trimmed = name.replaceAll("[ \t]+$", "");
+        String shown = (trimmed.length() > 64 ? trimmed.substring(0, 64) + "..." : trimmed).codePoints()
+                .mapToObj(c -> Character.isISOControl(c) ? codePoint(c) : Character.toString(c)).collect(java.util.stream.Collectors.joining());
+        int bad = -1;
+        for (int i = 0; i < trimmed.length() && bad < 0; i++) if (!tokenChar(trimmed.charAt(i))) bad = trimmed.charAt(i);
+        if (bad < 0 && trimmed.length() < name.length() && !trimmed.isEmpty())
+            return "the header name '" + shown + "' has a blank before its colon; RFC 9112 allows none between a field name"
+                    + " and its colon";
+        if (bad < 0) return "a header name is empty or has a prohibited character";
+        return "the header name '" + shown + "' contains a prohibited character " + codePoint(bad)
+                + " (a field name is letters, digits and !#$%&'*+-.^_`|~)";
+    }
+
+    /** RFC 9110's tchar. */
+    private static boolean tokenChar(char c) {
+        return c < 0x80 && (Character.isLetterOrDigit(c) || "!#$%&'*+-.^_`|~".indexOf(c) >= 0);
     }
 
     /** A character's name in a message: its code point as U+XXXX. */

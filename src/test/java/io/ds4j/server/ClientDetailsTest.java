@@ -193,6 +193,23 @@ class ClientDetailsTest {
      * Whatever the character and whoever words the message (Vert.x with a decimal code of any length or the character
      * itself, Netty with a hex code), a header's value is never shown and the character is named by its code point.
      */
+    /** A header name Vert.x refuses is named with what is wrong: a blank before its colon, or its character. */
+    @Test
+    void aRefusedHeaderNameSaysWhatIsWrong() throws Exception {
+        String prefix = "a header name cannot contain some prohibited characters, such as : ";
+        assertEquals("the header name 'Host' has a blank before its colon; RFC 9112 allows none between a field name and its colon",
+                HttpVerticle.decodeProblem(new IllegalArgumentException(prefix + "Host ")));
+        assertEquals("the header name 'X Y' contains a prohibited character U+0020 (a field name is letters, digits and !#$%&'*+-.^_`|~)",
+                HttpVerticle.decodeProblem(new IllegalArgumentException(prefix + "X Y")));
+        try (java.net.Socket s = new java.net.Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write("GET /health HTTP/1.1\r\nHost : x\r\n\r\n".getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+            String a = new String(s.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+            // this server has API keys: a 401 that says why the headers cannot be read
+            assertTrue(a.startsWith("HTTP/1.1 401 ") && a.contains("the header name 'Host' has a blank before its colon"), a);
+        }
+    }
+
     @Test
     void aRefusedHeaderValueIsNeverShownAndItsCharacterIsNamed() {
         String shown = " (the value is not shown)";

@@ -223,6 +223,10 @@ public final class FrontChecks {
         assertEquals("invalid_request_error", e.get("type").asText(), a);
         assertEquals("uri_too_long", e.get("code").asText(), a);
         assertTrue(e.get("message").asText().contains("4096 bytes"), a);
+        // the line, not only its path, is what is too long: a long method gets the same words
+        a = raw(port, "G".repeat(5000), "/");
+        assertTrue(a.startsWith("HTTP/1.1 414 "), a);
+        assertTrue(a.contains("the request line is longer than 4096 bytes, the server's limit: shorten it"), a);
         // a line within the limit is still routed
         assertTrue(raw(port, "GET", "/" + "a".repeat(3000)).startsWith("HTTP/1.1 404"));
     }
