@@ -282,6 +282,14 @@ public final class ServeCommand implements Callable<Integer> {
             server.ready().await();
         } catch (Exception e) {
             why.set("the model did not load");
+            // a key only the loaded model can check (sampling.top_k against its vocabulary): a usage error, said against
+            // the flag or file that set it, as the checks before listening are
+            for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
+                if (t instanceof ConfigException c) {
+                    for (String p : c.problems()) spec.commandLine().getErr().println("error: " + blame(p, file));
+                    return 2;
+                }
+            }
             spec.commandLine().getErr().println("error: " + (e.getMessage() != null ? e.getMessage() : e));
             return 1;
         }

@@ -135,7 +135,8 @@ public final class EngineVerticle extends VerticleBase {
             state.loadError(unfit);
             LOG.error("model load failed: {}", unfit);
             model.close();
-            return Future.failedFuture(new IllegalArgumentException(unfit));
+            // a configuration problem, not a load failure: serve says it against the flag or file that set the key
+            return Future.failedFuture(new io.ds4j.server.config.ConfigException(unfit));
         }
         try {
             warmUp();

@@ -110,6 +110,18 @@ class CliErrorsTest {
         assertTrue(r.err().contains("error: --model: "), r.err());
     }
 
+    /**
+     * A default top-k past the model's vocabulary can only be checked once the model is known: the start then fails as
+     * a usage error (exit 2), blamed on the flag that set it, as the checks before listening are.
+     */
+    @Test
+    void serveBlamesATopKPastTheVocabularyOnItsFlag(@TempDir Path dir) throws Exception {
+        GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0",
+                "--draft", "none", "--set", "sampling.top_k=200000");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: flag --set sampling.top_k=200000: sampling.top_k: must be in [-1, "), r.err());
+    }
+
     /** A model folder with a config.json but no weight files is refused as one without config.json is: before listening. */
     @Test
     void serveRefusesAModelFolderWithoutWeightsBeforeListening(@TempDir Path dir) throws Exception {
