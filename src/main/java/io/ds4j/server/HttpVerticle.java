@@ -547,13 +547,21 @@ public final class HttpVerticle extends VerticleBase {
             // match them, and RFC 9110 has a Range with a non-matching If-Range ignored: 200 with the whole file. The
             // static handler does not read If-Range and would serve the range, or refuse it with 416.
             if (headers.contains("If-Range")) headers.remove("Range");
+            String path = routed(ctx);
+            java.nio.file.Path file = servedFile(webroot, path);
+            // a folder without an index page: no page at any spelling of its path, so a 404 now rather than the static
+            // handler's redirect to the path with a '/', which is a 404
+            if (file != null && java.nio.file.Files.isDirectory(file)) {
+                ctx.next();
+                return;
+            }
             String range = headers.get("Range");
+            if (range != null && file != null) range = suffixRange(range, file);
             if (range != null) {
                 String served = clampedRange(range);
                 if (served == null) headers.remove("Range");
                 else headers.set("Range", served);
             }
-            String path = routed(ctx);
             ctx.addHeadersEndHandler(v -> {
                 // only a file's answer (200, or 206 for a range) is typed here; a redirect, a 404, a 416 keep their own
                 int status = ctx.response().getStatusCode();
@@ -561,6 +569,48 @@ public final class HttpVerticle extends VerticleBase {
             });
             files.handle(ctx);
         };
+    }
+
+    /** A suffix range, the last N bytes of a file (RFC 9110 section 14.1.2). */
+    private static final java.util.regex.Pattern SUFFIX_RANGE = java.util.regex.Pattern.compile("bytes=-(\\d+)");
+
+    /**
+     * A suffix Range ({@code bytes=-N}) as the first-last range the static handler reads (it knows only those and
+     * served the whole file with 200): the last N bytes, the whole file where it is shorter, and for N = 0 or an
+     * empty file a first byte at the file's end, which the handler refuses with 416 as RFC 9110 has it (no byte of
+     * the file is asked). Any other Range, or a file that cannot be read, is returned as is.
+     */
+    static String suffixRange(String range, java.nio.file.Path file) {
+        java.util.regex.Matcher m = SUFFIX_RANGE.matcher(range);
+        if (!m.matches()) return range;
+        long size;
+        try {
+            size = java.nio.file.Files.size(file);
+        } catch (java.io.IOException | SecurityException e) {
+            return range;
+        }
+        long n = digits(m.group(1));
+        if (n == 0 || size == 0) return "bytes=" + size + "-";
+        return "bytes=" + (n < 0 || n >= size ? 0 : size - n) + "-";
+    }
+
+    /**
+     * The file or folder under webroot a static path names (a folder's index page where it has one), or null where
+     * there is none or the path would leave webroot; what the static handler will serve, read here for a Range's size
+     * and to tell a folder without an index page.
+     */
+    static java.nio.file.Path servedFile(String webroot, String path) {
+        try {
+            String p = java.net.URLDecoder.decode(path.replace("+", "%2B"), StandardCharsets.UTF_8);
+            java.nio.file.Path root = java.nio.file.Path.of(webroot).toAbsolutePath().normalize();
+            java.nio.file.Path f = root.resolve(p.replaceAll("^/+", "")).normalize();
+            if (!f.startsWith(root)) return null;
+            if (java.nio.file.Files.isDirectory(f) && java.nio.file.Files.isRegularFile(f.resolve("index.html")))
+                f = f.resolve("index.html");
+            return java.nio.file.Files.exists(f) ? f : null;
+        } catch (IllegalArgumentException | SecurityException e) { // a malformed escape, a path the file system cannot name
+            return null;
+        }
     }
 
     /** A single byte range as the static handler reads it (any other Range it ignores, serving the whole file). */

@@ -249,6 +249,21 @@ public final class FrontChecks {
         String tail = raw(port, "GET", "/app.js", "Range: bytes=10-99999999999999999999\r\n");
         assertTrue(tail.startsWith("HTTP/1.1 206"), tail);
         assertTrue(tail.toLowerCase(Locale.ROOT).contains("\r\ncontent-range: bytes 10-" + (length - 1) + "/" + length + "\r\n"), tail);
+        // a suffix range: the last N bytes (206), the whole file where it is shorter; a suffix of 0 asks no byte (416)
+        String last5 = raw(port, "GET", "/app.js", "Range: bytes=-5\r\n");
+        assertTrue(last5.startsWith("HTTP/1.1 206"), last5);
+        assertTrue(last5.toLowerCase(Locale.ROOT).contains("\r\ncontent-range: bytes " + (length - 5) + "-" + (length - 1) + "/" + length + "\r\n"), last5);
+        assertEquals(new String(java.util.Arrays.copyOfRange(body.getBytes(StandardCharsets.UTF_8), length - 5, length), StandardCharsets.UTF_8),
+                last5.substring(last5.indexOf("\r\n\r\n") + 4));
+        for (String range : List.of("bytes=-" + (length + 10), "bytes=-99999999999999999999")) {
+            String a = raw(port, "GET", "/app.js", "Range: " + range + "\r\n");
+            assertTrue(a.startsWith("HTTP/1.1 206") && a.toLowerCase(Locale.ROOT).contains("\r\ncontent-range: bytes 0-" + (length - 1) + "/" + length + "\r\n"), range + ": " + a);
+        }
+        assertTrue(raw(port, "GET", "/app.js", "Range: bytes=-0\r\n").startsWith("HTTP/1.1 416"));
+        assertTrue(raw(port, "GET", "/", "Range: bytes=-5\r\n").startsWith("HTTP/1.1 206"), "a folder's index page too");
+        // a folder without an index page is no page: 404 at once, not a redirect to the same path with '/' (a 404)
+        for (String dir : List.of("/vendor", "/vendor/", "/vendor/highlight.js"))
+            assertTrue(raw(port, "GET", dir).startsWith("HTTP/1.1 404"), dir);
         // a last position before the first: an invalid range, so the Range is ignored (200, the whole file), not a 416
         for (String range : List.of("bytes=5-3", "bytes=1-0")) {
             String a = raw(port, "GET", "/app.js", "Range: " + range + "\r\n");
