@@ -291,6 +291,22 @@ class AnthropicMessagesTest {
     }
 
     @Test
+    void aToolCallCutByAStopSequenceStopsForTheSequence() throws Exception {
+        // the stop string matches inside the call's first argument: the answer ended on the stop string, not on a call
+        String body = body("What is the weather in Paris?", "\"tools\":[" + WEATHER_TOOL + "],\"stop_sequences\":[\"Paris\"]");
+        JsonNode m = message(body);
+        assertEquals("stop_sequence", m.get("stop_reason").asText(), m.toString());
+        assertEquals("Paris", m.get("stop_sequence").asText(), m.toString());
+        JsonNode call = m.get("content").get(1);
+        assertEquals("get_weather", call.get("name").asText(), m.toString());
+        assertEquals(Json.object(), call.get("input"), "arguments cut short are no object: the input is empty, as for max_tokens");
+        List<Event> events = stream(body.substring(0, body.length() - 1) + ",\"stream\":true}");
+        JsonNode md = events.get(events.size() - 2).data();
+        assertEquals("stop_sequence", md.at("/delta/stop_reason").asText(), md.toString());
+        assertEquals("Paris", md.at("/delta/stop_sequence").asText(), md.toString());
+    }
+
+    @Test
     void unknownFieldsAreRefusedWhereTheServerSaysSo() throws Exception {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.rejectUnknownFields", true))) {
             assertError(t.post("/v1/messages", body("Hi", "\"top_kk\":3")), 400, "invalid_request_error",
