@@ -436,6 +436,15 @@ final class AnthropicApi {
         };
     }
 
+    /**
+     * A single server's error body for a request to path: Anthropic's on the Anthropic routes, OpenAI's elsewhere. The
+     * one decision of the shape, for the routes' errors ({@link HttpVerticle}) and the refusals answered before them
+     * ({@link RequestFraming}, {@link BodyDeadline}).
+     */
+    static ObjectNode errorBody(String path, ApiException e) {
+        return speaks(path) ? errorBody(e) : e.body();
+    }
+
     /** {@code {"type": "error", "error": {"type", "message"}}}: the body of an error, and the data of a stream's error event. */
     static ObjectNode errorBody(ApiException e) {
         ObjectNode o = Json.object().put("type", "error");

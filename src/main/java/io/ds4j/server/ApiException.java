@@ -90,6 +90,20 @@ public final class ApiException extends RuntimeException {
         return new ApiException(status, type, code, param, message, retryAfterSeconds);
     }
 
+    /**
+     * How a front writes an error's body for the path of the request it refuses. Refusals answered before routing (a
+     * chunked body past the size limit or malformed, a body that came too slowly) ask it too, so that every error to a
+     * path takes the shape that path speaks.
+     */
+    @FunctionalInterface
+    public interface Bodies {
+        /** The body of e, refusing a request for path (the path as the router routes it). */
+        ObjectNode of(String path, ApiException e);
+    }
+
+    /** OpenAI's body on every path: a cluster gateway's own refusals. */
+    public static final Bodies OPENAI = (path, e) -> e.body();
+
     /** The OpenAI error body. */
     public ObjectNode body() {
         return errorBody(getMessage(), type, param, code);

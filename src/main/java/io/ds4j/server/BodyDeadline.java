@@ -28,11 +28,12 @@ public final class BodyDeadline {
      * request. A route that reads the body calls {@link #arrived} when it ends; for the others the deadline finds the
      * body complete when it fires, or closes the connection.
      * @param refused counts a 408 (the server's metrics), or does nothing
+     * @param bodies  the front's error body for the request's path
      */
-    public static void watch(RoutingContext ctx, int timeoutMs, Runnable refused) {
+    public static void watch(RoutingContext ctx, int timeoutMs, Runnable refused, ApiException.Bodies bodies) {
         HttpServerRequest req = ctx.request();
         if (ctx.get(TIMER) != null || !declaresBody(req)) return;
-        ctx.put(TIMER, ctx.vertx().setTimer(timeoutMs, id -> timedOut(ctx, timeoutMs, refused)));
+        ctx.put(TIMER, ctx.vertx().setTimer(timeoutMs, id -> timedOut(ctx, timeoutMs, refused, bodies)));
     }
 
     /** Whether a request's headers say a body follows (a request without either has none, RFC 9112 section 6.3). */
@@ -53,7 +54,7 @@ public final class BodyDeadline {
         return ctx.get(PASSED) != null;
     }
 
-    private static void timedOut(RoutingContext ctx, int timeoutMs, Runnable refused) {
+    private static void timedOut(RoutingContext ctx, int timeoutMs, Runnable refused, ApiException.Bodies bodies) {
         HttpServerRequest req = ctx.request();
         HttpServerResponse resp = ctx.response();
         if (req.isEnded() || resp.closed()) return;
@@ -76,6 +77,6 @@ public final class BodyDeadline {
                 + " closing the connection", req.method(), req.path(), timeoutMs, got);
         // written before the close, as for a malformed request: the client learns why its connection ends
         resp.setStatusCode(408).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").putHeader(HttpHeaders.CONNECTION, "close")
-                .end(Json.write(e.body())).onComplete(v -> req.connection().close());
+                .end(Json.write(bodies.of(HttpVerticle.decodedPath(ctx), e))).onComplete(v -> req.connection().close());
     }
 }

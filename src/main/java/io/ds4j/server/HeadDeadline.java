@@ -86,14 +86,15 @@ public final class HeadDeadline {
      * @param invalid  every request Vert.x could not parse or whose framing is refused, after its head was noted
      * @param maxBodyBytes the current server.maxBodyBytes: a chunked body past it is refused as it is framed
      * @param rejected counts a refused chunked body under its error code (answered without reaching the handlers)
+     * @param bodies   the front's error body for a refused chunked body, by the request's path
      */
     public HttpServer server(String host, int port, Handler<HttpServerRequest> requests, Handler<HttpServerRequest> invalid,
-                             IntSupplier maxBodyBytes, java.util.function.Consumer<String> rejected) {
+                             IntSupplier maxBodyBytes, java.util.function.Consumer<String> rejected, ApiException.Bodies bodies) {
         HttpServerOptions options = new HttpServerOptions().setHost(host).setPort(port).setCompressionSupported(false)
                 .setTcpNoDelay(true).setHttp2ClearTextEnabled(false).setMaxInitialLineLength(MAX_REQUEST_LINE).setMaxHeaderSize(MAX_HEADERS);
         return vertx.createHttpServer(options)
                 .connectionHandler(c -> {
-                    RequestFraming.install(c, options, maxBodyBytes, rejected);
+                    RequestFraming.install(c, options, maxBodyBytes, rejected, bodies);
                     opened(c);
                 })
                 .requestHandler(req -> {

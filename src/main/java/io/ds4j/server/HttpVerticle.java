@@ -180,7 +180,7 @@ public final class HttpVerticle extends VerticleBase {
         heads = new HeadDeadline(vertx, () -> state.config().headerReadTimeoutMs());
         // port 0 with several instances: -1 makes them share one random port (Vert.x convention)
         server = heads.server(cfg.host(), cfg.port() == 0 ? -1 : cfg.port(), r, this::invalidRequest,
-                () -> state.config().maxBodyBytes(), code -> state.metrics().rejected(code));
+                () -> state.config().maxBodyBytes(), code -> state.metrics().rejected(code), AnthropicApi::errorBody);
         return server.listen().onSuccess(s -> state.port(s.actualPort()));
     }
 
@@ -718,7 +718,8 @@ public final class HttpVerticle extends VerticleBase {
 
     /** The body's deadline ({@link BodyDeadline}), its 408s counted as refusals. */
     private void watchBody(RoutingContext ctx) {
-        BodyDeadline.watch(ctx, state.config().bodyReadTimeoutMs(), () -> state.metrics().rejected("request_timeout"));
+        BodyDeadline.watch(ctx, state.config().bodyReadTimeoutMs(), () -> state.metrics().rejected("request_timeout"),
+                AnthropicApi::errorBody);
     }
 
     /**
@@ -908,7 +909,8 @@ public final class HttpVerticle extends VerticleBase {
     private void error(RoutingContext ctx, ApiException e, boolean countedByEngine) {
         HttpServerResponse resp = ctx.response();
         if (resp.ended() || resp.closed()) return;
-        boolean anthropic = anthropic(ctx);
+        String path = decodedPath(ctx);
+        boolean anthropic = AnthropicApi.speaks(path);
         if (resp.headWritten()) {
             resp.end(anthropic ? "event: error\ndata: " + Json.write(AnthropicApi.errorBody(e)) + "\n\n"
                     : "data: " + Json.write(e.body()) + "\n\n");
@@ -924,18 +926,18 @@ public final class HttpVerticle extends VerticleBase {
         }
         if (e.retryAfterSeconds() != null) resp.putHeader("Retry-After", Integer.toString(e.retryAfterSeconds()));
         resp.setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json")
-                .end(Json.write(anthropic ? AnthropicApi.errorBody(e) : e.body()));
+                .end(Json.write(AnthropicApi.errorBody(path, e)));
     }
 
     /**
-     * Whether a request is to an Anthropic route, whose answers (errors included) take Anthropic's shapes. A path the
-     * router cannot decode (a malformed percent-escape) is none: its 400 is OpenAI's, as on every such path.
+     * The path a request was routed by, which decides the shape of its answers (Anthropic's on the Anthropic routes);
+     * "" for a path the router cannot decode (a malformed percent-escape): its 400 is OpenAI's, as on every such path.
      */
-    private static boolean anthropic(RoutingContext ctx) {
+    static String decodedPath(RoutingContext ctx) {
         try {
-            return AnthropicApi.speaks(routed(ctx));
+            return routed(ctx);
         } catch (RuntimeException undecodable) {
-            return false;
+            return "";
         }
     }
 

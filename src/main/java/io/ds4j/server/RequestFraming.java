@@ -40,7 +40,8 @@ import java.util.function.IntSupplier;
  * frames the bytes otherwise sees one request where this server sees two): Content-Length together with
  * Transfer-Encoding, a Transfer-Encoding that does not end with {@code chunked} or names it twice, one in an HTTP/1.0
  * request, and a chunked body that cannot be read (a chunk size that is no hexadecimal number, a line too long). Each
- * gets 400 with an OpenAI error and its connection closed, as RFC 9112 (sections 6.1 and 6.3) asks, since the bytes
+ * gets 400 with an error (OpenAI's; a chunked body's refusal takes its path's shape, Anthropic's on the Messages
+ * routes) and its connection closed, as RFC 9112 (sections 6.1 and 6.3) asks, since the bytes
  * after it cannot be told from a next request; a transfer coding other than chunked (gzip, ...) gets 501. Netty
  * accepts all of these: it drops the Content-Length of a chunked HTTP/1.1 request and decodes the chunks, takes the
  * Content-Length where the last coding is another, and closes the connection without an answer at a bad chunk.
@@ -64,6 +65,30 @@ final class RequestFraming {
 
     private RequestFraming() {}
 
+    /**
+     * A request target's path as the router will route it (the query left out, an absolute form's authority too, dot
+     * segments and escapes of unreserved characters normalised), so that a refusal here takes the shape the route's
+     * own errors take. A path that cannot be normalised is "": it routes nowhere.
+     */
+    static String routedPath(String uri) {
+        int end = uri.length();
+        for (char c : new char[] {'?', '#'}) {
+            int i = uri.indexOf(c);
+            if (i >= 0 && i < end) end = i;
+        }
+        String p = uri.substring(0, end);
+        int scheme = p.indexOf("://");
+        if (scheme >= 0) {
+            int slash = p.indexOf('/', scheme + 3);
+            p = slash < 0 ? "/" : p.substring(slash);
+        }
+        try {
+            return io.vertx.core.internal.net.RFC3986.normalizePath(p);
+        } catch (RuntimeException undecodable) {
+            return "";
+        }
+    }
+
     /** Why a request's framing is refused: the status of the answer, its error code and the reason. */
     static final class Refused extends RuntimeException {
         final int status;
@@ -86,9 +111,10 @@ final class RequestFraming {
      * @param options     the options the HTTP server was made with (the decoder's limits)
      * @param maxBodyBytes the current server.maxBodyBytes: a chunked body whose chunk sizes add up past it is refused
      * @param rejected    counts a refused chunked body under its error code
+     * @param bodies      the front's error body for a refused chunked body, by the request's path
      */
     static void install(HttpConnection connection, HttpServerOptions options, IntSupplier maxBodyBytes,
-                        Consumer<String> rejected) {
+                        Consumer<String> rejected, ApiException.Bodies bodies) {
         ChannelPipeline p = connection instanceof ConnectionBase c ? c.channelHandlerContext().pipeline() : null;
         if (p == null || !(p.get("httpDecoder") instanceof VertxHttpRequestDecoder) || p.get("handler") == null) {
             if (!warned) {
@@ -99,7 +125,7 @@ final class RequestFraming {
             return;
         }
         p.replace("httpDecoder", "httpDecoder", new Decoder(options, maxBodyBytes));
-        p.addBefore("handler", "ds4jFraming", new Guard(rejected));
+        p.addBefore("handler", "ds4jFraming", new Guard(rejected, bodies));
     }
 
     /** Chunk sizes of more hex digits than this (leading zeros aside) are past what the decoder reads as a size. */
@@ -465,6 +491,7 @@ final class RequestFraming {
      */
     private static final class Guard extends ChannelDuplexHandler {
         private final Consumer<String> rejected;
+        private final ApiException.Bodies bodies;
         private int heads, answered;
         private boolean answering;
         /**
@@ -475,13 +502,16 @@ final class RequestFraming {
         private HttpVersion version = HttpVersion.HTTP_1_1;
         /** The current request's method and path, for the log. */
         private String request = "";
+        /** The current request's path as the router routes it, for the shape of its refusal. */
+        private String path = "";
         /** Why the current request's body cannot be read, once it cannot. */
         private Refused broken;
         /** Set when the connection is being closed: nothing more is written. */
         private boolean closing;
 
-        Guard(Consumer<String> rejected) {
+        Guard(Consumer<String> rejected, ApiException.Bodies bodies) {
             this.rejected = rejected;
+            this.bodies = bodies;
         }
 
         @Override
@@ -495,6 +525,7 @@ final class RequestFraming {
                 version = req.protocolVersion();
                 int query = req.uri().indexOf('?');
                 request = req.method() + " " + (query < 0 ? req.uri() : req.uri().substring(0, query));
+                path = routedPath(req.uri());
                 if (req.decoderResult().isSuccess()) {
                     Refused r = target(req.uri());
                     if (r == null) r = host(req);
@@ -548,7 +579,7 @@ final class RequestFraming {
                 LOG.info("{} rejected with {}: {}; closing the connection", request, broken.status, broken.getMessage());
                 ApiException e = new ApiException(broken.status, "invalid_request_error", broken.code, null,
                         broken.getMessage(), null);
-                ByteBuf body = Unpooled.copiedBuffer(Json.write(e.body()), StandardCharsets.UTF_8);
+                ByteBuf body = Unpooled.copiedBuffer(Json.write(bodies.of(path, e)), StandardCharsets.UTF_8);
                 FullHttpResponse resp = new DefaultFullHttpResponse(version, HttpResponseStatus.valueOf(broken.status), body);
                 resp.headers().set(HttpHeaderNames.CONTENT_TYPE, HttpHeaderValues.APPLICATION_JSON)
                         .set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE)

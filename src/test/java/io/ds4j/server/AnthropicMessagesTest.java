@@ -370,6 +370,45 @@ class AnthropicMessagesTest {
         assertEquals("POST", get.headers().firstValue("Allow").orElse(null));
     }
 
+    /** Sends the bytes on a new connection and returns all that comes back until the server closes it. */
+    static String untilClosed(int port, String request) throws Exception {
+        try (java.net.Socket s = new java.net.Socket("127.0.0.1", port)) {
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write(request.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+            s.getOutputStream().flush();
+            return new String(s.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        }
+    }
+
+    /** The answer's status and its body as a TestServer response, for assertError. */
+    static TestServer.Resp raw(String answer) {
+        int status = Integer.parseInt(answer.substring(9, 12));
+        String body = answer.substring(answer.indexOf("\r\n\r\n") + 4);
+        return new TestServer.Resp(status, java.net.http.HttpHeaders.of(Map.of(), (a, b) -> true), body);
+    }
+
+    @Test
+    void refusalsBeforeTheRouteAreInAnthropicsShapeToo() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
+                Map.of("server.maxBodyBytes", 4096, "limits.bodyReadTimeoutMs", 300))) {
+            String head = "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+            // a chunked body past server.maxBodyBytes, refused as it is framed
+            assertError(raw(untilClosed(t.port, head + "100000\r\n" + "a".repeat(2048))), 413, "request_too_large",
+                    "the request body is larger than the limit of 4096 bytes");
+            // a chunk size that is no number
+            assertError(raw(untilClosed(t.port, head + "zz\r\n{}\r\n0\r\n\r\n")), 400, "invalid_request_error",
+                    "the request's chunked body cannot be read");
+            // a body that stops coming
+            assertError(raw(untilClosed(t.port, head.replace("count_tokens", "") + "5\r\n{\"mes")), 408, "invalid_request_error",
+                    "the request body did not arrive in time");
+            assertError(raw(untilClosed(t.port, head.replace("/v1/messages", "/v1/./messages/count_tokens?x=1") + "5\r\n{\"mes")),
+                    408, "invalid_request_error", "the request body did not arrive in time");
+            // the OpenAI routes keep OpenAI's shape
+            String chat = untilClosed(t.port, head.replace("/v1/messages", "/v1/chat/completions") + "100000\r\n");
+            assertEquals("request_too_large", raw(chat).json().at("/error/code").asText(), chat);
+        }
+    }
+
     @Test
     void malformedBodiesAreA400NamingTheField() throws Exception {
         String u = "{\"role\":\"user\",\"content\":\"Hi\"}";

@@ -126,7 +126,7 @@ public final class GatewayVerticle extends VerticleBase {
         r.route().handler(ctx -> {
             // a body that stalls, also one of a request answered without reading it (a 401), is bounded as on a
             // single server
-            BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { });
+            BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { }, ApiException.OPENAI);
             if (ctx.request().method() == HttpMethod.HEAD) HttpVerticle.headLength(ctx);
             // the answers written here (health, models, props, 401, 404, 405) carry CORS headers as a single server's
             // do; a relayed answer carries its engine's instead (see Relay.writeHead)
@@ -173,7 +173,7 @@ public final class GatewayVerticle extends VerticleBase {
         // a path the router cannot decode (a malformed percent-escape), or with escapes refused above: an OpenAI error
         // and one log line, not the router's plain-text answer with a stack trace at ERROR
         r.errorHandler(400, ctx -> {
-            BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { });  // no route ran for a request without Host
+            BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { }, ApiException.OPENAI);  // no route ran for a request without Host
             ApiException e = MalformedRequests.answer(ctx.request(), ctx.failure());
             LOG.info("{} {} rejected with 400: {}", ctx.request().method(),
                     HttpVerticle.shownTarget(ctx.request(), ctx.request().path()), e.getMessage());
@@ -202,7 +202,7 @@ public final class GatewayVerticle extends VerticleBase {
         // a request Vert.x cannot parse gets the single server's answer (its JSON error, not an empty 400 / 414 / 431);
         // the gateway keeps no refusal counters
         server = heads.server(cfg.host(), cfg.port(), r, req -> HttpVerticle.answerUndecodable(req, config.get().apiKeys(),
-                code -> { }), () -> config.get().maxBodyBytes(), code -> { });
+                code -> { }), () -> config.get().maxBodyBytes(), code -> { }, ApiException.OPENAI);
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList())
                 .compose(v -> server.listen())
                 .onSuccess(s -> LOG.info("cluster: gateway listening on http://{}:{}; cluster '{}' member {}", cfg.host(),
