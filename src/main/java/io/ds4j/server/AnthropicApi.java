@@ -53,31 +53,75 @@ final class AnthropicApi {
         /**
          * The chat parser's error as the Messages API's: its field, and every chat path in its message, named as the
          * client sent them ({@code stop} is {@code stop_sequences}, {@code tools[0].function.parameters} is
-         * {@code tools[0].input_schema}, a chat message index is the Messages path it came from).
+         * {@code tools[0].input_schema}, a chat message index is the Messages path it came from). What the client
+         * wrote (a model name, a tool_use id, a schema's property name) is left as it is, even where it reads as a
+         * chat path: the message quotes it, and the client must recognise its own value.
          */
         ApiException renamed(ApiException e) {
+            List<String> own = clientStrings();
             String param = e.param() == null ? null : path(e.param());
-            String msg = e.getMessage() == null ? null : text(e.getMessage(), e.param(), param);
+            String msg = e.getMessage() == null ? null : text(e.getMessage(), e.param(), param, own);
             return e.renamed(param, msg);
         }
 
-        private String text(String msg, String oldParam, String newParam) {
+        private String text(String msg, String oldParam, String newParam, List<String> own) {
             // the message starts with the field it is about; the short chat-only names are renamed only there
             if (oldParam != null && newParam != null && msg.startsWith(oldParam + ":"))
-                return newParam + paths(msg.substring(oldParam.length()));
-            return paths(msg);
+                return newParam + paths(msg.substring(oldParam.length()), own);
+            return paths(msg, own);
         }
 
+        /**
+         * A field's path: its chat path is where it starts; what follows is the client's (a schema's property names),
+         * left as it is.
+         */
         private String path(String p) {
             if (p.equals("stop") || p.startsWith("stop[")) return "stop_sequences" + p.substring(4);
             if (p.equals("parallel_tool_calls")) return "tool_choice.disable_parallel_tool_use";
-            return paths(p);
+            Matcher m = CHAT_PATH.matcher(p);
+            return m.lookingAt() ? one(m) + p.substring(m.end()) : p;
         }
 
-        private String paths(String s) {
+        /**
+         * The client's strings (values and object keys of the chat body, which holds them as sent) that a chat path
+         * could be found in, as sent and as a message shows them JSON-escaped: their occurrences are never renamed.
+         */
+        private List<String> clientStrings() {
+            List<String> out = new ArrayList<>();
+            java.util.ArrayDeque<JsonNode> todo = new java.util.ArrayDeque<>();
+            todo.add(chat);
+            while (!todo.isEmpty()) {
+                JsonNode n = todo.pop();
+                if (n.isTextual()) own(n.textValue(), out);
+                else if (n.isObject()) n.properties().forEach(f -> {
+                    own(f.getKey(), out);
+                    todo.push(f.getValue());
+                });
+                else if (n.isArray()) n.forEach(todo::push);
+            }
+            return out;
+        }
+
+        private static void own(String s, List<String> out) {
+            if (!CHAT_PATH.matcher(s).find()) return;
+            out.add(s);
+            String json = Json.write(com.fasterxml.jackson.databind.node.TextNode.valueOf(s));
+            out.add(json.substring(1, json.length() - 1));
+        }
+
+        private String paths(String s, List<String> own) {
+            // the spans of s that are the client's own text
+            boolean[] kept = new boolean[s.length()];
+            for (String o : own)
+                for (int i = s.indexOf(o); i >= 0; i = s.indexOf(o, i + 1))
+                    java.util.Arrays.fill(kept, i, i + o.length(), true);
             Matcher m = CHAT_PATH.matcher(s);
             StringBuilder out = new StringBuilder();
-            while (m.find()) m.appendReplacement(out, Matcher.quoteReplacement(one(m)));
+            while (m.find()) {
+                boolean client = false;
+                for (int i = m.start(); i < m.end() && !client; i++) client = kept[i];
+                m.appendReplacement(out, Matcher.quoteReplacement(client ? m.group() : one(m)));
+            }
             m.appendTail(out);
             return out.toString();
         }

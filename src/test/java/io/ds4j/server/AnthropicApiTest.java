@@ -74,6 +74,25 @@ class AnthropicApiTest {
     }
 
     @Test
+    void theClientsOwnStringsAreNeverRenamed() {
+        // ids, a schema's property name and a stop string that read as chat paths
+        String body = BODY.replace("\"u2\"", "\"tools[0].function.parameters\"").replace("\"stop_sequences\":[\"x\"]",
+                "\"stop_sequences\":[\"messages[0]\\\"\"]").replace("{\"name\":\"a\",\"input_schema\":{\"type\":\"object\"}}",
+                "{\"name\":\"a\",\"input_schema\":{\"type\":\"object\",\"properties\":{\"messages[1]\":{}}}}");
+        AnthropicApi.Translation t = AnthropicApi.translate(read(body), true);
+        ApiException e = t.renamed(ApiException.badField("messages[4].tool_call_id",
+                "'tools[0].function.parameters' is not the id of a tool call of messages[2]"));
+        assertEquals("messages[2].content[1].tool_use_id", e.param());
+        assertEquals("messages[2].content[1].tool_use_id: 'tools[0].function.parameters' is not the id of a tool call of messages[1]",
+                e.getMessage());
+        e = t.renamed(ApiException.badField("tools[0].function.parameters.properties.messages[1]", "is wrong"));
+        assertEquals("tools[0].input_schema.properties.messages[1]", e.param());
+        assertEquals("tools[0].input_schema.properties.messages[1]: is wrong", e.getMessage());
+        e = t.renamed(ApiException.badField("stop[0]", "\"messages[0]\\\"\" is too long (messages[2])"));
+        assertEquals("stop_sequences[0]: \"messages[0]\\\"\" is too long (messages[1])", e.getMessage());
+    }
+
+    @Test
     void errorTypesFollowTheStatus() {
         int[] statuses = {400, 401, 403, 404, 405, 408, 413, 415, 429, 500, 503};
         String[] types = {"invalid_request_error", "authentication_error", "permission_error", "not_found_error",

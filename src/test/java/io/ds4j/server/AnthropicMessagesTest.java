@@ -338,6 +338,9 @@ class AnthropicMessagesTest {
                 400, "invalid_request_error", "max_tokens: is required");
         assertError(server.post("/v1/messages", body("Hi", "").replace("\"scripted\"", "\"claude-opus\"")),
                 404, "not_found_error", "model: 'claude-opus' does not exist");
+        // a model name that reads as a chat path is quoted as sent
+        assertError(server.post("/v1/messages", body("Hi", "\"system\":\"Be brief.\"").replace("\"scripted\"", "\"messages[0]\"")),
+                404, "not_found_error", "model: 'messages[0]' does not exist");
         assertError(server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":["
                         + "{\"type\":\"text\",\"text\":\"What is this?\"},{\"type\":\"image\",\"source\":{\"type\":\"url\",\"url\":\"http://x/y.png\"}}]}]}"),
                 400, "invalid_request_error", "messages[0].content[1].type: 'image' blocks are not supported");
