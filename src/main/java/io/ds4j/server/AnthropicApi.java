@@ -192,7 +192,8 @@ final class AnthropicApi {
         if (!msgs.isArray()) throw ApiException.badField("messages", "must be an array of messages, got " + what(msgs));
         if (msgs.isEmpty()) throw ApiException.badField("messages", "must contain at least one message");
         String lastRole = null;
-        for (int i = 0; i < msgs.size(); i++) lastRole = message(msgs.get(i), "messages[" + i + "]", messages, origins, calls);
+        for (int i = 0; i < msgs.size(); i++)
+            lastRole = message(msgs.get(i), "messages[" + i + "]", "assistant".equals(lastRole), messages, origins, calls);
         // Anthropic continues a last assistant message (a prefill); the chat template can only render it as a finished
         // turn, after which the model would answer nothing it was asked: refused rather than answered wrongly
         if (lastRole.equals("assistant"))
@@ -263,9 +264,15 @@ final class AnthropicApi {
      * One Messages message as chat messages: a user turn's {@code tool_result} blocks become tool messages (first, as
      * chat wants them right after the assistant's calls), its text blocks a user message; an assistant turn's text,
      * {@code thinking} (its reasoning) and {@code tool_use} blocks (its tool calls) one assistant message.
+     * Consecutive assistant turns are one turn, as Anthropic takes them: the chat template would end the first with an
+     * end of sentence and start the second without a role marker (consecutive user turns need nothing: the template
+     * renders them as one).
+     * @param afterAssistant the message before was the assistant's: an assistant message is merged into its chat
+     *                       message (text parts, reasoning and tool calls appended), which keeps its path
      * @return the message's role
      */
-    private static String message(JsonNode m, String path, ArrayNode out, List<String> origins, List<List<String>> calls) {
+    private static String message(JsonNode m, String path, boolean afterAssistant, ArrayNode out, List<String> origins,
+                                  List<List<String>> calls) {
         if (m == null || !m.isObject()) throw ApiException.badField(path, "must be a message object, got " + what(m));
         JsonNode roleNode = m.get("role");
         if (roleNode == null || roleNode.isNull()) throw ApiException.badField(path + ".role", "is required (\"user\" or \"assistant\")");
@@ -275,6 +282,12 @@ final class AnthropicApi {
                     + ("system".equals(role) ? " (the system prompt is the top-level field system)" : ""));
         JsonNode content = m.get("content");
         if (content == null || content.isNull()) throw ApiException.badField(path + ".content", "is required");
+        if (content.isTextual() && afterAssistant && role.equals("assistant")) {
+            ArrayNode parts = Json.array();
+            if (!content.textValue().isEmpty()) parts.addObject().put("type", "text").put("text", content.textValue());
+            merge((ObjectNode) out.get(out.size() - 1), parts, null, Json.array());
+            return role;
+        }
         if (content.isTextual()) {
             out.addObject().put("role", role).put("content", content.textValue());
             origins.add(path);
@@ -334,6 +347,13 @@ final class AnthropicApi {
             }
             return role;
         }
+        if (afterAssistant && content.isArray()) {
+            merge((ObjectNode) out.get(out.size() - 1), parts, reasoning, toolCalls);
+            List<String> all = new ArrayList<>(calls.getLast());
+            all.addAll(callPaths);
+            calls.set(calls.size() - 1, all);
+            return role;
+        }
         ObjectNode a = out.addObject().put("role", "assistant");
         if (!parts.isEmpty()) a.set("content", parts);
         else if (toolCalls.isEmpty()) a.put("content", "");  // a turn of reasoning only
@@ -342,6 +362,32 @@ final class AnthropicApi {
         origins.add(path);
         calls.add(callPaths);
         return role;
+    }
+
+    /**
+     * Appends an assistant turn to the chat assistant message of the turn before it: text parts after its content
+     * (chat joins them as it joins any parts), reasoning after its reasoning, tool calls after its calls.
+     */
+    private static void merge(ObjectNode prev, ArrayNode parts, StringBuilder reasoning, ArrayNode toolCalls) {
+        if (!parts.isEmpty()) {
+            JsonNode had = prev.get("content");
+            if (had != null && had.isArray()) ((ArrayNode) had).addAll(parts);
+            else if (had != null && had.isTextual() && !had.textValue().isEmpty())
+                prev.set("content", Json.array().add(Json.object().put("type", "text").put("text", had.textValue())).addAll(parts));
+            else prev.set("content", parts);
+        }
+        if (reasoning != null) {
+            JsonNode had = prev.get("reasoning_content");
+            prev.put("reasoning_content", had == null ? reasoning.toString() : had.textValue() + "\n\n" + reasoning);
+        }
+        if (!toolCalls.isEmpty()) {
+            JsonNode had = prev.get("tool_calls");
+            if (had == null) prev.set("tool_calls", toolCalls);
+            else ((ArrayNode) had).addAll(toolCalls);
+            // a turn of reasoning only had an empty content, which a turn with calls needs not
+            JsonNode c = prev.get("content");
+            if (c != null && c.isTextual() && c.textValue().isEmpty()) prev.remove("content");
+        }
     }
 
     /** A {@code tool_result} block as a chat tool message; a result marked {@code is_error} says so before its text. */

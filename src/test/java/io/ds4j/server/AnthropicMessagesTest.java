@@ -268,6 +268,43 @@ class AnthropicMessagesTest {
     }
 
     @Test
+    void consecutiveAssistantTurnsAreOneTurn() throws Exception {
+        // text turns: one assistant message whose parts are both texts
+        String anthropic = "{\"model\":\"scripted\",\"max_tokens\":20,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"},"
+                + "{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"b\"}]},"
+                + "{\"role\":\"user\",\"content\":\"x\"}]}";
+        assertEquals(200, server.post("/v1/messages", anthropic).status());
+        String prompt = lastPrompt.get();
+        String chat = "{\"model\":\"scripted\",\"max_tokens\":20,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"},"
+                + "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
+                + "{\"role\":\"user\",\"content\":\"x\"}]}";
+        assertEquals(200, server.post("/v1/chat/completions", chat).status());
+        assertEquals(lastPrompt.get(), prompt);
+        assertFalse(prompt.contains("<｜end▁of▁sentence｜>b"), prompt);
+        // turns with calls: the calls of both, in order, answered by one user turn
+        String tools = "{\"model\":\"scripted\",\"max_tokens\":20,\"tools\":[" + WEATHER_TOOL + "],\"messages\":["
+                + "{\"role\":\"user\",\"content\":\"Paris and Rome?\"},"
+                + "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"Checking.\"},"
+                + "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"get_weather\",\"input\":{\"city\":\"Paris\"}}]},"
+                + "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t2\",\"name\":\"get_weather\",\"input\":{\"city\":\"Rome\"}}]},"
+                + "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"Sun\"},"
+                + "{\"type\":\"tool_result\",\"tool_use_id\":\"t2\",\"content\":\"Rain\"}]}]}";
+        TestServer.Resp r = server.post("/v1/messages", tools);
+        assertEquals(200, r.status(), r.body());
+        prompt = lastPrompt.get();
+        String chatTools = "{\"model\":\"scripted\",\"max_tokens\":20,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                + "\"description\":\"Weather in a city\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+                + "\"days\":{\"type\":\"integer\"}},\"required\":[\"city\"]}}}],\"messages\":[{\"role\":\"user\",\"content\":\"Paris and Rome?\"},"
+                + "{\"role\":\"assistant\",\"content\":\"Checking.\",\"tool_calls\":["
+                + "{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}},"
+                + "{\"id\":\"t2\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Rome\\\"}\"}}]},"
+                + "{\"role\":\"tool\",\"tool_call_id\":\"t1\",\"content\":\"Sun\"},{\"role\":\"tool\",\"tool_call_id\":\"t2\",\"content\":\"Rain\"}]}";
+        TestServer.Resp c = server.post("/v1/chat/completions", chatTools);
+        assertEquals(200, c.status(), c.body());
+        assertEquals(lastPrompt.get(), prompt);
+    }
+
+    @Test
     void aToolCallCutByMaxTokens() throws Exception {
         // the first token count at which the call's first argument value has begun
         int[] ids = TestServer.tokenizer().encode(TestServer.TOOL);
