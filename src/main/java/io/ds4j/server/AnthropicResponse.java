@@ -25,6 +25,8 @@ final class AnthropicResponse implements AnswerWriter {
     private final boolean stream;
     private final int promptTokens;
     private final List<Block> blocks = new ArrayList<>();
+    /** The prompt tokens resumed from the prefix cache, once known (-1 before). */
+    private int cached = -1;
     /** Streaming: a block started and not yet stopped, or null. */
     private Block open;
 
@@ -76,11 +78,22 @@ final class AnthropicResponse implements AnswerWriter {
         return m;
     }
 
+    /**
+     * The prompt tokens the prefix cache resumed, known when the request started at once (the cache is looked up as
+     * it starts): message_start's usage then splits the prompt as the final usage does.
+     */
+    void cached(int tokens) {
+        cached = tokens;
+    }
+
     @Override
     public String start(String echo, List<EngineEvent.TokenLogprob> promptTokens) {
         if (!stream) return "";
-        // the prefix cache's share is known only when the prompt has run: message_delta's usage says it
-        ObjectNode usage = Json.object().put("input_tokens", this.promptTokens).put("output_tokens", 0);
+        // a request that waited in the queue looks the cache up when it starts, after this: its share is 0 here and
+        // message_delta's usage has the split
+        int resumed = Math.max(0, cached);
+        ObjectNode usage = Json.object().put("input_tokens", this.promptTokens - resumed)
+                .put("cache_creation_input_tokens", 0).put("cache_read_input_tokens", resumed).put("output_tokens", 0);
         return event("message_start", Json.object().put("type", "message_start").set("message",
                 message(Json.array(), null, null, usage)));
     }

@@ -282,7 +282,7 @@ public final class EngineVerticle extends VerticleBase {
                 return;
             }
             jobs.put(r.id, j);
-            msg.reply(Admission.running(), LOCAL);
+            msg.reply(Admission.running(j.gen.cachedTokens()), LOCAL);
             LOG.info("request {} admitted: {} prompt tokens, max_tokens {}, spec q {}; running {}/{}, waiting {}/{}",
                     r.id, r.prompt.length, r.params.maxTokens(), j.specName(), active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue());
         } else if (waiting.size() < cfg.maxQueue()) {

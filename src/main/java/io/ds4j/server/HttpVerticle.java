@@ -1687,6 +1687,7 @@ public final class HttpVerticle extends VerticleBase {
                         return;
                     }
                     admitted = true;
+                    if (out instanceof AnthropicResponse messages && a.cachedTokens() >= 0) messages.cached(a.cachedTokens());
                     if (promptTokens != null) {
                         // echo with logprobs: the echo goes out with the prompt's scores, once prefill has made them
                         scoresPending = true;

@@ -344,6 +344,26 @@ class AnthropicMessagesTest {
     }
 
     @Test
+    void messageStartSplitsThePromptAsTheFinalUsage() throws Exception {
+        String body = body("Hi", "\"stream\":true");
+        TestServer.Resp r = server.post("/v1/messages", body);
+        assertEquals(200, r.status(), r.body());
+        String[] frames = r.body().split("\n\n");
+        JsonNode start = Json.MAPPER.readTree(frames[0].substring(frames[0].indexOf("data: ") + 6)).at("/message/usage");
+        String d = frames[frames.length - 2];
+        JsonNode last = Json.MAPPER.readTree(d.substring(d.indexOf("data: ") + 6)).get("usage");
+        for (String f : new String[]{"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"})
+            assertEquals(last.get(f), start.get(f), f + ": " + start + " vs " + last);
+        // a request that started at once knows its prefix cache share at message_start (this server has no cache)
+        AnthropicResponse a = new AnthropicResponse("msg_1", "scripted", true, 100);
+        a.cached(40);
+        String frame = a.start(null, null);
+        JsonNode u = Json.MAPPER.readTree(frame.substring(frame.indexOf("data: ") + 6)).at("/message/usage");
+        assertEquals(Json.MAPPER.readTree("{\"input_tokens\":60,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":40,"
+                + "\"output_tokens\":0}"), u);
+    }
+
+    @Test
     void unknownFieldsAreRefusedWhereTheServerSaysSo() throws Exception {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.rejectUnknownFields", true))) {
             assertError(t.post("/v1/messages", body("Hi", "\"top_kk\":3")), 400, "invalid_request_error",
