@@ -60,8 +60,34 @@ final class AnthropicApi {
         ApiException renamed(ApiException e) {
             List<String> own = clientStrings();
             String param = e.param() == null ? null : path(e.param());
-            String msg = e.getMessage() == null ? null : text(e.getMessage(), e.param(), param, own);
+            String msg = e.getMessage() == null ? null : worded(text(e.getMessage(), e.param(), param, own), param);
             return e.renamed(param, msg);
+        }
+
+        /** The server's own words about chat shapes, after the field: a Messages client sent none of them. */
+        private static final String UNANSWERED = ": no tool message answers the call", UNANSWERED_WHY =
+                ": an assistant message with tool_calls must be followed by a tool message answering each of its call"
+                        + " ids before any other message", ECHO = " (0 with echo on /v1/completions)";
+
+        /**
+         * Chat's wording of a rule as the Messages API states it. Only the server's fixed text is replaced, where it
+         * stands (after the field, at the end), never what the client's values could hold.
+         */
+        private static String worded(String msg, String param) {
+            if (param == null || !msg.startsWith(param + ":")) return msg;
+            String rest = msg.substring(param.length());
+            if (rest.startsWith(UNANSWERED) && rest.endsWith(UNANSWERED_WHY)) {
+                String calls = rest.substring(UNANSWERED.length(), rest.length() - UNANSWERED_WHY.length());
+                // "the call 'a'" or "the calls 'a', 'b'"
+                String blocks = calls.startsWith("s ") ? "tool_use blocks" + calls.substring(1) : "tool_use block" + calls;
+                return param + ": no tool_result block answers the " + blocks + ": each tool_use block must be answered by"
+                        + " a tool_result block in the user message right after it";
+            }
+            if (param.equals("max_tokens") && rest.contains(ECHO)) {
+                int i = rest.indexOf(ECHO);
+                return param + rest.substring(0, i) + rest.substring(i + ECHO.length());
+            }
+            return msg;
         }
 
         private String text(String msg, String oldParam, String newParam, List<String> own) {
@@ -172,6 +198,10 @@ final class AnthropicApi {
         JsonNode stops = body.get("stop_sequences");
         if (stops != null && !stops.isNull()) {
             if (!stops.isArray()) throw ApiException.badField("stop_sequences", "must be an array of strings, got " + what(stops));
+            // chat takes an empty stop string in an array without naming which: named here
+            for (int i = 0; i < stops.size(); i++)
+                if (stops.get(i).isTextual() && stops.get(i).textValue().isEmpty())
+                    throw ApiException.badField("stop_sequences[" + i + "]", "must not be empty");
             chat.set("stop", stops);
         }
 
@@ -394,7 +424,9 @@ final class AnthropicApi {
     private static ObjectNode toolResult(JsonNode block, String where) {
         JsonNode id = block.get("tool_use_id");
         if (id == null || id.isNull()) throw ApiException.badField(where + ".tool_use_id", "is required: the id of the tool_use block it answers");
-        if (!id.isTextual()) throw ApiException.badField(where + ".tool_use_id", "must be a string, got " + what(id));
+        if (!id.isTextual() || id.textValue().isEmpty())
+            throw ApiException.badField(where + ".tool_use_id", "must be a non-empty string (the id of the tool_use block it"
+                    + " answers), got " + Requests.shown(id));
         Boolean failed = Requests.optBool(block, "is_error", where + ".is_error");
         JsonNode c = block.get("content");
         String text;
@@ -471,7 +503,12 @@ final class AnthropicApi {
         String t = type != null && type.isTextual() ? type.textValue() : null;
         switch (t == null ? "" : t) {
             case "auto" -> chat.put("tool_choice", "auto");
-            case "any" -> chat.put("tool_choice", "required");
+            case "any" -> {
+                // chat's check would speak of 'required'
+                if (tools == null || !tools.isArray() || tools.isEmpty())
+                    throw ApiException.badField("tool_choice.type", "\"any\" needs at least one tool in tools");
+                chat.put("tool_choice", "required");
+            }
             case "none" -> chat.put("tool_choice", "none");
             case "tool" -> {
                 JsonNode name = choice.get("name");
@@ -506,12 +543,23 @@ final class AnthropicApi {
         if (t.equals("enabled")) {
             JsonNode budget = th.get("budget_tokens");
             if (budget != null && !budget.isNull() && !(Json.isIntegral(budget) && budget.canConvertToInt() && budget.intValue() >= 1))
-                throw ApiException.badField("thinking.budget_tokens", "must be an integer of at least 1, got " + Requests.shown(budget));
+                throw ApiException.badField("thinking.budget_tokens", "must be an integer from 1 to " + Integer.MAX_VALUE
+                        + ", got " + Requests.shown(budget));
         }
         chat.putObject("thinking").put("type", t);
     }
 
     // ------------------------------------------------------------------------------------------------ errors
+
+    /**
+     * The 401's message on the Anthropic routes: where no key came at all, it names x-api-key, the header Anthropic's
+     * clients send (chat's names only Authorization).
+     */
+    static String keyRefusal(String authorization, String xApiKey) {
+        if ((authorization == null || authorization.isBlank()) && xApiKey == null)
+            return "missing API key: send 'x-api-key: <key>' (or 'Authorization: Bearer <key>')";
+        return ApiKeys.refusal(authorization, xApiKey);
+    }
 
     /** Anthropic's error type for an HTTP status (the statuses are chat's for the same problem). */
     static String errorType(int status) {

@@ -707,7 +707,7 @@ public final class HttpVerticle extends VerticleBase {
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
         error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                ApiKeys.refusal(h, x), null));
+                AnthropicApi.speaks(path) ? AnthropicApi.keyRefusal(h, x) : ApiKeys.refusal(h, x), null));
     }
 
     @Override

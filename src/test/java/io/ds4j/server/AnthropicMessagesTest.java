@@ -264,7 +264,8 @@ class AnthropicMessagesTest {
         // a call left unanswered
         TestServer.Resp unanswered = server.post("/v1/messages", anthropic.replace(
                 "{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":\"text\",\"text\":\"Sunny, 21 C\"}]},", ""));
-        assertError(unanswered, 400, "invalid_request_error", "messages[1].content: no tool message answers the call 'toolu_1' before messages[2]");
+        assertError(unanswered, 400, "invalid_request_error", "messages[1].content: no tool_result block answers the tool_use block 'toolu_1' before messages[2] (a user message): each tool_use block"
+                + " must be answered by a tool_result block in the user message right after it");
     }
 
     @Test
@@ -466,6 +467,29 @@ class AnthropicMessagesTest {
             // the OpenAI routes keep OpenAI's shape
             String chat = untilClosed(t.port, head.replace("/v1/messages", "/v1/chat/completions") + "100000\r\n");
             assertEquals("request_too_large", raw(chat).json().at("/error/code").asText(), chat);
+        }
+    }
+
+    @Test
+    void messagesOnTheseRoutesSpeakOfTheirFields() throws Exception {
+        String u = "{\"role\":\"user\",\"content\":\"Hi\"}";
+        String[][] cases = {
+                {"\"max_tokens\":0,\"messages\":[" + u + "]", "max_tokens:", "/v1/completions"},
+                {"\"max_tokens\":5,\"tool_choice\":{\"type\":\"any\"},\"messages\":[" + u + "]", "tool_choice.type: \"any\" needs at least one tool", "'required'"},
+                {"\"max_tokens\":5,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"f\",\"input\":{}}]},"
+                        + "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"\"}]}]",
+                        "messages[1].content[0].tool_use_id: must be a non-empty string", "tool message"},
+                {"\"max_tokens\":5,\"stop_sequences\":[\"a\",\"\"],\"messages\":[" + u + "]", "stop_sequences[1]: must not be empty", "stop strings"},
+                {"\"max_tokens\":5,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1e12},\"messages\":[" + u + "]",
+                        "thinking.budget_tokens: must be an integer from 1 to 2147483647, got 1e12", "at least"}};
+        for (String[] c : cases) {
+            TestServer.Resp r = server.post("/v1/messages", "{\"model\":\"scripted\"," + c[0] + "}");
+            assertError(r, 400, "invalid_request_error", c[1]);
+            assertFalse(r.body().contains(c[2]), r.body());
+        }
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.apiKeys", List.of("k1")))) {
+            assertError(t.post("/v1/messages", body("Hi", "")), 401, "authentication_error", "missing API key: send 'x-api-key: <key>'");
+            assertTrue(t.post("/v1/chat/completions", TestServer.chat("Hi", "")).body().contains("send 'Authorization: Bearer <key>'"));
         }
     }
 
