@@ -192,8 +192,10 @@ final class AnthropicApi {
         }
         if (generation && !chat.has("max_tokens"))
             throw ApiException.badField("max_tokens", "is required: the most tokens to generate, an integer of at least 1");
-        // accepted and not used: the caller's own tags for the request
-        body.get("metadata");
+        // accepted and not used: the caller's own tags for the request, an object as Anthropic defines it
+        JsonNode metadata = body.get("metadata");
+        if (metadata != null && !metadata.isNull() && !metadata.isObject())
+            throw ApiException.badField("metadata", "must be an object such as {\"user_id\": \"...\"}, got " + what(metadata));
 
         JsonNode stops = body.get("stop_sequences");
         if (stops != null && !stops.isNull()) {
@@ -491,6 +493,9 @@ final class AnthropicApi {
                 JsonNode description = t.get("description");
                 if (description != null && !description.isNull()) fn.set("description", description);
                 fn.set("parameters", schema);
+                // strict tool use is chat's strict function: checked and enforced there
+                JsonNode strict = t.get("strict");
+                if (strict != null && !strict.isNull()) fn.set("strict", strict);
                 // the chat template writes the schema whole into the prompt
                 RequestFields.usedWhole(schema);
             }
@@ -527,7 +532,7 @@ final class AnthropicApi {
 
     /**
      * {@code thinking}: {@code {"type": "enabled", "budget_tokens": N}} turns thinking mode on, {@code disabled} off.
-     * The budget is checked (an integer of at least 1) but does not bound the reasoning: DeepSeek-V4 has no such
+     * The budget is checked (an integer from 1 to Integer.MAX_VALUE) but does not bound the reasoning: DeepSeek-V4 has no such
      * budget, and max_tokens still bounds the whole answer.
      */
     private static void thinking(JsonNode body, ObjectNode chat) {

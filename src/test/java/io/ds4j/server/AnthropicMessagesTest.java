@@ -494,6 +494,20 @@ class AnthropicMessagesTest {
     }
 
     @Test
+    void strictToolsAndMetadata() throws Exception {
+        // strict tool use is chat's strict function: the call follows the schema, and the field is no unknown one
+        TestServer.Resp r = server.post("/v1/messages", body("What is the weather in Paris?", "\"tools\":["
+                + WEATHER_TOOL.replace("\"name\":\"get_weather\",", "\"name\":\"get_weather\",\"strict\":true,") + "]"));
+        assertEquals(200, r.status(), r.body());
+        assertTrue(r.headers().firstValue(RequestFields.HEADER).isEmpty(), r.headers().toString());
+        assertEquals("tool_use", r.json().get("stop_reason").asText(), r.body());
+        assertError(server.post("/v1/messages", body("Hi", "\"tools\":["
+                        + WEATHER_TOOL.replace("\"name\":\"get_weather\",", "\"name\":\"get_weather\",\"strict\":\"yes\",") + "]")),
+                400, "invalid_request_error", "tools[0].strict:");
+        assertError(server.post("/v1/messages", body("Hi", "\"metadata\":\"x\"")), 400, "invalid_request_error", "metadata: must be an object");
+    }
+
+    @Test
     void malformedBodiesAreA400NamingTheField() throws Exception {
         String u = "{\"role\":\"user\",\"content\":\"Hi\"}";
         String[][] cases = {
