@@ -82,9 +82,11 @@ final class RequestFraming {
             int slash = p.indexOf('/', scheme + 3);
             p = slash < 0 ? "/" : p.substring(slash);
         }
+        // the router's own normalisation (RoutingContext.normalizedPath reads the same), from Vert.x's internal package:
+        // a Vert.x without it gives "" (the refusal then takes the chat routes' shape), as an undecodable path does
         try {
             return io.vertx.core.internal.net.RFC3986.normalizePath(p);
-        } catch (RuntimeException undecodable) {
+        } catch (RuntimeException | LinkageError undecodable) {
             return "";
         }
     }
