@@ -1220,7 +1220,13 @@ public final class HttpVerticle extends VerticleBase {
             if (waits.getAndSet(false)) state.longTextDequeued();
             if (ctx.response().closed()) throw new ClientGone();
             if (state.draining()) throw shuttingDown();  // no new work once the shutdown began: 503
-            return work.call();
+            if (!longBody) return work.call();
+            state.longTextStarted();
+            try {
+                return work.call();
+            } finally {
+                state.longTextEnded();
+            }
         };
         // a client that goes while its prompt is tokenised (seconds for a large one) is said and counted then: the
         // tokenisation cannot be stopped, and what it gives goes nowhere (its end said nothing of a request it dropped)
@@ -1253,16 +1259,17 @@ public final class HttpVerticle extends VerticleBase {
     /**
      * Counts a body that is about to wait for the long-text lane against {@code limits.maxQueue}, with the requests
      * waiting in the engine's queue: while it waits, its body (up to server.maxBodyBytes) and its parsed request stay
-     * in the heap, so without a bound many large bodies would pile up there.
+     * in the heap, so without a bound many large bodies would pile up there. Only bodies beyond the lane's free threads
+     * wait: one that finds a thread free starts at once, also with {@code limits.maxQueue} 0 (it was refused there).
      * @throws ApiException 429 queue_full when the lane's waiters and the engine's queue already hold
      *                      {@code limits.maxQueue} requests
      */
     private void queueLongText(RoutingContext ctx) {
         int maxQueue = state.config().maxQueue(), engineWaiting = state.metrics().waiting.get();
-        int lane = state.longTextQueued();
-        if (lane + engineWaiting <= maxQueue) return;
+        int waiting = Math.max(0, state.longTextQueued() + state.longTextRunning() - LONG_TEXT_THREADS);
+        if (waiting + engineWaiting <= maxQueue) return;
         state.longTextDequeued();
-        String why = EngineVerticle.plural(lane - 1, "request") + " of " + LONG_TEXT_BYTES + " bytes or more waiting to"
+        String why = EngineVerticle.plural(waiting - 1, "request") + " of " + LONG_TEXT_BYTES + " bytes or more waiting to"
                 + " be tokenised and " + engineWaiting + " waiting for a slot (limits.maxQueue " + maxQueue + ")";
         LOG.info("{} {} rejected with 429: {}; Retry-After {} s", ctx.request().method(), ctx.request().path(), why,
                 LONG_TEXT_RETRY_SECONDS);

@@ -34,6 +34,7 @@ public final class ServerState {
     private final AtomicInteger openExchanges = new AtomicInteger();
     /** Request bodies waiting for a thread of the long-text lane (not yet tokenising), over all HTTP verticles. */
     private final AtomicInteger longTextWaiting = new AtomicInteger();
+    private final AtomicInteger longTextRunning = new AtomicInteger();
     /**
      * Generation exchanges submitted or about to be, by request id, each with how to end it from the HTTP side: the
      * shutdown's way to answer requests when the engine's thread cannot (it is stuck inside one step).
@@ -176,6 +177,21 @@ public final class ServerState {
     /** A body stopped waiting for the long-text lane (its tokenisation started, or it will not run). */
     void longTextDequeued() {
         longTextWaiting.decrementAndGet();
+    }
+
+    /** A tokenisation began on a thread of the long-text lane. */
+    void longTextStarted() {
+        longTextRunning.incrementAndGet();
+    }
+
+    /** A tokenisation on the long-text lane ended. */
+    void longTextEnded() {
+        longTextRunning.decrementAndGet();
+    }
+
+    /** Tokenisations running on the long-text lane's threads now. */
+    int longTextRunning() {
+        return longTextRunning.get();
     }
 
     public ServerMetrics metrics() {

@@ -159,7 +159,10 @@ class SchedulingTest {
         assertEquals(200, d.status(), "accepted again once the queue drained: " + d.body());
     }
 
-    /** Every thread of the server's long-text lane busy until release() or close(), so that long bodies wait for it. */
+    /**
+     * Every thread of the server's long-text lane busy until release() or close(), so that long bodies wait for it;
+     * its tasks count as the lane's running tokenisations, as the server's own do.
+     */
     private static final class BusyLane implements AutoCloseable {
         private final java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
         private final io.vertx.core.WorkerExecutor lane;
@@ -170,8 +173,13 @@ class SchedulingTest {
             java.util.concurrent.CountDownLatch busy = new java.util.concurrent.CountDownLatch(HttpVerticle.LONG_TEXT_THREADS);
             for (int i = 0; i < HttpVerticle.LONG_TEXT_THREADS; i++)
                 lane.executeBlocking(() -> {
-                    busy.countDown();
-                    return release.await(60, java.util.concurrent.TimeUnit.SECONDS);
+                    server.state().longTextStarted();
+                    try {
+                        busy.countDown();
+                        return release.await(60, java.util.concurrent.TimeUnit.SECONDS);
+                    } finally {
+                        server.state().longTextEnded();
+                    }
                 }, false);
             assertTrue(busy.await(30, java.util.concurrent.TimeUnit.SECONDS), "the lane is busy");
         }
@@ -185,6 +193,21 @@ class SchedulingTest {
             release.countDown();
             lane.close();
         }
+    }
+
+    /** With limits.maxQueue 0 a long body that finds a lane thread free runs (it got 429 on an idle server). */
+    @Test
+    void aLongBodyThatNeedNotWaitRunsWithNoQueue() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.maxActive", 1, "limits.maxQueue", 0));
+        String tokenize = "{\"content\":\"" + "lorem ipsum dolor sit amet ".repeat(HttpVerticle.LONG_TEXT_BYTES / 20) + "\"}";
+        TestServer.Resp r = server.post("/tokenize", tokenize);
+        assertEquals(200, r.status(), r.body());
+        try (BusyLane lane = new BusyLane(server)) {
+            TestServer.Resp busy = server.post("/tokenize", tokenize);
+            assertEquals(429, busy.status(), "with every lane thread busy it would wait: " + busy.body());
+            assertTrue(busy.json().at("/error/message").asText().contains("limits.maxQueue 0"), busy.body());
+        }
+        assertEquals(0, server.state().longTextWaiting());
     }
 
     @Test
