@@ -418,8 +418,10 @@ final class Requests {
                     throw ApiException.badField("tool_choice", "must be a string (\"auto\", \"none\" or \"required\") or {\"type\": \"function\", \"function\": {\"name\": ...}}, got " + describe(choice));
                 }
             }
-            if (useTools && tools != null && !tools.isNull()) {
-                o = o.withTools(tools);
+            if (tools != null && !tools.isNull()) {
+                // checked whatever tool_choice is: "none" only leaves them out of the prompt
+                ChatOptions offered = o.withTools(tools);
+                if (useTools) o = offered;
                 // the chat template renders each tool's function object whole into the prompt (ChatEncoder.appendTools)
                 for (JsonNode t : tools) RequestFields.usedWhole(t.get("function"));
             }

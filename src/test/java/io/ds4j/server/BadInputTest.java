@@ -469,7 +469,7 @@ class BadInputTest {
         expect("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":5}") + "]"), 400, "tools[0].function.parameters.type");
         // a function's parameters are an object schema in every tool_choice mode, not only when the call is forced
         for (String choice : new String[]{"", ",\"tool_choice\":\"auto\"", ",\"tool_choice\":\"required\"",
-                ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"}) {
+                ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", ",\"tool_choice\":\"none\""}) {
             for (String type : new String[]{"\"string\"", "[\"string\",\"null\"]"}) {
                 String m = expect("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":" + type + "}") + "]" + choice), 400,
                         "tools[0].function.parameters.type").get("message").asText();
@@ -481,6 +481,8 @@ class BadInputTest {
         // a valid tool passes the checks (this server's 64-token context is then too small for the tools prompt)
         TestServer.Resp ok = server.post("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":\"object\"}") + "]"));
         assertTrue(ok.status() == 200 || ok.body().contains("context_length_exceeded"), ok.body());
+        // "none" leaves the tools out of the prompt but checks them all the same
+        expect("/v1/chat/completions", chat("\"tools\":\"zz\",\"tool_choice\":\"none\""), 400, "tools");
         ok = server.post("/v1/chat/completions", chat("\"tools\":[" + fn.formatted("{\"type\":[\"object\",\"null\"]}") + "]"));
         assertTrue(ok.status() == 200 || ok.body().contains("context_length_exceeded"), ok.body());
         expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content");
