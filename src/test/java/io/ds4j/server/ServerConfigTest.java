@@ -483,4 +483,15 @@ class ServerConfigTest {
         assertEquals(List.of("limits.maxActive: must be an integer in [1, 4096], got 5e3"),
                 problems("{\"limits\": {\"maxActive\": 5e3}}").problems());
     }
+
+    /** A width written back as the file takes it: toJson and a reload's change show the number 4, not the text "4". */
+    @Test
+    void aSpeculativeWidthIsShownAsANumber() throws Exception {
+        ServerConfig four = ServerConfig.parse("{\"speculative\": {\"q\": 4}}", "f", java.util.Map.of());
+        assertTrue(four.toJson(false).at("/speculative/q").isInt(), four.toJson(false).toString());
+        assertEquals("4", four.specQ());
+        assertEquals(four, ServerConfig.parse(four.toJson(false).toString(), "f", java.util.Map.of()), "round trip");
+        String changes = String.valueOf(ServerConfig.reload(ServerConfig.defaults(), four).live());
+        assertTrue(changes.contains("speculative.q: \"auto\" -> 4"), changes);
+    }
 }

@@ -30,6 +30,8 @@ class SpeculativeWidthConfigTest {
         try (TestServer s = TestServer.start(new DefaultModelProvider(), Map.of("speculative.draft", "ngram", "speculative.q", 0),
                 null, null)) {
             assertEquals("0", s.get("/props").json().at("/speculative/q").asText());
+            // the configuration as /props shows it can be written back into a file: the width is the number 0
+            assertTrue(s.get("/props").json().at("/config/speculative/q").isInt(), s.get("/props").body());
             JsonNode plain = s.post("/v1/chat/completions", body(null, null)).json();
             String text = plain.at("/choices/0/message/content").asText();
             assertEquals(0, plain.at("/usage/timings/draft_n").asInt(), plain.toString());

@@ -762,7 +762,7 @@ public final class ServerConfig {
     public ObjectNode toJson(boolean redactSecrets) {
         ObjectNode root = JsonNodeFactory.instance.objectNode();
         for (ConfigKey k : KEYS) {
-            Object val = values.get(k.name());
+            Object val = asWritten(k, values.get(k.name()));
             if (redactSecrets && secret(k.name()))
                 val = apiKeys().stream().map(x -> "***").toList();
             try {
@@ -823,6 +823,16 @@ public final class ServerConfig {
 
     private static Object redact(ConfigKey k, Object o) {
         if (secret(k.name()) && o instanceof List<?> l) return l.size() + " key(s)";
+        return asWritten(k, o);
+    }
+
+    /**
+     * A value as a file writes it: a speculative width held as its canonical text ("4") is the number 4, so that what
+     * /props and the reload log show can be written back into the file (which refuses the text "4").
+     */
+    private static Object asWritten(ConfigKey k, Object o) {
+        if (k.type() == ConfigKey.Type.WIDTH && o instanceof String w && !w.isEmpty() && w.chars().allMatch(Character::isDigit))
+            return Integer.parseInt(w);
         return o;
     }
 
