@@ -152,7 +152,13 @@ public final class Grammar {
             Schema.Obj o;
             if (s instanceof Schema.Obj x) o = x;
             else if (s instanceof Schema.AnyObject || s instanceof Schema.Any) o = new Schema.Obj(List.of(), new Schema[0], new boolean[0]);
-            else throw new UnsupportedSchemaException("type", "", "the parameters of function '" + name + "' must be an object schema");
+            else {
+                // a type list that also allows null (or another type) is no object schema for a constrained call
+                JsonNode type = p.get("type");
+                String why = type != null && type.isArray() ? ": its type " + type + " allows values that are not an object;"
+                        + " a constrained call's arguments are one object (drop the other types)" : "";
+                throw new UnsupportedSchemaException("type", "", "the parameters of function '" + name + "' must be an object schema" + why);
+            }
             for (String n : o.names)
                 if (!dsmlName(n))
                     throw new UnsupportedSchemaException("properties", SchemaCompiler.property("", n), "parameter name '" + n + "' of function '"

@@ -372,4 +372,12 @@ class GrammarPropertyTest {
         c.advance(TOK.encode("7")[0]);
         assertTrue(Constraint.has(c.allowed(50), TOK.eosId()), "the end where the output can go no further");
     }
+
+    /** A parameters schema whose type list allows null is refused for a constrained call, saying that is why. */
+    @Test
+    void aParametersTypeListWithNullSaysWhy() throws Exception {
+        JsonNode p = M.readTree("{\"type\":[\"object\",\"null\"],\"properties\":{\"a\":{\"type\":\"string\"}}}");
+        UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.toolCall(List.of("f"), List.of(p)));
+        assertTrue(e.getMessage().contains("its type [\"object\",\"null\"] allows values that are not an object"), e.getMessage());
+    }
 }
