@@ -147,7 +147,7 @@ public final class Grammar {
     /** A function's parameters as the object schema its DSML parameters are written from. */
     private static Schema.Obj parametersOf(String name, JsonNode p, int tool) {
         try {
-            Schema s = p == null || p.isNull() ? new Schema.AnyObject() : SchemaCompiler.compile(p);
+            Schema s = p == null || p.isNull() ? new Schema.AnyObject() : SchemaCompiler.compile(objectAlone(p));
             while (s instanceof Schema.Ref r) s = r.target;
             Schema.Obj o;
             if (s instanceof Schema.Obj x) o = x;
@@ -167,6 +167,16 @@ public final class Grammar {
         } catch (UnsupportedSchemaException e) {
             throw e.inTool(tool);
         }
+    }
+
+    /** A schema whose type list names "object" alone ({@code ["object"]}) as the same schema of type "object". */
+    private static JsonNode objectAlone(JsonNode p) {
+        JsonNode type = p.get("type");
+        if (type == null || !type.isArray() || type.isEmpty()) return p;
+        for (JsonNode t : type) if (!"object".equals(t.asText(null))) return p;
+        com.fasterxml.jackson.databind.node.ObjectNode one = (com.fasterxml.jackson.databind.node.ObjectNode) p.deepCopy();
+        one.put("type", "object");
+        return one;
     }
 
     /** Whether a name fits DSML's {@code name="..."} attribute as the output parser reads it. */

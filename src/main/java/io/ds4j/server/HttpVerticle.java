@@ -1053,7 +1053,7 @@ public final class HttpVerticle extends VerticleBase {
         }
         o.put("backend", cfg.backend());
         ObjectNode spec = o.putObject("speculative");
-        spec.put("draft", m != null ? m.draft() : cfg.draft()).put("q", cfg.specQ());
+        spec.put("draft", m != null ? m.draft() : cfg.draft()).set("q", Json.MAPPER.valueToTree(cfg.specQWritten()));
         // the backend's effective state once loaded (it may differ from the configuration: hybrid placement turns the
         // F16-KV verifier off); while loading, only what was asked for is known
         EngineStatus st = m != null ? m.engine() : null;

@@ -379,5 +379,12 @@ class GrammarPropertyTest {
         JsonNode p = M.readTree("{\"type\":[\"object\",\"null\"],\"properties\":{\"a\":{\"type\":\"string\"}}}");
         UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.toolCall(List.of("f"), List.of(p)));
         assertTrue(e.getMessage().contains("its type [\"object\",\"null\"] allows values that are not an object"), e.getMessage());
+        // a list of "object" alone is an object schema
+        for (String t : new String[]{"[\"object\"]", "[\"object\",\"object\"]"}) {
+            JsonNode only = M.readTree("{\"type\":" + t + ",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}");
+            Out o = run(Grammar.toolCall(List.of("f"), List.of(only)), 200, 1, 1.0);
+            assertTrue(o.eos, o.text);
+            assertTrue(M.readTree(parse(o.text).calls().getFirst()[1]).get("a").isIntegralNumber(), o.text);
+        }
     }
 }

@@ -238,6 +238,7 @@ class EndpointsTest {
             assertEquals("cpu", p.get("backend").asText());
             assertEquals("ngram", p.at("/speculative/draft").asText());
             assertEquals("3", p.at("/speculative/q").asText());
+            assertTrue(p.at("/speculative/q").isInt(), "as the file writes it: " + p);
             // the cpu backend's effective state: F32 verify attention over its F16 cache, experts in host memory
             assertFalse(p.at("/verify/f16KvRequested").asBoolean());
             assertFalse(p.at("/verify/f16KvActive").asBoolean());

@@ -565,6 +565,9 @@ public final class ServerConfig {
     /** "auto" or "0".."8" (0: requests that give no speculative_q do not speculate). */
     public String specQ() { return (String) values.get("speculative.q"); }
 
+    /** speculative.q as the file writes it: the number 4, or "auto" ({@link #specQ} is its canonical text). */
+    public Object specQWritten() { return asWritten(keyOf("speculative.q"), specQ()); }
+
     /** {@code verify.f16Kv}. */
     public boolean verifyF16Kv() { return (Boolean) values.get("verify.f16Kv"); }
 
