@@ -716,7 +716,7 @@ final class States {
         return -1;
     }
 
-    static final Delim THINK_END = new Delim("</think>");
+    static final Delim THINK_END = new Delim(io.ds4j.text.chat.V4Format.THINK_END);
     static final Delim PARAMETER_END = new Delim(Dsml.PARAMETER_CLOSE);
     static final Delim TOOL_CALLS_START = new Delim(Dsml.TOOL_CALLS_OPEN);
 
@@ -835,16 +835,11 @@ final class States {
 
         @Override
         public GState next(int b) {
-            if (utf8 > 0) return b >= 0x80 && b <= 0xBF ? new ParamName(true, utf8 - 1, k) : null;
-            if (b == '"') return some ? kind() : null;
+            if (utf8 == 0 && b == '"') return some ? kind() : null;
             if (b == '<' || b == '>' || b == '\n' || b == '\r') return null;
-            int u;
-            if (b < 0x80) u = 0;
-            else if (b >= 0xC2 && b <= 0xDF) u = 1;
-            else if (b >= 0xE0 && b <= 0xEF) u = 2;
-            else if (b >= 0xF0 && b <= 0xF4) u = 3;
-            else return null;
-            return some && u == 0 ? this : new ParamName(true, u, k);
+            int u = utf8After(utf8, b);
+            if (u < 0) return null;
+            return some && u == 0 && utf8 == 0 ? this : new ParamName(true, u, k);
         }
 
         private GState kind() {

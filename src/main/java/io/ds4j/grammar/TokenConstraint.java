@@ -117,7 +117,7 @@ public final class TokenConstraint implements Constraint {
         }
         w.walk(s, 0);
         w.thinkEnd(s);
-        if (s.accepting() && !(ignoreEos && !isEmpty(bits))) set(bits, trie.eos);
+        offerEnd(s, bits);
         if (isEmpty(bits)) {
             // no completion fits: take the tokens that get closest
             Walk best = new Walk(bits, w.minAfter);
@@ -132,13 +132,15 @@ public final class TokenConstraint implements Constraint {
         return bits;
     }
 
-    /**
-     * The end of the turn where the output may end: always, or with ignore_eos only where nothing else may follow;
-     * also at a dead end, which compiled grammars do not reach (end rather than hang).
-     */
+    /** {@link #offerEnd}, and the end at a dead end too, which compiled grammars do not reach (end rather than hang). */
     private void end(GState s, long[] bits) {
-        if (s.accepting() && !(ignoreEos && !isEmpty(bits))) set(bits, trie.eos);
+        offerEnd(s, bits);
         if (isEmpty(bits)) set(bits, trie.eos);
+    }
+
+    /** The end of the turn where the output may end: always, or with ignore_eos only where nothing else may follow. */
+    private void offerEnd(GState s, long[] bits) {
+        if (s.accepting() && !(ignoreEos && !isEmpty(bits))) set(bits, trie.eos);
     }
 
     /** One walk of the trie from a state, setting the bits of tokens whose after-state is within limit. */

@@ -52,7 +52,6 @@ public final class TokenTrie {
         byte[][] bytes = new byte[vocab][];
         List<Integer> ids = new ArrayList<>(), strRest = new ArrayList<>(), txtRest = new ArrayList<>();
         long[] strPure = new long[(vocab + 63) >> 6], txtPure = new long[strPure.length];
-        byte[] think = "</think>".getBytes(java.nio.charset.StandardCharsets.UTF_8);
         int thinkEnd = -1;
         for (int i = 0; i < vocab; i++) {
             byte[] b;
@@ -62,7 +61,7 @@ public final class TokenTrie {
                 continue;
             }
             bytes[i] = b;
-            if (t.isControl(i) && Arrays.equals(b, think)) thinkEnd = i;
+            if (t.isControl(i) && Arrays.equals(b, States.THINK_END.bytes)) thinkEnd = i;
             if (b.length == 0 || t.isControl(i)) continue;
             ids.add(i);
             boolean utf8 = completeUtf8(b), str = utf8, txt = utf8;

@@ -466,49 +466,36 @@ final class Requests {
      * described in the prompt. In thinking mode the constraint starts after the reasoning.
      */
     private static Grammar grammar(JsonNode b, ChatOptions opts) {
-        Grammar g = null;
         JsonNode choice = b.get("tool_choice");
         JsonNode tools = opts.tools();
         boolean parallel = bool(b, "parallel_tool_calls", true);
         boolean forced = choice != null && tools != null && (choice.isObject() || "required".equals(choice.asText()));
-        if (forced) {
-            List<String> names = new ArrayList<>();
-            List<JsonNode> params = new ArrayList<>();
-            for (int i = 0; i < tools.size(); i++) {
-                JsonNode fn = tools.get(i).get("function");
-                String name = fn.get("name").textValue();
-                if (choice.isObject() && !name.equals(forcedName(choice))) continue;
-                names.add(name);
-                params.add(fn.get("parameters"));
-            }
-            try {
-                g = Grammar.toolCall(names, params);
-            } catch (UnsupportedSchemaException e) {
-                throw schemaError(toolField(tools, e.tool() >= 0 ? toolIndex(tools, names.get(e.tool())) : -1), e);
-            }
-        } else if (opts.responseFormat() != null) {
-            g = contentGrammar(opts.responseFormat());
-        }
-        if (!forced && tools != null && !tools.isEmpty()) {
-            List<String> names = new ArrayList<>();
-            List<JsonNode> params = new ArrayList<>();
-            List<Boolean> strict = new ArrayList<>();
+        // the functions a call may name (a named tool_choice's alone), their parameters and strict flags
+        String only = forced && choice.isObject() ? forcedName(choice) : null;
+        List<String> names = new ArrayList<>();
+        List<JsonNode> params = new ArrayList<>();
+        List<Boolean> strict = new ArrayList<>();
+        if (tools != null) {
             for (JsonNode t : tools) {
                 JsonNode fn = t.get("function");
-                names.add(fn.get("name").textValue());
+                String name = fn.get("name").textValue();
+                if (only != null && !name.equals(only)) continue;
+                names.add(name);
                 params.add(fn.get("parameters"));
                 strict.add(fn.path("strict").asBoolean(false));
             }
-            if (g != null || !parallel || strict.contains(true)) {
-                try {
-                    g = Grammar.optionalToolCalls(names, params, strict, parallel, g);
-                } catch (UnsupportedSchemaException e) {
-                    // a problem in no function's schema is the constrained content's (too many states beside the calls)
-                    if (e.tool() < 0 && g != null && "json_schema".equals(opts.responseFormat().path("type").asText()))
-                        throw schemaError("response_format.json_schema.schema", e);
-                    throw schemaError(toolField(tools, e.tool()), e);
-                }
-            }
+        }
+        Grammar content = forced || opts.responseFormat() == null ? null : contentGrammar(opts.responseFormat());
+        Grammar g = content;
+        try {
+            if (forced) g = Grammar.toolCall(names, params);
+            else if (!names.isEmpty() && (content != null || !parallel || strict.contains(true)))
+                g = Grammar.optionalToolCalls(names, params, strict, parallel, content);
+        } catch (UnsupportedSchemaException e) {
+            // a problem in no function's schema beside a content schema is the content's (too many states beside the calls)
+            if (e.tool() < 0 && content != null && "json_schema".equals(opts.responseFormat().path("type").asText()))
+                throw schemaError("response_format.json_schema.schema", e);
+            throw schemaError(toolField(tools, e.tool() >= 0 ? toolIndex(tools, names.get(e.tool())) : -1), e);
         }
         if (g != null && opts.thinking()) g = g.afterThinking();
         return g;
