@@ -195,6 +195,21 @@ public final class Grammar {
         return new Grammar(reasoning, description + " after reasoning", toolCall, null, steered);
     }
 
+    /**
+     * This grammar after an output's given start (an assistant message the answer continues): the state its UTF-8 bytes
+     * lead to, or null where they cannot begin an output of this grammar.
+     *
+     * @param text the start already written, e.g. {@code {"city": "} for a JSON grammar
+     * @throws GrammarLimitException where the start opens more alternatives than {@link #MAX_LIVE_STATES}
+     */
+    public Grammar after(String text) {
+        GState s = start;
+        byte[] bytes = text.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        for (int i = 0; i < bytes.length && s != null; i++) s = s.next(bytes[i] & 0xFF);
+        // a block that reasoning may open is for afterThinking, which is decided before the start is read
+        return s == null ? null : new Grammar(s, description + " continuing a given start", toolCall, null, steered);
+    }
+
     /** A fresh constraint over a tokenizer's vocabulary (the token trie is built once per tokenizer). */
     public TokenConstraint constraint(Tokenizer tokenizer) {
         return constraint(tokenizer, false);

@@ -105,7 +105,10 @@ final class AnthropicApi {
             if (p.equals("stop") || p.startsWith("stop[")) return "stop_sequences" + p.substring(4);
             if (p.equals("parallel_tool_calls")) return "tool_choice.disable_parallel_tool_use";
             Matcher m = CHAT_PATH.matcher(p);
-            return m.lookingAt() ? one(m) + p.substring(m.end()) : p;
+            if (!m.lookingAt()) return p;
+            // the prefix flag is this translation's own, set on the prefill: the client knows the message
+            String rest = p.substring(m.end());
+            return one(m) + (rest.equals(".prefix") ? "" : rest);
         }
 
         /**
@@ -226,11 +229,8 @@ final class AnthropicApi {
         String lastRole = null;
         for (int i = 0; i < msgs.size(); i++)
             lastRole = message(msgs.get(i), "messages[" + i + "]", "assistant".equals(lastRole), messages, origins, calls);
-        // Anthropic continues a last assistant message (a prefill); the chat template can only render it as a finished
-        // turn, after which the model would answer nothing it was asked: refused rather than answered wrongly
-        if (lastRole.equals("assistant"))
-            throw ApiException.badField("messages[" + (msgs.size() - 1) + "]", "the last message is the assistant's:"
-                    + " continuing an assistant turn (a prefill) is not supported; end with a user message");
+        // a last assistant message is a prefill: the answer continues it, as chat's prefix does
+        if (lastRole.equals("assistant")) ((ObjectNode) messages.get(messages.size() - 1)).put("prefix", true);
 
         tools(body, chat);
         thinking(body, chat);

@@ -9,7 +9,7 @@ import io.ds4j.sampling.SamplingParams;
  *
  * @param id          request id (also the chunk id clients see)
  * @param chat        true for chat (output goes through the DeepSeek-V4 output parser), false for plain completions
- * @param thinking    the chat prompt was encoded in thinking mode (output starts inside the reasoning)
+ * @param thinking    the output starts inside the reasoning (thinking mode, unless it continues a message with content)
  * @param prompt      prompt token ids
  * @param params      validated sampling settings (max_tokens already fits the context)
  * @param specQ       "0" (no speculation), "auto" or "1".."8"

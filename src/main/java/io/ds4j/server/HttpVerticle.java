@@ -1463,7 +1463,7 @@ public final class HttpVerticle extends VerticleBase {
             int room = ctxLimit - prompt.length, cache = state.config().cacheTokens();
             if (g.maxTokensParam() == null && cache > 0) room = Math.max(1, Math.min(room, cache - prompt.length));
             int maxTokens = Math.min(g.params().maxTokens(), room);
-            EngineRequest req = new EngineRequest(id, chat, chat && g.options().thinking(), prompt,
+            EngineRequest req = new EngineRequest(id, chat, chat && ChatEncoder.answerStartsInReasoning(g.messages(), g.options()), prompt,
                     g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),
                     enc.promptTokens() != null ? g.topLogprobs() : -1).maxTokensField(g.maxTokensParam())
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)

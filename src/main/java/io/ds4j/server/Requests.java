@@ -2,9 +2,11 @@ package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.grammar.Grammar;
+import io.ds4j.grammar.GrammarLimitException;
 import io.ds4j.grammar.UnsupportedSchemaException;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.server.config.ServerConfig;
+import io.ds4j.text.chat.ChatEncoder;
 import io.ds4j.text.chat.ChatFormatException;
 import io.ds4j.text.chat.ChatMessage;
 import io.ds4j.text.chat.ChatOptions;
@@ -111,14 +113,17 @@ final class Requests {
                                 + " (chat takes \"messages\": [{\"role\": \"user\", \"content\": \"...\"}])"
                         : "is required");
             List<ChatMessage> messages;
+            String continued; // the field asking for the last message to be continued, or null
             try {
                 messages = ChatMessage.listFromOpenAi(msgs);
+                if (messages.isEmpty()) throw ApiException.badField("messages", "must contain at least one message");
+                continued = continuation(body, msgs);
+                if (continued != null) ChatEncoder.checkContinuable(messages);
             } catch (ChatFormatException e) {
                 throw chatError(e);
             }
-            if (messages.isEmpty()) throw ApiException.badField("messages", "must contain at least one message");
-            ChatOptions opts = chatOptions(body);
-            Grammar grammar = grammar(body, opts);
+            ChatOptions opts = chatOptions(body).withContinueFinal(continued != null);
+            Grammar grammar = grammar(body, opts, messages, continued);
             return new Gen(true, stream, includeUsage, continuousUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
                     skipSpecial, grammar);
         }
@@ -465,7 +470,7 @@ final class Requests {
      * the calls open); otherwise the calls are free, as the template describes them. A non-strict json_schema is only
      * described in the prompt. In thinking mode the constraint starts after the reasoning.
      */
-    private static Grammar grammar(JsonNode b, ChatOptions opts) {
+    private static Grammar grammar(JsonNode b, ChatOptions opts, List<ChatMessage> messages, String continued) {
         JsonNode choice = b.get("tool_choice");
         JsonNode tools = opts.tools();
         boolean parallel = bool(b, "parallel_tool_calls", true);
@@ -497,8 +502,49 @@ final class Requests {
                 throw schemaError("response_format.json_schema.schema", e);
             throw schemaError(toolField(tools, e.tool() >= 0 ? toolIndex(tools, names.get(e.tool())) : -1), e);
         }
-        if (g != null && opts.thinking()) g = g.afterThinking();
-        return g;
+        if (g == null) return null;
+        if (continued == null) return opts.thinking() ? g.afterThinking() : g;
+        if (forced)
+            throw ApiException.badField(continued, "a forced tool call (tool_choice " + shown(choice)
+                    + ") is the whole answer: it cannot continue an assistant message");
+        // the constraint goes on from where the message stops: its reasoning, or its content once it has some
+        boolean inReasoning = ChatEncoder.answerStartsInReasoning(messages, opts);
+        ChatMessage last = messages.getLast();
+        String start = inReasoning ? last.reasoningContent() : last.content();
+        Grammar after;
+        try {
+            after = (inReasoning ? g.afterThinking() : g).after(start == null ? "" : start);
+        } catch (GrammarLimitException e) {
+            throw ApiException.badField(continued, "the message to continue opens too many alternatives of " + g + ": "
+                    + e.getMessage());
+        }
+        if (after == null)
+            throw ApiException.badField(continued, "the message's " + (inReasoning ? "reasoning" : "content")
+                    + " cannot begin an output of " + g + ", which this request's output is held to");
+        return after;
+    }
+
+    /**
+     * Whether the answer continues the last message (DeepSeek's chat prefix completion: {@code "prefix": true} on it;
+     * vLLM's {@code continue_final_message: true}) and the field that asked for it, else null. Only the last message
+     * may be a prefix; which messages can be continued is the encoder's ({@code ChatEncoder.render}).
+     *
+     * @throws ApiException 400 for a {@code prefix} that is not a boolean or is true on an earlier message, or for the
+     *         two fields contradicting each other
+     */
+    private static String continuation(JsonNode body, JsonNode msgs) {
+        String asked = null;
+        for (int i = 0; i < msgs.size(); i++) {
+            String path = "messages[" + i + "].prefix";
+            if (!bool(msgs.get(i), "prefix", path, false)) continue;
+            if (i < msgs.size() - 1)
+                throw ApiException.badField(path, "only the last message, an assistant's answer to continue, may be a prefix");
+            asked = path;
+        }
+        Boolean flag = optBool(body, "continue_final_message", "continue_final_message");
+        if (flag != null && !flag && asked != null)
+            throw ApiException.badField("continue_final_message", "is false while " + asked + " is true");
+        return asked != null ? asked : Boolean.TRUE.equals(flag) ? "continue_final_message" : null;
     }
 
     /** The request field of tool i's parameters ({@code tools} where the tool is not known). */

@@ -420,9 +420,12 @@ class AnthropicMessagesTest {
                 "thinking.type: must be \"enabled\" or \"disabled\"");
         assertError(server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":9,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}"),
                 400, "invalid_request_error", "messages[0].role: must be \"user\" or \"assistant\"");
-        assertError(server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+        // a prefill is continued (PrefixCompletionTest), but a forced call is the whole answer: the error names the
+        // client's message, not the prefix flag of the translation
+        assertError(server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":9,\"tool_choice\":{\"type\":\"any\"},"
+                        + "\"tools\":[" + WEATHER_TOOL + "],\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
                         + "{\"role\":\"assistant\",\"content\":\"The answer is\"}]}"),
-                400, "invalid_request_error", "messages[1]: the last message is the assistant's");
+                400, "invalid_request_error", "messages[1]: a forced tool call");
         assertError(server.post("/v1/messages", "{\"max_tokens\":"), 400, "invalid_request_error", "malformed JSON");
         assertError(server.post("/v1/messages/count_tokens", "{\"messages\":[]}"), 400, "invalid_request_error",
                 "messages: must contain at least one message");

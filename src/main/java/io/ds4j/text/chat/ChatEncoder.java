@@ -76,6 +76,7 @@ public final class ChatEncoder {
             }
         }
 
+        if (options.continueFinal()) checkContinuable(messages);
         List<Turn> turns = merge(messages, options);
         orderToolResults(turns);
 
@@ -87,6 +88,38 @@ public final class ChatEncoder {
         int lastUser = lastUserIndex(turns);
         for (int i = 0; i < turns.size(); i++) render(turns, i, lastUser, drop, options, out);
         return out;
+    }
+
+    /**
+     * Whether the answer to a conversation starts inside the reasoning: in thinking mode, unless the answer continues a
+     * last assistant message that already has content (its reasoning, if any, was closed before that content).
+     *
+     * @param messages the conversation, as given to {@link #render}
+     * @param options the options it is rendered with
+     */
+    public static boolean answerStartsInReasoning(List<ChatMessage> messages, ChatOptions options) {
+        if (!options.thinking()) return false;
+        if (!options.continueFinal() || messages.isEmpty()) return true;
+        String content = messages.getLast().content();
+        return content == null || content.isEmpty();
+    }
+
+    /**
+     * Refuses a conversation whose last message cannot be continued ({@link ChatOptions#continueFinal}): it must be an
+     * assistant's, without tool calls (a turn that made calls waits for their results; the answer to continue is text).
+     *
+     * @throws ChatFormatException naming the message's field
+     */
+    public static void checkContinuable(List<ChatMessage> messages) {
+        if (messages.isEmpty()) throw new ChatFormatException("messages", "continuing the last message needs one");
+        int last = messages.size() - 1;
+        ChatMessage m = messages.get(last);
+        if (m.role() != Role.ASSISTANT)
+            throw new ChatFormatException("messages[" + last + "].role", "only an assistant message can be continued, got "
+                    + m.role().wireName());
+        if (!m.toolCalls().isEmpty())
+            throw new ChatFormatException("messages[" + last + "].tool_calls", "an assistant message to be continued cannot"
+                    + " carry tool calls (a turn that made calls waits for their results)");
     }
 
     /**
@@ -208,12 +241,16 @@ public final class ChatEncoder {
                 }
             }
             case ASSISTANT -> {
+                // the answer to continue stays open: no end of sentence, and reasoning without content not yet closed
+                boolean open = options.continueFinal() && i == turns.size() - 1;
+                String content = orEmpty(t.content);
                 if (options.thinking() && (!drop || i > lastUser)) {
-                    out.supplied(orEmpty(t.reasoning)).template(V4Format.THINK_END);
+                    out.supplied(orEmpty(t.reasoning));
+                    if (!open || !content.isEmpty()) out.template(V4Format.THINK_END);
                 }
-                out.supplied(orEmpty(t.content));
+                out.supplied(content);
                 if (!t.calls.isEmpty()) appendToolCalls(t.calls, out);
-                out.template(V4Format.EOS);
+                if (!open) out.template(V4Format.EOS);
             }
             case TOOL -> throw new IllegalStateException("tool turns are merged into user turns");
         }

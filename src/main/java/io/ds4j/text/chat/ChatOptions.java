@@ -18,9 +18,13 @@ import java.util.List;
  *     turns before the last user turn is left out (and developer messages before it are dropped). The V4 encoder
  *     turns this off by itself whenever tools are given
  * @param revision which published version of the encoding to follow
+ * @param continueFinal the last message is the start of the assistant's answer, to be continued rather than rendered as
+ *     a finished turn (DeepSeek's chat prefix completion, Anthropic's prefill): {@link ChatEncoder} leaves its end of
+ *     sentence out, and in thinking mode its closing {@code </think>} too when it has reasoning but no content yet
  */
 public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode tools, JsonNode responseFormat,
-                          boolean addGenerationPrompt, boolean dropEarlierReasoning, EncodingRevision revision) {
+                          boolean addGenerationPrompt, boolean dropEarlierReasoning, EncodingRevision revision,
+                          boolean continueFinal) {
 
     /** Published versions of {@code encoding_dsv4.py}; they differ only in the reasoning-effort preambles. */
     public enum EncodingRevision {
@@ -170,44 +174,52 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
         }
     }
 
-    /** Chat mode, no effort, no tools, no response format, generation prompt on, earlier reasoning dropped. */
+    /**
+     * Chat mode, no effort, no tools, no response format, generation prompt on, earlier reasoning dropped, the last
+     * message not continued.
+     */
     public static ChatOptions defaults() {
-        return new ChatOptions(false, null, null, null, true, true, EncodingRevision.V4);
+        return new ChatOptions(false, null, null, null, true, true, EncodingRevision.V4, false);
     }
 
     /** Thinking mode on or off. */
     public ChatOptions withThinking(boolean on) {
-        return new ChatOptions(on, reasoningEffort, tools, responseFormat, addGenerationPrompt, dropEarlierReasoning, revision);
+        return new ChatOptions(on, reasoningEffort, tools, responseFormat, addGenerationPrompt, dropEarlierReasoning, revision, continueFinal);
     }
 
     /** Sets the reasoning effort (null for none); select the revision first when it needs another one's values. */
     public ChatOptions withReasoningEffort(String effort) {
-        return new ChatOptions(thinking, effort, tools, responseFormat, addGenerationPrompt, dropEarlierReasoning, revision);
+        return new ChatOptions(thinking, effort, tools, responseFormat, addGenerationPrompt, dropEarlierReasoning, revision, continueFinal);
     }
 
     /** Sets the OpenAI tools array (null for none). */
     public ChatOptions withTools(JsonNode toolsArray) {
-        return new ChatOptions(thinking, reasoningEffort, toolsArray, responseFormat, addGenerationPrompt, dropEarlierReasoning, revision);
+        return new ChatOptions(thinking, reasoningEffort, toolsArray, responseFormat, addGenerationPrompt, dropEarlierReasoning, revision, continueFinal);
     }
 
     /** Sets the OpenAI response_format object (null for none). */
     public ChatOptions withResponseFormat(JsonNode format) {
-        return new ChatOptions(thinking, reasoningEffort, tools, format, addGenerationPrompt, dropEarlierReasoning, revision);
+        return new ChatOptions(thinking, reasoningEffort, tools, format, addGenerationPrompt, dropEarlierReasoning, revision, continueFinal);
     }
 
     /** Whether to append the opening of the assistant turn after a final user turn. */
     public ChatOptions withAddGenerationPrompt(boolean on) {
-        return new ChatOptions(thinking, reasoningEffort, tools, responseFormat, on, dropEarlierReasoning, revision);
+        return new ChatOptions(thinking, reasoningEffort, tools, responseFormat, on, dropEarlierReasoning, revision, continueFinal);
+    }
+
+    /** Whether the last message, an assistant's, is continued rather than rendered as a finished turn. */
+    public ChatOptions withContinueFinal(boolean on) {
+        return new ChatOptions(thinking, reasoningEffort, tools, responseFormat, addGenerationPrompt, dropEarlierReasoning, revision, on);
     }
 
     /** Whether earlier turns' reasoning is dropped in thinking mode (the V4 default). */
     public ChatOptions withDropEarlierReasoning(boolean on) {
-        return new ChatOptions(thinking, reasoningEffort, tools, responseFormat, addGenerationPrompt, on, revision);
+        return new ChatOptions(thinking, reasoningEffort, tools, responseFormat, addGenerationPrompt, on, revision, continueFinal);
     }
 
     /** Selects the encoding revision; the effort must be valid for it. */
     public ChatOptions withRevision(EncodingRevision r) {
-        return new ChatOptions(thinking, reasoningEffort, tools, responseFormat, addGenerationPrompt, dropEarlierReasoning, r);
+        return new ChatOptions(thinking, reasoningEffort, tools, responseFormat, addGenerationPrompt, dropEarlierReasoning, r, continueFinal);
     }
 
     /** True when tools are present (a non-empty array). */

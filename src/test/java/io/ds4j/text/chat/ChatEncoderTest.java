@@ -94,6 +94,40 @@ class ChatEncoderTest {
     }
 
     @Test
+    void aContinuedLastMessageStaysOpen() {
+        ChatOptions cont = CHAT.withContinueFinal(true);
+        List<ChatMessage> prefix = List.of(ChatMessage.user("Code?"), ChatMessage.assistant("```python\n"));
+        assertEquals("<｜begin▁of▁sentence｜><｜User｜>Code?<｜Assistant｜></think>```python\n",
+                ChatEncoder.encode(prefix, cont));
+        // as a finished turn it ends with the end of sentence
+        assertEquals("<｜begin▁of▁sentence｜><｜User｜>Code?<｜Assistant｜></think>```python\n<｜end▁of▁sentence｜>",
+                ChatEncoder.encode(prefix, CHAT));
+        assertEquals(false, ChatEncoder.answerStartsInReasoning(prefix, cont.withThinking(true)));
+
+        // thinking mode: content after closed reasoning continues the content
+        List<ChatMessage> both = List.of(ChatMessage.user("Q"), ChatMessage.assistant("The answer", "I know it", List.of()));
+        assertEquals("<｜begin▁of▁sentence｜><｜User｜>Q<｜Assistant｜><think>I know it</think>The answer",
+                ChatEncoder.encode(both, cont.withThinking(true)));
+        // reasoning alone is continued: not closed yet
+        List<ChatMessage> reasoning = List.of(ChatMessage.user("Q"), ChatMessage.assistant("", "Let me", List.of()));
+        assertEquals("<｜begin▁of▁sentence｜><｜User｜>Q<｜Assistant｜><think>Let me",
+                ChatEncoder.encode(reasoning, cont.withThinking(true)));
+        assertEquals(true, ChatEncoder.answerStartsInReasoning(reasoning, cont.withThinking(true)));
+        assertEquals(true, ChatEncoder.answerStartsInReasoning(both, THINKING), "not continued: a new answer");
+    }
+
+    @Test
+    void onlyAnAssistantMessageWithoutCallsIsContinued() {
+        ChatOptions cont = CHAT.withContinueFinal(true);
+        ChatFormatException user = assertThrows(ChatFormatException.class,
+                () -> ChatEncoder.encode(List.of(ChatMessage.user("Hi")), cont));
+        assertEquals("messages[0].role: only an assistant message can be continued, got user", user.getMessage());
+        ChatFormatException calls = assertThrows(ChatFormatException.class, () -> ChatEncoder.encode(List.of(
+                ChatMessage.user("Hi"), ChatMessage.assistant(null, null, List.of(new ToolCall("c1", "f", "{}")))), cont));
+        assertEquals("messages[1].tool_calls", calls.field());
+    }
+
+    @Test
     void systemPrompt() {
         assertEquals("<｜begin▁of▁sentence｜>You are a helpful assistant.<｜User｜>Hi<｜Assistant｜></think>",
                 encode(CHAT, ChatMessage.system("You are a helpful assistant."), ChatMessage.user("Hi")));
