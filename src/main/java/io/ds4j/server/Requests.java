@@ -10,6 +10,7 @@ import io.ds4j.text.chat.ChatEncoder;
 import io.ds4j.text.chat.ChatFormatException;
 import io.ds4j.text.chat.ChatMessage;
 import io.ds4j.text.chat.ChatOptions;
+import io.ds4j.text.chat.V4Format;
 
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -61,7 +62,6 @@ final class Requests {
         onlyOne(body, "n");
         if (!chat) {
             onlyOne(body, "best_of");
-            if (present(body, "suffix")) throw ApiException.badField("suffix", "is not supported");
         }
         boolean stream = bool(body, "stream", false);
         boolean includeUsage = false, continuousUsage = false;
@@ -156,8 +156,20 @@ final class Requests {
         } else {
             throw ApiException.badField("prompt", "must be a string, an array of token ids, or a one-element array of either");
         }
-        if (text != null && text.isEmpty()) throw ApiException.badField(where, "must not be empty");
         boolean echo = bool(body, "echo", false);
+        String suffix = optString(body, "suffix", "suffix");
+        if (suffix != null) {
+            if (text == null)
+                throw ApiException.badField("suffix", "needs a text prompt (the text before the insertion); the prompt is token ids");
+            if (echo) throw ApiException.badField("suffix", "cannot be combined with echo (the prompt is the text around the insertion)");
+            if (model.tokenizer().id(V4Format.FIM_BEGIN).isEmpty() || model.tokenizer().id(V4Format.FIM_HOLE).isEmpty()
+                    || model.tokenizer().id(V4Format.FIM_END).isEmpty())
+                throw ApiException.badField("suffix", "this model's tokenizer has no fill-in-the-middle tokens ("
+                        + V4Format.FIM_BEGIN + ", " + V4Format.FIM_HOLE + ", " + V4Format.FIM_END + ")");
+            // an insertion at the start of a text has an empty prefix
+            text = V4Format.fillInTheMiddle(text, suffix);
+        }
+        if (text != null && text.isEmpty()) throw ApiException.badField(where, "must not be empty");
         return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
                 skipSpecial, null);
     }

@@ -136,7 +136,7 @@ class BadInputTest {
     void outOfRangeAndUnsupportedValues() throws Exception {
         expect("/v1/chat/completions", chat("\"n\":2"), 400, "n");
         expect("/v1/completions", "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of");
-        expect("/v1/completions", "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix");
+        expect("/v1/completions", "{\"prompt\":\"x\",\"suffix\":[\"y\"]}", 400, "suffix");
         expect("/v1/completions", "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt");
         expect("/v1/chat/completions", chat("\"temperature\":3"), 400, "temperature");
         expect("/v1/chat/completions", chat("\"top_p\":0"), 400, "top_p");

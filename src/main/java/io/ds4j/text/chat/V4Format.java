@@ -37,6 +37,28 @@ public final class V4Format {
     public static final String PARAMETER_CLOSE = "</" + DSML + "parameter>";
 
     /** Wraps one tool result inside a user turn: the text goes between these two. */
+    /**
+     * Fill-in-the-middle markers of the DeepSeek tokenizer (control tokens of its vocabulary), used in prefix, suffix,
+     * middle order: {@code <｜fim▁begin｜>prefix<｜fim▁hole｜>suffix<｜fim▁end｜>}, the middle generated after it.
+     */
+    public static final String FIM_BEGIN = "<\uFF5Cfim\u2581begin\uFF5C>";
+    /** Where the middle goes, between the prefix and the suffix ({@link #FIM_BEGIN}). */
+    public static final String FIM_HOLE = "<\uFF5Cfim\u2581hole\uFF5C>";
+    /** The end of the suffix; the middle follows ({@link #FIM_BEGIN}). */
+    public static final String FIM_END = "<\uFF5Cfim\u2581end\uFF5C>";
+
+    /**
+     * A fill-in-the-middle prompt: the prefix and suffix around the hole, for the model to write the middle. A prefix
+     * that starts with the BOS text keeps it first, where a prompt's BOS belongs.
+     *
+     * @param prefix the text before the hole (may be empty)
+     * @param suffix the text after the hole (may be empty)
+     */
+    public static String fillInTheMiddle(String prefix, String suffix) {
+        String bos = prefix.startsWith(BOS) ? BOS : "";
+        return bos + FIM_BEGIN + prefix.substring(bos.length()) + FIM_HOLE + suffix + FIM_END;
+    }
+
     static final String TOOL_RESULT_OPEN = "<tool_result>";
     static final String TOOL_RESULT_CLOSE = "</tool_result>";
 
