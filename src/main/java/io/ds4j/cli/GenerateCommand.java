@@ -5,6 +5,7 @@ import io.ds4j.engine.BackendOptions;
 import io.ds4j.app.Backends;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
+import io.ds4j.engine.ReasoningBudget;
 import io.ds4j.engine.StopStrings;
 import io.ds4j.grammar.Grammar;
 import io.ds4j.grammar.TokenConstraint;
@@ -24,6 +25,7 @@ import io.ds4j.text.chat.ChatEncoder;
 import io.ds4j.text.chat.ChatMessage;
 import io.ds4j.text.chat.ChatOptions;
 import io.ds4j.text.chat.OutputParser;
+import io.ds4j.text.chat.V4Format;
 import picocli.CommandLine.ArgGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -54,7 +56,9 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--chat", description = "encode the prompt as a DeepSeek-V4 chat turn") boolean chat;
     @Option(names = "--system", description = "system message (with --chat)") String system;
     @Option(names = "--thinking", description = "thinking mode (with --chat); reasoning goes to stderr") boolean thinking;
-    @Option(names = "--reasoning-effort", description = "high or max (with --thinking)") String effort;
+    @Option(names = "--reasoning-effort", description = "high or max; turns thinking on, as the API's reasoning_effort") String effort;
+    @Option(names = "--reasoning-budget", description = "end the reasoning after at most N tokens (with --thinking; as the API's thinking_token_budget)")
+    Integer reasoningBudget;
     @Option(names = {"-n", "--max-tokens"}, defaultValue = "128", description = "tokens to generate (default ${DEFAULT-VALUE})") int maxTokens;
     @Option(names = "--temperature", defaultValue = "0", description = "0 = greedy (default ${DEFAULT-VALUE})") double temperature;
     @Option(names = "--top-p", defaultValue = "1", description = "nucleus sampling: keep the most likely tokens up to this probability mass, (0, 1]; 1 = off (default ${DEFAULT-VALUE})") double topP;
@@ -114,6 +118,12 @@ public final class GenerateCommand implements Callable<Integer> {
         if (prefillChunk < 1) throw new IllegalArgumentException("--prefill-chunk must be >= 1");
         if ((system != null || thinking || effort != null) && !chat)
             throw new IllegalArgumentException("--system, --thinking and --reasoning-effort need --chat");
+        // as the API's reasoning_effort: an effort asks for thinking
+        if (effort != null) thinking = true;
+        if (reasoningBudget != null && !thinking)
+            throw new IllegalArgumentException("--reasoning-budget needs thinking (--thinking or --reasoning-effort)");
+        if (reasoningBudget != null && reasoningBudget < 0)
+            throw new IllegalArgumentException("--reasoning-budget must be >= 0, got " + reasoningBudget);
         // the chat format would refuse it only when the prompt is encoded, after the load
         ChatOptions.EncodingRevision chatFormat = ChatOptions.defaults().revision();
         if (effort != null) effort = effort.trim().toLowerCase(java.util.Locale.ROOT);  // in any case, as the API reads it
@@ -190,6 +200,9 @@ public final class GenerateCommand implements Callable<Integer> {
                         emit(stops.push(piece), parser, out, err);
                         return !stops.stopped();
                     }, constraint);
+            if (reasoningBudget != null)
+                g.limitReasoning(new ReasoningBudget(tok.id(V4Format.THINK_END).orElseThrow(() -> new IllegalArgumentException(
+                        "--reasoning-budget: the tokenizer has no " + V4Format.THINK_END + " token")), reasoningBudget, tok::tokenBytes));
             boolean progress = ids.length > prefillChunk;
             while (g.step()) {
                 if (progress && g.prefilling())

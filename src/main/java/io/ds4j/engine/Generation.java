@@ -30,6 +30,10 @@ import java.util.Arrays;
  * <p>Constrained decoding: with a {@link Constraint}, every draw (the first token, each verify row) is masked by the
  * constraint's state after all tokens committed before it, and a draft is cut at its first token the constraint
  * does not allow before it is verified, so speculative output under a constraint equals plain output under it.
+ *
+ * <p>A {@link ReasoningBudget} ({@link #limitReasoning}) replaces the draw of the row where the budget runs out by the
+ * end-of-reasoning token; as it depends only on the tokens committed before the row, speculative output under a budget
+ * equals plain output under it too (a draft token other than the forced one is rejected there).
  */
 public final class Generation {
     /** Why generation ended. */
@@ -165,6 +169,30 @@ public final class Generation {
 
     /** Prefill rows per step while scoring the prompt: each row's logits are a vocabulary-sized float array. */
     static final int SCORE_CHUNK = 64;
+
+    /**
+     * Caps the output's reasoning ({@link ReasoningBudget}): the output starts inside it, and once the budget is spent
+     * the next token is the end-of-reasoning token (where a constraint allows it there). Call before the first step.
+     * @throws IllegalStateException after the first step
+     */
+    public void limitReasoning(ReasoningBudget budget) {
+        if (startNs != 0) throw new IllegalStateException("limitReasoning after the first step");
+        this.budget = budget;
+    }
+
+    /** The output's reasoning cap, or null. */
+    private ReasoningBudget budget;
+
+    /**
+     * The end-of-reasoning token when the reasoning budget is spent and the next token must end it, else -1. Under a
+     * constraint the token goes in only where the constraint allows it (outside a tool-call block the reasoning
+     * opened), so the end waits for such a place rather than breaking the constraint.
+     */
+    private int forcedToken() {
+        if (budget == null || !budget.forcing()) return -1;
+        int end = budget.endToken();
+        return constraint == null || Constraint.has(mask(), end) ? end : -1;
+    }
 
     /**
      * Scores the prompt during prefill: for each prompt token after the first, its log-probability under the model's
@@ -418,6 +446,8 @@ public final class Generation {
 
     /** The distribution of logit row i: the certain token ids[i] when ids are given (argmax-only), else the sampler's. */
     private Distribution rowDistribution(float[] lg, int[] ids, int i) {
+        int forced = forcedToken();
+        if (forced >= 0) return Distribution.certain(forced);
         if (ids != null) return Distribution.certain(ids[i]);
         if (prepared != null && prepared.logits == lg) return prepared.dists[i];
         return sampler.distribution(lg, i * target.config().vocabSize, mask());
@@ -482,7 +512,9 @@ public final class Generation {
             // max_tokens 0: only the prompt's scores were wanted
             if (sampler.params().maxTokens() == 0) return end(Finish.LENGTH);
             // the last chunk's only logit row is its last (not scored: scoring needs the logits)
-            Distribution d = ids != null ? Distribution.certain(ids[0]) : sampler.distribution(lg, lastRow, mask());
+            int forced = forcedToken();
+            Distribution d = forced >= 0 ? Distribution.certain(forced)
+                    : ids != null ? Distribution.certain(ids[0]) : sampler.distribution(lg, lastRow, mask());
             int tok = d.sample(sampler.rng());
             firstTokenNs = System.nanoTime();
             if (!emit(tok, lg, lastRow)) return false;
@@ -557,6 +589,7 @@ public final class Generation {
         if (finish != null) return false;
         if (len == ctx.length) ctx = Arrays.copyOf(ctx, ctx.length * 2);
         if (constraint != null) constraint.advance(tok);
+        if (budget != null) budget.committed(tok);
         ctx[len++] = tok;
         generated++;
         sampler.push(tok);

@@ -532,8 +532,8 @@ final class AnthropicApi {
 
     /**
      * {@code thinking}: {@code {"type": "enabled", "budget_tokens": N}} turns thinking mode on, {@code disabled} off.
-     * The budget is checked (an integer from 1 to Integer.MAX_VALUE) but does not bound the reasoning: DeepSeek-V4 has no such
-     * budget, and max_tokens still bounds the whole answer.
+     * The budget (an integer from 1 to Integer.MAX_VALUE) caps the reasoning as chat's {@code thinking_token_budget}
+     * does; max_tokens still bounds the whole answer.
      */
     private static void thinking(JsonNode body, ObjectNode chat) {
         JsonNode th = body.get("thinking");
@@ -550,6 +550,7 @@ final class AnthropicApi {
             if (budget != null && !budget.isNull() && !(Json.isIntegral(budget) && budget.canConvertToInt() && budget.intValue() >= 1))
                 throw ApiException.badField("thinking.budget_tokens", "must be an integer from 1 to " + Integer.MAX_VALUE
                         + ", got " + Requests.shown(budget));
+            if (budget != null && !budget.isNull()) chat.put("thinking_token_budget", budget.intValue());
         }
         chat.putObject("thinking").put("type", t);
     }

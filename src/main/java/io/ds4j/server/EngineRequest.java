@@ -39,6 +39,8 @@ public final class EngineRequest {
     io.ds4j.grammar.Grammar grammar;
     /** The tokenised predicted output (request field {@code prediction}), or null. */
     int[] prediction;
+    /** Reasoning tokens allowed before the reasoning is ended for the answer (request field {@code thinking_token_budget}); -1 = no cap. */
+    int reasoningBudget = -1;
     /**
      * The field the client gave max_tokens in ({@code max_tokens} or {@code max_completion_tokens}), or null where the
      * server's default applies: a refusal names what the client sent, never a value it did not.
@@ -95,6 +97,16 @@ public final class EngineRequest {
      */
     public EngineRequest predict(int[] tokens) {
         this.prediction = tokens;
+        return this;
+    }
+
+    /**
+     * Caps the answer's reasoning at that many tokens (null for no cap); it applies where the output starts inside the
+     * reasoning ({@link #thinking}).
+     * @return this
+     */
+    public EngineRequest limitReasoning(Integer tokens) {
+        this.reasoningBudget = tokens == null ? -1 : tokens;
         return this;
     }
 

@@ -6,6 +6,7 @@ import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
 import io.ds4j.engine.RollbackWindow;
 import io.ds4j.engine.PrefixCache;
+import io.ds4j.engine.ReasoningBudget;
 import io.ds4j.engine.Scheduler;
 import io.ds4j.engine.Sequence;
 import io.ds4j.engine.StopStrings;
@@ -19,6 +20,7 @@ import io.ds4j.speculative.PredictionDraft;
 import io.ds4j.text.StreamingDetokenizer;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.chat.OutputParser;
+import io.ds4j.text.chat.V4Format;
 import io.vertx.core.Future;
 import io.vertx.core.VerticleBase;
 import io.vertx.core.eventbus.DeliveryOptions;
@@ -88,6 +90,8 @@ public final class EngineVerticle extends VerticleBase {
     private Backend backend;
     private Tokenizer tokenizer;
     private int[] eosIds;
+    /** The tokenizer's end-of-reasoning token ({@code </think>}), or -1 where it has none (no reasoning budget then). */
+    private int thinkEnd = -1;
     /** Null when prefixCache.enabled is false or the backend cannot snapshot. */
     private PrefixCache prefixCache;
     private final ArrayDeque<Job> waiting = new ArrayDeque<>();
@@ -150,6 +154,7 @@ public final class EngineVerticle extends VerticleBase {
         ModelInfo info = model.info();
         reportEngine(info.engine());
         eosIds = Generation.endIds(tokenizer.eosId(), backend.config());
+        thinkEnd = tokenizer.id(V4Format.THINK_END).orElse(-1);
         ServerConfig cfg0 = state.config();
         if (cfg0.prefixCacheEnabled() && backend.snapshots()) {
             prefixCache = new PrefixCache(backend, cfg0.prefixCacheBlockTokens(), cfg0.prefixCacheIntervalTokens(),
@@ -384,6 +389,8 @@ public final class EngineVerticle extends VerticleBase {
             throw e;
         }
         if (r.promptLogprobs >= 0) j.gen.scorePrompt(r.promptLogprobs);
+        if (r.reasoningBudget >= 0 && r.thinking && thinkEnd >= 0)
+            j.gen.limitReasoning(new ReasoningBudget(thinkEnd, r.reasoningBudget, tokenizer::tokenBytes));
         j.width = width;
         j.prediction = prediction;
         j.detok = tokenizer.streamer();

@@ -1467,7 +1467,8 @@ public final class HttpVerticle extends VerticleBase {
                     g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),
                     enc.promptTokens() != null ? g.topLogprobs() : -1).maxTokensField(g.maxTokensParam())
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
-                    .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted);
+                    .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted)
+                    .limitReasoning(g.reasoningBudget());
             new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens(), read.translation() != null).start();
         });
     }

@@ -50,10 +50,13 @@ final class Requests {
      * @param skipSpecialTokens leave control tokens out of the output text (default true)
      * @param grammar       what constrained decoding enforces on the output (forced tool call, strict JSON schema,
      *                      JSON object), or null for free output
+     * @param reasoningBudget chat: the most tokens the answer may spend reasoning before its reasoning is ended for it
+     *                      ({@code thinking_token_budget}), or null for no cap
      */
     record Gen(boolean chat, boolean stream, boolean includeUsage, boolean continuousUsage, List<ChatMessage> messages, ChatOptions options,
                String promptText, int[] promptIds, boolean echo, SamplingParams params, String maxTokensParam,
-               String specQ, boolean logprobs, int topLogprobs, boolean skipSpecialTokens, Grammar grammar) {}
+               String specQ, boolean logprobs, int topLogprobs, boolean skipSpecialTokens, Grammar grammar,
+               Integer reasoningBudget) {}
 
     /** Parses a chat or completion body. */
     static Gen parse(JsonNode body, boolean chat, ModelInfo model, ServerConfig cfg) {
@@ -125,7 +128,7 @@ final class Requests {
             ChatOptions opts = chatOptions(body).withContinueFinal(continued != null);
             Grammar grammar = grammar(body, opts, messages, continued);
             return new Gen(true, stream, includeUsage, continuousUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
-                    skipSpecial, grammar);
+                    skipSpecial, grammar, integer(body, "thinking_token_budget", 0, Integer.MAX_VALUE, ""));
         }
         JsonNode p = body.get("prompt");
         String text = null;
@@ -171,7 +174,7 @@ final class Requests {
         }
         if (text != null && text.isEmpty()) throw ApiException.badField(where, "must not be empty");
         return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
-                skipSpecial, null);
+                skipSpecial, null, null);
     }
 
     /**

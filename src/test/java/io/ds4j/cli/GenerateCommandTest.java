@@ -252,6 +252,24 @@ public class GenerateCommandTest {
         assertFalse(reasoning.isBlank(), "some reasoning was printed: " + r.err());
     }
 
+    /** --reasoning-budget ends the reasoning after that many tokens, and the answer follows on stdout. */
+    @Test
+    void aReasoningBudgetLetsTheAnswerFollow() {
+        Run free = run("generate", "--preset", "tiny", "--prompt", "a b", "-n", "8", "--chat", "--thinking");
+        assertEquals(0, free.code(), free.err());
+        assertTrue(free.out().isBlank(), "8 tokens of reasoning leave no answer: " + free.out());
+        Run cut = run("generate", "--preset", "tiny", "--prompt", "a b", "-n", "8", "--chat", "--thinking", "--reasoning-budget", "2");
+        assertEquals(0, cut.code(), cut.err());
+        assertFalse(cut.out().isBlank(), "the answer after the cut: " + cut.err());
+        Run alone = run("generate", "--preset", "tiny", "--prompt", "a b", "--chat", "--reasoning-budget", "2");
+        assertEquals(2, alone.code(), alone.err());
+        assertTrue(alone.err().contains("--reasoning-budget needs thinking (--thinking or --reasoning-effort)"), alone.err());
+        // an effort asks for thinking, as the API's reasoning_effort does: the reasoning goes to stderr, not stdout
+        Run effort = run("generate", "--preset", "tiny", "--prompt", "a b", "-n", "8", "--chat", "--reasoning-effort", "max");
+        assertEquals(0, effort.code(), effort.err());
+        assertTrue(effort.out().isBlank(), "8 tokens of reasoning, on stderr: " + effort.out());
+    }
+
     /** The summary says when its prefill rate includes the JIT's warm-up: on the process's first generation only. */
     @Test
     void theFirstGenerationOfAProcessSaysItsPrefillIncludesWarmUp() {
