@@ -1384,6 +1384,7 @@ public final class HttpVerticle extends VerticleBase {
         // the body the endpoint's parser reads; unknown fields are judged on the client's own body
         JsonNode body = anthropic ? translation.chat() : clientBody;
         Requests.Gen g = parse(body, chat, m, cfg, translation);
+        if (chat) Requests.checkAnswerable(g);
         String predictionText = Requests.prediction(body, chat);
         boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
         String id = (anthropic ? "msg_" : chat ? "chatcmpl-" : "cmpl-") + randomId();

@@ -540,6 +540,21 @@ final class Requests {
     }
 
     /**
+     * Refuses a chat generation whose conversation ends with a finished assistant turn: the V4 template renders it
+     * closed with its end of sentence and opens no new turn after it, so the model would write past the end of a
+     * conversation instead of answering. ({@code /tokenize} renders such a conversation, to count a finished one.)
+     *
+     * @throws ApiException 400 naming the last message, with the two ways out
+     */
+    static void checkAnswerable(Gen g) {
+        List<ChatMessage> m = g.messages();
+        if (g.options().continueFinal() || m.getLast().role() != ChatMessage.Role.ASSISTANT) return;
+        throw ApiException.badField("messages[" + (m.size() - 1) + "]", "the last message is the assistant's, so there is"
+                + " nothing to answer: end with a user (or tool) message, or set \"prefix\": true on it to have the answer"
+                + " continue it");
+    }
+
+    /**
      * Whether the answer continues the last message (DeepSeek's chat prefix completion: {@code "prefix": true} on it;
      * vLLM's {@code continue_final_message: true}) and the field that asked for it, else null. Only the last message
      * may be a prefix; which messages can be continued is the encoder's ({@code ChatEncoder.render}).

@@ -77,9 +77,13 @@ class PrefixCompletionTest {
         assertTrue(s.body().contains("\"content\":\"print\""), s.body());
         assertFalse(s.body().contains("python"), "the prefix is not sent back: " + s.body());
 
-        // without the flag the message is a finished turn, as before
-        ok("/v1/chat/completions", body("{\"role\":\"assistant\",\"content\":\"```python\\n\"}", ""));
-        assertTrue(lastPrompt.get().endsWith("```python\n" + V4Format.EOS), lastPrompt.get());
+        // without the flag there is nothing to answer: the template would close the turn and open none (the model
+        // wrote past the end of the conversation); /tokenize still renders the finished conversation
+        refused(body("{\"role\":\"assistant\",\"content\":\"```python\\n\"}", ""), "messages[1]",
+                "the last message is the assistant's, so there is nothing to answer");
+        TestServer.Resp tok = server.post("/tokenize", body("{\"role\":\"assistant\",\"content\":\"```python\\n\"}", ",\"with_pieces\":true"));
+        assertEquals(200, tok.status(), tok.body());
+        assertTrue(tok.body().contains(V4Format.EOS), tok.body());
     }
 
     @Test
