@@ -62,6 +62,7 @@ final class Requests {
     static Gen parse(JsonNode body, boolean chat, ModelInfo model, ServerConfig cfg) {
         if (body == null || !body.isObject()) throw ApiException.bodyNotAnObject(body);
         checkModel(body, model);
+        platformFields(body);
         onlyOne(body, "n");
         if (!chat) {
             onlyOne(body, "best_of");
@@ -659,6 +660,24 @@ final class Requests {
     /** A JSON number past the double range (1e400 parses to an infinity): an integer too large, not a fraction. */
     static boolean beyondDouble(JsonNode v) {
         return v.isNumber() && !Double.isFinite(v.doubleValue());
+    }
+
+    /**
+     * The OpenAI platform fields this server accepts and does not use ({@code RequestFields.ACCEPTED}) still have
+     * OpenAI's types: a client sending a number as {@code user} has a bug that OpenAI's API would report, and so does
+     * this one.
+     * @throws ApiException 400 naming the field
+     */
+    private static void platformFields(JsonNode body) {
+        for (String f : List.of("user", "safety_identifier", "service_tier", "prompt_cache_key")) optString(body, f, f);
+        optBool(body, "store", "store");
+        JsonNode metadata = body.get("metadata");
+        if (metadata == null || metadata.isNull()) return;
+        if (!metadata.isObject())
+            throw ApiException.badField("metadata", "must be an object of string values, got " + describe(metadata));
+        for (var e : metadata.properties())
+            if (!e.getValue().isTextual())
+                throw ApiException.badField("metadata." + e.getKey(), "must be a string, got " + describe(e.getValue()));
     }
 
     /** {@code n} and {@code best_of}: only 1 is supported. */

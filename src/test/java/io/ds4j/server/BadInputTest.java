@@ -137,6 +137,11 @@ class BadInputTest {
         expect("/v1/chat/completions", chat("\"n\":2"), 400, "n");
         expect("/v1/completions", "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of");
         expect("/v1/completions", "{\"prompt\":\"x\",\"suffix\":[\"y\"]}", 400, "suffix");
+        // accepted and unused, but of OpenAI's types
+        expect("/v1/chat/completions", chat("\"user\":5"), 400, "user");
+        expect("/v1/chat/completions", chat("\"metadata\":\"x\""), 400, "metadata");
+        expect("/v1/chat/completions", chat("\"metadata\":{\"k\":1}"), 400, "metadata.k");
+        expect("/v1/completions", "{\"prompt\":\"x\",\"store\":\"yes\"}", 400, "store");
         expect("/v1/completions", "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt");
         expect("/v1/chat/completions", chat("\"temperature\":3"), 400, "temperature");
         expect("/v1/chat/completions", chat("\"top_p\":0"), 400, "top_p");
