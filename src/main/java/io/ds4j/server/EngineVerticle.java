@@ -765,6 +765,11 @@ public final class EngineVerticle extends VerticleBase {
         final ArrayDeque<HeldLogprob> heldLogprobs = new ArrayDeque<>();
         /** Characters of token text given to the stop filter, and released by it, so far. */
         int pushedChars, releasedChars;
+        /**
+         * Released text of a token whose logprob still waits (its text runs on into what the stop filter holds): it goes
+         * out with the logprob, so a chunk's text and its tokens' logprobs stay together.
+         */
+        final StringBuilder unpaired = new StringBuilder();
 
         Job(EngineRequest req, int reserved) {
             this.req = req;
@@ -810,9 +815,22 @@ public final class EngineVerticle extends VerticleBase {
         private boolean text(String piece) {
             String out = stops.push(piece);
             releasedChars += out.length();
-            push(out);
+            unpaired.append(out);
             releaseLogprobs(false);
+            pushPaired();
             return !stops.stopped();
+        }
+
+        /**
+         * Passes on the released text up to where the first token whose logprob is still held begins (all of it once
+         * nothing is held): without logprobs nothing is ever held, and the text goes on as the stop filter releases it.
+         */
+        private void pushPaired() {
+            int upTo = heldLogprobs.isEmpty() ? releasedChars : Math.min(releasedChars, heldLogprobs.peekFirst().start());
+            int n = unpaired.length() - (releasedChars - upTo);
+            if (n <= 0) return;
+            push(unpaired.substring(0, n));
+            unpaired.delete(0, n);
         }
 
         /**
@@ -873,10 +891,12 @@ public final class EngineVerticle extends VerticleBase {
             if (!stops.stopped()) {
                 String out = stops.push(detok.flush());
                 releasedChars += out.length();
-                push(out);
-                if (!stops.stopped()) push(stops.flush());
+                unpaired.append(out);
+                if (!stops.stopped()) unpaired.append(stops.flush());
                 releaseLogprobs(!stops.stopped());
             }
+            push(unpaired.toString());
+            unpaired.setLength(0);
             // a stop string cuts the text wherever it matches, as the length limit does: inside markup too
             if (parser != null)
                 for (OutputParser.Event e : parser.finish(gen.finish() == Generation.Finish.LENGTH || stops.stopped())) add(e);
