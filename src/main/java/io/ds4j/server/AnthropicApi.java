@@ -30,9 +30,13 @@ final class AnthropicApi {
     /** The route that counts a request's prompt tokens without generating. */
     static final String COUNT_TOKENS = "/v1/messages/count_tokens";
 
-    /** Whether a routed path answers in the Anthropic shapes (its errors included). */
+    /**
+     * Whether a routed path answers in the Anthropic shapes (its errors included): the path of a request the router
+     * hands to the Messages routes ({@code /v1/messages/} too, {@link HttpVerticle#exactRoute}).
+     */
     static boolean speaks(String path) {
-        return MESSAGES.equals(path) || COUNT_TOKENS.equals(path);
+        String route = HttpVerticle.exactRoute(path);
+        return MESSAGES.equals(route) || COUNT_TOKENS.equals(route);
     }
 
     /**

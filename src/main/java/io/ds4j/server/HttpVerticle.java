@@ -185,19 +185,19 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * A request Netty could not decode (e.g. a header value with control characters) gets an OpenAI error body, not
-     * an empty 400. When API keys are on and no valid key was among the headers read, it is a 401: a key sent with
+     * A request Netty could not decode (e.g. a header value with control characters) gets an error body in its path's
+     * shape (OpenAI's, Anthropic's on the Messages routes), not an empty 400. When API keys are on and no valid key was among the headers read, it is a 401: a key sent with
      * control characters is not a valid key. The connection closes after the answer. A connection that closed before a
      * request's head was complete is only logged, at debug level: nothing was refused.
      */
     private void invalidRequest(HttpServerRequest req) {
-        answerUndecodable(req, state.config().apiKeys(), code -> state.metrics().rejected(code));
+        answerUndecodable(req, state.config().apiKeys(), code -> state.metrics().rejected(code), AnthropicApi::errorBody);
     }
 
     /**
      * The answer of both fronts (a single server, a cluster gateway) to a request Vert.x could not parse (a bad
      * Content-Length, a header line it cannot read, an over-long request line or header) or whose framing
-     * {@link RequestFraming} refuses: the OpenAI error body with 400 {@code invalid_header} (414 {@code uri_too_long}
+     * {@link RequestFraming} refuses: an error body (the shape bodies gives for the request's path) with 400 {@code invalid_header} (414 {@code uri_too_long}
      * for a request line past {@link HeadDeadline#MAX_REQUEST_LINE}, 501 {@code unsupported_transfer_encoding} for a
      * transfer coding other than chunked),
      * or 401 where API keys are set and the request's key is not among them, the connection closed after it, one INFO
@@ -205,8 +205,10 @@ public final class HttpVerticle extends VerticleBase {
      * a DEBUG line.
      * @param keys     server.apiKeys of the front
      * @param rejected counts the refusal under its error code
+     * @param bodies   the front's error body for the request's path, where its request line was read
      */
-    public static void answerUndecodable(HttpServerRequest req, List<String> keys, java.util.function.Consumer<String> rejected) {
+    public static void answerUndecodable(HttpServerRequest req, List<String> keys, java.util.function.Consumer<String> rejected,
+                                         ApiException.Bodies bodies) {
         Throwable cause = req.decoderResult().cause();
         if (cause instanceof io.netty.handler.codec.PrematureChannelClosureException) {
             // Netty reports a connection that closed in the middle of a request's head (the client went away, or this
@@ -236,8 +238,11 @@ public final class HttpVerticle extends VerticleBase {
         }
         rejected.accept(e.code());
         LOG.info("malformed HTTP request rejected with {}: {}", e.status(), why);
+        // a header Netty cannot read comes after a request line it did read: the answer takes that path's shape, as
+        // the route's own errors do; a request line it could not read has no path (Netty's placeholder routes nowhere)
+        String path = req.uri() != null ? RequestFraming.routedPath(req.uri()) : "";
         req.response().setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json")
-                .putHeader(HttpHeaders.CONNECTION, "close").end(Json.write(e.body()))
+                .putHeader(HttpHeaders.CONNECTION, "close").end(Json.write(bodies.of(path, e)))
                 .onComplete(v -> req.connection().close());
     }
 
@@ -445,6 +450,15 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
+     * The path of the exact route (a route without wildcards or parameters) that the router matches path to: the path
+     * less one trailing '/', since the router takes {@code /v1/messages/} as {@code /v1/messages}. Decisions about a
+     * known route (its methods, the shape of its errors) take this, so that they agree with the handler that runs.
+     */
+    static String exactRoute(String path) {
+        return path.length() > 1 && path.endsWith("/") ? path.substring(0, path.length() - 1) : path;
+    }
+
+    /**
      * A request's target as an answer or a log line names it: the path given, or the target as sent where it is no path
      * (a CONNECT's {@code host:port}, {@code OPTIONS *}), which the router's path writes with a '/' before it.
      * @param path the path to name otherwise ({@link #routed}, or the request's path as written)
@@ -468,7 +482,7 @@ public final class HttpVerticle extends VerticleBase {
      * route by it: a cluster gateway relays only what an engine's API answers, and answers 404 and 405 itself.
      */
     public static String allowed(String path) {
-        String allow = ALLOW.get(path);
+        String allow = ALLOW.get(exactRoute(path));
         if (allow == null && (path.startsWith("/v1/models/") || path.startsWith("/models/"))) return "GET, HEAD";
         return allow;
     }

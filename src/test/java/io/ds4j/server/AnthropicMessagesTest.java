@@ -434,6 +434,28 @@ class AnthropicMessagesTest {
         assertEquals("POST", get.headers().firstValue("Allow").orElse(null));
     }
 
+    @Test
+    void pathsTheRouterRoutesToMessagesAnswerInAnthropicsShape() throws Exception {
+        // the router takes a trailing slash as the same route: its errors are the route's
+        assertError(server.post("/v1/messages/", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}"),
+                400, "invalid_request_error", "max_tokens: is required");
+        assertError(server.post("/v1/messages/count_tokens/", "{\"messages\":[]}"), 400, "invalid_request_error",
+                "messages: must contain at least one message");
+        assertError(server.post("/v1//messages/?x=1", "{\"max_tokens\":"), 400, "invalid_request_error", "malformed JSON");
+        TestServer.Resp get = server.get("/v1/messages/");
+        assertError(get, 405, "invalid_request_error", "");
+        assertEquals("POST", get.headers().firstValue("Allow").orElse(null));
+        // a header Vert.x cannot read, on a Messages path: Anthropic's shape; on chat's: OpenAI's
+        for (String target : List.of("/v1/messages", "/v1/messages/count_tokens/", "/v1/./messages?x=1")) {
+            String answer = untilClosed(server.port, "POST " + target + " HTTP/1.1\r\nHost: x\r\nX-Bad: a\u0001b\r\n"
+                    + "Content-Length: 2\r\n\r\n{}");
+            assertError(raw(answer), 400, "invalid_request_error", "the request cannot be read");
+        }
+        String chat = untilClosed(server.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Bad: a\u0001b\r\n"
+                + "Content-Length: 2\r\n\r\n{}");
+        assertEquals("invalid_header", raw(chat).json().at("/error/code").asText(), chat);
+    }
+
     /** Sends the bytes on a new connection and returns all that comes back until the server closes it. */
     static String untilClosed(int port, String request) throws Exception {
         try (java.net.Socket s = new java.net.Socket("127.0.0.1", port)) {

@@ -202,7 +202,7 @@ public final class GatewayVerticle extends VerticleBase {
         // a request Vert.x cannot parse gets the single server's answer (its JSON error, not an empty 400 / 414 / 431);
         // the gateway keeps no refusal counters
         server = heads.server(cfg.host(), cfg.port(), r, req -> HttpVerticle.answerUndecodable(req, config.get().apiKeys(),
-                code -> { }), () -> config.get().maxBodyBytes(), code -> { }, ApiException.OPENAI);
+                code -> { }, ApiException.OPENAI), () -> config.get().maxBodyBytes(), code -> { }, ApiException.OPENAI);
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList())
                 .compose(v -> server.listen())
                 .onSuccess(s -> LOG.info("cluster: gateway listening on http://{}:{}; cluster '{}' member {}", cfg.host(),
