@@ -302,8 +302,10 @@ public final class EngineVerticle extends VerticleBase {
             LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}); Retry-After {} s",
                     r.id, active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
             msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
-                    "the server is busy: " + plural(active.size(), "request") + " running and " + waiting.size()
-                            + " waiting (limits.maxQueue " + cfg.maxQueue() + "); retry after " + retry + " s", retry)), LOCAL);
+                    "the server is busy: " + plural(active.size(), "request") + " running (limits.maxActive "
+                            + cfg.maxActive() + ") and " + (cfg.maxQueue() == 0 ? "limits.maxQueue is 0, so no request may wait for a slot"
+                            : waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue() + ")") + "; retry after " + retry + " s",
+                    retry)), LOCAL);
             return;
         }
         scheduleTick();

@@ -1283,8 +1283,12 @@ public final class HttpVerticle extends VerticleBase {
         int waiting = Math.max(0, state.longTextQueued() + state.longTextRunning() - LONG_TEXT_THREADS);
         if (waiting + engineWaiting <= maxQueue) return;
         state.longTextDequeued();
-        String why = EngineVerticle.plural(waiting - 1, "request") + " of " + LONG_TEXT_BYTES + " bytes or more waiting to"
-                + " be tokenised and " + engineWaiting + " waiting for a slot (limits.maxQueue " + maxQueue + ")";
+        // with no queue nothing waits: the refusal says the lane is busy, not that 0 requests fill a queue of 0
+        String why = maxQueue == 0
+                ? "all " + LONG_TEXT_THREADS + " threads tokenising bodies of " + LONG_TEXT_BYTES + " bytes or more are busy"
+                        + " and limits.maxQueue is 0, so no request may wait for one"
+                : EngineVerticle.plural(waiting - 1, "request") + " of " + LONG_TEXT_BYTES + " bytes or more waiting to"
+                        + " be tokenised and " + engineWaiting + " waiting for a slot (limits.maxQueue " + maxQueue + ")";
         LOG.info("{} {} rejected with 429: {}; Retry-After {} s", ctx.request().method(), ctx.request().path(), why,
                 LONG_TEXT_RETRY_SECONDS);
         throw new ApiException(429, "rate_limit_exceeded", "queue_full", null, "the server is busy: " + why

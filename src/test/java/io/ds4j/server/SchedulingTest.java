@@ -159,6 +159,22 @@ class SchedulingTest {
         assertEquals(200, d.status(), "accepted again once the queue drained: " + d.body());
     }
 
+    /** With limits.maxQueue 0 a request that finds every slot taken is told that no request may wait, not "0 waiting". */
+    @Test
+    void aFullEngineWithNoQueueSaysNoRequestMayWait() throws Exception {
+        backend.delayMs = 20;
+        server = TestServer.scripted(backend, Map.of("limits.maxActive", 1, "limits.maxQueue", 0));
+        try (RawStream a = new RawStream(server.port, "/v1/chat/completions", LONG)) {
+            assertEquals(200, a.status);
+            TestServer.Resp c = server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+            assertEquals(429, c.status(), c.body());
+            String m = c.json().at("/error/message").asText();
+            assertTrue(m.startsWith("the server is busy: 1 request running (limits.maxActive 1) and limits.maxQueue is 0,"
+                    + " so no request may wait for a slot; retry after "), m);
+        }
+        assertEngineIdle();
+    }
+
     /**
      * Every thread of the server's long-text lane busy until release() or close(), so that long bodies wait for it;
      * its tasks count as the lane's running tokenisations, as the server's own do.
@@ -205,7 +221,12 @@ class SchedulingTest {
         try (BusyLane lane = new BusyLane(server)) {
             TestServer.Resp busy = server.post("/tokenize", tokenize);
             assertEquals(429, busy.status(), "with every lane thread busy it would wait: " + busy.body());
-            assertTrue(busy.json().at("/error/message").asText().contains("limits.maxQueue 0"), busy.body());
+            // no queue: the lane is busy and nothing may wait (it read "0 requests ... waiting ... (limits.maxQueue 0)")
+            assertEquals("queue_full", busy.json().at("/error/code").asText(), busy.body());
+            assertEquals("the server is busy: all " + HttpVerticle.LONG_TEXT_THREADS + " threads tokenising bodies of "
+                    + HttpVerticle.LONG_TEXT_BYTES + " bytes or more are busy and limits.maxQueue is 0, so no request may"
+                    + " wait for one; retry after " + HttpVerticle.LONG_TEXT_RETRY_SECONDS + " s",
+                    busy.json().at("/error/message").asText());
         }
         assertEquals(0, server.state().longTextWaiting());
     }
