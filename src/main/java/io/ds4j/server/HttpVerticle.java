@@ -1179,7 +1179,7 @@ public final class HttpVerticle extends VerticleBase {
         ChatOptions opts = t.opts();
         // a text is tokenised as a completion's prompt is (its control-token strings are control tokens), messages as a
         // chat's (only the template's markers are)
-        tokenizing(ctx, false, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
+        tokenizing(ctx, null, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
                 : chatPrompt(tok, messages, opts), result -> {
             ObjectNode o = Json.object();
             ArrayNode arr = o.putArray("tokens");
@@ -1216,8 +1216,9 @@ public final class HttpVerticle extends VerticleBase {
      * ({@link #queueLongText}). Work whose client has gone by the time it would start is not done, nor work that would
      * start after the shutdown began (503). A client that goes away before the tokenisation ends is told of at once
      * ({@link #clientGone}), and what the tokenisation then gives is dropped.
+     * @param generation the generation's request id, or null for a request that generates nothing
      */
-    private <T> void tokenizing(RoutingContext ctx, boolean generation, java.util.concurrent.Callable<T> work, Consumer<T> then) {
+    private <T> void tokenizing(RoutingContext ctx, String generation, java.util.concurrent.Callable<T> work, Consumer<T> then) {
         // settled once: by the client's going, or by the tokenisation's end (event loop only)
         boolean[] settled = {false};
         if (ctx.response().closed()) {
@@ -1422,7 +1423,7 @@ public final class HttpVerticle extends VerticleBase {
         long t0 = ctx.get("t0");
         String model = read.m().id();
         Tokenizer tok = read.m().tokenizer();
-        tokenizing(ctx, true, renaming(read.translation(), () -> {
+        tokenizing(ctx, id, renaming(read.translation(), () -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             int ctxLimit = state.maxContext();
@@ -1495,15 +1496,17 @@ public final class HttpVerticle extends VerticleBase {
     /**
      * Says, once per request ({@code settled}), that its client went away before its tokenisation ended; a generation
      * so dropped is counted as cancelled, as those cancelled later are.
+     * @param generation the generation's request id, or null for a request that generates nothing (tokenize, count_tokens)
      * @param when "before the request was tokenised" or "while the request was being tokenised"
      */
-    private void clientGone(RoutingContext ctx, boolean generation, String when, boolean[] settled) {
+    private void clientGone(RoutingContext ctx, String generation, String when, boolean[] settled) {
         if (settled[0]) return;
         settled[0] = true;
-        if (generation) {
+        if (generation != null) {
             state.metrics().cancelled();
-            LOG.info("{} {}: the client went away {}; dropped before it reached the engine", ctx.request().method(),
-                    ctx.request().path(), when);
+            // led by its id, as the generation's other lines are, so that a grep for the id finds how it ended
+            LOG.info("request {}: {} {}: the client went away {}; dropped before it reached the engine", generation,
+                    ctx.request().method(), ctx.request().path(), when);
         } else {
             LOG.info("{} {}: the client went away {}; nothing to answer", ctx.request().method(), ctx.request().path(), when);
         }
@@ -1618,7 +1621,7 @@ public final class HttpVerticle extends VerticleBase {
      */
     private void countTokens(RoutingContext ctx, CountRead c) {
         Tokenizer tok = c.m().tokenizer();
-        tokenizing(ctx, false, renaming(c.translation(), () -> chatPrompt(tok, c.g().messages(), c.g().options()).length),
+        tokenizing(ctx, null, renaming(c.translation(), () -> chatPrompt(tok, c.g().messages(), c.g().options()).length),
                 n -> json(ctx, 200, Json.object().put("input_tokens", n)));
     }
 

@@ -326,8 +326,10 @@ class SchedulingTest {
                 }
             }), "counted as cancelled: " + log.linesWith("HttpVerticle"));
             assertEquals(1, log.linesWith("dropped before it reached the engine").size(), log.linesWith("HttpVerticle").toString());
-            assertTrue(log.linesWith("dropped before it reached the engine").getFirst().contains("POST /v1/completions: the client"
-                    + " went away before the request was tokenised"), log.linesWith("dropped").toString());
+            // led by the request's id, as its other lines are
+            String line = log.linesWith("dropped before it reached the engine").getFirst();
+            assertTrue(java.util.regex.Pattern.compile("request cmpl-\\w+: POST /v1/completions: the client went away before"
+                    + " the request was tokenised; dropped").matcher(line).find(), line);
         }
     }
 
@@ -428,8 +430,16 @@ class SchedulingTest {
                 for (RawStream c : clients) c.close();
                 assertTrue(TestServer.eventually(5000, () -> log.linesWith("dropped before it reached the engine").size() == 3),
                         "each is said while its tokenisation still runs: " + log.linesWith("HttpVerticle"));
-                for (String l : log.linesWith("dropped before it reached the engine"))
-                    assertTrue(l.contains("POST /v1/completions: the client went away while the request was being tokenised"), l);
+                // each led by its own request id, as the request's other lines are
+                java.util.regex.Pattern said = java.util.regex.Pattern.compile(
+                        "request (cmpl-\\w+): POST /v1/completions: the client went away while the request was being tokenised");
+                java.util.Set<String> ids = new java.util.HashSet<>();
+                for (String l : log.linesWith("dropped before it reached the engine")) {
+                    java.util.regex.Matcher m = said.matcher(l);
+                    assertTrue(m.find(), l);
+                    ids.add(m.group(1));
+                }
+                assertEquals(3, ids.size(), ids.toString());
                 assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 3.0"));
             } finally {
                 tok.release.countDown();
