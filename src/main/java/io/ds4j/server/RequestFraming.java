@@ -299,12 +299,19 @@ final class RequestFraming {
     /** RFC 9112's HTTP-version: the name in capitals, one digit on each side of the dot. */
     private static final java.util.regex.Pattern VERSION = java.util.regex.Pattern.compile("HTTP/[0-9]\\.[0-9]");
 
+    /** What every refusal of a request line's form says after its reason: the form RFC 9112 (section 3) gives it. */
+    private static final String REQUEST_LINE_FORM = ": a request line is a method, a target and a version separated by"
+            + " single spaces (GET /v1/models HTTP/1.1), a space inside the target written %20";
+
     /**
      * Why the request line at the start of in is refused, or null, also while the line is not all there: a line that
      * does not end with an HTTP version ({@code GET /a b}, {@code GET /a}, {@code GET /a http/1.1}), which Netty read
-     * as a version it could not parse ("invalid version format: B"), or a target refused by {@link #target}. The
-     * target is what lies between the first and the last space (runs of spaces next to it aside, which Netty takes),
-     * so a TAB, VT, FF, CR or space inside it is named. A version of other digits (HTTP/2.0) is left to Vert.x (501).
+     * as a version it could not parse ("invalid version format: B"); a space after the version, which Netty refused as
+     * an illegal character of a header; more than one space between two parts ({@code GET  /a HTTP/1.1}), which Netty
+     * took; or a target refused by {@link #target}. RFC 9112 (section 3) has single spaces between the parts and lets a
+     * server refuse other whitespace with 400: a proxy in front that splits the line otherwise would route the request
+     * by another target. The target is what lies between the first and the last space, so a TAB, VT, FF, CR or space
+     * inside it is named. A version of other digits (HTTP/2.0) is left to Vert.x (501).
      */
     static Refused requestLine(ByteBuf in) {
         int from = in.readerIndex(), to = in.writerIndex();
@@ -315,17 +322,24 @@ final class RequestFraming {
         int lf = in.indexOf(s, Math.min(to, s + 8192), (byte) '\n');
         if (lf < 0) return null;
         int e = lf;
-        while (e > s && (in.getByte(e - 1) == '\r' || in.getByte(e - 1) == ' ')) e--;
+        while (e > s && in.getByte(e - 1) == '\r') e--;
         String line = in.toString(s, e - s, StandardCharsets.ISO_8859_1);
+        int version = line.length();
+        while (version > 0 && line.charAt(version - 1) == ' ') version--;
+        if (version < line.length() && VERSION.matcher(line.substring(line.lastIndexOf(' ', version - 1) + 1, version)).matches())
+            return badRequestLine(line, "has a space after its HTTP version");
         int a = line.indexOf(' '), b = line.lastIndexOf(' ');
         if (a < 0 || b <= a || !VERSION.matcher(line.substring(b + 1)).matches())
-            return new Refused(400, "invalid_request_line", "its request line '" + escaped(line) + "' does not end with"
-                    + " an HTTP version: a request line is a method, a target and a version separated by single spaces"
-                    + " (GET /v1/models HTTP/1.1), a space inside the target written %20");
-        int ts = a + 1, te = b;
-        while (ts < te && line.charAt(ts) == ' ') ts++;
-        while (te > ts && line.charAt(te - 1) == ' ') te--;
-        return ts < te ? target(line.substring(ts, te)) : null;
+            return badRequestLine(line, "does not end with an HTTP version");
+        String target = line.substring(a + 1, b);
+        if (target.isBlank()) return badRequestLine(line, "has no target");
+        if (target.startsWith(" ") || target.endsWith(" "))
+            return badRequestLine(line, "has more than one space between two of its parts");
+        return target(target);
+    }
+
+    private static Refused badRequestLine(String line, String why) {
+        return new Refused(400, "invalid_request_line", "its request line '" + escaped(line) + "' " + why + REQUEST_LINE_FORM);
     }
 
     /**
