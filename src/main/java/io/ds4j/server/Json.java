@@ -116,7 +116,7 @@ public final class Json {
                     + " character; write the character itself, or both halves of its escape");
         } catch (JsonProcessingException e) {
             String twice = duplicateKey(e);
-            if (twice == null) throw new Unreadable(Problem.SYNTAX, null, syntaxProblem("malformed JSON", e, unit));
+            if (twice == null) throw new Unreadable(Problem.SYNTAX, null, syntaxProblem("malformed JSON", e, unit, bytes));
             var at = e.getLocation();
             throw new Unreadable(Problem.DUPLICATE_KEY, twice, twice + ": is given twice in one JSON object" + (at != null
                     ? " (the second time at line " + at.getLineNr() + ", column " + at.getColumnNr() + ")" : "") + "; give each key once");
@@ -376,24 +376,43 @@ public final class Json {
 
     /**
      * A JSON syntax error in plain words with its place, without Jackson's internals (source descriptions, feature
-     * and constraint names): {@code "malformed JSON at line 1, column 17: unexpected character 'x'"}.
+     * and constraint names, token types): {@code "malformed JSON at line 1, column 17: unexpected character 'x': expected
+     * a JSON value"}.
      * @param what how the message starts ("malformed JSON")
      */
     public static String syntaxProblem(String what, JsonProcessingException e) {
-        return syntaxProblem(what, e, "a body");
+        return syntaxProblem(what, e, "a body", null);
     }
 
-    /** {@link #syntaxProblem(String, JsonProcessingException)} of a text that is unit ("a file"), not a request body. */
-    static String syntaxProblem(String what, JsonProcessingException e, String unit) {
+    /**
+     * {@link #syntaxProblem(String, JsonProcessingException)} of a text that is unit ("a file"), not a request body.
+     * @param src the text's bytes, to look at what precedes the error, or null
+     */
+    static String syntaxProblem(String what, JsonProcessingException e, String unit, byte[] src) {
         var loc = e.getLocation();
-        String m = plainSyntaxMessage(e, unit);
-        return loc != null && loc.getLineNr() > 0 ? what + " at line " + loc.getLineNr() + ", column " + loc.getColumnNr() + ": " + m
-                : what + ": " + m;
+        String m = plainSyntaxMessage(e, unit, src);
+        if (loc == null || loc.getLineNr() <= 0) return what + ": " + m;
+        int column = loc.getColumnNr();
+        // Jackson places a leading '+' one column past it (at the digit after it): the column named is the '+'
+        if (m.startsWith("unexpected character '+' in a number") && column > 1) column--;
+        return what + " at line " + loc.getLineNr() + ", column " + column + ": " + m;
     }
 
     /** Jackson's message for a '}' or ']' read outside every object and array. */
     private static final java.util.regex.Pattern ROOT_CLOSER =
             java.util.regex.Pattern.compile("^Unexpected close marker '([}\\]])'.*\\(for root ");
+
+    /** Jackson's message for a '}' or ']' that does not close the object or array open there, and where that opened. */
+    private static final java.util.regex.Pattern WRONG_CLOSER = java.util.regex.Pattern.compile(
+            "^Unexpected close marker '([}\\]])': expected '([}\\]])' \\(for (Object|Array) starting at .*line: (\\d+), column: (\\d+)\\]\\)");
+
+    /** Jackson's "Unexpected character ('x' (code 120))", optionally "in numeric value", and what follows it. */
+    private static final java.util.regex.Pattern UNEXPECTED = java.util.regex.Pattern.compile(
+            "(?s)^Unexpected character \\((?:'(.{1,2})' \\(code (\\d+)\\)|\\(CTRL-CHAR, code (\\d+)\\))\\)( in numeric value)?:?\\s*(.*)$");
+
+    /** Jackson's "Unrecognized token 'x'" and "Non-standard token 'NaN'": a word that is no JSON value. */
+    private static final java.util.regex.Pattern TOKEN =
+            java.util.regex.Pattern.compile("(?s)^(?:Unrecognized|Non-standard) token '(.*?)'(?::.*)?$");
 
     /** Whether the parser had read a complete top-level value when it failed. */
     private static boolean afterValue(JsonProcessingException e) {
@@ -402,10 +421,12 @@ public final class Json {
     }
 
     /**
-     * Jackson's syntax message in plain words, without its place.
+     * Jackson's syntax message in plain words, without its place: what was found, then what was expected there, in
+     * one phrasing for every error ("unexpected character 'x': expected ...", "the JSON ends ...").
      * @param unit what the text is ("a body", "a file"), for the messages that say one value is allowed
+     * @param src  the text's bytes, or null
      */
-    static String plainSyntaxMessage(JsonProcessingException e, String unit) {
+    static String plainSyntaxMessage(JsonProcessingException e, String unit, byte[] src) {
         String m = e.getOriginalMessage() != null ? e.getOriginalMessage() : "";
         if (e instanceof com.fasterxml.jackson.core.exc.StreamConstraintsException) {
             String l = m.toLowerCase(java.util.Locale.ROOT);
@@ -417,6 +438,7 @@ public final class Json {
             if (l.contains("name")) return "a field name is too long" + (max != null ? " (more than " + max + " characters)" : "");
             return "the JSON exceeds a size limit";
         }
+        if (m.startsWith("Unexpected end-of-input")) return endedEarly(e, m);
         // "Unexpected close marker '}': expected ']' (for root starting at ...)": a closer with nothing open to close,
         // which Jackson words as a mismatch with a root it calls an array; after a complete value it is a stray closer
         java.util.regex.Matcher closer = ROOT_CLOSER.matcher(m);
@@ -424,7 +446,94 @@ public final class Json {
             return afterValue(e)
                     ? "more content after the JSON value: a stray '" + closer.group(1) + "' (one JSON value " + unit + ")"
                     : "unexpected '" + closer.group(1) + "': there is no object or array to close";
-        // "(start marker at [Source: REDACTED ...; line: 1, column: 14])" -> "(opened at line 1, column 14)"
+        java.util.regex.Matcher wrong = WRONG_CLOSER.matcher(m);
+        if (wrong.find())
+            return "unexpected '" + wrong.group(1) + "': expected '" + wrong.group(2) + "' to close the "
+                    + wrong.group(3).toLowerCase(java.util.Locale.ROOT) + " opened at line " + wrong.group(4) + ", column " + wrong.group(5);
+        // "Trailing token (of type START_OBJECT) found after value (bound as `...JsonNode`): not allowed as per ..."
+        if (m.startsWith("Trailing token")) return "more content after the JSON value (one JSON value " + unit + ")";
+        java.util.regex.Matcher token = TOKEN.matcher(m);
+        if (token.matches()) {
+            String t = token.group(1);
+            boolean nonFinite = t.matches("[-+]?(NaN|Infinity|INF)");
+            return "unrecognized token '" + t + "': expected a JSON value" + (nonFinite ? " (JSON has no NaN or Infinity)" : "");
+        }
+        if (m.startsWith("Invalid numeric value: Leading zeroes"))
+            return "invalid number: a JSON number has no leading zeros (write 1, not 01)";
+        java.util.regex.Matcher esc = java.util.regex.Pattern.compile("^Unrecognized character escape '(.{1,2})'").matcher(m);
+        if (esc.find())
+            return "unrecognized escape '\\" + esc.group(1) + "' in a string (the escapes are \\\" \\\\ \\/ \\b \\f \\n \\r \\t and \\uXXXX)";
+        java.util.regex.Matcher ctl = java.util.regex.Pattern.compile("^Illegal unquoted character \\(\\(CTRL-CHAR, code (\\d+)\\)\\)").matcher(m);
+        if (ctl.find()) {
+            String hex = String.format("%04X", Integer.parseInt(ctl.group(1)));
+            return "unescaped control character U+" + hex + " in a string: write it as an escape (\\u" + hex + ")";
+        }
+        java.util.regex.Matcher u = UNEXPECTED.matcher(m);
+        if (u.matches()) return unexpected(u, e, src);
+        return cleaned(m);
+    }
+
+    /**
+     * An unexpected character, found where something else was expected. The hint for a number written without a
+     * digit before its decimal point ({@code .5}, {@code -.5}) follows what the client wrote.
+     */
+    private static String unexpected(java.util.regex.Matcher u, JsonProcessingException e, byte[] src) {
+        String c = u.group(1) != null ? "'" + u.group(1) + "'" : "U+" + String.format("%04X", Integer.parseInt(u.group(3)));
+        boolean inNumber = u.group(4) != null;
+        String rest = u.group(5);
+        String expected;
+        if (rest.startsWith("was expecting comma to separate Object entries")) expected = "expected ',' or '}' after a value in an object";
+        else if (rest.startsWith("was expecting comma to separate Array entries")) expected = "expected ',' or ']' after a value in an array";
+        else if (rest.startsWith("was expecting a colon")) expected = "expected ':' after a field name";
+        else if (rest.startsWith("was expecting double-quote to start field name")) expected = "expected a field name in double quotes";
+        else if (rest.startsWith("expected a valid value") || rest.startsWith("expected a value")) {
+            expected = "expected a JSON value";
+            if (".".equals(u.group(1))) {
+                // a JSON number has a digit before its point: what the client likely meant, with its sign if it wrote one
+                String sign = precededByMinus(e, src) ? "-" : "";
+                expected += " (a JSON number has a digit before its decimal point: " + sign + "0.5, not " + sign + ".5)";
+            } else if ("'".equals(u.group(1))) expected += " (a string is written in double quotes)";
+        }
+        else if (rest.startsWith("maybe a (non-standard) comment")) expected = "JSON has no comments";
+        else if (rest.startsWith("Decimal point not followed by a digit")) expected = "expected a digit after the decimal point";
+        else if (rest.startsWith("expected digit (0-9) to follow minus sign")) expected = "expected a digit after the minus sign";
+        else if (rest.startsWith("Exponent indicator not followed by a digit")) expected = "expected a digit after the exponent's 'e'";
+        else if (rest.startsWith("JSON spec does not allow numbers to have plus signs")) expected = "a JSON number has no '+' sign";
+        else if (rest.startsWith("expected a hex-digit for character escape sequence")) expected = "expected a hexadecimal digit of a \\u escape";
+        else expected = cleaned(rest);
+        return "unexpected character " + c + (inNumber ? " in a number" : "") + (expected.isEmpty() ? "" : ": " + expected);
+    }
+
+    /** Whether the byte before the parser's error position is a '-' (the client wrote -.5, not .5). */
+    private static boolean precededByMinus(JsonProcessingException e, byte[] src) {
+        var loc = e.getLocation();
+        if (src == null || loc == null) return false;
+        long at = loc.getByteOffset();
+        return at >= 1 && at <= src.length && src[(int) at - 1] == '-';
+    }
+
+    /**
+     * The text ended early: inside a string or field name, or with an object or array still open (the innermost named
+     * with where it opened), in one phrasing whatever Jackson's words ("in VALUE_STRING", "within/between Object
+     * entries", "expected close marker").
+     */
+    private static String endedEarly(JsonProcessingException e, String m) {
+        if (m.contains("in VALUE_STRING")) return "the JSON ends inside a string: its closing '\"' is missing";
+        if (m.contains("in field name")) return "the JSON ends inside a field name: its closing '\"' is missing";
+        if (m.contains("in character escape sequence")) return "the JSON ends inside an escape sequence of a string";
+        if (e.getProcessor() instanceof JsonParser p && p.getParsingContext() != null
+                && (p.getParsingContext().inObject() || p.getParsingContext().inArray())) {
+            JsonStreamContext c = p.getParsingContext();
+            var at = c.startLocation(com.fasterxml.jackson.core.io.ContentReference.unknown());
+            String what = c.inObject() ? "an object" : "an array";
+            return "the JSON ends before " + what + (at != null && at.getLineNr() > 0 ? " opened at line " + at.getLineNr()
+                    + ", column " + at.getColumnNr() : "") + " is closed (a '" + (c.inObject() ? "}" : "]") + "' is missing)";
+        }
+        return "the JSON ends too early";
+    }
+
+    /** Any other message of Jackson's: its sources, feature advice and character codes left out. */
+    private static String cleaned(String m) {
         m = m.replaceAll("\\[Source: [^;\\]]*; line: (\\d+), column: (\\d+)\\]", "line $1, column $2");
         m = m.replace("start marker at ", "opened at ");
         m = m.replaceAll("\\[Source: [^\\]]*\\]", "");
@@ -432,18 +541,10 @@ public final class Json {
         m = m.replaceAll(":?\\s*\\(?\\s*(?:enable|disable) `?(?:JsonReadFeature|JsonParser\\.Feature|StreamReadFeature)[^)]*\\)?", "");
         m = m.replaceAll("\\s*\\(not recognized as one since Feature '[A-Z_]+' not enabled for parser\\)", "");
         m = m.replaceAll(" ?\\(`?StreamReadConstraints[^)]*\\)", "");
-        // "Unexpected character ('x' (code 120))" -> "unexpected character 'x'"
         m = m.replaceAll("\\('(.{1,2})' \\(code \\d+\\)\\)", "'$1'");
         m = m.replaceAll("\\(\\((CTRL-CHAR), code (\\d+)\\)\\)", "(control character $2)");
-        m = m.replace("Unexpected end-of-input", "the JSON ends too early");
-        // "Trailing token (of type START_OBJECT) found after value (bound as `...JsonNode`): not allowed as per ..."
-        if (m.startsWith("Trailing token")) return "more content after the JSON value (one JSON value " + unit + ")";
-        // "expected a valid value (JSON String, ...)": the list names a JSON value, so it replaces "a valid value" too
         m = m.replace("a valid value (JSON String, Number, Array, Object or token 'null', 'true' or 'false')", "a JSON value");
         m = m.replace("(JSON String, Number, Array, Object or token 'null', 'true' or 'false')", "a JSON value");
-        // JSON numbers start with a digit or '-': say so where a number was likely meant (.5)
-        if (m.startsWith("Unexpected character '.': expected a JSON value"))
-            m = m.replaceFirst("expected a JSON value", "expected a JSON value (a JSON number starts with a digit or '-': 0.5, not .5)");
         m = m.replaceAll("\\s+", " ").trim();
         if (m.endsWith(":")) m = m.substring(0, m.length() - 1);
         return m.isEmpty() ? "malformed JSON" : Character.toLowerCase(m.charAt(0)) + m.substring(1);

@@ -458,13 +458,47 @@ class BadInputTest {
         // a value that is no JSON value: said once ("expected a valid value a JSON value" before), with a hint for .5
         for (String b : new String[]{"{\"temperature\": .5}", "{\"stop\": [.25]}"}) {
             String m = expect("/v1/chat/completions", b, 400, null).get("message").asText();
-            assertTrue(m.endsWith(": expected a JSON value (a JSON number starts with a digit or '-': 0.5, not .5)"), m);
+            assertTrue(m.endsWith(": expected a JSON value (a JSON number has a digit before its decimal point: 0.5, not .5)"), m);
         }
         String m = expect("/v1/chat/completions", "{\"messages\": x}", 400, null).get("message").asText();
         assertTrue(m.startsWith("malformed JSON at line 1, column "), m);
         assertTrue(m.contains(": unrecognized token 'x'"), m);
         m = expect("/v1/chat/completions", "[".repeat(1200) + "]".repeat(1200), 400, null).get("message").asText();
         assertTrue(m.contains("nested too deeply"), m);
+    }
+
+    /**
+     * Every JSON syntax error is said one way — where (line and column), what was found, what was expected — without
+     * Jackson's token names or its wording of each case (an end of input read "in VALUE_STRING", "within/between Object
+     * entries" or "expected close marker for Object"), and -.5 gets the hint for what it lacks (a digit before the
+     * point), not the one for .5.
+     */
+    @Test
+    void jsonSyntaxErrorsAreSaidOneWay() throws Exception {
+        String[][] cases = {
+                {"{\"temperature\": -.5}", "line 1, column 18: unexpected character '.': expected a JSON value (a JSON number"
+                        + " has a digit before its decimal point: -0.5, not -.5)"},
+                {"{\"messages\": \"hi", "line 1, column 17: the JSON ends inside a string: its closing '\"' is missing"},
+                {"{\"messages\":", "line 1, column 13: the JSON ends before an object opened at line 1, column 1 is closed (a '}' is missing)"},
+                {"{\"messages\": [1,", "line 1, column 17: the JSON ends before an array opened at line 1, column 14 is closed (a ']' is missing)"},
+                {"{\"messages\": [1", "line 1, column 16: the JSON ends before an array opened at line 1, column 14 is closed (a ']' is missing)"},
+                {"{\"a\": 1 \"b\": 2}", "line 1, column 9: unexpected character '\"': expected ',' or '}' after a value in an object"},
+                {"{\"a\" 1}", "line 1, column 6: unexpected character '1': expected ':' after a field name"},
+                {"{\"a\": 1]", "line 1, column 8: unexpected ']': expected '}' to close the object opened at line 1, column 1"},
+                {"{\"a\": 1.}", "line 1, column 9: unexpected character '}' in a number: expected a digit after the decimal point"},
+                {"{\"a\": +1}", "line 1, column 7: unexpected character '+' in a number: a JSON number has no '+' sign"}};
+        for (String[] c : cases) {
+            JsonNode e = expect("/v1/chat/completions", c[0], 400, null);
+            assertEquals("invalid_json", e.get("code").asText(), c[0]);
+            assertEquals("malformed JSON at " + c[1], e.get("message").asText(), c[0]);
+        }
+        for (String b : new String[]{"{\"a\": \"x", "{\"a\": [\"x", "{\"a\":", "[1,", "{\"a\": 1 \"b\": 2}", "[1 2]", "{\"a\": tru}",
+                "{\"a\": -x}", "{\"a\": 1e}", "{\"a\": \"\\q\"}", "{a: 1}"}) {
+            String m = expect("/v1/chat/completions", b, 400, null).get("message").asText();
+            assertTrue(m.matches("malformed JSON at line \\d+, column \\d+: [a-z].*"), m);
+            for (String internal : new String[]{"VALUE_", "within/between", "entries", "was expecting", "close marker", "code ", "(0-9)"})
+                assertFalse(m.contains(internal), "no parser wording (" + internal + "): " + m);
+        }
     }
 
     @Test
