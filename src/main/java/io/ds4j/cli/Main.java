@@ -27,7 +27,8 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
         cl.setParameterExceptionHandler((ex, args) -> {
             CommandLine cmd = ex.getCommandLine();
             // picocli starts some messages with its own "Error: "; one prefix is enough
-            String msg = String.valueOf(ex.getMessage()).replaceFirst("^Error: ", "");
+            String msg = ex instanceof CommandLine.OverwrittenOptionException o && o.getOverwritten() instanceof CommandLine.Model.OptionSpec opt
+                    ? givenTwice(opt, args) : String.valueOf(ex.getMessage()).replaceFirst("^Error: ", "");
             cmd.getErr().println(cmd.getColorScheme().errorText("error: " + msg));
             cmd.getErr().println("run '" + cmd.getCommandSpec().qualifiedName() + " --help' for the options");
             return 2;
@@ -38,6 +39,36 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
             return 2;
         });
         return cl;
+    }
+
+    /**
+     * The refusal of an option of one value given more than once, naming it as it was written with each value (picocli
+     * named it by its longest name, "option '--max-tokens' (<maxTokens>) should be specified only once", for
+     * {@code -n 3 -n 20}). It stays a refusal rather than the last value winning: which of two values was meant cannot
+     * be known, as for a key given twice in the configuration.
+     */
+    static String givenTwice(CommandLine.Model.OptionSpec opt, String[] args) {
+        java.util.List<String> uses = new java.util.ArrayList<>();
+        java.util.Set<String> written = new java.util.LinkedHashSet<>();
+        boolean takesValue = opt.arity().max() > 0;
+        for (int i = 0; i < args.length && !args[i].equals("--"); i++) {
+            String a = args[i];
+            for (String name : opt.names()) {
+                boolean shortName = name.length() == 2 && name.charAt(0) == '-' && name.charAt(1) != '-';
+                if (a.equals(name)) {
+                    uses.add(takesValue && i + 1 < args.length ? a + " " + args[++i] : a);
+                } else if (a.startsWith(name + "=") || (shortName && takesValue && a.startsWith(name) && a.length() > 2)) {
+                    uses.add(a);  // --max-tokens=20, or -n20 (a short name with its value attached)
+                } else continue;
+                written.add(name);
+                break;
+            }
+        }
+        String names = written.isEmpty() ? String.join(" / ", opt.names()) : String.join(" / ", written);
+        String once = takesValue ? "it takes one value: give it once" : "give it once";
+        if (uses.size() < 2) return "option " + names + " is given more than once; " + once;
+        return "option " + names + " is given " + (uses.size() == 2 ? "twice" : uses.size() + " times") + " ("
+                + String.join(", ", uses) + "); " + once;
     }
 
     /** No command given: the usage on stderr, and a failing exit code (--help prints it on stdout and exits 0). */

@@ -64,6 +64,26 @@ class CliErrorsTest {
         }
     }
 
+    /**
+     * An option of one value given more than once is refused naming it as it was written, with each use (picocli named
+     * it by its longest name: "option '--max-tokens' (<maxTokens>) should be specified only once" for -n 3 -n 20).
+     */
+    @Test
+    void aRepeatedOptionIsNamedAsWritten() throws Exception {
+        String[][] cases = {
+                {"option -n is given twice (-n 3, -n 20); it takes one value: give it once", "generate", "-n", "3", "-n", "20"},
+                {"option -n / --max-tokens is given twice (-n 3, --max-tokens=20); it takes one value: give it once",
+                        "generate", "-n", "3", "--max-tokens=20"},
+                {"option -n is given 3 times (-n3, -n 3, -n 4); it takes one value: give it once", "generate", "-n3", "-n", "3", "-n", "4"},
+                {"option --port is given twice (--port 1, --port 2); it takes one value: give it once", "serve", "--port", "1", "--port", "2"}};
+        for (String[] c : cases) {
+            String[] args = java.util.Arrays.copyOfRange(c, 1, c.length);
+            GenerateCommandTest.Run r = runBounded(args);
+            assertEquals(2, r.code(), String.join(" ", args) + ": " + r.err());
+            assertTrue(r.err().startsWith("error: " + c[0] + "\n"), String.join(" ", args) + ": " + r.err());
+        }
+    }
+
     @Test
     void serveOnAPortInUseSaysSoAndExits(@TempDir Path dir) throws Exception {
         try (ServerSocket taken = new ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
