@@ -535,7 +535,8 @@ final class AnthropicApi {
     }
 
     /**
-     * {@code thinking}: {@code {"type": "enabled", "budget_tokens": N}} turns thinking mode on, {@code disabled} off.
+     * {@code thinking}: {@code {"type": "enabled", "budget_tokens": N}} turns thinking mode on, as does
+     * {@code {"type": "adaptive"}} (the model decides how long to think, as V4 does in thinking mode), {@code disabled} off.
      * The budget (an integer from 1 to Integer.MAX_VALUE) caps the reasoning as chat's {@code thinking_token_budget}
      * does; max_tokens still bounds the whole answer.
      */
@@ -547,8 +548,10 @@ final class AnthropicApi {
                     + what(th));
         JsonNode type = th.get("type");
         String t = type != null && type.isTextual() ? type.textValue() : null;
+        // adaptive: the model decides how much to think; V4 in thinking mode does so anyway
+        if ("adaptive".equals(t)) t = "enabled";
         if (!"enabled".equals(t) && !"disabled".equals(t))
-            throw ApiException.badField("thinking.type", "must be \"enabled\" or \"disabled\", got " + (type == null ? "nothing" : Requests.shown(type)));
+            throw ApiException.badField("thinking.type", "must be \"enabled\", \"adaptive\" or \"disabled\", got " + (type == null ? "nothing" : Requests.shown(type)));
         if (t.equals("enabled")) {
             JsonNode budget = th.get("budget_tokens");
             if (budget != null && !budget.isNull() && !(Json.isIntegral(budget) && budget.canConvertToInt() && budget.intValue() >= 1))

@@ -417,7 +417,7 @@ class AnthropicMessagesTest {
         assertError(server.post("/v1/messages", body("Hi", "\"max_tokens\":0").replace("\"max_tokens\":200,", "")),
                 400, "invalid_request_error", "max_tokens: is out of range");
         assertError(server.post("/v1/messages", body("Hi", "\"thinking\":{\"type\":\"sometimes\"}")), 400, "invalid_request_error",
-                "thinking.type: must be \"enabled\" or \"disabled\"");
+                "thinking.type: must be \"enabled\", \"adaptive\" or \"disabled\"");
         assertError(server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":9,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}"),
                 400, "invalid_request_error", "messages[0].role: must be \"user\" or \"assistant\"");
         // a prefill is continued (PrefixCompletionTest), but a forced call is the whole answer: the error names the

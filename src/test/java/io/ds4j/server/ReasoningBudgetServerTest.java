@@ -69,5 +69,12 @@ class ReasoningBudgetServerTest {
         assertEquals("thinking", content.get(0).get("type").asText(), r.body());
         assertEquals(firstTokens(3), content.get(0).get("thinking").asText(), r.body());
         assertEquals("text", content.get(1).get("type").asText(), r.body());
+
+        // adaptive: thinking as long as the model likes
+        TestServer.Resp adaptive = server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":60,\"thinking\":"
+                + "{\"type\":\"adaptive\"},\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+        assertEquals(200, adaptive.status(), adaptive.body());
+        assertEquals(TestServer.THINKING.substring(0, TestServer.THINKING.indexOf("</think>")),
+                adaptive.json().at("/content/0/thinking").asText(), adaptive.body());
     }
 }
