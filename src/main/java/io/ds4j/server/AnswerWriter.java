@@ -26,4 +26,12 @@ interface AnswerWriter {
 
     /** The whole answer of a request that is not streamed. */
     ObjectNode full(EngineEvent.Done d);
+
+    /**
+     * The frame that ends a stream that started when the request fails (the engine failed, the server shut down):
+     * here OpenAI chat's, a {@code data:} frame with the error body; an API with an error event of its own overrides it.
+     */
+    default String failed(ApiException e) {
+        return "data: " + Json.write(e.body()) + "\n\n";
+    }
 }

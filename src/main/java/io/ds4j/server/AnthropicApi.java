@@ -47,7 +47,17 @@ final class AnthropicApi {
      *                or {@code messages[3].content[0]} for a tool result)
      * @param calls   for each chat message, the paths of its tool calls' {@code tool_use} blocks (empty for most)
      */
-    record Translation(ObjectNode chat, List<String> origins, List<List<String>> calls) {
+    record Translation(ObjectNode chat, List<String> origins, List<List<String>> calls) implements TranslatedRequest {
+        @Override
+        public String idPrefix() {
+            return "msg_";
+        }
+
+        @Override
+        public AnswerWriter writer(String id, long created, String model, Requests.Gen g, int promptTokens) {
+            return new AnthropicResponse(id, model, g.stream(), promptTokens);
+        }
+
         /** A chat path pattern: a message (with a call), a tool's function part, or a tool choice's name. */
         private static final Pattern CHAT_PATH = Pattern.compile(
                 "messages\\[(\\d+)](\\.tool_calls(?:\\[(\\d+)])?(?:\\.function(?:\\.arguments|\\.name)?|\\.id)?|\\.tool_call_id|\\.content)?"
@@ -61,7 +71,8 @@ final class AnthropicApi {
          * wrote (a model name, a tool_use id, a schema's property name) is left as it is, even where it reads as a
          * chat path: the message quotes it, and the client must recognise its own value.
          */
-        ApiException renamed(ApiException e) {
+        @Override
+        public ApiException renamed(ApiException e) {
             List<String> own = clientStrings();
             String param = e.param() == null ? null : path(e.param());
             String msg = e.getMessage() == null ? null : worded(text(e.getMessage(), e.param(), param, own), param);

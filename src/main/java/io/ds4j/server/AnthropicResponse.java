@@ -223,6 +223,12 @@ final class AnthropicResponse implements AnswerWriter {
         return out.toString();
     }
 
+    /** Anthropic's {@code error} event, with the body an error answered before the stream would have had. */
+    @Override
+    public String failed(ApiException e) {
+        return event("error", AnthropicApi.errorBody(e));
+    }
+
     @Override
     public ObjectNode full(EngineEvent.Done d) {
         ArrayNode content = Json.array();

@@ -122,11 +122,12 @@ public final class HttpVerticle extends VerticleBase {
         r.head("/v1/health").handler(this::health);
         r.route().handler(this::auth);
         for (String p : List.of("/v1/chat/completions", "/chat/completions"))
-            r.post(p).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, true, false), g -> generate(ctx, g)));
+            r.post(p).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, true, null), g -> generate(ctx, g)));
         for (String p : List.of("/v1/completions", "/completions"))
-            r.post(p).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, false, false), g -> generate(ctx, g)));
+            r.post(p).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, false, null), g -> generate(ctx, g)));
         // the Anthropic Messages API, translated into chat requests (AnthropicApi)
-        r.post(AnthropicApi.MESSAGES).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, true, true), g -> generate(ctx, g)));
+        r.post(AnthropicApi.MESSAGES).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, true,
+                body -> AnthropicApi.translate(body, true)), g -> generate(ctx, g)));
         r.post(AnthropicApi.COUNT_TOKENS).handler(ctx -> withBody(ctx, this::readCountTokens, c -> countTokens(ctx, c)));
         // every GET route answers HEAD too: GET's status and headers without the body (first() adds the length)
         r.get("/v1/models").method(HttpMethod.HEAD).handler(withModel(this::models));
@@ -924,9 +925,11 @@ public final class HttpVerticle extends VerticleBase {
         HttpServerResponse resp = ctx.response();
         if (resp.ended() || resp.closed()) return;
         String path = decodedPath(ctx);
-        boolean anthropic = AnthropicApi.speaks(path);
         if (resp.headWritten()) {
-            resp.end(anthropic ? "event: error\ndata: " + Json.write(AnthropicApi.errorBody(e)) + "\n\n"
+            // only a generation's stream writes its head before it ends: its writer ends it in its API's shape
+            AnswerWriter w = ctx.get(WRITER);
+            resp.end(w != null ? w.failed(e) : AnthropicApi.speaks(path)
+                    ? "event: error\ndata: " + Json.write(AnthropicApi.errorBody(e)) + "\n\n"
                     : "data: " + Json.write(e.body()) + "\n\n");
             return;
         }
@@ -961,6 +964,9 @@ public final class HttpVerticle extends VerticleBase {
         // a HEAD answer drops the body and gets its length from headLength (first())
         resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(body));
     }
+
+    /** The routing context's key of a generation's {@link AnswerWriter}. */
+    private static final String WRITER = "ds4j.answerWriter";
 
     /** Error code of requests refused or ended because the server shuts down. */
     static final String SHUTTING_DOWN = "server_shutting_down";
@@ -1385,34 +1391,45 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * A generation's body as read: the request, its prediction's text, cache_prompt, its id, the model, and the
-     * translation of an Anthropic Messages body (null for chat and completions).
+     * translation of another API's body (null for chat and completions).
      */
     private record GenerationRead(JsonNode body, boolean chat, Requests.Gen g, String predictionText, boolean cachePrompt,
-                                  String id, ModelInfo m, AnthropicApi.Translation translation) {}
+                                  String id, ModelInfo m, TranslatedRequest translation) {}
 
     /**
      * Reads a generation's body ({@link BodyReader}): every field checked, a prompt too long in characters refused.
-     * @param anthropic the body is an Anthropic Messages request: it is read as the chat request it translates into,
-     *                  and answered in its API's shapes
+     * @param translator for another API's body (the Anthropic Messages API, OpenAI's Responses API), its translation
+     *                   into the chat request it means, which is read as any chat request and answered in that API's
+     *                   shapes; null for a chat or completions body
      */
-    private GenerationRead readGeneration(JsonNode clientBody, Reading reading, boolean chat, boolean anthropic) {
+    private GenerationRead readGeneration(JsonNode clientBody, Reading reading, boolean chat,
+                                          java.util.function.Function<JsonNode, TranslatedRequest> translator) {
         if (state.draining()) throw shuttingDown();
         ModelInfo m = ready();
         ServerConfig cfg = state.config();
-        AnthropicApi.Translation translation = anthropic ? AnthropicApi.translate(clientBody, true) : null;
+        TranslatedRequest translation = translator == null ? null : translator.apply(clientBody);
         // the body the endpoint's parser reads; unknown fields are judged on the client's own body
-        JsonNode body = anthropic ? translation.chat() : clientBody;
+        JsonNode body = translation != null ? translation.chat() : clientBody;
         Requests.Gen g = parse(body, chat, m, cfg, translation);
         if (chat) Requests.checkAnswerable(g);
         String predictionText = Requests.prediction(body, chat);
         boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
-        String id = (anthropic ? "msg_" : chat ? "chatcmpl-" : "cmpl-") + randomId();
+        String id = (translation != null ? translation.idPrefix() : chat ? "chatcmpl-" : "cmpl-") + randomId();
         ignoredFields(reading, clientBody, id);
         // the prompt's own characters (a chat template adds more) against the bound, before it is tokenised, so that a
         // prompt it refuses does not wait for a tokenising thread
-        checkChars(m.tokenizer(), chat ? null : g.promptText(), chat ? g.messages() : null, state.maxContext(),
-                chat ? "messages" : "prompt");
+        try {
+            checkChars(m.tokenizer(), chat ? null : g.promptText(), chat ? g.messages() : null, state.maxContext(),
+                    chat ? "messages" : "prompt");
+        } catch (ApiException e) {
+            throw renamed(translation, e);
+        }
         return new GenerationRead(body, chat, g, predictionText, cachePrompt, id, m, translation);
+    }
+
+    /** A chat error named as the client sent the fields where its body was translated (t not null), else as it is. */
+    private static ApiException renamed(TranslatedRequest t, ApiException e) {
+        return t == null ? e : t.renamed(e);
     }
 
     private void generate(RoutingContext ctx, GenerationRead read) {
@@ -1463,10 +1480,10 @@ public final class HttpVerticle extends VerticleBase {
             int[] prompt = enc.ids();
             int ctxLimit = state.maxContext();
             if (prompt.length >= ctxLimit) {
-                error(ctx, ApiException.bad(chat ? "messages" : "prompt", "context_length_exceeded", (chat ? "messages" : "prompt")
-                        + ": the prompt is " + prompt.length + " tokens" + (chat ? renderedBeside(body, enc.extras()) : "")
-                        + "; this server's context limit is " + ctxLimit
-                        + " tokens (prompt + output), so at most " + (ctxLimit - 1) + " prompt tokens fit"));
+                error(ctx, renamed(read.translation(), ApiException.bad(chat ? "messages" : "prompt", "context_length_exceeded",
+                        (chat ? "messages" : "prompt") + ": the prompt is " + prompt.length + " tokens"
+                        + (chat ? renderedBeside(body, enc.extras()) : "") + "; this server's context limit is " + ctxLimit
+                        + " tokens (prompt + output), so at most " + (ctxLimit - 1) + " prompt tokens fit")));
                 return;
             }
             int[] predicted = enc.prediction();
@@ -1489,7 +1506,7 @@ public final class HttpVerticle extends VerticleBase {
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
                     .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted)
                     .limitReasoning(g.reasoningBudget());
-            new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens(), read.translation() != null).start();
+            new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens(), read.translation()).start();
         });
     }
 
@@ -1595,16 +1612,16 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /** Requests.parse, its errors named as the client sent the fields where the body was translated (or null). */
-    private static Requests.Gen parse(JsonNode body, boolean chat, ModelInfo m, ServerConfig cfg, AnthropicApi.Translation t) {
+    private static Requests.Gen parse(JsonNode body, boolean chat, ModelInfo m, ServerConfig cfg, TranslatedRequest t) {
         try {
             return Requests.parse(body, chat, m, cfg);
         } catch (ApiException e) {
-            throw t == null ? e : t.renamed(e);
+            throw renamed(t, e);
         }
     }
 
     /** Work whose errors name chat fields, naming them as the client sent them where the body was translated. */
-    private static <T> java.util.concurrent.Callable<T> renaming(AnthropicApi.Translation t, java.util.concurrent.Callable<T> work) {
+    private static <T> java.util.concurrent.Callable<T> renaming(TranslatedRequest t, java.util.concurrent.Callable<T> work) {
         if (t == null) return work;
         return () -> {
             try {
@@ -1638,7 +1655,8 @@ public final class HttpVerticle extends VerticleBase {
         return new CountRead(g, t, m);
     }
 
-    private static String randomId() {
+    /** 24 random letters and digits: the random part of a request's id (and of the items of an answer). */
+    static String randomId() {
         String a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
         ThreadLocalRandom r = ThreadLocalRandom.current();
         StringBuilder s = new StringBuilder(24);
@@ -1656,8 +1674,8 @@ public final class HttpVerticle extends VerticleBase {
         final String echo;
         final List<String> promptTokens;
         final long created = System.currentTimeMillis() / 1000;
-        /** Answered in the Anthropic Messages API's shapes (else OpenAI's). */
-        final boolean anthropic;
+        /** The translation of another API's body, answered in that API's shapes; null for chat and completions. */
+        final TranslatedRequest translation;
         io.vertx.core.eventbus.MessageConsumer<Object> consumer;
         AnswerWriter out;
         /** Sent to the engine (from then on the engine says what became of it); admitted by it; answered or gone. */
@@ -1669,8 +1687,8 @@ public final class HttpVerticle extends VerticleBase {
         java.util.List<EngineEvent> early = new java.util.ArrayList<>();
 
         Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo, List<String> promptTokens,
-                 boolean anthropic) {
-            this.anthropic = anthropic;
+                 TranslatedRequest translation) {
+            this.translation = translation;
             this.promptTokens = promptTokens;
             this.ctx = ctx;
             this.resp = ctx.response();
@@ -1695,9 +1713,11 @@ public final class HttpVerticle extends VerticleBase {
             });
             Handler<Void> gone = v -> clientGone();
             resp.closeHandler(gone);
-            out = anthropic ? new AnthropicResponse(req.id(), model, g.stream(), req.prompt.length)
+            out = translation != null ? translation.writer(req.id(), created, model, g, req.prompt.length)
                     : new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage(), g.continuousUsage(), req.prompt.length)
                     .forcedToolCall(g.grammar() != null && g.grammar().isToolCall());
+            // an error after the stream started ends it with this writer's frame (error())
+            ctx.put(WRITER, out);
             consumer = vertx.eventBus().localConsumer(req.address, msg -> onEvent((EngineEvent) msg.body()));
             consumer.completion().onComplete(reg -> {
                 if (completed) return;
@@ -1713,7 +1733,8 @@ public final class HttpVerticle extends VerticleBase {
                     Admission a = (Admission) ar.result().body();
                     if (!a.accepted()) {
                         finish();
-                        error(ctx, a.error());
+                        // the admission names chat's fields (max_tokens past the cache), as the client sent them
+                        error(ctx, renamed(translation, a.error()));
                         return;
                     }
                     admitted = true;

@@ -1,0 +1,36 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.node.ObjectNode;
+
+/**
+ * A request of another API (the Anthropic Messages API, OpenAI's Responses API) rewritten into the chat request it
+ * means: the chat body that {@link Requests#parse} reads and checks as any chat request, how the chat checks' errors
+ * name the client's own fields, and how the answer is written in that API's shapes.
+ */
+interface TranslatedRequest {
+    /** The chat body, to give {@link Requests#parse}. */
+    ObjectNode chat();
+
+    /**
+     * A chat check's error as the client's API states it: its field, and the chat paths in its message, named as the
+     * client sent them.
+     *
+     * @param e an error of the chat parser, the chat template, or the admission of the chat request
+     * @return the same error (status, code) about the client's fields
+     */
+    ApiException renamed(ApiException e);
+
+    /** The prefix of the request's id ({@code msg_}, {@code resp_}), followed by a random part. */
+    String idPrefix();
+
+    /**
+     * The writer of the answer in this API's shapes.
+     *
+     * @param id           the request's id (the prefix and its random part)
+     * @param created      the request's arrival, in seconds since the epoch
+     * @param model        the served model's id
+     * @param g            the chat request as read (streaming, sampling as applied)
+     * @param promptTokens the prompt's tokens
+     */
+    AnswerWriter writer(String id, long created, String model, Requests.Gen g, int promptTokens);
+}
