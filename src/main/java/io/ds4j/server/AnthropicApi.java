@@ -126,48 +126,12 @@ final class AnthropicApi {
             return one(m) + (rest.equals(".prefix") ? "" : rest);
         }
 
-        /**
-         * The client's strings (values and object keys of the chat body, which holds them as sent) that a chat path
-         * could be found in, as sent and as a message shows them JSON-escaped: their occurrences are never renamed.
-         */
         private List<String> clientStrings() {
-            List<String> out = new ArrayList<>();
-            java.util.ArrayDeque<JsonNode> todo = new java.util.ArrayDeque<>();
-            todo.add(chat);
-            while (!todo.isEmpty()) {
-                JsonNode n = todo.pop();
-                if (n.isTextual()) own(n.textValue(), out);
-                else if (n.isObject()) n.properties().forEach(f -> {
-                    own(f.getKey(), out);
-                    todo.push(f.getValue());
-                });
-                else if (n.isArray()) n.forEach(todo::push);
-            }
-            return out;
-        }
-
-        private static void own(String s, List<String> out) {
-            if (!CHAT_PATH.matcher(s).find()) return;
-            out.add(s);
-            String json = Json.write(com.fasterxml.jackson.databind.node.TextNode.valueOf(s));
-            out.add(json.substring(1, json.length() - 1));
+            return ChatPaths.clientStrings(chat, CHAT_PATH);
         }
 
         private String paths(String s, List<String> own) {
-            // the spans of s that are the client's own text
-            boolean[] kept = new boolean[s.length()];
-            for (String o : own)
-                for (int i = s.indexOf(o); i >= 0; i = s.indexOf(o, i + 1))
-                    java.util.Arrays.fill(kept, i, i + o.length(), true);
-            Matcher m = CHAT_PATH.matcher(s);
-            StringBuilder out = new StringBuilder();
-            while (m.find()) {
-                boolean client = false;
-                for (int i = m.start(); i < m.end() && !client; i++) client = kept[i];
-                m.appendReplacement(out, Matcher.quoteReplacement(client ? m.group() : one(m)));
-            }
-            m.appendTail(out);
-            return out.toString();
+            return ChatPaths.replace(s, own, CHAT_PATH, this::one);
         }
 
         private String one(Matcher m) {

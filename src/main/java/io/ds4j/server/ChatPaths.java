@@ -1,0 +1,78 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.TextNode;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.function.Function;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * Renames the chat paths in an error message for an API translated into chat (the Anthropic Messages API, OpenAI's
+ * Responses API), leaving what the client wrote as it is: a model name, a call id or a schema's property name that
+ * reads as a chat path is quoted in the message, and the client must recognise its own value.
+ */
+final class ChatPaths {
+    private ChatPaths() {}
+
+    /**
+     * The client's strings (values and object keys of a translated chat body, which holds them as sent) in which
+     * {@code chatPath} finds a chat path, each as sent and as a message shows it JSON-escaped.
+     *
+     * @param chat     the chat body the client's body was translated into
+     * @param chatPath the chat paths the caller renames
+     * @return the strings whose occurrences in a message are never renamed
+     */
+    static List<String> clientStrings(JsonNode chat, Pattern chatPath) {
+        List<String> out = new ArrayList<>();
+        ArrayDeque<JsonNode> todo = new ArrayDeque<>();
+        todo.add(chat);
+        while (!todo.isEmpty()) {
+            JsonNode n = todo.pop();
+            if (n.isTextual()) own(n.textValue(), chatPath, out);
+            else if (n.isObject()) n.properties().forEach(f -> {
+                own(f.getKey(), chatPath, out);
+                todo.push(f.getValue());
+            });
+            else if (n.isArray()) n.forEach(todo::push);
+        }
+        return out;
+    }
+
+    private static void own(String s, Pattern chatPath, List<String> out) {
+        if (!chatPath.matcher(s).find()) return;
+        out.add(s);
+        String json = Json.write(TextNode.valueOf(s));
+        out.add(json.substring(1, json.length() - 1));
+    }
+
+    /**
+     * A message with every chat path renamed but those inside the client's own strings.
+     *
+     * @param s        the message
+     * @param own      the client's strings ({@link #clientStrings})
+     * @param chatPath the chat paths to rename
+     * @param one      the client's name of one matched chat path
+     * @return the message as the client's API words it
+     */
+    static String replace(String s, List<String> own, Pattern chatPath, Function<Matcher, String> one) {
+        // the spans of s that are the client's own text
+        boolean[] kept = new boolean[s.length()];
+        for (String o : own)
+            for (int i = s.indexOf(o); i >= 0; i = s.indexOf(o, i + 1))
+                Arrays.fill(kept, i, i + o.length(), true);
+        Matcher m = chatPath.matcher(s);
+        StringBuilder out = new StringBuilder();
+        while (m.find()) {
+            boolean client = false;
+            for (int i = m.start(); i < m.end() && !client; i++) client = kept[i];
+            m.appendReplacement(out, Matcher.quoteReplacement(client ? m.group() : one.apply(m)));
+        }
+        m.appendTail(out);
+        return out.toString();
+    }
+}
