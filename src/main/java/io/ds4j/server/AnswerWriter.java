@@ -5,8 +5,9 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.util.List;
 
 /**
- * Writes one generation's engine events in its API's wire shapes: the OpenAI ones ({@link ResponseBuilder}) or the
- * Anthropic Messages ones ({@link AnthropicResponse}). A streamed answer is the concatenation of what {@link #start},
+ * Writes one generation's engine events in its API's wire shapes: the OpenAI chat and completions ones
+ * ({@link ResponseBuilder}), the Anthropic Messages ones ({@link AnthropicResponse}) or those of OpenAI's Responses API
+ * ({@link ResponsesResponse}). A streamed answer is the concatenation of what {@link #start},
  * each {@link #delta} and {@link #done} return; an answer that is not streamed is {@link #full}, and the other methods
  * return "" while they gather it.
  */

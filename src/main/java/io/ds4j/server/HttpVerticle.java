@@ -50,7 +50,9 @@ import java.util.function.Consumer;
  * {@code POST /detokenize}, {@code GET /metrics}, and the playground's static files at {@code /}; every GET route
  * answers HEAD too. {@code POST /v1/messages} and {@code POST /v1/messages/count_tokens} answer the Anthropic Messages
  * API, translated into chat requests ({@link AnthropicApi}) and answered in its shapes ({@link AnthropicResponse}),
- * their errors too.
+ * their errors too. {@code POST /v1/responses} answers OpenAI's Responses API, translated alike ({@link ResponsesApi},
+ * {@link ResponsesResponse}); a stored response's routes ({@code GET} and {@code DELETE /v1/responses/{id}}, its
+ * {@code cancel} and {@code input_items}) are a 404, as this server stores none.
  */
 public final class HttpVerticle extends VerticleBase {
     private static final Logger LOG = LoggerFactory.getLogger(HttpVerticle.class);
@@ -73,7 +75,8 @@ public final class HttpVerticle extends VerticleBase {
             java.util.Map.entry("/props", "GET, HEAD"), java.util.Map.entry("/metrics", "GET, HEAD"),
             java.util.Map.entry("/health", "GET, HEAD"), java.util.Map.entry("/v1/health", "GET, HEAD"),
             java.util.Map.entry("/tokenize", "POST"), java.util.Map.entry("/detokenize", "POST"),
-            java.util.Map.entry(AnthropicApi.MESSAGES, "POST"), java.util.Map.entry(AnthropicApi.COUNT_TOKENS, "POST"));
+            java.util.Map.entry(AnthropicApi.MESSAGES, "POST"), java.util.Map.entry(AnthropicApi.COUNT_TOKENS, "POST"),
+            java.util.Map.entry(ResponsesApi.RESPONSES, "POST"));
 
     /**
      * Request bodies of at least this many bytes tokenise on the long-text lane ({@link #LONG_TEXT_THREADS} threads of
@@ -129,6 +132,14 @@ public final class HttpVerticle extends VerticleBase {
         r.post(AnthropicApi.MESSAGES).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, true,
                 body -> AnthropicApi.translate(body, true)), g -> generate(ctx, g)));
         r.post(AnthropicApi.COUNT_TOKENS).handler(ctx -> withBody(ctx, this::readCountTokens, c -> countTokens(ctx, c)));
+        // OpenAI's Responses API, translated into chat requests (ResponsesApi); a stored response's routes are a 404,
+        // as nothing is stored (their body, if any, is not read)
+        r.post(ResponsesApi.RESPONSES).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, true, ResponsesApi::translate),
+                g -> generate(ctx, g)));
+        Handler<RoutingContext> notStored = ctx -> error(ctx, ResponsesApi.notStored(routed(ctx)));
+        r.getWithRegex("/v1/responses/[^/]+(?:/input_items)?").method(HttpMethod.HEAD).handler(notStored);
+        r.deleteWithRegex("/v1/responses/[^/]+").handler(notStored);
+        r.postWithRegex("/v1/responses/[^/]+/cancel").handler(notStored);
         // every GET route answers HEAD too: GET's status and headers without the body (first() adds the length)
         r.get("/v1/models").method(HttpMethod.HEAD).handler(withModel(this::models));
         r.get("/models").method(HttpMethod.HEAD).handler(withModel(this::models));
@@ -485,6 +496,7 @@ public final class HttpVerticle extends VerticleBase {
     public static String allowed(String path) {
         String allow = ALLOW.get(exactRoute(path));
         if (allow == null && (path.startsWith("/v1/models/") || path.startsWith("/models/"))) return "GET, HEAD";
+        if (allow == null && path.startsWith(ResponsesApi.RESPONSES + "/")) return ResponsesApi.allowed(path);
         return allow;
     }
 
