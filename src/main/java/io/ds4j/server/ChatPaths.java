@@ -28,6 +28,17 @@ final class ChatPaths {
      * @return the strings whose occurrences in a message are never renamed
      */
     static List<String> clientStrings(JsonNode chat, Pattern chatPath) {
+        return clientStrings(chat, chatPath, java.util.Set.of());
+    }
+
+    /**
+     * As {@link #clientStrings(JsonNode, Pattern)}, but for the object keys the translation wrote itself that the
+     * pattern matches (chat's {@code messages}, {@code max_tokens}): a value of the client's that reads so is still the
+     * client's.
+     *
+     * @param translationKeys the chat field names the translation writes that {@code chatPath} finds a path in
+     */
+    static List<String> clientStrings(JsonNode chat, Pattern chatPath, java.util.Set<String> translationKeys) {
         List<String> out = new ArrayList<>();
         ArrayDeque<JsonNode> todo = new ArrayDeque<>();
         todo.add(chat);
@@ -35,7 +46,7 @@ final class ChatPaths {
             JsonNode n = todo.pop();
             if (n.isTextual()) own(n.textValue(), chatPath, out);
             else if (n.isObject()) n.properties().forEach(f -> {
-                own(f.getKey(), chatPath, out);
+                if (!translationKeys.contains(f.getKey())) own(f.getKey(), chatPath, out);
                 todo.push(f.getValue());
             });
             else if (n.isArray()) n.forEach(todo::push);

@@ -86,7 +86,7 @@ final class ResponsesApi {
                         + "|(?<![\\w.\\[])(?<bare>messages|max_tokens|reasoning_effort)(?![\\w\\[])");
 
         /** The chat fields this translation writes whose names the pattern matches. */
-        private static final List<String> OWN_KEYS = List.of("messages", "max_tokens", "reasoning_effort", "response_format");
+        private static final java.util.Set<String> OWN_KEYS = java.util.Set.of("messages", "max_tokens", "reasoning_effort", "response_format");
 
         @Override
         public String idPrefix() {
@@ -107,9 +107,8 @@ final class ResponsesApi {
          */
         @Override
         public ApiException renamed(ApiException e) {
-            List<String> own = ChatPaths.clientStrings(chat, CHAT_PATH);
             // the chat fields this translation wrote are no client's strings
-            own.removeAll(OWN_KEYS);
+            List<String> own = ChatPaths.clientStrings(chat, CHAT_PATH, OWN_KEYS);
             String param = e.param() == null ? null : path(e.param());
             String msg = e.getMessage();
             if (msg != null) {

@@ -513,6 +513,28 @@ class ResponsesApiTest {
     }
 
     @Test
+    void chatRefusalsAfterTheParserNameTheResponsesFields() throws Exception {
+        ResponsesApi.Translation t = ResponsesApi.translate(Json.MAPPER.readTree(body("Hi", "\"max_output_tokens\":900,"
+                + "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{\"type\":\"object\"}}}")));
+        // the prompt over the context (HttpVerticle.generate) and max_tokens past the cache (the engine's admission)
+        ApiException context = t.renamed(ApiException.bad("messages", "context_length_exceeded", "messages: the prompt is 9000"
+                + " tokens (the messages with response_format's schema, as the chat template writes them); this server's"
+                + " context limit is 4096 tokens"));
+        assertEquals("input", context.param());
+        assertEquals("context_length_exceeded", context.code());
+        assertEquals("input: the prompt is 9000 tokens (the input with text.format's schema, as the chat template writes them);"
+                + " this server's context limit is 4096 tokens", context.getMessage());
+        ApiException cache = t.renamed(ApiException.bad("max_tokens", "context_length_exceeded", "max_tokens: the prompt (5"
+                + " tokens) plus max_tokens (900) exceeds the server's cache of 512 tokens (model.cacheTokens); lower max_tokens"));
+        assertEquals("max_output_tokens: the prompt (5 tokens) plus max_output_tokens (900) exceeds the server's cache of 512"
+                + " tokens (model.cacheTokens); lower max_output_tokens", cache.getMessage());
+        assertEquals("max_output_tokens", cache.param());
+        // the client's own text is quoted as sent, even where it reads as a chat field
+        ResponsesApi.Translation own = ResponsesApi.translate(Json.MAPPER.readTree(body("Hi", "").replace("\"scripted\"", "\"max_tokens\"")));
+        assertEquals("model: 'max_tokens' does not exist", own.renamed(ApiException.badField("model", "'max_tokens' does not exist")).getMessage());
+    }
+
+    @Test
     void aStoredResponsesRoutesAreA404() throws Exception {
         for (String[] c : new String[][]{{"GET", "/v1/responses/resp_123"}, {"DELETE", "/v1/responses/resp_123"},
                 {"POST", "/v1/responses/resp_123/cancel"}, {"GET", "/v1/responses/resp_123/input_items"}}) {
