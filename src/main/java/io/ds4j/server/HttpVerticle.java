@@ -51,7 +51,7 @@ import java.util.function.Consumer;
  * answers HEAD too. {@code POST /v1/messages} and {@code POST /v1/messages/count_tokens} answer the Anthropic Messages
  * API, translated into chat requests ({@link AnthropicApi}) and answered in its shapes ({@link AnthropicResponse}),
  * their errors too. {@code POST /v1/responses} answers OpenAI's Responses API, translated alike ({@link ResponsesApi},
- * {@link ResponsesResponse}); a stored response's routes ({@code GET} and {@code DELETE /v1/responses/{id}}, its
+ * {@link ResponsesResponse}), and {@code POST /v1/responses/input_tokens} counts its prompt; a stored response's routes ({@code GET} and {@code DELETE /v1/responses/{id}}, its
  * {@code cancel} and {@code input_items}) are a 404, as this server stores none.
  */
 public final class HttpVerticle extends VerticleBase {
@@ -76,7 +76,7 @@ public final class HttpVerticle extends VerticleBase {
             java.util.Map.entry("/health", "GET, HEAD"), java.util.Map.entry("/v1/health", "GET, HEAD"),
             java.util.Map.entry("/tokenize", "POST"), java.util.Map.entry("/detokenize", "POST"),
             java.util.Map.entry(AnthropicApi.MESSAGES, "POST"), java.util.Map.entry(AnthropicApi.COUNT_TOKENS, "POST"),
-            java.util.Map.entry(ResponsesApi.RESPONSES, "POST"));
+            java.util.Map.entry(ResponsesApi.RESPONSES, "POST"), java.util.Map.entry(ResponsesApi.INPUT_TOKENS, "POST"));
 
     /**
      * Request bodies of at least this many bytes tokenise on the long-text lane ({@link #LONG_TEXT_THREADS} threads of
@@ -131,15 +131,18 @@ public final class HttpVerticle extends VerticleBase {
         // the Anthropic Messages API, translated into chat requests (AnthropicApi)
         r.post(AnthropicApi.MESSAGES).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, true,
                 body -> AnthropicApi.translate(body, true)), g -> generate(ctx, g)));
-        r.post(AnthropicApi.COUNT_TOKENS).handler(ctx -> withBody(ctx, this::readCountTokens, c -> countTokens(ctx, c)));
+        r.post(AnthropicApi.COUNT_TOKENS).handler(ctx -> withBody(ctx, (b, rd) -> readCountTokens(b, rd, body -> AnthropicApi.translate(body, false)),
+                c -> countTokens(ctx, c, n -> Json.object().put("input_tokens", n))));
         // OpenAI's Responses API, translated into chat requests (ResponsesApi); a stored response's routes are a 404,
         // as nothing is stored (their body, if any, is not read)
         r.post(ResponsesApi.RESPONSES).handler(ctx -> withBody(ctx, (b, rd) -> readGeneration(b, rd, true, ResponsesApi::translate),
                 g -> generate(ctx, g)));
+        r.post(ResponsesApi.INPUT_TOKENS).handler(ctx -> withBody(ctx, (b, rd) -> readCountTokens(b, rd, ResponsesApi::translate),
+                c -> countTokens(ctx, c, n -> Json.object().put("object", "response.input_tokens").put("input_tokens", n))));
         Handler<RoutingContext> notStored = ctx -> error(ctx, ResponsesApi.notStored(routed(ctx)));
-        r.getWithRegex("/v1/responses/[^/]+(?:/input_items)?").method(HttpMethod.HEAD).handler(notStored);
-        r.deleteWithRegex("/v1/responses/[^/]+").handler(notStored);
-        r.postWithRegex("/v1/responses/[^/]+/cancel").handler(notStored);
+        r.getWithRegex(ResponsesApi.STORED_ID + "(?:/input_items)?").method(HttpMethod.HEAD).handler(notStored);
+        r.deleteWithRegex(ResponsesApi.STORED_ID).handler(notStored);
+        r.postWithRegex(ResponsesApi.STORED_ID + "/cancel").handler(notStored);
         // every GET route answers HEAD too: GET's status and headers without the body (first() adds the length)
         r.get("/v1/models").method(HttpMethod.HEAD).handler(withModel(this::models));
         r.get("/models").method(HttpMethod.HEAD).handler(withModel(this::models));
@@ -1645,25 +1648,36 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * {@code POST /v1/messages/count_tokens}: {@code {"input_tokens": N}}, the prompt tokens of the same body sent to
-     * {@code /v1/messages} (read and checked the same way; max_tokens may be left out), without generating.
+     * {@code POST /v1/messages/count_tokens} ({@code {"input_tokens": N}}) and {@code POST /v1/responses/input_tokens}
+     * ({@code {"object": "response.input_tokens", "input_tokens": N}}): the prompt tokens of the same body sent to
+     * {@code /v1/messages} or {@code /v1/responses} (read and checked the same way), without generating.
+     *
+     * @param answer the answer's body for the count
      */
-    private void countTokens(RoutingContext ctx, CountRead c) {
+    private void countTokens(RoutingContext ctx, CountRead c, java.util.function.IntFunction<ObjectNode> answer) {
         Tokenizer tok = c.m().tokenizer();
         tokenizing(ctx, null, renaming(c.translation(), () -> chatPrompt(tok, c.g().messages(), c.g().options()).length),
-                n -> json(ctx, 200, Json.object().put("input_tokens", n)));
+                n -> json(ctx, 200, answer.apply(n)));
     }
 
-    /** A count_tokens body as read: the chat request it translates into, its translation and the model. */
-    private record CountRead(Requests.Gen g, AnthropicApi.Translation translation, ModelInfo m) {}
+    /** A token-counting body as read: the chat request it translates into, its translation and the model. */
+    private record CountRead(Requests.Gen g, TranslatedRequest translation, ModelInfo m) {}
 
-    /** Reads a count_tokens body ({@link BodyReader}) as {@code /v1/messages} reads one, max_tokens optional. */
-    private CountRead readCountTokens(JsonNode body, Reading reading) {
+    /**
+     * Reads a token-counting body ({@link BodyReader}) as its API's generation route reads one.
+     *
+     * @param translator the body's translation into the chat request it means
+     */
+    private CountRead readCountTokens(JsonNode body, Reading reading, java.util.function.Function<JsonNode, TranslatedRequest> translator) {
         ModelInfo m = ready();
-        AnthropicApi.Translation t = AnthropicApi.translate(body, false);
+        TranslatedRequest t = translator.apply(body);
         Requests.Gen g = parse(t.chat(), true, m, state.config(), t);
         ignoredFields(reading, body, null);
-        checkChars(m.tokenizer(), null, g.messages(), state.maxContext(), "messages");
+        try {
+            checkChars(m.tokenizer(), null, g.messages(), state.maxContext(), "messages");
+        } catch (ApiException e) {
+            throw t.renamed(e);
+        }
         return new CountRead(g, t, m);
     }
 

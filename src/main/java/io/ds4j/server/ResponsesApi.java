@@ -32,8 +32,14 @@ final class ResponsesApi {
     /** The generation route. */
     static final String RESPONSES = "/v1/responses";
 
+    /** The route that counts a request's prompt tokens without generating. */
+    static final String INPUT_TOKENS = "/v1/responses/input_tokens";
+
+    /** The path of a stored response by its id: any name under {@link #RESPONSES} but {@code input_tokens}. */
+    static final String STORED_ID = "/v1/responses/(?!input_tokens(?:/|$))([^/]+)";
+
     /** A stored response's routes, which this server answers with a 404: one response, its cancel, its input items. */
-    private static final Pattern STORED = Pattern.compile("/v1/responses/([^/]+)(/cancel|/input_items)?");
+    private static final Pattern STORED = Pattern.compile(STORED_ID + "(/cancel|/input_items)?");
 
     /**
      * The methods a path under {@link #RESPONSES} answers (each with a 404, as nothing is stored), or null for a path
@@ -116,9 +122,31 @@ final class ResponsesApi {
                 if (e.param() != null && msg.startsWith(e.param() + ":"))
                     msg = param + ChatPaths.replace(msg.substring(e.param().length()), own, CHAT_PATH, this::one);
                 else msg = ChatPaths.replace(msg, own, CHAT_PATH, this::one);
-                msg = worded(msg, param);
+                msg = worded(ChatPaths.replace(msg, own, CALL_WORDS, ResponsesApi.Translation::callWords), param);
             }
             return e.renamed(param, msg);
+        }
+
+        /**
+         * Chat's words for its pairing of tool calls and tool messages (checked by chat, after the paths are renamed):
+         * a Responses client sent function_call and function_call_output items.
+         */
+        private static final Pattern CALL_WORDS = Pattern.compile(
+                "answers no tool call: a tool message follows the assistant message with the tool_calls it answers \\(or"
+                        + " another tool message after it\\)|is not the id of a tool call of |\\(its tool calls: "
+                        + "|each tool call of (\\S+) is answered by one tool message|is also the id of |each tool call has an id of its own");
+
+        /** The Responses API's words for one of {@link #CALL_WORDS}. */
+        private static String callWords(Matcher m) {
+            String w = m.group();
+            if (w.startsWith("answers no tool call")) return "answers no function call: a function_call_output item follows"
+                    + " the function_call item it answers (or another function_call_output item after it)";
+            if (w.startsWith("is not the id")) return "is not the call_id of a function_call in the assistant turn at ";
+            if (w.startsWith("(its tool calls")) return "(its call_ids: ";
+            if (w.startsWith("each tool call of"))
+                return "each function_call in the assistant turn at " + m.group(1) + " is answered by one function_call_output item";
+            if (w.startsWith("is also")) return "is also the call_id of ";
+            return "each function_call has a call_id of its own";
         }
 
         /** The server's own words about chat's tool messages, after the field: a Responses client sent none. */

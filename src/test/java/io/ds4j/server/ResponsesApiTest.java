@@ -322,7 +322,16 @@ class ResponsesApiTest {
         String sent = Json.write(next);
         TestServer.Resp bad = server.post("/v1/responses", sent.replace("\"call_id\":\"" + call.get("call_id").asText() + "\",\"output\"",
                 "\"call_id\":\"call_nope\",\"output\""));
-        assertError(bad, 400, "input[3].call_id", "input[3].call_id: 'call_nope' is not the id of a tool call of input[1]");
+        assertError(bad, 400, "input[3].call_id", "input[3].call_id: 'call_nope' is not the call_id of a function_call in the"
+                + " assistant turn at input[1] (its call_ids: '" + call.get("call_id").asText() + "')");
+        // the same output twice
+        ArrayNode twice = input.deepCopy();
+        twice.add(twice.get(3).deepCopy());
+        ObjectNode again = next.deepCopy();
+        again.set("input", twice);
+        assertError(server.post("/v1/responses", Json.write(again)), 400, "input[4].call_id", "input[4].call_id: '"
+                + call.get("call_id").asText() + "' was already answered by input[3]: each function_call in the assistant turn at"
+                + " input[1] is answered by one function_call_output item");
         // a call left unanswered
         input.remove(3);
         input.addObject().put("role", "user").put("content", "And tomorrow?");
@@ -362,7 +371,7 @@ class ResponsesApiTest {
                 "input[3].arguments", "input[3].arguments: must be a JSON object encoded as a string");
         // the same call id twice
         assertError(server.post("/v1/responses", responses.replace("\"call_id\":\"t2\",\"name\"", "\"call_id\":\"t1\",\"name\"")), 400,
-                "input[3].call_id", "input[3].call_id: 't1' is also the id of input[2]");
+                "input[3].call_id", "input[3].call_id: 't1' is also the call_id of input[2]: each function_call has a call_id of its own");
     }
 
     @Test
@@ -469,7 +478,8 @@ class ResponsesApiTest {
                 {"\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\",\"arguments\":{}}]", "input[0].arguments", "input[0].arguments: must be a string"},
                 {"\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\"}]", "input[0].output", "input[0].output: is required"},
                 {"\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"r\"}]", "input[0].call_id",
-                        "input[0].call_id: 'c' answers no tool call"},
+                        "input[0].call_id: 'c' answers no function call: a function_call_output item follows the function_call"
+                                + " item it answers (or another function_call_output item after it)"},
                 {"\"input\":[{\"type\":\"reasoning\",\"summary\":[{\"type\":\"text\",\"text\":\"x\"}]}]", "input[0].summary[0].type", "input[0].summary[0].type: must be \"summary_text\""},
                 {"\"instructions\":5," + u, "instructions", "instructions: must be a string"},
                 {"\"previous_response_id\":\"resp_1\"," + u, "previous_response_id", "previous_response_id: is not supported: this server stores no responses"},
@@ -501,7 +511,8 @@ class ResponsesApiTest {
             TestServer.Resp r = server.post("/v1/responses", "{" + c[0] + "}");
             assertError(r, 400, c[1], c[2]);
             // chat's own names never reach the client
-            for (String chatName : List.of("messages", "max_tokens", "response_format", "reasoning_effort", "tool_call_id", ".function."))
+            for (String chatName : List.of("messages", "max_tokens", "response_format", "reasoning_effort", "tool_call_id", ".function.",
+                    "tool call", "tool message"))
                 assertFalse(r.json().at("/error/message").asText().contains(chatName), chatName + " in " + r.body());
         }
         assertError(server.post("/v1/responses", body("Hi", "").replace("\"scripted\"", "\"gpt-5\"")), 404, "model",
@@ -552,6 +563,27 @@ class ResponsesApiTest {
         assertEquals(405, put.status(), put.body());
         assertEquals("GET, HEAD, DELETE", put.headers().firstValue("Allow").orElse(null));
         assertEquals(404, server.get("/v1/responses/resp_1/other").status());
+        // the token counter is no stored response
+        TestServer.Resp counter = server.get("/v1/responses/input_tokens");
+        assertEquals(405, counter.status(), counter.body());
+        assertEquals("POST", counter.headers().firstValue("Allow").orElse(null));
+    }
+
+    @Test
+    void inputTokensCountsThePromptARequestRuns() throws Exception {
+        String body = body("What is the weather in Paris?", "\"instructions\":\"Be brief.\"");
+        int ran = response(body).at("/usage/input_tokens").asInt();
+        TestServer.Resp r = server.post("/v1/responses/input_tokens", body);
+        assertEquals(200, r.status(), r.body());
+        assertEquals(Json.MAPPER.readTree("{\"object\":\"response.input_tokens\",\"input_tokens\":" + ran + "}"), r.json());
+        int withTools = server.post("/v1/responses/input_tokens", body("What is the weather in Paris?",
+                "\"instructions\":\"Be brief.\",\"tools\":[" + WEATHER_TOOL + "]")).json().get("input_tokens").asInt();
+        assertTrue(withTools > ran, withTools + " vs " + ran);
+        // read and checked as the generation route reads a body
+        assertError(server.post("/v1/responses/input_tokens", body("Hi", "\"previous_response_id\":\"resp_1\"")), 400,
+                "previous_response_id", "previous_response_id: is not supported");
+        assertError(server.post("/v1/responses/input_tokens", "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"x\"}]}"),
+                400, "input[0].call_id", "input[0].call_id: 'c' answers no function call");
     }
 
     @Test
