@@ -74,8 +74,8 @@ final class ResponsesResponse implements AnswerWriter {
     }
 
     /**
-     * An output item's id: {@code fc_} and the call's own random part for a call (so the two stay together), else the
-     * prefix and a random part of its own.
+     * A message's or reasoning's item id: the prefix ({@code msg_}, {@code rs_}) and a random part of its own. (A
+     * call's item id is {@code fc_} and its call id's random part, so the two are told together.)
      */
     private static String itemId(String prefix) {
         return prefix + HttpVerticle.randomId();
