@@ -45,6 +45,20 @@ public final class DefaultModelProvider implements ModelProvider {
         }
     }
 
+    /**
+     * The tokenizer's vocabulary, which requests (and sampling.top_k) are checked against: the folder's own
+     * tokenizer.json, else the vendored one (the embedded default model has none of its own), as {@link #load} reads
+     * it. Null when the folder or its tokenizer cannot be read: the start's check or the load says why.
+     */
+    @Override
+    public Integer vocabulary(String modelPath) {
+        try {
+            return (modelPath == null ? Tokenizers.vendored() : Tokenizers.forModel(Path.of(modelPath))).vocabSize();
+        } catch (RuntimeException | LinkageError e) {
+            return null;
+        }
+    }
+
     // what would certainly fail the load, found before the port is bound: config.json and the weight files (not
     // their contents, which only the load reads); what: the key's accepted values, before a missing folder is named
     private static void checkModelFolder(String key, String what, Path dir) {

@@ -224,10 +224,13 @@ public final class ServeCommand implements Callable<Integer> {
                     ? "--config: file not found: " + file.toAbsolutePath() : "--config: " + file.toAbsolutePath() + " " + unusable);
         if (file == null) file = Ds4jServer.appRelative("conf/server.json");
         Map<String, Object> ov = overrides();
+        DefaultModelProvider provider = new DefaultModelProvider();
         ServerConfig cfg;
         try {
+            // sampling.top_k is checked against the named model's vocabulary (its tokenizer, read for it) with the other
+            // keys, before listening: a file with other problems too is refused once, naming them all
             cfg = ServerConfig.parseFile(file != null ? ConfigFileStore.read(file) : null,
-                    file != null ? file.toString() : "defaults", ov);
+                    file != null ? file.toString() : "defaults", ov, provider::vocabulary);
         } catch (java.io.IOException e) {
             // a file that is not a regular one (a FIFO, a device) or larger than 1 MiB: ConfigFileStore.read says which
             // (an AccessDeniedException's message is the path alone: its kind says why)
@@ -245,10 +248,10 @@ public final class ServeCommand implements Callable<Integer> {
             }
             return 2;
         }
-        if (cfg.cluster().enabled()) return cluster(cfg, file, ov);
+        if (cfg.cluster().enabled()) return cluster(cfg, file, ov, provider);
         Ds4jServer server;
         try {
-            server = Ds4jServer.start(new Ds4jServer.Options(cfg, file, ov, new DefaultModelProvider())).await();
+            server = Ds4jServer.start(new Ds4jServer.Options(cfg, file, ov, provider)).await();
         } catch (Exception e) {
             Throwable t = e;
             while (!(t instanceof Ds4jServer.StartException) && t.getCause() != null && t.getCause() != t) t = t.getCause();
@@ -282,8 +285,9 @@ public final class ServeCommand implements Callable<Integer> {
             server.ready().await();
         } catch (Exception e) {
             why.set("the model did not load");
-            // a key only the loaded model can check (sampling.top_k against its vocabulary): a usage error, said against
-            // the flag or file that set it, as the checks before listening are
+            // a key only the loaded model could check (sampling.top_k against its vocabulary, where its tokenizer could
+            // not be read before the load): a usage error, said against the flag or file that set it, as the checks
+            // before listening are
             for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
                 if (t instanceof ConfigException c) {
                     for (String p : c.problems()) spec.commandLine().getErr().println("error: " + blame(p, file));
@@ -298,10 +302,10 @@ public final class ServeCommand implements Callable<Integer> {
     }
 
     /** {@code serve --cluster}: one node of a cluster, as cluster.role says. */
-    private int cluster(ServerConfig cfg, Path file, Map<String, Object> ov) throws InterruptedException {
+    private int cluster(ServerConfig cfg, Path file, Map<String, Object> ov, DefaultModelProvider provider) throws InterruptedException {
         ClusterNode node;
         try {
-            node = ClusterNode.start(cfg, file, ov, new DefaultModelProvider()).await();
+            node = ClusterNode.start(cfg, file, ov, provider).await();
         } catch (Exception e) {
             Throwable t = e;
             while (!(t instanceof Ds4jServer.StartException) && t.getCause() != null && t.getCause() != t) t = t.getCause();

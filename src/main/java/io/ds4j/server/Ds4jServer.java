@@ -346,18 +346,16 @@ public final class Ds4jServer {
         lastContent = content;
         if (unusable.getAndSet(null) != null) LOG.info("config file {} is back", file);
         ServerConfig proposed;
+        // sampling.top_k is live: it is checked against the running model's vocabulary (whatever model.path the file
+        // names for the next start), with the other checks, so that one rejection names every problem
+        ModelInfo loaded = state.model();
+        ServerConfig.Vocabulary vocabulary = loaded == null ? ServerConfig.Vocabulary.UNKNOWN
+                : modelPath -> loaded.tokenizer().vocabSize();
         try {
-            proposed = ServerConfig.parseFile(content, file.toString(), opt.overrides());
+            proposed = ServerConfig.parseFile(content, file.toString(), opt.overrides(), vocabulary);
         } catch (ConfigException e) {
             state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "rejected", e.getMessage()));
             LOG.error("config reload rejected, the previous configuration stays in effect: {}", e.getMessage());
-            return;
-        }
-        ModelInfo loaded = state.model();
-        String unfit = loaded == null ? null : proposed.againstVocabulary(loaded.tokenizer().vocabSize());
-        if (unfit != null) {
-            state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "rejected", unfit));
-            LOG.error("config reload rejected, the previous configuration stays in effect: {}", unfit);
             return;
         }
         ServerConfig running = state.config();

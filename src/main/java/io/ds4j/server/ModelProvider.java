@@ -31,4 +31,15 @@ public interface ModelProvider {
      * @throws Exception with a one-line message naming the setting and the problem
      */
     default void checkFolders(ServerConfig config) throws Exception {}
+
+    /**
+     * The vocabulary (token ids) of the model a {@code model.path} names, told before the model loads, so that the
+     * start checks {@code sampling.top_k} against it with the configuration's other checks
+     * ({@link ServerConfig.Vocabulary}); null when it cannot be told before the load (the engine then checks it once
+     * the model has loaded). The default tells nothing.
+     * @param modelPath the folder, or null for the embedded default model
+     */
+    default Integer vocabulary(String modelPath) {
+        return null;
+    }
 }

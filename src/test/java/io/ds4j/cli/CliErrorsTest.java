@@ -131,8 +131,8 @@ class CliErrorsTest {
     }
 
     /**
-     * A default top-k past the model's vocabulary can only be checked once the model is known: the start then fails as
-     * a usage error (exit 2), blamed on the flag that set it, as the checks before listening are.
+     * A default top-k past the model's vocabulary (its tokenizer's, read for it before the model loads) fails the start
+     * as a usage error (exit 2), blamed on the flag that set it, before listening, as the other checks do.
      */
     @Test
     void serveBlamesATopKPastTheVocabularyOnItsFlag(@TempDir Path dir) throws Exception {
@@ -140,6 +140,43 @@ class CliErrorsTest {
                 "--draft", "none", "--set", "sampling.top_k=200000");
         assertEquals(2, r.code(), r.err());
         assertTrue(r.err().contains("error: flag --set sampling.top_k=200000: sampling.top_k: must be in [-1, "), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
+    }
+
+    /**
+     * A file with several problems is refused at start naming every one, a default top-k past the model's vocabulary
+     * with the others, before listening: the model's tokenizer is read for it (the first start named the other two
+     * only, and the next one, with those fixed, loaded the model to refuse top_k).
+     */
+    @Test
+    void serveNamesATopKPastTheVocabularyWithTheOtherProblems(@TempDir Path dir) throws Exception {
+        Path f = config(dir, "{\"limits\": {\"maxActiv\": 4, \"maxQueue\": -1}, \"sampling\": {\"top_k\": 999999}}");
+        GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port", "0", "--draft", "none");
+        assertEquals(2, r.code(), r.err());
+        int vocab = io.ds4j.text.Tokenizers.vendored().vocabSize();
+        assertTrue(r.err().contains("  " + f + ": limits.maxActiv: unknown key (did you mean limits.maxActive?)\n")
+                && r.err().contains("  " + f + ": limits.maxQueue: must be an integer in [0, 1048576], got -1\n")
+                && r.err().contains("  " + f + ": sampling.top_k: must be in [-1, " + vocab + "] (0 or -1 = off; " + vocab
+                + " is the model's vocabulary), got 999999\n"), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
+    }
+
+    /**
+     * A default top-k past the vocabulary in the file is refused at start though a flag overrides the key, named after
+     * the file (a start without the flag would refuse it); it was hidden by the flag's value, and the server started.
+     */
+    @Test
+    void serveRefusesAFileTopKPastTheVocabularyThatAFlagOverrides(@TempDir Path dir) throws Exception {
+        Path f = config(dir, "{\"sampling\": {\"top_k\": 999999}}");
+        // a port in use: a start that let the file pass ends there (exit 1) rather than serving on
+        try (ServerSocket taken = new ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
+            GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port",
+                    Integer.toString(taken.getLocalPort()), "--draft", "none", "--set", "sampling.top_k=5");
+            assertEquals(2, r.code(), r.err());
+            assertTrue(r.err().contains("error: " + f + ": sampling.top_k: must be in [-1, ")
+                    && r.err().contains("got 999999 (the file on its own"), r.err());
+            assertFalse(r.err().contains("flag --set"), r.err());
+        }
     }
 
     /** A model folder with a config.json but no weight files is refused as one without config.json is: before listening. */

@@ -14,6 +14,7 @@ import org.junit.jupiter.api.io.TempDir;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
+import java.util.List;
 import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.*;
@@ -557,6 +558,54 @@ class ConfigReloadTest {
             JsonNode p = s.get("/props").json();
             assertTrue(p.at("/config_reload/message").asText().startsWith("sampling.top_k: must be in [-1, "), p.toString());
             assertEquals(0, p.at("/config/sampling/top_k").asInt(), "the running default stays");
+        }
+    }
+
+    /**
+     * A reload with several problems names every one of them in one rejection, a default top-k past the vocabulary with
+     * the others (it was checked in a second pass: the first rejection named an unknown key and a bad maxQueue only, and
+     * the next reload, with those fixed, was rejected again for top_k).
+     */
+    @Test
+    @Order(8)
+    void aReloadNamesATopKPastTheVocabularyWithTheOtherProblems(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 100}}";
+        Files.writeString(f, text);
+        try (TestServer s = watching(Map.of(), f, text)) {
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActiv\": 4, \"maxQueue\": -1},"
+                    + " \"sampling\": {\"top_k\": 999999}}");
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/outcome").asText().equals("rejected")), "the reload is refused");
+            String msg = s.get("/props").json().at("/config_reload/message").asText();
+            int vocab = TestServer.tokenizer().vocabSize();
+            assertEquals("limits.maxActiv: unknown key (did you mean limits.maxActive?); limits.maxQueue: must be an integer in"
+                    + " [0, 1048576], got -1; sampling.top_k: must be in [-1, " + vocab + "] (0 or -1 = off; " + vocab
+                    + " is the model's vocabulary), got 999999", msg);
+        }
+    }
+
+    /**
+     * A default top-k past the vocabulary in the file is refused at a reload though a flag overrides the key (the file
+     * must hold on its own: a start without the flag would refuse it); it was hidden by the flag's value.
+     */
+    @Test
+    @Order(8)
+    void aTopKPastTheVocabularyAFlagOverridesIsRejectedOnReload(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 100}}";
+        Files.writeString(f, text);
+        try (TestServer s = watching(Map.of("sampling.top_k", 5), f, text)) {
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 7},"
+                    + " \"sampling\": {\"top_k\": 999999}}");
+            // without the file's own top_k judged, the reload applied maxTokensDefault
+            assertTrue(propsSoon(s, p -> List.of("rejected", "applied").contains(p.at("/config_reload/outcome").asText())),
+                    s.get("/props").body());
+            JsonNode p = s.get("/props").json();
+            String msg = p.at("/config_reload/message").asText();
+            assertEquals("rejected", p.at("/config_reload/outcome").asText(), msg);
+            assertTrue(msg.startsWith(f + ": sampling.top_k: must be in [-1, ") && msg.contains("got 999999 (the file on its own"), msg);
+            assertEquals(5, p.at("/config/sampling/top_k").asInt(), "the flag's value stays");
+            assertNotEquals(7, p.at("/config/limits/maxTokensDefault").asInt(), "nothing of the file applied");
         }
     }
 

@@ -20,6 +20,36 @@ class ServerConfigTest {
         return assertThrows(ConfigException.class, () -> ServerConfig.parse(json, "test", null));
     }
 
+    /**
+     * sampling.top_k is checked against the vocabulary of the model the configuration names with the other keys: one
+     * refusal names it with them. The vocabulary is asked for only for a top-k that is on, with model.path judged valid.
+     */
+    @Test
+    void aTopKPastTheVocabularyIsNamedWithTheOtherProblems() throws Exception {
+        List<String> asked = new java.util.ArrayList<>();
+        ServerConfig.Vocabulary vocab = path -> {
+            asked.add(String.valueOf(path));
+            return 1000;
+        };
+        byte[] bad = "{\"limits\": {\"maxQueue\": -1}, \"model\": {\"path\": \"/m\"}, \"sampling\": {\"top_k\": 1001}}"
+                .getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        ConfigException e = assertThrows(ConfigException.class, () -> ServerConfig.parseFile(bad, "f.json", null, vocab));
+        assertEquals(List.of("limits.maxQueue: must be an integer in [0, 1048576], got -1",
+                "sampling.top_k: must be in [-1, 1000] (0 or -1 = off; 1000 is the model's vocabulary), got 1001"), e.problems());
+        assertEquals(List.of("/m"), asked);
+        assertEquals(1000, ServerConfig.parseFile("{\"sampling\": {\"top_k\": 1000}}".getBytes(), "f.json", null, vocab)
+                .sampling().topK());
+        asked.clear();
+        for (String off : List.of("{}", "{\"sampling\": {\"top_k\": -1}}", "{\"model\": {\"path\": \"\"}, \"sampling\": {\"top_k\": 1001}}")) {
+            try {
+                ServerConfig.parseFile(off.getBytes(), "f.json", null, vocab);
+            } catch (ConfigException x) {
+                assertEquals(List.of("model.path: must be a folder or null, got an empty string"), x.problems(), off);
+            }
+        }
+        assertEquals(List.of(), asked, "the vocabulary is not asked for");
+    }
+
     @Test
     void defaultsAreValidAndMatchTheShippedFile() throws Exception {
         ServerConfig d = ServerConfig.defaults();

@@ -148,7 +148,7 @@ public final class ServerConfig {
                     "a long prompt also leaves a snapshot every this many tokens (0 = only at its end and branch points)"),
             key("sampling.temperature", ConfigKey.Type.NUMBER, 1.0, true, Range.of(0, 2), "default temperature (0 = greedy)"),
             key("sampling.top_p", ConfigKey.Type.NUMBER, 1.0, true, Range.aboveUpTo(0, 1), "default nucleus mass (1 = off)"),
-            key("sampling.top_k", ConfigKey.Type.INT, 0, true, Range.atLeast(-1), "default top-k (0 or -1 = off); at most the model's vocabulary, checked once the model has loaded (the start fails) and at every reload (refused)"),
+            key("sampling.top_k", ConfigKey.Type.INT, 0, true, Range.atLeast(-1), "default top-k (0 or -1 = off); at most the model's vocabulary, checked with the other keys: at start before listening (the model's tokenizer is read for it) and at every reload (refused)"),
             key("sampling.min_p", ConfigKey.Type.NUMBER, 0.0, true, Range.of(0, 1), "default min-p (0 = off)"),
             key("sampling.presence_penalty", ConfigKey.Type.NUMBER, 0.0, true, Range.of(-2, 2), "default presence penalty"),
             key("sampling.frequency_penalty", ConfigKey.Type.NUMBER, 0.0, true, Range.of(-2, 2), "default frequency penalty"),
@@ -232,6 +232,18 @@ public final class ServerConfig {
      *                         after the file's name
      */
     public static ServerConfig parseFile(byte[] bytes, String source, Map<String, Object> overrides) throws ConfigException {
+        return parseFile(bytes, source, overrides, Vocabulary.UNKNOWN);
+    }
+
+    /**
+     * {@link #parseFile(byte[], String, Map)} that also checks {@code sampling.top_k} against the model's vocabulary,
+     * with the other checks, so that one refusal names every problem (it was a second pass, and a file with other
+     * problems was refused without it, then again for it once those were fixed); the file on its own is checked against
+     * it too.
+     * @param vocabulary the vocabulary of the model a configuration names, where it can be told
+     */
+    public static ServerConfig parseFile(byte[] bytes, String source, Map<String, Object> overrides, Vocabulary vocabulary)
+            throws ConfigException {
         ObjectNode tree;
         if (bytes == null) {
             tree = JsonNodeFactory.instance.objectNode();
@@ -246,7 +258,7 @@ public final class ServerConfig {
         List<String> alone = List.of();
         if (bytes != null && overrides != null && !overrides.isEmpty()) {
             try {
-                fromTree(tree.deepCopy());
+                fromTree(tree.deepCopy(), vocabulary);
             } catch (ConfigException e) {
                 alone = e.problems();
             }
@@ -255,7 +267,7 @@ public final class ServerConfig {
         List<String> problems = new ArrayList<>();
         ServerConfig c = null;
         try {
-            c = fromTree(tree);
+            c = fromTree(tree, vocabulary);
         } catch (ConfigException e) {
             problems.addAll(e.problems());
         }
@@ -332,15 +344,36 @@ public final class ServerConfig {
      * @throws ConfigException listing every problem by key
      */
     public static ServerConfig fromTree(ObjectNode tree) throws ConfigException {
+        return fromTree(tree, Vocabulary.UNKNOWN);
+    }
+
+    /** {@link #fromTree(ObjectNode)}, with {@code sampling.top_k} checked against the vocabulary too. */
+    private static ServerConfig fromTree(ObjectNode tree, Vocabulary vocabulary) throws ConfigException {
         List<String> problems = new ArrayList<>();
         Map<String, Object> v = new LinkedHashMap<>();
         for (ConfigKey k : KEYS) v.put(k.name(), k.def());
         Map<String, String> written = new LinkedHashMap<>();
         walk(tree, "", v, problems, written);
         // keys with a type problem still hold their (valid) default here, so range checks only report the others
-        check(v, problems, written);
+        check(v, problems, written, vocabulary);
         if (!problems.isEmpty()) throw new ConfigException(problems);
         return new ServerConfig(v);
+    }
+
+    /**
+     * The vocabulary (token ids) of the model a configuration names, that a default {@code sampling.top_k} must not
+     * exceed: at a reload the loaded model's, at start the named model's tokenizer's, read before the model loads.
+     */
+    @FunctionalInterface
+    public interface Vocabulary {
+        /** Nothing known: sampling.top_k is checked against its range only. */
+        Vocabulary UNKNOWN = modelPath -> null;
+
+        /**
+         * @param modelPath the configuration's model.path (null = the embedded default model)
+         * @return its vocabulary size, or null when it cannot be told (a folder the start's check refuses says so itself)
+         */
+        Integer of(String modelPath);
     }
 
     /** Reads the tree's keys into v; written collects the text of numbers as the file wrote them ({@link Json#written}). */
@@ -417,7 +450,7 @@ public final class ServerConfig {
     }
 
     /** Each numeric key's declared {@link Range}, then the other and cross-key checks. */
-    private static void check(Map<String, Object> v, List<String> p, Map<String, String> written) {
+    private static void check(Map<String, Object> v, List<String> p, Map<String, String> written, Vocabulary vocabulary) {
         for (ConfigKey k : KEYS) if (k.range() != null) inRange(v, p, k, written.get(k.name()));
         String host = (String) v.get("server.host");
         if (host.isBlank()) p.add("server.host: must not be empty");
@@ -458,6 +491,14 @@ public final class ServerConfig {
         for (int i = 0; i < keys.size(); i++) {
             String why = ApiKeys.unsendable(keys.get(i));
             if (why != null) p.add("server.apiKeys: the key at index " + i + " " + why);
+        }
+        // last, once model.path is judged; the vocabulary only bounds a top-k that is on, so it is asked for only then
+        // (at start that reads the named model's tokenizer)
+        int topK = (Integer) v.get("sampling.top_k");
+        if (topK > 0 && noneAbout(p, List.of("sampling.top_k", "model.path"))) {
+            Integer vocab = vocabulary.of((String) v.get("model.path"));
+            String past = vocab == null ? null : topKPast(topK, vocab);
+            if (past != null) p.add(past);
         }
     }
 
@@ -744,11 +785,16 @@ public final class ServerConfig {
 
     /**
      * What this configuration asks that a model of {@code vocab} token ids cannot give, or null: a default top-k above
-     * the vocabulary would make every request that gives none a 400 naming a top_k it never sent. Checked when the model
-     * has loaded and at every reload, against the vocabulary requests are checked against (the tokenizer's).
+     * the vocabulary would make every request that gives none a 400 naming a top_k it never sent. Checked against the
+     * vocabulary requests are checked against (the tokenizer's) by the parse where it is known ({@link Vocabulary}: at
+     * start and at every reload), and by this once the model has loaded, for a start that could not tell it before.
      */
     public String againstVocabulary(int vocab) {
-        int k = (Integer) values.get("sampling.top_k");
+        return topKPast((Integer) values.get("sampling.top_k"), vocab);
+    }
+
+    /** That a default top-k k is past a vocabulary of vocab token ids, or null: the one wording of this check. */
+    private static String topKPast(int k, int vocab) {
         return k > vocab ? "sampling.top_k: must be in [-1, " + vocab + "] (0 or -1 = off; " + vocab
                 + " is the model's vocabulary), got " + k : null;
     }
