@@ -56,10 +56,21 @@ public final class Backends {
      *                                  none of {@link #NAMES}
      */
     public static void checkAvailable(String name) {
+        checkAvailable(name, true);
+    }
+
+    /**
+     * {@link #checkAvailable(String)}, the one place that decides whether a backend can run on this machine.
+     * @param openDevice open and close the device (the start's probe, which also finds a device the runtime lists but
+     *                   cannot open); false only asks the runtime whether it sees the device, opening none (no context,
+     *                   no device memory): what a running server, maybe on that GPU, can tell of the next start
+     */
+    public static void checkAvailable(String name, boolean openDevice) {
         requireKnown(name);
         if (!name.equals("hip")) return;
         try {
-            Gpu.open(0).close();
+            if (openDevice) Gpu.open(0).close();
+            else Gpu.requireDevice(0);
         } catch (GpuUnavailableException e) {
             throw new IllegalArgumentException("backend 'hip' is not available on this machine: " + e.getMessage()
                     + "; use backend 'cpu'", e);

@@ -5,6 +5,7 @@ import io.ds4j.engine.BackendOptions;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.server.LoadedModel;
 import io.ds4j.server.ModelProvider;
+import io.ds4j.server.config.ConfigException;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.speculative.DraftSource;
 import io.ds4j.speculative.ModelDraftSource;
@@ -15,6 +16,8 @@ import io.ds4j.text.Tokenizers;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.function.Consumer;
 
 /**
@@ -31,17 +34,36 @@ public final class DefaultModelProvider implements ModelProvider {
     static final int DRAFT_ROLLBACK = io.ds4j.engine.RollbackWindow.DEFAULT;
 
     @Override
-    public void check(ServerConfig cfg) throws Exception {
-        checkFolders(cfg);
-        checkBackend(cfg.backend());
+    public void check(ServerConfig cfg) throws ConfigException {
+        check(cfg, true);
     }
 
     @Override
-    public void checkFolders(ServerConfig cfg) {
-        if (cfg.modelPath() != null) checkModelFolder("model.path", "", Path.of(cfg.modelPath()));
+    public void checkNextStart(ServerConfig cfg) throws ConfigException {
+        check(cfg, false);
+    }
+
+    /**
+     * The start's checks, every one of them (a bad folder does not hide an unavailable backend): the model and draft
+     * folders, and the backend ({@link Backends#checkAvailable(String, boolean)}).
+     * @param openDevice whether the backend's probe may open the device (the start), or only ask the runtime (a reload)
+     */
+    private static void check(ServerConfig cfg, boolean openDevice) throws ConfigException {
+        List<String> problems = new ArrayList<>();
+        if (cfg.modelPath() != null) problem(problems, () -> checkModelFolder("model.path", "", Path.of(cfg.modelPath())));
         String d = cfg.draft();
-        if (!d.equals("none") && !d.equals("ngram") && !d.equals("mtp")) {
-            checkModelFolder("speculative.draft", "must be \"none\", \"ngram\", \"mtp\" or a model folder; ", Path.of(d));
+        if (!d.equals("none") && !d.equals("ngram") && !d.equals("mtp"))
+            problem(problems, () -> checkModelFolder("speculative.draft", "must be \"none\", \"ngram\", \"mtp\" or a model folder; ", Path.of(d)));
+        problem(problems, () -> checkBackend(cfg.backend(), openDevice));
+        if (!problems.isEmpty()) throw new ConfigException(problems);
+    }
+
+    /** Runs one check, adding its refusal (an IllegalArgumentException naming the key) to problems. */
+    private static void problem(List<String> problems, Runnable check) {
+        try {
+            check.run();
+        } catch (IllegalArgumentException e) {
+            problems.add(e.getMessage());
         }
     }
 
@@ -74,9 +96,9 @@ public final class DefaultModelProvider implements ModelProvider {
     }
 
     /** A backend that needs hardware is probed once, so a machine without it fails before binding. */
-    private static void checkBackend(String backend) {
+    private static void checkBackend(String backend, boolean openDevice) {
         try {
-            Backends.checkAvailable(backend);
+            Backends.checkAvailable(backend, openDevice);
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException("model.backend: " + e.getMessage(), e);
         }

@@ -198,6 +198,21 @@ public final class ServeCommand implements Callable<Integer> {
     }
 
     /**
+     * Says configuration problems, each against its source ({@link #blame}): one on the error line, several listed
+     * under it; returns the usage error's exit code, 2.
+     */
+    private int usageError(List<String> problems, Path file) {
+        var err = spec.commandLine().getErr();
+        if (problems.size() == 1) {
+            err.println("error: " + blame(problems.getFirst(), file));
+        } else {
+            err.println("error: the configuration is not valid:");
+            for (String p : problems) err.println("  " + blame(p, file));
+        }
+        return 2;
+    }
+
+    /**
      * A configuration problem ("key: what is wrong") said against its source: the flag that set the key, else the
      * file.
      */
@@ -238,15 +253,7 @@ public final class ServeCommand implements Callable<Integer> {
                     ? "config file " + f.getFile() + " cannot be read (" + e.getClass().getSimpleName() + ")" : e.getMessage()));
             return 2;
         } catch (ConfigException e) {
-            var err = spec.commandLine().getErr();
-            List<String> problems = e.problems();
-            if (problems.size() == 1) {
-                err.println("error: " + blame(problems.getFirst(), file));
-            } else {
-                err.println("error: the configuration is not valid:");
-                for (String p : problems) err.println("  " + blame(p, file));
-            }
-            return 2;
+            return usageError(e.problems(), file);
         }
         if (cfg.cluster().enabled()) return cluster(cfg, file, ov, provider);
         Ds4jServer server;
@@ -257,9 +264,11 @@ public final class ServeCommand implements Callable<Integer> {
             while (!(t instanceof Ds4jServer.StartException) && t.getCause() != null && t.getCause() != t) t = t.getCause();
             if (!(t instanceof Ds4jServer.StartException)) t = e;
             String msg = t.getMessage() != null ? t.getMessage() : t.toString();
+            // the pre-start check refused what the user asked for (a model or draft folder, a backend this machine
+            // cannot run): a usage error, each refusal said against the flag or file that set its key
+            if (t.getCause() instanceof ConfigException c) return usageError(c.problems(), file);
             if (t.getCause() instanceof IllegalArgumentException) {
-                // the pre-start check refused what the user asked for (a model or draft folder, a backend this machine
-                // cannot run): a usage error, said against the flag or file that set it
+                // a provider whose check names one problem alone
                 spec.commandLine().getErr().println("error: " + blame(msg, file));
                 return 2;
             }

@@ -44,10 +44,7 @@ public final class Gpu implements AutoCloseable {
      *         or a device
      */
     public static Gpu open(int device) {
-        int count = deviceCount();
-        if (count == 0) throw new GpuUnavailableException("the GPU runtime (" + platformName() + ") found no GPU device");
-        if (device < 0 || device >= count)
-            throw new GpuUnavailableException("no GPU device " + device + ": the runtime sees " + count + " device(s)");
+        requireDevice(device);
         try (Arena a = Arena.ofConfined()) {
             MemorySegment buf = a.allocate(256);
             check(ds4j_device_name(device, buf, 256), "device name");
@@ -59,6 +56,19 @@ public final class Gpu implements AutoCloseable {
             return new Gpu(out.get(ValueLayout.ADDRESS, 0), device, name, platformName(), i.get(ValueLayout.JAVA_INT, 0),
                     i.get(ValueLayout.JAVA_INT, 4), i.get(ValueLayout.JAVA_INT, 8), l.get(ValueLayout.JAVA_LONG, 0));
         }
+    }
+
+    /**
+     * Checks that the runtime sees a device, as {@link #open} does before it opens one, but opens none (no context is
+     * created): what a process already running, maybe on that device, can tell of a device another start would open.
+     * @throws GpuUnavailableException naming what is missing: the library in this build, the GPU driver/runtime, or the
+     *         device
+     */
+    public static void requireDevice(int device) {
+        int count = deviceCount();
+        if (count == 0) throw new GpuUnavailableException("the GPU runtime (" + platformName() + ") found no GPU device");
+        if (device < 0 || device >= count)
+            throw new GpuUnavailableException("no GPU device " + device + ": the runtime sees " + count + " device(s)");
     }
 
     /**

@@ -296,7 +296,12 @@ public final class Ds4jServer {
                     .onSuccess(why -> configUnusable(file, why == null ? "cannot be read" : why));
             retriever.listen(change -> {
                 byte[] bytes = change.getNewConfiguration().getBinary("bytes");
-                if (bytes != null) onConfigText(bytes, true);
+                // off the event loop, one change after the other in their order: a reload may read model folders and
+                // ask the GPU runtime about its devices for the next start (checkNextStart), which can take a while
+                if (bytes != null) vertx.executeBlocking(() -> {
+                    onConfigText(bytes, true);
+                    return null;
+                }, true).onFailure(e -> LOG.error("config reload of {} failed: {}", file, e.toString(), e));
             });
             scanTimer = vertx.setPeriodic(scanMs, id -> checkPresence(file));
             LOG.info("watching {} for changes (every {} ms)", file, scanMs);
@@ -336,6 +341,10 @@ public final class Ds4jServer {
     /** The keys a change of which can cap, or stop capping, the prefill chunk or the floor ({@link ServerConfig#prefillCaps}). */
     private static final java.util.Set<String> BUDGET_KEYS = java.util.Set.of("limits.prefillChunk",
             "scheduler.minPrefillChunk", "scheduler.tokenBudget");
+
+    /** The restart keys {@link ModelProvider#checkNextStart} judges: a reload that changes one runs it. */
+    private static final java.util.Set<String> NEXT_START_KEYS = java.util.Set.of("model.path", "speculative.draft",
+            "model.backend");
 
     /** The file's values a flag overrides, as last read (onConfigText): each is warned about once. */
     private List<String> warnedOverrides = List.of();
@@ -431,10 +440,11 @@ public final class Ds4jServer {
                     LOG.warn("config {}: at the next start: {}", file, noWebroot);
                 }
             }
-            // a folder the next start would refuse is said now, not at that start
-            if (r.pending().stream().anyMatch(c -> c.key().equals("model.path") || c.key().equals("speculative.draft"))) {
+            // what the next start's check would refuse (a folder, a backend this machine cannot run) is said now, by
+            // that check, as far as it can be made without opening a device
+            if (r.pending().stream().anyMatch(c -> NEXT_START_KEYS.contains(c.key()))) {
                 try {
-                    opt.provider().checkFolders(proposed);
+                    opt.provider().checkNextStart(proposed);
                 } catch (Exception e) {
                     parts.add("the next start would fail: " + e.getMessage());
                     LOG.warn("config {}: the next start would fail: {}", file, e.getMessage());

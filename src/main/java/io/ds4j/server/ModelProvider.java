@@ -20,17 +20,18 @@ public interface ModelProvider {
      * Checks, quickly and before the server binds its port, what would certainly make {@link #load} fail: a model or
      * draft folder that does not exist or has no readable config.json or no weight files, a backend that cannot run on this machine.
      * The default checks nothing.
-     * @throws Exception with a one-line message naming the setting and the problem
+     * @throws Exception with a one-line message naming the setting and the problem, or a
+     *                   {@link io.ds4j.server.config.ConfigException} naming each problem found, by its key
      */
     default void check(ServerConfig config) throws Exception {}
 
     /**
-     * The part of {@link #check} that reads files only (the model and draft folders config names), without probing
-     * hardware: what a reload that changes those restart keys can tell of the next start, while this one runs.
-     * The default checks nothing.
-     * @throws Exception with a one-line message naming the setting and the problem
+     * {@link #check}'s checks as far as they can be made while this server runs, opening no device (the running server
+     * may be on it): the folders config names, and whether the runtime sees the device its backend needs. What a reload
+     * that changes those restart keys can tell now of the next start. The default checks nothing.
+     * @throws Exception as {@link #check}
      */
-    default void checkFolders(ServerConfig config) throws Exception {}
+    default void checkNextStart(ServerConfig config) throws Exception {}
 
     /**
      * The vocabulary (token ids) of the model a {@code model.path} names, told before the model loads, so that the

@@ -218,6 +218,19 @@ class CliErrorsTest {
         assertFalse(r.err().contains("listening on"), r.err());
     }
 
+    /** A bad model folder does not hide a backend this machine cannot run: the start's check names both. */
+    @Test
+    void serveNamesAMissingModelFolderAndAnUnavailableBackendAtOnce(@TempDir Path dir) throws Exception {
+        assumeNoGpu();
+        Path f = config(dir, "{\"model\": {\"backend\": \"hip\"}}");
+        GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port", "0", "--draft", "none",
+                "--model", dir.resolve("nope").toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: the configuration is not valid:\n  flag --model: model.path: folder not found: " + dir.resolve("nope").toAbsolutePath() + "\n  " + f
+                + ": model.backend: backend 'hip' is not available on this machine: "), r.err());
+        assertFalse(r.err().contains("listening on"), r.err());
+    }
+
     /**
      * The commands that make a model for a backend probe it first: without a GPU, bench (default backend hip, a 43-layer
      * preset of ~18 GB), bench-spec, bench-server and bench-prefix with --backend hip fail before any model is created.
@@ -351,7 +364,7 @@ class CliErrorsTest {
         r = runBounded("serve", "--config", one.toString(), "--port", "0", "--gpu-devices", "1",
                 "--model", dir.resolve("nonexistent").toString());
         assertEquals(2, r.code(), r.err());
-        assertTrue(r.err().contains("error: flag --model: model.path: folder not found"), r.err());
+        assertTrue(r.err().contains("flag --model: model.path: folder not found"), r.err());
         assertFalse(r.err().contains("verify.f16Kv"), r.err());
         f = config(dir, "{}");
         r = runBounded("serve", "--config", f.toString(), "--port", "0", "--backend", "hip", "--gpu-devices", "3");

@@ -455,8 +455,8 @@ class ConfigReloadTest {
             }
 
             @Override
-            public void checkFolders(io.ds4j.server.config.ServerConfig config) {
-                new io.ds4j.app.DefaultModelProvider().checkFolders(config);
+            public void checkNextStart(io.ds4j.server.config.ServerConfig config) throws Exception {
+                new io.ds4j.app.DefaultModelProvider().checkNextStart(config);
             }
         };
         Path missing = other.resolve("no-such-model");
@@ -469,6 +469,55 @@ class ConfigReloadTest {
             Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"model\": {\"path\": \"" + f + "\"}}");
             String file = "the next start would fail: model.path: not a folder: " + f.toAbsolutePath();
             assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains(file)), s.get("/props").body());
+        }
+    }
+
+    /**
+     * A backend the next start would refuse on this machine (hip without a usable GPU) is said at the reload that names
+     * it, by the start's own check made without opening a device (it said only that the key needs a restart), and
+     * with a bad model folder in the same reload, both: the start's check names every problem.
+     */
+    @Test
+    @Order(11)
+    void aBackendTheNextStartWouldRefuseIsSaidAtTheReload(@TempDir Path other) throws Exception {
+        boolean gpu;
+        try {
+            io.ds4j.app.Backends.checkAvailable("hip");
+            gpu = true;
+        } catch (IllegalArgumentException e) {
+            gpu = false;
+        }
+        org.junit.jupiter.api.Assumptions.assumeFalse(gpu, "this machine has a usable GPU");
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 50}}";
+        Files.writeString(f, text);
+        ModelProvider scripted = TestServer.provider(new ScriptedBackend(TestServer::defaultScript));
+        ModelProvider provider = new ModelProvider() {
+            @Override
+            public LoadedModel load(io.ds4j.server.config.ServerConfig config, java.util.function.Consumer<String> log) throws Exception {
+                return scripted.load(config, log);
+            }
+
+            @Override
+            public void checkNextStart(io.ds4j.server.config.ServerConfig config) throws Exception {
+                new io.ds4j.app.DefaultModelProvider().checkNextStart(config);
+            }
+        };
+        Path missing = other.resolve("no-such-model");
+        try (TestServer s = TestServer.start(provider, Map.of(), f, text)) {
+            String hip = "{\"server\": {\"configScanMs\": 50}, \"model\": {\"backend\": \"hip\"}}";
+            Files.writeString(f, hip);
+            // what the start says, with its own check (which may open the device: there is none)
+            String start = assertThrows(Exception.class, () -> new io.ds4j.app.DefaultModelProvider()
+                    .check(io.ds4j.server.config.ServerConfig.parse(hip, "f", null))).getMessage();
+            assertTrue(start.startsWith("model.backend: backend 'hip' is not available on this machine: "), start);
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/outcome").asText().equals("applied, restart pending")
+                    && p.at("/config_reload/message").asText().contains("the next start would fail: " + start)), s.get("/props").body());
+            assertEquals("cpu", s.get("/props").json().at("/config/model/backend").asText(), "the running backend stays");
+            String both = "{\"server\": {\"configScanMs\": 50}, \"model\": {\"backend\": \"hip\", \"path\": \"" + missing + "\"}}";
+            Files.writeString(f, both);
+            String said = "the next start would fail: model.path: folder not found: " + missing.toAbsolutePath() + "; " + start;
+            assertTrue(propsSoon(s, p -> p.at("/config_reload/message").asText().contains(said)), s.get("/props").body());
         }
     }
 

@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import io.ds4j.app.DefaultModelProvider;
+import io.ds4j.server.config.ConfigException;
 import io.ds4j.server.config.ServerConfig;
 import org.junit.jupiter.api.Test;
 
@@ -71,12 +72,18 @@ class StartFailureTest {
 
     @Test
     void theDefaultProviderChecksTheModelFolder() {
-        var e = assertThrows(IllegalArgumentException.class, () -> new DefaultModelProvider().check(
+        var e = assertThrows(ConfigException.class, () -> new DefaultModelProvider().check(
                 ServerConfig.parse(null, "t", Map.of("model.path", "/nonexistent/model"))));
         assertTrue(e.getMessage().startsWith("model.path: folder not found: /nonexistent/model"), e.getMessage());
-        e = assertThrows(IllegalArgumentException.class, () -> new DefaultModelProvider().check(
+        e = assertThrows(ConfigException.class, () -> new DefaultModelProvider().check(
                 ServerConfig.parse(null, "t", Map.of("speculative.draft", "/nonexistent/draft"))));
         assertTrue(e.getMessage().startsWith("speculative.draft:"), e.getMessage());
+        // every problem, one per key: a bad model folder does not hide a bad draft folder
+        e = assertThrows(ConfigException.class, () -> new DefaultModelProvider().check(ServerConfig.parse(null, "t",
+                Map.of("model.path", "/nonexistent/model", "speculative.draft", "/nonexistent/draft"))));
+        assertEquals(2, e.problems().size(), e.getMessage());
+        assertTrue(e.problems().get(0).startsWith("model.path: ") && e.problems().get(1).startsWith("speculative.draft: "),
+                e.getMessage());
     }
 
     /** A default top-k above the loaded model's vocabulary fails the start, named (every request giving none would 400). */
