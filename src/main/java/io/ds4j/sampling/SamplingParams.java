@@ -50,6 +50,12 @@ public record SamplingParams(double temperature, int topK, double topP, double m
                 logitBias, n, stop, logprobs, topLogprobs, ignoreEos);
     }
 
+    /** A copy with a different seed (null: a random seed per request). */
+    public SamplingParams withSeed(Long s) {
+        return new SamplingParams(temperature, topK, topP, minP, s, presencePenalty, frequencyPenalty, repetitionPenalty,
+                logitBias, maxTokens, stop, logprobs, topLogprobs, ignoreEos);
+    }
+
     /** A copy with stop strings. */
     public SamplingParams withStop(List<String> s) {
         return new SamplingParams(temperature, topK, topP, minP, seed, presencePenalty, frequencyPenalty, repetitionPenalty,

@@ -110,6 +110,32 @@ public final class EngineRequest {
         return this;
     }
 
+    /**
+     * Choice {@code index} of a request asking for several ({@code n}): this request's prompt and settings under its
+     * own id (and so its own event-bus address), with the seed {@code seed + index} where a seed was given (so choice 0
+     * samples as the request with n = 1 does, and a seeded request is reproducible choice by choice; the sum wraps
+     * past 2^63 - 1), else a random one of its own.
+     * @param id the choice's request id
+     */
+    EngineRequest choice(int index, String id) {
+        Long seed = params.seed() == null ? null : params.seed() + index;
+        EngineRequest c = new EngineRequest(id, chat, thinking, prompt, params.withSeed(seed), specQ, maxContext, arrivalNanos,
+                "ds4j.out." + id, skipSpecialTokens, promptLogprobs);
+        c.cachePrompt = cachePrompt;
+        c.grammar = grammar;
+        c.prediction = prediction;
+        c.reasoningBudget = reasoningBudget;
+        c.maxTokensField = maxTokensField;
+        return c;
+    }
+
+    /**
+     * The choices of one request asking for several ({@code n} > 1), submitted to the engine as one message: it admits
+     * them all (running or queued) or refuses them all, so a client never gets part of its choices.
+     * @param choices the choices in index order, at least two
+     */
+    record Group(java.util.List<EngineRequest> choices) {}
+
     /** Asks the engine to stop this request at its next step boundary (thread-safe). */
     public void cancel() {
         cancelled = true;

@@ -241,23 +241,136 @@ public final class EngineVerticle extends VerticleBase {
     // ------------------------------------------------------------------------------------------------ admission
 
     private void onSubmit(Message<Object> msg) {
+        if (msg.body() instanceof EngineRequest.Group g) {
+            onSubmitChoices(msg, g.choices());
+            return;
+        }
         EngineRequest r = (EngineRequest) msg.body();
         ServerConfig cfg = state.config();
         if (r.cancelled()) {
-            // its client went away while the submission waited for this thread (behind a long step): nobody else
-            // would say what became of it, or count it
-            state.metrics().cancelled();
-            state.record(new ServerState.JobRecord(r.id, "cancelled", r.prompt.length, 0, 0, 0));
-            cancelsToCome.add(r.id);
-            LOG.info("request {} cancelled ({}) while its submission waited: dropped before it reached the engine's queue,"
-                    + " nothing computed", r.id, r.cancelReason());
+            droppedAtSubmission(r);
             msg.reply(Admission.refused(new ApiException(499, "invalid_request_error", "cancelled", null, "cancelled", null)), LOCAL);
             return;
         }
+        Admission refused = refusal(r, cfg);
+        if (refused != null) {
+            msg.reply(refused, LOCAL);
+            return;
+        }
+        Job j = new Job(r, r.reserveTokens());
+        if (waiting.isEmpty() && active.size() < cfg.maxActive() && fits(j.reserved, cfg)) {
+            try {
+                startAtOnce(j, cfg);
+            } catch (RuntimeException e) {
+                String m = e.getMessage() != null ? e.getMessage() : e.toString();
+                LOG.warn("request {} could not start: {}", r.id, m);
+                msg.reply(Admission.refused(new ApiException(400, "invalid_request_error", null, null, m, null)), LOCAL);
+                return;
+            }
+            msg.reply(Admission.running(j.gen.cachedTokens()), LOCAL);
+        } else if (waiting.size() < cfg.maxQueue()) {
+            enqueue(j, cfg);
+            msg.reply(Admission.queued(waiting.size()), LOCAL);
+        } else {
+            int retry = retryAfterSeconds(cfg);
+            LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}); Retry-After {} s",
+                    r.id, active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
+            msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
+                    "the server is busy: " + plural(active.size(), "request") + " running (limits.maxActive "
+                            + cfg.maxActive() + ") and " + (cfg.maxQueue() == 0 ? "limits.maxQueue is 0, so no request may wait for a slot"
+                            : waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue() + ")") + "; retry after " + retry + " s",
+                    retry)), LOCAL);
+            return;
+        }
+        scheduleTick();
+    }
+
+    /**
+     * The choices of one request ({@code n} > 1): admitted together, each as one request against limits.maxActive and
+     * limits.maxQueue (those that find a slot start at once, the rest queue in index order), or refused together with
+     * the refusal a single request would get; a 429 when they do not all fit. Each is then a request of its own: it is
+     * stepped, counted, logged, cancelled and retired as any other.
+     */
+    private void onSubmitChoices(Message<Object> msg, List<EngineRequest> choices) {
+        ServerConfig cfg = state.config();
+        EngineRequest first = choices.getFirst();
+        if (choices.stream().anyMatch(EngineRequest::cancelled)) {
+            // the HTTP side cancels every choice of a request at once (its client went away): none reached the queue
+            for (EngineRequest r : choices) droppedAtSubmission(r);
+            msg.reply(Admission.refused(new ApiException(499, "invalid_request_error", "cancelled", null, "cancelled", null)), LOCAL);
+            return;
+        }
+        // the choices share their prompt and settings: what refuses one refuses all, said once
+        Admission refused = refusal(first, cfg);
+        if (refused != null) {
+            msg.reply(refused, LOCAL);
+            return;
+        }
+        int n = choices.size(), need = first.reserveTokens();
+        // how many start at once (only when nothing waits: first come, first served) and how many would wait
+        int now = 0;
+        long reserved = reservedTokens;
+        while (waiting.isEmpty() && now < n && active.size() + now < cfg.maxActive()
+                && (cfg.cacheTokens() <= 0 || reserved + need <= cfg.cacheTokens())) {
+            now++;
+            reserved += need;
+        }
+        if (waiting.size() + n - now > cfg.maxQueue()) {
+            int retry = retryAfterSeconds(cfg), fit = now + Math.max(0, cfg.maxQueue() - waiting.size());
+            LOG.info("request {} rejected with 429: its {} choices are admitted together and {} fit (running {}/{}, waiting {}/{});"
+                    + " Retry-After {} s", first.id, n, fit, active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
+            msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
+                    "the server is busy: the request's n = " + n + " choices are admitted together, each as one request, and"
+                            + " only " + fit + " fit now: " + plural(active.size(), "request") + " running (limits.maxActive "
+                            + cfg.maxActive() + ") and " + waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue()
+                            + "); retry after " + retry + " s", retry)), LOCAL);
+            return;
+        }
+        List<Job> started = new ArrayList<>();
+        for (int i = 0; i < now; i++) {
+            Job j = new Job(choices.get(i), need);
+            try {
+                startAtOnce(j, cfg);
+            } catch (RuntimeException e) {
+                // the choices that started are withdrawn: the request is refused as a whole
+                for (Job s : started) {
+                    end(s);
+                    forget(s);
+                }
+                updateGauges();
+                String m = e.getMessage() != null ? e.getMessage() : e.toString();
+                LOG.warn("request {} could not start: {}{}", j.req.id, m, started.isEmpty() ? ""
+                        : "; " + plural(started.size(), "other choice") + " of its request withdrawn");
+                msg.reply(Admission.refused(new ApiException(400, "invalid_request_error", null, null, m, null)), LOCAL);
+                return;
+            }
+            started.add(j);
+        }
+        for (int i = now; i < n; i++) enqueue(new Job(choices.get(i), need), cfg);
+        msg.reply(now > 0 ? Admission.running(started.getFirst().gen.cachedTokens()) : Admission.queued(waiting.size() - n + 1), LOCAL);
+        scheduleTick();
+    }
+
+    /**
+     * Says and counts a request whose client went away while its submission waited for this thread (behind a long
+     * step): nobody else would say what became of it, or count it.
+     */
+    private void droppedAtSubmission(EngineRequest r) {
+        state.metrics().cancelled();
+        state.record(new ServerState.JobRecord(r.id, "cancelled", r.prompt.length, 0, 0, 0));
+        cancelsToCome.add(r.id);
+        LOG.info("request {} cancelled ({}) while its submission waited: dropped before it reached the engine's queue,"
+                + " nothing computed", r.id, r.cancelReason());
+    }
+
+    /**
+     * The refusal of a request before any slot or queue place is looked at: the server shuts down, or the request
+     * needs more sequence state than model.cacheTokens holds. Null when neither.
+     */
+    private Admission refusal(EngineRequest r, ServerConfig cfg) {
         if (drain != null || stopped) {
             LOG.info("request {} refused with 503: the server is shutting down", r.id);
-            msg.reply(Admission.refused(HttpVerticle.shuttingDown()), LOCAL);
-            return;
+            return Admission.refused(HttpVerticle.shuttingDown());
         }
         int need = r.reserveTokens();
         if (cfg.cacheTokens() > 0 && need > cfg.cacheTokens()) {
@@ -273,42 +386,28 @@ public final class EngineVerticle extends VerticleBase {
             LOG.info("request {} rejected: needs {} tokens of sequence state (prompt {} + max_tokens {}{}), model.cacheTokens is {}",
                     r.id, need, r.prompt.length, r.params.maxTokens(), mt != null ? " as sent" : ", the default cut to the cache",
                     cfg.cacheTokens());
-            msg.reply(Admission.refused(ApiException.bad(field, "context_length_exceeded", why)), LOCAL);
-            return;
+            return Admission.refused(ApiException.bad(field, "context_length_exceeded", why));
         }
-        Job j = new Job(r, need);
-        if (waiting.isEmpty() && active.size() < cfg.maxActive() && fits(need, cfg)) {
-            try {
-                activate(j, cfg);
-            } catch (RuntimeException e) {
-                String m = e.getMessage() != null ? e.getMessage() : e.toString();
-                LOG.warn("request {} could not start: {}", r.id, m);
-                msg.reply(Admission.refused(new ApiException(400, "invalid_request_error", null, null, m, null)), LOCAL);
-                return;
-            }
-            jobs.put(r.id, j);
-            msg.reply(Admission.running(j.gen.cachedTokens()), LOCAL);
-            LOG.info("request {} admitted: {} prompt tokens, max_tokens {}, spec q {}; running {}/{}, waiting {}/{}",
-                    r.id, r.prompt.length, r.params.maxTokens(), j.specName(), active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue());
-        } else if (waiting.size() < cfg.maxQueue()) {
-            waiting.addLast(j);
-            jobs.put(r.id, j);
-            updateGauges();
-            msg.reply(Admission.queued(waiting.size()), LOCAL);
-            LOG.info("request {} queued at position {}: {} prompt tokens; running {}/{} ({})",
-                    r.id, waiting.size(), r.prompt.length, active.size(), cfg.maxActive(), queueReason(j, cfg));
-        } else {
-            int retry = retryAfterSeconds(cfg);
-            LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}); Retry-After {} s",
-                    r.id, active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
-            msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
-                    "the server is busy: " + plural(active.size(), "request") + " running (limits.maxActive "
-                            + cfg.maxActive() + ") and " + (cfg.maxQueue() == 0 ? "limits.maxQueue is 0, so no request may wait for a slot"
-                            : waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue() + ")") + "; retry after " + retry + " s",
-                    retry)), LOCAL);
-            return;
-        }
-        scheduleTick();
+        return null;
+    }
+
+    /** Starts a request that found a slot: activated and in the table (throws, leaving neither, when it cannot start). */
+    private void startAtOnce(Job j, ServerConfig cfg) {
+        EngineRequest r = j.req;
+        activate(j, cfg);
+        jobs.put(r.id, j);
+        LOG.info("request {} admitted: {} prompt tokens, max_tokens {}, spec q {}; running {}/{}, waiting {}/{}",
+                r.id, r.prompt.length, r.params.maxTokens(), j.specName(), active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue());
+    }
+
+    /** Puts a request at the end of the queue (the caller checked there is room). */
+    private void enqueue(Job j, ServerConfig cfg) {
+        EngineRequest r = j.req;
+        waiting.addLast(j);
+        jobs.put(r.id, j);
+        updateGauges();
+        LOG.info("request {} queued at position {}: {} prompt tokens; running {}/{} ({})",
+                r.id, waiting.size(), r.prompt.length, active.size(), cfg.maxActive(), queueReason(j, cfg));
     }
 
     static String plural(int n, String noun) {
