@@ -1521,7 +1521,11 @@ public final class HttpVerticle extends VerticleBase {
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
                     .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted)
                     .limitReasoning(g.reasoningBudget());
-            new Exchange(ctx, g, req, model, enc.echo(), enc.promptTokens(), read.translation()).start();
+            // n > 1: each choice is a request of its own to the engine (its own sequence, sampler and draft)
+            List<EngineRequest> reqs = new java.util.ArrayList<>(g.n());
+            if (g.n() == 1) reqs.add(req);
+            else for (int i = 0; i < g.n(); i++) reqs.add(req.choice(i, id + "-" + i));
+            new Exchange(ctx, g, reqs, id, model, enc.echo(), enc.promptTokens(), read.translation()).start();
         });
     }
 
@@ -1690,38 +1694,67 @@ public final class HttpVerticle extends VerticleBase {
         return s.toString();
     }
 
-    /** One generation request in flight: submission, then the engine's events written to the client. */
+    /** An engine event that came before its request's admission was known, with the index of its choice. */
+    private record Early(int choice, EngineEvent event) {}
+
+    /**
+     * One generation request in flight: submission, then the engine's events written to the client. A request asking
+     * for several choices ({@code n} > 1) has one engine request per choice, submitted together
+     * ({@link EngineRequest.Group}); their events interleave on the response, each chunk carrying its choice's index,
+     * and the answer ends once the last choice ended, or as soon as one failed (the others are then cancelled, which
+     * frees their engine state).
+     */
     private final class Exchange {
         final RoutingContext ctx;
         final HttpServerResponse resp;
         final Requests.Gen g;
+        /** The choices' engine requests in index order (one where n = 1). */
+        final List<EngineRequest> reqs;
+        /** The first choice's request (the only one where n = 1). */
         final EngineRequest req;
+        /** The response's id: the single request's own where n = 1; its choices' ids add "-" and their index. */
+        final String id;
         final String model;
         final String echo;
         final List<String> promptTokens;
         final long created = System.currentTimeMillis() / 1000;
         /** The translation of another API's body, answered in that API's shapes; null for chat and completions. */
         final TranslatedRequest translation;
-        io.vertx.core.eventbus.MessageConsumer<Object> consumer;
-        AnswerWriter out;
+        final List<io.vertx.core.eventbus.MessageConsumer<Object>> consumers = new java.util.ArrayList<>();
+        /** One writer per choice, in index order. */
+        final AnswerWriter[] outs;
         /** Sent to the engine (from then on the engine says what became of it); admitted by it; answered or gone. */
         boolean submitted, admitted, completed;
-        /** Completions with echo and logprobs: the echo waits for the prompt's scores. */
-        boolean scoresPending;
+        /** Per choice, completions with echo and logprobs: the echo waits for the prompt's scores. */
+        final boolean[] scoresPending;
+        /** Per choice of a request with several: its end, once it came; and how many came. */
+        final EngineEvent.Done[] dones;
+        int doneCount;
         /** A stream's limits.streamBufferBytes when it started (a reload applies to later streams). */
         int streamBufferBytes;
-        java.util.List<EngineEvent> early = new java.util.ArrayList<>();
+        java.util.List<Early> early = new java.util.ArrayList<>();
 
-        Exchange(RoutingContext ctx, Requests.Gen g, EngineRequest req, String model, String echo, List<String> promptTokens,
-                 TranslatedRequest translation) {
+        /** @param id the response's id */
+        Exchange(RoutingContext ctx, Requests.Gen g, List<EngineRequest> reqs, String id, String model, String echo,
+                 List<String> promptTokens, TranslatedRequest translation) {
             this.translation = translation;
             this.promptTokens = promptTokens;
             this.ctx = ctx;
             this.resp = ctx.response();
             this.g = g;
-            this.req = req;
+            this.reqs = reqs;
+            this.req = reqs.getFirst();
+            this.id = id;
             this.model = model;
             this.echo = echo;
+            this.outs = new AnswerWriter[reqs.size()];
+            this.scoresPending = new boolean[reqs.size()];
+            this.dones = new EngineEvent.Done[reqs.size()];
+        }
+
+        /** Whether the request asks for several choices (the answer then gathers them; n = 1 writes as it always did). */
+        private boolean several() {
+            return reqs.size() > 1;
         }
 
         void start() {
@@ -1732,23 +1765,36 @@ public final class HttpVerticle extends VerticleBase {
             // counted until its response ends or its connection closes: shutdown waits for the last ones to go out
             state.exchangeOpened();
             io.vertx.core.Context here = vertx.getOrCreateContext();
-            state.generationOpened(req.id(), why -> here.runOnContext(v -> endByServer(why)));
+            for (EngineRequest r : reqs) state.generationOpened(r.id(), why -> here.runOnContext(v -> endByServer(why)));
             ctx.addEndHandler(v -> {
                 state.exchangeClosed();
-                state.generationClosed(req.id());
+                for (EngineRequest r : reqs) state.generationClosed(r.id());
             });
             Handler<Void> gone = v -> clientGone();
             resp.closeHandler(gone);
-            out = translation != null ? translation.writer(req.id(), created, model, g, req.prompt.length)
-                    : new ResponseBuilder(req.id(), created, model, g.chat(), g.stream(), g.includeUsage(), g.continuousUsage(), req.prompt.length)
-                    .forcedToolCall(g.grammar() != null && g.grammar().isToolCall());
-            // an error after the stream started ends it with this writer's frame (error())
-            ctx.put(WRITER, out);
-            consumer = vertx.eventBus().localConsumer(req.address, msg -> onEvent((EngineEvent) msg.body()));
-            consumer.completion().onComplete(reg -> {
+            // a translated API has no n: its one choice is written in its shapes
+            for (int i = 0; i < outs.length; i++)
+                outs[i] = translation != null ? translation.writer(req.id(), created, model, g, req.prompt.length)
+                        : new ResponseBuilder(id, created, model, g.chat(), g.stream(), g.includeUsage(), g.continuousUsage(), req.prompt.length)
+                        .forcedToolCall(g.grammar() != null && g.grammar().isToolCall()).choice(i);
+            // an error after the stream started ends it with the writer's frame (error()); the choices' frames are alike
+            ctx.put(WRITER, outs[0]);
+            List<Future<Void>> registered = new java.util.ArrayList<>();
+            for (int i = 0; i < reqs.size(); i++) {
+                int choice = i;
+                var consumer = vertx.eventBus().localConsumer(reqs.get(i).address, msg -> onEvent(choice, (EngineEvent) msg.body()));
+                consumers.add(consumer);
+                registered.add(consumer.completion());
+            }
+            Future.all(registered).onComplete(reg -> {
                 if (completed) return;
                 submitted = true;
-                vertx.eventBus().<Object>request(EngineVerticle.SUBMIT, req, SUBMIT).onComplete(ar -> {
+                // one message for all the choices: the engine admits them together or refuses them together
+                Object submission = several() ? new EngineRequest.Group(reqs) : req;
+                if (several())
+                    LOG.info("request {}: n = {}: its choices are submitted together as requests {} to {}", id, reqs.size(),
+                            req.id(), reqs.getLast().id());
+                vertx.eventBus().<Object>request(EngineVerticle.SUBMIT, submission, SUBMIT).onComplete(ar -> {
                     if (completed) return;
                     if (ar.failed()) {
                         finish();
@@ -1764,10 +1810,10 @@ public final class HttpVerticle extends VerticleBase {
                         return;
                     }
                     admitted = true;
-                    if (out instanceof AnthropicResponse messages && a.cachedTokens() >= 0) messages.cached(a.cachedTokens());
+                    if (outs[0] instanceof AnthropicResponse messages && a.cachedTokens() >= 0) messages.cached(a.cachedTokens());
                     if (promptTokens != null) {
                         // echo with logprobs: the echo goes out with the prompt's scores, once prefill has made them
-                        scoresPending = true;
+                        java.util.Arrays.fill(scoresPending, true);
                     }
                     if (g.stream()) {
                         // Netty queues what the socket does not take; past this many bytes the queue reports full
@@ -1778,25 +1824,27 @@ public final class HttpVerticle extends VerticleBase {
                                 .putHeader(HttpHeaders.CACHE_CONTROL, "no-cache")
                                 .putHeader("X-Accel-Buffering", "no");
                         closeAfterUnframedAnswer(ctx);
-                        if (!scoresPending) write(out.start(echo, null));
-                    } else if (echo != null && !scoresPending) {
-                        out.start(echo, null);
+                        // each choice's first chunk (chat's role, completions' echo) before any of its text
+                        for (int i = 0; i < outs.length; i++) if (!scoresPending[i]) write(outs[i].start(echo, null));
+                    } else if (echo != null && promptTokens == null) {
+                        for (AnswerWriter o : outs) o.start(echo, null);
                     }
-                    for (EngineEvent e : early) onEvent(e);
+                    for (Early e : early) onEvent(e.choice(), e.event());
                     early = null;
                 });
             });
         }
 
-        void onEvent(EngineEvent e) {
+        void onEvent(int choice, EngineEvent e) {
             if (completed) return;
             if (!admitted) {
-                early.add(e);
+                early.add(new Early(choice, e));
                 return;
             }
+            AnswerWriter out = outs[choice];
             switch (e) {
                 case EngineEvent.PromptLogprobs p -> {
-                    scoresPending = false;
+                    scoresPending[choice] = false;
                     // the listed prompt tokens are the echoed ones: a BOS the server added is scored by nobody
                     List<EngineEvent.TokenLogprob> scored = p.tokens().subList(p.tokens().size() - promptTokens.size(), p.tokens().size());
                     String first = out.start(echo, scored);
@@ -1807,6 +1855,7 @@ public final class HttpVerticle extends VerticleBase {
                     Future<Void> w = write(out.delta(d));
                     if (w != null && g.stream()) w.onSuccess(v -> state.metrics().delivery(System.nanoTime() - d.flushedNanos()));
                 }
+                case EngineEvent.Done d when several() -> choiceDone(choice, d);
                 case EngineEvent.Done d -> {
                     finish();
                     if (g.stream()) {
@@ -1818,6 +1867,8 @@ public final class HttpVerticle extends VerticleBase {
                 }
                 case EngineEvent.Failed f -> {
                     finish();
+                    // one failed choice ends the answer: the others would generate for nobody
+                    if (several()) cancelOthers(choice, f);
                     // requests the shutdown ended were counted by the engine (refused when queued, aborted when running),
                     // and so were those whose output constraint grew past its limit (the engine logged why)
                     error(ctx, f.status() < 500 ? new ApiException(f.status(), "invalid_request_error", f.code(), null, f.message(), null)
@@ -1826,6 +1877,45 @@ public final class HttpVerticle extends VerticleBase {
                             SHUTTING_DOWN.equals(f.code()) || EngineVerticle.GRAMMAR_TOO_COMPLEX.equals(f.code()));
                 }
             }
+        }
+
+        /**
+         * The end of one choice of several: its finish chunk goes out at once (streaming); once every choice ended, the
+         * stream's usage chunk (all choices' usage) and [DONE], or the whole answer with the choices in index order.
+         */
+        private void choiceDone(int choice, EngineEvent.Done d) {
+            dones[choice] = d;
+            doneCount++;
+            ResponseBuilder b = (ResponseBuilder) outs[choice];
+            if (doneCount < dones.length) {
+                if (g.stream()) write(b.finish(d));
+                return;
+            }
+            finish();
+            List<EngineEvent.Done> ends = List.of(dones);
+            if (g.stream()) {
+                write(b.finish(d) + b.end(Usage.ofChoices(ends.stream().map(EngineEvent.Done::usage).toList())));
+                resp.end();
+            } else {
+                List<ResponseBuilder> builders = new java.util.ArrayList<>(outs.length);
+                for (AnswerWriter o : outs) builders.add((ResponseBuilder) o);
+                json(ctx, 200, ResponseBuilder.full(builders, ends));
+            }
+        }
+
+        /** After choice {@code failed} failed: asks the engine to stop the choices that have not ended, freeing their state. */
+        private void cancelOthers(int failed, EngineEvent.Failed f) {
+            int stopped = 0;
+            for (int i = 0; i < reqs.size(); i++) {
+                if (i == failed || dones[i] != null) continue;
+                EngineRequest r = reqs.get(i);
+                r.cancel("choice " + failed + " of its request failed");
+                vertx.eventBus().send(EngineVerticle.CANCEL, r.id(), LOCAL);
+                stopped++;
+            }
+            if (stopped > 0)
+                LOG.info("request {}: choice {} ended with {}; asking the engine to stop its {} at the next step boundary", id,
+                        failed, f.status(), stopped == 1 ? "other unfinished choice" : stopped + " other unfinished choices");
         }
 
         /** Writes s to the response; the write's completion, or null when nothing was written. */
@@ -1844,13 +1934,14 @@ public final class HttpVerticle extends VerticleBase {
         private void notReading() {
             stop("the client stopped reading its stream");
             LOG.warn("request {}: the client is not reading its stream: more than {} bytes wait unsent (limits.streamBufferBytes);"
-                    + " asking the engine to stop it at the next step boundary and closing the connection", req.id(), streamBufferBytes);
+                    + " asking the engine to stop {} at the next step boundary and closing the connection", id, streamBufferBytes,
+                    several() ? "its choices" : "it");
             ctx.request().connection().close();
         }
 
         private void finish() {
             completed = true;
-            if (consumer != null) consumer.unregister();
+            for (var c : consumers) c.unregister();
         }
 
         /**
@@ -1860,15 +1951,15 @@ public final class HttpVerticle extends VerticleBase {
          */
         void endByServer(String why) {
             if (completed) return;
-            boolean runs = state.runs(req.id());
+            List<EngineRequest> running = reqs.stream().filter(r -> state.runs(r.id())).toList();
             stop("the server ended it while shutting down");
             // counted as the engine would: refused while it waited (error() counts and logs that), aborted while it ran
-            if (runs) {
+            for (EngineRequest r : running) {
                 state.metrics().success("abort");
-                LOG.info("request {} ended with 503 by the HTTP side: the server is shutting down and {}", req.id(), why);
+                LOG.info("request {} ended with 503 by the HTTP side: the server is shutting down and {}", r.id(), why);
             }
             error(ctx, new ApiException(503, "unavailable_error", SHUTTING_DOWN, null, "the server is shutting down and " + why
-                    + "; retry on another instance or once it is back", SHUTDOWN_RETRY_SECONDS), runs);
+                    + "; retry on another instance or once it is back", SHUTDOWN_RETRY_SECONDS), !running.isEmpty());
         }
 
         void clientGone() {
@@ -1879,25 +1970,35 @@ public final class HttpVerticle extends VerticleBase {
                 return;
             }
             stop("the client went away");
-            LOG.info("request {}: client disconnected; asking the engine to stop it at the next step boundary", req.id());
+            LOG.info("request {}: client disconnected; asking the engine to stop {} at the next step boundary", id,
+                    several() ? "its " + reqs.size() + " choices" : "it");
         }
 
         /**
          * Ends a request the engine never got: said in one line and counted as cancelled, as the engine does for those
-         * it cancels.
+         * it cancels (each choice, where there are several: each is a request to the engine).
          */
         private void dropped(String why) {
-            req.cancel(why);
-            state.metrics().cancelled();
-            state.record(new ServerState.JobRecord(req.id(), "cancelled", req.prompt.length, 0, 0, 0));
-            LOG.info("request {} dropped before it reached the engine: {}", req.id(), why);
+            for (EngineRequest r : reqs) {
+                r.cancel(why);
+                state.metrics().cancelled();
+                state.record(new ServerState.JobRecord(r.id(), "cancelled", r.prompt.length, 0, 0, 0));
+                LOG.info("request {} dropped before it reached the engine: {}", r.id(), why);
+            }
         }
 
-        /** Ends the exchange and cancels its request in the engine (it frees the request's state). */
+        /**
+         * Ends the exchange and cancels its requests in the engine (it frees their state); a choice that already ended
+         * has nothing left there.
+         */
         private void stop(String reason) {
             finish();
-            req.cancel(reason);
-            vertx.eventBus().send(EngineVerticle.CANCEL, req.id(), LOCAL);
+            for (int i = 0; i < reqs.size(); i++) {
+                if (dones[i] != null) continue;
+                EngineRequest r = reqs.get(i);
+                r.cancel(reason);
+                vertx.eventBus().send(EngineVerticle.CANCEL, r.id(), LOCAL);
+            }
         }
     }
 }

@@ -42,7 +42,7 @@ final class RequestFields {
     /**
      * Fields of OpenAI's API that are accepted and deliberately ignored, by path ({@code []} for any array index): they
      * concern OpenAI's platform or bookkeeping, not the answer, and common clients send them unasked, so a warning
-     * about them would only be noise. A field that would change the answer (audio, n > 1, web search) is not here:
+     * about them would only be noise. A field that would change the answer (audio, web search) is not here:
      * ignoring it is worth a warning.
      */
     static final Set<String> ACCEPTED = Set.of(

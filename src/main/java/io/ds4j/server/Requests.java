@@ -52,21 +52,26 @@ final class Requests {
      *                      JSON object), or null for free output
      * @param reasoningBudget chat: the most tokens the answer may spend reasoning before its reasoning is ended for it
      *                      ({@code thinking_token_budget}), or null for no cap
+     * @param n             choices to generate for the prompt (1..{@link #MAX_N}), each its own engine request
      */
     record Gen(boolean chat, boolean stream, boolean includeUsage, boolean continuousUsage, List<ChatMessage> messages, ChatOptions options,
                String promptText, int[] promptIds, boolean echo, SamplingParams params, String maxTokensParam,
                String specQ, boolean logprobs, int topLogprobs, boolean skipSpecialTokens, Grammar grammar,
-               Integer reasoningBudget) {}
+               Integer reasoningBudget, int n) {}
+
+    /**
+     * The most choices one request may ask for ({@code n}): each choice is a sequence of its own in the engine, so a
+     * bound keeps one request from taking every slot and the memory behind them; 16 covers sampling several candidates
+     * to pick from, which is what n is for.
+     */
+    static final int MAX_N = 16;
 
     /** Parses a chat or completion body. */
     static Gen parse(JsonNode body, boolean chat, ModelInfo model, ServerConfig cfg) {
         if (body == null || !body.isObject()) throw ApiException.bodyNotAnObject(body);
         checkModel(body, model);
         platformFields(body);
-        onlyOne(body, "n");
-        if (!chat) {
-            onlyOne(body, "best_of");
-        }
+        int n = choices(body, chat, cfg);
         boolean stream = bool(body, "stream", false);
         boolean includeUsage = false, continuousUsage = false;
         JsonNode so = body.get("stream_options");
@@ -129,7 +134,7 @@ final class Requests {
             ChatOptions opts = chatOptions(body).withContinueFinal(continued != null);
             Grammar grammar = grammar(body, opts, messages, continued);
             return new Gen(true, stream, includeUsage, continuousUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
-                    skipSpecial, grammar, integer(body, "thinking_token_budget", 0, Integer.MAX_VALUE, ""));
+                    skipSpecial, grammar, integer(body, "thinking_token_budget", 0, Integer.MAX_VALUE, ""), n);
         }
         JsonNode p = body.get("prompt");
         String text = null;
@@ -175,7 +180,7 @@ final class Requests {
         }
         if (text != null && text.isEmpty()) throw ApiException.badField(where, "must not be empty");
         return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
-                skipSpecial, null, null);
+                skipSpecial, null, null, n);
     }
 
     /**
@@ -680,14 +685,29 @@ final class Requests {
                 throw ApiException.badField("metadata." + e.getKey(), "must be a string, got " + describe(e.getValue()));
     }
 
-    /** {@code n} and {@code best_of}: only 1 is supported. */
-    private static void onlyOne(JsonNode b, String f) {
-        JsonNode v = b.get(f);
-        if (v == null || v.isNull()) return;
-        boolean overflowed = beyondDouble(v);
-        if (!overflowed && !Json.isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
-        if (overflowed || !v.canConvertToInt() || v.intValue() != 1)
-            throw ApiException.badField(f, "only " + f + " = 1 is supported, got " + shown(v));
+    /**
+     * {@code n}, the choices to generate (default 1), within [1, {@link #MAX_N}] and within what the server can admit at
+     * once: the choices are admitted together, each as one request against limits.maxActive and limits.maxQueue, so
+     * more than both hold together could never be admitted and would get a 429 forever; that is the client's request,
+     * a 400. Completions' {@code best_of} is accepted only equal to n: this server returns every choice it generates and
+     * ranks none, so a best_of larger than n would pay for choices nobody sees.
+     * @throws ApiException 400 naming {@code n} or {@code best_of}
+     */
+    private static int choices(JsonNode body, boolean chat, ServerConfig cfg) {
+        Integer given = integer(body, "n", 1, MAX_N, "");
+        int n = given == null ? 1 : given;
+        int most = cfg.maxActive() + cfg.maxQueue();
+        if (n > most)
+            throw ApiException.badField("n", "this server admits at most " + most + " requests at once (limits.maxActive "
+                    + cfg.maxActive() + " running, limits.maxQueue " + cfg.maxQueue() + " waiting) and the " + n
+                    + " choices are admitted together, each as one request; ask for at most " + most + ", got " + shown(body.get("n")));
+        if (!chat) {
+            Integer bestOf = integer(body, "best_of", 1, MAX_N, "");
+            if (bestOf != null && bestOf != n)
+                throw ApiException.badField("best_of", "must equal n (" + n + "): this server returns every choice it"
+                        + " generates and does not rank them, got " + shown(body.get("best_of")));
+        }
+        return n;
     }
 
     /** The int value of an integral JSON number in int range, else null. */

@@ -39,6 +39,8 @@ final class ResponseBuilder implements AnswerWriter {
     private int textOffset;
     /** The request forced a tool call: its message's content is null even when the call was cut before it began. */
     private boolean forcedToolCall;
+    /** The index of the choice this builder writes (a request with {@code n} > 1 has one builder per choice). */
+    private int index;
 
     /**
      * @param continuousUsage every streamed chunk carries the usage so far (stream_options.continuous_usage_stats)
@@ -65,6 +67,16 @@ final class ResponseBuilder implements AnswerWriter {
         return this;
     }
 
+    /**
+     * Makes this the builder of choice {@code i} of a request asking for several: its chunks and its choice carry that
+     * index.
+     * @return this
+     */
+    ResponseBuilder choice(int i) {
+        index = i;
+        return this;
+    }
+
     private static String frame(ObjectNode o) {
         return "data: " + Json.write(o) + "\n\n";
     }
@@ -88,7 +100,7 @@ final class ResponseBuilder implements AnswerWriter {
     private ObjectNode chunk(ObjectNode deltaOrNull, String text, String finish, ObjectNode logprobs) {
         ObjectNode o = base();
         ObjectNode c = o.putArray("choices").addObject();
-        c.put("index", 0);
+        c.put("index", index);
         if (chat) c.set("delta", deltaOrNull == null ? Json.object() : deltaOrNull);
         else c.put("text", text == null ? "" : text);
         if (logprobs == null) c.putNull("logprobs"); else c.set("logprobs", logprobs);
@@ -191,15 +203,27 @@ final class ResponseBuilder implements AnswerWriter {
     /** The closing frames: finish chunk, usage chunk (when asked for) and [DONE]. */
     @Override
     public String done(EngineEvent.Done d) {
-        StringBuilder out = new StringBuilder();
+        return finish(d) + end(d.usage());
+    }
+
+    /** The finish chunk of this builder's choice (with its stop_reason when a stop string ended it). */
+    String finish(EngineEvent.Done d) {
         ObjectNode fin = chunk(chat ? Json.object() : null, "", d.finishReason(), null);
         ObjectNode choice = (ObjectNode) fin.get("choices").get(0);
         if (d.stopString() != null) choice.put("stop_reason", d.stopString());
-        out.append(frame(fin, d.usage().completionTokens()));
+        return frame(fin, d.usage().completionTokens());
+    }
+
+    /**
+     * The end of a stream, after the finish chunk of its last choice: the usage chunk (when asked for) and [DONE].
+     * @param usage the whole answer's usage (all its choices')
+     */
+    String end(Usage usage) {
+        StringBuilder out = new StringBuilder();
         if (includeUsage) {
             ObjectNode u = base();
             u.putArray("choices");
-            u.set("usage", d.usage().toJson());
+            u.set("usage", usage.toJson());
             out.append(frame(u));
         }
         out.append("data: [DONE]\n\n");
@@ -211,7 +235,7 @@ final class ResponseBuilder implements AnswerWriter {
     public ObjectNode full(EngineEvent.Done d) {
         ObjectNode o = base();
         ObjectNode c = o.putArray("choices").addObject();
-        c.put("index", 0);
+        c.put("index", index);
         if (chat) {
             ObjectNode m = c.putObject("message");
             m.put("role", "assistant");
@@ -232,6 +256,26 @@ final class ResponseBuilder implements AnswerWriter {
         c.put("finish_reason", d.finishReason());
         if (d.stopString() != null) c.put("stop_reason", d.stopString()); else c.putNull("stop_reason");
         o.set("usage", d.usage().toJson());
+        return o;
+    }
+
+    /**
+     * The whole non-streaming response of a request with several choices: the base fields once, the choices in index
+     * order (each from its own builder, which gathered its choice), and the usage of all of them.
+     * @param builders one per choice, in index order, each {@link #choice(int) of its index}
+     * @param dones    each choice's end, in the same order
+     */
+    static ObjectNode full(List<ResponseBuilder> builders, List<EngineEvent.Done> dones) {
+        // full() lists a builder's logprobs once (the echoed prompt's go with the first listing): one call per builder
+        ObjectNode o = builders.getFirst().full(dones.getFirst());
+        ArrayNode choices = (ArrayNode) o.get("choices");
+        List<Usage> usages = new ArrayList<>(dones.size());
+        usages.add(dones.getFirst().usage());
+        for (int i = 1; i < builders.size(); i++) {
+            choices.add(builders.get(i).full(dones.get(i)).get("choices").get(0));
+            usages.add(dones.get(i).usage());
+        }
+        o.set("usage", Usage.ofChoices(usages).toJson());
         return o;
     }
 

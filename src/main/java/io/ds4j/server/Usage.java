@@ -37,6 +37,43 @@ public record Usage(int promptTokens, int completionTokens, double queueMs, doub
                 draftAccepted, verifySteps, cachedTokens, reasoningTokens, 0, 0);
     }
 
+    /**
+     * The usage of a request answered with several choices ({@code n}), from each choice's own: the prompt is one, so
+     * its tokens are counted once (with the fewest any choice resumed from the cache: {@code prompt_n} is then the most
+     * one choice prefilled); generated, reasoning, draft and prediction counts are summed over the choices, as OpenAI
+     * sums completion tokens. Timings are those of the whole answer: {@code queue_ms} and {@code prompt_ms} the longest
+     * of a choice, {@code ttft_ms} the earliest first token, {@code predicted_ms} the longest decode, and the rates the
+     * summed tokens over those times (the choices decode side by side).
+     * @param choices each choice's usage, at least one
+     */
+    static Usage ofChoices(java.util.List<Usage> choices) {
+        Usage first = choices.getFirst();
+        int completion = 0, reasoning = 0, cached = first.cachedTokens, afterFirst = 0;
+        long offered = 0, accepted = 0, steps = 0, predAccepted = 0, predRejected = 0;
+        double queue = 0, ttft = Double.NaN, prefill = 0, decode = 0;
+        for (Usage u : choices) {
+            completion += u.completionTokens;
+            reasoning += u.reasoningTokens;
+            cached = Math.min(cached, u.cachedTokens);
+            afterFirst += Math.max(0, u.completionTokens - 1);
+            offered += u.draftOffered;
+            accepted += u.draftAccepted;
+            steps += u.verifySteps;
+            predAccepted += u.acceptedPredictionTokens;
+            predRejected += u.rejectedPredictionTokens;
+            queue = Math.max(queue, u.queueMs);
+            // a choice without a first token (NaN) does not make the answer's first token unknown
+            if (!Double.isNaN(u.ttftMs)) ttft = Double.isNaN(ttft) ? u.ttftMs : Math.min(ttft, u.ttftMs);
+            prefill = Math.max(prefill, u.prefillMs);
+            decode = Math.max(decode, u.decodeMs);
+        }
+        double prefillTps = prefill > 0 ? (first.promptTokens - cached) / (prefill / 1e3) : first.prefillTps;
+        // as for one request: the tokens after each choice's first, per second of decoding; NaN without any
+        double decodeTps = afterFirst == 0 || decode <= 0 ? Double.NaN : afterFirst / (decode / 1e3);
+        return new Usage(first.promptTokens, completion, queue, ttft, prefill, prefillTps, decode, decodeTps, offered,
+                accepted, steps, cached, reasoning, predAccepted, predRejected);
+    }
+
     /** accepted / offered, NaN when nothing was offered. */
     public double acceptanceRate() {
         return draftOffered == 0 ? Double.NaN : (double) draftAccepted / draftOffered;

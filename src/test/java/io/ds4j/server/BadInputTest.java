@@ -134,7 +134,10 @@ class BadInputTest {
 
     @Test
     void outOfRangeAndUnsupportedValues() throws Exception {
-        expect("/v1/chat/completions", chat("\"n\":2"), 400, "n");
+        expect("/v1/chat/completions", chat("\"n\":0"), 400, "n");
+        expect("/v1/chat/completions", chat("\"n\":17"), 400, "n");
+        expect("/v1/chat/completions", chat("\"n\":1.5"), 400, "n");
+        // best_of only as n: the server returns every choice and ranks none
         expect("/v1/completions", "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of");
         expect("/v1/completions", "{\"prompt\":\"x\",\"suffix\":[\"y\"]}", 400, "suffix");
         // accepted and unused, but of OpenAI's types
@@ -183,7 +186,7 @@ class BadInputTest {
         assertEquals("top_logprobs: is out of range: give an integer in [0, 20], got 21", message("top_logprobs", "\"logprobs\":true,\"top_logprobs\":21"));
         assertEquals("logprobs: is out of range: give an integer in [0, 20], got -1",
                 expect("/v1/completions", "{\"prompt\":\"x\",\"logprobs\":-1}", 400, "logprobs").get("message").asText());
-        assertEquals("n: only n = 1 is supported, got 1e10", message("n", "\"n\":1e10"));
+        assertEquals("n: is out of range: give an integer in [1, 16], got 1e10", message("n", "\"n\":1e10"));
         assertEquals("seed: is out of range: give an integer in [-2^63, 2^63), got 9223372036854775808.0",
                 message("seed", "\"seed\":9223372036854775808.0"));
         assertEquals("speculative_q: must be 0 (off), an integer 1..8 or \"auto\", got 1e10", message("speculative_q", "\"speculative_q\":1e10"));

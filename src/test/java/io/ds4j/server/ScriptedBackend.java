@@ -27,6 +27,19 @@ final class ScriptedBackend implements Backend {
     final java.util.concurrent.atomic.AtomicInteger gated = new java.util.concurrent.atomic.AtomicInteger();
     /** A prompt containing this token sequence makes forward throw (null = never). */
     volatile int[] failOn;
+    /**
+     * With {@link #failOn}: only the first sequence whose prompt holds the marker fails, later ones run as scripted (the
+     * choices of one request share their prompt, and a test fails one of them).
+     */
+    volatile boolean failOnce;
+    private final java.util.concurrent.atomic.AtomicBoolean failedOnce = new java.util.concurrent.atomic.AtomicBoolean();
+
+    /** Fails the next sequence whose prompt holds the marker, and only that one ({@link #failOnce}). */
+    void failOnceOn(int[] marker) {
+        failedOnce.set(false);
+        failOnce = true;
+        failOn = marker;
+    }
     final AtomicLong forwards = new AtomicLong(), tokens = new AtomicLong();
     /** Every sequence handed out, to tell which are still open. */
     private final java.util.List<Seq> sequences = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
@@ -95,7 +108,7 @@ final class ScriptedBackend implements Backend {
             s.promptLen = s.len;
             int[] prompt = Arrays.copyOf(s.hist, s.len);
             int[] f = failOn;
-            if (f != null && contains(prompt, f)) {
+            if (f != null && contains(prompt, f) && (!failOnce || failedOnce.compareAndSet(false, true))) {
                 s.failing = true;
             }
             s.script = scriptFor.apply(prompt);
