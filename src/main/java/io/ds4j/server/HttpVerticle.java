@@ -1906,9 +1906,13 @@ public final class HttpVerticle extends VerticleBase {
         /** After choice {@code failed} failed: asks the engine to stop the choices that have not ended, freeing their state. */
         private void cancelOthers(int failed, EngineEvent.Failed f) {
             int stopped = 0;
+            // the shutdown ends every request itself (the queued at once, the running at the grace period's end): only
+            // a choice still running may need stopping, so that its slot is free before the grace period ends
+            boolean shutdown = SHUTTING_DOWN.equals(f.code());
             for (int i = 0; i < reqs.size(); i++) {
                 if (i == failed || dones[i] != null) continue;
                 EngineRequest r = reqs.get(i);
+                if (shutdown && !state.runs(r.id())) continue;
                 r.cancel("choice " + failed + " of its request failed");
                 vertx.eventBus().send(EngineVerticle.CANCEL, r.id(), LOCAL);
                 stopped++;

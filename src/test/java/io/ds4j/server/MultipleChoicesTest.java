@@ -139,6 +139,19 @@ class MultipleChoicesTest {
         }
         assertEquals(first, text.get(0).toString());
         assertEquals(first, text.get(1).toString());
+        // with logprobs, every choice lists the echoed prompt's tokens first (scored: the BOS the server added precedes
+        // them), then its own
+        JsonNode scored = server.post("/v1/completions",
+                "{\"prompt\":\"Hi there\",\"n\":2,\"echo\":true,\"logprobs\":1,\"max_tokens\":4}").json();
+        for (int i = 0; i < 2; i++) {
+            JsonNode lp = scored.at("/choices/" + i + "/logprobs");
+            assertEquals("Hi", lp.at("/tokens/0").asText(), lp.toString());
+            assertEquals(2 + 4, lp.get("tokens").size(), "2 prompt and 4 generated tokens: " + lp);
+            assertTrue(lp.at("/token_logprobs/0").isNumber(), lp.toString());
+            StringBuilder joined = new StringBuilder();
+            for (JsonNode t : lp.get("tokens")) joined.append(t.asText());
+            assertEquals(scored.at("/choices/" + i + "/text").asText(), joined.toString(), "prompt and output tokens join to the text");
+        }
     }
 
     @Test
@@ -237,6 +250,25 @@ class MultipleChoicesTest {
             assertTrue(r.generated() < 200, "stopped soon after the disconnect: " + r);
         }
         assertOthersStopped(3);
+    }
+
+    /** The shutdown ends every choice: the answer ends with one 503 error frame and every sequence is released. */
+    @Test
+    void theShutdownEndsEveryChoice() throws Exception {
+        backend.delayMs = 5;
+        server = TestServer.scripted(backend, Map.of("speculative.draft", "none", "server.shutdownGraceSeconds", 1));
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions",
+                TestServer.chat(LONG, "\"n\":2,\"max_tokens\":3000,\"stream\":true"))) {
+            assertEquals(200, s.status);
+            assertTrue(TestServer.eventually(3000, () -> server.state().metrics().running.get() == 2), "both run");
+            var closing = server.server.close();
+            String error = s.firstError(n -> { });
+            assertNotNull(error, "the stream ends with an error frame");
+            assertEquals("server_shutting_down", json(error).at("/error/code").asText(), error);
+            closing.toCompletionStage().toCompletableFuture().get(20, java.util.concurrent.TimeUnit.SECONDS);
+        }
+        server = null;
+        assertEquals(0, backend.openSequences(), "every sequence released");
     }
 
     /** The choices are admitted together: where not all fit, the request is refused whole and none of it runs. */
