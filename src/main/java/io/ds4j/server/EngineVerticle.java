@@ -836,7 +836,11 @@ public final class EngineVerticle extends VerticleBase {
     // ------------------------------------------------------------------------------------------------ per request
 
     /** A token's logprob and its text's span [start, end) in the text given to the stop filter. */
-    private record HeldLogprob(EngineEvent.TokenLogprob lp, int start, int end, String piece) {}
+    /**
+     * A token's logprob waiting for its text: the text's span among the characters given to the stop filter, the text
+     * itself, and how many of its leading bytes were held back from earlier tokens (a character split across tokens).
+     */
+    private record HeldLogprob(EngineEvent.TokenLogprob lp, int start, int end, String piece, int carried) {}
 
     /** One request's engine-side state. Touched by the engine thread only. */
     private final class Job {
@@ -892,10 +896,11 @@ public final class EngineVerticle extends VerticleBase {
             if (parser != null && parser.inReasoning()) reasoningTokens++;
             boolean eos = false;
             for (int e : eosIds) if (e == token) eos = true; // the end of the turn; its text is not output
+            int carried = detok.pendingBytes();
             String piece = eos ? "" : piece(token);
             if (lp != null) {
                 boolean hidden = req.skipSpecialTokens && tokenizer.isControl(token);
-                heldLogprobs.add(new HeldLogprob(logprob(lp, hidden), pushedChars, pushedChars + piece.length(), piece));
+                heldLogprobs.add(new HeldLogprob(logprob(lp, hidden), pushedChars, pushedChars + piece.length(), piece, carried));
             }
             pushedChars += piece.length();
             if (eos) return true;
@@ -947,9 +952,13 @@ public final class EngineVerticle extends VerticleBase {
                 if (all || h.end() <= releasedChars) {
                     logprobs.add(h.lp());
                 } else if (stopped && h.start() < releasedChars) {
+                    // the token's own bytes that went into the released part: its text's leading bytes that came from
+                    // earlier tokens are theirs, listed with them already
                     String part = h.piece().substring(0, releasedChars - h.start());
                     EngineEvent.TokenLogprob t = h.lp();
-                    logprobs.add(new EngineEvent.TokenLogprob(part, part.getBytes(StandardCharsets.UTF_8), t.logprob(), t.top()));
+                    int own = Math.max(0, Math.min(t.bytes().length, part.getBytes(StandardCharsets.UTF_8).length - h.carried()));
+                    byte[] mine = java.util.Arrays.copyOf(t.bytes(), own);
+                    logprobs.add(new EngineEvent.TokenLogprob(new String(mine, StandardCharsets.UTF_8), mine, t.logprob(), t.top()));
                 } else if (!stopped) {
                     return;
                 }

@@ -53,4 +53,31 @@ class StreamLogprobsTest {
         assertTrue(content.toString().endsWith("-sho"), content.toString());
         assertEquals(content.toString(), lpBytes.toString(StandardCharsets.UTF_8), "the logprobs' bytes join to the content");
     }
+
+    /**
+     * A character split across two tokens (300 is E2 80, 23351 is A7 'a': "‧a", forced by logit_bias) whose second
+     * token runs into the stop string "a": the cut token is listed with its own byte of the character, not the whole
+     * character again (its first bytes are the first token's).
+     */
+    @Test
+    void aCutTokenListsOnlyItsOwnBytesOfASplitCharacter() throws Exception {
+        String body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2,\"temperature\":0,"
+                + "\"logprobs\":true,\"logit_bias\":{\"300\":100,\"23351\":50},\"repetition_penalty\":3,\"stop\":[\"a\"]";
+        TestServer.Resp r = server.post("/v1/chat/completions", body + "}");
+        assertEquals(200, r.status(), r.body());
+        JsonNode c = r.json().at("/choices/0");
+        assertEquals("\u2027", c.at("/message/content").asText(), r.body());
+        ByteArrayOutputStream joined = new ByteArrayOutputStream();
+        for (JsonNode t : c.at("/logprobs/content")) for (JsonNode b : t.get("bytes")) joined.write(b.intValue());
+        assertEquals("\u2027", joined.toString(StandardCharsets.UTF_8), r.body());
+
+        TestServer.Resp s = server.post("/v1/chat/completions", body + ",\"stream\":true}");
+        ByteArrayOutputStream streamed = new ByteArrayOutputStream();
+        for (String e : s.events()) {
+            if (e.equals("[DONE]")) continue;
+            JsonNode lp = Json.MAPPER.readTree(e).at("/choices/0/logprobs/content");
+            if (lp.isArray()) for (JsonNode t : lp) for (JsonNode b : t.get("bytes")) streamed.write(b.intValue());
+        }
+        assertEquals("\u2027", streamed.toString(StandardCharsets.UTF_8), s.body());
+    }
 }
