@@ -121,7 +121,7 @@ public final class GenerateCommand implements Callable<Integer> {
         // as the API's reasoning_effort: an effort asks for thinking
         if (effort != null) thinking = true;
         if (reasoningBudget != null && !thinking)
-            throw new IllegalArgumentException("--reasoning-budget needs thinking (--thinking or --reasoning-effort)");
+            throw new IllegalArgumentException("--reasoning-budget needs thinking (--chat with --thinking or --reasoning-effort)");
         if (reasoningBudget != null && reasoningBudget < 0)
             throw new IllegalArgumentException("--reasoning-budget must be >= 0, got " + reasoningBudget);
         // the chat format would refuse it only when the prompt is encoded, after the load

@@ -519,7 +519,7 @@ final class AnthropicApi {
         JsonNode th = body.get("thinking");
         if (th == null || th.isNull()) return;
         if (!th.isObject())
-            throw ApiException.badField("thinking", "must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}, got "
+            throw ApiException.badField("thinking", "must be {\"type\": \"enabled\", \"budget_tokens\": N}, {\"type\": \"adaptive\"} or {\"type\": \"disabled\"}, got "
                     + what(th));
         JsonNode type = th.get("type");
         String t = type != null && type.isTextual() ? type.textValue() : null;

@@ -126,7 +126,7 @@ final class Requests {
             try {
                 messages = ChatMessage.listFromOpenAi(msgs);
                 if (messages.isEmpty()) throw ApiException.badField("messages", "must contain at least one message");
-                continued = continuation(body, msgs);
+                continued = continuation(body, msgs, messages.getLast());
                 if (continued != null) ChatEncoder.checkContinuable(messages);
             } catch (ChatFormatException e) {
                 throw chatError(e);
@@ -419,7 +419,10 @@ final class Requests {
             }
         }
         boolean on = thinking != null && thinking;
-        ChatOptions o = ChatOptions.defaults().withThinking(on);
+        // vLLM's switch: false leaves the opening of the assistant turn off a prompt that ends with a user turn (a
+        // continued message needs none: it is the open turn)
+        ChatOptions o = ChatOptions.defaults().withThinking(on)
+                .withAddGenerationPrompt(bool(b, "add_generation_prompt", true));
         try {
             if (on && v4Effort != null) o = o.withReasoningEffort(v4Effort);
             JsonNode tools = b.get("tools");
@@ -526,8 +529,8 @@ final class Requests {
         if (g == null) return null;
         if (continued == null) return opts.thinking() ? g.afterThinking() : g;
         if (forced)
-            throw ApiException.badField(continued, "a forced tool call (tool_choice " + shown(choice)
-                    + ") is the whole answer: it cannot continue an assistant message");
+            throw ApiException.badField(continued, "a forced tool call (tool_choice) is the whole answer: it cannot continue"
+                    + " an assistant message");
         // the constraint goes on from where the message stops: its reasoning, or its content once it has some
         boolean inReasoning = ChatEncoder.answerStartsInReasoning(messages, opts);
         ChatMessage last = messages.getLast();
@@ -541,7 +544,9 @@ final class Requests {
         }
         if (after == null)
             throw ApiException.badField(continued, "the message's " + (inReasoning ? "reasoning" : "content")
-                    + " cannot begin an output of " + g + ", which this request's output is held to");
+                    + " cannot begin an output of " + g + ", which this request's output is held to"
+                    + (start != null && !start.isEmpty() && Character.isWhitespace(start.charAt(0))
+                    ? " (the output starts with its first character: no space or line break before it)" : ""));
         return after;
     }
 
@@ -565,10 +570,10 @@ final class Requests {
      * vLLM's {@code continue_final_message: true}) and the field that asked for it, else null. Only the last message
      * may be a prefix; which messages can be continued is the encoder's ({@code ChatEncoder.render}).
      *
-     * @throws ApiException 400 for a {@code prefix} that is not a boolean or is true on an earlier message, or for the
-     *         two fields contradicting each other
+     * @throws ApiException 400 for a {@code prefix} that is not a boolean or is true on an earlier message, for the two
+     *         fields contradicting each other, or for a message to continue that holds tool-call markup
      */
-    private static String continuation(JsonNode body, JsonNode msgs) {
+    private static String continuation(JsonNode body, JsonNode msgs, ChatMessage lastMessage) {
         String asked = null;
         for (int i = 0; i < msgs.size(); i++) {
             String path = "messages[" + i + "].prefix";
@@ -580,7 +585,18 @@ final class Requests {
         Boolean flag = optBool(body, "continue_final_message", "continue_final_message");
         if (flag != null && !flag && asked != null)
             throw ApiException.badField("continue_final_message", "is false while " + asked + " is true");
-        return asked != null ? asked : Boolean.TRUE.equals(flag) ? "continue_final_message" : null;
+        int last = msgs.size() - 1;
+        if (Boolean.TRUE.equals(flag) && msgs.get(last).path("prefix").isBoolean() && !msgs.get(last).get("prefix").booleanValue())
+            throw ApiException.badField("messages[" + last + "].prefix", "is false while continue_final_message is true");
+        String field = asked != null ? asked : Boolean.TRUE.equals(flag) ? "continue_final_message" : null;
+        // the output parser reads the answer from where the message stops: a tool call begun in the message would reach
+        // the client as markup, its start never parsed
+        if (field != null)
+            for (String text : new String[]{lastMessage.content(), lastMessage.reasoningContent()})
+                if (text != null && text.contains(V4Format.DSML))
+                    throw ApiException.badField(field, "the message to continue holds tool-call markup (" + V4Format.DSML
+                            + "): a tool call is made in the answer itself, not continued from a prefix");
+        return field;
     }
 
     /** The request field of tool i's parameters ({@code tools} where the tool is not known). */

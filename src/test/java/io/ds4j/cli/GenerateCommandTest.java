@@ -263,7 +263,7 @@ public class GenerateCommandTest {
         assertFalse(cut.out().isBlank(), "the answer after the cut: " + cut.err());
         Run alone = run("generate", "--preset", "tiny", "--prompt", "a b", "--chat", "--reasoning-budget", "2");
         assertEquals(2, alone.code(), alone.err());
-        assertTrue(alone.err().contains("--reasoning-budget needs thinking (--thinking or --reasoning-effort)"), alone.err());
+        assertTrue(alone.err().contains("--reasoning-budget needs thinking (--chat with --thinking or --reasoning-effort)"), alone.err());
         // an effort asks for thinking, as the API's reasoning_effort does: the reasoning goes to stderr, not stdout
         Run effort = run("generate", "--preset", "tiny", "--prompt", "a b", "-n", "8", "--chat", "--reasoning-effort", "max");
         assertEquals(0, effort.code(), effort.err());

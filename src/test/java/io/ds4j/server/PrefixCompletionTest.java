@@ -70,9 +70,10 @@ class PrefixCompletionTest {
         assertEquals("stop", a.at("/choices/0/finish_reason").asText());
         assertTrue(lastPrompt.get().endsWith(V4Format.ASSISTANT + V4Format.THINK_END + "```python\n"), lastPrompt.get());
 
-        // vLLM's switch, streamed: the same continuation
+        // vLLM's switch (with its add_generation_prompt, read), streamed: the same continuation
         TestServer.Resp s = server.post("/v1/chat/completions", body("{\"role\":\"assistant\",\"content\":\"```python\\n\"}",
-                ",\"continue_final_message\":true,\"stop\":[\"```\"],\"stream\":true"));
+                ",\"continue_final_message\":true,\"add_generation_prompt\":false,\"stop\":[\"```\"],\"stream\":true"));
+        assertFalse(s.headers().firstValue(RequestFields.HEADER).isPresent(), "every field read: " + s.headers().map());
         assertEquals(200, s.status(), s.body());
         assertTrue(s.body().contains("\"content\":\"print\""), s.body());
         assertFalse(s.body().contains("python"), "the prefix is not sent back: " + s.body());
@@ -84,6 +85,12 @@ class PrefixCompletionTest {
         TestServer.Resp tok = server.post("/tokenize", body("{\"role\":\"assistant\",\"content\":\"```python\\n\"}", ",\"with_pieces\":true"));
         assertEquals(200, tok.status(), tok.body());
         assertTrue(tok.body().contains(V4Format.EOS), tok.body());
+        // add_generation_prompt false (vLLM's): a conversation ending with the user's turn gets no assistant opening
+        TestServer.Resp open = server.post("/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"with_pieces\":true}");
+        TestServer.Resp closed = server.post("/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                + "\"add_generation_prompt\":false,\"with_pieces\":true}");
+        assertTrue(open.body().contains(V4Format.ASSISTANT), open.body());
+        assertFalse(closed.body().contains(V4Format.ASSISTANT), closed.body());
     }
 
     @Test
@@ -113,6 +120,12 @@ class PrefixCompletionTest {
         refused(body("{\"role\":\"assistant\",\"content\":\"I\",\"prefix\":true}", ",\"tool_choice\":\"required\",\"tools\":["
                 + AutoToolCallsTest.tool("get_weather", false, "{\"city\":{\"type\":\"string\"}}") + "]"),
                 "messages[1].prefix", "a forced tool call");
+        refused(body("{\"role\":\"assistant\",\"content\":\" {\",\"prefix\":true}", ",\"response_format\":{\"type\":\"json_object\"}"),
+                "messages[1].prefix", "no space or line break before it");
+        // a call begun in the message would reach the client as markup: the parser reads the answer from where it stops
+        refused(body("{\"role\":\"assistant\",\"content\":\"\\n\\n<\uFF5CDSML\uFF5Ctool_calls>\\n\",\"prefix\":true}",
+                ",\"tools\":[" + AutoToolCallsTest.tool("get_weather", true, "{\"city\":{\"type\":\"string\"}}") + "]"),
+                "messages[1].prefix", "holds tool-call markup");
     }
 
     @Test
@@ -125,6 +138,8 @@ class PrefixCompletionTest {
         refused(body("{\"role\":\"assistant\",\"content\":\"x\",\"prefix\":\"yes\"}", ""), "messages[1].prefix", "must be true or false");
         refused(body("{\"role\":\"assistant\",\"content\":\"x\",\"prefix\":true}", ",\"continue_final_message\":false"),
                 "continue_final_message", "is false while messages[1].prefix is true");
+        refused(body("{\"role\":\"assistant\",\"content\":\"x\",\"prefix\":false}", ",\"continue_final_message\":true"),
+                "messages[1].prefix", "is false while continue_final_message is true");
         refused("{\"model\":\"scripted\",\"continue_final_message\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
                 "messages[0].role", "only an assistant message can be continued");
     }
