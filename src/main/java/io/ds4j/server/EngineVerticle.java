@@ -835,7 +835,6 @@ public final class EngineVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ per request
 
-    /** A token's logprob and its text's span [start, end) in the text given to the stop filter. */
     /**
      * A token's logprob waiting for its text: the text's span among the characters given to the stop filter, the text
      * itself, and how many of its leading bytes were held back from earlier tokens (a character split across tokens).
