@@ -127,12 +127,15 @@ async function run() {
   }
   results.prediction = { accepted: pd.accepted_prediction_tokens, rejected: pd.rejected_prediction_tokens, completion: predicted.usage.completion_tokens };
 
-  // client errors surface as typed SDK errors with the field named
+  // n choices come back in index order; past the server's bound n is a typed SDK error with the field named
+  const two = await client.chat.completions.create({ model, messages, n: 2, max_tokens: 4 });
+  check(two.choices.length === 2 && two.choices[0].index === 0 && two.choices[1].index === 1,
+    'two choices in index order, got ' + JSON.stringify(two.choices));
   try {
-    await client.chat.completions.create({ model, messages, n: 2 });
-    check(false, 'n=2 must fail');
+    await client.chat.completions.create({ model, messages, n: 1000 });
+    check(false, 'n=1000 must fail');
   } catch (e) {
-    check(e instanceof OpenAI.BadRequestError, 'BadRequestError for n=2, got ' + e);
+    check(e instanceof OpenAI.BadRequestError, 'BadRequestError for n=1000, got ' + e);
     check(e.param === 'n', 'error.param is n, got ' + e.param);
   }
   try {
