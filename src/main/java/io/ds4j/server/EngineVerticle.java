@@ -396,8 +396,17 @@ public final class EngineVerticle extends VerticleBase {
         EngineRequest r = j.req;
         activate(j, cfg);
         jobs.put(r.id, j);
-        LOG.info("request {} admitted: {} prompt tokens, max_tokens {}, spec q {}; running {}/{}, waiting {}/{}",
-                r.id, r.prompt.length, r.params.maxTokens(), j.specName(), active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue());
+        LOG.info("request {} admitted: {} prompt tokens, max_tokens {}{}, spec q {}; running {}/{}, waiting {}/{}",
+                r.id, r.prompt.length, r.params.maxTokens(), reasoningNote(r), j.specName(), active.size(), cfg.maxActive(),
+                waiting.size(), cfg.maxQueue());
+    }
+
+    /** What the admission line says of a request's reasoning: whether it starts inside it, and its budget. */
+    private String reasoningNote(EngineRequest r) {
+        if (!r.thinking) return "";
+        return r.reasoningBudget < 0 ? ", thinking" : thinkEnd >= 0
+                ? ", thinking with a reasoning budget of " + r.reasoningBudget + " tokens"
+                : ", thinking (the reasoning budget is not applied: the tokenizer has no " + V4Format.THINK_END + " token)";
     }
 
     /** Puts a request at the end of the queue (the caller checked there is room). */

@@ -1426,7 +1426,14 @@ public final class HttpVerticle extends VerticleBase {
         // the body the endpoint's parser reads; unknown fields are judged on the client's own body
         JsonNode body = translation != null ? translation.chat() : clientBody;
         Requests.Gen g = parse(body, chat, m, cfg, translation);
-        if (chat) Requests.checkAnswerable(g);
+        if (chat) {
+            try {
+                // chat's way out (a prefix) is not another API's: a translated body is told to end with the user's turn
+                Requests.checkAnswerable(g, translation == null);
+            } catch (ApiException e) {
+                throw renamed(translation, e);
+            }
+        }
         String predictionText = Requests.prediction(body, chat);
         boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
         String id = (translation != null ? translation.idPrefix() : chat ? "chatcmpl-" : "cmpl-") + randomId();

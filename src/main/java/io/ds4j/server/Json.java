@@ -455,6 +455,8 @@ public final class Json {
         java.util.regex.Matcher token = TOKEN.matcher(m);
         if (token.matches()) {
             String t = token.group(1);
+            // a word after a complete value: nothing was expected there at all
+            if (afterValue(e)) return "more content after the JSON value: '" + t + "' (one JSON value " + unit + ")";
             boolean nonFinite = t.matches("[-+]?(NaN|Infinity|INF)");
             return "unrecognized token '" + t + "': expected a JSON value" + (nonFinite ? " (JSON has no NaN or Infinity)" : "");
         }

@@ -134,7 +134,7 @@ final class Requests {
             ChatOptions opts = chatOptions(body).withContinueFinal(continued != null);
             Grammar grammar = grammar(body, opts, messages, continued);
             return new Gen(true, stream, includeUsage, continuousUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
-                    skipSpecial, grammar, integer(body, "thinking_token_budget", 0, Integer.MAX_VALUE, ""), n);
+                    skipSpecial, grammar, reasoningBudget(body), n);
         }
         JsonNode p = body.get("prompt");
         String text = null;
@@ -393,8 +393,10 @@ final class Requests {
         JsonNode th = b.get("thinking");
         if (th != null && !th.isNull()) {
             String type = th.isObject() ? th.path("type").asText(null) : th.isBoolean() ? (th.booleanValue() ? "enabled" : "disabled") : null;
+            // adaptive (Anthropic's name): the model decides how long to think, as V4 does in thinking mode
+            if ("adaptive".equals(type)) type = "enabled";
             if (!"enabled".equals(type) && !"disabled".equals(type))
-                throw ApiException.badField("thinking", "must be {\"type\": \"enabled\"} or {\"type\": \"disabled\"}");
+                throw ApiException.badField("thinking", "must be {\"type\": \"enabled\"}, {\"type\": \"adaptive\"} or {\"type\": \"disabled\"}");
             if (thinking == null) thinking = type.equals("enabled");
         }
         String re = optString(b, "reasoning_effort", "reasoning_effort");
@@ -551,18 +553,34 @@ final class Requests {
     }
 
     /**
+     * The reasoning budget: {@code thinking_token_budget} (vLLM's name), or the {@code budget_tokens} of a
+     * {@code thinking} object (Anthropic's shape, which chat takes too); null for none.
+     * @throws ApiException 400 for a budget out of range, or two that differ
+     */
+    private static Integer reasoningBudget(JsonNode body) {
+        Integer budget = integer(body, "thinking_token_budget", 0, Integer.MAX_VALUE, "");
+        JsonNode th = body.get("thinking");
+        if (th == null || !th.isObject() || "disabled".equals(th.path("type").asText())) return budget;
+        Integer inThinking = integer(th, "budget_tokens", "thinking.budget_tokens", 0, Integer.MAX_VALUE, "");
+        if (budget != null && inThinking != null && !budget.equals(inThinking))
+            throw ApiException.badField("thinking.budget_tokens", "is " + inThinking + " while thinking_token_budget is " + budget);
+        return budget != null ? budget : inThinking;
+    }
+
+    /**
      * Refuses a chat generation whose conversation ends with a finished assistant turn: the V4 template renders it
      * closed with its end of sentence and opens no new turn after it, so the model would write past the end of a
      * conversation instead of answering. ({@code /tokenize} renders such a conversation, to count a finished one.)
      *
-     * @throws ApiException 400 naming the last message, with the two ways out
+     * @param prefixHint say chat's other way out, {@code "prefix": true} (not for a body translated from another API)
+     * @throws ApiException 400 naming the last message, with the ways out
      */
-    static void checkAnswerable(Gen g) {
+    static void checkAnswerable(Gen g, boolean prefixHint) {
         List<ChatMessage> m = g.messages();
         if (g.options().continueFinal() || m.getLast().role() != ChatMessage.Role.ASSISTANT) return;
         throw ApiException.badField("messages[" + (m.size() - 1) + "]", "the last message is the assistant's, so there is"
-                + " nothing to answer: end with a user (or tool) message, or set \"prefix\": true on it to have the answer"
-                + " continue it");
+                + " nothing to answer: end with a user message" + (prefixHint ? " (or a tool message), or set \"prefix\": true"
+                + " on it to have the answer continue it" : ""));
     }
 
     /**
@@ -589,6 +607,10 @@ final class Requests {
         if (Boolean.TRUE.equals(flag) && msgs.get(last).path("prefix").isBoolean() && !msgs.get(last).get("prefix").booleanValue())
             throw ApiException.badField("messages[" + last + "].prefix", "is false while continue_final_message is true");
         String field = asked != null ? asked : Boolean.TRUE.equals(flag) ? "continue_final_message" : null;
+        // vLLM refuses the pair too: a new assistant turn cannot open after a message the answer continues
+        if (field != null && Boolean.TRUE.equals(optBool(body, "add_generation_prompt", "add_generation_prompt")))
+            throw ApiException.badField("add_generation_prompt", "cannot be true while " + field + " continues the last"
+                    + " message: the continued message is the open turn");
         // the output parser reads the answer from where the message stops: a tool call begun in the message would reach
         // the client as markup, its start never parsed
         if (field != null)
@@ -669,12 +691,17 @@ final class Requests {
      * @param note said after the range, such as " (0 or -1 = off)"; "" for nothing
      */
     static Integer integer(JsonNode b, String f, int lo, int hi, String note) {
+        return integer(b, f, f, lo, hi, note);
+    }
+
+    /** {@link #integer(JsonNode, String, int, int, String)} of a nested field, named by its path in errors. */
+    static Integer integer(JsonNode b, String f, String path, int lo, int hi, String note) {
         JsonNode v = b.get(f);
         if (v == null || v.isNull()) return null;
         boolean overflowed = beyondDouble(v);
-        if (!overflowed && !Json.isIntegral(v)) throw ApiException.badField(f, "must be an integer, got " + describe(v));
+        if (!overflowed && !Json.isIntegral(v)) throw ApiException.badField(path, "must be an integer, got " + describe(v));
         if (overflowed || !v.canConvertToInt() || v.intValue() < lo || v.intValue() > hi)
-            throw ApiException.badField(f, "is out of range: give an integer in [" + lo + ", " + hi + "]" + note + ", got " + shown(v));
+            throw ApiException.badField(path, "is out of range: give an integer in [" + lo + ", " + hi + "]" + note + ", got " + shown(v));
         return v.intValue();
     }
 

@@ -140,6 +140,8 @@ class PrefixCompletionTest {
                 "continue_final_message", "is false while messages[1].prefix is true");
         refused(body("{\"role\":\"assistant\",\"content\":\"x\",\"prefix\":false}", ",\"continue_final_message\":true"),
                 "messages[1].prefix", "is false while continue_final_message is true");
+        refused(body("{\"role\":\"assistant\",\"content\":\"x\"}", ",\"continue_final_message\":true,\"add_generation_prompt\":true"),
+                "add_generation_prompt", "cannot be true while continue_final_message continues the last message");
         refused("{\"model\":\"scripted\",\"continue_final_message\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
                 "messages[0].role", "only an assistant message can be continued");
     }

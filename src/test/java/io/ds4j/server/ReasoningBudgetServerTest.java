@@ -52,6 +52,14 @@ class ReasoningBudgetServerTest {
         assertEquals(firstTokens(3), cut.get("reasoning_content").asText(), cut.toString());
         assertFalse(cut.get("content").asText().isEmpty(), "the answer follows the cut: " + cut);
 
+        // the thinking object's budget_tokens (Anthropic's shape) is the same budget; adaptive is thinking mode
+        JsonNode inThinking = chat(",\"thinking\":{\"type\":\"adaptive\",\"budget_tokens\":3}");
+        assertEquals(firstTokens(3), inThinking.get("reasoning_content").asText(), inThinking.toString());
+        TestServer.Resp both = server.post("/v1/chat/completions", TestServer.chat("hi", "\"thinking\":{\"type\":\"enabled\","
+                + "\"budget_tokens\":3},\"thinking_token_budget\":4"));
+        assertEquals(400, both.status(), both.body());
+        assertEquals("thinking.budget_tokens", both.json().at("/error/param").asText(), both.body());
+
         JsonNode ample = chat(",\"thinking_token_budget\":1000");
         assertEquals(free, ample, "a budget the reasoning stays under changes nothing");
 

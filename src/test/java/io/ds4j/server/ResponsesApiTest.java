@@ -460,6 +460,9 @@ class ResponsesApiTest {
         String u = "\"input\":\"Hi\"";
         String[][] cases = {
                 {"\"input\":5", "input", "input: must be a string or an array of input items"},
+                // nothing to answer: said with the Responses item and without chat's prefix
+                {"\"input\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello\"}]", "input[1]",
+                        "input[1]: the last message is the assistant's, so there is nothing to answer: end with a user message"},
                 {"\"input\":[]", "input", "input: must hold at least one item"},
                 {"\"model\":\"scripted\"", "input", "input: is required"},
                 {"\"input\":[1]", "input[0]", "input[0]: must be an input item object"},
