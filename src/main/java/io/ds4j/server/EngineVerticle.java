@@ -846,9 +846,10 @@ public final class EngineVerticle extends VerticleBase {
 
     /**
      * A token's logprob waiting for its text: the text's span among the characters given to the stop filter, the text
-     * itself, and how many of its leading bytes were held back from earlier tokens (a character split across tokens).
+     * itself, and the bytes of earlier tokens the detokenizer held back and gave out with it (a character split across
+     * tokens, or bytes that made none).
      */
-    private record HeldLogprob(EngineEvent.TokenLogprob lp, int start, int end, String piece, int carried) {}
+    private record HeldLogprob(EngineEvent.TokenLogprob lp, int start, int end, String piece, byte[] carried) {}
 
     /** One request's engine-side state. Touched by the engine thread only. */
     private final class Job {
@@ -904,7 +905,7 @@ public final class EngineVerticle extends VerticleBase {
             if (parser != null && parser.inReasoning()) reasoningTokens++;
             boolean eos = false;
             for (int e : eosIds) if (e == token) eos = true; // the end of the turn; its text is not output
-            int carried = detok.pendingBytes();
+            byte[] carried = detok.heldBytes();
             String piece = eos ? "" : piece(token);
             if (lp != null) {
                 boolean hidden = req.skipSpecialTokens && tokenizer.isControl(token);
@@ -960,11 +961,15 @@ public final class EngineVerticle extends VerticleBase {
                 if (all || h.end() <= releasedChars) {
                     logprobs.add(h.lp());
                 } else if (stopped && h.start() < releasedChars) {
-                    // the token's own bytes that went into the released part: its text's leading bytes that came from
-                    // earlier tokens are theirs, listed with them already
-                    String part = h.piece().substring(0, releasedChars - h.start());
+                    // the token's own bytes that went into the released part: the most of them that, after the earlier
+                    // tokens' bytes its text began with (theirs, listed with them already), decode to no more than it
+                    int chars = releasedChars - h.start();
                     EngineEvent.TokenLogprob t = h.lp();
-                    int own = Math.max(0, Math.min(t.bytes().length, part.getBytes(StandardCharsets.UTF_8).length - h.carried()));
+                    byte[] with = java.util.Arrays.copyOf(h.carried(), h.carried().length + t.bytes().length);
+                    System.arraycopy(t.bytes(), 0, with, h.carried().length, t.bytes().length);
+                    int own = t.bytes().length;
+                    while (own > 0 && StreamingDetokenizer.decodedLength(java.util.Arrays.copyOf(with, h.carried().length + own)) > chars)
+                        own--;
                     byte[] mine = java.util.Arrays.copyOf(t.bytes(), own);
                     logprobs.add(new EngineEvent.TokenLogprob(new String(mine, StandardCharsets.UTF_8), mine, t.logprob(), t.top()));
                 } else if (!stopped) {

@@ -60,6 +60,25 @@ public final class StreamingDetokenizer {
         return pending.position();
     }
 
+    /** The bytes held back, waiting for the rest of a character (a copy, 0 to 3 bytes). */
+    public byte[] heldBytes() {
+        byte[] out = new byte[pending.position()];
+        pending.duplicate().flip().get(out);
+        return out;
+    }
+
+    /**
+     * How many chars a fresh detokenizer gives for these bytes pushed together: malformed sequences as one U+FFFD each, an
+     * incomplete character at the end held back (not counted).
+     */
+    public static int decodedLength(byte[] bytes) {
+        CharsetDecoder d = StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPLACE)
+                .onUnmappableCharacter(CodingErrorAction.REPLACE).replaceWith("\uFFFD");
+        CharBuffer out = CharBuffer.allocate(bytes.length * 2 + 2);
+        d.decode(ByteBuffer.wrap(bytes), out, false);
+        return out.position();
+    }
+
     /** Number of tokens pushed since creation or the last {@link #flush()}. */
     public long tokenCount() {
         return tokens;

@@ -80,4 +80,22 @@ class StreamLogprobsTest {
         }
         assertEquals("\u2027", streamed.toString(StandardCharsets.UTF_8), s.body());
     }
+
+    /**
+     * Bytes that make no character (a U+FFFD in the text, 3 bytes of UTF-8 for 2 raw ones) before a token the stop
+     * string cuts: the cut token is listed up to the stop string, not a character past it (seed 6 on the embedded model
+     * writes "的确是 속� impossible"; the stop string "le" leaves " impossib").
+     */
+    @Test
+    void aCutAfterAReplacementCharacterListsTheTokenUpToTheStopString() throws Exception {
+        TestServer.Resp r = server.post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                + "\"max_tokens\":8,\"seed\":6,\"logprobs\":true,\"stop\":[\"le\"]}");
+        assertEquals(200, r.status(), r.body());
+        JsonNode c = r.json().at("/choices/0");
+        String content = c.at("/message/content").asText();
+        assertTrue(content.contains("\uFFFD") && content.endsWith(" impossib"), "the case this test is about: " + content);
+        StringBuilder joined = new StringBuilder();
+        for (JsonNode t : c.at("/logprobs/content")) joined.append(t.get("token").asText());
+        assertEquals(content, joined.toString(), r.body());
+    }
 }
