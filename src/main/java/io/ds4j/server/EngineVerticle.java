@@ -307,6 +307,20 @@ public final class EngineVerticle extends VerticleBase {
             return;
         }
         int n = choices.size(), need = first.reserveTokens();
+        // the most that could ever run at once on an idle server (the cache holds so many choices' state), plus the
+        // queue: past it no retry could ever admit them together, so it is a 400 for n, not a 429
+        int runnable = cfg.cacheTokens() > 0 ? Math.min(cfg.maxActive(), cfg.cacheTokens() / need) : cfg.maxActive();
+        if (n > runnable + cfg.maxQueue()) {
+            String mt = first.maxTokensField != null ? first.maxTokensField : "max_tokens";
+            LOG.info("request {} rejected: its {} choices need {} tokens of sequence state each; model.cacheTokens {} holds {} at"
+                    + " once and limits.maxQueue is {}", first.id, n, need, cfg.cacheTokens(), runnable, cfg.maxQueue());
+            msg.reply(Admission.refused(ApiException.badField("n", "the request's " + n + " choices are admitted together and"
+                    + " can never all fit: each needs " + need + " tokens of sequence state (the prompt's " + first.prompt.length
+                    + " + " + mt + " " + first.params.maxTokens() + "), so the server's cache (model.cacheTokens "
+                    + cfg.cacheTokens() + ") runs at most " + runnable + " at once and limits.maxQueue lets " + cfg.maxQueue()
+                    + " more wait; lower n or " + mt)), LOCAL);
+            return;
+        }
         // how many start at once (only when nothing waits: first come, first served) and how many would wait
         int now = 0;
         long reserved = reservedTokens;

@@ -187,6 +187,20 @@ class MultipleChoicesTest {
         assertEquals(200, server.post("/v1/chat/completions", TestServer.chat("Hi", "\"n\":5")).status(), "5 fit");
     }
 
+    /**
+     * Choices whose sequence state the cache can hold only some of at once, with too small a queue for the rest: no
+     * retry could ever admit them together, so it is a 400 naming n (it was a 429 that never cleared, on an idle server).
+     */
+    @Test
+    void choicesTheCacheCanNeverHoldTogetherAreA400() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.maxActive", 2, "limits.maxQueue", 1, "model.cacheTokens", 300,
+                "speculative.draft", "none"));
+        assertRefused(server.post("/v1/chat/completions", TestServer.chat("Hi", "\"n\":3,\"max_tokens\":200")), "n",
+                "n: the request's 3 choices are admitted together and can never all fit");
+        // two fit: one runs, one waits for it
+        assertEquals(200, server.post("/v1/chat/completions", TestServer.chat("Hi", "\"n\":2,\"max_tokens\":200")).status());
+    }
+
     static void assertRefused(TestServer.Resp r, String param, String messageStart) {
         assertEquals(400, r.status(), r.body());
         JsonNode e = r.json().get("error");
