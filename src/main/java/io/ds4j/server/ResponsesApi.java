@@ -283,7 +283,8 @@ final class ResponsesApi {
         Boolean background = Requests.optBool(body, "background", "background");
         if (Boolean.TRUE.equals(background))
             throw ApiException.badField("background", "background responses are not supported: a response is fetched later"
-                    + " from storage, and this server stores none; stream it instead (\"stream\": true)");
+                    + " from storage, and this server stores none; " + (body.path("stream").asBoolean(false)
+                    ? "leave background out: the response streams as it is made" : "stream it instead (\"stream\": true)"));
     }
 
     /** {@code stream_options}: only with {@code stream: true}, as chat's; {@code include_obfuscation} is accepted. */

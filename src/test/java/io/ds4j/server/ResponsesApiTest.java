@@ -488,6 +488,8 @@ class ResponsesApiTest {
                 {"\"previous_response_id\":\"resp_1\"," + u, "previous_response_id", "previous_response_id: is not supported: this server stores no responses"},
                 {"\"conversation\":\"conv_1\"," + u, "conversation", "conversation: is not supported"},
                 {"\"background\":true," + u, "background", "background: background responses are not supported"},
+                {"\"background\":true,\"stream\":true," + u, "background", "background: background responses are not supported:"
+                        + " a response is fetched later from storage, and this server stores none; leave background out"},
                 {"\"truncation\":\"sometimes\"," + u, "truncation", "truncation: must be \"disabled\" or \"auto\""},
                 {"\"include\":[\"message.output_text.logprobs\"]," + u, "include[0]", "include[0]: 'message.output_text.logprobs' is not supported"},
                 {"\"top_logprobs\":3," + u, "top_logprobs", "top_logprobs: logprobs are not supported"},
