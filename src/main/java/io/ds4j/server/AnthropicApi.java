@@ -79,30 +79,12 @@ final class AnthropicApi {
             return e.renamed(param, msg);
         }
 
-        /** The server's own words about chat shapes, after the field: a Messages client sent none of them. */
-        private static final String UNANSWERED = ": no tool message answers the call", UNANSWERED_WHY =
-                ": an assistant message with tool_calls must be followed by a tool message answering each of its call"
-                        + " ids before any other message", ECHO = " (0 with echo on /v1/completions)";
-
-        /**
-         * Chat's wording of a rule as the Messages API states it. Only the server's fixed text is replaced, where it
-         * stands (after the field, at the end), never what the client's values could hold.
-         */
+        /** Chat's wording of a rule as the Messages API states it ({@link ChatPaths#worded}). */
         private static String worded(String msg, String param) {
-            if (param == null || !msg.startsWith(param + ":")) return msg;
-            String rest = msg.substring(param.length());
-            if (rest.startsWith(UNANSWERED) && rest.endsWith(UNANSWERED_WHY)) {
-                String calls = rest.substring(UNANSWERED.length(), rest.length() - UNANSWERED_WHY.length());
-                // "the call 'a'" or "the calls 'a', 'b'"
-                String blocks = calls.startsWith("s ") ? "tool_use blocks" + calls.substring(1) : "tool_use block" + calls;
-                return param + ": no tool_result block answers the " + blocks + ": each tool_use block must be answered by"
-                        + " a tool_result block in the user message right after it";
-            }
-            if (param.equals("max_tokens") && rest.contains(ECHO)) {
-                int i = rest.indexOf(ECHO);
-                return param + rest.substring(0, i) + rest.substring(i + ECHO.length());
-            }
-            return msg;
+            // "the call 'a'" or "the calls 'a', 'b'"
+            return ChatPaths.worded(msg, param, "max_tokens", calls -> "no tool_result block answers the "
+                    + (calls.startsWith("s ") ? "tool_use blocks" + calls.substring(1) : "tool_use block" + calls)
+                    + ": each tool_use block must be answered by a tool_result block in the user message right after it");
         }
 
         private String text(String msg, String oldParam, String newParam, List<String> own) {

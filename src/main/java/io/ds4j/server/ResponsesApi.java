@@ -149,32 +149,16 @@ final class ResponsesApi {
             return "each function_call has a call_id of its own";
         }
 
-        /** The server's own words about chat's tool messages, after the field: a Responses client sent none. */
-        private static final String UNANSWERED = ": no tool message answers the call", UNANSWERED_WHY =
-                ": an assistant message with tool_calls must be followed by a tool message answering each of its call"
-                        + " ids before any other message", ECHO = " (0 with echo on /v1/completions)";
-
-        /**
-         * Chat's wording of a rule as the Responses API states it. Only the server's fixed text is replaced, where it
-         * stands (after the field, at the end), never what the client's values could hold.
-         */
+        /** Chat's wording of a rule as the Responses API states it ({@link ChatPaths#worded}). */
         private static String worded(String msg, String param) {
-            if (param == null || !msg.startsWith(param + ":")) return msg;
-            String rest = msg.substring(param.length());
-            if (rest.startsWith(UNANSWERED) && rest.endsWith(UNANSWERED_WHY)) {
-                String callsAndWhere = rest.substring(UNANSWERED.length(), rest.length() - UNANSWERED_WHY.length());
+            return ChatPaths.worded(msg, param, "max_output_tokens", callsAndWhere -> {
                 // "the call 'a' before input[3] (a user message)", "the calls 'a', 'b' before the input end"
                 String items = callsAndWhere.startsWith("s ") ? "function_call items" + callsAndWhere.substring(1)
                         : "function_call item" + callsAndWhere;
                 if (items.endsWith("before the input end")) items = items + "s";
-                return param + ": no function_call_output item answers the " + items + ": each function_call item must be"
+                return "no function_call_output item answers the " + items + ": each function_call item must be"
                         + " answered by a function_call_output item with its call_id before any other item";
-            }
-            if (param.equals("max_output_tokens") && rest.contains(ECHO)) {
-                int i = rest.indexOf(ECHO);
-                return param + rest.substring(0, i) + rest.substring(i + ECHO.length());
-            }
-            return msg;
+            });
         }
 
         /** A field's path: its chat path is where it starts; what follows is the client's (a schema's property names). */

@@ -175,11 +175,18 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         }
         if (count == 0) return;
         if (count > MAX_LISTED_IDS) missing.add("and " + (count - MAX_LISTED_IDS) + " more");
-        throw new ChatFormatException("messages[" + index + "].tool_calls", "no tool message answers "
-                + (count == 1 ? "the call " : "the calls ") + String.join(", ", missing) + " " + where
-                + ": an assistant message with tool_calls must be followed by a tool message answering each of its call"
-                + " ids before any other message");
+        throw new ChatFormatException("messages[" + index + "].tool_calls", UNANSWERED + (count == 1 ? " " : "s ")
+                + String.join(", ", missing) + " " + where + UNANSWERED_RULE);
     }
+
+    /**
+     * How the refusal of unanswered tool calls ({@link #listFromOpenAi}) starts, before "s" for several calls, their ids
+     * and where the answers stop; an API translated into chat words the same rule its own way from these.
+     */
+    public static final String UNANSWERED = "no tool message answers the call";
+    /** How that refusal ends: the rule. */
+    public static final String UNANSWERED_RULE = ": an assistant message with tool_calls must be followed by a tool message"
+            + " answering each of its call ids before any other message";
 
     /** Reads one OpenAI message object; errors are reported under the path {@code message}. */
     public static ChatMessage fromOpenAi(JsonNode message) {
