@@ -421,6 +421,16 @@ public final class Json {
     }
 
     /**
+     * Whether a complete top-level value was read before the word or character the parser failed on (the parser's last
+     * token is that value's end; before a first value there is none).
+     */
+    private static boolean valueBefore(JsonProcessingException e) {
+        // the root context counts the word it failed on as an entry: a value before it makes a second one
+        return e.getProcessor() instanceof JsonParser p && p.getParsingContext() != null && p.getParsingContext().inRoot()
+                && (p.currentToken() != null || p.getParsingContext().getEntryCount() > 1);
+    }
+
+    /**
      * Jackson's syntax message in plain words, without its place: what was found, then what was expected there, in
      * one phrasing for every error ("unexpected character 'x': expected ...", "the JSON ends ...").
      * @param unit what the text is ("a body", "a file"), for the messages that say one value is allowed
@@ -456,7 +466,7 @@ public final class Json {
         if (token.matches()) {
             String t = token.group(1);
             // a word after a complete value: nothing was expected there at all
-            if (afterValue(e)) return "more content after the JSON value: '" + t + "' (one JSON value " + unit + ")";
+            if (valueBefore(e)) return "more content after the JSON value: '" + t + "' (one JSON value " + unit + ")";
             boolean nonFinite = t.matches("[-+]?(NaN|Infinity|INF)");
             return "unrecognized token '" + t + "': expected a JSON value" + (nonFinite ? " (JSON has no NaN or Infinity)" : "");
         }
@@ -471,7 +481,7 @@ public final class Json {
             return "unescaped control character U+" + hex + " in a string: write it as an escape (\\u" + hex + ")";
         }
         java.util.regex.Matcher u = UNEXPECTED.matcher(m);
-        if (u.matches()) return unexpected(u, e, src);
+        if (u.matches()) return unexpected(u, e, src, unit);
         return cleaned(m);
     }
 
@@ -479,10 +489,13 @@ public final class Json {
      * An unexpected character, found where something else was expected. The hint for a number written without a
      * digit before its decimal point ({@code .5}, {@code -.5}) follows what the client wrote.
      */
-    private static String unexpected(java.util.regex.Matcher u, JsonProcessingException e, byte[] src) {
+    private static String unexpected(java.util.regex.Matcher u, JsonProcessingException e, byte[] src, String unit) {
         String c = u.group(1) != null ? "'" + u.group(1) + "'" : "U+" + String.format("%04X", Integer.parseInt(u.group(3)));
         boolean inNumber = u.group(4) != null;
         String rest = u.group(5);
+        // a character after a complete value: nothing was expected there at all
+        if ((rest.startsWith("expected a valid value") || rest.startsWith("expected a value")) && valueBefore(e))
+            return "more content after the JSON value: " + c + " (one JSON value " + unit + ")";
         String expected;
         if (rest.startsWith("was expecting comma to separate Object entries")) expected = "expected ',' or '}' after a value in an object";
         else if (rest.startsWith("was expecting comma to separate Array entries")) expected = "expected ',' or ']' after a value in an array";

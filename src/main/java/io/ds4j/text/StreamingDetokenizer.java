@@ -68,14 +68,16 @@ public final class StreamingDetokenizer {
     }
 
     /**
-     * How many chars a fresh detokenizer gives for these bytes pushed together: malformed sequences as one U+FFFD each, an
-     * incomplete character at the end held back (not counted).
+     * How many chars a fresh detokenizer gives for these bytes pushed together and flushed: malformed sequences as one
+     * U+FFFD each, and so an incomplete character at the end (so only bytes that end on a character's end decode to
+     * exactly the chars of a text they begin).
      */
     public static int decodedLength(byte[] bytes) {
         CharsetDecoder d = StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPLACE)
                 .onUnmappableCharacter(CodingErrorAction.REPLACE).replaceWith("\uFFFD");
         CharBuffer out = CharBuffer.allocate(bytes.length * 2 + 2);
-        d.decode(ByteBuffer.wrap(bytes), out, false);
+        d.decode(ByteBuffer.wrap(bytes), out, true);
+        d.flush(out);
         return out.position();
     }
 

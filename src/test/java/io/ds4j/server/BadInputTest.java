@@ -490,7 +490,10 @@ class BadInputTest {
                 {"{\"a\": 1]", "line 1, column 8: unexpected ']': expected '}' to close the object opened at line 1, column 1"},
                 {"{\"a\": 1.}", "line 1, column 9: unexpected character '}' in a number: expected a digit after the decimal point"},
                 {"{\"a\": +1}", "line 1, column 7: unexpected character '+' in a number: a JSON number has no '+' sign"},
-                {"{\"a\":1} x", "line 1, column 10: more content after the JSON value: 'x' (one JSON value a body)"}};
+                {"{\"a\":1} x", "line 1, column 10: more content after the JSON value: 'x' (one JSON value a body)"},
+                {"{\"a\":1} ,", "line 1, column 9: more content after the JSON value: ',' (one JSON value a body)"},
+                // a word with no value before it is no JSON value at all
+                {"x", "line 1, column 2: unrecognized token 'x': expected a JSON value"}};
         for (String[] c : cases) {
             JsonNode e = expect("/v1/chat/completions", c[0], 400, null);
             assertEquals("invalid_json", e.get("code").asText(), c[0]);

@@ -97,5 +97,16 @@ class StreamLogprobsTest {
         StringBuilder joined = new StringBuilder();
         for (JsonNode t : c.at("/logprobs/content")) joined.append(t.get("token").asText());
         assertEquals(content, joined.toString(), r.body());
+
+        // a stop string of a multi-byte character inside a token ("的确是", stop "是"): the token is listed with its
+        // bytes up to the stop string's first character, not one byte into it
+        TestServer.Resp cjk = server.post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                + "\"max_tokens\":8,\"seed\":6,\"logprobs\":true,\"stop\":[\"\u662f\"]}");
+        assertEquals(200, cjk.status(), cjk.body());
+        JsonNode k = cjk.json().at("/choices/0");
+        assertEquals("\u7684\u786e", k.at("/message/content").asText(), "the case this test is about: " + cjk.body());
+        StringBuilder tokens = new StringBuilder();
+        for (JsonNode t : k.at("/logprobs/content")) tokens.append(t.get("token").asText());
+        assertEquals("\u7684\u786e", tokens.toString(), cjk.body());
     }
 }
