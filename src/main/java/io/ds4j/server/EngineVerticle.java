@@ -316,7 +316,8 @@ public final class EngineVerticle extends VerticleBase {
                     + " once and limits.maxQueue is {}", first.id, n, need, cfg.cacheTokens(), runnable, cfg.maxQueue());
             msg.reply(Admission.refused(ApiException.badField("n", "the request's " + n + " choices are admitted together and"
                     + " can never all fit: each needs " + need + " tokens of sequence state (the prompt's " + first.prompt.length
-                    + " + " + mt + " " + first.params.maxTokens() + "), so the server's cache (model.cacheTokens "
+                    + " + " + mt + " " + first.params.maxTokens() + (first.maxTokensField == null
+                    ? ", the server's default cut to what the cache leaves" : "") + "), so the server's cache (model.cacheTokens "
                     + cfg.cacheTokens() + ") runs at most " + runnable + " at once and limits.maxQueue lets " + cfg.maxQueue()
                     + " more wait; lower n or " + mt)), LOCAL);
             return;

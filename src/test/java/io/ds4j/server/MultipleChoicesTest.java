@@ -197,6 +197,11 @@ class MultipleChoicesTest {
                 "speculative.draft", "none"));
         assertRefused(server.post("/v1/chat/completions", TestServer.chat("Hi", "\"n\":3,\"max_tokens\":200")), "n",
                 "n: the request's 3 choices are admitted together and can never all fit");
+        // no max_tokens sent: the message says the value it names is the server's default, not the client's
+        TestServer.Resp byDefault = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"n\":3"));
+        assertEquals(400, byDefault.status(), byDefault.body());
+        assertTrue(byDefault.json().at("/error/message").asText().contains("the server's default cut to what the cache leaves"),
+                byDefault.body());
         // two fit: one runs, one waits for it
         assertEquals(200, server.post("/v1/chat/completions", TestServer.chat("Hi", "\"n\":2,\"max_tokens\":200")).status());
     }
