@@ -9,6 +9,8 @@ import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import static io.ds4j.server.Requests.what;
+
 /**
  * The Anthropic Messages API ({@code POST /v1/messages} and {@code POST /v1/messages/count_tokens}) as a translation
  * over the chat endpoint. A Messages body is rewritten into the chat body that means the same ({@link #translate}),
@@ -242,10 +244,6 @@ final class AnthropicApi {
         return t.textValue();
     }
 
-    /** What a value is, for a message about a wrong type; "nothing" for a field not given. */
-    private static String what(JsonNode v) {
-        return v == null || v.isNull() ? "nothing" : Requests.describe(v);
-    }
 
     private static String unsupported(String type, String what) {
         if (type.equals("image") || type.equals("document"))

@@ -920,7 +920,8 @@ public final class EngineVerticle extends VerticleBase {
             if (parser != null && parser.inReasoning()) reasoningTokens++;
             boolean eos = false;
             for (int e : eosIds) if (e == token) eos = true; // the end of the turn; its text is not output
-            byte[] carried = detok.heldBytes();
+            // the earlier tokens' bytes this token's text begins with: only a logprob's cut needs them (no copy otherwise)
+            byte[] carried = lp != null ? detok.heldBytes() : null;
             String piece = eos ? "" : piece(token);
             if (lp != null) {
                 boolean hidden = req.skipSpecialTokens && tokenizer.isControl(token);

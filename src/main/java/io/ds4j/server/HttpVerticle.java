@@ -941,11 +941,10 @@ public final class HttpVerticle extends VerticleBase {
         if (resp.ended() || resp.closed()) return;
         String path = decodedPath(ctx);
         if (resp.headWritten()) {
-            // only a generation's stream writes its head before it ends: its writer ends it in its API's shape
+            // a generation's stream (its exchange set its writer before the head went out) ends in its API's shape; any
+            // other answer whose head went out gets the OpenAI error frame, as before there were writers
             AnswerWriter w = ctx.get(WRITER);
-            resp.end(w != null ? w.failed(e) : AnthropicApi.speaks(path)
-                    ? "event: error\ndata: " + Json.write(AnthropicApi.errorBody(e)) + "\n\n"
-                    : "data: " + Json.write(e.body()) + "\n\n");
+            resp.end(w != null ? w.failed(e) : "data: " + Json.write(e.body()) + "\n\n");
             return;
         }
         // a path no route answers (404 not_found) and a method its path does not answer (405) are refusals like any

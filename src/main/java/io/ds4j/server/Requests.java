@@ -795,6 +795,11 @@ final class Requests {
         return v == null ? d : v;
     }
 
+    /** {@link #describe}, and "nothing" for a field not given (absent or null), as the translated APIs word it. */
+    static String what(JsonNode v) {
+        return v == null || v.isNull() ? "nothing" : describe(v);
+    }
+
     /** What a value is, for a message about a wrong type: "a string", ..., or a number itself ({@link #shown}). */
     static String describe(JsonNode v) {
         if (v.isTextual()) return "a string";

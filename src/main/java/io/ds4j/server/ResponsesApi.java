@@ -9,6 +9,8 @@ import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import static io.ds4j.server.Requests.what;
+
 /**
  * OpenAI's Responses API ({@code POST /v1/responses}) as a translation over the chat endpoint, as
  * {@link AnthropicApi} is for the Messages API. A Responses body is rewritten into the chat body that means the same
@@ -718,8 +720,4 @@ final class ResponsesApi {
         return v != null && !v.isNull();
     }
 
-    /** What a value is, for a message about a wrong type; "nothing" for a field not given. */
-    private static String what(JsonNode v) {
-        return v == null || v.isNull() ? "nothing" : Requests.describe(v);
-    }
 }
