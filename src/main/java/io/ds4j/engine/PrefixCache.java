@@ -160,6 +160,18 @@ public final class PrefixCache implements AutoCloseable {
     }
 
     /**
+     * The prompt length at which a prefill of a prompt of {@code promptLength} tokens always offers a snapshot (its
+     * last block boundary, see {@link #snapshotPoints}) that a later {@link #start} of the same prompt resumes (one
+     * that leaves at least one prompt token to prefill), or 0 when there is none: a prompt of at most one block, or one
+     * that ends on a block boundary (whose last boundary leaves no token to prefill). Requests that send the same
+     * prompt at once ({@code n} choices) wait for the first one's prefill to pass this point, then prefill only the
+     * tokens after it.
+     */
+    public int sharedPoint(int promptLength) {
+        return promptLength % block == 0 ? 0 : promptLength / block * block;
+    }
+
+    /**
      * Takes a snapshot of seq (whose first seq.length() tokens are prompt's) and keeps it under the key of that
      * prefix, unless one is already kept. Evicts least recently used snapshots to stay within the budget (which may
      * evict this one at once when it alone is over the budget). Failures to snapshot (out of memory) are swallowed:

@@ -96,6 +96,12 @@ public final class EngineVerticle extends VerticleBase {
     private PrefixCache prefixCache;
     private final ArrayDeque<Job> waiting = new ArrayDeque<>();
     private final ArrayList<Job> active = new ArrayList<>();
+    /**
+     * Admitted choices of an {@code n} > 1 request that wait for their request's first choice to prefill the prompt
+     * they share up to its {@link PrefixCache#sharedPoint}, then start from the snapshot it left there (prefilling only
+     * the tokens after it). They hold their slot and reserved tokens meanwhile: running, for admission and the gauges.
+     */
+    private final ArrayList<Job> held = new ArrayList<>();
     private final Map<String, Job> jobs = new HashMap<>();
     /**
      * Requests this thread ended as cancelled on seeing their flag (at submission, in the queue, at a step boundary)
@@ -232,6 +238,7 @@ public final class EngineVerticle extends VerticleBase {
         stopped = true;
         for (Job j : new ArrayList<>(active)) end(j);
         waiting.clear();
+        held.clear();
         jobs.clear();
         if (prefixCache != null) prefixCache.close();
         if (model != null) model.close();
@@ -258,7 +265,7 @@ public final class EngineVerticle extends VerticleBase {
             return;
         }
         Job j = new Job(r, r.reserveTokens());
-        if (waiting.isEmpty() && active.size() < cfg.maxActive() && fits(j.reserved, cfg)) {
+        if (waiting.isEmpty() && running() < cfg.maxActive() && fits(j.reserved, cfg)) {
             try {
                 startAtOnce(j, cfg);
             } catch (RuntimeException e) {
@@ -274,9 +281,9 @@ public final class EngineVerticle extends VerticleBase {
         } else {
             int retry = retryAfterSeconds(cfg);
             LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}); Retry-After {} s",
-                    r.id, active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
+                    r.id, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
             msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
-                    "the server is busy: " + plural(active.size(), "request") + " running (limits.maxActive "
+                    "the server is busy: " + plural(running(), "request") + " running (limits.maxActive "
                             + cfg.maxActive() + ") and " + (cfg.maxQueue() == 0 ? "limits.maxQueue is 0, so no request may wait for a slot"
                             : waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue() + ")") + "; retry after " + retry + " s",
                     retry)), LOCAL);
@@ -325,7 +332,7 @@ public final class EngineVerticle extends VerticleBase {
         // how many start at once (only when nothing waits: first come, first served) and how many would wait
         int now = 0;
         long reserved = reservedTokens;
-        while (waiting.isEmpty() && now < n && active.size() + now < cfg.maxActive()
+        while (waiting.isEmpty() && now < n && running() + now < cfg.maxActive()
                 && (cfg.cacheTokens() <= 0 || reserved + need <= cfg.cacheTokens())) {
             now++;
             reserved += need;
@@ -333,23 +340,31 @@ public final class EngineVerticle extends VerticleBase {
         if (waiting.size() + n - now > cfg.maxQueue()) {
             int retry = retryAfterSeconds(cfg), fit = now + Math.max(0, cfg.maxQueue() - waiting.size());
             LOG.info("request {} rejected with 429: its {} choices are admitted together and {} fit (running {}/{}, waiting {}/{});"
-                    + " Retry-After {} s", first.id, n, fit, active.size(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
+                    + " Retry-After {} s", first.id, n, fit, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
             msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
                     "the server is busy: the request's n = " + n + " choices are admitted together, each as one request, and"
-                            + " only " + fit + " fit now: " + plural(active.size(), "request") + " running (limits.maxActive "
+                            + " only " + fit + " fit now: " + plural(running(), "request") + " running (limits.maxActive "
                             + cfg.maxActive() + ") and " + waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue()
                             + "); retry after " + retry + " s", retry)), LOCAL);
             return;
         }
         List<Job> started = new ArrayList<>();
+        int shared = 0;
         for (int i = 0; i < now; i++) {
             Job j = new Job(choices.get(i), need);
+            if (shared > 0) {
+                // the first choice prefills the prompt they share; this one then resumes its snapshot
+                hold(j, started.getFirst(), shared);
+                started.add(j);
+                continue;
+            }
             try {
                 startAtOnce(j, cfg);
             } catch (RuntimeException e) {
                 // the choices that started are withdrawn: the request is refused as a whole
                 for (Job s : started) {
-                    end(s);
+                    if (held.remove(s)) reservedTokens -= s.reserved;
+                    else end(s);
                     forget(s);
                 }
                 updateGauges();
@@ -360,10 +375,81 @@ public final class EngineVerticle extends VerticleBase {
                 return;
             }
             started.add(j);
+            if (i == 0) shared = sharedPoint(j);
         }
         for (int i = now; i < n; i++) enqueue(new Job(choices.get(i), need), cfg);
         msg.reply(now > 0 ? Admission.running(started.getFirst().gen.cachedTokens()) : Admission.queued(waiting.size() - n + 1), LOCAL);
         scheduleTick();
+    }
+
+    /**
+     * Where the other choices of a request whose first choice just started may resume that choice's prompt from the
+     * prefix cache ({@link PrefixCache#sharedPoint}), or 0 when there is nothing to wait for: no cache (off, no budget,
+     * or the request's {@code cache_prompt: false}), a prompt too short to leave a snapshot, or one already cached that
+     * far (each choice then resumes it at once).
+     */
+    private int sharedPoint(Job first) {
+        if (prefixCache == null || !first.req.cachePrompt || prefixCache.stats().budgetBytes() <= 0) return 0;
+        int p = prefixCache.sharedPoint(first.req.prompt.length);
+        return p > first.gen.cachedTokens() ? p : 0;
+    }
+
+    /** Admits a choice that waits for its request's first choice to prefill their prompt up to {@code point}. */
+    private void hold(Job j, Job first, int point) {
+        j.leader = first;
+        j.sharedPoint = point;
+        held.add(j);
+        jobs.put(j.req.id, j);
+        reservedTokens += j.reserved;
+        state.started(j.req.id);
+        updateGauges();
+        LOG.info("request {} admitted: it waits for request {} to prefill the {} prompt tokens they share (the prefix cache's"
+                + " last block boundary of the prompt), then prefills the {} after them; running {}/{}", j.req.id, first.req.id,
+                point, j.req.prompt.length - point, running(), state.config().maxActive());
+    }
+
+    /**
+     * Starts the held choices whose first choice has prefilled their shared prompt prefix (its snapshot is in the
+     * prefix cache unless evicted: then they prefill the whole prompt, with the same answer), or has ended (failed,
+     * cancelled, finished early): they do not wait for what will not come.
+     */
+    private void release() {
+        if (held.isEmpty()) return;
+        ServerConfig cfg = state.config();
+        for (Job j : new ArrayList<>(held)) {
+            Job first = j.leader;
+            if (active.contains(first) && first.gen.prefilledTokens() < j.sharedPoint && !j.req.cancelled()) continue;
+            held.remove(j);
+            reservedTokens -= j.reserved;
+            if (j.req.cancelled()) {
+                retireCancelledHeld(j);
+                continue;
+            }
+            try {
+                activate(j, cfg);
+                LOG.info("request {} started: {} of its {} prompt tokens resumed from the prefix cache after request {}'s prefill",
+                        j.req.id, j.gen.cachedTokens(), j.req.prompt.length, first.req.id);
+            } catch (RuntimeException e) {
+                // activate reserves its tokens only once nothing can fail any more
+                jobs.remove(j.req.id);
+                state.retired(j.req.id);
+                String m = e.getMessage() != null ? e.getMessage() : e.toString();
+                LOG.warn("request {} could not start: {}", j.req.id, m);
+                send(j, new EngineEvent.Failed(400, m));
+            }
+        }
+        updateGauges();
+    }
+
+    /** Ends a held choice whose client went away (its reservation already given back): nothing was computed for it. */
+    private void retireCancelledHeld(Job j) {
+        state.retired(j.req.id);
+        retireCancelledInQueue(j, "while it waited for request " + j.leader.req.id + " to prefill the prompt they share");
+    }
+
+    /** Requests admitted and not yet finished: those stepped and those {@link #held} for their first choice's prefill. */
+    private int running() {
+        return active.size() + held.size();
     }
 
     /**
@@ -412,7 +498,7 @@ public final class EngineVerticle extends VerticleBase {
         activate(j, cfg);
         jobs.put(r.id, j);
         LOG.info("request {} admitted: {} prompt tokens, max_tokens {}{}, spec q {}; running {}/{}, waiting {}/{}",
-                r.id, r.prompt.length, r.params.maxTokens(), reasoningNote(r), j.specName(), active.size(), cfg.maxActive(),
+                r.id, r.prompt.length, r.params.maxTokens(), reasoningNote(r), j.specName(), running(), cfg.maxActive(),
                 waiting.size(), cfg.maxQueue());
     }
 
@@ -431,7 +517,7 @@ public final class EngineVerticle extends VerticleBase {
         jobs.put(r.id, j);
         updateGauges();
         LOG.info("request {} queued at position {}: {} prompt tokens; running {}/{} ({})",
-                r.id, waiting.size(), r.prompt.length, active.size(), cfg.maxActive(), queueReason(j, cfg));
+                r.id, waiting.size(), r.prompt.length, running(), cfg.maxActive(), queueReason(j, cfg));
     }
 
     static String plural(int n, String noun) {
@@ -444,7 +530,7 @@ public final class EngineVerticle extends VerticleBase {
      */
     private String queueReason(Job j, ServerConfig cfg) {
         List<String> why = new ArrayList<>();
-        if (active.size() >= cfg.maxActive()) why.add("all slots busy");
+        if (running() >= cfg.maxActive()) why.add("all slots busy");
         if (!fits(j.reserved, cfg))
             why.add("model.cacheTokens: the running requests reserve " + reservedTokens + " of " + cfg.cacheTokens()
                     + " tokens, this one needs " + j.reserved);
@@ -556,16 +642,16 @@ public final class EngineVerticle extends VerticleBase {
 
     private void promote() {
         ServerConfig cfg = state.config();
-        while (!waiting.isEmpty() && active.size() < cfg.maxActive() && fits(waiting.peekFirst().reserved, cfg)) {
+        while (!waiting.isEmpty() && running() < cfg.maxActive() && fits(waiting.peekFirst().reserved, cfg)) {
             Job j = waiting.pollFirst();
             if (j.req.cancelled()) {
-                retireCancelledInQueue(j);
+                retireCancelledInQueue(j, "while queued");
                 continue;
             }
             try {
                 activate(j, cfg);
                 LOG.info("request {} started after waiting {} ms; running {}/{}, waiting {}", j.req.id,
-                        (j.activatedNanos - j.req.arrivalNanos) / 1_000_000, active.size(), cfg.maxActive(), waiting.size());
+                        (j.activatedNanos - j.req.arrivalNanos) / 1_000_000, running(), cfg.maxActive(), waiting.size());
             } catch (RuntimeException e) {
                 jobs.remove(j.req.id);
                 String m = e.getMessage() != null ? e.getMessage() : e.toString();
@@ -589,13 +675,19 @@ public final class EngineVerticle extends VerticleBase {
         }
         j.req.cancel();
         if (waiting.remove(j)) {
-            retireCancelledInQueue(j);
+            retireCancelledInQueue(j, "while queued");
+            updateGauges();
+        } else if (held.remove(j)) {
+            reservedTokens -= j.reserved;
+            retireCancelledHeld(j);
+            promote();
             updateGauges();
         } else if (active.contains(j)) {
             // the step boundary is now (ticks run on this thread): end it without another forward and release its
             // state at once, mid-prefill too
             end(j);
             retire(j, null);
+            release();
             promote();
             drained();
         }
@@ -619,7 +711,7 @@ public final class EngineVerticle extends VerticleBase {
         waiting.clear();
         updateGauges();
         LOG.info("shutting down: {} refused with 503, {} may finish within {} s (server.shutdownGraceSeconds)",
-                plural(queued, "queued request"), plural(active.size(), "running request"), grace);
+                plural(queued, "queued request"), plural(running(), "running request"), grace);
         if (grace == 0) endRunning(grace);
         else vertx.setTimer(grace * 1000L, id -> endRunning(grace));
         drained();
@@ -627,8 +719,14 @@ public final class EngineVerticle extends VerticleBase {
 
     /** The end of the shutdown grace period: every request still running ends with 503. */
     private void endRunning(int grace) {
-        if (active.isEmpty()) return;
-        LOG.info("shutting down: the grace period of {} s is over; ending {} with 503", grace, plural(active.size(), "running request"));
+        if (running() == 0) return;
+        LOG.info("shutting down: the grace period of {} s is over; ending {} with 503", grace, plural(running(), "running request"));
+        for (Job j : new ArrayList<>(held)) {
+            held.remove(j);
+            reservedTokens -= j.reserved;
+            retireShutdown(j, "it ran past the shutdown grace period (server.shutdownGraceSeconds " + grace + ") while it waited for"
+                    + " request " + j.leader.req.id + " to prefill the prompt they share");
+        }
         for (Job j : new ArrayList<>(active)) {
             end(j);
             retireShutdown(j, "it ran past the shutdown grace period (server.shutdownGraceSeconds " + grace + ") after "
@@ -647,7 +745,7 @@ public final class EngineVerticle extends VerticleBase {
 
     /** Answers the drain request once no request runs (after a tick, a cancellation or the grace period). */
     private void drained() {
-        if (drain == null || drainAnswered || !active.isEmpty()) return;
+        if (drain == null || drainAnswered || running() > 0) return;
         drainAnswered = true;
         drain.reply(null, LOCAL);
         LOG.info("shutting down: no request runs any more");
@@ -674,12 +772,12 @@ public final class EngineVerticle extends VerticleBase {
                 HttpVerticle.SHUTTING_DOWN, HttpVerticle.SHUTDOWN_RETRY_SECONDS));
     }
 
-    private void retireCancelledInQueue(Job j) {
+    private void retireCancelledInQueue(Job j, String where) {
         jobs.remove(j.req.id);
         cancelsToCome.add(j.req.id);
         state.metrics().cancelled();
         state.record(new ServerState.JobRecord(j.req.id, "cancelled", j.req.prompt.length, 0, 0, 0));
-        LOG.info("request {} cancelled while queued ({})", j.req.id, j.req.cancelReason());
+        LOG.info("request {} cancelled {} ({})", j.req.id, where, j.req.cancelReason());
     }
 
     // ------------------------------------------------------------------------------------------------ scheduling
@@ -701,6 +799,7 @@ public final class EngineVerticle extends VerticleBase {
         tickQueued = false;
         if (stopped) return;
         try {
+            release();
             promote();
             if (active.isEmpty()) return;
             scheduler.limits(limits(state.config()));
@@ -733,6 +832,7 @@ public final class EngineVerticle extends VerticleBase {
                 if (active.remove(j)) retire(j, f.getValue());
             }
             for (Job j : t.ended()) if (active.remove(j)) retire(j, null);
+            release();
             promote();
         } catch (Throwable t) {
             // a bug here must not stall the scheduler for everyone else
@@ -847,7 +947,7 @@ public final class EngineVerticle extends VerticleBase {
     }
 
     private void updateGauges() {
-        state.metrics().running.set(active.size());
+        state.metrics().running.set(running());
         state.metrics().waiting.set(waiting.size());
     }
 
@@ -871,6 +971,9 @@ public final class EngineVerticle extends VerticleBase {
         final EngineRequest req;
         final int reserved;
         Generation gen;
+        /** A held choice's first choice, and the prompt length that one's prefill must reach first ({@link #held}). */
+        Job leader;
+        int sharedPoint;
         VerifyWidth width;
         /** The request's prediction draft (for its accepted / rejected counts), or null. */
         PredictionDraft prediction;
