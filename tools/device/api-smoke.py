@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks the API features end to end against a running server (on the GPU machine: `serve --backend hip`), greedy, with
 answers that must agree with each other: a prefix continues the answer it was cut from, a reasoning budget keeps the
-first tokens of the unbudgeted reasoning, the Responses and Messages routes answer as chat does, n choices agree.
+first tokens of the unbudgeted reasoning, the Responses and Messages routes answer as chat does, n choices agree (also
+on a long prompt that the choices prefill once, against the same request uncached).
 Prints one line per check and exits 1 on the first failure.
 usage: tools/device/api-smoke.py PORT"""
 import json
@@ -71,4 +72,15 @@ many = post_or_none("/v1/chat/completions", dict(base, n=2, messages=user, logpr
 if many is not None:
     same = [ch["message"]["content"] for ch in many["choices"]]
     check("n=2 greedy choices agree with n=1", same == [text, text], repr(same))
+# a prompt of several cache blocks: choice 0 prefills it, the others resume its snapshot and prefill only the tail, and
+# every choice must still equal the answer without the cache (the tail is one step of the same size either way)
+longuser = [{"role": "user", "content": "Tell me about the sea and the ships that sail on it. " * 40}]
+cold = post("/v1/chat/completions", dict(base, messages=longuser, cache_prompt=False))["choices"][0]
+shared = post_or_none("/v1/chat/completions", dict(base, n=3, messages=longuser))
+if shared is not None:
+    texts = [ch["message"]["content"] for ch in shared["choices"]]
+    lps = [[t["logprob"] for t in ch["logprobs"]["content"]] for ch in shared["choices"]]
+    coldlp = [t["logprob"] for t in cold["logprobs"]["content"]]
+    check("n=3 on a long prompt (prefilled once) agree with it alone, uncached",
+          texts == [cold["message"]["content"]] * 3 and lps == [coldlp] * 3, repr(texts[0]) + " vs " + repr(cold["message"]["content"]))
 print("all checks passed")
