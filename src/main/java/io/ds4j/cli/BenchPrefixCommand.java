@@ -40,7 +40,10 @@ import java.util.stream.Stream;
  *       schema, then per turn an assistant tool call and its result); the first request is cold, the next five can
  *       resume the previous prompt;</li>
  *   <li><b>doc</b>: a document of {@code --doc-tokens} tokens followed by five different questions, each its own
- *       request (system + document + question); the first is cold, the others can resume the document.</li>
+ *       request (system + document + question); the first is cold, the others can resume the document;</li>
+ *   <li><b>choices</b>: one request with {@code n = --choices} on a document of {@code --doc-tokens} tokens: cold, every
+ *       choice prefills the prompt; with the cache, the first choice prefills it and the others resume its snapshot
+ *       (the prompt tokens the server prefilled, from {@code vllm:prompt_tokens_total}, are printed for both).</li>
  * </ul>
  * Each request runs twice on one server, first with {@code cache_prompt: false} (cold, leaving no snapshot), then
  * with the cache (the first request of a workload fills it); the pairs run in order. Greedy, {@code ignore_eos}, {@code --max-tokens} tokens per request.
@@ -54,9 +57,10 @@ public final class BenchPrefixCommand implements Callable<Integer> {
     @Option(names = "--experts", description = "preset variant: routed experts (default: the preset's)") Integer experts;
     @Option(names = "--dtype", defaultValue = "bf16", description = "preset variant storage: bf16 or fp8 (default ${DEFAULT-VALUE})") String dtype;
     @Option(names = "--backend", defaultValue = "cpu", description = "model.backend: cpu or hip (default ${DEFAULT-VALUE})") String backend;
-    @Option(names = "--workloads", defaultValue = "agent,doc", split = ",", description = "agent, doc (default ${DEFAULT-VALUE})") List<String> workloads;
+    @Option(names = "--workloads", defaultValue = "agent,doc,choices", split = ",", description = "agent, doc, choices (default ${DEFAULT-VALUE})") List<String> workloads;
     @Option(names = "--doc-tokens", defaultValue = "4096", description = "document length in tokens (default ${DEFAULT-VALUE})") int docTokens;
     @Option(names = "--tool-result-tokens", defaultValue = "300", description = "tokens of each tool result in the agent conversation (default ${DEFAULT-VALUE})") int toolTokens;
+    @Option(names = "--choices", defaultValue = "4", description = "n of the choices workload, 2 to 16 (default ${DEFAULT-VALUE})") int choices;
     @Option(names = "--max-tokens", defaultValue = "16", description = "tokens generated per request (default ${DEFAULT-VALUE})") int maxTokens;
     @Option(names = "--prefill-chunk", defaultValue = "512", description = "limits.prefillChunk (default ${DEFAULT-VALUE})") int prefillChunk;
     @Option(names = "--budget-mib", defaultValue = "2048", description = "prefixCache.budgetMiB (default ${DEFAULT-VALUE})") int budgetMiB;
@@ -74,7 +78,9 @@ public final class BenchPrefixCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
         for (String w : workloads)
-            if (!w.equals("agent") && !w.equals("doc")) throw new IllegalArgumentException("--workloads: unknown workload '" + w + "' (agent or doc)");
+            if (!w.equals("agent") && !w.equals("doc") && !w.equals("choices"))
+                throw new IllegalArgumentException("--workloads: unknown workload '" + w + "' (agent, doc or choices)");
+        if (choices < 2 || choices > 16) throw new IllegalArgumentException("--choices: must be in [2, 16] (the API's n), got " + choices);
         Backends.checkAvailable(backend);  // the server's backend, before a model is made for it
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
         Path dir = source.model != null ? source.model
@@ -103,9 +109,10 @@ public final class BenchPrefixCommand implements Callable<Integer> {
             port = server.port();
             http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(10)).build();
             // warm-up (JIT, first allocations) on a short unrelated prompt, uncached
-            for (int i = 0; i < 3; i++) send(messages(List.of(msg("user", words(64, 99 + i)))), null, false);
+            for (int i = 0; i < 3; i++) send(messages(List.of(msg("user", words(64, 99 + i)))), null, false, 1);
             if (workloads.contains("agent")) agent();
             if (workloads.contains("doc")) doc();
+            if (workloads.contains("choices")) choices();
         } finally {
             server.close().await();
         }
@@ -149,14 +156,43 @@ public final class BenchPrefixCommand implements Callable<Integer> {
         run(requests, null);
     }
 
+    /**
+     * One request of n choices on a document, cold (cache_prompt false: each choice prefills the prompt) then with the
+     * cache (the first choice prefills it, the others resume its snapshot); TTFT is the first choice's first text.
+     */
+    private void choices() throws Exception {
+        String document = words(docTokens, 11);
+        ArrayNode m = messages(List.of(msg("system", "Answer questions about the document."),
+                msg("user", "Document:\n" + document + "\n\nQuestion: Give the document a title.")));
+        System.out.printf("%nchoices: one request with n = %d on a document of %d tokens%n", choices, tok.encode(document).length);
+        double p0 = promptTokensTotal();
+        Sample cold = send(m, null, false, choices);
+        double p1 = promptTokensTotal();
+        Sample hot = send(m, null, true, choices);
+        double p2 = promptTokensTotal();
+        System.out.printf("%-8s %8s %10s %10s %16s%n", "", "prompt", "TTFT ms", "wall ms", "prefilled tokens");
+        System.out.printf("%-8s %8d %10.1f %10.1f %16.0f%n", "cold", cold.prompt, cold.ttftMs, cold.wallMs, p1 - p0);
+        System.out.printf("%-8s %8d %10.1f %10.1f %16.0f%n", "shared", hot.prompt, hot.ttftMs, hot.wallMs, p2 - p1);
+        System.out.printf("n = %d: wall %.1f -> %.1f ms (%.2fx), prefilled tokens %.0f -> %.0f%n", choices, cold.wallMs, hot.wallMs,
+                cold.wallMs / hot.wallMs, p1 - p0, p2 - p1);
+    }
+
+    /** The server's {@code vllm:prompt_tokens_total}: prompt tokens prefilled so far. */
+    private double promptTokensTotal() throws Exception {
+        HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/metrics")).GET().build();
+        for (String l : http.send(req, HttpResponse.BodyHandlers.ofString()).body().split("\n"))
+            if (l.startsWith("vllm:prompt_tokens_total ")) return Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1));
+        throw new IllegalStateException("/metrics has no vllm:prompt_tokens_total");
+    }
+
     /** Runs the requests cold (cache_prompt false), then cached, and prints one line per request and a summary. */
     private void run(List<ArrayNode> requests, ArrayNode tools) throws Exception {
         List<Sample> cold = new ArrayList<>(), hot = new ArrayList<>();
         // interleaved (cold i, cached i) so that drifting machine load affects both alike; a cold request leaves no
         // snapshot, so the cached requests see only each other
         for (ArrayNode m : requests) {
-            cold.add(send(m, tools, false));
-            hot.add(send(m, tools, true));
+            cold.add(send(m, tools, false, 1));
+            hot.add(send(m, tools, true, 1));
         }
         System.out.printf("%-4s %8s %8s | %12s %12s | %13s %13s %8s | %s%n", "req", "prompt", "cached", "cold TTFT ms", "cold wall ms",
                 "cache TTFT ms", "cache wall ms", "TTFT %", "server TTFT ms cold/cache");
@@ -193,9 +229,10 @@ public final class BenchPrefixCommand implements Callable<Integer> {
      */
     record Sample(double ttftMs, double wallMs, int prompt, int cached, double serverTtftMs) {}
 
-    private Sample send(ArrayNode messages, ArrayNode tools, boolean cache) throws Exception {
+    private Sample send(ArrayNode messages, ArrayNode tools, boolean cache, int n) throws Exception {
         ObjectNode b = json.createObjectNode();
         b.set("messages", messages);
+        if (n > 1) b.put("n", n);
         if (tools != null) b.set("tools", tools);
         b.put("stream", true).put("max_tokens", maxTokens).put("temperature", 0).put("ignore_eos", true).put("cache_prompt", cache);
         b.putObject("stream_options").put("include_usage", true);
