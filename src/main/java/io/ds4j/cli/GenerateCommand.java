@@ -78,7 +78,7 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--gpu-memory-budget-mib", defaultValue = "0", paramLabel = "MIB", description = "device memory the weights may use on backend hip, 0 = all free (default ${DEFAULT-VALUE})") long gpuMemoryBudgetMiB;
     @Option(names = "--fused-verify-f16-kv", description = "the F16-KV verifier: verify attention reads the F16 cache directly (backend hip on a single device only)") boolean fusedVerifyF16Kv;
     @Option(names = "--draft", paramLabel = "DIR|ngram|mtp", description = "speculative decoding draft: a draft model directory, 'ngram' for prompt lookup, or 'mtp' for the checkpoint's own MTP layer") String draft;
-    @Option(names = "--spec-q", defaultValue = "4", paramLabel = "N|auto", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
+    @Option(names = "--spec-q", defaultValue = "4", paramLabel = "N|auto", description = "verify width 1..8, auto, or 0 for no speculation (as serve's speculative.q; default ${DEFAULT-VALUE})") String specQ;
     @Option(names = "--prefill-chunk", defaultValue = "512", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int prefillChunk;
     @Option(names = "--max-context", description = "context limit in tokens (default 65536), capped by the model's max_position_embeddings") Integer maxContext;
     @Option(names = "--json-schema", paramLabel = "FILE", description = "constrain the output to JSON valid for this JSON Schema (constrained decoding); prints the mask's cost per step") Path jsonSchema;
@@ -108,11 +108,19 @@ public final class GenerateCommand implements Callable<Integer> {
         if (maxContext != null && maxContext < io.ds4j.server.config.ServerConfig.MIN_CONTEXT_TOKENS)
             throw new IllegalArgumentException("--max-context must be >= " + io.ds4j.server.config.ServerConfig.MIN_CONTEXT_TOKENS
                     + " (as serve's limits.maxContextTokens), got " + maxContext);
-        VerifyWidth width;
-        try {
-            width = VerifyWidth.parse(specQ); // checked even without --draft: a typo must not pass silently
-        } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException("--spec-q: " + e.getMessage(), e);
+        VerifyWidth width = null;
+        // 0 turns speculation off, as serve's speculative.q and the API's speculative_q: a draft given beside it is unused
+        boolean specOff = specQ.trim().equals("0");
+        if (!specOff) {
+            try {
+                width = VerifyWidth.parse(specQ); // checked even without --draft: a typo must not pass silently
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException("--spec-q: must be 1..8, auto or 0 (no speculation), got '" + specQ + "'", e);
+            }
+        }
+        if (specOff && draft != null) {
+            err.println("draft: not used (--spec-q 0 turns speculation off)");
+            draft = null;
         }
         if (draft == null) width = null;
         if (prefillChunk < 1) throw new IllegalArgumentException("--prefill-chunk must be >= 1");
@@ -203,7 +211,8 @@ public final class GenerateCommand implements Callable<Integer> {
             if (reasoningBudget != null)
                 g.limitReasoning(new ReasoningBudget(tok.id(V4Format.THINK_END).orElseThrow(() -> new IllegalArgumentException(
                         "--reasoning-budget: the tokenizer has no " + V4Format.THINK_END + " token")), reasoningBudget, tok::tokenBytes));
-            boolean progress = ids.length > prefillChunk;
+            // a line redrawn with carriage returns and an erase sequence: for a terminal, not for a file or a pipe
+            boolean progress = ids.length > prefillChunk && stderrIsTerminal();
             while (g.step()) {
                 if (progress && g.prefilling())
                     err.printf("\rprefill %d/%d tokens", g.prefilledTokens(), ids.length);
@@ -268,6 +277,23 @@ public final class GenerateCommand implements Callable<Integer> {
     }
 
     /** The output constraint of a {@link #grammar()} (null for none); builds the token trie up front (timed). */
+    /**
+     * Whether standard error is a terminal: on Linux where /proc/self/fd/2 leads to a terminal device; elsewhere, where a
+     * console is attached (Java has no test for standard error alone).
+     */
+    static boolean stderrIsTerminal() {
+        Path fd = Path.of("/proc/self/fd/2");
+        if (Files.exists(fd, java.nio.file.LinkOption.NOFOLLOW_LINKS)) {
+            try {
+                String target = Files.readSymbolicLink(fd).toString();
+                return target.startsWith("/dev/pts/") || target.startsWith("/dev/tty");
+            } catch (java.io.IOException | UnsupportedOperationException e) {
+                return false;
+            }
+        }
+        return System.console() != null;
+    }
+
     private static TokenConstraint constraint(Grammar gr, Tokenizer tok, PrintStream err) {
         if (gr == null) return null;
         long t0 = System.nanoTime();

@@ -285,7 +285,7 @@ class CliErrorsTest {
         assertEquals("error: --render: file not found: /nonexistent-run.json", r.err().strip());
         r = run("bench-prefix", "--workloads", "agent,bogus");
         assertEquals(2, r.code(), r.err());
-        assertEquals("error: --workloads: unknown workload 'bogus' (agent or doc)", r.err().strip());
+        assertEquals("error: --workloads: unknown workload 'bogus' (agent, doc or choices)", r.err().strip());
     }
 
     @Test
@@ -464,11 +464,21 @@ class CliErrorsTest {
 
     @Test
     void generateChecksSpecQWithoutADraft() throws Exception {
-        for (String q : new String[]{"abc", "0"}) {
+        for (String q : new String[]{"abc", "9", "-1"}) {
             GenerateCommandTest.Run r = runBounded("generate", "--model", GenerateCommandTest.FIXTURE, "--prompt", "x", "--spec-q", q);
             assertEquals(2, r.code(), r.err());
-            assertTrue(r.err().contains("--spec-q: "), r.err());
+            assertTrue(r.err().contains("--spec-q: must be 1..8, auto or 0 (no speculation), got '" + q + "'"), r.err());
         }
+    }
+
+    /** --spec-q 0 is no speculation, as serve's speculative.q 0: a draft beside it is said to be unused, not loaded. */
+    @Test
+    void generateTakesSpecQZeroAsNoSpeculation() throws Exception {
+        GenerateCommandTest.Run r = runBounded("generate", "--model", GenerateCommandTest.FIXTURE, "--prompt", "x", "-n", "3",
+                "--spec-q", "0", "--draft", "ngram");
+        assertEquals(0, r.code(), r.err());
+        assertTrue(r.err().contains("draft: not used (--spec-q 0 turns speculation off)"), r.err());
+        assertFalse(r.err().contains("acceptance"), "no draft figures: " + r.err());
     }
 
     @Test

@@ -33,6 +33,16 @@ public class GenerateCommandTest {
         }
     }
 
+    /** The prefill progress line (carriage returns, an erase sequence) is for a terminal: none in a captured stderr. */
+    @Test
+    void noProgressLineWhenStderrIsNoTerminal() {
+        Run r = run("generate", "--model", FIXTURE, "--prompt", "a b c d a b c d", "-n", "2",
+                "--prefill-chunk", "1");
+        assertEquals(0, r.code(), r.err());
+        assertFalse(r.err().contains("\r") || r.err().contains("\033[K"), r.err());
+        assertFalse(r.err().contains("prefill 1/"), r.err());
+    }
+
     @Test
     void generatesAndSummarises() {
         // the fixture has a 1024-token vocabulary and no tokenizer of its own, so raw prompt ids beyond 1024 would
