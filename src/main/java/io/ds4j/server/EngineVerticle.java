@@ -283,8 +283,7 @@ public final class EngineVerticle extends VerticleBase {
             LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}); Retry-After {} s",
                     r.id, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
             msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
-                    "the server is busy: " + plural(running(), "request") + " running (limits.maxActive "
-                            + cfg.maxActive() + ") and " + (cfg.maxQueue() == 0 ? "limits.maxQueue is 0, so no request may wait for a slot"
+                    "the server is busy: " + runningLimits(cfg, j.reserved) + " and " + (cfg.maxQueue() == 0 ? "limits.maxQueue is 0, so no request may wait for a slot"
                             : waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue() + ")") + "; retry after " + retry + " s",
                     retry)), LOCAL);
             return;
@@ -343,8 +342,7 @@ public final class EngineVerticle extends VerticleBase {
                     + " Retry-After {} s", first.id, n, fit, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
             msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
                     "the server is busy: the request's n = " + n + " choices are admitted together, each as one request, and"
-                            + " only " + fit + " fit now: " + plural(running(), "request") + " running (limits.maxActive "
-                            + cfg.maxActive() + ") and " + waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue()
+                            + " only " + fit + " fit now: " + runningLimits(cfg, need) + " and " + waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue()
                             + "); retry after " + retry + " s", retry)), LOCAL);
             return;
         }
@@ -445,6 +443,20 @@ public final class EngineVerticle extends VerticleBase {
     private void retireCancelledHeld(Job j) {
         state.retired(j.req.id);
         retireCancelledInQueue(j, "while it waited for request " + j.leader.req.id + " to prefill the prompt they share");
+    }
+
+    /**
+     * The running requests as a 429 names them, against limits.maxActive; where a slot is free, also what holds the
+     * request at the head of the line back (the oldest waiting one, else the refused one needing {@code need} tokens):
+     * model.cacheTokens, which the running requests' reservations (prompt plus max_tokens each) have used up.
+     */
+    private String runningLimits(ServerConfig cfg, int need) {
+        String s = plural(running(), "request") + " running (limits.maxActive " + cfg.maxActive();
+        int head = waiting.isEmpty() ? need : waiting.peekFirst().reserved;
+        if (running() < cfg.maxActive() && !fits(head, cfg))
+            s += "; a slot is free, but they reserve " + reservedTokens + " of the " + cfg.cacheTokens() + " tokens of"
+                    + " model.cacheTokens and the next request needs " + head + ": its prompt plus max_tokens";
+        return s + ")";
     }
 
     /** Requests admitted and not yet finished: those stepped and those {@link #held} for their first choice's prefill. */

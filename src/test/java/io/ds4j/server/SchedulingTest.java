@@ -176,6 +176,27 @@ class SchedulingTest {
     }
 
     /**
+     * Where a slot is free but model.cacheTokens holds the next request back, the 429 says so: the running requests'
+     * reservations against the cache and what the next one needs (it said only "1 request running (limits.maxActive 8)").
+     */
+    @Test
+    void aFullQueueBehindTheCacheSaysTheCacheHoldsItBack() throws Exception {
+        backend.delayMs = 20;
+        server = TestServer.scripted(backend, Map.of("limits.maxActive", 8, "limits.maxQueue", 0, "model.cacheTokens", 400));
+        try (RawStream a = new RawStream(server.port, "/v1/chat/completions",
+                TestServer.chat("Please count for a long time.", "\"max_tokens\":300,\"stream\":true"))) {
+            assertEquals(200, a.status);
+            TestServer.Resp c = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":200"));
+            assertEquals(429, c.status(), c.body());
+            String m = c.json().at("/error/message").asText();
+            assertTrue(m.matches("the server is busy: 1 request running \\(limits\\.maxActive 8; a slot is free, but they reserve \\d+"
+                    + " of the 400 tokens of model\\.cacheTokens and the next request needs \\d+: its prompt plus max_tokens\\) and"
+                    + " limits\\.maxQueue is 0, so no request may wait for a slot; retry after .*"), m);
+        }
+        assertEngineIdle();
+    }
+
+    /**
      * Every thread of the server's long-text lane busy until release() or close(), so that long bodies wait for it;
      * its tasks count as the lane's running tokenisations, as the server's own do.
      */
