@@ -346,13 +346,14 @@ public final class EngineVerticle extends VerticleBase {
                             + "); retry after " + retry + " s", retry)), LOCAL);
             return;
         }
-        List<Job> started = new ArrayList<>();
-        int shared = 0;
+        List<Job> started = new ArrayList<>(), siblings = new ArrayList<>();
+        for (EngineRequest c : choices) siblings.add(new Job(c, need, siblings));
         for (int i = 0; i < now; i++) {
-            Job j = new Job(choices.get(i), need);
-            if (shared > 0) {
+            Job j = siblings.get(i);
+            Job leader = leaderFor(j);
+            if (leader != null) {
                 // the first choice prefills the prompt they share; this one then resumes its snapshot
-                hold(j, started.getFirst(), shared);
+                hold(j, leader);
                 started.add(j);
                 continue;
             }
@@ -373,37 +374,51 @@ public final class EngineVerticle extends VerticleBase {
                 return;
             }
             started.add(j);
-            if (i == 0) shared = sharedPoint(j);
         }
-        for (int i = now; i < n; i++) enqueue(new Job(choices.get(i), need), cfg);
+        for (int i = now; i < n; i++) enqueue(siblings.get(i), cfg);
         msg.reply(now > 0 ? Admission.running(started.getFirst().gen.cachedTokens()) : Admission.queued(waiting.size() - n + 1), LOCAL);
         scheduleTick();
     }
 
     /**
-     * Where the other choices of a request whose first choice just started may resume that choice's prompt from the
-     * prefix cache ({@link PrefixCache#sharedPoint}), or 0 when there is nothing to wait for: no cache (off, no budget,
-     * or the request's {@code cache_prompt: false}), a prompt too short to leave a snapshot, or one already cached that
-     * far (each choice then resumes it at once).
+     * The choice of j's request whose prefill j should wait for, or null to start j now: a sibling choice that runs and
+     * has not yet prefilled their shared prompt up to its {@link PrefixCache#sharedPoint}, the snapshot j can then
+     * resume. Null where the prefix cache cannot keep it (off, no budget, the request's {@code cache_prompt: false}), the
+     * prompt is too short to leave one, or no sibling is prefilling towards it (j then prefills, and its siblings may
+     * wait for it in turn).
      */
-    private int sharedPoint(Job first) {
-        if (prefixCache == null || !first.req.cachePrompt || prefixCache.stats().budgetBytes() <= 0) return 0;
-        int p = prefixCache.sharedPoint(first.req.prompt.length);
-        return p > first.gen.cachedTokens() ? p : 0;
+    private Job leaderFor(Job j) {
+        if (j.siblings == null || !cacheKeepsSnapshots() || !j.req.cachePrompt) return null;
+        int p = prefixCache.sharedPoint(j.req.prompt.length);
+        if (p == 0) return null;
+        for (Job s : j.siblings)
+            if (s != j && active.contains(s) && s.gen.prefilledTokens() < p) return s;
+        return null;
     }
 
-    /** Admits a choice that waits for its request's first choice to prefill their prompt up to {@code point}. */
-    private void hold(Job j, Job first, int point) {
-        j.leader = first;
-        j.sharedPoint = point;
+    /** Whether the prefix cache is on and may keep snapshots (a budget above 0: a reload may set it to 0). */
+    private boolean cacheKeepsSnapshots() {
+        return prefixCache != null && prefixCache.stats().budgetBytes() > 0;
+    }
+
+    /**
+     * Admits a choice (at its request's admission or from the queue) that waits for a sibling's prefill ({@link
+     * #leaderFor}): it takes its slot and reserved tokens now, and its queue time ends here.
+     */
+    private void hold(Job j, Job leader) {
+        j.leader = leader;
+        j.sharedPoint = prefixCache.sharedPoint(j.req.prompt.length);
+        j.activatedNanos = System.nanoTime();
         held.add(j);
         jobs.put(j.req.id, j);
         reservedTokens += j.reserved;
         state.started(j.req.id);
         updateGauges();
-        LOG.info("request {} admitted: it waits for request {} to prefill the {} prompt tokens they share (the prefix cache's"
-                + " last block boundary of the prompt), then prefills the {} after them; running {}/{}", j.req.id, first.req.id,
-                point, j.req.prompt.length - point, running(), state.config().maxActive());
+        ServerConfig cfg = state.config();
+        LOG.info("request {} admitted: {} prompt tokens, max_tokens {}; it waits for request {} to prefill the {} prompt tokens"
+                        + " they share (the prefix cache's last block boundary of the prompt), then prefills the {} after them;"
+                        + " running {}/{}, waiting {}/{}", j.req.id, j.req.prompt.length, j.req.params.maxTokens(), leader.req.id,
+                j.sharedPoint, j.req.prompt.length - j.sharedPoint, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue());
     }
 
     /**
@@ -416,7 +431,9 @@ public final class EngineVerticle extends VerticleBase {
         ServerConfig cfg = state.config();
         for (Job j : new ArrayList<>(held)) {
             Job first = j.leader;
-            if (active.contains(first) && first.gen.prefilledTokens() < j.sharedPoint && !j.req.cancelled()) continue;
+            // a reload that leaves the cache no budget ends the wait: no snapshot would be kept to resume
+            if (active.contains(first) && first.gen.prefilledTokens() < j.sharedPoint && !j.req.cancelled()
+                    && cacheKeepsSnapshots()) continue;
             held.remove(j);
             reservedTokens -= j.reserved;
             if (j.req.cancelled()) {
@@ -619,7 +636,8 @@ public final class EngineVerticle extends VerticleBase {
         j.detok = tokenizer.streamer();
         j.stops = new StopStrings(r.params.stop());
         j.parser = r.chat ? new OutputParser(r.thinking).forcedToolCall(r.grammar != null && r.grammar.isToolCall()) : null;
-        j.activatedNanos = System.nanoTime();
+        // a held choice's queue time ended when it was admitted to its slot, not when its wait for a sibling's prefill did
+        if (j.activatedNanos == 0) j.activatedNanos = System.nanoTime();
         j.promptDone = j.gen.prefilledTokens(); // a resumed prefix is not counted as prefilled
         reservedTokens += j.reserved;
         active.add(j);
@@ -658,6 +676,11 @@ public final class EngineVerticle extends VerticleBase {
             Job j = waiting.pollFirst();
             if (j.req.cancelled()) {
                 retireCancelledInQueue(j, "while queued");
+                continue;
+            }
+            Job leader = leaderFor(j);
+            if (leader != null) {
+                hold(j, leader);
                 continue;
             }
             try {
@@ -737,7 +760,7 @@ public final class EngineVerticle extends VerticleBase {
             held.remove(j);
             reservedTokens -= j.reserved;
             retireShutdown(j, "it ran past the shutdown grace period (server.shutdownGraceSeconds " + grace + ") while it waited for"
-                    + " request " + j.leader.req.id + " to prefill the prompt they share");
+                    + " another choice of its request to prefill the prompt they share");
         }
         for (Job j : new ArrayList<>(active)) {
             end(j);
@@ -983,7 +1006,9 @@ public final class EngineVerticle extends VerticleBase {
         final EngineRequest req;
         final int reserved;
         Generation gen;
-        /** A held choice's first choice, and the prompt length that one's prefill must reach first ({@link #held}). */
+        /** The choices of this one's request (all of them, this one too), or null for a request with n = 1. */
+        final List<Job> siblings;
+        /** A held choice's sibling whose prefill it waits for, and the prompt length that prefill must reach ({@link #held}). */
         Job leader;
         int sharedPoint;
         VerifyWidth width;
@@ -1016,8 +1041,14 @@ public final class EngineVerticle extends VerticleBase {
         final StringBuilder unpaired = new StringBuilder();
 
         Job(EngineRequest req, int reserved) {
+            this(req, reserved, null);
+        }
+
+        /** @param siblings every choice of an n > 1 request, this one included (shared list), or null */
+        Job(EngineRequest req, int reserved, List<Job> siblings) {
             this.req = req;
             this.reserved = reserved;
+            this.siblings = siblings;
         }
 
         String specName() {

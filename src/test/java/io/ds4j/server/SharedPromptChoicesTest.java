@@ -47,8 +47,7 @@ class SharedPromptChoicesTest {
     }
 
     static double counter(String name) throws Exception {
-        return server.get("/metrics").body().lines().filter(l -> l.startsWith(name + " ")).mapToDouble(l ->
-                Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1))).findFirst().orElseThrow(() -> new AssertionError(name));
+        return counterOf(server, name);
     }
 
     /** A prompt whose length is not a multiple of the block, so that its last block boundary leaves tokens to prefill. */
@@ -151,5 +150,51 @@ class SharedPromptChoicesTest {
             closing.toCompletionStage().toCompletableFuture().get(20, java.util.concurrent.TimeUnit.SECONDS);
         }
         assertEquals(0, own.state().metrics().running.get(), "nothing runs");
+    }
+
+    /**
+     * Choices that all had to queue share the prefill too: the first one promoted prefills, the others promoted with it
+     * wait for it (each choice prefilled the whole prompt when it started from the queue).
+     */
+    @Test
+    void queuedChoicesShareThePrefillWhenTheyStart() throws Exception {
+        TestServer own = TestServer.start(new DefaultModelProvider(), Map.of("prefixCache.blockTokens", BLOCK,
+                "limits.prefillChunk", 48, "speculative.draft", "none", "limits.maxActive", 2), null, null);
+        try {
+            String user = "choices that wait in the queue for their slots ".repeat(12);
+            TestServer.Resp alone = own.post("/v1/chat/completions", body(user, ",\"cache_prompt\":false"));
+            assertEquals(200, alone.status(), alone.body());
+            int prompt = alone.json().at("/usage/prompt_tokens").asInt(), tail = prompt % BLOCK;
+            assertTrue(tail != 0 && prompt > BLOCK, "a prompt of " + prompt + " tokens");
+            java.util.concurrent.CompletableFuture<TestServer.Resp> two;
+            double before;
+            try (RawStream a = new RawStream(own.port, "/v1/chat/completions", body("Hi", 3000, ",\"stream\":true"));
+                 RawStream b = new RawStream(own.port, "/v1/chat/completions", body("Hello", 3000, ",\"stream\":true"))) {
+                assertNotNull(a.nextData());
+                assertNotNull(b.nextData());
+                before = counterOf(own, "vllm:prompt_tokens_total");
+                two = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+                    try {
+                        return own.post("/v1/chat/completions", body(user, ",\"n\":2"));
+                    } catch (Exception e) {
+                        throw new RuntimeException(e);
+                    }
+                });
+                assertTrue(TestServer.eventually(5000, () -> own.state().metrics().waiting.get() == 2), "both choices queue");
+            }
+            TestServer.Resp r = two.get(60, java.util.concurrent.TimeUnit.SECONDS);
+            assertEquals(200, r.status(), r.body());
+            for (int i = 0; i < 2; i++)
+                assertEquals(alone.json().at("/choices/0/message/content").asText(), r.json().at("/choices/" + i + "/message/content").asText());
+            // the two streams were cancelled after their first chunks: each prefilled its short prompt before
+            assertEquals(prompt + tail, counterOf(own, "vllm:prompt_tokens_total") - before, 0.0, "one prompt and one tail");
+        } finally {
+            own.close();
+        }
+    }
+
+    static double counterOf(TestServer s, String name) throws Exception {
+        return s.get("/metrics").body().lines().filter(l -> l.startsWith(name + " ")).mapToDouble(l ->
+                Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1))).findFirst().orElseThrow(() -> new AssertionError(name));
     }
 }
