@@ -395,7 +395,36 @@ public final class Json {
         int column = loc.getColumnNr();
         // Jackson places a leading '+' one column past it (at the digit after it): the column named is the '+'
         if (m.startsWith("unexpected character '+' in a number") && column > 1) column--;
+        else column = tokenStartColumn(e, src, column);
         return what + " at line " + loc.getLineNr() + ", column " + column + ": " + m;
+    }
+
+    /**
+     * The column where an unrecognized word ({@code tru}, {@code NaN}) starts, for an error that names one; else
+     * column. Jackson places such an error after the word, and after the one character that ended it when there is
+     * one (the {@code tru} of {@code [tru]} is placed after the ']'): the word's bytes are looked for just before
+     * the error's byte offset, and the column moved back by the distance. The word and that place are on one line (a
+     * newline that ends the word leaves Jackson's line and column where they were).
+     */
+    private static int tokenStartColumn(JsonProcessingException e, byte[] src, int column) {
+        var loc = e.getLocation();
+        java.util.regex.Matcher token = TOKEN.matcher(e.getOriginalMessage() != null ? e.getOriginalMessage() : "");
+        if (src == null || !token.matches()) return column;
+        long end = loc.getByteOffset();
+        if (end < 0 || end > src.length) return column;
+        String t = token.group(1);
+        // a word longer than Jackson shows is cut, with "..." added; the error is then placed right after the cut
+        if (t.endsWith("...")) t = t.substring(0, t.length() - 3);
+        byte[] word = t.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        if (word.length == 0) return column;
+        // at most one character (up to 4 bytes in UTF-8) lies between the word's end and the error's place
+        for (long at = end - word.length; at >= Math.max(0, end - word.length - 4); at--) {
+            if (java.util.Arrays.equals(src, (int) at, (int) at + word.length, word, 0, word.length)) {
+                long start = column - (end - at);
+                return start >= 1 ? (int) start : column;
+            }
+        }
+        return column;
     }
 
     /** Jackson's message for a '}' or ']' read outside every object and array. */

@@ -490,10 +490,16 @@ class BadInputTest {
                 {"{\"a\": 1]", "line 1, column 8: unexpected ']': expected '}' to close the object opened at line 1, column 1"},
                 {"{\"a\": 1.}", "line 1, column 9: unexpected character '}' in a number: expected a digit after the decimal point"},
                 {"{\"a\": +1}", "line 1, column 7: unexpected character '+' in a number: a JSON number has no '+' sign"},
-                {"{\"a\":1} x", "line 1, column 10: more content after the JSON value: 'x' (one JSON value a body)"},
+                {"{\"a\":1} x", "line 1, column 9: more content after the JSON value: 'x' (one JSON value a body)"},
                 {"{\"a\":1} ,", "line 1, column 9: more content after the JSON value: ',' (one JSON value a body)"},
                 // a word with no value before it is no JSON value at all
-                {"x", "line 1, column 2: unrecognized token 'x': expected a JSON value"}};
+                {"x", "line 1, column 1: unrecognized token 'x': expected a JSON value"},
+                // the column is where the word starts, not past it and the character that ended it
+                {"{\"messages\": tru}", "line 1, column 14: unrecognized token 'tru': expected a JSON value"},
+                {"{\"a\": xyz}", "line 1, column 7: unrecognized token 'xyz': expected a JSON value"},
+                {"[1,\n  nul ]", "line 2, column 3: unrecognized token 'nul': expected a JSON value"},
+                {"{\"a\": NaN}", "line 1, column 7: unrecognized token 'NaN': expected a JSON value (JSON has no NaN or Infinity)"},
+                {"{\"a\": " + "y".repeat(300) + "}", "line 1, column 7: unrecognized token '" + "y".repeat(256) + "...': expected a JSON value"}};
         for (String[] c : cases) {
             JsonNode e = expect("/v1/chat/completions", c[0], 400, null);
             assertEquals("invalid_json", e.get("code").asText(), c[0]);
