@@ -253,7 +253,10 @@ public final class ServeCommand implements Callable<Integer> {
                     ? "config file " + f.getFile() + " cannot be read (" + e.getClass().getSimpleName() + ")" : e.getMessage()));
             return 2;
         } catch (ConfigException e) {
-            return usageError(e.problems(), file);
+            if (!e.fileUnread()) return usageError(e.problems(), file);
+            List<String> problems = new ArrayList<>(e.problems());
+            for (String p : flagsStartProblems(ov, provider)) if (!problems.contains(p)) problems.add(p);
+            return usageError(problems, file);
         }
         if (cfg.cluster().enabled()) return cluster(cfg, file, ov, provider);
         Ds4jServer server;
@@ -308,6 +311,35 @@ public final class ServeCommand implements Callable<Integer> {
         }
         new CountDownLatch(1).await();
         return 0;
+    }
+
+    /** The keys whose folders and backend the start's check judges ({@code ModelProvider.check}). */
+    private static final List<String> START_CHECKED_KEYS = List.of("model.path", "speculative.draft", "model.backend");
+
+    /**
+     * The start's check of the model and draft folders and the backend that the flags name, for a file that cannot be
+     * read: the flags win over the file, so what they name is what the start would use whatever the file holds (a key
+     * no flag sets is the file's, and is not judged).
+     */
+    private static List<String> flagsStartProblems(Map<String, Object> ov, DefaultModelProvider provider) {
+        Map<String, Object> named = new LinkedHashMap<>();
+        for (String k : START_CHECKED_KEYS) if (ov.containsKey(k)) named.put(k, ov.get(k));
+        if (named.isEmpty()) return List.of();
+        ServerConfig flags;
+        try {
+            flags = ServerConfig.parseFile(null, "flags", named);
+        } catch (ConfigException e) {
+            // a value refused on its own (an empty folder name, an unknown backend): said, and not probed further
+            return e.problems();
+        }
+        try {
+            provider.check(flags);
+            return List.of();
+        } catch (ConfigException e) {
+            return e.problems();
+        } catch (RuntimeException e) {
+            return List.of(e.getMessage() != null ? e.getMessage() : e.toString());
+        }
     }
 
     /** {@code serve --cluster}: one node of a cluster, as cluster.role says. */

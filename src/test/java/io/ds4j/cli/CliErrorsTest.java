@@ -1,5 +1,7 @@
 package io.ds4j.cli;
 
+import io.ds4j.server.config.ServerConfig;
+
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -423,16 +425,34 @@ class CliErrorsTest {
         // the flag sets the same key: the file is still the one blamed
         GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port", "0", "--max-active", "3");
         assertEquals(2, r.code(), r.err());
-        assertEquals("error: " + f + ": limits.maxActive: is given twice in one JSON object (the second time at line 1,"
-                + " column 37); give each key once", r.err().strip());
+        assertEquals("error: the configuration is not valid:\n  " + f + ": limits.maxActive: is given twice in one JSON object"
+                + " (the second time at line 1, column 37); give each key once\n  " + f + ": " + ServerConfig.NOT_CHECKED,
+                r.err().strip());
         Files.write(f, "{\"model\":{\"name\":\"a\u00ffb\"}}".getBytes(java.nio.charset.StandardCharsets.ISO_8859_1));
         r = runBounded("serve", "--config", f.toString(), "--port", "0");
         assertEquals(2, r.code(), r.err());
-        assertEquals("error: " + f + ": not valid UTF-8: a malformed byte sequence at byte offset 19", r.err().strip());
+        assertEquals("error: the configuration is not valid:\n  " + f + ": not valid UTF-8: a malformed byte sequence at byte"
+                + " offset 19\n  " + f + ": " + ServerConfig.NOT_CHECKED, r.err().strip());
         // a --set value is read as JSON in the same way: "4,5" is not 4 with the rest ignored
         r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--set", "limits.maxActive=4,5");
         assertEquals(2, r.code(), r.err());
         assertEquals("error: flag --set limits.maxActive=4,5: limits.maxActive: must be an integer, got \"4,5\"", r.err().strip());
+    }
+
+    /**
+     * A config file with a syntax error does not hide the rest: the refusal says the file's keys were not checked, and
+     * the flags' values are judged without it, the model folder a flag names included (the start's check).
+     */
+    @Test
+    void aConfigFileWithASyntaxErrorStillHasTheFlagsChecked(@TempDir Path dir) throws Exception {
+        Path f = config(dir, "{\"limits\": {\"maxActive\": 4,}");
+        GenerateCommandTest.Run r = runBounded("serve", "--config", f.toString(), "--port", "0", "--max-active", "0",
+                "--model", dir.resolve("nonexistent").toString());
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: the configuration is not valid:\n  " + f + ": malformed JSON at line 1, column 28: unexpected"
+                + " character '}': expected a field name in double quotes\n  " + f + ": " + ServerConfig.NOT_CHECKED
+                + "\n  flag --max-active: limits.maxActive: must be an integer in [1, 4096], got 0"
+                + "\n  flag --model: model.path: folder not found: " + dir.resolve("nonexistent").toAbsolutePath(), r.err().strip());
     }
 
     /** An API key given by the flag that no client could send is blamed on the flag, without showing the key. */

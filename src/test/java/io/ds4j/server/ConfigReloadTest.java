@@ -1,5 +1,7 @@
 package io.ds4j.server;
 
+import io.ds4j.server.config.ServerConfig;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import io.vertx.junit5.VertxExtension;
 import org.junit.jupiter.api.AfterAll;
@@ -101,6 +103,9 @@ class ConfigReloadTest {
         String[] key = {"Authorization", "Bearer sk-test"};
         write("{\"limits\": {\"maxActive\": 0,");
         assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("malformed JSON", key)));
+        // the refusal says that the file's keys (here a bad maxActive) were not checked behind the syntax error
+        assertTrue(props(key).at("/config_reload/message").asText().endsWith(": " + ServerConfig.NOT_CHECKED),
+                props(key).at("/config_reload/message").asText());
         write("{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxActive\": 0, \"maxQeue\": 3}, \"sampling\": {\"top_p\": \"high\"}}");
         assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("limits.maxActive", key)));
         JsonNode p = props(key);
@@ -212,7 +217,8 @@ class ConfigReloadTest {
         assertTrue(TestServer.eventually(5000, () -> reloadMessageContains("UTF-8")), "rejected");
         p = props();
         assertEquals("rejected", p.at("/config_reload/outcome").asText());
-        assertEquals(file + ": not valid UTF-8: a malformed byte sequence at byte offset 19", p.at("/config_reload/message").asText());
+        assertEquals(file + ": not valid UTF-8: a malformed byte sequence at byte offset 19; " + file + ": "
+                + ServerConfig.NOT_CHECKED, p.at("/config_reload/message").asText());
         assertTrue(p.get("pending_restart").isEmpty(), "no model.name pending: " + p.get("pending_restart"));
         assertEquals(6, p.at("/config/limits/maxTokensDefault").asInt(), "the old configuration keeps serving");
     }

@@ -175,6 +175,34 @@ class ServerConfigTest {
                 problems("{\"log\": {\"level\": null}}").problems());
     }
 
+    /**
+     * A file that cannot be read hides no more than it must: the refusal says that its keys were not checked, and the
+     * command line's values, known without it, are judged on their own (a combination with keys the file may set is
+     * not); an empty file has no keys to leave unchecked.
+     */
+    @Test
+    void aFileThatCannotBeReadSaysWhatWasNotCheckedAndStillJudgesTheFlags() {
+        java.util.Map<String, Object> flags = new java.util.LinkedHashMap<>();
+        flags.put("limits.maxActive", 0);
+        flags.put("server.port", "x");
+        flags.put("limits.maxQeue", 3);
+        // valid on its own; whether it suits the backend depends on model.backend, which the file may set
+        flags.put("gpu.expertPlacement", "hybrid");
+        ConfigException e = assertThrows(ConfigException.class, () -> ServerConfig.parse("{\"limits\": {\"maxActive\": 4,}",
+                "f.json", flags));
+        assertTrue(e.fileUnread());
+        assertEquals(List.of("f.json: malformed JSON at line 1, column 28: unexpected character '}': expected a field name in double quotes",
+                "f.json: " + ServerConfig.NOT_CHECKED, "limits.maxQeue: unknown key (did you mean limits.maxQueue?)",
+                "server.port: must be an integer, got \"x\"", "limits.maxActive: must be an integer in [1, 4096], got 0"),
+                e.problems());
+        e = assertThrows(ConfigException.class, () -> ServerConfig.parse(" ", "f.json", java.util.Map.of("limits.maxActive", 0)));
+        assertTrue(e.fileUnread());
+        assertEquals(List.of("f.json: the file is empty; write {} to use every default",
+                "limits.maxActive: must be an integer in [1, 4096], got 0"), e.problems());
+        // a file that can be read is judged as before
+        assertFalse(problems("{\"limits\": {\"maxActive\": 0}}").fileUnread());
+    }
+
     @Test
     void syntaxErrorsNameTheLine() {
         ConfigException e = problems("{\n  \"server\": {\n    \"port\": 80,\n  }\n}");
@@ -193,7 +221,8 @@ class ServerConfigTest {
     void aKeyGivenTwiceAndTrailingContentAreRefused() {
         String dup = "{\"limits\":{\"maxActive\":4,\"maxActive\":5}}";
         assertEquals(List.of("test: limits.maxActive: is given twice in one JSON object (the second time at line 1, column "
-                + (dup.lastIndexOf("\"maxActive\"") + 12) + "); give each key once"), problems(dup).problems());
+                + (dup.lastIndexOf("\"maxActive\"") + 12) + "); give each key once", "test: " + ServerConfig.NOT_CHECKED),
+                problems(dup).problems());
         assertTrue(problems("{\"server\":{\"apiKeys\":[],\"apiKeys\":[\"k\"]}}").getMessage().contains("server.apiKeys: is given twice"));
         assertTrue(problems("{} {}").getMessage().startsWith("test: malformed JSON at line 1, column 4: more content after"),
                 problems("{} {}").getMessage());

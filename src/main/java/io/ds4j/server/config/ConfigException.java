@@ -8,11 +8,22 @@ import java.util.List;
  */
 public final class ConfigException extends Exception {
     private final List<String> problems;
+    private final boolean fileUnread;
 
     /** @param problems one line per problem, each starting with the key it is about */
     public ConfigException(List<String> problems) {
+        this(problems, false);
+    }
+
+    /**
+     * @param problems   as {@link #ConfigException(List)}
+     * @param fileUnread whether the configuration file could not be read as a JSON object, so that none of its keys
+     *                   was checked ({@link #fileUnread()})
+     */
+    public ConfigException(List<String> problems, boolean fileUnread) {
         super(String.join("; ", problems));
         this.problems = List.copyOf(problems);
+        this.fileUnread = fileUnread;
     }
 
     /** One problem. */
@@ -23,5 +34,14 @@ public final class ConfigException extends Exception {
     /** The problems, one per key. */
     public List<String> problems() {
         return problems;
+    }
+
+    /**
+     * Whether the configuration file could not be read as a JSON object (a syntax error, bytes that are not UTF-8, a
+     * key given twice, an empty file, another JSON value): none of its keys was checked, and what the start checks of
+     * the model, draft and backend could be made only of the values the command line gives.
+     */
+    public boolean fileUnread() {
+        return fileUnread;
     }
 }

@@ -248,9 +248,24 @@ public final class ServerConfig {
         if (bytes == null) {
             tree = JsonNodeFactory.instance.objectNode();
         } else {
-            JsonNode n = read(bytes, source);
-            if (n == null) throw new ConfigException(source + ": the file is empty; write {} to use every default");
-            if (!n.isObject()) throw new ConfigException(source + ": must be a JSON object");
+            List<String> unread = new ArrayList<>();
+            JsonNode n = null;
+            try {
+                n = Json.read(bytes, "a file");
+                if (n == null) unread.add(source + ": the file is empty; write {} to use every default");
+                else if (!n.isObject()) unread.add(source + ": must be a JSON object");
+            } catch (Json.Unreadable e) {
+                // the file is named first: a key given twice is the file's fault even where a flag sets that key too
+                unread.add(source + ": " + e.getMessage());
+                // the refusal of the text hides every check of what it holds: said, so that a fixed syntax error that
+                // then meets a bad value is no surprise
+                unread.add(source + ": " + NOT_CHECKED);
+            }
+            if (!unread.isEmpty()) {
+                // the flags' values are known without the file: what is wrong with each on its own is said now too
+                unread.addAll(ownValueProblems(overrides));
+                throw new ConfigException(unread, true);
+            }
             tree = (ObjectNode) n;
         }
         // the file is judged on its own too: a value a flag overrides, or a combination the flags' values make hold, is
@@ -279,14 +294,38 @@ public final class ServerConfig {
         return c;
     }
 
-    /** The file's JSON value, or null when it is empty or only whitespace. */
-    private static JsonNode read(byte[] bytes, String source) throws ConfigException {
-        try {
-            return Json.read(bytes, "a file");
-        } catch (Json.Unreadable e) {
-            // the file is named first: a key given twice is the file's fault even where a flag sets that key too
-            throw new ConfigException(source + ": " + e.getMessage());
+    /**
+     * What a refusal of a file that cannot be read says of the checks it did not make (after the file's name): the
+     * values of its keys, and the start's checks of the model and draft folders and the backend it names.
+     */
+    public static final String NOT_CHECKED = "the rest of the file is not checked until it can be read: its keys' values,"
+            + " and the model and draft folders and the backend it names";
+
+    /**
+     * The problems of each override's own value, judged without the file (its type, its key's range, an unknown key):
+     * what a file that cannot be read leaves to say of the command line. A problem that depends on other keys (the
+     * backend's options together, cluster timings, top-k against the model) is left out: the file may set those.
+     */
+    private static List<String> ownValueProblems(Map<String, Object> overrides) {
+        if (overrides == null || overrides.isEmpty()) return List.of();
+        ObjectNode flags = JsonNodeFactory.instance.objectNode();
+        List<String> p = new ArrayList<>();
+        for (var e : overrides.entrySet()) {
+            try {
+                put(flags, e.getKey(), Json.tree(e.getValue()));
+            } catch (ConfigException x) {
+                p.addAll(x.problems());
+            }
         }
+        Map<String, Object> v = new LinkedHashMap<>();
+        for (ConfigKey k : KEYS) v.put(k.name(), k.def());
+        Map<String, String> written = new LinkedHashMap<>();
+        walk(flags, "", v, p, written);
+        for (String key : new java.util.TreeSet<>(overrides.keySet())) {
+            ConfigKey k = BY_NAME.get(key);
+            if (k != null && k.range() != null) inRange(v, p, k, written.get(key));
+        }
+        return p;
     }
 
     /**
