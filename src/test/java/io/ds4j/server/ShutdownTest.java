@@ -121,6 +121,37 @@ class ShutdownTest {
         assertEquals("shutdown", server.state().recent().getLast().outcome());
     }
 
+    /**
+     * A request with n = 2 whose choice 0 runs while choice 1 waits for a slot is running, not queued: the shutdown's
+     * 503 (an error event after choice 0's text) says that choice 1 had not started and the request ends unfinished,
+     * without waiting for the grace period (its choice 1 could never start).
+     */
+    @Test
+    void aRequestWithAChoiceStillQueuedIsToldWhichChoiceHadNotStarted() throws Exception {
+        backend.delayMs = 10;
+        server = TestServer.scripted(backend, Map.of("speculative.draft", "none", "server.shutdownGraceSeconds", 30,
+                "limits.maxActive", 1));
+        String body = TestServer.chat("Please count for a long time.", "\"stream\":true,\"max_tokens\":3000,\"n\":2");
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions", body)) {
+            assertEquals(200, s.status);
+            assertNotNull(s.nextData());
+            assertTrue(TestServer.eventually(5000, () -> server.state().metrics().running.get() == 1
+                    && server.state().metrics().waiting.get() == 1), "choice 0 runs, choice 1 waits");
+            closing = server.server.close();
+            // each choice's role chunk goes out at the start; only choice 0 generates text
+            String error = s.firstError(n -> {
+                if (n.at("/choices/0/index").asInt(0) == 1) assertEquals("", n.at("/choices/0/delta/content").asText(""), "choice 1 ran: " + n);
+            });
+            assertNotNull(error, "the stream ends with an error event");
+            assertEquals("server_shutting_down", errorCode(error));
+            assertEquals("the server is shutting down and choice 1 of the request's 2 was still queued, not started; a request's"
+                    + " choices are answered together, so it ends here unfinished and its running choices are stopped; retry on"
+                    + " another instance or once it is back", Json.MAPPER.readTree(error).at("/error/message").asText());
+        }
+        closing.toCompletionStage().toCompletableFuture().get(20, TimeUnit.SECONDS);
+        assertEquals(0, backend.openSequences(), "every sequence released");
+    }
+
     @Test
     @org.junit.jupiter.api.Timeout(value = 120, threadMode = org.junit.jupiter.api.Timeout.ThreadMode.SEPARATE_THREAD)
     void aStuckEngineStillShutsDownInBoundedTime() throws Exception {
