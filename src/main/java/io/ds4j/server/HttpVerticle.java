@@ -1363,7 +1363,16 @@ public final class HttpVerticle extends VerticleBase {
      * @param requestId the generation's id for the log, or null where there is none
      */
     private void ignoredFields(Reading reading, JsonNode body, String requestId) {
-        RequestFields.Report r = RequestFields.report(body);
+        ignoredFields(reading, body, requestId, null);
+    }
+
+    /**
+     * {@link #ignoredFields(Reading, JsonNode, String)} of another API's body, with that API's hints for the fields it
+     * has not ({@link TranslatedRequest#fieldHints}).
+     * @param translation the body's translation, or null for a chat or completions body
+     */
+    private void ignoredFields(Reading reading, JsonNode body, String requestId, TranslatedRequest translation) {
+        RequestFields.Report r = RequestFields.report(body, translation == null ? java.util.Map.of() : translation.fieldHints());
         if (r.isEmpty()) return;
         if (state.config().rejectUnknownFields()) throw RequestFields.refusal(r);
         String list = RequestFields.list(r);
@@ -1436,7 +1445,7 @@ public final class HttpVerticle extends VerticleBase {
         String predictionText = Requests.prediction(body, chat);
         boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
         String id = (translation != null ? translation.idPrefix() : chat ? "chatcmpl-" : "cmpl-") + randomId();
-        ignoredFields(reading, clientBody, id);
+        ignoredFields(reading, clientBody, id, translation);
         // the prompt's own characters (a chat template adds more) against the bound, before it is tokenised, so that a
         // prompt it refuses does not wait for a tokenising thread
         try {
@@ -1682,7 +1691,7 @@ public final class HttpVerticle extends VerticleBase {
         ModelInfo m = ready();
         TranslatedRequest t = translator.apply(body);
         Requests.Gen g = parse(t.chat(), true, m, state.config(), t);
-        ignoredFields(reading, body, null);
+        ignoredFields(reading, body, null, t);
         try {
             checkChars(m.tokenizer(), null, g.messages(), state.maxContext(), "messages");
         } catch (ApiException e) {

@@ -60,14 +60,15 @@ final class RequestFields {
     /**
      * A field the endpoint did not read.
      *
-     * @param path       where it is, as error messages name fields ({@code stream_options.include_usge},
-     *                   {@code messages[0].nmae})
-     * @param suggestion the path of the field it most likely meant, or null
+     * @param path where it is, as error messages name fields ({@code stream_options.include_usge},
+     *             {@code messages[0].nmae})
+     * @param hint what it most likely meant ({@code did you mean messages[0].name?}), or what the endpoint has instead
+     *             of it, or null
      */
-    record Ignored(String path, String suggestion) {
+    record Ignored(String path, String hint) {
         /** {@code max_token (did you mean max_tokens?)}, printable ASCII only (it goes into a header). */
         String text() {
-            return shown(path) + (suggestion != null ? " (did you mean " + shown(suggestion) + "?)" : "");
+            return shown(path) + (hint != null ? " (" + shown(hint) + ")" : "");
         }
     }
 
@@ -92,6 +93,16 @@ final class RequestFields {
      * is not an object.
      */
     static Report report(JsonNode body) {
+        return report(body, java.util.Map.of());
+    }
+
+    /**
+     * {@link #report(JsonNode)}, with the endpoint's own hints for fields it knows it has not: by the field's path
+     * pattern ({@code []} for any index), the hint said instead of a "did you mean" (another API's name for one of its
+     * fields: {@code max_tokens} on the Responses API, whose field is {@code max_output_tokens}, a name no edit distance
+     * would find).
+     */
+    static Report report(JsonNode body, Map<String, String> hints) {
         List<Ignored> out = new ArrayList<>();
         int total = 0;
         // depth first in document order, iteratively like the tree's reader: a deeply nested body costs no stack
@@ -100,7 +111,14 @@ final class RequestFields {
         while (!todo.isEmpty()) {
             Pending t = todo.pop();
             if (t.owner() != null) {
-                if (++total <= MAX_LISTED) out.add(new Ignored(t.path(), suggestion(t.path(), t.name(), t.owner())));
+                if (++total <= MAX_LISTED) {
+                    String hint = hints.get(t.pattern());
+                    if (hint == null) {
+                        String meant = suggestion(t.path(), t.name(), t.owner());
+                        hint = meant == null ? null : "did you mean " + meant + "?";
+                    }
+                    out.add(new Ignored(t.path(), hint));
+                }
             } else if (t.node() instanceof Tracked o) {
                 if (o.whole || o.askedNone()) continue;
                 List<Pending> next = new ArrayList<>();

@@ -34,6 +34,21 @@ final class ResponsesApi {
     /** The generation route. */
     static final String RESPONSES = "/v1/responses";
 
+
+    /**
+     * The hints for chat's names of this API's fields, which no edit distance finds ({@code max_tokens} is
+     * {@code max_output_tokens}), and for chat's fields this API has no counterpart of ({@code stop}), said instead of a
+     * "did you mean" of a name that only looks alike ({@code stop} is no misspelt {@code store}).
+     */
+    static final java.util.Map<String, String> FIELD_HINTS = java.util.Map.of(
+            "max_tokens", "did you mean max_output_tokens?",
+            "max_token", "did you mean max_output_tokens?",
+            "max_completion_tokens", "did you mean max_output_tokens?",
+            "stop", "the Responses API has no stop field: stop sequences cannot be given",
+            "messages", "did you mean input?",
+            "response_format", "did you mean text.format?",
+            "reasoning_effort", "did you mean reasoning.effort?");
+
     /** The route that counts a request's prompt tokens without generating. */
     static final String INPUT_TOKENS = "/v1/responses/input_tokens";
 
@@ -99,6 +114,11 @@ final class ResponsesApi {
         @Override
         public String idPrefix() {
             return "resp_";
+        }
+
+        @Override
+        public java.util.Map<String, String> fieldHints() {
+            return FIELD_HINTS;
         }
 
         @Override
@@ -243,7 +263,7 @@ final class ResponsesApi {
             }
             settings.put("instructions", instructions.textValue());
         } else settings.putNull("instructions");
-        input(body.get("input"), messages, origins, calls);
+        input(body, messages, origins, calls);
 
         tools(body, chat, settings);
         text(body, chat, settings);
@@ -336,9 +356,12 @@ final class ResponsesApi {
      * one assistant turn (its reasoning, content and tool calls); each {@code function_call_output} item becomes a tool
      * message. Chat then checks that each call is answered before the next other message.
      */
-    private static void input(JsonNode input, ArrayNode messages, List<String> origins, List<List<String>> calls) {
+    private static void input(JsonNode body, ArrayNode messages, List<String> origins, List<List<String>> calls) {
+        JsonNode input = body.get("input");
         if (input == null || input.isNull())
-            throw ApiException.badField("input", "is required: a string (one user message) or an array of input items");
+            // a chat body sent here: its messages are named, as they are when input is given beside them
+            throw ApiException.badField("input", "is required: a string (one user message) or an array of input items"
+                    + (body.has("messages") ? " (the body has chat's messages: the Responses API takes the conversation as input)" : ""));
         if (input.isTextual()) {
             messages.addObject().put("role", "user").put("content", input.textValue());
             origins.add("input");

@@ -20,6 +20,15 @@ interface TranslatedRequest {
      */
     ApiException renamed(ApiException e);
 
+    /**
+     * Hints for fields of the client's body that this API does not read, by path pattern, said instead of a "did you
+     * mean" ({@link RequestFields#report(com.fasterxml.jackson.databind.JsonNode, java.util.Map)}): chat's names for
+     * this API's fields. None by default.
+     */
+    default java.util.Map<String, String> fieldHints() {
+        return java.util.Map.of();
+    }
+
     /** The prefix of the request's id ({@code msg_}, {@code resp_}), followed by a random part. */
     String idPrefix();
 

@@ -609,6 +609,27 @@ class ResponsesApiTest {
         }
     }
 
+    /**
+     * Chat's names of the Responses fields get those fields as their hint, where no edit distance finds them
+     * ({@code max_tokens} is {@code max_output_tokens}); chat's {@code stop} is told it has no counterpart, not offered
+     * {@code store}, which only looks alike; and a chat body without input is told its messages are the input.
+     */
+    @Test
+    void chatNamesOfResponsesFieldsGetSensibleHints() throws Exception {
+        TestServer.Resp r = server.post("/v1/responses", body("Hi", "\"max_output_tokens\":2,\"stop\":[\"x\"],\"max_token\":3,"
+                + "\"max_tokens\":3,\"max_completion_tokens\":3,\"messages\":[],\"response_format\":{\"type\":\"text\"},"
+                + "\"reasoning_effort\":\"low\",\"tool\":[]"));
+        assertEquals(200, r.status(), r.body());
+        assertEquals("stop (the Responses API has no stop field: stop sequences cannot be given), max_token (did you mean"
+                + " max_output_tokens?), max_tokens (did you mean max_output_tokens?), max_completion_tokens (did you mean"
+                + " max_output_tokens?), messages (did you mean input?), response_format (did you mean text.format?),"
+                + " reasoning_effort (did you mean reasoning.effort?), tool (did you mean tools?)",
+                r.headers().firstValue(RequestFields.HEADER).orElse(null));
+        assertError(server.post("/v1/responses", "{\"model\":\"scripted\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}"),
+                400, "input", "input: is required: a string (one user message) or an array of input items (the body has chat's"
+                        + " messages: the Responses API takes the conversation as input)");
+    }
+
     @Test
     void aClientThatGoesAwayStopsItsRequest() throws Exception {
         backend.delayMs = 10;

@@ -203,6 +203,20 @@ class ServerConfigTest {
         assertFalse(problems("{\"limits\": {\"maxActive\": 0}}").fileUnread());
     }
 
+    /**
+     * "Did you mean" only for a close name: a short name one typo from it (a swap of neighbours is one), a longer one
+     * a quarter of its length; two edits that turn one short word into another are no typo.
+     */
+    @Test
+    void didYouMeanOnlyForACloseName() {
+        assertEquals("name", ServerConfig.closest("nmae", List.of("name", "model")));
+        assertEquals("tools", ServerConfig.closest("tool", List.of("tools", "store")));
+        assertNull(ServerConfig.closest("stop", List.of("store", "stream", "top_p")));
+        assertNull(ServerConfig.closest("top", List.of("top_p", "store")));
+        assertEquals("max_output_tokens", ServerConfig.closest("max_outptu_tokenz", List.of("max_output_tokens")));
+        assertEquals("temperature", ServerConfig.closest("Temprature", List.of("temperature")));
+    }
+
     @Test
     void syntaxErrorsNameTheLine() {
         ConfigException e = problems("{\n  \"server\": {\n    \"port\": 80,\n  }\n}");

@@ -455,21 +455,44 @@ public final class ServerConfig {
 
     /**
      * The name among {@code names} that a mistyped {@code name} most likely meant, ignoring letter case, or null when
-     * none is within max(2, a quarter of its length) edits, or when the nearest would replace every character of
-     * it (a guess that shares nothing is no guess). The one rule for every "did you mean": configuration keys and
-     * request body fields. The first of equally near names wins.
+     * none is within max(1, a quarter of its length) typos ({@link #typoDistance}: a letter added, dropped, changed, or
+     * two neighbours swapped), or when the nearest would replace every character of it (a guess that shares nothing
+     * is no guess). A short name is one typo from what it meant or meant something else: two edits turn
+     * {@code stop} into {@code store}. The one rule for every "did you mean": configuration keys and request body
+     * fields. The first of equally near names wins.
      */
     public static String closest(String name, Iterable<String> names) {
         String lower = name.toLowerCase(Locale.ROOT), best = null;
         int bestD = Integer.MAX_VALUE;
         for (String n : names) {
-            int d = editDistance(lower, n.toLowerCase(Locale.ROOT));
+            int d = typoDistance(lower, n.toLowerCase(Locale.ROOT));
             if (d < bestD) {
                 bestD = d;
                 best = n;
             }
         }
-        return best != null && bestD <= Math.max(2, name.length() / 4) && bestD < name.length() ? best : null;
+        return best != null && bestD <= Math.max(1, name.length() / 4) && bestD < name.length() ? best : null;
+    }
+
+    /**
+     * {@link #editDistance} that counts two neighbouring characters swapped as one edit ({@code nmae} is one typo from
+     * {@code name}, not two), each character edited at most once (the optimal string alignment distance).
+     */
+    static int typoDistance(String a, String b) {
+        // three rows of the table (a swap looks two rows back): memory in b's length, as editDistance's
+        int[] back = new int[b.length() + 1], prev = new int[b.length() + 1], cur = new int[b.length() + 1];
+        for (int j = 0; j <= b.length(); j++) prev[j] = j;
+        for (int i = 1; i <= a.length(); i++) {
+            cur[0] = i;
+            for (int j = 1; j <= b.length(); j++) {
+                int cost = a.charAt(i - 1) == b.charAt(j - 1) ? 0 : 1;
+                cur[j] = Math.min(Math.min(cur[j - 1], prev[j]) + 1, prev[j - 1] + cost);
+                if (i > 1 && j > 1 && a.charAt(i - 1) == b.charAt(j - 2) && a.charAt(i - 2) == b.charAt(j - 1))
+                    cur[j] = Math.min(cur[j], back[j - 2] + 1);
+            }
+            int[] t = back; back = prev; prev = cur; cur = t;
+        }
+        return prev[b.length()];
     }
 
     /**
