@@ -559,6 +559,30 @@ class BadInputTest {
         assertTrue(e.get("message").asText().contains("must be a string"), e.toString());
     }
 
+    /**
+     * Tool-call arguments nested deeper than the parser reads are said to be nested too deeply, with the limit, not
+     * "not valid JSON" (they may well be valid); arguments that are not JSON are still told so, with the column.
+     */
+    @Test
+    void toolCallArgumentsNestedTooDeeplyAreSaidSo() throws Exception {
+        String call = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"tool_calls\":"
+                + "[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":%s}}]},"
+                + "{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"ok\"}]}";
+        // valid JSON, 1501 levels deep (this server's bodies are at most 4096 bytes)
+        String deep = "{\"a\":" + "[".repeat(1500) + "]".repeat(1500) + "}";
+        String m = expect("/v1/chat/completions", call.formatted(Json.MAPPER.writeValueAsString(deep)), 400,
+                "messages[1].tool_calls[0].function.arguments").get("message").asText();
+        assertEquals("messages[1].tool_calls[0].function.arguments: is nested too deeply: more than 1000 levels of objects"
+                + " and arrays (the most this server reads)", m);
+        m = expect("/v1/chat/completions", call.formatted("\"{\\\"a\\\": " + "1".repeat(1200) + "}\""), 400,
+                "messages[1].tool_calls[0].function.arguments").get("message").asText();
+        assertEquals("messages[1].tool_calls[0].function.arguments: holds a number too long to read: more than 1000"
+                + " characters (the most this server reads)", m);
+        m = expect("/v1/chat/completions", call.formatted("\"{\\\"a\\\": tru}\""), 400,
+                "messages[1].tool_calls[0].function.arguments").get("message").asText();
+        assertTrue(m.startsWith("messages[1].tool_calls[0].function.arguments: is not valid JSON (at column "), m);
+    }
+
     @Test
     void twoLogitBiasKeysThatNameOneTokenAreRefusedWithBothNamed() throws Exception {
         for (String[] pair : new String[][]{{"5", "05"}, {"+5", "5"}, {"5", " 5"}, {"0", "-0"}}) {

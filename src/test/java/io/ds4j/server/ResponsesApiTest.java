@@ -369,6 +369,10 @@ class ResponsesApiTest {
         // a call's arguments that are no JSON object: chat's check, named as the item
         assertError(server.post("/v1/responses", responses.replace("{\\\"city\\\":\\\"Rome\\\"}", "[1]")), 400,
                 "input[3].arguments", "input[3].arguments: must be a JSON object encoded as a string");
+        // arguments nested past the reader's depth: said so, with the limit (they are not shown to be invalid JSON)
+        assertError(server.post("/v1/responses", responses.replace("{\\\"city\\\":\\\"Rome\\\"}",
+                        "{\\\"a\\\":" + "[".repeat(5000) + "]".repeat(5000) + "}")), 400, "input[3].arguments",
+                "input[3].arguments: is nested too deeply: more than 1000 levels of objects and arrays (the most this server reads)");
         // the same call id twice
         assertError(server.post("/v1/responses", responses.replace("\"call_id\":\"t2\",\"name\"", "\"call_id\":\"t1\",\"name\"")), 400,
                 "input[3].call_id", "input[3].call_id: 't1' is also the call_id of input[2]: each function_call has a call_id of its own");
