@@ -117,8 +117,8 @@ public final class Generation {
      *            holding the state of the prompt's first seq.length() tokens (a resumed prefix; those are not prefilled)
      * @param draft null for plain decoding
      * @param width null for plain decoding
-     * @throws IllegalArgumentException for an empty prompt, one that leaves no room in the context, or a sequence that
-     *         already holds the whole prompt
+     * @throws IllegalArgumentException for an empty prompt, one that leaves no room in the context (for max_tokens 0,
+     *         one longer than the context), or a sequence that already holds the whole prompt
      */
     public Generation(Backend target, Sequence seq, int[] prompt, Sampler sampler, Draft draft, VerifyWidth width,
                       Options opt, Listener listener) {
@@ -132,7 +132,9 @@ public final class Generation {
     public Generation(Backend target, Sequence seq, int[] prompt, Sampler sampler, Draft draft, VerifyWidth width,
                       Options opt, Listener listener, Constraint constraint) {
         if (prompt.length == 0) throw new IllegalArgumentException("the prompt is empty");
-        if (prompt.length >= opt.maxContext())
+        // a generation of no tokens (max_tokens 0: the prompt's scores alone) needs no room after the prompt
+        boolean generates = sampler.params().maxTokens() > 0;
+        if (prompt.length > opt.maxContext() || generates && prompt.length == opt.maxContext())
             throw new IllegalArgumentException("prompt of " + prompt.length + " tokens leaves no room in the context of "
                     + opt.maxContext() + " tokens");
         if (seq.length() >= prompt.length)

@@ -1509,11 +1509,15 @@ public final class HttpVerticle extends VerticleBase {
             if (state.draining()) throw shuttingDown();  // tokenised while the shutdown began
             int[] prompt = enc.ids();
             int ctxLimit = state.maxContext();
-            if (prompt.length >= ctxLimit) {
+            // echo with max_tokens 0 generates nothing: the prompt may fill the context; anything else needs a token's room
+            boolean echoOnly = !chat && g.echo() && g.params().maxTokens() == 0;
+            int fit = echoOnly ? ctxLimit : ctxLimit - 1;
+            if (prompt.length > fit) {
                 error(ctx, renamed(read.translation(), ApiException.bad(chat ? "messages" : "prompt", "context_length_exceeded",
                         (chat ? "messages" : "prompt") + ": the prompt is " + prompt.length + " tokens"
                         + (chat ? renderedBeside(body, enc.extras()) : "") + "; this server's context limit is " + ctxLimit
-                        + " tokens (prompt + output), so at most " + (ctxLimit - 1) + " prompt tokens fit")));
+                        + " tokens (prompt + output), so at most " + fit + " prompt tokens fit"
+                        + (echoOnly ? " (echo with max_tokens 0 generates nothing)" : ""))));
                 return;
             }
             int[] predicted = enc.prediction();

@@ -103,6 +103,44 @@ class PromptLogprobsTest {
         }
     }
 
+    /**
+     * Echo with max_tokens 0 generates nothing, so a prompt may fill the whole context (an evaluation harness scores
+     * such a prompt); one that asks for a token still needs room for it.
+     */
+    @Test
+    void anEchoOfNothingMoreMayFillTheContext() throws Exception {
+        int ctx = 24;
+        try (TestServer small = TestServer.start(new DefaultModelProvider(), Map.of("speculative.draft", "none",
+                "limits.prefillChunk", 16, "limits.maxContextTokens", ctx), null, null)) {
+            int[] ids = new int[ctx];
+            int[] words = tok.encode("the context is full of these words ");
+            ids[0] = tok.bosId();
+            for (int i = 1; i < ctx; i++) ids[i] = words[i % words.length];
+            double[] ref = reference(ids);
+            String body = "{\"prompt\":" + Json.MAPPER.valueToTree(ids) + ",\"echo\":true,\"logprobs\":1,\"max_tokens\":";
+            TestServer.Resp r = small.post("/v1/completions", body + "0}");
+            assertEquals(200, r.status(), r.body());
+            JsonNode tlp = r.json().at("/choices/0/logprobs/token_logprobs");
+            assertEquals(ctx, tlp.size(), r.body());
+            assertTrue(tlp.get(0).isNull(), "the first token has no context to be scored in");
+            for (int i = 1; i < ctx; i++) assertEquals(ref[i], tlp.get(i).asDouble(), 1e-4, "token " + i);
+            assertEquals(0, r.json().at("/usage/completion_tokens").asInt(), r.body());
+            TestServer.Resp one = small.post("/v1/completions", body + "1}");
+            assertEquals(400, one.status(), one.body());
+            assertEquals("context_length_exceeded", one.json().at("/error/code").asText(), one.body());
+            assertTrue(one.json().at("/error/message").asText().contains("so at most " + (ctx - 1) + " prompt tokens fit"), one.body());
+            // past the context, echo or not, is refused
+            int[] longer = java.util.Arrays.copyOf(ids, ctx + 1);
+            longer[ctx] = words[0];
+            TestServer.Resp past = small.post("/v1/completions", "{\"prompt\":" + Json.MAPPER.valueToTree(longer)
+                    + ",\"echo\":true,\"max_tokens\":0}");
+            assertEquals(400, past.status(), past.body());
+            assertEquals("prompt: the prompt is " + (ctx + 1) + " tokens; this server's context limit is " + ctx + " tokens (prompt +"
+                    + " output), so at most " + ctx + " prompt tokens fit (echo with max_tokens 0 generates nothing)",
+                    past.json().at("/error/message").asText());
+        }
+    }
+
     @Test
     void textPromptAndStreamingAgree() throws Exception {
         String prompt = "Scores do not depend on streaming.";
