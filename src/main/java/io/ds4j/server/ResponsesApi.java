@@ -91,11 +91,13 @@ final class ResponsesApi {
      * @param chat     the chat body, to give {@link Requests#parse}
      * @param origins  for each chat message, the Responses path it came from ({@code instructions}, {@code input},
      *                 {@code input[3]}; an assistant turn of several items, its first item's)
+     * @param ends     for each chat message, the path of the last item it came from (an assistant turn's last item,
+     *                 else its origin): the item that ends an input that ends with the assistant's turn
      * @param calls    for each chat message, the paths of its tool calls' {@code function_call} items (empty for most)
      * @param settings the request's settings as the response object echoes them ({@code instructions}, {@code tools},
      *                 {@code text}, ...; sampling values are added by the writer, as applied)
      */
-    record Translation(ObjectNode chat, List<String> origins, List<List<String>> calls, ObjectNode settings)
+    record Translation(ObjectNode chat, List<String> origins, List<String> ends, List<List<String>> calls, ObjectNode settings)
             implements TranslatedRequest {
         /**
          * A chat path pattern: a message (with a call, its tool_call_id or content), a tool's function part, a tool
@@ -211,7 +213,9 @@ final class ResponsesApi {
             int k = Integer.parseInt(m.group("m"));
             if (k >= origins.size()) return m.group();
             String origin = origins.get(k), rest = m.group("mrest");
-            if (rest == null) return origin;
+            // the last message named alone is the refusal of an input that ends with the assistant's turn: the item that
+            // ends the input is what is refused, not the turn's first (a reasoning item, an earlier message)
+            if (rest == null) return k == origins.size() - 1 ? ends.get(k) : origin;
             // a tool message is a function_call_output item: its call_id and output
             if (rest.equals(".tool_call_id")) return origin + ".call_id";
             if (rest.equals(".content")) return origin + (chat.path("messages").path(k).path("role").asText().equals("tool") ? ".output" : ".content");
@@ -249,7 +253,7 @@ final class ResponsesApi {
         streamOptions(body);
         bookkeeping(body, settings);
 
-        List<String> origins = new ArrayList<>();
+        List<String> origins = new ArrayList<>(), ends = new ArrayList<>();
         List<List<String>> calls = new ArrayList<>();
         ArrayNode messages = chat.putArray("messages");
         JsonNode instructions = body.get("instructions");
@@ -259,18 +263,19 @@ final class ResponsesApi {
             if (!instructions.textValue().isEmpty()) {
                 messages.addObject().put("role", "system").put("content", instructions.textValue());
                 origins.add("instructions");
+                ends.add("instructions");
                 calls.add(List.of());
             }
             settings.put("instructions", instructions.textValue());
         } else settings.putNull("instructions");
-        input(body, messages, origins, calls);
+        input(body, messages, origins, ends, calls);
 
         tools(body, chat, settings);
         text(body, chat, settings);
         reasoning(body, chat, settings);
         JsonNode parallel = chat.get("parallel_tool_calls");
         settings.put("parallel_tool_calls", parallel == null || !parallel.isBoolean() || parallel.booleanValue());
-        return new Translation(chat, origins, calls, settings);
+        return new Translation(chat, origins, ends, calls, settings);
     }
 
     /**
@@ -356,7 +361,8 @@ final class ResponsesApi {
      * one assistant turn (its reasoning, content and tool calls); each {@code function_call_output} item becomes a tool
      * message. Chat then checks that each call is answered before the next other message.
      */
-    private static void input(JsonNode body, ArrayNode messages, List<String> origins, List<List<String>> calls) {
+    private static void input(JsonNode body, ArrayNode messages, List<String> origins, List<String> ends,
+                              List<List<String>> calls) {
         JsonNode input = body.get("input");
         if (input == null || input.isNull())
             // a chat body sent here: its messages are named, as they are when input is given beside them
@@ -365,6 +371,7 @@ final class ResponsesApi {
         if (input.isTextual()) {
             messages.addObject().put("role", "user").put("content", input.textValue());
             origins.add("input");
+            ends.add("input");
             calls.add(List.of());
             return;
         }
@@ -385,32 +392,37 @@ final class ResponsesApi {
                     String role = role(item, where);
                     if (role.equals("assistant")) {
                         if (turn == null) turn = new Turn(where);
+                        turn.last = where;
                         turn.parts.addAll(parts(item, where, true));
                     } else {
-                        turn = close(turn, messages, origins, calls);
+                        turn = close(turn, messages, origins, ends, calls);
                         ArrayNode parts = parts(item, where, false);
                         JsonNode c = item.get("content");
                         ObjectNode m = messages.addObject().put("role", role);
                         // a string stays one: a user turn of "" is chat's, as sent
                         if (c.isTextual()) m.put("content", c.textValue()); else m.set("content", parts);
                         origins.add(where);
+                        ends.add(where);
                         calls.add(List.of());
                     }
                 }
                 case "function_call" -> {
                     if (turn == null) turn = new Turn(where);
+                    turn.last = where;
                     turn.calls.add(functionCall(item, where));
                     turn.callPaths.add(where);
                 }
                 case "reasoning" -> {
                     if (turn == null) turn = new Turn(where);
+                    turn.last = where;
                     String r = reasoningText(item, where);
                     if (r != null) turn.reasoning.append(turn.reasoning.isEmpty() ? "" : "\n\n").append(r);
                 }
                 case "function_call_output" -> {
-                    turn = close(turn, messages, origins, calls);
+                    turn = close(turn, messages, origins, ends, calls);
                     messages.add(functionCallOutput(item, where));
                     origins.add(where);
+                    ends.add(where);
                     calls.add(List.of());
                 }
                 case "item_reference" -> throw ApiException.badField(where + ".type", "an item_reference names a stored item,"
@@ -419,7 +431,7 @@ final class ResponsesApi {
                         + " takes message, function_call, function_call_output and reasoning items)");
             }
         }
-        close(turn, messages, origins, calls);
+        close(turn, messages, origins, ends, calls);
     }
 
     /**
@@ -428,6 +440,8 @@ final class ResponsesApi {
      */
     private static final class Turn {
         final String origin;
+        /** The path of the turn's last item so far. */
+        String last;
         final ArrayNode parts = Json.array();
         final StringBuilder reasoning = new StringBuilder();
         final ArrayNode calls = Json.array();
@@ -435,11 +449,12 @@ final class ResponsesApi {
 
         Turn(String origin) {
             this.origin = origin;
+            this.last = origin;
         }
     }
 
     /** Adds a turn's chat message, if one is open; null, the turn that is open now. */
-    private static Turn close(Turn t, ArrayNode messages, List<String> origins, List<List<String>> calls) {
+    private static Turn close(Turn t, ArrayNode messages, List<String> origins, List<String> ends, List<List<String>> calls) {
         // a turn of reasoning items without text (another provider's, encrypted) says nothing: no message
         if (t == null || t.parts.isEmpty() && t.calls.isEmpty() && t.reasoning.isEmpty()) return null;
         ObjectNode a = messages.addObject().put("role", "assistant");
@@ -448,6 +463,7 @@ final class ResponsesApi {
         if (!t.reasoning.isEmpty()) a.put("reasoning_content", t.reasoning.toString());
         if (!t.calls.isEmpty()) a.set("tool_calls", t.calls);
         origins.add(t.origin);
+        ends.add(t.last);
         calls.add(t.callPaths);
         return null;
     }

@@ -467,6 +467,20 @@ class ResponsesApiTest {
                 // nothing to answer: said with the Responses item and without chat's prefix
                 {"\"input\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello\"}]", "input[1]",
                         "input[1]: the last message is the assistant's, so there is nothing to answer: end with a user message"},
+                // an assistant turn of several items: the item that ends the input is named, not the turn's first
+                {"\"input\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"type\":\"reasoning\",\"summary\":[{\"type\":\"summary_text\","
+                        + "\"text\":\"Greet.\"}]},{\"role\":\"assistant\",\"content\":\"Hello\"}]", "input[2]",
+                        "input[2]: the last message is the assistant's, so there is nothing to answer: end with a user message"},
+                {"\"input\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello\"},"
+                        + "{\"role\":\"assistant\",\"content\":\"again\"}]", "input[2]",
+                        "input[2]: the last message is the assistant's, so there is nothing to answer: end with a user message"},
+                // the turn's unanswered call is what is refused, where it is the last item or not
+                {"\"input\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Let me check.\"},"
+                        + "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"get_weather\",\"arguments\":\"{}\"}],\"tools\":["
+                        + WEATHER_TOOL + "]", "input[2]", "input[2]: no function_call_output item answers the function_call item 'c1'"},
+                {"\"input\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":"
+                        + "\"get_weather\",\"arguments\":\"{}\"},{\"role\":\"assistant\",\"content\":\"Let me check.\"}],\"tools\":["
+                        + WEATHER_TOOL + "]", "input[1]", "input[1]: no function_call_output item answers the function_call item 'c1'"},
                 {"\"input\":[]", "input", "input: must hold at least one item"},
                 {"\"model\":\"scripted\"", "input", "input: is required"},
                 {"\"input\":[1]", "input[0]", "input[0]: must be an input item object"},
