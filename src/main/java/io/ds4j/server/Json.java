@@ -390,6 +390,8 @@ public final class Json {
      */
     static String syntaxProblem(String what, JsonProcessingException e, String unit, byte[] src) {
         var loc = e.getLocation();
+        String bare = bareCharacter(e, src);
+        if (bare != null) return what + bare;
         String m = plainSyntaxMessage(e, unit, src);
         if (loc == null || loc.getLineNr() <= 0) return what + ": " + m;
         int column = loc.getColumnNr();
@@ -425,6 +427,31 @@ public final class Json {
             }
         }
         return column;
+    }
+
+    /**
+     * A character beyond ASCII outside a string ({@code {"a": é}}), which Jackson reports as "Invalid UTF-8 start byte"
+     * at the character's second byte though the text is well-formed UTF-8 (checked before it is parsed): said as the
+     * character it is, at its own line and column. Null for any other error, or without the text's bytes.
+     */
+    private static String bareCharacter(JsonProcessingException e, byte[] src) {
+        String m = e.getOriginalMessage();
+        var loc = e.getLocation();
+        if (src == null || m == null || !m.startsWith("Invalid UTF-8") || loc == null || loc.getByteOffset() < 0) return null;
+        int p = (int) Math.min(loc.getByteOffset(), src.length) - 1;
+        while (p > 0 && (src[p] & 0xC0) == 0x80) p--;
+        if (p < 0 || (src[p] & 0xC0) != 0xC0) return null;
+        int len = (src[p] & 0xE0) == 0xC0 ? 2 : (src[p] & 0xF0) == 0xE0 ? 3 : 4;
+        if (p + len > src.length) return null;
+        String ch = new String(src, p, len, java.nio.charset.StandardCharsets.UTF_8);
+        int lineStart = p;
+        while (lineStart > 0 && src[lineStart - 1] != '\n') lineStart--;
+        int line = 1;
+        for (int i = 0; i < lineStart; i++) if (src[i] == '\n') line++;
+        int column = new String(src, lineStart, p - lineStart, java.nio.charset.StandardCharsets.UTF_8).codePointCount(0,
+                new String(src, lineStart, p - lineStart, java.nio.charset.StandardCharsets.UTF_8).length()) + 1;
+        return " at line " + line + ", column " + column + ": unexpected character '" + ch + "' (U+"
+                + String.format("%04X", ch.codePointAt(0)) + ") outside a string: text goes inside double quotes";
     }
 
     /** Jackson's message for a '}' or ']' read outside every object and array. */

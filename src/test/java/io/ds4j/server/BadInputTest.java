@@ -499,6 +499,9 @@ class BadInputTest {
                 {"{\"a\": xyz}", "line 1, column 7: unrecognized token 'xyz': expected a JSON value"},
                 {"[1,\n  nul ]", "line 2, column 3: unrecognized token 'nul': expected a JSON value"},
                 {"{\"a\": NaN}", "line 1, column 7: unrecognized token 'NaN': expected a JSON value (JSON has no NaN or Infinity)"},
+                // a character beyond ASCII outside a string, in well-formed UTF-8 (Jackson: "Invalid UTF-8 start byte")
+                {"{\"a\": \u00e9\u00e9}", "line 1, column 7: unexpected character '\u00e9' (U+00E9) outside a string: text goes inside double quotes"},
+                {"[1,\n  \u20ac]", "line 2, column 3: unexpected character '\u20ac' (U+20AC) outside a string: text goes inside double quotes"},
                 {"{\"a\": " + "y".repeat(300) + "}", "line 1, column 7: unrecognized token '" + "y".repeat(256) + "...': expected a JSON value"}};
         for (String[] c : cases) {
             JsonNode e = expect("/v1/chat/completions", c[0], 400, null);
