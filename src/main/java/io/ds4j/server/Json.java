@@ -448,8 +448,8 @@ public final class Json {
         while (lineStart > 0 && src[lineStart - 1] != '\n') lineStart--;
         int line = 1;
         for (int i = 0; i < lineStart; i++) if (src[i] == '\n') line++;
-        int column = new String(src, lineStart, p - lineStart, java.nio.charset.StandardCharsets.UTF_8).codePointCount(0,
-                new String(src, lineStart, p - lineStart, java.nio.charset.StandardCharsets.UTF_8).length()) + 1;
+        String before = new String(src, lineStart, p - lineStart, java.nio.charset.StandardCharsets.UTF_8);
+        int column = before.codePointCount(0, before.length()) + 1;
         return " at line " + line + ", column " + column + ": unexpected character '" + ch + "' (U+"
                 + String.format("%04X", ch.codePointAt(0)) + ") outside a string: text goes inside double quotes";
     }
