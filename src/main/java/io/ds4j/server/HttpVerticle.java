@@ -986,6 +986,12 @@ public final class HttpVerticle extends VerticleBase {
     static final String SHUTTING_DOWN = "server_shutting_down";
     /** Their Retry-After (s). */
     static final int SHUTDOWN_RETRY_SECONDS = 5;
+    /**
+     * How long an answer of several choices keeps listening, once it has ended, for events its other choices' engine
+     * side sent before it learned of the end (each choice's 503 at the shutdown is sent in one loop): ample, since they
+     * are already on their way.
+     */
+    static final long STRAY_EVENTS_MS = 5_000;
 
     /** The answer to a generation request once the server is shutting down ({@link ServerState#draining}). */
     static ApiException shuttingDown() {
@@ -1964,7 +1970,11 @@ public final class HttpVerticle extends VerticleBase {
 
         private void finish() {
             completed = true;
-            for (var c : consumers) c.unregister();
+            // a choice the engine was still ending (the shutdown's 503 to each, sent together) may have an event on its
+            // way: its consumer stays a moment to take it quietly (onEvent ignores it once completed), where an
+            // unregistered one has the event bus warn of a discarded message
+            if (!several()) for (var c : consumers) c.unregister();
+            else vertx.setTimer(STRAY_EVENTS_MS, t -> consumers.forEach(io.vertx.core.eventbus.MessageConsumer::unregister));
         }
 
         /**
