@@ -8,7 +8,7 @@ import java.util.List;
 
 /**
  * A compiled output grammar, independent of the tokenizer and shareable between requests: JSON of a schema, any JSON
- * object, or one DeepSeek-V4 DSML tool call. {@link #constraint} gives a request its own stateful constraint.
+ * object, text matching a regular expression, one of some strings, or one DeepSeek-V4 DSML tool call. {@link #constraint} gives a request its own stateful constraint.
  */
 public final class Grammar {
     /**
@@ -61,6 +61,34 @@ public final class Grammar {
     public static Grammar jsonSchema(JsonNode schema) {
         Schema root = SchemaCompiler.compile(schema);
         return new Grammar(start(() -> States.value(root, States.End.INSTANCE)), "json_schema");
+    }
+
+    /**
+     * Output that matches a regular expression as a whole (vLLM's {@code structured_outputs.regex}). The subset:
+     * literals; escapes {@code \d \w \s \D \W \S} (ASCII meanings), {@code \n \t \r \f \v}, {@code \xHH},
+     * {@code \x{H...}}, {@code \}{@code uHHHH} and an escaped punctuation character; {@code .} (any character but a line
+     * break); classes {@code [...]} with ranges, negation and escapes; groups {@code (...)}, {@code (?:...)} and named
+     * groups (read as plain ones); alternation; quantifiers {@code * + ? {n} {n,} {n,m} {,m}}, lazy ones too (the same
+     * strings match). A leading {@code ^} and a trailing {@code $} are accepted and change nothing.
+     *
+     * @throws UnsupportedRegexException for anything else (backreferences, lookaround, anchors inside the pattern,
+     *         inline flags, possessive quantifiers), a syntax error, a pattern of more than {@value Regex#MAX_POSITIONS}
+     *         NFA positions, or one that matches no string
+     */
+    public static Grammar regex(String pattern) {
+        return new Grammar(Regex.compile(pattern).start(), "the regex");
+    }
+
+    /**
+     * Output that is exactly one of some strings (vLLM's {@code structured_outputs.choice}), then the end of the turn.
+     * An empty string is a choice like any other (the output may then be empty); one given twice counts once.
+     *
+     * @throws IllegalArgumentException for no strings at all, or a null among them
+     */
+    public static Grammar choice(List<String> options) {
+        if (options.isEmpty()) throw new IllegalArgumentException("a choice needs at least one string");
+        for (String o : options) if (o == null) throw new IllegalArgumentException("a choice cannot be null");
+        return new Grammar(new States.Lit(new LitSet(options), 0, new States.Same(States.End.INSTANCE)), "one of the choices");
     }
 
     /** A start state; one past the live-state limit is the schema's problem, said as such. */
@@ -226,6 +254,11 @@ public final class Grammar {
     /** A constraint steered to complete within max_tokens whatever the grammar's own choice (for property tests). */
     TokenConstraint steeredConstraint(Tokenizer tokenizer) {
         return new TokenConstraint(TokenTrie.of(tokenizer), start, true, false);
+    }
+
+    /** The state before any output (for tests that step the grammar byte by byte). */
+    GState startState() {
+        return start;
     }
 
     /** Fewest bytes of a complete output. */
