@@ -3,6 +3,7 @@ package io.ds4j.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.grammar.Grammar;
 import io.ds4j.grammar.GrammarLimitException;
+import io.ds4j.grammar.UnsupportedRegexException;
 import io.ds4j.grammar.UnsupportedSchemaException;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.server.config.ServerConfig;
@@ -49,7 +50,7 @@ final class Requests {
      * @param topLogprobs   alternatives per token
      * @param skipSpecialTokens leave control tokens out of the output text (default true)
      * @param grammar       what constrained decoding enforces on the output (forced tool call, strict JSON schema,
-     *                      JSON object), or null for free output
+     *                      JSON object, vLLM's regex or choice), or null for free output
      * @param reasoningBudget chat: the most tokens the answer may spend reasoning before its reasoning is ended for it
      *                      ({@code thinking_token_budget}), or null for no cap
      * @param n             choices to generate for the prompt (1..{@link #MAX_N}), each its own engine request
@@ -182,8 +183,12 @@ final class Requests {
             text = V4Format.fillInTheMiddle(text, suffix);
         }
         if (text != null && text.isEmpty()) throw ApiException.badField(where, "must not be empty");
+        // the generated text alone is held to the constraint (an echoed prompt is not part of it)
+        List<Asked> asked = outputConstraints(body);
+        oneConstraint(asked, null);
+        Grammar grammar = asked.isEmpty() ? null : compile(asked.getFirst());
         return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
-                skipSpecial, null, null, n);
+                skipSpecial, grammar, null, n);
     }
 
     /**
@@ -497,7 +502,9 @@ final class Requests {
      * listed tools (a {@code strict} function's arguments to its schema, one invoke when {@code parallel_tool_calls}
      * is false) where a function is strict, parallel calls are off or the content is constrained (which must leave
      * the calls open); otherwise the calls are free, as the template describes them. A non-strict json_schema is only
-     * described in the prompt. In thinking mode the constraint starts after the reasoning.
+     * described in the prompt. vLLM's structured_outputs (regex, choice, json, json_object) and guided_regex /
+     * guided_choice constrain the content as a strict response_format does (at most one constraint per request; none
+     * beside a forced call). In thinking mode the constraint starts after the reasoning.
      */
     private static Grammar grammar(JsonNode b, ChatOptions opts, List<ChatMessage> messages, String continued) {
         JsonNode choice = b.get("tool_choice");
@@ -519,7 +526,18 @@ final class Requests {
                 strict.add(fn.path("strict").asBoolean(false));
             }
         }
-        Grammar content = forced || opts.responseFormat() == null ? null : contentGrammar(opts.responseFormat());
+        // vLLM's constraint fields: checked, and held to one constraint per request, before anything is compiled
+        List<Asked> asked = outputConstraints(b);
+        JsonNode rf = opts.responseFormat();
+        oneConstraint(asked, rf != null && constrains(rf) ? "response_format (" + rf.path("type").asText() + ")" : null);
+        if (forced && !asked.isEmpty())
+            throw ApiException.badField(asked.getFirst().field(), "cannot be combined with a forced tool call (tool_choice "
+                    + (choice.isObject() ? "naming a function" : "\"required\"") + "), which is the whole answer; with"
+                    + " tool_choice \"auto\" the content is held to it and the model may still call a tool");
+        Grammar content = forced ? null : !asked.isEmpty() ? compile(asked.getFirst()) : rf == null ? null : contentGrammar(rf);
+        // the field a problem of the content's schema is named by
+        String schemaField = !asked.isEmpty() ? asked.getFirst().field()
+                : rf != null && "json_schema".equals(rf.path("type").asText()) ? "response_format.json_schema.schema" : null;
         Grammar g = content;
         try {
             if (forced) g = Grammar.toolCall(names, params);
@@ -527,8 +545,7 @@ final class Requests {
                 g = Grammar.optionalToolCalls(names, params, strict, parallel, content);
         } catch (UnsupportedSchemaException e) {
             // a problem in no function's schema beside a content schema is the content's (too many states beside the calls)
-            if (e.tool() < 0 && content != null && "json_schema".equals(opts.responseFormat().path("type").asText()))
-                throw schemaError("response_format.json_schema.schema", e);
+            if (e.tool() < 0 && content != null && schemaField != null) throw schemaError(schemaField, e);
             throw schemaError(toolField(tools, e.tool() >= 0 ? toolIndex(tools, names.get(e.tool())) : -1), e);
         }
         if (g == null) return null;
@@ -649,6 +666,141 @@ final class Requests {
             }
             default -> {
                 return null;
+            }
+        }
+    }
+
+    /** Whether a response_format constrains the content (json_object, or json_schema with strict true). */
+    private static boolean constrains(JsonNode rf) {
+        String type = rf.path("type").asText();
+        // json_schema's object is there: ChatOptions checked the response_format
+        return type.equals("json_object") || type.equals("json_schema")
+                && bool(rf.get("json_schema"), "strict", "response_format.json_schema.strict", false);
+    }
+
+    /**
+     * One of vLLM's output constraints as the request gives it: the field's path as the client wrote it, what it asks
+     * for ({@code regex}, {@code choice}, {@code json}, {@code json_object}) and its value, type-checked.
+     */
+    private record Asked(String field, String kind, JsonNode value) {}
+
+    /** The keys of {@code structured_outputs} that constrain the output. */
+    private static final List<String> CONSTRAINT_KEYS = List.of("regex", "choice", "json", "json_object");
+
+    /**
+     * vLLM's output constraints, checked, in the order given: {@code structured_outputs} ({@code regex}, {@code choice},
+     * {@code json}, {@code json_object}: true) and the older top-level {@code guided_regex} and {@code guided_choice}.
+     * Every key of structured_outputs is judged here (a null one is not given): vLLM's tuning flags that this server
+     * satisfies anyway are accepted, its other constraint kinds and unknown keys are a 400 naming them, since a
+     * constraint silently not enforced would let through an output the client means to exclude.
+     * @throws ApiException 400 naming the field for a wrong type or a key this server does not take
+     */
+    private static List<Asked> outputConstraints(JsonNode body) {
+        List<Asked> out = new ArrayList<>();
+        JsonNode so = body.get("structured_outputs");
+        if (so != null && !so.isNull()) {
+            if (!so.isObject())
+                throw ApiException.badField("structured_outputs", "must be an object such as {\"regex\": \"...\"} or"
+                        + " {\"choice\": [\"...\", ...]}, got " + describe(so));
+            for (var e : so.properties()) {
+                String key = e.getKey(), path = "structured_outputs." + key;
+                JsonNode v = e.getValue();
+                if (v.isNull()) continue;
+                switch (key) {
+                    case "regex", "choice" -> out.add(new Asked(path, key, checked(key, path, v)));
+                    case "json" -> {
+                        if (!v.isObject() && !v.isBoolean())
+                            throw ApiException.badField(path, "must be a JSON schema (an object), got " + describe(v));
+                        out.add(new Asked(path, key, v));
+                    }
+                    case "json_object" -> {
+                        if (bool(so, key, path, false)) out.add(new Asked(path, key, v));
+                    }
+                    // a backend choice (this server has one engine and nothing to fall back to), and a flag its JSON
+                    // output keeps anyway (only a schema's declared properties are produced)
+                    case "disable_fallback", "disable_additional_properties" -> bool(so, key, path, false);
+                    case "disable_any_whitespace" -> {
+                        if (bool(so, key, path, false))
+                            throw ApiException.badField(path, "true is not supported: JSON output may have whitespace between"
+                                    + " its tokens (at most 24 bytes in a row)");
+                    }
+                    case "grammar", "structural_tag", "whitespace_pattern" -> throw ApiException.badField(path,
+                            "is not supported by this server; structured_outputs takes regex, choice, json or json_object");
+                    default -> {
+                        String near = key.length() > 64 ? null : io.ds4j.server.config.ServerConfig.closest(key, CONSTRAINT_KEYS);
+                        throw ApiException.badField(path, "is not a structured_outputs field" + (near != null
+                                ? " (did you mean structured_outputs." + near + "?)" : "") + "; it takes regex, choice, json or json_object");
+                    }
+                }
+            }
+        }
+        for (String kind : List.of("regex", "choice")) {
+            String field = "guided_" + kind;
+            JsonNode v = body.get(field);
+            if (v != null && !v.isNull()) out.add(new Asked(field, kind, checked(kind, field, v)));
+        }
+        return out;
+    }
+
+    /**
+     * A regex (a string) or a choice (a non-empty array of strings, empty strings included: the output may be one) as
+     * the field gives it.
+     * @throws ApiException 400 naming the field, or the element of a choice, that has the wrong type
+     */
+    private static JsonNode checked(String kind, String path, JsonNode v) {
+        if (kind.equals("regex")) {
+            if (!v.isTextual()) throw ApiException.badField(path, "must be a string (a regular expression), got " + describe(v));
+            return v;
+        }
+        if (!v.isArray() || v.isEmpty())
+            throw ApiException.badField(path, "must be a non-empty array of strings, got " + (v.isArray() ? "an empty array" : describe(v)));
+        for (int i = 0; i < v.size(); i++)
+            if (!v.get(i).isTextual()) throw ApiException.badField(path + "[" + i + "]", "must be a string, got " + describe(v.get(i)));
+        return v;
+    }
+
+    /**
+     * Refuses more than one output constraint: two of vLLM's fields (its two spellings of one included), or one beside
+     * {@code other} (a constraining response_format, described so; null for none). Each holds the whole output, so
+     * two can only disagree.
+     * @throws ApiException 400 naming both fields
+     */
+    private static void oneConstraint(List<Asked> asked, String other) {
+        if (asked.isEmpty()) return;
+        String first = other != null ? other : asked.getFirst().field();
+        Asked second = other != null ? asked.getFirst() : asked.size() > 1 ? asked.get(1) : null;
+        if (second != null)
+            throw ApiException.badField(second.field(), "cannot be combined with " + first + ": a request takes one output"
+                    + " constraint, and each holds the whole output");
+    }
+
+    /**
+     * The grammar of one of vLLM's constraints.
+     * @throws ApiException 400 naming the field for a pattern or schema the constraint engine cannot enforce
+     */
+    private static Grammar compile(Asked a) {
+        switch (a.kind()) {
+            case "regex" -> {
+                try {
+                    return Grammar.regex(a.value().textValue());
+                } catch (UnsupportedRegexException e) {
+                    throw ApiException.badField(a.field(), e.getMessage());
+                }
+            }
+            case "choice" -> {
+                List<String> options = new ArrayList<>(a.value().size());
+                for (JsonNode o : a.value()) options.add(o.textValue());
+                return Grammar.choice(options);
+            }
+            case "json" -> {
+                try {
+                    return Grammar.jsonSchema(a.value());
+                } catch (UnsupportedSchemaException e) {
+                    throw schemaError(a.field(), e);
+                }
+            }
+            default -> {
+                return Grammar.jsonObject();
             }
         }
     }
