@@ -723,7 +723,7 @@ final class Regex {
                 case 'p', 'P' -> throw error("Unicode property classes ('\\p{...}') are not supported", at);
                 case 'k' -> throw error("backreferences ('\\k<name>') are not supported", at);
                 default -> {
-                    if (e >= '0' && e <= '9') throw error("backreferences ('\\" + (char) e + "') are not supported (a character by its code is \\xHH)", at);
+                    if (e >= '0' && e <= '9') throw error("backreferences ('\\" + (char) e + "') are not supported", at);
                     if (e < 0x80 && Character.isLetter(e)) throw error("unknown escape '\\" + (char) e + "'", at);
                     if (Character.isSurrogate((char) e) && e <= 0xFFFF) throw error("half of a UTF-16 surrogate pair without the other half is no character", at + 1);
                     return e;
