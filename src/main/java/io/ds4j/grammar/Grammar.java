@@ -16,7 +16,9 @@ public final class Grammar {
      * (each state is stepped for every byte the token mask tries). States that differ only in what follows them are
      * merged, so a schema stays far below it unless many alternatives are genuinely open together: an anyOf with
      * more alternatives is refused when the request is validated ({@link UnsupportedSchemaException}), and an output
-     * that would reach it later fails with {@link GrammarLimitException}.
+     * that would reach it later fails with {@link GrammarLimitException}. A regular expression's state counts once,
+     * however many NFA positions are live in it: their number is bounded by the pattern's size instead
+     * ({@link #regex}).
      */
     public static final int MAX_LIVE_STATES = 512;
 

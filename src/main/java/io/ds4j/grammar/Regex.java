@@ -55,7 +55,8 @@ final class Regex {
     private final int[] classStarts;
     private final ConcurrentHashMap<At, At> kept = new ConcurrentHashMap<>();
     private final java.util.concurrent.atomic.AtomicInteger keptPositions = new java.util.concurrent.atomic.AtomicInteger();
-    private final ThreadLocal<Scratch> scratch;
+    /** Room for closures, reused by one step at a time (the steps of one pattern run on one thread as a rule). */
+    private final Scratch scratch;
     private final At start;
 
     /** A transition found to lead nowhere, as a memo holds it (null there means not yet found). */
@@ -76,7 +77,7 @@ final class Regex {
         this.match = match;
         this.dist = distances();
         this.classStarts = classStarts();
-        this.scratch = ThreadLocal.withInitial(() -> new Scratch(n));
+        this.scratch = new Scratch(n);
         this.start = state(closure(new int[]{startNode}, 1));
         if (start == null) throw new UnsupportedRegexException("the pattern matches no string (it needs a character"
                 + " that no class allows, such as [^\\s\\S])", -1);
@@ -195,7 +196,7 @@ final class Regex {
         return a < r.length / 2 && r[2 * a] <= hi;
     }
 
-    /** Per-thread room for closures: visit stamps and a stack, reused instead of allocated per step. */
+    /** Room for a closure: visit stamps and a stack, reused instead of allocated per step. */
     private static final class Scratch {
         final int[] seen, stack;
         int stamp;
@@ -212,7 +213,12 @@ final class Regex {
      * positions that can still complete the output.
      */
     private int[] closure(int[] seeds, int count) {
-        Scratch s = scratch.get();
+        synchronized (scratch) {
+            return closure(scratch, seeds, count);
+        }
+    }
+
+    private int[] closure(Scratch s, int[] seeds, int count) {
         int stamp = ++s.stamp;
         if (stamp == Integer.MAX_VALUE) {
             Arrays.fill(s.seen, 0);
