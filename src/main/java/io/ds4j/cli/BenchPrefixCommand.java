@@ -50,7 +50,7 @@ import java.util.stream.Stream;
  * A benchmark, not a test: it prints figures and asserts nothing.
  */
 @Command(name = "bench-prefix", mixinStandardHelpOptions = true, sortOptions = false,
-        description = "Prefix cache: TTFT and wall time cold vs cached for an agent conversation and a document with questions.")
+        description = "Prefix cache: TTFT and wall time cold vs cached for an agent conversation, a document with questions, and n choices of one prompt.")
 public final class BenchPrefixCommand implements Callable<Integer> {
     @ArgGroup(exclusive = true, multiplicity = "0..1") BenchServerCommand.Source source = new BenchServerCommand.Source();
     @Option(names = "--layers", description = "preset variant: layers (default: the preset's)") Integer layers;

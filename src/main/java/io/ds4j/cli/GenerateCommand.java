@@ -200,11 +200,18 @@ public final class GenerateCommand implements Callable<Integer> {
             Draft d = ds == null ? null : ds.open(ids, sp, seed != null ? seed : 0);
             int[] eos = Generation.endIds(tok.eosId(), be.config());
             TokenConstraint constraint = constraint(grammar, tok, err);
+            // the prefill progress line is on the terminal: it is erased before any text, which would share its line
+            boolean[] progressShown = {false};
             Generation g = new Generation(be, be.newSequence(io.ds4j.engine.RollbackWindow.DEFAULT), ids, sampler, d, width,
                     new Generation.Options(prefillChunk, context, eos, io.ds4j.engine.RollbackWindow.DEFAULT),
                     (t, lp) -> {
                         boolean isEos = !ignoreEos && java.util.Arrays.stream(eos).anyMatch(e -> e == t);
                         String piece = isEos || hidden(t, tok, parser) ? "" : detok.push(t);
+                        if (progressShown[0]) {
+                            err.print("\r\033[K");
+                            err.flush();
+                            progressShown[0] = false;
+                        }
                         emit(stops.push(piece), parser, out, err);
                         return !stops.stopped();
                     }, constraint);
@@ -214,10 +221,13 @@ public final class GenerateCommand implements Callable<Integer> {
             // a line redrawn with carriage returns and an erase sequence: for a terminal, not for a file or a pipe
             boolean progress = ids.length > prefillChunk && stderrIsTerminal();
             while (g.step()) {
-                if (progress && g.prefilling())
+                if (progress && g.prefilling()) {
                     err.printf("\rprefill %d/%d tokens", g.prefilledTokens(), ids.length);
+                    progressShown[0] = true;
+                }
                 if (progress && !g.prefilling()) {
-                    err.print("\r\033[K");
+                    if (progressShown[0]) err.print("\r\033[K");
+                    progressShown[0] = false;
                     progress = false;
                 }
             }

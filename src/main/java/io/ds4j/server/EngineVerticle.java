@@ -280,10 +280,12 @@ public final class EngineVerticle extends VerticleBase {
             msg.reply(Admission.queued(waiting.size()), LOCAL);
         } else {
             int retry = retryAfterSeconds(cfg);
-            LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}); Retry-After {} s",
-                    r.id, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
+            LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}{}); Retry-After {} s",
+                    r.id, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), running() < cfg.maxActive()
+                            ? "; a slot is free, model.cacheTokens holds the next request back: " + reservedTokens + " of "
+                            + cfg.cacheTokens() + " tokens reserved" : "", retry);
             msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
-                    "the server is busy: " + runningLimits(cfg, j.reserved) + " and " + (cfg.maxQueue() == 0 ? "limits.maxQueue is 0, so no request may wait for a slot"
+                    "the server is busy: " + runningLimits(cfg, r) + " and " + (cfg.maxQueue() == 0 ? "limits.maxQueue is 0, so no request may wait for a slot"
                             : waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue() + ")") + "; retry after " + retry + " s",
                     retry)), LOCAL);
             return;
@@ -342,7 +344,7 @@ public final class EngineVerticle extends VerticleBase {
                     + " Retry-After {} s", first.id, n, fit, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
             msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
                     "the server is busy: the request's n = " + n + " choices are admitted together, each as one request, and"
-                            + " only " + fit + " fit now: " + runningLimits(cfg, need) + " and " + waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue()
+                            + " only " + fit + " fit now: " + runningLimits(cfg, first) + " and " + waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue()
                             + "); retry after " + retry + " s", retry)), LOCAL);
             return;
         }
@@ -467,12 +469,16 @@ public final class EngineVerticle extends VerticleBase {
      * request at the head of the line back (the oldest waiting one, else the refused one needing {@code need} tokens):
      * model.cacheTokens, which the running requests' reservations (prompt plus max_tokens each) have used up.
      */
-    private String runningLimits(ServerConfig cfg, int need) {
+    private String runningLimits(ServerConfig cfg, EngineRequest refused) {
         String s = plural(running(), "request") + " running (limits.maxActive " + cfg.maxActive();
-        int head = waiting.isEmpty() ? need : waiting.peekFirst().reserved;
-        if (running() < cfg.maxActive() && !fits(head, cfg))
+        EngineRequest head = waiting.isEmpty() ? refused : waiting.peekFirst().req;
+        int need = head.reserveTokens();
+        if (running() < cfg.maxActive() && !fits(need, cfg))
             s += "; a slot is free, but they reserve " + reservedTokens + " of the " + cfg.cacheTokens() + " tokens of"
-                    + " model.cacheTokens and the next request needs " + head + ": its prompt plus max_tokens";
+                    + " model.cacheTokens and the next request needs " + need + ": its prompt plus max_tokens"
+                    // a client that sent none gets the server's default, cut only to what the whole cache holds
+                    + (head.maxTokensField == null ? " (" + head.params.maxTokens() + ", the server's default cut to the cache;"
+                    + " a smaller max_tokens may fit)" : "");
         return s + ")";
     }
 

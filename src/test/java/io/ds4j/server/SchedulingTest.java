@@ -192,6 +192,12 @@ class SchedulingTest {
             assertTrue(m.matches("the server is busy: 1 request running \\(limits\\.maxActive 8; a slot is free, but they reserve \\d+"
                     + " of the 400 tokens of model\\.cacheTokens and the next request needs \\d+: its prompt plus max_tokens\\) and"
                     + " limits\\.maxQueue is 0, so no request may wait for a slot; retry after .*"), m);
+            // without max_tokens the server's default (cut to the whole cache) is what does not fit: said so
+            TestServer.Resp d = server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+            assertEquals(429, d.status(), d.body());
+            String dm = d.json().at("/error/message").asText();
+            assertTrue(dm.contains(": its prompt plus max_tokens (") && dm.contains(", the server's default cut to the cache; a"
+                    + " smaller max_tokens may fit)"), dm);
         }
         assertEngineIdle();
     }
