@@ -206,12 +206,13 @@ class RegexPropertyTest {
     }
 
     /**
-     * A counting pattern has a new state after every token (the positions move on), so every mask is a fresh walk
-     * over the token trie: the states' kept transitions keep it quick.
+     * A counting pattern has a new state after every token (the positions move on), so every mask is a fresh walk over
+     * the token trie: 150 random allowed tokens still leave its end (the line break) allowed. The timeout only guards
+     * against a walk that never ends; the mask's cost is described in README, not asserted here.
      */
     @Test
     @Timeout(60)
-    void aLongCountingPatternStaysQuick() {
+    void aLongCountingPatternStillOffersItsEnd() {
         Grammar g = Grammar.regex("[^\\n]{0,3000}\\n");
         TokenConstraint c = g.constraint(TOK);
         int newline = TOK.encode("\n")[0];
