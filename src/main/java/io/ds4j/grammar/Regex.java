@@ -21,8 +21,13 @@ import java.util.concurrent.ConcurrentHashMap;
  * from them: a DFA built as the output needs it.
  */
 final class Regex {
-    /** The most NFA nodes a pattern may compile to (each character, class, alternative and loop is one). */
-    static final int MAX_POSITIONS = 20_000;
+    /**
+     * The most NFA nodes a pattern may compile to (each character, class, alternative and loop is one). It bounds the
+     * live positions of a state, and a token mask's walk over the token trie steps them at every trie node: a pattern of
+     * 19 counted repeats of a thousand (19,000 positions, under the 20,000 allowed before) made each step of every
+     * running request take seconds.
+     */
+    static final int MAX_POSITIONS = 8_192;
     /** Groups nested deeper than this are refused (the parser and the builder recurse once per level). */
     static final int MAX_DEPTH = 200;
     /** Steps the builder may take (a repeat of a repeat of nothing builds no node, yet takes time). */
@@ -272,9 +277,11 @@ final class Regex {
 
     /**
      * Between characters: the live positions, sorted. A state remembers its transitions (by byte for ASCII characters
-     * and the lead bytes of longer ones, by code point class for the characters those complete). A kept state
-     * remembers only kept states, so that states built past {@link #MAX_KEPT} are not held for the grammar's life
-     * through the start state's transitions: they go when the output has moved past them.
+     * and the lead bytes of longer ones, by code point class for the characters those complete). Only a kept state
+     * remembers, and only kept states: a state built past {@link #MAX_KEPT} remembers nothing, so that neither the
+     * grammar (through the start state's transitions) nor a constraint's cached masks (through the state they are
+     * cached for) hold the states a mask's walk over the token trie builds, one per trie node of thousands of
+     * positions each (a counted repeat past the limits filled the heap that way).
      */
     static final class At implements GState {
         private final Regex re;
@@ -299,9 +306,9 @@ final class Regex {
             this.kept = kept;
         }
 
-        /** Whether a transition to t may be remembered: a kept state remembers only kept states (see {@link At}). */
+        /** Whether a transition to t may be remembered: by a kept state, to a kept state or none (see {@link At}). */
         private boolean remembers(GState t) {
-            return !kept || !(t instanceof At a) || a.kept;
+            return kept && (!(t instanceof At a) || a.kept);
         }
 
         @Override

@@ -235,7 +235,7 @@ class RegexGrammarTest {
         refused("[\\d-z]", "class escape", 1);
         refused("[a-\\w]", "class escape", 1);
         refused("a{5,3}", "bad repeat {5,3}", 1);
-        refused("a{0,100000}", "counts above 20000", 1);
+        refused("a{0,100000}", "counts above 8192", 1);
         refused("*a", "nothing to repeat", 0);
         refused("a|+", "nothing to repeat", 2);
         refused("({2})", "nothing to repeat", 1);
@@ -258,15 +258,18 @@ class RegexGrammarTest {
     @Test
     @Timeout(20)
     void theSizeLimitBoundsRepeats() {
-        // 19,999 characters and the match node: at the limit; one more is past it
-        assertEquals(Regex.MAX_POSITIONS, Regex.compile("a{19999}").size());
-        refused("a{20000}", "more than 20000 NFA positions", -1);
-        refused("(a{100}){201}", "more than 20000 NFA positions", -1);
-        refused("(x|y|z){0,5000}", "more than 20000 NFA positions", -1);
+        // 8,191 characters and the match node: at the limit; one more is past it
+        assertEquals(Regex.MAX_POSITIONS, Regex.compile("a{8191}").size());
+        refused("a{8192}", "more than 8192 NFA positions", -1);
+        refused("(a{100}){82}", "more than 8192 NFA positions", -1);
+        refused("(x|y|z){0,2000}", "more than 8192 NFA positions", -1);
+        // the breaker's pattern: 19 counted repeats of a thousand (each engine step took seconds at 19,000 positions)
+        refused("[a-z]*([a-m][a-z]{1000}|[a-m][a-z]{1001}|[a-m][a-z]{1002}|[a-m][a-z]{1003}|[a-m][a-z]{1004}|[a-m][a-z]{1005}"
+                + "|[a-m][a-z]{1006}|[a-m][a-z]{1007}|[a-m][a-z]{1008})", "more than 8192 NFA positions", -1);
         // a repeat of a repeat of nothing builds no node, yet would take long: bounded too
-        refused("((){20000}){20000}", "too large", -1);
-        assertTrue(matches(".{0,9000}", "x".repeat(9000)));
-        assertFalse(matches(".{0,9000}", "x".repeat(9001)));
+        refused("((){4000}){4000}", "too large", -1);
+        assertTrue(matches(".{0,3000}", "x".repeat(3000)));
+        assertFalse(matches(".{0,3000}", "x".repeat(3001)));
     }
 
     @Test
