@@ -739,6 +739,20 @@ final class Requests {
             JsonNode v = body.get(field);
             if (v != null && !v.isNull()) out.add(new Asked(field, kind, checked(kind, field, v)));
         }
+        // vLLM's older guided_json is structured_outputs.json; its other guided_ kinds this server cannot enforce, and a
+        // constraint silently dropped would let through what the client means to exclude
+        JsonNode gj = body.get("guided_json");
+        if (gj != null && !gj.isNull()) {
+            if (!gj.isObject() && !gj.isBoolean())
+                throw ApiException.badField("guided_json", "must be a JSON schema (an object), got " + describe(gj));
+            out.add(new Asked("guided_json", "json", gj));
+        }
+        for (String field : List.of("guided_grammar", "guided_whitespace_pattern")) {
+            JsonNode v = body.get(field);
+            if (v != null && !v.isNull())
+                throw ApiException.badField(field, "is not supported by this server; it takes guided_regex, guided_choice,"
+                        + " guided_json or structured_outputs");
+        }
         return out;
     }
 

@@ -171,6 +171,12 @@ class RegexChoiceServerTest {
                 + "\"disable_additional_properties\":false,\"disable_any_whitespace\":false,\"grammar\":null},\"max_tokens\":40,\"temperature\":1")));
         JsonNode v = Json.MAPPER.readTree(out);
         assertTrue(v.get("n").isIntegralNumber() && v.size() == 1, out);
+        // vLLM's older guided_json is the same constraint (it was ignored with a warning), guided_grammar a 400
+        out = content(server.post(CHAT, body("\"guided_json\":" + schema + ",\"max_tokens\":40,\"temperature\":1")));
+        v = Json.MAPPER.readTree(out);
+        assertTrue(v.get("n").isIntegralNumber() && v.size() == 1, out);
+        refused(CHAT, body("\"guided_grammar\":\"root ::= \\\"a\\\"\""), "guided_grammar", "guided_grammar: is not supported by this server");
+        refused(CHAT, body("\"guided_json\":" + schema + ",\"guided_regex\":\"a\""), "guided_json", "guided_json: cannot be combined with guided_regex");
         out = content(server.post(CHAT, body("\"structured_outputs\":{\"json_object\":true},\"max_tokens\":40,\"temperature\":1")));
         assertTrue(Json.MAPPER.readTree(out).isObject(), out);
         TestServer.Resp r = server.post(CHAT, body("\"structured_outputs\":{\"json\":{\"type\":\"string\",\"pattern\":\"a\"}},\"max_tokens\":40"));
