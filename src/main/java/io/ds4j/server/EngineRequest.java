@@ -46,14 +46,6 @@ public final class EngineRequest {
      * server's default applies: a refusal names what the client sent, never a value it did not.
      */
     String maxTokensField;
-    /**
-     * For a choice of a request with several ({@link #choice}): the request's own id, this choice's index and how many
-     * the request has; null, 0 and 1 for a request with one answer. What the engine tells a choice it ends says which
-     * of them had started.
-     */
-    String parentId;
-    int choiceIndex;
-    int choiceCount = 1;
 
     public EngineRequest(String id, boolean chat, boolean thinking, int[] prompt, SamplingParams params, String specQ,
                          int maxContext, long arrivalNanos, String address) {
@@ -123,10 +115,9 @@ public final class EngineRequest {
      * own id (and so its own event-bus address), with the seed {@code seed + index} where a seed was given (so choice 0
      * samples as the request with n = 1 does, and a seeded request is reproducible choice by choice; the sum wraps
      * past 2^63 - 1), else a random one of its own.
-     * @param count how many choices the request has
-     * @param id    the choice's request id
+     * @param id the choice's request id
      */
-    EngineRequest choice(int index, int count, String id) {
+    EngineRequest choice(int index, String id) {
         Long seed = params.seed() == null ? null : params.seed() + index;
         EngineRequest c = new EngineRequest(id, chat, thinking, prompt, params.withSeed(seed), specQ, maxContext, arrivalNanos,
                 "ds4j.out." + id, skipSpecialTokens, promptLogprobs);
@@ -135,9 +126,6 @@ public final class EngineRequest {
         c.prediction = prediction;
         c.reasoningBudget = reasoningBudget;
         c.maxTokensField = maxTokensField;
-        c.parentId = this.id;
-        c.choiceIndex = index;
-        c.choiceCount = count;
         return c;
     }
 

@@ -748,10 +748,7 @@ public final class EngineVerticle extends VerticleBase {
         state.drainTakenUp();
         int grace = (Integer) msg.body();
         int queued = waiting.size();
-        java.util.Map<String, List<Integer>> queuedChoices = new java.util.HashMap<>();
-        for (Job j : waiting)
-            if (j.req.parentId != null) queuedChoices.computeIfAbsent(j.req.parentId, k -> new ArrayList<>()).add(j.req.choiceIndex);
-        for (Job j : new ArrayList<>(waiting)) retireShutdown(j, whyQueued(j.req, queuedChoices.get(j.req.parentId)));
+        for (Job j : new ArrayList<>(waiting)) retireShutdown(j, whyQueued(j));
         waiting.clear();
         updateGauges();
         LOG.info("shutting down: {} refused with 503, {} may finish within {} s (server.shutdownGraceSeconds)",
@@ -764,13 +761,15 @@ public final class EngineVerticle extends VerticleBase {
     /**
      * Why the shutdown ends a queued request, for its client: "it was queued", unless it is a choice of a request ({@code
      * n} > 1) some of whose choices had started: that request was running, and it ends because a choice of it never
-     * will (its choices are answered together; the HTTP side stops the running ones), which the client is told.
-     * @param queuedOfItsRequest the indices of the request's choices that are queued (this one's among them), or null
+     * will (its choices are answered together; the HTTP side stops the running ones), which the client is told. Called
+     * while the queue still holds every queued request.
      */
-    private static String whyQueued(EngineRequest r, List<Integer> queuedOfItsRequest) {
-        int n = r.choiceCount;
-        if (r.parentId == null || queuedOfItsRequest == null || queuedOfItsRequest.size() >= n) return "it was queued";
-        List<Integer> q = queuedOfItsRequest.stream().sorted().toList();
+    private String whyQueued(Job j) {
+        if (j.siblings == null) return "it was queued";
+        int n = j.siblings.size();
+        List<Integer> q = new ArrayList<>();
+        for (int i = 0; i < n; i++) if (waiting.contains(j.siblings.get(i))) q.add(i);
+        if (q.size() >= n) return "it was queued";
         String which = q.size() == 1 ? "choice " + q.getFirst() + " of the request's " + n + " was"
                 : "choices " + q.stream().map(String::valueOf).collect(java.util.stream.Collectors.joining(", ")) + " of the request's " + n + " were";
         return which + " still queued, not started; a request's choices are answered together, so it ends here unfinished"

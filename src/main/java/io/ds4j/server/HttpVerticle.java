@@ -1549,7 +1549,7 @@ public final class HttpVerticle extends VerticleBase {
             // n > 1: each choice is a request of its own to the engine (its own sequence, sampler and draft)
             List<EngineRequest> reqs = new java.util.ArrayList<>(g.n());
             if (g.n() == 1) reqs.add(req);
-            else for (int i = 0; i < g.n(); i++) reqs.add(req.choice(i, g.n(), id + "-" + i));
+            else for (int i = 0; i < g.n(); i++) reqs.add(req.choice(i, id + "-" + i));
             new Exchange(ctx, g, reqs, id, model, enc.echo(), enc.promptTokens(), read.translation()).start();
         });
     }
