@@ -70,7 +70,7 @@ public final class Grammar {
      * literals; escapes {@code \d \w \s \D \W \S} (ASCII meanings), {@code \n \t \r \f \v}, {@code \xHH},
      * {@code \x{H...}}, {@code \}{@code uHHHH} and an escaped punctuation character; {@code .} (any character but a line
      * break); classes {@code [...]} with ranges, negation and escapes; groups {@code (...)}, {@code (?:...)} and named
-     * groups (read as plain ones); alternation; quantifiers {@code * + ? {n} {n,} {n,m} {,m}}, lazy ones too (the same
+     * groups (read as plain ones); alternation; quantifiers {@code * + ? {n} {n,} {n,m} {,m} {,}}, lazy ones too (the same
      * strings match). A leading {@code ^} and a trailing {@code $} are accepted and change nothing.
      *
      * @throws UnsupportedRegexException for anything else (backreferences, lookaround, anchors inside the pattern,

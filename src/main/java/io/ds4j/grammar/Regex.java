@@ -612,7 +612,7 @@ final class Regex {
         }
 
         /**
-         * The repeat {n}, {n,}, {n,m} or {,m} starting at from as {min, max (−1: none), the index after it}, or null
+         * The repeat {n}, {n,}, {n,m}, {,m} or {,} starting at from as {min, max (−1: none), the index after it}, or null
          * where the brace begins no repeat (it is then a literal '{').
          */
         private int[] bounds(int from) {
@@ -625,7 +625,8 @@ final class Regex {
                 while (j < n && p.charAt(j) >= '0' && p.charAt(j) <= '9') j++;
                 hi = p.substring(b, j);
             }
-            if (j >= n || p.charAt(j) != '}' || (lo.isEmpty() && hi.isEmpty())) return null;
+            // {,} is {0,}, as in Python's re, whose patterns vLLM's users write; {} stays a literal there too
+            if (j >= n || p.charAt(j) != '}' || (lo.isEmpty() && !comma)) return null;
             String written = p.substring(from, j + 1);
             int min = lo.isEmpty() ? 0 : count(lo, written, from);
             int max = comma && hi.isEmpty() ? -1 : count(hi, written, from);

@@ -67,7 +67,10 @@ class RegexGrammarTest {
         accepts("\\n\\t\\r\\f\\v", "\n\t\r\f\u000B");
         accepts("\\x41\\x{1F600}\\u00e9\\uD83D\\uDE00", "A😀é😀");
         // a brace that begins no repeat is a literal, as is a lone closing bracket or brace
-        accepts("a{b}c]{,}", "a{b}c]{,}");
+        accepts("a{b}c]{}", "a{b}c]{}");
+        // {,} repeats any number of times, as in Python's re
+        accepts("xa{,}y", "xy", "xay", "xaaaay");
+        refuses("xa{,}y", "xa{,}y");
     }
 
     @Test
