@@ -13,7 +13,8 @@ import java.util.Map;
  * state).
  *
  * <p>Length steering: a token is allowed only if the output can still be completed after it within the remaining
- * budget, counting one token for end-of-sequence and assuming the worst case of one byte per token. Every byte has a
+ * budget, counting one token for end-of-sequence (none with ignore_eos, where the output runs to max_tokens and ends
+ * there complete) and assuming the worst case of one byte per token. Every byte has a
  * single-byte token in byte-level BPE vocabularies, so this guarantees a complete output whenever the budget allows
  * one at all; when it cannot (max_tokens below the shortest completion), the tokens that come closest are allowed
  * and generation ends with finish reason "length" and an incomplete output. A grammar of free text with optional tool
@@ -45,6 +46,11 @@ public final class TokenConstraint implements Constraint {
 
     private final boolean steered;
     private final boolean ignoreEos;
+    /**
+     * The tokens a completion may take after the token being chosen, less its remaining count: the chosen token, and
+     * the end-of-sequence token unless ignore_eos, where the output ends at max_tokens instead.
+     */
+    private final int reserved;
 
     TokenConstraint(TokenTrie trie, GState start, boolean steered, boolean ignoreEos) {
         this.trie = trie;
@@ -52,6 +58,7 @@ public final class TokenConstraint implements Constraint {
         this.state = start;
         this.steered = steered;
         this.ignoreEos = ignoreEos;
+        this.reserved = ignoreEos ? 1 : 2;
     }
 
     @Override
@@ -71,7 +78,7 @@ public final class TokenConstraint implements Constraint {
         } else {
             cacheHits++;
         }
-        if (!steered || e.maxAfter <= remaining - 2) return e.bits;
+        if (!steered || e.maxAfter <= remaining - reserved) return e.bits;
         return steered(s, remaining);
     }
 
@@ -108,11 +115,11 @@ public final class TokenConstraint implements Constraint {
     /** The allowed tokens after which the output can still be completed within the budget. */
     private long[] steered(GState s, int remaining) {
         long[] bits = new long[words];
-        Walk w = new Walk(bits, remaining - 2);
+        Walk w = new Walk(bits, remaining - reserved);
         long[] pure = pure(s);
         if (pure != null) {
             w.trie = rest(s);
-            if (s.dist() <= remaining - 2) System.arraycopy(pure, 0, bits, 0, words);
+            if (s.dist() <= remaining - reserved) System.arraycopy(pure, 0, bits, 0, words);
             w.minAfter = s.dist();
         }
         w.walk(s, 0);

@@ -373,6 +373,50 @@ class GrammarPropertyTest {
         assertTrue(Constraint.has(c.allowed(50), TOK.eosId()), "the end where the output can go no further");
     }
 
+    /**
+     * With ignore_eos the output runs to max_tokens and ends there complete: the steering keeps no token for the end,
+     * so the last token continues an output that may end anywhere, and one that must still close takes its close there.
+     */
+    @Test
+    void ignoreEosSteersToCompleteAtMaxTokensWithoutTheEnd() {
+        int letter = TOK.encode("a")[0], dot = TOK.encode(".")[0];
+        long[] last = Grammar.regex("[a-z]*").constraint(TOK, true).allowed(1);
+        assertTrue(Constraint.has(last, letter), "the last token continues the text");
+        assertFalse(Constraint.has(last, TOK.eosId()), "no end before max_tokens");
+        TokenConstraint closing = Grammar.regex("[a-z]*\\.").constraint(TOK, true);
+        closing.advance(letter);
+        long[] close = closing.allowed(1);
+        assertTrue(Constraint.has(close, dot), "the close fits in the last token");
+        assertFalse(Constraint.has(close, letter), "a letter would leave it open");
+        // without ignore_eos the end takes a token of its own
+        long[] withEnd = Grammar.regex("[a-z]*").constraint(TOK, false).allowed(1);
+        assertTrue(Constraint.has(withEnd, TOK.eosId()));
+        assertFalse(Constraint.has(withEnd, letter));
+        for (long seed = 0; seed < 20; seed++) {
+            Out o = runIgnoringEos(Grammar.regex("[a-z ]{0,200}\\."), 12, seed);
+            assertEquals(12, o.tokens(), o.text());
+            assertTrue(o.text().endsWith(".") && !o.eos(), o.text());
+        }
+    }
+
+    /** {@link #run} with the request's ignore_eos (unsteered grammars steered all the same). */
+    static Out runIgnoringEos(Grammar g, int maxTokens, long seed) {
+        TokenConstraint c = new TokenConstraint(TokenTrie.of(TOK), g.startState(), true, true);
+        Sampler s = new Sampler(SamplingParams.sampled(1.0, 64, 1, 0, seed, maxTokens), V, new int[0], TOK.vocabSize());
+        SplittableRandom r = new SplittableRandom(seed);
+        float[] logits = new float[V];
+        ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+        for (int i = 0; i < maxTokens; i++) {
+            for (int v = 0; v < V; v++) logits[v] = r.nextFloat() * 8;
+            long[] allow = c.allowed(maxTokens - i);
+            int tok = s.distribution(logits, 0, allow).sample(s.rng());
+            c.advance(tok);
+            if (tok == TOK.eosId()) return new Out(bytes.toString(StandardCharsets.UTF_8), true, i + 1);
+            bytes.writeBytes(TOK.tokenBytes(tok));
+        }
+        return new Out(bytes.toString(StandardCharsets.UTF_8), false, maxTokens);
+    }
+
     /** A parameters schema whose type list allows null is refused for a constrained call, saying that is why. */
     @Test
     void aParametersTypeListWithNullSaysWhy() throws Exception {
