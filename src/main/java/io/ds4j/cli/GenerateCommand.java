@@ -195,7 +195,7 @@ public final class GenerateCommand implements Callable<Integer> {
             StreamingDetokenizer detok = tok.streamer();
             StopStrings stops = new StopStrings(stop);
             // the parser's warnings are printed after the streamed text ends with its newline, not glued onto it
-            OutputParser parser = chat ? new OutputParser(thinking).logWarnings(false) : null;
+            OutputParser parser = chat ? Grammar.parser(grammar, thinking).logWarnings(false) : null;
             PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
             Draft d = ds == null ? null : ds.open(ids, sp, seed != null ? seed : 0);
             int[] eos = Generation.endIds(tok.eosId(), be.config());

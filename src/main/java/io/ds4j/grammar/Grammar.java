@@ -2,6 +2,7 @@ package io.ds4j.grammar;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.text.Tokenizer;
+import io.ds4j.text.chat.OutputParser;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -22,9 +23,21 @@ public final class Grammar {
      */
     public static final int MAX_LIVE_STATES = 512;
 
+    /** What the output (after any reasoning) may be, as the chat output parser must read it. */
+    public enum Output {
+        /** Free text that may open a DSML tool-call block wherever it writes the block's tag. */
+        TEXT_OR_CALLS,
+        /** Content held to the grammar (JSON, a regex, a choice): literal text, no markup in it. */
+        HELD,
+        /** Held content, or a tool-call block in its place from the content's start. */
+        HELD_OR_CALLS,
+        /** One DSML tool call and nothing else (a forced tool_choice). */
+        TOOL_CALL
+    }
+
     private final GState start;
     private final String description;
-    private final boolean toolCall;
+    private final Output output;
     /**
      * The calls of an optional tool-call block, right after its opening tag (null where the grammar has none free to
      * begin): reasoning may open the block too, as the output parser reads it ({@link #afterThinking}).
@@ -34,20 +47,42 @@ public final class Grammar {
     private final boolean steered;
 
     private Grammar(GState start, String description) {
-        this(start, description, false, null, true);
+        this(start, description, Output.HELD, null, true);
     }
 
-    private Grammar(GState start, String description, boolean toolCall, GState block, boolean steered) {
+    private Grammar(GState start, String description, Output output, GState block, boolean steered) {
         this.start = start;
         this.description = description;
-        this.toolCall = toolCall;
+        this.output = output;
         this.block = block;
         this.steered = steered;
     }
 
     /** Whether the output (after any reasoning) is one DSML tool call and nothing else ({@link #toolCall}). */
     public boolean isToolCall() {
-        return toolCall;
+        return output == Output.TOOL_CALL;
+    }
+
+    /** What the output (after any reasoning) may be. */
+    public Output output() {
+        return output;
+    }
+
+    /**
+     * The chat output parser for a turn generated under a grammar (null: none), told how its output may be read: a
+     * forced call's markup, held content as literal text (a block only at its start beside tools), or free text.
+     *
+     * @param thinking whether the prompt was encoded in thinking mode (the output starts inside the reasoning)
+     */
+    public static OutputParser parser(Grammar g, boolean thinking) {
+        OutputParser p = new OutputParser(thinking);
+        if (g == null) return p;
+        return switch (g.output) {
+            case TOOL_CALL -> p.forcedToolCall(true);
+            case HELD -> p.heldContent(false);
+            case HELD_OR_CALLS -> p.heldContent(true);
+            case TEXT_OR_CALLS -> p;
+        };
     }
 
     /** Any JSON object (response_format json_object). */
@@ -117,7 +152,7 @@ public final class Grammar {
         List<Boolean> all = java.util.Collections.nCopies(names.size(), true);
         GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
         GState calls = invokes(names, parameters, all, (heads, objs) -> close);
-        return new Grammar(States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls), "tool_call", true, null, true);
+        return new Grammar(States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls), "tool_call", Output.TOOL_CALL, null, true);
     }
 
     /**
@@ -143,9 +178,10 @@ public final class Grammar {
         GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
         GState calls = invokes(names, parameters, strict, (heads, objs) -> parallel ? new States.MoreCalls(heads, objs) : close);
         if (content == null)
-            return new Grammar(States.Until.optional(States.TOOL_CALLS_START, calls), "text or tool calls", false, calls, false);
+            return new Grammar(States.Until.optional(States.TOOL_CALLS_START, calls), "text or tool calls", Output.TEXT_OR_CALLS, calls, false);
         GState block = States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls);
-        return new Grammar(start(() -> States.Union.of(content.start, block)), content.description + " or tool calls", false, null, true);
+        return new Grammar(start(() -> States.Union.of(content.start, block)), content.description + " or tool calls",
+                Output.HELD_OR_CALLS, null, true);
     }
 
     /**
@@ -222,7 +258,7 @@ public final class Grammar {
     public Grammar afterThinking() {
         // a block of free calls may also open inside the reasoning, which the output parser ends there
         GState reasoning = block != null ? new States.Reasoning(0, 0, 0, start, block) : new States.Until(States.THINK_END, 0, 0, start);
-        return new Grammar(reasoning, description + " after reasoning", toolCall, null, steered);
+        return new Grammar(reasoning, description + " after reasoning", output, null, steered);
     }
 
     /**
@@ -237,7 +273,9 @@ public final class Grammar {
         byte[] bytes = text.getBytes(java.nio.charset.StandardCharsets.UTF_8);
         for (int i = 0; i < bytes.length && s != null; i++) s = s.next(bytes[i] & 0xFF);
         // a block that reasoning may open is for afterThinking, which is decided before the start is read
-        return s == null ? null : new Grammar(s, description + " continuing a given start", toolCall, null, steered);
+        // content that has begun can no longer give way to a block, which opens only where the content begins
+        Output rest = output == Output.HELD_OR_CALLS && !text.isEmpty() ? Output.HELD : output;
+        return s == null ? null : new Grammar(s, description + " continuing a given start", rest, null, steered);
     }
 
     /** A fresh constraint over a tokenizer's vocabulary (the token trie is built once per tokenizer). */

@@ -641,7 +641,7 @@ public final class EngineVerticle extends VerticleBase {
         j.prediction = prediction;
         j.detok = tokenizer.streamer();
         j.stops = new StopStrings(r.params.stop());
-        j.parser = r.chat ? new OutputParser(r.thinking).forcedToolCall(r.grammar != null && r.grammar.isToolCall()) : null;
+        j.parser = r.chat ? Grammar.parser(r.grammar, r.thinking) : null;
         // a held choice's queue time ended when it was admitted to its slot, not when its wait for a sibling's prefill did
         if (j.activatedNanos == 0) j.activatedNanos = System.nanoTime();
         j.promptDone = j.gen.prefilledTokens(); // a resumed prefix is not counted as prefilled

@@ -151,6 +151,31 @@ class RegexChoiceServerTest {
         for (JsonNode c : n.json().get("choices")) assertTrue(java.matcher(c.at("/message/content").asText()).matches(), n.body());
     }
 
+    /**
+     * Held content is the model's text as the constraint let it write it: the end-of-sentence token's text or DSML
+     * markup inside a pattern or choice is content, not the end of the turn or a tool call (no tool was offered); and
+     * beside tools in auto mode a block still opens only where the content would begin.
+     */
+    @Test
+    void heldContentIsNeverReadAsMarkup() throws Exception {
+        String eos = io.ds4j.text.chat.V4Format.EOS, open = io.ds4j.text.chat.V4Format.TOOL_CALLS_OPEN;
+        String block = "\n\n" + open + "\n" + io.ds4j.text.chat.V4Format.INVOKE_OPEN + " name=\"f\">\n"
+                + io.ds4j.text.chat.V4Format.INVOKE_CLOSE + "\n" + io.ds4j.text.chat.V4Format.TOOL_CALLS_CLOSE;
+        for (String choice : List.of("a " + eos + " b", block, "x" + block, "\n\n")) {
+            String field = "\"structured_outputs\":{\"choice\":[" + q(choice) + "]},\"max_tokens\":200,\"temperature\":1,\"seed\":3";
+            TestServer.Resp whole = server.post(CHAT, body(field));
+            assertEquals(choice, content(whole), whole.body());
+            assertTrue(whole.json().at("/choices/0/message/tool_calls").isMissingNode()
+                    || whole.json().at("/choices/0/message/tool_calls").isEmpty(), whole.body());
+            TestServer.Resp stream = server.post(CHAT, body(field + ",\"stream\":true"));
+            assertEquals(GoldenSseTest.assembleFull(whole.json()), GoldenSseTest.assemble(stream), choice);
+        }
+        // the same text under a pattern, after reasoning
+        TestServer.Resp r = server.post(CHAT, body("\"guided_regex\":" + q("<\uFF5Cend\u2581of\u2581sentence\uFF5C>!")
+                + ",\"reasoning_effort\":\"high\",\"max_tokens\":200,\"temperature\":1,\"seed\":1"));
+        assertEquals(eos + "!", content(r), r.body());
+    }
+
     @Test
     void aContinuedPrefixIsHeldWithItsContinuation() throws Exception {
         String start = "{\"messages\":[{\"role\":\"user\",\"content\":\"Colour?\"},{\"role\":\"assistant\",\"content\":";

@@ -86,7 +86,10 @@ public final class OutputParser {
      */
     public record End(boolean toolCalls, boolean eos) implements Event {}
 
-    private enum State { THINK_OPEN, REASONING, CONTENT, BLOCK, INVOKE, STRING_VALUE, RAW_VALUE, AFTER_BLOCK, PLAIN, DONE }
+    private enum State { THINK_OPEN, REASONING, CONTENT, BLOCK, INVOKE, STRING_VALUE, RAW_VALUE, AFTER_BLOCK, PLAIN, HELD, DONE }
+
+    /** How a tool-call block begins where content could: the blank line, then the block's opening tag. */
+    private static final String BLOCK_START = "\n\n" + V4Format.TOOL_CALLS_OPEN;
 
     private final boolean thinking;
     private final Supplier<String> ids;
@@ -109,6 +112,8 @@ public final class OutputParser {
     private boolean logWarnings = true;
     /** Constrained decoding allows only one tool call after the reasoning: held newlines there are markup. */
     private boolean forcedToolCall;
+    /** The content is held to a grammar ({@link #heldContent}): markup is read only at its start, where blockMayOpen. */
+    private boolean held, blockMayOpen;
 
     /** A parser with random tool-call ids ({@code call_} and 24 letters or digits). */
     public OutputParser(boolean thinking) {
@@ -271,8 +276,9 @@ public final class OutputParser {
         return switch (state) {
             case THINK_OPEN -> thinkOpen(eof);
             case REASONING -> text(REASONING_STOPS, true, eof);
-            case CONTENT -> text(CONTENT_STOPS, false, eof);
+            case CONTENT -> held ? heldStart(eof) : text(CONTENT_STOPS, false, eof);
             case PLAIN -> text(PLAIN_STOPS, false, eof);
+            case HELD -> literal();
             case BLOCK -> block(eof);
             case INVOKE -> invoke(eof);
             case STRING_VALUE -> stringValue(eof);
@@ -336,6 +342,31 @@ public final class OutputParser {
             emitText(reasoning, buf.substring(0, keep));
             buf.delete(0, keep);
         }
+        return false;
+    }
+
+    /**
+     * The start of held content: a tool-call block where one may open there (then read as any block), else the whole
+     * content is literal text. Waits while the text could still become the block's start, unless the output ended.
+     */
+    private boolean heldStart(boolean eof) {
+        if (buf.isEmpty()) return false;
+        held = false; // decided once: a block is parsed as usual, and literal content never returns here
+        if (blockMayOpen && startsWith(buf, BLOCK_START)) return true;
+        if (blockMayOpen && BLOCK_START.startsWith(buf.toString()) && (!eof || cutShort)) {
+            held = true;
+            // cut inside the block's start: its markup is dropped as an unconstrained output's would be
+            return eof && text(CONTENT_STOPS, false, true);
+        }
+        state = State.HELD;
+        return true;
+    }
+
+    /** Held content: every character is text, nothing in it is a delimiter. */
+    private boolean literal() {
+        if (buf.isEmpty()) return false;
+        emitText(false, buf.toString());
+        buf.setLength(0);
         return false;
     }
 
@@ -565,6 +596,18 @@ public final class OutputParser {
      */
     public OutputParser forcedToolCall(boolean on) {
         this.forcedToolCall = on;
+        return this;
+    }
+
+    /**
+     * Says that constrained decoding holds the content to a grammar (a regex, a choice, JSON): after any reasoning the
+     * content is literal text, in which the end-of-sentence text or DSML markup is content the grammar allowed, not a
+     * delimiter; only where {@code blockMayOpen} (tools offered beside the grammar) a tool-call block may take the
+     * content's place, and only right where the content begins ({@code \n\n<｜DSML｜tool_calls>}).
+     */
+    public OutputParser heldContent(boolean blockMayOpen) {
+        this.held = true;
+        this.blockMayOpen = blockMayOpen;
         return this;
     }
 

@@ -355,6 +355,49 @@ class OutputParserTest {
     }
 
     /**
+     * Content held to a grammar (a regex, a choice, JSON) is literal: the end-of-sentence text and DSML markup in it are
+     * content, at any split; beside tools a block is read only where the content begins, and one cut inside its start
+     * is dropped as markup while a complete output of just its blank line is content.
+     */
+    @Test
+    void heldContentIsLiteral() {
+        String block = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+        Random random = new Random(7);
+        for (String text : List.of("a " + EOS + " b", block, "x" + block, "\n\n", "</think>" + block + EOS)) {
+            for (int round = 0; round < 20; round++) {
+                List<String> pieces = round == 0 ? List.of(text) : round == 1 ? chars(text) : randomPieces(text, random);
+                OutputParser p = new OutputParser(false, OutputParser.sequentialIds()).heldContent(false);
+                ParsedOutput out = ParsedOutput.fromEvents(stream(p, pieces));
+                assertEquals(text, out.content(), pieces.toString());
+                assertTrue(out.toolCalls().isEmpty() && p.warnings().isEmpty(), out + " " + p.warnings());
+                // after reasoning, too; the reasoning is read as always
+                OutputParser t = new OutputParser(true, OutputParser.sequentialIds()).heldContent(false);
+                ParsedOutput after = ParsedOutput.fromEvents(stream(t, List.of("Think.</think>", text)));
+                assertEquals("Think.", after.reasoning());
+                assertEquals(text, after.content());
+            }
+        }
+        for (boolean split : new boolean[] {false, true}) {
+            OutputParser p = new OutputParser(false, OutputParser.sequentialIds()).heldContent(true);
+            ParsedOutput call = ParsedOutput.fromEvents(stream(p, split ? chars(block + EOS) : List.of(block + EOS)));
+            assertEquals(List.of(call("call_0", "f", "{}")), call.toolCalls(), call.toString());
+            assertEquals("", call.content());
+            OutputParser q = new OutputParser(false, OutputParser.sequentialIds()).heldContent(true);
+            ParsedOutput literal = ParsedOutput.fromEvents(stream(q, split ? chars("x" + block) : List.of("x" + block)));
+            assertEquals("x" + block, literal.content());
+            assertTrue(literal.toolCalls().isEmpty());
+        }
+        OutputParser blank = new OutputParser(false).heldContent(true);
+        assertEquals("\n\n", ParsedOutput.fromEvents(stream(blank, chars("\n\n"))).content());
+        OutputParser cut = new OutputParser(false).heldContent(true);
+        List<Event> events = new ArrayList<>(cut.push("\n\n<｜DSML｜to"));
+        events.addAll(cut.finish(true));
+        ParsedOutput cutOut = ParsedOutput.fromEvents(events);
+        assertEquals("", cutOut.content(), cutOut.toString());
+        assertTrue(cutOut.toolCalls().isEmpty());
+    }
+
+    /**
      * Output cut by the length limit anywhere inside DSML markup: no piece of the markup (its blank line included, once
      * the block has begun) reaches the content, and a call whose invoke tag was complete is sent with exactly the
      * arguments text generated so far: a prefix of the whole call's arguments, never closed or completed before the
