@@ -102,6 +102,11 @@ public final class BenchServerCommand implements Callable<Integer> {
     @Option(names = "--long-prompt", defaultValue = "0", paramLabel = "N", description = "also run each level beside an "
             + "N-token prompt being prefilled (e.g. 32768); 0 = off (default)") int longPrompt;
     @Option(names = "--skip-engine-alone", description = "leave out the single-stream engine-alone comparison") boolean skipEngineAlone;
+    @Option(names = "--json-schema", paramLabel = "FILE", description = "hold every request's output to this JSON schema "
+            + "(response_format json_schema, strict), to measure constrained decoding; the engine-alone comparison, "
+            + "which has no constraint, is then left out") Path jsonSchema;
+    /** The response_format every request carries (--json-schema), or null. */
+    private ObjectNode responseFormat;
 
     @Option(names = "--url", paramLabel = "URL", description = "measure a server already running at URL (e.g. a cluster gateway, "
             + "http://127.0.0.1:8080) instead of starting one: single-stream and concurrent figures with per-token latency, "
@@ -126,6 +131,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             http = newClient();
             serverProps = remoteProps();
         }
+        if (jsonSchema != null) responseFormat = responseFormat(jsonSchema);
         if (url == null) Backends.checkAvailable(backend);  // the server's backend, before a model is made for it
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
         Path dir = source.model != null ? source.model
@@ -138,6 +144,8 @@ public final class BenchServerCommand implements Callable<Integer> {
         int maxClients = clients.stream().mapToInt(Integer::intValue).max().orElse(1);
         longUser = longPrompt > 0 ? textOfTokens(tok, longPrompt) : null;
 
+        if (responseFormat != null)
+            System.out.printf("every request's output held to the JSON schema %s (strict)%n", jsonSchema);
         if (url != null) {
             // the local model only sizes the prompts: what the server runs is what its /props says
             System.out.printf("bench-server: %s%n", remoteLine(base, serverProps));
@@ -182,7 +190,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             port = server.port();
             base = "http://127.0.0.1:" + port;
             http = newClient();
-            if (backend.equals("cpu") && !skipEngineAlone) engineAlone(dir, prompt, tok, user);
+            if (backend.equals("cpu") && !skipEngineAlone && responseFormat == null) engineAlone(dir, prompt, tok, user);
             else for (int i = 0; i < 5; i++) stream(user); // warm-up
             if (longUser != null) {
                 // the long prompt's chunk-sized prefill steps are compiled (JIT) before they are measured
@@ -956,10 +964,29 @@ public final class BenchServerCommand implements Callable<Integer> {
         }
     }
 
+    /**
+     * The response_format of --json-schema: the file's schema, strict.
+     * @throws CommandLine.ParameterException when the file cannot be read or holds no JSON object
+     */
+    private ObjectNode responseFormat(Path file) {
+        JsonNode schema;
+        try {
+            schema = json.readTree(file.toFile());
+        } catch (java.io.IOException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: cannot read " + file + ": " + e.getMessage());
+        }
+        if (schema == null || !schema.isObject())
+            throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: " + file + " holds no JSON object (a schema is one)");
+        ObjectNode rf = json.createObjectNode().put("type", "json_schema");
+        rf.putObject("json_schema").put("name", "bench").put("strict", true).set("schema", schema);
+        return rf;
+    }
+
     private HttpRequest chatRequest(String content, int maxTok, boolean streamIt) {
         ObjectNode b = json.createObjectNode();
         b.putArray("messages").addObject().put("role", "user").put("content", content);
         b.put("stream", streamIt).put("max_tokens", maxTok).put("temperature", 0).put("ignore_eos", true);
+        if (responseFormat != null) b.set("response_format", responseFormat);
         // the running usage on every chunk: how many tokens each one stands for (ITL per token)
         if (streamIt) b.putObject("stream_options").put("include_usage", true).put("continuous_usage_stats", true);
         // the long prompt is prefilled in full every time: a prefix-cache hit would skip the work it stands for
