@@ -1,6 +1,8 @@
 package io.ds4j.grammar;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.github.benmanes.caffeine.cache.Cache;
+import com.github.benmanes.caffeine.cache.Caffeine;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.chat.OutputParser;
 
@@ -22,6 +24,35 @@ public final class Grammar {
      * ({@link #regex}).
      */
     public static final int MAX_LIVE_STATES = 512;
+
+    /**
+     * Grammars compiled lately, by what they were compiled from: requests that send the same schema, pattern, choices
+     * or tools get the same grammar, whose states are then equal across those requests, so the token masks of those
+     * states are computed once for all of them ({@link TokenConstraint}). At most 64, each dropped after ten minutes
+     * unused (a regex keeps the states it met, up to {@value Regex#MAX_KEPT}).
+     */
+    private static final Cache<List<Object>, Grammar> COMPILED = Caffeine.newBuilder()
+            .maximumSize(64)
+            .expireAfterAccess(java.time.Duration.ofMinutes(10))
+            .executor(Runnable::run)
+            .build();
+
+    /** The grammar compiled from key, compiled by build where it is not kept (a refusal is thrown, not kept). */
+    private static Grammar compiled(List<Object> key, java.util.function.Supplier<Grammar> build) {
+        Grammar g = COMPILED.getIfPresent(key);
+        if (g != null) return g;
+        g = build.get();
+        // two requests that compile one key at once keep the first grammar
+        Grammar before = COMPILED.asMap().putIfAbsent(key, g);
+        return before != null ? before : g;
+    }
+
+    /** A JSON node list as the cache key's text (null: JSON null). */
+    private static List<String> texts(List<JsonNode> nodes) {
+        List<String> t = new ArrayList<>(nodes.size());
+        for (JsonNode n : nodes) t.add(n == null ? "null" : n.toString());
+        return t;
+    }
 
     /** What the output (after any reasoning) may be, as the chat output parser must read it. */
     public enum Output {
@@ -87,7 +118,7 @@ public final class Grammar {
 
     /** Any JSON object (response_format json_object). */
     public static Grammar jsonObject() {
-        return new Grammar(States.value(new Schema.AnyObject(), States.End.INSTANCE), "json_object");
+        return compiled(List.of("json_object"), () -> new Grammar(States.value(new Schema.AnyObject(), States.End.INSTANCE), "json_object"));
     }
 
     /**
@@ -96,8 +127,10 @@ public final class Grammar {
      *                                    keep more than {@link #MAX_LIVE_STATES} states live from the start
      */
     public static Grammar jsonSchema(JsonNode schema) {
-        Schema root = SchemaCompiler.compile(schema);
-        return new Grammar(start(() -> States.value(root, States.End.INSTANCE)), "json_schema");
+        return compiled(List.of("json_schema", schema.toString()), () -> {
+            Schema root = SchemaCompiler.compile(schema);
+            return new Grammar(start(() -> States.value(root, States.End.INSTANCE)), "json_schema");
+        });
     }
 
     /**
@@ -113,7 +146,7 @@ public final class Grammar {
      *         NFA positions, or one that matches no string
      */
     public static Grammar regex(String pattern) {
-        return new Grammar(Regex.compile(pattern).start(), "the regex");
+        return compiled(List.of("regex", pattern), () -> new Grammar(Regex.compile(pattern).start(), "the regex"));
     }
 
     /**
@@ -125,7 +158,8 @@ public final class Grammar {
     public static Grammar choice(List<String> options) {
         if (options.isEmpty()) throw new IllegalArgumentException("a choice needs at least one string");
         for (String o : options) if (o == null) throw new IllegalArgumentException("a choice cannot be null");
-        return new Grammar(new States.Lit(new LitSet(options), 0, new States.Same(States.End.INSTANCE)), "one of the choices");
+        return compiled(List.of("choice", List.copyOf(options)),
+                () -> new Grammar(new States.Lit(new LitSet(options), 0, new States.Same(States.End.INSTANCE)), "one of the choices"));
     }
 
     /** A start state; one past the live-state limit is the schema's problem, said as such. */
@@ -149,10 +183,12 @@ public final class Grammar {
      *                                    ({@link UnsupportedSchemaException#tool()}: its index in names)
      */
     public static Grammar toolCall(List<String> names, List<JsonNode> parameters) {
-        List<Boolean> all = java.util.Collections.nCopies(names.size(), true);
-        GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
-        GState calls = invokes(names, parameters, all, (heads, objs) -> close);
-        return new Grammar(States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls), "tool_call", Output.TOOL_CALL, null, true);
+        return compiled(List.of("tool_call", List.copyOf(names), texts(parameters)), () -> {
+            List<Boolean> all = java.util.Collections.nCopies(names.size(), true);
+            GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
+            GState calls = invokes(names, parameters, all, (heads, objs) -> close);
+            return new Grammar(States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls), "tool_call", Output.TOOL_CALL, null, true);
+        });
     }
 
     /**
@@ -175,6 +211,14 @@ public final class Grammar {
      */
     public static Grammar optionalToolCalls(List<String> names, List<JsonNode> parameters, List<Boolean> strict,
                                             boolean parallel, Grammar content) {
+        // the content grammar by identity: it is the kept one of its own key
+        List<Object> key = List.of("tools", List.copyOf(names), texts(parameters), List.copyOf(strict), parallel,
+                content == null ? "free" : content);
+        return compiled(key, () -> buildOptionalToolCalls(names, parameters, strict, parallel, content));
+    }
+
+    private static Grammar buildOptionalToolCalls(List<String> names, List<JsonNode> parameters, List<Boolean> strict,
+                                                  boolean parallel, Grammar content) {
         GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
         GState calls = invokes(names, parameters, strict, (heads, objs) -> parallel ? new States.MoreCalls(heads, objs) : close);
         if (content == null)

@@ -382,6 +382,11 @@ final class Regex {
             return bs;
         }
 
+        /** Live positions (what the state weighs). */
+        int positions() {
+            return pos.length;
+        }
+
         @Override public boolean accepting() { return accepting; }
         @Override public int dist() { return dist; }
         @Override public int hashCode() { return hash; }

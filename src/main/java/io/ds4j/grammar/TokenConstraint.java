@@ -1,16 +1,18 @@
 package io.ds4j.grammar;
 
+import com.github.benmanes.caffeine.cache.Cache;
+import com.github.benmanes.caffeine.cache.Caffeine;
 import io.ds4j.sampling.Constraint;
-
-import java.util.LinkedHashMap;
-import java.util.Map;
 
 
 /**
  * A {@link Constraint} that walks a byte-level grammar: the allowed set of a state is found by walking the
  * tokenizer's {@link TokenTrie} against the state (each prefix once; a rejected byte prunes its whole subtree) and
  * is cached per state, since the same states recur (inside a string every ordinary character leads back to the same
- * state).
+ * state). The cache is shared by every constraint in the process ({@link #MASK_CACHE_BYTES}): requests held to one
+ * compiled grammar ({@link Grammar} keeps those it compiled) meet the same states, so a schema many clients send has
+ * its masks computed once, not once per request. States that are equal have the same continuations (their
+ * {@code equals} says so), so a mask found for one is the mask of the other.
  *
  * <p>Length steering: a token is allowed only if the output can still be completed after it within the remaining
  * budget, counting one token for end-of-sequence (none with ignore_eos, where the output runs to max_tokens and ends
@@ -28,21 +30,34 @@ import java.util.Map;
  * when a step would need more.
  */
 public final class TokenConstraint implements Constraint {
-    private static final int CACHE_ENTRIES = 128;
+    /**
+     * The bytes of masks kept for all constraints together (least recently used first out): 64 MiB, about 4,000 masks
+     * of V4's 129,280-token vocabulary (16 KB each), where each request kept 128 of its own before.
+     */
+    static final long MASK_CACHE_BYTES = 64L << 20;
+
+    /** A state's mask, by the trie it was walked over and whether the end is offered as with ignore_eos. */
+    private record Key(TokenTrie trie, boolean ignoreEos, GState state) {}
+
+    /** A state's allowed tokens with no length limit, and the largest completion distance after any of them. */
+    private record Entry(long[] bits, int maxAfter) {}
+
+    private static final Cache<Key, Entry> MASKS = Caffeine.newBuilder()
+            .maximumWeight(MASK_CACHE_BYTES)
+            // a regex state's live positions weigh too: up to 8,192 of them, as heavy as a mask
+            .weigher((Key k, Entry e) -> e.bits.length * Long.BYTES + 64 + regexPositions(k.state) * Integer.BYTES)
+            // its upkeep on the calling thread: the common pool runs the scheduler's parallel sampling
+            .executor(Runnable::run)
+            .build();
+
+    private static int regexPositions(GState s) {
+        return s instanceof Regex.At a ? a.positions() : s instanceof Regex.Mid m ? m.from().positions() : 0;
+    }
 
     private final TokenTrie trie;
     private final int words;
     private GState state;
-    private final Map<GState, Entry> cache = new LinkedHashMap<>(64, 0.75f, true) {
-        @Override
-        protected boolean removeEldestEntry(java.util.Map.Entry<GState, TokenConstraint.Entry> e) {
-            return size() > CACHE_ENTRIES;
-        }
-    };
     private long maskNanos, maskCalls, cacheHits;
-
-    /** A state's allowed tokens with no length limit, and the largest completion distance after any of them. */
-    private record Entry(long[] bits, int maxAfter) {}
 
     private final boolean steered;
     private final boolean ignoreEos;
@@ -71,10 +86,13 @@ public final class TokenConstraint implements Constraint {
     }
 
     private long[] allowed(GState s, int remaining) {
-        Entry e = cache.get(s);
+        Key k = new Key(trie, ignoreEos, s);
+        // looked up, then computed outside the cache's locks (a mask can take milliseconds; two threads that miss the
+        // same state at once both compute it, with the same result)
+        Entry e = MASKS.getIfPresent(k);
         if (e == null) {
             e = full(s);
-            cache.put(s, e);
+            MASKS.put(k, e);
         } else {
             cacheHits++;
         }
@@ -227,6 +245,17 @@ public final class TokenConstraint implements Constraint {
     }
 
     @Override
+    public long[] allowedAfter(int[] tokens, int n, int remaining) {
+        long t0 = System.nanoTime();
+        GState s = state;
+        for (int i = 0; i < n && s != null; i++) s = tokens[i] == trie.eos ? null : advance(s, tokens[i]);
+        long[] r = s == null ? null : allowed(s, Math.max(1, remaining));
+        maskNanos += System.nanoTime() - t0;
+        maskCalls++;
+        return r;
+    }
+
+    @Override
     public void advance(int token) {
         if (token == trie.eos) {
             if (!state.accepting()) throw new IllegalStateException("end of sequence before the constrained output is complete");
@@ -265,7 +294,7 @@ public final class TokenConstraint implements Constraint {
         return maskCalls;
     }
 
-    /** Masks answered from the per-state cache (the steered end phase is never cached). */
+    /** Masks answered from the shared per-state cache (the steered end phase is never cached). */
     public long cacheHits() {
         return cacheHits;
     }

@@ -22,6 +22,17 @@ public interface Constraint {
     int acceptablePrefix(int[] tokens, int n, int remaining);
 
     /**
+     * The allowed set in the state after tokens[0 .. n) without committing them (each allowed in turn, as
+     * {@link #acceptablePrefix} found): the mask of a verify row whose drafts before it are accepted, computed ahead
+     * of the commit. Null where it is not known ahead (the end-of-sequence token among them, or a constraint that
+     * does not compute ahead): the caller asks {@link #allowed} once it has committed them.
+     * @param remaining as for {@link #allowed}, counted from after the n tokens
+     */
+    default long[] allowedAfter(int[] tokens, int n, int remaining) {
+        return null;
+    }
+
+    /**
      * Commits a generated token.
      * @throws IllegalStateException when the token was not allowed
      */

@@ -199,9 +199,12 @@ class RegexGrammarTest {
         assertEquals(walk(g, "abc"), walk(g, "zz"));
         assertEquals(walk(g, "abc").hashCode(), walk(g, "zz").hashCode());
         assertNotEquals(walk(g, "abx"), walk(g, "ab"));
-        GState mid1 = walk(start(Grammar.regex(".")), new byte[]{(byte) 0xE6});
-        GState mid2 = walk(start(Grammar.regex(".")), new byte[]{(byte) 0xE6});
+        GState mid1 = walk(Regex.compile(".").start(), new byte[]{(byte) 0xE6});
+        GState mid2 = walk(Regex.compile(".").start(), new byte[]{(byte) 0xE6});
         assertNotEquals(mid1, mid2, "states of two patterns compiled apart are not interchangeable");
+        // a pattern asked for again is the grammar compiled before, whose states (and masks) requests share
+        assertSame(Grammar.regex("."), Grammar.regex("."));
+        assertEquals(walk(start(Grammar.regex(".")), new byte[]{(byte) 0xE6}), walk(start(Grammar.regex(".")), new byte[]{(byte) 0xE6}));
         GState one = start(g);
         assertEquals(walk(one, new byte[]{(byte) 0xE6}), walk(one, new byte[]{(byte) 0xE6}));
     }
