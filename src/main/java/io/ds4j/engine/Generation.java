@@ -451,7 +451,7 @@ public final class Generation {
         int forced = forcedToken();
         if (forced >= 0) return Distribution.certain(forced);
         if (ids != null) return Distribution.certain(ids[i]);
-        if (prepared != null && prepared.logits == lg) return prepared.dists[i];
+        if (prepared != null && prepared.logits == lg && prepared.dists[i] != null) return prepared.dists[i];
         return sampler.distribution(lg, i * target.config().vocabSize, mask());
     }
 
@@ -462,19 +462,22 @@ public final class Generation {
 
     /**
      * Whether {@link #prepare} would do anything for the planned step: a decode/verify step whose rows' distributions
-     * depend on the logits alone (no penalties or bias, which follow the tokens committed before each row; no
-     * constraint, whose mask does too; not greedy-only, whose entries come back as token ids).
+     * depend on the logits and the planned drafts alone (no penalties or bias, which follow the tokens committed
+     * before each row; not greedy-only, whose entries come back as token ids). A constraint's masks qualify: a row is
+     * committed only after the drafts before it were accepted, so its mask is the constraint's state after those
+     * drafts ({@link Constraint#allowedAfter}).
      */
     public boolean preparable() {
         BatchEntry e = planned;
-        return e != null && e.kind() != StepKind.PREFILL && !e.argmaxOnly() && constraint == null
+        return e != null && e.kind() != StepKind.PREFILL && !e.argmaxOnly()
                 && !sampler.params().hasPenalties() && (sampler.params().logitBias() == null || sampler.params().logitBias().isEmpty());
     }
 
     /**
      * Computes the planned step's row distributions from its logits ahead of {@link #commit}, which then uses them:
-     * the same distributions commit would compute (they depend on the logits alone, see {@link #preparable}), so the
-     * output is unchanged. Touches only this generation's sampler: a scheduler may prepare different generations on
+     * the same distributions commit would compute (they depend on the logits and the planned drafts alone, see
+     * {@link #preparable}), so the output is unchanged. Touches only this generation's sampler and constraint (whose
+     * masks it computes, the costly part of a constrained row): a scheduler may prepare different generations on
      * different threads before it commits them on its own. Does nothing when not {@link #preparable}.
      * @param lg the planned entry's logits [logitRows.length, V]
      */
@@ -482,7 +485,16 @@ public final class Generation {
         if (!preparable() || lg == null) return;
         int rows = planned.logitRows().length, V = target.config().vocabSize;
         Distribution[] d = new Distribution[rows];
-        for (int i = 0; i < rows; i++) d[i] = sampler.distribution(lg, i * V, null);
+        // row i is committed after i tokens more (the drafts before it): its remaining count is i less
+        int left = Math.min(sampler.params().maxTokens() - generated, opt.maxContext() - len);
+        for (int i = 0; i < rows; i++) {
+            long[] mask = null;
+            if (constraint != null) {
+                mask = constraint.allowedAfter(plannedProposal.tokens(), i, Math.max(1, left - i));
+                if (mask == null) break; // the rest at the commit, if it gets there
+            }
+            d[i] = sampler.distribution(lg, i * V, mask);
+        }
         prepared = new Prepared(lg, d);
     }
 

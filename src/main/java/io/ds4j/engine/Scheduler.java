@@ -414,8 +414,9 @@ public final class Scheduler<K> {
     /**
      * Computes the row distributions of the entries whose sampling depends on their logits alone
      * ({@link Generation#prepare}) on several threads (the common fork-join pool, this thread helping), before the
-     * commits run one by one on this thread. Sampling a full-vocabulary row costs about a millisecond on the host, so
-     * at 64 sampled streams this is most of a step's host time. A failure here is left to the commit, which computes
+     * commits run one by one on this thread. Sampling a full-vocabulary row costs about a millisecond on the host, and
+     * a constrained row's mask may cost as much again at a state no request met before, so at 64 sampled or
+     * constrained streams this is most of a step's host time. A failure here is left to the commit, which computes
      * the distributions itself then.
      */
     private void prepareAll(List<K> keys, BatchRun.Outcome o) {

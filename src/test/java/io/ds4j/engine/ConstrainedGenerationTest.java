@@ -77,6 +77,48 @@ class ConstrainedGenerationTest {
         assertTrue(offered > 0 && accepted > 0, "drafts were offered (" + offered + ") and accepted (" + accepted + ")");
     }
 
+    /**
+     * Constrained requests batched through one scheduler (their masks and distributions computed ahead on several
+     * threads, the drafts' rows by the constraint's state after the drafts) give each request's tokens as alone:
+     * greedy and seeded sampling, no draft, n-gram and model drafts, JSON schemas (two requests sharing one), a regex
+     * and a choice.
+     */
+    @Test
+    void batchedConstrainedRequestsAreAsAlone() throws Exception {
+        SplittableRandom r = new SplittableRandom(47);
+        DraftSource same = new ModelDraftSource(draftModel, "model", 16);
+        List<ConstrainedRuns.Req> reqs = new java.util.ArrayList<>();
+        JsonNode shared = RandomSchemas.schema(r);
+        for (int i = 0; i < 8; i++) {
+            Grammar g = switch (i) {
+                case 0, 1 -> Grammar.jsonSchema(shared);
+                case 2 -> Grammar.regex("(red|green|blue)( [a-z]{1,8}){1,5}\\.");
+                case 3 -> Grammar.choice(List.of("alpha", "beta gamma", "delta"));
+                default -> Grammar.jsonSchema(RandomSchemas.schema(r));
+            };
+            int[] prompt = TOK.encode("<｜begin▁of▁sentence｜><｜User｜>Batch " + i + "<｜Assistant｜></think>");
+            int max = Math.max(40, g.minBytes() + 8);
+            SamplingParams p = i % 2 == 0 ? SamplingParams.greedy(max) : SamplingParams.sampled(1.0, 0, 0.95, 0, 300 + i, max);
+            // drafts the constraint allows, so that verify rows after accepted drafts are masked ahead: the greedy
+            // output predicted (as a predicted output would), and the drafts of a model or of n-gram lookup
+            int[] greedy = run(g, prompt, SamplingParams.greedy(max), null, null).tokens();
+            DraftSource src = switch (i % 4) {
+                case 0 -> null;
+                case 1 -> NgramDraft.source();
+                case 2 -> same;
+                default -> io.ds4j.speculative.PredictionDraft.source(java.util.Arrays.copyOf(greedy, greedy.length - 1), null);
+            };
+            if (i < 2) src = io.ds4j.speculative.PredictionDraft.source(java.util.Arrays.copyOf(greedy, greedy.length - 1), null);
+            reqs.add(new ConstrainedRuns.Req(g, prompt, p, src, src == null ? null : VerifyWidth.fixed(3)));
+        }
+        List<int[]> batched = ConstrainedRuns.batched(target, TOK, reqs);
+        for (int i = 0; i < reqs.size(); i++) {
+            ConstrainedRuns.Req q = reqs.get(i);
+            ConstrainedRuns.Out alone = run(q.g(), q.prompt(), q.p(), q.src(), q.w());
+            assertArrayEquals(alone.tokens(), batched.get(i), "request " + i + " (" + q.g() + ")");
+        }
+    }
+
     @Test
     void sampledSpeculativeOutputValidates() throws Exception {
         SplittableRandom r = new SplittableRandom(31);
