@@ -1801,7 +1801,7 @@ public final class HttpVerticle extends VerticleBase {
             for (int i = 0; i < outs.length; i++)
                 outs[i] = translation != null ? translation.writer(req.id(), created, model, g, req.prompt.length)
                         : new ResponseBuilder(id, created, model, g.chat(), g.stream(), g.includeUsage(), g.continuousUsage(), req.prompt.length)
-                        .forcedToolCall(g.grammar() != null && g.grammar().isToolCall()).choice(i);
+                        .forcedToolCall(g.grammar() != null && g.grammar().isToolCall()).logprobsAsked(g.logprobs()).choice(i);
             // an error after the stream started ends it with the writer's frame (error()); the choices' frames are alike
             ctx.put(WRITER, outs[0]);
             List<Future<Void>> registered = new java.util.ArrayList<>();

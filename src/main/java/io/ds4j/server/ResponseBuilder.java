@@ -32,6 +32,8 @@ final class ResponseBuilder implements AnswerWriter {
     private final List<StringBuilder> args = new ArrayList<>();
     private final List<EngineEvent.TokenLogprob> allLogprobs = new ArrayList<>();
     private boolean anyLogprobs;
+    /** The request asked for logprobs: a whole response lists them, empty where no token's text was kept. */
+    private boolean logprobsAsked;
     /** Completions with echo and logprobs: the prompt's tokens (logprob null), listed before the generated ones. */
     private List<EngineEvent.TokenLogprob> promptLogprobs = List.of();
     /** Length of the echoed prompt text: the text_offset of the first generated token. */
@@ -64,6 +66,16 @@ final class ResponseBuilder implements AnswerWriter {
      */
     ResponseBuilder forcedToolCall(boolean on) {
         forcedToolCall = on;
+        return this;
+    }
+
+    /**
+     * Says the request asked for logprobs: the whole response then lists them ({@code {"content": []}} where no
+     * token's text was kept, a stop string in the first token for one), never null, as OpenAI's and vLLM's do.
+     * @return this
+     */
+    ResponseBuilder logprobsAsked(boolean on) {
+        logprobsAsked = on;
         return this;
     }
 
@@ -252,7 +264,7 @@ final class ResponseBuilder implements AnswerWriter {
         } else {
             c.put("text", content.toString());
         }
-        if (anyLogprobs) c.set("logprobs", logprobs(allLogprobs)); else c.putNull("logprobs");
+        if (anyLogprobs || logprobsAsked) c.set("logprobs", logprobs(allLogprobs)); else c.putNull("logprobs");
         c.put("finish_reason", d.finishReason());
         if (d.stopString() != null) c.put("stop_reason", d.stopString()); else c.putNull("stop_reason");
         o.set("usage", d.usage().toJson());

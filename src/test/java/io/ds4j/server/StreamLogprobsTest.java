@@ -55,6 +55,29 @@ class StreamLogprobsTest {
     }
 
     /**
+     * A stop string in the answer's first character leaves no token's text: the logprobs asked for are listed empty
+     * ({@code {"content": []}} in chat, empty arrays in completions), not null (the SDKs read {@code .content}).
+     */
+    @Test
+    void logprobsAskedForAreListedEvenWhenNoTextIsLeft() throws Exception {
+        String chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":8,\"temperature\":0,\"logprobs\":true";
+        String first = server.post("/v1/chat/completions", chat + "}").json().at("/choices/0/message/content").asText().substring(0, 1);
+        TestServer.Resp r = server.post("/v1/chat/completions", chat + ",\"stop\":[" + Json.MAPPER.valueToTree(first) + "]}");
+        assertEquals(200, r.status(), r.body());
+        assertEquals("", r.json().at("/choices/0/message/content").asText(), r.body());
+        JsonNode lp = r.json().at("/choices/0/logprobs/content");
+        assertTrue(lp.isArray() && lp.isEmpty(), r.body());
+        String comp = "{\"prompt\":\"Hi\",\"max_tokens\":8,\"temperature\":0,\"logprobs\":1";
+        String firstText = server.post("/v1/completions", comp + "}").json().at("/choices/0/text").asText().substring(0, 1);
+        TestServer.Resp c = server.post("/v1/completions", comp + ",\"stop\":[" + Json.MAPPER.valueToTree(firstText) + "]}");
+        assertEquals(200, c.status(), c.body());
+        assertTrue(c.json().at("/choices/0/logprobs/tokens").isArray() && c.json().at("/choices/0/logprobs/tokens").isEmpty(), c.body());
+        // not asked for: null, as before
+        TestServer.Resp none = server.post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2}");
+        assertTrue(none.json().at("/choices/0/logprobs").isNull(), none.body());
+    }
+
+    /**
      * A character split across two tokens (300 is E2 80, 23351 is A7 'a': "‧a", forced by logit_bias) whose second
      * token runs into the stop string "a": the cut token is listed with its own byte of the character, not the whole
      * character again (its first bytes are the first token's).
