@@ -1094,7 +1094,10 @@ public final class EngineVerticle extends VerticleBase {
             byte[] carried = lp != null ? detok.heldBytes() : null;
             String piece = eos ? "" : piece(token);
             if (lp != null) {
-                boolean hidden = req.skipSpecialTokens && tokenizer.isControl(token);
+                // an end-of-sentence token that does not end the turn (ignore_eos) is listed without text, as its
+                // text is never output; the one that ends it is listed as the token it is (skip_special_tokens false)
+                boolean passed = eos && req.params.ignoreEos() && req.grammar == null;
+                boolean hidden = passed || req.skipSpecialTokens && tokenizer.isControl(token);
                 heldLogprobs.add(new HeldLogprob(logprob(lp, hidden), pushedChars, pushedChars + piece.length(), piece, carried));
             }
             pushedChars += piece.length();

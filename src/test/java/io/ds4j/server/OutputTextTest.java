@@ -81,6 +81,18 @@ class OutputTextTest {
         assertEquals("Hello world", r.json().at("/choices/0/text").asText(), r.body());
     }
 
+    /** End-of-sentence tokens that ignore_eos passes over are not text, so they are listed without text. */
+    @Test
+    void endTokensPassedOverByIgnoreEosAreListedWithoutText() throws Exception {
+        String bias = "\"logit_bias\":{\"" + TOK.eosId() + "\":100},\"max_tokens\":3,\"ignore_eos\":true,\"logprobs\":true";
+        for (String skip : new String[]{"true", "false"}) {
+            JsonNode c = chat("Hi", bias + ",\"skip_special_tokens\":" + skip);
+            assertEquals("", c.at("/message/content").asText(), c.toString());
+            assertEquals(3, c.at("/logprobs/content").size(), c.toString());
+            assertEquals("", joinedTokens(c), "skip_special_tokens " + skip + ": " + c);
+        }
+    }
+
     @Test
     void aForcedThinkEndIsNotContent() throws Exception {
         // logit_bias forcing </think> in chat mode: the model "writes" it three times
