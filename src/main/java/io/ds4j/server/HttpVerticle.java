@@ -1969,11 +1969,19 @@ public final class HttpVerticle extends VerticleBase {
         }
 
         private void finish() {
+            finish(several());
+        }
+
+        /**
+         * Ends the exchange.
+         * @param strays the engine may still send an event (a choice it was still ending, as the shutdown's 503 to each,
+         *               sent together; the tokens of the step it was in when the client went away): the consumers stay
+         *               a moment to take those quietly (onEvent ignores them once completed), where unregistered ones
+         *               have the event bus warn of a discarded message
+         */
+        private void finish(boolean strays) {
             completed = true;
-            // a choice the engine was still ending (the shutdown's 503 to each, sent together) may have an event on its
-            // way: its consumer stays a moment to take it quietly (onEvent ignores it once completed), where an
-            // unregistered one has the event bus warn of a discarded message
-            if (!several()) for (var c : consumers) c.unregister();
+            if (!strays) for (var c : consumers) c.unregister();
             else vertx.setTimer(STRAY_EVENTS_MS, t -> consumers.forEach(io.vertx.core.eventbus.MessageConsumer::unregister));
         }
 
@@ -2025,7 +2033,7 @@ public final class HttpVerticle extends VerticleBase {
          * has nothing left there.
          */
         private void stop(String reason) {
-            finish();
+            finish(true);
             for (int i = 0; i < reqs.size(); i++) {
                 if (dones[i] != null) continue;
                 EngineRequest r = reqs.get(i);

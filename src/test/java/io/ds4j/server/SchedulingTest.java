@@ -62,6 +62,31 @@ class SchedulingTest {
         assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 1.0"));
     }
 
+    /**
+     * The events the engine sent before it saw the disconnect reach the exchange's consumer, which takes them quietly:
+     * no "Discarding message" warning from the event bus for a client that went away (several disconnects, so that
+     * one lands while a token is on its way).
+     */
+    @Test
+    void aDisconnectLeavesNoEventBusWarning() throws Exception {
+        // the embedded model, whose steps (with n-gram drafts) send several tokens at a time
+        server = TestServer.start(new io.ds4j.app.DefaultModelProvider(), Map.of(), null, null);
+        try (LogCapture log = new LogCapture()) {
+            for (int k = 0; k < 20; k++) {
+                // streamed and not: a whole answer's tokens travel to the HTTP side as they come, too
+                boolean stream = k % 2 == 0;
+                try (RawStream s = new RawStream(server.port, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\","
+                        + "\"content\":\"Hi\"}],\"max_tokens\":30000,\"ignore_eos\":true" + (stream ? ",\"stream\":true}" : "}"), stream)) {
+                    assertTrue(TestServer.eventually(3000, () -> server.state().metrics().running.get() == 1), "running");
+                    Thread.sleep(30 + 10 * k);
+                }
+                assertTrue(TestServer.eventually(3000, () -> server.state().metrics().running.get() == 0), "cancelled");
+            }
+            Thread.sleep(200);
+            assertEquals(List.of(), log.lines().stream().filter(l -> l.contains("Discarding message")).toList());
+        }
+    }
+
     @Test
     void disconnectMidBatchReleasesTheStateAndTheOthersFinish() throws Exception {
         backend.delayMs = 2;
