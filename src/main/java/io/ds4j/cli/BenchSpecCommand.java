@@ -66,8 +66,13 @@ public final class BenchSpecCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        VerifyWidth.parse(specQ);
         List<String> bad = new ArrayList<>();
+        try {
+            VerifyWidth.parse(specQ);
+        } catch (IllegalArgumentException e) {
+            // bench-spec measures speculation: no width 0 (no speculation) here, unlike serve and generate
+            bad.add("--spec-q: " + e.getMessage() + " (bench-spec times speculative decoding against plain decoding, which it runs itself)");
+        }
         String unknown = io.ds4j.engine.FeatureGate.unknownBackend(backend);
         if (unknown != null) bad.add("--backend: " + unknown);
         if (promptTokens < 1) bad.add("--prompt-tokens must be at least 1, got " + promptTokens);

@@ -36,6 +36,14 @@ class BenchSpecCommandTest {
     }
 
     @Test
+    void aBadWidthNamesItsFlag() {
+        for (String q : new String[]{"99", "0"}) {
+            GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--model", GenerateCommandTest.FIXTURE, "--spec-q", q);
+            assertTrue(r.code() != 0 && r.err().contains("--spec-q: speculative width q must be in 1..8"), r.err());
+        }
+    }
+
+    @Test
     void anUnknownSourceIsRefused() {
         GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--model", GenerateCommandTest.FIXTURE, "--sources", "none,mtpx");
         assertTrue(r.code() != 0, r.out());

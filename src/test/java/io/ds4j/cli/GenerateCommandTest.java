@@ -131,6 +131,9 @@ public class GenerateCommandTest {
         r = run("generate", "--model", FIXTURE, "--prompt", "x", "--spec-q", "9", "--draft", "ngram");
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("1..8"), r.err());
+        r = run("generate", "--model", FIXTURE, "--prompt", "");
+        assertNotEquals(0, r.code());
+        assertTrue(r.err().contains("--prompt must not be empty without --chat"), r.err());
         r = run("generate", "--model", FIXTURE, "--prompt", "x", "--backend", "tpu");
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("unknown backend 'tpu'"), r.err());

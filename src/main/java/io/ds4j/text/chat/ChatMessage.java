@@ -205,7 +205,8 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         if (roleNode == null || roleNode.isNull()) throw new ChatFormatException(path + ".role", "missing");
         if (!roleNode.isTextual()) throw new ChatFormatException(path + ".role", "must be a string");
         Role role = Role.fromWireName(roleNode.textValue());
-        if (role == null) throw new ChatFormatException(path + ".role", "unknown role '" + roleNode.textValue() + "'");
+        if (role == null) throw new ChatFormatException(path + ".role", "unknown role '" + roleNode.textValue() + "' (use "
+                + java.util.Arrays.stream(Role.values()).map(Role::wireName).collect(java.util.stream.Collectors.joining(", ")) + ")");
 
         String content = readContent(message.get("content"), path + ".content", role == Role.ASSISTANT);
         String reasoning = optionalString(message, "reasoning_content", path);

@@ -45,7 +45,7 @@ class ChatMessageTest {
 
     @Test
     void errorsNameTheField() throws Exception {
-        assertEquals("messages[1].role: unknown role 'foo'",
+        assertEquals("messages[1].role: unknown role 'foo' (use system, developer, user, assistant, tool)",
                 error("[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"foo\", \"content\": \"x\"}]"));
         assertEquals("messages[0].role: missing", error("[{\"content\": \"x\"}]"));
         assertEquals("messages[0].content[1].type: unsupported content part type 'image_url'",
