@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine (README, "GPU"): ds4j serve with backend hip, a flash-shaped FP8/FP4 target, the target itself as
+# On the GPU machine (docs/gpu.md): ds4j serve with backend hip, a flash-shaped FP8/FP4 target, the target itself as
 # the draft model, q = 4 — once with the F16-KV verifier on (--fused-verify-f16-kv) and once with the control — and one
 # streamed chat completion from the official openai npm client against each (tools/e2e/chat-transcript.mjs, with
 # include_usage). Transcripts and server logs go to $OUT: transcript-f16.json, transcript-control.json, serve-*.log.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (README, "GPU"): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-long, step-profile, split-ab.
+# One device call (docs/gpu.md): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-long, step-profile, split-ab.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"

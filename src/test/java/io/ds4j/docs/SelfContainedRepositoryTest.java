@@ -16,7 +16,7 @@ import java.util.stream.Stream;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
- * The repository explains itself: every "spec N.M" the sources and README cite is a section of
+ * The repository explains itself: every "spec N.M" the sources, the README and its reference parts in docs cite is a section of
  * docs/ds4-architecture.md, and no comment points at tracker history instead of giving the reason.
  */
 class SelfContainedRepositoryTest {
@@ -34,6 +34,8 @@ class SelfContainedRepositoryTest {
             }
         }
         out.add(Path.of("README.md"));
+        // the README's reference parts
+        for (String d : new String[]{"docs/api.md", "docs/gpu.md", "docs/commands.md"}) out.add(Path.of(d));
         return out;
     }
 

@@ -208,7 +208,7 @@ class RegexPropertyTest {
     /**
      * A counting pattern has a new state after every token (the positions move on), so every mask is a fresh walk over
      * the token trie: 150 random allowed tokens still leave its end (the line break) allowed. The timeout only guards
-     * against a walk that never ends; the mask's cost is described in README, not asserted here.
+     * against a walk that never ends; the mask's cost is described in docs/api.md, not asserted here.
      */
     @Test
     @Timeout(60)

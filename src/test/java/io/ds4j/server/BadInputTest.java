@@ -702,7 +702,7 @@ class BadInputTest {
     }
 
     /**
-     * Headers past 8192 bytes together (the README states the limit next to the request line's) are a 400
+     * Headers past 8192 bytes together (docs/api.md states the limit next to the request line's) are a 400
      * invalid_header saying the limit is for all of them, one long header or many short ones (Netty's message said
      * "HTTP header is larger than 8192 bytes.", as if one header were too long).
      */
