@@ -10,6 +10,7 @@ final class Dsml {
     private Dsml() {}
 
     static final String TOOL_CALLS_OPEN = V4Format.TOOL_CALLS_OPEN;
+    static final String BLOCK_START = V4Format.BLOCK_START;
     static final String TOOL_CALLS_CLOSE = V4Format.TOOL_CALLS_CLOSE;
     static final String INVOKE_OPEN = V4Format.INVOKE_OPEN;
     static final String INVOKE_CLOSE = V4Format.INVOKE_CLOSE;

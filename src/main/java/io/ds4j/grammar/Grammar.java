@@ -47,10 +47,10 @@ public final class Grammar {
         return before != null ? before : g;
     }
 
-    /** A JSON node list as the cache key's text (null: JSON null). */
+    /** A JSON node list as the cache key's text, numbers as written ({@link Json#key}; null: JSON null). */
     private static List<String> texts(List<JsonNode> nodes) {
         List<String> t = new ArrayList<>(nodes.size());
-        for (JsonNode n : nodes) t.add(n == null ? "null" : n.toString());
+        for (JsonNode n : nodes) t.add(n == null ? "null" : Json.key(n));
         return t;
     }
 
@@ -65,6 +65,9 @@ public final class Grammar {
         /** One DSML tool call and nothing else (a forced tool_choice). */
         TOOL_CALL
     }
+
+    /** How a tool-call block begins where content could, as bytes ({@link Dsml#BLOCK_START}). */
+    private static final byte[] BLOCK_START_BYTES = Dsml.BLOCK_START.getBytes(java.nio.charset.StandardCharsets.UTF_8);
 
     private final GState start;
     private final String description;
@@ -127,7 +130,7 @@ public final class Grammar {
      *                                    keep more than {@link #MAX_LIVE_STATES} states live from the start
      */
     public static Grammar jsonSchema(JsonNode schema) {
-        return compiled(List.of("json_schema", schema.toString()), () -> {
+        return compiled(List.of("json_schema", Json.key(schema)), () -> {
             Schema root = SchemaCompiler.compile(schema);
             return new Grammar(start(() -> States.value(root, States.End.INSTANCE)), "json_schema");
         });
@@ -187,7 +190,7 @@ public final class Grammar {
             List<Boolean> all = java.util.Collections.nCopies(names.size(), true);
             GState close = States.literal("\n" + Dsml.TOOL_CALLS_CLOSE, States.End.INSTANCE);
             GState calls = invokes(names, parameters, all, (heads, objs) -> close);
-            return new Grammar(States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls), "tool_call", Output.TOOL_CALL, null, true);
+            return new Grammar(States.literal(Dsml.BLOCK_START, calls), "tool_call", Output.TOOL_CALL, null, true);
         });
     }
 
@@ -223,8 +226,10 @@ public final class Grammar {
         GState calls = invokes(names, parameters, strict, (heads, objs) -> parallel ? new States.MoreCalls(heads, objs) : close);
         if (content == null)
             return new Grammar(States.Until.optional(States.TOOL_CALLS_START, calls), "text or tool calls", Output.TEXT_OR_CALLS, calls, false);
-        GState block = States.literal("\n\n" + Dsml.TOOL_CALLS_OPEN, calls);
-        return new Grammar(start(() -> States.Union.of(content.start, block)), content.description + " or tool calls",
+        GState block = States.literal(Dsml.BLOCK_START, calls);
+        // the content may not begin as the block does: text that opens a block is the block's, held to the tools
+        GState held = new States.Avoiding(content.start, BLOCK_START_BYTES, 0);
+        return new Grammar(start(() -> States.Union.of(held, block)), content.description + " or tool calls",
                 Output.HELD_OR_CALLS, null, true);
     }
 

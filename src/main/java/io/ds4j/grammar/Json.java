@@ -39,8 +39,28 @@ final class Json {
         return out.toString();
     }
 
+    /**
+     * What a schema or a tool's parameters were written as, for the cache of compiled grammars: compact JSON with each
+     * number's text as the client wrote it ({@code 1e2}, {@code 100.0} and {@code -0} are different schemas, which
+     * Jackson's own text would make one), never refused (a lost text of a non-finite number is keyed by its double).
+     */
+    static String key(JsonNode v) {
+        StringWriter out = new StringWriter();
+        try (JsonGenerator g = M.getFactory().createGenerator(out)) {
+            write(g, v, null);
+        } catch (IOException e) {
+            throw new IllegalStateException(e);
+        }
+        return out.toString();
+    }
+
+    /** path null: for {@link #key}, no number refused. */
     private static void write(JsonGenerator g, JsonNode v, String path) throws IOException {
-        if (v.isNumber()) g.writeNumber(numberText(v, path));
+        if (v.isNumber() && path == null) {
+            String w = io.ds4j.json.JsonNumbers.written(v);
+            g.writeNumber(w != null ? w : v.isIntegralNumber() ? v.bigIntegerValue().toString()
+                    : v.isBigDecimal() ? v.decimalValue().toString() : Double.toString(v.doubleValue()));
+        } else if (v.isNumber()) g.writeNumber(numberText(v, path));
         else if (v.isObject()) {
             g.writeStartObject();
             for (var e : v.properties()) {

@@ -333,6 +333,24 @@ final class States {
         }
     }
 
+    /**
+     * Content beside tool calls while its text so far is a proper start of {@code avoid} (the bytes that open a
+     * tool-call block where content would begin): the content may not begin with the whole of it, which only the block
+     * may write, so that the output parser's reading (a block where the content begins is a call) is the grammar's. The
+     * distance is the content's own (a content whose shortest text began so is no content a schema or pattern asks for).
+     */
+    record Avoiding(GState in, byte[] avoid, int matched) implements GState {
+        @Override
+        public GState next(int b) {
+            GState t = in.next(b);
+            if (t == null || (avoid[matched] & 0xFF) != b) return t;
+            return matched + 1 == avoid.length ? null : new Avoiding(t, avoid, matched + 1);
+        }
+
+        @Override public boolean accepting() { return in.accepting(); }
+        @Override public int dist() { return in.dist(); }
+    }
+
     /** A literal text (one string), then k. */
     static GState literal(String text, GState k) {
         return new Lit(LITERALS.computeIfAbsent(text, t -> new LitSet(List.of(t))), 0, new Same(k));

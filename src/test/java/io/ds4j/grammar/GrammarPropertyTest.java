@@ -297,6 +297,25 @@ class GrammarPropertyTest {
         return n == toks.length ? -1 : n;
     }
 
+    /**
+     * Beside tools, held content may not begin as a tool-call block does: such text is the block's, held to the tools
+     * (a block naming a function not offered, written as a choice, is refused), while the same markup later in the
+     * content stays content.
+     */
+    @Test
+    void heldContentBesideToolsMayNotOpenABlock() throws Exception {
+        // a call without parameters as the tool grammar writes it (the invoke line, a blank line, its close)
+        String foreign = "\n\n<\uFF5CDSML\uFF5Ctool_calls>\n<\uFF5CDSML\uFF5Cinvoke name=\"zzz\">\n\n</\uFF5CDSML\uFF5Cinvoke>\n</\uFF5CDSML\uFF5Ctool_calls>";
+        JsonNode p = M.readTree("{\"type\":\"object\",\"properties\":{}}");
+        Grammar g = Grammar.optionalToolCalls(List.of("f"), List.of(p), List.of(false), true, Grammar.choice(List.of(foreign, "x" + foreign)));
+        assertTrue(refusedAt(g, foreign) >= 0, "a block of a function not offered");
+        assertEquals(-1, refusedAt(g, "x" + foreign), "markup inside the content is content");
+        String own = foreign.replace("zzz", "f");
+        assertEquals(-1, refusedAt(g, own), "the block of an offered function");
+        // without tools the content may be the markup (the parser then reads it as literal content)
+        assertEquals(-1, refusedAt(Grammar.choice(List.of(foreign)), foreign));
+    }
+
     @Test
     void constrainedContentOrABlockOfCalls() throws Exception {
         ObjectNode schema = (ObjectNode) M.readTree("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"],\"additionalProperties\":false}");

@@ -36,6 +36,34 @@ class SharedGrammarTest {
         for (int i = 0; i < 2; i++) assertThrows(UnsupportedRegexException.class, () -> Grammar.regex("shared(["));
     }
 
+    /**
+     * Numbers count as written: schemas whose numbers differ only in how they are written ({@code 1e2} / {@code 100.0},
+     * {@code 0} / {@code -0}) are different grammars, each writing its own const, and a const its type refuses is
+     * refused even after a schema with an acceptable one was compiled (they were one cache key when the key was
+     * Jackson's text of the tree).
+     */
+    @Test
+    void numbersAreKeyedAsWritten() throws Exception {
+        for (String[] pair : new String[][]{{"1e2", "100.0"}, {"-0", "0"}, {"1e-400", "0.0"}}) {
+            for (String v : pair) {
+                Grammar g = Grammar.jsonSchema(read("{\"const\":" + v + "}"));
+                assertTrue(RegexGrammarTest.matches(g, v), v + " in the grammar of its own schema");
+                for (String other : pair)
+                    if (!other.equals(v)) assertFalse(RegexGrammarTest.matches(g, other), other + " in the grammar of " + v);
+            }
+        }
+        Grammar.jsonSchema(read("{\"type\":\"integer\",\"const\":1.0}"));
+        assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(read("{\"type\":\"integer\",\"const\":1.0000000000000000001}")));
+        List<JsonNode> a = List.of(read("{\"type\":\"object\",\"properties\":{\"a\":{\"const\":1e2}}}"));
+        List<JsonNode> b = List.of(read("{\"type\":\"object\",\"properties\":{\"a\":{\"const\":100.0}}}"));
+        assertNotSame(Grammar.toolCall(List.of("f"), a), Grammar.toolCall(List.of("f"), b));
+    }
+
+    /** A request body's JSON, its numbers' text kept as the server's reader keeps it. */
+    static JsonNode read(String json) throws Exception {
+        return io.ds4j.server.Json.read(json.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+    }
+
     @Test
     void aSecondRequestFindsTheMasksOfTheFirst() throws Exception {
         String schema = "{\"type\":\"object\",\"properties\":{\"masks\":{\"type\":\"boolean\"}},\"required\":[\"masks\"]}";

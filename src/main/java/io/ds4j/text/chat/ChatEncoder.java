@@ -286,7 +286,7 @@ public final class ChatEncoder {
 
     /** {@code \n\n<｜DSML｜tool_calls>\n<invoke>\n<invoke>...\n</｜DSML｜tool_calls>}. */
     private static void appendToolCalls(List<ToolCall> calls, PromptText out) {
-        out.template("\n\n" + V4Format.TOOL_CALLS_OPEN + "\n");
+        out.template(V4Format.BLOCK_START + "\n");
         for (int c = 0; c < calls.size(); c++) {
             if (c > 0) out.template("\n");
             ToolCall call = calls.get(c);

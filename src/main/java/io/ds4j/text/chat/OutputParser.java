@@ -88,9 +88,6 @@ public final class OutputParser {
 
     private enum State { THINK_OPEN, REASONING, CONTENT, BLOCK, INVOKE, STRING_VALUE, RAW_VALUE, AFTER_BLOCK, PLAIN, HELD, DONE }
 
-    /** How a tool-call block begins where content could: the blank line, then the block's opening tag. */
-    private static final String BLOCK_START = "\n\n" + V4Format.TOOL_CALLS_OPEN;
-
     private final boolean thinking;
     private final Supplier<String> ids;
     private final StringBuilder buf = new StringBuilder();
@@ -352,8 +349,8 @@ public final class OutputParser {
     private boolean heldStart(boolean eof) {
         if (buf.isEmpty()) return false;
         held = false; // decided once: a block is parsed as usual, and literal content never returns here
-        if (blockMayOpen && startsWith(buf, BLOCK_START)) return true;
-        if (blockMayOpen && BLOCK_START.startsWith(buf.toString()) && (!eof || cutShort)) {
+        if (blockMayOpen && startsWith(buf, V4Format.BLOCK_START)) return true;
+        if (blockMayOpen && V4Format.BLOCK_START.startsWith(buf.toString()) && (!eof || cutShort)) {
             held = true;
             // cut inside the block's start: its markup is dropped as an unconstrained output's would be
             return eof && text(CONTENT_STOPS, false, true);

@@ -25,6 +25,8 @@ public final class V4Format {
 
     /** {@code <｜DSML｜tool_calls>}: opens the tool-call block. */
     public static final String TOOL_CALLS_OPEN = "<" + DSML + "tool_calls>";
+    /** How the format opens a tool-call block after content (or at its place): a blank line, then {@link #TOOL_CALLS_OPEN}. */
+    public static final String BLOCK_START = "\n\n" + TOOL_CALLS_OPEN;
     /** {@code </｜DSML｜tool_calls>}: closes the tool-call block. */
     public static final String TOOL_CALLS_CLOSE = "</" + DSML + "tool_calls>";
     /** {@code <｜DSML｜invoke}: start of an invoke tag (followed by {@code  name="..." >}). */
