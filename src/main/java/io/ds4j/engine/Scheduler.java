@@ -424,14 +424,18 @@ public final class Scheduler<K> {
         for (int i = 0; i < keys.size(); i++) {
             Generation g = running.get(keys.get(i));
             float[] lg = o.logits()[i];
-            if (g != null && lg != null && o.ok(i) && g.preparable()) work.add(() -> g.prepare(lg));
+            if (g != null && lg != null && o.ok(i) && g.preparable()) work.add(() -> {
+                try {
+                    g.prepare(lg);
+                } catch (RuntimeException e) {
+                    // commit computes what prepare did not, and meets the failure (a constraint's live-state limit)
+                    // where it belongs to its request; caught here so that no task ends the parallel loop early: its
+                    // caller would go on to the commits while other tasks still prepare
+                }
+            });
         }
         if (work.size() < 2) return;
-        try {
-            work.parallelStream().forEach(Runnable::run);
-        } catch (RuntimeException ignored) {
-            // commit computes what prepare did not
-        }
+        work.parallelStream().forEach(Runnable::run);
     }
 
     private void fail(K k, Throwable t, Map<K, Throwable> failed) {

@@ -59,6 +59,78 @@ class SchedulerTest {
         return BatchInvarianceRuns.tokens(l);
     }
 
+    /**
+     * A constraint whose mask fails while the step's rows are sampled ahead fails its own request at the commit, and no
+     * other request is committed while its rows are still being sampled ahead: the parallel loop is not cut short by
+     * the failure (its caller went on to the commits while other tasks still ran, racing their samplers).
+     */
+    @Test
+    void aMaskThatFailsAheadOfTheCommitRacesNoOtherRequest() {
+        int V = cfg.vocabSize;
+        Scheduler<Integer> sch = new Scheduler<>(targetCpu, new Scheduler.Limits(256, 64));
+        List<Slow> slow = new ArrayList<>();
+        for (int i = 0; i < 10; i++) {
+            io.ds4j.sampling.Constraint c;
+            if (i % 2 == 0) {
+                c = new Slow(V, 0) {
+                    @Override public long[] allowedAfter(int[] t, int n, int remaining) {
+                        throw new IllegalStateException("no mask for you");
+                    }
+                    @Override public long[] allowed(int remaining) {
+                        throw new IllegalStateException("no mask for you");
+                    }
+                };
+            } else {
+                Slow sl = new Slow(V, 40);
+                slow.add(sl);
+                c = sl;
+            }
+            int[] prompt = {1 + i, 2, 3};
+            SamplingParams p = SamplingParams.sampled(0.9, 0, 0.95, 0, 70 + i, 6);
+            sch.add(i, new Generation(targetCpu, targetCpu.newSequence(16), prompt, new io.ds4j.sampling.Sampler(p, V, prompt), null, null,
+                    new Generation.Options(8, 4096, new int[]{-1}, 16), (t, lp) -> true, c));
+        }
+        java.util.Set<Integer> failed = new java.util.HashSet<>();
+        for (int ticks = 0; !sch.isEmpty() && ticks < 100; ticks++) failed.addAll(sch.tick().failed().keySet());
+        assertEquals(java.util.Set.of(0, 2, 4, 6, 8), failed, "the requests whose masks failed, alone");
+        for (Slow sl : slow) {
+            assertTrue(sl.advanced > 0, "the others went on");
+            assertFalse(sl.raced, "a commit came while the row was still being sampled ahead");
+        }
+    }
+
+    /** Every token allowed, each mask computed ahead slowly; notes a commit that comes while one is computed. */
+    static class Slow implements io.ds4j.sampling.Constraint {
+        final long[] all;
+        final int sleepMs;
+        volatile boolean inMask, raced;
+        volatile int advanced;
+
+        Slow(int V, int sleepMs) {
+            all = new long[(V + 63) / 64];
+            java.util.Arrays.fill(all, -1L);
+            this.sleepMs = sleepMs;
+        }
+
+        @Override public long[] allowed(int remaining) { return all; }
+        @Override public long[] allowedAfter(int[] t, int n, int remaining) {
+            inMask = true;
+            try {
+                Thread.sleep(sleepMs);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            inMask = false;
+            return all;
+        }
+        @Override public int acceptablePrefix(int[] t, int n, int remaining) { return n; }
+        @Override public void advance(int token) {
+            if (inMask) raced = true;
+            advanced++;
+        }
+        @Override public boolean complete() { return true; }
+    }
+
     @Test
     void eachRequestsOutputIsTheSameAloneAndInABatch() {
         BatchInvarianceRuns.Report rep = BatchInvarianceRuns.run(targetCpu, otherCpu, sameCpu);
