@@ -97,11 +97,6 @@ public final class Grammar {
         return output == Output.TOOL_CALL;
     }
 
-    /** What the output (after any reasoning) may be. */
-    public Output output() {
-        return output;
-    }
-
     /**
      * The chat output parser for a turn generated under a grammar (null: none), told how its output may be read: a
      * forced call's markup, held content as literal text (a block only at its start beside tools), or free text.

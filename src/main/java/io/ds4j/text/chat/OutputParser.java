@@ -32,6 +32,8 @@ import org.slf4j.LoggerFactory;
  *       as they arrive; {@code string="false"} values are released when their tag closes, and one that is not valid
  *       JSON is sent as a JSON string instead (with a warning), so the fragments of a finished call always join to a
  *       valid object.</li>
+ *   <li>Content held to a grammar ({@link #heldContent}: a regex, a choice, JSON) is literal after the reasoning: the
+ *       EOS text and DSML markup in it are content; beside tools a block is read only where the content begins.</li>
  *   <li>Malformed markup never throws: the tool call being parsed (if one was started) is closed, the markup text
  *       that was not turned into events and everything after it becomes plain content, and a warning is logged.
  *       Output that ends inside a block is treated the same way, except inside a parameter value, where the call
