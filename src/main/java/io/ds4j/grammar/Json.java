@@ -27,6 +27,7 @@ final class Json {
     /**
      * Compact JSON of a value, its numbers as the schema wrote them ({@link #numberText}): an enum's {@code 1e400} or
      * {@code 1e2} is what the output must be, not the double Jackson's writer would show ({@code Infinity}, {@code 100.0}).
+     * @param path where the value is, for the refusal; null for {@link #key}, which refuses nothing
      * @throws UnsupportedSchemaException for a number whose text is lost and whose double is not finite
      */
     static String write(JsonNode v, String path) {
@@ -45,22 +46,11 @@ final class Json {
      * Jackson's own text would make one), never refused (a lost text of a non-finite number is keyed by its double).
      */
     static String key(JsonNode v) {
-        StringWriter out = new StringWriter();
-        try (JsonGenerator g = M.getFactory().createGenerator(out)) {
-            write(g, v, null);
-        } catch (IOException e) {
-            throw new IllegalStateException(e);
-        }
-        return out.toString();
+        return write(v, null);
     }
 
-    /** path null: for {@link #key}, no number refused. */
     private static void write(JsonGenerator g, JsonNode v, String path) throws IOException {
-        if (v.isNumber() && path == null) {
-            String w = io.ds4j.json.JsonNumbers.written(v);
-            g.writeNumber(w != null ? w : v.isIntegralNumber() ? v.bigIntegerValue().toString()
-                    : v.isBigDecimal() ? v.decimalValue().toString() : Double.toString(v.doubleValue()));
-        } else if (v.isNumber()) g.writeNumber(numberText(v, path));
+        if (v.isNumber()) g.writeNumber(numberText(v, path));
         else if (v.isObject()) {
             g.writeStartObject();
             for (var e : v.properties()) {
@@ -79,6 +69,7 @@ final class Json {
      * A number's JSON text: as written where the reader kept it (the server's request and file reader,
      * {@link io.ds4j.json.JsonNumbers#written}: fractions, exponents, {@code -0}), else its integer digits, its decimal, or
      * its double's shortest form (a tree from another reader).
+     * @param path where the number is, for the refusal; null to refuse nothing (the double's text then, as {@link #key} wants)
      * @throws UnsupportedSchemaException for a double that is not finite (another reader's {@code 1e400}): its text is lost
      */
     static String numberText(JsonNode n, String path) {
@@ -87,7 +78,7 @@ final class Json {
         if (n.isIntegralNumber()) return n.bigIntegerValue().toString();
         if (n.isBigDecimal()) return n.decimalValue().toString();
         double d = n.doubleValue();
-        if (!Double.isFinite(d))
+        if (!Double.isFinite(d) && path != null)
             throw new UnsupportedSchemaException("enum", path, "a number of the enum or const at '" + path
                     + "' is beyond the double range, and the reader lost its text");
         return Double.toString(d);
