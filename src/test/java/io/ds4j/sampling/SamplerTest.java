@@ -48,6 +48,52 @@ class SamplerTest {
         assertEquals(2.0 / 3, d.probOf(0), 1e-6);
     }
 
+    /**
+     * The nucleus over a full vocabulary row is the smallest set of the most likely tokens (in descending order, ties
+     * to the lower id) whose mass reaches top_p, whatever the row's shape: peaked (the cut within the tokens above 2^-10
+     * of the top weight), a long tail above 2^-24, flat (over all candidates), and with top-k candidates. Checked against
+     * a sort of every token's softmax probability in double.
+     */
+    @Test
+    void theNucleusOfAFullRowIsTheSmallestSetWhateverItsShape() {
+        int n = 129_280;
+        java.util.SplittableRandom r = new java.util.SplittableRandom(3);
+        for (int shape = 0; shape < 4; shape++) {
+            float[] lg = new float[n];
+            for (int i = 0; i < n; i++) lg[i] = (float) (r.nextGaussian() * (shape == 2 ? 0.01 : 2.5));
+            if (shape == 0) for (int i = 0; i < 20; i++) lg[r.nextInt(n)] += 14;
+            if (shape == 1) for (int i = 0; i < 2000; i++) lg[r.nextInt(n)] += 6;
+            for (double topP : new double[]{0.5, 0.9, 0.95, 0.999}) {
+                int k = shape == 3 ? 5000 : 0;
+                Distribution d = new Sampler(SamplingParams.sampled(0.8, k, topP, 0, 1, 10), n, new int[0]).distribution(lg, 0);
+                // the reference: every candidate's probability in double, sorted
+                Integer[] ids = new Integer[n];
+                for (int i = 0; i < n; i++) ids[i] = i;
+                java.util.Arrays.sort(ids, (a, b) -> lg[a] != lg[b] ? Float.compare(lg[b], lg[a]) : Integer.compare(a, b));
+                int cands = k > 0 ? k : n;
+                double mx = lg[ids[0]], sum = 0;
+                double[] w = new double[cands];
+                for (int i = 0; i < cands; i++) sum += w[i] = Math.exp((lg[ids[i]] - mx) / 0.8);
+                double mass = 0;
+                int keep = 0;
+                while (keep < cands && mass < topP) mass += w[keep++] / sum;
+                String what = "shape " + shape + ", top_p " + topP;
+                // the float exponentials may move a cut that falls within rounding of top_p by a token
+                assertTrue(Math.abs(d.size() - keep) <= 1, what + ": " + d.size() + " kept, " + keep + " expected");
+                // rank by rank the same token, or one whose weight is the same to F32 rounding (a near tie, ordered by
+                // its F32 weight and then its id), with the reference's probability
+                double[] byId = new double[n];
+                for (int i = 0; i < cands; i++) byId[ids[i]] = w[i];
+                for (int i = 0; i < Math.min(d.size(), keep); i++) {
+                    double got = byId[d.id(i)];
+                    assertTrue(d.id(i) == ids[i] || Math.abs(got - w[i]) <= 1e-6 * w[i], what + ", rank " + i + ": token "
+                            + d.id(i) + " of weight " + got + " where " + ids[i] + " of " + w[i]);
+                    assertEquals(w[i] / sum / mass, d.prob(i), 1e-5 * (w[i] / sum / mass) + 1e-9, what + ", rank " + i);
+                }
+            }
+        }
+    }
+
     @Test
     void minPDropsUnlikelyTokens() {
         Sampler s = new Sampler(params(1, 0, 1, 0.2), V, new int[0]); // keeps p >= 0.2 * p_max
