@@ -983,7 +983,7 @@ public final class HttpVerticle extends VerticleBase {
     private static final String WRITER = "ds4j.answerWriter";
 
     /** Error code of requests refused or ended because the server shuts down. */
-    static final String SHUTTING_DOWN = "server_shutting_down";
+    public static final String SHUTTING_DOWN = "server_shutting_down";
     /** Their Retry-After (s). */
     static final int SHUTDOWN_RETRY_SECONDS = 5;
     /**
@@ -994,7 +994,7 @@ public final class HttpVerticle extends VerticleBase {
     static final long STRAY_EVENTS_MS = 5_000;
 
     /** The answer to a generation request once the server is shutting down ({@link ServerState#draining}). */
-    static ApiException shuttingDown() {
+    public static ApiException shuttingDown() {
         return new ApiException(503, "unavailable_error", SHUTTING_DOWN, null,
                 "the server is shutting down and takes no new requests; retry on another instance or once it is back",
                 SHUTDOWN_RETRY_SECONDS);

@@ -95,6 +95,15 @@ public final class ServerState {
 
     void beginDrain() {
         this.draining = true;
+        for (Runnable r : drainListeners) r.run();
+    }
+
+    /** What runs once the shutdown begins (an engine node's announcement that it takes no more requests). */
+    private final List<Runnable> drainListeners = new java.util.concurrent.CopyOnWriteArrayList<>();
+
+    /** Runs r when the server begins shutting down ({@link #draining}), on the thread that begins it. */
+    public void onDrain(Runnable r) {
+        drainListeners.add(r);
     }
 
     /** Requests being tokenised, and generation exchanges whose HTTP response has not ended (streams included). */

@@ -36,6 +36,8 @@ public final class ClusterNode {
     private Vertx gatewayVertx;
     private PrometheusMeterRegistry gatewayRegistry;
     private GatewayVerticle gateway;
+    /** A gateway's server.shutdownGraceSeconds, read at its start (a gateway does not reload its configuration). */
+    private int shutdownGraceSeconds;
 
     private ClusterNode(ClusterSupport cluster) {
         this.cluster = cluster;
@@ -100,6 +102,7 @@ public final class ClusterNode {
     }
 
     private Future<ClusterNode> startGateway(ServerConfig cfg) {
+        shutdownGraceSeconds = cfg.shutdownGraceSeconds();
         gatewayRegistry = Ds4jServer.newRegistry();
         Promise<ClusterNode> result = Promise.promise();
         ServerConfig.Cluster c = cfg.cluster();
@@ -151,10 +154,22 @@ public final class ClusterNode {
         return cluster;
     }
 
-    /** Leaves the cluster and stops everything this node started. */
+    /**
+     * Leaves the cluster and stops everything this node started, gracefully: an engine node as a single server does
+     * ({@link Ds4jServer#close}, which its gateway part, if any, relays through), a gateway by draining what it relays
+     * first ({@link GatewayVerticle#drain}).
+     */
     public Future<Void> close() {
         if (engine != null) return engine.close();
-        if (gatewayVertx != null) return gatewayVertx.close().onComplete(ar -> gatewayRegistry.close());
+        if (gatewayVertx != null) {
+            Future<Void> drained = gateway != null ? gateway.drain(shutdownGraceSeconds) : Future.succeededFuture();
+            // the last answers' bytes leave before the connections close
+            return drained.compose(v -> {
+                Promise<Void> flushed = Promise.promise();
+                gatewayVertx.setTimer(100, t -> flushed.complete());
+                return flushed.future();
+            }).transform(ar -> gatewayVertx.close()).onComplete(ar -> gatewayRegistry.close());
+        }
         return Future.succeededFuture();
     }
 }

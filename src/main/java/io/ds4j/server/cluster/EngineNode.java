@@ -89,6 +89,8 @@ public final class EngineNode extends VerticleBase {
         consumer = vertx.eventBus().consumer(address(cluster.nodeId()), this::onFrame);
         cluster.onMemberLeft(node -> context.runOnContext(v -> gatewayLeft(node)));
         timer = vertx.setPeriodic(0, cfg.cluster().announceMs(), id -> vertx.eventBus().publish(ANNOUNCE, announcement()));
+        // a node that begins shutting down says so at once, so that gateways stop sending it requests it would refuse
+        state.onDrain(() -> context.runOnContext(v -> vertx.eventBus().publish(ANNOUNCE, announcement())));
         state.clusterView(this::view);
         return consumer.completion().onSuccess(v -> LOG.info("cluster: engine node '{}' ({}) takes requests from gateways",
                 name, cluster.nodeId()));
@@ -99,7 +101,7 @@ public final class EngineNode extends VerticleBase {
         ServerConfig cfg = state.config();
         ModelInfo m = state.model();
         JsonObject a = new JsonObject().put("node", cluster.nodeId()).put("name", name).put("bootId", bootId)
-                .put("status", m != null ? "ready" : state.loadError() != null ? "error" : "loading")
+                .put("status", state.draining() ? "draining" : m != null ? "ready" : state.loadError() != null ? "error" : "loading")
                 .put("error", state.loadError())
                 .put("running", state.metrics().running.get()).put("waiting", state.metrics().waiting.get())
                 .put("maxActive", cfg.maxActive()).put("maxQueue", cfg.maxQueue()).put("served", served.get())

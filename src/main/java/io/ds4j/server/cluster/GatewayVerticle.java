@@ -18,6 +18,7 @@ import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.Timer;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import io.vertx.core.Future;
+import io.vertx.core.Promise;
 import io.vertx.core.Handler;
 import io.vertx.core.VerticleBase;
 import io.vertx.core.buffer.Buffer;
@@ -272,6 +273,11 @@ public final class GatewayVerticle extends VerticleBase {
     }
 
     private void health(RoutingContext ctx) {
+        if (draining) {
+            // as a single server's: load balancers stop routing here while the relayed requests finish
+            json(ctx.response(), 503, Json.object().put("status", "shutting_down").put("role", "gateway"));
+            return;
+        }
         int ready = table.ready();
         ObjectNode o = Json.object().put("status", ready > 0 ? "ready" : "unavailable").put("role", "gateway");
         o.putObject("engines").put("ready", ready).put("known", table.all().size());
@@ -366,6 +372,10 @@ public final class GatewayVerticle extends VerticleBase {
      */
     private void relay(RoutingContext ctx) {
         HttpServerRequest req = ctx.request();
+        if (draining) {
+            refuse(ctx, HttpVerticle.shuttingDown());
+            return;
+        }
         if (req.method() != HttpMethod.POST) {
             // an engine's API reads a body only for POST routes: its answers to GET, HEAD and OPTIONS never depend on
             // one, and a single server answers them without reading it. Waiting for it here would let a client that
@@ -527,14 +537,15 @@ public final class GatewayVerticle extends VerticleBase {
                     if (f.nanos() != 0 && bootId != null && bootId.equals(engine.ann.getString("bootId")))
                         relayLatency.record(Duration.ofNanos(System.nanoTime() - f.nanos()));
                     boolean end = f.kind() == ClusterFrame.Kind.END;
-                    if (end && head != null && head.status() == 429 && !resp.headWritten()) {
-                        // the node filled up since it last said; another one may have room
+                    if (end && head != null && (head.status() == 429 || head.status() == 503) && !resp.headWritten()) {
+                        // the node filled up, or began shutting down, since it last said; another one may take it
                         release();
                         EngineTable.Choice c = table.pick(model, session, tried);
                         if (c.engine() != null) {
+                            String why = head.status() == 429 ? "was full" : "could not take it (503: shutting down or not ready)";
                             head = null;
                             answered = false;
-                            dispatch("engine node '" + engine.name() + "' was full");
+                            dispatch("engine node '" + engine.name() + "' " + why);
                             return;
                         }
                         writeHead();
@@ -614,6 +625,15 @@ public final class GatewayVerticle extends VerticleBase {
             ctx.request().connection().close();
         }
 
+        /** The shutdown's grace period is over: 503 server_shutting_down (an error event on a stream), cancelled on its node. */
+        void shutDown(int graceSeconds) {
+            if (done) return;
+            cancel();
+            error(resp, new ApiException(503, "unavailable_error", HttpVerticle.SHUTTING_DOWN, null, "the gateway is shutting"
+                    + " down and this request did not end within the grace period (server.shutdownGraceSeconds "
+                    + graceSeconds + "); retry once it is back or through another gateway", 5));
+        }
+
         /** Ends the relay and has its engine node cancel the request. */
         private void cancel() {
             finish();
@@ -630,6 +650,41 @@ public final class GatewayVerticle extends VerticleBase {
             done = true;
             if (relays.get(id) == this) release();
         }
+    }
+
+    /** Set once the gateway began shutting down ({@link #drain}): new requests get 503 server_shutting_down. */
+    private volatile boolean draining;
+
+    /**
+     * Shuts the gateway down as a single server does: new requests get 503 server_shutting_down (and /health 503) at
+     * once, the requests it relays may finish within graceSeconds, and those still running then end with that 503 (an
+     * error event on a stream that started) and are cancelled on their engine nodes. Completes when none is left.
+     */
+    public Future<Void> drain(int graceSeconds) {
+        Promise<Void> done = Promise.promise();
+        context.runOnContext(v -> {
+            draining = true;
+            LOG.info("shutting down: new requests are refused with 503; {} relayed request(s) may finish within {} s"
+                    + " (server.shutdownGraceSeconds)", relays.size(), graceSeconds);
+            waitForRelays(System.nanoTime() + graceSeconds * 1_000_000_000L, graceSeconds, done);
+        });
+        return done.future();
+    }
+
+    private void waitForRelays(long deadline, int graceSeconds, Promise<Void> done) {
+        if (relays.isEmpty()) {
+            done.tryComplete();
+            return;
+        }
+        if (System.nanoTime() < deadline) {
+            vertx.setTimer(20, t -> waitForRelays(deadline, graceSeconds, done));
+            return;
+        }
+        List<Relay> left = new ArrayList<>(relays.values());
+        LOG.warn("shutting down: {} relayed request(s) still running after {} s (server.shutdownGraceSeconds); ending them"
+                + " with 503 and cancelling them on their engine nodes", left.size(), graceSeconds);
+        for (Relay x : left) x.shutDown(graceSeconds);
+        done.tryComplete();
     }
 
     @Override

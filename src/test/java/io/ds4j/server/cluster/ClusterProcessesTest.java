@@ -384,6 +384,35 @@ class ClusterProcessesTest {
         System.out.println("cluster: after the restart, 8 streams by engine: " + back);
         assertTrue(back.getOrDefault(engineName(0), 0) >= 1, "the restarted node serves again: " + back);
 
+        // --- an engine that begins shutting down (TERM) says so at once: the gateway sends it nothing more, while its
+        // own running request (a long one on its API, so that it keeps draining) goes on
+        java.net.Socket busy = new java.net.Socket("127.0.0.1", enginePort[0]);
+        byte[] lb = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true,\"max_tokens\":30000,\"ignore_eos\":true}"
+                .getBytes(StandardCharsets.UTF_8);
+        busy.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY
+                + "\r\nContent-Type: application/json\r\nContent-Length: " + lb.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+        busy.getOutputStream().write(lb);
+        busy.getOutputStream().flush();
+        Thread reader = Thread.ofVirtual().start(() -> {
+            try {
+                busy.getInputStream().transferTo(java.io.OutputStream.nullOutputStream());
+            } catch (IOException ignored) {
+                // closed below
+            }
+        });
+        assertTrue(eventually(20_000, () -> get(enginePort[0], "/metrics").body().contains("vllm:num_requests_running 1.0")),
+                "the long request runs on engine 1" + logs());
+        engines[0].destroy(); // TERM: a graceful shutdown, whose grace period (20 s) the long request keeps it in
+        assertTrue(eventually(3_000, () -> readyEngines() == 1), "the draining engine is no longer ready at the gateway" + logs());
+        assertTrue(engines[0].isAlive(), "still draining its own request");
+        List<Seen> drainingSeen = streams(8, 8, null);
+        for (Seen s : drainingSeen) {
+            assertComplete(s, "while an engine drains");
+            assertEquals(engineName(1), s.engine(), "served by the engine that is not shutting down");
+        }
+        busy.close();
+        reader.join(5_000);
+
         // --- no engine left: a non-streamed request gets a 503 naming why
         engines[0].destroyForcibly();
         engines[1].destroyForcibly();
