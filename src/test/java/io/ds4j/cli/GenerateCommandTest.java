@@ -131,6 +131,10 @@ public class GenerateCommandTest {
         r = run("generate", "--model", FIXTURE, "--prompt", "x", "--spec-q", "9", "--draft", "ngram");
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("1..8"), r.err());
+        // -n past what the context leaves is said before the text, not found in a short output
+        Run capped = run("generate", "--model", FIXTURE, "--prompt", "a b c", "-n", "100", "--max-context", "16");
+        assertEquals(0, capped.code(), capped.err());
+        assertTrue(capped.err().contains("note: -n 100 is more than the context leaves"), capped.err());
         r = run("generate", "--model", FIXTURE, "--prompt", "");
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("--prompt must not be empty without --chat"), r.err());
