@@ -313,13 +313,7 @@ class ClusterProcessesTest {
 
         // --- a client that goes away is cancelled on its engine node
         double cancelled0 = cancelledOnEngines();
-        try (java.net.Socket sock = new java.net.Socket("127.0.0.1", gwPort)) {
-            byte[] b = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true,\"max_tokens\":4000}"
-                    .getBytes(StandardCharsets.UTF_8);
-            sock.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY
-                    + "\r\nContent-Type: application/json\r\nContent-Length: " + b.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
-            sock.getOutputStream().write(b);
-            sock.getOutputStream().flush();
+        try (java.net.Socket sock = postStream(gwPort, "\"max_tokens\":4000")) {
             var in = new java.io.BufferedReader(new java.io.InputStreamReader(sock.getInputStream(), StandardCharsets.UTF_8));
             int content = 0;
             for (String line; content < 3 && (line = in.readLine()) != null; )
@@ -386,13 +380,7 @@ class ClusterProcessesTest {
 
         // --- an engine that begins shutting down (TERM) says so at once: the gateway sends it nothing more, while its
         // own running request (a long one on its API, so that it keeps draining) goes on
-        java.net.Socket busy = new java.net.Socket("127.0.0.1", enginePort[0]);
-        byte[] lb = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true,\"max_tokens\":30000,\"ignore_eos\":true}"
-                .getBytes(StandardCharsets.UTF_8);
-        busy.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY
-                + "\r\nContent-Type: application/json\r\nContent-Length: " + lb.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
-        busy.getOutputStream().write(lb);
-        busy.getOutputStream().flush();
+        java.net.Socket busy = postStream(enginePort[0], "\"max_tokens\":30000,\"ignore_eos\":true");
         Thread reader = Thread.ofVirtual().start(() -> {
             try {
                 busy.getInputStream().transferTo(java.io.OutputStream.nullOutputStream());
@@ -430,6 +418,17 @@ class ClusterProcessesTest {
         HttpResponse<String> head = head(gwPort, "/health");
         assertEquals(503, head.statusCode(), "HEAD /health answers GET's status");
         assertTrue(head.headers().firstValue("Retry-After").isPresent(), "and GET's headers");
+    }
+
+    /** A streamed chat request to "x" with the given extra fields, sent on a socket of its own (read or closed by the caller). */
+    static java.net.Socket postStream(int port, String extra) throws IOException {
+        java.net.Socket sock = new java.net.Socket("127.0.0.1", port);
+        byte[] b = ("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true," + extra + "}").getBytes(StandardCharsets.UTF_8);
+        sock.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY
+                + "\r\nContent-Type: application/json\r\nContent-Length: " + b.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+        sock.getOutputStream().write(b);
+        sock.getOutputStream().flush();
+        return sock;
     }
 
     static HttpResponse<String> head(int port, String path) throws IOException, InterruptedException {
