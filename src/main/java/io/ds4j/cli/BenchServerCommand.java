@@ -972,6 +972,10 @@ public final class BenchServerCommand implements Callable<Integer> {
         JsonNode schema;
         try {
             schema = json.readTree(file.toFile());
+        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+            var at = e.getLocation();
+            throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: " + file + " is no valid JSON"
+                    + (at != null ? " (line " + at.getLineNr() + ", column " + at.getColumnNr() + ")" : "") + ": " + e.getOriginalMessage());
         } catch (java.io.IOException e) {
             throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: cannot read " + file + ": " + e.getMessage());
         }

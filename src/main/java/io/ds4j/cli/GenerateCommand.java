@@ -197,7 +197,7 @@ public final class GenerateCommand implements Callable<Integer> {
             }
             Sampler sampler = new Sampler(sp, V, ids, Math.min(V, tok.vocabSize()));
             // said up front, as serve's log says a max_tokens it caps: the context ends the output before -n does
-            if ((long) ids.length + maxTokens > context)
+            if (ids.length < context && (long) ids.length + maxTokens > context)
                 err.println("note: -n " + maxTokens + " is more than the context leaves after the " + ids.length + "-token prompt ("
                         + context + " tokens in all): at most " + Math.max(0, context - ids.length) + " tokens, then finish length");
             StreamingDetokenizer detok = tok.streamer();

@@ -278,6 +278,7 @@ public final class ServeCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("error: " + msg);
             return 1;
         }
+        portChosen(cfg, server.state().port());
         // why the server goes away: a signal (SIGTERM / Ctrl-C), unless the model failed to load first
         java.util.concurrent.atomic.AtomicReference<String> why = new java.util.concurrent.atomic.AtomicReference<>("signal received");
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
@@ -366,7 +367,17 @@ public final class ServeCommand implements Callable<Integer> {
             return 1;
         }
         org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("cluster node ready: {} on port {}", cfg.cluster().role(), node.port());
+        portChosen(cfg, node.port());
         new CountDownLatch(1).await();
         return 0;
+    }
+
+    /**
+     * A port the system chose (server.port 0) is said on stderr where the log level hides the "listening on" line:
+     * without it the server cannot be reached.
+     */
+    private void portChosen(ServerConfig cfg, int port) {
+        if (cfg.port() == 0 && !org.slf4j.LoggerFactory.getLogger(ServeCommand.class).isInfoEnabled())
+            spec.commandLine().getErr().println("ds4j: server.port 0: the system chose port " + port + " (http://" + cfg.host() + ":" + port + ")");
     }
 }

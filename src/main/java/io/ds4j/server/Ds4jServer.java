@@ -193,9 +193,6 @@ public final class Ds4jServer {
                     int port = state.port();
                     LOG.info("listening on http://{}:{} ({} HTTP verticle instance(s)); static files from {}", cfg.host(), port,
                             instances, webroot);
-                    // a port the system chose is said whatever the log level: without it the server cannot be reached
-                    if (cfg.port() == 0 && !LOG.isInfoEnabled()) LOG.warn("server.port 0: the system chose port {} (listening on http://{}:{})", port,
-                            cfg.host(), port);
                     String noWebroot = webrootProblem(webroot);
                     if (noWebroot != null) LOG.warn("{}", noWebroot);
                     DeploymentOptions engine = new DeploymentOptions().setThreadingModel(ThreadingModel.WORKER)

@@ -117,6 +117,17 @@ class BenchServerCommandTest {
         return cmd.badOption();
     }
 
+    /** A --json-schema file that is no JSON is one line naming the file, the place and what is wrong, before anything loads. */
+    @Test
+    void aBrokenSchemaFileIsOneClearLine(@org.junit.jupiter.api.io.TempDir java.nio.file.Path tmp) throws Exception {
+        java.nio.file.Path f = tmp.resolve("trunc.json");
+        java.nio.file.Files.writeString(f, "{\"type\":\n");
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench-server", "--clients", "1", "--requests", "1", "--json-schema", f.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--json-schema: " + f + " is no valid JSON (line 2, column 1): Unexpected end-of-input"), r.err());
+        assertFalse(r.err().contains("REDACTED") || r.err().contains("StreamReadFeature"), r.err());
+    }
+
     /** Values out of range are refused with the option's name and its range, not run with a quiet replacement. */
     @Test
     void badOptionValuesAreNamedWithTheirRange() {

@@ -135,6 +135,10 @@ public class GenerateCommandTest {
         Run capped = run("generate", "--model", FIXTURE, "--prompt", "a b c", "-n", "100", "--max-context", "16");
         assertEquals(0, capped.code(), capped.err());
         assertTrue(capped.err().contains("note: -n 100 is more than the context leaves"), capped.err());
+        // a prompt that does not fit is refused, with no note promising tokens
+        Run tooLong = run("generate", "--preset", "tiny", "--prompt", "a b c d e f g h i j k l m n o p q r s t", "-n", "100", "--max-context", "16");
+        assertNotEquals(0, tooLong.code());
+        assertTrue(tooLong.err().contains("leaves no room in the context") && !tooLong.err().contains("note: -n"), tooLong.err());
         r = run("generate", "--model", FIXTURE, "--prompt", "");
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("--prompt must not be empty without --chat"), r.err());

@@ -206,12 +206,8 @@ public final class GatewayVerticle extends VerticleBase {
                 code -> { }, ApiException.OPENAI), () -> config.get().maxBodyBytes(), code -> { }, ApiException.OPENAI);
         return Future.all(consumers.stream().map(MessageConsumer::completion).toList())
                 .compose(v -> server.listen())
-                .onSuccess(s -> {
-                    LOG.info("cluster: gateway listening on http://{}:{}; cluster '{}' member {}", cfg.host(),
-                            s.actualPort(), cc.name(), cluster.memberAddress());
-                    // said whatever the log level: without it the gateway cannot be reached
-                    if (cfg.port() == 0 && !LOG.isInfoEnabled()) LOG.warn("server.port 0: the system chose port {} for the gateway", s.actualPort());
-                });
+                .onSuccess(s -> LOG.info("cluster: gateway listening on http://{}:{}; cluster '{}' member {}", cfg.host(),
+                        s.actualPort(), cc.name(), cluster.memberAddress()));
     }
 
     // ------------------------------------------------------------------------------------------------ engines
