@@ -981,6 +981,12 @@ public final class BenchServerCommand implements Callable<Integer> {
         }
         if (schema == null || !schema.isObject())
             throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: " + file + " holds no JSON object (a schema is one)");
+        try {
+            // what the server would refuse with a 400, said before a model is made or loaded
+            io.ds4j.grammar.Grammar.jsonSchema(schema);
+        } catch (io.ds4j.grammar.UnsupportedSchemaException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: " + file + ": " + e.getMessage());
+        }
         ObjectNode rf = json.createObjectNode().put("type", "json_schema");
         rf.putObject("json_schema").put("name", "bench").put("strict", true).set("schema", schema);
         return rf;
