@@ -987,9 +987,9 @@ public final class HttpVerticle extends VerticleBase {
     /** Their Retry-After (s). */
     static final int SHUTDOWN_RETRY_SECONDS = 5;
     /**
-     * How long an answer of several choices keeps listening, once it has ended, for events its other choices' engine
-     * side sent before it learned of the end (each choice's 503 at the shutdown is sent in one loop): ample, since they
-     * are already on their way.
+     * How long an exchange keeps listening, once it has ended, for events the engine sent before it learned of the end
+     * (each choice's 503 at the shutdown, sent in one loop; the tokens of the step it was in when the client went away):
+     * ample, since they are already on their way.
      */
     static final long STRAY_EVENTS_MS = 5_000;
 

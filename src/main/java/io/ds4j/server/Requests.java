@@ -708,11 +708,7 @@ final class Requests {
                 if (v.isNull()) continue;
                 switch (key) {
                     case "regex", "choice" -> out.add(new Asked(path, key, checked(key, path, v)));
-                    case "json" -> {
-                        if (!v.isObject() && !v.isBoolean())
-                            throw ApiException.badField(path, "must be a JSON schema (an object), got " + describe(v));
-                        out.add(new Asked(path, key, v));
-                    }
+                    case "json" -> out.add(new Asked(path, key, checked(key, path, v)));
                     case "json_object" -> {
                         if (bool(so, key, path, false)) out.add(new Asked(path, key, v));
                     }
@@ -742,11 +738,7 @@ final class Requests {
         // vLLM's older guided_json is structured_outputs.json; its other guided_ kinds this server cannot enforce, and a
         // constraint silently dropped would let through what the client means to exclude
         JsonNode gj = body.get("guided_json");
-        if (gj != null && !gj.isNull()) {
-            if (!gj.isObject() && !gj.isBoolean())
-                throw ApiException.badField("guided_json", "must be a JSON schema (an object), got " + describe(gj));
-            out.add(new Asked("guided_json", "json", gj));
-        }
+        if (gj != null && !gj.isNull()) out.add(new Asked("guided_json", "json", checked("json", "guided_json", gj)));
         for (String field : List.of("guided_grammar", "guided_whitespace_pattern")) {
             JsonNode v = body.get(field);
             if (v != null && !v.isNull())
@@ -757,11 +749,15 @@ final class Requests {
     }
 
     /**
-     * A regex (a string) or a choice (a non-empty array of strings, empty strings included: the output may be one) as
-     * the field gives it.
+     * A regex (a string), a choice (a non-empty array of strings, empty strings included: the output may be one) or a
+     * JSON schema (an object, or true / false) as the field gives it.
      * @throws ApiException 400 naming the field, or the element of a choice, that has the wrong type
      */
     private static JsonNode checked(String kind, String path, JsonNode v) {
+        if (kind.equals("json")) {
+            if (!v.isObject() && !v.isBoolean()) throw ApiException.badField(path, "must be a JSON schema (an object), got " + describe(v));
+            return v;
+        }
         if (kind.equals("regex")) {
             if (!v.isTextual()) throw ApiException.badField(path, "must be a string (a regular expression), got " + describe(v));
             return v;
