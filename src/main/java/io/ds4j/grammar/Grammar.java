@@ -148,6 +148,19 @@ public final class Grammar {
     }
 
     /**
+     * Output that matches an EBNF grammar as a whole (vLLM's {@code structured_outputs.grammar}, llama.cpp's GBNF): rules
+     * {@code name ::= body} with string literals, character classes, {@code .}, rule names, groups, alternatives and
+     * repetition, the output being rule {@code root} ({@link Ebnf} has the notation and what is refused).
+     *
+     * @throws UnsupportedGrammarException for a syntax error, an undefined or twice-defined rule, no root, left
+     *         recursion, a root no finite text matches, XGrammar's extensions, or a grammar of more than
+     *         {@value Regex#MAX_POSITIONS} NFA positions or {@value Ebnf#MAX_RULES} rules
+     */
+    public static Grammar ebnf(String grammar) {
+        return compiled(List.of("ebnf", grammar), () -> new Grammar(Ebnf.compile(grammar), "the grammar"));
+    }
+
+    /**
      * Output that is exactly one of some strings (vLLM's {@code structured_outputs.choice}), then the end of the turn.
      * An empty string is a choice like any other (the output may then be empty); one given twice counts once.
      *

@@ -1,22 +1,33 @@
 package io.ds4j.grammar;
 
 /**
- * Enforcing a constrained output would need more parse states live at once than {@link Grammar#MAX_LIVE_STATES}:
- * its schema's alternatives overlap too much at this point of the output. The request's schema is at fault, not the
- * server: the request ends with a client error and nothing else is affected.
+ * Enforcing a constrained output would need more parse states live at once than {@link Grammar#MAX_LIVE_STATES}
+ * (its schema's alternatives overlap too much at this point of the output), or an EBNF output would nest its rule uses
+ * deeper than {@link Ebnf#MAX_NESTING}. The request's constraint is at fault, not the server: the request ends with a
+ * client error and nothing else is affected.
  */
 public final class GrammarLimitException extends RuntimeException {
     private final int live;
 
     /** @param live how many states the step would have kept live */
     public GrammarLimitException(int live) {
-        super("the output's schema would keep " + live + " parse states live at once here, more than the "
+        this("the output's schema would keep " + live + " parse states live at once here, more than the "
                 + Grammar.MAX_LIVE_STATES + " the constraint engine allows (the limit bounds its work per token): its anyOf"
-                + " alternatives overlap too much; use fewer of them, or ones that differ early in the output");
+                + " alternatives overlap too much; use fewer of them, or ones that differ early in the output", live);
+    }
+
+    private GrammarLimitException(String message, int live) {
+        super(message);
         this.live = live;
     }
 
-    /** How many states the step would have kept live. */
+    /** An EBNF output that would open more than {@code limit} rule uses at once (its parse stack's depth). */
+    static GrammarLimitException nesting(int limit) {
+        return new GrammarLimitException("the output would open more than " + limit + " uses of the grammar's rules at"
+                + " once here (nested that deep), the limit that bounds a grammar state's size", 0);
+    }
+
+    /** How many states the step would have kept live (0 where the limit reached is the nesting of rule uses). */
     public int live() {
         return live;
     }

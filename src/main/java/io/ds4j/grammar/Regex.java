@@ -38,7 +38,12 @@ final class Regex {
      */
     static final int MAX_KEPT = 8192, MAX_KEPT_POSITIONS = 1 << 22;
 
-    private static final byte CHAR = 0, SPLIT = 1, MATCH = 2;
+    /**
+     * Node kinds. A grammar of rules ({@link Ebnf}) shares one match node as every rule's end, and a call node stands
+     * for a whole rule: out1 is where the caller goes on, out2 the rule called; a state's live positions then hold call
+     * nodes beside character nodes, which {@link Ebnf}'s states expand (a pattern has none).
+     */
+    static final byte CHAR = 0, SPLIT = 1, MATCH = 2, CALL = 3;
 
     /** Code point ranges as sorted, disjoint [lo, hi] pairs, never holding a surrogate (no character is one). */
     private static final int[] DIGIT = {'0', '9'};
@@ -63,6 +68,13 @@ final class Regex {
     /** Room for closures, reused by one step at a time (the steps of one pattern run on one thread as a rule). */
     private final Scratch scratch;
     private final At start;
+    /** The first node of each rule (a pattern is rule 0), and each rule's fewest bytes ({@link GState#FAR}: none end). */
+    private final int[] ruleStart, ruleMin;
+    /**
+     * {@link #entry} by rule and {@link #returnOf} by call node, found on first use: every byte read where a call is live
+     * enters the rule (a race only finds the same state twice).
+     */
+    private final At[] entries, returns;
 
     /** A transition found to lead nowhere, as a memo holds it (null there means not yet found). */
     private static final GState DEAD = new GState() {
@@ -71,7 +83,7 @@ final class Regex {
         @Override public int dist() { return GState.FAR; }
     };
 
-    private Regex(Builder b, int match, int startNode) {
+    private Regex(Builder b, int match, int... ruleStart) {
         int n = b.size;
         this.kind = Arrays.copyOf(b.kind, n);
         this.out1 = Arrays.copyOf(b.out1, n);
@@ -80,11 +92,15 @@ final class Regex {
         this.sets = b.sets.toArray(new int[0][]);
         this.setOf = Arrays.copyOf(b.setOf, n);
         this.match = match;
+        this.ruleStart = ruleStart;
+        this.ruleMin = new int[ruleStart.length];
+        this.entries = new At[ruleStart.length];
+        this.returns = new At[b.calls ? n : 0];
         this.dist = distances();
         this.classStarts = classStarts();
         this.scratch = new Scratch(n);
-        this.start = state(closure(new int[]{startNode}, 1));
-        if (start == null) throw new UnsupportedRegexException("the pattern matches no string (it needs a character"
+        this.start = state(closure(new int[]{ruleStart[0]}, 1));
+        if (start == null && !b.calls) throw new UnsupportedRegexException("the pattern matches no string (it needs a character"
                 + " that no class allows, such as [^\\s\\S])", -1);
     }
 
@@ -101,9 +117,68 @@ final class Regex {
         return new Regex(b, match, startNode);
     }
 
-    /** The state before any output. */
+    /**
+     * The NFA of a grammar's rules, rule i's body followed by the shared match node (its end).
+     * @param rules the rules' bodies; {@link Call} names a rule by its index here
+     * @throws UnsupportedRegexException for more than {@link #MAX_POSITIONS} NFA nodes
+     */
+    static Regex rules(List<Node> rules) {
+        Builder b = new Builder();
+        int match = b.add(MATCH, -1, -1, null);
+        int[] starts = new int[rules.size()];
+        for (int r = 0; r < starts.length; r++) starts[r] = b.compile(rules.get(r), match);
+        return new Regex(b, match, starts);
+    }
+
+    /** The state before any output (null: a grammar's first rule ends no output). */
     GState start() {
         return start;
+    }
+
+    /** Rule r's fewest bytes of output ({@link GState#FAR} where no output ends it). */
+    int ruleMin(int r) {
+        return ruleMin[r];
+    }
+
+    /** The live positions at the start of rule r (null where the rule ends no output). */
+    At entry(int r) {
+        At a = entries[r];
+        if (a == null) entries[r] = a = state(closure(new int[]{ruleStart[r]}, 1));
+        return a;
+    }
+
+    /** The live positions where a call node's caller goes on once the rule called has ended. */
+    At returnOf(int call) {
+        At a = returns[call];
+        if (a == null) returns[call] = a = state(closure(new int[]{out1[call]}, 1));
+        return a;
+    }
+
+    /** The rule a call node calls. */
+    int callee(int call) {
+        return out2[call];
+    }
+
+    /**
+     * The rules a rule may call before any output of its own: from its first node through splits, and past calls of
+     * rules that may end without output (a rule among its own is left recursion).
+     */
+    java.util.BitSet callsFirst(int r) {
+        java.util.BitSet out = new java.util.BitSet(), seen = new java.util.BitSet();
+        java.util.ArrayDeque<Integer> todo = new java.util.ArrayDeque<>(List.of(ruleStart[r]));
+        while (!todo.isEmpty()) {
+            int u = todo.pop();
+            if (seen.get(u)) continue;
+            seen.set(u);
+            if (kind[u] == SPLIT) {
+                todo.push(out1[u]);
+                todo.push(out2[u]);
+            } else if (kind[u] == CALL) {
+                out.set(out2[u]);
+                if (ruleMin[out2[u]] == 0) todo.push(out1[u]);
+            }
+        }
+        return out;
     }
 
     /** NFA nodes (for tests of the size limit). */
@@ -121,13 +196,32 @@ final class Regex {
     /**
      * Shortest distances to the match node over the reversed graph (Dijkstra): a character edge weighs the fewest
      * bytes of any character it takes (its lowest code point's, as the byte length grows with the code point), a
-     * split's edges nothing.
+     * split's edges nothing, a call's edge the fewest bytes of the rule it calls. Those come from the distances
+     * themselves (a rule's is its first node's), so with calls the search runs again while a rule's fewest bytes
+     * shrink: each run settles the rules whose shortest output needs one more level of calls, at most one run per rule.
      */
     private int[] distances() {
+        boolean calls = false;
+        for (byte k : kind) calls |= k == CALL;
+        Arrays.fill(ruleMin, GState.FAR);
+        while (true) {
+            int[] d = distancesOnce();
+            boolean shrank = false;
+            for (int r = 0; r < ruleStart.length; r++) {
+                if (d[ruleStart[r]] < ruleMin[r]) {
+                    ruleMin[r] = d[ruleStart[r]];
+                    shrank = true;
+                }
+            }
+            if (!calls || !shrank) return d;
+        }
+    }
+
+    private int[] distancesOnce() {
         int n = kind.length;
         int[] count = new int[n + 1];
         for (int u = 0; u < n; u++) {
-            if (kind[u] == CHAR && ranges[u].length > 0) count[out1[u] + 1]++;
+            if (kind[u] == CHAR && ranges[u].length > 0 || kind[u] == CALL && ruleMin[out2[u]] < GState.FAR) count[out1[u] + 1]++;
             if (kind[u] == SPLIT) {
                 count[out1[u] + 1]++;
                 count[out2[u] + 1]++;
@@ -139,6 +233,10 @@ final class Regex {
             if (kind[u] == CHAR && ranges[u].length > 0) {
                 from[fill[out1[u]]] = u;
                 weight[fill[out1[u]]++] = utf8Length(ranges[u][0]);
+            }
+            if (kind[u] == CALL && ruleMin[out2[u]] < GState.FAR) {
+                from[fill[out1[u]]] = u;
+                weight[fill[out1[u]]++] = ruleMin[out2[u]];
             }
             if (kind[u] == SPLIT) {
                 from[fill[out1[u]]++] = u;
@@ -155,7 +253,7 @@ final class Regex {
             int v = (int) top[1];
             if (top[0] > d[v]) continue;
             for (int e = count[v]; e < count[v + 1]; e++) {
-                int u = from[e], nd = d[v] + weight[e];
+                int u = from[e], nd = GState.add(d[v], weight[e]);
                 if (nd < d[u]) {
                     d[u] = nd;
                     queue.add(new long[]{nd, u});
@@ -294,6 +392,8 @@ final class Regex {
         private volatile int[] bySet;
         /** Live positions from which {@link #after} works per character set ({@link #bySet}) rather than per position. */
         private static final int BY_SET_FROM = 16;
+        /** {@link #calls}, found on first use (a race only finds the same array twice). */
+        private int[] callNodes;
 
         At(Regex re, int[] pos, boolean kept) {
             this.re = re;
@@ -387,6 +487,30 @@ final class Regex {
             return pos.length;
         }
 
+        /** The call nodes among the live positions, in order (a grammar's states have them, a pattern's none). */
+        int[] calls() {
+            int[] c = callNodes;
+            if (c == null) {
+                int n = 0;
+                for (int p : pos) if (re.kind[p] == CALL) n++;
+                c = new int[n];
+                n = 0;
+                for (int p : pos) if (re.kind[p] == CALL) c[n++] = p;
+                callNodes = c;
+            }
+            return c;
+        }
+
+        /** Whether the rule being matched may end here (the match node is live). */
+        boolean ends() {
+            return accepting;
+        }
+
+        /** The NFA these positions are of. */
+        Regex nfa() {
+            return re;
+        }
+
         @Override public boolean accepting() { return accepting; }
         @Override public int dist() { return dist; }
         @Override public int hashCode() { return hash; }
@@ -436,20 +560,24 @@ final class Regex {
 
     // -------------------------------------------------------------------------------------------------- the syntax
 
-    private sealed interface Node permits Chars, Seq, Alt, Rep {}
+    /** A syntax tree (of a pattern, or of a grammar rule's body). */
+    sealed interface Node permits Chars, Seq, Alt, Rep, Call {}
 
     /** One character of a set of code point ranges. */
-    private record Chars(int[] ranges) implements Node {}
+    record Chars(int[] ranges) implements Node {}
 
-    private record Seq(List<Node> items) implements Node {}
+    record Seq(List<Node> items) implements Node {}
 
-    private record Alt(List<Node> options) implements Node {}
+    record Alt(List<Node> options) implements Node {}
 
     /** body repeated min to max times (max −1: no bound). */
-    private record Rep(Node body, int min, int max) implements Node {}
+    record Rep(Node body, int min, int max) implements Node {}
+
+    /** A grammar rule, by its index. */
+    record Call(int rule) implements Node {}
 
     /** Sorted, merged ranges without surrogates, from [lo, hi] pairs in any order. */
-    private static int[] normalize(int[] pairs, int n) {
+    static int[] normalize(int[] pairs, int n) {
         long[] order = new long[n / 2];
         for (int j = 0; j < n; j += 2) order[j / 2] = ((long) pairs[j] << 32) | pairs[j + 1];
         Arrays.sort(order);
@@ -484,7 +612,7 @@ final class Regex {
     }
 
     /** Every character outside sorted ranges r. */
-    private static int[] complement(int[] r) {
+    static int[] complement(int[] r) {
         int[] out = new int[r.length + 2];
         int k = 0, next = 0;
         for (int j = 0; j < r.length; j += 2) {
@@ -808,6 +936,8 @@ final class Regex {
         final List<int[]> sets = new ArrayList<>();
         private final java.util.IdentityHashMap<int[], Integer> setIndex = new java.util.IdentityHashMap<>();
         int size, work;
+        /** Whether a call node was built (a grammar's rules rather than a pattern). */
+        boolean calls;
 
         int add(byte k, int a, int b, int[] r) {
             if (size >= MAX_POSITIONS) throw tooLarge();
@@ -842,6 +972,10 @@ final class Regex {
             switch (node) {
                 case Chars c -> {
                     return add(CHAR, k, -1, c.ranges());
+                }
+                case Call c -> {
+                    calls = true;
+                    return add(CALL, k, c.rule(), null);
                 }
                 case Seq s -> {
                     int t = k;

@@ -216,6 +216,11 @@ final class States {
             return of(Arrays.asList(a, b));
         }
 
+        /** The states live at once (not to be changed). */
+        List<GState> members() {
+            return Arrays.asList(alts);
+        }
+
         @Override
         public GState next(int b) {
             List<GState> out = new ArrayList<>(alts.length);

@@ -51,7 +51,8 @@ public final class TokenConstraint implements Constraint {
             .build();
 
     private static int regexPositions(GState s) {
-        return s instanceof Regex.At a ? a.positions() : s instanceof Regex.Mid m ? m.from().positions() : 0;
+        return s instanceof Regex.At a ? a.positions() : s instanceof Regex.Mid m ? m.from().positions()
+                : s instanceof Ebnf.Frame f ? f.weight() : 0;
     }
 
     private final TokenTrie trie;

@@ -957,10 +957,9 @@ public final class EngineVerticle extends VerticleBase {
         int generated = j.gen.generatedTokens();
         if (grammarLimit(failure) instanceof GrammarLimitException g) {
             // the request's own schema is at fault: a client error for it alone, and nothing for the server's error log
-            LOG.warn("request {} ended with 400 grammar_too_complex after {} generated tokens: its output constraint ({}) would "
-                            + "keep {} parse states live at once, past the limit of {} (Grammar.MAX_LIVE_STATES) that bounds the "
-                            + "constraint's work per token; other requests continue", j.req.id, generated,
-                    j.req.grammar, g.live(), Grammar.MAX_LIVE_STATES);
+            LOG.warn("request {} ended with 400 grammar_too_complex after {} generated tokens: its output constraint ({}) "
+                    + "reached a limit that bounds the constraint's work per token: {}; other requests continue", j.req.id, generated,
+                    j.req.grammar, g.getMessage());
             state.metrics().rejected(GRAMMAR_TOO_COMPLEX);
             state.record(new ServerState.JobRecord(j.req.id, "failed", j.req.prompt.length, j.promptDone, generated, j.steps));
             send(j, new EngineEvent.Failed(400, g.getMessage(), GRAMMAR_TOO_COMPLEX, null));

@@ -3,6 +3,7 @@ package io.ds4j.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.grammar.Grammar;
 import io.ds4j.grammar.GrammarLimitException;
+import io.ds4j.grammar.UnsupportedGrammarException;
 import io.ds4j.grammar.UnsupportedRegexException;
 import io.ds4j.grammar.UnsupportedSchemaException;
 import io.ds4j.sampling.SamplingParams;
@@ -680,16 +681,17 @@ final class Requests {
 
     /**
      * One of vLLM's output constraints as the request gives it: the field's path as the client wrote it, what it asks
-     * for ({@code regex}, {@code choice}, {@code json}, {@code json_object}) and its value, type-checked.
+     * for ({@code regex}, {@code choice}, {@code json}, {@code json_object}, {@code grammar}) and its value, type-checked.
      */
     private record Asked(String field, String kind, JsonNode value) {}
 
     /** The keys of {@code structured_outputs} that constrain the output. */
-    private static final List<String> CONSTRAINT_KEYS = List.of("regex", "choice", "json", "json_object");
+    private static final List<String> CONSTRAINT_KEYS = List.of("regex", "choice", "json", "json_object", "grammar");
 
     /**
      * vLLM's output constraints, checked, in the order given: {@code structured_outputs} ({@code regex}, {@code choice},
-     * {@code json}, {@code json_object}: true) and the older top-level {@code guided_regex} and {@code guided_choice}.
+     * {@code json}, {@code json_object}: true, {@code grammar}), the older top-level {@code guided_regex},
+     * {@code guided_choice}, {@code guided_grammar} and {@code guided_json}, and llama.cpp's top-level {@code grammar}.
      * Every key of structured_outputs is judged here (a null one is not given): vLLM's tuning flags that this server
      * satisfies anyway are accepted, its other constraint kinds and unknown keys are a 400 naming them, since a
      * constraint silently not enforced would let through an output the client means to exclude.
@@ -707,7 +709,7 @@ final class Requests {
                 JsonNode v = e.getValue();
                 if (v.isNull()) continue;
                 switch (key) {
-                    case "regex", "choice" -> out.add(new Asked(path, key, checked(key, path, v)));
+                    case "regex", "choice", "grammar" -> out.add(new Asked(path, key, checked(key, path, v)));
                     case "json" -> out.add(new Asked(path, key, checked(key, path, v)));
                     case "json_object" -> {
                         if (bool(so, key, path, false)) out.add(new Asked(path, key, v));
@@ -720,36 +722,37 @@ final class Requests {
                             throw ApiException.badField(path, "true is not supported: JSON output may have whitespace between"
                                     + " its tokens (at most 24 bytes in a row)");
                     }
-                    case "grammar", "structural_tag", "whitespace_pattern" -> throw ApiException.badField(path,
-                            "is not supported by this server; structured_outputs takes regex, choice, json or json_object");
+                    case "structural_tag", "whitespace_pattern" -> throw ApiException.badField(path,
+                            "is not supported by this server; structured_outputs takes regex, choice, json, json_object or grammar");
                     default -> {
                         String near = key.length() > 64 ? null : io.ds4j.server.config.ServerConfig.closest(key, CONSTRAINT_KEYS);
                         throw ApiException.badField(path, "is not a structured_outputs field" + (near != null
-                                ? " (did you mean structured_outputs." + near + "?)" : "") + "; it takes regex, choice, json or json_object");
+                                ? " (did you mean structured_outputs." + near + "?)" : "") + "; it takes regex, choice, json, json_object or grammar");
                     }
                 }
             }
         }
-        for (String kind : List.of("regex", "choice")) {
+        for (String kind : List.of("regex", "choice", "grammar")) {
             String field = "guided_" + kind;
             JsonNode v = body.get(field);
             if (v != null && !v.isNull()) out.add(new Asked(field, kind, checked(kind, field, v)));
         }
+        // llama.cpp's name for the same EBNF (GBNF) grammar
+        JsonNode gbnf = body.get("grammar");
+        if (gbnf != null && !gbnf.isNull()) out.add(new Asked("grammar", "grammar", checked("grammar", "grammar", gbnf)));
         // vLLM's older guided_json is structured_outputs.json; its other guided_ kinds this server cannot enforce, and a
         // constraint silently dropped would let through what the client means to exclude
         JsonNode gj = body.get("guided_json");
         if (gj != null && !gj.isNull()) out.add(new Asked("guided_json", "json", checked("json", "guided_json", gj)));
-        for (String field : List.of("guided_grammar", "guided_whitespace_pattern")) {
-            JsonNode v = body.get(field);
-            if (v != null && !v.isNull())
-                throw ApiException.badField(field, "is not supported by this server; it takes guided_regex, guided_choice,"
-                        + " guided_json or structured_outputs");
-        }
+        JsonNode gw = body.get("guided_whitespace_pattern");
+        if (gw != null && !gw.isNull())
+            throw ApiException.badField("guided_whitespace_pattern", "is not supported by this server; it takes guided_regex,"
+                    + " guided_choice, guided_json, guided_grammar or structured_outputs");
         return out;
     }
 
     /**
-     * A regex (a string), a choice (a non-empty array of strings, empty strings included: the output may be one) or a
+     * A regex or an EBNF grammar (a string), a choice (a non-empty array of strings, empty strings included: the output may be one) or a
      * JSON schema (an object, or true / false) as the field gives it.
      * @throws ApiException 400 naming the field, or the element of a choice, that has the wrong type
      */
@@ -760,6 +763,10 @@ final class Requests {
         }
         if (kind.equals("regex")) {
             if (!v.isTextual()) throw ApiException.badField(path, "must be a string (a regular expression), got " + describe(v));
+            return v;
+        }
+        if (kind.equals("grammar")) {
+            if (!v.isTextual()) throw ApiException.badField(path, "must be a string (an EBNF grammar with a rule root ::= ...), got " + describe(v));
             return v;
         }
         if (!v.isArray() || v.isEmpty())
@@ -794,6 +801,13 @@ final class Requests {
                 try {
                     return Grammar.regex(a.value().textValue());
                 } catch (UnsupportedRegexException e) {
+                    throw ApiException.badField(a.field(), e.getMessage());
+                }
+            }
+            case "grammar" -> {
+                try {
+                    return Grammar.ebnf(a.value().textValue());
+                } catch (UnsupportedGrammarException e) {
                     throw ApiException.badField(a.field(), e.getMessage());
                 }
             }

@@ -16,8 +16,10 @@ import static org.junit.jupiter.api.Assertions.*;
  * vLLM's output constraints through HTTP against the embedded default model (random weights, so only the constraint
  * shapes the output): {@code structured_outputs.regex} / {@code guided_regex} outputs match their pattern
  * (java.util.regex, whole string), {@code structured_outputs.choice} / {@code guided_choice} outputs are one of the
- * strings, sampled with temperature 1 over several seeds, streamed or not, on chat and completions, after reasoning,
- * beside tools in auto mode and continuing a prefix; and every misuse is a 400 naming the field.
+ * strings, {@code structured_outputs.grammar} / {@code guided_grammar} / llama.cpp's {@code grammar} outputs are
+ * sentences of their EBNF grammar, sampled with temperature 1 over several seeds, streamed or not, on chat and
+ * completions, after reasoning, beside tools in auto mode and continuing a prefix; and every misuse is a 400 naming the
+ * field (a grammar's refusal its line and column too).
  */
 class RegexChoiceServerTest {
     static TestServer server;
@@ -196,11 +198,10 @@ class RegexChoiceServerTest {
                 + "\"disable_additional_properties\":false,\"disable_any_whitespace\":false,\"grammar\":null},\"max_tokens\":40,\"temperature\":1")));
         JsonNode v = Json.MAPPER.readTree(out);
         assertTrue(v.get("n").isIntegralNumber() && v.size() == 1, out);
-        // vLLM's older guided_json is the same constraint (it was ignored with a warning), guided_grammar a 400
+        // vLLM's older guided_json is the same constraint (it was ignored with a warning)
         out = content(server.post(CHAT, body("\"guided_json\":" + schema + ",\"max_tokens\":40,\"temperature\":1")));
         v = Json.MAPPER.readTree(out);
         assertTrue(v.get("n").isIntegralNumber() && v.size() == 1, out);
-        refused(CHAT, body("\"guided_grammar\":\"root ::= \\\"a\\\"\""), "guided_grammar", "guided_grammar: is not supported by this server");
         refused(CHAT, body("\"guided_json\":" + schema + ",\"guided_regex\":\"a\""), "guided_json", "guided_json: cannot be combined with guided_regex");
         out = content(server.post(CHAT, body("\"structured_outputs\":{\"json_object\":true},\"max_tokens\":40,\"temperature\":1")));
         assertTrue(Json.MAPPER.readTree(out).isObject(), out);
@@ -208,6 +209,51 @@ class RegexChoiceServerTest {
         assertEquals(400, r.status(), r.body());
         assertEquals("structured_outputs.json", r.json().at("/error/param").asText(), r.body());
         assertTrue(r.json().at("/error/message").asText().contains("'pattern'"), r.body());
+    }
+
+    static final String ARITHMETIC = "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*  # sums\nterm ::= [0-9]{1,3} | \"(\" expr \")\"";
+
+    /** Whether text is a whole output of an EBNF grammar (its fewest bytes to a match after the text is 0). */
+    static boolean ofGrammar(String grammar, String text) {
+        io.ds4j.grammar.Grammar after = io.ds4j.grammar.Grammar.ebnf(grammar).after(text);
+        return after != null && after.minBytes() == 0;
+    }
+
+    @Test
+    void grammarOutputsMatch() throws Exception {
+        // vLLM's structured_outputs.grammar and guided_grammar, and llama.cpp's grammar: the same constraint
+        List<String> fields = List.of("\"structured_outputs\":{\"grammar\":" + q(ARITHMETIC) + "}", "\"guided_grammar\":" + q(ARITHMETIC),
+                "\"grammar\":" + q(ARITHMETIC));
+        java.util.Set<String> seen = new java.util.HashSet<>();
+        for (int seed = 0; seed < 6; seed++) {
+            String field = fields.get(seed % 3);
+            String out = content(server.post(CHAT, body(field + ",\"max_tokens\":40,\"temperature\":1,\"seed\":" + seed)));
+            assertTrue(ofGrammar(ARITHMETIC, out), field + " -> '" + out + "'");
+            seen.add(out);
+        }
+        assertTrue(seen.size() > 1, "the model chooses within the grammar: " + seen);
+        // on completions too, streamed
+        TestServer.Resp r = server.post(COMPLETIONS, "{\"prompt\":\"1+\",\"guided_grammar\":" + q(ARITHMETIC)
+                + ",\"max_tokens\":30,\"temperature\":1,\"seed\":3,\"stream\":true}");
+        assertEquals(200, r.status(), r.body());
+        StringBuilder text = new StringBuilder();
+        for (String line : r.body().split("\n")) {
+            if (!line.startsWith("data: {")) continue;
+            text.append(Json.MAPPER.readTree(line.substring(6)).at("/choices/0/text").asText());
+        }
+        assertTrue(ofGrammar(ARITHMETIC, text.toString()), "'" + text + "'");
+    }
+
+    @Test
+    void aGrammarTheEngineCannotEnforceIsA400NamingWhere() throws Exception {
+        refused(CHAT, body("\"structured_outputs\":{\"grammar\":\"root ::= x\"}"), "structured_outputs.grammar",
+                "structured_outputs.grammar: rule 'x' is used but never defined (at line 1, column 10)");
+        refused(CHAT, body("\"guided_grammar\":" + q("root ::= root \"a\" | \"a\"")), "guided_grammar",
+                "guided_grammar: left recursion is not supported: rule 'root' begins with 'root'");
+        refused(COMPLETIONS, "{\"prompt\":\"x\",\"grammar\":" + q("root ::= \"a\"\nroot ::= \"b\"") + "}", "grammar",
+                "grammar: rule 'root' is defined twice (first at line 1) (at line 2, column 1)");
+        refused(CHAT, body("\"guided_grammar\":5"), "guided_grammar", "guided_grammar: must be a string (an EBNF grammar");
+        refused(CHAT, body("\"grammar\":" + q(ARITHMETIC) + ",\"guided_regex\":\"a\""), "grammar", "grammar: cannot be combined with guided_regex");
     }
 
     /** A 400, its param and the start of its message. */
@@ -235,8 +281,8 @@ class RegexChoiceServerTest {
                 "structured_outputs.json: must be a JSON schema (an object), got a string");
         refused(CHAT, body("\"structured_outputs\":{\"regx\":\"a\"}"), "structured_outputs.regx",
                 "structured_outputs.regx: is not a structured_outputs field (did you mean structured_outputs.regex?)");
-        refused(CHAT, body("\"structured_outputs\":{\"grammar\":\"root ::= x\"}"), "structured_outputs.grammar",
-                "structured_outputs.grammar: is not supported by this server");
+        refused(CHAT, body("\"structured_outputs\":{\"structural_tag\":\"{}\"}"), "structured_outputs.structural_tag",
+                "structured_outputs.structural_tag: is not supported by this server");
         refused(CHAT, body("\"structured_outputs\":{\"regex\":\"a\",\"disable_any_whitespace\":true}"),
                 "structured_outputs.disable_any_whitespace", "structured_outputs.disable_any_whitespace: true is not supported");
         // one constraint per request, whichever fields give them

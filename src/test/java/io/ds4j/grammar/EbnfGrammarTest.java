@@ -1,0 +1,175 @@
+package io.ds4j.grammar;
+
+import org.junit.jupiter.api.Test;
+
+import java.nio.charset.StandardCharsets;
+import java.util.SplittableRandom;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * The EBNF grammar ({@link Grammar#ebnf}) byte by byte: the notation (literals and their escapes, classes, any
+ * character, groups, alternatives, repeats, comments, bodies over several lines), recursion (nested brackets,
+ * arithmetic, JSON written as rules), rules that may end without text, the fewest bytes to a match, the nesting limit,
+ * and each refusal with the line and column it names.
+ */
+class EbnfGrammarTest {
+    static boolean matches(Grammar g, String text) {
+        return RegexGrammarTest.matches(g, text);
+    }
+
+    static void accepts(String grammar, String... texts) {
+        Grammar g = Grammar.ebnf(grammar);
+        for (String t : texts) assertTrue(matches(g, t), grammar + "\nmust match '" + t + "'");
+    }
+
+    static void refuses(String grammar, String... texts) {
+        Grammar g = Grammar.ebnf(grammar);
+        for (String t : texts) assertFalse(matches(g, t), grammar + "\nmust not match '" + t + "'");
+    }
+
+    static void refused(String grammar, String says, int line, int column) {
+        UnsupportedGrammarException e = assertThrows(UnsupportedGrammarException.class, () -> Grammar.ebnf(grammar), grammar);
+        assertTrue(e.getMessage().contains(says), e.getMessage());
+        assertEquals(line, e.line(), e.getMessage());
+        assertEquals(column, e.column(), e.getMessage());
+    }
+
+    @Test
+    void theNotation() {
+        accepts("root ::= \"abc\"", "abc");
+        refuses("root ::= \"abc\"", "", "ab", "abcd");
+        accepts("root ::= \"a\\\"b\\\\c\\n\\t\\x41\\u00e9\\U0001F600\\/\"", "a\"b\\c\n\tAé😀/");
+        accepts("root ::= \"héllo 日本 😀\"", "héllo 日本 😀");
+        accepts("root ::= [a-c] [^0-9\\]] [\\-x]", "a!-", "c]x".replace("]", "%"));
+        refuses("root ::= [a-c] [^0-9\\]] [\\-x]", "d!-", "a5-", "a]-");
+        accepts("root ::= [^] .", "\n\n", "日😀");
+        accepts("root ::= (\"x\" | \"y\")+ \"z\"? \"w\"* [0-9]{2,3} \"q\"{2} \"r\"{1,} \"s\"{,2}",
+                "xyzw12qqr", "yy123qqrrrss", "x99qqr");
+        refuses("root ::= (\"x\" | \"y\")+ \"z\"? \"w\"* [0-9]{2,3} \"q\"{2} \"r\"{1,} \"s\"{,2}",
+                "z12qqr", "x1qqr", "x1234qqr", "x12qr", "x12qq", "x12qqrsss");
+        // the empty literal and the empty group match nothing, so they make a part optional
+        accepts("root ::= \"a\" (\"\" | \"b\") ()", "a", "ab");
+        // comments; a rule's body over several lines; rules in any order
+        accepts("""
+                # a greeting
+                root ::= greeting  # then a name
+                         " " name |
+                         "bye"
+                name ::=
+                  [A-Z] [a-z]*   # capitalised
+                greeting ::= "hello" | "hi"
+                """, "hello Ann", "hi Bo", "bye");
+        refuses("""
+                root ::= greeting " " name
+                name ::= [A-Z] [a-z]*
+                greeting ::= "hello"
+                """, "hello ann", "hello");
+        // a rule name may hold digits, '_' and '-'
+        accepts("root ::= a_1 b-2\na_1 ::= \"x\"\nb-2 ::= \"y\"", "xy");
+    }
+
+    @Test
+    void recursion() {
+        String brackets = "root ::= (\"(\" root \")\" | \"[\" root \"]\")*";
+        accepts(brackets, "", "()", "([])()", "[[[()]]]");
+        refuses(brackets, "(", "(]", ")(", "([)]");
+        String arithmetic = """
+                root ::= expr
+                expr ::= term (("+" | "-") term)*
+                term ::= factor (("*" | "/") factor)*
+                factor ::= [0-9]+ | "(" expr ")" | "-" factor
+                """;
+        accepts(arithmetic, "1", "1+2*3", "(1+2)*-3", "((4))/(5-6)", "--7");
+        refuses(arithmetic, "", "1+", "(1", "1)", "*2", "1++2");
+        String json = """
+                root ::= value
+                value ::= object | array | string | number | "true" | "false" | "null"
+                object ::= "{" ws (member ("," ws member)*)? "}" ws
+                member ::= string ":" ws value
+                array ::= "[" ws (value ("," ws value)*)? "]" ws
+                string ::= "\\"" ([^"\\\\] | "\\\\" ["\\\\/bfnrt])* "\\"" ws
+                number ::= "-"? [0-9]+ ("." [0-9]+)? ws
+                ws ::= [ \\t\\n]*
+                """;
+        accepts(json, "{}", "{\"a\": [1, 2.5, {\"b\": null}], \"c\": \"x\\\"y\"}", "[[], [[]], true]");
+        refuses(json, "{", "{\"a\" 1}", "[1,]", "\"open", "{\"a\": tru}");
+    }
+
+    @Test
+    void rulesThatMayEndWithoutText() {
+        // a rule that may be empty, repeated: no endless descent, and the text around it still parses
+        accepts("root ::= \"<\" item* \">\"\nitem ::= \"x\"?", "<>", "<x>", "<xxx>");
+        refuses("root ::= \"<\" item* \">\"\nitem ::= \"x\"?", "<", "<y>");
+        accepts("root ::= a b a\na ::= \"\" | \"a\"\nb ::= a a", "", "a", "aaa");
+        refuses("root ::= a b a\na ::= \"\" | \"a\"\nb ::= a a", "aaaaa", "b");
+        assertTrue(Grammar.ebnf("root ::= e e e\ne ::= ()").startState().accepting());
+    }
+
+    @Test
+    void distancesAreTheFewestBytesToAMatch() {
+        Grammar g = Grammar.ebnf("root ::= \"(\" inner \")\"\ninner ::= \"日\" | \"ab\" | root");
+        assertEquals(4, RegexGrammarTest.walk(g, "").dist());
+        assertEquals(3, RegexGrammarTest.walk(g, "(").dist());
+        assertEquals(4, RegexGrammarTest.walk(g, "((").dist());
+        assertEquals(1, RegexGrammarTest.walk(g, "((ab)").dist());
+        assertEquals(0, RegexGrammarTest.walk(g, "((ab))").dist());
+        // dist is exact along random walks of a recursive grammar (checked byte by byte)
+        SplittableRandom r = new SplittableRandom(5);
+        for (int i = 0; i < 40; i++) assertNotNull(RegexPropertyTest.generate(g.startState(), r, "brackets"));
+    }
+
+    @Test
+    void nestingPastTheLimitIsAGrammarLimit() {
+        Grammar g = Grammar.ebnf("root ::= \"(\" root \")\" | \"x\"");
+        String open = "(".repeat(Ebnf.MAX_NESTING - 1);
+        GState closed = RegexGrammarTest.walk(g, open + "x" + ")".repeat(Ebnf.MAX_NESTING - 1));
+        assertNotNull(closed, "as deep as the limit");
+        assertTrue(closed.accepting());
+        GState deepest = RegexGrammarTest.walk(g, open + "(");
+        assertNotNull(deepest);
+        GrammarLimitException e = assertThrows(GrammarLimitException.class, () -> deepest.next('x'));
+        assertTrue(e.getMessage().contains("more than " + Ebnf.MAX_NESTING + " uses of the grammar's rules"), e.getMessage());
+    }
+
+    @Test
+    void refusalsNameWhatAndWhere() {
+        refused("root ::= item\nitem ::= \"x\" thing", "rule 'thing' is used but never defined", 2, 14);
+        refused("root ::= \"x\"\nroot ::= \"y\"", "rule 'root' is defined twice (first at line 1)", 2, 1);
+        refused("start ::= \"x\"", "no rule 'root'", 1, 1);
+        refused("", "the grammar is empty", 1, 1);
+        refused("root ::= root \"a\" | \"a\"", "left recursion is not supported: rule 'root' begins with 'root'", 1, 1);
+        refused("root ::= \"<\" a\na ::= b? c\nb ::= \"b\"\nc ::= d \"x\"\nd ::= a | \"d\"",
+                "left recursion is not supported: rule 'a' begins with 'c', which begins with 'd', which begins with 'a'", 2, 1);
+        refused("root ::= \"(\" root \")\"", "rule 'root' matches no finite text", 1, 1);
+        refused("root[max_tokens=3] ::= \"x\"", "rule options ('root[...] ::=') are not supported", 1, 5);
+        refused("root ::= \"x\" (= \"y\")", "lookahead assertions", 1, 14);
+        refused("root ::= tag(\"x\")", "macros ('tag(...)') are not supported", 1, 10);
+        refused("root ::= \"\\x41B\"", "is one character to XGrammar and '\\x41' followed by 'B' to llama.cpp", 1, 11);
+        refused("root ::= a.\na ::= \"x\"", "a '.' right after a rule name", 1, 11);
+        refused("root ::= 'x'", "double quotes", 1, 10);
+        refused("root ::= \"abc\ndef\"", "unterminated string", 1, 10);
+        refused("root ::= [abc", "unterminated character class", 1, 10);
+        refused("root ::= (\"a\"", "this '(' is never closed", 1, 10);
+        refused("root ::= \"a\")", "this ')' closes no group", 1, 13);
+        refused("root ::= \"a\" b ::= \"c\"", "a rule definition must begin its own line", 1, 16);
+        refused("root ::= [\\d]", "shorthand classes such as '\\d' are not supported", 1, 11);
+        refused("root ::= \"a\"++", "a repeat follows another", 1, 14);
+        refused("root ::= * \"a\"", "nothing to repeat", 1, 10);
+        refused("root ::= \"a\"{3,1}", "the minimum is above the maximum", 1, 13);
+        refused("root ::= \"a\"{x}", "a repeat is written", 1, 13);
+        refused("root ::= [z-a]", "its end is below its start", 1, 11);
+        refused("root ::= \"\\q\"", "unknown escape '\\q'", 1, 11);
+        refused("root ::= \"\\uD800\"", "surrogate", 1, 11);
+        refused("root = \"x\"", "'::=' must follow the rule name 'root'", 1, 6);
+        refused("root ::= \"x\"\n::= \"y\"", "'::=' without a rule name before it", 2, 1);
+        refused("::= \"y\"", "a rule must begin with its name", 1, 1);
+    }
+
+    @Test
+    void aGrammarPastThePositionLimitIsRefused() {
+        UnsupportedGrammarException e = assertThrows(UnsupportedGrammarException.class,
+                () -> Grammar.ebnf("root ::= (\"ab\" | [0-9]){5000}"));
+        assertTrue(e.getMessage().contains("more than " + Regex.MAX_POSITIONS + " NFA positions"), e.getMessage());
+    }
+}
