@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (docs/gpu.md): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-json, batch-long, step-profile, split-ab.
+# One device call (docs/gpu.md): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-json, batch-gbnf, batch-long, step-profile, split-ab.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -41,6 +41,7 @@ for p in ${phases//,/ }; do
     # every request held to one JSON schema at 1, 16 and 64 streams (constrained decoding at concurrency: the shared
     # grammar masks and the constrained rows sampled on the host's 16 cores); A/B against an older jar by checking one out
     batch-json) TAILN=30 run batch-json 560 tools/device/run.sh ds4j bench-server --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --clients 1,16,64 --requests 16 --max-tokens 128 --json-schema tools/schemas/bench-person.json ;;
+    batch-gbnf) TAILN=30 run batch-gbnf 560 tools/device/run.sh ds4j bench-server --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --clients 1,16,64 --requests 16 --max-tokens 128 --grammar tools/grammars/bench-person.gbnf ;;
     batch-long) TAILN=30 run batch-long 560 tools/device/run.sh ds4j bench-server --backend hip --preset flash-shaped --layers 43 --experts 16 --dtype fp8 --clients 16 --requests 16 --max-tokens 256 --long-prompt 32768 --skip-engine-alone ;;
     # one full-depth decode step kernel by kernel (DS4J_PROFILE_STEP: the 8th forward step of this bench is a decode
     # step), summed by kernel; the raw CSV stays in $OUT/step-profile.csv

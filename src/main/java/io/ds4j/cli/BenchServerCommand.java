@@ -107,6 +107,10 @@ public final class BenchServerCommand implements Callable<Integer> {
             + "which has no constraint, is then left out") Path jsonSchema;
     /** The response_format every request carries (--json-schema), or null. */
     private ObjectNode responseFormat;
+    @Option(names = "--grammar", paramLabel = "FILE", description = "hold every request's output to this EBNF grammar "
+            + "(structured_outputs.grammar, rule root), to measure constrained decoding; not with --json-schema") Path grammar;
+    /** The grammar every request carries (--grammar), or null. */
+    private String grammarText;
 
     @Option(names = "--url", paramLabel = "URL", description = "measure a server already running at URL (e.g. a cluster gateway, "
             + "http://127.0.0.1:8080) instead of starting one: single-stream and concurrent figures with per-token latency, "
@@ -132,6 +136,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             serverProps = remoteProps();
         }
         if (jsonSchema != null) responseFormat = responseFormat(jsonSchema);
+        if (grammar != null) grammarText = grammarText(grammar);
         if (url == null) Backends.checkAvailable(backend);  // the server's backend, before a model is made for it
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
         Path dir = source.model != null ? source.model
@@ -146,6 +151,8 @@ public final class BenchServerCommand implements Callable<Integer> {
 
         if (responseFormat != null)
             System.out.printf("every request's output held to the JSON schema %s (strict)%n", jsonSchema);
+        if (grammarText != null)
+            System.out.printf("every request's output held to the EBNF grammar %s (structured_outputs.grammar)%n", grammar);
         if (url != null) {
             // the local model only sizes the prompts: what the server runs is what its /props says
             System.out.printf("bench-server: %s%n", remoteLine(base, serverProps));
@@ -190,7 +197,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             port = server.port();
             base = "http://127.0.0.1:" + port;
             http = newClient();
-            if (backend.equals("cpu") && !skipEngineAlone && responseFormat == null) engineAlone(dir, prompt, tok, user);
+            if (backend.equals("cpu") && !skipEngineAlone && responseFormat == null && grammarText == null) engineAlone(dir, prompt, tok, user);
             else for (int i = 0; i < 5; i++) stream(user); // warm-up
             if (longUser != null) {
                 // the long prompt's chunk-sized prefill steps are compiled (JIT) before they are measured
@@ -282,6 +289,8 @@ public final class BenchServerCommand implements Callable<Integer> {
      * before failing (--max-tokens 0: HTTP 400), or be quietly replaced (--requests 0 ran one request a client).
      */
     String badOption() {
+        if (jsonSchema != null && grammar != null)
+            return "--json-schema and --grammar each hold the whole output: give one of them";
         // --url first: a flag that --url makes pointless is named as such, not for its value
         if (url == null && apiKey != null)
             return "--api-key is the key for the server at --url; without --url it would have no effect: give --url or leave it out";
@@ -992,11 +1001,32 @@ public final class BenchServerCommand implements Callable<Integer> {
         return rf;
     }
 
+    /**
+     * The grammar of --grammar: the file's text, compiled once here so that one the server would refuse is said before a
+     * model is made or loaded.
+     * @throws CommandLine.ParameterException when the file cannot be read or holds a grammar the engine cannot enforce
+     */
+    private String grammarText(Path file) {
+        String text;
+        try {
+            text = java.nio.file.Files.readString(file);
+        } catch (java.io.IOException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--grammar: cannot read " + file + ": " + e.getMessage());
+        }
+        try {
+            io.ds4j.grammar.Grammar.ebnf(text);
+        } catch (io.ds4j.grammar.UnsupportedGrammarException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--grammar: " + file + ": " + e.getMessage());
+        }
+        return text;
+    }
+
     private HttpRequest chatRequest(String content, int maxTok, boolean streamIt) {
         ObjectNode b = json.createObjectNode();
         b.putArray("messages").addObject().put("role", "user").put("content", content);
         b.put("stream", streamIt).put("max_tokens", maxTok).put("temperature", 0).put("ignore_eos", true);
         if (responseFormat != null) b.set("response_format", responseFormat);
+        if (grammarText != null) b.putObject("structured_outputs").put("grammar", grammarText);
         // the running usage on every chunk: how many tokens each one stands for (ITL per token)
         if (streamIt) b.putObject("stream_options").put("include_usage", true).put("continuous_usage_stats", true);
         // the long prompt is prefilled in full every time: a prefix-cache hit would skip the work it stands for

@@ -133,7 +133,9 @@ final class Ebnf {
 
         private GState step(int b, List<Frame> active) {
             GState own = local.next(b);
-            GState mine = own == null ? null : new Frame(own, k, depth);
+            // a loop of the rule's own text (a string's characters) stays this very frame: nothing to build, and the
+            // mask's walk over the token trie then finds its distance known
+            GState mine = own == null ? null : own == local ? this : new Frame(own, k, depth);
             if (!(local instanceof Regex.At at) || (at.calls().length == 0 && !at.ends())) return mine;
             if (active == null) active = new ArrayList<>();
             for (Frame f : active) if (f.equals(this)) return null;

@@ -134,6 +134,22 @@ class BenchServerCommandTest {
         assertFalse(p.out().contains("bench-server: model"), "nothing loaded: " + p.out());
     }
 
+    /** A --grammar the engine cannot enforce is one line naming the file, line and column, before anything loads. */
+    @Test
+    void aBrokenGrammarFileIsOneClearLine(@org.junit.jupiter.api.io.TempDir java.nio.file.Path tmp) throws Exception {
+        java.nio.file.Path f = tmp.resolve("bad.gbnf");
+        java.nio.file.Files.writeString(f, "root ::= item\nitem ::= \"x\" thing\n");
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench-server", "--clients", "1", "--requests", "1", "--grammar", f.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--grammar: " + f + ": rule 'thing' is used but never defined (at line 2, column 14)"), r.err());
+        assertFalse(r.out().contains("bench-server: model"), "nothing loaded: " + r.out());
+        GenerateCommandTest.Run both = GenerateCommandTest.run("bench-server", "--grammar", f.toString(), "--json-schema", f.toString());
+        assertEquals(2, both.code(), both.err());
+        assertTrue(both.err().contains("--json-schema and --grammar each hold the whole output"), both.err());
+        // the grammar the benchmark names compiles
+        org.junit.jupiter.api.Assertions.assertNotNull(io.ds4j.grammar.Grammar.ebnf(java.nio.file.Files.readString(java.nio.file.Path.of("tools/grammars/bench-person.gbnf"))));
+    }
+
     /** Values out of range are refused with the option's name and its range, not run with a quiet replacement. */
     @Test
     void badOptionValuesAreNamedWithTheirRange() {
