@@ -391,23 +391,26 @@ public final class CpuBackend implements Backend {
         float[] ql = new float[R * c.qLoraRank], kv = new float[R * d];
         ModelWeights.Compressor cw = kind != AttentionKind.SLIDING ? L.compressor : null;
         ModelWeights.Indexer ix = kind == AttentionKind.CSA ? L.indexer : null;
-        int cwc = cw == null ? 0 : kind == AttentionKind.CSA ? 2 * d : d, iwc = ix == null ? 0 : 2 * c.indexHeadDim;
-        float[] ca = new float[R * cwc], cz = new float[R * cwc], ia = new float[R * iwc], iz = new float[R * iwc];
+        // the compressors' value and gate rows per token, 2d wide in a CSA layer (its windows overlap: width 2m, stride m)
+        int compressorWidth = cw == null ? 0 : kind == AttentionKind.CSA ? 2 * d : d;
+        int indexerWidth = ix == null ? 0 : 2 * c.indexHeadDim;
+        float[] ca = new float[R * compressorWidth], cz = new float[R * compressorWidth];
+        float[] ia = new float[R * indexerWidth], iz = new float[R * indexerWidth];
         float[] wt = new float[ix == null ? 0 : R * c.indexHeads];
         float[] qi = new float[ix == null ? 0 : R * c.indexHeads * c.indexHeadDim];
-        List<WeightMatrix> pw = new ArrayList<>(List.of(L.qA, L.kv));
-        List<float[]> py = new ArrayList<>(List.of(ql, kv));
+        List<WeightMatrix> projections = new ArrayList<>(List.of(L.qA, L.kv));
+        List<float[]> outputs = new ArrayList<>(List.of(ql, kv));
         if (cw != null) {
-            pw.addAll(List.of(cw.kvProj, cw.gateProj));
-            py.addAll(List.of(ca, cz));
+            projections.addAll(List.of(cw.kvProj, cw.gateProj));
+            outputs.addAll(List.of(ca, cz));
         }
         if (ix != null) {
-            pw.addAll(List.of(ix.compressor.kvProj, ix.compressor.gateProj, ix.weightsProj));
-            py.addAll(List.of(ia, iz, wt));
+            projections.addAll(List.of(ix.compressor.kvProj, ix.compressor.gateProj, ix.weightsProj));
+            outputs.addAll(List.of(ia, iz, wt));
         }
-        float[][] px = new float[pw.size()][];
-        Arrays.fill(px, x);
-        Gemm.matmuls(R, pw.toArray(WeightMatrix[]::new), px, py.toArray(float[][]::new));
+        float[][] inputs = new float[projections.size()][];
+        Arrays.fill(inputs, x);
+        Gemm.matmuls(R, projections.toArray(WeightMatrix[]::new), inputs, outputs.toArray(float[][]::new));
         // 1. query latent, 2. queries
         Ops.rmsNormRows(ql, R, c.qLoraRank, L.qANorm, eps);
         float[] q = new float[R * H * d];
@@ -421,8 +424,8 @@ public final class CpuBackend implements Backend {
         int keys = 0;
         for (int e = 0; e < E; e++) {
             int r0 = b.first[e], S = b.count[e];
-            ek[e] = attendEntry(b.seqs[e], l, L, slice(q, r0, S, H * d), slice(kv, r0, S, d), slice(ca, r0, S, cwc),
-                    slice(cz, r0, S, cwc), slice(ia, r0, S, iwc), slice(iz, r0, S, iwc), slice(wt, r0, S, ix == null ? 0 : c.indexHeads),
+            ek[e] = attendEntry(b.seqs[e], l, L, slice(q, r0, S, H * d), slice(kv, r0, S, d), slice(ca, r0, S, compressorWidth),
+                    slice(cz, r0, S, compressorWidth), slice(ia, r0, S, indexerWidth), slice(iz, r0, S, indexerWidth), slice(wt, r0, S, ix == null ? 0 : c.indexHeads),
                     slice(qi, r0, S, ix == null ? 0 : c.indexHeads * c.indexHeadDim), S, b.start[e]);
             base[e + 1] = base[e] + S * H;
             keys = Math.max(keys, c.slidingWindow + ek[e].nEnt + 1);
@@ -792,7 +795,7 @@ public final class CpuBackend implements Backend {
         float[] lam = new float[S * E];
         Gemm.matmul(L.gate, h, S, lam);
         int[] ids = new int[S * k];
-        float[] wts2 = new float[S * k];
+        float[] routeWeights = new float[S * k];
         float[] sc = new float[E], biased = new float[E];
         for (int s = 0; s < S; s++) {
             for (int e = 0; e < E; e++) sc[e] = Ops.sqrtSoftplus(lam[s * E + e]);
@@ -806,7 +809,7 @@ public final class CpuBackend implements Backend {
             for (int j = 0; j < k; j++) sum += sc[pick[j]];
             for (int j = 0; j < k; j++) {
                 ids[s * k + j] = pick[j];
-                wts2[s * k + j] = sc[pick[j]] / (sum + 1e-20f) * (float) c.routedScaling;
+                routeWeights[s * k + j] = sc[pick[j]] / (sum + 1e-20f) * (float) c.routedScaling;
             }
         }
         float[] out = new float[S * D];
@@ -826,7 +829,7 @@ public final class CpuBackend implements Backend {
                 for (int j = 0; j < k; j++)
                     if (ids[s * k + j] == e) {
                         rs[cnt] = s;
-                        ws[cnt++] = wts2[s * k + j];
+                        ws[cnt++] = routeWeights[s * k + j];
                     }
             active[na] = e;
             rowsOf[na] = rs;

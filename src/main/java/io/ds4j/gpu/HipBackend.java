@@ -691,8 +691,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         fault = call;
     }
 
-    /** Checks a library call's status; in profile mode also waits and books its time under cat. */
-    private void k(int rc, String what, String cat) {
+    /**
+     * After a library call (a kernel launch or copy on the stream): checks its status (a test's injected fault in its
+     * place where one names {@code what}), and in profile mode waits for it and books its time under {@code cat}.
+     */
+    private void launched(int rc, String what, String cat) {
         if (faultAt != null && faultAt.equals(what)) {
             java.util.function.IntSupplier f = fault;
             faultAt = null;
@@ -733,7 +736,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * tensor-core prefill path, {@link #tcEntry}; 0 for the library's threshold).
      */
     private void matmul(DeviceMatrix m, long x, long ldx, long y, long ldy, int S, int tcRows) {
-        k(ds4j_matmul(ctx(), m.format(), ptr(m.data()), ptr(m.scale()), m.scaleKind(), m.rowBase(), m.rows(), m.cols(),
+        launched(ds4j_matmul(ctx(), m.format(), ptr(m.data()), ptr(m.scale()), m.scaleKind(), m.rowBase(), m.rows(), m.cols(),
                 ptr(x), ldx, ptr(y), ldy, S, tcRows), m.name(), m == w.lmHead ? "lm_head" : "matmul (dense)");
     }
 
@@ -743,11 +746,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     private void rmsnorm(long x, long y, long weight, int rows, int n) {
-        k(ds4j_rmsnorm(ctx(), ptr(x), ptr(y), ptr(weight), rows, n, (float) c.rmsEps), "rmsnorm", "norm, rope, mHC");
+        launched(ds4j_rmsnorm(ctx(), ptr(x), ptr(y), ptr(weight), rows, n, (float) c.rmsEps), "rmsnorm", "norm, rope, mHC");
     }
 
     private void rope(long x, int S, int heads, int width, long table, long pos0, long step, boolean inverse) {
-        k(ds4j_rope(ctx(), ptr(x), S, heads, width, c.ropeDim, ptr(table), pos0, step, inverse ? 1 : 0), "rope", "norm, rope, mHC");
+        launched(ds4j_rope(ctx(), ptr(x), S, heads, width, c.ropeDim, ptr(table), pos0, step, inverse ? 1 : 0), "rope", "norm, rope, mHC");
     }
 
     @Override
@@ -1372,7 +1375,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             if (given == 0 && !continues) {
                 if (X == 0) X = ws.f32((long) R * nD);
                 DeviceMatrix e = w.embed;
-                k(ds4j_embed(ctx(), e.format(), ptr(e.data()), ptr(e.scale()), e.scaleKind(), e.rowBase(), e.rows(), e.cols(),
+                launched(ds4j_embed(ctx(), e.format(), ptr(e.data()), ptr(e.scale()), e.scaleKind(), e.rowBase(), e.rows(), e.cols(),
                         ptr(tok), R, n, ptr(X)), "embed", "embed");
             }
             post = ws.f32((long) R * n);
@@ -1422,7 +1425,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         public void mixPost(Long X, Long f) {
             long[] m = combine != null && combine[0] == f ? combine : null;
             combine = null;
-            k(ds4j_hc_post_norm(ctx(), ptr(X), ptr(m != null ? m[4] : f), ptr(m != null ? m[1] : 0), ptr(m != null ? m[2] : 0),
+            launched(ds4j_hc_post_norm(ctx(), ptr(X), ptr(m != null ? m[4] : f), ptr(m != null ? m[1] : 0), ptr(m != null ? m[2] : 0),
                     ptr(m != null ? m[3] : 0), c.expertsPerToken, ptr(post), ptr(comb), R, c.hcMult, c.hidden, (float) c.rmsEps,
                     ptr(v)), "hc_post (+ combine, norm)", "norm, rope, mHC");
             vReady = true;
@@ -1458,7 +1461,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         for (int i = 0; i < R; i++) gpu.copy(xs + 4L * i * nD, X + 4L * rows[i] * nD, 4L * nD);
         rmsnorm(xs, v, 0, R, nD);
         matmulRuns(runs, w.hcHeadFn, v, mu);
-        k(ds4j_hc_head(ctx(), ptr(mu), ptr(w.hcHeadBase), ptr(w.hcHeadScale), ptr(xs), R, n, D, (float) c.hcEps, ptr(y)), "hc_head", "norm, rope, mHC");
+        launched(ds4j_hc_head(ctx(), ptr(mu), ptr(w.hcHeadBase), ptr(w.hcHeadScale), ptr(xs), R, n, D, (float) c.hcEps, ptr(y)), "hc_head", "norm, rope, mHC");
         rmsnorm(y, y, w.finalNorm, R, D);
         long logits = ws.f32((long) R * c.vocabSize);
         matmulRuns(runs, w.lmHead, y, logits);
@@ -1477,7 +1480,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (!b.vReady) rmsnorm(X, b.v, 0, S, nD);
         b.vReady = false;
         matmulRuns(b.runs, fn, b.v, mu);
-        k(ds4j_hc_pre_norm(ctx(), ptr(mu), ptr(base), ptr(scale), ptr(X), S, n, D, c.sinkhornIters, (float) c.hcEps,
+        launched(ds4j_hc_pre_norm(ctx(), ptr(mu), ptr(base), ptr(scale), ptr(X), S, n, D, c.sinkhornIters, (float) c.hcEps,
                 ptr(b.post), ptr(b.comb), ptr(b.col), ptr(norm), (float) c.rmsEps), "hc_pre + norm", "norm, rope, mHC");
         ws.release(mark);
     }
@@ -1529,7 +1532,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         boolean grouped = b.group != null;
         if (grouped) {
             // every row's query and kv norm + RoPE at its own position, in two launches (the same kernels as one entry's)
-            k(ds4j_qkv_norm_rope(ctx(), ptr(q), ptr(kv), ptr(L.kvNorm), R, H, d, (float) c.rmsEps, c.ropeDim, ptr(P), 0, ptr(b.pos)),
+            launched(ds4j_qkv_norm_rope(ctx(), ptr(q), ptr(kv), ptr(L.kvNorm), R, H, d, (float) c.rmsEps, c.ropeDim, ptr(P), 0, ptr(b.pos)),
                     "q, kv norm + rope (+ f16)", "norm, rope, mHC");
             long mark = ws.mark();
             attendGroup(b, l, L, x, ql, q, kv, o);
@@ -1543,13 +1546,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             ws.release(mark);
         }
         // 6. de-rotation of every row at its position (the entries outside the group were left for this launch)
-        if (grouped) k(ds4j_rope_at(ctx(), ptr(o), R, H, d, c.ropeDim, ptr(P), ptr(b.pos), 1), "rope", "norm, rope, mHC");
+        if (grouped) launched(ds4j_rope_at(ctx(), ptr(o), R, H, d, c.ropeDim, ptr(P), ptr(b.pos), 1), "rope", "norm, rope, mHC");
         // 7. grouped output projection
         final int G = c.oGroups, Rk = c.oLoraRank, gw = H * d / G;
         long y = ws.f32((long) R * G * Rk);
         DeviceMatrix oA = L.oA;
         for (int[] run : b.runs)
-            k(ds4j_matmul_grouped(ctx(), oA.format(), ptr(oA.data()), ptr(oA.scale()), oA.scaleKind(), oA.rowBase(), oA.rows(), oA.cols(),
+            launched(ds4j_matmul_grouped(ctx(), oA.format(), ptr(oA.data()), ptr(oA.scale()), oA.scaleKind(), oA.rowBase(), oA.rows(), oA.cols(),
                     Rk, gw, ptr(o + 4L * run[0] * H * d), (long) H * d, ptr(y + 4L * run[0] * G * Rk), (long) G * Rk, run[1], run[2]),
                     oA.name(), "matmul (dense)");
         long out = ws.f32((long) R * D);
@@ -1575,7 +1578,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         HipSequence.LayerState st = seq.layers[l];
         if (!normed) { // else the step has done the norms and RoPE of every row at its position (ds4j_rmsnorm_rope_at)
             // queries: norm and RoPE per head; 3. shared kv: norm, RoPE, rounded to F16 as stored; one launch
-            k(ds4j_qkv_norm_rope(ctx(), ptr(q), ptr(kv), ptr(L.kvNorm), S, H, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0,
+            launched(ds4j_qkv_norm_rope(ctx(), ptr(q), ptr(kv), ptr(L.kvNorm), S, H, d, (float) c.rmsEps, c.ropeDim, ptr(P), N0,
                     MemorySegment.NULL), "q, kv norm + rope (+ f16)", "norm, rope, mHC");
         }
         // 4. the indexer's selection (the compressors' steps ran with their inputs, HipBackend.compressors)
@@ -1597,7 +1600,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             long ring32 = toF32(st.win, (long) st.winCap * d);
             int count = st.comp == null ? 0 : CacheLayout.entries(N0 + S, m);
             long entries32 = count == 0 ? 0 : toF32(entries, (long) count * d);
-            k(ds4j_attention_f32(ctx(), ptr(q), ptr(kv), ptr(ring32), st.winCap, ptr(entries32), akind, m, ptr(sel), c.indexTopk,
+            launched(ds4j_attention_f32(ctx(), ptr(q), ptr(kv), ptr(ring32), st.winCap, ptr(entries32), akind, m, ptr(sel), c.indexTopk,
                     ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention (f32 copy)", "attention");
             noteVerifyMode(kind, "f32-convert", "f32-convert");
         } else if (inPlace && attendedRows(c, l, N0, S) > shortRows) {
@@ -1608,7 +1611,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                     "attention work size");
             long workBytes = outLong.get(ValueLayout.JAVA_LONG, 0);
             long work = workBytes == 0 ? 0 : ws.alloc(workBytes);
-            k(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
+            launched(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
                     c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, shortRows, impl, ptr(work), workBytes, ptr(o)),
                     "attention (f16 in place, tensor cores)", "attention");
             if (verify) noteVerifyMode(kind, "f16 tensor-core", (tensorCores ? "f16 tensor-core" : "f16 in place, portable kernel (no tensor cores)")
@@ -1616,17 +1619,17 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         } else if (step == StepKind.PREFILL && tcEntry(step, S) && tensorCores && prefillTensorCores) {
             // a prefill chunk: every query on tensor cores at F32 accuracy, its keys read once for all 64 heads (the F32
             // kernel below runs a block per head and query and re-reads them 64 times); one block per query, no split
-            k(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
+            launched(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
                     c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, 0L, DS4J_F16OPS_WHOLE(), MemorySegment.NULL, 0L, ptr(o)),
                     "attention (prefill, tensor cores)", "attention");
         } else {
-            k(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m,
+            launched(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m,
                     ptr(sel), c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention", "attention");
             if (verify) noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, N0, S) + " <= " + shortRows + ")");
         }
         if (!normed) rope(o, S, H, d, P, N0, 1, true);
         // the newest raw rows go to the ring after every query of this step has read the old ones
-        k(ds4j_ring_store(ctx(), ptr(st.win), 1, st.winCap, d, ptr(kv), N0, S), "window ring store", "attention");
+        launched(ds4j_ring_store(ctx(), ptr(st.win), 1, st.winCap, d, ptr(kv), N0, S), "window ring store", "attention");
     }
 
     // ------------------------------------------------------------------------------------------------------------
@@ -1840,16 +1843,16 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             // the control: the group's complete F16 cache rows to F32, then F32 attention on the copies
             long entries = kind == AttentionKind.CSA ? b.csaBound : kind == AttentionKind.HCA ? b.hcaBound : 0;
             var v32 = convertGroup(b, hWin, dWin, b.ringRows, m, entries, d);
-            k(ds4j_attention_f32_seqs(ctx(), v32.host(), ptr(v32.device()), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks),
+            launched(ds4j_attention_f32_seqs(ctx(), v32.host(), ptr(v32.device()), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks),
                     H, d, W, scale, ptr(o)), "attention (f32 copy)", "attention");
             noteVerifyMode(kind, "f32-convert", "f32-convert");
-        } else k(ds4j_attention_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks), H, d, W,
+        } else launched(ds4j_attention_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks), H, d, W,
                 scale, ptr(o)), "attention", "attention");
         for (int e : b.group)
             if (b.kinds[e] == StepKind.VERIFY && verifyAttention == VerifyAttention.F16)
                 noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, b.start[e], b.count[e]) + " <= " + shortRows + ")");
         // the newest raw rows go to the rings after every query of this step has read the old ones
-        k(ds4j_ring_store_seqs(ctx(), hWin, ptr(dWin), G, 0, 1, d, ptr(kv)), "window ring store", "attention");
+        launched(ds4j_ring_store_seqs(ctx(), hWin, ptr(dWin), G, 0, 1, d, ptr(kv)), "window ring store", "attention");
     }
 
     /**
@@ -1880,7 +1883,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         var h = groupHostView(b, l, view);
         long dv = groupView(b, l, view);
         int G = b.group.length;
-        k(ds4j_compress_step_seqs(ctx(), h, ptr(dv), G, ptr(a), ptr(z), cs0.m, cs0.w, cs0.overlap ? 1 : 0, ptr(W.positionBias),
+        launched(ds4j_compress_step_seqs(ctx(), h, ptr(dv), G, ptr(a), ptr(z), cs0.m, cs0.w, cs0.overlap ? 1 : 0, ptr(W.positionBias),
                 ptr(W.norm), (float) c.rmsEps, ptr(ropeCompress), c.ropeDim), "compress_pool + ring stores", "compressor");
     }
 
@@ -1900,18 +1903,18 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         long qi = ws.f32((long) R * HI * dI), wt = ws.f32((long) R * HI);
         matmulRuns(b.runs, L.indexer.qB, ql, qi);
         matmulRuns(b.runs, L.indexer.weightsProj, x, wt);
-        k(ds4j_rope_at(ctx(), ptr(qi), R, HI, dI, c.ropeDim, ptr(ropeCompress), ptr(b.pos), 0), "rope", "norm, rope, mHC");
+        launched(ds4j_rope_at(ctx(), ptr(qi), R, HI, dI, c.ropeDim, ptr(ropeCompress), ptr(b.pos), 0), "rope", "norm, rope, mHC");
         long scores = ws.f32(R * ld), sel = ws.i32((long) R * K);
         float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
         var h = groupHostView(b, l, 2);
         long dv = groupView(b, l, 2);
         if (b.convert) { // the control: every indexer key to F32 first
             var v32 = convertGroup(b, h, dv, 0, m, ld, dI);
-            k(ds4j_indexer_scores_f32_seqs(ctx(), v32.host(), ptr(v32.device()), G, ptr(qi), ptr(wt), m, HI, dI, K, wScale, sScale,
+            launched(ds4j_indexer_scores_f32_seqs(ctx(), v32.host(), ptr(v32.device()), G, ptr(qi), ptr(wt), m, HI, dI, K, wScale, sScale,
                     ptr(scores), ld), "indexer_scores (f32 copy)", "indexer");
-        } else k(ds4j_indexer_scores_seqs(ctx(), h, ptr(dv), G, ptr(qi), ptr(wt), m, HI, dI, K, wScale, sScale, ptr(scores), ld),
+        } else launched(ds4j_indexer_scores_seqs(ctx(), h, ptr(dv), G, ptr(qi), ptr(wt), m, HI, dI, K, wScale, sScale, ptr(scores), ld),
                 "indexer_scores", "indexer");
-        k(ds4j_indexer_topk_seqs(ctx(), h, ptr(dv), G, ptr(scores), ld, m, K, ptr(sel)), "indexer_topk", "indexer");
+        launched(ds4j_indexer_topk_seqs(ctx(), h, ptr(dv), G, ptr(scores), ld, m, K, ptr(sel)), "indexer_topk", "indexer");
         return sel;
     }
 
@@ -1953,7 +1956,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /** An F32 copy of n F16 values in the workspace (the control's conversion). */
     private long toF32(long f16, long n) {
         long dst = ws.f32(n);
-        k(ds4j_f16_to_f32(ctx(), ptr(f16), ptr(dst), n), "f16 to f32", "attention: f32 conversion");
+        launched(ds4j_f16_to_f32(ctx(), ptr(f16), ptr(dst), n), "f16 to f32", "attention: f32 conversion");
         return dst;
     }
 
@@ -1975,7 +1978,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         int G = b.group.length;
         long stride = 4L * (ringRows + maxEntries) * width;
         long dst = ws.alloc(stride * G), dViews = ws.alloc(SeqViews.BYTES * G);
-        k(ds4j_f16_to_f32_seqs(ctx(), hViews, ptr(views), G, ringRows, m, maxEntries, width, ptr(dst), ptr(dViews)),
+        launched(ds4j_f16_to_f32_seqs(ctx(), hViews, ptr(views), G, ringRows, m, maxEntries, width, ptr(dst), ptr(dViews)),
                 "f16 to f32", "attention: f32 conversion");
         long bytes = SeqViews.BYTES * G;
         if (copyViewsHost == null || copyViewsHost.byteSize() < bytes) copyViewsHost = Arena.ofAuto().allocate(Math.max(bytes, 2 * SeqViews.BYTES * 64), 8);
@@ -2020,7 +2023,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     private void compress(HipSequence.Comp cs, DeviceWeights.Comp W, long a, long z, int S, int N0) {
         // one launch where the stores cannot overwrite a slot the pooling reads (decode, short verify steps)
-        k(ds4j_compress_step(ctx(), ptr(cs.ringA), ptr(cs.ringZ), cs.cap, ptr(a), ptr(z), N0, S, cs.m, cs.w, cs.overlap ? 1 : 0,
+        launched(ds4j_compress_step(ctx(), ptr(cs.ringA), ptr(cs.ringZ), cs.cap, ptr(a), ptr(z), N0, S, cs.m, cs.w, cs.overlap ? 1 : 0,
                 ptr(W.positionBias), ptr(W.norm), (float) c.rmsEps, ptr(ropeCompress), c.ropeDim, ptr(cs.entries())),
                 "compress_pool + ring stores", "compressor");
     }
@@ -2041,7 +2044,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         float wScale = (float) (1.0 / Math.sqrt(HI)), sScale = (float) (1.0 / Math.sqrt(dI));
         if (convert) { // the control: every indexer key to F32 first
             long keys32 = toF32(ix.entries(), (long) total * dI);
-            k(ds4j_indexer_scores_f32(ctx(), ptr(qi), ptr(wt), ptr(keys32), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total),
+            launched(ds4j_indexer_scores_f32(ctx(), ptr(qi), ptr(wt), ptr(keys32), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total),
                     "indexer_scores (f32 copy)", "indexer");
         } else {
             // tensor cores at every S (the same bits per query and key); DS4J_INDEXER_TC=0 puts the steps below the
@@ -2049,9 +2052,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             int rc = tcRows != 0
                     ? ds4j_indexer_scores_tc(ctx(), ptr(qi), ptr(wt), ptr(ix.entries()), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total)
                     : ds4j_indexer_scores(ctx(), ptr(qi), ptr(wt), ptr(ix.entries()), N0, S, m, HI, dI, K, wScale, sScale, ptr(scores), total);
-            k(rc, "indexer_scores", "indexer");
+            launched(rc, "indexer_scores", "indexer");
         }
-        k(ds4j_indexer_topk(ctx(), ptr(scores), total, N0, S, m, K, ptr(sel)), "indexer_topk", "indexer");
+        launched(ds4j_indexer_topk(ctx(), ptr(scores), total, N0, S, m, K, ptr(sel)), "indexer_topk", "indexer");
         return sel;
     }
 
@@ -2074,7 +2077,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         Runnable sharedExpert = () -> {
             matmulRuns(b.runs, L.sharedW1, h, sg);
             matmulRuns(b.runs, L.sharedW3, h, su);
-            k(ds4j_swiglu(ctx(), ptr(sg), ptr(su), ptr(sg), (long) S * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
+            launched(ds4j_swiglu(ctx(), ptr(sg), ptr(su), ptr(sg), (long) S * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
             matmulRuns(b.runs, L.sharedW2, sg, sy);
         };
         // the shared expert in a branch beside the routing and the routed experts; without branches after them, so that
@@ -2106,7 +2109,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken, I = c.moeInter, S = b.R;
         matmulRuns(b.runs, L.gate, h, lam);
         boolean hash = c.hashMoe[l];
-        k(ds4j_moe_route(ctx(), ptr(lam), ptr(hash ? 0 : L.gateBias), ptr(hash ? L.tid2eid : 0), ptr(b.tok), S, E, k,
+        launched(ds4j_moe_route(ctx(), ptr(lam), ptr(hash ? 0 : L.gateBias), ptr(hash ? L.tid2eid : 0), ptr(b.tok), S, E, k,
                 (float) c.routedScaling, ptr(ids), ptr(wts)), "moe_route", "MoE (routing, swiglu, combine)");
         // hybrid placement: which picks go to experts in host memory (waits for the routing)
         final int resident = L.w1.resident();
@@ -2138,7 +2141,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 }
             }
             ws.release(mark);
-            k(ds4j_swiglu(ctx(), ptr(g), ptr(u), ptr(g), (long) S * k * I, (float) c.swigluLimit), "swiglu",
+            launched(ds4j_swiglu(ctx(), ptr(g), ptr(u), ptr(g), (long) S * k * I, (float) c.swigluLimit), "swiglu",
                     "MoE (routing, swiglu, combine)");
             for (int[] run : b.runs) {
                 long p0 = (long) run[0] * k;
@@ -2181,7 +2184,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         gpu.upload(buf, rows);
         for (int i = 0; i < n; i++) gpu.copy(yr + 4L * picks[i] * D, buf + 4L * i * D, 4L * D);
         hostPickCount[l] += n;
-        if (profile != null) k(DS4J_OK(), "host experts", "routed experts (host, CPU)");
+        if (profile != null) launched(DS4J_OK(), "host experts", "routed experts (host, CPU)");
     }
 
     /**
@@ -2196,7 +2199,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         final int E = c.numExperts, S = run[1];
         long mark = ws.mark();
         long bytes = 4L * ((long) S * k + 3L * E + 1), scratch = ws.alloc(bytes);
-        k(ds4j_moe_matmul_prefill(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
+        launched(ds4j_moe_matmul_prefill(ctx(), x.format(), ptr(x.dataTable()), ptr(x.scaleTable()), ptr(x.rowBaseTable()), x.scaleKind(),
                 x.rows(), x.cols(), E, ptr(ids), k, S, ptr(in), ldx, perPick ? 1 : 0, ptr(y), ldy, ptr(scratch), bytes, run[2]),
                 "routed experts", "routed experts");
         if (!keep) ws.release(mark);
@@ -2301,14 +2304,14 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             matmulRuns(rowRuns(rowsN, b.kinds), in.hProj(), hn, X);
             long e = ws.f32((long) R * D), ep = ws.f32((long) R * D);
             DeviceMatrix em = w.embed;
-            k(ds4j_embed(ctx(), em.format(), ptr(em.data()), ptr(em.scale()), em.scaleKind(), em.rowBase(), em.rows(), em.cols(),
+            launched(ds4j_embed(ctx(), em.format(), ptr(em.data()), ptr(em.scale()), em.scaleKind(), em.rowBase(), em.rows(), em.cols(),
                     ptr(tok), R, 1, ptr(e)), "embed", "embed");
             for (int i = 0; i < E; i++) if (zeroFirst[i]) gpu.memset(e + 4L * b.first[i] * D, 0, 4L * D);
             rmsnorm(e, e, in.enorm(), R, D);
             matmulRuns(b.runs, in.eProj(), e, ep);
             // X_i += ep for every stream i: the stream update with post = 1 and the identity as mixing matrix
             if (R <= in.rows()) {
-                k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(in.ones()), ptr(in.eye()), R, n, D), "hc_post", "norm, rope, mHC");
+                launched(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(in.ones()), ptr(in.eye()), R, n, D), "hc_post", "norm, rope, mHC");
             } else {
                 long post = ws.f32((long) R * n), comb = ws.f32((long) R * n * n);
                 float[] ones = new float[R * n], eye = new float[R * n * n];
@@ -2316,7 +2319,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 for (int s = 0; s < R; s++) for (int i = 0; i < n; i++) eye[s * n * n + i * n + i] = 1f;
                 gpu.upload(post, ones);
                 gpu.upload(comb, eye);
-                k(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(post), ptr(comb), R, n, D), "hc_post", "norm, rope, mHC");
+                launched(ds4j_hc_post(ctx(), ptr(X), ptr(ep), ptr(post), ptr(comb), R, n, D), "hc_post", "norm, rope, mHC");
             }
             // the decoder layer(s) on these streams: the layer program with X in place of the embedding
             b.given = X;
