@@ -303,6 +303,32 @@ class EbnfPropertyTest {
                 compiled + " compiled, " + refusedLeft + " left-recursive, " + refusedInfinite + " infinite, " + matched + " matches");
     }
 
+    /** A grammar after the reasoning (thinking mode), beside tools in auto mode, and continuing a given start. */
+    @Test
+    void afterReasoningAndBesideOptionalToolCalls() throws Exception {
+        String text = "root ::= \"[\" item (\", \" item)* \"]\"\nitem ::= [a-z]{1,6} | root";
+        Grammar g = Grammar.ebnf(text);
+        for (long seed = 0; seed < 4; seed++) {
+            GrammarPropertyTest.Out o = GrammarPropertyTest.run(g.afterThinking(), 80, seed, 1.0);
+            assertTrue(o.eos(), o.text());
+            int end = o.text().indexOf("</think>");
+            assertTrue(end >= 0, o.text());
+            assertTrue(RegexGrammarTest.matches(g, o.text().substring(end + "</think>".length())), o.text());
+        }
+        com.fasterxml.jackson.databind.JsonNode p = new com.fasterxml.jackson.databind.ObjectMapper()
+                .readTree("{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"string\"}},\"required\":[\"q\"]}");
+        Grammar tools = Grammar.optionalToolCalls(List.of("search"), List.of(p), List.of(true), true, g);
+        assertTrue(GrammarPropertyTest.refusedAt(tools, "Free text") >= 0, "the content is held to the grammar");
+        for (long seed = 0; seed < 4; seed++) {
+            GrammarPropertyTest.Out o = GrammarPropertyTest.run(tools, 60, seed, 1.0);
+            assertTrue(o.eos(), o.text());
+            assertTrue(RegexGrammarTest.matches(g, o.text()) || o.text().startsWith("\n\n<｜DSML｜tool_calls>"), o.text());
+        }
+        assertNotNull(g.after("[ab, [c"));
+        assertNull(g.after("[ab]]"));
+        assertEquals(2, g.after("[ab, [c").minBytes(), "']]' closes both");
+    }
+
     /** One token per sample: random logits, the real tokenizer, the mask and steering of {@link TokenConstraint}. */
     @Test
     void tokenOutputsMatchTheirGrammars() {
