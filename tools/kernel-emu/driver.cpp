@@ -1342,6 +1342,8 @@ int main() {
     if (getenv("TC_ONLY")) goto prefill;  // the prefill GEMM cases only (tensor-core dense and routed-expert products)
     if (getenv("SPLIT_ONLY")) goto split;  // the split FFMA attention cases only (with output hashes to compare builds)
     if (getenv("MOE_ONLY")) goto moe;     // the skinny routed-expert cases of the grid and row-group variants only
+    if (getenv("ATT_ONLY")) goto att;     // the F16-operand (tensor-core) attention cases only
+    if (getenv("TOPK_ONLY")) goto topk;   // the Lightning Indexer's top-k cases only
     // the row-wise kernels (misc.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
     mhc::run_all();
     if (getenv("MHC_ONLY")) {
@@ -1455,12 +1457,18 @@ prefill:
     indexer(16, 64, 200, 45, 4, 32);
     indexer(64, 128, 1000, 5, 4, 100);
     indexer(48, 16, 3000, 7, 8, 300);
+att:
     attention(16, 64, DS4J_ATTN_SLIDING, 0, 4, 30, 3, 1, 1.0);   // ring wrapped, this step's rows
     attention(80, 64, DS4J_ATTN_HCA, 4, 8, 100, 3, 2, 1.0);      // two head blocks (rows past H), two key ranges
     attention(8, 128, DS4J_ATTN_CSA, 4, 40, 300, 5, 3, 3.0);     // CSA selections, sharp softmax
     attention(20, 64, DS4J_ATTN_HCA, 2, 8, 200, 2, 4, 8.0);      // very sharp softmax over four key ranges
     attention(64, 512, DS4J_ATTN_HCA, 2, 8, 60, 2, 1, 1.0);      // the V4 shape, one key range
     attention(24, 64, DS4J_ATTN_HCA, 2, 8, 30, 6, 2, 1.0);       // queries of one and of two key ranges in one step
+    if (getenv("ATT_ONLY")) {
+        fails += std::exchange(emu_smem_overruns, 0);
+        printf("%s: %d failures (F16-operand attention only)\n", fails ? "FAILED" : "OK", fails);
+        return fails ? 1 : 0;
+    }
     // split FFMA attention: one key range and several, a range count past AT_NS_MAX tiles (ranges of two tiles), heads
     // past H, odd widths (scalar loads, one output column per thread), a dominant sink
 split:
@@ -1478,6 +1486,7 @@ split:
         printf("%s: %d failures (split attention only)\n", fails ? "FAILED" : "OK", fails);
         return fails ? 1 : 0;
     }
+topk:
     // top-k: chunk edges, picks spanning chunks, every key equal, few distinct values (ties at the threshold, NaN,
     // -0 / +0, infinities), rows of 300K entries (1.2M tokens at m = 4), several sequences in one launch
     topk_case({4 * 5000}, {3}, 4, 512, 1, true);

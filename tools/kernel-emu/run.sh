@@ -18,7 +18,8 @@
 # misc.cpp (split mHC, RMSNorm, router) against their one-block kernels, MOE_ONLY=1 only the routed-expert cases of the
 # staged kernel's grid over distinct experts and row groups per block, SPLIT_ONLY=1 only the split F32 attention (both
 # block sizes, which must give the same bits; each case prints an output hash, to compare two builds: ~12 min on the
-# 2-core VM, 2026-12-02).
+# 2-core VM, 2026-12-02), ATT_ONLY=1 only the F16-operand (tensor-core) attention and TOPK_ONLY=1 only the Lightning
+# Indexer's top-k (one-block and multi-block kernels).
 #   tools/kernel-emu/run.sh [WORK_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
