@@ -9,9 +9,10 @@
 // weight loads of launches of few blocks (XP 3, token tiles of 32 and 64; cp.async copies land at the wait that covers them,
 // so a stage read before its wait fails), and must give,
 // bit for bit, the outputs of the previous GEMM (gemm_tc_v1.cpp, checked against the references); in column parts
-// (k_parts) it must give the same bits in every variant and for fewer tokens, within the references' tolerance. The split mHC, RMSNorm and routing kernels of misc.cpp must give the bits of the one-block kernels
-// (mhc_cases.h). The skinny products' staged-activation kernel must give the bits of the kernel without staging. The
-// compressor pooling (attention.cpp) must give the bits of the earlier one-thread-per-channel kernel's arithmetic.
+// (k_parts) it must give the same bits in every variant and for fewer tokens, within the references' tolerance. The
+// split mHC, RMSNorm and routing kernels of mhc.cpp, norm.cpp and moe_routing.cpp must give the bits of the one-block
+// kernels (mhc_cases.h). The skinny products' staged-activation kernel must give the bits of the kernel without staging. The
+// compressor pooling (compressor.cpp) must give the bits of the earlier one-thread-per-channel kernel's arithmetic.
 // EXTRA=1 adds the slow cases.
 #include "gemm_tc.cpp"
 #include "gemm_tc_v1.cpp"
@@ -20,7 +21,7 @@
 #include "attention_tc.cpp"
 #include "topk.cpp"
 #include "compress.cpp"
-#include "misc.cpp"
+#include "rowwise.cpp"
 #include <random>
 #include <type_traits>
 #include <utility>
@@ -1098,7 +1099,7 @@ static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bo
            misalign, null_e, mt, worst, same, runs, diff);
 }
 
-// Top-k of the Lightning Indexer (attention.cpp): the multi-block kernels against a sorted reference (larger key
+// Top-k of the Lightning Indexer (indexer.cpp): the multi-block kernels against a sorted reference (larger key
 // first, ties to the lower index, NaN lowest, -0 == +0, picks in index order) and against the one-block kernel, bit for
 // bit, on single rows and on several sequences; entries past a row's available set hold +inf (a read would pick them).
 static uint32_t host_order_key(float f) {
@@ -1344,7 +1345,7 @@ int main() {
     if (getenv("MOE_ONLY")) goto moe;     // the skinny routed-expert cases of the grid and row-group variants only
     if (getenv("ATT_ONLY")) goto att;     // the F16-operand (tensor-core) attention cases only
     if (getenv("TOPK_ONLY")) goto topk;   // the Lightning Indexer's top-k cases only
-    // the row-wise kernels (misc.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
+    // the row-wise kernels (norm.cpp, mhc.cpp, moe_routing.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
     mhc::run_all();
     if (getenv("MHC_ONLY")) {
         fails += std::exchange(emu_smem_overruns, 0);

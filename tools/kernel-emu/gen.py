@@ -1,6 +1,7 @@
-# Copies the tensor-core kernel sources and the split FFMA attention for host emulation: common.h with the platform
-# block replaced by emu.h, the inline-PTX helpers (cvt.bf16x2, fma.bf16x2, mma.sync) replaced by emulated ones, and
-# the host entry points (launches) cut off.
+# Copies the tensor-core kernel sources, the split FFMA attention and the other kernels the driver checks (compressor
+# pooling, indexer top-k, the row-wise kernels) for host emulation: common.h with the platform block replaced by
+# emu.h, the inline-PTX helpers (cvt.bf16x2, fma.bf16x2, mma.sync) replaced by emulated ones, and the host entry points
+# (launches) cut off.
 #   gen.py NATIVE_DIR OUT_DIR
 import os,re,sys
 src=sys.argv[1].rstrip('/')+'/src/'
@@ -83,6 +84,16 @@ x=x.replace('extern __shared__ __align__(16) uint32_t sm[];','uint32_t* sm = emu
 x=x[:x.index('}  // namespace ds4j\n\nusing namespace ds4j;')]+'}  // namespace ds4j\n'
 open(out+'indexer_tc.cpp','w').write(x)
 
+# ops.h, the helpers several op families share, less its host part (views and scratch: runtime calls emu.h lacks)
+o=open(src+'ops.h').read()
+o=o[:o.index('// ------------------------------------------------------------------------------------------- host: views and scratch')]+\
+  o[o.index('// ------------------------------------------------------------------------------------------- row-wise kernels'):]
+open(out+'ops.h','w').write(o)
+def body(f, end='}  // namespace ds4j\n\nusing namespace ds4j;'):
+    """The kernels of a family's source: what its namespace ds4j holds before end."""
+    t=open(src+f).read()
+    return t[t.index('namespace ds4j {\n')+len('namespace ds4j {\n'):t.index(end)]
+
 # the F16-operand attention kernel (tensor cores) of attention.cpp: the key-set helpers, the kernel and its combine
 a=open(src+'attention.cpp').read()
 keys=a[a.index('/** The key set of one query (spec 3.7)'):a.index('/**\n * Rows of the key set of query t')]
@@ -106,21 +117,25 @@ split=split.replace('extern __shared__ __align__(16) float at_sm[];','float* at_
 split=split.replace('static inline int64_t at_smem','inline int64_t at_smem')
 att=a[a.index('constexpr int ATT_THREADS'):]
 att=att[:att.index('\n')+1]
-# the control's conversion for several sequences (ds4j_f16_to_f32_seqs), which feeds the split kernels on F32 copies
-conv=a[a.index('/**\n * ds4j_f16_to_f32_seqs: grid'):a.index('// ------------------------------------------------------------------------------------------- F16-operand attention')]
-open(out+'attention_tc.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+keys+tcs+emu_tc+kern+comb+att+split+conv+'}  // namespace ds4j\n')
+# the control's conversion for several sequences (ds4j_f16_to_f32_seqs of kv_cache.cpp), which feeds the split kernels
+# on F32 copies
+kv=open(src+'kv_cache.cpp').read()
+conv=kv[kv.index('/**\n * ds4j_f16_to_f32_seqs: grid'):kv.index('}  // namespace ds4j\n\nusing namespace ds4j;')]
+open(out+'attention_tc.cpp','w').write('#include "ops.h"\nnamespace ds4j {\n'+keys+tcs+emu_tc+kern+comb+att+split+conv+'}  // namespace ds4j\n')
 
-# the compressor pooling of attention.cpp (compress_pool_kernel and what it needs)
-cp=a[a.index('/**\n * The compressor rows (values a or logits z)'):a.index('/** Windows completed by a step of S positions after N0. */')]
+# the compressor pooling of compressor.cpp (compress_pool_kernel and what it needs)
+c=open(src+'compressor.cpp').read()
+cp=c[c.index('/**\n * The compressor rows (values a or logits z)'):c.index('/** Windows completed by a step of S positions after N0. */')]
 cp=cp.replace('extern __shared__ float pool_sm[];','float* pool_sm = reinterpret_cast<float*>(emu_dyn_smem);')
 cp=cp.replace('static size_t pool_smem','inline size_t pool_smem')
-open(out+'compress.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+cp+'}  // namespace ds4j\n')
+open(out+'compress.cpp','w').write('#include "ops.h"\nnamespace ds4j {\n'+cp+'}  // namespace ds4j\n')
 
-# the Lightning Indexer's top-k of attention.cpp: one block per row (topk_body) and the multi-block kernels
-tk=a[a.index('/** Order-preserving key'):a.index('/** F16 bit patterns to F32')]
-open(out+'topk.cpp','w').write('#include "common.h"\nnamespace ds4j {\n'+tk+'}  // namespace ds4j\n')
-# the row-wise kernels of misc.cpp (RMSNorm, mHC, routing; one-block and split forms): kernels only
-mi=open(src+'misc.cpp').read()
-mi=mi[:mi.index('}  // namespace ds4j\n\nusing namespace ds4j;')]+'}  // namespace ds4j\n'
-mi=mi.replace('extern __shared__ float sm[];','float* sm = reinterpret_cast<float*>(emu_dyn_smem);')
-open(out+'misc.cpp','w').write(mi)
+# the Lightning Indexer's top-k of indexer.cpp: one block per row (topk_body) and the multi-block kernels
+x=open(src+'indexer.cpp').read()
+tk=x[x.index('/** Order-preserving key'):x.index('/** Checks and launches indexer_scores_kernel<T>. */')]
+open(out+'topk.cpp','w').write('#include "ops.h"\nnamespace ds4j {\n'+tk+'}  // namespace ds4j\n')
+# the row-wise kernels of norm.cpp, mhc.cpp (less its DS4J_HC_SPLIT switch, host code), moe_routing.cpp and
+# swiglu.cpp (RMSNorm, mHC, routing; one-block and split forms): kernels only
+rw=body('norm.cpp')+body('mhc.cpp','/** The split mHC kernels on (1) or the one-block ones (0)')+body('moe_routing.cpp')+body('swiglu.cpp')
+rw=rw.replace('extern __shared__ float sm[];','float* sm = reinterpret_cast<float*>(emu_dyn_smem);')
+open(out+'rowwise.cpp','w').write('#include "ops.h"\nnamespace ds4j {\n'+rw+'}  // namespace ds4j\n')

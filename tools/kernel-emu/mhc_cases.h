@@ -1,8 +1,8 @@
-// Emulated runs of the row-wise kernels of misc.cpp (included by driver.cpp): the split mHC kernels (a row's columns
-// over many blocks, the row's RMSNorm by its last block), the register RMSNorm and the ranking router must give the
-// bits of the one-block kernels they replace, for every finishing variant (REG 16 / 64 / loop); a row computed alone
-// (decode) must give the bits of the same row inside a step of several rows (verify, prefill); the arrival counters
-// must be back at zero after every launch.
+// Emulated runs of the row-wise kernels of norm.cpp, mhc.cpp and moe_routing.cpp (included by driver.cpp): the split
+// mHC kernels (a row's columns over many blocks, the row's RMSNorm by its last block), the register RMSNorm and the
+// ranking router must give the bits of the one-block kernels they replace, for every finishing variant (REG 16 / 64 /
+// loop); a row computed alone (decode) must give the bits of the same row inside a step of several rows (verify,
+// prefill); the arrival counters must be back at zero after every launch.
 #pragma once
 
 namespace mhc {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Checks the tensor-core kernels (src/main/native/src/gemm_tc.cpp, gemm_skinny.cpp, indexer_tc.cpp, the top-k of attention.cpp and the
-# F16-in-place attention of attention.cpp) and the split F32 attention of attention.cpp (decode / verify / several
-# sequences) on the CPU, without a GPU:
+# Checks the tensor-core kernels (src/main/native/src/gemm_tc.cpp, gemm_skinny.cpp, indexer_tc.cpp, the top-k of indexer.cpp and the
+# F16-in-place attention of attention.cpp), the split F32 attention of attention.cpp (decode / verify / several
+# sequences), the compressor pooling of compressor.cpp and the row-wise kernels of norm.cpp, mhc.cpp and moe_routing.cpp
+# on the CPU, without a GPU:
 # their sources are compiled with g++ against a host emulation of the CUDA subset they use (emu.h) and run against
 # F64 references (driver.cpp). It finds indexing mistakes (tiles, tails, fragments, grouping by expert); it says
 # nothing about speed or the tensor cores' own rounding, which only the GPU tests measure. Needs g++ 12 or newer
@@ -15,7 +16,7 @@
 # same bits. The prefill GEMM also runs with its activations split beforehand (DS4J_TC_XSPLIT's pre-pass), which must give
 # the same bits; TC_ONLY=1 "$WORK_DIR/driver" runs only the prefill GEMM cases (TC_EDGE=1 only its FP8 / FP4 decoding at every kind of
 # scale byte), COMP_ONLY=1 only the compressor pooling (one block a window, and in channel slices) against the earlier kernel's order (seconds), MHC_ONLY=1 only the row-wise kernels of
-# misc.cpp (split mHC, RMSNorm, router) against their one-block kernels, MOE_ONLY=1 only the routed-expert cases of the
+# norm.cpp, mhc.cpp and moe_routing.cpp (split mHC, RMSNorm, router) against their one-block kernels, MOE_ONLY=1 only the routed-expert cases of the
 # staged kernel's grid over distinct experts and row groups per block, SPLIT_ONLY=1 only the split F32 attention (both
 # block sizes, which must give the same bits; each case prints an output hash, to compare two builds: ~12 min on the
 # 2-core VM, 2026-12-02), ATT_ONLY=1 only the F16-operand (tensor-core) attention and TOPK_ONLY=1 only the Lightning

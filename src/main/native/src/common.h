@@ -130,8 +130,9 @@ struct GraphSlot {
 struct Lane {
     hipStream_t stream = nullptr;
     /**
-     * Device memory of the split attention's key-range partials (attention.cpp), grown on demand. Replaced buffers stay
-     * allocated until ds4j_ctx_destroy: launches queued or captured into a graph may still use them.
+     * Device memory of the split attention's key-range partials (attention.cpp; also the multi-block top-k's and the
+     * sliced pooling's scratch: at_scratch, ops.h), grown on demand. Replaced buffers stay allocated until
+     * ds4j_ctx_destroy: launches queued or captured into a graph may still use them.
      */
     void* att_scratch = nullptr;
     int64_t att_scratch_bytes = 0;
@@ -164,7 +165,7 @@ struct ds4j_ctx : ds4j::Lane {
     bool fixed_grids = false;
     int64_t fixed_entries = 0;
     /**
-     * Arrival counters of the split mHC kernels (misc.cpp), DS4J_HC_COUNT_ROWS of them, zero between launches; null
+     * Arrival counters of the split mHC kernels (mhc.cpp), DS4J_HC_COUNT_ROWS of them, zero between launches; null
      * when they could not be allocated (the one-block kernels run then).
      */
     unsigned* hc_count = nullptr;

@@ -1,6 +1,10 @@
-// Row-wise ops of the forward: RMSNorm, mHC (spec 3.2, 3.9), MoE routing and combination (spec 3.8), SwiGLU.
-// These mirror io.ds4j.cpu.CpuBackend / Ops operation by operation, including where the CPU evaluates in double.
-#include "common.h"
+// mHC, the manifold-constrained hyper-connections (spec 3.2, 3.9): the mapping of a row's streams (pre, post and the
+// Sinkhorn-normalised combination) and its collapse into the block input (ds4j_hc_pre, with the site's RMSNorm:
+// ds4j_hc_pre_norm), the stream update with the block output (ds4j_hc_post; with the MoE combination and the next
+// RMSNorm: ds4j_hc_post_norm) and the head's collapse (ds4j_hc_head); one-block and split forms (DS4J_HC_SPLIT,
+// ds4j_set_hc_split), which give the same bits. These mirror io.ds4j.cpu.CpuBackend / Ops operation by operation,
+// including where the CPU evaluates in double.
+#include "ops.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +26,6 @@ __device__ __forceinline__ float hc_collapse(const float* pre, const float* xs, 
     for (int i = 0; i < HC_MAX; i++)
         if (i < n) acc = add(acc, mul(pre[i], xi[i]));
     return acc;
-}
-
-__global__ void rmsnorm_kernel(const float* x, float* y, const float* weight, int n, float eps) {
-    DS4J_AWAIT_PREVIOUS();
-    __shared__ double sh[32];
-    rmsnorm_row(x + (int64_t)blockIdx.x * n, y + (int64_t)blockIdx.x * n, weight, n, eps, sh);
 }
 
 /**
@@ -139,111 +137,6 @@ __global__ void hc_head_kernel(const float* mu, const float* base, const float* 
     }
 }
 
-/** sqrt(softplus(z)) in double, softplus(z) = z above 20 (io.ds4j.kernels.Ops#sqrtSoftplus). */
-__device__ __forceinline__ float sqrt_softplus(float z) {
-    const double sp = z > 20.f ? (double)z : log1p(exp((double)z));
-    return (float)sqrt(sp);
-}
-
-/** a ranks above b: larger value, or equal value and lower index; NaN last (io.ds4j.kernels.TopK). */
-__device__ __forceinline__ bool better(const float* v, int a, int b) {
-    const float x = v[a], y = v[b];
-    if (x != y) {
-        if (isnan(x)) return false;
-        if (isnan(y)) return true;
-        return x > y;
-    }
-    return a < b;
-}
-
-constexpr int ROUTE_KMAX = 16;
-
-__global__ void moe_route_kernel(const float* lam, const float* bias, const int32_t* tid2eid, const int32_t* tokens,
-                                 int E, int k, float scaling, int32_t* ids, float* weights) {
-    DS4J_AWAIT_PREVIOUS();
-    extern __shared__ float sm[];
-    float* sc = sm;
-    float* biased = sm + E;
-    const int s = blockIdx.x;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        const float v = sqrt_softplus(lam[(int64_t)s * E + e]);
-        sc[e] = v;
-        if (bias) biased[e] = add(v, bias[e]);
-    }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    int pick[ROUTE_KMAX];
-    if (tid2eid) {
-        const int tok = tokens[s];
-        for (int j = 0; j < k; j++) pick[j] = tid2eid[(int64_t)tok * k + j];
-    } else {
-        // k passes of "best not yet taken", then ascending id order (TopK.select returns sorted indices)
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                bool taken = false;
-                for (int i = 0; i < j; i++) taken |= pick[i] == e;
-                if (taken) continue;
-                if (best < 0 || better(biased, e, best)) best = e;
-            }
-            pick[j] = best;
-        }
-        for (int a = 1; a < k; a++)
-            for (int b = a; b > 0 && pick[b - 1] > pick[b]; b--) {
-                const int t = pick[b];
-                pick[b] = pick[b - 1];
-                pick[b - 1] = t;
-            }
-    }
-    float sum = 0;
-    for (int j = 0; j < k; j++) sum = add(sum, sc[pick[j]]);
-    for (int j = 0; j < k; j++) {
-        ids[s * k + j] = pick[j];
-        weights[s * k + j] = mul(sc[pick[j]] / add(sum, 1e-20f), scaling);
-    }
-}
-
-__global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n, float lim) {
-    DS4J_AWAIT_PREVIOUS();
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const float gv = fminf(g[i], lim);
-        const float uv = fmaxf(-lim, fminf(u[i], lim));
-        out[i] = mul((float)(gv / (1.0 + exp(-(double)gv))), uv);
-    }
-}
-
-/**
- * Row s, channel d of the MoE output: the k picks of s in ascending expert id (the CPU accumulates experts in that
- * order), each weights[p] * yr[p, d], then + shared[s, d].
- */
-__device__ __forceinline__ float moe_combine_elem(const int32_t* ids, const float* weights, const float* yr,
-                                                  const float* shared, int s, int k, int D, int d) {
-    int order[ROUTE_KMAX];
-    for (int j = 0; j < k; j++) order[j] = j;
-    for (int a = 1; a < k; a++)
-        for (int b = a; b > 0 && ids[s * k + order[b - 1]] > ids[s * k + order[b]]; b--) {
-            const int t = order[b];
-            order[b] = order[b - 1];
-            order[b - 1] = t;
-        }
-    float acc = 0;
-    for (int j = 0; j < k; j++) {
-        const int p = s * k + order[j];
-        acc = add(acc, mul(weights[p], yr[(int64_t)p * D + d]));
-    }
-    return add(acc, shared[(int64_t)s * D + d]);
-}
-
-__global__ void moe_combine_kernel(const int32_t* ids, const float* weights, const float* yr, const float* shared,
-                                   int S, int k, int D, float* out) {
-    DS4J_AWAIT_PREVIOUS();
-    const int64_t total = (int64_t)S * D;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int s = (int)(i / D), d = (int)(i % D);
-        out[i] = moe_combine_elem(ids, weights, yr, shared, s, k, D, d);
-    }
-}
-
 /**
  * One block per row s: the block output f (or, with ids, the MoE combination whose shared-expert term is f) goes
  * into the stream update of row s (hc_post_elem), then, with v, RMSNorm_1 of the updated row X[s] [n*D] into v[s]
@@ -273,75 +166,10 @@ __global__ void hc_post_norm_kernel(float* X, const float* f, const int32_t* ids
 // operations in the same order as in the one-block kernels, so both forms give the same bits for any number of rows;
 // a row's result depends on n and D only. DS4J_HC_SPLIT=0 (or ds4j_set_hc_split(0)) selects the one-block kernels.
 
-constexpr int HC_THREADS = 256;  // block size of the split kernels (the RMSNorm order is that of 256 threads)
 constexpr int HC_COLS = HC_THREADS;  // columns of a row per block (one per thread)
 
 /** Rows of one split launch: one arrival counter each in ds4j_ctx.hc_count (longer steps run in several launches). */
 constexpr int HC_COUNT_ROWS = DS4J_HC_COUNT_ROWS;
-
-/** A load that sees what other blocks of the same launch wrote before a __threadfence (it does not stop at L1). */
-template <bool COHERENT>
-__device__ __forceinline__ float hc_ld(const float* p) {
-    if (COHERENT) return *(const volatile float*)p;
-    return *p;
-}
-
-/**
- * rmsnorm_row with blockDim.x == HC_THREADS, the same bits: each thread sums its elements i = t, t + 256, ... in
- * ascending order in double, then block_sum. REG > 0 (rows of at most REG * 256 values): a thread reads its values
- * once, all loads issued before the first is used, and keeps them in registers for the scaling; REG == 0 reads twice,
- * in a loop. yr may be xr (each thread writes only the elements it read).
- */
-template <bool COHERENT, int REG>
-__device__ __forceinline__ void rmsnorm_row_ilp(const float* xr, float* yr, const float* weight, int n, float eps,
-                                                double* sh) {
-    const int t = threadIdx.x;
-    if (REG > 0) {
-        float x[REG > 0 ? REG : 1];
-#pragma unroll
-        for (int u = 0; u < REG; u++) {
-            const int i = t + u * HC_THREADS;
-            x[u] = i < n ? hc_ld<COHERENT>(xr + i) : 0.f;
-        }
-        double ss = 0;
-#pragma unroll
-        for (int u = 0; u < REG; u++)
-            if (t + u * HC_THREADS < n) ss += (double)mul(x[u], x[u]);
-        ss = block_sum(ss, sh);
-        const float inv = (float)(1.0 / sqrt((double)add((float)(ss / n), eps)));
-#pragma unroll
-        for (int u = 0; u < REG; u++) {
-            const int i = t + u * HC_THREADS;
-            if (i < n) {
-                const float v = mul(x[u], inv);
-                yr[i] = weight ? mul(weight[i], v) : v;
-            }
-        }
-    } else {
-        double ss = 0;
-        for (int i = t; i < n; i += HC_THREADS) {
-            const float v = hc_ld<COHERENT>(xr + i);
-            ss += (double)mul(v, v);
-        }
-        ss = block_sum(ss, sh);
-        const float inv = (float)(1.0 / sqrt((double)add((float)(ss / n), eps)));
-        for (int i = t; i < n; i += HC_THREADS) {
-            const float v = mul(hc_ld<COHERENT>(xr + i), inv);
-            yr[i] = weight ? mul(weight[i], v) : v;
-        }
-    }
-}
-
-/**
- * rmsnorm_row_ilp's REG for a launch of rows rows of n values: 16 or 64 registers per thread when the row fits, or 0
- * (the loop, fewer registers: more blocks per SM) above 64 * 256 values or for more than HC_FEW_ROWS rows, where the
- * other rows hide a row's latency.
- */
-constexpr int HC_FEW_ROWS = 64;
-static inline int hc_reg_for(int64_t rows, int64_t n) {
-    if (rows > HC_FEW_ROWS) return 0;
-    return n <= 16 * HC_THREADS ? 16 : n <= 64 * HC_THREADS ? 64 : 0;
-}
 
 /**
  * Whether the calling block is the last of the `blocks` blocks of its row to get here (every thread gets the answer).
@@ -356,14 +184,6 @@ __device__ __forceinline__ bool last_of_row(unsigned* count, unsigned blocks, in
     const bool last = *flag != 0;
     if (last) __threadfence();
     return last;
-}
-
-template <int REG>
-__global__ void __launch_bounds__(HC_THREADS) rmsnorm_ilp_kernel(const float* x, float* y, const float* weight, int n,
-                                                                  float eps) {
-    DS4J_AWAIT_PREVIOUS();
-    __shared__ double sh[32];
-    rmsnorm_row_ilp<false, REG>(x + (int64_t)blockIdx.x * n, y + (int64_t)blockIdx.x * n, weight, n, eps, sh);
 }
 
 /**
@@ -510,67 +330,10 @@ __global__ void __launch_bounds__(HC_THREADS) hc_head_split_kernel(const float* 
     }
 }
 
-/**
- * moe_route_kernel's results without its serial selection: expert e is picked when fewer than k experts rank above it
- * (larger biased score, or equal and lower id; NaN below every number, NaNs by id: the order of the k passes of
- * moe_route_kernel), its slot among the picks is the number of picked ids below it; the weights' sum runs over the
- * picks in ascending id as there. Hash rows keep tid2eid's order.
- */
-__global__ void moe_route_rank_kernel(const float* lam, const float* bias, const int32_t* tid2eid, const int32_t* tokens,
-                                      int E, int k, float scaling, int32_t* ids, float* weights) {
-    DS4J_AWAIT_PREVIOUS();
-    extern __shared__ float sm[];
-    __shared__ int by_rank[ROUTE_KMAX], pick[ROUTE_KMAX];
-    float* sc = sm;
-    float* key = sm + E;
-    const int s = blockIdx.x;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        const float v = sqrt_softplus(lam[(int64_t)s * E + e]);
-        sc[e] = v;
-        if (bias) key[e] = add(v, bias[e]);
-    }
-    __syncthreads();
-    if (tid2eid) {
-        if ((int)threadIdx.x < k) pick[threadIdx.x] = tid2eid[(int64_t)tokens[s] * k + threadIdx.x];
-    } else {
-        for (int e = threadIdx.x; e < E; e += blockDim.x) {
-            const float x = key[e];
-            const bool xn = isnan(x);
-            int rank = 0;
-            for (int o = 0; o < E && rank < k; o++) {
-                const float y = key[o];
-                const bool yn = isnan(y);
-                // o ranks above e
-                rank += (xn && yn) ? o < e : (yn ? 0 : (xn ? 1 : (y > x || (y == x && o < e))));
-            }
-            if (rank < k) by_rank[rank] = e;
-        }
-        __syncthreads();
-        if ((int)threadIdx.x < k) {
-            const int e = by_rank[threadIdx.x];
-            int slot = 0;
-            for (int j = 0; j < k; j++) slot += by_rank[j] < e;
-            pick[slot] = e;
-        }
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < k) {
-        float sum = 0;
-        for (int j = 0; j < k; j++) sum = add(sum, sc[pick[j]]);
-        const int e = pick[threadIdx.x];
-        ids[s * k + threadIdx.x] = e;
-        weights[s * k + threadIdx.x] = mul(sc[e] / add(sum, 1e-20f), scaling);
-    }
-}
-
-}  // namespace ds4j
-
-using namespace ds4j;
-
 /** The split mHC kernels on (1) or the one-block ones (0); -1 until the first call reads DS4J_HC_SPLIT. */
 static std::atomic<int> hc_split_mode{-1};
 
-static bool hc_split() {
+bool hc_split() {
     int o = hc_split_mode.load();
     if (o < 0) {
         const char* e = getenv("DS4J_HC_SPLIT");
@@ -580,6 +343,10 @@ static bool hc_split() {
     }
     return o == 1;
 }
+
+}  // namespace ds4j
+
+using namespace ds4j;
 
 /** Blocks of HC_COLS columns for a row of D columns. */
 static inline unsigned hc_blocks(int D) { return (unsigned)((D + HC_COLS - 1) / HC_COLS); }
@@ -601,82 +368,6 @@ extern "C" {
 int32_t ds4j_set_hc_split(int32_t on) {
     hc_split();  // the environment's value first, so that it does not replace this one later
     return hc_split_mode.exchange(on ? 1 : 0);
-}
-
-/** (v, i) beats (w, j): a larger value, or the same value at a lower index (i == INT32_MAX: none yet). */
-__device__ __forceinline__ bool argmax_beats(float v, int32_t i, float w, int32_t j) {
-    return v > w || (v == w && i < j);
-}
-
-/** The warp's best (value, index) pair by argmax_beats, in every lane. */
-__device__ __forceinline__ void warp_argmax(float& best, int32_t& at) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const float w = DS4J_SHFL_XOR(best, o);
-        const int32_t j = DS4J_SHFL_XOR(at, o);
-        if (argmax_beats(w, j, best, at)) {
-            best = w;
-            at = j;
-        }
-    }
-}
-
-/**
- * ds4j_argmax_rows: one block per row. Each thread scans its strided share in ascending index (keeping the first of
- * equal values), then the (value, index) pairs are reduced by the order of argmax_beats, which is associative and
- * commutative, so the answer does not depend on the block size. NaN entries are skipped: none can win a sequential
- * strictly-greater scan, except at index 0, which the scan never leaves.
- */
-__global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t ld, int32_t n, int32_t* __restrict__ out) {
-    DS4J_AWAIT_PREVIOUS();
-    const float* row = x + (int64_t)blockIdx.x * ld;
-    float best = -INFINITY;
-    int32_t at = INT32_MAX;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = row[i];
-        if (v != v) continue;
-        if (argmax_beats(v, i, best, at)) {
-            best = v;
-            at = i;
-        }
-    }
-    warp_argmax(best, at);
-    __shared__ float sv[32];
-    __shared__ int32_t si[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-    if (lane == 0) {
-        sv[warp] = best;
-        si[warp] = at;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        best = lane < warps ? sv[lane] : -INFINITY;
-        at = lane < warps ? si[lane] : INT32_MAX;
-        warp_argmax(best, at);
-        if (lane == 0) out[blockIdx.x] = (row[0] != row[0] || at == INT32_MAX) ? 0 : at;
-    }
-}
-
-int32_t ds4j_argmax_rows(ds4j_ctx* ctx, const float* x, int64_t ld, int32_t rows, int32_t n, int32_t* out) {
-    DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(x && out && rows >= 0 && n > 0 && ld >= n, "ds4j_argmax_rows: bad arguments (rows %d, n %d, ld %lld)", rows,
-             n, (long long)ld);
-    if (rows == 0) return DS4J_OK;
-    argmax_rows_kernel<<<rows, 256, 0, ctx->stream>>>(x, ld, n, out);
-    DS4J_LAUNCHED("argmax_rows");
-    return DS4J_OK;
-}
-
-int32_t ds4j_rmsnorm(ds4j_ctx* ctx, const float* x, float* y, const float* weight, int32_t rows, int32_t n, float eps) {
-    DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(x && y && rows >= 0 && n > 0, "ds4j_rmsnorm: bad arguments (rows %d, n %d)", rows, n);
-    if (rows == 0) return DS4J_OK;
-    const int reg = hc_reg_for(rows, n);
-    if (!hc_split()) rmsnorm_kernel<<<rows, 256, 0, ctx->stream>>>(x, y, weight, n, eps);
-    else if (reg == 16) rmsnorm_ilp_kernel<16><<<rows, HC_THREADS, 0, ctx->stream>>>(x, y, weight, n, eps);
-    else if (reg == 64) rmsnorm_ilp_kernel<64><<<rows, HC_THREADS, 0, ctx->stream>>>(x, y, weight, n, eps);
-    else rmsnorm_ilp_kernel<0><<<rows, HC_THREADS, 0, ctx->stream>>>(x, y, weight, n, eps);
-    DS4J_LAUNCHED("rmsnorm");
-    return DS4J_OK;
 }
 
 /** hc_pre_kernel or its split form over S rows (norm: with the site norm); the arguments are checked. */
@@ -797,46 +488,6 @@ int32_t ds4j_hc_head(ds4j_ctx* ctx, const float* mu, const float* base, const fl
             hc_head_split_kernel<<<dim3(hc_blocks(D), R - r0 < 65535 ? R - r0 : 65535), HC_THREADS, 0, ctx->stream>>>(
                 mu + (int64_t)r0 * n, base, scale, X + (int64_t)r0 * n * D, n, D, hc_eps, y + (int64_t)r0 * D);
     DS4J_LAUNCHED("hc_head");
-    return DS4J_OK;
-}
-
-int32_t ds4j_moe_route(ds4j_ctx* ctx, const float* lam, const float* bias, const int32_t* tid2eid,
-                       const int32_t* tokens, int32_t S, int32_t E, int32_t k, float scaling, int32_t* ids,
-                       float* weights) {
-    DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(lam && ids && weights, "ds4j_moe_route: null pointer");
-    DS4J_ARG((bias != nullptr) != (tid2eid != nullptr), "ds4j_moe_route: exactly one of bias and tid2eid must be given");
-    DS4J_ARG(!tid2eid || tokens, "ds4j_moe_route: hash routing needs the token ids");
-    DS4J_ARG(k >= 1 && k <= ROUTE_KMAX && E >= k && E <= 4096, "ds4j_moe_route: unsupported k %d / E %d (k <= %d)", k, E,
-             ROUTE_KMAX);
-    if (S == 0) return DS4J_OK;
-    if (!hc_split())
-        moe_route_kernel<<<S, 128, 2 * E * sizeof(float), ctx->stream>>>(lam, bias, tid2eid, tokens, E, k, scaling, ids,
-                                                                            weights);
-    else
-        moe_route_rank_kernel<<<S, 128, 2 * E * sizeof(float), ctx->stream>>>(lam, bias, tid2eid, tokens, E, k, scaling,
-                                                                                 ids, weights);
-    DS4J_LAUNCHED("moe_route");
-    return DS4J_OK;
-}
-
-int32_t ds4j_swiglu(ds4j_ctx* ctx, const float* g, const float* u, float* out, int64_t n, float limit) {
-    DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(g && u && out && n >= 0, "ds4j_swiglu: bad arguments");
-    if (n == 0) return DS4J_OK;
-    swiglu_kernel<<<grid_for(n), 256, 0, ctx->stream>>>(g, u, out, n, limit);
-    DS4J_LAUNCHED("swiglu");
-    return DS4J_OK;
-}
-
-int32_t ds4j_moe_combine(ds4j_ctx* ctx, const int32_t* ids, const float* weights, const float* y_routed,
-                         const float* shared, int32_t S, int32_t k, int32_t D, float* out) {
-    DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(ids && weights && y_routed && shared && out, "ds4j_moe_combine: null pointer");
-    DS4J_ARG(k >= 1 && k <= ROUTE_KMAX && D > 0 && S >= 0, "ds4j_moe_combine: unsupported k %d", k);
-    if (S == 0) return DS4J_OK;
-    moe_combine_kernel<<<grid_for((int64_t)S * D), 256, 0, ctx->stream>>>(ids, weights, y_routed, shared, S, k, D, out);
-    DS4J_LAUNCHED("moe_combine");
     return DS4J_OK;
 }
 
