@@ -27,8 +27,10 @@ import java.util.Map;
  * or {@value Regex#MAX_POSITIONS} NFA positions, and XGrammar's own extensions (rule options {@code name[...] ::=},
  * lookahead {@code (= ...)}, macros). Ambiguous spellings that the two notations read differently are refused rather
  * than guessed: a {@code \x} escape with more than two hex digits, a {@code .} written right after a rule name.
- * At most {@value #MAX_NESTING} rule uses may be open at once in an output: a state that would open more ends the
- * request with {@link GrammarLimitException}, as a schema's too many live alternatives do.
+ * At most {@value #MAX_NESTING} rule uses may be open at once in an output (a tail call, a rule used as the last thing
+ * of its rule, opens none: right recursion runs in constant depth), and one token's mask may step frames through rule
+ * uses and ends at most {@value #MAX_WORK} times: a state that would go past either ends the request with
+ * {@link GrammarLimitException}, as a schema's too many live alternatives do.
  */
 final class Ebnf {
     private Ebnf() {}
@@ -105,10 +107,72 @@ final class Ebnf {
     // ------------------------------------------------------------------------------------------------------ states
 
     /**
+     * The most frames one token mask may step through rule uses and ends (a frame whose next byte enters a rule or
+     * leaves one): the bound on a grammar's work per token. A grammar of many rules that may match nothing in a row
+     * (each character can end any of them and begin the next) or of rule uses nested deep before something other than
+     * their end steps many frames per byte; past this the request ends with {@link GrammarLimitException} instead of
+     * holding the engine for minutes (a million steps take about two seconds on a slow core). Ordinary grammars stay
+     * far below it: tools/grammars/bench-person.gbnf, JSON of a schema as rules, steps at most about 6,000 per mask.
+     */
+    static final long MAX_WORK = 1_000_000;
+
+    /** The frames stepped since {@link #countWork} began on this thread (−1: not counting). */
+    private static final ThreadLocal<long[]> WORK = ThreadLocal.withInitial(() -> new long[]{-1});
+
+    /**
+     * Starts counting this thread's frame steps against {@link #MAX_WORK} (a token mask's walk), or stops (false).
+     * @return the frames stepped since counting began (0 when it begins)
+     */
+    static long countWork(boolean on) {
+        long[] w = WORK.get();
+        long n = Math.max(0, w[0]);
+        w[0] = on ? 0 : -1;
+        return on ? 0 : n;
+    }
+
+    /**
+     * One byte's step over frames that share continuations: each frame stepped once (its result kept for the others
+     * that reach it), and a frame met again while it is being stepped (a rule that may end without text, repeated)
+     * adding nothing there, as the outer step covers it. A result that such a cut left incomplete (it lacks the outer
+     * frame's part) is not kept.
+     */
+    private static final class Step {
+        final int b;
+        final java.util.HashMap<Frame, GState> done = new java.util.HashMap<>();
+        final ArrayList<Frame> active = new ArrayList<>();
+        /** The lowest index in {@link #active} that a cut reached during the frame being stepped (MAX_VALUE: none). */
+        int lowestCut = Integer.MAX_VALUE;
+        final long[] work = WORK.get();
+
+        Step(int b) {
+            this.b = b;
+        }
+
+        GState on(GState g) {
+            if (g instanceof Frame f) return f.step(this);
+            if (g instanceof States.Union u && u.hasFrames()) {
+                List<GState> out = new ArrayList<>();
+                for (GState m : u.members()) out.add(on(m));
+                return States.Union.of(out);
+            }
+            return g.next(b);
+        }
+    }
+
+    /** A union's members after byte b, its frames stepped together ({@link Step}). */
+    static GState stepAll(List<GState> members, int b) {
+        Step st = new Step(b);
+        List<GState> out = new ArrayList<>(members.size());
+        for (GState m : members) out.add(st.on(m));
+        return States.Union.of(out);
+    }
+
+    /**
      * One rule's live positions ({@link Regex.At}, or {@link Regex.Mid} inside a multi-byte character) followed by k,
      * what comes once the rule has ended. A call node among the positions is entered when the next byte is read: the
-     * rule called starts, followed by this rule from past the call. A frame met again while it is being stepped (a rule
-     * that may end without text, repeated) adds nothing: the outer step already covers it.
+     * rule called starts, followed by this rule from past the call; where nothing of this rule follows the call (a
+     * tail call: only the rule's end), by k itself, so that right recursion ({@code list ::= item ("," list)?}) runs in
+     * a stack of constant depth.
      */
     static final class Frame implements States.Framed {
         private final GState local;
@@ -126,42 +190,52 @@ final class Ebnf {
             this.hash = local.hashCode() * 31 + k.hashCode();
         }
 
+        /** Whether the next byte may enter a rule or leave this one (else it steps this rule's own text alone). */
+        private boolean branches() {
+            return local instanceof Regex.At at && (at.calls().length > 0 || at.ends());
+        }
+
+        /** This rule's own step: the same frame where the rule loops on its text (no allocation, a known distance). */
+        private GState own(int b) {
+            GState own = local.next(b);
+            return own == null ? null : own == local ? this : new Frame(own, k, depth);
+        }
+
         @Override
         public GState next(int b) {
-            return step(b, null);
+            return branches() ? new Step(b).on(this) : own(b);
         }
 
-        private GState step(int b, List<Frame> active) {
-            GState own = local.next(b);
-            // a loop of the rule's own text (a string's characters) stays this very frame: nothing to build, and the
-            // mask's walk over the token trie then finds its distance known
-            GState mine = own == null ? null : own == local ? this : new Frame(own, k, depth);
-            if (!(local instanceof Regex.At at) || (at.calls().length == 0 && !at.ends())) return mine;
-            if (active == null) active = new ArrayList<>();
-            for (Frame f : active) if (f.equals(this)) return null;
-            active.add(this);
+        private GState step(Step st) {
+            if (!branches()) return own(st.b);
+            if (st.done.containsKey(this)) return st.done.get(this);
+            int at = st.active.indexOf(this);
+            if (at >= 0) {
+                st.lowestCut = Math.min(st.lowestCut, at);
+                return null;
+            }
+            long[] w = st.work;
+            if (w[0] >= 0 && ++w[0] > MAX_WORK) throw GrammarLimitException.work(MAX_WORK);
+            int index = st.active.size(), cutBefore = st.lowestCut;
+            st.active.add(this);
+            st.lowestCut = Integer.MAX_VALUE;
             List<GState> out = new ArrayList<>();
-            out.add(mine);
-            Regex nfa = at.nfa();
-            for (int c : at.calls()) {
-                if (depth >= MAX_NESTING) throw GrammarLimitException.nesting(MAX_NESTING);
-                Frame inner = new Frame(nfa.entry(nfa.callee(c)), new Frame(nfa.returnOf(c), k, depth), depth + 1);
-                out.add(inner.step(b, active));
+            out.add(own(st.b));
+            Regex.At pos = (Regex.At) local;
+            Regex nfa = pos.nfa();
+            for (int c : pos.calls()) {
+                Regex.At back = nfa.returnOf(c);
+                GState after = back.onlyEnds() ? k : new Frame(back, k, depth);
+                int inner = depthOf(after) + 1;
+                if (inner > MAX_NESTING) throw GrammarLimitException.nesting(MAX_NESTING);
+                out.add(st.on(new Frame(nfa.entry(nfa.callee(c)), after, inner)));
             }
-            if (at.ends()) out.add(stepOn(k, b, active));
-            active.removeLast();
-            return States.Union.of(out);
-        }
-
-        /** A continuation's state after byte b, frames in it stepped with the frames being stepped known. */
-        private static GState stepOn(GState k, int b, List<Frame> active) {
-            if (k instanceof Frame f) return f.step(b, active);
-            if (k instanceof States.Union u) {
-                List<GState> out = new ArrayList<>();
-                for (GState m : u.members()) out.add(m instanceof Frame f ? f.step(b, active) : m.next(b));
-                return States.Union.of(out);
-            }
-            return k.next(b);
+            if (pos.ends()) out.add(st.on(k));
+            st.active.removeLast();
+            GState r = States.Union.of(out);
+            if (st.lowestCut >= index) st.done.put(this, r);
+            st.lowestCut = Math.min(cutBefore, st.lowestCut >= index ? Integer.MAX_VALUE : st.lowestCut);
+            return r;
         }
 
         @Override
@@ -184,6 +258,7 @@ final class Ebnf {
             return new Frame(local, k, depthOf(k) + 1);
         }
 
+        /** The frames of a continuation's deepest chain. */
         private static int depthOf(GState k) {
             if (k instanceof Frame f) return f.depth;
             int d = 0;
@@ -232,9 +307,11 @@ final class Ebnf {
             return l;
         }
 
+        /** The 1-based column of index at, in characters (a character outside the BMP counts once, not as two units). */
         int column(int at) {
-            int start = s.lastIndexOf('\n', Math.max(0, Math.min(at, s.length()) - 1)) + 1;
-            return at - start + 1;
+            int end = Math.min(at, s.length());
+            int start = s.lastIndexOf('\n', Math.max(0, end - 1)) + 1;
+            return s.codePointCount(start, Math.max(start, end)) + 1;
         }
 
         private UnsupportedGrammarException error(String what, int at) {

@@ -3,7 +3,8 @@ package io.ds4j.grammar;
 /**
  * Enforcing a constrained output would need more parse states live at once than {@link Grammar#MAX_LIVE_STATES}
  * (its schema's alternatives overlap too much at this point of the output), or an EBNF output would nest its rule uses
- * deeper than {@link Ebnf#MAX_NESTING}. The request's constraint is at fault, not the server: the request ends with a
+ * deeper than {@link Ebnf#MAX_NESTING} or step its rules more than {@link Ebnf#MAX_WORK} times for one token's mask.
+ * The request's constraint is at fault, not the server: the request ends with a
  * client error and nothing else is affected.
  */
 public final class GrammarLimitException extends RuntimeException {
@@ -25,6 +26,14 @@ public final class GrammarLimitException extends RuntimeException {
     static GrammarLimitException nesting(int limit) {
         return new GrammarLimitException("the output would open more than " + limit + " uses of the grammar's rules at"
                 + " once here (nested that deep), the limit that bounds a grammar state's size", 0);
+    }
+
+    /** An EBNF output whose next token's mask would step more than {@code limit} frames through rule uses and ends. */
+    static GrammarLimitException work(long limit) {
+        return new GrammarLimitException("the grammar would step its rules more than " + limit + " times to find the next"
+                + " token's choices here, the limit that bounds the constraint's work per token: many rules that may match"
+                + " nothing in a row, or rule uses nested deep, make every character step them all; write such runs as one"
+                + " rule with a repeat", 0);
     }
 
     /** How many states the step would have kept live (0 where the limit reached is the nesting of rule uses). */

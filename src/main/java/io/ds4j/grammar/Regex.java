@@ -506,6 +506,11 @@ final class Regex {
             return accepting;
         }
 
+        /** Whether the rule's end is all that is live (a tail call's return: nothing of the rule follows). */
+        boolean onlyEnds() {
+            return pos.length == 1 && accepting;
+        }
+
         /** The NFA these positions are of. */
         Regex nfa() {
             return re;

@@ -128,6 +128,7 @@ final class States {
         private final int[] hashes;
         private final int hash;
         private final int width;
+        private final boolean frames;
         // caches filled on first use; a race only computes the same value twice
         private int dist = -1;
         private int accepting = -1;
@@ -142,6 +143,9 @@ final class States {
             this.alts = alts;
             this.hashes = hashes;
             this.width = width;
+            boolean f = false;
+            for (GState g : alts) f |= g instanceof Ebnf.Frame || g instanceof Union u && u.frames;
+            this.frames = f;
             // mixed, not summed: members share their continuation's hash, and a plain sum of two would shift it out
             // a few bits per nesting level until every deep union hashed alike
             int h = 0x2545F491;
@@ -221,8 +225,15 @@ final class States {
             return Arrays.asList(alts);
         }
 
+        /** Whether a member is an EBNF grammar's frame: its members are then stepped together ({@link Ebnf#stepAll}). */
+        boolean hasFrames() {
+            return frames;
+        }
+
         @Override
         public GState next(int b) {
+            // a grammar's frames share continuations: stepped together, each is stepped once
+            if (frames) return Ebnf.stepAll(members(), b);
             List<GState> out = new ArrayList<>(alts.length);
             for (GState g : alts) {
                 GState t = g.next(b);

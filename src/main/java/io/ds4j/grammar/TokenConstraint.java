@@ -58,7 +58,7 @@ public final class TokenConstraint implements Constraint {
     private final TokenTrie trie;
     private final int words;
     private GState state;
-    private long maskNanos, maskCalls, cacheHits;
+    private long maskNanos, maskCalls, cacheHits, maxWork;
 
     private final boolean steered;
     private final boolean ignoreEos;
@@ -86,7 +86,25 @@ public final class TokenConstraint implements Constraint {
         return r;
     }
 
+    /**
+     * The mask at state s; an EBNF grammar's frames stepped for it are counted against {@link Ebnf#MAX_WORK}.
+     * @throws GrammarLimitException where the grammar would step its rules more than that
+     */
     private long[] allowed(GState s, int remaining) {
+        Ebnf.countWork(true);
+        try {
+            return mask(s, remaining);
+        } finally {
+            maxWork = Math.max(maxWork, Ebnf.countWork(false));
+        }
+    }
+
+    /** The most grammar frames one mask of this constraint stepped ({@link Ebnf#MAX_WORK}; for tests). */
+    long maxWork() {
+        return maxWork;
+    }
+
+    private long[] mask(GState s, int remaining) {
         Key k = new Key(trie, ignoreEos, s);
         // looked up, then computed outside the cache's locks (a mask can take milliseconds; two threads that miss the
         // same state at once both compute it, with the same result)

@@ -11,7 +11,7 @@ public final class UnsupportedGrammarException extends IllegalArgumentException 
     /**
      * @param problem what is wrong, without the position
      * @param line    the 1-based line of the construct, 0 for the grammar as a whole
-     * @param column  its 1-based column (in UTF-16 units), 0 for the grammar as a whole
+     * @param column  its 1-based column (in characters), 0 for the grammar as a whole
      */
     public UnsupportedGrammarException(String problem, int line, int column) {
         super(line > 0 ? problem + " (at line " + line + ", column " + column + ")" : problem);

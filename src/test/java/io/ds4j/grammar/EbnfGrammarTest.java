@@ -132,6 +132,71 @@ class EbnfGrammarTest {
         assertTrue(e.getMessage().contains("more than " + Ebnf.MAX_NESTING + " uses of the grammar's rules"), e.getMessage());
     }
 
+    /** A tail call does not grow the stack: right recursion runs past the nesting limit in constant depth and time. */
+    @Test
+    @org.junit.jupiter.api.Timeout(30)
+    void rightRecursionRunsInAStackOfConstantDepth() {
+        Grammar g = Grammar.ebnf("root ::= [a-z] root | [a-z]");
+        GState s = RegexGrammarTest.walk(g, "a".repeat(5 * Ebnf.MAX_NESTING));
+        assertNotNull(s);
+        assertTrue(s.accepting());
+        assertEquals(RegexGrammarTest.walk(g, "ab"), RegexGrammarTest.walk(g, "abcdef"), "the same state after every letter");
+        Grammar list = Grammar.ebnf("root ::= item (\",\" root)?\nitem ::= [0-9]+");
+        assertTrue(RegexGrammarTest.matches(list, "1,22,3".repeat(2000).replace("31", "3,1")));
+    }
+
+    /**
+     * Many rules that may match nothing in a row: every character may end any of them and begin the next, so each byte
+     * steps them all. A few are cheap; a run of 80 reaches the work limit on the first token's mask and ends the
+     * request with a grammar limit, in bounded time, where it held the engine for minutes.
+     */
+    @Test
+    @org.junit.jupiter.api.Timeout(120)
+    void runsOfRulesThatMayBeEmptyAreBoundedWork() {
+        java.util.function.IntFunction<Grammar> chain = k -> {
+            StringBuilder b = new StringBuilder("root ::=");
+            for (int i = 0; i < k; i++) b.append(" n").append(i);
+            b.append(" \"!\"\n");
+            for (int i = 0; i < k; i++) b.append("n").append(i).append(" ::= [a-z]*\n");
+            return Grammar.ebnf(b.toString());
+        };
+        GrammarPropertyTest.Out o = GrammarPropertyTest.run(chain.apply(5), 30, 1, 1.0);
+        assertTrue(o.eos() && RegexGrammarTest.matches(chain.apply(5), o.text()), o.text());
+        TokenConstraint c = chain.apply(80).constraint(GrammarPropertyTest.TOK);
+        GrammarLimitException e = assertThrows(GrammarLimitException.class, () -> {
+            // the first token's mask may fit; one after a letter steps all 80 rules for every letter of every token
+            c.advance(GrammarPropertyTest.TOK.encode("ab")[0]);
+            c.allowed(100);
+        });
+        assertTrue(e.getMessage().contains("step its rules more than " + Ebnf.MAX_WORK + " times"), e.getMessage());
+        // a run of a few is cheap: its masks step a small share of the limit
+        TokenConstraint few = chain.apply(5).constraint(GrammarPropertyTest.TOK);
+        few.advance(GrammarPropertyTest.TOK.encode("ab")[0]);
+        few.allowed(100);
+        assertTrue(few.maxWork() < Ebnf.MAX_WORK / 2, few.maxWork() + " frames");
+    }
+
+    /** JSON written as rules, sampled token by token: its masks step its frames far below the work limit. */
+    @Test
+    void anOrdinaryGrammarStaysFarBelowTheWorkLimit() throws Exception {
+        Grammar g = Grammar.ebnf(java.nio.file.Files.readString(java.nio.file.Path.of("tools/grammars/bench-person.gbnf")));
+        long most = 0;
+        for (long seed = 0; seed < 4; seed++) {
+            TokenConstraint c = g.steeredConstraint(GrammarPropertyTest.TOK);
+            SplittableRandom r = new SplittableRandom(seed);
+            for (int i = 0; i < 150; i++) {
+                long[] allowed = c.allowed(200 - i);
+                int tok;
+                do tok = r.nextInt(GrammarPropertyTest.TOK.vocabSize()); while (!io.ds4j.sampling.Constraint.has(allowed, tok));
+                if (tok == GrammarPropertyTest.TOK.eosId()) break;
+                c.advance(tok);
+            }
+            most = Math.max(most, c.maxWork());
+        }
+        assertTrue(most > 0, "the masks step frames");
+        assertTrue(most < Ebnf.MAX_WORK / 100, most + " frames for one mask");
+    }
+
     @Test
     void refusalsNameWhatAndWhere() {
         refused("root ::= item\nitem ::= \"x\" thing", "rule 'thing' is used but never defined", 2, 14);
@@ -163,6 +228,8 @@ class EbnfGrammarTest {
         refused("root ::= \"\\uD800\"", "surrogate", 1, 11);
         refused("root = \"x\"", "'::=' must follow the rule name 'root'", 1, 6);
         refused("root ::= \"x\"\n::= \"y\"", "'::=' without a rule name before it", 2, 1);
+        // columns count characters: each emoji is one, not its two UTF-16 units
+        refused("root ::= \"😀😀\" x", "rule 'x' is used but never defined", 1, 15);
         refused("::= \"y\"", "a rule must begin with its name", 1, 1);
     }
 
