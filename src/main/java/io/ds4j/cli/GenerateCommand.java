@@ -83,6 +83,7 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--max-context", description = "context limit in tokens (default 65536), capped by the model's max_position_embeddings") Integer maxContext;
     @Option(names = "--json-schema", paramLabel = "FILE", description = "constrain the output to JSON valid for this JSON Schema (constrained decoding); prints the mask's cost per step") Path jsonSchema;
     @Option(names = "--json-object", description = "constrain the output to a JSON object (constrained decoding); prints the mask's cost per step") boolean jsonObject;
+    @Option(names = "--grammar", paramLabel = "FILE", description = "constrain the output to this EBNF grammar (rule root; constrained decoding); prints the mask's cost per step") Path grammarFile;
 
     /** Whether no generation has finished in this process yet (each {@code ds4j generate} is one). */
     static final java.util.concurrent.atomic.AtomicBoolean FIRST_IN_PROCESS = new java.util.concurrent.atomic.AtomicBoolean(true);
@@ -269,16 +270,25 @@ public final class GenerateCommand implements Callable<Integer> {
     }
 
     /**
-     * The grammar of --json-schema / --json-object, or null; reads and compiles the schema file, so that a missing file
-     * or an unsupported keyword is refused before any model work.
+     * The grammar of --json-schema / --json-object / --grammar, or null; reads and compiles the file, so that a missing
+     * file, an unsupported keyword or a grammar the engine cannot enforce is refused before any model work.
      * @throws IllegalArgumentException naming the flag and what is wrong
      */
     private Grammar grammar() throws java.io.IOException {
-        if (jsonSchema == null && !jsonObject) return null;
-        if (jsonSchema != null && jsonObject) throw new IllegalArgumentException("--json-schema and --json-object exclude each other");
+        if (jsonSchema == null && !jsonObject && grammarFile == null) return null;
+        if ((jsonSchema != null ? 1 : 0) + (jsonObject ? 1 : 0) + (grammarFile != null ? 1 : 0) > 1)
+            throw new IllegalArgumentException(grammarFile == null ? "--json-schema and --json-object exclude each other"
+                    : "--grammar excludes --json-schema and --json-object (each holds the whole output)");
         Grammar gr;
         if (jsonObject) gr = Grammar.jsonObject();
-        else {
+        else if (grammarFile != null) {
+            if (!Files.isRegularFile(grammarFile)) throw new IllegalArgumentException("--grammar: file not found: " + grammarFile);
+            try {
+                gr = Grammar.ebnf(Files.readString(grammarFile));
+            } catch (io.ds4j.grammar.UnsupportedGrammarException e) {
+                throw new IllegalArgumentException("--grammar: " + grammarFile + ": " + e.getMessage(), e);
+            }
+        } else {
             if (!Files.isRegularFile(jsonSchema)) throw new IllegalArgumentException("--json-schema: file not found: " + jsonSchema);
             try {
                 // the server's reader, so that an enum's numbers are produced as the file writes them (1e2, not 100.0)

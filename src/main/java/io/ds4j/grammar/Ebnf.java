@@ -190,6 +190,11 @@ final class Ebnf {
             this.hash = local.hashCode() * 31 + k.hashCode();
         }
 
+        /** Whether this frame is a string body that plain text leaves as it is ({@link Regex.At#loopsOnStringText}). */
+        boolean keepsStringText() {
+            return local instanceof Regex.At at && at.loopsOnStringText();
+        }
+
         /** Whether the next byte may enter a rule or leave this one (else it steps this rule's own text alone). */
         private boolean branches() {
             return local instanceof Regex.At at && (at.calls().length > 0 || at.ends());

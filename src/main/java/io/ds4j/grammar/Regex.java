@@ -394,6 +394,8 @@ final class Regex {
         private static final int BY_SET_FROM = 16;
         /** {@link #calls}, found on first use (a race only finds the same array twice). */
         private int[] callNodes;
+        /** {@link #loopsOnStringText}: 0 not yet decided, 1 yes, −1 no. */
+        private int loopsOnString;
 
         At(Regex re, int[] pos, boolean kept) {
             this.re = re;
@@ -504,6 +506,30 @@ final class Regex {
         /** Whether the rule being matched may end here (the match node is live). */
         boolean ends() {
             return accepting;
+        }
+
+        /**
+         * Whether every character of a JSON string's plain text (any but '"', '\\' and the controls below U+0020) leads
+         * from these positions back to them, and nothing else is live that the next byte could enter (no call, not the
+         * rule's end): the string body of a grammar written as rules, whose tokens of plain text then keep its state
+         * as they keep a JSON string body's ({@link TokenTrie#stringPure}). Decided once, per character class.
+         */
+        boolean loopsOnStringText() {
+            int v = loopsOnString;
+            if (v == 0) {
+                boolean ok = !accepting && calls().length == 0;
+                int[] starts = re.classStarts;
+                for (int j = 0; ok && j < starts.length; j++) {
+                    int hi = j + 1 < starts.length ? starts[j + 1] - 1 : 0x10FFFF;
+                    int cp = starts[j];
+                    while (cp <= hi && (cp < 0x20 || cp == '"' || cp == '\\' || (cp >= 0xD800 && cp <= 0xDFFF))) cp = cp == 0xD800 ? 0xE000 : cp + 1;
+                    if (cp > hi) continue;
+                    GState t = step(cp);
+                    ok = t != null && t.equals(this);
+                }
+                loopsOnString = v = ok ? 1 : -1;
+            }
+            return v > 0;
         }
 
         /** Whether the rule's end is all that is live (a tail call's return: nothing of the rule follows). */

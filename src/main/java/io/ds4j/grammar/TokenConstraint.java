@@ -120,18 +120,20 @@ public final class TokenConstraint implements Constraint {
     }
 
     /**
-     * For free-text states (a JSON string body, raw text before its delimiter) the precomputed tokens that leave the
-     * state as it is; the walk then only needs the tokens outside that set. Null for other states.
+     * For free-text states (a JSON string body, a grammar's rule looping on the same text, raw text before its
+     * delimiter) the precomputed tokens that leave the state as it is; the walk then only needs the tokens outside that
+     * set. Null for other states.
      */
     private long[] pure(GState s) {
         if (s instanceof States.Str st && st.mode() == States.Str.BODY) return trie.stringPure;
+        if (s instanceof Ebnf.Frame f && f.keepsStringText()) return trie.stringPure;
         if (s instanceof States.Until u && u.matched() == 0 && u.utf8() == 0) return trie.textPure;
         if (s instanceof States.Reasoning r && r.think() == 0 && r.open() == 0 && r.utf8() == 0) return trie.textPure;
         return null;
     }
 
     private TokenTrie rest(GState s) {
-        return s instanceof States.Str ? trie.stringRest : trie.textRest;
+        return s instanceof States.Str || s instanceof Ebnf.Frame ? trie.stringRest : trie.textRest;
     }
 
     private Entry full(GState s) {

@@ -63,12 +63,16 @@ public class GenerateCommandTest {
         Path pattern = dir.resolve("pattern.json");
         java.nio.file.Files.writeString(pattern, "{\"type\": \"string\", \"pattern\": \"a+\"}");
         Path noModel = java.nio.file.Files.createDirectory(dir.resolve("empty"));
+        Path leftRecursive = dir.resolve("left.gbnf");
+        java.nio.file.Files.writeString(leftRecursive, "root ::= root \"a\" | \"a\"\n");
         String[][] cases = {
                 {"--json-schema", "/nonexistent.json"}, {"--json-object", "--json-schema", pattern.toString()},
-                {"--json-schema", pattern.toString()}, {"--draft", "bogus"}, {"--draft", noModel.toString()}};
+                {"--json-schema", pattern.toString()}, {"--draft", "bogus"}, {"--draft", noModel.toString()},
+                {"--grammar", leftRecursive.toString()}, {"--grammar", "/nonexistent.gbnf"}, {"--json-object", "--grammar", leftRecursive.toString()}};
         String[] said = {"--json-schema: file not found: /nonexistent.json", "--json-schema and --json-object exclude each other",
                 "--json-schema: JSON Schema keyword 'pattern' (at '/pattern') is not supported", "--draft: 'bogus' is neither",
-                "--draft: "};
+                "--draft: ", "--grammar: " + leftRecursive + ": left recursion is not supported: rule 'root' begins with 'root'",
+                "--grammar: file not found: /nonexistent.gbnf", "--grammar excludes --json-schema and --json-object"};
         for (int i = 0; i < cases.length; i++) {
             String[] args = new String[cases[i].length + 5];
             System.arraycopy(new String[]{"generate", "--prompt", "x", "-n", "2"}, 0, args, 0, 5);

@@ -3,6 +3,7 @@ package io.ds4j.grammar;
 import org.junit.jupiter.api.Test;
 
 import java.nio.charset.StandardCharsets;
+import java.util.List;
 import java.util.SplittableRandom;
 
 import static org.junit.jupiter.api.Assertions.*;
@@ -195,6 +196,42 @@ class EbnfGrammarTest {
         }
         assertTrue(most > 0, "the masks step frames");
         assertTrue(most < Ebnf.MAX_WORK / 100, most + " frames for one mask");
+    }
+
+    /**
+     * Masks against each token's bytes stepped one by one: inside a string body of plain text (the shortcut of
+     * precomputed tokens that keep the state), inside one that excludes one more character (no shortcut), at a
+     * number and after a key.
+     */
+    @Test
+    void masksAreEachTokensBytesStepped() throws Exception {
+        Grammar g = Grammar.ebnf(java.nio.file.Files.readString(java.nio.file.Path.of("tools/grammars/bench-person.gbnf")));
+        Grammar noDel = Grammar.ebnf("root ::= \"\\\"\" [^\"\\\\\\x7f\\x00-\\x1f]* \"\\\"\"");
+        io.ds4j.text.Tokenizer tok = GrammarPropertyTest.TOK;
+        for (var c : List.of(java.util.Map.entry(g, "{\"name\": \"Ann"), java.util.Map.entry(noDel, "\"x"),
+                java.util.Map.entry(g, "{\"name\": \"Ann\", \"age\": 4"), java.util.Map.entry(g, "{\"name\":"))) {
+            GState s = RegexGrammarTest.walk(c.getKey(), c.getValue());
+            assertNotNull(s, c.getValue());
+            TokenConstraint tc = c.getKey().after(c.getValue()).constraint(tok);
+            long[] mask = tc.allowed(1 << 20);
+            int allowed = 0;
+            for (int t = 0; t < tok.vocabSize(); t++) {
+                if (tok.isControl(t)) continue;
+                byte[] b;
+                try {
+                    b = tok.tokenBytes(t);
+                } catch (IllegalArgumentException e) {
+                    continue; // no token of this tokenizer
+                }
+                boolean ok = b.length > 0 && RegexGrammarTest.walk(s, b) != null;
+                assertEquals(ok, io.ds4j.sampling.Constraint.has(mask, t), c.getValue() + " then token " + t + " '" + tok.decode(new int[]{t}) + "'");
+                if (ok) allowed++;
+            }
+            assertTrue(allowed > 0, c.getValue());
+        }
+        Ebnf.Frame body = (Ebnf.Frame) RegexGrammarTest.walk(g, "{\"name\": \"Ann");
+        assertTrue(body.keepsStringText(), "the plain string body takes the shortcut");
+        assertFalse(((Ebnf.Frame) RegexGrammarTest.walk(noDel, "\"x")).keepsStringText(), "a body without DEL does not");
     }
 
     @Test
