@@ -131,6 +131,29 @@ class ConstraintLimitsServerTest {
         assertTrue(TestServer.eventually(2000, () -> backend.openSequences() == 0), "every sequence released");
     }
 
+    /**
+     * An EBNF grammar whose every character steps 80 rules that may match nothing (the breaker's grammar, which held the
+     * engine 14 minutes for one token): the request ends with 400 grammar_too_complex within the work limit, and the
+     * next request is served.
+     */
+    @Test
+    @Timeout(value = 120, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+    void aGrammarPastTheWorkLimitFailsAloneWith400() throws Exception {
+        server = TestServer.scripted(backend, Map.of("speculative.draft", "none"));
+        StringBuilder g = new StringBuilder("root ::=");
+        for (int i = 0; i < 80; i++) g.append(" n").append(i);
+        g.append(" \"!\"\n");
+        for (int i = 0; i < 80; i++) g.append("n").append(i).append(" ::= [a-z]*\n");
+        String extra = "\"grammar\":" + Json.MAPPER.valueToTree(g.toString()) + ",\"temperature\":0,\"max_tokens\":30," + force("ab");
+        TestServer.Resp r = server.post("/v1/chat/completions", TestServer.chat("Hi", extra));
+        assertEquals(400, r.status(), r.body());
+        assertEquals("grammar_too_complex", errorCode(r), r.body());
+        assertTrue(r.json().at("/error/message").asText().contains("step its rules more than"), r.body());
+        TestServer.Resp plain = server.post("/v1/chat/completions", TestServer.chat("Hi", ""));
+        assertEquals(200, plain.status(), plain.body());
+        assertTrue(TestServer.eventually(2000, () -> backend.openSequences() == 0), "every sequence released");
+    }
+
     @Test
     @Timeout(value = 120, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
     void pathologicalSchemasAreRefusedUpFront() throws Exception {
