@@ -1007,6 +1007,8 @@ public final class BenchServerCommand implements Callable<Integer> {
      * @throws CommandLine.ParameterException when the file cannot be read or holds a grammar the engine cannot enforce
      */
     private String grammarText(Path file) {
+        if (!java.nio.file.Files.isRegularFile(file))
+            throw new CommandLine.ParameterException(spec.commandLine(), "--grammar: file not found: " + file);
         String text;
         try {
             text = java.nio.file.Files.readString(file);

@@ -700,6 +700,7 @@ final class Requests {
     private static List<Asked> outputConstraints(JsonNode body) {
         List<Asked> out = new ArrayList<>();
         JsonNode so = body.get("structured_outputs");
+        boolean noWhitespace = false;
         if (so != null && !so.isNull()) {
             if (!so.isObject())
                 throw ApiException.badField("structured_outputs", "must be an object such as {\"regex\": \"...\"} or"
@@ -717,11 +718,8 @@ final class Requests {
                     // a backend choice (this server has one engine and nothing to fall back to), and a flag its JSON
                     // output keeps anyway (only a schema's declared properties are produced)
                     case "disable_fallback", "disable_additional_properties" -> bool(so, key, path, false);
-                    case "disable_any_whitespace" -> {
-                        if (bool(so, key, path, false))
-                            throw ApiException.badField(path, "true is not supported: JSON output may have whitespace between"
-                                    + " its tokens (at most 24 bytes in a row)");
-                    }
+                    // JSON's whitespace only: a regex, choice or grammar decides its own
+                    case "disable_any_whitespace" -> noWhitespace = bool(so, key, path, false);
                     case "structural_tag", "whitespace_pattern" -> throw ApiException.badField(path,
                             "is not supported by this server; structured_outputs takes regex, choice, json, json_object or grammar");
                     default -> {
@@ -744,6 +742,9 @@ final class Requests {
         // constraint silently dropped would let through what the client means to exclude
         JsonNode gj = body.get("guided_json");
         if (gj != null && !gj.isNull()) out.add(new Asked("guided_json", "json", checked("json", "guided_json", gj)));
+        if (noWhitespace && (out.isEmpty() || out.stream().anyMatch(a -> a.kind().startsWith("json"))))
+            throw ApiException.badField("structured_outputs.disable_any_whitespace", "true is not supported: JSON output"
+                    + " may have whitespace between its tokens (at most 24 bytes in a row)");
         JsonNode gw = body.get("guided_whitespace_pattern");
         if (gw != null && !gw.isNull())
             throw ApiException.badField("guided_whitespace_pattern", "is not supported by this server; it takes guided_regex,"

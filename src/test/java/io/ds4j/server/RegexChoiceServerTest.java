@@ -283,8 +283,13 @@ class RegexChoiceServerTest {
                 "structured_outputs.regx: is not a structured_outputs field (did you mean structured_outputs.regex?)");
         refused(CHAT, body("\"structured_outputs\":{\"structural_tag\":\"{}\"}"), "structured_outputs.structural_tag",
                 "structured_outputs.structural_tag: is not supported by this server");
-        refused(CHAT, body("\"structured_outputs\":{\"regex\":\"a\",\"disable_any_whitespace\":true}"),
+        // JSON's whitespace cannot be switched off; a regex, choice or grammar decides its own, so the flag changes nothing there
+        refused(CHAT, body("\"structured_outputs\":{\"json\":{\"type\":\"integer\"},\"disable_any_whitespace\":true}"),
                 "structured_outputs.disable_any_whitespace", "structured_outputs.disable_any_whitespace: true is not supported");
+        refused(CHAT, body("\"structured_outputs\":{\"disable_any_whitespace\":true},\"guided_json\":{\"type\":\"integer\"}"),
+                "structured_outputs.disable_any_whitespace", "structured_outputs.disable_any_whitespace: true is not supported");
+        assertEquals("a", content(server.post(CHAT, body("\"structured_outputs\":{\"regex\":\"a\",\"disable_any_whitespace\":true}"))));
+        assertEquals("b", content(server.post(CHAT, body("\"structured_outputs\":{\"grammar\":\"root ::= \\\"b\\\"\",\"disable_any_whitespace\":true}"))));
         // one constraint per request, whichever fields give them
         refused(CHAT, body("\"structured_outputs\":{\"regex\":\"a\",\"choice\":[\"a\"]}"), "structured_outputs.choice",
                 "structured_outputs.choice: cannot be combined with structured_outputs.regex");
