@@ -108,14 +108,17 @@ final class Ebnf {
     // ------------------------------------------------------------------------------------------------------ states
 
     /**
-     * The most frames one token mask may step through rule uses and ends (a frame whose next byte enters a rule or
-     * leaves one): the bound on a grammar's work per token. A grammar of many rules that may match nothing in a row
-     * (each character can end any of them and begin the next) or of rule uses nested deep before something other than
-     * their end steps many frames per byte; past this the request ends with {@link GrammarLimitException} instead of
-     * holding the engine for minutes. Ordinary grammars stay far below it: tools/grammars/bench-person.gbnf, JSON of a
-     * schema as rules, steps at most about 6,000 per mask (EbnfGrammarTest checks under 1 % of the limit).
+     * The most work one token mask may do in a grammar's rules: frames stepped together (a union's members, and the
+     * frames a byte enters or leaves a rule through), live positions built ({@link #charge}), and frames merged through
+     * their continuations ({@link States.Union#of}). The bound on a grammar's work
+     * per token: ambiguous rules (text that many splits between rule uses match, {@code item{0,100}} with
+     * {@code item ::= [a-z]+}), many rules that may match nothing in a row (each character can end any of them and
+     * begin the next), rule uses nested deep before something other than their end, or large counted repeats met again
+     * at every level, cost much per byte; past this the request ends with {@link GrammarLimitException} instead of
+     * holding the engine for seconds per token, or minutes. Ordinary grammars stay far below it: tools/grammars/bench-person.gbnf, JSON of a
+     * schema as rules, stays under 5 % of it per mask (EbnfGrammarTest checks it).
      */
-    static final long MAX_WORK = 1_000_000;
+    static final long MAX_WORK = 500_000;
 
     /** The frames stepped since {@link #countWork} began on this thread (−1: not counting). */
     private static final ThreadLocal<long[]> WORK = ThreadLocal.withInitial(() -> new long[]{-1});
@@ -130,6 +133,29 @@ final class Ebnf {
         w[0] = on ? 0 : -1;
         return on ? 0 : n;
     }
+
+    /**
+     * Charges the building of a rule's live positions (a closure over them, a new state of a counted repeat such as
+     * {@code [^.]{1,3000}}) to the work being counted: one step per {@value #POSITIONS_PER_STEP} positions, at least one.
+     * @throws GrammarLimitException past {@link #MAX_WORK}
+     */
+    static void charge(int positions) {
+        long[] w = WORK.get();
+        if (w[0] >= 0 && (w[0] += 1 + positions / POSITIONS_PER_STEP) > MAX_WORK) throw GrammarLimitException.work(MAX_WORK);
+    }
+
+    /**
+     * Charges frames merged through their continuations ({@link States.Union#of}) to the work being counted, one step
+     * each: a merge runs down the continuations, as deep as the rule uses are nested.
+     * @throws GrammarLimitException past {@link #MAX_WORK}
+     */
+    static void chargeSteps(int frames) {
+        long[] w = WORK.get();
+        if (w[0] >= 0 && (w[0] += frames) > MAX_WORK) throw GrammarLimitException.work(MAX_WORK);
+    }
+
+    /** NFA positions of a state built that count as one frame step of work. */
+    static final int POSITIONS_PER_STEP = 64;
 
     /**
      * One byte's step over frames that share continuations: each frame stepped once (its result kept for the others
@@ -213,6 +239,10 @@ final class Ebnf {
         }
 
         private GState step(Step st) {
+            // every frame stepped together counts: a union of many frames (a text many levels' rules may take) costs
+            // in its width at every byte, branching or not
+            long[] w = st.work;
+            if (w[0] >= 0 && ++w[0] > MAX_WORK) throw GrammarLimitException.work(MAX_WORK);
             if (!branches()) return own(st.b);
             if (st.done.containsKey(this)) return st.done.get(this);
             int at = st.active.indexOf(this);
@@ -220,8 +250,6 @@ final class Ebnf {
                 st.lowestCut = Math.min(st.lowestCut, at);
                 return null;
             }
-            long[] w = st.work;
-            if (w[0] >= 0 && ++w[0] > MAX_WORK) throw GrammarLimitException.work(MAX_WORK);
             int index = st.active.size(), cutBefore = st.lowestCut;
             st.active.add(this);
             st.lowestCut = Integer.MAX_VALUE;

@@ -12,9 +12,10 @@ public final class GrammarLimitException extends RuntimeException {
 
     /** @param live how many states the step would have kept live */
     public GrammarLimitException(int live) {
-        this("the output's schema would keep " + live + " parse states live at once here, more than the "
-                + Grammar.MAX_LIVE_STATES + " the constraint engine allows (the limit bounds its work per token): its anyOf"
-                + " alternatives overlap too much; use fewer of them, or ones that differ early in the output", live);
+        this("the output's constraint would keep " + live + " parse states live at once here, more than the "
+                + Grammar.MAX_LIVE_STATES + " the constraint engine allows (the limit bounds its work per token): its schema's"
+                + " anyOf alternatives, or its grammar's rules, overlap too much; use fewer of them, or ones that differ early"
+                + " in the output", live);
     }
 
     private GrammarLimitException(String message, int live) {
@@ -31,9 +32,10 @@ public final class GrammarLimitException extends RuntimeException {
     /** An EBNF output whose next token's mask would step more than {@code limit} frames through rule uses and ends. */
     static GrammarLimitException work(long limit) {
         return new GrammarLimitException("the grammar would step its rules more than " + limit + " times to find the next"
-                + " token's choices here, the limit that bounds the constraint's work per token: many rules that may match"
-                + " nothing in a row, or rule uses nested deep, make every character step them all; write such runs as one"
-                + " rule with a repeat", 0);
+                + " token's choices here, the limit that bounds the constraint's work per token: rules that split the same"
+                + " text many ways (item{0,100} with item ::= [a-z]+), many rules that may match nothing in a row, rule uses"
+                + " nested deep, or large counted repeats at every level make every character cost that much; write such"
+                + " parts so that each text has one way through them", 0);
     }
 
     /** How many states the step would have kept live (0 where the limit reached is the nesting of rule uses). */

@@ -360,6 +360,8 @@ final class Regex {
     /** The state of some live positions (null for none): the kept one where there is one. */
     private At state(int[] pos) {
         if (pos.length == 0) return null;
+        // a grammar's rules step within its work per token: the closure just built cost time in its positions
+        if (returns.length > 0) Ebnf.charge(pos.length);
         At probe = new At(this, pos, false);
         At found = kept.get(probe);
         if (found != null) return found;

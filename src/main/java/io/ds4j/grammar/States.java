@@ -186,6 +186,14 @@ final class States {
                 else flat.add(g);
             }
             if (flat.size() <= 1) return flat.isEmpty() ? null : flat.getFirst();
+            // a grammar's frames merge through their continuations, which can run as deep as its rule uses are nested:
+            // each merge counts towards its work per token (Ebnf#MAX_WORK)
+            for (GState g : flat) {
+                if (g instanceof Ebnf.Frame) {
+                    Ebnf.chargeSteps(flat.size());
+                    break;
+                }
+            }
             // a state's frame is the state with a placeholder continuation: equal frames, mergeable states
             LinkedHashMap<GState, List<GState>> frames = new LinkedHashMap<>();
             for (GState g : flat)
