@@ -118,7 +118,7 @@ final class Ebnf {
      * holding the engine for seconds per token, or minutes. Ordinary grammars stay far below it: tools/grammars/bench-person.gbnf, JSON of a
      * schema as rules, stays under 5 % of it per mask (EbnfGrammarTest checks it).
      */
-    static final long MAX_WORK = 500_000;
+    static final long MAX_WORK = 2_000_000;
 
     /** The frames stepped since {@link #countWork} began on this thread (−1: not counting). */
     private static final ThreadLocal<long[]> WORK = ThreadLocal.withInitial(() -> new long[]{-1});
