@@ -71,11 +71,10 @@ final class Ebnf {
         for (int r = 0; r < n; r++) first[r] = nfa.callsFirst(r);
         // depth-first over "may begin with"; a rule met again on the path is a cycle
         int[] state = new int[n];
-        int[] via = new int[n];
         for (int r = 0; r < n; r++) {
             if (state[r] != 0) continue;
             List<Integer> path = new ArrayList<>();
-            int cycle = walk(r, first, state, via, path);
+            int cycle = walk(r, first, state, path);
             if (cycle >= 0) {
                 StringBuilder chain = new StringBuilder("'" + p.names.get(cycle) + "'");
                 int at = path.indexOf(cycle);
@@ -90,13 +89,13 @@ final class Ebnf {
     }
 
     /** Depth-first from r (state 1: on the path, 2: done); the rule that closes a cycle, or −1. */
-    private static int walk(int r, BitSet[] first, int[] state, int[] via, List<Integer> path) {
+    private static int walk(int r, BitSet[] first, int[] state, List<Integer> path) {
         state[r] = 1;
         path.add(r);
         for (int s = first[r].nextSetBit(0); s >= 0; s = first[r].nextSetBit(s + 1)) {
             if (state[s] == 1) return s;
             if (state[s] == 0) {
-                int c = walk(s, first, state, via, path);
+                int c = walk(s, first, state, path);
                 if (c >= 0) return c;
             }
         }
@@ -140,8 +139,7 @@ final class Ebnf {
      * @throws GrammarLimitException past {@link #MAX_WORK}
      */
     static void charge(int positions) {
-        long[] w = WORK.get();
-        if (w[0] >= 0 && (w[0] += 1 + positions / POSITIONS_PER_STEP) > MAX_WORK) throw GrammarLimitException.work(MAX_WORK);
+        add(WORK.get(), 1 + positions / POSITIONS_PER_STEP);
     }
 
     /**
@@ -150,8 +148,12 @@ final class Ebnf {
      * @throws GrammarLimitException past {@link #MAX_WORK}
      */
     static void chargeSteps(int frames) {
-        long[] w = WORK.get();
-        if (w[0] >= 0 && (w[0] += frames) > MAX_WORK) throw GrammarLimitException.work(MAX_WORK);
+        add(WORK.get(), frames);
+    }
+
+    /** Adds n steps to a thread's count w where it counts; past {@link #MAX_WORK}, a {@link GrammarLimitException}. */
+    private static void add(long[] w, long n) {
+        if (w[0] >= 0 && (w[0] += n) > MAX_WORK) throw GrammarLimitException.work(MAX_WORK);
     }
 
     /** NFA positions of a state built that count as one frame step of work. */
@@ -186,12 +188,9 @@ final class Ebnf {
         }
     }
 
-    /** A union's members after byte b, its frames stepped together ({@link Step}). */
-    static GState stepAll(List<GState> members, int b) {
-        Step st = new Step(b);
-        List<GState> out = new ArrayList<>(members.size());
-        for (GState m : members) out.add(st.on(m));
-        return States.Union.of(out);
+    /** A union of frames after byte b, its members stepped together ({@link Step}). */
+    static GState stepAll(States.Union u, int b) {
+        return new Step(b).on(u);
     }
 
     /**
@@ -241,8 +240,7 @@ final class Ebnf {
         private GState step(Step st) {
             // every frame stepped together counts: a union of many frames (a text many levels' rules may take) costs
             // in its width at every byte, branching or not
-            long[] w = st.work;
-            if (w[0] >= 0 && ++w[0] > MAX_WORK) throw GrammarLimitException.work(MAX_WORK);
+            add(st.work, 1);
             if (!branches()) return own(st.b);
             if (st.done.containsKey(this)) return st.done.get(this);
             int at = st.active.indexOf(this);

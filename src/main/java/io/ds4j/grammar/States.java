@@ -144,7 +144,8 @@ final class States {
             this.hashes = hashes;
             this.width = width;
             boolean f = false;
-            for (GState g : alts) f |= g instanceof Ebnf.Frame || g instanceof Union u && u.frames;
+            // members are never unions (of flattens them)
+            for (GState g : alts) f |= g instanceof Ebnf.Frame;
             this.frames = f;
             // mixed, not summed: members share their continuation's hash, and a plain sum of two would shift it out
             // a few bits per nesting level until every deep union hashed alike
@@ -241,7 +242,7 @@ final class States {
         @Override
         public GState next(int b) {
             // a grammar's frames share continuations: stepped together, each is stepped once
-            if (frames) return Ebnf.stepAll(members(), b);
+            if (frames) return Ebnf.stepAll(this, b);
             List<GState> out = new ArrayList<>(alts.length);
             for (GState g : alts) {
                 GState t = g.next(b);
