@@ -104,6 +104,16 @@ public final class DefaultModelProvider implements ModelProvider {
         }
     }
 
+    /** {@code model.name}, else the model folder's name (the embedded model's folder in the model store). */
+    @Override
+    public String servedId(ServerConfig cfg) {
+        if (cfg.modelName() != null) return cfg.modelName();
+        Path dir = cfg.modelPath() == null ? ModelStore.folder(EMBEDDED_PRESET, EMBEDDED_SEED) : Path.of(cfg.modelPath());
+        Path name = dir.toAbsolutePath().normalize().getFileName();
+        // a model folder at the file system's root has no name of its own
+        return name != null ? name.toString() : dir.toAbsolutePath().normalize().toString();
+    }
+
     @Override
     public LoadedModel load(ServerConfig cfg, Consumer<String> log) throws Exception {
         boolean embedded = cfg.modelPath() == null;
@@ -133,7 +143,7 @@ public final class DefaultModelProvider implements ModelProvider {
                 throw new IllegalArgumentException("tokenizer " + tok.source() + " has " + tok.vocabSize()
                         + " tokens, more than the model's vocabulary of " + backend.config().vocabSize);
             draft = openDraft(cfg, backend, dir, log);
-            String id = cfg.modelName() != null ? cfg.modelName() : dir.toAbsolutePath().normalize().getFileName().toString();
+            String id = servedId(cfg);
             log.accept(String.format("loaded model '%s' from %s on %s in %.1f s (%d layers, hidden %d, vocab %d); tokenizer %s; draft %s",
                     id, dir, backend.name(), (System.nanoTime() - t0) / 1e9, backend.config().numLayers,
                     backend.config().hidden, backend.config().vocabSize, tok.source(), draft == null ? "none" : draft.name()));

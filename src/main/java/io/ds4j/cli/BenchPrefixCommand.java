@@ -181,7 +181,9 @@ public final class BenchPrefixCommand implements Callable<Integer> {
     private double promptTokensTotal() throws Exception {
         HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/metrics")).GET().build();
         for (String l : http.send(req, HttpResponse.BodyHandlers.ofString()).body().split("\n"))
-            if (l.startsWith("vllm:prompt_tokens_total ")) return Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1));
+            // with or without labels (vLLM's and this server's carry model_name)
+            if (l.startsWith("vllm:prompt_tokens_total ") || l.startsWith("vllm:prompt_tokens_total{"))
+                return Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1));
         throw new IllegalStateException("/metrics has no vllm:prompt_tokens_total");
     }
 

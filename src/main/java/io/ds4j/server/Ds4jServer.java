@@ -83,7 +83,7 @@ public final class Ds4jServer {
         this.opt = opt;
         this.registry = registry;
         this.vertx = vertx;
-        this.state = new ServerState(opt.config(), new ServerMetrics(registry));
+        this.state = new ServerState(opt.config(), new ServerMetrics(registry, opt.provider().servedId(opt.config())));
         vertx.eventBus().registerCodec(new LocalCodec());
     }
 

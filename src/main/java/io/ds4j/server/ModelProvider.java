@@ -43,4 +43,13 @@ public interface ModelProvider {
     default Integer vocabulary(String modelPath) {
         return null;
     }
+
+    /**
+     * The id clients will name the model by ({@link LoadedModel#id()}), told before the model loads, so that the
+     * metrics registered at the start can carry it (vLLM's {@code model_name} label); null when it cannot be told
+     * before the load (the series then carry no such label). The default: {@code model.name}.
+     */
+    default String servedId(ServerConfig config) {
+        return config.modelName();
+    }
 }

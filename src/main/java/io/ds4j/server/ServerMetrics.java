@@ -7,6 +7,7 @@ import io.micrometer.core.instrument.DistributionSummary;
 import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.Timer;
 
 import java.time.Duration;
@@ -19,7 +20,9 @@ import java.util.function.ToDoubleFunction;
 /**
  * The server's own Prometheus metrics (Vert.x adds its HTTP and event-bus metrics to the same registry). Names are
  * vLLM's, so existing vLLM Grafana dashboards work, plus llama.cpp's names for the counters and gauges llama.cpp
- * users chart; ds4j-only figures use the {@code ds4j:} prefix.
+ * users chart; ds4j-only figures use the {@code ds4j:} prefix. As vLLM's, every {@code vllm:} series carries the
+ * label {@code model_name} (the served model's id) where the id is known at the start (vLLM's dashboards select
+ * their series by it).
  *
  * <ul>
  *   <li>{@code vllm:time_to_first_token_seconds} histogram: arrival → first generated token;</li>
@@ -81,8 +84,16 @@ public final class ServerMetrics {
     /** The prefix cache's figures as the engine thread last published them (null: off). */
     private final AtomicReference<PrefixCache.Stats> prefixCache = new AtomicReference<>();
 
-    public ServerMetrics(MeterRegistry registry) {
+    /** The {@code model_name} label of the {@code vllm:} series (empty: no label). */
+    private final Tags model;
+
+    /**
+     * @param registry  where the meters are registered
+     * @param modelName the served model's id, the {@code model_name} label of the {@code vllm:} series; null: none
+     */
+    public ServerMetrics(MeterRegistry registry, String modelName) {
         this.registry = registry;
+        this.model = modelName == null ? Tags.empty() : Tags.of("model_name", modelName);
         ttft = timer("vllm:time_to_first_token", "Time to first token: request arrival to the first generated token", TTFT_BUCKETS);
         itl = timer("vllm:inter_token_latency", "Time between successive outputs of a request (one per decode step)", ITL_BUCKETS);
         e2e = timer("vllm:e2e_request_latency", "Request arrival to its last token", E2E_BUCKETS);
@@ -107,8 +118,8 @@ public final class ServerMetrics {
         prefillLimit = summary("ds4j:step_prefill_limit", "Most prefill tokens the scheduler let a step take, in steps "
                 + "where a prompt waited (0: a step that measured the decode rows alone)", null, LIMIT_BUCKETS);
         mtpBatchSize = summary("ds4j:mtp_batch_size", "Requests' MTP drafts per batched MTP step (one per draft position)", null, BATCH_BUCKETS);
-        Gauge.builder("vllm:num_requests_running", running, AtomicInteger::get).description("Requests generating").register(registry);
-        Gauge.builder("vllm:num_requests_waiting", waiting, AtomicInteger::get).description("Requests waiting for a slot (queue depth)").register(registry);
+        Gauge.builder("vllm:num_requests_running", running, AtomicInteger::get).description("Requests generating").tags(model).register(registry);
+        Gauge.builder("vllm:num_requests_waiting", waiting, AtomicInteger::get).description("Requests waiting for a slot (queue depth)").tags(model).register(registry);
         Gauge.builder("llamacpp:requests_processing", running, AtomicInteger::get).description("Requests generating (llama.cpp name)").register(registry);
         Gauge.builder("llamacpp:requests_deferred", waiting, AtomicInteger::get).description("Requests waiting (llama.cpp name)").register(registry);
         cacheCounter("ds4j:prefix_cache_hits", "Prompts that resumed from a cached prefix", PrefixCache.Stats::hits);
@@ -141,8 +152,13 @@ public final class ServerMetrics {
 
     private Timer timer(String name, String help, double[] buckets) {
         Duration[] slo = Arrays.stream(buckets).mapToObj(s -> Duration.ofNanos((long) (s * 1e9))).toArray(Duration[]::new);
-        return Timer.builder(name).description(help).serviceLevelObjectives(slo)
+        return Timer.builder(name).description(help).serviceLevelObjectives(slo).tags(labels(name))
                 .minimumExpectedValue(slo[0]).maximumExpectedValue(slo[slo.length - 1]).register(registry);
+    }
+
+    /** The labels every series of this name carries: {@code model_name} on vLLM's names. */
+    private Tags labels(String name) {
+        return name.startsWith("vllm:") ? model : Tags.empty();
     }
 
     private static final double[] BATCH_BUCKETS = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
@@ -151,7 +167,7 @@ public final class ServerMetrics {
 
     private DistributionSummary summary(String name, String help, String unit, double[] buckets) {
         DistributionSummary.Builder b = DistributionSummary.builder(name).description(help).serviceLevelObjectives(buckets)
-                .minimumExpectedValue(buckets[0]).maximumExpectedValue(buckets[buckets.length - 1]);
+                .minimumExpectedValue(buckets[0]).maximumExpectedValue(buckets[buckets.length - 1]).tags(labels(name));
         if (unit != null) b.baseUnit(unit);
         return b.register(registry);
     }
@@ -186,7 +202,7 @@ public final class ServerMetrics {
     }
 
     private Counter counter(String name, String help) {
-        return Counter.builder(name).description(help).register(registry);
+        return Counter.builder(name).description(help).tags(labels(name)).register(registry);
     }
 
     public MeterRegistry registry() {
@@ -254,7 +270,7 @@ public final class ServerMetrics {
     }
 
     void success(String finishReason) {
-        Counter.builder("vllm:request_success").description("Finished requests by finish reason")
+        Counter.builder("vllm:request_success").description("Finished requests by finish reason").tags(model)
                 .tag("finished_reason", finishReason).register(registry).increment();
     }
 

@@ -178,10 +178,8 @@ class BatchedServerTest {
         return Double.isNaN(v) ? 0 : v;
     }
 
-    /** The value of a metric line (name with labels, exactly as printed), or NaN. */
+    /** The value of a metric's first series with these labels ({@link PromText#value}), or NaN. */
     static double metric(String text, String name) {
-        for (String l : text.split("\n"))
-            if (l.startsWith(name + " ")) return Double.parseDouble(l.substring(name.length() + 1).trim());
-        return Double.NaN;
+        return PromText.value(text, name);
     }
 }

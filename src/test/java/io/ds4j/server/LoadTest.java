@@ -19,8 +19,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -87,17 +85,25 @@ class LoadTest {
         assertEquals(promptSum, metric(metrics, "vllm:prompt_tokens_total"));
         assertEquals(completionSum, metric(metrics, "vllm:generation_tokens_total"));
         assertEquals(completionSum, metric(metrics, "llamacpp:tokens_predicted_total"));
-        assertEquals(CLIENTS, metric(metrics, "vllm:request_success_total\\{finished_reason=\"length\"}"));
+        assertEquals(CLIENTS, metric(metrics, "vllm:request_success_total{finished_reason=\"length\"}"));
         assertEquals(CLIENTS, metric(metrics, "vllm:time_to_first_token_seconds_count"));
         assertEquals(CLIENTS, metric(metrics, "vllm:e2e_request_latency_seconds_count"));
         assertEquals(0, metric(metrics, "vllm:num_requests_running"));
         assertEquals(0, metric(metrics, "vllm:num_requests_waiting"));
+        // as vLLM's, every vllm: series is labelled with the served model's id (its dashboards select by it)
+        String id = server.get("/v1/models").json().at("/data/0/id").asText();
+        List<String> series = metrics.lines().filter(l -> l.startsWith("vllm:")).toList();
+        assertTrue(series.size() > 20, metrics);
+        for (String l : series) assertTrue(l.contains("model_name=\"" + id + "\""), l);
+        assertEquals(CLIENTS, metric(metrics, "vllm:request_success_total{finished_reason=\"length\",model_name=\"" + id + "\"}"));
+        assertTrue(metrics.lines().filter(l -> l.startsWith("ds4j:") || l.startsWith("llamacpp:")).noneMatch(l -> l.contains("model_name")),
+                "only vLLM's series carry model_name");
     }
 
     static long metric(String text, String name) {
-        Matcher m = Pattern.compile("(?m)^" + name + " ([0-9.eE+-]+)$").matcher(text);
-        assertTrue(m.find(), name + " in /metrics");
-        return Math.round(Double.parseDouble(m.group(1)));
+        double v = PromText.value(text, name);
+        assertFalse(Double.isNaN(v), name + " in /metrics");
+        return Math.round(v);
     }
 
     /** Checks one stream's shape; returns {prompt tokens, completion tokens}. */

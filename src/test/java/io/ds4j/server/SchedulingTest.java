@@ -174,7 +174,7 @@ class SchedulingTest {
             int retry = Integer.parseInt(c.headers().firstValue("retry-after").orElseThrow());
             assertTrue(retry >= 1 && retry <= 60, "Retry-After " + retry);
             assertEquals("queue_full", c.json().at("/error/code").asText());
-            assertTrue(server.get("/metrics").body().contains("vllm:num_requests_waiting 1.0"));
+            assertEquals(1.0, PromText.value(server.get("/metrics").body(), "vllm:num_requests_waiting"));
             b.close();
             assertTrue(TestServer.eventually(3000, () -> server.state().finished(bid) != null));
             assertEquals(0, server.state().finished(bid).promptProcessed(), "b was cancelled while queued");

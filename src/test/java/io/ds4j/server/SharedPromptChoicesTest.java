@@ -197,7 +197,8 @@ class SharedPromptChoicesTest {
     }
 
     static double counterOf(TestServer s, String name) throws Exception {
-        return s.get("/metrics").body().lines().filter(l -> l.startsWith(name + " ")).mapToDouble(l ->
-                Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1))).findFirst().orElseThrow(() -> new AssertionError(name));
+        double v = PromText.value(s.get("/metrics").body(), name);
+        if (Double.isNaN(v)) throw new AssertionError(name);
+        return v;
     }
 }

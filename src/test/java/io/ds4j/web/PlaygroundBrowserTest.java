@@ -418,10 +418,9 @@ class PlaygroundBrowserTest {
         try {
             HttpResponse<String> r = HTTP.send(HttpRequest.newBuilder(URI.create(base + "/metrics")).build(),
                     HttpResponse.BodyHandlers.ofString());
-            for (String line : r.body().split("\n")) {
-                if (line.startsWith(name + " ")) return Double.parseDouble(line.substring(name.length() + 1).trim());
-            }
-            throw new AssertionError("no metric " + name);
+            double v = io.ds4j.server.PromText.value(r.body(), name);
+            if (Double.isNaN(v)) throw new AssertionError("no metric " + name);
+            return v;
         } catch (java.io.IOException | InterruptedException e) {
             throw new RuntimeException(e);
         }

@@ -31,6 +31,11 @@ public final class ModelStore {
         return base.resolve("models");
     }
 
+    /** Where {@link #ensure} keeps a preset model (the folder may not exist yet). */
+    public static Path folder(String preset, long seed) {
+        return root().resolve(preset + "-seed" + seed + FORMAT);
+    }
+
     /**
      * The folder of a preset model, created on first use (BF16, Hugging Face naming).
      * @param log receives one line when the model has to be created
@@ -39,7 +44,7 @@ public final class ModelStore {
      */
     public static Path ensure(String preset, long seed, java.util.function.Consumer<String> log) throws IOException {
         var cfg = Presets.get(preset);
-        Path dir = root().resolve(preset + "-seed" + seed + FORMAT);
+        Path dir = folder(preset, seed);
         if (current(dir, cfg, log)) return dir;
         Files.createDirectories(root());
         Path tmp = Files.createTempDirectory(root(), "." + preset + "-");

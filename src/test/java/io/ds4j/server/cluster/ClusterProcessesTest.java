@@ -388,7 +388,7 @@ class ClusterProcessesTest {
                 // closed below
             }
         });
-        assertTrue(eventually(20_000, () -> get(enginePort[0], "/metrics").body().contains("vllm:num_requests_running 1.0")),
+        assertTrue(eventually(20_000, () -> io.ds4j.server.PromText.value(get(enginePort[0], "/metrics").body(), "vllm:num_requests_running") == 1.0),
                 "the long request runs on engine 1" + logs());
         engines[0].destroy(); // TERM: a graceful shutdown, whose grace period (20 s) the long request keeps it in
         assertTrue(eventually(3_000, () -> readyEngines() == 1), "the draining engine is no longer ready at the gateway" + logs());
