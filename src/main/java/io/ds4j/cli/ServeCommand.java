@@ -281,6 +281,7 @@ public final class ServeCommand implements Callable<Integer> {
         portChosen(cfg, server.state().port());
         // why the server goes away: a signal (SIGTERM / Ctrl-C), unless the model failed to load first
         java.util.concurrent.atomic.AtomicReference<String> why = new java.util.concurrent.atomic.AtomicReference<>("signal received");
+        Signals.install(org.slf4j.LoggerFactory.getLogger(ServeCommand.class), sig -> why.set(sig + " received"));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             var log = org.slf4j.LoggerFactory.getLogger(ServeCommand.class);
             if (server.state().loading()) {
@@ -355,8 +356,10 @@ public final class ServeCommand implements Callable<Integer> {
             spec.commandLine().getErr().println("error: " + (t.getMessage() != null ? t.getMessage() : t));
             return 1;
         }
+        java.util.concurrent.atomic.AtomicReference<String> why = new java.util.concurrent.atomic.AtomicReference<>("signal received");
+        Signals.install(org.slf4j.LoggerFactory.getLogger(ServeCommand.class), sig -> why.set(sig + " received"));
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("shutting down (signal received): leaving the cluster");
+            org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("shutting down ({}): leaving the cluster", why.get());
             node.close().await();
             org.slf4j.LoggerFactory.getLogger(ServeCommand.class).info("stopped");
         }, "ds4j-shutdown"));

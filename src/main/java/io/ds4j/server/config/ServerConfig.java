@@ -52,7 +52,7 @@ public final class ServerConfig {
                     Range.of(0, 3600),
                     "on SIGTERM / Ctrl-C, how long running requests may go on to finish (s); meanwhile new and "
                             + "queued requests get 503 server_shutting_down; those still running then end with that 503 "
-                            + "(an error event on a stream)"),
+                            + "(an error event on a stream); a second signal ends the process at once"),
             key("server.rejectUnknownFields", ConfigKey.Type.BOOL, false, true,
                     "a request body field the endpoint does not read (a misspelling such as max_token) is refused with 400 "
                             + "instead of ignored with a warning and the x-ds4j-ignored-fields response header"),

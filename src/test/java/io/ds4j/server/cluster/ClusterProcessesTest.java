@@ -37,7 +37,7 @@ import static org.junit.jupiter.api.Assertions.*;
  * cancelled on its engine node; one engine process is killed mid-run (its streams end with an error event, the
  * other's complete, new requests go to the survivor); the killed node restarts and takes requests again.
  */
-class ClusterProcessesTest {
+public class ClusterProcessesTest {
     static final String KEY = "sk-cluster";
     static final Path LOGS = Path.of("target", "cluster-test");
     static final List<Process> PROCS = Collections.synchronizedList(new ArrayList<>());
@@ -66,17 +66,22 @@ class ClusterProcessesTest {
         }
     }
 
-    /** {@code serve --cluster} in a JVM of its own, output to target/cluster-test/NAME.log. */
-    static Process serve(String name, List<String> args) throws IOException {
-        Files.createDirectories(LOGS);
+    /** The command line of {@code ds4j} in a JVM of its own (the test class path, bin/ds4j's JVM options), up to the command's name. */
+    public static List<String> ds4jCommand() {
         String cp = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
-        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+        return new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--add-modules", "jdk.incubator.vector", "--enable-native-access=ALL-UNNAMED",
                 "--add-exports", "java.base/jdk.internal.ref=ALL-UNNAMED", "--add-opens", "java.base/java.lang=ALL-UNNAMED",
                 "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens", "java.management/sun.management=ALL-UNNAMED",
                 "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED", "--sun-misc-unsafe-memory-access=allow",
-                "-Xss4m", "-Xmx384m", "-XX:+UseSerialGC", "-cp", cp, "io.ds4j.cli.Main", "serve", "--cluster",
-                "--host", "127.0.0.1", "--api-key", KEY, "--log-level", "info",
+                "-Xss4m", "-Xmx384m", "-XX:+UseSerialGC", "-cp", cp, "io.ds4j.cli.Main"));
+    }
+
+    /** {@code serve --cluster} in a JVM of its own, output to target/cluster-test/NAME.log. */
+    static Process serve(String name, List<String> args) throws IOException {
+        Files.createDirectories(LOGS);
+        List<String> cmd = ds4jCommand();
+        cmd.addAll(List.of("serve", "--cluster", "--host", "127.0.0.1", "--api-key", KEY, "--log-level", "info",
                 // a shared 2-core machine can starve a process for a second or two: no false engine losses
                 "--set", "cluster.announceMs=300", "--set", "cluster.engineTimeoutMs=8000"));
         cmd.addAll(args);
