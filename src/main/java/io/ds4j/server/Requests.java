@@ -531,8 +531,10 @@ final class Requests {
         List<Asked> asked = outputConstraints(b);
         JsonNode rf = opts.responseFormat();
         oneConstraint(asked, rf != null && constrains(rf) ? "response_format (" + rf.path("type").asText() + ")" : null);
-        if (forced && !asked.isEmpty())
-            throw ApiException.badField(asked.getFirst().field(), "cannot be combined with a forced tool call (tool_choice "
+        // an enforced response_format as vLLM's fields: the answer cannot be both the call and content held to a format
+        String enforced = !asked.isEmpty() ? asked.getFirst().field() : rf != null && constrains(rf) ? "response_format" : null;
+        if (forced && enforced != null)
+            throw ApiException.badField(enforced, "cannot be combined with a forced tool call (tool_choice "
                     + (choice.isObject() ? "naming a function" : "\"required\"") + "), which is the whole answer; with"
                     + " tool_choice \"auto\" the content is held to it and the model may still call a tool");
         Grammar content = forced ? null : !asked.isEmpty() ? compile(asked.getFirst()) : rf == null ? null : contentGrammar(rf);

@@ -307,6 +307,12 @@ class RegexChoiceServerTest {
                 "guided_regex: cannot be combined with a forced tool call (tool_choice \"required\")");
         refused(CHAT, body(tools + ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"guided_choice\":[\"a\"]"),
                 "guided_choice", "guided_choice: cannot be combined with a forced tool call (tool_choice naming a function)");
+        // an enforced response_format alike (it was dropped without a word); a non-strict schema only describes the answer
+        refused(CHAT, body(tools + ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"response_format\":"
+                + "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}"),
+                "response_format", "response_format: cannot be combined with a forced tool call (tool_choice naming a function)");
+        refused(CHAT, body(tools + ",\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}"),
+                "response_format", "response_format: cannot be combined with a forced tool call (tool_choice \"required\")");
         // patterns the engine cannot enforce, with what and where
         refused(CHAT, body("\"structured_outputs\":{\"regex\":\"(ab\"}"), "structured_outputs.regex",
                 "structured_outputs.regex: unbalanced parenthesis: this '(' is never closed (at position 0)");
