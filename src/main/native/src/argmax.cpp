@@ -23,19 +23,27 @@ __device__ __forceinline__ void warp_argmax(float& best, int32_t& at) {
     }
 }
 
+/** Row value i as the scan sees it: x[i], or -inf where the row's mask (null: none) clears bit i. */
+__device__ __forceinline__ float argmax_value(const float* row, const uint64_t* mask, int32_t i) {
+    return !mask || (mask[i >> 6] >> (i & 63)) & 1 ? row[i] : -INFINITY;
+}
+
 /**
- * ds4j_argmax_rows: one block per row. Each thread scans its strided share in ascending index (keeping the first of
- * equal values), then the (value, index) pairs are reduced by the order of argmax_beats, which is associative and
- * commutative, so the answer does not depend on the block size. NaN entries are skipped: none can win a sequential
- * strictly-greater scan, except at index 0, which the scan never leaves.
+ * ds4j_argmax_rows(_masked): one block per row. Each thread scans its strided share in ascending index (keeping the
+ * first of equal values), then the (value, index) pairs are reduced by the order of argmax_beats, which is associative
+ * and commutative, so the answer does not depend on the block size. NaN entries are skipped: none can win a sequential
+ * strictly-greater scan, except at index 0, which the scan never leaves. With masks (mask_ld words a row), a cleared
+ * id's value is -inf before anything else.
  */
-__global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t ld, int32_t n, int32_t* __restrict__ out) {
+__global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t ld, int32_t n, const uint64_t* __restrict__ masks,
+                                   int64_t mask_ld, int32_t* __restrict__ out) {
     DS4J_AWAIT_PREVIOUS();
     const float* row = x + (int64_t)blockIdx.x * ld;
+    const uint64_t* mask = masks ? masks + (int64_t)blockIdx.x * mask_ld : nullptr;
     float best = -INFINITY;
     int32_t at = INT32_MAX;
     for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = row[i];
+        const float v = argmax_value(row, mask, i);
         if (v != v) continue;
         if (argmax_beats(v, i, best, at)) {
             best = v;
@@ -55,16 +63,25 @@ __global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t ld, int3
         best = lane < warps ? sv[lane] : -INFINITY;
         at = lane < warps ? si[lane] : INT32_MAX;
         warp_argmax(best, at);
-        if (lane == 0) out[blockIdx.x] = (row[0] != row[0] || at == INT32_MAX) ? 0 : at;
+        if (lane == 0) {
+            const float v0 = argmax_value(row, mask, 0);
+            out[blockIdx.x] = (v0 != v0 || at == INT32_MAX) ? 0 : at;
+        }
     }
 }
 
 int32_t ds4j_argmax_rows(ds4j_ctx* ctx, const float* x, int64_t ld, int32_t rows, int32_t n, int32_t* out) {
+    return ds4j_argmax_rows_masked(ctx, x, ld, rows, n, nullptr, 0, out);
+}
+
+int32_t ds4j_argmax_rows_masked(ds4j_ctx* ctx, const float* x, int64_t ld, int32_t rows, int32_t n, const uint64_t* masks,
+                                int64_t mask_ld, int32_t* out) {
     DS4J_CHECK_CTX(ctx);
-    DS4J_ARG(x && out && rows >= 0 && n > 0 && ld >= n, "ds4j_argmax_rows: bad arguments (rows %d, n %d, ld %lld)", rows,
-             n, (long long)ld);
+    DS4J_ARG(x && out && rows >= 0 && n > 0 && ld >= n && (!masks || mask_ld >= (n + 63) / 64),
+             "ds4j_argmax_rows: bad arguments (rows %d, n %d, ld %lld, mask_ld %lld)", rows, n, (long long)ld,
+             (long long)mask_ld);
     if (rows == 0) return DS4J_OK;
-    argmax_rows_kernel<<<rows, 256, 0, ctx->stream>>>(x, ld, n, out);
+    argmax_rows_kernel<<<rows, 256, 0, ctx->stream>>>(x, ld, n, masks, mask_ld, out);
     DS4J_LAUNCHED("argmax_rows");
     return DS4J_OK;
 }

@@ -671,6 +671,16 @@ DS4J_API int32_t ds4j_moe_combine(ds4j_ctx* ctx, const int32_t* ids, const float
  */
 DS4J_API int32_t ds4j_argmax_rows(ds4j_ctx* ctx, const float* x, int64_t ld, int32_t rows, int32_t n, int32_t* out);
 
+/**
+ * ds4j_argmax_rows among allowed ids: row r's id i counts as -inf unless bit (i & 63) of masks[r * mask_ld + (i >> 6)]
+ * is set (a constraint's allowed set, io.ds4j.sampling.Constraint.allowed), then as ds4j_argmax_rows, so the answer is
+ * the greedy token io.ds4j.sampling.Sampler.distribution gives under that mask: a constrained greedy row needs only
+ * its mask uploaded (V / 8 bytes) instead of its logits downloaded (4 V bytes). masks in device memory [rows][mask_ld],
+ * mask_ld >= (n + 63) / 64; null masks: ds4j_argmax_rows.
+ */
+DS4J_API int32_t ds4j_argmax_rows_masked(ds4j_ctx* ctx, const float* x, int64_t ld, int32_t rows, int32_t n,
+                                         const uint64_t* masks, int64_t mask_ld, int32_t* out);
+
 /* ------------------------------------------------------------------------------------------------ kernel selection */
 
 /**

@@ -168,6 +168,12 @@ public final class CpuBackend implements Backend {
         return true;
     }
 
+    /** {@inheritDoc} Yes: the default {@link #stepArgmax} (the ids from the logits, on the host). */
+    @Override
+    public boolean argmaxMasks() {
+        return true;
+    }
+
     /**
      * Runs a checked entry's layer slice: from the embedding (from 0) or the streams the sequence kept, through layers
      * [from, to); then the streams stay with the sequence, or, at the last layer, the head's logits come back and the

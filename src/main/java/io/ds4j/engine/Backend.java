@@ -77,14 +77,30 @@ public interface Backend extends AutoCloseable {
     }
 
     /**
+     * Whether {@link #stepArgmax} chooses argmax-only rows among their {@link BatchEntry#argmaxMasks} (a constraint's
+     * allowed tokens), so that a constrained greedy request's rows need not come back as logits. The default
+     * {@link #stepArgmax} does (it computes the ids from the logits on the host); a backend that overrides it says
+     * here whether its override does. Default false: an engine then asks such rows for their full logits.
+     */
+    default boolean argmaxMasks() {
+        return false;
+    }
+
+    /**
      * The check {@link #stepArgmax} adds to {@link #checkBatch}.
      * @throws IllegalArgumentException naming the entry whose argmaxBelow is above V
      */
     static void checkArgmax(ModelConfig c, java.util.List<BatchEntry> batch) {
-        for (int i = 0; i < batch.size(); i++)
+        for (int i = 0; i < batch.size(); i++) {
             if (batch.get(i).argmaxBelow() > c.vocabSize)
                 throw new IllegalArgumentException("batch entry " + i + ": argmaxBelow " + batch.get(i).argmaxBelow()
                         + " is above the vocabulary size " + c.vocabSize);
+            long[][] m = batch.get(i).argmaxMasks();
+            if (m != null) for (long[] row : m)
+                if (row != null && row.length > (c.vocabSize + 63) / 64)
+                    throw new IllegalArgumentException("batch entry " + i + ": an argmax mask of " + row.length
+                            + " words is longer than the vocabulary's " + (c.vocabSize + 63) / 64);
+        }
     }
 
     /**

@@ -18,14 +18,30 @@ import java.util.Arrays;
  *                    instead of logits (a backend on a device copies 4 bytes per row to the host instead of 4·V)
  * @param layers      null: the entry runs through every layer (embedding to logits); else a prefill chunk runs only
  *                    these layers in this step ({@link Layers}; backends that say {@link Backend#layerSlices})
+ * @param argmaxMasks null, or for an argmax-only entry per logit row the token ids its greedy token is chosen among:
+ *                    a bitset (bit {@code id & 63} of word {@code id >> 6}, missing words clear), a constraint's
+ *                    allowed set ({@link io.ds4j.sampling.Constraint#allowed}); the row's token is then the argmax of
+ *                    its logits with every other id at −∞, exactly the greedy token of
+ *                    {@link io.ds4j.sampling.Sampler#distribution(float[], int, long[])}; a null row has no mask. Only
+ *                    for backends that say {@link Backend#argmaxMasks}. The arrays are not copied and must not change
+ *                    during the step
  */
-public record BatchEntry(Sequence seq, int[] tokens, int[] logitRows, StepKind kind, int argmaxBelow, Layers layers) {
+public record BatchEntry(Sequence seq, int[] tokens, int[] logitRows, StepKind kind, int argmaxBelow, Layers layers,
+                         long[][] argmaxMasks) {
     public BatchEntry {
         if (seq == null || tokens == null || logitRows == null || kind == null)
             throw new IllegalArgumentException("a batch entry needs a sequence, tokens, logit rows and a step kind");
         if (argmaxBelow < 0) throw new IllegalArgumentException("argmaxBelow must be >= 0, got " + argmaxBelow);
         if (layers != null && kind != StepKind.PREFILL)
             throw new IllegalArgumentException("only a prefill chunk runs in layer slices, not a " + kind + " step");
+        if (argmaxMasks != null && (argmaxBelow == 0 || argmaxMasks.length != logitRows.length))
+            throw new IllegalArgumentException("argmax masks need an argmax-only entry and one mask per logit row, got "
+                    + argmaxMasks.length + " for " + logitRows.length + " rows" + (argmaxBelow == 0 ? " and full logits" : ""));
+    }
+
+    /** An entry without argmax masks. */
+    public BatchEntry(Sequence seq, int[] tokens, int[] logitRows, StepKind kind, int argmaxBelow, Layers layers) {
+        this(seq, tokens, logitRows, kind, argmaxBelow, layers, null);
     }
 
     /**
@@ -75,7 +91,7 @@ public record BatchEntry(Sequence seq, int[] tokens, int[] logitRows, StepKind k
     @Override
     public String toString() {
         return kind + "[" + tokens.length + " tokens at " + seq.length() + ", rows " + Arrays.toString(logitRows)
-                + (argmaxBelow > 0 ? ", argmax below " + argmaxBelow : "")
+                + (argmaxBelow > 0 ? ", argmax below " + argmaxBelow + (argmaxMasks != null ? " among masks" : "") : "")
                 + (layers != null ? ", layers " + layers.from() + ".." + (layers.to() - 1) : "") + "]";
     }
 }

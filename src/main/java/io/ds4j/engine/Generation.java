@@ -247,6 +247,7 @@ public final class Generation {
     public boolean step() {
         BatchEntry e = plan();
         if (e == null) return false;
+        e = maskedArgmax();
         StepOutput o = target.stepArgmax(java.util.List.of(e));
         return commit(o.logits()[0], o.argmax()[0]);
     }
@@ -396,6 +397,45 @@ public final class Generation {
      */
     private int argmaxBelow() {
         return constraint == null && scoreTop < 0 && sampler.argmaxSuffices() ? sampler.tokenLimit() : 0;
+    }
+
+    /**
+     * Whether {@link #maskedArgmax} would re-plan the planned step: its rows' full logits are wanted only for the
+     * constraint's masks (greedy without bias, penalties or logprobs, the prompt not scored), some row's logits are
+     * wanted, and the backend chooses argmax rows among masks ({@link Backend#argmaxMasks}).
+     */
+    public boolean maskable() {
+        BatchEntry e = planned;
+        return e != null && !e.argmaxOnly() && e.logitRows().length > 0 && constraint != null && scoreTop < 0
+                && sampler.argmaxSuffices() && target.argmaxMasks();
+    }
+
+    /**
+     * Lets the backend choose the planned step's constrained greedy tokens: when {@link #maskable}, computes each logit
+     * row's mask now, the one its commit would apply (a verify row's as {@link #prepare} does, after the drafts before
+     * it), and re-plans the step as argmax-only among those masks ({@link BatchEntry#argmaxMasks}), so that a backend
+     * on a device copies back a token id per row instead of V logits; the commit then gives the same tokens as from
+     * the logits. Touches only this generation's planned step and constraint (whose masks are the costly part): a
+     * scheduler may call it for different generations on different threads before the step. Where a row's mask is not
+     * known ahead ({@link Constraint#allowedAfter} null), the step stays as planned.
+     * @return the entry to run: {@link #planned()} after the call
+     * @throws RuntimeException as the constraint's mask computation (a grammar's work limit); the step stays as planned
+     */
+    public BatchEntry maskedArgmax() {
+        if (!maskable()) return planned;
+        BatchEntry e = planned;
+        int rows = e.logitRows().length;
+        long[][] masks = new long[rows][];
+        if (e.kind() == StepKind.PREFILL) masks[0] = mask();  // the chunk's last row: the first generated token
+        else {
+            int left = Math.min(sampler.params().maxTokens() - generated, opt.maxContext() - len);
+            for (int i = 0; i < rows; i++) {
+                masks[i] = i == 0 ? mask() : constraint.allowedAfter(plannedProposal.tokens(), i, Math.max(1, left - i));
+                if (masks[i] == null) return planned;
+            }
+        }
+        planned = new BatchEntry(e.seq(), e.tokens(), e.logitRows(), e.kind(), sampler.tokenLimit(), e.layers(), masks);
+        return planned;
     }
 
     /** The planned entry awaiting {@link #commit}, or null. */

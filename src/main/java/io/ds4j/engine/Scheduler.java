@@ -314,6 +314,7 @@ public final class Scheduler<K> {
         boolean isolated = false;
         long tPlanned = clock.getAsLong(), tStepped = tPlanned;
         if (!batch.isEmpty()) {
+            maskAll(keys, batch);
             BatchRun.Outcome o = BatchRun.run(backend, batch);
             tStepped = clock.getAsLong();
             isolated = o.isolated();
@@ -436,6 +437,35 @@ public final class Scheduler<K> {
         }
         if (work.size() < 2) return;
         work.parallelStream().forEach(Runnable::run);
+    }
+
+    /**
+     * Re-plans the entries whose constrained greedy rows the backend can choose among their masks
+     * ({@link Generation#maskedArgmax}), the masks computed on several threads (the common fork-join pool, this thread
+     * helping) before the step, as {@link #prepareAll} computes them after it for the rows that need logits. A failure
+     * leaves the entry as planned: its commit computes the mask again and meets the failure where it belongs to its
+     * request.
+     */
+    private void maskAll(List<K> keys, List<BatchEntry> batch) {
+        List<Integer> at = new ArrayList<>();
+        Generation[] gens = new Generation[keys.size()];
+        for (int i = 0; i < keys.size(); i++) {
+            Generation g = running.get(keys.get(i));
+            if (g != null && g.planned() == batch.get(i) && g.maskable()) {
+                at.add(i);
+                gens[i] = g;
+            }
+        }
+        if (at.isEmpty()) return;
+        java.util.function.IntConsumer one = i -> {
+            try {
+                batch.set(i, gens[i].maskedArgmax());
+            } catch (RuntimeException e) {
+                // left as planned (see above); caught so that no task ends the parallel loop early
+            }
+        };
+        if (at.size() == 1) one.accept(at.getFirst());
+        else at.parallelStream().mapToInt(Integer::intValue).forEach(one);
     }
 
     private void fail(K k, Throwable t, Map<K, Throwable> failed) {

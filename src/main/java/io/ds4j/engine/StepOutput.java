@@ -20,7 +20,8 @@ public record StepOutput(float[][] logits, int[][] argmax) {
 
     /**
      * The output of a batch from the full logits of every entry (what {@link Backend#step} returns): argmax-only
-     * entries get their rows' argmax computed here ({@link Sampler#argmax}) and their logits dropped.
+     * entries get their rows' argmax computed here ({@link Sampler#argmax}, among a row's mask where it has one) and
+     * their logits dropped.
      * @param V the vocabulary size (the logits' row length)
      */
     public static StepOutput fromLogits(List<BatchEntry> batch, float[][] logits, int V) {
@@ -31,7 +32,9 @@ public record StepOutput(float[][] logits, int[][] argmax) {
             if (!e.argmaxOnly()) continue;
             int n = Math.min(e.argmaxBelow(), V);
             int[] out = new int[e.logitRows().length];
-            for (int r = 0; r < out.length; r++) out[r] = Sampler.argmax(lg[i], r * V, n);
+            long[][] masks = e.argmaxMasks();
+            for (int r = 0; r < out.length; r++)
+                out[r] = masks == null || masks[r] == null ? Sampler.argmax(lg[i], r * V, n) : Sampler.argmax(lg[i], r * V, n, masks[r]);
             ids[i] = out;
             lg[i] = null;
         }

@@ -646,6 +646,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             ws.close();
             w.close();
             gpu.free(argmaxIds);
+            gpu.free(argmaxMaskBuf);
             gpu.free(ropeMain);
             gpu.free(ropeCompress);
             gpu.close();
@@ -897,7 +898,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         }
         StepOutput out;
         try {
-            out = run(b, anyArgmax ? argmaxBelow : null);
+            // the masks go up before the step's kernels are queued (an upload waits for the stream)
+            long masks = anyArgmax ? uploadArgmaxMasks(b, batch, b.logitCounts()) : 0;
+            out = run(b, anyArgmax ? argmaxBelow : null, masks);
         } catch (RuntimeException e) {
             // the rings may hold rows of this step now: the sequences cannot continue or roll back
             for (HipSequence seq : b.seqs) seq.failed = e.getMessage();
@@ -912,7 +915,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * graph for single-entry decode and verify steps ({@link DecodeGraphs}), launched one by one otherwise — and the
      * requested logits rows come back once the device has finished.
      */
-    private StepOutput run(DeviceStep b, int[] argmaxBelow) {
+    private StepOutput run(DeviceStep b, int[] argmaxBelow, long masks) {
         long logits;
         if (b.fixed) logits = runFixed(b);
         else {
@@ -935,7 +938,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             gpu.sync();
             out = split(b, new float[0], null, null);
         } else if (argmaxBelow == null) out = split(b, gpu.downloadFloats(logits, rows * c.vocabSize), null, null);
-        else out = downloadArgmax(b, logits, rows, argmaxBelow);
+        else out = downloadArgmax(b, logits, rows, argmaxBelow, masks);
         if (b.dropExec != 0) graphs.destroy(b.dropExec); // captured while the workspace grew: not valid for a replay
         commit(b); // only once the device has finished
         return out;
@@ -954,14 +957,66 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /** Device buffer of the argmax ids [argmaxCapacity] (grown as needed; freed at close). */
     private long argmaxIds;
     private int argmaxCapacity;
+    /** Device buffer of the argmax rows' masks [argmaxMaskWords] (grown as needed; freed at close). */
+    private long argmaxMaskBuf;
+    private long argmaxMaskWords;
+
+    /**
+     * Whether constrained greedy rows are chosen on the device among their masks ({@link Backend#argmaxMasks}; the
+     * default); the system property {@code ds4j.gpu.maskedArgmax=false} turns it off (their logits come back, for
+     * measurements through the server).
+     */
+    private final boolean maskedArgmax = !"false".equals(System.getProperty("ds4j.gpu.maskedArgmax"));
+
+    /**
+     * {@inheritDoc} Yes unless {@code ds4j.gpu.maskedArgmax=false}: the rows' masks go up (V / 8 bytes a row) and
+     * {@code ds4j_argmax_rows_masked} chooses among them, so a constrained greedy row copies back 4 bytes, not 4·V.
+     */
+    @Override
+    public boolean argmaxMasks() {
+        return maskedArgmax;
+    }
+
+    /**
+     * The masks of the step's logit rows as one upload [rows][ceil(V / 64)] when some argmax-only entry has masks (a
+     * row without one allows every id; rows of entries that want logits are never read), else 0.
+     */
+    private long uploadArgmaxMasks(DeviceStep b, List<BatchEntry> batch, int rows) {
+        boolean any = false;
+        for (BatchEntry e : batch) any |= e.argmaxMasks() != null;
+        if (!any) return 0;
+        int W = (c.vocabSize + 63) / 64;
+        long[] words = new long[rows * W];
+        Arrays.fill(words, -1L);
+        for (int e = 0, at = 0; e < batch.size(); at += b.logitRows[e].length, e++) {
+            long[][] m = batch.get(e).argmaxMasks();
+            if (m == null) continue;
+            for (int r = 0; r < m.length; r++) {
+                if (m[r] == null) continue;
+                int base = (at + r) * W;
+                Arrays.fill(words, base, base + W, 0L);
+                System.arraycopy(m[r], 0, words, base, Math.min(m[r].length, W));
+            }
+        }
+        if (words.length > argmaxMaskWords) {
+            long cap = Math.max(words.length, 2 * argmaxMaskWords);
+            long p = gpu.malloc(8L * cap, "argmax masks");
+            gpu.free(argmaxMaskBuf);
+            argmaxMaskBuf = p;
+            argmaxMaskWords = cap;
+        }
+        gpu.upload(argmaxMaskBuf, words);
+        return argmaxMaskBuf;
+    }
 
     /**
      * The step's output when some entries want only their greedy tokens: ds4j_argmax_rows over their rows (one launch
      * over all rows when those entries share one limit, which is the usual case: the extra rows cost microseconds),
      * the ids copied back, and the logits of the other entries copied back run by run of adjacent entries.
      */
-    private StepOutput downloadArgmax(DeviceStep b, long logits, int rows, int[] argmaxBelow) {
+    private StepOutput downloadArgmax(DeviceStep b, long logits, int rows, int[] argmaxBelow, long masks) {
         int V = c.vocabSize;
+        long W = (V + 63) / 64;
         if (rows > argmaxCapacity) {
             int cap = Math.max(rows, Math.max(64, 2 * argmaxCapacity));
             long p = gpu.malloc(4L * cap, "argmax ids");
@@ -974,12 +1029,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             if (argmaxBelow[e] == 0 || b.logitRows[e].length == 0) continue;
             common = common == -1 || common == argmaxBelow[e] ? argmaxBelow[e] : -2;
         }
-        if (common > 0) check(ds4j_argmax_rows(ctx(), ptr(logits), V, rows, common, ptr(argmaxIds)), "argmax_rows");
+        if (common > 0)
+            check(ds4j_argmax_rows_masked(ctx(), ptr(logits), V, rows, common, ptr(masks), W, ptr(argmaxIds)), "argmax_rows");
         else for (int e = 0, at = 0; e < argmaxBelow.length; at += b.logitRows[e].length, e++) {
             int n = b.logitRows[e].length;
             if (argmaxBelow[e] == 0 || n == 0) continue;
-            check(ds4j_argmax_rows(ctx(), ptr(logits + 4L * at * V), V, n, argmaxBelow[e], ptr(argmaxIds + 4L * at)),
-                    "argmax_rows");
+            check(ds4j_argmax_rows_masked(ctx(), ptr(logits + 4L * at * V), V, n, argmaxBelow[e],
+                    ptr(masks == 0 ? 0 : masks + 8L * at * W), W, ptr(argmaxIds + 4L * at)), "argmax_rows");
         }
         int[] ids = gpu.downloadInts(argmaxIds, rows); // waits for the device
         float[][] lg = new float[argmaxBelow.length][];

@@ -348,6 +348,30 @@ public final class Sampler {
         return best;
     }
 
+    /**
+     * {@link #argmax(float[], int, int)} with the ids whose bit is clear in {@code allow} (bit {@code id & 63} of word
+     * {@code id >> 6}; missing words clear) taken as −∞: the greedy token {@link #distribution(float[], int, long[])}
+     * gives under that mask (a row whose allowed values are all −∞ or NaN gives 0, as the scan does).
+     */
+    public static int argmax(float[] z, int off, int n, long[] allow) {
+        int best = 0;
+        float bv = allowed(allow, 0) ? z[off] : Float.NEGATIVE_INFINITY;
+        for (int i = 1; i < n; i++) {
+            if (!allowed(allow, i)) continue;
+            float v = z[off + i];
+            if (v > bv) {
+                best = i;
+                bv = v;
+            }
+        }
+        return best;
+    }
+
+    private static boolean allowed(long[] allow, int id) {
+        int w = id >> 6;
+        return w < allow.length && (allow[w] & (1L << id)) != 0;
+    }
+
     private static final VectorSpecies<Float> F = FloatVector.SPECIES_PREFERRED;
 
     /**

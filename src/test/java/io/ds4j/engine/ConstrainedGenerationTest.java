@@ -119,6 +119,51 @@ class ConstrainedGenerationTest {
         }
     }
 
+    /**
+     * Constrained greedy rows chosen among their masks by the backend (argmax-only entries with masks,
+     * {@link Backend#argmaxMasks}) give the tokens that sampling their full logits on the host gives: alone and batched
+     * through a scheduler, with and without drafts (verify rows masked after the drafts before them), JSON schemas, a
+     * regex, a choice and a grammar; and the masked steps were taken.
+     */
+    @Test
+    void maskedArgmaxRowsGiveTheTokensOfFullLogits() throws Exception {
+        SplittableRandom r = new SplittableRandom(61);
+        DraftSource same = new ModelDraftSource(draftModel, "model", 16);
+        TrackingBackend masked = new TrackingBackend(target), logits = new TrackingBackend(target);
+        masked.masks = true;
+        List<ConstrainedRuns.Req> reqs = new java.util.ArrayList<>();
+        for (int i = 0; i < 6; i++) {
+            Grammar g = switch (i) {
+                case 0 -> Grammar.regex("(red|green|blue)( [a-z]{1,8}){1,5}\\.");
+                case 1 -> Grammar.choice(List.of("alpha", "beta gamma", "delta"));
+                case 2 -> Grammar.ebnf("root ::= \"(\" item (\", \" item)* \")\"\nitem ::= [a-z]+ | root\n");
+                default -> Grammar.jsonSchema(RandomSchemas.schema(r));
+            };
+            int[] prompt = TOK.encode("<｜begin▁of▁sentence｜><｜User｜>Masked " + i + "<｜Assistant｜></think>");
+            SamplingParams p = SamplingParams.greedy(Math.max(40, g.minBytes() + 8));
+            int[] plain = ConstrainedRuns.run(logits, TOK, g, prompt, p, null, null).tokens();
+            // the greedy output predicted (every draft accepted: each verify row's mask is the state after its drafts),
+            // and the drafts of a model and of n-gram lookup
+            DraftSource predicted = io.ds4j.speculative.PredictionDraft.source(java.util.Arrays.copyOf(plain, plain.length - 1), null);
+            for (DraftSource src : java.util.Arrays.asList(null, predicted, NgramDraft.source(), same)) {
+                VerifyWidth w = src == null ? null : VerifyWidth.fixed(3);
+                assertArrayEquals(plain, ConstrainedRuns.run(masked, TOK, g, prompt, p, src, w).tokens(),
+                        "alone: " + g + " with " + (src == null ? "no draft" : src.name()));
+            }
+            DraftSource src = i % 2 == 0 ? predicted : same;
+            reqs.add(new ConstrainedRuns.Req(g, prompt, p, src, VerifyWidth.fixed(3)));
+        }
+        List<int[]> a = ConstrainedRuns.batched(logits, TOK, reqs), b = ConstrainedRuns.batched(masked, TOK, reqs);
+        for (int i = 0; i < reqs.size(); i++) assertArrayEquals(a.get(i), b.get(i), "batched: request " + i);
+        long maskedRows = masked.entries.stream().flatMap(List::stream).filter(e -> e.argmaxMasks() != null)
+                .mapToLong(e -> e.logitRows().length).sum();
+        long verifyRows = masked.entries.stream().flatMap(List::stream)
+                .filter(e -> e.argmaxMasks() != null && e.kind() == StepKind.VERIFY).count();
+        assertTrue(maskedRows > 100 && verifyRows > 0, "masked rows " + maskedRows + ", verify entries " + verifyRows);
+        assertTrue(logits.entries.stream().flatMap(List::stream).noneMatch(e -> e.argmaxMasks() != null),
+                "a backend that does not say argmaxMasks gets no masks");
+    }
+
     @Test
     void sampledSpeculativeOutputValidates() throws Exception {
         SplittableRandom r = new SplittableRandom(31);

@@ -65,6 +65,9 @@ public final class TrackingBackend implements Backend {
     @Override public ModelConfig config() { return inner.config(); }
     @Override public long stateBytes(int contextTokens, int maxRollback) { return inner.stateBytes(contextTokens, maxRollback); }
     @Override public boolean layerSlices() { return inner.layerSlices(); }
+    /** What {@link #argmaxMasks} says (default false; the default stepArgmax chooses among masks either way). */
+    public volatile boolean masks;
+    @Override public boolean argmaxMasks() { return masks; }
     @Override public void close() { inner.close(); }
 
     @Override

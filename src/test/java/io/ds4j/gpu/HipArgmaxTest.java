@@ -22,13 +22,15 @@ import java.util.SplittableRandom;
 import static io.ds4j.gpu.Gpu.check;
 import static io.ds4j.gpu.Gpu.ptr;
 import static io.ds4j.gpu.bindings.ds4j_gpu_h.ds4j_argmax_rows;
+import static io.ds4j.gpu.bindings.ds4j_gpu_h.ds4j_argmax_rows_masked;
 import static org.junit.jupiter.api.Assertions.*;
 
 /**
  * The device argmax ({@code ds4j_argmax_rows}, {@link HipBackend#stepArgmax}): the greedy token of every argmax-only
  * row equals {@link Sampler#argmax} over the logits the same step gives with full logits, for decode, verify and
  * prefill entries, alone (decode-step graphs) and batched, with the tokenizer's limit below V and mixed with entries
- * that want logits; and the kernel's tie and NaN policy against the host's on crafted rows.
+ * that want logits, among masks (a constrained greedy row: {@code ds4j_argmax_rows_masked}) or not; and the kernel's
+ * tie and NaN policy against the host's on crafted rows, with and without masks.
  */
 @Tag("gpu")
 class HipArgmaxTest {
@@ -74,6 +76,28 @@ class HipArgmaxTest {
                         assertEquals(Sampler.argmax(flat, k * V, n), got[k], "row " + k + " below " + n);
                 }
                 assertEquals(17, Sampler.argmax(flat, 0, limit), "the host's own policy (lowest index on ties)");
+                // among masks: every row's own random mask, the maxima and row 1's NaN at 0 cleared in some, one mask
+                // that allows nothing, one that allows everything
+                int W = (V + 63) / 64;
+                long[] masks = new long[rows.size() * W];
+                for (int i = 0; i < masks.length; i++) masks[i] = r.nextLong() & r.nextLong();
+                masks[0] &= ~(1L << 17);             // row 0: the first of the tied maxima cleared: the next one wins
+                masks[W] &= ~1L;                     // row 1: its NaN at 0 cleared: the scan goes on from -inf
+                java.util.Arrays.fill(masks, 2 * W, 3 * W, 0L);   // row 2: nothing allowed: 0
+                java.util.Arrays.fill(masks, 4 * W, 5 * W, -1L);  // row 4: everything
+                long m = gpu.malloc(8L * masks.length, "argmax masks");
+                try {
+                    gpu.upload(m, masks);
+                    for (int n : new int[]{limit, V, 1}) {
+                        check(ds4j_argmax_rows_masked(gpu.ctx(), ptr(x), V, rows.size(), n, ptr(m), (long) W, ptr(out)), "argmax_rows_masked");
+                        int[] got = gpu.downloadInts(out, rows.size());
+                        for (int k = 0; k < rows.size(); k++)
+                            assertEquals(Sampler.argmax(flat, k * V, n, java.util.Arrays.copyOfRange(masks, k * W, (k + 1) * W)),
+                                    got[k], "masked row " + k + " below " + n);
+                    }
+                } finally {
+                    gpu.free(m);
+                }
             } finally {
                 gpu.free(x);
                 gpu.free(out);
@@ -108,7 +132,7 @@ class HipArgmaxTest {
             ids[e] = g.newSequence(16);
         }
         try {
-            int checkedRows = 0;
+            int checkedRows = 0, maskedRows = 0;
             for (int round = 0; round < 8; round++) {
                 // round 0: prefill chunks of different lengths (last row wanted); then decode and verify steps,
                 // alone (rounds 1-2, single-entry steps take the decode graphs) and batched (the rest)
@@ -135,7 +159,19 @@ class HipArgmaxTest {
                         // entry 3 keeps its logits on the argmax side (a mixed batch); entry 5 takes the whole vocabulary in odd
                         // rounds (limits differ: one launch per entry), the others share one limit (one launch)
                         int below = e == 3 && round >= 3 ? 0 : e == 5 && round % 2 == 1 ? V : limit;
-                        b.add(new BatchEntry(ids[e], toks.get(e), rows.get(e), kinds.get(e), below));
+                        // entries 1 and 4 choose among masks (a constrained greedy request's rows): random sets, a
+                        // row without one, a mask shorter than the vocabulary's words
+                        long[][] masks = null;
+                        if (below > 0 && (e == 1 || e == 4)) {
+                            masks = new long[rows.get(e).length][];
+                            for (int i = 0; i < masks.length; i++) {
+                                if (i == 1) continue;
+                                long[] mk = new long[i == 2 ? 3 : (V + 63) / 64];
+                                for (int w = 0; w < mk.length; w++) mk[w] = r.nextLong() & r.nextLong();
+                                masks[i] = mk;
+                            }
+                        }
+                        b.add(new BatchEntry(ids[e], toks.get(e), rows.get(e), kinds.get(e), below, null, masks));
                     }
                     float[][] lg = g.step(a);
                     StepOutput o = g.stepArgmax(b);
@@ -149,14 +185,18 @@ class HipArgmaxTest {
                         assertNull(o.logits()[k], what + ": an argmax-only entry gets no logits");
                         int[] got = o.argmax()[k];
                         assertEquals(be.logitRows().length, got.length);
-                        for (int i = 0; i < got.length; i++, checkedRows++)
-                            assertEquals(Sampler.argmax(lg[k], i * V, be.argmaxBelow()), got[i],
+                        for (int i = 0; i < got.length; i++, checkedRows++) {
+                            long[] mk = be.argmaxMasks() == null ? null : be.argmaxMasks()[i];
+                            if (mk != null) maskedRows++;
+                            assertEquals(mk == null ? Sampler.argmax(lg[k], i * V, be.argmaxBelow())
+                                            : Sampler.argmax(lg[k], i * V, be.argmaxBelow(), mk), got[i],
                                     what + ": round " + round + ", entry " + grp.get(k) + " (" + be.kind() + "), row " + i);
+                        }
                     }
                 }
                 for (int e = 0; e < E; e++) assertEquals(full[e].length(), ids[e].length());
             }
-            assertTrue(checkedRows > 50, "rows compared: " + checkedRows);
+            assertTrue(checkedRows > 50 && maskedRows > 10, "rows compared: " + checkedRows + ", among masks " + maskedRows);
         } finally {
             for (int e = 0; e < E; e++) {
                 full[e].close();

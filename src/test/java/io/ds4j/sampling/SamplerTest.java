@@ -26,6 +26,35 @@ class SamplerTest {
         assertEquals(3, s.sample(logits(0, 1, 2, 5, 5, 1, 0, 0, 0, 0), 0));
     }
 
+    /**
+     * The masked argmax (what a backend computes for a constrained greedy row) is the greedy token of the sampler's
+     * distribution under the same mask, below a token limit, on rows with ties, NaN (at index 0 too), infinities and
+     * masks that allow few ids, none of the finite ones, or miss words.
+     */
+    @Test
+    void maskedArgmaxIsTheMaskedGreedyToken() {
+        java.util.SplittableRandom r = new java.util.SplittableRandom(5);
+        int vocab = 300;
+        for (int trial = 0; trial < 3000; trial++) {
+            int limit = trial % 3 == 0 ? vocab : 1 + r.nextInt(vocab);
+            float[] z = new float[vocab + 7];
+            for (int i = 0; i < z.length; i++) {
+                int k = r.nextInt(20);
+                z[i] = k == 0 ? Float.NaN : k == 1 ? Float.NEGATIVE_INFINITY : k == 2 ? Float.POSITIVE_INFINITY : r.nextInt(6);
+            }
+            long[] allow = new long[trial % 7 == 0 ? 2 : (vocab + 63) / 64];
+            double density = trial % 5 == 0 ? 0.01 : r.nextDouble();
+            for (int i = 0; i < allow.length * 64; i++) if (r.nextDouble() < density) allow[i >> 6] |= 1L << i;
+            if (Long.bitCount(allow[0]) + Long.bitCount(allow[allow.length - 1]) == 0) allow[0] |= 1L << r.nextInt(64);
+            int off = 7;
+            float[] row = java.util.Arrays.copyOfRange(z, 0, vocab + off);
+            System.arraycopy(z, 0, row, off, vocab);
+            Sampler s = new Sampler(SamplingParams.greedy(5), vocab, new int[0], limit);
+            assertEquals(s.distribution(row, off, allow).top(), Sampler.argmax(row, off, limit, allow),
+                    "trial " + trial + " limit " + limit);
+        }
+    }
+
     @Test
     void topKKeepsExactlyKCandidates() {
         Sampler s = new Sampler(params(1, 3, 1, 0), V, new int[0]);

@@ -4926,6 +4926,68 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_argmax_rows_masked {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_argmax_rows_masked");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_argmax_rows_masked(ds4j_ctx *ctx, const float *x, int64_t ld, int32_t rows, int32_t n, const uint64_t *masks, int64_t mask_ld, int32_t *out)
+     * }
+     */
+    public static FunctionDescriptor ds4j_argmax_rows_masked$descriptor() {
+        return ds4j_argmax_rows_masked.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_argmax_rows_masked(ds4j_ctx *ctx, const float *x, int64_t ld, int32_t rows, int32_t n, const uint64_t *masks, int64_t mask_ld, int32_t *out)
+     * }
+     */
+    public static MethodHandle ds4j_argmax_rows_masked$handle() {
+        return ds4j_argmax_rows_masked.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_argmax_rows_masked(ds4j_ctx *ctx, const float *x, int64_t ld, int32_t rows, int32_t n, const uint64_t *masks, int64_t mask_ld, int32_t *out)
+     * }
+     */
+    public static MemorySegment ds4j_argmax_rows_masked$address() {
+        return ds4j_argmax_rows_masked.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_argmax_rows_masked(ds4j_ctx *ctx, const float *x, int64_t ld, int32_t rows, int32_t n, const uint64_t *masks, int64_t mask_ld, int32_t *out)
+     * }
+     */
+    public static int ds4j_argmax_rows_masked(MemorySegment ctx, MemorySegment x, long ld, int rows, int n, MemorySegment masks, long mask_ld, MemorySegment out) {
+        var mh$ = ds4j_argmax_rows_masked.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, x, ld, rows, n, masks, mask_ld, out);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_set_hc_split {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
