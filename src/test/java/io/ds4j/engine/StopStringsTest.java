@@ -46,4 +46,49 @@ class StopStringsTest {
         assertEquals("ab", s.push("abxy"));
         assertEquals("xy", s.flush());
     }
+
+    @Test
+    void aKeptStopStringEndsTheOutputForEverySplitAndTheRestIsDropped() {
+        String text = "abc<END>def";
+        for (int i = 0; i <= text.length(); i++)
+            for (int j = i; j <= text.length(); j++) {
+                StopStrings s = new StopStrings(List.of("<END>", "zz"), true);
+                String out = s.push(text.substring(0, i)) + s.push(text.substring(i, j)) + s.push(text.substring(j)) + s.flush();
+                assertEquals("abc<END>", out, "split at " + i + "," + j);
+                assertTrue(s.stopped());
+                assertEquals("<END>", s.matched());
+            }
+    }
+
+    @Test
+    void aKeptStopStringHoldsNothingBack() {
+        // the text that may begin a stop string is output either way, so it goes out at once
+        StopStrings s = new StopStrings(List.of("</stop>"), true);
+        assertEquals("a</st", s.push("a</st"));
+        assertEquals("op>", s.push("op> more"), "the stop string is still matched across the pieces");
+        assertTrue(s.stopped());
+        assertEquals("", s.push("x"));
+        assertEquals("", s.flush());
+
+        StopStrings t = new StopStrings(List.of("xyz"), true);
+        assertEquals("abxy", t.push("abxy"));
+        assertEquals("q", t.push("q"));
+        assertEquals("", t.flush(), "nothing was held");
+        assertFalse(t.stopped());
+    }
+
+    @Test
+    void keptTheOutputEndsWhereTheFirstStopStringCompletes() {
+        // "bc" completes before "abcd" does: kept, the output ends there in one piece as in any split
+        String text = "xabcd";
+        for (int i = 0; i <= text.length(); i++) {
+            StopStrings s = new StopStrings(List.of("abcd", "bc"), true);
+            assertEquals("xabc", s.push(text.substring(0, i)) + s.push(text.substring(i)) + s.flush(), "split at " + i);
+            assertEquals("bc", s.matched());
+        }
+        // left out (the default, unchanged), the earliest one to begin in the piece cuts
+        StopStrings d = new StopStrings(List.of("abcd", "bc"));
+        assertEquals("x", d.push("xabcd"));
+        assertEquals("abcd", d.matched());
+    }
 }
