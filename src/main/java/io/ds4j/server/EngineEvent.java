@@ -22,8 +22,10 @@ public sealed interface EngineEvent {
      * The request finished normally.
      * @param finishReason "stop", "length" or "tool_calls"
      * @param stopString   the stop string that ended it, or null
+     * @param stopToken    the token id of {@code stop_token_ids} that ended it, or null (also when its text completed a
+     *                     stop string: that string is then the reason, as in vLLM)
      */
-    record Done(String finishReason, String stopString, Usage usage) implements EngineEvent {}
+    record Done(String finishReason, String stopString, Integer stopToken, Usage usage) implements EngineEvent {}
 
     /**
      * The prompt's scores, sent once prefill is done and before any Delta (completions with echo and logprobs).

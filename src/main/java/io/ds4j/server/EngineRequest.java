@@ -41,6 +41,10 @@ public final class EngineRequest {
     int[] prediction;
     /** Reasoning tokens allowed before the reasoning is ended for the answer (request field {@code thinking_token_budget}); -1 = no cap. */
     int reasoningBudget = -1;
+    /** Token ids whose generation ends the answer (request field {@code stop_token_ids}); empty for none. */
+    int[] stopTokenIds = new int[0];
+    /** Keep the text of the stop string or stop token that ended the answer (request field {@code include_stop_str_in_output}). */
+    boolean includeStopStr;
     /**
      * The field the client gave max_tokens in ({@code max_tokens} or {@code max_completion_tokens}), or null where the
      * server's default applies: a refusal names what the client sent, never a value it did not.
@@ -101,6 +105,17 @@ public final class EngineRequest {
     }
 
     /**
+     * Ends the answer with finish reason "stop" when it generates one of these token ids (null for none), and says
+     * whether the text of what ended it, a stop string or such a token, is kept at the end of the output.
+     * @return this
+     */
+    public EngineRequest stopTokens(int[] ids, boolean includeStopStr) {
+        this.stopTokenIds = ids == null ? new int[0] : ids;
+        this.includeStopStr = includeStopStr;
+        return this;
+    }
+
+    /**
      * Caps the answer's reasoning at that many tokens (null for no cap); it applies where the output starts inside the
      * reasoning ({@link #thinking}).
      * @return this
@@ -125,6 +140,8 @@ public final class EngineRequest {
         c.grammar = grammar;
         c.prediction = prediction;
         c.reasoningBudget = reasoningBudget;
+        c.stopTokenIds = stopTokenIds;
+        c.includeStopStr = includeStopStr;
         c.maxTokensField = maxTokensField;
         return c;
     }

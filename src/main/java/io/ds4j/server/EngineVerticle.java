@@ -640,7 +640,7 @@ public final class EngineVerticle extends VerticleBase {
         j.width = width;
         j.prediction = prediction;
         j.detok = tokenizer.streamer();
-        j.stops = new StopStrings(r.params.stop());
+        j.stops = new StopStrings(r.params.stop(), r.includeStopStr);
         j.parser = r.chat ? Grammar.parser(r.grammar, r.thinking) : null;
         // a held choice's queue time ended when it was admitted to its slot, not when its wait for a sibling's prefill did
         if (j.activatedNanos == 0) j.activatedNanos = System.nanoTime();
@@ -985,7 +985,8 @@ public final class EngineVerticle extends VerticleBase {
                     j.gen.decodeSeconds() * 1e3, j.gen.decodeTokensPerSecond(), s.offered(), s.accepted(), s.steps(),
                     j.gen.cachedTokens(), j.reasoningTokens,
                     j.prediction == null ? 0 : j.prediction.acceptedTokens(), j.prediction == null ? 0 : j.prediction.rejectedTokens());
-            send(j, new EngineEvent.Done(reason, j.stops.matched(), u));
+            // a stop string that the kept text of a stop token completed is the reason, as vLLM reports it
+            send(j, new EngineEvent.Done(reason, j.stops.matched(), j.stops.matched() == null ? j.stopToken : null, u));
             state.metrics().success(reason);
             state.metrics().e2e(now - j.req.arrivalNanos);
             meanRequestSeconds = 0.8 * meanRequestSeconds + 0.2 * ((now - j.req.arrivalNanos) / 1e9);
@@ -1053,6 +1054,8 @@ public final class EngineVerticle extends VerticleBase {
         int emitted;
         /** Generated tokens that went to the reasoning (counted while the parser was still inside it). */
         int reasoningTokens;
+        /** The id of {@code stop_token_ids} that ended the generation, or null. */
+        Integer stopToken;
         /** Logprobs of tokens whose text the stop filter still holds back, with where that text lies. */
         final ArrayDeque<HeldLogprob> heldLogprobs = new ArrayDeque<>();
         /** Characters of token text given to the stop filter, and released by it, so far. */
@@ -1089,19 +1092,36 @@ public final class EngineVerticle extends VerticleBase {
             if (parser != null && parser.inReasoning()) reasoningTokens++;
             boolean eos = false;
             for (int e : eosIds) if (e == token) eos = true; // the end of the turn; its text is not output
+            // an end-of-sentence token that ignore_eos passes over (Generation ends the turn on any other)
+            boolean passed = eos && req.params.ignoreEos() && req.grammar == null;
+            // a stop token (stop_token_ids) ends the answer here; the end of the turn comes first (no stop_reason then), as in vLLM
+            boolean stopHere = (!eos || passed) && isStopToken(token);
             // the earlier tokens' bytes this token's text begins with: only a logprob's cut needs them (no copy otherwise)
             byte[] carried = lp != null ? detok.heldBytes() : null;
-            String piece = eos ? "" : piece(token);
+            // a stop token's text is output only where the request keeps it (include_stop_str_in_output)
+            String piece = eos || stopHere && !req.includeStopStr ? "" : piece(token);
             if (lp != null) {
-                // an end-of-sentence token that does not end the turn (ignore_eos) is listed without text, as its
-                // text is never output; the one that ends it is listed as the token it is (skip_special_tokens false)
-                boolean passed = eos && req.params.ignoreEos() && req.grammar == null;
-                boolean hidden = passed || req.skipSpecialTokens && tokenizer.isControl(token);
+                // a token whose text is never output is listed without text, so the listed tokens join to the content:
+                // an end-of-sentence token that does not end the turn (ignore_eos), a stop token whose text is not
+                // kept; the end-of-sentence token that ends the turn is listed as the token it is (skip_special_tokens false)
+                boolean hidden = passed && !stopHere || stopHere && !req.includeStopStr
+                        || req.skipSpecialTokens && tokenizer.isControl(token);
                 heldLogprobs.add(new HeldLogprob(logprob(lp, hidden), pushedChars, pushedChars + piece.length(), piece, carried));
             }
             pushedChars += piece.length();
+            if (stopHere) {
+                stopToken = token;
+                text(piece);
+                return false;
+            }
             if (eos) return true;
             return text(piece);
+        }
+
+        /** Whether the request lists this id in its stop_token_ids (at most {@link Requests#MAX_STOP_TOKEN_IDS} of them). */
+        private boolean isStopToken(int token) {
+            for (int id : req.stopTokenIds) if (id == token) return true;
+            return false;
         }
 
         /**
@@ -1208,9 +1228,10 @@ public final class EngineVerticle extends VerticleBase {
             }
             push(unpaired.toString());
             unpaired.setLength(0);
-            // a stop string cuts the text wherever it matches, as the length limit does: inside markup too
+            // a stop string or stop token cuts the text wherever it matches, as the length limit does: inside markup too
             if (parser != null)
-                for (OutputParser.Event e : parser.finish(gen.finish() == Generation.Finish.LENGTH || stops.stopped())) add(e);
+                for (OutputParser.Event e : parser.finish(gen.finish() == Generation.Finish.LENGTH || stops.stopped()
+                        || stopToken != null)) add(e);
         }
 
         /** Sends the prompt's scores (before this step's output, which they precede in the answer). */

@@ -55,11 +55,17 @@ final class Requests {
      * @param reasoningBudget chat: the most tokens the answer may spend reasoning before its reasoning is ended for it
      *                      ({@code thinking_token_budget}), or null for no cap
      * @param n             choices to generate for the prompt (1..{@link #MAX_N}), each its own engine request
+     * @param stopTokenIds  vLLM's {@code stop_token_ids}: generating one of these ids ends the answer (empty: none)
+     * @param includeStopStr vLLM's {@code include_stop_str_in_output}: the stop string or stop token's text that ended
+     *                      the answer is kept at its end
      */
     record Gen(boolean chat, boolean stream, boolean includeUsage, boolean continuousUsage, List<ChatMessage> messages, ChatOptions options,
                String promptText, int[] promptIds, boolean echo, SamplingParams params, String maxTokensParam,
                String specQ, boolean logprobs, int topLogprobs, boolean skipSpecialTokens, Grammar grammar,
-               Integer reasoningBudget, int n) {}
+               Integer reasoningBudget, int n, int[] stopTokenIds, boolean includeStopStr) {}
+
+    /** The most ids {@code stop_token_ids} may list: each generated token is looked up in them. */
+    static final int MAX_STOP_TOKEN_IDS = 64;
 
     /**
      * The most choices one request may ask for ({@code n}): each choice is a sequence of its own in the engine, so a
@@ -117,6 +123,8 @@ final class Requests {
 
         SamplingParams params = sampling(body, cfg, model, maxTokens, logprobs, topLogprobs);
         boolean skipSpecial = bool(body, "skip_special_tokens", true);
+        int[] stopTokenIds = stopTokenIds(body, model);
+        boolean includeStopStr = bool(body, "include_stop_str_in_output", false);
         String specQ = specQ(body, cfg);
 
         if (chat) {
@@ -139,7 +147,7 @@ final class Requests {
             ChatOptions opts = chatOptions(body).withContinueFinal(continued != null);
             Grammar grammar = grammar(body, opts, messages, continued);
             return new Gen(true, stream, includeUsage, continuousUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
-                    skipSpecial, grammar, reasoningBudget(body), n);
+                    skipSpecial, grammar, reasoningBudget(body), n, stopTokenIds, includeStopStr);
         }
         JsonNode p = body.get("prompt");
         String text = null;
@@ -189,7 +197,7 @@ final class Requests {
         oneConstraint(asked, null);
         Grammar grammar = asked.isEmpty() ? null : compile(asked.getFirst());
         return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
-                skipSpecial, grammar, null, n);
+                skipSpecial, grammar, null, n, stopTokenIds, includeStopStr);
     }
 
     /**
@@ -368,6 +376,27 @@ final class Requests {
             out.add(s.get(i).textValue());
         }
         return out;
+    }
+
+    /**
+     * stop_token_ids (vLLM's): an array of at most {@link #MAX_STOP_TOKEN_IDS} token ids, each in the tokenizer's range
+     * (as a prompt's ids and logit_bias keys are). Empty when absent.
+     */
+    private static int[] stopTokenIds(JsonNode b, ModelInfo model) {
+        JsonNode s = b.get("stop_token_ids");
+        if (s == null || s.isNull()) return new int[0];
+        if (!s.isArray()) throw ApiException.badField("stop_token_ids", "must be an array of token ids, got " + describe(s));
+        if (s.size() > MAX_STOP_TOKEN_IDS)
+            throw ApiException.badField("stop_token_ids", "at most " + MAX_STOP_TOKEN_IDS + " token ids, got " + s.size());
+        int limit = model.tokenizer().vocabSize();
+        int[] ids = new int[s.size()];
+        for (int i = 0; i < s.size(); i++) {
+            Integer id = intValue(s.get(i));
+            if (id == null || id < 0 || id >= limit)
+                throw ApiException.badField("stop_token_ids[" + i + "]", "must be a token id in [0, " + limit + "), got " + shown(s.get(i)));
+            ids[i] = id;
+        }
+        return ids;
     }
 
     /** speculative_q: 0 (off), 1..8 or "auto"; absent means the configured speculative.q. */

@@ -218,12 +218,22 @@ final class ResponseBuilder implements AnswerWriter {
         return finish(d) + end(d.usage());
     }
 
-    /** The finish chunk of this builder's choice (with its stop_reason when a stop string ended it). */
+    /** The finish chunk of this builder's choice (with its stop_reason when a stop string or stop token ended it). */
     String finish(EngineEvent.Done d) {
         ObjectNode fin = chunk(chat ? Json.object() : null, "", d.finishReason(), null);
         ObjectNode choice = (ObjectNode) fin.get("choices").get(0);
-        if (d.stopString() != null) choice.put("stop_reason", d.stopString());
+        stopReason(choice, d, false);
         return frame(fin, d.usage().completionTokens());
+    }
+
+    /**
+     * Puts a choice's {@code stop_reason}: the stop string that ended it (a string), or the stop token's id (an integer,
+     * as vLLM gives it); without either, null where {@code always}, else nothing.
+     */
+    private static void stopReason(ObjectNode choice, EngineEvent.Done d, boolean always) {
+        if (d.stopString() != null) choice.put("stop_reason", d.stopString());
+        else if (d.stopToken() != null) choice.put("stop_reason", d.stopToken().intValue());
+        else if (always) choice.putNull("stop_reason");
     }
 
     /**
@@ -266,7 +276,7 @@ final class ResponseBuilder implements AnswerWriter {
         }
         if (anyLogprobs || logprobsAsked) c.set("logprobs", logprobs(allLogprobs)); else c.putNull("logprobs");
         c.put("finish_reason", d.finishReason());
-        if (d.stopString() != null) c.put("stop_reason", d.stopString()); else c.putNull("stop_reason");
+        stopReason(c, d, true);
         o.set("usage", d.usage().toJson());
         return o;
     }

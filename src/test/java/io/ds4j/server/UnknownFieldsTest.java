@@ -153,6 +153,7 @@ class UnknownFieldsTest {
         String sampling = """
                 "temperature": 0, "top_p": 1, "top_k": 0, "min_p": 0, "presence_penalty": 0, "frequency_penalty": 0,
                 "repetition_penalty": 1, "seed": 7, "stop": ["\\n\\n\\n"], "logit_bias": {"5": 0}, "ignore_eos": false,
+                "stop_token_ids": [5], "include_stop_str_in_output": false,
                 "skip_special_tokens": true, "speculative_q": "auto", "cache_prompt": true, "n": 1,
                 "user": "u1", "safety_identifier": "s1", "metadata": {"k": "v"}, "store": false,
                 "service_tier": "auto", "prompt_cache_key": "p1\"""";

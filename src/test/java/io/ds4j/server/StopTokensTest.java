@@ -1,0 +1,255 @@
+package io.ds4j.server;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.util.Map;
+import java.util.StringJoiner;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * vLLM's {@code stop_token_ids} and {@code include_stop_str_in_output} on chat and completions, on the scripted model,
+ * whose answer "Hello! How can I help you today?" is the tokens Hello, !, How, can, I, help (id {@value #HELP}), you,
+ * today, ?: a stop token ends the answer with finish reason "stop" and its id as the (integer) stop_reason, its text
+ * left out unless kept; a kept stop string ends the output, text after it in its token dropped; streamed and not
+ * alike, the logprobs' tokens joining to the content.
+ */
+class StopTokensTest {
+    /** The token " help" of the scripted answer. */
+    static final int HELP = 1694;
+    static final String CHAT = "/v1/chat/completions", COMPLETIONS = "/v1/completions";
+    static TestServer server;
+
+    @BeforeAll
+    static void start() throws Exception {
+        server = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("speculative.draft", "none"));
+        assertEquals(" help", TestServer.tokenizer().decode(new int[]{HELP}), "the vendored tokenizer's token the tests stop on");
+    }
+
+    @AfterAll
+    static void stop() {
+        if (server != null) server.close();
+    }
+
+    /** An answer's text, finish reason, stop_reason, logprobs' tokens joined, and completion tokens: streamed or not alike. */
+    record Answer(String text, String finish, JsonNode stopReason, String logprobTokens, int logprobCount, int completionTokens) {}
+
+    static String body(String path, String extra) {
+        String common = "\"temperature\":0,\"max_tokens\":20," + extra;
+        return path.equals(CHAT) ? TestServer.chat("Hi", common) : "{\"model\":\"scripted\",\"prompt\":\"Hi\"," + common + "}";
+    }
+
+    /** A stop_reason absent (a stream's finish chunk) or null (a whole answer) as null. */
+    static JsonNode orNull(JsonNode n) {
+        return n == null || n.isNull() ? null : n;
+    }
+
+    /** The answer to a request, not streamed. */
+    static Answer full(String path, String extra) throws Exception {
+        TestServer.Resp r = server.post(path, body(path, extra));
+        assertEquals(200, r.status(), r.body());
+        assertNull(r.headers().firstValue(RequestFields.HEADER).orElse(null), "no field is ignored: " + r.body());
+        JsonNode c = r.json().at("/choices/0");
+        boolean chat = path.equals(CHAT);
+        StringJoiner tokens = new StringJoiner("");
+        int count = 0;
+        if (chat && c.get("logprobs").isObject()) for (JsonNode t : c.at("/logprobs/content")) {
+            tokens.add(t.get("token").asText());
+            count++;
+        }
+        if (!chat && c.get("logprobs").isObject()) for (JsonNode t : c.at("/logprobs/tokens")) {
+            tokens.add(t.asText());
+            count++;
+        }
+        return new Answer(chat ? c.at("/message/content").asText() : c.get("text").asText(), c.get("finish_reason").asText(),
+                orNull(c.get("stop_reason")), tokens.toString(), count, r.json().at("/usage/completion_tokens").asInt());
+    }
+
+    /** The answer to a request, streamed (with the usage chunk). */
+    static Answer streamed(String path, String extra) throws Exception {
+        TestServer.Resp r = server.post(path, body(path, extra + ",\"stream\":true,\"stream_options\":{\"include_usage\":true}"));
+        assertEquals(200, r.status(), r.body());
+        assertNull(r.headers().firstValue(RequestFields.HEADER).orElse(null), "no field is ignored: " + r.body());
+        boolean chat = path.equals(CHAT);
+        StringBuilder text = new StringBuilder();
+        StringJoiner tokens = new StringJoiner("");
+        String finish = null;
+        JsonNode stopReason = null;
+        int count = 0, completion = -1;
+        for (String e : r.events()) {
+            if (e.equals("[DONE]")) continue;
+            JsonNode j = Json.MAPPER.readTree(e);
+            if (j.hasNonNull("usage")) completion = j.at("/usage/completion_tokens").asInt();
+            for (JsonNode c : j.get("choices")) {
+                text.append(chat ? c.at("/delta/content").asText("") : c.path("text").asText(""));
+                if (c.hasNonNull("finish_reason")) {
+                    assertNull(finish, "one finish chunk: " + r.body());
+                    finish = c.get("finish_reason").asText();
+                    stopReason = orNull(c.get("stop_reason"));
+                }
+                JsonNode lp = c.get("logprobs");
+                if (lp == null || !lp.isObject()) continue;
+                for (JsonNode t : chat ? lp.path("content") : lp.path("tokens")) {
+                    tokens.add(chat ? t.get("token").asText() : t.asText());
+                    count++;
+                }
+            }
+        }
+        return new Answer(text.toString(), finish, stopReason, tokens.toString(), count, completion);
+    }
+
+    /** Both ways, on both endpoints: the same answer, which {@code check} then judges. */
+    static void both(String extra, java.util.function.Consumer<Answer> check) throws Exception {
+        for (String path : new String[]{CHAT, COMPLETIONS}) {
+            Answer f = full(path, extra), s = streamed(path, extra);
+            assertEquals(f, s, path + " " + extra + ": streamed as not");
+            check.accept(f);
+        }
+    }
+
+    @Test
+    void aStopTokenEndsTheAnswerWithItsIdAsTheStopReasonAndWithoutItsText() throws Exception {
+        both("\"stop_token_ids\":[5," + HELP + "]", a -> {
+            assertEquals("Hello! How can I", a.text(), a.toString());
+            assertEquals("stop", a.finish());
+            assertTrue(a.stopReason().isInt(), "an integer, as vLLM gives it: " + a);
+            assertEquals(HELP, a.stopReason().intValue());
+            assertEquals(6, a.completionTokens(), "the stop token is generated and counted: " + a);
+        });
+        // an id the answer never reaches changes nothing: the end of the turn ends it, with no stop_reason
+        both("\"stop_token_ids\":[5]", a -> {
+            assertEquals(TestServer.PLAIN, a.text());
+            assertEquals("stop", a.finish());
+            assertNull(a.stopReason(), a.toString());
+        });
+    }
+
+    @Test
+    void aKeptStopTokenEndsTheOutputWithItsText() throws Exception {
+        both("\"stop_token_ids\":[" + HELP + "],\"include_stop_str_in_output\":true", a -> {
+            assertEquals("Hello! How can I help", a.text(), a.toString());
+            assertEquals("stop", a.finish());
+            assertEquals(HELP, a.stopReason().intValue());
+        });
+    }
+
+    @Test
+    void aKeptStopStringEndsTheOutputAndTheRestOfItsTokenIsDropped() throws Exception {
+        // "can I h" ends inside the token " help": its "elp" is dropped
+        both("\"stop\":[\"can I h\"],\"include_stop_str_in_output\":true", a -> {
+            assertEquals("Hello! How can I h", a.text(), a.toString());
+            assertEquals("stop", a.finish());
+            assertEquals("can I h", a.stopReason().asText());
+        });
+        both("\"stop\":[\"can I h\"],\"include_stop_str_in_output\":false", a -> {
+            assertEquals("Hello! How ", a.text(), "left out by default: " + a);
+            assertEquals("can I h", a.stopReason().asText());
+        });
+    }
+
+    @Test
+    void aStopStringTheKeptStopTokenCompletesIsTheStopReason() throws Exception {
+        // as vLLM: the kept token's text is matched against the stop strings, and a match names the string
+        both("\"stop\":[\"I help\"],\"stop_token_ids\":[" + HELP + "],\"include_stop_str_in_output\":true", a -> {
+            assertEquals("Hello! How can I help", a.text(), a.toString());
+            assertEquals("I help", a.stopReason().asText());
+        });
+        // not kept, the token's text is never matched: the stop token ends it, and the " I" held as a possible start
+        // of the stop string is output
+        both("\"stop\":[\"I help\"],\"stop_token_ids\":[" + HELP + "]", a -> {
+            assertEquals("Hello! How can I", a.text(), a.toString());
+            assertEquals(HELP, a.stopReason().intValue());
+        });
+    }
+
+    @Test
+    void logprobsJoinToTheContent() throws Exception {
+        String chatLp = "\"logprobs\":true,\"top_logprobs\":1", compLp = "\"logprobs\":1";
+        for (String path : new String[]{CHAT, COMPLETIONS}) {
+            String lp = path.equals(CHAT) ? chatLp : compLp;
+            for (String extra : new String[]{
+                    // the stop token is listed without text (its text is not output), so the tokens join to the content
+                    "\"stop_token_ids\":[" + HELP + "]",
+                    "\"stop_token_ids\":[" + HELP + "],\"include_stop_str_in_output\":true",
+                    // the token the kept stop string ends inside is listed with its part up to the stop string's end
+                    "\"stop\":[\"can I h\"],\"include_stop_str_in_output\":true",
+                    "\"stop\":[\"I help\"],\"stop_token_ids\":[" + HELP + "],\"include_stop_str_in_output\":true"}) {
+                Answer f = full(path, lp + "," + extra), s = streamed(path, lp + "," + extra);
+                assertEquals(f, s, path + " " + extra + ": streamed as not");
+                assertEquals(f.text(), f.logprobTokens(), path + " " + extra + ": " + f);
+                assertEquals(6, f.logprobCount(), "every generated token listed, the stop token too: " + f);
+            }
+        }
+    }
+
+    @Test
+    void everyChoiceStopsOnTheToken() throws Exception {
+        TestServer.Resp r = server.post(CHAT, body(CHAT, "\"n\":2,\"stop_token_ids\":[" + HELP + "]"));
+        assertEquals(200, r.status(), r.body());
+        for (JsonNode c : r.json().get("choices")) {
+            assertEquals("Hello! How can I", c.at("/message/content").asText(), r.body());
+            assertEquals(HELP, c.get("stop_reason").intValue(), r.body());
+        }
+    }
+
+    /** Posts a bad body and returns its error, checking the status and that param and message name the field. */
+    static JsonNode refused(String path, String extra, String param) throws Exception {
+        TestServer.Resp r = server.post(path, body(path, extra));
+        assertEquals(400, r.status(), extra + ": " + r.body());
+        JsonNode e = r.json().get("error");
+        assertEquals(param, e.path("param").asText(null), extra + ": " + r.body());
+        assertTrue(e.get("message").asText().startsWith(param + ": "), r.body());
+        return e;
+    }
+
+    @Test
+    void badValuesAreRefusedNamingTheField() throws Exception {
+        int vocab = TestServer.tokenizer().vocabSize();
+        for (String path : new String[]{CHAT, COMPLETIONS}) {
+            assertEquals("stop_token_ids: must be an array of token ids, got 5",
+                    refused(path, "\"stop_token_ids\":5", "stop_token_ids").get("message").asText());
+            refused(path, "\"stop_token_ids\":\"5\"", "stop_token_ids");
+            assertEquals("stop_token_ids[1]: must be a token id in [0, " + vocab + "), got -1",
+                    refused(path, "\"stop_token_ids\":[5,-1]", "stop_token_ids[1]").get("message").asText());
+            assertEquals("stop_token_ids[0]: must be a token id in [0, " + vocab + "), got " + vocab,
+                    refused(path, "\"stop_token_ids\":[" + vocab + "]", "stop_token_ids[0]").get("message").asText());
+            refused(path, "\"stop_token_ids\":[1.5]", "stop_token_ids[0]");
+            refused(path, "\"stop_token_ids\":[\"5\"]", "stop_token_ids[0]");
+            refused(path, "\"stop_token_ids\":[null]", "stop_token_ids[0]");
+            refused(path, "\"stop_token_ids\":[1e400]", "stop_token_ids[0]");
+            StringJoiner many = new StringJoiner(",", "[", "]");
+            for (int i = 0; i < 65; i++) many.add(String.valueOf(i));
+            assertEquals("stop_token_ids: at most 64 token ids, got 65",
+                    refused(path, "\"stop_token_ids\":" + many, "stop_token_ids").get("message").asText());
+            refused(path, "\"include_stop_str_in_output\":\"yes\"", "include_stop_str_in_output");
+        }
+        // the bounds themselves are fine: 64 ids, the last token id, an integral number written otherwise, null, none
+        StringJoiner ids = new StringJoiner(",", "[", "]");
+        for (int i = 0; i < 63; i++) ids.add(String.valueOf(10000 + i));
+        ids.add(String.valueOf(vocab - 1));
+        assertEquals(TestServer.PLAIN, full(CHAT, "\"stop_token_ids\":" + ids).text());
+        assertEquals("Hello! How can I", full(CHAT, "\"stop_token_ids\":[1.694e3]").text());
+        assertEquals(TestServer.PLAIN, full(CHAT, "\"stop_token_ids\":null,\"include_stop_str_in_output\":null").text());
+        assertEquals(TestServer.PLAIN, full(CHAT, "\"stop_token_ids\":[]").text());
+    }
+
+    /**
+     * The Anthropic Messages API takes neither field (it has stop_sequences, which go on as chat's stop): they are named
+     * as ignored there, and its stop_sequences still end the answer as before, the sequence left out.
+     */
+    @Test
+    void theMessagesApiNamesThemIgnoredAndItsStopSequencesWorkAsBefore() throws Exception {
+        TestServer.Resp r = server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":20,\"stop_sequences\":[\"can I h\"],"
+                + "\"stop_token_ids\":[" + HELP + "],\"include_stop_str_in_output\":true,"
+                + "\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}");
+        assertEquals(200, r.status(), r.body());
+        assertEquals("stop_token_ids, include_stop_str_in_output", r.headers().firstValue(RequestFields.HEADER).orElse(null));
+        JsonNode m = r.json();
+        assertEquals("Hello! How ", m.at("/content/0/text").asText(), r.body());
+        assertEquals("stop_sequence", m.get("stop_reason").asText(), r.body());
+        assertEquals("can I h", m.get("stop_sequence").asText(), r.body());
+    }
+}
