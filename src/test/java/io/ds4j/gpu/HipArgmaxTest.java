@@ -166,7 +166,7 @@ class HipArgmaxTest {
                             masks = new long[rows.get(e).length][];
                             for (int i = 0; i < masks.length; i++) {
                                 if (i == 1) continue;
-                                long[] mk = new long[i == 2 ? 3 : (V + 63) / 64];
+                                long[] mk = new long[i == 2 ? Math.max(1, (V + 63) / 64 - 1) : (V + 63) / 64];
                                 for (int w = 0; w < mk.length; w++) mk[w] = r.nextLong() & r.nextLong();
                                 masks[i] = mk;
                             }
