@@ -58,6 +58,19 @@ final class RequestFields {
             "messages[].annotations");
 
     /**
+     * Hints for sampling fields of vLLM's API that chat and completions do not take, by name: said instead of a "did you
+     * mean" of a name that only looks alike ({@code min_tokens} is no misspelt {@code max_tokens}).
+     */
+    static final Map<String, String> VLLM_UNSUPPORTED = Map.of(
+            "min_tokens", "vLLM's min_tokens is not supported: the answer may end before it",
+            "bad_words", "vLLM's bad_words is not supported (logit_bias can ban token ids)",
+            "prompt_logprobs", "vLLM's prompt_logprobs is not supported (echo with logprobs on /v1/completions scores the prompt)",
+            "truncate_prompt_tokens", "vLLM's truncate_prompt_tokens is not supported: a prompt over the context is a 400",
+            "use_beam_search", "beam search is not supported",
+            "length_penalty", "beam search is not supported",
+            "spaces_between_special_tokens", "not supported: special tokens are skipped or shown as written (skip_special_tokens)");
+
+    /**
      * A field the endpoint did not read.
      *
      * @param path where it is, as error messages name fields ({@code stream_options.include_usge},
