@@ -211,6 +211,46 @@ public final class Generation {
     }
 
     /**
+     * vLLM's {@code min_tokens}: until n tokens are generated, the end-of-sequence ids and the given ids (the request's
+     * stop token ids) may not be generated: they leave every row's allowed set, as a constraint's mask would (in
+     * sampling, greedy choice and speculative acceptance alike). Where a constraint allows nothing else (its output is
+     * complete), the constraint's set stands. Call before the first step.
+     * @param n       tokens to generate before the output may end (0: none)
+     * @param stopIds further ids held back until then (null for none)
+     * @throws IllegalStateException after the first step
+     */
+    public void minTokens(int n, int[] stopIds) {
+        if (startNs != 0) throw new IllegalStateException("minTokens after the first step");
+        if (n <= 0) return;
+        int V = target.config().vocabSize;
+        long[] m = new long[(V + 63) / 64];
+        java.util.Arrays.fill(m, -1L);
+        for (int id : opt.eosIds()) if (id >= 0 && id < V) m[id >> 6] &= ~(1L << id);
+        if (stopIds != null) for (int id : stopIds) if (id >= 0 && id < V) m[id >> 6] &= ~(1L << id);
+        minTokens = n;
+        endBanned = m;
+    }
+
+    /** vLLM's min_tokens ({@link #minTokens}); 0: none. */
+    private int minTokens;
+    /** Every id but those min_tokens holds back, or null. */
+    private long[] endBanned;
+
+    /**
+     * The allowed set of the row committed after {@code ahead} more tokens: the constraint's (null: none) with the ids
+     * min_tokens holds back removed while fewer than min_tokens tokens are generated.
+     */
+    private long[] rowMask(long[] constrained, int ahead) {
+        if (endBanned == null || generated + ahead >= minTokens) return constrained;
+        if (constrained == null) return endBanned;
+        long[] m = new long[constrained.length];
+        boolean any = false;
+        for (int w = 0; w < m.length; w++) any |= (m[w] = constrained[w] & (w < endBanned.length ? endBanned[w] : 0)) != 0;
+        // the constraint allows only the end (its output is complete): it stands
+        return any ? m : constrained;
+    }
+
+    /**
      * The prompt's scores once prefill is done (see {@link #scorePrompt}): entry i scores prompt token i; entry 0 is
      * null. Null when the prompt is not scored or prefill has not finished.
      */
@@ -396,18 +436,24 @@ public final class Generation {
      * argmax only), else 0 (the full logits).
      */
     private int argmaxBelow() {
-        return constraint == null && scoreTop < 0 && sampler.argmaxSuffices() ? sampler.tokenLimit() : 0;
+        return constraint == null && !endsHeldBack() && scoreTop < 0 && sampler.argmaxSuffices() ? sampler.tokenLimit() : 0;
+    }
+
+    /** Whether min_tokens still holds the end back for some row of the next step (all rows from generated on). */
+    private boolean endsHeldBack() {
+        return endBanned != null && generated < minTokens;
     }
 
     /**
-     * Whether {@link #maskedArgmax} would re-plan the planned step: its rows' full logits are wanted only for the
-     * constraint's masks (greedy without bias, penalties or logprobs, the prompt not scored), some row's logits are
-     * wanted, and the backend chooses argmax rows among masks ({@link Backend#argmaxMasks}).
+     * Whether {@link #maskedArgmax} would re-plan the planned step: its rows' full logits are wanted only for their
+     * masks (a constraint's, or the end held back by {@link #minTokens}; greedy without bias, penalties or logprobs, the
+     * prompt not scored), some row's logits are wanted, and the backend chooses argmax rows among masks
+     * ({@link Backend#argmaxMasks}).
      */
     public boolean maskable() {
         BatchEntry e = planned;
-        return e != null && !e.argmaxOnly() && e.logitRows().length > 0 && constraint != null && scoreTop < 0
-                && sampler.argmaxSuffices() && target.argmaxMasks();
+        return e != null && !e.argmaxOnly() && e.logitRows().length > 0 && (constraint != null || endsHeldBack())
+                && scoreTop < 0 && sampler.argmaxSuffices() && target.argmaxMasks();
     }
 
     /**
@@ -430,8 +476,13 @@ public final class Generation {
         else {
             int left = Math.min(sampler.params().maxTokens() - generated, opt.maxContext() - len);
             for (int i = 0; i < rows; i++) {
-                masks[i] = i == 0 ? mask() : constraint.allowedAfter(plannedProposal.tokens(), i, Math.max(1, left - i));
-                if (masks[i] == null) return planned;
+                if (i == 0) masks[i] = mask();
+                else if (constraint == null) masks[i] = rowMask(null, i);
+                else {
+                    long[] c = constraint.allowedAfter(plannedProposal.tokens(), i, Math.max(1, left - i));
+                    if (c == null) return planned;
+                    masks[i] = rowMask(c, i);
+                }
             }
         }
         planned = new BatchEntry(e.seq(), e.tokens(), e.logitRows(), e.kind(), sampler.tokenLimit(), e.layers(), masks);
@@ -533,7 +584,7 @@ public final class Generation {
                 mask = constraint.allowedAfter(plannedProposal.tokens(), i, Math.max(1, left - i));
                 if (mask == null) break; // the rest at the commit, if it gets there
             }
-            d[i] = sampler.distribution(lg, i * V, mask);
+            d[i] = sampler.distribution(lg, i * V, rowMask(mask, i));
         }
         prepared = new Prepared(lg, d);
     }
@@ -658,9 +709,9 @@ public final class Generation {
         return true;
     }
 
-    /** The constraint's allowed set for the next token, or null without a constraint. */
+    /** The allowed set for the next token: the constraint's, less what min_tokens holds back; null for all. */
     private long[] mask() {
-        return constraint == null ? null : constraint.allowed(remaining());
+        return rowMask(constraint == null ? null : constraint.allowed(remaining()), 0);
     }
 
     /** Tokens that may still be generated: the request's budget and the context's room, whichever is smaller. */

@@ -41,11 +41,21 @@ public final class StopStrings {
      * @return the text that is now certain to be output (possibly empty)
      */
     public String push(String piece) {
+        return push(piece, true);
+    }
+
+    /**
+     * Feeds a piece of generated text; unless {@code armed}, no stop string completes in it (vLLM's min_tokens: stop
+     * strings are looked for only in text generated after that many tokens), though one may begin in it and complete
+     * in a later, armed piece.
+     * @return the text that is now certain to be output (possibly empty)
+     */
+    public String push(String piece, boolean armed) {
         if (stopped) return "";
         if (stops.isEmpty()) return piece;
         held.append(piece);
         int first = -1, end = -1;
-        for (String s : stops) {
+        if (armed) for (String s : stops) {
             int i = held.indexOf(s);
             if (i < 0) continue;
             int e = i + s.length();

@@ -45,6 +45,8 @@ public final class EngineRequest {
     int[] stopTokenIds = new int[0];
     /** Keep the text of the stop string or stop token that ended the answer (request field {@code include_stop_str_in_output}). */
     boolean includeStopStr;
+    /** Tokens generated before the answer may end (vLLM's {@code min_tokens}); 0 = none. */
+    int minTokens;
     /**
      * The field the client gave max_tokens in ({@code max_tokens} or {@code max_completion_tokens}), or null where the
      * server's default applies: a refusal names what the client sent, never a value it did not.
@@ -116,6 +118,16 @@ public final class EngineRequest {
     }
 
     /**
+     * Holds the end back until n tokens are generated (vLLM's {@code min_tokens}): the end-of-sentence token and the
+     * stop token ids cannot be generated before, and no stop string ends the answer in the text of those n tokens.
+     * @return this
+     */
+    public EngineRequest minTokens(int n) {
+        this.minTokens = n;
+        return this;
+    }
+
+    /**
      * Caps the answer's reasoning at that many tokens (null for no cap); it applies where the output starts inside the
      * reasoning ({@link #thinking}).
      * @return this
@@ -142,6 +154,7 @@ public final class EngineRequest {
         c.reasoningBudget = reasoningBudget;
         c.stopTokenIds = stopTokenIds;
         c.includeStopStr = includeStopStr;
+        c.minTokens = minTokens;
         c.maxTokensField = maxTokensField;
         return c;
     }

@@ -618,6 +618,7 @@ public final class EngineVerticle extends VerticleBase {
                     new Generation.Options(Scheduler.prefillChunk(cfg.prefillChunk(), limits(cfg)), r.maxContext, eosIds,
                             MAX_ROLLBACK), j::onToken,
                     r.grammar == null ? null : r.grammar.constraint(tokenizer, r.params.ignoreEos()));
+            j.gen.minTokens(r.minTokens, r.stopTokenIds);
             // the prompt's last block boundary always ends a chunk, cached or not, so the tail after it is one step
             // of the same size either way (bit-identical answers on backends whose rounding depends on step size)
             int block = prefixCache != null ? prefixCache.blockTokens()
@@ -1118,6 +1119,11 @@ public final class EngineVerticle extends VerticleBase {
             return text(piece);
         }
 
+        /** Whether a stop string may end the answer now: past vLLM's min_tokens (the tokens generated, this one counted). */
+        private boolean stopsArmed() {
+            return req.minTokens == 0 || gen.generatedTokens() > req.minTokens;
+        }
+
         /** Whether the request lists this id in its stop_token_ids (at most {@link Requests#MAX_STOP_TOKEN_IDS} of them). */
         private boolean isStopToken(int token) {
             for (int id : req.stopTokenIds) if (id == token) return true;
@@ -1136,7 +1142,7 @@ public final class EngineVerticle extends VerticleBase {
         }
 
         private boolean text(String piece) {
-            String out = stops.push(piece);
+            String out = stops.push(piece, stopsArmed());
             releasedChars += out.length();
             unpaired.append(out);
             releaseLogprobs(false);
@@ -1220,7 +1226,7 @@ public final class EngineVerticle extends VerticleBase {
         /** After the last token: release held-back text and close the parser. */
         void finishText() {
             if (!stops.stopped()) {
-                String out = stops.push(detok.flush());
+                String out = stops.push(detok.flush(), stopsArmed());
                 releasedChars += out.length();
                 unpaired.append(out);
                 if (!stops.stopped()) unpaired.append(stops.flush());

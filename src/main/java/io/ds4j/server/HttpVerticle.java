@@ -1545,7 +1545,8 @@ public final class HttpVerticle extends VerticleBase {
                     enc.promptTokens() != null ? g.topLogprobs() : -1).maxTokensField(g.maxTokensParam())
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
                     .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted)
-                    .limitReasoning(g.reasoningBudget()).stopTokens(g.stopTokenIds(), g.includeStopStr());
+                    .limitReasoning(g.reasoningBudget()).stopTokens(g.stopTokenIds(), g.includeStopStr())
+                    .minTokens(g.minTokens());
             // n > 1: each choice is a request of its own to the engine (its own sequence, sampler and draft)
             List<EngineRequest> reqs = new java.util.ArrayList<>(g.n());
             if (g.n() == 1) reqs.add(req);

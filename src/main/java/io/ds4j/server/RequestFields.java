@@ -62,7 +62,6 @@ final class RequestFields {
      * mean" of a name that only looks alike ({@code min_tokens} is no misspelt {@code max_tokens}).
      */
     static final Map<String, String> VLLM_UNSUPPORTED = Map.of(
-            "min_tokens", "vLLM's min_tokens is not supported: the answer may end before it",
             "bad_words", "vLLM's bad_words is not supported (logit_bias can ban token ids)",
             "prompt_logprobs", "vLLM's prompt_logprobs is not supported (echo with logprobs on /v1/completions scores the prompt)",
             "truncate_prompt_tokens", "vLLM's truncate_prompt_tokens is not supported: a prompt over the context is a 400",

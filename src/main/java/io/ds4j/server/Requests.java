@@ -58,11 +58,12 @@ final class Requests {
      * @param stopTokenIds  vLLM's {@code stop_token_ids}: generating one of these ids ends the answer (empty: none)
      * @param includeStopStr vLLM's {@code include_stop_str_in_output}: the stop string or stop token's text that ended
      *                      the answer is kept at its end
+     * @param minTokens     vLLM's {@code min_tokens}: tokens generated before the answer may end (0: none)
      */
     record Gen(boolean chat, boolean stream, boolean includeUsage, boolean continuousUsage, List<ChatMessage> messages, ChatOptions options,
                String promptText, int[] promptIds, boolean echo, SamplingParams params, String maxTokensParam,
                String specQ, boolean logprobs, int topLogprobs, boolean skipSpecialTokens, Grammar grammar,
-               Integer reasoningBudget, int n, int[] stopTokenIds, boolean includeStopStr) {}
+               Integer reasoningBudget, int n, int[] stopTokenIds, boolean includeStopStr, int minTokens) {}
 
     /** The most ids {@code stop_token_ids} may list: each generated token is looked up in them. */
     static final int MAX_STOP_TOKEN_IDS = 64;
@@ -125,6 +126,10 @@ final class Requests {
         boolean skipSpecial = bool(body, "skip_special_tokens", true);
         int[] stopTokenIds = stopTokenIds(body, model);
         boolean includeStopStr = bool(body, "include_stop_str_in_output", false);
+        Integer minOut = integer(body, "min_tokens", 0, Integer.MAX_VALUE, "");
+        if (minOut != null && minOut > maxTokens)
+            throw ApiException.badField("min_tokens", "must be at most " + (mtName != null ? mtName : "the default max_tokens")
+                    + " (" + maxTokens + "), got " + minOut);
         String specQ = specQ(body, cfg);
 
         if (chat) {
@@ -147,7 +152,7 @@ final class Requests {
             ChatOptions opts = chatOptions(body).withContinueFinal(continued != null);
             Grammar grammar = grammar(body, opts, messages, continued);
             return new Gen(true, stream, includeUsage, continuousUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
-                    skipSpecial, grammar, reasoningBudget(body), n, stopTokenIds, includeStopStr);
+                    skipSpecial, grammar, reasoningBudget(body), n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut);
         }
         JsonNode p = body.get("prompt");
         String text = null;
@@ -197,7 +202,7 @@ final class Requests {
         oneConstraint(asked, null);
         Grammar grammar = asked.isEmpty() ? null : compile(asked.getFirst());
         return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
-                skipSpecial, grammar, null, n, stopTokenIds, includeStopStr);
+                skipSpecial, grammar, null, n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut);
     }
 
     /**

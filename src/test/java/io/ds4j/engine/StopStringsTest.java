@@ -91,4 +91,16 @@ class StopStringsTest {
         assertEquals("x", d.push("xabcd"));
         assertEquals("abcd", d.matched());
     }
+
+    /** Unarmed pieces (vLLM's min_tokens not reached) complete no stop string, but one may begin there and complete later. */
+    @Test
+    void unarmedPiecesCompleteNoStopString() {
+        StopStrings s = new StopStrings(List.of("bc"));
+        assertEquals("abc", s.push("abc", false) + s.push("", false));
+        assertFalse(s.stopped());
+        assertEquals("x", s.push("xb", false));
+        assertEquals("", s.push("cd", true));
+        assertTrue(s.stopped());
+        assertEquals("bc", s.matched());
+    }
 }

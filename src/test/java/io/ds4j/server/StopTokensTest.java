@@ -195,6 +195,37 @@ class StopTokensTest {
         }
     }
 
+    /**
+     * vLLM's min_tokens: the stop token ids (and the end of the turn) cannot come before that many tokens, and a stop
+     * string ends the answer only in the text of a later token ("How" is the third token: it stops the answer with
+     * min_tokens 2, not with 3); streamed as not; more than max_tokens, or negative, is a 400 naming the field.
+     */
+    @Test
+    void minTokensHoldsTheEndBack() throws Exception {
+        both("\"min_tokens\":6,\"stop_token_ids\":[" + HELP + "]", a -> {
+            assertFalse(a.text().startsWith("Hello! How can I help"), "the sixth token may not be the stop token: " + a);
+            assertTrue(a.completionTokens() >= 6, a.toString());
+        });
+        both("\"min_tokens\":5,\"stop_token_ids\":[" + HELP + "]", a -> {
+            assertEquals("Hello! How can I", a.text(), "from the sixth token on it may: " + a);
+            assertEquals(HELP, a.stopReason().asInt());
+        });
+        both("\"min_tokens\":2,\"stop\":[\"How\"]", a -> {
+            assertEquals("stop", a.finish(), a.toString());
+            assertEquals("How", a.stopReason().asText());
+        });
+        both("\"min_tokens\":3,\"stop\":[\"How\"]", a -> {
+            assertTrue(a.text().startsWith("Hello! How can"), "not stopped in the third token's text: " + a);
+            assertNotEquals("How", a.stopReason() == null ? null : a.stopReason().asText(), a.toString());
+        });
+        for (String path : new String[]{CHAT, COMPLETIONS}) {
+            assertEquals("min_tokens: must be at most max_tokens (20), got 21",
+                    refused(path, "\"min_tokens\":21", "min_tokens").get("message").asText());
+            refused(path, "\"min_tokens\":-1", "min_tokens");
+            refused(path, "\"min_tokens\":\"3\"", "min_tokens");
+        }
+    }
+
     /** Posts a bad body and returns its error, checking the status and that param and message name the field. */
     static JsonNode refused(String path, String extra, String param) throws Exception {
         TestServer.Resp r = server.post(path, body(path, extra));

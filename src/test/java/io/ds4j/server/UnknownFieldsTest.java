@@ -70,8 +70,8 @@ class UnknownFieldsTest {
                     + " chat_template_kwargs.thinking?), stop_sequences", ignored(r), "a null value asks for nothing");
             assertEquals(answer(plain), answer(r), "the ignored fields change nothing");
             // vLLM's fields this server does not take say so, not "did you mean" a name that only looks alike
-            TestServer.Resp v = server.post(CHAT, TestServer.chat("Hi", "\"temperature\":0,\"min_tokens\":3"));
-            assertEquals("min_tokens (vLLM's min_tokens is not supported: the answer may end before it)", ignored(v));
+            TestServer.Resp v = server.post(CHAT, TestServer.chat("Hi", "\"temperature\":0,\"bad_words\":[\"x\"]"));
+            assertEquals("bad_words (vLLM's bad_words is not supported (logit_bias can ban token ids))", ignored(v));
             String id = r.json().get("id").asText();
             List<String> warn = log.linesWith("ignored 3 unknown fields");
             assertEquals(1, warn.size(), log.lines().toString());
