@@ -989,6 +989,7 @@ public final class EngineVerticle extends VerticleBase {
             // a stop string that the kept text of a stop token completed is the reason, as vLLM reports it
             send(j, new EngineEvent.Done(reason, j.stops.matched(), j.stops.matched() == null ? j.stopToken : null, u));
             state.metrics().success(reason);
+            state.metrics().finished(j.req.prompt.length, generated, j.req.params.maxTokens(), j.gen.prefillSeconds(), j.gen.decodeSeconds());
             state.metrics().e2e(now - j.req.arrivalNanos);
             meanRequestSeconds = 0.8 * meanRequestSeconds + 0.2 * ((now - j.req.arrivalNanos) / 1e9);
             state.record(new ServerState.JobRecord(j.req.id, reason, j.req.prompt.length, j.promptDone, generated, j.steps));

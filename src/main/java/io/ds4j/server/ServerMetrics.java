@@ -28,7 +28,13 @@ import java.util.function.ToDoubleFunction;
  *   <li>{@code vllm:time_to_first_token_seconds} histogram: arrival → first generated token;</li>
  *   <li>{@code vllm:inter_token_latency_seconds} histogram: one observation per decode step that produced tokens
  *       (time since the request's previous tokens; a speculative step can commit several);</li>
+ *   <li>{@code vllm:time_per_output_token_seconds}: the inter-token latency under vLLM's older name (the same
+ *       observations), which vLLM's example dashboard charts;</li>
  *   <li>{@code vllm:e2e_request_latency_seconds}, {@code vllm:request_queue_time_seconds} histograms;</li>
+ *   <li>per finished request (stop or length): {@code vllm:request_prompt_tokens}, {@code vllm:request_generation_tokens},
+ *       {@code vllm:request_max_num_generation_tokens} histograms (token counts, vLLM's 1-2-5 buckets), and
+ *       {@code vllm:request_prefill_time_seconds} (first step to first token), {@code vllm:request_decode_time_seconds}
+ *       (first token to last);</li>
  *   <li>{@code ds4j:stream_delivery_seconds} histogram: a streamed output's engine send → its chunk's completed write
  *       (what the clients' gaps gain beyond the engine's);</li>
  *   <li>{@code vllm:prompt_tokens_total} (counted as prefill processes them), {@code vllm:generation_tokens_total},
@@ -74,7 +80,8 @@ public final class ServerMetrics {
 
     private final MeterRegistry registry;
     private static final double[] DELIVERY_BUCKETS = {0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0};
-    private final Timer ttft, itl, e2e, queueTime, delivery;
+    private final Timer ttft, itl, tpot, e2e, queueTime, delivery, requestPrefill, requestDecode;
+    private final DistributionSummary requestPrompt, requestGeneration, requestMaxGeneration;
     private final Counter promptTokens, generationTokens, promptTokensLcpp, predictedLcpp;
     private final Counter drafts, draftTokens, acceptedTokens, cancelled, failed;
     private final DistributionSummary batchSize, batchTokens, iterationTokens, mtpBatchSize, prefillLimit;
@@ -96,6 +103,13 @@ public final class ServerMetrics {
         this.model = modelName == null ? Tags.empty() : Tags.of("model_name", modelName);
         ttft = timer("vllm:time_to_first_token", "Time to first token: request arrival to the first generated token", TTFT_BUCKETS);
         itl = timer("vllm:inter_token_latency", "Time between successive outputs of a request (one per decode step)", ITL_BUCKETS);
+        tpot = timer("vllm:time_per_output_token", "The inter-token latency under vLLM's older name (the same observations)", ITL_BUCKETS);
+        requestPrefill = timer("vllm:request_prefill_time", "A finished request's first step to its first generated token", E2E_BUCKETS);
+        requestDecode = timer("vllm:request_decode_time", "A finished request's first generated token to its last", E2E_BUCKETS);
+        requestPrompt = summary("vllm:request_prompt_tokens", "Prompt tokens of a finished request", null, REQUEST_TOKEN_BUCKETS);
+        requestGeneration = summary("vllm:request_generation_tokens", "Generated tokens of a finished request", null, REQUEST_TOKEN_BUCKETS);
+        requestMaxGeneration = summary("vllm:request_max_num_generation_tokens", "The most tokens a finished request could "
+                + "generate (its max_tokens, or the context's room)", null, REQUEST_TOKEN_BUCKETS);
         e2e = timer("vllm:e2e_request_latency", "Request arrival to its last token", E2E_BUCKETS);
         queueTime = timer("vllm:request_queue_time", "Request arrival to its first engine step", E2E_BUCKETS);
         delivery = timer("ds4j:stream_delivery", "A streamed output's way from the engine's step to the socket: the engine's "
@@ -163,6 +177,9 @@ public final class ServerMetrics {
 
     private static final double[] BATCH_BUCKETS = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
     private static final double[] LIMIT_BUCKETS = {1, 16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096};
+    /** vLLM's 1-2-5 buckets of per-request token counts, up to V4's context (1,048,576). */
+    private static final double[] REQUEST_TOKEN_BUCKETS = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000,
+            20000, 50000, 100000, 200000, 500000, 1000000};
     private static final double[] TOKEN_BUCKETS = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 
     private DistributionSummary summary(String name, String help, String unit, double[] buckets) {
@@ -215,6 +232,20 @@ public final class ServerMetrics {
 
     void interToken(long nanos) {
         itl.record(nanos, TimeUnit.NANOSECONDS);
+        tpot.record(nanos, TimeUnit.NANOSECONDS);
+    }
+
+    /**
+     * A request finished (stop or length): its per-request histograms, as vLLM's.
+     * @param prefillSeconds its first step to its first generated token
+     * @param decodeSeconds  its first generated token to its last
+     */
+    void finished(int promptTokens, int generated, int maxTokens, double prefillSeconds, double decodeSeconds) {
+        requestPrompt.record(promptTokens);
+        requestGeneration.record(generated);
+        requestMaxGeneration.record(maxTokens);
+        requestPrefill.record((long) (prefillSeconds * 1e9), TimeUnit.NANOSECONDS);
+        requestDecode.record((long) (decodeSeconds * 1e9), TimeUnit.NANOSECONDS);
     }
 
     void delivery(long nanos) {

@@ -88,6 +88,15 @@ class LoadTest {
         assertEquals(CLIENTS, metric(metrics, "vllm:request_success_total{finished_reason=\"length\"}"));
         assertEquals(CLIENTS, metric(metrics, "vllm:time_to_first_token_seconds_count"));
         assertEquals(CLIENTS, metric(metrics, "vllm:e2e_request_latency_seconds_count"));
+        // the per-request histograms vLLM's dashboards chart
+        assertEquals(promptSum, metric(metrics, "vllm:request_prompt_tokens_sum"));
+        assertEquals(completionSum, metric(metrics, "vllm:request_generation_tokens_sum"));
+        assertEquals((long) CLIENTS * MAX_TOKENS, metric(metrics, "vllm:request_max_num_generation_tokens_sum"));
+        for (String h : List.of("vllm:request_prompt_tokens_count", "vllm:request_prefill_time_seconds_count",
+                "vllm:request_decode_time_seconds_count"))
+            assertEquals(CLIENTS, metric(metrics, h), h);
+        assertEquals(metric(metrics, "vllm:inter_token_latency_seconds_count"), metric(metrics, "vllm:time_per_output_token_seconds_count"));
+        assertTrue(metric(metrics, "vllm:time_per_output_token_seconds_count") >= CLIENTS);
         assertEquals(0, metric(metrics, "vllm:num_requests_running"));
         assertEquals(0, metric(metrics, "vllm:num_requests_waiting"));
         // as vLLM's, every vllm: series is labelled with the served model's id (its dashboards select by it)
