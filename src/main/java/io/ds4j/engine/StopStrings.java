@@ -53,10 +53,13 @@ public final class StopStrings {
     public String push(String piece, boolean armed) {
         if (stopped) return "";
         if (stops.isEmpty()) return piece;
+        int before = held.length();
         held.append(piece);
         int first = -1, end = -1;
         if (armed) for (String s : stops) {
-            int i = held.indexOf(s);
+            // only a match that completes in this piece: the text held from an unarmed piece may hold a whole stop
+            // string (inside the start of a longer one), which completed where no stop string may end the output
+            int i = held.indexOf(s, Math.max(0, before - s.length() + 1));
             if (i < 0) continue;
             int e = i + s.length();
             // left out, the earliest one to begin cuts the most; kept, the output ends where the first one completes,
@@ -69,7 +72,7 @@ public final class StopStrings {
         }
         if (first >= 0) {
             stopped = true;
-            // held had no match before this piece, so the match ends in the piece, past what was released already
+            // the match ends in the piece, past what was released already
             String out = held.substring(released, keep ? end : first);
             held.setLength(0);
             released = 0;

@@ -1097,7 +1097,8 @@ public final class EngineVerticle extends VerticleBase {
             // an end-of-sentence token that ignore_eos passes over (Generation ends the turn on any other)
             boolean passed = eos && req.params.ignoreEos() && req.grammar == null;
             // a stop token (stop_token_ids) ends the answer here; the end of the turn comes first (no stop_reason then), as in vLLM
-            boolean stopHere = (!eos || passed) && isStopToken(token);
+            // (not before min_tokens, where only a grammar can have forced it: as vLLM, which checks none there)
+            boolean stopHere = (!eos || passed) && isStopToken(token) && stopsArmed();
             // the earlier tokens' bytes this token's text begins with: only a logprob's cut needs them (no copy otherwise)
             byte[] carried = lp != null ? detok.heldBytes() : null;
             // a stop token's text is output only where the request keeps it (include_stop_str_in_output)
@@ -1120,7 +1121,10 @@ public final class EngineVerticle extends VerticleBase {
             return text(piece);
         }
 
-        /** Whether a stop string may end the answer now: past vLLM's min_tokens (the tokens generated, this one counted). */
+        /**
+         * Whether a stop string or stop token may end the answer now: past vLLM's min_tokens (the tokens generated, this
+         * one counted).
+         */
         private boolean stopsArmed() {
             return req.minTokens == 0 || gen.generatedTokens() > req.minTokens;
         }

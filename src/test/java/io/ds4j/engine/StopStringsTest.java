@@ -103,4 +103,22 @@ class StopStringsTest {
         assertTrue(s.stopped());
         assertEquals("bc", s.matched());
     }
+
+    /**
+     * A stop string held whole inside the start of a longer one while unarmed completed where none may end the output:
+     * a later armed piece does not end it there (it crashed with the stop string kept, and cut the output without).
+     */
+    @Test
+    void aStopStringHeldWholeFromUnarmedTextDoesNotEndTheOutputLater() {
+        for (boolean keep : new boolean[]{false, true}) {
+            StopStrings s = new StopStrings(List.of("chaos!Z", "ha"), keep);
+            StringBuilder out = new StringBuilder();
+            out.append(s.push("x chaos!", false));
+            out.append(s.push("y", true));
+            assertFalse(s.stopped(), "keep " + keep);
+            out.append(s.push(" ha!", true));
+            assertTrue(s.stopped());
+            assertEquals(keep ? "x chaos!y ha" : "x chaos!y ", out.toString(), "keep " + keep);
+        }
+    }
 }
