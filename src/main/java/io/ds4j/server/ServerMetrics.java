@@ -31,7 +31,7 @@ import java.util.function.ToDoubleFunction;
  *   <li>{@code vllm:time_per_output_token_seconds}: the inter-token latency under vLLM's older name (the same
  *       observations), which vLLM's example dashboard charts;</li>
  *   <li>{@code vllm:e2e_request_latency_seconds}, {@code vllm:request_queue_time_seconds} histograms;</li>
- *   <li>per finished request (stop or length): {@code vllm:request_prompt_tokens}, {@code vllm:request_generation_tokens},
+ *   <li>per finished request (stop or length; a choice of n is one): {@code vllm:request_prompt_tokens}, {@code vllm:request_generation_tokens},
  *       {@code vllm:request_max_num_generation_tokens} histograms (token counts, vLLM's 1-2-5 buckets), and
  *       {@code vllm:request_prefill_time_seconds} (first step to first token), {@code vllm:request_decode_time_seconds}
  *       (first token to last);</li>
@@ -109,7 +109,7 @@ public final class ServerMetrics {
         requestPrompt = summary("vllm:request_prompt_tokens", "Prompt tokens of a finished request", null, REQUEST_TOKEN_BUCKETS);
         requestGeneration = summary("vllm:request_generation_tokens", "Generated tokens of a finished request", null, REQUEST_TOKEN_BUCKETS);
         requestMaxGeneration = summary("vllm:request_max_num_generation_tokens", "The most tokens a finished request could "
-                + "generate (its max_tokens, or the context's room)", null, REQUEST_TOKEN_BUCKETS);
+                + "generate (its max_tokens, else the default, at most the context's room)", null, REQUEST_TOKEN_BUCKETS);
         e2e = timer("vllm:e2e_request_latency", "Request arrival to its last token", E2E_BUCKETS);
         queueTime = timer("vllm:request_queue_time", "Request arrival to its first engine step", E2E_BUCKETS);
         delivery = timer("ds4j:stream_delivery", "A streamed output's way from the engine's step to the socket: the engine's "
