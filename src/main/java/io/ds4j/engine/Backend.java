@@ -96,10 +96,11 @@ public interface Backend extends AutoCloseable {
                 throw new IllegalArgumentException("batch entry " + i + ": argmaxBelow " + batch.get(i).argmaxBelow()
                         + " is above the vocabulary size " + c.vocabSize);
             long[][] m = batch.get(i).argmaxMasks();
+            int words = io.ds4j.sampling.Constraint.words(c.vocabSize);
             if (m != null) for (long[] row : m)
-                if (row != null && row.length > (c.vocabSize + 63) / 64)
+                if (row != null && row.length > words)
                     throw new IllegalArgumentException("batch entry " + i + ": an argmax mask of " + row.length
-                            + " words is longer than the vocabulary's " + (c.vocabSize + 63) / 64);
+                            + " words is longer than the vocabulary's " + words);
         }
     }
 

@@ -223,7 +223,7 @@ public final class Generation {
         if (startNs != 0) throw new IllegalStateException("minTokens after the first step");
         if (n <= 0) return;
         int V = target.config().vocabSize;
-        long[] m = new long[(V + 63) / 64];
+        long[] m = new long[Constraint.words(V)];
         java.util.Arrays.fill(m, -1L);
         for (int id : opt.eosIds()) if (id >= 0 && id < V) m[id >> 6] &= ~(1L << id);
         if (stopIds != null) for (int id : stopIds) if (id >= 0 && id < V) m[id >> 6] &= ~(1L << id);
@@ -472,18 +472,10 @@ public final class Generation {
         BatchEntry e = planned;
         int rows = e.logitRows().length;
         long[][] masks = new long[rows][];
-        if (e.kind() == StepKind.PREFILL) masks[0] = mask();  // the chunk's last row: the first generated token
-        else {
-            int left = Math.min(sampler.params().maxTokens() - generated, opt.maxContext() - len);
-            for (int i = 0; i < rows; i++) {
-                if (i == 0) masks[i] = mask();
-                else if (constraint == null) masks[i] = rowMask(null, i);
-                else {
-                    long[] c = constraint.allowedAfter(plannedProposal.tokens(), i, Math.max(1, left - i));
-                    if (c == null) return planned;
-                    masks[i] = rowMask(c, i);
-                }
-            }
+        // a prefill chunk's one row is its last: the first generated token's, row 0 as a decode step's
+        for (int i = 0; i < rows; i++) {
+            masks[i] = rowMaskAhead(i);
+            if (masks[i] == UNKNOWN) return planned;
         }
         planned = new BatchEntry(e.seq(), e.tokens(), e.logitRows(), e.kind(), sampler.tokenLimit(), e.layers(), masks);
         return planned;
@@ -576,15 +568,10 @@ public final class Generation {
         if (!preparable() || lg == null) return;
         int rows = planned.logitRows().length, V = target.config().vocabSize;
         Distribution[] d = new Distribution[rows];
-        // row i is committed after i tokens more (the drafts before it): its remaining count is i less
-        int left = Math.min(sampler.params().maxTokens() - generated, opt.maxContext() - len);
         for (int i = 0; i < rows; i++) {
-            long[] mask = null;
-            if (constraint != null) {
-                mask = constraint.allowedAfter(plannedProposal.tokens(), i, Math.max(1, left - i));
-                if (mask == null) break; // the rest at the commit, if it gets there
-            }
-            d[i] = sampler.distribution(lg, i * V, rowMask(mask, i));
+            long[] mask = rowMaskAhead(i);
+            if (mask == UNKNOWN) break; // the rest at the commit, if it gets there
+            d[i] = sampler.distribution(lg, i * V, mask);
         }
         prepared = new Prepared(lg, d);
     }
@@ -714,9 +701,29 @@ public final class Generation {
         return rowMask(constraint == null ? null : constraint.allowed(remaining()), 0);
     }
 
+    /** {@link #rowMaskAhead}'s answer where a row's set cannot be known before the rows ahead of it are committed. */
+    private static final long[] UNKNOWN = new long[0];
+
+    /**
+     * The allowed set of the planned step's logit row i, ahead of its commit: row 0's is {@link #mask()}'s, a verify
+     * row's the constraint's after the drafts before it ({@link Constraint#allowedAfter}, its remaining count i less),
+     * less what min_tokens holds back; null for all, {@link #UNKNOWN} where the constraint cannot tell ahead.
+     */
+    private long[] rowMaskAhead(int i) {
+        if (i == 0) return mask();
+        if (constraint == null) return rowMask(null, i);
+        long[] c = constraint.allowedAfter(plannedProposal.tokens(), i, Math.max(1, tokensLeft() - i));
+        return c == null ? UNKNOWN : rowMask(c, i);
+    }
+
     /** Tokens that may still be generated: the request's budget and the context's room, whichever is smaller. */
     private int remaining() {
-        return Math.max(1, Math.min(sampler.params().maxTokens() - generated, opt.maxContext() - len));
+        return Math.max(1, tokensLeft());
+    }
+
+    /** The request's budget and the context's room, whichever is smaller (may be 0). */
+    private int tokensLeft() {
+        return Math.min(sampler.params().maxTokens() - generated, opt.maxContext() - len);
     }
 
     private boolean end(Finish f) {

@@ -447,25 +447,20 @@ public final class Scheduler<K> {
      * request.
      */
     private void maskAll(List<K> keys, List<BatchEntry> batch) {
-        List<Integer> at = new ArrayList<>();
-        Generation[] gens = new Generation[keys.size()];
+        List<Runnable> work = new ArrayList<>();
         for (int i = 0; i < keys.size(); i++) {
             Generation g = running.get(keys.get(i));
-            if (g != null && g.planned() == batch.get(i) && g.maskable()) {
-                at.add(i);
-                gens[i] = g;
-            }
+            int at = i;
+            if (g != null && g.planned() == batch.get(i) && g.maskable()) work.add(() -> {
+                try {
+                    batch.set(at, g.maskedArgmax());
+                } catch (RuntimeException e) {
+                    // left as planned (see above); caught so that no task ends the parallel loop early
+                }
+            });
         }
-        if (at.isEmpty()) return;
-        java.util.function.IntConsumer one = i -> {
-            try {
-                batch.set(i, gens[i].maskedArgmax());
-            } catch (RuntimeException e) {
-                // left as planned (see above); caught so that no task ends the parallel loop early
-            }
-        };
-        if (at.size() == 1) one.accept(at.getFirst());
-        else at.parallelStream().mapToInt(Integer::intValue).forEach(one);
+        if (work.size() == 1) work.getFirst().run();
+        else if (work.size() > 1) work.parallelStream().forEach(Runnable::run);
     }
 
     private void fail(K k, Throwable t, Map<K, Throwable> failed) {

@@ -985,7 +985,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         boolean any = false;
         for (BatchEntry e : batch) any |= e.argmaxMasks() != null;
         if (!any) return 0;
-        int W = (c.vocabSize + 63) / 64;
+        int W = io.ds4j.sampling.Constraint.words(c.vocabSize);
         long[] words = new long[rows * W];
         Arrays.fill(words, -1L);
         for (int e = 0, at = 0; e < batch.size(); at += b.logitRows[e].length, e++) {
@@ -1016,7 +1016,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     private StepOutput downloadArgmax(DeviceStep b, long logits, int rows, int[] argmaxBelow, long masks) {
         int V = c.vocabSize;
-        long W = (V + 63) / 64;
+        long W = io.ds4j.sampling.Constraint.words(V);
         if (rows > argmaxCapacity) {
             int cap = Math.max(rows, Math.max(64, 2 * argmaxCapacity));
             long p = gpu.malloc(4L * cap, "argmax ids");

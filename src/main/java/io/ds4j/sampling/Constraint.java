@@ -41,6 +41,11 @@ public interface Constraint {
     /** True when the output so far is complete (the end-of-sequence token is allowed). */
     boolean complete();
 
+    /** Words of an {@link #allowed} bitset over token ids [0, vocab). */
+    static int words(int vocab) {
+        return (vocab + 63) >> 6;
+    }
+
     /** Whether token id is set in an {@link #allowed} bitset. */
     static boolean has(long[] bits, int id) {
         return id >= 0 && (id >> 6) < bits.length && (bits[id >> 6] & (1L << id)) != 0;

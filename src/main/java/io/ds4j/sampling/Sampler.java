@@ -355,9 +355,9 @@ public final class Sampler {
      */
     public static int argmax(float[] z, int off, int n, long[] allow) {
         int best = 0;
-        float bv = allowed(allow, 0) ? z[off] : Float.NEGATIVE_INFINITY;
+        float bv = Constraint.has(allow, 0) ? z[off] : Float.NEGATIVE_INFINITY;
         for (int i = 1; i < n; i++) {
-            if (!allowed(allow, i)) continue;
+            if (!Constraint.has(allow, i)) continue;
             float v = z[off + i];
             if (v > bv) {
                 best = i;
@@ -365,11 +365,6 @@ public final class Sampler {
             }
         }
         return best;
-    }
-
-    private static boolean allowed(long[] allow, int id) {
-        int w = id >> 6;
-        return w < allow.length && (allow[w] & (1L << id)) != 0;
     }
 
     private static final VectorSpecies<Float> F = FloatVector.SPECIES_PREFERRED;

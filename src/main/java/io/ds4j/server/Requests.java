@@ -172,14 +172,7 @@ final class Requests {
             text = p.textValue();
         } else if (p.isArray()) {
             if (p.isEmpty()) throw ApiException.badField(where, "must not be empty");
-            int limit = model.tokenizer().vocabSize();
-            ids = new int[p.size()];
-            for (int i = 0; i < p.size(); i++) {
-                Integer id = intValue(p.get(i));
-                if (id == null || id < 0 || id >= limit)
-                    throw ApiException.badField(where + "[" + i + "]", "must be a token id in [0, " + limit + "), got " + shown(p.get(i)));
-                ids[i] = id;
-            }
+            ids = tokenIds(p, where, model);
         } else {
             throw ApiException.badField("prompt", "must be a string, an array of token ids, or a one-element array of either");
         }
@@ -393,12 +386,20 @@ final class Requests {
         if (!s.isArray()) throw ApiException.badField("stop_token_ids", "must be an array of token ids, got " + describe(s));
         if (s.size() > MAX_STOP_TOKEN_IDS)
             throw ApiException.badField("stop_token_ids", "at most " + MAX_STOP_TOKEN_IDS + " token ids, got " + s.size());
+        return tokenIds(s, "stop_token_ids", model);
+    }
+
+    /**
+     * The token ids of a JSON array, each an integer in the tokenizer's range.
+     * @throws ApiException 400 naming the element ({@code where[i]}) that is not
+     */
+    private static int[] tokenIds(JsonNode arr, String where, ModelInfo model) {
         int limit = model.tokenizer().vocabSize();
-        int[] ids = new int[s.size()];
-        for (int i = 0; i < s.size(); i++) {
-            Integer id = intValue(s.get(i));
+        int[] ids = new int[arr.size()];
+        for (int i = 0; i < arr.size(); i++) {
+            Integer id = intValue(arr.get(i));
             if (id == null || id < 0 || id >= limit)
-                throw ApiException.badField("stop_token_ids[" + i + "]", "must be a token id in [0, " + limit + "), got " + shown(s.get(i)));
+                throw ApiException.badField(where + "[" + i + "]", "must be a token id in [0, " + limit + "), got " + shown(arr.get(i)));
             ids[i] = id;
         }
         return ids;

@@ -132,8 +132,10 @@ public final class ServerMetrics {
         prefillLimit = summary("ds4j:step_prefill_limit", "Most prefill tokens the scheduler let a step take, in steps "
                 + "where a prompt waited (0: a step that measured the decode rows alone)", null, LIMIT_BUCKETS);
         mtpBatchSize = summary("ds4j:mtp_batch_size", "Requests' MTP drafts per batched MTP step (one per draft position)", null, BATCH_BUCKETS);
-        Gauge.builder("vllm:num_requests_running", running, AtomicInteger::get).description("Requests generating").tags(model).register(registry);
-        Gauge.builder("vllm:num_requests_waiting", waiting, AtomicInteger::get).description("Requests waiting for a slot (queue depth)").tags(model).register(registry);
+        Gauge.builder("vllm:num_requests_running", running, AtomicInteger::get).description("Requests generating")
+                .tags(labels("vllm:num_requests_running")).register(registry);
+        Gauge.builder("vllm:num_requests_waiting", waiting, AtomicInteger::get).description("Requests waiting for a slot (queue depth)")
+                .tags(labels("vllm:num_requests_waiting")).register(registry);
         Gauge.builder("llamacpp:requests_processing", running, AtomicInteger::get).description("Requests generating (llama.cpp name)").register(registry);
         Gauge.builder("llamacpp:requests_deferred", waiting, AtomicInteger::get).description("Requests waiting (llama.cpp name)").register(registry);
         cacheCounter("ds4j:prefix_cache_hits", "Prompts that resumed from a cached prefix", PrefixCache.Stats::hits);
@@ -301,7 +303,7 @@ public final class ServerMetrics {
     }
 
     void success(String finishReason) {
-        Counter.builder("vllm:request_success").description("Finished requests by finish reason").tags(model)
+        Counter.builder("vllm:request_success").description("Finished requests by finish reason").tags(labels("vllm:request_success"))
                 .tag("finished_reason", finishReason).register(registry).increment();
     }
 
