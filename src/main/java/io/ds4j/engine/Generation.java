@@ -743,6 +743,15 @@ public final class Generation {
         return prefilled;
     }
 
+    /**
+     * Tokens whose state the sequence holds now (a resumed prefix, the prompt prefilled so far and the tokens generated
+     * and forwarded; a chunk part-way through its layers counts once its last layer has run); 0 once the generation has
+     * ended, since its sequence is closed then.
+     */
+    public int heldTokens() {
+        return finish != null ? 0 : seq.length();
+    }
+
     /** Prompt tokens resumed from a cached prefix instead of prefilled. */
     public int cachedTokens() {
         return cached;

@@ -1010,6 +1010,19 @@ public final class EngineVerticle extends VerticleBase {
     private void updateGauges() {
         state.metrics().running.set(running());
         state.metrics().waiting.set(waiting.size());
+        long held = 0;
+        for (Job j : active) held += j.gen.heldTokens();
+        state.metrics().kvCache(held, kvCapacity(state.config()));
+    }
+
+    /**
+     * The most tokens of sequence state the engine holds at once, the KV-cache gauge's whole: a context's worth per slot
+     * (limits.maxActive, or the requests running where a reload lowered it below them), at most model.cacheTokens where
+     * that is set. The per-sequence state here is no shared pool of blocks; this is the pool those sequences make up.
+     */
+    private long kvCapacity(ServerConfig cfg) {
+        long slots = (long) Math.max(cfg.maxActive(), running()) * state.maxContext();
+        return cfg.cacheTokens() > 0 ? Math.min(slots, cfg.cacheTokens()) : slots;
     }
 
     private void send(Job j, EngineEvent e) {

@@ -40,6 +40,8 @@ import java.util.function.ToDoubleFunction;
  *   <li>{@code vllm:prompt_tokens_total} (counted as prefill processes them), {@code vllm:generation_tokens_total},
  *       {@code vllm:request_success_total{finished_reason}};</li>
  *   <li>{@code vllm:num_requests_running}, {@code vllm:num_requests_waiting} gauges (queue depth);</li>
+ *   <li>{@code vllm:kv_cache_usage_perc} and its older name {@code vllm:gpu_cache_usage_perc} gauges: the share (0 to 1)
+ *       of the engine's sequence-state capacity that the running requests' sequences hold ({@link #kvCacheUsage});</li>
  *   <li>the engine's batched steps: {@code ds4j:batch_size} histogram (requests per step),
  *       {@code ds4j:batch_tokens} histogram (token rows per step: prefill tokens plus decode/verify rows),
  *       {@code vllm:iteration_tokens} (vLLM's tokens-per-step histogram {@code vllm:iteration_tokens_total}, same
@@ -88,6 +90,8 @@ public final class ServerMetrics {
     private final Counter batchPrefill, batchDecode, engineSteps;
     /** Requests running and waiting, updated by the engine thread. */
     public final AtomicInteger running = new AtomicInteger(), waiting = new AtomicInteger();
+    /** The KV-cache usage (0 to 1) the engine thread last published. */
+    private volatile double kvCacheUsage;
     /** The prefix cache's figures as the engine thread last published them (null: off). */
     private final AtomicReference<PrefixCache.Stats> prefixCache = new AtomicReference<>();
 
@@ -136,6 +140,10 @@ public final class ServerMetrics {
                 .tags(labels("vllm:num_requests_running")).register(registry);
         Gauge.builder("vllm:num_requests_waiting", waiting, AtomicInteger::get).description("Requests waiting for a slot (queue depth)")
                 .tags(labels("vllm:num_requests_waiting")).register(registry);
+        // vLLM renamed the gauge and its dashboards followed at different times: both names, one value
+        for (String name : new String[]{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"})
+            Gauge.builder(name, this, ServerMetrics::kvCacheUsage).description("KV-cache usage: the share (0 to 1) of the "
+                    + "sequence state the engine can hold that the running requests hold").tags(labels(name)).register(registry);
         Gauge.builder("llamacpp:requests_processing", running, AtomicInteger::get).description("Requests generating (llama.cpp name)").register(registry);
         Gauge.builder("llamacpp:requests_deferred", waiting, AtomicInteger::get).description("Requests waiting (llama.cpp name)").register(registry);
         cacheCounter("ds4j:prefix_cache_hits", "Prompts that resumed from a cached prefix", PrefixCache.Stats::hits);
@@ -154,6 +162,21 @@ public final class ServerMetrics {
 
     private void cacheGauge(String name, String help, ToDoubleFunction<PrefixCache.Stats> f) {
         Gauge.builder(name, prefixCache, r -> r.get() == null ? 0 : f.applyAsDouble(r.get())).description(help).register(registry);
+    }
+
+    /**
+     * Publishes the KV-cache usage (engine thread): the tokens of state the running requests' sequences hold over the
+     * tokens the engine can hold at once. A capacity of 0 or less reads as no usage.
+     * @param heldTokens     tokens held by the running requests' sequences
+     * @param capacityTokens the most tokens of sequence state the engine holds at once
+     */
+    void kvCache(long heldTokens, long capacityTokens) {
+        kvCacheUsage = capacityTokens <= 0 ? 0 : Math.min(1.0, (double) heldTokens / capacityTokens);
+    }
+
+    /** The KV-cache usage last published, 0 to 1 ({@code vllm:kv_cache_usage_perc}). */
+    public double kvCacheUsage() {
+        return kvCacheUsage;
     }
 
     /** Publishes the prefix cache's figures (engine thread; null when it is off). */

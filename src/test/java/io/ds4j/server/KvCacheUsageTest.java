@@ -1,0 +1,77 @@
+package io.ds4j.server;
+
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+import java.util.Map;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * vLLM's KV-cache gauge, {@code vllm:kv_cache_usage_perc} and its older name {@code vllm:gpu_cache_usage_perc}: 0 while
+ * nothing runs; while a request runs, the tokens of state its sequence holds over the engine's capacity (a context per
+ * slot, at most model.cacheTokens), rising as it generates; 0 again once it has ended.
+ */
+class KvCacheUsageTest {
+    static final String NEW = "vllm:kv_cache_usage_perc", OLD = "vllm:gpu_cache_usage_perc";
+    TestServer server;
+
+    @AfterEach
+    void stop() {
+        if (server != null) server.close();
+    }
+
+    double usage() throws Exception {
+        String m = server.get("/metrics").body();
+        double v = PromText.value(m, NEW);
+        assertEquals(v, PromText.value(m, OLD), "both names carry one value: " + m);
+        return v;
+    }
+
+    /** The prompt tokens of a chat body, as the server counts them. */
+    int promptTokens(String body) throws Exception {
+        TestServer.Resp r = server.post("/tokenize", body);
+        assertEquals(200, r.status(), r.body());
+        return r.json().get("count").asInt();
+    }
+
+    /**
+     * Runs a long streamed request and checks the gauge against the capacity: a whole number of tokens of it held, at
+     * least the prompt and at most the prompt plus max_tokens, more after further tokens; 0 before and after.
+     */
+    void check(long capacity) throws Exception {
+        assertEquals(0.0, usage(), "idle");
+        String body = SchedulingTest.LONG;
+        int prompt = promptTokens(body);
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions", body)) {
+            assertEquals(200, s.status);
+            for (int i = 0; i < 6; i++) s.nextData();
+            double a = usage();
+            double held = a * capacity;
+            assertEquals(Math.rint(held), held, 1e-6, "a whole number of tokens of " + capacity + ": " + a);
+            assertTrue(held >= prompt && held <= prompt + 3000, "holds the prompt (" + prompt + " tokens) and what it generated: " + held);
+            for (int i = 0; i < 40; i++) s.nextData();
+            double b = usage();
+            assertTrue(b > a, "rises as the request generates: " + a + " then " + b);
+        }
+        assertTrue(TestServer.eventually(3000, () -> server.state().metrics().running.get() == 0), "the request ended");
+        assertEquals(0.0, usage(), "its state released");
+    }
+
+    @Test
+    void aContextPerSlotIsTheWhole() throws Exception {
+        ScriptedBackend b = new ScriptedBackend(TestServer::defaultScript);
+        b.delayMs = 5;
+        server = TestServer.scripted(b, Map.of("speculative.draft", "none", "limits.maxActive", 3));
+        check(3L * server.state().maxContext());
+    }
+
+    @Test
+    void modelCacheTokensIsTheWholeWhereItIsSet() throws Exception {
+        ScriptedBackend b = new ScriptedBackend(TestServer::defaultScript);
+        b.delayMs = 5;
+        server = TestServer.scripted(b, Map.of("speculative.draft", "none", "model.cacheTokens", 5000));
+        assertTrue(5000 < 8L * server.state().maxContext(), "the cache is the smaller bound");
+        check(5000);
+    }
+}
