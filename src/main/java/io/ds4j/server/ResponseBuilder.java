@@ -15,7 +15,8 @@ import java.util.List;
  * <p>Streamed chat: a first chunk with {@code delta.role = "assistant"}; then content deltas, reasoning deltas (sent
  * as both {@code reasoning_content} and {@code reasoning}, the two names clients read), tool-call deltas (the first
  * fragment of a call carries index, id, type and name with empty arguments, later ones only argument text); then a
- * chunk with an empty delta and the finish reason; then, when {@code stream_options.include_usage} was set, a chunk
+ * chunk with an empty delta, the finish reason and the {@code stop_reason} (null unless a stop string or stop token
+ * ended it); then, when {@code stream_options.include_usage} was set, a chunk
  * with {@code choices: []} and the usage; then {@code data: [DONE]}. With {@code stream_options.continuous_usage_stats}
  * as well (vLLM's extension), every chunk also carries {@code usage} with the prompt tokens and the tokens generated so
  * far: a chunk that stands for several tokens (the text of one held back for the next, or accepted drafts) says so.
@@ -108,7 +109,11 @@ final class ResponseBuilder implements AnswerWriter {
         return o;
     }
 
-    /** A streamed chunk with one choice. */
+    /**
+     * A streamed chunk with one choice. A completions chunk always carries {@code stop_reason} (null until the finish
+     * chunk sets it), a chat chunk only when it is the finish chunk: vLLM writes its completion chunks with every field
+     * and its chat chunks with the fields it set, and clients of either read the key where vLLM sends it.
+     */
     private ObjectNode chunk(ObjectNode deltaOrNull, String text, String finish, ObjectNode logprobs) {
         ObjectNode o = base();
         ObjectNode c = o.putArray("choices").addObject();
@@ -117,6 +122,7 @@ final class ResponseBuilder implements AnswerWriter {
         else c.put("text", text == null ? "" : text);
         if (logprobs == null) c.putNull("logprobs"); else c.set("logprobs", logprobs);
         if (finish == null) c.putNull("finish_reason"); else c.put("finish_reason", finish);
+        if (!chat) c.putNull("stop_reason");
         return o;
     }
 
@@ -218,22 +224,25 @@ final class ResponseBuilder implements AnswerWriter {
         return finish(d) + end(d.usage());
     }
 
-    /** The finish chunk of this builder's choice (with its stop_reason when a stop string or stop token ended it). */
+    /**
+     * The finish chunk of this builder's choice, with its stop_reason: the stop string or stop token that ended it, null
+     * when neither did (the end of the turn, max_tokens), as vLLM's finish chunk has it.
+     */
     String finish(EngineEvent.Done d) {
         ObjectNode fin = chunk(chat ? Json.object() : null, "", d.finishReason(), null);
         ObjectNode choice = (ObjectNode) fin.get("choices").get(0);
-        stopReason(choice, d, false);
+        stopReason(choice, d);
         return frame(fin, d.usage().completionTokens());
     }
 
     /**
      * Puts a choice's {@code stop_reason}: the stop string that ended it (a string), or the stop token's id (an integer,
-     * as vLLM gives it); without either, null where {@code always}, else nothing.
+     * as vLLM gives it); without either, null.
      */
-    private static void stopReason(ObjectNode choice, EngineEvent.Done d, boolean always) {
+    private static void stopReason(ObjectNode choice, EngineEvent.Done d) {
         if (d.stopString() != null) choice.put("stop_reason", d.stopString());
         else if (d.stopToken() != null) choice.put("stop_reason", d.stopToken().intValue());
-        else if (always) choice.putNull("stop_reason");
+        else choice.putNull("stop_reason");
     }
 
     /**
@@ -276,7 +285,7 @@ final class ResponseBuilder implements AnswerWriter {
         }
         if (anyLogprobs || logprobsAsked) c.set("logprobs", logprobs(allLogprobs)); else c.putNull("logprobs");
         c.put("finish_reason", d.finishReason());
-        stopReason(c, d, true);
+        stopReason(c, d);
         o.set("usage", d.usage().toJson());
         return o;
     }

@@ -42,9 +42,10 @@ class StopTokensTest {
         return path.equals(CHAT) ? TestServer.chat("Hi", common) : "{\"model\":\"scripted\",\"prompt\":\"Hi\"," + common + "}";
     }
 
-    /** A stop_reason absent (a stream's finish chunk) or null (a whole answer) as null. */
+    /** A stop_reason null (present: a finish chunk and a whole answer always carry the key) as null. */
     static JsonNode orNull(JsonNode n) {
-        return n == null || n.isNull() ? null : n;
+        assertNotNull(n, "the key stop_reason is there");
+        return n.isNull() ? null : n;
     }
 
     /** The answer to a request, not streamed. */
@@ -230,6 +231,40 @@ class StopTokensTest {
                     refused(path, "\"min_tokens\":21", "min_tokens").get("message").asText());
             refused(path, "\"min_tokens\":-1", "min_tokens");
             refused(path, "\"min_tokens\":\"3\"", "min_tokens");
+        }
+    }
+
+    /**
+     * A stream's finish chunk carries stop_reason as vLLM's does: null when the turn ended or max_tokens cut it, the stop
+     * string or the stop token's id otherwise; before it, a chat chunk has no stop_reason and a completions chunk a null
+     * one (vLLM writes its chat chunks with the fields it set, its completion chunks with all of them).
+     */
+    @Test
+    void aStreamsFinishChunkCarriesStopReasonAsVllmsDoes() throws Exception {
+        String[] extras = {"\"max_tokens\":3", "\"max_tokens\":20", "\"max_tokens\":20,\"stop\":[\"How\"]",
+                "\"max_tokens\":20,\"stop_token_ids\":[" + HELP + "]"};
+        String[] finishes = {"length", "stop", "stop", "stop"};
+        String[] reasons = {"null", "null", "\"How\"", String.valueOf(HELP)};
+        for (String path : new String[]{CHAT, COMPLETIONS}) {
+            boolean chat = path.equals(CHAT);
+            for (int k = 0; k < extras.length; k++) {
+                String body = chat ? TestServer.chat("Hi", "\"temperature\":0,\"stream\":true," + extras[k])
+                        : "{\"model\":\"scripted\",\"prompt\":\"Hi\",\"temperature\":0,\"stream\":true," + extras[k] + "}";
+                TestServer.Resp r = server.post(path, body);
+                assertEquals(200, r.status(), r.body());
+                java.util.List<String> events = r.events();
+                assertEquals("[DONE]", events.getLast(), r.body());
+                JsonNode fin = Json.MAPPER.readTree(events.get(events.size() - 2)).at("/choices/0");
+                String what = path + " " + extras[k] + ": " + r.body();
+                assertEquals(finishes[k], fin.get("finish_reason").asText(), what);
+                assertTrue(fin.has("stop_reason"), "the finish chunk has the key: " + what);
+                assertEquals(reasons[k], Json.write(fin.get("stop_reason")), what);
+                for (String e : events.subList(0, events.size() - 2)) {
+                    JsonNode c = Json.MAPPER.readTree(e).at("/choices/0");
+                    if (chat) assertFalse(c.has("stop_reason"), "a chat chunk before the finish has none: " + e);
+                    else assertTrue(c.has("stop_reason") && c.get("stop_reason").isNull(), "a completions chunk's is null: " + e);
+                }
+            }
         }
     }
 
