@@ -1538,6 +1538,22 @@ public final class HttpVerticle extends VerticleBase {
             // the cache is refused by the engine's admission, naming it (at least 1: the engine then refuses a prompt
             // that leaves the cache no room, naming the prompt)
             int room = ctxLimit - prompt.length, cache = state.config().cacheTokens();
+            // a min_tokens past that room could never be met: the answer would end at the context's end, short of it,
+            // so it is refused as a max_tokens past the context is in vLLM (max_tokens itself is cut to the room here)
+            if (g.minTokens() > room) {
+                error(ctx, ApiException.bad("min_tokens", "context_length_exceeded", "min_tokens: the prompt is "
+                        + prompt.length + " tokens and this server's context limit is " + ctxLimit + " tokens (prompt + output),"
+                        + " so at most " + room + " tokens can be generated after it, fewer than min_tokens (" + g.minTokens() + ")"));
+                return;
+            }
+            // likewise under the cache's room, which cuts the server's default max_tokens (a client's own max_tokens past
+            // it is refused by admission); a prompt the cache cannot hold at all is refused there, naming the prompt
+            if (g.maxTokensParam() == null && cache > 0 && cache - prompt.length >= 1 && g.minTokens() > cache - prompt.length) {
+                error(ctx, ApiException.bad("min_tokens", "context_length_exceeded", "min_tokens: the server's cache of " + cache
+                        + " tokens (model.cacheTokens) leaves room for " + (cache - prompt.length) + " tokens after the "
+                        + prompt.length + "-token prompt, fewer than min_tokens (" + g.minTokens() + ")"));
+                return;
+            }
             if (g.maxTokensParam() == null && cache > 0) room = Math.max(1, Math.min(room, cache - prompt.length));
             int maxTokens = Math.min(g.params().maxTokens(), room);
             EngineRequest req = new EngineRequest(id, chat, chat && ChatEncoder.answerStartsInReasoning(g.messages(), g.options()), prompt,

@@ -126,10 +126,9 @@ final class Requests {
         boolean skipSpecial = bool(body, "skip_special_tokens", true);
         int[] stopTokenIds = stopTokenIds(body, model);
         boolean includeStopStr = bool(body, "include_stop_str_in_output", false);
-        Integer minOut = integer(body, "min_tokens", 0, Integer.MAX_VALUE, "");
-        if (minOut != null && minOut > maxTokens)
-            throw ApiException.badField("min_tokens", "must be at most " + (mtName != null ? mtName : "the default max_tokens")
-                    + " (" + maxTokens + "), got " + minOut);
+        // one range names both limits: a negative min_tokens was told [0, 2147483647], which is not the upper limit
+        Integer minOut = integer(body, "min_tokens", 0, maxTokens, " (at most " + (mtName != null ? mtName
+                : "the server's default max_tokens") + ")");
         String specQ = specQ(body, cfg);
 
         if (chat) {

@@ -82,4 +82,25 @@ class CacheTokensTest {
             assertEquals(200, second.get().status(), second.get().body());
         }
     }
+
+    /**
+     * Without max_tokens, a min_tokens past the room the cache leaves after the prompt (to which the server's default is
+     * cut) is refused naming it and the cache; one that just fits is met.
+     */
+    @Test
+    void aMinTokensPastTheCachesRoomIsRefusedNamingTheCache() throws Exception {
+        ScriptedBackend b = new ScriptedBackend(TestServer::defaultScript);
+        try (TestServer s = TestServer.scripted(b, Map.of("model.cacheTokens", 50, "speculative.draft", "none"))) {
+            int prompt = s.post("/v1/chat/completions", chat(", \"max_tokens\": 1")).json().at("/usage/prompt_tokens").asInt();
+            int room = 50 - prompt;
+            TestServer.Resp r = s.post("/v1/chat/completions", chat(", \"min_tokens\": " + (room + 1)));
+            assertEquals(400, r.status(), r.body());
+            assertEquals("min_tokens", r.json().at("/error/param").asText(), r.body());
+            assertEquals("min_tokens: the server's cache of 50 tokens (model.cacheTokens) leaves room for " + room + " tokens after the "
+                    + prompt + "-token prompt, fewer than min_tokens (" + (room + 1) + ")", r.json().at("/error/message").asText());
+            r = s.post("/v1/chat/completions", chat(", \"min_tokens\": " + room + ", \"temperature\": 0"));
+            assertEquals(200, r.status(), r.body());
+            assertEquals(room, r.json().at("/usage/completion_tokens").asInt(), r.body());
+        }
+    }
 }

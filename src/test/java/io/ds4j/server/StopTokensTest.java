@@ -227,10 +227,46 @@ class StopTokensTest {
             assertNull(a.stopReason(), a.toString());
         });
         for (String path : new String[]{CHAT, COMPLETIONS}) {
-            assertEquals("min_tokens: must be at most max_tokens (20), got 21",
+            assertEquals("min_tokens: is out of range: give an integer in [0, 20] (at most max_tokens), got 21",
                     refused(path, "\"min_tokens\":21", "min_tokens").get("message").asText());
-            refused(path, "\"min_tokens\":-1", "min_tokens");
-            refused(path, "\"min_tokens\":\"3\"", "min_tokens");
+            assertEquals("min_tokens: is out of range: give an integer in [0, 20] (at most max_tokens), got -1",
+                    refused(path, "\"min_tokens\":-1", "min_tokens").get("message").asText());
+            assertEquals("min_tokens: must be an integer, got 2.5", refused(path, "\"min_tokens\":2.5", "min_tokens").get("message").asText());
+            assertEquals("min_tokens: must be an integer, got a string", refused(path, "\"min_tokens\":\"3\"", "min_tokens").get("message").asText());
+        }
+        // without max_tokens the limit is the server's default, and is said to be
+        TestServer.Resp r = server.post(CHAT, TestServer.chat("Hi", "\"min_tokens\":5000"));
+        assertEquals(400, r.status(), r.body());
+        assertEquals("min_tokens: is out of range: give an integer in [0, 4096] (at most the server's default max_tokens), got 5000",
+                r.json().at("/error/message").asText());
+    }
+
+    /**
+     * A min_tokens the context cannot hold after the prompt is refused naming it and the room (max_tokens is cut to the
+     * room, so the answer would end short of min_tokens); one that just fits is met, the answer ending at the context.
+     */
+    @Test
+    void aMinTokensPastTheContextsRoomIsRefused() throws Exception {
+        int ctx = 64;
+        try (TestServer s = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
+                Map.of("speculative.draft", "none", "limits.maxContextTokens", ctx))) {
+            for (String path : new String[]{CHAT, COMPLETIONS}) {
+                int prompt = s.post(path, body(path, "\"stream\":false")).json().at("/usage/prompt_tokens").asInt();
+                int room = ctx - prompt;
+                String over = "\"temperature\":0,\"max_tokens\":" + (room + 1) + ",\"min_tokens\":" + (room + 1);
+                TestServer.Resp r = s.post(path, path.equals(CHAT) ? TestServer.chat("Hi", over) : "{\"prompt\":\"Hi\"," + over + "}");
+                assertEquals(400, r.status(), r.body());
+                assertEquals("min_tokens", r.json().at("/error/param").asText(), r.body());
+                assertEquals("context_length_exceeded", r.json().at("/error/code").asText(), r.body());
+                assertEquals("min_tokens: the prompt is " + prompt + " tokens and this server's context limit is " + ctx
+                        + " tokens (prompt + output), so at most " + room + " tokens can be generated after it, fewer than"
+                        + " min_tokens (" + (room + 1) + ")", r.json().at("/error/message").asText());
+                String fits = "\"temperature\":0,\"max_tokens\":" + (room + 1) + ",\"min_tokens\":" + room;
+                r = s.post(path, path.equals(CHAT) ? TestServer.chat("Hi", fits) : "{\"prompt\":\"Hi\"," + fits + "}");
+                assertEquals(200, r.status(), r.body());
+                assertEquals(room, r.json().at("/usage/completion_tokens").asInt(), r.body());
+                assertEquals("length", r.json().at("/choices/0/finish_reason").asText(), r.body());
+            }
         }
     }
 
