@@ -3,6 +3,8 @@ package io.ds4j.cli;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
+import java.util.List;
+
 /** Entry point of the {@code ds4j} command line. */
 @Command(name = "ds4j", mixinStandardHelpOptions = true, version = "ds4j 0.1.0",
         description = "DeepSeek-V4 inference engine and server for the JVM.",
@@ -28,7 +30,8 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
             CommandLine cmd = ex.getCommandLine();
             // picocli starts some messages with its own "Error: "; one prefix is enough
             String msg = ex instanceof CommandLine.OverwrittenOptionException o && o.getOverwritten() instanceof CommandLine.Model.OptionSpec opt
-                    ? givenTwice(opt, args) : String.valueOf(ex.getMessage()).replaceFirst("^Error: ", "");
+                    ? givenTwice(opt, args) : badNumber(ex, args);
+            if (msg == null) msg = String.valueOf(ex.getMessage()).replaceFirst("^Error: ", "");
             cmd.getErr().println(cmd.getColorScheme().errorText("error: " + msg));
             cmd.getErr().println("run '" + cmd.getCommandSpec().qualifiedName() + " --help' for the options");
             return 2;
@@ -48,27 +51,88 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
      * be known, as for a key given twice in the configuration.
      */
     static String givenTwice(CommandLine.Model.OptionSpec opt, String[] args) {
-        java.util.List<String> uses = new java.util.ArrayList<>();
+        List<Use> uses = uses(opt, args);
         java.util.Set<String> written = new java.util.LinkedHashSet<>();
+        for (Use u : uses) written.add(u.name());
+        boolean takesValue = opt.arity().max() > 0;
+        String names = written.isEmpty() ? String.join(" / ", opt.names()) : String.join(" / ", written);
+        String once = takesValue ? "it takes one value: give it once" : "give it once";
+        if (uses.size() < 2) return "option " + names + " is given more than once; " + once;
+        return "option " + names + " is given " + (uses.size() == 2 ? "twice" : uses.size() + " times") + " ("
+                + String.join(", ", uses.stream().map(Use::text).toList()) + "); " + once;
+    }
+
+    /**
+     * One use of an option on the command line.
+     * @param name  the option's name as written
+     * @param value its value (null for a flag, or one given last without a value)
+     * @param text  the use as written: {@code -n 3}, {@code --max-tokens=20}, {@code -n20}
+     */
+    record Use(String name, String value, String text) {}
+
+    /** The uses of an option on the command line, in order (up to a {@code --}). */
+    static List<Use> uses(CommandLine.Model.OptionSpec opt, String[] args) {
+        List<Use> uses = new java.util.ArrayList<>();
         boolean takesValue = opt.arity().max() > 0;
         for (int i = 0; i < args.length && !args[i].equals("--"); i++) {
             String a = args[i];
             for (String name : opt.names()) {
                 boolean shortName = name.length() == 2 && name.charAt(0) == '-' && name.charAt(1) != '-';
                 if (a.equals(name)) {
-                    uses.add(takesValue && i + 1 < args.length ? a + " " + args[++i] : a);
-                } else if (a.startsWith(name + "=") || (shortName && takesValue && a.startsWith(name) && a.length() > 2)) {
-                    uses.add(a);  // --max-tokens=20, or -n20 (a short name with its value attached)
+                    if (takesValue && i + 1 < args.length) uses.add(new Use(name, args[++i], a + " " + args[i]));
+                    else uses.add(new Use(name, null, a));
+                } else if (a.startsWith(name + "=")) {
+                    uses.add(new Use(name, a.substring(name.length() + 1), a));  // --max-tokens=20
+                } else if (shortName && takesValue && a.startsWith(name) && a.length() > 2) {
+                    uses.add(new Use(name, a.substring(2), a));  // -n20: a short name with its value attached
                 } else continue;
-                written.add(name);
                 break;
             }
         }
-        String names = written.isEmpty() ? String.join(" / ", opt.names()) : String.join(" / ", written);
-        String once = takesValue ? "it takes one value: give it once" : "give it once";
-        if (uses.size() < 2) return "option " + names + " is given more than once; " + once;
-        return "option " + names + " is given " + (uses.size() == 2 ? "twice" : uses.size() + " times") + " ("
-                + String.join(", ", uses) + "); " + once;
+        return uses;
+    }
+
+    /**
+     * The refusal of a value that is not a number where an option takes one, naming the option as it was written and
+     * the value in plain words ("option -n takes an integer, got 'abc'"): picocli named the option by its longest name
+     * and the type as Java's ("'abc' is not an int"), and called an integer too large for its type no int at all.
+     * Null for any other refusal.
+     */
+    static String badNumber(CommandLine.ParameterException ex, String[] args) {
+        if (!(ex.getCause() instanceof CommandLine.TypeConversionException) || !(ex.getArgSpec() instanceof CommandLine.Model.OptionSpec opt)
+                || ex.getValue() == null) return null;
+        boolean list = opt.typeInfo().isMultiValue();
+        Class<?> t = list ? opt.typeInfo().getAuxiliaryTypes()[0] : opt.type();
+        long lo, hi;
+        if (t == int.class || t == Integer.class) {
+            lo = Integer.MIN_VALUE;
+            hi = Integer.MAX_VALUE;
+        } else if (t == long.class || t == Long.class) {
+            lo = Long.MIN_VALUE;
+            hi = Long.MAX_VALUE;
+        } else if (t == double.class || t == Double.class || t == float.class || t == Float.class) {
+            lo = hi = 0;
+        } else {
+            return null;
+        }
+        String bad = ex.getValue();
+        Use use = uses(opt, args).stream().filter(u -> u.value() != null && (u.value().equals(bad)
+                || list && java.util.Arrays.asList(u.value().split(opt.splitRegex())).contains(bad))).findFirst().orElse(null);
+        String name = use != null ? use.name() : opt.longestName();
+        String in = use != null && !use.value().equals(bad) ? " (in '" + use.value() + "')" : "";
+        String what = lo == hi ? "a number" : "an integer";
+        if (list) what = (lo == hi ? "numbers" : "integers") + " separated by '" + opt.splitRegex() + "'";
+        if (lo != hi) {
+            java.math.BigInteger v;
+            try {
+                v = new java.math.BigInteger(bad.strip());
+            } catch (NumberFormatException e) {
+                v = null;
+            }
+            // an integer all the same, past the type's range
+            if (v != null) what += v.signum() < 0 ? " of at least " + lo : " of at most " + hi;
+        }
+        return "option " + name + " takes " + what + ", got '" + bad + "'" + in;
     }
 
     /** No command given: the usage on stderr, and a failing exit code (--help prints it on stdout and exits 0). */

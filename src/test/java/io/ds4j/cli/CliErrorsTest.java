@@ -86,6 +86,31 @@ class CliErrorsTest {
         }
     }
 
+    /**
+     * A value that is no number for an option that takes one is refused in one line naming the option as written and
+     * the value, with exit code 2 (picocli said "Invalid value for option '--max-tokens': 'abc' is not an int" for
+     * -n abc, and called an integer too large for its type no int).
+     */
+    @Test
+    void aValueThatIsNoNumberIsNamedWithItsOption() throws Exception {
+        String[][] cases = {
+                {"option --port takes an integer, got 'abc'", "serve", "--port", "abc"},
+                {"option --max-active takes an integer, got '2.5'", "serve", "--max-active=2.5"},
+                {"option --port takes an integer of at most 2147483647, got '99999999999'", "serve", "--port", "99999999999"},
+                {"option -n takes an integer, got 'abc'", "generate", "-n", "abc"},
+                {"option -n takes an integer, got 'x'", "generate", "-nx"},
+                {"option --temperature takes a number, got 'warm'", "generate", "--temperature", "warm"},
+                {"option --seed takes an integer of at least -9223372036854775808, got '-99999999999999999999'",
+                        "bench-engine", "--seed", "-99999999999999999999"},
+                {"option --streams takes integers separated by ',', got 'x' (in '1,x')", "bench-host", "--streams", "1,x"}};
+        for (String[] c : cases) {
+            String[] args = java.util.Arrays.copyOfRange(c, 1, c.length);
+            GenerateCommandTest.Run r = runBounded(args);
+            assertEquals(2, r.code(), String.join(" ", args) + ": " + r.err());
+            assertEquals("error: " + c[0] + "\nrun 'ds4j " + args[0] + " --help' for the options", r.err().strip(), String.join(" ", args));
+        }
+    }
+
     @Test
     void serveOnAPortInUseSaysSoAndExits(@TempDir Path dir) throws Exception {
         try (ServerSocket taken = new ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
