@@ -4,7 +4,7 @@
 #   tools/device/pack-lib.sh REV NAME    the library of git revision REV (a commit, a branch, or "WORKTREE" for the
 #                                        working tree's src/main/native as it is) as .device/lib-NAME.so.xz
 # on the device: DS4J_GPU_LIB=NAME tools/device/run.sh ...  runs with that library (DS4J_GPU_LIBRARY) instead of the
-# jar's. Built for sm_90 machine code only and without -lineinfo (~1.5 MiB as xz), so that two fit beside the packed
+# jar's. Built for sm_90a machine code only and without -lineinfo (~1.5 MiB as xz), so that two fit beside the packed
 # bundle; for that bundle to fit too, pack it without line info: DS4J_GPU_LINEINFO=0 tools/device/pack.sh (Nsight
 # Compute's source view needs the line info: profile with a bundle packed with it). Needs nvcc, git, xz.
 set -euo pipefail
@@ -23,7 +23,7 @@ else
 fi
 # a revision from before DS4J_GPU_LINEINFO wrote -lineinfo into its flags: take it out there too
 sed -i 's/ -lineinfo / /' "$tmp/src/main/native/build.sh"
-DS4J_GPU_ARCH="-gencode arch=compute_90,code=sm_90" DS4J_GPU_LINEINFO=0 bash "$tmp/src/main/native/build.sh" "$tmp/out" nvcc
+DS4J_GPU_ARCH="-gencode arch=compute_90a,code=sm_90a" DS4J_GPU_LINEINFO=0 bash "$tmp/src/main/native/build.sh" "$tmp/out" nvcc
 mkdir -p .device
 xz -T0 -9 -c "$tmp/out/libds4j_gpu.so" > ".device/lib-$name.so.xz.tmp"
 mv ".device/lib-$name.so.xz.tmp" ".device/lib-$name.so.xz"

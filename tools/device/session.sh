@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (docs/gpu.md): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-json, batch-gbnf, batch-long, step-profile, split-ab.
+# One device call (docs/gpu.md): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-json, batch-gbnf, batch-long, step-profile, split-ab, wgmma-mm, wgmma-bench.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -57,6 +57,14 @@ for p in ${phases//,/ }; do
         --graph-rounds 2 --verify-rows 5 --batches 1 2>&1 | grep -E " on: .*median|verify step of"; done;
         for v in 2 0 1; do echo "DS4J_SKINNY_SPLIT=$v"; DS4J_SKINNY_SPLIT=$v tools/device/run.sh mm-bench --rows 1,5,16 \
         --reps 100 2>&1 | grep -E "^\| [a-z]"; done' ;;
+    # the staged skinny products of 2 .. 8 n-tiles on warpgroup MMAs against mma.sync (DS4J_SKINNY_WGMMA=0),
+    # alternating in one call: the one-layer products of every format on them (28) with their result hashes (equal
+    # hashes: same bits); the full-depth engine's decode, verify and batched steps with the FP8 ones (8, the default)
+    wgmma-mm) TAILN=80 run wgmma-mm 420 bash -c 'for v in 0 28 0 28; do echo "DS4J_SKINNY_WGMMA=$v"; \
+        DS4J_SKINNY_WGMMA=$v tools/device/run.sh mm-bench --rows 16,32,64 --reps 50 2>&1 | grep -E "^\| [a-z]"; done' ;;
+    wgmma-bench) TAILN=60 run wgmma-bench 560 bash -c 'for v in 8 0 8 0; do echo "DS4J_SKINNY_WGMMA=$v"; \
+        DS4J_SKINNY_WGMMA=$v tools/device/run.sh bench --layers 43 --prompt-tokens 512 --contexts 4096 --max-prefill 0 \
+        --decode-tokens 8 --graph-rounds 1 --verify-rows 5 --batches 1,16,64 2>&1 | grep -E "prefill:|on: .*median|verify step of|batch +[0-9]"; done' ;;
     *) echo "unknown phase $p" >&2; exit 2 ;;
   esac
 done

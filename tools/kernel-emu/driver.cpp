@@ -979,7 +979,7 @@ static void skinny_dense(int fmt, int rows_total, int from, int rows, int cols, 
     // the x-sharing kernel, split and not, with whole and one-group slices: the same bits as the kernel above
     int diff = 0, runs = 0;
     {
-        sk::SmPlan pl = sk::sm_plan(fmt, grp, groups, 1, row_bytes_of(fmt, cols), S, S, rows);
+        sk::SmPlan pl = sk::sm_plan(nullptr, fmt, grp, groups, 1, row_bytes_of(fmt, cols), S, S, rows);
         const sk::Shape sh0 = skinny_shape(fmt, grp, groups, 1, row_bytes_of(fmt, cols), S, 0);
         if (pl.b.nw != sh0.nw) { printf("FAIL skinny smem plan: %d partitions, the kernel %d\n", pl.b.nw, sh0.nw); fails++; }
         // forced m-tiles: the column split of the shapes that choose them
@@ -1062,7 +1062,7 @@ static void skinny_moe_case(int fmt, int E, int k, int S, int rows, int cols, bo
     }
     int diff = 0, runs = 0;
     {
-        sk::SmPlan pl = sk::sm_plan(fmt, rows, 1, k, row_bytes_of(fmt, cols), S, P, rows);
+        sk::SmPlan pl = sk::sm_plan(nullptr, fmt, rows, 1, k, row_bytes_of(fmt, cols), S, P, rows);
         pl.b.nw = skinny_shape(fmt, rows, 1, k, row_bytes_of(fmt, cols), S, mt_force).nw;
         // the grid over picks or over distinct experts (a.E, moe_block_expert), one or two row groups per block
         for (int split : {0, 1})

@@ -68,7 +68,10 @@ open(out+'gemm_tc_v1.cpp','w').write(gemm(open(os.path.join(os.path.dirname(os.p
 # the skinny products (decode, verify): kernels only, the host entry points cut off
 k=open(src+'gemm_skinny.cpp').read()
 k=k[:k.index('// ------------------------------------------------------------------------------------------- host entry points')]+'}  // namespace ds4j\n'
-k=k.replace('extern __shared__ __align__(16) uint4 sk_xs[];','uint4* sk_xs = reinterpret_cast<uint4*>(emu_dyn_smem);')
+k=k.replace('extern __shared__ __align__(128) uint4 sk_xs[];','uint4* sk_xs = reinterpret_cast<uint4*>(emu_dyn_smem);')
+# the warpgroup MMAs (tc_wgmma.h): not emulated; their kernels are instantiated only by the host entry points cut off
+# above, so the header's device-only parts (compiled out without sm_90a) are all the emulation sees
+open(out+'tc_wgmma.h','w').write(open(src+'tc_wgmma.h').read())
 # the staging's cp.async copies land at the wait, as in the prefill GEMM above (src null: 16 zero bytes)
 k=repl_fn(k,'__device__ __forceinline__ void sk_cp16(uint4* smem, const float* src, const float* any) {',
  'inline thread_local std::vector<std::pair<void*, const void*>> emu_sk_pending;\n'

@@ -5,8 +5,10 @@
 #
 # auto picks nvcc when it is on the PATH (or at /usr/local/cuda/bin), else hipcc (PATH or /opt/rocm/bin); none skips.
 # DS4J_GPU_LINEINFO=0 builds without -lineinfo (nvcc).
-# Targets: DS4J_GPU_ARCH overrides them (nvcc default: sm_90 machine code + compute_90 PTX; hipcc default:
-# gfx1100 and gfx1151). Objects are rebuilt only when their sources changed; the library is replaced atomically.
+# Targets: DS4J_GPU_ARCH overrides them (nvcc default: sm_90a machine code, which H100 / H200 load and which has the
+# warpgroup MMAs of src/tc_wgmma.h, + compute_90 PTX for later GPUs, without them; hipcc default: gfx1100 and gfx1151).
+# A target list with sm_90a defines DS4J_WGMMA=1, which lets the host launch the wgmma kernels on compute capability 9.
+# Objects are rebuilt only when their sources changed; the library is replaced atomically.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:?usage: build.sh OUT_DIR [auto|nvcc|hipcc|none] [OBJ_DIR]}"
@@ -35,14 +37,16 @@ headers=("$here"/src/*.h "$here"/compat/*.h "$here"/include/ds4j/*.h)
 mkdir -p "$out" "$obj"
 
 if [ "$kind" = nvcc ]; then
-  arch="${DS4J_GPU_ARCH:--gencode arch=compute_90,code=[sm_90,compute_90]}"
+  arch="${DS4J_GPU_ARCH:--gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90}"
+  wgmma=()
+  case "$arch" in *sm_90a*) wgmma=(-DDS4J_WGMMA=1) ;; esac
   # -cudart static: the library needs no libcudart.so at run time, and loads on machines without a driver
   # (the first runtime call then reports the missing driver instead of dlopen failing).
   # -lineinfo: Nsight Compute's source view; DS4J_GPU_LINEINFO=0 leaves it out (for sm_90 alone 13.9 MB against 21.0, for carrying
   # several to the device: tools/device/pack-lib.sh)
   lineinfo=(-lineinfo)
   [ "${DS4J_GPU_LINEINFO:-1}" = 0 ] && lineinfo=()
-  cflags=(-x cu -std=c++17 -O3 "${lineinfo[@]}" -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Xcompiler -Wall $arch)
+  cflags=(-x cu -std=c++17 -O3 "${lineinfo[@]}" -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Xcompiler -Wall "${wgmma[@]}" $arch)
   lflags=(-shared -cudart static $arch)
 else
   arch="${DS4J_GPU_ARCH:---offload-arch=gfx1100 --offload-arch=gfx1151}"

@@ -36,13 +36,16 @@
 // Staged activations (skinny_smem_kernel, steps of at least DS4J_SKINNY_SMEM rows): the same products with x split
 // once per block into shared memory and shared by 128 weight rows, a column partition per block where the row tiles
 // alone are too few, and the partitions' partial sums added in the warp order above (the same bits; see its comment).
-// FP4 passes copy the raw x into the slots by cp.async and split it there (sm_xasync).
+// FP4 passes copy the raw x into the slots by cp.async and split it there (sm_xasync). On an sm_90a build for an H100 /
+// H200, passes of 2 .. 8 n-tiles of FP8 weights (BF16 and FP4 where asked for) run the same products on warpgroup MMAs
+// (tc_wgmma.h, sm_wgmma): x staged as K-major core matrices (sm_put), four warps' A fragments in one wgmma per k-step.
 //
 // Launch shape (from the matrix shape only): MT m-tiles per warp, nw warps per block over one row tile's columns, U
 // chunk groups of loads in flight per lane. MT_HI, U, TARGET_WARPS and TARGET_TILES are first choices for the H200,
 // not measured optima: `tools/device/run.sh mm-bench` (io.ds4j.gpu.MatmulBench) prints what they give.
 #include "tc.h"
 #include "tc_mma.h"
+#include "tc_wgmma.h"
 
 #include <atomic>
 #include <stdlib.h>
@@ -722,6 +725,27 @@ __device__ __forceinline__ int sm_slot(int jj, int nt, int i, int lane) {
     return ((jj * NT + nt) * (Fmt<FMT>::E / 4) + i) * 32 + lane;
 }
 
+/**
+ * Stores the B words w = {hi k 2t..2t+1, hi k 2t+8.., lo .., lo ..} of (chunk group jj, n-tile nt, k-step i, lane (g, t))
+ * into the staged slice xs: at slot sm_slot (mma.sync reads them back as fragments), or (WG) into the K-major core
+ * matrices that wgmma reads (tc_wgmma.h): per (jj, i) the hi block, then the lo block, each 8 NT tokens x 16 k BF16
+ * (NT x 256 bytes), token nt 8 + g at k 2t, 2t + 1 in core 2 nt and at k 2t + 8, 2t + 9 in core 2 nt + 1. The same bytes
+ * in all, so a slice's size does not change. A warp's 32 lanes store 32 consecutive words of each core pair.
+ */
+template <int FMT, int NT, bool WG>
+__device__ __forceinline__ void sm_put(uint4* xs, int jj, int nt, int i, int lane, uint4 w) {
+    if constexpr (!WG) {
+        xs[sm_slot<FMT, NT>(jj, nt, i, lane)] = w;
+    } else {
+        uint32_t* b = reinterpret_cast<uint32_t*>(xs) + (jj * (Fmt<FMT>::E / 4) + i) * 2 * NT * 64;
+        const int o = nt * 64 + (lane >> 2) * 4 + (lane & 3);
+        b[o] = w.x;
+        b[o + 32] = w.y;
+        b[NT * 64 + o] = w.z;
+        b[NT * 64 + o + 32] = w.w;
+    }
+}
+
 #ifndef DS4J_SKINNY_PIPE
 #define DS4J_SKINNY_PIPE 1
 #endif
@@ -867,6 +891,98 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
 }
 
 /**
+ * sm_compute on warpgroup MMAs (tc_wgmma.h), one m-tile per warp, all NT n-tiles of the pass (the staging zeroes no
+ * tile past ntv; their columns are never stored). BF16 and FP4 weights: stages of up to four k-steps, each the warp's
+ * A fragments decoded, then the warpgroup's hi and lo MMAs over the pass's 8 NT tokens into acc. FP8 weights: per chunk
+ * group its four k-steps' hi and lo F16 MMAs into a zeroed partial, then acc = fma(scale, partial 2^e, acc) per element
+ * as fp8_mma. Per (row, token) the same products in the same order as sm_compute, so the same sums. Every warp of the
+ * block calls it, rows or not (wgmma takes the whole warpgroup; a warp without rows decodes zeros). Returns with every
+ * MMA done (DS4J_WG_INFLIGHT 1: a stage's MMAs run while the warp decodes the next one's A, in a second register set;
+ * measured against 0, which waits for each stage).
+ */
+#ifndef DS4J_WG_INFLIGHT
+#define DS4J_WG_INFLIGHT 0
+#endif
+template <int FMT, int NT>
+__device__ __forceinline__ void sm_compute_wg(const SmBatch<FMT, 1>& bt, const uint4* xs, const float* xsc, int jj0,
+                                              int left, float (&acc)[1][NT][4]) {
+    constexpr int U = SmU<FMT, 1>::U, KS = Fmt<FMT>::E / 4, N = 8 * NT;
+    const uint8_t* xb = reinterpret_cast<const uint8_t*>(xs);
+    float* d = &acc[0][0][0];
+    if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (u >= left) break;  // the same in every warp of the block
+            uint32_t a8[4][1][4];
+            float ws[1][2];
+            fp8_a<1>(bt.q[u], a8);
+            fp8_ws<1>(bt.sb[u], ws);
+            float pp[4 * NT];
+#pragma unroll
+            for (int j = 0; j < 4 * NT; j++) {
+                pp[j] = 0.f;
+                wg::fence_operand(pp[j]);
+            }
+            wg::fence();
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint8_t* hb = xb + ((jj0 + u) * KS + i) * 2 * NT * 256;
+                wg::mma_rs<N, false>(pp, a8[i][0], wg::desc(hb), 1);
+                wg::mma_rs<N, false>(pp, a8[i][0], wg::desc(hb + NT * 256), 1);
+            }
+            wg::commit();
+            wg::wait<0>();
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const float2 e2 = *reinterpret_cast<const float2*>(xsc + ((jj0 + u) * NT + nt) * 8 + 2 * (lane & 3));
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    wg::fence_operand(pp[4 * nt + j]);
+                    d[4 * nt + j] = fmaf(ws[0][j >> 1], __fmul_rn(pp[4 * nt + j], (j & 1) ? e2.y : e2.x), d[4 * nt + j]);
+                }
+            }
+        }
+    } else {
+        static_assert(FMT == DS4J_FMT_BF16 || FMT == DS4J_FMT_FP4_E2M1_B32, "BF16 and FP4 weights take two MMAs a k-step");
+        constexpr int H = KS < 4 ? KS : 4, SPU = KS / H;  // k-steps a stage, stages a chunk group
+        constexpr bool QUANT = FMT == DS4J_FMT_FP4_E2M1_B32;
+        uint32_t a[2][H][4];
+#pragma unroll
+        for (int st = 0; st < U * SPU; st++) {
+            const int u = st / SPU, i0 = (st % SPU) * H;
+            if (u >= left) break;  // the same in every warp of the block
+            uint32_t m1[2] = {0u, 0u}, m2[2] = {0u, 0u}, lo;
+            bool two[2] = {false, false};
+            if constexpr (QUANT) {
+                multipliers<FMT>(bt.sb[u][0][0], m1[0], m2[0], two[0]);
+                multipliers<FMT>(bt.sb[u][0][1], m1[1], m2[1], two[1]);
+            }
+            uint32_t (&as)[H][4] = a[st & 1];
+#pragma unroll
+            for (int i = 0; i < H; i++) {
+                a_words<FMT>(bt.q[u][0][0], i0 + i, m1[0], m2[0], two[0], as[i][0], as[i][2], lo, lo);
+                a_words<FMT>(bt.q[u][0][1], i0 + i, m1[1], m2[1], two[1], as[i][1], as[i][3], lo, lo);
+            }
+#pragma unroll
+            for (int j = 0; j < 4 * NT; j++) wg::fence_operand(d[j]);
+            wg::fence();
+#pragma unroll
+            for (int i = 0; i < H; i++) {
+                const uint8_t* hb = xb + ((jj0 + u) * KS + i0 + i) * 2 * NT * 256;
+                wg::mma_rs<N, true>(d, as[i], wg::desc(hb), 1);
+                wg::mma_rs<N, true>(d, as[i], wg::desc(hb + NT * 256), 1);
+            }
+            wg::commit();
+            wg::wait<DS4J_WG_INFLIGHT>();  // with 1: the stage before is done, its register set free for the next
+        }
+        wg::wait<0>();
+#pragma unroll
+        for (int j = 0; j < 4 * NT; j++) wg::fence_operand(d[j]);
+    }
+}
+
+/**
  * Blocks per multiprocessor skinny_smem_kernel is built for (__launch_bounds__): 2 for FP8 in 8-token passes (the
  * pipelined loads of SmPipe stay within 128 registers, no spills). 3 for the FP4 routed experts in
  * 8-token passes (decode, verify), which caps them at 80 registers (from 97; 44 bytes spilled): their launches are
@@ -883,20 +999,29 @@ constexpr int sm_min_blocks(int fmt, int nt, bool moe) {
 }
 
 /**
+ * WG instances (sm_wgmma) are built for two blocks per multiprocessor (128 registers) in passes of up to 4 n-tiles and
+ * for one in 8-tile passes, whose 64 tokens of accumulators spill at 128.
+ *
  * Block: SM_W row tiles of 16 MT rows (dense: of one group; moe: of one expert, b.rg such row groups in turn), one
  * per warp, for all tokens (picks) in passes of 8 NT; partition blockIdx.y (dense) / blockIdx.z (moe) when b.split,
  * else every partition in order. Grid: dense (groups rgpg, split ? nw : 1); moe (picks, or a.E when it is set, one block
  * per distinct expert picked (moe_block_expert), rgpg / rg rounded up, split ? nw : 1).
  */
-template <int FMT, int MT, int NT, bool MOE>
-__global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny_smem_kernel(Args a, SmArgs b) {
+template <int FMT, int MT, int NT, bool MOE, bool WG = false>
+__global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 1 : 2) : sm_min_blocks(FMT, NT, MOE))
+    skinny_smem_kernel(Args a, SmArgs b) {
     // dense: the block's rows are known before the wait (moe: its expert is not, see below)
     DS4J_AWAIT_PREVIOUS_PREFETCHING(MOE ? L2Range{nullptr, 0} : sm_dense_range<FMT, MT>(a, b));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap();
 #else
     constexpr int RT = 16 * MT, TOK = 8 * NT, E = Fmt<FMT>::E, KS = E / 4;
-    extern __shared__ __align__(16) uint4 sk_xs[];
+    static_assert(!WG || (MT == 1 && NT >= 2 && FMT != DS4J_FMT_F16),
+                  "the wgmma instances: one m-tile per warp, passes of 2 .. 8 n-tiles, BF16, FP8 or FP4 weights");
+    extern __shared__ __align__(128) uint4 sk_xs[];
+    // WG with cp.async staging: the raw x lands past the slice's B words (sm_plan doubles the shared memory), since the
+    // core-matrix layout does not put an item's words where its raw x was
+    uint4* const sk_raw = WG && b.xasync ? sk_xs + b.sl * NT * KS * 32 : sk_xs;
     // FP8: each staged (chunk group, token)'s 2^e (fp8_x) at (jj NT + nt) 8 + token; sl NT <= SM_GT (sm_plan's slices)
     __shared__ __align__(8) float sk_xsc[FMT == DS4J_FMT_FP8_E4M3_B128 ? SM_GT * 8 : 2];
     __shared__ int64_t xoff[TOK], yoff[TOK];
@@ -992,7 +1117,7 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                 if (stage) __syncthreads();  // every warp is done with the previous slice
                 // the slice's first weight loads go out before the staging, so that they overlap it
                 SmBatch<FMT, MT> bt;
-                if (mine) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
+                if (mine || WG) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
                 const int slots = stage ? sln * ntv * KS * 32 : 0;
                 staged_s0 = s0, staged_p = p, staged_m0 = m0;
                 if (b.xasync) {
@@ -1008,12 +1133,12 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                         const bool ok = c < nch && o >= 0;
 #pragma unroll
                         for (int i = 0; i < KS; i++)
-                            sk_cp16(&sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)], ok ? a.x + o + c * E + 4 * i : nullptr, a.x);
+                            sk_cp16(&sk_raw[sm_slot<FMT, NT>(jj, nt, i, ln)], ok ? a.x + o + c * E + 4 * i : nullptr, a.x);
                     }
                     sk_cp_wait();  // this thread's copies only: it turns no other thread's items, so no barrier
                     for (int e = tid; e < items; e += blockDim.x) {
                         const int ln = e & 31, nt = (e >> 5) % ntv, jj = (e >> 5) / ntv;
-                        uint4* sl4 = &sk_xs[sm_slot<FMT, NT>(jj, nt, 0, ln)];  // slot i at sl4[32 i]
+                        uint4* sl4 = &sk_raw[sm_slot<FMT, NT>(jj, nt, 0, ln)];  // slot i at sl4[32 i]
                         if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) {
                             float4 v[4];
                             uint4 bw[4];
@@ -1021,7 +1146,10 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                             for (int i = 0; i < 4; i++) v[i] = *reinterpret_cast<const float4*>(&sl4[32 * i]);
                             const float xsv = fp8_x_words(v, bw);
 #pragma unroll
-                            for (int i = 0; i < 4; i++) sl4[32 * i] = bw[i];
+                            for (int i = 0; i < 4; i++) {
+                                if constexpr (WG) sm_put<FMT, NT, true>(sk_xs, jj, nt, i, ln, bw[i]);
+                                else sl4[32 * i] = bw[i];
+                            }
                             if ((ln & 3) == 0) sk_xsc[(jj * NT + nt) * 8 + (ln >> 2)] = xsv;
                         } else {
                             // k-step i's words from its four x values in b_fetch's order; FP4 pairs k-steps 2j, 2j + 1
@@ -1030,8 +1158,15 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                                 const float4 x0 = *reinterpret_cast<const float4*>(&sl4[32 * i]);
                                 const float4 x1 = *reinterpret_cast<const float4*>(&sl4[32 * (i + 1)]);
                                 const bool fp4 = FMT == DS4J_FMT_FP4_E2M1_B32;
-                                sl4[32 * i] = bf16_words(fp4 ? fp4_kstep(x0, x1, i) : x0);
-                                sl4[32 * (i + 1)] = bf16_words(fp4 ? fp4_kstep(x0, x1, i + 1) : x1);
+                                const uint4 w0 = bf16_words(fp4 ? fp4_kstep(x0, x1, i) : x0);
+                                const uint4 w1 = bf16_words(fp4 ? fp4_kstep(x0, x1, i + 1) : x1);
+                                if constexpr (WG) {
+                                    sm_put<FMT, NT, true>(sk_xs, jj, nt, i, ln, w0);
+                                    sm_put<FMT, NT, true>(sk_xs, jj, nt, i + 1, ln, w1);
+                                } else {
+                                    sl4[32 * i] = w0;
+                                    sl4[32 * (i + 1)] = w1;
+                                }
                             }
                         }
                     }
@@ -1045,7 +1180,7 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                         uint4 bw[4];
                         const float xsv = fp8_x(c < nch && o >= 0 ? a.x + o : nullptr, c < nch ? c * E : -1, bw);
 #pragma unroll
-                        for (int i = 0; i < 4; i++) sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)] = bw[i];
+                        for (int i = 0; i < 4; i++) sm_put<FMT, NT, WG>(sk_xs, jj, nt, i, ln, bw[i]);
                         if ((ln & 3) == 0) sk_xsc[(jj * NT + nt) * 8 + (ln >> 2)] = xsv;
                     }
                 } else if (b.xloads) {
@@ -1053,7 +1188,7 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                     // thread waits for one L2 round trip per SM_XL slots instead of one per slot
                     for (int e0 = tid; e0 < slots; e0 += SM_XL * blockDim.x) {
                         float4 xv[SM_XL];
-                        int dst[SM_XL];
+                        int dst[SM_XL], jj_[SM_XL], nt_[SM_XL], i_[SM_XL], ln_[SM_XL];
 #pragma unroll
                         for (int k = 0; k < SM_XL; k++) {
                             const int e = e0 + k * blockDim.x;
@@ -1064,14 +1199,13 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                                 const int c = (p + (m0 + jj) * b.nw) * 4 + (ln & 3);
                                 const int64_t o = xoff[nt * 8 + (ln >> 2)];
                                 xv[k] = b_fetch<FMT>(c < nch && o >= 0 ? a.x + o : nullptr, c < nch ? c * E : -1, i);
-                                dst[k] = sm_slot<FMT, NT>(jj, nt, i, ln);
+                                dst[k] = 0;
+                                jj_[k] = jj, nt_[k] = nt, i_[k] = i, ln_[k] = ln;
                             }
                         }
 #pragma unroll
                         for (int k = 0; k < SM_XL; k++)
-                            if (dst[k] >= 0) {
-                                sk_xs[dst[k]] = bf16_words(xv[k]);
-                            }
+                            if (dst[k] >= 0) sm_put<FMT, NT, WG>(sk_xs, jj_[k], nt_[k], i_[k], ln_[k], bf16_words(xv[k]));
                     }
                 } else {
                     for (int e = tid; e < slots; e += blockDim.x) {
@@ -1080,12 +1214,17 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                         const int64_t o = xoff[nt * 8 + (ln >> 2)];
                         uint32_t h0, h1, l0, l1;
                         b_words<FMT>(c < nch && o >= 0 ? a.x + o : nullptr, c < nch ? c * E : -1, i, h0, h1, l0, l1);
-                        sk_xs[sm_slot<FMT, NT>(jj, nt, i, ln)] = make_uint4(h0, h1, l0, l1);
+                        sm_put<FMT, NT, WG>(sk_xs, jj, nt, i, ln, make_uint4(h0, h1, l0, l1));
                     }
                 }
                 if (stage) __syncthreads();
-                if (mine) {
+                // WG: every warp, rows or not (the warpgroup's MMAs take all four)
+                if (mine || WG) {
                     constexpr int U = SmU<FMT, MT>::U;
+                    auto compute = [&](const SmBatch<FMT, MT>& bb, int jj0) {
+                        if constexpr (WG) sm_compute_wg<FMT, NT>(bb, sk_xs, sk_xsc, jj0, sln - jj0, acc);
+                        else sm_compute<FMT, MT, NT>(bb, sk_xs, sk_xsc, jj0, sln - jj0, ntv, acc);
+                    };
                     if constexpr (SmPipe<FMT>::on) {
                         // the next chunk groups' loads go out before this batch is decoded and multiplied, so that a
                         // warp keeps loads in flight while it computes (same MMAs in the same order)
@@ -1093,14 +1232,14 @@ __global__ void __launch_bounds__(SM_W * 32, sm_min_blocks(FMT, NT, MOE)) skinny
                             SmBatch<FMT, MT> nx;
                             if (jj0 + U < sln)
                                 sm_load<FMT, MT>(nx, wr, sbase, v.scale, wal, nch, p, b.nw, m0 + jj0 + U, sln - jj0 - U);
-                            sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, jj0, sln - jj0, ntv, acc);
+                            compute(bt, jj0);
                             if (jj0 + U < sln) bt = nx;
                         }
                     } else {
-                        sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, 0, sln, ntv, acc);
+                        compute(bt, 0);
                         for (int jj0 = U; jj0 < sln; jj0 += U) {
                             sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0 + jj0, sln - jj0);
-                            sm_compute<FMT, MT, NT>(bt, sk_xs, sk_xsc, jj0, sln - jj0, ntv, acc);
+                            compute(bt, jj0);
                         }
                     }
                 }
@@ -1383,12 +1522,36 @@ static bool expert_grid() {
     return env_choice(c, "DS4J_SKINNY_MOE_GRID", 1, 0, 1) == 1;
 }
 
+#ifndef DS4J_WGMMA
+#define DS4J_WGMMA 0
+#endif
+/**
+ * Whether a staged launch of this format and pass width takes the warpgroup-MMA instance of skinny_smem_kernel
+ * (sm_compute_wg): a library built for sm_90a (DS4J_WGMMA), a device of compute capability 9, passes of 2 .. 8 n-tiles,
+ * and bit `format` set in DS4J_SKINNY_WGMMA (0 .. 31, read once; the instances exist for BF16, FP8 and FP4, 28 all
+ * three, 0 none; the same bits either way). By default FP8 only. On the H200 (`DS4J_SKINNY_WGMMA=0|28
+ * tools/device/run.sh mm-bench --rows 16,32,64 --reps 50`, alternating, graph µs, equal result hashes; BENCHMARKS.md,
+ * thirty-sixth session) the FP8 products gained at 32 and 64 rows (wq_b 29.9 / 54.4 against 36.6 / 68.5, wo_b 31.7 /
+ * 57.1 against 37.7 / 69.3, the shared expert's w1 / w3 11.8 / 19.1 against 14.1 / 23.6) and matched at 16; the FP4
+ * routed experts lost (w1 / w3 70.9 / 99.0 / 131.3 against 65.4 / 87.6 / 111.0 at 16 / 32 / 64 rows: their time is the
+ * decoding, which every warp of a warpgroup now does, rows or not, and each stage waits for its MMAs) and so did the
+ * BF16 product (12.2 / 13.9 / 17.6 against 9.1 / 11.0 / 15.9). A 64-entry decode step of the 43-layer model took 68.7–69.0
+ * ms with the FP8 products on wgmma against 73.1–74.6 ms without.
+ */
+static bool sm_wgmma(ds4j_ctx* ctx, int format, int nt) {
+    static std::atomic<int> c{0};
+    if (!DS4J_WGMMA || nt < 2 || format == DS4J_FMT_F16) return false;
+    return ((env_choice(c, "DS4J_SKINNY_WGMMA", 1 << DS4J_FMT_FP8_E4M3_B128, 0, 31) >> format) & 1) &&
+           device_cc_major(ctx->device) == 9;
+}
+
 /** Most bytes of partials one split launch of skinny_smem_kernel uses; larger ones walk every partition per block. */
 constexpr int64_t SM_SCRATCH_CAP = 64ll << 20;
 
 /** A launch of skinny_smem_kernel: whether it runs (on), its pass width, its block arguments and dynamic smem bytes. */
 struct SmPlan {
     bool on;
+    bool wg;  // the warpgroup-MMA instance (sm_wgmma)
     int nt;
     SmArgs b;
     int64_t smem;
@@ -1402,7 +1565,8 @@ struct SmPlan {
  * runs) below smem_min_rows, and, unless the split is forced, where neither split nor enough row tiles would keep the
  * weights streaming.
  */
-static SmPlan sm_plan(int format, int64_t grp, int64_t groups, int units, int64_t rb, int S, int64_t ns, int64_t rows) {
+static SmPlan sm_plan(ds4j_ctx* ctx, int format, int64_t grp, int64_t groups, int units, int64_t rb, int S, int64_t ns,
+                      int64_t rows) {
     SmPlan pl{};
     const int min_rows = smem_min_rows();
     if (min_rows == 0 || S < min_rows) return pl;
@@ -1410,7 +1574,11 @@ static SmPlan sm_plan(int format, int64_t grp, int64_t groups, int units, int64_
     const int ks = (format == DS4J_FMT_FP4_E2M1_B32 ? 32 : format == DS4J_FMT_FP8_E4M3_B128 ? 16 : 8) / 4;
     const int64_t tpg = (grp + 15) / 16, ngr = (rb / 16 + 3) / 4, ngp = (ngr + sh.nw - 1) / sh.nw;
     const int64_t per = (int64_t)sh.nt * ks * 512;  // bytes of one chunk group's B words
-    int64_t sl = SM_BYTES / per;
+    pl.wg = sm_wgmma(ctx, format, sh.nt);
+    pl.b.xasync = sm_xasync(format);
+    // the wgmma instance staging by cp.async keeps the raw x beside the B words: half the chunk groups a slice
+    const int raw = pl.wg && pl.b.xasync ? 2 : 1;
+    int64_t sl = SM_BYTES / raw / per;
     if (sl > ngp) sl = ngp;
     if (sl < 1) sl = 1;
     pl.nt = sh.nt;
@@ -1420,9 +1588,8 @@ static SmPlan sm_plan(int format, int64_t grp, int64_t groups, int units, int64_
     pl.b.sl = (int)sl;
     pl.b.ns = (int)ns;
     pl.b.xloads = sm_xloads(format) ? 1 : 0;
-    pl.b.xasync = sm_xasync(format);
     pl.b.rg = 1;
-    pl.smem = sl * per;
+    pl.smem = sl * per * raw;
     const int64_t tiles = groups * tpg * units;
     const bool fits = (int64_t)sh.nw * ns * rows * 4 <= SM_SCRATCH_CAP;
     const int forced = split_choice();
@@ -1522,14 +1689,22 @@ int sum_partials(ds4j_ctx* ctx, const float* part, int nw, int ns, int rows, flo
 
 namespace sk {
 
-/** Launches skinny_smem_kernel (one m-tile per warp) with pl's shared memory; the launch status. */
+/** Launches skinny_smem_kernel<F, 1, N, MOE, WG> with pl's shared memory; the launch status. */
+template <int F, int N, bool MOE, bool WG>
+static hipError_t launch_smem_as(dim3 grid, const SmPlan& pl, hipStream_t stream, const Args& a) {
+    hipError_t e = cudaFuncSetAttribute(skinny_smem_kernel<F, 1, N, MOE, WG>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
+    if (e != hipSuccess) return e;
+    skinny_smem_kernel<F, 1, N, MOE, WG><<<grid, SM_W * WARP, (size_t)pl.smem, stream>>>(a, pl.b);
+    return hipGetLastError();
+}
+
+/** Launches skinny_smem_kernel (one m-tile per warp; the wgmma instance where pl.wg) for pl; the launch status. */
 template <int F, int N, bool MOE>
 static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, const Args& a) {
-    hipError_t e = cudaFuncSetAttribute(skinny_smem_kernel<F, 1, N, MOE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)pl.smem);
-    if (e != hipSuccess) return e;
-    skinny_smem_kernel<F, 1, N, MOE><<<grid, SM_W * WARP, (size_t)pl.smem, stream>>>(a, pl.b);
-    return hipGetLastError();
+    if constexpr (DS4J_WGMMA && N >= 2 && F != DS4J_FMT_F16)
+        if (pl.wg) return launch_smem_as<F, N, MOE, true>(grid, pl, stream, a);
+    return launch_smem_as<F, N, MOE, false>(grid, pl, stream, a);
 }
 
 /**
@@ -1588,7 +1763,7 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
     a.y = y;
     a.ldy = ldy;
     a.S = S;
-    const SmPlan pl = sm_plan(format, grp, groups, 1, rb, S, S, rows);
+    const SmPlan pl = sm_plan(ctx, format, grp, groups, 1, rb, S, S, rows);
     if (pl.on) {
         *rc = run_smem<false>(ctx, format, pl, dim3((unsigned)(groups * pl.b.rgpg)), a, rows);
         return true;
@@ -1642,7 +1817,7 @@ bool skinny_moe(ds4j_ctx* ctx, int format, void* const* w_table, void* const* sc
     // an expert has at most P picks: the pass width follows Sp (shape_for), more picks take more passes
     // staged x for routed experts up to sm_moe_max_rows() rows, in passes of at most 4 n-tiles (8-tile passes were
     // faster without staging: 350.7 against 507.4 µs for w1 / w3 at 64 rows, BENCHMARKS.md fourth session)
-    const SmPlan pl = S <= sm_moe_max_rows() && Sp <= 32 ? sm_plan(format, rows, 1, k, rb, Sp, P, rows) : SmPlan{};
+    const SmPlan pl = S <= sm_moe_max_rows() && Sp <= 32 ? sm_plan(ctx, format, rows, 1, k, rb, Sp, P, rows) : SmPlan{};
     if (pl.on && pl.b.rgpg <= 65535) {
         SmPlan mp = pl;
         mp.b.rg = moe_row_groups(gx, mp.b.rgpg, mp.b.split ? mp.b.nw : 1, mp.nt, rb);

@@ -132,7 +132,7 @@ public final class MatmulBench {
             for (int S : rowCounts) maxS = Math.max(maxS, S);
             System.out.printf("GPU %s; matrix products, %d calls per figure over > %.0f MB of weight copies;"
                     + " DS4J_TC_MIN_ROWS %d, tc_rows %d; tensor cores %s; DS4J_SKINNY_WIDE %s, DS4J_SKINNY_WIDE_MT %s,"
-                    + " DS4J_SKINNY_SMEM %s, DS4J_SKINNY_XLOADS %s;"
+                    + " DS4J_SKINNY_SMEM %s, DS4J_SKINNY_XLOADS %s, DS4J_SKINNY_WGMMA %s;"
                     + " prefill DS4J_TC_BN %s, DS4J_TC_XSPLIT %s%n", gpu, reps, coldMb,
                     DS4J_TC_MIN_ROWS(), tcr,
                     !gpu.tensorCores() ? "off (FFMA kernels)"
@@ -140,6 +140,7 @@ public final class MatmulBench {
                             : "on (skinny kernels)",
                     envOr("DS4J_SKINNY_WIDE", "default (2)"), envOr("DS4J_SKINNY_WIDE_MT", "default (2)"),
                     envOr("DS4J_SKINNY_SMEM", "default (1)"), envOr("DS4J_SKINNY_XLOADS", "default (0)"),
+                    envOr("DS4J_SKINNY_WGMMA", "default (8: FP8)"),
                     envOr("DS4J_TC_BN", "default (by shape)"), envOr("DS4J_TC_XSPLIT", "default (2)"));
             System.out.println();
             System.out.println("| product | format | rows x cols | S | µs per call | MB read | GB/s | % of HBM | GFLOP/s"
