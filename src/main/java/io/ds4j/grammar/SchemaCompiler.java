@@ -86,7 +86,7 @@ public final class SchemaCompiler {
         if (s.minLen >= GState.FAR) {
             // FAR also stands for a length past it, so a huge minItems must not be reported as endless recursion
             if (c.derivable().contains(s)) throw c.tooLong();
-            throw new UnsupportedSchemaException("$ref", "", "the schema admits no finite JSON value (a required recursion without a base case)");
+            throw UnsupportedSchemaException.invalid("$ref", "", "the schema admits no finite JSON value (a required recursion without a base case)");
         }
         return s;
     }
@@ -100,18 +100,18 @@ public final class SchemaCompiler {
         if (n != null && n.isBoolean() && n.booleanValue()) return add(new Schema.Any());
         if (n != null && n.isBoolean()) {
             // false: no value at all; inside a schema it would take leaving a property or option out, which is not done
-            if (path.isEmpty()) throw new UnsupportedSchemaException("false", path, "no value satisfies the schema at '" + path + "': it is false");
+            if (path.isEmpty()) throw UnsupportedSchemaException.invalid("false", path, "no value satisfies the schema at '" + path + "': it is false");
             throw new UnsupportedSchemaException("false", path, "the schema false (no value) at '" + path
                     + "' is not supported by constrained decoding; leave the property or option out instead");
         }
         if (n == null || !n.isObject())
-            throw new UnsupportedSchemaException("type", path, "schema at '" + path + "' must be an object, or true or false");
+            throw UnsupportedSchemaException.invalid("type", path, "schema at '" + path + "' must be an object, or true or false");
         keywords(n, path);
         for (String k : DEFINITIONS) {
             JsonNode d = n.get(k);
             if (d == null) continue;
             if (!d.isObject())
-                throw new UnsupportedSchemaException(k, path, k + " at '" + path + "' must be an object of named schemas");
+                throw UnsupportedSchemaException.invalid(k, path, k + " at '" + path + "' must be an object of named schemas");
             for (var e : d.properties()) definitions.add(path + "/" + k + "/" + escaped(e.getKey()));
         }
         if (n.has("$ref")) {
@@ -127,7 +127,7 @@ public final class SchemaCompiler {
                 if (STRUCTURE.contains(e.getKey()) && !e.getKey().equals("anyOf"))
                     throw new UnsupportedSchemaException(e.getKey(), path, "'" + e.getKey() + "' next to 'anyOf' (at '" + path + "') is not supported; move it into each option");
             JsonNode a = n.get("anyOf");
-            if (!a.isArray() || a.isEmpty()) throw new UnsupportedSchemaException("anyOf", path, "anyOf at '" + path + "' must be a non-empty array");
+            if (!a.isArray() || a.isEmpty()) throw UnsupportedSchemaException.invalid("anyOf", path, "anyOf at '" + path + "' must be a non-empty array");
             Schema.AnyOf u = add(new Schema.AnyOf());
             anyOfPaths.put(u, path);
             u.options = new Schema[a.size()];
@@ -153,12 +153,12 @@ public final class SchemaCompiler {
             anyOfPaths.put(u, path);
             u.options = new Schema[t.size()];
             for (int i = 0; i < t.size(); i++) {
-                if (!t.get(i).isTextual()) throw new UnsupportedSchemaException("type", path, "type at '" + path + "' must be a type name or a list of them");
+                if (!t.get(i).isTextual()) throw UnsupportedSchemaException.invalid("type", path, "type at '" + path + "' must be a type name or a list of them");
                 u.options[i] = typed(n, t.get(i).textValue(), path);
             }
             return u;
         }
-        throw new UnsupportedSchemaException("type", path, "type at '" + path + "' must be a type name or a list of them");
+        throw UnsupportedSchemaException.invalid("type", path, "type at '" + path + "' must be a type name or a list of them");
     }
 
     private Schema typed(JsonNode n, String type, String path) {
@@ -172,9 +172,9 @@ public final class SchemaCompiler {
                 // JSON Schema asks for a number here: a null bound is no bound the client may think it set (it was
                 // ignored, and a 24-digit number came out under "minimum": null)
                 if (min != null && min.isNull())
-                    throw new UnsupportedSchemaException("minimum", path, "minimum at '" + path + "' is null: it must be a number");
+                    throw UnsupportedSchemaException.invalid("minimum", path, "minimum at '" + path + "' is null: it must be a number");
                 if (max != null && max.isNull())
-                    throw new UnsupportedSchemaException("maximum", path, "maximum at '" + path + "' is null: it must be a number");
+                    throw UnsupportedSchemaException.invalid("maximum", path, "maximum at '" + path + "' is null: it must be a number");
                 // the bounds as written, read once and compared exactly: 1e-400 is no 0 (its double is), 1e400 is named
                 // so, not Infinity
                 java.math.BigDecimal lo = min != null && min.isNumber() ? bound(min, "minimum", path) : null;
@@ -220,14 +220,14 @@ public final class SchemaCompiler {
             case "array" -> {
                 int min = count(n, "minItems", path, 0);
                 int max = count(n, "maxItems", path, -1);
-                if (max >= 0 && max < min) throw new UnsupportedSchemaException("maxItems", path, "maxItems is below minItems at '" + path + "'");
+                if (max >= 0 && max < min) throw UnsupportedSchemaException.invalid("maxItems", path, "maxItems is below minItems at '" + path + "'");
                 Schema.Arr a = add(new Schema.Arr(min, max));
                 arrayPaths.put(a, path);
                 a.items = n.has("items") ? node(n.get("items"), path + "/items") : add(new Schema.Any());
                 yield a;
             }
             case "object" -> object(n, path);
-            default -> throw new UnsupportedSchemaException("type", path, "type '" + type + "' at '" + path + "' is not a JSON Schema type");
+            default -> throw UnsupportedSchemaException.invalid("type", path, "type '" + type + "' at '" + path + "' is not a JSON Schema type");
         };
     }
 
@@ -289,7 +289,7 @@ public final class SchemaCompiler {
     private Schema literals(JsonNode n, String path) {
         JsonNode en = n.get("enum");
         if (en != null && (!en.isArray() || en.isEmpty()))
-            throw new UnsupportedSchemaException("enum", path, "enum at '" + path + "' must be a non-empty array");
+            throw UnsupportedSchemaException.invalid("enum", path, "enum at '" + path + "' must be a non-empty array");
         boolean isConst = n.has("const");
         List<JsonNode> candidates = new ArrayList<>();
         if (isConst) candidates.add(n.get("const"));
@@ -312,7 +312,7 @@ public final class SchemaCompiler {
                 for (JsonNode v : candidates) any |= check(v, only, path, null);
                 if (!any) alone.add("'" + e.getKey() + "'");
             }
-            throw new UnsupportedSchemaException(own, path, "no value satisfies the schema at '" + path + "': "
+            throw UnsupportedSchemaException.invalid(own, path, "no value satisfies the schema at '" + path + "': "
                     + (isConst ? "its const is not" : "none of its enum values is") + " valid for "
                     + String.join(", ", alone.isEmpty() ? others : alone) + (alone.isEmpty() && others.size() > 1 ? " together" : ""));
         }
@@ -350,7 +350,7 @@ public final class SchemaCompiler {
         if (forValue.containsKey(s)) {
             Boolean r = forValue.get(s);
             if (r == null)
-                throw new UnsupportedSchemaException("$ref", path, "$ref at '" + path + "' leads back to the same schema through"
+                throw UnsupportedSchemaException.invalid("$ref", path, "$ref at '" + path + "' leads back to the same schema through"
                         + " $ref and anyOf alone, with nothing in between, so no value can be checked against it");
             return r;
         }
@@ -363,13 +363,13 @@ public final class SchemaCompiler {
     /** {@link #satisfies} without its cache; own: "const" or "enum" where v is a value of that keyword of s (not checked again), else null. */
     private boolean check(JsonNode v, JsonNode s, String path, String own) {
         if (s.isBoolean()) return s.booleanValue();
-        if (!s.isObject()) throw new UnsupportedSchemaException("type", path, "schema at '" + path + "' must be an object, or true or false");
+        if (!s.isObject()) throw UnsupportedSchemaException.invalid("type", path, "schema at '" + path + "' must be an object, or true or false");
         keywords(s, path);
         JsonNode c = s.get("const");
         if (c != null && !"const".equals(own) && !equal(v, c, path)) return false;
         JsonNode en = "enum".equals(own) ? null : s.get("enum");
         if (en != null) {
-            if (!en.isArray() || en.isEmpty()) throw new UnsupportedSchemaException("enum", path, "enum at '" + path + "' must be a non-empty array");
+            if (!en.isArray() || en.isEmpty()) throw UnsupportedSchemaException.invalid("enum", path, "enum at '" + path + "' must be a non-empty array");
             boolean in = false;
             for (JsonNode x : en) in |= equal(v, x, path);
             if (!in) return false;
@@ -380,10 +380,10 @@ public final class SchemaCompiler {
             if (t.isTextual()) ok = ofType(v, t.textValue(), path);
             else if (t.isArray() && !t.isEmpty()) {
                 for (JsonNode x : t) {
-                    if (!x.isTextual()) throw new UnsupportedSchemaException("type", path, "type at '" + path + "' must be a type name or a list of them");
+                    if (!x.isTextual()) throw UnsupportedSchemaException.invalid("type", path, "type at '" + path + "' must be a type name or a list of them");
                     ok |= ofType(v, x.textValue(), path);
                 }
-            } else throw new UnsupportedSchemaException("type", path, "type at '" + path + "' must be a type name or a list of them");
+            } else throw UnsupportedSchemaException.invalid("type", path, "type at '" + path + "' must be a type name or a list of them");
             if (!ok) return false;
             // where the value is valid as an integer only, it must be one a JavaScript client reads exactly, as every
             // integer the number grammar produces is (9007199254740993 reads as ...992)
@@ -398,7 +398,7 @@ public final class SchemaCompiler {
             for (String bound : new String[]{"minimum", "maximum"}) {
                 JsonNode b = s.get(bound);
                 if (b == null || b.isNull()) continue;
-                if (!b.isNumber()) throw new UnsupportedSchemaException(bound, path, bound + " at '" + path + "' must be a number");
+                if (!b.isNumber()) throw UnsupportedSchemaException.invalid(bound, path, bound + " at '" + path + "' must be a number");
                 int cmp = Json.exact(v, path).compareTo(bound(b, bound, path));
                 if (bound.equals("minimum") ? cmp < 0 : cmp > 0) return false;
             }
@@ -416,7 +416,7 @@ public final class SchemaCompiler {
                 throw new UnsupportedSchemaException("additionalProperties", path, "additionalProperties at '" + path + "' must be false (or true); a schema there is not supported");
             JsonNode props = s.get("properties");
             if (props != null && !props.isNull() && !props.isObject())
-                throw new UnsupportedSchemaException("properties", path, "properties at '" + path + "' must be an object");
+                throw UnsupportedSchemaException.invalid("properties", path, "properties at '" + path + "' must be an object");
             for (var e : v.properties()) {
                 JsonNode p = props == null || props.isNull() ? null : props.get(e.getKey());
                 if (p != null) {
@@ -425,16 +425,16 @@ public final class SchemaCompiler {
             }
             JsonNode r = s.get("required");
             if (r != null && !r.isNull()) {
-                if (!r.isArray()) throw new UnsupportedSchemaException("required", path, "required at '" + path + "' must be an array of names");
+                if (!r.isArray()) throw UnsupportedSchemaException.invalid("required", path, "required at '" + path + "' must be an array of names");
                 for (JsonNode x : r) {
-                    if (!x.isTextual()) throw new UnsupportedSchemaException("required", path, "required at '" + path + "' must be an array of names");
+                    if (!x.isTextual()) throw UnsupportedSchemaException.invalid("required", path, "required at '" + path + "' must be an array of names");
                     if (!v.has(x.textValue())) return false;
                 }
             }
         }
         JsonNode a = s.get("anyOf");
         if (a != null) {
-            if (!a.isArray() || a.isEmpty()) throw new UnsupportedSchemaException("anyOf", path, "anyOf at '" + path + "' must be a non-empty array");
+            if (!a.isArray() || a.isEmpty()) throw UnsupportedSchemaException.invalid("anyOf", path, "anyOf at '" + path + "' must be a non-empty array");
             boolean any = false;
             for (int i = 0; i < a.size() && !any; i++) any = satisfies(v, a.get(i), path + "/anyOf/" + i);
             if (!any) return false;
@@ -458,7 +458,7 @@ public final class SchemaCompiler {
         String ptr = ref.textValue().substring(1);
         JsonNode target = at(ptr);
         if (target == null || target.isMissingNode())
-            throw new UnsupportedSchemaException("$ref", path, "$ref \"#" + ptr + "\" at '" + path + "' does not resolve");
+            throw UnsupportedSchemaException.invalid("$ref", path, "$ref \"#" + ptr + "\" at '" + path + "' does not resolve");
         return ptr;
     }
 
@@ -490,7 +490,7 @@ public final class SchemaCompiler {
             case "null" -> v.isNull();
             case "array" -> v.isArray();
             case "object" -> v.isObject();
-            default -> throw new UnsupportedSchemaException("type", path, "type '" + type + "' at '" + path + "' is not a JSON Schema type");
+            default -> throw UnsupportedSchemaException.invalid("type", path, "type '" + type + "' at '" + path + "' is not a JSON Schema type");
         };
     }
 
@@ -536,13 +536,13 @@ public final class SchemaCompiler {
             if (ap != null && !ap.booleanValue()) return add(new Schema.Obj(List.of(), new Schema[0], new boolean[0]));
             return add(new Schema.AnyObject());
         }
-        if (!props.isObject()) throw new UnsupportedSchemaException("properties", path, "properties at '" + path + "' must be an object");
+        if (!props.isObject()) throw UnsupportedSchemaException.invalid("properties", path, "properties at '" + path + "' must be an object");
         Map<String, JsonNode> defs = new LinkedHashMap<>();
         for (var e : props.properties()) defs.put(e.getKey(), e.getValue());
         java.util.Set<String> req = new java.util.HashSet<>();
         JsonNode r = n.get("required");
         if (r != null && !r.isNull()) {
-            if (!r.isArray()) throw new UnsupportedSchemaException("required", path, "required at '" + path + "' must be an array of names");
+            if (!r.isArray()) throw UnsupportedSchemaException.invalid("required", path, "required at '" + path + "' must be an array of names");
             for (JsonNode x : r) {
                 if (!x.isTextual() || !defs.containsKey(x.textValue()))
                     throw new UnsupportedSchemaException("required", path, "required at '" + path + "' names " + x + ", which 'properties' does not define");
@@ -568,7 +568,7 @@ public final class SchemaCompiler {
         if (v == null || v.isNull()) return def;
         java.math.BigDecimal x = v.isNumber() ? Json.exact(v, path) : null;
         if (x == null || x.signum() < 0 || (x.signum() != 0 && x.stripTrailingZeros().scale() > 0))
-            throw new UnsupportedSchemaException(f, path, f + " at '" + path + "' must be a non-negative integer, got "
+            throw UnsupportedSchemaException.invalid(f, path, f + " at '" + path + "' must be a non-negative integer, got "
                     + clipped(shown(v, path)));
         if (x.compareTo(java.math.BigDecimal.valueOf(Integer.MAX_VALUE)) > 0)
             throw new UnsupportedSchemaException(f, path, f + " " + clipped(shown(v, path)) + " at '" + path + "' is too large (at most "
@@ -603,7 +603,7 @@ public final class SchemaCompiler {
             while (s instanceof Schema.Ref r) {
                 s = r.target;
                 if (++hops > pending.size() + 1)
-                    throw new UnsupportedSchemaException("$ref", e.getKey(), "$ref \"#" + e.getKey() + "\" only leads to other references");
+                    throw UnsupportedSchemaException.invalid("$ref", e.getKey(), "$ref \"#" + e.getKey() + "\" only leads to other references");
             }
         }
     }

@@ -1,25 +1,42 @@
 package io.ds4j.grammar;
 
-/** A schema uses something the constraint engine cannot enforce; names the keyword and where it is. */
+/**
+ * A schema the constraint engine cannot enforce; names the keyword and where it is. Either the schema uses something
+ * outside the supported subset, or it is no valid schema at all ({@link #invalid()}: a keyword's value of the wrong kind,
+ * a {@code $ref} that does not resolve, a schema no value satisfies), which a client fixes differently.
+ */
 public final class UnsupportedSchemaException extends IllegalArgumentException {
     private final String keyword;
     private final String path;
     private final int tool;
+    private final boolean invalid;
 
+    /** A schema outside the supported subset. */
     public UnsupportedSchemaException(String keyword, String path, String message) {
-        this(keyword, path, message, -1);
+        this(keyword, path, message, -1, false);
     }
 
-    private UnsupportedSchemaException(String keyword, String path, String message, int tool) {
+    private UnsupportedSchemaException(String keyword, String path, String message, int tool, boolean invalid) {
         super(message);
         this.keyword = keyword;
         this.path = path;
         this.tool = tool;
+        this.invalid = invalid;
+    }
+
+    /** A schema that is wrong as JSON Schema reads it, or that no value satisfies, rather than merely unsupported. */
+    public static UnsupportedSchemaException invalid(String keyword, String path, String message) {
+        return new UnsupportedSchemaException(keyword, path, message, -1, true);
     }
 
     /** The same problem, found in the parameters of function number {@code tool} of a tool grammar's list. */
     UnsupportedSchemaException inTool(int tool) {
-        return new UnsupportedSchemaException(keyword, path, getMessage(), tool);
+        return new UnsupportedSchemaException(keyword, path, getMessage(), tool, invalid);
+    }
+
+    /** Whether the schema itself is at fault ({@link #invalid}) rather than the subset the engine supports. */
+    public boolean invalid() {
+        return invalid;
     }
 
     /** The index of the function whose parameters hold the problem in a tool grammar's list; −1 outside one. */

@@ -867,13 +867,17 @@ final class Requests {
     }
 
     /**
-     * The 400 for a schema outside the supported subset: {@code param} is the schema's field extended to the node
-     * that holds the keyword, written as every other error's param is ({@code tools[0].function.parameters.properties.x}),
-     * and the message says the location once, in that form, and names the keyword.
+     * The 400 for a schema the engine cannot enforce: code {@code invalid_schema} where the schema itself is wrong (a
+     * dangling {@code $ref}, a keyword's value of the wrong kind, no value satisfies it), else
+     * {@code unsupported_schema_keyword} (outside the supported subset). {@code param} is the schema's field extended to
+     * the node that holds the keyword, written as every other error's param is
+     * ({@code tools[0].function.parameters.properties.x}), and the message says the location once, in that form, and
+     * names the keyword.
      */
     static ApiException schemaError(String field, UnsupportedSchemaException e) {
         String param = field + dotted(e.path());
-        return new ApiException(400, "invalid_request_error", "unsupported_schema_keyword", param, param + ": " + e.problem(), null);
+        return new ApiException(400, "invalid_request_error", e.invalid() ? "invalid_schema" : "unsupported_schema_keyword",
+                param, param + ": " + e.problem(), null);
     }
 
     /** A JSON pointer inside a schema as a field path: {@code /properties/x/anyOf/0} → {@code .properties.x.anyOf[0]}. */

@@ -208,7 +208,8 @@ class StructuredOutputTest {
                 "{\"type\":\"object\",\"const\":5}", "{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"const\":[1]}"}) {
             var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(schema), true)));
             assertEquals(400, resp.status(), resp.body());
-            assertEquals("unsupported_schema_keyword", resp.json().at("/error/code").asText(), resp.body());
+            // the schema is at fault, not the subset the engine supports
+            assertEquals("invalid_schema", resp.json().at("/error/code").asText(), resp.body());
             assertEquals("response_format.json_schema.schema", resp.json().at("/error/param").asText(), resp.body());
             assertTrue(resp.json().at("/error/message").asText().startsWith("response_format.json_schema.schema: no value satisfies the schema: "),
                     resp.body());
@@ -273,10 +274,12 @@ class StructuredOutputTest {
         assertEquals(400, rf.status(), rf.body());
         assertEquals("response_format.json_schema.schema.$defs.Unused.properties.x: $ref \"#/$defs/Missing\" does not resolve",
                 rf.json().at("/error/message").asText(), rf.body());
+        assertEquals("invalid_schema", rf.json().at("/error/code").asText(), rf.body());
         var tool = server.post("/v1/chat/completions", body("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
                 + "\"parameters\":" + schema + "}}],\"tool_choice\":\"required\",\"max_tokens\":4"));
         assertEquals(400, tool.status(), tool.body());
         assertEquals("tools[0].function.parameters.$defs.Unused.properties.x", tool.json().at("/error/param").asText(), tool.body());
+        assertEquals("invalid_schema", tool.json().at("/error/code").asText(), tool.body());
     }
 
     @Test
