@@ -181,6 +181,77 @@ final class Regex {
         return out;
     }
 
+    /** Whether a whole string matches the pattern, its code points stepped from the start (a lone surrogate never does). */
+    boolean matches(String s) {
+        At a = start;
+        for (int j = 0; j < s.length() && a != null; ) {
+            int cp = s.codePointAt(j);
+            j += Character.charCount(cp);
+            a = (At) a.step(cp);
+        }
+        return a != null && a.accepting;
+    }
+
+    /** {@link #charCounts} kept per cap, at most this many caps per pattern (past it, computed each time). */
+    private static final int MAX_KEPT_COUNTS = 16;
+    private final ConcurrentHashMap<Integer, java.util.BitSet[]> counts = new ConcurrentHashMap<>();
+
+    /**
+     * Per NFA node, the numbers of characters, 0 to cap, that paths from it to the match read: bit L of row u is set
+     * where some path from u reads exactly L characters to the end. A string held both to this pattern and to a length
+     * range steps the pattern and counts its characters; these rows tell whether the positions it reached can still end
+     * at a length in the range, so no state is entered from which no output ends. Built a character layer at a time
+     * (the nodes L characters from the end are those one character before the nodes L − 1 from it, and what reaches
+     * them through splits), so in time and bits of about {@code size() * (cap + 1)}; the caller bounds that.
+     */
+    java.util.BitSet[] charCounts(int cap) {
+        java.util.BitSet[] kept = counts.get(cap);
+        if (kept != null) return kept;
+        int n = kind.length;
+        // the splits that lead to each node, to walk the splits backwards
+        int[] predCount = new int[n + 1];
+        for (int u = 0; u < n; u++)
+            if (kind[u] == SPLIT) {
+                predCount[out1[u] + 1]++;
+                predCount[out2[u] + 1]++;
+            }
+        for (int v = 0; v < n; v++) predCount[v + 1] += predCount[v];
+        int[] preds = new int[predCount[n]], fill = Arrays.copyOf(predCount, n);
+        for (int u = 0; u < n; u++)
+            if (kind[u] == SPLIT) {
+                preds[fill[out1[u]]++] = u;
+                preds[fill[out2[u]]++] = u;
+            }
+        java.util.BitSet[] rows = new java.util.BitSet[n];
+        for (int u = 0; u < n; u++) rows[u] = new java.util.BitSet(cap + 1);
+        int[] layer = new int[n], stack = new int[n];
+        boolean[] in = new boolean[n];
+        int size = 0, sp = 0;
+        stack[sp++] = match;
+        for (int len = 0; ; len++) {
+            // the layer: the seeds and the splits that lead to them
+            Arrays.fill(in, false);
+            size = 0;
+            for (int j = 0; j < sp; j++) in[stack[j]] = true;
+            while (sp > 0) {
+                int v = stack[--sp];
+                layer[size++] = v;
+                for (int e = predCount[v]; e < predCount[v + 1]; e++)
+                    if (!in[preds[e]]) {
+                        in[preds[e]] = true;
+                        stack[sp++] = preds[e];
+                    }
+            }
+            for (int j = 0; j < size; j++) rows[layer[j]].set(len);
+            if (len == cap) break;
+            // the character nodes one character before the layer seed the next
+            for (int u = 0; u < n; u++) if (kind[u] == CHAR && ranges[u].length > 0 && in[out1[u]]) stack[sp++] = u;
+            if (sp == 0) break;
+        }
+        if (counts.size() < MAX_KEPT_COUNTS) counts.putIfAbsent(cap, rows);
+        return rows;
+    }
+
     /** NFA nodes (for tests of the size limit). */
     int size() {
         return kind.length;
@@ -486,6 +557,36 @@ final class Regex {
             return bs;
         }
 
+        /**
+         * Whether some character in [lo, hi] (surrogates left out) leads from these positions to a state that ok
+         * accepts: one character of each code point class in the range is tried, as all of a class lead alike.
+         */
+        boolean anyChar(int lo, int hi, java.util.function.Predicate<At> ok) {
+            for (int cp = lo; cp <= hi; ) {
+                if (cp >= 0xD800 && cp <= 0xDFFF) {
+                    cp = 0xE000;
+                    continue;
+                }
+                if (step(cp) instanceof At a && ok.test(a)) return true;
+                int next = re.classOf(cp) + 1;
+                if (next >= re.classStarts.length) break;
+                cp = re.classStarts[next];
+            }
+            return false;
+        }
+
+        /**
+         * Whether some path from these positions to the match reads a number of characters in [lo, hi], by the rows of
+         * {@link #charCounts} (hi at most their cap).
+         */
+        boolean endsWithin(java.util.BitSet[] rows, int lo, int hi) {
+            for (int p : pos) {
+                int b = rows[p].nextSetBit(lo);
+                if (b >= 0 && b <= hi) return true;
+            }
+            return false;
+        }
+
         /** Live positions (what the state weighs). */
         int positions() {
             return pos.length;
@@ -567,6 +668,16 @@ final class Regex {
     record Mid(At from, int v, int need, int min, int dist) implements GState {
         static int max(int min) {
             return min == 0x80 ? 0x7FF : min == 0x800 ? 0xFFFF : 0x10FFFF;
+        }
+
+        /** The lowest code point the character's bytes so far allow. */
+        int lo() {
+            return Math.max(min, v << (6 * need));
+        }
+
+        /** The highest code point the character's bytes so far allow. */
+        int hi() {
+            return Math.min(max(min), (v << (6 * need)) | ((1 << (6 * need)) - 1));
         }
 
         @Override

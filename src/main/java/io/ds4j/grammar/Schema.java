@@ -19,6 +19,40 @@ public abstract sealed class Schema {
     /** A string without further constraints. */
     public static final class Str extends Schema {}
 
+    /**
+     * A string held to {@code minLength}/{@code maxLength} (counted in characters, Unicode code points, as JSON Schema
+     * counts them) and, where given, to a pattern its characters must match as a whole ({@code pattern}, or the
+     * pattern of a {@code format}).
+     */
+    public static final class StrOf extends Schema {
+        /** The pattern, or {@link #ANY_TEXT} where only the length is held. */
+        final Regex re;
+        final int minLength;
+        /** −1: none. */
+        final int maxLength;
+        /**
+         * {@link Regex#charCounts} of the pattern up to {@link #cap}, where a length range and a pattern are both
+         * held (null where either is not: the count alone or the pattern alone then decides).
+         */
+        final java.util.BitSet[] counts;
+        /**
+         * The longest remaining length the counts tell apart: maxLength, or without one minLength plus the pattern's
+         * size (a pattern that can end after at least L characters can also end within its size of L).
+         */
+        final int cap;
+
+        StrOf(Regex re, int minLength, int maxLength, java.util.BitSet[] counts, int cap) {
+            this.re = re;
+            this.minLength = minLength;
+            this.maxLength = maxLength;
+            this.counts = counts;
+            this.cap = cap;
+        }
+
+        /** The pattern of any text, which a string held to a length alone steps (every character keeps its one state). */
+        static final Regex ANY_TEXT = Regex.compile("[\\s\\S]*");
+    }
+
     /** A number, or an integer (no fraction, no exponent). */
     public static final class Num extends Schema {
         final boolean integer;

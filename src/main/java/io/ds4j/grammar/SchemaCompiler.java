@@ -18,7 +18,9 @@ import java.util.Set;
  * Compiles a JSON Schema of the supported subset into {@link Schema} nodes. Supported: {@code type} (a name or a
  * list of names), {@code properties}, {@code required}, {@code additionalProperties} (false or true; only declared
  * properties are ever produced), {@code items}, {@code minItems}, {@code maxItems}, {@code enum}, {@code const},
- * {@code anyOf}, {@code $ref} to {@code #}, {@code #/$defs/...} or {@code #/definitions/...}, and annotations
+ * {@code anyOf}, {@code $ref} to {@code #}, {@code #/$defs/...} or {@code #/definitions/...}, a string's
+ * {@code minLength}, {@code maxLength}, {@code pattern} (matched by the whole string) and {@code format} (those of
+ * {@link Formats}), {@code minimum}/{@code maximum} of the few values the number grammar can hold, and annotations
  * ({@code title}, {@code description}, {@code default}, {@code examples}, {@code $schema}, {@code $id},
  * {@code $comment}, {@code deprecated}, {@code readOnly}, {@code writeOnly}). Any other keyword is refused with
  * {@link UnsupportedSchemaException} naming it, so nothing the client asked for is silently not enforced; every
@@ -34,7 +36,15 @@ public final class SchemaCompiler {
     /** The keywords that hold named schemas for {@code $ref} to use. */
     private static final List<String> DEFINITIONS = List.of("$defs", "definitions");
     private static final Set<String> STRUCTURE = Set.of("type", "properties", "required", "additionalProperties",
-            "items", "minItems", "maxItems", "enum", "const", "anyOf", "$ref", "minimum", "maximum");
+            "items", "minItems", "maxItems", "enum", "const", "anyOf", "$ref", "minimum", "maximum", "minLength",
+            "maxLength", "pattern", "format");
+    /** The keywords that hold strings only. */
+    private static final List<String> STRING_KEYWORDS = List.of("minLength", "maxLength", "pattern", "format");
+    /**
+     * Most bits of a string's {@link Regex#charCounts} (its pattern's positions times the lengths told apart), where a
+     * pattern or format and a length range hold it together: bounds the memory and the time to build them.
+     */
+    static final long MAX_COUNT_BITS = 1L << 23;
     /** Integer digits that keep every number inside the widest bounds clients send (±(2^53 − 1) from zod's int()). */
     static final int BOUNDED_DIGITS = 15;
     private static final double BOUND = 999_999_999_999_999d;
@@ -143,6 +153,11 @@ public final class SchemaCompiler {
                 if (n.has(bound))
                     throw new UnsupportedSchemaException(bound, path, bound + " at '" + path + "' without type number or"
                             + " integer is not supported: add \"type\": \"number\" or \"integer\" next to it");
+            // the same for a string's keywords: {"maxLength": 3} alone would let any number or object through
+            for (String k : STRING_KEYWORDS)
+                if (n.has(k))
+                    throw new UnsupportedSchemaException(k, path, k + " at '" + path + "' without type string is not"
+                            + " supported: add \"type\": \"string\" next to it");
             if (n.has("properties") || n.has("required") || n.has("additionalProperties")) return typed(n, "object", path);
             if (n.has("items") || n.has("minItems") || n.has("maxItems")) return typed(n, "array", path);
             return add(new Schema.Any());
@@ -163,7 +178,7 @@ public final class SchemaCompiler {
 
     private Schema typed(JsonNode n, String type, String path) {
         return switch (type) {
-            case "string" -> add(new Schema.Str());
+            case "string" -> string(n, path);
             case "number", "integer" -> {
                 boolean nonNegative = false;
                 int maxIntDigits = -1;
@@ -271,14 +286,100 @@ public final class SchemaCompiler {
         return v.isNumber() ? Json.numberText(v, path) : v.toString();
     }
 
-    /** Refuses a keyword outside the subset, so that nothing the client asked for is silently not enforced. */
-    private static void keywords(JsonNode n, String path) {
+    /**
+     * Refuses a keyword outside the subset, so that nothing the client asked for is silently not enforced, and a
+     * pattern or format the engine cannot hold a string to, wherever it is (on a node of another type it holds nothing,
+     * yet would be refused once the type allows strings).
+     */
+    private void keywords(JsonNode n, String path) {
         for (var e : n.properties()) {
             String k = e.getKey();
             if (!ANNOTATIONS.contains(k) && !STRUCTURE.contains(k))
                 throw new UnsupportedSchemaException(k, path, "JSON Schema keyword '" + k + "' (at '" + path + "/" + k
                         + "') is not supported by constrained decoding");
         }
+        pattern(n, path);
+        format(n, path);
+    }
+
+    /** Patterns compiled, by their text: a node checked again, and equal patterns, share one. */
+    private final Map<String, Regex> patterns = new HashMap<>();
+
+    /** A node's pattern (null: none), compiled: the whole string must match it. */
+    private Regex pattern(JsonNode n, String path) {
+        JsonNode p = n.get("pattern");
+        if (p == null || p.isNull()) return null;
+        if (!p.isTextual())
+            throw UnsupportedSchemaException.invalid("pattern", path, "pattern at '" + path + "' must be a string (a regular expression)");
+        Regex re = patterns.get(p.textValue());
+        if (re == null) {
+            try {
+                re = Regex.compile(p.textValue());
+            } catch (UnsupportedRegexException e) {
+                throw new UnsupportedSchemaException("pattern", path, "pattern at '" + path + "': " + e.getMessage());
+            }
+            patterns.put(p.textValue(), re);
+        }
+        return re;
+    }
+
+    /** A node's format (null: none). */
+    private static Formats.Format format(JsonNode n, String path) {
+        JsonNode f = n.get("format");
+        if (f == null || f.isNull()) return null;
+        if (!f.isTextual()) throw UnsupportedSchemaException.invalid("format", path, "format at '" + path + "' must be a string");
+        Formats.Format known = Formats.of(f.textValue());
+        if (known == null)
+            throw new UnsupportedSchemaException("format", path, "format " + clipped(f.toString()) + " at '" + path
+                    + "' is not supported by constrained decoding (supported: " + Formats.NAMES + ")");
+        return known;
+    }
+
+    /**
+     * A string node: a plain string, or one held to its length range and its pattern or format ({@link Schema.StrOf}).
+     * Refuses a range no string of the pattern has, a pattern beside a format, and a pattern or format beside a
+     * length range whose {@link Regex#charCounts} would take more than {@link #MAX_COUNT_BITS}.
+     */
+    private Schema string(JsonNode n, String path) {
+        int min = count(n, "minLength", path, 0), max = count(n, "maxLength", path, -1);
+        if (max >= 0 && max < min)
+            throw UnsupportedSchemaException.invalid("maxLength", path, "maxLength is below minLength at '" + path + "'");
+        Regex pattern = pattern(n, path);
+        Formats.Format format = format(n, path);
+        if (pattern != null && format != null)
+            throw new UnsupportedSchemaException("format", path, "'format' next to 'pattern' (at '" + path + "') is not"
+                    + " supported: keep one (a pattern can spell the format out)");
+        String held = pattern != null ? "pattern" : "format " + (format != null ? n.get("format") : "");
+        if (format != null && format.maxLength() >= 0 && (max < 0 || max > format.maxLength())) {
+            max = format.maxLength();
+            if (max < min)
+                throw UnsupportedSchemaException.invalid("minLength", path, "no value satisfies the schema at '" + path
+                        + "': its " + held + " allows at most " + max + " characters, fewer than its minLength " + min);
+        }
+        Regex re = pattern != null ? pattern : format != null ? format.re() : null;
+        if (re == null && min == 0 && max < 0) return add(new Schema.Str());
+        if (min >= GState.FAR - 2)
+            throw new UnsupportedSchemaException("minLength", path, "minLength " + min + " at '" + path + "' makes the"
+                    + " shortest value of the schema longer than " + String.format("%,d", GState.FAR) + " bytes, more than any output can hold");
+        java.util.BitSet[] counts = null;
+        int cap = 0;
+        if (re != null && (min > 0 || max >= 0)) {
+            cap = max >= 0 ? max : min + re.size();
+            if ((long) re.size() * (cap + 1L) > MAX_COUNT_BITS)
+                throw new UnsupportedSchemaException(max >= 0 ? "maxLength" : "minLength", path, (max >= 0 ? "maxLength " + max
+                        : "minLength " + min) + " at '" + path + "' is too large beside its " + held + ": the " + held
+                        + "'s " + re.size() + " NFA positions times the lengths to tell apart pass " + String.format("%,d", MAX_COUNT_BITS)
+                        + "; lower it or hold the string to the " + held + " alone");
+            counts = re.charCounts(cap);
+            if (!((Regex.At) re.start()).endsWithin(counts, min, max >= 0 ? max : cap))
+                throw UnsupportedSchemaException.invalid(max >= 0 ? "maxLength" : "minLength", path, "no value satisfies the schema at '"
+                        + path + "': no string " + (max < 0 ? "of at least " + min : min == max ? "of " + min
+                        : "of " + min + " to " + max) + " characters matches its " + held);
+        }
+        int lo = min, hi = max, c = cap;
+        java.util.BitSet[] rows = counts;
+        Regex r = re != null ? re : Schema.StrOf.ANY_TEXT;
+        return shared(Arrays.asList("string", r, lo, hi), () -> new Schema.StrOf(r, lo, hi, rows, c));
     }
 
     /**
@@ -402,6 +503,17 @@ public final class SchemaCompiler {
                 int cmp = Json.exact(v, path).compareTo(bound(b, bound, path));
                 if (bound.equals("minimum") ? cmp < 0 : cmp > 0) return false;
             }
+        }
+        if (v.isTextual()) {
+            String text = v.textValue();
+            int chars = text.codePointCount(0, text.length());
+            if (chars < count(s, "minLength", path, 0)) return false;
+            int max = count(s, "maxLength", path, -1);
+            if (max >= 0 && chars > max) return false;
+            Regex re = pattern(s, path);
+            if (re != null && !re.matches(text)) return false;
+            Formats.Format f = format(s, path);
+            if (f != null && (!f.re().matches(text) || f.maxLength() >= 0 && chars > f.maxLength())) return false;
         }
         if (v.isArray()) {
             int min = count(s, "minItems", path, 0), max = count(s, "maxItems", path, -1);
@@ -733,6 +845,8 @@ public final class SchemaCompiler {
             case Schema.Any a -> 1;
             case Schema.AnyObject o -> 2;
             case Schema.Str x -> 2;
+            // each character at least a byte, and the pattern's shortest ending in UTF-8 bytes (escapes only add)
+            case Schema.StrOf x -> (int) Math.min(GState.FAR, 2L + Math.max(x.minLength, x.re.start().dist()));
             case Schema.Num x -> 1;
             case Schema.Literals l -> l.set.minLen();
             case Schema.Arr a -> a.minItems == 0 ? 2

@@ -39,6 +39,7 @@ final class States {
             case Schema.Any a -> new AnyStart(k);
             case Schema.AnyObject o -> new FreeObj(0, k);
             case Schema.Str x -> new Str(k, Str.OPEN);
+            case Schema.StrOf x -> new StrOf(x, k);
             case Schema.Num n -> Num.start(k, n);
             case Schema.Literals l -> new Lit(l.set, 0, new Same(k));
             case Schema.Arr a -> new Arr(a, 0, Arr.OPEN, k);
@@ -504,6 +505,134 @@ final class States {
             else if (mode <= HEX1 + 4) own = mode - HEX1 + 1;
             else own = ((mode - 16) >> 3) + 1;
             return GState.add(own, kd);
+        }
+    }
+
+    /**
+     * A JSON string of a {@link Schema.StrOf}: the characters its text stands for (an escape read as its character) step
+     * the schema's pattern, re, and are counted, so the string ends only where the pattern matches and the count is in
+     * the length range, and no character is taken after which it could not. Modes: OPEN before the opening quote, BODY
+     * between characters (or inside a character written as raw UTF-8, whose bytes re, then a {@link Regex.Mid}, takes
+     * in turn), ESC after a backslash, HEX1 + n with n hex digits of a backslash-u escape to come (hex: those so far).
+     * count is the characters so far, the one inside re included; without a maxLength it stops at minLength (more
+     * changes nothing), so a long string keeps one state. Held to a pattern, a backslash-u escape of a surrogate is
+     * refused (a pair would be one character written in two escapes, which the pattern cannot step one at a time):
+     * such a character is written as UTF-8. Held to a length alone, any escape is taken, as a plain string takes it,
+     * and a low surrogate's escape right after a high one's (high: the escape before was one) counts with it as one
+     * character.
+     */
+    record StrOf(Schema.StrOf s, GState re, int count, int mode, int hex, boolean high, GState k, int kd) implements Framed {
+        static final int OPEN = -1, BODY = 0, ESC = 1, HEX1 = 1;
+
+        StrOf(Schema.StrOf s, GState k) {
+            this(s, s.re.start(), 0, OPEN, 0, false, k, k.dist());
+        }
+
+        @Override public GState withK(GState k) { return new StrOf(s, re, count, mode, hex, high, k, k.dist()); }
+
+        /**
+         * The plain string state whose tokens this one takes, where that is so (else this state): a length alone is
+         * held, minLength is reached, and no token (at most longest bytes, so at most that many characters) can pass
+         * maxLength. A token then leads both to states of the same distance, so the plain string's mask, which most
+         * tokens keep without a walk over the trie, is this one's.
+         */
+        GState plainAlike(int longest) {
+            if (s.re != Schema.StrOf.ANY_TEXT || mode != BODY || !(re instanceof Regex.At) || count < s.minLength
+                    || s.maxLength >= 0 && s.maxLength - count < longest) return this;
+            return new Str(k, Str.BODY, kd);
+        }
+
+        /**
+         * How many more characters the string may take, where plain string text (no quote, backslash or control
+         * character) keeps this state but for its count and distance alike: a length alone is held and minLength is
+         * reached; else −1. A token of such text and at most that many characters then leads to a state of the same
+         * distance, so the mask takes those tokens without walking them ({@link TokenTrie#stringPureWithin}).
+         */
+        int room() {
+            if (s.re != Schema.StrOf.ANY_TEXT || mode != BODY || !(re instanceof Regex.At) || count < s.minLength) return -1;
+            return s.maxLength < 0 ? Integer.MAX_VALUE : s.maxLength - count;
+        }
+
+        /** The state in mode m after a character (or a byte of one) led re to t, c characters in all; null where it cannot end. */
+        private GState then(GState t, int c, int m, int h) {
+            if (t == null || !fits(t, c)) return null;
+            return new StrOf(s, t, s.maxLength < 0 ? Math.min(c, s.minLength) : c, m, h, false, k, kd);
+        }
+
+        /** Whether the pattern's state t, c characters in, can still end at a length in range. */
+        private boolean fits(GState t, int c) {
+            if (s.counts == null) return true;
+            if (t instanceof Regex.Mid m) return m.from().anyChar(m.lo(), m.hi(), a -> within(a, c));
+            return within((Regex.At) t, c);
+        }
+
+        private boolean within(Regex.At a, int c) {
+            return a.endsWithin(s.counts, Math.max(0, s.minLength - c), s.maxLength >= 0 ? s.maxLength - c : s.cap);
+        }
+
+        /**
+         * The state in mode m inside an escape whose character is in [lo, hi], which some such character must lead to
+         * (else null); held to a length alone, any does.
+         */
+        private GState escaped(int lo, int hi, int m, int h) {
+            // at maxLength only the low half of a pair begun just before may come, which adds no character
+            if (count == s.maxLength) return high && hi >= 0xDC00 && lo <= 0xDFFF ? new StrOf(s, re, count, m, h, true, k, kd) : null;
+            if (s.re == Schema.StrOf.ANY_TEXT || ((Regex.At) re).anyChar(lo, hi, a -> fits(a, count + 1)))
+                return new StrOf(s, re, count, m, h, high, k, kd);
+            return null;
+        }
+
+        @Override
+        public GState next(int b) {
+            if (mode == OPEN) return b == '"' ? new StrOf(s, re, count, BODY, 0, false, k, kd) : null;
+            if (mode == BODY) {
+                if (re instanceof Regex.Mid m) return then(m.next(b), count, BODY, 0);
+                if (b == '"') return re.accepting() && count >= s.minLength ? k : null;
+                if (b == '\\') return escaped(0, 0xFFFF, ESC, 0);
+                if (count == s.maxLength || b < 0x20) return null;
+                return then(re.next(b), count + 1, BODY, 0);
+            }
+            Regex.At at = (Regex.At) re;
+            if (mode == ESC) {
+                int cp = switch (b) {
+                    case '"', '\\', '/' -> b;
+                    case 'b' -> '\b';
+                    case 'f' -> '\f';
+                    case 'n' -> '\n';
+                    case 'r' -> '\r';
+                    case 't' -> '\t';
+                    default -> -1;
+                };
+                if (b == 'u') return escaped(0, 0xFFFF, HEX1 + 4, 0);
+                return cp < 0 || count == s.maxLength ? null : then(at.step(cp), count + 1, BODY, 0);
+            }
+            int d = Character.digit(b, 16);
+            if (d < 0 || b >= 0x80) return null;
+            int v = hex << 4 | d, left = mode - HEX1 - 1;
+            if (left > 0) return escaped(v << 4 * left, v << 4 * left | (1 << 4 * left) - 1, HEX1 + left, v);
+            if (v < 0xD800 || v > 0xDFFF) return count == s.maxLength ? null : then(at.step(v), count + 1, BODY, 0);
+            if (s.re != Schema.StrOf.ANY_TEXT) return null;
+            // a low surrogate right after a high one is the rest of its character
+            boolean pair = high && v >= 0xDC00;
+            if (!pair && count == s.maxLength) return null;
+            GState t = then(re, pair ? count : count + 1, BODY, 0);
+            return t == null || pair || v >= 0xDC00 ? t : new StrOf(s, re, ((StrOf) t).count, BODY, 0, true, k, kd);
+        }
+
+        @Override public boolean accepting() { return false; }
+
+        /**
+         * A lower bound: the bytes of the pattern's shortest ending and of the characters minLength still asks for, one
+         * each, whichever is more (an escape or a longer character takes more), then the closing quote.
+         */
+        @Override
+        public int dist() {
+            int chars = Math.max(0, s.minLength - count), own;
+            if (mode == OPEN) own = 1 + Math.max(re.dist(), chars);
+            else if (mode == BODY) own = Math.max(re.dist(), chars);
+            else if (mode == ESC) own = Math.max(1, Math.max(re.dist(), chars));
+            else own = (mode - HEX1) + Math.max(0, Math.max(re.dist() - 4, chars - 1));
+            return GState.add(GState.add(own, 1), kd);
         }
     }
 

@@ -105,6 +105,9 @@ public final class TokenConstraint implements Constraint {
     }
 
     private long[] mask(GState s, int remaining) {
+        // a string held to a length alone takes, far from its bounds, what a plain string takes there (whose mask is
+        // then shared with plain strings at the same place)
+        if (s instanceof States.StrOf st) s = st.plainAlike(trie.longest);
         Key k = new Key(trie, ignoreEos, s);
         // looked up, then computed outside the cache's locks (a mask can take milliseconds; two threads that miss the
         // same state at once both compute it, with the same result)
@@ -126,6 +129,7 @@ public final class TokenConstraint implements Constraint {
      */
     private long[] pure(GState s) {
         if (s instanceof States.Str st && st.mode() == States.Str.BODY) return trie.stringPure;
+        if (s instanceof States.StrOf st && st.room() >= 0) return trie.stringPureWithin(st.room());
         if (s instanceof Ebnf.Frame f && f.keepsStringText()) return trie.stringPure;
         if (s instanceof States.Until u && u.matched() == 0 && u.utf8() == 0) return trie.textPure;
         if (s instanceof States.Reasoning r && r.think() == 0 && r.open() == 0 && r.utf8() == 0) return trie.textPure;
@@ -133,7 +137,7 @@ public final class TokenConstraint implements Constraint {
     }
 
     private TokenTrie rest(GState s) {
-        return s instanceof States.Str || s instanceof Ebnf.Frame ? trie.stringRest : trie.textRest;
+        return s instanceof States.Str || s instanceof States.StrOf || s instanceof Ebnf.Frame ? trie.stringRest : trie.textRest;
     }
 
     private Entry full(GState s) {

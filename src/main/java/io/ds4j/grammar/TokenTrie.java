@@ -31,6 +31,8 @@ public final class TokenTrie {
      * of the trie with the other control tokens, offered by the constraint only inside reasoning.
      */
     final int thinkEnd;
+    /** The most bytes of any token in the trie. */
+    final int longest;
 
     /**
      * Precomputed shortcuts for free text, the states that would otherwise walk the whole trie: tokens that leave a
@@ -110,6 +112,9 @@ public final class TokenTrie {
         this.textPure = textPure;
         this.textRest = textRest;
         Integer[] order = ids.toArray(new Integer[0]);
+        int most = 0;
+        for (int id : order) most = Math.max(most, bytes[id].length);
+        this.longest = most;
         Arrays.sort(order, (a, c) -> Arrays.compareUnsigned(bytes[a], bytes[c]));
         // build breadth-first so each node's children are contiguous
         IntList fc = new IntList(), cc = new IntList(), ts = new IntList(), tk = new IntList();
@@ -139,6 +144,31 @@ public final class TokenTrie {
         label = lb.toArray();
         tokStart = ts.toArray();
         tokens = tk.toArray();
+    }
+
+    /** {@link #stringPureWithin} by room, built on first use (a race only builds one twice). */
+    private volatile long[][] pureWithin;
+
+    /**
+     * The {@link #stringPure} tokens of at most room characters (code points): what a string body that may take only
+     * so many more characters keeps without a walk over the trie.
+     */
+    long[] stringPureWithin(int room) {
+        if (room >= longest) return stringPure;
+        long[][] kept = pureWithin;
+        if (kept == null) pureWithin = kept = new long[longest][];
+        long[] r = kept[room];
+        if (r == null) {
+            r = new long[stringPure.length];
+            for (int i = 0; i < vocab; i++) {
+                if ((stringPure[i >> 6] & 1L << i) == 0) continue;
+                int chars = 0;
+                for (byte x : bytes[i]) if ((x & 0xC0) != 0x80) chars++;
+                if (chars <= room) r[i >> 6] |= 1L << i;
+            }
+            kept[room] = r;
+        }
+        return r;
     }
 
     /** Number of token ids (the tokenizer's vocabulary size). */

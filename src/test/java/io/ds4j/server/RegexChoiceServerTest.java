@@ -205,10 +205,10 @@ class RegexChoiceServerTest {
         refused(CHAT, body("\"guided_json\":" + schema + ",\"guided_regex\":\"a\""), "guided_json", "guided_json: cannot be combined with guided_regex");
         out = content(server.post(CHAT, body("\"structured_outputs\":{\"json_object\":true},\"max_tokens\":40,\"temperature\":1")));
         assertTrue(Json.MAPPER.readTree(out).isObject(), out);
-        TestServer.Resp r = server.post(CHAT, body("\"structured_outputs\":{\"json\":{\"type\":\"string\",\"pattern\":\"a\"}},\"max_tokens\":40"));
+        TestServer.Resp r = server.post(CHAT, body("\"structured_outputs\":{\"json\":{\"type\":\"string\",\"contentEncoding\":\"base64\"}},\"max_tokens\":40"));
         assertEquals(400, r.status(), r.body());
         assertEquals("structured_outputs.json", r.json().at("/error/param").asText(), r.body());
-        assertTrue(r.json().at("/error/message").asText().contains("'pattern'"), r.body());
+        assertTrue(r.json().at("/error/message").asText().contains("'contentEncoding'"), r.body());
     }
 
     static final String ARITHMETIC = "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*  # sums\nterm ::= [0-9]{1,3} | \"(\" expr \")\"";

@@ -62,6 +62,47 @@ class StructuredOutputTest {
         }
     }
 
+    /**
+     * The string keywords Pydantic and zod write (minLength, maxLength, pattern, format) are held in response_format, in
+     * a forced call's parameters and in the Responses API's text.format alike (each was a 400 naming the keyword).
+     */
+    @Test
+    void stringKeywordsAreHeldEverywhere() throws Exception {
+        JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{"
+                + "\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":12},"
+                + "\"sku\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-\\\\d{4}$\"},"
+                + "\"when\":{\"type\":\"string\",\"format\":\"date\"},\"id\":{\"type\":\"string\",\"format\":\"uuid\"}},"
+                + "\"required\":[\"name\",\"sku\",\"when\",\"id\"],\"additionalProperties\":false}");
+        java.util.function.Consumer<String> check = text -> {
+            try {
+                JsonNode v = Json.MAPPER.readTree(text);
+                assertTrue(valid(schema, v), text);
+                int name = v.get("name").textValue().codePointCount(0, v.get("name").textValue().length());
+                assertTrue(name >= 1 && name <= 12, text);
+                assertTrue(v.get("sku").textValue().matches("[A-Z]{3}-\\d{4}"), text);
+                java.time.LocalDate.parse(v.get("when").textValue());
+                java.util.UUID.fromString(v.get("id").textValue());
+            } catch (java.io.IOException e) {
+                throw new AssertionError(text, e);
+            }
+        };
+        for (int seed = 0; seed < 3; seed++) {
+            var rf = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, true)
+                    + ",\"max_tokens\":300,\"temperature\":1,\"seed\":" + seed));
+            assertEquals(200, rf.status(), rf.body());
+            assertEquals("stop", rf.json().at("/choices/0/finish_reason").asText(), rf.body());
+            check.accept(rf.json().at("/choices/0/message/content").asText());
+            var call = server.post("/v1/chat/completions", body("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                    + "\"parameters\":" + schema + "}}],\"tool_choice\":\"required\",\"max_tokens\":400,\"temperature\":1,\"seed\":" + seed));
+            assertEquals(200, call.status(), call.body());
+            check.accept(call.json().at("/choices/0/message/tool_calls/0/function/arguments").asText());
+            var responses = server.post("/v1/responses", "{\"input\":\"Give me the data.\",\"max_output_tokens\":300,\"temperature\":1,"
+                    + "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"out\",\"strict\":true,\"schema\":" + schema + "}}}");
+            assertEquals(200, responses.status(), responses.body());
+            check.accept(responses.json().at("/output/0/content/0/text").asText());
+        }
+    }
+
     @Test
     void jsonObjectAndStreaming() throws Exception {
         var resp = server.post("/v1/chat/completions", body("\"response_format\":{\"type\":\"json_object\"},\"max_tokens\":60,\"stream\":true,\"seed\":1,\"temperature\":1"));
@@ -284,7 +325,7 @@ class StructuredOutputTest {
 
     @Test
     void unsupportedKeywordIs400() throws Exception {
-        JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"d\"]}");
+        JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"uri\"}},\"required\":[\"d\"]}");
         var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, true)));
         assertEquals(400, resp.status(), resp.body());
         assertTrue(resp.json().get("error").get("message").asText().contains("format"), resp.body());
@@ -297,14 +338,14 @@ class StructuredOutputTest {
         assertTrue(bad.json().get("error").get("message").asText().contains("oneOf"), bad.body());
         // the keyword and its location are said once, the location in the form every other error's param has
         var format = server.post("/v1/chat/completions", body("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
-                + "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"date\"}}}}}],\"tool_choice\":\"required\""));
+                + "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"contentEncoding\":\"base64\"}}}}}],\"tool_choice\":\"required\""));
         assertEquals(400, format.status(), format.body());
         assertEquals("unsupported_schema_keyword", format.json().at("/error/code").asText(), format.body());
         assertEquals("tools[0].function.parameters.properties.x", format.json().at("/error/param").asText(), format.body());
-        assertEquals("tools[0].function.parameters.properties.x: JSON Schema keyword 'format' is not supported by constrained decoding",
+        assertEquals("tools[0].function.parameters.properties.x: JSON Schema keyword 'contentEncoding' is not supported by constrained decoding",
                 format.json().at("/error/message").asText(), format.body());
         var nested = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(
-                "{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"pattern\":\"a\"}]}"), true)));
+                "{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"contentEncoding\":\"base64\"}]}"), true)));
         assertEquals("response_format.json_schema.schema.anyOf[1]", nested.json().at("/error/param").asText(), nested.body());
         // a minItems whose shortest output is too long to count says so (it read "a required recursion without a base case")
         var huge = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(
@@ -335,7 +376,7 @@ class StructuredOutputTest {
         String ok = "{\"type\":\"function\",\"function\":{\"name\":\"ok\",\"strict\":true,\"parameters\":{\"type\":\"object\","
                 + "\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"],\"additionalProperties\":false}}}";
         String pattern = "{\"type\":\"function\",\"function\":{\"name\":\"p\",\"strict\":%s,\"parameters\":{\"type\":\"object\","
-                + "\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"a+\"}}}}}";
+                + "\"properties\":{\"x\":{\"type\":\"string\",\"contentEncoding\":\"base64\"}}}}}";
         var bad = server.post("/v1/chat/completions", body("\"tools\":[" + ok + "," + pattern.formatted("true") + "],\"max_tokens\":4"));
         assertEquals(400, bad.status(), bad.body());
         assertEquals("unsupported_schema_keyword", bad.json().at("/error/code").asText(), bad.body());
