@@ -5,7 +5,8 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * The string {@code format}s a schema may hold a string to, each as a pattern of the {@link Regex} subset (and, where
+ * The patterns of the {@link Regex} subset values are held to beside JSON's own grammar: integers between bounds
+ * ({@link #integers}), and the string {@code format}s a schema may hold a string to, each as a pattern (and, where
  * the format limits it, a longest length). Each pattern admits only values the format's definition accepts, sometimes
  * fewer, so an output is valid whatever validator reads it: the letters {@code T} and {@code Z} upper case only,
  * seconds to 59 (no leap second), at most 9 fraction digits, offsets within ±18:00, at most 9 digits per duration part, an e-mail address of
@@ -100,6 +101,47 @@ final class Formats {
                 return x;
             }
         };
+    }
+
+    /**
+     * A pattern of the integers from lo to hi as JSON writes them: no leading zero, no "-0", no fraction or exponent.
+     * Each side of zero is split by digit count, and a run of one count by the first digit where its ends differ, so
+     * the pattern grows with the digits, not with the range.
+     */
+    static String integers(long lo, long hi) {
+        List<String> forms = new ArrayList<>();
+        if (lo < 0) forms.add("-(?:" + positive(Math.max(1, -Math.min(hi, -1)), -lo) + ")");
+        if (lo <= 0 && hi >= 0) forms.add("0");
+        if (hi > 0) forms.add(positive(Math.max(1, lo), hi));
+        return String.join("|", forms);
+    }
+
+    /** The integers from a to b, 1 ≤ a ≤ b, one run per digit count. */
+    private static String positive(long a, long b) {
+        List<String> runs = new ArrayList<>();
+        String x = Long.toString(a), y = Long.toString(b);
+        for (int len = x.length(); len <= y.length(); len++)
+            runs.add(run(len == x.length() ? x : "1" + "0".repeat(len - 1), len == y.length() ? y : "9".repeat(len)));
+        return String.join("|", runs);
+    }
+
+    /** The digit strings from x to y, of one length, x ≤ y. */
+    private static String run(String x, String y) {
+        int i = 0;
+        while (i < x.length() && x.charAt(i) == y.charAt(i)) i++;
+        if (i == x.length()) return x;
+        String prefix = x.substring(0, i), xs = x.substring(i + 1), ys = y.substring(i + 1);
+        char dx = x.charAt(i), dy = y.charAt(i);
+        int rest = xs.length();
+        String any = rest == 0 ? "" : "[0-9]{" + rest + "}";
+        // from x's digit up with anything after it where x's rest is all zeros, and down to y's with y's rest all nines
+        boolean low = xs.chars().allMatch(c -> c == '0'), high = ys.chars().allMatch(c -> c == '9');
+        char from = low ? dx : (char) (dx + 1), to = high ? dy : (char) (dy - 1);
+        List<String> parts = new ArrayList<>();
+        if (!low) parts.add(dx + run(xs, "9".repeat(rest)));
+        if (from <= to) parts.add((from == to ? String.valueOf(from) : "[" + from + "-" + to + "]") + any);
+        if (!high) parts.add(dy + run("0".repeat(rest), ys));
+        return prefix + (parts.size() == 1 ? parts.getFirst() : "(?:" + String.join("|", parts) + ")");
     }
 
     /** The format of a name, or null where it is not supported. */

@@ -53,6 +53,15 @@ public abstract sealed class Schema {
         static final Regex ANY_TEXT = Regex.compile("[\\s\\S]*");
     }
 
+    /** A JSON value written as text a pattern matches whole (an integer between bounds, {@link Formats#integers}). */
+    public static final class Text extends Schema {
+        final Regex re;
+
+        Text(Regex re) {
+            this.re = re;
+        }
+    }
+
     /** A number, or an integer (no fraction, no exponent). */
     public static final class Num extends Schema {
         final boolean integer;

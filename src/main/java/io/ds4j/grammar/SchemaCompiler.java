@@ -20,7 +20,8 @@ import java.util.Set;
  * properties are ever produced), {@code items}, {@code minItems}, {@code maxItems}, {@code enum}, {@code const},
  * {@code anyOf}, {@code $ref} to {@code #}, {@code #/$defs/...} or {@code #/definitions/...}, a string's
  * {@code minLength}, {@code maxLength}, {@code pattern} (matched by the whole string) and {@code format} (those of
- * {@link Formats}), {@code minimum}/{@code maximum} of the few values the number grammar can hold, and annotations
+ * {@link Formats}), an integer's {@code minimum}, {@code maximum}, {@code exclusiveMinimum} and
+ * {@code exclusiveMaximum}, a number's {@code minimum}/{@code maximum} of the few values its grammar can hold, and annotations
  * ({@code title}, {@code description}, {@code default}, {@code examples}, {@code $schema}, {@code $id},
  * {@code $comment}, {@code deprecated}, {@code readOnly}, {@code writeOnly}). Any other keyword is refused with
  * {@link UnsupportedSchemaException} naming it, so nothing the client asked for is silently not enforced; every
@@ -36,8 +37,10 @@ public final class SchemaCompiler {
     /** The keywords that hold named schemas for {@code $ref} to use. */
     private static final List<String> DEFINITIONS = List.of("$defs", "definitions");
     private static final Set<String> STRUCTURE = Set.of("type", "properties", "required", "additionalProperties",
-            "items", "minItems", "maxItems", "enum", "const", "anyOf", "$ref", "minimum", "maximum", "minLength",
-            "maxLength", "pattern", "format");
+            "items", "minItems", "maxItems", "enum", "const", "anyOf", "$ref", "minimum", "maximum", "exclusiveMinimum",
+            "exclusiveMaximum", "minLength", "maxLength", "pattern", "format");
+    /** The bounds of numbers, in the order {@link #integerRange} reads them. */
+    private static final List<String> BOUNDS = List.of("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum");
     /** The keywords that hold strings only. */
     private static final List<String> STRING_KEYWORDS = List.of("minLength", "maxLength", "pattern", "format");
     /**
@@ -149,7 +152,7 @@ public final class SchemaCompiler {
         if (t == null || t.isNull()) {
             // a bound applies to numbers only, and a node without a type admits any value: the bound was dropped, and
             // {"minimum": 0} produced -99999999999999999999999
-            for (String bound : new String[]{"minimum", "maximum"})
+            for (String bound : BOUNDS)
                 if (n.has(bound))
                     throw new UnsupportedSchemaException(bound, path, bound + " at '" + path + "' without type number or"
                             + " integer is not supported: add \"type\": \"number\" or \"integer\" next to it");
@@ -180,6 +183,14 @@ public final class SchemaCompiler {
         return switch (type) {
             case "string" -> string(n, path);
             case "number", "integer" -> {
+                if (type.equals("integer") && ranged(n)) yield integerRange(n, path);
+                for (String k : List.of("exclusiveMinimum", "exclusiveMaximum")) {
+                    if (n.has(k) && n.get(k).isNull())
+                        throw UnsupportedSchemaException.invalid(k, path, k + " at '" + path + "' is null: it must be a number");
+                    if (n.has(k))
+                        throw new UnsupportedSchemaException(k, path, k + " at '" + path + "' is supported on type integer"
+                                + " only, not on type number");
+                }
                 boolean nonNegative = false;
                 int maxIntDigits = -1;
                 String posCap = null, negCap = null;
@@ -244,6 +255,74 @@ public final class SchemaCompiler {
             case "object" -> object(n, path);
             default -> throw UnsupportedSchemaException.invalid("type", path, "type '" + type + "' at '" + path + "' is not a JSON Schema type");
         };
+    }
+
+    /**
+     * Whether an integer node's bounds ask for more than {@link Schema.Num} holds (0, or ±999,999,999,999,999 and
+     * beyond): an exclusive bound, or another minimum or maximum. Null and non-number bounds are left to the number
+     * node, which names them.
+     */
+    private static boolean ranged(JsonNode n) {
+        if (n.has("exclusiveMinimum") || n.has("exclusiveMaximum")) return true;
+        JsonNode min = n.get("minimum"), max = n.get("maximum");
+        if (min != null && min.isNumber()) {
+            java.math.BigDecimal lo = Json.exact(min, "");
+            if (lo != null && lo.signum() != 0 && lo.compareTo(java.math.BigDecimal.valueOf(-BOUND)) > 0) return true;
+        }
+        if (max != null && max.isNumber()) {
+            java.math.BigDecimal hi = Json.exact(max, "");
+            return hi != null && hi.compareTo(java.math.BigDecimal.valueOf(BOUND)) < 0;
+        }
+        return false;
+    }
+
+    /**
+     * An integer node held to its bounds as a pattern of the decimal integers between them ({@link Formats#integers}),
+     * within ±999,999,999,999,999 as every integer is here: a minimum is rounded up, a maximum down, and an exclusive
+     * bound moves to the next integer inside it. Refuses a bound that is no number, and bounds no such integer lies
+     * within.
+     */
+    private Schema integerRange(JsonNode n, String path) {
+        long lo = -(long) BOUND, hi = (long) BOUND;
+        String loBy = null, hiBy = null;
+        for (String k : BOUNDS) {
+            JsonNode b = n.get(k);
+            if (b == null) continue;
+            if (!b.isNumber())
+                throw UnsupportedSchemaException.invalid(k, path, k + " at '" + path + "' is " + (b.isNull() ? "null" : b.toString())
+                        + ": it must be a number");
+            java.math.BigDecimal v = bound(b, k, path);
+            boolean lower = k.endsWith("inimum");
+            // the integer nearest the bound on its inside, kept within one past the 15 digits integers have here
+            java.math.BigDecimal edge = switch (k) {
+                case "minimum" -> v.setScale(0, java.math.RoundingMode.CEILING);
+                case "exclusiveMinimum" -> v.setScale(0, java.math.RoundingMode.FLOOR).add(java.math.BigDecimal.ONE);
+                case "maximum" -> v.setScale(0, java.math.RoundingMode.FLOOR);
+                default -> v.setScale(0, java.math.RoundingMode.CEILING).subtract(java.math.BigDecimal.ONE);
+            };
+            long e = edge.max(java.math.BigDecimal.valueOf(-BOUND - 1)).min(java.math.BigDecimal.valueOf(BOUND + 1)).longValueExact();
+            if (lower && e > lo) {
+                lo = e;
+                loBy = k;
+            }
+            if (!lower && e < hi) {
+                hi = e;
+                hiBy = k;
+            }
+        }
+        if (lo > hi) {
+            // named: a bound past the 15 digits alone, else the two that leave nothing between them
+            if (lo > BOUND || hi < -BOUND) {
+                String k = lo > BOUND ? loBy : hiBy;
+                throw UnsupportedSchemaException.invalid(k, path, k + " " + clipped(shown(n.get(k), path)) + " at '" + path
+                        + "' leaves no integer of at most " + BOUNDED_DIGITS + " digits (integers here stay within ±"
+                        + (long) BOUND + ", which JavaScript clients read exactly)");
+            }
+            throw UnsupportedSchemaException.invalid(hiBy, path, "no value satisfies the schema at '" + path + "': no integer is"
+                    + " at or above " + lo + " and at or below " + hi + " (its " + loBy + " and " + hiBy + ")");
+        }
+        long a = lo, b = hi;
+        return shared(Arrays.asList("integers", a, b), () -> new Schema.Text(Regex.compile(Formats.integers(a, b))));
     }
 
     /**
@@ -496,12 +575,18 @@ public final class SchemaCompiler {
                         + " cannot read exactly; write an integer within ±9007199254740991");
         }
         if (v.isNumber()) {
-            for (String bound : new String[]{"minimum", "maximum"}) {
+            for (String bound : BOUNDS) {
                 JsonNode b = s.get(bound);
                 if (b == null || b.isNull()) continue;
                 if (!b.isNumber()) throw UnsupportedSchemaException.invalid(bound, path, bound + " at '" + path + "' must be a number");
                 int cmp = Json.exact(v, path).compareTo(bound(b, bound, path));
-                if (bound.equals("minimum") ? cmp < 0 : cmp > 0) return false;
+                boolean out = switch (bound) {
+                    case "minimum" -> cmp < 0;
+                    case "exclusiveMinimum" -> cmp <= 0;
+                    case "maximum" -> cmp > 0;
+                    default -> cmp >= 0;
+                };
+                if (out) return false;
             }
         }
         if (v.isTextual()) {
@@ -847,6 +932,7 @@ public final class SchemaCompiler {
             case Schema.Str x -> 2;
             // each character at least a byte, and the pattern's shortest ending in UTF-8 bytes (escapes only add)
             case Schema.StrOf x -> (int) Math.min(GState.FAR, 2L + Math.max(x.minLength, x.re.start().dist()));
+            case Schema.Text x -> x.re.start().dist();
             case Schema.Num x -> 1;
             case Schema.Literals l -> l.set.minLen();
             case Schema.Arr a -> a.minItems == 0 ? 2

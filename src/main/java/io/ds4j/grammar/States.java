@@ -40,6 +40,7 @@ final class States {
             case Schema.AnyObject o -> new FreeObj(0, k);
             case Schema.Str x -> new Str(k, Str.OPEN);
             case Schema.StrOf x -> new StrOf(x, k);
+            case Schema.Text x -> new Text(x.re.start(), k, k.dist());
             case Schema.Num n -> Num.start(k, n);
             case Schema.Literals l -> new Lit(l.set, 0, new Same(k));
             case Schema.Arr a -> new Arr(a, 0, Arr.OPEN, k);
@@ -634,6 +635,24 @@ final class States {
             else own = (mode - HEX1) + Math.max(0, Math.max(re.dist() - 4, chars - 1));
             return GState.add(GState.add(own, 1), kd);
         }
+    }
+
+    /**
+     * A value of a {@link Schema.Text}: its pattern's state re, then k once re matches; a byte may go on in re or, where
+     * re matches, begin k (a number's digits never begin what follows it, so at most one does).
+     */
+    record Text(GState re, GState k, int kd) implements Framed {
+        @Override public GState withK(GState k) { return new Text(re, k, k.dist()); }
+
+        @Override
+        public GState next(int b) {
+            GState t = re.next(b), on = t == null ? null : new Text(t, k, kd);
+            GState end = re.accepting() ? k.next(b) : null;
+            return end == null ? on : on == null ? end : Union.of(on, end);
+        }
+
+        @Override public boolean accepting() { return re.accepting() && k.accepting(); }
+        @Override public int dist() { return GState.add(re.dist(), kd); }
     }
 
     /**

@@ -113,8 +113,11 @@ class GrammarBoundsTest {
                 () -> Grammar.jsonSchema(M.readTree("{\"type\":\"number\",\"minimum\":1e15}")));
         assertTrue(e.getMessage().startsWith("minimum 1") && e.getMessage().contains("a minimum at or below -999999999999999"),
                 e.getMessage());
-        e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree("{\"type\":\"integer\",\"maximum\":-1e15}")));
+        e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree("{\"type\":\"number\",\"maximum\":-1e15}")));
         assertTrue(e.getMessage().contains("a maximum at or above 999999999999999"), e.getMessage());
+        // an integer's bounds are held whatever they are: past the 15 digits integers have, none is left
+        e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree("{\"type\":\"integer\",\"maximum\":-1e15}")));
+        assertTrue(e.invalid() && e.getMessage().contains("leaves no integer of at most 15 digits"), e.getMessage());
         // minimum == maximum: const is named as the way to ask for that one value
         for (String v : new String[]{"999999999999999", "5"}) {
             UnsupportedSchemaException one = assertThrows(UnsupportedSchemaException.class,
@@ -125,9 +128,13 @@ class GrammarBoundsTest {
         // ... also where the maximum is the bound refused (a supported minimum: 0, or at or below -999999999999999)
         for (String v : new String[]{"0", "-999999999999999"}) {
             UnsupportedSchemaException one = assertThrows(UnsupportedSchemaException.class,
-                    () -> Grammar.jsonSchema(read("{\"type\":\"integer\",\"minimum\":" + v + ",\"maximum\":" + v + "}")));
+                    () -> Grammar.jsonSchema(read("{\"type\":\"number\",\"minimum\":" + v + ",\"maximum\":" + v + "}")));
             assertEquals("maximum " + v + " at '' is not supported (only a maximum at or above 999999999999999); for the"
                     + " one value minimum and maximum allow, write \"const\": " + v, one.getMessage());
+            // an integer's bounds are held whatever they are: the one value
+            Grammar g = Grammar.jsonSchema(read("{\"type\":\"integer\",\"minimum\":" + v + ",\"maximum\":" + v + "}"));
+            assertEquals(-1, GrammarPropertyTest.refusedAt(g, v), v);
+            assertTrue(GrammarPropertyTest.refusedAt(g, "1") >= 0, v);
         }
         // the supported forms still compile
         Grammar.jsonSchema(M.readTree("{\"type\":\"integer\",\"minimum\":-999999999999999,\"maximum\":999999999999999}"));

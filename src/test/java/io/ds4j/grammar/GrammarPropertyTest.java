@@ -176,7 +176,7 @@ class GrammarPropertyTest {
     @Test
     void unsupportedKeywordsAreNamed() throws Exception {
         for (String kw : List.of("contentEncoding", "format", "minProperties", "oneOf", "allOf", "not", "minimum", "patternProperties")) {
-            String type = kw.equals("minimum") ? "integer" : "string";
+            String type = kw.equals("minimum") ? "number" : "string";
             String s = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"" + type + "\",\"" + kw + "\":" + (kw.endsWith("Of") ? "[]" : kw.equals("not") || kw.equals("patternProperties") ? "{}" : kw.startsWith("min") ? "1" : "\"x\"") + "}}}";
             UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree(s)));
             assertEquals(kw, e.keyword(), e.getMessage());

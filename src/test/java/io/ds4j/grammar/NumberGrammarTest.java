@@ -213,4 +213,79 @@ class NumberGrammarTest {
         assertFalse(accepts(served(cases[4][0]), "-999999999999999.9999999"));
         assertTrue(accepts(served("{\"type\":\"number\",\"maximum\":1e15}"), "999999999999999.99999999"));
     }
+
+    /**
+     * An integer's minimum, maximum, exclusiveMinimum and exclusiveMaximum, whatever their values: every text the
+     * automaton admits (walked at random, and every integer of a window around the bounds tried) is an integer written
+     * as JSON writes it and within the bounds, and every integer within them is admitted.
+     */
+    @Test
+    void integerBoundsHoldAnyValue() throws Exception {
+        record Case(String schema, long lo, long hi) {}
+        long cap = 999_999_999_999_999L;
+        List<Case> cases = List.of(new Case("{\"type\":\"integer\",\"minimum\":1,\"maximum\":100}", 1, 100),
+                new Case("{\"type\":\"integer\",\"exclusiveMinimum\":0}", 1, cap),
+                new Case("{\"type\":\"integer\",\"minimum\":-50,\"exclusiveMaximum\":-3}", -50, -4),
+                new Case("{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":7.9}", 2, 7),
+                new Case("{\"type\":\"integer\",\"exclusiveMinimum\":-1.5,\"exclusiveMaximum\":1e1}", -1, 9),
+                new Case("{\"type\":\"integer\",\"minimum\":-7,\"maximum\":1234}", -7, 1234),
+                new Case("{\"type\":\"integer\",\"minimum\":95,\"maximum\":1005}", 95, 1005),
+                new Case("{\"type\":\"integer\",\"maximum\":-100}", -cap, -100),
+                new Case("{\"type\":\"integer\",\"minimum\":5,\"maximum\":5}", 5, 5),
+                new Case("{\"type\":\"integer\",\"minimum\":123456789,\"maximum\":9876543210123}", 123456789, 9876543210123L));
+        SplittableRandom r = new SplittableRandom(3);
+        for (Case c : cases) {
+            GState g = start(c.schema());
+            for (int i = 0; i < 300; i++) {
+                String t = walk(g, r);
+                assertTrue(t.matches("-?(0|[1-9][0-9]*)") && !t.equals("-0"), c.schema() + ": " + t);
+                long v = Long.parseLong(t);
+                assertTrue(v >= c.lo() && v <= c.hi(), c.schema() + ": " + t);
+            }
+            for (long edge : new long[]{c.lo(), c.hi()})
+                for (long v = edge - 120; v <= edge + 120; v++)
+                    assertEquals(v >= c.lo() && v <= c.hi(), accepts(g, Long.toString(v)), c.schema() + ": " + v);
+            assertFalse(accepts(g, "0" + c.lo()) || accepts(g, c.lo() + ".0") || accepts(g, c.lo() + "e0"), c.schema());
+        }
+        // literals are kept by the exclusive bounds too
+        GState e = start("{\"type\":\"integer\",\"enum\":[0,1,2],\"exclusiveMinimum\":0,\"exclusiveMaximum\":2}");
+        assertTrue(accepts(e, "1") && !accepts(e, "0") && !accepts(e, "2"));
+    }
+
+    /** Through the tokenizer with random logits, bounded integers inside an object validate (Pydantic's conint and PositiveInt). */
+    @Test
+    void boundedIntegersInAnObjectValidate() throws Exception {
+        com.fasterxml.jackson.databind.JsonNode schema = M.readTree("{\"type\":\"object\",\"properties\":{"
+                + "\"n\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":100},\"m\":{\"type\":\"integer\",\"exclusiveMinimum\":0},"
+                + "\"k\":{\"type\":[\"integer\",\"null\"],\"minimum\":-5,\"exclusiveMaximum\":5}},\"required\":[\"n\",\"m\",\"k\"],"
+                + "\"additionalProperties\":false}");
+        Grammar g = Grammar.jsonSchema(schema);
+        for (long seed = 0; seed < 16; seed++) {
+            GrammarPropertyTest.Out o = GrammarPropertyTest.run(g, 60, seed, seed % 4 == 0 ? 0 : 1.0);
+            assertTrue(o.eos(), o.text());
+            assertTrue(GrammarPropertyTest.validator(schema).validate(M.readTree(o.text())).isEmpty(), o.text());
+        }
+    }
+
+    /** What integer bounds cannot give is named: bounds with no integer between them, a bound that is no number, an exclusive bound on a number. */
+    @Test
+    void integerBoundsRefusals() throws Exception {
+        String[][] cases = {
+                {"{\"type\":\"integer\",\"minimum\":5,\"exclusiveMaximum\":5}", "exclusiveMaximum", "true",
+                        "no value satisfies the schema at '': no integer is at or above 5 and at or below 4 (its minimum and exclusiveMaximum)"},
+                {"{\"type\":\"integer\",\"minimum\":1000000000000000}", "minimum", "true",
+                        "minimum 1000000000000000 at '' leaves no integer of at most 15 digits (integers here stay within \u00b1999999999999999, which JavaScript clients read exactly)"},
+                {"{\"type\":\"integer\",\"exclusiveMinimum\":null}", "exclusiveMinimum", "true", "exclusiveMinimum at '' is null: it must be a number"},
+                {"{\"type\":\"integer\",\"exclusiveMinimum\":true}", "exclusiveMinimum", "true", "exclusiveMinimum at '' is true: it must be a number"},
+                {"{\"type\":\"number\",\"exclusiveMinimum\":0}", "exclusiveMinimum", "false",
+                        "exclusiveMinimum at '' is supported on type integer only, not on type number"},
+                {"{\"exclusiveMaximum\":3}", "exclusiveMaximum", "false",
+                        "exclusiveMaximum at '' without type number or integer is not supported: add \"type\": \"number\" or \"integer\" next to it"}};
+        for (String[] c : cases) {
+            UnsupportedSchemaException x = assertThrows(UnsupportedSchemaException.class, () -> SchemaCompiler.compile(M.readTree(c[0])), c[0]);
+            assertEquals(c[1], x.keyword(), c[0] + ": " + x.getMessage());
+            assertEquals(Boolean.parseBoolean(c[2]), x.invalid(), c[0]);
+            assertEquals(c[3], x.getMessage(), c[0]);
+        }
+    }
 }

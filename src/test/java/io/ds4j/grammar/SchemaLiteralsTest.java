@@ -191,8 +191,11 @@ class SchemaLiteralsTest {
         UnsupportedSchemaException e = refused("{\"type\":\"integer\",\"minimum\":1e400}");
         assertEquals("minimum", e.keyword());
         assertTrue(e.getMessage().startsWith("minimum 1e400 at ''"), e.getMessage());
-        e = refused("{\"type\":\"integer\",\"minimum\":1e-400}");
+        e = refused("{\"type\":\"number\",\"minimum\":1e-400}");
         assertTrue(e.getMessage().startsWith("minimum 1e-400 at ''"), e.getMessage());
+        // an integer's minimum is held whatever it is: 1e-400 is above 0, so 1 is the least
+        Grammar positive = grammar("{\"type\":\"integer\",\"minimum\":1e-400}");
+        assertTrue(accepts(positive, "1") && !accepts(positive, "0"));
         assertTrue(accepts(grammar("{\"type\":\"integer\",\"minimum\":0.0}"), "0"), "0.0 is 0");
     }
 
