@@ -1217,7 +1217,10 @@ __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 
                         sm_put<FMT, NT, WG>(sk_xs, jj, nt, i, ln, make_uint4(h0, h1, l0, l1));
                     }
                 }
-                if (stage) __syncthreads();
+                if (stage) {
+                    if constexpr (WG) wg::fence_proxy_async();  // the staged words, to wgmma's reads
+                    __syncthreads();
+                }
                 // WG: every warp, rows or not (the warpgroup's MMAs take all four)
                 if (mine || WG) {
                     constexpr int U = SmU<FMT, MT>::U;

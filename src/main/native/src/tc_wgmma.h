@@ -43,6 +43,17 @@ __device__ __forceinline__ void fence() {
 #endif
 }
 
+/**
+ * Makes this thread's generic-proxy writes to shared memory visible to the async proxy, through which wgmma reads its B
+ * operand: each staging thread calls it after its stores and before the barrier that precedes the MMAs (without it a
+ * wgmma may read a slice's earlier contents).
+ */
+__device__ __forceinline__ void fence_proxy_async() {
+#if DS4J_WG_DEVICE
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 /** Closes the wgmma issued since the last commit into one group. */
 __device__ __forceinline__ void commit() {
 #if DS4J_WG_DEVICE
