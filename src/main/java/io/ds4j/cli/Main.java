@@ -125,7 +125,7 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
         if (lo != hi) {
             java.math.BigInteger v;
             try {
-                v = new java.math.BigInteger(bad.strip());
+                v = new java.math.BigInteger(bad);  // not stripped: " 5" is no integer here, not one too large
             } catch (NumberFormatException e) {
                 v = null;
             }

@@ -1017,11 +1017,15 @@ public final class EngineVerticle extends VerticleBase {
 
     /**
      * The most tokens of sequence state the engine holds at once, the KV-cache gauge's whole: a context's worth per slot
-     * (limits.maxActive, or the requests running where a reload lowered it below them), at most model.cacheTokens where
-     * that is set. The per-sequence state here is no shared pool of blocks; this is the pool those sequences make up.
+     * of limits.maxActive (or per running request where a reload lowered it below them), a running request's slot at
+     * the context it was admitted with (a reload that lowers limits.maxContextTokens leaves those requests theirs),
+     * at most model.cacheTokens where that is set. The per-sequence state here is no shared pool of blocks; this is the
+     * pool those sequences make up.
      */
     private long kvCapacity(ServerConfig cfg) {
-        long slots = (long) Math.max(cfg.maxActive(), running()) * state.maxContext();
+        long slots = (long) Math.max(cfg.maxActive() - running(), 0) * state.maxContext();
+        for (Job j : active) slots += j.req.maxContext;
+        for (Job j : held) slots += j.req.maxContext;  // admitted choices waiting for a sibling's prefill hold a slot too
         return cfg.cacheTokens() > 0 ? Math.min(slots, cfg.cacheTokens()) : slots;
     }
 

@@ -99,6 +99,8 @@ class CliErrorsTest {
                 {"option --port takes an integer of at most 2147483647, got '99999999999'", "serve", "--port", "99999999999"},
                 {"option -n takes an integer, got 'abc'", "generate", "-n", "abc"},
                 {"option -n takes an integer, got 'x'", "generate", "-nx"},
+                // spaces around digits: no integer, not one too large
+                {"option -n takes an integer, got ' 5'", "generate", "-n", " 5"},
                 {"option --temperature takes a number, got 'warm'", "generate", "--temperature", "warm"},
                 {"option --seed takes an integer of at least -9223372036854775808, got '-99999999999999999999'",
                         "bench-engine", "--seed", "-99999999999999999999"},

@@ -66,6 +66,32 @@ class KvCacheUsageTest {
         check(3L * server.state().maxContext());
     }
 
+    /**
+     * A reload that lowers limits.maxContextTokens below what a running request was admitted with leaves that request
+     * its slot's context in the whole (it read 1.0 while the request held a few hundred of its 32,768 tokens).
+     */
+    @Test
+    void aRunningRequestKeepsTheContextItWasAdmittedWith(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        ScriptedBackend b = new ScriptedBackend(TestServer::defaultScript);
+        b.delayMs = 5;
+        java.nio.file.Path f = dir.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 50}, \"limits\": {\"maxActive\": 2}, \"speculative\": {\"draft\": \"none\"}}";
+        java.nio.file.Files.writeString(f, text);
+        server = TestServer.start(TestServer.provider(b), Map.of(), f, text);
+        int admitted = server.state().maxContext(), prompt = promptTokens(SchedulingTest.LONG);
+        try (RawStream s = new RawStream(server.port, "/v1/chat/completions", SchedulingTest.LONG)) {
+            assertEquals(200, s.status);
+            for (int i = 0; i < 6; i++) s.nextData();
+            java.nio.file.Files.writeString(f, text.replace("\"maxActive\": 2", "\"maxActive\": 2, \"maxContextTokens\": 64"));
+            assertTrue(TestServer.eventually(5000, () -> server.state().maxContext() == 64), "reloaded: " + server.state().maxContext());
+            for (int i = 0; i < 4; i++) s.nextData();
+            double u = usage(), held = u * (admitted + 64);
+            assertEquals(Math.rint(held), held, 1e-6, "a whole number of tokens of one admitted context and one free slot of 64: " + u);
+            assertTrue(held >= prompt && held <= prompt + 3000,
+                    "the running request's slot keeps its admitted " + admitted + " tokens: " + u + " of them would be " + held);
+        }
+    }
+
     @Test
     void modelCacheTokensIsTheWholeWhereItIsSet() throws Exception {
         ScriptedBackend b = new ScriptedBackend(TestServer::defaultScript);
