@@ -289,6 +289,19 @@ class GrammarPropertyTest {
         assertEquals(-1, refusedAt(par, twice));
     }
 
+    /**
+     * Each case {schema, keyword, invalid ("true" / "false"), message or null} is refused by Grammar.jsonSchema naming
+     * that keyword, as an invalid schema or an unsupported one, with that message where one is given.
+     */
+    static void assertRefusals(String[][] cases) throws Exception {
+        for (String[] c : cases) {
+            UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class, () -> Grammar.jsonSchema(M.readTree(c[0])), c[0]);
+            assertEquals(c[1], e.keyword(), c[0] + ": " + e.getMessage());
+            assertEquals(Boolean.parseBoolean(c[2]), e.invalid(), c[0] + ": " + e.getMessage());
+            if (c[3] != null) assertEquals(c[3], e.getMessage(), c[0]);
+        }
+    }
+
     /** The index of the first token of the text's encoding the constraint refuses, or −1 when it takes them all. */
     static int refusedAt(Grammar g, String text) {
         TokenConstraint c = g.constraint(TOK);
