@@ -1533,8 +1533,8 @@ static bool expert_grid() {
  * (sm_compute_wg): a library built for sm_90a (DS4J_WGMMA), a device of compute capability 9, passes of 2 .. 8 n-tiles,
  * and bit `format` set in DS4J_SKINNY_WGMMA (0 .. 31, read once; the instances exist for BF16, FP8 and FP4, 28 all
  * three, 0 none; the same bits either way). By default FP8 only. On the H200 (`DS4J_SKINNY_WGMMA=0|28
- * tools/device/run.sh mm-bench --rows 16,32,64 --reps 50`, alternating, graph µs, equal result hashes; BENCHMARKS.md,
- * thirty-sixth session) the FP8 products gained at 32 and 64 rows (wq_b 29.9 / 54.4 against 36.6 / 68.5, wo_b 31.7 /
+ * tools/device/run.sh mm-bench --rows 16,32,64 --reps 50`, alternating, graph µs; equal result hashes once the staging
+ * was fenced for the async proxy, on an H100; BENCHMARKS.md, thirty-sixth session) the FP8 products gained at 32 and 64 rows (wq_b 29.9 / 54.4 against 36.6 / 68.5, wo_b 31.7 /
  * 57.1 against 37.7 / 69.3, the shared expert's w1 / w3 11.8 / 19.1 against 14.1 / 23.6) and matched at 16; the FP4
  * routed experts lost (w1 / w3 70.9 / 99.0 / 131.3 against 65.4 / 87.6 / 111.0 at 16 / 32 / 64 rows: their time is the
  * decoding, which every warp of a warpgroup now does, rows or not, and each stage waits for its MMAs) and so did the
