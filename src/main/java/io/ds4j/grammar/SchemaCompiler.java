@@ -402,6 +402,14 @@ public final class SchemaCompiler {
         return re;
     }
 
+    /** Whether a pattern is anchored at both ends (a trailing '$' not escaped), so that reading it whole changes nothing. */
+    static boolean wholeStringPattern(String p) {
+        if (!p.startsWith("^") || !p.endsWith("$") || p.length() < 2) return false;
+        int slashes = 0;
+        for (int k = p.length() - 2; k >= 0 && p.charAt(k) == '\\'; k--) slashes++;
+        return slashes % 2 == 0;
+    }
+
     /** A node's format (null: none). */
     private static Formats.Format format(JsonNode n, String path) {
         JsonNode f = n.get("format");
@@ -450,10 +458,17 @@ public final class SchemaCompiler {
                         + "'s " + re.size() + " NFA positions times the lengths to tell apart pass " + String.format("%,d", MAX_COUNT_BITS)
                         + "; lower it or hold the string to the " + held + " alone");
             counts = re.charCounts(cap);
-            if (!((Regex.At) re.start()).endsWithin(counts, min, max >= 0 ? max : cap))
-                throw UnsupportedSchemaException.invalid(max >= 0 ? "maxLength" : "minLength", path, "no value satisfies the schema at '"
-                        + path + "': no string " + (max < 0 ? "of at least " + min : min == max ? "of " + min
-                        : "of " + min + " to " + max) + " characters matches its " + held);
+            if (!((Regex.At) re.start()).endsWithin(counts, min, max >= 0 ? max : cap)) {
+                String kw = max >= 0 ? "maxLength" : "minLength", none = "no string " + (max < 0 ? "of at least " + min
+                        : min == max ? "of " + min : "of " + min + " to " + max) + " characters matches its " + held;
+                // JSON Schema reads a pattern unanchored; here the whole string must match it, so a pattern not written
+                // for the whole string may leave no value here where the schema has some: that is this server's limit
+                if (pattern != null && !wholeStringPattern(n.get("pattern").textValue()))
+                    throw new UnsupportedSchemaException(kw, path, none + " at '" + path + "' as a whole (constrained decoding"
+                            + " matches a pattern against the whole string, as if written ^(?:...)$, where JSON Schema also"
+                            + " takes a match inside it): write the pattern for the whole string, e.g. '^[A-Z]' as '^[A-Z].*$'");
+                throw UnsupportedSchemaException.invalid(kw, path, "no value satisfies the schema at '" + path + "': " + none);
+            }
         }
         int lo = min, hi = max, c = cap;
         java.util.BitSet[] rows = counts;
