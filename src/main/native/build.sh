@@ -42,7 +42,7 @@ if [ "$kind" = nvcc ]; then
   case "$arch" in *sm_90a*) wgmma=(-DDS4J_WGMMA=1) ;; esac
   # -cudart static: the library needs no libcudart.so at run time, and loads on machines without a driver
   # (the first runtime call then reports the missing driver instead of dlopen failing).
-  # -lineinfo: Nsight Compute's source view; DS4J_GPU_LINEINFO=0 leaves it out (for sm_90 alone 13.9 MB against 21.0, for carrying
+  # -lineinfo: Nsight Compute's source view; DS4J_GPU_LINEINFO=0 leaves it out (a smaller library, for carrying
   # several to the device: tools/device/pack-lib.sh)
   lineinfo=(-lineinfo)
   [ "${DS4J_GPU_LINEINFO:-1}" = 0 ] && lineinfo=()

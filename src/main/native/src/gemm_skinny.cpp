@@ -897,8 +897,8 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
  * group its four k-steps' hi and lo F16 MMAs into a zeroed partial, then acc = fma(scale, partial 2^e, acc) per element
  * as fp8_mma. Per (row, token) the same products in the same order as sm_compute, so the same sums. Every warp of the
  * block calls it, rows or not (wgmma takes the whole warpgroup; a warp without rows decodes zeros). Returns with every
- * MMA done (DS4J_WG_INFLIGHT 1: a stage's MMAs run while the warp decodes the next one's A, in a second register set;
- * measured against 0, which waits for each stage).
+ * MMA done. DS4J_WG_INFLIGHT 1 (a build-time choice) lets a stage's MMAs run while the warp decodes the next one's A
+ * into a second register set, for BF16 and FP4; not measured: it needs ~198 registers, one block a multiprocessor.
  */
 #ifndef DS4J_WG_INFLIGHT
 #define DS4J_WG_INFLIGHT 0
@@ -1000,7 +1000,7 @@ constexpr int sm_min_blocks(int fmt, int nt, bool moe) {
 
 /**
  * WG instances (sm_wgmma) are built for two blocks per multiprocessor (128 registers) in passes of up to 4 n-tiles and
- * for one in 8-tile passes, whose 64 tokens of accumulators spill at 128.
+ * for one in 8-tile passes, whose 64 tokens of accumulators spill at 128, and with DS4J_WG_INFLIGHT 1.
  *
  * Block: SM_W row tiles of 16 MT rows (dense: of one group; moe: of one expert, b.rg such row groups in turn), one
  * per warp, for all tokens (picks) in passes of 8 NT; partition blockIdx.y (dense) / blockIdx.z (moe) when b.split,

@@ -1,6 +1,7 @@
 // Warpgroup MMA (wgmma, sm_90a) with the A operand in registers and B in shared memory, for the skinny products of
-// several n-tiles (gemm_skinny.cpp, skinny_smem_kernel's WG instances): four warps of a block issue one
-// wgmma.m64nNk16 where each issued N / 8 mma.sync.m16n8k16, and the MMAs run while the warps decode the next weights.
+// several n-tiles (gemm_skinny.cpp, skinny_smem_kernel's WG instances): the four warps of a warpgroup (two a block) issue
+// one wgmma.m64nNk16 where each issued N / 8 mma.sync.m16n8k16 and loaded its own B words, then wait for it before the
+// next stage (gemm_skinny.cpp's DS4J_WG_INFLIGHT 1 would decode the next stage meanwhile; not measured).
 //
 // Why the same bits: a warp's A registers are exactly mma.sync's A fragment (rows 16 w .. 16 w + 15 of the 64 are warp
 // w's of its warpgroup; lane (g, t) holds rows g, g + 8 at k 2t, 2t + 1, 2t + 8, 2t + 9), its accumulators are
@@ -9,8 +10,9 @@
 // session). B (tokens x 16 k of one k-step) is K-major: 8 x 8 core matrices of 128 contiguous bytes (token row n % 8 at
 // 16 bytes, k % 8 at 2 bytes), the two k halves 128 bytes apart (LBO) and token groups of 8 256 bytes apart (SBO).
 //
-// Built only where the device code targets sm_90a (DS4J_WGMMA, set by build.sh); elsewhere the wrappers trap, and the
-// host never launches a kernel that uses them (wg_device).
+// The wgmma code exists only where the device code targets sm_90a (__CUDA_ARCH_FEAT_SM90_ALL): elsewhere mma_rs traps
+// and the other wrappers do nothing, and the host launches no kernel that uses them (gemm_skinny.cpp's sm_wgmma: a library
+// whose build.sh flags name sm_90a, DS4J_WGMMA, on a device of compute capability 9).
 #pragma once
 
 #include "tc_mma.h"
@@ -69,7 +71,7 @@ __device__ __forceinline__ void wait() {
 #endif
 }
 
-/** Keeps the compiler from moving accesses of an accumulator across the wgmma that own it. */
+/** Keeps the compiler from moving accesses of an accumulator across the wgmma that own them. */
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
 /**
