@@ -197,10 +197,13 @@ public final class SchemaCompiler {
                 JsonNode min = n.get("minimum"), max = n.get("maximum");
                 // JSON Schema asks for a number here: a null bound is no bound the client may think it set (it was
                 // ignored, and a 24-digit number came out under "minimum": null)
-                if (min != null && min.isNull())
-                    throw UnsupportedSchemaException.invalid("minimum", path, "minimum at '" + path + "' is null: it must be a number");
-                if (max != null && max.isNull())
-                    throw UnsupportedSchemaException.invalid("maximum", path, "maximum at '" + path + "' is null: it must be a number");
+                // (and "1", true or [3] is no bound of another kind: the schema is wrong, not outside what is held)
+                if (min != null && !min.isNumber())
+                    throw UnsupportedSchemaException.invalid("minimum", path, "minimum at '" + path + "' is " + clipped(min.toString())
+                            + ": it must be a number");
+                if (max != null && !max.isNumber())
+                    throw UnsupportedSchemaException.invalid("maximum", path, "maximum at '" + path + "' is " + clipped(max.toString())
+                            + ": it must be a number");
                 // the bounds as written, read once and compared exactly: 1e-400 is no 0 (its double is), 1e400 is named
                 // so, not Infinity
                 java.math.BigDecimal lo = min != null && min.isNumber() ? bound(min, "minimum", path) : null;
@@ -314,7 +317,8 @@ public final class SchemaCompiler {
             // named: a bound past the 15 digits alone, else the two that leave nothing between them
             if (lo > BOUND || hi < -BOUND) {
                 String k = lo > BOUND ? loBy : hiBy;
-                throw UnsupportedSchemaException.invalid(k, path, k + " " + clipped(shown(n.get(k), path)) + " at '" + path
+                // the schema has values; integers this long are what this server does not hold
+                throw new UnsupportedSchemaException(k, path, k + " " + clipped(shown(n.get(k), path)) + " at '" + path
                         + "' leaves no integer of at most " + BOUNDED_DIGITS + " digits (integers here stay within ±"
                         + (long) BOUND + ", which JavaScript clients read exactly)");
             }

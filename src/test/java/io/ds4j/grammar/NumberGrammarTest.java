@@ -273,10 +273,13 @@ class NumberGrammarTest {
         String[][] cases = {
                 {"{\"type\":\"integer\",\"minimum\":5,\"exclusiveMaximum\":5}", "exclusiveMaximum", "true",
                         "no value satisfies the schema at '': no integer is at or above 5 and at or below 4 (its minimum and exclusiveMaximum)"},
-                {"{\"type\":\"integer\",\"minimum\":1000000000000000}", "minimum", "true",
+                {"{\"type\":\"integer\",\"minimum\":1000000000000000}", "minimum", "false",
                         "minimum 1000000000000000 at '' leaves no integer of at most 15 digits (integers here stay within \u00b1999999999999999, which JavaScript clients read exactly)"},
                 {"{\"type\":\"integer\",\"exclusiveMinimum\":null}", "exclusiveMinimum", "true", "exclusiveMinimum at '' is null: it must be a number"},
                 {"{\"type\":\"integer\",\"exclusiveMinimum\":true}", "exclusiveMinimum", "true", "exclusiveMinimum at '' is true: it must be a number"},
+                // a bound that is no number is a wrong schema, on an integer as on a number
+                {"{\"type\":\"integer\",\"minimum\":\"1\"}", "minimum", "true", "minimum at '' is \"1\": it must be a number"},
+                {"{\"type\":\"number\",\"maximum\":[3]}", "maximum", "true", "maximum at '' is [3]: it must be a number"},
                 {"{\"type\":\"number\",\"exclusiveMinimum\":0}", "exclusiveMinimum", "false",
                         "exclusiveMinimum at '' is supported on type integer only, not on type number"},
                 {"{\"exclusiveMaximum\":3}", "exclusiveMaximum", "false",
