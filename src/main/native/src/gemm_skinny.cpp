@@ -356,6 +356,12 @@ __device__ __forceinline__ void sk_cp_wait() { asm volatile("cp.async.wait_all;"
 // way: per chunk group, per n-tile, per m-tile, the k-steps' hi and lo MMAs into a zeroed partial p, then
 // acc = fma(scale, p 2^e, acc).
 
+/**
+ * acc + one FP8 chunk group's partial sum p of one (row, token): fma(ws, p xs, acc) with ws the row's block scale and
+ * xs the token's 2^e. The one place this rounding is written, so that the mma.sync and wgmma paths sum alike.
+ */
+__device__ __forceinline__ float fp8_fold(float acc, float p, float ws, float xs) { return fmaf(ws, __fmul_rn(p, xs), acc); }
+
 /** The F16 A fragments of one chunk group of FP8 rows: a[i][mi] = k-step i of m-tile mi (q: rows g, g + 8). */
 template <int MT>
 __device__ __forceinline__ void fp8_a(const uint4 (&q)[MT][2], uint32_t (&a)[4][MT][4]) {
@@ -425,7 +431,7 @@ __device__ __forceinline__ void fp8_mma(const uint32_t (&a)[4][MT][4], const uin
         }
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            acc[mi][nt][j] = fmaf(ws[mi][j >> 1], __fmul_rn(p[j], (j & 1) ? xs1 : xs0), acc[mi][nt][j]);
+            acc[mi][nt][j] = fp8_fold(acc[mi][nt][j], p[j], ws[mi][j >> 1], (j & 1) ? xs1 : xs0);
     }
 }
 
@@ -939,7 +945,7 @@ __device__ __forceinline__ void sm_compute_wg(const SmBatch<FMT, 1>& bt, const u
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     wg::fence_operand(pp[4 * nt + j]);
-                    d[4 * nt + j] = fmaf(ws[0][j >> 1], __fmul_rn(pp[4 * nt + j], (j & 1) ? e2.y : e2.x), d[4 * nt + j]);
+                    d[4 * nt + j] = fp8_fold(d[4 * nt + j], pp[4 * nt + j], ws[0][j >> 1], (j & 1) ? e2.y : e2.x);
                 }
             }
         }

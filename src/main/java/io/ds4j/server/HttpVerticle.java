@@ -1546,15 +1546,18 @@ public final class HttpVerticle extends VerticleBase {
                         + " so at most " + room + " tokens can be generated after it, fewer than min_tokens (" + g.minTokens() + ")"));
                 return;
             }
-            // likewise under the cache's room, which cuts the server's default max_tokens (a client's own max_tokens past
-            // it is refused by admission); a prompt the cache cannot hold at all is refused there, naming the prompt
-            if (g.maxTokensParam() == null && cache > 0 && cache - prompt.length >= 1 && g.minTokens() > cache - prompt.length) {
-                error(ctx, ApiException.bad("min_tokens", "context_length_exceeded", "min_tokens: the server's cache of " + cache
-                        + " tokens (model.cacheTokens) leaves room for " + (cache - prompt.length) + " tokens after the "
-                        + prompt.length + "-token prompt, fewer than min_tokens (" + g.minTokens() + ")"));
-                return;
+            if (g.maxTokensParam() == null && cache > 0) {
+                int cacheRoom = cache - prompt.length;
+                // likewise under the cache's room, which cuts the server's default max_tokens (a client's own max_tokens
+                // past it is refused by admission); a prompt the cache cannot hold at all is refused there, naming the prompt
+                if (cacheRoom >= 1 && g.minTokens() > cacheRoom) {
+                    error(ctx, ApiException.bad("min_tokens", "context_length_exceeded", "min_tokens: the server's cache of " + cache
+                            + " tokens (model.cacheTokens) leaves room for " + cacheRoom + " tokens after the "
+                            + prompt.length + "-token prompt, fewer than min_tokens (" + g.minTokens() + ")"));
+                    return;
+                }
+                room = Math.max(1, Math.min(room, cacheRoom));
             }
-            if (g.maxTokensParam() == null && cache > 0) room = Math.max(1, Math.min(room, cache - prompt.length));
             int maxTokens = Math.min(g.params().maxTokens(), room);
             EngineRequest req = new EngineRequest(id, chat, chat && ChatEncoder.answerStartsInReasoning(g.messages(), g.options()), prompt,
                     g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),
