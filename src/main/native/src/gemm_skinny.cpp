@@ -816,6 +816,24 @@ __device__ __forceinline__ void sm_load(SmBatch<FMT, MT>& bt, const uint8_t* con
 }
 
 /**
+ * Runs run(no second multipliers, FULL, NV) for NV = ntv (the pass's n-tiles holding tokens, 1 .. NV0) and returns
+ * true; false (nothing run) for an ntv outside that range. Passes of 8 n-tiles (64 tokens) take only their full count.
+ */
+template <int NV0, class R>
+__device__ __forceinline__ bool run_full(int ntv, R& run) {
+    if constexpr (NV0 < 1) {
+        return false;
+    } else {
+        if (ntv == NV0) {
+            run(std::false_type{}, std::true_type{}, std::integral_constant<int, NV0>{});
+            return true;
+        }
+        constexpr int NEXT = NV0 > 4 ? 0 : NV0 - 1;
+        return run_full<NEXT>(ntv, run);
+    }
+}
+
+/**
  * acc += the loaded chunk groups (min(U, left) of them) x the B words staged in xs for slots jj0 .., in warp_part's
  * MMA order: per chunk group, per k-step, per n-tile below ntv, per m-tile: hi, lo[, the F16 low part]; FP8: per chunk
  * group, per n-tile, per m-tile as fp8_mma, with each token's 2^e from xsc.
@@ -846,13 +864,16 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
                 }
         }
     } else {
-        // FP4: a batch of U chunk groups in a full pass of several n-tiles (every n-tile holds tokens), as most are,
-        // runs without the tests for the batch's and the pass's ends (FULL): straight-line code that the compiler may
-        // schedule across k-steps and chunk groups (one-tile passes stay as they are: their 80 registers would spill);
-        // and without the second multipliers unless some lane has two (TW, any_two; the ends are then tested too: one
-        // slow variant, not two). The same MMAs in the same order in every variant.
-        auto run = [&](auto two_c, auto full_c) {
+        // FP4: a batch of U chunk groups in a pass of several n-tiles runs without the tests for the batch's end and
+        // for each n-tile (FULL, NV n-tiles holding tokens, a constant: one variant per count, run_full): straight-line
+        // code that the compiler may schedule across k-steps and chunk groups, where the tested variant predicated
+        // every MMA and synchronised the warp before it (at 64 rows most experts' 24-odd picks fill 3 of a pass's 4
+        // n-tiles, so the tested variant was the common one). One-tile passes stay as they are: their 80 registers
+        // would spill. Without the second multipliers unless some lane has two (TW, any_two; the ends are then
+        // tested too: one slow variant, not two). The same MMAs in the same order in every variant.
+        auto run = [&](auto two_c, auto full_c, auto nv_c) {
             constexpr bool TW = decltype(two_c)::value, FULL = decltype(full_c)::value;
+            constexpr int NV = decltype(nv_c)::value;
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (!FULL && u >= left) break;  // the same for every lane of the warp
@@ -878,7 +899,7 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
                     }
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++)
-                        if (FULL || nt < ntv) {
+                        if (FULL ? nt < NV : nt < ntv) {
                             const uint4 b = xs[sm_slot<FMT, NT>(jj0 + u, nt, i, lane)];
 #pragma unroll
                             for (int mi = 0; mi < MT; mi++) {
@@ -890,9 +911,9 @@ __device__ __forceinline__ void sm_compute(const SmBatch<FMT, MT>& bt, const uin
                 }
             }
         };
-        if (any_two<FMT, U, MT>(bt.sb)) run(std::true_type{}, std::false_type{});
-        else if (QUANT && NT > 1 && left >= U && ntv == NT) run(std::false_type{}, std::true_type{});
-        else run(std::false_type{}, std::false_type{});
+        using All = std::integral_constant<int, NT>;
+        if (any_two<FMT, U, MT>(bt.sb)) run(std::true_type{}, std::false_type{}, All{});
+        else if (!(QUANT && NT > 1 && left >= U && run_full<NT>(ntv, run))) run(std::false_type{}, std::false_type{}, All{});
     }
 }
 
@@ -1261,21 +1282,25 @@ __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 
                     for (int j = 0; j < 4; j++) tot[mi][nt][j] = p == pb ? acc[mi][nt][j] : tot[mi][nt][j] + acc[mi][nt][j];
         }
         if (!mine) continue;
-        // C fragment: c0, c1 = (row g, tokens 2t, 2t+1), c2, c3 = row g+8
+        // C fragment: c0, c1 = (row g, tokens 2t, 2t+1), c2, c3 = row g+8. Each token's output row is found once for
+        // its 2 MT values (the lookup and its 64-bit offset were per value: ~15 % of a 64-row routed pass's
+        // instructions on the H100, BENCHMARKS.md thirty-seventh session)
 #pragma unroll
-        for (int mi = 0; mi < MT; mi++)
+        for (int nt = 0; nt < NT; nt++)
+            if (nt < ntv)
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-                if (nt < ntv)
+                for (int c = 0; c < 2; c++) {
+                    const int tok = nt * 8 + 2 * t + c;
+                    if (tok >= cnt) continue;
+                    float* const out = b.split ? b.part + ((size_t)pb * b.ns + tokid[tok]) * a.rows : a.y + yoff[tok];
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const int tok = nt * 8 + 2 * t + (j & 1), r = row0 + 16 * mi + g + (j >> 1) * 8;
-                        if (tok >= cnt || r >= row_end) continue;
-                        if (b.split)
-                            b.part[((size_t)pb * b.ns + tokid[tok]) * a.rows + r] = tot[mi][nt][j];
-                        else
-                            a.y[yoff[tok] + r] = tot[mi][nt][j];
-                    }
+                    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int r = row0 + 16 * mi + g + 8 * h;
+                            if (r < row_end) out[r] = tot[mi][nt][2 * h + c];
+                        }
+                }
     }
     }
 #endif
