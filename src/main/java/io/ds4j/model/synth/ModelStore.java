@@ -8,12 +8,15 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.util.Comparator;
+import java.util.List;
 import java.util.stream.Stream;
 
 /**
  * A local store of preset checkpoints that are created deterministically on first use (same preset and seed →
  * identical files). Lives in {@code $DS4J_HOME/models} (default {@code ~/.cache/ds4j/models}); a model is written
- * to a temporary folder and moved into place whole, so an interrupted run never leaves half a model behind.
+ * to a temporary folder and moved into place whole, so an interrupted run never leaves half a model behind: the
+ * temporary folder is removed on failure and at the JVM's exit, and one left by a killed process is removed the next
+ * time the store is used ({@link #cleanStale}).
  *
  * <p>Folder names end with a format tag ({@value #FORMAT}): models written before the MTP layer existed lack it, so
  * the tag changed and those folders are no longer used (they can be deleted).
@@ -45,19 +48,13 @@ public final class ModelStore {
     public static Path ensure(String preset, long seed, java.util.function.Consumer<String> log) throws IOException {
         var cfg = Presets.get(preset);
         Path dir = folder(preset, seed);
+        cleanStale(root(), log);
         if (current(dir, cfg, log)) return dir;
-        Files.createDirectories(root());
-        Path tmp = Files.createTempDirectory(root(), "." + preset + "-");
-        try {
-            RandomCheckpoint ck = new RandomCheckpoint(cfg, seed, TensorNames.Scheme.HF, RandomCheckpoint.Storage.BF16);
-            log.accept(String.format("creating model '%s' (seed %d, %.0f MB) in %s — random weights, meaningless text",
-                    preset, seed, ck.totalBytes() / 1e6, dir));
-            ck.write(tmp, Long.MAX_VALUE, null);
-            moveIntoPlace(tmp, dir);
-            return dir;
-        } finally {
-            if (Files.exists(tmp)) deleteTree(tmp);
-        }
+        RandomCheckpoint ck = new RandomCheckpoint(cfg, seed, TensorNames.Scheme.HF, RandomCheckpoint.Storage.BF16);
+        log.accept(String.format("creating model '%s' (seed %d, %.0f MB) in %s — random weights, meaningless text",
+                preset, seed, ck.totalBytes() / 1e6, dir));
+        create(root(), dir, preset, ck.totalBytes(), tmp -> ck.write(tmp, Long.MAX_VALUE, null));
+        return dir;
     }
 
     /**
@@ -73,19 +70,157 @@ public final class ModelStore {
         var cfg = Presets.get(preset, layers, experts);
         String st = storage.name().toLowerCase(java.util.Locale.ROOT);
         Path dir = root().resolve(preset + "-L" + cfg.numLayers + "-E" + cfg.numExperts + "-" + st + "-seed" + seed + FORMAT);
+        cleanStale(root(), log);
         if (current(dir, cfg, log)) return dir;
-        Files.createDirectories(root());
-        Path tmp = Files.createTempDirectory(root(), "." + preset + "-");
+        TensorNames.Scheme naming = storage == RandomCheckpoint.Storage.FP8 ? TensorNames.Scheme.ORIGINAL : TensorNames.Scheme.HF;
+        RandomCheckpoint ck = new RandomCheckpoint(cfg, seed, naming, storage);
+        log.accept(String.format("creating model '%s' (%d layers, %d routed experts, %s, seed %d, %.0f MB) in %s — random weights",
+                preset, cfg.numLayers, cfg.numExperts, st, seed, ck.totalBytes() / 1e6, dir));
+        create(root(), dir, preset, ck.totalBytes(), tmp -> ck.write(tmp, Long.MAX_VALUE, null));
+        return dir;
+    }
+
+    /** Writes a model's files into a folder. */
+    @FunctionalInterface
+    interface Writer {
+        void write(Path folder) throws IOException;
+    }
+
+    /**
+     * Marker in the name of a folder being written: {@code .<preset>.pid<N>-<random>}, N the writing process, so that a
+     * later run can tell a folder whose writer died (removed) from one another process is still writing (left alone).
+     */
+    static final String PID_MARK = ".pid";
+
+    private static final java.util.regex.Pattern TEMP = java.util.regex.Pattern.compile("\\..+\\.pid(\\d+)-\\d+");
+    /** Temporary folders of earlier versions, without the writer's pid: {@code .<preset>-<random>}. */
+    private static final java.util.regex.Pattern OLD_TEMP = java.util.regex.Pattern.compile("\\.[a-z0-9-]+-\\d+");
+    /** An old-style temporary folder untouched this long has no writer left (one writes its files without pause). */
+    static final long OLD_TEMP_IDLE_MS = 3_600_000;
+
+    /**
+     * Writes a model into a temporary folder beside dir and moves it into place whole. The temporary folder is removed
+     * when the writing fails and, through a shutdown hook held while it is written, when the JVM exits on the way
+     * (Ctrl-C, SIGTERM, System.exit): an interrupted run leaves no partial folder behind. Refused up front when the
+     * file system has clearly not the room.
+     */
+    static void create(Path root, Path dir, String preset, long bytes, Writer writer) throws IOException {
+        Files.createDirectories(root);
+        long free = Files.getFileStore(root).getUsableSpace();
+        if (free > 0 && bytes > free)
+            throw new IOException(String.format("not enough disk space for the model: %.0f MB needed, %.0f MB free in %s",
+                    bytes / 1e6, free / 1e6, root));
+        Path tmp = Files.createTempDirectory(root, "." + preset + PID_MARK + ProcessHandle.current().pid() + "-");
+        Thread hook = new Thread(() -> removeWhileWritten(tmp), "ds4j-model-cleanup");
+        boolean hooked = addHook(hook);
         try {
-            TensorNames.Scheme naming = storage == RandomCheckpoint.Storage.FP8 ? TensorNames.Scheme.ORIGINAL : TensorNames.Scheme.HF;
-            RandomCheckpoint ck = new RandomCheckpoint(cfg, seed, naming, storage);
-            log.accept(String.format("creating model '%s' (%d layers, %d routed experts, %s, seed %d, %.0f MB) in %s — random weights",
-                    preset, cfg.numLayers, cfg.numExperts, st, seed, ck.totalBytes() / 1e6, dir));
-            ck.write(tmp, Long.MAX_VALUE, null);
+            writer.write(tmp);
             moveIntoPlace(tmp, dir);
-            return dir;
         } finally {
+            if (hooked) removeHook(hook);
             if (Files.exists(tmp)) deleteTree(tmp);
+        }
+    }
+
+    private static boolean addHook(Thread hook) {
+        try {
+            Runtime.getRuntime().addShutdownHook(hook);
+            return true;
+        } catch (IllegalStateException shuttingDown) {
+            return false; // the JVM is exiting already: the finally block is all there is
+        }
+    }
+
+    private static void removeHook(Thread hook) {
+        try {
+            Runtime.getRuntime().removeShutdownHook(hook);
+        } catch (IllegalStateException shuttingDown) {
+            // the hook runs (or ran) now: it removes the folder if the move has not happened
+        }
+    }
+
+    /**
+     * The shutdown hook's removal: the writing thread may still add files while the JVM exits, so the tree is removed
+     * again until it is gone (once its folder is gone, nothing can be created in it).
+     */
+    static void removeWhileWritten(Path tmp) {
+        for (int attempt = 0; attempt < 20 && Files.exists(tmp); attempt++) {
+            try {
+                deleteTree(tmp);
+            } catch (IOException | java.io.UncheckedIOException e) {
+                try {
+                    Thread.sleep(10);
+                } catch (InterruptedException ie) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /**
+     * Removes the temporary folders earlier runs left in the store (a process killed while it wrote a model, which no
+     * hook can clean up), each said in one line: those whose writer is no longer running, and those of earlier
+     * versions (no pid in the name) untouched for an hour; an earlier version's folder touched more recently may be
+     * being written, and is only reported. Problems are reported, never thrown: a cleanup never stops a run.
+     */
+    static void cleanStale(Path root, java.util.function.Consumer<String> log) {
+        if (!Files.isDirectory(root)) return;
+        List<Path> found;
+        try (Stream<Path> s = Files.list(root)) {
+            found = s.filter(p -> p.getFileName().toString().startsWith(".") && Files.isDirectory(p)).toList();
+        } catch (IOException e) {
+            return;
+        }
+        for (Path p : found) {
+            String name = p.getFileName().toString();
+            var m = TEMP.matcher(name);
+            String why;
+            if (m.matches()) {
+                long pid = Long.parseLong(m.group(1));
+                if (ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false)) continue; // being written
+                why = "its writer (process " + pid + ") is gone";
+            } else if (OLD_TEMP.matcher(name).matches()) {
+                long idle = System.currentTimeMillis() - lastModified(p);
+                if (idle < OLD_TEMP_IDLE_MS) {
+                    log.accept("partial model folder " + p + " (an earlier version's, touched " + idle / 60_000
+                            + " min ago) may still be being written; delete it if no ds4j is creating a model");
+                    continue;
+                }
+                why = "untouched for " + idle / 3_600_000 + " h";
+            } else {
+                continue; // not the store's
+            }
+            long bytes = size(p);
+            try {
+                deleteTree(p);
+                log.accept(String.format("removed partial model folder %s (%.0f MB) left by an interrupted run: %s", p, bytes / 1e6, why));
+            } catch (IOException | java.io.UncheckedIOException e) {
+                log.accept(String.format("partial model folder %s (%.0f MB) left by an interrupted run could not be removed (%s): delete it",
+                        p, bytes / 1e6, e.getMessage()));
+            }
+        }
+    }
+
+    /** The newest modification time in a tree (ms), 0 where it cannot be read. */
+    private static long lastModified(Path p) {
+        try (Stream<Path> s = Files.walk(p)) {
+            return s.mapToLong(q -> {
+                try {
+                    return Files.getLastModifiedTime(q).toMillis();
+                } catch (IOException e) {
+                    return 0;
+                }
+            }).max().orElse(0);
+        } catch (IOException | java.io.UncheckedIOException e) {
+            return 0;
+        }
+    }
+
+    private static long size(Path p) {
+        try (Stream<Path> s = Files.walk(p)) {
+            return s.filter(Files::isRegularFile).mapToLong(q -> q.toFile().length()).sum();
+        } catch (IOException | java.io.UncheckedIOException e) {
+            return 0;
         }
     }
 

@@ -9,7 +9,11 @@ import java.nio.file.Path;
 
 import static org.junit.jupiter.api.Assertions.*;
 
-/** Two processes creating the same model: the one that finishes second uses the first one's folder. */
+/**
+ * Two processes creating the same model: the one that finishes second uses the first one's folder. A model being
+ * written leaves no partial folder behind: not on failure, not when the JVM is stopped, and a killed run's is removed
+ * by the next use of the store.
+ */
 class ModelStoreTest {
     static Path model(Path dir, String weights) throws IOException {
         Files.createDirectories(dir);
@@ -55,5 +59,86 @@ class ModelStoreTest {
         assertFalse(ModelStore.current(dir, cfg, log::add), "another config: not reused");
         assertFalse(Files.exists(dir), "the stale folder is removed so that it is made again");
         assertTrue(log.get(0).contains("another version of its preset"), log.toString());
+    }
+
+    /** The hidden temporary folders in root. */
+    static java.util.List<Path> temps(Path root) throws IOException {
+        try (var s = Files.list(root)) {
+            return s.filter(p -> p.getFileName().toString().startsWith(".")).toList();
+        }
+    }
+
+    @Test
+    void aFailedWriteLeavesNoTemporaryFolder(@TempDir Path root) throws IOException {
+        IOException e = assertThrows(IOException.class, () -> ModelStore.create(root, root.resolve("tiny-seed1"), "tiny", 10, tmp -> {
+            Files.writeString(tmp.resolve("model.safetensors"), "half");
+            throw new IOException("disk full");
+        }));
+        assertEquals("disk full", e.getMessage());
+        assertEquals(java.util.List.of(), temps(root));
+        assertFalse(Files.exists(root.resolve("tiny-seed1")));
+    }
+
+    @Test
+    void aModelLargerThanTheFreeSpaceIsRefusedBeforeWriting(@TempDir Path root) {
+        IOException e = assertThrows(IOException.class, () -> ModelStore.create(root, root.resolve("big"), "big", Long.MAX_VALUE,
+                tmp -> fail("nothing is written")));
+        assertTrue(e.getMessage().startsWith("not enough disk space for the model: "), e.getMessage());
+    }
+
+    /** Writes into a temporary folder of the store at args[0] and waits to be stopped (for the shutdown test). */
+    public static void main(String[] args) throws IOException {
+        Path root = Path.of(args[0]);
+        ModelStore.create(root, root.resolve("tiny-seed1"), "tiny", 10, tmp -> {
+            Files.writeString(tmp.resolve("model.safetensors"), "part");
+            try {
+                Thread.sleep(60_000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            throw new IOException("not finished");
+        });
+    }
+
+    /** SIGTERM (as Ctrl-C) while a model is written: the JVM's shutdown hook removes the partial folder. */
+    @Test
+    void aStoppedRunRemovesItsPartialFolder(@TempDir Path root) throws Exception {
+        Process p = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "-cp",
+                System.getProperty("java.class.path"), ModelStoreTest.class.getName(), root.toString())
+                .redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
+        try {
+            long until = System.currentTimeMillis() + 30_000;
+            while (System.currentTimeMillis() < until && temps(root).stream().noneMatch(t -> Files.exists(t.resolve("model.safetensors"))))
+                Thread.sleep(20);
+            assertEquals(1, temps(root).size(), "the child writes");
+            p.destroy(); // SIGTERM
+            assertTrue(p.waitFor(30, java.util.concurrent.TimeUnit.SECONDS));
+            assertEquals(java.util.List.of(), temps(root), "removed at the exit");
+        } finally {
+            p.destroyForcibly();
+        }
+    }
+
+    @Test
+    void staleTemporaryFoldersAreRemovedAndLiveOnesKept(@TempDir Path root) throws IOException {
+        // a pid no process has (above Linux's pid_max limit of 2^22)
+        Path dead = model(root.resolve(".flash-shaped.pid99999999-123"), "part");
+        Path live = model(root.resolve(".tiny.pid" + ProcessHandle.current().pid() + "-456"), "part");
+        Path oldStale = model(root.resolve(".flash-shaped-789"), "part");
+        Files.setLastModifiedTime(oldStale.resolve("model.safetensors"), java.nio.file.attribute.FileTime.fromMillis(1000));
+        Files.setLastModifiedTime(oldStale.resolve("config.json"), java.nio.file.attribute.FileTime.fromMillis(1000));
+        Files.setLastModifiedTime(oldStale, java.nio.file.attribute.FileTime.fromMillis(1000));
+        Path oldRecent = model(root.resolve(".small-321"), "part");
+        Path other = Files.createDirectories(root.resolve(".something-else"));
+        java.util.List<String> log = new java.util.ArrayList<>();
+        ModelStore.cleanStale(root, log::add);
+        assertFalse(Files.exists(dead), "its writer is gone");
+        assertTrue(Files.exists(live), "being written by a running process");
+        assertFalse(Files.exists(oldStale), "an earlier version's, untouched for long");
+        assertTrue(Files.exists(oldRecent), "an earlier version's, maybe being written");
+        assertTrue(Files.exists(other), "not the store's");
+        assertEquals(3, log.size(), log.toString());
+        assertTrue(log.stream().anyMatch(l -> l.startsWith("removed partial model folder " + dead) && l.contains("process 99999999) is gone")), log.toString());
+        assertTrue(log.stream().anyMatch(l -> l.startsWith("partial model folder " + oldRecent) && l.contains("delete it if no ds4j")), log.toString());
     }
 }
