@@ -1950,21 +1950,23 @@ public final class HttpVerticle extends VerticleBase {
 
         /** After choice {@code failed} failed: asks the engine to stop the choices that have not ended, freeing their state. */
         private void cancelOthers(int failed, EngineEvent.Failed f) {
-            int stopped = 0;
             // the shutdown ends every request itself (the queued at once, the running at the grace period's end): only
             // a choice still running may need stopping, so that its slot is free before the grace period ends
             boolean shutdown = SHUTTING_DOWN.equals(f.code());
+            List<EngineRequest> stopping = new java.util.ArrayList<>();
             for (int i = 0; i < reqs.size(); i++) {
                 if (i == failed || dones[i] != null) continue;
                 EngineRequest r = reqs.get(i);
-                if (shutdown && !state.runs(r.id())) continue;
+                if (!shutdown || state.runs(r.id())) stopping.add(r);
+            }
+            if (stopping.isEmpty()) return;
+            // said before the cancels are raised: the engine thread may see a flag and log its own line at once
+            LOG.info("request {}: choice {} ended with {}; asking the engine to stop its {} at the next step boundary", id,
+                    failed, f.status(), stopping.size() == 1 ? "other unfinished choice" : stopping.size() + " other unfinished choices");
+            for (EngineRequest r : stopping) {
                 r.cancel("choice " + failed + " of its request failed");
                 vertx.eventBus().send(EngineVerticle.CANCEL, r.id(), LOCAL);
-                stopped++;
             }
-            if (stopped > 0)
-                LOG.info("request {}: choice {} ended with {}; asking the engine to stop its {} at the next step boundary", id,
-                        failed, f.status(), stopped == 1 ? "other unfinished choice" : stopped + " other unfinished choices");
         }
 
         /** Writes s to the response; the write's completion, or null when nothing was written. */
@@ -1981,10 +1983,11 @@ public final class HttpVerticle extends VerticleBase {
          * for a disconnect (its engine slot is freed at the next step boundary) and the connection is closed.
          */
         private void notReading() {
-            stop("the client stopped reading its stream");
+            // said before the cancel, as for a disconnect: the engine's own line comes after it
             LOG.warn("request {}: the client is not reading its stream: more than {} bytes wait unsent (limits.streamBufferBytes);"
                     + " asking the engine to stop {} at the next step boundary and closing the connection", id, streamBufferBytes,
                     several() ? "its choices" : "it");
+            stop("the client stopped reading its stream");
             ctx.request().connection().close();
         }
 
@@ -2030,9 +2033,10 @@ public final class HttpVerticle extends VerticleBase {
                 dropped("the client went away before it was submitted");
                 return;
             }
-            stop("the client went away");
+            // said before the cancel is raised: the engine thread may see the flag and log its own line at once
             LOG.info("request {}: client disconnected; asking the engine to stop {} at the next step boundary", id,
                     several() ? "its " + reqs.size() + " choices" : "it");
+            stop("the client went away");
         }
 
         /**
