@@ -349,8 +349,15 @@ public final class Ds4jServer {
     /** The file's values a flag overrides, as last read (onConfigText): each is warned about once. */
     private List<String> warnedOverrides = List.of();
 
-    /** Validates a new version of the file as a whole and applies it atomically, or keeps the old one. */
-    private void onConfigText(byte[] content, boolean changed) {
+    /** The content of the file as last rejected (null after one that parsed): the same bytes again are said once. */
+    private volatile byte[] lastRejected;
+
+    /**
+     * Validates a new version of the file as a whole and applies it atomically, or keeps the old one. The content that
+     * was rejected last is not logged again when it is handed over again (by the watcher's baseline or a scan): one
+     * rejection is one line, whichever path delivers the bytes.
+     */
+    void onConfigText(byte[] content, boolean changed) {
         Path file = opt.configFile();
         lastContent = content;
         if (unusable.getAndSet(null) != null) LOG.info("config file {} is back", file);
@@ -363,10 +370,16 @@ public final class Ds4jServer {
         try {
             proposed = ServerConfig.parseFile(content, file.toString(), opt.overrides(), vocabulary);
         } catch (ConfigException e) {
+            if (java.util.Arrays.equals(content, lastRejected)) {
+                LOG.debug("config file {}: the same content as the reload rejected before; said already", file);
+                return;
+            }
+            lastRejected = content;
             state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "rejected", e.getMessage()));
             LOG.error("config reload rejected, the previous configuration stays in effect: {}", e.getMessage());
             return;
         }
+        lastRejected = null;
         ServerConfig running = state.config();
         ServerConfig.Reload r = ServerConfig.reload(running, proposed);
         // keys the file sets that a command-line flag keeps at the flag's value: said at start (the watcher's first

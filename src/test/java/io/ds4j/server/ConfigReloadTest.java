@@ -701,6 +701,27 @@ class ConfigReloadTest {
     }
 
     /** Whether s's /props satisfies test within 5 s. */
+    /** A rejected file handed over again with the same bytes is logged once; a different rejection is logged again. */
+    @Test
+    void theSameRejectedContentIsLoggedOnce(@TempDir Path tmp) throws Exception {
+        Path f = tmp.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 50}}";
+        Files.writeString(f, text);
+        try (LogCapture log = new LogCapture(); TestServer s = watching(Map.of(), f, text)) {
+            byte[] bad = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": \"lots\"}}"
+                    .getBytes(java.nio.charset.StandardCharsets.UTF_8);
+            Path t = tmp.resolve("server.json.tmp");
+            Files.write(t, bad);
+            Files.move(t, f, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            assertTrue(TestServer.eventually(5000, () -> !log.linesWith("config reload rejected").isEmpty()), log.lines().toString());
+            s.server.onConfigText(bad, true); // the same bytes again
+            assertEquals(1, log.linesWith("config reload rejected").size(), log.linesWith("config reload rejected").toString());
+            byte[] other = "{\"limits\": {\"maxTokensDefault\": \"many\"}}".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+            s.server.onConfigText(other, true);
+            assertEquals(2, log.linesWith("config reload rejected").size(), "another rejection is said");
+        }
+    }
+
     /** A server on the scripted backend that watches the configuration file f (first read as text), with the overrides. */
     private static TestServer watching(Map<String, Object> overrides, Path f, String text) throws Exception {
         return TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), overrides, f, text);
