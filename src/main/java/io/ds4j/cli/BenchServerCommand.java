@@ -451,6 +451,8 @@ public final class BenchServerCommand implements Callable<Integer> {
      * --long-prompt the same beside a long prompt being prefilled; then each level's aggregate relative to one stream.
      */
     private void levels(String user) throws Exception {
+        String rounded = roundedLine(requests, clients);
+        if (rounded != null) System.out.println(rounded);
         System.out.printf("%-8s %9s %13s %13s %17s %14s %14s%n", "clients", "requests", "TTFT p50 ms", "TTFT p99 ms",
                 "aggregate tok/s", "ITL p50", "ITL p99");
         Map<Integer, Double> aggregate = new LinkedHashMap<>();
@@ -948,6 +950,20 @@ public final class BenchServerCommand implements Callable<Integer> {
         return rd;
     }
 
+    /**
+     * The line that says --requests was rounded up to the same number for every client at some level (null where every
+     * level runs it as given): "--requests 1 is rounded up to 2 at 2 clients (each client runs as many)".
+     */
+    static String roundedLine(int requests, List<Integer> levels) {
+        List<String> at = new ArrayList<>();
+        for (int c : levels) {
+            long n = (long) perClient(requests, c) * c;
+            if (n != requests) at.add(n + " at " + c + " client" + (c == 1 ? "" : "s"));
+        }
+        return at.isEmpty() ? null : "--requests " + requests + " is rounded up to " + String.join(", ", at)
+                + " (every client runs the same number of requests, at least one)";
+    }
+
     /** Requests per client: --requests rounded up to a multiple of the clients, at least one each. */
     static int perClient(int requests, int c) {
         return (int) Math.max(1, ((long) requests + c - 1) / c);
@@ -1051,36 +1067,45 @@ public final class BenchServerCommand implements Callable<Integer> {
      * One streamed request on the given client, as that client sees it. Each chunk's running usage
      * (stream_options.continuous_usage_stats) says how many tokens it stands for: a chunk of k tokens after a gap g
      * gives k per-token gaps of g / k (a token whose text waited for the next one, such as half of a character, arrives
-     * with it; a server without that usage counts one token a chunk).
+     * with it; a server without that usage counts one token a chunk). Events are timed by the network read that
+     * brought them ({@link SseEvents#timedLines}): events that arrive in one read are one chunk.
      */
     private Sample stream(HttpClient client, String user) throws Exception {
         HttpRequest req = chatRequest(user, maxTokens, true);
         long t0 = System.nanoTime();
-        HttpResponse<Stream<String>> r = client.send(req, HttpResponse.BodyHandlers.ofLines());
+        HttpResponse<Stream<SseEvents.TimedLine>> r = client.send(req, SseEvents.timedLines(System::nanoTime));
         if (r.statusCode() != 200) {
             String body;
-            try (Stream<String> lines = r.body()) {
-                body = String.join("\n", lines.limit(50).toList());
+            try (Stream<SseEvents.TimedLine> lines = r.body()) {
+                body = String.join("\n", lines.limit(50).map(SseEvents.TimedLine::text).toList());
             }
             throw new IllegalStateException(httpError(req.uri().toString(), r.statusCode(), body));
         }
-        return sample(SseEvents.of(r.body(), json), t0, System::nanoTime);
+        return sample(SseEvents.ofTimed(r.body(), json), t0, System.nanoTime());
     }
 
     /**
-     * A stream's events as its client sees them ({@link #stream}), each timed by the clock when it is read.
-     * @param t0 the clock when the request was sent
+     * A stream's events as its client sees them ({@link #stream}), each timed by the read that brought it. Content
+     * events that arrived in one read (the same time) are one chunk: its tokens add up, and the gap before it counts
+     * once; timed one by one they gave gaps of microseconds between events sent in one step (several tokens of a
+     * speculative step) or coalesced on the way, which are no inter-token latency a reader sees.
+     * @param t0  the clock when the request was sent
+     * @param end the clock when the stream ended
      */
-    static Sample sample(Iterable<JsonNode> events, long t0, java.util.function.LongSupplier clock) {
+    static Sample sample(Iterable<SseEvents.Arrival> events, long t0, long end) {
         List<Double> gaps = new ArrayList<>(), tokenGaps = new ArrayList<>();
         long first = 0, last = 0;
         int tokens = 0, shared = 0, seen = 0; // seen: completion tokens up to the last content chunk
-        for (JsonNode j : events) {
+        long chunkAt = 0; // the arrival of the chunk being gathered (0: none yet), its gap and tokens
+        double chunkGap = Double.NaN;
+        int chunkTokens = 0;
+        for (SseEvents.Arrival a : events) {
+            JsonNode j = a.event();
             // the last usage seen: the closing chunk's, or that of a server that puts it beside the finish reason
             if (j.hasNonNull("usage")) tokens = j.get("usage").path("completion_tokens").asInt(tokens);
             JsonNode c = j.path("choices").path(0);
             if (c.isMissingNode()) continue; // the closing usage chunk
-            long now = clock.getAsLong();
+            long now = a.nanos();
             // a reasoning model's tokens come as reasoning_content (or reasoning) before the content: output too
             JsonNode d = c.path("delta");
             if (!d.path("content").asText("").isEmpty() || !d.path("reasoning_content").asText("").isEmpty()
@@ -1089,22 +1114,32 @@ public final class BenchServerCommand implements Callable<Integer> {
                 int k = Math.max(1, upTo - seen);
                 seen = upTo;
                 if (first == 0) first = now;
-                else {
-                    double g = (now - last) / 1e6;
-                    gaps.add(g);
-                    for (int i = 0; i < k; i++) tokenGaps.add(g / k);
-                    shared += k - 1;
+                if (chunkAt != 0 && now == chunkAt) {
+                    chunkTokens += k; // the same read: part of the chunk being gathered
+                } else {
+                    shared += addChunk(gaps, tokenGaps, chunkGap, chunkTokens);
+                    chunkGap = chunkAt == 0 ? Double.NaN : (now - last) / 1e6;
+                    chunkAt = now;
+                    chunkTokens = k;
                 }
                 last = now;
             }
             if (!c.path("finish_reason").isNull() && !c.path("finish_reason").isMissingNode()) last = now;
         }
-        long end = clock.getAsLong();
+        shared += addChunk(gaps, tokenGaps, chunkGap, chunkTokens);
         tokens = Math.max(tokens, seen); // a server that sends no usage: one token a chunk
         // NaN where there is no decode to time (one token, or all in one chunk), as the engine alone's figure
         double decode = last > first && tokens > 1 ? (tokens - 1) / ((last - first) / 1e9) : Double.NaN;
         return new Sample(first == 0 ? Double.NaN : (first - t0) / 1e6, decode, tokens / ((end - t0) / 1e9), tokens,
                 gaps.stream().mapToDouble(Double::doubleValue).toArray(), tokenGaps.stream().mapToDouble(Double::doubleValue).toArray(), shared);
+    }
+
+    /** Adds a chunk of k tokens after gap g (NaN: the first chunk, no gap): one gap, k per-token gaps; the tokens shared. */
+    private static int addChunk(List<Double> gaps, List<Double> tokenGaps, double g, int k) {
+        if (Double.isNaN(g) || k == 0) return 0;
+        gaps.add(g);
+        for (int i = 0; i < k; i++) tokenGaps.add(g / k);
+        return k - 1;
     }
 
     /** The median of the measured values (NaN: not measured, left out); NaN where none was. */

@@ -67,16 +67,13 @@ class BenchServerCommandTest {
         assertTrue(one.startsWith("server: limits.maxActive 3 (1 of the 4 requests at once at the largest level waits in the queue), "), one);
     }
 
-    /** Parses the events; the clock reads 0 at the request and then each event's time (ms), one per event. */
+    /** Parses the events; the clock reads 0 at the request and then each event's arrival (ms), one per event. */
     static BenchServerCommand.Sample sample(long[] ms, String... events) throws Exception {
         ObjectMapper m = new ObjectMapper();
-        List<JsonNode> ev = new ArrayList<>();
-        for (String e : events) ev.add(m.readTree(e));
-        long[] at = new long[ms.length + 1];
-        for (int i = 0; i < ms.length; i++) at[i] = ms[i] * 1_000_000L;
-        at[ms.length] = at[ms.length - 1];
-        int[] i = {0};
-        return BenchServerCommand.sample(ev, 0, () -> at[Math.min(i[0]++, at.length - 1)]);
+        List<io.ds4j.bench.SseEvents.Arrival> ev = new ArrayList<>();
+        for (int i = 0; i < events.length; i++)
+            ev.add(new io.ds4j.bench.SseEvents.Arrival(m.readTree(events[i]), ms[Math.min(i, ms.length - 1)] * 1_000_000L));
+        return BenchServerCommand.sample(ev, 0, ms[ms.length - 1] * 1_000_000L);
     }
 
     static String chunk(String content, String finish, Integer tokens) {
@@ -95,6 +92,53 @@ class BenchServerCommandTest {
         assertArrayEquals(new double[]{10, 10}, s.gapsMs(), 1e-9);
         assertArrayEquals(new double[]{5, 5, 10}, s.tokenGapsMs(), 1e-9);
         assertEquals(1, s.shared());
+    }
+
+    /** --requests below the clients (or no multiple of them) is said to be rounded up, once for all levels. */
+    @Test
+    void requestsRoundedUpToTheClientsAreSaid() {
+        assertEquals("--requests 1 is rounded up to 2 at 2 clients (every client runs the same number of requests, at least one)",
+                BenchServerCommand.roundedLine(1, List.of(1, 2)));
+        assertEquals("--requests 5 is rounded up to 6 at 2 clients, 8 at 4 clients (every client runs the same number of requests, at least one)",
+                BenchServerCommand.roundedLine(5, List.of(1, 2, 4)));
+        assertNull(BenchServerCommand.roundedLine(4, List.of(1, 2, 4)));
+    }
+
+    /**
+     * Events that arrived in one read (the same time) are one chunk: its tokens share the gap before it, and no gap of
+     * zero (of the microseconds between parsing them) is counted between them.
+     */
+    @Test
+    void eventsOfOneReadAreOneChunk() throws Exception {
+        BenchServerCommand.Sample s = sample(new long[]{10, 30, 30, 30, 50, 51},
+                chunk("a", null, 1), chunk("b", null, 2), chunk("c", null, 3), chunk("d", null, 4), chunk("e", null, 5),
+                chunk(null, "length", 5));
+        assertArrayEquals(new double[]{20, 20}, s.gapsMs(), 1e-9);
+        assertArrayEquals(new double[]{20 / 3.0, 20 / 3.0, 20 / 3.0, 20}, s.tokenGapsMs(), 1e-9);
+        assertEquals(2, s.shared());
+    }
+
+    /**
+     * The body handler's lines carry the time of the read that brought them: two events in one read share it.
+     */
+    @Test
+    void linesOfOneReadShareItsTime() throws Exception {
+        long[] now = {100};
+        var sub = io.ds4j.bench.SseEvents.timedLines(() -> now[0]).apply(null);
+        sub.onSubscribe(new java.util.concurrent.Flow.Subscription() {
+            public void request(long n) { }
+            public void cancel() { }
+        });
+        sub.onNext(List.of(java.nio.ByteBuffer.wrap("data: {\"a\":1}\n\ndata: {\"b\"".getBytes())));
+        now[0] = 200;
+        sub.onNext(List.of(java.nio.ByteBuffer.wrap(":2}\n\ndata: [DONE]\n".getBytes())));
+        sub.onComplete();
+        List<io.ds4j.bench.SseEvents.Arrival> ev = new ArrayList<>();
+        for (var a : io.ds4j.bench.SseEvents.ofTimed(sub.getBody().toCompletableFuture().get(), new ObjectMapper())) ev.add(a);
+        assertEquals(2, ev.size());
+        assertEquals(100, ev.get(0).nanos());
+        assertEquals(200, ev.get(1).nanos(), "a line is timed by the read that completed it");
+        assertEquals(2, ev.get(1).event().get("b").asInt());
     }
 
     /**
