@@ -1006,6 +1006,8 @@ public final class BenchServerCommand implements Callable<Integer> {
         }
         if (schema == null || !schema.isObject())
             throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: " + file + " holds no JSON object (a schema is one)");
+        String body = SchemaFiles.requestBodyProblem(schema, file);
+        if (body != null) throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: " + body);
         try {
             // what the server would refuse with a 400, said before a model is made or loaded
             io.ds4j.grammar.Grammar.jsonSchema(schema);

@@ -294,6 +294,8 @@ public final class GenerateCommand implements Callable<Integer> {
                 // the server's reader, so that an enum's numbers are produced as the file writes them (1e2, not 100.0)
                 com.fasterxml.jackson.databind.JsonNode schema = io.ds4j.server.Json.read(Files.readAllBytes(jsonSchema), "a file");
                 if (schema == null) throw new IllegalArgumentException("--json-schema: " + jsonSchema + " is empty");
+                String body = SchemaFiles.requestBodyProblem(schema, jsonSchema);
+                if (body != null) throw new IllegalArgumentException("--json-schema: " + body);
                 gr = Grammar.jsonSchema(schema);
             } catch (io.ds4j.server.Json.Unreadable e) {
                 throw new IllegalArgumentException("--json-schema: " + jsonSchema + " is not JSON: " + e.getMessage(), e);

@@ -85,6 +85,28 @@ public class GenerateCommandTest {
     }
 
     /**
+     * A whole request body given as --json-schema is said to be one, naming where its schema is (the compiler said
+     * "JSON Schema keyword 'model' (at '/model') is not supported"), before the model is made.
+     */
+    @Test
+    void aRequestBodyGivenAsTheSchemaIsSaidToBeOne(@TempDir Path dir) throws Exception {
+        Path body = dir.resolve("request.json");
+        java.nio.file.Files.writeString(body, "{\"model\": \"ds4j\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
+                + " \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"type\": \"object\"}}}}");
+        Run r = run("generate", "--prompt", "x", "-n", "2", "--json-schema", body.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("error: --json-schema: " + body + " looks like a request body (top-level \"messages\", "
+                + "\"response_format\", \"model\"), not a JSON Schema: the schema inside it is at /response_format/json_schema/schema"), r.err());
+        assertFalse(r.err().contains("creating model") || r.err().contains("keyword"), r.err());
+        // one without a schema inside says so; a schema with a property named "model" is a schema
+        java.nio.file.Files.writeString(body, "{\"messages\": []}");
+        Run none = run("generate", "--prompt", "x", "-n", "2", "--json-schema", body.toString());
+        assertTrue(none.err().contains("looks like a request body (top-level \"messages\"), not a JSON Schema: it holds no schema"), none.err());
+        assertNull(SchemaFiles.requestBodyProblem(new com.fasterxml.jackson.databind.ObjectMapper().readTree(
+                "{\"type\": \"object\", \"properties\": {\"model\": {\"type\": \"string\"}}}"), body));
+    }
+
+    /**
      * Control tokens are left out of the printed text by default, as the API's skip_special_tokens; the default
      * preset's random weights greedily write some (placeholders) after "Hello world".
      */
