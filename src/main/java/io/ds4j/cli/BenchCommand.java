@@ -36,7 +36,8 @@ import java.util.concurrent.Callable;
 public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--backend", defaultValue = "hip", description = "cpu or hip (default ${DEFAULT-VALUE}); only hip has both paths") String backend;
     @Option(names = "--model", paramLabel = "DIR", description = "model directory (default: a preset, created on first use)") Path model;
-    @Option(names = "--preset", defaultValue = "flash-shaped", description = "preset when no --model (default ${DEFAULT-VALUE})") String preset;
+    @Option(names = "--preset", description = "preset when no --model (default: flash-shaped, a GPU benchmark's model of V4-Flash's "
+            + "dimensions, about 18 GB at 43 layers; small on --backend cpu)") String preset;
     @Option(names = "--layers", description = "layers of the preset (default: the preset's, 43 for flash-shaped)") Integer layers;
     @Option(names = "--experts", description = "routed experts per layer of the preset (default: the preset's)") Integer experts;
     @Option(names = "--dtype", defaultValue = "fp8", description = "preset storage: fp8 (FP8 dense + FP4 experts, as released) or bf16 (default ${DEFAULT-VALUE})") String dtype;
@@ -66,6 +67,12 @@ public final class BenchCommand implements Callable<Integer> {
             for (Path p : rep.write(out, name)) System.out.println("wrote " + p);
             return 0;
         }
+        if (model == null && preset == null) {
+            // flash-shaped is the GPU's benchmark model (18 GB at 43 layers): on the CPU it takes hours to write and run
+            preset = backend.equals("cpu") ? "small" : "flash-shaped";
+            if (backend.equals("cpu")) System.err.println("bench: --backend cpu without --preset: using the small preset "
+                    + "(the default flash-shaped is a GPU benchmark's model; give --preset flash-shaped to run it here)");
+        }
         VerifyPathBench.Options o = new VerifyPathBench.Options(lengths, q, decodeTokens, agreementSteps, chunk, seed, syntheticAbove, drafts);
         RandomCheckpoint.Storage storage = RandomCheckpoint.Storage.parse(dtype);
         Backends.checkAvailable(backend);  // before the model: a machine without the GPU is told so, not after 18 GB
@@ -74,6 +81,8 @@ public final class BenchCommand implements Callable<Integer> {
         ModelConfig planned = model != null ? ModelConfig.read(model.resolve("config.json")) : Presets.get(preset, layers, experts);
         VerifyPathBench.checkContext(planned.maxPositionEmbeddings, o,
                 o.agreementSteps() > 0 && FeatureGate.f16KvVerifierPossible(backend, bo.devices()));
+        if (model == null && backend.equals("cpu") && preset.equals("flash-shaped"))
+            System.err.println(cpuWarning(planned, storage, seed));
         Path dir = model != null ? model : ModelStore.ensureVariant(preset, layers, experts, storage, seed, System.err::println);
         try (Backend be = Backends.open(backend, dir, bo)) {
             ModelConfig c = be.config();
@@ -101,6 +110,18 @@ public final class BenchCommand implements Callable<Integer> {
             for (Path p : rep.write(out, name)) System.out.println("wrote " + p);
         }
         return 0;
+    }
+
+    /**
+     * What --preset flash-shaped on the CPU is about to use, said before the model is made: its size on disk and that
+     * the tiny and small presets suit the CPU.
+     */
+    public static String cpuWarning(ModelConfig planned, RandomCheckpoint.Storage storage, long seed) {
+        var naming = storage == RandomCheckpoint.Storage.FP8 ? io.ds4j.model.TensorNames.Scheme.ORIGINAL : io.ds4j.model.TensorNames.Scheme.HF;
+        long bytes = new RandomCheckpoint(planned, seed, naming, storage).totalBytes();
+        return String.format(Locale.ROOT, "bench: --preset flash-shaped on --backend cpu: a GPU benchmark's model of %d layers, "
+                + "%.1f GB on disk (created on first use in %s), which the CPU runs for hours; --preset tiny or --preset small "
+                + "suit the CPU", planned.numLayers, bytes / 1e9, ModelStore.root());
     }
 
     private List<String> commandLine() {

@@ -156,6 +156,22 @@ class VerifyPathBenchTest {
         }
     }
 
+    /**
+     * On the CPU without --preset, bench takes the small preset and says so (the default flash-shaped is 18 GB);
+     * --preset flash-shaped there is said up front with its size and the presets that suit the CPU.
+     */
+    @Test
+    void benchOnTheCpuTakesTheSmallPresetAndSaysWhatFlashShapedWouldBe() throws Exception {
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench", "--backend", "cpu", "--lengths", "2000000");
+        assertNotEquals(0, r.code(), r.err());
+        assertTrue(r.err().contains("bench: --backend cpu without --preset: using the small preset"), r.err());
+        assertFalse(r.err().contains("creating model"), r.err());
+        String w = io.ds4j.cli.BenchCommand.cpuWarning(io.ds4j.model.synth.Presets.get("flash-shaped", null, null),
+                io.ds4j.model.synth.RandomCheckpoint.Storage.FP8, 1);
+        assertTrue(w.matches("bench: --preset flash-shaped on --backend cpu: a GPU benchmark's model of 43 layers, [0-9.]+ GB on disk .*"
+                + "--preset tiny or --preset small suit the CPU"), w);
+    }
+
     @Test
     void benchCommandWritesTheTableJsonAndChart(@TempDir Path dir) throws Exception {
         GenerateCommandTest.Run r = GenerateCommandTest.run("bench", "--backend", "cpu", "--model",
