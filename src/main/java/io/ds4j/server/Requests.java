@@ -50,7 +50,7 @@ final class Requests {
      * @param logprobs      return log-probabilities
      * @param topLogprobs   alternatives per token
      * @param skipSpecialTokens leave control tokens out of the output text (default true)
-     * @param grammar       what constrained decoding enforces on the output (forced tool call, strict JSON schema,
+     * @param grammar       what constrained decoding enforces on the output (forced tool call, JSON schema,
      *                      JSON object, vLLM's regex or choice), or null for free output
      * @param reasoningBudget chat: the most tokens the answer may spend reasoning before its reasoning is ended for it
      *                      ({@code thinking_token_budget}), or null for no cap
@@ -532,13 +532,13 @@ final class Requests {
 
     /**
      * What constrained decoding enforces: tool_choice "required" or a named function → one DSML tool call with
-     * valid arguments; response_format json_schema with {@code strict: true} → JSON valid for the schema;
+     * valid arguments; response_format json_schema → JSON valid for the schema, {@code strict} or not;
      * json_object → a JSON object. With tools offered in auto mode, a tool-call block the model begins is held to the
      * listed tools (a {@code strict} function's arguments to its schema, one invoke when {@code parallel_tool_calls}
      * is false) where a function is strict, parallel calls are off or the content is constrained (which must leave
-     * the calls open); otherwise the calls are free, as the template describes them. A non-strict json_schema is only
-     * described in the prompt. vLLM's structured_outputs (regex, choice, json, json_object) and guided_regex /
-     * guided_choice constrain the content as a strict response_format does (at most one constraint per request; none
+     * the calls open); otherwise the calls are free, as the template describes them. vLLM's structured_outputs (regex,
+     * choice, json, json_object) and guided_regex / guided_choice constrain the content as a response_format does (at
+     * most one constraint per request; none
      * beside a forced call). In thinking mode the constraint starts after the reasoning.
      */
     private static Grammar grammar(JsonNode b, ChatOptions opts, List<ChatMessage> messages, String continued) {
@@ -683,7 +683,11 @@ final class Requests {
         return (i >= 0 ? "tools[" + i + "]" : "tools") + ".function.parameters";
     }
 
-    /** The grammar of a response_format that constrains the content (json_object, strict json_schema), else null. */
+    /**
+     * The grammar of a response_format that constrains the content (json_object, json_schema), else null. A json_schema
+     * is enforced whether or not {@code strict} is set, as vLLM does: a client that names a schema means its answer to
+     * be read by it, and a schema this server cannot enforce is refused rather than left to the model's goodwill.
+     */
     private static Grammar contentGrammar(JsonNode rf) {
         switch (rf.path("type").asText()) {
             case "json_object" -> {
@@ -691,10 +695,12 @@ final class Requests {
             }
             case "json_schema" -> {
                 JsonNode js = rf.get("json_schema");
-                if (!bool(js, "strict", "response_format.json_schema.strict", false)) return null;
+                // checked as a boolean wherever it is sent, though it changes nothing here
+                bool(js, "strict", "response_format.json_schema.strict", false);
                 JsonNode schema = js.get("schema");
                 if (schema == null || schema.isNull())
-                    throw ApiException.badField("response_format.json_schema.schema", "is required when strict is true");
+                    throw ApiException.badField("response_format.json_schema.schema", "is required: the answer is held to it"
+                            + " (a JSON Schema object; {\"type\": \"json_object\"} asks for any JSON object)");
                 try {
                     return Grammar.jsonSchema(schema);
                 } catch (UnsupportedSchemaException e) {
@@ -707,12 +713,10 @@ final class Requests {
         }
     }
 
-    /** Whether a response_format constrains the content (json_object, or json_schema with strict true). */
+    /** Whether a response_format constrains the content (json_object or json_schema; text does not). */
     private static boolean constrains(JsonNode rf) {
         String type = rf.path("type").asText();
-        // json_schema's object is there: ChatOptions checked the response_format
-        return type.equals("json_object") || type.equals("json_schema")
-                && bool(rf.get("json_schema"), "strict", "response_format.json_schema.strict", false);
+        return type.equals("json_object") || type.equals("json_schema");
     }
 
     /**

@@ -688,7 +688,7 @@ final class ResponsesApi {
     /**
      * {@code text.format} as chat's {@code response_format}: {@code text} (free text), {@code json_object},
      * {@code json_schema} with {@code name}, {@code schema}, {@code strict} and {@code description} (chat's
-     * {@code json_schema} object, so a strict schema is enforced as on chat).
+     * {@code json_schema} object, so the schema is enforced as on chat).
      */
     private static void text(JsonNode body, ObjectNode chat, ObjectNode settings) {
         JsonNode text = body.get("text");
@@ -719,7 +719,7 @@ final class ResponsesApi {
                 // so that the format's other fields are still reported as unread)
                 for (var f : format.deepCopy().properties())
                     if (known.contains(f.getKey()) && !f.getValue().isNull()) js.set(f.getKey(), format.get(f.getKey()));
-                // the chat template writes the schema whole into the prompt, and a strict one is compiled whole
+                // the chat template writes the schema whole into the prompt, and the constraint is compiled from it whole
                 JsonNode schema = format.get("schema");
                 if (schema != null) RequestFields.usedWhole(schema);
             }

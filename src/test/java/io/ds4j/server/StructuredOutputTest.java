@@ -63,6 +63,34 @@ class StructuredOutputTest {
     }
 
     /**
+     * A json_schema without strict true (absent or false) is enforced as a strict one is, as vLLM does: the content
+     * validates, and a schema no value satisfies is the same 400 invalid_schema naming the node (it was free text, and
+     * an invalid schema passed).
+     */
+    @Test
+    void nonStrictJsonSchemaIsEnforcedAsAStrictOne() throws Exception {
+        SplittableRandom r = new SplittableRandom(11);
+        for (int i = 0; i < 4; i++) {
+            ObjectNode schema = RandomSchemas.schema(r);
+            String format = i % 2 == 0 ? jsonSchemaFormat(schema, false)
+                    : "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"out\",\"schema\":" + schema + "}}";
+            var resp = server.post("/v1/chat/completions", body(format + ",\"max_tokens\":200,\"temperature\":1,\"seed\":" + i));
+            assertEquals(200, resp.status(), resp.body());
+            JsonNode choice = resp.json().get("choices").get(0);
+            String content = choice.get("message").get("content").asText();
+            assertEquals("stop", choice.get("finish_reason").asText(), content);
+            assertTrue(valid(schema, Json.MAPPER.readTree(content)), schema + " -> " + content);
+        }
+        JsonNode noValue = Json.MAPPER.readTree("{\"type\":\"integer\",\"minimum\":5,\"maximum\":3}");
+        for (String format : new String[]{jsonSchemaFormat(noValue, false), jsonSchemaFormat(noValue, true)}) {
+            var resp = server.post("/v1/chat/completions", body(format + ",\"max_tokens\":4"));
+            assertEquals(400, resp.status(), resp.body());
+            assertEquals("invalid_schema", resp.json().at("/error/code").asText(), resp.body());
+            assertEquals("response_format.json_schema.schema", resp.json().at("/error/param").asText(), resp.body());
+        }
+    }
+
+    /**
      * The string keywords Pydantic and zod write (minLength, maxLength, pattern, format) are held in response_format, in
      * a forced call's parameters and in the Responses API's text.format alike (each was a 400 naming the keyword).
      */
@@ -296,8 +324,19 @@ class StructuredOutputTest {
                 none.json().at("/error/message").asText(), none.body());
         assertEquals("response_format.json_schema.name: is required: 1 to 64 letters, digits, underscores or hyphens",
                 server.post("/v1/chat/completions", format("{}")).json().at("/error/message").asText());
-        for (String ok : new String[]{"{\"name\":\"out\",\"strict\":true,\"schema\":true}", "{\"name\":\"out\",\"schema\":false}",
-                "{\"name\":\"out\"}"}) {
+        // strict or not alike: the schema is enforced either way, so one is needed, and false is none
+        for (String bad : new String[]{"{\"name\":\"out\",\"schema\":false}", "{\"name\":\"out\",\"strict\":false,\"schema\":false}"}) {
+            var resp = server.post("/v1/chat/completions", format(bad));
+            assertEquals("response_format.json_schema.schema: no value satisfies the schema: it is false",
+                    resp.json().at("/error/message").asText(), bad + " -> " + resp.body());
+        }
+        for (String noSchema : new String[]{"{\"name\":\"out\"}", "{\"name\":\"out\",\"strict\":true}"}) {
+            var resp = server.post("/v1/chat/completions", format(noSchema));
+            assertEquals(400, resp.status(), noSchema + " -> " + resp.body());
+            assertEquals("response_format.json_schema.schema: is required: the answer is held to it (a JSON Schema object;"
+                    + " {\"type\": \"json_object\"} asks for any JSON object)", resp.json().at("/error/message").asText(), resp.body());
+        }
+        for (String ok : new String[]{"{\"name\":\"out\",\"strict\":true,\"schema\":true}", "{\"name\":\"out\",\"schema\":true}"}) {
             var resp = server.post("/v1/chat/completions", format(ok));
             assertEquals(200, resp.status(), ok + " -> " + resp.body());
         }
@@ -329,8 +368,11 @@ class StructuredOutputTest {
         var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, true)));
         assertEquals(400, resp.status(), resp.body());
         assertTrue(resp.json().get("error").get("message").asText().contains("format"), resp.body());
-        // not strict: only described in the prompt, so the same schema is accepted
-        assertEquals(200, server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, false) + ",\"max_tokens\":4")).status());
+        // not strict: enforced all the same (as vLLM does), so the same 400, with the same code
+        var notStrict = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, false) + ",\"max_tokens\":4"));
+        assertEquals(400, notStrict.status(), notStrict.body());
+        assertEquals(resp.json().get("error"), notStrict.json().get("error"), notStrict.body());
+        assertEquals("unsupported_schema_keyword", notStrict.json().at("/error/code").asText(), notStrict.body());
         // tools: a forced call checks its schema; a named function must exist
         var bad = server.post("/v1/chat/completions", body("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
                 + "{\"type\":\"object\",\"properties\":{\"x\":{\"oneOf\":[{\"type\":\"string\"}]}}}}}],\"tool_choice\":\"required\""));
