@@ -417,9 +417,10 @@ public final class EngineVerticle extends VerticleBase {
         state.started(j.req.id);
         updateGauges();
         ServerConfig cfg = state.config();
-        LOG.info("request {} admitted: {} prompt tokens, max_tokens {}; it waits for request {} to prefill the {} prompt tokens"
+        LOG.info("request {} admitted: {} prompt tokens, max_tokens {}{}; it waits for request {} to prefill the {} prompt tokens"
                         + " they share (the prefix cache's last block boundary of the prompt), then prefills the {} after them;"
-                        + " running {}/{}, waiting {}/{}", j.req.id, j.req.prompt.length, j.req.params.maxTokens(), leader.req.id,
+                        + " running {}/{}, waiting {}/{}", j.req.id, j.req.prompt.length, j.req.params.maxTokens(),
+                maxTokensNote(j.req, cfg), leader.req.id,
                 j.sharedPoint, j.req.prompt.length - j.sharedPoint, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue());
     }
 
@@ -532,9 +533,20 @@ public final class EngineVerticle extends VerticleBase {
         EngineRequest r = j.req;
         activate(j, cfg);
         jobs.put(r.id, j);
-        LOG.info("request {} admitted: {} prompt tokens, max_tokens {}{}, spec q {}; running {}/{}, waiting {}/{}",
-                r.id, r.prompt.length, r.params.maxTokens(), reasoningNote(r), j.specName(), running(), cfg.maxActive(),
-                waiting.size(), cfg.maxQueue());
+        LOG.info("request {} admitted: {} prompt tokens, max_tokens {}{}{}, spec q {}; running {}/{}, waiting {}/{}",
+                r.id, r.prompt.length, r.params.maxTokens(), maxTokensNote(r, cfg), reasoningNote(r), j.specName(), running(),
+                cfg.maxActive(), waiting.size(), cfg.maxQueue());
+    }
+
+    /**
+     * What the admission line says of a max_tokens the client did not send: the server's default, and whether it was
+     * cut to the room after the prompt (a client's own max_tokens is never cut: one past the room is refused).
+     */
+    private static String maxTokensNote(EngineRequest r, ServerConfig cfg) {
+        if (r.maxTokensField != null) return "";
+        return r.params.maxTokens() < cfg.maxTokensDefault()
+                ? " (the server's default " + cfg.maxTokensDefault() + ", cut to the room after the prompt)"
+                : " (the server's default)";
     }
 
     /** What the admission line says of a request's reasoning: whether it starts inside it, and its budget. */

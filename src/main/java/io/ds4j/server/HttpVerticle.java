@@ -1533,20 +1533,31 @@ public final class HttpVerticle extends VerticleBase {
                         + ctxLimit + " tokens leaves room for at most " + (ctxLimit - prompt.length) + " output tokens"));
                 return;
             }
-            // max_tokens is cut to the room the context leaves; the server's default also to the room the cache leaves
-            // (model.cacheTokens), as a client that sent none cannot be refused for it; a client's own max_tokens past
-            // the cache is refused by the engine's admission, naming it (at least 1: the engine then refuses a prompt
-            // that leaves the cache no room, naming the prompt)
+            // a client's own max_tokens past the room the context leaves is refused, as vLLM and OpenAI refuse it: cut
+            // without a word, the answer would end with "length" short of what was asked. The server's default is cut to
+            // that room instead, and to the room the cache leaves (model.cacheTokens), as a client that sent none cannot
+            // be refused for it; a client's own max_tokens past the cache is refused by the engine's admission, naming
+            // it (at least 1: the engine then refuses a prompt that leaves the cache no room, naming the prompt)
             int room = ctxLimit - prompt.length, cache = state.config().cacheTokens();
-            // a min_tokens past that room could never be met: the answer would end at the context's end, short of it,
-            // so it is refused as a max_tokens past the context is in vLLM (max_tokens itself is cut to the room here)
+            String mt = g.maxTokensParam();
+            if (mt != null && g.params().maxTokens() > room) {
+                String input = chat ? "messages" : "prompt";
+                error(ctx, renamed(read.translation(), ApiException.bad(mt, "context_length_exceeded", mt + ": this model's"
+                        + " maximum context length is " + ctxLimit + " tokens. However, you requested "
+                        + ((long) prompt.length + g.params().maxTokens()) + " tokens (" + prompt.length + " in the " + input
+                        + ", " + g.params().maxTokens() + " in the completion). Please reduce the length of the " + input
+                        + " or completion: at most " + room + " completion tokens fit after this prompt")));
+                return;
+            }
+            // likewise a min_tokens past that room, which could never be met: the answer would end at the context's end,
+            // short of it (with a max_tokens of its own the client was told above, as min_tokens is at most max_tokens)
             if (g.minTokens() > room) {
                 error(ctx, ApiException.bad("min_tokens", "context_length_exceeded", "min_tokens: the prompt is "
                         + prompt.length + " tokens and this server's context limit is " + ctxLimit + " tokens (prompt + output),"
                         + " so at most " + room + " tokens can be generated after it, fewer than min_tokens (" + g.minTokens() + ")"));
                 return;
             }
-            if (g.maxTokensParam() == null && cache > 0) {
+            if (mt == null && cache > 0) {
                 int cacheRoom = cache - prompt.length;
                 // likewise under the cache's room, which cuts the server's default max_tokens (a client's own max_tokens
                 // past it is refused by admission); a prompt the cache cannot hold at all is refused there, naming the prompt
@@ -1558,6 +1569,7 @@ public final class HttpVerticle extends VerticleBase {
                 }
                 room = Math.max(1, Math.min(room, cacheRoom));
             }
+            // only the server's default can be past the room here: a client's own max_tokens fits, or was refused above
             int maxTokens = Math.min(g.params().maxTokens(), room);
             EngineRequest req = new EngineRequest(id, chat, chat && ChatEncoder.answerStartsInReasoning(g.messages(), g.options()), prompt,
                     g.params().withMaxTokens(maxTokens), g.specQ(), ctxLimit, t0, "ds4j.out." + id, g.skipSpecialTokens(),

@@ -45,7 +45,7 @@ class ServeSignalsTest {
             assertTrue(eventually(120_000, () -> ready(port)), "the server got ready: " + Files.readString(log));
             // a stream far longer than the test: the graceful shutdown would wait for it the whole grace period
             try (Socket stream = new Socket("127.0.0.1", port)) {
-                byte[] b = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true,\"max_tokens\":100000,\"ignore_eos\":true}"
+                byte[] b = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true,\"max_tokens\":30000,\"ignore_eos\":true}"
                         .getBytes(StandardCharsets.UTF_8);
                 stream.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                         + "application/json\r\nContent-Length: " + b.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));

@@ -286,9 +286,51 @@ class BadInputTest {
         assertTrue(mm.find(), e.toString());
         int all = Integer.parseInt(mm.group(1)), schema = Integer.parseInt(mm.group(2));
         assertTrue(schema > 0 && schema < all && all - schema < 20, e.toString());
-        // a prompt that fits still works: max_tokens is clamped to the room left
-        TestServer.Resp ok = server.post("/v1/chat/completions", chat("\"max_tokens\":1000"));
+        // a prompt that fits still works without max_tokens: the server's default is cut to the room left
+        TestServer.Resp ok = server.post("/v1/chat/completions", chat(""));
         assertEquals(200, ok.status(), ok.body());
+    }
+
+    /**
+     * A max_tokens the client sends that the context cannot hold after the prompt is a 400 context_length_exceeded naming
+     * it, with the context, the prompt's tokens and the completion's, as vLLM's (it was cut to the room without a word,
+     * the answer ending with "length" short of it): chat (max_tokens and max_completion_tokens, streamed or not),
+     * completions, and the Anthropic and Responses APIs under their own names. One that just fits is taken.
+     */
+    @Test
+    void anExplicitMaxTokensPastTheContextIsRefused() throws Exception {
+        java.util.regex.Pattern said = java.util.regex.Pattern.compile("(max_tokens|max_completion_tokens|max_output_tokens):"
+                + " this model's maximum context length is 64 tokens\\. However, you requested (\\d+) tokens \\((\\d+) in the"
+                + " (messages|prompt|input), 1000 in the completion\\)\\. Please reduce the length of the (messages|prompt|input) or"
+                + " completion: at most (\\d+) completion tokens fit after this prompt");
+        String[][] cases = {{"/v1/chat/completions", chat("\"max_tokens\":1000"), "max_tokens", "messages"},
+                {"/v1/chat/completions", chat("\"max_tokens\":1000,\"stream\":true"), "max_tokens", "messages"},
+                {"/v1/chat/completions", chat("\"max_completion_tokens\":1000"), "max_completion_tokens", "messages"},
+                {"/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":1000}", "max_tokens", "prompt"},
+                {"/v1/responses", "{\"input\":\"Hi\",\"max_output_tokens\":1000}", "max_output_tokens", "input"}};
+        for (String[] c : cases) {
+            JsonNode e = expect(c[0], c[1], 400, c[2]);
+            assertEquals("context_length_exceeded", e.get("code").asText(), e.toString());
+            assertEquals("invalid_request_error", e.get("type").asText(), e.toString());
+            java.util.regex.Matcher m = said.matcher(e.get("message").asText());
+            assertTrue(m.matches(), e.toString());
+            assertEquals(c[2], m.group(1), e.toString());
+            assertEquals(c[3], m.group(4), e.toString());
+            int prompt = Integer.parseInt(m.group(3)), room = Integer.parseInt(m.group(6));
+            assertEquals(prompt + 1000, Integer.parseInt(m.group(2)), e.toString());
+            assertEquals(64 - prompt, room, e.toString());
+            // the most that fits is taken, and one more is refused
+            TestServer.Resp fits = server.post(c[0], c[1].replace("1000", String.valueOf(room)));
+            assertEquals(200, fits.status(), fits.body());
+            assertEquals(400, server.post(c[0], c[1].replace("1000", String.valueOf(room + 1))).status());
+        }
+        // the Anthropic Messages API's max_tokens, in its error shape
+        TestServer.Resp a = server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":1000,"
+                + "\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}");
+        assertEquals(400, a.status(), a.body());
+        assertEquals("invalid_request_error", a.json().at("/error/type").asText(), a.body());
+        assertTrue(a.json().at("/error/message").asText().startsWith("max_tokens: this model's maximum context length is 64"
+                + " tokens. However, you requested "), a.body());
     }
 
     @Test
@@ -621,7 +663,7 @@ class BadInputTest {
         assertEquals(200, server.post("/v1/completions", "{\"prompt\":[\"Hello\"],\"max_tokens\":3}").status());
         expect("/v1/completions", "{\"prompt\":[[1],[2]]}", 400, "prompt");
         expect("/v1/completions", "{\"prompt\":[[]]}", 400, "prompt[0]");
-        r = server.post("/v1/chat/completions", chat("\"max_tokens\":1e3,\"seed\":7.0,\"top_k\":4.0"));
+        r = server.post("/v1/chat/completions", chat("\"max_tokens\":1e1,\"seed\":7.0,\"top_k\":4.0"));
         assertEquals(200, r.status(), r.body());
         expect("/v1/chat/completions", chat("\"max_tokens\":1.5"), 400, "max_tokens");
         for (String seed : new String[]{"18446744073709551615", "9223372036854775808.0"})

@@ -242,8 +242,10 @@ class StopTokensTest {
     }
 
     /**
-     * A min_tokens the context cannot hold after the prompt is refused naming it and the room (max_tokens is cut to the
-     * room, so the answer would end short of min_tokens); one that just fits is met, the answer ending at the context.
+     * A min_tokens the context cannot hold after the prompt is refused naming it and the room where the server's default
+     * max_tokens applies (that default is cut to the room, so the answer would end short of min_tokens); beside a
+     * max_tokens of the client's, which is at least min_tokens, that max_tokens is what is refused. One that just fits is
+     * met, the answer ending at the context.
      */
     @Test
     void aMinTokensPastTheContextsRoomIsRefused() throws Exception {
@@ -253,7 +255,7 @@ class StopTokensTest {
             for (String path : new String[]{CHAT, COMPLETIONS}) {
                 int prompt = s.post(path, body(path, "\"stream\":false")).json().at("/usage/prompt_tokens").asInt();
                 int room = ctx - prompt;
-                String over = "\"temperature\":0,\"max_tokens\":" + (room + 1) + ",\"min_tokens\":" + (room + 1);
+                String over = "\"temperature\":0,\"min_tokens\":" + (room + 1);
                 TestServer.Resp r = s.post(path, path.equals(CHAT) ? TestServer.chat("Hi", over) : "{\"prompt\":\"Hi\"," + over + "}");
                 assertEquals(400, r.status(), r.body());
                 assertEquals("min_tokens", r.json().at("/error/param").asText(), r.body());
@@ -261,7 +263,12 @@ class StopTokensTest {
                 assertEquals("min_tokens: the prompt is " + prompt + " tokens and this server's context limit is " + ctx
                         + " tokens (prompt + output), so at most " + room + " tokens can be generated after it, fewer than"
                         + " min_tokens (" + (room + 1) + ")", r.json().at("/error/message").asText());
-                String fits = "\"temperature\":0,\"max_tokens\":" + (room + 1) + ",\"min_tokens\":" + room;
+                String both = "\"temperature\":0,\"max_tokens\":" + (room + 1) + ",\"min_tokens\":" + (room + 1);
+                r = s.post(path, path.equals(CHAT) ? TestServer.chat("Hi", both) : "{\"prompt\":\"Hi\"," + both + "}");
+                assertEquals(400, r.status(), r.body());
+                assertEquals("max_tokens", r.json().at("/error/param").asText(), r.body());
+                assertEquals("context_length_exceeded", r.json().at("/error/code").asText(), r.body());
+                String fits = "\"temperature\":0,\"max_tokens\":" + room + ",\"min_tokens\":" + room;
                 r = s.post(path, path.equals(CHAT) ? TestServer.chat("Hi", fits) : "{\"prompt\":\"Hi\"," + fits + "}");
                 assertEquals(200, r.status(), r.body());
                 assertEquals(room, r.json().at("/usage/completion_tokens").asInt(), r.body());

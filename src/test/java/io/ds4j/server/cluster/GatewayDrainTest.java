@@ -71,7 +71,7 @@ class GatewayDrainTest {
         assertTrue(GatewayRelayTest.eventually(60_000, () -> health(port).contains("\"ready\":1")), "the gateway sees its engine");
         try (Socket s = new Socket("127.0.0.1", port)) {
             s.setSoTimeout(30_000);
-            byte[] body = "{\"messages\":[{\"role\":\"user\",\"content\":\"flood\"}],\"stream\":true,\"max_tokens\":200000}"
+            byte[] body = "{\"messages\":[{\"role\":\"user\",\"content\":\"flood\"}],\"stream\":true,\"max_tokens\":30000}"
                     .getBytes(StandardCharsets.UTF_8);
             s.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                     + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
