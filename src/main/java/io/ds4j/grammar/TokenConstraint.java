@@ -18,9 +18,13 @@ import io.ds4j.sampling.Constraint;
  * budget, counting one token for end-of-sequence (none with ignore_eos, where the output runs to max_tokens and ends
  * there complete) and assuming the worst case of one byte per token. Every byte has a
  * single-byte token in byte-level BPE vocabularies, so this guarantees a complete output whenever the budget allows
- * one at all; when it cannot (max_tokens below the shortest completion), the tokens that come closest are allowed
- * and generation ends with finish reason "length" and an incomplete output. A grammar of free text with optional tool
- * calls is not steered at all ({@link Grammar#optionalToolCalls}): the model's call is never shortened to fit.
+ * one at all. Where the budget is below that worst case from the start, the tokens that come closest to the end are
+ * allowed, if taking them each step completes the output within the budget (counted once, in real tokens); where even
+ * that path does not fit, the output cannot be complete whatever is allowed, so it is not steered at all: the model
+ * writes what it would under the grammar and generation ends with finish reason "length" and the output as far as it
+ * got, never closed early by the steering (a forced call's arguments as far as the model wrote them, not
+ * {@code {"city": ""}}). A grammar of free text with optional tool calls is not steered at all
+ * ({@link Grammar#optionalToolCalls}): the model's call is never shortened to fit.
  *
  * <p>Reasoning ends with {@code </think>}, which the model writes as one control token: that token is offered where
  * the grammar is inside the reasoning (other control tokens are never offered).
@@ -30,6 +34,8 @@ import io.ds4j.sampling.Constraint;
  * when a step would need more.
  */
 public final class TokenConstraint implements Constraint {
+    private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(TokenConstraint.class);
+
     /**
      * The bytes of masks kept for all constraints together (least recently used first out): 64 MiB, about 4,000 masks
      * of V4's 129,280-token vocabulary (16 KB each), where each request kept 128 of its own before.
@@ -61,6 +67,11 @@ public final class TokenConstraint implements Constraint {
     private long maskNanos, maskCalls, cacheHits, maxWork;
 
     private final boolean steered;
+    /**
+     * Whether the path of the closest tokens completes the output within the budget, once asked (where no completion
+     * fits the worst case): 0 not asked yet, 1 it does, -1 it does not, and the output is left unsteered.
+     */
+    private int closestFits;
     private final boolean ignoreEos;
     /**
      * The tokens a completion may take after the token being chosen, less its remaining count: the chosen token, and
@@ -118,8 +129,8 @@ public final class TokenConstraint implements Constraint {
         } else {
             cacheHits++;
         }
-        if (!steered || e.maxAfter <= remaining - reserved) return e.bits;
-        return steered(s, remaining);
+        if (!steered || closestFits < 0 || e.maxAfter <= remaining - reserved) return e.bits;
+        return steered(s, remaining, e.bits);
     }
 
     /**
@@ -155,8 +166,11 @@ public final class TokenConstraint implements Constraint {
         return new Entry(bits, w.maxAfter);
     }
 
-    /** The allowed tokens after which the output can still be completed within the budget. */
-    private long[] steered(GState s, int remaining) {
+    /**
+     * The allowed tokens after which the output can still be completed within the budget; where none can in the worst
+     * case, the tokens that get closest, or {@code full} (unsteered) where even those cannot complete it in time.
+     */
+    private long[] steered(GState s, int remaining, long[] full) {
         long[] bits = new long[words];
         Walk w = new Walk(bits, remaining - reserved);
         long[] pure = pure(s);
@@ -168,18 +182,69 @@ public final class TokenConstraint implements Constraint {
         w.walk(s, 0);
         w.thinkEnd(s);
         offerEnd(s, bits);
-        if (isEmpty(bits)) {
-            // no completion fits: take the tokens that get closest
-            Walk best = new Walk(bits, w.minAfter);
-            if (pure != null) {
-                best.trie = rest(s);
-                if (s.dist() <= w.minAfter) System.arraycopy(pure, 0, bits, 0, words);
-            }
-            best.walk(s, 0);
-            best.thinkEnd(s);
-            if (isEmpty(bits)) set(bits, trie.eos);
+        if (!isEmpty(bits)) return bits;
+        // no completion fits in the worst case of a byte a token: the closest tokens may still complete it in real
+        // tokens (a forced call's markup is about 180 bytes in about 60 tokens). Asked once: the closest path is taken
+        // from here on, so the answer holds for the later steps
+        if (closestFits == 0) {
+            closestFits = closestPathTokens(s, remaining) <= remaining ? 1 : -1;
+            if (closestFits < 0)
+                LOG.info("constrained output not steered: its shortest complete form takes more than the {} tokens max_tokens"
+                        + " leaves{}; the model's own output is cut there (finish reason length), not closed early", remaining,
+                        remaining > CLOSEST_PATH_STEPS ? " (or more than the " + CLOSEST_PATH_STEPS + " tokens looked ahead)" : "");
         }
+        // unsteered: closing the output early would still end it incomplete, and then not as the model wrote it
+        if (closestFits < 0) return full;
+        return closest(s, w.minAfter);
+    }
+
+    /**
+     * The most steps {@link #closestPathTokens} walks: each is two walks of the trie on the engine's thread, so a path
+     * longer than this (a schema whose shortest value runs to kilobytes) is taken as one that does not fit.
+     */
+    static final int CLOSEST_PATH_STEPS = 1024;
+
+    /** The tokens after which s is nearest the end (fewest bytes left): those with completion distance minAfter. */
+    private long[] closest(GState s, int minAfter) {
+        long[] bits = new long[words];
+        Walk best = new Walk(bits, minAfter);
+        long[] pure = pure(s);
+        if (pure != null) {
+            best.trie = rest(s);
+            if (s.dist() <= minAfter) System.arraycopy(pure, 0, bits, 0, words);
+        }
+        best.walk(s, 0);
+        best.thinkEnd(s);
+        if (isEmpty(bits)) set(bits, trie.eos);
         return bits;
+    }
+
+    /**
+     * The tokens the output takes from s to its end (the end-of-sequence token included unless ignore_eos) taking one
+     * of the closest tokens each step; more than {@code cap} (or {@link #CLOSEST_PATH_STEPS}) where it is longer.
+     */
+    private int closestPathTokens(GState s, int cap) {
+        int limit = Math.min(cap, CLOSEST_PATH_STEPS);
+        for (int n = 0; ; n++) {
+            if (s.accepting()) return n + (ignoreEos ? 0 : 1);
+            if (n >= limit) return limit + 1;
+            Walk w = new Walk(new long[words], -1);
+            if (pure(s) != null) {
+                w.trie = rest(s);
+                w.minAfter = s.dist();
+            }
+            w.walk(s, 0);
+            w.thinkEnd(s);
+            long[] bits = closest(s, w.minAfter);
+            int tok = -1;
+            for (int i = 0; i < words && tok < 0; i++) {
+                long b = bits[i] & (i == trie.eos >> 6 ? ~(1L << trie.eos) : -1L);
+                if (b != 0) tok = (i << 6) + Long.numberOfTrailingZeros(b);
+            }
+            GState t = tok < 0 ? null : advance(s, tok);
+            if (t == null) return limit + 1;
+            s = t;
+        }
     }
 
     /** {@link #offerEnd}, and the end at a dead end too, which compiled grammars do not reach (end rather than hang). */

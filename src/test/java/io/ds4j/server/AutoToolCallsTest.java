@@ -103,6 +103,38 @@ class AutoToolCallsTest {
     }
 
     /**
+     * A forced call (tool_choice required or naming the function) that max_tokens cuts before its shortest complete form
+     * (61 tokens here) has the arguments as far as the model wrote them, as OpenAI's: {"city": "Paris cut inside the
+     * value, {"city": "Paris" after it, finish reason length, streamed and whole alike. They were closed by the length
+     * steering instead ({"city": ""}), which could not make the call complete within max_tokens anyway. With room for
+     * the shortest form, the call is steered to complete in time.
+     */
+    @Test
+    void aForcedCallCutByMaxTokensIsTheModelsAsFarAsItGot() throws Exception {
+        String tool = tool("get_weather", false, "{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}}");
+        for (String choice : new String[]{"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"}) {
+            String[][] cases = {{"44", "{\"city\": \"Paris"}, {"48", "{\"city\": \"Paris\""}};
+            for (String[] k : cases) {
+                String extra = "\"temperature\":0,\"max_tokens\":" + k[0] + ",\"tool_choice\":" + choice + ",\"tools\":[" + tool + "]";
+                var full = server.post("/v1/chat/completions", TestServer.chat("What is the weather in Paris?", extra));
+                assertEquals(200, full.status(), full.body());
+                JsonNode c = full.json().at("/choices/0");
+                assertEquals("length", c.get("finish_reason").asText(), c.toString());
+                assertEquals(k[1], c.at("/message/tool_calls/0/function/arguments").asText(), c.toString());
+                var stream = server.post("/v1/chat/completions", TestServer.chat("What is the weather in Paris?", extra + ",\"stream\":true"));
+                assertEquals(GoldenSseTest.assembleFull(full.json()), GoldenSseTest.assemble(stream), choice + " " + k[0]);
+            }
+            JsonNode fits = answer("What is the weather in Paris?", tool, ",\"tool_choice\":" + choice).deepCopy();
+            var r = server.post("/v1/chat/completions", TestServer.chat("What is the weather in Paris?", "\"temperature\":0,"
+                    + "\"max_tokens\":64,\"tool_choice\":" + choice + ",\"tools\":[" + tool + "]"));
+            JsonNode c = r.json().at("/choices/0");
+            assertEquals("tool_calls", c.get("finish_reason").asText(), c.toString());
+            assertTrue(Json.MAPPER.readTree(c.at("/message/tool_calls/0/function/arguments").asText()).has("city"), c.toString());
+            assertEquals("tool_calls", fits.get("finish_reason").asText(), fits.toString());
+        }
+    }
+
+    /**
      * A call that fits max_tokens is the model's call, not a shorter one: the 88 tokens of the scripted call under a
      * limit of 90, where a grammar steered by one byte a token (the call is ~200 bytes) would have closed it early.
      */

@@ -187,21 +187,25 @@ class StructuredOutputTest {
      * got (not a JSON object closed over values never generated); streamed and whole answers agree.
      */
     /**
-     * A forced call of a function without parameters: cut inside its invoke, its arguments are "" (no parameter had
-     * begun); cut after its invoke closed (22 + 7 tokens of this model's markup) but before the block's end, the call is
-     * complete, "{}", though the finish reason is length. Streamed and whole answers agree.
+     * A forced call of a function without parameters: with fewer tokens than its shortest complete form in this model's
+     * markup it is not steered and is cut with length where the model's own markup got to (this random model's, short
+     * of a complete invoke tag at 29: no call at all; it was "{}", closed by the steering); with room for that form it is
+     * steered to complete, "{}" and tool_calls. Streamed and whole answers agree.
      */
     @Test
     void aForcedCallWithoutParametersCutByMaxTokens() throws Exception {
-        String[] expected = {"", "{}"};
-        int[] max = {22, 29};
+        String[] expected = {null, "{}"};
+        String[] finish = {"length", "tool_calls"};
+        int[] max = {29, 60};
         for (int k = 0; k < max.length; k++) {
             String extra = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
-                    + "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"temperature\":0,\"max_tokens\":" + max[k];
+                    + "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"temperature\":0,\"speculative_q\":0,\"max_tokens\":" + max[k];
             var full = server.post("/v1/chat/completions", body(extra));
             JsonNode c = full.json().get("choices").get(0);
-            assertEquals("length", c.get("finish_reason").asText(), full.body());
-            assertEquals(expected[k], c.get("message").get("tool_calls").get(0).get("function").get("arguments").asText(), full.body());
+            assertEquals(finish[k], c.get("finish_reason").asText(), full.body());
+            if (expected[k] == null) assertNull(c.get("message").get("tool_calls"), full.body());
+            else assertEquals(expected[k], c.get("message").get("tool_calls").get(0).get("function").get("arguments").asText(), full.body());
+            assertTrue(c.get("message").get("content").isNull(), full.body());
             var stream = server.post("/v1/chat/completions", body(extra + ",\"stream\":true"));
             assertEquals(GoldenSseTest.assembleFull(full.json()), GoldenSseTest.assemble(stream), "max_tokens " + max[k]);
         }
@@ -218,10 +222,9 @@ class StructuredOutputTest {
             assertEquals("length", c.get("finish_reason").asText(), full.body());
             assertTrue(c.get("message").get("content").isNull(), full.body());
             String args = c.get("message").path("tool_calls").path(0).path("function").path("arguments").asText("");
-            if (max == 40) {
-                assertTrue(args.startsWith("{\"city\": \""), full.body());
-                assertThrows(Exception.class, () -> Json.MAPPER.readTree(args), "never closed: " + args);
-            }
+            // the model's own output under the grammar, unsteered since no complete call fits: never a call the
+            // server closed (AutoToolCallsTest shows the scripted model's arguments cut where max_tokens ends them)
+            if (!args.isEmpty()) assertThrows(Exception.class, () -> Json.MAPPER.readTree(args), "never closed: " + args);
             var stream = server.post("/v1/chat/completions", body(extra + ",\"stream\":true"));
             assertEquals(GoldenSseTest.assembleFull(full.json()), GoldenSseTest.assemble(stream), "max_tokens " + max);
         }
