@@ -34,6 +34,37 @@ class RequestsTest {
         return TestServer.chat("Hi", extra);
     }
 
+    /**
+     * reasoning_effort, as README's API section maps it: every OpenAI value (and xhigh, max) to one of DeepSeek-V4's
+     * three modes — none to no thinking, minimal to high to Think High (thinking, no preamble), xhigh and max to Think
+     * Max — in any case and with spaces around; anything else is a 400 naming the accepted values, and an explicit
+     * thinking switch wins over the effort.
+     */
+    @Test
+    void reasoningEffortMapsEveryOpenAiValueAndRefusesOthers() throws Exception {
+        String[][] cases = {{"none", "false", null}, {"minimal", "true", "high"}, {"low", "true", "high"},
+                {"medium", "true", "high"}, {"high", "true", "high"}, {"xhigh", "true", "max"}, {"x-high", "true", "max"},
+                {"max", "true", "max"}, {" Low ", "true", "high"}};
+        for (String[] c : cases) {
+            for (String field : new String[]{"\"reasoning_effort\":", "\"chat_template_kwargs\":{\"reasoning_effort\":"}) {
+                String body = chat(field + Json.MAPPER.writeValueAsString(c[0]) + (field.contains("{") ? "}" : ""));
+                var o = parse(body).options();
+                assertEquals(Boolean.parseBoolean(c[1]), o.thinking(), body);
+                assertEquals(c[2], o.reasoningEffort(), body);
+            }
+        }
+        // an explicit switch wins: thinking off with an effort, thinking on with none
+        var off = parse(chat("\"reasoning_effort\":\"high\",\"chat_template_kwargs\":{\"thinking\":false}")).options();
+        assertFalse(off.thinking());
+        assertTrue(parse(chat("\"reasoning_effort\":\"none\",\"thinking\":{\"type\":\"enabled\"}")).options().thinking());
+        for (String bad : new String[]{"extreme", "", "auto", "minimum", "highest"})
+            assertEquals("reasoning_effort: unsupported value '" + bad + "' (use none, minimal, low, medium, high, xhigh or max)",
+                    refused("reasoning_effort", chat("\"reasoning_effort\":" + Json.MAPPER.writeValueAsString(bad))));
+        assertTrue(refused("chat_template_kwargs.reasoning_effort", chat("\"chat_template_kwargs\":{\"reasoning_effort\":\"big\"}"))
+                .contains("(use none, minimal, low, medium, high, xhigh or max)"));
+        assertTrue(refused("reasoning_effort", chat("\"reasoning_effort\":3")).startsWith("reasoning_effort: "));
+    }
+
     @Test
     void aFloatFieldPastItsBoundAsWrittenIsRefusedThoughItsDoubleIsTheBound() throws Exception {
         // each of these is the bound as a double (a float for a bias), and past it as written
