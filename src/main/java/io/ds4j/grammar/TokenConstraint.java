@@ -190,8 +190,7 @@ public final class TokenConstraint implements Constraint {
             closestFits = closestPathTokens(s, remaining) <= remaining ? 1 : -1;
             if (closestFits < 0)
                 LOG.info("constrained output not steered: its shortest complete form takes more than the {} tokens max_tokens"
-                        + " leaves{}; the model's own output is cut there (finish reason length), not closed early", remaining,
-                        remaining > CLOSEST_PATH_STEPS ? " (or more than the " + CLOSEST_PATH_STEPS + " tokens looked ahead)" : "");
+                        + " leaves; the model's own output is cut there (finish reason length), not closed early", remaining);
         }
         // unsteered: closing the output early would still end it incomplete, and then not as the model wrote it
         if (closestFits < 0) return full;
@@ -199,8 +198,9 @@ public final class TokenConstraint implements Constraint {
     }
 
     /**
-     * The most steps {@link #closestPathTokens} walks: each is two walks of the trie on the engine's thread, so a path
-     * longer than this (a schema whose shortest value runs to kilobytes) is taken as one that does not fit.
+     * The most steps {@link #closestPathTokens} walks: each is two walks of the trie on the engine's thread. Where
+     * max_tokens leaves more than this, a path still going after it (a schema whose shortest value runs to kilobytes)
+     * is taken as one that fits, and steered as any other.
      */
     static final int CLOSEST_PATH_STEPS = 1024;
 
