@@ -1083,7 +1083,7 @@ public final class BenchServerCommand implements Callable<Integer> {
             }
             throw new IllegalStateException(httpError(req.uri().toString(), r.statusCode(), body));
         }
-        return sample(SseEvents.ofTimed(r.body(), json), t0, System.nanoTime());
+        return sample(SseEvents.ofTimed(r.body(), json), t0, System::nanoTime);
     }
 
     /**
@@ -1092,9 +1092,10 @@ public final class BenchServerCommand implements Callable<Integer> {
      * once; timed one by one they gave gaps of microseconds between events sent in one step (several tokens of a
      * speculative step) or coalesced on the way, which are no inter-token latency a reader sees.
      * @param t0  the clock when the request was sent
-     * @param end the clock when the stream ended
+     * @param end the clock, read once the events are read to their end (the stream is read lazily, while they are
+     *            iterated: read before, it gave the time the headers came, and an end-to-end rate above the decode's)
      */
-    static Sample sample(Iterable<SseEvents.Arrival> events, long t0, long end) {
+    static Sample sample(Iterable<SseEvents.Arrival> events, long t0, java.util.function.LongSupplier end) {
         List<Double> gaps = new ArrayList<>(), tokenGaps = new ArrayList<>();
         long first = 0, last = 0;
         int tokens = 0, shared = 0, seen = 0; // seen: completion tokens up to the last content chunk
@@ -1129,10 +1130,11 @@ public final class BenchServerCommand implements Callable<Integer> {
             if (!c.path("finish_reason").isNull() && !c.path("finish_reason").isMissingNode()) last = now;
         }
         shared += addChunk(gaps, tokenGaps, chunkGap, chunkTokens);
+        long ended = end.getAsLong();
         tokens = Math.max(tokens, seen); // a server that sends no usage: one token a chunk
         // NaN where there is no decode to time (one token, or all in one chunk), as the engine alone's figure
         double decode = last > first && tokens > 1 ? (tokens - 1) / ((last - first) / 1e9) : Double.NaN;
-        return new Sample(first == 0 ? Double.NaN : (first - t0) / 1e6, decode, tokens / ((end - t0) / 1e9), tokens,
+        return new Sample(first == 0 ? Double.NaN : (first - t0) / 1e6, decode, tokens / ((ended - t0) / 1e9), tokens,
                 gaps.stream().mapToDouble(Double::doubleValue).toArray(), tokenGaps.stream().mapToDouble(Double::doubleValue).toArray(), shared);
     }
 

@@ -73,7 +73,29 @@ class BenchServerCommandTest {
         List<io.ds4j.bench.SseEvents.Arrival> ev = new ArrayList<>();
         for (int i = 0; i < events.length; i++)
             ev.add(new io.ds4j.bench.SseEvents.Arrival(m.readTree(events[i]), ms[Math.min(i, ms.length - 1)] * 1_000_000L));
-        return BenchServerCommand.sample(ev, 0, ms[ms.length - 1] * 1_000_000L);
+        return BenchServerCommand.sample(ev, 0, () -> ms[ms.length - 1] * 1_000_000L);
+    }
+
+    /**
+     * The stream's end is read once its events are read: they are read lazily, while iterated, so an end taken before
+     * (as the client's send returns, with the headers) gave an end-to-end rate above the decode rate.
+     */
+    @Test
+    void theEndIsReadAfterTheEvents() throws Exception {
+        ObjectMapper m = new ObjectMapper();
+        java.util.concurrent.atomic.AtomicLong clock = new java.util.concurrent.atomic.AtomicLong(1_000_000L);
+        List<String> events = List.of(chunk("a", null, 1), chunk("b", null, 2), chunk("c", null, 3), chunk(null, "length", 3));
+        // each event arrives 10 ms after the one before, as the reader's clock says when it is read
+        Iterable<io.ds4j.bench.SseEvents.Arrival> lazy = () -> events.stream().map(e -> {
+            try {
+                return new io.ds4j.bench.SseEvents.Arrival(m.readTree(e), clock.addAndGet(10_000_000L));
+            } catch (Exception x) {
+                throw new IllegalStateException(x);
+            }
+        }).iterator();
+        BenchServerCommand.Sample s = BenchServerCommand.sample(lazy, 0, clock::get);
+        // 3 tokens over the 41 ms from the request to the last event's read
+        assertEquals(3 / 0.041, s.e2eTps(), 1e-6);
     }
 
     static String chunk(String content, String finish, Integer tokens) {
