@@ -5,6 +5,7 @@ import io.ds4j.model.TensorNames;
 import java.io.IOException;
 import java.nio.file.AtomicMoveNotSupportedException;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.util.Comparator;
@@ -92,11 +93,19 @@ public final class ModelStore {
      */
     static final String PID_MARK = ".pid";
 
-    private static final java.util.regex.Pattern TEMP = java.util.regex.Pattern.compile("\\..+\\.pid(\\d+)-\\d+");
-    /** Temporary folders of earlier versions, without the writer's pid: {@code .<preset>-<random>}. */
-    private static final java.util.regex.Pattern OLD_TEMP = java.util.regex.Pattern.compile("\\.[a-z0-9-]+-\\d+");
-    /** An old-style temporary folder untouched this long has no writer left (one writes its files without pause). */
-    static final long OLD_TEMP_IDLE_MS = 3_600_000;
+    /**
+     * The store's temporary folders: {@code .<preset>.pid<N>-<random>}, or an earlier version's {@code .<preset>-<random>}
+     * (group 2: the pid, null there), for the presets this store writes; no other folder is ever taken for one.
+     */
+    private static final java.util.regex.Pattern TEMP = java.util.regex.Pattern.compile(
+            "\\.(" + String.join("|", Presets.NAMES.stream().map(java.util.regex.Pattern::quote).toList()) + ")(?:\\.pid(\\d+))?-\\d+");
+    /**
+     * A temporary folder untouched this long has no writer left (a writer adds to its files without pause), whatever
+     * its pid says: the pid may be reused, or of another pid namespace (a container, another host sharing the store).
+     */
+    static final long STALE_IDLE_MS = 600_000;
+    /** ... and one whose pid is alive here is taken for being written until it is untouched this long. */
+    static final long LIVE_IDLE_MS = 3_600_000;
 
     /**
      * Writes a model into a temporary folder beside dir and moves it into place whole. The temporary folder is removed
@@ -159,37 +168,38 @@ public final class ModelStore {
 
     /**
      * Removes the temporary folders earlier runs left in the store (a process killed while it wrote a model, which no
-     * hook can clean up), each said in one line: those whose writer is no longer running, and those of earlier
-     * versions (no pid in the name) untouched for an hour; an earlier version's folder touched more recently may be
-     * being written, and is only reported. Problems are reported, never thrown: a cleanup never stops a run.
+     * hook can clean up), each said in one line. A folder is removed only when nothing has touched it for
+     * {@link #STALE_IDLE_MS} (its writer, if any, would have), or for {@link #LIVE_IDLE_MS} where a process of its pid
+     * runs here; a more recent one whose writer is not seen here is only reported, as another process (in another pid
+     * namespace, or on another host sharing the store) may be writing it. Problems are reported, never thrown: a
+     * cleanup never stops a run.
      */
     static void cleanStale(Path root, java.util.function.Consumer<String> log) {
         if (!Files.isDirectory(root)) return;
         List<Path> found;
         try (Stream<Path> s = Files.list(root)) {
-            found = s.filter(p -> p.getFileName().toString().startsWith(".") && Files.isDirectory(p)).toList();
+            found = s.filter(p -> TEMP.matcher(p.getFileName().toString()).matches() && Files.isDirectory(p, LinkOption.NOFOLLOW_LINKS))
+                    .toList();
         } catch (IOException e) {
             return;
         }
+        long now = System.currentTimeMillis();
         for (Path p : found) {
-            String name = p.getFileName().toString();
-            var m = TEMP.matcher(name);
-            String why;
-            if (m.matches()) {
-                long pid = Long.parseLong(m.group(1));
-                if (ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false)) continue; // being written
-                why = "its writer (process " + pid + ") is gone";
-            } else if (OLD_TEMP.matcher(name).matches()) {
-                long idle = System.currentTimeMillis() - lastModified(p);
-                if (idle < OLD_TEMP_IDLE_MS) {
-                    log.accept("partial model folder " + p + " (an earlier version's, touched " + idle / 60_000
-                            + " min ago) may still be being written; delete it if no ds4j is creating a model");
-                    continue;
-                }
-                why = "untouched for " + idle / 3_600_000 + " h";
-            } else {
-                continue; // not the store's
+            var m = TEMP.matcher(p.getFileName().toString());
+            if (!m.matches()) continue;
+            Long pid = m.group(2) == null ? null : Long.parseLong(m.group(2));
+            boolean alive = pid != null && ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false);
+            long idle = now - lastModified(p);
+            if (alive && idle < LIVE_IDLE_MS) continue; // being written here
+            if (idle < STALE_IDLE_MS) {
+                log.accept("partial model folder " + p + " (touched " + idle / 60_000 + " min ago"
+                        + (pid == null ? "" : ", its writer, process " + pid + ", not running here")
+                        + ") may still be being written; it is removed once untouched for " + STALE_IDLE_MS / 60_000
+                        + " min, or delete it if no ds4j is creating a model");
+                continue;
             }
+            String why = "untouched for " + idle / 60_000 + " min" + (pid == null ? "" : alive
+                    ? " (process " + pid + " runs, but writes nothing there)" : " and its writer (process " + pid + ") is gone");
             long bytes = size(p);
             try {
                 deleteTree(p);

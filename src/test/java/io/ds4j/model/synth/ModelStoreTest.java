@@ -119,26 +119,42 @@ class ModelStoreTest {
         }
     }
 
+    /** Sets a folder's and its files' modification times back to the epoch's first second: untouched for long. */
+    private static Path untouched(Path dir) throws IOException {
+        try (var s = Files.walk(dir)) {
+            for (Path q : s.toList()) Files.setLastModifiedTime(q, java.nio.file.attribute.FileTime.fromMillis(1000));
+        }
+        return dir;
+    }
+
     @Test
     void staleTemporaryFoldersAreRemovedAndLiveOnesKept(@TempDir Path root) throws IOException {
         // a pid no process has (above Linux's pid_max limit of 2^22)
-        Path dead = model(root.resolve(".flash-shaped.pid99999999-123"), "part");
+        Path dead = untouched(model(root.resolve(".flash-shaped.pid99999999-123"), "part"));
+        // its writer not seen here, but touched just now: another pid namespace or host may be writing it
+        Path deadRecent = model(root.resolve(".small.pid99999998-124"), "part");
         Path live = model(root.resolve(".tiny.pid" + ProcessHandle.current().pid() + "-456"), "part");
-        Path oldStale = model(root.resolve(".flash-shaped-789"), "part");
-        Files.setLastModifiedTime(oldStale.resolve("model.safetensors"), java.nio.file.attribute.FileTime.fromMillis(1000));
-        Files.setLastModifiedTime(oldStale.resolve("config.json"), java.nio.file.attribute.FileTime.fromMillis(1000));
-        Files.setLastModifiedTime(oldStale, java.nio.file.attribute.FileTime.fromMillis(1000));
+        // a running process of its pid that has written nothing there for long: a reused pid, not its writer
+        Path liveIdle = untouched(model(root.resolve(".tiny.pid" + ProcessHandle.current().pid() + "-457"), "part"));
+        Path oldStale = untouched(model(root.resolve(".flash-shaped-789"), "part"));
         Path oldRecent = model(root.resolve(".small-321"), "part");
         Path other = Files.createDirectories(root.resolve(".something-else"));
+        // hidden folders that look like the old names but are no preset's are never taken for the store's
+        Path user = untouched(model(root.resolve(".backup-2024"), "part"));
         java.util.List<String> log = new java.util.ArrayList<>();
         ModelStore.cleanStale(root, log::add);
-        assertFalse(Files.exists(dead), "its writer is gone");
+        assertFalse(Files.exists(dead), "its writer is gone and it is untouched for long");
+        assertTrue(Files.exists(deadRecent), "maybe being written by a process not seen here");
         assertTrue(Files.exists(live), "being written by a running process");
+        assertFalse(Files.exists(liveIdle), "untouched for long: no writer, whatever runs under its pid");
         assertFalse(Files.exists(oldStale), "an earlier version's, untouched for long");
         assertTrue(Files.exists(oldRecent), "an earlier version's, maybe being written");
         assertTrue(Files.exists(other), "not the store's");
-        assertEquals(3, log.size(), log.toString());
+        assertTrue(Files.exists(user), "not the store's");
+        assertEquals(5, log.size(), log.toString());
         assertTrue(log.stream().anyMatch(l -> l.startsWith("removed partial model folder " + dead) && l.contains("process 99999999) is gone")), log.toString());
+        assertTrue(log.stream().anyMatch(l -> l.startsWith("removed partial model folder " + liveIdle) && l.contains("writes nothing there")), log.toString());
+        assertTrue(log.stream().anyMatch(l -> l.startsWith("partial model folder " + deadRecent) && l.contains("not running here")), log.toString());
         assertTrue(log.stream().anyMatch(l -> l.startsWith("partial model folder " + oldRecent) && l.contains("delete it if no ds4j")), log.toString());
     }
 }
