@@ -24,6 +24,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.nio.file.Files;
+import java.io.IOException;
 import java.nio.file.Path;
 import java.time.Instant;
 import java.util.List;
@@ -349,6 +350,36 @@ public final class Ds4jServer {
     /** The file's values a flag overrides, as last read (onConfigText): each is warned about once. */
     private List<String> warnedOverrides = List.of();
 
+    /**
+     * How long an empty file is given before it is read again (ms): an editor that truncates the file and then writes it
+     * (a shell's {@code cat new > server.json}) shows the watcher an empty file for a moment, which was rejected with an
+     * error though nobody meant to write an empty file.
+     */
+    static final long EMPTY_SETTLE_MS = 200;
+
+    /** Whether a configuration file's bytes hold nothing but white space. */
+    private static boolean blank(byte[] content) {
+        for (byte b : content) if (b != ' ' && b != '\t' && b != '\n' && b != '\r') return false;
+        return true;
+    }
+
+    /** The file's bytes after {@link #EMPTY_SETTLE_MS} where it was seen empty; the empty bytes where it still is. */
+    private byte[] settled(Path file, byte[] empty) {
+        try {
+            Thread.sleep(EMPTY_SETTLE_MS);
+            byte[] again = ConfigFileStore.read(file);
+            if (!blank(again)) {
+                LOG.debug("config file {} was empty for a moment (being written); read again", file);
+                return again;
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        } catch (IOException e) {
+            // unreadable now: the empty bytes are judged as they were seen, and the presence check reports the file
+        }
+        return empty;
+    }
+
     /** The content of the file as last rejected (null after one that parsed): the same bytes again are said once. */
     private volatile byte[] lastRejected;
 
@@ -359,6 +390,7 @@ public final class Ds4jServer {
      */
     void onConfigText(byte[] content, boolean changed) {
         Path file = opt.configFile();
+        if (changed && blank(content)) content = settled(file, content);
         lastContent = content;
         if (unusable.getAndSet(null) != null) LOG.info("config file {} is back", file);
         ServerConfig proposed;

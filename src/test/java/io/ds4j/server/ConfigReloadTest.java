@@ -700,7 +700,6 @@ class ConfigReloadTest {
         return propsSoon(s, p -> p.at("/config/limits/maxTokensDefault").asInt() == value);
     }
 
-    /** Whether s's /props satisfies test within 5 s. */
     /** A rejected file handed over again with the same bytes is logged once; a different rejection is logged again. */
     @Test
     void theSameRejectedContentIsLoggedOnce(@TempDir Path tmp) throws Exception {
@@ -722,11 +721,34 @@ class ConfigReloadTest {
         }
     }
 
+    /**
+     * An empty file seen while an editor truncates and then writes it (`cat new > server.json`) is read again after a
+     * moment: the file then written is applied, and no rejection is logged for the moment it was empty.
+     */
+    @Test
+    void aFileSeenEmptyWhileItIsWrittenIsReadAgain(@TempDir Path tmp) throws Exception {
+        Path f = tmp.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 50}}";
+        Files.writeString(f, text);
+        try (LogCapture log = new LogCapture(); TestServer s = watching(Map.of(), f, text)) {
+            // the watcher's view of the truncated file, with the new content already on disk when it is read again
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 60}}");
+            s.server.onConfigText(new byte[0], true);
+            assertTrue(appliedMaxTokensDefault(s, 60), "the file written after the truncation applies");
+            assertEquals(java.util.List.of(), log.linesWith("config reload rejected"), "no rejection for the empty moment");
+            // a file that stays empty is still rejected, naming the cure
+            Files.writeString(f, "");
+            s.server.onConfigText(new byte[0], true);
+            assertTrue(TestServer.eventually(2000, () -> log.linesWith("the file is empty").size() == 1), log.lines().toString());
+        }
+    }
+
     /** A server on the scripted backend that watches the configuration file f (first read as text), with the overrides. */
     private static TestServer watching(Map<String, Object> overrides, Path f, String text) throws Exception {
         return TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), overrides, f, text);
     }
 
+    /** Whether s's /props satisfies test within 5 s. */
     private static boolean propsSoon(TestServer s, java.util.function.Predicate<JsonNode> test) throws InterruptedException {
         return TestServer.eventually(5000, () -> {
             try {
