@@ -28,6 +28,8 @@ import java.util.regex.Pattern;
  * objects record what was read, and {@link RequestFields} reports the rest. Nothing here blocks or touches the model.
  */
 final class Requests {
+    private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(Requests.class);
+
     private Requests() {}
 
     /**
@@ -532,14 +534,14 @@ final class Requests {
 
     /**
      * What constrained decoding enforces: tool_choice "required" or a named function → one DSML tool call with
-     * valid arguments; response_format json_schema → JSON valid for the schema, {@code strict} or not;
+     * valid arguments; response_format json_schema → JSON valid for the schema (without {@code strict} true only where
+     * it is the request's one constraint and its keywords are supported, else described in the prompt: {@link #softSchema});
      * json_object → a JSON object. With tools offered in auto mode, a tool-call block the model begins is held to the
      * listed tools (a {@code strict} function's arguments to its schema, one invoke when {@code parallel_tool_calls}
      * is false) where a function is strict, parallel calls are off or the content is constrained (which must leave
      * the calls open); otherwise the calls are free, as the template describes them. vLLM's structured_outputs (regex,
      * choice, json, json_object) and guided_regex / guided_choice constrain the content as a response_format does (at
-     * most one constraint per request; none
-     * beside a forced call). In thinking mode the constraint starts after the reasoning.
+     * most one constraint per request; none beside a forced call). In thinking mode the constraint starts after the reasoning.
      */
     private static Grammar grammar(JsonNode b, ChatOptions opts, List<ChatMessage> messages, String continued) {
         JsonNode choice = b.get("tool_choice");
@@ -564,14 +566,22 @@ final class Requests {
         // vLLM's constraint fields: checked, and held to one constraint per request, before anything is compiled
         List<Asked> asked = outputConstraints(b);
         JsonNode rf = opts.responseFormat();
-        oneConstraint(asked, rf != null && constrains(rf) ? "response_format (" + rf.path("type").asText() + ")" : null);
+        // a json_schema without strict true is held to where this server can (as vLLM holds it), else only described in
+        // the prompt (as OpenAI reads strict false): beside a forced call or another constraint, or with a keyword
+        // constrained decoding does not support (Pydantic's float bounds, zod's url()), which strict true refuses
+        boolean soft = rf != null && "json_schema".equals(rf.path("type").asText())
+                && !bool(rf.get("json_schema"), "strict", "response_format.json_schema.strict", false);
+        Grammar softContent = soft && !forced && asked.isEmpty() ? softSchema(rf) : null;
+        boolean rfEnforced = rf != null && constrains(rf) && (!soft || softContent != null);
+        oneConstraint(asked, rfEnforced ? "response_format (" + rf.path("type").asText() + ")" : null);
         // an enforced response_format as vLLM's fields: the answer cannot be both the call and content held to a format
-        String enforced = !asked.isEmpty() ? asked.getFirst().field() : rf != null && constrains(rf) ? "response_format" : null;
+        String enforced = !asked.isEmpty() ? asked.getFirst().field() : rfEnforced ? "response_format" : null;
         if (forced && enforced != null)
             throw ApiException.badField(enforced, "cannot be combined with a forced tool call (tool_choice "
                     + (choice.isObject() ? "naming a function" : "\"required\"") + "), which is the whole answer; with"
                     + " tool_choice \"auto\" the content is held to it and the model may still call a tool");
-        Grammar content = forced ? null : !asked.isEmpty() ? compile(asked.getFirst()) : rf == null ? null : contentGrammar(rf);
+        Grammar content = forced ? null : !asked.isEmpty() ? compile(asked.getFirst()) : !rfEnforced ? null
+                : softContent != null ? softContent : contentGrammar(rf);
         // the field a problem of the content's schema is named by
         String schemaField = !asked.isEmpty() ? asked.getFirst().field()
                 : rf != null && "json_schema".equals(rf.path("type").asText()) ? "response_format.json_schema.schema" : null;
@@ -684,9 +694,9 @@ final class Requests {
     }
 
     /**
-     * The grammar of a response_format that constrains the content (json_object, json_schema), else null. A json_schema
-     * is enforced whether or not {@code strict} is set, as vLLM does: a client that names a schema means its answer to
-     * be read by it, and a schema this server cannot enforce is refused rather than left to the model's goodwill.
+     * The grammar of a response_format that constrains the content (json_object, json_schema), else null; a schema this
+     * server cannot enforce is refused, naming the keyword (a json_schema without strict true takes {@link #softSchema}
+     * first, which describes such a schema in the prompt instead).
      */
     private static Grammar contentGrammar(JsonNode rf) {
         switch (rf.path("type").asText()) {
@@ -710,6 +720,25 @@ final class Requests {
             default -> {
                 return null;
             }
+        }
+    }
+
+    /**
+     * The grammar of a json_schema response_format without strict true, or null where its schema uses a keyword that
+     * constrained decoding does not support: then the schema is only described in the prompt, as OpenAI reads strict
+     * false, and the log says so (strict true refuses it with a 400 naming the keyword). A schema no value satisfies,
+     * or none at all, is refused as with strict true.
+     */
+    private static Grammar softSchema(JsonNode rf) {
+        JsonNode schema = rf.get("json_schema").get("schema");
+        if (schema == null || schema.isNull()) return contentGrammar(rf); // refused there, naming the field
+        try {
+            return Grammar.jsonSchema(schema);
+        } catch (UnsupportedSchemaException e) {
+            if (e.invalid()) throw schemaError("response_format.json_schema.schema", e);
+            LOG.info("response_format json_schema without strict true is only described in the prompt, not enforced: {}{}: {}"
+                    + " (with strict true it is refused)", "response_format.json_schema.schema", dotted(e.path()), e.problem());
+            return null;
         }
     }
 

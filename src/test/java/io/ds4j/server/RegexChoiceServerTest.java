@@ -307,10 +307,7 @@ class RegexChoiceServerTest {
                 "guided_regex: cannot be combined with a forced tool call (tool_choice \"required\")");
         refused(CHAT, body(tools + ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"guided_choice\":[\"a\"]"),
                 "guided_choice", "guided_choice: cannot be combined with a forced tool call (tool_choice naming a function)");
-        // an enforced response_format alike (it was dropped without a word), strict or not
-        refused(CHAT, body(tools + ",\"tool_choice\":\"required\",\"response_format\":"
-                + "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\",\"schema\":{\"type\":\"object\"}}}"),
-                "response_format", "response_format: cannot be combined with a forced tool call (tool_choice \"required\")");
+        // an enforced response_format alike (it was dropped without a word); a non-strict schema then only describes the answer
         refused(CHAT, body(tools + ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}},\"response_format\":"
                 + "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}"),
                 "response_format", "response_format: cannot be combined with a forced tool call (tool_choice naming a function)");
@@ -327,11 +324,19 @@ class RegexChoiceServerTest {
                 "guided_regex", "guided_regex: cannot be combined with structured_outputs.choice");
     }
 
-    /** A json_schema without strict is enforced too, so beside a regex it is a second constraint (it was ignored). */
+    /**
+     * A json_schema without strict is held to only where it is the request's one constraint: beside a regex it only
+     * describes the answer (as OpenAI reads strict false), and the regex holds.
+     */
     @Test
-    void aNonStrictSchemaIsAConstraintBesideTheRegex() throws Exception {
-        refused(CHAT, body("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
-                + "\"schema\":{\"type\":\"object\"}}},\"guided_regex\":\"[a-c]{3}\",\"max_tokens\":10,\"temperature\":1"),
-                "guided_regex", "guided_regex: cannot be combined with response_format (json_schema)");
+    void aNonStrictSchemaIsNoConstraintBesideTheRegex() throws Exception {
+        String out = content(server.post(CHAT, body("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+                + "\"schema\":{\"type\":\"object\"}}},\"guided_regex\":\"[a-c]{3}\",\"max_tokens\":10,\"temperature\":1")));
+        assertTrue(out.matches("[a-c]{3}"), out);
+        // and beside a forced call the call is the answer
+        String tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]";
+        var forced = server.post(CHAT, body(tools + ",\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_schema\","
+                + "\"json_schema\":{\"name\":\"a\",\"schema\":{\"type\":\"object\"}}},\"max_tokens\":200"));
+        assertEquals(200, forced.status(), forced.body());
     }
 }

@@ -371,11 +371,10 @@ class StructuredOutputTest {
         var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, true)));
         assertEquals(400, resp.status(), resp.body());
         assertTrue(resp.json().get("error").get("message").asText().contains("format"), resp.body());
-        // not strict: enforced all the same (as vLLM does), so the same 400, with the same code
+        // not strict: a schema the server cannot hold to is only described in the prompt (OpenAI's strict false), not refused
         var notStrict = server.post("/v1/chat/completions", body(jsonSchemaFormat(schema, false) + ",\"max_tokens\":4"));
-        assertEquals(400, notStrict.status(), notStrict.body());
-        assertEquals(resp.json().get("error"), notStrict.json().get("error"), notStrict.body());
-        assertEquals("unsupported_schema_keyword", notStrict.json().at("/error/code").asText(), notStrict.body());
+        assertEquals(200, notStrict.status(), notStrict.body());
+        assertEquals("length", notStrict.json().at("/choices/0/finish_reason").asText(), notStrict.body());
         // tools: a forced call checks its schema; a named function must exist
         var bad = server.post("/v1/chat/completions", body("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
                 + "{\"type\":\"object\",\"properties\":{\"x\":{\"oneOf\":[{\"type\":\"string\"}]}}}}}],\"tool_choice\":\"required\""));
