@@ -103,7 +103,7 @@ try {
   if (!(e instanceof OpenAI.APIUserAbortError)) throw e;
 }
 // deltas already parsed when abort() runs may still be delivered (several events of one read under load), so more
-// than 3 can be seen; the stream still ends long before its 3000 tokens (at most a few reads more)
+// than 3 can be seen; the stream still ends long before its 3000 tokens
 assert.ok(chunks >= 3 && chunks < 500, 'aborted after at least 3 deltas, saw ' + chunks);
 done.push('abort');
 

@@ -952,7 +952,7 @@ public final class BenchServerCommand implements Callable<Integer> {
 
     /**
      * The line that says --requests was rounded up to the same number for every client at some level (null where every
-     * level runs it as given): "--requests 1 is rounded up to 2 at 2 clients (each client runs as many)".
+     * level runs it as given): "--requests 1 is rounded up to 2 at 2 clients (every client runs the same number of requests, at least one)".
      */
     static String roundedLine(int requests, List<Integer> levels) {
         List<String> at = new ArrayList<>();

@@ -184,13 +184,14 @@ public final class TokenConstraint implements Constraint {
         offerEnd(s, bits);
         if (!isEmpty(bits)) return bits;
         // no completion fits in the worst case of a byte a token: the closest tokens may still complete it in real
-        // tokens (a forced call's markup is about 180 bytes in about 60 tokens). Asked once: the closest path is taken
-        // from here on, so the answer holds for the later steps
+        // tokens (a forced call's markup is about 180 bytes in about 60 tokens). Asked once, along one closest path (the
+        // lowest token id each step): the closest tokens are taken from here on, so the answer is taken to hold later
         if (closestFits == 0) {
             closestFits = closestPathTokens(s, remaining) <= remaining ? 1 : -1;
             if (closestFits < 0)
-                LOG.info("constrained output not steered: its shortest complete form takes more than the {} tokens max_tokens"
-                        + " leaves; the model's own output is cut there (finish reason length), not closed early", remaining);
+                LOG.info("constrained output not steered: the path of its closest tokens to a complete form takes more than"
+                        + " the {} tokens max_tokens leaves; the model's own output is cut there (finish reason length), not"
+                        + " closed early", remaining);
         }
         // unsteered: closing the output early would still end it incomplete, and then not as the model wrote it
         if (closestFits < 0) return full;

@@ -363,6 +363,12 @@ public final class Ds4jServer {
         return true;
     }
 
+    /**
+     * The bytes read again after an empty moment (null: none): the watcher, whose own last view was the empty file,
+     * hands them over once more at its next scan, which is then no change.
+     */
+    private volatile byte[] settledBytes;
+
     /** The file's bytes after {@link #EMPTY_SETTLE_MS} where it was seen empty; the empty bytes where it still is. */
     private byte[] settled(Path file, byte[] empty) {
         try {
@@ -370,6 +376,7 @@ public final class Ds4jServer {
             byte[] again = ConfigFileStore.read(file);
             if (!blank(again)) {
                 LOG.debug("config file {} was empty for a moment (being written); read again", file);
+                settledBytes = again;
                 return again;
             }
         } catch (InterruptedException e) {
@@ -391,6 +398,10 @@ public final class Ds4jServer {
     void onConfigText(byte[] content, boolean changed) {
         Path file = opt.configFile();
         if (changed && blank(content)) content = settled(file, content);
+        else if (changed && settledBytes != null && java.util.Arrays.equals(content, settledBytes)) {
+            settledBytes = null; // the watcher's own delivery of the bytes read again after the empty moment: taken already
+            return;
+        } else settledBytes = null;
         lastContent = content;
         if (unusable.getAndSet(null) != null) LOG.info("config file {} is back", file);
         ServerConfig proposed;

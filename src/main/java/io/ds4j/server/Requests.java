@@ -571,7 +571,9 @@ final class Requests {
         // constrained decoding does not support (Pydantic's float bounds, zod's url()), which strict true refuses
         boolean soft = rf != null && "json_schema".equals(rf.path("type").asText())
                 && !bool(rf.get("json_schema"), "strict", "response_format.json_schema.strict", false);
-        Grammar softContent = soft && !forced && asked.isEmpty() ? softSchema(rf) : null;
+        // checked wherever it is sent (a schema missing or no value satisfies is a 400), held to only as the one constraint
+        Grammar softContent = soft ? softSchema(rf) : null;
+        if (forced || !asked.isEmpty()) softContent = null;
         boolean rfEnforced = rf != null && constrains(rf) && (!soft || softContent != null);
         oneConstraint(asked, rfEnforced ? "response_format (" + rf.path("type").asText() + ")" : null);
         // an enforced response_format as vLLM's fields: the answer cannot be both the call and content held to a format

@@ -732,7 +732,8 @@ class ConfigReloadTest {
         Files.writeString(f, text);
         try (LogCapture log = new LogCapture(); TestServer s = watching(Map.of(), f, text)) {
             // the watcher's view of the truncated file, with the new content already on disk when it is read again
-            Files.writeString(f, "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 60}}");
+            String sixty = "{\"server\": {\"configScanMs\": 100}, \"limits\": {\"maxTokensDefault\": 60}}";
+            Files.writeString(f, sixty);
             s.server.onConfigText(new byte[0], true);
             assertTrue(appliedMaxTokensDefault(s, 60), "the file written after the truncation applies");
             assertEquals(java.util.List.of(), log.linesWith("config reload rejected"), "no rejection for the empty moment");

@@ -16,8 +16,8 @@ import java.util.stream.Stream;
  * A local store of preset checkpoints that are created deterministically on first use (same preset and seed →
  * identical files). Lives in {@code $DS4J_HOME/models} (default {@code ~/.cache/ds4j/models}); a model is written
  * to a temporary folder and moved into place whole, so an interrupted run never leaves half a model behind: the
- * temporary folder is removed on failure and at the JVM's exit, and one left by a killed process is removed the next
- * time the store is used ({@link #cleanStale}).
+ * temporary folder is removed on failure and at the JVM's exit, and one left by a killed process is removed by a later
+ * use of the store once nothing has touched it for a while ({@link #cleanStale}).
  *
  * <p>Folder names end with a format tag ({@value #FORMAT}): models written before the MTP layer existed lack it, so
  * the tag changed and those folders are no longer used (they can be deleted).
@@ -211,18 +211,22 @@ public final class ModelStore {
         }
     }
 
-    /** The newest modification time in a tree (ms), 0 where it cannot be read. */
+    /**
+     * The newest modification time in a tree (ms); now where any of it cannot be read (a tree being written or moved
+     * meanwhile is taken for touched just now, never for an old one to remove).
+     */
     private static long lastModified(Path p) {
+        long now = System.currentTimeMillis();
         try (Stream<Path> s = Files.walk(p)) {
             return s.mapToLong(q -> {
                 try {
                     return Files.getLastModifiedTime(q).toMillis();
                 } catch (IOException e) {
-                    return 0;
+                    return now;
                 }
-            }).max().orElse(0);
+            }).max().orElse(now);
         } catch (IOException | java.io.UncheckedIOException e) {
-            return 0;
+            return now;
         }
     }
 
