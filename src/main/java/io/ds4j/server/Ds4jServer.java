@@ -363,12 +363,6 @@ public final class Ds4jServer {
         return true;
     }
 
-    /**
-     * The bytes read again after an empty moment (null: none): the watcher, whose own last view was the empty file,
-     * hands them over once more at its next scan, which is then no change.
-     */
-    private volatile byte[] settledBytes;
-
     /** The file's bytes after {@link #EMPTY_SETTLE_MS} where it was seen empty; the empty bytes where it still is. */
     private byte[] settled(Path file, byte[] empty) {
         try {
@@ -376,7 +370,6 @@ public final class Ds4jServer {
             byte[] again = ConfigFileStore.read(file);
             if (!blank(again)) {
                 LOG.debug("config file {} was empty for a moment (being written); read again", file);
-                settledBytes = again;
                 return again;
             }
         } catch (InterruptedException e) {
@@ -387,21 +380,20 @@ public final class Ds4jServer {
         return empty;
     }
 
-    /** The content of the file as last rejected (null after one that parsed): the same bytes again are said once. */
-    private volatile byte[] lastRejected;
-
     /**
-     * Validates a new version of the file as a whole and applies it atomically, or keeps the old one. The content that
-     * was rejected last is not logged again when it is handed over again (by the watcher's baseline or a scan): one
-     * rejection is one line, whichever path delivers the bytes.
+     * Validates a new version of the file as a whole and applies it atomically, or keeps the old one. A change whose
+     * bytes are those judged last is none: the watcher hands over bytes this server has judged already (the same
+     * rejected file again, or the file read again after an empty moment, which the watcher, whose last view was the
+     * empty file, sees as a change), and judging them again said the rejection twice or a false "no effective change".
+     * A file coming back after it was unusable is judged, and said to be back.
      */
     void onConfigText(byte[] content, boolean changed) {
         Path file = opt.configFile();
         if (changed && blank(content)) content = settled(file, content);
-        else if (changed && settledBytes != null && java.util.Arrays.equals(content, settledBytes)) {
-            settledBytes = null; // the watcher's own delivery of the bytes read again after the empty moment: taken already
+        if (changed && unusable.get() == null && java.util.Arrays.equals(content, lastContent)) {
+            LOG.debug("config file {}: the same content as judged last; nothing to do", file);
             return;
-        } else settledBytes = null;
+        }
         lastContent = content;
         if (unusable.getAndSet(null) != null) LOG.info("config file {} is back", file);
         ServerConfig proposed;
@@ -413,16 +405,10 @@ public final class Ds4jServer {
         try {
             proposed = ServerConfig.parseFile(content, file.toString(), opt.overrides(), vocabulary);
         } catch (ConfigException e) {
-            if (java.util.Arrays.equals(content, lastRejected)) {
-                LOG.debug("config file {}: the same content as the reload rejected before; said already", file);
-                return;
-            }
-            lastRejected = content;
             state.lastReload(new ServerState.ReloadOutcome(Instant.now(), "rejected", e.getMessage()));
             LOG.error("config reload rejected, the previous configuration stays in effect: {}", e.getMessage());
             return;
         }
-        lastRejected = null;
         ServerConfig running = state.config();
         ServerConfig.Reload r = ServerConfig.reload(running, proposed);
         // keys the file sets that a command-line flag keeps at the flag's value: said at start (the watcher's first

@@ -183,10 +183,6 @@ class StructuredOutputTest {
     }
 
     /**
-     * A forced call whose markup does not fit max_tokens ends with length, no content, and the arguments as far as they
-     * got (not a JSON object closed over values never generated); streamed and whole answers agree.
-     */
-    /**
      * A forced call of a function without parameters: with fewer tokens than its shortest complete form in this model's
      * markup it is not steered and is cut with length where the model's own markup got to (this random model's, short
      * of a complete invoke tag at 29: no call at all; it was "{}", closed by the steering); with room for that form it is
@@ -211,6 +207,10 @@ class StructuredOutputTest {
         }
     }
 
+    /**
+     * A forced call whose markup does not fit max_tokens ends with length, no content, and the arguments as far as they
+     * got (not a JSON object closed over values never generated); streamed and whole answers agree.
+     */
     @Test
     void aForcedCallCutByMaxTokensIsNotCompleted() throws Exception {
         for (int max : new int[]{1, 5, 40}) {
