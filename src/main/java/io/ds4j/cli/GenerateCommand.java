@@ -240,9 +240,10 @@ public final class GenerateCommand implements Callable<Integer> {
                     progress = false;
                 }
             }
-            if (!stops.stopped()) emit(stops.push(detok.flush()) + stops.flush(), parser, out, err);
-            if (parser != null)
-                for (OutputParser.Event ev : parser.finish(g.finish() == Generation.Finish.LENGTH)) show(ev, out, err);
+            // -n cuts the text where it ends: inside a character (its first bytes are no text) and inside markup (not content)
+            boolean cut = g.finish() == Generation.Finish.LENGTH;
+            if (!stops.stopped()) emit(stops.push(detok.flush(cut)) + stops.flush(), parser, out, err);
+            if (parser != null) for (OutputParser.Event ev : parser.finish(cut)) show(ev, out, err);
             out.println();
             out.flush();
             // the reasoning streamed to stderr: end its line so the warnings and the summary start their own

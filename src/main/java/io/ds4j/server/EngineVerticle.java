@@ -1259,8 +1259,11 @@ public final class EngineVerticle extends VerticleBase {
 
         /** After the last token: release held-back text and close the parser. */
         void finishText() {
+            // a stop string or stop token cuts the text wherever it matches, as the length limit does: inside a
+            // character (its first bytes are no text) and inside markup too (not content)
+            boolean cut = gen.finish() == Generation.Finish.LENGTH || stops.stopped() || stopToken != null;
             if (!stops.stopped()) {
-                String out = stops.push(detok.flush(), stopsArmed());
+                String out = stops.push(detok.flush(cut), stopsArmed());
                 releasedChars += out.length();
                 unpaired.append(out);
                 if (!stops.stopped()) unpaired.append(stops.flush());
@@ -1268,10 +1271,7 @@ public final class EngineVerticle extends VerticleBase {
             }
             push(unpaired.toString());
             unpaired.setLength(0);
-            // a stop string or stop token cuts the text wherever it matches, as the length limit does: inside markup too
-            if (parser != null)
-                for (OutputParser.Event e : parser.finish(gen.finish() == Generation.Finish.LENGTH || stops.stopped()
-                        || stopToken != null)) add(e);
+            if (parser != null) for (OutputParser.Event e : parser.finish(cut)) add(e);
         }
 
         /** Sends the prompt's scores (before this step's output, which they precede in the answer). */

@@ -10,7 +10,8 @@ import java.nio.charset.StandardCharsets;
  * Turns generated token ids into text one token at a time. Each {@link #push} returns only text that is
  * complete: bytes of a UTF-8 character split across tokens (CJK, emoji, ...) are held back until the character
  * is whole. Bytes that can never become valid UTF-8 are emitted as U+FFFD at once, exactly as decoding the whole
- * sequence would, so the concatenation of all pieces and {@link #flush()} equals {@code tokenizer.decode(allIds)}.
+ * sequence would, so the concatenation of all pieces and {@link #flush()} equals {@code tokenizer.decode(allIds)}
+ * ({@link #flush(boolean)} at a cut leaves out the incomplete character at the end).
  * No piece ever ends in the middle of a character or a surrogate pair.
  *
  * <p>O(1) amortised per token (an incremental UTF-8 decoder over each token's bytes). Not thread-safe: one
@@ -48,6 +49,19 @@ public final class StreamingDetokenizer {
      * the detokenizer so it can be used for a new sequence.
      */
     public String flush() {
+        return flush(false);
+    }
+
+    /**
+     * Ends the sequence, as {@link #flush()}, but where the output was cut (a length limit, a stop) the bytes held back
+     * are dropped instead: they are the start of a character whose rest was never generated, so they are no text (a
+     * U+FFFD would be a character the model did not write). The pieces then join to the decoded ids without that
+     * incomplete character.
+     *
+     * @param cut the sequence was cut short rather than ended by the model
+     */
+    public String flush(boolean cut) {
+        if (cut) pending.clear();
         String s = decode(new byte[0], true);
         decoder.reset();
         pending.clear();

@@ -147,6 +147,37 @@ class StreamingDetokenizerTest {
         assertTrue(tail.contains("\uFFFD"));
     }
 
+    /**
+     * At a cut the start of a character whose rest was never generated is no text: dropped, not a U+FFFD, and the
+     * detokenizer is reset as by flush. Bytes that can never be a character stay U+FFFD, cut or not.
+     */
+    @Test
+    void aCutDropsTheIncompleteCharacterAtTheEnd() {
+        int[] ids = tok.encode("ok 😀");
+        int[] cut = java.util.Arrays.copyOf(ids, ids.length - 1);
+        StreamingDetokenizer d = tok.streamer();
+        StringBuilder sb = new StringBuilder();
+        for (int id : cut) sb.append(d.push(id));
+        assertTrue(d.pendingBytes() > 0, "the case this test is about: a character's first bytes are held");
+        assertEquals("", d.flush(true));
+        assertEquals("ok ", sb.toString());
+        assertEquals(0, d.pendingBytes());
+        assertEquals(0, d.tokenCount());
+        // reused after the cut: nothing of the dropped bytes is left to join the next sequence's text
+        StringBuilder next = new StringBuilder();
+        for (int id : ids) next.append(d.push(id));
+        assertEquals("ok 😀", next.append(d.flush(true)).toString());
+        // a byte no character begins with is malformed, not cut: U+FFFD as decode gives it
+        int lone = -1;
+        for (int id = 0; id < tok.vocabSize() && lone < 0; id++) {
+            byte[] b = tok.tokenBytes(id);
+            if (b.length == 1 && (b[0] & 0xC0) == 0x80) lone = id;
+        }
+        assertTrue(lone >= 0, "a token of one continuation byte");
+        assertEquals(tok.decode(new int[]{lone}), d.push(lone) + d.flush(true));
+        assertEquals("\uFFFD", tok.decode(new int[]{lone}));
+    }
+
     @Test
     void flushResetsForReuseAndBadIdsLeaveStateAlone() {
         StreamingDetokenizer d = tok.streamer();
