@@ -174,6 +174,19 @@ class CutMidCharacterTest {
         }
     }
 
+    /** A stop token (stop_token_ids) right after a character's first byte cuts there as max_tokens does: no U+FFFD. */
+    @Test
+    void aStopTokenInsideACharacterCutsItToo() throws Exception {
+        int second = withText[cutAfter(withText, "Let me check ")]; // the token of the sun's second byte
+        TestServer.Resp r = server.post("/v1/chat/completions", TestServer.chat("What is the weather in Paris?",
+                "\"temperature\":0,\"max_tokens\":100,\"stop_token_ids\":[" + second + "],\"tools\":[" + TOOL + "]"));
+        noReplacementNorMarkup(r, "stop token");
+        JsonNode c = r.json().at("/choices/0");
+        assertEquals("stop", c.get("finish_reason").asText(), c.toString());
+        assertEquals(second, c.get("stop_reason").asInt(), c.toString());
+        assertEquals("Let me check ", c.at("/message/content").asText(), c.toString());
+    }
+
     /** Anthropic's messages and OpenAI's Responses read the same events: no text block or message of the cut markup. */
     @Test
     void theOtherEndpointsShowNoCutMarkup() throws Exception {
