@@ -1,8 +1,17 @@
 package io.ds4j.server;
 
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelFutureListener;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelOutboundHandlerAdapter;
+import io.netty.channel.ChannelPipeline;
+import io.netty.channel.ChannelPromise;
+import io.netty.util.AttributeKey;
+import io.vertx.core.http.HttpConnection;
 import io.vertx.core.http.HttpHeaders;
 import io.vertx.core.http.HttpServerRequest;
 import io.vertx.core.http.HttpServerResponse;
+import io.vertx.core.net.impl.ConnectionBase;
 import io.vertx.ext.web.RoutingContext;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -13,15 +22,67 @@ import org.slf4j.LoggerFactory;
  * then gets 408 request_timeout and its connection is closed (what remains of the body could no longer be told from a
  * next request). A request already answered without (all of) its body — a 401 for a wrong key, a 404, GET /health sent
  * with a body, a body over the size limit that is still being discarded — only has its connection closed: the answer
- * went out, and the connection cannot carry a next request before the body ends. Used by both HTTP fronts (a single
- * server and a cluster gateway), on the request's event loop.
+ * went out, and the connection cannot carry a next request before the body ends. A client that closes the connection
+ * first (as curl does after a 413) ends the deadline at once, and the log says the client closed it: Vert.x tells a
+ * request of its connection's close only while its answer is being written, so the deadline listens to the
+ * connection's channel itself, where a handler put in when the connection opened ({@link #install}) marks the closes
+ * the server begins, so that those are never reported as the client's. Used by both HTTP fronts (a single server and
+ * a cluster gateway), on the request's event loop.
  */
 public final class BodyDeadline {
     private static final Logger LOG = LoggerFactory.getLogger(BodyDeadline.class);
-    /** Context keys: the deadline's timer, and whether it passed. */
-    private static final String TIMER = "ds4j.bodyTimer", PASSED = "ds4j.bodyLate";
+    /** Context keys: the request's {@link Watch}, and whether its deadline passed. */
+    private static final String WATCH = "ds4j.bodyWatch", PASSED = "ds4j.bodyLate";
+
+    /**
+     * A request's deadline while it runs: its timer and the listener on its connection's close, both dropped together
+     * once the body ends, the deadline passes or the connection closes, so that neither holds the request after that.
+     */
+    private static final class Watch {
+        long timer = -1;
+        Channel channel;
+        ChannelFutureListener closed;
+        boolean over;
+
+        /** Drops the timer and the listener; false when they were already dropped. */
+        boolean end(RoutingContext ctx) {
+            if (over) return false;
+            over = true;
+            ctx.vertx().cancelTimer(timer);
+            if (channel != null) channel.closeFuture().removeListener(closed);
+            closed = null;
+            return true;
+        }
+    }
+
+    /** Channel attribute: set once the server began to close the connection ({@link ServerCloses}). */
+    private static final AttributeKey<Boolean> SERVER_CLOSED = AttributeKey.valueOf("ds4j.serverClosed");
 
     private BodyDeadline() {}
+
+    /**
+     * Puts the handler that marks the server's own closes into a connection's pipeline; both fronts call it when a
+     * connection opens, before any request. Where the connection is not the kind expected (a Vert.x whose internals
+     * changed), nothing is put in and its requests' deadlines rely on their timers alone.
+     */
+    static void install(HttpConnection connection) {
+        ChannelPipeline p = connection instanceof ConnectionBase c ? c.channelHandlerContext().pipeline() : null;
+        if (p == null || p.get("handler") == null) return;
+        p.addBefore("handler", "ds4jServerCloses", new ServerCloses());
+    }
+
+    /**
+     * Marks a close that passes through the pipeline, which is how every close the server begins (Vert.x's, this
+     * server's, Netty's close-after-write) travels; a client's close (the end of the stream, a reset) closes the
+     * channel from its transport without passing here.
+     */
+    private static final class ServerCloses extends ChannelOutboundHandlerAdapter {
+        @Override
+        public void close(ChannelHandlerContext ctx, ChannelPromise promise) throws Exception {
+            ctx.channel().attr(SERVER_CLOSED).set(true);
+            super.close(ctx, promise);
+        }
+    }
 
     /**
      * Sets the deadline of a request that declares a body (Content-Length above 0, or Transfer-Encoding); once per
@@ -32,8 +93,21 @@ public final class BodyDeadline {
      */
     public static void watch(RoutingContext ctx, int timeoutMs, Runnable refused, ApiException.Bodies bodies) {
         HttpServerRequest req = ctx.request();
-        if (ctx.get(TIMER) != null || !declaresBody(req)) return;
-        ctx.put(TIMER, ctx.vertx().setTimer(timeoutMs, id -> timedOut(ctx, timeoutMs, refused, bodies)));
+        if (ctx.get(WATCH) != null || !declaresBody(req)) return;
+        Watch w = new Watch();
+        ctx.put(WATCH, w);
+        w.timer = ctx.vertx().setTimer(timeoutMs, id -> {
+            if (w.end(ctx)) timedOut(ctx, timeoutMs, refused, bodies);
+        });
+        // without the handler a close could not be told to be the client's: such a request is left to its timer
+        if (req.connection() instanceof ConnectionBase c && c.channelHandlerContext().pipeline().get(ServerCloses.class) != null) {
+            w.channel = c.channel();
+            // Netty runs it on the channel's event loop, which is the request's
+            w.closed = f -> {
+                if (w.end(ctx)) closed(ctx, w.channel.hasAttr(SERVER_CLOSED));
+            };
+            w.channel.closeFuture().addListener(w.closed);
+        }
     }
 
     /** Whether a request's headers say a body follows (a request without either has none, RFC 9112 section 6.3). */
@@ -45,8 +119,8 @@ public final class BodyDeadline {
 
     /** The body has ended (or failed): its deadline no longer applies. */
     public static void arrived(RoutingContext ctx) {
-        Long timer = ctx.get(TIMER);
-        if (timer != null) ctx.vertx().cancelTimer(timer);
+        Watch w = ctx.get(WATCH);
+        if (w != null) w.end(ctx);
     }
 
     /** Whether the deadline passed: what arrives from then on is discarded. */
@@ -54,14 +128,38 @@ public final class BodyDeadline {
         return ctx.get(PASSED) != null;
     }
 
+    /** How much of a request's body came: "3 of the 100 bytes declared", "40 bytes (chunked)". */
+    private static String got(HttpServerRequest req) {
+        String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
+        return req.bytesRead() + (cl != null && req.getHeader(HttpHeaders.TRANSFER_ENCODING) == null
+                ? " of the " + cl.trim() + " bytes declared" : " bytes (chunked)");
+    }
+
+    /**
+     * The connection closed before the body ended and before the deadline. After an answer that did not wait for the
+     * body, a close by the client is said here; one the server began is said where it was decided (a chunk that
+     * cannot be read, for one), so only the debug log has it again. Before an answer, the route that reads the body is
+     * told by Vert.x and ends the request itself.
+     * @param byServer whether the server began the close
+     */
+    private static void closed(RoutingContext ctx, boolean byServer) {
+        HttpServerRequest req = ctx.request();
+        HttpServerResponse resp = ctx.response();
+        if (req.isEnded() || !resp.headWritten()) return;
+        if (byServer)
+            LOG.debug("{} {}: answered with {} before its body arrived; the server closed the connection, {} came",
+                    req.method(), req.path(), resp.getStatusCode(), got(req));
+        else
+            LOG.info("{} {}: answered with {} before its body arrived; the client closed the connection, {} came",
+                    req.method(), req.path(), resp.getStatusCode(), got(req));
+    }
+
     private static void timedOut(RoutingContext ctx, int timeoutMs, Runnable refused, ApiException.Bodies bodies) {
         HttpServerRequest req = ctx.request();
         HttpServerResponse resp = ctx.response();
         if (req.isEnded() || resp.closed()) return;
         ctx.put(PASSED, true);
-        String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
-        String got = req.bytesRead() + (cl != null && req.getHeader(HttpHeaders.TRANSFER_ENCODING) == null
-                ? " of the " + cl.trim() + " bytes declared" : " bytes (chunked)");
+        String got = got(req);
         if (resp.headWritten()) {
             LOG.info("{} {}: answered with {} before its body arrived; the rest of the body did not come within {} ms"
                     + " (limits.bodyReadTimeoutMs), {} came; closing the connection", req.method(), req.path(),

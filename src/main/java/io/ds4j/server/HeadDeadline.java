@@ -79,8 +79,8 @@ public final class HeadDeadline {
      * detection off, see the class comment), no compression (answers are small JSON or token streams), TCP_NODELAY
      * (streamed tokens go out at once), and each connection's request framing checked ({@link RequestFraming}: a
      * request with both Content-Length and Transfer-Encoding, or a malformed chunked body, is refused and its connection
-     * closed; so is a chunked body past server.maxBodyBytes, with 413). Both fronts, a single server and a cluster
-     * gateway, are made here.
+     * closed; so is a chunked body past server.maxBodyBytes, with 413) and its own closes marked ({@link BodyDeadline#install}).
+     * Both fronts, a single server and a cluster gateway, are made here.
      * @param port     the port (0 one chosen by the system; -1 a random one shared by several instances)
      * @param requests every request, after its head was noted
      * @param invalid  every request Vert.x could not parse or whose framing is refused, after its head was noted
@@ -95,6 +95,7 @@ public final class HeadDeadline {
         return vertx.createHttpServer(options)
                 .connectionHandler(c -> {
                     RequestFraming.install(c, options, maxBodyBytes, rejected, bodies);
+                    BodyDeadline.install(c);
                     opened(c);
                 })
                 .requestHandler(req -> {

@@ -190,6 +190,63 @@ class SlowClientTest {
     }
 
     /**
+     * A client that closes its connection after an answer that did not wait for its body (a 413 for the length it
+     * declared, with or without Expect: 100-continue; GET /health sent with a body) is noticed at once: the body's
+     * deadline is dropped and the log says the client closed the connection, never, once the deadline is past, that
+     * the body was late. A client that keeps the connection open without sending still gets that line, and the close.
+     */
+    @Test
+    void aClientThatClosesItsConnectionAfterA413IsNoticedAtOnce() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.bodyReadTimeoutMs", 2000));
+        String tooLarge = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000044\r\n";
+        try (LogCapture log = new LogCapture()) {
+            for (String head : new String[]{tooLarge + "\r\n", tooLarge + "Expect: 100-continue\r\n\r\n",
+                    "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"}) {
+                try (Socket s = new Socket("127.0.0.1", server.port)) {
+                    s.setSoTimeout(30_000);
+                    s.getOutputStream().write(head.getBytes(StandardCharsets.US_ASCII));
+                    s.getOutputStream().flush();
+                    Answer a = readAnswer(s.getInputStream());
+                    assertTrue(head.startsWith("GET") ? a.statusLine().startsWith("HTTP/1.1 200")
+                            : a.statusLine().startsWith("HTTP/1.1 413") && a.body().contains("request_too_large"), a.toString());
+                }  // closed here, the body never sent
+            }
+            // well before the 2 s deadline: the close is seen as it happens
+            assertTrue(TestServer.eventually(1500, () -> log.linesWith("the client closed the connection").size() == 3), log.lines().toString());
+            List<String> closed = log.linesWith("the client closed the connection");
+            assertEquals(2, log.linesWith("POST /v1/chat/completions: answered with 413 before its body arrived; the client closed"
+                    + " the connection, 0 of the 5000044 bytes declared came").size(), closed.toString());
+            assertEquals(1, log.linesWith("GET /health: answered with 200 before its body arrived; the client closed the connection,"
+                    + " 3 of the 100 bytes declared came").size(), closed.toString());
+            Thread.sleep(2500);  // past the deadline the three had
+            assertTrue(log.linesWith("did not come within").isEmpty(), log.lines().toString());
+            // kept open without sending: closed by the server at the deadline, which the log says
+            String kept = stall(server.port, tooLarge + "\r\n", "");
+            assertTrue(kept.startsWith("HTTP/1.1 413"), kept);
+            List<String> late = log.linesWith("answered with 413 before its body arrived; the rest of the body did not come within 2000 ms");
+            assertEquals(1, late.size(), log.lines().toString());
+            assertTrue(late.getFirst().contains("0 of the 5000044 bytes declared came; closing the connection"), late.getFirst());
+            assertEquals(3, log.linesWith("the client closed the connection").size(), "the server's own close is not the client's: " + log.lines());
+            // closed by the server before the deadline, for a chunk it cannot read after the answer: not the client's close
+            try (Socket s = new Socket("127.0.0.1", server.port)) {
+                s.setSoTimeout(30_000);
+                OutputStream o = s.getOutputStream();
+                o.write("POST /v1/nothing HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n".getBytes(StandardCharsets.US_ASCII));
+                o.flush();
+                assertTrue(readAnswer(s.getInputStream()).statusLine().startsWith("HTTP/1.1 404"));
+                o.write("zz\r\n".getBytes(StandardCharsets.US_ASCII));
+                o.flush();
+                assertEquals(-1, s.getInputStream().read(), "the server closed the connection");
+            }
+            assertTrue(TestServer.eventually(1500, () -> !log.linesWith("POST /v1/nothing: answered before its body was read").isEmpty()),
+                    log.lines().toString());
+            Thread.sleep(300);  // the close's listener has run
+            assertEquals(3, log.linesWith("the client closed the connection").size(), "the server's own close is not the client's: " + log.lines());
+        }
+        assertEquals(200, server.get("/health").status(), "still serving");
+    }
+
+    /**
      * Requests that declare a body and send only part of it: one for a path no route answers gets 404, and one for a
      * known path with a method it does not answer 405, at once (their bodies are not needed); a known route that reads
      * its body gets 408 once the body is late.
