@@ -247,6 +247,25 @@ class SlowClientTest {
     }
 
     /**
+     * A client that asks for the connection to close after the answer (Connection: close) and then sends nothing of
+     * the body it declared: the answer, a 413, went out at once, and the connection is closed at the deadline, as any
+     * other's (Vert.x leaves it open while the body is pending).
+     */
+    @Test
+    void aConnectionThatAskedToCloseIsClosedAtTheDeadlineWhenItsBodyNeverComes() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.bodyReadTimeoutMs", 300));
+        try (LogCapture log = new LogCapture()) {
+            // stall reads to the end: it returns only because the server closes the connection
+            String answer = stall(server.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: 5000044\r\nConnection: close\r\n\r\n", "");
+            assertTrue(answer.startsWith("HTTP/1.1 413") && answer.contains("request_too_large"), answer);
+            List<String> late = log.linesWith("answered with 413 before its body arrived; the rest of the body did not come within 300 ms");
+            assertEquals(1, late.size(), log.lines().toString());
+            assertTrue(late.getFirst().contains("0 of the 5000044 bytes declared came; closing the connection"), late.getFirst());
+        }
+    }
+
+    /**
      * Requests that declare a body and send only part of it: one for a path no route answers gets 404, and one for a
      * known path with a method it does not answer 405, at once (their bodies are not needed); a known route that reads
      * its body gets 408 once the body is late.
