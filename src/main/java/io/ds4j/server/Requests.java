@@ -191,10 +191,15 @@ final class Requests {
             text = V4Format.fillInTheMiddle(text, suffix);
         }
         if (text != null && text.isEmpty()) throw ApiException.badField(where, "must not be empty");
-        // the generated text alone is held to the constraint (an echoed prompt is not part of it)
-        List<Asked> asked = outputConstraints(body);
-        oneConstraint(asked, null);
-        Grammar grammar = asked.isEmpty() ? null : compile(asked.getFirst());
+        // the generated text alone is held to the constraint (an echoed prompt is not part of it); a response_format
+        // is checked as chat checks it, and only held to: the prompt is the client's own, so nothing renders it there
+        JsonNode rf = body.get("response_format");
+        try {
+            ChatOptions.checkResponseFormat(rf);
+        } catch (ChatFormatException e) {
+            throw chatError(e);
+        }
+        Grammar grammar = content(body, rf == null || rf.isNull() ? null : rf, null, false).grammar();
         return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
                 skipSpecial, grammar, null, n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut);
     }
@@ -563,30 +568,10 @@ final class Requests {
                 strict.add(fn.path("strict").asBoolean(false));
             }
         }
-        // vLLM's constraint fields: checked, and held to one constraint per request, before anything is compiled
-        List<Asked> asked = outputConstraints(b);
-        JsonNode rf = opts.responseFormat();
-        // a json_schema without strict true is held to where this server can (as vLLM holds it), else only described in
-        // the prompt (as OpenAI reads strict false): beside a forced call or another constraint, or with a keyword
-        // constrained decoding does not support (Pydantic's float bounds, zod's url()), which strict true refuses
-        boolean soft = rf != null && "json_schema".equals(rf.path("type").asText())
-                && !bool(rf.get("json_schema"), "strict", "response_format.json_schema.strict", false);
-        // checked wherever it is sent (a schema missing or no value satisfies is a 400), held to only as the one constraint
-        Grammar softContent = soft ? softSchema(rf) : null;
-        if (forced || !asked.isEmpty()) softContent = null;
-        boolean rfEnforced = rf != null && constrains(rf) && (!soft || softContent != null);
-        oneConstraint(asked, rfEnforced ? "response_format (" + rf.path("type").asText() + ")" : null);
-        // an enforced response_format as vLLM's fields: the answer cannot be both the call and content held to a format
-        String enforced = !asked.isEmpty() ? asked.getFirst().field() : rfEnforced ? "response_format" : null;
-        if (forced && enforced != null)
-            throw ApiException.badField(enforced, "cannot be combined with a forced tool call (tool_choice "
-                    + (choice.isObject() ? "naming a function" : "\"required\"") + "), which is the whole answer; with"
-                    + " tool_choice \"auto\" the content is held to it and the model may still call a tool");
-        Grammar content = forced ? null : !asked.isEmpty() ? compile(asked.getFirst()) : !rfEnforced ? null
-                : softContent != null ? softContent : contentGrammar(rf);
-        // the field a problem of the content's schema is named by
-        String schemaField = !asked.isEmpty() ? asked.getFirst().field()
-                : rf != null && "json_schema".equals(rf.path("type").asText()) ? "response_format.json_schema.schema" : null;
+        Content held = content(b, opts.responseFormat(), !forced ? null
+                : "tool_choice " + (choice.isObject() ? "naming a function" : "\"required\""), true);
+        Grammar content = held.grammar();
+        String schemaField = held.schemaField();
         Grammar g = content;
         try {
             if (forced) g = Grammar.toolCall(names, params);
@@ -696,6 +681,55 @@ final class Requests {
     }
 
     /**
+     * What the content is held to: its grammar (null for free content) and the field a problem of its schema is named by
+     * (null where there is no schema).
+     */
+    private record Content(Grammar grammar, String schemaField) {}
+
+    /**
+     * What the content is held to, decided here for chat and /v1/completions alike: vLLM's constraint fields
+     * ({@link #outputConstraints}) or a response_format json_object / json_schema, at most one of them (two are a 400
+     * naming both), and none beside a forced tool call (a 400: the call is the whole answer). A json_schema without
+     * strict true is held to where this server can, as vLLM holds it: as the one constraint, with keywords constrained
+     * decoding supports ({@link #softSchema}); otherwise it is not enforced, as OpenAI reads strict false, and the log
+     * says so. Its schema is checked all the same (missing, or satisfied by no value: a 400).
+     * @param b        the request body
+     * @param rf       the request's response_format, its shape checked ({@link ChatOptions#checkResponseFormat}), or null
+     * @param forced   the forced tool call as a refusal names it ({@code tool_choice "required"}), or null for none
+     * @param rendered whether the chat template also writes the response_format into the prompt (chat): where it does
+     *                 not (/v1/completions, whose prompt is the client's own) an unenforced schema reaches nothing
+     */
+    private static Content content(JsonNode b, JsonNode rf, String forced, boolean rendered) {
+        // vLLM's constraint fields: checked, and held to one constraint per request, before anything is compiled
+        List<Asked> asked = outputConstraints(b);
+        boolean schema = rf != null && "json_schema".equals(rf.path("type").asText());
+        boolean soft = schema && !bool(rf.get("json_schema"), "strict", "response_format.json_schema.strict", false);
+        // checked wherever it is sent (a schema missing or no value satisfies is a 400), held to only as the one constraint
+        Grammar softContent = soft ? softSchema(rf, rendered) : null;
+        String other = forced != null ? "a forced tool call (" + forced + ")" : !asked.isEmpty() ? asked.getFirst().field() : null;
+        if (softContent != null && other != null) {
+            LOG.info("response_format json_schema without strict true is not enforced beside {}, which holds the output{}"
+                    + " (with strict true the two are refused)", other, unenforced(rendered));
+            softContent = null;
+        }
+        boolean rfEnforced = rf != null && constrains(rf) && (!soft || softContent != null);
+        oneConstraint(asked, rfEnforced ? "response_format (" + rf.path("type").asText() + ")" : null);
+        // an enforced response_format as vLLM's fields: the answer cannot be both the call and content held to a format
+        String enforced = !asked.isEmpty() ? asked.getFirst().field() : rfEnforced ? "response_format" : null;
+        if (forced != null && enforced != null)
+            throw ApiException.badField(enforced, "cannot be combined with a forced tool call (" + forced + "), which is"
+                    + " the whole answer; with tool_choice \"auto\" the content is held to it and the model may still call a tool");
+        Grammar content = forced != null ? null : !asked.isEmpty() ? compile(asked.getFirst()) : !rfEnforced ? null
+                : softContent != null ? softContent : contentGrammar(rf);
+        return new Content(content, !asked.isEmpty() ? asked.getFirst().field() : schema ? "response_format.json_schema.schema" : null);
+    }
+
+    /** Where an unenforced response_format still reaches the model, for the log: the prompt, or nowhere. */
+    private static String unenforced(boolean rendered) {
+        return rendered ? "; it is only described in the prompt" : "; /v1/completions writes no response_format into its prompt";
+    }
+
+    /**
      * The grammar of a response_format that constrains the content (json_object, json_schema), else null; a schema this
      * server cannot enforce is refused, naming the keyword (a json_schema without strict true takes {@link #softSchema}
      * first, which describes such a schema in the prompt instead).
@@ -727,19 +761,20 @@ final class Requests {
 
     /**
      * The grammar of a json_schema response_format without strict true, or null where its schema uses a keyword that
-     * constrained decoding does not support: then the schema is only described in the prompt, as OpenAI reads strict
-     * false, and the log says so (strict true refuses it with a 400 naming the keyword). A schema no value satisfies,
-     * or none at all, is refused as with strict true.
+     * constrained decoding does not support: then the schema is not enforced, as OpenAI reads strict false, and the log
+     * says so (strict true refuses it with a 400 naming the keyword). A schema no value satisfies, or none at all, is
+     * refused as with strict true.
+     * @param rendered whether the response_format is written into the prompt (chat), for the log
      */
-    private static Grammar softSchema(JsonNode rf) {
+    private static Grammar softSchema(JsonNode rf, boolean rendered) {
         JsonNode schema = rf.get("json_schema").get("schema");
         if (schema == null || schema.isNull()) return contentGrammar(rf); // refused there, naming the field
         try {
             return Grammar.jsonSchema(schema);
         } catch (UnsupportedSchemaException e) {
             if (e.invalid()) throw schemaError("response_format.json_schema.schema", e);
-            LOG.info("response_format json_schema without strict true is only described in the prompt, not enforced: {}{}: {}"
-                    + " (with strict true it is refused)", "response_format.json_schema.schema", dotted(e.path()), e.problem());
+            LOG.info("response_format json_schema without strict true is not enforced{}: {}{}: {} (with strict true it is"
+                    + " refused)", unenforced(rendered), "response_format.json_schema.schema", dotted(e.path()), e.problem());
             return null;
         }
     }

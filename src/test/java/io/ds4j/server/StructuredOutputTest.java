@@ -452,4 +452,82 @@ class StructuredOutputTest {
         var forced = server.post("/v1/chat/completions", body("\"tools\":[" + ok + "," + pattern.formatted("false") + "],\"tool_choice\":\"required\""));
         assertEquals("tools[1].function.parameters.properties.x", forced.json().at("/error/param").asText(), forced.body());
     }
+
+    /** The text of a completion, whole or streamed (its chunks' text joined), after checking it ended with stop. */
+    static String completionText(TestServer.Resp r) throws Exception {
+        assertEquals(200, r.status(), r.body());
+        if (r.body().startsWith("{")) {
+            JsonNode c = r.json().at("/choices/0");
+            assertEquals("stop", c.get("finish_reason").asText(), r.body());
+            return c.get("text").asText();
+        }
+        StringBuilder text = new StringBuilder();
+        String finish = null;
+        for (String e : r.events()) {
+            if (e.equals("[DONE]")) continue;
+            JsonNode c = Json.MAPPER.readTree(e).at("/choices/0");
+            text.append(c.path("text").asText(""));
+            if (c.hasNonNull("finish_reason")) finish = c.get("finish_reason").asText();
+        }
+        assertEquals("stop", finish, r.body());
+        return text.toString();
+    }
+
+    /**
+     * /v1/completions holds its output to a response_format as chat holds its content (it was read as an unknown
+     * field, named in x-ds4j-ignored-fields, and the text was free): a json_schema, strict or not, validates, whole and
+     * streamed; json_object is an object; an echoed prompt is not held to it; {"type": "text"} is free text. Bad values
+     * get chat's 400s, and beside vLLM's constraint fields it does what chat does: json_object or a strict schema is a
+     * 400 naming both, a non-strict schema leaves the output to the other field.
+     */
+    @Test
+    void completionsHoldTheirOutputToAResponseFormatAsChatDoes() throws Exception {
+        SplittableRandom r = new SplittableRandom(17);
+        for (int i = 0; i < 4; i++) {
+            ObjectNode schema = RandomSchemas.schema(r);
+            var resp = server.post("/v1/completions", "{\"prompt\":\"The data: \"," + jsonSchemaFormat(schema, i % 2 == 0)
+                    + ",\"max_tokens\":200,\"temperature\":1,\"seed\":" + i + (i == 3 ? ",\"stream\":true" : "") + "}");
+            assertNull(resp.headers().firstValue(RequestFields.HEADER).orElse(null), "every field was read: " + resp.body());
+            String text = completionText(resp);
+            assertTrue(valid(schema, Json.MAPPER.readTree(text)), schema + " -> " + text);
+        }
+        var object = server.post("/v1/completions", "{\"prompt\":\"{\\\"a\\\": 1} and \",\"response_format\":{\"type\":"
+                + "\"json_object\"},\"max_tokens\":60,\"temperature\":1,\"seed\":2,\"echo\":true}");
+        String echoed = completionText(object);
+        assertTrue(echoed.startsWith("{\"a\": 1} and "), echoed);
+        assertTrue(Json.MAPPER.readTree(echoed.substring("{\"a\": 1} and ".length())).isObject(), echoed);
+        var text = server.post("/v1/completions", "{\"prompt\":\"Hi\",\"response_format\":{\"type\":\"text\"},\"max_tokens\":4}");
+        assertEquals(200, text.status(), text.body());
+        assertNull(text.headers().firstValue(RequestFields.HEADER).orElse(null), text.body());
+
+        // each bad value gets the 400 chat gives it, word for word
+        String type = "\"type\":\"json_schema\",\"json_schema\":";
+        for (String rf : new String[]{"\"json\"", "{\"type\":\"yaml\"}", "{}", "{\"type\":\"json_schema\"}",
+                "{" + type + "{\"schema\":{}}}", "{" + type + "{\"name\":\"a b\",\"schema\":{}}}",
+                "{" + type + "{\"name\":\"x\",\"schema\":\"{}\"}}", "{" + type + "{\"name\":\"x\",\"strict\":true}}",
+                "{" + type + "{\"name\":\"x\"}}", "{" + type + "{\"name\":\"x\",\"schema\":false}}",
+                "{" + type + "{\"name\":\"x\",\"strict\":\"yes\",\"schema\":{}}}",
+                "{" + type + "{\"name\":\"x\",\"strict\":true,\"schema\":{\"type\":\"string\",\"contentEncoding\":\"base64\"}}}"}) {
+            var chat = server.post("/v1/chat/completions", body("\"response_format\":" + rf + ",\"max_tokens\":4"));
+            var completion = server.post("/v1/completions", "{\"prompt\":\"x\",\"response_format\":" + rf + ",\"max_tokens\":4}");
+            assertEquals(400, chat.status(), rf + " -> " + chat.body());
+            assertEquals(chat.status(), completion.status(), rf + " -> " + completion.body());
+            assertEquals(chat.json().get("error"), completion.json().get("error"), rf);
+        }
+
+        // beside vLLM's fields: the same 400 as chat, or (a schema without strict) the other field holds the output
+        String strict = "\"response_format\":{" + type + "{\"name\":\"x\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}";
+        for (String both : new String[]{"\"response_format\":{\"type\":\"json_object\"},\"structured_outputs\":{\"regex\":\"a\"}",
+                strict + ",\"guided_choice\":[\"a\"]"}) {
+            var chat = server.post("/v1/chat/completions", body(both));
+            var completion = server.post("/v1/completions", "{\"prompt\":\"x\"," + both + "}");
+            assertEquals(400, chat.status(), both + " -> " + chat.body());
+            assertEquals(chat.status(), completion.status(), both + " -> " + completion.body());
+            assertEquals(chat.json().get("error"), completion.json().get("error"), both);
+        }
+        String out = completionText(server.post("/v1/completions", "{\"prompt\":\"x\",\"response_format\":{" + type
+                + "{\"name\":\"x\",\"schema\":{\"type\":\"object\"}}},\"structured_outputs\":{\"regex\":\"[a-c]{3}\"},"
+                + "\"max_tokens\":10,\"temperature\":1}"));
+        assertTrue(out.matches("[a-c]{3}"), out);
+    }
 }

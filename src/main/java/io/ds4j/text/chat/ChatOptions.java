@@ -141,7 +141,19 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
             }
         }
         if (responseFormat != null && responseFormat.isNull()) responseFormat = null;
-        if (responseFormat != null) {
+        checkResponseFormat(responseFormat);
+    }
+
+    /**
+     * Checks an OpenAI {@code response_format} object's shape: {@code type} {@code text}, {@code json_object} or
+     * {@code json_schema}, the last with a {@code json_schema} object whose {@code name} OpenAI's rule allows and whose
+     * {@code schema}, when given, is an object or a boolean. The same check holds where a response format is not
+     * rendered into a prompt (a completion's output held to it).
+     * @param responseFormat the object, or null for none
+     * @throws ChatFormatException naming the field at fault
+     */
+    public static void checkResponseFormat(JsonNode responseFormat) {
+        if (responseFormat != null && !responseFormat.isNull()) {
             if (!responseFormat.isObject()) throw new ChatFormatException("response_format", "must be an object");
             JsonNode type = responseFormat.get("type");
             if (type == null || !type.isTextual()) throw new ChatFormatException("response_format.type", "missing");
