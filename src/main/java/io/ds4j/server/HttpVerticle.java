@@ -1067,10 +1067,14 @@ public final class HttpVerticle extends VerticleBase {
         json(ctx, 200, modelObject(m));
     }
 
-    /** One model in OpenAI's shape, with ds4j's {@code meta}. */
+    /**
+     * One model in OpenAI's shape, with vLLM's {@code max_model_len} (the context limit in effect, which clients such as
+     * Open WebUI read to size their requests: the same value as {@code meta.n_ctx}) and ds4j's {@code meta}.
+     */
     private ObjectNode modelObject(ModelInfo m) {
         ObjectNode e = Json.object();
-        e.put("id", m.id()).put("object", "model").put("created", state.startedAtMillis() / 1000).put("owned_by", "ds4j");
+        e.put("id", m.id()).put("object", "model").put("created", state.startedAtMillis() / 1000).put("owned_by", "ds4j")
+                .put("max_model_len", state.maxContext());
         ObjectNode meta = e.putObject("meta");
         meta.put("n_vocab", m.vocabSize()).put("n_ctx", state.maxContext()).put("n_ctx_train", m.maxPositions())
                 .put("n_layers", m.layers()).put("n_embd", m.hidden()).put("backend", m.backend()).put("path", m.path())

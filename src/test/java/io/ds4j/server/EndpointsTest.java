@@ -256,6 +256,9 @@ class EndpointsTest {
             assertEquals("list", m.get("object").asText());
             assertEquals("scripted", m.at("/data/0/id").asText());
             assertEquals("model", m.at("/data/0/object").asText());
+            // vLLM's field for the context limit in effect, the same as /props' n_ctx
+            assertEquals(32768, m.at("/data/0/max_model_len").asInt(), m.toString());
+            assertEquals(m.at("/data/0/meta/n_ctx"), m.at("/data/0/max_model_len"));
 
             TestServer.Resp index = t.get("/");
             assertEquals(200, index.status());

@@ -301,6 +301,10 @@ public final class GatewayVerticle extends VerticleBase {
                 entry.putArray("engines");
                 seen.put(m.getString("id"), entry);
             }
+            // vLLM's context limit: the smallest of the engines serving the model, since a request may go to any of them
+            Integer ctxLen = m.getInteger("n_ctx");
+            if (ctxLen != null && (!entry.has("max_model_len") || ctxLen < entry.get("max_model_len").asInt()))
+                entry.put("max_model_len", ctxLen);
             ((ArrayNode) entry.get("engines")).add(e.name());
         }
         if (data.isEmpty()) {

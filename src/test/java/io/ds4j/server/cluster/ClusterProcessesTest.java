@@ -282,6 +282,9 @@ public class ClusterProcessesTest {
         JsonNode models = Json.MAPPER.readTree(get(gwPort, "/v1/models").body());
         String model = models.path("data").path(0).path("id").asText();
         assertEquals(2, models.path("data").path(0).path("engines").size(), models.toString());
+        // vLLM's context limit: the smallest of the engines' (both the same here)
+        assertTrue(models.path("data").path(0).path("max_model_len").asInt() > 0, models.toString());
+        assertEquals(models.path("data").path(0).path("meta").path("n_ctx"), models.path("data").path(0).path("max_model_len"));
         JsonNode props = Json.MAPPER.readTree(get(gwPort, "/props").body());
         assertEquals(2, props.path("cluster").path("engines").size(), props.toString());
         assertEquals(model, props.path("cluster").path("engines").path(0).path("model").path("id").asText(), props.toString());
