@@ -189,8 +189,8 @@ final class AnthropicResponse implements AnswerWriter {
      * {@code max_tokens}, tool calls → {@code tool_use}, the end of the turn → {@code end_turn}.
      */
     static String stopReason(EngineEvent.Done d) {
-        // a stop string that matched inside a call ends the answer with chat's "tool_calls": the call is cut, and an
-        // Anthropic client that reads tool_use would run it; stop_sequence (with the sequence) says what happened
+        // a stop string that matched inside a call cut it (chat's finish reason is "stop" then): an Anthropic client
+        // that reads tool_use would run it, so stop_sequence (with the sequence) says what happened
         if (d.stopString() != null) return "stop_sequence";
         return switch (d.finishReason()) {
             case "length" -> "max_tokens";

@@ -990,7 +990,11 @@ public final class EngineVerticle extends VerticleBase {
                     j.req.id, j.req.cancelReason(), j.promptDone, j.req.prompt.length, generated);
         } else {
             Generation.SpecStats s = j.gen.specStats();
-            String reason = j.gen.finish() == Generation.Finish.LENGTH ? "length" : j.toolCalls ? "tool_calls" : "stop";
+            // a stop string or stop token ends the answer where it matched, inside a call too: such a call is cut, so
+            // "stop" (with the stop as stop_reason), as a cut by max_tokens is "length"; "tool_calls" only for calls the
+            // model finished
+            boolean stopped = j.stops.stopped() || j.stopToken != null;
+            String reason = j.gen.finish() == Generation.Finish.LENGTH ? "length" : j.toolCalls && !stopped ? "tool_calls" : "stop";
             Usage u = new Usage(j.req.prompt.length, generated,
                     (j.activatedNanos - j.req.arrivalNanos) / 1e6,
                     j.firstTokenNanos == 0 ? Double.NaN : (j.firstTokenNanos - j.req.arrivalNanos) / 1e6,

@@ -14,14 +14,18 @@ import static org.junit.jupiter.api.Assertions.*;
  * {@code {"city": "Paris", "days": 3}} whenever the prompt mentions the weather ({@link TestServer#TOOL}): a function
  * that is not strict gets the model's call as written; a strict one gets a call valid for its schema even where the
  * model would write another; a tool-call block is held to the listed functions; without a weather question the answer
- * is the model's text, untouched.
+ * is the model's text, untouched. Asked to "Call get_weather", it writes the call alone, as a forced call's grammar
+ * admits it.
  */
 class AutoToolCallsTest {
     static TestServer server;
 
     @BeforeAll
     static void start() throws Exception {
-        server = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("speculative.draft", "none"));
+        // "Call get_weather" asks for the call alone, which a forced call's grammar admits from its first token
+        int[] block = TestServer.tokenizer().encode(CutMidCharacterTest.BLOCK);
+        server = TestServer.scripted(new ScriptedBackend(p -> TestServer.tokenizer().decode(p).contains("Call get_weather")
+                ? block : TestServer.defaultScript(p)), Map.of("speculative.draft", "none"));
     }
 
     @AfterAll
@@ -131,6 +135,37 @@ class AutoToolCallsTest {
             assertEquals("tool_calls", c.get("finish_reason").asText(), c.toString());
             assertTrue(Json.MAPPER.readTree(c.at("/message/tool_calls/0/function/arguments").asText()).has("city"), c.toString());
             assertEquals("tool_calls", fits.get("finish_reason").asText(), fits.toString());
+        }
+    }
+
+    /**
+     * A call that a stop string or a stop token cut (auto, required and named alike) ends with finish reason stop and
+     * the stop as stop_reason, streamed and whole: the call is incomplete, its arguments as far as they got, so
+     * tool_calls, which says the model called a tool, would send a client to run it.
+     */
+    @Test
+    void aCallCutByAStopStringOrStopTokenEndsWithStop() throws Exception {
+        String tool = tool("get_weather", false, "{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}}");
+        int paris = -1; // the token that writes the city, inside the call's first argument
+        for (int id : TestServer.tokenizer().encode(CutMidCharacterTest.BLOCK))
+            if (TestServer.tokenizer().decode(new int[]{id}).contains("Paris")) paris = id;
+        assertTrue(paris >= 0, "the script writes Paris in a token of its own");
+        String[][] stops = {{"\"stop\":[\"</\"]", "</", "{\"city\": \"Paris"}, {"\"stop\":[\"\\\"days\\\"\"]", "\"days\"", "{\"city\": \"Paris\""},
+                {"\"stop_token_ids\":[" + paris + "]", Integer.toString(paris), "{\"city\": \""}};
+        for (String choice : new String[]{"\"auto\"", "\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"}) {
+            String user = choice.equals("\"auto\"") ? "What is the weather in Paris?" : "Call get_weather for Paris.";
+            for (String[] s : stops) {
+                String extra = "\"temperature\":0,\"max_tokens\":200,\"tool_choice\":" + choice + ",\"tools\":[" + tool + "]," + s[0];
+                String what = choice + " " + s[0];
+                var full = server.post("/v1/chat/completions", TestServer.chat(user, extra));
+                assertEquals(200, full.status(), full.body());
+                JsonNode c = full.json().at("/choices/0");
+                assertEquals("stop", c.get("finish_reason").asText(), what + ": " + c);
+                assertEquals(s[1], c.get("stop_reason").asText(), what + ": " + c);
+                assertEquals(s[2], c.at("/message/tool_calls/0/function/arguments").asText(), "as far as they got: " + what + ": " + c);
+                var stream = server.post("/v1/chat/completions", TestServer.chat(user, extra + ",\"stream\":true"));
+                assertEquals(GoldenSseTest.assembleFull(full.json()), GoldenSseTest.assemble(stream), what);
+            }
         }
     }
 
