@@ -25,7 +25,8 @@ import java.util.Set;
  * parser never asked for its name. The names asked for are also what a misspelling is compared with for its "did you
  * mean". Only objects the parser looked into are judged: one it never opened (the {@code tools} of a request with
  * {@code tool_choice: "none"}) was skipped as a whole, knowingly. A field whose value is null is never reported: null
- * means "not given" throughout the API, so it asks for nothing that is then withheld.
+ * means "not given" throughout the API, so it asks for nothing that is then withheld. A few fields are read only to
+ * check their type and change nothing ({@link #READ_UNUSED}): they are reported as unread ones are.
  */
 final class RequestFields {
     private RequestFields() {}
@@ -56,6 +57,14 @@ final class RequestFields {
             "prompt_cache_key",
             // citations OpenAI returns on an assistant message, which SDKs send back with the history; output only
             "messages[].annotations");
+
+    /**
+     * Fields the parser reads, to check them as OpenAI types them, that change nothing, by path pattern, with why:
+     * named as ignored all the same, since the answer does not depend on them, as on a field the endpoint never reads.
+     */
+    static final Map<String, String> READ_UNUSED = Map.of(
+            // OpenAI's participant name: DeepSeek-V4's encoding renders a message's role and content, nothing else of it
+            "messages[].name", "not rendered: DeepSeek-V4's chat format has no place for a message's name");
 
     /**
      * Hints for sampling fields of vLLM's API that chat and completions do not take, by name: said instead of a "did you
@@ -124,7 +133,7 @@ final class RequestFields {
             Pending t = todo.pop();
             if (t.owner() != null) {
                 if (++total <= MAX_LISTED) {
-                    String hint = hints.get(t.pattern());
+                    String hint = READ_UNUSED.getOrDefault(t.pattern(), hints.get(t.pattern()));
                     if (hint == null) {
                         String meant = suggestion(t.path(), t.name(), t.owner());
                         hint = meant == null ? null : "did you mean " + meant + "?";
@@ -140,8 +149,9 @@ final class RequestFields {
                     String seg = name.isEmpty() ? "\"\"" : name;
                     String path = t.path().isEmpty() ? seg : t.path() + "." + seg;
                     String pattern = t.pattern().isEmpty() ? name : t.pattern() + "." + name;
-                    if (o.wasAsked(name)) next.add(new Pending(e.getValue(), path, pattern, null, null));
-                    else if (!e.getValue().isNull() && !ACCEPTED.contains(pattern)) next.add(new Pending(null, path, pattern, o, seg));
+                    boolean unused = !e.getValue().isNull() && READ_UNUSED.containsKey(pattern);
+                    if (o.wasAsked(name) && !unused) next.add(new Pending(e.getValue(), path, pattern, null, null));
+                    else if (unused || !e.getValue().isNull() && !ACCEPTED.contains(pattern)) next.add(new Pending(null, path, pattern, o, seg));
                 }
                 for (int i = next.size() - 1; i >= 0; i--) todo.push(next.get(i));
             } else if (t.node() instanceof ArrayNode a) {

@@ -113,6 +113,45 @@ class UnknownFieldsTest {
         assertEquals("messages[0].content[0].cache_control, messages[0].nmae (did you mean messages[0].name?)", ignored(m));
     }
 
+    /**
+     * A message's name (OpenAI's participant name) is read, a string as OpenAI types it, but DeepSeek-V4's chat format
+     * has no place for it: the answer does not depend on it, so it is named as ignored, with why, in the header and the
+     * log line, on chat (streamed or not) and on /tokenize's messages.
+     */
+    @Test
+    @Order(3)
+    void aMessagesNameIsNamedAsIgnored() throws Exception {
+        String named = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\",\"name\":\"sys\"},"
+                + "{\"role\":\"user\",\"content\":\"Hi\",\"name\":\"bob\"}],\"temperature\":0";
+        String plainBody = named.replace(",\"name\":\"sys\"", "").replace(",\"name\":\"bob\"", "");
+        String why = " (not rendered: DeepSeek-V4's chat format has no place for a message's name)";
+        String expected = "messages[0].name" + why + ", messages[1].name" + why;
+        TestServer.Resp plain = server.post(CHAT, plainBody + "}");
+        assertEquals(200, plain.status(), plain.body());
+        try (LogCapture log = new LogCapture()) {
+            TestServer.Resp r = server.post(CHAT, named + "}");
+            assertEquals(200, r.status(), r.body());
+            assertEquals(expected, ignored(r));
+            assertEquals(answer(plain), answer(r), "the name changes nothing");
+            List<String> warn = log.linesWith("ignored 2 unknown fields");
+            assertEquals(1, warn.size(), log.lines().toString());
+            assertTrue(warn.getFirst().contains("request " + r.json().get("id").asText() + ": POST " + CHAT)
+                    && warn.getFirst().endsWith(expected), warn.getFirst());
+        }
+        TestServer.Resp s = server.post(CHAT, named + ",\"stream\":true}");
+        assertEquals(200, s.status(), s.body());
+        assertEquals(expected, ignored(s), "streamed");
+        String noSampling = ",\"temperature\":0";
+        TestServer.Resp t = server.post("/tokenize", named.replace(noSampling, "") + "}");
+        assertEquals(200, t.status(), t.body());
+        assertEquals(expected, ignored(t), "tokenize renders the messages as chat does");
+        assertEquals(server.post("/tokenize", plainBody.replace(noSampling, "") + "}").json().get("tokens"), t.json().get("tokens"));
+        // still checked as OpenAI types it
+        TestServer.Resp bad = server.post(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\",\"name\":7}]}");
+        assertEquals(400, bad.status(), bad.body());
+        assertEquals("messages[0].name", bad.json().at("/error/param").asText(), bad.body());
+    }
+
     @Test
     @Order(4)
     void namesAreShownPrintableAndTheListIsBounded() throws Exception {
@@ -143,7 +182,7 @@ class UnknownFieldsTest {
                   "required": ["city"], "additionalProperties": false}}}]""";
         String messages = """
                 "messages": [
-                  {"role": "system", "content": "Be brief.", "name": "sys"},
+                  {"role": "system", "content": "Be brief."},
                   {"role": "developer", "content": "Answer in English."},
                   {"role": "user", "content": [{"type": "text", "text": "Hi"}, "there"]},
                   {"role": "assistant", "content": null, "refusal": "No."},

@@ -215,6 +215,8 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         String reasoningAlias = optionalString(message, "reasoning", path);
         if (reasoning == null) reasoning = reasoningAlias;
         String toolCallId = optionalString(message, "tool_call_id", path);
+        // read to check it is a string, as OpenAI types it; the V4 format has no place for it, so the server names it
+        // as ignored (RequestFields.READ_UNUSED)
         String name = optionalString(message, "name", path);
 
         List<ToolCall> calls = List.of();
