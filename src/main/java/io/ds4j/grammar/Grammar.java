@@ -345,7 +345,16 @@ public final class Grammar {
      * the output can go no further, so free text runs on to the length limit as it would without a grammar.
      */
     public TokenConstraint constraint(Tokenizer tokenizer, boolean ignoreEos) {
-        return new TokenConstraint(TokenTrie.of(tokenizer), start, steered, ignoreEos);
+        return constraint(tokenizer, ignoreEos, null);
+    }
+
+    /**
+     * {@link #constraint(Tokenizer, boolean)} for a request of a server, whose id its log line names.
+     *
+     * @param requestId the request's id, or null
+     */
+    public TokenConstraint constraint(Tokenizer tokenizer, boolean ignoreEos, String requestId) {
+        return new TokenConstraint(TokenTrie.of(tokenizer), start, steered, ignoreEos, requestId);
     }
 
     /** A constraint steered to complete within max_tokens whatever the grammar's own choice (for property tests). */

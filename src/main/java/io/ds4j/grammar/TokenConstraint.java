@@ -78,8 +78,15 @@ public final class TokenConstraint implements Constraint {
      * the end-of-sequence token unless ignore_eos, where the output ends at max_tokens instead.
      */
     private final int reserved;
+    /** The request's id, which the log line names, or null where there is none (one output, as generate's). */
+    private final String requestId;
 
     TokenConstraint(TokenTrie trie, GState start, boolean steered, boolean ignoreEos) {
+        this(trie, start, steered, ignoreEos, null);
+    }
+
+    TokenConstraint(TokenTrie trie, GState start, boolean steered, boolean ignoreEos, String requestId) {
+        this.requestId = requestId;
         this.trie = trie;
         this.words = (trie.vocab + 63) >> 6;
         this.state = start;
@@ -189,9 +196,9 @@ public final class TokenConstraint implements Constraint {
         if (closestFits == 0) {
             closestFits = closestPathTokens(s, remaining) <= remaining ? 1 : -1;
             if (closestFits < 0)
-                LOG.info("constrained output not steered: the path of its closest tokens to a complete form takes more than"
+                LOG.info("{}constrained output not steered: the path of its closest tokens to a complete form takes more than"
                         + " the {} tokens max_tokens leaves; the model's own output is cut there (finish reason length), not"
-                        + " closed early", remaining);
+                        + " closed early", requestId == null ? "" : "request " + requestId + ": ", remaining);
         }
         // unsteered: closing the output early would still end it incomplete, and then not as the model wrote it
         if (closestFits < 0) return full;

@@ -629,7 +629,7 @@ public final class EngineVerticle extends VerticleBase {
             j.gen = new Generation(backend, seq, r.prompt, sampler, draft, width,
                     new Generation.Options(Scheduler.prefillChunk(cfg.prefillChunk(), limits(cfg)), r.maxContext, eosIds,
                             MAX_ROLLBACK), j::onToken,
-                    r.grammar == null ? null : r.grammar.constraint(tokenizer, r.params.ignoreEos()));
+                    r.grammar == null ? null : r.grammar.constraint(tokenizer, r.params.ignoreEos(), r.id));
             j.gen.minTokens(r.minTokens, r.stopTokenIds);
             // the prompt's last block boundary always ends a chunk, cached or not, so the tail after it is one step
             // of the same size either way (bit-identical answers on backends whose rounding depends on step size)

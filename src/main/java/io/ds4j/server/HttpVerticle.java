@@ -1456,6 +1456,7 @@ public final class HttpVerticle extends VerticleBase {
         boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
         String id = (translation != null ? translation.idPrefix() : chat ? "chatcmpl-" : "cmpl-") + randomId();
         ignoredFields(reading, clientBody, id, translation);
+        Requests.logNotes(g, id);
         // the prompt's own characters (a chat template adds more) against the bound, before it is tokenised, so that a
         // prompt it refuses does not wait for a tokenising thread
         try {

@@ -61,11 +61,21 @@ final class Requests {
      * @param includeStopStr vLLM's {@code include_stop_str_in_output}: the stop string or stop token's text that ended
      *                      the answer is kept at its end
      * @param minTokens     vLLM's {@code min_tokens}: tokens generated before the answer may end (0: none)
+     * @param notes         what reading the body found worth an INFO line (a schema not enforced), for
+     *                      the caller to log once the request has its id
      */
     record Gen(boolean chat, boolean stream, boolean includeUsage, boolean continuousUsage, List<ChatMessage> messages, ChatOptions options,
                String promptText, int[] promptIds, boolean echo, SamplingParams params, String maxTokensParam,
                String specQ, boolean logprobs, int topLogprobs, boolean skipSpecialTokens, Grammar grammar,
-               Integer reasoningBudget, int n, int[] stopTokenIds, boolean includeStopStr, int minTokens) {}
+               Integer reasoningBudget, int n, int[] stopTokenIds, boolean includeStopStr, int minTokens, List<String> notes) {}
+
+    /**
+     * Logs what reading a request found worth a line ({@link Gen#notes}), naming the request as the server's other
+     * per-request lines do.
+     */
+    static void logNotes(Gen g, String id) {
+        for (String note : g.notes()) LOG.info("request {}: {}", id, note);
+    }
 
     /** The most ids {@code stop_token_ids} may list: each generated token is looked up in them. */
     static final int MAX_STOP_TOKEN_IDS = 64;
@@ -151,9 +161,10 @@ final class Requests {
                 throw chatError(e);
             }
             ChatOptions opts = chatOptions(body).withContinueFinal(continued != null);
-            Grammar grammar = grammar(body, opts, messages, continued);
+            List<String> notes = new ArrayList<>(1);
+            Grammar grammar = grammar(body, opts, messages, continued, notes);
             return new Gen(true, stream, includeUsage, continuousUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
-                    skipSpecial, grammar, reasoningBudget(body), n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut);
+                    skipSpecial, grammar, reasoningBudget(body), n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut, List.copyOf(notes));
         }
         JsonNode p = body.get("prompt");
         String text = null;
@@ -199,9 +210,10 @@ final class Requests {
         } catch (ChatFormatException e) {
             throw chatError(e);
         }
-        Grammar grammar = content(body, rf == null || rf.isNull() ? null : rf, null, false).grammar();
+        List<String> notes = new ArrayList<>(1);
+        Grammar grammar = content(body, rf == null || rf.isNull() ? null : rf, null, false, notes).grammar();
         return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
-                skipSpecial, grammar, null, n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut);
+                skipSpecial, grammar, null, n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut, List.copyOf(notes));
     }
 
     /**
@@ -548,7 +560,7 @@ final class Requests {
      * choice, json, json_object) and guided_regex / guided_choice constrain the content as a response_format does (at
      * most one constraint per request; none beside a forced call). In thinking mode the constraint starts after the reasoning.
      */
-    private static Grammar grammar(JsonNode b, ChatOptions opts, List<ChatMessage> messages, String continued) {
+    private static Grammar grammar(JsonNode b, ChatOptions opts, List<ChatMessage> messages, String continued, List<String> notes) {
         JsonNode choice = b.get("tool_choice");
         JsonNode tools = opts.tools();
         boolean parallel = bool(b, "parallel_tool_calls", true);
@@ -569,7 +581,7 @@ final class Requests {
             }
         }
         Content held = content(b, opts.responseFormat(), !forced ? null
-                : "tool_choice " + (choice.isObject() ? "naming a function" : "\"required\""), true);
+                : "tool_choice " + (choice.isObject() ? "naming a function" : "\"required\""), true, notes);
         Grammar content = held.grammar();
         String schemaField = held.schemaField();
         Grammar g = content;
@@ -698,18 +710,19 @@ final class Requests {
      * @param forced   the forced tool call as a refusal names it ({@code tool_choice "required"}), or null for none
      * @param rendered whether the chat template also writes the response_format into the prompt (chat): where it does
      *                 not (/v1/completions, whose prompt is the client's own) an unenforced schema reaches nothing
+     * @param notes    gets what is worth an INFO line (an unenforced schema), which the caller logs with the request's id
      */
-    private static Content content(JsonNode b, JsonNode rf, String forced, boolean rendered) {
+    private static Content content(JsonNode b, JsonNode rf, String forced, boolean rendered, List<String> notes) {
         // vLLM's constraint fields: checked, and held to one constraint per request, before anything is compiled
         List<Asked> asked = outputConstraints(b);
         boolean schema = rf != null && "json_schema".equals(rf.path("type").asText());
         boolean soft = schema && !bool(rf.get("json_schema"), "strict", "response_format.json_schema.strict", false);
         // checked wherever it is sent (a schema missing or no value satisfies is a 400), held to only as the one constraint
-        Grammar softContent = soft ? softSchema(rf, rendered) : null;
+        Grammar softContent = soft ? softSchema(rf, rendered, notes) : null;
         String other = forced != null ? "a forced tool call (" + forced + ")" : !asked.isEmpty() ? asked.getFirst().field() : null;
         if (softContent != null && other != null) {
-            LOG.info("response_format json_schema without strict true is not enforced beside {}, which holds the output{}"
-                    + " (with strict true the two are refused)", other, unenforced(rendered));
+            notes.add("response_format json_schema without strict true is not enforced beside " + other + ", which holds the"
+                    + " output" + unenforced(rendered) + " (with strict true the two are refused)");
             softContent = null;
         }
         boolean rfEnforced = rf != null && constrains(rf) && (!soft || softContent != null);
@@ -761,20 +774,21 @@ final class Requests {
 
     /**
      * The grammar of a json_schema response_format without strict true, or null where its schema uses a keyword that
-     * constrained decoding does not support: then the schema is not enforced, as OpenAI reads strict false, and the log
+     * constrained decoding does not support: then the schema is not enforced, as OpenAI reads strict false, and a note
      * says so (strict true refuses it with a 400 naming the keyword). A schema no value satisfies, or none at all, is
      * refused as with strict true.
-     * @param rendered whether the response_format is written into the prompt (chat), for the log
+     * @param rendered whether the response_format is written into the prompt (chat), for the note
+     * @param notes    gets the note's text, which the caller logs with the request's id (not known yet here)
      */
-    private static Grammar softSchema(JsonNode rf, boolean rendered) {
+    private static Grammar softSchema(JsonNode rf, boolean rendered, List<String> notes) {
         JsonNode schema = rf.get("json_schema").get("schema");
         if (schema == null || schema.isNull()) return contentGrammar(rf); // refused there, naming the field
         try {
             return Grammar.jsonSchema(schema);
         } catch (UnsupportedSchemaException e) {
             if (e.invalid()) throw schemaError("response_format.json_schema.schema", e);
-            LOG.info("response_format json_schema without strict true is not enforced{}: {}{}: {} (with strict true it is"
-                    + " refused)", unenforced(rendered), "response_format.json_schema.schema", dotted(e.path()), e.problem());
+            notes.add("response_format json_schema without strict true is not enforced" + unenforced(rendered) + ": "
+                    + "response_format.json_schema.schema" + dotted(e.path()) + ": " + e.problem() + " (with strict true it is refused)");
             return null;
         }
     }

@@ -10,6 +10,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
+import java.util.List;
 import java.util.Map;
 import java.util.SplittableRandom;
 
@@ -204,6 +205,31 @@ class StructuredOutputTest {
             assertTrue(c.get("message").get("content").isNull(), full.body());
             var stream = server.post("/v1/chat/completions", body(extra + ",\"stream\":true"));
             assertEquals(GoldenSseTest.assembleFull(full.json()), GoldenSseTest.assemble(stream), "max_tokens " + max[k]);
+        }
+    }
+
+    /**
+     * The constraint's INFO lines name their request, as the server's other per-request lines do: a forced call too
+     * long for max_tokens left unsteered (29 tokens, as above), a non-strict schema with a keyword constrained decoding
+     * does not support only described in the prompt.
+     */
+    @Test
+    void theConstraintsLogLinesNameTheirRequest() throws Exception {
+        try (LogCapture log = new LogCapture()) {
+            var cut = server.post("/v1/chat/completions", body("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+                    + "\"tool_choice\":\"required\",\"temperature\":0,\"max_tokens\":29"));
+            assertEquals(200, cut.status(), cut.body());
+            JsonNode uri = Json.MAPPER.readTree("{\"type\":\"string\",\"format\":\"uri\"}");
+            var soft = server.post("/v1/chat/completions", body(jsonSchemaFormat(uri, false) + ",\"max_tokens\":4"));
+            assertEquals(200, soft.status(), soft.body());
+            List<String> steer = log.linesWith("constrained output not steered");
+            assertEquals(1, steer.size(), log.lines().toString());
+            assertTrue(steer.getFirst().contains("request " + cut.json().get("id").asText() + ": constrained output not steered"),
+                    steer.getFirst());
+            List<String> described = log.linesWith("without strict true is not enforced; it is only described in the prompt");
+            assertEquals(1, described.size(), log.lines().toString());
+            assertTrue(described.getFirst().contains("request " + soft.json().get("id").asText()
+                    + ": response_format json_schema without strict true"), described.getFirst());
         }
     }
 
