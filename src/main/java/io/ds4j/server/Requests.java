@@ -1045,7 +1045,7 @@ final class Requests {
         int n = given == null ? 1 : given;
         int most = cfg.maxActive() + cfg.maxQueue();
         if (n > most)
-            throw ApiException.badField("n", "this server admits at most " + most + " requests at once (limits.maxActive "
+            throw ApiException.badField("n", "this server admits at most " + most + (most == 1 ? " request" : " requests") + " at once (limits.maxActive "
                     + cfg.maxActive() + " running, limits.maxQueue " + cfg.maxQueue() + " waiting) and the " + n
                     + " choices are admitted together, each as one request; ask for at most " + most + ", got " + shown(body.get("n")));
         if (!chat) {

@@ -187,6 +187,15 @@ class MultipleChoicesTest {
         assertEquals(200, server.post("/v1/chat/completions", TestServer.chat("Hi", "\"n\":5")).status(), "5 fit");
     }
 
+    /** A server that admits one request at a time says so in the singular. */
+    @Test
+    void aServerOfOneRequestSaysSoInTheSingular() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.maxActive", 1, "limits.maxQueue", 0));
+        assertRefused(server.post("/v1/chat/completions", TestServer.chat("Hi", "\"n\":2")), "n",
+                "n: this server admits at most 1 request at once (limits.maxActive 1 running, limits.maxQueue 0 waiting) and"
+                        + " the 2 choices are admitted together, each as one request; ask for at most 1, got 2");
+    }
+
     /**
      * Choices whose sequence state the cache can hold only some of at once, with too small a queue for the rest: no
      * retry could ever admit them together, so it is a 400 naming n (it was a 429 that never cleared, on an idle server).
