@@ -1059,6 +1059,9 @@ public final class HttpVerticle extends VerticleBase {
      */
     private void model(RoutingContext ctx, ModelInfo m) {
         String id = ctx.pathParam("id");
+        // the router takes every other path with a trailing slash as without it (POST /v1/chat/completions/); the id
+        // is the rest of the path, so the slash is dropped here (an id of the served model's own that ends in one stays)
+        if (id.endsWith("/") && !id.equals(m.id())) id = id.substring(0, id.length() - 1);
         if (!m.id().equals(id)) {
             error(ctx, new ApiException(404, "invalid_request_error", "model_not_found", "model",
                     "model: '" + id + "' does not exist; this server serves '" + m.id() + "'", null));

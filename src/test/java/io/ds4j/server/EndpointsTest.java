@@ -76,7 +76,8 @@ class EndpointsTest {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of())) {
             // the same object as the list's entry
             JsonNode listed = t.get("/v1/models").json().at("/data/0");
-            for (String path : List.of("/v1/models/scripted", "/models/scripted")) {
+            // with a trailing slash too, as every other route takes one (POST /v1/chat/completions/)
+            for (String path : List.of("/v1/models/scripted", "/models/scripted", "/v1/models/scripted/", "/models/scripted/")) {
                 TestServer.Resp r = t.get(path);
                 assertEquals(200, r.status(), path + ": " + r.body());
                 assertEquals(listed, r.json(), path);
@@ -89,6 +90,9 @@ class EndpointsTest {
                 assertEquals("invalid_request_error", e.get("type").asText(), r.body());
                 assertEquals("model", e.get("param").asText(), r.body());
                 assertTrue(e.get("message").asText().contains("'" + id + "' does not exist"), r.body());
+                TestServer.Resp slash = t.get("/v1/models/" + id + "/");
+                assertEquals(404, slash.status(), slash.body());
+                assertEquals(e, slash.json().get("error"), "the id without the trailing slash: " + slash.body());
             }
             TestServer.Resp post = t.post("/v1/models/scripted", "{}");
             assertEquals(405, post.status(), post.body());
@@ -107,7 +111,8 @@ class EndpointsTest {
         ModelProvider named = (cfg, log) -> new LoadedModel("deepseek-ai/DeepSeek-V4-Flash", "/scripted", false, b,
                 TestServer.tokenizer(), null);
         try (TestServer t = TestServer.start(named, Map.of(), null, null)) {
-            for (String path : List.of("/v1/models/deepseek-ai/DeepSeek-V4-Flash", "/v1/models/deepseek-ai%2FDeepSeek-V4-Flash")) {
+            for (String path : List.of("/v1/models/deepseek-ai/DeepSeek-V4-Flash", "/v1/models/deepseek-ai%2FDeepSeek-V4-Flash",
+                    "/v1/models/deepseek-ai/DeepSeek-V4-Flash/")) {
                 TestServer.Resp r = t.get(path);
                 assertEquals(200, r.status(), path + ": " + r.body());
                 assertEquals("deepseek-ai/DeepSeek-V4-Flash", r.json().get("id").asText(), path);
