@@ -339,8 +339,7 @@ final class ResponseBuilder implements AnswerWriter {
                     top.addNull();
                 } else {
                     tlp.add(t.logprob());
-                    ObjectNode alt = top.addObject();
-                    for (EngineEvent.TopLogprob a : t.top()) alt.put(a.token(), a.logprob());
+                    legacyTop(top.addObject(), t);
                 }
                 off.add(Math.min(at, echoLength));
                 at += t.token().length();
@@ -351,12 +350,21 @@ final class ResponseBuilder implements AnswerWriter {
         for (EngineEvent.TokenLogprob t : lps) {
             tokens.add(t.token());
             tlp.add(t.logprob());
-            ObjectNode alt = top.addObject();
-            for (EngineEvent.TopLogprob a : t.top()) alt.put(a.token(), a.logprob());
+            legacyTop(top.addObject(), t);
             off.add(textOffset);
             textOffset += t.token().length();
         }
         return o;
+    }
+
+    /**
+     * A token's {@code top_logprobs} entry on /v1/completions: its alternatives, or with logprobs 0 (no alternatives
+     * asked for; 1 or more always lists some) the token itself with its logprob, as vLLM lists it (OpenAI's legacy API
+     * always lists the chosen token there), rather than an empty object that says nothing.
+     */
+    private static void legacyTop(ObjectNode alt, EngineEvent.TokenLogprob t) {
+        if (t.top().isEmpty()) alt.put(t.token(), t.logprob());
+        for (EngineEvent.TopLogprob a : t.top()) alt.put(a.token(), a.logprob());
     }
 
     private static void bytes(ArrayNode a, byte[] b) {

@@ -104,6 +104,31 @@ class PromptLogprobsTest {
     }
 
     /**
+     * logprobs 0 on /v1/completions lists each token's own logprob as its one top_logprobs entry, as vLLM answers it
+     * (OpenAI always lists the chosen token there), for the echoed prompt and the generated tokens, whole and streamed:
+     * never an empty object for every token.
+     */
+    @Test
+    void logprobsZeroListsEachTokenItself() throws Exception {
+        String body = "{\"prompt\":\"The quick brown fox\",\"max_tokens\":3,\"temperature\":0,\"logprobs\":0,\"echo\":true";
+        TestServer.Resp r = server.post("/v1/completions", body + "}");
+        assertEquals(200, r.status(), r.body());
+        JsonNode lp = r.json().at("/choices/0/logprobs");
+        JsonNode tlp = lp.get("token_logprobs"), top = lp.get("top_logprobs"), toks = lp.get("tokens");
+        assertEquals(tok.encode("The quick brown fox").length + 3, toks.size(), lp.toString());
+        for (int i = 0; i < toks.size(); i++) {
+            assertEquals(1, top.get(i).size(), i + ": " + lp);
+            assertEquals(tlp.get(i).asDouble(), top.get(i).get(toks.get(i).asText()).asDouble(), i + ": " + lp);
+        }
+        TestServer.Resp s = server.post("/v1/completions", body + ",\"stream\":true}");
+        assertEquals(200, s.status(), s.body());
+        com.fasterxml.jackson.databind.node.ArrayNode streamed = Json.MAPPER.createArrayNode();
+        for (String e : s.events())
+            if (!e.equals("[DONE]")) for (JsonNode t : Json.MAPPER.readTree(e).at("/choices/0/logprobs/top_logprobs")) streamed.add(t);
+        assertEquals(top, streamed, "streamed as whole");
+    }
+
+    /**
      * Echo with max_tokens 0 generates nothing, so a prompt may fill the whole context (an evaluation harness scores
      * such a prompt); one that asks for a token still needs room for it.
      */
