@@ -17,7 +17,8 @@ import java.util.List;
  * fragment of a call carries index, id, type and name with empty arguments, later ones only argument text); then a
  * chunk with an empty delta, the finish reason and the {@code stop_reason} (null unless a stop string or stop token
  * ended it); then, when {@code stream_options.include_usage} was set, a chunk
- * with {@code choices: []} and the usage; then {@code data: [DONE]}. With {@code stream_options.continuous_usage_stats}
+ * with {@code choices: []} and the usage (the chunks before it then carry {@code "usage": null}, as OpenAI's); then
+ * {@code data: [DONE]}. With {@code stream_options.continuous_usage_stats}
  * as well (vLLM's extension), every chunk also carries {@code usage} with the prompt tokens and the tokens generated so
  * far: a chunk that stands for several tokens (the text of one held back for the next, or accepted drafts) says so.
  */
@@ -94,11 +95,15 @@ final class ResponseBuilder implements AnswerWriter {
         return "data: " + Json.write(o) + "\n\n";
     }
 
-    /** A content frame; with continuous usage it carries the counts after {@code completionTokens} generated tokens. */
+    /**
+     * A content frame; with continuous usage it carries the counts after {@code completionTokens} generated tokens, with
+     * include_usage alone {@code "usage": null} (the closing chunk has the usage), as OpenAI sends every chunk before it.
+     */
     private String frame(ObjectNode o, int completionTokens) {
         if (continuousUsage)
             o.putObject("usage").put("prompt_tokens", promptTokens).put("completion_tokens", completionTokens)
                     .put("total_tokens", promptTokens + completionTokens);
+        else if (includeUsage) o.putNull("usage");
         return frame(o);
     }
 

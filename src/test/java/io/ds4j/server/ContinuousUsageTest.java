@@ -79,11 +79,29 @@ class ContinuousUsageTest {
         assertEquals(total, cs.get(cs.size() - 2).get("usage").get("completion_tokens").asInt(), "the finish chunk counts all");
     }
 
+    /**
+     * Without include_usage no chunk carries usage (continuous_usage_stats alone has no effect, as in vLLM); with it,
+     * only the closing chunk has the usage, and every chunk before it has {@code "usage": null}, as OpenAI sends them.
+     */
     @Test
-    void withoutIncludeUsageAsVllmNoChunkCarriesUsage() throws Exception {
+    void onlyTheClosingChunkCarriesUsage() throws Exception {
         for (JsonNode c : chunks("{\"continuous_usage_stats\":true}")) assertFalse(c.has("usage"), c.toString());
-        for (JsonNode c : chunks("{\"include_usage\":true}"))
-            assertEquals(c.get("choices").isEmpty(), c.has("usage"), "only the closing chunk: " + c);
+        List<JsonNode> cs = chunks("{\"include_usage\":true}");
+        for (JsonNode c : cs) {
+            assertTrue(c.has("usage"), "every chunk has the key: " + c);
+            assertEquals(c.get("choices").isEmpty(), !c.get("usage").isNull(), "only the closing chunk has the usage: " + c);
+        }
+        assertTrue(cs.getLast().get("choices").isEmpty(), cs.getLast().toString());
+        // completions' chunks alike
+        TestServer.Resp r = server.post("/v1/completions", "{\"prompt\":\"Hi\",\"stream\":true,\"temperature\":0,"
+                + "\"stream_options\":{\"include_usage\":true}}");
+        assertEquals(200, r.status(), r.body());
+        for (String e : r.events()) {
+            if (e.equals("[DONE]")) continue;
+            JsonNode c = Json.MAPPER.readTree(e);
+            assertTrue(c.has("usage"), "every chunk has the key: " + c);
+            assertEquals(c.get("choices").isEmpty(), !c.get("usage").isNull(), "only the closing chunk has the usage: " + c);
+        }
     }
 
     @Test
