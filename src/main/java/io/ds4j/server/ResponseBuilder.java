@@ -363,13 +363,13 @@ final class ResponseBuilder implements AnswerWriter {
     }
 
     /**
-     * A token's {@code top_logprobs} entry on /v1/completions: its alternatives, or with logprobs 0 (no alternatives
-     * asked for; 1 or more always lists some) the token itself with its logprob, as vLLM lists it (OpenAI's legacy API
-     * always lists the chosen token there), rather than an empty object that says nothing.
+     * A token's {@code top_logprobs} entry on /v1/completions: its N most likely alternatives, then the token itself
+     * with its logprob where they do not list it (so up to logprobs + 1 entries, as OpenAI's legacy API documents and
+     * vLLM answers; with logprobs 0 the token alone, rather than an empty object that says nothing).
      */
     private static void legacyTop(ObjectNode alt, EngineEvent.TokenLogprob t) {
-        if (t.top().isEmpty()) alt.put(t.token(), t.logprob());
         for (EngineEvent.TopLogprob a : t.top()) alt.put(a.token(), a.logprob());
+        if (!alt.has(t.token())) alt.put(t.token(), t.logprob());
     }
 
     private static void bytes(ArrayNode a, byte[] b) {

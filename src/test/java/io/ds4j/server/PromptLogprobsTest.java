@@ -90,10 +90,13 @@ class PromptLogprobsTest {
             for (int i = 1; i < ids.length; i++) {
                 assertEquals(ref[i], tlp.get(i).asDouble(), 1e-4, "prompt token " + i);
                 assertEquals(new String(tok.tokenBytes(ids[i]), java.nio.charset.StandardCharsets.UTF_8), toks.get(i).asText());
-                // the harness's is_greedy test: the token's logprob against the best alternative listed
-                assertEquals(1, top.get(i).size(), top.get(i).toString());
+                // the harness's is_greedy test: the token's logprob against the best alternative listed; the token
+                // itself is listed too (up to logprobs + 1 entries, as OpenAI documents), after the alternative
+                String token = toks.get(i).asText();
+                assertEquals(top.get(i).fieldNames().next().equals(token) ? 1 : 2, top.get(i).size(), top.get(i).toString());
                 double best = top.get(i).elements().next().asDouble();
                 assertTrue(best >= tlp.get(i).asDouble() - 1e-6, "the listed alternative is the most likely one");
+                assertEquals(tlp.get(i).asDouble(), top.get(i).get(token).asDouble(), 1e-6, top.get(i).toString());
             }
             if (maxTokens == 0) assertEquals("length", r.json().at("/choices/0/finish_reason").asText());
             // the prefill is timed when nothing is generated too
