@@ -42,6 +42,8 @@ public final class EngineNode extends VerticleBase {
     private static final Logger LOG = LoggerFactory.getLogger(EngineNode.class);
     /** Request headers a gateway passes on (hop-by-hop and length headers are the HTTP client's business). */
     static final Set<String> PASSED_REQUEST_HEADERS = Set.of("authorization", "content-type", "accept", "origin",
+            // the API key as Anthropic's SDKs send it: the engine checks the key as the gateway did, in the header it came in
+            "x-api-key",
             "access-control-request-method", "access-control-request-headers", "x-request-id",
             // a gateway refuses a compressed POST body itself (HttpVerticle.admitBody); passed on all the same, so that an
             // engine never reads a compressed body as text

@@ -119,6 +119,58 @@ class GatewayRelayTest {
         }
     }
 
+    /** A POST through a gateway, read to the end (the connection closes after it). */
+    static String post(int port, String path, String headers, String json) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", port)) {
+            s.setSoTimeout(60_000);
+            byte[] body = json.getBytes(StandardCharsets.UTF_8);
+            s.getOutputStream().write(("POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                    + headers + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().write(body);
+            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+
+    @Test
+    void aKeyInXApiKeyReachesTheEngineAsTheGatewayAcceptedIt() throws Exception {
+        // a gateway and an engine with the same keys (as README asks): Anthropic's SDKs send the key as x-api-key
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("server.host", "127.0.0.1");
+        o.put("server.port", 0);
+        o.put("server.httpInstances", 1);
+        o.put("server.apiKeys", List.of("sk-gw"));
+        o.put("cluster.enabled", true);
+        o.put("cluster.role", "both");
+        o.put("cluster.port", 0);
+        o.put("cluster.engineTimeoutMs", 60_000);
+        o.put("cluster.name", "keys-test-" + Long.toHexString(ThreadLocalRandom.current().nextLong()));
+        ClusterNode keyed = ClusterNode.start(ServerConfig.parse(null, "test", o), null, o, ScriptedModelAccess.provider(
+                ScriptedModelAccess::defaultScript)).await();
+        try {
+            keyed.ready().await();
+            assertTrue(eventually(60_000, () -> {
+                try {
+                    return FrontChecks.raw(keyed.port(), "GET", "/health", "").contains("\"ready\":1");
+                } catch (Exception e) {
+                    return false;
+                }
+            }), "the gateway sees its engine");
+            // a body both routes read alike
+            String messages = "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
+            for (String header : List.of("x-api-key: sk-gw\r\n", "X-Api-Key: sk-gw\r\n", "Authorization: Bearer sk-gw\r\n")) {
+                String a = post(keyed.port(), "/v1/messages", header, messages);
+                assertTrue(a.startsWith("HTTP/1.1 200") && a.contains("\"type\":\"message\""), header + a);
+                String c = post(keyed.port(), "/v1/chat/completions", header, messages);
+                assertTrue(c.startsWith("HTTP/1.1 200") && c.contains("\"chat.completion\""), header + c);
+            }
+            // a wrong key is still the gateway's own 401, never relayed
+            String wrong = post(keyed.port(), "/v1/messages", "x-api-key: sk-nope\r\n", messages);
+            assertTrue(wrong.startsWith("HTTP/1.1 401") && !wrong.toLowerCase(Locale.ROOT).contains(GatewayVerticle.ENGINE_HEADER.toLowerCase(Locale.ROOT)), wrong);
+        } finally {
+            keyed.close().await();
+        }
+    }
+
     @Test
     void expect100ContinueIsAnsweredBeforeTheBodyAsOnASingleServer() throws Exception {
         FrontChecks.expectContinueIsAnsweredBeforeTheBody(node.port(), "");
