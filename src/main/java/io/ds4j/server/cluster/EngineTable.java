@@ -13,10 +13,11 @@ import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * A gateway's view of the engine nodes: the latest announcement of each, when it came, and how many requests this
- * gateway has in flight on it. Routing ({@link #pick}) prefers, among ready engines serving the requested model, the
- * session's own node (rendezvous hashing of the session key over the candidates, so a conversation stays put while
- * its node is up and moves only when that node goes) unless it is full, else the one with the most free capacity.
- * Not thread-safe: the gateway uses it on one event loop.
+ * gateway has in flight on it. Routing ({@link #pick}) considers only ready engines serving the requested model (any
+ * ready engine when the request names none: each serves it with its own model, as a single server serves a request
+ * without {@code model}); among them it prefers the session's own node (rendezvous hashing of the session key over the
+ * candidates, so a conversation stays put while its node is up and moves only when that node goes) unless it is full,
+ * else the one with the most free capacity. Not thread-safe: the gateway uses it on one event loop.
  */
 final class EngineTable {
     /** One engine node as last announced. */
@@ -66,13 +67,19 @@ final class EngineTable {
     /**
      * Where a request goes.
      * @param engine     the chosen node, or null
-     * @param status     0 when chosen; 503 when no engine is ready; 429 when every candidate is full
+     * @param status     0 when chosen; 503 when no engine serving the model is ready; 429 when every candidate is full;
+     *                   404 when no engine serves the model, nor served it since this gateway started
      * @param message    why none was chosen
      * @param retryAfter seconds, for 429 and 503
      */
     record Choice(Engine engine, int status, String message, int retryAfter) {}
 
     private final Map<String, Engine> engines = new LinkedHashMap<>();
+    /**
+     * Models whose engines all went away, with what became of the last one: such a model is down for now, not unknown
+     * (503, not 404), since a node that left is usually restarted. Kept for the gateway's lifetime.
+     */
+    private final Map<String, String> departed = new LinkedHashMap<>();
 
     /** Records an announcement; returns true when the node is new. */
     boolean announce(JsonObject a, long now) {
@@ -82,6 +89,7 @@ final class EngineTable {
         if (fresh) engines.put(node, e = new Engine(node));
         e.ann = a;
         e.seenNanos = now;
+        if (e.model() != null) departed.remove(e.model());
         return fresh;
     }
 
@@ -89,8 +97,15 @@ final class EngineTable {
         return engines.get(node);
     }
 
-    Engine remove(String node) {
-        return engines.remove(node);
+    /**
+     * Forgets a node; its model, if no other known node serves it, is remembered as down.
+     * @param why what became of it ("left the cluster"), for the 503 of a request for its model
+     */
+    Engine remove(String node, String why) {
+        Engine e = engines.remove(node);
+        if (e != null && e.model() != null && engines.values().stream().noneMatch(o -> e.model().equals(o.model())))
+            departed.put(e.model(), "engine node '" + e.name() + "' " + why);
+        return e;
     }
 
     /** Nodes silent for longer than the timeout. */
@@ -112,25 +127,15 @@ final class EngineTable {
 
     /**
      * Chooses the node for a request.
-     * @param model      the request's {@code model}, or null; when no ready node serves it, every ready node is a
-     *                   candidate (the engine then answers as a single server would)
+     * @param model      the request's {@code model}, or null: then any ready node, each serving it with its own model
      * @param session    the session key, or null
      * @param exclude    nodes already tried for this request
      */
     Choice pick(String model, String session, Set<String> exclude) {
-        List<Engine> ready = new ArrayList<>();
-        for (Engine e : engines.values()) if (e.ready() && !exclude.contains(e.node)) ready.add(e);
-        if (ready.isEmpty()) {
-            String m = engines.isEmpty() ? "no engine node has joined the cluster"
-                    : "no engine node is ready (" + engines.size() + " known, " + ready() + " ready"
-                    + (exclude.isEmpty() ? "" : ", " + exclude.size() + " already failed this request") + ")";
-            return new Choice(null, 503, m, 5);
-        }
-        List<Engine> cand = ready;
-        if (model != null) {
-            List<Engine> serving = ready.stream().filter(e -> model.equals(e.model())).toList();
-            if (!serving.isEmpty()) cand = serving;
-        }
+        List<Engine> cand = new ArrayList<>();
+        for (Engine e : engines.values())
+            if (e.ready() && !exclude.contains(e.node) && (model == null || model.equals(e.model()))) cand.add(e);
+        if (cand.isEmpty()) return none(model, exclude);
         if (session != null) {
             Engine own = null;
             long best = Long.MIN_VALUE;
@@ -161,6 +166,39 @@ final class EngineTable {
         for (Engine e : cand) retry = Math.min(retry, 1 + e.ann.getInteger("waiting", 0) / Math.max(1, e.maxActive()));
         return new Choice(null, 429, "every engine node is full: " + cand.size() + " node(s), each with "
                 + "limits.maxActive running and limits.maxQueue waiting", Math.min(60, retry));
+    }
+
+    /** Why no node can take a request for model (null: any model), none being ready, or none serving it. */
+    private Choice none(String model, Set<String> exclude) {
+        String tried = exclude.isEmpty() ? "" : ", " + exclude.size() + " already failed this request";
+        if (model == null || engines.isEmpty() && departed.isEmpty()) {
+            String m = engines.isEmpty() ? "no engine node has joined the cluster"
+                    : "no engine node is ready (" + engines.size() + " known, " + ready() + " ready" + tried + ")";
+            return new Choice(null, 503, m, 5);
+        }
+        List<String> serving = new ArrayList<>();
+        int unknown = 0;
+        for (Engine e : engines.values()) {
+            if (model.equals(e.model())) serving.add("'" + e.name() + "' " + (exclude.contains(e.node) ? "already failed this request" : e.ann.getString("status")));
+            else if (e.model() == null && "loading".equals(e.ann.getString("status"))) unknown++;
+        }
+        String q = "'" + model + "'";
+        if (!serving.isEmpty())
+            return new Choice(null, 503, "no engine node serving " + q + " is ready: " + String.join(", ", serving), 5);
+        if (departed.containsKey(model))
+            return new Choice(null, 503, "no engine node serving " + q + " is in the cluster now (" + departed.get(model) + ")", 5);
+        if (unknown > 0)
+            return new Choice(null, 503, "no ready engine node serves " + q + "; " + unknown + " engine node(s) still loading,"
+                    + " whose model is not known until they are ready", 5);
+        return new Choice(null, 404, "model: " + q + " does not exist; this cluster serves " + served(), 0);
+    }
+
+    /** The models the known nodes serve, quoted, in order of their names. */
+    String served() {
+        java.util.SortedSet<String> ids = new java.util.TreeSet<>();
+        for (Engine e : engines.values()) if (e.model() != null) ids.add("'" + e.model() + "'");
+        for (String m : departed.keySet()) ids.add("'" + m + "' (its engine nodes are gone for now)");
+        return ids.isEmpty() ? "no model yet" : String.join(", ", ids);
     }
 
     /** Rendezvous weight of a session on a node (64-bit FNV-1a of both). */

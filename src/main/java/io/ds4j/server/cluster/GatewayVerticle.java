@@ -187,14 +187,15 @@ public final class GatewayVerticle extends VerticleBase {
         consumers.add(vertx.eventBus().<JsonObject>consumer(EngineNode.ANNOUNCE, m -> announced(m.body())));
         consumers.add(vertx.eventBus().<ClusterFrame>consumer(address, this::onFrame));
         cluster.onMemberLeft(node -> context.runOnContext(v -> {
-            EngineTable.Engine e = table.remove(node);
+            EngineTable.Engine e = table.remove(node, "left the cluster");
             if (e != null) engineLost(e, "left the cluster");
         }));
         ServerConfig.Cluster cc = config.get().cluster();
         timer = vertx.setPeriodic(Math.max(50, cc.announceMs() / 2), id -> {
             for (EngineTable.Engine e : table.silent(System.nanoTime(), cc.engineTimeoutMs() * 1_000_000L)) {
-                table.remove(e.node);
-                engineLost(e, "stopped announcing itself for " + cc.engineTimeoutMs() + " ms (cluster.engineTimeoutMs)");
+                String why = "stopped announcing itself for " + cc.engineTimeoutMs() + " ms (cluster.engineTimeoutMs)";
+                table.remove(e.node, why);
+                engineLost(e, why);
             }
             gauges();
         });
@@ -434,6 +435,10 @@ public final class GatewayVerticle extends VerticleBase {
                 // not JSON: the engine's API answers with the precise 400, as a single server would
             }
         }
+        // GET /v1/models/{id} goes to an engine serving that model (its own 404 names only its own model)
+        String path = HttpVerticle.routed(ctx);
+        for (String prefix : List.of("/v1/models/", "/models/"))
+            if (path.startsWith(prefix) && path.length() > prefix.length()) model = path.substring(prefix.length());
         List<String> headers = new ArrayList<>();
         req.headers().forEach(e -> {
             if (EngineNode.PASSED_REQUEST_HEADERS.contains(e.getKey().toLowerCase(Locale.ROOT))) {
@@ -500,10 +505,14 @@ public final class GatewayVerticle extends VerticleBase {
             if (c.engine() == null) {
                 finish();
                 String m = c.message() + (lastFailure != null ? "; last failure: " + lastFailure : "");
-                if (c.status() == 429) LOG.info("{} rejected with 429: {}", request, m);
-                else LOG.warn("{} answered 503: {}", request, m);
-                error(resp, new ApiException(c.status(), c.status() == 429 ? "rate_limit_exceeded" : "unavailable_error",
-                        c.status() == 429 ? "queue_full" : "no_engine", null, m, c.retryAfter()));
+                if (c.status() == 503) LOG.warn("{} answered 503: {}", request, m);
+                else LOG.info("{} rejected with {}: {}", request, c.status(), m);
+                error(resp, switch (c.status()) {
+                    case 429 -> new ApiException(429, "rate_limit_exceeded", "queue_full", null, m, c.retryAfter());
+                    // no engine serves the model: the gateway's own 404, naming the models the cluster serves
+                    case 404 -> new ApiException(404, "invalid_request_error", "model_not_found", "model", m, null);
+                    default -> new ApiException(c.status(), "unavailable_error", "no_engine", null, m, c.retryAfter());
+                });
                 return;
             }
             engine = c.engine();

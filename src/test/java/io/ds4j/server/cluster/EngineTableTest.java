@@ -60,7 +60,7 @@ class EngineTableTest {
         t.get(own).inflight = 0;
         assertEquals(own, t.pick("m", user, Set.of()).engine().node);
         // its node goes away: the others keep their homes
-        t.remove(own);
+        t.remove(own, "left the cluster");
         for (var e : home.entrySet())
             if (!e.getValue().equals(own)) assertEquals(e.getValue(), t.pick("m", e.getKey(), Set.of()).engine().node);
     }
@@ -72,9 +72,30 @@ class EngineTableTest {
         t.announce(ann("other", "ready", "other-model", 0, 0, 8, 8), 0);
         t.announce(ann("m1", "ready", "m", 7, 0, 8, 8), 0);
         for (int i = 0; i < 10; i++) assertEquals("m1", t.pick("m", null, Set.of()).engine().node);
-        // an unknown model: any ready node answers it as a single server would
-        assertNotEquals("loading", t.pick("nope", null, Set.of()).engine().node);
-        assertEquals("other", t.pick("m", null, Set.of("m1")).engine().node);
+        // no model named: any ready node, which serves it with its own model
+        assertNotEquals("loading", t.pick(null, null, Set.of()).engine().node);
+        // m's only node failed the request: never another model's node, which could only answer 404
+        EngineTable.Choice tried = t.pick("m", null, Set.of("m1"));
+        assertNull(tried.engine());
+        assertEquals(503, tried.status());
+        assertEquals("no engine node serving 'm' is ready: 'engine-m1' already failed this request", tried.message());
+        // a model no node serves, while one still loads (its model unknown until it is ready): 503 for now
+        EngineTable.Choice loading = t.pick("nope", null, Set.of());
+        assertEquals(503, loading.status(), loading.message());
+        assertTrue(loading.message().contains("1 engine node(s) still loading"), loading.message());
+        t.remove("loading", "left the cluster");
+        EngineTable.Choice unknown = t.pick("nope", null, Set.of());
+        assertEquals(404, unknown.status());
+        assertEquals("model: 'nope' does not exist; this cluster serves 'm', 'other-model'", unknown.message());
+        // m's node goes: m is down for now, not unknown
+        t.remove("m1", "left the cluster");
+        EngineTable.Choice down = t.pick("m", null, Set.of());
+        assertEquals(503, down.status());
+        assertEquals("no engine node serving 'm' is in the cluster now (engine node 'engine-m1' left the cluster)", down.message());
+        t.announce(ann("m2", "draining", "m", 0, 0, 8, 8), 0);
+        assertEquals("no engine node serving 'm' is ready: 'engine-m2' draining", t.pick("m", null, Set.of()).message());
+        t.announce(ann("m2", "ready", "m", 0, 0, 8, 8), 0);
+        assertEquals("m2", t.pick("m", null, Set.of()).engine().node);
     }
 
     @Test

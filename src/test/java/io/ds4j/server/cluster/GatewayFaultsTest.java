@@ -1,0 +1,199 @@
+package io.ds4j.server.cluster;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.server.Json;
+import io.ds4j.server.LogCapture;
+import io.ds4j.server.config.ServerConfig;
+import io.vertx.core.Vertx;
+import io.vertx.core.json.JsonObject;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ThreadLocalRandom;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+/**
+ * A real gateway (in this JVM) with scripted engine nodes behind it: a second cluster member of this test's own that
+ * announces engines of its choosing (any model, status and announcement period) and answers the frames a gateway sends
+ * them as the test says (an answer, the head of a stream and then nothing, silence). What a gateway decides when an
+ * engine serves another model, stops announcing itself, or goes away while it answers.
+ */
+class GatewayFaultsTest {
+    /** The gateway's cluster.engineTimeoutMs: short, so that a silent engine is dropped quickly. */
+    static final int TIMEOUT_MS = 2_000;
+    static ClusterNode gateway;
+    static Vertx member;
+    /** The scripted engines, by node id. */
+    static final Map<String, Fake> fakes = new ConcurrentHashMap<>();
+
+    /** One scripted engine node. */
+    static final class Fake {
+        final String node, name;
+        volatile JsonObject ann;
+        /** Whether it still announces itself. */
+        volatile boolean announcing = true;
+        /** What it does with a request: "answer" (a 200 naming it), "stream" (a stream's head and events, then nothing), "hold". */
+        volatile String mode = "answer";
+        /** The stream's first bytes in "stream" mode. */
+        volatile String streamStart = "data: {\"x\":1}\n\n";
+        final List<ClusterFrame> got = new CopyOnWriteArrayList<>();
+        final List<String> cancelled = new CopyOnWriteArrayList<>();
+
+        Fake(String node, String status, String model, int announceMs) {
+            this.node = node;
+            this.name = "fake-" + node;
+            ann = new JsonObject().put("node", node).put("name", name).put("status", status).put("running", 0).put("waiting", 0)
+                    .put("maxActive", 4).put("maxQueue", 4).put("announceMs", announceMs);
+            if (model != null) ann.put("model", new JsonObject().put("id", model).put("n_ctx", 4096));
+        }
+
+        void serve(String status, String model) {
+            JsonObject a = ann.copy().put("status", status);
+            if (model != null) a.put("model", new JsonObject().put("id", model).put("n_ctx", 4096)); else a.remove("model");
+            ann = a;
+        }
+    }
+
+    @BeforeAll
+    static void start() throws Exception {
+        String name = "faults-test-" + Long.toHexString(ThreadLocalRandom.current().nextLong());
+        int gp = GatewayDrainTest.freePort(), fp = GatewayDrainTest.freePort();
+        Map<String, Object> go = GatewayDrainTest.config("gateway", gp, name, fp);
+        go.put("cluster.engineTimeoutMs", TIMEOUT_MS);
+        go.put("cluster.announceMs", 100);
+        gateway = ClusterNode.start(ServerConfig.parse(null, "test", go), null, go, null).await();
+        Map<String, Object> fo = GatewayDrainTest.config("engine", fp, name, gp);
+        ServerConfig fc = ServerConfig.parse(null, "test", fo);
+        member = io.ds4j.server.Ds4jServer.vertxBuilder(io.ds4j.server.Ds4jServer.newRegistry(), fc,
+                ClusterSupport.create(fc.cluster()).manager()).buildClustered().await();
+        ClusterSupport.registerCodec(member);
+        member.setPeriodic(100, t -> {
+            for (Fake f : fakes.values()) if (f.announcing) member.eventBus().publish(EngineNode.ANNOUNCE, f.ann);
+        });
+    }
+
+    @AfterAll
+    static void stop() {
+        if (gateway != null) gateway.close().await();
+        if (member != null) member.close().await();
+    }
+
+    /** Adds a scripted engine that announces itself and serves its address; returns once the gateway knows it. */
+    static Fake engine(String node, String status, String model, int announceMs) throws Exception {
+        Fake f = new Fake(node, status, model, announceMs);
+        member.eventBus().<ClusterFrame>consumer(EngineNode.address(node), m -> {
+            ClusterFrame g = m.body();
+            if (g.kind() == ClusterFrame.Kind.CANCEL) {
+                f.cancelled.add(g.id());
+                return;
+            }
+            f.got.add(g);
+            m.reply(ClusterFrame.head(g.id(), 100, f.name, null));
+            switch (f.mode) {
+                case "answer" -> {
+                    member.eventBus().send(g.address(), ClusterFrame.head(g.id(), 200, f.name, List.of("content-type", "application/json")));
+                    member.eventBus().send(g.address(), ClusterFrame.data(g.id(), ("{\"served_by\":\"" + f.name + "\"}").getBytes(StandardCharsets.UTF_8), true));
+                }
+                case "stream" -> {
+                    member.eventBus().send(g.address(), ClusterFrame.head(g.id(), 200, f.name, List.of("content-type", "text/event-stream")));
+                    member.eventBus().send(g.address(), ClusterFrame.data(g.id(), f.streamStart.getBytes(StandardCharsets.UTF_8), false));
+                }
+                default -> { }
+            }
+        }).completion().await();
+        fakes.put(node, f);
+        assertTrue(GatewayRelayTest.eventually(30_000, () -> props().contains("\"" + f.name + "\"")), "the gateway knows " + f.name);
+        return f;
+    }
+
+    static String props() {
+        try {
+            return GatewayHttpTest.raw(gateway.port(), "GET", "/props", "");
+        } catch (Exception e) {
+            return e.toString();
+        }
+    }
+
+    /** Stops a scripted engine's announcements and waits until the gateway has dropped it. */
+    static void silence(Fake f) throws Exception {
+        f.announcing = false;
+        assertTrue(GatewayRelayTest.eventually(TIMEOUT_MS * 10L, () -> !props().contains("\"" + f.name + "\"")), "the gateway dropped " + f.name);
+    }
+
+    static String post(String path, String json) throws Exception {
+        return GatewayRelayTest.post(gateway.port(), path, "", json);
+    }
+
+    static JsonNode body(String answer) throws Exception {
+        return Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4));
+    }
+
+    @Test
+    void requestsGoOnlyToEnginesServingTheirModel() throws Exception {
+        Fake a = engine("route-a", "ready", "model-a", 100);
+        Fake b = engine("route-b", "loading", null, 100);
+        try {
+            // b loads: a request for a model no ready engine serves may be b's, so it is a 503 for now, never a's 404
+            String loading = post("/v1/chat/completions", "{\"model\":\"model-b\",\"messages\":[]}");
+            assertTrue(loading.startsWith("HTTP/1.1 503") && loading.contains("Retry-After: 5"), loading);
+            assertTrue(body(loading).at("/error/message").asText().contains("still loading"), loading);
+            b.serve("ready", "model-b");
+            assertTrue(GatewayRelayTest.eventually(10_000, () -> props().contains("\"model-b\"")));
+            for (int i = 0; i < 6; i++) {
+                assertTrue(post("/v1/chat/completions", "{\"model\":\"model-b\",\"messages\":[]}").contains("\"served_by\":\"fake-route-b\""));
+                assertTrue(post("/v1/chat/completions", "{\"model\":\"model-a\",\"messages\":[]}").contains("\"served_by\":\"fake-route-a\""));
+            }
+            // /v1/models/{id} goes to an engine serving that id
+            assertTrue(GatewayHttpTest.raw(gateway.port(), "GET", "/v1/models/model-b", "").contains("\"served_by\":\"fake-route-b\""));
+            // a model no engine serves: the gateway's own 404, naming the cluster's models
+            String unknown = post("/v1/chat/completions", "{\"model\":\"nope\",\"messages\":[]}");
+            assertTrue(unknown.startsWith("HTTP/1.1 404"), unknown);
+            JsonNode e = body(unknown).get("error");
+            assertEquals("model_not_found", e.get("code").asText(), unknown);
+            assertEquals("model", e.get("param").asText(), unknown);
+            assertEquals("model: 'nope' does not exist; this cluster serves 'model-a', 'model-b'", e.get("message").asText());
+            assertFalse(unknown.contains(GatewayVerticle.ENGINE_HEADER), "not an engine's answer: " + unknown);
+            String unknownId = GatewayHttpTest.raw(gateway.port(), "GET", "/v1/models/nope", "");
+            assertTrue(unknownId.startsWith("HTTP/1.1 404") && unknownId.contains("this cluster serves 'model-a', 'model-b'"), unknownId);
+            // b goes: its model is down for now (503 naming why), not unknown
+            b.mode = "hold";
+            {
+                // a request b took and had not answered is re-sent, but only to an engine of its model: there is none
+                String[] held = new String[1];
+                Thread t = Thread.ofVirtual().start(() -> {
+                    try {
+                        held[0] = post("/v1/chat/completions", "{\"model\":\"model-b\",\"messages\":[]}");
+                    } catch (Exception x) {
+                        held[0] = x.toString();
+                    }
+                });
+                assertTrue(GatewayRelayTest.eventually(10_000, () -> b.got.size() == 8), "b holds the request");
+                silence(b);
+                t.join(10_000);
+                assertTrue(held[0].startsWith("HTTP/1.1 503"), held[0]);
+                assertTrue(body(held[0]).at("/error/message").asText().startsWith("no engine node serving 'model-b' is in the cluster now"
+                        + " (engine node 'fake-route-b' stopped announcing itself for " + TIMEOUT_MS + " ms (cluster.engineTimeoutMs))"), held[0]);
+                String down = post("/v1/chat/completions", "{\"model\":\"model-b\",\"messages\":[]}");
+                assertTrue(down.startsWith("HTTP/1.1 503") && down.contains("Retry-After: 5"), down);
+                assertTrue(body(down).at("/error/message").asText().contains("stopped announcing itself"), down);
+            }
+            assertEquals(6, a.got.size(), "a got model-a's requests only");
+            // a request without a model goes to any ready engine, which serves it with its own
+            assertTrue(post("/v1/chat/completions", "{\"messages\":[]}").contains("\"served_by\":\"fake-route-a\""));
+        } finally {
+            a.announcing = false;
+            b.announcing = false;
+            fakes.clear();
+        }
+    }
+}
