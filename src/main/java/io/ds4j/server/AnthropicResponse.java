@@ -226,6 +226,11 @@ final class AnthropicResponse implements AnswerWriter {
     /** Anthropic's {@code error} event, with the body an error answered before the stream would have had. */
     @Override
     public String failed(ApiException e) {
+        return errorEvent(e);
+    }
+
+    /** Anthropic's {@code error} event for e. */
+    static String errorEvent(ApiException e) {
         return event("error", AnthropicApi.errorBody(e));
     }
 

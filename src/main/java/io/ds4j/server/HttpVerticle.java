@@ -927,6 +927,20 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
+     * The frame that ends a generation's stream on path that fails after it started, in the shape of that path's API
+     * (as {@link AnswerWriter#failed} writes it): Anthropic's {@code error} event on the Messages route, the Responses
+     * API's {@code error} event numbered {@code events} on its route, else OpenAI's {@code data:} frame with the error
+     * body. For a front that relays such a stream without writing it (a cluster gateway).
+     * @param events the events already sent on the stream (a Responses event's {@code sequence_number} counts them)
+     */
+    public static String streamFailure(String path, ApiException e, int events) {
+        String route = exactRoute(path);
+        if (AnthropicApi.MESSAGES.equals(route)) return AnthropicResponse.errorEvent(e);
+        if (ResponsesApi.RESPONSES.equals(route)) return ResponsesResponse.errorEvent(e, events);
+        return "data: " + Json.write(e.body()) + "\n\n";
+    }
+
+    /**
      * Sends an OpenAI error body, or, when an SSE stream already started, an error event that ends the stream; on the
      * Anthropic routes in Anthropic's shapes ({@link AnthropicApi#errorBody}, an {@code error} event). Refusals before
      * generation (4xx, 503) are counted in ds4j:requests_rejected_total by their code.

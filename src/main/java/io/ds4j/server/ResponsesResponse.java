@@ -293,11 +293,17 @@ final class ResponsesResponse implements AnswerWriter {
      */
     @Override
     public String failed(ApiException e) {
+        return errorEvent(e, sequence++);
+    }
+
+    /** The Responses API's {@code error} event for e, numbered {@code sequence} (the events before it). */
+    static String errorEvent(ApiException e, int sequence) {
         ObjectNode body = e.body();
-        ObjectNode data = Json.object();
-        data.set("code", body.at("/error/code"));
-        data.put("message", e.getMessage());
-        data.set("param", body.at("/error/param"));
-        return event("error", data);
+        ObjectNode o = Json.object().put("type", "error");
+        o.set("code", body.at("/error/code"));
+        o.put("message", e.getMessage());
+        o.set("param", body.at("/error/param"));
+        o.put("sequence_number", sequence);
+        return "event: error\ndata: " + Json.write(o) + "\n\n";
     }
 }

@@ -483,6 +483,11 @@ public final class GatewayVerticle extends VerticleBase {
         /** An SSE answer's limits.streamBufferBytes when it started (0: not a stream); see {@link #notReading}. */
         int streamBufferBytes;
         String lastFailure;
+        /** The path as routed: an error after the stream started takes the shape of its API. */
+        final String path;
+        /** SSE events relayed so far (blank lines that end one), and whether the last byte relayed was a newline. */
+        int events;
+        boolean newline;
 
         Relay(RoutingContext ctx, String request, List<String> headers, byte[] body, String model, String session) {
             this.ctx = ctx;
@@ -492,6 +497,7 @@ public final class GatewayVerticle extends VerticleBase {
             this.body = body;
             this.model = model;
             this.session = session;
+            this.path = HttpVerticle.routed(ctx);
         }
 
         /** Sends the request to the best node not yet tried; {@code why} says why the previous one was left. */
@@ -582,6 +588,7 @@ public final class GatewayVerticle extends VerticleBase {
                         finish();
                         if (!resp.ended() && !resp.closed()) resp.end(Buffer.buffer(f.data()));
                     } else if (f.data().length > 0 && !resp.closed()) {
+                        count(f.data());
                         resp.write(Buffer.buffer(f.data()));
                         // a client that stops reading would otherwise have its whole answer buffered here
                         if (streamBufferBytes > 0 && resp.writeQueueFull()) notReading();
@@ -589,7 +596,7 @@ public final class GatewayVerticle extends VerticleBase {
                 }
                 case FAIL -> {
                     finish();
-                    error(resp, new ApiException(f.status(), "server_error", "engine_failed", null, f.text(), null));
+                    fail(new ApiException(f.status(), "server_error", "engine_failed", null, f.text(), null));
                 }
                 default -> LOG.warn("cluster: unexpected frame {} from engine node '{}'", f, engine.name());
             }
@@ -616,8 +623,27 @@ public final class GatewayVerticle extends VerticleBase {
             }
             finish();
             boolean streaming = resp.headWritten();
-            error(resp, new ApiException(502, "server_error", "engine_lost", null,
+            fail(new ApiException(502, "server_error", "engine_lost", null,
                     why + (streaming ? " while streaming this response" : " before this response was complete"), null));
+        }
+
+        /** Counts the SSE events in what is relayed: a blank line ends one (the JSON of a data line has no newline). */
+        private void count(byte[] data) {
+            for (byte b : data) {
+                if (b == '\n' && newline) events++;
+                newline = b == '\n';
+            }
+        }
+
+        /**
+         * Ends the answer with e: its error body before the head went out, else the frame that ends a stream in the shape
+         * of the request's API (Anthropic's or the Responses API's error event, OpenAI's data frame), as a single server
+         * ends it.
+         */
+        private void fail(ApiException e) {
+            if (resp.ended() || resp.closed()) return;
+            if (resp.headWritten()) resp.end(HttpVerticle.streamFailure(path, e, events));
+            else error(resp, e);
         }
 
         void clientGone() {
@@ -642,7 +668,7 @@ public final class GatewayVerticle extends VerticleBase {
         void shutDown(int graceSeconds) {
             if (done) return;
             cancel();
-            error(resp, new ApiException(503, "unavailable_error", HttpVerticle.SHUTTING_DOWN, null, "the gateway is shutting"
+            fail(new ApiException(503, "unavailable_error", HttpVerticle.SHUTTING_DOWN, null, "the gateway is shutting"
                     + " down and this request did not end within the grace period (server.shutdownGraceSeconds "
                     + graceSeconds + "); retry once it is back or through another gateway", 5));
         }

@@ -161,10 +161,16 @@ class GatewayFaultsTest {
             JsonNode e = body(unknown).get("error");
             assertEquals("model_not_found", e.get("code").asText(), unknown);
             assertEquals("model", e.get("param").asText(), unknown);
-            assertEquals("model: 'nope' does not exist; this cluster serves 'model-a', 'model-b'", e.get("message").asText());
+            String prefix = "model: 'nope' does not exist; this cluster serves ";
+            assertTrue(e.get("message").asText().startsWith(prefix), unknown);
+            // the models of this gateway's other tests whose engines went away are listed as such
+            List<String> listed = List.of(e.get("message").asText().substring(prefix.length()).split(", "));
+            assertTrue(listed.contains("'model-a'") && listed.contains("'model-b'"), unknown);
+            for (String m : listed)
+                assertTrue(m.equals("'model-a'") || m.equals("'model-b'") || m.endsWith("' (its engine nodes are gone for now)"), unknown);
             assertFalse(unknown.contains(GatewayVerticle.ENGINE_HEADER), "not an engine's answer: " + unknown);
             String unknownId = GatewayHttpTest.raw(gateway.port(), "GET", "/v1/models/nope", "");
-            assertTrue(unknownId.startsWith("HTTP/1.1 404") && unknownId.contains("this cluster serves 'model-a', 'model-b'"), unknownId);
+            assertTrue(unknownId.startsWith("HTTP/1.1 404") && unknownId.contains("'model-a', 'model-b'"), unknownId);
             // b goes: its model is down for now (503 naming why), not unknown
             b.mode = "hold";
             {
@@ -195,5 +201,57 @@ class GatewayFaultsTest {
             b.announcing = false;
             fakes.clear();
         }
+    }
+
+    /**
+     * A stream on path relayed from a scripted engine (model {@code node}'s own) that sends start and then falls
+     * silent until the gateway drops it; returns what the client read: the head, start and how the stream ended.
+     */
+    static String lostStream(Fake f, String path, String start) throws Exception {
+        f.mode = "stream";
+        f.streamStart = start;
+        try (Socket s = new Socket("127.0.0.1", gateway.port())) {
+            s.setSoTimeout(30_000);
+            byte[] b = ("{\"model\":\"" + f.node + "\",\"stream\":true,\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}")
+                    .getBytes(StandardCharsets.UTF_8);
+            s.getOutputStream().write(("POST " + path + " HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: " + b.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().write(b);
+            BufferedReader in = new BufferedReader(new InputStreamReader(s.getInputStream(), StandardCharsets.UTF_8));
+            StringBuilder got = new StringBuilder();
+            String lastOfStart = start.strip().lines().reduce((x, y) -> y).orElseThrow();
+            for (String line; (line = in.readLine()) != null; ) {
+                got.append(line).append('\n');
+                if (line.equals(lastOfStart)) break;
+            }
+            silence(f);
+            for (String line; (line = in.readLine()) != null; ) got.append(line).append('\n');
+            return got.toString();
+        }
+    }
+
+    /** The body of an answer lostStream read (HTTP/1.0: no chunked encoding, the stream as the client's SSE reader reads it). */
+    static String events(String raw) {
+        return raw.substring(raw.indexOf("\n\n") + 2);
+    }
+
+    @Test
+    void anEngineLostMidStreamEndsItInTheShapeOfTheRequestsApi() throws Exception {
+        String why = "engine node 'fake-lost-anthropic' stopped announcing itself for " + TIMEOUT_MS + " ms (cluster.engineTimeoutMs)"
+                + " while streaming this response";
+        String anthropic = events(lostStream(engine("lost-anthropic", "ready", "lost-anthropic", 100), "/v1/messages",
+                "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"));
+        assertTrue(anthropic.contains("event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: error\ndata: "
+                + "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"" + why + "\"}}\n\n"), anthropic);
+        String responses = events(lostStream(engine("lost-responses", "ready", "lost-responses", 100), "/v1/responses",
+                "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0}\n\n"
+                        + "event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"sequence_number\":1}\n\n"));
+        assertTrue(responses.contains("\"sequence_number\":1}\n\nevent: error\ndata: {\"type\":\"error\",\"code\":\"engine_lost\",\"message\":\""
+                + why.replace("anthropic", "responses") + "\",\"param\":null,\"sequence_number\":2}\n\n"), responses);
+        // chat's stream keeps OpenAI's data frame
+        String chat = events(lostStream(engine("lost-chat", "ready", "lost-chat", 100), "/v1/chat/completions", "data: {\"x\":1}\n\n"));
+        assertTrue(chat.contains("data: {\"x\":1}\n\ndata: {\"error\":{\"message\":\"" + why.replace("anthropic", "chat")
+                + "\",\"type\":\"server_error\",\"param\":null,\"code\":\"engine_lost\"}}\n\n"), chat);
+        fakes.clear();
     }
 }
