@@ -13,7 +13,8 @@ import java.util.List;
  * @param id      the exchange id the gateway chose (every frame of one exchange carries it)
  * @param status  HTTP status (HEAD, FAIL), else 0
  * @param address GEN: the gateway's address the answers go to; HEAD: the engine node's name; else null
- * @param text    GEN: "METHOD /path?query"; FAIL: why it failed; else null
+ * @param text    GEN: "METHOD /path?query"; FAIL: why it failed; CANCEL: why the gateway gave it up;
+ *                else null
  * @param headers header names and values alternately (GEN: the client's, HEAD: the response's); never null
  * @param data    GEN: the request body; DATA, END: response bytes; never null
  * @param nanos   DATA, END: the engine node's {@code System.nanoTime()} when it sent the frame (comparable only on the
@@ -36,8 +37,8 @@ public record ClusterFrame(Kind kind, String id, int status, String address, Str
         return new ClusterFrame(Kind.GEN, id, 0, replyTo, methodAndUri, headers, body, 0);
     }
 
-    static ClusterFrame cancel(String id) {
-        return new ClusterFrame(Kind.CANCEL, id, 0, null, null, null, null, 0);
+    static ClusterFrame cancel(String id, String why) {
+        return new ClusterFrame(Kind.CANCEL, id, 0, null, why, null, null, 0);
     }
 
     static ClusterFrame head(String id, int status, String engine, List<String> headers) {

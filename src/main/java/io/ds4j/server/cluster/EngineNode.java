@@ -107,7 +107,9 @@ public final class EngineNode extends VerticleBase {
                 .put("error", state.loadError())
                 .put("running", state.metrics().running.get()).put("waiting", state.metrics().waiting.get())
                 .put("maxActive", cfg.maxActive()).put("maxQueue", cfg.maxQueue()).put("served", served.get())
-                .put("startedAt", state.startedAtMillis()).put("backend", cfg.backend());
+                .put("startedAt", state.startedAtMillis()).put("backend", cfg.backend())
+                // a gateway whose cluster.engineTimeoutMs is too short for this period says so
+                .put("announceMs", cfg.cluster().announceMs());
         if (m != null) {
             a.put("model", new JsonObject().put("id", m.id()).put("backend", m.backend()).put("path", m.path())
                     .put("embedded", m.embedded()).put("n_vocab", m.vocabSize()).put("n_ctx", state.maxContext())
@@ -131,7 +133,7 @@ public final class EngineNode extends VerticleBase {
             }
             case CANCEL -> {
                 Exchange x = inflight.remove(f.id());
-                if (x != null) x.abort("the client went away at the gateway");
+                if (x != null) x.abort(f.text() != null ? f.text() : "the gateway cancelled it");
             }
             default -> LOG.warn("cluster: unexpected frame {} from a gateway", f);
         }

@@ -74,6 +74,8 @@ public final class GatewayVerticle extends VerticleBase {
     private final String bootId = ClusterSupport.bootId();
     private final EngineTable table = new EngineTable();
     private final Map<String, Relay> relays = new HashMap<>();
+    /** Engine nodes warned of for announcing less often than cluster.engineTimeoutMs allows, with that period. */
+    private final Map<String, Integer> slowAnnouncers = new HashMap<>();
     private final List<MessageConsumer<?>> consumers = new ArrayList<>();
     private final AtomicInteger readyGauge = new AtomicInteger(), knownGauge = new AtomicInteger();
     private String address;
@@ -221,6 +223,14 @@ public final class GatewayVerticle extends VerticleBase {
                     a.getJsonObject("model") != null ? a.getJsonObject("model").getString("id") : "loading");
         EngineTable.Engine e = table.get(a.getString("node"));
         if (!wasReady && e.ready() && before != null) LOG.info("cluster: engine node '{}' is ready", e.name());
+        int every = a.getInteger("announceMs", 0), timeout = config.get().cluster().engineTimeoutMs();
+        // as the configuration's own check on one node: two announcements may be missed before the node is dropped
+        // once per node and period: such a node is dropped and rejoins over and over, which would repeat it each time
+        if (every * 2 > timeout && !Integer.valueOf(every).equals(slowAnnouncers.put(e.node, every)))
+            LOG.warn("cluster: engine node '{}' announces itself every {} ms (its cluster.announceMs), but this gateway drops an"
+                    + " engine node silent for {} ms (cluster.engineTimeoutMs): it will be dropped between announcements and"
+                    + " rejoin, over and over; give this gateway a cluster.engineTimeoutMs of at least {} or the engine node a"
+                    + " cluster.announceMs of at most {}", e.name(), every, timeout, every * 2, timeout / 2);
         gauges();  // /metrics agrees with /health from the moment a node is seen, not only at the next timer tick
     }
 
@@ -534,7 +544,8 @@ public final class GatewayVerticle extends VerticleBase {
                         if (!attempt.equals(id) || answered || done) return;
                         release();
                         // a slow node may still start it: tell it to drop this attempt
-                        vertx.eventBus().send(EngineNode.address(target.node), ClusterFrame.cancel(attempt));
+                        vertx.eventBus().send(EngineNode.address(target.node), ClusterFrame.cancel(attempt,
+                                "the gateway did not hear it take the request in time and sent it elsewhere"));
                         LOG.warn("cluster: engine node '{}' did not take request {}: {}", target.name(), id, t.getMessage());
                         dispatch("engine node '" + target.name() + "' did not take it: " + t.getMessage());
                     });
@@ -550,7 +561,7 @@ public final class GatewayVerticle extends VerticleBase {
                 case DATA, END -> {
                     if (resp.ended()) {
                         // answered here meanwhile: a request relayed without its body got 408 when that body was late
-                        cancel();
+                        cancel("the gateway answered the request itself meanwhile");
                         return;
                     }
                     if (f.nanos() != 0 && bootId != null && bootId.equals(engine.ann.getString("bootId")))
@@ -616,6 +627,9 @@ public final class GatewayVerticle extends VerticleBase {
         /** The node went away: a request it had not answered yet goes elsewhere; one it was answering ends with an error. */
         void engineLost(String why) {
             if (done) return;
+            // a node that fell silent may still be in the cluster and running it: it stops what the gateway gave up on
+            // (to a node that left, the frame goes nowhere)
+            vertx.eventBus().send(EngineNode.address(engine.node), ClusterFrame.cancel(id, "the gateway gave it up: " + why));
             if (!answered && !resp.headWritten()) {
                 release();
                 dispatch(why);
@@ -648,7 +662,7 @@ public final class GatewayVerticle extends VerticleBase {
 
         void clientGone() {
             if (done) return;
-            cancel();
+            cancel("the client went away at the gateway");
             if (engine != null) LOG.info("request {}: client disconnected; cancelling it on engine node '{}'", id, engine.name());
         }
 
@@ -658,7 +672,7 @@ public final class GatewayVerticle extends VerticleBase {
          * disconnect) and the connection is closed.
          */
         private void notReading() {
-            cancel();
+            cancel("the client did not read its stream at the gateway");
             LOG.warn("request {}: the client is not reading its stream: more than {} bytes wait unsent (limits.streamBufferBytes);"
                     + " cancelling it on engine node '{}' and closing the connection", id, streamBufferBytes, engine.name());
             ctx.request().connection().close();
@@ -667,16 +681,16 @@ public final class GatewayVerticle extends VerticleBase {
         /** The shutdown's grace period is over: 503 server_shutting_down (an error event on a stream), cancelled on its node. */
         void shutDown(int graceSeconds) {
             if (done) return;
-            cancel();
+            cancel("the gateway is shutting down");
             fail(new ApiException(503, "unavailable_error", HttpVerticle.SHUTTING_DOWN, null, "the gateway is shutting"
                     + " down and this request did not end within the grace period (server.shutdownGraceSeconds "
                     + graceSeconds + "); retry once it is back or through another gateway", 5));
         }
 
-        /** Ends the relay and has its engine node cancel the request. */
-        private void cancel() {
+        /** Ends the relay and has its engine node cancel the request; why goes into the node's log. */
+        private void cancel(String why) {
             finish();
-            if (engine != null) vertx.eventBus().send(EngineNode.address(engine.node), ClusterFrame.cancel(id));
+            if (engine != null) vertx.eventBus().send(EngineNode.address(engine.node), ClusterFrame.cancel(id, why));
         }
 
         private void release() {

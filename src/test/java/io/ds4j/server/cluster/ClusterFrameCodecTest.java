@@ -38,7 +38,7 @@ class ClusterFrameCodecTest {
         List<ClusterFrame> frames = List.of(
                 ClusterFrame.gen("a1", "ds4j.cluster.gateway.n.0", "POST /v1/chat/completions?x=1",
                         List.of("Authorization", "Bearer sk-1", "Content-Type", "application/json"), body),
-                ClusterFrame.cancel("a1"),
+                ClusterFrame.cancel("a1", "the gateway gave it up: engine node 'e' left the cluster"),
                 ClusterFrame.head("a1", 200, "engine@127.0.0.1:8081", List.of("content-type", "text/event-stream; charset=utf-8")),
                 ClusterFrame.data("a1", "data: {\"x\":\"你好\"}\n\ndata: {\"y\":1}\n\n".getBytes(StandardCharsets.UTF_8), false),
                 ClusterFrame.data("a1", null, true),
@@ -84,7 +84,7 @@ class ClusterFrameCodecTest {
 
     @Test
     void localDeliveryPassesTheSameObject() {
-        ClusterFrame f = ClusterFrame.cancel("z");
+        ClusterFrame f = ClusterFrame.cancel("z", null);
         assertSame(f, codec.transform(f));
         assertEquals(ClusterFrameCodec.NAME, codec.name());
         assertEquals(-1, codec.systemCodecID());

@@ -254,4 +254,42 @@ class GatewayFaultsTest {
                 + "\",\"type\":\"server_error\",\"param\":null,\"code\":\"engine_lost\"}}\n\n"), chat);
         fakes.clear();
     }
+
+    @Test
+    void requestsGivenUpOnASilentEngineAreCancelledThereAndASlowAnnouncerIsWarnedOf() throws Exception {
+        try (LogCapture log = new LogCapture()) {
+            // announcing every 5 s, against a timeout of 2 s: it would be dropped over and over
+            Fake slow = engine("slow", "ready", "slow", 5_000);
+            assertTrue(GatewayRelayTest.eventually(10_000, () -> !log.linesWith("'fake-slow' announces itself every 5000 ms").isEmpty()),
+                    log.lines().toString());
+            String warning = log.linesWith("'fake-slow' announces itself every 5000 ms").getFirst();
+            assertTrue(warning.contains("[WARN]") && warning.contains("cluster.announceMs") && warning.contains("silent for "
+                    + TIMEOUT_MS + " ms (cluster.engineTimeoutMs)"), warning);
+            // once, not at each announcement
+            Thread.sleep(500);
+            assertEquals(1, log.linesWith("'fake-slow' announces itself every").size(), log.lines().toString());
+            slow.announcing = false;
+            // an engine that announces often enough is not warned of
+            assertTrue(log.linesWith("'fake-silent' announces itself").isEmpty());
+        }
+        Fake f = engine("silent", "ready", "silent", 100);
+        f.mode = "hold";
+        String[] held = new String[1];
+        Thread t = Thread.ofVirtual().start(() -> {
+            try {
+                held[0] = post("/v1/chat/completions", "{\"model\":\"silent\",\"messages\":[]}");
+            } catch (Exception x) {
+                held[0] = x.toString();
+            }
+        });
+        assertTrue(GatewayRelayTest.eventually(10_000, () -> f.got.size() == 1), "the engine holds the request");
+        // it falls silent with a stream running too: the gateway gives up on both, and has the engine stop them
+        String stream = lostStream(f, "/v1/chat/completions", "data: {\"x\":1}\n\n");
+        t.join(10_000);
+        assertTrue(held[0].startsWith("HTTP/1.1 503"), held[0]);
+        assertTrue(stream.contains("\"engine_lost\""), stream);
+        List<String> ids = f.got.stream().map(ClusterFrame::id).toList();
+        assertTrue(GatewayRelayTest.eventually(5_000, () -> f.cancelled.containsAll(ids)), "cancelled " + f.cancelled + " of " + ids);
+        fakes.clear();
+    }
 }
