@@ -248,15 +248,20 @@ public final class GatewayVerticle extends VerticleBase {
 
     private void engineLost(EngineTable.Engine e, String why) {
         lost.increment();
-        int n = 0;
+        int n = 0, ended = 0, resent = 0;
         for (Relay x : new ArrayList<>(relays.values())) {
             if (x.engine == e) {
                 n++;
-                x.engineLost("engine node '" + e.name() + "' " + why);
+                switch (x.engineLost("engine node '" + e.name() + "' " + why)) {
+                    case ENDED -> ended++;
+                    case RESENT -> resent++;
+                    case REFUSED -> { }
+                }
             }
         }
-        LOG.warn("cluster: engine node '{}' {}; {} request(s) in flight on it ended; {} engine node(s) ready", e.name(), why, n,
-                table.ready());
+        LOG.warn("cluster: engine node '{}' {}; {} request(s) in flight on it: {} ended (their answers had begun), {} re-sent to"
+                + " other engine nodes, {} refused (no other engine node could take them); {} engine node(s) ready", e.name(), why,
+                n, ended, resent, n - ended - resent, table.ready());
         gauges();
     }
 
@@ -476,6 +481,9 @@ public final class GatewayVerticle extends VerticleBase {
         if (x != null) x.onFrame(f);
     }
 
+    /** What became of a request whose engine node was lost. */
+    private enum Lost { ENDED, RESENT, REFUSED }
+
     /** One client request relayed to an engine node. */
     private final class Relay {
         /** The exchange id of the current attempt: each node tried gets a new one, so a late answer is ignored. */
@@ -531,8 +539,11 @@ public final class GatewayVerticle extends VerticleBase {
                 });
                 return;
             }
+            String previous = id;
             engine = c.engine();
             id = Long.toHexString(ThreadLocalRandom.current().nextLong());
+            if (why != null) LOG.info("cluster: request {} ({}) re-sent to engine node '{}' as {}: {}", previous, request,
+                    engine.name(), id, why);
             tried.add(engine.node);
             engine.inflight++;
             engine.routed++;
@@ -624,21 +635,26 @@ public final class GatewayVerticle extends VerticleBase {
             }
         }
 
-        /** The node went away: a request it had not answered yet goes elsewhere; one it was answering ends with an error. */
-        void engineLost(String why) {
-            if (done) return;
+        /**
+         * The node went away: a request it had not answered yet goes elsewhere; one it was answering ends with an error.
+         * Returns which of these became of it.
+         */
+        Lost engineLost(String why) {
+            if (done) return Lost.ENDED;
             // a node that fell silent may still be in the cluster and running it: it stops what the gateway gave up on
             // (to a node that left, the frame goes nowhere)
             vertx.eventBus().send(EngineNode.address(engine.node), ClusterFrame.cancel(id, "the gateway gave it up: " + why));
             if (!answered && !resp.headWritten()) {
                 release();
                 dispatch(why);
-                return;
+                // dispatch ends the request with 503 (or 429) when no other node can take it
+                return done ? Lost.REFUSED : Lost.RESENT;
             }
             finish();
             boolean streaming = resp.headWritten();
             fail(new ApiException(502, "server_error", "engine_lost", null,
                     why + (streaming ? " while streaming this response" : " before this response was complete"), null));
+            return Lost.ENDED;
         }
 
         /** Counts the SSE events in what is relayed: a blank line ends one (the JSON of a data line has no newline). */

@@ -204,15 +204,20 @@ class GatewayFaultsTest {
     }
 
     /**
-     * A stream on path relayed from a scripted engine (model {@code node}'s own) that sends start and then falls
+     * A stream on path relayed from a scripted engine (for its model) that sends start and then falls
      * silent until the gateway drops it; returns what the client read: the head, start and how the stream ended.
      */
     static String lostStream(Fake f, String path, String start) throws Exception {
+        return lostStream(f, path, start, () -> { });
+    }
+
+    /** As {@link #lostStream(Fake, String, String)}, calling beforeSilence once the stream started. */
+    static String lostStream(Fake f, String path, String start, Runnable beforeSilence) throws Exception {
         f.mode = "stream";
         f.streamStart = start;
         try (Socket s = new Socket("127.0.0.1", gateway.port())) {
             s.setSoTimeout(30_000);
-            byte[] b = ("{\"model\":\"" + f.node + "\",\"stream\":true,\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}")
+            byte[] b = ("{\"model\":\"" + f.ann.getJsonObject("model").getString("id") + "\",\"stream\":true,\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}")
                     .getBytes(StandardCharsets.UTF_8);
             s.getOutputStream().write(("POST " + path + " HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
                     + "Content-Length: " + b.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
@@ -224,6 +229,7 @@ class GatewayFaultsTest {
                 got.append(line).append('\n');
                 if (line.equals(lastOfStart)) break;
             }
+            beforeSilence.run();
             silence(f);
             for (String line; (line = in.readLine()) != null; ) got.append(line).append('\n');
             return got.toString();
@@ -290,6 +296,51 @@ class GatewayFaultsTest {
         assertTrue(stream.contains("\"engine_lost\""), stream);
         List<String> ids = f.got.stream().map(ClusterFrame::id).toList();
         assertTrue(GatewayRelayTest.eventually(5_000, () -> f.cancelled.containsAll(ids)), "cancelled " + f.cancelled + " of " + ids);
+        fakes.clear();
+    }
+
+    @Test
+    void anEngineLossSaysHowManyRequestsEndedAndHowManyWereReSent() throws Exception {
+        Fake r1 = engine("resend-1", "ready", "resend", 100);
+        r1.mode = "hold";
+        String[] held = new String[2];
+        List<Thread> threads = new java.util.ArrayList<>();
+        for (int i = 0; i < 2; i++) {
+            int n = i;
+            threads.add(Thread.ofVirtual().start(() -> {
+                try {
+                    held[n] = post("/v1/chat/completions", "{\"model\":\"resend\",\"messages\":[]}");
+                } catch (Exception x) {
+                    held[n] = x.toString();
+                }
+            }));
+        }
+        assertTrue(GatewayRelayTest.eventually(10_000, () -> r1.got.size() == 2), "r1 holds both");
+        try (LogCapture log = new LogCapture()) {
+            // a stream on r1 too, which cannot be re-sent once it started; then another engine of the model comes
+            Fake[] r2 = new Fake[1];
+            String stream = lostStream(r1, "/v1/chat/completions", "data: {\"x\":1}\n\n", () -> {
+                try {
+                    r2[0] = engine("resend-2", "ready", "resend", 100);
+                } catch (Exception x) {
+                    throw new IllegalStateException(x);
+                }
+            });
+            assertTrue(stream.contains("\"engine_lost\""), stream);
+            for (Thread t : threads) t.join(10_000);
+            for (String h : held) assertTrue(h.startsWith("HTTP/1.1 200") && h.contains("\"served_by\":\"fake-resend-2\""), h);
+            List<String> lost = log.linesWith("engine node 'fake-resend-1' stopped announcing itself for " + TIMEOUT_MS + " ms (cluster.engineTimeoutMs); ");
+            assertEquals(1, lost.size(), log.lines().toString());
+            assertTrue(lost.getFirst().contains("; 3 request(s) in flight on it: 1 ended (their answers had begun), 2 re-sent to"
+                    + " other engine nodes, 0 refused (no other engine node could take them); "), lost.getFirst());
+            for (ClusterFrame g : r1.got.subList(0, 2)) {
+                List<String> moved = log.linesWith("request " + g.id() + " (POST /v1/chat/completions) re-sent to engine node 'fake-resend-2' as ");
+                assertEquals(1, moved.size(), log.lines().toString());
+                assertTrue(moved.getFirst().contains("[INFO]") && moved.getFirst().endsWith(": engine node 'fake-resend-1' stopped announcing itself for "
+                        + TIMEOUT_MS + " ms (cluster.engineTimeoutMs)"), moved.getFirst());
+            }
+            r2[0].announcing = false;
+        }
         fakes.clear();
     }
 }
