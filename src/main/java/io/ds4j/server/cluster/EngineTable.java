@@ -80,6 +80,9 @@ final class EngineTable {
      * (503, not 404), since a node that left is usually restarted. Kept for the gateway's lifetime.
      */
     private final Map<String, String> departed = new LinkedHashMap<>();
+    /** Nodes that went away since the gateway started, and what became of the last one. */
+    private int gone;
+    private String lastGone;
 
     /** Records an announcement; returns true when the node is new. */
     boolean announce(JsonObject a, long now) {
@@ -103,6 +106,10 @@ final class EngineTable {
      */
     Engine remove(String node, String why) {
         Engine e = engines.remove(node);
+        if (e != null) {
+            gone++;
+            lastGone = "engine node '" + e.name() + "' " + why;
+        }
         if (e != null && e.model() != null && engines.values().stream().noneMatch(o -> e.model().equals(o.model())))
             departed.put(e.model(), "engine node '" + e.name() + "' " + why);
         return e;
@@ -172,7 +179,9 @@ final class EngineTable {
     private Choice none(String model, Set<String> exclude) {
         String tried = exclude.isEmpty() ? "" : ", " + exclude.size() + " already failed this request";
         if (model == null || engines.isEmpty() && departed.isEmpty()) {
-            String m = engines.isEmpty() ? "no engine node has joined the cluster"
+            String m = engines.isEmpty() && gone == 0 ? "no engine node has joined the cluster"
+                    : engines.isEmpty() ? "no engine node is in the cluster: the " + gone + " that joined since this gateway started"
+                    + " went away (the last, " + lastGone + ")"
                     : "no engine node is ready (" + engines.size() + " known, " + ready() + " ready" + tried + ")";
             return new Choice(null, 503, m, 5);
         }

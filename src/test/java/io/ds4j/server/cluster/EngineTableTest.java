@@ -120,6 +120,20 @@ class EngineTableTest {
     }
 
     @Test
+    void withEveryNodeGoneThe503SaysTheyLeftNotThatNoneJoined() {
+        EngineTable t = new EngineTable();
+        assertEquals("no engine node has joined the cluster", t.pick(null, null, Set.of()).message());
+        t.announce(ann("a", "ready", "m", 0, 0, 8, 8), 0);
+        t.announce(ann("b", "ready", "m", 0, 0, 8, 8), 0);
+        t.remove("a", "left the cluster");
+        t.remove("b", "stopped announcing itself for 4000 ms (cluster.engineTimeoutMs)");
+        EngineTable.Choice none = t.pick(null, null, Set.of());
+        assertEquals(503, none.status());
+        assertEquals("no engine node is in the cluster: the 2 that joined since this gateway started went away (the last, engine"
+                + " node 'engine-b' stopped announcing itself for 4000 ms (cluster.engineTimeoutMs))", none.message());
+    }
+
+    @Test
     void silentNodesAreFound() {
         EngineTable t = new EngineTable();
         t.announce(ann("a", "ready", "m", 0, 0, 8, 8), 1_000);
