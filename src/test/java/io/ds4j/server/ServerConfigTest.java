@@ -402,6 +402,18 @@ class ServerConfigTest {
     }
 
     @Test
+    void aReloadThatReplacesAKeySaysTheKeySetChangedWithoutShowingKeys() throws Exception {
+        ServerConfig one = ServerConfig.parse("{\"server\": {\"apiKeys\": [\"sk-old\"]}}", "a", null);
+        ServerConfig other = ServerConfig.parse("{\"server\": {\"apiKeys\": [\"sk-new\"]}}", "b", null);
+        ServerConfig two = ServerConfig.parse("{\"server\": {\"apiKeys\": [\"sk-old\", \"sk-2\"]}}", "c", null);
+        String replaced = String.valueOf(ServerConfig.reload(one, other).live());
+        assertEquals("[server.apiKeys: \"1 key(s)\" -> \"1 key(s) (1 added, 1 removed)\"]", replaced);
+        assertEquals("[server.apiKeys: \"1 key(s)\" -> \"2 key(s) (1 added, 0 removed)\"]", String.valueOf(ServerConfig.reload(one, two).live()));
+        for (String shown : List.of(replaced, String.valueOf(ServerConfig.reload(one, two).live())))
+            assertFalse(shown.contains("sk-"), shown);
+    }
+
+    @Test
     void readmeDocumentsEveryKey() throws Exception {
         String readme = Files.readString(Path.of("README.md"));
         for (ConfigKey k : ServerConfig.KEYS) assertTrue(readme.contains("`" + k.name() + "`"), "README documents " + k.name());

@@ -923,13 +923,23 @@ public final class ServerConfig {
             boolean same = Objects.equals(r, n);
             if (k.live()) {
                 v.put(k.name(), n);
-                if (!same) live.add(new Change(k.name(), redact(k, r), redact(k, n)));
+                if (!same) live.add(new Change(k.name(), redact(k, r), redactChange(k, r, n)));
             } else {
                 v.put(k.name(), r);
-                if (!same) pending.add(new Change(k.name(), redact(k, r), redact(k, n)));
+                if (!same) pending.add(new Change(k.name(), redact(k, r), redactChange(k, r, n)));
             }
         }
         return new Reload(new ServerConfig(v), List.copyOf(live), List.copyOf(pending));
+    }
+
+    /**
+     * The new value of a changed key as {@link #redact} shows it; for a secret list, with how many keys were added and
+     * removed, since its count alone can be the same on both sides ("1 key(s)" -> "1 key(s)" for a replaced key).
+     */
+    private static Object redactChange(ConfigKey k, Object running, Object proposed) {
+        if (!(secret(k.name()) && running instanceof List<?> r && proposed instanceof List<?> n)) return redact(k, proposed);
+        long added = n.stream().filter(x -> !r.contains(x)).count(), removed = r.stream().filter(x -> !n.contains(x)).count();
+        return n.size() + " key(s) (" + added + " added, " + removed + " removed" + (added + removed == 0 ? ", reordered" : "") + ")";
     }
 
     private static Object redact(ConfigKey k, Object o) {
