@@ -119,6 +119,18 @@ class GatewayHttpTest {
         FrontChecks.undecodableRequestsGetTheJsonError(node.port());
     }
 
+    /** What README says a gateway's /metrics holds: the cluster's series and its own process's, none of the engines'. */
+    @Test
+    void aGatewaysMetricsHoldTheClustersSeriesAndItsProcesssOwn() throws Exception {
+        String m = raw("GET", "/metrics");
+        assertTrue(m.startsWith("HTTP/1.1 200"), m);
+        java.util.Set<String> families = new java.util.TreeSet<>();
+        for (String l : m.substring(m.indexOf("\r\n\r\n") + 4).split("\n"))
+            if (!l.isEmpty() && !l.startsWith("#")) families.add(l.replaceFirst("[_:].*", ""));
+        assertTrue(m.contains("\nds4j:cluster_engines_ready ") && m.contains("\nds4j:cluster_engines_known "), m);
+        assertEquals(java.util.Set.of("ds4j", "jvm", "process", "system", "vertx"), families, m);
+    }
+
     @Test
     void aRequestWhoseBodyLengthIsAmbiguousIsRefusedAndItsConnectionClosed() throws Exception {
         FrontChecks.ambiguousFramingIsRefusedAndNothingAfterItServed(node.port());
