@@ -46,8 +46,12 @@ public sealed interface EngineEvent {
         }
     }
 
-    /** A generated token's log-probability, with the most likely alternatives. */
-    record TokenLogprob(String token, byte[] bytes, float logprob, List<TopLogprob> top) {}
+    /**
+     * A generated token's log-probability, with the most likely alternatives.
+     * @param listed whether the token itself (by id) is among {@code top}: its text may differ from its entry there (a
+     *               control token left out of the text, a token cut where a stop string matched inside it)
+     */
+    record TokenLogprob(String token, byte[] bytes, float logprob, List<TopLogprob> top, boolean listed) {}
 
     /** One alternative token. */
     record TopLogprob(String token, byte[] bytes, float logprob) {}

@@ -1223,7 +1223,8 @@ public final class EngineVerticle extends VerticleBase {
                     while (own > 0 && StreamingDetokenizer.decodedLength(java.util.Arrays.copyOf(with, h.carried().length + own)) > chars)
                         own--;
                     byte[] mine = java.util.Arrays.copyOf(t.bytes(), own);
-                    logprobs.add(new EngineEvent.TokenLogprob(new String(mine, StandardCharsets.UTF_8), mine, t.logprob(), t.top()));
+                    logprobs.add(new EngineEvent.TokenLogprob(new String(mine, StandardCharsets.UTF_8), mine, t.logprob(), t.top(),
+                            t.listed()));
                 } else if (!stopped) {
                     return;
                 }
@@ -1285,8 +1286,12 @@ public final class EngineVerticle extends VerticleBase {
             for (int i = 0; i < sc.length; i++) {
                 String text = tokenText(req.prompt[i]);
                 byte[] b = tokenBytes(req.prompt[i]);
-                if (sc[i] == null) out.add(new EngineEvent.TokenLogprob(text, b, Float.NaN, List.of()));
-                else out.add(new EngineEvent.TokenLogprob(text, b, sc[i].logprob(), logprob(sc[i], false).top()));
+                if (sc[i] == null) {
+                    out.add(new EngineEvent.TokenLogprob(text, b, Float.NaN, List.of(), false));
+                } else {
+                    EngineEvent.TokenLogprob s = logprob(sc[i], false);
+                    out.add(new EngineEvent.TokenLogprob(text, b, sc[i].logprob(), s.top(), s.listed()));
+                }
             }
             send(this, new EngineEvent.PromptLogprobs(out));
         }
@@ -1309,10 +1314,13 @@ public final class EngineVerticle extends VerticleBase {
         /** @param hidden a control token left out of the text: listed with empty text, as it appears in the content */
         private EngineEvent.TokenLogprob logprob(Sampler.TokenLogprobs lp, boolean hidden) {
             List<EngineEvent.TopLogprob> top = new ArrayList<>(lp.topIds().length);
-            for (int i = 0; i < lp.topIds().length; i++)
+            boolean listed = false;
+            for (int i = 0; i < lp.topIds().length; i++) {
                 top.add(new EngineEvent.TopLogprob(tokenText(lp.topIds()[i]), tokenBytes(lp.topIds()[i]), lp.topLogprobs()[i]));
-            return hidden ? new EngineEvent.TokenLogprob("", new byte[0], lp.logprob(), top)
-                    : new EngineEvent.TokenLogprob(tokenText(lp.token()), tokenBytes(lp.token()), lp.logprob(), top);
+                listed |= lp.topIds()[i] == lp.token();
+            }
+            return hidden ? new EngineEvent.TokenLogprob("", new byte[0], lp.logprob(), top, listed)
+                    : new EngineEvent.TokenLogprob(tokenText(lp.token()), tokenBytes(lp.token()), lp.logprob(), top, listed);
         }
 
         private byte[] tokenBytes(int id) {

@@ -365,11 +365,13 @@ final class ResponseBuilder implements AnswerWriter {
     /**
      * A token's {@code top_logprobs} entry on /v1/completions: its N most likely alternatives, then the token itself
      * with its logprob where they do not list it (so up to logprobs + 1 entries, as OpenAI's legacy API documents and
-     * vLLM answers; with logprobs 0 the token alone, rather than an empty object that says nothing).
+     * vLLM answers; with logprobs 0 the token alone, rather than an empty object that says nothing). Whether they list
+     * it is decided by token id, not text: a control token left out of the text, or one cut where a stop string matched
+     * inside it, is listed there under its own text.
      */
     private static void legacyTop(ObjectNode alt, EngineEvent.TokenLogprob t) {
         for (EngineEvent.TopLogprob a : t.top()) alt.put(a.token(), a.logprob());
-        if (!alt.has(t.token())) alt.put(t.token(), t.logprob());
+        if (!t.listed()) alt.put(t.token(), t.logprob());
     }
 
     private static void bytes(ArrayNode a, byte[] b) {

@@ -132,6 +132,39 @@ class PromptLogprobsTest {
     }
 
     /**
+     * The chosen token is listed once in top_logprobs, whatever its text in {@code tokens}: greedy with logprobs 1 lists
+     * it as the best alternative, so a token cut where a stop string matched inside it (its text there the part before
+     * the stop) has that one entry, under its whole text, not a second under the part.
+     */
+    @Test
+    void aTokenCutByAStopStringIsListedOnce() throws Exception {
+        String body = "{\"prompt\":\"The quick brown fox\",\"max_tokens\":12,\"temperature\":0,\"logprobs\":1";
+        JsonNode whole = server.post("/v1/completions", body + "}").json().at("/choices/0/logprobs");
+        StringBuilder text = new StringBuilder();
+        String stop = null;
+        int at = -1;
+        for (int i = 0; i < whole.get("tokens").size() && stop == null; i++) {
+            String t = whole.get("tokens").get(i).asText();
+            // the token's text less its first character, where it first appears inside this token
+            if (t.length() >= 2 && (text + t).indexOf(t.substring(1)) == text.length() + 1) {
+                stop = t.substring(1);
+                at = i;
+            }
+            text.append(t);
+        }
+        assertNotNull(stop, "a generated token of two characters or more: " + whole);
+        String full = whole.get("tokens").get(at).asText();
+        TestServer.Resp r = server.post("/v1/completions", body + ",\"stop\":[" + Json.MAPPER.writeValueAsString(stop) + "]}");
+        assertEquals(200, r.status(), r.body());
+        JsonNode lp = r.json().at("/choices/0/logprobs");
+        assertEquals(at + 1, lp.get("tokens").size(), lp.toString());
+        assertEquals(full.substring(0, 1), lp.get("tokens").get(at).asText(), lp.toString());
+        JsonNode top = lp.get("top_logprobs").get(at);
+        assertEquals(1, top.size(), top.toString());
+        assertEquals(lp.get("token_logprobs").get(at).asDouble(), top.get(full).asDouble(), 1e-6, top.toString());
+    }
+
+    /**
      * Echo with max_tokens 0 generates nothing, so a prompt may fill the whole context (an evaluation harness scores
      * such a prompt); one that asks for a token still needs room for it.
      */
