@@ -202,6 +202,12 @@ final class EngineTable {
         return new Choice(null, 404, "model: " + q + " does not exist; this cluster serves " + served(), 0);
     }
 
+    /** Whether a known node serves model. */
+    boolean serves(String model) {
+        for (Engine e : engines.values()) if (model.equals(e.model())) return true;
+        return false;
+    }
+
     /** The models the known nodes serve, quoted, in order of their names. */
     String served() {
         java.util.SortedSet<String> ids = new java.util.TreeSet<>();

@@ -155,6 +155,9 @@ class GatewayFaultsTest {
             }
             // /v1/models/{id} goes to an engine serving that id
             assertTrue(GatewayHttpTest.raw(gateway.port(), "GET", "/v1/models/model-b", "").contains("\"served_by\":\"fake-route-b\""));
+            // with a trailing slash too, which is no part of the id (as on a single server)
+            String slash = GatewayHttpTest.raw(gateway.port(), "GET", "/v1/models/model-b/", "");
+            assertTrue(slash.contains("\"served_by\":\"fake-route-b\""), slash);
             // a model no engine serves: the gateway's own 404, naming the cluster's models
             String unknown = post("/v1/chat/completions", "{\"model\":\"nope\",\"messages\":[]}");
             assertTrue(unknown.startsWith("HTTP/1.1 404"), unknown);
