@@ -2067,10 +2067,14 @@ public final class HttpVerticle extends VerticleBase {
                 dropped("the client went away before it was submitted");
                 return;
             }
+            // a request an engine node relays: its "client" is the node, which closes the connection when the gateway
+            // gives the request up, having left why
+            String gateway = state.relayStopReason(ctx.request().getHeader(ServerState.RELAY_HEADER));
+            String why = gateway != null ? "its cluster gateway stopped it: " + gateway : "the client went away";
             // said before the cancel is raised: the engine thread may see the flag and log its own line at once
-            LOG.info("request {}: client disconnected; asking the engine to stop {} at the next step boundary", id,
-                    several() ? "its " + reqs.size() + " choices" : "it");
-            stop("the client went away");
+            LOG.info("request {}: {}; asking the engine to stop {} at the next step boundary", id,
+                    gateway != null ? why : "client disconnected", several() ? "its " + reqs.size() + " choices" : "it");
+            stop(why);
         }
 
         /**

@@ -40,6 +40,20 @@ public final class ServerState {
      * shutdown's way to answer requests when the engine's thread cannot (it is stuck inside one step).
      */
     private final Map<String, java.util.function.Consumer<String>> generations = new ConcurrentHashMap<>();
+    /**
+     * Why a cluster gateway stopped a request this engine node relays, by the relay's id ({@link #RELAY_HEADER}), from
+     * the moment the node closes the request's local connection until the API side reads it there: the API sees only
+     * a client going away. At most {@link #RELAY_REASONS} kept (one the API never reads, its request done, goes first).
+     */
+    private final Map<String, String> relayStops = java.util.Collections.synchronizedMap(new java.util.LinkedHashMap<>() {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<String, String> eldest) {
+            return size() > RELAY_REASONS;
+        }
+    });
+    /** The header an engine node's relayed request carries its relay's id in (set by the node itself). */
+    public static final String RELAY_HEADER = "x-ds4j-relay";
+    private static final int RELAY_REASONS = 1024;
     /** Requests the engine runs (started, not yet retired); written by the engine only. */
     private final Set<String> running = ConcurrentHashMap.newKeySet();
     /** Set by the engine when it took up the shutdown (refused what waits, began the grace period). */
@@ -292,5 +306,18 @@ public final class ServerState {
     /** The last finished requests, oldest first. */
     public List<JobRecord> recent() {
         return List.copyOf(recent);
+    }
+
+    /**
+     * An engine node stopped the relayed request {@code relayId} for its gateway, for {@code why}: said before the node
+     * closes the request's local connection, so that the API side can say why ({@link #relayStopReason}).
+     */
+    public void relayStopped(String relayId, String why) {
+        relayStops.put(relayId, why);
+    }
+
+    /** Why the gateway stopped the relayed request {@code relayId} (taken: asked once), or null where it did not. */
+    public String relayStopReason(String relayId) {
+        return relayId == null ? null : relayStops.remove(relayId);
     }
 }

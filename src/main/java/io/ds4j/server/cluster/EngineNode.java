@@ -157,6 +157,8 @@ public final class EngineNode extends VerticleBase {
         HttpMethod method = HttpMethod.valueOf(f.text().substring(0, sp));
         RequestOptions ro = new RequestOptions().setMethod(method).setURI(f.text().substring(sp + 1));
         for (int i = 0; i < f.headers().size(); i += 2) ro.addHeader(f.headers().get(i), f.headers().get(i + 1));
+        // the relay's id, by which the API side learns why the gateway stopped it (abort) rather than a client going away
+        ro.putHeader(ServerState.RELAY_HEADER, f.id());
         client.request(ro).compose(req -> {
             x.req = req;
             if (x.aborted) {
@@ -239,8 +241,12 @@ public final class EngineNode extends VerticleBase {
             aborted = true;
             LOG.info("cluster: request {} stopped: {}", id, why);
             // closing the local connection is what the API sees as a client going away: the engine cancels the
-            // request at its next step (a stream reset alone leaves an HTTP/1.1 response running)
-            if (req != null) req.connection().close();
+            // request at its next step (a stream reset alone leaves an HTTP/1.1 response running); the reason goes
+            // first, for the API's lines on the request to say it
+            if (req != null) {
+                state.relayStopped(id, why);
+                req.connection().close();
+            }
         }
     }
 

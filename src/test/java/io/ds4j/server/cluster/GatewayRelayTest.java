@@ -210,6 +210,11 @@ class GatewayRelayTest {
             assertEquals(1, lines.size(), log.lines().toString());
             assertTrue(lines.getFirst().contains("GatewayVerticle") && lines.getFirst().contains("more than " + BUFFER
                     + " bytes wait unsent (limits.streamBufferBytes)"), lines.getFirst());
+            // the engine's own lines on the request say why the gateway stopped it, not that a client went away
+            String why = "its cluster gateway stopped it: the client did not read its stream at the gateway";
+            assertTrue(eventually(10_000, () -> !log.linesWith("cancelled").stream().filter(l -> l.contains(why)).toList().isEmpty()),
+                    log.lines().toString());
+            assertTrue(log.linesWith("client disconnected").isEmpty(), log.lines().toString());
         }
         assertTrue(eventually(10_000, () -> engine.openExchanges() == 0), "no exchange left open on the engine");
         // a client that reads gets its whole stream under the same limit
