@@ -1072,16 +1072,22 @@ public final class HttpVerticle extends VerticleBase {
      * id, as OpenAI answers.
      */
     private void model(RoutingContext ctx, ModelInfo m) {
-        String id = ctx.pathParam("id");
-        // the router takes every other path with a trailing slash as without it (POST /v1/chat/completions/); the id
-        // is the rest of the path, so the slash is dropped here (an id of the served model's own that ends in one stays)
-        if (id.endsWith("/") && !id.equals(m.id())) id = id.substring(0, id.length() - 1);
+        String id = pathModelId(ctx.pathParam("id"), m.id()::equals);
         if (!m.id().equals(id)) {
             error(ctx, new ApiException(404, "invalid_request_error", "model_not_found", "model",
                     "model: '" + id + "' does not exist; this server serves '" + m.id() + "'", null));
             return;
         }
         json(ctx, 200, modelObject(m));
+    }
+
+    /**
+     * The model id of a path {@code /v1/models/{id}} as its rest gives it: the router takes every other path with a
+     * trailing slash as without it ({@code POST /v1/chat/completions/}), so one trailing slash is no part of the id,
+     * unless {@code served} says a served model's id itself ends with it. For a single server and a cluster gateway.
+     */
+    public static String pathModelId(String rest, java.util.function.Predicate<String> served) {
+        return rest.length() > 1 && rest.endsWith("/") && !served.test(rest) ? rest.substring(0, rest.length() - 1) : rest;
     }
 
     /**

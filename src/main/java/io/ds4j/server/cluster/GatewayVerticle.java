@@ -450,14 +450,12 @@ public final class GatewayVerticle extends VerticleBase {
                 // not JSON: the engine's API answers with the precise 400, as a single server would
             }
         }
-        // GET /v1/models/{id} goes to an engine serving that model (its own 404 names only its own model); a trailing
-        // slash is no part of the id, as on a single server (unless a served model's id ends with one)
+        // GET /v1/models/{id} goes to an engine serving that model (its own 404 names only its own model); its id read
+        // as a single server reads it
         String path = HttpVerticle.routed(ctx);
         for (String prefix : List.of("/v1/models/", "/models/"))
-            if (path.startsWith(prefix) && path.length() > prefix.length()) {
-                model = path.substring(prefix.length());
-                if (model.endsWith("/") && model.length() > 1 && !table.serves(model)) model = model.substring(0, model.length() - 1);
-            }
+            if (path.startsWith(prefix) && path.length() > prefix.length())
+                model = HttpVerticle.pathModelId(path.substring(prefix.length()), table::serves);
         List<String> headers = new ArrayList<>();
         req.headers().forEach(e -> {
             if (EngineNode.PASSED_REQUEST_HEADERS.contains(e.getKey().toLowerCase(Locale.ROOT))) {

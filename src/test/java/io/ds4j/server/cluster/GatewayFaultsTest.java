@@ -134,6 +134,17 @@ class GatewayFaultsTest {
         return GatewayRelayTest.post(gateway.port(), path, "", json);
     }
 
+    /** Posts on a thread of its own (a request an engine holds), its answer, or what failed, into answer[0]. */
+    static Thread postBeside(String path, String json, String[] answer) {
+        return Thread.ofVirtual().start(() -> {
+            try {
+                answer[0] = post(path, json);
+            } catch (Exception x) {
+                answer[0] = x.toString();
+            }
+        });
+    }
+
     static JsonNode body(String answer) throws Exception {
         return Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4));
     }
@@ -179,13 +190,7 @@ class GatewayFaultsTest {
             {
                 // a request b took and had not answered is re-sent, but only to an engine of its model: there is none
                 String[] held = new String[1];
-                Thread t = Thread.ofVirtual().start(() -> {
-                    try {
-                        held[0] = post("/v1/chat/completions", "{\"model\":\"model-b\",\"messages\":[]}");
-                    } catch (Exception x) {
-                        held[0] = x.toString();
-                    }
-                });
+                Thread t = postBeside("/v1/chat/completions", "{\"model\":\"model-b\",\"messages\":[]}", held);
                 assertTrue(GatewayRelayTest.eventually(10_000, () -> b.got.size() == 8), "b holds the request");
                 silence(b);
                 t.join(10_000);
@@ -284,13 +289,7 @@ class GatewayFaultsTest {
         Fake f = engine("silent", "ready", "silent", 100);
         f.mode = "hold";
         String[] held = new String[1];
-        Thread t = Thread.ofVirtual().start(() -> {
-            try {
-                held[0] = post("/v1/chat/completions", "{\"model\":\"silent\",\"messages\":[]}");
-            } catch (Exception x) {
-                held[0] = x.toString();
-            }
-        });
+        Thread t = postBeside("/v1/chat/completions", "{\"model\":\"silent\",\"messages\":[]}", held);
         assertTrue(GatewayRelayTest.eventually(10_000, () -> f.got.size() == 1), "the engine holds the request");
         // it falls silent with a stream running too: the gateway gives up on both, and has the engine stop them
         String stream = lostStream(f, "/v1/chat/completions", "data: {\"x\":1}\n\n");
