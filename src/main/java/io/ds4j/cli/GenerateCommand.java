@@ -24,6 +24,7 @@ import io.ds4j.text.Tokenizers;
 import io.ds4j.text.chat.ChatEncoder;
 import io.ds4j.text.chat.ChatMessage;
 import io.ds4j.text.chat.ChatOptions;
+import io.ds4j.text.chat.ReasoningEffort;
 import io.ds4j.text.chat.OutputParser;
 import io.ds4j.text.chat.V4Format;
 import picocli.CommandLine.ArgGroup;
@@ -56,7 +57,8 @@ public final class GenerateCommand implements Callable<Integer> {
     @Option(names = "--chat", description = "encode the prompt as a DeepSeek-V4 chat turn") boolean chat;
     @Option(names = "--system", description = "system message (with --chat)") String system;
     @Option(names = "--thinking", description = "thinking mode (with --chat); reasoning goes to stderr") boolean thinking;
-    @Option(names = "--reasoning-effort", description = "high or max; turns thinking on, as the API's reasoning_effort") String effort;
+    @Option(names = "--reasoning-effort", description = "as the API's reasoning_effort: none (no thinking), minimal, low, "
+            + "medium or high (thinking), xhigh or max (thinking at its maximum); --thinking wins over none") String effort;
     @Option(names = "--reasoning-budget", description = "end the reasoning after at most N tokens (with --thinking; as the API's thinking_token_budget)")
     Integer reasoningBudget;
     @Option(names = {"-n", "--max-tokens"}, defaultValue = "128", description = "tokens to generate (default ${DEFAULT-VALUE})") int maxTokens;
@@ -131,18 +133,16 @@ public final class GenerateCommand implements Callable<Integer> {
         if (prefillChunk < 1) throw new IllegalArgumentException("--prefill-chunk must be >= 1");
         if ((system != null || thinking || effort != null) && !chat)
             throw new IllegalArgumentException("--system, --thinking and --reasoning-effort need --chat");
-        // as the API's reasoning_effort: an effort asks for thinking
-        if (effort != null) thinking = true;
+        // read as the API reads reasoning_effort, before the model loads; --thinking, an explicit switch, wins over none
+        ReasoningEffort effortMode = effort == null ? null : ReasoningEffort.parse(effort);
+        if (effort != null && effortMode == null)
+            throw new IllegalArgumentException("--reasoning-effort must be " + ReasoningEffort.ACCEPTED + " (as the API's reasoning_effort), got '"
+                    + effort + "'");
+        if (effortMode != null && effortMode.thinking()) thinking = true;
         if (reasoningBudget != null && !thinking)
             throw new IllegalArgumentException("--reasoning-budget needs thinking (--chat with --thinking or --reasoning-effort)");
         if (reasoningBudget != null && reasoningBudget < 0)
             throw new IllegalArgumentException("--reasoning-budget must be >= 0, got " + reasoningBudget);
-        // the chat format would refuse it only when the prompt is encoded, after the load
-        ChatOptions.EncodingRevision chatFormat = ChatOptions.defaults().revision();
-        if (effort != null) effort = effort.trim().toLowerCase(java.util.Locale.ROOT);  // in any case, as the API reads it
-        if (effort != null && !chatFormat.efforts().contains(effort))
-            throw new IllegalArgumentException("--reasoning-effort must be " + String.join(" or ", chatFormat.efforts())
-                    + " (the DeepSeek-V4 chat format's efforts), got " + effort);
         BackendOptions bo = backendOptions();
         // the output constraint and the draft are read from the flags and files alone: a bad one is refused before a
         // model is made or loaded
@@ -183,7 +183,7 @@ public final class GenerateCommand implements Callable<Integer> {
                 if (system != null) msgs.add(ChatMessage.system(system));
                 msgs.add(ChatMessage.user(prompt));
                 ChatOptions o = ChatOptions.defaults().withThinking(thinking);
-                if (effort != null) o = o.withReasoningEffort(effort);
+                if (thinking && effortMode != null && effortMode.v4Effort() != null) o = o.withReasoningEffort(effortMode.v4Effort());
                 // the message is plain text, as the server's: only the template's markers are control tokens
                 ids = tok.encode(ChatEncoder.render(msgs, o));
             } else {

@@ -12,12 +12,12 @@ import io.ds4j.text.chat.ChatEncoder;
 import io.ds4j.text.chat.ChatFormatException;
 import io.ds4j.text.chat.ChatMessage;
 import io.ds4j.text.chat.ChatOptions;
+import io.ds4j.text.chat.ReasoningEffort;
 import io.ds4j.text.chat.V4Format;
 
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
-import java.util.Locale;
 import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -465,22 +465,12 @@ final class Requests {
         if (re != null) effort = re;
         String v4Effort = null;
         if (effort != null) {
-            String e = effort.trim().toLowerCase(Locale.ROOT);
-            switch (e) {
-                case "none" -> {
-                    if (thinking == null) thinking = false;
-                }
-                case "minimal", "low", "medium", "high" -> {
-                    if (thinking == null) thinking = true;
-                    v4Effort = "high";
-                }
-                case "max", "xhigh", "x-high" -> {
-                    if (thinking == null) thinking = true;
-                    v4Effort = "max";
-                }
-                default -> throw ApiException.badField(re != null ? "reasoning_effort" : "chat_template_kwargs.reasoning_effort",
-                        "unsupported value '" + effort + "' (use none, minimal, low, medium, high, xhigh or max)");
-            }
+            ReasoningEffort mode = ReasoningEffort.parse(effort);
+            if (mode == null) throw ApiException.badField(re != null ? "reasoning_effort" : "chat_template_kwargs.reasoning_effort",
+                    "unsupported value '" + effort + "' (use " + ReasoningEffort.ACCEPTED + ")");
+            // an explicit thinking switch wins over the effort
+            if (thinking == null) thinking = mode.thinking();
+            v4Effort = mode.v4Effort();
         }
         boolean on = thinking != null && thinking;
         // vLLM's switch: false leaves the opening of the assistant turn off a prompt that ends with a user turn (a

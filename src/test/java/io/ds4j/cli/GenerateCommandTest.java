@@ -244,8 +244,8 @@ public class GenerateCommandTest {
         assertFalse(big.err().contains("model.safetensors"), "refused before the weights are read: " + big.err());
         Run effort = run("generate", "--model", dir.toString(), "--prompt", "x", "--chat", "--reasoning-effort", "ultra");
         assertEquals(2, effort.code(), effort.err());
-        assertTrue(effort.err().contains("--reasoning-effort must be high or max (the DeepSeek-V4 chat format's efforts), got ultra"),
-                effort.err());
+        assertTrue(effort.err().contains("--reasoning-effort must be none, minimal, low, medium, high, xhigh or max (as the API's "
+                        + "reasoning_effort), got 'ultra'"), effort.err());
         assertFalse(effort.err().contains("model.safetensors"), "refused before the weights are read: " + effort.err());
         // an effort in any case, as the API reads one: it passes the check and the load is reached
         Run upper = run("generate", "--model", dir.toString(), "--prompt", "x", "--chat", "--reasoning-effort", "MAX");
@@ -315,6 +315,39 @@ public class GenerateCommandTest {
         Run effort = run("generate", "--preset", "tiny", "--prompt", "a b", "-n", "8", "--chat", "--reasoning-effort", "max");
         assertEquals(0, effort.code(), effort.err());
         assertTrue(effort.out().isBlank(), "8 tokens of reasoning, on stderr: " + effort.out());
+    }
+
+    /**
+     * --reasoning-effort takes every value the API's reasoning_effort takes, read as the API reads it: none is no
+     * thinking (--thinking still wins over it), minimal to high are Think High (as --thinking alone), xhigh and max
+     * Think Max; the same generation as each of those, in any case.
+     */
+    @Test
+    void reasoningEffortTakesTheApiValuesWithTheApiMapping() {
+        String[] base = {"generate", "--preset", "tiny", "--prompt", "a b", "-n", "6", "--chat"};
+        String plain = generated(run(base)), high = generated(run(with(base, "--thinking"))),
+                max = generated(run(with(base, "--reasoning-effort", "max")));
+        assertNotEquals(plain, high, "the premise: thinking changes the generation");
+        assertNotEquals(high, max, "the premise: Think Max changes the generation");
+        String[][] cases = {{"none", plain}, {"minimal", high}, {"low", high}, {"medium", high}, {" Medium ", high},
+                {"high", high}, {"xhigh", max}, {"x-high", max}, {"MAX", max}};
+        for (String[] c : cases) assertEquals(c[1], generated(run(with(base, "--reasoning-effort", c[0]))), c[0]);
+        assertEquals(high, generated(run(with(base, "--thinking", "--reasoning-effort", "none"))), "--thinking wins over none");
+        Run budget = run(with(base, "--reasoning-effort", "none", "--reasoning-budget", "2"));
+        assertEquals(2, budget.code(), budget.err());
+        assertTrue(budget.err().contains("--reasoning-budget needs thinking"), budget.err());
+    }
+
+    private static String[] with(String[] base, String... more) {
+        String[] a = java.util.Arrays.copyOf(base, base.length + more.length);
+        System.arraycopy(more, 0, a, base.length, more.length);
+        return a;
+    }
+
+    /** A generation's text and its summary's token counts (its rates vary from run to run). */
+    private static String generated(Run r) {
+        assertEquals(0, r.code(), r.err());
+        return r.out() + "\n" + r.err().replaceAll("[0-9.]+ tokens/s( \\([^)]*\\))?", "R tokens/s");
     }
 
     /** The summary says when its prefill rate includes the JIT's warm-up: on the process's first generation only. */
