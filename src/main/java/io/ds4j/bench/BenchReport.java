@@ -232,14 +232,19 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         return v == null || v.isNull() ? Double.NaN : v.asDouble();
     }
 
-    /** Writes NAME.md, NAME.json and NAME.svg into dir; returns the three paths. */
+    /** Writes NAME.md, NAME.json and NAME.svg into dir (replacing earlier ones); returns the three paths. */
     public List<Path> write(Path dir, String name) throws IOException {
         Files.createDirectories(dir);
-        Path md = dir.resolve(name + ".md"), js = dir.resolve(name + ".json"), sv = dir.resolve(name + ".svg");
-        Files.writeString(md, markdown());
-        Files.writeString(js, json());
-        Files.writeString(sv, svg());
-        return List.of(md, js, sv);
+        List<Path> files = files(dir, name);
+        Files.writeString(files.get(0), markdown());
+        Files.writeString(files.get(1), json());
+        Files.writeString(files.get(2), svg());
+        return files;
+    }
+
+    /** The files {@link #write} writes: NAME.md, NAME.json and NAME.svg in dir. */
+    public static List<Path> files(Path dir, String name) {
+        return List.of(dir.resolve(name + ".md"), dir.resolve(name + ".json"), dir.resolve(name + ".svg"));
     }
 
     /** A bar's series: the path, and the draft where it is not the copy of the target. */

@@ -14,6 +14,8 @@ import io.ds4j.model.synth.RandomCheckpoint;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
+import java.io.IOException;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.LocalDate;
 import java.util.ArrayList;
@@ -57,6 +59,7 @@ public final class BenchCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         if (render != null) {
+            checkOut(out, name);
             for (Path p : render) {
                 if (p.toString().isBlank()) throw new IllegalArgumentException("--render: an empty file name (expected FILE.json[,FILE.json...])");
                 if (!java.nio.file.Files.isRegularFile(p)) throw new IllegalArgumentException("--render: file not found: " + p);
@@ -81,6 +84,8 @@ public final class BenchCommand implements Callable<Integer> {
         ModelConfig planned = model != null ? ModelConfig.read(model.resolve("config.json")) : Presets.get(preset, layers, experts);
         VerifyPathBench.checkContext(planned.maxPositionEmbeddings, o,
                 o.agreementSteps() > 0 && FeatureGate.f16KvVerifierPossible(backend, bo.devices()));
+        // the results are written at the end of a run that may take hours: where they go is checked before it starts
+        checkOut(out, name);
         if (model == null && backend.equals("cpu") && preset.equals("flash-shaped"))
             System.err.println(cpuWarning(planned, storage, seed));
         Path dir = model != null ? model : ModelStore.ensureVariant(preset, layers, experts, storage, seed, System.err::println);
@@ -110,6 +115,44 @@ public final class BenchCommand implements Callable<Integer> {
             for (Path p : rep.write(out, name)) System.out.println("wrote " + p);
         }
         return 0;
+    }
+
+    /**
+     * Checks that the results can be written into {@code --out} as {@code --name}.md/.json/.svg, creating the folder
+     * (as the write would) and writing a probe file into it, so that a file in the folder's place, a folder that cannot
+     * be created or written (a read-only or pseudo file system, an immutable folder) or a result name taken by a folder
+     * is refused before any work rather than after the whole run. Earlier results of the same name are replaced, as
+     * the write replaces them.
+     * @throws IllegalArgumentException naming the flag, the path and what is wrong
+     */
+    static void checkOut(Path out, String name) {
+        if (name.isBlank() || name.contains("/") || name.equals(".") || name.equals(".."))
+            throw new IllegalArgumentException("--name must be a file name without a folder (NAME.md, NAME.json and NAME.svg "
+                    + "are written into --out), got '" + name + "'");
+        String what = " (bench writes " + name + ".md, " + name + ".json and " + name + ".svg into the folder --out names)";
+        if (Files.exists(out) && !Files.isDirectory(out))
+            throw new IllegalArgumentException("--out " + out + ": it exists and is not a folder" + what);
+        try {
+            Files.createDirectories(out);
+        } catch (IOException e) {
+            throw new IllegalArgumentException("--out " + out + ": cannot create the folder: " + reason(e), e);
+        }
+        for (Path f : BenchReport.files(out, name))
+            if (Files.exists(f) && !Files.isRegularFile(f))
+                throw new IllegalArgumentException("--out " + out + ": " + f.getFileName() + " exists and is not a file" + what);
+        try {
+            Files.delete(Files.createTempFile(out, "." + name + "-", ".probe"));
+        } catch (IOException e) {
+            throw new IllegalArgumentException("--out " + out + ": cannot write into the folder: " + reason(e), e);
+        }
+        for (Path f : BenchReport.files(out, name))
+            if (Files.exists(f) && !Files.isWritable(f))
+                throw new IllegalArgumentException("--out " + out + ": " + f.getFileName() + " exists and cannot be replaced (permission denied)");
+    }
+
+    /** Why a file-system call failed, in words (its message is often only the path). */
+    private static String reason(IOException e) {
+        return e instanceof java.nio.file.FileSystemException f ? Main.reason(f) : String.valueOf(e.getMessage());
     }
 
     /**

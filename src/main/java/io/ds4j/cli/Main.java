@@ -143,23 +143,27 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
         return 2;
     }
 
+    /** Why a file-system call failed, in lower-case words ("no such file or directory", "not a directory"). */
+    static String reason(java.nio.file.FileSystemException f) {
+        String why = switch (f) {
+            case java.nio.file.NoSuchFileException x -> "no such file or directory";
+            case java.nio.file.AccessDeniedException x -> "permission denied";
+            case java.nio.file.FileAlreadyExistsException x -> "it already exists";
+            case java.nio.file.DirectoryNotEmptyException x -> "the directory is not empty";
+            case java.nio.file.NotDirectoryException x -> "not a directory";
+            default -> f.getReason() != null ? f.getReason() : f.getClass().getSimpleName();
+        };
+        return why.isEmpty() ? "" : Character.toLowerCase(why.charAt(0)) + why.substring(1);
+    }
+
     /**
      * An error in one line. File-system errors say what failed and why: their own message is often only the path
      * ("/proc/nope"), which reads as no explanation at all.
      */
     static String describe(Throwable ex) {
         if (ex instanceof java.nio.file.FileSystemException f) {
-            String why = switch (f) {
-                case java.nio.file.NoSuchFileException x -> "no such file or directory";
-                case java.nio.file.AccessDeniedException x -> "permission denied";
-                case java.nio.file.FileAlreadyExistsException x -> "it already exists";
-                case java.nio.file.DirectoryNotEmptyException x -> "the directory is not empty";
-                case java.nio.file.NotDirectoryException x -> "not a directory";
-                default -> f.getReason() != null ? f.getReason() : f.getClass().getSimpleName();
-            };
             String what = f.getFile() != null ? f.getFile() : "a file";
-            return "cannot access " + what + (f.getOtherFile() != null ? " (-> " + f.getOtherFile() + ")" : "") + ": "
-                    + (why.isEmpty() ? "" : Character.toLowerCase(why.charAt(0)) + why.substring(1));
+            return "cannot access " + what + (f.getOtherFile() != null ? " (-> " + f.getOtherFile() + ")" : "") + ": " + reason(f);
         }
         if (ex instanceof java.io.UncheckedIOException u && u.getCause() != null) return describe(u.getCause());
         return ex.getMessage() != null ? ex.getMessage() : ex.toString();

@@ -306,6 +306,41 @@ class CliErrorsTest {
                 r.err());
     }
 
+    /**
+     * bench checks where its results go before any work (it ran the whole benchmark and only then failed to write
+     * them): a file where the --out folder would be, a folder that cannot be created or written into, a result name
+     * taken by a folder and a --name with a folder in it are refused at once, naming --out and why.
+     */
+    @Test
+    void benchChecksWhereItsResultsGoBeforeAnyWork(@TempDir Path dir) throws Exception {
+        Path file = Files.writeString(dir.resolve("good.json"), "{}");
+        Path taken = Files.createDirectories(dir.resolve("taken").resolve("verify-f16kv.json")).getParent();
+        String files = " (bench writes verify-f16kv.md, verify-f16kv.json and verify-f16kv.svg into the folder --out names)";
+        String[][] cases = {
+                {file.toString(), "--out " + file + ": it exists and is not a folder" + files},
+                {file.resolve("sub").toString(), "--out " + file.resolve("sub") + ": cannot create the folder: not a directory"},
+                {"/proc/ds4j-bench-out", "--out /proc/ds4j-bench-out: cannot create the folder: no such file or directory"},
+                {"/proc", "--out /proc: cannot write into the folder: "},
+                {taken.toString(), "--out " + taken + ": verify-f16kv.json exists and is not a file" + files}};
+        for (String[] c : cases) {
+            for (String[] mode : new String[][]{{"--backend", "cpu", "--preset", "tiny", "--lengths", "64", "--decode-tokens", "4",
+                    "--agreement-steps", "1"}, {"--render", "docs/bench/verify-f16kv.json"}}) {
+                java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of("bench"));
+                args.addAll(java.util.List.of(mode));
+                args.addAll(java.util.List.of("--out", c[0]));
+                GenerateCommandTest.Run r = runBounded(args.toArray(String[]::new));
+                assertEquals(2, r.code(), args + ": " + r.err());
+                assertTrue(r.err().startsWith("error: " + c[1]) && r.err().strip().lines().count() == 1, args + ": " + r.err());
+                assertEquals("", r.out(), "refused before any work: " + args);
+            }
+        }
+        assertFalse(Files.exists(dir.resolve("taken").resolve("verify-f16kv.md")), "nothing written");
+        GenerateCommandTest.Run r = runBounded("bench", "--render", "docs/bench/verify-f16kv.json", "--out", dir.toString(), "--name", "a/b");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: --name must be a file name without a folder (NAME.md, NAME.json and NAME.svg are written into --out), "
+                + "got 'a/b'", r.err().strip());
+    }
+
     /** bench's --render names a missing file (it was Java's own message), bench-prefix's --workloads the valid ones. */
     @Test
     void renderAndWorkloadsNameWhatIsWrong() {
