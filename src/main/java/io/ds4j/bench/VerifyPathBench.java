@@ -64,21 +64,25 @@ public final class VerifyPathBench {
             this(lengths, q, decodeTokens, agreementSteps, chunk, seed, syntheticAbove, List.of(COPY));
         }
 
+        /**
+         * Checks each option. The messages name {@code ds4j bench}'s flags, which set these one for one, so that a
+         * refusal names the flag the user typed, as {@link #checkContext} does.
+         */
         public Options {
-            if (lengths.isEmpty()) throw new IllegalArgumentException("at least one input length is needed");
-            for (int L : lengths) if (L < 2) throw new IllegalArgumentException("input lengths must be >= 2, got " + L);
-            if (q < 1 || q > 16) throw new IllegalArgumentException("q must be in 1..16, got " + q);
-            if (decodeTokens < 1) throw new IllegalArgumentException("decode tokens must be >= 1, got " + decodeTokens);
-            if (agreementSteps < 0) throw new IllegalArgumentException("agreement steps must be >= 0, got " + agreementSteps);
-            if (chunk < 1) throw new IllegalArgumentException("prefill chunk must be >= 1, got " + chunk);
-            if (syntheticAbove < 1) throw new IllegalArgumentException("synthetic-above must be >= 1, got " + syntheticAbove);
+            if (lengths.isEmpty()) throw new IllegalArgumentException("--lengths: at least one input length is needed");
+            for (int L : lengths) if (L < 2) throw new IllegalArgumentException("--lengths: each input length must be >= 2, got " + L);
+            if (q < 1 || q > 16) throw new IllegalArgumentException("--q must be in 1..16, got " + q);
+            if (decodeTokens < 1) throw new IllegalArgumentException("--decode-tokens must be >= 1, got " + decodeTokens);
+            if (agreementSteps < 0) throw new IllegalArgumentException("--agreement-steps must be >= 0, got " + agreementSteps);
+            if (chunk < 1) throw new IllegalArgumentException("--chunk must be >= 1, got " + chunk);
+            if (syntheticAbove < 1) throw new IllegalArgumentException("--synthetic-above must be >= 1, got " + syntheticAbove);
             drafts = List.copyOf(drafts);
             for (String d : drafts)
-                if (!DRAFTS.contains(d)) throw new IllegalArgumentException("unknown draft '" + d + "': one of " + DRAFTS);
+                if (!DRAFTS.contains(d)) throw new IllegalArgumentException("--drafts: unknown draft '" + d + "': one of " + DRAFTS);
             if (drafts.stream().distinct().count() != drafts.size())
-                throw new IllegalArgumentException("a draft is named twice: " + drafts);
+                throw new IllegalArgumentException("--drafts: a draft is named twice: " + drafts);
             if (!drafts.contains(COPY))
-                throw new IllegalArgumentException("the drafts must include " + COPY + " (the replay replays its output), got " + drafts);
+                throw new IllegalArgumentException("--drafts must include " + COPY + " (the replay replays its output), got " + drafts);
         }
 
         boolean replay() {
