@@ -81,14 +81,26 @@ public final class DefaultModelProvider implements ModelProvider {
         }
     }
 
+    /**
+     * Checks a model folder named by a flag or key as a load would, without reading any weight: the folder,
+     * config.json and the weight files. The one place that words a missing or unusable model folder, for serve's
+     * configuration and the commands' {@code --model} alike.
+     * @param key the flag or key that named the folder ({@code --model}, {@code model.path})
+     * @return the folder's config.json
+     * @throws IllegalArgumentException naming the key, the folder and what is wrong
+     */
+    public static io.ds4j.model.ModelConfig checkModelFolder(String key, Path dir) {
+        return checkModelFolder(key, "", dir);
+    }
+
     // what would certainly fail the load, found before the port is bound: config.json and the weight files (not
     // their contents, which only the load reads); what: the key's accepted values, before a missing folder is named
-    private static void checkModelFolder(String key, String what, Path dir) {
+    private static io.ds4j.model.ModelConfig checkModelFolder(String key, String what, Path dir) {
         if (!Files.isDirectory(dir))
             throw new IllegalArgumentException(key + ": " + what + (Files.exists(dir) ? "not a folder: " : "folder not found: ")
                     + dir.toAbsolutePath());
         try {
-            io.ds4j.model.Checkpoint.inspect(dir);
+            return io.ds4j.model.Checkpoint.inspect(dir);
         } catch (Exception e) {
             throw new IllegalArgumentException(key + ": " + dir.toAbsolutePath() + " is not a model folder: "
                     + (e.getMessage() != null ? e.getMessage() : e), e);

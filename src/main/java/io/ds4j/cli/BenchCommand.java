@@ -6,6 +6,7 @@ import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.app.Backends;
+import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.model.AttentionKind;
 import io.ds4j.model.ModelConfig;
 import io.ds4j.model.synth.ModelStore;
@@ -81,7 +82,7 @@ public final class BenchCommand implements Callable<Integer> {
         Backends.checkAvailable(backend);  // before the model: a machine without the GPU is told so, not after 18 GB
         BackendOptions bo = new BackendOptions(1, BackendOptions.ExpertPlacement.MONOLITHIC, 0, false, shortRows);
         // the context is known from the preset or config.json: a length past it is refused before a model is made
-        ModelConfig planned = model != null ? ModelConfig.read(model.resolve("config.json")) : Presets.get(preset, layers, experts);
+        ModelConfig planned = model != null ? DefaultModelProvider.checkModelFolder("--model", model) : Presets.get(preset, layers, experts);
         VerifyPathBench.checkContext(planned.maxPositionEmbeddings, o,
                 o.agreementSteps() > 0 && FeatureGate.f16KvVerifierPossible(backend, bo.devices()));
         // the results are written at the end of a run that may take hours: where they go is checked before it starts

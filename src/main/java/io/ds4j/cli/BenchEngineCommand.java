@@ -61,7 +61,7 @@ public final class BenchEngineCommand implements Callable<Integer> {
         if (total > maxContext)
             throw new IllegalArgumentException("--prompt-tokens (" + promptTokens + ") + --decode-tokens (" + decodeTokens + ") = "
                     + total + " exceeds --max-context " + maxContext + " (raise --max-context for a longer run)");
-        Path dir = source.model != null ? source.model
+        Path dir = source.model != null ? Main.modelFolder("--model", source.model)
                 : ModelStore.ensure(source.preset != null ? source.preset : "small", seed, System.err::println);
         ModelWeights w = WeightLoader.load(dir);
         ModelConfig c = w.config;

@@ -83,7 +83,7 @@ public final class BenchPrefixCommand implements Callable<Integer> {
         if (choices < 2 || choices > 16) throw new IllegalArgumentException("--choices: must be in [2, 16] (the API's n), got " + choices);
         Backends.checkAvailable(backend);  // the server's backend, before a model is made for it
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
-        Path dir = source.model != null ? source.model
+        Path dir = source.model != null ? Main.modelFolder("--model", source.model)
                 : layers == null && experts == null && dtype.equals("bf16") ? ModelStore.ensure(preset, 1, System.err::println)
                 : ModelStore.ensureVariant(preset, layers, experts, RandomCheckpoint.Storage.parse(dtype), 1, System.err::println);
         tok = Tokenizers.forModel(dir);

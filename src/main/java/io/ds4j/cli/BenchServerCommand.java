@@ -139,7 +139,7 @@ public final class BenchServerCommand implements Callable<Integer> {
         if (grammar != null) grammarText = grammarText(grammar);
         if (url == null) Backends.checkAvailable(backend);  // the server's backend, before a model is made for it
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
-        Path dir = source.model != null ? source.model
+        Path dir = source.model != null ? Main.modelFolder("--model", source.model)
                 : layers == null && experts == null && dtype.equals("bf16") ? ModelStore.ensure(preset, 1, System.err::println)
                 : ModelStore.ensureVariant(preset, layers, experts, RandomCheckpoint.Storage.parse(dtype), 1, System.err::println);
         Tokenizer tok = Tokenizers.forModel(dir);
@@ -996,23 +996,10 @@ public final class BenchServerCommand implements Callable<Integer> {
     private ObjectNode responseFormat(Path file) {
         JsonNode schema;
         try {
-            schema = json.readTree(file.toFile());
-        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
-            var at = e.getLocation();
-            throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: " + file + " is no valid JSON"
-                    + (at != null ? " (line " + at.getLineNr() + ", column " + at.getColumnNr() + ")" : "") + ": " + e.getOriginalMessage());
-        } catch (java.io.IOException e) {
-            throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: cannot read " + file + ": " + e.getMessage());
-        }
-        if (schema == null || !schema.isObject())
-            throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: " + file + " holds no JSON object (a schema is one)");
-        String body = SchemaFiles.requestBodyProblem(schema, file);
-        if (body != null) throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: " + body);
-        try {
             // what the server would refuse with a 400, said before a model is made or loaded
-            io.ds4j.grammar.Grammar.jsonSchema(schema);
-        } catch (io.ds4j.grammar.UnsupportedSchemaException e) {
-            throw new CommandLine.ParameterException(spec.commandLine(), "--json-schema: " + file + ": " + e.getMessage());
+            schema = SchemaFiles.jsonSchema(file).json();
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
         ObjectNode rf = json.createObjectNode().put("type", "json_schema");
         rf.putObject("json_schema").put("name", "bench").put("strict", true).set("schema", schema);
@@ -1025,20 +1012,11 @@ public final class BenchServerCommand implements Callable<Integer> {
      * @throws CommandLine.ParameterException when the file cannot be read or holds a grammar the engine cannot enforce
      */
     private String grammarText(Path file) {
-        if (!java.nio.file.Files.isRegularFile(file))
-            throw new CommandLine.ParameterException(spec.commandLine(), "--grammar: file not found: " + file);
-        String text;
         try {
-            text = java.nio.file.Files.readString(file);
-        } catch (java.io.IOException e) {
-            throw new CommandLine.ParameterException(spec.commandLine(), "--grammar: cannot read " + file + ": " + e.getMessage());
+            return SchemaFiles.grammar(file).text();
+        } catch (IllegalArgumentException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), e.getMessage());
         }
-        try {
-            io.ds4j.grammar.Grammar.ebnf(text);
-        } catch (io.ds4j.grammar.UnsupportedGrammarException e) {
-            throw new CommandLine.ParameterException(spec.commandLine(), "--grammar: " + file + ": " + e.getMessage());
-        }
-        return text;
     }
 
     private HttpRequest chatRequest(String content, int maxTok, boolean streamIt) {

@@ -84,7 +84,8 @@ public final class BenchSpecCommand implements Callable<Integer> {
         for (String s : want)
             if (!SOURCES.contains(s)) throw new IllegalArgumentException("--sources: unknown source '" + s + "' (expected some of " + SOURCES + ")");
         Backends.checkAvailable(backend);  // before a model is made for it
-        Path tdir = model != null ? model
+        if (draftModel != null && want.contains("model")) Main.modelFolder("--draft-model", draftModel);
+        Path tdir = model != null ? Main.modelFolder("--model", model)
                 : preset == null && layers == null && experts == null ? ModelStore.ensure("small", 1, System.err::println)
                 : ModelStore.ensureVariant(preset == null ? "small" : preset, layers, experts, RandomCheckpoint.Storage.parse(dtype), 1, System.err::println);
         try (Backend target = Backends.open(backend, tdir)) {

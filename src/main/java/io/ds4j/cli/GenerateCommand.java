@@ -3,6 +3,7 @@ package io.ds4j.cli;
 import io.ds4j.engine.Backend;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.app.Backends;
+import io.ds4j.app.DefaultModelProvider;
 import io.ds4j.engine.FeatureGate;
 import io.ds4j.engine.Generation;
 import io.ds4j.engine.ReasoningBudget;
@@ -149,14 +150,8 @@ public final class GenerateCommand implements Callable<Integer> {
         Grammar grammar = grammar();
         checkDraft();
         Path dir = source.model != null ? source.model : ModelStore.ensure(source.preset != null ? source.preset : "tiny", 1, err::println);
-        if (!Files.isDirectory(dir)) throw new IllegalArgumentException("--model: folder not found: " + dir.toAbsolutePath());
         // config.json and the weight files' presence, not the weights: what --top-k needs is known before the load
-        io.ds4j.model.ModelConfig mc;
-        try {
-            mc = io.ds4j.model.Checkpoint.inspect(dir);
-        } catch (io.ds4j.model.CheckpointException e) {
-            throw new IllegalArgumentException("--model: " + e.getMessage(), e);
-        }
+        io.ds4j.model.ModelConfig mc = DefaultModelProvider.checkModelFolder("--model", dir);
         Tokenizer tok = Tokenizers.forModel(dir);
         // the sampler keeps only ids both the model and the tokenizer have
         int topKMax = Math.min(mc.vocabSize, tok.vocabSize());
@@ -275,35 +270,15 @@ public final class GenerateCommand implements Callable<Integer> {
      * file, an unsupported keyword or a grammar the engine cannot enforce is refused before any model work.
      * @throws IllegalArgumentException naming the flag and what is wrong
      */
-    private Grammar grammar() throws java.io.IOException {
+    private Grammar grammar() {
         if (jsonSchema == null && !jsonObject && grammarFile == null) return null;
         if ((jsonSchema != null ? 1 : 0) + (jsonObject ? 1 : 0) + (grammarFile != null ? 1 : 0) > 1)
             throw new IllegalArgumentException(grammarFile == null ? "--json-schema and --json-object exclude each other"
                     : "--grammar excludes --json-schema and --json-object (each holds the whole output)");
         Grammar gr;
         if (jsonObject) gr = Grammar.jsonObject();
-        else if (grammarFile != null) {
-            if (!Files.isRegularFile(grammarFile)) throw new IllegalArgumentException("--grammar: file not found: " + grammarFile);
-            try {
-                gr = Grammar.ebnf(Files.readString(grammarFile));
-            } catch (io.ds4j.grammar.UnsupportedGrammarException e) {
-                throw new IllegalArgumentException("--grammar: " + grammarFile + ": " + e.getMessage(), e);
-            }
-        } else {
-            if (!Files.isRegularFile(jsonSchema)) throw new IllegalArgumentException("--json-schema: file not found: " + jsonSchema);
-            try {
-                // the server's reader, so that an enum's numbers are produced as the file writes them (1e2, not 100.0)
-                com.fasterxml.jackson.databind.JsonNode schema = io.ds4j.server.Json.read(Files.readAllBytes(jsonSchema), "a file");
-                if (schema == null) throw new IllegalArgumentException("--json-schema: " + jsonSchema + " is empty");
-                String body = SchemaFiles.requestBodyProblem(schema, jsonSchema);
-                if (body != null) throw new IllegalArgumentException("--json-schema: " + body);
-                gr = Grammar.jsonSchema(schema);
-            } catch (io.ds4j.server.Json.Unreadable e) {
-                throw new IllegalArgumentException("--json-schema: " + jsonSchema + " is not JSON: " + e.getMessage(), e);
-            } catch (io.ds4j.grammar.UnsupportedSchemaException e) {
-                throw new IllegalArgumentException("--json-schema: " + e.getMessage(), e);
-            }
-        }
+        else if (grammarFile != null) gr = SchemaFiles.grammar(grammarFile).grammar();
+        else gr = SchemaFiles.jsonSchema(jsonSchema).grammar();
         return thinking ? gr.afterThinking() : gr;
     }
 

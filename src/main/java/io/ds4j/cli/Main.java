@@ -143,6 +143,16 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
         return 2;
     }
 
+    /**
+     * The model folder a flag names, checked as a load would check it but without reading a weight (see
+     * {@link io.ds4j.app.DefaultModelProvider#checkModelFolder}): every command words a missing or unusable one alike.
+     * @throws IllegalArgumentException naming the flag, the folder and what is wrong
+     */
+    static java.nio.file.Path modelFolder(String flag, java.nio.file.Path dir) {
+        io.ds4j.app.DefaultModelProvider.checkModelFolder(flag, dir);
+        return dir;
+    }
+
     /** Why a file-system call failed, in lower-case words ("no such file or directory", "not a directory"). */
     static String reason(java.nio.file.FileSystemException f) {
         String why = switch (f) {

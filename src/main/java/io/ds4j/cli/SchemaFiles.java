@@ -7,12 +7,84 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * Checks on a {@code --json-schema} file before it is compiled: a whole request body given where the schema alone is
- * expected (the schema compiler would name its first key, {@code 'model'}, as an unsupported keyword, hiding the
- * actual mistake).
+ * The output constraint's files, {@code --json-schema} and {@code --grammar}, read and compiled as every command that
+ * takes them reads them ({@code generate}, {@code bench-server}), so that a missing, unreadable or invalid file is
+ * refused in the same words by each, before any model work. A whole request body given where the schema alone is
+ * expected is said to be one (the schema compiler would name its first key, {@code 'model'}, as an unsupported keyword,
+ * hiding the actual mistake).
  */
 final class SchemaFiles {
     private SchemaFiles() {}
+
+    /**
+     * A {@code --json-schema} file's schema and the grammar it compiles to.
+     * @param json    the schema as the file writes it (read by the server's reader: numbers as written)
+     * @param grammar its constraint
+     */
+    record Schema(JsonNode json, io.ds4j.grammar.Grammar grammar) {}
+
+    /**
+     * Reads and compiles a {@code --json-schema} file.
+     * @throws IllegalArgumentException starting with {@code --json-schema: }, naming the file and what is wrong
+     */
+    static Schema jsonSchema(Path file) {
+        String flag = "--json-schema";
+        JsonNode schema;
+        try {
+            // the server's reader: what a request carrying this schema would be read as
+            schema = io.ds4j.server.Json.read(bytes(flag, file), "a file");
+        } catch (io.ds4j.server.Json.Unreadable e) {
+            throw new IllegalArgumentException(flag + ": " + file + ": " + e.getMessage(), e);
+        }
+        if (schema == null) throw new IllegalArgumentException(flag + ": " + file + " is empty");
+        if (!schema.isObject()) throw new IllegalArgumentException(flag + ": " + file + " holds no JSON object (a schema is one)");
+        String body = requestBodyProblem(schema, file);
+        if (body != null) throw new IllegalArgumentException(flag + ": " + body);
+        try {
+            return new Schema(schema, io.ds4j.grammar.Grammar.jsonSchema(schema));
+        } catch (io.ds4j.grammar.UnsupportedSchemaException e) {
+            throw new IllegalArgumentException(flag + ": " + file + ": " + e.getMessage(), e);
+        }
+    }
+
+    /**
+     * A {@code --grammar} file's text and the grammar it compiles to.
+     * @param text    the EBNF grammar as the file writes it
+     * @param grammar its constraint
+     */
+    record GrammarFile(String text, io.ds4j.grammar.Grammar grammar) {}
+
+    /**
+     * Reads a {@code --grammar} file (an EBNF grammar, rule {@code root}) and compiles it.
+     * @throws IllegalArgumentException starting with {@code --grammar: }, naming the file and what is wrong
+     */
+    static GrammarFile grammar(Path file) {
+        String text;
+        try {
+            // strict, as the JSON reader is: a malformed byte is refused, not read as a replacement character
+            text = java.nio.charset.StandardCharsets.UTF_8.newDecoder().decode(java.nio.ByteBuffer.wrap(bytes("--grammar", file))).toString();
+        } catch (java.nio.charset.CharacterCodingException e) {
+            throw new IllegalArgumentException("--grammar: " + file + " is not valid UTF-8", e);
+        }
+        try {
+            return new GrammarFile(text, io.ds4j.grammar.Grammar.ebnf(text));
+        } catch (io.ds4j.grammar.UnsupportedGrammarException e) {
+            throw new IllegalArgumentException("--grammar: " + file + ": " + e.getMessage(), e);
+        }
+    }
+
+    // a missing file, one that is no regular file (a folder, a FIFO that would block) and one that cannot be read are
+    // each named in words, not by Java's exception text ("/nope (No such file or directory)")
+    private static byte[] bytes(String flag, Path file) {
+        if (!java.nio.file.Files.exists(file)) throw new IllegalArgumentException(flag + ": file not found: " + file);
+        if (!java.nio.file.Files.isRegularFile(file)) throw new IllegalArgumentException(flag + ": " + file + " is not a regular file");
+        try {
+            return java.nio.file.Files.readAllBytes(file);
+        } catch (java.io.IOException e) {
+            throw new IllegalArgumentException(flag + ": cannot read " + file + ": "
+                    + (e instanceof java.nio.file.FileSystemException f ? Main.reason(f) : e.getMessage()), e);
+        }
+    }
 
     /** Top-level keys of a chat request that no JSON Schema has. */
     private static final List<String> REQUEST_KEYS = List.of("messages", "response_format", "model");

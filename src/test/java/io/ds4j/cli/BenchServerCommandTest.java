@@ -190,7 +190,8 @@ class BenchServerCommandTest {
         java.nio.file.Files.writeString(f, "{\"type\":\n");
         GenerateCommandTest.Run r = GenerateCommandTest.run("bench-server", "--clients", "1", "--requests", "1", "--json-schema", f.toString());
         assertEquals(2, r.code(), r.err());
-        assertTrue(r.err().contains("--json-schema: " + f + " is no valid JSON (line 2, column 1): Unexpected end-of-input"), r.err());
+        assertTrue(r.err().contains("--json-schema: " + f + ": malformed JSON at line 2, column 1: the JSON ends before an object opened at line 1, "
+                + "column 1 is closed (a '}' is missing)"), r.err());
         assertFalse(r.err().contains("REDACTED") || r.err().contains("StreamReadFeature"), r.err());
         // a schema the constraint engine cannot enforce is refused here too, before a model loads
         java.nio.file.Files.writeString(f, "{\"type\":\"string\",\"contentEncoding\":\"base64\"}");

@@ -341,6 +341,44 @@ class CliErrorsTest {
                 + "got 'a/b'", r.err().strip());
     }
 
+    /**
+     * A missing model folder is worded alike by every command that takes one, and a missing, unusable or broken
+     * --json-schema / --grammar file alike by generate and bench-server: bench said "/nope/config.json: config.json not
+     * found" where generate said "--model: folder not found", and bench-server "cannot read /nope: /nope (No such file
+     * or directory)" where generate said "file not found".
+     */
+    @Test
+    void everyCommandWordsAMissingModelFolderAndAConstraintFileAlike(@TempDir Path dir) throws Exception {
+        String nope = dir.resolve("nope").toString();
+        String missing = "error: --model: folder not found: " + dir.resolve("nope").toAbsolutePath();
+        String[][] commands = {{"generate", "--prompt", "x", "--model", nope}, {"bench", "--backend", "cpu", "--model", nope},
+                {"bench-engine", "--model", nope}, {"bench-spec", "--model", nope}, {"bench-server", "--model", nope},
+                {"bench-prefix", "--model", nope}};
+        for (String[] c : commands) {
+            GenerateCommandTest.Run r = runBounded(c);
+            assertEquals(2, r.code(), String.join(" ", c) + ": " + r.err());
+            assertEquals(missing, r.err().strip(), String.join(" ", c));
+        }
+        GenerateCommandTest.Run draft = runBounded("bench-spec", "--sources", "none,model", "--draft-model", nope);
+        assertEquals(2, draft.code(), draft.err());
+        assertEquals("error: --draft-model: folder not found: " + dir.resolve("nope").toAbsolutePath(), draft.err().strip());
+        Path broken = Files.writeString(dir.resolve("broken.json"), "{\"type\":\n");
+        String[][] files = {
+                {"--json-schema", nope, "--json-schema: file not found: " + nope},
+                {"--json-schema", dir.toString(), "--json-schema: " + dir + " is not a regular file"},
+                {"--json-schema", broken.toString(), "--json-schema: " + broken + ": malformed JSON at line 2, column 1: "},
+                {"--grammar", nope, "--grammar: file not found: " + nope},
+                {"--grammar", dir.toString(), "--grammar: " + dir + " is not a regular file"}};
+        for (String[] f : files) {
+            for (String[] c : new String[][]{{"generate", "--prompt", "x"}, {"bench-server", "--clients", "1"}}) {
+                String[] args = java.util.stream.Stream.concat(java.util.Arrays.stream(c), java.util.Arrays.stream(f, 0, 2)).toArray(String[]::new);
+                GenerateCommandTest.Run r = runBounded(args);
+                assertEquals(2, r.code(), String.join(" ", args) + ": " + r.err());
+                assertTrue(r.err().startsWith("error: " + f[2]), String.join(" ", args) + ": " + r.err());
+            }
+        }
+    }
+
     /** bench's --render names a missing file (it was Java's own message), bench-prefix's --workloads the valid ones. */
     @Test
     void renderAndWorkloadsNameWhatIsWrong() {
