@@ -30,7 +30,8 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
             CommandLine cmd = ex.getCommandLine();
             // picocli starts some messages with its own "Error: "; one prefix is enough
             String msg = ex instanceof CommandLine.OverwrittenOptionException o && o.getOverwritten() instanceof CommandLine.Model.OptionSpec opt
-                    ? givenTwice(opt, args) : badNumber(ex, args);
+                    ? givenTwice(opt, args) : ex instanceof CommandLine.UnmatchedArgumentException u ? unknownCommand(u)
+                    : ex instanceof CommandLine.MissingParameterException m ? noValue(m, args) : badNumber(ex, args);
             if (msg == null) msg = String.valueOf(ex.getMessage()).replaceFirst("^Error: ", "");
             cmd.getErr().println(cmd.getColorScheme().errorText("error: " + msg));
             cmd.getErr().println("run '" + cmd.getCommandSpec().qualifiedName() + " --help' for the options");
@@ -60,6 +61,37 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
         if (uses.size() < 2) return "option " + names + " is given more than once; " + once;
         return "option " + names + " is given " + (uses.size() == 2 ? "twice" : uses.size() + " times") + " ("
                 + String.join(", ", uses.stream().map(Use::text).toList()) + "); " + once;
+    }
+
+    /**
+     * The refusal of a word where a command was expected ("unknown command 'nosuch'", with a close name where there is
+     * one and the list of commands; picocli said "Unmatched argument at index 0: 'nosuch'"). Null for any other
+     * unmatched argument: an unknown option, or an extra word after a command's own arguments.
+     */
+    static String unknownCommand(CommandLine.UnmatchedArgumentException ex) {
+        CommandLine cmd = ex.getCommandLine();
+        List<String> unmatched = ex.getUnmatched();
+        // only where a command is expected: a command line of commands (the top level takes no other word), and a
+        // word that is no option (an unknown option keeps picocli's "Unknown option")
+        if (cmd.getSubcommands().isEmpty() || unmatched.isEmpty() || unmatched.get(0).startsWith("-")) return null;
+        // the project's one rule for a "did you mean" (picocli's own suggestions offer names that share a letter or two)
+        String close = io.ds4j.server.config.ServerConfig.closest(unmatched.get(0), cmd.getSubcommands().keySet());
+        return "unknown command '" + unmatched.get(0) + "'" + (close == null ? "" : " (did you mean " + close + "?)")
+                + "; the commands: " + String.join(", ", cmd.getSubcommands().keySet());
+    }
+
+    /**
+     * The refusal of an option given without its value, naming it as it was written ("option -n needs a value"; picocli
+     * named it by its longest name, "Missing required parameter for option '--max-tokens' (<maxTokens>)"). Null for
+     * any other missing parameter, such as a required option not given at all.
+     */
+    static String noValue(CommandLine.MissingParameterException ex, String[] args) {
+        for (CommandLine.Model.ArgSpec a : ex.getMissing()) {
+            if (!(a instanceof CommandLine.Model.OptionSpec opt) || opt.arity().max() == 0) continue;
+            Use u = uses(opt, args).stream().filter(x -> x.value() == null).findFirst().orElse(null);
+            if (u != null) return "option " + u.name() + " needs a value";
+        }
+        return null;
     }
 
     /**

@@ -601,6 +601,33 @@ class CliErrorsTest {
         assertFalse(r.err().contains("acceptance"), "no draft figures: " + r.err());
     }
 
+    /**
+     * A word that is no command is called an unknown command, with a close name where there is one and the commands
+     * (picocli said "Unmatched argument at index 0: 'nosuch'"); an option given last without its value is named as
+     * written (picocli named -n by its longest name, "Missing required parameter for option '--max-tokens'").
+     */
+    @Test
+    void anUnknownCommandAndAnOptionWithoutItsValueAreNamed() throws Exception {
+        String commands = "; the commands: help, make-model, generate, bench-engine, bench-spec, bench, serve, bench-server, "
+                + "bench-prefix, bench-host";
+        String[][] cases = {
+                {"unknown command 'nosuch'" + commands, "ds4j", "nosuch"},
+                {"unknown command 'generat' (did you mean generate?)" + commands, "ds4j", "generat"},
+                {"option -n needs a value", "ds4j generate", "generate", "--prompt", "hi", "-n"},
+                {"option --max-tokens needs a value", "ds4j generate", "generate", "--prompt", "hi", "--max-tokens"},
+                {"option --port needs a value", "ds4j serve", "serve", "--port"}};
+        for (String[] c : cases) {
+            String[] args = java.util.Arrays.copyOfRange(c, 2, c.length);
+            GenerateCommandTest.Run r = runBounded(args);
+            assertEquals(2, r.code(), String.join(" ", args) + ": " + r.err());
+            assertEquals("error: " + c[0] + "\nrun '" + c[1] + " --help' for the options", r.err().strip(), String.join(" ", args));
+        }
+        // a required option not given at all keeps picocli's words, which name it
+        GenerateCommandTest.Run none = runBounded("generate");
+        assertEquals(2, none.code(), none.err());
+        assertTrue(none.err().startsWith("error: Missing required option: '--prompt=<prompt>'"), none.err());
+    }
+
     @Test
     void noCommandPrintsUsageAndFails() throws Exception {
         GenerateCommandTest.Run r = runBounded();
