@@ -433,6 +433,10 @@ class CliErrorsTest {
         assertTrue(r.err().contains("unknown configuration key 'limits.maxActiv' (did you mean limits.maxActive?)"), r.err());
         r = runBounded("serve", "--config", f.toString(), "--set", "shutdownGraceSeconds=3");
         assertTrue(r.err().contains("unknown configuration key 'shutdownGraceSeconds' (did you mean server.shutdownGraceSeconds?)"), r.err());
+        // a key in the wrong group is told the group it is in, as in the file
+        r = runBounded("serve", "--config", f.toString(), "--set", "limits.maxBodyBytes=1024");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("unknown configuration key 'limits.maxBodyBytes' (did you mean server.maxBodyBytes?)"), r.err());
         Path bad = config(dir, "{\"limits\": {\"maxActive\": 0}}");
         r = runBounded("serve", "--config", bad.toString());
         assertEquals(2, r.code(), r.err());

@@ -176,6 +176,24 @@ class ServerConfigTest {
     }
 
     /**
+     * A key put in the wrong group, or written in snake_case for camelCase, names the key it is elsewhere (it was only
+     * "unknown key": no typo of the whole path is near); a name in several groups names each.
+     */
+    @Test
+    void aKeyInTheWrongGroupNamesTheKeyItIs() {
+        assertEquals(List.of("server.maxActive: unknown key (did you mean limits.maxActive?)",
+                        "limits.maxBodyBytes: unknown key (did you mean server.maxBodyBytes?)",
+                        "limits.temperature: unknown key (did you mean sampling.temperature?)"),
+                problems("{\"server\":{\"maxActive\":3},\"limits\":{\"maxBodyBytes\":1024,\"temperature\":1}}").problems());
+        assertEquals(" (did you mean server.maxBodyBytes?)", ServerConfig.suggestion("limits.max_body_bytes"));
+        assertEquals(" (did you mean sampling.top_k?)", ServerConfig.suggestion("sampling.topK"));
+        assertEquals(" (did you mean server.cors.allowedOrigins?)", ServerConfig.suggestion("server.AllowedOrigins"));
+        assertEquals(" (did you mean server.port or cluster.port?)", ServerConfig.suggestion("limits.port"));
+        // a typo within the right group is still found
+        assertEquals(" (did you mean limits.maxQueue?)", ServerConfig.suggestion("limits.maxQeue"));
+    }
+
+    /**
      * A file that cannot be read hides no more than it must: the refusal says that its keys were not checked, and the
      * command line's values, known without it, are judged on their own (a combination with keys the file may set is
      * not); an empty file has no keys to leave unchecked.

@@ -443,14 +443,27 @@ public final class ServerConfig {
         return false;
     }
 
-    /** " (did you mean KEY?)" for the key closest to path, or "" when none is close. */
+    /**
+     * " (did you mean KEY?)" for an unknown key, or "" when nothing is close: the one rule for the file's unknown keys
+     * and {@code serve --set}'s. A key whose last part is a key's own name in another group, or given without its group
+     * ({@code server.maxActive}, {@code maxActive}: {@code limits.maxActive}), or written in the other case or as
+     * snake_case against camelCase ({@code limits.max_queue}, {@code sampling.topK}), names that key (every such key,
+     * where the name is in several groups); else the key within a few typos of the whole path ({@link #closest}).
+     */
     public static String suggestion(String path) {
+        // a name that exists as written (or but for its case and underscores) says more than a near spelling of the whole
+        // path: "server.maxActive" is one typo from no key, yet it is limits.maxActive put in the wrong group
+        String last = squashed(path.substring(path.lastIndexOf('.') + 1));
+        List<String> moved = KEYS.stream().map(ConfigKey::name).filter(n -> !n.equals(path))
+                .filter(n -> squashed(n.substring(n.lastIndexOf('.') + 1)).equals(last)).toList();
+        if (!moved.isEmpty()) return " (did you mean " + String.join(" or ", moved) + "?)";
         String best = closest(path, KEYS.stream().map(ConfigKey::name).toList());
-        if (best != null) return " (did you mean " + best + "?)";
-        // a key given without its group ("maxActive" for limits.maxActive)
-        String tail = "." + path.toLowerCase(Locale.ROOT);
-        List<String> named = KEYS.stream().map(ConfigKey::name).filter(n -> n.toLowerCase(Locale.ROOT).endsWith(tail)).toList();
-        return named.size() == 1 ? " (did you mean " + named.getFirst() + "?)" : "";
+        return best != null ? " (did you mean " + best + "?)" : "";
+    }
+
+    /** A key name without its case and underscores, so that {@code max_body_bytes} and {@code MaxBodyBytes} match {@code maxBodyBytes}. */
+    private static String squashed(String name) {
+        return name.replace("_", "").replace("-", "").toLowerCase(Locale.ROOT);
     }
 
     /**
