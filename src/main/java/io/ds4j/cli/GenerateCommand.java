@@ -154,9 +154,9 @@ public final class GenerateCommand implements Callable<Integer> {
         io.ds4j.model.ModelConfig mc = DefaultModelProvider.checkModelFolder("--model", dir);
         Tokenizer tok = Tokenizers.forModel(dir);
         // the sampler keeps only ids both the model and the tokenizer have
-        int topKMax = Math.min(mc.vocabSize, tok.vocabSize());
+        int topKMax = SamplingParams.topKMax(mc.vocabSize, tok.vocabSize());
         if (topK > topKMax)
-            throw new IllegalArgumentException("--top-k must be in [-1, " + topKMax + "] (0 or -1 = off), got " + topK);
+            throw new IllegalArgumentException("--top-k must be in [-1, " + topKMax + "]" + SamplingParams.topKNote(topKMax) + ", got " + topK);
         // said once the flags are known to hold: a refused --top-k is the only line, not after a model line
         if (source.model == null) err.println("model: preset " + (source.preset != null ? source.preset : "tiny") + " (" + dir
                 + "; random weights: the text is meaningless)");

@@ -94,6 +94,27 @@ public record SamplingParams(double temperature, int topK, double topP, double m
     }
 
     /**
+     * The largest top_k a model takes: the token ids of its tokenizer, the only ids ever sampled. A checkpoint's
+     * embedding can have more rows (DeepSeek-V4's 129,280, /props' {@code n_vocab}) than its tokenizer has tokens
+     * (128,815); the rows past the tokenizer are never drawn, so a top_k counting them would keep nothing more. The one
+     * rule for the API, the configuration's {@code sampling.top_k} and the CLI's {@code --top-k}.
+     * @param modelRows     the checkpoint's vocabulary (its embedding's rows)
+     * @param tokenizerIds  the tokenizer's vocabulary
+     */
+    public static int topKMax(int modelRows, int tokenizerIds) {
+        return Math.min(modelRows, tokenizerIds);
+    }
+
+    /**
+     * What a refusal of a top_k says after its range {@code [-1, max]}: {@code " (0 or -1 = off; 128815 is the
+     * tokenizer's vocabulary)"}, so that the bound is not read as the model's 129,280 rows that /props shows.
+     * @param max {@link #topKMax}
+     */
+    public static String topKNote(int max) {
+        return " (0 or -1 = off; " + max + " is the tokenizer's vocabulary)";
+    }
+
+    /**
      * top_k as users give it (the API, the configuration, the CLI): -1 means off, as 0 does (llama.cpp's and vLLM's
      * convention); any other value as is, for {@link #validate} to check.
      */

@@ -401,7 +401,7 @@ public final class Ds4jServer {
         // names for the next start), with the other checks, so that one rejection names every problem
         ModelInfo loaded = state.model();
         ServerConfig.Vocabulary vocabulary = loaded == null ? ServerConfig.Vocabulary.UNKNOWN
-                : modelPath -> loaded.tokenizer().vocabSize();
+                : modelPath -> io.ds4j.sampling.SamplingParams.topKMax(loaded.vocabSize(), loaded.tokenizer().vocabSize());
         try {
             proposed = ServerConfig.parseFile(content, file.toString(), opt.overrides(), vocabulary);
         } catch (ConfigException e) {

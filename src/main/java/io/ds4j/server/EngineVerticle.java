@@ -140,7 +140,8 @@ public final class EngineVerticle extends VerticleBase {
         }
         backend = model.backend();
         tokenizer = model.tokenizer();
-        String unfit = state.config().againstVocabulary(tokenizer.vocabSize());
+        String unfit = state.config().againstVocabulary(
+                io.ds4j.sampling.SamplingParams.topKMax(backend.config().vocabSize, tokenizer.vocabSize()));
         if (unfit != null) {
             state.loadError(unfit);
             LOG.error("model load failed: {}", unfit);

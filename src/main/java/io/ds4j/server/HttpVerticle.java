@@ -1099,7 +1099,10 @@ public final class HttpVerticle extends VerticleBase {
         e.put("id", m.id()).put("object", "model").put("created", state.startedAtMillis() / 1000).put("owned_by", "ds4j")
                 .put("max_model_len", state.maxContext());
         ObjectNode meta = e.putObject("meta");
-        meta.put("n_vocab", m.vocabSize()).put("n_ctx", state.maxContext()).put("n_ctx_train", m.maxPositions())
+        // the checkpoint's rows and the tokenizer's ids, which can differ (129,280 and 128,815 for DeepSeek-V4): token
+        // ids and top_k are bounded by the tokenizer's
+        meta.put("n_vocab", m.vocabSize()).put("n_vocab_tokenizer", m.tokenizer().vocabSize()).put("n_ctx", state.maxContext())
+                .put("n_ctx_train", m.maxPositions())
                 .put("n_layers", m.layers()).put("n_embd", m.hidden()).put("backend", m.backend()).put("path", m.path())
                 .put("embedded", m.embedded());
         return e;
@@ -1114,7 +1117,8 @@ public final class HttpVerticle extends VerticleBase {
         ObjectNode model = o.putObject("model");
         if (m != null) {
             model.put("id", m.id()).put("path", m.path()).put("embedded", m.embedded()).put("tokenizer", m.tokenizer().source())
-                    .put("n_vocab", m.vocabSize()).put("n_ctx_train", m.maxPositions()).put("n_layers", m.layers())
+                    .put("n_vocab", m.vocabSize()).put("n_vocab_tokenizer", m.tokenizer().vocabSize())
+                    .put("n_ctx_train", m.maxPositions()).put("n_layers", m.layers())
                     .put("n_embd", m.hidden()).put("n_experts", m.experts());
             if (m.embedded()) model.put("note", "embedded default: a random 'tiny' DeepSeek-V4 model; its text is meaningless");
         }

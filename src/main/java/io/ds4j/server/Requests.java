@@ -275,9 +275,9 @@ final class Requests {
         ServerConfig.SamplingDefaults d = cfg.sampling();
         double temperature = orDefault(number(b, "temperature"), d.temperature());
         double topP = orDefault(number(b, "top_p"), d.topP());
-        int vocab = model.tokenizer().vocabSize();
+        int topKMax = SamplingParams.topKMax(model.vocabSize(), model.tokenizer().vocabSize());
         // llama.cpp and vLLM use -1 for "off"
-        Integer topKv = integer(b, "top_k", -1, vocab, " (0 or -1 = off)");
+        Integer topKv = integer(b, "top_k", -1, topKMax, SamplingParams.topKNote(topKMax));
         int topK = topKv == null ? d.topK() : SamplingParams.topKGiven(topKv);
         double minP = orDefault(number(b, "min_p"), d.minP());
         double presence = orDefault(number(b, "presence_penalty"), d.presencePenalty());

@@ -186,7 +186,7 @@ class CliErrorsTest {
         assertTrue(r.err().contains("  " + f + ": limits.maxActiv: unknown key (did you mean limits.maxActive?)\n")
                 && r.err().contains("  " + f + ": limits.maxQueue: must be an integer in [0, 1048576], got -1\n")
                 && r.err().contains("  " + f + ": sampling.top_k: must be in [-1, " + vocab + "] (0 or -1 = off; " + vocab
-                + " is the model's vocabulary), got 999999\n"), r.err());
+                + " is the tokenizer's vocabulary), got 999999\n"), r.err());
         assertFalse(r.err().contains("listening on"), r.err());
     }
 

@@ -209,7 +209,7 @@ public class GenerateCommandTest {
         // past the vocabulary is refused too, in the API's range text (the fixture has 1,024 tokens)
         Run big = run("generate", "--model", FIXTURE, "--prompt", "x", "--top-k", "5000");
         assertEquals(2, big.code(), big.err());
-        assertTrue(big.err().contains("--top-k must be in [-1, 1024] (0 or -1 = off), got 5000"), big.err());
+        assertTrue(big.err().contains("--top-k must be in [-1, 1024] (0 or -1 = off; 1024 is the tokenizer's vocabulary), got 5000"), big.err());
         // on the embedded preset the refusal is the only line: the model line comes once the flags hold
         Run preset = run("generate", "--prompt", "x", "--top-k", "999999");
         assertEquals(2, preset.code(), preset.err());
@@ -240,7 +240,7 @@ public class GenerateCommandTest {
         assertTrue(load.err().contains("model.safetensors"), load.err());
         Run big = run("generate", "--model", dir.toString(), "--prompt", "x", "--top-k", "999999");
         assertEquals(2, big.code(), big.err());
-        assertTrue(big.err().contains("--top-k must be in [-1, 1024] (0 or -1 = off), got 999999"), big.err());
+        assertTrue(big.err().contains("--top-k must be in [-1, 1024] (0 or -1 = off; 1024 is the tokenizer's vocabulary), got 999999"), big.err());
         assertFalse(big.err().contains("model.safetensors"), "refused before the weights are read: " + big.err());
         Run effort = run("generate", "--model", dir.toString(), "--prompt", "x", "--chat", "--reasoning-effort", "ultra");
         assertEquals(2, effort.code(), effort.err());

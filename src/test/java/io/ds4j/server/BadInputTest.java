@@ -178,10 +178,10 @@ class BadInputTest {
                 message("max_completion_tokens", "\"max_completion_tokens\":3000000000"));
         // one message whatever side of the int range the value is on: each field's range is decided in one place
         assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got -5", message("max_tokens", "\"max_tokens\":-5"));
-        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off), got 1E10", message("top_k", "\"top_k\":1E10"));
-        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off), got " + (vocab + 1),
+        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off; " + vocab + " is the tokenizer's vocabulary), got 1E10", message("top_k", "\"top_k\":1E10"));
+        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off; " + vocab + " is the tokenizer's vocabulary), got " + (vocab + 1),
                 message("top_k", "\"top_k\":" + (vocab + 1)));
-        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off), got -2", message("top_k", "\"top_k\":-2"));
+        assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off; " + vocab + " is the tokenizer's vocabulary), got -2", message("top_k", "\"top_k\":-2"));
         assertEquals("top_logprobs: is out of range: give an integer in [0, 20], got 1e25", message("top_logprobs", "\"logprobs\":true,\"top_logprobs\":1e25"));
         assertEquals("top_logprobs: is out of range: give an integer in [0, 20], got 21", message("top_logprobs", "\"logprobs\":true,\"top_logprobs\":21"));
         assertEquals("logprobs: is out of range: give an integer in [0, 20], got -1",

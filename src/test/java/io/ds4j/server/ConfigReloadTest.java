@@ -635,7 +635,7 @@ class ConfigReloadTest {
             int vocab = TestServer.tokenizer().vocabSize();
             assertEquals("limits.maxActiv: unknown key (did you mean limits.maxActive?); limits.maxQueue: must be an integer in"
                     + " [0, 1048576], got -1; sampling.top_k: must be in [-1, " + vocab + "] (0 or -1 = off; " + vocab
-                    + " is the model's vocabulary), got 999999", msg);
+                    + " is the tokenizer's vocabulary), got 999999", msg);
         }
     }
 

@@ -264,6 +264,11 @@ class EndpointsTest {
             // vLLM's field for the context limit in effect, the same as /props' n_ctx
             assertEquals(32768, m.at("/data/0/max_model_len").asInt(), m.toString());
             assertEquals(m.at("/data/0/meta/n_ctx"), m.at("/data/0/max_model_len"));
+            // the checkpoint's rows and the tokenizer's ids, each named: top_k's bound is the tokenizer's
+            int tokenizerIds = TestServer.tokenizer().vocabSize();
+            assertEquals(tokenizerIds, m.at("/data/0/meta/n_vocab_tokenizer").asInt(), m.toString());
+            assertEquals(tokenizerIds, p.at("/model/n_vocab_tokenizer").asInt(), p.toString());
+            assertEquals(p.at("/model/n_vocab"), m.at("/data/0/meta/n_vocab"));
 
             TestServer.Resp index = t.get("/");
             assertEquals(200, index.status());

@@ -35,7 +35,7 @@ class ServerConfigTest {
                 .getBytes(java.nio.charset.StandardCharsets.UTF_8);
         ConfigException e = assertThrows(ConfigException.class, () -> ServerConfig.parseFile(bad, "f.json", null, vocab));
         assertEquals(List.of("limits.maxQueue: must be an integer in [0, 1048576], got -1",
-                "sampling.top_k: must be in [-1, 1000] (0 or -1 = off; 1000 is the model's vocabulary), got 1001"), e.problems());
+                "sampling.top_k: must be in [-1, 1000] (0 or -1 = off; 1000 is the tokenizer's vocabulary), got 1001"), e.problems());
         assertEquals(List.of("/m"), asked);
         assertEquals(1000, ServerConfig.parseFile("{\"sampling\": {\"top_k\": 1000}}".getBytes(), "f.json", null, vocab)
                 .sampling().topK());

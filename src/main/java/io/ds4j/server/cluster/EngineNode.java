@@ -112,7 +112,8 @@ public final class EngineNode extends VerticleBase {
                 .put("announceMs", cfg.cluster().announceMs());
         if (m != null) {
             a.put("model", new JsonObject().put("id", m.id()).put("backend", m.backend()).put("path", m.path())
-                    .put("embedded", m.embedded()).put("n_vocab", m.vocabSize()).put("n_ctx", state.maxContext())
+                    .put("embedded", m.embedded()).put("n_vocab", m.vocabSize())
+                    .put("n_vocab_tokenizer", m.tokenizer().vocabSize()).put("n_ctx", state.maxContext())
                     .put("n_ctx_train", m.maxPositions()).put("n_layers", m.layers()).put("n_embd", m.hidden()));
         }
         return a;

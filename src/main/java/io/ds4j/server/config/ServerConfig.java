@@ -148,7 +148,7 @@ public final class ServerConfig {
                     "a long prompt also leaves a snapshot every this many tokens (0 = only at its end and branch points)"),
             key("sampling.temperature", ConfigKey.Type.NUMBER, 1.0, true, Range.of(0, 2), "default temperature (0 = greedy)"),
             key("sampling.top_p", ConfigKey.Type.NUMBER, 1.0, true, Range.aboveUpTo(0, 1), "default nucleus mass (1 = off)"),
-            key("sampling.top_k", ConfigKey.Type.INT, 0, true, Range.atLeast(-1), "default top-k (0 or -1 = off); at most the model's vocabulary, checked with the other keys: at start before listening (the model's tokenizer is read for it) and at every reload (refused)"),
+            key("sampling.top_k", ConfigKey.Type.INT, 0, true, Range.atLeast(-1), "default top-k (0 or -1 = off); at most the tokenizer's vocabulary, checked with the other keys: at start before listening (the model's tokenizer is read for it) and at every reload (refused)"),
             key("sampling.min_p", ConfigKey.Type.NUMBER, 0.0, true, Range.of(0, 1), "default min-p (0 = off)"),
             key("sampling.presence_penalty", ConfigKey.Type.NUMBER, 0.0, true, Range.of(-2, 2), "default presence penalty"),
             key("sampling.frequency_penalty", ConfigKey.Type.NUMBER, 0.0, true, Range.of(-2, 2), "default frequency penalty"),
@@ -400,8 +400,9 @@ public final class ServerConfig {
     }
 
     /**
-     * The vocabulary (token ids) of the model a configuration names, that a default {@code sampling.top_k} must not
-     * exceed: at a reload the loaded model's, at start the named model's tokenizer's, read before the model loads.
+     * The largest top-k of the model a configuration names ({@link SamplingParams#topKMax}), that a default
+     * {@code sampling.top_k} must not exceed: at a reload the loaded model's, at start the named model's tokenizer's
+     * vocabulary, read before the model loads.
      */
     @FunctionalInterface
     public interface Vocabulary {
@@ -870,8 +871,7 @@ public final class ServerConfig {
 
     /** That a default top-k k is past a vocabulary of vocab token ids, or null: the one wording of this check. */
     private static String topKPast(int k, int vocab) {
-        return k > vocab ? "sampling.top_k: must be in [-1, " + vocab + "] (0 or -1 = off; " + vocab
-                + " is the model's vocabulary), got " + k : null;
+        return k > vocab ? "sampling.top_k: must be in [-1, " + vocab + "]" + SamplingParams.topKNote(vocab) + ", got " + k : null;
     }
 
     /** Whether a key's values are secrets (the API keys), never shown in logs, /props or messages. */
