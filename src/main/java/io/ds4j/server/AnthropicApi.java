@@ -78,7 +78,22 @@ final class AnthropicApi {
             List<String> own = clientStrings();
             String param = e.param() == null ? null : path(e.param());
             String msg = e.getMessage() == null ? null : worded(text(e.getMessage(), e.param(), param, own), param);
+            // chat's tool calls and tool messages are this API's tool_use and tool_result blocks
+            if (msg != null) msg = ChatPaths.replace(msg, own, ChatPaths.CALL_WORDS, Translation::callWords);
             return e.renamed(param, msg);
+        }
+
+        /** The Messages API's words for one of {@link ChatPaths#CALL_WORDS}. */
+        private static String callWords(Matcher m) {
+            String w = m.group();
+            if (w.startsWith("answers no tool call")) return "answers no tool_use block: a tool_result block answers a"
+                    + " tool_use block of the assistant message right before its user message";
+            if (w.startsWith("is not the id")) return "is not the id of a tool_use block of ";
+            if (w.startsWith("(its tool calls")) return "(its tool_use ids: ";
+            if (w.startsWith("each tool call of"))
+                return "each tool_use block of " + m.group(1) + " is answered by one tool_result block";
+            if (w.startsWith("is also")) return w;
+            return "each tool_use block has an id of its own";
         }
 
         /** Chat's wording of a rule as the Messages API states it ({@link ChatPaths#worded}). */

@@ -88,6 +88,17 @@ final class ChatPaths {
     }
 
     /**
+     * Chat's words for its pairing of tool calls and tool messages (ChatMessage's refusals of a tool message that answers
+     * no call, a call answered twice, an id used twice), which an API translated into chat words in its own terms: a
+     * Messages client sent tool_use and tool_result blocks, a Responses client function_call and function_call_output
+     * items. Group 1 is the path of the message whose calls are meant, already renamed.
+     */
+    static final Pattern CALL_WORDS = Pattern.compile(
+            "answers no tool call: a tool message follows the assistant message with the tool_calls it answers \\(or"
+                    + " another tool message after it\\)|is not the id of a tool call of |\\(its tool calls: "
+                    + "|each tool call of (\\S+) is answered by one tool message|is also the id of |each tool call has an id of its own");
+
+    /**
      * Chat's wording of two rules as a translated API states them: the unanswered tool calls (ChatMessage's refusal,
      * whose fixed start and end are replaced, the ids and where in between kept) and max tokens' range, whose note on
      * completions' echo goes. Only the server's fixed text is replaced, where it stands (after the field, at the end),

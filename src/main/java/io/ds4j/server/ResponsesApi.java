@@ -146,21 +146,12 @@ final class ResponsesApi {
                 if (e.param() != null && msg.startsWith(e.param() + ":"))
                     msg = param + ChatPaths.replace(msg.substring(e.param().length()), own, CHAT_PATH, this::one);
                 else msg = ChatPaths.replace(msg, own, CHAT_PATH, this::one);
-                msg = worded(ChatPaths.replace(msg, own, CALL_WORDS, ResponsesApi.Translation::callWords), param);
+                msg = worded(ChatPaths.replace(msg, own, ChatPaths.CALL_WORDS, ResponsesApi.Translation::callWords), param);
             }
             return e.renamed(param, msg);
         }
 
-        /**
-         * Chat's words for its pairing of tool calls and tool messages (checked by chat, after the paths are renamed):
-         * a Responses client sent function_call and function_call_output items.
-         */
-        private static final Pattern CALL_WORDS = Pattern.compile(
-                "answers no tool call: a tool message follows the assistant message with the tool_calls it answers \\(or"
-                        + " another tool message after it\\)|is not the id of a tool call of |\\(its tool calls: "
-                        + "|each tool call of (\\S+) is answered by one tool message|is also the id of |each tool call has an id of its own");
-
-        /** The Responses API's words for one of {@link #CALL_WORDS}. */
+        /** The Responses API's words for one of {@link ChatPaths#CALL_WORDS}. */
         private static String callWords(Matcher m) {
             String w = m.group();
             if (w.startsWith("answers no tool call")) return "answers no function call: a function_call_output item follows"

@@ -83,7 +83,7 @@ class AnthropicApiTest {
         ApiException e = t.renamed(ApiException.badField("messages[4].tool_call_id",
                 "'tools[0].function.parameters' is not the id of a tool call of messages[2]"));
         assertEquals("messages[2].content[1].tool_use_id", e.param());
-        assertEquals("messages[2].content[1].tool_use_id: 'tools[0].function.parameters' is not the id of a tool call of messages[1]",
+        assertEquals("messages[2].content[1].tool_use_id: 'tools[0].function.parameters' is not the id of a tool_use block of messages[1]",
                 e.getMessage());
         e = t.renamed(ApiException.badField("tools[0].function.parameters.properties.messages[1]", "is wrong"));
         assertEquals("tools[0].input_schema.properties.messages[1]", e.param());

@@ -260,7 +260,23 @@ class AnthropicMessagesTest {
 
         // a result for a call that was never made: chat's pairing rule, named as the client sent it
         TestServer.Resp bad = server.post("/v1/messages", anthropic.replace("\"tool_use_id\":\"toolu_1\"", "\"tool_use_id\":\"toolu_9\""));
-        assertError(bad, 400, "invalid_request_error", "messages[2].content[0].tool_use_id: 'toolu_9' is not the id of a tool call of messages[1]");
+        assertError(bad, 400, "invalid_request_error", "messages[2].content[0].tool_use_id: 'toolu_9' is not the id of a tool_use"
+                + " block of messages[1] (its tool_use ids: 'toolu_1')");
+        // the pairing rules in the Messages API's terms, never chat's (tool calls, tool messages)
+        String first = "{\"model\":\"scripted\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                + "\"tool_result\",\"tool_use_id\":\"nope\",\"content\":\"x\"}]}]}";
+        TestServer.Resp orphan = server.post("/v1/messages", first);
+        assertEquals(400, orphan.status(), orphan.body());
+        assertEquals("messages[0].content[0].tool_use_id: 'nope' answers no tool_use block: a tool_result block answers a"
+                + " tool_use block of the assistant message right before its user message", orphan.json().at("/error/message").asText());
+        String result = "{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":\"text\",\"text\":\"Sunny, 21 C\"}]},";
+        TestServer.Resp twice = server.post("/v1/messages", anthropic.replace(result, result + result));
+        assertEquals(400, twice.status(), twice.body());
+        assertEquals("messages[2].content[1].tool_use_id: 'toolu_1' was already answered by messages[2].content[0]: each"
+                + " tool_use block of messages[1] is answered by one tool_result block", twice.json().at("/error/message").asText());
+        for (TestServer.Resp r2 : List.of(bad, orphan, twice))
+            for (String chatWord : List.of("tool call", "tool message", "tool_calls"))
+                assertFalse(r2.json().at("/error/message").asText().contains(chatWord), chatWord + " in " + r2.body());
         // a call left unanswered
         TestServer.Resp unanswered = server.post("/v1/messages", anthropic.replace(
                 "{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":\"text\",\"text\":\"Sunny, 21 C\"}]},", ""));
