@@ -1429,25 +1429,49 @@ public final class HttpVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ generation
 
-    /**
-     * What the chat template writes into a prompt beside the messages, as a context_length_exceeded message names it
-     * ({@code " (the messages with tools and response_format's schema, as the chat template writes them)"}), or "":
-     * a large schema or tool list can fill the context while the messages are short.
-     */
-    private static String renderedBeside(JsonNode body) {
-        JsonNode tools = body.get("tools"), rf = body.get("response_format");
-        boolean t = tools != null && tools.isArray() && !tools.isEmpty();
-        boolean sch = rf != null && rf.isObject() && "json_schema".equals(rf.path("type").asText(null));
-        if (!t && !sch) return "";
-        return " (the messages with " + (t && sch ? "tools and response_format's schema" : t ? "tools" : "response_format's schema")
-                + ", as the chat template writes them)";
+    /** How many tools a chat body gives (the chat template writes each into the prompt). */
+    private static int toolCount(JsonNode body) {
+        JsonNode tools = body.get("tools");
+        return tools != null && tools.isArray() ? tools.size() : 0;
     }
 
-    /** {@link #renderedBeside(JsonNode)} with how many of the prompt's tokens those parts take, where known (extras >= 0). */
-    private static String renderedBeside(JsonNode body, int extras) {
-        String what = renderedBeside(body);
-        return what.isEmpty() || extras < 0 ? what : what.substring(0, what.length() - 1) + ": " + extras + " of the tokens)";
+    /** Whether a chat body gives a response_format schema (the chat template writes it into the prompt). */
+    private static boolean writesSchema(JsonNode body) {
+        JsonNode rf = body.get("response_format");
+        return rf != null && rf.isObject() && "json_schema".equals(rf.path("type").asText(null));
     }
+
+    /**
+     * A chat prompt over the context: the field it is refused on and how the message states the prompt. A large tool
+     * list or schema can fill the context while the messages are short, so the message says how many tokens the tools
+     * and the schema take, and where one of them is most of the prompt the refusal names that field ({@code tools},
+     * {@code response_format}) rather than the messages the client would look at first.
+     * @param prompt       the prompt's tokens
+     * @param toolTokens   the tokens the tools take as the template writes them, or -1 where not counted
+     * @param schemaTokens the tokens the schema takes, or -1 where not counted
+     */
+    static Overflow overflow(JsonNode body, int prompt, int toolTokens, int schemaTokens) {
+        int tools = toolCount(body);
+        boolean schema = writesSchema(body);
+        String head = "the prompt is " + prompt + " tokens";
+        if (tools == 0 && !schema) return new Overflow("messages", head);
+        String toolsNamed = "the " + (tools == 1 ? "tool" : tools + " tools");
+        if (toolTokens < 0 || (schema && schemaTokens < 0))
+            return new Overflow("messages", head + " (the messages with " + (tools > 0 && schema ? "tools and response_format's schema"
+                    : tools > 0 ? "tools" : "response_format's schema") + ", as the chat template writes them)");
+        List<String> parts = new java.util.ArrayList<>();
+        if (tools > 0) parts.add(toolsNamed + ": " + toolTokens + " tokens");
+        if (schema) parts.add("response_format's schema: " + schemaTokens + " tokens");
+        int messages = prompt - Math.max(0, toolTokens) - Math.max(0, schemaTokens);
+        parts.add("the messages: " + messages + " tokens");
+        // the part that is most of the prompt is what to shorten
+        String param = tools > 0 && 2L * toolTokens > prompt ? "tools" : schema && 2L * schemaTokens > prompt ? "response_format"
+                : "messages";
+        return new Overflow(param, head + " as the chat template writes it (" + String.join(", ", parts) + ")");
+    }
+
+    /** {@link #overflow}'s answer: the field refused and the message's account of the prompt (after "field: "). */
+    record Overflow(String param, String prompt) {}
 
     /**
      * A generation's body as read: the request, its prediction's text, cache_prompt, its id, the model, and the
@@ -1516,12 +1540,18 @@ public final class HttpVerticle extends VerticleBase {
                 // what the messages (and tools, schema) hold is plain text: a user cannot write a role marker or an end of
                 // sentence into the prompt; only the template's own markers are control tokens
                 int[] ids = chatPrompt(tok, g.messages(), g.options());
-                // over the context with tools or a schema written in: how many tokens are theirs, for the message
-                int extras = -1;
-                if (ids.length >= ctxLimit && !renderedBeside(body).isEmpty())
-                    extras = ids.length - tok.encode(ChatEncoder.render(g.messages(),
+                // over the context with tools or a schema written in: how many tokens are theirs, for the message (the
+                // prompt rendered without each, on this refusal's path only)
+                int toolTokens = -1, schemaTokens = -1;
+                if (ids.length >= ctxLimit && (toolCount(body) > 0 || writesSchema(body))) {
+                    int noTools = toolCount(body) > 0
+                            ? tok.encode(ChatEncoder.render(g.messages(), g.options().withTools(null))).length : ids.length;
+                    toolTokens = ids.length - noTools;
+                    if (writesSchema(body)) schemaTokens = noTools - tok.encode(ChatEncoder.render(g.messages(),
                             g.options().withTools(null).withResponseFormat(null))).length;
-                return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit), extras);
+                }
+                return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit),
+                        toolTokens, schemaTokens);
             }
             String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
             int[] ids;
@@ -1542,7 +1572,7 @@ public final class HttpVerticle extends VerticleBase {
                 for (int i = addedBos ? 1 : 0; i < ids.length; i++)
                     promptTokens.add(new String(tok.tokenBytes(ids[i]), StandardCharsets.UTF_8));
             }
-            return new Encoded(ids, echo, promptTokens, encodePrediction(tok, predictionText, ids.length, ctxLimit), -1);
+            return new Encoded(ids, echo, promptTokens, encodePrediction(tok, predictionText, ids.length, ctxLimit), -1, -1);
         }), enc -> {
             if (state.draining()) throw shuttingDown();  // tokenised while the shutdown began
             int[] prompt = enc.ids();
@@ -1551,9 +1581,10 @@ public final class HttpVerticle extends VerticleBase {
             boolean echoOnly = !chat && g.echo() && g.params().maxTokens() == 0;
             int fit = echoOnly ? ctxLimit : ctxLimit - 1;
             if (prompt.length > fit) {
-                error(ctx, renamed(read.translation(), ApiException.bad(chat ? "messages" : "prompt", "context_length_exceeded",
-                        (chat ? "messages" : "prompt") + ": the prompt is " + prompt.length + " tokens"
-                        + (chat ? renderedBeside(body, enc.extras()) : "") + "; this server's context limit is " + ctxLimit
+                Overflow over = chat ? overflow(body, prompt.length, enc.toolTokens(), enc.schemaTokens())
+                        : new Overflow("prompt", "the prompt is " + prompt.length + " tokens");
+                error(ctx, renamed(read.translation(), ApiException.bad(over.param(), "context_length_exceeded",
+                        over.param() + ": " + over.prompt() + "; this server's context limit is " + ctxLimit
                         + " tokens (prompt + output), so at most " + fit + " prompt tokens fit"
                         + (echoOnly ? " (echo with max_tokens 0 generates nothing)" : ""))));
                 return;
@@ -1708,8 +1739,12 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /** A tokenised prompt, the text to echo (completions with echo), and the tokenised prediction (or null). */
-    /** extras: the tokens of the tools and schema the chat template writes into a prompt over the context; else -1. */
-    private record Encoded(int[] ids, String echo, List<String> promptTokens, int[] prediction, int extras) {}
+    /**
+     * toolTokens, schemaTokens: the tokens of the tools and of the schema the chat template writes into a prompt over the
+     * context; else -1.
+     */
+    private record Encoded(int[] ids, String echo, List<String> promptTokens, int[] prediction, int toolTokens,
+                           int schemaTokens) {}
 
     /**
      * A chat request's prompt tokens: its messages, tools and options as the chat template writes them (only the

@@ -277,15 +277,32 @@ class BadInputTest {
         expect("/v1/completions", "{\"prompt\":\"" + "word ".repeat(200) + "\"}", 400, "prompt");
         // short messages with a schema that the chat template writes into the prompt: the message says so
         String props = "{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"integer\"},\"c\":{\"type\":\"boolean\"}}";
+        // with how many of the tokens are the schema's: here most of them (the message is one word), so the refusal
+        // names response_format, the field to shorten
         e = expect("/v1/chat/completions", chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
-                + "\"schema\":{\"type\":\"object\",\"properties\":" + props + "}}}"), 400, "messages");
-        // with how many of the tokens are the schema's: here most of them (the message is one word)
-        java.util.regex.Matcher mm = java.util.regex.Pattern.compile("the prompt is (\\d+) tokens \\(the messages with"
-                + " response_format's schema, as the chat template writes them: (\\d+) of the tokens\\); this server's context"
-                + " limit is 64").matcher(e.get("message").asText());
+                + "\"schema\":{\"type\":\"object\",\"properties\":" + props + "}}}"), 400, "response_format");
+        java.util.regex.Matcher mm = java.util.regex.Pattern.compile("^response_format: the prompt is (\\d+) tokens as the chat"
+                + " template writes it \\(response_format's schema: (\\d+) tokens, the messages: (\\d+) tokens\\); this server's"
+                + " context limit is 64").matcher(e.get("message").asText());
         assertTrue(mm.find(), e.toString());
         int all = Integer.parseInt(mm.group(1)), schema = Integer.parseInt(mm.group(2));
-        assertTrue(schema > 0 && schema < all && all - schema < 20, e.toString());
+        assertTrue(schema > all / 2 && schema + Integer.parseInt(mm.group(3)) == all && all - schema < 20, e.toString());
+        // tools that are most of the prompt: named as tools, with their tokens, on chat and on the Responses API
+        String tool = "{\"type\":\"function\",\"function\":{\"name\":\"f%d\",\"description\":\"Looks up the weather for a city\","
+                + "\"parameters\":{\"type\":\"object\"}}}";
+        String tools = String.join(",", java.util.stream.IntStream.range(0, 3).mapToObj(tool::formatted).toList());
+        e = expect("/v1/chat/completions", chat("\"tools\":[" + tools + "]"), 400, "tools");
+        assertEquals("context_length_exceeded", e.get("code").asText());
+        mm = java.util.regex.Pattern.compile("^tools: the prompt is (\\d+) tokens as the chat template writes it \\(the 3 tools:"
+                + " (\\d+) tokens, the messages: (\\d+) tokens\\); this server's context limit is 64").matcher(e.get("message").asText());
+        assertTrue(mm.find(), e.toString());
+        assertEquals(Integer.parseInt(mm.group(1)), Integer.parseInt(mm.group(2)) + Integer.parseInt(mm.group(3)), e.toString());
+        String fnTool = "{\"type\":\"function\",\"name\":\"f%d\",\"description\":\"Looks up the weather for a city\","
+                + "\"parameters\":{\"type\":\"object\"}}";
+        String fnTools = String.join(",", java.util.stream.IntStream.range(0, 3).mapToObj(fnTool::formatted).toList());
+        e = expect("/v1/responses", "{\"input\":\"hi\",\"tools\":[" + fnTools + "]}", 400, "tools");
+        assertTrue(e.get("message").asText().matches("tools: the prompt is \\d+ tokens as the chat template writes it \\(the 3"
+                + " tools: \\d+ tokens, the input: \\d+ tokens\\); this server's context limit is 64 .*"), e.toString());
         // a prompt that fits still works without max_tokens: the server's default is cut to the room left
         TestServer.Resp ok = server.post("/v1/chat/completions", chat(""));
         assertEquals(200, ok.status(), ok.body());

@@ -552,12 +552,19 @@ class ResponsesApiTest {
                 + "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{\"type\":\"object\"}}}")));
         // the prompt over the context (HttpVerticle.generate) and max_tokens past the cache (the engine's admission)
         ApiException context = t.renamed(ApiException.bad("messages", "context_length_exceeded", "messages: the prompt is 9000"
-                + " tokens (the messages with response_format's schema, as the chat template writes them); this server's"
-                + " context limit is 4096 tokens"));
+                + " tokens as the chat template writes it (response_format's schema: 100 tokens, the messages: 8900 tokens); this"
+                + " server's context limit is 4096 tokens"));
         assertEquals("input", context.param());
         assertEquals("context_length_exceeded", context.code());
-        assertEquals("input: the prompt is 9000 tokens (the input with text.format's schema, as the chat template writes them);"
-                + " this server's context limit is 4096 tokens", context.getMessage());
+        assertEquals("input: the prompt is 9000 tokens as the chat template writes it (text.format's schema: 100 tokens, the input:"
+                + " 8900 tokens); this server's context limit is 4096 tokens", context.getMessage());
+        // a schema that is most of the prompt is refused on it
+        ApiException bySchema = t.renamed(ApiException.bad("response_format", "context_length_exceeded", "response_format: the"
+                + " prompt is 9000 tokens as the chat template writes it (response_format's schema: 8900 tokens, the messages: 100"
+                + " tokens); this server's context limit is 4096 tokens"));
+        assertEquals("text.format", bySchema.param());
+        assertEquals("text.format: the prompt is 9000 tokens as the chat template writes it (text.format's schema: 8900 tokens,"
+                + " the input: 100 tokens); this server's context limit is 4096 tokens", bySchema.getMessage());
         ApiException cache = t.renamed(ApiException.bad("max_tokens", "context_length_exceeded", "max_tokens: the prompt (5"
                 + " tokens) plus max_tokens (900) exceeds the server's cache of 512 tokens (model.cacheTokens); lower max_tokens"));
         assertEquals("max_output_tokens: the prompt (5 tokens) plus max_output_tokens (900) exceeds the server's cache of 512"
