@@ -202,7 +202,10 @@
       ['status', p.status],
       ['model', m.id], ['path', m.path], ['backend', p.backend],
       ['layers · hidden', m.n_layers != null ? m.n_layers + ' · ' + m.n_embd : null],
-      ['experts', m.n_experts], ['vocabulary', m.n_vocab],
+      ['experts', m.n_experts],
+      // the checkpoint's rows and the tokenizer's ids (top_k's bound) can differ: both are shown where they do
+      ['vocabulary', m.n_vocab != null && m.n_vocab_tokenizer != null && m.n_vocab_tokenizer !== m.n_vocab
+        ? m.n_vocab + ' rows · tokenizer ' + m.n_vocab_tokenizer : m.n_vocab],
       ['context', lim.n_ctx != null ? lim.n_ctx + ' tokens' : null],
       ['draft · q', (spec.draft ?? '?') + ' · ' + (spec.q ?? '?')],
       ['max active · queue', lim.maxActive != null ? lim.maxActive + ' · ' + lim.maxQueue : null],

@@ -1140,17 +1140,23 @@ public final class HttpVerticle extends VerticleBase {
         else engine.putNull("backend").putNull("expertPlacement").putNull("hostExperts");
         engine.put("expertPlacementConfigured", cfg.expertPlacement()).put("devices", cfg.gpuDevices())
                 .put("memoryBudgetMiB", cfg.memoryBudgetMiB());
-        ObjectNode limits = o.putObject("limits");
-        limits.put("n_ctx", state.maxContext()).put("maxContextTokens", cfg.maxContextTokens()).put("maxQueue", cfg.maxQueue())
-                .put("maxActive", cfg.maxActive()).put("maxTokensDefault", cfg.maxTokensDefault())
-                .put("prefillChunk", cfg.prefillChunk()).put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens())
-                .put("bodyReadTimeoutMs", cfg.bodyReadTimeoutMs()).put("headerReadTimeoutMs", cfg.headerReadTimeoutMs())
-                .put("streamBufferBytes", cfg.streamBufferBytes());
         // the values in effect, as the engine's scheduler takes them (the configured ones are under "config"): the
         // prefill chunk is at most the token budget, the floor under the latency bound at most that chunk
         io.ds4j.engine.Scheduler.Limits sl = EngineVerticle.limits(cfg);
+        int prefillChunk = io.ds4j.engine.Scheduler.prefillChunk(cfg.prefillChunk(), sl);
+        // each limit as in effect: the context capped by the model's, the prefill chunk by the token budget (a
+        // configured value that showed here read as applied while the log said it was capped); the configured value
+        // of a capped key beside it, named so
+        ObjectNode limits = o.putObject("limits");
+        limits.put("n_ctx", state.maxContext()).put("maxContextTokens", state.maxContext())
+                .put("maxContextTokensConfigured", cfg.maxContextTokens()).put("maxQueue", cfg.maxQueue())
+                .put("maxActive", cfg.maxActive()).put("maxTokensDefault", cfg.maxTokensDefault())
+                .put("prefillChunk", prefillChunk).put("prefillChunkConfigured", cfg.prefillChunk())
+                .put("maxBodyBytes", cfg.maxBodyBytes()).put("cacheTokens", cfg.cacheTokens())
+                .put("bodyReadTimeoutMs", cfg.bodyReadTimeoutMs()).put("headerReadTimeoutMs", cfg.headerReadTimeoutMs())
+                .put("streamBufferBytes", cfg.streamBufferBytes());
         o.putObject("scheduler").put("maxBatchRows", sl.maxBatchRows()).put("tokenBudget", sl.tokenBudget())
-                .put("prefillChunk", io.ds4j.engine.Scheduler.prefillChunk(cfg.prefillChunk(), sl))
+                .put("prefillChunk", prefillChunk)
                 .put("maxTickStretch", sl.maxTickStretch()).put("minPrefillChunk", sl.floor())
                 .put("layerSlices", sl.layerSlices());
         ObjectNode pc = o.putObject("prefix_cache");

@@ -219,6 +219,19 @@ class EndpointsTest {
             assertEquals(48, p.at("/scheduler/minPrefillChunk").asInt(), "a floor above the budget acts as the budget: " + p.get("scheduler"));
             assertEquals(64, p.at("/config/scheduler/minPrefillChunk").asInt(), "the configured value stays under config");
             assertEquals(512, p.at("/config/limits/prefillChunk").asInt());
+            // limits shows what is in effect too, the configured value beside it, named
+            assertEquals(48, p.at("/limits/prefillChunk").asInt(), p.get("limits").toString());
+            assertEquals(512, p.at("/limits/prefillChunkConfigured").asInt(), p.get("limits").toString());
+        }
+        // a context limit past the model's: its context in effect, as n_ctx
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
+                Map.of("limits.maxContextTokens", 2_000_000))) {
+            JsonNode p = t.get("/props").json();
+            int nCtx = p.at("/limits/n_ctx").asInt();
+            assertTrue(nCtx < 2_000_000, p.get("limits").toString());
+            assertEquals(nCtx, p.at("/limits/maxContextTokens").asInt(), p.get("limits").toString());
+            assertEquals(2_000_000, p.at("/limits/maxContextTokensConfigured").asInt(), p.get("limits").toString());
+            assertEquals(2_000_000, p.at("/config/limits/maxContextTokens").asInt());
         }
         // a floor above the chunk acts as the chunk: a step gives a prompt at most one chunk
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),

@@ -89,7 +89,7 @@ public final class ServerConfig {
                     "with verify.f16Kv, a layer attending to at most this many rows keeps Q·Kᵀ and P·V in full F32"),
             key("limits.maxContextTokens", ConfigKey.Type.INT, 32768, true,
                     Range.atLeast(MIN_CONTEXT_TOKENS),
-                    "context limit per request (prompt + generated); capped by the model's own limit (max_position_embeddings, /props n_ctx), with a warning at start and at the reload that sets it"),
+                    "context limit per request (prompt + generated); capped by the model's own limit (max_position_embeddings; /props limits shows the one in effect), with a warning at start and at the reload that sets it"),
             key("limits.maxQueue", ConfigKey.Type.INT, 64, true, Range.of(0, 1 << 20), "requests that may wait for a slot; beyond that 429 "
                     + "(bodies of 32 KiB or more waiting to be tokenised on their lane count too)"),
             key("limits.maxActive", ConfigKey.Type.INT, 8, true, Range.of(1, 4096), "requests generating at the same time"),
