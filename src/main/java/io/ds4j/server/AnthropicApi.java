@@ -56,7 +56,7 @@ final class AnthropicApi {
         }
 
         @Override
-        public AnswerWriter writer(String id, long created, String model, Requests.Gen g, int promptTokens) {
+        public AnswerWriter writer(String id, long created, String model, Requests.Gen g, int promptTokens, int maxTokens) {
             return new AnthropicResponse(id, model, g.stream(), promptTokens);
         }
 

@@ -1904,7 +1904,7 @@ public final class HttpVerticle extends VerticleBase {
             resp.closeHandler(gone);
             // a translated API has no n: its one choice is written in its shapes
             for (int i = 0; i < outs.length; i++)
-                outs[i] = translation != null ? translation.writer(req.id(), created, model, g, req.prompt.length)
+                outs[i] = translation != null ? translation.writer(req.id(), created, model, g, req.prompt.length, req.params.maxTokens())
                         : new ResponseBuilder(id, created, model, g.chat(), g.stream(), g.includeUsage(), g.continuousUsage(), req.prompt.length)
                         .forcedToolCall(g.grammar() != null && g.grammar().isToolCall()).logprobsAsked(g.logprobs()).choice(i);
             // an error after the stream started ends it with the writer's frame (error()); the choices' frames are alike

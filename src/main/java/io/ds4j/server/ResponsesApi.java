@@ -95,7 +95,7 @@ final class ResponsesApi {
      *                 else its origin): the item that ends an input that ends with the assistant's turn
      * @param calls    for each chat message, the paths of its tool calls' {@code function_call} items (empty for most)
      * @param settings the request's settings as the response object echoes them ({@code instructions}, {@code tools},
-     *                 {@code text}, ...; sampling values are added by the writer, as applied)
+     *                 {@code text}, ...; sampling values and max_output_tokens are added by the writer, as applied)
      */
     record Translation(ObjectNode chat, List<String> origins, List<String> ends, List<List<String>> calls, ObjectNode settings)
             implements TranslatedRequest {
@@ -124,8 +124,9 @@ final class ResponsesApi {
         }
 
         @Override
-        public AnswerWriter writer(String id, long created, String model, Requests.Gen g, int promptTokens) {
-            return new ResponsesResponse(id, created, model, g.stream(), settings, g.params().temperature(), g.params().topP());
+        public AnswerWriter writer(String id, long created, String model, Requests.Gen g, int promptTokens, int maxTokens) {
+            return new ResponsesResponse(id, created, model, g.stream(), settings, g.params().temperature(), g.params().topP(),
+                    maxTokens);
         }
 
         /**
@@ -240,7 +241,6 @@ final class ResponsesApi {
         // chat checks it, under its name of max_tokens (renamed back in its errors)
         JsonNode most = body.get("max_output_tokens");
         if (most != null && !most.isNull()) chat.set("max_tokens", most);
-        settings.set("max_output_tokens", most);
         streamOptions(body);
         bookkeeping(body, settings);
 

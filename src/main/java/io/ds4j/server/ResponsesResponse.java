@@ -26,6 +26,7 @@ final class ResponsesResponse implements AnswerWriter {
     /** The request's settings the response echoes (see {@link ResponsesApi.Translation#settings}). */
     private final ObjectNode settings;
     private final double temperature, topP;
+    private final int maxOutputTokens;
     private final List<Item> items = new ArrayList<>();
     /** Streaming: the item started and not yet done, or null. */
     private Item open;
@@ -54,8 +55,12 @@ final class ResponsesResponse implements AnswerWriter {
      * @param settings    the request's settings the response echoes
      * @param temperature the temperature the sampling applies (the request's or the server's default)
      * @param topP        the top_p the sampling applies
+     * @param maxOutputTokens the most output tokens the generation applies (the request's, or the server's default cut
+     *                    to the room after the prompt)
      */
-    ResponsesResponse(String id, long created, String model, boolean stream, ObjectNode settings, double temperature, double topP) {
+    ResponsesResponse(String id, long created, String model, boolean stream, ObjectNode settings, double temperature, double topP,
+                      int maxOutputTokens) {
+        this.maxOutputTokens = maxOutputTokens;
         this.id = id;
         this.created = created;
         this.model = model;
@@ -90,7 +95,9 @@ final class ResponsesResponse implements AnswerWriter {
         r.put("background", false).putNull("error");
         r.set("incomplete_details", incomplete);
         r.set("instructions", settings.get("instructions"));
-        r.set("max_output_tokens", settings.get("max_output_tokens"));
+        // the limit applied, as temperature and top_p are: a request that gave none ran under the server's default, and
+        // an answer cut there says incomplete_details.reason "max_output_tokens", which a null here left unexplained
+        r.put("max_output_tokens", maxOutputTokens);
         r.put("model", model);
         r.set("output", output);
         r.set("parallel_tool_calls", settings.get("parallel_tool_calls"));

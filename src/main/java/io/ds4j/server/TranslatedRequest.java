@@ -40,6 +40,8 @@ interface TranslatedRequest {
      * @param model        the served model's id
      * @param g            the chat request as read (streaming, sampling as applied)
      * @param promptTokens the prompt's tokens
+     * @param maxTokens    the most tokens the generation applies: the client's, or the server's default cut to the room
+     *                     after the prompt
      */
-    AnswerWriter writer(String id, long created, String model, Requests.Gen g, int promptTokens);
+    AnswerWriter writer(String id, long created, String model, Requests.Gen g, int promptTokens, int maxTokens);
 }

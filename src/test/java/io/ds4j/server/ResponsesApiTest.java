@@ -221,7 +221,8 @@ class ResponsesApiTest {
         assertEquals(0, r.get("tools").size());
         assertEquals(Json.MAPPER.readTree("{\"format\":{\"type\":\"text\"}}"), r.get("text"));
         assertTrue(r.get("instructions").isNull());
-        assertTrue(r.get("max_output_tokens").isNull());
+        // the limit applied, as temperature is: the server's default (limits.maxTokensDefault) where none was given
+        assertEquals(4096, r.get("max_output_tokens").asInt(), r.toString());
         assertTrue(r.get("previous_response_id").isNull());
         assertTrue(r.get("parallel_tool_calls").asBoolean());
         assertEquals("disabled", r.get("truncation").asText());
@@ -418,6 +419,19 @@ class ResponsesApiTest {
         List<Event> events = stream(streamed(body));
         assertEquals("response.incomplete", events.getLast().name());
         streamsTheSame(body, r);
+        // cut by the server's default (chat's max_tokens is no field of this API, and is ignored): the reason is OpenAI's
+        // max_output_tokens still, and max_output_tokens says the limit that cut it (it was null)
+        try (TestServer small = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
+                java.util.Map.of("limits.maxTokensDefault", 2, "speculative.draft", "none"))) {
+            TestServer.Resp cut = small.post("/v1/responses", "{\"input\":\"Hi\",\"max_tokens\":5}");
+            assertEquals(200, cut.status(), cut.body());
+            assertEquals("max_tokens (did you mean max_output_tokens?)", cut.headers().firstValue(RequestFields.HEADER).orElse(null));
+            JsonNode c = cut.json();
+            assertEquals("incomplete", c.get("status").asText(), c.toString());
+            assertEquals(Json.MAPPER.readTree("{\"reason\":\"max_output_tokens\"}"), c.get("incomplete_details"));
+            assertEquals(2, c.at("/usage/output_tokens").asInt(), c.toString());
+            assertEquals(2, c.get("max_output_tokens").asInt(), c.toString());
+        }
     }
 
     @Test
