@@ -176,6 +176,27 @@ class ServerConfigTest {
     }
 
     /**
+     * An entry of server.cors.allowedOrigins that no browser's Origin header can equal is refused, naming the key and
+     * what an origin is (it was accepted, and CORS stayed off for that page without a word).
+     */
+    @Test
+    void aCorsOriginThatCanNeverMatchIsRefused() throws Exception {
+        String what = " (an origin is scheme://host[:port] as a browser sends it, such as \"http://localhost:3000\", or \"*\" for any)";
+        assertEquals(List.of("server.cors.allowedOrigins: \"not a url\" is not an origin" + what),
+                problems("{\"server\": {\"cors\": {\"allowedOrigins\": [\"not a url\"]}}}").problems());
+        assertEquals(List.of("server.cors.allowedOrigins: \"localhost:3000\" is not an origin" + what,
+                        "server.cors.allowedOrigins: \"http://App.example/\" never matches: a browser sends that origin as"
+                                + " \"http://app.example\" (scheme and host in lower case, no default port, no path or trailing slash)",
+                        "server.cors.allowedOrigins: \"https://a.example:443\" never matches: a browser sends that origin as"
+                                + " \"https://a.example\" (scheme and host in lower case, no default port, no path or trailing slash)"),
+                problems("{\"server\": {\"cors\": {\"allowedOrigins\": [\"localhost:3000\", \"http://App.example/\","
+                        + " \"https://a.example:443\"]}}}").problems());
+        for (String ok : List.of("*", "http://localhost:3000", "https://app.example", "http://[::1]:8080", "http://127.0.0.1"))
+            assertEquals(List.of(ok), ServerConfig.parse("{\"server\": {\"cors\": {\"allowedOrigins\": [\"" + ok + "\"]}}}",
+                    "t", null).corsOrigins());
+    }
+
+    /**
      * A key put in the wrong group, or written in snake_case for camelCase, names the key it is elsewhere (it was only
      * "unknown key": no typo of the whole path is near); a name in several groups names each.
      */
@@ -239,7 +260,9 @@ class ServerConfigTest {
     void syntaxErrorsNameTheLine() {
         ConfigException e = problems("{\n  \"server\": {\n    \"port\": 80,\n  }\n}");
         assertTrue(e.getMessage().startsWith("test: malformed JSON at line 4"), e.getMessage());
-        assertTrue(problems("[1]").getMessage().contains("must be a JSON object"));
+        // what the file holds instead is said, as for a group that is no object
+        assertEquals(List.of("test: must be a JSON object, got an array"), problems("[]").problems());
+        assertEquals(List.of("test: must be a JSON object, got 5"), problems("5").problems());
         assertEquals(List.of("server: must be an object, got 5"), problems("{\"server\": 5}").problems());
         assertEquals(List.of("scheduler: must be an object, got \"x\""), problems("{\"scheduler\": \"x\"}").problems());
         assertEquals(List.of("limits: must be an object, got an array"), problems("{\"limits\": [1]}").problems());

@@ -42,7 +42,7 @@ public final class ServerConfig {
                     "accepted Bearer keys; empty = no authentication. /health and the playground stay public. A key "
                             + "that is empty or starts or ends with a space, tab or control character is refused (no client can send it)"),
             key("server.cors.allowedOrigins", ConfigKey.Type.STRING_LIST, List.of(), true,
-                    "origins allowed by CORS (\"*\" = any); empty = no CORS headers"),
+                    "origins allowed by CORS (\"*\" = any), each scheme://host[:port] as a browser sends it; empty = no CORS headers"),
             key("server.maxBodyBytes", ConfigKey.Type.INT, 4 << 20, true, Range.of(1024, 1 << 30),
                     "largest accepted request body; larger gets 413"),
             key("server.webroot", ConfigKey.Type.STRING, "webroot", false, "folder of the playground's static files served at /"),
@@ -253,7 +253,7 @@ public final class ServerConfig {
             try {
                 n = Json.read(bytes, "a file");
                 if (n == null) unread.add(source + ": the file is empty; write {} to use every default");
-                else if (!n.isObject()) unread.add(source + ": must be a JSON object");
+                else if (!n.isObject()) unread.add(source + ": must be a JSON object, got " + ConfigKey.Type.describe(n));
             } catch (Json.Unreadable e) {
                 // the file is named first: a key given twice is the file's fault even where a flag sets that key too
                 unread.add(source + ": " + e.getMessage());
@@ -562,6 +562,12 @@ public final class ServerConfig {
         if ((Integer) v.get("cluster.announceMs") * 2 > (Integer) v.get("cluster.engineTimeoutMs")
                 && noneAbout(p, List.of("cluster.announceMs", "cluster.engineTimeoutMs")))
             p.add("cluster.engineTimeoutMs: must be at least twice cluster.announceMs (" + v.get("cluster.announceMs") + ")");
+        // an entry no browser's Origin header can equal would leave CORS off for the page it was meant for, silently
+        @SuppressWarnings("unchecked") List<String> origins = (List<String>) v.get("server.cors.allowedOrigins");
+        for (String o : origins) {
+            String why = originProblem(o);
+            if (why != null) p.add("server.cors.allowedOrigins: \"" + o + "\" " + why);
+        }
         @SuppressWarnings("unchecked") List<String> keys = (List<String>) v.get("server.apiKeys");
         // named by index: a key is a secret, and this message reaches the log and /props
         for (int i = 0; i < keys.size(); i++) {
@@ -576,6 +582,30 @@ public final class ServerConfig {
             String past = vocab == null ? null : topKPast(topK, vocab);
             if (past != null) p.add(past);
         }
+    }
+
+    /**
+     * Why an entry of server.cors.allowedOrigins can never equal a browser's Origin header, or null where it can: an
+     * origin is {@code scheme://host[:port]} as a browser sends it (scheme and host in lower case, no default port, no
+     * path, not even "/"), or {@code *} for any. The server compares the header with the entries as written.
+     */
+    static String originProblem(String o) {
+        if (o.equals("*")) return null;
+        String what = " (an origin is scheme://host[:port] as a browser sends it, such as \"http://localhost:3000\", or \"*\" for any)";
+        java.net.URI u;
+        try {
+            u = new java.net.URI(o);
+        } catch (java.net.URISyntaxException e) {
+            return "is not an origin" + what;
+        }
+        if (u.getScheme() == null || u.getHost() == null || u.isOpaque()) return "is not an origin" + what;
+        String scheme = u.getScheme().toLowerCase(Locale.ROOT);
+        int port = u.getPort();
+        boolean defaultPort = port == 80 && scheme.equals("http") || port == 443 && scheme.equals("https");
+        String origin = scheme + "://" + u.getHost().toLowerCase(Locale.ROOT) + (port >= 0 && !defaultPort ? ":" + port : "");
+        if (origin.equals(o)) return null;
+        return "never matches: a browser sends that origin as \"" + origin + "\" (scheme and host in lower case, no default"
+                + " port, no path or trailing slash)";
     }
 
     /** The keys {@link #backendOptions()} reads. */
