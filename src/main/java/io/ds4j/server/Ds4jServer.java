@@ -410,6 +410,16 @@ public final class Ds4jServer {
             return;
         }
         ServerConfig running = state.config();
+        // a model.path naming the folder the running model was loaded from (the embedded default's own folder, or the
+        // running path written another way) is no change: a restart would load the same model, so no restart is pending
+        if (loaded != null && proposed.modelPath() != null && !proposed.modelPath().equals(running.modelPath())
+                && sameFolder(proposed.modelPath(), loaded.path())) {
+            try {
+                proposed = proposed.with("model.path", running.modelPath());
+            } catch (ConfigException e) {
+                throw new IllegalStateException("the running model.path is valid", e);
+            }
+        }
         ServerConfig.Reload r = ServerConfig.reload(running, proposed);
         // keys the file sets that a command-line flag keeps at the flag's value: said at start (the watcher's first
         // reading) and at a reload, so a value in the file that does nothing, or an edit that changes nothing, is not a
@@ -448,6 +458,21 @@ public final class Ds4jServer {
         }
     }
 
+    /**
+     * Whether two folder paths name one folder: the same file where both exist (a link, a relative path), else the same
+     * absolute path once normalised ({@code /m/x/} is {@code /m/x}).
+     */
+    static boolean sameFolder(String a, String b) {
+        if (b == null) return false;
+        try {
+            Path pa = Path.of(a), pb = Path.of(b);
+            if (java.nio.file.Files.exists(pa) && java.nio.file.Files.exists(pb)) return java.nio.file.Files.isSameFile(pa, pb);
+            return pa.toAbsolutePath().normalize().equals(pb.toAbsolutePath().normalize());
+        } catch (java.nio.file.InvalidPathException | java.io.IOException e) {
+            return false;
+        }
+    }
+
     /** Logs what a reload that changed something applied, what waits for a restart and what no longer does, and records its outcome. */
     private void saidReload(Path file, ServerConfig running, ServerConfig proposed, ServerConfig.Reload r,
                             List<ServerConfig.Change> wasPending, List<String> overridden, List<String> parts) {
@@ -473,13 +498,23 @@ public final class Ds4jServer {
         }
         if (!r.pending().isEmpty()) {
             parts.add("pending restart " + r.pending());
-            LOG.warn("config {}: these keys need a restart and keep their running values until then: {}", file, r.pending());
+            // each pending change is warned of once, by the reload that made it: a later reload of other keys says the
+            // ones still waiting at INFO (they repeated as a WARN at every reload)
+            List<ServerConfig.Change> newly = r.pending().stream().filter(c -> !wasPending.contains(c)).toList();
+            List<ServerConfig.Change> still = r.pending().stream().filter(wasPending::contains).toList();
+            if (!newly.isEmpty())
+                LOG.warn("config {}: these keys need a restart and keep their running values until then: {}", file, newly);
+            if (!still.isEmpty()) LOG.info("config {}: still pending a restart: {}", file, still);
             // a playground folder the next start would not find is said now, as the start would say it
+            // what follows from the pending keys is in every reload's outcome, and a WARN only where a pending change
+            // it depends on is new (the same verdict again is INFO, as the keys still pending are)
             if (r.pending().stream().anyMatch(c -> c.key().equals("server.webroot"))) {
                 String noWebroot = webrootProblem(resolveWebroot(proposed.webroot()));
                 if (noWebroot != null) {
                     parts.add("at the next start: " + noWebroot);
-                    LOG.warn("config {}: at the next start: {}", file, noWebroot);
+                    if (newly.stream().anyMatch(c -> c.key().equals("server.webroot")))
+                        LOG.warn("config {}: at the next start: {}", file, noWebroot);
+                    else LOG.info("config {}: still, at the next start: {}", file, noWebroot);
                 }
             }
             // what the next start's check would refuse (a folder, a backend this machine cannot run) is said now, by
@@ -489,7 +524,9 @@ public final class Ds4jServer {
                     opt.provider().checkNextStart(proposed);
                 } catch (Exception e) {
                     parts.add("the next start would fail: " + e.getMessage());
-                    LOG.warn("config {}: the next start would fail: {}", file, e.getMessage());
+                    if (newly.stream().anyMatch(c -> NEXT_START_KEYS.contains(c.key())))
+                        LOG.warn("config {}: the next start would fail: {}", file, e.getMessage());
+                    else LOG.info("config {}: still, the next start would fail: {}", file, e.getMessage());
                 }
             }
         }

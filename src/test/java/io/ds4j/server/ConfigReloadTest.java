@@ -745,6 +745,64 @@ class ConfigReloadTest {
     }
 
     /** A server on the scripted backend that watches the configuration file f (first read as text), with the overrides. */
+    /**
+     * A model.path naming the folder the running model was loaded from (here the scripted model's; the embedded default's
+     * own folder likewise) is no change: nothing is pending a restart, as written or with a trailing slash, while another
+     * folder is.
+     */
+    @Test
+    @Order(22)
+    void aModelPathNamingTheRunningModelsFolderIsNoChange(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 50}}";
+        Files.writeString(f, text);
+        try (TestServer s = watching(Map.of(), f, text)) {
+            String loaded = s.get("/props").json().at("/model/path").asText();
+            int max = 7;
+            for (String same : List.of(loaded, loaded + "/")) {
+                Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"model\": {\"path\": \"" + same + "\"},"
+                        + " \"limits\": {\"maxTokensDefault\": " + max + "}}");
+                assertTrue(appliedMaxTokensDefault(s, max), same);
+                JsonNode p = s.get("/props").json();
+                assertTrue(p.get("pending_restart").isEmpty(), same + ": " + p.get("pending_restart"));
+                assertEquals("applied", p.at("/config_reload/outcome").asText(), p.get("config_reload").toString());
+                max++;
+            }
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"model\": {\"path\": \"" + loaded + "-other\"}}");
+            assertTrue(propsSoon(s, p -> p.get("pending_restart").size() == 1
+                    && p.at("/pending_restart/0/key").asText().equals("model.path")), s.get("/props").body());
+        }
+    }
+
+    /**
+     * A restart key's change is warned of once, by the reload that makes it: later reloads of other keys say it is still
+     * pending at INFO (the WARN was repeated at every reload); a new value for it is a new change, warned of again.
+     */
+    @Test
+    @Order(23)
+    void aPendingRestartIsWarnedOfOncePerChange(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 50}}";
+        Files.writeString(f, text);
+        try (LogCapture log = new LogCapture();
+             TestServer s = watching(Map.of(), f, text)) {
+            String warn = "[WARN] Ds4jServer - config " + f + ": these keys need a restart and keep their running values until then: ";
+            for (int max = 5; max <= 7; max++) {
+                Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"model\": {\"cacheTokens\": 1000}, \"limits\":"
+                        + " {\"maxTokensDefault\": " + max + "}}");
+                assertTrue(appliedMaxTokensDefault(s, max), log.linesWith("Ds4jServer").toString());
+            }
+            // the log line follows the configuration's change by a moment
+            String still = "[INFO] Ds4jServer - config " + f + ": still pending a restart: [model.cacheTokens: 0 -> 1000]";
+            assertTrue(TestServer.eventually(2000, () -> log.linesWith(still).size() == 2), log.linesWith("Ds4jServer").toString());
+            assertEquals(1, log.linesWith(warn + "[model.cacheTokens: 0 -> 1000]").size(), log.linesWith("Ds4jServer").toString());
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50}, \"model\": {\"cacheTokens\": 2000}}");
+            assertTrue(TestServer.eventually(5000, () -> log.linesWith(warn + "[model.cacheTokens: 0 -> 2000]").size() == 1),
+                    log.linesWith("Ds4jServer").toString());
+            assertEquals(2, log.linesWith(warn).size(), "each change once: " + log.linesWith("Ds4jServer"));
+        }
+    }
+
     private static TestServer watching(Map<String, Object> overrides, Path f, String text) throws Exception {
         return TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), overrides, f, text);
     }
