@@ -73,12 +73,23 @@ final class SchemaFiles {
         }
     }
 
+    /**
+     * The largest {@code --json-schema} or {@code --grammar} file read: far above any real schema or grammar (a few
+     * hundred KiB at most), and the server's default largest request body ({@code server.maxBodyBytes}) four times
+     * over. Past it, reading and compiling would take gigabytes and minutes before any answer.
+     */
+    static final long MAX_BYTES = 16L << 20;
+
     // a missing file, one that is no regular file (a folder, a FIFO that would block) and one that cannot be read are
     // each named in words, not by Java's exception text ("/nope (No such file or directory)")
     private static byte[] bytes(String flag, Path file) {
         if (!java.nio.file.Files.exists(file)) throw new IllegalArgumentException(flag + ": file not found: " + file);
         if (!java.nio.file.Files.isRegularFile(file)) throw new IllegalArgumentException(flag + ": " + file + " is not a regular file");
         try {
+            long size = java.nio.file.Files.size(file);
+            if (size > MAX_BYTES)
+                throw new IllegalArgumentException(flag + ": " + file + " is too large: " + String.format("%,d", size)
+                        + " bytes, more than the " + (MAX_BYTES >> 20) + " MiB a schema or grammar file may hold");
             return java.nio.file.Files.readAllBytes(file);
         } catch (java.io.IOException e) {
             throw new IllegalArgumentException(flag + ": cannot read " + file + ": "

@@ -57,6 +57,12 @@ public final class SchemaCompiler {
      * few per anyOf option).
      */
     static final int MAX_EXPANSION = 200_000;
+    /**
+     * Most properties declared by all the schema's objects together. A token's mask tests the property names left in
+     * an object, and the cost grows faster than the count (100,000 names in one object take over a second per mask,
+     * two million hang the request); real schemas declare a few hundred at most.
+     */
+    static final int MAX_PROPERTIES = 10_000;
 
     private final JsonNode root;
     private final List<Schema> nodes = new ArrayList<>();
@@ -77,6 +83,8 @@ public final class SchemaCompiler {
     private final Map<Schema, String> anyOfPaths = new IdentityHashMap<>();
     /** Where each array node is, for messages. */
     private final Map<Schema, String> arrayPaths = new IdentityHashMap<>();
+    /** Properties declared so far by the objects compiled ({@link #MAX_PROPERTIES}). */
+    private long properties;
 
     private SchemaCompiler(JsonNode root) {
         this.root = root;
@@ -753,6 +761,12 @@ public final class SchemaCompiler {
             return add(new Schema.AnyObject());
         }
         if (!props.isObject()) throw UnsupportedSchemaException.invalid("properties", path, "properties at '" + path + "' must be an object");
+        // counted before the properties compile: a schema far past the bound is refused without building its nodes
+        properties += props.size();
+        if (properties > MAX_PROPERTIES)
+            throw new UnsupportedSchemaException("properties", path, "the schema declares more than " + String.format("%,d", MAX_PROPERTIES)
+                    + " properties in all (" + String.format("%,d", props.size()) + " at '" + path + "/properties'), more than constrained"
+                    + " decoding takes: each token's mask is tested against the property names");
         Map<String, JsonNode> defs = new LinkedHashMap<>();
         for (var e : props.properties()) defs.put(e.getKey(), e.getValue());
         java.util.Set<String> req = new java.util.HashSet<>();

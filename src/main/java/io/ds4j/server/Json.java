@@ -115,6 +115,13 @@ public final class Json {
                     + ": holds an escape of half a UTF-16 surrogate pair without the other half (such as \\ud800), which is no"
                     + " character; write the character itself, or both halves of its escape");
         } catch (JsonProcessingException e) {
+            if (e instanceof com.fasterxml.jackson.core.exc.StreamConstraintsException c) {
+                // well-formed or not, the parser stopped at a limit of its own: the text is too large, not malformed
+                var loc = e.getLocation();
+                String at = loc != null && loc.getLineNr() > 0 ? " at line " + loc.getLineNr() + ", column " + loc.getColumnNr() : "";
+                throw new Unreadable(Problem.SYNTAX, null, "the JSON " + io.ds4j.json.ReadLimits.problem(c,
+                        BODY_READER.getFactory().streamReadConstraints(), at));
+            }
             String twice = duplicateKey(e);
             if (twice == null) throw new Unreadable(Problem.SYNTAX, null, syntaxProblem("malformed JSON", e, unit, bytes));
             var at = e.getLocation();
@@ -494,16 +501,6 @@ public final class Json {
      */
     static String plainSyntaxMessage(JsonProcessingException e, String unit, byte[] src) {
         String m = e.getOriginalMessage() != null ? e.getOriginalMessage() : "";
-        if (e instanceof com.fasterxml.jackson.core.exc.StreamConstraintsException) {
-            String l = m.toLowerCase(java.util.Locale.ROOT);
-            java.util.regex.Matcher mx = java.util.regex.Pattern.compile("maximum allowed \\((\\d+)").matcher(m);
-            String max = mx.find() ? mx.group(1) : null;
-            if (l.contains("nesting")) return "the JSON is nested too deeply" + (max != null ? " (more than " + max + " levels)" : "");
-            if (l.contains("number")) return "a number is too long" + (max != null ? " (more than " + max + " characters)" : "");
-            if (l.contains("string")) return "a string is too long" + (max != null ? " (more than " + max + " characters)" : "");
-            if (l.contains("name")) return "a field name is too long" + (max != null ? " (more than " + max + " characters)" : "");
-            return "the JSON exceeds a size limit";
-        }
         if (m.startsWith("Unexpected end-of-input")) return endedEarly(e, m);
         // "Unexpected close marker '}': expected ']' (for root starting at ...)": a closer with nothing open to close,
         // which Jackson words as a mismatch with a root it calls an array; after a complete value it is a stray closer

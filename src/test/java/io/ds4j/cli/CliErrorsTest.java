@@ -379,6 +379,38 @@ class CliErrorsTest {
         }
     }
 
+    /**
+     * A constraint file too large to read in reasonable time and memory is refused by its size before it is read, a
+     * schema with more properties than a mask can test in time before any model work, and JSON past a reading limit is
+     * said to be too large, not malformed (it may be well-formed).
+     */
+    @Test
+    void aConstraintFileTooLargeOrTooComplexIsRefusedAtOnce(@TempDir Path dir) throws Exception {
+        Path big = dir.resolve("big.json");
+        try (var f = new java.io.RandomAccessFile(big.toFile(), "rw")) {
+            f.setLength((16L << 20) + 1);  // sparse: no 16 MiB written
+        }
+        StringBuilder many = new StringBuilder("{\"type\":\"object\",\"properties\":{");
+        for (int i = 0; i < 10_001; i++) many.append(i == 0 ? "" : ",").append("\"p").append(i).append("\":{\"type\":\"integer\"}");
+        Path wide = Files.writeString(dir.resolve("wide.json"), many.append("}}"));
+        Path longNumber = Files.writeString(dir.resolve("long.json"), "{\"maximum\": " + "1".repeat(1001) + "}");
+        String[][] files = {
+                {"--json-schema", big.toString(), "--json-schema: " + big + " is too large: 16,777,217 bytes, more than the 16 MiB a"
+                        + " schema or grammar file may hold"},
+                {"--grammar", big.toString(), "--grammar: " + big + " is too large: 16,777,217 bytes, more than the 16 MiB a"
+                        + " schema or grammar file may hold"},
+                {"--json-schema", wide.toString(), "--json-schema: " + wide + ": the schema declares more than 10,000 properties in"
+                        + " all (10,001 at '/properties'), more than constrained decoding takes: each token's mask is tested against"
+                        + " the property names"},
+                {"--json-schema", longNumber.toString(), "--json-schema: " + longNumber + ": the JSON holds a number too long to read:"
+                        + " more than 1000 characters (the most this server reads)"}};
+        for (String[] f : files) {
+            GenerateCommandTest.Run r = runBounded("generate", "--prompt", "x", f[0], f[1]);
+            assertEquals(2, r.code(), r.err());
+            assertEquals("error: " + f[2], r.err().strip());
+        }
+    }
+
     /** bench's --render names a missing file (it was Java's own message), bench-prefix's --workloads the valid ones. */
     @Test
     void renderAndWorkloadsNameWhatIsWrong() {

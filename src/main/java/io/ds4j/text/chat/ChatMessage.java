@@ -308,24 +308,6 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
 
     private static final com.fasterxml.jackson.databind.ObjectMapper ARGS_MAPPER = new com.fasterxml.jackson.databind.ObjectMapper();
 
-    /**
-     * Arguments the parser stopped reading at one of its limits (nesting depth, the length of a number, a string or a
-     * name), said with the limit: they are not shown to be invalid JSON, only too large to read.
-     */
-    private static String pastReadingLimit(com.fasterxml.jackson.core.exc.StreamConstraintsException e) {
-        var limits = ARGS_MAPPER.getFactory().streamReadConstraints();
-        String m = e.getOriginalMessage() == null ? "" : e.getOriginalMessage().toLowerCase(java.util.Locale.ROOT);
-        if (m.contains("nesting"))
-            return "is nested too deeply: more than " + limits.getMaxNestingDepth() + " levels of objects and arrays (the most this server reads)";
-        if (m.contains("number"))
-            return "holds a number too long to read: more than " + limits.getMaxNumberLength() + " characters (the most this server reads)";
-        if (m.contains("name"))
-            return "holds a field name too long to read: more than " + limits.getMaxNameLength() + " characters (the most this server reads)";
-        if (m.contains("string"))
-            return "holds a string too long to read: more than " + limits.getMaxStringLength() + " characters (the most this server reads)";
-        return "is too large to read (past a limit of this server's JSON reader)";
-    }
-
     private static ToolCall readToolCall(JsonNode call, String path) {
         if (call == null || !call.isObject()) throw new ChatFormatException(path, "must be an object");
         JsonNode type = call.get("type");
@@ -354,7 +336,7 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
                 }
             } catch (com.fasterxml.jackson.core.exc.StreamConstraintsException e) {
                 // past a reading limit the parser stops, whether or not the rest is valid: the limit is what to say
-                throw new ChatFormatException(path + ".function.arguments", pastReadingLimit(e));
+                throw new ChatFormatException(path + ".function.arguments", io.ds4j.json.ReadLimits.problem(e, ARGS_MAPPER.getFactory().streamReadConstraints(), ""));
             } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
                 var loc = e.getLocation();
                 throw new ChatFormatException(path + ".function.arguments", "is not valid JSON"
