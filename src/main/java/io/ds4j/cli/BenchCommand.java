@@ -131,6 +131,9 @@ public final class BenchCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--name must be a file name without a folder (NAME.md, NAME.json and NAME.svg "
                     + "are written into --out), got '" + name + "'");
         String what = " (bench writes " + name + ".md, " + name + ".json and " + name + ".svg into the folder --out names)";
+        // a link to nothing is not "already there" in any useful sense: creating the folder would fail as if it were
+        if (Files.isSymbolicLink(out) && !Files.exists(out))
+            throw new IllegalArgumentException("--out " + out + ": a broken link (to " + linkTarget(out) + ", which does not exist); give a folder");
         if (Files.exists(out) && !Files.isDirectory(out))
             throw new IllegalArgumentException("--out " + out + ": it exists and is not a folder" + what);
         try {
@@ -138,9 +141,14 @@ public final class BenchCommand implements Callable<Integer> {
         } catch (IOException e) {
             throw new IllegalArgumentException("--out " + out + ": cannot create the folder: " + reason(e), e);
         }
-        for (Path f : BenchReport.files(out, name))
+        for (Path f : BenchReport.files(out, name)) {
             if (Files.exists(f) && !Files.isRegularFile(f))
                 throw new IllegalArgumentException("--out " + out + ": " + f.getFileName() + " exists and is not a file" + what);
+            // the results are written through a link, so one to nothing fails only at the write, after the whole run
+            if (Files.isSymbolicLink(f) && !Files.exists(f))
+                throw new IllegalArgumentException("--out " + out + ": " + f.getFileName() + " is a broken link (to " + linkTarget(f)
+                        + ", which does not exist); remove it, or give another --out or --name");
+        }
         try {
             Files.delete(Files.createTempFile(out, "." + name + "-", ".probe"));
         } catch (IOException e) {
@@ -149,6 +157,15 @@ public final class BenchCommand implements Callable<Integer> {
         for (Path f : BenchReport.files(out, name))
             if (Files.exists(f) && !Files.isWritable(f))
                 throw new IllegalArgumentException("--out " + out + ": " + f.getFileName() + " exists and cannot be replaced (permission denied)");
+    }
+
+    /** Where a symbolic link leads, as it is written, or "?" where it cannot be read. */
+    private static String linkTarget(Path link) {
+        try {
+            return Files.readSymbolicLink(link).toString();
+        } catch (IOException | UnsupportedOperationException e) {
+            return "?";
+        }
     }
 
     /** Why a file-system call failed, in words (its message is often only the path). */

@@ -316,7 +316,13 @@ class CliErrorsTest {
         Path file = Files.writeString(dir.resolve("good.json"), "{}");
         Path taken = Files.createDirectories(dir.resolve("taken").resolve("verify-f16kv.json")).getParent();
         String files = " (bench writes verify-f16kv.md, verify-f16kv.json and verify-f16kv.svg into the folder --out names)";
+        Path brokenOut = Files.createSymbolicLink(dir.resolve("gone"), Path.of("/nonexistent-ds4j"));
+        Path linked = Files.createDirectories(dir.resolve("linked"));
+        Files.createSymbolicLink(linked.resolve("verify-f16kv.json"), Path.of("/nonexistent-ds4j"));
         String[][] cases = {
+                {brokenOut.toString(), "--out " + brokenOut + ": a broken link (to /nonexistent-ds4j, which does not exist); give a folder"},
+                {linked.toString(), "--out " + linked + ": verify-f16kv.json is a broken link (to /nonexistent-ds4j, which does not exist);"
+                        + " remove it, or give another --out or --name"},
                 {file.toString(), "--out " + file + ": it exists and is not a folder" + files},
                 {file.resolve("sub").toString(), "--out " + file.resolve("sub") + ": cannot create the folder: not a directory"},
                 {"/proc/ds4j-bench-out", "--out /proc/ds4j-bench-out: cannot create the folder: no such file or directory"},
