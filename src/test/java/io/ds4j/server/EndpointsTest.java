@@ -153,6 +153,22 @@ class EndpointsTest {
         }
     }
 
+    /** allowedOrigins "null" allows the Origin browsers send from file:// pages and sandboxed frames, and only it. */
+    @Test
+    void theNullOriginIsAllowedWhereConfigured() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript),
+                Map.of("server.cors.allowedOrigins", List.of("null")))) {
+            for (String[] c : new String[][]{{"null", "null"}, {"http://app.example", null}}) {
+                HttpRequest pre = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + t.port + "/v1/chat/completions"))
+                        .method("OPTIONS", HttpRequest.BodyPublishers.noBody()).header("Origin", c[0])
+                        .header("Access-Control-Request-Method", "POST").build();
+                HttpResponse<String> r = t.http().send(pre, HttpResponse.BodyHandlers.ofString());
+                assertEquals(c[1] != null ? 204 : 403, r.statusCode(), c[0] + ": " + r.body());
+                assertEquals(c[1], r.headers().firstValue("access-control-allow-origin").orElse(null), c[0]);
+            }
+        }
+    }
+
     @Test
     void headIsAnsweredWhereverGetIs() throws Exception {
         try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of())) {

@@ -181,7 +181,8 @@ class ServerConfigTest {
      */
     @Test
     void aCorsOriginThatCanNeverMatchIsRefused() throws Exception {
-        String what = " (an origin is scheme://host[:port] as a browser sends it, such as \"http://localhost:3000\", or \"*\" for any)";
+        String what = " (an origin is scheme://host[:port] as a browser sends it, such as \"http://localhost:3000\", \"*\" for any, or"
+                + " \"null\" for file:// pages and sandboxed frames)";
         assertEquals(List.of("server.cors.allowedOrigins: \"not a url\" is not an origin" + what),
                 problems("{\"server\": {\"cors\": {\"allowedOrigins\": [\"not a url\"]}}}").problems());
         assertEquals(List.of("server.cors.allowedOrigins: \"localhost:3000\" is not an origin" + what,
@@ -191,7 +192,16 @@ class ServerConfigTest {
                                 + " \"https://a.example\" (scheme and host in lower case, no default port, no path or trailing slash)"),
                 problems("{\"server\": {\"cors\": {\"allowedOrigins\": [\"localhost:3000\", \"http://App.example/\","
                         + " \"https://a.example:443\"]}}}").problems());
-        for (String ok : List.of("*", "http://localhost:3000", "https://app.example", "http://[::1]:8080", "http://127.0.0.1"))
+        // a port no browser can send, and an international host written as itself (browsers send its ASCII form)
+        assertEquals(List.of("server.cors.allowedOrigins: \"http://a.example:0\" has no valid port: 0 is not in 1..65535",
+                        "server.cors.allowedOrigins: \"http://a.example:70000\" has no valid port: 70000 is not in 1..65535",
+                        "server.cors.allowedOrigins: \"https://b\u00fccher.example:8443\" never matches: a browser sends that origin as"
+                                + " \"https://xn--bcher-kva.example:8443\" (an international host name in its ASCII form)"),
+                problems("{\"server\": {\"cors\": {\"allowedOrigins\": [\"http://a.example:0\", \"http://a.example:70000\","
+                        + " \"https://b\u00fccher.example:8443\"]}}}").problems());
+        // "null": the Origin of file:// pages and sandboxed frames, which an operator may allow on purpose
+        for (String ok : List.of("*", "http://localhost:3000", "https://app.example", "http://[::1]:8080", "http://127.0.0.1", "null",
+                "https://xn--bcher-kva.example:8443", "http://a.example:65535"))
             assertEquals(List.of(ok), ServerConfig.parse("{\"server\": {\"cors\": {\"allowedOrigins\": [\"" + ok + "\"]}}}",
                     "t", null).corsOrigins());
     }

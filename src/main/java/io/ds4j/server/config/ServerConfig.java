@@ -42,7 +42,8 @@ public final class ServerConfig {
                     "accepted Bearer keys; empty = no authentication. /health and the playground stay public. A key "
                             + "that is empty or starts or ends with a space, tab or control character is refused (no client can send it)"),
             key("server.cors.allowedOrigins", ConfigKey.Type.STRING_LIST, List.of(), true,
-                    "origins allowed by CORS (\"*\" = any), each scheme://host[:port] as a browser sends it; empty = no CORS headers"),
+                    "origins allowed by CORS (\"*\" = any), each scheme://host[:port] as a browser sends it, or \"null\" (the origin"
+                            + " of file:// pages and sandboxed frames: any of them); empty = no CORS headers"),
             key("server.maxBodyBytes", ConfigKey.Type.INT, 4 << 20, true, Range.of(1024, 1 << 30),
                     "largest accepted request body; larger gets 413"),
             key("server.webroot", ConfigKey.Type.STRING, "webroot", false, "folder of the playground's static files served at /"),
@@ -590,22 +591,47 @@ public final class ServerConfig {
      * path, not even "/"), or {@code *} for any. The server compares the header with the entries as written.
      */
     static String originProblem(String o) {
-        if (o.equals("*")) return null;
-        String what = " (an origin is scheme://host[:port] as a browser sends it, such as \"http://localhost:3000\", or \"*\" for any)";
+        // "null" is the origin browsers send for file:// pages and sandboxed frames: allowing it is the operator's choice
+        if (o.equals("*") || o.equals(NULL_ORIGIN)) return null;
+        String what = " (an origin is scheme://host[:port] as a browser sends it, such as \"http://localhost:3000\", \"*\" for any, or"
+                + " \"null\" for file:// pages and sandboxed frames)";
         java.net.URI u;
         try {
             u = new java.net.URI(o);
         } catch (java.net.URISyntaxException e) {
             return "is not an origin" + what;
         }
+        if (u.getScheme() != null && u.getHost() == null && !u.isOpaque() && u.getRawAuthority() != null) {
+            // an international host name: java.net.URI reads no host in it, and browsers send its punycode form
+            String ascii = asciiOrigin(u.getScheme(), u.getRawAuthority());
+            if (ascii != null && originProblem(ascii) == null)
+                return "never matches: a browser sends that origin as \"" + ascii + "\" (an international host name in its"
+                        + " ASCII form)";
+        }
         if (u.getScheme() == null || u.getHost() == null || u.isOpaque()) return "is not an origin" + what;
         String scheme = u.getScheme().toLowerCase(Locale.ROOT);
         int port = u.getPort();
+        if (port == 0 || port > 65535) return "has no valid port: " + port + " is not in 1..65535";
         boolean defaultPort = port == 80 && scheme.equals("http") || port == 443 && scheme.equals("https");
         String origin = scheme + "://" + u.getHost().toLowerCase(Locale.ROOT) + (port >= 0 && !defaultPort ? ":" + port : "");
         if (origin.equals(o)) return null;
         return "never matches: a browser sends that origin as \"" + origin + "\" (scheme and host in lower case, no default"
                 + " port, no path or trailing slash)";
+    }
+
+    /** The Origin header's value for a page of no origin a server can name (file://, a sandboxed frame). */
+    private static final String NULL_ORIGIN = "null";
+
+    /** scheme://authority with the authority's host in its IDNA ASCII form (punycode), or null where it has none. */
+    private static String asciiOrigin(String scheme, String authority) {
+        int colon = authority.lastIndexOf(':');
+        String host = colon >= 0 ? authority.substring(0, colon) : authority;
+        try {
+            return scheme + "://" + java.net.IDN.toASCII(host, java.net.IDN.ALLOW_UNASSIGNED).toLowerCase(Locale.ROOT)
+                    + (colon >= 0 ? authority.substring(colon) : "");
+        } catch (IllegalArgumentException e) {
+            return null;
+        }
     }
 
     /** The keys {@link #backendOptions()} reads. */
