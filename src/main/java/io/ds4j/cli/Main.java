@@ -81,17 +81,31 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
     }
 
     /**
-     * The refusal of an option given without its value, naming it as it was written ("option -n needs a value"; picocli
-     * named it by its longest name, "Missing required parameter for option '--max-tokens' (<maxTokens>)"). Null for
-     * any other missing parameter, such as a required option not given at all.
+     * The refusal of an option given without its value, naming it as it was written: last ("option -n needs a value"),
+     * or followed by another option ("option -n needs a value, got the option --temperature"). picocli named it by its
+     * longest name, "Missing required parameter for option '--max-tokens' (<maxTokens>)" or "Expected parameter for
+     * option '--max-tokens' but found '--temperature'". Null for any other missing parameter, such as a required option
+     * not given at all.
      */
     static String noValue(CommandLine.MissingParameterException ex, String[] args) {
+        CommandLine.Model.CommandSpec spec = ex.getCommandLine().getCommandSpec();
         for (CommandLine.Model.ArgSpec a : ex.getMissing()) {
             if (!(a instanceof CommandLine.Model.OptionSpec opt) || opt.arity().max() == 0) continue;
-            Use u = uses(opt, args).stream().filter(x -> x.value() == null).findFirst().orElse(null);
-            if (u != null) return "option " + u.name() + " needs a value";
+            for (Use u : uses(opt, args)) {
+                if (u.value() == null) return "option " + u.name() + " needs a value";
+                // picocli takes no option's name as a value: the word after it was read as the next option
+                String next = optionNamed(spec, u.value());
+                if (u.text().equals(u.name() + " " + u.value()) && next != null)
+                    return "option " + u.name() + " needs a value, got the option " + next;
+            }
         }
         return null;
+    }
+
+    /** The option name a word starts as, as written ({@code --temperature} of {@code --temperature=1}), or null. */
+    private static String optionNamed(CommandLine.Model.CommandSpec spec, String word) {
+        String name = word.contains("=") ? word.substring(0, word.indexOf('=')) : word;
+        return spec.findOption(name) != null ? name : null;
     }
 
     /**

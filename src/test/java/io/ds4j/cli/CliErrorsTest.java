@@ -657,7 +657,13 @@ class CliErrorsTest {
                 {"unknown command 'generat' (did you mean generate?)" + commands, "ds4j", "generat"},
                 {"option -n needs a value", "ds4j generate", "generate", "--prompt", "hi", "-n"},
                 {"option --max-tokens needs a value", "ds4j generate", "generate", "--prompt", "hi", "--max-tokens"},
-                {"option --port needs a value", "ds4j serve", "serve", "--port"}};
+                {"option --port needs a value", "ds4j serve", "serve", "--port"},
+                // followed by another option rather than its value (picocli: "Expected parameter for option '--max-tokens'
+                // but found '--temperature'")
+                {"option -n needs a value, got the option --temperature", "ds4j generate", "generate", "--prompt", "hi", "-n",
+                        "--temperature", "1"},
+                {"option --max-tokens needs a value, got the option --seed", "ds4j generate", "generate", "--prompt", "hi",
+                        "--max-tokens", "--seed=3"}};
         for (String[] c : cases) {
             String[] args = java.util.Arrays.copyOfRange(c, 2, c.length);
             GenerateCommandTest.Run r = runBounded(args);
