@@ -1461,19 +1461,41 @@ public final class HttpVerticle extends VerticleBase {
         boolean schema = writesSchema(body);
         String head = "the prompt is " + prompt + " tokens";
         if (tools == 0 && !schema) return new Overflow("messages", head);
-        String toolsNamed = "the " + (tools == 1 ? "tool" : tools + " tools");
-        if (toolTokens < 0 || (schema && schemaTokens < 0))
+        List<PromptPart> parts = promptParts(body, prompt, toolTokens, schemaTokens);
+        if (parts == null)
             return new Overflow("messages", head + " (the messages with " + (tools > 0 && schema ? "tools and response_format's schema"
                     : tools > 0 ? "tools" : "response_format's schema") + ", as the chat template writes them)");
-        List<String> parts = new java.util.ArrayList<>();
-        if (tools > 0) parts.add(toolsNamed + ": " + toolTokens + " tokens");
-        if (schema) parts.add("response_format's schema: " + schemaTokens + " tokens");
-        int messages = prompt - Math.max(0, toolTokens) - Math.max(0, schemaTokens);
-        parts.add("the messages: " + messages + " tokens");
-        // the part that is most of the prompt is what to shorten
-        String param = tools > 0 && 2L * toolTokens > prompt ? "tools" : schema && 2L * schemaTokens > prompt ? "response_format"
-                : "messages";
-        return new Overflow(param, head + " as the chat template writes it (" + String.join(", ", parts) + ")");
+        return new Overflow(largestPart(parts, prompt), head + " as the chat template writes it ("
+                + String.join(", ", parts.stream().map(x -> x.name() + ": " + x.tokens() + " tokens").toList()) + ")");
+    }
+
+    /**
+     * One part of a chat prompt as the chat template writes it.
+     * @param name  how a message names it ("the 3 tools", "response_format's schema", "the messages")
+     * @param field the request field it comes from
+     */
+    record PromptPart(String name, String field, int tokens) {}
+
+    /**
+     * A chat prompt's tokens by what they come from: the tools, the response_format schema (each where the body gives
+     * them) and the messages, the rest; null where the tools or the schema were not counted. One account for each
+     * refusal that states the prompt (one over the context, a max_tokens past the room it leaves).
+     */
+    static List<PromptPart> promptParts(JsonNode body, int prompt, int toolTokens, int schemaTokens) {
+        int tools = toolCount(body);
+        boolean schema = writesSchema(body);
+        if ((tools > 0 && toolTokens < 0) || (schema && schemaTokens < 0)) return null;
+        List<PromptPart> parts = new java.util.ArrayList<>();
+        if (tools > 0) parts.add(new PromptPart("the " + (tools == 1 ? "tool" : tools + " tools"), "tools", toolTokens));
+        if (schema) parts.add(new PromptPart("response_format's schema", "response_format", schemaTokens));
+        parts.add(new PromptPart("the messages", "messages", prompt - Math.max(0, toolTokens) - Math.max(0, schemaTokens)));
+        return parts;
+    }
+
+    /** The field of the part that is most of the prompt, what to shorten; the messages where none is. */
+    private static String largestPart(List<PromptPart> parts, int prompt) {
+        for (PromptPart x : parts) if (!x.field().equals("messages") && 2L * x.tokens() > prompt) return x.field();
+        return "messages";
     }
 
     /** {@link #overflow}'s answer: the field refused and the message's account of the prompt (after "field: "). */
@@ -1549,7 +1571,10 @@ public final class HttpVerticle extends VerticleBase {
                 // over the context with tools or a schema written in: how many tokens are theirs, for the message (the
                 // prompt rendered without each, on this refusal's path only)
                 int toolTokens = -1, schemaTokens = -1;
-                if (ids.length >= ctxLimit && (toolCount(body) > 0 || writesSchema(body))) {
+                // (and with a client's max_tokens past the room the prompt leaves, refused stating the prompt's parts too)
+                boolean refused = ids.length >= ctxLimit
+                        || g.maxTokensParam() != null && (long) ids.length + g.params().maxTokens() > ctxLimit;
+                if (refused && (toolCount(body) > 0 || writesSchema(body))) {
                     int noTools = toolCount(body) > 0
                             ? tok.encode(ChatEncoder.render(g.messages(), g.options().withTools(null))).length : ids.length;
                     toolTokens = ids.length - noTools;
@@ -1610,11 +1635,18 @@ public final class HttpVerticle extends VerticleBase {
             int room = ctxLimit - prompt.length, cache = state.config().cacheTokens();
             String mt = g.maxTokensParam();
             if (mt != null && g.params().maxTokens() > room) {
-                String input = chat ? "messages" : "prompt";
+                // the prompt's parts as the refusal of a prompt over the context counts them: tools and a schema the
+                // template writes in can be most of it, while the messages are short
+                List<PromptPart> counted = chat ? promptParts(body, prompt.length, enc.toolTokens(), enc.schemaTokens()) : null;
+                List<PromptPart> parts = counted != null ? counted
+                        : List.of(new PromptPart(chat ? "the messages" : "the prompt", chat ? "messages" : "prompt", prompt.length));
+                String largest = largestPart(parts, prompt.length);
+                String shorten = parts.stream().filter(x -> x.field().equals(largest)).findFirst().map(PromptPart::name).orElse("the messages");
                 error(ctx, renamed(read.translation(), ApiException.bad(mt, "context_length_exceeded", mt + ": this model's"
                         + " maximum context length is " + ctxLimit + " tokens. However, you requested "
-                        + ((long) prompt.length + g.params().maxTokens()) + " tokens (" + prompt.length + " in the " + input
-                        + ", " + g.params().maxTokens() + " in the completion). Please reduce the length of the " + input
+                        + ((long) prompt.length + g.params().maxTokens()) + " tokens ("
+                        + String.join(", ", parts.stream().map(x -> x.tokens() + " in " + x.name()).toList()) + ", "
+                        + g.params().maxTokens() + " in the completion). Please reduce the length of " + shorten
                         + " or completion: at most " + room + " completion tokens fit after this prompt")));
                 return;
             }

@@ -341,6 +341,23 @@ class BadInputTest {
             assertEquals(200, fits.status(), fits.body());
             assertEquals(400, server.post(c[0], c[1].replace("1000", String.valueOf(room + 1))).status());
         }
+        // a tool the template writes into the prompt is counted apart from the messages (all of the prompt was called
+        // "in the messages"), as the refusal of a prompt over the context counts it (a context that holds the tool)
+        try (TestServer wide = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("limits.maxContextTokens", 512))) {
+            String oneTool = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"max_tokens\":1000";
+            TestServer.Resp t = wide.post("/v1/chat/completions", chat(oneTool));
+            assertEquals(400, t.status(), t.body());
+            java.util.regex.Matcher parts = java.util.regex.Pattern.compile("max_tokens: this model's maximum context length is 512"
+                    + " tokens\\. However, you requested (\\d+) tokens \\((\\d+) in the tool, (\\d+) in the messages, 1000 in the"
+                    + " completion\\)\\. Please reduce the length of the tool or completion: at most (\\d+) completion"
+                    + " tokens fit after this prompt").matcher(t.json().at("/error/message").asText());
+            assertTrue(parts.matches(), t.body());
+            int toolTokens = Integer.parseInt(parts.group(2)), messageTokens = Integer.parseInt(parts.group(3));
+            assertEquals(Integer.parseInt(parts.group(1)), toolTokens + messageTokens + 1000, t.body());
+            TestServer.Resp plain = wide.post("/v1/chat/completions", chat("\"max_tokens\":1000"));
+            assertTrue(plain.json().at("/error/message").asText().contains("(" + messageTokens + " in the messages, 1000 in the completion)"),
+                    "the messages alone are the same tokens: " + plain.body() + " / " + t.body());
+        }
         // the Anthropic Messages API's max_tokens, in its error shape
         TestServer.Resp a = server.post("/v1/messages", "{\"model\":\"scripted\",\"max_tokens\":1000,"
                 + "\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}");
