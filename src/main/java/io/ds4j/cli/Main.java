@@ -30,7 +30,7 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
             CommandLine cmd = ex.getCommandLine();
             // picocli starts some messages with its own "Error: "; one prefix is enough
             String msg = ex instanceof CommandLine.OverwrittenOptionException o && o.getOverwritten() instanceof CommandLine.Model.OptionSpec opt
-                    ? givenTwice(opt, args) : ex instanceof CommandLine.UnmatchedArgumentException u ? unknownCommand(u)
+                    ? givenTwice(opt, args) : ex instanceof CommandLine.UnmatchedArgumentException u ? unknownCommand(u, args)
                     : ex instanceof CommandLine.MissingParameterException m ? noValue(m, args) : badNumber(ex, args);
             if (msg == null) msg = String.valueOf(ex.getMessage()).replaceFirst("^Error: ", "");
             cmd.getErr().println(cmd.getColorScheme().errorText("error: " + msg));
@@ -68,16 +68,26 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
      * one and the list of commands; picocli said "Unmatched argument at index 0: 'nosuch'"). Null for any other
      * unmatched argument: an unknown option, or an extra word after a command's own arguments.
      */
-    static String unknownCommand(CommandLine.UnmatchedArgumentException ex) {
+    static String unknownCommand(CommandLine.UnmatchedArgumentException ex, String[] args) {
         CommandLine cmd = ex.getCommandLine();
         List<String> unmatched = ex.getUnmatched();
         // only where a command is expected: a command line of commands (the top level takes no other word), and a
         // word that is no option (an unknown option keeps picocli's "Unknown option")
         if (cmd.getSubcommands().isEmpty() || unmatched.isEmpty() || unmatched.get(0).startsWith("-")) return null;
+        String word = unmatched.get(0);
+        String commands = "; the commands: " + String.join(", ", cmd.getSubcommands().keySet());
+        // after "--" a command's name is a plain word: suggesting the very name would not help
+        int end = java.util.Arrays.asList(args).indexOf("--");
+        if (end >= 0 && java.util.Arrays.asList(args).subList(end + 1, args.length).contains(word))
+            return "'--' ends the options: nothing after it is read as a command, so '" + word + "' is not one"
+                    + (cmd.getSubcommands().containsKey(word) ? " (leave the '--' out: ds4j " + word + ")" : "") + commands;
         // the project's one rule for a "did you mean" (picocli's own suggestions offer names that share a letter or two)
-        String close = io.ds4j.server.config.ServerConfig.closest(unmatched.get(0), cmd.getSubcommands().keySet());
-        return "unknown command '" + unmatched.get(0) + "'" + (close == null ? "" : " (did you mean " + close + "?)")
-                + "; the commands: " + String.join(", ", cmd.getSubcommands().keySet());
+        String close = io.ds4j.server.config.ServerConfig.closest(word, cmd.getSubcommands().keySet());
+        // a command written with spaces around it looks like the command itself in the message: say what differs
+        String hint = close == null || close.equals(word) ? ""
+                : close.equals(word.strip()) ? " (it has spaces around the name: did you mean " + close + "?)"
+                : " (did you mean " + close + "?)";
+        return "unknown command '" + word + "'" + hint + commands;
     }
 
     /**

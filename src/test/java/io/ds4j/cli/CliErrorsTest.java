@@ -655,6 +655,10 @@ class CliErrorsTest {
         String[][] cases = {
                 {"unknown command 'nosuch'" + commands, "ds4j", "nosuch"},
                 {"unknown command 'generat' (did you mean generate?)" + commands, "ds4j", "generat"},
+                // never "(did you mean serve?)" for what reads as serve itself
+                {"'--' ends the options: nothing after it is read as a command, so 'serve' is not one (leave the '--' out: ds4j"
+                        + " serve)" + commands, "ds4j", "--", "serve"},
+                {"unknown command ' serve' (it has spaces around the name: did you mean serve?)" + commands, "ds4j", " serve"},
                 {"option -n needs a value", "ds4j generate", "generate", "--prompt", "hi", "-n"},
                 {"option --max-tokens needs a value", "ds4j generate", "generate", "--prompt", "hi", "--max-tokens"},
                 {"option --port needs a value", "ds4j serve", "serve", "--port"},
