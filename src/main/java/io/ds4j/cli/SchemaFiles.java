@@ -59,13 +59,12 @@ final class SchemaFiles {
      * @throws IllegalArgumentException starting with {@code --grammar: }, naming the file and what is wrong
      */
     static GrammarFile grammar(Path file) {
-        String text;
-        try {
-            // strict, as the JSON reader is: a malformed byte is refused, not read as a replacement character
-            text = java.nio.charset.StandardCharsets.UTF_8.newDecoder().decode(java.nio.ByteBuffer.wrap(bytes("--grammar", file))).toString();
-        } catch (java.nio.charset.CharacterCodingException e) {
-            throw new IllegalArgumentException("--grammar: " + file + " is not valid UTF-8", e);
-        }
+        byte[] b = bytes("--grammar", file);
+        // strict, and worded as the JSON reader words it for --json-schema: a malformed byte is refused, with its place,
+        // not read as a replacement character
+        String bad = io.ds4j.server.Json.utf8Problem(b);
+        if (bad != null) throw new IllegalArgumentException("--grammar: " + file + ": " + bad);
+        String text = new String(b, java.nio.charset.StandardCharsets.UTF_8);
         try {
             return new GrammarFile(text, io.ds4j.grammar.Grammar.ebnf(text));
         } catch (io.ds4j.grammar.UnsupportedGrammarException e) {

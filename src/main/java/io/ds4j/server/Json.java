@@ -166,6 +166,15 @@ public final class Json {
      * decoder checks the bytes first.
      */
     private static void checkUtf8(byte[] bytes) throws Unreadable {
+        String bad = utf8Problem(bytes);
+        if (bad != null) throw new Unreadable(Problem.UTF8, null, bad);
+    }
+
+    /**
+     * Why bytes are not well-formed UTF-8 (RFC 3629), in the words every reader of the server's texts uses ("not valid
+     * UTF-8: a malformed byte sequence at byte offset 19"), or null where they are.
+     */
+    public static String utf8Problem(byte[] bytes) {
         java.nio.charset.CharsetDecoder d = java.nio.charset.StandardCharsets.UTF_8.newDecoder()
                 .onMalformedInput(java.nio.charset.CodingErrorAction.REPORT)
                 .onUnmappableCharacter(java.nio.charset.CodingErrorAction.REPORT);
@@ -173,13 +182,12 @@ public final class Json {
         java.nio.CharBuffer out = java.nio.CharBuffer.allocate(8192);
         while (true) {
             java.nio.charset.CoderResult r = d.decode(in, out, true);
-            if (r.isError())
-                throw new Unreadable(Problem.UTF8, null, "not valid UTF-8: a malformed byte sequence at byte offset " + in.position());
+            if (r.isError()) return "not valid UTF-8: a malformed byte sequence at byte offset " + in.position();
             if (r.isUnderflow()) break;
             out.clear();
         }
         out.clear();
-        if (d.flush(out).isError()) throw new Unreadable(Problem.UTF8, null, "not valid UTF-8: it ends inside a character");
+        return d.flush(out).isError() ? "not valid UTF-8: it ends inside a character" : null;
     }
 
     /**

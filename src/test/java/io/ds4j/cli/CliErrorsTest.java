@@ -369,7 +369,11 @@ class CliErrorsTest {
         assertEquals(2, draft.code(), draft.err());
         assertEquals("error: --draft-model: folder not found: " + dir.resolve("nope").toAbsolutePath(), draft.err().strip());
         Path broken = Files.writeString(dir.resolve("broken.json"), "{\"type\":\n");
+        Path latin1 = Files.write(dir.resolve("latin1"), new byte[]{'r', 'o', 'o', 't', ' ', (byte) 0xE9});
         String[][] files = {
+                // one wording of a malformed byte, with its place, for both files
+                {"--json-schema", latin1.toString(), "--json-schema: " + latin1 + ": not valid UTF-8: a malformed byte sequence at byte offset 5"},
+                {"--grammar", latin1.toString(), "--grammar: " + latin1 + ": not valid UTF-8: a malformed byte sequence at byte offset 5"},
                 {"--json-schema", nope, "--json-schema: file not found: " + nope},
                 {"--json-schema", dir.toString(), "--json-schema: " + dir + " is not a regular file"},
                 {"--json-schema", broken.toString(), "--json-schema: " + broken + ": malformed JSON at line 2, column 1: "},
