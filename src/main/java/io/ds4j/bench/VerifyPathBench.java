@@ -71,6 +71,10 @@ public final class VerifyPathBench {
         public Options {
             if (lengths.isEmpty()) throw new IllegalArgumentException("--lengths: at least one input length is needed");
             for (int L : lengths) if (L < 2) throw new IllegalArgumentException("--lengths: each input length must be >= 2, got " + L);
+            // a length given twice is run twice and written as two rows of one length, which the report tells apart nowhere
+            for (int i = 0; i < lengths.size(); i++)
+                if (lengths.indexOf(lengths.get(i)) < i)
+                    throw new IllegalArgumentException("--lengths: each input length may be given once, but " + lengths.get(i) + " is repeated");
             if (q < 1 || q > 16) throw new IllegalArgumentException("--q must be in 1..16, got " + q);
             if (decodeTokens < 1) throw new IllegalArgumentException("--decode-tokens must be >= 1, got " + decodeTokens);
             if (agreementSteps < 0) throw new IllegalArgumentException("--agreement-steps must be >= 0, got " + agreementSteps);

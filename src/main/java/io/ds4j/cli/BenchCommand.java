@@ -64,6 +64,12 @@ public final class BenchCommand implements Callable<Integer> {
             for (Path p : render) {
                 if (p.toString().isBlank()) throw new IllegalArgumentException("--render: an empty file name (expected FILE.json[,FILE.json...])");
                 if (!java.nio.file.Files.isRegularFile(p)) throw new IllegalArgumentException("--render: file not found: " + p);
+                // the merged result would replace an input before it is read again (a second render of the same command
+                // merges the merged file): the same file by its real path, however either is written or linked
+                for (Path f : BenchReport.files(out, name))
+                    if (Files.exists(f) && Files.isSameFile(f, p))
+                        throw new IllegalArgumentException("--render: " + p + " is " + f + ", which the rendered result replaces;"
+                                + " give another --out or --name");
             }
             BenchReport rep = BenchReport.fromJson(render.get(0));
             for (Path p : render.subList(1, render.size())) rep = rep.merge(BenchReport.fromJson(p));

@@ -205,6 +205,16 @@ class VerifyPathBenchTest {
         r = GenerateCommandTest.run("bench", "--render", junk.toString(), "--out", dir.toString());
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("junk.json: not a ds4j bench JSON document"), r.err());
+        // an input that is one of the files the result replaces is refused, written another way too, and left as it was
+        Path input = Files.copy(Path.of("docs/bench/verify-f16kv.json"), dir.resolve("verify-f16kv.json"));
+        String before = Files.readString(input);
+        for (String as : new String[]{input.toString(), dir.resolve(".").resolve("verify-f16kv.json").toString()}) {
+            r = GenerateCommandTest.run("bench", "--render", as, "--out", dir.toString());
+            assertEquals(2, r.code(), r.err());
+            assertEquals("error: --render: " + as + " is " + dir.resolve("verify-f16kv.json") + ", which the rendered result"
+                    + " replaces; give another --out or --name", r.err().strip());
+        }
+        assertEquals(before, Files.readString(input), "the input is not replaced");
         r = GenerateCommandTest.run("bench", "--render", "", "--out", dir.toString());
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("empty file name"), r.err());
@@ -215,6 +225,7 @@ class VerifyPathBenchTest {
     void badOptionsAreNamed() {
         String[][] cases = {{"--q", "0", "--q must be in 1..16, got 0"}, {"--q", "17", "--q must be in 1..16, got 17"},
                 {"--lengths", "64,0", "--lengths: each input length must be >= 2, got 0"},
+                {"--lengths", "32,64,32", "--lengths: each input length may be given once, but 32 is repeated"},
                 {"--decode-tokens", "0", "--decode-tokens must be >= 1, got 0"}, {"--chunk", "0", "--chunk must be >= 1, got 0"},
                 {"--agreement-steps", "-1", "--agreement-steps must be >= 0, got -1"},
                 {"--synthetic-above", "0", "--synthetic-above must be >= 1, got 0"},
