@@ -222,6 +222,12 @@ class ServerConfigTest {
         assertEquals(" (did you mean server.port or cluster.port?)", ServerConfig.suggestion("limits.port"));
         // a typo within the right group is still found
         assertEquals(" (did you mean limits.maxQueue?)", ServerConfig.suggestion("limits.maxQeue"));
+        // a key but for its case is that key alone (not every key of its name in other groups)
+        assertEquals(" (did you mean server.port?)", ServerConfig.suggestion("Server.port"));
+        assertEquals(" (did you mean server.cors.allowedOrigins?)", ServerConfig.suggestion("SERVER.CORS.allowed_origins"));
+        // a name cut short names the one key of its group it begins, and only one
+        assertEquals(" (did you mean limits.maxContextTokens?)", ServerConfig.suggestion("limits.maxContext"));
+        assertEquals("", ServerConfig.suggestion("limits.max"));
     }
 
     /**

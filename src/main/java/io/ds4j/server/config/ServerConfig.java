@@ -453,14 +453,35 @@ public final class ServerConfig {
      * where the name is in several groups); else the key within a few typos of the whole path ({@link #closest}).
      */
     public static String suggestion(String path) {
+        List<String> names = KEYS.stream().map(ConfigKey::name).toList();
+        // the whole path but for its case and underscores is that key alone ("Server.port" is server.port, not also
+        // cluster.port)
+        String whole = squashedPath(path);
+        List<String> same = names.stream().filter(n -> !n.equals(path) && squashedPath(n).equals(whole)).toList();
+        if (same.size() == 1) return " (did you mean " + same.getFirst() + "?)";
         // a name that exists as written (or but for its case and underscores) says more than a near spelling of the whole
         // path: "server.maxActive" is one typo from no key, yet it is limits.maxActive put in the wrong group
         String last = squashed(path.substring(path.lastIndexOf('.') + 1));
-        List<String> moved = KEYS.stream().map(ConfigKey::name).filter(n -> !n.equals(path))
+        List<String> moved = names.stream().filter(n -> !n.equals(path))
                 .filter(n -> squashed(n.substring(n.lastIndexOf('.') + 1)).equals(last)).toList();
         if (!moved.isEmpty()) return " (did you mean " + String.join(" or ", moved) + "?)";
-        String best = closest(path, KEYS.stream().map(ConfigKey::name).toList());
-        return best != null ? " (did you mean " + best + "?)" : "";
+        String best = closest(path, names);
+        if (best != null) return " (did you mean " + best + "?)";
+        // a name cut short within its group ("limits.maxContext"): the one key of the group that it begins
+        int dot = path.lastIndexOf('.');
+        if (dot > 0 && path.length() - dot > 3) {
+            List<String> longer = names.stream().filter(n -> n.lastIndexOf('.') == dot
+                    && squashedPath(n.substring(0, dot)).equals(squashedPath(path.substring(0, dot)))
+                    && squashed(n.substring(dot + 1)).startsWith(last)).toList();
+            if (longer.size() == 1) return " (did you mean " + longer.getFirst() + "?)";
+        }
+        return "";
+    }
+
+    /** A dotted key path with each part {@link #squashed}: {@code Server.Port} and {@code server.port} compare equal. */
+    private static String squashedPath(String path) {
+        return java.util.Arrays.stream(path.split("\\.", -1)).map(ServerConfig::squashed)
+                .collect(java.util.stream.Collectors.joining("."));
     }
 
     /** A key name without its case and underscores, so that {@code max_body_bytes} and {@code MaxBodyBytes} match {@code maxBodyBytes}. */
