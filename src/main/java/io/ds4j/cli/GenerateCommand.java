@@ -141,7 +141,10 @@ public final class GenerateCommand implements Callable<Integer> {
                     + effort + "'");
         if (effortMode != null && effortMode.thinking()) thinking = true;
         if (reasoningBudget != null && !thinking)
-            throw new IllegalArgumentException("--reasoning-budget needs thinking (--chat with --thinking or --reasoning-effort)");
+            throw new IllegalArgumentException(effortMode != null
+                    ? "--reasoning-budget needs thinking, which --reasoning-effort " + effort + " turns off (the API accepts such a"
+                            + " budget and leaves it unused)"
+                    : "--reasoning-budget needs thinking (--chat with --thinking or --reasoning-effort)");
         if (reasoningBudget != null && reasoningBudget < 0)
             throw new IllegalArgumentException("--reasoning-budget must be >= 0, got " + reasoningBudget);
         BackendOptions bo = backendOptions();

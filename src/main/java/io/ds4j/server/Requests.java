@@ -163,8 +163,11 @@ final class Requests {
             ChatOptions opts = chatOptions(body).withContinueFinal(continued != null);
             List<String> notes = new ArrayList<>(1);
             Grammar grammar = grammar(body, opts, messages, continued, notes);
+            Integer budget = reasoningBudget(body);
+            // accepted, as clients send one budget with every effort, but said: it caps nothing without thinking
+            if (budget != null && !opts.thinking()) notes.add("its reasoning budget (" + budget + " tokens) is not used: thinking is off");
             return new Gen(true, stream, includeUsage, continuousUsage, messages, opts, null, null, false, params, mtName, specQ, logprobs, topLogprobs,
-                    skipSpecial, grammar, reasoningBudget(body), n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut, List.copyOf(notes));
+                    skipSpecial, grammar, budget, n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut, List.copyOf(notes));
         }
         JsonNode p = body.get("prompt");
         String text = null;

@@ -335,7 +335,7 @@ public class GenerateCommandTest {
         assertEquals(high, generated(run(with(base, "--thinking", "--reasoning-effort", "none"))), "--thinking wins over none");
         Run budget = run(with(base, "--reasoning-effort", "none", "--reasoning-budget", "2"));
         assertEquals(2, budget.code(), budget.err());
-        assertTrue(budget.err().contains("--reasoning-budget needs thinking"), budget.err());
+        assertTrue(budget.err().contains("--reasoning-budget needs thinking, which --reasoning-effort none turns off"), budget.err());
     }
 
     private static String[] with(String[] base, String... more) {

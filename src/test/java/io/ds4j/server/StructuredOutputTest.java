@@ -234,6 +234,24 @@ class StructuredOutputTest {
     }
 
     /**
+     * A reasoning budget sent with thinking off is accepted (clients send one budget with every effort) and said to be
+     * unused, in a line naming the request.
+     */
+    @Test
+    void aReasoningBudgetWithThinkingOffIsSaidToBeUnused() throws Exception {
+        try (LogCapture log = new LogCapture()) {
+            var off = server.post("/v1/chat/completions", body("\"reasoning_effort\":\"none\",\"thinking_token_budget\":5,\"max_tokens\":2"));
+            assertEquals(200, off.status(), off.body());
+            var on = server.post("/v1/chat/completions", body("\"reasoning_effort\":\"high\",\"thinking_token_budget\":5,\"max_tokens\":2"));
+            assertEquals(200, on.status(), on.body());
+            List<String> unused = log.linesWith("is not used: thinking is off");
+            assertEquals(1, unused.size(), log.lines().toString());
+            assertTrue(unused.getFirst().contains("request " + off.json().get("id").asText()
+                    + ": its reasoning budget (5 tokens) is not used: thinking is off"), unused.getFirst());
+        }
+    }
+
+    /**
      * A forced call whose markup does not fit max_tokens ends with length, no content, and the arguments as far as they
      * got (not a JSON object closed over values never generated); streamed and whole answers agree. This random model
      * writes the markup's {@code ｜} one byte a token at places: 3, 8 and 24 cut inside one before the invoke tag, 44
