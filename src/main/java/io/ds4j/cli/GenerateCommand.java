@@ -132,8 +132,13 @@ public final class GenerateCommand implements Callable<Integer> {
         }
         if (draft == null) width = null;
         if (prefillChunk < 1) throw new IllegalArgumentException("--prefill-chunk must be >= 1");
-        if ((system != null || thinking || effort != null) && !chat)
-            throw new IllegalArgumentException("--system, --thinking and --reasoning-effort need --chat");
+        if ((system != null || thinking || effort != null) && !chat) {
+            // the flags given, as the user wrote them (not every flag that would need it)
+            List<String> given = java.util.stream.Stream.of(system != null ? "--system" : null, thinking ? "--thinking" : null,
+                    effort != null ? "--reasoning-effort" : null).filter(java.util.Objects::nonNull).toList();
+            throw new IllegalArgumentException(String.join(" and ", given) + (given.size() == 1 ? " needs" : " need")
+                    + " --chat (the chat template; without it the prompt is plain text)");
+        }
         // read as the API reads reasoning_effort, before the model loads; --thinking, an explicit switch, wins over none
         ReasoningEffort effortMode = effort == null ? null : ReasoningEffort.parse(effort);
         if (effort != null && effortMode == null)

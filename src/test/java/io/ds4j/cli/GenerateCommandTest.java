@@ -336,6 +336,13 @@ public class GenerateCommandTest {
         Run budget = run(with(base, "--reasoning-effort", "none", "--reasoning-budget", "2"));
         assertEquals(2, budget.code(), budget.err());
         assertTrue(budget.err().contains("--reasoning-budget needs thinking, which --reasoning-effort none turns off"), budget.err());
+        // without --chat the refusal names the flags given, not every chat flag
+        String[] plainText = {"generate", "--preset", "tiny", "--prompt", "a b", "-n", "6"};
+        Run noChat = run(with(plainText, "--reasoning-effort", "none"));
+        assertEquals(2, noChat.code(), noChat.err());
+        assertTrue(noChat.err().contains("error: --reasoning-effort needs --chat (the chat template"), noChat.err());
+        Run two = run(with(plainText, "--system", "s", "--thinking"));
+        assertTrue(two.err().contains("error: --system and --thinking need --chat"), two.err());
     }
 
     private static String[] with(String[] base, String... more) {

@@ -185,6 +185,9 @@ class ServerConfigTest {
                 + " \"null\" for file:// pages and sandboxed frames)";
         assertEquals(List.of("server.cors.allowedOrigins: \"not a url\" is not an origin" + what),
                 problems("{\"server\": {\"cors\": {\"allowedOrigins\": [\"not a url\"]}}}").problems());
+        // the null origin is written as browsers send it
+        assertEquals(List.of("server.cors.allowedOrigins: \"NULL\" never matches: a browser sends that origin as \"null\" (in lower case)"),
+                problems("{\"server\": {\"cors\": {\"allowedOrigins\": [\"NULL\"]}}}").problems());
         assertEquals(List.of("server.cors.allowedOrigins: \"localhost:3000\" is not an origin" + what,
                         "server.cors.allowedOrigins: \"http://App.example/\" never matches: a browser sends that origin as"
                                 + " \"http://app.example\" (scheme and host in lower case, no default port, no path or trailing slash)",

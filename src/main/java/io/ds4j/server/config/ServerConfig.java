@@ -614,6 +614,8 @@ public final class ServerConfig {
     static String originProblem(String o) {
         // "null" is the origin browsers send for file:// pages and sandboxed frames: allowing it is the operator's choice
         if (o.equals("*") || o.equals(NULL_ORIGIN)) return null;
+        if (o.equalsIgnoreCase(NULL_ORIGIN))
+            return "never matches: a browser sends that origin as \"" + NULL_ORIGIN + "\" (in lower case)";
         String what = " (an origin is scheme://host[:port] as a browser sends it, such as \"http://localhost:3000\", \"*\" for any, or"
                 + " \"null\" for file:// pages and sandboxed frames)";
         java.net.URI u;
