@@ -60,19 +60,30 @@ public final class BenchCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         if (render != null) {
-            checkOut(out, name);
-            for (Path p : render) {
+            // the inputs first: a refused render leaves no --out folder behind
+            for (int i = 0; i < render.size(); i++) {
+                Path p = render.get(i);
                 if (p.toString().isBlank()) throw new IllegalArgumentException("--render: an empty file name (expected FILE.json[,FILE.json...])");
                 if (!java.nio.file.Files.isRegularFile(p)) throw new IllegalArgumentException("--render: file not found: " + p);
+                // a run given twice would be refused later as two runs of the same lengths, which misleads
+                for (Path earlier : render.subList(0, i))
+                    if (Files.isSameFile(earlier, p))
+                        throw new IllegalArgumentException("--render: " + p + " is given twice" + (earlier.equals(p) ? "" : " (as " + earlier + ")"));
                 // the merged result would replace an input before it is read again (a second render of the same command
                 // merges the merged file): the same file by its real path, however either is written or linked
                 for (Path f : BenchReport.files(out, name))
                     if (Files.exists(f) && Files.isSameFile(f, p))
-                        throw new IllegalArgumentException("--render: " + p + " is " + f + ", which the rendered result replaces;"
-                                + " give another --out or --name");
+                        throw new IllegalArgumentException("--render: " + p + (f.equals(p) ? "" : " is " + f + ", which")
+                                + " the rendered result replaces; give another --out or --name");
             }
-            BenchReport rep = BenchReport.fromJson(render.get(0));
-            for (Path p : render.subList(1, render.size())) rep = rep.merge(BenchReport.fromJson(p));
+            checkOut(out, name);
+            BenchReport rep;
+            try {
+                rep = BenchReport.fromJson(render.get(0));
+                for (Path p : render.subList(1, render.size())) rep = rep.merge(BenchReport.fromJson(p));
+            } catch (java.io.IOException | IllegalArgumentException e) {
+                throw new IllegalArgumentException("--render: " + e.getMessage(), e);
+            }
             System.out.print(rep.markdown());
             for (Path p : rep.write(out, name)) System.out.println("wrote " + p);
             return 0;

@@ -197,10 +197,14 @@ class VerifyPathBenchTest {
         assertTrue(md.indexOf("| 20 | prefilled |") < md.indexOf("| 40 | prefilled |") && md.contains("| 20 | prefilled |"), md);
         assertTrue(md.contains("--lengths 40") && md.contains("; and ds4j bench") && md.contains("--lengths 20"), "both commands: " + md);
         assertEquals(2, new ObjectMapper().readTree(dir.resolve("ab.json").toFile()).get("rows").size());
-        // the same length twice, a file that is not JSON, an empty name: one clear line each
-        r = GenerateCommandTest.run("bench", "--render", dir.resolve("a.json") + "," + dir.resolve("a.json"), "--out", dir.toString());
+        // the same length in two runs, one file given twice, a file that is not JSON, an empty name: one clear line each
+        Path copy = Files.copy(dir.resolve("a.json"), dir.resolve("a2.json"));
+        r = GenerateCommandTest.run("bench", "--render", dir.resolve("a.json") + "," + copy, "--out", dir.toString());
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("both runs have a row for 20 tokens"), r.err());
+        r = GenerateCommandTest.run("bench", "--render", dir.resolve("a.json") + "," + dir.resolve("a.json"), "--out", dir.toString());
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: --render: " + dir.resolve("a.json") + " is given twice", r.err().strip());
         Path junk = Files.writeString(dir.resolve("junk.json"), "hello");
         r = GenerateCommandTest.run("bench", "--render", junk.toString(), "--out", dir.toString());
         assertNotEquals(0, r.code());
@@ -211,8 +215,9 @@ class VerifyPathBenchTest {
         for (String as : new String[]{input.toString(), dir.resolve(".").resolve("verify-f16kv.json").toString()}) {
             r = GenerateCommandTest.run("bench", "--render", as, "--out", dir.toString());
             assertEquals(2, r.code(), r.err());
-            assertEquals("error: --render: " + as + " is " + dir.resolve("verify-f16kv.json") + ", which the rendered result"
-                    + " replaces; give another --out or --name", r.err().strip());
+            String which = as.equals(dir.resolve("verify-f16kv.json").toString()) ? "" : " is " + dir.resolve("verify-f16kv.json") + ", which";
+            assertEquals("error: --render: " + as + which + " the rendered result replaces; give another --out or --name",
+                    r.err().strip());
         }
         assertEquals(before, Files.readString(input), "the input is not replaced");
         r = GenerateCommandTest.run("bench", "--render", "", "--out", dir.toString());

@@ -348,6 +348,34 @@ class CliErrorsTest {
     }
 
     /**
+     * A render's inputs are checked before --out is made: a file given twice is named so (it was refused later as two
+     * runs of the same lengths), an input the result would replace is named once, an input that is no bench document is
+     * refused naming --render, and none of these leaves an --out folder behind.
+     */
+    @Test
+    void aRendersInputsAreCheckedFirst(@TempDir Path dir) throws Exception {
+        Path run = Files.copy(Path.of("docs/bench/verify-f16kv.json"), dir.resolve("run.json"));
+        Path out = dir.resolve("out");
+        GenerateCommandTest.Run twice = runBounded("bench", "--render", run + "," + run, "--out", out.toString());
+        assertEquals("error: --render: " + run + " is given twice", twice.err().strip());
+        Path kept = Files.createDirectories(dir.resolve("kept"));
+        Path inPlace = Files.copy(run, kept.resolve("verify-f16kv.json"));
+        GenerateCommandTest.Run replaced = runBounded("bench", "--render", inPlace.toString(), "--out", kept.toString());
+        assertEquals("error: --render: " + inPlace + " the rendered result replaces; give another --out or --name",
+                replaced.err().strip());
+        Path text = Files.writeString(dir.resolve("notes.json"), "- not json");
+        GenerateCommandTest.Run bad = runBounded("bench", "--render", text.toString(), "--out", out.toString());
+        assertEquals(2, bad.code(), bad.err());
+        assertTrue(bad.err().startsWith("error: --render: " + text + ": not a ds4j bench JSON document"), bad.err());
+        assertFalse(Files.exists(out.resolve("verify-f16kv.md")), "nothing rendered");
+        for (GenerateCommandTest.Run r : java.util.List.of(twice, replaced)) assertEquals(2, r.code(), r.err());
+        GenerateCommandTest.Run missing = runBounded("bench", "--render", dir.resolve("none.json").toString(), "--out",
+                dir.resolve("fresh").toString());
+        assertEquals(2, missing.code(), missing.err());
+        assertFalse(Files.exists(dir.resolve("fresh")), "a refused render leaves no --out folder");
+    }
+
+    /**
      * A missing model folder is worded alike by every command that takes one, and a missing, unusable or broken
      * --json-schema / --grammar file alike by generate and bench-server: bench said "/nope/config.json: config.json not
      * found" where generate said "--model: folder not found", and bench-server "cannot read /nope: /nope (No such file
