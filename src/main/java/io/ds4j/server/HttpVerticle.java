@@ -1448,58 +1448,44 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * A chat prompt over the context: the field it is refused on and how the message states the prompt. A large tool
-     * list or schema can fill the context while the messages are short, so the message says how many tokens the tools
-     * and the schema take, and where one of them is most of the prompt the refusal names that field ({@code tools},
-     * {@code response_format}) rather than the messages the client would look at first.
-     * @param prompt       the prompt's tokens
-     * @param toolTokens   the tokens the tools take as the template writes them, or -1 where not counted
-     * @param schemaTokens the tokens the schema takes, or -1 where not counted
-     */
-    static Overflow overflow(JsonNode body, int prompt, int toolTokens, int schemaTokens) {
-        int tools = toolCount(body);
-        boolean schema = writesSchema(body);
-        String head = "the prompt is " + prompt + " tokens";
-        if (tools == 0 && !schema) return new Overflow("messages", head);
-        List<PromptPart> parts = promptParts(body, prompt, toolTokens, schemaTokens);
-        if (parts == null)
-            return new Overflow("messages", head + " (the messages with " + (tools > 0 && schema ? "tools and response_format's schema"
-                    : tools > 0 ? "tools" : "response_format's schema") + ", as the chat template writes them)");
-        return new Overflow(largestPart(parts, prompt), head + " as the chat template writes it ("
-                + String.join(", ", parts.stream().map(x -> x.name() + ": " + x.tokens() + " tokens").toList()) + ")");
-    }
-
-    /**
-     * One part of a chat prompt as the chat template writes it.
-     * @param name  how a message names it ("the 3 tools", "response_format's schema", "the messages")
-     * @param field the request field it comes from
+     * One part of a prompt, as a refusal that states the prompt counts it.
+     * @param name   how a message names it ("the 3 tools", "response_format's schema", "the messages", "the prompt")
+     * @param field  the request field it comes from, the one a refusal names where this part is most of the prompt
+     * @param tokens its tokens as the chat template writes it
      */
     record PromptPart(String name, String field, int tokens) {}
 
     /**
-     * A chat prompt's tokens by what they come from: the tools, the response_format schema (each where the body gives
-     * them) and the messages, the rest; null where the tools or the schema were not counted. One account for each
-     * refusal that states the prompt (one over the context, a max_tokens past the room it leaves).
+     * A chat prompt's tokens by what they come from, for a refusal that states the prompt (one over the context, a
+     * max_tokens past the room it leaves): the tools and the response_format schema (where the body gives them), each
+     * counted by rendering the prompt without it, then the messages, the rest. A large tool list or schema can fill the
+     * context while the messages are short. Renders the prompt up to twice more: only on a refusal's path.
      */
-    static List<PromptPart> promptParts(JsonNode body, int prompt, int toolTokens, int schemaTokens) {
-        int tools = toolCount(body);
-        boolean schema = writesSchema(body);
-        if ((tools > 0 && toolTokens < 0) || (schema && schemaTokens < 0)) return null;
+    private static List<PromptPart> chatParts(Tokenizer tok, Requests.Gen g, JsonNode body, int[] ids) {
         List<PromptPart> parts = new java.util.ArrayList<>();
-        if (tools > 0) parts.add(new PromptPart("the " + (tools == 1 ? "tool" : tools + " tools"), "tools", toolTokens));
-        if (schema) parts.add(new PromptPart("response_format's schema", "response_format", schemaTokens));
-        parts.add(new PromptPart("the messages", "messages", prompt - Math.max(0, toolTokens) - Math.max(0, schemaTokens)));
+        int tools = toolCount(body), rest = ids.length;
+        if (tools > 0) {
+            int without = tok.encode(ChatEncoder.render(g.messages(), g.options().withTools(null))).length;
+            parts.add(new PromptPart(tools == 1 ? "the tool" : "the " + tools + " tools", "tools", rest - without));
+            rest = without;
+        }
+        if (writesSchema(body)) {
+            int without = tok.encode(ChatEncoder.render(g.messages(), g.options().withTools(null).withResponseFormat(null))).length;
+            parts.add(new PromptPart("response_format's schema", "response_format", rest - without));
+            rest = without;
+        }
+        parts.add(new PromptPart("the messages", "messages", rest));
         return parts;
     }
 
-    /** The field of the part that is most of the prompt, what to shorten; the messages where none is. */
-    private static String largestPart(List<PromptPart> parts, int prompt) {
-        for (PromptPart x : parts) if (!x.field().equals("messages") && 2L * x.tokens() > prompt) return x.field();
-        return "messages";
+    /**
+     * The part a refusal names, what to shorten: one written beside the messages (tools, a schema) that is most of the
+     * prompt rather than the messages the client would look at first, else the last part (the messages, the prompt).
+     */
+    private static PromptPart largestPart(List<PromptPart> parts, int prompt) {
+        for (PromptPart x : parts.subList(0, parts.size() - 1)) if (2L * x.tokens() > prompt) return x;
+        return parts.getLast();
     }
-
-    /** {@link #overflow}'s answer: the field refused and the message's account of the prompt (after "field: "). */
-    record Overflow(String param, String prompt) {}
 
     /**
      * A generation's body as read: the request, its prediction's text, cache_prompt, its id, the model, and the
@@ -1568,21 +1554,13 @@ public final class HttpVerticle extends VerticleBase {
                 // what the messages (and tools, schema) hold is plain text: a user cannot write a role marker or an end of
                 // sentence into the prompt; only the template's own markers are control tokens
                 int[] ids = chatPrompt(tok, g.messages(), g.options());
-                // over the context with tools or a schema written in: how many tokens are theirs, for the message (the
-                // prompt rendered without each, on this refusal's path only)
-                int toolTokens = -1, schemaTokens = -1;
-                // (and with a client's max_tokens past the room the prompt leaves, refused stating the prompt's parts too)
+                // the prompt's parts where the tools or a schema are written in and the prompt will be refused, stated by
+                // its parts: over the context, or under a client's max_tokens past the room it leaves (the two refusals
+                // below, the same conditions)
                 boolean refused = ids.length >= ctxLimit
                         || g.maxTokensParam() != null && (long) ids.length + g.params().maxTokens() > ctxLimit;
-                if (refused && (toolCount(body) > 0 || writesSchema(body))) {
-                    int noTools = toolCount(body) > 0
-                            ? tok.encode(ChatEncoder.render(g.messages(), g.options().withTools(null))).length : ids.length;
-                    toolTokens = ids.length - noTools;
-                    if (writesSchema(body)) schemaTokens = noTools - tok.encode(ChatEncoder.render(g.messages(),
-                            g.options().withTools(null).withResponseFormat(null))).length;
-                }
-                return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit),
-                        toolTokens, schemaTokens);
+                List<PromptPart> parts = refused && (toolCount(body) > 0 || writesSchema(body)) ? chatParts(tok, g, body, ids) : null;
+                return new Encoded(ids, null, null, encodePrediction(tok, predictionText, ids.length, ctxLimit), parts);
             }
             String echo = !g.echo() ? null : g.promptText() != null ? g.promptText() : tok.decode(g.promptIds());
             int[] ids;
@@ -1603,7 +1581,7 @@ public final class HttpVerticle extends VerticleBase {
                 for (int i = addedBos ? 1 : 0; i < ids.length; i++)
                     promptTokens.add(new String(tok.tokenBytes(ids[i]), StandardCharsets.UTF_8));
             }
-            return new Encoded(ids, echo, promptTokens, encodePrediction(tok, predictionText, ids.length, ctxLimit), -1, -1);
+            return new Encoded(ids, echo, promptTokens, encodePrediction(tok, predictionText, ids.length, ctxLimit), null);
         }), enc -> {
             if (state.draining()) throw shuttingDown();  // tokenised while the shutdown began
             int[] prompt = enc.ids();
@@ -1611,11 +1589,15 @@ public final class HttpVerticle extends VerticleBase {
             // echo with max_tokens 0 generates nothing: the prompt may fill the context; anything else needs a token's room
             boolean echoOnly = !chat && g.echo() && g.params().maxTokens() == 0;
             int fit = echoOnly ? ctxLimit : ctxLimit - 1;
+            // the prompt as the refusals below state it: by its parts where tools or a schema are written in, else whole
+            List<PromptPart> parts = enc.parts() != null ? enc.parts()
+                    : List.of(new PromptPart(chat ? "the messages" : "the prompt", chat ? "messages" : "prompt", prompt.length));
+            PromptPart largest = largestPart(parts, prompt.length);
             if (prompt.length > fit) {
-                Overflow over = chat ? overflow(body, prompt.length, enc.toolTokens(), enc.schemaTokens())
-                        : new Overflow("prompt", "the prompt is " + prompt.length + " tokens");
-                error(ctx, renamed(read.translation(), ApiException.bad(over.param(), "context_length_exceeded",
-                        over.param() + ": " + over.prompt() + "; this server's context limit is " + ctxLimit
+                String account = parts.size() == 1 ? "" : " as the chat template writes it ("
+                        + String.join(", ", parts.stream().map(x -> x.name() + ": " + x.tokens() + " tokens").toList()) + ")";
+                error(ctx, renamed(read.translation(), ApiException.bad(largest.field(), "context_length_exceeded",
+                        largest.field() + ": the prompt is " + prompt.length + " tokens" + account + "; this server's context limit is " + ctxLimit
                         + " tokens (prompt + output), so at most " + fit + " prompt tokens fit"
                         + (echoOnly ? " (echo with max_tokens 0 generates nothing)" : ""))));
                 return;
@@ -1635,18 +1617,11 @@ public final class HttpVerticle extends VerticleBase {
             int room = ctxLimit - prompt.length, cache = state.config().cacheTokens();
             String mt = g.maxTokensParam();
             if (mt != null && g.params().maxTokens() > room) {
-                // the prompt's parts as the refusal of a prompt over the context counts them: tools and a schema the
-                // template writes in can be most of it, while the messages are short
-                List<PromptPart> counted = chat ? promptParts(body, prompt.length, enc.toolTokens(), enc.schemaTokens()) : null;
-                List<PromptPart> parts = counted != null ? counted
-                        : List.of(new PromptPart(chat ? "the messages" : "the prompt", chat ? "messages" : "prompt", prompt.length));
-                String largest = largestPart(parts, prompt.length);
-                String shorten = parts.stream().filter(x -> x.field().equals(largest)).findFirst().map(PromptPart::name).orElse("the messages");
                 error(ctx, renamed(read.translation(), ApiException.bad(mt, "context_length_exceeded", mt + ": this model's"
                         + " maximum context length is " + ctxLimit + " tokens. However, you requested "
                         + ((long) prompt.length + g.params().maxTokens()) + " tokens ("
                         + String.join(", ", parts.stream().map(x -> x.tokens() + " in " + x.name()).toList()) + ", "
-                        + g.params().maxTokens() + " in the completion). Please reduce the length of " + shorten
+                        + g.params().maxTokens() + " in the completion). Please reduce the length of " + largest.name()
                         + " or completion: at most " + room + " completion tokens fit after this prompt")));
                 return;
             }
@@ -1776,13 +1751,11 @@ public final class HttpVerticle extends VerticleBase {
         return m;
     }
 
-    /** A tokenised prompt, the text to echo (completions with echo), and the tokenised prediction (or null). */
     /**
-     * toolTokens, schemaTokens: the tokens of the tools and of the schema the chat template writes into a prompt over the
-     * context; else -1.
+     * A tokenised prompt, the text to echo (completions with echo), the tokenised prediction (or null), and a chat
+     * prompt's parts ({@link #chatParts}) where tools or a schema are written into one that is refused (else null).
      */
-    private record Encoded(int[] ids, String echo, List<String> promptTokens, int[] prediction, int toolTokens,
-                           int schemaTokens) {}
+    private record Encoded(int[] ids, String echo, List<String> promptTokens, int[] prediction, List<PromptPart> parts) {}
 
     /**
      * A chat request's prompt tokens: its messages, tools and options as the chat template writes them (only the
