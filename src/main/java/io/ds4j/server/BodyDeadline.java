@@ -72,6 +72,14 @@ public final class BodyDeadline {
     }
 
     /**
+     * Marks a close the server begins without passing a close through the pipeline: a {@link LingeringClose}, which
+     * shuts the server's side and then may end at the client's close.
+     */
+    static void serverCloses(Channel channel) {
+        channel.attr(SERVER_CLOSED).set(true);
+    }
+
+    /**
      * Marks a close that passes through the pipeline, which is how every close the server begins (Vert.x's, this
      * server's, Netty's close-after-write) travels; a client's close (the end of the stream, a reset) closes the
      * channel from its transport without passing here.

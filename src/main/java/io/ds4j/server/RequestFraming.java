@@ -3,7 +3,6 @@ package io.ds4j.server;
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
 import io.netty.channel.ChannelDuplexHandler;
-import io.netty.channel.ChannelFutureListener;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelPipeline;
 import io.netty.channel.ChannelPromise;
@@ -589,7 +588,7 @@ final class RequestFraming {
                 LOG.info("{}: answered before its body was read; {} ({}): closing the connection", request,
                         broken.getMessage(), broken.code);
                 closing = true;
-                ctx.writeAndFlush(Unpooled.EMPTY_BUFFER).addListener(ChannelFutureListener.CLOSE);
+                LingeringClose.after(ctx.writeAndFlush(Unpooled.EMPTY_BUFFER));
             } else if (answered == heads - 1 && !answering) {
                 rejected.accept(broken.code);
                 LOG.info("{} rejected with {}: {}; closing the connection", request, broken.status, broken.getMessage());
@@ -600,7 +599,7 @@ final class RequestFraming {
                 resp.headers().set(HttpHeaderNames.CONTENT_TYPE, HttpHeaderValues.APPLICATION_JSON)
                         .set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE)
                         .setInt(HttpHeaderNames.CONTENT_LENGTH, body.readableBytes());
-                ctx.writeAndFlush(resp).addListener(ChannelFutureListener.CLOSE);
+                LingeringClose.after(ctx.writeAndFlush(resp));
                 closing = true;
             }
         }

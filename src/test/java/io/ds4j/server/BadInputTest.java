@@ -425,6 +425,39 @@ class BadInputTest {
         assertEquals(200, server.post("/v1/chat/completions", chat("")).status(), "still serving");
     }
 
+    /**
+     * A client that goes on sending a chunked body past the limit after the server answered 413 (a client that writes
+     * its body while it reads the answer) gets to write all of it and reads the whole answer: the server reads and
+     * drops the rest before it closes. A connection closed at once answers the client's next bytes with a reset, and
+     * the client saw a broken pipe or a reset instead of the end of the answer.
+     */
+    @Test
+    void aChunkedBodyPastTheLimitIsAnswered413WhileTheClientStillSends() throws Exception {
+        byte[] chunk = ("1000\r\n" + "y".repeat(4096) + "\r\n").getBytes(StandardCharsets.US_ASCII);
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(30_000);
+            OutputStream o = s.getOutputStream();
+            o.write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + "Transfer-Encoding: chunked\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            o.write(chunk);
+            o.write(chunk);  // past server.maxBodyBytes (4096)
+            o.flush();
+            InputStream in = s.getInputStream();
+            assertEquals("HTTP/1.1 413", new String(in.readNBytes(12), StandardCharsets.US_ASCII));
+            // the answer is out: whatever the client sends now comes after the server decided to close
+            for (int i = 0; i < 64; i++) {
+                o.write(chunk);
+                o.flush();
+                if (i == 0) Thread.sleep(100);  // time for a reset to come back, were the connection closed
+            }
+            o.write("0\r\n\r\n".getBytes(StandardCharsets.US_ASCII));
+            o.flush();
+            String rest = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(rest.contains("request_too_large"), rest);
+        }
+        assertEquals(200, server.post("/v1/chat/completions", chat("")).status(), "still serving");
+    }
+
     @Test
     void aCompressedBodyIs415NamingItsEncoding() throws Exception {
         java.io.ByteArrayOutputStream gz = new java.io.ByteArrayOutputStream();
