@@ -214,7 +214,7 @@ public final class HttpVerticle extends VerticleBase {
      * Content-Length, a header line it cannot read, an over-long request line or header) or whose framing
      * {@link RequestFraming} refuses: an error body (the shape bodies gives for the request's path) with 400 {@code invalid_header} (414 {@code uri_too_long}
      * for a request line past {@link HeadDeadline#MAX_REQUEST_LINE}, 501 {@code unsupported_transfer_encoding} for a
-     * transfer coding other than chunked),
+     * transfer coding other than chunked, 505 {@code http_version_not_supported} for a version other than 1.0 and 1.1),
      * or 401 where API keys are set and the request's key is not among them, the connection closed after it, one INFO
      * line; a connection that closed in the middle of its head gets no answer and
      * a DEBUG line.
@@ -239,7 +239,7 @@ public final class HttpVerticle extends VerticleBase {
                     "invalid API key: the request headers cannot be read (" + why + ")", null);
         } else if (cause instanceof RequestFraming.Refused framing) {
             // a body whose length is ambiguous (Content-Length with Transfer-Encoding, ...): 400, or 501 for a transfer
-            // coding this server does not decode
+            // coding this server does not decode; 505 for an HTTP version other than 1.0 and 1.1
             e = new ApiException(framing.status, "invalid_request_error", framing.code, null,
                     "the request cannot be read: " + why, null);
         } else if (cause instanceof io.netty.handler.codec.http.TooLongHttpLineException) {

@@ -310,7 +310,8 @@ final class RequestFraming {
      * took; or a target refused by {@link #target}. RFC 9112 (section 3) has single spaces between the parts and lets a
      * server refuse other whitespace with 400: a proxy in front that splits the line otherwise would route the request
      * by another target. The target is what lies between the first and the last space, so a TAB, VT, FF, CR or space
-     * inside it is named. A version of other digits (HTTP/2.0) is left to Vert.x (501).
+     * inside it is named. A version of other digits (HTTP/2.0, the preface of HTTP/2 with prior knowledge) is a 505
+     * naming it: Vert.x answered it with 501, no body and no log line, in the version it does not speak.
      */
     static Refused requestLine(ByteBuf in) {
         int from = in.readerIndex(), to = in.writerIndex();
@@ -334,6 +335,11 @@ final class RequestFraming {
         if (target.isBlank()) return badRequestLine(line, "has no target");
         if (target.startsWith(" ") || target.endsWith(" "))
             return badRequestLine(line, "has more than one space between two of its parts");
+        String v = line.substring(b + 1);
+        if (!v.equals("HTTP/1.1") && !v.equals("HTTP/1.0"))
+            return new Refused(505, "http_version_not_supported", "its HTTP version " + v + " is not supported: this"
+                    + " server speaks HTTP/1.1 and HTTP/1.0" + (v.startsWith("HTTP/2") ? " (no HTTP/2 without TLS, with"
+                    + " prior knowledge or an Upgrade: h2c): send the request as HTTP/1.1" : ""));
         return target(target);
     }
 

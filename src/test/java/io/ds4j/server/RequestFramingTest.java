@@ -283,6 +283,24 @@ class RequestFramingTest {
     }
 
     /**
+     * A request line of an HTTP version other than 1.0 and 1.1 — HTTP/2's prior-knowledge preface, HTTP/1.2, HTTP/0.9
+     * — is a 505 http_version_not_supported naming the version and the versions served, and nothing after it is served:
+     * it was Vert.x's 501 with no body, in the request's own version (HTTP/2.0 501), and no log line.
+     */
+    @Test
+    void aRequestLineOfAnotherHttpVersionIsA505NamingIt() throws Exception {
+        String next = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        for (String[] c : new String[][]{{"PRI * HTTP/2.0", "HTTP/2.0"}, {"GET /health HTTP/2.0", "HTTP/2.0"},
+                {"GET /health HTTP/1.2", "HTTP/1.2"}, {"GET /health HTTP/0.9", "HTTP/0.9"}}) {
+            String answer = untilClosed(c[0] + "\r\nHost: x\r\n\r\n" + next);
+            assertTrue(answer.startsWith("HTTP/1.1 505 "), c[0] + ": " + answer);
+            JsonNode e = refused(answer, 505, "http_version_not_supported");
+            assertTrue(e.get("message").asText().startsWith("the request cannot be read: its HTTP version " + c[1]
+                    + " is not supported: this server speaks HTTP/1.1 and HTTP/1.0"), c[0] + ": " + e);
+        }
+    }
+
+    /**
      * A request line whose parts are not separated by single spaces — a space after the version, two between two parts,
      * none but spaces for a target — is a 400 invalid_request_line naming the line, as one without a version is, and
      * nothing after it is served: the space after the version was Netty's "Illegal character in request line: 0x20" as
