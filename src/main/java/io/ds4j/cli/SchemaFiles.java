@@ -82,7 +82,7 @@ final class SchemaFiles {
     // a missing file, one that is no regular file (a folder, a FIFO that would block) and one that cannot be read are
     // each named in words, not by Java's exception text ("/nope (No such file or directory)")
     private static byte[] bytes(String flag, Path file) {
-        if (!java.nio.file.Files.exists(file)) throw new IllegalArgumentException(flag + ": file not found: " + file);
+        if (!java.nio.file.Files.exists(file)) throw new IllegalArgumentException(flag + ": file not found: " + file + inline(flag, file));
         if (!java.nio.file.Files.isRegularFile(file)) throw new IllegalArgumentException(flag + ": " + file + " is not a regular file");
         try {
             long size = java.nio.file.Files.size(file);
@@ -94,6 +94,18 @@ final class SchemaFiles {
             throw new IllegalArgumentException(flag + ": cannot read " + file + ": "
                     + (e instanceof java.nio.file.FileSystemException f ? Main.reason(f) : e.getMessage()), e);
         }
+    }
+
+    /**
+     * What a missing file's name adds when it is the schema or grammar itself, written where its file's path goes (as a
+     * request carries it inline): that the option takes a file; "" for any other name.
+     */
+    private static String inline(String flag, Path file) {
+        String name = file.toString().strip();
+        String what = flag.equals("--json-schema") ? (name.startsWith("{") ? "a JSON Schema" : null)
+                : (name.contains("::=") ? "an EBNF grammar" : null);
+        return what == null ? "" : " (" + flag + " takes the path of a file holding " + what + ", not " + what
+                + " itself: write it into a file and give its path)";
     }
 
     /** Top-level keys of a chat request that no JSON Schema has. */

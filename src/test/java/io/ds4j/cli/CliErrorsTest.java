@@ -418,6 +418,28 @@ class CliErrorsTest {
     }
 
     /**
+     * A schema or grammar written inline where its file's path is expected (as the API takes it in the request) is told
+     * the option takes a file, by generate and bench-server alike: it was "file not found: {"type":"object"}", as if a
+     * file of that name were missing.
+     */
+    @Test
+    void aSchemaOrGrammarGivenInlineIsToldTheOptionTakesAFile() throws Exception {
+        String[][] files = {{"--json-schema", "{\"type\":\"object\"}", "a JSON Schema"},
+                {"--json-schema", " {\"type\": \"string\"}", "a JSON Schema"},
+                {"--grammar", "root ::= \"yes\" | \"no\"", "an EBNF grammar"}};
+        for (String[] f : files) {
+            for (String[] c : new String[][]{{"generate", "--prompt", "x"}, {"bench-server", "--clients", "1"}}) {
+                String[] args = java.util.stream.Stream.concat(java.util.Arrays.stream(c), java.util.Arrays.stream(f, 0, 2)).toArray(String[]::new);
+                GenerateCommandTest.Run r = runBounded(args);
+                assertEquals(2, r.code(), String.join(" ", args) + ": " + r.err());
+                assertTrue(r.err().startsWith("error: " + f[0] + ": file not found: " + f[1] + " (" + f[0] + " takes the path of"
+                        + " a file holding " + f[2] + ", not " + f[2] + " itself: write it into a file and give its path)"),
+                        String.join(" ", args) + ": " + r.err());
+            }
+        }
+    }
+
+    /**
      * A constraint file too large to read in reasonable time and memory is refused by its size before it is read, a
      * schema with more properties than a mask can test in time before any model work, and JSON past a reading limit is
      * said to be too large, not malformed (it may be well-formed).
