@@ -31,7 +31,9 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
             // picocli starts some messages with its own "Error: "; one prefix is enough
             String msg = ex instanceof CommandLine.OverwrittenOptionException o && o.getOverwritten() instanceof CommandLine.Model.OptionSpec opt
                     ? givenTwice(opt, args) : ex instanceof CommandLine.UnmatchedArgumentException u ? unknownCommand(u, args)
-                    : ex instanceof CommandLine.MissingParameterException m ? noValue(m, args) : badNumber(ex, args);
+                    : ex instanceof CommandLine.MissingParameterException m ? noValue(m, args)
+                    : badNumber(ex, args);
+            if (msg == null) msg = unknownHelpTopic(ex, args);
             if (msg == null) msg = String.valueOf(ex.getMessage()).replaceFirst("^Error: ", "");
             cmd.getErr().println(cmd.getColorScheme().errorText("error: " + msg));
             cmd.getErr().println("run '" + cmd.getCommandSpec().qualifiedName() + " --help' for the options");
@@ -65,16 +67,37 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
 
     /**
      * The refusal of a word where a command was expected ("unknown command 'nosuch'", with a close name where there is
-     * one and the list of commands; picocli said "Unmatched argument at index 0: 'nosuch'"). Null for any other
-     * unmatched argument: an unknown option, or an extra word after a command's own arguments.
+     * one and the list of commands; picocli said "Unmatched argument at index 0: 'nosuch'"), or of a word given to a
+     * command that takes options only ("'extra' is not an option: ds4j serve takes options only"). Null for any other
+     * unmatched argument: an unknown option, or an extra word after the positional parameters of a command that has some.
      */
     static String unknownCommand(CommandLine.UnmatchedArgumentException ex, String[] args) {
         CommandLine cmd = ex.getCommandLine();
         List<String> unmatched = ex.getUnmatched();
-        // only where a command is expected: a command line of commands (the top level takes no other word), and a
-        // word that is no option (an unknown option keeps picocli's "Unknown option")
-        if (cmd.getSubcommands().isEmpty() || unmatched.isEmpty() || unmatched.get(0).startsWith("-")) return null;
+        // a word that is no option (an unknown option keeps picocli's "Unknown option")
+        if (unmatched.isEmpty() || unmatched.get(0).startsWith("-")) return null;
         String word = unmatched.get(0);
+        // a command that takes no words beside its options (picocli: "Unmatched argument at index 1: 'extra'")
+        if (cmd.getSubcommands().isEmpty())
+            return cmd.getCommandSpec().positionalParameters().isEmpty()
+                    ? "'" + word + "' is not an option: " + cmd.getCommandSpec().qualifiedName() + " takes options only"
+                    + " (each value after its option's name)" : null;
+        return unknownCommand(cmd, word, args);
+    }
+
+    /**
+     * The refusal of help for a command that does not exist ({@code ds4j help nosuch}; picocli: "Unknown subcommand
+     * 'nosuch'."), in unknownCommand's words. Null for any other refusal.
+     */
+    static String unknownHelpTopic(CommandLine.ParameterException ex, String[] args) {
+        // picocli's help command refuses it on the command line it was asked about, in these words
+        String m = String.valueOf(ex.getMessage()), head = "Unknown subcommand '";
+        if (!m.startsWith(head) || !m.endsWith("'.") || ex.getCommandLine().getSubcommands().isEmpty()) return null;
+        return unknownCommand(ex.getCommandLine(), m.substring(head.length(), m.length() - 2), args);
+    }
+
+    /** A word where one of cmd's commands was expected, named with a close command and the list of commands. */
+    private static String unknownCommand(CommandLine cmd, String word, String[] args) {
         String commands = "; the commands: " + String.join(", ", cmd.getSubcommands().keySet());
         // after "--" a command's name is a plain word: suggesting the very name would not help
         int end = java.util.Arrays.asList(args).indexOf("--");

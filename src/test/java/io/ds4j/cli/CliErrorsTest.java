@@ -713,6 +713,14 @@ class CliErrorsTest {
                 {"'--' ends the options: nothing after it is read as a command, so 'serve' is not one (leave the '--' out: ds4j"
                         + " serve)" + commands, "ds4j", "--", "serve"},
                 {"unknown command ' serve' (it has spaces around the name: did you mean serve?)" + commands, "ds4j", " serve"},
+                // help for a command that does not exist (picocli: "Unknown subcommand 'nosuch'.")
+                {"unknown command 'nosuch'" + commands, "ds4j", "help", "nosuch"},
+                {"unknown command 'generat' (did you mean generate?)" + commands, "ds4j", "help", "generat"},
+                // a word given to a command of options only (picocli: "Unmatched argument at index 1: 'extra'")
+                {"'extra' is not an option: ds4j serve takes options only (each value after its option's name)", "ds4j serve",
+                        "serve", "extra"},
+                {"'world' is not an option: ds4j generate takes options only (each value after its option's name)",
+                        "ds4j generate", "generate", "--prompt", "hello", "world"},
                 {"option -n needs a value", "ds4j generate", "generate", "--prompt", "hi", "-n"},
                 {"option --max-tokens needs a value", "ds4j generate", "generate", "--prompt", "hi", "--max-tokens"},
                 {"option --port needs a value", "ds4j serve", "serve", "--port"},
