@@ -360,7 +360,10 @@ public final class GenerateCommand implements Callable<Integer> {
     private void checkDraft() {
         if (draft == null || draft.equals("ngram") || draft.equals("mtp")) return;
         Path dd = Path.of(draft);
-        if (!Files.isDirectory(dd)) throw new IllegalArgumentException("--draft: '" + draft + "' is neither 'ngram', 'mtp' nor a model directory");
+        // in serve's words for speculative.draft (DefaultModelProvider), less "none": generate without --draft has none
+        if (!Files.isDirectory(dd))
+            throw new IllegalArgumentException("--draft: must be \"ngram\", \"mtp\" or a model folder; "
+                    + (Files.exists(dd) ? "not a folder: " : "folder not found: ") + dd.toAbsolutePath());
         try {
             io.ds4j.model.Checkpoint.inspect(dd);
         } catch (io.ds4j.model.CheckpointException e) {

@@ -396,6 +396,12 @@ class CliErrorsTest {
         GenerateCommandTest.Run draft = runBounded("bench-spec", "--sources", "none,model", "--draft-model", nope);
         assertEquals(2, draft.code(), draft.err());
         assertEquals("error: --draft-model: folder not found: " + dir.resolve("nope").toAbsolutePath(), draft.err().strip());
+        // generate's --draft in serve's words for speculative.draft (it said "'nope' is neither 'ngram', 'mtp' nor a model
+        // directory")
+        GenerateCommandTest.Run gd = runBounded("generate", "--prompt", "x", "--draft", nope);
+        assertEquals(2, gd.code(), gd.err());
+        assertEquals("error: --draft: must be \"ngram\", \"mtp\" or a model folder; folder not found: "
+                + dir.resolve("nope").toAbsolutePath(), gd.err().strip());
         Path broken = Files.writeString(dir.resolve("broken.json"), "{\"type\":\n");
         Path latin1 = Files.write(dir.resolve("latin1"), new byte[]{'r', 'o', 'o', 't', ' ', (byte) 0xE9});
         String[][] files = {

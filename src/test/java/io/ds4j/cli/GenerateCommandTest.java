@@ -70,7 +70,7 @@ public class GenerateCommandTest {
                 {"--json-schema", pattern.toString()}, {"--draft", "bogus"}, {"--draft", noModel.toString()},
                 {"--grammar", leftRecursive.toString()}, {"--grammar", "/nonexistent.gbnf"}, {"--json-object", "--grammar", leftRecursive.toString()}};
         String[] said = {"--json-schema: file not found: /nonexistent.json", "--json-schema and --json-object exclude each other",
-                "--json-schema: " + pattern + ": JSON Schema keyword 'contentEncoding' (at '/contentEncoding') is not supported", "--draft: 'bogus' is neither",
+                "--json-schema: " + pattern + ": JSON Schema keyword 'contentEncoding' (at '/contentEncoding') is not supported", "--draft: must be \"ngram\", \"mtp\" or a model folder; folder not found: " + Path.of("bogus").toAbsolutePath(),
                 "--draft: ", "--grammar: " + leftRecursive + ": left recursion is not supported: rule 'root' begins with 'root'",
                 "--grammar: file not found: /nonexistent.gbnf", "--grammar excludes --json-schema and --json-object"};
         for (int i = 0; i < cases.length; i++) {
