@@ -12,8 +12,10 @@ import io.ds4j.model.ModelConfig;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.model.synth.Presets;
 import io.ds4j.model.synth.RandomCheckpoint;
+import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
 
 import java.io.IOException;
 import java.nio.file.Files;
@@ -56,10 +58,21 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--out", defaultValue = "out/bench", description = "output folder (default ${DEFAULT-VALUE}; the committed figures are in docs/bench)") Path out;
     @Option(names = "--render", paramLabel = "FILE.json", split = ",", description = "only render earlier runs' JSON again: writes NAME.md, NAME.svg (and the JSON) into --out (default out/bench); several files (comma-separated) make one table, rows ordered by input length, the setup of the first with every run's command; no model, no GPU") List<Path> render;
     @Option(names = "--name", defaultValue = "verify-f16kv", description = "file name stem (default ${DEFAULT-VALUE})") String name;
+    @Spec CommandLine.Model.CommandSpec spec;
+
+    /** The options a render reads; every other one sets up a run, which a render does not make. */
+    private static final List<String> RENDER_OPTIONS = List.of("--render", "--out", "--name");
 
     @Override
     public Integer call() throws Exception {
         if (render != null) {
+            // an option of a run given beside --render would be silently unused: the rendered figures are the inputs'
+            if (spec != null)
+                for (CommandLine.Model.OptionSpec o : spec.commandLine().getParseResult().matchedOptions())
+                    if (!RENDER_OPTIONS.contains(o.longestName()))
+                        throw new IllegalArgumentException(o.longestName() + " does not apply beside --render, which only"
+                                + " renders the runs in its files again (their setup is in them): leave it out, or run the"
+                                + " benchmark without --render");
             // the inputs first: a refused render leaves no --out folder behind
             for (int i = 0; i < render.size(); i++) {
                 Path p = render.get(i);

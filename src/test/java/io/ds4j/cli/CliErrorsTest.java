@@ -350,7 +350,8 @@ class CliErrorsTest {
     /**
      * A render's inputs are checked before --out is made: a file given twice is named so (it was refused later as two
      * runs of the same lengths), an input the result would replace is named once, an input that is no bench document is
-     * refused naming --render, and none of these leaves an --out folder behind.
+     * refused naming --render, an option of a run given beside it is named, and none of these leaves an --out folder
+     * behind.
      */
     @Test
     void aRendersInputsAreCheckedFirst(@TempDir Path dir) throws Exception {
@@ -372,6 +373,13 @@ class CliErrorsTest {
         GenerateCommandTest.Run missing = runBounded("bench", "--render", dir.resolve("none.json").toString(), "--out",
                 dir.resolve("fresh").toString());
         assertEquals(2, missing.code(), missing.err());
+        assertFalse(Files.exists(dir.resolve("fresh")), "a refused render leaves no --out folder");
+        // an option of a run beside --render is named, not silently unused (the render took the files' figures as they are)
+        GenerateCommandTest.Run lengths = runBounded("bench", "--render", run.toString(), "--lengths", "100", "--out",
+                dir.resolve("fresh").toString());
+        assertEquals(2, lengths.code(), lengths.err());
+        assertTrue(lengths.err().startsWith("error: --lengths does not apply beside --render, which only renders the runs in"
+                + " its files again"), lengths.err());
         assertFalse(Files.exists(dir.resolve("fresh")), "a refused render leaves no --out folder");
     }
 
