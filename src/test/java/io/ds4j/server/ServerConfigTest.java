@@ -202,7 +202,16 @@ class ServerConfigTest {
                                 + " \"https://xn--bcher-kva.example:8443\" (an international host name in its ASCII form)"),
                 problems("{\"server\": {\"cors\": {\"allowedOrigins\": [\"http://a.example:0\", \"http://a.example:70000\","
                         + " \"https://b\u00fccher.example:8443\"]}}}").problems());
+        // an entry twice, or others beside "*", change nothing: said rather than taken silently
+        assertEquals(List.of("server.cors.allowedOrigins: \"http://a.example\" is listed more than once"),
+                problems("{\"server\": {\"cors\": {\"allowedOrigins\": [\"http://a.example\", \"https://b.example\","
+                        + " \"http://a.example\"]}}}").problems());
+        assertEquals(List.of("server.cors.allowedOrigins: \"*\" allows any origin, so the other entries change nothing: give"
+                        + " \"*\" alone, or the origins alone"),
+                problems("{\"server\": {\"cors\": {\"allowedOrigins\": [\"http://a.example\", \"*\"]}}}").problems());
         // "null": the Origin of file:// pages and sandboxed frames, which an operator may allow on purpose
+        assertEquals(List.of("http://a.example", "null"), ServerConfig.parse("{\"server\": {\"cors\": {\"allowedOrigins\":"
+                + " [\"http://a.example\", \"null\"]}}}", "t", null).corsOrigins());
         for (String ok : List.of("*", "http://localhost:3000", "https://app.example", "http://[::1]:8080", "http://127.0.0.1", "null",
                 "https://xn--bcher-kva.example:8443", "http://a.example:65535"))
             assertEquals(List.of(ok), ServerConfig.parse("{\"server\": {\"cors\": {\"allowedOrigins\": [\"" + ok + "\"]}}}",

@@ -590,6 +590,13 @@ public final class ServerConfig {
             String why = originProblem(o);
             if (why != null) p.add("server.cors.allowedOrigins: \"" + o + "\" " + why);
         }
+        // an entry listed twice, or beside "*" (which allows any), changes nothing: most likely another was meant
+        java.util.Set<String> seen = new java.util.HashSet<>();
+        for (String o : origins)
+            if (!seen.add(o)) p.add("server.cors.allowedOrigins: \"" + o + "\" is listed more than once");
+        if (origins.contains("*") && seen.size() > 1)
+            p.add("server.cors.allowedOrigins: \"*\" allows any origin, so the other entries change nothing: give \"*\""
+                    + " alone, or the origins alone");
         @SuppressWarnings("unchecked") List<String> keys = (List<String>) v.get("server.apiKeys");
         // named by index: a key is a secret, and this message reaches the log and /props
         for (int i = 0; i < keys.size(); i++) {
