@@ -105,7 +105,7 @@ public final class BodyDeadline {
         Watch w = new Watch();
         ctx.put(WATCH, w);
         w.timer = ctx.vertx().setTimer(timeoutMs, id -> {
-            if (w.end(ctx)) timedOut(ctx, timeoutMs, refused, bodies);
+            if (w.end(ctx) && !closing(req)) timedOut(ctx, timeoutMs, refused, bodies);
         });
         // without the handler a close could not be told to be the client's: such a request is left to its timer
         if (req.connection() instanceof ConnectionBase c && c.channelHandlerContext().pipeline().get(ServerCloses.class) != null) {
@@ -116,6 +116,15 @@ public final class BodyDeadline {
             };
             w.channel.closeFuture().addListener(w.closed);
         }
+    }
+
+    /**
+     * Whether the server already decided to close the request's connection (a {@link LingeringClose} after a 413 for a
+     * chunked body or a chunk that cannot be read, which logged that decision): the deadline then has nothing to answer
+     * and must not close the connection itself, which would cut the lingering short and reset a client still sending.
+     */
+    private static boolean closing(HttpServerRequest req) {
+        return req.connection() instanceof ConnectionBase c && c.channel().hasAttr(SERVER_CLOSED);
     }
 
     /** Whether a request's headers say a body follows (a request without either has none, RFC 9112 section 6.3). */

@@ -247,6 +247,56 @@ class SlowClientTest {
     }
 
     /**
+     * A connection that lingers after the server answered without its body (a chunked body past server.maxBodyBytes
+     * gets 413; a 404, then a chunk that cannot be read) outlives the body's deadline while its client trickles bytes:
+     * the deadline finds the close already decided and neither writes a 408 nor logs a second decision, and no 408 is
+     * counted; the lingering close keeps the connection until the client stops. The deadline logged "rejected with
+     * 408" and counted request_timeout for every such connection, though no 408 went out.
+     */
+    @Test
+    void aLingeringCloseIsNotTakenForALateBody() throws Exception {
+        server = TestServer.scripted(backend, Map.of("limits.bodyReadTimeoutMs", 500, "server.maxBodyBytes", 4096));
+        byte[] chunk = ("1000\r\n" + "y".repeat(4096) + "\r\n").getBytes(StandardCharsets.US_ASCII);
+        try (LogCapture log = new LogCapture()) {
+            for (String path : new String[]{"/v1/chat/completions", "/v1/nothing"}) {
+                try (Socket s = new Socket("127.0.0.1", server.port)) {
+                    s.setSoTimeout(30_000);
+                    OutputStream o = s.getOutputStream();
+                    o.write(("POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            + "Transfer-Encoding: chunked\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+                    if (path.endsWith("nothing")) {
+                        o.write("3\r\nabc\r\n".getBytes(StandardCharsets.US_ASCII));
+                        o.flush();
+                        assertTrue(readAnswer(s.getInputStream()).statusLine().startsWith("HTTP/1.1 404"));
+                        o.write("zz\r\n".getBytes(StandardCharsets.US_ASCII));  // a chunk that cannot be read
+                    } else {
+                        o.write(chunk);
+                        o.write(chunk);  // past server.maxBodyBytes
+                        o.flush();
+                        Answer a = readAnswer(s.getInputStream());
+                        assertTrue(a.statusLine().startsWith("HTTP/1.1 413") && a.body().contains("request_too_large"), a.toString());
+                    }
+                    o.flush();
+                    // a byte every 200 ms (well inside the 2 s of quiet) for 3 times the body's deadline
+                    for (int i = 0; i < 8; i++) {
+                        Thread.sleep(200);
+                        o.write('y');
+                        o.flush();
+                    }
+                    assertEquals(-1, s.getInputStream().read(), "the server's side is shut, nothing more comes");
+                }
+            }
+            Thread.sleep(300);  // the close's listeners have run
+            assertTrue(log.linesWith("rejected with 408").isEmpty(), log.lines().toString());
+            assertTrue(log.linesWith("did not come within").isEmpty(), log.lines().toString());
+            assertEquals(1, log.linesWith("POST /v1/chat/completions rejected with 413").size(), log.lines().toString());
+            assertEquals(1, log.linesWith("POST /v1/nothing: answered before its body was read").size(), log.lines().toString());
+        }
+        assertFalse(server.get("/metrics").body().contains("reason=\"request_timeout\""), "no 408 was sent");
+        assertEquals(200, server.get("/health").status(), "still serving");
+    }
+
+    /**
      * A client that asks for the connection to close after the answer (Connection: close) and then sends nothing of
      * the body it declared: the answer, a 413, went out at once, and the connection is closed at the deadline, as any
      * other's (Vert.x leaves it open while the body is pending).
