@@ -82,13 +82,13 @@ public final class BodyDeadline {
     /**
      * Marks a close that passes through the pipeline, which is how every close the server begins (Vert.x's, this
      * server's, Netty's close-after-write) travels; a client's close (the end of the stream, a reset) closes the
-     * channel from its transport without passing here.
+     * channel from its transport without passing here. A close that must linger is handed to {@link LingeringClose}.
      */
     private static final class ServerCloses extends ChannelOutboundHandlerAdapter {
         @Override
         public void close(ChannelHandlerContext ctx, ChannelPromise promise) throws Exception {
             ctx.channel().attr(SERVER_CLOSED).set(true);
-            super.close(ctx, promise);
+            if (!LingeringClose.takesOver(ctx, promise)) super.close(ctx, promise);
         }
     }
 

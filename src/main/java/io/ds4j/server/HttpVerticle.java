@@ -215,7 +215,8 @@ public final class HttpVerticle extends VerticleBase {
      * {@link RequestFraming} refuses: an error body (the shape bodies gives for the request's path) with 400 {@code invalid_header} (414 {@code uri_too_long}
      * for a request line past {@link HeadDeadline#MAX_REQUEST_LINE}, 501 {@code unsupported_transfer_encoding} for a
      * transfer coding other than chunked, 505 {@code http_version_not_supported} for a version other than 1.0 and 1.1),
-     * or 401 where API keys are set and the request's key is not among them, the connection closed after it, one INFO
+     * or 401 where API keys are set and the request's key is not among them, the connection closed after it (lingering:
+     * {@link LingeringClose}), one INFO
      * line; a connection that closed in the middle of its head gets no answer and
      * a DEBUG line.
      * @param keys     server.apiKeys of the front
@@ -256,6 +257,9 @@ public final class HttpVerticle extends VerticleBase {
         // a header Netty cannot read comes after a request line it did read: the answer takes that path's shape, as
         // the route's own errors do; a request line it could not read has no path (Netty's placeholder routes nowhere)
         String path = req.uri() != null ? RequestFraming.routedPath(req.uri()) : "";
+        // the close lingers: the client may still be sending the body (or, after HTTP/2's preface, its frames), and a
+        // connection closed at once answers those bytes with a reset that can reach the client before the answer
+        LingeringClose.onClose(req.connection());
         req.response().setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json")
                 .putHeader(HttpHeaders.CONNECTION, "close").end(Json.write(bodies.of(path, e)))
                 .onComplete(v -> req.connection().close());

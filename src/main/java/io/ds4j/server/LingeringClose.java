@@ -4,7 +4,10 @@ import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.ChannelPromise;
 import io.netty.channel.socket.DuplexChannel;
+import io.netty.buffer.Unpooled;
+import io.netty.util.AttributeKey;
 import io.netty.util.ReferenceCountUtil;
 import io.netty.util.concurrent.ScheduledFuture;
 
@@ -12,9 +15,9 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * Closes a connection whose client may still be sending (an answer written before its body was read: a chunked body
- * past server.maxBodyBytes, a chunk that cannot be read): the server's side is shut once the answer is written, what
- * the client still sends is read and dropped, and the connection closes when the client closes it, after
- * {@link #QUIET_MS} without a byte, or after {@link #MOST_MS} in all. Closed at once instead, the kernel answers the
+ * past server.maxBodyBytes, a chunk that cannot be read, a head refused while its body may still come): the server's
+ * side is shut once the answer is written, what the client still sends is read and dropped, and the connection closes
+ * when the client closes it, after {@link #QUIET_MS} without a byte, or after {@link #MOST_MS} in all. Closed at once instead, the kernel answers the
  * bytes still arriving with a reset, which can reach the client before it read the answer: the client then sees a
  * broken pipe or a reset connection where the server had sent it a 413 (RFC 9112 section 9.6 describes this close).
  * Runs on the channel's event loop. The close is marked as the server's ({@link BodyDeadline#serverCloses}), also
@@ -43,18 +46,55 @@ final class LingeringClose {
         BodyDeadline.serverCloses(c.channel);
         written.addListener(f -> {
             if (f.isSuccess()) c.shutOutput();
-            else c.channel.close();
+            else c.close();
         });
+    }
+
+    /**
+     * Channel attribute: the next close of the connection lingers ({@link #onClose}), then is lingering (true): closes
+     * begun by others meanwhile (Vert.x closes after an answer with Connection: close) wait for the lingering's end.
+     */
+    private static final AttributeKey<Boolean> ON_CLOSE = AttributeKey.valueOf("ds4j.lingerOnClose");
+
+    /**
+     * Makes the next close of a Vert.x connection (Vert.x's own after the answer, or the caller's) a lingering one:
+     * for a request refused by its head, whose client may still be sending its body or, after HTTP/2's preface, its
+     * frames. Where the connection is not the kind expected (a Vert.x whose internals changed), it closes at once.
+     */
+    static void onClose(io.vertx.core.http.HttpConnection connection) {
+        if (connection instanceof io.vertx.core.net.impl.ConnectionBase c) c.channel().attr(ON_CLOSE).set(false);
+    }
+
+    /**
+     * Called by the pipeline for every close that passes it: true when the close was taken over, its promise then
+     * completed at the lingering's end; false for a close to pass on.
+     */
+    static boolean takesOver(ChannelHandlerContext ctx, ChannelPromise promise) {
+        Boolean lingering = ctx.channel().attr(ON_CLOSE).get();
+        if (lingering == null) return false;
+        ctx.channel().closeFuture().addListener(f -> promise.trySuccess());
+        if (!lingering) {
+            ctx.channel().attr(ON_CLOSE).set(true);
+            // after what was written before it (an empty write completes once those are flushed)
+            after(ctx.writeAndFlush(Unpooled.EMPTY_BUFFER));
+        }
+        return true;
+    }
+
+    /** Closes the channel now, past {@link #takesOver}. */
+    private void close() {
+        channel.attr(ON_CLOSE).set(null);
+        channel.close();
     }
 
     private void shutOutput() {
         if (!(channel instanceof DuplexChannel d) || !channel.isActive()) {
-            channel.close();
+            close();
             return;
         }
         d.shutdownOutput().addListener(f -> {
             if (!f.isSuccess()) {
-                channel.close();
+                close();
                 return;
             }
             // every byte from here on is dropped before the decoder (nothing after the answer is a request to read),
@@ -78,7 +118,7 @@ final class LingeringClose {
     private void check() {
         long now = System.nanoTime();
         long wait = Math.min(lastRead + TimeUnit.MILLISECONDS.toNanos(QUIET_MS), until) - now;
-        if (wait <= 0) channel.close();
+        if (wait <= 0) close();
         else timer = channel.eventLoop().schedule(this::check, wait, TimeUnit.NANOSECONDS);
     }
 }

@@ -301,6 +301,38 @@ class RequestFramingTest {
     }
 
     /**
+     * A client that goes on sending after its head was refused (a body behind a 505 for its version or a 400 for both
+     * Content-Length and Transfer-Encoding; HTTP/2 frames behind the prior-knowledge preface) gets to write it and reads
+     * the whole answer: the server reads and drops the rest before it closes, as after a 413 for a chunked body. Closed
+     * at once, the connection answered the client's next bytes with a reset, and the client saw a broken pipe instead.
+     */
+    @Test
+    void aClientStillSendingAfterItsHeadWasRefusedReadsTheWholeAnswer() throws Exception {
+        byte[] piece = "y".repeat(65536).getBytes(StandardCharsets.US_ASCII);
+        for (String[] c : new String[][]{{"POST /tokenize HTTP/1.2\r\nHost: x\r\nContent-Length: 4194304\r\n\r\n", "505",
+                "http_version_not_supported"}, {"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 4194304\r\n"
+                + "Transfer-Encoding: chunked\r\n\r\n", "400", "invalid_header"}}) {
+            try (Socket s = new Socket("127.0.0.1", server.port)) {
+                s.setSoTimeout(10_000);
+                OutputStream o = s.getOutputStream();
+                o.write(c[0].getBytes(StandardCharsets.US_ASCII));
+                o.flush();
+                java.io.InputStream in = s.getInputStream();
+                assertEquals("HTTP/1.1 " + c[1], new String(in.readNBytes(12), StandardCharsets.US_ASCII), c[0]);
+                // the answer is out: whatever the client sends now comes after the server decided to close
+                for (int i = 0; i < 64; i++) {
+                    o.write(piece);
+                    o.flush();
+                    if (i == 0) Thread.sleep(100);  // time for a reset to come back, were the connection closed
+                }
+                String rest = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+                assertTrue(rest.contains(c[2]), c[0] + ": " + rest);
+            }
+        }
+        assertEquals(200, server.post("/tokenize", BODY).status(), "still serving");
+    }
+
+    /**
      * A request line whose parts are not separated by single spaces — a space after the version, two between two parts,
      * none but spaces for a target — is a 400 invalid_request_line naming the line, as one without a version is, and
      * nothing after it is served: the space after the version was Netty's "Illegal character in request line: 0x20" as
