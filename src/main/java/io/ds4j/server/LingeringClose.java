@@ -1,15 +1,17 @@
 package io.ds4j.server;
 
+import io.netty.buffer.Unpooled;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelFuture;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.ChannelPromise;
 import io.netty.channel.socket.DuplexChannel;
-import io.netty.buffer.Unpooled;
 import io.netty.util.AttributeKey;
 import io.netty.util.ReferenceCountUtil;
 import io.netty.util.concurrent.ScheduledFuture;
+import io.vertx.core.http.HttpConnection;
+import io.vertx.core.net.impl.ConnectionBase;
 
 import java.util.concurrent.TimeUnit;
 
@@ -17,17 +19,23 @@ import java.util.concurrent.TimeUnit;
  * Closes a connection whose client may still be sending (an answer written before its body was read: a chunked body
  * past server.maxBodyBytes, a chunk that cannot be read, a head refused while its body may still come): the server's
  * side is shut once the answer is written, what the client still sends is read and dropped, and the connection closes
- * when the client closes it, after {@link #QUIET_MS} without a byte, or after {@link #MOST_MS} in all. Closed at once instead, the kernel answers the
- * bytes still arriving with a reset, which can reach the client before it read the answer: the client then sees a
- * broken pipe or a reset connection where the server had sent it a 413 (RFC 9112 section 9.6 describes this close).
- * Runs on the channel's event loop. The close is marked as the server's ({@link BodyDeadline#serverCloses}), also
- * where the client's close ends it.
+ * when the client closes it, after {@link #QUIET_MS} without a byte, or after {@link #MOST_MS} in all. Closed at once
+ * instead, the kernel answers the bytes still arriving with a reset, which can reach the client before it read the
+ * answer: the client then sees a broken pipe or a reset connection where the server had sent it a 413 (RFC 9112 section
+ * 9.6 describes this close). Any other close of the connection meanwhile (Vert.x's after an answer with Connection:
+ * close) waits for the lingering's end. Runs on the channel's event loop. The close is marked as the server's
+ * ({@link BodyDeadline#serverCloses}), also where the client's close ends it.
  */
 final class LingeringClose {
     /** Milliseconds without a byte from the client after which the connection is closed. */
     static final long QUIET_MS = 2_000;
     /** Milliseconds after the answer by which the connection is closed, however the client sends. */
     static final long MOST_MS = 30_000;
+    /**
+     * Channel attribute: false once the next close is to linger ({@link #onClose}), true while one lingers; absent
+     * otherwise.
+     */
+    private static final AttributeKey<Boolean> LINGER = AttributeKey.valueOf("ds4j.linger");
 
     private final Channel channel;
     private final long until;
@@ -44,6 +52,7 @@ final class LingeringClose {
     static void after(ChannelFuture written) {
         LingeringClose c = new LingeringClose(written.channel());
         BodyDeadline.serverCloses(c.channel);
+        c.channel.attr(LINGER).set(true);
         written.addListener(f -> {
             if (f.isSuccess()) c.shutOutput();
             else c.close();
@@ -51,18 +60,12 @@ final class LingeringClose {
     }
 
     /**
-     * Channel attribute: the next close of the connection lingers ({@link #onClose}), then is lingering (true): closes
-     * begun by others meanwhile (Vert.x closes after an answer with Connection: close) wait for the lingering's end.
-     */
-    private static final AttributeKey<Boolean> ON_CLOSE = AttributeKey.valueOf("ds4j.lingerOnClose");
-
-    /**
      * Makes the next close of a Vert.x connection (Vert.x's own after the answer, or the caller's) a lingering one:
      * for a request refused by its head, whose client may still be sending its body or, after HTTP/2's preface, its
      * frames. Where the connection is not the kind expected (a Vert.x whose internals changed), it closes at once.
      */
-    static void onClose(io.vertx.core.http.HttpConnection connection) {
-        if (connection instanceof io.vertx.core.net.impl.ConnectionBase c) c.channel().attr(ON_CLOSE).set(false);
+    static void onClose(HttpConnection connection) {
+        if (connection instanceof ConnectionBase c) c.channel().attr(LINGER).set(false);
     }
 
     /**
@@ -70,20 +73,17 @@ final class LingeringClose {
      * completed at the lingering's end; false for a close to pass on.
      */
     static boolean takesOver(ChannelHandlerContext ctx, ChannelPromise promise) {
-        Boolean lingering = ctx.channel().attr(ON_CLOSE).get();
+        Boolean lingering = ctx.channel().attr(LINGER).get();
         if (lingering == null) return false;
         ctx.channel().closeFuture().addListener(f -> promise.trySuccess());
-        if (!lingering) {
-            ctx.channel().attr(ON_CLOSE).set(true);
-            // after what was written before it (an empty write completes once those are flushed)
-            after(ctx.writeAndFlush(Unpooled.EMPTY_BUFFER));
-        }
+        // after what was written before it (an empty write completes once those are flushed)
+        if (!lingering) after(ctx.writeAndFlush(Unpooled.EMPTY_BUFFER));
         return true;
     }
 
     /** Closes the channel now, past {@link #takesOver}. */
     private void close() {
-        channel.attr(ON_CLOSE).set(null);
+        channel.attr(LINGER).set(null);
         channel.close();
     }
 
@@ -110,7 +110,9 @@ final class LingeringClose {
             channel.read();
             lastRead = System.nanoTime();
             check();
-            channel.closeFuture().addListener(x -> timer.cancel(false));
+            channel.closeFuture().addListener(x -> {
+                if (timer != null) timer.cancel(false);
+            });
         });
     }
 
