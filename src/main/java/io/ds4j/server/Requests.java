@@ -707,7 +707,7 @@ final class Requests {
      */
     private static Content content(JsonNode b, JsonNode rf, String forced, boolean rendered, List<String> notes) {
         // vLLM's constraint fields: checked, and held to one constraint per request, before anything is compiled
-        List<Asked> asked = outputConstraints(b);
+        List<Asked> asked = outputConstraints(b, notes);
         boolean schema = rf != null && "json_schema".equals(rf.path("type").asText());
         boolean soft = schema && !bool(rf.get("json_schema"), "strict", "response_format.json_schema.strict", false);
         // checked wherever it is sent (a schema missing or no value satisfies is a 400), held to only as the one constraint
@@ -808,9 +808,11 @@ final class Requests {
      * Every key of structured_outputs is judged here (a null one is not given): vLLM's tuning flags that this server
      * satisfies anyway are accepted, its other constraint kinds and unknown keys are a 400 naming them, since a
      * constraint silently not enforced would let through an output the client means to exclude.
+     * @param notes gets a note where structured_outputs is given but asks for no constraint ({@code {}}, or
+     *              {@code json_object: false} alone), which the caller logs: the output is then free
      * @throws ApiException 400 naming the field for a wrong type or a key this server does not take
      */
-    private static List<Asked> outputConstraints(JsonNode body) {
+    private static List<Asked> outputConstraints(JsonNode body, List<String> notes) {
         List<Asked> out = new ArrayList<>();
         JsonNode so = body.get("structured_outputs");
         boolean noWhitespace = false;
@@ -842,6 +844,9 @@ final class Requests {
                     }
                 }
             }
+            if (out.isEmpty())
+                notes.add("structured_outputs " + (so.isEmpty() ? "is empty" : "asks for no constraint") + ": the output is"
+                        + " not constrained");
         }
         for (String kind : List.of("regex", "choice", "grammar")) {
             String field = "guided_" + kind;

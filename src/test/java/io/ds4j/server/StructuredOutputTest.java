@@ -252,6 +252,27 @@ class StructuredOutputTest {
     }
 
     /**
+     * structured_outputs that asks for no constraint ({}, json_object false alone) is accepted and said to leave the
+     * output free in an INFO line naming the request; one with a constraint gets no such line.
+     */
+    @Test
+    void structuredOutputsWithoutAConstraintIsSaidToLeaveTheOutputFree() throws Exception {
+        try (LogCapture log = new LogCapture()) {
+            var empty = server.post("/v1/chat/completions", body("\"structured_outputs\":{},\"max_tokens\":2"));
+            assertEquals(200, empty.status(), empty.body());
+            var off = server.post("/v1/chat/completions", body("\"structured_outputs\":{\"json_object\":false},\"max_tokens\":2"));
+            assertEquals(200, off.status(), off.body());
+            var on = server.post("/v1/chat/completions", body("\"structured_outputs\":{\"choice\":[\"a\"]},\"max_tokens\":2"));
+            assertEquals(200, on.status(), on.body());
+            List<String> free = log.linesWith("the output is not constrained");
+            assertEquals(2, free.size(), log.lines().toString());
+            assertTrue(free.get(0).contains("request " + empty.json().get("id").asText() + ": structured_outputs is empty"), free.get(0));
+            assertTrue(free.get(1).contains("request " + off.json().get("id").asText() + ": structured_outputs asks for no"
+                    + " constraint"), free.get(1));
+        }
+    }
+
+    /**
      * A forced call whose markup does not fit max_tokens ends with length, no content, and the arguments as far as they
      * got (not a JSON object closed over values never generated); streamed and whole answers agree. This random model
      * writes the markup's {@code ｜} one byte a token at places: 3, 8 and 24 cut inside one before the invoke tag, 44
