@@ -70,6 +70,18 @@ class ClientDetailsTest {
     }
 
     /**
+     * With API keys set, a request line refused before its headers are read (an HTTP version other than 1.0 and 1.1,
+     * which has no key read either) is a 401 even when a valid key follows, its message naming the version: what
+     * docs/api.md says under Errors.
+     */
+    @Test
+    void aRequestLineOfAnotherVersionIsA401NamingItWhereKeysAreSet() throws Exception {
+        String a = raw(post("HTTP/1.2", "", "{}".getBytes(StandardCharsets.US_ASCII)), 10_000);
+        assertTrue(a.startsWith("HTTP/1.1 401 "), a);
+        assertTrue(a.contains("invalid API key: the request headers cannot be read (its HTTP version HTTP/1.2 is not supported"), a);
+    }
+
+    /**
      * The newcomer's mistakes get a message that says what to do, with the same status as before: a key without
      * "Bearer ", a mistyped route, and a completions body sent to chat (or the other way round).
      */
