@@ -253,7 +253,8 @@ public final class HttpVerticle extends VerticleBase {
                     "the request cannot be read: " + why, null);
         }
         rejected.accept(e.code());
-        LOG.info("malformed HTTP request rejected with {}: {}", e.status(), why);
+        // in the answer's words (a 414's are the server's limit, not the decoder's "An HTTP line is larger than ...")
+        LOG.info("malformed HTTP request rejected with {}: {}", e.status(), e.getMessage());
         // a header Netty cannot read comes after a request line it did read: the answer takes that path's shape, as
         // the route's own errors do; a request line it could not read has no path (Netty's placeholder routes nowhere)
         String path = req.uri() != null ? RequestFraming.routedPath(req.uri()) : "";
