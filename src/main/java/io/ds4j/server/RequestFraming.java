@@ -90,15 +90,26 @@ final class RequestFraming {
         }
     }
 
-    /** Why a request's framing is refused: the status of the answer, its error code and the reason. */
+    /**
+     * Why a request's framing is refused: the status of the answer, its error code and the reason; for a request line
+     * refused whole, its method and target where they could be read (the answer then takes the target's shape, as the
+     * route's own errors do: Anthropic's on the Messages routes), else null.
+     */
     static final class Refused extends RuntimeException {
         final int status;
         final String code;
+        final String method, target;
 
         Refused(int status, String code, String message) {
+            this(status, code, message, null, null);
+        }
+
+        Refused(int status, String code, String message, String method, String target) {
             super(message, null, false, false);
             this.status = status;
             this.code = code;
+            this.method = method;
+            this.target = target;
         }
     }
 
@@ -191,7 +202,7 @@ final class RequestFraming {
                 if (r != null) {
                     broken = true;
                     in.skipBytes(in.readableBytes());
-                    HttpMessage bad = createInvalidMessage();
+                    HttpMessage bad = r.target != null ? readLine(r) : createInvalidMessage();
                     bad.setDecoderResult(DecoderResult.failure(r));
                     out.add(bad);
                     return;
@@ -231,6 +242,20 @@ final class RequestFraming {
         protected HttpMessage createInvalidMessage() {
             return new io.netty.handler.codec.http.DefaultFullHttpRequest(HttpVersion.HTTP_1_1,
                     io.netty.handler.codec.http.HttpMethod.GET, "/", Unpooled.EMPTY_BUFFER);
+        }
+
+        /**
+         * The stand-in for a request line refused whole whose method and target were read: so that the refusal is
+         * logged under them and its answer takes the target's shape.
+         */
+        private static HttpMessage readLine(Refused r) {
+            io.netty.handler.codec.http.HttpMethod m;
+            try {
+                m = io.netty.handler.codec.http.HttpMethod.valueOf(r.method);
+            } catch (IllegalArgumentException notAToken) {
+                m = io.netty.handler.codec.http.HttpMethod.GET;
+            }
+            return new io.netty.handler.codec.http.DefaultFullHttpRequest(HttpVersion.HTTP_1_1, m, r.target, Unpooled.EMPTY_BUFFER);
         }
 
         /** Ends the body with a failed last content carrying why, and decodes nothing more of the connection. */
@@ -339,7 +364,8 @@ final class RequestFraming {
         if (!v.equals("HTTP/1.1") && !v.equals("HTTP/1.0"))
             return new Refused(505, "http_version_not_supported", "its HTTP version " + v + " is not supported: this"
                     + " server speaks HTTP/1.1 and HTTP/1.0" + (v.startsWith("HTTP/2") ? " (no HTTP/2 without TLS, with"
-                    + " prior knowledge or an Upgrade: h2c): send the request as HTTP/1.1" : ""));
+                    + " prior knowledge or an Upgrade: h2c): send the request as HTTP/1.1" : ""),
+                    line.substring(0, a), target(target) == null ? target : null);
         return target(target);
     }
 

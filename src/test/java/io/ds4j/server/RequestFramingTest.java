@@ -298,6 +298,13 @@ class RequestFramingTest {
             assertTrue(e.get("message").asText().startsWith("the request cannot be read: its HTTP version " + c[1]
                     + " is not supported: this server speaks HTTP/1.1 and HTTP/1.0"), c[0] + ": " + e);
         }
+        // on the Messages route in Anthropic's shape, as the route's own errors are (it took OpenAI's: the line's target
+        // was not known)
+        String answer = untilClosed("POST /v1/messages HTTP/1.2\r\nHost: x\r\n\r\n");
+        assertTrue(answer.startsWith("HTTP/1.1 505 "), answer);
+        JsonNode body = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4));
+        assertEquals("error", body.path("type").asText(), answer);
+        assertTrue(body.path("error").path("message").asText().contains("its HTTP version HTTP/1.2 is not supported"), answer);
     }
 
     /**
