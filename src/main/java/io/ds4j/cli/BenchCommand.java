@@ -67,12 +67,11 @@ public final class BenchCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         if (render != null) {
             // an option of a run given beside --render would be silently unused: the rendered figures are the inputs'
-            if (spec != null)
-                for (CommandLine.Model.OptionSpec o : spec.commandLine().getParseResult().matchedOptions())
-                    if (!RENDER_OPTIONS.contains(o.longestName()))
-                        throw new IllegalArgumentException(o.longestName() + " does not apply beside --render, which only"
-                                + " renders the runs in its files again (their setup is in them): leave it out, or run the"
-                                + " benchmark without --render");
+            for (CommandLine.Model.OptionSpec o : spec.commandLine().getParseResult().matchedOptions())
+                if (!RENDER_OPTIONS.contains(o.longestName()))
+                    throw new IllegalArgumentException(o.longestName() + " does not apply beside --render, which only"
+                            + " renders the runs in its files again (their setup is in them): leave it out, or run the"
+                            + " benchmark without --render");
             // the inputs first: a refused render leaves no --out folder behind
             for (int i = 0; i < render.size(); i++) {
                 Path p = render.get(i);

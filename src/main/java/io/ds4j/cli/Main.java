@@ -82,22 +82,22 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
             return cmd.getCommandSpec().positionalParameters().isEmpty()
                     ? "'" + word + "' is not an option: " + cmd.getCommandSpec().qualifiedName() + " takes options only"
                     + " (each value after its option's name)" : null;
-        return unknownCommand(cmd, word, args);
+        return unknownCommandWord(cmd, word, args);
     }
 
     /**
      * The refusal of help for a command that does not exist ({@code ds4j help nosuch}; picocli: "Unknown subcommand
-     * 'nosuch'."), in unknownCommand's words. Null for any other refusal.
+     * 'nosuch'."), in unknownCommandWord's words. Null for any other refusal.
      */
     static String unknownHelpTopic(CommandLine.ParameterException ex, String[] args) {
         // picocli's help command refuses it on the command line it was asked about, in these words
         String m = String.valueOf(ex.getMessage()), head = "Unknown subcommand '";
         if (!m.startsWith(head) || !m.endsWith("'.") || ex.getCommandLine().getSubcommands().isEmpty()) return null;
-        return unknownCommand(ex.getCommandLine(), m.substring(head.length(), m.length() - 2), args);
+        return unknownCommandWord(ex.getCommandLine(), m.substring(head.length(), m.length() - 2), args);
     }
 
     /** A word where one of cmd's commands was expected, named with a close command and the list of commands. */
-    private static String unknownCommand(CommandLine cmd, String word, String[] args) {
+    private static String unknownCommandWord(CommandLine cmd, String word, String[] args) {
         String commands = "; the commands: " + String.join(", ", cmd.getSubcommands().keySet());
         // after "--" a command's name is a plain word: suggesting the very name would not help
         int end = java.util.Arrays.asList(args).indexOf("--");

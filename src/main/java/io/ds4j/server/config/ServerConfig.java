@@ -470,9 +470,9 @@ public final class ServerConfig {
         // a name cut short within its group ("limits.maxContext"): the one key of the group that it begins
         int dot = path.lastIndexOf('.');
         if (dot > 0 && path.length() - dot > 3) {
+            String group = squashedPath(path.substring(0, dot));
             List<String> longer = names.stream().filter(n -> n.lastIndexOf('.') == dot
-                    && squashedPath(n.substring(0, dot)).equals(squashedPath(path.substring(0, dot)))
-                    && squashed(n.substring(dot + 1)).startsWith(last)).toList();
+                    && squashedPath(n.substring(0, dot)).equals(group) && squashed(n.substring(dot + 1)).startsWith(last)).toList();
             if (longer.size() == 1) return " (did you mean " + longer.getFirst() + "?)";
         }
         return "";
