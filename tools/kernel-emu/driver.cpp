@@ -876,8 +876,13 @@ static void launch_skinny_smem(int fmt, sk::SmPlan pl, int split, int sl, dim3 g
         else grid.y = pl.b.nw;
     }
     auto run = [&](auto f, auto n) {
+        constexpr int F = decltype(f)::value, N = decltype(n)::value;
         emu_launch(grid, dim3(sk::SM_W * 32), (size_t)pl.smem, [&] {
-            sk::skinny_smem_kernel<decltype(f)::value, 1, decltype(n)::value, MOE>(a, pl.b);
+            // the lean FP8 instance where the plan asks for it (pl.b.lean), as launch_smem
+            if constexpr (F == DS4J_FMT_FP8_E4M3_B128 && N == 1 && !MOE) {
+                if (pl.b.lean) return sk::skinny_smem_kernel<F, 1, N, MOE, false, true>(a, pl.b);
+            }
+            sk::skinny_smem_kernel<F, 1, N, MOE>(a, pl.b);
         });
     };
     auto by_nt = [&](auto f) {
@@ -943,6 +948,9 @@ static void big_scales(Mat& m) {
     for (size_t i = 0; i < m.scale.size(); i += 4) m.scale[i] = (uint8_t)(m.fmt == DS4J_FMT_FP8_E4M3_B128 ? 136 + i % 5 : 129 + i % 7);
 }
 
+/** Runs of the lean FP8 instance (sk::sm_lean) that skinny_dense compared, so that a run shows it ran. */
+static int lean_runs = 0;
+
 // y[s, r] for rows [from, from+rows) with groups; batch invariance: rows 0, S/2 and S-1 alone (S = 1) give the same
 // bits as inside the step
 static void skinny_dense(int fmt, int rows_total, int from, int rows, int cols, int grp, int S, int pad, bool big = false,
@@ -994,10 +1002,27 @@ static void skinny_dense(int fmt, int rows_total, int from, int rows, int cols, 
                 runs++;
             }
         if (diff) { printf("FAIL skinny smem: %d values differ from the kernel above\n", diff); fails++; }
+        // the lean FP8 instance where the host entry takes it (sk::sm_lean)
+        if (sk::sm_lean(fmt, pl.nt, pl.wg, v, grp)) {
+            int ldiff = 0;
+            for (int split : {0, 1})
+                for (int sl : {0, 1}) {
+                    std::vector<float> y2(ldy * S, -777.f);
+                    sk::Args a{};
+                    a.v = v; a.rows = rows; a.grp = grp; a.xgs = xgs; a.x = xp; a.ldx = ldx; a.y = y2.data(); a.ldy = ldy; a.S = S;
+                    sk::SmPlan lp = pl;
+                    lp.b.lean = 1;
+                    launch_skinny_smem<false>(fmt, lp, split, sl, dim3((unsigned)(groups * lp.b.rgpg)), a, rows);
+                    ldiff += bits_differ(y2.data(), y.data(), y.size());
+                    lean_runs++;
+                }
+            if (ldiff) { printf("FAIL skinny smem lean: %d values differ from the kernel above\n", ldiff); fails++; }
+            diff += ldiff;
+        }
     }
     printf("skinny dense fmt %d rows %d (from %d) cols %d grp %d S %d%s%s: worst rel %.3g; %d rows alone bit-identical;"
-           " shared-x kernel (%d runs): %d values differ\n", fmt, rows, from, cols, grp, S, big ? " big scales" : "",
-           mt ? " (m-tiles forced)" : "", worst, same, runs, diff);
+           " shared-x kernel (%d runs, %d lean in all so far): %d values differ\n", fmt, rows, from, cols, grp, S,
+           big ? " big scales" : "", mt ? " (m-tiles forced)" : "", worst, same, runs, lean_runs, diff);
 }
 
 /**
@@ -1362,6 +1387,15 @@ int main() {
         skinny_dense(fmt, 300, 130, 130, cols, 130, 5, 0);
         skinny_dense(fmt, 120, 0, 3 * 40, cols, 40, 9, 8);
         skinny_dense(fmt, 20, 0, 20, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4096 : 2048, 20, 3, 0);
+        if (fmt == DS4J_FMT_FP8_E4M3_B128) {
+            // the lean instance's shapes (whole 16-row tiles in one scale block, whole chunk groups): one group and
+            // two, a view from row 16 and from row 144 (inside the second scale block), a long row in several slices
+            for (int S : {1, 3, 8}) skinny_dense(fmt, 256, 0, 256, 512, 256, S, 4);
+            skinny_dense(fmt, 256, 0, 256, 256, 128, 5, 0);
+            skinny_dense(fmt, 320, 16, 288, 256, 144, 2, 0, true);
+            skinny_dense(fmt, 320, 144, 160, 192, 160, 1, 4);
+            skinny_dense(fmt, 32, 0, 32, 4096, 32, 4, 0);
+        }
         if (fmt == DS4J_FMT_FP8_E4M3_B128 || fmt == DS4J_FMT_FP4_E2M1_B32) skinny_dense(fmt, 40, 0, 40, cols, 40, 17, 0, true);
         // the many-row-tile variant (MT_HI m-tiles per warp), which the shapes above are too small to choose
         const int hi = fmt == DS4J_FMT_FP4_E2M1_B32 ? 4 : 2;

@@ -694,6 +694,7 @@ struct SmArgs {
     int xloads;      // 1: the staging issues the x loads of SM_XL slots together (sm_xloads)
     int rg;          // moe: row groups per block, taken in turn (grid y: rgpg / rg rounded up); dense: 1
     int xasync;      // 1: the staging copies raw x into the slots by cp.async, then splits it in place (sm_xasync)
+    int lean;        // 1: the lean FP8 instance runs (sm_lean)
 };
 
 /**
@@ -830,6 +831,63 @@ __device__ __forceinline__ bool run_full(int ntv, R& run) {
         }
         constexpr int NEXT = NV0 > 4 ? 0 : NV0 - 1;
         return run_full<NEXT>(ntv, run);
+    }
+}
+
+/**
+ * Chunk groups a batch of the lean FP8 instance (sm_lean), two batches in flight as SmPipe. On an H100 (BENCHMARKS.md,
+ * forty-first session; `tools/device/run.sh mm-bench --rows 1,5 --reps 50`, equal result hashes) 4 a batch (128
+ * registers) took wq_b at 1 row 17.1 µs against 16.6 with 2, and 2 a batch built for three blocks a multiprocessor
+ * (80 registers, spills) 25.8.
+ */
+constexpr int SM_LU = 2;
+
+/** One warp's FP8 chunks of up to SM_LU chunk groups (rows g and g + 8) and the E8M0 scale byte they share. */
+struct SmLeanBatch {
+    uint4 q[SM_LU][2];
+    uint32_t sb[SM_LU];
+};
+
+/**
+ * sm_load for a warp whose 16 rows are all present and share one 128-row scale block, in a product whose rows are whole
+ * chunk groups (cols a multiple of 64) at a 16-byte aligned base (sm_lean checks these on the host): no test per chunk,
+ * no zero fill, one scale byte per chunk group (rows g and g + 8 share it), addresses from two row pointers. Loads chunk
+ * groups j = p + (m + u) nw for u below min(SM_LU, left): bytes w0 + 64 j (row g at lane t's chunk of chunk group 0)
+ * and w1 + 64 j (row g + 8), scale srow[j / 2] (a chunk group's four chunks lie in one 128-column block: c / 8 = j / 2).
+ */
+__device__ __forceinline__ void sm_lean_load(SmLeanBatch& lb, const uint8_t* w0, const uint8_t* w1, const uint8_t* srow,
+                                             int p, int nw, int m, int left) {
+#pragma unroll
+    for (int u = 0; u < SM_LU; u++)
+        if (u < left) {
+            const int j = p + (m + u) * nw;
+            const size_t o = (size_t)j * 64;
+            lb.q[u][0] = __ldg(reinterpret_cast<const uint4*>(w0 + o));
+            lb.q[u][1] = __ldg(reinterpret_cast<const uint4*>(w1 + o));
+            lb.sb[u] = __ldg(srow + (j >> 1));
+        }
+}
+
+/**
+ * sm_compute's FP8 branch for one n-tile on an SmLeanBatch: per chunk group fp8_a, the rows' block scale (one byte for
+ * both), the staged B words and 2^e, fp8_mma. The same operands and operations in the same order, so the same bits.
+ */
+__device__ __forceinline__ void sm_lean_compute(const SmLeanBatch& lb, const uint4* xs, const float* xsc, int jj0, int left,
+                                                float (&acc)[1][1][4]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int u = 0; u < SM_LU; u++) {
+        if (u >= left) break;
+        const uint4 q[1][2] = {{lb.q[u][0], lb.q[u][1]}};
+        uint32_t a8[4][1][4];
+        fp8_a<1>(q, a8);
+        const float w = e8m0(lb.sb[u]);
+        const float ws[1][2] = {{w, w}};
+        uint4 bw[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) bw[i] = xs[sm_slot<DS4J_FMT_FP8_E4M3_B128, 1>(jj0 + u, 0, i, lane)];
+        const float2 e2 = *reinterpret_cast<const float2*>(xsc + (jj0 + u) * 8 + 2 * (lane & 3));
+        fp8_mma<1, 1>(a8, bw, ws, e2.x, e2.y, 0, acc);
     }
 }
 
@@ -1034,7 +1092,7 @@ constexpr int sm_min_blocks(int fmt, int nt, bool moe) {
  * else every partition in order. Grid: dense (groups rgpg, split ? nw : 1); moe (picks, or a.E when it is set, one block
  * per distinct expert picked (moe_block_expert), rgpg / rg rounded up, split ? nw : 1).
  */
-template <int FMT, int MT, int NT, bool MOE, bool WG = false>
+template <int FMT, int MT, int NT, bool MOE, bool WG = false, bool LEAN = false>
 __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 1 : 2) : sm_min_blocks(FMT, NT, MOE))
     skinny_smem_kernel(Args a, SmArgs b) {
     // dense: the block's rows are known before the wait (moe: its expert is not, see below)
@@ -1104,6 +1162,12 @@ __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 
             sbase[mi][h] = FMT == DS4J_FMT_FP8_E4M3_B128 ? (size_t)((v.row_base + r) >> 7) * v.scale_cols
                                                          : (size_t)r * (v.cols >> 5);
         }
+    // the lean FP8 instance (LEAN, sm_lean): row g's and row g + 8's bytes at lane t's chunk, and their scale row
+    static_assert(!LEAN || (FMT == DS4J_FMT_FP8_E4M3_B128 && MT == 1 && NT == 1 && !MOE && !WG),
+                  "the lean instance: dense FP8 products, one m-tile per warp, one n-tile, mma.sync");
+    const uint8_t* const lw0 = LEAN && mine ? wr[0][0] + 16 * t : nullptr;
+    const uint8_t* const lw1 = LEAN && mine ? wr[0][1] + 16 * t : nullptr;
+    const uint8_t* const lsr = LEAN ? v.scale + sbase[0][0] : nullptr;
     for (int s0 = 0; s0 < n; s0 += TOK) {
         const int cnt = min(TOK, n - s0);
         __syncthreads();  // the previous pass is done with xoff, yoff
@@ -1144,7 +1208,10 @@ __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 
                 if (stage) __syncthreads();  // every warp is done with the previous slice
                 // the slice's first weight loads go out before the staging, so that they overlap it
                 SmBatch<FMT, MT> bt;
-                if (mine || WG) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
+                SmLeanBatch lb;
+                if constexpr (LEAN)
+                    if (mine) sm_lean_load(lb, lw0, lw1, lsr, p, b.nw, m0, sln);
+                if (!LEAN && (mine || WG)) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
                 const int slots = stage ? sln * ntv * KS * 32 : 0;
                 staged_s0 = s0, staged_p = p, staged_m0 = m0;
                 if (b.xasync) {
@@ -1247,6 +1314,20 @@ __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 
                 if (stage) {
                     if constexpr (WG) wg::fence_proxy_async();  // the staged words, to wgmma's reads
                     __syncthreads();
+                }
+                if constexpr (LEAN) {
+                    // two batches in turn, each loaded while the other computes (SmPipe's order without a copy of
+                    // the batch: a load with nothing left loads nothing)
+                    if (mine)
+                        for (int jj0 = 0; jj0 < sln; jj0 += 2 * SM_LU) {
+                            SmLeanBatch nx;
+                            sm_lean_load(nx, lw0, lw1, lsr, p, b.nw, m0 + jj0 + SM_LU, sln - jj0 - SM_LU);
+                            sm_lean_compute(lb, sk_xs, sk_xsc, jj0, sln - jj0, acc);
+                            if (jj0 + SM_LU >= sln) break;
+                            sm_lean_load(lb, lw0, lw1, lsr, p, b.nw, m0 + jj0 + 2 * SM_LU, sln - jj0 - 2 * SM_LU);
+                            sm_lean_compute(nx, sk_xs, sk_xsc, jj0 + SM_LU, sln - jj0 - SM_LU, acc);
+                        }
+                    continue;
                 }
                 // WG: every warp, rows or not (the warpgroup's MMAs take all four)
                 if (mine || WG) {
@@ -1579,6 +1660,23 @@ static bool sm_wgmma(ds4j_ctx* ctx, int format, int nt) {
            device_cc_major(ctx->device) == 9;
 }
 
+/**
+ * Whether a dense FP8 launch of one n-tile (steps of up to 8 rows) on mma.sync runs the lean instance (SmArgs::lean,
+ * sm_lean_load): every row tile whole (grp a multiple of 16) inside one 128-row scale block (row_base a multiple of
+ * 16), rows of whole chunk groups (cols a multiple of 64); V4's FP8 products all are. The same products in the same
+ * order as the other instance, so the same bits; fewer instructions a chunk group (no test or zero fill per chunk, one
+ * scale byte for both rows, addresses from two row pointers). On an H100 (BENCHMARKS.md, forty-first session;
+ * `DS4J_SKINNY_LEAN=0|1 tools/device/run.sh mm-bench --rows 1,5 --reps 50`, equal result hashes) graph µs at 1 row
+ * wq_b 16.5–16.9 against 20.4–20.5, wo_a 18.5–18.7 against 22.1–22.4, wo_b 18.6–18.9 against 22.2–22.3, the shared
+ * expert's w1 / w3 7.7–7.9 against 8.6–8.8; ncu on wq_b: 4.77 M warp instructions against 6.71 M, 21.4 µs against 24.9.
+ * DS4J_SKINNY_LEAN=0 (read once) turns it off, for measurements.
+ */
+static bool sm_lean(int format, int nt, bool wg, const WView& v, int64_t grp) {
+    static std::atomic<int> c{0};
+    return env_choice(c, "DS4J_SKINNY_LEAN", 1, 0, 1) == 1 && format == DS4J_FMT_FP8_E4M3_B128 && nt == 1 && !wg &&
+           grp % 16 == 0 && v.row_base % 16 == 0 && v.cols % 64 == 0;
+}
+
 /** Most bytes of partials one split launch of skinny_smem_kernel uses; larger ones walk every partition per block. */
 constexpr int64_t SM_SCRATCH_CAP = 64ll << 20;
 
@@ -1723,21 +1821,26 @@ int sum_partials(ds4j_ctx* ctx, const float* part, int nw, int ns, int rows, flo
 
 namespace sk {
 
-/** Launches skinny_smem_kernel<F, 1, N, MOE, WG> with pl's shared memory; the launch status. */
-template <int F, int N, bool MOE, bool WG>
+/** Launches skinny_smem_kernel<F, 1, N, MOE, WG, LEAN> with pl's shared memory; the launch status. */
+template <int F, int N, bool MOE, bool WG, bool LEAN = false>
 static hipError_t launch_smem_as(dim3 grid, const SmPlan& pl, hipStream_t stream, const Args& a) {
-    hipError_t e = cudaFuncSetAttribute(skinny_smem_kernel<F, 1, N, MOE, WG>,
+    hipError_t e = cudaFuncSetAttribute(skinny_smem_kernel<F, 1, N, MOE, WG, LEAN>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
     if (e != hipSuccess) return e;
-    skinny_smem_kernel<F, 1, N, MOE, WG><<<grid, SM_W * WARP, (size_t)pl.smem, stream>>>(a, pl.b);
+    skinny_smem_kernel<F, 1, N, MOE, WG, LEAN><<<grid, SM_W * WARP, (size_t)pl.smem, stream>>>(a, pl.b);
     return hipGetLastError();
 }
 
-/** Launches skinny_smem_kernel (one m-tile per warp; the wgmma instance where pl.wg) for pl; the launch status. */
+/**
+ * Launches skinny_smem_kernel (one m-tile per warp; the wgmma instance where pl.wg, the lean one where pl.b.lean) for
+ * pl; the launch status.
+ */
 template <int F, int N, bool MOE>
 static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, const Args& a) {
     if constexpr (DS4J_WGMMA && N >= 2 && F != DS4J_FMT_F16)
         if (pl.wg) return launch_smem_as<F, N, MOE, true>(grid, pl, stream, a);
+    if constexpr (F == DS4J_FMT_FP8_E4M3_B128 && N == 1 && !MOE)
+        if (pl.b.lean) return launch_smem_as<F, N, MOE, false, true>(grid, pl, stream, a);
     return launch_smem_as<F, N, MOE, false>(grid, pl, stream, a);
 }
 
@@ -1797,7 +1900,8 @@ bool skinny_matmul(ds4j_ctx* ctx, int format, const WView& v, int rows, int grp,
     a.y = y;
     a.ldy = ldy;
     a.S = S;
-    const SmPlan pl = sm_plan(ctx, format, grp, groups, 1, rb, S, S, rows);
+    SmPlan pl = sm_plan(ctx, format, grp, groups, 1, rb, S, S, rows);
+    pl.b.lean = sm_lean(format, pl.nt, pl.wg, v, grp) ? 1 : 0;
     if (pl.on) {
         *rc = run_smem<false>(ctx, format, pl, dim3((unsigned)(groups * pl.b.rgpg)), a, rows);
         return true;
