@@ -97,7 +97,7 @@ public final class GenerateCommand implements Callable<Integer> {
         // as /v1/completions refuses an empty prompt (a chat turn may be empty: the template still writes it)
         if (!chat && prompt.isEmpty())
             throw new IllegalArgumentException("--prompt must not be empty without --chat (as the API's prompt); with --chat it is"
-                    + " the user message, which may be");
+                    + " the user message, which may be empty");
         // the API's rule for chat and plain completions: 0 means something only with echo, which generate has not
         if (maxTokens < 1)
             throw new IllegalArgumentException("-n / --max-tokens must be >= 1 (as the API's max_tokens), got " + maxTokens);

@@ -167,7 +167,9 @@ public class GenerateCommandTest {
         assertTrue(tooLong.err().contains("leaves no room in the context") && !tooLong.err().contains("note: -n"), tooLong.err());
         r = run("generate", "--model", FIXTURE, "--prompt", "");
         assertNotEquals(0, r.code());
-        assertTrue(r.err().contains("--prompt must not be empty without --chat"), r.err());
+        // the whole sentence: it ended "the user message, which may be", its last word missing
+        assertEquals("error: --prompt must not be empty without --chat (as the API's prompt); with --chat it is the user"
+                + " message, which may be empty", r.err().strip());
         r = run("generate", "--model", FIXTURE, "--prompt", "x", "--backend", "tpu");
         assertNotEquals(0, r.code());
         assertTrue(r.err().contains("unknown backend 'tpu'"), r.err());
