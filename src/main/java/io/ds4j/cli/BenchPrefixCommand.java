@@ -80,7 +80,8 @@ public final class BenchPrefixCommand implements Callable<Integer> {
         for (String w : workloads)
             if (!w.equals("agent") && !w.equals("doc") && !w.equals("choices"))
                 throw new IllegalArgumentException("--workloads: unknown workload '" + w + "' (agent, doc or choices)");
-        if (choices < 2 || choices > 16) throw new IllegalArgumentException("--choices: must be in [2, 16] (the API's n), got " + choices);
+        String bad = badLengths();
+        if (bad != null) throw new IllegalArgumentException(bad);
         Backends.checkAvailable(backend);  // the server's backend, before a model is made for it
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;
         Path dir = source.model != null ? Main.modelFolder("--model", source.model)
@@ -117,6 +118,27 @@ public final class BenchPrefixCommand implements Callable<Integer> {
             server.close().await();
         }
         return 0;
+    }
+
+    /**
+     * --choices, the lengths and the keys the flags set, checked before the model is made or a server started (as
+     * bench-server checks its own): every problem in one line, or null. A negative length failed inside the workload that used it,
+     * once the others had run, with Java's bare "-5"; --max-tokens 0 started a server to print its 400; the keys were
+     * named without their flag, after the model was made.
+     */
+    private String badLengths() {
+        List<String> bad = new ArrayList<>();
+        if (choices < 2 || choices > 16) bad.add("--choices: must be in [2, 16] (the API's n), got " + choices);
+        if (docTokens < 1) bad.add("--doc-tokens must be >= 1, got " + docTokens);
+        if (toolTokens < 0) bad.add("--tool-result-tokens must be >= 0, got " + toolTokens);
+        if (maxTokens < 1) bad.add("--max-tokens must be >= 1 (the API's max_tokens), got " + maxTokens);
+        String[][] keyed = {{"--prefill-chunk", "limits.prefillChunk"}, {"--budget-mib", "prefixCache.budgetMiB"}};
+        int[] values = {prefillChunk, budgetMiB};
+        for (int i = 0; i < keyed.length; i++) {
+            io.ds4j.server.config.ConfigKey k = ServerConfig.keyOf(keyed[i][1]);
+            if (!k.range().accepts(values[i])) bad.add(keyed[i][0] + ": " + k.mustBe() + " (" + k.name() + "), got " + values[i]);
+        }
+        return bad.isEmpty() ? null : String.join("; ", bad);
     }
 
     // ------------------------------------------------------------------------------------------------ workloads

@@ -496,6 +496,35 @@ class CliErrorsTest {
         assertEquals("error: --workloads: unknown workload 'bogus' (agent, doc or choices)", r.err().strip());
     }
 
+    /**
+     * bench-prefix checks its lengths and the keys its flags set before any work: --doc-tokens -5 ran the agent workload
+     * (half a minute on two cores) and then ended with "error: -5"; --tool-result-tokens -1 said "error: -1" once its
+     * server was up; --max-tokens 0 started a server to print its HTTP 400; --prefill-chunk 0 and --budget-mib -1 were
+     * named by their configuration keys alone, after the model was made.
+     */
+    @Test
+    void benchPrefixRefusesImpossibleOptionsBeforeAnyWork() {
+        String[][] bad = {{"--doc-tokens", "-5"}, {"--doc-tokens", "0"}, {"--tool-result-tokens", "-1"}, {"--max-tokens", "0"},
+                {"--prefill-chunk", "0"}, {"--budget-mib", "-1"}};
+        String[] expect = {"error: --doc-tokens must be >= 1, got -5", "error: --doc-tokens must be >= 1, got 0",
+                "error: --tool-result-tokens must be >= 0, got -1",
+                "error: --max-tokens must be >= 1 (the API's max_tokens), got 0",
+                "error: --prefill-chunk: must be an integer in [1, 65536] (limits.prefillChunk), got 0",
+                "error: --budget-mib: must be an integer in [0, \u221e] (prefixCache.budgetMiB), got -1"};
+        for (int i = 0; i < bad.length; i++) {
+            String[] args = {"bench-prefix", "--workloads", "doc", bad[i][0], bad[i][1]};
+            GenerateCommandTest.Run r = run(args);
+            assertEquals(2, r.code(), String.join(" ", args) + ": " + r.out() + r.err());
+            assertEquals(expect[i], r.err().strip(), String.join(" ", args));
+            assertFalse(r.out().contains("bench-prefix: model"), "refused before any work: " + r.out());
+        }
+        // every problem at once
+        GenerateCommandTest.Run r = run("bench-prefix", "--doc-tokens", "-5", "--max-tokens", "0");
+        assertEquals(2, r.code(), r.err());
+        assertEquals("error: --doc-tokens must be >= 1, got -5; --max-tokens must be >= 1 (the API's max_tokens), got 0",
+                r.err().strip());
+    }
+
     @Test
     void benchSpecNamesEachOptionOutOfRange() {
         GenerateCommandTest.Run r = run("bench-spec", "--preset", "tiny", "--warmup", "0", "--decode-tokens", "1");
