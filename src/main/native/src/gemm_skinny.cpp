@@ -40,6 +40,9 @@
 // H200, passes of 2 .. 8 n-tiles of FP8 weights (BF16 and FP4 where asked for) run the same products on warpgroup MMAs
 // (tc_wgmma.h, sm_wgmma): x staged as K-major core matrices (sm_put), four warps' A fragments in one wgmma per k-step.
 //
+// Dense FP8 passes of one n-tile whose row tiles each lie whole in one 128-row scale block (all of V4's) take a lean
+// instance of the staged kernel (sm_lean): the same MMAs in the same order, with fewer instructions to load them.
+//
 // Launch shape (from the matrix shape only): MT m-tiles per warp, nw warps per block over one row tile's columns, U
 // chunk groups of loads in flight per lane. MT_HI, U, TARGET_WARPS and TARGET_TILES are first choices for the H200,
 // not measured optima: `tools/device/run.sh mm-bench` (io.ds4j.gpu.MatmulBench) prints what they give.
