@@ -1212,6 +1212,14 @@ public final class HttpVerticle extends VerticleBase {
         Requests.checkModel(b, m);
         boolean pieces = Requests.bool(b, "with_pieces", false);
         boolean addSpecial = Requests.bool(b, "add_special", false);
+        // one text to count: a body giving two of them would count one and drop the other (it was reported as an
+        // unknown field, and refused as unrecognised under server.rejectUnknownFields)
+        List<String> given = new java.util.ArrayList<>();
+        for (String f : new String[]{"content", "prompt", "messages"})
+            if (Requests.present(b, f)) given.add(f);
+        if (given.size() > 1)
+            throw ApiException.badField(given.get(1), "give the text to tokenize as one of content, prompt or messages; "
+                    + "this body gives " + String.join(" and ", given));
         String text = Requests.optString(b, "content", "content");
         String field = "content";
         if (text == null) {

@@ -539,6 +539,13 @@ class BadInputTest {
         expect("/detokenize", "{}", 400, "tokens");
         expect("/tokenize", "{\"content\":5}", 400, "content");
         expect("/tokenize", "{}", 400, "content");
+        // one text a body: two of content, prompt and messages are refused by name, not one counted and the other
+        // reported as an unknown field
+        assertEquals("messages: give the text to tokenize as one of content, prompt or messages; this body gives content and messages",
+                expect("/tokenize", "{\"content\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 400,
+                        "messages").get("message").asText());
+        assertTrue(expect("/tokenize", "{\"prompt\":\"b\",\"content\":\"a\"}", 400, "prompt").get("message").asText()
+                .endsWith("this body gives content and prompt"));
     }
 
     @Test
