@@ -277,6 +277,13 @@ public final class HttpVerticle extends VerticleBase {
     private static final java.util.regex.Pattern PROHIBITED_IN_VALUE_HEX =
             java.util.regex.Pattern.compile("(?s)^a header value contains prohibited character 0x([0-9a-fA-F]+)( at index \\d+)?.*$");
 
+    /**
+     * Netty's message for a Content-Length it cannot take as a length, a negative one or one past a long included
+     * ("Content-Length value is not a number: -5"), then the value.
+     */
+    private static final java.util.regex.Pattern CONTENT_LENGTH_NOT_A_NUMBER =
+            java.util.regex.Pattern.compile("(?s)^Content-Length value is not a number: (.*)$");
+
     /** Vert.x's other messages about a header value's line breaks, each followed by the value. */
     private static final List<String> VALUE_FOLLOWS = List.of("a header value must not end with '\\r' or '\\n'",
             "only '\\n' is allowed after '\\r'", "only ' ' and '\\t' are allowed after '\\n'");
@@ -293,6 +300,13 @@ public final class HttpVerticle extends VerticleBase {
             return "its header fields take more than " + HeadDeadline.MAX_HEADERS + " bytes together, the server's limit for"
                     + " all of them: send fewer or shorter headers";
         String m = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
+        java.util.regex.Matcher length = CONTENT_LENGTH_NOT_A_NUMBER.matcher(m);
+        if (length.matches() && length.group(1).matches("-?[0-9]{1,40}")) {
+            // a number all the same: say what is wrong with it (other values keep Netty's words below)
+            String n = length.group(1);
+            return n.startsWith("-") ? "Content-Length " + n + " is negative: give the body's length in bytes"
+                    : "Content-Length " + n + " is past the largest length a request can give (" + Long.MAX_VALUE + " bytes)";
+        }
         java.util.regex.Matcher name = PROHIBITED_IN_NAME.matcher(m);
         if (name.matches()) return badHeaderName(name.group(1));
         java.util.regex.Matcher v = PROHIBITED_IN_VALUE.matcher(m);

@@ -161,6 +161,16 @@ public final class FrontChecks {
             assertNotNull(e, what + ": " + a);
             assertEquals("invalid_header", e.get("code").asText(), what + ": " + a);
         }
+        // a Content-Length that is a number but no length: named for what is wrong with it (Netty says "is not a
+        // number"), a value that is no number keeps that wording
+        for (String[] h : new String[][]{{"-5", "Content-Length -5 is negative: give the body's length in bytes"},
+                {"99999999999999999999", "Content-Length 99999999999999999999 is past the largest length a request can give ("
+                        + Long.MAX_VALUE + " bytes)"}, {"abc", "Content-Length value is not a number: abc"}}) {
+            String a = raw(port, "POST", "/v1/chat/completions", "Content-Length: " + h[0] + "\r\n");
+            assertTrue(a.startsWith("HTTP/1.1 400"), h[0] + ": " + a);
+            assertEquals("the request cannot be read: " + h[1],
+                    Json.MAPPER.readTree(a.substring(a.indexOf("\r\n\r\n") + 4)).at("/error/message").asText(), h[0]);
+        }
         // a value with a prohibited character (an API key, perhaps) is neither echoed nor logged, whatever the
         // character's code, in any header; the character is named by its code point
         for (String[] h : new String[][]{{"Authorization: Bearer sk-secret\u000bXYZ", "U+000B"},
