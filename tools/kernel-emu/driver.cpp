@@ -878,8 +878,8 @@ static void launch_skinny_smem(int fmt, sk::SmPlan pl, int split, int sl, dim3 g
     auto run = [&](auto f, auto n) {
         constexpr int F = decltype(f)::value, N = decltype(n)::value;
         emu_launch(grid, dim3(sk::SM_W * 32), (size_t)pl.smem, [&] {
-            // the lean FP8 instance where the plan asks for it (pl.b.lean), as launch_smem
-            if constexpr (F == DS4J_FMT_FP8_E4M3_B128 && N == 1 && !MOE) {
+            // the lean instance where the plan asks for it (pl.b.lean), as launch_smem
+            if constexpr ((F == DS4J_FMT_FP8_E4M3_B128 || F == DS4J_FMT_BF16) && N == 1 && !MOE) {
                 if (pl.b.lean) return sk::skinny_smem_kernel<F, 1, N, MOE, false, true>(a, pl.b);
             }
             sk::skinny_smem_kernel<F, 1, N, MOE>(a, pl.b);
@@ -948,7 +948,7 @@ static void big_scales(Mat& m) {
     for (size_t i = 0; i < m.scale.size(); i += 4) m.scale[i] = (uint8_t)(m.fmt == DS4J_FMT_FP8_E4M3_B128 ? 136 + i % 5 : 129 + i % 7);
 }
 
-/** Runs of the lean FP8 instance (sk::sm_lean) that skinny_dense compared, so that a run shows it ran. */
+/** Runs of the lean instance (sk::sm_lean) that skinny_dense compared, so that a run shows it ran. */
 static int lean_runs = 0;
 
 // y[s, r] for rows [from, from+rows) with groups; batch invariance: rows 0, S/2 and S-1 alone (S = 1) give the same
@@ -1002,7 +1002,7 @@ static void skinny_dense(int fmt, int rows_total, int from, int rows, int cols, 
                 runs++;
             }
         if (diff) { printf("FAIL skinny smem: %d values differ from the kernel above\n", diff); fails++; }
-        // the lean FP8 instance where the host entry takes it (sk::sm_lean)
+        // the lean instance where the host entry takes it (sk::sm_lean)
         if (sk::sm_lean(fmt, pl.nt, pl.wg, v, grp)) {
             int ldiff = 0;
             for (int split : {0, 1})
@@ -1387,7 +1387,7 @@ int main() {
         skinny_dense(fmt, 300, 130, 130, cols, 130, 5, 0);
         skinny_dense(fmt, 120, 0, 3 * 40, cols, 40, 9, 8);
         skinny_dense(fmt, 20, 0, 20, fmt == DS4J_FMT_FP4_E2M1_B32 ? 4096 : 2048, 20, 3, 0);
-        if (fmt == DS4J_FMT_FP8_E4M3_B128) {
+        if (fmt == DS4J_FMT_FP8_E4M3_B128 || fmt == DS4J_FMT_BF16) {
             // the lean instance's shapes (whole 16-row tiles in one scale block, whole chunk groups): one group and
             // two, a view from row 16 and from row 144 (inside the second scale block), a long row in several slices
             for (int S : {1, 3, 8}) skinny_dense(fmt, 256, 0, 256, 512, 256, S, 4);

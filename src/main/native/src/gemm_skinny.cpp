@@ -40,8 +40,8 @@
 // H200, passes of 2 .. 8 n-tiles of FP8 weights (BF16 and FP4 where asked for) run the same products on warpgroup MMAs
 // (tc_wgmma.h, sm_wgmma): x staged as K-major core matrices (sm_put), four warps' A fragments in one wgmma per k-step.
 //
-// Dense FP8 passes of one n-tile whose row tiles each lie whole in one 128-row scale block (all of V4's) take a lean
-// instance of the staged kernel (sm_lean): the same MMAs in the same order, with fewer instructions to load them.
+// Dense FP8 and BF16 passes of one n-tile whose row tiles are whole (FP8: each in one 128-row scale block; all of V4's
+// are) take a lean instance of the staged kernel (sm_lean): the same MMAs in the same order, fewer instructions.
 //
 // Launch shape (from the matrix shape only): MT m-tiles per warp, nw warps per block over one row tile's columns, U
 // chunk groups of loads in flight per lane. MT_HI, U, TARGET_WARPS and TARGET_TILES are first choices for the H200,
@@ -697,7 +697,7 @@ struct SmArgs {
     int xloads;      // 1: the staging issues the x loads of SM_XL slots together (sm_xloads)
     int rg;          // moe: row groups per block, taken in turn (grid y: rgpg / rg rounded up); dense: 1
     int xasync;      // 1: the staging copies raw x into the slots by cp.async, then splits it in place (sm_xasync)
-    int lean;        // 1: the lean FP8 instance runs (sm_lean)
+    int lean;        // 1: the lean instance runs (sm_lean)
 };
 
 /**
@@ -838,26 +838,28 @@ __device__ __forceinline__ bool run_full(int ntv, R& run) {
 }
 
 /**
- * Chunk groups a batch of the lean FP8 instance (sm_lean), two batches in flight as SmPipe. On an H100 (BENCHMARKS.md,
+ * Chunk groups a batch of the lean instances (sm_lean), two batches in flight as SmPipe. On an H100 (BENCHMARKS.md,
  * forty-first session; `tools/device/run.sh mm-bench --rows 1,5 --reps 50`, equal result hashes) 4 a batch (128
  * registers) took wq_b at 1 row 17.1 µs against 16.6 with 2, and 2 a batch built for three blocks a multiprocessor
  * (80 registers, spills) 25.8.
  */
 constexpr int SM_LU = 2;
 
-/** One warp's FP8 chunks of up to SM_LU chunk groups (rows g and g + 8) and the E8M0 scale byte they share. */
+/** One warp's chunks of up to SM_LU chunk groups (rows g and g + 8) and, FP8, the E8M0 scale byte they share. */
 struct SmLeanBatch {
     uint4 q[SM_LU][2];
     uint32_t sb[SM_LU];
 };
 
 /**
- * sm_load for a warp whose 16 rows are all present and share one 128-row scale block, in a product whose rows are whole
- * chunk groups (cols a multiple of 64) at a 16-byte aligned base (sm_lean checks these on the host): no test per chunk,
- * no zero fill, one scale byte per chunk group (rows g and g + 8 share it), addresses from two row pointers. Loads chunk
- * groups j = p + (m + u) nw for u below min(SM_LU, left): bytes w0 + 64 j (row g at lane t's chunk of chunk group 0)
- * and w1 + 64 j (row g + 8), scale srow[j / 2] (a chunk group's four chunks lie in one 128-column block: c / 8 = j / 2).
+ * sm_load for a warp whose 16 rows are all present (FP8: and share one 128-row scale block), in a product whose rows are
+ * whole chunk groups (64 FP8 or 32 BF16 columns) at a 16-byte aligned base (sm_lean checks these on the host): no test
+ * per chunk, no zero fill, addresses from two row pointers, FP8's scale one byte per chunk group for rows g and g + 8.
+ * Loads chunk groups j = p + (m + u) nw for u below min(SM_LU, left): bytes w0 + 64 j (row g at lane t's chunk of chunk
+ * group 0) and w1 + 64 j (row g + 8); FP8, scale srow[j / 2] (a chunk group's four chunks lie in one 128-column block:
+ * c / 8 = j / 2).
  */
+template <int FMT>
 __device__ __forceinline__ void sm_lean_load(SmLeanBatch& lb, const uint8_t* w0, const uint8_t* w1, const uint8_t* srow,
                                              int p, int nw, int m, int left) {
 #pragma unroll
@@ -867,30 +869,48 @@ __device__ __forceinline__ void sm_lean_load(SmLeanBatch& lb, const uint8_t* w0,
             const size_t o = (size_t)j * 64;
             lb.q[u][0] = __ldg(reinterpret_cast<const uint4*>(w0 + o));
             lb.q[u][1] = __ldg(reinterpret_cast<const uint4*>(w1 + o));
-            lb.sb[u] = __ldg(srow + (j >> 1));
+            if constexpr (FMT == DS4J_FMT_FP8_E4M3_B128) lb.sb[u] = __ldg(srow + (j >> 1));
         }
 }
 
 /**
- * sm_compute's FP8 branch for one n-tile on an SmLeanBatch: per chunk group fp8_a, the rows' block scale (one byte for
- * both), the staged B words and 2^e, fp8_mma. The same operands and operations in the same order, so the same bits.
+ * sm_compute for one m-tile and one n-tile on an SmLeanBatch. BF16: per chunk group, per k-step, the hi and lo MMAs into
+ * acc. FP8: per chunk group fp8_a, the rows' block scale (one byte for both), the staged B words and 2^e, fp8_mma. The
+ * same operands and operations in the same order, so the same bits.
  */
+template <int FMT>
 __device__ __forceinline__ void sm_lean_compute(const SmLeanBatch& lb, const uint4* xs, const float* xsc, int jj0, int left,
                                                 float (&acc)[1][1][4]) {
     const int lane = threadIdx.x & 31;
+    if constexpr (FMT == DS4J_FMT_BF16) {
+        // sm_compute's BF16 order for one m-tile and one n-tile: per chunk group, per k-step, hi then lo into acc
 #pragma unroll
-    for (int u = 0; u < SM_LU; u++) {
-        if (u >= left) break;
-        const uint4 q[1][2] = {{lb.q[u][0], lb.q[u][1]}};
-        uint32_t a8[4][1][4];
-        fp8_a<1>(q, a8);
-        const float w = e8m0(lb.sb[u]);
-        const float ws[1][2] = {{w, w}};
-        uint4 bw[4];
+        for (int u = 0; u < SM_LU; u++) {
+            if (u >= left) break;
 #pragma unroll
-        for (int i = 0; i < 4; i++) bw[i] = xs[sm_slot<DS4J_FMT_FP8_E4M3_B128, 1>(jj0 + u, 0, i, lane)];
-        const float2 e2 = *reinterpret_cast<const float2*>(xsc + (jj0 + u) * 8 + 2 * (lane & 3));
-        fp8_mma<1, 1>(a8, bw, ws, e2.x, e2.y, 0, acc);
+            for (int i = 0; i < 2; i++) {
+                const uint32_t a[4] = {word(lb.q[u][0], 2 * i), word(lb.q[u][1], 2 * i), word(lb.q[u][0], 2 * i + 1),
+                                       word(lb.q[u][1], 2 * i + 1)};
+                const uint4 b = xs[sm_slot<DS4J_FMT_BF16, 1>(jj0 + u, 0, i, lane)];
+                tc::mma_bf16(acc[0][0], a, b.x, b.y);
+                tc::mma_bf16(acc[0][0], a, b.z, b.w);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < SM_LU; u++) {
+            if (u >= left) break;
+            const uint4 q[1][2] = {{lb.q[u][0], lb.q[u][1]}};
+            uint32_t a8[4][1][4];
+            fp8_a<1>(q, a8);
+            const float w = e8m0(lb.sb[u]);
+            const float ws[1][2] = {{w, w}};
+            uint4 bw[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) bw[i] = xs[sm_slot<DS4J_FMT_FP8_E4M3_B128, 1>(jj0 + u, 0, i, lane)];
+            const float2 e2 = *reinterpret_cast<const float2*>(xsc + (jj0 + u) * 8 + 2 * (lane & 3));
+            fp8_mma<1, 1>(a8, bw, ws, e2.x, e2.y, 0, acc);
+        }
     }
 }
 
@@ -1165,12 +1185,12 @@ __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 
             sbase[mi][h] = FMT == DS4J_FMT_FP8_E4M3_B128 ? (size_t)((v.row_base + r) >> 7) * v.scale_cols
                                                          : (size_t)r * (v.cols >> 5);
         }
-    // the lean FP8 instance (LEAN, sm_lean): row g's and row g + 8's bytes at lane t's chunk, and their scale row
-    static_assert(!LEAN || (FMT == DS4J_FMT_FP8_E4M3_B128 && MT == 1 && NT == 1 && !MOE && !WG),
-                  "the lean instance: dense FP8 products, one m-tile per warp, one n-tile, mma.sync");
+    // the lean instances (LEAN, sm_lean): row g's and row g + 8's bytes at lane t's chunk, and FP8's scale row
+    static_assert(!LEAN || ((FMT == DS4J_FMT_FP8_E4M3_B128 || FMT == DS4J_FMT_BF16) && MT == 1 && NT == 1 && !MOE && !WG),
+                  "the lean instances: dense FP8 and BF16 products, one m-tile per warp, one n-tile, mma.sync");
     const uint8_t* const lw0 = LEAN && mine ? wr[0][0] + 16 * t : nullptr;
     const uint8_t* const lw1 = LEAN && mine ? wr[0][1] + 16 * t : nullptr;
-    const uint8_t* const lsr = LEAN ? v.scale + sbase[0][0] : nullptr;
+    const uint8_t* const lsr = LEAN && FMT == DS4J_FMT_FP8_E4M3_B128 ? v.scale + sbase[0][0] : nullptr;
     for (int s0 = 0; s0 < n; s0 += TOK) {
         const int cnt = min(TOK, n - s0);
         __syncthreads();  // the previous pass is done with xoff, yoff
@@ -1213,7 +1233,7 @@ __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 
                 SmBatch<FMT, MT> bt;
                 SmLeanBatch lb;
                 if constexpr (LEAN)
-                    if (mine) sm_lean_load(lb, lw0, lw1, lsr, p, b.nw, m0, sln);
+                    if (mine) sm_lean_load<FMT>(lb, lw0, lw1, lsr, p, b.nw, m0, sln);
                 if (!LEAN && (mine || WG)) sm_load<FMT, MT>(bt, wr, sbase, v.scale, wal, nch, p, b.nw, m0, sln);
                 const int slots = stage ? sln * ntv * KS * 32 : 0;
                 staged_s0 = s0, staged_p = p, staged_m0 = m0;
@@ -1324,11 +1344,11 @@ __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 
                     if (mine)
                         for (int jj0 = 0; jj0 < sln; jj0 += 2 * SM_LU) {
                             SmLeanBatch nx;
-                            sm_lean_load(nx, lw0, lw1, lsr, p, b.nw, m0 + jj0 + SM_LU, sln - jj0 - SM_LU);
-                            sm_lean_compute(lb, sk_xs, sk_xsc, jj0, sln - jj0, acc);
+                            sm_lean_load<FMT>(nx, lw0, lw1, lsr, p, b.nw, m0 + jj0 + SM_LU, sln - jj0 - SM_LU);
+                            sm_lean_compute<FMT>(lb, sk_xs, sk_xsc, jj0, sln - jj0, acc);
                             if (jj0 + SM_LU >= sln) break;
-                            sm_lean_load(lb, lw0, lw1, lsr, p, b.nw, m0 + jj0 + 2 * SM_LU, sln - jj0 - 2 * SM_LU);
-                            sm_lean_compute(nx, sk_xs, sk_xsc, jj0 + SM_LU, sln - jj0 - SM_LU, acc);
+                            sm_lean_load<FMT>(lb, lw0, lw1, lsr, p, b.nw, m0 + jj0 + 2 * SM_LU, sln - jj0 - 2 * SM_LU);
+                            sm_lean_compute<FMT>(nx, sk_xs, sk_xsc, jj0 + SM_LU, sln - jj0 - SM_LU, acc);
                         }
                     continue;
                 }
@@ -1664,20 +1684,23 @@ static bool sm_wgmma(ds4j_ctx* ctx, int format, int nt) {
 }
 
 /**
- * Whether a dense FP8 launch of one n-tile (steps of up to 8 rows) on mma.sync runs the lean instance (SmArgs::lean,
- * sm_lean_load): every row tile whole (grp a multiple of 16) inside one 128-row scale block (row_base a multiple of
- * 16), rows of whole chunk groups (cols a multiple of 64); V4's FP8 products all are. The same products in the same
- * order as the other instance, so the same bits; fewer instructions a chunk group (no test or zero fill per chunk, one
- * scale byte for both rows, addresses from two row pointers). On an H100 (BENCHMARKS.md, forty-first session;
- * `DS4J_SKINNY_LEAN=0|1 tools/device/run.sh mm-bench --rows 1,5 --reps 50`, equal result hashes) graph µs at 1 row
- * wq_b 16.5–16.9 against 20.4–20.5, wo_a 18.5–18.7 against 22.1–22.4, wo_b 18.6–18.9 against 22.2–22.3, the shared
- * expert's w1 / w3 7.7–7.9 against 8.6–8.8; ncu on wq_b: 4.77 M warp instructions against 6.71 M, 21.4 µs against 24.9.
- * DS4J_SKINNY_LEAN=0 (read once) turns it off, for measurements.
+ * Whether a dense FP8 or BF16 launch of one n-tile (steps of up to 8 rows) on mma.sync runs the lean instance
+ * (SmArgs::lean, sm_lean_load): every row tile whole (grp a multiple of 16), rows of whole chunk groups (cols a multiple
+ * of 64 FP8, 32 BF16), FP8 tiles inside one 128-row scale block (row_base a multiple of 16); V4's products all are. The
+ * same products in the same order as the other instance, so the same bits; fewer instructions a chunk group (no test
+ * or zero fill per chunk, FP8's scale one byte for both rows, addresses from two row pointers). On an H100
+ * (BENCHMARKS.md, forty-first session; `DS4J_SKINNY_LEAN=0|8|12 tools/device/run.sh mm-bench --rows 1,5 --reps 50`,
+ * equal result hashes) graph µs at 1 row wq_b 16.5–16.9 against 20.4–20.5, wo_a 18.5–18.7 against 22.1–22.4, wo_b
+ * 18.6–18.9 against 22.2–22.3, the shared expert's w1 / w3 7.7–7.9 against 8.6–8.8, BF16 1,024 × 4,096 7.9 against 8.4;
+ * ncu on wq_b: 4.77 M warp instructions against 6.71 M, 21.4 µs against 24.9. DS4J_SKINNY_LEAN (read once): a bit mask
+ * over the weight formats as DS4J_SKINNY_XASYNC's, default 12 (FP8 and BF16), 8 FP8 only, 0 none; for measurements.
  */
 static bool sm_lean(int format, int nt, bool wg, const WView& v, int64_t grp) {
     static std::atomic<int> c{0};
-    return env_choice(c, "DS4J_SKINNY_LEAN", 1, 0, 1) == 1 && format == DS4J_FMT_FP8_E4M3_B128 && nt == 1 && !wg &&
-           grp % 16 == 0 && v.row_base % 16 == 0 && v.cols % 64 == 0;
+    const int mask = env_choice(c, "DS4J_SKINNY_LEAN", (1 << DS4J_FMT_FP8_E4M3_B128) | (1 << DS4J_FMT_BF16), 0, 31);
+    if (!((mask >> format) & 1) || nt != 1 || wg || grp % 16 != 0) return false;
+    if (format == DS4J_FMT_FP8_E4M3_B128) return v.row_base % 16 == 0 && v.cols % 64 == 0;
+    return format == DS4J_FMT_BF16 && v.cols % 32 == 0;
 }
 
 /** Most bytes of partials one split launch of skinny_smem_kernel uses; larger ones walk every partition per block. */
@@ -1842,7 +1865,7 @@ template <int F, int N, bool MOE>
 static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, const Args& a) {
     if constexpr (DS4J_WGMMA && N >= 2 && F != DS4J_FMT_F16)
         if (pl.wg) return launch_smem_as<F, N, MOE, true>(grid, pl, stream, a);
-    if constexpr (F == DS4J_FMT_FP8_E4M3_B128 && N == 1 && !MOE)
+    if constexpr ((F == DS4J_FMT_FP8_E4M3_B128 || F == DS4J_FMT_BF16) && N == 1 && !MOE)
         if (pl.b.lean) return launch_smem_as<F, N, MOE, false, true>(grid, pl, stream, a);
     return launch_smem_as<F, N, MOE, false>(grid, pl, stream, a);
 }
