@@ -100,9 +100,11 @@ class UnknownFieldsTest {
         assertEquals(200, c.status(), c.body());
         assertEquals("max_tokns (did you mean max_tokens?), Stream (did you mean stream?), temprature (did you mean"
                 + " temperature?), messages", ignored(c), "messages belongs to chat");
-        TestServer.Resp t = server.post("/tokenize", "{\"content\":\"Hi\",\"with_piece\":true,\"prompt\":\"other\"}");
+        TestServer.Resp t = server.post("/tokenize", "{\"content\":\"Hi\",\"with_piece\":true,\"add_specials\":true}");
         assertEquals(200, t.status(), t.body());
-        assertEquals("with_piece (did you mean with_pieces?), prompt", ignored(t), "content came first: prompt is not read");
+        assertEquals("with_piece (did you mean with_pieces?), add_specials (did you mean add_special?)", ignored(t));
+        // a second text (prompt beside content) is no ignored field but a 400 naming both (BadInputTest)
+        assertEquals(400, server.post("/tokenize", "{\"content\":\"Hi\",\"prompt\":\"other\"}").status());
         TestServer.Resp d = server.post("/detokenize", "{\"tokens\":[1],\"token\":[2]}");
         assertEquals(200, d.status(), d.body());
         assertEquals("token (did you mean tokens?)", ignored(d));
