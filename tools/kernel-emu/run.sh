@@ -20,7 +20,10 @@
 # staged kernel's grid over distinct experts and row groups per block, SPLIT_ONLY=1 only the split F32 attention (both
 # block sizes, which must give the same bits; each case prints an output hash, to compare two builds: ~12 min on the
 # 2-core VM, 2026-12-02), ATT_ONLY=1 only the F16-operand (tensor-core) attention and TOPK_ONLY=1 only the Lightning
-# Indexer's top-k (one-block and multi-block kernels).
+# Indexer's top-k (one-block and multi-block kernels). LEAN_ONLY=1 runs only the lean FP8 and BF16 instance of the staged
+# kernel (gemm_skinny.cpp, sm_lean) at the edges of its host conditions, with slices of 2, 3 and 5 chunk groups and no
+# padding past a matrix's bytes (build the driver with -fsanitize=address to have any read past them reported;
+# LEAN_SHAPE=N runs case N only); every case must give the generic instance's bits.
 #   tools/kernel-emu/run.sh [WORK_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,3 +41,5 @@ SKINNY_ONLY=1 DS4J_SKINNY_XLOADS=1 "$work/driver"
 SKINNY_ONLY=1 DS4J_SKINNY_XLOADS=0 "$work/driver"
 SKINNY_ONLY=1 DS4J_SKINNY_XASYNC=30 "$work/driver"
 SKINNY_ONLY=1 DS4J_SKINNY_XASYNC=0 "$work/driver"
+# the lean instance at the edges of its conditions (quick: seconds a case)
+LEAN_ONLY=1 "$work/driver"

@@ -853,11 +853,11 @@ struct SmLeanBatch {
 
 /**
  * sm_load for a warp whose 16 rows are all present (FP8: and share one 128-row scale block), in a product whose rows are
- * whole chunk groups (64 FP8 or 32 BF16 columns) at a 16-byte aligned base (sm_lean checks these on the host): no test
- * per chunk, no zero fill, addresses from two row pointers, FP8's scale one byte per chunk group for rows g and g + 8.
- * Loads chunk groups j = p + (m + u) nw for u below min(SM_LU, left): bytes w0 + 64 j (row g at lane t's chunk of chunk
- * group 0) and w1 + 64 j (row g + 8); FP8, scale srow[j / 2] (a chunk group's four chunks lie in one 128-column block:
- * c / 8 = j / 2).
+ * whole chunk groups (64 FP8 or 32 BF16 columns) at a 16-byte aligned base (the host's checks: sm_lean, and
+ * skinny_matmul's refusal of an unaligned base, which sm_lean relies on): no test per chunk, no zero fill, addresses
+ * from two row pointers, FP8's scale one byte per chunk group for rows g and g + 8. Loads chunk groups
+ * j = p + (m + u) nw for u below min(SM_LU, left): bytes w0 + 64 j (row g at lane t's chunk of chunk group 0) and
+ * w1 + 64 j (row g + 8); FP8, scale srow[j / 2] (a chunk group's four chunks lie in one 128-column block: c / 8 = j / 2).
  */
 template <int FMT>
 __device__ __forceinline__ void sm_lean_load(SmLeanBatch& lb, const uint8_t* w0, const uint8_t* w1, const uint8_t* srow,
