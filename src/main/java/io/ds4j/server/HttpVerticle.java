@@ -301,11 +301,14 @@ public final class HttpVerticle extends VerticleBase {
                     + " all of them: send fewer or shorter headers";
         String m = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
         java.util.regex.Matcher length = CONTENT_LENGTH_NOT_A_NUMBER.matcher(m);
-        if (length.matches() && length.group(1).matches("-?[0-9]{1,40}")) {
-            // a number all the same: say what is wrong with it (other values keep Netty's words below)
+        if (length.matches() && length.group(1).matches("-?[0-9]+")) {
+            // a number all the same: say what is wrong with it (other values keep Netty's words below); a minus zero
+            // ("-0") is no negative number, but its sign is refused all the same
             String n = length.group(1);
-            return n.startsWith("-") ? "Content-Length " + n + " is negative: give the body's length in bytes"
-                    : "Content-Length " + n + " is past the largest length a request can give (" + Long.MAX_VALUE + " bytes)";
+            if (n.startsWith("-"))
+                return "Content-Length " + n + (n.matches("-0+") ? " has a minus sign: give the body's length in bytes, digits alone"
+                        : " is negative: give the body's length in bytes");
+            return "Content-Length " + n + " is past the largest length a request can give (" + Long.MAX_VALUE + " bytes)";
         }
         java.util.regex.Matcher name = PROHIBITED_IN_NAME.matcher(m);
         if (name.matches()) return badHeaderName(name.group(1));

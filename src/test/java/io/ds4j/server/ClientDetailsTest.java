@@ -241,6 +241,26 @@ class ClientDetailsTest {
         }
     }
 
+    /**
+     * Netty refuses a Content-Length it cannot take as a length with "is not a number"; where the value is a number
+     * all the same, what is wrong with it is said truly: "-0" is no negative number, and a number of 41 digits is as
+     * much past the largest length as one of 20.
+     */
+    @Test
+    void aContentLengthThatIsANumberButNoLengthIsNamedTruly() {
+        String netty = "Content-Length value is not a number: ";
+        assertEquals("Content-Length -0 has a minus sign: give the body's length in bytes, digits alone",
+                HttpVerticle.decodeProblem(new IllegalArgumentException(netty + "-0")));
+        assertEquals("Content-Length -000 has a minus sign: give the body's length in bytes, digits alone",
+                HttpVerticle.decodeProblem(new IllegalArgumentException(netty + "-000")));
+        assertEquals("Content-Length -05 is negative: give the body's length in bytes",
+                HttpVerticle.decodeProblem(new IllegalArgumentException(netty + "-05")));
+        String digits41 = "1".repeat(41);
+        assertEquals("Content-Length " + digits41 + " is past the largest length a request can give (" + Long.MAX_VALUE + " bytes)",
+                HttpVerticle.decodeProblem(new IllegalArgumentException(netty + digits41)));
+        assertEquals("Content-Length value is not a number: +5", HttpVerticle.decodeProblem(new IllegalArgumentException(netty + "+5")));
+    }
+
     @Test
     void preflightFromAnOriginNotAllowedIs403() throws Exception {
         TestServer.Resp ok = options("https://ok.example");
