@@ -1689,8 +1689,9 @@ static bool sm_wgmma(ds4j_ctx* ctx, int format, int nt) {
  * of 64 FP8, 32 BF16), FP8 tiles inside one 128-row scale block (row_base a multiple of 16); V4's products all are. The
  * same products in the same order as the other instance, so the same bits; fewer instructions a chunk group (no test
  * or zero fill per chunk, FP8's scale one byte for both rows, addresses from two row pointers). On an H100
- * (BENCHMARKS.md, forty-first session; `DS4J_SKINNY_LEAN=0|8|12 tools/device/run.sh mm-bench --rows 1,5 --reps 50`,
- * equal result hashes) graph µs at 1 row wq_b 16.5–16.9 against 20.4–20.5, wo_a 18.5–18.7 against 22.1–22.4, wo_b
+ * (BENCHMARKS.md, forty-first session; `tools/device/run.sh mm-bench --rows 1,5 --reps 50` with the lean instance off
+ * and on, on the measurement libraries described there, whose DS4J_SKINNY_LEAN values differ from this mask; equal
+ * result hashes) graph µs at 1 row wq_b 16.5–16.9 against 20.4–20.5, wo_a 18.5–18.7 against 22.1–22.4, wo_b
  * 18.6–18.9 against 22.2–22.3, the shared expert's w1 / w3 7.7–7.9 against 8.6–8.8, BF16 1,024 × 4,096 7.9 against 8.4;
  * ncu on wq_b: 4.77 M warp instructions against 6.71 M, 21.4 µs against 24.9. DS4J_SKINNY_LEAN (read once): a bit mask
  * over the weight formats as DS4J_SKINNY_XASYNC's, default 12 (FP8 and BF16), 8 FP8 only, 0 none; for measurements.

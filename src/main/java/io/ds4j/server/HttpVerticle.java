@@ -1236,7 +1236,7 @@ public final class HttpVerticle extends VerticleBase {
             if (Requests.present(b, f)) given.add(f);
         if (given.size() > 1)
             throw ApiException.badField(given.get(1), "give the text to tokenize as one of content, prompt or messages; "
-                    + "this body gives " + String.join(" and ", given));
+                    + "this body gives " + String.join(", ", given.subList(0, given.size() - 1)) + " and " + given.getLast());
         String text = Requests.optString(b, "content", "content");
         String field = "content";
         if (text == null) {

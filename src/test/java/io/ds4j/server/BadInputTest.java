@@ -546,6 +546,8 @@ class BadInputTest {
                         "messages").get("message").asText());
         assertTrue(expect("/tokenize", "{\"prompt\":\"b\",\"content\":\"a\"}", 400, "prompt").get("message").asText()
                 .endsWith("this body gives content and prompt"));
+        assertTrue(expect("/tokenize", "{\"messages\":[],\"prompt\":\"b\",\"content\":\"a\"}", 400, "prompt").get("message").asText()
+                .endsWith("this body gives content, prompt and messages"));
     }
 
     @Test
