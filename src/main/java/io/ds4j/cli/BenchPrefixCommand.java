@@ -135,8 +135,8 @@ public final class BenchPrefixCommand implements Callable<Integer> {
         String[][] keyed = {{"--prefill-chunk", "limits.prefillChunk"}, {"--budget-mib", "prefixCache.budgetMiB"}};
         int[] values = {prefillChunk, budgetMiB};
         for (int i = 0; i < keyed.length; i++) {
-            io.ds4j.server.config.ConfigKey k = ServerConfig.keyOf(keyed[i][1]);
-            if (!k.range().accepts(values[i])) bad.add(keyed[i][0] + ": " + k.mustBe() + " (" + k.name() + "), got " + values[i]);
+            String out = Main.outOfKeyRange(keyed[i][0], keyed[i][1], values[i], String.valueOf(values[i]));
+            if (out != null) bad.add(out);
         }
         return bad.isEmpty() ? null : String.join("; ", bad);
     }

@@ -328,9 +328,8 @@ public final class BenchServerCommand implements Callable<Integer> {
                 {"--prefill-chunk", "limits.prefillChunk"}};
         double[] values = {maxBatchRows, tokenBudget, maxTickStretch, minPrefillChunk, prefillChunk};
         for (int i = 0; i < keyed.length; i++) {
-            ConfigKey k = ServerConfig.keyOf(keyed[i][1]);
-            if (!k.range().accepts(values[i]))
-                return keyed[i][0] + ": " + k.mustBe() + " (" + k.name() + "), got " + written(keyed[i][0], values[i]);
+            String bad = Main.outOfKeyRange(keyed[i][0], keyed[i][1], values[i], written(keyed[i][0], values[i]));
+            if (bad != null) return bad;
         }
         return null;
     }

@@ -223,6 +223,19 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
     }
 
     /**
+     * The refusal of a flag that sets one configuration key, where its value is outside that key's range (the server
+     * would refuse the key only after the model is made, naming the key and not the flag), or null.
+     * @param flag  the flag as written in the help, e.g. {@code --prefill-chunk}
+     * @param key   the key it sets, e.g. {@code limits.prefillChunk}
+     * @param value its value
+     * @param shown the value as the message shows it
+     */
+    static String outOfKeyRange(String flag, String key, double value, String shown) {
+        io.ds4j.server.config.ConfigKey k = io.ds4j.server.config.ServerConfig.keyOf(key);
+        return k.range().accepts(value) ? null : flag + ": " + k.mustBe() + " (" + k.name() + "), got " + shown;
+    }
+
+    /**
      * The model folder a flag names, checked as a load would check it but without reading a weight (see
      * {@link io.ds4j.app.DefaultModelProvider#checkModelFolder}): every command words a missing or unusable one alike.
      * @throws IllegalArgumentException naming the flag, the folder and what is wrong
