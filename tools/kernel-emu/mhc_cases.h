@@ -234,6 +234,8 @@ static void run_all() {
         hc_pre_case(3, 4, 1000, norm, true);
         hc_pre_case(2, 3, 200, norm, false);
         hc_pre_case(7, 8, 257, norm, true);
+        hc_pre_case(2, 5, 300, norm, true);  // 25 elements: the largest matrix of the one-warp mapping (hc_mapping_warp)
+        hc_pre_case(1, 6, 256, norm, false);  // 36 elements: the block mapping (hc_mapping)
     }
     hc_pre_case(66, 4, 100, true, true);
     for (bool norm : {true, false})

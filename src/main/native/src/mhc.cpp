@@ -232,9 +232,40 @@ __device__ __forceinline__ void hc_mapping(const float* m, const float* base, co
 }
 
 /**
+ * hc_mapping by one warp where the matrix has at most 32 elements (n <= 5; V4's n is 4): lane j holds element
+ * j = (r, c) = (j / n, j % n) in a register and gathers its row or column by shuffles, so that the Sinkhorn steps
+ * wait for no barrier and no shared memory, and the softmax's exponentials run one a lane instead of n a thread. The
+ * block's chain of 2 iters - 1 steps, each behind a block barrier, outlasted the collapse blocks: on an H100
+ * (BENCHMARKS.md, forty-second session; Nsight Compute over a 43-layer decode step) hc_pre_split_kernel of one
+ * 4 x 4,096 row took 16.3 us a call with it and 12.0-12.4 with this warp. Each value comes from hc_mapping's
+ * operations in its order (every sum over a = 0 .. n - 1, the largest value by fmaxf from -inf in that order): the
+ * same bits. Every lane of the warp calls it.
+ */
+__device__ __forceinline__ void hc_mapping_warp(const float* m, const float* base, const float* scale, int n, int iters,
+                                                float eps, float* post, float* comb) {
+    const int j = threadIdx.x & 31;
+    const bool on = j < n * n;
+    const int r = on ? j / n : 0, c = on ? j - r * n : 0;  // lanes past the matrix read row 0 and never store
+    if (j < n) post[j] = 2.f * sigmoid_d(add(mul(scale[1], m[n + j]), base[n + j]));
+    const float v0 = on ? add(mul(scale[2], m[2 * n + j]), base[2 * n + j]) : 0.f;
+    float mx = -INFINITY;  // row r's softmax, plus eps
+    for (int k = 0; k < n; k++) mx = fmaxf(mx, DS4J_SHFL(v0, r * n + k));
+    const float e = exp_d(sub(v0, mx));
+    float sum = 0;
+    for (int k = 0; k < n; k++) sum = add(sum, DS4J_SHFL(e, r * n + k));
+    float v = add(e / sum, eps);
+    for (int step = 0; step < 2 * iters - 1; step++) {  // columns first, then (rows, columns) iters - 1 times
+        float t = 0;
+        for (int a = 0; a < n; a++) t = add(t, DS4J_SHFL(v, (step & 1) == 0 ? a * n + c : r * n + a));
+        v = v / add(t, eps);
+    }
+    if (on) comb[j] = v;
+}
+
+/**
  * hc_pre_kernel split: blocks x < B = gridDim.x - 1 collapse columns [x * cols, +cols) of row blockIdx.y (cols: a
- * multiple of HC_THREADS, hc_cols), block B computes the row's mapping (post, Sinkhorn). With norm, the last collapse
- * block of the row normalises col[s].
+ * multiple of HC_THREADS, hc_cols), block B computes the row's mapping (post, Sinkhorn; by one warp, hc_mapping_warp,
+ * where the matrix has at most 32 elements). With norm, the last collapse block of the row normalises col[s].
  */
 template <int REG>
 __global__ void __launch_bounds__(HC_THREADS) hc_pre_split_kernel(const float* mu, const float* base, const float* scale,
@@ -249,7 +280,8 @@ __global__ void __launch_bounds__(HC_THREADS) hc_pre_split_kernel(const float* m
     const int s = blockIdx.y, mix = (2 + n) * n, B = gridDim.x - 1;
     const float* m = mu + (int64_t)s * mix;
     if ((int)blockIdx.x == B) {
-        hc_mapping(m, base, scale, n, iters, eps, post + s * n, comb + (int64_t)s * n * n);
+        if (n * n > 32) hc_mapping(m, base, scale, n, iters, eps, post + s * n, comb + (int64_t)s * n * n);
+        else if (threadIdx.x < 32) hc_mapping_warp(m, base, scale, n, iters, eps, post + s * n, comb + (int64_t)s * n * n);
         return;
     }
     const int j = threadIdx.x;
