@@ -15,17 +15,24 @@ constexpr int HC_MAX = 8;  // largest hc_mult supported by the mHC kernels
 
 /**
  * The collapse of column d of a row's n streams xs [n, D]: sum over i of pre[i] xs[i D + d], in i order. The n values
- * are loaded before the first is added (one round trip, not n).
+ * are loaded before the first is added (one round trip, not n): hc_collapse_load loads them into xi, hc_collapse_sum
+ * adds them (split so that a kernel can load before pre is known).
  */
-__device__ __forceinline__ float hc_collapse(const float* pre, const float* xs, int n, int D, int d) {
-    float xi[HC_MAX];
+__device__ __forceinline__ void hc_collapse_load(const float* xs, int n, int D, int d, float (&xi)[HC_MAX]) {
 #pragma unroll
     for (int i = 0; i < HC_MAX; i++) xi[i] = i < n ? xs[(int64_t)i * D + d] : 0.f;
+}
+__device__ __forceinline__ float hc_collapse_sum(const float* pre, const float (&xi)[HC_MAX], int n) {
     float acc = 0;
 #pragma unroll
     for (int i = 0; i < HC_MAX; i++)
         if (i < n) acc = add(acc, mul(pre[i], xi[i]));
     return acc;
+}
+__device__ __forceinline__ float hc_collapse(const float* pre, const float* xs, int n, int D, int d) {
+    float xi[HC_MAX];
+    hc_collapse_load(xs, n, D, d, xi);
+    return hc_collapse_sum(pre, xi, n);
 }
 
 /**
@@ -285,14 +292,19 @@ __global__ void __launch_bounds__(HC_THREADS) hc_pre_split_kernel(const float* m
         return;
     }
     const int j = threadIdx.x;
-    if (j < n) pre[j] = add(sigmoid_d(add(mul(scale[0], m[j]), base[j])), eps);
-    __syncthreads();
     const float* xs = X + (int64_t)s * n * D;
     float* cs = col + (int64_t)s * D;
-    const int d1 = min(D, (int)(blockIdx.x + 1) * cols);
-    for (int d = blockIdx.x * cols + threadIdx.x; d < d1; d += HC_THREADS) {
-        const float acc = hc_collapse(pre, xs, n, D, d);
-        cs[d] = acc;
+    const int d0 = blockIdx.x * cols + j, d1 = min(D, (int)(blockIdx.x + 1) * cols);
+    // the thread's first column's streams are loaded before pre, which they do not need, so that the two reads overlap
+    // (with rmsnorm_row_ilp's weights loaded early, a 4 x 4,096 decode row took 8.0 us a call against 12.0-12.4 on an
+    // H100: BENCHMARKS.md, forty-second session)
+    float xi[HC_MAX];
+    if (d0 < d1) hc_collapse_load(xs, n, D, d0, xi);
+    if (j < n) pre[j] = add(sigmoid_d(add(mul(scale[0], m[j]), base[j])), eps);
+    __syncthreads();
+    for (int d = d0; d < d1; d += HC_THREADS) {
+        if (d != d0) hc_collapse_load(xs, n, D, d, xi);
+        cs[d] = hc_collapse_sum(pre, xi, n);
     }
     if (norm && last_of_row(count + s, B, &flag)) rmsnorm_row_ilp<true, REG>(cs, cs, norm_w, D, rms_eps, red);
 }
