@@ -107,6 +107,13 @@ public final class Json {
      */
     public static JsonNode read(byte[] bytes, String unit) throws Unreadable {
         checkUtf8(bytes);
+        // UTF-16 or UTF-32 text of ASCII characters is well-formed UTF-8 too, with NUL bytes between them, and Jackson
+        // reads a byte array in whichever of those encodings its first bytes suggest: a NUL byte, which UTF-8 JSON
+        // never holds (it writes U+0000 as an escape), is refused here so that the text is read as UTF-8 or not at all
+        for (int i = 0; i < bytes.length; i++)
+            if (bytes[i] == 0)
+                throw new Unreadable(Problem.UTF8, null, "not UTF-8 JSON: it holds a NUL byte at byte offset " + i + ", as"
+                        + " UTF-16 and UTF-32 text do (JSON writes U+0000 only as the escape \\u0000)");
         JsonNode n;
         try {
             n = BODY_READER.readTree(bytes);

@@ -132,6 +132,12 @@ class ClientDetailsTest {
             assertTrue(r.contains("\"code\":\"invalid_json\"") && r.contains("not valid UTF-8"), r);
             assertTrue(r.contains("byte offset " + pre.length), "names where: " + r);
         }
+        // UTF-16 text of ASCII characters is well-formed UTF-8 with NUL bytes between them: refused, not read as UTF-16
+        // (it was answered 200)
+        byte[] u16 = TestServer.chat("Hi", "\"max_tokens\":2").getBytes(StandardCharsets.UTF_16LE);
+        String r16 = raw(post("HTTP/1.1", "Connection: close\r\n", u16), 10_000);
+        assertTrue(r16.startsWith("HTTP/1.1 400"), r16);
+        assertTrue(r16.contains("the request body is not UTF-8 JSON: it holds a NUL byte at byte offset 1, as UTF-16"), r16);
         // well-formed 2-, 3- and 4-byte characters still pass
         TestServer.Resp ok = server.post("/v1/chat/completions", TestServer.chat("é € 😀", "\"max_tokens\":2"), KEY);
         assertEquals(200, ok.status(), ok.body());

@@ -44,6 +44,25 @@ class JsonBodyReaderTest {
     }
 
     @Test
+    void utf16AndUtf32TextIsNotReadAsJson() throws Exception {
+        // ASCII text in these encodings is well-formed UTF-8 with NUL bytes between the characters; Jackson alone
+        // would detect the encoding and read it (a UTF-16LE body answered 200)
+        String doc = "{\"a\":1}";
+        for (var cs : new java.nio.charset.Charset[] {StandardCharsets.UTF_16LE, StandardCharsets.UTF_16BE,
+                java.nio.charset.Charset.forName("UTF-32LE"), java.nio.charset.Charset.forName("UTF-32BE")}) {
+            byte[] b = doc.getBytes(cs);
+            int nul = 0;
+            while (b[nul] != 0) nul++;
+            Json.Unreadable e = assertThrows(Json.Unreadable.class, () -> Json.read(b, "a file"), cs.name());
+            assertEquals(Json.Problem.UTF8, e.problem(), cs.name());
+            assertEquals("not UTF-8 JSON: it holds a NUL byte at byte offset " + nul + ", as UTF-16 and UTF-32 text do (JSON"
+                    + " writes U+0000 only as the escape \\u0000)", e.getMessage(), cs.name());
+        }
+        // U+0000 escaped is a character like any other
+        assertEquals("x\u0000y", Json.read("{\"a\":\"x\\u0000y\"}".getBytes(StandardCharsets.UTF_8)).get("a").asText());
+    }
+
+    @Test
     void theParsersChecksStillApply() {
         assertThrows(JsonProcessingException.class, () -> read("{\"a\":1,\"a\":2}"), "a key given twice");
         assertThrows(JsonProcessingException.class, () -> read("{\"a\":1} x"), "trailing content");
