@@ -28,8 +28,11 @@ public final class ApiKeys {
     public static String refusal(String authorization) {
         String given = token(authorization);
         if (given != null)
-            return given.isEmpty() ? "missing API key after 'Bearer ': send 'Authorization: Bearer <key>'" : "invalid API key";
+            return given.isEmpty() ? "missing API key after 'Bearer': send 'Authorization: Bearer <key>'" : "invalid API key";
         if (authorization == null || authorization.isBlank()) return "missing API key: send 'Authorization: Bearer <key>'";
+        // 'Bearer ' with no key arrives as 'Bearer': HTTP drops the space at the value's end
+        if (authorization.strip().equalsIgnoreCase("Bearer"))
+            return "missing API key after 'Bearer': send 'Authorization: Bearer <key>'";
         return "the Authorization header must be 'Bearer <key>' (the word Bearer, a space, then the key);"
                 + " this one has no 'Bearer ' before its value";
     }

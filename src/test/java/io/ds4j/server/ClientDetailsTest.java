@@ -94,6 +94,13 @@ class ClientDetailsTest {
         assertFalse(m.contains("sk-test"), "the value is not echoed: " + m);
         var none = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":2"));
         assertEquals("missing API key: send 'Authorization: Bearer <key>'", none.json().at("/error/message").asText(), none.body());
+        // 'Bearer' with nothing after it (HTTP drops a trailing space) lacks the key, not the scheme
+        for (String empty : new String[] {"Bearer", "Bearer ", "bearer    "}) {
+            var r = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":2"), "Authorization", empty);
+            assertEquals(401, r.status(), r.body());
+            assertEquals("missing API key after 'Bearer': send 'Authorization: Bearer <key>'",
+                    r.json().at("/error/message").asText(), "'" + empty + "': " + r.body());
+        }
         var wrong = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":2"), "Authorization", "Bearer sk-nope");
         assertEquals("invalid API key", wrong.json().at("/error/message").asText(), wrong.body());
 
