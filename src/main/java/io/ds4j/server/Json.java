@@ -106,6 +106,9 @@ public final class Json {
      * @param unit what the text is, with its article, as in "one JSON value a body"
      */
     public static JsonNode read(byte[] bytes, String unit) throws Unreadable {
+        String bom = otherByteOrderMark(bytes);
+        if (bom != null)
+            throw new Unreadable(Problem.UTF8, null, "not UTF-8 JSON: it starts with the byte order mark of " + bom);
         checkUtf8(bytes);
         // UTF-16 or UTF-32 text of ASCII characters is well-formed UTF-8 too, with NUL bytes between them, and Jackson
         // reads a byte array in whichever of those encodings its first bytes suggest: a NUL byte, which UTF-8 JSON
@@ -140,6 +143,19 @@ public final class Json {
                     : e.getClass().getSimpleName()));
         }
         return n == null || n.isMissingNode() ? null : n;
+    }
+
+    /**
+     * The encoding whose byte order mark bytes start with, for UTF-16 and UTF-32 ("UTF-16LE (FF FE)"), or null: text
+     * saved as "Unicode" starts so, and would otherwise be named only by its first byte that is not UTF-8.
+     */
+    private static String otherByteOrderMark(byte[] b) {
+        int n = b.length;
+        if (n >= 4 && b[0] == (byte) 0xFF && b[1] == (byte) 0xFE && b[2] == 0 && b[3] == 0) return "UTF-32LE (FF FE 00 00)";
+        if (n >= 4 && b[0] == 0 && b[1] == 0 && b[2] == (byte) 0xFE && b[3] == (byte) 0xFF) return "UTF-32BE (00 00 FE FF)";
+        if (n >= 2 && b[0] == (byte) 0xFF && b[1] == (byte) 0xFE) return "UTF-16LE (FF FE)";
+        if (n >= 2 && b[0] == (byte) 0xFE && b[1] == (byte) 0xFF) return "UTF-16BE (FE FF)";
+        return null;
     }
 
     /** s with each surrogate char written as its escape (backslash, u, four hex digits). */

@@ -58,6 +58,21 @@ class JsonBodyReaderTest {
             assertEquals("not UTF-8 JSON: it holds a NUL byte at byte offset " + nul + ", as UTF-16 and UTF-32 text do (JSON"
                     + " writes U+0000 only as the escape \\u0000)", e.getMessage(), cs.name());
         }
+        // the same text with its byte order mark (what iconv -t UTF-16 and -t UTF-32 write) is named by the mark, not
+        // by the mark's first byte as a malformed UTF-8 sequence; UTF-8's own mark is read as before
+        String[][] marks = {{"UTF-16", "UTF-16LE (FF FE)", "FFFE"}, {"UTF-16", "UTF-16BE (FE FF)", "FEFF"},
+                {"UTF-32", "UTF-32LE (FF FE 00 00)", "FFFE0000"}, {"UTF-32", "UTF-32BE (00 00 FE FF)", "0000FEFF"}};
+        for (String[] m : marks) {
+            byte[] mark = java.util.HexFormat.of().parseHex(m[2]);
+            byte[] text = doc.getBytes(java.nio.charset.Charset.forName(m[1].substring(0, 8)));
+            byte[] b = new byte[mark.length + text.length];
+            System.arraycopy(mark, 0, b, 0, mark.length);
+            System.arraycopy(text, 0, b, mark.length, text.length);
+            Json.Unreadable e = assertThrows(Json.Unreadable.class, () -> Json.read(b), m[1]);
+            assertEquals("not UTF-8 JSON: it starts with the byte order mark of " + m[1], e.getMessage(), m[1]);
+        }
+        byte[] utf8Bom = ("\uFEFF" + doc).getBytes(StandardCharsets.UTF_8);
+        assertEquals(1, Json.read(utf8Bom).get("a").intValue());
         // U+0000 escaped is a character like any other
         assertEquals("x\u0000y", Json.read("{\"a\":\"x\\u0000y\"}".getBytes(StandardCharsets.UTF_8)).get("a").asText());
     }
