@@ -16,8 +16,10 @@ public final class ApiKeys {
      * (spaces, tabs, control characters) is dropped, as HTTP drops it from a header value's ends.
      */
     public static String token(String authorization) {
-        return authorization != null && authorization.regionMatches(true, 0, "Bearer ", 0, 7)
-                ? authorization.substring(7).trim() : null;
+        if (authorization == null || !authorization.regionMatches(true, 0, "Bearer", 0, 6)) return null;
+        // 'Bearer' alone carries an empty key: 'Bearer ' with none arrives so, HTTP dropping the value's trailing space
+        String rest = authorization.substring(6);
+        return rest.isEmpty() || rest.charAt(0) == ' ' ? rest.trim() : null;
     }
 
     /**
@@ -30,9 +32,6 @@ public final class ApiKeys {
         if (given != null)
             return given.isEmpty() ? "missing API key after 'Bearer': send 'Authorization: Bearer <key>'" : "invalid API key";
         if (authorization == null || authorization.isBlank()) return "missing API key: send 'Authorization: Bearer <key>'";
-        // 'Bearer ' with no key arrives as 'Bearer': HTTP drops the space at the value's end
-        if (authorization.strip().equalsIgnoreCase("Bearer"))
-            return "missing API key after 'Bearer': send 'Authorization: Bearer <key>'";
         return "the Authorization header must be 'Bearer <key>' (the word Bearer, a space, then the key);"
                 + " this one has no 'Bearer ' before its value";
     }

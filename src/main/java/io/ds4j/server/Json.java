@@ -106,17 +106,7 @@ public final class Json {
      * @param unit what the text is, with its article, as in "one JSON value a body"
      */
     public static JsonNode read(byte[] bytes, String unit) throws Unreadable {
-        String bom = otherByteOrderMark(bytes);
-        if (bom != null)
-            throw new Unreadable(Problem.UTF8, null, "not UTF-8 JSON: it starts with the byte order mark of " + bom);
-        checkUtf8(bytes);
-        // UTF-16 or UTF-32 text of ASCII characters is well-formed UTF-8 too, with NUL bytes between them, and Jackson
-        // reads a byte array in whichever of those encodings its first bytes suggest: a NUL byte, which UTF-8 JSON
-        // never holds (it writes U+0000 as an escape), is refused here so that the text is read as UTF-8 or not at all
-        for (int i = 0; i < bytes.length; i++)
-            if (bytes[i] == 0)
-                throw new Unreadable(Problem.UTF8, null, "not UTF-8 JSON: it holds a NUL byte at byte offset " + i + ", as"
-                        + " UTF-16 and UTF-32 text do (JSON writes U+0000 only as the escape \\u0000)");
+        checkUtf8Json(bytes);
         JsonNode n;
         try {
             n = BODY_READER.readTree(bytes);
@@ -184,13 +174,23 @@ public final class Json {
     }
 
     /**
-     * Refuses bytes that are not well-formed UTF-8: Jackson's parser lets overlong forms, surrogates and code points
-     * above U+10FFFF through (and a String read from a file would have turned them into U+FFFD), so the JDK's strict
-     * decoder checks the bytes first.
+     * Refuses bytes that are not UTF-8 JSON text. Not well-formed UTF-8: Jackson's parser lets overlong forms,
+     * surrogates and code points above U+10FFFF through (and a String read from a file would have turned them into
+     * U+FFFD), so the JDK's strict decoder checks the bytes first. UTF-16 or UTF-32: ASCII text in them is well-formed
+     * UTF-8 with NUL bytes between the characters, and Jackson reads a byte array in whichever encoding its first bytes
+     * suggest; a NUL byte, which UTF-8 JSON never holds (it writes U+0000 as an escape), is refused so that the text is
+     * read as UTF-8 or not at all, and a leading UTF-16 or UTF-32 byte order mark is named as such.
      */
-    private static void checkUtf8(byte[] bytes) throws Unreadable {
+    private static void checkUtf8Json(byte[] bytes) throws Unreadable {
+        String bom = otherByteOrderMark(bytes);
+        if (bom != null)
+            throw new Unreadable(Problem.UTF8, null, "not UTF-8 JSON: it starts with the byte order mark of " + bom);
         String bad = utf8Problem(bytes);
         if (bad != null) throw new Unreadable(Problem.UTF8, null, bad);
+        for (int i = 0; i < bytes.length; i++)
+            if (bytes[i] == 0)
+                throw new Unreadable(Problem.UTF8, null, "not UTF-8 JSON: it holds a NUL byte at byte offset " + i + ", as"
+                        + " UTF-16 and UTF-32 text do (JSON writes U+0000 only as the escape \\u0000)");
     }
 
     /**
