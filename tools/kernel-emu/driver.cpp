@@ -1561,6 +1561,12 @@ topk:
     topk_case({4 * 300000}, {1}, 4, 512, 0, true);
     topk_case({4 * 300000}, {2}, 4, 512, 3, false);
     topk_case({4 * 5000, 40, 4 * 9000}, {2, 3, 5}, 4, 512, 3, false);
+    // the one-block kernel's bin search by one warp (topk_bin) and its one scan of both counts: a decode step's row at
+    // 4,096 tokens in every distribution, K one short of the row, K = 1, bins crossed at 0 and at 255
+    for (int d = 0; d < 4; d++) topk_case({4 * 1024 - 1}, {1}, 4, 512, d, true);
+    topk_case({4 * 513 - 1}, {3}, 4, 512, 1, true);
+    topk_case({4 * 900}, {2}, 4, 1, 3, true);
+    topk_case({4 * 700}, {2}, 4, 699, 2, true);
     fails += std::exchange(emu_smem_overruns, 0);
     printf("%s: %d failures\n", fails ? "FAILED" : "OK", fails);
     return fails ? 1 : 0;

@@ -60,10 +60,48 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 
 constexpr int TOPK_THREADS = 256;
 
-/** Radix select of the K-th largest key (8 bits per pass), then an index-ordered compaction (ties: lower index). */
+/**
+ * The bin of hist[256] (higher bins first) that holds the krem-th largest of the keys counted, found by warp 0: lane L
+ * sums bins 255 - 8L .. 248 - 8L, a warp scan gives the keys above each lane's bins, and the one lane where krem falls
+ * walks its eight. The same bin and remainder as walking the bins one at a time from 255 (the crossing is reached by
+ * bin 0, since the candidates hold at least krem keys). Results in bin_sh, krem_sh; the caller's barrier publishes them.
+ */
+__device__ __forceinline__ void topk_bin(const unsigned* hist, int krem, uint32_t* bin_sh, int* krem_sh) {
+    const int lane = threadIdx.x & 31;
+    unsigned h[8];
+    int sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        h[i] = hist[255 - (8 * lane + i)];
+        sum += (int)h[i];
+    }
+    int incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = DS4J_SHFL_UP(incl, o);
+        if (lane >= o) incl += y;
+    }
+    const int before = incl - sum;
+    if (before < krem && krem <= incl) {  // exactly one lane
+        int cum = before, b = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (b == 0 && cum + (int)h[i] >= krem) b = 256 - (8 * lane + i);  // bin + 1, so that 0 means not yet
+            else if (b == 0) cum += (int)h[i];
+        }
+        *bin_sh = (uint32_t)(b - 1);
+        *krem_sh = krem - cum;
+    }
+}
+
+/**
+ * Radix select of the K-th largest key (8 bits per pass; each pass's bin found by one warp, topk_bin), then an
+ * index-ordered compaction (ties: lower index), 256 keys a round, the counts above and at the threshold scanned
+ * together.
+ */
 __device__ __forceinline__ void topk_body(const float* scores, int64_t ld, int64_t N0, int m, int K, int32_t* sel, int s) {
     __shared__ unsigned hist[256];
-    __shared__ uint32_t prefix_sh;
+    __shared__ uint32_t bin_sh;
     __shared__ int krem_sh;
     __shared__ int scan_sh[32];
     const int64_t avail = (N0 + s + 1) / m;
@@ -79,21 +117,12 @@ __device__ __forceinline__ void topk_body(const float* scores, int64_t ld, int64
             if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1u);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned cum = 0;
-            int b = 255;
-            for (; b > 0; b--) {
-                if (cum + hist[b] >= (unsigned)krem) break;
-                cum += hist[b];
-            }
-            prefix_sh = prefix | ((uint32_t)b << shift);
-            krem_sh = krem - (int)cum;
-        }
+        if (threadIdx.x < 32) topk_bin(hist, krem, &bin_sh, &krem_sh);
         __syncthreads();
-        prefix = prefix_sh;
+        prefix |= bin_sh << shift;
         krem = krem_sh;
         mask |= 255u << shift;
-        __syncthreads();
+        __syncthreads();  // every thread has read bin_sh and krem_sh before the next pass's warp 0 writes them
     }
     const uint32_t T = prefix;
     int64_t gt_before = 0, eq_before = 0;
@@ -102,9 +131,10 @@ __device__ __forceinline__ void topk_body(const float* scores, int64_t ld, int64
         const int64_t e = base + threadIdx.x;
         const uint32_t u = e < avail ? order_key(v[e]) : 0u;
         const int g = e < avail && u > T, q = e < avail && u == T;
-        int gtot, qtot;
-        const int gx = block_excl_scan(g, scan_sh, &gtot);
-        const int qx = block_excl_scan(q, scan_sh, &qtot);
+        // one scan of both counts: above the threshold in the low 16 bits, at it in the high (a round has <= 256 keys)
+        int tot;
+        const int x = block_excl_scan(g | q << 16, scan_sh, &tot);
+        const int gx = x & 0xffff, qx = x >> 16, gtot = tot & 0xffff, qtot = tot >> 16;
         if (g) {
             const int64_t eqb = eq_before + qx;
             out[gt_before + gx + (eqb < krem ? eqb : krem)] = (int32_t)e;
