@@ -1400,6 +1400,7 @@ int main() {
     if (getenv("MOE_ONLY")) goto moe;     // the skinny routed-expert cases of the grid and row-group variants only
     if (getenv("ATT_ONLY")) goto att;     // the F16-operand (tensor-core) attention cases only
     if (getenv("TOPK_ONLY")) goto topk;   // the Lightning Indexer's top-k cases only
+    if (getenv("IDX_ONLY")) goto idx;     // the Lightning Indexer's score cases only
     // the row-wise kernels (norm.cpp, mhc.cpp, moe_routing.cpp): split mHC, register RMSNorm and ranking router against the one-block kernels
     mhc::run_all();
     if (getenv("MHC_ONLY")) {
@@ -1518,10 +1519,17 @@ prefill:
         moe(DS4J_FMT_FP4_E2M1_B32, 300, 2, 40, 64, 64, false, false);
         indexer(16, 32, 4300, 40, 4, 64);
     }
+idx:
     indexer(16, 32, 0, 40, 4, 4);
     indexer(16, 64, 200, 45, 4, 32);
     indexer(64, 128, 1000, 5, 4, 100);
     indexer(48, 16, 3000, 7, 8, 300);
+    indexer(64, 128, 4095, 1, 4, 512);  // a decode step at 4,096 tokens in V4's shapes (H_I 64, d_I 128, top 512)
+    if (getenv("IDX_ONLY")) {
+        fails += std::exchange(emu_smem_overruns, 0);
+        printf("%s: %d failures (indexer scores only)\n", fails ? "FAILED" : "OK", fails);
+        return fails ? 1 : 0;
+    }
 att:
     attention(16, 64, DS4J_ATTN_SLIDING, 0, 4, 30, 3, 1, 1.0);   // ring wrapped, this step's rows
     attention(80, 64, DS4J_ATTN_HCA, 4, 8, 100, 3, 2, 1.0);      // two head blocks (rows past H), two key ranges

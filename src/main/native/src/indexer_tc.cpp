@@ -74,12 +74,22 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
     const int ntiles = (int)((e1 - e0 + KT - 1) / KT);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
 
-    // 1. queries: warp w converts rows 16w .. 16w+15 (row r = query r / HI, head r % HI)
+    // 1. queries: warp w converts rows 16w .. 16w+15 (row r = query r / HI, head r % HI); the 16 rows' loads all go
+    // out before the first is converted (one round trip for the warp's rows instead of one a row: at a decode step the
+    // block's key tiles are few, so this staging was much of its time)
+    float4 qv[16];
+#pragma unroll
     for (int i = 0; i < 16; i++) {
         const int r = warp * 16 + i, q = r / HI, h = r % HI, s = s0 + q;
         const bool live = q < qpb && s < S && (N0 + s + 1) / m > K;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (live && lane * 4 < dI) v = __ldg(reinterpret_cast<const float4*>(qi + ((int64_t)s * HI + h) * dI) + lane);
+        qv[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (live && lane * 4 < dI) qv[i] = __ldg(reinterpret_cast<const float4*>(qi + ((int64_t)s * HI + h) * dI) + lane);
+    }
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const int r = warp * 16 + i, q = r / HI, h = r % HI, s = s0 + q;
+        const bool live = q < qpb && s < S && (N0 + s + 1) / m > K;
+        const float4 v = qv[i];
         const float mx = warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
         // 2^t puts the row's largest |value| in [2^14, 2^15): F16 hi cannot overflow, lo stays normal down to
         // 2^-28 of the largest value. Zero, subnormal-only and non-finite rows keep t = 0 / the clamp.
