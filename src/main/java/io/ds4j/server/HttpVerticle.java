@@ -453,12 +453,13 @@ public final class HttpVerticle extends VerticleBase {
      */
     public static boolean cors(HttpServerRequest req, HttpServerResponse resp, List<String> allowed) {
         String origin = req.getHeader(HttpHeaders.ORIGIN);
+        // with listed origins every answer depends on the Origin, also one without CORS headers (another origin, or
+        // none): a cache must not serve it to an allowed origin, nor an allowed origin's answer to another
+        if (!allowed.isEmpty() && !allowed.contains("*")) resp.putHeader("Vary", "Origin");
         if (origin == null || allowed.isEmpty() || !allowed.contains("*") && !allowed.contains(origin)) return false;
         resp.putHeader("Access-Control-Allow-Origin", allowed.contains("*") ? "*" : origin);
         // a browser shows a script only the simple response headers and those named here
         resp.putHeader("Access-Control-Expose-Headers", RequestFields.HEADER);
-        // an answer that depends on the Origin must not be served from a cache to another origin
-        if (!allowed.contains("*")) resp.putHeader("Vary", "Origin");
         return true;
     }
 
@@ -1395,7 +1396,8 @@ public final class HttpVerticle extends VerticleBase {
         if (!b.isObject()) throw ApiException.bodyNotAnObject(b);
         Requests.checkModel(b, m);
         JsonNode t = b.get("tokens");
-        if (t == null || !t.isArray()) throw ApiException.badField("tokens", "must be an array of token ids");
+        if (t == null || t.isNull()) throw ApiException.badField("tokens", "is required (an array of token ids)");
+        if (!t.isArray()) throw ApiException.badField("tokens", "must be an array of token ids");
         Tokenizer tok = m.tokenizer();
         int[] ids = new int[t.size()];
         for (int i = 0; i < ids.length; i++) {

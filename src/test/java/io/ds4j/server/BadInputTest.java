@@ -681,6 +681,12 @@ class BadInputTest {
         expect("/v1/chat/completions", call.replace("\"id\":\"c\",", "") + answer + "]}", 400, "messages[1].tool_calls[0].id");
         JsonNode e = expect("/v1/chat/completions", chat("\"tool_choice\":5"), 400, "tool_choice");
         assertTrue(e.get("message").asText().contains("must be a string"), e.toString());
+        // a missing field is said to be missing, not to have the wrong type
+        JsonNode noText = expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+                400, "messages[0].content[0].text");
+        assertTrue(noText.get("message").asText().contains("is required"), noText.toString());
+        JsonNode noTokens = expect("/detokenize", "{}", 400, "tokens");
+        assertTrue(noTokens.get("message").asText().contains("is required"), noTokens.toString());
     }
 
     /**

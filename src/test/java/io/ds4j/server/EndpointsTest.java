@@ -324,6 +324,10 @@ class EndpointsTest {
             assertTrue(typo.headers().firstValue(RequestFields.HEADER).isPresent(), typo.headers().toString());
             TestServer.Resp other = t.get("/v1/models", "Origin", "http://evil.example");
             assertTrue(other.headers().firstValue("access-control-allow-origin").isEmpty(), "other origins get no CORS headers");
+            // but every answer says that it depends on the Origin, so that no cache hands it to an allowed origin
+            assertEquals(List.of("Origin"), other.headers().allValues("vary"), "another origin's answer");
+            assertEquals(List.of("Origin"), t.get("/v1/models").headers().allValues("vary"), "an answer to no Origin");
+            assertEquals(List.of("Origin"), typo.headers().allValues("vary"), "an allowed origin's answer");
 
             String metrics = t.get("/metrics").body();
             for (String name : List.of("vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",

@@ -288,7 +288,8 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
                 throw new ChatFormatException(partPath + ".type", "unsupported content part type '" + type.textValue() + "'");
             }
             JsonNode t = part.get("text");
-            if (t == null || !t.isTextual()) throw new ChatFormatException(partPath + ".text", "must be a string");
+            if (t == null || t.isNull()) throw new ChatFormatException(partPath + ".text", "is required (a text part's string)");
+            if (!t.isTextual()) throw new ChatFormatException(partPath + ".text", "must be a string");
             appendPart(text, i, t.textValue());
         }
         return text.toString();
