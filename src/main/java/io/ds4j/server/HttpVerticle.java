@@ -1097,8 +1097,7 @@ public final class HttpVerticle extends VerticleBase {
     private void model(RoutingContext ctx, ModelInfo m) {
         String id = pathModelId(ctx.pathParam("id"), m.id()::equals);
         if (!m.id().equals(id)) {
-            error(ctx, new ApiException(404, "invalid_request_error", "model_not_found", "model",
-                    "model: '" + id + "' does not exist; this server serves '" + m.id() + "'", null));
+            error(ctx, Requests.modelNotFound(id, m.id()));
             return;
         }
         json(ctx, 200, modelObject(m));

@@ -15,6 +15,7 @@ import io.ds4j.text.chat.ChatOptions;
 import io.ds4j.text.chat.ReasoningEffort;
 import io.ds4j.text.chat.V4Format;
 
+import java.text.Normalizer;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -259,14 +260,27 @@ final class Requests {
         return text.toString();
     }
 
+    /**
+     * The 404 model_not_found for a model name that is not the served one (names are compared exactly, as OpenAI's
+     * are), saying why where the two look alike: only letter case, blanks around the name or the Unicode form of its
+     * characters (e.g. an é as one code point or as e and a combining accent) tell them apart.
+     */
+    static ApiException modelNotFound(String asked, String served) {
+        String why = "";
+        if (Normalizer.normalize(asked, Normalizer.Form.NFC).equals(Normalizer.normalize(served, Normalizer.Form.NFC)))
+            why = " (the two differ only in the Unicode form of their characters: send the name as /v1/models lists it)";
+        else if (asked.strip().equals(served)) why = " (mind the blanks around the name)";
+        else if (asked.equalsIgnoreCase(served)) why = " (model names are case-sensitive)";
+        return new ApiException(404, "invalid_request_error", "model_not_found", "model",
+                "model: '" + asked + "' does not exist; this server serves '" + served + "'" + why, null);
+    }
+
     /** 404 for a model name the server does not serve (absent means the served model). */
     static void checkModel(JsonNode body, ModelInfo model) {
         JsonNode m = body.get("model");
         if (m == null || m.isNull()) return;
         if (!m.isTextual()) throw ApiException.badField("model", "must be a string");
-        if (!m.textValue().equals(model.id()))
-            throw new ApiException(404, "invalid_request_error", "model_not_found", "model",
-                    "model: '" + m.textValue() + "' does not exist; this server serves '" + model.id() + "'", null);
+        if (!m.textValue().equals(model.id())) throw modelNotFound(m.textValue(), model.id());
     }
 
     static ApiException chatError(ChatFormatException e) {

@@ -267,6 +267,18 @@ class BadInputTest {
         JsonNode e = expect("/v1/chat/completions", TestServer.chat("Hi", "").replace("\"scripted\"", "\"gpt-4o\""), 404, "model");
         assertEquals("model_not_found", e.get("code").asText());
         expect("/v1/completions", "{\"model\":\"nope\",\"prompt\":\"x\"}", 404, "model");
+        // a name that looks like the served one is told what tells them apart (names are compared exactly)
+        JsonNode upper = expect("/v1/completions", "{\"model\":\"Scripted\",\"prompt\":\"x\"}", 404, "model");
+        assertTrue(upper.get("message").asText().endsWith("(model names are case-sensitive)"), upper.toString());
+        JsonNode blanks = expect("/v1/completions", "{\"model\":\" scripted\",\"prompt\":\"x\"}", 404, "model");
+        assertTrue(blanks.get("message").asText().endsWith("(mind the blanks around the name)"), blanks.toString());
+        TestServer.Resp byPath = server.get("/v1/models/Scripted");
+        assertEquals(404, byPath.status(), byPath.body());
+        assertTrue(byPath.body().contains("(model names are case-sensitive)"), byPath.body());
+        // an é as one code point (served) and as e + a combining acute accent (asked)
+        String form = Requests.modelNotFound("DeepSeek V4 e\u0301", "DeepSeek V4 \u00e9").getMessage();
+        assertTrue(form.contains("differ only in the Unicode form"), form);
+        assertFalse(Requests.modelNotFound("nope", "scripted").getMessage().contains("("), "no hint for an unrelated name");
     }
 
     @Test
