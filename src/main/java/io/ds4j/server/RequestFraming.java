@@ -404,9 +404,14 @@ final class RequestFraming {
         if (values.getFirst().indexOf('%') >= 0)
             return new Refused(400, "invalid_header", "its Host header '" + escaped(values.getFirst()) + "' is invalid: it"
                     + " holds '%', and percent-escapes in a Host are not accepted: give the host name as is");
-        return new Refused(400, "invalid_header", "its Host header '" + escaped(values.getFirst()) + "' is invalid: it must"
+        // a blank inside: a header line that starts with a space or tab continues the one before it (obsolete line
+        // folding, RFC 9112 section 5.2), which the HTTP decoder joins with a space, so say that the blank may be one
+        String v = values.getFirst();
+        boolean blank = v.indexOf(' ') >= 0 || v.indexOf('\t') >= 0;
+        return new Refused(400, "invalid_header", "its Host header '" + escaped(v) + "' is invalid: it must"
                 + " be a host name, an IPv4 address or a bracketed IPv6 address, optionally followed by ':' and a port of"
-                + " at most 65535 (such as example.com:8080 or [::1]:8080)");
+                + " at most 65535 (such as example.com:8080 or [::1]:8080)" + (blank ? "; a blank in it may come from"
+                + " obsolete line folding (a header line that starts with a space or tab continues the line before it)" : ""));
     }
 
     /**

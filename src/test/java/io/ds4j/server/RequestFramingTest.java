@@ -440,6 +440,11 @@ class RequestFramingTest {
             assertTrue(e.get("message").asText().startsWith("the request cannot be read: its Host header '" + h[1] + "' is invalid:"),
                     h[0] + ": " + answer);
         }
+        // a folded Host line reads as one value with a blank, and the answer says that folding may be why
+        JsonNode folded = refused(untilClosed("GET /health HTTP/1.1\r\nHost: a\r\n folded: x\r\n\r\n" + next), 400,
+                "invalid_header");
+        assertTrue(folded.get("message").asText().endsWith("; a blank in it may come from obsolete line folding (a header"
+                + " line that starts with a space or tab continues the line before it)"), folded.toString());
         for (String hosts : new String[]{"Host: x\r\nHost: y\r\n", "Host: x\r\nHost: x\r\n"}) {
             JsonNode e = refused(untilClosed("GET /health HTTP/1.1\r\n" + hosts + "\r\n" + next), 400, "invalid_header");
             assertEquals("the request cannot be read: it has 2 Host headers; a request has exactly one (RFC 9112 section 3.2)",
