@@ -76,7 +76,7 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
 
     // 1. queries: warp w converts rows 16w .. 16w+15 (row r = query r / HI, head r % HI); the 16 rows' loads all go
     // out before the first is converted (one round trip for the warp's rows instead of one a row; BENCHMARKS.md,
-    // forty-third session: a 16-entry step's call 10 % shorter, a one-row call unchanged)
+    // forty-third session, one measurement: a 16-entry step's call 10 % shorter, a one-row call unchanged)
     float4 qv[16];
 #pragma unroll
     for (int i = 0; i < 16; i++) {

@@ -370,6 +370,15 @@ final class Requests {
         return out;
     }
 
+    /**
+     * "; it holds U+00A0" for the first character of a key that is neither printable ASCII nor a tab (a no-break space
+     * or a newline looks like the space a key may have), else "".
+     */
+    private static String oddCharacter(String key) {
+        var odd = key.codePoints().filter(c -> c != '\t' && (c < 0x20 || c > 0x7E)).findFirst();
+        return odd.isPresent() ? String.format("; it holds U+%04X", odd.getAsInt()) : "";
+    }
+
     /** Spaces and tabs around a logit_bias key, which a key may have (control characters it may not). */
     private static final java.util.regex.Pattern SPACES_AROUND = java.util.regex.Pattern.compile("^[ \\t]+|[ \\t]+$");
 
@@ -383,7 +392,8 @@ final class Requests {
         String t = SPACES_AROUND.matcher(key).replaceAll("");
         int digits = t.startsWith("+") || t.startsWith("-") ? 1 : 0;
         if (t.length() == digits || !t.substring(digits).chars().allMatch(c -> c >= '0' && c <= '9'))
-            throw ApiException.badField("logit_bias", "key '" + key + "' is not a token id (ASCII digits 0-9, optionally signed)");
+            throw ApiException.badField("logit_bias", "key '" + key + "' is not a token id (ASCII digits 0-9, optionally signed,"
+                    + " optionally with spaces or tabs around them)" + oddCharacter(key));
         int id;
         try {
             id = Integer.parseInt(t);

@@ -697,6 +697,13 @@ class BadInputTest {
         JsonNode noText = expect("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
                 400, "messages[0].content[0].text");
         assertTrue(noText.get("message").asText().contains("is required"), noText.toString());
+        String part = "{\"messages\":[{\"role\":\"user\",\"content\":[%s]}]}";
+        JsonNode noType = expect("/v1/chat/completions", part.formatted("{\"text\":\"x\"}"), 400, "messages[0].content[0].type");
+        assertTrue(noType.get("message").asText().contains("is required"), noType.toString());
+        JsonNode numType = expect("/v1/chat/completions", part.formatted("{\"type\":5,\"text\":\"x\"}"), 400, "messages[0].content[0].type");
+        assertTrue(numType.get("message").asText().endsWith("must be a string, got a number"), numType.toString());
+        JsonNode numText = expect("/v1/chat/completions", part.formatted("{\"type\":\"text\",\"text\":5}"), 400, "messages[0].content[0].text");
+        assertTrue(numText.get("message").asText().endsWith("must be a string, got a number"), numText.toString());
         JsonNode noTokens = expect("/detokenize", "{}", 400, "tokens");
         assertTrue(noTokens.get("message").asText().contains("is required"), noTokens.toString());
     }

@@ -131,16 +131,19 @@ class RequestsTest {
                 refused("logit_bias", chat("\"logit_bias\":{\"-5\":1}")));
         assertEquals("logit_bias: key ' 0099999999999' is outside the token ids [0, " + limit + ")",
                 refused("logit_bias", chat("\"logit_bias\":{\" 0099999999999\":1}")));
-        // digits of other scripts are digits to Java's Integer.parseInt, not in a token id
+        String notAnId = "' is not a token id (ASCII digits 0-9, optionally signed, optionally with spaces or tabs around them)";
+        // digits of other scripts are digits to Java's Integer.parseInt, not in a token id; the message names the first
+        // character that is not printable ASCII
         for (String key : new String[]{"\u0665", "\u0661\u0662", "\uff15", "5\u0665", "\u096b"})
-            assertEquals("logit_bias: key '" + key + "' is not a token id (ASCII digits 0-9, optionally signed)",
-                    refused("logit_bias", chat("\"logit_bias\":{\"" + key + "\":1}")), key);
+            assertEquals("logit_bias: key '" + key + notAnId + String.format("; it holds U+%04X", key.codePoints()
+                    .filter(c -> c > 0x7E).findFirst().orElseThrow()), refused("logit_bias", chat("\"logit_bias\":{\"" + key + "\":1}")), key);
         for (String key : new String[]{"", " ", "+", "-", "5.0", "1e3", "0x5", "5 5", "++5"})
-            assertEquals("logit_bias: key '" + key + "' is not a token id (ASCII digits 0-9, optionally signed)",
-                    refused("logit_bias", chat("\"logit_bias\":{\"" + key + "\":1}")), key);
-        // control characters around the digits are not spaces (String.trim would have dropped them)
-        for (String[] k : new String[][]{{"\\u00005", "\u00005"}, {"5\\u001f", "5\u001f"}, {"\\n5", "\n5"}})
-            assertEquals("logit_bias: key '" + k[1] + "' is not a token id (ASCII digits 0-9, optionally signed)",
+            assertEquals("logit_bias: key '" + key + notAnId, refused("logit_bias", chat("\"logit_bias\":{\"" + key + "\":1}")), key);
+        // control characters and other blanks around the digits are not spaces (String.trim would have dropped the
+        // control characters), and the message names the one that looks like a space
+        for (String[] k : new String[][]{{"\\u00005", "\u00005", "U+0000"}, {"5\\u001f", "5\u001f", "U+001F"}, {"\\n5", "\n5", "U+000A"},
+                {"\\u00a05", "\u00a05", "U+00A0"}, {"5\\u2002", "5\u2002", "U+2002"}})
+            assertEquals("logit_bias: key '" + k[1] + notAnId + "; it holds " + k[2],
                     refused("logit_bias", chat("\"logit_bias\":{\"" + k[0] + "\":1}")), k[0]);
         // as before: other forms of a token id name it, and the last id is one
         var bias = parse(chat("\"logit_bias\":{\"05\":1,\"+6\":2,\" 7 \":3,\"-0\":4,\"" + (limit - 1) + "\":5}")).params().logitBias();
