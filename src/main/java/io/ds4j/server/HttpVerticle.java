@@ -1199,13 +1199,14 @@ public final class HttpVerticle extends VerticleBase {
         load.put("running", state.metrics().running.get()).put("waiting", state.metrics().waiting.get());
         o.set("config", cfg.toJson(true));
         ArrayNode pending = o.putArray("pending_restart");
-        for (ServerConfig.Change c : state.pending()) {
+        ServerState.Reloads reloads = state.reloads();  // the list and the outcome of one reload
+        for (ServerConfig.Change c : reloads.pending()) {
             ObjectNode p = pending.addObject();
             p.put("key", c.key());
             p.set("running", Json.MAPPER.valueToTree(c.running()));
             p.set("configured", Json.MAPPER.valueToTree(c.proposed()));
         }
-        ServerState.ReloadOutcome rl = state.lastReload();
+        ServerState.ReloadOutcome rl = reloads.last();
         if (rl != null) {
             o.putObject("config_reload").put("at", rl.at().toString()).put("outcome", rl.outcome()).put("message", rl.message());
         } else {

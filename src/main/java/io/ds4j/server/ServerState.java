@@ -18,6 +18,8 @@ import java.util.concurrent.atomic.AtomicLong;
 public final class ServerState {
     private volatile ServerConfig config;
     private volatile List<ServerConfig.Change> pending = List.of();
+    /** The pending keys of a reload whose outcome is not yet published (guarded by this). */
+    private List<ServerConfig.Change> staged;
     private volatile ModelInfo model;
     private volatile String loadError;
     private final ServerMetrics metrics;
@@ -69,14 +71,29 @@ public final class ServerState {
         return config;
     }
 
+    /**
+     * A reload's configuration, applied now; its restart-pending keys are published with its outcome
+     * ({@link #lastReload(ReloadOutcome)}), so that a reader never sees one reload's pending keys beside another's
+     * outcome (/props showed an empty list beside the previous reload's "applied, restart pending").
+     */
     void config(ServerConfig c, List<ServerConfig.Change> pendingRestart) {
-        this.pending = List.copyOf(pendingRestart);
+        synchronized (this) {
+            this.staged = List.copyOf(pendingRestart);
+        }
         this.config = c;
     }
 
-    /** Restart-requiring keys whose value in the file differs from the running value. */
+    /** Restart-requiring keys whose value in the file differs from the running value (as of the last reload's outcome). */
     public List<ServerConfig.Change> pending() {
         return pending;
+    }
+
+    /** The restart-pending keys and the last reload's outcome (null before any), read together. */
+    public record Reloads(List<ServerConfig.Change> pending, ReloadOutcome last) {}
+
+    /** {@link #pending()} and {@link #lastReload()} of one moment. */
+    public synchronized Reloads reloads() {
+        return new Reloads(pending, lastReload);
     }
 
     /** The loaded model, or null while loading (or after a failed load). */
@@ -242,7 +259,11 @@ public final class ServerState {
         return lastReload;
     }
 
-    void lastReload(ReloadOutcome r) {
+    synchronized void lastReload(ReloadOutcome r) {
+        if (staged != null) {
+            pending = staged;
+            staged = null;
+        }
         this.lastReload = r;
     }
 

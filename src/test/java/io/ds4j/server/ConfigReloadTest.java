@@ -68,6 +68,29 @@ class ConfigReloadTest {
         }
     }
 
+    /**
+     * A reload's restart-pending keys are published with its outcome: between a reload's applying and its outcome, /props
+     * showed that reload's (empty) list beside the previous reload's "applied, restart pending" (a flaky failure of
+     * {@link #everyReloadDecisionIsLoggedAndItsMessageReadsCleanly} under load).
+     */
+    @Test
+    void aReloadsPendingKeysArePublishedWithItsOutcome() {
+        ServerState st = new ServerState(ServerConfig.defaults(), null);
+        List<ServerConfig.Change> hip = List.of(new ServerConfig.Change("model.backend", "cpu", "hip"));
+        st.config(ServerConfig.defaults(), hip);
+        assertEquals(List.of(), st.reloads().pending(), "not before its outcome");
+        st.lastReload(new ServerState.ReloadOutcome(java.time.Instant.now(), "applied, restart pending", "pending restart"));
+        assertEquals(hip, st.reloads().pending());
+        st.config(ServerConfig.defaults(), List.of());
+        ServerState.Reloads between = st.reloads();
+        assertEquals(hip, between.pending(), "the last published pair until the next outcome");
+        assertEquals("applied, restart pending", between.last().outcome());
+        st.lastReload(new ServerState.ReloadOutcome(java.time.Instant.now(), "applied", "no restart pending any more"));
+        assertEquals(List.of(), st.reloads().pending());
+        assertEquals("applied", st.reloads().last().outcome());
+        assertEquals(List.of(), st.pending());
+    }
+
     @Test
     @Order(1)
     void validFileAppliesLiveKeysToNewRequests() throws Exception {
