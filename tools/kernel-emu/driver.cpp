@@ -23,6 +23,7 @@
 #include "compress.cpp"
 #include "rowwise.cpp"
 #include <random>
+#include <cfloat>
 #include <type_traits>
 #include <utility>
 
@@ -388,11 +389,34 @@ static void moe(int fmt, int E, int k, int S, int rows, int cols, bool per_pick,
     printf("\n");
 }
 
+static int idx_qmode = 0;  // EDGES_ONLY: 1 finite edge rows (F64 check on), 2 also FLT_MAX / inf / NaN (bits only)
 static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
     const int64_t maxAvail = (N0 + S) / m;
     std::vector<float> qi((size_t)S * HI * dI + 16), wt((size_t)S * HI);
     float* q = (float*)(((uintptr_t)qi.data() + 15) & ~(uintptr_t)15);
     for (size_t i = 0; i < (size_t)S * HI * dI; i++) q[i] = (float)(gauss() * (i % 7 == 0 ? 30 : 1)) * (i / dI % 5 == 3 ? 1e-3f : 1.f);
+    if (idx_qmode) {  // EDGES_ONLY: adversarial query rows (row = s * HI + h)
+        std::uniform_int_distribution<uint32_t> ub(1, 0x7fffffu);
+        for (size_t rr = 0; rr < (size_t)S * HI; rr++) {
+            const int kind = idx_qmode == 1 ? (int)((rr * 7 + rr / 16) % 5) : (int)((rr * 5 + rr / 16) % 9);
+            float* row = q + rr * dI;
+            for (int i = 0; i < dI; i++) {
+                float v = row[i];
+                switch (kind) {
+                    case 0: break;
+                    case 1: v = 0.f; break;                                             // zero row
+                    case 2: { uint32_t u = ub(rng) | (rng() & 1 ? 0x80000000u : 0); memcpy(&v, &u, 4); break; }  // subnormal only
+                    case 3: v = (float)(gauss() * 1e20); break;                          // large, finite products
+                    case 4: v = i == dI / 2 ? (float)(gauss() * 1e-3) : (i % 3 ? 0.f : -0.f); break;  // one value, +-0 elsewhere
+                    case 5: v = (float)(std::ldexp(1.0, 127) * (1.99 * (rng() % 1000) / 1000.0)) * (rng() & 1 ? -1.f : 1.f); break;  // near FLT_MAX
+                    case 6: if (i == (int)(rr % dI)) v = rng() & 1 ? INFINITY : -INFINITY; break;  // an inf
+                    case 7: if (i == (int)((rr * 3) % dI)) v = NAN; break;                         // a NaN
+                    default: v = i == 0 ? 3.402823466e38f : (float)(gauss() * 1e-30); break;        // FLT_MAX beside tiny values
+                }
+                row[i] = v;
+            }
+        }
+    }
     for (auto& w : wt) w = (float)gauss();
     std::vector<uint16_t> keys(maxAvail * dI + 8);
     uint16_t* kp = (uint16_t*)(((uintptr_t)keys.data() + 15) & ~(uintptr_t)15);
@@ -428,7 +452,7 @@ static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
                 mag += std::fabs(w) * dm * s_scale;
             }
             worst = std::max(worst, std::fabs(got - acc) / (mag + 1e-30));
-            check("indexer", got, acc, mag, 1e-5, s, (int)e);
+            if (idx_qmode != 2) check("indexer", got, acc, mag, 1e-5, s, (int)e);
         }
     }
     // the decode / verify kernel: the same bits as the prefill kernel for the whole step (both block shapes, several
@@ -478,8 +502,9 @@ static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
         rows_run(vs, 2, false, 128, 1, 0, std::max(s1, S - s1), q, wt.data(), o.data());
         cmp("two sequences", o, 0, S);
     }
-    printf("indexer HI %d dI %d N0 %ld S %d m %d K %d: %d scores, worst rel %.3g; decode / verify kernel: %d runs"
-           " bit-identical\n", HI, dI, (long)N0, S, m, K, scored, worst, same);
+    printf("indexer HI %d dI %d N0 %ld S %d m %d K %d qmode %d: %d scores, worst rel %.3g; decode / verify kernel: %d runs"
+           " bit-identical; hash %016llx\n", HI, dI, (long)N0, S, m, K, idx_qmode, scored, worst, same,
+           (unsigned long long)bits_hash(sc.data(), sc.size()));
 }
 
 // F16-operand attention (attention.cpp, tensor cores) against an F64 reference: key sets with the window, ring wrap,
@@ -1162,6 +1187,7 @@ static void topk_multi_run(const ds4j_seq_view* views, const float* sc, int64_t 
 }
 
 /** Rows of sequences (N0s[i], Ss[i]) in one scores array; the multi-block run over all (seqs) or one call per sequence. */
+static std::function<float(int, int64_t)> topk_gen;  // EDGES_ONLY: value of row r, entry e (unset: topk_value)
 static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& Ss, int m, int K, int dist, bool old) {
     const int n = (int)N0s.size();
     int R = 0;
@@ -1174,7 +1200,7 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
         views[i] = ds4j_seq_view{N0s[i], Ss[i], r0, nullptr, nullptr, nullptr, 0, 0};
         for (int s = 0; s < Ss[i]; s++) {
             const int64_t avail = (N0s[i] + s + 1) / m;
-            for (int64_t e = 0; e < ld; e++) sc[(size_t)(r0 + s) * ld + e] = e < avail ? topk_value(dist) : INFINITY;
+            for (int64_t e = 0; e < ld; e++) sc[(size_t)(r0 + s) * ld + e] = e < avail ? (topk_gen ? topk_gen(r0 + s, e) : topk_value(dist)) : INFINITY;
         }
     }
     std::vector<int32_t> a((size_t)R * K, -7), b((size_t)R * K, -7), c((size_t)R * K, -7);
@@ -1188,6 +1214,8 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
         topk_multi_run(nullptr, s0, ld, N0s[i], Ss[i], 1, Ss[i], mi, m, K, b.data() + (size_t)r0 * K);
         if (old) emu_launch(dim3(Ss[i]), dim3(TOPK_THREADS), 0, [&] { topk_kernel(s0, ld, N0s[i], m, K, c.data() + (size_t)r0 * K); });
     }
+    std::vector<int32_t> d((size_t)R * K, -7);
+    if (old && n > 1) emu_launch(dim3(max_s, n), dim3(TOPK_THREADS), 0, [&] { topk_seqs_kernel(views.data(), sc.data(), ld, m, K, d.data()); });
     int rows_checked = 0;
     for (int i = 0, r = 0; i < n; i++)
         for (int s = 0; s < Ss[i]; s++, r++) {
@@ -1195,7 +1223,7 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
             const int32_t* got = b.data() + (size_t)r * K;
             if (avail <= K) {
                 for (int j = 0; j < K; j++)
-                    if (got[j] != -7 || (n > 1 && a[(size_t)r * K + j] != -7)) { if (fails < 20) printf("FAIL topk wrote row %d\n", r); fails++; break; }
+                    if (got[j] != -7 || (n > 1 && a[(size_t)r * K + j] != -7) || c[(size_t)r * K + j] != -7 || d[(size_t)r * K + j] != -7) { if (fails < 20) printf("FAIL topk wrote row %d\n", r); fails++; break; }
                 continue;
             }
             std::vector<int32_t> idx(avail);
@@ -1207,10 +1235,12 @@ static void topk_case(const std::vector<int64_t>& N0s, const std::vector<int>& S
             rows_checked++;
             if (memcmp(idx.data(), got, 4 * K) != 0) { if (fails < 20) printf("FAIL topk row %d differs from the reference\n", r); fails++; }
             if (n > 1 && memcmp(got, a.data() + (size_t)r * K, 4 * K) != 0) { if (fails < 20) printf("FAIL topk seqs row %d differs\n", r); fails++; }
+            if (old && n > 1 && memcmp(got, d.data() + (size_t)r * K, 4 * K) != 0) { if (fails < 20) printf("FAIL topk one-block seqs row %d differs\n", r); fails++; }
             if (old && memcmp(got, c.data() + (size_t)r * K, 4 * K) != 0) { if (fails < 20) printf("FAIL topk row %d differs from the one-block kernel\n", r); fails++; }
         }
-    printf("topk %d sequences, most %ld entries, m %d K %d dist %d: %d rows equal the reference%s%s\n", n, (long)most, m, K,
-           dist, rows_checked, n > 1 ? ", seqs == single" : "", old ? ", == one-block kernel" : "");
+    printf("topk %d sequences, most %ld entries, m %d K %d dist %d: %d rows equal the reference%s%s; hash %016llx\n", n, (long)most, m, K,
+           dist, rows_checked, n > 1 ? ", seqs == single" : "", old ? ", == one-block kernel" : "",
+           (unsigned long long)bits_hash((const float*)c.data(), c.size()));
 }
 #include "mhc_cases.h"
 
@@ -1321,7 +1351,129 @@ static void compress_case(int w, int m, int overlap, int64_t N0, int S, int cap,
            w, m, overlap, (long long)N0, S, cap, (long long)nwin, d, sl);
 }
 
+
+// EDGES_ONLY=1: adversarial cases of the one-block top-k (radix bin found by one warp, both counts in one scan) and of
+// the tensor-core indexer scores (query rows staged in registers), written by a breaker of those kernels (forty-third
+// session): EDGES_TOPK=0 / EDGES_IDX=0 skip a half, EDGES_SEL=text runs the top-k cases whose name holds it,
+// EDGES_IDX_QUICK=1 one V4-shaped indexer case
+static float key_to_float(uint32_t k) {  // inverse of host_order_key (NaN keys come out as NaN floats)
+    const uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void edge_cases() {
+    const bool do_topk = !getenv("EDGES_TOPK") || atoi(getenv("EDGES_TOPK")), do_idx = !getenv("EDGES_IDX") || atoi(getenv("EDGES_IDX"));
+    if (do_topk) {
+        auto T = [](const char* name, std::function<float(int, int64_t)> g, std::vector<int64_t> N0s, std::vector<int> Ss, int m, int K) {
+            if (getenv("EDGES_SEL") && !strstr(name, getenv("EDGES_SEL"))) return;  // EDGES_SEL=text: those cases only
+            printf("[%s] ", name);
+            topk_gen = std::move(g);
+            topk_case(N0s, Ss, m, K, 0, true);
+            topk_gen = nullptr;
+        };
+        auto pick = [](std::initializer_list<float> l) { return *(l.begin() + rng() % l.size()); };
+        // all keys equal: every pass crosses in one bin, ties everywhere; K = avail - 1, K + 1 .. K + 3 available
+        T("all equal", [](int, int64_t) { return 1.f; }, {999}, {3}, 1, 512);
+        T("all equal K=avail-1", [](int, int64_t) { return -2.5f; }, {700}, {1}, 1, 700);
+        T("all equal K=1", [](int, int64_t) { return 0.f; }, {300}, {2}, 1, 1);
+        // every key NaN: key 0, crossing at bin 0 in all four passes
+        T("all NaN", [](int, int64_t) { return NAN; }, {600}, {3}, 1, 511);
+        T("all NaN K=1", [](int, int64_t) { return NAN; }, {256}, {2}, 1, 1);
+        T("NaN but one", [](int, int64_t e) { return e == 417 ? -INFINITY : NAN; }, {600}, {1}, 1, 1);
+        T("NaN but K-1", [](int, int64_t e) { return e % 3 == 0 ? (float)e : NAN; }, {900}, {2}, 1, 400);
+        // keys that differ only in the lowest byte (passes 0-2 one bin each)
+        T("low byte only", [](int, int64_t) { return key_to_float(0xC0A0B000u | (uint32_t)(rng() & 0xff)); }, {2000}, {2}, 1, 300);
+        T("low byte only K=1", [](int, int64_t) { return key_to_float(0xC0A0B000u | (uint32_t)(rng() & 0xff)); }, {2000}, {1}, 1, 1);
+        T("low byte only K=256", [](int, int64_t) { return key_to_float(0x3F00FF00u | (uint32_t)(rng() & 0xff)); }, {1000}, {1}, 1, 256);
+        T("low byte 0/255", [](int, int64_t) { return key_to_float(0xC0FFFF00u | (rng() & 1 ? 0xffu : 0u)); }, {1500}, {2}, 1, 700);
+        // -0 / +0 mixes (equal keys), a few +-1
+        T("+-0", [&](int, int64_t) { return pick({0.f, -0.f, 0.f, -0.f, 1.f, -1.f}); }, {1200}, {3}, 1, 500);
+        T("+-0 only", [&](int, int64_t) { return pick({0.f, -0.f}); }, {800}, {1}, 1, 799);
+        // +-inf, NaN and few finite values
+        T("inf", [&](int, int64_t) { return pick({INFINITY, -INFINITY, NAN, 3.f, -INFINITY, INFINITY}); }, {1000}, {3}, 1, 333);
+        T("inf K=1", [&](int, int64_t) { return pick({-INFINITY, NAN, FLT_MAX, -FLT_MAX}); }, {1000}, {1}, 1, 1);
+        // subnormals of both signs and zeros
+        T("denormals", [&](int, int64_t) { uint32_t u = (uint32_t)(rng() % 0x800000u) | (rng() & 1 ? 0x80000000u : 0u); float f; memcpy(&f, &u, 4); return f; }, {3000}, {2}, 1, 512);
+        T("denormals tiny", [&](int, int64_t) { uint32_t u = (uint32_t)(rng() % 4) | (rng() & 1 ? 0x80000000u : 0u); float f; memcpy(&f, &u, 4); return f; }, {1000}, {2}, 1, 600);
+        // bytes at lane boundaries (bins 0, 1, 7, 8, 247, 248, 254, 255) in every pass
+        T("lane edges", [](int, int64_t) {
+            static const uint32_t b[] = {0, 1, 7, 8, 247, 248, 254, 255};
+            return key_to_float(b[rng() % 8] << 24 | b[rng() % 8] << 16 | b[rng() % 8] << 8 | b[rng() % 8]); }, {4000}, {3}, 1, 512);
+        for (int K : {1, 2, 255, 256, 257, 1000})
+            T("lane edges K", [](int, int64_t) {
+                static const uint32_t b[] = {0, 7, 8, 248, 255};
+                return key_to_float(0x80000000u | b[rng() % 5] << 16 | b[rng() % 5] << 8 | b[rng() % 5]); }, {2000}, {1}, 1, K);
+        // bin 255 crossings (keys C0 FF FF xx), bin 0 crossings (-FLT_MAX / -inf among NaN)
+        T("bin 255", [](int, int64_t) { return key_to_float(0xC0FFFF00u | (0xf8u + (uint32_t)(rng() % 8))); }, {1000}, {2}, 1, 100);
+        T("bin 0", [&](int, int64_t) { return pick({NAN, NAN, -INFINITY, -FLT_MAX}); }, {1000}, {2}, 1, 600);
+        // exactly K, K - 1 or K + 1 keys in lane 0's bins (255..248) at pass 0: the crossing at a lane's last bin or the
+        // next lane's first
+        for (int K : {64, 300})
+            T("lane 0 holds ~K", [K](int r, int64_t e) {
+                const int64_t hi = K + (r % 3) - 1;
+                return key_to_float(e < hi ? (0xF8000000u + (uint32_t)(rng() % 0x07800000u)) : (0x80000000u | (uint32_t)(rng() % 0x77ffffffu))); },
+              {2000}, {3}, 1, K);
+        for (int K : {64, 300})  // the same, in pass 1 (the same top byte)
+            T("pass 1 lane edge", [K](int r, int64_t e) {
+                const int64_t hi = K + (r % 3) - 1;
+                const bool top = e % 2 && e < 2 * hi;  // hi keys with byte 2 in F8..FF (lane 0 of pass 1), the rest below
+                return key_to_float(0xC1000000u | (top ? 0x00F80000u | (uint32_t)(rng() & 0x0007ffffu) : (uint32_t)(rng() % 0x00F80000u))); },
+              {3000}, {3}, 1, K);
+        // the K-th largest the smallest key of its bin, and in bin 0 of the next pass (pass 1, 3): the crossing at lane
+        // 31's last bin with krem equal to every candidate (no lane but 31 may match; a stale bin_sh would be read)
+        for (int K : {1, 64, 300})
+            for (int pass : {1, 3})
+                T("K-th in bin 0", [K, pass](int, int64_t e) {
+                    // the K keys in bin C1 (not a lane's last bin), the rest below, some in C0: pass 0 crosses inside lane 7
+                    if (e >= K) return key_to_float(0x80000000u | (uint32_t)(rng() % 0x40ffffffu));
+                    if (pass == 1) return key_to_float(0xC1000000u | (e == K / 2 ? 0u : (1u + (uint32_t)(rng() % 255)) << 16) | (uint32_t)(rng() & 0xffff));
+                    return key_to_float(0xC1A0B000u | (e == K / 2 ? 0u : 1u + (uint32_t)(rng() % 255))); },
+                  {1500}, {2}, 1, K);
+        // whole compaction rounds of 256 keys above the threshold (the low 16-bit count at 256) and of 256 at it
+        for (int K : {257, 513, 600})
+            T("rounds above", [](int, int64_t e) { return e < 512 ? 5.f : (e < 1024 ? 4.f : (float)(rng() % 4)); }, {1500}, {2}, 1, K);
+        // ties straddling the threshold: few distinct values
+        for (int K : {1, 17, 255, 256, 511, 512, 1023})
+            T("ties", [&](int, int64_t) { return pick({1.f, 2.f, 3.f, 2.f, 2.f}); }, {1300}, {2}, 1, K);
+        T("ties at end", [](int, int64_t e) { return e >= 1000 ? 5.f : 1.f; }, {1100}, {2}, 1, 50);
+        // rows of one launch with different avail: some at K (skipped), some just above
+        T("avail ~K m4", [](int, int64_t) { return std::round((float)gauss() * 2.f); }, {4 * 512 - 1}, {8}, 4, 512);
+        T("avail K+1..K+8", [](int, int64_t) { return (float)(rng() % 5); }, {512}, {8}, 1, 512);
+        // several sequences in one launch (topk_seqs_kernel), different avail, one below K
+        T("seqs", [](int, int64_t) { return std::round((float)gauss() * 3.f) / 3.f; }, {1000, 100, 2500}, {3, 2, 4}, 1, 512);
+        T("seqs NaN/eq", [&](int, int64_t) { return pick({NAN, 1.f, 1.f, -0.f}); }, {700, 513, 1200}, {2, 1, 3}, 1, 512);
+        // a row over 65535 keys, most equal: K and the counts above 16 bits
+        T("70k ties", [&](int, int64_t e) { return e % 1000 == 0 ? 2.f : 1.f; }, {70000}, {1}, 1, 66000);
+    }
+    if (do_idx && getenv("EDGES_IDX_QUICK")) {  // one V4-shaped case, finite and with FLT_MAX / inf / NaN rows
+        for (int mode : {1, 2}) {
+            idx_qmode = mode;
+            indexer(64, 128, 515, 3, 4, 128);
+            fflush(stdout);
+        }
+        idx_qmode = 0;
+    } else if (do_idx) {
+        for (int mode : {0, 1, 2}) {
+            idx_qmode = mode;
+            indexer(16, 16, 100, 9, 4, 4);
+            indexer(32, 32, 70, 8, 1, 64);
+            indexer(48, 64, 600, 5, 4, 140);
+            indexer(64, 128, 515, 8, 4, 128);   // avail 129..130: just above K
+            indexer(64, 96, 64 * 4 - 1, 8, 4, 64);  // rows 0-3 at K (not scored), 4-7 at K + 1
+            indexer(16, 128, 300, 8, 1, 300);  // S 8, row 0 at avail 301
+        }
+        idx_qmode = 0;
+    }
+}
+
 int main() {
+    if (getenv("EDGES_ONLY")) {
+        edge_cases();
+        fails += std::exchange(emu_smem_overruns, 0);
+        printf("%s: %d failures (EDGES_ONLY)\n", fails ? "FAILED" : "OK", fails);
+        return fails ? 1 : 0;
+    }
     if (getenv("LEAN_ONLY")) {
         // the lean instance at the edges of sk::sm_lean's conditions (LEAN_SHAPE=N: case N only)
         setenv("DS4J_SKINNY_SMEM", "1", 1);

@@ -21,7 +21,9 @@
 # block sizes, which must give the same bits; each case prints an output hash, to compare two builds: ~12 min on the
 # 2-core VM, 2026-12-02), ATT_ONLY=1 only the F16-operand (tensor-core) attention and TOPK_ONLY=1 only the Lightning
 # Indexer's top-k (one-block and multi-block kernels), IDX_ONLY=1 only its tensor-core scores (the decode / verify kernel
-# against the prefill kernel and an F64 reference). LEAN_ONLY=1 runs only the lean FP8 and BF16 instance of the staged
+# against the prefill kernel and an F64 reference), EDGES_ONLY=1 only adversarial cases of those two (all keys equal or NaN,
+# keys differing in one byte, crossings at lane and bin edges, rows above 65,535 keys; zero, subnormal, huge and
+# non-finite query rows; EDGES_IDX_QUICK=1 one indexer shape, EDGES_TOPK=0 / EDGES_IDX=0 one half). LEAN_ONLY=1 runs only the lean FP8 and BF16 instance of the staged
 # kernel (gemm_skinny.cpp, sm_lean) at the edges of its host conditions, with slices of 2, 3 and 5 chunk groups and no
 # padding past a matrix's bytes (build the driver with -fsanitize=address to have any read past them reported;
 # LEAN_SHAPE=N runs case N only); every case must give the generic instance's bits.
