@@ -441,20 +441,23 @@ public final class Ds4jServer {
             }
             return;
         }
-        state.config(r.applied(), r.pending());
-        // the live keys the engine holds itself apply now, on its thread (none without an engine: a gateway)
-        if (!r.live().isEmpty())
-            vertx.eventBus().publish(EngineVerticle.RELOADED, null, new io.vertx.core.eventbus.DeliveryOptions().setLocalOnly(true));
         // the reload's own lines are written under whichever of the old and the new level shows more: a level that
         // shows more takes effect before them, one that shows less after them (a reload to "warn" applied first
         // silenced its own INFO line, and the operator never saw it take effect)
         String level = r.live().stream().anyMatch(c -> c.key().equals("log.level")) ? r.applied().logLevel() : null;
         boolean quieter = level != null && LogLevels.rank(level) > LogLevels.rank(running.logLevel());
         if (level != null && !quieter) LogLevels.apply(level);
+        ServerState.ReloadOutcome outcome = null;
         try {
-            saidReload(file, running, proposed, r, wasPending, overridden, parts);
+            outcome = saidReload(file, running, proposed, r, wasPending, overridden, parts);
         } finally {
             if (quieter) LogLevels.apply(level);
+            // the configuration, its restart-pending keys and the outcome at once, after the lines that say them (a
+            // failure while saying them still applies the configuration, beside the previous outcome)
+            state.reloaded(r.applied(), r.pending(), outcome != null ? outcome : state.lastReload());
+            // the live keys the engine holds itself apply now, on its thread (none without an engine: a gateway)
+            if (!r.live().isEmpty())
+                vertx.eventBus().publish(EngineVerticle.RELOADED, null, new io.vertx.core.eventbus.DeliveryOptions().setLocalOnly(true));
         }
     }
 
@@ -473,13 +476,16 @@ public final class Ds4jServer {
         }
     }
 
-    /** Logs what a reload that changed something applied, what waits for a restart and what no longer does, and records its outcome. */
-    private void saidReload(Path file, ServerConfig running, ServerConfig proposed, ServerConfig.Reload r,
+    /**
+     * Logs what a reload that changed something applies, what waits for a restart and what no longer does, and returns
+     * its outcome (the caller publishes it with the configuration).
+     */
+    private ServerState.ReloadOutcome saidReload(Path file, ServerConfig running, ServerConfig proposed, ServerConfig.Reload r,
                             List<ServerConfig.Change> wasPending, List<String> overridden, List<String> parts) {
         if (!r.live().isEmpty()) {
             parts.add("applied " + r.live());
             LOG.info("config reloaded from {}: applied from now on (new requests; the scheduler's limits from its next step): {}", file, r.live());
-            String cap = r.live().stream().anyMatch(c -> c.key().equals("limits.maxContextTokens")) ? state.contextCap() : null;
+            String cap = r.live().stream().anyMatch(c -> c.key().equals("limits.maxContextTokens")) ? state.contextCap(r.applied()) : null;
             if (cap != null) {
                 parts.add(cap);
                 LOG.warn("config {}: {}", file, cap);
@@ -540,8 +546,8 @@ public final class Ds4jServer {
             LOG.info("config {}: back to the running value, no restart pending any more for: {}", file, cleared);
         }
         if (!overridden.isEmpty()) parts.add("overridden by flags " + overridden);
-        state.lastReload(new ServerState.ReloadOutcome(Instant.now(), r.pending().isEmpty() ? "applied" : "applied, restart pending",
-                String.join("; ", parts)));
+        return new ServerState.ReloadOutcome(Instant.now(), r.pending().isEmpty() ? "applied" : "applied, restart pending",
+                String.join("; ", parts));
     }
 
     /** Completes when the model is loaded and the engine runs; fails when loading failed. */

@@ -1131,7 +1131,8 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     private void props(RoutingContext ctx) {
-        ServerConfig cfg = state.config();
+        ServerState.Reloads reloads = state.reloads();  // the configuration, its pending keys and outcome of one reload
+        ServerConfig cfg = reloads.config();
         ModelInfo m = state.model();
         ObjectNode o = Json.object();
         o.put("build_info", FINGERPRINT);
@@ -1199,7 +1200,6 @@ public final class HttpVerticle extends VerticleBase {
         load.put("running", state.metrics().running.get()).put("waiting", state.metrics().waiting.get());
         o.set("config", cfg.toJson(true));
         ArrayNode pending = o.putArray("pending_restart");
-        ServerState.Reloads reloads = state.reloads();  // the list and the outcome of one reload
         for (ServerConfig.Change c : reloads.pending()) {
             ObjectNode p = pending.addObject();
             p.put("key", c.key());

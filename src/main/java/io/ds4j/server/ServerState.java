@@ -18,8 +18,6 @@ import java.util.concurrent.atomic.AtomicLong;
 public final class ServerState {
     private volatile ServerConfig config;
     private volatile List<ServerConfig.Change> pending = List.of();
-    /** The pending keys of a reload whose outcome is not yet published (guarded by this). */
-    private List<ServerConfig.Change> staged;
     private volatile ModelInfo model;
     private volatile String loadError;
     private final ServerMetrics metrics;
@@ -72,15 +70,14 @@ public final class ServerState {
     }
 
     /**
-     * A reload's configuration, applied now; its restart-pending keys are published with its outcome
-     * ({@link #lastReload(ReloadOutcome)}), so that a reader never sees one reload's pending keys beside another's
-     * outcome (/props showed an empty list beside the previous reload's "applied, restart pending").
+     * A reload that changed something: its configuration, its restart-pending keys and its outcome, published at once,
+     * so that a reader ({@link #reloads}) never pairs one reload's configuration or pending keys with another's outcome
+     * (/props showed a reload's empty list, or its new values, beside the previous reload's outcome).
      */
-    void config(ServerConfig c, List<ServerConfig.Change> pendingRestart) {
-        synchronized (this) {
-            this.staged = List.copyOf(pendingRestart);
-        }
+    synchronized void reloaded(ServerConfig c, List<ServerConfig.Change> pendingRestart, ReloadOutcome r) {
+        this.pending = List.copyOf(pendingRestart);
         this.config = c;
+        this.lastReload = r;
     }
 
     /** Restart-requiring keys whose value in the file differs from the running value (as of the last reload's outcome). */
@@ -88,12 +85,12 @@ public final class ServerState {
         return pending;
     }
 
-    /** The restart-pending keys and the last reload's outcome (null before any), read together. */
-    public record Reloads(List<ServerConfig.Change> pending, ReloadOutcome last) {}
+    /** The configuration, the restart-pending keys and the last reload's outcome (null before any), read together. */
+    public record Reloads(ServerConfig config, List<ServerConfig.Change> pending, ReloadOutcome last) {}
 
-    /** {@link #pending()} and {@link #lastReload()} of one moment. */
+    /** {@link #config()}, {@link #pending()} and {@link #lastReload()} of one moment. */
     public synchronized Reloads reloads() {
-        return new Reloads(pending, lastReload);
+        return new Reloads(config, pending, lastReload);
     }
 
     /** The loaded model, or null while loading (or after a failed load). */
@@ -260,10 +257,6 @@ public final class ServerState {
     }
 
     synchronized void lastReload(ReloadOutcome r) {
-        if (staged != null) {
-            pending = staged;
-            staged = null;
-        }
         this.lastReload = r;
     }
 
@@ -288,10 +281,17 @@ public final class ServerState {
      * not (or no model is loaded yet): said where the value is set, as /props shows the capped one as n_ctx.
      */
     public String contextCap() {
+        return contextCap(config);
+    }
+
+    /** {@link #contextCap()} for a configuration not yet applied (a reload's, said before it is published). */
+    String contextCap(ServerConfig cfg) {
         ModelInfo m = model;
-        int c = config.maxContextTokens();
-        if (m == null || maxContext() == c) return null;
-        return "limits.maxContextTokens " + c + " is capped to " + maxContext()
+        int c = cfg.maxContextTokens();
+        if (m == null) return null;
+        int capped = io.ds4j.engine.Generation.contextLimit(c, m.maxPositions());
+        if (capped == c) return null;
+        return "limits.maxContextTokens " + c + " is capped to " + capped
                 + ", the model's context (its max_position_embeddings): positions past it are not ones the model was built for";
     }
 

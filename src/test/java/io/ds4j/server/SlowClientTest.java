@@ -392,7 +392,8 @@ class SlowClientTest {
             for (int i = 0; i < 16; i++) idle.add(new Socket("127.0.0.1", server.port));
             Thread.sleep(300);
             ServerState st = server.state();
-            st.config(st.config().with("limits.headerReadTimeoutMs", 300), List.of());
+            st.reloaded(st.config().with("limits.headerReadTimeoutMs", 300), List.of(),
+                    new ServerState.ReloadOutcome(java.time.Instant.now(), "applied", "limits.headerReadTimeoutMs 300"));
             for (int i = 0; i < 4; i++) {
                 long t0 = System.nanoTime();
                 assertEquals("", stall(server.port, "", ""), "a new silent connection is closed under the new deadline");
