@@ -122,7 +122,9 @@ __device__ __forceinline__ void topk_body(const float* scores, int64_t ld, int64
         prefix |= bin_sh << shift;
         krem = krem_sh;
         mask |= 255u << shift;
-        __syncthreads();  // every thread has read bin_sh and krem_sh before the next pass's warp 0 writes them
+        // kept from the kernel before: the next pass's two barriers alone order these reads of bin_sh and krem_sh
+        // before warp 0 writes them again
+        __syncthreads();
     }
     const uint32_t T = prefix;
     int64_t gt_before = 0, eq_before = 0;

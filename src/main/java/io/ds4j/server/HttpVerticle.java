@@ -365,7 +365,7 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /** A character's name in a message: its code point as U+XXXX. */
-    private static String codePoint(int c) {
+    static String codePoint(int c) {
         return String.format("U+%04X", c);
     }
 

@@ -376,7 +376,7 @@ final class Requests {
      */
     private static String oddCharacter(String key) {
         var odd = key.codePoints().filter(c -> c != '\t' && (c < 0x20 || c > 0x7E)).findFirst();
-        return odd.isPresent() ? String.format("; it holds U+%04X", odd.getAsInt()) : "";
+        return odd.isPresent() ? "; it holds " + HttpVerticle.codePoint(odd.getAsInt()) : "";
     }
 
     /** Spaces and tabs around a logit_bias key, which a key may have (control characters it may not). */

@@ -287,18 +287,20 @@ public final class ServerState {
     /** {@link #contextCap()} for a configuration not yet applied (a reload's, said before it is published). */
     String contextCap(ServerConfig cfg) {
         ModelInfo m = model;
-        int c = cfg.maxContextTokens();
-        if (m == null) return null;
-        int capped = io.ds4j.engine.Generation.contextLimit(c, m.maxPositions());
-        if (capped == c) return null;
+        int c = cfg.maxContextTokens(), capped = maxContext(cfg);
+        if (m == null || capped == c) return null;
         return "limits.maxContextTokens " + c + " is capped to " + capped
                 + ", the model's context (its max_position_embeddings): positions past it are not ones the model was built for";
     }
 
     /** Effective context limit: limits.maxContextTokens capped by the model's own limit. */
     public int maxContext() {
+        return maxContext(config);
+    }
+
+    private int maxContext(ServerConfig cfg) {
         ModelInfo m = model;
-        int c = config.maxContextTokens();
+        int c = cfg.maxContextTokens();
         return m == null ? c : io.ds4j.engine.Generation.contextLimit(c, m.maxPositions());
     }
 

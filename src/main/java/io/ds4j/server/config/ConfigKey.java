@@ -244,8 +244,7 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
 
         /** What a JSON value is, without the value: "a string", "a number", "true or false", "null", "an object". */
         static String kind(JsonNode v) {
-            return v.isTextual() ? "a string" : v.isNumber() ? "a number" : v.isBoolean() ? "true or false" : v.isNull() ? "null"
-                    : v.isArray() ? "an array" : "an object";
+            return v.isBoolean() ? "true or false" : io.ds4j.json.JsonKinds.kind(v);
         }
 
         static String describe(JsonNode v) {

@@ -1,6 +1,7 @@
 package io.ds4j.text.chat;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.JsonKinds;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -284,22 +285,16 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
             if (!part.isObject()) throw new ChatFormatException(partPath, "must be an object");
             JsonNode type = part.get("type");
             if (type == null || type.isNull()) throw new ChatFormatException(partPath + ".type", "is required (\"text\")");
-            if (!type.isTextual()) throw new ChatFormatException(partPath + ".type", "must be a string, got " + kind(type));
+            if (!type.isTextual()) throw new ChatFormatException(partPath + ".type", "must be a string, got " + JsonKinds.kind(type));
             if (!type.textValue().equals("text")) {
                 throw new ChatFormatException(partPath + ".type", "unsupported content part type '" + type.textValue() + "'");
             }
             JsonNode t = part.get("text");
             if (t == null || t.isNull()) throw new ChatFormatException(partPath + ".text", "is required (a text part's string)");
-            if (!t.isTextual()) throw new ChatFormatException(partPath + ".text", "must be a string, got " + kind(t));
+            if (!t.isTextual()) throw new ChatFormatException(partPath + ".text", "must be a string, got " + JsonKinds.kind(t));
             appendPart(text, i, t.textValue());
         }
         return text.toString();
-    }
-
-    /** What a JSON value is, for a message naming a wrong type: "a number", "an object", ... */
-    private static String kind(JsonNode v) {
-        return v.isNumber() ? "a number" : v.isBoolean() ? "a boolean" : v.isArray() ? "an array" : v.isObject() ? "an object"
-                : "a " + v.getNodeType().toString().toLowerCase(java.util.Locale.ROOT);
     }
 
     private static void appendPart(StringBuilder text, int index, String part) {
