@@ -62,7 +62,7 @@ public final class BenchSpecCommand implements Callable<Integer> {
     @Option(names = "--decode-tokens", defaultValue = "64", description = "tokens generated per run (default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--spec-q", defaultValue = "4", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
     @Option(names = "--prompts", defaultValue = "2", description = "prompts per source (default ${DEFAULT-VALUE})") int prompts;
-    @Option(names = "--warmup", defaultValue = "2", description = "untimed passes of every configuration before the timed ones (default ${DEFAULT-VALUE})") int warmup;
+    @Option(names = "--warmup", defaultValue = "2", description = "untimed passes of every configuration before the timed ones, 0 or more; one plain pass, which records the outputs the prediction and replay drafts send back, runs untimed first at any value (default ${DEFAULT-VALUE})") int warmup;
 
     @Override
     public Integer call() throws Exception {
@@ -78,7 +78,7 @@ public final class BenchSpecCommand implements Callable<Integer> {
         if (promptTokens < 1) bad.add("--prompt-tokens must be at least 1, got " + promptTokens);
         if (decodeTokens < 2) bad.add("--decode-tokens must be at least 2, got " + decodeTokens);
         if (prompts < 1) bad.add("--prompts must be at least 1, got " + prompts);
-        if (warmup < 1) bad.add("--warmup must be at least 1 (the untimed passes before the timed ones), got " + warmup);
+        if (warmup < 0) bad.add("--warmup must be at least 0 (the untimed passes before the timed ones), got " + warmup);
         if (!bad.isEmpty()) throw new IllegalArgumentException(String.join("; ", bad));
         Set<String> want = new LinkedHashSet<>(sources);
         for (String s : want)

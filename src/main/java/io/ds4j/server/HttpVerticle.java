@@ -310,6 +310,13 @@ public final class HttpVerticle extends VerticleBase {
                         : " is negative: give the body's length in bytes");
             return "Content-Length " + n + " is past the largest length a request can give (" + Long.MAX_VALUE + " bytes)";
         }
+        java.util.regex.Matcher lengths = SEVERAL_LENGTHS.matcher(m);
+        if (lengths.matches())
+            return "Content-Length is given more than once with different values (" + lengths.group(1)
+                    + "): give the body's length once";
+        if (m.startsWith("Invalid character in chunk size"))
+            return "a chunk's size is not a hexadecimal number: each chunk of a chunked body starts with its size in"
+                    + " hexadecimal digits alone, then CRLF";
         java.util.regex.Matcher name = PROHIBITED_IN_NAME.matcher(m);
         if (name.matches()) return badHeaderName(name.group(1));
         java.util.regex.Matcher v = PROHIBITED_IN_VALUE.matcher(m);
@@ -335,6 +342,10 @@ public final class HttpVerticle extends VerticleBase {
         });
         return b.toString();
     }
+
+    /** Netty's message for Content-Length headers that disagree, with their values (digits, commas and blanks). */
+    private static final java.util.regex.Pattern SEVERAL_LENGTHS =
+            java.util.regex.Pattern.compile("Multiple Content-Length values found: \\[([0-9, ]{1,200})\\]");
 
     /** Vert.x's message for a header name with a prohibited character, ending with the whole name. */
     private static final java.util.regex.Pattern PROHIBITED_IN_NAME =
@@ -602,6 +613,15 @@ public final class HttpVerticle extends VerticleBase {
             if (headers.contains("If-Range")) headers.remove("Range");
             String path = routed(ctx);
             java.nio.file.Path file = servedFile(webroot, path);
+            // a file's path with a trailing '/' ("/index.html/"): served there, the page's relative links would resolve
+            // under it ("/index.html/app.css", no file), so the client is sent to the file's own path
+            String filePath = fileWithoutSlash(webroot, path);
+            if (filePath != null) {
+                String query = ctx.request().query();
+                ctx.response().setStatusCode(301).putHeader(HttpHeaders.LOCATION, filePath + (query != null ? "?" + query : ""))
+                        .putHeader(HttpHeaders.CONTENT_LENGTH, "0").end();
+                return;
+            }
             // a folder without an index page: no page at any spelling of its path, so a 404 now rather than the static
             // handler's redirect to the path with a '/', which is a 404
             if (file != null && java.nio.file.Files.isDirectory(file)) {
@@ -622,6 +642,18 @@ public final class HttpVerticle extends VerticleBase {
             });
             files.handle(ctx);
         };
+    }
+
+    /**
+     * For a static path that ends in '/' but names a regular file under webroot (not a folder), that path without its
+     * trailing '/'s and with one leading '/' (so that no Location reads as another host, "//host"); else null.
+     */
+    static String fileWithoutSlash(String webroot, String path) {
+        if (path.length() < 2 || !path.endsWith("/") || path.indexOf('\\') >= 0) return null;
+        String trimmed = "/" + path.replaceAll("^/+", "").replaceAll("/+$", "");
+        if (trimmed.length() < 2) return null;
+        java.nio.file.Path f = underRoot(webroot, trimmed);
+        return f != null && java.nio.file.Files.isRegularFile(f) ? trimmed : null;
     }
 
     /** A suffix range, the last N bytes of a file (RFC 9110 section 14.1.2). */
@@ -653,14 +685,24 @@ public final class HttpVerticle extends VerticleBase {
      * and to tell a folder without an index page.
      */
     static java.nio.file.Path servedFile(String webroot, String path) {
+        java.nio.file.Path f = underRoot(webroot, path);
+        try {
+            if (f == null) return null;
+            if (java.nio.file.Files.isDirectory(f) && java.nio.file.Files.isRegularFile(f.resolve("index.html")))
+                f = f.resolve("index.html");
+            return java.nio.file.Files.exists(f) ? f : null;
+        } catch (SecurityException e) {
+            return null;
+        }
+    }
+
+    /** The file or folder a static path names under webroot (unescaped, not checked to exist), or null where it would leave webroot. */
+    private static java.nio.file.Path underRoot(String webroot, String path) {
         try {
             String p = java.net.URLDecoder.decode(path.replace("+", "%2B"), StandardCharsets.UTF_8);
             java.nio.file.Path root = java.nio.file.Path.of(webroot).toAbsolutePath().normalize();
             java.nio.file.Path f = root.resolve(p.replaceAll("^/+", "")).normalize();
-            if (!f.startsWith(root)) return null;
-            if (java.nio.file.Files.isDirectory(f) && java.nio.file.Files.isRegularFile(f.resolve("index.html")))
-                f = f.resolve("index.html");
-            return java.nio.file.Files.exists(f) ? f : null;
+            return f.startsWith(root) ? f : null;
         } catch (IllegalArgumentException | SecurityException e) { // a malformed escape, a path the file system cannot name
             return null;
         }

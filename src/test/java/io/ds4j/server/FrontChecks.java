@@ -141,7 +141,14 @@ public final class FrontChecks {
         assertEquals(contentType(raw(port, "GET", "/app.js")), contentType(raw(port, "GET", "/app.%6as")));
         assertEquals("text/javascript;charset=UTF-8", contentType(raw(port, "GET", "/app.js")));
         assertEquals("text/html;charset=UTF-8", contentType(raw(port, "GET", "/")));
-        assertEquals("text/html;charset=UTF-8", contentType(raw(port, "GET", "/index.html/")), "the file served is index.html");
+        // a file's path with a trailing '/' sends the client to the file's own path (served there, the page's relative
+        // links would resolve under it); a folder's keeps its '/'
+        for (String[] r : new String[][]{{"/index.html/", "/index.html"}, {"/app.js//?v=2", "/app.js?v=2"}, {"//app.css/", "/app.css"}}) {
+            String a = raw(port, "GET", r[0]);
+            assertTrue(a.startsWith("HTTP/1.1 301"), r[0] + ": " + a);
+            assertTrue(a.contains("\r\nlocation: " + r[1] + "\r\n") || a.contains("\r\nLocation: " + r[1] + "\r\n"), r[0] + ": " + a);
+        }
+        assertTrue(raw(port, "GET", "/").startsWith("HTTP/1.1 200"));
         assertEquals("application/octet-stream", contentType(raw(port, "GET", "/vendor/dompurify/LICENSE")));
     }
 

@@ -126,7 +126,15 @@ class RequestFramingTest {
             JsonNode e = refused(untilClosed(post("1.1", "Transfer-Encoding: chunked\r\n") + size + "\r\n" + BODY + "\r\n0\r\n\r\n"),
                     400, "invalid_chunked_body");
             assertTrue(e.get("message").asText().startsWith("the request's chunked body cannot be read: "), e.toString());
+            if (size.equals("zz"))
+                assertEquals("the request's chunked body cannot be read: a chunk's size is not a hexadecimal number: each chunk"
+                        + " of a chunked body starts with its size in hexadecimal digits alone, then CRLF", e.get("message").asText());
         }
+        // Content-Length twice with different values: named with both, and what to do
+        JsonNode twice = refused(untilClosed(post("1.1", "Content-Length: " + BODY.length() + "\r\nContent-Length: 5\r\n") + BODY),
+                400, "invalid_header");
+        assertEquals("the request cannot be read: Content-Length is given more than once with different values ("
+                + BODY.length() + ", 5): give the body's length once", twice.get("message").asText());
         // the request before it on the connection is answered first, then the refusal
         String answer = untilClosed(post("1.1", "Content-Length: " + BODY.length() + "\r\n") + BODY
                 + post("1.1", "Transfer-Encoding: chunked\r\n") + "5\r\n{\"con\r\nzz\r\n");
