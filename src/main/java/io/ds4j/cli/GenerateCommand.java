@@ -132,10 +132,11 @@ public final class GenerateCommand implements Callable<Integer> {
         }
         if (draft == null) width = null;
         if (prefillChunk < 1) throw new IllegalArgumentException("--prefill-chunk must be >= 1");
-        if ((system != null || thinking || effort != null) && !chat) {
+        if ((system != null || thinking || effort != null || reasoningBudget != null) && !chat) {
             // the flags given, as the user wrote them (not every flag that would need it)
             List<String> given = java.util.stream.Stream.of(system != null ? "--system" : null, thinking ? "--thinking" : null,
-                    effort != null ? "--reasoning-effort" : null).filter(java.util.Objects::nonNull).toList();
+                    effort != null ? "--reasoning-effort" : null, reasoningBudget != null ? "--reasoning-budget" : null)
+                    .filter(java.util.Objects::nonNull).toList();
             throw new IllegalArgumentException(String.join(" and ", given) + (given.size() == 1 ? " needs" : " need")
                     + " --chat (the chat template; without it the prompt is plain text)");
         }

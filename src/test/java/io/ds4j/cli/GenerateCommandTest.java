@@ -345,6 +345,10 @@ public class GenerateCommandTest {
         assertTrue(noChat.err().contains("error: --reasoning-effort needs --chat (the chat template"), noChat.err());
         Run two = run(with(plainText, "--system", "s", "--thinking"));
         assertTrue(two.err().contains("error: --system and --thinking need --chat"), two.err());
+        // a budget is a chat flag too: named with the others, before what it needs beyond --chat
+        Run budgetNoChat = run(with(plainText, "--reasoning-effort", "none", "--reasoning-budget", "3"));
+        assertEquals(2, budgetNoChat.code(), budgetNoChat.err());
+        assertTrue(budgetNoChat.err().contains("error: --reasoning-effort and --reasoning-budget need --chat"), budgetNoChat.err());
     }
 
     private static String[] with(String[] base, String... more) {
