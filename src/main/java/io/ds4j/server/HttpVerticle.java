@@ -312,11 +312,9 @@ public final class HttpVerticle extends VerticleBase {
         }
         java.util.regex.Matcher lengths = SEVERAL_LENGTHS.matcher(m);
         if (lengths.matches())
-            return "Content-Length is given more than once with different values (" + lengths.group(1)
-                    + "): give the body's length once";
-        if (m.startsWith("Invalid character in chunk size"))
-            return "a chunk's size is not a hexadecimal number: each chunk of a chunked body starts with its size in"
-                    + " hexadecimal digits alone, then CRLF";
+            return "Content-Length holds more than one value (" + lengths.group(1) + "): give the body's length once, in one"
+                    + " Content-Length header";
+        if (m.startsWith("Invalid character in chunk size")) return NOT_A_CHUNK_SIZE;
         java.util.regex.Matcher name = PROHIBITED_IN_NAME.matcher(m);
         if (name.matches()) return badHeaderName(name.group(1));
         java.util.regex.Matcher v = PROHIBITED_IN_VALUE.matcher(m);
@@ -343,7 +341,11 @@ public final class HttpVerticle extends VerticleBase {
         return b.toString();
     }
 
-    /** Netty's message for Content-Length headers that disagree, with their values (digits, commas and blanks). */
+    /** What is wrong with a chunk size line that is no hexadecimal number, and what to send. */
+    static final String NOT_A_CHUNK_SIZE = "a chunk's size is not a hexadecimal number: each chunk of a chunked body starts"
+            + " with its size in hexadecimal digits alone, then CRLF";
+
+    /** Netty's message for a Content-Length of several values (headers or a list), with them (digits, commas and blanks). */
     private static final java.util.regex.Pattern SEVERAL_LENGTHS =
             java.util.regex.Pattern.compile("Multiple Content-Length values found: \\[([0-9, ]{1,200})\\]");
 
@@ -519,11 +521,11 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * Whether a path is the API's (it needs the API key when keys are set, and is never a static file): a known API
-     * path, or any path under {@code /v1/} or {@code /models/}. Both HTTP fronts, a single server and a cluster gateway,
-     * route by it.
+     * path, with or without one trailing '/' (the router takes both as the route: {@link #exactRoute}), or any path under
+     * {@code /v1/} or {@code /models/}. Both HTTP fronts, a single server and a cluster gateway, route by it.
      */
     public static boolean isApi(String path) {
-        return path.startsWith("/v1/") || path.startsWith("/models/") || API_PATHS.contains(path);
+        return path.startsWith("/v1/") || path.startsWith("/models/") || API_PATHS.contains(exactRoute(path));
     }
 
     /**
@@ -649,7 +651,8 @@ public final class HttpVerticle extends VerticleBase {
      * trailing '/'s and with one leading '/' (so that no Location reads as another host, "//host"); else null.
      */
     static String fileWithoutSlash(String webroot, String path) {
-        if (path.length() < 2 || !path.endsWith("/") || path.indexOf('\\') >= 0) return null;
+        // a backslash or a control character (a tab a browser drops) could make a Location read as another host
+        if (path.length() < 2 || !path.endsWith("/") || path.chars().anyMatch(c -> c == '\\' || c < 0x20 || c == 0x7f)) return null;
         String trimmed = "/" + path.replaceAll("^/+", "").replaceAll("/+$", "");
         if (trimmed.length() < 2) return null;
         java.nio.file.Path f = underRoot(webroot, trimmed);

@@ -589,8 +589,10 @@ final class RequestFraming {
             } else if (msg instanceof HttpContent content && !content.decoderResult().isSuccess()) {
                 Throwable cause = content.decoderResult().cause();
                 ReferenceCountUtil.release(msg);
+                // Netty fails a size line with a byte past ASCII as an index out of bounds of its own table
                 broken = cause instanceof Refused r ? r : new Refused(400, "invalid_chunked_body",
-                        "the request's chunked body cannot be read: " + HttpVerticle.decodeProblem(cause));
+                        "the request's chunked body cannot be read: " + (cause instanceof IndexOutOfBoundsException
+                                ? HttpVerticle.NOT_A_CHUNK_SIZE : HttpVerticle.decodeProblem(cause)));
                 discarding = true;
                 settle(ctx);
                 return;

@@ -19,6 +19,23 @@ import static org.junit.jupiter.api.Assertions.*;
 @ExtendWith(VertxExtension.class)
 class EndpointsTest {
 
+    /**
+     * A static file's path with a trailing '/' is answered with the file's own path as Location; a path with a backslash
+     * or a control character gets none (a browser drops a tab, and "/\t/host/..." would then read as another host).
+     */
+    @Test
+    void aFilesPathWithATrailingSlashRedirectsOnlyToAPathOfThisServer() {
+        String root = java.nio.file.Path.of("webroot").toAbsolutePath().toString();
+        assertEquals("/app.js", HttpVerticle.fileWithoutSlash(root, "/app.js/"));
+        assertEquals("/app.js", HttpVerticle.fileWithoutSlash(root, "//app.js//"));
+        assertNull(HttpVerticle.fileWithoutSlash(root, "/app.js"), "no trailing slash");
+        assertNull(HttpVerticle.fileWithoutSlash(root, "/vendor/"), "a folder");
+        assertNull(HttpVerticle.fileWithoutSlash(root, "/nothing.js/"), "no file");
+        assertNull(HttpVerticle.fileWithoutSlash(root, "/\t/evil.example/x%2F..%2F..%2F..%2Fapp.js/"), "a tab");
+        assertNull(HttpVerticle.fileWithoutSlash(root, "/\\evil.example/..%2Fapp.js/"), "a backslash");
+        assertNull(HttpVerticle.fileWithoutSlash(root, "/%2E%2E%2F%2E%2E%2Fetc%2Fhostname/"), "outside the folder");
+    }
+
     @Test
     void healthSaysLoadingUntilTheModelIsReady() throws Exception {
         CountDownLatch release = new CountDownLatch(1);

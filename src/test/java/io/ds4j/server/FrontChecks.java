@@ -336,6 +336,14 @@ public final class FrontChecks {
         assertTrue(a.contains("\"invalid_api_key\""), a);
         String ok = raw(keyedPort, "OPTIONS", "/v1/nothing", "Origin: " + origin + "\r\nAccess-Control-Request-Method: POST\r\n");
         assertTrue(ok.startsWith("HTTP/1.1 204"), ok);
+        // the routes outside /v1/ need the key with a trailing '/' too, which the router takes as the same route (a
+        // breaker's /props/, /metrics/ and POST /completions/ were answered without one)
+        for (String[] r : new String[][]{{"GET", "/props/"}, {"GET", "/metrics/"}, {"GET", "/models/"}, {"POST", "/completions/"},
+                {"POST", "/chat/completions/"}, {"POST", "/tokenize/"}, {"POST", "/detokenize/"}}) {
+            String k = raw(keyedPort, r[0], r[1]);
+            assertTrue(k.startsWith("HTTP/1.1 401"), r[0] + " " + r[1] + ": " + k);
+            assertTrue(k.contains("\"invalid_api_key\""), r[0] + " " + r[1] + ": " + k);
+        }
     }
 
     /**
