@@ -614,7 +614,6 @@ public final class HttpVerticle extends VerticleBase {
             // static handler does not read If-Range and would serve the range, or refuse it with 416.
             if (headers.contains("If-Range")) headers.remove("Range");
             String path = routed(ctx);
-            java.nio.file.Path file = servedFile(webroot, path);
             // a file's path with a trailing '/' ("/index.html/"): served there, the page's relative links would resolve
             // under it ("/index.html/app.css", no file), so the client is sent to the file's own path
             String filePath = fileWithoutSlash(webroot, path);
@@ -624,6 +623,7 @@ public final class HttpVerticle extends VerticleBase {
                         .putHeader(HttpHeaders.CONTENT_LENGTH, "0").end();
                 return;
             }
+            java.nio.file.Path file = servedFile(webroot, path);
             // a folder without an index page: no page at any spelling of its path, so a 404 now rather than the static
             // handler's redirect to the path with a '/', which is a 404
             if (file != null && java.nio.file.Files.isDirectory(file)) {
