@@ -137,7 +137,9 @@ public final class GenerateCommand implements Callable<Integer> {
             List<String> given = java.util.stream.Stream.of(system != null ? "--system" : null, thinking ? "--thinking" : null,
                     effort != null ? "--reasoning-effort" : null, reasoningBudget != null ? "--reasoning-budget" : null)
                     .filter(java.util.Objects::nonNull).toList();
-            throw new IllegalArgumentException(String.join(" and ", given) + (given.size() == 1 ? " needs" : " need")
+            String named = given.size() == 1 ? given.getFirst()
+                    : String.join(", ", given.subList(0, given.size() - 1)) + " and " + given.getLast();
+            throw new IllegalArgumentException(named + (given.size() == 1 ? " needs" : " need")
                     + " --chat (the chat template; without it the prompt is plain text)");
         }
         // read as the API reads reasoning_effort, before the model loads; --thinking, an explicit switch, wins over none

@@ -234,7 +234,7 @@ public final class HttpVerticle extends VerticleBase {
         }
         String why = decodeProblem(cause);
         ApiException e;
-        if (!keys.isEmpty() && !ApiKeys.accepted(req.getHeader(HttpHeaders.AUTHORIZATION), keys)) {
+        if (!keys.isEmpty() && !ApiKeys.accepted(req.getHeader(HttpHeaders.AUTHORIZATION), req.getHeader(ApiKeys.X_API_KEY), keys)) {
             req.response().putHeader("WWW-Authenticate", "Bearer");
             e = new ApiException(401, "invalid_request_error", "invalid_api_key", null,
                     "invalid API key: the request headers cannot be read (" + why + ")", null);
@@ -311,10 +311,13 @@ public final class HttpVerticle extends VerticleBase {
             return "Content-Length " + n + " is past the largest length a request can give (" + Long.MAX_VALUE + " bytes)";
         }
         java.util.regex.Matcher lengths = SEVERAL_LENGTHS.matcher(m);
-        if (lengths.matches())
-            return "Content-Length holds more than one value (" + lengths.group(1) + "): give the body's length once, in one"
-                    + " Content-Length header";
-        if (m.startsWith("Invalid character in chunk size")) return NOT_A_CHUNK_SIZE;
+        if (lengths.matches()) {
+            // the values are shown where they are short digits (any other value is the client's text, not repeated)
+            String vals = lengths.group(1);
+            return "Content-Length is not one length" + (vals.matches("[0-9, ]{1,200}") && vals.matches(".*[0-9].*") ? " (" + vals + ")" : "")
+                    + ": give the body's length once, in one Content-Length header";
+        }
+        if (m.startsWith("Invalid character in chunk size") || m.startsWith("Empty chunk size")) return NOT_A_CHUNK_SIZE;
         java.util.regex.Matcher name = PROHIBITED_IN_NAME.matcher(m);
         if (name.matches()) return badHeaderName(name.group(1));
         java.util.regex.Matcher v = PROHIBITED_IN_VALUE.matcher(m);
@@ -345,9 +348,9 @@ public final class HttpVerticle extends VerticleBase {
     static final String NOT_A_CHUNK_SIZE = "a chunk's size is not a hexadecimal number: each chunk of a chunked body starts"
             + " with its size in hexadecimal digits alone, then CRLF";
 
-    /** Netty's message for a Content-Length of several values (headers or a list), with them (digits, commas and blanks). */
+    /** Netty's message for a Content-Length of several values (headers or a list), with them. */
     private static final java.util.regex.Pattern SEVERAL_LENGTHS =
-            java.util.regex.Pattern.compile("Multiple Content-Length values found: \\[([0-9, ]{1,200})\\]");
+            java.util.regex.Pattern.compile("(?s)Multiple Content-Length values found: \\[(.*)\\]");
 
     /** Vert.x's message for a header name with a prohibited character, ending with the whole name. */
     private static final java.util.regex.Pattern PROHIBITED_IN_NAME =

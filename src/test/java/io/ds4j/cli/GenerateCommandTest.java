@@ -349,6 +349,8 @@ public class GenerateCommandTest {
         Run budgetNoChat = run(with(plainText, "--reasoning-effort", "none", "--reasoning-budget", "3"));
         assertEquals(2, budgetNoChat.code(), budgetNoChat.err());
         assertTrue(budgetNoChat.err().contains("error: --reasoning-effort and --reasoning-budget need --chat"), budgetNoChat.err());
+        Run three = run(with(plainText, "--system", "s", "--thinking", "--reasoning-budget", "3"));
+        assertTrue(three.err().contains("error: --system, --thinking and --reasoning-budget need --chat"), three.err());
     }
 
     private static String[] with(String[] base, String... more) {

@@ -82,6 +82,20 @@ class ClientDetailsTest {
     }
 
     /**
+     * A request whose headers cannot be read but carry a valid key as x-api-key (Anthropic's SDKs send it) gets the
+     * framing's 400, as with the key in Authorization, not a 401 (a final check's find: only Authorization was read).
+     */
+    @Test
+    void anUnreadableRequestWithAValidXApiKeyIsNotA401() throws Exception {
+        for (String key : new String[]{"x-api-key: sk-test", "Authorization: Bearer sk-test"}) {
+            String a = raw(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + key + "\r\nContent-Length: 2\r\n"
+                    + "Content-Length: 3\r\n\r\n{}").getBytes(StandardCharsets.US_ASCII), 10_000);
+            assertTrue(a.startsWith("HTTP/1.1 400 "), key + ": " + a);
+            assertTrue(a.contains("Content-Length is not one length (2, 3)"), key + ": " + a);
+        }
+    }
+
+    /**
      * The newcomer's mistakes get a message that says what to do, with the same status as before: a key without
      * "Bearer ", a mistyped route, and a completions body sent to chat (or the other way round).
      */

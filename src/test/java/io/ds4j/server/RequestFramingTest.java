@@ -133,8 +133,13 @@ class RequestFramingTest {
         // Content-Length twice with different values: named with both, and what to do
         JsonNode twice = refused(untilClosed(post("1.1", "Content-Length: " + BODY.length() + "\r\nContent-Length: 5\r\n") + BODY),
                 400, "invalid_header");
-        assertEquals("the request cannot be read: Content-Length holds more than one value (" + BODY.length()
+        assertEquals("the request cannot be read: Content-Length is not one length (" + BODY.length()
                 + ", 5): give the body's length once, in one Content-Length header", twice.get("message").asText());
+        // a value that is no number is not repeated back
+        JsonNode word = refused(untilClosed(post("1.1", "Content-Length: " + BODY.length() + "\r\nContent-Length: x<y\r\n") + BODY),
+                400, "invalid_header");
+        assertEquals("the request cannot be read: Content-Length is not one length: give the body's length once, in one"
+                + " Content-Length header", word.get("message").asText());
         // the request before it on the connection is answered first, then the refusal
         String answer = untilClosed(post("1.1", "Content-Length: " + BODY.length() + "\r\n") + BODY
                 + post("1.1", "Transfer-Encoding: chunked\r\n") + "5\r\n{\"con\r\nzz\r\n");
