@@ -314,10 +314,9 @@ public final class HttpVerticle extends VerticleBase {
         if (lengths.matches()) {
             // the values are shown where they are short digits (any other value is the client's text, not repeated)
             String vals = lengths.group(1);
-            return "Content-Length is not one length" + (vals.matches("[0-9, ]{1,200}") && vals.matches(".*[0-9].*") ? " (" + vals + ")" : "")
+            return "Content-Length is not one length" + (SHOWN_LENGTHS.matcher(vals).matches() ? " (" + vals + ")" : "")
                     + ": give the body's length once, in one Content-Length header";
         }
-        if (m.startsWith("Invalid character in chunk size") || m.startsWith("Empty chunk size")) return NOT_A_CHUNK_SIZE;
         java.util.regex.Matcher name = PROHIBITED_IN_NAME.matcher(m);
         if (name.matches()) return badHeaderName(name.group(1));
         java.util.regex.Matcher v = PROHIBITED_IN_VALUE.matcher(m);
@@ -344,13 +343,12 @@ public final class HttpVerticle extends VerticleBase {
         return b.toString();
     }
 
-    /** What is wrong with a chunk size line that is no hexadecimal number, and what to send. */
-    static final String NOT_A_CHUNK_SIZE = "a chunk's size is not a hexadecimal number: each chunk of a chunked body starts"
-            + " with its size in hexadecimal digits alone, then CRLF";
-
     /** Netty's message for a Content-Length of several values (headers or a list), with them. */
     private static final java.util.regex.Pattern SEVERAL_LENGTHS =
             java.util.regex.Pattern.compile("(?s)Multiple Content-Length values found: \\[(.*)\\]");
+
+    /** Content-Length values short enough, and digits enough, to be shown back in that message. */
+    private static final java.util.regex.Pattern SHOWN_LENGTHS = java.util.regex.Pattern.compile("(?=.*[0-9])[0-9, ]{1,200}");
 
     /** Vert.x's message for a header name with a prohibited character, ending with the whole name. */
     private static final java.util.regex.Pattern PROHIBITED_IN_NAME =

@@ -589,10 +589,8 @@ final class RequestFraming {
             } else if (msg instanceof HttpContent content && !content.decoderResult().isSuccess()) {
                 Throwable cause = content.decoderResult().cause();
                 ReferenceCountUtil.release(msg);
-                // Netty fails a size line with a byte past ASCII as an index out of bounds of its own table
                 broken = cause instanceof Refused r ? r : new Refused(400, "invalid_chunked_body",
-                        "the request's chunked body cannot be read: " + (cause instanceof IndexOutOfBoundsException
-                                ? HttpVerticle.NOT_A_CHUNK_SIZE : HttpVerticle.decodeProblem(cause)));
+                        "the request's chunked body cannot be read: " + chunkProblem(cause));
                 discarding = true;
                 settle(ctx);
                 return;
@@ -642,5 +640,18 @@ final class RequestFraming {
                 closing = true;
             }
         }
+    }
+
+    /**
+     * What is wrong with a chunked body Netty could not read, in words: a size line that is no hexadecimal number
+     * (Netty says "Invalid character in chunk size" or "Empty chunk size", and for a byte past ASCII fails with an index
+     * out of bounds of its own table), else {@link HttpVerticle#decodeProblem}'s reading of its message.
+     */
+    static String chunkProblem(Throwable cause) {
+        String m = cause != null && cause.getMessage() != null ? cause.getMessage() : "";
+        if (cause instanceof IndexOutOfBoundsException || m.startsWith("Invalid character in chunk size") || m.startsWith("Empty chunk size"))
+            return "a chunk's size is not a hexadecimal number: each chunk of a chunked body starts with its size in"
+                    + " hexadecimal digits alone, then CRLF";
+        return HttpVerticle.decodeProblem(cause);
     }
 }
