@@ -802,11 +802,12 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
         float* ml = part.data() + (size_t)n * max_s * H * nsmax * D;
         emu_launch(dim3(nsmax, G * max_s, n), dim3(nt), at_smem(D), [&] {
             kernel(vs, q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(), H, D, W, scale, max_s, part.data(),
-                   ml, nsmax, o.data());
+                   ml, nsmax, INT64_MAX, o.data());
         });
         if (nsmax > 1)
             emu_launch(dim3(H, max_s, n), dim3(128), 0, [&] {
-                at_combine_seqs_kernel(vs, part.data(), ml, nsmax, kind, m, K, W, max_s, H, D, Ls[0].sinks.data(), o.data());
+                at_combine_seqs_kernel(vs, part.data(), ml, nsmax, kind, m, K, W, max_s, H, D, Ls[0].sinks.data(), INT64_MAX,
+                                       o.data());
             });
         return o;
     };
@@ -840,6 +841,118 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
     if (diffs) { printf("FAIL split attention seqs: %d values differ from the single-sequence launches\n", diffs); fails++; }
     printf("split attention seqs H %d D %d kind %d, %d sequences (max S %d, up to %d key ranges): %d values differ; %d-thread"
            " blocks %d, F32 copies %d; output hash %016llx\n", H, D, kind, n, max_s, nsmax, diffs, AT_THREADS_FEW, dfew, dcopy,
+           (unsigned long long)bits_hash(out.data(), out.size()));
+}
+
+/**
+ * The f16 path of several sequences (ds4j_attention_f16_operands_seqs: the queries of at most short_rows keys through
+ * at_split_seqs_kernel, the others through tc_attention_seqs_kernel and its combine) against each sequence alone on
+ * ds4j_attention_f16_operands's launches (the split kernel for the queries before its first long one, the
+ * tensor-core kernel from there), bit for bit; the tensor-core grid once for the step's queries and once for a bound
+ * (as under ds4j_seqs_bounds: more ranges than any query has).
+ */
+static void tc_attention_seqs(int H, int D, int kind, int m, int K, int W, const std::vector<int64_t>& N0s,
+                              const std::vector<int>& Ss, int64_t short_rows, int ns_max) {
+    const int n = (int)N0s.size();
+    std::vector<SplitLayer> Ls;
+    int R = 0, max_s = 0;
+    for (int i = 0; i < n; i++) {
+        Ls.push_back(split_layer(SplitCase{H, D, kind, m, K, W, N0s[i], Ss[i], 1.0, 1.0}));
+        Ls[i].sinks = Ls[0].sinks;
+        R += Ss[i];
+        max_s = std::max(max_s, Ss[i]);
+    }
+    const float scale = 1.f / std::sqrt((float)D);
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS, G = (H + AT_HG - 1) / AT_HG;
+    auto launch_tc = [&](dim3 grid, auto&& body) {
+        switch (D) {
+            case 64: emu_launch(grid, dim3(TC_THREADS), tc_smem(D), [&] { body(std::integral_constant<int, 64>()); }); break;
+            case 128: emu_launch(grid, dim3(TC_THREADS), tc_smem(D), [&] { body(std::integral_constant<int, 128>()); }); break;
+            default: emu_launch(grid, dim3(TC_THREADS), tc_smem(D), [&] { body(std::integral_constant<int, 512>()); }); break;
+        }
+    };
+    // each sequence alone, as ds4j_attention_f16_operands runs it
+    std::vector<std::vector<float>> alone;
+    int longq = 0, shortq = 0;
+    for (const SplitLayer& L : Ls) {
+        const SplitCase& c = L.c;
+        std::vector<float> o = split_run<uint16_t>(L);  // the queries before s0 (each query's numbers are its own)
+        int s0 = c.S;
+        while (s0 > 0 && attended_rows(kind, m, K, c.N0 + s0 - 1, W) > short_rows) s0--;
+        shortq += s0;
+        longq += c.S - s0;
+        if (s0 < c.S) {
+            int nmax = 1;
+            for (int s = s0; s < c.S; s++) nmax = std::max(nmax, tc_split(attended_rows(kind, m, K, c.N0 + s, W), ns_max).nsplit);
+            std::vector<float> part((size_t)nmax * c.S * H * (D + 2) + 1, 777.f);
+            launch_tc(dim3((c.S - s0) * HB, nmax), [&](auto dd) {
+                tc_attention_kernel<decltype(dd)::value>(L.q.data(), L.kv_new.data(), L.ring.data(), L.cap, L.entries.data(), kind,
+                                                         m, L.sel.data(), K, L.sinks.data(), c.N0, c.S, H, W, scale, s0,
+                                                         ns_max, part.data(), o.data());
+            });
+            if (nmax > 1)
+                emu_launch(dim3((c.S - s0) * H), dim3(128), 0, [&] {
+                    tc_combine_kernel(part.data(), nmax, kind, m, K, c.N0, c.S, W, s0, ns_max, H, D, L.sinks.data(), o.data());
+                });
+        }
+        alone.push_back(std::move(o));
+    }
+    // the step's rows: sequence i's rows at row0 = the rows before it, in reverse order of the views
+    std::vector<float> q((size_t)R * H * D), kv((size_t)R * D);
+    std::vector<int32_t> sel((size_t)R * std::max(K, 1));
+    std::vector<ds4j_seq_view> views(n);
+    int row = R, nsmax = 1, nmax = 1;
+    for (int i = 0; i < n; i++) {
+        const SplitLayer& L = Ls[i];
+        row -= L.c.S;
+        std::copy(L.q.begin(), L.q.end(), q.begin() + (size_t)row * H * D);
+        std::copy(L.kv_new.begin(), L.kv_new.end(), kv.begin() + (size_t)row * D);
+        std::copy(L.sel.begin(), L.sel.end(), sel.begin() + (size_t)row * std::max(K, 1));
+        views[i] = ds4j_seq_view{L.c.N0, L.c.S, row, (void*)L.ring.data(), nullptr, (void*)L.entries.data(), L.cap, 0};
+        for (int s = 0; s < L.c.S; s++) {
+            const int64_t nk = attended_rows(kind, m, K, L.c.N0 + s, W);
+            nsmax = std::max(nsmax, at_split(nk).nsplit);
+            if (nk > short_rows) nmax = std::max(nmax, tc_split(nk, ns_max).nsplit);
+        }
+    }
+    auto run = [&](int tc_ranges) {
+        std::vector<float> o((size_t)R * H * D, -555.f);
+        std::vector<float> part((size_t)n * max_s * H * nsmax * (D + 2) + 1, 777.f);
+        float* ml = part.data() + (size_t)n * max_s * H * nsmax * D;
+        emu_launch(dim3(nsmax, G * max_s, n), dim3(AT_THREADS), at_smem(D), [&] {
+            at_split_seqs_kernel<uint16_t, AT_THREADS>(views.data(), q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(),
+                                                       H, D, W, scale, max_s, part.data(), ml, nsmax, short_rows, o.data());
+        });
+        if (nsmax > 1)
+            emu_launch(dim3(H, max_s, n), dim3(128), 0, [&] {
+                at_combine_seqs_kernel(views.data(), part.data(), ml, nsmax, kind, m, K, W, max_s, H, D, Ls[0].sinks.data(),
+                                       short_rows, o.data());
+            });
+        std::vector<float> tpart((size_t)tc_ranges * n * max_s * H * (D + 2) + 1, 888.f);
+        launch_tc(dim3(max_s * HB, tc_ranges, n), [&](auto dd) {
+            tc_attention_seqs_kernel<decltype(dd)::value>(views.data(), q.data(), kv.data(), kind, m, sel.data(), K,
+                                                          Ls[0].sinks.data(), H, W, scale, short_rows, ns_max, max_s,
+                                                          tpart.data(), o.data());
+        });
+        if (tc_ranges > 1)
+            emu_launch(dim3(H, max_s, n), dim3(128), 0, [&] {
+                tc_combine_seqs_kernel(views.data(), tpart.data(), tc_ranges, kind, m, K, W, short_rows, ns_max, max_s, H, D,
+                                       Ls[0].sinks.data(), o.data());
+            });
+        return o;
+    };
+    int diffs = 0, diffs_bound = 0;
+    const std::vector<float> out = run(nmax), bounded = run(std::max(nmax, ns_max) + 1);
+    for (int i = 0; i < n; i++) {
+        diffs += bit_diffs(alone[i].data(), out.data() + (size_t)views[i].row0 * H * D, alone[i].size());
+        diffs_bound += bit_diffs(alone[i].data(), bounded.data() + (size_t)views[i].row0 * H * D, alone[i].size());
+    }
+    if (diffs) { printf("FAIL f16 attention seqs: %d values differ from the single-sequence launches\n", diffs); fails++; }
+    if (diffs_bound) { printf("FAIL f16 attention seqs: a bound's grid gives %d values different\n", diffs_bound); fails++; }
+    if (!longq || !shortq) { printf("FAIL f16 attention seqs: the case has no %s queries\n", longq ? "short" : "long"); fails++; }
+    printf("f16 attention seqs H %d D %d kind %d, %d sequences (max S %d; %d queries of at most %lld keys, %d over; up to %d"
+           " tensor-core ranges of at most %d): %d values differ, %d with the bound's grid; output hash %016llx\n",
+           H, D, kind, n, max_s, shortq, (long long)short_rows, longq, nmax, ns_max, diffs, diffs_bound,
            (unsigned long long)bits_hash(out.data(), out.size()));
 }
 
@@ -1689,6 +1802,10 @@ att:
     attention(20, 64, DS4J_ATTN_HCA, 2, 8, 200, 2, 4, 8.0);      // very sharp softmax over four key ranges
     attention(64, 512, DS4J_ATTN_HCA, 2, 8, 60, 2, 1, 1.0);      // the V4 shape, one key range
     attention(24, 64, DS4J_ATTN_HCA, 2, 8, 30, 6, 2, 1.0);       // queries of one and of two key ranges in one step
+    // several sequences on the f16 path: long and short queries in one step and in one sequence, several key ranges
+    tc_attention_seqs(20, 64, DS4J_ATTN_HCA, 2, 0, 16, {0, 70, 46, 200}, {3, 1, 5, 2}, 40, 4);
+    tc_attention_seqs(24, 64, DS4J_ATTN_CSA, 4, 20, 16, {300, 10, 150, 69}, {5, 2, 1, 4}, 33, 3);
+    tc_attention_seqs(64, 512, DS4J_ATTN_HCA, 4, 0, 16, {120, 30}, {2, 1}, 40, 2);
     if (getenv("ATT_ONLY")) {
         fails += std::exchange(emu_smem_overruns, 0);
         printf("%s: %d failures (F16-operand attention only)\n", fails ? "FAILED" : "OK", fails);

@@ -277,18 +277,18 @@ __device__ __forceinline__ void at_chunk(const E* row, int c, int n, float* v) {
  * Block (key range c, head group g, query s): heads g*AT_HG .. of query s, keys [c*per, min(nk, (c+1)*per)) of its
  * key set. With one range the block writes its rows of out; otherwise the range's partials: O at
  * part[((slot*H + h)*nsmax + c)*d ..], (m, l) at ml[((slot*H + h)*nsmax + c)*2 ..]. Returns early (uniformly) when
- * the query has fewer ranges than c + 1.
+ * the query has fewer ranges than c + 1 or more than max_rows keys.
  */
 template <typename T, int NT>
 __device__ __forceinline__ void at_split_body(const float* q, const float* kv_new, const T* ring, int cap,
                                               const T* entries, int kind, int m, const int32_t* sel, int K,
                                               const float* sinks, int64_t N0, int H, int d, int W, float scale,
                                               float* out, float* part, float* ml, int nsmax, int64_t slot, int s,
-                                              int g, int c) {
+                                              int g, int c, int64_t max_rows = INT64_MAX) {
     Keys<T> k;
     const int nk = query_keys(k, kv_new, ring, cap, entries, kind, m, sel, K, N0, s, d, W);
     const AtSplit sp = at_split(nk);
-    if (c >= sp.nsplit) return;
+    if (c >= sp.nsplit || nk > max_rows) return;
     const int kbeg = c * sp.per, kend = min(nk, kbeg + sp.per);
     const int d4 = (d + 3) & ~3, dp = at_stride(d), sw = at_slice(d);
     extern __shared__ __align__(16) float at_sm[];
@@ -521,12 +521,15 @@ __global__ void at_combine_kernel(const float* part, const float* ml, int nsmax,
     at_combine_body(part, ml, nsmax, nsplit, (int64_t)blockIdx.y * H + h, sinks[h], d, out + ((int64_t)s * H + h) * d);
 }
 
-/** at_split_kernel over sequences: grid (nsmax, ceil(H/AT_HG) * max_s, views); partial slot = view * max_s + s. */
+/**
+ * at_split_kernel over sequences: grid (nsmax, ceil(H/AT_HG) * max_s, views); partial slot = view * max_s + s. Queries
+ * of more than max_rows keys are left alone (tc_attention_seqs_kernel runs them).
+ */
 template <typename T, int NT>
 __global__ void __launch_bounds__(NT)
 at_split_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
                      const int32_t* sel, int K, const float* sinks, int H, int d, int W, float scale, int max_s,
-                     float* part, float* ml, int nsmax, float* out) {
+                     float* part, float* ml, int nsmax, int64_t max_rows, float* out) {
     DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.z];
     const int G = (H + AT_HG - 1) / AT_HG;
@@ -535,18 +538,20 @@ at_split_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv
     const int64_t r0 = v.row0;
     at_split_body<T, NT>(q + r0 * H * d, kv_new + r0 * d, (const T*)v.ring, v.cap, (const T*)v.store, kind, m,
                      sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, d, W, scale, out + r0 * H * d, part, ml, nsmax,
-                     (int64_t)blockIdx.z * max_s + s, s, blockIdx.y % G, blockIdx.x);
+                     (int64_t)blockIdx.z * max_s + s, s, blockIdx.y % G, blockIdx.x, max_rows);
 }
 
-/** at_combine_kernel over sequences: grid (H, max_s, views). */
+/** at_combine_kernel over sequences: grid (H, max_s, views); queries of more than max_rows keys left alone. */
 __global__ void at_combine_seqs_kernel(const ds4j_seq_view* views, const float* part, const float* ml, int nsmax,
                                        int kind, int m, int K, int W, int max_s, int H, int d, const float* sinks,
-                                       float* out) {
+                                       int64_t max_rows, float* out) {
     DS4J_AWAIT_PREVIOUS();
     const ds4j_seq_view v = views[blockIdx.z];
     const int s = blockIdx.y, h = blockIdx.x;
     if (s >= v.S) return;
-    const int nsplit = at_split(attended_rows(kind, m, K, v.N0 + s, W)).nsplit;
+    const int64_t nk = attended_rows(kind, m, K, v.N0 + s, W);
+    if (nk > max_rows) return;
+    const int nsplit = at_split(nk).nsplit;
     if (nsplit == 1) return;
     const int64_t slot = (int64_t)blockIdx.z * max_s + s;
     at_combine_body(part, ml, nsmax, nsplit, slot * H + h, sinks[h], d,
@@ -642,18 +647,20 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
 }
 
 /**
- * Grid ((S - s0) * ceil(H/64), most ranges of a query). Block (query s = s0 + .., head block hb, key range c): heads
- * hb*64 .. +64 of query s, keys [c*per, min(nk_s, (c+1)*per)) of its key set, where nsplit and per are tc_split(nk_s,
- * ns_max); blocks with c >= nsplit have nothing to do. A query with one range writes its rows of out; otherwise its
- * ranges write partials for tc_combine_kernel. Warp w: row tile w&3 (16 heads); in Q K^T keys (w>>2)*16 .. +16 of the
- * tile, in P V output columns (w>>2)*D/2 .. +D/2.
+ * Block (query s of a sequence at positions N0 .., heads h0 .. h0+63, key range c): keys [c*per, min(nk_s, (c+1)*per))
+ * of query s's key set, where nsplit and per are tc_split(nk_s, ns_max); nothing to do (a uniform return) when c >=
+ * nsplit or nk_s <= min_rows (those queries run the F32 kernel). q, kv_new, sel and out are the sequence's rows (row s
+ * of q / out holds H heads of D). A query with one range writes its rows of out; otherwise its ranges write partials:
+ * O at part[(c*SH + pslot*H + h)*D ..], (m, l) at part[nmax*SH*D + (c*SH + pslot*H + h)*2 ..] (SH: the launch's partial
+ * slots times H), for tc_combine_body. Warp w: row tile w&3 (16 heads); in Q K^T keys (w>>2)*16 .. +16 of the tile, in
+ * P V output columns (w>>2)*D/2 .. +D/2.
  */
 template <int D>
-__global__ void __launch_bounds__(TC_THREADS, 1)
-tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int cap, const uint16_t* entries, int kind,
-                    int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int S, int H, int W, float scale,
-                    int s0, int ns_max, float* part, float* out) {
-    DS4J_AWAIT_PREVIOUS();
+__device__ __forceinline__ void tc_attention_body(const float* q, const float* kv_new, const uint16_t* ring, int cap,
+                                                  const uint16_t* entries, int kind, int m, const int32_t* sel, int K,
+                                                  const float* sinks, int64_t N0, int H, int W, float scale, int ns_max,
+                                                  int64_t min_rows, int s, int h0, int c, float* part, int64_t pslot,
+                                                  int64_t SH, int nmax, float* out) {
     // NT: n8 output tiles per warp (D/2 columns); KN: n8 key tiles per warp in Q K^T
     constexpr int ST = D + TC_PAD, SST = TC_KT + TC_SPAD, PST = TC_KT + TC_PAD, NT = D / 16, KN = TC_KT / 16;
     constexpr int KPT = TC_KT / 4;  // keys per thread in the softmax
@@ -670,14 +677,12 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
     float* sfS = rlS + TC_ROWS;  // scale * 2^-t: undoes the row's scaling of q
     uintptr_t* kaddr = reinterpret_cast<uintptr_t*>(sfS + TC_ROWS);
 
-    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
-    const int s = s0 + (int)(blockIdx.x / HB), h0 = (blockIdx.x % HB) * TC_ROWS, c = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
 
     Keys<uint16_t> k;
     const int nk = query_keys(k, kv_new, ring, cap, entries, kind, m, sel, K, N0, s, D, W);
     const TcSplit sp = tc_split(nk, ns_max);
-    if (c >= sp.nsplit) return;  // uniform over the block
+    if (c >= sp.nsplit || nk <= min_rows) return;  // uniform over the block
     const int kbeg = c * sp.per, kend = min(nk, kbeg + sp.per);
 
     // Q block as hi + lo of each row scaled by 2^t (rows past H are zero): row tid>>2, float4 columns (tid&3) + 4j
@@ -853,13 +858,12 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
         rlS[tid >> 2] = l_run;
     }
     __syncthreads();
-    const int64_t SH = (int64_t)S * H;
     const bool direct = sp.nsplit == 1;
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
         const int r = rt * 16 + gid + 8 * hh, h = h0 + r;
         if (h >= H) continue;
-        const int64_t row = (int64_t)s * H + h;
+        const int64_t prow = pslot * H + h;
         const float mr = rmS[r], lr = rlS[r];
         float a = TC_P_DOWN;  // O holds 2^14 P V
         float* dst;
@@ -867,11 +871,11 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
             const float sink = sinks[h], M = fmaxf(mr, sink);
             const float wgt = mr == -INFINITY ? 0.f : expf(mr - M);
             a = mul(TC_P_DOWN, wgt / (lr * wgt + expf(sink - M)));
-            dst = out + row * D;
+            dst = out + ((int64_t)s * H + h) * D;
         } else {
-            dst = part + ((int64_t)c * SH + row) * D;
+            dst = part + ((int64_t)c * SH + prow) * D;
             if (half == 0 && tig == 0) {
-                float* ml = part + (int64_t)gridDim.y * SH * D + ((int64_t)c * SH + row) * 2;
+                float* ml = part + (int64_t)nmax * SH * D + ((int64_t)c * SH + prow) * 2;
                 ml[0] = mr;
                 ml[1] = lr;
             }
@@ -883,23 +887,54 @@ tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, i
         }
     }
 }
+
+/**
+ * Grid ((S - s0) * ceil(H/64), most ranges of a query): queries s0 .. S-1 of one sequence (tc_attention_body), partial
+ * slot = query.
+ */
+template <int D>
+__global__ void __launch_bounds__(TC_THREADS, 1)
+tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int cap, const uint16_t* entries, int kind,
+                    int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int S, int H, int W, float scale,
+                    int s0, int ns_max, float* part, float* out) {
+    DS4J_AWAIT_PREVIOUS();
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
+    const int s = s0 + (int)(blockIdx.x / HB);
+    tc_attention_body<D>(q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, W, scale, ns_max, -1, s,
+                         (int)(blockIdx.x % HB) * TC_ROWS, (int)blockIdx.y, part, s, (int64_t)S * H, (int)gridDim.y, out);
+}
+
+/**
+ * tc_attention_kernel over sequences: grid (max_s * ceil(H/64), most ranges of a query, views); the queries of more
+ * than min_rows keys (the others run at_split_seqs_kernel), partial slot = view * max_s + s.
+ */
+template <int D>
+__global__ void __launch_bounds__(TC_THREADS, 1)
+tc_attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
+                         const int32_t* sel, int K, const float* sinks, int H, int W, float scale, int64_t min_rows,
+                         int ns_max, int max_s, float* part, float* out) {
+    DS4J_AWAIT_PREVIOUS();
+    const ds4j_seq_view v = views[blockIdx.z];
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
+    const int s = (int)(blockIdx.x / HB);
+    if (s >= v.S) return;
+    const int64_t r0 = v.row0;
+    tc_attention_body<D>(q + r0 * H * D, kv_new + r0 * D, (const uint16_t*)v.ring, v.cap, (const uint16_t*)v.store, kind,
+                         m, sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, W, scale, ns_max, min_rows, s,
+                         (int)(blockIdx.x % HB) * TC_ROWS, (int)blockIdx.y, part, (int64_t)blockIdx.z * max_s + s,
+                         (int64_t)gridDim.z * max_s * H, (int)gridDim.y, out + r0 * H * D);
+}
 #endif  // DS4J_HAVE_MMA
 
 /**
- * Adds the partials of each row (s, h) of queries s0 .. S-1 that tc_attention_kernel split into several key ranges,
- * with the sink: out = sum_c e^(m_c-M) O_c / (sum_c e^(m_c-M) l_c + e^(sink-M)). Rows of single-range queries were
- * written by the attention kernel and are left alone. nmax: the grid's range count (the partials' stride).
+ * Adds the nsplit (> 1) key ranges of partial row `row` (slot * H + h) that tc_attention_body wrote, with the sink:
+ * orow = sum_c e^(m_c-M) O_c / (sum_c e^(m_c-M) l_c + e^(sink-M)), the ranges in order. Rows of single-range queries
+ * were written by the attention kernel and are left alone by the kernels below. nmax: the attention grid's range count
+ * (the partials' stride); SH: its partial slots times H.
  */
-__global__ void tc_combine_kernel(const float* part, int nmax, int kind, int m, int K, int64_t N0, int S, int W, int s0,
-                                  int ns_max, int H, int d, const float* sinks, float* out) {
-    DS4J_AWAIT_PREVIOUS();
-    const int64_t SH = (int64_t)S * H;
-    const int64_t row = (int64_t)s0 * H + blockIdx.x;
-    const int64_t s = row / H;
-    const int nsplit = tc_split(attended_rows(kind, m, K, N0 + s, W), ns_max).nsplit;
-    if (nsplit == 1) return;
+__device__ __forceinline__ void tc_combine_body(const float* part, int nmax, int64_t SH, int64_t row, int nsplit,
+                                                float sink, int d, float* orow) {
     const float* ml = part + (int64_t)nmax * SH * d;
-    const float sink = sinks[row % H];
     float M = sink;
     for (int c = 0; c < nsplit; c++) M = fmaxf(M, ml[((int64_t)c * SH + row) * 2]);
     float L = expf(sink - M);
@@ -914,8 +949,39 @@ __global__ void tc_combine_kernel(const float* part, int nmax, int kind, int m, 
             const float mc = ml[((int64_t)c * SH + row) * 2];
             if (mc != -INFINITY) acc += expf(mc - M) * part[((int64_t)c * SH + row) * d + i];
         }
-        out[row * d + i] = acc * inv;
+        orow[i] = acc * inv;
     }
+}
+
+/** Grid ((S - s0) * H): the rows of queries s0 .. S-1 of one sequence, partial slot = query. */
+__global__ void tc_combine_kernel(const float* part, int nmax, int kind, int m, int K, int64_t N0, int S, int W, int s0,
+                                  int ns_max, int H, int d, const float* sinks, float* out) {
+    DS4J_AWAIT_PREVIOUS();
+    const int64_t row = (int64_t)s0 * H + blockIdx.x;
+    const int64_t s = row / H;
+    const int nsplit = tc_split(attended_rows(kind, m, K, N0 + s, W), ns_max).nsplit;
+    if (nsplit == 1) return;
+    tc_combine_body(part, nmax, (int64_t)S * H, row, nsplit, sinks[row % H], d, out + row * d);
+}
+
+/**
+ * tc_combine_kernel over sequences: grid (H, max_s, views); the rows of queries of more than min_rows keys and more
+ * than one range, partial slot = view * max_s + s.
+ */
+__global__ void tc_combine_seqs_kernel(const ds4j_seq_view* views, const float* part, int nmax, int kind, int m, int K,
+                                       int W, int64_t min_rows, int ns_max, int max_s, int H, int d, const float* sinks,
+                                       float* out) {
+    DS4J_AWAIT_PREVIOUS();
+    const ds4j_seq_view v = views[blockIdx.z];
+    const int s = (int)blockIdx.y, h = (int)blockIdx.x;
+    if (s >= v.S) return;
+    const int64_t nk = attended_rows(kind, m, K, v.N0 + s, W);
+    if (nk <= min_rows) return;
+    const int nsplit = tc_split(nk, ns_max).nsplit;
+    if (nsplit == 1) return;
+    const int64_t slot = (int64_t)blockIdx.z * max_s + s;
+    tc_combine_body(part, nmax, (int64_t)gridDim.z * max_s * H, slot * H + h, nsplit, sinks[h], d,
+                    out + ((int64_t)v.row0 + s) * H * d + (int64_t)h * d);
 }
 
 /** What the attention launches need to know of a device: asked once per device, then cached. */
@@ -1059,6 +1125,17 @@ static int32_t launch_attention(ds4j_ctx* ctx, const char* fn, const float* q, c
     return DS4J_OK;
 }
 
+/**
+ * Most key ranges of a query on the tensor-core kernel outside a prefill: as many blocks as the device has
+ * multiprocessors for one query's 64-head blocks. A function of the device and H only, so a query's split (and its
+ * numbers) are the same alone, among S queries or among other sequences.
+ */
+static int tc_ns_max(ds4j_ctx* ctx, int H) {
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
+    const int n = device_limits(ctx->device).sms / HB;
+    return n < 1 ? 1 : n;
+}
+
 /** How ds4j_attention_f16_operands runs for one set of arguments (ds4j_attention_f16_operands_work gives the same). */
 struct F16OpsPlan {
     bool mma;        // the tensor-core kernel runs (else the portable one for every query)
@@ -1084,9 +1161,7 @@ static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K,
         p.mma = false;
         return p;
     }
-    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
-    p.ns_max = impl == DS4J_F16OPS_WHOLE ? 1 : device_limits(ctx->device).sms / HB;
-    if (p.ns_max < 1) p.ns_max = 1;
+    p.ns_max = impl == DS4J_F16OPS_WHOLE ? 1 : tc_ns_max(ctx, H);
     for (int s = p.s0; s < S; s++) {
         const int n = tc_split(attended_rows(kind, m, K, N0 + s, W), p.ns_max).nsplit;
         if (n > p.nmax) p.nmax = n;
@@ -1099,11 +1174,15 @@ static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K,
 
 using namespace ds4j;
 
+/**
+ * ds4j_attention_seqs and its variants: the queries of at most max_rows keys (INT64_MAX: all) through the split kernels
+ * where they run for d on this device (at_usable), else every query through attention_seqs_kernel.
+ */
 template <typename T>
 static int32_t attention_seqs_impl(ds4j_ctx* ctx, const char* fn, const ds4j_seq_view* host_views,
                                    const ds4j_seq_view* views, int32_t n, const float* q, const float* kv_new, int32_t kind,
                                    int32_t m, const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,
-                                   int32_t W, float scale, float* out) {
+                                   int32_t W, float scale, float* out, int64_t max_rows = INT64_MAX) {
     int32_t max_s = 0;
     const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
     if (vrc != DS4J_OK) return vrc;
@@ -1169,19 +1248,20 @@ static int32_t attention_seqs_impl(ds4j_ctx* ctx, const char* fn, const ds4j_seq
             }
             if (few)
                 at_split_seqs_kernel<T, AT_THREADS_FEW><<<grid, AT_THREADS_FEW, (size_t)smem, ctx->stream>>>(
-                    views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s, part, ml, nsmax, out);
+                    views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s, part, ml, nsmax, max_rows, out);
             else
                 at_split_seqs_kernel<T, AT_THREADS><<<grid, AT_THREADS, (size_t)smem, ctx->stream>>>(
-                    views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s, part, ml, nsmax, out);
+                    views + v0, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, max_s, part, ml, nsmax, max_rows, out);
             DS4J_LAUNCHED("attention_seqs (key ranges)");
             if (nsmax > 1) {
                 at_combine_seqs_kernel<<<dim3((unsigned)H, (unsigned)max_s, (unsigned)nv), 128, 0, ctx->stream>>>(
-                    views + v0, part, ml, nsmax, kind, m, K, W, max_s, H, d, sinks, out);
+                    views + v0, part, ml, nsmax, kind, m, K, W, max_s, H, d, sinks, max_rows, out);
                 DS4J_LAUNCHED("attention_seqs combine");
             }
         }
         return DS4J_OK;
     }
+    DS4J_ARG(max_rows == INT64_MAX, "%s: no split kernels for head width %d on this device", fn, d);
     const int64_t nk_max = W + maxc;
     const int64_t smem = attention_smem(d, nk_max);
     DS4J_ARG(smem + 1024 <= device_limits(ctx->device).smem_optin,
@@ -1315,6 +1395,118 @@ int32_t ds4j_attention_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, 
     DS4J_CHECK_CTX(ctx);
     return attention_seqs_impl<float>(ctx, "ds4j_attention_f32_seqs", host_views, views, n, q, kv_new, kind, m, sel, K,
                                       sinks, H, d, W, scale, out);
+}
+
+int32_t ds4j_attention_f16_operands_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                         int32_t n, const float* q, const float* kv_new, int32_t kind, int32_t m,
+                                         const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,
+                                         int32_t W, float scale, int64_t short_rows, float* out) {
+    DS4J_CHECK_CTX(ctx);
+    const char* fn = "ds4j_attention_f16_operands_seqs";
+    DS4J_ARG(short_rows >= 0, "%s: negative short_rows %lld", fn, (long long)short_rows);
+#if defined(DS4J_HAVE_MMA)
+    const bool mma = (d == 64 || d == 128 || d == 256 || d == 512) && at_usable(ctx, d) &&
+                     (int64_t)tc_smem(d) <= device_limits(ctx->device).smem_optin;
+#else
+    const bool mma = false;
+#endif
+    // without tensor cores every query takes the F32 kernel, as ds4j_attention_f16_operands's portable path does
+    if (!mma)
+        return attention_seqs_impl<uint16_t>(ctx, fn, host_views, views, n, q, kv_new, kind, m, sel, K, sinks, H, d, W,
+                                             scale, out);
+#if defined(DS4J_HAVE_MMA)
+    int32_t max_s = 0;
+    const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
+    if (vrc != DS4J_OK) return vrc;
+    DS4J_ARG(q && kv_new && sinks && out && H > 0 && W > 0, "%s: bad arguments", fn);
+    DS4J_ARG(kind == DS4J_ATTN_SLIDING || kind == DS4J_ATTN_CSA || kind == DS4J_ATTN_HCA, "%s: unknown kind %d", fn, kind);
+    // which kernels have queries: under fixed grids (ds4j_seqs_bounds) both launch whatever the positions
+    const int ns_max = tc_ns_max(ctx, H);
+    bool any_short = ctx->fixed_grids != 0, any_long = ctx->fixed_grids != 0;
+    int nmax = 1;
+    int64_t maxc = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        DS4J_ARG(v.N0 == 0 || (v.ring && v.cap >= W - 1), "%s: view %d: ring of %d rows cannot hold the window", fn, i,
+                 v.cap);
+        DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (v.store || (v.N0 + v.S) / m == 0)),
+                 "%s: view %d: compressed layer without entries", fn, i);
+        DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (v.N0 + v.S) / m <= K)), "%s: view %d: CSA without selections",
+                 fn, i);
+        int64_t c = 0;
+        if (kind == DS4J_ATTN_HCA) c = (v.N0 + v.S) / m;
+        else if (kind == DS4J_ATTN_CSA) c = (v.N0 + v.S) / m < K ? (v.N0 + v.S) / m : K;
+        if (c > maxc) maxc = c;
+        for (int s = 0; s < v.S; s++) {
+            const int64_t nk = attended_rows(kind, m, K, v.N0 + s, W);
+            if (nk <= short_rows) any_short = true;
+            else {
+                any_long = true;
+                const int ns = tc_split(nk, ns_max).nsplit;
+                if (ns > nmax) nmax = ns;
+            }
+        }
+    }
+    if (measure_skip("attention")) return DS4J_OK;
+    if (ctx->fixed_grids) {
+        // the grid for the bound: a query of at most W + bound keys gets at most min(its tiles, ns_max) ranges; its own
+        // split (tc_split of its key count) and so its numbers do not depend on the grid
+        const int64_t bound = kind == DS4J_ATTN_CSA ? K : kind == DS4J_ATTN_HCA ? ctx->fixed_entries : 0;
+        DS4J_ARG(maxc <= bound, "%s: %lld compressed entries exceed the bound %lld (ds4j_seqs_bounds)", fn,
+                 (long long)maxc, (long long)bound);
+        const int64_t tiles = (W + bound + TC_KT - 1) / TC_KT;
+        nmax = (int)(tiles < ns_max ? (tiles < 1 ? 1 : tiles) : ns_max);
+        any_long = W + bound > short_rows;  // no query under the bound has more keys than that
+    }
+    // queries of at most short_rows keys: the F32 kernel, the control's numbers bit for bit
+    if (any_short) {
+        const int32_t rc = attention_seqs_impl<uint16_t>(ctx, fn, host_views, views, n, q, kv_new, kind, m, sel, K, sinks,
+                                                         H, d, W, scale, out, short_rows);
+        if (rc != DS4J_OK || !any_long) return rc;
+    }
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
+    DS4J_ARG((int64_t)max_s * HB <= 0x7fffffff && nmax <= 65535, "%s: S %d too large for one launch", fn, max_s);
+    // partial slots: view * max_s + s; views in groups that keep the scratch within AT_SCRATCH_CAP
+    const int64_t view_bytes = nmax > 1 ? (int64_t)max_s * H * nmax * (d + 2) * 4 : 0;
+    int64_t per = view_bytes > 0 ? AT_SCRATCH_CAP / view_bytes : n;
+    if (per < 1) per = 1;
+    if (per > n) per = n;
+    if (per > 65535) per = 65535;
+    float* part = nullptr;
+    if (view_bytes > 0) {
+        const int32_t rc = at_scratch(ctx, view_bytes * per, &part);
+        if (rc != DS4J_OK) return rc;
+    }
+    const size_t smem = tc_smem(d);
+    for (int32_t v0 = 0; v0 < n; v0 += (int32_t)per) {
+        const int nv = (int)(n - v0 < per ? n - v0 : per);
+        const dim3 grid((unsigned)(max_s * HB), (unsigned)nmax, (unsigned)nv);
+#define DS4J_TC_SEQS_LAUNCH(DD)                                                                                     \
+    do {                                                                                                            \
+        static int64_t granted[64];                                                                                 \
+        const int32_t rc_ = smem_opt_in(ctx, reinterpret_cast<const void*>(tc_attention_seqs_kernel<DD>),           \
+                                        (int64_t)smem, granted);                                                    \
+        if (rc_ != DS4J_OK) return rc_;                                                                             \
+        tc_attention_seqs_kernel<DD><<<grid, TC_THREADS, smem, ctx->stream>>>(views + v0, q, kv_new, kind, m, sel, K, \
+                                                                              sinks, H, W, scale, short_rows, ns_max, \
+                                                                              max_s, part, out);                    \
+    } while (0)
+        switch (d) {
+            case 64: DS4J_TC_SEQS_LAUNCH(64); break;
+            case 128: DS4J_TC_SEQS_LAUNCH(128); break;
+            case 256: DS4J_TC_SEQS_LAUNCH(256); break;
+            default: DS4J_TC_SEQS_LAUNCH(512); break;
+        }
+#undef DS4J_TC_SEQS_LAUNCH
+        DS4J_LAUNCHED("attention_seqs (tensor cores)");
+        if (nmax > 1) {
+            tc_combine_seqs_kernel<<<dim3((unsigned)H, (unsigned)max_s, (unsigned)nv), 128, 0, ctx->stream>>>(
+                views + v0, part, nmax, kind, m, K, W, short_rows, ns_max, max_s, H, d, sinks, out);
+            DS4J_LAUNCHED("attention_seqs combine (tensor cores)");
+        }
+    }
+    return DS4J_OK;
+#endif
 }
 
 }  // extern "C"

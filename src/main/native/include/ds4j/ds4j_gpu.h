@@ -585,6 +585,22 @@ DS4J_API int32_t ds4j_attention_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* hos
                                          int32_t W, float scale, float* out);
 
 /**
+ * ds4j_attention_f16_operands (DS4J_F16OPS_AUTO) for n sequences of one layer, views and rows as ds4j_attention_seqs:
+ * each query of at most short_rows attended rows through ds4j_attention_seqs's F32 kernel, each of more on tensor
+ * cores, with the key ranges ds4j_attention_f16_operands gives it (a function of its own key count and of the device),
+ * so every sequence's output equals, bit for bit, what ds4j_attention_f16_operands gives for it alone: the "f16" path
+ * of a step of several decode and verify entries. One launch per kernel (more where the key-range partials would pass
+ * 64 MB); under ds4j_seqs_bounds the launch shapes follow the bounds, not the positions. Builds and devices without the
+ * tensor-core kernel run every query on the F32 kernel, as ds4j_attention_f16_operands does. Errors: those of
+ * ds4j_attention_seqs, and a negative short_rows.
+ */
+DS4J_API int32_t ds4j_attention_f16_operands_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views,
+                                                  const ds4j_seq_view* views, int32_t n, const float* q,
+                                                  const float* kv_new, int32_t kind, int32_t m, const int32_t* sel,
+                                                  int32_t K, const float* sinks, int32_t H, int32_t d, int32_t W,
+                                                  float scale, int64_t short_rows, float* out);
+
+/**
  * The control's conversion (ds4j_f16_to_f32) for n sequences of one layer, lengths and addresses read from the device
  * views: view i's F32 copy starts at dst + i * (ring_rows + max_entries) * width floats and holds, when ring_rows > 0,
  * its window ring (view.cap rows of the F16 view.ring, at most ring_rows; the copy keeps ring_rows rows of room), then,

@@ -24,9 +24,11 @@ import java.util.SplittableRandom;
  * java ... io.ds4j.gpu.GpuBench [--model DIR | --preset NAME [--dtype bf16|fp8] [--layers L] [--experts E]]
  *      [--prompt-tokens 4096] [--chunk 512] [--decode-tokens 32] [--contexts 4096,59933] [--max-prefill 131072]
  *      [--peak-gbs 4800] [--graph-rounds 3] [--verify-rows 5] [--verify-paths f32-convert,f16@1024] [--batches 1,4,16,64]
+ *      [--attention f32-convert|f16|f16@ROWS]
  * </pre>
  * {@code --verify-paths}: the verify attention paths the verify step is timed on, in turn (default: the backend's
- * start-up path); {@code f16@N} is the f16 path with {@code verify.f32ShortContextRows} N.
+ * start-up path); {@code f16@N} is the f16 path with {@code verify.f32ShortContextRows} N. {@code --attention}: the
+ * path of every decode and verify step of the run (the decode steps of the f16 path take its attention too).
  * {@code --chunk-at CTX,...}: one prefill chunk of --chunk tokens at each of these contexts ({@link #chunkAt}).
  * {@code --batches}: batched decode at each context (copies of the prefilled sequence stepped together, see
  * {@link #batched}).
@@ -50,6 +52,7 @@ public final class GpuBench {
         double peak = 4800;
         List<Integer> contexts = new ArrayList<>(), batches = new ArrayList<>(), chunkAt = new ArrayList<>();
         List<String> verifyPaths = new ArrayList<>();
+        String attention = null;
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
             switch (a) {
@@ -67,6 +70,7 @@ public final class GpuBench {
                 case "--graph-rounds" -> graphRounds = Integer.parseInt(args[++i]);
                 case "--verify-rows" -> verifyRows = Integer.parseInt(args[++i]);
                 case "--verify-paths" -> verifyPaths.addAll(List.of(args[++i].split(",")));
+                case "--attention" -> attention = args[++i];
                 case "--batches" -> { for (String s : args[++i].split(",")) batches.add(Integer.parseInt(s.trim())); }
                 case "--chunk-at" -> { for (String s : args[++i].split(",")) chunkAt.add(Integer.parseInt(s.trim())); }
                 default -> throw new IllegalArgumentException("unknown option " + a);
@@ -89,6 +93,10 @@ public final class GpuBench {
             expertBytes += (long) c.expertsPerToken * (L.w1[0].storedBytes() + L.w2[0].storedBytes() + L.w3[0].storedBytes());
         }
         try (HipBackend be = new HipBackend(w)) {
+            if (attention != null) {
+                setPath(be, attention);
+                System.out.println("attention path for every decode and verify step: " + attention);
+            }
             System.out.printf("model %s: %s%n  GPU %s, weights on device %s; prefill steps (>= %d rows) on %s%n", dir, c, be.gpu(),
                     Gpu.mib(be.weightBytes()), io.ds4j.gpu.bindings.ds4j_gpu_h.DS4J_TC_MIN_ROWS(),
                     be.gpu().tensorCores() ? "tensor cores" : "FFMA kernels (no tensor-core path here)");
@@ -221,14 +229,8 @@ public final class GpuBench {
      */
     static void verifyStep(HipBackend be, HipSequence s, int[] toks, int rows, int n, String path) {
         io.ds4j.engine.VerifyAttention before = be.verifyAttention();
-        int at = path.indexOf('@');
-        String key = at < 0 ? path : path.substring(0, at);
-        io.ds4j.engine.VerifyAttention p = java.util.Arrays.stream(io.ds4j.engine.VerifyAttention.values())
-                .filter(v -> v.key().equals(key)).findFirst()
-                .orElseThrow(() -> new IllegalArgumentException("--verify-paths: f32-convert, f16 or f16@ROWS, got " + path));
-        be.setVerifyAttention(p);
         int rowsBefore = be.f32ShortContextRows();
-        if (at >= 0) be.setF32ShortContextRows(Integer.parseInt(path.substring(at + 1)));
+        setPath(be, path);
         System.out.println("  verify path " + path + ":");
         try {
             verifyStep(be, s, toks, rows, n);
@@ -236,6 +238,21 @@ public final class GpuBench {
             be.setVerifyAttention(before);
             be.setF32ShortContextRows(rowsBefore);
         }
+    }
+
+    /**
+     * Sets the backend's attention path for decode and verify steps: {@code f32-convert}, {@code f16} or {@code f16@ROWS}
+     * (the f16 path with that short-context threshold).
+     * @throws IllegalArgumentException for an unknown path or a threshold out of range
+     */
+    static void setPath(HipBackend be, String path) {
+        int at = path.indexOf('@');
+        String key = at < 0 ? path : path.substring(0, at);
+        io.ds4j.engine.VerifyAttention p = java.util.Arrays.stream(io.ds4j.engine.VerifyAttention.values())
+                .filter(v -> v.key().equals(key)).findFirst()
+                .orElseThrow(() -> new IllegalArgumentException("attention path: f32-convert, f16 or f16@ROWS, got " + path));
+        be.setVerifyAttention(p);
+        if (at >= 0) be.setF32ShortContextRows(Integer.parseInt(path.substring(at + 1)));
     }
 
     /**

@@ -77,8 +77,8 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  *
  * <p>Decode-step graphs ({@link DecodeGraphs}): with monolithic placement, decode steps (S = 1)
  * and verify steps run as one graph launch instead of kernel by kernel ({@link #setGraphs}, {@code -Dds4j.gpu.graphs});
- * the results are the same bit for bit. Steps whose entries all take the plain attention path, and steps whose entries
- * are all verify entries on the control path, run in a fixed form: every entry through the several-sequence kernels (a
+ * the results are the same bit for bit. Steps of decode and verify entries on the plain or f16 attention path (no prefill
+ * entry on the f16 path), and steps whose entries are all verify entries on the control path, run in a fixed form: every entry through the several-sequence kernels (a
  * batch of one included), which read positions, lengths, ring offsets and cache addresses from views in device memory,
  * with launch shapes from bounds (ds4j_seqs_bounds) and the indexer's scores row rounded up to a power of two; the
  * control's conversion copies each view's rows into room sized by the bounds (ds4j_f16_to_f32_seqs: the window ring's
@@ -1080,8 +1080,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * Whether a step runs in the fixed form (see the class comment): graphs on, not profiling, and every entry one that
      * graphs take (one row, or a verify step below DS4J_TC_MIN_ROWS rows) and not on the tensor-core path
      * ({@link #tcEntry}) with no MTP state attached (its
-     * stream copies depend on the position), either all on the plain attention path (not above the f16 path's
-     * short-context threshold) or all verify entries on the f32-convert path (a step mixing those with decode entries
+     * stream copies depend on the position), either all on the plain or the f16 attention path (no prefill entry on
+     * the f16 path: {@link #group}) or all verify entries on the f32-convert path (a step mixing those with decode entries
      * is not fixed; so is one whose copies at the bounds would take more than twice its largest entry's exact copies
      * plus {@link #CONVERT_SLACK}). Sets the step's bounds: whether the indexer selects, the scores row (a power of two,
      * at least 256), the HCA entry bound (likewise) and, for the control's copies, the window ring rows and the CSA
@@ -1102,8 +1102,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             // (a one-row prefill chunk under ds4j.gpu.prefillTcRows=1), whose attention would then depend on its step
             if (tcEntry(kind, S)) return false;
             if (kind == StepKind.VERIFY) verifying++;
-            if (kind != StepKind.PREFILL && verifyAttention == VerifyAttention.F16)
-                for (int l = 0; l < c.numLayers; l++) if (attendedRows(c, l, N0, S) > shortRows) return false;
+            // on the f16 path the several-sequence kernels run the decode and verify entries' rule (group)
+            if (kind == StepKind.PREFILL && verifyAttention == VerifyAttention.F16) return false;
             csa = Math.max(csa, CacheLayout.entries(N0 + S, c.csaRatio));
             hca = Math.max(hca, CacheLayout.entries(N0 + S, c.hcaRatio));
             ring = Math.max(ring, b.seqs[e].layers[0].winCap);
@@ -1142,10 +1142,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * The shape key of a fixed-form step: what its launches and their arguments depend on. Entries' kinds, rows and
-     * logits rows; the bounds; the workspace's generation (its addresses).
+     * logits rows; the bounds; the workspace's generation (its addresses); the attention path (the f16 path's
+     * launches take its threshold).
      */
     private record ShapeKey(String entries, boolean indexer, long scoreLd, long hcaBound, int ringRows, long csaBound,
-                            long workspace) {}
+                            long workspace, String attention) {}
 
     private ShapeKey shapeKey(DeviceStep b) {
         StringBuilder k = new StringBuilder();
@@ -1154,7 +1155,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             for (int r : b.logitRows[e]) k.append(r).append(',');
             k.append('|');
         }
-        return new ShapeKey(k.toString(), b.indexer, b.scoreLd, b.hcaBound, b.ringRows, b.csaBound, ws.generation);
+        String attention = verifyAttention == VerifyAttention.F16 ? "f16@" + shortRows : verifyAttention.key();
+        return new ShapeKey(k.toString(), b.indexer, b.scoreLd, b.hcaBound, b.ringRows, b.csaBound, ws.generation, attention);
     }
 
     /**
@@ -1670,8 +1672,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             launched(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
                     c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, shortRows, impl, ptr(work), workBytes, ptr(o)),
                     "attention (f16 in place, tensor cores)", "attention");
-            if (verify) noteVerifyMode(kind, "f16 tensor-core", (tensorCores ? "f16 tensor-core" : "f16 in place, portable kernel (no tensor cores)")
-                    + " (n_attn " + nAttn + " > " + shortRows + ")");
+            if (verify) noteF16VerifyMode(kind, nAttn);
         } else if (step == StepKind.PREFILL && tcEntry(step, S) && tensorCores && prefillTensorCores) {
             // a prefill chunk: every query on tensor cores at F32 accuracy, its keys read once for all 64 heads (the F32
             // kernel below runs a block per head and query and re-reads them 64 times); one block per query, no split
@@ -1681,7 +1682,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         } else {
             launched(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m,
                     ptr(sel), c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention", "attention");
-            if (verify) noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, N0, S) + " <= " + shortRows + ")");
+            if (verify && inPlace) noteF16VerifyMode(kind, attendedRows(c, l, N0, S));
         }
         if (!normed) rope(o, S, H, d, P, N0, 1, true);
         // the newest raw rows go to the ring after every query of this step has read the old ones
@@ -1693,11 +1694,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * The entries of a step whose attention can run in the library's several-sequence kernels (ds4j_attention_seqs and
-     * its companions), or null when fewer than two can: those that alone would take the plain path — ds4j_attention on
-     * the F16 rows and the FFMA indexer — so that their numbers are the same bit for bit (the kernels share their bodies
-     * with the single-sequence ones). Left out: entries on the tensor-core path, {@link #tcEntry} (their indexer scores run on
-     * tensor cores alone), verify entries on the control path (f32-convert), and entries above the short-context
-     * threshold on the f16 path (the tensor-core attention). Decode steps of many sequences are the case this serves:
+     * its companions), or null when fewer than two can: those whose attention alone is ds4j_attention on the F16 rows or,
+     * on the f16 path, ds4j_attention_f16_operands (ds4j_attention_f16_operands_seqs gives each query the same kernel
+     * and key ranges), with the FFMA indexer, so that their numbers are the same bit for bit (the kernels share their
+     * bodies with the single-sequence ones). Left out: entries on the tensor-core path, {@link #tcEntry} (their indexer
+     * scores run on tensor cores alone), verify entries on the control path (f32-convert), and prefill entries on the f16
+     * path (the F32 kernel at every length, where the group takes the f16 rule). Decode steps of many sequences are the case this serves:
      * one launch per kernel and layer instead of one per sequence. The system property
      * {@code ds4j.gpu.groupedAttention=false} turns it off (for measurements through the server).
      */
@@ -1794,10 +1796,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             int S = b.count[e], N0 = b.start[e];
             if (tcEntry(kind, S)) continue;
             if (kind == StepKind.VERIFY && verifyAttention == VerifyAttention.F32_CONVERT) continue;
-            boolean plain = true;
-            if (kind != StepKind.PREFILL && verifyAttention == VerifyAttention.F16)
-                for (int l = 0; l < c.numLayers && plain; l++) plain = attendedRows(c, l, N0, S) <= shortRows;
-            if (plain) g[n++] = e;
+            if (kind == StepKind.PREFILL && verifyAttention == VerifyAttention.F16) continue;  // its attention is not the f16 path's
+            g[n++] = e;
         }
         return n < 2 ? null : Arrays.copyOf(g, n);
     }
@@ -1902,11 +1902,14 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             launched(ds4j_attention_f32_seqs(ctx(), v32.host(), ptr(v32.device()), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks),
                     H, d, W, scale, ptr(o)), "attention (f32 copy)", "attention");
             noteVerifyMode(kind, "f32-convert", "f32-convert");
+        } else if (verifyAttention == VerifyAttention.F16) {
+            // per query: at or under shortRows the F32 kernel, above it tensor cores at F32 accuracy, as attendEntry
+            launched(ds4j_attention_f16_operands_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks),
+                    H, d, W, scale, shortRows, ptr(o)), "attention (f16 in place)", "attention");
+            for (int e : b.group)
+                if (b.kinds[e] == StepKind.VERIFY) noteF16VerifyMode(kind, attendedRows(c, l, b.start[e], b.count[e]));
         } else launched(ds4j_attention_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks), H, d, W,
                 scale, ptr(o)), "attention", "attention");
-        for (int e : b.group)
-            if (b.kinds[e] == StepKind.VERIFY && verifyAttention == VerifyAttention.F16)
-                noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, b.start[e], b.count[e]) + " <= " + shortRows + ")");
         // the newest raw rows go to the rings after every query of this step has read the old ones
         launched(ds4j_ring_store_seqs(ctx(), hWin, ptr(dWin), G, 0, 1, d, ptr(kv)), "window ring store", "attention");
     }
@@ -2063,6 +2066,13 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             most = Math.max(most, bytes);
         }
         return most;
+    }
+
+    /** Records the f16 path's mode of a verify entry whose queries attend up to nAttn rows in a layer of this kind. */
+    private void noteF16VerifyMode(AttentionKind kind, long nAttn) {
+        if (nAttn <= shortRows) noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + nAttn + " <= " + shortRows + ")");
+        else noteVerifyMode(kind, "f16 tensor-core", (tensorCores ? "f16 tensor-core" : "f16 in place, portable kernel (no tensor cores)")
+                + " (n_attn " + nAttn + " > " + shortRows + ")");
     }
 
     /** Records the verify mode of a layer kind; logs it when the kind's mode category changes (or is first seen). */

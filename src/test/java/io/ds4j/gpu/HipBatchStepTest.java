@@ -73,6 +73,22 @@ class HipBatchStepTest {
     }
 
     /**
+     * The f16 path with graphs on: its decode and verify batches run in the fixed form, every entry's tensor-core
+     * attention in ds4j_attention_f16_operands_seqs at the bounds' launch shapes, the same numbers as each entry alone.
+     */
+    @Test
+    void f16VerifyPathWithGraphsIsInvariant() throws Exception {
+        try (HipBackend g = new HipBackend(WeightLoader.load(tinyBf16))) {
+            g.setGraphs(true);
+            g.setVerifyAttention(VerifyAttention.F16);
+            g.setF32ShortContextRows(16);
+            BatchInvariance.check(g, 6, 16, 90, 3, 13);
+            assertTrue(g.graphStats().graphSteps() > 0, "steps ran as graphs");
+            assertEquals(0, g.workspaceOvershoot(), "workspace estimate of batched steps");
+        }
+    }
+
+    /**
      * With graphs on, single-entry decode and verify steps and batches of such entries run as graphs (batches with a
      * prefill chunk without): the same numbers as each entry alone.
      */
