@@ -234,7 +234,7 @@ public final class HttpVerticle extends VerticleBase {
         }
         String why = decodeProblem(cause);
         ApiException e;
-        if (!keys.isEmpty() && !ApiKeys.accepted(req.getHeader(HttpHeaders.AUTHORIZATION), req.getHeader(ApiKeys.X_API_KEY), keys)) {
+        if (!keys.isEmpty() && keyRefusal(req, "", keys) != null) {
             req.response().putHeader("WWW-Authenticate", "Bearer");
             e = new ApiException(401, "invalid_request_error", "invalid_api_key", null,
                     "invalid API key: the request headers cannot be read (" + why + ")", null);
@@ -799,14 +799,23 @@ public final class HttpVerticle extends VerticleBase {
             ctx.next();
             return;
         }
-        String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION), x = ctx.request().getHeader(ApiKeys.X_API_KEY);
-        if (ApiKeys.accepted(h, x, keys)) {
+        String refused = keyRefusal(ctx.request(), path, keys);
+        if (refused == null) {
             ctx.next();
             return;
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
-        error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                AnthropicApi.speaks(path) ? AnthropicApi.keyRefusal(h, x) : ApiKeys.refusal(h, x), null));
+        error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null, refused, null));
+    }
+
+    /**
+     * Why a request's keys do not let it in, or null when they do ({@link ApiKeys#refusal}: every key it sends, in
+     * each Authorization and x-api-key header, must be valid), read from its headers for both fronts alike.
+     * @param path the routed path: a request without a key on the Anthropic routes is told of x-api-key first
+     */
+    public static String keyRefusal(HttpServerRequest req, String path, List<String> keys) {
+        return ApiKeys.refusal(req.headers().getAll(HttpHeaders.AUTHORIZATION), req.headers().getAll(ApiKeys.X_API_KEY),
+                keys, AnthropicApi.speaks(path));
     }
 
     @Override

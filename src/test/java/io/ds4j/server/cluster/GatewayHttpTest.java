@@ -159,6 +159,18 @@ class GatewayHttpTest {
         }
     }
 
+    @Test
+    void everyKeyARequestSendsMustBeValidAsOnASingleServer() throws Exception {
+        Map<String, Object> keyed = config();
+        keyed.put("server.apiKeys", List.of("k1"));
+        ClusterNode withKeys = ClusterNode.start(ServerConfig.parse(null, "test", keyed), null, keyed, null).await();
+        try {
+            FrontChecks.everyKeyARequestSendsMustBeValid(withKeys.port());
+        } finally {
+            withKeys.close().await();
+        }
+    }
+
     /** Sends a request's head and part of its body, then nothing more; returns everything answered, to the close. */
     static String stall(String headAndPart) throws Exception {
         try (Socket s = new Socket("127.0.0.1", node.port())) {
