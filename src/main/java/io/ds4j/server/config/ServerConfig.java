@@ -26,12 +26,6 @@ import java.util.Objects;
  * that check. {@link #reload} splits a new configuration into what applies live and what waits for a restart.
  */
 public final class ServerConfig {
-    /**
-     * The smallest context limit a request may run with: {@code limits.maxContextTokens}' minimum, and generate's
-     * {@code --max-context}'s, so that the server and the CLI accept the same limits.
-     */
-    public static final int MIN_CONTEXT_TOKENS = 16;
-
     /** Every key, in documentation order. */
     public static final List<ConfigKey> KEYS = List.of(
             key("server.host", ConfigKey.Type.STRING, "127.0.0.1", false, "address to listen on (use 0.0.0.0 for all interfaces)"),
@@ -89,7 +83,7 @@ public final class ServerConfig {
                     Range.of(BackendOptions.MIN_SHORT_ROWS, BackendOptions.MAX_SHORT_ROWS),
                     "with verify.f16Kv, a layer attending to at most this many rows keeps Q·Kᵀ and P·V in full F32"),
             key("limits.maxContextTokens", ConfigKey.Type.INT, 32768, true,
-                    Range.atLeast(MIN_CONTEXT_TOKENS),
+                    Range.atLeast(io.ds4j.model.ModelConfig.MIN_CONTEXT_TOKENS),
                     "context limit per request (prompt + generated); capped by the model's own limit (max_position_embeddings; /props limits shows the one in effect), with a warning at start and at the reload that sets it"),
             key("limits.maxQueue", ConfigKey.Type.INT, 64, true, Range.of(0, 1 << 20), "requests that may wait for a slot; beyond that 429 "
                     + "(bodies of 32 KiB or more waiting to be tokenised on their lane count too)"),
