@@ -240,6 +240,9 @@ class ServerConfigTest {
         // a name cut short names the one key of its group it begins, and only one
         assertEquals(" (did you mean limits.maxContextTokens?)", ServerConfig.suggestion("limits.maxContext"));
         assertEquals("", ServerConfig.suggestion("limits.max"));
+        // a group's name mistyped in the file names the group, as a key's does
+        assertEquals(List.of("limit: unknown key (did you mean limits?)"), problems("{\"limit\":{\"maxActive\":3}}").problems());
+        assertEquals(" (did you mean server.cors?)", ServerConfig.suggestion("server.cros"));
     }
 
     /**
@@ -333,6 +336,9 @@ class ServerConfigTest {
         assertEquals(List.of("limits.maxActive: the file's 9 is overridden by the command line's 5",
                 "server.apiKeys: the file's [\"***\",\"***\"] is overridden by the command line's [\"***\"]"), lines);
         for (String l : lines) assertFalse(l.contains("sk-"), l);
+        // a number as the file wrote it, not as its double prints
+        assertEquals(List.of("server.port: the file's 1e3 is overridden by the command line's 8080"),
+                ServerConfig.overridden("{\"server\":{\"port\":1e3}}".getBytes(), Map.of("server.port", 8080)));
     }
 
     @Test

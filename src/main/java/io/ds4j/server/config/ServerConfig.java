@@ -349,13 +349,19 @@ public final class ServerConfig {
         return out;
     }
 
-    /** A key's JSON value as logs and messages show it: a secret key's values as "***" each ({@link #secret}). */
-    private static JsonNode shown(String key, JsonNode v) {
-        if (!secret(key)) return v;
-        if (!v.isArray()) return JsonNodeFactory.instance.textNode("***");
+    /**
+     * A key's JSON value as logs and messages show it: a number as the file wrote it ({@link Json#written}: 1e3, not
+     * the 1000.0 of its double), a secret key's values as "***" each ({@link #secret}).
+     */
+    private static String shown(String key, JsonNode v) {
+        if (!secret(key)) {
+            String written = Json.written(v);
+            return written != null ? written : v.toString();
+        }
+        if (!v.isArray()) return JsonNodeFactory.instance.textNode("***").toString();
         var masked = JsonNodeFactory.instance.arrayNode();
         for (int i = 0; i < v.size(); i++) masked.add("***");
-        return masked;
+        return masked.toString();
     }
 
     /** Sets a dotted key in a JSON tree, creating the objects on its path. */
@@ -434,6 +440,14 @@ public final class ServerConfig {
         }
     }
 
+    /** The groups the keys are in, nested ones too ({@code server}, {@code server.cors}), in documentation order. */
+    private static List<String> groups() {
+        var groups = new java.util.LinkedHashSet<String>();
+        for (ConfigKey k : KEYS)
+            for (int dot = k.name().indexOf('.'); dot > 0; dot = k.name().indexOf('.', dot + 1)) groups.add(k.name().substring(0, dot));
+        return List.copyOf(groups);
+    }
+
     private static boolean isSection(String path) {
         for (ConfigKey k : KEYS) if (k.name().startsWith(path + ".")) return true;
         return false;
@@ -444,7 +458,8 @@ public final class ServerConfig {
      * and {@code serve --set}'s. A key whose last part is a key's own name in another group, or given without its group
      * ({@code server.maxActive}, {@code maxActive}: {@code limits.maxActive}), or written in the other case or as
      * snake_case against camelCase ({@code limits.max_queue}, {@code sampling.topK}), names that key (every such key,
-     * where the name is in several groups); else the key within a few typos of the whole path ({@link #closest}).
+     * where the name is in several groups); else the key within a few typos of the whole path ({@link #closest}), or
+     * the group ({@code limit}: {@code limits}).
      */
     public static String suggestion(String path) {
         List<String> names = KEYS.stream().map(ConfigKey::name).toList();
@@ -461,6 +476,9 @@ public final class ServerConfig {
         if (!moved.isEmpty()) return " (did you mean " + String.join(" or ", moved) + "?)";
         String best = closest(path, names);
         if (best != null) return " (did you mean " + best + "?)";
+        // a group's name mistyped ({"limit": {...}}) is near no key's whole path, but near the group's
+        String near = closest(path, groups());
+        if (near != null) return " (did you mean " + near + "?)";
         // a name cut short within its group ("limits.maxContext"): the one key of the group that it begins
         int dot = path.lastIndexOf('.');
         if (dot > 0 && path.length() - dot > 3) {
