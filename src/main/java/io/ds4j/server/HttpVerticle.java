@@ -762,8 +762,8 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * The Content-Type of the file a static path is answered with: from the name of the file served (for a path ending
-     * in '/', the directory's index.html when it names a directory), text as UTF-8 (the playground's files are), and
-     * application/octet-stream for a name with no known type.
+     * in '/', the directory's index.html when it names a directory), text as UTF-8 (the playground's files are), a
+     * Markdown or LICENSE file as text/plain, and application/octet-stream for a name with no known type.
      * @param path the path as routed ({@link #routed}), of a file that is being answered
      */
     static String fileType(String webroot, String path) {
@@ -787,6 +787,10 @@ public final class HttpVerticle extends VerticleBase {
             name = dir ? "index.html" : trimmed.substring(trimmed.lastIndexOf('/') + 1);
         }
         String type = io.vertx.core.http.MimeMapping.mimeTypeForFilename(name);
+        // the vendored libraries' notices (README.md, LICENSE, LICENSE-MPL) are text to read in the browser, which
+        // would offer to save them as octet-stream (Vert.x knows neither name)
+        String upper = name.toUpperCase(java.util.Locale.ROOT);
+        if (type == null && (upper.endsWith(".MD") || upper.startsWith("LICENSE"))) type = "text/plain";
         if (type == null) return "application/octet-stream";
         return type.startsWith("text") ? type + ";charset=UTF-8" : type;
     }

@@ -149,7 +149,9 @@ public final class FrontChecks {
             assertTrue(a.contains("\r\nlocation: " + r[1] + "\r\n") || a.contains("\r\nLocation: " + r[1] + "\r\n"), r[0] + ": " + a);
         }
         assertTrue(raw(port, "GET", "/").startsWith("HTTP/1.1 200"));
-        assertEquals("application/octet-stream", contentType(raw(port, "GET", "/vendor/dompurify/LICENSE")));
+        // the vendored notices are text to read, not files to save
+        for (String text : List.of("/vendor/dompurify/LICENSE", "/vendor/dompurify/LICENSE-MPL", "/vendor/README.md"))
+            assertEquals("text/plain;charset=UTF-8", contentType(raw(port, "GET", text)), text);
     }
 
     /**

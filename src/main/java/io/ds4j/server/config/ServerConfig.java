@@ -743,6 +743,20 @@ public final class ServerConfig {
     @SuppressWarnings("unchecked")
     public List<String> apiKeys() { return (List<String>) values.get("server.apiKeys"); }
 
+    /**
+     * That server.apiKeys lists a key more than once, naming the places (never the key), or null: the repeat lets no
+     * one more in, and may be a key pasted twice where another was meant. Warned of at start and at a reload.
+     */
+    public String repeatedApiKeys() {
+        List<String> keys = apiKeys(), repeats = new ArrayList<>();
+        for (int i = 0; i < keys.size(); i++) {
+            int first = keys.indexOf(keys.get(i));
+            if (first < i) repeats.add("index " + i + " repeats index " + first);
+        }
+        return repeats.isEmpty() ? null : "server.apiKeys lists the same key more than once (" + String.join(", ", repeats)
+                + "); a repeat changes nothing: remove it, or put the key that was meant in its place";
+    }
+
     /** {@code server.cors.allowedOrigins}. */
     @SuppressWarnings("unchecked")
     public List<String> corsOrigins() { return (List<String>) values.get("server.cors.allowedOrigins"); }
