@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.json.Json;
 
 import java.io.IOException;
 import java.nio.file.Files;
@@ -86,9 +87,9 @@ public final class ModelConfig {
         if (!Files.isRegularFile(file)) throw new CheckpointException(file, null, "config.json not found");
         JsonNode root;
         try {
-            // read as the server reads every JSON text: a syntax error in one line, at its line and column
-            root = io.ds4j.server.Json.read(Files.readAllBytes(file), "a file");
-        } catch (io.ds4j.server.Json.Unreadable e) {
+            // read as every JSON text is read (Json.read, as request bodies): a syntax error in one line, at its line and column
+            root = Json.read(Files.readAllBytes(file), "a file");
+        } catch (Json.Unreadable e) {
             throw new CheckpointException(file, null, e.getMessage());
         } catch (IOException e) {
             throw new CheckpointException(file, null, "config.json cannot be read: " + e.getMessage());

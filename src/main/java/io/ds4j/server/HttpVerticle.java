@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.engine.EngineStatus;
+import io.ds4j.json.Json;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.chat.ChatEncoder;

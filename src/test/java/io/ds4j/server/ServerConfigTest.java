@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import io.ds4j.engine.BackendOptions;
+import io.ds4j.json.Json;
 import io.ds4j.server.config.ConfigException;
 import io.ds4j.server.config.ConfigKey;
 import io.ds4j.server.config.ServerConfig;
@@ -618,9 +619,9 @@ class ServerConfigTest {
                 problems("{\"sampling\": {\"seed\": 9223372036854775808}}").problems());
         // two spellings of one number are one value; two numbers a double cannot tell apart are two
         ConfigKey t = ServerConfig.keyOf("sampling.temperature"), m = ServerConfig.keyOf("limits.maxActive");
-        assertTrue(m.sameValue(1000, io.ds4j.server.Json.read("1e3".getBytes(), "x")));
-        assertTrue(t.sameValue(0.7, io.ds4j.server.Json.read("0.70".getBytes(), "x")));
-        assertFalse(t.sameValue(2, io.ds4j.server.Json.read("2.0000000000000000001".getBytes(), "x")));
+        assertTrue(m.sameValue(1000, Json.read("1e3".getBytes(), "x")));
+        assertTrue(t.sameValue(0.7, Json.read("0.70".getBytes(), "x")));
+        assertFalse(t.sameValue(2, Json.read("2.0000000000000000001".getBytes(), "x")));
     }
 
     /** A refused API key value is named by its kind, never shown: the message reaches the terminal, the log and /props. */

@@ -6,10 +6,10 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.BackendOptions.ExpertPlacement;
 import io.ds4j.engine.FeatureGate;
+import io.ds4j.json.Json;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.server.ApiKeys;
 import io.ds4j.server.config.ConfigKey.Range;
-import io.ds4j.server.Json;
 
 import java.util.ArrayList;
 import java.util.Collections;
@@ -704,7 +704,7 @@ public final class ServerConfig {
         // a value its type refused (the default stands in for it) is reported once, by that refusal
         if (!noneAbout(p, List.of(k.name()))) return;
         double x = ((Number) v.get(k.name())).doubleValue();
-        java.math.BigDecimal exact = written == null ? null : io.ds4j.sampling.SamplingParams.exact(written);
+        java.math.BigDecimal exact = written == null ? null : io.ds4j.json.JsonNumbers.exact(written);
         if (k.range().accepts(x) && (exact == null || k.range().accepts(exact))) return;
         String shown = written == null ? Range.num(x)
                 : exact != null && k.range().accepts(exact) ? written + " (" + Range.num(x) + " in double precision)" : written;
