@@ -549,13 +549,25 @@
 
   // ------------------------------------------------------------------------------------------ requests
 
+  /**
+   * The stop strings of the settings' field: one per line, with \n in a line for a newline within the stop, \t for a
+   * tab and \\ for a backslash (a line break itself separates two stops); empty lines are dropped.
+   */
+  function stopStrings(text) {
+    return text.split('\n').filter((s) => s.length > 0)
+      .map((s) => s.replace(/\\([\\nt])/g, (_, c) => (c === 'n' ? '\n' : c === 't' ? '\t' : '\\')));
+  }
+
   function buildRequest(history, m) {
     const body = { stream: true, stream_options: { include_usage: true }, messages: [] };
     const sys = $('system-prompt').value.trim();
     if (sys) body.messages.push({ role: 'system', content: sys });
     for (const x of history) {
       if (x.role === 'user') body.messages.push({ role: 'user', content: x.content });
-      else if (x.role === 'assistant' && x.content) body.messages.push({ role: 'assistant', content: x.content });
+      // every assistant turn is sent, one with no text too (only reasoning, only tool calls, or an error or stop before
+      // any text) as content "": left out, the request would have two user messages in a row. Its tool calls are not
+      // sent back, since the page offers no tools and so has no results to answer them with
+      else if (x.role === 'assistant') body.messages.push({ role: 'assistant', content: x.content || '' });
     }
     body.reasoning_effort = m.thinking ? m.effort : 'none';
     for (const f of FIELDS) {
@@ -567,7 +579,7 @@
       const n = Number(raw);
       body[f.key] = Number.isFinite(n) ? n : raw; // a bad value goes through and the server names it
     }
-    const stops = $('stop-strings').value.split('\n').filter((s) => s.length > 0);
+    const stops = stopStrings($('stop-strings').value);
     if (stops.length) body.stop = stops;
     if ($('ignore-eos').checked) body.ignore_eos = true;
     const q = $('spec-q').value;
@@ -981,5 +993,5 @@
   ui.prompt.focus();
 
   // for tests and the curious
-  window.ds4jPlayground = { state, renderMarkdown, send, stop };
+  window.ds4jPlayground = { state, renderMarkdown, send, stop, buildRequest, stopStrings };
 })();

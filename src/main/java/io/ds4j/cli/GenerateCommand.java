@@ -113,8 +113,8 @@ public final class GenerateCommand implements Callable<Integer> {
             throw new IllegalArgumentException(asFlag(e.getMessage()), e);
         }
         // serve's limits.maxContextTokens minimum: one definition, so that a limit generate takes serve takes too
-        if (maxContext != null && maxContext < io.ds4j.server.config.ServerConfig.MIN_CONTEXT_TOKENS)
-            throw new IllegalArgumentException("--max-context must be >= " + io.ds4j.server.config.ServerConfig.MIN_CONTEXT_TOKENS
+        if (maxContext != null && maxContext < io.ds4j.model.ModelConfig.MIN_CONTEXT_TOKENS)
+            throw new IllegalArgumentException("--max-context must be >= " + io.ds4j.model.ModelConfig.MIN_CONTEXT_TOKENS
                     + " (as serve's limits.maxContextTokens), got " + maxContext);
         VerifyWidth width = null;
         // 0 turns speculation off, as serve's speculative.q and the API's speculative_q: a draft given beside it is unused

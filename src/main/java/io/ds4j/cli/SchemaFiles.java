@@ -1,6 +1,7 @@
 package io.ds4j.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.Json;
 
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -32,8 +33,8 @@ final class SchemaFiles {
         JsonNode schema;
         try {
             // the server's reader: what a request carrying this schema would be read as
-            schema = io.ds4j.server.Json.read(bytes(flag, file), "a file");
-        } catch (io.ds4j.server.Json.Unreadable e) {
+            schema = Json.read(bytes(flag, file), "a file");
+        } catch (Json.Unreadable e) {
             throw new IllegalArgumentException(flag + ": " + file + ": " + e.getMessage(), e);
         }
         if (schema == null) throw new IllegalArgumentException(flag + ": " + file + " is empty");
@@ -62,7 +63,7 @@ final class SchemaFiles {
         byte[] b = bytes("--grammar", file);
         // strict, and worded as the JSON reader words it for --json-schema: a malformed byte is refused, with its place,
         // not read as a replacement character
-        String bad = io.ds4j.server.Json.utf8Problem(b);
+        String bad = Json.utf8Problem(b);
         if (bad != null) throw new IllegalArgumentException("--grammar: " + file + ": " + bad);
         String text = new String(b, java.nio.charset.StandardCharsets.UTF_8);
         try {

@@ -1,6 +1,7 @@
 package io.ds4j.cli;
 
 import io.ds4j.app.DefaultModelProvider;
+import io.ds4j.json.Json;
 import io.ds4j.server.ConfigFileStore;
 import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.cluster.ClusterNode;
@@ -179,10 +180,10 @@ public final class ServeCommand implements Callable<Integer> {
             // read as the API reads JSON: "4,5" is not the number 4 followed by something ignored; a number written
             // with a fraction or exponent stays a node that keeps its text (Json#written), so that its checks decide on
             // it as written (2.0000000000000001 is no integer), as in a file
-            var node = io.ds4j.server.Json.read(v.getBytes(java.nio.charset.StandardCharsets.UTF_8), "a command-line value");
+            var node = Json.read(v.getBytes(java.nio.charset.StandardCharsets.UTF_8), "a command-line value");
             if (node != null)
-                return io.ds4j.server.Json.written(node) != null ? node : io.ds4j.server.Json.MAPPER.treeToValue(node, Object.class);
-        } catch (io.ds4j.server.Json.Unreadable | IOException e) {
+                return Json.written(node) != null ? node : Json.MAPPER.treeToValue(node, Object.class);
+        } catch (Json.Unreadable | IOException e) {
             // not JSON: the text itself
         }
         return v;  // not JSON, or empty

@@ -84,8 +84,8 @@ final class Json {
         return Double.toString(d);
     }
 
-    /** A number's exact value, from its text ({@link #numberText}; a stand-in past BigDecimal's range, as SamplingParams.exact). */
+    /** A number's exact value, from its text ({@link #numberText}; a stand-in past BigDecimal's range, as JsonNumbers.exact). */
     static BigDecimal exact(JsonNode n, String path) {
-        return io.ds4j.sampling.SamplingParams.exact(numberText(n, path));
+        return io.ds4j.json.JsonNumbers.exact(numberText(n, path));
     }
 }

@@ -4,7 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 
 /**
  * JSON numbers as written: the text a reader kept for a number whose value would not show it ({@link Written}: the
- * request and configuration reader of io.ds4j.server.Json keeps it), and integrality judged on that text. Depends on
+ * reader of every JSON text, {@link Json}, keeps it), and integrality judged on that text. Depends on
  * Jackson alone, so that every layer that reads JSON numbers (the server, the grammar's schema compiler) decides them
  * here, in one place.
  */
@@ -52,5 +52,30 @@ public final class JsonNumbers {
         if (w == null || v.doubleValue() != 0) return false;
         int e = w.toLowerCase(java.util.Locale.ROOT).indexOf('e');
         return (e < 0 ? w : w.substring(0, e)).chars().anyMatch(c -> c >= '1' && c <= '9');
+    }
+
+    private static final java.util.regex.Pattern JSON_NUMBER =
+            java.util.regex.Pattern.compile("(-?)([0-9]+)(?:\\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?");
+
+    /**
+     * The exact value of a JSON number's text, or null for text that is no JSON number. An exponent past what a
+     * BigDecimal holds ({@code 1e-99999999999}) gives a stand-in on the same side of every double: 0 when the digits
+     * are all 0, else ±10^-1000 for a negative exponent (nearer 0 than any nonzero double) and ±10^1000 for a positive
+     * one (beyond every double), so comparing it with a double bound decides as the number would: the sampling
+     * parameters' and the configuration's range checks (numbers as a request, the file or a flag wrote them), a
+     * schema's numeric keywords.
+     */
+    public static java.math.BigDecimal exact(String text) {
+        java.util.regex.Matcher m = JSON_NUMBER.matcher(text);
+        if (!m.matches()) return null;
+        try {
+            return new java.math.BigDecimal(text);
+        } catch (NumberFormatException e) {
+            String digits = m.group(2) + (m.group(3) == null ? "" : m.group(3));
+            if (digits.chars().allMatch(c -> c == '0')) return java.math.BigDecimal.ZERO;
+            int power = m.group(4) != null && m.group(4).startsWith("-") ? -1000 : 1000;
+            java.math.BigDecimal stand = java.math.BigDecimal.ONE.scaleByPowerOfTen(power);
+            return m.group(1).isEmpty() ? stand : stand.negate();
+        }
     }
 }

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.json.Json;
 
 import java.io.IOException;
 import java.nio.file.Files;
@@ -86,9 +87,12 @@ public final class ModelConfig {
         if (!Files.isRegularFile(file)) throw new CheckpointException(file, null, "config.json not found");
         JsonNode root;
         try {
-            root = JSON.readTree(file.toFile());
+            // read as every JSON text is read (Json.read, as request bodies): a syntax error in one line, at its line and column
+            root = Json.read(Files.readAllBytes(file), "a file");
+        } catch (Json.Unreadable e) {
+            throw new CheckpointException(file, null, e.getMessage());
         } catch (IOException e) {
-            throw new CheckpointException(file, null, "config.json is not valid JSON: " + e.getMessage());
+            throw new CheckpointException(file, null, "config.json cannot be read: " + e.getMessage());
         }
         if (root == null || !root.isObject()) throw new CheckpointException(file, null, "config.json is not a JSON object");
         try {
@@ -133,6 +137,8 @@ public final class ModelConfig {
             c.eosTokenId = j.get("eos_token_id").get(0).asInt();
         else c.eosTokenId = intKey(j, "eos_token_id", c.eosTokenId);
         c.mtpLayers = intKey(j, "num_nextn_predict_layers", c.mtpLayers);
+        // before the layers and heads are counted out below, which a zero or negative count would break obscurely
+        c.checkDimensions();
         if (j.hasNonNull("scoring_func")) c.scoringFunc = j.get("scoring_func").asText();
         if (!"sqrtsoftplus".equals(c.scoringFunc))
             throw new IllegalArgumentException("scoring_func '" + c.scoringFunc + "' is not supported (DeepSeek-V4 uses sqrtsoftplus)");
@@ -203,9 +209,16 @@ public final class ModelConfig {
         return c;
     }
 
+    /**
+     * The smallest context a request may run with: {@code limits.maxContextTokens}' minimum, generate's
+     * {@code --max-context}'s, and the least {@code max_position_embeddings} a model may have, since the context in
+     * effect is the smaller of the configured one and the model's.
+     */
+    public static final int MIN_CONTEXT_TOKENS = 16;
+
     /** Checks the relations between dimensions that the forward relies on. */
     public void validate() {
-        req(vocabSize > 0 && hidden > 0 && numLayers > 0 && numHeads > 0 && headDim > 0, "dimensions must be positive");
+        checkDimensions();
         req(ropeDim > 0 && ropeDim % 2 == 0 && ropeDim <= headDim, "rope dims " + ropeDim + " must be even and <= head_dim " + headDim);
         req(ropeDim <= indexHeadDim || !usesCsa(), "rope dims must be <= index_head_dim");
         req(numHeads % oGroups == 0, "num_attention_heads " + numHeads + " is not a multiple of o_groups " + oGroups);
@@ -214,6 +227,22 @@ public final class ModelConfig {
         req(csaRatio >= 1 && hcaRatio >= 1, "compress rates must be >= 1");
         req(hcMult >= 1 && sinkhornIters >= 1, "hc_mult and hc_sinkhorn_iters must be >= 1");
         req(indexTopk >= 1, "index_topk must be >= 1");
+    }
+
+    /** Each dimension on its own, named by its config.json key with the value given. */
+    private void checkDimensions() {
+        positive("vocab_size", vocabSize);
+        positive("hidden_size", hidden);
+        positive("num_hidden_layers", numLayers);
+        positive("num_attention_heads", numHeads);
+        positive("head_dim", headDim);
+        positive("o_groups", oGroups);
+        req(maxPositionEmbeddings >= MIN_CONTEXT_TOKENS, "max_position_embeddings must be at least " + MIN_CONTEXT_TOKENS
+                + " (the smallest context a request runs with), got " + maxPositionEmbeddings);
+    }
+
+    private static void positive(String key, int value) {
+        req(value > 0, key + " must be positive, got " + value);
     }
 
     private boolean usesCsa() {

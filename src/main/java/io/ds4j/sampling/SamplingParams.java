@@ -1,5 +1,7 @@
 package io.ds4j.sampling;
 
+import io.ds4j.json.JsonNumbers;
+
 import java.util.List;
 import java.util.Map;
 
@@ -169,7 +171,7 @@ public record SamplingParams(double temperature, int topK, double topP, double m
     /** Whether the double and, where given, the number as written are both in range. */
     private static boolean within(double v, double lo, boolean loOpen, double hi, String written) {
         boolean in = (loOpen ? v > lo : v >= lo) && v <= hi;
-        java.math.BigDecimal x = written == null ? null : exact(written);
+        java.math.BigDecimal x = written == null ? null : JsonNumbers.exact(written);
         return in && (x == null || exactlyWithin(x, lo, loOpen, hi));
     }
 
@@ -184,32 +186,8 @@ public record SamplingParams(double temperature, int topK, double topP, double m
      */
     private static String shown(double v, String written, double lo, boolean loOpen, double hi) {
         if (written == null) return plain(v);
-        java.math.BigDecimal x = exact(written);
+        java.math.BigDecimal x = JsonNumbers.exact(written);
         return x != null && exactlyWithin(x, lo, loOpen, hi) ? written + " (" + plain(v) + " in double precision)" : written;
-    }
-
-    private static final java.util.regex.Pattern JSON_NUMBER =
-            java.util.regex.Pattern.compile("(-?)([0-9]+)(?:\\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?");
-
-    /**
-     * The exact value of a JSON number's text, or null for text that is no JSON number. An exponent past what a
-     * BigDecimal holds ({@code 1e-99999999999}) gives a stand-in on the same side of every double: 0 when the digits
-     * are all 0, else ±10^-1000 for a negative exponent (nearer 0 than any nonzero double) and ±10^1000 for a positive
-     * one (beyond every double), so comparing it with a double bound decides as the number would. Also the
-     * configuration's range checks (its numbers as the file or a flag wrote them).
-     */
-    public static java.math.BigDecimal exact(String text) {
-        java.util.regex.Matcher m = JSON_NUMBER.matcher(text);
-        if (!m.matches()) return null;
-        try {
-            return new java.math.BigDecimal(text);
-        } catch (NumberFormatException e) {
-            String digits = m.group(2) + (m.group(3) == null ? "" : m.group(3));
-            if (digits.chars().allMatch(c -> c == '0')) return java.math.BigDecimal.ZERO;
-            int power = m.group(4) != null && m.group(4).startsWith("-") ? -1000 : 1000;
-            java.math.BigDecimal stand = java.math.BigDecimal.ONE.scaleByPowerOfTen(power);
-            return m.group(1).isEmpty() ? stand : stand.negate();
-        }
     }
 
     /** "name: must be in RANGE, got VALUE", as every field's message starts with its name. */

@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.json.Json;
 
 import java.util.List;
 

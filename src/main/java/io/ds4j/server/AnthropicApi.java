@@ -3,6 +3,7 @@ package io.ds4j.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.json.Json;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -533,16 +534,6 @@ final class AnthropicApi {
     }
 
     // ------------------------------------------------------------------------------------------------ errors
-
-    /**
-     * The 401's message on the Anthropic routes: where no key came at all, it names x-api-key, the header Anthropic's
-     * clients send (chat's names only Authorization).
-     */
-    static String keyRefusal(String authorization, String xApiKey) {
-        if ((authorization == null || authorization.isBlank()) && xApiKey == null)
-            return "missing API key: send 'x-api-key: <key>' (or 'Authorization: Bearer <key>')";
-        return ApiKeys.refusal(authorization, xApiKey);
-    }
 
     /** Anthropic's error type for an HTTP status (the statuses are chat's for the same problem). */
     static String errorType(int status) {

@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.json.Json;
 
 /**
  * A request that the server answers with an OpenAI-style error body:

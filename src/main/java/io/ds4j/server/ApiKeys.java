@@ -23,46 +23,55 @@ public final class ApiKeys {
     }
 
     /**
-     * The message of the 401 for an Authorization header that {@link #accepted} refused: no key at all, a header
-     * without the {@code Bearer} scheme (a bare key is the common mistake), or a key that is not one of the keys. The
-     * header's value is never repeated (it may be a real key).
-     */
-    public static String refusal(String authorization) {
-        String given = token(authorization);
-        if (given != null)
-            return given.isEmpty() ? "missing API key after 'Bearer': send 'Authorization: Bearer <key>'" : "invalid API key";
-        if (authorization == null || authorization.isBlank()) return "missing API key: send 'Authorization: Bearer <key>'";
-        return "the Authorization header must be 'Bearer <key>' (the word Bearer, a space, then the key);"
-                + " this one has no 'Bearer ' before its value";
-    }
-
-    /** Whether an Authorization header carries one of the keys as a Bearer token (compared in constant time). */
-    public static boolean accepted(String authorization, List<String> keys) {
-        return oneOf(token(authorization), keys);
-    }
-
-    /**
      * The header Anthropic's API and SDKs send the key in, the whole value being the key: a request may carry its key
      * there instead of in Authorization, on every API route, so that those clients need no other setting.
      */
     public static final String X_API_KEY = "x-api-key";
 
     /**
-     * Whether a request carries one of the keys: as a Bearer token in Authorization, or as the value of
-     * {@link #X_API_KEY} (what surrounds it dropped, as for the Bearer token).
+     * Why a request's keys do not let it in (the message of its 401), or null when they do. Every key the request
+     * presents must be one of the keys — each Authorization header's value as a Bearer token, each {@link #X_API_KEY}
+     * value (what surrounds it dropped, as for the Bearer token) — and at least one must come: a wrong key beside a
+     * valid one is refused, so that no header order or pairing decides who gets in. A blank header presents no key.
+     * The message names the header at fault and what to send; it never repeats a value (it may be a real key).
+     * @param authorizations the request's Authorization header values, in order
+     * @param xApiKeys       its x-api-key header values, in order
+     * @param anthropic      whether the route speaks Anthropic's API: a request without a key is told of x-api-key
+     *                       first, the header Anthropic's clients send
      */
-    public static boolean accepted(String authorization, String xApiKey, List<String> keys) {
-        return accepted(authorization, keys) || xApiKey != null && oneOf(xApiKey.trim(), keys);
+    public static String refusal(List<String> authorizations, List<String> xApiKeys, List<String> keys, boolean anthropic) {
+        int sent = 0;
+        String first = null;
+        for (int i = 0; i < authorizations.size(); i++) {
+            String a = authorizations.get(i);
+            if (a.isBlank()) continue;
+            sent++;
+            String header = label("Authorization", i, authorizations.size()), given = token(a);
+            String why = given == null ? "the " + header + " must be 'Bearer <key>' (the word Bearer, a space, then the key);"
+                    + " this one has no 'Bearer ' before its value"
+                    : given.isEmpty() ? "missing API key after 'Bearer' in the " + header + ": send 'Authorization: Bearer <key>'"
+                    : oneOf(given, keys) ? null : "invalid API key in the " + header;
+            if (first == null) first = why;
+        }
+        for (int i = 0; i < xApiKeys.size(); i++) {
+            String x = xApiKeys.get(i);
+            if (x.isBlank()) continue;
+            sent++;
+            if (first == null && !oneOf(x.trim(), keys)) first = "invalid API key in the " + label(X_API_KEY, i, xApiKeys.size());
+        }
+        if (first != null)
+            return sent > 1 ? first + "; every key a request sends must be valid: send one key, as 'Authorization: Bearer"
+                    + " <key>' or 'x-api-key: <key>'" : first;
+        if (sent > 0) return null;
+        if (!xApiKeys.isEmpty() && authorizations.stream().allMatch(String::isBlank))
+            return "missing API key: the x-api-key header is empty";
+        return anthropic ? "missing API key: send 'x-api-key: <key>' (or 'Authorization: Bearer <key>')"
+                : "missing API key: send 'Authorization: Bearer <key>'";
     }
 
-    /**
-     * The message of the 401 for headers {@link #accepted(String, String, List)} refused: as
-     * {@link #refusal(String)}, except for a request that sent x-api-key alone, whose key is the one refused.
-     */
-    public static String refusal(String authorization, String xApiKey) {
-        if (xApiKey != null && (authorization == null || authorization.isBlank()))
-            return xApiKey.isBlank() ? "missing API key: the x-api-key header is empty" : "invalid API key";
-        return refusal(authorization);
+    /** A header's name in a refusal: "the x-api-key header", or its place where the request has several. */
+    private static String label(String name, int i, int of) {
+        return of > 1 ? name + " header " + (i + 1) + " of " + of : name + " header";
     }
 
     /** Whether a key given is one of the keys (compared in constant time); false for none. */

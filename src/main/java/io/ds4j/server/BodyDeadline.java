@@ -1,5 +1,6 @@
 package io.ds4j.server;
 
+import io.ds4j.json.Json;
 import io.netty.channel.Channel;
 import io.netty.channel.ChannelFutureListener;
 import io.netty.channel.ChannelHandlerContext;

@@ -2,6 +2,7 @@ package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.TextNode;
+import io.ds4j.json.Json;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;

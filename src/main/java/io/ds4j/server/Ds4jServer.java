@@ -196,6 +196,8 @@ public final class Ds4jServer {
                             instances, webroot);
                     String noWebroot = webrootProblem(webroot);
                     if (noWebroot != null) LOG.warn("{}", noWebroot);
+                    String repeated = cfg.repeatedApiKeys();
+                    if (repeated != null) LOG.warn("{}", repeated);
                     DeploymentOptions engine = new DeploymentOptions().setThreadingModel(ThreadingModel.WORKER)
                             .setWorkerPoolName("ds4j-engine").setWorkerPoolSize(1)
                             // a model load or a big prefill chunk may legitimately hold the engine thread for long
@@ -489,6 +491,11 @@ public final class Ds4jServer {
             if (cap != null) {
                 parts.add(cap);
                 LOG.warn("config {}: {}", file, cap);
+            }
+            String repeated = r.live().stream().anyMatch(c -> c.key().equals("server.apiKeys")) ? r.applied().repeatedApiKeys() : null;
+            if (repeated != null) {
+                parts.add(repeated);
+                LOG.warn("config {}: {}", file, repeated);
             }
             if (r.live().stream().anyMatch(c -> BUDGET_KEYS.contains(c.key()))) {
                 for (String capped : r.applied().prefillCaps()) {

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.engine.EngineStatus;
+import io.ds4j.json.Json;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.chat.ChatEncoder;
@@ -234,7 +235,7 @@ public final class HttpVerticle extends VerticleBase {
         }
         String why = decodeProblem(cause);
         ApiException e;
-        if (!keys.isEmpty() && !ApiKeys.accepted(req.getHeader(HttpHeaders.AUTHORIZATION), req.getHeader(ApiKeys.X_API_KEY), keys)) {
+        if (!keys.isEmpty() && keyRefusal(req, "", keys) != null) {
             req.response().putHeader("WWW-Authenticate", "Bearer");
             e = new ApiException(401, "invalid_request_error", "invalid_api_key", null,
                     "invalid API key: the request headers cannot be read (" + why + ")", null);
@@ -762,8 +763,8 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * The Content-Type of the file a static path is answered with: from the name of the file served (for a path ending
-     * in '/', the directory's index.html when it names a directory), text as UTF-8 (the playground's files are), and
-     * application/octet-stream for a name with no known type.
+     * in '/', the directory's index.html when it names a directory), text as UTF-8 (the playground's files are), a
+     * Markdown or LICENSE file as text/plain, and application/octet-stream for a name with no known type.
      * @param path the path as routed ({@link #routed}), of a file that is being answered
      */
     static String fileType(String webroot, String path) {
@@ -787,6 +788,10 @@ public final class HttpVerticle extends VerticleBase {
             name = dir ? "index.html" : trimmed.substring(trimmed.lastIndexOf('/') + 1);
         }
         String type = io.vertx.core.http.MimeMapping.mimeTypeForFilename(name);
+        // the vendored libraries' notices (README.md, LICENSE, LICENSE-MPL) are text to read in the browser, which
+        // would offer to save them as octet-stream (Vert.x knows neither name)
+        String upper = name.toUpperCase(java.util.Locale.ROOT);
+        if (type == null && (upper.endsWith(".MD") || upper.startsWith("LICENSE"))) type = "text/plain";
         if (type == null) return "application/octet-stream";
         return type.startsWith("text") ? type + ";charset=UTF-8" : type;
     }
@@ -799,14 +804,23 @@ public final class HttpVerticle extends VerticleBase {
             ctx.next();
             return;
         }
-        String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION), x = ctx.request().getHeader(ApiKeys.X_API_KEY);
-        if (ApiKeys.accepted(h, x, keys)) {
+        String refused = keyRefusal(ctx.request(), path, keys);
+        if (refused == null) {
             ctx.next();
             return;
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
-        error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                AnthropicApi.speaks(path) ? AnthropicApi.keyRefusal(h, x) : ApiKeys.refusal(h, x), null));
+        error(ctx, new ApiException(401, "invalid_request_error", "invalid_api_key", null, refused, null));
+    }
+
+    /**
+     * Why a request's keys do not let it in, or null when they do ({@link ApiKeys#refusal}: every key it sends, in
+     * each Authorization and x-api-key header, must be valid), read from its headers for both fronts alike.
+     * @param path the routed path: a request without a key on the Anthropic routes is told of x-api-key first
+     */
+    public static String keyRefusal(HttpServerRequest req, String path, List<String> keys) {
+        return ApiKeys.refusal(req.headers().getAll(HttpHeaders.AUTHORIZATION), req.headers().getAll(ApiKeys.X_API_KEY),
+                keys, AnthropicApi.speaks(path));
     }
 
     @Override

@@ -1,17 +1,14 @@
 package io.ds4j.server;
 
-import com.fasterxml.jackson.core.JsonPointer;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
-import com.fasterxml.jackson.databind.node.JsonNodeFactory;
-import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.json.Json;
+import io.ds4j.json.TrackedObject;
 import io.ds4j.server.config.ServerConfig;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Deque;
-import java.util.HashSet;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -20,7 +17,7 @@ import java.util.Set;
  * The fields of a request body that its endpoint did not read: misspellings ({@code max_token}) and fields of other
  * APIs, which would otherwise be dropped without a word while the request runs on defaults.
  *
- * <p>There is no list of known fields to keep up to date: every JSON object of a body is a {@link Tracked} node
+ * <p>There is no list of known fields to keep up to date: every JSON object of a body is a {@link TrackedObject} node
  * ({@link Json#read} builds them), which records the names the parser asks it for, and a field is unread when the
  * parser never asked for its name. The names asked for are also what a misspelling is compared with for its "did you
  * mean". Only objects the parser looked into are judged: one it never opened (the {@code tools} of a request with
@@ -107,7 +104,7 @@ final class RequestFields {
      * A node still to look at, with its path and its path's pattern ({@code []} for indexes, as {@link #ACCEPTED}'s);
      * or, with an {@code owner}, a field of it to report, named {@code name}.
      */
-    private record Pending(JsonNode node, String path, String pattern, Tracked owner, String name) {}
+    private record Pending(JsonNode node, String path, String pattern, TrackedObject owner, String name) {}
 
     /**
      * What a body's endpoint did not read; call it after the endpoint's last read of the body. Empty for a body that
@@ -140,8 +137,8 @@ final class RequestFields {
                     }
                     out.add(new Ignored(t.path(), hint));
                 }
-            } else if (t.node() instanceof Tracked o) {
-                if (o.whole || o.askedNone()) continue;
+            } else if (t.node() instanceof TrackedObject o) {
+                if (o.usedWhole() || o.askedNone()) continue;
                 List<Pending> next = new ArrayList<>();
                 for (Map.Entry<String, JsonNode> e : o.children()) {
                     String name = e.getKey();
@@ -167,7 +164,7 @@ final class RequestFields {
      * The path of the name among those the parser asked {@code owner} for that the field at {@code path} (named
      * {@code name}) most likely meant, or null.
      */
-    private static String suggestion(String path, String name, Tracked owner) {
+    private static String suggestion(String path, String name, TrackedObject owner) {
         if (name.length() > MAX_NAME) return null;
         String best = ServerConfig.closest(name, owner.askedNames());
         return best == null ? null : path.substring(0, path.length() - name.length()) + best;
@@ -202,7 +199,7 @@ final class RequestFields {
      * field of it is unread, though the parser asked for a few names only.
      */
     static void usedWhole(JsonNode n) {
-        if (n instanceof Tracked o) o.whole = true;
+        if (n instanceof TrackedObject o) o.useWhole();
     }
 
     /** A path shown longer than this is cut: the header stays small whatever names a body has. */
@@ -218,128 +215,5 @@ final class RequestFields {
             else b.append(String.format("\\u%04x", (int) c));
         }
         return path.length() > MAX_SHOWN ? b + "..." : b.toString();
-    }
-
-    /**
-     * An object of a request body that records the names it was asked for ({@link #get}, {@link #path},
-     * {@link #has}, ...). Going over all of its fields ({@link #properties}, {@link #fields}, ...) uses it whole: a
-     * parser that iterates an object (logit_bias' token ids, a schema compiled) takes every field as data. Reads may
-     * come from the worker thread that tokenises the request, so the record is synchronized.
-     */
-    static final class Tracked extends ObjectNode {
-        private final Set<String> asked = new HashSet<>(8);
-        private volatile boolean whole;
-
-        Tracked(JsonNodeFactory f) {
-            super(f);
-        }
-
-        private void ask(String name) {
-            if (name == null) return;
-            synchronized (asked) {
-                asked.add(name);
-            }
-        }
-
-        private boolean askedNone() {
-            synchronized (asked) {
-                return asked.isEmpty();
-            }
-        }
-
-        private boolean wasAsked(String name) {
-            synchronized (asked) {
-                return asked.contains(name);
-            }
-        }
-
-        private List<String> askedNames() {
-            synchronized (asked) {
-                return List.copyOf(asked);
-            }
-        }
-
-        /** The fields, without counting as a read. */
-        private Set<Map.Entry<String, JsonNode>> children() {
-            return _children.entrySet();
-        }
-
-        @Override
-        public JsonNode get(String name) {
-            ask(name);
-            return super.get(name);
-        }
-
-        @Override
-        public JsonNode path(String name) {
-            ask(name);
-            return super.path(name);
-        }
-
-        @Override
-        public JsonNode required(String name) {
-            ask(name);
-            return super.required(name);
-        }
-
-        @Override
-        protected JsonNode _at(JsonPointer ptr) {
-            ask(ptr.getMatchingProperty());
-            return super._at(ptr);
-        }
-
-        @Override
-        public Set<Map.Entry<String, JsonNode>> properties() {
-            whole = true;
-            return super.properties();
-        }
-
-        @Override
-        public Iterator<Map.Entry<String, JsonNode>> fields() {
-            whole = true;
-            return super.fields();
-        }
-
-        @Override
-        public Iterator<String> fieldNames() {
-            whole = true;
-            return super.fieldNames();
-        }
-
-        @Override
-        public Iterator<JsonNode> elements() {
-            whole = true;
-            return super.elements();
-        }
-
-        @Override
-        public JsonNode findValue(String name) {
-            whole = true;
-            return super.findValue(name);
-        }
-
-        @Override
-        public ObjectNode findParent(String name) {
-            whole = true;
-            return super.findParent(name);
-        }
-
-        @Override
-        public List<JsonNode> findValues(String name, List<JsonNode> found) {
-            whole = true;
-            return super.findValues(name, found);
-        }
-
-        @Override
-        public List<String> findValuesAsText(String name, List<String> found) {
-            whole = true;
-            return super.findValuesAsText(name, found);
-        }
-
-        @Override
-        public List<JsonNode> findParents(String name, List<JsonNode> found) {
-            whole = true;
-            return super.findParents(name, found);
-        }
     }
 }

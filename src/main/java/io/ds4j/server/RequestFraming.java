@@ -1,5 +1,6 @@
 package io.ds4j.server;
 
+import io.ds4j.json.Json;
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
 import io.netty.channel.ChannelDuplexHandler;

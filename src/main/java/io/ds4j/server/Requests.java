@@ -6,6 +6,7 @@ import io.ds4j.grammar.GrammarLimitException;
 import io.ds4j.grammar.UnsupportedGrammarException;
 import io.ds4j.grammar.UnsupportedRegexException;
 import io.ds4j.grammar.UnsupportedSchemaException;
+import io.ds4j.json.Json;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.text.chat.ChatEncoder;

@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.json.Json;
 
 /**
  * Token counts and timings of one finished request, as sent in the response's {@code usage}.

@@ -145,7 +145,7 @@ class GrammarBoundsTest {
     /** A shortest value too long to count is named as such, not as a recursion without a base case. */
     /** The server's reader, which keeps a number's text (1e-400 is no 0, 1e999999999 no Infinity). */
     static JsonNode read(String json) throws Exception {
-        return io.ds4j.server.Json.BODY_READER.readTree(json);
+        return io.ds4j.json.Json.BODY_READER.readTree(json);
     }
 
     /**
@@ -237,23 +237,23 @@ class GrammarBoundsTest {
         for (String f : new String[]{"minItems", "maxItems"}) {
             for (String big : new String[]{"2147483648", "9007199254740992", "1e20", "1" + "0".repeat(60)}) {
                 UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class,
-                        () -> Grammar.jsonSchema(io.ds4j.server.Json.read(("{\"type\":\"array\",\"" + f + "\":" + big + "}").getBytes())));
+                        () -> Grammar.jsonSchema(io.ds4j.json.Json.read(("{\"type\":\"array\",\"" + f + "\":" + big + "}").getBytes())));
                 assertEquals(f, e.keyword(), e.getMessage());
                 String shown = big.length() > 40 ? big.substring(0, 40) + "..." : big;
                 assertEquals(f + " " + shown + " at '' is too large (at most 2147483647)", e.getMessage());
             }
             for (String bad : new String[]{"-1", "2.5", "1e-3", "\"2\""}) {
                 UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class,
-                        () -> Grammar.jsonSchema(io.ds4j.server.Json.read(("{\"type\":\"array\",\"" + f + "\":" + bad + "}").getBytes())));
+                        () -> Grammar.jsonSchema(io.ds4j.json.Json.read(("{\"type\":\"array\",\"" + f + "\":" + bad + "}").getBytes())));
                 assertEquals(f + " at '' must be a non-negative integer, got " + bad, e.getMessage());
             }
         }
         // 2.0 and 2e0 are the integer 2: two nulls at least and at most
         for (String two : new String[]{"2.0", "2e0", "20e-1"}) {
-            Grammar g = Grammar.jsonSchema(io.ds4j.server.Json.read(("{\"type\":\"array\",\"items\":{\"type\":\"null\"},\"minItems\":"
+            Grammar g = Grammar.jsonSchema(io.ds4j.json.Json.read(("{\"type\":\"array\",\"items\":{\"type\":\"null\"},\"minItems\":"
                     + two + ",\"maxItems\":" + two + "}").getBytes()));
             assertEquals("[null,null]".length(), g.minBytes(), two);
-            GState s = States.value(SchemaCompiler.compile(io.ds4j.server.Json.read(("{\"type\":\"array\",\"items\":{\"type\":\"null\"},"
+            GState s = States.value(SchemaCompiler.compile(io.ds4j.json.Json.read(("{\"type\":\"array\",\"items\":{\"type\":\"null\"},"
                     + "\"maxItems\":" + two + "}").getBytes())), States.End.INSTANCE);
             for (char c : "[null,null".toCharArray()) s = s.next(c);
             assertNull(s.next(','), "a third item under maxItems " + two);

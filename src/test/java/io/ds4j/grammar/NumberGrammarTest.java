@@ -27,7 +27,7 @@ class NumberGrammarTest {
 
     /** The grammar of a schema read as the server reads a request, which keeps each number's text. */
     static GState served(String schema) throws Exception {
-        return States.value(SchemaCompiler.compile(io.ds4j.server.Json.read(schema.getBytes(java.nio.charset.StandardCharsets.UTF_8))),
+        return States.value(SchemaCompiler.compile(io.ds4j.json.Json.read(schema.getBytes(java.nio.charset.StandardCharsets.UTF_8))),
                 States.End.INSTANCE);
     }
 

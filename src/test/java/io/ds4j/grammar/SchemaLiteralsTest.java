@@ -18,7 +18,7 @@ class SchemaLiteralsTest {
 
     /** A schema read as the server reads a request body, numbers keeping their text. */
     static JsonNode schema(String json) throws Exception {
-        return io.ds4j.server.Json.read(json.getBytes(StandardCharsets.UTF_8));
+        return io.ds4j.json.Json.read(json.getBytes(StandardCharsets.UTF_8));
     }
 
     static Grammar grammar(String json) throws Exception {

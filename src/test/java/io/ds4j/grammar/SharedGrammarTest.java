@@ -61,7 +61,7 @@ class SharedGrammarTest {
 
     /** A request body's JSON, its numbers' text kept as the server's reader keeps it. */
     static JsonNode read(String json) throws Exception {
-        return io.ds4j.server.Json.read(json.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        return io.ds4j.json.Json.read(json.getBytes(java.nio.charset.StandardCharsets.UTF_8));
     }
 
     @Test

@@ -343,6 +343,35 @@ class WeightLoaderTest {
         loadFails(tmp.resolve("nowhere"), "nowhere", "not found");
     }
 
+    /**
+     * A config.json that is not JSON is told in one line at its line and column, in the words the server uses for a
+     * request body (no parser internals); a bad dimension names its key and value, and a model too short for one
+     * request's context (max_position_embeddings below 16) is refused at load.
+     */
+    @Test
+    void badConfigJsonNamesWhatIsWrong() throws Exception {
+        LoaderFixtures fx = tiny();
+        fx.writeSingle(tmp, fx.original());
+        Path cfg = tmp.resolve("config.json");
+        String good = Files.readString(cfg);
+        Files.writeString(cfg, "{\n");
+        CheckpointException e = loadFails(tmp, cfg + ": malformed JSON at line 2, column 1: ");
+        assertFalse(e.getMessage().contains("\n") || e.getMessage().contains("Source") || e.getMessage().contains("Feature"),
+                e.getMessage());
+        for (String[] c : new String[][]{{"hidden_size", "-64", "hidden_size must be positive, got -64"},
+                {"num_hidden_layers", "0", "num_hidden_layers must be positive, got 0"},
+                {"num_hidden_layers", "-2", "num_hidden_layers must be positive, got -2"},
+                {"num_attention_heads", "0", "num_attention_heads must be positive, got 0"},
+                {"o_groups", "0", "o_groups must be positive, got 0"},
+                {"max_position_embeddings", "8", "max_position_embeddings must be at least 16 (the smallest context a request"
+                        + " runs with), got 8"}}) {
+            String bad = good.replaceFirst("\"" + c[0] + "\" : -?\\d+", "\"" + c[0] + "\" : " + c[1]);
+            assertNotEquals(good, bad, c[0]);
+            Files.writeString(cfg, bad);
+            loadFails(tmp, cfg + ": " + c[2]);
+        }
+    }
+
     @Test
     void missingShardFile() throws Exception {
         LoaderFixtures fx = tiny();

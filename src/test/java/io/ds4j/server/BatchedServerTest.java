@@ -2,6 +2,7 @@ package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.app.DefaultModelProvider;
+import io.ds4j.json.Json;
 import io.ds4j.model.synth.ModelStore;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;

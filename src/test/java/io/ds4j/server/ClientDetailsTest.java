@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.Json;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -112,11 +113,11 @@ class ClientDetailsTest {
         for (String empty : new String[] {"Bearer", "Bearer ", "bearer    "}) {
             var r = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":2"), "Authorization", empty);
             assertEquals(401, r.status(), r.body());
-            assertEquals("missing API key after 'Bearer': send 'Authorization: Bearer <key>'",
+            assertEquals("missing API key after 'Bearer' in the Authorization header: send 'Authorization: Bearer <key>'",
                     r.json().at("/error/message").asText(), "'" + empty + "': " + r.body());
         }
         var wrong = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":2"), "Authorization", "Bearer sk-nope");
-        assertEquals("invalid API key", wrong.json().at("/error/message").asText(), wrong.body());
+        assertEquals("invalid API key in the Authorization header", wrong.json().at("/error/message").asText(), wrong.body());
 
         var typo = server.post("/v1/chat/completion", "{}", KEY);
         assertEquals(404, typo.status(), typo.body());

@@ -832,6 +832,26 @@ class ConfigReloadTest {
         }
     }
 
+    /** server.apiKeys listing a key twice is warned of at start and at the reload that sets it, the key not shown. */
+    @Test
+    @Order(24)
+    void aRepeatedApiKeyIsWarnedOf(@TempDir Path other) throws Exception {
+        Path f = other.resolve("server.json");
+        String text = "{\"server\": {\"configScanMs\": 50, \"apiKeys\": [\"sk-one\", \"sk-two\", \"sk-one\"]}}";
+        Files.writeString(f, text);
+        String said = "server.apiKeys lists the same key more than once (";
+        try (LogCapture log = new LogCapture();
+             TestServer s = watching(Map.of(), f, text)) {
+            assertTrue(TestServer.eventually(5000, () -> !log.linesWith("[WARN] Ds4jServer - " + said + "index 2 repeats index 0)").isEmpty()),
+                    log.linesWith("Ds4jServer").toString());
+            Files.writeString(f, "{\"server\": {\"configScanMs\": 50, \"apiKeys\": [\"sk-two\", \"sk-two\"]}}");
+            assertTrue(TestServer.eventually(5000, () -> !log.linesWith("[WARN] Ds4jServer - config " + f + ": " + said
+                    + "index 1 repeats index 0)").isEmpty()), log.linesWith("Ds4jServer").toString());
+            assertEquals(List.of(), log.linesWith("sk-one").stream().filter(l -> l.contains(said)).toList());
+            assertEquals(List.of(), log.linesWith("sk-two").stream().filter(l -> l.contains(said)).toList());
+        }
+    }
+
     private static TestServer watching(Map<String, Object> overrides, Path f, String text) throws Exception {
         return TestServer.start(TestServer.provider(new ScriptedBackend(TestServer::defaultScript)), overrides, f, text);
     }

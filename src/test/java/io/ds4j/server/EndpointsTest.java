@@ -170,6 +170,13 @@ class EndpointsTest {
         }
     }
 
+    @Test
+    void everyKeyARequestSendsMustBeValid() throws Exception {
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.apiKeys", List.of("k1")))) {
+            FrontChecks.everyKeyARequestSendsMustBeValid(t.port);
+        }
+    }
+
     /** allowedOrigins "null" allows the Origin browsers send from file:// pages and sandboxed frames, and only it. */
     @Test
     void theNullOriginIsAllowedWhereConfigured() throws Exception {

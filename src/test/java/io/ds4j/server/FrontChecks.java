@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.Json;
 
 import java.io.ByteArrayOutputStream;
 import java.io.InputStream;
@@ -149,7 +150,9 @@ public final class FrontChecks {
             assertTrue(a.contains("\r\nlocation: " + r[1] + "\r\n") || a.contains("\r\nLocation: " + r[1] + "\r\n"), r[0] + ": " + a);
         }
         assertTrue(raw(port, "GET", "/").startsWith("HTTP/1.1 200"));
-        assertEquals("application/octet-stream", contentType(raw(port, "GET", "/vendor/dompurify/LICENSE")));
+        // the vendored notices are text to read, not files to save
+        for (String text : List.of("/vendor/dompurify/LICENSE", "/vendor/dompurify/LICENSE-MPL", "/vendor/README.md"))
+            assertEquals("text/plain;charset=UTF-8", contentType(raw(port, "GET", text)), text);
     }
 
     /**
@@ -344,6 +347,42 @@ public final class FrontChecks {
             assertTrue(k.startsWith("HTTP/1.1 401"), r[0] + " " + r[1] + ": " + k);
             assertTrue(k.contains("\"invalid_api_key\""), r[0] + " " + r[1] + ": " + k);
         }
+    }
+
+    /**
+     * On a front whose one key is {@code k1}: every key a request sends — each Authorization header, each x-api-key —
+     * must be valid, whatever their order, and the 401 names the header at fault without repeating its value; a
+     * request whose headers cannot be read is refused so too. A blank header sends no key.
+     */
+    public static void everyKeyARequestSendsMustBeValid(int keyedPort) throws Exception {
+        String[][] refused = {
+            {"Authorization: Bearer sk-wrong\r\nx-api-key: k1\r\n", "invalid API key in the Authorization header;"},
+            {"x-api-key: k1\r\nAuthorization: Bearer sk-wrong\r\n", "invalid API key in the Authorization header;"},
+            {"Authorization: Bearer k1\r\nx-api-key: sk-wrong\r\n", "invalid API key in the x-api-key header;"},
+            {"Authorization: Bearer k1\r\nAuthorization: Bearer sk-wrong\r\n", "invalid API key in the Authorization header 2 of 2;"},
+            {"Authorization: Bearer sk-wrong\r\nAuthorization: Bearer k1\r\n", "invalid API key in the Authorization header 1 of 2;"},
+            {"x-api-key: k1\r\nx-api-key: sk-wrong\r\n", "invalid API key in the x-api-key header 2 of 2;"},
+            {"Authorization: k1\r\nx-api-key: k1\r\n", "the Authorization header must be 'Bearer <key>'"},
+            {"x-api-key: sk-wrong\r\n", "invalid API key in the x-api-key header"}};
+        for (String[] r : refused) {
+            String a = raw(keyedPort, "GET", "/props", r[0]);
+            assertTrue(a.startsWith("HTTP/1.1 401"), r[0] + a);
+            String m = Json.MAPPER.readTree(a.substring(a.indexOf("\r\n\r\n") + 4)).at("/error/message").asText();
+            assertTrue(m.startsWith(r[1]), r[0] + m);
+            assertFalse(m.contains("sk-wrong"), "the value is not repeated: " + m);
+        }
+        for (String h : List.of("Authorization: Bearer k1\r\n", "x-api-key: k1\r\n", "Authorization: Bearer k1\r\nx-api-key: k1\r\n",
+                "Authorization: Bearer k1\r\nx-api-key: \r\n", "Authorization: \r\nx-api-key: k1\r\n")) {
+            String a = raw(keyedPort, "GET", "/props", h);
+            assertTrue(a.startsWith("HTTP/1.1 200"), h + a);
+        }
+        // headers that cannot be read (those before the unreadable one are): a valid key gets the 400, a valid key
+        // beside a wrong one the 401
+        String bad = "X-Note: a\u0001b\r\n";
+        String one = raw(keyedPort, "GET", "/props", "x-api-key: k1\r\n" + bad);
+        assertTrue(one.startsWith("HTTP/1.1 400"), one);
+        String two = raw(keyedPort, "GET", "/props", "x-api-key: k1\r\nAuthorization: Bearer sk-wrong\r\n" + bad);
+        assertTrue(two.startsWith("HTTP/1.1 401"), two);
     }
 
     /**

@@ -2,6 +2,7 @@ package io.ds4j.server;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.Json;
 import org.junit.jupiter.api.Test;
 
 import java.nio.charset.StandardCharsets;

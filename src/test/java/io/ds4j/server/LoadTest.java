@@ -2,6 +2,7 @@ package io.ds4j.server;
 
 import io.ds4j.app.DefaultModelProvider;
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.Json;
 import io.vertx.core.Future;
 import io.vertx.core.Vertx;
 import io.vertx.core.http.HttpClient;

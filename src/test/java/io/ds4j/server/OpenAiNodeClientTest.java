@@ -2,6 +2,7 @@ package io.ds4j.server;
 
 import io.ds4j.app.DefaultModelProvider;
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.Json;
 import io.vertx.junit5.VertxExtension;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;

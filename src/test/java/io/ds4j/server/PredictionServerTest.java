@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.Json;
 import io.vertx.junit5.VertxExtension;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;

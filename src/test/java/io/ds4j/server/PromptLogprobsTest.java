@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.engine.Backend;
 import io.ds4j.app.Backends;
 import io.ds4j.engine.Sequence;
+import io.ds4j.json.Json;
 import io.ds4j.model.synth.ModelStore;
 import io.ds4j.text.Tokenizer;
 import org.junit.jupiter.api.AfterAll;

@@ -1,5 +1,7 @@
 package io.ds4j.server;
 
+import io.ds4j.json.Json;
+
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;

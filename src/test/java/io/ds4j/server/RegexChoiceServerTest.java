@@ -2,6 +2,7 @@ package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.app.DefaultModelProvider;
+import io.ds4j.json.Json;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;

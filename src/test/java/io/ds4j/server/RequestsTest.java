@@ -1,5 +1,6 @@
 package io.ds4j.server;
 
+import io.ds4j.json.Json;
 import io.ds4j.server.config.ServerConfig;
 import org.junit.jupiter.api.Test;
 

@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import io.ds4j.engine.BackendOptions;
+import io.ds4j.json.Json;
 import io.ds4j.server.config.ConfigException;
 import io.ds4j.server.config.ConfigKey;
 import io.ds4j.server.config.ServerConfig;
@@ -240,6 +241,9 @@ class ServerConfigTest {
         // a name cut short names the one key of its group it begins, and only one
         assertEquals(" (did you mean limits.maxContextTokens?)", ServerConfig.suggestion("limits.maxContext"));
         assertEquals("", ServerConfig.suggestion("limits.max"));
+        // a group's name mistyped in the file names the group, as a key's does
+        assertEquals(List.of("limit: unknown key (did you mean limits?)"), problems("{\"limit\":{\"maxActive\":3}}").problems());
+        assertEquals(" (did you mean server.cors?)", ServerConfig.suggestion("server.cros"));
     }
 
     /**
@@ -333,6 +337,9 @@ class ServerConfigTest {
         assertEquals(List.of("limits.maxActive: the file's 9 is overridden by the command line's 5",
                 "server.apiKeys: the file's [\"***\",\"***\"] is overridden by the command line's [\"***\"]"), lines);
         for (String l : lines) assertFalse(l.contains("sk-"), l);
+        // a number as the file wrote it, not as its double prints
+        assertEquals(List.of("server.port: the file's 1e3 is overridden by the command line's 8080"),
+                ServerConfig.overridden("{\"server\":{\"port\":1e3}}".getBytes(), Map.of("server.port", 8080)));
     }
 
     @Test
@@ -612,9 +619,9 @@ class ServerConfigTest {
                 problems("{\"sampling\": {\"seed\": 9223372036854775808}}").problems());
         // two spellings of one number are one value; two numbers a double cannot tell apart are two
         ConfigKey t = ServerConfig.keyOf("sampling.temperature"), m = ServerConfig.keyOf("limits.maxActive");
-        assertTrue(m.sameValue(1000, io.ds4j.server.Json.read("1e3".getBytes(), "x")));
-        assertTrue(t.sameValue(0.7, io.ds4j.server.Json.read("0.70".getBytes(), "x")));
-        assertFalse(t.sameValue(2, io.ds4j.server.Json.read("2.0000000000000000001".getBytes(), "x")));
+        assertTrue(m.sameValue(1000, Json.read("1e3".getBytes(), "x")));
+        assertTrue(t.sameValue(0.7, Json.read("0.70".getBytes(), "x")));
+        assertFalse(t.sameValue(2, Json.read("2.0000000000000000001".getBytes(), "x")));
     }
 
     /** A refused API key value is named by its kind, never shown: the message reaches the terminal, the log and /props. */

@@ -1,6 +1,7 @@
 package io.ds4j.server;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.Json;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.speculative.NgramDraft;
 import io.ds4j.text.Tokenizer;

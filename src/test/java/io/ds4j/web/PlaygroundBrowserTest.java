@@ -55,7 +55,7 @@ import static org.junit.jupiter.api.Assertions.*;
  * <p>It sends a message with Enter and watches the answer grow while it streams, checks the per-answer figures from
  * the usage chunk, turns thinking on and sees the reasoning block, stops a long answer and checks on /metrics that the
  * server stopped generating, edits and resends the last message, shows HTTP and mid-stream errors, checks that model
- * output cannot inject script, lays the page out at phone width, and sends the predicted output from the settings. Screenshots go to the build folder
+ * output cannot inject script, lays the page out at phone width, and sends the predicted output from the settings, every turn of the history (one without text as an empty answer) and stop strings with newlines. Screenshots go to the build folder
  * ({@code playground.png}, {@code playground-phone.png}).
  *
  * <p>Skipped, with a message, when Chromium is not installed — except under {@code CI=true}, where it fails instead.
@@ -334,6 +334,40 @@ class PlaygroundBrowserTest {
         driver.navigate().refresh();
         openSettings();
         assertEquals(first, find("#prediction").getDomProperty("value"), "the predicted output is kept with the settings");
+    }
+
+    /**
+     * An assistant turn with no text (here one that ended in an error) is sent back in the history as content "", so
+     * the next request has no two user messages in a row, and the server accepts it; a stop string typed with \\n is
+     * sent with a newline in it.
+     */
+    @Test
+    @Order(6)
+    void sendsEveryTurnBackAndStopStringsWithNewlines() {
+        // the request bodies the page sends, as sent
+        js("""
+                window.__bodies = [];
+                const f = window.fetch;
+                window.fetch = (url, o) => {
+                  if (String(url).includes('/v1/chat/completions')) window.__bodies.push(JSON.parse(o.body));
+                  return f(url, o);
+                };""");
+        openSettings();
+        setField("#temperature", "5");
+        find("#prompt").sendKeys("First", Keys.ENTER);
+        waitFor("the refused answer", () -> "error".equals(lastAssistantState()));
+        setField("#temperature", "0");
+        setField("#max-tokens", "4");
+        setField("#stop-strings", "###\\n\\n");
+        find("#prompt").sendKeys("Second", Keys.ENTER);
+        waitFor("the second answer", () -> "done".equals(lastAssistantState()));
+        @SuppressWarnings("unchecked")
+        List<Map<String, Object>> messages = (List<Map<String, Object>>) js("const b = window.__bodies; return b[b.length - 1].messages;");
+        assertEquals(List.of("user", "assistant", "user"), messages.stream().map(x -> x.get("role")).toList(), messages.toString());
+        assertEquals("", messages.get(1).get("content"), "the turn without text is sent as an empty answer");
+        assertEquals(List.of("###\n\n"), js("const b = window.__bodies; return b[b.length - 1].stop;"));
+        assertEquals(List.of("a\\nb", "\\x", "\t"), js("return window.ds4jPlayground.stopStrings(arguments[0]);",
+                "a\\\\nb\n\n\\x\n\\t"));
     }
 
     // --------------------------------------------------------------------------------------------- helpers

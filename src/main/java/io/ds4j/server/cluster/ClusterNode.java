@@ -116,6 +116,9 @@ public final class ClusterNode {
             gatewayVertx = ar.result();
             ClusterSupport.registerCodec(gatewayVertx);
             gateway = new GatewayVerticle(() -> cfg, cluster, gatewayRegistry, resolveWebroot(cfg.webroot()));
+            // as a single node warns (a gateway with an engine has its engine's server say it)
+            String repeated = cfg.repeatedApiKeys();
+            if (repeated != null) LOG.warn("{}", repeated);
             gatewayVertx.deployVerticle(gateway).onComplete(d -> {
                 if (d.succeeded()) {
                     result.complete(this);

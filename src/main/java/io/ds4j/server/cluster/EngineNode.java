@@ -1,7 +1,7 @@
 package io.ds4j.server.cluster;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import io.ds4j.server.Json;
+import io.ds4j.json.Json;
 import io.ds4j.server.ModelInfo;
 import io.ds4j.server.ServerState;
 import io.ds4j.server.config.ServerConfig;

@@ -3,12 +3,11 @@ package io.ds4j.server.cluster;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.ds4j.json.Json;
 import io.ds4j.server.ApiException;
-import io.ds4j.server.ApiKeys;
 import io.ds4j.server.BodyDeadline;
 import io.ds4j.server.HeadDeadline;
 import io.ds4j.server.HttpVerticle;
-import io.ds4j.server.Json;
 import io.ds4j.server.MalformedRequests;
 import io.ds4j.server.config.ServerConfig;
 import io.micrometer.core.instrument.Counter;
@@ -267,7 +266,7 @@ public final class GatewayVerticle extends VerticleBase {
 
     // ------------------------------------------------------------------------------------------------ small endpoints
 
-    /** Bearer key check (server.apiKeys) for API routes, as a single server does it. */
+    /** API key check (server.apiKeys: {@link HttpVerticle#keyRefusal}) for API routes, as a single server does it. */
     private void auth(RoutingContext ctx) {
         List<String> keys = config.get().apiKeys();
         String path = HttpVerticle.routed(ctx);
@@ -278,14 +277,13 @@ public final class GatewayVerticle extends VerticleBase {
             ctx.next();
             return;
         }
-        String h = ctx.request().getHeader(HttpHeaders.AUTHORIZATION), x = ctx.request().getHeader(ApiKeys.X_API_KEY);
-        if (ApiKeys.accepted(h, x, keys)) {
+        String refused = HttpVerticle.keyRefusal(ctx.request(), path, keys);
+        if (refused == null) {
             ctx.next();
             return;
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
-        error(ctx.response(), new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                ApiKeys.refusal(h, x), null));
+        error(ctx.response(), new ApiException(401, "invalid_request_error", "invalid_api_key", null, refused, null));
     }
 
     private void health(RoutingContext ctx) {

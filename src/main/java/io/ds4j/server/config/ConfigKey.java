@@ -1,7 +1,7 @@
 package io.ds4j.server.config;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import io.ds4j.server.Json;
+import io.ds4j.json.Json;
 
 import java.util.ArrayList;
 import java.util.List;

@@ -6,10 +6,10 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.ds4j.engine.BackendOptions;
 import io.ds4j.engine.BackendOptions.ExpertPlacement;
 import io.ds4j.engine.FeatureGate;
+import io.ds4j.json.Json;
 import io.ds4j.sampling.SamplingParams;
 import io.ds4j.server.ApiKeys;
 import io.ds4j.server.config.ConfigKey.Range;
-import io.ds4j.server.Json;
 
 import java.util.ArrayList;
 import java.util.Collections;
@@ -26,12 +26,6 @@ import java.util.Objects;
  * that check. {@link #reload} splits a new configuration into what applies live and what waits for a restart.
  */
 public final class ServerConfig {
-    /**
-     * The smallest context limit a request may run with: {@code limits.maxContextTokens}' minimum, and generate's
-     * {@code --max-context}'s, so that the server and the CLI accept the same limits.
-     */
-    public static final int MIN_CONTEXT_TOKENS = 16;
-
     /** Every key, in documentation order. */
     public static final List<ConfigKey> KEYS = List.of(
             key("server.host", ConfigKey.Type.STRING, "127.0.0.1", false, "address to listen on (use 0.0.0.0 for all interfaces)"),
@@ -89,7 +83,7 @@ public final class ServerConfig {
                     Range.of(BackendOptions.MIN_SHORT_ROWS, BackendOptions.MAX_SHORT_ROWS),
                     "with verify.f16Kv, a layer attending to at most this many rows keeps Q·Kᵀ and P·V in full F32"),
             key("limits.maxContextTokens", ConfigKey.Type.INT, 32768, true,
-                    Range.atLeast(MIN_CONTEXT_TOKENS),
+                    Range.atLeast(io.ds4j.model.ModelConfig.MIN_CONTEXT_TOKENS),
                     "context limit per request (prompt + generated); capped by the model's own limit (max_position_embeddings; /props limits shows the one in effect), with a warning at start and at the reload that sets it"),
             key("limits.maxQueue", ConfigKey.Type.INT, 64, true, Range.of(0, 1 << 20), "requests that may wait for a slot; beyond that 429 "
                     + "(bodies of 32 KiB or more waiting to be tokenised on their lane count too)"),
@@ -355,13 +349,19 @@ public final class ServerConfig {
         return out;
     }
 
-    /** A key's JSON value as logs and messages show it: a secret key's values as "***" each ({@link #secret}). */
-    private static JsonNode shown(String key, JsonNode v) {
-        if (!secret(key)) return v;
-        if (!v.isArray()) return JsonNodeFactory.instance.textNode("***");
+    /**
+     * A key's JSON value as logs and messages show it: a number as the file wrote it ({@link Json#written}: 1e3, not
+     * the 1000.0 of its double), a secret key's values as "***" each ({@link #secret}).
+     */
+    private static String shown(String key, JsonNode v) {
+        if (!secret(key)) {
+            String written = Json.written(v);
+            return written != null ? written : v.toString();
+        }
+        if (!v.isArray()) return JsonNodeFactory.instance.textNode("***").toString();
         var masked = JsonNodeFactory.instance.arrayNode();
         for (int i = 0; i < v.size(); i++) masked.add("***");
-        return masked;
+        return masked.toString();
     }
 
     /** Sets a dotted key in a JSON tree, creating the objects on its path. */
@@ -440,6 +440,14 @@ public final class ServerConfig {
         }
     }
 
+    /** The groups the keys are in, nested ones too ({@code server}, {@code server.cors}), in documentation order. */
+    private static List<String> groups() {
+        var groups = new java.util.LinkedHashSet<String>();
+        for (ConfigKey k : KEYS)
+            for (int dot = k.name().indexOf('.'); dot > 0; dot = k.name().indexOf('.', dot + 1)) groups.add(k.name().substring(0, dot));
+        return List.copyOf(groups);
+    }
+
     private static boolean isSection(String path) {
         for (ConfigKey k : KEYS) if (k.name().startsWith(path + ".")) return true;
         return false;
@@ -450,7 +458,8 @@ public final class ServerConfig {
      * and {@code serve --set}'s. A key whose last part is a key's own name in another group, or given without its group
      * ({@code server.maxActive}, {@code maxActive}: {@code limits.maxActive}), or written in the other case or as
      * snake_case against camelCase ({@code limits.max_queue}, {@code sampling.topK}), names that key (every such key,
-     * where the name is in several groups); else the key within a few typos of the whole path ({@link #closest}).
+     * where the name is in several groups); else the key within a few typos of the whole path ({@link #closest}), or
+     * the group ({@code limit}: {@code limits}).
      */
     public static String suggestion(String path) {
         List<String> names = KEYS.stream().map(ConfigKey::name).toList();
@@ -467,6 +476,9 @@ public final class ServerConfig {
         if (!moved.isEmpty()) return " (did you mean " + String.join(" or ", moved) + "?)";
         String best = closest(path, names);
         if (best != null) return " (did you mean " + best + "?)";
+        // a group's name mistyped ({"limit": {...}}) is near no key's whole path, but near the group's
+        String near = closest(path, groups());
+        if (near != null) return " (did you mean " + near + "?)";
         // a name cut short within its group ("limits.maxContext"): the one key of the group that it begins
         int dot = path.lastIndexOf('.');
         if (dot > 0 && path.length() - dot > 3) {
@@ -692,7 +704,7 @@ public final class ServerConfig {
         // a value its type refused (the default stands in for it) is reported once, by that refusal
         if (!noneAbout(p, List.of(k.name()))) return;
         double x = ((Number) v.get(k.name())).doubleValue();
-        java.math.BigDecimal exact = written == null ? null : io.ds4j.sampling.SamplingParams.exact(written);
+        java.math.BigDecimal exact = written == null ? null : io.ds4j.json.JsonNumbers.exact(written);
         if (k.range().accepts(x) && (exact == null || k.range().accepts(exact))) return;
         String shown = written == null ? Range.num(x)
                 : exact != null && k.range().accepts(exact) ? written + " (" + Range.num(x) + " in double precision)" : written;
@@ -730,6 +742,20 @@ public final class ServerConfig {
     /** {@code server.apiKeys}. */
     @SuppressWarnings("unchecked")
     public List<String> apiKeys() { return (List<String>) values.get("server.apiKeys"); }
+
+    /**
+     * That server.apiKeys lists a key more than once, naming the places (never the key), or null: the repeat lets no
+     * one more in, and may be a key pasted twice where another was meant. Warned of at start and at a reload.
+     */
+    public String repeatedApiKeys() {
+        List<String> keys = apiKeys(), repeats = new ArrayList<>();
+        for (int i = 0; i < keys.size(); i++) {
+            int first = keys.indexOf(keys.get(i));
+            if (first < i) repeats.add("index " + i + " repeats index " + first);
+        }
+        return repeats.isEmpty() ? null : "server.apiKeys lists the same key more than once (" + String.join(", ", repeats)
+                + "); a repeat changes nothing: remove it, or put the key that was meant in its place";
+    }
 
     /** {@code server.cors.allowedOrigins}. */
     @SuppressWarnings("unchecked")

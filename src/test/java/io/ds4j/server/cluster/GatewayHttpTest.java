@@ -1,8 +1,8 @@
 package io.ds4j.server.cluster;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.Json;
 import io.ds4j.server.FrontChecks;
-import io.ds4j.server.Json;
 import io.ds4j.server.LogCapture;
 import io.ds4j.server.config.ServerConfig;
 import org.junit.jupiter.api.AfterAll;
@@ -154,6 +154,18 @@ class GatewayHttpTest {
         ClusterNode withKeys = ClusterNode.start(ServerConfig.parse(null, "test", keyed), null, keyed, null).await();
         try {
             FrontChecks.optionsOnAnUnknownApiPathNeedsTheKeyButAPreflightDoesNot(withKeys.port(), "http://app.example");
+        } finally {
+            withKeys.close().await();
+        }
+    }
+
+    @Test
+    void everyKeyARequestSendsMustBeValidAsOnASingleServer() throws Exception {
+        Map<String, Object> keyed = config();
+        keyed.put("server.apiKeys", List.of("k1"));
+        ClusterNode withKeys = ClusterNode.start(ServerConfig.parse(null, "test", keyed), null, keyed, null).await();
+        try {
+            FrontChecks.everyKeyARequestSendsMustBeValid(withKeys.port());
         } finally {
             withKeys.close().await();
         }

@@ -1,8 +1,8 @@
 package io.ds4j.server.cluster;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.ds4j.json.Json;
 import io.ds4j.server.FrontChecks;
-import io.ds4j.server.Json;
 import io.ds4j.server.LogCapture;
 import io.ds4j.server.ScriptedModelAccess;
 import io.ds4j.server.ServerState;

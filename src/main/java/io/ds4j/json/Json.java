@@ -1,6 +1,4 @@
-package io.ds4j.server;
-
-import io.ds4j.json.JsonNumbers;
+package io.ds4j.json;
 
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonProcessingException;
@@ -24,7 +22,11 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.util.ArrayDeque;
 
-/** The server's shared Jackson mapper and small helpers. */
+/**
+ * The shared Jackson mapper, the one reader of JSON text and small helpers, for every reader of JSON text: request
+ * bodies, the server's configuration file, a model's config.json, schema files and command-line values alike, so that
+ * each gets the same checks and the same plain-words messages.
+ */
 public final class Json {
     /**
      * Thread-safe once configured. Trailing content after the JSON value (`{...} xyz`, a stray `}`) is a syntax
@@ -34,11 +36,11 @@ public final class Json {
             .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
 
     /**
-     * Reads JSON the server is given, request bodies and the configuration file ({@link #read}, which checks the
-     * bytes' UTF-8 first): as {@link #MAPPER}, and a key given twice in one object is an error instead of the last value
-     * winning silently (a client that sends {@code "max_tokens"} twice meant one of them, and which is unclear).
+     * Reads every JSON text given: request bodies, the configuration file, a model's config.json ({@link #read},
+     * which checks the bytes' UTF-8 first): as {@link #MAPPER}, and a key given twice in one object is an error
+     * instead of the last value winning silently (a client that sends {@code "max_tokens"} twice meant one of them, and which is unclear).
      * Numbers keep the text the client wrote them in, for messages about them ({@link #written}); objects record
-     * which of their fields were read, so that a body's unread fields can be reported ({@link RequestFields}).
+     * which of their fields were read, so that a body's unread fields can be reported ({@link TrackedObject}).
      */
     public static final ObjectReader BODY_READER = new ObjectMapper()
             .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
@@ -90,9 +92,9 @@ public final class Json {
     }
 
     /**
-     * Reads one JSON value the way the server reads every JSON text it is given, request bodies and the configuration
-     * file alike: the bytes must be well-formed UTF-8 (RFC 3629), each key may appear once per object, and nothing but
-     * whitespace may follow the value.
+     * Reads one JSON value the way every JSON text is read, request bodies, the configuration file and a model's
+     * config.json alike: the bytes must be well-formed UTF-8 (RFC 3629), each key may appear once per object, and
+     * nothing but whitespace may follow the value.
      * @return the value, or null when the bytes are empty or only whitespace (each caller words that itself)
      * @throws Unreadable naming the byte offset, the key given twice, or the line and column of a syntax error
      */
@@ -194,7 +196,7 @@ public final class Json {
     }
 
     /**
-     * Why bytes are not well-formed UTF-8 (RFC 3629), in the words every reader of the server's texts uses ("not valid
+     * Why bytes are not well-formed UTF-8 (RFC 3629), in the words every reader of JSON text uses ("not valid
      * UTF-8: a malformed byte sequence at byte offset 19"), or null where they are.
      */
     public static String utf8Problem(byte[] bytes) {
@@ -241,12 +243,12 @@ public final class Json {
 
     /**
      * A number node's exact value: its text as written where it keeps one ({@link #written}; a number past the double
-     * range by a stand-in on the same side of every double, as {@code SamplingParams.exact}), else its integer digits or
+     * range by a stand-in on the same side of every double, as {@link JsonNumbers#exact}), else its integer digits or
      * the shortest decimal of its double (0.7, not 0.69999...).
      */
     public static java.math.BigDecimal exact(JsonNode n) {
         String w = written(n);
-        java.math.BigDecimal x = w == null ? null : io.ds4j.sampling.SamplingParams.exact(w);
+        java.math.BigDecimal x = w == null ? null : JsonNumbers.exact(w);
         if (x != null) return x;
         if (n.isIntegralNumber()) return new java.math.BigDecimal(n.bigIntegerValue());
         double d = n.doubleValue();
@@ -300,8 +302,8 @@ public final class Json {
             JsonNodeFactory f = ctxt.getNodeFactory();
             JsonToken t = p.currentToken();
             if (t != JsonToken.START_OBJECT && t != JsonToken.START_ARRAY) return scalar(p, f, ctxt);
-            // objects record which fields the endpoint reads, so that the others can be reported (RequestFields)
-            ContainerNode<?> root = t == JsonToken.START_OBJECT ? new RequestFields.Tracked(f) : f.arrayNode();
+            // objects record which fields the endpoint reads, so that the others can be reported (TrackedObject)
+            ContainerNode<?> root = t == JsonToken.START_OBJECT ? new TrackedObject(f) : f.arrayNode();
             ArrayDeque<ContainerNode<?>> open = new ArrayDeque<>();
             open.push(root);
             String name = null;
@@ -321,7 +323,7 @@ public final class Json {
                     }
                     default -> { }
                 }
-                JsonNode v = t == JsonToken.START_OBJECT ? new RequestFields.Tracked(f)
+                JsonNode v = t == JsonToken.START_OBJECT ? new TrackedObject(f)
                         : t == JsonToken.START_ARRAY ? f.arrayNode() : scalar(p, f, ctxt);
                 if (open.peek() instanceof ObjectNode o) o.set(name, v);
                 else ((ArrayNode) open.peek()).add(v);
