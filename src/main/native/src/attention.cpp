@@ -685,34 +685,56 @@ __device__ __forceinline__ void tc_attention_body(const float* q, const float* k
     if (c >= sp.nsplit || nk <= min_rows) return;  // uniform over the block
     const int kbeg = c * sp.per, kend = min(nk, kbeg + sp.per);
 
-    // Q block as hi + lo of each row scaled by 2^t (rows past H are zero): row tid>>2, float4 columns (tid&3) + 4j
+    // Q block as hi + lo of each row scaled by 2^t (rows past H are zero). Warp w takes rows w*QRW .. +QRW, QRB at a
+    // time: each lane loads its float4 columns lane + 32j of the batch's rows (all in flight: one round trip a batch,
+    // each value read once), the row's largest |value| by shuffles (a max is the same in any order, so t is too),
+    // then splits what it holds. The staging of a block that computes a single tile (a decode query's key range) is
+    // most of its time, so its latency is what this order saves.
     {
-        const int r = tid >> 2, q4 = tid & 3, h = h0 + r;
-        const float4* qr = reinterpret_cast<const float4*>(q + ((int64_t)s * H + (h < H ? h : 0)) * D);
-        float mx = 0.f;
-        if (h < H)
-            for (int c4 = q4; c4 < D / 4; c4 += 4) {
-                const float4 v = qr[c4];
-                mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        constexpr int QF = D / 4, QV = (QF + 31) / 32;           // float4 a row, a lane's float4 of a row
+        constexpr int QRW = TC_ROWS / (TC_THREADS / 32), QRB = 4; // rows a warp, rows a batch
+        static_assert(QRW % QRB == 0, "whole batches of rows");
+#pragma unroll 1
+        for (int rb = 0; rb < QRW; rb += QRB) {
+            float4 v[QRB][QV];
+#pragma unroll
+            for (int i = 0; i < QRB; i++) {
+                const int h = h0 + warp * QRW + rb + i;
+                const float4* qr = reinterpret_cast<const float4*>(q + ((int64_t)s * H + (h < H ? h : 0)) * D);
+#pragma unroll
+                for (int j = 0; j < QV; j++) {
+                    const int c4 = lane + 32 * j;
+                    v[i][j] = h < H && c4 < QF ? qr[c4] : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
             }
-        mx = fmaxf(mx, DS4J_SHFL_XOR(mx, 1));
-        mx = fmaxf(mx, DS4J_SHFL_XOR(mx, 2));
-        // 2^t puts the largest |value| in [2^14, 2^15): hi cannot overflow, lo stays normal down to 2^-28 of it
-        int t = 0;
-        if (mx > 0.f && mx <= 3.402823466e38f) {
-            const int ex = (int)((__float_as_uint(mx) >> 23) & 0xffu) - 127;
-            t = min(126, max(-126, 14 - ex));
-        }
-        const float up = __uint_as_float((uint32_t)(127 + t) << 23), down = __uint_as_float((uint32_t)(127 - t) << 23);
-        if (q4 == 0) sfS[r] = mul(scale, down);
-        for (int c4 = q4; c4 < D / 4; c4 += 4) {
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (h < H) v = qr[c4];
-            uint32_t h01, l01, h23, l23;
-            split2(mul(v.x, up), mul(v.y, up), h01, l01);
-            split2(mul(v.z, up), mul(v.w, up), h23, l23);
-            *reinterpret_cast<uint2*>(Qh + r * ST + c4 * 4) = make_uint2(h01, h23);
-            *reinterpret_cast<uint2*>(Ql + r * ST + c4 * 4) = make_uint2(l01, l23);
+#pragma unroll
+            for (int i = 0; i < QRB; i++) {
+                const int r = warp * QRW + rb + i;
+                float mx = 0.f;
+#pragma unroll
+                for (int j = 0; j < QV; j++)
+                    mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v[i][j].x), fabsf(v[i][j].y)), fmaxf(fabsf(v[i][j].z), fabsf(v[i][j].w))));
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, DS4J_SHFL_XOR(mx, o));
+                // 2^t puts the largest |value| in [2^14, 2^15): hi cannot overflow, lo stays normal down to 2^-28 of it
+                int t = 0;
+                if (mx > 0.f && mx <= 3.402823466e38f) {
+                    const int ex = (int)((__float_as_uint(mx) >> 23) & 0xffu) - 127;
+                    t = min(126, max(-126, 14 - ex));
+                }
+                const float up = __uint_as_float((uint32_t)(127 + t) << 23), down = __uint_as_float((uint32_t)(127 - t) << 23);
+                if (lane == 0) sfS[r] = mul(scale, down);
+#pragma unroll
+                for (int j = 0; j < QV; j++) {
+                    const int c4 = lane + 32 * j;
+                    if (c4 >= QF) continue;
+                    uint32_t h01, l01, h23, l23;
+                    split2(mul(v[i][j].x, up), mul(v[i][j].y, up), h01, l01);
+                    split2(mul(v[i][j].z, up), mul(v[i][j].w, up), h23, l23);
+                    *reinterpret_cast<uint2*>(Qh + r * ST + c4 * 4) = make_uint2(h01, h23);
+                    *reinterpret_cast<uint2*>(Ql + r * ST + c4 * 4) = make_uint2(l01, l23);
+                }
+            }
         }
     }
 
