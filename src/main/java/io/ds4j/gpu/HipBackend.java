@@ -1212,8 +1212,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             if (b.kinds[e] != StepKind.VERIFY) continue;
             for (int l = 0; l < c.numLayers; l++)
                 if (b.convert) noteVerifyMode(c.layerTypes[l], "f32-convert", "f32-convert");
-                else noteVerifyMode(c.layerTypes[l], "f16 full-F32", "f16 full-F32 (n_attn " + attendedRows(c, l, b.start[e], b.count[e])
-                        + " <= " + shortRows + ")");
+                else noteF16VerifyMode(c.layerTypes[l], attendedRows(c, l, b.start[e], b.count[e]));
         }
     }
 
