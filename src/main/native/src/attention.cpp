@@ -954,8 +954,13 @@ tc_attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float
  * were written by the attention kernel and are left alone by the kernels below. nmax: the attention grid's range count
  * (the partials' stride); SH: its partial slots times H.
  */
+constexpr int TC_COMBINE_W = 256;  // ranges whose weights a combine block keeps in shared memory
+
 __device__ __forceinline__ void tc_combine_body(const float* part, int nmax, int64_t SH, int64_t row, int nsplit,
                                                 float sink, int d, float* orow) {
+    // each range's weight e^(m_c - M) once a row (-1: a range whose max is -inf, left out), not once a column: the same
+    // values in the same order, so the same sums; more ranges than TC_COMBINE_W compute them where they are used
+    __shared__ float wts[TC_COMBINE_W];
     const float* ml = part + (int64_t)nmax * SH * d;
     float M = sink;
     for (int c = 0; c < nsplit; c++) M = fmaxf(M, ml[((int64_t)c * SH + row) * 2]);
@@ -965,11 +970,24 @@ __device__ __forceinline__ void tc_combine_body(const float* part, int nmax, int
         if (mc != -INFINITY) L += expf(mc - M) * ml[((int64_t)c * SH + row) * 2 + 1];
     }
     const float inv = 1.f / L;
+    const bool kept = nsplit <= TC_COMBINE_W;
+    if (kept) {
+        for (int c = threadIdx.x; c < nsplit; c += blockDim.x) {
+            const float mc = ml[((int64_t)c * SH + row) * 2];
+            wts[c] = mc != -INFINITY ? expf(mc - M) : -1.f;
+        }
+        __syncthreads();
+    }
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float acc = 0.f;
         for (int c = 0; c < nsplit; c++) {
-            const float mc = ml[((int64_t)c * SH + row) * 2];
-            if (mc != -INFINITY) acc += expf(mc - M) * part[((int64_t)c * SH + row) * d + i];
+            float w;
+            if (kept) w = wts[c];
+            else {
+                const float mc = ml[((int64_t)c * SH + row) * 2];
+                w = mc != -INFINITY ? expf(mc - M) : -1.f;
+            }
+            if (w != -1.f) acc += w * part[((int64_t)c * SH + row) * d + i];  // a weight is never negative (NaN included)
         }
         orow[i] = acc * inv;
     }
