@@ -765,6 +765,28 @@ static void split_attention(const SplitCase& c) {
            (unsigned long long)bits_hash(out.data(), out.size()));
 }
 
+/** The rows of a step of several sequences: sequence i's rows at row0 = the rows before it, in reverse order of the views. */
+struct StepRows {
+    std::vector<float> q, kv;
+    std::vector<int32_t> sel;
+    std::vector<ds4j_seq_view> views;
+};
+
+static StepRows step_rows(const std::vector<SplitLayer>& Ls, int R, int H, int D, int K) {
+    StepRows r{std::vector<float>((size_t)R * H * D), std::vector<float>((size_t)R * D),
+               std::vector<int32_t>((size_t)R * std::max(K, 1)), std::vector<ds4j_seq_view>(Ls.size())};
+    int row = R;
+    for (size_t i = 0; i < Ls.size(); i++) {
+        const SplitLayer& L = Ls[i];
+        row -= L.c.S;
+        std::copy(L.q.begin(), L.q.end(), r.q.begin() + (size_t)row * H * D);
+        std::copy(L.kv_new.begin(), L.kv_new.end(), r.kv.begin() + (size_t)row * D);
+        std::copy(L.sel.begin(), L.sel.end(), r.sel.begin() + (size_t)row * std::max(K, 1));
+        r.views[i] = ds4j_seq_view{L.c.N0, L.c.S, row, (void*)L.ring.data(), nullptr, (void*)L.entries.data(), L.cap, 0};
+    }
+    return r;
+}
+
 /**
  * Several sequences through at_split_seqs_kernel, each compared bit for bit with its own single-sequence launch; the
  * same step with the other block size, and on F32 copies made by f16_to_f32_seqs_kernel, bit for bit.
@@ -779,21 +801,13 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
         R += Ss[i];
         max_s = std::max(max_s, Ss[i]);
     }
-    // the step's rows: sequence i's rows at row0 = the rows before it, in reverse order of the views
-    std::vector<float> q((size_t)R * H * D), kv((size_t)R * D);
-    std::vector<int32_t> sel((size_t)R * std::max(K, 1));
-    std::vector<ds4j_seq_view> views(n);
-    int row = R;
+    StepRows rows = step_rows(Ls, R, H, D, K);
+    std::vector<float>&q = rows.q, &kv = rows.kv;
+    std::vector<int32_t>& sel = rows.sel;
+    std::vector<ds4j_seq_view>& views = rows.views;
     int nsmax = 1;
-    for (int i = 0; i < n; i++) {
-        const SplitLayer& L = Ls[i];
-        row -= L.c.S;
-        std::copy(L.q.begin(), L.q.end(), q.begin() + (size_t)row * H * D);
-        std::copy(L.kv_new.begin(), L.kv_new.end(), kv.begin() + (size_t)row * D);
-        std::copy(L.sel.begin(), L.sel.end(), sel.begin() + (size_t)row * std::max(K, 1));
-        views[i] = ds4j_seq_view{L.c.N0, L.c.S, row, (void*)L.ring.data(), nullptr, (void*)L.entries.data(), L.cap, 0};
+    for (const SplitLayer& L : Ls)
         for (int s = 0; s < L.c.S; s++) nsmax = std::max(nsmax, at_split(attended_rows(kind, m, K, L.c.N0 + s, W)).nsplit);
-    }
     const int G = (H + AT_HG - 1) / AT_HG;
     const float scale = 1.f / std::sqrt((float)D);
     // the step through the several-sequence kernels: `kernel` (a block size, a cache type) on the views vs
@@ -897,18 +911,12 @@ static void tc_attention_seqs(int H, int D, int kind, int m, int K, int W, const
         }
         alone.push_back(std::move(o));
     }
-    // the step's rows: sequence i's rows at row0 = the rows before it, in reverse order of the views
-    std::vector<float> q((size_t)R * H * D), kv((size_t)R * D);
-    std::vector<int32_t> sel((size_t)R * std::max(K, 1));
-    std::vector<ds4j_seq_view> views(n);
-    int row = R, nsmax = 1, nmax = 1;
-    for (int i = 0; i < n; i++) {
-        const SplitLayer& L = Ls[i];
-        row -= L.c.S;
-        std::copy(L.q.begin(), L.q.end(), q.begin() + (size_t)row * H * D);
-        std::copy(L.kv_new.begin(), L.kv_new.end(), kv.begin() + (size_t)row * D);
-        std::copy(L.sel.begin(), L.sel.end(), sel.begin() + (size_t)row * std::max(K, 1));
-        views[i] = ds4j_seq_view{L.c.N0, L.c.S, row, (void*)L.ring.data(), nullptr, (void*)L.entries.data(), L.cap, 0};
+    StepRows rows = step_rows(Ls, R, H, D, K);
+    std::vector<float>&q = rows.q, &kv = rows.kv;
+    std::vector<int32_t>& sel = rows.sel;
+    std::vector<ds4j_seq_view>& views = rows.views;
+    int nsmax = 1, nmax = 1;
+    for (const SplitLayer& L : Ls) {
         for (int s = 0; s < L.c.S; s++) {
             const int64_t nk = attended_rows(kind, m, K, L.c.N0 + s, W);
             nsmax = std::max(nsmax, at_split(nk).nsplit);

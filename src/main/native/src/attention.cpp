@@ -1215,6 +1215,36 @@ static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K,
 using namespace ds4j;
 
 /**
+ * Checks each view of a several-sequence attention call (its ring holds the window, a compressed layer has entries, CSA
+ * has selections where a query needs them) and finds the most compressed entries a query of the call attends: the
+ * bound under ds4j_seqs_bounds (ctx->fixed_grids), else the views' own largest count.
+ */
+static int32_t attention_views(ds4j_ctx* ctx, const char* fn, const ds4j_seq_view* host_views, int32_t n, int32_t kind,
+                               int32_t m, const int32_t* sel, int32_t K, int32_t W, int64_t* maxc) {
+    int64_t most = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        const int64_t N0 = v.N0, S = v.S;
+        DS4J_ARG(N0 == 0 || (v.ring && v.cap >= W - 1), "%s: view %d: ring of %d rows cannot hold the window", fn, i, v.cap);
+        DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (v.store || (N0 + S) / m == 0)),
+                 "%s: view %d: compressed layer without entries", fn, i);
+        DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: view %d: CSA without selections", fn, i);
+        int64_t c = 0;
+        if (kind == DS4J_ATTN_HCA) c = (N0 + S) / m;
+        else if (kind == DS4J_ATTN_CSA) c = (N0 + S) / m < K ? (N0 + S) / m : K;
+        if (c > most) most = c;
+    }
+    if (ctx->fixed_grids) {  // ds4j_seqs_bounds: launch shapes and scratch for the bound, not for the present count
+        const int64_t bound = kind == DS4J_ATTN_CSA ? K : kind == DS4J_ATTN_HCA ? ctx->fixed_entries : 0;
+        DS4J_ARG(most <= bound, "%s: %lld compressed entries exceed the bound %lld (ds4j_seqs_bounds)", fn,
+                 (long long)most, (long long)bound);
+        most = bound;
+    }
+    *maxc = most;
+    return DS4J_OK;
+}
+
+/**
  * ds4j_attention_seqs and its variants: the queries of at most max_rows keys (INT64_MAX: all) through the split kernels
  * where they run for d on this device (at_usable), else every query through attention_seqs_kernel.
  */
@@ -1229,25 +1259,9 @@ static int32_t attention_seqs_impl(ds4j_ctx* ctx, const char* fn, const ds4j_seq
     DS4J_ARG(q && kv_new && sinks && out && H > 0 && d > 0 && W > 0, "%s: bad arguments", fn);
     DS4J_ARG(kind == DS4J_ATTN_SLIDING || kind == DS4J_ATTN_CSA || kind == DS4J_ATTN_HCA, "%s: unknown kind %d", fn, kind);
     int64_t maxc = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const ds4j_seq_view& v = host_views[i];
-        const int64_t N0 = v.N0, S = v.S;
-        DS4J_ARG(N0 == 0 || (v.ring && v.cap >= W - 1), "%s: view %d: ring of %d rows cannot hold the window", fn, i, v.cap);
-        DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (v.store || (N0 + S) / m == 0)),
-                 "%s: view %d: compressed layer without entries", fn, i);
-        DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: view %d: CSA without selections", fn, i);
-        int64_t c = 0;
-        if (kind == DS4J_ATTN_HCA) c = (N0 + S) / m;
-        else if (kind == DS4J_ATTN_CSA) c = (N0 + S) / m < K ? (N0 + S) / m : K;
-        if (c > maxc) maxc = c;
-    }
+    const int32_t arc = attention_views(ctx, fn, host_views, n, kind, m, sel, K, W, &maxc);
+    if (arc != DS4J_OK) return arc;
     if (measure_skip("attention")) return DS4J_OK;
-    if (ctx->fixed_grids) {  // ds4j_seqs_bounds: the scratch for the bound, not for the present count
-        const int64_t bound = kind == DS4J_ATTN_CSA ? K : kind == DS4J_ATTN_HCA ? ctx->fixed_entries : 0;
-        DS4J_ARG(maxc <= bound, "%s: %lld compressed entries exceed the bound %lld (ds4j_seqs_bounds)", fn,
-                 (long long)maxc, (long long)bound);
-        maxc = bound;
-    }
     if (at_usable(ctx, d)) {
         const int G = (H + AT_HG - 1) / AT_HG;
         DS4J_ARG((int64_t)G * max_s <= 65535, "%s: S %d too large for one launch", fn, max_s);
@@ -1460,23 +1474,15 @@ int32_t ds4j_attention_f16_operands_seqs(ds4j_ctx* ctx, const ds4j_seq_view* hos
     if (vrc != DS4J_OK) return vrc;
     DS4J_ARG(q && kv_new && sinks && out && H > 0 && W > 0, "%s: bad arguments", fn);
     DS4J_ARG(kind == DS4J_ATTN_SLIDING || kind == DS4J_ATTN_CSA || kind == DS4J_ATTN_HCA, "%s: unknown kind %d", fn, kind);
+    int64_t maxc = 0;
+    const int32_t arc = attention_views(ctx, fn, host_views, n, kind, m, sel, K, W, &maxc);
+    if (arc != DS4J_OK) return arc;
     // which kernels have queries: under fixed grids (ds4j_seqs_bounds) both launch whatever the positions
     const int ns_max = tc_ns_max(ctx, H);
     bool any_short = ctx->fixed_grids != 0, any_long = ctx->fixed_grids != 0;
     int nmax = 1;
-    int64_t maxc = 0;
     for (int32_t i = 0; i < n; i++) {
         const ds4j_seq_view& v = host_views[i];
-        DS4J_ARG(v.N0 == 0 || (v.ring && v.cap >= W - 1), "%s: view %d: ring of %d rows cannot hold the window", fn, i,
-                 v.cap);
-        DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (v.store || (v.N0 + v.S) / m == 0)),
-                 "%s: view %d: compressed layer without entries", fn, i);
-        DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (v.N0 + v.S) / m <= K)), "%s: view %d: CSA without selections",
-                 fn, i);
-        int64_t c = 0;
-        if (kind == DS4J_ATTN_HCA) c = (v.N0 + v.S) / m;
-        else if (kind == DS4J_ATTN_CSA) c = (v.N0 + v.S) / m < K ? (v.N0 + v.S) / m : K;
-        if (c > maxc) maxc = c;
         for (int s = 0; s < v.S; s++) {
             const int64_t nk = attended_rows(kind, m, K, v.N0 + s, W);
             if (nk <= short_rows) any_short = true;
@@ -1489,14 +1495,11 @@ int32_t ds4j_attention_f16_operands_seqs(ds4j_ctx* ctx, const ds4j_seq_view* hos
     }
     if (measure_skip("attention")) return DS4J_OK;
     if (ctx->fixed_grids) {
-        // the grid for the bound: a query of at most W + bound keys gets at most min(its tiles, ns_max) ranges; its own
-        // split (tc_split of its key count) and so its numbers do not depend on the grid
-        const int64_t bound = kind == DS4J_ATTN_CSA ? K : kind == DS4J_ATTN_HCA ? ctx->fixed_entries : 0;
-        DS4J_ARG(maxc <= bound, "%s: %lld compressed entries exceed the bound %lld (ds4j_seqs_bounds)", fn,
-                 (long long)maxc, (long long)bound);
-        const int64_t tiles = (W + bound + TC_KT - 1) / TC_KT;
+        // the grid for the bound (maxc): a query of at most W + maxc keys gets at most min(its tiles, ns_max) ranges;
+        // its own split (tc_split of its key count) and so its numbers do not depend on the grid
+        const int64_t tiles = (W + maxc + TC_KT - 1) / TC_KT;
         nmax = (int)(tiles < ns_max ? (tiles < 1 ? 1 : tiles) : ns_max);
-        any_long = W + bound > short_rows;  // no query under the bound has more keys than that
+        any_long = W + maxc > short_rows;  // no query under the bound has more keys than that
     }
     // queries of at most short_rows keys: the F32 kernel, the control's numbers bit for bit
     if (any_short) {

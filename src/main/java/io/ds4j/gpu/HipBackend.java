@@ -1792,8 +1792,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         int n = 0;
         for (int e = 0; e < b.seqs.length; e++) {
             StepKind kind = b.kinds[e];
-            int S = b.count[e], N0 = b.start[e];
-            if (tcEntry(kind, S)) continue;
+            if (tcEntry(kind, b.count[e])) continue;
             if (kind == StepKind.VERIFY && verifyAttention == VerifyAttention.F32_CONVERT) continue;
             if (kind == StepKind.PREFILL && verifyAttention == VerifyAttention.F16) continue;  // its attention is not the f16 path's
             g[n++] = e;
