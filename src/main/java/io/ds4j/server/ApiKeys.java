@@ -83,14 +83,23 @@ public final class ApiKeys {
     }
 
     /**
-     * Why no client could ever be let in with a configured key, or null when one can: an empty key, or one with what
-     * {@link #token} drops at its ends (a request sending it arrives without it).
+     * Why no client could ever be let in with a configured key, or null when one can: an empty key, one with what
+     * {@link #token} drops at its ends (a request sending it arrives without it), or one with a character past
+     * printable ASCII (or a control character inside it).
      */
     public static String unsendable(String key) {
         if (key.isEmpty()) return "is empty; a key needs at least one character";
         if (!key.equals(token("Bearer " + key)))
             return "starts or ends with a space, tab or control character, which no client can send (it is stripped from"
                     + " the Authorization header before the key is compared); remove it from the key";
+        // header values reach the server as Latin-1 bytes, and clients send a key's UTF-8 bytes or refuse characters
+        // past ASCII, so such a key could never match what a client sends
+        for (int i = 0; i < key.length(); i++) {
+            char ch = key.charAt(i);
+            if (ch > 0x7E || ch < 0x20 && ch != '\t')
+                return "holds a character that is not printable ASCII (at position " + (i + 1) + "), which no client can send"
+                        + " in a header as it is; use ASCII letters, digits and punctuation";
+        }
         return null;
     }
 }

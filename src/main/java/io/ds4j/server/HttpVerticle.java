@@ -235,10 +235,12 @@ public final class HttpVerticle extends VerticleBase {
         }
         String why = decodeProblem(cause);
         ApiException e;
-        if (!keys.isEmpty() && keyRefusal(req, "", keys) != null) {
+        String refused = keys.isEmpty() ? null : keyRefusal(req, "", keys);
+        if (refused != null) {
+            // what is wrong with the key (missing, or not valid) first, then why the request cannot be read
             req.response().putHeader("WWW-Authenticate", "Bearer");
             e = new ApiException(401, "invalid_request_error", "invalid_api_key", null,
-                    "invalid API key: the request headers cannot be read (" + why + ")", null);
+                    refused + "; the request cannot be read either (" + why + ")", null);
         } else if (cause instanceof RequestFraming.Refused framing) {
             // a body whose length is ambiguous (Content-Length with Transfer-Encoding, ...): 400, or 501 for a transfer
             // coding this server does not decode; 505 for an HTTP version other than 1.0 and 1.1

@@ -322,11 +322,6 @@ class ServerConfigTest {
     }
 
     /**
-     * An API key no client can send is refused at load, by its index (the key itself is a secret and is not shown):
-     * an empty one, and one that starts or ends with a space, tab or control character, which is stripped from the
-     * Authorization header before the key is compared. A space inside a key is sent as it is.
-     */
-    /**
      * A file's API keys overridden by the command line's are reported (start-up warning, the reload's message in
      * /props) as "***" each: neither side's keys in clear text, as /props shows them.
      */
@@ -342,6 +337,12 @@ class ServerConfigTest {
                 ServerConfig.overridden("{\"server\":{\"port\":1e3}}".getBytes(), Map.of("server.port", 8080)));
     }
 
+    /**
+     * An API key no client can send is refused at load, by its index (the key itself is a secret and is not shown):
+     * an empty one, and one that starts or ends with a space, tab or control character, which is stripped from the
+     * Authorization header before the key is compared, and one with a character past printable ASCII (header values
+     * arrive as Latin-1, clients send UTF-8 or refuse it). A space inside a key is sent as it is.
+     */
     @Test
     void apiKeysNoClientCanSendAreRefused() throws Exception {
         String ends = "starts or ends with a space, tab or control character, which no client can send (it is stripped"
@@ -356,6 +357,10 @@ class ServerConfigTest {
         ConfigException e = assertThrows(ConfigException.class, () -> ServerConfig.parse("{}", "f", Map.of("server.apiKeys", List.of("k "))));
         assertFalse(e.getMessage().contains("k "), "the key is not shown: " + e.getMessage());
         assertEquals(List.of("a b"), ServerConfig.parse("{\"server\": {\"apiKeys\": [\"a b\"]}}", "t", null).apiKeys());
+        String ascii = "holds a character that is not printable ASCII (at position 3), which no client can send in a header"
+                + " as it is; use ASCII letters, digits and punctuation";
+        assertEquals(List.of("server.apiKeys: the key at index 0 " + ascii, "server.apiKeys: the key at index 1 " + ascii),
+                problems("{\"server\": {\"apiKeys\": [\"cl\u00e9\", \"k-\u20acy\"]}}").problems());
     }
 
     @Test
@@ -487,6 +492,15 @@ class ServerConfigTest {
         assertEquals("[server.apiKeys: \"1 key(s)\" -> \"2 key(s) (1 added, 0 removed)\"]", String.valueOf(ServerConfig.reload(one, two).live()));
         for (String shown : List.of(replaced, String.valueOf(ServerConfig.reload(one, two).live())))
             assertFalse(shown.contains("sk-"), shown);
+        // distinct keys are counted: a list that repeats a key holds it once
+        ServerConfig three = ServerConfig.parse("{\"server\": {\"apiKeys\": [\"k1\", \"k2\", \"k1\"]}}", "d", null);
+        ServerConfig twice = ServerConfig.parse("{\"server\": {\"apiKeys\": [\"k3\", \"k3\"]}}", "e", null);
+        assertEquals("[server.apiKeys: \"2 key(s)\" -> \"1 key(s) (1 added, 2 removed)\"]",
+                String.valueOf(ServerConfig.reload(three, twice).live()));
+        ServerConfig ab = ServerConfig.parse("{\"server\": {\"apiKeys\": [\"a\", \"b\"]}}", "f", null);
+        ServerConfig aab = ServerConfig.parse("{\"server\": {\"apiKeys\": [\"a\", \"a\", \"b\"]}}", "g", null);
+        assertEquals("[server.apiKeys: \"2 key(s)\" -> \"2 key(s) (0 added, 0 removed, repeated or reordered)\"]",
+                String.valueOf(ServerConfig.reload(ab, aab).live()));
     }
 
     @Test

@@ -1058,17 +1058,21 @@ public final class ServerConfig {
     }
 
     /**
-     * The new value of a changed key as {@link #redact} shows it; for a secret list, with how many keys were added and
-     * removed, since its count alone can be the same on both sides ("1 key(s)" -> "1 key(s)" for a replaced key).
+     * The new value of a changed key as {@link #redact} shows it; for a secret list, with how many distinct keys were
+     * added and removed, since its count alone can be the same on both sides ("1 key(s)" -> "1 key(s)" for a replaced
+     * key); a list that only repeats or reorders its keys says so.
      */
     private static Object redactChange(ConfigKey k, Object running, Object proposed) {
         if (!(secret(k.name()) && running instanceof List<?> r && proposed instanceof List<?> n)) return redact(k, proposed);
-        long added = n.stream().filter(x -> !r.contains(x)).count(), removed = r.stream().filter(x -> !n.contains(x)).count();
-        return n.size() + " key(s) (" + added + " added, " + removed + " removed" + (added + removed == 0 ? ", reordered" : "") + ")";
+        java.util.Set<?> was = new java.util.HashSet<>(r), now = new java.util.HashSet<>(n);
+        long added = now.stream().filter(x -> !was.contains(x)).count(), removed = was.stream().filter(x -> !now.contains(x)).count();
+        return redact(k, proposed) + " (" + added + " added, " + removed + " removed"
+                + (added + removed == 0 ? ", repeated or reordered" : "") + ")";
     }
 
+    /** A value as /props and the log show it: a secret list as its count of distinct keys, anything else as written. */
     private static Object redact(ConfigKey k, Object o) {
-        if (secret(k.name()) && o instanceof List<?> l) return l.size() + " key(s)";
+        if (secret(k.name()) && o instanceof List<?> l) return new java.util.HashSet<>(l).size() + " key(s)";
         return asWritten(k, o);
     }
 
