@@ -134,7 +134,7 @@ public final class ModelConfig {
         c.maxPositionEmbeddings = intKey(j, "max_position_embeddings", c.maxPositionEmbeddings);
         c.bosTokenId = intKey(j, "bos_token_id", c.bosTokenId);
         if (j.has("eos_token_id") && j.get("eos_token_id").isArray() && !j.get("eos_token_id").isEmpty())
-            c.eosTokenId = j.get("eos_token_id").get(0).asInt();
+            c.eosTokenId = intValue("eos_token_id[0]", j.get("eos_token_id").get(0));
         else c.eosTokenId = intKey(j, "eos_token_id", c.eosTokenId);
         c.mtpLayers = intKey(j, "num_nextn_predict_layers", c.mtpLayers);
         // before the layers and heads are counted out below, which a zero or negative count would break obscurely
@@ -223,7 +223,6 @@ public final class ModelConfig {
         req(ropeDim <= indexHeadDim || !usesCsa(), "rope dims must be <= index_head_dim");
         req(numHeads % oGroups == 0, "num_attention_heads " + numHeads + " is not a multiple of o_groups " + oGroups);
         req(expertsPerToken > 0 && expertsPerToken <= numExperts, "num_experts_per_tok must be in 1..n_routed_experts");
-        req(slidingWindow >= 1, "sliding_window must be >= 1");
         req(csaRatio >= 1 && hcaRatio >= 1, "compress rates must be >= 1");
         req(hcMult >= 1 && sinkhornIters >= 1, "hc_mult and hc_sinkhorn_iters must be >= 1");
         req(indexTopk >= 1, "index_topk must be >= 1");
@@ -237,12 +236,28 @@ public final class ModelConfig {
         positive("num_attention_heads", numHeads);
         positive("head_dim", headDim);
         positive("o_groups", oGroups);
+        positive("q_lora_rank", qLoraRank);
+        positive("o_lora_rank", oLoraRank);
+        positive("moe_intermediate_size", moeInter);
+        positive("index_n_heads", indexHeads);
+        positive("index_head_dim", indexHeadDim);
         req(maxPositionEmbeddings >= MIN_CONTEXT_TOKENS, "max_position_embeddings must be at least " + MIN_CONTEXT_TOKENS
                 + " (the smallest context a request runs with), got " + maxPositionEmbeddings);
+        // every sequence allocates a ring of sliding_window - 1 + k_max rows per layer (CacheLayout.windowRows) whatever
+        // its context; a window wider than the longest context never fills, and 2e9 overflowed the ring's size
+        req(slidingWindow >= 1 && slidingWindow <= maxPositionEmbeddings, "sliding_window must be from 1 to"
+                + " max_position_embeddings (" + maxPositionEmbeddings + "), got " + slidingWindow);
+        tokenId("bos_token_id", bosTokenId);
+        tokenId("eos_token_id", eosTokenId);
     }
 
     private static void positive(String key, int value) {
         req(value > 0, key + " must be positive, got " + value);
+    }
+
+    private void tokenId(String key, int value) {
+        req(value >= 0 && value < vocabSize, key + " must be a token id from 0 to vocab_size - 1 (" + (vocabSize - 1)
+                + "), got " + value);
     }
 
     private boolean usesCsa() {
@@ -354,17 +369,36 @@ public final class ModelConfig {
         return (ArrayNode) v;
     }
 
+    /** A key's int value, def where the key is absent; null, a fraction or a value past the int range is refused. */
     private static int intKey(JsonNode j, String key, int def) {
         JsonNode v = j.get(key);
-        if (v == null || v.isNull()) return def;
-        if (!v.isNumber() || v.asDouble() != Math.rint(v.asDouble()))
-            throw new IllegalArgumentException("'" + key + "' must be an integer, got " + v);
-        return v.asInt();
+        return v == null ? def : intValue(key, v);
+    }
+
+    /**
+     * A number node as an int, judged on its exact value as written ({@link Json#exact}), so that 4294967360 is not
+     * read as 64 nor 1e30 as 2147483647; a refusal shows the value as the file wrote it.
+     */
+    private static int intValue(String key, JsonNode v) {
+        java.math.BigDecimal x = v.isNumber() ? Json.exact(v) : null;
+        if (x == null || (x.signum() != 0 && x.stripTrailingZeros().scale() > 0))
+            throw new IllegalArgumentException(key + " must be an integer, got " + asWritten(v));
+        if (x.compareTo(java.math.BigDecimal.valueOf(Integer.MAX_VALUE)) > 0)
+            throw new IllegalArgumentException(key + " must be an integer of at most " + Integer.MAX_VALUE + ", got " + asWritten(v));
+        if (x.compareTo(java.math.BigDecimal.valueOf(Integer.MIN_VALUE)) < 0)
+            throw new IllegalArgumentException(key + " must be an integer of at least " + Integer.MIN_VALUE + ", got " + asWritten(v));
+        return x.intValueExact();
+    }
+
+    /** A node as the file wrote it: a number's kept text ({@link Json#written}), else its JSON. */
+    private static String asWritten(JsonNode v) {
+        String w = Json.written(v);
+        return w != null ? w : v.toString();
     }
 
     private static double numKey(JsonNode j, String key, double def) {
         JsonNode v = j.get(key);
-        if (v == null || v.isNull()) return def;
+        if (v == null) return def;
         if (!v.isNumber()) throw new IllegalArgumentException("'" + key + "' must be a number, got " + v);
         return v.asDouble();
     }

@@ -364,8 +364,31 @@ class WeightLoaderTest {
                 {"num_attention_heads", "0", "num_attention_heads must be positive, got 0"},
                 {"o_groups", "0", "o_groups must be positive, got 0"},
                 {"max_position_embeddings", "8", "max_position_embeddings must be at least 16 (the smallest context a request"
-                        + " runs with), got 8"}}) {
-            String bad = good.replaceFirst("\"" + c[0] + "\" : -?\\d+", "\"" + c[0] + "\" : " + c[1]);
+                        + " runs with), got 8"},
+                // past the int range: refused as written, not wrapped (4294967360 read as 64) or clamped (1e30)
+                {"hidden_size", "4294967360", "hidden_size must be an integer of at most 2147483647, got 4294967360"},
+                {"hidden_size", "4294967232", "hidden_size must be an integer of at most 2147483647, got 4294967232"},
+                {"hidden_size", "1e30", "hidden_size must be an integer of at most 2147483647, got 1e30"},
+                {"hidden_size", "1E400", "hidden_size must be an integer of at most 2147483647, got 1E400"},
+                {"hidden_size", "-4294967296", "hidden_size must be an integer of at least -2147483648, got -4294967296"},
+                {"hidden_size", "64.5", "hidden_size must be an integer, got 64.5"},
+                {"hidden_size", "1e-400", "hidden_size must be an integer, got 1e-400"},
+                {"hidden_size", "null", "hidden_size must be an integer, got null"},
+                {"hidden_size", "\"64\"", "hidden_size must be an integer, got \"64\""},
+                {"num_hidden_layers", "1e30", "num_hidden_layers must be an integer of at most 2147483647, got 1e30"},
+                {"eos_token_id", "[ 4294967297 ]", "eos_token_id[0] must be an integer of at most 2147483647, got 4294967297"},
+                // a window past the longest context: its ring (sliding_window - 1 + k_max rows) overflowed at 2e9
+                {"sliding_window", "2000000000", "sliding_window must be from 1 to max_position_embeddings (1048576), got 2000000000"},
+                {"sliding_window", "0", "sliding_window must be from 1 to max_position_embeddings (1048576), got 0"},
+                {"q_lora_rank", "0", "q_lora_rank must be positive, got 0"},
+                {"o_lora_rank", "-1", "o_lora_rank must be positive, got -1"},
+                {"moe_intermediate_size", "0", "moe_intermediate_size must be positive, got 0"},
+                {"index_n_heads", "0", "index_n_heads must be positive, got 0"},
+                {"index_head_dim", "0", "index_head_dim must be positive, got 0"},
+                {"eos_token_id", "64", "eos_token_id must be a token id from 0 to vocab_size - 1 (63), got 64"},
+                {"eos_token_id", "[ 64 ]", "eos_token_id must be a token id from 0 to vocab_size - 1 (63), got 64"},
+                {"bos_token_id", "-1", "bos_token_id must be a token id from 0 to vocab_size - 1 (63), got -1"}}) {
+            String bad = good.replaceFirst("\"" + c[0] + "\" : -?\\d+", java.util.regex.Matcher.quoteReplacement("\"" + c[0] + "\" : " + c[1]));
             assertNotEquals(good, bad, c[0]);
             Files.writeString(cfg, bad);
             loadFails(tmp, cfg + ": " + c[2]);
