@@ -549,7 +549,9 @@ static void attention(int H, int D, int kind, int m, int K, int64_t N0, int S, i
     switch (D) {
         case 64: run(std::integral_constant<int, 64>()); break;
         case 128: run(std::integral_constant<int, 128>()); break;
-        default: run(std::integral_constant<int, 512>()); break;
+        case 256: run(std::integral_constant<int, 256>()); break;
+        case 512: run(std::integral_constant<int, 512>()); break;
+        default: printf("FAIL attention: no tensor-core kernel for D %d\n", D); fails++; return;
     }
     if (nsplit > 1)
         emu_launch(dim3(S * H), dim3(128), 0, [&] {
@@ -882,7 +884,9 @@ static void tc_attention_seqs(int H, int D, int kind, int m, int K, int W, const
         switch (D) {
             case 64: emu_launch(grid, dim3(TC_THREADS), tc_smem(D), [&] { body(std::integral_constant<int, 64>()); }); break;
             case 128: emu_launch(grid, dim3(TC_THREADS), tc_smem(D), [&] { body(std::integral_constant<int, 128>()); }); break;
-            default: emu_launch(grid, dim3(TC_THREADS), tc_smem(D), [&] { body(std::integral_constant<int, 512>()); }); break;
+            case 256: emu_launch(grid, dim3(TC_THREADS), tc_smem(D), [&] { body(std::integral_constant<int, 256>()); }); break;
+            case 512: emu_launch(grid, dim3(TC_THREADS), tc_smem(D), [&] { body(std::integral_constant<int, 512>()); }); break;
+            default: printf("FAIL f16 attention seqs: no tensor-core kernel for D %d\n", D); fails++; break;
         }
     };
     // each sequence alone, as ds4j_attention_f16_operands runs it
@@ -1814,6 +1818,7 @@ att:
     tc_attention_seqs(20, 64, DS4J_ATTN_HCA, 2, 0, 16, {0, 70, 46, 200}, {3, 1, 5, 2}, 40, 4);
     tc_attention_seqs(24, 64, DS4J_ATTN_CSA, 4, 20, 16, {300, 10, 150, 69}, {5, 2, 1, 4}, 33, 3);
     tc_attention_seqs(64, 512, DS4J_ATTN_HCA, 4, 0, 16, {120, 30}, {2, 1}, 40, 2);
+    tc_attention_seqs(70, 256, DS4J_ATTN_CSA, 2, 40, 16, {40, 3, 90}, {1, 2, 3}, 20, 3);  // D 256, heads past H
     if (getenv("ATT_ONLY")) {
         fails += std::exchange(emu_smem_overruns, 0);
         printf("%s: %d failures (F16-operand attention only)\n", fails ? "FAILED" : "OK", fails);
