@@ -369,10 +369,13 @@ public final class ModelConfig {
         return (ArrayNode) v;
     }
 
-    /** A key's int value, def where the key is absent; null, a fraction or a value past the int range is refused. */
+    /**
+     * A key's int value, def where the key is absent or null (as transformers writes an unset attribute); a fraction or
+     * a value past the int range is refused.
+     */
     private static int intKey(JsonNode j, String key, int def) {
         JsonNode v = j.get(key);
-        return v == null ? def : intValue(key, v);
+        return v == null || v.isNull() ? def : intValue(key, v);
     }
 
     /**
@@ -398,7 +401,7 @@ public final class ModelConfig {
 
     private static double numKey(JsonNode j, String key, double def) {
         JsonNode v = j.get(key);
-        if (v == null) return def;
+        if (v == null || v.isNull()) return def;  // as intKey: null is unset
         if (!v.isNumber()) throw new IllegalArgumentException("'" + key + "' must be a number, got " + v);
         return v.asDouble();
     }

@@ -373,7 +373,6 @@ class WeightLoaderTest {
                 {"hidden_size", "-4294967296", "hidden_size must be an integer of at least -2147483648, got -4294967296"},
                 {"hidden_size", "64.5", "hidden_size must be an integer, got 64.5"},
                 {"hidden_size", "1e-400", "hidden_size must be an integer, got 1e-400"},
-                {"hidden_size", "null", "hidden_size must be an integer, got null"},
                 {"hidden_size", "\"64\"", "hidden_size must be an integer, got \"64\""},
                 {"num_hidden_layers", "1e30", "num_hidden_layers must be an integer of at most 2147483647, got 1e30"},
                 {"eos_token_id", "[ 4294967297 ]", "eos_token_id[0] must be an integer of at most 2147483647, got 4294967297"},
