@@ -223,6 +223,15 @@ public final class Json {
         return JsonNumbers.written(n);
     }
 
+    /**
+     * A value as its writer wrote it, for messages and logs: a number's kept text ({@link #written}: 1e3, not the
+     * 1000.0 of its double), anything else as JSON.
+     */
+    public static String asWritten(JsonNode n) {
+        String w = written(n);
+        return w != null ? w : n.toString();
+    }
+
     /** A JSON number with an integral value as written ({@link JsonNumbers#isIntegral}, where it is decided). */
     public static boolean isIntegral(JsonNode v) {
         return JsonNumbers.isIntegral(v);

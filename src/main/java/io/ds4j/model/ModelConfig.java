@@ -385,18 +385,12 @@ public final class ModelConfig {
     private static int intValue(String key, JsonNode v) {
         java.math.BigDecimal x = v.isNumber() ? Json.exact(v) : null;
         if (x == null || (x.signum() != 0 && x.stripTrailingZeros().scale() > 0))
-            throw new IllegalArgumentException(key + " must be an integer, got " + asWritten(v));
+            throw new IllegalArgumentException(key + " must be an integer, got " + Json.asWritten(v));
         if (x.compareTo(java.math.BigDecimal.valueOf(Integer.MAX_VALUE)) > 0)
-            throw new IllegalArgumentException(key + " must be an integer of at most " + Integer.MAX_VALUE + ", got " + asWritten(v));
+            throw new IllegalArgumentException(key + " must be an integer of at most " + Integer.MAX_VALUE + ", got " + Json.asWritten(v));
         if (x.compareTo(java.math.BigDecimal.valueOf(Integer.MIN_VALUE)) < 0)
-            throw new IllegalArgumentException(key + " must be an integer of at least " + Integer.MIN_VALUE + ", got " + asWritten(v));
+            throw new IllegalArgumentException(key + " must be an integer of at least " + Integer.MIN_VALUE + ", got " + Json.asWritten(v));
         return x.intValueExact();
-    }
-
-    /** A node as the file wrote it: a number's kept text ({@link Json#written}), else its JSON. */
-    private static String asWritten(JsonNode v) {
-        String w = Json.written(v);
-        return w != null ? w : v.toString();
     }
 
     private static double numKey(JsonNode j, String key, double def) {

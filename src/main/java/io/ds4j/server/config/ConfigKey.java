@@ -251,8 +251,7 @@ public record ConfigKey(String name, Type type, Object def, boolean live, Range 
             if (v.isTextual()) return "\"" + (v.textValue().length() > 40 ? v.textValue().substring(0, 37) + "..." : v.textValue()) + "\"";
             if (v.isContainerNode()) return v.isArray() ? "an array" : "an object";
             // a number as the file wrote it (10000000000.0, not 1.0E10), as request errors show theirs
-            String written = Json.written(v);
-            return written != null ? written : v.toString();
+            return Json.asWritten(v);
         }
     }
 

@@ -354,10 +354,7 @@ public final class ServerConfig {
      * the 1000.0 of its double), a secret key's values as "***" each ({@link #secret}).
      */
     private static String shown(String key, JsonNode v) {
-        if (!secret(key)) {
-            String written = Json.written(v);
-            return written != null ? written : v.toString();
-        }
+        if (!secret(key)) return Json.asWritten(v);
         if (!v.isArray()) return JsonNodeFactory.instance.textNode("***").toString();
         var masked = JsonNodeFactory.instance.arrayNode();
         for (int i = 0; i < v.size(); i++) masked.add("***");
