@@ -865,7 +865,9 @@ static void split_attention_seqs(int H, int D, int kind, int m, int K, int W, co
  * at_split_seqs_kernel, the others through tc_attention_seqs_kernel and its combine) against each sequence alone on
  * ds4j_attention_f16_operands's launches (the split kernel for the queries before its first long one, the
  * tensor-core kernel from there), bit for bit; the tensor-core grid once for the step's queries and once for a bound
- * (as under ds4j_seqs_bounds: more ranges than any query has).
+ * (as under ds4j_seqs_bounds: more ranges than any query has). The same launches on F32 copies of the rows (the
+ * control's: ds4j_attention_f16_operands_f32 alone, ds4j_attention_f16_operands_f32_seqs on f16_to_f32_seqs_kernel's
+ * views) must give the same bits too.
  */
 static void tc_attention_seqs(int H, int D, int kind, int m, int K, int W, const std::vector<int64_t>& N0s,
                               const std::vector<int>& Ss, int64_t short_rows, int ns_max) {
@@ -889,30 +891,41 @@ static void tc_attention_seqs(int H, int D, int kind, int m, int K, int W, const
             default: printf("FAIL f16 attention seqs: no tensor-core kernel for D %d\n", D); fails++; break;
         }
     };
-    // each sequence alone, as ds4j_attention_f16_operands runs it
+    // each sequence alone, as ds4j_attention_f16_operands runs it, and as ds4j_attention_f16_operands_f32 runs it on
+    // F32 copies of the ring and entries
     std::vector<std::vector<float>> alone;
-    int longq = 0, shortq = 0;
+    int longq = 0, shortq = 0, diffs_copy_alone = 0;
     for (const SplitLayer& L : Ls) {
         const SplitCase& c = L.c;
+        std::vector<float> ring32(L.ring.size()), entries32(L.entries.size());
+        for (size_t i = 0; i < L.ring.size(); i++) ring32[i] = emu_f16(L.ring[i]);
+        for (size_t i = 0; i < L.entries.size(); i++) entries32[i] = emu_f16(L.entries[i]);
         std::vector<float> o = split_run<uint16_t>(L);  // the queries before s0 (each query's numbers are its own)
         int s0 = c.S;
         while (s0 > 0 && attended_rows(kind, m, K, c.N0 + s0 - 1, W) > short_rows) s0--;
         shortq += s0;
         longq += c.S - s0;
+        std::vector<float> o32 = o;
         if (s0 < c.S) {
             int nmax = 1;
             for (int s = s0; s < c.S; s++) nmax = std::max(nmax, tc_split(attended_rows(kind, m, K, c.N0 + s, W), ns_max).nsplit);
-            std::vector<float> part((size_t)nmax * c.S * H * (D + 2) + 1, 777.f);
-            launch_tc(dim3((c.S - s0) * HB, nmax), [&](auto dd) {
-                tc_attention_kernel<decltype(dd)::value>(L.q.data(), L.kv_new.data(), L.ring.data(), L.cap, L.entries.data(), kind,
-                                                         m, L.sel.data(), K, L.sinks.data(), c.N0, c.S, H, W, scale, s0,
-                                                         ns_max, part.data(), o.data());
-            });
-            if (nmax > 1)
-                emu_launch(dim3((c.S - s0) * H), dim3(128), 0, [&] {
-                    tc_combine_kernel(part.data(), nmax, kind, m, K, c.N0, c.S, W, s0, ns_max, H, D, L.sinks.data(), o.data());
+            auto tc_alone = [&](auto ring, auto entries, std::vector<float>& out) {
+                std::vector<float> part((size_t)nmax * c.S * H * (D + 2) + 1, 777.f);
+                launch_tc(dim3((c.S - s0) * HB, nmax), [&](auto dd) {
+                    tc_attention_kernel<decltype(dd)::value>(L.q.data(), L.kv_new.data(), ring, L.cap, entries, kind, m,
+                                                             L.sel.data(), K, L.sinks.data(), c.N0, c.S, H, W, scale, s0,
+                                                             ns_max, part.data(), out.data());
                 });
+                if (nmax > 1)
+                    emu_launch(dim3((c.S - s0) * H), dim3(128), 0, [&] {
+                        tc_combine_kernel(part.data(), nmax, kind, m, K, c.N0, c.S, W, s0, ns_max, H, D, L.sinks.data(),
+                                          out.data());
+                    });
+            };
+            tc_alone(L.ring.data(), L.entries.data(), o);
+            tc_alone(ring32.data(), entries32.data(), o32);
         }
+        diffs_copy_alone += bit_diffs(o.data(), o32.data(), o.size());
         alone.push_back(std::move(o));
     }
     StepRows rows = step_rows(Ls, R, H, D, K);
@@ -927,45 +940,67 @@ static void tc_attention_seqs(int H, int D, int kind, int m, int K, int W, const
             if (nk > short_rows) nmax = std::max(nmax, tc_split(nk, ns_max).nsplit);
         }
     }
-    auto run = [&](int tc_ranges) {
+    auto run = [&](int tc_ranges, auto zero, const ds4j_seq_view* vs) {
+        using T = decltype(zero);
         std::vector<float> o((size_t)R * H * D, -555.f);
         std::vector<float> part((size_t)n * max_s * H * nsmax * (D + 2) + 1, 777.f);
         float* ml = part.data() + (size_t)n * max_s * H * nsmax * D;
         emu_launch(dim3(nsmax, G * max_s, n), dim3(AT_THREADS), at_smem(D), [&] {
-            at_split_seqs_kernel<uint16_t, AT_THREADS>(views.data(), q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(),
-                                                       H, D, W, scale, max_s, part.data(), ml, nsmax, short_rows, o.data());
+            at_split_seqs_kernel<T, AT_THREADS>(vs, q.data(), kv.data(), kind, m, sel.data(), K, Ls[0].sinks.data(), H, D, W,
+                                                scale, max_s, part.data(), ml, nsmax, short_rows, o.data());
         });
         if (nsmax > 1)
             emu_launch(dim3(H, max_s, n), dim3(128), 0, [&] {
-                at_combine_seqs_kernel(views.data(), part.data(), ml, nsmax, kind, m, K, W, max_s, H, D, Ls[0].sinks.data(),
+                at_combine_seqs_kernel(vs, part.data(), ml, nsmax, kind, m, K, W, max_s, H, D, Ls[0].sinks.data(),
                                        short_rows, o.data());
             });
         std::vector<float> tpart((size_t)tc_ranges * n * max_s * H * (D + 2) + 1, 888.f);
         launch_tc(dim3(max_s * HB, tc_ranges, n), [&](auto dd) {
-            tc_attention_seqs_kernel<decltype(dd)::value>(views.data(), q.data(), kv.data(), kind, m, sel.data(), K,
-                                                          Ls[0].sinks.data(), H, W, scale, short_rows, ns_max, max_s,
-                                                          tpart.data(), o.data());
+            tc_attention_seqs_kernel<decltype(dd)::value, T>(vs, q.data(), kv.data(), kind, m, sel.data(), K,
+                                                             Ls[0].sinks.data(), H, W, scale, short_rows, ns_max, max_s,
+                                                             tpart.data(), o.data());
         });
         if (tc_ranges > 1)
             emu_launch(dim3(H, max_s, n), dim3(128), 0, [&] {
-                tc_combine_seqs_kernel(views.data(), tpart.data(), tc_ranges, kind, m, K, W, short_rows, ns_max, max_s, H, D,
+                tc_combine_seqs_kernel(vs, tpart.data(), tc_ranges, kind, m, K, W, short_rows, ns_max, max_s, H, D,
                                        Ls[0].sinks.data(), o.data());
             });
         return o;
     };
+    // the control's copies (ds4j_f16_to_f32_seqs, with room past each view's own rows as a fixed-form step's bounds leave)
+    int ring_rows = 0;
+    int64_t max_e = 1;
+    for (const ds4j_seq_view& v : views) {
+        ring_rows = std::max(ring_rows, v.cap + 3);
+        if (m > 0) max_e = std::max<int64_t>(max_e, (v.N0 + v.S) / m + 5);
+    }
+    std::vector<float> dst((size_t)n * (ring_rows + max_e) * D, 999.f);
+    std::vector<ds4j_seq_view> views32(n);
+    const int64_t chunks = ((int64_t)ring_rows + max_e) * D / 8;
+    emu_launch(dim3((unsigned)((chunks + 255) / 256), n), dim3(256), 0, [&] {
+        f16_to_f32_seqs_kernel(views.data(), ring_rows, m, max_e, D, dst.data(), views32.data());
+    });
     int diffs = 0, diffs_bound = 0;
-    const std::vector<float> out = run(nmax), bounded = run(std::max(nmax, ns_max) + 1);
+    const std::vector<float> out = run(nmax, uint16_t(0), views.data()),
+                             bounded = run(std::max(nmax, ns_max) + 1, uint16_t(0), views.data()),
+                             copies = run(std::max(nmax, ns_max) + 1, 0.f, views32.data());
     for (int i = 0; i < n; i++) {
         diffs += bit_diffs(alone[i].data(), out.data() + (size_t)views[i].row0 * H * D, alone[i].size());
         diffs_bound += bit_diffs(alone[i].data(), bounded.data() + (size_t)views[i].row0 * H * D, alone[i].size());
     }
+    const int diffs_copy = bit_diffs(out.data(), copies.data(), out.size());
     if (diffs) { printf("FAIL f16 attention seqs: %d values differ from the single-sequence launches\n", diffs); fails++; }
     if (diffs_bound) { printf("FAIL f16 attention seqs: a bound's grid gives %d values different\n", diffs_bound); fails++; }
+    if (diffs_copy_alone || diffs_copy) {
+        printf("FAIL f16 attention seqs: on F32 copies %d values differ alone, %d in the step\n", diffs_copy_alone, diffs_copy);
+        fails++;
+    }
     if (!longq || !shortq) { printf("FAIL f16 attention seqs: the case has no %s queries\n", longq ? "short" : "long"); fails++; }
     printf("f16 attention seqs H %d D %d kind %d, %d sequences (max S %d; %d queries of at most %lld keys, %d over; up to %d"
-           " tensor-core ranges of at most %d): %d values differ, %d with the bound's grid; output hash %016llx\n",
-           H, D, kind, n, max_s, shortq, (long long)short_rows, longq, nmax, ns_max, diffs, diffs_bound,
-           (unsigned long long)bits_hash(out.data(), out.size()));
+           " tensor-core ranges of at most %d): %d values differ, %d with the bound's grid, %d + %d on F32 copies (alone +"
+           " step); output hash %016llx\n",
+           H, D, kind, n, max_s, shortq, (long long)short_rows, longq, nmax, ns_max, diffs, diffs_bound, diffs_copy_alone,
+           diffs_copy, (unsigned long long)bits_hash(out.data(), out.size()));
 }
 
 // ------------------------------------------------------------------------------------------- skinny products

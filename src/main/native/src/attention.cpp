@@ -647,6 +647,10 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
 }
 
 /**
+ * T: the cache rows' element type: uint16_t, the F16 rows read in place (cp.async into the key tile); float, F32 copies
+ * of them (the control's conversion), rounded back to F16 on their way into the tile, which is exact, so both give the
+ * same tiles and the same output bit for bit.
+ *
  * Block (query s of a sequence at positions N0 .., heads h0 .. h0+63, key range c): keys [c*per, min(nk_s, (c+1)*per))
  * of query s's key set, where nsplit and per are tc_split(nk_s, ns_max); nothing to do (a uniform return) when c >=
  * nsplit or nk_s <= min_rows (those queries run the F32 kernel). q, kv_new, sel and out are the sequence's rows (row s
@@ -655,9 +659,9 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
  * slots times H), for tc_combine_body. Warp w: row tile w&3 (16 heads); in Q K^T keys (w>>2)*16 .. +16 of the tile, in
  * P V output columns (w>>2)*D/2 .. +D/2.
  */
-template <int D>
-__device__ __forceinline__ void tc_attention_body(const float* q, const float* kv_new, const uint16_t* ring, int cap,
-                                                  const uint16_t* entries, int kind, int m, const int32_t* sel, int K,
+template <int D, typename T>
+__device__ __forceinline__ void tc_attention_body(const float* q, const float* kv_new, const T* ring, int cap,
+                                                  const T* entries, int kind, int m, const int32_t* sel, int K,
                                                   const float* sinks, int64_t N0, int H, int W, float scale, int ns_max,
                                                   int64_t min_rows, int s, int h0, int c, float* part, int64_t pslot,
                                                   int64_t SH, int nmax, float* out) {
@@ -679,7 +683,7 @@ __device__ __forceinline__ void tc_attention_body(const float* q, const float* k
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
 
-    Keys<uint16_t> k;
+    Keys<T> k;
     const int nk = query_keys(k, kv_new, ring, cap, entries, kind, m, sel, K, N0, s, D, W);
     const TcSplit sp = tc_split(nk, ns_max);
     if (c >= sp.nsplit || nk <= min_rows) return;  // uniform over the block
@@ -755,7 +759,7 @@ __device__ __forceinline__ void tc_attention_body(const float* q, const float* k
             const uintptr_t a = kaddr[j];
             if (j >= nv) {
                 *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);  // zero, not garbage: 0 x NaN = NaN
-            } else if (a & 1u) {  // a row of this step, F32 holding F16 values: exact
+            } else if ((a & 1u) || sizeof(T) == 4) {  // a row of this step or an F32 copy, F32 holding F16 values: exact
                 const float4* f = reinterpret_cast<const float4*>((const float*)(a & ~(uintptr_t)1) + c8 * 8);
                 const float4 x = f[0], y = f[1];
                 *reinterpret_cast<uint4*>(dst) = make_uint4(pack2(f32_to_f16(x.x), f32_to_f16(x.y)),
@@ -763,7 +767,7 @@ __device__ __forceinline__ void tc_attention_body(const float* q, const float* k
                                                             pack2(f32_to_f16(y.x), f32_to_f16(y.y)),
                                                             pack2(f32_to_f16(y.z), f32_to_f16(y.w)));
             } else {
-                cp_async16(dst, (const uint16_t*)a + c8 * 8);
+                cp_async16(dst, (const uint16_t*)a + c8 * 8);  // an F16 cache row in place
             }
         }
         cp_async_wait_all();
@@ -914,23 +918,24 @@ __device__ __forceinline__ void tc_attention_body(const float* q, const float* k
  * Grid ((S - s0) * ceil(H/64), most ranges of a query): queries s0 .. S-1 of one sequence (tc_attention_body), partial
  * slot = query.
  */
-template <int D>
+template <int D, typename T>
 __global__ void __launch_bounds__(TC_THREADS, 1)
-tc_attention_kernel(const float* q, const float* kv_new, const uint16_t* ring, int cap, const uint16_t* entries, int kind,
-                    int m, const int32_t* sel, int K, const float* sinks, int64_t N0, int S, int H, int W, float scale,
-                    int s0, int ns_max, float* part, float* out) {
+tc_attention_kernel(const float* q, const float* kv_new, const T* ring, int cap, const T* entries, int kind, int m,
+                    const int32_t* sel, int K, const float* sinks, int64_t N0, int S, int H, int W, float scale, int s0,
+                    int ns_max, float* part, float* out) {
     DS4J_AWAIT_PREVIOUS();
     const int HB = (H + TC_ROWS - 1) / TC_ROWS;
     const int s = s0 + (int)(blockIdx.x / HB);
-    tc_attention_body<D>(q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, W, scale, ns_max, -1, s,
-                         (int)(blockIdx.x % HB) * TC_ROWS, (int)blockIdx.y, part, s, (int64_t)S * H, (int)gridDim.y, out);
+    tc_attention_body<D, T>(q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, H, W, scale, ns_max, -1, s,
+                            (int)(blockIdx.x % HB) * TC_ROWS, (int)blockIdx.y, part, s, (int64_t)S * H, (int)gridDim.y,
+                            out);
 }
 
 /**
  * tc_attention_kernel over sequences: grid (max_s * ceil(H/64), most ranges of a query, views); the queries of more
  * than min_rows keys (the others run at_split_seqs_kernel), partial slot = view * max_s + s.
  */
-template <int D>
+template <int D, typename T>
 __global__ void __launch_bounds__(TC_THREADS, 1)
 tc_attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float* kv_new, int kind, int m,
                          const int32_t* sel, int K, const float* sinks, int H, int W, float scale, int64_t min_rows,
@@ -941,10 +946,10 @@ tc_attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float
     const int s = (int)(blockIdx.x / HB);
     if (s >= v.S) return;
     const int64_t r0 = v.row0;
-    tc_attention_body<D>(q + r0 * H * D, kv_new + r0 * D, (const uint16_t*)v.ring, v.cap, (const uint16_t*)v.store, kind,
-                         m, sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, W, scale, ns_max, min_rows, s,
-                         (int)(blockIdx.x % HB) * TC_ROWS, (int)blockIdx.y, part, (int64_t)blockIdx.z * max_s + s,
-                         (int64_t)gridDim.z * max_s * H, (int)gridDim.y, out + r0 * H * D);
+    tc_attention_body<D, T>(q + r0 * H * D, kv_new + r0 * D, (const T*)v.ring, v.cap, (const T*)v.store, kind, m,
+                            sel ? sel + r0 * K : nullptr, K, sinks, v.N0, H, W, scale, ns_max, min_rows, s,
+                            (int)(blockIdx.x % HB) * TC_ROWS, (int)blockIdx.y, part, (int64_t)blockIdx.z * max_s + s,
+                            (int64_t)gridDim.z * max_s * H, (int)gridDim.y, out + r0 * H * D);
 }
 #endif  // DS4J_HAVE_MMA
 
@@ -1333,6 +1338,176 @@ static int32_t attention_seqs_impl(ds4j_ctx* ctx, const char* fn, const ds4j_seq
     return DS4J_OK;
 }
 
+/**
+ * ds4j_attention_f16_operands and its variant over F32 copies (T: the rows' element type, as tc_attention_body):
+ * arguments checked here.
+ */
+template <typename T>
+static int32_t f16ops_launch(ds4j_ctx* ctx, const char* fn, const float* q, const float* kv_new, const T* ring,
+                             int32_t cap, const T* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
+                             const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale,
+                             int64_t short_rows, int32_t impl, void* work, int64_t work_bytes, float* out) {
+    DS4J_ARG(impl == DS4J_F16OPS_AUTO || impl == DS4J_F16OPS_PORTABLE || impl == DS4J_F16OPS_WHOLE, "%s: unknown impl %d",
+             fn, impl);
+    const F16OpsPlan p = f16ops_plan(ctx, kind, m, K, N0, S, H, d, W, short_rows, impl);
+    // queries at or under short_rows (all of them without tensor cores): F32 arithmetic on the rows
+    if (p.s0 > 0 || !p.mma) {
+        const int32_t rc = launch_attention<T>(ctx, fn, q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0,
+                                               p.mma ? p.s0 : S, H, d, W, scale, out);
+        if (rc != DS4J_OK || !p.mma) return rc;
+    }
+#if defined(DS4J_HAVE_MMA)
+    DS4J_ARG(q && kv_new && sinks && out && S >= 0 && H > 0 && W > 0 && N0 >= 0, "%s: bad arguments", fn);
+    DS4J_ARG(N0 == 0 || (ring && cap >= W - 1), "%s: ring of %d rows cannot hold the window", fn, cap);
+    DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (entries || (N0 + S) / m == 0)), "%s: compressed layer without entries",
+             fn);
+    DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: CSA without selections", fn);
+    DS4J_ARG(p.work == 0 || (work && work_bytes >= p.work), "%s: work memory of %lld bytes < %lld needed", fn,
+             (long long)work_bytes, (long long)p.work);
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
+    const int nq = S - p.s0;
+    DS4J_ARG((int64_t)nq * HB <= 0x7fffffff && p.nmax <= 65535, "%s: S %d too large for one launch", fn, S);
+    const size_t smem = tc_smem(d);
+    dim3 grid((unsigned)(nq * HB), (unsigned)p.nmax);
+    float* part = (float*)work;
+#define DS4J_TC_LAUNCH(DD)                                                                                          \
+    do {                                                                                                            \
+        static bool attr_set[64];                                                                                   \
+        if (ctx->device < 0 || ctx->device >= 64 || !attr_set[ctx->device]) {                                       \
+            cudaError_t e_ = cudaFuncSetAttribute(tc_attention_kernel<DD, T>,                                       \
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);          \
+            if (e_ != cudaSuccess) return fail_hip(e_, "attention (tensor cores): shared memory opt-in");           \
+            if (ctx->device >= 0 && ctx->device < 64) attr_set[ctx->device] = true;                                 \
+        }                                                                                                           \
+        tc_attention_kernel<DD, T><<<grid, TC_THREADS, smem, ctx->stream>>>(q, kv_new, ring, cap, entries, kind, m, \
+                                                                            sel, K, sinks, N0, S, H, W, scale,      \
+                                                                            p.s0, p.ns_max, part, out);             \
+    } while (0)
+    switch (d) {
+        case 64: DS4J_TC_LAUNCH(64); break;
+        case 128: DS4J_TC_LAUNCH(128); break;
+        case 256: DS4J_TC_LAUNCH(256); break;
+        default: DS4J_TC_LAUNCH(512); break;
+    }
+#undef DS4J_TC_LAUNCH
+    DS4J_LAUNCHED("attention (tensor cores)");
+    if (p.nmax > 1) {
+        tc_combine_kernel<<<(unsigned)((int64_t)nq * H), 128, 0, ctx->stream>>>(part, p.nmax, kind, m, K, N0, S, W, p.s0,
+                                                                               p.ns_max, H, d, sinks, out);
+        DS4J_LAUNCHED("attention combine");
+    }
+    return DS4J_OK;
+#else
+    (void)work;
+    (void)work_bytes;
+    return DS4J_OK;
+#endif
+}
+
+/**
+ * ds4j_attention_f16_operands_seqs and its variant over F32 copies (T: the rows' element type, as tc_attention_body).
+ */
+template <typename T>
+static int32_t f16ops_seqs_launch(ds4j_ctx* ctx, const char* fn, const ds4j_seq_view* host_views,
+                                  const ds4j_seq_view* views, int32_t n, const float* q, const float* kv_new, int32_t kind,
+                                  int32_t m, const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,
+                                  int32_t W, float scale, int64_t short_rows, float* out) {
+    DS4J_ARG(short_rows >= 0, "%s: negative short_rows %lld", fn, (long long)short_rows);
+#if defined(DS4J_HAVE_MMA)
+    const bool mma = (d == 64 || d == 128 || d == 256 || d == 512) && at_usable(ctx, d) &&
+                     (int64_t)tc_smem(d) <= device_limits(ctx->device).smem_optin;
+#else
+    const bool mma = false;
+#endif
+    // without tensor cores every query takes the F32 kernel, as ds4j_attention_f16_operands's portable path does
+    if (!mma)
+        return attention_seqs_impl<T>(ctx, fn, host_views, views, n, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale,
+                                      out);
+#if defined(DS4J_HAVE_MMA)
+    int32_t max_s = 0;
+    const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
+    if (vrc != DS4J_OK) return vrc;
+    DS4J_ARG(q && kv_new && sinks && out && H > 0 && W > 0, "%s: bad arguments", fn);
+    DS4J_ARG(kind == DS4J_ATTN_SLIDING || kind == DS4J_ATTN_CSA || kind == DS4J_ATTN_HCA, "%s: unknown kind %d", fn, kind);
+    int64_t maxc = 0;
+    const int32_t arc = attention_views(ctx, fn, host_views, n, kind, m, sel, K, W, &maxc);
+    if (arc != DS4J_OK) return arc;
+    // which kernels have queries: under fixed grids (ds4j_seqs_bounds) both launch whatever the positions
+    const int ns_max = tc_ns_max(ctx, H);
+    bool any_short = ctx->fixed_grids != 0, any_long = ctx->fixed_grids != 0;
+    int nmax = 1;
+    for (int32_t i = 0; i < n; i++) {
+        const ds4j_seq_view& v = host_views[i];
+        for (int s = 0; s < v.S; s++) {
+            const int64_t nk = attended_rows(kind, m, K, v.N0 + s, W);
+            if (nk <= short_rows) any_short = true;
+            else {
+                any_long = true;
+                const int ns = tc_split(nk, ns_max).nsplit;
+                if (ns > nmax) nmax = ns;
+            }
+        }
+    }
+    if (measure_skip("attention")) return DS4J_OK;
+    if (ctx->fixed_grids) {
+        // the grid for the bound (maxc): a query of at most W + maxc keys gets at most min(its tiles, ns_max) ranges;
+        // its own split (tc_split of its key count) and so its numbers do not depend on the grid
+        const int64_t tiles = (W + maxc + TC_KT - 1) / TC_KT;
+        nmax = (int)(tiles < ns_max ? (tiles < 1 ? 1 : tiles) : ns_max);
+        any_long = W + maxc > short_rows;  // no query under the bound has more keys than that
+    }
+    // queries of at most short_rows keys: the F32 kernel, the control's numbers bit for bit
+    if (any_short) {
+        const int32_t rc = attention_seqs_impl<T>(ctx, fn, host_views, views, n, q, kv_new, kind, m, sel, K, sinks, H,
+                                                  d, W, scale, out, short_rows);
+        if (rc != DS4J_OK || !any_long) return rc;
+    }
+    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
+    DS4J_ARG((int64_t)max_s * HB <= 0x7fffffff && nmax <= 65535, "%s: S %d too large for one launch", fn, max_s);
+    // partial slots: view * max_s + s; views in groups that keep the scratch within AT_SCRATCH_CAP
+    const int64_t view_bytes = nmax > 1 ? (int64_t)max_s * H * nmax * (d + 2) * 4 : 0;
+    int64_t per = view_bytes > 0 ? AT_SCRATCH_CAP / view_bytes : n;
+    if (per < 1) per = 1;
+    if (per > n) per = n;
+    if (per > 65535) per = 65535;
+    float* part = nullptr;
+    if (view_bytes > 0) {
+        const int32_t rc = at_scratch(ctx, view_bytes * per, &part);
+        if (rc != DS4J_OK) return rc;
+    }
+    const size_t smem = tc_smem(d);
+    for (int32_t v0 = 0; v0 < n; v0 += (int32_t)per) {
+        const int nv = (int)(n - v0 < per ? n - v0 : per);
+        const dim3 grid((unsigned)(max_s * HB), (unsigned)nmax, (unsigned)nv);
+#define DS4J_TC_SEQS_LAUNCH(DD)                                                                                     \
+    do {                                                                                                            \
+        static int64_t granted[64];                                                                                 \
+        const int32_t rc_ = smem_opt_in(ctx, reinterpret_cast<const void*>(tc_attention_seqs_kernel<DD, T>),        \
+                                        (int64_t)smem, granted);                                                    \
+        if (rc_ != DS4J_OK) return rc_;                                                                             \
+        tc_attention_seqs_kernel<DD, T><<<grid, TC_THREADS, smem, ctx->stream>>>(views + v0, q, kv_new, kind, m,    \
+                                                                                 sel, K, sinks, H, W, scale,        \
+                                                                                 short_rows, ns_max, max_s, part,   \
+                                                                                 out);                              \
+    } while (0)
+        switch (d) {
+            case 64: DS4J_TC_SEQS_LAUNCH(64); break;
+            case 128: DS4J_TC_SEQS_LAUNCH(128); break;
+            case 256: DS4J_TC_SEQS_LAUNCH(256); break;
+            default: DS4J_TC_SEQS_LAUNCH(512); break;
+        }
+#undef DS4J_TC_SEQS_LAUNCH
+        DS4J_LAUNCHED("attention_seqs (tensor cores)");
+        if (nmax > 1) {
+            tc_combine_seqs_kernel<<<dim3((unsigned)H, (unsigned)max_s, (unsigned)nv), 128, 0, ctx->stream>>>(
+                views + v0, part, nmax, kind, m, K, W, short_rows, ns_max, max_s, H, d, sinks, out);
+            DS4J_LAUNCHED("attention_seqs combine (tensor cores)");
+        }
+    }
+    return DS4J_OK;
+#endif
+}
+
 extern "C" {
 
 int32_t ds4j_attention(ds4j_ctx* ctx, const float* q, const float* kv_new, const uint16_t* ring, int32_t cap,
@@ -1377,62 +1552,18 @@ int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* 
                                     int32_t W, float scale, int64_t short_rows, int32_t impl, void* work,
                                     int64_t work_bytes, float* out) {
     DS4J_CHECK_CTX(ctx);
-    const char* fn = "ds4j_attention_f16_operands";
-    DS4J_ARG(impl == DS4J_F16OPS_AUTO || impl == DS4J_F16OPS_PORTABLE || impl == DS4J_F16OPS_WHOLE, "%s: unknown impl %d",
-             fn, impl);
-    const F16OpsPlan p = f16ops_plan(ctx, kind, m, K, N0, S, H, d, W, short_rows, impl);
-    // queries at or under short_rows (all of them without tensor cores): F32 arithmetic on the F16 rows
-    if (p.s0 > 0 || !p.mma) {
-        const int32_t rc = launch_attention<uint16_t>(ctx, fn, q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0,
-                                                      p.mma ? p.s0 : S, H, d, W, scale, out);
-        if (rc != DS4J_OK || !p.mma) return rc;
-    }
-#if defined(DS4J_HAVE_MMA)
-    DS4J_ARG(q && kv_new && sinks && out && S >= 0 && H > 0 && W > 0 && N0 >= 0, "%s: bad arguments", fn);
-    DS4J_ARG(N0 == 0 || (ring && cap >= W - 1), "%s: ring of %d rows cannot hold the window", fn, cap);
-    DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (entries || (N0 + S) / m == 0)), "%s: compressed layer without entries",
-             fn);
-    DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: CSA without selections", fn);
-    DS4J_ARG(p.work == 0 || (work && work_bytes >= p.work), "%s: work memory of %lld bytes < %lld needed", fn,
-             (long long)work_bytes, (long long)p.work);
-    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
-    const int nq = S - p.s0;
-    DS4J_ARG((int64_t)nq * HB <= 0x7fffffff && p.nmax <= 65535, "%s: S %d too large for one launch", fn, S);
-    const size_t smem = tc_smem(d);
-    dim3 grid((unsigned)(nq * HB), (unsigned)p.nmax);
-    float* part = (float*)work;
-#define DS4J_TC_LAUNCH(DD)                                                                                          \
-    do {                                                                                                            \
-        static bool attr_set[64];                                                                                   \
-        if (ctx->device < 0 || ctx->device >= 64 || !attr_set[ctx->device]) {                                       \
-            cudaError_t e_ = cudaFuncSetAttribute(tc_attention_kernel<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                                  (int)smem);                                                       \
-            if (e_ != cudaSuccess) return fail_hip(e_, "ds4j_attention_f16_operands: shared memory opt-in");         \
-            if (ctx->device >= 0 && ctx->device < 64) attr_set[ctx->device] = true;                                 \
-        }                                                                                                           \
-        tc_attention_kernel<DD><<<grid, TC_THREADS, smem, ctx->stream>>>(q, kv_new, ring, cap, entries, kind, m, sel, K, \
-                                                                         sinks, N0, S, H, W, scale, p.s0, p.ns_max,  \
-                                                                         part, out);                                 \
-    } while (0)
-    switch (d) {
-        case 64: DS4J_TC_LAUNCH(64); break;
-        case 128: DS4J_TC_LAUNCH(128); break;
-        case 256: DS4J_TC_LAUNCH(256); break;
-        default: DS4J_TC_LAUNCH(512); break;
-    }
-#undef DS4J_TC_LAUNCH
-    DS4J_LAUNCHED("attention (tensor cores)");
-    if (p.nmax > 1) {
-        tc_combine_kernel<<<(unsigned)((int64_t)nq * H), 128, 0, ctx->stream>>>(part, p.nmax, kind, m, K, N0, S, W, p.s0,
-                                                                               p.ns_max, H, d, sinks, out);
-        DS4J_LAUNCHED("attention combine");
-    }
-    return DS4J_OK;
-#else
-    (void)work;
-    (void)work_bytes;
-    return DS4J_OK;
-#endif
+    return f16ops_launch<uint16_t>(ctx, "ds4j_attention_f16_operands", q, kv_new, ring, cap, entries, kind, m, sel, K,
+                                   sinks, N0, S, H, d, W, scale, short_rows, impl, work, work_bytes, out);
+}
+
+int32_t ds4j_attention_f16_operands_f32(ds4j_ctx* ctx, const float* q, const float* kv_new, const float* ring,
+                                        int32_t cap, const float* entries, int32_t kind, int32_t m, const int32_t* sel,
+                                        int32_t K, const float* sinks, int64_t N0, int32_t S, int32_t H, int32_t d,
+                                        int32_t W, float scale, int64_t short_rows, int32_t impl, void* work,
+                                        int64_t work_bytes, float* out) {
+    DS4J_CHECK_CTX(ctx);
+    return f16ops_launch<float>(ctx, "ds4j_attention_f16_operands_f32", q, kv_new, ring, cap, entries, kind, m, sel, K,
+                                sinks, N0, S, H, d, W, scale, short_rows, impl, work, work_bytes, out);
 }
 
 int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
@@ -1456,100 +1587,17 @@ int32_t ds4j_attention_f16_operands_seqs(ds4j_ctx* ctx, const ds4j_seq_view* hos
                                          const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,
                                          int32_t W, float scale, int64_t short_rows, float* out) {
     DS4J_CHECK_CTX(ctx);
-    const char* fn = "ds4j_attention_f16_operands_seqs";
-    DS4J_ARG(short_rows >= 0, "%s: negative short_rows %lld", fn, (long long)short_rows);
-#if defined(DS4J_HAVE_MMA)
-    const bool mma = (d == 64 || d == 128 || d == 256 || d == 512) && at_usable(ctx, d) &&
-                     (int64_t)tc_smem(d) <= device_limits(ctx->device).smem_optin;
-#else
-    const bool mma = false;
-#endif
-    // without tensor cores every query takes the F32 kernel, as ds4j_attention_f16_operands's portable path does
-    if (!mma)
-        return attention_seqs_impl<uint16_t>(ctx, fn, host_views, views, n, q, kv_new, kind, m, sel, K, sinks, H, d, W,
-                                             scale, out);
-#if defined(DS4J_HAVE_MMA)
-    int32_t max_s = 0;
-    const int32_t vrc = check_views(fn, host_views, views, n, &max_s);
-    if (vrc != DS4J_OK) return vrc;
-    DS4J_ARG(q && kv_new && sinks && out && H > 0 && W > 0, "%s: bad arguments", fn);
-    DS4J_ARG(kind == DS4J_ATTN_SLIDING || kind == DS4J_ATTN_CSA || kind == DS4J_ATTN_HCA, "%s: unknown kind %d", fn, kind);
-    int64_t maxc = 0;
-    const int32_t arc = attention_views(ctx, fn, host_views, n, kind, m, sel, K, W, &maxc);
-    if (arc != DS4J_OK) return arc;
-    // which kernels have queries: under fixed grids (ds4j_seqs_bounds) both launch whatever the positions
-    const int ns_max = tc_ns_max(ctx, H);
-    bool any_short = ctx->fixed_grids != 0, any_long = ctx->fixed_grids != 0;
-    int nmax = 1;
-    for (int32_t i = 0; i < n; i++) {
-        const ds4j_seq_view& v = host_views[i];
-        for (int s = 0; s < v.S; s++) {
-            const int64_t nk = attended_rows(kind, m, K, v.N0 + s, W);
-            if (nk <= short_rows) any_short = true;
-            else {
-                any_long = true;
-                const int ns = tc_split(nk, ns_max).nsplit;
-                if (ns > nmax) nmax = ns;
-            }
-        }
-    }
-    if (measure_skip("attention")) return DS4J_OK;
-    if (ctx->fixed_grids) {
-        // the grid for the bound (maxc): a query of at most W + maxc keys gets at most min(its tiles, ns_max) ranges;
-        // its own split (tc_split of its key count) and so its numbers do not depend on the grid
-        const int64_t tiles = (W + maxc + TC_KT - 1) / TC_KT;
-        nmax = (int)(tiles < ns_max ? (tiles < 1 ? 1 : tiles) : ns_max);
-        any_long = W + maxc > short_rows;  // no query under the bound has more keys than that
-    }
-    // queries of at most short_rows keys: the F32 kernel, the control's numbers bit for bit
-    if (any_short) {
-        const int32_t rc = attention_seqs_impl<uint16_t>(ctx, fn, host_views, views, n, q, kv_new, kind, m, sel, K, sinks,
-                                                         H, d, W, scale, out, short_rows);
-        if (rc != DS4J_OK || !any_long) return rc;
-    }
-    const int HB = (H + TC_ROWS - 1) / TC_ROWS;
-    DS4J_ARG((int64_t)max_s * HB <= 0x7fffffff && nmax <= 65535, "%s: S %d too large for one launch", fn, max_s);
-    // partial slots: view * max_s + s; views in groups that keep the scratch within AT_SCRATCH_CAP
-    const int64_t view_bytes = nmax > 1 ? (int64_t)max_s * H * nmax * (d + 2) * 4 : 0;
-    int64_t per = view_bytes > 0 ? AT_SCRATCH_CAP / view_bytes : n;
-    if (per < 1) per = 1;
-    if (per > n) per = n;
-    if (per > 65535) per = 65535;
-    float* part = nullptr;
-    if (view_bytes > 0) {
-        const int32_t rc = at_scratch(ctx, view_bytes * per, &part);
-        if (rc != DS4J_OK) return rc;
-    }
-    const size_t smem = tc_smem(d);
-    for (int32_t v0 = 0; v0 < n; v0 += (int32_t)per) {
-        const int nv = (int)(n - v0 < per ? n - v0 : per);
-        const dim3 grid((unsigned)(max_s * HB), (unsigned)nmax, (unsigned)nv);
-#define DS4J_TC_SEQS_LAUNCH(DD)                                                                                     \
-    do {                                                                                                            \
-        static int64_t granted[64];                                                                                 \
-        const int32_t rc_ = smem_opt_in(ctx, reinterpret_cast<const void*>(tc_attention_seqs_kernel<DD>),           \
-                                        (int64_t)smem, granted);                                                    \
-        if (rc_ != DS4J_OK) return rc_;                                                                             \
-        tc_attention_seqs_kernel<DD><<<grid, TC_THREADS, smem, ctx->stream>>>(views + v0, q, kv_new, kind, m, sel, K, \
-                                                                              sinks, H, W, scale, short_rows, ns_max, \
-                                                                              max_s, part, out);                    \
-    } while (0)
-        switch (d) {
-            case 64: DS4J_TC_SEQS_LAUNCH(64); break;
-            case 128: DS4J_TC_SEQS_LAUNCH(128); break;
-            case 256: DS4J_TC_SEQS_LAUNCH(256); break;
-            default: DS4J_TC_SEQS_LAUNCH(512); break;
-        }
-#undef DS4J_TC_SEQS_LAUNCH
-        DS4J_LAUNCHED("attention_seqs (tensor cores)");
-        if (nmax > 1) {
-            tc_combine_seqs_kernel<<<dim3((unsigned)H, (unsigned)max_s, (unsigned)nv), 128, 0, ctx->stream>>>(
-                views + v0, part, nmax, kind, m, K, W, short_rows, ns_max, max_s, H, d, sinks, out);
-            DS4J_LAUNCHED("attention_seqs combine (tensor cores)");
-        }
-    }
-    return DS4J_OK;
-#endif
+    return f16ops_seqs_launch<uint16_t>(ctx, "ds4j_attention_f16_operands_seqs", host_views, views, n, q, kv_new, kind,
+                                        m, sel, K, sinks, H, d, W, scale, short_rows, out);
+}
+
+int32_t ds4j_attention_f16_operands_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
+                                             int32_t n, const float* q, const float* kv_new, int32_t kind, int32_t m,
+                                             const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,
+                                             int32_t W, float scale, int64_t short_rows, float* out) {
+    DS4J_CHECK_CTX(ctx);
+    return f16ops_seqs_launch<float>(ctx, "ds4j_attention_f16_operands_f32_seqs", host_views, views, n, q, kv_new, kind,
+                                     m, sel, K, sinks, H, d, W, scale, short_rows, out);
 }
 
 }  // extern "C"

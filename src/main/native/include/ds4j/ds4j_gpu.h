@@ -437,6 +437,20 @@ DS4J_API int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, cons
                                              int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows,
                                              int32_t impl, void* work, int64_t work_bytes, float* out);
 
+/**
+ * ds4j_attention_f16_operands over F32 copies of the cache (ring [cap, d] and entries [*, d] F32, ds4j_f16_to_f32 of
+ * the F16 rows): the same kernels, each copied row rounded back to F16 on its way to the tensor cores (exact), so on
+ * converted rows the two give the same output bit for bit. The verify path "f32-convert" (the control) attends on its
+ * copies through this, so that the two verify paths differ only in where the rows are read. Same work memory
+ * (ds4j_attention_f16_operands_work) and errors.
+ */
+DS4J_API int32_t ds4j_attention_f16_operands_f32(ds4j_ctx* ctx, const float* q, const float* kv_new, const float* ring,
+                                                 int32_t cap, const float* entries, int32_t kind, int32_t m,
+                                                 const int32_t* sel, int32_t K, const float* sinks, int64_t N0,
+                                                 int32_t S, int32_t H, int32_t d, int32_t W, float scale,
+                                                 int64_t short_rows, int32_t impl, void* work, int64_t work_bytes,
+                                                 float* out);
+
 /** Bytes of work memory ds4j_attention_f16_operands needs for these arguments (0 when it needs none). */
 DS4J_API int32_t ds4j_attention_f16_operands_work(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K, int64_t N0,
                                                   int32_t S, int32_t H, int32_t d, int32_t W, int64_t short_rows,
@@ -599,6 +613,17 @@ DS4J_API int32_t ds4j_attention_f16_operands_seqs(ds4j_ctx* ctx, const ds4j_seq_
                                                   const float* kv_new, int32_t kind, int32_t m, const int32_t* sel,
                                                   int32_t K, const float* sinks, int32_t H, int32_t d, int32_t W,
                                                   float scale, int64_t short_rows, float* out);
+
+/**
+ * ds4j_attention_f16_operands_seqs over F32 copies of the cache (view.ring and view.store F32, e.g. views32 of
+ * ds4j_f16_to_f32_seqs), as ds4j_attention_f16_operands_f32 is to ds4j_attention_f16_operands: the same output bit for
+ * bit as ds4j_attention_f16_operands_seqs on the F16 rows the copies were made from.
+ */
+DS4J_API int32_t ds4j_attention_f16_operands_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views,
+                                                      const ds4j_seq_view* views, int32_t n, const float* q,
+                                                      const float* kv_new, int32_t kind, int32_t m, const int32_t* sel,
+                                                      int32_t K, const float* sinks, int32_t H, int32_t d, int32_t W,
+                                                      float scale, int64_t short_rows, float* out);
 
 /**
  * The control's conversion (ds4j_f16_to_f32) for n sequences of one layer, lengths and addresses read from the device

@@ -8,9 +8,10 @@ package io.ds4j.engine;
  * @param deviceMemoryBudget  bytes of device memory the weights may use, 0 = everything the device has free less a
  *                            reserve for the workspace and the caches [{@code gpu.memoryBudgetMiB}]
  * @param f16KvVerify         verify attention reads the persistent F16 cache directly instead of converting it to F32
- *                            on every verify step [{@code verify.f16Kv}, {@code --fused-verify-f16-kv}]
- * @param f32ShortContextRows on the F16 path, a layer whose attended row count is at most this keeps Q·Kᵀ and P·V in
- *                            full F32 [{@code verify.f32ShortContextRows}], valid {@value #MIN_SHORT_ROWS} to
+ *                            on every verify step (the same numbers) [{@code verify.f16Kv}, {@code --fused-verify-f16-kv}]
+ * @param f32ShortContextRows on the GPU, a query whose attended row count is at most this keeps Q·Kᵀ and P·V in plain
+ *                            F32, above it they run on tensor cores at F32 accuracy (decode and verify steps)
+ *                            [{@code verify.f32ShortContextRows}], valid {@value #MIN_SHORT_ROWS} to
  *                            {@value #MAX_SHORT_ROWS}
  */
 public record BackendOptions(int devices, ExpertPlacement placement, long deviceMemoryBudget, boolean f16KvVerify,

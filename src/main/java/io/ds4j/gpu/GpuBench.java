@@ -24,11 +24,12 @@ import java.util.SplittableRandom;
  * java ... io.ds4j.gpu.GpuBench [--model DIR | --preset NAME [--dtype bf16|fp8] [--layers L] [--experts E]]
  *      [--prompt-tokens 4096] [--chunk 512] [--decode-tokens 32] [--contexts 4096,59933] [--max-prefill 131072]
  *      [--peak-gbs 4800] [--graph-rounds 3] [--verify-rows 5] [--verify-paths f32-convert,f16@1024] [--batches 1,4,16,64]
- *      [--attention f32-convert|f16|f16@ROWS]
+ *      [--attention f32-convert|f16|PATH@ROWS]
  * </pre>
  * {@code --verify-paths}: the verify attention paths the verify step is timed on, in turn (default: the backend's
- * start-up path); {@code f16@N} is the f16 path with {@code verify.f32ShortContextRows} N. {@code --attention}: the
- * path of every decode and verify step of the run (the decode steps of the f16 path take its attention too).
+ * start-up path); {@code PATH@N} is that path with {@code verify.f32ShortContextRows} N (e.g. {@code f32-convert@4096}:
+ * every query of up to 4,096 attended rows in plain F32, the control's arithmetic before the forty-sixth session).
+ * {@code --attention}: the path and threshold of every decode and verify step of the run.
  * {@code --chunk-at CTX,...}: one prefill chunk of --chunk tokens at each of these contexts ({@link #chunkAt}).
  * {@code --batches}: batched decode at each context (copies of the prefilled sequence stepped together, see
  * {@link #batched}).
@@ -223,7 +224,7 @@ public final class GpuBench {
 
     /**
      * {@link #verifyStep(HipBackend, HipSequence, int[], int, int)} on the verify attention path {@code path}
-     * ({@code f32-convert}, {@code f16} or {@code f16@ROWS}: the f16 path with that short-context threshold); the
+     * ({@code f32-convert}, {@code f16} or {@code PATH@ROWS}: that path with that short-context threshold); the
      * backend's path and threshold are restored afterwards.
      * @throws IllegalArgumentException for an unknown path
      */
@@ -241,8 +242,8 @@ public final class GpuBench {
     }
 
     /**
-     * Sets the backend's attention path for decode and verify steps: {@code f32-convert}, {@code f16} or {@code f16@ROWS}
-     * (the f16 path with that short-context threshold).
+     * Sets the backend's attention path for decode and verify steps: {@code f32-convert}, {@code f16} or {@code PATH@ROWS}
+     * (that path with that short-context threshold).
      * @throws IllegalArgumentException for an unknown path or a threshold out of range
      */
     static void setPath(HipBackend be, String path) {
@@ -250,7 +251,7 @@ public final class GpuBench {
         String key = at < 0 ? path : path.substring(0, at);
         io.ds4j.engine.VerifyAttention p = java.util.Arrays.stream(io.ds4j.engine.VerifyAttention.values())
                 .filter(v -> v.key().equals(key)).findFirst()
-                .orElseThrow(() -> new IllegalArgumentException("attention path: f32-convert, f16 or f16@ROWS, got " + path));
+                .orElseThrow(() -> new IllegalArgumentException("attention path: f32-convert, f16 or PATH@ROWS, got " + path));
         be.setVerifyAttention(p);
         if (at >= 0) be.setF32ShortContextRows(Integer.parseInt(path.substring(at + 1)));
     }

@@ -52,40 +52,46 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * device memory use is logged by category ({@link #memoryReport()}). Running out of device memory is a
  * {@link DeviceMemoryException} naming what did not fit and what to change.
  *
- * <p>Verify attention (prefill never changes): two paths over the same attended rows, masks and sink, chosen by
+ * <p>Attention arithmetic, decided here for every query outside a prefill chunk on the tensor-core path
+ * ({@link #tcEntry}; those run on tensor cores at F32 accuracy, one block per query): a query whose attended row count
+ * n_attn ({@link #attendedRows}) is at most {@link BackendOptions#f32ShortContextRows()} keeps Q·Kᵀ and P·V in F32
+ * arithmetic (the split FFMA kernels); above it the products run on tensor cores ({@code ds4j_attention_f16_operands})
+ * at F32 accuracy: the F16 cache rows are exact F16 operands, the F32 side of each product (the query, the
+ * probabilities) is split into F16 hi + lo parts, two products accumulated in F32, so the output is within F32
+ * rounding noise of plain F32 arithmetic (the GPU tests hold it within 1e-5 at lengths up to 1,048,576) and each key
+ * tile is read once for all 64 heads. A query's kernel and key ranges depend on its own key count only, so decode and
+ * verify steps compute the same numbers for the same query, alone or in any batch: the rows a verify step commits
+ * stay in the cache, and if verify and decode differed (even by an ulp) a draft that matches the target would drift
+ * from it step by step; so a copy-of-target draft keeps its tokens and speculative greedy output equals plain greedy
+ * output.
+ *
+ * <p>Verify attention: two paths that differ only in where a verify step reads the cache rows, chosen by
  * {@link BackendOptions#f16KvVerify()} and switchable at run time ({@link #setVerifyAttention}):
  * <ul>
  *   <li>{@link VerifyAttention#F32_CONVERT} (the control, the default): in verify steps, per layer, the complete
  *       persistent F16 cache rows — every window ring row, every compressed entry stored so far and, where the indexer
  *       runs, every indexer key — are converted to an F32 scratch in the step's workspace (reused by the next layer),
- *       then the indexer scores and the attention run in F32 on the copies; decode steps run the same F32 arithmetic on
- *       the F16 rows in place, bit for bit the same;</li>
- *   <li>{@link VerifyAttention#F16}: the F16 rows are read in place, in verify and decode steps alike. A query whose
- *       attended row count n_attn ({@link #attendedRows}) is at most {@link BackendOptions#f32ShortContextRows()} keeps
- *       Q·Kᵀ and P·V in F32 arithmetic: its output equals the control's bit for bit. Above it the products run on
- *       tensor cores ({@code ds4j_attention_f16_operands}) at F32 accuracy: the F32 side of each product (the query,
- *       the probabilities) is split into F16 hi + lo parts, two products accumulated in F32, so the output is within
- *       F32 rounding noise of the control's. Decode steps take the same path because the rows a verify step commits
- *       stay in the cache: if verify and decode computed different numbers (even by an ulp), a draft that matches
- *       the target would drift from it step by step; with one path and a per-query kernel that does not depend on the
- *       step's size, a copy-of-target draft keeps its tokens and speculative greedy output equals plain greedy output.
- *       The indexer scores are F32 arithmetic on both paths (the control's on the F32 copies), so both select the
- *       same entries from the same inputs.</li>
+ *       then the indexer scores and the attention run on the copies ({@code ds4j_attention_f16_operands_f32}, whose
+ *       tensor-core kernel rounds each copied row back to F16, exactly);</li>
+ *   <li>{@link VerifyAttention#F16}: the F16 rows are read in place, as in decode steps.</li>
  * </ul>
- * Each layer kind's mode is logged at its first verify step, and once more for each new mode it enters (a growing context
- * crossing the threshold, a run-time switch of the path).
+ * F16 to F32 is exact and the arithmetic is the same, so the two paths give the same logits bit for bit at every
+ * length; the F16 path saves the conversion (its time and its memory traffic). Each layer kind's mode is logged at its
+ * first verify step, and once more for each new mode it enters (a growing context crossing the threshold, a run-time
+ * switch of the path).
  *
  * <p>Decode-step graphs ({@link DecodeGraphs}): with monolithic placement, decode steps (S = 1)
  * and verify steps run as one graph launch instead of kernel by kernel ({@link #setGraphs}, {@code -Dds4j.gpu.graphs});
- * the results are the same bit for bit. Steps of decode and verify entries on the plain or f16 attention path (no prefill
- * entry on the f16 path), and steps whose entries are all verify entries on the control path, run in a fixed form: every entry through the several-sequence kernels (a
+ * the results are the same bit for bit. Steps with no verify entry on the control path, and steps whose entries are all
+ * verify entries on the control path, run in a fixed form: every entry through the several-sequence kernels (a
  * batch of one included), which read positions, lengths, ring offsets and cache addresses from views in device memory,
  * with launch shapes from bounds (ds4j_seqs_bounds) and the indexer's scores row rounded up to a power of two; the
  * control's conversion copies each view's rows into room sized by the bounds (ds4j_f16_to_f32_seqs: the window ring's
- * rows, the CSA and HCA entries rounded up to a power of two) and attends on the copies (ds4j_attention_f32_seqs). Its
- * launches and their arguments then depend only on a shape key (rows, kind and logits rows of each entry, whether the
- * indexer selects, the bounds, the workspace's generation), so it is captured once per key and replayed after one
- * upload of the step's inputs (tokens, positions, views).
+ * rows, the CSA and HCA entries rounded up to a power of two) and attends on the copies
+ * (ds4j_attention_f16_operands_f32_seqs). Its launches and their arguments then depend only on a shape key (rows, kind
+ * and logits rows of each entry, whether the indexer selects, the bounds, the workspace's generation, the verify path
+ * and threshold), so it is captured once per key and replayed after one upload of the step's inputs (tokens,
+ * positions, views).
  *
  * <p>All work runs on one stream of one device; calls are serialised on the backend (different sequences may be
  * stepped from different threads, one at a time). Implements {@code backend: hip} ({@link io.ds4j.engine.Backends}).
@@ -865,9 +871,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                     if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, CacheLayout.entries(b.start[e] + b.count[e], ls.comp.m));
                     if (ls.index != null) HipSequence.ensure(gpu, ls.index, CacheLayout.entries(b.start[e] + b.count[e], ls.index.m));
                 }
-                StepKind kind = b.kinds[e];
-                if (kind == StepKind.VERIFY || (kind == StepKind.DECODE && verifyAttention == VerifyAttention.F16))
-                    scratch = Math.max(scratch, verifyScratchBytes(b.seqs[e], b.count[e], b.start[e]));
+                scratch = Math.max(scratch, attentionScratchBytes(b.seqs[e], b.count[e], b.start[e], b.kinds[e]));
             }
             long[] starts = new long[b.start.length];
             for (int e = 0; e < starts.length; e++) starts[e] = b.start[e];
@@ -1079,14 +1083,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /**
      * Whether a step runs in the fixed form (see the class comment): graphs on, not profiling, and every entry one that
      * graphs take (one row, or a verify step below DS4J_TC_MIN_ROWS rows) and not on the tensor-core path
-     * ({@link #tcEntry}) with no MTP state attached (its
-     * stream copies depend on the position), either all on the plain or the f16 attention path (no prefill entry on
-     * the f16 path: {@link #group}) or all verify entries on the f32-convert path (a step mixing those with decode entries
-     * is not fixed; so is one whose copies at the bounds would take more than twice its largest entry's exact copies
-     * plus {@link #CONVERT_SLACK}). Sets the step's bounds: whether the indexer selects, the scores row (a power of two,
+     * ({@link #tcEntry}) with no MTP state attached (its stream copies depend on the position), either none a verify
+     * entry on the f32-convert path or all of them (a step mixing those with other entries is not fixed; so is one whose
+     * copies at the bounds would take more than twice its largest entry's exact copies plus {@link #CONVERT_SLACK}). Sets the step's bounds: whether the indexer selects, the scores row (a power of two,
      * at least 256), the HCA entry bound (likewise) and, for the control's copies, the window ring rows and the CSA
      * entry bound.
-     * @param alone the largest verify scratch of one entry ({@link #verifyScratchBytes}, as the step computed it): with
+     * @param alone the largest attention scratch of one entry ({@link #attentionScratchBytes}, as the step computed it): with
      *              every entry on the control path, its largest entry's exact copies
      */
     private boolean fixedForm(DeviceStep b, long alone) {
@@ -1102,8 +1104,6 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             // (a one-row prefill chunk under ds4j.gpu.prefillTcRows=1), whose attention would then depend on its step
             if (tcEntry(kind, S)) return false;
             if (kind == StepKind.VERIFY) verifying++;
-            // on the f16 path the several-sequence kernels run the decode and verify entries' rule (group)
-            if (kind == StepKind.PREFILL && verifyAttention == VerifyAttention.F16) return false;
             csa = Math.max(csa, CacheLayout.entries(N0 + S, c.csaRatio));
             hca = Math.max(hca, CacheLayout.entries(N0 + S, c.hcaRatio));
             ring = Math.max(ring, b.seqs[e].layers[0].winCap);
@@ -1155,7 +1155,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             for (int r : b.logitRows[e]) k.append(r).append(',');
             k.append('|');
         }
-        String attention = verifyAttention == VerifyAttention.F16 ? "f16@" + shortRows : verifyAttention.key();
+        String attention = verifyAttention.key() + "@" + shortRows;
         return new ShapeKey(k.toString(), b.indexer, b.scoreLd, b.hcaBound, b.ringRows, b.csaBound, ws.generation, attention);
     }
 
@@ -1210,9 +1210,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private void noteReplayedModes(DeviceStep b) {
         for (int e = 0; e < b.seqs.length; e++) {
             if (b.kinds[e] != StepKind.VERIFY) continue;
-            for (int l = 0; l < c.numLayers; l++)
-                if (b.convert) noteVerifyMode(c.layerTypes[l], "f32-convert", "f32-convert");
-                else noteF16VerifyMode(c.layerTypes[l], attendedRows(c, l, b.start[e], b.count[e]));
+            for (int l = 0; l < c.numLayers; l++) noteVerifyMode(c.layerTypes[l], attendedRows(c, l, b.start[e], b.count[e]));
         }
     }
 
@@ -1626,9 +1624,6 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private void attendEntry(HipSequence seq, int l, DeviceWeights.Layer L, long x, long ql, long q, long kv, long o, int S,
                              int N0, StepKind step, long P, boolean normed) {
         final boolean verify = step == StepKind.VERIFY;
-        // the f16 path covers decode steps too: a verify step and the decode steps it stands for must compute the same
-        // numbers, or the rows a verify step commits differ from what decoding writes (see the class comment)
-        final boolean inPlace = step != StepKind.PREFILL && verifyAttention == VerifyAttention.F16;
         final boolean convert = verify && verifyAttention == VerifyAttention.F32_CONVERT;
         final int H = c.numHeads, d = c.headDim, W = c.slidingWindow;
         final AttentionKind kind = c.layerTypes[l];
@@ -1652,36 +1647,41 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         int m = st.comp == null ? 0 : st.comp.m;
         long entries = st.comp == null ? 0 : st.comp.entries();
         float scale = (float) (1.0 / Math.sqrt(d));
-        if (convert) {
-            // the control: the layer's complete F16 cache rows to F32, then F32 attention on the copies
-            long ring32 = toF32(st.win, (long) st.winCap * d);
-            int count = st.comp == null ? 0 : CacheLayout.entries(N0 + S, m);
-            long entries32 = count == 0 ? 0 : toF32(entries, (long) count * d);
-            launched(ds4j_attention_f32(ctx(), ptr(q), ptr(kv), ptr(ring32), st.winCap, ptr(entries32), akind, m, ptr(sel), c.indexTopk,
-                    ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention (f32 copy)", "attention");
-            noteVerifyMode(kind, "f32-convert", "f32-convert");
-        } else if (inPlace && attendedRows(c, l, N0, S) > shortRows) {
-            // per query: at or under shortRows F32 arithmetic (the control's numbers), above it tensor cores at F32 accuracy
-            long nAttn = attendedRows(c, l, N0, S);
-            int impl = DS4J_F16OPS_AUTO();
-            check(ds4j_attention_f16_operands_work(ctx(), akind, m, c.indexTopk, N0, S, H, d, W, shortRows, impl, outLong),
-                    "attention work size");
-            long workBytes = outLong.get(ValueLayout.JAVA_LONG, 0);
-            long work = workBytes == 0 ? 0 : ws.alloc(workBytes);
-            launched(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
-                    c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, shortRows, impl, ptr(work), workBytes, ptr(o)),
-                    "attention (f16 in place, tensor cores)", "attention");
-            if (verify) noteF16VerifyMode(kind, nAttn);
-        } else if (step == StepKind.PREFILL && tcEntry(step, S) && tensorCores && prefillTensorCores) {
-            // a prefill chunk: every query on tensor cores at F32 accuracy, its keys read once for all 64 heads (the F32
-            // kernel below runs a block per head and query and re-reads them 64 times); one block per query, no split
-            launched(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
-                    c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, 0L, DS4J_F16OPS_WHOLE(), MemorySegment.NULL, 0L, ptr(o)),
-                    "attention (prefill, tensor cores)", "attention");
-        } else {
-            launched(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m,
+        long nAttn = attendedRows(c, l, N0, S);
+        if (step == StepKind.PREFILL && tcEntry(step, S)) {
+            if (tensorCores && prefillTensorCores) {
+                // a prefill chunk: every query on tensor cores at F32 accuracy, its keys read once for all 64 heads (the F32
+                // kernel below runs a block per head and query and re-reads them 64 times); one block per query, no split
+                launched(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
+                        c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, 0L, DS4J_F16OPS_WHOLE(), MemorySegment.NULL, 0L, ptr(o)),
+                        "attention (prefill, tensor cores)", "attention");
+            } else launched(ds4j_attention(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m,
                     ptr(sel), c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, ptr(o)), "attention", "attention");
-            if (verify && inPlace) noteF16VerifyMode(kind, attendedRows(c, l, N0, S));
+        } else {
+            // every other query (decode, verify, short prefill chunks) by the rule of the class comment: at or under
+            // shortRows F32 arithmetic, above it tensor cores at F32 accuracy; the control reads its F32 copies
+            int impl = DS4J_F16OPS_AUTO();
+            long work = 0, workBytes = 0;
+            if (nAttn > shortRows) {
+                check(ds4j_attention_f16_operands_work(ctx(), akind, m, c.indexTopk, N0, S, H, d, W, shortRows, impl, outLong),
+                        "attention work size");
+                workBytes = outLong.get(ValueLayout.JAVA_LONG, 0);
+                work = workBytes == 0 ? 0 : ws.alloc(workBytes);
+            }
+            if (convert) {
+                // the control: the layer's complete F16 cache rows to F32, then the attention on the copies
+                long ring32 = toF32(st.win, (long) st.winCap * d);
+                int count = st.comp == null ? 0 : CacheLayout.entries(N0 + S, m);
+                long entries32 = count == 0 ? 0 : toF32(entries, (long) count * d);
+                launched(ds4j_attention_f16_operands_f32(ctx(), ptr(q), ptr(kv), ptr(ring32), st.winCap, ptr(entries32), akind, m,
+                        ptr(sel), c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, shortRows, impl, ptr(work), workBytes, ptr(o)),
+                        "attention (f32 copy)", "attention");
+            } else {
+                launched(ds4j_attention_f16_operands(ctx(), ptr(q), ptr(kv), ptr(st.win), st.winCap, ptr(entries), akind, m, ptr(sel),
+                        c.indexTopk, ptr(L.sinks), N0, S, H, d, W, scale, shortRows, impl, ptr(work), workBytes, ptr(o)),
+                        nAttn > shortRows ? "attention (tensor cores)" : "attention", "attention");
+            }
+            if (verify) noteVerifyMode(kind, nAttn);
         }
         if (!normed) rope(o, S, H, d, P, N0, 1, true);
         // the newest raw rows go to the ring after every query of this step has read the old ones
@@ -1692,14 +1692,14 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     // several sequences' attention in one launch per kernel
 
     /**
-     * The entries of a step whose attention can run in the library's several-sequence kernels (ds4j_attention_seqs and
-     * its companions), or null when fewer than two can: those whose attention alone is ds4j_attention on the F16 rows or,
-     * on the f16 path, ds4j_attention_f16_operands (ds4j_attention_f16_operands_seqs gives each query the same kernel
+     * The entries of a step whose attention can run in the library's several-sequence kernels
+     * (ds4j_attention_f16_operands_seqs and its companions), or null when fewer than two can: those whose attention
+     * alone is ds4j_attention_f16_operands on the F16 rows (the several-sequence kernel gives each query the same kernel
      * and key ranges), with the FFMA indexer, so that their numbers are the same bit for bit (the kernels share their
      * bodies with the single-sequence ones). Left out: entries on the tensor-core path, {@link #tcEntry} (their indexer
-     * scores run on tensor cores alone), verify entries on the control path (f32-convert), and prefill entries on the f16
-     * path (the F32 kernel at every length, where the group takes the f16 rule). Decode steps of many sequences are the case this serves:
-     * one launch per kernel and layer instead of one per sequence. The system property
+     * scores and prefill attention run on tensor cores alone), and verify entries on the control path (f32-convert: a
+     * fixed-form step of them alone converts the group, {@link #fixedForm}). Decode steps of many sequences are the case
+     * this serves: one launch per kernel and layer instead of one per sequence. The system property
      * {@code ds4j.gpu.groupedAttention=false} turns it off (for measurements through the server).
      */
     private volatile boolean groupedAttention = !"false".equals(System.getProperty("ds4j.gpu.groupedAttention"));
@@ -1794,7 +1794,6 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             StepKind kind = b.kinds[e];
             if (tcEntry(kind, b.count[e])) continue;
             if (kind == StepKind.VERIFY && verifyAttention == VerifyAttention.F32_CONVERT) continue;
-            if (kind == StepKind.PREFILL && verifyAttention == VerifyAttention.F16) continue;  // its attention is not the f16 path's
             g[n++] = e;
         }
         return n < 2 ? null : Arrays.copyOf(g, n);
@@ -1893,21 +1892,17 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         };
         int m = st0.comp == null ? 0 : st0.comp.m;
         float scale = (float) (1.0 / Math.sqrt(d));
+        // per query: at or under shortRows the F32 kernel, above it tensor cores at F32 accuracy, as attendEntry
         if (b.convert) {
-            // the control: the group's complete F16 cache rows to F32, then F32 attention on the copies
+            // the control: the group's complete F16 cache rows to F32, then the attention on the copies
             long entries = kind == AttentionKind.CSA ? b.csaBound : kind == AttentionKind.HCA ? b.hcaBound : 0;
             var v32 = convertGroup(b, hWin, dWin, b.ringRows, m, entries, d);
-            launched(ds4j_attention_f32_seqs(ctx(), v32.host(), ptr(v32.device()), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks),
-                    H, d, W, scale, ptr(o)), "attention (f32 copy)", "attention");
-            noteVerifyMode(kind, "f32-convert", "f32-convert");
-        } else if (verifyAttention == VerifyAttention.F16) {
-            // per query: at or under shortRows the F32 kernel, above it tensor cores at F32 accuracy, as attendEntry
-            launched(ds4j_attention_f16_operands_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks),
-                    H, d, W, scale, shortRows, ptr(o)), "attention (f16 in place)", "attention");
-            for (int e : b.group)
-                if (b.kinds[e] == StepKind.VERIFY) noteF16VerifyMode(kind, attendedRows(c, l, b.start[e], b.count[e]));
-        } else launched(ds4j_attention_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks), H, d, W,
-                scale, ptr(o)), "attention", "attention");
+            launched(ds4j_attention_f16_operands_f32_seqs(ctx(), v32.host(), ptr(v32.device()), G, ptr(q), ptr(kv), akind, m, ptr(sel), K,
+                    ptr(L.sinks), H, d, W, scale, shortRows, ptr(o)), "attention (f32 copy)", "attention");
+        } else launched(ds4j_attention_f16_operands_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks),
+                H, d, W, scale, shortRows, ptr(o)), "attention", "attention");
+        for (int e : b.group)
+            if (b.kinds[e] == StepKind.VERIFY) noteVerifyMode(kind, attendedRows(c, l, b.start[e], b.count[e]));
         // the newest raw rows go to the rings after every query of this step has read the old ones
         launched(ds4j_ring_store_seqs(ctx(), hWin, ptr(dWin), G, 0, 1, d, ptr(kv)), "window ring store", "attention");
     }
@@ -1976,18 +1971,19 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * Workspace bytes a verify step's attention needs beyond {@link Workspace#stepBytes} (the largest layer, since the
-     * scratch is released after each layer): the control's F32 copies (window ring, compressed entries, indexer keys),
-     * or the tensor-core kernel's partial results above the short-context threshold.
+     * Workspace bytes an entry's attention needs beyond {@link Workspace#stepBytes} (the largest layer, since the scratch
+     * is released after each layer): on the control's verify entries the F32 copies (window ring, compressed entries,
+     * indexer keys), and above the short-context threshold the tensor-core kernel's partial results; none for a prefill
+     * chunk on the tensor-core path ({@link #tcEntry}), whose attention is not split into key ranges.
      */
-    private long verifyScratchBytes(HipSequence seq, int S, int N0) {
+    private long attentionScratchBytes(HipSequence seq, int S, int N0, StepKind step) {
+        if (step == StepKind.PREFILL && tcEntry(step, S)) return 0;
+        boolean convert = step == StepKind.VERIFY && verifyAttention == VerifyAttention.F32_CONVERT;
         long most = 0;
         for (int l = 0; l < c.numLayers; l++) {
             HipSequence.LayerState st = seq.layers[l];
-            long b;
-            if (verifyAttention == VerifyAttention.F32_CONVERT) {
-                b = conversionBytes(st, N0 + S);
-            } else if (attendedRows(c, l, N0, S) > shortRows) {
+            long b = convert ? conversionBytes(st, N0 + S) : 0;
+            if (attendedRows(c, l, N0, S) > shortRows) {
                 int akind = switch (c.layerTypes[l]) {
                     case SLIDING -> DS4J_ATTN_SLIDING();
                     case CSA -> DS4J_ATTN_CSA();
@@ -1995,8 +1991,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 };
                 check(ds4j_attention_f16_operands_work(ctx(), akind, st.comp == null ? 0 : st.comp.m, c.indexTopk, N0, S,
                         c.numHeads, c.headDim, c.slidingWindow, shortRows, DS4J_F16OPS_AUTO(), outLong), "attention work size");
-                b = outLong.get(ValueLayout.JAVA_LONG, 0) + 256;
-            } else b = 0;
+                b += outLong.get(ValueLayout.JAVA_LONG, 0) + 256;
+            }
             most = Math.max(most, b);
         }
         return most;
@@ -2067,9 +2063,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /** Records the f16 path's mode of a verify entry whose queries attend up to nAttn rows in a layer of this kind. */
-    private void noteF16VerifyMode(AttentionKind kind, long nAttn) {
-        if (nAttn <= shortRows) noteVerifyMode(kind, "f16 full-F32", "f16 full-F32 (n_attn " + nAttn + " <= " + shortRows + ")");
-        else noteVerifyMode(kind, "f16 tensor-core", (tensorCores ? "f16 tensor-core" : "f16 in place, portable kernel (no tensor cores)")
+    private void noteVerifyMode(AttentionKind kind, long nAttn) {
+        String path = verifyAttention.key();
+        if (nAttn <= shortRows) noteVerifyMode(kind, path + " full-F32", path + " full-F32 (n_attn " + nAttn + " <= " + shortRows + ")");
+        else noteVerifyMode(kind, path + " tensor-core", path + (tensorCores ? " tensor-core" : ", portable kernel (no tensor cores)")
                 + " (n_attn " + nAttn + " > " + shortRows + ")");
     }
 
@@ -2343,8 +2340,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                     if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, CacheLayout.entries(b.start[e] + b.count[e], ls.comp.m));
                     if (ls.index != null) HipSequence.ensure(gpu, ls.index, CacheLayout.entries(b.start[e] + b.count[e], ls.index.m));
                 }
-                if (b.kinds[e] == StepKind.DECODE && verifyAttention == VerifyAttention.F16)
-                    scratch = Math.max(scratch, verifyScratchBytes(b.seqs[e], b.count[e], b.start[e]));
+                scratch = Math.max(scratch, attentionScratchBytes(b.seqs[e], b.count[e], b.start[e], b.kinds[e]));
             }
             long[] starts = new long[E];
             for (int e = 0; e < E; e++) starts[e] = b.start[e];

@@ -25,8 +25,10 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * timed as the mean of --reps back-to-back calls after a warm-up (host launch costs included, as in a real step):
  * <ul>
  *   <li>{@code f32-convert}: the control — ds4j_f16_to_f32 of every window ring row, every compressed entry and (CSA)
- *       every indexer key of the layer, then ds4j_attention_f32; "of which conversion" times the conversions alone;</li>
- *   <li>{@code f32 copies, attention alone}: ds4j_attention_f32 on the converted rows, without the conversion;</li>
+ *       every indexer key of the layer, then ds4j_attention_f16_operands_f32 at --threshold on the copies (the F32
+ *       kernel at or under it, tensor cores above, as the backend's control path); "of which conversion" times the
+ *       conversions alone;</li>
+ *   <li>{@code f32 copies, attention alone}: that attention on the converted rows, without the conversion;</li>
  *   <li>{@code f16 full-F32}: ds4j_attention on the F16 rows in place (what the F16 path runs up to the threshold);</li>
  *   <li>{@code f16 tensor-core}: ds4j_attention_f16_operands (what it runs above the threshold).</li>
  * </ul>
@@ -215,9 +217,12 @@ public final class VerifyAttentionBench {
             attentionF32();
         }
 
+        int threshold;
+
         void attentionF32() {
-            check(ds4j_attention_f32(gpu.ctx(), ptr(q), ptr(kvNew), ptr(ring32), CAP, ptr(entries32), kind, m, ptr(sel), K, ptr(sinks),
-                    N0, S, H, D, W, scale(), ptr(out)), "attention_f32");
+            check(ds4j_attention_f16_operands_f32(gpu.ctx(), ptr(q), ptr(kvNew), ptr(ring32), CAP, ptr(entries32), kind, m, ptr(sel), K,
+                    ptr(sinks), N0, S, H, D, W, scale(), threshold, DS4J_F16OPS_AUTO(), ptr(work), workBytes, ptr(out)),
+                    "attention_f16_operands_f32");
         }
 
         void inPlace() {
@@ -242,6 +247,7 @@ public final class VerifyAttentionBench {
         }
 
         void run(int reps, int threshold, double peak32, double peak16, double peakGbs) {
+            this.threshold = threshold;
             try (Arena a = Arena.ofConfined()) {
                 MemorySegment b = a.allocate(ValueLayout.JAVA_LONG);
                 check(ds4j_attention_f16_operands_work(gpu.ctx(), kind, m, K, N0, S, H, D, W, 0L, DS4J_F16OPS_AUTO(), b), "work");
@@ -262,8 +268,9 @@ public final class VerifyAttentionBench {
             double tc = time(this::tensorCores, reps);
             String layer = kind == DS4J_ATTN_CSA() ? "CSA" : "HCA";
             boolean full = nAttn <= threshold;
-            row(layer, nAttn, "f32-convert (control)", ctl, String.format(Locale.ROOT, "%.1f", conv), rows32 + 6 * converted, peak32, peakGbs);
-            row(layer, nAttn, "f32 copies, attention alone", f32, "–", rows32, peak32, peakGbs);
+            row(layer, nAttn, "f32-convert (control)", ctl, String.format(Locale.ROOT, "%.1f", conv), rows32 + 6 * converted,
+                    full ? peak32 : peak16, peakGbs);
+            row(layer, nAttn, "f32 copies, attention alone", f32, "–", rows32, full ? peak32 : peak16, peakGbs);
             row(layer, nAttn, "f16 full-F32" + (full ? " (picked)" : ""), inpl, "–", rows16, peak32, peakGbs);
             row(layer, nAttn, "f16 tensor-core" + (full ? "" : " (picked)"), tc, "–", rows16, peak16, peakGbs);
         }

@@ -37,18 +37,19 @@ import static org.junit.jupiter.api.Assertions.*;
  * in place).
  *
  * <p>Kernel level, on random F16 cache rows: at or under the short-context threshold the F16 path (ds4j_attention on
- * the F16 rows) equals the control (ds4j_f16_to_f32 of the rows, then ds4j_attention_f32) within 1e-6 — by
+ * the F16 rows) equals the F32 control (ds4j_f16_to_f32 of the rows, then ds4j_attention_f32) within 1e-6 — by
  * construction bit for bit; the F32 indexer scores equal the F16 ones likewise. Above it, the tensor-core kernel (F32
  * accuracy through hi + lo F16 splits) is compared with an exact reference (double) under a bound derived from the
- * rounding it adds and must equal the control within 1e-5 at lengths up to 1,048,576 tokens; the portable kernel (what
- * hipcc builds run) equals the control bit for bit.
+ * rounding it adds and must equal the F32 control within 1e-5 at lengths up to 1,048,576 tokens; on F32 copies of the
+ * rows (ds4j_attention_f16_operands_f32, the control path's verify steps) it gives the same bits as on the F16 rows;
+ * the portable kernel (what hipcc builds run) equals the F32 control bit for bit.
  *
  * <p>Backend level: 2,000 verify steps of q+1 = 5 tokens at 59,933 tokens of context on the {@code flash-shaped}
  * preset (4 layers S, C, H, C; 6 routed experts; FP8 + FP4 as released), where the CSA layers attend 128 + 512 and
- * the HCA layer 128 + 468 rows, over the threshold of 512: the control and the F16 path choose the same argmax on at
- * least 99.9 % of the rows. The context is synthetic: {@link HipSequence#fillRandom} gives the sequence random F16
- * cache rows and compressor rows of 59,933 tokens (a real prefill of that length would take minutes), then every step
- * appends real rows.
+ * the HCA layer 128 + 468 rows, over the threshold of 512: the control and the F16 path, which differ only in where
+ * they read the rows, give the same logits bit for bit. The context is synthetic: {@link HipSequence#fillRandom} gives
+ * the sequence random F16 cache rows and compressor rows of 59,933 tokens (a real prefill of that length would take
+ * minutes), then every step appends real rows.
  */
 @Tag("gpu")
 class HipVerifyAttentionTest {
@@ -260,6 +261,23 @@ class HipVerifyAttentionTest {
             long work = bytes == 0 ? 0 : alloc(bytes), o = out();
             check(ds4j_attention_f16_operands(gpu.ctx(), ptr(q), ptr(kvNew), ptr(ring), c.cap, ptr(entries), c.kind, c.m, ptr(sel), c.K,
                     ptr(sinks), c.N0, c.S, c.H, c.d, c.W, scale(), 0L, impl, ptr(work), bytes, ptr(o)), "attention_f16_operands");
+            return gpu.downloadFloats(o, c.S * c.H * c.d);
+        }
+
+        /** The control's verify attention: every cache row to F32, then ds4j_attention_f16_operands_f32 on the copies. */
+        float[] f16OperandsOnCopies(int impl) {
+            long bytes;
+            try (Arena a = Arena.ofConfined()) {
+                MemorySegment b = a.allocate(ValueLayout.JAVA_LONG);
+                check(ds4j_attention_f16_operands_work(gpu.ctx(), c.kind, c.m, c.K, c.N0, c.S, c.H, c.d, c.W, 0L, impl, b), "work");
+                bytes = b.get(ValueLayout.JAVA_LONG, 0);
+            }
+            long r32 = alloc(4L * c.ring.length), e32 = c.count == 0 ? 0 : alloc(4L * c.entries.length), o = out();
+            long work = bytes == 0 ? 0 : alloc(bytes);
+            check(ds4j_f16_to_f32(gpu.ctx(), ptr(ring), ptr(r32), c.ring.length), "f16_to_f32");
+            if (c.count > 0) check(ds4j_f16_to_f32(gpu.ctx(), ptr(entries), ptr(e32), c.entries.length), "f16_to_f32");
+            check(ds4j_attention_f16_operands_f32(gpu.ctx(), ptr(q), ptr(kvNew), ptr(r32), c.cap, ptr(e32), c.kind, c.m, ptr(sel), c.K,
+                    ptr(sinks), c.N0, c.S, c.H, c.d, c.W, scale(), 0L, impl, ptr(work), bytes, ptr(o)), "attention_f16_operands_f32");
             return gpu.downloadFloats(o, c.S * c.H * c.d);
         }
     }
@@ -509,6 +527,8 @@ class HipVerifyAttentionTest {
                     c.name, c.nAttn(), diff, maxOut, rc, rt);
             // the portable kernel is the control's arithmetic on the F16 rows in place: bit for bit
             assertArrayEquals(ctl, port, c.name + ": portable F16 path vs control");
+            // the same kernels on F32 copies of the rows (the control path's verify steps): bit for bit
+            assertArrayEquals(tc, dc.f16OperandsOnCopies(DS4J_F16OPS_AUTO()), c.name + ": tensor cores on F32 copies vs F16 rows");
             // 1e-5 of the output's scale: a sharp softmax (large logits) amplifies the F32 rounding of the logits, the
             // control's own included (both stay within their bounds against the exact result above)
             assertTrue(diff <= 1e-5 * Math.max(1, maxOut), c.name + ": max |f16 path - control| " + diff + " > 1e-5 x max(1, max |out| " + maxOut + ")");
@@ -535,7 +555,7 @@ class HipVerifyAttentionTest {
     }
 
     @Test
-    void twoThousandVerifyStepsAt59933TokensChooseTheSameTokens() throws Exception {
+    void twoThousandVerifyStepsAt59933TokensGiveTheSameLogitsOnBothPaths() throws Exception {
         final int ctx = 59_933, steps = 2000, S = 5;
         try (HipBackend be = new HipBackend(WeightLoader.load(flashModel()), BackendOptions.DEFAULTS.withF16KvVerify(true));
              HipSequence seq = be.newSequence(16)) {
@@ -557,8 +577,9 @@ class HipVerifyAttentionTest {
             double rate = ag.rate(), maxLogitDiff = ag.maxLogitDiff();
             System.out.printf("verify attention at %d..%d tokens: %d of %d rows (%.4f %%) with the same argmax on both paths; max |logit diff| %.3g; %.1f s%n",
                     ctx, seq.length(), ag.agree(), ag.rows(), 100 * rate, maxLogitDiff, (System.nanoTime() - t0) / 1e9);
-            assertTrue(maxLogitDiff > 0, "the F16 path above the threshold gave the control's logits bit for bit: was it used?");
-            assertTrue(rate >= 0.999, "argmax agreement " + rate + " < 99.9 %");
+            // the paths differ only in where the rows are read (in place or converted, exactly): the same logits
+            assertEquals(0.0, maxLogitDiff, "max |logit difference| between the paths above the threshold");
+            assertEquals(ag.rows(), ag.agree(), "rows with the same argmax on both paths");
         }
     }
 
@@ -635,31 +656,36 @@ class HipVerifyAttentionTest {
     }
 
     /**
-     * On the f16 path a verify step must compute exactly what the decode steps it stands for compute, above the
+     * On both verify paths a verify step must compute exactly what the decode steps it stands for compute, above the
      * threshold too: the kernel splits each query's keys by that query's own key count and picks F32 or tensor cores
-     * per query, so S does not matter. Contexts: one where the step straddles the CSA layers' threshold (queries at
-     * n_attn 511 and 512 in F32, the rest on tensor cores) and 59,933 (every compressed layer on tensor cores).
+     * per query, so S does not matter, and the control's F32 copies hold the F16 values exactly. Contexts: one where the
+     * step straddles the CSA layers' threshold (queries at n_attn 511 and 512 in F32, the rest on tensor cores) and
+     * 59,933 (every compressed layer on tensor cores).
      */
     @Test
     void aboveTheThresholdAVerifyStepEqualsTheDecodeStepsItStandsFor() throws Exception {
         try (HipBackend be = new HipBackend(WeightLoader.load(flashModel()), BackendOptions.DEFAULTS.withF16KvVerify(true))) {
             int V = be.config().vocabSize, S = 5;
-            for (int ctx : new int[]{1_537, 59_933}) {
-                try (HipSequence seq = be.newSequence(16)) {
-                    seq.fillRandom(ctx, 31);
-                    int[] toks = new SplittableRandom(ctx).ints(S, 0, V).toArray(), all = {0, 1, 2, 3, 4};
-                    float[] verified = be.forward(seq, toks, 0, S, all, StepKind.VERIFY);
-                    seq.rollback(S);
-                    for (int i = 0; i < S; i++) {
-                        float[] decoded = be.forward(seq, toks, i, 1, new int[]{0}, StepKind.DECODE);
-                        assertArrayEquals(decoded, Arrays.copyOfRange(verified, i * V, (i + 1) * V),
-                                "context " + ctx + ": decode step " + i + " vs verify row " + i);
+            for (var path : io.ds4j.engine.VerifyAttention.values()) {
+                for (int ctx : new int[]{1_537, 59_933}) {
+                    be.setVerifyAttention(path);
+                    try (HipSequence seq = be.newSequence(16)) {
+                        seq.fillRandom(ctx, 31);
+                        int[] toks = new SplittableRandom(ctx).ints(S, 0, V).toArray(), all = {0, 1, 2, 3, 4};
+                        float[] verified = be.forward(seq, toks, 0, S, all, StepKind.VERIFY);
+                        seq.rollback(S);
+                        for (int i = 0; i < S; i++) {
+                            float[] decoded = be.forward(seq, toks, i, 1, new int[]{0}, StepKind.DECODE);
+                            assertArrayEquals(decoded, Arrays.copyOfRange(verified, i * V, (i + 1) * V),
+                                    path.key() + " path, context " + ctx + ": decode step " + i + " vs verify row " + i);
+                        }
+                        System.out.println(path.key() + " path at context " + ctx + ": verify rows equal decode steps bit for bit; modes "
+                                + be.verifyAttentionModes());
                     }
-                    System.out.println("f16 path at context " + ctx + ": verify rows equal decode steps bit for bit; modes "
-                            + be.verifyAttentionModes());
+                    assertTrue(be.verifyAttentionModes().get(AttentionKind.CSA).startsWith(path.key() + " tensor-core"),
+                            be.verifyAttentionModes().toString());
                 }
             }
-            assertTrue(be.verifyAttentionModes().get(AttentionKind.CSA).startsWith("f16 tensor-core"), be.verifyAttentionModes().toString());
         }
     }
 

@@ -3409,6 +3409,82 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_attention_f16_operands_f32 {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_attention_f16_operands_f32");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_f32(ds4j_ctx *ctx, const float *q, const float *kv_new, const float *ring, int32_t cap, const float *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * }
+     */
+    public static FunctionDescriptor ds4j_attention_f16_operands_f32$descriptor() {
+        return ds4j_attention_f16_operands_f32.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_f32(ds4j_ctx *ctx, const float *q, const float *kv_new, const float *ring, int32_t cap, const float *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * }
+     */
+    public static MethodHandle ds4j_attention_f16_operands_f32$handle() {
+        return ds4j_attention_f16_operands_f32.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_f32(ds4j_ctx *ctx, const float *q, const float *kv_new, const float *ring, int32_t cap, const float *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * }
+     */
+    public static MemorySegment ds4j_attention_f16_operands_f32$address() {
+        return ds4j_attention_f16_operands_f32.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_f32(ds4j_ctx *ctx, const float *q, const float *kv_new, const float *ring, int32_t cap, const float *entries, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int64_t N0, int32_t S, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, int32_t impl, void *work, int64_t work_bytes, float *out)
+     * }
+     */
+    public static int ds4j_attention_f16_operands_f32(MemorySegment ctx, MemorySegment q, MemorySegment kv_new, MemorySegment ring, int cap, MemorySegment entries, int kind, int m, MemorySegment sel, int K, MemorySegment sinks, long N0, int S, int H, int d, int W, float scale, long short_rows, int impl, MemorySegment work, long work_bytes, MemorySegment out) {
+        var mh$ = ds4j_attention_f16_operands_f32.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, q, kv_new, ring, cap, entries, kind, m, sel, K, sinks, N0, S, H, d, W, scale, short_rows, impl, work, work_bytes, out);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_attention_f16_operands_work {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
@@ -4343,6 +4419,77 @@ public class ds4j_gpu_h {
      */
     public static int ds4j_attention_f16_operands_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment q, MemorySegment kv_new, int kind, int m, MemorySegment sel, int K, MemorySegment sinks, int H, int d, int W, float scale, long short_rows, MemorySegment out) {
         var mh$ = ds4j_attention_f16_operands_seqs.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_views, views, n, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, short_rows, out);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_attention_f16_operands_f32_seqs {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_attention_f16_operands_f32_seqs");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, float *out)
+     * }
+     */
+    public static FunctionDescriptor ds4j_attention_f16_operands_f32_seqs$descriptor() {
+        return ds4j_attention_f16_operands_f32_seqs.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, float *out)
+     * }
+     */
+    public static MethodHandle ds4j_attention_f16_operands_f32_seqs$handle() {
+        return ds4j_attention_f16_operands_f32_seqs.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, float *out)
+     * }
+     */
+    public static MemorySegment ds4j_attention_f16_operands_f32_seqs$address() {
+        return ds4j_attention_f16_operands_f32_seqs.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_attention_f16_operands_f32_seqs(ds4j_ctx *ctx, const ds4j_seq_view *host_views, const ds4j_seq_view *views, int32_t n, const float *q, const float *kv_new, int32_t kind, int32_t m, const int32_t *sel, int32_t K, const float *sinks, int32_t H, int32_t d, int32_t W, float scale, int64_t short_rows, float *out)
+     * }
+     */
+    public static int ds4j_attention_f16_operands_f32_seqs(MemorySegment ctx, MemorySegment host_views, MemorySegment views, int n, MemorySegment q, MemorySegment kv_new, int kind, int m, MemorySegment sel, int K, MemorySegment sinks, int H, int d, int W, float scale, long short_rows, MemorySegment out) {
+        var mh$ = ds4j_attention_f16_operands_f32_seqs.HANDLE;
         try {
             return (int) mh$.invokeExact(ctx, host_views, views, n, q, kv_new, kind, m, sel, K, sinks, H, d, W, scale, short_rows, out);
         } catch (Throwable ex$) {
