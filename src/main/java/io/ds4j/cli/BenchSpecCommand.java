@@ -54,7 +54,7 @@ public final class BenchSpecCommand implements Callable<Integer> {
     @Option(names = "--preset", description = "preset variant as the target when no --model: tiny, small, flash-shaped") String preset;
     @Option(names = "--layers", description = "layers of the preset variant (default: the preset's)") Integer layers;
     @Option(names = "--experts", description = "routed experts per layer of the preset variant (default: the preset's)") Integer experts;
-    @Option(names = "--dtype", defaultValue = "fp8", description = "storage of a preset variant: fp8 (FP8 dense + FP4 experts) or bf16 (default ${DEFAULT-VALUE})") String dtype;
+    @Option(names = "--dtype", description = "storage of a preset variant: fp8 (FP8 dense + FP4 experts) or bf16 (default fp8)") String dtype;
     @Option(names = "--draft-model", paramLabel = "DIR", description = "draft model directory (default: the 'tiny' preset)") Path draftModel;
     @Option(names = {"--sources", "--drafts"}, defaultValue = "none,ngram,model,copy,mtp,prediction,replay", split = ",",
             description = "draft sources to run: none, ngram, model, copy, mtp, prediction, replay (default ${DEFAULT-VALUE}; plain decoding always runs; mtp is skipped, with the reason, on a checkpoint without an MTP layer)") List<String> sources;
@@ -79,6 +79,25 @@ public final class BenchSpecCommand implements Callable<Integer> {
         if (decodeTokens < 2) bad.add("--decode-tokens must be at least 2, got " + decodeTokens);
         if (prompts < 1) bad.add("--prompts must be at least 1, got " + prompts);
         if (warmup < 0) bad.add("--warmup must be at least 0 (the untimed passes before the timed ones), got " + warmup);
+        RandomCheckpoint.Storage storage = RandomCheckpoint.Storage.FP8;
+        if (dtype != null) {
+            try {
+                storage = RandomCheckpoint.Storage.parse(dtype);
+            } catch (IllegalArgumentException e) {
+                bad.add("--dtype: " + e.getMessage());
+            }
+        }
+        // beside --model (which is the target) a variant's options would be silently unused: refused, naming them
+        if (model != null) {
+            List<String> variant = new ArrayList<>();
+            if (preset != null) variant.add("--preset");
+            if (layers != null) variant.add("--layers");
+            if (experts != null) variant.add("--experts");
+            if (dtype != null) variant.add("--dtype");
+            if (!variant.isEmpty())
+                bad.add(String.join(", ", variant) + (variant.size() == 1 ? " makes a preset variant as the target and does"
+                        : " make a preset variant as the target and do") + " not apply beside --model DIR: give one or the other");
+        }
         if (!bad.isEmpty()) throw new IllegalArgumentException(String.join("; ", bad));
         Set<String> want = new LinkedHashSet<>(sources);
         for (String s : want)
@@ -86,8 +105,8 @@ public final class BenchSpecCommand implements Callable<Integer> {
         Backends.checkAvailable(backend);  // before a model is made for it
         if (draftModel != null && want.contains("model")) Main.modelFolder("--draft-model", draftModel);
         Path tdir = model != null ? Main.modelFolder("--model", model)
-                : preset == null && layers == null && experts == null ? ModelStore.ensure("small", 1, System.err::println)
-                : ModelStore.ensureVariant(preset == null ? "small" : preset, layers, experts, RandomCheckpoint.Storage.parse(dtype), 1, System.err::println);
+                : plainSmall(preset, layers, experts, dtype == null ? null : storage) ? ModelStore.ensure("small", 1, System.err::println)
+                : ModelStore.ensureVariant(preset == null ? "small" : preset, layers, experts, storage, 1, System.err::println);
         try (Backend target = Backends.open(backend, tdir)) {
             Backend drafter = null;
             try {
@@ -102,6 +121,14 @@ public final class BenchSpecCommand implements Callable<Integer> {
             }
         }
         return 0;
+    }
+
+    /**
+     * Whether the target without --model is the plain {@code small} preset (its BF16 model) rather than a variant:
+     * no --preset, --layers or --experts, and no --dtype or a BF16 one ({@code dtype} null when not given).
+     */
+    static boolean plainSmall(String preset, Integer layers, Integer experts, RandomCheckpoint.Storage dtype) {
+        return preset == null && layers == null && experts == null && (dtype == null || dtype == RandomCheckpoint.Storage.BF16);
     }
 
     private void bench(Backend target, Backend drafter, Path tdir, Set<String> want) {
