@@ -14,8 +14,10 @@ import io.ds4j.speculative.MtpDraftSource;
 import io.ds4j.speculative.NgramDraft;
 import io.ds4j.engine.VerifyWidth;
 import io.ds4j.speculative.PredictionDraft;
+import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
 
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -62,6 +64,7 @@ public final class BenchSpecCommand implements Callable<Integer> {
     @Option(names = "--decode-tokens", defaultValue = "64", description = "tokens generated per run (default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--spec-q", defaultValue = "4", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
     @Option(names = "--prompts", defaultValue = "2", description = "prompts per source (default ${DEFAULT-VALUE})") int prompts;
+    @Spec CommandLine.Model.CommandSpec spec;
     @Option(names = "--warmup", defaultValue = "2", description = "untimed passes of every configuration before the timed ones, 0 or more; one plain pass, which records the outputs the prediction and replay drafts send back, runs untimed first at any value (default ${DEFAULT-VALUE})") int warmup;
 
     @Override
@@ -88,16 +91,8 @@ public final class BenchSpecCommand implements Callable<Integer> {
             }
         }
         // beside --model (which is the target) a variant's options would be silently unused: refused, naming them
-        if (model != null) {
-            List<String> variant = new ArrayList<>();
-            if (preset != null) variant.add("--preset");
-            if (layers != null) variant.add("--layers");
-            if (experts != null) variant.add("--experts");
-            if (dtype != null) variant.add("--dtype");
-            if (!variant.isEmpty())
-                bad.add(String.join(", ", variant) + (variant.size() == 1 ? " makes a preset variant as the target and does"
-                        : " make a preset variant as the target and do") + " not apply beside --model DIR: give one or the other");
-        }
+        String besideModel = Main.variantOptionsBesideModel(spec == null ? null : spec.commandLine().getParseResult());
+        if (besideModel != null) bad.add(besideModel);
         if (!bad.isEmpty()) throw new IllegalArgumentException(String.join("; ", bad));
         Set<String> want = new LinkedHashSet<>(sources);
         for (String s : want)

@@ -66,7 +66,7 @@ class BenchSpecCommandTest {
         GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--model", GenerateCommandTest.FIXTURE,
                 "--layers", "3", "--dtype", "bf16", "--prompts", "0");
         assertEquals(2, r.code(), r.err());
-        assertTrue(r.err().contains("--layers, --dtype make a preset variant as the target and do not apply beside --model DIR"), r.err());
+        assertTrue(r.err().contains("--layers, --dtype make a preset variant as the model and do not apply beside --model DIR"), r.err());
     }
 
     @Test
