@@ -176,6 +176,12 @@ public final class GenerateCommand implements Callable<Integer> {
             if (be.status().diagnostic() != null) err.println("warning: " + be.status().diagnostic());
             int V = be.config().vocabSize;
             sp.validate(Math.min(V, tok.vocabSize()));
+            // a constraint's masks cover every id of the tokenizer, which the model's logits must hold: without this the
+            // first step failed with "batch entry 0: an argmax mask of 2013 words is longer than the vocabulary's 16"
+            if (grammar != null && tok.vocabSize() > V)
+                throw new IllegalArgumentException((grammarFile != null ? "--grammar" : jsonSchema != null ? "--json-schema" : "--json-object")
+                        + ": constrained decoding needs the model's vocabulary to hold the tokenizer's ids, but the tokenizer has "
+                        + tok.vocabSize() + " tokens, more than the model's vocabulary of " + V + " (serve refuses such a model at load)");
             // as serve does: the context never exceeds what the model was built for
             int context = Generation.contextLimit(maxContext != null ? maxContext : 65536, be.config().maxPositionEmbeddings);
             if (maxContext != null && context < maxContext)

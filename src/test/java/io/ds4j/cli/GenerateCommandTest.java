@@ -72,6 +72,21 @@ public class GenerateCommandTest {
     }
 
     /**
+     * A constraint on a model whose vocabulary is below its tokenizer's (the fixture: 1024 ids, the vendored tokenizer's
+     * 128815) is refused naming both, not at the first step with "an argmax mask of 2013 words is longer than the
+     * vocabulary's 16".
+     */
+    @Test
+    void aConstraintOnAVocabularyBelowTheTokenizersIsRefused(@TempDir Path dir) throws Exception {
+        Path one = dir.resolve("a.gbnf");
+        java.nio.file.Files.writeString(one, "root ::= \"a\"\n");
+        Run r = run("generate", "--model", FIXTURE, "--prompt", "x", "-n", "4", "--grammar", one.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--grammar: constrained decoding needs the model's vocabulary to hold the tokenizer's ids,"
+                + " but the tokenizer has 128815 tokens, more than the model's vocabulary of 1024"), r.err());
+    }
+
+    /**
      * The output constraint's flags and file, and a --draft that is no draft, are refused before the model is made or
      * loaded: the refusal is the only line (they came after 'model: preset ...' and the load).
      */
