@@ -13,9 +13,11 @@ import io.ds4j.server.Ds4jServer;
 import io.ds4j.server.config.ServerConfig;
 import io.ds4j.text.Tokenizer;
 import io.ds4j.text.Tokenizers;
+import picocli.CommandLine;
 import picocli.CommandLine.ArgGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
 
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -53,6 +55,7 @@ import java.util.stream.Stream;
         description = "Prefix cache: TTFT and wall time cold vs cached for an agent conversation, a document with questions, and n choices of one prompt.")
 public final class BenchPrefixCommand implements Callable<Integer> {
     @ArgGroup(exclusive = true, multiplicity = "0..1") BenchServerCommand.Source source = new BenchServerCommand.Source();
+    @Spec CommandLine.Model.CommandSpec spec;
     @Option(names = "--layers", description = "preset variant: layers (default: the preset's)") Integer layers;
     @Option(names = "--experts", description = "preset variant: routed experts (default: the preset's)") Integer experts;
     @Option(names = "--dtype", defaultValue = "bf16", description = "preset variant storage: bf16 or fp8 (default ${DEFAULT-VALUE})") String dtype;
@@ -81,6 +84,8 @@ public final class BenchPrefixCommand implements Callable<Integer> {
             if (!w.equals("agent") && !w.equals("doc") && !w.equals("choices"))
                 throw new IllegalArgumentException("--workloads: unknown workload '" + w + "' (agent, doc or choices)");
         String bad = badLengths();
+        String besideModel = Main.variantOptionsBesideModel(spec == null ? null : spec.commandLine().getParseResult());
+        if (besideModel != null) bad = bad == null ? besideModel : besideModel + "; " + bad;
         if (bad != null) throw new IllegalArgumentException(bad);
         Backends.checkAvailable(backend);  // the server's backend, before a model is made for it
         String preset = source.preset != null ? source.preset : DefaultModelProvider.EMBEDDED_PRESET;

@@ -289,6 +289,8 @@ public final class BenchServerCommand implements Callable<Integer> {
      * before failing (--max-tokens 0: HTTP 400), or be quietly replaced (--requests 0 ran one request a client).
      */
     String badOption() {
+        String besideModel = Main.variantOptionsBesideModel(spec == null ? null : spec.commandLine().getParseResult());
+        if (besideModel != null) return besideModel;
         if (jsonSchema != null && grammar != null)
             return "--json-schema and --grammar each hold the whole output: give one of them";
         // --url first: a flag that --url makes pointless is named as such, not for its value

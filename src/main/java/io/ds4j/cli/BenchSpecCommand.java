@@ -14,8 +14,10 @@ import io.ds4j.speculative.MtpDraftSource;
 import io.ds4j.speculative.NgramDraft;
 import io.ds4j.engine.VerifyWidth;
 import io.ds4j.speculative.PredictionDraft;
+import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
 
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -54,7 +56,7 @@ public final class BenchSpecCommand implements Callable<Integer> {
     @Option(names = "--preset", description = "preset variant as the target when no --model: tiny, small, flash-shaped") String preset;
     @Option(names = "--layers", description = "layers of the preset variant (default: the preset's)") Integer layers;
     @Option(names = "--experts", description = "routed experts per layer of the preset variant (default: the preset's)") Integer experts;
-    @Option(names = "--dtype", defaultValue = "fp8", description = "storage of a preset variant: fp8 (FP8 dense + FP4 experts) or bf16 (default ${DEFAULT-VALUE})") String dtype;
+    @Option(names = "--dtype", description = "storage of a preset variant: fp8 (FP8 dense + FP4 experts) or bf16 (default fp8)") String dtype;
     @Option(names = "--draft-model", paramLabel = "DIR", description = "draft model directory (default: the 'tiny' preset)") Path draftModel;
     @Option(names = {"--sources", "--drafts"}, defaultValue = "none,ngram,model,copy,mtp,prediction,replay", split = ",",
             description = "draft sources to run: none, ngram, model, copy, mtp, prediction, replay (default ${DEFAULT-VALUE}; plain decoding always runs; mtp is skipped, with the reason, on a checkpoint without an MTP layer)") List<String> sources;
@@ -62,6 +64,7 @@ public final class BenchSpecCommand implements Callable<Integer> {
     @Option(names = "--decode-tokens", defaultValue = "64", description = "tokens generated per run (default ${DEFAULT-VALUE})") int decodeTokens;
     @Option(names = "--spec-q", defaultValue = "4", description = "verify width 1..8 or auto (default ${DEFAULT-VALUE})") String specQ;
     @Option(names = "--prompts", defaultValue = "2", description = "prompts per source (default ${DEFAULT-VALUE})") int prompts;
+    @Spec CommandLine.Model.CommandSpec spec;
     @Option(names = "--warmup", defaultValue = "2", description = "untimed passes of every configuration before the timed ones, 0 or more; one plain pass, which records the outputs the prediction and replay drafts send back, runs untimed first at any value (default ${DEFAULT-VALUE})") int warmup;
 
     @Override
@@ -79,6 +82,17 @@ public final class BenchSpecCommand implements Callable<Integer> {
         if (decodeTokens < 2) bad.add("--decode-tokens must be at least 2, got " + decodeTokens);
         if (prompts < 1) bad.add("--prompts must be at least 1, got " + prompts);
         if (warmup < 0) bad.add("--warmup must be at least 0 (the untimed passes before the timed ones), got " + warmup);
+        RandomCheckpoint.Storage storage = RandomCheckpoint.Storage.FP8;
+        if (dtype != null) {
+            try {
+                storage = RandomCheckpoint.Storage.parse(dtype);
+            } catch (IllegalArgumentException e) {
+                bad.add("--dtype: " + e.getMessage());
+            }
+        }
+        // beside --model (which is the target) a variant's options would be silently unused: refused, naming them
+        String besideModel = Main.variantOptionsBesideModel(spec == null ? null : spec.commandLine().getParseResult());
+        if (besideModel != null) bad.add(besideModel);
         if (!bad.isEmpty()) throw new IllegalArgumentException(String.join("; ", bad));
         Set<String> want = new LinkedHashSet<>(sources);
         for (String s : want)
@@ -86,8 +100,8 @@ public final class BenchSpecCommand implements Callable<Integer> {
         Backends.checkAvailable(backend);  // before a model is made for it
         if (draftModel != null && want.contains("model")) Main.modelFolder("--draft-model", draftModel);
         Path tdir = model != null ? Main.modelFolder("--model", model)
-                : preset == null && layers == null && experts == null ? ModelStore.ensure("small", 1, System.err::println)
-                : ModelStore.ensureVariant(preset == null ? "small" : preset, layers, experts, RandomCheckpoint.Storage.parse(dtype), 1, System.err::println);
+                : plainSmall(preset, layers, experts, dtype == null ? null : storage) ? ModelStore.ensure("small", 1, System.err::println)
+                : ModelStore.ensureVariant(preset == null ? "small" : preset, layers, experts, storage, 1, System.err::println);
         try (Backend target = Backends.open(backend, tdir)) {
             Backend drafter = null;
             try {
@@ -102,6 +116,14 @@ public final class BenchSpecCommand implements Callable<Integer> {
             }
         }
         return 0;
+    }
+
+    /**
+     * Whether the target without --model is the plain {@code small} preset (its BF16 model) rather than a variant:
+     * no --preset, --layers or --experts, and no --dtype or a BF16 one ({@code dtype} null when not given).
+     */
+    static boolean plainSmall(String preset, Integer layers, Integer experts, RandomCheckpoint.Storage dtype) {
+        return preset == null && layers == null && experts == null && (dtype == null || dtype == RandomCheckpoint.Storage.BF16);
     }
 
     private void bench(Backend target, Backend drafter, Path tdir, Set<String> want) {

@@ -176,6 +176,12 @@ public final class GenerateCommand implements Callable<Integer> {
             if (be.status().diagnostic() != null) err.println("warning: " + be.status().diagnostic());
             int V = be.config().vocabSize;
             sp.validate(Math.min(V, tok.vocabSize()));
+            // a constraint's masks cover every id of the tokenizer, which the model's logits must hold: without this the
+            // first step failed with "batch entry 0: an argmax mask of 2013 words is longer than the vocabulary's 16"
+            if (grammar != null && tok.vocabSize() > V)
+                throw new IllegalArgumentException((grammarFile != null ? "--grammar" : jsonSchema != null ? "--json-schema" : "--json-object")
+                        + ": constrained decoding needs the model's vocabulary to hold the tokenizer's ids, but the tokenizer has "
+                        + tok.vocabSize() + " tokens, more than the model's vocabulary of " + V + " (serve refuses such a model at load)");
             // as serve does: the context never exceeds what the model was built for
             int context = Generation.contextLimit(maxContext != null ? maxContext : 65536, be.config().maxPositionEmbeddings);
             if (maxContext != null && context < maxContext)
@@ -235,7 +241,14 @@ public final class GenerateCommand implements Callable<Integer> {
                         "--reasoning-budget: the tokenizer has no " + V4Format.THINK_END + " token")), reasoningBudget, tok::tokenBytes));
             // a line redrawn with carriage returns and an erase sequence: for a terminal, not for a file or a pipe
             boolean progress = ids.length > prefillChunk && stderrIsTerminal();
+            // the masks' time and count once the prefill is done (the first token's mask is computed in its step), so
+            // that the decode steps' share is of their own masks: with few steps the prefill's mask made it over 100 %
+            long[] masksAtDecode = {-1, 0};
             while (g.step()) {
+                if (constraint != null && masksAtDecode[0] < 0 && !g.prefilling()) {
+                    masksAtDecode[0] = constraint.maskNanos();
+                    masksAtDecode[1] = constraint.maskCalls();
+                }
                 if (progress && g.prefilling()) {
                     err.printf("\rprefill %d/%d tokens", g.prefilledTokens(), ids.length);
                     progressShown[0] = true;
@@ -267,10 +280,15 @@ public final class GenerateCommand implements Callable<Integer> {
                 long steps = Math.max(1, st.steps());
                 double decodeMs = g.decodeSeconds() * 1e3;
                 double maskMs = constraint.maskNanos() / 1e6;
+                // a generation that ended in its prefill step has no decode masks
+                if (masksAtDecode[0] < 0) masksAtDecode = new long[]{constraint.maskNanos(), constraint.maskCalls()};
+                double decodeMaskMs = (constraint.maskNanos() - masksAtDecode[0]) / 1e6;
+                long decodeMasks = constraint.maskCalls() - masksAtDecode[1];
                 err.printf("constraint: %d masks, %.3f ms per mask (%d from the per-state cache); decode %.3f ms per step over %d steps, "
-                                + "of which masks %.3f ms per step = %.1f %% of the step%n",
+                                + "of which masks %.3f ms per step (%d mask%s; the first token's came with the prefill) = %.1f %% of the step%n",
                         constraint.maskCalls(), maskMs / Math.max(1, constraint.maskCalls()), constraint.cacheHits(),
-                        decodeMs / steps, steps, maskMs / steps, decodeMs > 0 ? 100 * maskMs / decodeMs : Double.NaN);
+                        decodeMs / steps, steps, decodeMaskMs / steps, decodeMasks, decodeMasks == 1 ? "" : "s",
+                        decodeMs > 0 ? 100 * decodeMaskMs / decodeMs : Double.NaN);
             }
         }
         return 0;

@@ -236,6 +236,19 @@ public final class Main implements java.util.concurrent.Callable<Integer> {
     }
 
     /**
+     * The preset-variant options ({@code --preset}, {@code --layers}, {@code --experts}, {@code --dtype}) given beside
+     * {@code --model DIR}, where they would be silently unused (the folder is the model): a refusal naming them, or null.
+     * @param pr the command's parse result (null: nothing to check)
+     */
+    static String variantOptionsBesideModel(CommandLine.ParseResult pr) {
+        if (pr == null || !pr.hasMatchedOption("--model")) return null;
+        List<String> given = java.util.stream.Stream.of("--preset", "--layers", "--experts", "--dtype").filter(pr::hasMatchedOption).toList();
+        if (given.isEmpty()) return null;
+        return String.join(", ", given) + (given.size() == 1 ? " makes a preset variant as the model and does"
+                : " make a preset variant as the model and do") + " not apply beside --model DIR: give one or the other";
+    }
+
+    /**
      * The model folder a flag names, checked as a load would check it but without reading a weight (see
      * {@link io.ds4j.app.DefaultModelProvider#checkModelFolder}): every command words a missing or unusable one alike.
      * @throws IllegalArgumentException naming the flag, the folder and what is wrong

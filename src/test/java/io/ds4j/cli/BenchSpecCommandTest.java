@@ -5,7 +5,10 @@ import org.junit.jupiter.api.Test;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import io.ds4j.model.synth.RandomCheckpoint;
+
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** {@code ds4j bench-spec}: the prediction and replay sources on the tiny fixture. */
@@ -48,5 +51,29 @@ class BenchSpecCommandTest {
         GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--model", GenerateCommandTest.FIXTURE, "--sources", "none,mtpx");
         assertTrue(r.code() != 0, r.out());
         assertTrue(r.err().contains("unknown source 'mtpx'"), r.err());
+    }
+
+    @Test
+    void anUnknownDtypeIsRefusedWithTheOtherProblems() {
+        // --prompts 0 keeps the run short whatever happens to --dtype: without the check it was never read (no --preset)
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--dtype", "fp16", "--prompts", "0");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--dtype: unknown dtype 'fp16'") && r.err().contains("--prompts must be at least 1"), r.err());
+    }
+
+    @Test
+    void variantOptionsBesideModelAreRefused() {
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--model", GenerateCommandTest.FIXTURE,
+                "--layers", "3", "--dtype", "bf16", "--prompts", "0");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--layers, --dtype make a preset variant as the model and do not apply beside --model DIR"), r.err());
+    }
+
+    @Test
+    void aDtypeAloneMakesTheSmallVariant() {
+        assertTrue(BenchSpecCommand.plainSmall(null, null, null, null), "the default: the small preset");
+        assertTrue(BenchSpecCommand.plainSmall(null, null, null, RandomCheckpoint.Storage.BF16), "the small preset is BF16");
+        assertFalse(BenchSpecCommand.plainSmall(null, null, null, RandomCheckpoint.Storage.FP8), "--dtype fp8 was ignored");
+        assertFalse(BenchSpecCommand.plainSmall("small", null, null, null), "--preset: a variant, fp8 by default");
     }
 }

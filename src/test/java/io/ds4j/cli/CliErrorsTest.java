@@ -485,6 +485,26 @@ class CliErrorsTest {
         }
     }
 
+    /**
+     * A preset variant's options beside --model were silently unused (the folder is the model): bench-server and
+     * bench-prefix ran --model's model whatever --layers or --dtype said, bench-spec also whatever --preset said.
+     * --max-tokens 0 / --prompts 0 keep each run short should the check be missing.
+     */
+    @Test
+    void variantOptionsBesideModelAreRefused() {
+        String[][] runs = {{"bench-server", "--model", GenerateCommandTest.FIXTURE, "--dtype", "fp8", "--max-tokens", "0"},
+                {"bench-prefix", "--model", GenerateCommandTest.FIXTURE, "--layers", "3", "--dtype", "fp8", "--max-tokens", "0"},
+                {"bench-spec", "--model", GenerateCommandTest.FIXTURE, "--preset", "tiny", "--prompts", "0"}};
+        String[] expect = {"--dtype makes a preset variant as the model and does not apply beside --model DIR",
+                "--layers, --dtype make a preset variant as the model and do not apply beside --model DIR",
+                "--preset makes a preset variant as the model and does not apply beside --model DIR"};
+        for (int i = 0; i < runs.length; i++) {
+            GenerateCommandTest.Run r = run(runs[i]);
+            assertEquals(2, r.code(), String.join(" ", runs[i]) + ": " + r.err());
+            assertTrue(r.err().contains(expect[i]), String.join(" ", runs[i]) + ": " + r.err());
+        }
+    }
+
     /** bench's --render names a missing file (it was Java's own message), bench-prefix's --workloads the valid ones. */
     @Test
     void renderAndWorkloadsNameWhatIsWrong() {

@@ -55,6 +55,38 @@ public class GenerateCommandTest {
     }
 
     /**
+     * The constraint line's share of the decode steps counts their own masks: the first token's mask, computed in the
+     * prefill's step, was counted too, so a short answer showed masks over 100 % of the step ("a" then the end: two
+     * masks over one decode step).
+     */
+    @Test
+    void theMaskShareOfTheDecodeStepsLeavesThePrefillsMaskOut(@TempDir Path dir) throws Exception {
+        Path one = dir.resolve("a.gbnf");
+        java.nio.file.Files.writeString(one, "root ::= \"a\"\n");
+        // the embedded tiny model (the server tests' model): the fixture's 16-id vocabulary is below its tokenizer's
+        Run r = run("generate", "--preset", "tiny", "--prompt", "x", "-n", "8", "--grammar", one.toString());
+        assertEquals(0, r.code(), r.err());
+        assertTrue(r.err().contains("constraint: 2 masks"), r.err());
+        assertTrue(r.err().contains("over 1 steps, of which masks"), r.err());
+        assertTrue(r.err().contains("(1 mask; the first token's came with the prefill)"), r.err());
+    }
+
+    /**
+     * A constraint on a model whose vocabulary is below its tokenizer's (the fixture: 1024 ids, the vendored tokenizer's
+     * 128815) is refused naming both, not at the first step with "an argmax mask of 2013 words is longer than the
+     * vocabulary's 16".
+     */
+    @Test
+    void aConstraintOnAVocabularyBelowTheTokenizersIsRefused(@TempDir Path dir) throws Exception {
+        Path one = dir.resolve("a.gbnf");
+        java.nio.file.Files.writeString(one, "root ::= \"a\"\n");
+        Run r = run("generate", "--model", FIXTURE, "--prompt", "x", "-n", "4", "--grammar", one.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--grammar: constrained decoding needs the model's vocabulary to hold the tokenizer's ids,"
+                + " but the tokenizer has 128815 tokens, more than the model's vocabulary of 1024"), r.err());
+    }
+
+    /**
      * The output constraint's flags and file, and a --draft that is no draft, are refused before the model is made or
      * loaded: the refusal is the only line (they came after 'model: preset ...' and the load).
      */
