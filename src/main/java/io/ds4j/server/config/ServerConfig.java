@@ -77,11 +77,13 @@ public final class ServerConfig {
                             + "prediction), as with speculative_q 0, while a request's speculative_q still asks for it "
                             + "(speculative.draft \"none\" loads no draft at all)"),
             key("verify.f16Kv", ConfigKey.Type.BOOL, false, false,
-                    "F16-KV verifier: verify attention reads the F16 cache directly instead of converting it to F32; "
+                    "F16-KV verifier: verify attention reads the F16 cache directly instead of converting it to F32 (the same "
+                            + "logits); "
                             + "only with backend hip on a single device, and off (with a warning) under hybrid expert placement"),
             key("verify.f32ShortContextRows", ConfigKey.Type.INT, 512, false,
                     Range.of(BackendOptions.MIN_SHORT_ROWS, BackendOptions.MAX_SHORT_ROWS),
-                    "with verify.f16Kv, a layer attending to at most this many rows keeps Q·Kᵀ and P·V in full F32"),
+                    "backend hip: a query attending to at most this many rows keeps Q·Kᵀ and P·V in plain F32, above it they "
+                            + "run on tensor cores at F32 accuracy (decode and verify steps, both verify paths)"),
             key("limits.maxContextTokens", ConfigKey.Type.INT, 32768, true,
                     Range.atLeast(io.ds4j.model.ModelConfig.MIN_CONTEXT_TOKENS),
                     "context limit per request (prompt + generated); capped by the model's own limit (max_position_embeddings; /props limits shows the one in effect), with a warning at start and at the reload that sets it"),
