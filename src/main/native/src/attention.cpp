@@ -1194,7 +1194,10 @@ static F16OpsPlan f16ops_plan(ds4j_ctx* ctx, int32_t kind, int32_t m, int32_t K,
                               int32_t d, int32_t W, int64_t short_rows, int32_t impl) {
     F16OpsPlan p{false, S, 1, 1, 0};
 #if defined(DS4J_HAVE_MMA)
-    p.mma = (impl == DS4J_F16OPS_AUTO || impl == DS4J_F16OPS_WHOLE) && (d == 64 || d == 128 || d == 256 || d == 512);
+    // the same condition as ds4j_attention_f16_operands_seqs's: a device whose blocks cannot hold the kernel's shared
+    // memory runs every query on the F32 kernel instead of failing
+    p.mma = (impl == DS4J_F16OPS_AUTO || impl == DS4J_F16OPS_WHOLE) && (d == 64 || d == 128 || d == 256 || d == 512) &&
+            (int64_t)tc_smem(d) <= device_limits(ctx->device).smem_optin;
 #else
     (void)impl;
 #endif
@@ -1234,6 +1237,9 @@ static int32_t attention_views(ds4j_ctx* ctx, const char* fn, const ds4j_seq_vie
         DS4J_ARG(kind == DS4J_ATTN_SLIDING || (m > 0 && (v.store || (N0 + S) / m == 0)),
                  "%s: view %d: compressed layer without entries", fn, i);
         DS4J_ARG(kind != DS4J_ATTN_CSA || (K > 0 && (sel || (N0 + S) / m <= K)), "%s: view %d: CSA without selections", fn, i);
+        DS4J_ARG(!ctx->fixed_grids || N0 >= ctx->fixed_first,
+                 "%s: view %d at position %lld, before the first position %lld (ds4j_seqs_bounds)", fn, i, (long long)N0,
+                 (long long)ctx->fixed_first);
         int64_t c = 0;
         if (kind == DS4J_ATTN_HCA) c = (N0 + S) / m;
         else if (kind == DS4J_ATTN_CSA) c = (N0 + S) / m < K ? (N0 + S) / m : K;
@@ -1432,9 +1438,9 @@ static int32_t f16ops_seqs_launch(ds4j_ctx* ctx, const char* fn, const ds4j_seq_
     int64_t maxc = 0;
     const int32_t arc = attention_views(ctx, fn, host_views, n, kind, m, sel, K, W, &maxc);
     if (arc != DS4J_OK) return arc;
-    // which kernels have queries: under fixed grids (ds4j_seqs_bounds) both launch whatever the positions
+    // which kernels have queries: under fixed grids (ds4j_seqs_bounds) from the bounds, whatever the positions
     const int ns_max = tc_ns_max(ctx, H);
-    bool any_short = ctx->fixed_grids != 0, any_long = ctx->fixed_grids != 0;
+    bool any_short = false, any_long = false;
     int nmax = 1;
     for (int32_t i = 0; i < n; i++) {
         const ds4j_seq_view& v = host_views[i];
@@ -1455,6 +1461,8 @@ static int32_t f16ops_seqs_launch(ds4j_ctx* ctx, const char* fn, const ds4j_seq_
         const int64_t tiles = (W + maxc + TC_KT - 1) / TC_KT;
         nmax = (int)(tiles < ns_max ? (tiles < 1 ? 1 : tiles) : ns_max);
         any_long = W + maxc > short_rows;  // no query under the bound has more keys than that
+        // none before fixed_first, and a later query attends at least as many rows
+        any_short = attended_rows(kind, m, K, ctx->fixed_first, W) <= short_rows;
     }
     // queries of at most short_rows keys: the F32 kernel, the control's numbers bit for bit
     if (any_short) {

@@ -164,6 +164,8 @@ struct ds4j_ctx : ds4j::Lane {
     /** ds4j_seqs_bounds: *_seqs launch shapes from bounds (fixed per step shape) instead of the views' values. */
     bool fixed_grids = false;
     int64_t fixed_entries = 0;
+    /** ds4j_seqs_bounds: no query of the step sits before this position (0: any may). */
+    int64_t fixed_first = 0;
     /**
      * Arrival counters of the split mHC kernels (mhc.cpp), DS4J_HC_COUNT_ROWS of them, zero between launches; null
      * when they could not be allocated (the one-block kernels run then).

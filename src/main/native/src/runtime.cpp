@@ -438,11 +438,13 @@ int32_t ds4j_launch_counts(int64_t* host_kernels, int64_t* host_copies, int64_t*
     return DS4J_OK;
 }
 
-int32_t ds4j_seqs_bounds(ds4j_ctx* ctx, int32_t on, int64_t max_entries) {
+int32_t ds4j_seqs_bounds(ds4j_ctx* ctx, int32_t on, int64_t max_entries, int64_t first_position) {
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(max_entries >= 0, "ds4j_seqs_bounds: negative max_entries %lld", (long long)max_entries);
+    DS4J_ARG(first_position >= 0, "ds4j_seqs_bounds: negative first_position %lld", (long long)first_position);
     ctx->fixed_grids = on != 0;
     ctx->fixed_entries = max_entries;
+    ctx->fixed_first = on != 0 ? first_position : 0;
     return DS4J_OK;
 }
 

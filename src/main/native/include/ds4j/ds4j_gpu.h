@@ -169,10 +169,13 @@ DS4J_API int32_t ds4j_graph_destroy(ds4j_ctx* ctx, int64_t exec);
  * calls launch even when no view needs a selection (the kernels skip what a view does not need); ds4j_attention_seqs
  * sizes its key scratch for the window plus K compressed entries (CSA) or max_entries (HCA), failing with DS4J_ERR_ARG
  * when a view has more. ds4j_attention_f32_seqs and ds4j_indexer_scores_f32_seqs follow the same rules as their F16
- * forms; ds4j_f16_to_f32_seqs takes its bounds as arguments and launches for them either way. The numbers are the same
- * either way, bit for bit.
+ * forms; ds4j_f16_to_f32_seqs takes its bounds as arguments and launches for them either way. first_position: no query
+ * of the step sits before it (each view's N0 is at least it, checked by the attention calls; 0 when unknown), so
+ * ds4j_attention_f16_operands_seqs (and its _f32 form) launches its F32 kernel only where a query from there on can
+ * attend at most short_rows rows (attended rows grow with the position): the caller's shape key must then tell apart
+ * steps on either side of that, e.g. by that choice per layer kind. The numbers are the same either way, bit for bit.
  */
-DS4J_API int32_t ds4j_seqs_bounds(ds4j_ctx* ctx, int32_t on, int64_t max_entries);
+DS4J_API int32_t ds4j_seqs_bounds(ds4j_ctx* ctx, int32_t on, int64_t max_entries, int64_t first_position);
 
 /*
  * Branches: calls that do not depend on the calls beside them run on other streams of the context (its side lanes 1 ..

@@ -148,8 +148,10 @@ public final class FeatureGate {
                     .append(": expert placement ").append(s.expertPlacement()).append(" (").append(placementReason(o)).append(")");
             if (s.hostExperts() > 0) b.append(", ").append(s.hostExperts()).append(" routed experts in host memory");
             b.append("; verify attention ").append(s.verifyAttention());
-            if (s.f16KvActive()) b.append(" (full F32 up to ").append(s.f32ShortContextRows()).append(" attended rows per layer)");
-            else b.append(s.f16KvRequested() ? " (verify.f16Kv requested but off, see the warning)" : " (verify.f16Kv off)");
+            if (!s.f16KvActive()) b.append(s.f16KvRequested() ? " (verify.f16Kv requested but off, see the warning)" : " (verify.f16Kv off)");
+            // the threshold holds for decode and verify steps on both verify paths (HipBackend's attention arithmetic)
+            b.append("; attention in plain F32 up to ").append(s.f32ShortContextRows())
+                    .append(" attended rows per query, on tensor cores at F32 accuracy above");
         }
         return b.toString();
     }

@@ -90,8 +90,9 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * rows, the CSA and HCA entries rounded up to a power of two) and attends on the copies
  * (ds4j_attention_f16_operands_f32_seqs). Its launches and their arguments then depend only on a shape key (rows, kind
  * and logits rows of each entry, whether the indexer selects, the bounds, the workspace's generation, the verify path
- * and threshold), so it is captured once per key and replayed after one upload of the step's inputs (tokens,
- * positions, views).
+ * and threshold, the layer kinds whose queries may attend at most the threshold's rows from the step's earliest
+ * position on: where none can, the F32 kernel is left out), so it is captured once per key and replayed after one
+ * upload of the step's inputs (tokens, positions, views).
  *
  * <p>All work runs on one stream of one device; calls are serialised on the backend (different sequences may be
  * stepped from different threads, one at a time). Implements {@code backend: hip} ({@link io.ds4j.engine.Backends}).
@@ -865,13 +866,14 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         b.t0 = t0;
         // grow the entry arrays and the workspace first, so that running out of memory leaves every sequence unchanged
         try {
-            long scratch = 0;
+            long scratch = 0, copies = 0;
             for (int e = 0; e < b.seqs.length; e++) {
                 for (HipSequence.LayerState ls : b.seqs[e].layers) {
                     if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, CacheLayout.entries(b.start[e] + b.count[e], ls.comp.m));
                     if (ls.index != null) HipSequence.ensure(gpu, ls.index, CacheLayout.entries(b.start[e] + b.count[e], ls.index.m));
                 }
-                scratch = Math.max(scratch, attentionScratchBytes(b.seqs[e], b.count[e], b.start[e], b.kinds[e]));
+                scratch = Math.max(scratch, attentionScratchBytes(b.seqs[e], b.count[e], b.start[e], b.kinds[e], true));
+                copies = Math.max(copies, attentionScratchBytes(b.seqs[e], b.count[e], b.start[e], b.kinds[e], false));
             }
             long[] starts = new long[b.start.length];
             for (int e = 0; e < starts.length; e++) starts[e] = b.start[e];
@@ -883,7 +885,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 s0.sliceV = gpu.malloc(bytes, "layer slice streams' norm");
                 s0.sliceBytes = bytes;
             }
-            b.fixed = fixedForm(b, scratch);
+            b.fixed = fixedForm(b, copies);
             b.group = b.fixed ? java.util.stream.IntStream.range(0, b.seqs.length).toArray() : group(b);
             if (b.convert) scratch = Math.max(scratch, convertBytes(b));
             ws.reset(Workspace.batchBytes(c, b.count, starts, b.logitCounts()) + scratch + groupBytes(b));
@@ -1085,20 +1087,22 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * graphs take (one row, or a verify step below DS4J_TC_MIN_ROWS rows) and not on the tensor-core path
      * ({@link #tcEntry}) with no MTP state attached (its stream copies depend on the position), either none a verify
      * entry on the f32-convert path or all of them (a step mixing those with other entries is not fixed; so is one whose
-     * copies at the bounds would take more than twice its largest entry's exact copies plus {@link #CONVERT_SLACK}). Sets the step's bounds: whether the indexer selects, the scores row (a power of two,
-     * at least 256), the HCA entry bound (likewise) and, for the control's copies, the window ring rows and the CSA
+     * copies at the bounds would take more than twice its largest entry's exact copies plus {@link #CONVERT_SLACK}).
+     * Sets the step's bounds: whether the indexer selects, the scores row (a power of two, at least 256), the HCA entry
+     * bound (likewise), the entries' earliest start and, for the control's copies, the window ring rows and the CSA
      * entry bound.
-     * @param alone the largest attention scratch of one entry ({@link #attentionScratchBytes}, as the step computed it): with
-     *              every entry on the control path, its largest entry's exact copies
+     * @param alone the largest entry's exact copies on the control path ({@link #attentionScratchBytes} without the
+     *              partials, as the step computed it)
      */
     private boolean fixedForm(DeviceStep b, long alone) {
         if (!graphs.enabled() || profile != null || b.slice != null) return false;
-        long csa = 0, hca = 0;
+        long csa = 0, hca = 0, first = Long.MAX_VALUE;
         int verifying = 0, ring = 0;
         boolean control = verifyAttention == VerifyAttention.F32_CONVERT;
         for (int e = 0; e < b.seqs.length; e++) {
             StepKind kind = b.kinds[e];
             int S = b.count[e], N0 = b.start[e];
+            first = Math.min(first, N0);
             if (!DecodeGraphs.capturable(true, false, S, kind == StepKind.VERIFY) || b.seqs[e].kept != null) return false;
             // the fixed form runs every entry on the plain attention path: not one that takes the tensor-core path
             // (a one-row prefill chunk under ds4j.gpu.prefillTcRows=1), whose attention would then depend on its step
@@ -1113,6 +1117,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         boolean convert = control && verifying > 0;
         if (convert && verifying < b.seqs.length) return false;
         b.convert = convert;
+        b.firstPos = first;
         b.indexer = hasCsa && csa > c.indexTopk;
         b.scoreLd = b.indexer ? bound(csa) : 0;
         b.hcaBound = hasHca ? bound(hca) : 0;
@@ -1146,7 +1151,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * launches take its threshold).
      */
     private record ShapeKey(String entries, boolean indexer, long scoreLd, long hcaBound, int ringRows, long csaBound,
-                            long workspace, String attention) {}
+                            long workspace, String attention, String shortKinds) {}
 
     private ShapeKey shapeKey(DeviceStep b) {
         StringBuilder k = new StringBuilder();
@@ -1156,7 +1161,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             k.append('|');
         }
         String attention = verifyAttention.key() + "@" + shortRows;
-        return new ShapeKey(k.toString(), b.indexer, b.scoreLd, b.hcaBound, b.ringRows, b.csaBound, ws.generation, attention);
+        // the layer kinds whose F32 kernel the step launches: a query from its first position on may attend at most
+        // shortRows rows (ds4j_seqs_bounds's first position; attended rows grow with the position)
+        StringBuilder shortKinds = new StringBuilder();
+        for (AttentionKind kind : AttentionKind.values()) {
+            int l = Arrays.asList(c.layerTypes).indexOf(kind);
+            if (l >= 0 && attendedRows(c, l, b.firstPos, 1) <= shortRows) shortKinds.append(kind.name().charAt(0));
+        }
+        return new ShapeKey(k.toString(), b.indexer, b.scoreLd, b.hcaBound, b.ringRows, b.csaBound, ws.generation, attention,
+                shortKinds.toString());
     }
 
     /**
@@ -1178,12 +1191,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         gpu.upload(inputs, host);
         b.setInputs(inputs);
         long generation = ws.generation, mark = ws.mark(), t0 = System.nanoTime();
-        check(ds4j_seqs_bounds(ctx(), 1, b.hcaBound), "launch bounds of the several-sequence kernels");
+        check(ds4j_seqs_bounds(ctx(), 1, b.hcaBound, b.firstPos), "launch bounds of the several-sequence kernels");
         long[] r;
         try {
             r = graphs.capture(() -> LayerProgram.run(b, c.numLayers), () -> ws.release(mark));
         } finally {
-            int rc = ds4j_seqs_bounds(ctx(), 0, 0);
+            int rc = ds4j_seqs_bounds(ctx(), 0, 0, 0);
             if (rc != DS4J_OK()) LOG.warn("resetting the launch bounds failed: {}", Gpu.lastError());
         }
         captures++;
@@ -1359,9 +1372,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         SeqViews hostViews;
         /** Offsets of the positions and the views in the step's inputs (tokens first; {@link #hostInputs}). */
         long posOff, viewOff;
-        /** The fixed form ({@link #fixedForm}) and its bounds. */
+        /** The fixed form ({@link #fixedForm}) and its bounds; firstPos: the entries' earliest start. */
         boolean fixed, indexer;
-        long scoreLd, hcaBound;
+        long scoreLd, hcaBound, firstPos;
         /**
          * A fixed-form step of verify entries on the control path ({@link #convertGroup}): its attention and indexer
          * read F32 copies made in the step; the copies' bounds: window ring rows and CSA entries (HCA: hcaBound).
@@ -1975,15 +1988,17 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * is released after each layer): on the control's verify entries the F32 copies (window ring, compressed entries,
      * indexer keys), and above the short-context threshold the tensor-core kernel's partial results; none for a prefill
      * chunk on the tensor-core path ({@link #tcEntry}), whose attention is not split into key ranges.
+     * @param partials whether to count the partials (else the copies alone: what a fixed-form step multiplies, its
+     *                 grouped attention taking its partials from the library's scratch)
      */
-    private long attentionScratchBytes(HipSequence seq, int S, int N0, StepKind step) {
+    private long attentionScratchBytes(HipSequence seq, int S, int N0, StepKind step, boolean partials) {
         if (step == StepKind.PREFILL && tcEntry(step, S)) return 0;
         boolean convert = step == StepKind.VERIFY && verifyAttention == VerifyAttention.F32_CONVERT;
         long most = 0;
         for (int l = 0; l < c.numLayers; l++) {
             HipSequence.LayerState st = seq.layers[l];
             long b = convert ? conversionBytes(st, N0 + S) : 0;
-            if (attendedRows(c, l, N0, S) > shortRows) {
+            if (partials && attendedRows(c, l, N0, S) > shortRows) {
                 int akind = switch (c.layerTypes[l]) {
                     case SLIDING -> DS4J_ATTN_SLIDING();
                     case CSA -> DS4J_ATTN_CSA();
@@ -2340,7 +2355,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                     if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, CacheLayout.entries(b.start[e] + b.count[e], ls.comp.m));
                     if (ls.index != null) HipSequence.ensure(gpu, ls.index, CacheLayout.entries(b.start[e] + b.count[e], ls.index.m));
                 }
-                scratch = Math.max(scratch, attentionScratchBytes(b.seqs[e], b.count[e], b.start[e], b.kinds[e]));
+                scratch = Math.max(scratch, attentionScratchBytes(b.seqs[e], b.count[e], b.start[e], b.kinds[e], true));
             }
             long[] starts = new long[E];
             for (int e = 0; e < E; e++) starts[e] = b.start[e];

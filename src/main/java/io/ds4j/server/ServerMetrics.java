@@ -314,7 +314,8 @@ public final class ServerMetrics {
         constant("ds4j:verify_f16_kv_requested", "1 when the F16-KV verifier was asked for (verify.f16Kv)", s.f16KvRequested() ? 1 : 0);
         constant("ds4j:verify_f16_kv_active", "1 when verify steps read the F16 cache directly", s.f16KvActive() ? 1 : 0);
         constant("ds4j:verify_f32_short_context_rows",
-                "Attended rows per layer up to which the F16 verify path stays in full F32 (0: no F16 path)", s.f32ShortContextRows());
+                "Attended rows per query up to which the GPU's decode and verify attention stays in plain F32, on tensor cores"
+                        + " at F32 accuracy above (0: a backend without that rule)", s.f32ShortContextRows());
         constant("ds4j:host_experts", "Routed experts kept in host memory (hybrid expert placement)", s.hostExperts());
         if (s.diagnostic() != null)
             Gauge.builder("ds4j:engine_diagnostic", () -> 1).description("A requested feature the backend could not honour, and why")

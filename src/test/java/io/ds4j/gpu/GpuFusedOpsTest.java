@@ -444,7 +444,7 @@ class GpuFusedOpsTest {
                 allocs.add(d2);
                 gpu.upload(d1, v1.host());
                 gpu.upload(d2, v2.host());
-                check(ds4j_seqs_bounds(gpu.ctx(), bounds ? 1 : 0, bounds ? 256 : 0), "bounds");
+                check(ds4j_seqs_bounds(gpu.ctx(), bounds ? 1 : 0, bounds ? 256 : 0, 0), "bounds");
                 try {
                     check(ds4j_compress_pool_seqs(gpu.ctx(), v1.host(), ptr(d1), n, ptr(a), ptr(z), m, w, overlap, ptr(pb), ptr(norm), 1e-6f,
                             ptr(table), rope.dims), "compress_pool_seqs");
@@ -453,7 +453,7 @@ class GpuFusedOpsTest {
                     check(ds4j_compress_step_seqs(gpu.ctx(), v2.host(), ptr(d2), n, ptr(a), ptr(z), m, w, overlap, ptr(pb), ptr(norm), 1e-6f,
                             ptr(table), rope.dims), "compress_step_seqs");
                 } finally {
-                    check(ds4j_seqs_bounds(gpu.ctx(), 0, 0), "bounds off");
+                    check(ds4j_seqs_bounds(gpu.ctx(), 0, 0, 0), "bounds off");
                 }
                 for (int e = 0; e < n; e++) {
                     String at = "sequence " + e + " (m " + m + ", N0 " + g[e][3] + ", S " + g[e][4] + (bounds ? ", bounds" : "") + ")";

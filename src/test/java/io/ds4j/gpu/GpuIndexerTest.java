@@ -148,11 +148,11 @@ class GpuIndexerTest {
             for (int bounds = 0; bounds < 2; bounds++) {
                 long sel = alloc(4L * R * K);
                 gpu.memset(sel, 0xFF, 4L * R * K);
-                check(ds4j_seqs_bounds(gpu.ctx(), bounds, 0), "seqs_bounds");
+                check(ds4j_seqs_bounds(gpu.ctx(), bounds, 0, 0), "seqs_bounds");
                 try {
                     check(ds4j_indexer_topk_seqs(gpu.ctx(), views.host(), ptr(dViews), N0.length, ptr(dv), ld, m, K, ptr(sel)), "topk_seqs");
                 } finally {
-                    check(ds4j_seqs_bounds(gpu.ctx(), 0, 0), "seqs_bounds off");
+                    check(ds4j_seqs_bounds(gpu.ctx(), 0, 0, 0), "seqs_bounds off");
                 }
                 int[] got = gpu.downloadInts(sel, R * K);
                 for (int e = 0, row = 0; e < N0.length; e++)
@@ -283,12 +283,12 @@ class GpuIndexerTest {
             for (int bounds = 0; bounds < 2; bounds++) {
                 long out = alloc(4L * R * ld);
                 gpu.memset(out, 0xFF, 4L * R * ld);
-                check(ds4j_seqs_bounds(gpu.ctx(), bounds, 0), "seqs_bounds");
+                check(ds4j_seqs_bounds(gpu.ctx(), bounds, 0, 0), "seqs_bounds");
                 try {
                     check(ds4j_indexer_scores_seqs(gpu.ctx(), views.host(), ptr(dViews), 2, ptr(qi), ptr(wt), m, HI, dI, K, ws, ss, ptr(out), ld),
                             "indexer_scores_seqs");
                 } finally {
-                    check(ds4j_seqs_bounds(gpu.ctx(), 0, 0), "seqs_bounds off");
+                    check(ds4j_seqs_bounds(gpu.ctx(), 0, 0, 0), "seqs_bounds off");
                 }
                 float[] got = gpu.downloadFloats(out, (int) (R * ld));
                 for (int s = 0; s < 5; s++)

@@ -89,6 +89,23 @@ class HipBatchStepTest {
     }
 
     /**
+     * The control path (f32-convert) with graphs on and a threshold most queries pass: its decode batches on the
+     * tensor-core attention in the fixed form (those whose entries all start past the threshold without the F32 kernel,
+     * ds4j_seqs_bounds's first position), its verify steps on their F32 copies: the same numbers as each entry alone.
+     */
+    @Test
+    void controlPathWithGraphsOverTheThresholdIsInvariant() throws Exception {
+        try (HipBackend g = new HipBackend(WeightLoader.load(tinyBf16))) {
+            g.setGraphs(true);
+            g.setVerifyAttention(VerifyAttention.F32_CONVERT);
+            g.setF32ShortContextRows(16);
+            BatchInvariance.check(g, 7, 16, 90, 3, 13);
+            assertTrue(g.graphStats().graphSteps() > 0, "steps ran as graphs");
+            assertEquals(0, g.workspaceOvershoot(), "workspace estimate of batched steps");
+        }
+    }
+
+    /**
      * With graphs on, single-entry decode and verify steps and batches of such entries run as graphs (batches with a
      * prefill chunk without): the same numbers as each entry alone.
      */

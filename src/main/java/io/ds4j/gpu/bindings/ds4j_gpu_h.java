@@ -1751,6 +1751,7 @@ public class ds4j_gpu_h {
                 ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_POINTER,
                 ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_LONG,
                 ds4j_gpu_h.C_LONG
             );
 
@@ -1762,7 +1763,7 @@ public class ds4j_gpu_h {
     /**
      * Function descriptor for:
      * {@snippet lang=c :
-     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries)
+     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries, int64_t first_position)
      * }
      */
     public static FunctionDescriptor ds4j_seqs_bounds$descriptor() {
@@ -1772,7 +1773,7 @@ public class ds4j_gpu_h {
     /**
      * Downcall method handle for:
      * {@snippet lang=c :
-     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries)
+     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries, int64_t first_position)
      * }
      */
     public static MethodHandle ds4j_seqs_bounds$handle() {
@@ -1782,7 +1783,7 @@ public class ds4j_gpu_h {
     /**
      * Address for:
      * {@snippet lang=c :
-     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries)
+     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries, int64_t first_position)
      * }
      */
     public static MemorySegment ds4j_seqs_bounds$address() {
@@ -1791,13 +1792,13 @@ public class ds4j_gpu_h {
 
     /**
      * {@snippet lang=c :
-     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries)
+     * int32_t ds4j_seqs_bounds(ds4j_ctx *ctx, int32_t on, int64_t max_entries, int64_t first_position)
      * }
      */
-    public static int ds4j_seqs_bounds(MemorySegment ctx, int on, long max_entries) {
+    public static int ds4j_seqs_bounds(MemorySegment ctx, int on, long max_entries, long first_position) {
         var mh$ = ds4j_seqs_bounds.HANDLE;
         try {
-            return (int) mh$.invokeExact(ctx, on, max_entries);
+            return (int) mh$.invokeExact(ctx, on, max_entries, first_position);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
