@@ -1,8 +1,9 @@
 // Attention with sink over raw window rows and compressed entries (spec 3.4 step 5, key set 3.7): the key set of a
 // query; the reference kernel (one block per head and query, and the portable path of the F16-operand attention); the
 // split FFMA kernels and their combine (ds4j_attention, ds4j_attention_f32, ds4j_attention_seqs: decode, verify,
-// several sequences); the F16-operand tensor-core kernel of the verify path and its combine
-// (ds4j_attention_f16_operands); their launches, and the key counts the Java side sizes buffers by
+// several sequences); the F16-operand tensor-core kernel of decode and verify queries above the short-context
+// threshold and its combine (ds4j_attention_f16_operands, on F16 rows in place or, _f32, on F32 copies of them); their
+// launches, and the key counts the Java side sizes buffers by
 // (ds4j_attention_rows, ds4j_attention_f16_operands_work).
 #include "ops.h"
 
@@ -561,7 +562,7 @@ __global__ void at_combine_seqs_kernel(const ds4j_seq_view* views, const float* 
 
 // ------------------------------------------------------------------------------------------- F16-operand attention
 //
-// ds4j_attention_f16_operands: the verify attention of the F16 path above the short-context threshold. Same key set
+// ds4j_attention_f16_operands: the decode and verify attention above the short-context threshold. Same key set
 // and masks per query as attention_kernel, the F16 cache rows read in place as tensor-core operands (exact: they are
 // F16 values). The F32 side of each product keeps F32 accuracy: every query row is scaled by a power of two that puts
 // its largest |value| in [2^14, 2^15) and split into F16 hi + lo parts, and every probability (at most 1) is scaled

@@ -78,14 +78,7 @@ class HipBatchStepTest {
      */
     @Test
     void f16VerifyPathWithGraphsIsInvariant() throws Exception {
-        try (HipBackend g = new HipBackend(WeightLoader.load(tinyBf16))) {
-            g.setGraphs(true);
-            g.setVerifyAttention(VerifyAttention.F16);
-            g.setF32ShortContextRows(16);
-            BatchInvariance.check(g, 6, 16, 90, 3, 13);
-            assertTrue(g.graphStats().graphSteps() > 0, "steps ran as graphs");
-            assertEquals(0, g.workspaceOvershoot(), "workspace estimate of batched steps");
-        }
+        invariantWithGraphsOverTheThreshold(VerifyAttention.F16, 6);
     }
 
     /**
@@ -95,11 +88,16 @@ class HipBatchStepTest {
      */
     @Test
     void controlPathWithGraphsOverTheThresholdIsInvariant() throws Exception {
+        invariantWithGraphsOverTheThreshold(VerifyAttention.F32_CONVERT, 7);
+    }
+
+    /** {@link BatchInvariance#check} on the tiny model with graphs on, the given verify path and a threshold of 16 rows. */
+    static void invariantWithGraphsOverTheThreshold(VerifyAttention path, long seed) throws Exception {
         try (HipBackend g = new HipBackend(WeightLoader.load(tinyBf16))) {
             g.setGraphs(true);
-            g.setVerifyAttention(VerifyAttention.F32_CONVERT);
+            g.setVerifyAttention(path);
             g.setF32ShortContextRows(16);
-            BatchInvariance.check(g, 7, 16, 90, 3, 13);
+            BatchInvariance.check(g, seed, 16, 90, 3, 13);
             assertTrue(g.graphStats().graphSteps() > 0, "steps ran as graphs");
             assertEquals(0, g.workspaceOvershoot(), "workspace estimate of batched steps");
         }

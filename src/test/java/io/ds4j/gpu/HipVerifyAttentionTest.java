@@ -250,14 +250,18 @@ class HipVerifyAttentionTest {
             return gpu.downloadFloats(o, c.S * c.H * c.d);
         }
 
-        /** The F16 path above the threshold: F16 operands (impl DS4J_F16OPS_AUTO or _PORTABLE). */
-        float[] f16Operands(int impl) {
-            long bytes;
+        /** Bytes of work memory ds4j_attention_f16_operands (and its _f32 form) needs for this case at threshold 0. */
+        long workBytes(int impl) {
             try (Arena a = Arena.ofConfined()) {
                 MemorySegment b = a.allocate(ValueLayout.JAVA_LONG);
                 check(ds4j_attention_f16_operands_work(gpu.ctx(), c.kind, c.m, c.K, c.N0, c.S, c.H, c.d, c.W, 0L, impl, b), "work");
-                bytes = b.get(ValueLayout.JAVA_LONG, 0);
+                return b.get(ValueLayout.JAVA_LONG, 0);
             }
+        }
+
+        /** The F16 path above the threshold: F16 operands (impl DS4J_F16OPS_AUTO or _PORTABLE). */
+        float[] f16Operands(int impl) {
+            long bytes = workBytes(impl);
             long work = bytes == 0 ? 0 : alloc(bytes), o = out();
             check(ds4j_attention_f16_operands(gpu.ctx(), ptr(q), ptr(kvNew), ptr(ring), c.cap, ptr(entries), c.kind, c.m, ptr(sel), c.K,
                     ptr(sinks), c.N0, c.S, c.H, c.d, c.W, scale(), 0L, impl, ptr(work), bytes, ptr(o)), "attention_f16_operands");
@@ -266,12 +270,7 @@ class HipVerifyAttentionTest {
 
         /** The control's verify attention: every cache row to F32, then ds4j_attention_f16_operands_f32 on the copies. */
         float[] f16OperandsOnCopies(int impl) {
-            long bytes;
-            try (Arena a = Arena.ofConfined()) {
-                MemorySegment b = a.allocate(ValueLayout.JAVA_LONG);
-                check(ds4j_attention_f16_operands_work(gpu.ctx(), c.kind, c.m, c.K, c.N0, c.S, c.H, c.d, c.W, 0L, impl, b), "work");
-                bytes = b.get(ValueLayout.JAVA_LONG, 0);
-            }
+            long bytes = workBytes(impl);
             long r32 = alloc(4L * c.ring.length), e32 = c.count == 0 ? 0 : alloc(4L * c.entries.length), o = out();
             long work = bytes == 0 ? 0 : alloc(bytes);
             check(ds4j_f16_to_f32(gpu.ctx(), ptr(ring), ptr(r32), c.ring.length), "f16_to_f32");
