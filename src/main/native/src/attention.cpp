@@ -562,13 +562,14 @@ __global__ void at_combine_seqs_kernel(const ds4j_seq_view* views, const float* 
 
 // ------------------------------------------------------------------------------------------- F16-operand attention
 //
-// ds4j_attention_f16_operands: the decode and verify attention above the short-context threshold. Same key set
-// and masks per query as attention_kernel, the F16 cache rows read in place as tensor-core operands (exact: they are
-// F16 values). The F32 side of each product keeps F32 accuracy: every query row is scaled by a power of two that puts
+// ds4j_attention_f16_operands: decode and verify attention above the short-context threshold, on both verify paths
+// (the control's verify steps through ds4j_attention_f16_operands_f32, on its F32 copies). Same key set and masks per
+// query as attention_kernel, the F16 cache rows read as tensor-core operands (exact: they are F16 values). The F32
+// side of each product keeps F32 accuracy: every query row is scaled by a power of two that puts
 // its largest |value| in [2^14, 2^15) and split into F16 hi + lo parts, and every probability (at most 1) is scaled
 // by 2^14 and split likewise; the two MMAs per product accumulate in F32 and the scalings are undone exactly. The hi
 // + lo pair carries 22 significant bits, so each product term is within about 2^-22 relative of the F32 one and the
-// output matches the control (F32 attention over an F32 copy of the cache) to F32 rounding noise, not F16 rounding.
+// output matches plain F32 attention (attention_kernel) to F32 rounding noise, not F16 rounding.
 // Rounding q or the probabilities to F16 instead (what this kernel once did) perturbs every verified row by ~1e-3
 // relative; the rows a verify step commits then differ from what decode steps write, and the difference compounds
 // through the layers and the steps (a copy-of-target draft lost a third of its tokens at 43 layers).

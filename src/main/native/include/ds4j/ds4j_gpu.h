@@ -395,9 +395,10 @@ DS4J_API int32_t ds4j_attention(ds4j_ctx* ctx, const float* q, const float* kv_n
                                 float scale, float* out);
 
 /**
- * ds4j_attention over an F32 copy of the cache (the verify path "f32-convert"): ring [cap, d] and
- * entries [*, d] are F32 (ds4j_f16_to_f32 of the F16 rows). Same keys, masks and operation order as ds4j_attention,
- * so on converted rows the two give the same output bit for bit.
+ * ds4j_attention over an F32 copy of the cache (the verify path "f32-convert" before it took
+ * ds4j_attention_f16_operands_f32; now the tests' plain-F32 reference): ring [cap, d] and entries [*, d] are F32
+ * (ds4j_f16_to_f32 of the F16 rows). Same keys, masks and operation order as ds4j_attention, so on converted rows the
+ * two give the same output bit for bit.
  */
 DS4J_API int32_t ds4j_attention_f32(ds4j_ctx* ctx, const float* q, const float* kv_new, const float* ring, int32_t cap,
                                     const float* entries, int32_t kind, int32_t m, const int32_t* sel, int32_t K,
@@ -416,23 +417,24 @@ DS4J_API int32_t ds4j_attention_rows(int32_t kind, int32_t m, int32_t K, int64_t
                                      int64_t* host_rows);
 
 /**
- * ds4j_attention reading the F16 ring and entries in place as tensor-core operands (the "f16" path of verify and decode
- * steps): the same key set, masks and sink, at F32 accuracy. Queries whose attended rows (ds4j_attention_rows of
- * that query alone) are at most short_rows run ds4j_attention's F32 kernel on the F16 rows (equal to the control bit
- * for bit); the others, with impl DS4J_F16OPS_AUTO in an nvcc build and d in {64, 128, 256, 512}, run on tensor cores
- * (mma.sync m16n8k16 F16 x F16 -> F32): each query row is scaled by a power of two (largest |value| into [2^14,
- * 2^15)) and each probability by 2^14, both split into F16 hi + lo (22 significant bits), two products accumulated in
- * F32 and the scalings undone exactly, so the output equals the F32 control within F32 rounding noise (the GPU tests
- * hold it within 1e-5 of the output's scale at lengths up to 1,048,576). Flash-decoding style: a block takes 64
- * heads of one query and a range of its keys (tiles of 32 keys, read once per block); how a query's keys are split
- * into ranges depends on its own key count only, so each query's output is the same bit for bit whatever S is (a
- * decode step of one query and a verify step of several agree); the ranges' partials are combined with the sink in a
- * second kernel. Needs work memory of ds4j_attention_f16_operands_work bytes (may be 0; work may then be NULL).
- * With DS4J_F16OPS_WHOLE the tensor-core queries are not split into key ranges (one block per query and 64 heads,
- * no work memory): the prefill chunks' choice, where hundreds of queries already fill the device and a split's
- * partials would need gigabytes. Its numbers are those of one range, so they differ from AUTO's in rounding only.
- * Otherwise (hipcc builds, other d, or DS4J_F16OPS_PORTABLE) every query runs the F32 kernel, equal to the control bit
- * for bit. The tensor-core kernel reads with 16-byte loads: q, kv_new, ring and entries must be 16-byte aligned.
+ * ds4j_attention reading the F16 ring and entries in place as tensor-core operands (the decode steps' attention, and
+ * the "f16" path's verify steps; the control's verify steps run the same on F32 copies,
+ * ds4j_attention_f16_operands_f32): the same key set, masks and sink, at F32 accuracy. Queries whose attended rows
+ * (ds4j_attention_rows of that query alone) are at most short_rows run ds4j_attention's F32 kernel on the F16 rows
+ * (equal to it bit for bit); the others, with impl DS4J_F16OPS_AUTO in an nvcc build and d in {64, 128, 256, 512}, run
+ * on tensor cores (mma.sync m16n8k16 F16 x F16 -> F32): each query row is scaled by a power of two (largest |value|
+ * into [2^14, 2^15)) and each probability by 2^14, both split into F16 hi + lo (22 significant bits), two products
+ * accumulated in F32 and the scalings undone exactly, so the output equals plain F32 arithmetic within F32 rounding
+ * noise (the GPU tests hold it within 1e-5 of the output's scale at lengths up to 1,048,576). Flash-decoding style: a
+ * block takes 64 heads of one query and a range of its keys (tiles of 32 keys, read once per block); how a query's keys
+ * are split into ranges depends on its own key count only, so each query's output is the same bit for bit whatever S is
+ * (a decode step of one query and a verify step of several agree); the ranges' partials are combined with the sink in a
+ * second kernel. Needs work memory of ds4j_attention_f16_operands_work bytes (may be 0; work may then be NULL). With
+ * DS4J_F16OPS_WHOLE the tensor-core queries are not split into key ranges (one block per query and 64 heads, no work
+ * memory): the prefill chunks' choice, where hundreds of queries already fill the device and a split's partials would
+ * need gigabytes. Its numbers are those of one range, so they differ from AUTO's in rounding only. Otherwise (hipcc
+ * builds, other d, or DS4J_F16OPS_PORTABLE) every query runs the F32 kernel, equal to ds4j_attention bit for bit. The
+ * tensor-core kernel reads with 16-byte loads: q, kv_new, ring and entries must be 16-byte aligned.
  */
 DS4J_API int32_t ds4j_attention_f16_operands(ds4j_ctx* ctx, const float* q, const float* kv_new, const uint16_t* ring,
                                              int32_t cap, const uint16_t* entries, int32_t kind, int32_t m,
@@ -591,10 +593,11 @@ DS4J_API int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_vi
                                      int32_t W, float scale, float* out);
 
 /**
- * ds4j_attention_seqs over F32 copies of the cache (the verify path "f32-convert" in a step whose launches depend on
- * its shape only): view.ring [cap, d] and view.store [*, d] are F32, e.g. views32 of ds4j_f16_to_f32_seqs; host_views
- * the same views in host memory. Same keys, masks and operation order as ds4j_attention_seqs, so on converted rows
- * the two give the same output bit for bit (and the same as ds4j_attention_f32 per sequence).
+ * ds4j_attention_seqs over F32 copies of the cache (what the verify path "f32-convert" ran in a step whose launches
+ * depend on its shape only, before it took ds4j_attention_f16_operands_f32_seqs; no caller now): view.ring [cap, d] and
+ * view.store [*, d] are F32, e.g. views32 of ds4j_f16_to_f32_seqs; host_views the same views in host memory. Same keys,
+ * masks and operation order as ds4j_attention_seqs, so on converted rows the two give the same output bit for bit (and
+ * the same as ds4j_attention_f32 per sequence).
  */
 DS4J_API int32_t ds4j_attention_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
                                          int32_t n, const float* q, const float* kv_new, int32_t kind, int32_t m,
@@ -605,11 +608,11 @@ DS4J_API int32_t ds4j_attention_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* hos
  * ds4j_attention_f16_operands (DS4J_F16OPS_AUTO) for n sequences of one layer, views and rows as ds4j_attention_seqs:
  * each query of at most short_rows attended rows through ds4j_attention_seqs's F32 kernel, each of more on tensor
  * cores, with the key ranges ds4j_attention_f16_operands gives it (a function of its own key count and of the device),
- * so every sequence's output equals, bit for bit, what ds4j_attention_f16_operands gives for it alone: the "f16" path
- * of a step of several decode and verify entries. One launch per kernel (more where the key-range partials would pass
- * 64 MB); under ds4j_seqs_bounds the launch shapes follow the bounds, not the positions. Builds and devices without the
- * tensor-core kernel run every query on the F32 kernel, as ds4j_attention_f16_operands does. Errors: those of
- * ds4j_attention_seqs, and a negative short_rows.
+ * so every sequence's output equals, bit for bit, what ds4j_attention_f16_operands gives for it alone: the attention of
+ * a step of several decode entries, and of verify entries on the "f16" path. One launch per kernel (more where the
+ * key-range partials would pass 64 MB); under ds4j_seqs_bounds the launch shapes follow the bounds, not the positions.
+ * Builds and devices without the tensor-core kernel run every query on the F32 kernel, as ds4j_attention_f16_operands
+ * does. Errors: those of ds4j_attention_seqs, and a negative short_rows.
  */
 DS4J_API int32_t ds4j_attention_f16_operands_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views,
                                                   const ds4j_seq_view* views, int32_t n, const float* q,

@@ -53,7 +53,7 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--agreement-steps", defaultValue = "200", description = "verify rounds compared between the paths per length (default ${DEFAULT-VALUE})") int agreementSteps;
     @Option(names = "--drafts", defaultValue = "copy,replay", split = ",", description = "drafts per length and path: copy (a copy of the target) and replay (the target's own greedy output of the copy run replayed as a predicted output: a near-free draft; default ${DEFAULT-VALUE})") List<String> drafts;
     @Option(names = "--chunk", defaultValue = "2048", description = "prefill chunk in tokens (default ${DEFAULT-VALUE})") int chunk;
-    @Option(names = "--f32-short-context-rows", defaultValue = "512", description = "the F16 path's full-F32 threshold (default ${DEFAULT-VALUE})") int shortRows;
+    @Option(names = "--f32-short-context-rows", defaultValue = "512", description = "attended rows up to which attention stays in plain F32 on both paths, tensor cores above (default ${DEFAULT-VALUE})") int shortRows;
     @Option(names = "--seed", defaultValue = "1", description = "model and prompt seed (default ${DEFAULT-VALUE})") long seed;
     @Option(names = "--out", defaultValue = "out/bench", description = "output folder (default ${DEFAULT-VALUE}; the committed figures are in docs/bench)") Path out;
     @Option(names = "--render", paramLabel = "FILE.json", split = ",", description = "only render earlier runs' JSON again: writes NAME.md, NAME.svg (and the JSON) into --out (default out/bench); several files (comma-separated) make one table, rows ordered by input length, the setup of the first with every run's command; no model, no GPU") List<Path> render;

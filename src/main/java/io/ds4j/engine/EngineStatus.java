@@ -12,8 +12,9 @@ package io.ds4j.engine;
  * @param f16KvActive         verify steps read the F16 cache directly
  * @param verifyAttention     the verify attention path in use: "f32-convert" or "f16" (GPU), "f32" (cpu: F32
  *                            attention over its F16 cache, no conversion step)
- * @param f32ShortContextRows the F16 path's full-F32 threshold in attended rows per layer; 0 when the backend has no
- *                            F16 path (cpu)
+ * @param f32ShortContextRows attended rows per query up to which the GPU's decode and verify attention stays in plain
+ *                            F32 (tensor cores at F32 accuracy above, on both verify paths); 0 when the backend has no
+ *                            such rule (cpu)
  * @param diagnostic          why a requested feature is off, e.g. {@link FeatureGate#F16KV_HYBRID_WARNING}; null when
  *                            nothing was dropped
  */

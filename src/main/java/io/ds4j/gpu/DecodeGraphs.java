@@ -22,7 +22,7 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  *       uploaded into the same device buffers; at most {@value #MAX_KEPT} executables are kept (least recently used
  *       evicted);</li>
  *   <li>re-recorded graphs ({@link #run}): the other decode and verify steps of one sequence (e.g. a verify step on
- *       the f16 path above its short-context threshold, whose tensor-core launches follow the context) are captured
+ *       either path above its short-context threshold, whose tensor-core launches follow the context) are captured
  *       again every step, and the library updates the parameters of a cached executable graph of the same topology
  *       instead of building a new one. Steps of several sequences that are not in the fixed form (a batch mixing
  *       decode entries with verify entries on the f32-convert path) run kernel by kernel.</li>

@@ -459,7 +459,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * Sets the F16 path's full-F32 threshold (attended rows) from the next step on.
+     * Sets the plain-F32 threshold of decode and verify attention (attended rows of a query; above it tensor cores at
+     * F32 accuracy, on both verify paths) from the next step on.
      * @throws IllegalArgumentException outside {@value BackendOptions#MIN_SHORT_ROWS}..{@value BackendOptions#MAX_SHORT_ROWS}
      */
     public synchronized void setF32ShortContextRows(int rows) {
@@ -469,14 +470,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         shortRows = rows;
     }
 
-    /** The F16 path's full-F32 threshold (attended rows) in force ({@link #setF32ShortContextRows}). */
+    /** The plain-F32 threshold of decode and verify attention, attended rows ({@link #setF32ShortContextRows}). */
     public synchronized int f32ShortContextRows() {
         return shortRows;
     }
 
     /**
-     * The verify attention mode each layer kind was in at its last verify step ("f32-convert",
-     * "f16 full-F32 (n_attn N <= T)", "f16 tensor-core (n_attn N > T)"); kinds not yet run are absent.
+     * The verify attention mode each layer kind was in at its last verify step: the path and the arithmetic of its
+     * longest query, e.g. "f32-convert full-F32 (n_attn N <= T)", "f16 tensor-core (n_attn N > T)"; kinds not yet run
+     * are absent.
      */
     public synchronized Map<AttentionKind, String> verifyAttentionModes() {
         Map<AttentionKind, String> m = new EnumMap<>(AttentionKind.class);
@@ -1147,8 +1149,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * The shape key of a fixed-form step: what its launches and their arguments depend on. Entries' kinds, rows and
-     * logits rows; the bounds; the workspace's generation (its addresses); the attention path (the f16 path's
-     * launches take its threshold).
+     * logits rows; the bounds; the workspace's generation (its addresses); the attention path and its threshold (both
+     * paths' launches take it); the layer kinds whose F32 kernel the step launches (shortKinds: a query from the step's
+     * earliest position on may attend at most the threshold's rows).
      */
     private record ShapeKey(String entries, boolean indexer, long scoreLd, long hcaBound, int ringRows, long csaBound,
                             long workspace, String attention, String shortKinds) {}
@@ -2077,7 +2080,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         return most;
     }
 
-    /** Records the f16 path's mode of a verify entry whose queries attend up to nAttn rows in a layer of this kind. */
+    /** Records the path and arithmetic of a verify entry whose queries attend up to nAttn rows in a layer of a kind. */
     private void noteVerifyMode(AttentionKind kind, long nAttn) {
         String path = verifyAttention.key();
         if (nAttn <= shortRows) noteVerifyMode(kind, path + " full-F32", path + " full-F32 (n_attn " + nAttn + " <= " + shortRows + ")");

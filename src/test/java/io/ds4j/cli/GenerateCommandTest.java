@@ -63,7 +63,7 @@ public class GenerateCommandTest {
     void theMaskShareOfTheDecodeStepsLeavesThePrefillsMaskOut(@TempDir Path dir) throws Exception {
         Path one = dir.resolve("a.gbnf");
         java.nio.file.Files.writeString(one, "root ::= \"a\"\n");
-        // the embedded tiny model (the server tests' model): the fixture's 16-id vocabulary is below its tokenizer's
+        // the embedded tiny model (the server tests' model): the fixture's 1024-id vocabulary is below its tokenizer's
         Run r = run("generate", "--preset", "tiny", "--prompt", "x", "-n", "8", "--grammar", one.toString());
         assertEquals(0, r.code(), r.err());
         assertTrue(r.err().contains("constraint: 2 masks"), r.err());
