@@ -1584,14 +1584,6 @@ int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, cons
                                          sinks, H, d, W, scale, out);
 }
 
-int32_t ds4j_attention_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views, int32_t n,
-                                const float* q, const float* kv_new, int32_t kind, int32_t m, const int32_t* sel,
-                                int32_t K, const float* sinks, int32_t H, int32_t d, int32_t W, float scale, float* out) {
-    DS4J_CHECK_CTX(ctx);
-    return attention_seqs_impl<float>(ctx, "ds4j_attention_f32_seqs", host_views, views, n, q, kv_new, kind, m, sel, K,
-                                      sinks, H, d, W, scale, out);
-}
-
 int32_t ds4j_attention_f16_operands_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
                                          int32_t n, const float* q, const float* kv_new, int32_t kind, int32_t m,
                                          const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,

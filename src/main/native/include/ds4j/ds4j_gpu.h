@@ -168,8 +168,8 @@ DS4J_API int32_t ds4j_graph_destroy(ds4j_ctx* ctx, int64_t exec);
  * ds4j_compress_step_seqs) launches ceil(max S / m) window blocks per sequence, ds4j_indexer_scores_seqs entry blocks for ld entries, and both indexer
  * calls launch even when no view needs a selection (the kernels skip what a view does not need); ds4j_attention_seqs
  * sizes its key scratch for the window plus K compressed entries (CSA) or max_entries (HCA), failing with DS4J_ERR_ARG
- * when a view has more. ds4j_attention_f32_seqs and ds4j_indexer_scores_f32_seqs follow the same rules as their F16
- * forms; ds4j_f16_to_f32_seqs takes its bounds as arguments and launches for them either way. first_position: no query
+ * when a view has more. ds4j_attention_f16_operands_f32_seqs and ds4j_indexer_scores_f32_seqs follow the same rules as
+ * their F16 forms; ds4j_f16_to_f32_seqs takes its bounds as arguments and launches for them either way. first_position: no query
  * of the step sits before it (each view's N0 is at least it, checked by the attention calls; 0 when unknown), so
  * ds4j_attention_f16_operands_seqs (and its _f32 form) launches its F32 kernel only where a query from there on can
  * attend at most short_rows rows (attended rows grow with the position): the caller's shape key must then tell apart
@@ -591,18 +591,6 @@ DS4J_API int32_t ds4j_attention_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_vi
                                      int32_t n, const float* q, const float* kv_new, int32_t kind, int32_t m,
                                      const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,
                                      int32_t W, float scale, float* out);
-
-/**
- * ds4j_attention_seqs over F32 copies of the cache (what the verify path "f32-convert" ran in a step whose launches
- * depend on its shape only, before it took ds4j_attention_f16_operands_f32_seqs; no caller now): view.ring [cap, d] and
- * view.store [*, d] are F32, e.g. views32 of ds4j_f16_to_f32_seqs; host_views the same views in host memory. Same keys,
- * masks and operation order as ds4j_attention_seqs, so on converted rows the two give the same output bit for bit (and
- * the same as ds4j_attention_f32 per sequence).
- */
-DS4J_API int32_t ds4j_attention_f32_seqs(ds4j_ctx* ctx, const ds4j_seq_view* host_views, const ds4j_seq_view* views,
-                                         int32_t n, const float* q, const float* kv_new, int32_t kind, int32_t m,
-                                         const int32_t* sel, int32_t K, const float* sinks, int32_t H, int32_t d,
-                                         int32_t W, float scale, float* out);
 
 /**
  * ds4j_attention_f16_operands (DS4J_F16OPS_AUTO) for n sequences of one layer, views and rows as ds4j_attention_seqs:

@@ -151,7 +151,7 @@ public final class FeatureGate {
             if (!s.f16KvActive()) b.append(s.f16KvRequested() ? " (verify.f16Kv requested but off, see the warning)" : " (verify.f16Kv off)");
             // the threshold holds for decode and verify steps on both verify paths (HipBackend's attention arithmetic)
             b.append("; attention in plain F32 up to ").append(s.f32ShortContextRows())
-                    .append(" attended rows per query, on tensor cores at F32 accuracy above");
+                    .append(" attended rows per query, on tensor cores at F32 accuracy above (nvcc builds; hipcc builds stay in F32)");
         }
         return b.toString();
     }
