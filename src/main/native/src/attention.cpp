@@ -1380,13 +1380,10 @@ static int32_t f16ops_launch(ds4j_ctx* ctx, const char* fn, const float* q, cons
     float* part = (float*)work;
 #define DS4J_TC_LAUNCH(DD)                                                                                          \
     do {                                                                                                            \
-        static bool attr_set[64];                                                                                   \
-        if (ctx->device < 0 || ctx->device >= 64 || !attr_set[ctx->device]) {                                       \
-            cudaError_t e_ = cudaFuncSetAttribute(tc_attention_kernel<DD, T>,                                       \
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);          \
-            if (e_ != cudaSuccess) return fail_hip(e_, "attention (tensor cores): shared memory opt-in");           \
-            if (ctx->device >= 0 && ctx->device < 64) attr_set[ctx->device] = true;                                 \
-        }                                                                                                           \
+        static int64_t granted[64];                                                                                 \
+        const int32_t rc_ = smem_opt_in(ctx, reinterpret_cast<const void*>(tc_attention_kernel<DD, T>),             \
+                                        (int64_t)smem, granted);                                                    \
+        if (rc_ != DS4J_OK) return rc_;                                                                             \
         tc_attention_kernel<DD, T><<<grid, TC_THREADS, smem, ctx->stream>>>(q, kv_new, ring, cap, entries, kind, m, \
                                                                             sel, K, sinks, N0, S, H, W, scale,      \
                                                                             p.s0, p.ns_max, part, out);             \

@@ -117,10 +117,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /** The effective state at load (placement, F16-KV decision and its diagnostic). */
     private final EngineStatus startStatus;
     private int shortRows;
-    /** The last verify mode per layer kind: {category, message}. */
-    private final Map<AttentionKind, String[]> verifyModes = new EnumMap<>(AttentionKind.class);
-    /** (layer kind, mode category) pairs already logged. */
-    private final java.util.Set<String> loggedModes = new java.util.HashSet<>();
+    /** The last verify mode per layer kind (its message is built when asked for or logged, not every step). */
+    private final Map<AttentionKind, VerifyMode> verifyModes = new EnumMap<>(AttentionKind.class);
+    /** (layer kind, path, tensor cores) already logged. */
+    private final java.util.Set<List<Object>> loggedModes = new java.util.HashSet<>();
+    /**
+     * One layer of each attention kind the model has, in kind order: every layer of a kind has the same attended rows,
+     * cache sizes and attention arithmetic at a position, so per-kind decisions look at this one.
+     */
+    private final int[] kindLayers;
     /** Whether ds4j_attention_f16_operands uses tensor cores for this model (nvcc build, supported head width). */
     private final boolean tensorCores;
     /**
@@ -176,6 +181,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         this.hostPickCount = new long[c.numLayers];
         this.shortRows = this.options.f32ShortContextRows();
         this.tensorCores = "cuda".equals(gpu.platform) && java.util.Set.of(64, 128, 256, 512).contains(weights.config.headDim);
+        this.kindLayers = java.util.stream.Stream.of(AttentionKind.values()).mapToInt(k -> Arrays.asList(c.layerTypes).indexOf(k))
+                .filter(l -> l >= 0).toArray();
         DeviceWeights dw = null;
         Workspace wsp = null;
         long rm = 0, rc = 0;
@@ -482,7 +489,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     public synchronized Map<AttentionKind, String> verifyAttentionModes() {
         Map<AttentionKind, String> m = new EnumMap<>(AttentionKind.class);
-        verifyModes.forEach((k, v) -> m.put(k, v[1]));
+        verifyModes.forEach((k, v) -> m.put(k, v.message()));
         return m;
     }
 
@@ -1167,10 +1174,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         // the layer kinds whose F32 kernel the step launches: a query from its first position on may attend at most
         // shortRows rows (ds4j_seqs_bounds's first position; attended rows grow with the position)
         StringBuilder shortKinds = new StringBuilder();
-        for (AttentionKind kind : AttentionKind.values()) {
-            int l = Arrays.asList(c.layerTypes).indexOf(kind);
-            if (l >= 0 && attendedRows(c, l, b.firstPos, 1) <= shortRows) shortKinds.append(kind.name().charAt(0));
-        }
+        for (int l : kindLayers)
+            if (attendedRows(c, l, b.firstPos, 1) <= shortRows) shortKinds.append(c.layerTypes[l].name().charAt(0));
         return new ShapeKey(k.toString(), b.indexer, b.scoreLd, b.hcaBound, b.ringRows, b.csaBound, ws.generation, attention,
                 shortKinds.toString());
     }
@@ -1226,7 +1231,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private void noteReplayedModes(DeviceStep b) {
         for (int e = 0; e < b.seqs.length; e++) {
             if (b.kinds[e] != StepKind.VERIFY) continue;
-            for (int l = 0; l < c.numLayers; l++) noteVerifyMode(c.layerTypes[l], attendedRows(c, l, b.start[e], b.count[e]));
+            for (int l : kindLayers) noteVerifyMode(c.layerTypes[l], attendedRows(c, l, b.start[e], b.count[e]));
         }
     }
 
@@ -1988,7 +1993,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * Workspace bytes an entry's attention needs beyond {@link Workspace#stepBytes} (the largest layer, since the scratch
-     * is released after each layer): on the control's verify entries the F32 copies (window ring, compressed entries,
+     * is released after each layer; one layer of each kind, {@link #kindLayers}): on the control's verify entries the F32 copies (window ring, compressed entries,
      * indexer keys), and above the short-context threshold the tensor-core kernel's partial results; none for a prefill
      * chunk on the tensor-core path ({@link #tcEntry}), whose attention is not split into key ranges.
      * @param partials whether to count the partials (else the copies alone: what a fixed-form step multiplies, its
@@ -1998,7 +2003,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         if (step == StepKind.PREFILL && tcEntry(step, S)) return 0;
         boolean convert = step == StepKind.VERIFY && verifyAttention == VerifyAttention.F32_CONVERT;
         long most = 0;
-        for (int l = 0; l < c.numLayers; l++) {
+        for (int l : kindLayers) {
             HipSequence.LayerState st = seq.layers[l];
             long b = convert ? conversionBytes(st, N0 + S) : 0;
             if (partials && attendedRows(c, l, N0, S) > shortRows) {
@@ -2082,18 +2087,21 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /** Records the path and arithmetic of a verify entry whose queries attend up to nAttn rows in a layer of a kind. */
     private void noteVerifyMode(AttentionKind kind, long nAttn) {
-        String path = verifyAttention.key();
-        if (nAttn <= shortRows) noteVerifyMode(kind, path + " full-F32", path + " full-F32 (n_attn " + nAttn + " <= " + shortRows + ")");
-        else noteVerifyMode(kind, path + " tensor-core", path + (tensorCores ? " tensor-core" : ", portable kernel (no tensor cores)")
-                + " (n_attn " + nAttn + " > " + shortRows + ")");
+        VerifyMode m = new VerifyMode(verifyAttention.key(), nAttn, shortRows, tensorCores);
+        verifyModes.put(kind, m);
+        // once per (layer kind, mode): at first use, and when a growing context moves the kind to a new mode
+        if (loggedModes.add(List.of(kind, m.path(), m.nAttn() > m.shortRows())))
+            LOG.info("verify attention, {} layers: {}", kind.name().toLowerCase(Locale.ROOT), m.message());
     }
 
-    /** Records the verify mode of a layer kind; logs it when the kind's mode category changes (or is first seen). */
-    private void noteVerifyMode(AttentionKind kind, String category, String message) {
-        verifyModes.put(kind, new String[]{category, message});
-        // once per (layer kind, mode): at first use, and when a growing context moves the kind to a new mode
-        if (loggedModes.add(kind + "/" + category))
-            LOG.info("verify attention, {} layers: {}", kind.name().toLowerCase(Locale.ROOT), message);
+    /** A verify entry's attention in a layer kind: its path, its longest query's attended rows and the threshold. */
+    private record VerifyMode(String path, long nAttn, int shortRows, boolean tensorCores) {
+        /** E.g. "f32-convert full-F32 (n_attn 140 <= 512)", "f16 tensor-core (n_attn 640 > 512)". */
+        String message() {
+            if (nAttn <= shortRows) return path + " full-F32 (n_attn " + nAttn + " <= " + shortRows + ")";
+            return path + (tensorCores ? " tensor-core" : ", portable kernel (no tensor cores)") + " (n_attn " + nAttn + " > "
+                    + shortRows + ")";
+        }
     }
 
     /**
