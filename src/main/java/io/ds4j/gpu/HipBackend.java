@@ -1993,9 +1993,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
 
     /**
      * Workspace bytes an entry's attention needs beyond {@link Workspace#stepBytes} (the largest layer, since the scratch
-     * is released after each layer; one layer of each kind, {@link #kindLayers}): on the control's verify entries the F32 copies (window ring, compressed entries,
-     * indexer keys), and above the short-context threshold the tensor-core kernel's partial results; none for a prefill
-     * chunk on the tensor-core path ({@link #tcEntry}), whose attention is not split into key ranges.
+     * is released after each layer; one layer of each kind, {@link #kindLayers}): on the control's verify entries the
+     * F32 copies (window ring, compressed entries, indexer keys), and above the short-context threshold the tensor-core
+     * kernel's partial results; none for a prefill chunk on the tensor-core path ({@link #tcEntry}), whose attention is
+     * not split into key ranges.
      * @param partials whether to count the partials (else the copies alone: what a fixed-form step multiplies, its
      *                 grouped attention taking its partials from the library's scratch)
      */
