@@ -99,12 +99,12 @@ __global__ void hc_pre_kernel(const float* mu, const float* base, const float* s
     }
 }
 
-/** X'[s, k, d] = post[s, k] * fv + sum_j comb[s, j, k] * X[s, j, d] for one (s, d), in place; xs = X + s*n*D. */
-__device__ __forceinline__ void hc_post_elem(float* xs, float fv, const float* post_s, const float* M, int n, int D,
-                                             int d) {
-    float xj[HC_MAX];
-#pragma unroll
-    for (int j = 0; j < HC_MAX; j++) xj[j] = j < n ? xs[(int64_t)j * D + d] : 0.f;
+/**
+ * X'[s, k, d] = post[s, k] * fv + sum_j comb[s, j, k] * X[s, j, d] for one (s, d), in place, with the row's streams at d
+ * already loaded into xj (hc_collapse_load); xs = X + s*n*D, post_s = post + s*n, M = comb + s*n*n.
+ */
+__device__ __forceinline__ void hc_post_elem_loaded(float* xs, float fv, const float* post_s, const float* M,
+                                                    const float (&xj)[HC_MAX], int n, int D, int d) {
     float out[HC_MAX];
 #pragma unroll
     for (int k = 0; k < HC_MAX; k++) {
@@ -119,6 +119,14 @@ __device__ __forceinline__ void hc_post_elem(float* xs, float fv, const float* p
 #pragma unroll
     for (int k = 0; k < HC_MAX; k++)
         if (k < n) xs[(int64_t)k * D + d] = out[k];
+}
+
+/** hc_post_elem_loaded after loading the streams at d: the whole update of one (s, d). */
+__device__ __forceinline__ void hc_post_elem(float* xs, float fv, const float* post_s, const float* M, int n, int D,
+                                             int d) {
+    float xj[HC_MAX];
+    hc_collapse_load(xs, n, D, d, xj);
+    hc_post_elem_loaded(xs, fv, post_s, M, xj, n, D, d);
 }
 
 __global__ void hc_post_kernel(float* X, const float* f, const float* post, const float* comb, int S, int n, int D) {
@@ -323,36 +331,48 @@ __global__ void __launch_bounds__(HC_THREADS) hc_post_split_kernel(float* X, con
     DS4J_AWAIT_PREVIOUS();
     __shared__ double red[32];
     __shared__ int order[ROUTE_KMAX];
+    __shared__ float pc[HC_MAX + HC_MAX * HC_MAX];  // post [n], then comb [n, n]
     __shared__ int flag;
-    const int s = blockIdx.y;
-    if (ids) {  // moe_combine_elem's order of the picks (its stable insertion sort by id): pick j's slot, in parallel
-        const int j = threadIdx.x;
-        if (j < k) {
-            const int id = ids[s * k + j];
-            int slot = 0;
-            for (int i = 0; i < k; i++) {
-                const int o = ids[s * k + i];
-                slot += o < id || (o == id && i < j);
-            }
-            order[slot] = j;
-        }
-        __syncthreads();
-    }
+    const int s = blockIdx.y, j = threadIdx.x;
     float* xs = X + (int64_t)s * n * D;
-    const int d = blockIdx.x * HC_COLS + threadIdx.x;
+    const int d = blockIdx.x * HC_COLS + j;
+    // every read that does not wait for the picks' order is issued first: the thread's streams and f value, the row's
+    // post and comb (into shared memory), the picks' ids; then each pick's weight and routed value, all of them before
+    // the first is added. A loop over the picks waited for each pick's two loads in turn.
+    float xj[HC_MAX];
+    float fv = 0.f;
     if (d < D) {
-        float fv;
-        if (ids) {
-            float acc = 0;
-            for (int j = 0; j < k; j++) {
-                const int p = s * k + order[j];
-                acc = add(acc, mul(weights[p], yr[(int64_t)p * D + d]));
-            }
-            fv = add(acc, f[(int64_t)s * D + d]);
-        } else {
-            fv = f[(int64_t)s * D + d];
+        hc_collapse_load(xs, n, D, d, xj);
+        fv = f[(int64_t)s * D + d];
+    }
+    if (j < n + n * n) pc[j] = j < n ? post[s * n + j] : comb[(int64_t)s * n * n + j - n];
+    if (ids && j < k) {  // moe_combine_elem's order of the picks (its stable insertion sort by id): pick j's slot
+        const int id = ids[s * k + j];
+        int slot = 0;
+        for (int i = 0; i < k; i++) {
+            const int o = ids[s * k + i];
+            slot += o < id || (o == id && i < j);
         }
-        hc_post_elem(xs, fv, post + s * n, comb + (int64_t)s * n * n, n, D, d);
+        order[slot] = j;
+    }
+    __syncthreads();
+    if (d < D) {
+        if (ids) {
+            float wv[ROUTE_KMAX], yv[ROUTE_KMAX];
+#pragma unroll
+            for (int i = 0; i < ROUTE_KMAX; i++)
+                if (i < k) {
+                    const int p = s * k + order[i];
+                    wv[i] = weights[p];
+                    yv[i] = yr[(int64_t)p * D + d];
+                }
+            float acc = 0;
+#pragma unroll
+            for (int i = 0; i < ROUTE_KMAX; i++)
+                if (i < k) acc = add(acc, mul(wv[i], yv[i]));
+            fv = add(acc, fv);
+        }
+        hc_post_elem_loaded(xs, fv, pc, pc + n, xj, n, D, d);
     }
     if (v && last_of_row(count + s, gridDim.x, &flag))
         rmsnorm_row_ilp<true, REG>(xs, v + (int64_t)s * n * D, nullptr, n * D, eps, red);
