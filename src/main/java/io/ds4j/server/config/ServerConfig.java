@@ -589,9 +589,17 @@ public final class ServerConfig {
         if (((String) v.get("cluster.name")).isBlank()) p.add("cluster.name: must not be empty");
         if (((String) v.get("cluster.host")).isBlank()) p.add("cluster.host: must not be empty");
         @SuppressWarnings("unchecked") List<String> members = (List<String>) v.get("cluster.members");
-        for (String m : members)
+        for (String m : members) {
             if (!m.matches("[^\\s:]+(:\\d{1,5})?|\\[[0-9a-fA-F:.]+\\](:\\d{1,5})?"))
                 p.add("cluster.members: \"" + m + "\" is not host or host:port");
+            else if (m.matches(".*:\\d{1,5}") && !m.endsWith("]")) {
+                // five digits pass the pattern, but Hazelcast's join throws on a port past 65535 (a stack trace in
+                // the log, the member never tried), and no member listens on port 0
+                int port = Integer.parseInt(m.substring(m.lastIndexOf(':') + 1));
+                if (port < 1 || port > 65535)
+                    p.add("cluster.members: \"" + m + "\" has port " + port + ", outside [1, 65535]");
+            }
+        }
         if ((Integer) v.get("cluster.announceMs") * 2 > (Integer) v.get("cluster.engineTimeoutMs")
                 && noneAbout(p, List.of("cluster.announceMs", "cluster.engineTimeoutMs")))
             p.add("cluster.engineTimeoutMs: must be at least twice cluster.announceMs (" + v.get("cluster.announceMs") + ")");

@@ -39,6 +39,21 @@ class ClusterConfigTest {
     }
 
     @Test
+    void aMemberPortOutsideTheTcpRangeIsNamed() {
+        // five digits pass the host:port pattern; Hazelcast's join threw on 99999 (a stack trace, the member
+        // never tried)
+        ConfigException e = assertThrows(ConfigException.class, () -> ServerConfig.parse(null, "f", Map.of(
+                "cluster.members",
+                List.of("127.0.0.1:99999", "10.0.0.1:0", "[::1]:65536", "[::1]", "10.0.0.2:65535"))));
+        String all = String.join("\n", e.problems());
+        assertTrue(all.contains("cluster.members: \"127.0.0.1:99999\" has port 99999, outside [1, 65535]"), all);
+        assertTrue(all.contains("cluster.members: \"10.0.0.1:0\" has port 0, outside [1, 65535]"), all);
+        assertTrue(all.contains("cluster.members: \"[::1]:65536\" has port 65536, outside [1, 65535]"), all);
+        assertFalse(all.contains("\"[::1]\""), all);
+        assertFalse(all.contains("10.0.0.2:65535"), all);
+    }
+
+    @Test
     void hazelcastJoinsByTcpOnTheClusterHostOnly() throws Exception {
         ServerConfig.Cluster c = ServerConfig.parse(null, "f", Map.of("cluster.enabled", true, "cluster.name", "prod",
                 "cluster.port", 5801, "cluster.members", List.of("127.0.0.1:5802", "127.0.0.1"))).cluster();
