@@ -259,6 +259,16 @@ public final class ServeCommand implements Callable<Integer> {
             for (String p : flagsStartProblems(ov, provider)) if (!problems.contains(p)) problems.add(p);
             return usageError(problems, file);
         }
+        if (!cfg.cluster().enabled()) {
+            // a cluster flag without a cluster would be dropped silently: serve --role gateway forgetting --cluster
+            // loaded the model and served it alone, as an engine and gateway in one, with no word of the role
+            List<String> unused = new ArrayList<>();
+            for (String k : ov.keySet())
+                if (k.startsWith("cluster.") && !k.equals("cluster.enabled"))
+                    unused.add(k + ": has no effect without a cluster (cluster.enabled is false): give --cluster too,"
+                            + " or leave the flag out");
+            if (!unused.isEmpty()) return usageError(unused, file);
+        }
         if (cfg.cluster().enabled()) return cluster(cfg, file, ov, provider);
         Ds4jServer server;
         try {

@@ -125,6 +125,20 @@ class CliErrorsTest {
         }
     }
 
+    /**
+     * A cluster flag without --cluster (serve --role gateway, the --cluster forgotten) is refused, naming the flag: it
+     * was dropped silently and the server loaded its model and served alone. The missing model folder makes a start
+     * without that check end at once too, with another message.
+     */
+    @Test
+    void serveRefusesClusterFlagsWithoutACluster(@TempDir Path dir) throws Exception {
+        GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0",
+                "--role", "gateway", "--member", "127.0.0.1:5702", "--model", dir.resolve("absent").toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("flag --role: cluster.role: has no effect without a cluster"), r.err());
+        assertTrue(r.err().contains("flag --member: cluster.members: has no effect without a cluster"), r.err());
+    }
+
     @Test
     void serveWithAnInvalidHostSaysSoAndExits(@TempDir Path dir) throws Exception {
         GenerateCommandTest.Run r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0",
