@@ -106,11 +106,23 @@ public final class MakeModelCommand implements Callable<Integer> {
         return 0;
     }
 
-    /** Refuses a non-empty directory without --force; with it, removes files that would make the result inconsistent. */
+    /**
+     * Makes the output folder where it is missing; refuses a non-empty one without --force, and with it removes files
+     * that would make the result inconsistent.
+     */
     private void prepareDir() throws IOException {
         if (Files.exists(out) && !Files.isDirectory(out))
             throw new CommandLine.ParameterException(spec.commandLine(), "--out " + out + " exists and is not a directory");
-        if (!Files.isDirectory(out)) return;
+        if (!Files.isDirectory(out)) {
+            // made here, before any work is printed, so that a folder that cannot be made is the error it is
+            try {
+                Files.createDirectories(out);
+            } catch (IOException e) {
+                throw new CommandLine.ParameterException(spec.commandLine(), "--out " + out + ": cannot create the folder: "
+                        + Main.describe(e));
+            }
+            return;
+        }
         boolean empty;
         try (DirectoryStream<Path> ds = Files.newDirectoryStream(out)) {
             empty = !ds.iterator().hasNext();

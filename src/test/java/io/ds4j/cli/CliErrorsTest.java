@@ -898,4 +898,14 @@ class CliErrorsTest {
         // the server keeps the override for its reloads
         assertTrue(new io.ds4j.server.Ds4jServer.Options(cfg, null, ov, null).overrides().containsKey("sampling.seed"));
     }
+
+    @Test
+    void makeModelSaysItCannotCreateTheFolderBeforeAnyWork(@TempDir Path dir) throws Exception {
+        // a folder under a plain file cannot be made: the error says so, before the model's summary is printed
+        Path file = Files.writeString(dir.resolve("plain-file"), "x");
+        var r = run("make-model", "--preset", "tiny", "--seed", "1", "--out", file.resolve("model").toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--out " + file.resolve("model") + ": cannot create the folder"), r.err());
+        assertFalse(r.out().contains("make-model: preset"), r.out());
+    }
 }
