@@ -161,6 +161,8 @@ class BadInputTest {
         expect("/v1/chat/completions", chat("\"speculative_q\":\"5\""), 400, "speculative_q");
         expect("/v1/chat/completions", chat("\"speculative_q\":\"0\""), 400, "speculative_q");
         expect("/v1/chat/completions", chat("\"response_format\":{\"type\":\"yaml\"}"), 400, "response_format.type");
+        // the types it takes are named, so that the client need not look them up
+        assertTrue(message("response_format.type", "\"response_format\":{\"type\":\"yaml\"}").contains("(text, json_object or json_schema)"));
         expect("/v1/chat/completions", chat("\"stop\":[\"\"]"), 400, "stop");
     }
 

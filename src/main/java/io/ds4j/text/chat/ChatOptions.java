@@ -156,7 +156,8 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
         if (responseFormat != null && !responseFormat.isNull()) {
             if (!responseFormat.isObject()) throw new ChatFormatException("response_format", "must be an object");
             JsonNode type = responseFormat.get("type");
-            if (type == null || !type.isTextual()) throw new ChatFormatException("response_format.type", "missing");
+            if (type == null || !type.isTextual())
+                throw new ChatFormatException("response_format.type", "missing (text, json_object or json_schema)");
             switch (type.textValue()) {
                 case "text", "json_object" -> { }
                 case "json_schema" -> {
@@ -181,7 +182,7 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
                     }
                 }
                 default -> throw new ChatFormatException("response_format.type",
-                        "unsupported type '" + type.textValue() + "'");
+                        "unsupported type '" + type.textValue() + "' (text, json_object or json_schema)");
             }
         }
     }
