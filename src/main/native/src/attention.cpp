@@ -978,22 +978,18 @@ __device__ __forceinline__ void tc_combine_body(const float* part, int nmax, int
     }
     const float inv = 1.f / L;
     const bool kept = nsplit <= TC_COMBINE_W;
+    const auto weight = [&](int c) {
+        const float mc = ml[((int64_t)c * SH + row) * 2];
+        return mc != -INFINITY ? expf(mc - M) : -1.f;
+    };
     if (kept) {
-        for (int c = threadIdx.x; c < nsplit; c += blockDim.x) {
-            const float mc = ml[((int64_t)c * SH + row) * 2];
-            wts[c] = mc != -INFINITY ? expf(mc - M) : -1.f;
-        }
+        for (int c = threadIdx.x; c < nsplit; c += blockDim.x) wts[c] = weight(c);
         __syncthreads();
     }
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float acc = 0.f;
         for (int c = 0; c < nsplit; c++) {
-            float w;
-            if (kept) w = wts[c];
-            else {
-                const float mc = ml[((int64_t)c * SH + row) * 2];
-                w = mc != -INFINITY ? expf(mc - M) : -1.f;
-            }
+            const float w = kept ? wts[c] : weight(c);
             if (w != -1.f) acc += w * part[((int64_t)c * SH + row) * d + i];  // a weight is never negative (NaN included)
         }
         orow[i] = acc * inv;
