@@ -46,9 +46,8 @@ class ClusterConfigTest {
                 "cluster.members",
                 List.of("127.0.0.1:99999", "10.0.0.1:0", "[::1]:65536", "[::1]", "10.0.0.2:65535"))));
         String all = String.join("\n", e.problems());
-        assertTrue(all.contains("cluster.members: \"127.0.0.1:99999\" has port 99999, outside [1, 65535]"), all);
-        assertTrue(all.contains("cluster.members: \"10.0.0.1:0\" has port 0, outside [1, 65535]"), all);
-        assertTrue(all.contains("cluster.members: \"[::1]:65536\" has port 65536, outside [1, 65535]"), all);
+        for (String[] bad : new String[][] {{"127.0.0.1:99999", "99999"}, {"10.0.0.1:0", "0"}, {"[::1]:65536", "65536"}})
+            assertTrue(all.contains("cluster.members: \"" + bad[0] + "\" has port " + bad[1] + ", outside [1, 65535]"), all);
         assertFalse(all.contains("\"[::1]\""), all);
         assertFalse(all.contains("10.0.0.2:65535"), all);
     }
