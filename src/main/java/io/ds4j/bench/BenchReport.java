@@ -29,13 +29,14 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         for (var e : setup.entrySet()) b.append("- ").append(e.getKey()).append(": ").append(e.getValue()).append('\n');
         b.append('\n');
         b.append("| input tokens | context | sequence state MiB | draft | verify attention | prefill tok/s | decode tok/s | verify step ms"
-                + " | control's conversion ms/step | acceptance rate | verifier agreement (rounds / rows) |\n");
-        b.append("|---:|---|---:|---|---|---:|---:|---:|---:|---:|---|\n");
+                + " | verify step ms, in alternation | control's conversion ms/step | acceptance rate | verifier agreement (rounds / rows) |\n");
+        b.append("|---:|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n");
         for (VerifyPathBench.Row r : rows) {
-            b.append(String.format(Locale.ROOT, "| %,d | %s | %,.0f | %s | %s | %s | %.1f | %.2f | %s | %s | %s |%n", r.length(),
+            b.append(String.format(Locale.ROOT, "| %,d | %s | %,.0f | %s | %s | %s | %.1f | %.2f | %s | %s | %s | %s |%n", r.length(),
                     r.synthetic() ? "synthetic" : "prefilled", r.stateMiB(), r.draft(), r.path(),
                     Double.isNaN(r.prefillTokS()) ? "–" : String.format(Locale.ROOT, "%,.0f", r.prefillTokS()),
                     r.decodeTokS(), r.verifyMs(),
+                    Double.isNaN(r.pairedVerifyMs()) ? "–" : String.format(Locale.ROOT, "%.2f", r.pairedVerifyMs()),
                     Double.isNaN(r.conversionMs()) ? "–" : String.format(Locale.ROOT, "%.3f", r.conversionMs()),
                     Double.isNaN(r.acceptance()) ? "–" : String.format(Locale.ROOT, "%.3f", r.acceptance()),
                     Double.isNaN(r.agreement()) ? "–" : String.format(Locale.ROOT, "%.2f %% / %.2f %% (%d rounds)",
@@ -43,6 +44,10 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         }
         if (rows.stream().anyMatch(VerifyPathBench.Row::synthetic))
             b.append("\nSynthetic: the context was given as random cache rows (no prefill); decode and verify run on it for real.\n");
+        if (rows.stream().anyMatch(r -> !Double.isNaN(r.pairedVerifyMs())))
+            b.append("\nIn alternation: the median verify step of each path over the agreement rounds, where the two paths"
+                    + " verify the same rows one after the other, taking turns at going first (a drift of the machine between"
+                    + " the paths' own runs does not enter their difference).\n");
         if (rows.stream().anyMatch(r -> r.draft().equals(VerifyPathBench.REPLAY)))
             b.append("\nDrafts: copy = a copy of the target (its q draft steps are timed with the verify steps); replay = the"
                     + " target's own greedy output of the copy run replayed as a predicted output (near free: the row times the"
@@ -53,14 +58,25 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             var a = rows.get(i);
             var c = rows.get(i + 1);
             if (a.length() == c.length() && a.draft().equals(c.draft()) && !a.path().equals(c.path()))
-                gains.add(String.format(Locale.ROOT, "%,d tokens, %s draft: decode %+.1f %% (x%.2f), verify step %+.1f %% (%+.2f ms)%s", a.length(),
+                gains.add(String.format(Locale.ROOT, "%,d tokens, %s draft: decode %+.1f %% (x%.2f), verify step %+.1f %% (%+.2f ms)%s%s", a.length(),
                         a.draft(), 100 * (c.decodeTokS() / a.decodeTokS() - 1), c.decodeTokS() / a.decodeTokS(),
-                        100 * (c.verifyMs() / a.verifyMs() - 1), c.verifyMs() - a.verifyMs(),
+                        100 * (c.verifyMs() / a.verifyMs() - 1), c.verifyMs() - a.verifyMs(), paired(a, c),
                         a.synthetic() || !a.draft().equals(VerifyPathBench.COPY) ? "" : String.format(Locale.ROOT, ", prefill %+.1f %%", 100 * (c.prefillTokS() / a.prefillTokS() - 1))));
         }
         if (!gains.isEmpty()) b.append("\n").append(rows.get(1).path()).append(" against ").append(rows.get(0).path())
                 .append(": ").append(String.join("; ", gains)).append(".\n");
         return b.toString();
+    }
+
+    /**
+     * ", in alternation %+.2f ms" (c's paired verify step against a's), with its share of a's conversion where a has
+     * one; empty where the rows have no paired figures.
+     */
+    private static String paired(VerifyPathBench.Row a, VerifyPathBench.Row c) {
+        if (Double.isNaN(a.pairedVerifyMs()) || Double.isNaN(c.pairedVerifyMs())) return "";
+        double d = c.pairedVerifyMs() - a.pairedVerifyMs();
+        return String.format(Locale.ROOT, ", in alternation %+.2f ms", d) + (Double.isNaN(a.conversionMs()) || a.conversionMs() <= 0 ? ""
+                : String.format(Locale.ROOT, " (%.0f %% of the control's conversion)", 100 * -d / a.conversionMs()));
     }
 
     /** The JSON document: {"setup": {...}, "rows": [...]} (NaN written as null). */
@@ -90,6 +106,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             o.put("synthetic_context", r.synthetic());
             num(o, "sequence_state_mib", r.stateMiB());
             num(o, "control_conversion_ms_per_step", r.conversionMs());
+            num(o, "verify_ms_per_step_in_alternation", r.pairedVerifyMs());
         }
         try {
             return m.writeValueAsString(root) + "\n";
@@ -223,7 +240,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                     r.get("draft_tokens_accepted").asInt(), d(r, "acceptance_rate"), d(r, "verifier_agreement_rounds"),
                     d(r, "verifier_agreement_rows"), r.get("agreement_rounds").asInt(),
                     r.has("synthetic_context") && r.get("synthetic_context").asBoolean(), d(r, "sequence_state_mib"),
-                    d(r, "control_conversion_ms_per_step")));
+                    d(r, "control_conversion_ms_per_step"), d(r, "verify_ms_per_step_in_alternation")));
         return new BenchReport(setup, rows);
     }
 

@@ -106,15 +106,30 @@ public final class VerifyPathBench {
      * @param synthetic       the context was filled synthetically (no prefill figure)
      * @param stateMiB        device (or host) memory of one sequence's state at this length, MiB
      * @param conversionMs    milliseconds the control spends per verify step converting the cache (NaN: not measured)
+     * @param pairedVerifyMs  median milliseconds of this path's verify step in the agreement rounds, where the two paths
+     *                        verify the same rows in alternation (NaN when not measured): the two paths' figures are
+     *                        taken side by side, so a drift of the machine between the paths' own runs does not enter
+     *                        their difference
      */
     public record Row(int length, String path, String draft, double prefillTokS, double prefillSeconds, double decodeTokS, int emitted,
                       int verifySteps, double verifyMs, int offered, int accepted, double acceptance, double agreement,
-                      double rowAgreement, int agreementRounds, boolean synthetic, double stateMiB, double conversionMs) {
-        Row withAgreement(double a, double rows, int rounds) {
+                      double rowAgreement, int agreementRounds, boolean synthetic, double stateMiB, double conversionMs,
+                      double pairedVerifyMs) {
+        Row withAgreement(Agreement a, double pairedMs) {
             return new Row(length, path, draft, prefillTokS, prefillSeconds, decodeTokS, emitted, verifySteps, verifyMs, offered,
-                    accepted, acceptance, a, rows, rounds, synthetic, stateMiB, conversionMs);
+                    accepted, acceptance, a.rounds(), a.rows(), a.count(), synthetic, stateMiB, conversionMs, pairedMs);
         }
     }
+
+    /**
+     * The agreement rounds' results.
+     * @param rounds fraction of rounds with identical verified tokens
+     * @param rows   fraction of rows with identical argmax
+     * @param count  rounds compared
+     * @param msA    median verify step of the first path, ms
+     * @param msB    median verify step of the second path, ms
+     */
+    public record Agreement(double rounds, double rows, int count, double msA, double msB) {}
 
     /**
      * Runs the table: every length with each path the backend offers (the control first), or with its single path.
@@ -162,7 +177,8 @@ public final class VerifyPathBench {
                 double sec = (System.nanoTime() - t0) / 1e9;
                 Row r = new Row(L, name, COPY, synthetic ? Double.NaN : L / pre, synthetic ? Double.NaN : pre, s.emitted / sec, s.emitted,
                         s.steps, s.verifyNanos / 1e6 / s.steps, s.offered, s.accepted,
-                        s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, synthetic, mib, conv);
+                        s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, synthetic, mib, conv,
+                        Double.NaN);
                 log.printf("L=%d %s: %s, decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f;%s"
                                 + " sequence state %.0f MiB%n",
                         L, name, synthetic ? "synthetic context (no prefill)" : String.format(java.util.Locale.ROOT,
@@ -182,10 +198,11 @@ public final class VerifyPathBench {
                 if (rep != null) forL.add(replay(be, s, rep, start, L, output, o, r, name, log));
             }
             if (paths.size() == 2 && o.agreementSteps() > 0) {
-                double[] a = last.agreement(paths.get(0), paths.get(1), o.agreementSteps());
-                log.printf("L=%d agreement %s vs %s over %d rounds: %.4f of rounds, %.4f of rows%n", L, paths.get(0).key(),
-                        paths.get(1).key(), o.agreementSteps(), a[0], a[1]);
-                forL.replaceAll(r -> r.withAgreement(a[0], a[1], o.agreementSteps()));
+                Agreement a = last.agreement(paths.get(0), paths.get(1), o.agreementSteps());
+                log.printf("L=%d agreement %s vs %s over %d rounds: %.4f of rounds, %.4f of rows; verify step in alternation"
+                                + " (median) %.2f against %.2f ms (%+.2f ms)%n", L, paths.get(0).key(), paths.get(1).key(),
+                        o.agreementSteps(), a.rounds(), a.rows(), a.msA(), a.msB(), a.msB() - a.msA());
+                forL.replaceAll(r -> r.withAgreement(a, r.path().equals(paths.get(0).key()) ? a.msA() : a.msB()));
                 be.setVerifyAttention(paths.get(0));
             }
             last.close();
@@ -225,7 +242,7 @@ public final class VerifyPathBench {
             Row r = new Row(L, name, REPLAY, copyRow.prefillTokS(), copyRow.prefillSeconds(), s.emitted / sec, s.emitted, s.steps,
                     s.steps == 0 ? Double.NaN : s.verifyNanos / 1e6 / s.steps, s.offered, s.accepted,
                     s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, copyRow.synthetic(),
-                    copyRow.stateMiB(), copyRow.conversionMs());
+                    copyRow.stateMiB(), copyRow.conversionMs(), Double.NaN);
             log.printf("L=%d %s, replayed prediction: decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f%n",
                     L, name, r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance());
             return r;
@@ -404,7 +421,7 @@ public final class VerifyPathBench {
             return d;
         }
 
-        /** Verifies [ctx[len−1], d…] on the target; returns the argmax of every row (d.length + 1). */
+        /** Verifies [ctx[len−1], d…] on the target (its time added to verifyNanos); returns the argmax of every row (d.length + 1). */
         int[] verify(int[] d) {
             int n = d.length + 1;
             int[] rows = new int[n];
@@ -456,24 +473,40 @@ public final class VerifyPathBench {
         }
 
         /**
-         * Rounds verified by path a and by path b on the same rows; commits path b's result.
-         * @return {fraction of rounds with identical verified tokens, fraction of rows with identical argmax}
+         * Rounds verified by path a and by path b on the same rows, each path's step timed; commits path b's verified
+         * tokens. The paths take turns at going first (a first in even rounds, b in odd ones), so that neither always
+         * meets what the draft's steps left in the caches; the cache rows kept are those of the path verified second.
          */
-        double[] agreement(VerifyAttention a, VerifyAttention b, int rounds) {
+        Agreement agreement(VerifyAttention a, VerifyAttention b, int rounds) {
             int same = 0, rowsSame = 0;
+            double[] msA = new double[rounds], msB = new double[rounds];
             for (int r = 0; r < rounds; r++) {
                 int[] d = propose();
-                be.setVerifyAttention(a);
-                int[] ga = verify(d);
-                tgt.rollback(q + 1);
-                be.setVerifyAttention(b);
-                int[] gb = verify(d);
+                boolean aFirst = r % 2 == 0;
+                int[] ga = null, gb = null;
+                for (int turn = 0; turn < 2; turn++) {
+                    boolean isA = (turn == 0) == aFirst;
+                    if (turn == 1) tgt.rollback(q + 1);
+                    be.setVerifyAttention(isA ? a : b);
+                    long t0 = verifyNanos;
+                    int[] g = verify(d);
+                    double ms = (verifyNanos - t0) / 1e6;
+                    if (isA) { ga = g; msA[r] = ms; } else { gb = g; msB[r] = ms; }
+                }
                 int na = acceptedPrefix(d, ga), nb = acceptedPrefix(d, gb);
                 if (na == nb && ga[na] == gb[nb]) same++;
                 for (int i = 0; i <= q; i++) if (ga[i] == gb[i]) rowsSame++;
                 commit(d, gb);
             }
-            return new double[]{(double) same / rounds, (double) rowsSame / ((double) rounds * (q + 1))};
+            return new Agreement((double) same / rounds, (double) rowsSame / ((double) rounds * (q + 1)), rounds, median(msA),
+                    median(msB));
+        }
+
+        private static double median(double[] v) {
+            double[] s = v.clone();
+            java.util.Arrays.sort(s);
+            int n = s.length;
+            return n == 0 ? Double.NaN : n % 2 == 1 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
         }
 
         @Override

@@ -133,7 +133,8 @@ public final class BenchCommand implements Callable<Integer> {
             setup.put("q", q + " draft tokens per verify step (" + (q + 1) + " rows verified per step)");
             setup.put("method", String.format(Locale.ROOT, "prefill of seeded random tokens in chunks of %d (timed to the last logits), lengths above %d synthetic (random cache rows, no prefill); "
                     + "decode: %d tokens after one warm-up round, draft and verify steps timed together; agreement: %d rounds "
-                    + "verified by both paths on the same rows; control's conversion: its per-step F16 -> F32 copies timed alone (median of 5);"
+                    + "verified by both paths on the same rows, each path's step timed, the paths taking turns at going first (the"
+                    + " verify step in alternation: each path's median over them); control's conversion: its per-step F16 -> F32 copies timed alone (median of 5);"
                     + " f32ShortContextRows %d", chunk, syntheticAbove, decodeTokens, agreementSteps, shortRows));
             setup.put("command", "ds4j bench " + String.join(" ", commandLine()));
             System.out.println("model: " + setup.get("model"));

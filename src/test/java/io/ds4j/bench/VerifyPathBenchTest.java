@@ -243,4 +243,45 @@ class VerifyPathBenchTest {
             assertEquals("error: " + c[2], r.err().strip(), c[0] + " " + c[1]);
         }
     }
+
+    /**
+     * With two verify paths, the agreement rounds verify the same rows on both, the paths taking turns at going first,
+     * and each row gets its path's median verify step in alternation (the CPU backend behind a wrapper that offers two
+     * paths: the numbers are the same on both, so every round agrees).
+     */
+    @Test
+    void theAgreementRoundsTimeBothPathsInAlternation(@TempDir Path dir) throws Exception {
+        ModelConfig c = TestModelsAccess.microConfig();
+        try (CpuBackend cpu = new CpuBackend(TestModelsAccess.random(c, 5))) {
+            var be = new io.ds4j.engine.TrackingBackend(cpu);
+            be.offeredPaths = java.util.Set.of(io.ds4j.engine.VerifyAttention.F32_CONVERT, io.ds4j.engine.VerifyAttention.F16);
+            int rounds = 6;
+            var o = new VerifyPathBench.Options(List.of(23), 4, 9, rounds, 16, 3);
+            ByteArrayOutputStream log = new ByteArrayOutputStream();
+            List<VerifyPathBench.Row> rows = VerifyPathBench.run(be, o, new PrintStream(log, true));
+            assertEquals(List.of("f32-convert", "f16"), rows.stream().map(VerifyPathBench.Row::path).toList(), log.toString());
+            // the agreement rounds are the last 2 * rounds verify steps: in each the two paths, the first one alternating
+            var v = be.verifyPaths;
+            var last = v.subList(v.size() - 2 * rounds, v.size());
+            for (int r = 0; r < rounds; r++) {
+                var first = r % 2 == 0 ? io.ds4j.engine.VerifyAttention.F32_CONVERT : io.ds4j.engine.VerifyAttention.F16;
+                assertEquals(first, last.get(2 * r), "round " + r + ": " + last);
+                assertNotEquals(first, last.get(2 * r + 1), "round " + r + ": " + last);
+            }
+            for (VerifyPathBench.Row r : rows) {
+                assertEquals(1.0, r.agreement(), r.toString());
+                assertEquals(rounds, r.agreementRounds());
+                assertTrue(r.pairedVerifyMs() > 0, r.toString());
+            }
+            assertTrue(log.toString().contains("verify step in alternation (median)"), log.toString());
+            BenchReport rep = new BenchReport(Map.of("model", "micro"), rows);
+            String md = rep.markdown();
+            assertTrue(md.contains("| verify step ms, in alternation |") && md.contains("f16 against f32-convert")
+                    && md.contains(", in alternation "), md);
+            JsonNode j = new ObjectMapper().readTree(rep.json());
+            assertEquals(rows.get(1).pairedVerifyMs(), j.get("rows").get(1).get("verify_ms_per_step_in_alternation").asDouble());
+            BenchReport back = BenchReport.fromJson(rep.write(dir, "p").get(1));
+            assertEquals(md, back.markdown(), "the JSON holds the figures in alternation too");
+        }
+    }
 }

@@ -31,6 +31,14 @@ public final class TrackingBackend implements Backend {
     /** Says which steps do one-off work ({@link #oneOffWork} moves; null: none do), as a GPU's graph captures. */
     public volatile java.util.function.Predicate<List<BatchEntry>> oneOff;
     private final java.util.concurrent.atomic.AtomicLong work = new java.util.concurrent.atomic.AtomicLong();
+    /**
+     * Verify attention paths offered in place of the wrapped backend's (empty: the wrapped backend's own). A choice
+     * among them is recorded, not passed on: the numbers stay the wrapped backend's.
+     */
+    public volatile java.util.Set<VerifyAttention> offeredPaths = java.util.Set.of();
+    /** With {@link #offeredPaths}: the path chosen when each verify entry ran, in order. */
+    public final List<VerifyAttention> verifyPaths = Collections.synchronizedList(new ArrayList<>());
+    private volatile VerifyAttention path;
 
     public TrackingBackend(Backend inner) {
         this.inner = inner;
@@ -69,6 +77,19 @@ public final class TrackingBackend implements Backend {
     public volatile boolean masks;
     @Override public boolean argmaxMasks() { return masks; }
     @Override public void close() { inner.close(); }
+
+    @Override
+    public java.util.Set<VerifyAttention> verifyAttentionPaths() {
+        var p = offeredPaths;
+        return p.isEmpty() ? inner.verifyAttentionPaths() : p;
+    }
+
+    @Override
+    public void setVerifyAttention(VerifyAttention p) {
+        if (offeredPaths.isEmpty()) inner.setVerifyAttention(p);
+        else if (!offeredPaths.contains(p)) throw new UnsupportedOperationException("path " + p + " is not offered");
+        else path = p;
+    }
 
     @Override
     public long oneOffWork() {
@@ -118,6 +139,7 @@ public final class TrackingBackend implements Backend {
         for (BatchEntry e : batch) {
             in.add(new BatchEntry(unwrap(e.seq()), e.tokens(), e.logitRows(), e.kind(), 0, e.layers()));
             kinds.add(e.kind());
+            if (e.kind() == StepKind.VERIFY && !offeredPaths.isEmpty()) verifyPaths.add(path);
             poison |= ((Seq) e.seq()).poisoned;
         }
         steps.add(kinds);
