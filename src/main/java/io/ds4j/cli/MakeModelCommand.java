@@ -107,32 +107,50 @@ public final class MakeModelCommand implements Callable<Integer> {
     }
 
     /**
-     * Makes the output folder where it is missing; refuses a non-empty one without --force, and with it removes files
-     * that would make the result inconsistent.
+     * Makes the output folder where it is missing and checks that it can be written into (a probe file); refuses a
+     * non-empty one without --force, and with it removes files that would make the result inconsistent. All before
+     * any work is printed, so that a folder that cannot be made or written is the error it is.
      */
     private void prepareDir() throws IOException {
+        // a link to nothing: creating the folder would fail with "it already exists"
+        if (Files.isSymbolicLink(out) && !Files.exists(out))
+            throw new CommandLine.ParameterException(spec.commandLine(), "--out " + out + ": a broken link (to "
+                    + Files.readSymbolicLink(out) + ", which does not exist); give a folder");
         if (Files.exists(out) && !Files.isDirectory(out))
             throw new CommandLine.ParameterException(spec.commandLine(), "--out " + out + " exists and is not a directory");
         if (!Files.isDirectory(out)) {
-            // made here, before any work is printed, so that a folder that cannot be made is the error it is
             try {
                 Files.createDirectories(out);
             } catch (IOException e) {
                 throw new CommandLine.ParameterException(spec.commandLine(), "--out " + out + ": cannot create the folder: "
                         + Main.describe(e));
             }
+            checkWritable();
             return;
         }
         boolean empty;
         try (DirectoryStream<Path> ds = Files.newDirectoryStream(out)) {
             empty = !ds.iterator().hasNext();
         }
-        if (empty) return;
-        if (!force)
+        if (!empty && !force)
             throw new CommandLine.ParameterException(spec.commandLine(), "output directory " + out
                     + " is not empty (use --force to overwrite its checkpoint files)");
+        // an existing folder that cannot be written into (read-only, immutable, a pseudo file system) failed only at
+        // the write, after the summary; with --force, before its files are removed
+        checkWritable();
+        if (empty) return;
         try (DirectoryStream<Path> ds = Files.newDirectoryStream(out, "{*.safetensors,model.safetensors.index.json,config.json}")) {
             for (Path p : ds) if (Files.isRegularFile(p)) Files.delete(p);
+        }
+    }
+
+    /** Writes and removes a probe file in --out; refuses a folder that cannot be written into. */
+    private void checkWritable() {
+        try {
+            Files.delete(Files.createTempFile(out, ".make-model-", ".probe"));
+        } catch (IOException e) {
+            throw new CommandLine.ParameterException(spec.commandLine(), "--out " + out + ": cannot write into the folder: "
+                    + (e instanceof java.nio.file.FileSystemException f ? Main.reason(f) : String.valueOf(e.getMessage())));
         }
     }
 

@@ -908,4 +908,25 @@ class CliErrorsTest {
         assertTrue(r.err().contains("--out " + file.resolve("model") + ": cannot create the folder"), r.err());
         assertFalse(r.out().contains("make-model: preset"), r.out());
     }
+
+    @Test
+    void makeModelSaysItCannotWriteIntoAnExistingFolderBeforeAnyWork() throws Exception {
+        // an existing folder that cannot be written into (here /proc, with --force for a non-empty one): the error says
+        // so before the model's summary, as for a folder that cannot be made (it came after the summary, from the write)
+        var r = run("make-model", "--preset", "tiny", "--seed", "1", "--out", "/proc", "--force");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--out /proc: cannot write into the folder: "), r.err());
+        assertFalse(r.out().contains("make-model: preset"), r.out());
+    }
+
+    @Test
+    void makeModelNamesABrokenLinkAsOut(@TempDir Path dir) throws Exception {
+        // a link to nothing read "cannot create the folder: ... it already exists"
+        Path link = Files.createSymbolicLink(dir.resolve("link"), dir.resolve("nowhere"));
+        var r = run("make-model", "--preset", "tiny", "--seed", "1", "--out", link.toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--out " + link + ": a broken link (to " + dir.resolve("nowhere") + ", which does not exist)"),
+                r.err());
+        assertFalse(r.out().contains("make-model: preset"), r.out());
+    }
 }
