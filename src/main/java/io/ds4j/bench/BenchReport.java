@@ -32,10 +32,12 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                 + " | verify step ms, in alternation | control's conversion ms/step | acceptance rate | verifier agreement (rounds / rows) |\n");
         b.append("|---:|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n");
         for (VerifyPathBench.Row r : rows) {
-            b.append(String.format(Locale.ROOT, "| %,d | %s | %,.0f | %s | %s | %s | %.1f | %.2f | %s | %s | %s | %s |%n", r.length(),
-                    r.synthetic() ? "synthetic" : "prefilled", r.stateMiB(), r.draft(), r.path(),
+            b.append(String.format(Locale.ROOT, "| %,d | %s | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s |%n", r.length(),
+                    r.synthetic() ? "synthetic" : "prefilled",
+                    // an older run's file may lack the sequence state; a replay that made no step has no verify step
+                    Double.isNaN(r.stateMiB()) ? "–" : String.format(Locale.ROOT, "%,.0f", r.stateMiB()), r.draft(), r.path(),
                     Double.isNaN(r.prefillTokS()) ? "–" : String.format(Locale.ROOT, "%,.0f", r.prefillTokS()),
-                    r.decodeTokS(), r.verifyMs(),
+                    r.decodeTokS(), Double.isNaN(r.verifyMs()) ? "–" : String.format(Locale.ROOT, "%.2f", r.verifyMs()),
                     Double.isNaN(r.pairedVerifyMs()) ? "–" : String.format(Locale.ROOT, "%.2f", r.pairedVerifyMs()),
                     Double.isNaN(r.conversionMs()) ? "–" : String.format(Locale.ROOT, "%.3f", r.conversionMs()),
                     Double.isNaN(r.acceptance()) ? "–" : String.format(Locale.ROOT, "%.3f", r.acceptance()),
