@@ -49,7 +49,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         if (rows.stream().anyMatch(r -> !Double.isNaN(r.pairedVerifyMs())))
             b.append("\nIn alternation: the median verify step of each path over the agreement rounds, where the two paths"
                     + " verify the same rows one after the other, taking turns at going first (a drift of the machine between"
-                    + " the paths' own runs does not enter their difference).\n");
+                    + " the paths' own runs does not enter their difference); figures of a length, which its replay rows repeat.\n");
         if (rows.stream().anyMatch(r -> r.draft().equals(VerifyPathBench.REPLAY)))
             b.append("\nDrafts: copy = a copy of the target (its q draft steps are timed with the verify steps); replay = the"
                     + " target's own greedy output of the copy run replayed as a predicted output (near free: the row times the"
@@ -72,10 +72,12 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
 
     /**
      * ", in alternation %+.2f ms" (c's paired verify step against a's), with its share of a's conversion where a has
-     * one; empty where the rows have no paired figures.
+     * one; empty where the rows have no paired figures, and for the replay draft, whose rows carry the length's figures
+     * from the copy draft's agreement rounds (said once, with the copy draft).
      */
     private static String paired(VerifyPathBench.Row a, VerifyPathBench.Row c) {
-        if (Double.isNaN(a.pairedVerifyMs()) || Double.isNaN(c.pairedVerifyMs())) return "";
+        if (Double.isNaN(a.pairedVerifyMs()) || Double.isNaN(c.pairedVerifyMs()) || !a.draft().equals(VerifyPathBench.COPY))
+            return "";
         double d = c.pairedVerifyMs() - a.pairedVerifyMs();
         return String.format(Locale.ROOT, ", in alternation %+.2f ms", d) + (Double.isNaN(a.conversionMs()) || a.conversionMs() <= 0 ? ""
                 : String.format(Locale.ROOT, " (%.0f %% of the control's conversion)", 100 * -d / a.conversionMs()));

@@ -263,10 +263,11 @@ public final class ServeCommand implements Callable<Integer> {
             // a cluster flag without a cluster would be dropped silently: serve --role gateway forgetting --cluster
             // loaded the model and served it alone, as an engine and gateway in one, with no word of the role
             List<String> unused = new ArrayList<>();
+            // where the command line itself turned the cluster off, "give --cluster" would conflict with it
+            String fix = ov.containsKey("cluster.enabled") ? "leave the flag out" : "give --cluster too, or leave the flag out";
             for (String k : ov.keySet())
                 if (k.startsWith("cluster.") && !k.equals("cluster.enabled"))
-                    unused.add(k + ": has no effect without a cluster (cluster.enabled is false): give --cluster too,"
-                            + " or leave the flag out");
+                    unused.add(k + ": has no effect without a cluster (cluster.enabled is false): " + fix);
             if (!unused.isEmpty()) return usageError(unused, file);
         }
         if (cfg.cluster().enabled()) return cluster(cfg, file, ov, provider);

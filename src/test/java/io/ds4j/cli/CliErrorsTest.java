@@ -137,6 +137,13 @@ class CliErrorsTest {
         assertEquals(2, r.code(), r.err());
         assertTrue(r.err().contains("flag --role: cluster.role: has no effect without a cluster"), r.err());
         assertTrue(r.err().contains("flag --member: cluster.members: has no effect without a cluster"), r.err());
+        assertTrue(r.err().contains("give --cluster too"), r.err());
+        // where the command line turns the cluster off itself, giving --cluster would conflict with it: not advised
+        r = runBounded("serve", "--config", config(dir, "{}").toString(), "--port", "0", "--set", "cluster.enabled=false",
+                "--role", "engine", "--model", dir.resolve("absent").toString());
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("cluster.role: has no effect without a cluster (cluster.enabled is false): leave the flag out"), r.err());
+        assertFalse(r.err().contains("give --cluster"), r.err());
     }
 
     @Test

@@ -163,6 +163,8 @@ class BadInputTest {
         expect("/v1/chat/completions", chat("\"response_format\":{\"type\":\"yaml\"}"), 400, "response_format.type");
         // the types it takes are named, so that the client need not look them up
         assertTrue(message("response_format.type", "\"response_format\":{\"type\":\"yaml\"}").contains("(text, json_object or json_schema)"));
+        // a type that is there but not a string is not "missing"
+        assertTrue(message("response_format.type", "\"response_format\":{\"type\":5}").contains("must be a string"));
         expect("/v1/chat/completions", chat("\"stop\":[\"\"]"), 400, "stop");
     }
 

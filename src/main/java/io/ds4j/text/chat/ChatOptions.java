@@ -156,8 +156,11 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
         if (responseFormat != null && !responseFormat.isNull()) {
             if (!responseFormat.isObject()) throw new ChatFormatException("response_format", "must be an object");
             JsonNode type = responseFormat.get("type");
-            if (type == null || !type.isTextual())
+            if (type == null || type.isNull())
                 throw new ChatFormatException("response_format.type", "missing (text, json_object or json_schema)");
+            if (!type.isTextual())
+                throw new ChatFormatException("response_format.type", "must be a string (text, json_object or json_schema), got "
+                        + type.getNodeType().name().toLowerCase(java.util.Locale.ROOT));
             switch (type.textValue()) {
                 case "text", "json_object" -> { }
                 case "json_schema" -> {
