@@ -131,11 +131,14 @@ public final class BenchCommand implements Callable<Integer> {
                     + (o.drafts().contains(VerifyPathBench.REPLAY) ? "; replay: the target's own greedy output of the copy run"
                     + " replayed as a predicted output (io.ds4j.speculative.PredictionDraft) from a fork of the prefilled target" : ""));
             setup.put("q", q + " draft tokens per verify step (" + (q + 1) + " rows verified per step)");
+            // the two paths' parts of the method only where the backend has both (one path: no agreement, no conversion)
+            boolean both = be.verifyAttentionPaths().size() > 1;
             setup.put("method", String.format(Locale.ROOT, "prefill of seeded random tokens in chunks of %d (timed to the last logits), lengths above %d synthetic (random cache rows, no prefill); "
-                    + "decode: %d tokens after one warm-up round, draft and verify steps timed together; agreement: %d rounds "
-                    + "verified by both paths on the same rows, each path's step timed, the paths taking turns at going first (the"
-                    + " verify step in alternation: each path's median over them); control's conversion: its per-step F16 -> F32 copies timed alone (median of 5);"
-                    + " f32ShortContextRows %d", chunk, syntheticAbove, decodeTokens, agreementSteps, shortRows));
+                    + "decode: %d tokens after one warm-up round, draft and verify steps timed together; ", chunk, syntheticAbove, decodeTokens)
+                    + (!both ? "one verify attention path (no agreement rounds, no conversion)"
+                    : String.format(Locale.ROOT, "agreement: %d rounds verified by both paths on the same rows, each path's step timed, the"
+                    + " paths taking turns at going first (the verify step in alternation: each path's median over them); control's"
+                    + " conversion: its per-step F16 -> F32 copies timed alone (median of 5); f32ShortContextRows %d", agreementSteps, shortRows)));
             setup.put("command", "ds4j bench " + String.join(" ", commandLine()));
             System.out.println("model: " + setup.get("model"));
             System.out.println("machine: " + setup.get("machine"));

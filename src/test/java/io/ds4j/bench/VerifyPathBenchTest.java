@@ -138,6 +138,17 @@ class VerifyPathBenchTest {
                 + " the longest input that fits is 965"), e.getMessage());
     }
 
+    /** On a backend of one verify path, the report's method says that no agreement rounds or conversion ran. */
+    @Test
+    void aBackendOfOnePathDescribesNoAgreementRounds(@TempDir Path dir) throws Exception {
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench", "--backend", "cpu", "--preset", "tiny", "--lengths", "40",
+                "--decode-tokens", "8", "--agreement-steps", "2", "--out", dir.toString());
+        assertEquals(0, r.code(), r.err());
+        String md = Files.readString(dir.resolve("verify-f16kv.md"));
+        assertTrue(md.contains("one verify attention path (no agreement rounds, no conversion)"), md);
+        assertFalse(md.contains("taking turns") || md.contains("median of 5"), md);
+    }
+
     /** A length past the preset's context is refused before its model is made: no 'creating model', no folder. */
     @Test
     void benchRefusesALengthPastTheContextBeforeMakingAModel() throws Exception {
