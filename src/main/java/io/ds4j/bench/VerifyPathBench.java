@@ -498,15 +498,8 @@ public final class VerifyPathBench {
                 for (int i = 0; i <= q; i++) if (ga[i] == gb[i]) rowsSame++;
                 commit(d, gb);
             }
-            return new Agreement((double) same / rounds, (double) rowsSame / ((double) rounds * (q + 1)), rounds, median(msA),
-                    median(msB));
-        }
-
-        private static double median(double[] v) {
-            double[] s = v.clone();
-            java.util.Arrays.sort(s);
-            int n = s.length;
-            return n == 0 ? Double.NaN : n % 2 == 1 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+            return new Agreement((double) same / rounds, (double) rowsSame / ((double) rounds * (q + 1)), rounds,
+                    Stats.median(msA), Stats.median(msB));
         }
 
         @Override

@@ -48,6 +48,8 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.stream.Stream;
 
+import static io.ds4j.bench.Stats.median;
+
 /**
  * {@code ds4j bench-server}: the server as its clients see it. On backend cpu it first runs the same greedy generation
  * on the engine alone (a {@link Generation} stepped in a loop) and through the HTTP server as an SSE stream, and prints
@@ -1125,12 +1127,6 @@ public final class BenchServerCommand implements Callable<Integer> {
         return k - 1;
     }
 
-    /** The median of the measured values (NaN: not measured, left out); NaN where none was. */
-    private static double median(double[] v) {
-        double[] s = Arrays.stream(v).filter(x -> !Double.isNaN(x)).toArray();
-        Arrays.sort(s);
-        return s.length == 0 ? Double.NaN : s.length % 2 == 1 ? s[s.length / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-    }
 
     /** Nearest-rank percentile of sorted values. */
     private static double pct(double[] sorted, double p) {
