@@ -89,7 +89,7 @@ final class Requests {
      */
     static final int MAX_N = 16;
 
-    /** What the range of max_tokens notes of its 0 (a translated API, which has no echo, leaves it out). */
+    /** What the range of max_tokens notes of its 0 on /v1/completions, the one endpoint with echo. */
     static final String ECHO_NOTE = " (0 with echo on /v1/completions)";
 
     /** Parses a chat or completion body. */
@@ -114,7 +114,8 @@ final class Requests {
         String mtName = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
         // 0 only where it means something: a completion that echoes (and may score) its prompt
         int minTokens = !chat && bool(body, "echo", false) ? 0 : 1;
-        String mtRange = minTokens == 0 ? "" : ECHO_NOTE;
+        // the note on echo only where echo is: on chat it would point at a field the endpoint does not have
+        String mtRange = !chat && minTokens == 1 ? ECHO_NOTE : "";
         // both fields are checked whenever sent: the one that loses is still the client's mistake when it is bad
         Integer legacy = integer(body, "max_tokens", minTokens, Integer.MAX_VALUE, mtRange);
         Integer maxTokens = mtName.equals("max_tokens") ? legacy : integer(body, mtName, minTokens, Integer.MAX_VALUE, mtRange);

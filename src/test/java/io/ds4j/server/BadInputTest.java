@@ -176,13 +176,12 @@ class BadInputTest {
     @Test
     void numbersInMessagesAreWrittenAsSentAndOutOfRangeOnesGetTheirRange() throws Exception {
         int vocab = TestServer.tokenizer().vocabSize();
-        String echo = " (0 with echo on /v1/completions)";
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 1e30", message("max_tokens", "\"max_tokens\":1e30"));
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 1e400", message("max_tokens", "\"max_tokens\":1e400"));
-        assertEquals("max_completion_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 3000000000",
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 1e30", message("max_tokens", "\"max_tokens\":1e30"));
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 1e400", message("max_tokens", "\"max_tokens\":1e400"));
+        assertEquals("max_completion_tokens: is out of range: give an integer in [1, 2147483647], got 3000000000",
                 message("max_completion_tokens", "\"max_completion_tokens\":3000000000"));
         // one message whatever side of the int range the value is on: each field's range is decided in one place
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got -5", message("max_tokens", "\"max_tokens\":-5"));
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got -5", message("max_tokens", "\"max_tokens\":-5"));
         assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off; " + vocab + " is the tokenizer's vocabulary), got 1E10", message("top_k", "\"top_k\":1E10"));
         assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off; " + vocab + " is the tokenizer's vocabulary), got " + (vocab + 1),
                 message("top_k", "\"top_k\":" + (vocab + 1)));
@@ -216,11 +215,10 @@ class BadInputTest {
     @Test
     void maxTokensIsCheckedAlsoWhenMaxCompletionTokensIsThere() throws Exception {
         // max_completion_tokens wins, but a bad max_tokens beside it is still the client's mistake, not ignored
-        String echo = " (0 with echo on /v1/completions)";
         expect("/v1/chat/completions", chat("\"max_tokens\":\"abc\",\"max_completion_tokens\":2"), 400, "max_tokens");
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got -5",
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got -5",
                 message("max_tokens", "\"max_tokens\":-5,\"max_completion_tokens\":2"));
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 1e999999999",
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 1e999999999",
                 message("max_tokens", "\"max_completion_tokens\":2,\"max_tokens\":1e999999999"));
         // and the other way round: a bad max_completion_tokens beside a good max_tokens
         expect("/v1/chat/completions", chat("\"max_tokens\":2,\"max_completion_tokens\":-1"), 400, "max_completion_tokens");
@@ -229,11 +227,25 @@ class BadInputTest {
     }
 
     @Test
+    void theEchoNoteOfMaxTokensRangeIsOnCompletionsOnly() throws Exception {
+        // chat has no echo: its range says nothing of it
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 0", message("max_tokens", "\"max_tokens\":0"));
+        assertEquals("max_completion_tokens: is out of range: give an integer in [1, 2147483647], got 0",
+                message("max_completion_tokens", "\"max_completion_tokens\":0"));
+        // /v1/completions without echo says where a 0 is taken
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647] (0 with echo on /v1/completions), got 0",
+                expect("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens").get("message").asText());
+        // and with echo, where 0 is in the range, the note has nothing to add
+        assertEquals("max_tokens: is out of range: give an integer in [0, 2147483647], got -1",
+                expect("/v1/completions", "{\"prompt\":\"x\",\"echo\":true,\"max_tokens\":-1}", 400, "max_tokens").get("message").asText());
+    }
+
+    @Test
     void aNumberADoubleWouldShowAs0IsShownAsTheClientWroteIt() throws Exception {
         // -0 and -0.0: the double is a zero, its sign is the client's
         assertEquals("repetition_penalty: must be in (0, 10], got -0", message("repetition_penalty", "\"repetition_penalty\":-0"));
         assertEquals("top_p: must be in (0, 1], got -0.0", message("top_p", "\"top_p\":-0.0"));
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647] (0 with echo on /v1/completions), got -0",
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got -0",
                 message("max_tokens", "\"max_tokens\":-0"));
         // 1e-400: a double holds it as 0; a range check on that double says so, and it is no integer
         assertEquals("top_p: must be in (0, 1], got 1e-400 (0 in double precision)", message("top_p", "\"top_p\":1e-400"));
@@ -779,7 +791,7 @@ class BadInputTest {
             assertTrue(expect("/v1/chat/completions", chat("\"seed\":" + seed), 400, "seed").get("message").asText()
                     .contains("out of range"), seed);
         JsonNode e = expect("/v1/chat/completions", chat("\"max_tokens\":0"), 400, "max_tokens");
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647] (0 with echo on /v1/completions), got 0",
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 0",
                 e.get("message").asText());
     }
 
