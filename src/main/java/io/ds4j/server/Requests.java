@@ -110,19 +110,21 @@ final class Requests {
             if (!stream) throw ApiException.badField("stream_options", "is allowed only with \"stream\": true");
         }
 
-        // max tokens: max_completion_tokens (current OpenAI name) wins over max_tokens (legacy)
-        String mtName = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+        // max tokens: max_completion_tokens (OpenAI's current name) or max_tokens (its legacy one)
         // 0 only where it means something: a completion that echoes (and may score) its prompt
         int minTokens = !chat && bool(body, "echo", false) ? 0 : 1;
         // the note on echo only where echo is: on chat it would point at a field the endpoint does not have
         String mtRange = !chat && minTokens == 1 ? ECHO_NOTE : "";
-        // both fields are checked whenever sent: the one that loses is still the client's mistake when it is bad
+        // both fields are checked whenever sent: each is the client's mistake when it is bad
         Integer legacy = integer(body, "max_tokens", minTokens, Integer.MAX_VALUE, mtRange);
-        Integer maxTokens = mtName.equals("max_tokens") ? legacy : integer(body, mtName, minTokens, Integer.MAX_VALUE, mtRange);
-        if (maxTokens == null) {
-            maxTokens = cfg.maxTokensDefault();
-            mtName = null;
-        }
+        Integer current = integer(body, "max_completion_tokens", minTokens, Integer.MAX_VALUE, mtRange);
+        // two names of one limit that disagree: which one the client meant is unclear, so neither silently wins
+        if (legacy != null && current != null && !legacy.equals(current))
+            throw ApiException.badField("max_tokens", "is " + shown(body.get("max_tokens")) + " while max_completion_tokens is "
+                    + shown(body.get("max_completion_tokens")) + " (two names of one limit: give one of them, or the same value)");
+        Integer maxTokens = current != null ? current : legacy;
+        String mtName = current != null ? "max_completion_tokens" : legacy != null ? "max_tokens" : null;
+        if (maxTokens == null) maxTokens = cfg.maxTokensDefault();
 
         boolean logprobs;
         int topLogprobs;

@@ -214,7 +214,7 @@ class BadInputTest {
 
     @Test
     void maxTokensIsCheckedAlsoWhenMaxCompletionTokensIsThere() throws Exception {
-        // max_completion_tokens wins, but a bad max_tokens beside it is still the client's mistake, not ignored
+        // a bad max_tokens beside max_completion_tokens is still the client's mistake, not ignored
         expect("/v1/chat/completions", chat("\"max_tokens\":\"abc\",\"max_completion_tokens\":2"), 400, "max_tokens");
         assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got -5",
                 message("max_tokens", "\"max_tokens\":-5,\"max_completion_tokens\":2"));
@@ -222,8 +222,19 @@ class BadInputTest {
                 message("max_tokens", "\"max_completion_tokens\":2,\"max_tokens\":1e999999999"));
         // and the other way round: a bad max_completion_tokens beside a good max_tokens
         expect("/v1/chat/completions", chat("\"max_tokens\":2,\"max_completion_tokens\":-1"), 400, "max_completion_tokens");
-        // both good: max_completion_tokens still wins
-        assertEquals(200, server.post("/v1/chat/completions", chat("\"max_tokens\":5,\"max_completion_tokens\":2")).status());
+    }
+
+    @Test
+    void maxTokensAndMaxCompletionTokensThatDisagreeAreRefused() throws Exception {
+        // two names of one limit with two values: neither silently wins, the 400 names both
+        assertEquals("max_tokens: is 5 while max_completion_tokens is 2 (two names of one limit: give one of them, or the same value)",
+                message("max_tokens", "\"max_tokens\":5,\"max_completion_tokens\":2"));
+        JsonNode e = expect("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":3,\"max_completion_tokens\":1e1}", 400, "max_tokens");
+        assertTrue(e.get("message").asText().contains("is 3 while max_completion_tokens is 1e1"), e.toString());
+        // the same value in both (however written) is one limit
+        TestServer.Resp r = server.post("/v1/chat/completions", chat("\"max_tokens\":2,\"max_completion_tokens\":2.0"));
+        assertEquals(200, r.status(), r.body());
+        assertEquals(2, r.json().at("/usage/completion_tokens").asInt(), r.body());
     }
 
     @Test
