@@ -165,6 +165,7 @@ final class Requests {
             } catch (ChatFormatException e) {
                 throw chatError(e);
             }
+            textOutputOnly(body);
             ChatOptions opts = chatOptions(body).withContinueFinal(continued != null);
             List<String> notes = new ArrayList<>(1);
             Grammar grammar = grammar(body, opts, messages, continued, notes);
@@ -222,6 +223,31 @@ final class Requests {
         Grammar grammar = content(body, rf == null || rf.isNull() ? null : rf, null, false, notes).grammar();
         return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
                 skipSpecial, grammar, null, n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut, List.copyOf(notes));
+    }
+
+    /**
+     * Refuses a chat request that asks for audio output: {@code modalities} listing {@code "audio"}, or an
+     * {@code audio} object (its voice and format). The model writes text only, and an answer without the audio asked
+     * for would read as a success. {@code modalities: ["text"]}, the default, is accepted.
+     * @throws ApiException 400 naming the field
+     */
+    private static void textOutputOnly(JsonNode body) {
+        JsonNode m = body.get("modalities");
+        if (m != null && !m.isNull()) {
+            if (!m.isArray()) throw ApiException.badField("modalities", "must be an array of output types, [\"text\"], got " + describe(m));
+            for (int i = 0; i < m.size(); i++) {
+                JsonNode x = m.get(i);
+                String where = "modalities[" + i + "]";
+                if (!x.isTextual()) throw ApiException.badField(where, "must be a string, got " + describe(x));
+                if (x.textValue().equals("audio"))
+                    throw ApiException.badField(where, "audio output is not supported: this server writes text only"
+                            + " (give [\"text\"] or leave modalities out)");
+                if (!x.textValue().equals("text"))
+                    throw ApiException.badField(where, "must be \"text\", the one output type this server writes, got '" + x.textValue() + "'");
+            }
+        }
+        if (present(body, "audio"))
+            throw ApiException.badField("audio", "audio output is not supported: this server writes text only (leave audio out)");
     }
 
     /**

@@ -238,6 +238,21 @@ class BadInputTest {
     }
 
     @Test
+    void audioOutputIsRefused() throws Exception {
+        // the model writes text only: an answer without the audio asked for would read as a success
+        assertEquals("modalities[1]: audio output is not supported: this server writes text only (give [\"text\"] or leave"
+                + " modalities out)", message("modalities[1]", "\"modalities\":[\"text\",\"audio\"]"));
+        assertEquals("audio: audio output is not supported: this server writes text only (leave audio out)",
+                message("audio", "\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}"));
+        assertTrue(message("modalities[0]", "\"modalities\":[\"image\"]").contains("must be \"text\""));
+        assertTrue(message("modalities", "\"modalities\":\"text\"").contains("must be an array"));
+        // text, the default, is what the server writes
+        TestServer.Resp r = server.post("/v1/chat/completions", chat("\"modalities\":[\"text\"],\"audio\":null"));
+        assertEquals(200, r.status(), r.body());
+        assertTrue(r.headers().firstValue(RequestFields.HEADER).isEmpty(), r.headers().toString());
+    }
+
+    @Test
     void theEchoNoteOfMaxTokensRangeIsOnCompletionsOnly() throws Exception {
         // chat has no echo: its range says nothing of it
         assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 0", message("max_tokens", "\"max_tokens\":0"));

@@ -234,7 +234,7 @@ class UnknownFieldsTest {
                 "response_format": {"type": "json_schema", "json_schema": {"name": "r", "description": "d",
                   "strict": false, "schema": {"type": "object"}}},
                 "chat_template_kwargs": {"thinking": true, "enable_thinking": true, "reasoning_effort": "high"},
-                "thinking": {"type": "enabled"}, "reasoning_effort": "high",
+                "thinking": {"type": "enabled"}, "reasoning_effort": "high", "modalities": ["text"],
                 "prediction": {"type": "content", "content": [{"type": "text", "text": "Hello"}]}}""";
         TestServer.Resp r = server.post(CHAT, chat);
         assertEquals(200, r.status(), r.body());
