@@ -577,15 +577,33 @@ final class Requests {
         return o;
     }
 
-    /** The function name of a {@code {"type": "function", "function": {"name": ...}}} tool_choice. */
+    /**
+     * The function name of a {@code {"type": "function", "function": {"name": ...}}} tool_choice (a flat
+     * {@code {"type": "function", "name": ...}}, the Responses API's shape, is taken too).
+     * @throws ApiException 400 naming the part that is missing or wrong
+     */
     private static String forcedName(JsonNode choice) {
         JsonNode type = choice.get("type");
         if (type != null && !type.isNull() && !"function".equals(type.asText()))
             throw ApiException.badField("tool_choice.type", "must be \"function\", got " + type);
         JsonNode fn = choice.get("function");
-        JsonNode name = fn != null && fn.isObject() ? fn.get("name") : choice.get("name");
+        JsonNode name;
+        String where;
+        if (fn != null && !fn.isNull()) {
+            if (!fn.isObject())
+                throw ApiException.badField("tool_choice.function", "must be an object with the function's name, {\"name\": ...}, got " + describe(fn));
+            name = fn.get("name");
+            where = "tool_choice.function.name";
+        } else if (present(choice, "name")) {
+            name = choice.get("name");
+            where = "tool_choice.name";
+        } else {
+            // said as missing: "function.name must be a non-empty string" pointed inside an object that is not there
+            throw ApiException.badField("tool_choice.function", "is missing: a tool_choice object names the function to call,"
+                    + " {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        }
         if (name == null || !name.isTextual() || name.textValue().isEmpty())
-            throw ApiException.badField("tool_choice.function.name", "must be a non-empty string");
+            throw ApiException.badField(where, "must be a non-empty string");
         return name.textValue();
     }
 

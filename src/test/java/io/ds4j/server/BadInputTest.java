@@ -253,6 +253,18 @@ class BadInputTest {
     }
 
     @Test
+    void aToolChoiceObjectWithoutItsFunctionSaysSo() throws Exception {
+        String tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],";
+        assertEquals("tool_choice.function: is missing: a tool_choice object names the function to call,"
+                + " {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                message("tool_choice.function", tools + "\"tool_choice\":{\"type\":\"function\"}"));
+        assertTrue(message("tool_choice.function", tools + "\"tool_choice\":{\"type\":\"function\",\"function\":\"f\"}")
+                .contains("must be an object"));
+        assertEquals("tool_choice.function.name: must be a non-empty string",
+                message("tool_choice.function.name", tools + "\"tool_choice\":{\"type\":\"function\",\"function\":{}}"));
+    }
+
+    @Test
     void theEchoNoteOfMaxTokensRangeIsOnCompletionsOnly() throws Exception {
         // chat has no echo: its range says nothing of it
         assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 0", message("max_tokens", "\"max_tokens\":0"));
