@@ -3,6 +3,7 @@ package io.ds4j.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.grammar.Grammar;
 import io.ds4j.grammar.GrammarLimitException;
+import io.ds4j.grammar.SchemaCompiler;
 import io.ds4j.grammar.UnsupportedGrammarException;
 import io.ds4j.grammar.UnsupportedRegexException;
 import io.ds4j.grammar.UnsupportedSchemaException;
@@ -564,6 +565,7 @@ final class Requests {
                 if (useTools) o = offered;
                 // the chat template renders each tool's function object whole into the prompt (ChatEncoder.appendTools)
                 for (JsonNode t : tools) RequestFields.usedWhole(t.get("function"));
+                checkToolSchemas(tools);
             }
             JsonNode rf = b.get("response_format");
             if (rf != null && !rf.isNull()) {
@@ -750,6 +752,27 @@ final class Requests {
                     throw ApiException.badField(field, "the message to continue holds tool-call markup (" + V4Format.DSML
                             + "): a tool call is made in the answer itself, not continued from a prefix");
         return field;
+    }
+
+    /**
+     * Checks every tool's parameters schema as JSON Schema, whatever tool_choice is: one that is wrong as JSON Schema (a
+     * keyword's value of the wrong kind, a {@code $ref} that does not resolve, a type that is none of JSON Schema's, a
+     * schema no value satisfies) is refused as a forced call refuses it, naming the tool's field, since the model is
+     * shown it as the function's contract either way. A valid schema that constrained decoding merely does not support
+     * is accepted here: only a forced call and a strict function hold arguments to their schema, and they refuse it
+     * where they compile it ({@link #grammar}).
+     * @throws ApiException 400 {@code invalid_schema} naming {@code tools[i].function.parameters} and the node at fault
+     */
+    private static void checkToolSchemas(JsonNode tools) {
+        for (int i = 0; i < tools.size(); i++) {
+            JsonNode p = tools.get(i).path("function").get("parameters");
+            if (p == null || p.isNull()) continue;
+            try {
+                SchemaCompiler.compile(p);
+            } catch (UnsupportedSchemaException e) {
+                if (e.invalid()) throw schemaError(toolField(tools, i), e);
+            }
+        }
     }
 
     /** The request field of tool i's parameters ({@code tools} where the tool is not known). */
