@@ -58,7 +58,7 @@ public final class BenchSpecCommand implements Callable<Integer> {
     @Option(names = "--experts", description = "routed experts per layer of the preset variant (default: the preset's)") Integer experts;
     @Option(names = "--dtype", description = "storage of a preset variant: fp8 (FP8 dense + FP4 experts) or bf16 (default fp8)") String dtype;
     @Option(names = "--draft-model", paramLabel = "DIR", description = "draft model directory (default: the 'tiny' preset)") Path draftModel;
-    @Option(names = {"--sources", "--drafts"}, defaultValue = "none,ngram,model,copy,mtp,prediction,replay", split = ",",
+    @Option(names = {"--drafts", "--sources"}, defaultValue = "none,ngram,model,copy,mtp,prediction,replay", split = ",",
             description = "draft sources to run: none, ngram, model, copy, mtp, prediction, replay (default ${DEFAULT-VALUE}; plain decoding always runs; mtp is skipped, with the reason, on a checkpoint without an MTP layer)") List<String> sources;
     @Option(names = "--prompt-tokens", defaultValue = "128", description = "prompt length (default ${DEFAULT-VALUE})") int promptTokens;
     @Option(names = "--decode-tokens", defaultValue = "64", description = "tokens generated per run (default ${DEFAULT-VALUE})") int decodeTokens;
@@ -96,7 +96,9 @@ public final class BenchSpecCommand implements Callable<Integer> {
         if (!bad.isEmpty()) throw new IllegalArgumentException(String.join("; ", bad));
         Set<String> want = new LinkedHashSet<>(sources);
         for (String s : want)
-            if (!SOURCES.contains(s)) throw new IllegalArgumentException("--sources: unknown source '" + s + "' (expected some of " + SOURCES + ")");
+            if (!SOURCES.contains(s))
+                throw new IllegalArgumentException(sourcesOption(spec == null ? null : spec.commandLine().getParseResult(), s)
+                        + ": unknown source '" + s + "' (expected some of " + SOURCES + ")");
         Backends.checkAvailable(backend);  // before a model is made for it
         if (draftModel != null && want.contains("model")) Main.modelFolder("--draft-model", draftModel);
         Path tdir = model != null ? Main.modelFolder("--model", model)
@@ -116,6 +118,30 @@ public final class BenchSpecCommand implements Callable<Integer> {
             }
         }
         return 0;
+    }
+
+    /** The names of the sources option, aliases, in the order --help shows them. */
+    static final List<String> SOURCES_NAMES = List.of("--drafts", "--sources");
+
+    /**
+     * The name of the sources option as the command line wrote it for {@code value} ({@code --drafts} or
+     * {@code --sources}, aliases), so that a message about the value names the option the user typed: the first
+     * occurrence, as {@code --drafts a,b} or {@code --drafts=a,b}, whose list holds it. Picocli keeps no record of which
+     * name matched, so the original arguments are read; {@code --drafts} where they do not tell.
+     * @param parsed the command line's parse result, or null
+     */
+    static String sourcesOption(CommandLine.ParseResult parsed, String value) {
+        List<String> args = parsed == null ? List.of() : parsed.originalArgs();
+        for (int i = 0; i < args.size(); i++) {
+            String a = args.get(i);
+            if (a.equals("--")) break;
+            for (String name : SOURCES_NAMES) {
+                String list = a.equals(name) && i + 1 < args.size() ? args.get(i + 1)
+                        : a.startsWith(name + "=") ? a.substring(name.length() + 1) : null;
+                if (list != null && List.of(list.split(",", -1)).contains(value)) return name;
+            }
+        }
+        return SOURCES_NAMES.getFirst();
     }
 
     /**

@@ -100,7 +100,7 @@ final class AnthropicApi {
         /** Chat's wording of a rule as the Messages API states it ({@link ChatPaths#worded}). */
         private static String worded(String msg, String param) {
             // "the call 'a'" or "the calls 'a', 'b'"
-            return ChatPaths.worded(msg, param, "max_tokens", calls -> "no tool_result block answers the "
+            return ChatPaths.worded(msg, param, calls -> "no tool_result block answers the "
                     + (calls.startsWith("s ") ? "tool_use blocks" + calls.substring(1) : "tool_use block" + calls)
                     + ": each tool_use block must be answered by a tool_result block in the user message right after it");
         }

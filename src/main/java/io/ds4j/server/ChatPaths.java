@@ -100,27 +100,21 @@ final class ChatPaths {
                     + "|each tool call of (\\S+) is answered by one tool message|is also the id of |each tool call has an id of its own");
 
     /**
-     * Chat's wording of two rules as a translated API states them: the unanswered tool calls (ChatMessage's refusal,
-     * whose fixed start and end are replaced, the ids and where in between kept) and max tokens' range, whose note on
-     * completions' echo goes. Only the server's fixed text is replaced, where it stands (after the field, at the end),
-     * never what the client's values could hold.
+     * Chat's wording of the unanswered tool calls as a translated API states them (ChatMessage's refusal, whose fixed
+     * start and end are replaced, the ids and where in between kept). Only the server's fixed text is replaced, where it
+     * stands (after the field, at the end), never what the client's values could hold.
      *
      * @param msg         the message, its field already renamed
      * @param param       the field it is about, renamed
-     * @param tokensField the API's field for max tokens ({@code max_tokens}, {@code max_output_tokens})
      * @param unanswered  from the part between the refusal's fixed start and end ({@code " 'a' before messages[3]..."},
      *                    {@code "s 'a', 'b' ..."}) to the API's sentence, after "field: "
      */
-    static String worded(String msg, String param, String tokensField, Function<String, String> unanswered) {
+    static String worded(String msg, String param, Function<String, String> unanswered) {
         if (param == null || !msg.startsWith(param + ":")) return msg;
         String rest = msg.substring(param.length()), head = ": " + io.ds4j.text.chat.ChatMessage.UNANSWERED,
                 rule = io.ds4j.text.chat.ChatMessage.UNANSWERED_RULE;
         if (rest.startsWith(head) && rest.endsWith(rule))
             return param + ": " + unanswered.apply(rest.substring(head.length(), rest.length() - rule.length()));
-        if (param.equals(tokensField) && rest.contains(Requests.ECHO_NOTE)) {
-            int i = rest.indexOf(Requests.ECHO_NOTE);
-            return param + rest.substring(0, i) + rest.substring(i + Requests.ECHO_NOTE.length());
-        }
         return msg;
     }
 }

@@ -52,6 +52,11 @@ public final class EngineRequest {
      * server's default applies: a refusal names what the client sent, never a value it did not.
      */
     String maxTokensField;
+    /**
+     * The client's own id for the request (its {@code X-Request-Id} header), or null where it sent none: the engine's
+     * log lines name it beside {@link #id}, so that a client's id finds the request's lines.
+     */
+    String clientId;
 
     public EngineRequest(String id, boolean chat, boolean thinking, int[] prompt, SamplingParams params, String specQ,
                          int maxContext, long arrivalNanos, String address) {
@@ -89,6 +94,23 @@ public final class EngineRequest {
     public EngineRequest maxTokensField(String field) {
         maxTokensField = field;
         return this;
+    }
+
+    /**
+     * Names the client's own id for the request ({@code X-Request-Id}), or null for none.
+     * @return this
+     */
+    public EngineRequest clientId(String id) {
+        clientId = id;
+        return this;
+    }
+
+    /**
+     * The request as the engine's log lines name it: its id, and the client's {@code X-Request-Id} after it where the
+     * client sent one ({@code chatcmpl-... (X-Request-Id job-7)}).
+     */
+    String named() {
+        return clientId == null || clientId.equals(id) ? id : id + " (X-Request-Id " + clientId + ")";
     }
 
     /** Constrains the output to a grammar (call before submitting). */
@@ -156,6 +178,7 @@ public final class EngineRequest {
         c.includeStopStr = includeStopStr;
         c.minTokens = minTokens;
         c.maxTokensField = maxTokensField;
+        c.clientId = clientId;
         return c;
     }
 

@@ -282,7 +282,7 @@ public final class EngineVerticle extends VerticleBase {
         } else {
             int retry = retryAfterSeconds(cfg);
             LOG.info("request {} rejected with 429: queue full (running {}/{}, waiting {}/{}{}); Retry-After {} s",
-                    r.id, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), running() < cfg.maxActive()
+                    r.named(), running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), running() < cfg.maxActive()
                             ? "; a slot is free, model.cacheTokens holds the next request back: " + reservedTokens + " of "
                             + cfg.cacheTokens() + " tokens reserved" : "", retry);
             msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
@@ -322,7 +322,7 @@ public final class EngineVerticle extends VerticleBase {
         if (n > runnable + cfg.maxQueue()) {
             String mt = first.maxTokensField != null ? first.maxTokensField : "max_tokens";
             LOG.info("request {} rejected: its {} choices need {} tokens of sequence state each; model.cacheTokens {} holds {} at"
-                    + " once and limits.maxQueue is {}", first.id, n, need, cfg.cacheTokens(), runnable, cfg.maxQueue());
+                    + " once and limits.maxQueue is {}", first.named(), n, need, cfg.cacheTokens(), runnable, cfg.maxQueue());
             msg.reply(Admission.refused(ApiException.badField("n", "the request's " + n + " choices are admitted together and"
                     + " can never all fit: each needs " + need + " tokens of sequence state (the prompt's " + first.prompt.length
                     + " + " + mt + " " + first.params.maxTokens() + (first.maxTokensField == null
@@ -342,7 +342,7 @@ public final class EngineVerticle extends VerticleBase {
         if (waiting.size() + n - now > cfg.maxQueue()) {
             int retry = retryAfterSeconds(cfg), fit = now + Math.max(0, cfg.maxQueue() - waiting.size());
             LOG.info("request {} rejected with 429: its {} choices are admitted together and {} fit (running {}/{}, waiting {}/{});"
-                    + " Retry-After {} s", first.id, n, fit, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
+                    + " Retry-After {} s", first.named(), n, fit, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue(), retry);
             msg.reply(Admission.refused(new ApiException(429, "rate_limit_exceeded", "queue_full", null,
                     "the server is busy: the request's n = " + n + " choices are admitted together, each as one request, and"
                             + " only " + fit + " fit now: " + runningLimits(cfg, first) + " and " + waiting.size() + " waiting (limits.maxQueue " + cfg.maxQueue()
@@ -420,7 +420,7 @@ public final class EngineVerticle extends VerticleBase {
         ServerConfig cfg = state.config();
         LOG.info("request {} admitted: {} prompt tokens, max_tokens {}{}; it waits for request {} to prefill the {} prompt tokens"
                         + " they share (the prefix cache's last block boundary of the prompt), then prefills the {} after them;"
-                        + " running {}/{}, waiting {}/{}", j.req.id, j.req.prompt.length, j.req.params.maxTokens(),
+                        + " running {}/{}, waiting {}/{}", j.req.named(), j.req.prompt.length, j.req.params.maxTokens(),
                 maxTokensNote(j.req, cfg), leader.req.id,
                 j.sharedPoint, j.req.prompt.length - j.sharedPoint, running(), cfg.maxActive(), waiting.size(), cfg.maxQueue());
     }
@@ -507,7 +507,7 @@ public final class EngineVerticle extends VerticleBase {
      */
     private Admission refusal(EngineRequest r, ServerConfig cfg) {
         if (drain != null || stopped) {
-            LOG.info("request {} refused with 503: the server is shutting down", r.id);
+            LOG.info("request {} refused with 503: the server is shutting down", r.named());
             return Admission.refused(HttpVerticle.shuttingDown());
         }
         int need = r.reserveTokens();
@@ -522,7 +522,7 @@ public final class EngineVerticle extends VerticleBase {
                     : field + ": the prompt (" + r.prompt.length + " tokens) leaves no room for output in the server's cache of "
                     + cfg.cacheTokens() + " tokens (model.cacheTokens); shorten the prompt";
             LOG.info("request {} rejected: needs {} tokens of sequence state (prompt {} + max_tokens {}{}), model.cacheTokens is {}",
-                    r.id, need, r.prompt.length, r.params.maxTokens(), mt != null ? " as sent" : ", the default cut to the cache",
+                    r.named(), need, r.prompt.length, r.params.maxTokens(), mt != null ? " as sent" : ", the default cut to the cache",
                     cfg.cacheTokens());
             return Admission.refused(ApiException.bad(field, "context_length_exceeded", why));
         }
@@ -535,7 +535,7 @@ public final class EngineVerticle extends VerticleBase {
         activate(j, cfg);
         jobs.put(r.id, j);
         LOG.info("request {} admitted: {} prompt tokens, max_tokens {}{}{}, spec q {}; running {}/{}, waiting {}/{}",
-                r.id, r.prompt.length, r.params.maxTokens(), maxTokensNote(r, cfg), reasoningNote(r), j.specName(), running(),
+                r.named(), r.prompt.length, r.params.maxTokens(), maxTokensNote(r, cfg), reasoningNote(r), j.specName(), running(),
                 cfg.maxActive(), waiting.size(), cfg.maxQueue());
     }
 
@@ -565,7 +565,7 @@ public final class EngineVerticle extends VerticleBase {
         jobs.put(r.id, j);
         updateGauges();
         LOG.info("request {} queued at position {}: {} prompt tokens; running {}/{} ({})",
-                r.id, waiting.size(), r.prompt.length, running(), cfg.maxActive(), queueReason(j, cfg));
+                r.named(), waiting.size(), r.prompt.length, running(), cfg.maxActive(), queueReason(j, cfg));
     }
 
     static String plural(int n, String noun) {
@@ -840,7 +840,7 @@ public final class EngineVerticle extends VerticleBase {
         if (j.gen == null) state.metrics().rejected(HttpVerticle.SHUTTING_DOWN);
         else state.metrics().success("abort");
         state.record(new ServerState.JobRecord(j.req.id, "shutdown", j.req.prompt.length, j.promptDone, generated, j.steps));
-        LOG.info("request {} ended with 503: the server is shutting down and {}", j.req.id, why);
+        LOG.info("request {} ended with 503: the server is shutting down and {}", j.req.named(), why);
         send(j, new EngineEvent.Failed(503, "the server is shutting down and " + why + "; retry on another instance or once it is back",
                 HttpVerticle.SHUTTING_DOWN, HttpVerticle.SHUTDOWN_RETRY_SECONDS));
     }
@@ -850,7 +850,7 @@ public final class EngineVerticle extends VerticleBase {
         cancelsToCome.add(j.req.id);
         state.metrics().cancelled();
         state.record(new ServerState.JobRecord(j.req.id, "cancelled", j.req.prompt.length, 0, 0, 0));
-        LOG.info("request {} cancelled {} ({})", j.req.id, where, j.req.cancelReason());
+        LOG.info("request {} cancelled {} ({})", j.req.named(), where, j.req.cancelReason());
     }
 
     // ------------------------------------------------------------------------------------------------ scheduling
@@ -972,7 +972,7 @@ public final class EngineVerticle extends VerticleBase {
         if (grammarLimit(failure) instanceof GrammarLimitException g) {
             // the request's own schema is at fault: a client error for it alone, and nothing for the server's error log
             LOG.warn("request {} ended with 400 grammar_too_complex after {} generated tokens: its output constraint ({}) "
-                    + "reached a limit that bounds the constraint's work per token: {}; other requests continue", j.req.id, generated,
+                    + "reached a limit that bounds the constraint's work per token: {}; other requests continue", j.req.named(), generated,
                     j.req.grammar, g.getMessage());
             state.metrics().rejected(GRAMMAR_TOO_COMPLEX);
             state.record(new ServerState.JobRecord(j.req.id, "failed", j.req.prompt.length, j.promptDone, generated, j.steps));
@@ -988,7 +988,7 @@ public final class EngineVerticle extends VerticleBase {
             state.metrics().cancelled();
             state.record(new ServerState.JobRecord(j.req.id, "cancelled", j.req.prompt.length, j.promptDone, generated, j.steps));
             LOG.info("request {} cancelled ({}) at a step boundary: prefill {}/{} tokens, {} generated; state released",
-                    j.req.id, j.req.cancelReason(), j.promptDone, j.req.prompt.length, generated);
+                    j.req.named(), j.req.cancelReason(), j.promptDone, j.req.prompt.length, generated);
         } else {
             Generation.SpecStats s = j.gen.specStats();
             // a stop string or stop token ends the answer where it matched, inside a call too: such a call is cut, so
@@ -1011,7 +1011,7 @@ public final class EngineVerticle extends VerticleBase {
             meanRequestSeconds = 0.8 * meanRequestSeconds + 0.2 * ((now - j.req.arrivalNanos) / 1e9);
             state.record(new ServerState.JobRecord(j.req.id, reason, j.req.prompt.length, j.promptDone, generated, j.steps));
             LOG.info("request {} finished ({}): {} prompt ({} cached) + {} generated tokens, TTFT {} ms, decode {}, drafts {}/{} accepted",
-                    j.req.id, reason, j.req.prompt.length, j.gen.cachedTokens(), generated, Math.round(u.ttftMs()),
+                    j.req.named(), reason, j.req.prompt.length, j.gen.cachedTokens(), generated, Math.round(u.ttftMs()),
                     Double.isFinite(u.decodeTps()) ? Math.round(u.decodeTps()) + " tok/s" : "n/a (one token)",
                     s.accepted(), s.offered());
         }

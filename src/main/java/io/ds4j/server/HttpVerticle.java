@@ -63,6 +63,12 @@ public final class HttpVerticle extends VerticleBase {
     private static final Set<String> API_PATHS = Set.of("/props", "/tokenize", "/detokenize", "/metrics", "/models",
             "/completions", "/chat/completions");
     static final String FINGERPRINT = "ds4j-0.1.0";
+    /** The header that carries a request's id, from the client and on every answer of the API routes ({@link #requestIds}). */
+    public static final String REQUEST_ID = "X-Request-Id";
+    /** The longest client X-Request-Id that is taken as the request's id; a longer one gets the server's own. */
+    static final int MAX_REQUEST_ID = 128;
+    /** Routing context keys: the request's id as its answer names it, and the client's own id (absent where none). */
+    private static final String ID_KEY = "ds4j.requestId", CLIENT_ID_KEY = "ds4j.clientRequestId";
     /** Preflight answer when the browser names no headers. */
     private static final String DEFAULT_ALLOW_HEADERS = "Authorization, Content-Type, X-Requested-With";
     /** A comma-separated list of header names (RFC 9110 tokens), as Access-Control-Request-Headers carries. */
@@ -397,6 +403,8 @@ public final class HttpVerticle extends VerticleBase {
     /** Arrival time, the body's deadline, HEAD's length, CORS headers, a path's bad escapes, and preflight. */
     private void first(RoutingContext ctx) {
         ctx.put("t0", System.nanoTime());
+        String path = decodedPath(ctx);
+        if (isApi(path) || allowed(path) != null) requestIds(ctx);
         watchBody(ctx);
         if (ctx.request().method() == HttpMethod.HEAD) headLength(ctx);
         List<String> allowed = state.config().corsOrigins();
@@ -409,6 +417,46 @@ public final class HttpVerticle extends VerticleBase {
         }
         if (preflight(ctx, originAllowed, allowed, e -> error(ctx, e))) return;
         ctx.next();
+    }
+
+    /**
+     * Gives a request of the API routes its id: the client's {@code X-Request-Id} where it sent a sane one
+     * ({@link #clientRequestId}), else the server's own, {@code req-} and random characters, which a generation replaces
+     * with its completion's id once its body is read ({@code chatcmpl-...}, {@code resp_...}: the id its answer
+     * carries). The answer, a refusal included, carries it in its {@code X-Request-Id} header, and the request's log
+     * lines name it.
+     */
+    private static void requestIds(RoutingContext ctx) {
+        String client = clientRequestId(ctx.request().getHeader(REQUEST_ID));
+        if (client != null) ctx.put(CLIENT_ID_KEY, client);
+        ctx.put(ID_KEY, client != null ? client : "req-" + randomId());
+        HttpServerResponse resp = ctx.response();
+        ctx.addHeadersEndHandler(v -> resp.putHeader(REQUEST_ID, (String) ctx.get(ID_KEY)));
+    }
+
+    /**
+     * A client's {@code X-Request-Id} as the request's id: the value without blanks around it, where it is 1 to
+     * {@link #MAX_REQUEST_ID} printable ASCII characters; else null, and the server gives its own (an odd value would
+     * go into the answer's header and the log as it came).
+     */
+    static String clientRequestId(String value) {
+        if (value == null) return null;
+        String v = value.strip();
+        if (v.isEmpty() || v.length() > MAX_REQUEST_ID) return null;
+        for (int i = 0; i < v.length(); i++)
+            if (v.charAt(i) < 0x20 || v.charAt(i) > 0x7e) return null;
+        return v;
+    }
+
+    /** The request's id ({@link #requestIds}), or null for a request outside the API routes. */
+    static String requestId(RoutingContext ctx) {
+        return ctx.get(ID_KEY);
+    }
+
+    /** "request ID: " for a log line about the request, or "" where it has no id. */
+    private static String named(RoutingContext ctx) {
+        String id = requestId(ctx);
+        return id == null ? "" : "request " + id + ": ";
     }
 
     /**
@@ -476,7 +524,7 @@ public final class HttpVerticle extends VerticleBase {
         if (origin == null || allowed.isEmpty() || !allowed.contains("*") && !allowed.contains(origin)) return false;
         resp.putHeader("Access-Control-Allow-Origin", allowed.contains("*") ? "*" : origin);
         // a browser shows a script only the simple response headers and those named here
-        resp.putHeader("Access-Control-Expose-Headers", RequestFields.HEADER);
+        resp.putHeader("Access-Control-Expose-Headers", RequestFields.HEADER + ", " + REQUEST_ID);
         return true;
     }
 
@@ -871,11 +919,16 @@ public final class HttpVerticle extends VerticleBase {
      */
     private static final class Reading {
         final String method, path;
+        /** The request's id ({@link #requestIds}) when the reading began, or null. */
+        final String requestId;
         String ignoredFields;
+        /** A generation's id, which becomes the request's where the client gave none, or null. */
+        String generationId;
 
-        Reading(HttpServerRequest req) {
-            method = req.method().name();
-            path = req.path();
+        Reading(RoutingContext ctx) {
+            method = ctx.request().method().name();
+            path = ctx.request().path();
+            requestId = requestId(ctx);
         }
     }
 
@@ -913,7 +966,7 @@ public final class HttpVerticle extends VerticleBase {
             BodyDeadline.arrived(ctx);
             if (over[0] || BodyDeadline.passed(ctx)) return;
             ctx.put("bodyBytes", body.length());
-            Reading reading = new Reading(req);
+            Reading reading = new Reading(ctx);
             byte[] bytes = body.getBytes();
             if (bytes.length < LARGE_BODY_BYTES) {
                 R read;
@@ -961,6 +1014,9 @@ public final class HttpVerticle extends VerticleBase {
         HttpServerResponse resp = ctx.response();
         if (reading.ignoredFields != null && !resp.headWritten() && !resp.closed())
             resp.putHeader(RequestFields.HEADER, reading.ignoredFields);
+        // the answer names the generation as its body does, unless the client named the request itself
+        if (reading.generationId != null && requestId(ctx) != null && ctx.get(CLIENT_ID_KEY) == null)
+            ctx.put(ID_KEY, reading.generationId);
         if (failure != null) {
             error(ctx, asApi(failure));
             return;
@@ -1051,8 +1107,8 @@ public final class HttpVerticle extends VerticleBase {
         if ((e.status() < 500 || e.status() == 503) && !countedByEngine) {
             state.metrics().rejected(e.code() != null ? e.code() : "http_" + e.status());
             if (e.status() != 429) // the engine logs queue-full refusals with the queue state
-                LOG.info("{} {} rejected with {}: {}", ctx.request().method(), shownTarget(ctx.request(), ctx.request().path()),
-                        e.status(), e.logReason());
+                LOG.info("{}{} {} rejected with {}: {}", named(ctx), ctx.request().method(),
+                        shownTarget(ctx.request(), ctx.request().path()), e.status(), e.logReason());
         }
         if (e.retryAfterSeconds() != null) resp.putHeader("Retry-After", Integer.toString(e.retryAfterSeconds()));
         resp.setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json")
@@ -1446,7 +1502,7 @@ public final class HttpVerticle extends VerticleBase {
                         + " and limits.maxQueue is 0, so no request may wait for one"
                 : EngineVerticle.plural(waiting - 1, "request") + " of " + LONG_TEXT_BYTES + " bytes or more waiting to"
                         + " be tokenised and " + engineWaiting + " waiting for a slot (limits.maxQueue " + maxQueue + ")";
-        LOG.info("{} {} rejected with 429: {}; Retry-After {} s", ctx.request().method(), ctx.request().path(), why,
+        LOG.info("{}{} {} rejected with 429: {}; Retry-After {} s", named(ctx), ctx.request().method(), ctx.request().path(), why,
                 LONG_TEXT_RETRY_SECONDS);
         throw new ApiException(429, "rate_limit_exceeded", "queue_full", null, "the server is busy: " + why
                 + "; retry after " + LONG_TEXT_RETRY_SECONDS + " s", LONG_TEXT_RETRY_SECONDS);
@@ -1497,7 +1553,7 @@ public final class HttpVerticle extends VerticleBase {
      * {@link RequestFields#HEADER} header of the answer (streamed or not), so that a client can see a misspelling
      * that the answer alone would hide.
      * The header is put on the answer once the reading has ended ({@link #afterReading}).
-     * @param requestId the generation's id for the log, or null where there is none
+     * @param requestId the generation's id for the log, or null to name the request by its id ({@link #requestIds}), if any
      */
     private void ignoredFields(Reading reading, JsonNode body, String requestId) {
         ignoredFields(reading, body, requestId, null);
@@ -1513,7 +1569,8 @@ public final class HttpVerticle extends VerticleBase {
         if (r.isEmpty()) return;
         if (state.config().rejectUnknownFields()) throw RequestFields.refusal(r);
         String list = RequestFields.list(r);
-        LOG.warn("{}{} {}: ignored {}: {}", requestId != null ? "request " + requestId + ": " : "", reading.method,
+        String named = requestId != null ? requestId : reading.requestId;
+        LOG.warn("{}{} {}: ignored {}: {}", named != null ? "request " + named + ": " : "", reading.method,
                 reading.path, r.total() == 1 ? "an unknown field" : r.total() + " unknown fields", list);
         reading.ignoredFields = list;
     }
@@ -1614,6 +1671,7 @@ public final class HttpVerticle extends VerticleBase {
         String predictionText = Requests.prediction(body, chat);
         boolean cachePrompt = Requests.bool(body, "cache_prompt", true);
         String id = (translation != null ? translation.idPrefix() : chat ? "chatcmpl-" : "cmpl-") + randomId();
+        reading.generationId = id;
         ignoredFields(reading, clientBody, id, translation);
         Requests.logNotes(g, id);
         // the prompt's own characters (a chat template adds more) against the bound, before it is tokenised, so that a
@@ -1747,7 +1805,7 @@ public final class HttpVerticle extends VerticleBase {
                     // a scored prompt needs every prompt row's logits: it prefills in full (it may still leave snapshots)
                     .cachePrompt(cachePrompt && enc.promptTokens() == null).constrain(g.grammar()).predict(predicted)
                     .limitReasoning(g.reasoningBudget()).stopTokens(g.stopTokenIds(), g.includeStopStr())
-                    .minTokens(g.minTokens());
+                    .minTokens(g.minTokens()).clientId(ctx.get(CLIENT_ID_KEY));
             // n > 1: each choice is a request of its own to the engine (its own sequence, sampler and draft)
             List<EngineRequest> reqs = new java.util.ArrayList<>(g.n());
             if (g.n() == 1) reqs.add(req);

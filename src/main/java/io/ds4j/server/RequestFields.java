@@ -23,7 +23,8 @@ import java.util.Set;
  * mean". Only objects the parser looked into are judged: one it never opened (the {@code tools} of a request with
  * {@code tool_choice: "none"}) was skipped as a whole, knowingly. A field whose value is null is never reported: null
  * means "not given" throughout the API, so it asks for nothing that is then withheld. A few fields are read only to
- * check their type and change nothing ({@link #READ_UNUSED}): they are reported as unread ones are.
+ * check their type and change nothing ({@link #READ_UNUSED}), or ask for something this server does not do when true
+ * ({@link #IGNORED_WHEN_TRUE}): they are reported as unread ones are.
  */
 final class RequestFields {
     private RequestFields() {}
@@ -46,7 +47,8 @@ final class RequestFields {
     static final Set<String> ACCEPTED = Set.of(
             // the end user, for OpenAI's abuse monitoring (safety_identifier is its newer name)
             "user", "safety_identifier",
-            // OpenAI's stored completions and their tags: this server stores nothing
+            // OpenAI's stored completions and their tags: this server stores nothing (a store that is true is named
+            // all the same: IGNORED_WHEN_TRUE)
             "store", "metadata",
             // OpenAI's processing tier: this server has one
             "service_tier",
@@ -62,6 +64,15 @@ final class RequestFields {
     static final Map<String, String> READ_UNUSED = Map.of(
             // OpenAI's participant name: DeepSeek-V4's encoding renders a message's role and content, nothing else of it
             "messages[].name", "not rendered: DeepSeek-V4's chat format has no place for a message's name");
+
+    /**
+     * Boolean fields of OpenAI's API whose {@code true} asks for something this server does not do, by path pattern,
+     * with why. False asks for nothing and is accepted silently, as an {@link #ACCEPTED} field is; true is named as an
+     * ignored field is, since the client expects something of it that never happens.
+     */
+    static final Map<String, String> IGNORED_WHEN_TRUE = Map.of(
+            // OpenAI's stored completions (and stored responses), which a client could fetch later
+            "store", "this server stores nothing");
 
     /**
      * Hints for sampling fields of vLLM's API that chat and completions do not take, by name: said instead of a "did you
@@ -130,7 +141,7 @@ final class RequestFields {
             Pending t = todo.pop();
             if (t.owner() != null) {
                 if (++total <= MAX_LISTED) {
-                    String hint = READ_UNUSED.getOrDefault(t.pattern(), hints.get(t.pattern()));
+                    String hint = READ_UNUSED.getOrDefault(t.pattern(), IGNORED_WHEN_TRUE.getOrDefault(t.pattern(), hints.get(t.pattern())));
                     if (hint == null) {
                         String meant = suggestion(t.path(), t.name(), t.owner());
                         hint = meant == null ? null : "did you mean " + meant + "?";
@@ -146,7 +157,9 @@ final class RequestFields {
                     String seg = name.isEmpty() ? "\"\"" : name;
                     String path = t.path().isEmpty() ? seg : t.path() + "." + seg;
                     String pattern = t.pattern().isEmpty() ? name : t.pattern() + "." + name;
-                    boolean unused = !e.getValue().isNull() && READ_UNUSED.containsKey(pattern);
+                    JsonNode v = e.getValue();
+                    boolean unused = !v.isNull() && READ_UNUSED.containsKey(pattern)
+                            || v.isBoolean() && v.booleanValue() && IGNORED_WHEN_TRUE.containsKey(pattern);
                     if (o.wasAsked(name) && !unused) next.add(new Pending(e.getValue(), path, pattern, null, null));
                     else if (unused || !e.getValue().isNull() && !ACCEPTED.contains(pattern)) next.add(new Pending(null, path, pattern, o, seg));
                 }

@@ -3,6 +3,7 @@ package io.ds4j.server;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.grammar.Grammar;
 import io.ds4j.grammar.GrammarLimitException;
+import io.ds4j.grammar.SchemaCompiler;
 import io.ds4j.grammar.UnsupportedGrammarException;
 import io.ds4j.grammar.UnsupportedRegexException;
 import io.ds4j.grammar.UnsupportedSchemaException;
@@ -89,7 +90,7 @@ final class Requests {
      */
     static final int MAX_N = 16;
 
-    /** What the range of max_tokens notes of its 0 (a translated API, which has no echo, leaves it out). */
+    /** What the range of max_tokens notes of its 0 on /v1/completions, the one endpoint with echo. */
     static final String ECHO_NOTE = " (0 with echo on /v1/completions)";
 
     /** Parses a chat or completion body. */
@@ -110,18 +111,21 @@ final class Requests {
             if (!stream) throw ApiException.badField("stream_options", "is allowed only with \"stream\": true");
         }
 
-        // max tokens: max_completion_tokens (current OpenAI name) wins over max_tokens (legacy)
-        String mtName = present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+        // max tokens: max_completion_tokens (OpenAI's current name) or max_tokens (its legacy one)
         // 0 only where it means something: a completion that echoes (and may score) its prompt
         int minTokens = !chat && bool(body, "echo", false) ? 0 : 1;
-        String mtRange = minTokens == 0 ? "" : ECHO_NOTE;
-        // both fields are checked whenever sent: the one that loses is still the client's mistake when it is bad
+        // the note on echo only where echo is: on chat it would point at a field the endpoint does not have
+        String mtRange = !chat && minTokens == 1 ? ECHO_NOTE : "";
+        // both fields are checked whenever sent: each is the client's mistake when it is bad
         Integer legacy = integer(body, "max_tokens", minTokens, Integer.MAX_VALUE, mtRange);
-        Integer maxTokens = mtName.equals("max_tokens") ? legacy : integer(body, mtName, minTokens, Integer.MAX_VALUE, mtRange);
-        if (maxTokens == null) {
-            maxTokens = cfg.maxTokensDefault();
-            mtName = null;
-        }
+        Integer current = integer(body, "max_completion_tokens", minTokens, Integer.MAX_VALUE, mtRange);
+        // two names of one limit that disagree: which one the client meant is unclear, so neither silently wins
+        if (legacy != null && current != null && !legacy.equals(current))
+            throw ApiException.badField("max_tokens", "is " + shown(body.get("max_tokens")) + " while max_completion_tokens is "
+                    + shown(body.get("max_completion_tokens")) + " (two names of one limit: give one of them, or the same value)");
+        Integer maxTokens = current != null ? current : legacy;
+        String mtName = current != null ? "max_completion_tokens" : legacy != null ? "max_tokens" : null;
+        if (maxTokens == null) maxTokens = cfg.maxTokensDefault();
 
         boolean logprobs;
         int topLogprobs;
@@ -162,6 +166,7 @@ final class Requests {
             } catch (ChatFormatException e) {
                 throw chatError(e);
             }
+            textOutputOnly(body);
             ChatOptions opts = chatOptions(body).withContinueFinal(continued != null);
             List<String> notes = new ArrayList<>(1);
             Grammar grammar = grammar(body, opts, messages, continued, notes);
@@ -219,6 +224,31 @@ final class Requests {
         Grammar grammar = content(body, rf == null || rf.isNull() ? null : rf, null, false, notes).grammar();
         return new Gen(false, stream, includeUsage, continuousUsage, null, null, text, ids, echo, params, mtName, specQ, logprobs, topLogprobs,
                 skipSpecial, grammar, null, n, stopTokenIds, includeStopStr, minOut == null ? 0 : minOut, List.copyOf(notes));
+    }
+
+    /**
+     * Refuses a chat request that asks for audio output: {@code modalities} listing {@code "audio"}, or an
+     * {@code audio} object (its voice and format). The model writes text only, and an answer without the audio asked
+     * for would read as a success. {@code modalities: ["text"]}, the default, is accepted.
+     * @throws ApiException 400 naming the field
+     */
+    private static void textOutputOnly(JsonNode body) {
+        JsonNode m = body.get("modalities");
+        if (m != null && !m.isNull()) {
+            if (!m.isArray()) throw ApiException.badField("modalities", "must be an array of output types, [\"text\"], got " + describe(m));
+            for (int i = 0; i < m.size(); i++) {
+                JsonNode x = m.get(i);
+                String where = "modalities[" + i + "]";
+                if (!x.isTextual()) throw ApiException.badField(where, "must be a string, got " + describe(x));
+                if (x.textValue().equals("audio"))
+                    throw ApiException.badField(where, "audio output is not supported: this server writes text only"
+                            + " (give [\"text\"] or leave modalities out)");
+                if (!x.textValue().equals("text"))
+                    throw ApiException.badField(where, "must be \"text\", the one output type this server writes, got '" + x.textValue() + "'");
+            }
+        }
+        if (present(body, "audio"))
+            throw ApiException.badField("audio", "audio output is not supported: this server writes text only (leave audio out)");
     }
 
     /**
@@ -535,6 +565,7 @@ final class Requests {
                 if (useTools) o = offered;
                 // the chat template renders each tool's function object whole into the prompt (ChatEncoder.appendTools)
                 for (JsonNode t : tools) RequestFields.usedWhole(t.get("function"));
+                checkToolSchemas(tools);
             }
             JsonNode rf = b.get("response_format");
             if (rf != null && !rf.isNull()) {
@@ -548,15 +579,33 @@ final class Requests {
         return o;
     }
 
-    /** The function name of a {@code {"type": "function", "function": {"name": ...}}} tool_choice. */
+    /**
+     * The function name of a {@code {"type": "function", "function": {"name": ...}}} tool_choice (a flat
+     * {@code {"type": "function", "name": ...}}, the Responses API's shape, is taken too).
+     * @throws ApiException 400 naming the part that is missing or wrong
+     */
     private static String forcedName(JsonNode choice) {
         JsonNode type = choice.get("type");
         if (type != null && !type.isNull() && !"function".equals(type.asText()))
             throw ApiException.badField("tool_choice.type", "must be \"function\", got " + type);
         JsonNode fn = choice.get("function");
-        JsonNode name = fn != null && fn.isObject() ? fn.get("name") : choice.get("name");
+        JsonNode name;
+        String where;
+        if (fn != null && !fn.isNull()) {
+            if (!fn.isObject())
+                throw ApiException.badField("tool_choice.function", "must be an object with the function's name, {\"name\": ...}, got " + describe(fn));
+            name = fn.get("name");
+            where = "tool_choice.function.name";
+        } else if (present(choice, "name")) {
+            name = choice.get("name");
+            where = "tool_choice.name";
+        } else {
+            // said as missing: "function.name must be a non-empty string" pointed inside an object that is not there
+            throw ApiException.badField("tool_choice.function", "is missing: a tool_choice object names the function to call,"
+                    + " {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        }
         if (name == null || !name.isTextual() || name.textValue().isEmpty())
-            throw ApiException.badField("tool_choice.function.name", "must be a non-empty string");
+            throw ApiException.badField(where, "must be a non-empty string");
         return name.textValue();
     }
 
@@ -703,6 +752,27 @@ final class Requests {
                     throw ApiException.badField(field, "the message to continue holds tool-call markup (" + V4Format.DSML
                             + "): a tool call is made in the answer itself, not continued from a prefix");
         return field;
+    }
+
+    /**
+     * Checks every tool's parameters schema as JSON Schema, whatever tool_choice is: one that is wrong as JSON Schema (a
+     * keyword's value of the wrong kind, a {@code $ref} that does not resolve, a type that is none of JSON Schema's, a
+     * schema no value satisfies) is refused as a forced call refuses it, naming the tool's field, since the model is
+     * shown it as the function's contract either way. A valid schema that constrained decoding merely does not support
+     * is accepted here: only a forced call and a strict function hold arguments to their schema, and they refuse it
+     * where they compile it ({@link #grammar}).
+     * @throws ApiException 400 {@code invalid_schema} naming {@code tools[i].function.parameters} and the node at fault
+     */
+    private static void checkToolSchemas(JsonNode tools) {
+        for (int i = 0; i < tools.size(); i++) {
+            JsonNode p = tools.get(i).path("function").get("parameters");
+            if (p == null || p.isNull()) continue;
+            try {
+                SchemaCompiler.compile(p);
+            } catch (UnsupportedSchemaException e) {
+                if (e.invalid()) throw schemaError(toolField(tools, i), e);
+            }
+        }
     }
 
     /** The request field of tool i's parameters ({@code tools} where the tool is not known). */

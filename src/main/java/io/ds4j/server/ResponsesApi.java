@@ -168,7 +168,7 @@ final class ResponsesApi {
 
         /** Chat's wording of a rule as the Responses API states it ({@link ChatPaths#worded}). */
         private static String worded(String msg, String param) {
-            return ChatPaths.worded(msg, param, "max_output_tokens", callsAndWhere -> {
+            return ChatPaths.worded(msg, param, callsAndWhere -> {
                 // "the call 'a' before input[3] (a user message)", "the calls 'a', 'b' before the input end"
                 String items = callsAndWhere.startsWith("s ") ? "function_call items" + callsAndWhere.substring(1)
                         : "function_call item" + callsAndWhere;

@@ -50,7 +50,19 @@ class BenchSpecCommandTest {
     void anUnknownSourceIsRefused() {
         GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--model", GenerateCommandTest.FIXTURE, "--sources", "none,mtpx");
         assertTrue(r.code() != 0, r.out());
-        assertTrue(r.err().contains("unknown source 'mtpx'"), r.err());
+        assertTrue(r.err().contains("--sources: unknown source 'mtpx'"), r.err());
+    }
+
+    @Test
+    void anUnknownSourceNamesTheOptionAsTyped() {
+        // --drafts and --sources are one option: the message names the one the user wrote
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--drafts", "bogus", "--preset", "tiny");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--drafts: unknown source 'bogus'"), r.err());
+        r = GenerateCommandTest.run("bench-spec", "--preset", "tiny", "--sources", "none", "--drafts=ngram,bogus");
+        assertTrue(r.err().contains("--drafts: unknown source 'bogus'"), r.err());
+        r = GenerateCommandTest.run("bench-spec", "--preset", "tiny", "--drafts", "none", "--sources=ngram,bogus");
+        assertTrue(r.err().contains("--sources: unknown source 'bogus'"), r.err());
     }
 
     @Test

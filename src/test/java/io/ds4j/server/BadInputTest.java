@@ -176,13 +176,12 @@ class BadInputTest {
     @Test
     void numbersInMessagesAreWrittenAsSentAndOutOfRangeOnesGetTheirRange() throws Exception {
         int vocab = TestServer.tokenizer().vocabSize();
-        String echo = " (0 with echo on /v1/completions)";
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 1e30", message("max_tokens", "\"max_tokens\":1e30"));
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 1e400", message("max_tokens", "\"max_tokens\":1e400"));
-        assertEquals("max_completion_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 3000000000",
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 1e30", message("max_tokens", "\"max_tokens\":1e30"));
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 1e400", message("max_tokens", "\"max_tokens\":1e400"));
+        assertEquals("max_completion_tokens: is out of range: give an integer in [1, 2147483647], got 3000000000",
                 message("max_completion_tokens", "\"max_completion_tokens\":3000000000"));
         // one message whatever side of the int range the value is on: each field's range is decided in one place
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got -5", message("max_tokens", "\"max_tokens\":-5"));
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got -5", message("max_tokens", "\"max_tokens\":-5"));
         assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off; " + vocab + " is the tokenizer's vocabulary), got 1E10", message("top_k", "\"top_k\":1E10"));
         assertEquals("top_k: is out of range: give an integer in [-1, " + vocab + "] (0 or -1 = off; " + vocab + " is the tokenizer's vocabulary), got " + (vocab + 1),
                 message("top_k", "\"top_k\":" + (vocab + 1)));
@@ -215,17 +214,68 @@ class BadInputTest {
 
     @Test
     void maxTokensIsCheckedAlsoWhenMaxCompletionTokensIsThere() throws Exception {
-        // max_completion_tokens wins, but a bad max_tokens beside it is still the client's mistake, not ignored
-        String echo = " (0 with echo on /v1/completions)";
+        // a bad max_tokens beside max_completion_tokens is still the client's mistake, not ignored
         expect("/v1/chat/completions", chat("\"max_tokens\":\"abc\",\"max_completion_tokens\":2"), 400, "max_tokens");
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got -5",
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got -5",
                 message("max_tokens", "\"max_tokens\":-5,\"max_completion_tokens\":2"));
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647]" + echo + ", got 1e999999999",
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 1e999999999",
                 message("max_tokens", "\"max_completion_tokens\":2,\"max_tokens\":1e999999999"));
         // and the other way round: a bad max_completion_tokens beside a good max_tokens
         expect("/v1/chat/completions", chat("\"max_tokens\":2,\"max_completion_tokens\":-1"), 400, "max_completion_tokens");
-        // both good: max_completion_tokens still wins
-        assertEquals(200, server.post("/v1/chat/completions", chat("\"max_tokens\":5,\"max_completion_tokens\":2")).status());
+    }
+
+    @Test
+    void maxTokensAndMaxCompletionTokensThatDisagreeAreRefused() throws Exception {
+        // two names of one limit with two values: neither silently wins, the 400 names both
+        assertEquals("max_tokens: is 5 while max_completion_tokens is 2 (two names of one limit: give one of them, or the same value)",
+                message("max_tokens", "\"max_tokens\":5,\"max_completion_tokens\":2"));
+        JsonNode e = expect("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":3,\"max_completion_tokens\":1e1}", 400, "max_tokens");
+        assertTrue(e.get("message").asText().contains("is 3 while max_completion_tokens is 1e1"), e.toString());
+        // the same value in both (however written) is one limit
+        TestServer.Resp r = server.post("/v1/chat/completions", chat("\"max_tokens\":2,\"max_completion_tokens\":2.0"));
+        assertEquals(200, r.status(), r.body());
+        assertEquals(2, r.json().at("/usage/completion_tokens").asInt(), r.body());
+    }
+
+    @Test
+    void audioOutputIsRefused() throws Exception {
+        // the model writes text only: an answer without the audio asked for would read as a success
+        assertEquals("modalities[1]: audio output is not supported: this server writes text only (give [\"text\"] or leave"
+                + " modalities out)", message("modalities[1]", "\"modalities\":[\"text\",\"audio\"]"));
+        assertEquals("audio: audio output is not supported: this server writes text only (leave audio out)",
+                message("audio", "\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}"));
+        assertTrue(message("modalities[0]", "\"modalities\":[\"image\"]").contains("must be \"text\""));
+        assertTrue(message("modalities", "\"modalities\":\"text\"").contains("must be an array"));
+        // text, the default, is what the server writes
+        TestServer.Resp r = server.post("/v1/chat/completions", chat("\"modalities\":[\"text\"],\"audio\":null"));
+        assertEquals(200, r.status(), r.body());
+        assertTrue(r.headers().firstValue(RequestFields.HEADER).isEmpty(), r.headers().toString());
+    }
+
+    @Test
+    void aToolChoiceObjectWithoutItsFunctionSaysSo() throws Exception {
+        String tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],";
+        assertEquals("tool_choice.function: is missing: a tool_choice object names the function to call,"
+                + " {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                message("tool_choice.function", tools + "\"tool_choice\":{\"type\":\"function\"}"));
+        assertTrue(message("tool_choice.function", tools + "\"tool_choice\":{\"type\":\"function\",\"function\":\"f\"}")
+                .contains("must be an object"));
+        assertEquals("tool_choice.function.name: must be a non-empty string",
+                message("tool_choice.function.name", tools + "\"tool_choice\":{\"type\":\"function\",\"function\":{}}"));
+    }
+
+    @Test
+    void theEchoNoteOfMaxTokensRangeIsOnCompletionsOnly() throws Exception {
+        // chat has no echo: its range says nothing of it
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 0", message("max_tokens", "\"max_tokens\":0"));
+        assertEquals("max_completion_tokens: is out of range: give an integer in [1, 2147483647], got 0",
+                message("max_completion_tokens", "\"max_completion_tokens\":0"));
+        // /v1/completions without echo says where a 0 is taken
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647] (0 with echo on /v1/completions), got 0",
+                expect("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens").get("message").asText());
+        // and with echo, where 0 is in the range, the note has nothing to add
+        assertEquals("max_tokens: is out of range: give an integer in [0, 2147483647], got -1",
+                expect("/v1/completions", "{\"prompt\":\"x\",\"echo\":true,\"max_tokens\":-1}", 400, "max_tokens").get("message").asText());
     }
 
     @Test
@@ -233,7 +283,7 @@ class BadInputTest {
         // -0 and -0.0: the double is a zero, its sign is the client's
         assertEquals("repetition_penalty: must be in (0, 10], got -0", message("repetition_penalty", "\"repetition_penalty\":-0"));
         assertEquals("top_p: must be in (0, 1], got -0.0", message("top_p", "\"top_p\":-0.0"));
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647] (0 with echo on /v1/completions), got -0",
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got -0",
                 message("max_tokens", "\"max_tokens\":-0"));
         // 1e-400: a double holds it as 0; a range check on that double says so, and it is no integer
         assertEquals("top_p: must be in (0, 1], got 1e-400 (0 in double precision)", message("top_p", "\"top_p\":1e-400"));
@@ -779,7 +829,7 @@ class BadInputTest {
             assertTrue(expect("/v1/chat/completions", chat("\"seed\":" + seed), 400, "seed").get("message").asText()
                     .contains("out of range"), seed);
         JsonNode e = expect("/v1/chat/completions", chat("\"max_tokens\":0"), 400, "max_tokens");
-        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647] (0 with echo on /v1/completions), got 0",
+        assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 0",
                 e.get("message").asText());
     }
 

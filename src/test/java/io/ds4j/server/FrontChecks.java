@@ -435,11 +435,20 @@ public final class FrontChecks {
         }
     }
 
-    /** The status line and the header lines of a raw answer but its Date, in order of their text. */
+    /**
+     * The status line and the header lines of a raw answer but its Date, in order of their text; an X-Request-Id's
+     * value is left out (each request has its own), the header itself kept.
+     */
     public static SortedSet<String> headLinesButDate(String answer) {
-        SortedSet<String> s = new TreeSet<>(List.of(answer.substring(0, answer.indexOf("\r\n\r\n")).split("\r\n")));
+        SortedSet<String> s = new TreeSet<>();
+        for (String l : answer.substring(0, answer.indexOf("\r\n\r\n")).split("\r\n")) s.add(withoutRequestId(l));
         s.removeIf(l -> l.toLowerCase(Locale.ROOT).startsWith("date:"));
         return s;
+    }
+
+    /** A header line, an X-Request-Id's value replaced by a mark: two requests' answers differ in it alone. */
+    public static String withoutRequestId(String line) {
+        return line.toLowerCase(Locale.ROOT).startsWith("x-request-id:") ? "X-Request-Id: (the request's own)" : line;
     }
 
     private static String contentType(String answer) {

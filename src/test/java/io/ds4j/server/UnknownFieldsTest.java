@@ -155,6 +155,32 @@ class UnknownFieldsTest {
         assertEquals("messages[0].name", bad.json().at("/error/param").asText(), bad.body());
     }
 
+    /**
+     * {@code store: true} asks for a completion kept to fetch later, which this server never does: named as ignored, with
+     * why, on chat, completions and the Responses API; {@code store: false} asks for nothing and stays silent.
+     */
+    @Test
+    @Order(3)
+    void storeTrueIsNamedAsIgnored() throws Exception {
+        try (LogCapture log = new LogCapture()) {
+            TestServer.Resp r = server.post(CHAT, TestServer.chat("Hi", "\"store\":true"));
+            assertEquals(200, r.status(), r.body());
+            assertEquals("store (this server stores nothing)", ignored(r));
+            List<String> warn = log.linesWith("request " + r.json().get("id").asText() + ": POST " + CHAT + ": ignored");
+            assertEquals(1, warn.size(), log.lines().toString());
+        }
+        TestServer.Resp s = server.post(CHAT, TestServer.chat("Hi", "\"store\":true,\"stream\":true"));
+        assertEquals("store (this server stores nothing)", ignored(s), "streamed");
+        TestServer.Resp c = server.post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":2,\"store\":true}");
+        assertEquals("store (this server stores nothing)", ignored(c), "completions");
+        TestServer.Resp resp = server.post("/v1/responses", "{\"input\":\"Hi\",\"max_output_tokens\":2,\"store\":true}");
+        assertEquals(200, resp.status(), resp.body());
+        assertEquals("store (this server stores nothing)", ignored(resp), "responses");
+        assertFalse(resp.json().get("store").asBoolean(), resp.body());
+        for (String quiet : new String[]{"\"store\":false", "\"store\":null"})
+            assertNull(ignored(server.post(CHAT, TestServer.chat("Hi", quiet))), quiet);
+    }
+
     @Test
     @Order(4)
     void namesAreShownPrintableAndTheListIsBounded() throws Exception {
@@ -208,7 +234,7 @@ class UnknownFieldsTest {
                 "response_format": {"type": "json_schema", "json_schema": {"name": "r", "description": "d",
                   "strict": false, "schema": {"type": "object"}}},
                 "chat_template_kwargs": {"thinking": true, "enable_thinking": true, "reasoning_effort": "high"},
-                "thinking": {"type": "enabled"}, "reasoning_effort": "high",
+                "thinking": {"type": "enabled"}, "reasoning_effort": "high", "modalities": ["text"],
                 "prediction": {"type": "content", "content": [{"type": "text", "text": "Hello"}]}}""";
         TestServer.Resp r = server.post(CHAT, chat);
         assertEquals(200, r.status(), r.body());
