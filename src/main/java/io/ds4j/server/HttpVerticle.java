@@ -435,6 +435,24 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
+     * A cluster gateway's request id, as {@link #requestIds} gives a single server's: an answer the gateway writes
+     * itself (health, models, a 401, a 503 without engines) carries the client's sane {@code X-Request-Id} or
+     * {@code req-} and random characters; a relayed answer keeps the header its engine node wrote, which saw the
+     * client's header and named a generation by its completion id, so a cluster answers as a single server does.
+     * Only for the API routes ({@link #isApi}, {@link #allowed}), as on a single server.
+     */
+    public static void gatewayRequestId(RoutingContext ctx) {
+        String path = decodedPath(ctx);
+        if (!isApi(path) && allowed(path) == null) return;
+        String client = clientRequestId(ctx.request().getHeader(REQUEST_ID));
+        String id = client != null ? client : "req-" + randomId();
+        HttpServerResponse resp = ctx.response();
+        ctx.addHeadersEndHandler(v -> {
+            if (!resp.headers().contains(REQUEST_ID)) resp.putHeader(REQUEST_ID, id);
+        });
+    }
+
+    /**
      * A client's {@code X-Request-Id} as the request's id: the value without blanks around it, where it is 1 to
      * {@link #MAX_REQUEST_ID} printable ASCII characters; else null, and the server gives its own (an odd value would
      * go into the answer's header and the log as it came).

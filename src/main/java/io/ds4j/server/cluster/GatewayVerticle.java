@@ -130,6 +130,7 @@ public final class GatewayVerticle extends VerticleBase {
             // single server
             BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { }, ApiException.OPENAI);
             if (ctx.request().method() == HttpMethod.HEAD) HttpVerticle.headLength(ctx);
+            HttpVerticle.gatewayRequestId(ctx);
             // the answers written here (health, models, props, 401, 404, 405) carry CORS headers as a single server's
             // do; a relayed answer carries its engine's instead (see Relay.writeHead)
             ctx.put(ORIGIN_ALLOWED, HttpVerticle.cors(ctx.request(), ctx.response(), config.get().corsOrigins()));

@@ -105,6 +105,40 @@ class GatewayRelayTest {
         }
     }
 
+    /** The raw answer of the gateway to a chat completion of one token, with the given extra header lines. */
+    static String chat(String headers) throws Exception {
+        try (Socket s = new Socket("127.0.0.1", node.port())) {
+            s.setSoTimeout(60_000);
+            byte[] body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1}".getBytes(StandardCharsets.UTF_8);
+            s.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                    + headers + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().write(body);
+            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+
+    /** The values of the answer's X-Request-Id header lines. */
+    static List<String> requestIds(String answer) {
+        return answer.substring(0, answer.indexOf("\r\n\r\n")).lines()
+                .filter(l -> l.toLowerCase(Locale.ROOT).startsWith("x-request-id:")).map(l -> l.substring(13).strip()).toList();
+    }
+
+    @Test
+    void answersCarryTheRequestIdAsASingleServersDo() throws Exception {
+        // relayed: the engine's header comes back, the client's id where it sent one, else the completion's id
+        String own = chat("X-Request-Id: job-7\r\n");
+        assertTrue(own.startsWith("HTTP/1.1 200"), own);
+        assertEquals(List.of("job-7"), requestIds(own), own);
+        String none = chat("");
+        String bodyId = none.substring(none.indexOf("\"id\":\"") + 6, none.indexOf('"', none.indexOf("\"id\":\"") + 6));
+        assertTrue(bodyId.startsWith("chatcmpl-"), none);
+        assertEquals(List.of(bodyId), requestIds(none), "the completion's id, once: " + none);
+        // answered by the gateway itself: the client's id, else one of the gateway's own
+        assertEquals(List.of("probe-1"), requestIds(FrontChecks.raw(node.port(), "GET", "/health", "X-Request-Id: probe-1\r\n")));
+        List<String> health = requestIds(raw("GET", "/health"));
+        assertTrue(health.size() == 1 && health.get(0).startsWith("req-"), health.toString());
+    }
+
     @Test
     void anAnthropicMessagesStreamIsRelayed() throws Exception {
         try (Socket s = new Socket("127.0.0.1", node.port())) {
