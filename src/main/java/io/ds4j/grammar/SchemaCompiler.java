@@ -306,10 +306,10 @@ public final class SchemaCompiler {
             boolean lower = k.endsWith("inimum");
             // the integer nearest the bound on its inside, kept within one past the 15 digits integers have here
             java.math.BigDecimal edge = switch (k) {
-                case "minimum" -> v.setScale(0, java.math.RoundingMode.CEILING);
-                case "exclusiveMinimum" -> v.setScale(0, java.math.RoundingMode.FLOOR).add(java.math.BigDecimal.ONE);
-                case "maximum" -> v.setScale(0, java.math.RoundingMode.FLOOR);
-                default -> v.setScale(0, java.math.RoundingMode.CEILING).subtract(java.math.BigDecimal.ONE);
+                case "minimum" -> rounded(v, java.math.RoundingMode.CEILING);
+                case "exclusiveMinimum" -> rounded(v, java.math.RoundingMode.FLOOR).add(java.math.BigDecimal.ONE);
+                case "maximum" -> rounded(v, java.math.RoundingMode.FLOOR);
+                default -> rounded(v, java.math.RoundingMode.CEILING).subtract(java.math.BigDecimal.ONE);
             };
             long e = edge.max(java.math.BigDecimal.valueOf(-BOUND - 1)).min(java.math.BigDecimal.valueOf(BOUND + 1)).longValueExact();
             if (lower && e > lo) {
@@ -335,6 +335,20 @@ public final class SchemaCompiler {
         }
         long a = lo, b = hi;
         return shared(Arrays.asList("integers", a, b), () -> new Schema.Text(Regex.compile(Formats.integers(a, b))));
+    }
+
+    /**
+     * v rounded to an integer up (CEILING) or down (FLOOR). A magnitude below 1 gives 0 or ±1 without BigDecimal's
+     * rescaling, which for 1e-300000000 (a scale of 3e8 with one digit written) built a power of ten of that many
+     * digits: minutes on an event loop, and at 1e-999999999 an ArithmeticException answered 500. At or above 1 the
+     * scale is at most the digits written, so the rescaling is as cheap as reading the number.
+     */
+    private static java.math.BigDecimal rounded(java.math.BigDecimal v, java.math.RoundingMode mode) {
+        if (v.signum() != 0 && (long) v.precision() - v.scale() <= 0) {  // 0 < |v| < 1
+            if (mode == java.math.RoundingMode.CEILING) return v.signum() > 0 ? java.math.BigDecimal.ONE : java.math.BigDecimal.ZERO;
+            return v.signum() < 0 ? java.math.BigDecimal.ONE.negate() : java.math.BigDecimal.ZERO;
+        }
+        return v.setScale(0, mode);
     }
 
     /**

@@ -200,6 +200,26 @@ class GrammarBoundsTest {
         Grammar.jsonSchema(read("{\"type\":\"number\",\"minimum\":-1e999,\"maximum\":9.99e999}"));
     }
 
+    /**
+     * An integer's bound of tiny magnitude rounds to 0 or ±1 at once: rescaling 1e-300000000 to an integer built a power
+     * of ten with 3e8 digits (minutes on an event loop), and 1e-999999999 threw an ArithmeticException (a 500).
+     */
+    @Test
+    void anIntegerBoundOfTinyMagnitudeRoundsAtOnce() throws Exception {
+        String[][] cases = {{"minimum", "1e-999999999", "1", "0"}, {"minimum", "-1e-999999999", "0", "-1"},
+                {"maximum", "1e-999999999", "0", "1"}, {"maximum", "-1e-999999999", "-1", "0"},
+                {"exclusiveMinimum", "1e-300000000", "1", "0"}, {"exclusiveMinimum", "-1e-300000000", "0", "-1"},
+                {"exclusiveMaximum", "1e-300000000", "0", "1"}, {"exclusiveMaximum", "-1e-300000000", "-1", "0"}};
+        for (String[] c : cases) {
+            String schema = "{\"type\":\"integer\",\"" + c[0] + "\":" + c[1] + "}";
+            long t0 = System.nanoTime();
+            Grammar g = Grammar.jsonSchema(read(schema));
+            assertTrue(System.nanoTime() - t0 < 5_000_000_000L, schema + " took " + (System.nanoTime() - t0) / 1e9 + " s");
+            assertTrue(RegexGrammarTest.matches(g, c[2]), schema + " admits " + c[2]);
+            assertFalse(RegexGrammarTest.matches(g, c[3]), schema + " refuses " + c[3]);
+        }
+    }
+
     @Test
     void aHugeMinItemsIsNamedNotTakenForEndlessRecursion() throws Exception {
         UnsupportedSchemaException e = assertThrows(UnsupportedSchemaException.class,
