@@ -49,7 +49,10 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         if (rows.stream().anyMatch(r -> !Double.isNaN(r.pairedVerifyMs())))
             b.append("\nIn alternation: the median verify step of each path over the agreement rounds, where the two paths"
                     + " verify the same rows one after the other, taking turns at going first (a drift of the machine between"
-                    + " the paths' own runs does not enter their difference); figures of a length, which its replay rows repeat.\n");
+                    + " the paths' own runs does not enter their difference); figures of a length, which its replay rows repeat."
+                    + " The summary's difference in alternation is the median of the rounds' own differences, with the"
+                    + " interval that holds the true median with at least 95 % probability whatever their distribution"
+                    + " (between the k-th smallest and the k-th largest difference, k from the binomial distribution).\n");
         if (rows.stream().anyMatch(r -> r.draft().equals(VerifyPathBench.REPLAY)))
             b.append("\nDrafts: copy = a copy of the target (its q draft steps are timed with the verify steps); replay = the"
                     + " target's own greedy output of the copy run replayed as a predicted output (near free: the row times the"
@@ -78,9 +81,22 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
     private static String paired(VerifyPathBench.Row a, VerifyPathBench.Row c) {
         if (Double.isNaN(a.pairedVerifyMs()) || Double.isNaN(c.pairedVerifyMs()) || !a.draft().equals(VerifyPathBench.COPY))
             return "";
-        double d = c.pairedVerifyMs() - a.pairedVerifyMs();
-        return String.format(Locale.ROOT, ", in alternation %+.2f ms", d) + (Double.isNaN(a.conversionMs()) || a.conversionMs() <= 0 ? ""
-                : String.format(Locale.ROOT, " (%.0f %% of the control's conversion)", 100 * -d / a.conversionMs()));
+        boolean conv = !Double.isNaN(a.conversionMs()) && a.conversionMs() > 0;
+        Stats.Interval i = c.pairedDiff();
+        if (Double.isNaN(i.median())) {  // a run kept from before the rounds' own differences: the medians' difference
+            double d = c.pairedVerifyMs() - a.pairedVerifyMs();
+            return String.format(Locale.ROOT, ", in alternation %+.2f ms", d)
+                    + (conv ? String.format(Locale.ROOT, " (%.0f %% of the control's conversion)", 100 * -d / a.conversionMs()) : "");
+        }
+        return String.format(Locale.ROOT, ", in alternation %+.2f ms (95 %% interval %s", i.median(), interval(i))
+                + (conv ? String.format(Locale.ROOT, "; %.0f %% of the control's conversion, %s", 100 * -i.median() / a.conversionMs(),
+                        Double.isNaN(i.lo()) ? "no interval" : String.format(Locale.ROOT, "%.0f to %.0f %%",
+                                100 * -i.hi() / a.conversionMs(), 100 * -i.lo() / a.conversionMs())) : "") + ")";
+    }
+
+    /** "LO to HI ms" of an interval, or "none (too few rounds)" where it has no ends. */
+    static String interval(Stats.Interval i) {
+        return Double.isNaN(i.lo()) ? "none (too few rounds)" : String.format(Locale.ROOT, "%+.2f to %+.2f ms", i.lo(), i.hi());
     }
 
     /** The JSON document: {"setup": {...}, "rows": [...]} (NaN written as null). */
@@ -111,6 +127,9 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             num(o, "sequence_state_mib", r.stateMiB());
             num(o, "control_conversion_ms_per_step", r.conversionMs());
             num(o, "verify_ms_per_step_in_alternation", r.pairedVerifyMs());
+            num(o, "verify_ms_difference_in_alternation", r.pairedDiff().median());
+            num(o, "verify_ms_difference_in_alternation_low", r.pairedDiff().lo());
+            num(o, "verify_ms_difference_in_alternation_high", r.pairedDiff().hi());
         }
         try {
             return m.writeValueAsString(root) + "\n";
@@ -244,7 +263,9 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                     r.get("draft_tokens_accepted").asInt(), d(r, "acceptance_rate"), d(r, "verifier_agreement_rounds"),
                     d(r, "verifier_agreement_rows"), r.get("agreement_rounds").asInt(),
                     r.has("synthetic_context") && r.get("synthetic_context").asBoolean(), d(r, "sequence_state_mib"),
-                    d(r, "control_conversion_ms_per_step"), d(r, "verify_ms_per_step_in_alternation")));
+                    d(r, "control_conversion_ms_per_step"), d(r, "verify_ms_per_step_in_alternation"),
+                    new Stats.Interval(d(r, "verify_ms_difference_in_alternation"), d(r, "verify_ms_difference_in_alternation_low"),
+                            d(r, "verify_ms_difference_in_alternation_high"))));
         return new BenchReport(setup, rows);
     }
 

@@ -110,14 +110,22 @@ public final class VerifyPathBench {
      *                        verify the same rows in alternation (NaN when not measured): the two paths' figures are
      *                        taken side by side, so a drift of the machine between the paths' own runs does not enter
      *                        their difference
+     * @param pairedDiff      for the second path's rows: the median, over the agreement rounds, of its verify step less
+     *                        the first path's in the same round, ms, with a distribution-free 95 % interval
+     *                        ({@link Stats#medianInterval}); NaN figures for the first path and where not measured
      */
     public record Row(int length, String path, String draft, double prefillTokS, double prefillSeconds, double decodeTokS, int emitted,
                       int verifySteps, double verifyMs, int offered, int accepted, double acceptance, double agreement,
                       double rowAgreement, int agreementRounds, boolean synthetic, double stateMiB, double conversionMs,
-                      double pairedVerifyMs) {
-        Row withAgreement(Agreement a, double pairedMs) {
+                      double pairedVerifyMs, Stats.Interval pairedDiff) {
+        /** No paired difference (the first path's rows, or none measured). */
+        static final Stats.Interval NO_DIFF = new Stats.Interval(Double.NaN, Double.NaN, Double.NaN);
+
+        /** This row with the agreement rounds' figures; second: the row is the second path's (it gets a's difference). */
+        Row withAgreement(Agreement a, boolean second) {
             return new Row(length, path, draft, prefillTokS, prefillSeconds, decodeTokS, emitted, verifySteps, verifyMs, offered,
-                    accepted, acceptance, a.rounds(), a.rows(), a.count(), synthetic, stateMiB, conversionMs, pairedMs);
+                    accepted, acceptance, a.rounds(), a.rows(), a.count(), synthetic, stateMiB, conversionMs,
+                    second ? a.msB() : a.msA(), second ? a.diff() : NO_DIFF);
         }
     }
 
@@ -128,8 +136,9 @@ public final class VerifyPathBench {
      * @param count  rounds compared
      * @param msA    median verify step of the first path, ms
      * @param msB    median verify step of the second path, ms
+     * @param diff   median over the rounds of the second path's verify step less the first's, ms, and its 95 % interval
      */
-    public record Agreement(double rounds, double rows, int count, double msA, double msB) {}
+    public record Agreement(double rounds, double rows, int count, double msA, double msB, Stats.Interval diff) {}
 
     /**
      * Runs the table: every length with each path the backend offers (the control first), or with its single path.
@@ -178,7 +187,7 @@ public final class VerifyPathBench {
                 Row r = new Row(L, name, COPY, synthetic ? Double.NaN : L / pre, synthetic ? Double.NaN : pre, s.emitted / sec, s.emitted,
                         s.steps, s.verifyNanos / 1e6 / s.steps, s.offered, s.accepted,
                         s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, synthetic, mib, conv,
-                        Double.NaN);
+                        Double.NaN, Row.NO_DIFF);
                 log.printf("L=%d %s: %s, decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f;%s"
                                 + " sequence state %.0f MiB%n",
                         L, name, synthetic ? "synthetic context (no prefill)" : String.format(java.util.Locale.ROOT,
@@ -200,9 +209,10 @@ public final class VerifyPathBench {
             if (paths.size() == 2 && o.agreementSteps() > 0) {
                 Agreement a = last.agreement(paths.get(0), paths.get(1), o.agreementSteps());
                 log.printf("L=%d agreement %s vs %s over %d rounds: %.4f of rounds, %.4f of rows; verify step in alternation"
-                                + " (median) %.2f against %.2f ms (%+.2f ms)%n", L, paths.get(0).key(), paths.get(1).key(),
-                        o.agreementSteps(), a.rounds(), a.rows(), a.msA(), a.msB(), a.msB() - a.msA());
-                forL.replaceAll(r -> r.withAgreement(a, r.path().equals(paths.get(0).key()) ? a.msA() : a.msB()));
+                                + " (median) %.2f against %.2f ms; %s less %s in the same round: median %+.2f ms, 95 %% interval %s%n",
+                        L, paths.get(0).key(), paths.get(1).key(), o.agreementSteps(), a.rounds(), a.rows(), a.msA(), a.msB(),
+                        paths.get(1).key(), paths.get(0).key(), a.diff().median(), BenchReport.interval(a.diff()));
+                forL.replaceAll(r -> r.withAgreement(a, !r.path().equals(paths.get(0).key())));
                 be.setVerifyAttention(paths.get(0));
             }
             last.close();
@@ -242,7 +252,7 @@ public final class VerifyPathBench {
             Row r = new Row(L, name, REPLAY, copyRow.prefillTokS(), copyRow.prefillSeconds(), s.emitted / sec, s.emitted, s.steps,
                     s.steps == 0 ? Double.NaN : s.verifyNanos / 1e6 / s.steps, s.offered, s.accepted,
                     s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, copyRow.synthetic(),
-                    copyRow.stateMiB(), copyRow.conversionMs(), Double.NaN);
+                    copyRow.stateMiB(), copyRow.conversionMs(), Double.NaN, Row.NO_DIFF);
             log.printf("L=%d %s, replayed prediction: decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f%n",
                     L, name, r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance());
             return r;
@@ -498,8 +508,10 @@ public final class VerifyPathBench {
                 for (int i = 0; i <= q; i++) if (ga[i] == gb[i]) rowsSame++;
                 commit(d, gb);
             }
+            double[] diff = new double[rounds];
+            for (int r = 0; r < rounds; r++) diff[r] = msB[r] - msA[r];
             return new Agreement((double) same / rounds, (double) rowsSame / ((double) rounds * (q + 1)), rounds,
-                    Stats.median(msA), Stats.median(msB));
+                    Stats.median(msA), Stats.median(msB), Stats.medianInterval(diff, 0.95));
         }
 
         @Override

@@ -137,7 +137,8 @@ public final class BenchCommand implements Callable<Integer> {
                     + "decode: %d tokens after one warm-up round, draft and verify steps timed together; ", chunk, syntheticAbove, decodeTokens)
                     + (!both ? "one verify attention path (no agreement rounds, no conversion)"
                     : String.format(Locale.ROOT, "agreement: %d rounds verified by both paths on the same rows, each path's step timed, the"
-                    + " paths taking turns at going first (the verify step in alternation: each path's median over them); control's"
+                    + " paths taking turns at going first (the verify step in alternation: each path's median over them, and the"
+                    + " median of the rounds' differences with a distribution-free 95 %% interval); control's"
                     + " conversion: its per-step F16 -> F32 copies timed alone (median of 5); f32ShortContextRows %d", agreementSteps, shortRows)));
             setup.put("command", "ds4j bench " + String.join(" ", commandLine()));
             System.out.println("model: " + setup.get("model"));

@@ -302,13 +302,22 @@ class VerifyPathBenchTest {
                 assertEquals(rounds, r.agreementRounds());
                 assertTrue(r.pairedVerifyMs() > 0, r.toString());
             }
-            assertTrue(log.toString().contains("verify step in alternation (median)"), log.toString());
+            // the second path's row carries the median of the rounds' own differences with its interval (6 rounds: the
+            // smallest and the largest difference), the first path's none
+            Stats.Interval d = rows.get(1).pairedDiff();
+            assertTrue(!Double.isNaN(d.median()) && d.lo() <= d.median() && d.median() <= d.hi(), d.toString());
+            assertTrue(Double.isNaN(rows.get(0).pairedDiff().median()), rows.get(0).toString());
+            assertTrue(log.toString().contains("verify step in alternation (median)")
+                    && log.toString().contains("f16 less f32-convert in the same round: median "), log.toString());
             BenchReport rep = new BenchReport(Map.of("model", "micro"), rows);
             String md = rep.markdown();
             assertTrue(md.contains("| verify step ms, in alternation |") && md.contains("f16 against f32-convert")
                     && md.contains(", in alternation "), md);
             JsonNode j = new ObjectMapper().readTree(rep.json());
             assertEquals(rows.get(1).pairedVerifyMs(), j.get("rows").get(1).get("verify_ms_per_step_in_alternation").asDouble());
+            assertEquals(d.lo(), j.get("rows").get(1).get("verify_ms_difference_in_alternation_low").asDouble());
+            assertTrue(md.contains(String.format(java.util.Locale.ROOT, ", in alternation %+.2f ms (95 %% interval %+.2f to %+.2f ms",
+                    d.median(), d.lo(), d.hi())), md);
             BenchReport back = BenchReport.fromJson(rep.write(dir, "p").get(1));
             assertEquals(md, back.markdown(), "the JSON holds the figures in alternation too");
         }
