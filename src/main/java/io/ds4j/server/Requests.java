@@ -586,8 +586,13 @@ final class Requests {
      */
     private static String forcedName(JsonNode choice) {
         JsonNode type = choice.get("type");
-        if (type != null && !type.isNull() && !"function".equals(type.asText()))
-            throw ApiException.badField("tool_choice.type", "must be \"function\", got " + type);
+        // the type says what the object is, so it is named first: {} or {"type": null} lacks it, and pointing at a
+        // missing function would send the client to the wrong field
+        if (type == null || type.isNull())
+            throw ApiException.badField("tool_choice.type", "is missing: a tool_choice object is"
+                    + " {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (!"function".equals(type.textValue()))
+            throw ApiException.badField("tool_choice.type", "must be \"function\", got " + (type.isTextual() ? type : describe(type)));
         JsonNode fn = choice.get("function");
         JsonNode name;
         String where;

@@ -265,6 +265,21 @@ class BadInputTest {
     }
 
     @Test
+    void aToolChoiceObjectWithoutItsTypeNamesTheType() throws Exception {
+        // the type says what the object is: without it, the missing function is not the problem to name
+        String tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],";
+        String missing = "tool_choice.type: is missing: a tool_choice object is {\"type\": \"function\", \"function\": {\"name\": ...}}";
+        assertEquals(missing, message("tool_choice.type", tools + "\"tool_choice\":{}"));
+        assertEquals(missing, message("tool_choice.type", tools + "\"tool_choice\":{\"type\":null}"));
+        assertEquals(missing, message("tool_choice.type", tools + "\"tool_choice\":{\"function\":{\"name\":\"f\"}}"));
+        assertEquals("tool_choice.type: must be \"function\", got 5", message("tool_choice.type", tools + "\"tool_choice\":{\"type\":5}"));
+        assertEquals("tool_choice.type: must be \"function\", got an object",
+                message("tool_choice.type", tools + "\"tool_choice\":{\"type\":{}}"));
+        assertEquals("tool_choice.type: must be \"function\", got \"auto\"",
+                message("tool_choice.type", tools + "\"tool_choice\":{\"type\":\"auto\"}"));
+    }
+
+    @Test
     void theEchoNoteOfMaxTokensRangeIsOnCompletionsOnly() throws Exception {
         // chat has no echo: its range says nothing of it
         assertEquals("max_tokens: is out of range: give an integer in [1, 2147483647], got 0", message("max_tokens", "\"max_tokens\":0"));
