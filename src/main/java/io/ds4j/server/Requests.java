@@ -1199,9 +1199,12 @@ final class Requests {
         return v == null || v.isNull() ? "nothing" : describe(v);
     }
 
-    /** What a value is, for a message about a wrong type: "a string", ..., or a number itself ({@link #shown}). */
+    /**
+     * What a value is, for a message about a wrong type: "a string" ("an empty string" for "", which a message asking
+     * for a non-empty string would otherwise contradict), ..., or a number itself ({@link #shown}).
+     */
     static String describe(JsonNode v) {
-        if (v.isTextual()) return "a string";
+        if (v.isTextual()) return v.textValue().isEmpty() ? "an empty string" : "a string";
         if (v.isArray()) return "an array";
         if (v.isObject()) return "an object";
         if (v.isBoolean()) return "a boolean";
