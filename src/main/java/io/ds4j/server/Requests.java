@@ -228,7 +228,7 @@ final class Requests {
 
     /**
      * Refuses a chat request that asks for audio output: {@code modalities} listing {@code "audio"}, or an
-     * {@code audio} object (its voice and format). The model writes text only, and an answer without the audio asked
+     * {@code audio} object (its voice and format); an {@code audio} that is no object is refused as such. The model writes text only, and an answer without the audio asked
      * for would read as a success. {@code modalities: ["text"]}, the default, is accepted.
      * @throws ApiException 400 naming the field
      */
@@ -247,7 +247,13 @@ final class Requests {
                     throw ApiException.badField(where, "must be \"text\", the one output type this server writes, got '" + x.textValue() + "'");
             }
         }
-        if (present(body, "audio"))
+        JsonNode audio = body.get("audio");
+        // OpenAI types audio as an object: false is no way of asking for nothing (null or absent is), and is refused as
+        // any other object field given a boolean is (stream_options, chat_template_kwargs), not as a request for audio
+        if (audio != null && !audio.isNull() && !audio.isObject())
+            throw ApiException.badField("audio", "must be an object (the voice and format of audio output, which this server"
+                    + " does not write: leave audio out), got " + describe(audio));
+        if (audio != null && !audio.isNull())
             throw ApiException.badField("audio", "audio output is not supported: this server writes text only (leave audio out)");
     }
 

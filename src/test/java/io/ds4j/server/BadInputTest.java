@@ -246,6 +246,10 @@ class BadInputTest {
                 message("audio", "\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}"));
         assertTrue(message("modalities[0]", "\"modalities\":[\"image\"]").contains("must be \"text\""));
         assertTrue(message("modalities", "\"modalities\":\"text\"").contains("must be an array"));
+        // audio is an object: false asks for nothing OpenAI defines, and is refused as a boolean where an object belongs
+        assertEquals("audio: must be an object (the voice and format of audio output, which this server does not write:"
+                + " leave audio out), got a boolean", message("audio", "\"audio\":false"));
+        assertTrue(message("audio", "\"audio\":\"wav\"").endsWith("got a string"));
         // text, the default, is what the server writes
         TestServer.Resp r = server.post("/v1/chat/completions", chat("\"modalities\":[\"text\"],\"audio\":null"));
         assertEquals(200, r.status(), r.body());
