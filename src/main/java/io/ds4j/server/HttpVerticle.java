@@ -403,8 +403,7 @@ public final class HttpVerticle extends VerticleBase {
     /** Arrival time, the body's deadline, HEAD's length, CORS headers, a path's bad escapes, and preflight. */
     private void first(RoutingContext ctx) {
         ctx.put("t0", System.nanoTime());
-        String path = decodedPath(ctx);
-        if (isApi(path) || allowed(path) != null) requestIds(ctx);
+        if (apiForIds(ctx)) requestIds(ctx);
         watchBody(ctx);
         if (ctx.request().method() == HttpMethod.HEAD) headLength(ctx);
         List<String> allowed = state.config().corsOrigins();
@@ -442,14 +441,24 @@ public final class HttpVerticle extends VerticleBase {
      * Only for the API routes ({@link #isApi}, {@link #allowed}), as on a single server.
      */
     public static void gatewayRequestId(RoutingContext ctx) {
-        String path = decodedPath(ctx);
-        if (!isApi(path) && allowed(path) == null) return;
+        if (!apiForIds(ctx)) return;
         String client = clientRequestId(ctx.request().getHeader(REQUEST_ID));
         String id = client != null ? client : "req-" + randomId();
         HttpServerResponse resp = ctx.response();
         ctx.addHeadersEndHandler(v -> {
             if (!resp.headers().contains(REQUEST_ID)) resp.putHeader(REQUEST_ID, id);
         });
+    }
+
+    /**
+     * Whether a request's answers carry a request id: its path is an API path ({@link #isApi}, {@link #allowed}). A path
+     * the router cannot decode (a malformed percent-escape, {@code /v1/%zz}) is judged as written, so that its 400
+     * under {@code /v1/} carries an id as every refusal there does; decoded, it would be "" and no API path.
+     */
+    private static boolean apiForIds(RoutingContext ctx) {
+        String path = decodedPath(ctx);
+        if (path.isEmpty()) path = ctx.request().path() == null ? "" : ctx.request().path();
+        return isApi(path) || allowed(path) != null;
     }
 
     /**
