@@ -948,6 +948,8 @@ public final class HttpVerticle extends VerticleBase {
         final String method, path;
         /** The request's id ({@link #requestIds}) when the reading began, or null. */
         final String requestId;
+        /** The client's own {@code X-Request-Id}, or null for none. */
+        final String clientId;
         String ignoredFields;
         /** A generation's id, which becomes the request's where the client gave none, or null. */
         String generationId;
@@ -956,6 +958,7 @@ public final class HttpVerticle extends VerticleBase {
             method = ctx.request().method().name();
             path = ctx.request().path();
             requestId = requestId(ctx);
+            clientId = ctx.get(CLIENT_ID_KEY);
         }
     }
 
@@ -1596,7 +1599,8 @@ public final class HttpVerticle extends VerticleBase {
         if (r.isEmpty()) return;
         if (state.config().rejectUnknownFields()) throw RequestFields.refusal(r);
         String list = RequestFields.list(r);
-        String named = requestId != null ? requestId : reading.requestId;
+        // a generation is named as the engine's lines name it, with the client's id after its completion id
+        String named = requestId != null ? EngineRequest.named(requestId, reading.clientId) : reading.requestId;
         LOG.warn("{}{} {}: ignored {}: {}", named != null ? "request " + named + ": " : "", reading.method,
                 reading.path, r.total() == 1 ? "an unknown field" : r.total() + " unknown fields", list);
         reading.ignoredFields = list;

@@ -68,6 +68,19 @@ class RequestIdTest {
     }
 
     @Test
+    void theIgnoredFieldsWarningOfAGenerationNamesTheClientsId() throws Exception {
+        try (LogCapture log = new LogCapture()) {
+            TestServer.Resp r = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":3,\"bogus\":1"),
+                    HttpVerticle.REQUEST_ID, "gen-1");
+            assertEquals(200, r.status(), r.body());
+            // as the engine's lines name it, so that grepping the client's id finds the warning too
+            String named = "request " + r.json().get("id").asText() + " (X-Request-Id gen-1): POST /v1/chat/completions:"
+                    + " ignored an unknown field: bogus";
+            assertEquals(1, log.linesWith(named).size(), log.lines().toString());
+        }
+    }
+
+    @Test
     void everyApiAnswerHasOne() throws Exception {
         try (LogCapture log = new LogCapture()) {
             TestServer.Resp bad = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"temperature\":9"));
