@@ -1595,7 +1595,8 @@ public final class HttpVerticle extends VerticleBase {
      * @param translation the body's translation, or null for a chat or completions body
      */
     private void ignoredFields(Reading reading, JsonNode body, String requestId, TranslatedRequest translation) {
-        RequestFields.Report r = RequestFields.report(body, translation == null ? RequestFields.VLLM_UNSUPPORTED : translation.fieldHints());
+        RequestFields.Report r = translation == null ? RequestFields.report(body, RequestFields.VLLM_UNSUPPORTED)
+                : RequestFields.report(body, translation.fieldHints(), translation.acceptedFields(), translation.ignoredWhenTrue());
         if (r.isEmpty()) return;
         if (state.config().rejectUnknownFields()) throw RequestFields.refusal(r);
         String list = RequestFields.list(r);
