@@ -95,6 +95,11 @@ public final class BenchSpecCommand implements Callable<Integer> {
         if (besideModel != null) bad.add(besideModel);
         if (!bad.isEmpty()) throw new IllegalArgumentException(String.join("; ", bad));
         Set<String> want = new LinkedHashSet<>(sources);
+        // picocli drops the empty entries of a split list ("--drafts ,," is no list at all, which ran plain decoding
+        // alone), so they are found in the arguments as typed, and refused as the empty entry of "--drafts=" is
+        String empty = optionWithEmptySource(spec == null ? null : spec.commandLine().getParseResult());
+        if (empty != null)
+            throw new IllegalArgumentException(empty + ": unknown source '' (expected some of " + SOURCES + ")");
         for (String s : want)
             if (!SOURCES.contains(s))
                 throw new IllegalArgumentException(sourcesOption(spec == null ? null : spec.commandLine().getParseResult(), s)
@@ -131,17 +136,36 @@ public final class BenchSpecCommand implements Callable<Integer> {
      * @param parsed the command line's parse result, or null
      */
     static String sourcesOption(CommandLine.ParseResult parsed, String value) {
+        for (String[] given : sourcesGiven(parsed))
+            if (List.of(given[1].split(",", -1)).contains(value)) return given[0];
+        return SOURCES_NAMES.getFirst();
+    }
+
+    /**
+     * The name of the sources option as typed where a list given to it has an empty entry ({@code --drafts ,,},
+     * {@code --drafts a,,b}, {@code --drafts=}), or null where none has.
+     * @param parsed the command line's parse result, or null
+     */
+    static String optionWithEmptySource(CommandLine.ParseResult parsed) {
+        for (String[] given : sourcesGiven(parsed))
+            if (List.of(given[1].split(",", -1)).contains("")) return given[0];
+        return null;
+    }
+
+    /** Each list the original arguments give the sources option, in order, with the option's name as typed. */
+    private static List<String[]> sourcesGiven(CommandLine.ParseResult parsed) {
         List<String> args = parsed == null ? List.of() : parsed.originalArgs();
+        List<String[]> out = new java.util.ArrayList<>();
         for (int i = 0; i < args.size(); i++) {
             String a = args.get(i);
             if (a.equals("--")) break;
             for (String name : SOURCES_NAMES) {
                 String list = a.equals(name) && i + 1 < args.size() ? args.get(i + 1)
                         : a.startsWith(name + "=") ? a.substring(name.length() + 1) : null;
-                if (list != null && List.of(list.split(",", -1)).contains(value)) return name;
+                if (list != null) out.add(new String[]{name, list});
             }
         }
-        return SOURCES_NAMES.getFirst();
+        return out;
     }
 
     /**

@@ -50,10 +50,39 @@ final class AnthropicApi {
      *                or {@code messages[3].content[0]} for a tool result)
      * @param calls   for each chat message, the paths of its tool calls' {@code tool_use} blocks (empty for most)
      */
+    /** OpenAI's platform fields accepted without a word ({@link RequestFields#ACCEPTED}) that the Messages API has too. */
+    private static final java.util.Set<String> ACCEPTED = RequestFields.ACCEPTED.stream().filter(f -> !f.equals("store"))
+            .collect(java.util.stream.Collectors.toUnmodifiableSet());
+
+    /** Hints for fields the Messages API has not ({@link Translation#fieldHints}). */
+    private static final java.util.Map<String, String> FIELD_HINTS = java.util.Map.of(
+            "store", "the Messages API has no store field: this server stores nothing");
+
     record Translation(ObjectNode chat, List<String> origins, List<List<String>> calls) implements TranslatedRequest {
         @Override
         public String idPrefix() {
             return "msg_";
+        }
+
+        /**
+         * OpenAI's platform fields but {@code store}: the Messages API has no store field, so one sent here is unknown
+         * (named, or refused under server.rejectUnknownFields), whatever its value, not OpenAI's stored completion.
+         */
+        @Override
+        public java.util.Set<String> acceptedFields() {
+            return ACCEPTED;
+        }
+
+        /** None: {@code store}, OpenAI's, is no field of the Messages API ({@link #acceptedFields}). */
+        @Override
+        public java.util.Map<String, String> ignoredWhenTrue() {
+            return java.util.Map.of();
+        }
+
+        /** What the Messages API has instead of a field it has not, said in place of a "did you mean". */
+        @Override
+        public java.util.Map<String, String> fieldHints() {
+            return FIELD_HINTS;
         }
 
         @Override

@@ -110,6 +110,16 @@ public final class EngineRequest {
      * client sent one ({@code chatcmpl-... (X-Request-Id job-7)}).
      */
     String named() {
+        return named(id, clientId);
+    }
+
+    /**
+     * A generation as log lines name it, the engine's and the HTTP front's alike (so that grepping either id finds
+     * every line): {@code id}, and the client's {@code X-Request-Id} after it where one was sent
+     * ({@code chatcmpl-... (X-Request-Id job-7)}).
+     * @param clientId the client's own id, or null for none
+     */
+    static String named(String id, String clientId) {
         return clientId == null || clientId.equals(id) ? id : id + " (X-Request-Id " + clientId + ")";
     }
 

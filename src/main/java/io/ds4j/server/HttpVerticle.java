@@ -403,8 +403,7 @@ public final class HttpVerticle extends VerticleBase {
     /** Arrival time, the body's deadline, HEAD's length, CORS headers, a path's bad escapes, and preflight. */
     private void first(RoutingContext ctx) {
         ctx.put("t0", System.nanoTime());
-        String path = decodedPath(ctx);
-        if (isApi(path) || allowed(path) != null) requestIds(ctx);
+        if (apiForIds(ctx)) requestIds(ctx);
         watchBody(ctx);
         if (ctx.request().method() == HttpMethod.HEAD) headLength(ctx);
         List<String> allowed = state.config().corsOrigins();
@@ -442,14 +441,24 @@ public final class HttpVerticle extends VerticleBase {
      * Only for the API routes ({@link #isApi}, {@link #allowed}), as on a single server.
      */
     public static void gatewayRequestId(RoutingContext ctx) {
-        String path = decodedPath(ctx);
-        if (!isApi(path) && allowed(path) == null) return;
+        if (!apiForIds(ctx)) return;
         String client = clientRequestId(ctx.request().getHeader(REQUEST_ID));
         String id = client != null ? client : "req-" + randomId();
         HttpServerResponse resp = ctx.response();
         ctx.addHeadersEndHandler(v -> {
             if (!resp.headers().contains(REQUEST_ID)) resp.putHeader(REQUEST_ID, id);
         });
+    }
+
+    /**
+     * Whether a request's answers carry a request id: its path is an API path ({@link #isApi}, {@link #allowed}). A path
+     * the router cannot decode (a malformed percent-escape, {@code /v1/%zz}) is judged as written, so that its 400
+     * under {@code /v1/} carries an id as every refusal there does; decoded, it would be "" and no API path.
+     */
+    private static boolean apiForIds(RoutingContext ctx) {
+        String path = decodedPath(ctx);
+        if (path.isEmpty()) path = ctx.request().path() == null ? "" : ctx.request().path();
+        return isApi(path) || allowed(path) != null;
     }
 
     /**
@@ -939,6 +948,8 @@ public final class HttpVerticle extends VerticleBase {
         final String method, path;
         /** The request's id ({@link #requestIds}) when the reading began, or null. */
         final String requestId;
+        /** The client's own {@code X-Request-Id}, or null for none. */
+        final String clientId;
         String ignoredFields;
         /** A generation's id, which becomes the request's where the client gave none, or null. */
         String generationId;
@@ -947,6 +958,7 @@ public final class HttpVerticle extends VerticleBase {
             method = ctx.request().method().name();
             path = ctx.request().path();
             requestId = requestId(ctx);
+            clientId = ctx.get(CLIENT_ID_KEY);
         }
     }
 
@@ -1583,11 +1595,13 @@ public final class HttpVerticle extends VerticleBase {
      * @param translation the body's translation, or null for a chat or completions body
      */
     private void ignoredFields(Reading reading, JsonNode body, String requestId, TranslatedRequest translation) {
-        RequestFields.Report r = RequestFields.report(body, translation == null ? RequestFields.VLLM_UNSUPPORTED : translation.fieldHints());
+        RequestFields.Report r = translation == null ? RequestFields.report(body, RequestFields.VLLM_UNSUPPORTED)
+                : RequestFields.report(body, translation.fieldHints(), translation.acceptedFields(), translation.ignoredWhenTrue());
         if (r.isEmpty()) return;
         if (state.config().rejectUnknownFields()) throw RequestFields.refusal(r);
         String list = RequestFields.list(r);
-        String named = requestId != null ? requestId : reading.requestId;
+        // a generation is named as the engine's lines name it, with the client's id after its completion id
+        String named = requestId != null ? EngineRequest.named(requestId, reading.clientId) : reading.requestId;
         LOG.warn("{}{} {}: ignored {}: {}", named != null ? "request " + named + ": " : "", reading.method,
                 reading.path, r.total() == 1 ? "an unknown field" : r.total() + " unknown fields", list);
         reading.ignoredFields = list;

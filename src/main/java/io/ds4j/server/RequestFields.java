@@ -132,6 +132,16 @@ final class RequestFields {
      * would find).
      */
     static Report report(JsonNode body, Map<String, String> hints) {
+        return report(body, hints, ACCEPTED, IGNORED_WHEN_TRUE);
+    }
+
+    /**
+     * {@link #report(JsonNode, Map)} of an API whose fields accepted silently and fields named only when true are its own
+     * ({@link TranslatedRequest#acceptedFields}): another API's body, which may not have OpenAI's platform fields.
+     * @param accepted        the fields accepted and deliberately ignored, as {@link #ACCEPTED}
+     * @param ignoredWhenTrue the boolean fields named when true, with why, as {@link #IGNORED_WHEN_TRUE}
+     */
+    static Report report(JsonNode body, Map<String, String> hints, Set<String> accepted, Map<String, String> ignoredWhenTrue) {
         List<Ignored> out = new ArrayList<>();
         int total = 0;
         // depth first in document order, iteratively like the tree's reader: a deeply nested body costs no stack
@@ -141,7 +151,7 @@ final class RequestFields {
             Pending t = todo.pop();
             if (t.owner() != null) {
                 if (++total <= MAX_LISTED) {
-                    String hint = READ_UNUSED.getOrDefault(t.pattern(), IGNORED_WHEN_TRUE.getOrDefault(t.pattern(), hints.get(t.pattern())));
+                    String hint = READ_UNUSED.getOrDefault(t.pattern(), ignoredWhenTrue.getOrDefault(t.pattern(), hints.get(t.pattern())));
                     if (hint == null) {
                         String meant = suggestion(t.path(), t.name(), t.owner());
                         hint = meant == null ? null : "did you mean " + meant + "?";
@@ -159,9 +169,9 @@ final class RequestFields {
                     String pattern = t.pattern().isEmpty() ? name : t.pattern() + "." + name;
                     JsonNode v = e.getValue();
                     boolean unused = !v.isNull() && READ_UNUSED.containsKey(pattern)
-                            || v.isBoolean() && v.booleanValue() && IGNORED_WHEN_TRUE.containsKey(pattern);
+                            || v.isBoolean() && v.booleanValue() && ignoredWhenTrue.containsKey(pattern);
                     if (o.wasAsked(name) && !unused) next.add(new Pending(e.getValue(), path, pattern, null, null));
-                    else if (unused || !e.getValue().isNull() && !ACCEPTED.contains(pattern)) next.add(new Pending(null, path, pattern, o, seg));
+                    else if (unused || !e.getValue().isNull() && !accepted.contains(pattern)) next.add(new Pending(null, path, pattern, o, seg));
                 }
                 for (int i = next.size() - 1; i >= 0; i--) todo.push(next.get(i));
             } else if (t.node() instanceof ArrayNode a) {

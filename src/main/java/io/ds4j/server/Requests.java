@@ -228,7 +228,7 @@ final class Requests {
 
     /**
      * Refuses a chat request that asks for audio output: {@code modalities} listing {@code "audio"}, or an
-     * {@code audio} object (its voice and format). The model writes text only, and an answer without the audio asked
+     * {@code audio} object (its voice and format); an {@code audio} that is no object is refused as such. The model writes text only, and an answer without the audio asked
      * for would read as a success. {@code modalities: ["text"]}, the default, is accepted.
      * @throws ApiException 400 naming the field
      */
@@ -247,7 +247,13 @@ final class Requests {
                     throw ApiException.badField(where, "must be \"text\", the one output type this server writes, got '" + x.textValue() + "'");
             }
         }
-        if (present(body, "audio"))
+        JsonNode audio = body.get("audio");
+        // OpenAI types audio as an object: false is no way of asking for nothing (null or absent is), and is refused as
+        // any other object field given a boolean is (stream_options, chat_template_kwargs), not as a request for audio
+        if (audio != null && !audio.isNull() && !audio.isObject())
+            throw ApiException.badField("audio", "must be an object (the voice and format of audio output, which this server"
+                    + " does not write: leave audio out), got " + describe(audio));
+        if (audio != null && !audio.isNull())
             throw ApiException.badField("audio", "audio output is not supported: this server writes text only (leave audio out)");
     }
 
@@ -586,8 +592,13 @@ final class Requests {
      */
     private static String forcedName(JsonNode choice) {
         JsonNode type = choice.get("type");
-        if (type != null && !type.isNull() && !"function".equals(type.asText()))
-            throw ApiException.badField("tool_choice.type", "must be \"function\", got " + type);
+        // the type says what the object is, so it is named first: {} or {"type": null} lacks it, and pointing at a
+        // missing function would send the client to the wrong field
+        if (type == null || type.isNull())
+            throw ApiException.badField("tool_choice.type", "is missing: a tool_choice object is"
+                    + " {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (!"function".equals(type.textValue()))
+            throw ApiException.badField("tool_choice.type", "must be \"function\", got " + (type.isTextual() ? type : describe(type)));
         JsonNode fn = choice.get("function");
         JsonNode name;
         String where;
@@ -1194,9 +1205,12 @@ final class Requests {
         return v == null || v.isNull() ? "nothing" : describe(v);
     }
 
-    /** What a value is, for a message about a wrong type: "a string", ..., or a number itself ({@link #shown}). */
+    /**
+     * What a value is, for a message about a wrong type: "a string" ("an empty string" for "", which a message asking
+     * for a non-empty string would otherwise contradict), ..., or a number itself ({@link #shown}).
+     */
     static String describe(JsonNode v) {
-        if (v.isTextual()) return "a string";
+        if (v.isTextual()) return v.textValue().isEmpty() ? "an empty string" : "a string";
         if (v.isArray()) return "an array";
         if (v.isObject()) return "an object";
         if (v.isBoolean()) return "a boolean";

@@ -29,6 +29,22 @@ interface TranslatedRequest {
         return java.util.Map.of();
     }
 
+    /**
+     * The fields of the client's body accepted without a word though unread ({@link RequestFields#ACCEPTED}, OpenAI's
+     * platform fields, by default): an API without some of them has its own, so that they are reported as unknown there.
+     */
+    default java.util.Set<String> acceptedFields() {
+        return RequestFields.ACCEPTED;
+    }
+
+    /**
+     * The boolean fields named as ignored when true, with why ({@link RequestFields#IGNORED_WHEN_TRUE}, OpenAI's
+     * {@code store}, by default): an API without them has none, and they are unknown fields there.
+     */
+    default java.util.Map<String, String> ignoredWhenTrue() {
+        return RequestFields.IGNORED_WHEN_TRUE;
+    }
+
     /** The prefix of the request's id ({@code msg_}, {@code resp_}), followed by a random part. */
     String idPrefix();
 

@@ -2,6 +2,7 @@ package io.ds4j.cli;
 
 import org.junit.jupiter.api.Test;
 
+import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -63,6 +64,24 @@ class BenchSpecCommandTest {
         assertTrue(r.err().contains("--drafts: unknown source 'bogus'"), r.err());
         r = GenerateCommandTest.run("bench-spec", "--preset", "tiny", "--drafts", "none", "--sources=ngram,bogus");
         assertTrue(r.err().contains("--sources: unknown source 'bogus'"), r.err());
+    }
+
+    @Test
+    void anEmptySourceIsRefusedAsTyped() {
+        // picocli drops a split list's empty entries: ",," ran plain decoding alone (rc 0), while "--drafts=" was refused
+        for (String[] args : new String[][]{{"--drafts", ",,"}, {"--drafts=,"}, {"--drafts", "none,,ngram"}, {"--drafts="}}) {
+            // a short run on the fixture, should the list be taken
+            List<String> line = new java.util.ArrayList<>(List.of("bench-spec", "--model", GenerateCommandTest.FIXTURE,
+                    "--prompt-tokens", "8", "--decode-tokens", "2", "--prompts", "1", "--warmup", "0"));
+            line.addAll(List.of(args));
+            GenerateCommandTest.Run r = GenerateCommandTest.run(line.toArray(String[]::new));
+            assertEquals(2, r.code(), String.join(" ", args) + ": " + r.err());
+            assertTrue(r.err().contains("--drafts: unknown source ''"), r.err());
+        }
+        GenerateCommandTest.Run r = GenerateCommandTest.run("bench-spec", "--model", GenerateCommandTest.FIXTURE,
+                "--prompt-tokens", "8", "--decode-tokens", "2", "--prompts", "1", "--warmup", "0", "--sources", ",");
+        assertEquals(2, r.code(), r.err());
+        assertTrue(r.err().contains("--sources: unknown source ''"), r.err());
     }
 
     @Test

@@ -392,6 +392,25 @@ class AnthropicMessagesTest {
     }
 
     @Test
+    void storeIsAnUnknownFieldOfTheMessagesApi() throws Exception {
+        // OpenAI's store is no field of Anthropic's API: whatever its value, it is one more unknown field here
+        for (String store : new String[]{"true", "false", "\"x\"", "5"}) {
+            TestServer.Resp r = server.post("/v1/messages", body("Hi", "\"store\":" + store));
+            assertEquals(200, r.status(), r.body());
+            assertEquals("store (the Messages API has no store field: this server stores nothing)",
+                    r.headers().firstValue(RequestFields.HEADER).orElse(null), store);
+        }
+        TestServer.Resp count = server.post("/v1/messages/count_tokens", "{\"model\":\"scripted\",\"messages\":[{\"role\":\"user\","
+                + "\"content\":\"Hi\"}],\"store\":false}");
+        assertEquals(200, count.status(), count.body());
+        assertTrue(count.headers().firstValue(RequestFields.HEADER).orElse("").startsWith("store"), count.headers().toString());
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.rejectUnknownFields", true))) {
+            assertError(t.post("/v1/messages", body("Hi", "\"store\":false")), 400, "invalid_request_error",
+                    "Unrecognized request argument supplied: store (the Messages API has no store field: this server stores nothing)");
+        }
+    }
+
+    @Test
     void toolChoiceMapsToChats() throws Exception {
         // any: a call is forced even where the model would answer in text
         JsonNode any = message(body("Hi", "\"tools\":[" + WEATHER_TOOL + "],\"tool_choice\":{\"type\":\"any\"}"));

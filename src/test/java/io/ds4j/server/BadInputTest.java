@@ -246,6 +246,10 @@ class BadInputTest {
                 message("audio", "\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}"));
         assertTrue(message("modalities[0]", "\"modalities\":[\"image\"]").contains("must be \"text\""));
         assertTrue(message("modalities", "\"modalities\":\"text\"").contains("must be an array"));
+        // audio is an object: false asks for nothing OpenAI defines, and is refused as a boolean where an object belongs
+        assertEquals("audio: must be an object (the voice and format of audio output, which this server does not write:"
+                + " leave audio out), got a boolean", message("audio", "\"audio\":false"));
+        assertTrue(message("audio", "\"audio\":\"wav\"").endsWith("got a string"));
         // text, the default, is what the server writes
         TestServer.Resp r = server.post("/v1/chat/completions", chat("\"modalities\":[\"text\"],\"audio\":null"));
         assertEquals(200, r.status(), r.body());
@@ -262,6 +266,21 @@ class BadInputTest {
                 .contains("must be an object"));
         assertEquals("tool_choice.function.name: must be a non-empty string",
                 message("tool_choice.function.name", tools + "\"tool_choice\":{\"type\":\"function\",\"function\":{}}"));
+    }
+
+    @Test
+    void aToolChoiceObjectWithoutItsTypeNamesTheType() throws Exception {
+        // the type says what the object is: without it, the missing function is not the problem to name
+        String tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],";
+        String missing = "tool_choice.type: is missing: a tool_choice object is {\"type\": \"function\", \"function\": {\"name\": ...}}";
+        assertEquals(missing, message("tool_choice.type", tools + "\"tool_choice\":{}"));
+        assertEquals(missing, message("tool_choice.type", tools + "\"tool_choice\":{\"type\":null}"));
+        assertEquals(missing, message("tool_choice.type", tools + "\"tool_choice\":{\"function\":{\"name\":\"f\"}}"));
+        assertEquals("tool_choice.type: must be \"function\", got 5", message("tool_choice.type", tools + "\"tool_choice\":{\"type\":5}"));
+        assertEquals("tool_choice.type: must be \"function\", got an object",
+                message("tool_choice.type", tools + "\"tool_choice\":{\"type\":{}}"));
+        assertEquals("tool_choice.type: must be \"function\", got \"auto\"",
+                message("tool_choice.type", tools + "\"tool_choice\":{\"type\":\"auto\"}"));
     }
 
     @Test

@@ -68,6 +68,19 @@ class RequestIdTest {
     }
 
     @Test
+    void theIgnoredFieldsWarningOfAGenerationNamesTheClientsId() throws Exception {
+        try (LogCapture log = new LogCapture()) {
+            TestServer.Resp r = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_tokens\":3,\"bogus\":1"),
+                    HttpVerticle.REQUEST_ID, "gen-1");
+            assertEquals(200, r.status(), r.body());
+            // as the engine's lines name it, so that grepping the client's id finds the warning too
+            String named = "request " + r.json().get("id").asText() + " (X-Request-Id gen-1): POST /v1/chat/completions:"
+                    + " ignored an unknown field: bogus";
+            assertEquals(1, log.linesWith(named).size(), log.lines().toString());
+        }
+    }
+
+    @Test
     void everyApiAnswerHasOne() throws Exception {
         try (LogCapture log = new LogCapture()) {
             TestServer.Resp bad = server.post("/v1/chat/completions", TestServer.chat("Hi", "\"temperature\":9"));
@@ -87,6 +100,30 @@ class RequestIdTest {
         assertEquals("tok-1", id(t), "blanks around it are not part of it");
         // a static file is no API answer
         assertNull(id(server.get("/")), "the playground");
+    }
+
+    /** The answer to a request sent as written (an HTTP client would refuse a malformed escape), until it closes. */
+    static String raw(String request) throws Exception {
+        try (java.net.Socket s = new java.net.Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(10_000);
+            s.getOutputStream().write(request.getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+            return new String(s.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        }
+    }
+
+    @Test
+    void aPathThatCannotBeDecodedUnderV1HasOne() throws Exception {
+        // its 400 is a refusal under /v1/ like any other; the router cannot decode the path, so it is judged as written
+        String own = raw("GET /v1/%zz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        assertTrue(own.startsWith("HTTP/1.1 400 ") && own.contains("invalid_path"), own);
+        assertTrue(own.toLowerCase().matches("(?s).*\r\nx-request-id: req-[a-z0-9]{24}\r\n.*"), own);
+        String client = raw("GET /v1/%zz HTTP/1.1\r\nHost: x\r\nX-Request-Id: bad-1\r\n"
+                + "Connection: close\r\n\r\n");
+        assertTrue(client.toLowerCase().contains("\r\nx-request-id: bad-1\r\n"), client);
+        // outside the API paths, as a static file's answer, none
+        String other = raw("GET /%zz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        assertTrue(other.startsWith("HTTP/1.1 400 "), other);
+        assertFalse(other.toLowerCase().contains("x-request-id"), other);
     }
 
     @Test

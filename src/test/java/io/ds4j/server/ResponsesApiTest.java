@@ -562,6 +562,17 @@ class ResponsesApiTest {
     }
 
     @Test
+    void anEmptyNameIsSaidToBeEmpty() throws Exception {
+        // "must be a non-empty string, got a string" contradicted itself about ""
+        String u = "\"input\":\"Hi\",\"model\":\"scripted\"";
+        TestServer.Resp r = server.post("/v1/responses", "{\"tools\":[" + WEATHER_TOOL + "],\"tool_choice\":{\"type\":\"function\",\"name\":\"\"}," + u + "}");
+        assertError(r, 400, "tool_choice.name", "tool_choice.name: must be a non-empty string, got an empty string");
+        assertEquals("tool_choice.name: must be a non-empty string, got an empty string", r.json().at("/error/message").asText());
+        r = server.post("/v1/responses", "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"\",\"arguments\":\"{}\"}],\"model\":\"scripted\"}");
+        assertEquals("input[0].name: must be a non-empty string, got an empty string", r.json().at("/error/message").asText(), r.body());
+    }
+
+    @Test
     void chatRefusalsAfterTheParserNameTheResponsesFields() throws Exception {
         ResponsesApi.Translation t = ResponsesApi.translate(Json.MAPPER.readTree(body("Hi", "\"max_output_tokens\":900,"
                 + "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{\"type\":\"object\"}}}")));
