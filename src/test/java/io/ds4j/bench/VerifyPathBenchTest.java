@@ -237,21 +237,36 @@ class VerifyPathBenchTest {
     }
 
     /**
-     * The runs kept in docs/bench render again: every row gets the column in alternation as "–" (those files predate
-     * it), and a figure a file does not hold (the oldest has no sequence state) is "–" too, not "NaN".
+     * The runs kept in docs/bench render again: a file from before the rounds in alternation gets that column as "–",
+     * a later one its figures, and the summary's difference of the rounds with its interval, as its run printed it; a
+     * figure a file does not hold (the oldest has no sequence state) is "–" too, not "NaN".
      */
     @Test
     void theKeptRunsRenderWithoutNaN() throws Exception {
+        int withAlternation = 0;
         try (var files = Files.list(Path.of("docs/bench"))) {
             for (Path f : files.filter(p -> p.toString().endsWith(".json")).sorted().toList()) {
                 String md = BenchReport.fromJson(f).markdown();
                 assertFalse(md.contains("NaN"), f + ":\n" + md);
                 assertTrue(md.contains("| verify step ms, in alternation |"), f + ":\n" + md);
+                boolean paired = new ObjectMapper().readTree(f.toFile()).get("rows").get(0)
+                        .path("verify_ms_per_step_in_alternation").isNumber();
+                if (paired) withAlternation++;
                 for (String line : md.split("\n"))
-                    if (line.startsWith("| ") && Character.isDigit(line.charAt(2)))
-                        assertEquals("–", line.split(" \\| ")[8], f + ": " + line);
+                    if (line.startsWith("| ") && Character.isDigit(line.charAt(2))) {
+                        String cell = line.split(" \\| ")[8];
+                        if (paired) assertTrue(cell.matches("\\d+\\.\\d\\d"), f + ": " + line);
+                        else assertEquals("–", cell, f + ": " + line);
+                    }
+                if (paired) {
+                    assertTrue(md.contains(", in alternation ") && md.contains("95 % interval"), f + ":\n" + md);
+                    // the file's Markdown, written by the run, is what its JSON renders to
+                    Path kept = Path.of(f.toString().replaceAll("\\.json$", ".md"));
+                    assertEquals(Files.readString(kept), md, kept.toString());
+                }
             }
         }
+        assertTrue(withAlternation > 0, "a kept run with the rounds in alternation");
     }
 
     /** Each option out of range is refused in one line naming the flag as the user typed it, before any work. */
