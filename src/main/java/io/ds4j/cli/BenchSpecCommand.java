@@ -97,13 +97,16 @@ public final class BenchSpecCommand implements Callable<Integer> {
         Set<String> want = new LinkedHashSet<>(sources);
         // picocli drops the empty entries of a split list ("--drafts ,," is no list at all, which ran plain decoding
         // alone), so they are found in the arguments as typed, and refused as the empty entry of "--drafts=" is
-        String empty = optionWithEmptySource(spec == null ? null : spec.commandLine().getParseResult());
+        CommandLine.ParseResult parsed = spec == null ? null : spec.commandLine().getParseResult();
+        String empty = sourcesOptionWith(parsed, "");
         if (empty != null)
             throw new IllegalArgumentException(empty + ": unknown source '' (expected some of " + SOURCES + ")");
         for (String s : want)
-            if (!SOURCES.contains(s))
-                throw new IllegalArgumentException(sourcesOption(spec == null ? null : spec.commandLine().getParseResult(), s)
+            if (!SOURCES.contains(s)) {
+                String typed = sourcesOptionWith(parsed, s);
+                throw new IllegalArgumentException((typed != null ? typed : SOURCES_NAMES.getFirst())
                         + ": unknown source '" + s + "' (expected some of " + SOURCES + ")");
+            }
         Backends.checkAvailable(backend);  // before a model is made for it
         if (draftModel != null && want.contains("model")) Main.modelFolder("--draft-model", draftModel);
         Path tdir = model != null ? Main.modelFolder("--model", model)
@@ -129,26 +132,15 @@ public final class BenchSpecCommand implements Callable<Integer> {
     static final List<String> SOURCES_NAMES = List.of("--drafts", "--sources");
 
     /**
-     * The name of the sources option as the command line wrote it for {@code value} ({@code --drafts} or
-     * {@code --sources}, aliases), so that a message about the value names the option the user typed: the first
-     * occurrence, as {@code --drafts a,b} or {@code --drafts=a,b}, whose list holds it. Picocli keeps no record of which
-     * name matched, so the original arguments are read; {@code --drafts} where they do not tell.
+     * The name of the sources option as the command line wrote it ({@code --drafts} or {@code --sources}, aliases) for
+     * the first list given to it that holds {@code value} ("" for an empty entry: {@code --drafts ,,}, {@code --drafts=}),
+     * as {@code --drafts a,b} or {@code --drafts=a,b}; null where no list holds it. Picocli keeps no record of which
+     * name matched, nor of a split list's empty entries, so the original arguments are read.
      * @param parsed the command line's parse result, or null
      */
-    static String sourcesOption(CommandLine.ParseResult parsed, String value) {
+    static String sourcesOptionWith(CommandLine.ParseResult parsed, String value) {
         for (String[] given : sourcesGiven(parsed))
             if (List.of(given[1].split(",", -1)).contains(value)) return given[0];
-        return SOURCES_NAMES.getFirst();
-    }
-
-    /**
-     * The name of the sources option as typed where a list given to it has an empty entry ({@code --drafts ,,},
-     * {@code --drafts a,,b}, {@code --drafts=}), or null where none has.
-     * @param parsed the command line's parse result, or null
-     */
-    static String optionWithEmptySource(CommandLine.ParseResult parsed) {
-        for (String[] given : sourcesGiven(parsed))
-            if (List.of(given[1].split(",", -1)).contains("")) return given[0];
         return null;
     }
 

@@ -430,7 +430,10 @@ public final class HttpVerticle extends VerticleBase {
         if (client != null) ctx.put(CLIENT_ID_KEY, client);
         ctx.put(ID_KEY, client != null ? client : "req-" + randomId());
         HttpServerResponse resp = ctx.response();
-        ctx.addHeadersEndHandler(v -> resp.putHeader(REQUEST_ID, (String) ctx.get(ID_KEY)));
+        // a header already there is a relayed answer's (a cluster gateway's, from the engine node that answered)
+        ctx.addHeadersEndHandler(v -> {
+            if (!resp.headers().contains(REQUEST_ID)) resp.putHeader(REQUEST_ID, (String) ctx.get(ID_KEY));
+        });
     }
 
     /**
@@ -441,13 +444,7 @@ public final class HttpVerticle extends VerticleBase {
      * Only for the API routes ({@link #isApi}, {@link #allowed}), as on a single server.
      */
     public static void gatewayRequestId(RoutingContext ctx) {
-        if (!apiForIds(ctx)) return;
-        String client = clientRequestId(ctx.request().getHeader(REQUEST_ID));
-        String id = client != null ? client : "req-" + randomId();
-        HttpServerResponse resp = ctx.response();
-        ctx.addHeadersEndHandler(v -> {
-            if (!resp.headers().contains(REQUEST_ID)) resp.putHeader(REQUEST_ID, id);
-        });
+        if (apiForIds(ctx)) requestIds(ctx);
     }
 
     /**
