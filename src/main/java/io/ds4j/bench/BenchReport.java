@@ -39,7 +39,8 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                     Double.isNaN(r.prefillTokS()) ? "–" : String.format(Locale.ROOT, "%,.0f", r.prefillTokS()),
                     r.decodeTokS(), Double.isNaN(r.verifyMs()) ? "–" : String.format(Locale.ROOT, "%.2f", r.verifyMs()),
                     Double.isNaN(r.pairedVerifyMs()) ? "–" : String.format(Locale.ROOT, "%.2f", r.pairedVerifyMs()),
-                    Double.isNaN(r.conversionMs()) ? "–" : String.format(Locale.ROOT, "%.3f", r.conversionMs()),
+                    Double.isNaN(r.conversionMs()) ? "–" : Double.isNaN(r.conversionGraphMs()) ? String.format(Locale.ROOT, "%.3f", r.conversionMs())
+                            : String.format(Locale.ROOT, "%.3f alone, %.3f in a graph", r.conversionMs(), r.conversionGraphMs()),
                     Double.isNaN(r.acceptance()) ? "–" : String.format(Locale.ROOT, "%.3f", r.acceptance()),
                     Double.isNaN(r.agreement()) ? "–" : String.format(Locale.ROOT, "%.2f %% / %.2f %% (%d rounds)",
                             100 * r.agreement(), 100 * r.rowAgreement(), r.agreementRounds())));
@@ -53,6 +54,11 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                     + " The summary's difference in alternation is the median of the rounds' own differences, with the"
                     + " interval that holds the true median with at least 95 % probability whatever their distribution"
                     + " (between the k-th smallest and the k-th largest difference, k from the binomial distribution).\n");
+        if (rows.stream().anyMatch(r -> !Double.isNaN(r.conversionGraphMs())))
+            b.append("\nControl's conversion: the F16 cache to F32 copies of one verify step (every layer's window ring,"
+                    + " compressed entries and indexer keys), timed alone with the host launching each copy, and replayed from"
+                    + " a captured graph as the control's verify steps run them; a share of the conversion is of the graph"
+                    + " figure where there is one.\n");
         if (rows.stream().anyMatch(r -> r.draft().equals(VerifyPathBench.REPLAY)))
             b.append("\nDrafts: copy = a copy of the target (its q draft steps are timed with the verify steps); replay = the"
                     + " target's own greedy output of the copy run replayed as a predicted output (near free: the row times the"
@@ -75,23 +81,30 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
 
     /**
      * ", in alternation %+.2f ms" (c's paired verify step against a's), with its share of a's conversion where a has
-     * one; empty where the rows have no paired figures, and for the replay draft, whose rows carry the length's figures
-     * from the copy draft's agreement rounds (said once, with the copy draft).
+     * one: of the conversion replayed from a graph where it was timed so (what a's steps pay), and then of the one timed
+     * alone as well (the only figure of earlier runs). Empty where the rows have no paired figures, and for the replay
+     * draft, whose rows carry the length's figures from the copy draft's agreement rounds (said once, with the copy draft).
      */
     private static String paired(VerifyPathBench.Row a, VerifyPathBench.Row c) {
         if (Double.isNaN(a.pairedVerifyMs()) || Double.isNaN(c.pairedVerifyMs()) || !a.draft().equals(VerifyPathBench.COPY))
             return "";
-        boolean conv = !Double.isNaN(a.conversionMs()) && a.conversionMs() > 0;
+        double conv = a.stepConversionMs();
+        boolean has = !Double.isNaN(conv) && conv > 0;
+        String which = Double.isNaN(a.conversionGraphMs()) ? "" : String.format(Locale.ROOT, " in a graph (%.3f ms)", conv);
         Stats.Interval i = c.pairedDiff();
+        // where both were timed, the share of the conversion timed alone too (the only figure of earlier runs)
+        String alone = Double.isNaN(a.conversionGraphMs()) || !(a.conversionMs() > 0) ? ""
+                : String.format(Locale.ROOT, "; %.0f %% of it timed alone (%.3f ms)", 100 * -i.median() / a.conversionMs(),
+                        a.conversionMs());
         if (Double.isNaN(i.median())) {  // a run kept from before the rounds' own differences: the medians' difference
             double d = c.pairedVerifyMs() - a.pairedVerifyMs();
             return String.format(Locale.ROOT, ", in alternation %+.2f ms", d)
-                    + (conv ? String.format(Locale.ROOT, " (%.0f %% of the control's conversion)", 100 * -d / a.conversionMs()) : "");
+                    + (has ? String.format(Locale.ROOT, " (%.0f %% of the control's conversion%s)", 100 * -d / conv, which) : "");
         }
         return String.format(Locale.ROOT, ", in alternation %+.2f ms (95 %% interval %s", i.median(), interval(i))
-                + (conv ? String.format(Locale.ROOT, "; %.0f %% of the control's conversion, %s", 100 * -i.median() / a.conversionMs(),
+                + (has ? String.format(Locale.ROOT, "; %.0f %% of the control's conversion%s, %s", 100 * -i.median() / conv, which,
                         Double.isNaN(i.lo()) ? "no interval" : String.format(Locale.ROOT, "%.0f to %.0f %%",
-                                100 * -i.hi() / a.conversionMs(), 100 * -i.lo() / a.conversionMs())) : "") + ")";
+                                100 * -i.hi() / conv, 100 * -i.lo() / conv)) + alone : "") + ")";
     }
 
     /** "LO to HI ms" of an interval, or "none (too few rounds)" where it has no ends. */
@@ -126,6 +139,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
             o.put("synthetic_context", r.synthetic());
             num(o, "sequence_state_mib", r.stateMiB());
             num(o, "control_conversion_ms_per_step", r.conversionMs());
+            num(o, "control_conversion_ms_per_step_in_graph", r.conversionGraphMs());
             num(o, "verify_ms_per_step_in_alternation", r.pairedVerifyMs());
             num(o, "verify_ms_difference_in_alternation", r.pairedDiff().median());
             num(o, "verify_ms_difference_in_alternation_low", r.pairedDiff().lo());
@@ -263,7 +277,8 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                     r.get("draft_tokens_accepted").asInt(), d(r, "acceptance_rate"), d(r, "verifier_agreement_rounds"),
                     d(r, "verifier_agreement_rows"), r.get("agreement_rounds").asInt(),
                     r.has("synthetic_context") && r.get("synthetic_context").asBoolean(), d(r, "sequence_state_mib"),
-                    d(r, "control_conversion_ms_per_step"), d(r, "verify_ms_per_step_in_alternation"),
+                    d(r, "control_conversion_ms_per_step"), d(r, "control_conversion_ms_per_step_in_graph"),
+                    d(r, "verify_ms_per_step_in_alternation"),
                     new Stats.Interval(d(r, "verify_ms_difference_in_alternation"), d(r, "verify_ms_difference_in_alternation_low"),
                             d(r, "verify_ms_difference_in_alternation_high"))));
         return new BenchReport(setup, rows);

@@ -105,7 +105,10 @@ public final class VerifyPathBench {
      * @param rowAgreement    fraction of compared rows with identical argmax (NaN when not measured)
      * @param synthetic       the context was filled synthetically (no prefill figure)
      * @param stateMiB        device (or host) memory of one sequence's state at this length, MiB
-     * @param conversionMs    milliseconds the control spends per verify step converting the cache (NaN: not measured)
+     * @param conversionMs    milliseconds the control's conversion of the cache takes per verify step timed alone, kernel
+     *                        by kernel as the host launches them (NaN: not measured)
+     * @param conversionGraphMs the same conversion replayed from a captured graph, as the control's verify steps run it
+     *                        where they replay kept graphs (NaN: not measured, or the backend's steps take no graphs)
      * @param pairedVerifyMs  median milliseconds of this path's verify step in the agreement rounds, where the two paths
      *                        verify the same rows in alternation (NaN when not measured): the two paths' figures are
      *                        taken side by side, so a drift of the machine between the paths' own runs does not enter
@@ -117,15 +120,24 @@ public final class VerifyPathBench {
     public record Row(int length, String path, String draft, double prefillTokS, double prefillSeconds, double decodeTokS, int emitted,
                       int verifySteps, double verifyMs, int offered, int accepted, double acceptance, double agreement,
                       double rowAgreement, int agreementRounds, boolean synthetic, double stateMiB, double conversionMs,
-                      double pairedVerifyMs, Stats.Interval pairedDiff) {
+                      double conversionGraphMs, double pairedVerifyMs, Stats.Interval pairedDiff) {
         /** No paired difference (the first path's rows, or none measured). */
         static final Stats.Interval NO_DIFF = new Stats.Interval(Double.NaN, Double.NaN, Double.NaN);
+
+        /**
+         * Milliseconds of conversion a control verify step pays: the graph-replayed figure where measured (the step is
+         * replayed from a kept graph, which launches the copies without the host's per-kernel cost), else the one timed
+         * alone.
+         */
+        public double stepConversionMs() {
+            return Double.isNaN(conversionGraphMs) ? conversionMs : conversionGraphMs;
+        }
 
         /** This row with the agreement rounds' figures; second: the row is the second path's (it gets a's difference). */
         Row withAgreement(Agreement a, boolean second) {
             return new Row(length, path, draft, prefillTokS, prefillSeconds, decodeTokS, emitted, verifySteps, verifyMs, offered,
                     accepted, acceptance, a.rounds(), a.rows(), a.count(), synthetic, stateMiB, conversionMs,
-                    second ? a.msB() : a.msA(), second ? a.diff() : NO_DIFF);
+                    conversionGraphMs, second ? a.msB() : a.msA(), second ? a.diff() : NO_DIFF);
         }
     }
 
@@ -172,9 +184,9 @@ public final class VerifyPathBench {
                 last = s;
                 boolean synthetic = L > o.syntheticAbove();
                 double pre = synthetic ? s.fillSynthetic(o.seed() + L) : s.prefill(o.chunk());
-                double conv = Double.NaN;
+                SyntheticContext.Conversion conv = SyntheticContext.Conversion.NONE;
                 if (be instanceof SyntheticContext sc && paths.contains(VerifyAttention.F32_CONVERT))
-                    conv = sc.verifyConversionMillis(s.tgt, 5);
+                    conv = sc.verifyConversion(s.tgt, 5);
                 double mib = be.stateBytes(L, 16) / 1048576.0;
                 // the replay starts from the same prefilled state: a fork taken before the copy run decodes
                 Sequence rep = o.replay() ? forkOrPrefill(be, s, o.chunk()) : null;
@@ -186,14 +198,16 @@ public final class VerifyPathBench {
                 double sec = (System.nanoTime() - t0) / 1e9;
                 Row r = new Row(L, name, COPY, synthetic ? Double.NaN : L / pre, synthetic ? Double.NaN : pre, s.emitted / sec, s.emitted,
                         s.steps, s.verifyNanos / 1e6 / s.steps, s.offered, s.accepted,
-                        s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, synthetic, mib, conv,
-                        Double.NaN, Row.NO_DIFF);
+                        s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, synthetic, mib, conv.aloneMs(),
+                        conv.graphMs(), Double.NaN, Row.NO_DIFF);
                 log.printf("L=%d %s: %s, decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f;%s"
                                 + " sequence state %.0f MiB%n",
                         L, name, synthetic ? "synthetic context (no prefill)" : String.format(java.util.Locale.ROOT,
                                 "prefill %.0f tok/s (%.2f s)", r.prefillTokS(), pre),
                         r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance(),
-                        Double.isNaN(conv) ? "" : String.format(java.util.Locale.ROOT, " control's conversion %.3f ms per verify step;", conv),
+                        Double.isNaN(conv.aloneMs()) ? "" : String.format(java.util.Locale.ROOT,
+                                " control's conversion per verify step %.3f ms alone, %s in a graph;", conv.aloneMs(),
+                                Double.isNaN(conv.graphMs()) ? "not timed" : String.format(java.util.Locale.ROOT, "%.3f ms", conv.graphMs())),
                         mib);
                 forL.add(r);
                 // the greedy output of this path, from the first generated token (pushed by the prefill) on
@@ -252,7 +266,7 @@ public final class VerifyPathBench {
             Row r = new Row(L, name, REPLAY, copyRow.prefillTokS(), copyRow.prefillSeconds(), s.emitted / sec, s.emitted, s.steps,
                     s.steps == 0 ? Double.NaN : s.verifyNanos / 1e6 / s.steps, s.offered, s.accepted,
                     s.offered == 0 ? Double.NaN : (double) s.accepted / s.offered, Double.NaN, Double.NaN, 0, copyRow.synthetic(),
-                    copyRow.stateMiB(), copyRow.conversionMs(), Double.NaN, Row.NO_DIFF);
+                    copyRow.stateMiB(), copyRow.conversionMs(), copyRow.conversionGraphMs(), Double.NaN, Row.NO_DIFF);
             log.printf("L=%d %s, replayed prediction: decode %.1f tok/s (%d tokens, %d verify steps of %.2f ms), acceptance %.3f%n",
                     L, name, r.decodeTokS(), s.emitted, s.steps, r.verifyMs(), r.acceptance());
             return r;

@@ -16,11 +16,24 @@ public interface SyntheticContext {
     void fillSynthetic(Sequence seq, int n, long seed);
 
     /**
-     * Milliseconds the {@link VerifyAttention#F32_CONVERT} control spends per verify step converting the sequence's
-     * complete F16 cache to F32 (every layer's window ring, compressed entries and indexer keys at its current length),
-     * timed alone on the device (median of {@code reps} runs).
+     * The {@link VerifyAttention#F32_CONVERT} control's per-step conversion of a sequence's complete F16 cache to F32
+     * (every layer's window ring, compressed entries and indexer keys at its current length), timed two ways.
+     * @param aloneMs milliseconds timed alone on the device, the copies launched one by one by the host (median of the
+     *                runs): the conversion of a step that runs kernel by kernel, host launch cost included
+     * @param graphMs milliseconds per conversion replayed from a graph captured once (mean of back-to-back replays):
+     *                what a control verify step replayed from a kept graph pays for it; NaN where the backend's steps
+     *                take no graphs (switched off, or unavailable on the device)
      */
-    double verifyConversionMillis(Sequence seq, int reps);
+    record Conversion(double aloneMs, double graphMs) {
+        /** Not measured: no conversion to time. */
+        public static final Conversion NONE = new Conversion(Double.NaN, Double.NaN);
+    }
+
+    /**
+     * Times the control's conversion for {@code seq} ({@link Conversion}), {@code reps} runs of each form.
+     * @throws IllegalArgumentException when the sequence is not this backend's
+     */
+    Conversion verifyConversion(Sequence seq, int reps);
 
     /** Device memory free now, in bytes. */
     long freeDeviceBytes();

@@ -303,4 +303,39 @@ final class DecodeGraphs {
         check(ds4j_graph_capturing(gpu.ctx(), out), "graph capture state");
         return out.get(ValueLayout.JAVA_INT, 0) != 0;
     }
+
+    /**
+     * Mean µs per call of `call` replayed from a graph, for benchmarks that time device work without the host's launch
+     * cost: `calls` calls (e.g. one per weight copy, so that every call reads HBM) captured once, replayed until about
+     * reps calls ran, after one replay as a warm-up. NaN when this build or device cannot capture graphs or a call
+     * fails inside the capture (the capture is then discarded). Not for steps: {@link #capture} keeps theirs.
+     */
+    static double replayMicros(Gpu gpu, int calls, int reps, Runnable call) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment flag = arena.allocate(ValueLayout.JAVA_INT);
+            if (ds4j_graph_available(flag) != DS4J_OK() || flag.get(ValueLayout.JAVA_INT, 0) == 0) return Double.NaN;
+            gpu.sync();
+            if (ds4j_graph_begin(gpu.ctx()) != DS4J_OK()) return Double.NaN;
+            try {
+                for (int i = 0; i < calls; i++) call.run();
+            } catch (RuntimeException e) {
+                ds4j_graph_discard(gpu.ctx());
+                return Double.NaN;
+            }
+            MemorySegment h = arena.allocate(ValueLayout.JAVA_LONG);
+            if (ds4j_graph_end_keep(gpu.ctx(), h) != DS4J_OK()) return Double.NaN;
+            long exec = h.get(ValueLayout.JAVA_LONG, 0);
+            try {
+                int replays = Math.max(1, (reps + calls - 1) / calls);
+                check(ds4j_graph_replay(gpu.ctx(), exec), "replaying a timing graph");
+                gpu.sync();
+                long t0 = System.nanoTime();
+                for (int r = 0; r < replays; r++) check(ds4j_graph_replay(gpu.ctx(), exec), "replaying a timing graph");
+                gpu.sync();
+                return (System.nanoTime() - t0) / 1e3 / ((double) replays * calls);
+            } finally {
+                check(ds4j_graph_destroy(gpu.ctx(), exec), "destroying a timing graph");
+            }
+        }
+    }
 }

@@ -550,30 +550,40 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         }
     }
 
+    /**
+     * {@inheritDoc} Both forms launch the same copies (ds4j_f16_to_f32, exact lengths) into one scratch reused by each
+     * layer; a control verify step in the fixed form launches the grouped copies (ds4j_f16_to_f32_seqs) of the same rows.
+     * The graph is timed only when this backend's steps take graphs ({@link #setGraphs}).
+     */
     @Override
-    public synchronized double verifyConversionMillis(Sequence seq, int reps) {
+    public synchronized Conversion verifyConversion(Sequence seq, int reps) {
         if (!(seq instanceof HipSequence hs) || hs.backend != this)
             throw new IllegalArgumentException("sequence does not belong to this backend");
         int n = hs.length();
-        long scratch = 0;
-        for (HipSequence.LayerState st : hs.layers) scratch = Math.max(scratch, conversionBytes(st, n));
+        long most = 0;
+        for (HipSequence.LayerState st : hs.layers) most = Math.max(most, conversionBytes(st, n));
+        final long scratch = most;
         ws.reset(scratch);
-        double[] ms = new double[Math.max(1, reps)];
-        for (int r = 0; r < ms.length; r++) {
-            gpu.sync();
-            long t0 = System.nanoTime();
-            // what the control converts per layer (see attention and indexerSelect), into a scratch reused by each layer
+        // what the control converts per layer (see attention and indexerSelect), into a scratch reused by each layer
+        Runnable convert = () -> {
             for (HipSequence.LayerState st : hs.layers) {
                 ws.reset(scratch);
                 toF32(st.win, (long) st.winCap * c.headDim);
                 if (st.comp != null && CacheLayout.entries(n, st.comp.m) > 0) toF32(st.comp.entries(), (long) CacheLayout.entries(n, st.comp.m) * c.headDim);
                 if (st.index != null && CacheLayout.entries(n, st.index.m) > 0) toF32(st.index.entries(), (long) CacheLayout.entries(n, st.index.m) * c.indexHeadDim);
             }
+        };
+        double[] ms = new double[Math.max(1, reps)];
+        for (int r = 0; r < ms.length; r++) {
+            gpu.sync();
+            long t0 = System.nanoTime();
+            convert.run();
             gpu.sync();
             ms[r] = (System.nanoTime() - t0) / 1e6;
         }
         java.util.Arrays.sort(ms);
-        return ms[ms.length / 2];
+        double graph = graphs.enabled() ? DecodeGraphs.replayMicros(gpu, 1, 4 * ms.length, convert) / 1e3 : Double.NaN;
+        return new Conversion(ms[ms.length / 2], graph);
     }
 
     @Override

@@ -171,7 +171,7 @@ public final class MatmulBench {
                             };
                             double us = time(gpu, reps, call);
                             next[0] = 0;
-                            double gus = timeGraph(gpu, c.n, reps, call);
+                            double gus = DecodeGraphs.replayMicros(gpu, c.n, reps, call);
                             row(s.name, s, S, us, s.weightBytes(), 2.0 * s.rows * s.cols * S, peakGbs, tflops, gus,
                                     bitsHash(gpu.downloadFloats(y, S * s.rows)));
                         }
@@ -205,7 +205,7 @@ public final class MatmulBench {
                                 };
                                 double us = time(gpu, reps, call);
                                 next[0] = 0;
-                                double gus = timeGraph(gpu, tables, reps, call);
+                                double gus = DecodeGraphs.replayMicros(gpu, tables, reps, call);
                                 row(s.name + " (" + distinct + " of " + E + " experts)", s, S, us, distinct * s.weightBytes(),
                                         2.0 * s.rows * s.cols * S * k, peakGbs, tflops, gus, bitsHash(gpu.downloadFloats(y, S * k * s.rows)));
                             } finally {
@@ -240,40 +240,6 @@ public final class MatmulBench {
         for (int i = 0; i < reps; i++) call.run();
         gpu.sync();
         return (System.nanoTime() - t0) / 1e3 / reps;
-    }
-
-    /**
-     * Mean µs per call of `call` replayed from a graph: `calls` calls (one per weight copy, so that every call reads
-     * HBM) captured once, replayed until about reps calls ran, after one replay as a warm-up. NaN when this build or
-     * device cannot capture graphs (the capture is then discarded).
-     */
-    static double timeGraph(Gpu gpu, int calls, int reps, Runnable call) {
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment flag = arena.allocate(ValueLayout.JAVA_INT);
-            if (ds4j_graph_available(flag) != DS4J_OK() || flag.get(ValueLayout.JAVA_INT, 0) == 0) return Double.NaN;
-            gpu.sync();
-            if (ds4j_graph_begin(gpu.ctx()) != DS4J_OK()) return Double.NaN;
-            try {
-                for (int i = 0; i < calls; i++) call.run();
-            } catch (RuntimeException e) {
-                ds4j_graph_discard(gpu.ctx());
-                return Double.NaN;
-            }
-            MemorySegment h = arena.allocate(ValueLayout.JAVA_LONG);
-            if (ds4j_graph_end_keep(gpu.ctx(), h) != DS4J_OK()) return Double.NaN;
-            long exec = h.get(ValueLayout.JAVA_LONG, 0);
-            try {
-                int replays = Math.max(1, (reps + calls - 1) / calls);
-                check(ds4j_graph_replay(gpu.ctx(), exec), "replaying the benchmark graph");
-                gpu.sync();
-                long t0 = System.nanoTime();
-                for (int r = 0; r < replays; r++) check(ds4j_graph_replay(gpu.ctx(), exec), "replaying the benchmark graph");
-                gpu.sync();
-                return (System.nanoTime() - t0) / 1e3 / ((double) replays * calls);
-            } finally {
-                check(ds4j_graph_destroy(gpu.ctx(), exec), "destroying the benchmark graph");
-            }
-        }
     }
 
     /** A 64-bit FNV-1a hash of the floats' bit patterns, as 16 hex digits. */

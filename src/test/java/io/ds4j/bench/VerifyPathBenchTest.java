@@ -60,7 +60,7 @@ class VerifyPathBenchTest {
             for (VerifyPathBench.Row r : rows) {
                 assertFalse(r.synthetic());
                 assertEquals(be.stateBytes(r.length(), 16) / 1048576.0, r.stateMiB(), 1e-9);
-                assertTrue(Double.isNaN(r.conversionMs()), "the CPU backend has no conversion to time");
+                assertTrue(Double.isNaN(r.conversionMs()) && Double.isNaN(r.conversionGraphMs()), "the CPU backend has no conversion to time");
             }
             assertTrue(md.contains("micro &lt;test&gt;") || md.contains("micro <test>"), md);
         }
@@ -336,5 +336,35 @@ class VerifyPathBenchTest {
             BenchReport back = BenchReport.fromJson(rep.write(dir, "p").get(1));
             assertEquals(md, back.markdown(), "the JSON holds the figures in alternation too");
         }
+    }
+
+    /**
+     * The control's conversion timed two ways: the table shows both figures, the summary's share of the conversion is of
+     * the graph-replayed figure (what a control step replayed from a kept graph pays) and then of the one timed alone,
+     * and the JSON keeps both; a row with the figure timed alone only renders as before.
+     */
+    @Test
+    void theConversionShareIsOfTheGraphFigureWithTheOneTimedAloneBeside(@TempDir Path dir) throws Exception {
+        var none = VerifyPathBench.Row.NO_DIFF;
+        var control = new VerifyPathBench.Row(59933, "f32-convert", VerifyPathBench.COPY, 3450, 17.4, 40, 64, 16, 21.3, 64, 64, 1.0,
+                1.0, 1.0, 40, false, 1024, 0.800, 0.400, 21.20, none);
+        var f16 = new VerifyPathBench.Row(59933, "f16", VerifyPathBench.COPY, 3450, 17.4, 41, 64, 16, 20.7, 64, 64, 1.0,
+                1.0, 1.0, 40, false, 1024, Double.NaN, Double.NaN, 20.72, new Stats.Interval(-0.48, -0.52, -0.44));
+        assertEquals(0.400, control.stepConversionMs());
+        BenchReport rep = new BenchReport(Map.of("model", "made-up figures"), List.of(control, f16));
+        String md = rep.markdown();
+        assertTrue(md.contains("| 0.800 alone, 0.400 in a graph |"), md);
+        assertTrue(md.contains("in alternation -0.48 ms (95 % interval -0.52 to -0.44 ms; 120 % of the control's conversion in a"
+                + " graph (0.400 ms), 110 to 130 %; 60 % of it timed alone (0.800 ms))"), md);
+        assertTrue(md.contains("replayed from a captured graph"), md);
+        assertEquals(0.400, new ObjectMapper().readTree(rep.json()).get("rows").get(0).get("control_conversion_ms_per_step_in_graph").asDouble());
+        assertEquals(md, BenchReport.fromJson(rep.write(dir, "g").get(1)).markdown(), "the JSON keeps both figures");
+        // timed alone only (no graphs, or a run kept from before): the share is of that figure, as earlier runs printed it
+        var aloneOnly = new VerifyPathBench.Row(59933, "f32-convert", VerifyPathBench.COPY, 3450, 17.4, 40, 64, 16, 21.3, 64, 64,
+                1.0, 1.0, 1.0, 40, false, 1024, 0.800, Double.NaN, 21.20, none);
+        assertEquals(0.800, aloneOnly.stepConversionMs());
+        String md2 = new BenchReport(Map.of(), List.of(aloneOnly, f16)).markdown();
+        assertTrue(md2.contains("| 0.800 |") && md2.contains("; 60 % of the control's conversion, 55 to 65 %)"), md2);
+        assertFalse(md2.contains("in a graph"), md2);
     }
 }
