@@ -43,6 +43,21 @@ final class AnthropicApi {
     }
 
     /**
+     * Platform fields the Messages API has that are accepted without a word, as OpenAI's are
+     * ({@link RequestFields#ACCEPTED}): {@code metadata} (its {@code user_id} names the end user) and
+     * {@code service_tier}. OpenAI's others ({@code user}, {@code safety_identifier}, {@code prompt_cache_key},
+     * {@code store}) are no fields of it, so one sent here is unknown, named with what the Messages API has instead.
+     */
+    private static final java.util.Set<String> ACCEPTED = java.util.Set.of("metadata", "service_tier");
+
+    /** Hints for fields the Messages API has not ({@link Translation#fieldHints}). */
+    private static final java.util.Map<String, String> FIELD_HINTS = java.util.Map.of(
+            "store", "the Messages API has no store field: this server stores nothing",
+            "user", "the Messages API names the end user in metadata.user_id",
+            "safety_identifier", "the Messages API names the end user in metadata.user_id",
+            "prompt_cache_key", "the Messages API has no prompt_cache_key: this server's prefix cache finds prefixes by their tokens");
+
+    /**
      * A Messages body as a chat body.
      *
      * @param chat    the chat body, to give {@link Requests#parse}
@@ -50,14 +65,6 @@ final class AnthropicApi {
      *                or {@code messages[3].content[0]} for a tool result)
      * @param calls   for each chat message, the paths of its tool calls' {@code tool_use} blocks (empty for most)
      */
-    /** OpenAI's platform fields accepted without a word ({@link RequestFields#ACCEPTED}) that the Messages API has too. */
-    private static final java.util.Set<String> ACCEPTED = RequestFields.ACCEPTED.stream().filter(f -> !f.equals("store"))
-            .collect(java.util.stream.Collectors.toUnmodifiableSet());
-
-    /** Hints for fields the Messages API has not ({@link Translation#fieldHints}). */
-    private static final java.util.Map<String, String> FIELD_HINTS = java.util.Map.of(
-            "store", "the Messages API has no store field: this server stores nothing");
-
     record Translation(ObjectNode chat, List<String> origins, List<List<String>> calls) implements TranslatedRequest {
         @Override
         public String idPrefix() {
@@ -65,8 +72,8 @@ final class AnthropicApi {
         }
 
         /**
-         * OpenAI's platform fields but {@code store}: the Messages API has no store field, so one sent here is unknown
-         * (named, or refused under server.rejectUnknownFields), whatever its value, not OpenAI's stored completion.
+         * The Messages API's platform fields ({@link #ACCEPTED}); OpenAI's others sent here are unknown (named, or
+         * refused under server.rejectUnknownFields), whatever their value: {@code store} is no stored completion here.
          */
         @Override
         public java.util.Set<String> acceptedFields() {

@@ -688,6 +688,35 @@ class HipVerifyAttentionTest {
         }
     }
 
+    /**
+     * The control's conversion timed for ds4j bench (alone and replayed from a captured graph) gives finite times, leaves
+     * the sequence's cache as it was (a verify step after it equals one before it, bit for bit) and no capture open;
+     * with graphs off there is no graph figure.
+     */
+    @Test
+    void theConversionIsTimedAloneAndInAGraphWithoutTouchingTheCache() {
+        ModelConfig c = TestModelsAccess.microConfig();
+        try (HipBackend be = new HipBackend(TestModelsAccess.random(c, 42), BackendOptions.DEFAULTS.withF16KvVerify(true))) {
+            int V = c.vocabSize, n = 300, S = 5;
+            int[] toks = new SplittableRandom(3).ints(n + S, 0, V).toArray(), all = {0, 1, 2, 3, 4};
+            try (HipSequence seq = be.newSequence(16)) {
+                be.forward(seq, toks, 0, n, new int[0], StepKind.PREFILL);
+                float[] before = be.forward(seq, toks, n, S, all, StepKind.VERIFY);
+                seq.rollback(S);
+                be.setGraphs(true);
+                var t = be.verifyConversion(seq, 3);
+                assertTrue(t.aloneMs() > 0 && Double.isFinite(t.aloneMs()) && t.graphMs() > 0 && Double.isFinite(t.graphMs()), t.toString());
+                assertArrayEquals(before, be.forward(seq, toks, n, S, all, StepKind.VERIFY), "a verify step after the timing");
+                seq.rollback(S);
+                be.setGraphs(false);
+                var off = be.verifyConversion(seq, 3);
+                assertTrue(off.aloneMs() > 0 && Double.isNaN(off.graphMs()), off.toString());
+                assertArrayEquals(before, be.forward(seq, toks, n, S, all, StepKind.VERIFY), "a verify step kernel by kernel after it");
+                System.out.println("conversion at " + n + " tokens: " + t + "; graphs off: " + off);
+            }
+        }
+    }
+
     @Test
     void underTheThresholdWholeStepsAreBitIdenticalAndStatusFollowsTheSwitch() {
         ModelConfig c = TestModelsAccess.microConfig();

@@ -411,6 +411,29 @@ class AnthropicMessagesTest {
     }
 
     @Test
+    void openAisOtherPlatformFieldsAreUnknownToTheMessagesApi() throws Exception {
+        // user, safety_identifier and prompt_cache_key are OpenAI's; the Messages API names the end user in metadata.user_id
+        String[][] cases = {
+                {"\"user\":\"u-1\"", "user (the Messages API names the end user in metadata.user_id)"},
+                {"\"safety_identifier\":\"u-1\"", "safety_identifier (the Messages API names the end user in metadata.user_id)"},
+                {"\"prompt_cache_key\":\"k\"",
+                        "prompt_cache_key (the Messages API has no prompt_cache_key: this server's prefix cache finds prefixes by their tokens)"}};
+        for (String[] c : cases) {
+            TestServer.Resp r = server.post("/v1/messages", body("Hi", c[0]));
+            assertEquals(200, r.status(), r.body());
+            assertEquals(c[1], r.headers().firstValue(RequestFields.HEADER).orElse(null), c[0]);
+        }
+        // the Messages API's own platform fields stay silent
+        TestServer.Resp own = server.post("/v1/messages", body("Hi", "\"metadata\":{\"user_id\":\"u-1\"},\"service_tier\":\"auto\""));
+        assertEquals(200, own.status(), own.body());
+        assertEquals(null, own.headers().firstValue(RequestFields.HEADER).orElse(null));
+        try (TestServer t = TestServer.scripted(new ScriptedBackend(TestServer::defaultScript), Map.of("server.rejectUnknownFields", true))) {
+            assertError(t.post("/v1/messages", body("Hi", "\"user\":\"u-1\"")), 400, "invalid_request_error",
+                    "Unrecognized request argument supplied: user (the Messages API names the end user in metadata.user_id)");
+        }
+    }
+
+    @Test
     void toolChoiceMapsToChats() throws Exception {
         // any: a call is forced even where the model would answer in text
         JsonNode any = message(body("Hi", "\"tools\":[" + WEATHER_TOOL + "],\"tool_choice\":{\"type\":\"any\"}"));
