@@ -426,10 +426,12 @@ public final class Ds4jServer {
         // keys the file sets that a command-line flag keeps at the flag's value: said at start (the watcher's first
         // reading) and at a reload, so a value in the file that does nothing, or an edit that changes nothing, is not a
         // mystery
-        List<String> overridden = ServerConfig.overridden(content, opt.overrides());
-        // said once per file value: a later edit of another key does not repeat it
-        List<String> newly = overridden.stream().filter(o -> !warnedOverrides.contains(o)).toList();
-        warnedOverrides = overridden;
+        List<String> overridden = ServerConfig.overridden(content, opt.overrides(), true);
+        // said once per file value: a later edit of another key does not repeat it; a file value that is the key's
+        // default is no choice the flag undoes (the shipped file spells out every default), so it is not warned of
+        List<String> chosen = ServerConfig.overridden(content, opt.overrides(), false);
+        List<String> newly = chosen.stream().filter(o -> !warnedOverrides.contains(o)).toList();
+        warnedOverrides = chosen;
         if (!newly.isEmpty()) LOG.warn("config file {}: command-line flags win over the file: {}", file, newly);
         List<ServerConfig.Change> wasPending = state.pending();
         // the outcome's message: its parts joined, so that it never starts or ends with a separator

@@ -328,13 +328,20 @@ class ServerConfigTest {
     @Test
     void overriddenApiKeysAreShownMasked() {
         byte[] file = "{\"server\": {\"apiKeys\": [\"sk-file-1\", \"sk-file-2\"]}, \"limits\": {\"maxActive\": 9}}".getBytes();
-        List<String> lines = ServerConfig.overridden(file, Map.of("server.apiKeys", List.of("sk-flag"), "limits.maxActive", 5));
+        List<String> lines = ServerConfig.overridden(file, Map.of("server.apiKeys", List.of("sk-flag"), "limits.maxActive", 5), false);
         assertEquals(List.of("limits.maxActive: the file's 9 is overridden by the command line's 5",
                 "server.apiKeys: the file's [\"***\",\"***\"] is overridden by the command line's [\"***\"]"), lines);
         for (String l : lines) assertFalse(l.contains("sk-"), l);
         // a number as the file wrote it, not as its double prints
         assertEquals(List.of("server.port: the file's 1e3 is overridden by the command line's 8080"),
-                ServerConfig.overridden("{\"server\":{\"port\":1e3}}".getBytes(), Map.of("server.port", 8080)));
+                ServerConfig.overridden("{\"server\":{\"port\":1e3}}".getBytes(), Map.of("server.port", 8080), false));
+        // a file value that is the key's default is listed only when asked for (the reload's message), not warned of
+        byte[] defaults = "{\"server\":{\"port\":8080},\"limits\":{\"maxActive\":9}}".getBytes();
+        Map<String, Object> flags = Map.of("server.port", 9000, "limits.maxActive", 5);
+        assertEquals(List.of("limits.maxActive: the file's 9 is overridden by the command line's 5"),
+                ServerConfig.overridden(defaults, flags, false));
+        assertEquals(List.of("limits.maxActive: the file's 9 is overridden by the command line's 5",
+                "server.port: the file's 8080 is overridden by the command line's 9000"), ServerConfig.overridden(defaults, flags, true));
     }
 
     /**

@@ -331,8 +331,10 @@ public final class ServerConfig {
      * {@link #parseFile} refuses gives none (parseFile reports it).
      * @param bytes     the file's content
      * @param overrides dotted key → value, as given to {@link #parseFile}
+     * @param defaults  whether to list keys the file sets to their default too (a file that spells out every default,
+     *                  as the shipped one does, states no choice the flag undoes: the start-up warning leaves them out)
      */
-    public static List<String> overridden(byte[] bytes, Map<String, Object> overrides) {
+    public static List<String> overridden(byte[] bytes, Map<String, Object> overrides, boolean defaults) {
         if (bytes == null || overrides == null || overrides.isEmpty()) return List.of();
         JsonNode tree;
         try {
@@ -344,6 +346,8 @@ public final class ServerConfig {
         List<String> out = new ArrayList<>();
         for (var e : new java.util.TreeMap<>(overrides).entrySet()) {
             JsonNode inFile = tree.at("/" + e.getKey().replace('.', '/')), flag = Json.tree(e.getValue());
+            ConfigKey k = BY_NAME.get(e.getKey());
+            if (!defaults && k != null && inFile.equals(Json.tree(k.def()))) continue;
             if (!inFile.isMissingNode() && !inFile.equals(flag))
                 out.add(e.getKey() + ": the file's " + shown(e.getKey(), inFile) + " is overridden by the command line's "
                         + shown(e.getKey(), flag));
