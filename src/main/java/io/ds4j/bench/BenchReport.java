@@ -39,8 +39,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                     Double.isNaN(r.prefillTokS()) ? "–" : String.format(Locale.ROOT, "%,.0f", r.prefillTokS()),
                     r.decodeTokS(), Double.isNaN(r.verifyMs()) ? "–" : String.format(Locale.ROOT, "%.2f", r.verifyMs()),
                     Double.isNaN(r.pairedVerifyMs()) ? "–" : String.format(Locale.ROOT, "%.2f", r.pairedVerifyMs()),
-                    Double.isNaN(r.conversionMs()) ? "–" : Double.isNaN(r.conversionGraphMs()) ? String.format(Locale.ROOT, "%.3f", r.conversionMs())
-                            : String.format(Locale.ROOT, "%.3f alone, %.3f in a graph", r.conversionMs(), r.conversionGraphMs()),
+                    conversionCell(r),
                     Double.isNaN(r.acceptance()) ? "–" : String.format(Locale.ROOT, "%.3f", r.acceptance()),
                     Double.isNaN(r.agreement()) ? "–" : String.format(Locale.ROOT, "%.2f %% / %.2f %% (%d rounds)",
                             100 * r.agreement(), 100 * r.rowAgreement(), r.agreementRounds())));
@@ -89,22 +88,28 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         if (Double.isNaN(a.pairedVerifyMs()) || Double.isNaN(c.pairedVerifyMs()) || !a.draft().equals(VerifyPathBench.COPY))
             return "";
         double conv = a.stepConversionMs();
-        boolean has = !Double.isNaN(conv) && conv > 0;
-        String which = Double.isNaN(a.conversionGraphMs()) ? "" : String.format(Locale.ROOT, " in a graph (%.3f ms)", conv);
+        boolean has = conv > 0, graph = conv == a.conversionGraphMs();
+        String which = graph ? String.format(Locale.ROOT, " in a graph (%.3f ms)", conv) : "";
         Stats.Interval i = c.pairedDiff();
+        // a run kept from before the rounds' own differences: the medians' difference
+        double d = Double.isNaN(i.median()) ? c.pairedVerifyMs() - a.pairedVerifyMs() : i.median();
         // where both were timed, the share of the conversion timed alone too (the only figure of earlier runs)
-        String alone = Double.isNaN(a.conversionGraphMs()) || !(a.conversionMs() > 0) ? ""
-                : String.format(Locale.ROOT, "; %.0f %% of it timed alone (%.3f ms)", 100 * -i.median() / a.conversionMs(),
-                        a.conversionMs());
-        if (Double.isNaN(i.median())) {  // a run kept from before the rounds' own differences: the medians' difference
-            double d = c.pairedVerifyMs() - a.pairedVerifyMs();
+        String alone = !graph || !(a.conversionMs() > 0) ? ""
+                : String.format(Locale.ROOT, "; %.0f %% of it timed alone (%.3f ms)", 100 * -d / a.conversionMs(), a.conversionMs());
+        if (Double.isNaN(i.median()))
             return String.format(Locale.ROOT, ", in alternation %+.2f ms", d)
-                    + (has ? String.format(Locale.ROOT, " (%.0f %% of the control's conversion%s)", 100 * -d / conv, which) : "");
-        }
+                    + (has ? String.format(Locale.ROOT, " (%.0f %% of the control's conversion%s%s)", 100 * -d / conv, which, alone) : "");
         return String.format(Locale.ROOT, ", in alternation %+.2f ms (95 %% interval %s", i.median(), interval(i))
                 + (has ? String.format(Locale.ROOT, "; %.0f %% of the control's conversion%s, %s", 100 * -i.median() / conv, which,
                         Double.isNaN(i.lo()) ? "no interval" : String.format(Locale.ROOT, "%.0f to %.0f %%",
                                 100 * -i.hi() / conv, 100 * -i.lo() / conv)) + alone : "") + ")";
+    }
+
+    /** The conversion cell: the figure timed alone, and the one in a graph beside it where there is one ("–" for none). */
+    private static String conversionCell(VerifyPathBench.Row r) {
+        String alone = Double.isNaN(r.conversionMs()) ? "–" : String.format(Locale.ROOT, "%.3f", r.conversionMs());
+        return Double.isNaN(r.conversionGraphMs()) ? alone
+                : String.format(Locale.ROOT, "%s alone, %.3f in a graph", alone, r.conversionGraphMs());
     }
 
     /** "LO to HI ms" of an interval, or "none (too few rounds)" where it has no ends. */

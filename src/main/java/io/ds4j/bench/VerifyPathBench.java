@@ -125,12 +125,12 @@ public final class VerifyPathBench {
         static final Stats.Interval NO_DIFF = new Stats.Interval(Double.NaN, Double.NaN, Double.NaN);
 
         /**
-         * Milliseconds of conversion a control verify step pays: the graph-replayed figure where measured (the step is
-         * replayed from a kept graph, which launches the copies without the host's per-kernel cost), else the one timed
-         * alone.
+         * Milliseconds of conversion a control verify step pays: the graph-replayed figure where measured (a positive
+         * one: the step is replayed from a kept graph, which launches the copies without the host's per-kernel cost),
+         * else the one timed alone.
          */
         public double stepConversionMs() {
-            return Double.isNaN(conversionGraphMs) ? conversionMs : conversionGraphMs;
+            return conversionGraphMs > 0 ? conversionGraphMs : conversionMs;
         }
 
         /** This row with the agreement rounds' figures; second: the row is the second path's (it gets a's difference). */

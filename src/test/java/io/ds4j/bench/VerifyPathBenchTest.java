@@ -366,5 +366,10 @@ class VerifyPathBenchTest {
         String md2 = new BenchReport(Map.of(), List.of(aloneOnly, f16)).markdown();
         assertTrue(md2.contains("| 0.800 |") && md2.contains("; 60 % of the control's conversion, 55 to 65 %)"), md2);
         assertFalse(md2.contains("in a graph"), md2);
+        // a graph figure without the one timed alone (a hand-edited file) is shown, as the summary uses it
+        var graphOnly = new VerifyPathBench.Row(59933, "f32-convert", VerifyPathBench.COPY, 3450, 17.4, 40, 64, 16, 21.3, 64, 64,
+                1.0, 1.0, 1.0, 40, false, 1024, Double.NaN, 0.400, 21.20, none);
+        String md3 = new BenchReport(Map.of(), List.of(graphOnly, f16)).markdown();
+        assertTrue(md3.contains("| – alone, 0.400 in a graph |") && md3.contains("120 % of the control's conversion in a graph"), md3);
     }
 }

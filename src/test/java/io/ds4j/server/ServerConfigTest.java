@@ -342,6 +342,13 @@ class ServerConfigTest {
                 ServerConfig.overridden(defaults, flags, false));
         assertEquals(List.of("limits.maxActive: the file's 9 is overridden by the command line's 5",
                 "server.port: the file's 8080 is overridden by the command line's 9000"), ServerConfig.overridden(defaults, flags, true));
+        // a value is one value however written: the default as 8.08e3 or 1 (of a double key) is the default; the
+        // flag's own value written otherwise overrides nothing
+        byte[] written = "{\"server\":{\"port\":8.08e3},\"sampling\":{\"temperature\":1},\"limits\":{\"maxActive\":5.0}}".getBytes();
+        Map<String, Object> more = Map.of("server.port", 9000, "sampling.temperature", 0.6, "limits.maxActive", 5);
+        assertEquals(List.of(), ServerConfig.overridden(written, more, false));
+        assertEquals(List.of("sampling.temperature: the file's 1 is overridden by the command line's 0.6",
+                "server.port: the file's 8.08e3 is overridden by the command line's 9000"), ServerConfig.overridden(written, more, true));
     }
 
     /**

@@ -346,10 +346,12 @@ public final class ServerConfig {
         List<String> out = new ArrayList<>();
         for (var e : new java.util.TreeMap<>(overrides).entrySet()) {
             JsonNode inFile = tree.at("/" + e.getKey().replace('.', '/')), flag = Json.tree(e.getValue());
+            if (inFile.isMissingNode()) continue;
             ConfigKey k = BY_NAME.get(e.getKey());
-            if (!defaults && k != null && inFile.equals(Json.tree(k.def()))) continue;
-            if (!inFile.isMissingNode() && !inFile.equals(flag))
-                out.add(e.getKey() + ": the file's " + shown(e.getKey(), inFile) + " is overridden by the command line's "
+            // one value however written (8080 and 8.08e3, 1 and 1.0 of a double key, INFO and info): the key's reading
+            if (k == null ? inFile.equals(flag) : k.sameValue(inFile, flag)) continue;
+            if (!defaults && k != null && k.sameValue(inFile, k.def())) continue;
+            out.add(e.getKey() + ": the file's " + shown(e.getKey(), inFile) + " is overridden by the command line's "
                         + shown(e.getKey(), flag));
         }
         return out;
