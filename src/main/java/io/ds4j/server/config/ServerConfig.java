@@ -352,7 +352,7 @@ public final class ServerConfig {
             if (k == null ? inFile.equals(flag) : k.sameValue(inFile, flag)) continue;
             if (!defaults && k != null && k.sameValue(inFile, k.def())) continue;
             out.add(e.getKey() + ": the file's " + shown(e.getKey(), inFile) + " is overridden by the command line's "
-                        + shown(e.getKey(), flag));
+                    + shown(e.getKey(), flag));
         }
         return out;
     }
