@@ -56,7 +56,7 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
         if (rows.stream().anyMatch(r -> !Double.isNaN(r.conversionGraphMs())))
             b.append("\nControl's conversion: the F16 cache to F32 copies of one verify step (every layer's window ring,"
                     + " compressed entries and indexer keys), timed alone with the host launching each copy, and replayed from"
-                    + " a captured graph as the control's verify steps run them; a share of the conversion is of the graph"
+                    + " a captured graph, without the host's launches, as in the control's graph-replayed verify steps; a share of the conversion is of the graph"
                     + " figure where there is one.\n");
         if (rows.stream().anyMatch(r -> r.draft().equals(VerifyPathBench.REPLAY)))
             b.append("\nDrafts: copy = a copy of the target (its q draft steps are timed with the verify steps); replay = the"

@@ -21,8 +21,9 @@ public interface SyntheticContext {
      * @param aloneMs milliseconds timed alone on the device, the copies launched one by one by the host (median of the
      *                runs): the conversion of a step that runs kernel by kernel, host launch cost included
      * @param graphMs milliseconds per conversion replayed from a graph captured once (mean of back-to-back replays):
-     *                what a control verify step replayed from a kept graph pays for it; NaN where the backend's steps
-     *                take no graphs (switched off, or unavailable on the device)
+     *                the copies without the host's launches, as a control verify step replayed from a kept graph runs
+     *                them (the backend may launch the step's copies grouped, over the same rows); NaN where the
+     *                backend's steps take no graphs (switched off, or unavailable on the device)
      */
     record Conversion(double aloneMs, double graphMs) {
         /** Not measured: no conversion to time. */
