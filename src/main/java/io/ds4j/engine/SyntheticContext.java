@@ -31,7 +31,8 @@ public interface SyntheticContext {
     }
 
     /**
-     * Times the control's conversion for {@code seq} ({@link Conversion}), {@code reps} runs of each form.
+     * Times the control's conversion for {@code seq} ({@link Conversion}): {@code reps} runs alone (their median) and
+     * 4 × {@code reps} replays of the graph after one warm-up (their mean).
      * @throws IllegalArgumentException when the sequence is not this backend's
      */
     Conversion verifyConversion(Sequence seq, int reps);
