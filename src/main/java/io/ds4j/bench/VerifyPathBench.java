@@ -176,6 +176,9 @@ public final class VerifyPathBench {
             List<Row> forL = new ArrayList<>();
             Spec last = null;
             int[] controlOutput = null;
+            // the control's conversion, timed once per length on its own sequence (the control runs first); every row of
+            // the length carries it
+            SyntheticContext.Conversion conv = SyntheticContext.Conversion.NONE;
             for (VerifyAttention p : paths.isEmpty() ? java.util.Collections.<VerifyAttention>singletonList(null) : paths) {
                 if (p != null) be.setVerifyAttention(p);
                 String name = p == null ? be.name() : p.key();
@@ -184,9 +187,7 @@ public final class VerifyPathBench {
                 last = s;
                 boolean synthetic = L > o.syntheticAbove();
                 double pre = synthetic ? s.fillSynthetic(o.seed() + L) : s.prefill(o.chunk());
-                SyntheticContext.Conversion conv = SyntheticContext.Conversion.NONE;
-                if (be instanceof SyntheticContext sc && paths.contains(VerifyAttention.F32_CONVERT))
-                    conv = sc.verifyConversion(s.tgt, 5);
+                if (be instanceof SyntheticContext sc && p == VerifyAttention.F32_CONVERT) conv = sc.verifyConversion(s.tgt, 5);
                 double mib = be.stateBytes(L, 16) / 1048576.0;
                 // the replay starts from the same prefilled state: a fork taken before the copy run decodes
                 Sequence rep = o.replay() ? forkOrPrefill(be, s, o.chunk()) : null;
