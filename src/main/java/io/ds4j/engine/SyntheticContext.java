@@ -20,10 +20,10 @@ public interface SyntheticContext {
      * (every layer's window ring, compressed entries and indexer keys at its current length), timed two ways.
      * @param aloneMs milliseconds timed alone on the device, the copies launched one by one by the host (median of the
      *                runs): the conversion of a step that runs kernel by kernel, host launch cost included
-     * @param graphMs milliseconds per conversion replayed from a graph captured once (mean of back-to-back replays):
-     *                the copies without the host's launches, as a control verify step replayed from a kept graph runs
-     *                them (the backend may launch the step's copies grouped, over the same rows); NaN where the
-     *                backend's steps take no graphs (switched off, or unavailable on the device)
+     * @param graphMs milliseconds per conversion replayed from a graph captured once (mean of back-to-back replays),
+     *                launched as a control verify step replayed from a kept graph launches it: what such a step pays
+     *                for it; NaN where the backend's verify steps are not replayed from graphs (switched off, or
+     *                unavailable on the device)
      */
     record Conversion(double aloneMs, double graphMs) {
         /** Not measured: no conversion to time. */

@@ -551,9 +551,11 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * {@inheritDoc} Both forms launch the same copies (ds4j_f16_to_f32, exact lengths) into one scratch reused by each
-     * layer; a control verify step in the fixed form launches the grouped copies (ds4j_f16_to_f32_seqs) of the same rows.
-     * The graph is timed only when this backend's steps take graphs ({@link #setGraphs}).
+     * {@inheritDoc} Alone: the copies a control step launches kernel by kernel (ds4j_f16_to_f32 of each array at its
+     * exact length, into one scratch reused by each layer). In a graph: those a control verify step of
+     * {@value #TIMED_VERIFY_ROWS} rows in the fixed form launches and replays (ds4j_f16_to_f32_seqs at the step's
+     * bounds, {@link #fixedFormCopies}); not timed where such a step would not take the fixed form (graphs off).
+     * @throws DeviceMemoryException when the sequence's entry arrays cannot grow to the step's length
      */
     @Override
     public synchronized Conversion verifyConversion(Sequence seq, int reps) {
@@ -582,8 +584,54 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             ms[r] = (System.nanoTime() - t0) / 1e6;
         }
         java.util.Arrays.sort(ms);
-        double graph = graphs.enabled() ? DecodeGraphs.replayMicros(gpu, 1, 4 * ms.length, convert) / 1e3 : Double.NaN;
+        Runnable fixed = fixedFormCopies(hs, TIMED_VERIFY_ROWS);
+        double graph = fixed == null ? Double.NaN : DecodeGraphs.replayMicros(gpu, 1, 4 * ms.length, fixed) / 1e3;
         return new Conversion(ms[ms.length / 2], graph);
+    }
+
+    /** Rows of the verify step whose conversion {@link #verifyConversion} times in a graph (q = 4 draft tokens). */
+    static final int TIMED_VERIFY_ROWS = 5;
+
+    /**
+     * The control's copies as a fixed-form verify step of S rows of hs alone launches them, each layer's in the step's
+     * workspace (convertGroup: the window ring with the CSA or HCA entries, and the CSA layers' indexer keys, at the
+     * step's bounds), with the step's views uploaded once; null where that step would not take the fixed form. Grows
+     * hs's entry arrays to the step's length, as the step would; changes nothing else.
+     */
+    private Runnable fixedFormCopies(HipSequence hs, int S) {
+        DeviceStep b = new DeviceStep(List.of(new BatchEntry(hs, new int[S], new int[0], StepKind.VERIFY, 0, null, null)));
+        long copies;
+        try {
+            for (HipSequence.LayerState ls : hs.layers) {
+                if (ls.comp != null) HipSequence.ensure(gpu, ls.comp, CacheLayout.entries(b.start[0] + S, ls.comp.m));
+                if (ls.index != null) HipSequence.ensure(gpu, ls.index, CacheLayout.entries(b.start[0] + S, ls.index.m));
+            }
+            copies = attentionScratchBytes(hs, S, b.start[0], StepKind.VERIFY, false);
+        } catch (GpuException e) {
+            throw outOfMemory(e, "the conversion of a verify step at " + b.start[0] + " tokens");
+        }
+        if (!fixedForm(b, copies, true) || !b.convert) return null;
+        b.group = new int[]{0};
+        MemorySegment host = hostInputs(b);
+        ws.reset(convertBytes(b) + host.byteSize() + 2L * Workspace.ALIGN_BYTES);
+        long inputs = ws.alloc(host.byteSize());
+        gpu.upload(inputs, host);
+        b.setInputs(inputs);
+        return () -> {
+            for (int l = 0; l < c.numLayers; l++) {
+                long mark = ws.mark();
+                HipSequence.LayerState st = hs.layers[l];
+                long entries = switch (c.layerTypes[l]) {
+                    case SLIDING -> 0;
+                    case CSA -> b.csaBound;
+                    case HCA -> b.hcaBound;
+                };
+                convertGroup(b, groupHostView(b, l, 0), groupView(b, l, 0), b.ringRows, st.comp == null ? 0 : st.comp.m, entries, c.headDim);
+                if (st.index != null && b.indexer)
+                    convertGroup(b, groupHostView(b, l, 2), groupView(b, l, 2), 0, st.index.m, b.scoreLd, c.indexHeadDim);
+                ws.release(mark);
+            }
+        };
     }
 
     @Override
@@ -904,7 +952,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
                 s0.sliceV = gpu.malloc(bytes, "layer slice streams' norm");
                 s0.sliceBytes = bytes;
             }
-            b.fixed = fixedForm(b, copies);
+            b.fixed = fixedForm(b, copies, verifyAttention == VerifyAttention.F32_CONVERT);
             b.group = b.fixed ? java.util.stream.IntStream.range(0, b.seqs.length).toArray() : group(b);
             if (b.convert) scratch = Math.max(scratch, convertBytes(b));
             ws.reset(Workspace.batchBytes(c, b.count, starts, b.logitCounts()) + scratch + groupBytes(b));
@@ -1110,14 +1158,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * Sets the step's bounds: whether the indexer selects, the scores row (a power of two, at least 256), the HCA entry
      * bound (likewise), the entries' earliest start and, for the control's copies, the window ring rows and the CSA
      * entry bound.
-     * @param alone the largest entry's exact copies on the control path ({@link #attentionScratchBytes} without the
-     *              partials, as the step computed it)
+     * @param alone   the largest entry's exact copies on the control path ({@link #attentionScratchBytes} without the
+     *                partials, as the step computed it)
+     * @param control whether verify entries take the control's path (the backend's verify path, or the conversion's
+     *                timing, {@link #verifyConversion})
      */
-    private boolean fixedForm(DeviceStep b, long alone) {
+    private boolean fixedForm(DeviceStep b, long alone, boolean control) {
         if (!graphs.enabled() || profile != null || b.slice != null) return false;
         long csa = 0, hca = 0, first = Long.MAX_VALUE;
         int verifying = 0, ring = 0;
-        boolean control = verifyAttention == VerifyAttention.F32_CONVERT;
         for (int e = 0; e < b.seqs.length; e++) {
             StepKind kind = b.kinds[e];
             int S = b.count[e], N0 = b.start[e];
