@@ -563,6 +563,9 @@ class AnthropicMessagesTest {
                 {"\"max_tokens\":5,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"f\",\"input\":{}}]},"
                         + "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"\"}]}]",
                         "messages[1].content[0].tool_use_id: must be a non-empty string", "tool message"},
+                {"\"max_tokens\":5,\"messages\":[" + u + ",{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"a b\",\"input\":{}}]},"
+                        + "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"a\",\"content\":\"ok\"}]}]",
+                        "messages[1].content[0].name: must be 1 to 64 letters, digits, underscores or hyphens, got 'a b'", ".function."},
                 {"\"max_tokens\":5,\"stop_sequences\":[\"a\",\"\"],\"messages\":[" + u + "]", "stop_sequences[1]: must not be empty", "stop strings"},
                 {"\"max_tokens\":5,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1e12},\"messages\":[" + u + "]",
                         "thinking.budget_tokens: must be an integer from 1 to 2147483647, got 1e12", "at least"}};

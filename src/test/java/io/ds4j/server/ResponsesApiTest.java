@@ -512,6 +512,9 @@ class ResponsesApiTest {
                 {"\"input\":[{\"type\":\"function_call\",\"name\":\"f\",\"arguments\":\"{}\"}]", "input[0].call_id", "input[0].call_id: is required"},
                 {"\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"arguments\":\"{}\"}]", "input[0].name", "input[0].name: must be a non-empty string"},
                 {"\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\",\"arguments\":{}}]", "input[0].arguments", "input[0].arguments: must be a string"},
+                {"\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"a b\",\"arguments\":\"{}\"},"
+                        + "{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"ok\"}]", "input[0].name",
+                        "input[0].name: must be 1 to 64 letters, digits, underscores or hyphens, got 'a b'"},
                 {"\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\"}]", "input[0].output", "input[0].output: is required"},
                 {"\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"r\"}]", "input[0].call_id",
                         "input[0].call_id: 'c' answers no function call: a function_call_output item follows the function_call"

@@ -324,6 +324,8 @@ public record ChatMessage(Role role, String content, String reasoningContent, Li
         if (name == null || !name.isTextual() || name.textValue().isEmpty()) {
             throw new ChatFormatException(path + ".function.name", "must be a non-empty string");
         }
+        // the tools' rule: the encoder writes this name into the prompt's invoke markup as it writes a tool's
+        ChatOptions.checkFunctionName(name.textValue(), path + ".function.name");
         JsonNode args = fn.get("arguments");
         String arguments;
         if (args == null || args.isNull()) {

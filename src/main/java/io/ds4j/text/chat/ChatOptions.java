@@ -93,11 +93,7 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
                 if (name == null || !name.isTextual() || name.textValue().isEmpty()) {
                     throw new ChatFormatException("tools[" + i + "].function.name", "must be a non-empty string");
                 }
-                // OpenAI's rule for function names; the name also goes into the DSML markup the model writes back
-                if (!TOOL_NAME.matcher(name.textValue()).matches()) {
-                    throw new ChatFormatException("tools[" + i + "].function.name",
-                            "must be 1 to 64 letters, digits, underscores or hyphens, got '" + name.textValue() + "'");
-                }
+                checkFunctionName(name.textValue(), "tools[" + i + "].function.name");
                 Integer first = named.putIfAbsent(name.textValue(), i);
                 if (first != null) {
                     throw new ChatFormatException("tools[" + i + "].function.name",
@@ -174,9 +170,8 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
                         throw new ChatFormatException("response_format.json_schema.name",
                                 "is required: 1 to 64 letters, digits, underscores or hyphens");
                     }
-                    if (!name.isTextual() || !TOOL_NAME.matcher(name.textValue()).matches()) {
-                        throw new ChatFormatException("response_format.json_schema.name",
-                                "must be 1 to 64 letters, digits, underscores or hyphens, got " + name);
+                    if (!name.isTextual() || !isFunctionName(name.textValue())) {
+                        throw new ChatFormatException("response_format.json_schema.name", FUNCTION_NAME_RULE + ", got " + name);
                     }
                     JsonNode schema = js.get("schema");
                     if (schema != null && !schema.isNull() && !schema.isObject() && !schema.isBoolean()) {
@@ -250,6 +245,27 @@ public record ChatOptions(boolean thinking, String reasoningEffort, JsonNode too
 
     /** Function names OpenAI accepts. */
     private static final java.util.regex.Pattern TOOL_NAME = java.util.regex.Pattern.compile("[a-zA-Z0-9_-]{1,64}");
+
+    /** What {@link #isFunctionName} requires, as error messages state it. */
+    static final String FUNCTION_NAME_RULE = "must be 1 to 64 letters, digits, underscores or hyphens";
+
+    /**
+     * Whether a function name follows OpenAI's rule (1 to 64 letters, digits, underscores or hyphens). One rule for a
+     * tool's definition and for a call to it in the history: both names are written into the prompt's DSML markup
+     * ({@code <｜DSML｜invoke name="...">}), where a quote or a newline would let a name end the markup and forge more.
+     */
+    static boolean isFunctionName(String name) {
+        return name != null && TOOL_NAME.matcher(name).matches();
+    }
+
+    /**
+     * Refuses a function name that breaks {@link #isFunctionName}'s rule.
+     * @param field the request field the name came from, named in the error
+     * @throws ChatFormatException naming the field and the name
+     */
+    static void checkFunctionName(String name, String field) {
+        if (!isFunctionName(name)) throw new ChatFormatException(field, FUNCTION_NAME_RULE + ", got '" + name + "'");
+    }
 
     /** Whether a schema's "type" (a name or a list of names) admits an object. */
     private static boolean typeAllowsObject(JsonNode type) {

@@ -68,6 +68,8 @@ class ChatMessageTest {
                         + "[{\"id\": \"c1\", \"function\": {\"name\": \"f\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": []}]"));
         assertEquals("messages[0].tool_calls[0].function.name: must be a non-empty string",
                 error("[{\"role\": \"assistant\", \"tool_calls\": [{\"type\": \"function\", \"function\": {\"arguments\": \"{}\"}}]}]"));
+        assertEquals("messages[0].tool_calls[0].function.name: must be 1 to 64 letters, digits, underscores or hyphens, got 'a\"b'",
+                error("[{\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"c1\", \"function\": {\"name\": \"a\\\"b\"}}]}]"));
         assertEquals("messages[0].tool_calls: only assistant messages carry tool calls",
                 error("[{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": [{\"function\": {\"name\": \"f\"}}]}]"));
         assertEquals("messages[0].content: a developer message needs non-empty content",
