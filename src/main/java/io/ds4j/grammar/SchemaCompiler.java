@@ -768,9 +768,13 @@ public final class SchemaCompiler {
         if (ap != null && !ap.isBoolean())
             throw new UnsupportedSchemaException("additionalProperties", path, "additionalProperties at '" + path + "' must be false (or true); a schema there is not supported");
         JsonNode props = n.get("properties");
+        boolean closed = ap != null && !ap.booleanValue();
         if (props == null || props.isNull()) {
-            if (n.has("required") && !n.get("required").isEmpty())
+            if (n.has("required") && !n.get("required").isEmpty()) {
+                JsonNode first = n.get("required").isArray() ? n.get("required").get(0) : null;
+                if (closed && first != null && first.isTextual()) throw noValueRequires(first, path);
                 throw new UnsupportedSchemaException("required", path, "required at '" + path + "' names properties that 'properties' does not define");
+            }
             if (ap != null && !ap.booleanValue()) return add(new Schema.Obj(List.of(), new Schema[0], new boolean[0]));
             return add(new Schema.AnyObject());
         }
@@ -788,6 +792,7 @@ public final class SchemaCompiler {
         if (r != null && !r.isNull()) {
             if (!r.isArray()) throw UnsupportedSchemaException.invalid("required", path, "required at '" + path + "' must be an array of names");
             for (JsonNode x : r) {
+                if (closed && x.isTextual() && !defs.containsKey(x.textValue())) throw noValueRequires(x, path);
                 if (!x.isTextual() || !defs.containsKey(x.textValue()))
                     throw new UnsupportedSchemaException("required", path, "required at '" + path + "' names " + x + ", which 'properties' does not define");
                 req.add(x.textValue());
@@ -801,6 +806,16 @@ public final class SchemaCompiler {
             rq[i] = req.contains(names.get(i));
         }
         return add(new Schema.Obj(names, ps, rq));
+    }
+
+    /**
+     * An object schema that requires a property it does not define while additionalProperties false forbids every
+     * other: no object has it, so the schema is wrong (without additionalProperties false it has values, which
+     * constrained decoding, producing only declared properties, cannot write: that is unsupported instead).
+     */
+    private static UnsupportedSchemaException noValueRequires(JsonNode name, String path) {
+        return UnsupportedSchemaException.invalid("required", path, "no value satisfies the schema at '" + path + "': required names "
+                + name + ", which 'properties' does not define and additionalProperties false rules out");
     }
 
     /**

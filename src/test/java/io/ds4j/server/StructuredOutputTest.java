@@ -461,7 +461,10 @@ class StructuredOutputTest {
                 {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"strnig\"}}}", "tools[1].function.parameters.properties.x",
                         "tools[1].function.parameters.properties.x: type 'strnig' is not a JSON Schema type"},
                 {"{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/nope\"}}}", "tools[1].function.parameters.properties.x",
-                        "tools[1].function.parameters.properties.x: $ref \"#/nope\" does not resolve"}};
+                        "tools[1].function.parameters.properties.x: $ref \"#/nope\" does not resolve"},
+                {"{\"type\":\"object\",\"properties\":{},\"required\":[\"city\"],\"additionalProperties\":false}", "tools[1].function.parameters",
+                        "tools[1].function.parameters: no value satisfies the schema: required names \"city\", which 'properties' does not"
+                                + " define and additionalProperties false rules out"}};
         String good = "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\"}}}";
         for (String[] c : invalid) {
             String tools = "\"tools\":[" + good + ",{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":" + c[0] + "}}]";
@@ -486,6 +489,36 @@ class StructuredOutputTest {
             var forced = server.post("/v1/chat/completions", body(tools + ",\"tool_choice\":\"required\",\"max_tokens\":4"));
             assertEquals(400, forced.status(), forced.body());
             assertEquals("unsupported_schema_keyword", forced.json().at("/error/code").asText(), forced.body());
+        }
+    }
+
+    /**
+     * A required property that no allowed property can be (not in properties, additionalProperties false) leaves no
+     * object: invalid_schema naming the property, not the unsupported keyword it was. Without additionalProperties
+     * false the schema has values, which constrained decoding (declared properties only) cannot write: still unsupported.
+     */
+    @Test
+    void aRequiredPropertyThatNoPropertyMayBeIsInvalid() throws Exception {
+        String[][] cases = {
+                {"{\"type\":\"object\",\"properties\":{},\"required\":[\"city\"],\"additionalProperties\":false}", "", "\"city\""},
+                {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\",\"city\"],\"additionalProperties\":false}", "", "\"city\""},
+                {"{\"type\":\"object\",\"required\":[\"city\"],\"additionalProperties\":false}", "", "\"city\""},
+                {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"object\",\"required\":[\"y\"],\"additionalProperties\":false}}}",
+                        ".properties.x", "\"y\""}};
+        for (String[] c : cases) {
+            var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(c[0]), true) + ",\"max_tokens\":4"));
+            assertEquals(400, resp.status(), resp.body());
+            assertEquals("invalid_schema", resp.json().at("/error/code").asText(), resp.body());
+            String param = "response_format.json_schema.schema" + c[1];
+            assertEquals(param, resp.json().at("/error/param").asText(), resp.body());
+            assertEquals(param + ": no value satisfies the schema: required names " + c[2] + ", which 'properties' does not define"
+                    + " and additionalProperties false rules out", resp.json().at("/error/message").asText(), resp.body());
+        }
+        for (String open : new String[]{"{\"type\":\"object\",\"properties\":{},\"required\":[\"city\"]}",
+                "{\"type\":\"object\",\"properties\":{},\"required\":[\"city\"],\"additionalProperties\":true}"}) {
+            var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(open), true) + ",\"max_tokens\":4"));
+            assertEquals(400, resp.status(), resp.body());
+            assertEquals("unsupported_schema_keyword", resp.json().at("/error/code").asText(), resp.body());
         }
     }
 
