@@ -113,9 +113,11 @@ public final class Json {
         try {
             n = BODY_READER.readTree(bytes);
         } catch (LoneSurrogate e) {
+            boolean high = Character.isHighSurrogate(e.unit);
             throw new Unreadable(Problem.LONE_SURROGATE, e.path.isEmpty() ? null : e.path, (e.path.isEmpty() ? "the value" : e.path)
-                    + ": holds an escape of half a UTF-16 surrogate pair without the other half (such as \\ud800), which is no"
-                    + " character; write the character itself, or both halves of its escape");
+                    + ": holds the escape " + escapeFound(bytes, e) + ", the " + (high ? "first" : "second") + " half of a"
+                    + " UTF-16 surrogate pair without the " + (high ? "second" : "first") + ", which is no character; write the"
+                    + " character itself, or both halves of its escape");
         } catch (JsonProcessingException e) {
             if (e instanceof com.fasterxml.jackson.core.exc.StreamConstraintsException c) {
                 // well-formed or not, the parser stopped at a limit of its own: the text is too large, not malformed
@@ -163,16 +165,68 @@ public final class Json {
 
     /** Whether s holds a high surrogate not followed by a low one, or a low one not after a high one. */
     private static boolean lone(String s) {
+        return loneAt(s) >= 0;
+    }
+
+    /** The index of s's first lone surrogate ({@link #lone}), or -1. */
+    private static int loneAt(String s) {
         for (int i = 0; i < s.length(); i++) {
             char c = s.charAt(i);
             if (Character.isHighSurrogate(c)) {
                 if (i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1))) i++;
-                else return true;
+                else return i;
             } else if (Character.isLowSurrogate(c)) {
-                return true;
+                return i;
             }
         }
-        return false;
+        return -1;
+    }
+
+    /**
+     * A lone surrogate's escape as the client wrote it (backslash, u, DC00: its case kept), with its line and column where
+     * its string's bytes can be walked to it; else the escape in lower case alone. Raw UTF-8 holds no surrogate (the
+     * bytes were checked first), so the lone one is always an escape: the string is walked from its opening quote,
+     * counting UTF-16 units, to the escape that makes unit e.index.
+     */
+    private static String escapeFound(byte[] src, LoneSurrogate e) {
+        String plain = String.format("\\u%04x", (int) e.unit);
+        long start = e.stringAt;
+        if (start < 0 || start >= src.length || src[(int) start] != '"') return plain;
+        int i = (int) start + 1, unit = 0;
+        while (i < src.length && src[i] != '"') {
+            int b = src[i] & 0xFF;
+            if (b == '\\' && i + 1 < src.length) {
+                if (src[i + 1] == 'u' && i + 6 <= src.length) {
+                    if (unit == e.index) {
+                        String written = new String(src, i, 6, java.nio.charset.StandardCharsets.US_ASCII);
+                        return written + " at line " + lineOf(src, i) + ", column " + columnOf(src, i);
+                    }
+                    i += 6;
+                } else i += 2;
+                unit++;
+            } else {
+                int len = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+                unit += len == 4 ? 2 : 1;
+                i += len;
+            }
+            if (unit > e.index) break;
+        }
+        return plain;
+    }
+
+    /** The 1-based line of byte offset p. */
+    private static int lineOf(byte[] src, int p) {
+        int line = 1;
+        for (int i = 0; i < p; i++) if (src[i] == '\n') line++;
+        return line;
+    }
+
+    /** The 1-based column, in characters, of byte offset p on its line. */
+    private static int columnOf(byte[] src, int p) {
+        int lineStart = p;
+        while (lineStart > 0 && src[lineStart - 1] != '\n') lineStart--;
+        String before = new String(src, lineStart, p - lineStart, java.nio.charset.StandardCharsets.UTF_8);
+        return before.codePointCount(0, before.length()) + 1;
     }
 
     /**
@@ -322,7 +376,7 @@ public final class Json {
                 switch (t) {
                     case FIELD_NAME -> {
                         name = p.currentName();
-                        if (lone(name)) throw new LoneSurrogate(p);
+                        if (lone(name)) throw new LoneSurrogate(p, name);
                         continue;
                     }
                     case END_OBJECT, END_ARRAY -> {
@@ -344,7 +398,7 @@ public final class Json {
             return switch (p.currentToken()) {
                 case VALUE_STRING -> {
                     String text = p.getText();
-                    if (lone(text)) throw new LoneSurrogate(p);
+                    if (lone(text)) throw new LoneSurrogate(p, text);
                     yield f.textNode(text);
                 }
                 case VALUE_NUMBER_INT -> switch (p.getNumberType()) {
@@ -393,10 +447,19 @@ public final class Json {
      */
     private static final class LoneSurrogate extends JsonProcessingException {
         final String path;
+        /** The lone surrogate, and its index among the string's UTF-16 units. */
+        final char unit;
+        final int index;
+        /** The byte offset of the string's opening quote, or -1 where the parser does not say. */
+        final long stringAt;
 
-        LoneSurrogate(JsonParser p) {
+        LoneSurrogate(JsonParser p, String text) {
             super("a lone UTF-16 surrogate");
             this.path = escapeSurrogates(fieldPath(p));
+            this.index = loneAt(text);
+            this.unit = text.charAt(index);
+            var at = p.currentTokenLocation();
+            this.stringAt = at != null ? at.getByteOffset() : -1;
         }
     }
 
@@ -444,8 +507,10 @@ public final class Json {
         String m = plainSyntaxMessage(e, unit, src);
         if (loc == null || loc.getLineNr() <= 0) return what + ": " + m;
         int column = loc.getColumnNr();
-        // Jackson places a leading '+' one column past it (at the digit after it): the column named is the '+'
-        if (m.startsWith("unexpected character '+' in a number") && column > 1) column--;
+        // Jackson places a leading '+', and a control character between tokens, one column past it: the column named
+        // is the character's
+        if ((m.startsWith("unexpected character '+' in a number") || m.startsWith("unexpected control character"))
+                && column > 1) column--;
         else column = tokenStartColumn(e, src, column);
         return what + " at line " + loc.getLineNr() + ", column " + column + ": " + m;
     }
@@ -575,6 +640,12 @@ public final class Json {
             String hex = String.format("%04X", Integer.parseInt(ctl.group(1)));
             return "unescaped control character U+" + hex + " in a string: write it as an escape (\\u" + hex + ")";
         }
+        // Jackson words it "only regular white space (\r, \n, \t) is allowed", leaving out the plain space
+        java.util.regex.Matcher between = java.util.regex.Pattern.compile(
+                "^Illegal character \\(\\(CTRL-CHAR, code (\\d+)\\)\\): only regular white space").matcher(m);
+        if (between.find())
+            return "unexpected control character U+" + String.format("%04X", Integer.parseInt(between.group(1)))
+                    + " between tokens: JSON allows only spaces, tabs (\\t), line feeds (\\n) and carriage returns (\\r) there";
         java.util.regex.Matcher u = UNEXPECTED.matcher(m);
         if (u.matches()) return unexpected(u, e, src, unit);
         return cleaned(m);

@@ -346,10 +346,20 @@ class BadInputTest {
         String body = "{\"model\":\"scripted\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}";
         JsonNode e = expect("/v1/chat/completions", body.formatted("a\\ud800b"), 400, "messages[0].content");
         assertEquals("invalid_json", e.get("code").asText());
-        assertEquals("messages[0].content: holds an escape of half a UTF-16 surrogate pair without the other half (such as"
-                + " \\ud800), which is no character; write the character itself, or both halves of its escape", e.get("message").asText());
-        expect("/v1/chat/completions", "{\"model\":\"scripted\",\"metadata\":{\"k\\udc00\":1},\"messages\":[]}", 400,
+        assertEquals("messages[0].content: holds the escape \\ud800 at line 1, column 60, the first half of a UTF-16 surrogate"
+                + " pair without the second, which is no character; write the character itself, or both halves of its escape",
+                e.get("message").asText());
+        // the escape found is named as written, where it is: a low half (it was told "such as \\ud800"), after an escaped
+        // pair, a character of two bytes and another escape on the string's line
+        e = expect("/v1/chat/completions", body.formatted("\\ud83d\\ude00\u00e9\\n\\uDC00").replace("[{", "[\n {"), 400,
+                "messages[0].content");
+        assertEquals("messages[0].content: holds the escape \\uDC00 at line 2, column 43, the second half of a UTF-16"
+                + " surrogate pair without the first, which is no character; write the character itself, or both halves of its"
+                + " escape", e.get("message").asText());
+        e = expect("/v1/chat/completions", "{\"model\":\"scripted\",\"metadata\":{\"k\\udc00\":1},\"messages\":[]}", 400,
                 "metadata.k\\udc00");
+        assertTrue(e.get("message").asText().startsWith("metadata.k\\udc00: holds the escape \\udc00 at line 1, column 35, the second half"),
+                e.get("message").asText());
         TestServer.Resp ok = server.post("/v1/chat/completions", body.formatted("a\\ud83d\\ude00b"));
         assertEquals(200, ok.status(), ok.body());
     }
@@ -724,6 +734,9 @@ class BadInputTest {
                 {"{\"a\": xyz}", "line 1, column 7: unrecognized token 'xyz': expected a JSON value"},
                 {"[1,\n  nul ]", "line 2, column 3: unrecognized token 'nul': expected a JSON value"},
                 {"{\"a\": NaN}", "line 1, column 7: unrecognized token 'NaN': expected a JSON value (JSON has no NaN or Infinity)"},
+                // a control character between tokens: JSON's white space is named whole, the space included
+                {"{\"a\":\f1}", "line 1, column 6: unexpected control character U+000C between tokens: JSON allows only spaces,"
+                        + " tabs (\\t), line feeds (\\n) and carriage returns (\\r) there"},
                 // a character beyond ASCII outside a string, in well-formed UTF-8 (Jackson: "Invalid UTF-8 start byte")
                 {"{\"a\": \u00e9\u00e9}", "line 1, column 7: unexpected character '\u00e9' (U+00E9) outside a string: text goes inside double quotes"},
                 {"[1,\n  \u20ac]", "line 2, column 3: unexpected character '\u20ac' (U+20AC) outside a string: text goes inside double quotes"},
