@@ -174,11 +174,11 @@ public final class HttpVerticle extends VerticleBase {
                 files.handle(ctx);
             } else ctx.next();
         });
-        // the router refuses a path it cannot decode (a malformed percent-escape) or a request without Host with 400, and
-        // first() a path with bad escapes; without this handler the router answers plain text and logs a stack trace at
-        // ERROR for every such request
+        // the router refuses a path it cannot decode (a malformed percent-escape) with 400, and first() a path with bad
+        // escapes; without this handler the router answers plain text and logs a stack trace at ERROR for every such
+        // request (one without Host never gets here: RequestFraming refuses its head)
         r.errorHandler(400, ctx -> {
-            watchBody(ctx);  // a request without Host is refused before the first route ran
+            watchBody(ctx);  // a path the router cannot decode is refused before the first route ran
             error(ctx, MalformedRequests.answer(ctx.request(), ctx.failure()));
         });
         r.errorHandler(404, ctx -> error(ctx, noRoute(ctx.request().method(), shownTarget(ctx.request(), routed(ctx)))));

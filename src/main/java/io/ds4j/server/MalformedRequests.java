@@ -4,26 +4,21 @@ package io.ds4j.server;
  * The answer to a request whose path's percent-escapes cannot be read, or that Vert.x Web's router refuses with 400
  * before any of our routes runs: a malformed escape ({@code /v1/models/%ZZ}, {@code /health%}), which the router cannot
  * normalise to match it against the routes, escapes that do not decode to UTF-8 or decode to a NUL, which the router
- * passes on (as U+FFFD, or the NUL itself), or an HTTP/1.1 request without a Host header. Without an error handler for
- * 400 the router answers a plain-text "Bad Request" and logs the exception with its whole stack trace at ERROR, for
- * every such request from any anonymous client; both HTTP fronts (a single server and a cluster gateway) answer with
- * this instead. The request's framing is intact in all these cases, so its connection is kept for the next request.
+ * passes on (as U+FFFD, or the NUL itself). Without an error handler for 400 the router answers a plain-text "Bad
+ * Request" and logs the exception with its whole stack trace at ERROR, for every such request from any anonymous
+ * client; both HTTP fronts (a single server and a cluster gateway) answer with this instead. The request's framing is
+ * intact in all these cases, so its connection is kept for the next request. (An HTTP/1.1 request without Host, which
+ * the router refuses too, never reaches it: {@link RequestFraming#host} refuses its head and closes the connection.)
  */
 public final class MalformedRequests {
     private MalformedRequests() {}
 
     /**
      * The answer to a request the router refused, or that a front refused with {@link #path} (the failure is then that
-     * refusal): {@link #answer(String, Throwable)}, but for an HTTP/1.1 request without Host a 400
-     * {@code invalid_header} saying so, the code of every other header problem (the router's reason came as
-     * {@code invalid_request}).
+     * refusal): {@link #answer(String, Throwable)} of its path.
      */
     public static ApiException answer(io.vertx.core.http.HttpServerRequest req, Throwable failure) {
         if (failure instanceof ApiException e) return e;
-        if (req.version() != io.vertx.core.http.HttpVersion.HTTP_1_0 && req.getHeader(io.vertx.core.http.HttpHeaders.HOST) == null
-                && path(req.path()) == null)
-            return new ApiException(400, "invalid_request_error", "invalid_header", null,
-                    "the request has no Host header, which HTTP/1.1 requires", null);
         return answer(req.path(), failure);
     }
 

@@ -392,12 +392,16 @@ final class RequestFraming {
     }
 
     /**
-     * Why a head's Host is refused, or null: more than one Host header (RFC 9112 section 3.2 asks a 400 for that,
-     * equal values or not), or a value that is no {@code host[:port]} ({@link #validHost}). Vert.x reads either as no
-     * Host at all, and its router answered "the 'Host' header is required" with the connection kept.
+     * Why a head's Host is refused, or null: none in an HTTP/1.1 request, more than one Host header (RFC 9112 section
+     * 3.2 asks a 400 for both, equal values or not), or a value that is no {@code host[:port]} ({@link #validHost}).
+     * Vert.x reads each as no Host at all, and its router answered "the 'Host' header is required" with the connection
+     * kept; refused here, the head closes its connection as every other malformed head does.
      */
     static Refused host(HttpRequest req) {
         List<String> values = req.headers().getAll(HttpHeaderNames.HOST);
+        // HTTP/1.0 has no Host requirement (a request line of another version was refused already, 505)
+        if (values.isEmpty() && HttpVersion.HTTP_1_1.equals(req.protocolVersion()))
+            return new Refused(400, "invalid_header", "it has no Host header, which HTTP/1.1 requires (RFC 9112 section 3.2)");
         if (values.size() > 1)
             return new Refused(400, "invalid_header", "it has " + values.size() + " Host headers; a request has exactly one"
                     + " (RFC 9112 section 3.2)");

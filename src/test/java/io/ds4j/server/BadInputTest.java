@@ -928,19 +928,32 @@ class BadInputTest {
     }
 
     /**
-     * A request without Host is a header problem like the others (code invalid_header, it was invalid_request), and a
-     * CONNECT's target is named as sent (it read "/evil:443").
+     * A request without Host is a header problem like the others (code invalid_header, it was invalid_request) and, as
+     * they do, closes its connection (it was kept: the request after it was served); a CONNECT's target is named as
+     * sent (it read "/evil:443").
      */
     @Test
     void aMissingHostIsAHeaderProblemAndAConnectTargetIsNamedAsSent() throws Exception {
         try (Socket s = new Socket("127.0.0.1", server.port)) {
             s.setSoTimeout(30_000);
-            s.getOutputStream().write("GET /health HTTP/1.1\r\nConnection: close\r\n\r\n".getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().write("GET /health HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                    .getBytes(StandardCharsets.US_ASCII));
             String answer = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
             assertTrue(answer.startsWith("HTTP/1.1 400"), answer);
-            JsonNode e = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).get("error");
+            String head = answer.substring(0, answer.indexOf("\r\n\r\n"));
+            assertTrue(head.toLowerCase(java.util.Locale.ROOT).contains("\r\nconnection: close"), answer);
+            assertFalse(answer.contains("HTTP/1.1 200"), "nothing after it on the connection is served: " + answer);
+            JsonNode e = Json.MAPPER.readTree(answer.substring(head.length() + 4)).get("error");
             assertEquals("invalid_header", e.get("code").asText(), answer);
-            assertEquals("the request has no Host header, which HTTP/1.1 requires", e.get("message").asText(), answer);
+            assertEquals("the request cannot be read: it has no Host header, which HTTP/1.1 requires (RFC 9112 section 3.2)",
+                    e.get("message").asText(), answer);
+        }
+        // HTTP/1.0 needs none
+        try (Socket s = new Socket("127.0.0.1", server.port)) {
+            s.setSoTimeout(30_000);
+            s.getOutputStream().write("GET /health HTTP/1.0\r\n\r\n".getBytes(StandardCharsets.US_ASCII));
+            String answer = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(answer.matches("(?s)HTTP/1\\.[01] 200 .*"), answer);
         }
         try (LogCapture log = new LogCapture()) {
             String answer = raw("CONNECT", "evil:443", "");

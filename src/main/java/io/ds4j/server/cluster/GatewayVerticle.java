@@ -176,7 +176,7 @@ public final class GatewayVerticle extends VerticleBase {
         // a path the router cannot decode (a malformed percent-escape), or with escapes refused above: an OpenAI error
         // and one log line, not the router's plain-text answer with a stack trace at ERROR
         r.errorHandler(400, ctx -> {
-            BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { }, ApiException.OPENAI);  // no route ran for a request without Host
+            BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { }, ApiException.OPENAI);  // no route ran for a path the router cannot decode
             ApiException e = MalformedRequests.answer(ctx.request(), ctx.failure());
             LOG.info("{} {} rejected with 400: {}", ctx.request().method(),
                     HttpVerticle.shownTarget(ctx.request(), ctx.request().path()), e.getMessage());
