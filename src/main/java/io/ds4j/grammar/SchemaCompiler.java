@@ -768,7 +768,9 @@ public final class SchemaCompiler {
         if (ap != null && !ap.isBoolean())
             throw new UnsupportedSchemaException("additionalProperties", path, "additionalProperties at '" + path + "' must be false (or true); a schema there is not supported");
         JsonNode props = n.get("properties");
-        boolean closed = ap != null && !ap.booleanValue();
+        // no object has a required property that properties does not define where additionalProperties false rules
+        // out every other; the node has no value at all only where its type allows nothing but an object
+        boolean closed = ap != null && !ap.booleanValue() && onlyObject(n.get("type"));
         if (props == null || props.isNull()) {
             if (n.has("required") && !n.get("required").isEmpty()) {
                 JsonNode first = n.get("required").isArray() ? n.get("required").get(0) : null;
@@ -808,9 +810,16 @@ public final class SchemaCompiler {
         return add(new Schema.Obj(names, ps, rq));
     }
 
+    /** Whether a node's "type" allows objects alone: "object", or ["object"] (absent: every type). */
+    private static boolean onlyObject(JsonNode type) {
+        if (type == null) return false;
+        if (type.isTextual()) return type.textValue().equals("object");
+        return type.isArray() && type.size() == 1 && type.get(0).isTextual() && type.get(0).textValue().equals("object");
+    }
+
     /**
-     * An object schema that requires a property it does not define while additionalProperties false forbids every
-     * other: no object has it, so the schema is wrong (without additionalProperties false it has values, which
+     * An object-only schema that requires a property it does not define while additionalProperties false forbids every
+     * other: no value satisfies it, so the schema is wrong (without additionalProperties false it has values, which
      * constrained decoding, producing only declared properties, cannot write: that is unsupported instead).
      */
     private static UnsupportedSchemaException noValueRequires(JsonNode name, String path) {

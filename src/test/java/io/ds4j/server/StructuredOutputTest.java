@@ -514,8 +514,11 @@ class StructuredOutputTest {
             assertEquals(param + ": no value satisfies the schema: required names " + c[2] + ", which 'properties' does not define"
                     + " and additionalProperties false rules out", resp.json().at("/error/message").asText(), resp.body());
         }
+        // other types left open (null, or anything where "type" is absent): values exist, so the keyword is unsupported
         for (String open : new String[]{"{\"type\":\"object\",\"properties\":{},\"required\":[\"city\"]}",
-                "{\"type\":\"object\",\"properties\":{},\"required\":[\"city\"],\"additionalProperties\":true}"}) {
+                "{\"type\":\"object\",\"properties\":{},\"required\":[\"city\"],\"additionalProperties\":true}",
+                "{\"type\":[\"object\",\"null\"],\"properties\":{},\"required\":[\"z\"],\"additionalProperties\":false}",
+                "{\"properties\":{},\"required\":[\"z\"],\"additionalProperties\":false}"}) {
             var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(open), true) + ",\"max_tokens\":4"));
             assertEquals(400, resp.status(), resp.body());
             assertEquals("unsupported_schema_keyword", resp.json().at("/error/code").asText(), resp.body());
