@@ -1849,11 +1849,13 @@ att:
     attention(20, 64, DS4J_ATTN_HCA, 2, 8, 200, 2, 4, 8.0);      // very sharp softmax over four key ranges
     attention(64, 512, DS4J_ATTN_HCA, 2, 8, 60, 2, 1, 1.0);      // the V4 shape, one key range
     attention(24, 64, DS4J_ATTN_HCA, 2, 8, 30, 6, 2, 1.0);       // queries of one and of two key ranges in one step
+    attention(64, 512, DS4J_ATTN_HCA, 2, 8, 1200, 2, 20, 1.0);   // the V4 shape, 20 key ranges: the combine's groups of 8 and a tail
     // several sequences on the f16 path: long and short queries in one step and in one sequence, several key ranges
     tc_attention_seqs(20, 64, DS4J_ATTN_HCA, 2, 0, 16, {0, 70, 46, 200}, {3, 1, 5, 2}, 40, 4);
     tc_attention_seqs(24, 64, DS4J_ATTN_CSA, 4, 20, 16, {300, 10, 150, 69}, {5, 2, 1, 4}, 33, 3);
     tc_attention_seqs(64, 512, DS4J_ATTN_HCA, 4, 0, 16, {120, 30}, {2, 1}, 40, 2);
     tc_attention_seqs(70, 256, DS4J_ATTN_CSA, 2, 40, 16, {40, 3, 90}, {1, 2, 3}, 20, 3);  // D 256, heads past H
+    tc_attention_seqs(64, 512, DS4J_ATTN_HCA, 2, 0, 16, {1200, 300, 5}, {2, 1, 2}, 40, 20);  // 20, 6 and 1 ranges, one launch
     if (getenv("ATT_ONLY")) {
         fails += std::exchange(emu_smem_overruns, 0);
         printf("%s: %d failures (F16-operand attention only)\n", fails ? "FAILED" : "OK", fails);

@@ -961,38 +961,79 @@ tc_attention_seqs_kernel(const ds4j_seq_view* views, const float* q, const float
  * were written by the attention kernel and are left alone by the kernels below. nmax: the attention grid's range count
  * (the partials' stride); SH: its partial slots times H.
  */
-constexpr int TC_COMBINE_W = 256;  // ranges whose weights a combine block keeps in shared memory
+constexpr int TC_COMBINE_W = 256;  // ranges whose max, sum and weight a combine block keeps in shared memory
+constexpr int TC_COMBINE_U = 8;    // ranges whose partials a thread loads before it adds them
 
 __device__ __forceinline__ void tc_combine_body(const float* part, int nmax, int64_t SH, int64_t row, int nsplit,
                                                 float sink, int d, float* orow) {
-    // each range's weight e^(m_c - M) once a row (-1: a range whose max is -inf, left out), not once a column: the same
-    // values in the same order, so the same sums; more ranges than TC_COMBINE_W compute them where they are used
-    __shared__ float wts[TC_COMBINE_W];
+    // One block a row, so every step here is a chain of round trips to memory that nothing else hides: the ranges'
+    // maxima and sums are fetched once, one a thread, and each thread issues TC_COMBINE_U ranges' partials (16 bytes
+    // each) before it adds them. The values, the operations and their order are those of one thread walking the
+    // ranges one by one, so the sums are the same bits.
+    __shared__ float mls[2 * TC_COMBINE_W], wts[TC_COMBINE_W];
     const float* ml = part + (int64_t)nmax * SH * d;
+    const bool kept = nsplit <= TC_COMBINE_W;
+    if (kept) {
+        for (int c = threadIdx.x; c < nsplit; c += blockDim.x) {
+            mls[2 * c] = ml[((int64_t)c * SH + row) * 2];
+            mls[2 * c + 1] = ml[((int64_t)c * SH + row) * 2 + 1];
+        }
+        __syncthreads();
+    }
+    const auto mc_of = [&](int c) { return kept ? mls[2 * c] : ml[((int64_t)c * SH + row) * 2]; };
+    const auto lc_of = [&](int c) { return kept ? mls[2 * c + 1] : ml[((int64_t)c * SH + row) * 2 + 1]; };
     float M = sink;
-    for (int c = 0; c < nsplit; c++) M = fmaxf(M, ml[((int64_t)c * SH + row) * 2]);
+    for (int c = 0; c < nsplit; c++) M = fmaxf(M, mc_of(c));
     float L = expf(sink - M);
     for (int c = 0; c < nsplit; c++) {
-        const float mc = ml[((int64_t)c * SH + row) * 2];
-        if (mc != -INFINITY) L += expf(mc - M) * ml[((int64_t)c * SH + row) * 2 + 1];
+        const float mc = mc_of(c);
+        if (mc != -INFINITY) L += expf(mc - M) * lc_of(c);
     }
     const float inv = 1.f / L;
-    const bool kept = nsplit <= TC_COMBINE_W;
+    // each range's weight e^(m_c - M) once a row (-1: a range whose max is -inf, left out), not once a column
     const auto weight = [&](int c) {
-        const float mc = ml[((int64_t)c * SH + row) * 2];
+        const float mc = mc_of(c);
         return mc != -INFINITY ? expf(mc - M) : -1.f;
     };
     if (kept) {
         for (int c = threadIdx.x; c < nsplit; c += blockDim.x) wts[c] = weight(c);
         __syncthreads();
     }
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float acc = 0.f;
-        for (int c = 0; c < nsplit; c++) {
-            const float w = kept ? wts[c] : weight(c);
-            if (w != -1.f) acc += w * part[((int64_t)c * SH + row) * d + i];  // a weight is never negative (NaN included)
+    const auto wt = [&](int c) { return kept ? wts[c] : weight(c); };
+    const float* p0 = part + row * d;  // range c's partial row: p0 + c * SH * d
+    if ((((uintptr_t)p0 | (uintptr_t)orow) & 15) != 0 || (d & 3) != 0) {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            float acc = 0.f;
+            for (int c = 0; c < nsplit; c++) {
+                const float w = wt(c);
+                if (w != -1.f) acc += w * p0[(int64_t)c * SH * d + i];  // a weight is never negative (NaN included)
+            }
+            orow[i] = acc * inv;
         }
-        orow[i] = acc * inv;
+        return;
+    }
+    for (int i = threadIdx.x; i < d / 4; i += blockDim.x) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int c0 = 0; c0 < nsplit; c0 += TC_COMBINE_U) {
+            const int n = nsplit - c0 < TC_COMBINE_U ? nsplit - c0 : TC_COMBINE_U;
+            float4 p[TC_COMBINE_U];
+            float w[TC_COMBINE_U];
+#pragma unroll
+            for (int u = 0; u < TC_COMBINE_U; u++) {
+                w[u] = u < n ? wt(c0 + u) : -1.f;
+                if (w[u] != -1.f) p[u] = reinterpret_cast<const float4*>(p0 + (int64_t)(c0 + u) * SH * d)[i];
+            }
+#pragma unroll
+            for (int u = 0; u < TC_COMBINE_U; u++) {
+                if (w[u] != -1.f) {  // a weight is never negative (NaN included)
+                    acc.x += w[u] * p[u].x;
+                    acc.y += w[u] * p[u].y;
+                    acc.z += w[u] * p[u].z;
+                    acc.w += w[u] * p[u].w;
+                }
+            }
+        }
+        reinterpret_cast<float4*>(orow)[i] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
     }
 }
 
