@@ -187,7 +187,7 @@ public final class VerifyPathBench {
                 last = s;
                 boolean synthetic = L > o.syntheticAbove();
                 double pre = synthetic ? s.fillSynthetic(o.seed() + L) : s.prefill(o.chunk());
-                if (be instanceof SyntheticContext sc && p == VerifyAttention.F32_CONVERT) conv = sc.verifyConversion(s.tgt, 5);
+                if (be instanceof SyntheticContext sc && p == VerifyAttention.F32_CONVERT) conv = sc.verifyConversion(s.tgt, o.q() + 1, 5);
                 double mib = be.stateBytes(L, 16) / 1048576.0;
                 // the replay starts from the same prefilled state: a fork taken before the copy run decodes
                 Sequence rep = o.replay() ? forkOrPrefill(be, s, o.chunk()) : null;

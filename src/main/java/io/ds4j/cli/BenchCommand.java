@@ -139,8 +139,9 @@ public final class BenchCommand implements Callable<Integer> {
                     : String.format(Locale.ROOT, "agreement: %d rounds verified by both paths on the same rows, each path's step timed, the"
                     + " paths taking turns at going first (the verify step in alternation: each path's median over them, and the"
                     + " median of the rounds' differences with a distribution-free 95 %% interval); control's"
-                    + " conversion: its per-step F16 -> F32 copies timed alone, the host launching each (median of 5), and replayed from a"
-                    + " captured graph, without the host's launches, as in its graph-replayed verify steps (mean of 20 replays; where graphs are on); f32ShortContextRows %d", agreementSteps, shortRows)));
+                    + " conversion: its per-step F16 -> F32 copies timed alone, the host launching each (median of 5), and as its"
+                    + " graph-replayed verify steps of q + 1 rows launch them (grouped, at the step's bounds), replayed from a captured"
+                    + " graph without the host's launches (mean of 20 replays; where graphs are on); f32ShortContextRows %d", agreementSteps, shortRows)));
             setup.put("command", "ds4j bench " + String.join(" ", commandLine()));
             System.out.println("model: " + setup.get("model"));
             System.out.println("machine: " + setup.get("machine"));

@@ -32,10 +32,11 @@ public interface SyntheticContext {
 
     /**
      * Times the control's conversion for {@code seq} ({@link Conversion}): {@code reps} runs alone (their median) and
-     * 4 × {@code reps} replays of the graph after one warm-up (their mean).
-     * @throws IllegalArgumentException when the sequence is not this backend's
+     * 4 × {@code reps} replays of the graph after one warm-up (their mean), the graph holding the copies a control
+     * verify step of {@code rows} rows at the sequence's length launches.
+     * @throws IllegalArgumentException when the sequence is not this backend's, or rows is not positive
      */
-    Conversion verifyConversion(Sequence seq, int reps);
+    Conversion verifyConversion(Sequence seq, int rows, int reps);
 
     /** Device memory free now, in bytes. */
     long freeDeviceBytes();

@@ -553,14 +553,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /**
      * {@inheritDoc} Alone: the copies a control step launches kernel by kernel (ds4j_f16_to_f32 of each array at its
      * exact length, into one scratch reused by each layer). In a graph: those a control verify step of
-     * {@value #TIMED_VERIFY_ROWS} rows in the fixed form launches and replays (ds4j_f16_to_f32_seqs at the step's
+     * {@code rows} rows in the fixed form launches and replays (ds4j_f16_to_f32_seqs at the step's
      * bounds, {@link #fixedFormCopies}); not timed where such a step would not take the fixed form (graphs off).
      * @throws DeviceMemoryException when the sequence's entry arrays cannot grow to the step's length
      */
     @Override
-    public synchronized Conversion verifyConversion(Sequence seq, int reps) {
+    public synchronized Conversion verifyConversion(Sequence seq, int rows, int reps) {
         if (!(seq instanceof HipSequence hs) || hs.backend != this)
             throw new IllegalArgumentException("sequence does not belong to this backend");
+        if (rows < 1) throw new IllegalArgumentException("rows must be positive, got " + rows);
         int n = hs.length();
         long most = 0;
         for (HipSequence.LayerState st : hs.layers) most = Math.max(most, conversionBytes(st, n));
@@ -584,13 +585,10 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             ms[r] = (System.nanoTime() - t0) / 1e6;
         }
         java.util.Arrays.sort(ms);
-        Runnable fixed = fixedFormCopies(hs, TIMED_VERIFY_ROWS);
+        Runnable fixed = fixedFormCopies(hs, rows);
         double graph = fixed == null ? Double.NaN : DecodeGraphs.replayMicros(gpu, 1, 4 * ms.length, fixed) / 1e3;
         return new Conversion(ms[ms.length / 2], graph);
     }
-
-    /** Rows of the verify step whose conversion {@link #verifyConversion} times in a graph (q = 4 draft tokens). */
-    static final int TIMED_VERIFY_ROWS = 5;
 
     /**
      * The control's copies as a fixed-form verify step of S rows of hs alone launches them, each layer's in the step's

@@ -704,12 +704,12 @@ class HipVerifyAttentionTest {
                 float[] before = be.forward(seq, toks, n, S, all, StepKind.VERIFY);
                 seq.rollback(S);
                 be.setGraphs(true);
-                var t = be.verifyConversion(seq, 3);
+                var t = be.verifyConversion(seq, S, 3);
                 assertTrue(t.aloneMs() > 0 && Double.isFinite(t.aloneMs()) && t.graphMs() > 0 && Double.isFinite(t.graphMs()), t.toString());
                 assertArrayEquals(before, be.forward(seq, toks, n, S, all, StepKind.VERIFY), "a verify step after the timing");
                 seq.rollback(S);
                 be.setGraphs(false);
-                var off = be.verifyConversion(seq, 3);
+                var off = be.verifyConversion(seq, S, 3);
                 assertTrue(off.aloneMs() > 0 && Double.isNaN(off.graphMs()), off.toString());
                 assertArrayEquals(before, be.forward(seq, toks, n, S, all, StepKind.VERIFY), "a verify step kernel by kernel after it");
                 System.out.println("conversion at " + n + " tokens: " + t + "; graphs off: " + off);
