@@ -122,7 +122,8 @@ public final class Json {
             if (e instanceof com.fasterxml.jackson.core.exc.StreamConstraintsException c) {
                 // well-formed or not, the parser stopped at a limit of its own: the text is too large, not malformed
                 var loc = e.getLocation();
-                String at = loc != null && loc.getLineNr() > 0 ? " at line " + loc.getLineNr() + ", column " + loc.getColumnNr() : "";
+                String at = loc != null && loc.getLineNr() > 0
+                        ? " at line " + loc.getLineNr() + ", column " + charColumn(bytes, loc.getLineNr(), loc.getColumnNr()) : "";
                 throw new Unreadable(Problem.SYNTAX, null, "the JSON " + io.ds4j.json.ReadLimits.problem(c,
                         BODY_READER.getFactory().streamReadConstraints(), at));
             }
@@ -130,7 +131,8 @@ public final class Json {
             if (twice == null) throw new Unreadable(Problem.SYNTAX, null, syntaxProblem("malformed JSON", e, unit, bytes));
             var at = e.getLocation();
             throw new Unreadable(Problem.DUPLICATE_KEY, twice, twice + ": is given twice in one JSON object" + (at != null
-                    ? " (the second time at line " + at.getLineNr() + ", column " + at.getColumnNr() + ")" : "") + "; give each key once");
+                    ? " (the second time at line " + at.getLineNr() + ", column " + charColumn(bytes, at.getLineNr(), at.getColumnNr()) + ")"
+                    : "") + "; give each key once");
         } catch (java.io.IOException | RuntimeException e) {
             // readTree of a byte array does no I/O: whatever else it throws is about the text, and bad input is never a 500
             throw new Unreadable(Problem.SYNTAX, null, "the JSON cannot be read: " + (e.getMessage() != null ? e.getMessage()
@@ -225,8 +227,7 @@ public final class Json {
     private static int columnOf(byte[] src, int p) {
         int lineStart = p;
         while (lineStart > 0 && src[lineStart - 1] != '\n') lineStart--;
-        String before = new String(src, lineStart, p - lineStart, java.nio.charset.StandardCharsets.UTF_8);
-        return before.codePointCount(0, before.length()) + 1;
+        return charColumn(src, lineOf(src, p), p - lineStart + 1);
     }
 
     /**
@@ -512,7 +513,24 @@ public final class Json {
         if ((m.startsWith("unexpected character '+' in a number") || m.startsWith("unexpected control character"))
                 && column > 1) column--;
         else column = tokenStartColumn(e, src, column);
-        return what + " at line " + loc.getLineNr() + ", column " + column + ": " + m;
+        return what + " at line " + loc.getLineNr() + ", column " + charColumn(src, loc.getLineNr(), column) + ": " + m;
+    }
+
+    /**
+     * A 1-based column in bytes (Jackson's, reading bytes) on line `line` of src, as a column in characters (code
+     * points), as an editor counts it and as the lone-surrogate message gives it; the byte column itself without src.
+     */
+    private static int charColumn(byte[] src, int line, int byteColumn) {
+        if (src == null || line < 1 || byteColumn < 1) return byteColumn;
+        int start = 0;
+        for (int l = 1; l < line; l++) {
+            while (start < src.length && src[start] != '\n') start++;
+            if (start >= src.length) return byteColumn;
+            start++;
+        }
+        int end = Math.min(src.length, start + byteColumn - 1);
+        String before = new String(src, start, end - start, java.nio.charset.StandardCharsets.UTF_8);
+        return before.codePointCount(0, before.length()) + 1;
     }
 
     /**
@@ -562,8 +580,7 @@ public final class Json {
         while (lineStart > 0 && src[lineStart - 1] != '\n') lineStart--;
         int line = 1;
         for (int i = 0; i < lineStart; i++) if (src[i] == '\n') line++;
-        String before = new String(src, lineStart, p - lineStart, java.nio.charset.StandardCharsets.UTF_8);
-        int column = before.codePointCount(0, before.length()) + 1;
+        int column = charColumn(src, line, p - lineStart + 1);
         return " at line " + line + ", column " + column + ": unexpected character '" + ch + "' (U+"
                 + String.format("%04X", ch.codePointAt(0)) + ") outside a string: text goes inside double quotes";
     }
@@ -608,7 +625,7 @@ public final class Json {
      */
     static String plainSyntaxMessage(JsonProcessingException e, String unit, byte[] src) {
         String m = e.getOriginalMessage() != null ? e.getOriginalMessage() : "";
-        if (m.startsWith("Unexpected end-of-input")) return endedEarly(e, m);
+        if (m.startsWith("Unexpected end-of-input")) return endedEarly(e, m, src);
         // "Unexpected close marker '}': expected ']' (for root starting at ...)": a closer with nothing open to close,
         // which Jackson words as a mismatch with a root it calls an array; after a complete value it is a stray closer
         java.util.regex.Matcher closer = ROOT_CLOSER.matcher(m);
@@ -619,7 +636,8 @@ public final class Json {
         java.util.regex.Matcher wrong = WRONG_CLOSER.matcher(m);
         if (wrong.find())
             return "unexpected '" + wrong.group(1) + "': expected '" + wrong.group(2) + "' to close the "
-                    + wrong.group(3).toLowerCase(java.util.Locale.ROOT) + " opened at line " + wrong.group(4) + ", column " + wrong.group(5);
+                    + wrong.group(3).toLowerCase(java.util.Locale.ROOT) + " opened at line " + wrong.group(4) + ", column "
+                    + charColumn(src, Integer.parseInt(wrong.group(4)), Integer.parseInt(wrong.group(5)));
         // "Trailing token (of type START_OBJECT) found after value (bound as `...JsonNode`): not allowed as per ..."
         if (m.startsWith("Trailing token")) return "more content after the JSON value (one JSON value " + unit + ")";
         java.util.regex.Matcher token = TOKEN.matcher(m);
@@ -698,7 +716,7 @@ public final class Json {
      * with where it opened), in one phrasing whatever Jackson's words ("in VALUE_STRING", "within/between Object
      * entries", "expected close marker").
      */
-    private static String endedEarly(JsonProcessingException e, String m) {
+    private static String endedEarly(JsonProcessingException e, String m, byte[] src) {
         if (m.contains("in VALUE_STRING")) return "the JSON ends inside a string: its closing '\"' is missing";
         if (m.contains("in field name")) return "the JSON ends inside a field name: its closing '\"' is missing";
         if (m.contains("in character escape sequence")) return "the JSON ends inside an escape sequence of a string";
@@ -708,7 +726,8 @@ public final class Json {
             var at = c.startLocation(com.fasterxml.jackson.core.io.ContentReference.unknown());
             String what = c.inObject() ? "an object" : "an array";
             return "the JSON ends before " + what + (at != null && at.getLineNr() > 0 ? " opened at line " + at.getLineNr()
-                    + ", column " + at.getColumnNr() : "") + " is closed (a '" + (c.inObject() ? "}" : "]") + "' is missing)";
+                    + ", column " + charColumn(src, at.getLineNr(), at.getColumnNr()) : "") + " is closed (a '"
+                    + (c.inObject() ? "}" : "]") + "' is missing)";
         }
         return "the JSON ends too early";
     }
