@@ -969,7 +969,8 @@ __device__ __forceinline__ void tc_combine_body(const float* part, int nmax, int
     // One block a row, so every step here is a chain of round trips to memory that nothing else hides: the ranges'
     // maxima and sums are fetched once, one a thread, and each thread issues TC_COMBINE_U ranges' partials (16 bytes
     // each) before it adds them. The values, the operations and their order are those of one thread walking the
-    // ranges one by one, so the sums are the same bits.
+    // ranges one by one, so the sums are the same bits. More than TC_COMBINE_W ranges read their max and sum from
+    // memory where used; a row not 16-byte aligned (or d not a multiple of 4) takes one column a thread.
     __shared__ float mls[2 * TC_COMBINE_W], wts[TC_COMBINE_W];
     const float* ml = part + (int64_t)nmax * SH * d;
     const bool kept = nsplit <= TC_COMBINE_W;

@@ -53,11 +53,16 @@ public record BenchReport(Map<String, String> setup, List<VerifyPathBench.Row> r
                     + " The summary's difference in alternation is the median of the rounds' own differences, with the"
                     + " interval that holds the true median with at least 95 % probability whatever their distribution"
                     + " (between the k-th smallest and the k-th largest difference, k from the binomial distribution).\n");
-        if (rows.stream().anyMatch(r -> !Double.isNaN(r.conversionGraphMs())))
+        if (rows.stream().anyMatch(r -> !Double.isNaN(r.conversionGraphMs()))) {
+            // runs that name what their graph held (setup "conversion_graph", written since the graph holds the grouped
+            // copies of the control's own step) say it; earlier runs' JSON keeps its note as it was rendered then
+            String held = setup.get("conversion_graph");
             b.append("\nControl's conversion: the F16 cache to F32 copies of one verify step (every layer's window ring,"
-                    + " compressed entries and indexer keys), timed alone with the host launching each copy, and as the control's"
-                    + " graph-replayed verify steps launch them (grouped, at the step's bounds), replayed from a captured graph"
-                    + " without the host's launches; a share of the conversion is of the graph figure where there is one.\n");
+                    + " compressed entries and indexer keys), timed alone with the host launching each copy, and replayed from"
+                    + (held == null ? " a captured graph, without the host's launches, as in the control's graph-replayed verify steps"
+                    : " a captured graph without the host's launches, the graph holding " + held)
+                    + "; a share of the conversion is of the graph figure where there is one.\n");
+        }
         if (rows.stream().anyMatch(r -> r.draft().equals(VerifyPathBench.REPLAY)))
             b.append("\nDrafts: copy = a copy of the target (its q draft steps are timed with the verify steps); replay = the"
                     + " target's own greedy output of the copy run replayed as a predicted output (near free: the row times the"

@@ -142,6 +142,9 @@ public final class BenchCommand implements Callable<Integer> {
                     + " conversion: its per-step F16 -> F32 copies timed alone, the host launching each (median of 5), and as its"
                     + " graph-replayed verify steps of q + 1 rows launch them (grouped, at the step's bounds), replayed from a captured"
                     + " graph without the host's launches (mean of 20 replays; where graphs are on); f32ShortContextRows %d", agreementSteps, shortRows)));
+            if (both)
+                setup.put("conversion_graph", String.format(Locale.ROOT, "the grouped copies (ds4j_f16_to_f32_seqs) a control"
+                        + " verify step of %d rows launches at its bounds, as its kept graph replays them", q + 1));
             setup.put("command", "ds4j bench " + String.join(" ", commandLine()));
             System.out.println("model: " + setup.get("model"));
             System.out.println("machine: " + setup.get("machine"));

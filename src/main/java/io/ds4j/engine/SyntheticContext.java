@@ -22,8 +22,8 @@ public interface SyntheticContext {
      *                runs): the conversion of a step that runs kernel by kernel, host launch cost included
      * @param graphMs milliseconds per conversion replayed from a graph captured once (mean of back-to-back replays),
      *                launched as a control verify step replayed from a kept graph launches it: what such a step pays
-     *                for it; NaN where the backend's verify steps are not replayed from graphs (switched off, or
-     *                unavailable on the device)
+     *                for it; NaN where such a step would not be replayed from a kept graph (graphs switched off or
+     *                unavailable, a profiled step, or a step the backend runs in its other form)
      */
     record Conversion(double aloneMs, double graphMs) {
         /** Not measured: no conversion to time. */

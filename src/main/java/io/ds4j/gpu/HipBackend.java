@@ -554,7 +554,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * {@inheritDoc} Alone: the copies a control step launches kernel by kernel (ds4j_f16_to_f32 of each array at its
      * exact length, into one scratch reused by each layer). In a graph: those a control verify step of
      * {@code rows} rows in the fixed form launches and replays (ds4j_f16_to_f32_seqs at the step's
-     * bounds, {@link #fixedFormCopies}); not timed where such a step would not take the fixed form (graphs off).
+     * bounds, {@link #fixedFormCopies}); not timed (NaN) where such a step would not take the fixed form ({@link #fixedForm}:
+     * graphs off, a profiled step, bounds far above the exact copies).
      * @throws DeviceMemoryException when the sequence's entry arrays cannot grow to the step's length
      */
     @Override

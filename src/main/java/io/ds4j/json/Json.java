@@ -219,14 +219,19 @@ public final class Json {
     /** The 1-based line of byte offset p. */
     private static int lineOf(byte[] src, int p) {
         int line = 1;
-        for (int i = 0; i < p; i++) if (src[i] == '\n') line++;
+        for (int i = 0; i < p; i++) if (endsLine(src, i)) line++;
         return line;
+    }
+
+    /** Whether byte i ends a line as the JSON reader counts lines: a line feed, or a carriage return without one after. */
+    private static boolean endsLine(byte[] src, int i) {
+        return src[i] == '\n' || (src[i] == '\r' && (i + 1 >= src.length || src[i + 1] != '\n'));
     }
 
     /** The 1-based column, in characters, of byte offset p on its line. */
     private static int columnOf(byte[] src, int p) {
         int lineStart = p;
-        while (lineStart > 0 && src[lineStart - 1] != '\n') lineStart--;
+        while (lineStart > 0 && !endsLine(src, lineStart - 1)) lineStart--;
         return charColumn(src, lineOf(src, p), p - lineStart + 1);
     }
 
@@ -524,7 +529,7 @@ public final class Json {
         if (src == null || line < 1 || byteColumn < 1) return byteColumn;
         int start = 0;
         for (int l = 1; l < line; l++) {
-            while (start < src.length && src[start] != '\n') start++;
+            while (start < src.length && !endsLine(src, start)) start++;
             if (start >= src.length) return byteColumn;
             start++;
         }
@@ -576,12 +581,7 @@ public final class Json {
         int len = (src[p] & 0xE0) == 0xC0 ? 2 : (src[p] & 0xF0) == 0xE0 ? 3 : 4;
         if (p + len > src.length) return null;
         String ch = new String(src, p, len, java.nio.charset.StandardCharsets.UTF_8);
-        int lineStart = p;
-        while (lineStart > 0 && src[lineStart - 1] != '\n') lineStart--;
-        int line = 1;
-        for (int i = 0; i < lineStart; i++) if (src[i] == '\n') line++;
-        int column = charColumn(src, line, p - lineStart + 1);
-        return " at line " + line + ", column " + column + ": unexpected character '" + ch + "' (U+"
+        return " at line " + lineOf(src, p) + ", column " + columnOf(src, p) + ": unexpected character '" + ch + "' (U+"
                 + String.format("%04X", ch.codePointAt(0)) + ") outside a string: text goes inside double quotes";
     }
 

@@ -359,6 +359,11 @@ class VerifyPathBenchTest {
         assertTrue(md.contains("replayed from a captured graph"), md);
         assertEquals(0.400, new ObjectMapper().readTree(rep.json()).get("rows").get(0).get("control_conversion_ms_per_step_in_graph").asDouble());
         assertEquals(md, BenchReport.fromJson(rep.write(dir, "g").get(1)).markdown(), "the JSON keeps both figures");
+        // a run that names what its graph held says it in the note
+        String held = new BenchReport(Map.of("conversion_graph", "the grouped copies of a 5-row step"), List.of(control, f16)).markdown();
+        assertTrue(held.contains("replayed from a captured graph without the host's launches, the graph holding the grouped copies"
+                + " of a 5-row step; a share"), held);
+        assertFalse(md.contains("the graph holding"), md);
         // timed alone only (no graphs, or a run kept from before): the share is of that figure, as earlier runs printed it
         var aloneOnly = new VerifyPathBench.Row(59933, "f32-convert", VerifyPathBench.COPY, 3450, 17.4, 40, 64, 16, 21.3, 64, 64,
                 1.0, 1.0, 1.0, 40, false, 1024, 0.800, Double.NaN, 21.20, none);

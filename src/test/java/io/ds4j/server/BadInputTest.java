@@ -740,6 +740,8 @@ class BadInputTest {
                 // a character beyond ASCII outside a string, in well-formed UTF-8 (Jackson: "Invalid UTF-8 start byte")
                 {"{\"a\": \u00e9\u00e9}", "line 1, column 7: unexpected character '\u00e9' (U+00E9) outside a string: text goes inside double quotes"},
                 {"[1,\n  \u20ac]", "line 2, column 3: unexpected character '\u20ac' (U+20AC) outside a string: text goes inside double quotes"},
+                // a carriage return alone ends a line too, as the parser counts lines
+                {"[1,\r  \u20ac]", "line 2, column 3: unexpected character '\u20ac' (U+20AC) outside a string: text goes inside double quotes"},
                 {"{\"a\": " + "y".repeat(300) + "}", "line 1, column 7: unrecognized token '" + "y".repeat(256) + "...': expected a JSON value"},
                 // columns count characters, as the lone-surrogate message does, not the bytes before them (each é is two)
                 {"{\"a\":\"\u00e9\u00e9\u00e9\",\f\"b\":1}", "line 1, column 12: unexpected control character U+000C between tokens:"
