@@ -771,10 +771,18 @@ public final class SchemaCompiler {
         // no object has a required property that properties does not define where additionalProperties false rules
         // out every other; the node has no value at all only where its type allows nothing but an object
         boolean closed = ap != null && !ap.booleanValue() && onlyObject(n.get("type"));
+        // JSON Schema's form of required, checked whether properties are declared or not (a string or a number there
+        // was read as no names where nothing is declared, and [5] named as an undefined property)
+        JsonNode r = n.get("required");
+        if (r != null && !r.isNull()) {
+            if (!r.isArray()) throw UnsupportedSchemaException.invalid("required", path, "required at '" + path + "' must be an array of names");
+            for (JsonNode x : r)
+                if (!x.isTextual())
+                    throw UnsupportedSchemaException.invalid("required", path, "required at '" + path + "' must be an array of names, not " + x);
+        }
         if (props == null || props.isNull()) {
-            if (n.has("required") && !n.get("required").isEmpty()) {
-                JsonNode first = n.get("required").isArray() ? n.get("required").get(0) : null;
-                if (closed && first != null && first.isTextual()) throw noValueRequires(first, path);
+            if (r != null && !r.isNull() && !r.isEmpty()) {
+                if (closed) throw noValueRequires(r.get(0), path);
                 throw new UnsupportedSchemaException("required", path, "required at '" + path + "' names properties that 'properties' does not define");
             }
             if (ap != null && !ap.booleanValue()) return add(new Schema.Obj(List.of(), new Schema[0], new boolean[0]));
@@ -790,12 +798,10 @@ public final class SchemaCompiler {
         Map<String, JsonNode> defs = new LinkedHashMap<>();
         for (var e : props.properties()) defs.put(e.getKey(), e.getValue());
         java.util.Set<String> req = new java.util.HashSet<>();
-        JsonNode r = n.get("required");
         if (r != null && !r.isNull()) {
-            if (!r.isArray()) throw UnsupportedSchemaException.invalid("required", path, "required at '" + path + "' must be an array of names");
             for (JsonNode x : r) {
-                if (closed && x.isTextual() && !defs.containsKey(x.textValue())) throw noValueRequires(x, path);
-                if (!x.isTextual() || !defs.containsKey(x.textValue()))
+                if (closed && !defs.containsKey(x.textValue())) throw noValueRequires(x, path);
+                if (!defs.containsKey(x.textValue()))
                     throw new UnsupportedSchemaException("required", path, "required at '" + path + "' names " + x + ", which 'properties' does not define");
                 req.add(x.textValue());
             }

@@ -525,6 +525,26 @@ class StructuredOutputTest {
         }
     }
 
+    /**
+     * required in a form JSON Schema does not have (not an array, or an entry that is no name) is an invalid schema, with
+     * properties declared or not: a string there was read as no names where none are declared, and [5] as an
+     * undefined property (unsupported_schema_keyword).
+     */
+    @Test
+    void requiredThatIsNoArrayOfNamesIsInvalid() throws Exception {
+        String[][] cases = {
+                {"{\"type\":\"object\",\"required\":\"city\"}", "must be an array of names"},
+                {"{\"type\":\"object\",\"required\":5}", "must be an array of names"},
+                {"{\"type\":\"object\",\"required\":[5]}", "must be an array of names, not 5"},
+                {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\",null]}", "must be an array of names, not null"}};
+        for (String[] c : cases) {
+            var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree(c[0]), true) + ",\"max_tokens\":4"));
+            assertEquals(400, resp.status(), resp.body());
+            assertEquals("invalid_schema", resp.json().at("/error/code").asText(), resp.body());
+            assertTrue(resp.json().at("/error/message").asText().contains(c[1]), resp.body());
+        }
+    }
+
     @Test
     void unsupportedKeywordIs400() throws Exception {
         JsonNode schema = Json.MAPPER.readTree("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"uri\"}},\"required\":[\"d\"]}");
