@@ -620,12 +620,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             for (int l = 0; l < c.numLayers; l++) {
                 long mark = ws.mark();
                 HipSequence.LayerState st = hs.layers[l];
-                long entries = switch (c.layerTypes[l]) {
-                    case SLIDING -> 0;
-                    case CSA -> b.csaBound;
-                    case HCA -> b.hcaBound;
-                };
-                convertGroup(b, groupHostView(b, l, 0), groupView(b, l, 0), b.ringRows, st.comp == null ? 0 : st.comp.m, entries, c.headDim);
+                convertGroup(b, groupHostView(b, l, 0), groupView(b, l, 0), b.ringRows, st.comp == null ? 0 : st.comp.m,
+                        b.convertedEntries(c.layerTypes[l]), c.headDim);
                 if (st.index != null && b.indexer)
                     convertGroup(b, groupHostView(b, l, 2), groupView(b, l, 2), 0, st.index.m, b.scoreLd, c.indexHeadDim);
                 ws.release(mark);
@@ -1448,6 +1444,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         boolean convert;
         int ringRows;
         long csaBound;
+
+        /** The compressed entries a layer of this kind copies in the control's conversion: its bound (none: sliding). */
+        long convertedEntries(AttentionKind kind) {
+            return switch (kind) {
+                case SLIDING -> 0;
+                case CSA -> csaBound;
+                case HCA -> hcaBound;
+            };
+        }
         /** When the step started (host time), and an executable to destroy once it has finished (or 0). */
         long t0, dropExec;
 
@@ -1974,8 +1979,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         // per query: at or under shortRows the F32 kernel, above it tensor cores at F32 accuracy, as attendEntry
         if (b.convert) {
             // the control: the group's complete F16 cache rows to F32, then the attention on the copies
-            long entries = kind == AttentionKind.CSA ? b.csaBound : kind == AttentionKind.HCA ? b.hcaBound : 0;
-            var v32 = convertGroup(b, hWin, dWin, b.ringRows, m, entries, d);
+            var v32 = convertGroup(b, hWin, dWin, b.ringRows, m, b.convertedEntries(kind), d);
             launched(ds4j_attention_f16_operands_f32_seqs(ctx(), v32.host(), ptr(v32.device()), G, ptr(q), ptr(kv), akind, m, ptr(sel), K,
                     ptr(L.sinks), H, d, W, scale, shortRows, ptr(o)), "attention (f32 copy)", "attention");
         } else launched(ds4j_attention_f16_operands_seqs(ctx(), hWin, ptr(dWin), G, ptr(q), ptr(kv), akind, m, ptr(sel), K, ptr(L.sinks),
@@ -2132,12 +2136,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private long convertBytes(DeviceStep b) {
         long G = b.seqs.length, a = Workspace.ALIGN_BYTES, most = 0;
         for (int l = 0; l < c.numLayers; l++) {
-            long entries = switch (c.layerTypes[l]) {
-                case SLIDING -> 0;
-                case CSA -> b.csaBound;
-                case HCA -> b.hcaBound;
-            };
-            long bytes = 4 * G * (b.ringRows + entries) * c.headDim + SeqViews.BYTES * G + 2 * a;
+            long bytes = 4 * G * (b.ringRows + b.convertedEntries(c.layerTypes[l])) * c.headDim + SeqViews.BYTES * G + 2 * a;
             if (c.layerTypes[l] == AttentionKind.CSA && b.indexer) bytes += 4 * G * b.scoreLd * c.indexHeadDim + SeqViews.BYTES * G + 2 * a;
             most = Math.max(most, bytes);
         }

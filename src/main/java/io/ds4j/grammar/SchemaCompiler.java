@@ -770,7 +770,7 @@ public final class SchemaCompiler {
         JsonNode props = n.get("properties");
         // no object has a required property that properties does not define where additionalProperties false rules
         // out every other; the node has no value at all only where its type allows nothing but an object
-        boolean closed = ap != null && !ap.booleanValue() && onlyObject(n.get("type"));
+        boolean noOthers = ap != null && !ap.booleanValue(), closed = noOthers && onlyObject(n.get("type"));
         // JSON Schema's form of required, checked whether properties are declared or not (a string or a number there
         // was read as no names where nothing is declared, and [5] named as an undefined property)
         JsonNode r = n.get("required");
@@ -785,7 +785,7 @@ public final class SchemaCompiler {
                 if (closed) throw noValueRequires(r.get(0), path);
                 throw new UnsupportedSchemaException("required", path, "required at '" + path + "' names properties that 'properties' does not define");
             }
-            if (ap != null && !ap.booleanValue()) return add(new Schema.Obj(List.of(), new Schema[0], new boolean[0]));
+            if (noOthers) return add(new Schema.Obj(List.of(), new Schema[0], new boolean[0]));
             return add(new Schema.AnyObject());
         }
         if (!props.isObject()) throw UnsupportedSchemaException.invalid("properties", path, "properties at '" + path + "' must be an object");
