@@ -34,7 +34,8 @@ import static io.ds4j.gpu.bindings.ds4j_gpu_h.*;
  * <p>Shapes (hidden 4096, q_lora 1024, 64 heads of 512, 8 output groups, MoE intermediate 2048): wq_a 1024x4096,
  * wq_b 32768x1024, wkv 512x4096, wo_a 8 groups of 1024x4096, wo_b 4096x8192, shared expert w1 2048x4096 and
  * w2 4096x2048 (FP8 e4m3, 128x128 E8M0 scales); a BF16 1024x4096 product; the routed experts' w1 2048x4096 and
- * w2 4096x2048 (FP4 e2m1, 1x32 E8M0 scales), 16 experts, 6 distinct picks per row. Weights are random.
+ * w2 4096x2048 (FP4 e2m1, 1x32 E8M0 scales), 16 experts, 6 distinct picks per row; where --only names it (e.g.
+ * --only lm_head), the output head, BF16 129280x4096. Weights are random.
  *
  * <p>Each figure is the mean of --reps back-to-back calls after a warm-up (launch costs included); the "graph" figure
  * is the mean per call of the same calls captured once into a graph (one call per weight copy) and replayed, so without
@@ -120,9 +121,12 @@ public final class MatmulBench {
                 // the mHC mapping of a layer's residual streams: (2 + n) n rows over n D columns (n = 4, D = 4096), F32
                 new Shape("mHC mapping (f32 24x16384)", f32, 24, 16384, 1));
         List<Shape> experts = List.of(new Shape("routed w1 / w3", fp4, 2048, 4096, 1), new Shape("routed w2", fp4, 4096, 2048, 1));
+        // the output head (vocabulary 129,280, BF16, 1.06 GB): only where --only names it, its copies being 2 GB
+        Shape head = new Shape("lm_head 129280x4096", bf16, 129280, 4096, 1);
         if (only != null) {
             final String o = only;
-            dense = dense.stream().filter(sh -> sh.name().contains(o)).toList();
+            dense = java.util.stream.Stream.concat(dense.stream(), java.util.stream.Stream.of(head))
+                    .filter(sh -> sh.name().contains(o)).toList();
             experts = experts.stream().filter(sh -> sh.name().contains(o)).toList();
             if (dense.isEmpty() && experts.isEmpty()) throw new IllegalArgumentException("--only " + o + ": no product of that name");
         }
@@ -147,8 +151,11 @@ public final class MatmulBench {
                     + " | % of BF16 peak (product / MMA) | graph µs | graph % of HBM | y hash |");
             System.out.println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
             SplittableRandom r = new SplittableRandom(1);
-            // x: S rows of up to 8 x 4096 columns (wo_a's groups); y: S rows of up to 32768 (wq_b) or k x 4096 outputs
-            long x = gpu.malloc(4L * maxS * 32768, "x"), y = gpu.malloc(4L * maxS * 32768, "y");
+            // x: S rows of up to 8 x 4096 columns (wo_a's groups); y: S rows of the most outputs (wq_b's 32768, the
+            // head's 129280) or k x 4096
+            int maxOut = 32768;
+            for (Shape s : dense) maxOut = Math.max(maxOut, s.rows);
+            long x = gpu.malloc(4L * maxS * 32768, "x"), y = gpu.malloc(4L * maxS * maxOut, "y");
             final int maxPicks = maxS * k;
             long scratch = gpu.malloc(4L * (maxPicks + 3L * E + 1), "moe scratch");
             try {
