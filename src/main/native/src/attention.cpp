@@ -476,26 +476,59 @@ __device__ __forceinline__ void at_split_body(const float* q, const float* kv_ne
  * Adds the nsplit (> 1) key ranges of row (slot, h) with the sink: orow = sum_c e^(m_c-M) O_c / (sum_c e^(m_c-M) l_c +
  * e^(sink-M)), M the largest of the m_c and the sink, the ranges in order.
  */
+constexpr int AT_COMBINE_U = 8;  // ranges whose partials a thread loads before it adds them
+
 __device__ __forceinline__ void at_combine_body(const float* part, const float* ml, int nsmax, int nsplit, int64_t slot_h,
                                                 float sink, int d, float* orow) {
+    // One block a row of a few ranges: its time is a chain of round trips to memory. The ranges' maxima and sums are
+    // fetched once, one a thread, into shared memory, and each thread takes four adjacent columns with one 16-byte load
+    // a range, issuing AT_COMBINE_U ranges' loads before it adds them. Every value, operation and order is that of one
+    // thread walking the ranges column by column, so the sums are the same bits.
+    __shared__ float mls[2 * AT_NS_MAX];
     __shared__ float wts[AT_NS_MAX + 1];  // e^(m_c - M), then the denominator
     const float* mlr = ml + slot_h * nsmax * 2;
+    for (int c = threadIdx.x; c < 2 * nsplit; c += blockDim.x) mls[c] = mlr[c];
+    __syncthreads();
     float M = sink;
-    for (int c = 0; c < nsplit; c++) M = fmaxf(M, mlr[2 * c]);
-    for (int c = threadIdx.x; c < nsplit; c += blockDim.x) wts[c] = exp_d(sub(mlr[2 * c], M));
+    for (int c = 0; c < nsplit; c++) M = fmaxf(M, mls[2 * c]);
+    for (int c = threadIdx.x; c < nsplit; c += blockDim.x) wts[c] = exp_d(sub(mls[2 * c], M));
     __syncthreads();
     if (threadIdx.x == 0) {
         float L = exp_d(sub(sink, M));
-        for (int c = 0; c < nsplit; c++) L = add(L, mul(wts[c], mlr[2 * c + 1]));
+        for (int c = 0; c < nsplit; c++) L = add(L, mul(wts[c], mls[2 * c + 1]));
         wts[AT_NS_MAX] = L;
     }
     __syncthreads();
     const float L = wts[AT_NS_MAX];
     const float* pr = part + slot_h * nsmax * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float acc = 0.f;
-        for (int c = 0; c < nsplit; c++) acc = add(acc, mul(wts[c], pr[(int64_t)c * d + i]));
-        orow[i] = acc / L;
+    if ((((uintptr_t)pr | (uintptr_t)orow) & 15) != 0 || (d & 3) != 0) {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            float acc = 0.f;
+            for (int c = 0; c < nsplit; c++) acc = add(acc, mul(wts[c], pr[(int64_t)c * d + i]));
+            orow[i] = acc / L;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < d / 4; i += blockDim.x) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int c0 = 0; c0 < nsplit; c0 += AT_COMBINE_U) {
+            const int n = nsplit - c0 < AT_COMBINE_U ? nsplit - c0 : AT_COMBINE_U;
+            float4 p[AT_COMBINE_U];
+#pragma unroll
+            for (int u = 0; u < AT_COMBINE_U; u++)
+                if (u < n) p[u] = reinterpret_cast<const float4*>(pr + (int64_t)(c0 + u) * d)[i];
+#pragma unroll
+            for (int u = 0; u < AT_COMBINE_U; u++) {
+                if (u < n) {
+                    const float w = wts[c0 + u];
+                    acc.x = add(acc.x, mul(w, p[u].x));
+                    acc.y = add(acc.y, mul(w, p[u].y));
+                    acc.z = add(acc.z, mul(w, p[u].z));
+                    acc.w = add(acc.w, mul(w, p[u].w));
+                }
+            }
+        }
+        reinterpret_cast<float4*>(orow)[i] = make_float4(acc.x / L, acc.y / L, acc.z / L, acc.w / L);
     }
 }
 
