@@ -50,6 +50,7 @@
 #include "tc_mma.h"
 #include "tc_wgmma.h"
 
+#include <algorithm>
 #include <atomic>
 #include <stdlib.h>
 #include <string.h>
@@ -138,14 +139,21 @@ __device__ __forceinline__ L2Range sk_tile_range(const Args& a, int rt) {
     return rows_share(a.v.w, row_bytes_of(FMT, a.v.cols), r0, min(r0 + rt, (gi + 1) * a.grp), 0, 1);
 }
 
+/** The first `most` bytes of r (a block's prefetch cut to its share of the L2: SmArgs::pf_max). */
+__device__ __forceinline__ L2Range l2_first(L2Range r, int64_t most) {
+    return L2Range{r.p, r.n < (size_t)most ? r.n : (size_t)most};
+}
+
 /**
- * Prefetches share part of parts of rows [r0, r1) of v into the L2: the weights, and the FP4 scale bytes (one per 32
- * columns of a row; FP8's 128 x 128 block scales are few and left out).
+ * Prefetches share part of parts of rows [r0, r1) of v into the L2, at most `most` bytes of each: the weights, and the
+ * FP4 scale bytes (one per 32 columns of a row; FP8's 128 x 128 block scales are few and left out).
  */
 template <int FMT>
-__device__ __forceinline__ void sk_prefetch_rows(const WView& v, int r0, int r1, int part, int parts) {
-    prefetch_l2(rows_share(v.w, row_bytes_of(FMT, v.cols), r0, r1, part, parts));
-    if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32) prefetch_l2(rows_share(v.scale, v.cols >> 5, r0, r1, part, parts));
+__device__ __forceinline__ void sk_prefetch_rows(const WView& v, int r0, int r1, int part, int parts,
+                                                 int64_t most = INT64_MAX) {
+    prefetch_l2(l2_first(rows_share(v.w, row_bytes_of(FMT, v.cols), r0, r1, part, parts), most));
+    if constexpr (FMT == DS4J_FMT_FP4_E2M1_B32)
+        prefetch_l2(l2_first(rows_share(v.scale, v.cols >> 5, r0, r1, part, parts), most));
 }
 
 constexpr int MOE_MAX_E = 1024;  // most experts a grid over distinct experts handles (Args::E); more take one over picks
@@ -698,6 +706,7 @@ struct SmArgs {
     int rg;          // moe: row groups per block, taken in turn (grid y: rgpg / rg rounded up); dense: 1
     int xasync;      // 1: the staging copies raw x into the slots by cp.async, then splits it in place (sm_xasync)
     int lean;        // 1: the lean instance runs (sm_lean)
+    int64_t pf_max;  // most weight bytes a block asks the L2 for before it starts (run_smem: l2_share)
 };
 
 /**
@@ -723,7 +732,8 @@ template <int FMT, int MT>
 __device__ __forceinline__ L2Range sm_dense_range(const Args& a, const SmArgs& b) {
     int r0, r1;
     sm_block_rows<MT, false>(a, b, r0, r1);
-    return rows_share(a.v.w, row_bytes_of(FMT, a.v.cols), r0, r1, b.split ? (int)blockIdx.y : 0, b.split ? b.nw : 1);
+    return l2_first(rows_share(a.v.w, row_bytes_of(FMT, a.v.cols), r0, r1, b.split ? (int)blockIdx.y : 0, b.split ? b.nw : 1),
+                    b.pf_max);
 }
 
 constexpr int SM_GT = SM_BYTES / (4 * 512);  // most (chunk group, n-tile) pairs of one FP8 slice (4 k-steps each)
@@ -1150,7 +1160,7 @@ __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 
         pb = b.split ? (int)blockIdx.z : 0;
         int r0, r1;  // the rows of the block's row groups; its partition's share of them
         sm_block_rows<MT, true>(a, b, r0, r1);
-        sk_prefetch_rows<FMT>(v, r0, r1, pb, b.split ? b.nw : 1);
+        sk_prefetch_rows<FMT>(v, r0, r1, pb, b.split ? b.nw : 1, b.pf_max);
     } else {
         const int gi = blockIdx.x / b.rgpg, ti = (blockIdx.x % b.rgpg) * SM_W + warp;
         row0 = gi * a.grp + ti * RT;
@@ -1475,6 +1485,8 @@ static int warps_for(int mt, int64_t tiles, int64_t rb) {
 
 /** Fewest rows (all groups of an FP8 product) from which steps of more than 32 rows run in passes of 32 (wide_passes). */
 constexpr int64_t NARROW_MIN_ROWS = 2048;
+/** Fewest rows from which a product of any format runs steps of more than 32 rows in passes of 32 (the output head). */
+constexpr int64_t NARROW_MIN_ROWS_ANY = 65536;
 
 /**
  * Whether a step of more than 32 rows against a product of `rows` rows (all groups) in `format` runs in one pass of 8
@@ -1487,13 +1499,15 @@ constexpr int64_t NARROW_MIN_ROWS = 2048;
  * 93.5, wo_b 70.2 against 91.7, the shared expert's w1 / w3 23.5 against 27.7 and w2 24.7 against 28.4, where wq_a
  * (1,024 rows) took 18.1 against 15.1 and wkv (512) 16.9 against 13.9 in passes of 32 (twenty-first session), so those
  * keep one pass; a 64-entry decode step of the 43-layer model 83.8–87.2 ms against 88.9–90.3. Other formats keep one
- * pass: the BF16 product of 1,024 rows moved by 3 %, and the BF16 head (129,280 rows, 1 GB read once per pass) was not
- * measured. The pass width never changes a row's sums.
+ * pass (the BF16 product of 1,024 rows moved by 3 %) up to NARROW_MIN_ROWS_ANY rows: the BF16 head (129,280 rows, 1 GB
+ * read once per pass) takes 1,702 µs in two passes of 32 at 64 rows against 2,109 in one, 1,558 against 1,854 at 48
+ * (an H100, `DS4J_SKINNY_WIDE=0|1 tools/device/run.sh mm-bench --rows 1,32,48,64 --reps 20 --only lm_head`, twice
+ * each, equal result hashes; BENCHMARKS.md, fifty-first session). The pass width never changes a row's sums.
  */
 static bool wide_passes(int format, int64_t rows) {
     static std::atomic<int> c{0};
     const int v = env_choice(c, "DS4J_SKINNY_WIDE", 2, 0, 2);
-    return v == 1 || (v == 2 && (format != DS4J_FMT_FP8_E4M3_B128 || rows < NARROW_MIN_ROWS));
+    return v == 1 || (v == 2 && rows < NARROW_MIN_ROWS_ANY && (format != DS4J_FMT_FP8_E4M3_B128 || rows < NARROW_MIN_ROWS));
 }
 
 /**
@@ -1872,6 +1886,41 @@ static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, c
 }
 
 /**
+ * Most weight bytes each block of a staged launch of `blocks` blocks asks the L2 for before it starts: DS4J_SKINNY_L2
+ * percent (read once; default 10, 0 for no limit) of the device's L2 over the blocks that run at once (at most three a
+ * multiprocessor). Each block used to ask for its whole share, so a launch larger than the L2 had its early blocks'
+ * prefetches evicted by the later ones' before use and read again from memory (the BF16 head, 1.06 GB, 667 µs a
+ * call at one row), and a launch of a few dozen MB crowded out what the products beside it in the step were reading.
+ * On an H100 (BENCHMARKS.md, fifty-first session): the head 667 -> 513 µs at one row, same result hashes; engine steps
+ * at 4,096 tokens of the 43-layer model, 4 runs each against the library without the cut, batch 1 13.09 -> 12.49 ms,
+ * 16 entries 26.62 -> 25.81, 64 entries 63.46 -> 62.42, a 5-row verify step 21.61 -> 20.48 (25 % of the L2: 12.67,
+ * 26.17, 62.41, 20.90; 5 % and 3 %: as 10 % at one row, up to 65.6 ms at 64 entries). A hint's size changes no
+ * number.
+ */
+static int64_t l2_share(ds4j_ctx* ctx, int64_t blocks) {
+    static std::atomic<int> pct{0};
+    const int p = env_choice(pct, "DS4J_SKINNY_L2", 10, 0, 1000);
+    if (p == 0) return INT64_MAX;
+    constexpr int MAXDEV = 64;
+    static std::atomic<int64_t> l2[MAXDEV], sms[MAXDEV];  // 0: not asked yet
+    const int d = ctx->device >= 0 && ctx->device < MAXDEV ? ctx->device : 0;
+    if (l2[d].load() == 0) {
+        int b = 0, n = 0;
+        if (cudaDeviceGetAttribute(&b, cudaDevAttrL2CacheSize, ctx->device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, ctx->device) != cudaSuccess) {
+            cudaGetLastError();
+            b = 0, n = 0;
+        }
+        sms[d].store(n > 0 ? n : 1);
+        l2[d].store(b > 0 ? b : -1);  // -1: unknown, no limit
+    }
+    const int64_t bytes = l2[d].load();
+    if (bytes < 0) return INT64_MAX;
+    const int64_t running = std::max<int64_t>(1, std::min<int64_t>(blocks, 3 * sms[d].load()));
+    return bytes / 100 * p / running;
+}
+
+/**
  * Runs pl for a (grid: dense (groups rgpg), moe (expert blocks, rgpg / pl.b.rg), with the partitions added as the last
  * dimension when split)
  * and, when split, the ordered sum of the partials into y (ns rows of `rows`; ids / w_table for moe). A status.
@@ -1884,6 +1933,7 @@ static int run_smem(ds4j_ctx* ctx, int format, SmPlan pl, dim3 grid, Args a, int
         if (MOE) grid.z = (unsigned)pl.b.nw;
         else grid.y = (unsigned)pl.b.nw;
     }
+    pl.b.pf_max = l2_share(ctx, (int64_t)grid.x * grid.y * grid.z);
     hipError_t e = hipSuccess;
     DS4J_SK_DISPATCH_FN(format, pl.nt, (e = launch_smem<F, N, MOE>(grid, pl, ctx->stream, a)))
     if (e != hipSuccess) return fail_hip(e, "launching matmul (skinny tensor cores, shared x)");
