@@ -469,6 +469,8 @@ final class Regex {
         private int[] callNodes;
         /** {@link #loopsOnStringText}: 0 not yet decided, 1 yes, −1 no. */
         private int loopsOnString;
+        /** {@link #distAfterShortEscape} and {@link #distAfterBmpChar} plus one, found on first use (0: not yet). */
+        private int afterShort, afterBmp;
 
         At(Regex re, int[] pos, boolean kept) {
             this.re = re;
@@ -573,6 +575,47 @@ final class Regex {
                 cp = re.classStarts[next];
             }
             return false;
+        }
+
+        /**
+         * The fewest bytes from these positions to the match after one character in [lo, hi] (surrogates left out;
+         * one character of each code point class, as all of a class lead alike): {@link GState#FAR} where none leads on.
+         */
+        int distAfterChars(int lo, int hi) {
+            int best = GState.FAR;
+            for (int cp = lo; cp <= hi && best > 0; ) {
+                if (cp >= 0xD800 && cp <= 0xDFFF) {
+                    cp = 0xE000;
+                    continue;
+                }
+                if (step(cp) instanceof At a) best = Math.min(best, a.dist);
+                int next = re.classOf(cp) + 1;
+                if (next >= re.classStarts.length) break;
+                cp = re.classStarts[next];
+            }
+            return best;
+        }
+
+        /**
+         * {@link #distAfterChars} over the characters JSON may write as a two-byte escape (a quote, a backslash, a
+         * slash and the five controls b f n r t); remembered.
+         */
+        int distAfterShortEscape() {
+            int v = afterShort;
+            if (v == 0) {
+                int best = GState.FAR;
+                for (int cp : new int[] {'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'})
+                    if (step(cp) instanceof At a) best = Math.min(best, a.dist);
+                afterShort = v = best + 1;
+            }
+            return v - 1;
+        }
+
+        /** {@link #distAfterChars} over the Basic Multilingual Plane (what one backslash-u escape writes); remembered. */
+        int distAfterBmpChar() {
+            int v = afterBmp;
+            if (v == 0) afterBmp = v = distAfterChars(0, 0xFFFF) + 1;
+            return v - 1;
         }
 
         /**

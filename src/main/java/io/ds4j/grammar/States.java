@@ -624,15 +624,28 @@ final class States {
 
         /**
          * A lower bound: the bytes of the pattern's shortest ending and of the characters minLength still asks for, one
-         * each, whichever is more (an escape or a longer character takes more), then the closing quote.
+         * each, whichever is more (a longer character takes more), then the closing quote. Inside an escape held to a
+         * pattern, the escape's own bytes come first: after the backslash the cheaper of a two-byte escape's character
+         * and a backslash-u escape (u and four digits) of any, after some digits the ones still to come; then the
+         * pattern's shortest ending after that character. Counting the escape as one byte let the length steering begin
+         * an escape (a backslash token) that could not end within max_tokens, where the pattern's next character (a
+         * letter, a digit) has no two-byte escape.
          */
         @Override
         public int dist() {
             int chars = Math.max(0, s.minLength - count), own;
             if (mode == OPEN) own = 1 + Math.max(re.dist(), chars);
             else if (mode == BODY) own = Math.max(re.dist(), chars);
-            else if (mode == ESC) own = Math.max(1, Math.max(re.dist(), chars));
-            else own = (mode - HEX1) + Math.max(0, Math.max(re.dist() - 4, chars - 1));
+            else if (s.re == Schema.StrOf.ANY_TEXT) own = mode == ESC ? Math.max(1, chars) : (mode - HEX1) + Math.max(0, chars - 1);
+            else if (mode == ESC) {
+                Regex.At at = (Regex.At) re;
+                int rest = Math.max(0, chars - 1);
+                own = Math.min(GState.add(1, Math.max(at.distAfterShortEscape(), rest)),
+                        GState.add(5, Math.max(at.distAfterBmpChar(), rest)));
+            } else {
+                int left = mode - HEX1, lo = hex << 4 * left;
+                own = GState.add(left, Math.max(((Regex.At) re).distAfterChars(lo, lo | (1 << 4 * left) - 1), Math.max(0, chars - 1)));
+            }
             return GState.add(GState.add(own, 1), kd);
         }
     }
