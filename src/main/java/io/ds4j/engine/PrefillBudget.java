@@ -42,10 +42,10 @@ import java.util.Arrays;
  *       passes of fewer than {@value #SHORT_PASS_FLOORS} floors' tokens (floor-sized chunks, short prompts) and longer
  *       ones (whole chunks, the slices of one); the line through the two is the fixed cost a pass pays whatever its
  *       tokens and the cost a token adds. Each end keeps its last measurements while only the other's kind of tick
- *       runs, so the line stays known. It answers one question that a cost per token cannot ({@link #wholeCheaper}): at the floor, whether a
- *       whole chunk of few tokens (one pass) or one layer of a long chunk (a 1/L pass of many tokens) makes the
- *       shorter tick. On the GPU a pass's fixed cost dominates and the slice wins; on the CPU with few layers the
- *       tokens' cost dominates and the floor-sized chunk does.</li>
+ *       runs, so the line stays known. It answers one question that a cost per token cannot ({@link #wholeCheaper}):
+ *       at the floor, whether a whole chunk of few tokens (one pass) or one layer of a long chunk (a 1/L pass of many
+ *       tokens) makes the shorter tick. On the GPU a pass's fixed cost dominates and the slice wins; on the CPU with
+ *       few layers the tokens' cost dominates and the floor-sized chunk does.</li>
  * </ul>
  * While a long prompt prefills, every tick holds prefill, so {@code decodeMs} would go stale: a tick then runs
  * without prefill (a probe) when there is no decode-only measurement yet, when the last one is
@@ -218,7 +218,8 @@ public final class PrefillBudget {
 
     private Decision decision(int tokens, Reason why) {
         double[] line = passLine();
-        return new Decision(tokens, why, decodeMs, msPerToken, line == null ? Double.NaN : line[0], line == null ? Double.NaN : line[1]);
+        return line == null ? new Decision(tokens, why, decodeMs, msPerToken, Double.NaN, Double.NaN)
+                : new Decision(tokens, why, decodeMs, msPerToken, line[0], line[1]);
     }
 
     /**
@@ -264,8 +265,8 @@ public final class PrefillBudget {
         if (line != null) return passCoef * line[0] + tokenCoef * line[1] > 0;
         PassEnd known = shortPasses.known() ? shortPasses : longPasses.known() ? longPasses : null;
         if (known == null) return false;
-        // the lines through the known end (t0 tokens a pass costing c0 ms) with both costs at least 0 run from all of
-        // c0 a token's cost (0, c0 / t0) to all of it the pass's (c0, 0); the difference is linear along them
+        // the lines through the known end (t0 tokens a pass costing c0 ms) with both costs at least 0: (passMs, tokenMs)
+        // from (0, c0 / t0), all of c0 the tokens', to (c0, 0), all of it the pass's; the difference is linear between
         double atTokens = tokenCoef * known.ms() / Math.max(known.tokens(), 1e-9), atPass = passCoef * known.ms();
         if (atTokens <= 0 && atPass <= 0) return false;
         if (atTokens >= 0 && atPass >= 0) return true;
