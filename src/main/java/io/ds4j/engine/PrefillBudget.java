@@ -35,6 +35,17 @@ import java.util.Arrays;
  *       of the size the policy picks, it includes a chunk's fixed cost spread over its tokens, so the pick converges
  *       to the chunk whose whole cost fits the bound; it also follows the cost's growth with the prompt's
  *       position.</li>
+ *   <li>the per-pass cost line: a tick's prefill cost as {@code passMs · P + tokenMs · W}, P the passes over the layers
+ *       its prefill made (its whole chunks together one, a chunk in a layer slice its share of the layers) and W its
+ *       prefill tokens' work (as {@code msPerToken}'s). Learned from the ticks beside decode rows at two ends, each
+ *       the median of the last {@value #PASS_WINDOW} such ticks' points (W / P tokens a pass, cost / P ms a pass):
+ *       passes of fewer than {@value #SHORT_PASS_FLOORS} floors' tokens (floor-sized chunks, short prompts) and longer
+ *       ones (whole chunks, the slices of one); the line through the two is the fixed cost a pass pays whatever its
+ *       tokens and the cost a token adds. Each end keeps its last measurements while only the other's kind of tick
+ *       runs, so the line stays known. It answers one question that a cost per token cannot ({@link #wholeCheaper}):
+ *       at the floor, whether a whole chunk of few tokens (one pass) or one layer of a long chunk (a 1/L pass of many
+ *       tokens) makes the shorter tick. On the GPU a pass's fixed cost dominates and the slice wins; on the CPU with
+ *       few layers the tokens' cost dominates and the floor-sized chunk does.</li>
  * </ul>
  * While a long prompt prefills, every tick holds prefill, so {@code decodeMs} would go stale: a tick then runs
  * without prefill (a probe) when there is no decode-only measurement yet, when the last one is
@@ -54,7 +65,10 @@ public final class PrefillBudget {
         PROBE,
         /** No prefill cost measured yet: the floor. */
         NO_DATA,
-        /** The stretch bound allows less than the floor: the floor. */
+        /**
+         * The stretch bound allows less than the floor: the floor (also where a chunk is cut to it because that makes a
+         * shorter tick than one layer of the chunk in a slice, {@link #wholeCheaper}).
+         */
         FLOOR,
         /** The stretch bound limits the tokens. */
         STRETCH,
@@ -78,8 +92,10 @@ public final class PrefillBudget {
      * @param reason     why
      * @param decodeMs   the predicted duration of the tick without prefill (ms; NaN when unknown)
      * @param msPerToken the predicted prefill cost per token (ms; NaN when unknown)
+     * @param passMs     the per-pass cost line's fixed cost of a pass over the layers (ms; NaN while not known)
+     * @param tokenMs    the per-pass cost line's cost of a token (ms; NaN while not known)
      */
-    public record Decision(int tokens, Reason reason, double decodeMs, double msPerToken) {
+    public record Decision(int tokens, Reason reason, double decodeMs, double msPerToken, double passMs, double tokenMs) {
         /** True when the latency bound set the limit below the token budget (chunks may be cut to meet it). */
         public boolean bounded() {
             return reason == Reason.FLOOR || reason == Reason.STRETCH || reason == Reason.NO_DATA || reason == Reason.LAYERS;
@@ -87,7 +103,7 @@ public final class PrefillBudget {
 
         /** This decision with another reason (the scheduler's, once it knows what the tick holds). */
         public Decision because(Reason why) {
-            return new Decision(tokens, why, decodeMs, msPerToken);
+            return new Decision(tokens, why, decodeMs, msPerToken, passMs, tokenMs);
         }
 
         /**
@@ -116,6 +132,55 @@ public final class PrefillBudget {
     static final int ONE_OFF_SKIPS = 2;
     /** Decode-only ticks whose second fastest is {@code decodeMs}. */
     static final int DECODE_WINDOW = 5;
+    /**
+     * A pass of fewer than this many floors' tokens ({@link Scheduler.Limits#floor}) is a short one: the per-pass cost
+     * line's short end (a floor-sized chunk's pass), the rest its long end (a whole chunk's, or a slice's).
+     */
+    static final int SHORT_PASS_FLOORS = 2;
+
+    /** Ticks whose median point is an end of the per-pass cost line. */
+    static final int PASS_WINDOW = 5;
+
+    /**
+     * One end of the per-pass cost line: the last {@value #PASS_WINDOW} such ticks' points (prefill tokens a pass,
+     * prefill cost a pass in ms), and as the end the point of median cost (the lower middle one of an even count).
+     * Each point lies on the line but for noise, so any of them is a point of the line; the median, because slow
+     * outliers are common (on the CPU the first step beside decode rows after a server's start took 824 ms where its
+     * like took 23) and an end may go long without a tick of its kind to replace one.
+     */
+    private static final class PassEnd {
+        private final double[] tokens = new double[PASS_WINDOW], ms = new double[PASS_WINDOW];
+        private int count, next;
+
+        void add(double t, double m) {
+            tokens[next] = t;
+            ms[next] = m;
+            next = (next + 1) % PASS_WINDOW;
+            count = Math.min(count + 1, PASS_WINDOW);
+        }
+
+        boolean known() {
+            return count > 0;
+        }
+
+        /** The window's point of median cost (its index). */
+        private int median() {
+            Integer[] order = new Integer[count];
+            for (int i = 0; i < count; i++) order[i] = i;
+            Arrays.sort(order, (x, y) -> Double.compare(ms[x], ms[y]));
+            return order[(count - 1) / 2];
+        }
+
+        /** The end's tokens a pass (NaN while none measured). */
+        double tokens() {
+            return count == 0 ? Double.NaN : tokens[median()];
+        }
+
+        /** The end's cost a pass (ms; NaN while none measured). */
+        double ms() {
+            return count == 0 ? Double.NaN : ms[median()];
+        }
+    }
 
     private double decodeMs = Double.NaN;
     private final double[] decodeSamples = new double[DECODE_WINDOW];
@@ -129,6 +194,8 @@ public final class PrefillBudget {
     private int sinceDecodeSample;
     /** Probes in a row left unmeasured for one-off work ({@link #ONE_OFF_SKIPS} at most). */
     private int oneOffSkips;
+    /** The per-pass cost line's ends: short passes (a floor-sized chunk's) and long ones (a whole chunk's, a slice's). */
+    private final PassEnd shortPasses = new PassEnd(), longPasses = new PassEnd();
 
     /**
      * The prefill tokens of the next tick, given that prefill waits.
@@ -137,16 +204,22 @@ public final class PrefillBudget {
      */
     public Decision decide(Scheduler.Limits limits, int decodeRows) {
         int budget = limits.tokenBudget();
-        if (decodeRows == 0) return new Decision(budget, Reason.NO_DECODES, decodeMs, msPerToken);
-        if (limits.maxTickStretch() == 0) return new Decision(budget, Reason.OFF, decodeMs, msPerToken);
+        if (decodeRows == 0) return decision(budget, Reason.NO_DECODES);
+        if (limits.maxTickStretch() == 0) return decision(budget, Reason.OFF);
         if (Double.isNaN(decodeMs) || sinceDecodeSample >= PROBE_EVERY || loadChanged(decodeRows))
-            return new Decision(0, Reason.PROBE, decodeMs, msPerToken);
+            return decision(0, Reason.PROBE);
         int floor = limits.floor();
-        if (Double.isNaN(msPerToken)) return new Decision(floor, Reason.NO_DATA, decodeMs, msPerToken);
+        if (Double.isNaN(msPerToken)) return decision(floor, Reason.NO_DATA);
         double allowed = (limits.maxTickStretch() - 1) * decodeMs / msPerToken;
-        if (allowed >= budget) return new Decision(budget, Reason.CEILING, decodeMs, msPerToken);
-        if (allowed < floor) return new Decision(floor, Reason.FLOOR, decodeMs, msPerToken);
-        return new Decision((int) allowed, Reason.STRETCH, decodeMs, msPerToken);
+        if (allowed >= budget) return decision(budget, Reason.CEILING);
+        if (allowed < floor) return decision(floor, Reason.FLOOR);
+        return decision((int) allowed, Reason.STRETCH);
+    }
+
+    private Decision decision(int tokens, Reason why) {
+        double[] line = passLine();
+        return line == null ? new Decision(tokens, why, decodeMs, msPerToken, Double.NaN, Double.NaN)
+                : new Decision(tokens, why, decodeMs, msPerToken, line[0], line[1]);
     }
 
     /**
@@ -167,6 +240,66 @@ public final class PrefillBudget {
         return (int) Math.max(0, Math.min(numLayers, Math.floor(numLayers * roomMs / chunkMs)));
     }
 
+    /**
+     * Whether a whole chunk of {@code wholeTokens} tokens (one pass over the layers) is predicted to make a shorter tick
+     * than one layer of a chunk of {@code chunkTokens} tokens in a slice (1/numLayers of a pass over its tokens; the
+     * chunk's next ticks run its other layers alike), by the per-pass cost line. The scheduler asks where, at the floor,
+     * not one layer of a new chunk fits the room the bound leaves: both break the bound, and the shorter tick holds the
+     * running streams up least.
+     *
+     * <p>slice − whole is {@code (1/L − 1) · passMs + (chunkTokens/L − wholeTokens) · tokenMs}. With both ends of the
+     * line measured the line decides. With one end, every line through it with both costs at least 0 is possible:
+     * where the sign is the same on all of them it decides (one layer of a chunk of at most L floors never costs more
+     * than the floor-sized chunk; a one-layer model's slice is its whole chunk), else the option whose tokens a pass
+     * fall at the end not yet measured runs, so that the line is known after it. Nothing measured, neither option at
+     * the missing end, or a tie: the slice.
+     * @param floor the floor ({@link Scheduler.Limits#floor}), which parts the line's ends
+     * @return true: the whole chunk; false: the slice
+     */
+    public boolean wholeCheaper(int wholeTokens, int chunkTokens, int numLayers, int floor) {
+        double s = 1.0 / numLayers, passCoef = s - 1, tokenCoef = s * chunkTokens - wholeTokens;
+        double shortBelow = (double) SHORT_PASS_FLOORS * floor;
+        PassEnd wholeEnd = wholeTokens < shortBelow ? shortPasses : longPasses,
+                sliceEnd = chunkTokens < shortBelow ? shortPasses : longPasses;
+        double[] line = passLine();
+        if (line != null) return passCoef * line[0] + tokenCoef * line[1] > 0;
+        PassEnd known = shortPasses.known() ? shortPasses : longPasses.known() ? longPasses : null;
+        if (known == null) return false;
+        // the lines through the known end (t0 tokens a pass costing c0 ms) with both costs at least 0: (passMs, tokenMs)
+        // from (0, c0 / t0), all of c0 the tokens', to (c0, 0), all of it the pass's; the difference is linear between
+        double atTokens = tokenCoef * known.ms() / Math.max(known.tokens(), 1e-9), atPass = passCoef * known.ms();
+        if (atTokens <= 0 && atPass <= 0) return false;
+        if (atTokens >= 0 && atPass >= 0) return true;
+        if (sliceEnd != known) return false; // the slice measures the missing end
+        return wholeEnd != known;
+    }
+
+    /**
+     * The per-pass cost line through its two ends: {passMs, tokenMs}, both at least 0 (a line that falls, or rises from
+     * below 0, is replaced by the nearest with a cost at 0); null while an end is not measured.
+     */
+    private double[] passLine() {
+        if (!shortPasses.known() || !longPasses.known()) return null;
+        double t1 = shortPasses.tokens(), c1 = shortPasses.ms(), t2 = longPasses.tokens(), c2 = longPasses.ms();
+        if (t2 <= t1) return null; // (the floor changed between them)
+        double tokenMs = (c2 - c1) / (t2 - t1), passMs = c1 - tokenMs * t1;
+        if (tokenMs < 0) return new double[]{(c1 + c2) / 2, 0}; // longer passes measured cheaper (noise): a pass's cost
+        if (passMs < 0) return new double[]{0, (c1 * t1 + c2 * t2) / (t1 * t1 + t2 * t2)}; // through 0: a token's cost
+        return new double[]{passMs, tokenMs};
+    }
+
+    /** The per-pass cost line's fixed cost of a pass (ms; NaN while an end of the line is not measured). */
+    public double passMs() {
+        double[] l = passLine();
+        return l == null ? Double.NaN : l[0];
+    }
+
+    /** The per-pass cost line's cost of a token (ms; NaN while an end of the line is not measured). */
+    public double tokenMs() {
+        double[] l = passLine();
+        return l == null ? Double.NaN : l[1];
+    }
+
     /** {@link #observe(int, int, double, long, boolean)} with one decode entry per decode row and no one-off work. */
     public void observe(int decodeRows, double prefillTokens, long nanos) {
         observe(decodeRows, decodeRows, prefillTokens, nanos, false);
@@ -178,18 +311,31 @@ public final class PrefillBudget {
     }
 
     /**
+     * {@link #observe(int, int, double, double, int, long, boolean)} without the passes its prefill made: the per-pass
+     * cost line does not learn from it.
+     */
+    public void observe(int decodeRows, int decodeEntries, double prefillTokens, long nanos, boolean oneOff) {
+        observe(decodeRows, decodeEntries, prefillTokens, 0, 0, nanos, oneOff);
+    }
+
+    /**
      * Learns from a tick that ran.
      * @param decodeRows    its decode/verify rows
      * @param decodeEntries the decode/verify entries that hold them (with its prefill entries, the step's batch shape)
      * @param prefillTokens its prefill tokens, a chunk run in a layer slice counting as its tokens times the slice's
      *                      share of the layers
+     * @param passes        the passes over the layers its prefill made: 1 for its whole prefill entries together, plus
+     *                      a slice's share of the layers (0: not known, the per-pass cost line does not learn from it)
+     * @param floor         the floor in effect ({@link Scheduler.Limits#floor}): a pass of fewer than
+     *                      {@value #SHORT_PASS_FLOORS} times as many tokens is a short one
      * @param nanos         its duration (ns)
      * @param oneOff        the backend did one-off work in it ({@link Backend#oneOffWork}: a graph captured, the workspace
      *                      reallocated): its duration is not learned from; a probe that did is repeated after one
      *                      prefill tick (at once when there is no decode time yet or the load changed), and measured
      *                      all the same after {@value #ONE_OFF_SKIPS} such probes in a row
      */
-    public void observe(int decodeRows, int decodeEntries, double prefillTokens, long nanos, boolean oneOff) {
+    public void observe(int decodeRows, int decodeEntries, double prefillTokens, double passes, int floor, long nanos,
+                        boolean oneOff) {
         double ms = nanos / 1e6;
         if (prefillTokens == 0) {
             if (decodeRows == 0) return;
@@ -240,6 +386,13 @@ public final class PrefillBudget {
         // a tick faster than the decode-only mean (noise): count its prefill as nearly free, the next ticks correct it
         double perToken = Math.max(cost, 1e-3) / prefillTokens;
         msPerToken = Double.isNaN(msPerToken) ? perToken : msPerToken + ALPHA * (perToken - msPerToken);
+        if (passes > 0 && decodeRows > 0) {
+            // only beside decode rows, the ticks it decides for: a tick without them pays the step's own costs, which
+            // prefill beside decode rows shares with them, and would count them as a pass's. Per pass, so that a slice
+            // of a fifth of the layers and a whole chunk of as many tokens a pass land on the same point of the line
+            double perPass = prefillTokens / passes;
+            (perPass < (double) SHORT_PASS_FLOORS * floor ? shortPasses : longPasses).add(perPass, Math.max(cost, 0) / passes);
+        }
     }
 
     /** The second smallest of v[0 .. n), or the smallest when n is at most 2. */

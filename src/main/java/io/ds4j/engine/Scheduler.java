@@ -38,11 +38,14 @@ import java.util.function.LongSupplier;
  *       ({@link PrefillBudget#layers}, after the prefill already in the tick; all of them when it fits whole), the
  *       tick's only prefill besides short rests, one chunk part-way at a time (same numbers: every layer sees what it
  *       sees in one step); under the stretch bound a new chunk of which not even one layer fits is cut as below,
- *       at the floor or part-way it runs one layer. It is not cut shorter
- *       instead: a short chunk pays most of a whole chunk's pass over the weights (on the GPU, beside 16 streams at
- *       32K tokens of context, a step with a 70-token chunk took 76 ms, one with a slice of a 512-token chunk worth
- *       71 tokens 45 ms; BENCHMARKS.md, twenty-third session), and the cost per token that the bound learns from the
- *       slices would not predict it.</li>
+ *       part-way it runs one layer. It is not cut shorter instead: a short chunk pays most of a whole chunk's pass
+ *       over the weights (on the GPU, beside 16 streams at 32K tokens of context, a step with a 70-token chunk took
+ *       76 ms, one with a slice of a 512-token chunk worth 71 tokens 45 ms; BENCHMARKS.md, twenty-third session), and
+ *       the cost per token that the bound learns from the slices would not predict it. At the floor, where not one
+ *       layer of a new chunk fits, both a floor-sized chunk and one layer break the bound: the chunk runs one layer,
+ *       or is cut to the floor where {@link PrefillBudget#wholeCheaper} predicts that the shorter tick (its per-pass
+ *       cost line tells a pass's fixed cost from a token's: on the CPU with few layers one layer of a long chunk can
+ *       be more tokens' work than the floor and cost more).</li>
  * </ul>
  * Generations that stepped move to the back of the order, so decodes that waited and prefills that did not get a
  * chunk go first in the next tick (round-robin).
@@ -248,10 +251,13 @@ public final class Scheduler<K> {
         // --- prefill chunks under the tick's prefill limit
         PrefillBudget.Decision budget = null;
         double prefillShare = 0; // prefill tokens times the share of the layers they ran
+        boolean wholePrefill = false; // whole prefill entries ran (together one pass over the layers)
+        double slicePass = 0; // the share of the layers the tick's chunk in a layer slice ran (its pass)
         final int L = backend.config().numLayers;
         // a chunk part-way through its layers goes on before another starts (each holds its streams until it ends)
         boolean partWay = running.values().stream().anyMatch(g -> g.slicing() && g.nextRows() > 0);
         int sliceTokens = 0; // the tokens of the tick's chunk in a layer slice (prefillTokens: whole chunks)
+        boolean cutInstead = false; // a chunk was cut to the floor instead of starting in a slice (below)
         // a part-way chunk plans first, so that its next slice is sized by the whole room of the bound, not by what
         // prompts ahead of it in the round-robin order left
         Iterable<Map.Entry<K, Generation>> order = running.entrySet();
@@ -273,16 +279,31 @@ public final class Scheduler<K> {
             if (g.slicing() || (sliceable(budget) && !restInFloor)) {
                 // a chunk in layer slices: the generation's whole next chunk (the weights read once for all its tokens)
                 // or the rest of its part-way one, as many layers as the bound allows; one such chunk a tick
-                if (sliceTokens > 0 || (partWay && !g.slicing())) continue;
+                if (sliceTokens > 0 || cutInstead || (partWay && !g.slicing())) continue;
                 int layers = PrefillBudget.layers(limits, budget, n, prefillShare, L);
-                // not one layer fits the room the tick has left: at the floor or part-way the chunk runs one layer;
+                // not one layer fits the room the tick has left: at the floor (unless cut, next) or part-way the chunk
+                // runs one layer;
                 // under the stretch bound a new chunk is cut instead (below: to the tokens that fit, or it waits)
                 int run = layers > 0 || g.slicing() || budget.reason() != PrefillBudget.Reason.STRETCH ? Math.max(1, layers) : 0;
+                // at the floor one layer of a new chunk breaks the bound, and so does the floor-sized chunk the cut
+                // below would run whole: the per-pass cost line picks the shorter tick. On the CPU with few layers one
+                // layer of a long chunk is more tokens' work than the floor and costs more; on the GPU a pass's fixed
+                // cost makes the slice far cheaper. A chunk cut instead is the tick's one long chunk, as a slice is
+                if (layers == 0 && !g.slicing() && budget.reason() == PrefillBudget.Reason.FLOOR) {
+                    int whole = cut(n, budget.tokens() - prefillTokens, prefillTokens == 0);
+                    if (whole > 0 && whole < n && prefillBudget.wholeCheaper(whole, n, L, limits.floor())) {
+                        run = 0;
+                        cutInstead = true;
+                    }
+                }
                 if (run > 0) {
-                    BatchEntry e = plan(en.getKey(), () -> g.planPrefill(n, run), keys, batch, failed);
+                    final int r = run;
+                    BatchEntry e = plan(en.getKey(), () -> g.planPrefill(n, r), keys, batch, failed);
                     if (e == null) continue;
                     sliceTokens = e.count();
                     BatchEntry.Layers ly = e.layers();
+                    if (ly == null) wholePrefill = true;
+                    else slicePass = (double) (ly.to() - ly.from()) / L;
                     prefillShare += ly == null ? e.count() : (double) e.count() * (ly.to() - ly.from()) / L;
                     if (ly != null && budget.reason() == PrefillBudget.Reason.FLOOR) budget = budget.because(PrefillBudget.Reason.LAYERS);
                     continue;
@@ -302,6 +323,7 @@ public final class Scheduler<K> {
             if (e == null) continue;
             prefillTokens += e.count();
             prefillShare += e.count();
+            wholePrefill = true;
         }
         prefillTokens += sliceTokens;
         // --- cancelled generations end at this step boundary (plan releases their state)
@@ -348,7 +370,9 @@ public final class Scheduler<K> {
         }
         long t1 = clock.getAsLong(), nanos = t1 - t0;
         boolean oneOff = backend.oneOffWork() != work0;
-        if (!batch.isEmpty() && !isolated) prefillBudget.observe(rowsDecode, entriesDecode, prefillShare, nanos, oneOff);
+        if (!batch.isEmpty() && !isolated)
+            prefillBudget.observe(rowsDecode, entriesDecode, prefillShare, (wholePrefill ? 1 : 0) + slicePass, limits.floor(),
+                    nanos, oneOff);
         return new Tick<>(stepped, failed, ended, batch.size(), rowsDecode, prefillTokens, sliceTokens, prefillShare, isolated,
                 List.copyOf(mtpSteps), budget, nanos, tPlanned - t0, tStepped - tPlanned, t1 - tStepped, oneOff);
     }

@@ -919,7 +919,8 @@ public final class EngineVerticle extends VerticleBase {
     /**
      * A step at debug: its entries, decode rows and prefill tokens (a chunk in a layer slice counted whole, with the
      * share of the layers it ran as tokens' work), its duration, and where a prompt waited the scheduler's prefill
-     * decision (the limit, why, and the costs it predicted; "not measured" before the first measurement).
+     * decision (the limit, why, the costs it predicted and the per-pass cost line; "not measured" before the first
+     * measurement).
      */
     private void logStep(Scheduler.Tick<Job> t) {
         StringBuilder b = new StringBuilder(String.format("step: %d entries, %d decode rows, %d prefill tokens", t.entries(),
@@ -928,8 +929,9 @@ public final class EngineVerticle extends VerticleBase {
             b.append(String.format(" (%d of them a chunk in a layer slice; %.1f tokens' work in all)", t.slicedTokens(), t.prefillShare()));
         var d = t.budget();
         if (d != null)
-            b.append(String.format(" (limit %d: %s; predicted %s without prefill, %s a prefill token, %s with)", d.tokens(),
-                    d.reason().label(), ms(d.decodeMs()), ms(d.msPerToken()), ms(d.predictedMs(t.prefillShare()))));
+            b.append(String.format(" (limit %d: %s; predicted %s without prefill, %s a prefill token, %s with; a pass %s + %s a token)",
+                    d.tokens(), d.reason().label(), ms(d.decodeMs()), ms(d.msPerToken()), ms(d.predictedMs(t.prefillShare())),
+                    ms(d.passMs()), ms(d.tokenMs())));
         if (t.oneOff()) b.append(" (one-off work in the backend: not learned from)");
         LOG.debug("{}, took {}", b, ms(t.nanos() / 1e6));
     }

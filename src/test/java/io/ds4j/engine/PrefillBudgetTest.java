@@ -8,7 +8,8 @@ import static org.junit.jupiter.api.Assertions.*;
  * The scheduler's latency policy for prefill on its own, fed measured tick durations of a made-up cost (no model, no
  * clock): the full budget without decodes or with the policy off, a probe before decode-only time is known, the
  * floor before prefill cost is known and whenever the bound allows less, the ceiling, the stretch bound holding tick
- * after tick in a world of affine costs, re-probes as the decode load changes or the measurement ages.
+ * after tick in a world of affine costs, re-probes as the decode load changes or the measurement ages, and the
+ * per-pass cost line that tells a floor-sized chunk from one layer of a long chunk.
  */
 class PrefillBudgetTest {
     static final Scheduler.Limits LIMITS = new Scheduler.Limits(256, 512, 1.6, 64);
@@ -231,6 +232,88 @@ class PrefillBudgetTest {
         b.observe(16, 64, ms(45));
         assertTrue(b.msPerToken() > 0 && b.msPerToken() < 1e-3, "" + b.msPerToken());
         assertEquals(PrefillBudget.Reason.CEILING, b.decide(LIMITS, 16).reason());
+    }
+
+    /**
+     * A tick beside 16 decode rows (50 ms alone) whose prefill made {@code passes} passes over the layers with
+     * {@code work} tokens' work, costing {@code passMs} a pass and {@code tokenMs} a token (floor 64).
+     */
+    static void prefillTick(PrefillBudget b, double work, double passes, double passMs, double tokenMs) {
+        b.observe(16, 16, work, passes, 64, ms(50 + passes * passMs + work * tokenMs), false);
+    }
+
+    /**
+     * The per-pass cost line from a floor-sized whole chunk (64 tokens, one pass) and one layer of five of a 512-token
+     * chunk (a fifth of a pass, 102.4 tokens' work): it tells a pass's cost from a token's, which a cost per token
+     * cannot. CPU-like (0.5 ms a token, nothing a pass): the floor chunk (32 ms) is cheaper than the slice (51.2 ms).
+     * GPU-like (30 ms a pass, 0.05 ms a token): the slice (11.1 ms) is cheaper than the floor chunk (33.2 ms), although
+     * it holds more tokens' work.
+     */
+    @Test
+    void thePerPassCostLineTellsWhetherAFloorChunkOrOneLayerOfAChunkIsCheaper() {
+        PrefillBudget cpu = new PrefillBudget();
+        cpu.observe(16, 0, ms(50));
+        prefillTick(cpu, 64, 1, 0, 0.5);
+        prefillTick(cpu, 512 / 5.0, 0.2, 0, 0.5);
+        assertEquals(0, cpu.passMs(), 1e-6);
+        assertEquals(0.5, cpu.tokenMs(), 1e-6);
+        assertTrue(cpu.wholeCheaper(64, 512, 5, 64), "CPU-like: the floor chunk");
+        assertFalse(cpu.wholeCheaper(64, 256, 5, 64), "one layer of a chunk of at most 5 floors costs no more");
+        assertEquals(cpu.decide(LIMITS, 16).passMs(), cpu.passMs(), "the decision carries the line (the step log shows it)");
+
+        PrefillBudget gpu = new PrefillBudget();
+        gpu.observe(16, 0, ms(50));
+        prefillTick(gpu, 64, 1, 30, 0.05);
+        prefillTick(gpu, 512 / 5.0, 0.2, 30, 0.05);
+        assertEquals(30, gpu.passMs(), 1e-6);
+        assertEquals(0.05, gpu.tokenMs(), 1e-6);
+        assertFalse(gpu.wholeCheaper(64, 512, 5, 64), "GPU-like: the slice");
+        // the same ticks' cost per token, for contrast: the slice's 102.4 tokens are predicted dearer than 64
+        assertTrue(102.4 * gpu.msPerToken() > 64 * gpu.msPerToken());
+    }
+
+    /**
+     * With one end of the line measured, what every line through it allows decides where it can; else the option that
+     * measures the missing end runs. Without any end (or with only ticks without decode rows): the slice.
+     */
+    @Test
+    void withOneEndOfTheLineTheOptionThatMeasuresTheOtherRuns() {
+        PrefillBudget b = new PrefillBudget();
+        b.observe(0, 0, 64, 1, 64, ms(40), false); // without decode rows: not learned from
+        assertTrue(Double.isNaN(b.passMs()));
+        assertFalse(b.wholeCheaper(64, 512, 5, 64), "nothing measured: the slice");
+        b.observe(16, 0, ms(50));
+        prefillTick(b, 64, 1, 0, 0.5); // the short end
+        assertTrue(Double.isNaN(b.passMs()), "one end: no line yet");
+        assertFalse(b.wholeCheaper(64, 512, 5, 64), "the slice measures the long end");
+        assertFalse(b.wholeCheaper(64, 320, 5, 64), "one layer of 5 floors never costs more than the floor");
+        assertTrue(b.wholeCheaper(64, 512, 1, 64), "one layer of a one-layer model is its whole chunk");
+        prefillTick(b, 512 / 5.0, 0.2, 0, 0.5);
+        assertTrue(b.wholeCheaper(64, 512, 5, 64), "both ends: the line says the floor chunk");
+
+        PrefillBudget g = new PrefillBudget();
+        g.observe(16, 0, ms(50));
+        prefillTick(g, 512 / 5.0, 0.2, 30, 0.05); // a slice: the long end
+        assertFalse(g.wholeCheaper(64, 512, 43, 64), "one layer of 43 holds fewer tokens than the floor: the slice");
+        assertTrue(g.wholeCheaper(64, 512, 5, 64), "the floor chunk measures the short end");
+        prefillTick(g, 64, 1, 30, 0.05);
+        assertFalse(g.wholeCheaper(64, 512, 5, 64), "both ends: the line says the slice");
+    }
+
+    /**
+     * One slow tick at an end that its kind of tick rarely revisits (the first step beside decode rows after a start
+     * took 824 ms where its like took 23 on the CPU) does not hold the line: an end is the median of its last ticks.
+     */
+    @Test
+    void aSlowTickDoesNotHoldAnEndOfTheLine() {
+        PrefillBudget b = new PrefillBudget();
+        b.observe(16, 0, ms(50));
+        prefillTick(b, 64, 1, 800, 0.5); // 800 ms more than its like
+        prefillTick(b, 512 / 5.0, 0.2, 0, 0.5);
+        prefillTick(b, 64, 1, 0, 0.5);
+        assertTrue(b.wholeCheaper(64, 512, 5, 64), "the floor chunk, by its tick like the others (line: "
+                + b.passMs() + " ms a pass, " + b.tokenMs() + " a token)");
+        assertEquals(0, b.passMs(), 1e-6);
     }
 
     /** The step log and the metric name a reason alike (the log said NO_DECODES where the metric said no_decodes). */

@@ -24,7 +24,9 @@ import static org.junit.jupiter.api.Assertions.*;
  * request, mid-prefill or mid-decode, ends at the next tick with its state released while the others go on; a long
  * prompt is split across ticks under the token budget while the decodes step in every tick; beside running decodes the
  * latency policy cuts its chunks shorter (never where the backend says a cut changes numbers) and its output stays
- * that of the request alone; a request whose step fails inside a batched step fails alone.
+ * that of the request alone; at the floor a chunk is cut to the floor where that makes a shorter step than one layer
+ * of it (CPU-like costs) and runs in slices where it does not (GPU-like); a request whose step fails inside a batched
+ * step fails alone.
  */
 class SchedulerTest {
     static ModelConfig cfg;
@@ -354,6 +356,169 @@ class SchedulerTest {
             while (g.step()) { }
             assertArrayEquals(tokens(a), tokens(outs.get(en.getKey())), "request " + en.getKey() + " as alone");
         }
+    }
+
+    /**
+     * A CPU-like cost at the floor: a step with decode rows 12 ms, prefill 1 ms a token's work and nothing a pass (a
+     * chunk in a slice costs its share of the layers), so that a floor chunk of 8 tokens (8 ms) and one layer of a
+     * 64-token chunk (12.8 ms) both break the bound (0.5 x 12 ms), and the floor chunk makes the shorter step. The
+     * long prompt's first chunk runs in slices (they measure the per-pass cost line's long end; its short end came
+     * from two prompts prefilled beside the first stream), then a chunk is cut to the floor while one layer of it holds
+     * more tokens than the floor (a chunk's rest of at most 5 x 8 tokens runs in slices: one layer of it costs no
+     * more): every such step takes at most 20 ms, not 24.8. Before, every chunk ran in slices of one layer.
+     * Outputs as alone.
+     */
+    @Test
+    void atTheFloorACpuLikeCostCutsAChunkToTheFloorInsteadOfSlicingIt() {
+        FloorRun r = floorRun(batch -> (hasDecode(batch) ? 12_000_000L : 0) + Math.round(1_000_000L * prefillWork(batch)));
+        assertAsAlone(r.alone(), r.batched());
+        long longSliced = r.longEntries().stream().filter(e -> e.layers() != null && e.layers().from() == 0 && e.count() > 5 * 8).count();
+        assertEquals(1, longSliced, "only the first chunk of more than 5 x 8 tokens ran in slices:" + describe(r.longEntries()));
+        int firstChunk = 0, floorChunks = 0;
+        for (int i = 0; i < r.ticks().size(); i++) {
+            Scheduler.Tick<String> t = r.ticks().get(i);
+            if (t.prefillTokens() == 0) continue;
+            if (t.slicedTokens() > 5 * 8) {
+                firstChunk++;
+                continue;
+            }
+            assertTrue(t.budget().atFloor(), "tick " + i + ": " + t.budget());
+            assertTrue(t.nanos() <= 20_000_000L, "tick " + i + ": " + t.nanos() / 1e6 + " ms > 12 + 8 ms");
+            if (t.slicedTokens() == 0) {
+                assertTrue(t.prefillTokens() <= 8, "tick " + i + ": a whole chunk of " + t.prefillTokens() + " tokens");
+                floorChunks++;
+            }
+        }
+        assertEquals(cfg.numLayers, firstChunk, "the first chunk's slices");
+        // each later 64-token chunk: three floor chunks, then its rest of 40 in slices; the last (44): one, then 36
+        assertEquals(3 * 3 + 1, floorChunks, "ticks with a floor chunk:" + describe(r.longEntries()));
+        PrefillBudget b = r.budget();
+        assertEquals(0, b.passMs(), 1e-6, "no cost a pass");
+        assertEquals(1, b.tokenMs(), 1e-6, "1 ms a token");
+    }
+
+    /**
+     * A GPU-like cost at the floor: a pass over the layers costs 40 ms whatever its tokens (a chunk in a slice its
+     * share of that), a token's work 0.05 ms. A floor chunk of 8 tokens costs 40.4 ms, one layer of a 64-token chunk
+     * 8.64 ms: at the floor the chunks keep running in slices, although one layer holds more tokens' work than the
+     * floor (64 > 8 tokens x 5 layers, where a cost per token would cut them). Outputs as alone.
+     */
+    @Test
+    void atTheFloorAGpuLikeCostKeepsSlicingWhereAFloorChunkCostsMore() {
+        FloorRun r = floorRun(batch -> (hasDecode(batch) ? 12_000_000L : 0)
+                + Math.round(40_000_000L * prefillPasses(batch) + 50_000L * prefillWork(batch)));
+        assertAsAlone(r.alone(), r.batched());
+        int layers = 0;
+        for (int i = 0; i < r.ticks().size(); i++) {
+            Scheduler.Tick<String> t = r.ticks().get(i);
+            if (t.prefillTokens() == 0 || !t.budget().atFloor()) continue;
+            // (under the stretch bound a chunk of which no layer fits is cut, as before: the cost per token learned
+            // from the slices predicts that a floor chunk fits)
+            assertTrue(t.slicedTokens() > 0, "tick " + i + " at the floor ran a whole chunk of " + t.prefillTokens() + " tokens:"
+                    + describe(r.longEntries()));
+            assertTrue(t.nanos() <= 12_000_000L + 8_650_000L, "tick " + i + ": " + t.nanos() / 1e6 + " ms > 12 + 8.64 ms");
+            layers++;
+        }
+        assertTrue(layers >= 4 * cfg.numLayers, layers + " ticks at the floor ran a slice:" + describe(r.longEntries()));
+        PrefillBudget b = r.budget();
+        assertEquals(40, b.passMs(), 1e-6, "40 ms a pass");
+        assertEquals(0.05, b.tokenMs(), 1e-6, "0.05 ms a token");
+    }
+
+    static boolean hasDecode(List<BatchEntry> batch) {
+        return batch.stream().anyMatch(e -> e.kind() != StepKind.PREFILL);
+    }
+
+    /** A step's prefill tokens' work: each prefill entry's tokens times the share of the micro model's layers it runs. */
+    static double prefillWork(List<BatchEntry> batch) {
+        double w = 0;
+        for (BatchEntry e : batch) if (e.kind() == StepKind.PREFILL) w += e.count() * share(e);
+        return w;
+    }
+
+    /** A step's passes over the layers for prefill: one for its whole prefill entries together, plus a slice's share. */
+    static double prefillPasses(List<BatchEntry> batch) {
+        boolean whole = false;
+        double p = 0;
+        for (BatchEntry e : batch) {
+            if (e.kind() != StepKind.PREFILL) continue;
+            if (e.layers() == null) whole = true;
+            else p += share(e);
+        }
+        return p + (whole ? 1 : 0);
+    }
+
+    static double share(BatchEntry e) {
+        return e.layers() == null ? 1 : (double) (e.layers().to() - e.layers().from()) / cfg.numLayers;
+    }
+
+    static String describe(List<BatchEntry> entries) {
+        StringBuilder b = new StringBuilder();
+        for (BatchEntry e : entries) b.append(' ').append(e.count()).append(e.layers() == null ? "" : e.layers().toString());
+        return b.toString();
+    }
+
+    static void assertAsAlone(Map<String, int[]> alone, Map<String, int[]> batched) {
+        for (String k : alone.keySet()) assertArrayEquals(alone.get(k), batched.get(k), "request " + k + " as alone");
+    }
+
+    /**
+     * What {@link #floorRun} showed.
+     * @param ticks       the ticks from the long prompt's arrival until its first token
+     * @param longEntries the long prompt's prefill entries, in order
+     * @param budget      the scheduler's cost model after those ticks
+     */
+    record FloorRun(List<Scheduler.Tick<String>> ticks, List<BatchEntry> longEntries, PrefillBudget budget,
+                    Map<String, int[]> batched, Map<String, int[]> alone) {}
+
+    /**
+     * Stream "a" decodes, then "b" and "c" (3-token prompts) are prefilled beside it and decode too, then a 300-token
+     * prompt arrives (prefill chunk 64, token budget 64, maxTickStretch 1.5, minPrefillChunk 8, layer slices on) on the
+     * given fake step cost; the run goes on until every request ended, and each is run alone too.
+     */
+    static FloorRun floorRun(java.util.function.ToLongFunction<List<BatchEntry>> cost) {
+        TrackingBackend target = new TrackingBackend(targetCpu);
+        target.cost = cost;
+        Scheduler<String> sch = new Scheduler<>(target, new Scheduler.Limits(256, 64, 1.5, 8, true), target::now);
+        SplittableRandom rnd = new SplittableRandom(17);
+        Map<String, Req> reqs = new java.util.LinkedHashMap<>();
+        for (String k : List.of("a", "b", "c"))
+            reqs.put(k, new Req(new int[]{1 + rnd.nextInt(cfg.vocabSize - 1), 2, 3}, SamplingParams.greedy(150), null, "1"));
+        reqs.put("long", new Req(TestModelsAccess.randomTokens(cfg, 300, 23), SamplingParams.greedy(3), null, "1"));
+        Map<String, List<Integer>> outs = new java.util.LinkedHashMap<>();
+        Map<String, Generation> gens = new java.util.LinkedHashMap<>();
+        java.util.function.Consumer<String> admit = k -> {
+            outs.put(k, new ArrayList<>());
+            gens.put(k, open(target, reqs.get(k), 64, outs.get(k)));
+            sch.add(k, gens.get(k));
+        };
+        admit.accept("a");
+        while (gens.get("a").prefilling()) sch.tick();
+        admit.accept("b");
+        admit.accept("c");
+        while (gens.get("b").prefilling() || gens.get("c").prefilling()) sch.tick();
+        int firstStep = target.entries.size();
+        admit.accept("long");
+        List<Scheduler.Tick<String>> ticks = new ArrayList<>();
+        while (outs.get("long").isEmpty()) {
+            ticks.add(sch.tick());
+            if (ticks.size() > 1000) fail("the long prompt does not finish");
+        }
+        assertFalse(gens.get("a").done(), "the streams decode throughout");
+        Sequence longSeq = target.sequences.get(3);
+        List<BatchEntry> longEntries = new ArrayList<>();
+        for (int s = firstStep; s < target.entries.size(); s++)
+            for (BatchEntry e : target.entries.get(s)) if (e.kind() == StepKind.PREFILL && e.seq() == longSeq) longEntries.add(e);
+        while (!sch.isEmpty()) sch.tick();
+        Map<String, int[]> batched = new java.util.LinkedHashMap<>(), alone = new java.util.LinkedHashMap<>();
+        for (var en : reqs.entrySet()) {
+            batched.put(en.getKey(), tokens(outs.get(en.getKey())));
+            List<Integer> a = new ArrayList<>();
+            Generation g = open(targetCpu, en.getValue(), 64, a);
+            while (g.step()) { }
+            alone.put(en.getKey(), tokens(a));
+        }
+        return new FloorRun(ticks, longEntries, sch.prefillBudget(), batched, alone);
     }
 
     /**
