@@ -252,7 +252,7 @@ public final class PrefillBudget {
      * where the sign is the same on all of them it decides (one layer of a chunk of at most L floors never costs more
      * than the floor-sized chunk; a one-layer model's slice is its whole chunk), else the option whose tokens a pass
      * fall at the end not yet measured runs, so that the line is known after it. Nothing measured, neither option at
-     * the missing end, or a tie: the slice.
+     * the missing end, or a tie: the slice (nothing measured on a one-layer model: the cut chunk, as every line says).
      * @param floor the floor ({@link Scheduler.Limits#floor}), which parts the line's ends
      * @return true: the whole chunk; false: the slice
      */
@@ -264,7 +264,9 @@ public final class PrefillBudget {
         double[] line = passLine();
         if (line != null) return passCoef * line[0] + tokenCoef * line[1] > 0;
         PassEnd known = shortPasses.known() ? shortPasses : longPasses.known() ? longPasses : null;
-        if (known == null) return false;
+        // nothing measured: the slice, but where every line says the cut chunk (a one-layer model's slice is its whole
+        // chunk, never cheaper than that chunk cut shorter; it ran whole at the floor until an end was measured)
+        if (known == null) return passCoef >= 0 && tokenCoef > 0;
         // the lines through the known end (t0 tokens a pass costing c0 ms) with both costs at least 0: (passMs, tokenMs)
         // from (0, c0 / t0), all of c0 the tokens', to (c0, 0), all of it the pass's; the difference is linear between
         double atTokens = tokenCoef * known.ms() / Math.max(known.tokens(), 1e-9), atPass = passCoef * known.ms();

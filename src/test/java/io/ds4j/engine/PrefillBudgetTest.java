@@ -301,6 +301,18 @@ class PrefillBudgetTest {
     }
 
     /**
+     * One layer of a one-layer model is its whole chunk: the floor-sized chunk never costs more, whatever the line, so
+     * it is cut before anything is measured too (it ran whole: the slice was the default).
+     */
+    @Test
+    void aOneLayerModelsChunkIsCutToTheFloorBeforeTheLineIsMeasured() {
+        PrefillBudget b = new PrefillBudget();
+        assertTrue(b.wholeCheaper(64, 512, 1, 64), "one layer: the floor chunk");
+        assertFalse(b.wholeCheaper(64, 512, 5, 64), "five layers, nothing measured: the slice");
+        assertFalse(b.wholeCheaper(64, 64, 1, 64), "no cut: the same chunk");
+    }
+
+    /**
      * One slow tick at an end that its kind of tick rarely revisits (the first step beside decode rows after a start
      * took 824 ms where its like took 23 on the CPU) does not hold the line: an end is the median of its last ticks.
      */

@@ -457,6 +457,39 @@ class StretchSliceTest {
     }
 
     /**
+     * A one-layer model at the floor (CPU-like: 12 ms a step with decode rows, 1 ms a prefill token, so that 8 tokens of
+     * floor already break the bound of 1.5 x 12 ms): one layer of a chunk is the whole chunk, so the chunk cut to the
+     * floor never makes a longer step, whatever the costs. Its first chunk is cut to the floor too, before the per-pass
+     * cost line has measured anything (before, it ran whole: a step of 12 + 64 + 8 ms where the others took 20).
+     * Outputs as alone.
+     */
+    @Test
+    void aOneLayerModelAtTheFloorCutsItsFirstChunkBeforeAnythingIsMeasured() {
+        TrackingBackend tb = new TrackingBackend(target1);
+        tb.cost = b -> (b.stream().anyMatch(e -> e.kind() != StepKind.PREFILL) ? 12_000_000L : 0)
+                + 1_000_000L * b.stream().filter(e -> e.kind() == StepKind.PREFILL).mapToLong(BatchEntry::count).sum();
+        Scheduler<String> sch = new Scheduler<>(tb, SLICED, tb::now);
+        Map<String, BatchInvarianceRuns.Req> reqs = new LinkedHashMap<>(decoders(oneLayer.vocabSize, 3, 80, false));
+        Map<String, List<Integer>> outs = new LinkedHashMap<>();
+        for (var en : reqs.entrySet()) admit(sch, tb, en.getKey(), en.getValue(), outs);
+        while (sch.tick().prefillTokens() > 0) { }
+        reqs.put("long", longPrompt(oneLayer, 300, 7, false));
+        admit(sch, tb, "long", reqs.get("long"), outs);
+        int atFloor = 0;
+        for (int i = 0; !sch.isEmpty(); i++) {
+            Scheduler.Tick<String> t = sch.tick();
+            assertTrue(i < 2000, "no end");
+            if (t.budget() == null || !t.budget().atFloor() || t.decodeRows() == 0) continue;
+            atFloor++;
+            assertTrue(t.prefillTokens() <= SLICED.floor(), "tick " + i + " at the floor ran " + t.prefillTokens()
+                    + " prefill tokens (" + t.nanos() / 1e6 + " ms): " + t.budget());
+        }
+        assertTrue(atFloor > 10, atFloor + " ticks at the floor");
+        var alone = LongPromptRuns.alone(target1, reqs);
+        for (var en : alone.entrySet()) assertArrayEquals(en.getValue(), BatchInvarianceRuns.tokens(outs.get(en.getKey())), en.getKey());
+    }
+
+    /**
      * Short 8-token prompts arrive three per tick while a 400-token prompt prefills beside 3 decodes (fake costs of
      * LongPromptRuns): a slice is sized by the room the prompts already planned in the tick left, and a part-way chunk
      * plans first. Before, a slice planned after such prompts took its layers from the whole bound (22 ms steps
