@@ -283,7 +283,14 @@ public final class PrefillBudget {
     private double[] passLine() {
         if (!shortPasses.known() || !longPasses.known()) return null;
         double t1 = shortPasses.tokens(), c1 = shortPasses.ms(), t2 = longPasses.tokens(), c2 = longPasses.ms();
-        if (t2 <= t1) return null; // (the floor changed between them)
+        if (t2 == t1) return null;
+        if (t2 < t1) { // the floor changed between them: still two points of the line, the shorter pass first
+            double t = t1, c = c1;
+            t1 = t2;
+            c1 = c2;
+            t2 = t;
+            c2 = c;
+        }
         double tokenMs = (c2 - c1) / (t2 - t1), passMs = c1 - tokenMs * t1;
         if (tokenMs < 0) return new double[]{(c1 + c2) / 2, 0}; // longer passes measured cheaper (noise): a pass's cost
         if (passMs < 0) return new double[]{0, (c1 * t1 + c2 * t2) / (t1 * t1 + t2 * t2)}; // through 0: a token's cost

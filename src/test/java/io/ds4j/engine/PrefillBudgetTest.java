@@ -243,6 +243,20 @@ class PrefillBudgetTest {
     }
 
     /**
+     * The line's two ends measured under different floors, the long end's passes shorter than the short end's (the
+     * floor lowered from 64 to 8 between them): still two points of the line, which it goes through.
+     */
+    @Test
+    void theLineGoesThroughItsEndsWhenTheFloorMovedBetweenThem() {
+        PrefillBudget b = new PrefillBudget();
+        b.observe(16, 0, ms(50));
+        b.observe(16, 16, 100, 1, 64, ms(50 + 20 + 100 * 0.1), false);  // short end under floor 64 (100 < 128 tokens)
+        b.observe(16, 16, 40, 1, 8, ms(50 + 20 + 40 * 0.1), false);     // long end under floor 8 (40 >= 16 tokens)
+        assertEquals(20, b.passMs(), 1e-6);
+        assertEquals(0.1, b.tokenMs(), 1e-6);
+    }
+
+    /**
      * The per-pass cost line from a floor-sized whole chunk (64 tokens, one pass) and one layer of five of a 512-token
      * chunk (a fifth of a pass, 102.4 tokens' work): it tells a pass's cost from a token's, which a cost per token
      * cannot. CPU-like (0.5 ms a token, nothing a pass): the floor chunk (32 ms) is cheaper than the slice (51.2 ms).
