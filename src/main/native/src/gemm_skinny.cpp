@@ -1889,10 +1889,10 @@ static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, c
  * Most weight bytes each block of a staged launch of `blocks` blocks asks the L2 for before it starts: DS4J_SKINNY_L2
  * percent (read once; default 10, 0 for no limit) of the device's L2 over the blocks that run at once (at most three a
  * multiprocessor). Each block used to ask for its whole share, so a launch larger than the L2 had its early blocks'
- * prefetches evicted by the later ones' before use and read again from memory (the BF16 head, 1.06 GB, 667 µs a
- * call at one row), and (our reading of the step times, not measured apart) a launch of a few dozen MB crowded out
+ * prefetches evicted by the later ones' before use and read again from memory (the BF16 head, 1.06 GB, 670 µs a
+ * call at one row in mm-bench), and (our reading of the step times, not measured apart) a launch of a few dozen MB crowded out
  * what the products beside it in the step were reading.
- * On an H100 (BENCHMARKS.md, fifty-first session): the head 667 -> 513 µs at one row, same result hashes; engine steps
+ * On an H100 (BENCHMARKS.md, fifty-first session): the head 670 -> 513 µs at one row, same result hashes; engine steps
  * at 4,096 tokens of the 43-layer model, 4 runs each against the library without the cut, batch 1 13.09 -> 12.49 ms,
  * 16 entries 26.62 -> 25.81, 64 entries 63.46 -> 62.42, a 5-row verify step 21.61 -> 20.48 (25 % of the L2: 12.67,
  * 26.17, 62.41, 20.90; 5 % and 3 %: as 10 % at one row, up to 65.6 ms at 64 entries). A hint's size changes no
