@@ -163,22 +163,14 @@ public final class PrefillBudget {
             return count > 0;
         }
 
-        /** The window's point of median cost (its index). */
-        private int median() {
+        /** The end: the window's point of median cost, {tokens a pass, ms a pass} (null while none is measured). */
+        double[] point() {
+            if (count == 0) return null;
             Integer[] order = new Integer[count];
             for (int i = 0; i < count; i++) order[i] = i;
             Arrays.sort(order, (x, y) -> Double.compare(ms[x], ms[y]));
-            return order[(count - 1) / 2];
-        }
-
-        /** The end's tokens a pass (NaN while none measured). */
-        double tokens() {
-            return count == 0 ? Double.NaN : tokens[median()];
-        }
-
-        /** The end's cost a pass (ms; NaN while none measured). */
-        double ms() {
-            return count == 0 ? Double.NaN : ms[median()];
+            int m = order[(count - 1) / 2];
+            return new double[]{tokens[m], ms[m]};
         }
     }
 
@@ -269,7 +261,8 @@ public final class PrefillBudget {
         if (known == null) return passCoef >= 0 && tokenCoef > 0;
         // the lines through the known end (t0 tokens a pass costing c0 ms) with both costs at least 0: (passMs, tokenMs)
         // from (0, c0 / t0), all of c0 the tokens', to (c0, 0), all of it the pass's; the difference is linear between
-        double atTokens = tokenCoef * known.ms() / Math.max(known.tokens(), 1e-9), atPass = passCoef * known.ms();
+        double[] k = known.point();
+        double atTokens = tokenCoef * k[1] / Math.max(k[0], 1e-9), atPass = passCoef * k[1];
         if (atTokens <= 0 && atPass <= 0) return false;
         if (atTokens >= 0 && atPass >= 0) return true;
         if (sliceEnd != known) return false; // the slice measures the missing end
@@ -282,7 +275,8 @@ public final class PrefillBudget {
      */
     private double[] passLine() {
         if (!shortPasses.known() || !longPasses.known()) return null;
-        double t1 = shortPasses.tokens(), c1 = shortPasses.ms(), t2 = longPasses.tokens(), c2 = longPasses.ms();
+        double[] a = shortPasses.point(), b = longPasses.point();
+        double t1 = a[0], c1 = a[1], t2 = b[0], c2 = b[1];
         if (t2 == t1) return null;
         if (t2 < t1) { // the floor changed between them: still two points of the line, the shorter pass first
             double t = t1, c = c1;

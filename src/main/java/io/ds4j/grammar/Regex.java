@@ -469,6 +469,8 @@ final class Regex {
         private int[] callNodes;
         /** {@link #loopsOnStringText}: 0 not yet decided, 1 yes, −1 no. */
         private int loopsOnString;
+        /** The characters JSON may write as a two-byte escape: quote, backslash, slash, and b f n r t. */
+        private static final int[] SHORT_ESCAPED = {'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'};
         /** {@link #distAfterShortEscape} and {@link #distAfterBmpChar} plus one, found on first use (0: not yet). */
         private int afterShort, afterBmp;
 
@@ -560,16 +562,16 @@ final class Regex {
         }
 
         /**
-         * Whether some character in [lo, hi] (surrogates left out) leads from these positions to a state that ok
-         * accepts: one character of each code point class in the range is tried, as all of a class lead alike.
+         * Tries f on one code point of each code point class in [lo, hi] (surrogates left out), in order, until it
+         * returns true: whether it did. All characters of a class lead alike from any positions.
          */
-        boolean anyChar(int lo, int hi, java.util.function.Predicate<At> ok) {
+        private boolean anyClassChar(int lo, int hi, java.util.function.IntPredicate f) {
             for (int cp = lo; cp <= hi; ) {
                 if (cp >= 0xD800 && cp <= 0xDFFF) {
                     cp = 0xE000;
                     continue;
                 }
-                if (step(cp) instanceof At a && ok.test(a)) return true;
+                if (f.test(cp)) return true;
                 int next = re.classOf(cp) + 1;
                 if (next >= re.classStarts.length) break;
                 cp = re.classStarts[next];
@@ -577,23 +579,22 @@ final class Regex {
             return false;
         }
 
+        /** Whether some character in [lo, hi] (surrogates left out) leads from these positions to a state that ok accepts. */
+        boolean anyChar(int lo, int hi, java.util.function.Predicate<At> ok) {
+            return anyClassChar(lo, hi, cp -> step(cp) instanceof At a && ok.test(a));
+        }
+
         /**
-         * The fewest bytes from these positions to the match after one character in [lo, hi] (surrogates left out;
-         * one character of each code point class, as all of a class lead alike): {@link GState#FAR} where none leads on.
+         * The fewest bytes from these positions to the match after one character in [lo, hi] (surrogates left out):
+         * {@link GState#FAR} where none leads on.
          */
         int distAfterChars(int lo, int hi) {
-            int best = GState.FAR;
-            for (int cp = lo; cp <= hi && best > 0; ) {
-                if (cp >= 0xD800 && cp <= 0xDFFF) {
-                    cp = 0xE000;
-                    continue;
-                }
-                if (step(cp) instanceof At a) best = Math.min(best, a.dist);
-                int next = re.classOf(cp) + 1;
-                if (next >= re.classStarts.length) break;
-                cp = re.classStarts[next];
-            }
-            return best;
+            int[] best = {GState.FAR};
+            anyClassChar(lo, hi, cp -> {
+                if (step(cp) instanceof At a) best[0] = Math.min(best[0], a.dist);
+                return best[0] == 0;  // nothing is shorter
+            });
+            return best[0];
         }
 
         /**
@@ -604,7 +605,7 @@ final class Regex {
             int v = afterShort;
             if (v == 0) {
                 int best = GState.FAR;
-                for (int cp : new int[] {'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'})
+                for (int cp : SHORT_ESCAPED)
                     if (step(cp) instanceof At a) best = Math.min(best, a.dist);
                 afterShort = v = best + 1;
             }

@@ -165,12 +165,10 @@ public final class Json {
         return b.toString();
     }
 
-    /** Whether s holds a high surrogate not followed by a low one, or a low one not after a high one. */
-    private static boolean lone(String s) {
-        return loneAt(s) >= 0;
-    }
-
-    /** The index of s's first lone surrogate ({@link #lone}), or -1. */
+    /**
+     * The index of s's first lone surrogate (a high one not followed by a low one, or a low one not after a high one),
+     * or -1.
+     */
     private static int loneAt(String s) {
         for (int i = 0; i < s.length(); i++) {
             char c = s.charAt(i);
@@ -232,7 +230,8 @@ public final class Json {
     private static int columnOf(byte[] src, int p) {
         int lineStart = p;
         while (lineStart > 0 && !endsLine(src, lineStart - 1)) lineStart--;
-        return charColumn(src, lineOf(src, p), p - lineStart + 1);
+        String before = new String(src, lineStart, p - lineStart, java.nio.charset.StandardCharsets.UTF_8);
+        return before.codePointCount(0, before.length()) + 1;
     }
 
     /**
@@ -382,7 +381,8 @@ public final class Json {
                 switch (t) {
                     case FIELD_NAME -> {
                         name = p.currentName();
-                        if (lone(name)) throw new LoneSurrogate(p, name);
+                        int lone = loneAt(name);
+                        if (lone >= 0) throw new LoneSurrogate(p, name, lone);
                         continue;
                     }
                     case END_OBJECT, END_ARRAY -> {
@@ -404,7 +404,8 @@ public final class Json {
             return switch (p.currentToken()) {
                 case VALUE_STRING -> {
                     String text = p.getText();
-                    if (lone(text)) throw new LoneSurrogate(p, text);
+                    int lone = loneAt(text);
+                    if (lone >= 0) throw new LoneSurrogate(p, text, lone);
                     yield f.textNode(text);
                 }
                 case VALUE_NUMBER_INT -> switch (p.getNumberType()) {
@@ -459,10 +460,10 @@ public final class Json {
         /** The byte offset of the string's opening quote, or -1 where the parser does not say. */
         final long stringAt;
 
-        LoneSurrogate(JsonParser p, String text) {
+        LoneSurrogate(JsonParser p, String text, int index) {
             super("a lone UTF-16 surrogate");
             this.path = escapeSurrogates(fieldPath(p));
-            this.index = loneAt(text);
+            this.index = index;
             this.unit = text.charAt(index);
             var at = p.currentTokenLocation();
             this.stringAt = at != null ? at.getByteOffset() : -1;
@@ -597,6 +598,10 @@ public final class Json {
     private static final java.util.regex.Pattern UNEXPECTED = java.util.regex.Pattern.compile(
             "(?s)^Unexpected character \\((?:'(.{1,2})' \\(code (\\d+)\\)|\\(CTRL-CHAR, code (\\d+)\\))\\)( in numeric value)?:?\\s*(.*)$");
 
+    /** Jackson's message for a control character between tokens ("only regular white space (\\r, \\n, \\t) is allowed"). */
+    private static final java.util.regex.Pattern BETWEEN =
+            java.util.regex.Pattern.compile("^Illegal character \\(\\(CTRL-CHAR, code (\\d+)\\)\\): only regular white space");
+
     /** Jackson's "Unrecognized token 'x'" and "Non-standard token 'NaN'": a word that is no JSON value. */
     private static final java.util.regex.Pattern TOKEN =
             java.util.regex.Pattern.compile("(?s)^(?:Unrecognized|Non-standard) token '(.*?)'(?::.*)?$");
@@ -659,8 +664,7 @@ public final class Json {
             return "unescaped control character U+" + hex + " in a string: write it as an escape (\\u" + hex + ")";
         }
         // Jackson words it "only regular white space (\r, \n, \t) is allowed", leaving out the plain space
-        java.util.regex.Matcher between = java.util.regex.Pattern.compile(
-                "^Illegal character \\(\\(CTRL-CHAR, code (\\d+)\\)\\): only regular white space").matcher(m);
+        java.util.regex.Matcher between = BETWEEN.matcher(m);
         if (between.find())
             return "unexpected control character U+" + String.format("%04X", Integer.parseInt(between.group(1)))
                     + " between tokens: JSON allows only spaces, tabs (\\t), line feeds (\\n) and carriage returns (\\r) there";
