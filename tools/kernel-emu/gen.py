@@ -104,7 +104,7 @@ rows=a[a.index('__host__ __device__ __forceinline__ int64_t attended_rows'):]
 keys+=rows[:rows.index('\n}\n')+3]
 tcs=a[a.index('/** 2 + 2 F16 halves of a 32-bit word'):a.index('// mma.sync m16n8k16 and cp.async')]
 kern=a[a.index('constexpr int TC_THREADS'):a.index('#endif  // DS4J_HAVE_MMA')]
-comb=a[a.index('/**\n * Adds the nsplit (> 1) key ranges of partial row'):a.index('/** What the attention launches need to know of a device')]
+comb=a[a.index('/**\n * Adds the nsplit (> 1) key ranges of partial row'):a.index('/** Grants a kernel more than the default 48 KB')]
 emu_tc='''inline void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
     const uint32_t a[4] = {a0, a1, a2, a3};
     emu_mma(c, a, b0, b1, false);

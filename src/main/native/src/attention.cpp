@@ -1102,24 +1102,6 @@ __global__ void tc_combine_seqs_kernel(const ds4j_seq_view* views, const float* 
                     out + ((int64_t)v.row0 + s) * H * d + (int64_t)h * d);
 }
 
-/** What the attention launches need to know of a device: asked once per device, then cached. */
-struct DeviceLimits {
-    int sms;             // multiprocessors (1 when the device does not say)
-    int64_t smem_optin;  // most dynamic shared memory a block may opt in to (48 KB when the device does not say)
-};
-
-static DeviceLimits device_limits(int device) {
-    static DeviceLimits cache[64];
-    if (device < 0 || device >= 64) return DeviceLimits{1, 48 * 1024};
-    if (cache[device].sms == 0) {
-        hipDeviceProp_t p;
-        const bool ok = hipGetDeviceProperties(&p, device) == hipSuccess;
-        cache[device].sms = ok && p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
-        cache[device].smem_optin = ok && p.sharedMemPerBlockOptin > 48 * 1024 ? (int64_t)p.sharedMemPerBlockOptin : 48 * 1024;
-    }
-    return cache[device];
-}
-
 /** Grants a kernel more than the default 48 KB of dynamic shared memory (once per device and size reached). */
 static int32_t smem_opt_in(ds4j_ctx* ctx, const void* fn, int64_t smem, int64_t* granted) {
     const int dv = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;

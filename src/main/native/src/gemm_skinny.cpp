@@ -46,6 +46,7 @@
 // Launch shape (from the matrix shape only): MT m-tiles per warp, nw warps per block over one row tile's columns, U
 // chunk groups of loads in flight per lane. MT_HI, U, TARGET_WARPS and TARGET_TILES are first choices for the H200,
 // not measured optima: `tools/device/run.sh mm-bench` (io.ds4j.gpu.MatmulBench) prints what they give.
+#include "ops.h"
 #include "tc.h"
 #include "tc_mma.h"
 #include "tc_wgmma.h"
@@ -1901,24 +1902,10 @@ static hipError_t launch_smem(dim3 grid, const SmPlan& pl, hipStream_t stream, c
 static int64_t l2_share(ds4j_ctx* ctx, int64_t blocks) {
     static std::atomic<int> pct{0};
     const int p = env_choice(pct, "DS4J_SKINNY_L2", 10, 0, 1000);
-    if (p == 0) return INT64_MAX;
-    constexpr int MAXDEV = 64;
-    static std::atomic<int64_t> l2[MAXDEV], sms[MAXDEV];  // 0: not asked yet
-    const int d = ctx->device >= 0 && ctx->device < MAXDEV ? ctx->device : 0;
-    if (l2[d].load() == 0) {
-        int b = 0, n = 0;
-        if (cudaDeviceGetAttribute(&b, cudaDevAttrL2CacheSize, ctx->device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, ctx->device) != cudaSuccess) {
-            cudaGetLastError();
-            b = 0, n = 0;
-        }
-        sms[d].store(n > 0 ? n : 1);
-        l2[d].store(b > 0 ? b : -1);  // -1: unknown, no limit
-    }
-    const int64_t bytes = l2[d].load();
-    if (bytes < 0) return INT64_MAX;
-    const int64_t running = std::max<int64_t>(1, std::min<int64_t>(blocks, 3 * sms[d].load()));
-    return bytes / 100 * p / running;
+    const DeviceLimits lim = device_limits(ctx->device);
+    if (p == 0 || lim.l2 <= 0) return INT64_MAX;  // no limit asked, or the device does not say
+    const int64_t running = std::max<int64_t>(1, std::min<int64_t>(blocks, 3 * (int64_t)lim.sms));
+    return lim.l2 / 100 * p / running;
 }
 
 /**

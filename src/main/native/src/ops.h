@@ -65,6 +65,29 @@ inline int32_t at_scratch(ds4j_ctx* ctx, int64_t bytes, float** out) {
     return DS4J_OK;
 }
 
+/**
+ * What launches need to know of a device (attention.cpp's block sizes and shared memory, gemm_skinny.cpp's L2
+ * prefetch): asked once per device, then cached.
+ */
+struct DeviceLimits {
+    int sms;             // multiprocessors (1 when the device does not say)
+    int64_t smem_optin;  // most dynamic shared memory a block may opt in to (48 KB when the device does not say)
+    int64_t l2;          // L2 cache bytes (0 when the device does not say)
+};
+
+inline DeviceLimits device_limits(int device) {
+    static DeviceLimits cache[64];
+    if (device < 0 || device >= 64) return DeviceLimits{1, 48 * 1024, 0};
+    if (cache[device].sms == 0) {
+        hipDeviceProp_t p;
+        const bool ok = hipGetDeviceProperties(&p, device) == hipSuccess;
+        cache[device].smem_optin = ok && p.sharedMemPerBlockOptin > 48 * 1024 ? (int64_t)p.sharedMemPerBlockOptin : 48 * 1024;
+        cache[device].l2 = ok && p.l2CacheSize > 0 ? (int64_t)p.l2CacheSize : 0;
+        cache[device].sms = ok && p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;  // last: it marks the entry filled
+    }
+    return cache[device];
+}
+
 // ------------------------------------------------------------------------------------------- row-wise kernels
 // The RMSNorm of 256-thread blocks with its loads issued together (rmsnorm_ilp_kernel of norm.cpp, and the row norms
 // that end the split mHC kernels of mhc.cpp), the switch between the split and the one-block forms (norm.cpp, mhc.cpp,
