@@ -1418,7 +1418,7 @@ public final class HttpVerticle extends VerticleBase {
         ChatOptions opts = t.opts();
         // a text is tokenised as a completion's prompt is (its control-token strings are control tokens), messages as a
         // chat's (only the template's markers are)
-        tokenizing(ctx, null, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
+        tokenizing(ctx, null, 0, () -> plain != null ? tok.encode(addSpecial && !plain.startsWith(V4Format.BOS) ? V4Format.BOS + plain : plain)
                 : chatPrompt(tok, messages, opts), result -> {
             ObjectNode o = Json.object();
             ArrayNode arr = o.putArray("tokens");
@@ -1456,13 +1456,15 @@ public final class HttpVerticle extends VerticleBase {
      * start after the shutdown began (503). A client that goes away before the tokenisation ends is told of at once
      * ({@link #clientGone}), and what the tokenisation then gives is dropped.
      * @param generation the generation's request id, or null for a request that generates nothing
+     * @param choices    the generation's choices (each counts as a request in the counters), 0 without a generation
      */
-    private <T> void tokenizing(RoutingContext ctx, String generation, java.util.concurrent.Callable<T> work, Consumer<T> then) {
+    private <T> void tokenizing(RoutingContext ctx, String generation, int choices, java.util.concurrent.Callable<T> work,
+                                Consumer<T> then) {
         // settled once: by the client's going, or by the tokenisation's end (event loop only)
         boolean[] settled = {false};
         if (ctx.response().closed()) {
             // it went while its body was read off the event loop
-            clientGone(ctx, generation, "before the request was tokenised", settled);
+            clientGone(ctx, generation, choices, "before the request was tokenised", settled);
             return;
         }
         Integer bytes = ctx.get("bodyBytes");
@@ -1485,7 +1487,7 @@ public final class HttpVerticle extends VerticleBase {
         // a client that goes while its prompt is tokenised (seconds for a large one) is said and counted then: the
         // tokenisation cannot be stopped, and what it gives goes nowhere (its end said nothing of a request it dropped)
         ctx.addEndHandler(ar -> {
-            if (ar.failed()) clientGone(ctx, generation, waits.get() ? "before the request was tokenised"
+            if (ar.failed()) clientGone(ctx, generation, choices, waits.get() ? "before the request was tokenised"
                     : "while the request was being tokenised", settled);
         });
         // counted as an open exchange while it is tokenised, so that a shutdown waits for it (up to its grace); a
@@ -1496,7 +1498,7 @@ public final class HttpVerticle extends VerticleBase {
             if (waits.getAndSet(false)) state.longTextDequeued();  // never started (the lane was closed)
             try {
                 if (ar.failed() && ar.cause() instanceof ClientGone)
-                    clientGone(ctx, generation, "before the request was tokenised", settled);
+                    clientGone(ctx, generation, choices, "before the request was tokenised", settled);
                 else if (!settled[0]) {
                     settled[0] = true;
                     answer(ctx, ar, then);
@@ -1727,7 +1729,7 @@ public final class HttpVerticle extends VerticleBase {
         long t0 = ctx.get("t0");
         String model = read.m().id();
         Tokenizer tok = read.m().tokenizer();
-        tokenizing(ctx, id, renaming(read.translation(), () -> {
+        tokenizing(ctx, id, g.n(), renaming(read.translation(), () -> {
             // the first constrained request builds the tokenizer's token trie (about a second) here, off the engine thread
             if (g.grammar() != null) io.ds4j.grammar.TokenTrie.of(tok);
             int ctxLimit = state.maxContext();
@@ -1845,15 +1847,16 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * Says, once per request ({@code settled}), that its client went away before its tokenisation ended; a generation
-     * so dropped is counted as cancelled, as those cancelled later are.
+     * so dropped is counted as cancelled, as those cancelled later are: each of its choices once.
      * @param generation the generation's request id, or null for a request that generates nothing (tokenize, count_tokens)
+     * @param choices    the generation's choices
      * @param when "before the request was tokenised" or "while the request was being tokenised"
      */
-    private void clientGone(RoutingContext ctx, String generation, String when, boolean[] settled) {
+    private void clientGone(RoutingContext ctx, String generation, int choices, String when, boolean[] settled) {
         if (settled[0]) return;
         settled[0] = true;
         if (generation != null) {
-            state.metrics().cancelled();
+            for (int i = 0; i < choices; i++) state.metrics().cancelled();
             // led by its id, as the generation's other lines are, so that a grep for the id finds how it ended
             LOG.info("request {}: {} {}: the client went away {}; dropped before it reached the engine", generation,
                     ctx.request().method(), ctx.request().path(), when);
@@ -1976,7 +1979,7 @@ public final class HttpVerticle extends VerticleBase {
      */
     private void countTokens(RoutingContext ctx, CountRead c, java.util.function.IntFunction<ObjectNode> answer) {
         Tokenizer tok = c.m().tokenizer();
-        tokenizing(ctx, null, renaming(c.translation(), () -> chatPrompt(tok, c.g().messages(), c.g().options()).length),
+        tokenizing(ctx, null, 0, renaming(c.translation(), () -> chatPrompt(tok, c.g().messages(), c.g().options()).length),
                 n -> json(ctx, 200, answer.apply(n)));
     }
 

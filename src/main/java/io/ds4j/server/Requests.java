@@ -299,15 +299,24 @@ final class Requests {
 
     /**
      * The 404 model_not_found for a model name that is not the served one (names are compared exactly, as OpenAI's
-     * are), saying why where the two look alike: only letter case, blanks around the name or the Unicode form of its
-     * characters (e.g. an é as one code point or as e and a combining accent) tell them apart.
+     * are), saying why where the two look alike: letter case, blanks around the name or the Unicode form of its
+     * characters (e.g. an é as one code point or as e and a combining accent), each that tells them apart where only
+     * those do.
      */
     static ApiException modelNotFound(String asked, String served) {
+        String nfc = Normalizer.normalize(asked, Normalizer.Form.NFC), stripped = nfc.strip();
+        String servedNfc = Normalizer.normalize(served, Normalizer.Form.NFC);
         String why = "";
-        if (Normalizer.normalize(asked, Normalizer.Form.NFC).equals(Normalizer.normalize(served, Normalizer.Form.NFC)))
-            why = " (the two differ only in the Unicode form of their characters: send the name as /v1/models lists it)";
-        else if (asked.strip().equals(served)) why = " (mind the blanks around the name)";
-        else if (asked.equalsIgnoreCase(served)) why = " (model names are case-sensitive)";
+        if (stripped.equalsIgnoreCase(servedNfc)) {
+            List<String> hints = new ArrayList<>();
+            if (!asked.strip().equalsIgnoreCase(served))
+                hints.add(stripped.equals(servedNfc) && nfc.equals(stripped)
+                        ? "the two differ only in the Unicode form of their characters: send the name as /v1/models lists it"
+                        : "the Unicode form of its characters differs: send the name as /v1/models lists it");
+            if (!nfc.equals(stripped)) hints.add("mind the blanks around the name");
+            if (!stripped.equals(servedNfc)) hints.add("model names are case-sensitive");
+            why = " (" + String.join("; ", hints) + ")";
+        }
         return new ApiException(404, "invalid_request_error", "model_not_found", "model",
                 "model: '" + asked + "' does not exist; this server serves '" + served + "'" + why, null);
     }

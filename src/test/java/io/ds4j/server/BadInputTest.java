@@ -380,6 +380,13 @@ class BadInputTest {
         // an é as one code point (served) and as e + a combining acute accent (asked)
         String form = Requests.modelNotFound("DeepSeek V4 e\u0301", "DeepSeek V4 \u00e9").getMessage();
         assertTrue(form.contains("differ only in the Unicode form"), form);
+        // two differences at once: each is named
+        JsonNode both = expect("/v1/completions", "{\"model\":\"Scripted \",\"prompt\":\"x\"}", 404, "model");
+        assertTrue(both.get("message").asText().endsWith("(mind the blanks around the name; model names are case-sensitive)"),
+                both.toString());
+        String all = Requests.modelNotFound(" deepseek V4 e\u0301", "DeepSeek V4 \u00e9").getMessage();
+        assertTrue(all.endsWith("(the Unicode form of its characters differs: send the name as /v1/models lists it; mind the"
+                + " blanks around the name; model names are case-sensitive)"), all);
         assertFalse(Requests.modelNotFound("nope", "scripted").getMessage().contains("("), "no hint for an unrelated name");
     }
 

@@ -477,7 +477,7 @@ class SchedulingTest {
 
     /**
      * Generations whose clients go away while their prompts are being tokenised are each said in one line and counted
-     * as cancelled at once, not when (or, for a prompt over the context, never after) their tokenisation ends; what
+     * as cancelled at once (each of their choices), not when (or, for a prompt over the context, never after) their tokenisation ends; what
      * the tokenisation then gives reaches neither the engine nor the log.
      */
     @Test
@@ -488,8 +488,10 @@ class SchedulingTest {
         try (LogCapture log = new LogCapture()) {
             List<RawStream> clients = new java.util.ArrayList<>();
             // the third prompt is over the context limit (an error nobody is left to read)
+            // the second asks for three choices: each counts as a request, as when one is cancelled later
             for (String prompt : List.of("HOLD one", "HOLD two", "HOLD " + "lorem ipsum ".repeat(100)))
-                clients.add(new RawStream(server.port, "/v1/completions", "{\"prompt\":\"" + prompt + "\",\"max_tokens\":1}", false));
+                clients.add(new RawStream(server.port, "/v1/completions", "{\"prompt\":\"" + prompt + "\",\"max_tokens\":1"
+                        + (prompt.equals("HOLD two") ? ",\"n\":3" : "") + "}", false));
             try {
                 assertTrue(TestServer.eventually(10_000, () -> tok.held.get() == 3), "the three prompts are being tokenised");
                 for (RawStream c : clients) c.close();
@@ -505,7 +507,7 @@ class SchedulingTest {
                     ids.add(m.group(1));
                 }
                 assertEquals(3, ids.size(), ids.toString());
-                assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 3.0"));
+                assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 5.0"));
             } finally {
                 tok.release.countDown();
             }
@@ -515,7 +517,7 @@ class SchedulingTest {
             assertEquals(3, log.linesWith("dropped before it reached the engine").size(), log.linesWith("HttpVerticle").toString());
             assertTrue(log.linesWith("rejected with").isEmpty(), log.linesWith("HttpVerticle").toString());
             assertTrue(log.linesWith("EngineVerticle").stream().noneMatch(l -> l.contains("admitted")), log.linesWith("EngineVerticle").toString());
-            assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 3.0"));
+            assertTrue(server.get("/metrics").body().contains("ds4j:requests_cancelled_total 5.0"));
         }
     }
 
