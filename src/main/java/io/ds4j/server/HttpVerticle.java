@@ -257,6 +257,10 @@ public final class HttpVerticle extends VerticleBase {
             // TooLongHttpHeaderException); a long target is the usual cause, so the answer is HTTP's 414
             e = new ApiException(414, "invalid_request_error", "uri_too_long", null, "the request line is longer than "
                     + HeadDeadline.MAX_REQUEST_LINE + " bytes, the server's limit: shorten it (a long path or query is the usual cause)", null);
+        } else if (cause instanceof io.netty.handler.codec.http.TooLongHttpHeaderException) {
+            // the header fields past their limit together (a chunked body's trailers too): HTTP's 431 (RFC 6585)
+            e = new ApiException(431, "invalid_request_error", "request_header_fields_too_large", null,
+                    "the request cannot be read: " + why, null);
         } else {
             e = new ApiException(400, "invalid_request_error", "invalid_header", null,
                     "the request cannot be read: " + why, null);

@@ -980,12 +980,12 @@ class BadInputTest {
     }
 
     /**
-     * Headers past 8192 bytes together (docs/api.md states the limit next to the request line's) are a 400
-     * invalid_header saying the limit is for all of them, one long header or many short ones (Netty's message said
-     * "HTTP header is larger than 8192 bytes.", as if one header were too long).
+     * Headers past 8192 bytes together (docs/api.md states the limit next to the request line's) are a 431
+     * request_header_fields_too_large (RFC 6585) saying the limit is for all of them, one long header or many short ones
+     * (Netty's message said "HTTP header is larger than 8192 bytes.", as if one header were too long).
      */
     @Test
-    void headersPastTheirLimitAreA400InvalidHeader() throws Exception {
+    void headersPastTheirLimitAreA431() throws Exception {
         StringBuilder many = new StringBuilder();
         for (int i = 0; i < 9; i++) many.append("X-H").append(i).append(": ").append("a".repeat(1000)).append("\r\n");
         for (String headers : new String[]{"X-Big: " + "a".repeat(9000) + "\r\n", many.toString()})
@@ -993,9 +993,9 @@ class BadInputTest {
                 s.setSoTimeout(30_000);
                 s.getOutputStream().write(("GET /health HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n").getBytes(StandardCharsets.US_ASCII));
                 String answer = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-                assertTrue(answer.startsWith("HTTP/1.1 400"), answer);
+                assertTrue(answer.startsWith("HTTP/1.1 431"), answer);
                 JsonNode e = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).get("error");
-                assertEquals("invalid_header", e.get("code").asText(), answer);
+                assertEquals("request_header_fields_too_large", e.get("code").asText(), answer);
                 assertEquals("the request cannot be read: its header fields take more than 8192 bytes together, the server's"
                         + " limit for all of them: send fewer or shorter headers", e.get("message").asText(), answer);
             }
