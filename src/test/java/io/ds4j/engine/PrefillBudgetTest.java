@@ -257,6 +257,18 @@ class PrefillBudgetTest {
     }
 
     /**
+     * A budget that measured 50 ms decode-only ticks, then a floor-sized whole chunk (64 tokens, one pass) and one layer
+     * of five of a 512-token chunk beside them, each costing passMs a pass and tokenMs a token.
+     */
+    static PrefillBudget floorChunkAndSliceMeasured(double passMs, double tokenMs) {
+        PrefillBudget b = new PrefillBudget();
+        b.observe(16, 0, ms(50));
+        prefillTick(b, 64, 1, passMs, tokenMs);
+        prefillTick(b, 512 / 5.0, 0.2, passMs, tokenMs);
+        return b;
+    }
+
+    /**
      * The per-pass cost line from a floor-sized whole chunk (64 tokens, one pass) and one layer of five of a 512-token
      * chunk (a fifth of a pass, 102.4 tokens' work): it tells a pass's cost from a token's, which a cost per token
      * cannot. CPU-like (0.5 ms a token, nothing a pass): the floor chunk (32 ms) is cheaper than the slice (51.2 ms).
@@ -265,20 +277,14 @@ class PrefillBudgetTest {
      */
     @Test
     void thePerPassCostLineTellsWhetherAFloorChunkOrOneLayerOfAChunkIsCheaper() {
-        PrefillBudget cpu = new PrefillBudget();
-        cpu.observe(16, 0, ms(50));
-        prefillTick(cpu, 64, 1, 0, 0.5);
-        prefillTick(cpu, 512 / 5.0, 0.2, 0, 0.5);
+        PrefillBudget cpu = floorChunkAndSliceMeasured(0, 0.5);
         assertEquals(0, cpu.passMs(), 1e-6);
         assertEquals(0.5, cpu.tokenMs(), 1e-6);
         assertTrue(cpu.wholeCheaper(64, 512, 5, 64), "CPU-like: the floor chunk");
         assertFalse(cpu.wholeCheaper(64, 256, 5, 64), "one layer of a chunk of at most 5 floors costs no more");
         assertEquals(cpu.decide(LIMITS, 16).passMs(), cpu.passMs(), "the decision carries the line (the step log shows it)");
 
-        PrefillBudget gpu = new PrefillBudget();
-        gpu.observe(16, 0, ms(50));
-        prefillTick(gpu, 64, 1, 30, 0.05);
-        prefillTick(gpu, 512 / 5.0, 0.2, 30, 0.05);
+        PrefillBudget gpu = floorChunkAndSliceMeasured(30, 0.05);
         assertEquals(30, gpu.passMs(), 1e-6);
         assertEquals(0.05, gpu.tokenMs(), 1e-6);
         assertFalse(gpu.wholeCheaper(64, 512, 5, 64), "GPU-like: the slice");
