@@ -159,7 +159,11 @@ public final class HttpVerticle extends VerticleBase {
         r.get("/props").method(HttpMethod.HEAD).handler(this::props);
         r.post("/tokenize").handler(ctx -> withBody(ctx, this::readTokenize, t -> tokenize(ctx, t)));
         r.post("/detokenize").handler(ctx -> withBody(ctx, this::readDetokenize, d -> detokenize(ctx, d)));
-        r.get("/metrics").method(HttpMethod.HEAD).handler(PrometheusScrapingHandler.create(registry));
+        Handler<RoutingContext> scrape = PrometheusScrapingHandler.create(registry);  // scrapes at once, on this thread
+        r.get("/metrics").method(HttpMethod.HEAD).handler(ctx -> {
+            state.metrics().scrapeStarting();
+            scrape.handle(ctx);
+        });
         Handler<RoutingContext> files = staticFiles(webroot);
         // no method restriction on the route itself, so an unknown POST path is a 404, not a 405
         r.route("/*").handler(ctx -> {

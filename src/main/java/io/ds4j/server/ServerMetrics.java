@@ -92,6 +92,11 @@ public final class ServerMetrics {
     public final AtomicInteger running = new AtomicInteger(), waiting = new AtomicInteger();
     /** The KV-cache usage (0 to 1) the engine thread last published. */
     private volatile double kvCacheUsage;
+    /**
+     * The KV-cache usage as the scrape of /metrics in progress reports it under both its names ({@link #scrapeStarting}):
+     * read once, so that the engine thread's updates between the two gauges' reads cannot give them two values.
+     */
+    private volatile double kvCacheUsageScraped;
     /** The prefix cache's figures as the engine thread last published them (null: off). */
     private final AtomicReference<PrefixCache.Stats> prefixCache = new AtomicReference<>();
 
@@ -142,7 +147,7 @@ public final class ServerMetrics {
                 .tags(labels("vllm:num_requests_waiting")).register(registry);
         // vLLM renamed the gauge and its dashboards followed at different times: both names, one value
         for (String name : new String[]{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"})
-            Gauge.builder(name, this, ServerMetrics::kvCacheUsage).description("KV-cache usage: the share (0 to 1) of the "
+            Gauge.builder(name, this, m -> m.kvCacheUsageScraped).description("KV-cache usage: the share (0 to 1) of the "
                     + "sequence state the engine can hold that the running requests hold").tags(labels(name)).register(registry);
         Gauge.builder("llamacpp:requests_processing", running, AtomicInteger::get).description("Requests generating (llama.cpp name)").register(registry);
         Gauge.builder("llamacpp:requests_deferred", waiting, AtomicInteger::get).description("Requests waiting (llama.cpp name)").register(registry);
@@ -177,6 +182,11 @@ public final class ServerMetrics {
     /** The KV-cache usage last published, 0 to 1 ({@code vllm:kv_cache_usage_perc}). */
     public double kvCacheUsage() {
         return kvCacheUsage;
+    }
+
+    /** Called as a scrape of the registry begins: the values that gauges under several names share are read now. */
+    public void scrapeStarting() {
+        kvCacheUsageScraped = kvCacheUsage;
     }
 
     /** Publishes the prefix cache's figures (engine thread; null when it is off). */

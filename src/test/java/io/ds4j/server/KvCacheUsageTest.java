@@ -112,4 +112,22 @@ class KvCacheUsageTest {
         assertTrue(5000 < 8L * server.state().maxContext(), "the cache is the smaller bound");
         check(5000);
     }
+
+    /**
+     * One scrape reports one value under both names even when the engine publishes a new usage between the two gauges'
+     * reads (a scrape beside a running request once read 0.0112 under one name and 0.011 under the other): the value is
+     * read as the scrape starts.
+     */
+    @Test
+    void bothNamesReadTheValueTheScrapeStartedWith() {
+        var registry = Ds4jServer.newRegistry();  // the server's, with its naming convention
+        ServerMetrics m = new ServerMetrics(registry, null);
+        m.kvCache(1, 10);
+        m.scrapeStarting();
+        m.kvCache(5, 10);  // published while the scrape runs
+        String text = registry.scrape();
+        assertEquals(0.1, PromText.value(text, NEW), 1e-12, text);
+        assertEquals(0.1, PromText.value(text, OLD), 1e-12, text);
+        assertEquals(0.5, m.kvCacheUsage(), 1e-12, "the live value is the engine's last");
+    }
 }
