@@ -141,4 +141,5 @@ open(out+'topk.cpp','w').write('#include "ops.h"\nnamespace ds4j {\n'+tk+'}  // 
 # swiglu.cpp (RMSNorm, mHC, routing; one-block and split forms): kernels only
 rw=body('norm.cpp')+body('mhc.cpp','/** The split mHC kernels on (1) or the one-block ones (0)')+body('moe_routing.cpp')+body('swiglu.cpp')
 rw=rw.replace('extern __shared__ float sm[];','float* sm = reinterpret_cast<float*>(emu_dyn_smem);')
+rw=rw.replace('extern __shared__ __align__(16) float gsm[];','float* gsm = reinterpret_cast<float*>(emu_dyn_smem);')
 open(out+'rowwise.cpp','w').write('#include "ops.h"\nnamespace ds4j {\n'+rw+'}  // namespace ds4j\n')

@@ -226,6 +226,98 @@ static void moe_route_case(int S, int E, int k, bool hash, bool special) {
     printf("%s: ranking router %s the serial one\n", at, bad ? "DIFFERS FROM" : "bit-identical to");
 }
 
+/**
+ * moe_gate_route_kernel (the router in one launch) over S rows of x (row stride ldx) and a gate of E rows in format fmt
+ * (F32, F16, BF16): each score within (D / 32 + 6) x 2^-24 of its terms' absolute sum of the double sum, the picks and
+ * weights those of moe_route_rank_kernel on the kernel's own scores bit for bit, the first and last rows alone the same
+ * bits, the arrival counters back at zero.
+ */
+static void gate_route_case(int S, int E, int D, int k, int fmt, bool hash, int ldx) {
+    const int V = 23, per = fmt == DS4J_FMT_F32 ? 4 : 2;
+    std::vector<uint8_t> w((size_t)E * D * per);
+    std::vector<double> wv((size_t)E * D);
+    for (size_t i = 0; i < wv.size(); i++) {
+        const float v = (float)(gauss() * 0.05);
+        if (fmt == DS4J_FMT_F32) {
+            memcpy(&w[4 * i], &v, 4);
+            wv[i] = v;
+        } else {
+            uint16_t h;
+            if (fmt == DS4J_FMT_BF16) {
+                uint32_t u;
+                memcpy(&u, &v, 4);
+                h = (uint16_t)(u >> 16);
+                wv[i] = bf16_to_f32(h);
+            } else {
+                h = f32_to_f16(v);
+                wv[i] = f16_to_f32(h);
+            }
+            memcpy(&w[2 * i], &h, 2);
+        }
+    }
+    auto x = gvec((size_t)S * ldx, 1), bias = gvec(E, 0.1);
+    std::vector<int32_t> toks(S), tid2eid(V * k);
+    for (auto& t : toks) t = rng() % V;
+    for (auto& t : tid2eid) t = rng() % E;
+    const float* bp = hash ? nullptr : bias.data();
+    const int32_t* tp = hash ? tid2eid.data() : nullptr;
+    const int nb = (E + GR_EXPERTS - 1) / GR_EXPERTS;
+    const int64_t rb = (int64_t)D * per;
+    const size_t smem = (size_t)gate_route_smem(E, D);
+    std::vector<unsigned> cnt(DS4J_HC_COUNT_ROWS, 0);
+    auto run = [&](int s0, int n, float* lam, int32_t* ids, float* wts) {
+        emu_launch(dim3(nb, n), dim3(GR_EXPERTS * 32), smem, [&] {
+            const float* xs = x.data() + (int64_t)s0 * ldx;
+            const int32_t* ts = toks.data() + s0;
+            if (fmt == DS4J_FMT_F32) moe_gate_route_kernel<DS4J_FMT_F32>(w.data(), rb, E, D, xs, ldx, bp, tp, ts, k, 1.5f, lam, ids, wts, cnt.data());
+            else if (fmt == DS4J_FMT_F16) moe_gate_route_kernel<DS4J_FMT_F16>(w.data(), rb, E, D, xs, ldx, bp, tp, ts, k, 1.5f, lam, ids, wts, cnt.data());
+            else moe_gate_route_kernel<DS4J_FMT_BF16>(w.data(), rb, E, D, xs, ldx, bp, tp, ts, k, 1.5f, lam, ids, wts, cnt.data());
+        });
+    };
+    std::vector<float> lam((size_t)S * E), wts((size_t)S * k), w1((size_t)S * k);
+    std::vector<int32_t> ids((size_t)S * k), i1((size_t)S * k);
+    run(0, S, lam.data(), ids.data(), wts.data());
+    char at[112];
+    snprintf(at, sizeof at, "gate_route S %d E %d D %d k %d fmt %d hash %d ldx %d", S, E, D, k, fmt, hash, ldx);
+    counters_zero(at, cnt);
+    int bad = 0;
+    for (int s = 0; s < S; s++)
+        for (int e = 0; e < E; e++) {
+            double sum = 0, abs = 0;
+            for (int c = 0; c < D; c++) {
+                const double t = wv[(size_t)e * D + c] * x[(size_t)s * ldx + c];
+                sum += t;
+                abs += fabs(t);
+            }
+            const double bound = (D / 32.0 + 6) * ldexp(1.0, -24) * abs;
+            if (!(fabs(lam[(size_t)s * E + e] - sum) <= bound)) {
+                if (bad < 3) printf("FAIL %s: score (%d, %d) %.9g against %.9g, bound %.3g\n", at, s, e, lam[(size_t)s * E + e], sum, bound);
+                bad++;
+            }
+        }
+    emu_launch(dim3(S), dim3(128), 2 * E * sizeof(float), [&] {
+        moe_route_rank_kernel(lam.data(), bp, tp, toks.data(), E, k, 1.5f, i1.data(), w1.data());
+    });
+    bad += differ(at, w1.data(), wts.data(), wts.size());
+    for (int i = 0; i < S * k; i++)
+        if (ids[i] != i1[i]) {
+            if (bad < 3) printf("FAIL %s: pick %d: want %d, got %d\n", at, i, i1[i], ids[i]);
+            bad++;
+        }
+    for (int s : alone_rows(S)) {
+        std::vector<float> l1(E), wa(k);
+        std::vector<int32_t> ia(k);
+        run(s, 1, l1.data(), ia.data(), wa.data());
+        bad += differ(at, lam.data() + (size_t)s * E, l1.data(), E);
+        bad += differ(at, wts.data() + (size_t)s * k, wa.data(), k);
+        for (int j = 0; j < k; j++) bad += ia[j] != ids[(size_t)s * k + j];
+    }
+    counters_zero(at, cnt);
+    if (bad) fails++;
+    if (bad) printf("%s: %d FAILED checks (scores, picks or rows alone)\n", at, bad);
+    else printf("%s: scores within the bound, picks equal to the ranking router's, rows alone bit-identical\n", at);
+}
+
 static void run_all() {
     // the V4 shape (n 4, D 4096) as decode and verify, odd widths, n 8, many rows (the loop finisher)
     for (bool norm : {true, false}) {
@@ -265,6 +357,15 @@ static void run_all() {
             moe_route_case(4, 7, 7, hash, special);
             moe_route_case(2, 300, 16, hash, special);
         }
+    // last, so that the cases above keep their random inputs
+    for (bool hash : {false, true}) {
+        gate_route_case(1, 16, 4096, 6, DS4J_FMT_BF16, hash, 4096);
+        gate_route_case(5, 16, 4096, 6, DS4J_FMT_BF16, hash, 4100);
+        gate_route_case(3, 40, 1024, 6, DS4J_FMT_F32, hash, 1024);
+        gate_route_case(2, 256, 4096, 8, DS4J_FMT_BF16, hash, 4096);
+        gate_route_case(4, 33, 520, 2, DS4J_FMT_F16, hash, 528);
+        gate_route_case(2, 6, 64, 6, DS4J_FMT_BF16, hash, 64);
+    }
 }
 
 }  // namespace mhc

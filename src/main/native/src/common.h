@@ -172,6 +172,11 @@ struct ds4j_ctx : ds4j::Lane {
      */
     unsigned* hc_count = nullptr;
     /**
+     * Arrival counters of the router's launches of several blocks a row (ds4j_moe_gate_route), DS4J_HC_COUNT_ROWS of
+     * them, zero between launches; null when they could not be allocated (such launches are declined then).
+     */
+    unsigned* route_count = nullptr;
+    /**
      * ds4j_branch_*: the side lanes (side[i - 1] is lane i's while no branch is open; while lane i is open it holds the
      * context's own, and the inherited Lane, which launches always take, is lane i's), made with the context.
      * fork_ev[i - 1] orders lane i after the context's stream, join_ev[i - 1] the other way.

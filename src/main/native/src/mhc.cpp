@@ -187,21 +187,6 @@ constexpr int HC_COLS = HC_THREADS;  // columns of a row per block (one per thre
 constexpr int HC_COUNT_ROWS = DS4J_HC_COUNT_ROWS;
 
 /**
- * Whether the calling block is the last of the `blocks` blocks of its row to get here (every thread gets the answer).
- * Counts on *count, which wraps to 0 with the last arrival, ready for the next launch. What the row's blocks wrote
- * before the call is visible to the last block (through hc_ld<true>).
- */
-__device__ __forceinline__ bool last_of_row(unsigned* count, unsigned blocks, int* flag) {
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) *flag = atomicInc(count, blocks - 1) == blocks - 1;
-    __syncthreads();
-    const bool last = *flag != 0;
-    if (last) __threadfence();
-    return last;
-}
-
-/**
  * The mHC mapping of one row by one block (hc_pre_kernel's arithmetic): post [n], and the Sinkhorn matrix comb [n, n]
  * with one thread per element, each step reading one buffer and writing the other; a sum runs in the same order as
  * in sinkhorn_step.

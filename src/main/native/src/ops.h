@@ -171,6 +171,22 @@ static inline int hc_reg_for(int64_t rows, int64_t n) {
  */
 bool hc_split();
 
+/**
+ * Whether the calling block is the last of the `blocks` blocks of its row to get here (every thread gets the answer).
+ * Counts on *count, which wraps to 0 with the last arrival, ready for the next launch. What the row's blocks wrote
+ * before the call is visible to the last block (through hc_ld<true>). The split mHC kernels (mhc.cpp) and the router
+ * over several blocks a row (moe_routing.cpp) count on it.
+ */
+__device__ __forceinline__ bool last_of_row(unsigned* count, unsigned blocks, int* flag) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) *flag = atomicInc(count, blocks - 1) == blocks - 1;
+    __syncthreads();
+    const bool last = *flag != 0;
+    if (last) __threadfence();
+    return last;
+}
+
 /** Most picks per row (k) of the router, the MoE combination and the mHC post kernels. */
 constexpr int ROUTE_KMAX = 16;
 

@@ -301,6 +301,14 @@ int32_t ds4j_ctx_create(int32_t device, ds4j_ctx** host_out) {
         if (c->hc_count) hipFree(c->hc_count);
         c->hc_count = nullptr;
     }
+    // the router's counters, the same way (ds4j_moe_gate_route)
+    if (hipMalloc(&c->route_count, DS4J_HC_COUNT_ROWS * sizeof(unsigned)) != hipSuccess ||
+        hipMemsetAsync(c->route_count, 0, DS4J_HC_COUNT_ROWS * sizeof(unsigned), s) != hipSuccess ||
+        hipStreamSynchronize(s) != hipSuccess) {
+        hipGetLastError();
+        if (c->route_count) hipFree(c->route_count);
+        c->route_count = nullptr;
+    }
     *host_out = c;
     return DS4J_OK;
 }
@@ -313,6 +321,7 @@ int32_t ds4j_ctx_destroy(ds4j_ctx* ctx) {
     hipError_t e2 = hipStreamDestroy(ctx->stream);
     ds4j::destroy_lanes(ctx);  // joined above: nothing of them is left to run
     if (ctx->hc_count) hipFree(ctx->hc_count);
+    if (ctx->route_count) hipFree(ctx->route_count);
     ds4j::free_lane_scratch(ctx);
     for (ds4j::Lane& l : ctx->side) ds4j::free_lane_scratch(&l);
     delete ctx;

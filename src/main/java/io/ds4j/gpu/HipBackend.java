@@ -245,7 +245,24 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         }
         this.hasCsa = csa;
         this.hasHca = hca;
+        this.gateRouteFits = gateRouteFits(dw);
         LOG.info("hip backend decode-step graphs: {}", graphs.describe());
+        LOG.info("hip backend router: {}", fusedRouter && gateRouteFits
+                ? "scores and picks in one launch for decode and verify rows (ds4j_moe_gate_route)"
+                : "gate product, then the ranking (" + (gateRouteFits ? "-Dds4j.gpu.fusedRouter=false"
+                        : "the gate's format or shape is not one ds4j_moe_gate_route takes") + ")");
+    }
+
+    /** Whether every layer's gate is one ds4j_moe_gate_route takes (format and shape). */
+    private boolean gateRouteFits(DeviceWeights dw) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment v = a.allocate(ValueLayout.JAVA_INT);
+            for (DeviceWeights.Layer L : dw.layers) {
+                check(ds4j_moe_gate_route_fits(L.gate.format(), L.gate.rows(), L.gate.cols(), v), "router query");
+                if (v.get(ValueLayout.JAVA_INT, 0) == 0 || L.gate.rowBase() != 0) return false;
+            }
+            return true;
+        }
     }
 
     /**
@@ -1815,6 +1832,23 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private volatile boolean branches = !"false".equals(System.getProperty("ds4j.gpu.branches"));
 
     /**
+     * Whether the rows of the step's small runs (decode, verify, short prefill chunks off the tensor-core path) get their
+     * router scores and picks in one launch ({@code ds4j_moe_gate_route}) instead of the gate's product, its partial
+     * sums and {@code ds4j_moe_route}: the same picks' rule, scores summed in another order (the same at every batch
+     * size). {@code -Dds4j.gpu.fusedRouter=false} keeps the three launches (for measurements); runs on the tensor-core
+     * path always keep them, as does a gate the kernel does not take ({@link #gateRouteFits}).
+     */
+    private volatile boolean fusedRouter = !"false".equals(System.getProperty("ds4j.gpu.fusedRouter"));
+    /** Whether every layer's gate fits ds4j_moe_gate_route (asked once at load). */
+    private final boolean gateRouteFits;
+
+    /** Turns {@link #fusedRouter} on or off from the next step on, dropping the kept step graphs (tests, benchmarks). */
+    public synchronized void setFusedRouter(boolean on) {
+        if (fusedRouter != on) dropKeptGraphs();
+        fusedRouter = on;
+    }
+
+    /**
      * Turns the branches ({@link #branches}) on or off; the numbers are the same either way (tests compare the two). The
      * kept step graphs are dropped when it changes, so that the next steps are captured the new way.
      */
@@ -2252,10 +2286,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private Runnable routedExperts(DeviceStep b, int l, DeviceWeights.Layer L, long h, long lam, long ids, long wts, long g,
                                    long u, long yr) {
         final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken, I = c.moeInter, S = b.R;
-        matmulRuns(b.runs, L.gate, h, lam);
-        boolean hash = c.hashMoe[l];
-        launched(ds4j_moe_route(ctx(), ptr(lam), ptr(hash ? 0 : L.gateBias), ptr(hash ? L.tid2eid : 0), ptr(b.tok), S, E, k,
-                (float) c.routedScaling, ptr(ids), ptr(wts)), "moe_route", "MoE (routing, swiglu, combine)");
+        route(b, l, L, h, lam, ids, wts);
         // hybrid placement: which picks go to experts in host memory (waits for the routing)
         final int resident = L.w1.resident();
         int[] idsHost = null, hostPicks = null;
@@ -2297,6 +2328,31 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         final int[] picks = hostPicks, picked = idsHost;
         final float[] hIn = hHost;
         return () -> hostExperts(l, picks, picked, hIn, yr);
+    }
+
+    /**
+     * 3.8 the router over a step's runs: lam [R, E] the gate's scores, ids / wts [R, k] the picks and their weights. Runs
+     * off the tensor-core path take one launch each where {@link #fusedRouter} ({@code ds4j_moe_gate_route}); the others
+     * the gate's product, then one {@code ds4j_moe_route} over their rows.
+     */
+    private void route(DeviceStep b, int l, DeviceWeights.Layer L, long h, long lam, long ids, long wts) {
+        final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken;
+        final boolean hash = c.hashMoe[l], fused = fusedRouter && gateRouteFits;
+        final MemorySegment bias = ptr(hash ? 0 : L.gateBias), table = ptr(hash ? L.tid2eid : 0);
+        final float scaling = (float) c.routedScaling;
+        for (int[] run : b.runs) {
+            final int s0 = run[0], n = run[1];
+            final long lamRun = lam + 4L * s0 * E, idsRun = ids + 4L * s0 * k, wtsRun = wts + 4L * s0 * k;
+            if (fused && run[2] == 0) {
+                launched(ds4j_moe_gate_route(ctx(), L.gate.format(), ptr(L.gate.data()), E, D, ptr(h + 4L * s0 * D), D,
+                        bias, table, ptr(b.tok + 4L * s0), n, k, scaling, ptr(lamRun), ptr(idsRun), ptr(wtsRun)),
+                        "moe_gate_route", "MoE (routing, swiglu, combine)");
+            } else {
+                matmul(L.gate, h + 4L * s0 * D, D, lamRun, E, n, run[2]);
+                launched(ds4j_moe_route(ctx(), ptr(lamRun), bias, table, ptr(b.tok + 4L * s0), n, E, k, scaling, ptr(idsRun),
+                        ptr(wtsRun)), "moe_route", "MoE (routing, swiglu, combine)");
+            }
+        }
     }
 
     /**

@@ -464,4 +464,99 @@ class GpuFusedOpsTest {
                 }
             }
     }
+
+    /** (S, E, D, k, format, ldx); E above 16 takes several blocks a row (the last ranks), ldx above D strided rows. */
+    static final int[][] ROUTER_SHAPES = {{1, 16, 4096, 6, 2, 4096}, {5, 16, 4096, 6, 2, 4100}, {64, 16, 4096, 6, 2, 4096},
+            {3, 40, 4096, 6, 0, 4096}, {2, 256, 4096, 8, 2, 4096}, {7, 256, 1000, 8, 1, 1004}, {4, 6, 64, 6, 2, 64},
+            {9, 33, 520, 2, 0, 528}};
+
+    /**
+     * ds4j_moe_gate_route: the scores within their rounding bound of double sums (one F32 sum a lane over D / (32 × the
+     * chunk's width) chunks, then five levels of a warp's tree: at most (D / 32 + 6) × 2^-24 of the terms' absolute
+     * sum), the picks and weights those of ds4j_moe_route on the kernel's own scores bit for bit (biased and hashed),
+     * a row alone the bits of the same row in the step, and a second launch the bits of the first (the arrival counters
+     * are back at zero).
+     */
+    @Test
+    void routerInOneLaunchScoresWithinTheBoundAndPicksAsTheRankingRouter() {
+        SplittableRandom r = new SplittableRandom(41);
+        try (java.lang.foreign.Arena a = java.lang.foreign.Arena.ofConfined()) {
+            MemorySegment fits = a.allocate(java.lang.foreign.ValueLayout.JAVA_INT);
+            for (int[] sh : ROUTER_SHAPES) {
+                final int S = sh[0], E = sh[1], D = sh[2], k = sh[3], fmt = sh[4], ldx = sh[5];
+                check(ds4j_moe_gate_route_fits(fmt, E, D, fits), "fits");
+                assertEquals(1, fits.get(java.lang.foreign.ValueLayout.JAVA_INT, 0), "fits " + java.util.Arrays.toString(sh));
+                // weights: F32 values, or F16 / BF16 patterns, and their exact F32 values for the reference
+                float[] wv = new float[E * D];
+                long dw;
+                if (fmt == DS4J_FMT_F32()) {
+                    wv = gauss(r, E * D, 0.05);
+                    dw = dev(wv);
+                } else {
+                    short[] bits = new short[E * D];
+                    for (int i = 0; i < E * D; i++) {
+                        float v = (float) (r.nextGaussian() * 0.05);
+                        bits[i] = fmt == DS4J_FMT_F16() ? Float.floatToFloat16(v) : (short) (Float.floatToRawIntBits(v) >>> 16);
+                        wv[i] = fmt == DS4J_FMT_F16() ? Float.float16ToFloat(bits[i]) : Float.intBitsToFloat((bits[i] & 0xffff) << 16);
+                    }
+                    dw = dev(bits);
+                }
+                float[] x = gauss(r, S * ldx, 1.0), bias = gauss(r, E, 0.1);
+                int[] toks = new int[S], table = new int[5 * k];
+                for (int s = 0; s < S; s++) toks[s] = r.nextInt(5);
+                for (int t = 0; t < 5; t++)
+                    for (int j = 0; j < k; j++) table[t * k + j] = (t + 3 * j) % E;
+                long dx = dev(x), db = dev(bias), dt = dev(toks), dtab = dev(table);
+                String at = "S " + S + ", E " + E + ", D " + D + ", k " + k + ", format " + fmt + ", ldx " + ldx;
+                for (boolean hash : new boolean[]{false, true}) {
+                    MemorySegment pb = hash ? MemorySegment.NULL : ptr(db), pt = hash ? ptr(dtab) : MemorySegment.NULL;
+                    long lam = dev(new float[S * E]), ids = dev(new int[S * k]), wts = dev(new float[S * k]);
+                    check(ds4j_moe_gate_route(gpu.ctx(), fmt, ptr(dw), E, D, ptr(dx), ldx, pb, pt, ptr(dt), S, k, 1.5f, ptr(lam),
+                            ptr(ids), ptr(wts)), "moe_gate_route");
+                    float[] got = gpu.downloadFloats(lam, S * E);
+                    for (int s = 0; s < S; s++)
+                        for (int e = 0; e < E; e++) {
+                            double sum = 0, abs = 0;
+                            for (int c = 0; c < D; c++) {
+                                double t = (double) wv[e * D + c] * x[s * ldx + c];
+                                sum += t;
+                                abs += Math.abs(t);
+                            }
+                            double bound = (D / 32.0 + 6) * Math.scalb(1.0, -24) * abs;
+                            assertTrue(Math.abs(got[s * E + e] - sum) <= bound, at + ": score (" + s + ", " + e + ") " + got[s * E + e]
+                                    + " against " + sum + ", bound " + bound);
+                        }
+                    // the ranking router on the same scores: the same picks and weights
+                    long ri = dev(new int[S * k]), rw = dev(new float[S * k]);
+                    check(ds4j_moe_route(gpu.ctx(), ptr(lam), pb, pt, ptr(dt), S, E, k, 1.5f, ptr(ri), ptr(rw)), "moe_route");
+                    sameBits(ri, ids, S * k, at + (hash ? ", hashed" : "") + ": ids against moe_route's");
+                    sameBits(rw, wts, S * k, at + (hash ? ", hashed" : "") + ": weights against moe_route's");
+                    // again: the same bits
+                    long lam2 = dev(new float[S * E]), ids2 = dev(new int[S * k]), wts2 = dev(new float[S * k]);
+                    check(ds4j_moe_gate_route(gpu.ctx(), fmt, ptr(dw), E, D, ptr(dx), ldx, pb, pt, ptr(dt), S, k, 1.5f, ptr(lam2),
+                            ptr(ids2), ptr(wts2)), "moe_gate_route again");
+                    sameBits(lam, lam2, S * E, at + ": scores of a second launch");
+                    sameBits(ids, ids2, S * k, at + ": ids of a second launch");
+                    sameBits(wts, wts2, S * k, at + ": weights of a second launch");
+                    // the last row alone
+                    final int s = S - 1;
+                    long lam1 = dev(new float[E]), ids1 = dev(new int[k]), wts1 = dev(new float[k]);
+                    check(ds4j_moe_gate_route(gpu.ctx(), fmt, ptr(dw), E, D, ptr(dx + 4L * s * ldx), ldx, pb, pt, ptr(dt + 4L * s), 1, k,
+                            1.5f, ptr(lam1), ptr(ids1), ptr(wts1)), "moe_gate_route, a row alone");
+                    sameBits(lam + 4L * s * E, lam1, E, at + ": a row's scores alone");
+                    sameBits(ids + 4L * s * k, ids1, k, at + ": a row's ids alone");
+                    sameBits(wts + 4L * s * k, wts1, k, at + ": a row's weights alone");
+                }
+            }
+            // what it declines: FP8 weights, D not a multiple of 8, a row too wide for a block's shared memory
+            for (int[] no : new int[][]{{DS4J_FMT_FP8_E4M3_B128(), 16, 4096}, {DS4J_FMT_BF16(), 16, 4100}, {DS4J_FMT_BF16(), 16, 12288},
+                    {DS4J_FMT_BF16(), 0, 4096}}) {
+                check(ds4j_moe_gate_route_fits(no[0], no[1], no[2], fits), "fits");
+                assertEquals(0, fits.get(java.lang.foreign.ValueLayout.JAVA_INT, 0), "declined " + java.util.Arrays.toString(no));
+            }
+            long buf = dev(new float[64]);
+            assertEquals(DS4J_ERR_ARG(), ds4j_moe_gate_route(gpu.ctx(), DS4J_FMT_BF16(), ptr(buf), 16, 4100, ptr(buf), 4100,
+                    ptr(buf), MemorySegment.NULL, ptr(buf), 1, 6, 1f, ptr(buf), ptr(buf), ptr(buf)), "D 4,100 is refused");
+        }
+    }
 }

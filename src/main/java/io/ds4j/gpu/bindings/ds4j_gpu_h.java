@@ -4892,6 +4892,134 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_moe_gate_route {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_FLOAT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_moe_gate_route");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_gate_route(ds4j_ctx *ctx, int32_t format, const void *w, int32_t E, int32_t D, const float *x, int64_t ldx, const float *bias, const int32_t *tid2eid, const int32_t *tokens, int32_t S, int32_t k, float scaling, float *lam, int32_t *ids, float *weights)
+     * }
+     */
+    public static FunctionDescriptor ds4j_moe_gate_route$descriptor() {
+        return ds4j_moe_gate_route.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_gate_route(ds4j_ctx *ctx, int32_t format, const void *w, int32_t E, int32_t D, const float *x, int64_t ldx, const float *bias, const int32_t *tid2eid, const int32_t *tokens, int32_t S, int32_t k, float scaling, float *lam, int32_t *ids, float *weights)
+     * }
+     */
+    public static MethodHandle ds4j_moe_gate_route$handle() {
+        return ds4j_moe_gate_route.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_gate_route(ds4j_ctx *ctx, int32_t format, const void *w, int32_t E, int32_t D, const float *x, int64_t ldx, const float *bias, const int32_t *tid2eid, const int32_t *tokens, int32_t S, int32_t k, float scaling, float *lam, int32_t *ids, float *weights)
+     * }
+     */
+    public static MemorySegment ds4j_moe_gate_route$address() {
+        return ds4j_moe_gate_route.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_gate_route(ds4j_ctx *ctx, int32_t format, const void *w, int32_t E, int32_t D, const float *x, int64_t ldx, const float *bias, const int32_t *tid2eid, const int32_t *tokens, int32_t S, int32_t k, float scaling, float *lam, int32_t *ids, float *weights)
+     * }
+     */
+    public static int ds4j_moe_gate_route(MemorySegment ctx, int format, MemorySegment w, int E, int D, MemorySegment x, long ldx, MemorySegment bias, MemorySegment tid2eid, MemorySegment tokens, int S, int k, float scaling, MemorySegment lam, MemorySegment ids, MemorySegment weights) {
+        var mh$ = ds4j_moe_gate_route.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, format, w, E, D, x, ldx, bias, tid2eid, tokens, S, k, scaling, lam, ids, weights);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_moe_gate_route_fits {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_moe_gate_route_fits");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, int32_t *host_fits)
+     * }
+     */
+    public static FunctionDescriptor ds4j_moe_gate_route_fits$descriptor() {
+        return ds4j_moe_gate_route_fits.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, int32_t *host_fits)
+     * }
+     */
+    public static MethodHandle ds4j_moe_gate_route_fits$handle() {
+        return ds4j_moe_gate_route_fits.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, int32_t *host_fits)
+     * }
+     */
+    public static MemorySegment ds4j_moe_gate_route_fits$address() {
+        return ds4j_moe_gate_route_fits.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, int32_t *host_fits)
+     * }
+     */
+    public static int ds4j_moe_gate_route_fits(int format, int E, int D, MemorySegment host_fits) {
+        var mh$ = ds4j_moe_gate_route_fits.HANDLE;
+        try {
+            return (int) mh$.invokeExact(format, E, D, host_fits);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_swiglu {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
