@@ -1081,6 +1081,10 @@ public final class HttpVerticle extends VerticleBase {
             return new ApiException(415, "invalid_request_error", "unsupported_content_encoding", null, "the request"
                     + " body's Content-Encoding '" + encoding + "' is not supported: send the JSON uncompressed (identity)", null);
         }
+        String form = formBody(req.getHeader(HttpHeaders.CONTENT_TYPE));
+        if (form != null)
+            return new ApiException(415, "invalid_request_error", "unsupported_media_type", null, "the request body is "
+                    + form + "; this API takes a JSON body (Content-Type: application/json)", null);
         long declared = -1;
         try {
             String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
@@ -1093,6 +1097,18 @@ public final class HttpVerticle extends VerticleBase {
         if ("100-continue".equalsIgnoreCase(req.getHeader(HttpHeaders.EXPECT)) && req.version() != HttpVersion.HTTP_1_0)
             ctx.response().writeContinue();
         return null;
+    }
+
+    /**
+     * The media type of a form body (multipart/form-data, application/x-www-form-urlencoded: what {@code curl -F} and
+     * {@code curl -d} without a type send), which is never JSON, or null for any other Content-Type or none: those are
+     * read as JSON, as OpenAI's API reads them (docs/api.md).
+     */
+    static String formBody(String contentType) {
+        if (contentType == null) return null;
+        int semi = contentType.indexOf(';');
+        String type = (semi < 0 ? contentType : contentType.substring(0, semi)).trim().toLowerCase(java.util.Locale.ROOT);
+        return type.equals("multipart/form-data") || type.equals("application/x-www-form-urlencoded") ? type : null;
     }
 
     /** The 413 for a body over server.maxBodyBytes; {@code declared}: its declared length, or -1 when it was not. */

@@ -579,6 +579,31 @@ class BadInputTest {
         assertEquals(200, server.post("/v1/chat/completions", chat("")).status(), "still serving");
     }
 
+    /** A POST of body to path with this Content-Type alone (TestServer.post always sends application/json). */
+    private java.net.http.HttpResponse<String> postAs(String path, String body, String type) throws Exception {
+        return server.http().send(java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://127.0.0.1:" + server.port + path))
+                .header("Content-Type", type).POST(java.net.http.HttpRequest.BodyPublishers.ofString(body)).build(),
+                java.net.http.HttpResponse.BodyHandlers.ofString());
+    }
+
+    @Test
+    void aFormBodyIs415NamingItsMediaTypeAndOtherTypesAreReadAsJson() throws Exception {
+        for (String[] c : new String[][]{{"multipart/form-data; boundary=xyz", "multipart/form-data"},
+                {"application/x-www-form-urlencoded", "application/x-www-form-urlencoded"}, {"Multipart/Form-Data", "multipart/form-data"}}) {
+            java.net.http.HttpResponse<String> r = postAs("/v1/chat/completions", chat(""), c[0]);
+            assertEquals(415, r.statusCode(), c[0] + ": " + r.body());
+            JsonNode e = Json.MAPPER.readTree(r.body()).get("error");
+            assertEquals("unsupported_media_type", e.get("code").asText(), r.body());
+            assertEquals("the request body is " + c[1] + "; this API takes a JSON body (Content-Type: application/json)",
+                    e.get("message").asText());
+        }
+        assertEquals(415, postAs("/tokenize", "{\"content\":\"x\"}", "multipart/form-data").statusCode());
+        // any other type, or a charset, is read as JSON
+        for (String type : new String[]{"text/plain", "application/json; charset=utf-8", "application/xml"})
+            assertEquals(200, postAs("/v1/chat/completions", chat(""), type).statusCode(), type);
+        assertEquals(200, server.post("/v1/chat/completions", chat("")).status(), "still serving");
+    }
+
     @Test
     void aCompressedBodyIs415NamingItsEncoding() throws Exception {
         java.io.ByteArrayOutputStream gz = new java.io.ByteArrayOutputStream();
