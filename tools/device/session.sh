@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (docs/gpu.md): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-json, batch-gbnf, batch-long, step-profile, split-ab, wgmma-mm, wgmma-bench, router-ab.
+# One device call (docs/gpu.md): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-json, batch-gbnf, batch-long, step-profile, split-ab, wgmma-mm, wgmma-bench, launches-ab.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -65,12 +65,15 @@ for p in ${phases//,/ }; do
     wgmma-bench) TAILN=60 run wgmma-bench 560 bash -c 'for v in 8 0 8 0; do echo "DS4J_SKINNY_WGMMA=$v"; \
         DS4J_SKINNY_WGMMA=$v tools/device/run.sh bench --layers 43 --prompt-tokens 512 --contexts 4096 --max-prefill 0 \
         --decode-tokens 8 --graph-rounds 1 --verify-rows 5 --batches 1,16,64 2>&1 | grep -E "prefill:|on: .*median|verify step of|batch +[0-9]"; done' ;;
-    # the router in one launch (-Dds4j.gpu.fusedRouter, default on) against the gate's product and ds4j_moe_route,
-    # alternating, in full-depth engine steps
-    router-ab) TAILN=60 run router-ab 560 bash -c 'for v in false true false true; do echo "fusedRouter=$v"; \
-        JAVA_TOOL_OPTIONS=-Dds4j.gpu.fusedRouter=$v tools/device/run.sh bench --layers 43 --prompt-tokens 512 \
-        --contexts 4096 --max-prefill 0 --decode-tokens 8 --graph-rounds 1 --verify-rows 5 --batches 1,16,64 2>&1 \
-        | grep -E "prefill:|on: .*median|verify step of|batch +[0-9]|router:"; done' ;;
+    # the router in one launch and the partial sums left to the SwiGLU (-Dds4j.gpu.fusedRouter, -Dds4j.gpu.partialsToReaders,
+    # both on by default) off and on, alternating, in full-depth engine steps: $LAUNCHES_AB lists the runs, each two
+    # letters (t / f: the router, the partials), default "ff tt ff tt"
+    launches-ab) TAILN=60 run launches-ab 580 bash -c 'for v in ${LAUNCHES_AB:-ff tt ff tt}; do \
+        fr=$([ "${v:0:1}" = t ] && echo true || echo false); pr=$([ "${v:1:1}" = t ] && echo true || echo false); \
+        echo "fusedRouter=$fr partialsToReaders=$pr"; \
+        JAVA_TOOL_OPTIONS="-Dds4j.gpu.fusedRouter=$fr -Dds4j.gpu.partialsToReaders=$pr" tools/device/run.sh bench --layers 43 \
+        --prompt-tokens 512 --contexts 4096 --max-prefill 0 --decode-tokens 8 --graph-rounds 1 --verify-rows 5 --batches 1,16,64 \
+        2>&1 | grep -E "prefill:|on: .*median|verify step of|batch +[0-9]"; done' ;;
     *) echo "unknown phase $p" >&2; exit 2 ;;
   esac
 done

@@ -318,6 +318,41 @@ static void gate_route_case(int S, int E, int D, int k, int fmt, bool hash, int 
     else printf("%s: scores within the bound, picks equal to the ranking router's, rows alone bit-identical\n", at);
 }
 
+/**
+ * swiglu_parts_kernel on planes of partial sums (gn planes of g, un of u, n values each, strides past n) against
+ * skinny_combine's sums (the column-split products' own launch) and swiglu_kernel on them: bit-identical.
+ */
+static void swiglu_parts_case(int64_t n, int gn, int un, int64_t pad) {
+    const float lim = 7.f;
+    const int64_t gs = n + pad, us = n + 2 * pad;
+    auto g = gvec((size_t)gn * gs, 3), u = gvec((size_t)un * us, 3);
+    std::vector<float> gy(n), uy(n), want(n), got(n);
+    const int rows = (int)n;  // one "token" of n rows: skinny_combine's plane is ns * rows = n values
+    auto sum = [&](const std::vector<float>& part, int nw, int64_t stride, std::vector<float>& y) {
+        if (stride == n) {
+            emu_launch(dim3((unsigned)((n + 255) / 256)), dim3(256), 0, [&] {
+                sk::skinny_combine<1>(part.data(), nw, 1, rows, y.data(), rows, nullptr, nullptr);
+            });
+        } else {  // planes stride apart: skinny_combine sums planes n apart, so each plane is copied to its place
+            std::vector<float> packed((size_t)nw * n);
+            for (int p = 0; p < nw; p++) memcpy(&packed[(size_t)p * n], &part[(size_t)p * stride], n * 4);
+            emu_launch(dim3((unsigned)((n + 255) / 256)), dim3(256), 0, [&] {
+                sk::skinny_combine<1>(packed.data(), nw, 1, rows, y.data(), rows, nullptr, nullptr);
+            });
+        }
+    };
+    sum(g, gn, gs, gy);
+    sum(u, un, us, uy);
+    emu_launch(dim3((unsigned)((n + 255) / 256)), dim3(256), 0, [&] { swiglu_kernel(gy.data(), uy.data(), want.data(), n, lim); });
+    emu_launch(dim3((unsigned)((n + 255) / 256)), dim3(256), 0, [&] {
+        swiglu_parts_kernel(g.data(), gn, gs, u.data(), un, us, got.data(), n, lim);
+    });
+    char at[96];
+    snprintf(at, sizeof at, "swiglu_parts n %lld planes %d / %d stride pad %lld", (long long)n, gn, un, (long long)pad);
+    const int bad = differ(at, want.data(), got.data(), (size_t)n);
+    printf("%s: %s\n", at, bad ? "DIFFERS FROM the summed planes' SwiGLU" : "bit-identical to the summed planes' SwiGLU");
+}
+
 static void run_all() {
     // the V4 shape (n 4, D 4096) as decode and verify, odd widths, n 8, many rows (the loop finisher)
     for (bool norm : {true, false}) {
@@ -366,6 +401,10 @@ static void run_all() {
         gate_route_case(4, 33, 520, 2, DS4J_FMT_F16, hash, 528);
         gate_route_case(2, 6, 64, 6, DS4J_FMT_BF16, hash, 64);
     }
+    swiglu_parts_case(6 * 2048, 8, 8, 0);    // the routed experts' w1 / w3 at one row (8 column partitions)
+    swiglu_parts_case(2048, 1, 8, 0);        // the shared expert: W1 summed, W3's planes
+    swiglu_parts_case(1000, 17, 3, 5);       // more planes than a batch of loads, planes apart
+    swiglu_parts_case(300, 9, 1, 0);
 }
 
 }  // namespace mhc

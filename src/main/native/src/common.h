@@ -151,6 +151,15 @@ struct Lane {
     int64_t tc_scratch_bytes = 0;
     void* tc_retired[32] = {};
     int tc_retired_n = 0;
+    /**
+     * ds4j_parts_begin / ds4j_parts_end: 1 while armed (the lane's next column-split skinny product whose y rows are
+     * contiguous leaves its partials, unsummed, and records them here: parts_at, parts_n planes parts_stride floats
+     * apart; 2 once one did), 0 otherwise.
+     */
+    int parts_state = 0;
+    const float* parts_at = nullptr;
+    int parts_n = 0;
+    int64_t parts_stride = 0;
 };
 }  // namespace ds4j
 

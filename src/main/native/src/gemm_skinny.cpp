@@ -1926,6 +1926,14 @@ static int run_smem(ds4j_ctx* ctx, int format, SmPlan pl, dim3 grid, Args a, int
     DS4J_SK_DISPATCH_FN(format, pl.nt, (e = launch_smem<F, N, MOE>(grid, pl, ctx->stream, a)))
     if (e != hipSuccess) return fail_hip(e, "launching matmul (skinny tensor cores, shared x)");
     launched_kernels.fetch_add(1, std::memory_order_relaxed);
+    if (pl.b.split && ctx->parts_state == 1 && a.ldy == rows) {
+        // left to their reader (ds4j_parts_begin): plane p of the partials holds partition p's sums of y's rows
+        ctx->parts_state = 2;
+        ctx->parts_at = pl.b.part;
+        ctx->parts_n = pl.b.nw;
+        ctx->parts_stride = (int64_t)pl.b.ns * rows;
+        return DS4J_OK;
+    }
     if (pl.b.split)
         return sum_partials(ctx, pl.b.part, pl.b.nw, pl.b.ns, rows, a.y, a.ldy, MOE ? a.ids : nullptr,
                             MOE ? a.w_table : nullptr);

@@ -710,6 +710,28 @@ DS4J_API int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, 
 DS4J_API int32_t ds4j_swiglu(ds4j_ctx* ctx, const float* g, const float* u, float* out, int64_t n, float limit);
 
 /**
+ * ds4j_swiglu of g and u each given as planes of partial sums: g = g_planes[0] + g_planes[1] + ... added in plane order
+ * (plane p at g + p * g_stride floats), u likewise; out[i] for i < n. The planes a column-split product left unsummed
+ * (ds4j_parts_end) give the bits of ds4j_swiglu on that product's summed result; one plane (stride unused) is a plain
+ * array. out may alias plane 0 of g or u.
+ */
+DS4J_API int32_t ds4j_swiglu_parts(ds4j_ctx* ctx, const float* g, int32_t g_planes, int64_t g_stride, const float* u,
+                                   int32_t u_planes, int64_t u_stride, float* out, int64_t n, float limit);
+
+/**
+ * Partial sums left to their reader: after ds4j_parts_begin, the next product launched on the context's current lane
+ * (ds4j_branch_begin) that splits its columns on the skinny path and whose output rows are contiguous (ldy = rows)
+ * leaves its column partitions' partial sums in the lane's scratch instead of adding them into y, and
+ * ds4j_parts_end gives where: *host_at, *host_planes planes *host_stride floats apart (plane p: partition p's sums, in
+ * y's layout); *host_planes = 0 when no product did (y holds the result). The planes stay valid until the lane's next
+ * column-split product. For a reader that adds them in plane order (ds4j_swiglu_parts): the same bits as the sums.
+ * Routed-expert products (ds4j_moe_matmul) leave every pick's rows, so a caller arms them only where every expert is
+ * in device memory.
+ */
+DS4J_API int32_t ds4j_parts_begin(ds4j_ctx* ctx);
+DS4J_API int32_t ds4j_parts_end(ds4j_ctx* ctx, const float** host_at, int32_t* host_planes, int64_t* host_stride);
+
+/**
  * out[s] = sum over the k picks of s in ascending expert id of weights[s, j] * y_routed[s*k + j] + shared[s]
  * (rows of width D).
  */

@@ -1842,6 +1842,67 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /** Whether every layer's gate fits ds4j_moe_gate_route (asked once at load). */
     private final boolean gateRouteFits;
 
+    /**
+     * Whether SwiGLU reads the column-split partial sums of the products before it (the routed experts' w1 and w3, the
+     * shared expert's W3) instead of a launch that adds them first ({@code ds4j_parts_begin}, {@code ds4j_swiglu_parts}):
+     * the same bits, one launch less per product. Steps of one run of rows whose experts are all in device memory; w3
+     * only where it runs on its own lane (w1 on the step's stream would overwrite its planes).
+     * {@code -Dds4j.gpu.partialsToReaders=false} keeps the sums' launches (for measurements).
+     */
+    private volatile boolean partialsToReaders = !"false".equals(System.getProperty("ds4j.gpu.partialsToReaders"));
+    /** Products whose partial sums went to their reader instead of a sum's launch (tests: that it happened). */
+    long partialsLeft;
+
+    /** Turns {@link #partialsToReaders} on or off from the next step on, dropping the kept step graphs (tests, benchmarks). */
+    public synchronized void setPartialsToReaders(boolean on) {
+        if (partialsToReaders != on) dropKeptGraphs();
+        partialsToReaders = on;
+    }
+
+    /** Where a product's result is to be read: planes of partial sums {@code stride} floats apart, or one plane, y. */
+    private record Parts(long at, int planes, long stride) {}
+
+    /**
+     * Runs {@code product} (the launches of one product into y) on the current lane with its partial sums left to their
+     * reader when {@code on} (ds4j_parts_begin / ds4j_parts_end, the lane disarmed again even if a launch fails): where
+     * the product's result is to be read, its planes, or y itself when it summed them or {@code on} is false.
+     */
+    private Parts leavingParts(boolean on, long y, Runnable product) {
+        if (!on) {
+            product.run();
+            return new Parts(y, 1, 0);
+        }
+        check(ds4j_parts_begin(ctx()), "parts begin");
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment at = a.allocate(ValueLayout.ADDRESS), n = a.allocate(ValueLayout.JAVA_INT),
+                    stride = a.allocate(ValueLayout.JAVA_LONG);
+            try {
+                product.run();
+            } finally {
+                check(ds4j_parts_end(ctx(), at, n, stride), "parts end");
+            }
+            int planes = n.get(ValueLayout.JAVA_INT, 0);
+            if (planes == 0) return new Parts(y, 1, 0);
+            partialsLeft++;
+            return new Parts(at.get(ValueLayout.ADDRESS, 0).address(), planes, stride.get(ValueLayout.JAVA_LONG, 0));
+        }
+    }
+
+    /** SwiGLU of g and u (n values each) into out, each read from its planes (ds4j_swiglu_parts) or as one array. */
+    private void swiglu(Parts g, Parts u, long out, long n) {
+        if (g.planes() == 1 && u.planes() == 1)
+            launched(ds4j_swiglu(ctx(), ptr(g.at()), ptr(u.at()), ptr(out), n, (float) c.swigluLimit), "swiglu",
+                    "MoE (routing, swiglu, combine)");
+        else
+            launched(ds4j_swiglu_parts(ctx(), ptr(g.at()), g.planes(), g.stride(), ptr(u.at()), u.planes(), u.stride(), ptr(out),
+                    n, (float) c.swigluLimit), "swiglu", "MoE (routing, swiglu, combine)");
+    }
+
+    /** Whether decode and verify rows get the router in one launch now (tests: which launch a fault is injected into). */
+    synchronized boolean fusedRouterTaken() {
+        return fusedRouter && gateRouteFits;
+    }
+
     /** Turns {@link #fusedRouter} on or off from the next step on, dropping the kept step graphs (tests, benchmarks). */
     public synchronized void setFusedRouter(boolean on) {
         if (fusedRouter != on) dropKeptGraphs();
@@ -2249,14 +2310,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      */
     private long moe(DeviceStep b, int l, DeviceWeights.Layer L, long h) {
         final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken, I = c.moeInter, S = b.R;
-        final float lim = (float) c.swigluLimit;
         long lam = ws.f32((long) S * E), ids = ws.i32((long) S * k), wts = ws.f32((long) S * k);
         long sg = ws.f32((long) S * I), su = ws.f32((long) S * I), sy = ws.f32((long) S * D);
         long g = ws.f32((long) S * k * I), u = ws.f32((long) S * k * I), yr = ws.f32((long) S * k * D);
+        // W3's partial sums to the SwiGLU (W1's would be overwritten by W3's on the same lane)
+        final boolean parts = partialsToReaders && b.runs.length == 1;
         Runnable sharedExpert = () -> {
             matmulRuns(b.runs, L.sharedW1, h, sg);
-            matmulRuns(b.runs, L.sharedW3, h, su);
-            launched(ds4j_swiglu(ctx(), ptr(sg), ptr(su), ptr(sg), (long) S * I, lim), "swiglu", "MoE (routing, swiglu, combine)");
+            Parts pu = leavingParts(parts, su, () -> matmulRuns(b.runs, L.sharedW3, h, su));
+            swiglu(new Parts(sg, 1, 0), pu, sg, (long) S * I);
             matmulRuns(b.runs, L.sharedW2, sg, sy);
         };
         // the shared expert in a branch beside the routing and the routed experts; without branches after them, so that
@@ -2304,21 +2366,28 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         // CPU starts so that both work at once
         if (resident > 0) {
             // w3 in a second branch beside w1; its calls' scratch stays taken until the join
+            // the partial sums of w1 and w3 to the SwiGLU: one run of rows (one product each), every expert on the
+            // device (a host expert's pick rows are filled in y, not in the planes), w3 only on its own lane
+            final boolean parts = partialsToReaders && b.runs.length == 1 && resident == E;
+            Parts pu, pg;
             long mark = ws.mark();
             try (Branch up = branch(2)) {
-                for (int[] run : b.runs) {
-                    long p0 = (long) run[0] * k;
-                    moeMatmul(L.w3, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, u + 4 * p0 * I, I, up.open());
-                }
+                pu = leavingParts(parts && up.open(), u, () -> {
+                    for (int[] run : b.runs) {
+                        long p0 = (long) run[0] * k;
+                        moeMatmul(L.w3, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, u + 4 * p0 * I, I, up.open());
+                    }
+                });
                 up.end();
-                for (int[] run : b.runs) {
-                    long p0 = (long) run[0] * k;
-                    moeMatmul(L.w1, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, g + 4 * p0 * I, I, false);
-                }
+                pg = leavingParts(parts, g, () -> {
+                    for (int[] run : b.runs) {
+                        long p0 = (long) run[0] * k;
+                        moeMatmul(L.w1, ids + 4 * p0, k, run, h + 4L * run[0] * D, D, false, g + 4 * p0 * I, I, false);
+                    }
+                });
             }
             ws.release(mark);
-            launched(ds4j_swiglu(ctx(), ptr(g), ptr(u), ptr(g), (long) S * k * I, (float) c.swigluLimit), "swiglu",
-                    "MoE (routing, swiglu, combine)");
+            swiglu(pg, pu, g, (long) S * k * I);
             for (int[] run : b.runs) {
                 long p0 = (long) run[0] * k;
                 moeMatmul(L.w2, ids + 4 * p0, k, run, g + 4 * p0 * I, I, true, yr + 4 * p0 * D, D, false);

@@ -1011,6 +1011,95 @@ class GpuOpsTest {
     }
 
     /** E random expert matrices of one format on the device, with the device tables of their data and scale addresses. */
+    static void sameBits(float[] want, float[] got, String what) {
+        assertEquals(want.length, got.length, what);
+        for (int i = 0; i < want.length; i++)
+            if (Float.floatToRawIntBits(want[i]) != Float.floatToRawIntBits(got[i]))
+                fail(what + ": element " + i + " of " + want.length + ": want " + want[i] + ", got " + got[i]);
+    }
+
+    /** Planes a product left (ds4j_parts_end): where, how many, how far apart (floats). */
+    record Planes(long at, int n, long stride) {}
+
+    static Planes partsEnd() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment at = a.allocate(ValueLayout.ADDRESS), n = a.allocate(ValueLayout.JAVA_INT), st = a.allocate(ValueLayout.JAVA_LONG);
+            check(ds4j_parts_end(gpu.ctx(), at, n, st), "parts end");
+            return new Planes(at.get(ValueLayout.ADDRESS, 0).address(), n.get(ValueLayout.JAVA_INT, 0), st.get(ValueLayout.JAVA_LONG, 0));
+        }
+    }
+
+    /** A copy of planes p (they live in the context's scratch until its next column-split product). */
+    static Planes kept(Planes p, long n) {
+        long to = zeros(4L * p.n() * p.stride());
+        gpu.copy(to, p.at(), 4L * p.n() * p.stride());
+        assertTrue(p.stride() >= n, "planes " + p.stride() + " floats apart hold " + n + " values");
+        return new Planes(to, p.n(), p.stride());
+    }
+
+    /**
+     * Partial sums left to the SwiGLU (ds4j_parts_begin / ds4j_parts_end, ds4j_swiglu_parts): routed FP4 experts at
+     * V4's w1 / w3 shape (2,048 x 4,096, 16 experts, 6 picks a token) at 1 and 5 rows, and a dense FP8 2,048 x 4,096
+     * product at 1 row, leave planes (several: their columns were split); the SwiGLU of the planes gives the bits of
+     * the SwiGLU of the products' own summed results. After ds4j_parts_end nothing is armed: a product sums into y,
+     * and an end with no product in between reports no planes.
+     */
+    @Test
+    void partialSumsLeftToTheSwigluGiveTheSummedProductsBits() {
+        SplittableRandom r = new SplittableRandom(53);
+        final int E = 16, k = 6, rows = 2048, cols = 4096;
+        final float lim = 10f;
+        WeightMatrix.Format f4 = WeightMatrix.Format.FP4_E2M1_B32;
+        Experts w1 = uploadExperts(r, f4, E, rows, cols), w3 = uploadExperts(r, f4, E, rows, cols);
+        for (int S : new int[]{1, 5}) {
+            int[] ids = new int[S * k];
+            for (int s = 0; s < S; s++)
+                for (int j = 0; j < k; j++) ids[s * k + j] = (s * 5 + j * 3) % E;
+            long dx = dev(gauss(r, S * cols, 1)), dids = dev(ids);
+            final long n = (long) S * k * rows;
+            long g = zeros(4 * n), u = zeros(4 * n), want = zeros(4 * n), got = zeros(4 * n);
+            check(ds4j_moe_matmul(gpu.ctx(), f4.ordinal(), ptr(w1.dataTable()), ptr(w1.scaleTable()), MemorySegment.NULL, 0, rows, cols,
+                    ptr(dids), k, S, ptr(dx), cols, 0, ptr(g), rows), "w1 summed");
+            check(ds4j_moe_matmul(gpu.ctx(), f4.ordinal(), ptr(w3.dataTable()), ptr(w3.scaleTable()), MemorySegment.NULL, 0, rows, cols,
+                    ptr(dids), k, S, ptr(dx), cols, 0, ptr(u), rows), "w3 summed");
+            check(ds4j_swiglu(gpu.ctx(), ptr(g), ptr(u), ptr(want), n, lim), "swiglu");
+            long g2 = zeros(4 * n), u2 = zeros(4 * n);
+            check(ds4j_parts_begin(gpu.ctx()), "parts begin");
+            check(ds4j_moe_matmul(gpu.ctx(), f4.ordinal(), ptr(w1.dataTable()), ptr(w1.scaleTable()), MemorySegment.NULL, 0, rows, cols,
+                    ptr(dids), k, S, ptr(dx), cols, 0, ptr(g2), rows), "w1 leaving its partials");
+            Planes pg = kept(partsEnd(), n);
+            check(ds4j_parts_begin(gpu.ctx()), "parts begin");
+            check(ds4j_moe_matmul(gpu.ctx(), f4.ordinal(), ptr(w3.dataTable()), ptr(w3.scaleTable()), MemorySegment.NULL, 0, rows, cols,
+                    ptr(dids), k, S, ptr(dx), cols, 0, ptr(u2), rows), "w3 leaving its partials");
+            Planes pu = partsEnd();
+            assertTrue(pg.n() > 1 && pu.n() > 1, "S " + S + ": the routed products left " + pg.n() + " / " + pu.n() + " planes");
+            check(ds4j_swiglu_parts(gpu.ctx(), ptr(pg.at()), pg.n(), pg.stride(), ptr(pu.at()), pu.n(), pu.stride(), ptr(got), n, lim),
+                    "swiglu_parts");
+            sameBits(gpu.downloadFloats(want, (int) n), gpu.downloadFloats(got, (int) n), "routed w1 / w3 at S " + S);
+            // nothing armed any more: the same product sums into y
+            check(ds4j_moe_matmul(gpu.ctx(), f4.ordinal(), ptr(w1.dataTable()), ptr(w1.scaleTable()), MemorySegment.NULL, 0, rows, cols,
+                    ptr(dids), k, S, ptr(dx), cols, 0, ptr(g2), rows), "w1 after the end");
+            sameBits(gpu.downloadFloats(g, (int) n), gpu.downloadFloats(g2, (int) n), "w1 summed after ds4j_parts_end, S " + S);
+        }
+        // a dense FP8 product's planes with a plain u (one plane)
+        WeightMatrix m = randomMatrix(r, WeightMatrix.Format.FP8_E4M3_B128, rows, cols, false);
+        DeviceMatrix dm = upload(m);
+        long dx = dev(gauss(r, cols, 1)), du = dev(gauss(r, rows, 2));
+        long y = zeros(4L * rows), want = zeros(4L * rows), got = zeros(4L * rows);
+        check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), dm.rowBase(), rows, cols, ptr(dx), cols,
+                ptr(y), rows, 1, 0), "dense summed");
+        check(ds4j_swiglu(gpu.ctx(), ptr(y), ptr(du), ptr(want), rows, lim), "swiglu");
+        check(ds4j_parts_begin(gpu.ctx()), "parts begin");
+        check(ds4j_matmul(gpu.ctx(), dm.format(), ptr(dm.data()), ptr(dm.scale()), dm.scaleKind(), dm.rowBase(), rows, cols, ptr(dx), cols,
+                ptr(zeros(4L * rows)), rows, 1, 0), "dense leaving its partials");
+        Planes p = partsEnd();
+        assertTrue(p.n() > 1, "the dense product left " + p.n() + " planes");
+        check(ds4j_swiglu_parts(gpu.ctx(), ptr(p.at()), p.n(), p.stride(), ptr(du), 1, 0, ptr(got), rows, lim), "swiglu_parts");
+        sameBits(gpu.downloadFloats(want, rows), gpu.downloadFloats(got, rows), "dense FP8 with a plain u");
+        check(ds4j_parts_begin(gpu.ctx()), "parts begin");
+        assertEquals(0, partsEnd().n(), "no product between begin and end: no planes");
+    }
+
     record Experts(WeightMatrix[] ms, long dataTable, long scaleTable) {}
 
     static Experts uploadExperts(SplittableRandom r, WeightMatrix.Format f, int E, int rows, int cols) {

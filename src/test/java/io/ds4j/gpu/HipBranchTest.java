@@ -86,6 +86,55 @@ class HipBranchTest {
     }
 
     /**
+     * Partial sums left to the SwiGLU ({@link HipBackend#setPartialsToReaders}: the routed experts' w1 and w3, the shared
+     * expert's W3): the small preset (3 layers, FP8) gives the logits of the products summed by their own launches, bit
+     * for bit, kernel by kernel and replayed from kept graphs, over a tensor-core prefill chunk, a short one, and decode and
+     * verify steps with rollbacks; and products did leave their partials.
+     */
+    @Test
+    void partialSumsLeftToTheSwigluGiveTheNumbersOfSummedProducts() throws Exception {
+        Path small = tmp.resolve("small-fp8");
+        new RandomCheckpoint(Presets.get("small", 3, null), 45, TensorNames.Scheme.ORIGINAL, RandomCheckpoint.Storage.FP8).write(small);
+        try (HipBackend b = HipPlacementTest.open(small, HipPlacementTest.opts(ExpertPlacement.MONOLITHIC, 0, false))) {
+            int[] toks = HipGraphTest.tokens(b, 200, 46);
+            SplittableRandom r = new SplittableRandom(46);
+            try (Sequence summed = b.newSequence(16); Sequence left = b.newSequence(16); Sequence kept = b.newSequence(16)) {
+                int P = HipBackend.PREFILL_TC_ROWS + 6;
+                for (int[] chunk : new int[][]{{0, P}, {P, 5}}) {
+                    int[] last = {chunk[1] - 1};
+                    b.setPartialsToReaders(false);
+                    float[] want = step(b, true, false, summed, toks, chunk[0], chunk[1], last, StepKind.PREFILL);
+                    b.setPartialsToReaders(true);
+                    assertArrayEquals(want, step(b, true, false, left, toks, chunk[0], chunk[1], last, StepKind.PREFILL), "prefill " + chunk[1]);
+                    assertArrayEquals(want, step(b, true, true, kept, toks, chunk[0], chunk[1], last, StepKind.PREFILL), "prefill " + chunk[1]);
+                }
+                long before = b.partialsLeft;
+                while (summed.length() < 140) {
+                    int pos = summed.length();
+                    boolean verify = r.nextDouble() < 0.3;
+                    int n = verify ? 2 + r.nextInt(4) : 1;
+                    int[] rows = HipGraphTest.all(n);
+                    StepKind kind = verify ? StepKind.VERIFY : StepKind.DECODE;
+                    b.setPartialsToReaders(false);
+                    float[] want = step(b, true, false, summed, toks, pos, n, rows, kind);
+                    b.setPartialsToReaders(true);
+                    assertArrayEquals(want, step(b, true, false, left, toks, pos, n, rows, kind), kind + " at " + pos);
+                    assertArrayEquals(want, step(b, true, true, kept, toks, pos, n, rows, kind), kind + " at " + pos + ", graph");
+                    if (verify) {
+                        int reject = r.nextInt(n);
+                        summed.rollback(reject);
+                        left.rollback(reject);
+                        kept.rollback(reject);
+                    }
+                }
+                assertTrue(b.partialsLeft > before, "decode and verify steps left partial sums to the SwiGLU: " + (b.partialsLeft - before));
+                System.out.printf("partial sums to the SwiGLU = summed products bit for bit to %d tokens (%d products left theirs)%n",
+                        summed.length(), b.partialsLeft - before);
+            }
+        }
+    }
+
+    /**
      * Batched steps of 12 entries (decode, verify and short prefill entries mixed; all-decode rounds take the fixed form
      * from kept graphs): each entry's logits with branches equal those of the same step on one stream, kernel by kernel.
      */
@@ -133,7 +182,7 @@ class HipBranchTest {
 
     /**
      * A call failing inside a branch (the shared kv product on lane 1, the routed experts' first call, w3, on lane 2)
-     * or beside one before its join (wq_b, the router), kernel by kernel and inside a step's capture: the step fails
+     * or beside one before its join (wq_b, the router in one launch), kernel by kernel and inside a step's capture: the step fails
      * with the library's error, no stream is left capturing, and another sequence stepped at once, with the failed one
      * still open, gives the logits it gives without any failure.
      */
@@ -142,7 +191,9 @@ class HipBranchTest {
         try (HipBackend b = HipPlacementTest.open(tiny, HipPlacementTest.opts(ExpertPlacement.MONOLITHIC, 0, false))) {
             int[] toks = HipGraphTest.tokens(b, 100, 44);
             var L = b.deviceWeights().layers[0];
-            String[] faults = {L.kv.name(), L.qB.name(), L.gate.name(), "routed experts"};
+            // the router: its one launch for decode rows where it is taken (the tiny model's gate is one it takes)
+            assertTrue(b.fusedRouterTaken(), "the router in one launch");
+            String[] faults = {L.kv.name(), L.qB.name(), "moe_gate_route", "routed experts"};
             for (boolean graphs : new boolean[]{false, true}) {
                 b.setBranches(false);
                 java.util.List<float[]> want = HipGraphTest.decodeRun(b, graphs, toks, 10, 30);

@@ -5080,6 +5080,183 @@ public class ds4j_gpu_h {
         }
     }
 
+    private static class ds4j_swiglu_parts {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_LONG,
+                ds4j_gpu_h.C_FLOAT
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_swiglu_parts");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_swiglu_parts(ds4j_ctx *ctx, const float *g, int32_t g_planes, int64_t g_stride, const float *u, int32_t u_planes, int64_t u_stride, float *out, int64_t n, float limit)
+     * }
+     */
+    public static FunctionDescriptor ds4j_swiglu_parts$descriptor() {
+        return ds4j_swiglu_parts.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_swiglu_parts(ds4j_ctx *ctx, const float *g, int32_t g_planes, int64_t g_stride, const float *u, int32_t u_planes, int64_t u_stride, float *out, int64_t n, float limit)
+     * }
+     */
+    public static MethodHandle ds4j_swiglu_parts$handle() {
+        return ds4j_swiglu_parts.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_swiglu_parts(ds4j_ctx *ctx, const float *g, int32_t g_planes, int64_t g_stride, const float *u, int32_t u_planes, int64_t u_stride, float *out, int64_t n, float limit)
+     * }
+     */
+    public static MemorySegment ds4j_swiglu_parts$address() {
+        return ds4j_swiglu_parts.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_swiglu_parts(ds4j_ctx *ctx, const float *g, int32_t g_planes, int64_t g_stride, const float *u, int32_t u_planes, int64_t u_stride, float *out, int64_t n, float limit)
+     * }
+     */
+    public static int ds4j_swiglu_parts(MemorySegment ctx, MemorySegment g, int g_planes, long g_stride, MemorySegment u, int u_planes, long u_stride, MemorySegment out, long n, float limit) {
+        var mh$ = ds4j_swiglu_parts.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, g, g_planes, g_stride, u, u_planes, u_stride, out, n, limit);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_parts_begin {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_parts_begin");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_parts_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static FunctionDescriptor ds4j_parts_begin$descriptor() {
+        return ds4j_parts_begin.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_parts_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static MethodHandle ds4j_parts_begin$handle() {
+        return ds4j_parts_begin.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_parts_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static MemorySegment ds4j_parts_begin$address() {
+        return ds4j_parts_begin.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_parts_begin(ds4j_ctx *ctx)
+     * }
+     */
+    public static int ds4j_parts_begin(MemorySegment ctx) {
+        var mh$ = ds4j_parts_begin.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
+    private static class ds4j_parts_end {
+        public static final FunctionDescriptor DESC = FunctionDescriptor.of(
+                ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER,
+                ds4j_gpu_h.C_POINTER
+            );
+
+        public static final MemorySegment ADDR = ds4j_gpu_h.findOrThrow("ds4j_parts_end");
+
+        public static final MethodHandle HANDLE = Linker.nativeLinker().downcallHandle(ADDR, DESC);
+    }
+
+    /**
+     * Function descriptor for:
+     * {@snippet lang=c :
+     * int32_t ds4j_parts_end(ds4j_ctx *ctx, const float **host_at, int32_t *host_planes, int64_t *host_stride)
+     * }
+     */
+    public static FunctionDescriptor ds4j_parts_end$descriptor() {
+        return ds4j_parts_end.DESC;
+    }
+
+    /**
+     * Downcall method handle for:
+     * {@snippet lang=c :
+     * int32_t ds4j_parts_end(ds4j_ctx *ctx, const float **host_at, int32_t *host_planes, int64_t *host_stride)
+     * }
+     */
+    public static MethodHandle ds4j_parts_end$handle() {
+        return ds4j_parts_end.HANDLE;
+    }
+
+    /**
+     * Address for:
+     * {@snippet lang=c :
+     * int32_t ds4j_parts_end(ds4j_ctx *ctx, const float **host_at, int32_t *host_planes, int64_t *host_stride)
+     * }
+     */
+    public static MemorySegment ds4j_parts_end$address() {
+        return ds4j_parts_end.ADDR;
+    }
+
+    /**
+     * {@snippet lang=c :
+     * int32_t ds4j_parts_end(ds4j_ctx *ctx, const float **host_at, int32_t *host_planes, int64_t *host_stride)
+     * }
+     */
+    public static int ds4j_parts_end(MemorySegment ctx, MemorySegment host_at, MemorySegment host_planes, MemorySegment host_stride) {
+        var mh$ = ds4j_parts_end.HANDLE;
+        try {
+            return (int) mh$.invokeExact(ctx, host_at, host_planes, host_stride);
+        } catch (Throwable ex$) {
+            throw new AssertionError("should not reach here", ex$);
+        }
+    }
+
     private static class ds4j_moe_combine {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
