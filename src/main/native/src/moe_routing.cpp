@@ -256,9 +256,11 @@ int32_t ds4j_moe_route(ds4j_ctx* ctx, const float* lam, const float* bias, const
     return DS4J_OK;
 }
 
-int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, int32_t* host_fits) {
+int32_t ds4j_moe_gate_route_fits(ds4j_ctx* ctx, int32_t format, int32_t E, int32_t D, int32_t* host_fits) {
+    DS4J_CHECK_CTX(ctx);
     DS4J_ARG(host_fits, "ds4j_moe_gate_route_fits: null result");
-    *host_fits = gate_route_fits(format, E, D) ? 1 : 0;
+    // several blocks a row count on the context's arrival counters, which a failed allocation left out
+    *host_fits = gate_route_fits(format, E, D) && (E <= GR_EXPERTS || ctx->route_count) ? 1 : 0;
     return DS4J_OK;
 }
 

@@ -702,9 +702,10 @@ DS4J_API int32_t ds4j_moe_gate_route(ds4j_ctx* ctx, int32_t format, const void* 
 
 /**
  * *host_fits = 1 when ds4j_moe_gate_route takes a gate of this format (F32, F16 or BF16), E experts (1 .. 4,096) and D
- * columns (a multiple of 8, with D + 2E floats within a block's 48 KiB of shared memory), else 0.
+ * columns (a multiple of 8, with D + 2E floats within a block's 48 KiB of shared memory) on this context (more than 16
+ * experts: its arrival counters were allocated), else 0.
  */
-DS4J_API int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, int32_t* host_fits);
+DS4J_API int32_t ds4j_moe_gate_route_fits(ds4j_ctx* ctx, int32_t format, int32_t E, int32_t D, int32_t* host_fits);
 
 /** out[i] = silu(min(g[i], limit)) * clamp(u[i], -limit, limit) for i < n (spec 3.0); out may alias g or u. */
 DS4J_API int32_t ds4j_swiglu(ds4j_ctx* ctx, const float* g, const float* u, float* out, int64_t n, float limit);

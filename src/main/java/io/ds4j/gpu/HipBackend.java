@@ -258,7 +258,7 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         try (Arena a = Arena.ofConfined()) {
             MemorySegment v = a.allocate(ValueLayout.JAVA_INT);
             for (DeviceWeights.Layer L : dw.layers) {
-                check(ds4j_moe_gate_route_fits(L.gate.format(), L.gate.rows(), L.gate.cols(), v), "router query");
+                check(ds4j_moe_gate_route_fits(ctx(), L.gate.format(), L.gate.rows(), L.gate.cols(), v), "router query");
                 if (v.get(ValueLayout.JAVA_INT, 0) == 0 || L.gate.rowBase() != 0) return false;
             }
             return true;

@@ -484,7 +484,7 @@ class GpuFusedOpsTest {
             MemorySegment fits = a.allocate(java.lang.foreign.ValueLayout.JAVA_INT);
             for (int[] sh : ROUTER_SHAPES) {
                 final int S = sh[0], E = sh[1], D = sh[2], k = sh[3], fmt = sh[4], ldx = sh[5];
-                check(ds4j_moe_gate_route_fits(fmt, E, D, fits), "fits");
+                check(ds4j_moe_gate_route_fits(gpu.ctx(), fmt, E, D, fits), "fits");
                 assertEquals(1, fits.get(java.lang.foreign.ValueLayout.JAVA_INT, 0), "fits " + java.util.Arrays.toString(sh));
                 // weights: F32 values, or F16 / BF16 patterns, and their exact F32 values for the reference
                 float[] wv = new float[E * D];
@@ -551,7 +551,7 @@ class GpuFusedOpsTest {
             // what it declines: FP8 weights, D not a multiple of 8, a row too wide for a block's shared memory
             for (int[] no : new int[][]{{DS4J_FMT_FP8_E4M3_B128(), 16, 4096}, {DS4J_FMT_BF16(), 16, 4100}, {DS4J_FMT_BF16(), 16, 12288},
                     {DS4J_FMT_BF16(), 0, 4096}}) {
-                check(ds4j_moe_gate_route_fits(no[0], no[1], no[2], fits), "fits");
+                check(ds4j_moe_gate_route_fits(gpu.ctx(), no[0], no[1], no[2], fits), "fits");
                 assertEquals(0, fits.get(java.lang.foreign.ValueLayout.JAVA_INT, 0), "declined " + java.util.Arrays.toString(no));
             }
             long buf = dev(new float[64]);

@@ -4965,6 +4965,7 @@ public class ds4j_gpu_h {
     private static class ds4j_moe_gate_route_fits {
         public static final FunctionDescriptor DESC = FunctionDescriptor.of(
                 ds4j_gpu_h.C_INT,
+                ds4j_gpu_h.C_POINTER,
                 ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_INT,
                 ds4j_gpu_h.C_INT,
@@ -4979,7 +4980,7 @@ public class ds4j_gpu_h {
     /**
      * Function descriptor for:
      * {@snippet lang=c :
-     * int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, int32_t *host_fits)
+     * int32_t ds4j_moe_gate_route_fits(ds4j_ctx *ctx, int32_t format, int32_t E, int32_t D, int32_t *host_fits)
      * }
      */
     public static FunctionDescriptor ds4j_moe_gate_route_fits$descriptor() {
@@ -4989,7 +4990,7 @@ public class ds4j_gpu_h {
     /**
      * Downcall method handle for:
      * {@snippet lang=c :
-     * int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, int32_t *host_fits)
+     * int32_t ds4j_moe_gate_route_fits(ds4j_ctx *ctx, int32_t format, int32_t E, int32_t D, int32_t *host_fits)
      * }
      */
     public static MethodHandle ds4j_moe_gate_route_fits$handle() {
@@ -4999,7 +5000,7 @@ public class ds4j_gpu_h {
     /**
      * Address for:
      * {@snippet lang=c :
-     * int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, int32_t *host_fits)
+     * int32_t ds4j_moe_gate_route_fits(ds4j_ctx *ctx, int32_t format, int32_t E, int32_t D, int32_t *host_fits)
      * }
      */
     public static MemorySegment ds4j_moe_gate_route_fits$address() {
@@ -5008,13 +5009,13 @@ public class ds4j_gpu_h {
 
     /**
      * {@snippet lang=c :
-     * int32_t ds4j_moe_gate_route_fits(int32_t format, int32_t E, int32_t D, int32_t *host_fits)
+     * int32_t ds4j_moe_gate_route_fits(ds4j_ctx *ctx, int32_t format, int32_t E, int32_t D, int32_t *host_fits)
      * }
      */
-    public static int ds4j_moe_gate_route_fits(int format, int E, int D, MemorySegment host_fits) {
+    public static int ds4j_moe_gate_route_fits(MemorySegment ctx, int format, int E, int D, MemorySegment host_fits) {
         var mh$ = ds4j_moe_gate_route_fits.HANDLE;
         try {
-            return (int) mh$.invokeExact(format, E, D, host_fits);
+            return (int) mh$.invokeExact(ctx, format, E, D, host_fits);
         } catch (Throwable ex$) {
             throw new AssertionError("should not reach here", ex$);
         }
