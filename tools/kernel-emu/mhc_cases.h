@@ -261,12 +261,13 @@ static void gate_route_case(int S, int E, int D, int k, int fmt, bool hash, int 
     for (auto& t : tid2eid) t = rng() % E;
     const float* bp = hash ? nullptr : bias.data();
     const int32_t* tp = hash ? tid2eid.data() : nullptr;
-    const int nb = (E + GR_EXPERTS - 1) / GR_EXPERTS;
+    int epb = GR_EXPERTS;  // experts (warps) a block; 4 below, for the same bits
     const int64_t rb = (int64_t)D * per;
     const size_t smem = (size_t)gate_route_smem(E, D);
     std::vector<unsigned> cnt(DS4J_HC_COUNT_ROWS, 0);
     auto run = [&](int s0, int n, float* lam, int32_t* ids, float* wts) {
-        emu_launch(dim3(nb, n), dim3(GR_EXPERTS * 32), smem, [&] {
+        const int nb = (E + epb - 1) / epb;
+        emu_launch(dim3(nb, n), dim3(epb * 32), smem, [&] {
             const float* xs = x.data() + (int64_t)s0 * ldx;
             const int32_t* ts = toks.data() + s0;
             if (fmt == DS4J_FMT_F32) moe_gate_route_kernel<DS4J_FMT_F32>(w.data(), rb, E, D, xs, ldx, bp, tp, ts, k, 1.5f, lam, ids, wts, cnt.data());
@@ -313,9 +314,19 @@ static void gate_route_case(int S, int E, int D, int k, int fmt, bool hash, int 
         for (int j = 0; j < k; j++) bad += ia[j] != ids[(size_t)s * k + j];
     }
     counters_zero(at, cnt);
+    epb = 4;  // blocks of 4 experts: the same bits
+    {
+        std::vector<float> l4((size_t)S * E), w4((size_t)S * k);
+        std::vector<int32_t> i4((size_t)S * k);
+        run(0, S, l4.data(), i4.data(), w4.data());
+        bad += differ(at, lam.data(), l4.data(), lam.size());
+        bad += differ(at, wts.data(), w4.data(), wts.size());
+        for (int i = 0; i < S * k; i++) bad += i4[i] != ids[i];
+        counters_zero(at, cnt);
+    }
     if (bad) fails++;
-    if (bad) printf("%s: %d FAILED checks (scores, picks or rows alone)\n", at, bad);
-    else printf("%s: scores within the bound, picks equal to the ranking router's, rows alone bit-identical\n", at);
+    if (bad) printf("%s: %d FAILED checks (scores, picks, rows alone or blocks of 4 experts)\n", at, bad);
+    else printf("%s: scores within the bound, picks equal to the ranking router's, rows alone and blocks of 4 experts bit-identical\n", at);
 }
 
 /**

@@ -141,7 +141,7 @@ __global__ void moe_route_rank_kernel(const float* lam, const float* bias, const
                           pick);
 }
 
-/** Experts per block of the router in one launch (one warp each). */
+/** Most experts per block of the router in one launch (one warp each; gate_route_epb picks how many). */
 constexpr int GR_EXPERTS = 16;
 /** 16-byte weight chunks a lane loads before it uses the first (all issued together). */
 constexpr int GR_BATCH = 8;
@@ -166,8 +166,9 @@ template <> struct GateChunk<DS4J_FMT_F16> : GateChunk16<DS4J_FMT_F16> {};
 template <> struct GateChunk<DS4J_FMT_BF16> : GateChunk16<DS4J_FMT_BF16> {};
 
 /**
- * The router's scores and picks in one launch (ds4j_moe_gate_route): grid (blocks a row, S), GR_EXPERTS warps a block.
- * The block stages row s of x in shared memory; warp w scores expert e = blockIdx.x * GR_EXPERTS + w: lane l takes the
+ * The router's scores and picks in one launch (ds4j_moe_gate_route): grid (blocks a row, S), a warp an expert (at most
+ * GR_EXPERTS a block). The block stages row s of x in shared memory; warp w scores expert e = blockIdx.x * (warps a
+ * block) + w: lane l takes the
  * 16-byte weight chunks l, l + 32, ... in that order, each chunk's products added by fmaf into one F32 sum in column
  * order, then the lanes' sums by warp_sum, lane 0's value kept; so a score depends on D and the format only, never on
  * S, the row's place or the launch shape. Scores go to lam [S, E]; with one block a row that block ranks them, else the
@@ -186,7 +187,7 @@ moe_gate_route_kernel(const uint8_t* w, int64_t row_bytes, int E, int D, const f
     const float* xr = x + (int64_t)s * ldx;
     for (int i = 4 * threadIdx.x; i < D; i += 4 * blockDim.x) *(float4*)(gsm + i) = *(const float4*)(xr + i);
     __syncthreads();
-    const int lane = threadIdx.x & 31, e = blockIdx.x * GR_EXPERTS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, e = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (e < E) {
         const uint4* wr = (const uint4*)(w + (int64_t)e * row_bytes);
         const int chunks = D / C::N;
@@ -218,6 +219,15 @@ moe_gate_route_kernel(const uint8_t* w, int64_t row_bytes, int E, int D, const f
         route_rank_row<true>(lam + (int64_t)s * E, bias, tid2eid, tokens, s, E, k, scaling, ids, weights, sc, sc + E,
                              by_rank, pick);
     }
+}
+
+/**
+ * Experts (warps) per block of ds4j_moe_gate_route: DS4J_GATE_ROUTE_EPB, 1 .. GR_EXPERTS, read once (for measurements;
+ * every score is the same at any value: a warp computes its expert alone). Default 16.
+ */
+static int gate_route_epb() {
+    static std::atomic<int> c{0};
+    return env_choice(c, "DS4J_GATE_ROUTE_EPB", GR_EXPERTS, 1, GR_EXPERTS);
 }
 
 /** Dynamic shared memory of a moe_gate_route_kernel block: x's row and the ranking's 2E scores. */
@@ -260,7 +270,7 @@ int32_t ds4j_moe_gate_route_fits(ds4j_ctx* ctx, int32_t format, int32_t E, int32
     DS4J_CHECK_CTX(ctx);
     DS4J_ARG(host_fits, "ds4j_moe_gate_route_fits: null result");
     // several blocks a row count on the context's arrival counters, which a failed allocation left out
-    *host_fits = gate_route_fits(format, E, D) && (E <= GR_EXPERTS || ctx->route_count) ? 1 : 0;
+    *host_fits = gate_route_fits(format, E, D) && (E <= gate_route_epb() || ctx->route_count) ? 1 : 0;
     return DS4J_OK;
 }
 
@@ -277,7 +287,8 @@ int32_t ds4j_moe_gate_route(ds4j_ctx* ctx, int32_t format, const void* w, int32_
     DS4J_ARG(S >= 0 && ldx >= D && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w & 15) == 0,
              "ds4j_moe_gate_route: S %d, ldx %lld, x and w 16-byte aligned with ldx a multiple of 4", S, (long long)ldx);
     if (S == 0) return DS4J_OK;
-    const unsigned nb = (unsigned)((E + GR_EXPERTS - 1) / GR_EXPERTS);
+    const int epb = gate_route_epb();
+    const unsigned nb = (unsigned)((E + epb - 1) / epb);
     if (nb > 1 && !ctx->route_count)
         return fail(DS4J_ERR_OOM, "ds4j_moe_gate_route: %u blocks a row, and the arrival counters could not be allocated", nb);
     const int64_t rb = row_bytes_of(format, D);
@@ -292,7 +303,7 @@ int32_t ds4j_moe_gate_route(ds4j_ctx* ctx, int32_t format, const void* w, int32_
         int32_t* is = ids + (int64_t)s0 * k;
         float* ws = weights + (int64_t)s0 * k;
 #define DS4J_GR(F)                                                                                                     \
-    moe_gate_route_kernel<F><<<grid, GR_EXPERTS * 32, smem, ctx->stream>>>((const uint8_t*)w, rb, E, D, xs, ldx, bias,  \
+    moe_gate_route_kernel<F><<<grid, epb * 32, smem, ctx->stream>>>((const uint8_t*)w, rb, E, D, xs, ldx, bias,         \
                                                                            tid2eid, ts, k, scaling, ls, is, ws,        \
                                                                            ctx->route_count)
         if (format == DS4J_FMT_F32) DS4J_GR(DS4J_FMT_F32);
