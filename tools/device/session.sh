@@ -65,8 +65,8 @@ for p in ${phases//,/ }; do
     wgmma-bench) TAILN=60 run wgmma-bench 560 bash -c 'for v in 8 0 8 0; do echo "DS4J_SKINNY_WGMMA=$v"; \
         DS4J_SKINNY_WGMMA=$v tools/device/run.sh bench --layers 43 --prompt-tokens 512 --contexts 4096 --max-prefill 0 \
         --decode-tokens 8 --graph-rounds 1 --verify-rows 5 --batches 1,16,64 2>&1 | grep -E "prefill:|on: .*median|verify step of|batch +[0-9]"; done' ;;
-    # the router in one launch and the partial sums left to the SwiGLU (-Dds4j.gpu.fusedRouter, -Dds4j.gpu.partialsToReaders,
-    # both on by default) off and on, alternating, in full-depth engine steps: $LAUNCHES_AB lists the runs, each two
+    # the router in one launch and the partial sums left to the SwiGLU (-Dds4j.gpu.fusedRouter, off by default, and
+    # -Dds4j.gpu.partialsToReaders, on by default) off and on, alternating, in full-depth engine steps: $LAUNCHES_AB lists the runs, each two
     # letters (t / f: the router, the partials), default "ff tt ff tt"
     launches-ab) TAILN=60 run launches-ab 580 bash -c 'for v in ${LAUNCHES_AB:-ff tt ff tt}; do \
         fr=$([ "${v:0:1}" = t ] && echo true || echo false); pr=$([ "${v:1:1}" = t ] && echo true || echo false); \

@@ -248,8 +248,8 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
         this.gateRouteFits = gateRouteFits(dw);
         LOG.info("hip backend decode-step graphs: {}", graphs.describe());
         LOG.info("hip backend router: {}", fusedRouter && gateRouteFits
-                ? "scores and picks in one launch for decode and verify rows (ds4j_moe_gate_route)"
-                : "gate product, then the ranking (" + (gateRouteFits ? "-Dds4j.gpu.fusedRouter=false"
+                ? "scores and picks in one launch for decode and verify rows (ds4j_moe_gate_route, -Dds4j.gpu.fusedRouter=true)"
+                : "gate product, then the ranking (" + (gateRouteFits ? "the default; -Dds4j.gpu.fusedRouter=true for one launch"
                         : "the gate's format or shape is not one ds4j_moe_gate_route takes") + ")");
     }
 
@@ -1835,10 +1835,12 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
      * Whether the rows of the step's small runs (decode, verify, short prefill chunks off the tensor-core path) get their
      * router scores and picks in one launch ({@code ds4j_moe_gate_route}) instead of the gate's product, its partial
      * sums and {@code ds4j_moe_route}: the same picks' rule, scores summed in another order (the same at every batch
-     * size). {@code -Dds4j.gpu.fusedRouter=false} keeps the three launches (for measurements); runs on the tensor-core
-     * path always keep them, as does a gate the kernel does not take ({@link #gateRouteFits}).
+     * size). Off unless {@code -Dds4j.gpu.fusedRouter=true}: on an H100 at full depth it left a decode step of one
+     * sequence as it was, took ~0.4 ms off a 16-entry step and added ~0.6 ms to a 64-entry one (BENCHMARKS.md,
+     * fifty-third session). Runs on the tensor-core path always keep the three launches, as does a gate the kernel does
+     * not take ({@link #gateRouteFits}).
      */
-    private volatile boolean fusedRouter = !"false".equals(System.getProperty("ds4j.gpu.fusedRouter"));
+    private volatile boolean fusedRouter = "true".equals(System.getProperty("ds4j.gpu.fusedRouter"));
     /** Whether every layer's gate fits ds4j_moe_gate_route (asked once at load). */
     private final boolean gateRouteFits;
 

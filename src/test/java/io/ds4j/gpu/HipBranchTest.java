@@ -191,15 +191,17 @@ class HipBranchTest {
         try (HipBackend b = HipPlacementTest.open(tiny, HipPlacementTest.opts(ExpertPlacement.MONOLITHIC, 0, false))) {
             int[] toks = HipGraphTest.tokens(b, 100, 44);
             var L = b.deviceWeights().layers[0];
-            // the router: its one launch for decode rows where it is taken (the tiny model's gate is one it takes)
-            assertTrue(b.fusedRouterTaken(), "the router in one launch");
-            String[] faults = {L.kv.name(), L.qB.name(), "moe_gate_route", "routed experts"};
+            // the router: the gate's product (the default) or its one launch (the tiny model's gate is one it takes)
+            for (boolean fused : new boolean[]{false, true})
             for (boolean graphs : new boolean[]{false, true}) {
+                b.setFusedRouter(fused);
+                assertEquals(fused, b.fusedRouterTaken(), "the router in one launch");
+                String[] faults = {L.kv.name(), L.qB.name(), fused ? "moe_gate_route" : L.gate.name(), "routed experts"};
                 b.setBranches(false);
                 java.util.List<float[]> want = HipGraphTest.decodeRun(b, graphs, toks, 10, 30);
                 b.setBranches(true);
                 for (String at : faults) {
-                    String where = at + ", graphs " + graphs;
+                    String where = at + ", graphs " + graphs + ", router in one launch " + fused;
                     try (Sequence other = b.newSequence(16); Sequence s = b.newSequence(16)) {
                         b.forward(other, toks, 0, 10, new int[0]);
                         for (int i = 10; i < 15; i++) assertArrayEquals(want.get(i - 10), b.forward(other, toks, i, 1, new int[]{0}), where);
