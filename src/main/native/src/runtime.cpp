@@ -125,6 +125,21 @@ static void destroy_lanes(ds4j_ctx* c) {
 }
 
 /** Frees the scratch buffers (current and retired) of lane c. */
+/**
+ * DS4J_HC_COUNT_ROWS arrival counters in device memory, zero when this returns (their kernels leave them at zero after
+ * every launch), or null when they could not be allocated (the kernels that count on them are not used then).
+ */
+static unsigned* zeroed_counters(hipStream_t s) {
+    unsigned* p = nullptr;
+    if (hipMalloc(&p, DS4J_HC_COUNT_ROWS * sizeof(unsigned)) != hipSuccess ||
+        hipMemsetAsync(p, 0, DS4J_HC_COUNT_ROWS * sizeof(unsigned), s) != hipSuccess || hipStreamSynchronize(s) != hipSuccess) {
+        hipGetLastError();
+        if (p) hipFree(p);
+        return nullptr;
+    }
+    return p;
+}
+
 static void free_lane_scratch(Lane* c) {
     for (int i = 0; i < c->att_retired_n; i++) hipFree(c->att_retired[i]);
     if (c->att_scratch) hipFree(c->att_scratch);
@@ -293,22 +308,9 @@ int32_t ds4j_ctx_create(int32_t device, ds4j_ctx** host_out) {
         delete c;
         return rc;
     }
-    // the split mHC kernels' counters start at zero and return to it at the end of every launch
-    if (hipMalloc(&c->hc_count, DS4J_HC_COUNT_ROWS * sizeof(unsigned)) != hipSuccess ||
-        hipMemsetAsync(c->hc_count, 0, DS4J_HC_COUNT_ROWS * sizeof(unsigned), s) != hipSuccess ||
-        hipStreamSynchronize(s) != hipSuccess) {
-        hipGetLastError();
-        if (c->hc_count) hipFree(c->hc_count);
-        c->hc_count = nullptr;
-    }
-    // the router's counters, the same way (ds4j_moe_gate_route)
-    if (hipMalloc(&c->route_count, DS4J_HC_COUNT_ROWS * sizeof(unsigned)) != hipSuccess ||
-        hipMemsetAsync(c->route_count, 0, DS4J_HC_COUNT_ROWS * sizeof(unsigned), s) != hipSuccess ||
-        hipStreamSynchronize(s) != hipSuccess) {
-        hipGetLastError();
-        if (c->route_count) hipFree(c->route_count);
-        c->route_count = nullptr;
-    }
+    // the split mHC kernels' and the router's (ds4j_moe_gate_route) arrival counters
+    c->hc_count = ds4j::zeroed_counters(s);
+    c->route_count = ds4j::zeroed_counters(s);
     *host_out = c;
     return DS4J_OK;
 }
