@@ -168,10 +168,9 @@ template <> struct GateChunk<DS4J_FMT_BF16> : GateChunk16<DS4J_FMT_BF16> {};
 /**
  * The router's scores and picks in one launch (ds4j_moe_gate_route): grid (blocks a row, S), a warp an expert (at most
  * GR_EXPERTS a block). The block stages row s of x in shared memory; warp w scores expert e = blockIdx.x * (warps a
- * block) + w: lane l takes the
- * 16-byte weight chunks l, l + 32, ... in that order, each chunk's products added by fmaf into one F32 sum in column
- * order, then the lanes' sums by warp_sum, lane 0's value kept; so a score depends on D and the format only, never on
- * S, the row's place or the launch shape. Scores go to lam [S, E]; with one block a row that block ranks them, else the
+ * block) + w: lane l takes the 16-byte weight chunks l, l + 32, ... in that order, each chunk's products added by fmaf
+ * into one F32 sum in column order, then the lanes' sums by warp_sum, lane 0's value kept; so a score depends on D and
+ * the format only, never on S, the row's place or the launch shape. Scores go to lam [S, E]; with one block a row that block ranks them, else the
  * row's last block to finish (arrival counters, count [S]) reads them back and ranks them (route_rank_row).
  */
 template <int FMT>
