@@ -124,7 +124,6 @@ static void destroy_lanes(ds4j_ctx* c) {
     }
 }
 
-/** Frees the scratch buffers (current and retired) of lane c. */
 /**
  * DS4J_HC_COUNT_ROWS arrival counters in device memory, zero when this returns (their kernels leave them at zero after
  * every launch), or null when they could not be allocated (the kernels that count on them are not used then).
@@ -140,6 +139,7 @@ static unsigned* zeroed_counters(hipStream_t s) {
     return p;
 }
 
+/** Frees the scratch buffers (current and retired) of lane c. */
 static void free_lane_scratch(Lane* c) {
     for (int i = 0; i < c->att_retired_n; i++) hipFree(c->att_retired[i]);
     if (c->att_scratch) hipFree(c->att_scratch);

@@ -693,8 +693,8 @@ DS4J_API int32_t ds4j_moe_route(ds4j_ctx* ctx, const float* lam, const float* bi
  * Each score is one F32 sum whose order depends on D and the format only (a warp per expert, fmaf in column order per
  * lane, then the lanes' sums), so a row's scores and picks are the same at any S; they round differently from
  * ds4j_matmul's. Shapes ds4j_moe_gate_route_fits declines fail with DS4J_ERR_ARG; x and w 16-byte aligned, ldx a
- * multiple of 4. With E > 16 a row takes several blocks, the last to finish ranking (the context's arrival counters;
- * DS4J_ERR_OOM when they could not be allocated).
+ * multiple of 4. With more experts than a block takes (16; DS4J_GATE_ROUTE_EPB for measurements) a row takes several
+ * blocks, the last to finish ranking (the context's arrival counters; DS4J_ERR_OOM when they could not be allocated).
  */
 DS4J_API int32_t ds4j_moe_gate_route(ds4j_ctx* ctx, int32_t format, const void* w, int32_t E, int32_t D, const float* x,
                                      int64_t ldx, const float* bias, const int32_t* tid2eid, const int32_t* tokens,
@@ -702,8 +702,8 @@ DS4J_API int32_t ds4j_moe_gate_route(ds4j_ctx* ctx, int32_t format, const void* 
 
 /**
  * *host_fits = 1 when ds4j_moe_gate_route takes a gate of this format (F32, F16 or BF16), E experts (1 .. 4,096) and D
- * columns (a multiple of 8, with D + 2E floats within a block's 48 KiB of shared memory) on this context (more than 16
- * experts: its arrival counters were allocated), else 0.
+ * columns (a multiple of 8, with D + 2E floats within a block's 48 KiB of shared memory less 256 bytes) on this context
+ * (more experts than a block takes: its arrival counters were allocated), else 0.
  */
 DS4J_API int32_t ds4j_moe_gate_route_fits(ds4j_ctx* ctx, int32_t format, int32_t E, int32_t D, int32_t* host_fits);
 

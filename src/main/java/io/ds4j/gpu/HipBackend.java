@@ -1847,8 +1847,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     /**
      * Whether SwiGLU reads the column-split partial sums of the products before it (the routed experts' w1 and w3, the
      * shared expert's W3) instead of a launch that adds them first ({@code ds4j_parts_begin}, {@code ds4j_swiglu_parts}):
-     * the same bits, one launch less per product. Steps of one run of rows whose experts are all in device memory; w3
-     * only where it runs on its own lane (w1 on the step's stream would overwrite its planes).
+     * the same bits, one launch less per product. Steps of one run of rows; the routed ones only where every expert is in
+     * device memory (a host expert's pick rows are written to y, not to the planes), and w3 only where it runs on its
+     * own lane (w1 on the step's stream would overwrite its planes).
      * {@code -Dds4j.gpu.partialsToReaders=false} keeps the sums' launches (for measurements).
      */
     private volatile boolean partialsToReaders = !"false".equals(System.getProperty("ds4j.gpu.partialsToReaders"));
@@ -2402,19 +2403,26 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     }
 
     /**
-     * 3.8 the router over a step's runs: lam [R, E] the gate's scores, ids / wts [R, k] the picks and their weights. Runs
-     * off the tensor-core path take one launch each where {@link #fusedRouter} ({@code ds4j_moe_gate_route}); the others
-     * the gate's product, then one {@code ds4j_moe_route} over their rows.
+     * 3.8 the router over a step's runs: lam [R, E] the gate's scores, ids / wts [R, k] the picks and their weights.
+     * Without {@link #fusedRouter} (the default) the gate's product over every run, then one {@code ds4j_moe_route} over
+     * all rows; with it, each run off the tensor-core path takes one {@code ds4j_moe_gate_route}, and each run on it the
+     * gate's product and a {@code ds4j_moe_route} over its rows.
      */
     private void route(DeviceStep b, int l, DeviceWeights.Layer L, long h, long lam, long ids, long wts) {
         final int D = c.hidden, E = c.numExperts, k = c.expertsPerToken;
-        final boolean hash = c.hashMoe[l], fused = fusedRouter && gateRouteFits;
+        final boolean hash = c.hashMoe[l];
         final MemorySegment bias = ptr(hash ? 0 : L.gateBias), table = ptr(hash ? L.tid2eid : 0);
         final float scaling = (float) c.routedScaling;
+        if (!(fusedRouter && gateRouteFits)) {
+            matmulRuns(b.runs, L.gate, h, lam);
+            launched(ds4j_moe_route(ctx(), ptr(lam), bias, table, ptr(b.tok), b.R, E, k, scaling, ptr(ids), ptr(wts)), "moe_route",
+                    "MoE (routing, swiglu, combine)");
+            return;
+        }
         for (int[] run : b.runs) {
             final int s0 = run[0], n = run[1];
             final long lamRun = lam + 4L * s0 * E, idsRun = ids + 4L * s0 * k, wtsRun = wts + 4L * s0 * k;
-            if (fused && run[2] == 0) {
+            if (run[2] == 0) {
                 launched(ds4j_moe_gate_route(ctx(), L.gate.format(), ptr(L.gate.data()), E, D, ptr(h + 4L * s0 * D), D,
                         bias, table, ptr(b.tok + 4L * s0), n, k, scaling, ptr(lamRun), ptr(idsRun), ptr(wtsRun)),
                         "moe_gate_route", "MoE (routing, swiglu, combine)");

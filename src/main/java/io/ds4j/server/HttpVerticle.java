@@ -1065,7 +1065,8 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * What a request's head alone decides about its body, before any of it is read: 415 for a Content-Encoding other
-     * than identity (with the Accept-Encoding header the answer needs), 413 for a declared length over {@code limit};
+     * than identity (with the Accept-Encoding header the answer needs) or a form's Content-Type ({@link #formBody}), 413
+     * for a declared length over {@code limit};
      * otherwise a client that waits for {@code 100 Continue} gets it now. Both HTTP fronts, a single server and a
      * cluster gateway, call it where a route starts reading a body, after the route and the API key were accepted.
      *
@@ -1102,7 +1103,7 @@ public final class HttpVerticle extends VerticleBase {
     /**
      * The media type of a form body (multipart/form-data, application/x-www-form-urlencoded: what {@code curl -F} and
      * {@code curl -d} without a type send), which is never JSON, or null for any other Content-Type or none: those are
-     * read as JSON, as OpenAI's API reads them (docs/api.md).
+     * read as JSON (docs/api.md, HTTP).
      */
     static String formBody(String contentType) {
         if (contentType == null) return null;
