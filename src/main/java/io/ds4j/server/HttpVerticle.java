@@ -1112,6 +1112,14 @@ public final class HttpVerticle extends VerticleBase {
         return type.equals("multipart/form-data") || type.equals("application/x-www-form-urlencoded") ? type : null;
     }
 
+    /**
+     * The error body of e for a request to path, in that route's API shape: Anthropic's on the Anthropic routes, OpenAI's
+     * elsewhere (AnthropicApi decides); for a cluster gateway's own answers, which a single server gives in that shape.
+     */
+    public static com.fasterxml.jackson.databind.node.ObjectNode errorBody(String path, ApiException e) {
+        return AnthropicApi.errorBody(path, e);
+    }
+
     /** The 413 for a body over server.maxBodyBytes; {@code declared}: its declared length, or -1 when it was not. */
     public static ApiException tooLarge(int limit, long declared) {
         return new ApiException(413, "invalid_request_error", "request_too_large", null, "the request body"

@@ -602,6 +602,7 @@ class BadInputTest {
         for (String type : new String[]{"text/plain", "application/json; charset=utf-8", "application/xml"})
             assertEquals(200, postAs("/v1/chat/completions", chat(""), type).statusCode(), type);
         assertEquals(200, server.post("/v1/chat/completions", chat("")).status(), "still serving");
+        FrontChecks.aFormBodyIsA415InItsRoutesShape(server.port);
     }
 
     @Test

@@ -427,6 +427,34 @@ public final class FrontChecks {
     }
 
     /** The raw answer to a request without a body, with extra header lines (each ending in CRLF). */
+    /**
+     * A form body (multipart/form-data) is a 415 unsupported_media_type in the shape of its route's API: Anthropic's
+     * {"type": "error", "error": {"type", "message"}} on /v1/messages, OpenAI's {"error": {..., "code"}} on
+     * /v1/chat/completions; a single server and a cluster gateway alike.
+     */
+    public static void aFormBodyIsA415InItsRoutesShape(int port) throws Exception {
+        String body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2}";
+        for (String path : List.of("/v1/messages", "/v1/chat/completions")) {
+            java.net.http.HttpResponse<String> r;
+            try (java.net.http.HttpClient c = java.net.http.HttpClient.newHttpClient()) {
+                r = c.send(java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://127.0.0.1:" + port + path))
+                        .header("Content-Type", "multipart/form-data; boundary=b").header("anthropic-version", "2023-06-01")
+                        .POST(java.net.http.HttpRequest.BodyPublishers.ofString(body)).build(), java.net.http.HttpResponse.BodyHandlers.ofString());
+            }
+            assertEquals(415, r.statusCode(), path + ": " + r.body());
+            JsonNode n = Json.MAPPER.readTree(r.body());
+            String want = "the request body is multipart/form-data; this API takes a JSON body (Content-Type: application/json)";
+            if (path.equals("/v1/messages")) {
+                assertEquals("error", n.path("type").asText(), r.body());
+                assertEquals("invalid_request_error", n.path("error").path("type").asText(), r.body());
+                assertEquals(want, n.path("error").path("message").asText(), r.body());
+            } else {
+                assertEquals("unsupported_media_type", n.path("error").path("code").asText(), r.body());
+                assertEquals(want, n.path("error").path("message").asText(), r.body());
+            }
+        }
+    }
+
     public static String raw(int port, String method, String path, String headers) throws Exception {
         try (Socket s = new Socket("127.0.0.1", port)) {
             s.setSoTimeout(30_000);

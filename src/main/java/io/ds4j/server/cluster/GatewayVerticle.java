@@ -150,7 +150,7 @@ public final class GatewayVerticle extends VerticleBase {
         r.route().handler(ctx -> {
             boolean relayed = HttpVerticle.allowed(HttpVerticle.routed(ctx)) != null;
             if (relayed || !HttpVerticle.preflight(ctx, Boolean.TRUE.equals(ctx.get(ORIGIN_ALLOWED)), config.get().corsOrigins(),
-                    e -> error(ctx.response(), e))) ctx.next();
+                    e -> error(ctx.response(), ctx.request().path(), e))) ctx.next();
         });
         r.route().handler(this::auth);
         // HEAD wherever GET is answered here: GET's status and headers without the body
@@ -180,7 +180,7 @@ public final class GatewayVerticle extends VerticleBase {
             ApiException e = MalformedRequests.answer(ctx.request(), ctx.failure());
             LOG.info("{} {} rejected with 400: {}", ctx.request().method(),
                     HttpVerticle.shownTarget(ctx.request(), ctx.request().path()), e.getMessage());
-            error(ctx.response(), e);
+            error(ctx.response(), ctx.request().path(), e);
         });
         r.errorHandler(404, ctx -> refuse(ctx, HttpVerticle.noRoute(ctx.request().method(),
                 HttpVerticle.shownTarget(ctx.request(), HttpVerticle.routed(ctx)))));
@@ -284,7 +284,7 @@ public final class GatewayVerticle extends VerticleBase {
             return;
         }
         ctx.response().putHeader("WWW-Authenticate", "Bearer");
-        error(ctx.response(), new ApiException(401, "invalid_request_error", "invalid_api_key", null, refused, null));
+        error(ctx.response(), ctx.request().path(), new ApiException(401, "invalid_request_error", "invalid_api_key", null, refused, null));
     }
 
     private void health(RoutingContext ctx) {
@@ -323,7 +323,7 @@ public final class GatewayVerticle extends VerticleBase {
             ((ArrayNode) entry.get("engines")).add(e.name());
         }
         if (data.isEmpty()) {
-            error(ctx.response(), new ApiException(503, "unavailable_error", "no_engine", null, table.pick(null, null, Set.of()).message(), 5));
+            error(ctx.response(), ctx.request().path(), new ApiException(503, "unavailable_error", "no_engine", null, table.pick(null, null, Set.of()).message(), 5));
             return;
         }
         json(ctx.response(), 200, root);
@@ -371,15 +371,17 @@ public final class GatewayVerticle extends VerticleBase {
         resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(body));
     }
 
-    /** An OpenAI error body, or an SSE error event when the stream already started. */
-    private static void error(HttpServerResponse resp, ApiException e) {
+    /** The error body in the shape of path's API (HttpVerticle.errorBody), or an SSE error event when the stream already started. */
+    private static void error(HttpServerResponse resp, String path, ApiException e) {
         if (resp.ended() || resp.closed()) return;
         if (resp.headWritten()) {
             resp.end("data: " + Json.write(e.body()) + "\n\n");
             return;
         }
         if (e.retryAfterSeconds() != null) resp.putHeader("Retry-After", Integer.toString(e.retryAfterSeconds()));
-        resp.setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(e.body()));
+        // the route's API shape, as a single server answers (Anthropic's on its routes, OpenAI's elsewhere)
+        resp.setStatusCode(e.status()).putHeader(HttpHeaders.CONTENT_TYPE, "application/json")
+                .end(Json.write(HttpVerticle.errorBody(path, e)));
     }
 
     // ------------------------------------------------------------------------------------------------ relaying
@@ -430,7 +432,7 @@ public final class GatewayVerticle extends VerticleBase {
     private static void refuse(RoutingContext ctx, ApiException e) {
         LOG.info("{} {} rejected with {}: {}", ctx.request().method(), HttpVerticle.shownTarget(ctx.request(), ctx.request().path()),
                 e.status(), e.logReason());
-        error(ctx.response(), e);
+        error(ctx.response(), ctx.request().path(), e);
     }
 
     /** Routes a request with its body (the model and the session key are read from it) and sends it to an engine node. */
@@ -532,7 +534,7 @@ public final class GatewayVerticle extends VerticleBase {
                 String m = c.message() + (lastFailure != null ? "; last failure: " + lastFailure : "");
                 if (c.status() == 503) LOG.warn("{} answered 503: {}", request, m);
                 else LOG.info("{} rejected with {}: {}", request, c.status(), m);
-                error(resp, switch (c.status()) {
+                error(resp, path, switch (c.status()) {
                     case 429 -> new ApiException(429, "rate_limit_exceeded", "queue_full", null, m, c.retryAfter());
                     // no engine serves the model: the gateway's own 404, naming the models the cluster serves
                     case 404 -> new ApiException(404, "invalid_request_error", "model_not_found", "model", m, null);
@@ -674,7 +676,7 @@ public final class GatewayVerticle extends VerticleBase {
         private void fail(ApiException e) {
             if (resp.ended() || resp.closed()) return;
             if (resp.headWritten()) resp.end(HttpVerticle.streamFailure(path, e, events));
-            else error(resp, e);
+            else error(resp, path, e);
         }
 
         void clientGone() {

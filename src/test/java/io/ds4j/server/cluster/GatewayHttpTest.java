@@ -140,6 +140,12 @@ class GatewayHttpTest {
         FrontChecks.ambiguousFramingIsRefusedAndNothingAfterItServed(node.port());
     }
 
+    /** The gateway's own refusals in the route's API shape, as a single server's (BadInputTest runs the same check). */
+    @Test
+    void aFormBodyIsA415InItsRoutesShape() throws Exception {
+        FrontChecks.aFormBodyIsA415InItsRoutesShape(node.port());
+    }
+
     @Test
     void anOverLongRequestLineIsA414WithTheErrorBody() throws Exception {
         FrontChecks.overLongRequestLineIsA414WithTheErrorBody(node.port());
