@@ -209,15 +209,13 @@ moe_gate_route_kernel(const uint8_t* w, int64_t row_bytes, int E, int D, const f
         acc = warp_sum(acc);
         if (lane == 0) lam[(int64_t)s * E + e] = acc;
     }
+    // one block a row: lam's row is its own, visible after the barrier; several: the row's last block ranks (the
+    // answer is the same for the whole block, so the others leave together)
+    if (gridDim.x == 1) __syncthreads();
+    else if (!last_of_row(count + s, gridDim.x, &flag)) return;
     float* sc = gsm + D;
-    if (gridDim.x == 1) {
-        __syncthreads();  // lam's row is this block's own: its writes are visible after the barrier
-        route_rank_row<true>(lam + (int64_t)s * E, bias, tid2eid, tokens, s, E, k, scaling, ids, weights, sc, sc + E,
-                             by_rank, pick);
-    } else if (last_of_row(count + s, gridDim.x, &flag)) {
-        route_rank_row<true>(lam + (int64_t)s * E, bias, tid2eid, tokens, s, E, k, scaling, ids, weights, sc, sc + E,
-                             by_rank, pick);
-    }
+    route_rank_row<true>(lam + (int64_t)s * E, bias, tid2eid, tokens, s, E, k, scaling, ids, weights, sc, sc + E, by_rank,
+                         pick);
 }
 
 /**

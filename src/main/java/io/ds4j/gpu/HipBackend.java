@@ -136,6 +136,9 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
     private volatile boolean prefillTensorCores = !"f32".equals(System.getProperty("ds4j.gpu.prefillAttention"));
     /** Host out-parameter of size queries (used under the backend's lock). */
     private final MemorySegment outLong = Arena.ofAuto().allocate(ValueLayout.JAVA_LONG);
+    /** Host out-parameters of ds4j_parts_end (where, planes, stride; used under the backend's lock). */
+    private final MemorySegment partsAt = Arena.ofAuto().allocate(ValueLayout.ADDRESS),
+            partsPlanes = Arena.ofAuto().allocate(ValueLayout.JAVA_INT), partsStride = Arena.ofAuto().allocate(ValueLayout.JAVA_LONG);
     /** Decode-step graphs (decode and verify steps captured and launched as one graph). */
     private final DecodeGraphs graphs;
     /** Whether the model has CSA / HCA layers (the fixed form's indexer flag and entry bound). */
@@ -1876,19 +1879,15 @@ public final class HipBackend implements Backend, io.ds4j.engine.SyntheticContex
             return new Parts(y, 1, 0);
         }
         check(ds4j_parts_begin(ctx()), "parts begin");
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment at = a.allocate(ValueLayout.ADDRESS), n = a.allocate(ValueLayout.JAVA_INT),
-                    stride = a.allocate(ValueLayout.JAVA_LONG);
-            try {
-                product.run();
-            } finally {
-                check(ds4j_parts_end(ctx(), at, n, stride), "parts end");
-            }
-            int planes = n.get(ValueLayout.JAVA_INT, 0);
-            if (planes == 0) return new Parts(y, 1, 0);
-            partialsLeft++;
-            return new Parts(at.get(ValueLayout.ADDRESS, 0).address(), planes, stride.get(ValueLayout.JAVA_LONG, 0));
+        try {
+            product.run();
+        } finally {
+            check(ds4j_parts_end(ctx(), partsAt, partsPlanes, partsStride), "parts end");
         }
+        int planes = partsPlanes.get(ValueLayout.JAVA_INT, 0);
+        if (planes == 0) return new Parts(y, 1, 0);
+        partialsLeft++;
+        return new Parts(partsAt.get(ValueLayout.ADDRESS, 0).address(), planes, partsStride.get(ValueLayout.JAVA_LONG, 0));
     }
 
     /** SwiGLU of g and u (n values each) into out, each read from its planes (ds4j_swiglu_parts) or as one array. */

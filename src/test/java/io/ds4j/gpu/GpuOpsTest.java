@@ -1011,13 +1011,6 @@ class GpuOpsTest {
     }
 
     /** E random expert matrices of one format on the device, with the device tables of their data and scale addresses. */
-    static void sameBits(float[] want, float[] got, String what) {
-        assertEquals(want.length, got.length, what);
-        for (int i = 0; i < want.length; i++)
-            if (Float.floatToRawIntBits(want[i]) != Float.floatToRawIntBits(got[i]))
-                fail(what + ": element " + i + " of " + want.length + ": want " + want[i] + ", got " + got[i]);
-    }
-
     /** Planes a product left (ds4j_parts_end): where, how many, how far apart (floats). */
     record Planes(long at, int n, long stride) {}
 
@@ -1075,11 +1068,11 @@ class GpuOpsTest {
             assertTrue(pg.n() > 1 && pu.n() > 1, "S " + S + ": the routed products left " + pg.n() + " / " + pu.n() + " planes");
             check(ds4j_swiglu_parts(gpu.ctx(), ptr(pg.at()), pg.n(), pg.stride(), ptr(pu.at()), pu.n(), pu.stride(), ptr(got), n, lim),
                     "swiglu_parts");
-            sameBits(gpu.downloadFloats(want, (int) n), gpu.downloadFloats(got, (int) n), "routed w1 / w3 at S " + S);
+            GpuFusedOpsTest.sameBits(gpu.downloadFloats(want, (int) n), gpu.downloadFloats(got, (int) n), "routed w1 / w3 at S " + S);
             // nothing armed any more: the same product sums into y
             check(ds4j_moe_matmul(gpu.ctx(), f4.ordinal(), ptr(w1.dataTable()), ptr(w1.scaleTable()), MemorySegment.NULL, 0, rows, cols,
                     ptr(dids), k, S, ptr(dx), cols, 0, ptr(g2), rows), "w1 after the end");
-            sameBits(gpu.downloadFloats(g, (int) n), gpu.downloadFloats(g2, (int) n), "w1 summed after ds4j_parts_end, S " + S);
+            GpuFusedOpsTest.sameBits(gpu.downloadFloats(g, (int) n), gpu.downloadFloats(g2, (int) n), "w1 summed after ds4j_parts_end, S " + S);
         }
         // a dense FP8 product's planes with a plain u (one plane)
         WeightMatrix m = randomMatrix(r, WeightMatrix.Format.FP8_E4M3_B128, rows, cols, false);
@@ -1095,7 +1088,7 @@ class GpuOpsTest {
         Planes p = partsEnd();
         assertTrue(p.n() > 1, "the dense product left " + p.n() + " planes");
         check(ds4j_swiglu_parts(gpu.ctx(), ptr(p.at()), p.n(), p.stride(), ptr(du), 1, 0, ptr(got), rows, lim), "swiglu_parts");
-        sameBits(gpu.downloadFloats(want, rows), gpu.downloadFloats(got, rows), "dense FP8 with a plain u");
+        GpuFusedOpsTest.sameBits(gpu.downloadFloats(want, rows), gpu.downloadFloats(got, rows), "dense FP8 with a plain u");
         check(ds4j_parts_begin(gpu.ctx()), "parts begin");
         assertEquals(0, partsEnd().n(), "no product between begin and end: no planes");
     }

@@ -426,7 +426,6 @@ public final class FrontChecks {
         return raw(port, method, path, "");
     }
 
-    /** The raw answer to a request without a body, with extra header lines (each ending in CRLF). */
     /**
      * A form body (multipart/form-data) is a 415 unsupported_media_type in the shape of its route's API: Anthropic's
      * {"type": "error", "error": {"type", "message"}} on /v1/messages, OpenAI's {"error": {..., "code"}} on
@@ -455,6 +454,7 @@ public final class FrontChecks {
         }
     }
 
+    /** The raw answer to a request without a body, with extra header lines (each ending in CRLF). */
     public static String raw(int port, String method, String path, String headers) throws Exception {
         try (Socket s = new Socket("127.0.0.1", port)) {
             s.setSoTimeout(30_000);
