@@ -1003,10 +1003,11 @@ public final class HttpVerticle extends VerticleBase {
             ctx.put("bodyBytes", body.length());
             Reading reading = new Reading(ctx);
             byte[] bytes = body.getBytes();
+            boolean urlencoded = URLENCODED.equals(formBody(req.getHeader(HttpHeaders.CONTENT_TYPE)));
             if (bytes.length < LARGE_BODY_BYTES) {
                 R read;
                 try {
-                    read = readBody(bytes, reader, reading);
+                    read = readBody(bytes, urlencoded, reader, reading);
                 } catch (RuntimeException e) {
                     afterReading(ctx, reading, null, e, then);
                     return;
@@ -1016,7 +1017,7 @@ public final class HttpVerticle extends VerticleBase {
             }
             // counted as an open exchange while it is read, as while it is tokenised: a shutdown waits for its answer
             state.exchangeOpened();
-            vertx.executeBlocking(() -> readBody(bytes, reader, reading), false).onComplete(ar -> {
+            vertx.executeBlocking(() -> readBody(bytes, urlencoded, reader, reading), false).onComplete(ar -> {
                 try {
                     afterReading(ctx, reading, ar.result(), ar.cause(), then);
                 } finally {
@@ -1027,20 +1028,29 @@ public final class HttpVerticle extends VerticleBase {
         req.resume();
     }
 
-    /** Parses a body as JSON (an empty one, or whitespace alone, is refused as invalid_json) and reads it. */
-    private static <R> R readBody(byte[] bytes, BodyReader<R> reader, Reading reading) {
-        if (bytes.length == 0) throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
+    /**
+     * Parses a body as JSON (an empty one, or whitespace alone, is refused as invalid_json) and reads it; urlencoded: its
+     * Content-Type is {@link #URLENCODED}, whose body, where it is not JSON, is a form: 415 ({@link #notJson}).
+     */
+    private static <R> R readBody(byte[] bytes, boolean urlencoded, BodyReader<R> reader, Reading reading) {
+        if (bytes.length == 0) {
+            if (urlencoded) throw notJson(URLENCODED);
+            throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
+        }
         JsonNode n;
         try {
             n = Json.read(bytes);
         } catch (Json.Unreadable e) {
+            if (urlencoded) throw notJson(URLENCODED);
             throw new ApiException(400, "invalid_request_error", "invalid_json", e.field(),
                     e.problem() == Json.Problem.UTF8 ? "the request body is " + e.getMessage() : e.getMessage(), null);
         }
         // whitespace alone is no JSON value either: the same answer as an empty body
-        if (n == null)
+        if (n == null) {
+            if (urlencoded) throw notJson(URLENCODED);
             throw new ApiException(400, "invalid_request_error", "invalid_json", null,
                     "the request body is empty (" + bytes.length + " bytes of whitespace)", null);
+        }
         return reader.read(n, reading);
     }
 
@@ -1065,7 +1075,8 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * What a request's head alone decides about its body, before any of it is read: 415 for a Content-Encoding other
-     * than identity (with the Accept-Encoding header the answer needs) or a form's Content-Type ({@link #formBody}), 413
+     * than identity (with the Accept-Encoding header the answer needs) or a multipart form's Content-Type
+     * ({@link #formBody}), 413
      * for a declared length over {@code limit};
      * otherwise a client that waits for {@code 100 Continue} gets it now. Both HTTP fronts, a single server and a
      * cluster gateway, call it where a route starts reading a body, after the route and the API key were accepted.
@@ -1082,10 +1093,10 @@ public final class HttpVerticle extends VerticleBase {
             return new ApiException(415, "invalid_request_error", "unsupported_content_encoding", null, "the request"
                     + " body's Content-Encoding '" + encoding + "' is not supported: send the JSON uncompressed (identity)", null);
         }
-        String form = formBody(req.getHeader(HttpHeaders.CONTENT_TYPE));
-        if (form != null)
-            return new ApiException(415, "invalid_request_error", "unsupported_media_type", null, "the request body is "
-                    + form + "; this API takes a JSON body (Content-Type: application/json)", null);
+        // a multipart body is never JSON: refused before it is read. A urlencoded one is what curl -d sends without a
+        // type, JSON or not: read, and refused only where it is not JSON (readBody)
+        if (MULTIPART.equals(formBody(req.getHeader(HttpHeaders.CONTENT_TYPE))))
+            return notJson(MULTIPART);
         long declared = -1;
         try {
             String cl = req.getHeader(HttpHeaders.CONTENT_LENGTH);
@@ -1100,16 +1111,26 @@ public final class HttpVerticle extends VerticleBase {
         return null;
     }
 
+    /** A form's media types (formBody). */
+    static final String MULTIPART = "multipart/form-data", URLENCODED = "application/x-www-form-urlencoded";
+
     /**
-     * The media type of a form body (multipart/form-data, application/x-www-form-urlencoded: what {@code curl -F} and
-     * {@code curl -d} without a type send), which is never JSON, or null for any other Content-Type or none: those are
-     * read as JSON (docs/api.md, HTTP).
+     * The media type of a form body ({@link #MULTIPART}: what {@code curl -F} sends; {@link #URLENCODED}: what
+     * {@code curl -d} sends without a type, often with JSON in it), or null for any other Content-Type or none: those
+     * are read as JSON (docs/api.md, HTTP).
      */
     static String formBody(String contentType) {
         if (contentType == null) return null;
         int semi = contentType.indexOf(';');
         String type = (semi < 0 ? contentType : contentType.substring(0, semi)).trim().toLowerCase(java.util.Locale.ROOT);
-        return type.equals("multipart/form-data") || type.equals("application/x-www-form-urlencoded") ? type : null;
+        return type.equals(MULTIPART) || type.equals(URLENCODED) ? type : null;
+    }
+
+    /** The 415 for a body of a form's media type that this JSON API cannot read. */
+    static ApiException notJson(String form) {
+        return new ApiException(415, "invalid_request_error", "unsupported_media_type", null, "the request body is "
+                + form + (URLENCODED.equals(form) ? " and not JSON" : "") + "; this API takes a JSON body (Content-Type:"
+                + " application/json)", null);
     }
 
     /**

@@ -588,19 +588,27 @@ class BadInputTest {
 
     @Test
     void aFormBodyIs415NamingItsMediaTypeAndOtherTypesAreReadAsJson() throws Exception {
-        for (String[] c : new String[][]{{"multipart/form-data; boundary=xyz", "multipart/form-data"},
-                {"application/x-www-form-urlencoded", "application/x-www-form-urlencoded"}, {"Multipart/Form-Data", "multipart/form-data"}}) {
-            java.net.http.HttpResponse<String> r = postAs("/v1/chat/completions", chat(""), c[0]);
+        String urlencoded = "application/x-www-form-urlencoded";
+        // a multipart body whatever it holds; a urlencoded one that is not JSON (a form's fields, nothing, whitespace)
+        for (String[] c : new String[][]{{"multipart/form-data; boundary=xyz", chat(""), "multipart/form-data"},
+                {"Multipart/Form-Data", chat(""), "multipart/form-data"},
+                {urlencoded, "messages=Hi&max_tokens=2", urlencoded + " and not JSON"},
+                {urlencoded + "; charset=utf-8", "", urlencoded + " and not JSON"},
+                {"Application/X-WWW-Form-Urlencoded", "  ", urlencoded + " and not JSON"}}) {
+            java.net.http.HttpResponse<String> r = postAs("/v1/chat/completions", c[1], c[0]);
             assertEquals(415, r.statusCode(), c[0] + ": " + r.body());
             JsonNode e = Json.MAPPER.readTree(r.body()).get("error");
             assertEquals("unsupported_media_type", e.get("code").asText(), r.body());
-            assertEquals("the request body is " + c[1] + "; this API takes a JSON body (Content-Type: application/json)",
+            assertEquals("the request body is " + c[2] + "; this API takes a JSON body (Content-Type: application/json)",
                     e.get("message").asText());
         }
         assertEquals(415, postAs("/tokenize", "{\"content\":\"x\"}", "multipart/form-data").statusCode());
-        // any other type, or a charset, is read as JSON
-        for (String type : new String[]{"text/plain", "application/json; charset=utf-8", "application/xml"})
+        // any other type, or a charset, is read as JSON; so is JSON sent as curl -d sends it without a type (urlencoded)
+        for (String type : new String[]{"text/plain", "application/json; charset=utf-8", "application/xml", urlencoded})
             assertEquals(200, postAs("/v1/chat/completions", chat(""), type).statusCode(), type);
+        assertEquals(200, postAs("/tokenize", "{\"content\":\"x\"}", urlencoded).statusCode());
+        // a urlencoded body that is JSON but not a valid request is refused for what it holds, as a JSON one
+        assertEquals(400, postAs("/v1/chat/completions", "{\"messages\":5}", urlencoded).statusCode());
         assertEquals(200, server.post("/v1/chat/completions", chat("")).status(), "still serving");
         FrontChecks.aFormBodyIsA415InItsRoutesShape(server.port);
     }
