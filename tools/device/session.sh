@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (docs/gpu.md): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-json, batch-gbnf, batch-long, step-profile, split-ab, wgmma-mm, wgmma-bench, launches-ab.
+# One device call (docs/gpu.md): runs the phases named in $1 (comma list) with time limits, logs under $OUT. Phases: info, test, verify-attn, sanitize, bench, bench-long, attn-bench, f16kv, e2e, serve, prefix-test, prefix-agent, prefix-doc, batch-test, batch-bench, batch-json, batch-gbnf, batch-long, step-profile, split-ab, wgmma-mm, wgmma-bench, launches-ab, env-mm, env-bench.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -74,6 +74,17 @@ for p in ${phases//,/ }; do
         JAVA_TOOL_OPTIONS="-Dds4j.gpu.fusedRouter=$fr -Dds4j.gpu.partialsToReaders=$pr" tools/device/run.sh bench --layers 43 \
         --prompt-tokens 512 --contexts 4096 --max-prefill 0 --decode-tokens 8 --graph-rounds 1 --verify-rows 5 --batches 1,16,64 \
         2>&1 | grep -E "prefill:|on: .*median|verify step of|batch +[0-9]"; done' ;;
+    # measurement switches A/B, alternating in one call: $ENV_AB lists the runs, each a comma-joined list of environment
+    # assignments (e.g. "DS4J_SKINNY_MOE_MT=1 DS4J_SKINNY_MOE_MT=2"); env-mm times the one-layer products (rows
+    # $MM_ROWS, default 1,5; $MM_ONLY limits them) with their result hashes, env-bench the full-depth engine steps
+    env-mm) TAILN=80 run env-mm 420 bash -c 'for v in ${ENV_AB:?}; do echo "$v"; env ${v//,/ } tools/device/run.sh mm-bench \
+        --rows ${MM_ROWS:-1,5} --reps 50 ${MM_ONLY:+--only "$MM_ONLY"} 2>&1 | grep -E "^\| [a-z]"; done' ;;
+    # env-bench starts with a warm-up run of the first setting, not to be compared: on the H100s lent in the fifty-fourth
+    # session a call's first run was the fastest of its call whatever its setting (a 5-row verify step 19.3 ms, then 21-23)
+    env-bench) TAILN=60 run env-bench 580 bash -c 'v0=${ENV_AB%% *}; for v in "$v0" ${ENV_AB:?}; do [ -n "${w:-}" ] && echo "$v" \
+        || { w=1; echo "warm-up ($v0, not compared)"; }; env ${v//,/ } tools/device/run.sh bench \
+        --layers 43 --prompt-tokens 512 --contexts 4096 --max-prefill 0 --decode-tokens 8 --graph-rounds 1 --verify-rows 5 \
+        --batches 1,16,64 2>&1 | grep -E "prefill:|on: .*median|verify step of|batch +[0-9]"; done' ;;
     *) echo "unknown phase $p" >&2; exit 2 ;;
   esac
 done
