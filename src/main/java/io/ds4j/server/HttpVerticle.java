@@ -1030,28 +1030,37 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * Parses a body as JSON (an empty one, or whitespace alone, is refused as invalid_json) and reads it; urlencoded: its
-     * Content-Type is {@link #URLENCODED}, whose body, where it is not JSON, is a form: 415 ({@link #notJson}).
+     * Content-Type is {@link #URLENCODED}, whose body, where it is not JSON and does not open as JSON
+     * ({@link #opensAsJson}), is a form: 415 ({@link #notJson}).
      */
     private static <R> R readBody(byte[] bytes, boolean urlencoded, BodyReader<R> reader, Reading reading) {
+        JsonNode n = null;
+        ApiException refused = null;
         if (bytes.length == 0) {
-            if (urlencoded) throw notJson(URLENCODED);
-            throw new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
+            refused = new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
+        } else {
+            try {
+                n = Json.read(bytes);
+                // whitespace alone is no JSON value either: the same answer as an empty body
+                if (n == null)
+                    refused = new ApiException(400, "invalid_request_error", "invalid_json", null,
+                            "the request body is empty (" + bytes.length + " bytes of whitespace)", null);
+            } catch (Json.Unreadable e) {
+                refused = new ApiException(400, "invalid_request_error", "invalid_json", e.field(),
+                        e.problem() == Json.Problem.UTF8 ? "the request body is " + e.getMessage() : e.getMessage(), null);
+            }
         }
-        JsonNode n;
-        try {
-            n = Json.read(bytes);
-        } catch (Json.Unreadable e) {
-            if (urlencoded) throw notJson(URLENCODED);
-            throw new ApiException(400, "invalid_request_error", "invalid_json", e.field(),
-                    e.problem() == Json.Problem.UTF8 ? "the request body is " + e.getMessage() : e.getMessage(), null);
-        }
-        // whitespace alone is no JSON value either: the same answer as an empty body
-        if (n == null) {
-            if (urlencoded) throw notJson(URLENCODED);
-            throw new ApiException(400, "invalid_request_error", "invalid_json", null,
-                    "the request body is empty (" + bytes.length + " bytes of whitespace)", null);
-        }
+        // a urlencoded body that sets out as JSON (curl -d '{...' with a mistake in it) gets the JSON's own 400, which
+        // says where the mistake is; one that does not is a form
+        if (refused != null) throw urlencoded && !opensAsJson(bytes) ? notJson(URLENCODED) : refused;
         return reader.read(n, reading);
+    }
+
+    /** Whether bytes start, after a UTF-8 byte order mark and JSON whitespace, with '{' or '[': a JSON body's start. */
+    static boolean opensAsJson(byte[] bytes) {
+        int i = bytes.length >= 3 && (bytes[0] & 0xff) == 0xef && (bytes[1] & 0xff) == 0xbb && (bytes[2] & 0xff) == 0xbf ? 3 : 0;
+        while (i < bytes.length && (bytes[i] == ' ' || bytes[i] == '\t' || bytes[i] == '\n' || bytes[i] == '\r')) i++;
+        return i < bytes.length && (bytes[i] == '{' || bytes[i] == '[');
     }
 
     /** On the event loop once a body was read: the ignored fields' header, then the refusal or {@code then}. */

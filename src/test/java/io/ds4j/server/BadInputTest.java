@@ -607,8 +607,15 @@ class BadInputTest {
         for (String type : new String[]{"text/plain", "application/json; charset=utf-8", "application/xml", urlencoded})
             assertEquals(200, postAs("/v1/chat/completions", chat(""), type).statusCode(), type);
         assertEquals(200, postAs("/tokenize", "{\"content\":\"x\"}", urlencoded).statusCode());
-        // a urlencoded body that is JSON but not a valid request is refused for what it holds, as a JSON one
+        // a urlencoded body that is JSON but not a valid request is refused for what it holds, as a JSON one; one that
+        // sets out as JSON (after a byte order mark and whitespace) gets the JSON's own 400, naming where it breaks
         assertEquals(400, postAs("/v1/chat/completions", "{\"messages\":5}", urlencoded).statusCode());
+        for (String broken : new String[]{"{\"messages\":[,]}", "\uFEFF \n[1,", "{\"max_tokens\":2,\"max_tokens\":3}"}) {
+            java.net.http.HttpResponse<String> asForm = postAs("/v1/chat/completions", broken, urlencoded),
+                    asJson = postAs("/v1/chat/completions", broken, "application/json");
+            assertEquals(400, asForm.statusCode(), broken + ": " + asForm.body());
+            assertEquals(asJson.body(), asForm.body(), broken);
+        }
         assertEquals(200, server.post("/v1/chat/completions", chat("")).status(), "still serving");
         FrontChecks.aFormBodyIsA415InItsRoutesShape(server.port);
     }

@@ -128,7 +128,8 @@ public final class GatewayVerticle extends VerticleBase {
         r.route().handler(ctx -> {
             // a body that stalls, also one of a request answered without reading it (a 401), is bounded as on a
             // single server
-            BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { }, ApiException.OPENAI);
+            // a stalled body's 408 in its route's API shape, Anthropic's on the Messages routes, as a single server's
+            BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { }, HttpVerticle::errorBody);
             if (ctx.request().method() == HttpMethod.HEAD) HttpVerticle.headLength(ctx);
             HttpVerticle.gatewayRequestId(ctx);
             // the answers written here (health, models, props, 401, 404, 405) carry CORS headers as a single server's

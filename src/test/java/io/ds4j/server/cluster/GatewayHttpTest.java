@@ -195,6 +195,13 @@ class GatewayHttpTest {
         String relayed = stall("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n{\"messages\":");
         assertTrue(relayed.startsWith("HTTP/1.1 408"), relayed);
         assertTrue(relayed.contains("\"request_timeout\"") && relayed.contains("12 of the 200 bytes declared came within 300 ms"), relayed);
+        // on the Messages route in Anthropic's shape, as a single server answers it
+        String messages = stall("POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n{\"messages\":");
+        assertTrue(messages.startsWith("HTTP/1.1 408"), messages);
+        JsonNode m = Json.MAPPER.readTree(messages.substring(messages.indexOf("\r\n\r\n") + 4));
+        assertEquals("error", m.path("type").asText(), messages);
+        assertEquals("invalid_request_error", m.path("error").path("type").asText(), messages);
+        assertTrue(m.path("error").path("message").asText().contains("12 of the 200 bytes declared came within 300 ms"), messages);
         // answered without reading the body, then closed once the rest of it is late
         String health = stall("GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc");
         assertTrue(health.startsWith("HTTP/1.1 503") && health.contains("\"engines\""), health);
