@@ -75,7 +75,7 @@ for p in ${phases//,/ }; do
         --prompt-tokens 512 --contexts 4096 --max-prefill 0 --decode-tokens 8 --graph-rounds 1 --verify-rows 5 --batches 1,16,64 \
         2>&1 | grep -E "prefill:|on: .*median|verify step of|batch +[0-9]"; done' ;;
     # measurement switches A/B, alternating in one call: $ENV_AB lists the runs, each a comma-joined list of environment
-    # assignments (e.g. "DS4J_SKINNY_MOE_MT=1 DS4J_SKINNY_MOE_MT=2"); env-mm times the one-layer products (rows
+    # assignments (e.g. "DS4J_SKINNY_L2=10 DS4J_SKINNY_L2=25,DS4J_SKINNY_XLOADS=1"); env-mm times the one-layer products (rows
     # $MM_ROWS, default 1,5; $MM_ONLY limits them) with their result hashes, env-bench the full-depth engine steps
     env-mm) TAILN=80 run env-mm 420 bash -c 'for v in ${ENV_AB:?}; do echo "$v"; env ${v//,/ } tools/device/run.sh mm-bench \
         --rows ${MM_ROWS:-1,5} --reps 50 ${MM_ONLY:+--only "$MM_ONLY"} 2>&1 | grep -E "^\| [a-z]"; done' ;;
