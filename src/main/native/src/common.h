@@ -385,6 +385,33 @@ __device__ __forceinline__ int block_excl_scan(int v, int* sh, int* total) {
 // Uncontracted arithmetic where the CPU reference rounds after every operation (small, exactness-sensitive ops).
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float4 add(float4 a, float4 b) {
+    return make_float4(add(a.x, b.x), add(a.y, b.y), add(a.z, b.z), add(a.w, b.w));
+}
+
+/** Planes of partial sums loaded together before they are added (planes_sum): one round trip per PLANES_BATCH. */
+constexpr int PLANES_BATCH = 8;
+
+/**
+ * Planes 0 .. n - 1 of the Vec (float or float4) at element i, stride floats apart, added in plane order: the order
+ * that decides the bits of a column-split product's result (gemm_skinny.cpp's partitions), for its own sums
+ * (skinny_combine) and for a reader of its planes (swiglu_parts_kernel) alike. PLANES_BATCH loads go out before their
+ * adds, which still run in plane order.
+ */
+template <class Vec>
+__device__ __forceinline__ Vec planes_sum(const float* at, int n, int64_t stride, int64_t i) {
+    Vec acc = *reinterpret_cast<const Vec*>(at + i);
+    for (int p0 = 1; p0 < n; p0 += PLANES_BATCH) {
+        Vec v[PLANES_BATCH];
+#pragma unroll
+        for (int j = 0; j < PLANES_BATCH; j++)
+            if (p0 + j < n) v[j] = *reinterpret_cast<const Vec*>(at + (int64_t)(p0 + j) * stride + i);
+#pragma unroll
+        for (int j = 0; j < PLANES_BATCH; j++)
+            if (p0 + j < n) acc = add(acc, v[j]);
+    }
+    return acc;
+}
 
 /**
  * Spec 3.0 RMSNorm of one row of n values by the whole block: yr = weight * xr / sqrt(mean(xr^2) + eps) (weight null =

@@ -1421,26 +1421,17 @@ __global__ void __launch_bounds__(SM_W * 32, WG ? (DS4J_WG_INFLIGHT || NT > 4 ? 
 #endif
 }
 
-/** Partials loaded together before they are added (skinny_combine): a thread waits for one round trip per CB of them. */
-constexpr int CB = 8;
-
 /** Whether sum_partials runs skinny_combine<4> (4 outputs a thread, 16-byte accesses) for these arguments, else <1>. */
 inline bool combine_by_4(int rows, int64_t ldy, const float* part, const float* y) {
     return rows % 4 == 0 && ldy % 4 == 0 && ((uintptr_t)part & 15u) == 0 && ((uintptr_t)y & 15u) == 0;
 }
 
-__device__ __forceinline__ float cb_add(float a, float b) { return a + b; }
-__device__ __forceinline__ float4 cb_add(float4 a, float4 b) {
-    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-}
-
 /**
  * y[s ldy + r] = part[0][s][r] + part[1][s][r] + ... + part[nw - 1][s][r], added in that order (the warp order of
  * skinny_kernel), for s < ns, r < rows; moe (ids non-null): rows s of picks whose expert is in host memory untouched.
- * A thread takes V consecutive r of one s (V = 4: rows, ldy and both pointers 16-byte multiples) and loads CB
- * partitions' values at a time before adding them, still in partition order: the same sums as one value and one load
- * at a time, with CB V loads in flight instead of one (a 64-row step's partials are megabytes, a 1-row step's a chain
- * of nw round trips).
+ * A thread takes V consecutive r of one s (V = 4: rows, ldy and both pointers 16-byte multiples) and sums them by
+ * planes_sum (common.h): PLANES_BATCH partitions' values loaded at a time, added in partition order (a 64-row step's
+ * partials are megabytes, a 1-row step's a chain of nw round trips).
  */
 template <int V>
 __global__ void skinny_combine(const float* part, int nw, int ns, int rows, float* y, int64_t ldy, const int32_t* ids,
@@ -1451,18 +1442,7 @@ __global__ void skinny_combine(const float* part, int nw, int ns, int rows, floa
     if (i >= (int64_t)ns * rows) return;
     const int s = (int)(i / rows), r = (int)(i % rows);
     if (ids && !w_table[ids[s]]) return;
-    const size_t plane = (size_t)ns * rows;
-    Vec acc = *reinterpret_cast<const Vec*>(part + i);
-    for (int p0 = 1; p0 < nw; p0 += CB) {
-        Vec v[CB];
-#pragma unroll
-        for (int j = 0; j < CB; j++)
-            if (p0 + j < nw) v[j] = *reinterpret_cast<const Vec*>(part + (size_t)(p0 + j) * plane + i);
-#pragma unroll
-        for (int j = 0; j < CB; j++)
-            if (p0 + j < nw) acc = cb_add(acc, v[j]);
-    }
-    *reinterpret_cast<Vec*>(y + s * ldy + r) = acc;
+    *reinterpret_cast<Vec*>(y + s * ldy + r) = planes_sum<Vec>(part, nw, (int64_t)ns * rows, i);
 }
 
 /** m-tiles per warp for a format, (rows of a group, groups) and the number of matrices streamed at once (units). */

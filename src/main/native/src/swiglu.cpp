@@ -18,30 +18,12 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_
         out[i] = swiglu_of(g[i], u[i], lim);
 }
 
-/** Partial planes loaded together before they are added (swiglu_parts_kernel). */
-constexpr int SP_BATCH = 8;
-
-/** Planes 0 .. n - 1 of element i, stride floats apart, added in plane order (skinny_combine's order and adds). */
-__device__ __forceinline__ float parts_sum(const float* at, int n, int64_t stride, int64_t i) {
-    float acc = at[i];
-    for (int p0 = 1; p0 < n; p0 += SP_BATCH) {
-        float v[SP_BATCH];
-#pragma unroll
-        for (int j = 0; j < SP_BATCH; j++)
-            if (p0 + j < n) v[j] = at[(int64_t)(p0 + j) * stride + i];
-#pragma unroll
-        for (int j = 0; j < SP_BATCH; j++)
-            if (p0 + j < n) acc = add(acc, v[j]);
-    }
-    return acc;
-}
-
 /** swiglu_kernel of g and u each summed from its planes (ds4j_swiglu_parts). */
 __global__ void swiglu_parts_kernel(const float* g, int gn, int64_t gs, const float* u, int un, int64_t us, float* out,
                                     int64_t n, float lim) {
     DS4J_AWAIT_PREVIOUS();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = swiglu_of(parts_sum(g, gn, gs, i), parts_sum(u, un, us, i), lim);
+        out[i] = swiglu_of(planes_sum<float>(g, gn, gs, i), planes_sum<float>(u, un, us, i), lim);
 }
 
 }  // namespace ds4j
