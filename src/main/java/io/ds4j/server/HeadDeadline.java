@@ -6,6 +6,8 @@ import io.vertx.core.http.HttpConnection;
 import io.vertx.core.http.HttpServer;
 import io.vertx.core.http.HttpServerOptions;
 import io.vertx.core.http.HttpServerRequest;
+import io.vertx.core.net.impl.ConnectionBase;
+import io.vertx.core.spi.metrics.TCPMetrics;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -94,6 +96,7 @@ public final class HeadDeadline {
                 .setTcpNoDelay(true).setHttp2ClearTextEnabled(false).setMaxInitialLineLength(MAX_REQUEST_LINE).setMaxHeaderSize(MAX_HEADERS);
         return vertx.createHttpServer(options)
                 .connectionHandler(c -> {
+                    measured(c);
                     RequestFraming.install(c, options, maxBodyBytes, rejected, bodies);
                     BodyDeadline.install(c);
                     opened(c);
@@ -106,6 +109,22 @@ public final class HeadDeadline {
                     head(req);
                     invalid.handle(req);
                 });
+    }
+
+    /**
+     * Gives a connection that Vert.x accepted without its connection metric one from the metrics it reports to. Vert.x
+     * 5.0.7 reads the listening server's metrics when it accepts a connection, and creates them only once the socket's
+     * bind has completed: a connection accepted in between has none while the HTTP layer measures it, so its first
+     * request failed inside Vert.x (a NullPointerException in the metrics, no answer until the head deadline closed the
+     * connection) and so did its close. A connection that has its metric, or whose server measures nothing, is left.
+     */
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    static void measured(HttpConnection c) {
+        if (c instanceof ConnectionBase b && b.metric() == null && b.metrics() instanceof TCPMetrics m) {
+            b.metric(m.connected(b.remoteAddress(), b.remoteName()));
+            LOG.debug("connection from {} accepted without its metric (the server's metrics were still being made): given one",
+                    b.remoteAddress());
+        }
     }
 
     /** A connection was accepted (the HTTP server's connection handler): it waits for its first head from now. */
