@@ -1030,19 +1030,22 @@ public final class HttpVerticle extends VerticleBase {
 
     /**
      * Parses a body as JSON (an empty one, or whitespace alone, is refused as invalid_json) and reads it; urlencoded: its
-     * Content-Type is {@link #URLENCODED}, whose body, where it is not JSON and does not open as JSON
+     * Content-Type is {@link #URLENCODED}, whose body, where it is not empty, not JSON and does not open as JSON
      * ({@link #opensAsJson}), is a form: 415 ({@link #notJson}).
      */
     private static <R> R readBody(byte[] bytes, boolean urlencoded, BodyReader<R> reader, Reading reading) {
         JsonNode n = null;
         ApiException refused = null;
+        boolean empty = false;
         if (bytes.length == 0) {
+            empty = true;
             refused = new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
         } else {
             try {
                 n = Json.read(bytes);
                 // whitespace alone is no JSON value either: the same answer as an empty body
-                if (n == null)
+                empty = n == null;
+                if (empty)
                     refused = new ApiException(400, "invalid_request_error", "invalid_json", null,
                             "the request body is empty (" + bytes.length + " bytes of whitespace)", null);
             } catch (Json.Unreadable e) {
@@ -1051,8 +1054,8 @@ public final class HttpVerticle extends VerticleBase {
             }
         }
         // a urlencoded body that sets out as JSON (curl -d '{...' with a mistake in it) gets the JSON's own 400, which
-        // says where the mistake is; one that does not is a form
-        if (refused != null) throw urlencoded && !opensAsJson(bytes) ? notJson(URLENCODED) : refused;
+        // says where the mistake is, and an empty one (curl -d '') the 400 that says it is empty; any other is a form
+        if (refused != null) throw urlencoded && !empty && !opensAsJson(bytes) ? notJson(URLENCODED) : refused;
         return reader.read(n, reading);
     }
 

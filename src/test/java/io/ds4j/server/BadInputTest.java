@@ -589,12 +589,11 @@ class BadInputTest {
     @Test
     void aFormBodyIs415NamingItsMediaTypeAndOtherTypesAreReadAsJson() throws Exception {
         String urlencoded = "application/x-www-form-urlencoded";
-        // a multipart body whatever it holds; a urlencoded one that is not JSON (a form's fields, nothing, whitespace)
+        // a multipart body whatever it holds; a urlencoded one that is not JSON (a form's fields)
         for (String[] c : new String[][]{{"multipart/form-data; boundary=xyz", chat(""), "multipart/form-data"},
                 {"Multipart/Form-Data", chat(""), "multipart/form-data"},
                 {urlencoded, "messages=Hi&max_tokens=2", urlencoded + " and not JSON"},
-                {urlencoded + "; charset=utf-8", "", urlencoded + " and not JSON"},
-                {"Application/X-WWW-Form-Urlencoded", "  ", urlencoded + " and not JSON"}}) {
+                {urlencoded + "; charset=utf-8", "a", urlencoded + " and not JSON"}}) {
             java.net.http.HttpResponse<String> r = postAs("/v1/chat/completions", c[1], c[0]);
             assertEquals(415, r.statusCode(), c[0] + ": " + r.body());
             JsonNode e = Json.MAPPER.readTree(r.body()).get("error");
@@ -603,6 +602,14 @@ class BadInputTest {
                     e.get("message").asText());
         }
         assertEquals(415, postAs("/tokenize", "{\"content\":\"x\"}", "multipart/form-data").statusCode());
+        // an empty urlencoded body (curl -d '') is empty whatever its type: the 400 that says so, as for a JSON one
+        for (String[] c : new String[][]{{urlencoded + "; charset=utf-8", "", "the request body is empty"},
+                {"Application/X-WWW-Form-Urlencoded", "  ", "the request body is empty (2 bytes of whitespace)"}}) {
+            java.net.http.HttpResponse<String> r = postAs("/v1/chat/completions", c[1], c[0]);
+            assertEquals(400, r.statusCode(), c[0] + ": " + r.body());
+            assertEquals(c[2], Json.MAPPER.readTree(r.body()).get("error").get("message").asText(), r.body());
+            assertEquals(r.body(), postAs("/v1/chat/completions", c[1], "application/json").body());
+        }
         // any other type, or a charset, is read as JSON; so is JSON sent as curl -d sends it without a type (urlencoded)
         for (String type : new String[]{"text/plain", "application/json; charset=utf-8", "application/xml", urlencoded})
             assertEquals(200, postAs("/v1/chat/completions", chat(""), type).statusCode(), type);
