@@ -290,10 +290,14 @@ static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const
     static int64_t granted[3][64];            // per kernel (rows 64, rows 128, prefill) and device: opted-in bytes
     const int64_t kt = (most + KT - 1) / KT;  // key tiles
     if (views || S <= 64) {  // few queries (decode, verify, a batch's steps): the keys' blocks run together
-        const bool small = HI <= 64 && (int64_t)S * HI <= 64;
+        // measurement switches (same bits: a score does not depend on its block, see score_block):
+        // DS4J_INDEXER_ROWS64=1 blocks of 64 rows at any query count; DS4J_INDEXER_TILES=T up to T key tiles a block
+        static std::atomic<int> rows64{-1}, most_tiles{0};
+        const bool small = HI <= 64 && ((int64_t)S * HI <= 64 || env_equals(rows64, "DS4J_INDEXER_ROWS64", "1"));
         const int qpb = (small ? 64 : 128) / HI;
         const int64_t groups = ((int64_t)S + qpb - 1) / qpb;
-        int tiles = TILES;  // at least 512 blocks where the keys allow it, else fewer keys per block
+        int tiles = env_choice(most_tiles, "DS4J_INDEXER_TILES", TILES, 1, 256);  // at least 512 blocks where the keys
+                                                                                   // allow it, else fewer keys per block
         while (tiles > 1 && groups * n * ((kt + tiles - 1) / tiles) < 512) tiles >>= 1;
         const int64_t kb = (kt + tiles - 1) / tiles;
         if (groups > 0x7fffffff || kb > 65535 || n > 65535) return false;
