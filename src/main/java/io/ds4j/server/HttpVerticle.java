@@ -1029,41 +1029,47 @@ public final class HttpVerticle extends VerticleBase {
     }
 
     /**
-     * Parses a body as JSON (an empty one, or whitespace alone, is refused as invalid_json) and reads it; urlencoded: its
-     * Content-Type is {@link #URLENCODED}, whose body, where it is not empty, not JSON and does not open as JSON
-     * ({@link #opensAsJson}), is a form: 415 ({@link #notJson}).
+     * Parses a body as JSON and reads it. An empty one (nothing, or a byte order mark and whitespace alone) is refused as
+     * invalid_json whatever its type; urlencoded: its Content-Type is {@link #URLENCODED}, whose body, where it is not
+     * JSON and does not open as JSON ({@code {} or {@code [} after a byte order mark and whitespace), is a form: 415
+     * ({@link #notJson}).
      */
     private static <R> R readBody(byte[] bytes, boolean urlencoded, BodyReader<R> reader, Reading reading) {
-        JsonNode n = null;
-        ApiException refused = null;
-        boolean empty = false;
-        if (bytes.length == 0) {
-            empty = true;
-            refused = new ApiException(400, "invalid_request_error", "invalid_json", null, "the request body is empty", null);
-        } else {
-            try {
-                n = Json.read(bytes);
-                // whitespace alone is no JSON value either: the same answer as an empty body
-                empty = n == null;
-                if (empty)
-                    refused = new ApiException(400, "invalid_request_error", "invalid_json", null,
-                            "the request body is empty (" + bytes.length + " bytes of whitespace)", null);
-            } catch (Json.Unreadable e) {
-                refused = new ApiException(400, "invalid_request_error", "invalid_json", e.field(),
-                        e.problem() == Json.Problem.UTF8 ? "the request body is " + e.getMessage() : e.getMessage(), null);
-            }
+        int start = significant(bytes);
+        if (start == bytes.length) {
+            // nothing, or a byte order mark and whitespace alone (curl -d ''): no JSON value, whatever the type says
+            int bom = bom(bytes), blanks = bytes.length - bom;
+            String what = (bom > 0 ? "a byte order mark" + (blanks > 0 ? " and " : "") : "")
+                    + (blanks > 0 ? blanks + (blanks == 1 ? " byte" : " bytes") + " of whitespace" : "");
+            throw new ApiException(400, "invalid_request_error", "invalid_json", null,
+                    "the request body is empty" + (what.isEmpty() ? "" : " (" + what + ")"), null);
         }
-        // a urlencoded body that sets out as JSON (curl -d '{...' with a mistake in it) gets the JSON's own 400, which
-        // says where the mistake is, and an empty one (curl -d '') the 400 that says it is empty; any other is a form
-        if (refused != null) throw urlencoded && !empty && !opensAsJson(bytes) ? notJson(URLENCODED) : refused;
+        JsonNode n;
+        try {
+            n = Json.read(bytes);
+        } catch (Json.Unreadable e) {
+            // a urlencoded body that sets out as JSON (curl -d '{...' with a mistake in it) gets the JSON's own 400,
+            // which says where the mistake is; any other is a form
+            if (urlencoded && bytes[start] != '{' && bytes[start] != '[') throw notJson(URLENCODED);
+            throw new ApiException(400, "invalid_request_error", "invalid_json", e.field(),
+                    e.problem() == Json.Problem.UTF8 ? "the request body is " + e.getMessage() : e.getMessage(), null);
+        }
         return reader.read(n, reading);
     }
 
-    /** Whether bytes start, after a UTF-8 byte order mark and JSON whitespace, with '{' or '[': a JSON body's start. */
-    static boolean opensAsJson(byte[] bytes) {
-        int i = bytes.length >= 3 && (bytes[0] & 0xff) == 0xef && (bytes[1] & 0xff) == 0xbb && (bytes[2] & 0xff) == 0xbf ? 3 : 0;
+    /** The length of the UTF-8 byte order mark that starts bytes: 3, or 0 where none does. */
+    static int bom(byte[] bytes) {
+        return bytes.length >= 3 && (bytes[0] & 0xff) == 0xef && (bytes[1] & 0xff) == 0xbb && (bytes[2] & 0xff) == 0xbf ? 3 : 0;
+    }
+
+    /**
+     * Where a body's content starts: after a UTF-8 byte order mark and JSON whitespace (its length when nothing else
+     * is there).
+     */
+    static int significant(byte[] bytes) {
+        int i = bom(bytes);
         while (i < bytes.length && (bytes[i] == ' ' || bytes[i] == '\t' || bytes[i] == '\n' || bytes[i] == '\r')) i++;
-        return i < bytes.length && (bytes[i] == '{' || bytes[i] == '[');
+        return i;
     }
 
     /** On the event loop once a body was read: the ignored fields' header, then the refusal or {@code then}. */

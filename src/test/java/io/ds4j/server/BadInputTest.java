@@ -604,7 +604,9 @@ class BadInputTest {
         assertEquals(415, postAs("/tokenize", "{\"content\":\"x\"}", "multipart/form-data").statusCode());
         // an empty urlencoded body (curl -d '') is empty whatever its type: the 400 that says so, as for a JSON one
         for (String[] c : new String[][]{{urlencoded + "; charset=utf-8", "", "the request body is empty"},
-                {"Application/X-WWW-Form-Urlencoded", "  ", "the request body is empty (2 bytes of whitespace)"}}) {
+                {"Application/X-WWW-Form-Urlencoded", "  ", "the request body is empty (2 bytes of whitespace)"},
+                {urlencoded, "\uFEFF", "the request body is empty (a byte order mark)"},
+                {urlencoded, "\uFEFF\n", "the request body is empty (a byte order mark and 1 byte of whitespace)"}}) {
             java.net.http.HttpResponse<String> r = postAs("/v1/chat/completions", c[1], c[0]);
             assertEquals(400, r.statusCode(), c[0] + ": " + r.body());
             assertEquals(c[2], Json.MAPPER.readTree(r.body()).get("error").get("message").asText(), r.body());
