@@ -28,6 +28,8 @@ m=repl_fn(m,'__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* 
  'inline void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, true); }\n')
 m=repl_fn(m,'__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {',
  'inline void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma(d, a, b0, b1, false); }\n')
+m=repl_fn(m,'__device__ __forceinline__ void ldsm_x4(uint32_t* r, const uint32_t* p) {',
+ 'inline void ldsm_x4(uint32_t* r, const uint32_t* p) { emu_ldsm_x4(r, p); }\n')
 # cvt.rn.f16x2.e4m3x2: each byte's value (common.h, e4m3) as F16, which is exact
 m=repl_fn(m,'__device__ __forceinline__ void e4m3x4_to_f16(uint32_t u, uint32_t& lo, uint32_t& hi) {',
  'inline void e4m3x4_to_f16(uint32_t u, uint32_t& lo, uint32_t& hi) {\n'

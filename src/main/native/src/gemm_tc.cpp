@@ -78,14 +78,6 @@ template <> struct Fmt<DS4J_FMT_BF16> { static constexpr int EPC = 8; static con
 template <> struct Fmt<DS4J_FMT_FP8_E4M3_B128> { static constexpr int EPC = 16; static constexpr bool SPLIT = false; };
 template <> struct Fmt<DS4J_FMT_FP4_E2M1_B32> { static constexpr int EPC = 32; static constexpr bool SPLIT = false; };
 
-/** Four 8x8 BF16 matrices from shared memory (ldmatrix .x4): lane l gives the address of row l % 8 of matrix l / 8. */
-__device__ __forceinline__ void ldsm_x4(uint32_t* r, const uint32_t* p) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-
 /**
  * Decodes one 16-byte chunk (EPC elements) into EPC/2 BF16 pairs hi[] (and lo[] for F16); sb: the chunk's E8M0 scale
  * byte (FP8, FP4). FP8 and FP4 codes are placed into BF16 patterns p that read as value x 2^-OFF (OFF 120 for e4m3, 126

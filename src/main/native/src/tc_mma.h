@@ -68,6 +68,18 @@ __device__ __forceinline__ void split_f16(float a, float b, uint32_t& hi, uint32
     memcpy(&lo, &l, 4);
 }
 
+/**
+ * Four 8x8 matrices of 16-bit elements from shared memory (ldmatrix .x4): lane l gives the address of row l % 8 of
+ * matrix l / 8 (16-byte aligned, 8 elements a row); r[i] = matrix i's row l / 4, word l % 4. The MMA fragments of
+ * gemm_tc.cpp (BF16) and of the indexer's scores (indexer_tc.cpp, F16): one instruction for four words.
+ */
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const uint32_t* p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
 /** Two F16 bit patterns (low, high half) -> floats. */
 __device__ __forceinline__ float2 h2_to_f2(uint32_t u) {
     __half2 h;
