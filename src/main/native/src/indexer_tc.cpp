@@ -51,7 +51,7 @@ __device__ __forceinline__ float term(float wsc, float dot, float s_scale) { ret
  * with which other queries or keys, does not change its bits: head h always sits in row h % 16 of its warp, key e in
  * column e % 8 of its n-tile (e0 is a multiple of KT), and the sum runs over the query's warps in order.
  */
-template <typename T, int ROWS, bool LEAN = true>
+template <typename T, int ROWS, bool LEAN = false>
 __device__ __forceinline__ void score_block(const float* __restrict__ qi, const float* __restrict__ wt,
                                             const T* __restrict__ keys, int64_t N0, int S, int m, int HI, int dI,
                                             int K, float w_scale, float s_scale, float* scores, int64_t ld, int s0,
@@ -138,8 +138,8 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         }
     };
     load(0);
-    // the rows of the block's queries below S: a block of the last queries may hold fewer than qpb (the others' warps
-    // skip their MMAs; their sums are never read); LEAN false: every row multiplied, as before (measurement switch)
+    // LEAN: only the rows of the block's queries below S are multiplied (a block of the last queries may hold fewer
+    // than qpb; the others' sums are never read), else every row (the kernels as measured so far)
     const int rows_used = (LEAN ? min(qpb, S - s0) : qpb) * HI;
     for (int tile = 0; tile < ntiles; tile++) {
         __syncthreads();  // the previous tile's keys and partial sums are consumed; the queries are stored
@@ -160,41 +160,40 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         for (int ni = 0; ni < KT / 8; ni++)
 #pragma unroll
             for (int j = 0; j < 4; j++) acc[ni][j] = 0.f;
-        if (warp * 16 < rows_used) {  // warps past the last query's rows have nothing to multiply
-            // ldmatrix lane addresses (words): A = the warp's rows 0-7 / 8-15 at words 0-3, then 4-7 of the k-step;
-            // B = keys 0-7 at words 0-3, 4-7, then keys 8-15 (b0, b1 of two n-tiles)
+        if (warp * 16 >= rows_used) {
+            // warps past the last query's rows have nothing to multiply
+        } else if constexpr (LEAN) {
+            // fragments through ldmatrix, lane addresses in words: A = the warp's rows 0-7 / 8-15 at the k-step's
+            // words 0-3, then 4-7 (a0 .. a3); B = keys 0-7 at words 0-3, 4-7, then keys 8-15 (b0, b1 of two n-tiles)
             const int oa = (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ldq + (lane >> 4) * 4;
             const int ob = ((lane & 7) + (lane >> 4) * 8) * ldq + ((lane >> 3) & 1) * 4;
             for (int kk = 0; kk < dI / 16; kk++) {
-                // fragments as in gemm_tc.cpp: A rows g / g+8, k pairs 2t / 2t+8; B column (key) g
                 uint32_t ah[4], al[4];
-                if constexpr (LEAN) {
-                    tc::ldsm_x4(ah, qh + oa + kk * 8);
-                    tc::ldsm_x4(al, ql + oa + kk * 8);
-                } else {
-                    const int o = (warp * 16 + g) * ldq + kk * 8 + tig;
-                    const uint32_t o4[4] = {(uint32_t)o, (uint32_t)(o + 8 * ldq), (uint32_t)(o + 4), (uint32_t)(o + 8 * ldq + 4)};
-#pragma unroll
-                    for (int i = 0; i < 4; i++) ah[i] = qh[o4[i]], al[i] = ql[o4[i]];
-                }
+                tc::ldsm_x4(ah, qh + oa + kk * 8);
+                tc::ldsm_x4(al, ql + oa + kk * 8);
 #pragma unroll
                 for (int ni = 0; ni < KT / 8; ni += 2) {
                     uint32_t b[4];  // b0, b1 of n-tile ni, then of ni + 1
-                    if constexpr (LEAN) {
-                        tc::ldsm_x4(b, ks + ob + ni * 8 * ldq + kk * 8);
-                    } else {
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int o = ((ni + h) * 8 + g) * ldq + kk * 8 + tig;
-                            b[2 * h] = ks[o];
-                            b[2 * h + 1] = ks[o + 4];
-                        }
-                    }
+                    tc::ldsm_x4(b, ks + ob + ni * 8 * ldq + kk * 8);
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         tc::mma_f16(acc[ni + h], ah, b[2 * h], b[2 * h + 1]);
                         tc::mma_f16(acc[ni + h], al, b[2 * h], b[2 * h + 1]);
                     }
+                }
+            }
+        } else {
+            for (int kk = 0; kk < dI / 16; kk++) {
+                // fragments as in gemm_tc.cpp: A rows g / g+8, k pairs 2t / 2t+8; B column (key) g
+                const int o = (warp * 16 + g) * ldq + kk * 8 + tig;
+                const uint32_t ah[4] = {qh[o], qh[o + 8 * ldq], qh[o + 4], qh[o + 8 * ldq + 4]};
+                const uint32_t al[4] = {ql[o], ql[o + 8 * ldq], ql[o + 4], ql[o + 8 * ldq + 4]};
+#pragma unroll
+                for (int ni = 0; ni < KT / 8; ni++) {
+                    const int ob = (ni * 8 + g) * ldq + kk * 8 + tig;
+                    const uint32_t b0 = ks[ob], b1 = ks[ob + 4];
+                    tc::mma_f16(acc[ni], ah, b0, b1);
+                    tc::mma_f16(acc[ni], al, b0, b1);
                 }
             }
         }
@@ -249,7 +248,7 @@ indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, co
  * run together and share it in L2; blockIdx.y the key ranges of `tiles` tiles; blockIdx.z the sequence when views is
  * not null (its N0, S, row0 and keys = view.store replace the arguments).
  */
-template <typename T, int ROWS, bool LEAN = true>
+template <typename T, int ROWS, bool LEAN = false>
 __global__ void __launch_bounds__(2 * ROWS)
 indexer_tc_rows_kernel(const ds4j_seq_view* views, const float* __restrict__ qi, const float* __restrict__ wt,
                        const T* __restrict__ keys, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale,
@@ -312,14 +311,15 @@ static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const
                          const T* keys, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale, float s_scale,
                          float* scores, int64_t ld, int64_t most, int* rc) {
     using namespace itc;
-    static int64_t granted[5][64];  // per kernel (rows 64, rows 128, prefill, the two previous) and device: opted-in bytes
+    static int64_t granted[5][64];  // per kernel (rows 64, rows 128, prefill, the two lean ones) and device: opted-in bytes
     const int64_t kt = (most + KT - 1) / KT;  // key tiles
     if (views || S <= 64) {  // few queries (decode, verify, a batch's steps): the keys' blocks run together
         // measurement switches (same bits: a score does not depend on its block, see score_block):
         // DS4J_INDEXER_ROWS64=1 blocks of 64 rows at any query count; DS4J_INDEXER_TILES=T up to T key tiles a block;
-        // DS4J_INDEXER_LEAN=0 the previous loop (fragments a word at a time, every row of a block multiplied)
-        static std::atomic<int> rows64{-1}, most_tiles{0}, lean_off{-1};
-        const bool lean = !env_equals(lean_off, "DS4J_INDEXER_LEAN", "0");
+        // DS4J_INDEXER_LEAN=1 the loop with ldmatrix fragments that skips unused rows (score_block's LEAN; the same bits
+        // in the kernel emulator, not yet run on a GPU, so off by default: BENCHMARKS.md, fifty-fifth session)
+        static std::atomic<int> rows64{-1}, most_tiles{0}, lean_on{-1};
+        const bool lean = env_equals(lean_on, "DS4J_INDEXER_LEAN", "1");
         const bool small = HI <= 64 && ((int64_t)S * HI <= 64 || env_equals(rows64, "DS4J_INDEXER_ROWS64", "1"));
         const int qpb = (small ? 64 : 128) / HI;
         const int64_t groups = ((int64_t)S + qpb - 1) / qpb;
@@ -334,10 +334,10 @@ static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const
             return tc_launch(ctx, g, kernel, grid, threads, smem, views, qi, wt, keys, N0, S, m, HI, dI, K, w_scale,
                              s_scale, scores, ld, tiles);
         };
-        *rc = small ? (lean ? go(indexer_tc_rows_kernel<T, 64>, granted[0], 128)
-                            : go(indexer_tc_rows_kernel<T, 64, false>, granted[3], 128))
-                    : (lean ? go(indexer_tc_rows_kernel<T, 128>, granted[1], 256)
-                            : go(indexer_tc_rows_kernel<T, 128, false>, granted[4], 256));
+        *rc = small ? (lean ? go(indexer_tc_rows_kernel<T, 64, true>, granted[3], 128)
+                            : go(indexer_tc_rows_kernel<T, 64>, granted[0], 128))
+                    : (lean ? go(indexer_tc_rows_kernel<T, 128, true>, granted[4], 256)
+                            : go(indexer_tc_rows_kernel<T, 128>, granted[1], 256));
         return true;
     }
     const int qpb = 128 / HI;
