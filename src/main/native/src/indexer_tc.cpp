@@ -160,40 +160,40 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         for (int ni = 0; ni < KT / 8; ni++)
 #pragma unroll
             for (int j = 0; j < 4; j++) acc[ni][j] = 0.f;
-        if (warp * 16 >= rows_used) {
-            // warps past the last query's rows have nothing to multiply
-        } else if constexpr (LEAN) {
-            // fragments through ldmatrix, lane addresses in words: A = the warp's rows 0-7 / 8-15 at the k-step's
-            // words 0-3, then 4-7 (a0 .. a3); B = keys 0-7 at words 0-3, 4-7, then keys 8-15 (b0, b1 of two n-tiles)
-            const int oa = (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ldq + (lane >> 4) * 4;
-            const int ob = ((lane & 7) + (lane >> 4) * 8) * ldq + ((lane >> 3) & 1) * 4;
-            for (int kk = 0; kk < dI / 16; kk++) {
-                uint32_t ah[4], al[4];
-                tc::ldsm_x4(ah, qh + oa + kk * 8);
-                tc::ldsm_x4(al, ql + oa + kk * 8);
+        if (warp * 16 < rows_used) {  // warps past the last query's rows have nothing to multiply
+            if constexpr (LEAN) {
+                // fragments through ldmatrix, lane addresses in words: A = the warp's rows 0-7 / 8-15 at the k-step's
+                // words 0-3, then 4-7 (a0 .. a3); B = keys 0-7 at words 0-3, 4-7, then keys 8-15 (b0, b1 of two n-tiles)
+                const int oa = (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ldq + (lane >> 4) * 4;
+                const int ob = ((lane & 7) + (lane >> 4) * 8) * ldq + ((lane >> 3) & 1) * 4;
+                for (int kk = 0; kk < dI / 16; kk++) {
+                    uint32_t ah[4], al[4];
+                    tc::ldsm_x4(ah, qh + oa + kk * 8);
+                    tc::ldsm_x4(al, ql + oa + kk * 8);
 #pragma unroll
-                for (int ni = 0; ni < KT / 8; ni += 2) {
-                    uint32_t b[4];  // b0, b1 of n-tile ni, then of ni + 1
-                    tc::ldsm_x4(b, ks + ob + ni * 8 * ldq + kk * 8);
+                    for (int ni = 0; ni < KT / 8; ni += 2) {
+                        uint32_t b[4];  // b0, b1 of n-tile ni, then of ni + 1
+                        tc::ldsm_x4(b, ks + ob + ni * 8 * ldq + kk * 8);
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        tc::mma_f16(acc[ni + h], ah, b[2 * h], b[2 * h + 1]);
-                        tc::mma_f16(acc[ni + h], al, b[2 * h], b[2 * h + 1]);
+                        for (int h = 0; h < 2; h++) {
+                            tc::mma_f16(acc[ni + h], ah, b[2 * h], b[2 * h + 1]);
+                            tc::mma_f16(acc[ni + h], al, b[2 * h], b[2 * h + 1]);
+                        }
                     }
                 }
-            }
-        } else {
-            for (int kk = 0; kk < dI / 16; kk++) {
-                // fragments as in gemm_tc.cpp: A rows g / g+8, k pairs 2t / 2t+8; B column (key) g
-                const int o = (warp * 16 + g) * ldq + kk * 8 + tig;
-                const uint32_t ah[4] = {qh[o], qh[o + 8 * ldq], qh[o + 4], qh[o + 8 * ldq + 4]};
-                const uint32_t al[4] = {ql[o], ql[o + 8 * ldq], ql[o + 4], ql[o + 8 * ldq + 4]};
+            } else {
+                for (int kk = 0; kk < dI / 16; kk++) {
+                    // fragments as in gemm_tc.cpp: A rows g / g+8, k pairs 2t / 2t+8; B column (key) g
+                    const int o = (warp * 16 + g) * ldq + kk * 8 + tig;
+                    const uint32_t ah[4] = {qh[o], qh[o + 8 * ldq], qh[o + 4], qh[o + 8 * ldq + 4]};
+                    const uint32_t al[4] = {ql[o], ql[o + 8 * ldq], ql[o + 4], ql[o + 8 * ldq + 4]};
 #pragma unroll
-                for (int ni = 0; ni < KT / 8; ni++) {
-                    const int ob = (ni * 8 + g) * ldq + kk * 8 + tig;
-                    const uint32_t b0 = ks[ob], b1 = ks[ob + 4];
-                    tc::mma_f16(acc[ni], ah, b0, b1);
-                    tc::mma_f16(acc[ni], al, b0, b1);
+                    for (int ni = 0; ni < KT / 8; ni++) {
+                        const int ob = (ni * 8 + g) * ldq + kk * 8 + tig;
+                        const uint32_t b0 = ks[ob], b1 = ks[ob + 4];
+                        tc::mma_f16(acc[ni], ah, b0, b1);
+                        tc::mma_f16(acc[ni], al, b0, b1);
+                    }
                 }
             }
         }
