@@ -4,7 +4,6 @@ import io.ds4j.server.cluster.ClusterProcessesTest;
 import org.junit.jupiter.api.Test;
 
 import java.io.IOException;
-import java.net.ServerSocket;
 import java.net.Socket;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -30,10 +29,7 @@ class ServeSignalsTest {
 
     @Test
     void aSecondSigtermEndsTheGracefulShutdownAtOnce() throws Exception {
-        int port;
-        try (ServerSocket s = new ServerSocket(0)) {
-            port = s.getLocalPort();
-        }
+        int port = io.ds4j.server.FreePorts.one();
         Path log = Files.createTempFile("ds4j-signals", ".log");
         List<String> cmd = ClusterProcessesTest.ds4jCommand();
         cmd.addAll(List.of("serve", "--host", "127.0.0.1", "--port", Integer.toString(port), "--log-level", "info",

@@ -6,7 +6,6 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Test;
 
 import java.io.IOException;
-import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -57,12 +56,6 @@ public class ClusterProcessesTest {
             } catch (InterruptedException e) {
                 p.destroyForcibly();
             }
-        }
-    }
-
-    static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
         }
     }
 
@@ -250,11 +243,12 @@ public class ClusterProcessesTest {
         if (Files.isDirectory(LOGS)) try (Stream<Path> old = Files.list(LOGS)) {
             for (Path f : old.toList()) Files.delete(f);
         }
-        gwPort = freePort();
-        gwCluster = freePort();
+        int[] ports = io.ds4j.server.FreePorts.distinct(6);
+        gwPort = ports[0];
+        gwCluster = ports[1];
         for (int i = 0; i < 2; i++) {
-            enginePort[i] = freePort();
-            engineCluster[i] = freePort();
+            enginePort[i] = ports[2 + 2 * i];
+            engineCluster[i] = ports[3 + 2 * i];
         }
         List<String> g = new ArrayList<>(List.of("--role", "gateway", "--port", Integer.toString(gwPort),
                 "--cluster-port", Integer.toString(gwCluster)));

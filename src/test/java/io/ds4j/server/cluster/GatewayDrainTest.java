@@ -48,19 +48,14 @@ class GatewayDrainTest {
         return o;
     }
 
-    static int freePort() throws Exception {
-        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
-            return s.getLocalPort();
-        }
-    }
-
     @Test
     void aGatewayThatShutsDownEndsItsStreamsWithAnErrorEvent() throws Exception {
         int[] bar = ScriptedModelAccess.tokenizer().encode("=".repeat(64));
         int[] flood = new int[200_000];
         java.util.Arrays.fill(flood, bar[0]);
         String name = "drain-test-" + Long.toHexString(ThreadLocalRandom.current().nextLong());
-        int gp = freePort(), ep = freePort();
+        int[] ports = io.ds4j.server.FreePorts.distinct(2);
+        int gp = ports[0], ep = ports[1];
         Map<String, Object> eo = config("engine", ep, name, gp);
         engine = ClusterNode.start(ServerConfig.parse(null, "test", eo), null, eo, ScriptedModelAccess.provider(
                 p -> ScriptedModelAccess.tokenizer().decode(p).contains("flood") ? flood : ScriptedModelAccess.defaultScript(p))).await();

@@ -67,7 +67,8 @@ class GatewayFaultsTest {
     @BeforeAll
     static void start() throws Exception {
         String name = "faults-test-" + Long.toHexString(ThreadLocalRandom.current().nextLong());
-        int gp = GatewayDrainTest.freePort(), fp = GatewayDrainTest.freePort();
+        int[] ports = io.ds4j.server.FreePorts.distinct(2);
+        int gp = ports[0], fp = ports[1];
         Map<String, Object> go = GatewayDrainTest.config("gateway", gp, name, fp);
         go.put("cluster.engineTimeoutMs", TIMEOUT_MS);
         go.put("cluster.announceMs", 100);
