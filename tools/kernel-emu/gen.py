@@ -113,7 +113,6 @@ emu_tc='''inline void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_
 }
 inline void cp_async16(void* smem, const void* gmem) { memcpy(smem, gmem, 16); }
 inline void cp_async_wait_all() {}
-inline float2 make_float2(float x, float y) { return {x, y}; }
 '''
 kern=kern.replace('extern __shared__ __align__(16) unsigned char tc_sm[];','unsigned char* tc_sm = reinterpret_cast<unsigned char*>(emu_dyn_smem);')
 # the split FFMA attention (decode / verify / batched sequences) of attention.cpp

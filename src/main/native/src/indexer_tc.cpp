@@ -200,18 +200,53 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         // C fragment: c0, c1 = (row g, keys 2t, 2t+1), c2, c3 = row g+8; sum the warp's 16 rows (one query's heads)
         const int r0 = warp * 16 + g, r1 = r0 + 8;
         const float w0 = wsc[r0], w1 = wsc[r1], u0 = unsc[r0], u1 = unsc[r1];
+        if constexpr (LEAN) {
+            // the 8 lanes' sums (rows g) as a transposed butterfly: at each of three steps (lanes 4, 8, 16 apart: bits
+            // 0, 1, 2 of g) a lane keeps half of its values, sends the other half and adds what its partner sent for
+            // the half it kept. Each value is summed over the same pairs in the same order as the loop below, so the
+            // bits are the same, with 14 shuffles a tile instead of 48; lane g ends with n-tile 4 b0 + 2 b1 + b2 (b:
+            // the bits of g). The first step runs as the terms are made (n-tiles ni and ni + 4), so that at most 8 of
+            // the 16 values are held beside the accumulators (no spills).
+            static_assert(KT == 64, "three butterfly steps take 16 values (8 n-tiles, two keys each) to two");
+            float v[KT / 8];
+            {
+                const bool upper = lane & 4;
 #pragma unroll
-        for (int ni = 0; ni < KT / 8; ni++) {
-            float t0 = add(term(w0, mul(acc[ni][0], u0), s_scale), term(w1, mul(acc[ni][2], u1), s_scale));
-            float t1 = add(term(w0, mul(acc[ni][1], u0), s_scale), term(w1, mul(acc[ni][3], u1), s_scale));
+                for (int ni = 0; ni < KT / 16; ni++)
 #pragma unroll
-            for (int o = 4; o < 32; o <<= 1) {
-                t0 = add(t0, DS4J_SHFL_XOR(t0, o));
-                t1 = add(t1, DS4J_SHFL_XOR(t1, o));
+                    for (int c = 0; c < 2; c++) {
+                        const float a = add(term(w0, mul(acc[ni][c], u0), s_scale), term(w1, mul(acc[ni][2 + c], u1), s_scale));
+                        const float b = add(term(w0, mul(acc[ni + KT / 16][c], u0), s_scale),
+                                            term(w1, mul(acc[ni + KT / 16][2 + c], u1), s_scale));
+                        v[2 * ni + c] = add(upper ? b : a, DS4J_SHFL_XOR(upper ? a : b, 4));
+                    }
             }
-            if (g == 0) {
-                part[warp * KT + ni * 8 + 2 * tig] = t0;
-                part[warp * KT + ni * 8 + 2 * tig + 1] = t1;
+#pragma unroll
+            for (int step = 1; step < 3; step++) {  // a counted loop: unrolled whole, so v stays in registers
+                const int half = KT / 8 >> step, o = 4 << step;  // 4 values kept of 8, then 2 of 4
+                const bool upper = lane & o;  // this lane keeps values half .. 2 half - 1 of the ones left
+#pragma unroll
+                for (int i = 0; i < half; i++) {
+                    const float keep = upper ? v[i + half] : v[i], send = upper ? v[i] : v[i + half];
+                    v[i] = add(keep, DS4J_SHFL_XOR(send, o));
+                }
+            }
+            const int ni = 4 * (g & 1) + 2 * ((g >> 1) & 1) + (g >> 2);
+            *reinterpret_cast<float2*>(part + warp * KT + ni * 8 + 2 * tig) = make_float2(v[0], v[1]);
+        } else {
+#pragma unroll
+            for (int ni = 0; ni < KT / 8; ni++) {
+                float t0 = add(term(w0, mul(acc[ni][0], u0), s_scale), term(w1, mul(acc[ni][2], u1), s_scale));
+                float t1 = add(term(w0, mul(acc[ni][1], u0), s_scale), term(w1, mul(acc[ni][3], u1), s_scale));
+#pragma unroll
+                for (int o = 4; o < 32; o <<= 1) {
+                    t0 = add(t0, DS4J_SHFL_XOR(t0, o));
+                    t1 = add(t1, DS4J_SHFL_XOR(t1, o));
+                }
+                if (g == 0) {
+                    part[warp * KT + ni * 8 + 2 * tig] = t0;
+                    part[warp * KT + ni * 8 + 2 * tig + 1] = t1;
+                }
             }
         }
         __syncthreads();
@@ -316,8 +351,9 @@ static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const
     if (views || S <= 64) {  // few queries (decode, verify, a batch's steps): the keys' blocks run together
         // measurement switches (same bits: a score does not depend on its block, see score_block):
         // DS4J_INDEXER_ROWS64=1 blocks of 64 rows at any query count; DS4J_INDEXER_TILES=T up to T key tiles a block;
-        // DS4J_INDEXER_LEAN=1 the loop with ldmatrix fragments that skips unused rows (score_block's LEAN; the same bits
-        // in the kernel emulator, not yet run on a GPU, so off by default: BENCHMARKS.md, fifty-fifth session)
+        // DS4J_INDEXER_LEAN=1 the loop with ldmatrix fragments that skips unused rows and sums rows by a transposed
+        // butterfly (score_block's LEAN; the same bits in the kernel emulator, not yet run on a GPU, so off by default:
+        // BENCHMARKS.md, fifty-fifth and fifty-sixth sessions)
         static std::atomic<int> rows64{-1}, most_tiles{0}, lean_on{-1};
         const bool lean = env_equals(lean_on, "DS4J_INDEXER_LEAN", "1");
         const bool small = HI <= 64 && ((int64_t)S * HI <= 64 || env_equals(rows64, "DS4J_INDEXER_ROWS64", "1"));
