@@ -372,11 +372,14 @@ public final class GatewayVerticle extends VerticleBase {
         resp.setStatusCode(status).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").end(Json.write(body));
     }
 
-    /** The error body in the shape of path's API (HttpVerticle.errorBody), or an SSE error event when the stream already started. */
+    /**
+     * The error body in the shape of path's API (HttpVerticle.errorBody), or, when a stream already started, the frame
+     * that ends it in that API's shape (a relayed stream ends through Relay.fail, which counts its events).
+     */
     private static void error(HttpServerResponse resp, String path, ApiException e) {
         if (resp.ended() || resp.closed()) return;
         if (resp.headWritten()) {
-            resp.end("data: " + Json.write(e.body()) + "\n\n");
+            resp.end(HttpVerticle.streamFailure(path, e, 0));
             return;
         }
         if (e.retryAfterSeconds() != null) resp.putHeader("Retry-After", Integer.toString(e.retryAfterSeconds()));
