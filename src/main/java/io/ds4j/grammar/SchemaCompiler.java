@@ -397,6 +397,13 @@ public final class SchemaCompiler {
      * yet would be refused once the type allows strings).
      */
     private void keywords(JsonNode n, String path) {
+        // a keyword outside the subset whose value JSON Schema itself refuses: the schema is wrong, whatever the subset
+        // (a client told "not supported" would think it valid)
+        for (var e : n.properties()) {
+            String k = e.getKey(), why = invalidValue(k, e.getValue());
+            if (why != null)
+                throw UnsupportedSchemaException.invalid(k, path, k + " at '" + path + "' is " + clipped(e.getValue().toString()) + ": " + why);
+        }
         for (var e : n.properties()) {
             String k = e.getKey();
             if (!ANNOTATIONS.contains(k) && !STRUCTURE.contains(k))
@@ -405,6 +412,33 @@ public final class SchemaCompiler {
         }
         pattern(n, path);
         format(n, path);
+    }
+
+    /**
+     * What is wrong, as JSON Schema (2020-12, validation vocabulary) reads it, with the value of a keyword outside the
+     * subset that takes a number of a kind: {@code multipleOf} must be above 0, {@code minProperties},
+     * {@code maxProperties}, {@code minContains} and {@code maxContains} must be integers at or above 0,
+     * {@code uniqueItems} a boolean; null where the value is valid or the keyword is not one of these.
+     */
+    static String invalidValue(String keyword, JsonNode v) {
+        return switch (keyword) {
+            case "multipleOf" -> v.isNumber() && sign(v) > 0 ? null : "it must be a number above 0";
+            case "minProperties", "maxProperties", "minContains", "maxContains" ->
+                    v.isNumber() && sign(v) >= 0 && isWhole(v) ? null : "it must be an integer at or above 0";
+            case "uniqueItems" -> v.isBoolean() ? null : "it must be true or false";
+            default -> null;
+        };
+    }
+
+    /** A number's sign; a literal past the double range that the parser read as infinite keeps its own. */
+    private static int sign(JsonNode v) {
+        return v.isFloatingPointNumber() && !Double.isFinite(v.doubleValue()) ? (int) Math.signum(v.doubleValue())
+                : v.decimalValue().signum();
+    }
+
+    /** Whether a number has no fractional part (2.0 counts, as JSON Schema reads integers; so does one past the range). */
+    private static boolean isWhole(JsonNode v) {
+        return v.isFloatingPointNumber() && !Double.isFinite(v.doubleValue()) || v.decimalValue().stripTrailingZeros().scale() <= 0;
     }
 
     /** Patterns compiled, by their text: a node checked again, and equal patterns, share one. */

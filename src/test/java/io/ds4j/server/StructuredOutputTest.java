@@ -90,6 +90,26 @@ class StructuredOutputTest {
             assertEquals("invalid_schema", resp.json().at("/error/code").asText(), resp.body());
             assertEquals("response_format.json_schema.schema", resp.json().at("/error/param").asText(), resp.body());
         }
+        // a keyword outside the subset with a value JSON Schema refuses is an invalid schema too, strict or not (it
+        // was "not supported", so a schema without strict true passed unenforced)
+        for (String[] bad : new String[][]{{"{\"type\":\"number\",\"multipleOf\":0}", "multipleOf"},
+                {"{\"type\":\"number\",\"multipleOf\":-2.5}", "multipleOf"}, {"{\"type\":\"number\",\"multipleOf\":\"3\"}", "multipleOf"},
+                {"{\"type\":\"object\",\"minProperties\":-1}", "minProperties"}, {"{\"type\":\"object\",\"maxProperties\":1.5}", "maxProperties"},
+                {"{\"type\":\"array\",\"uniqueItems\":\"yes\"}", "uniqueItems"}}) {
+            JsonNode schema = Json.MAPPER.readTree(bad[0]);
+            for (String format : new String[]{jsonSchemaFormat(schema, false), jsonSchemaFormat(schema, true)}) {
+                var resp = server.post("/v1/chat/completions", body(format + ",\"max_tokens\":4"));
+                assertEquals(400, resp.status(), bad[0] + ": " + resp.body());
+                assertEquals("invalid_schema", resp.json().at("/error/code").asText(), resp.body());
+                assertTrue(resp.json().at("/error/message").asText().contains(bad[1]), resp.body());
+            }
+        }
+        // a valid value of such a keyword stays what it was: unsupported (a 400 under strict true, unenforced without)
+        JsonNode multiple = Json.MAPPER.readTree("{\"type\":\"number\",\"multipleOf\":2}");
+        var strict = server.post("/v1/chat/completions", body(jsonSchemaFormat(multiple, true) + ",\"max_tokens\":4"));
+        assertEquals(400, strict.status(), strict.body());
+        assertEquals("unsupported_schema_keyword", strict.json().at("/error/code").asText(), strict.body());
+        assertEquals(200, server.post("/v1/chat/completions", body(jsonSchemaFormat(multiple, false) + ",\"max_tokens\":4")).status());
     }
 
     /**
