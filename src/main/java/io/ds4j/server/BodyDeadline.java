@@ -165,11 +165,11 @@ public final class BodyDeadline {
         HttpServerResponse resp = ctx.response();
         if (req.isEnded() || !resp.headWritten()) return;
         if (byServer)
-            LOG.debug("{} {}: answered with {} before its body arrived; the server closed the connection, {} came",
-                    req.method(), req.path(), resp.getStatusCode(), got(req));
+            LOG.debug("{}{} {}: answered with {} before its body arrived; the server closed the connection, {} came",
+                    HttpVerticle.named(ctx), req.method(), req.path(), resp.getStatusCode(), got(req));
         else
-            LOG.info("{} {}: answered with {} before its body arrived; the client closed the connection, {} came",
-                    req.method(), req.path(), resp.getStatusCode(), got(req));
+            LOG.info("{}{} {}: answered with {} before its body arrived; the client closed the connection, {} came",
+                    HttpVerticle.named(ctx), req.method(), req.path(), resp.getStatusCode(), got(req));
     }
 
     private static void timedOut(RoutingContext ctx, int timeoutMs, Runnable refused, ApiException.Bodies bodies) {
@@ -182,8 +182,8 @@ public final class BodyDeadline {
         ctx.put(PASSED, true);
         String got = got(req);
         if (resp.headWritten()) {
-            LOG.info("{} {}: answered with {} before its body arrived; the rest of the body did not come within {} ms"
-                    + " (limits.bodyReadTimeoutMs), {} came; closing the connection", req.method(), req.path(),
+            LOG.info("{}{} {}: answered with {} before its body arrived; the rest of the body did not come within {} ms"
+                    + " (limits.bodyReadTimeoutMs), {} came; closing the connection", HttpVerticle.named(ctx), req.method(), req.path(),
                     resp.getStatusCode(), timeoutMs, got);
             req.connection().close();
             return;
@@ -192,8 +192,8 @@ public final class BodyDeadline {
                 + " arrive in time: " + got + " came within " + timeoutMs + " ms (limits.bodyReadTimeoutMs); the connection is"
                 + " closed", null);
         refused.run();
-        LOG.info("{} {} rejected with 408: the body did not arrive within {} ms (limits.bodyReadTimeoutMs), {} came;"
-                + " closing the connection", req.method(), req.path(), timeoutMs, got);
+        LOG.info("{}{} {} rejected with 408: the body did not arrive within {} ms (limits.bodyReadTimeoutMs), {} came;"
+                + " closing the connection", HttpVerticle.named(ctx), req.method(), req.path(), timeoutMs, got);
         // written before the close, as for a malformed request: the client learns why its connection ends
         resp.setStatusCode(408).putHeader(HttpHeaders.CONTENT_TYPE, "application/json").putHeader(HttpHeaders.CONNECTION, "close")
                 .end(Json.write(bodies.of(HttpVerticle.decodedPath(ctx), e))).onComplete(v -> req.connection().close());

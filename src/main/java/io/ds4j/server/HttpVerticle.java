@@ -227,8 +227,8 @@ public final class HttpVerticle extends VerticleBase {
      * for a request line past {@link HeadDeadline#MAX_REQUEST_LINE}, 501 {@code unsupported_transfer_encoding} for a
      * transfer coding other than chunked, 505 {@code http_version_not_supported} for a version other than 1.0 and 1.1),
      * or 401 where API keys are set and the request's key is not among them, the connection closed after it (lingering:
-     * {@link LingeringClose}), one INFO
-     * line; a connection that closed in the middle of its head gets no answer and
+     * {@link LingeringClose}), one INFO line naming the request's id, which the answer's {@code X-Request-Id} carries
+     * (the client's sane one, else {@code req-...}, whatever the path); a connection that closed in the middle of its head gets no answer and
      * a DEBUG line.
      * @param keys     server.apiKeys of the front
      * @param rejected counts the refusal under its error code
@@ -270,8 +270,14 @@ public final class HttpVerticle extends VerticleBase {
                     "the request cannot be read: " + why, null);
         }
         rejected.accept(e.code());
+        // such a request never reaches the router, which gives the API routes' answers their ids (requestIds): it
+        // gets one here, whatever its path (a request line that could not be read has none), the client's where its
+        // header was read and is sane
+        String id = clientRequestId(req.getHeader(REQUEST_ID));
+        if (id == null) id = "req-" + randomId();
+        req.response().putHeader(REQUEST_ID, id);
         // in the answer's words (a 414's are the server's limit, not the decoder's "An HTTP line is larger than ...")
-        LOG.info("malformed HTTP request rejected with {}: {}", e.status(), e.getMessage());
+        LOG.info("request {}: malformed HTTP request rejected with {}: {}", id, e.status(), e.getMessage());
         // a header Netty cannot read comes after a request line it did read: the answer takes that path's shape, as
         // the route's own errors do; a request line it could not read has no path (Netty's placeholder routes nowhere)
         String path = req.uri() != null ? RequestFraming.routedPath(req.uri()) : "";
@@ -485,8 +491,8 @@ public final class HttpVerticle extends VerticleBase {
         return ctx.get(ID_KEY);
     }
 
-    /** "request ID: " for a log line about the request, or "" where it has no id. */
-    private static String named(RoutingContext ctx) {
+    /** "request ID: " for a log line about the request, or "" where it has no id (BodyDeadline's lines use it too). */
+    static String named(RoutingContext ctx) {
         String id = requestId(ctx);
         return id == null ? "" : "request " + id + ": ";
     }
@@ -2105,6 +2111,8 @@ public final class HttpVerticle extends VerticleBase {
         final EngineRequest req;
         /** The response's id: the single request's own where n = 1; its choices' ids add "-" and their index. */
         final String id;
+        /** The response's id as log lines name it: the client's X-Request-Id after it where one was sent. */
+        final String named;
         final String model;
         final String echo;
         final List<String> promptTokens;
@@ -2136,6 +2144,7 @@ public final class HttpVerticle extends VerticleBase {
             this.reqs = reqs;
             this.req = reqs.getFirst();
             this.id = id;
+            this.named = EngineRequest.named(id, ctx.get(CLIENT_ID_KEY));
             this.model = model;
             this.echo = echo;
             this.outs = new AnswerWriter[reqs.size()];
@@ -2183,7 +2192,7 @@ public final class HttpVerticle extends VerticleBase {
                 // one message for all the choices: the engine admits them together or refuses them together
                 Object submission = several() ? new EngineRequest.Group(reqs) : req;
                 if (several())
-                    LOG.info("request {}: n = {}: its choices are submitted together as requests {} to {}", id, reqs.size(),
+                    LOG.info("request {}: n = {}: its choices are submitted together as requests {} to {}", named, reqs.size(),
                             req.id(), reqs.getLast().id());
                 vertx.eventBus().<Object>request(EngineVerticle.SUBMIT, submission, SUBMIT).onComplete(ar -> {
                     if (completed) return;
@@ -2307,7 +2316,7 @@ public final class HttpVerticle extends VerticleBase {
             }
             if (stopping.isEmpty()) return;
             // said before the cancels are raised: the engine thread may see a flag and log its own line at once
-            LOG.info("request {}: choice {} ended with {}; asking the engine to stop its {} at the next step boundary", id,
+            LOG.info("request {}: choice {} ended with {}; asking the engine to stop its {} at the next step boundary", named,
                     failed, f.status(), stopping.size() == 1 ? "other unfinished choice" : stopping.size() + " other unfinished choices");
             for (EngineRequest r : stopping) {
                 r.cancel("choice " + failed + " of its request failed");
@@ -2331,7 +2340,7 @@ public final class HttpVerticle extends VerticleBase {
         private void notReading() {
             // said before the cancel, as for a disconnect: the engine's own line comes after it
             LOG.warn("request {}: the client is not reading its stream: more than {} bytes wait unsent (limits.streamBufferBytes);"
-                    + " asking the engine to stop {} at the next step boundary and closing the connection", id, streamBufferBytes,
+                    + " asking the engine to stop {} at the next step boundary and closing the connection", named, streamBufferBytes,
                     several() ? "its choices" : "it");
             stop("the client stopped reading its stream");
             ctx.request().connection().close();
@@ -2366,7 +2375,7 @@ public final class HttpVerticle extends VerticleBase {
             // counted as the engine would: refused while it waited (error() counts and logs that), aborted while it ran
             for (EngineRequest r : running) {
                 state.metrics().success("abort");
-                LOG.info("request {} ended with 503 by the HTTP side: the server is shutting down and {}", r.id(), why);
+                LOG.info("request {} ended with 503 by the HTTP side: the server is shutting down and {}", r.named(), why);
             }
             error(ctx, new ApiException(503, "unavailable_error", SHUTTING_DOWN, null, "the server is shutting down and " + why
                     + "; retry on another instance or once it is back", SHUTDOWN_RETRY_SECONDS), !running.isEmpty());
@@ -2384,7 +2393,7 @@ public final class HttpVerticle extends VerticleBase {
             String gateway = state.relayStopReason(ctx.request().getHeader(ServerState.RELAY_HEADER));
             String why = gateway != null ? "its cluster gateway stopped it: " + gateway : "the client went away";
             // said before the cancel is raised: the engine thread may see the flag and log its own line at once
-            LOG.info("request {}: {}; asking the engine to stop {} at the next step boundary", id,
+            LOG.info("request {}: {}; asking the engine to stop {} at the next step boundary", named,
                     gateway != null ? why : "client disconnected", several() ? "its " + reqs.size() + " choices" : "it");
             stop(why);
         }
@@ -2398,7 +2407,7 @@ public final class HttpVerticle extends VerticleBase {
                 r.cancel(why);
                 state.metrics().cancelled();
                 state.record(new ServerState.JobRecord(r.id(), "cancelled", r.prompt.length, 0, 0, 0));
-                LOG.info("request {} dropped before it reached the engine: {}", r.id(), why);
+                LOG.info("request {} dropped before it reached the engine: {}", r.named(), why);
             }
         }
 

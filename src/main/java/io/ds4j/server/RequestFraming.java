@@ -561,6 +561,8 @@ final class RequestFraming {
         private String request = "";
         /** The current request's path as the router routes it, for the shape of its refusal. */
         private String path = "";
+        /** The current request's sane X-Request-Id (HttpVerticle.clientRequestId), or null: its refusal's id. */
+        private String clientId;
         /** Why the current request's body cannot be read, once it cannot. */
         private Refused broken;
         /** Set when the connection is being closed: nothing more is written. */
@@ -582,6 +584,7 @@ final class RequestFraming {
                 version = req.protocolVersion();
                 int query = req.uri().indexOf('?');
                 request = req.method() + " " + (query < 0 ? req.uri() : req.uri().substring(0, query));
+                clientId = HttpVerticle.clientRequestId(req.headers().get(HttpVerticle.REQUEST_ID));
                 path = routedPath(req.uri());
                 if (req.decoderResult().isSuccess()) {
                     Refused r = target(req.uri());
@@ -633,12 +636,16 @@ final class RequestFraming {
                 LingeringClose.after(ctx.writeAndFlush(Unpooled.EMPTY_BUFFER));
             } else if (answered == heads - 1 && !answering) {
                 rejected.accept(broken.code);
-                LOG.info("{} rejected with {}: {}; closing the connection", request, broken.status, broken.getMessage());
+                // answered here, not by the route: it carries an id as the route's answers do (the client's, else one)
+                String id = clientId != null ? clientId : "req-" + HttpVerticle.randomId();
+                LOG.info("request {}: {} rejected with {}: {}; closing the connection", id, request, broken.status,
+                        broken.getMessage());
                 ApiException e = new ApiException(broken.status, "invalid_request_error", broken.code, null,
                         broken.getMessage(), null);
                 ByteBuf body = Unpooled.copiedBuffer(Json.write(bodies.of(path, e)), StandardCharsets.UTF_8);
                 FullHttpResponse resp = new DefaultFullHttpResponse(version, HttpResponseStatus.valueOf(broken.status), body);
                 resp.headers().set(HttpHeaderNames.CONTENT_TYPE, HttpHeaderValues.APPLICATION_JSON)
+                        .set(HttpVerticle.REQUEST_ID, id)
                         .set(HttpHeaderNames.CONNECTION, HttpHeaderValues.CLOSE)
                         .setInt(HttpHeaderNames.CONTENT_LENGTH, body.readableBytes());
                 LingeringClose.after(ctx.writeAndFlush(resp));

@@ -168,6 +168,7 @@ public final class FrontChecks {
             String what = r[2].length() > 40 ? "a long header" : r[2].trim();
             assertTrue(a.startsWith("HTTP/1.1 " + r[3]), what + ": " + a);
             assertTrue(a.toLowerCase(Locale.ROOT).contains("\r\ncontent-type: application/json"), what + ": " + a);
+            assertTrue(a.toLowerCase(Locale.ROOT).matches("(?s).*\r\nx-request-id: req-[a-z0-9]{24}\r\n.*"), what + ": " + a);
             JsonNode e = Json.MAPPER.readTree(a.substring(a.indexOf("\r\n\r\n") + 4)).get("error");
             assertNotNull(e, what + ": " + a);
             assertEquals(r[4], e.get("code").asText(), what + ": " + a);
@@ -239,6 +240,9 @@ public final class FrontChecks {
         String head = a.substring(0, a.indexOf("\r\n\r\n")).toLowerCase(Locale.ROOT);
         assertTrue(head.contains("\r\ncontent-type: application/json"), a);
         assertTrue(head.contains("\r\nconnection: close"), a);
+        // its path was not read: it gets an id all the same (an API path's answer would carry one)
+        String id = head.replaceAll("(?s).*\r\nx-request-id: (req-[a-z0-9]{24}).*", "$1");
+        assertTrue(id.matches("req-[a-z0-9]{24}"), a);
         JsonNode e = Json.MAPPER.readTree(a.substring(a.indexOf("\r\n\r\n") + 4)).get("error");
         assertNotNull(e, a);
         assertEquals("invalid_request_error", e.get("type").asText(), a);

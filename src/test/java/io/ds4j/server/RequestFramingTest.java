@@ -72,6 +72,8 @@ class RequestFramingTest {
         String head = answer.substring(0, answer.indexOf("\r\n\r\n")).toLowerCase();
         assertTrue(head.contains("\r\nconnection: close"), answer);
         assertTrue(head.contains("\r\ncontent-type: application/json"), answer);
+        // answered before (or beside) the router, it still carries an id as the routes' answers do
+        assertTrue(head.matches("(?s).*\r\nx-request-id: (req-[a-z0-9]{24}|job-\\d+)(\r\n.*|$)"), answer);
         JsonNode e = Json.MAPPER.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).get("error");
         assertEquals(code, e.get("code").asText(), answer);
         assertEquals("invalid_request_error", e.get("type").asText(), answer);
@@ -99,6 +101,19 @@ class RequestFramingTest {
         }
     }
 
+    /** A refusal of a head Vert.x cannot take echoes the client's request id (a chunked body's: see the test below). */
+    @Test
+    void refusalsBeforeTheRouteEchoTheClientsRequestId() throws Exception {
+        String answer = untilClosed(post("1.1", "X-Request-Id: job-7\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n")
+                + chunked(BODY));
+        refused(answer, 400, "invalid_header");
+        assertTrue(answer.contains("\r\nx-request-id: job-7\r\n") || answer.contains("\r\nX-Request-Id: job-7\r\n"), answer);
+        // an id the server would not take (past 128 characters) is replaced by one of its own
+        answer = untilClosed(post("1.1", "X-Request-Id: job-" + "9".repeat(200) + "\r\nTransfer-Encoding: gzip, chunked\r\n") + chunked(BODY));
+        refused(answer, 501, "unsupported_transfer_encoding");
+        assertFalse(answer.contains("job-99"), answer);
+    }
+
     @Test
     void aBodyOfAmbiguousLengthIsRefusedOnAnyRoute() throws Exception {
         FrontChecks.ambiguousFramingIsRefusedAndNothingAfterItServed(server.port);
@@ -124,8 +139,11 @@ class RequestFramingTest {
         // blanks before the size: RFC 9112's chunk-size is 1*HEXDIG, which Netty took after trimming them
         for (String size : new String[]{"zz", "fffffffffffffffffff", "-1", "100000000", "0000000100000000", "80000000",
                 "10000003c", " " + Integer.toHexString(BODY.length()), "\t" + Integer.toHexString(BODY.length())}) {
-            JsonNode e = refused(untilClosed(post("1.1", "Transfer-Encoding: chunked\r\n") + size + "\r\n" + BODY + "\r\n0\r\n\r\n"),
-                    400, "invalid_chunked_body");
+            String answer = untilClosed(post("1.1", "Transfer-Encoding: chunked\r\nX-Request-Id: job-8\r\n") + size + "\r\n" + BODY
+                    + "\r\n0\r\n\r\n");
+            JsonNode e = refused(answer, 400, "invalid_chunked_body");
+            // answered beside the router, it echoes the client's id as the route's answer would
+            assertTrue(answer.toLowerCase(java.util.Locale.ROOT).contains("\r\nx-request-id: job-8\r\n"), answer);
             assertTrue(e.get("message").asText().startsWith("the request's chunked body cannot be read: "), e.toString());
             if (size.equals("zz"))
                 assertEquals("the request's chunked body cannot be read: a chunk's size is not a hexadecimal number: each chunk"

@@ -50,12 +50,18 @@ class SlowClientTest {
             s.setSoTimeout(30_000);
             s.connect(new java.net.InetSocketAddress("127.0.0.1", server.port));
             OutputStream o = s.getOutputStream();
-            o.write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
-                    + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            o.write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Request-Id: slow-1\r\n"
+                    + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
             o.write(body);
             o.flush();
             // the client reads nothing while the answer is generated: the server gives up on it, not the client
-            assertTrue(TestServer.eventually(300_000, () -> !server.state().recent().isEmpty()), "the request ended");
+            try (LogCapture log = new LogCapture()) {
+                assertTrue(TestServer.eventually(300_000, () -> !server.state().recent().isEmpty()), "the request ended");
+                // its line names the client's id beside the completion's, as the engine's lines do
+                assertTrue(TestServer.eventually(3000, () -> log.linesWith("is not reading its stream").size() == 1), log.lines().toString());
+                assertTrue(log.linesWith("is not reading its stream").getFirst().matches("(?s).*request chatcmpl-\\S+ \\(X-Request-Id slow-1\\): .*"),
+                        log.linesWith("is not reading its stream").toString());
+            }
             ServerState.JobRecord r = server.state().recent().getLast();
             assertEquals("cancelled", r.outcome(), r.toString());
             assertTrue(r.generated() < FLOOD, "stopped before the end of its " + FLOOD + " tokens: " + r);
@@ -91,8 +97,16 @@ class SlowClientTest {
         server = TestServer.scripted(backend, Map.of("limits.bodyReadTimeoutMs", 300));
         long forwards = backend.forwards.get();  // the warm-up's
         String part = "{\"messages\":[{\"role\":\"user\",";
-        String fixed = stall(server.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                + "Content-Length: 200\r\n\r\n", part);
+        LogCapture log = new LogCapture();
+        String fixed;
+        try (log) {
+            fixed = stall(server.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: 200\r\n\r\n", part);
+        }
+        // the log line names the request by the id its answer carries
+        String id = fixed.replaceAll("(?s).*\r\n[Xx]-[Rr]equest-[Ii]d: ([^\r]+)\r\n.*", "$1");
+        assertTrue(id.startsWith("req-"), fixed);
+        assertEquals(1, log.linesWith("request " + id + ": POST /v1/chat/completions rejected with 408").size(), log.lines().toString());
         String chunked = stall(server.port, "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 + "Transfer-Encoding: chunked\r\n\r\n", Integer.toHexString(part.length()) + "\r\n" + part + "\r\n");
         for (String answer : new String[]{fixed, chunked}) {
