@@ -562,7 +562,7 @@ public final class HttpVerticle extends VerticleBase {
         if (origin == null || allowed.isEmpty() || !allowed.contains("*") && !allowed.contains(origin)) return false;
         resp.putHeader("Access-Control-Allow-Origin", allowed.contains("*") ? "*" : origin);
         // a browser shows a script only the simple response headers and those named here
-        resp.putHeader("Access-Control-Expose-Headers", RequestFields.HEADER + ", " + REQUEST_ID);
+        resp.putHeader("Access-Control-Expose-Headers", RequestFields.HEADER + ", " + Requests.NOTES_HEADER + ", " + REQUEST_ID);
         return true;
     }
 
@@ -962,6 +962,8 @@ public final class HttpVerticle extends VerticleBase {
         /** The client's own {@code X-Request-Id}, or null for none. */
         final String clientId;
         String ignoredFields;
+        /** The {@link Requests#NOTES_HEADER} header's value (a schema not enforced, ...), or null. */
+        String notes;
         /** A generation's id, which becomes the request's where the client gave none, or null. */
         String generationId;
 
@@ -1078,11 +1080,12 @@ public final class HttpVerticle extends VerticleBase {
         return i;
     }
 
-    /** On the event loop once a body was read: the ignored fields' header, then the refusal or {@code then}. */
+    /** On the event loop once a body was read: the ignored fields' and the notes' headers, then the refusal or {@code then}. */
     private <R> void afterReading(RoutingContext ctx, Reading reading, R read, Throwable failure, Consumer<R> then) {
         HttpServerResponse resp = ctx.response();
         if (reading.ignoredFields != null && !resp.headWritten() && !resp.closed())
             resp.putHeader(RequestFields.HEADER, reading.ignoredFields);
+        if (reading.notes != null && !resp.headWritten() && !resp.closed()) resp.putHeader(Requests.NOTES_HEADER, reading.notes);
         // the answer names the generation as its body does, unless the client named the request itself
         if (reading.generationId != null && requestId(ctx) != null && ctx.get(CLIENT_ID_KEY) == null)
             ctx.put(ID_KEY, reading.generationId);
@@ -1783,6 +1786,7 @@ public final class HttpVerticle extends VerticleBase {
         reading.generationId = id;
         ignoredFields(reading, clientBody, id, translation);
         Requests.logNotes(g, id);
+        reading.notes = Requests.notesHeader(g);
         // the prompt's own characters (a chat template adds more) against the bound, before it is tokenised, so that a
         // prompt it refuses does not wait for a tokenising thread
         try {

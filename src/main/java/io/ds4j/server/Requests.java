@@ -80,6 +80,23 @@ final class Requests {
         for (String note : g.notes()) LOG.info("request {}: {}", id, note);
     }
 
+    /** The response header that tells a client what its log lines' notes say ({@link Gen#notes}): a schema not enforced. */
+    static final String NOTES_HEADER = "x-ds4j-notes";
+
+    /** Longest {@link #NOTES_HEADER} value, in characters: the notes quote the client's keywords, which may be long. */
+    static final int MAX_NOTES_HEADER = 1024;
+
+    /**
+     * The {@link #NOTES_HEADER} value of a request: its notes joined by "; ", each character outside printable ASCII
+     * as '?' (a header holds no other), cut at {@link #MAX_NOTES_HEADER} characters with "..."; null for none.
+     */
+    static String notesHeader(Gen g) {
+        if (g.notes().isEmpty()) return null;
+        StringBuilder b = new StringBuilder();
+        for (char c : String.join("; ", g.notes()).toCharArray()) b.append(c < 0x20 || c > 0x7e ? '?' : c);
+        return b.length() <= MAX_NOTES_HEADER ? b.toString() : b.substring(0, MAX_NOTES_HEADER - 3) + "...";
+    }
+
     /** The most ids {@code stop_token_ids} may list: each generated token is looked up in them. */
     static final int MAX_STOP_TOKEN_IDS = 64;
 

@@ -349,7 +349,8 @@ class EndpointsTest {
             assertTrue(rs.headers().allValues("vary").toString().contains("Access-Control-Request-Headers"), rs.headers().toString());
             // a script of that origin may read the header that names the fields a request's endpoint ignored, and the request's id
             TestServer.Resp typo = t.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_token\":3"), "Origin", "http://app.example");
-            assertEquals(RequestFields.HEADER + ", " + HttpVerticle.REQUEST_ID, typo.headers().firstValue("access-control-expose-headers").orElse(null));
+            assertEquals(RequestFields.HEADER + ", " + Requests.NOTES_HEADER + ", " + HttpVerticle.REQUEST_ID,
+                    typo.headers().firstValue("access-control-expose-headers").orElse(null));
             assertTrue(typo.headers().firstValue(RequestFields.HEADER).isPresent(), typo.headers().toString());
             TestServer.Resp other = t.get("/v1/models", "Origin", "http://evil.example");
             assertTrue(other.headers().firstValue("access-control-allow-origin").isEmpty(), "other origins get no CORS headers");

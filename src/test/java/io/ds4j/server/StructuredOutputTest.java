@@ -251,6 +251,24 @@ class StructuredOutputTest {
             assertEquals(1, described.size(), log.lines().toString());
             assertTrue(described.getFirst().contains("request " + soft.json().get("id").asText()
                     + ": response_format json_schema without strict true"), described.getFirst());
+            // the client is told too, in the x-ds4j-notes header (it saw only a 200 before), streamed or not
+            String note = soft.headers().firstValue(Requests.NOTES_HEADER).orElse("");
+            assertTrue(note.startsWith("response_format json_schema without strict true is not enforced; it is only described"
+                    + " in the prompt"), soft.headers().toString());
+            assertTrue(note.contains("format"), note);
+            var streamed = server.post("/v1/chat/completions", body(jsonSchemaFormat(uri, false) + ",\"max_tokens\":4,\"stream\":true"));
+            assertEquals(note, streamed.headers().firstValue(Requests.NOTES_HEADER).orElse(null), streamed.headers().toString());
+            assertTrue(cut.headers().firstValue(Requests.NOTES_HEADER).isEmpty(), "a request without notes has no header");
+            // a keyword past ASCII, and one longer than the header's bound: '?' for each such character, cut with "..."
+            for (String kw : new String[]{"gr\u00f6\u00dfe\u20ac", "k".repeat(3000)}) {
+                var odd = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree("{\"type\":\"string\",\""
+                        + kw + "\":1}"), false) + ",\"max_tokens\":4"));
+                assertEquals(200, odd.status(), odd.body());
+                String v = odd.headers().firstValue(Requests.NOTES_HEADER).orElse("");
+                assertTrue(v.chars().allMatch(c -> c >= 0x20 && c <= 0x7e), v);
+                if (kw.length() < 10) assertTrue(v.contains("'gr??e?'"), v);
+                else assertTrue(v.length() == Requests.MAX_NOTES_HEADER && v.endsWith("kkk..."), v.length() + ": " + v);
+            }
         }
     }
 

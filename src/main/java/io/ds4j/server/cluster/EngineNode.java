@@ -52,7 +52,7 @@ public final class EngineNode extends VerticleBase {
     static final Set<String> PASSED_RESPONSE_HEADERS = Set.of("content-type", "cache-control", "retry-after", "allow",
             "www-authenticate", "x-accel-buffering", "vary", "access-control-allow-origin", "access-control-allow-methods",
             "access-control-allow-headers", "access-control-max-age", "access-control-expose-headers", "x-ds4j-ignored-fields",
-            "x-request-id");
+            "x-ds4j-notes", "x-request-id");
 
     private final ServerState state;
     private final ClusterSupport cluster;
