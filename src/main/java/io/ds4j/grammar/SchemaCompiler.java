@@ -402,7 +402,7 @@ public final class SchemaCompiler {
         for (var e : n.properties()) {
             String k = e.getKey(), why = invalidValue(k, e.getValue());
             if (why != null)
-                throw UnsupportedSchemaException.invalid(k, path, k + " at '" + path + "' is " + clipped(e.getValue().toString()) + ": " + why);
+                throw UnsupportedSchemaException.invalid(k, path, k + " at '" + path + "' is " + clipped(shown(e.getValue(), null)) + ": " + why);
         }
         for (var e : n.properties()) {
             String k = e.getKey();
@@ -421,24 +421,19 @@ public final class SchemaCompiler {
      * {@code uniqueItems} a boolean; null where the value is valid or the keyword is not one of these.
      */
     static String invalidValue(String keyword, JsonNode v) {
+        // decided on the number as written, as the bounds are: 1e-400 is above 0 (its double is 0), 2.0000000000000000001
+        // is no integer (its double is)
+        java.math.BigDecimal x = v.isNumber() ? io.ds4j.json.JsonNumbers.exact(Json.numberText(v, null)) : null;
+        // another reader's double past the range has lost its text ("Infinity"): its sign is kept, and it is whole
+        int sign = x != null ? x.signum() : v.isNumber() ? (int) Math.signum(v.doubleValue()) : 0;
+        boolean whole = x == null || x.signum() == 0 || x.stripTrailingZeros().scale() <= 0;
         return switch (keyword) {
-            case "multipleOf" -> v.isNumber() && sign(v) > 0 ? null : "it must be a number above 0";
+            case "multipleOf" -> v.isNumber() && sign > 0 ? null : "it must be a number above 0";
             case "minProperties", "maxProperties", "minContains", "maxContains" ->
-                    v.isNumber() && sign(v) >= 0 && isWhole(v) ? null : "it must be an integer at or above 0";
+                    v.isNumber() && sign >= 0 && whole ? null : "it must be an integer at or above 0";
             case "uniqueItems" -> v.isBoolean() ? null : "it must be true or false";
             default -> null;
         };
-    }
-
-    /** A number's sign; a literal past the double range that the parser read as infinite keeps its own. */
-    private static int sign(JsonNode v) {
-        return v.isFloatingPointNumber() && !Double.isFinite(v.doubleValue()) ? (int) Math.signum(v.doubleValue())
-                : v.decimalValue().signum();
-    }
-
-    /** Whether a number has no fractional part (2.0 counts, as JSON Schema reads integers; so does one past the range). */
-    private static boolean isWhole(JsonNode v) {
-        return v.isFloatingPointNumber() && !Double.isFinite(v.doubleValue()) || v.decimalValue().stripTrailingZeros().scale() <= 0;
     }
 
     /** Patterns compiled, by their text: a node checked again, and equal patterns, share one. */

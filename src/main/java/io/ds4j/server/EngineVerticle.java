@@ -271,7 +271,7 @@ public final class EngineVerticle extends VerticleBase {
                 startAtOnce(j, cfg);
             } catch (RuntimeException e) {
                 String m = e.getMessage() != null ? e.getMessage() : e.toString();
-                LOG.warn("request {} could not start: {}", r.id, m);
+                LOG.warn("request {} could not start: {}", r.named(), m);
                 msg.reply(Admission.refused(new ApiException(400, "invalid_request_error", null, null, m, null)), LOCAL);
                 return;
             }
@@ -371,7 +371,7 @@ public final class EngineVerticle extends VerticleBase {
                 }
                 updateGauges();
                 String m = e.getMessage() != null ? e.getMessage() : e.toString();
-                LOG.warn("request {} could not start: {}{}", j.req.id, m, started.isEmpty() ? ""
+                LOG.warn("request {} could not start: {}{}", j.req.named(), m, started.isEmpty() ? ""
                         : "; " + plural(started.size(), "other choice") + " of its request withdrawn");
                 msg.reply(Admission.refused(new ApiException(400, "invalid_request_error", null, null, m, null)), LOCAL);
                 return;
@@ -447,13 +447,13 @@ public final class EngineVerticle extends VerticleBase {
             try {
                 activate(j, cfg);
                 LOG.info("request {} started: {} of its {} prompt tokens resumed from the prefix cache after request {}'s prefill",
-                        j.req.id, j.gen.cachedTokens(), j.req.prompt.length, first.req.id);
+                        j.req.named(), j.gen.cachedTokens(), j.req.prompt.length, first.req.id);
             } catch (RuntimeException e) {
                 // activate reserves its tokens only once nothing can fail any more
                 jobs.remove(j.req.id);
                 state.retired(j.req.id);
                 String m = e.getMessage() != null ? e.getMessage() : e.toString();
-                LOG.warn("request {} could not start: {}", j.req.id, m);
+                LOG.warn("request {} could not start: {}", j.req.named(), m);
                 send(j, new EngineEvent.Failed(400, m));
             }
         }
@@ -498,7 +498,7 @@ public final class EngineVerticle extends VerticleBase {
         state.record(new ServerState.JobRecord(r.id, "cancelled", r.prompt.length, 0, 0, 0));
         cancelsToCome.add(r.id);
         LOG.info("request {} cancelled ({}) while its submission waited: dropped before it reached the engine's queue,"
-                + " nothing computed", r.id, r.cancelReason());
+                + " nothing computed", r.named(), r.cancelReason());
     }
 
     /**
@@ -621,7 +621,7 @@ public final class EngineVerticle extends VerticleBase {
                 seq = st.seq();
             } catch (RuntimeException e) {
                 // the cache is an optimisation: without memory to resume, prefill the whole prompt
-                LOG.warn("request {}: prefix cache lookup failed, prefilling the whole prompt: {}", r.id, e.getMessage());
+                LOG.warn("request {}: prefix cache lookup failed, prefilling the whole prompt: {}", r.named(), e.getMessage());
             }
         }
         if (seq == null) seq = backend.newSequence(MAX_ROLLBACK);
@@ -705,12 +705,12 @@ public final class EngineVerticle extends VerticleBase {
             }
             try {
                 activate(j, cfg);
-                LOG.info("request {} started after waiting {} ms; running {}/{}, waiting {}", j.req.id,
+                LOG.info("request {} started after waiting {} ms; running {}/{}, waiting {}", j.req.named(),
                         (j.activatedNanos - j.req.arrivalNanos) / 1_000_000, running(), cfg.maxActive(), waiting.size());
             } catch (RuntimeException e) {
                 jobs.remove(j.req.id);
                 String m = e.getMessage() != null ? e.getMessage() : e.toString();
-                LOG.warn("request {} could not start: {}", j.req.id, m);
+                LOG.warn("request {} could not start: {}", j.req.named(), m);
                 send(j, new EngineEvent.Failed(400, m));
             }
         }

@@ -259,8 +259,7 @@ public final class HttpVerticle extends VerticleBase {
         } else if (cause instanceof io.netty.handler.codec.http.TooLongHttpLineException) {
             // Netty's decoder raises this for the request line only (a header past its limit is a
             // TooLongHttpHeaderException); a long target is the usual cause, so the answer is HTTP's 414
-            e = new ApiException(414, "invalid_request_error", "uri_too_long", null, "the request line is longer than "
-                    + HeadDeadline.MAX_REQUEST_LINE + " bytes, the server's limit: shorten it (a long path or query is the usual cause)", null);
+            e = new ApiException(414, "invalid_request_error", "uri_too_long", null, TOO_LONG_LINE, null);
         } else if (cause instanceof io.netty.handler.codec.http.TooLongHttpHeaderException) {
             // the header fields past their limit together (a chunked body's trailers too): HTTP's 431 (RFC 6585)
             e = new ApiException(431, "invalid_request_error", "request_header_fields_too_large", null,
@@ -316,12 +315,18 @@ public final class HttpVerticle extends VerticleBase {
      * an API key) is never shown, a prohibited character is named by its code point (U+XXXX), and other control
      * characters are written as U+XXXX.
      */
+    /** What a 414 says (and a 401 for the same request, after what is wrong with its key). */
+    private static final String TOO_LONG_LINE = "the request line is longer than " + HeadDeadline.MAX_REQUEST_LINE
+            + " bytes, the server's limit: shorten it (a long path or query is the usual cause)";
+
     static String decodeProblem(Throwable cause) {
         // Netty's message ("HTTP header is larger than 8192 bytes.") reads as one header, but the limit is for all of
         // them together (a chunked body's trailers too)
         if (cause instanceof io.netty.handler.codec.http.TooLongHttpHeaderException)
             return "its header fields take more than " + HeadDeadline.MAX_HEADERS + " bytes together, the server's limit for"
                     + " all of them: send fewer or shorter headers";
+        // the request line alone (a long header is the exception above): in the 414's words, not "An HTTP line is ..."
+        if (cause instanceof io.netty.handler.codec.http.TooLongHttpLineException) return TOO_LONG_LINE;
         String m = cause != null && cause.getMessage() != null ? cause.getMessage() : "malformed HTTP request";
         java.util.regex.Matcher length = CONTENT_LENGTH_NOT_A_NUMBER.matcher(m);
         if (length.matches() && length.group(1).matches("-?[0-9]+")) {
@@ -491,8 +496,11 @@ public final class HttpVerticle extends VerticleBase {
         return ctx.get(ID_KEY);
     }
 
-    /** "request ID: " for a log line about the request, or "" where it has no id (BodyDeadline's lines use it too). */
-    static String named(RoutingContext ctx) {
+    /**
+     * "request ID: " for a log line about the request, or "" where it has no id: the client's X-Request-Id where it sent
+     * a sane one, else the server's (BodyDeadline's and a cluster gateway's lines use it too).
+     */
+    public static String named(RoutingContext ctx) {
         String id = requestId(ctx);
         return id == null ? "" : "request " + id + ": ";
     }
@@ -1785,8 +1793,10 @@ public final class HttpVerticle extends VerticleBase {
         String id = (translation != null ? translation.idPrefix() : chat ? "chatcmpl-" : "cmpl-") + randomId();
         reading.generationId = id;
         ignoredFields(reading, clientBody, id, translation);
-        Requests.logNotes(g, id);
-        reading.notes = Requests.notesHeader(g);
+        // the notes in the client's API's words (text.format on the Responses API), its own id beside the generation's
+        List<String> notes = translation == null ? g.notes() : g.notes().stream().map(translation::renamedNote).toList();
+        Requests.logNotes(notes, EngineRequest.named(id, reading.clientId));
+        reading.notes = Requests.notesHeader(notes);
         // the prompt's own characters (a chat template adds more) against the bound, before it is tokenised, so that a
         // prompt it refuses does not wait for a tokenising thread
         try {
@@ -1940,10 +1950,11 @@ public final class HttpVerticle extends VerticleBase {
         if (generation != null) {
             for (int i = 0; i < choices; i++) state.metrics().cancelled();
             // led by its id, as the generation's other lines are, so that a grep for the id finds how it ended
-            LOG.info("request {}: {} {}: the client went away {}; dropped before it reached the engine", generation,
-                    ctx.request().method(), ctx.request().path(), when);
+            LOG.info("request {}: {} {}: the client went away {}; dropped before it reached the engine",
+                    EngineRequest.named(generation, ctx.get(CLIENT_ID_KEY)), ctx.request().method(), ctx.request().path(), when);
         } else {
-            LOG.info("{} {}: the client went away {}; nothing to answer", ctx.request().method(), ctx.request().path(), when);
+            LOG.info("{}{} {}: the client went away {}; nothing to answer", named(ctx), ctx.request().method(),
+                    ctx.request().path(), when);
         }
     }
 

@@ -73,11 +73,11 @@ final class Requests {
                Integer reasoningBudget, int n, int[] stopTokenIds, boolean includeStopStr, int minTokens, List<String> notes) {}
 
     /**
-     * Logs what reading a request found worth a line ({@link Gen#notes}), naming the request as the server's other
-     * per-request lines do.
+     * Logs what reading a request found worth a line ({@link Gen#notes}, in the words of the client's API), naming the
+     * request as the server's other per-request lines do (its id, the client's X-Request-Id beside it).
      */
-    static void logNotes(Gen g, String id) {
-        for (String note : g.notes()) LOG.info("request {}: {}", id, note);
+    static void logNotes(List<String> notes, String id) {
+        for (String note : notes) LOG.info("request {}: {}", id, note);
     }
 
     /** The response header that tells a client what its log lines' notes say ({@link Gen#notes}): a schema not enforced. */
@@ -87,13 +87,13 @@ final class Requests {
     static final int MAX_NOTES_HEADER = 1024;
 
     /**
-     * The {@link #NOTES_HEADER} value of a request: its notes joined by "; ", each character outside printable ASCII
+     * The {@link #NOTES_HEADER} value of a request: its notes ({@link Gen#notes}, in the words of the client's API) joined by "; ", each character outside printable ASCII
      * as '?' (a header holds no other), cut at {@link #MAX_NOTES_HEADER} characters with "..."; null for none.
      */
-    static String notesHeader(Gen g) {
-        if (g.notes().isEmpty()) return null;
+    static String notesHeader(List<String> notes) {
+        if (notes.isEmpty()) return null;
         StringBuilder b = new StringBuilder();
-        for (char c : String.join("; ", g.notes()).toCharArray()) b.append(c < 0x20 || c > 0x7e ? '?' : c);
+        for (char c : String.join("; ", notes).toCharArray()) b.append(c < 0x20 || c > 0x7e ? '?' : c);
         return b.length() <= MAX_NOTES_HEADER ? b.toString() : b.substring(0, MAX_NOTES_HEADER - 3) + "...";
     }
 

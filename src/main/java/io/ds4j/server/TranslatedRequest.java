@@ -21,6 +21,14 @@ interface TranslatedRequest {
     ApiException renamed(ApiException e);
 
     /**
+     * A note about the chat request ({@link Requests.Gen#notes}: a schema not enforced, ...) as the client's API states
+     * it: its chat paths named as the client sent them, as {@link #renamed} names an error's.
+     */
+    default String renamedNote(String note) {
+        return renamed(new ApiException(400, "invalid_request_error", null, null, note, null)).getMessage();
+    }
+
+    /**
      * Hints for fields of the client's body that this API does not read, by path pattern, said instead of a "did you
      * mean" ({@link RequestFields#report(com.fasterxml.jackson.databind.JsonNode, java.util.Map)}): chat's names for
      * this API's fields. None by default.

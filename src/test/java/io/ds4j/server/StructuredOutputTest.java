@@ -45,6 +45,11 @@ class StructuredOutputTest {
     }
 
     static String jsonSchemaFormat(JsonNode schema, boolean strict) {
+        return jsonSchemaFormat(schema.toString(), strict);
+    }
+
+    /** The same with the schema's JSON text as written (a number such as 1e-400 kept as it is, not as its double). */
+    static String jsonSchemaFormat(String schema, boolean strict) {
         return "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"out\",\"strict\":" + strict
                 + ",\"schema\":" + schema + "}}";
     }
@@ -104,12 +109,24 @@ class StructuredOutputTest {
                 assertTrue(resp.json().at("/error/message").asText().contains(bad[1]), resp.body());
             }
         }
+        // decided on the numbers as written: 1e-400 is above 0, and neither 2.0000000000000000001 nor 1e-400 is an integer
+        // (their doubles are 0 and 2); the message quotes the value as the client wrote it
+        for (String[] bad : new String[][]{{"{\"type\":\"object\",\"minProperties\":2.0000000000000000001}", "2.0000000000000000001"},
+                {"{\"type\":\"object\",\"maxContains\":1e-400}", "1e-400"}, {"{\"type\":\"number\",\"multipleOf\":-1e400}", "-1e400"},
+                {"{\"type\":\"number\",\"multipleOf\":0e5}", "0e5"}}) {
+            var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(bad[0], false) + ",\"max_tokens\":4"));
+            assertEquals(400, resp.status(), bad[0] + ": " + resp.body());
+            assertEquals("invalid_schema", resp.json().at("/error/code").asText(), resp.body());
+            assertTrue(resp.json().at("/error/message").asText().contains(" is " + bad[1] + ": it must be"), resp.body());
+        }
         // a valid value of such a keyword stays what it was: unsupported (a 400 under strict true, unenforced without)
-        JsonNode multiple = Json.MAPPER.readTree("{\"type\":\"number\",\"multipleOf\":2}");
-        var strict = server.post("/v1/chat/completions", body(jsonSchemaFormat(multiple, true) + ",\"max_tokens\":4"));
-        assertEquals(400, strict.status(), strict.body());
-        assertEquals("unsupported_schema_keyword", strict.json().at("/error/code").asText(), strict.body());
-        assertEquals(200, server.post("/v1/chat/completions", body(jsonSchemaFormat(multiple, false) + ",\"max_tokens\":4")).status());
+        for (String valid : new String[]{"{\"type\":\"number\",\"multipleOf\":2}", "{\"type\":\"number\",\"multipleOf\":1e-400}",
+                "{\"type\":\"object\",\"minProperties\":2.0}", "{\"type\":\"object\",\"maxProperties\":1e400}"}) {
+            var strict = server.post("/v1/chat/completions", body(jsonSchemaFormat(valid, true) + ",\"max_tokens\":4"));
+            assertEquals(400, strict.status(), valid + ": " + strict.body());
+            assertEquals("unsupported_schema_keyword", strict.json().at("/error/code").asText(), strict.body());
+            assertEquals(200, server.post("/v1/chat/completions", body(jsonSchemaFormat(valid, false) + ",\"max_tokens\":4")).status(), valid);
+        }
     }
 
     /**
@@ -259,6 +276,16 @@ class StructuredOutputTest {
             var streamed = server.post("/v1/chat/completions", body(jsonSchemaFormat(uri, false) + ",\"max_tokens\":4,\"stream\":true"));
             assertEquals(note, streamed.headers().firstValue(Requests.NOTES_HEADER).orElse(null), streamed.headers().toString());
             assertTrue(cut.headers().firstValue(Requests.NOTES_HEADER).isEmpty(), "a request without notes has no header");
+            // on the Responses API the note names the client's own fields (text.format), in the header and in the line,
+            // and the line names the client's X-Request-Id beside the response's id
+            var resp = server.post("/v1/responses", "{\"input\":\"Hi\",\"max_output_tokens\":4,\"text\":{\"format\":"
+                    + "{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{\"type\":\"object\",\"minProperties\":1}}}}", "X-Request-Id", "rnote");
+            assertEquals(200, resp.status(), resp.body());
+            String rnote = resp.headers().firstValue(Requests.NOTES_HEADER).orElse("");
+            assertTrue(rnote.startsWith("text.format json_schema without strict true is not enforced") && rnote.contains("text.format.schema")
+                    && !rnote.contains("response_format"), rnote);
+            assertTrue(TestServer.eventually(2000, () -> log.linesWith("(X-Request-Id rnote): text.format json_schema").size() == 1),
+                    log.lines().toString());
             // a keyword past ASCII, and one longer than the header's bound: '?' for each such character, cut with "..."
             for (String kw : new String[]{"gr\u00f6\u00dfe\u20ac", "k".repeat(3000)}) {
                 var odd = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree("{\"type\":\"string\",\""

@@ -179,7 +179,7 @@ public final class GatewayVerticle extends VerticleBase {
         r.errorHandler(400, ctx -> {
             BodyDeadline.watch(ctx, config.get().bodyReadTimeoutMs(), () -> { }, ApiException.OPENAI);  // no route ran for a path the router cannot decode
             ApiException e = MalformedRequests.answer(ctx.request(), ctx.failure());
-            LOG.info("{} {} rejected with 400: {}", ctx.request().method(),
+            LOG.info("{}{} {} rejected with 400: {}", HttpVerticle.named(ctx), ctx.request().method(),
                     HttpVerticle.shownTarget(ctx.request(), ctx.request().path()), e.getMessage());
             error(ctx.response(), ctx.request().path(), e);
         });
@@ -434,8 +434,8 @@ public final class GatewayVerticle extends VerticleBase {
 
     /** A request the gateway refuses itself before relaying it: one log line, as a single server writes, and the error. */
     private static void refuse(RoutingContext ctx, ApiException e) {
-        LOG.info("{} {} rejected with {}: {}", ctx.request().method(), HttpVerticle.shownTarget(ctx.request(), ctx.request().path()),
-                e.status(), e.logReason());
+        LOG.info("{}{} {} rejected with {}: {}", HttpVerticle.named(ctx), ctx.request().method(),
+                HttpVerticle.shownTarget(ctx.request(), ctx.request().path()), e.status(), e.logReason());
         error(ctx.response(), ctx.request().path(), e);
     }
 
@@ -536,8 +536,8 @@ public final class GatewayVerticle extends VerticleBase {
             if (c.engine() == null) {
                 finish();
                 String m = c.message() + (lastFailure != null ? "; last failure: " + lastFailure : "");
-                if (c.status() == 503) LOG.warn("{} answered 503: {}", request, m);
-                else LOG.info("{} rejected with {}: {}", request, c.status(), m);
+                if (c.status() == 503) LOG.warn("{}{} answered 503: {}", HttpVerticle.named(ctx), request, m);
+                else LOG.info("{}{} rejected with {}: {}", HttpVerticle.named(ctx), request, c.status(), m);
                 error(resp, path, switch (c.status()) {
                     case 429 -> new ApiException(429, "rate_limit_exceeded", "queue_full", null, m, c.retryAfter());
                     // no engine serves the model: the gateway's own 404, naming the models the cluster serves
@@ -686,7 +686,8 @@ public final class GatewayVerticle extends VerticleBase {
         void clientGone() {
             if (done) return;
             cancel("the client went away at the gateway");
-            if (engine != null) LOG.info("request {}: client disconnected; cancelling it on engine node '{}'", id, engine.name());
+            if (engine != null) LOG.info("{}{} (relayed as {}): client disconnected; cancelling it on engine node '{}'",
+                    HttpVerticle.named(ctx), request, id, engine.name());
         }
 
         /**
@@ -696,8 +697,9 @@ public final class GatewayVerticle extends VerticleBase {
          */
         private void notReading() {
             cancel("the client did not read its stream at the gateway");
-            LOG.warn("request {}: the client is not reading its stream: more than {} bytes wait unsent (limits.streamBufferBytes);"
-                    + " cancelling it on engine node '{}' and closing the connection", id, streamBufferBytes, engine.name());
+            LOG.warn("{}{} (relayed as {}): the client is not reading its stream: more than {} bytes wait unsent"
+                    + " (limits.streamBufferBytes); cancelling it on engine node '{}' and closing the connection", HttpVerticle.named(ctx),
+                    request, id, streamBufferBytes, engine.name());
             ctx.request().connection().close();
         }
 

@@ -241,6 +241,8 @@ class GatewayHttpTest {
             List<String> lines = log.linesWith("GET /v1/nothing rejected with 404: no route for GET /v1/nothing");
             assertEquals(1, lines.size(), log.lines().toString());
             assertTrue(lines.getFirst().contains("[INFO]"), lines.getFirst());
+            // named by the id its answer carries, as a single server's refusals are
+            assertTrue(lines.getFirst().matches("(?s).*request req-[A-Za-z0-9]{24}: GET /v1/nothing rejected.*"), lines.getFirst());
             assertEquals(1, log.linesWith("GET /v1/chat/completions rejected with 405: GET is not allowed on /v1/chat/completions").size(),
                     log.lines().toString());
         }

@@ -227,8 +227,8 @@ class GatewayRelayTest {
             s.setSoTimeout(30_000);
             s.connect(new InetSocketAddress("127.0.0.1", node.port()));
             OutputStream o = s.getOutputStream();
-            o.write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
-                    + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            o.write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Request-Id: gw-slow\r\n"
+                    + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
             o.write(body);
             o.flush();
             // the client reads nothing while the answer is generated: the gateway gives up on it, and the engine stops it
@@ -244,6 +244,9 @@ class GatewayRelayTest {
             assertEquals(1, lines.size(), log.lines().toString());
             assertTrue(lines.getFirst().contains("GatewayVerticle") && lines.getFirst().contains("more than " + BUFFER
                     + " bytes wait unsent (limits.streamBufferBytes)"), lines.getFirst());
+            // named by the client's id, as the engine's lines name it, and by the relay's
+            assertTrue(lines.getFirst().matches("(?s).*request gw-slow: POST /v1/chat/completions \\(relayed as [0-9a-f]+\\): .*"),
+                    lines.getFirst());
             // the engine's own lines on the request say why the gateway stopped it, not that a client went away
             String why = "its cluster gateway stopped it: the client did not read its stream at the gateway";
             assertTrue(eventually(10_000, () -> !log.linesWith("cancelled").stream().filter(l -> l.contains(why)).toList().isEmpty()),
