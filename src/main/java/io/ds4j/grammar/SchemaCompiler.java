@@ -100,6 +100,7 @@ public final class SchemaCompiler {
      */
     public static Schema compile(JsonNode schema) {
         SchemaCompiler c = new SchemaCompiler(schema);
+        invalidValues(schema, "");
         Schema s = c.node(schema, "");
         c.resolve();
         c.alternatives();
@@ -397,13 +398,6 @@ public final class SchemaCompiler {
      * yet would be refused once the type allows strings).
      */
     private void keywords(JsonNode n, String path) {
-        // a keyword outside the subset whose value JSON Schema itself refuses: the schema is wrong, whatever the subset
-        // (a client told "not supported" would think it valid)
-        for (var e : n.properties()) {
-            String k = e.getKey(), why = invalidValue(k, e.getValue());
-            if (why != null)
-                throw UnsupportedSchemaException.invalid(k, path, k + " at '" + path + "' is " + clipped(shown(e.getValue(), null)) + ": " + why);
-        }
         for (var e : n.properties()) {
             String k = e.getKey();
             if (!ANNOTATIONS.contains(k) && !STRUCTURE.contains(k))
@@ -420,6 +414,42 @@ public final class SchemaCompiler {
      * {@code maxProperties}, {@code minContains} and {@code maxContains} must be integers at or above 0,
      * {@code uniqueItems} a boolean; null where the value is valid or the keyword is not one of these.
      */
+    /**
+     * Refuses, before anything is compiled, a keyword outside the subset whose value JSON Schema itself refuses
+     * ({@link #invalidValue}) anywhere in the schema: the schema is wrong, whatever the subset, and a client told "not
+     * supported" would think it valid; the compile, which stops at the first keyword it does not support, would not
+     * reach one after it. Walks the places a schema holds schemas, 2020-12's and the older drafts' (a property named
+     * {@code multipleOf} is a name, not the keyword).
+     * @throws UnsupportedSchemaException {@link UnsupportedSchemaException#invalid} naming the first such keyword and where it is
+     */
+    static void invalidValues(JsonNode n, String path) {
+        if (n == null || !n.isObject()) return;
+        for (var e : n.properties()) {
+            String k = e.getKey(), why = invalidValue(k, e.getValue());
+            if (why != null)
+                throw UnsupportedSchemaException.invalid(k, path, k + " at '" + path + "' is " + clipped(shown(e.getValue(), null)) + ": " + why);
+        }
+        for (var e : n.properties()) {
+            String k = e.getKey();
+            JsonNode v = e.getValue();
+            switch (k) {
+                case "properties", "patternProperties", "$defs", "definitions", "dependentSchemas" -> {
+                    if (v.isObject()) for (var p : v.properties()) invalidValues(p.getValue(), path + "/" + k + "/" + escaped(p.getKey()));
+                }
+                case "anyOf", "oneOf", "allOf", "prefixItems" -> {
+                    if (v.isArray()) for (int i = 0; i < v.size(); i++) invalidValues(v.get(i), path + "/" + k + "/" + i);
+                }
+                case "items" -> {
+                    if (v.isArray()) for (int i = 0; i < v.size(); i++) invalidValues(v.get(i), path + "/items/" + i);
+                    else invalidValues(v, path + "/items");
+                }
+                case "not", "if", "then", "else", "contains", "additionalProperties", "additionalItems", "unevaluatedProperties",
+                     "unevaluatedItems", "propertyNames" -> invalidValues(v, path + "/" + k);
+                default -> { }
+            }
+        }
+    }
+
     static String invalidValue(String keyword, JsonNode v) {
         // decided on the number as written, as the bounds are: 1e-400 is above 0 (its double is 0), 2.0000000000000000001
         // is no integer (its double is)

@@ -109,6 +109,21 @@ class StructuredOutputTest {
                 assertTrue(resp.json().at("/error/message").asText().contains(bad[1]), resp.body());
             }
         }
+        // found anywhere in the schema, also behind a keyword the compiler stops at (minProperties, oneOf, not); a
+        // property named multipleOf is a name, not the keyword
+        for (String[] hidden : new String[][]{
+                {"{\"type\":\"object\",\"minProperties\":1,\"properties\":{\"a\":{\"type\":\"integer\",\"multipleOf\":0}}}", ".properties.a"},
+                {"{\"oneOf\":[{\"type\":\"string\"}],\"$defs\":{\"x\":{\"multipleOf\":-1}}}", ".$defs.x"},
+                {"{\"not\":{\"type\":\"string\"},\"anyOf\":[{\"type\":\"array\",\"items\":{\"maxContains\":-2}}]}", ".anyOf[0].items"}}) {
+            var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(hidden[0], false) + ",\"max_tokens\":4"));
+            assertEquals(400, resp.status(), hidden[0] + ": " + resp.body());
+            assertEquals("invalid_schema", resp.json().at("/error/code").asText(), resp.body());
+            assertEquals("response_format.json_schema.schema" + hidden[1], resp.json().at("/error/param").asText(), resp.body());
+        }
+        var named = server.post("/v1/chat/completions", body(jsonSchemaFormat("{\"type\":\"object\",\"properties\":{\"multipleOf\":"
+                + "{\"type\":\"integer\"},\"uniqueItems\":{\"type\":\"string\"}},\"required\":[\"multipleOf\",\"uniqueItems\"],"
+                + "\"additionalProperties\":false}", true) + ",\"max_tokens\":4"));
+        assertEquals(200, named.status(), named.body());
         // decided on the numbers as written: 1e-400 is above 0, and neither 2.0000000000000000001 nor 1e-400 is an integer
         // (their doubles are 0 and 2); the message quotes the value as the client wrote it
         for (String[] bad : new String[][]{{"{\"type\":\"object\",\"minProperties\":2.0000000000000000001}", "2.0000000000000000001"},
