@@ -409,12 +409,6 @@ public final class SchemaCompiler {
     }
 
     /**
-     * What is wrong, as JSON Schema (2020-12, validation vocabulary) reads it, with the value of a keyword outside the
-     * subset that takes a number of a kind: {@code multipleOf} must be above 0, {@code minProperties},
-     * {@code maxProperties}, {@code minContains} and {@code maxContains} must be integers at or above 0,
-     * {@code uniqueItems} a boolean; null where the value is valid or the keyword is not one of these.
-     */
-    /**
      * Refuses, before anything is compiled, a keyword outside the subset whose value JSON Schema itself refuses
      * ({@link #invalidValue}) anywhere in the schema: the schema is wrong, whatever the subset, and a client told "not
      * supported" would think it valid; the compile, which stops at the first keyword it does not support, would not
@@ -433,7 +427,8 @@ public final class SchemaCompiler {
             String k = e.getKey();
             JsonNode v = e.getValue();
             switch (k) {
-                case "properties", "patternProperties", "$defs", "definitions", "dependentSchemas" -> {
+                // dependencies (draft 7): a schema or a list of property names by property
+                case "properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies" -> {
                     if (v.isObject()) for (var p : v.properties()) invalidValues(p.getValue(), path + "/" + k + "/" + escaped(p.getKey()));
                 }
                 case "anyOf", "oneOf", "allOf", "prefixItems" -> {
@@ -444,16 +439,22 @@ public final class SchemaCompiler {
                     else invalidValues(v, path + "/items");
                 }
                 case "not", "if", "then", "else", "contains", "additionalProperties", "additionalItems", "unevaluatedProperties",
-                     "unevaluatedItems", "propertyNames" -> invalidValues(v, path + "/" + k);
+                     "unevaluatedItems", "propertyNames", "contentSchema" -> invalidValues(v, path + "/" + k);
                 default -> { }
             }
         }
     }
 
+    /**
+     * What is wrong, as JSON Schema (2020-12, validation vocabulary) reads it, with the value of a keyword outside the
+     * subset that takes a number of a kind: {@code multipleOf} must be above 0, {@code minProperties},
+     * {@code maxProperties}, {@code minContains} and {@code maxContains} must be integers at or above 0,
+     * {@code uniqueItems} a boolean; null where the value is valid or the keyword is not one of these.
+     */
     static String invalidValue(String keyword, JsonNode v) {
         // decided on the number as written, as the bounds are: 1e-400 is above 0 (its double is 0), 2.0000000000000000001
         // is no integer (its double is)
-        java.math.BigDecimal x = v.isNumber() ? io.ds4j.json.JsonNumbers.exact(Json.numberText(v, null)) : null;
+        java.math.BigDecimal x = v.isNumber() ? Json.exact(v, null) : null;
         // another reader's double past the range has lost its text ("Infinity"): its sign is kept, and it is whole
         int sign = x != null ? x.signum() : v.isNumber() ? (int) Math.signum(v.doubleValue()) : 0;
         boolean whole = x == null || x.signum() == 0 || x.stripTrailingZeros().scale() <= 0;

@@ -65,6 +65,8 @@ public final class HttpVerticle extends VerticleBase {
     static final String FINGERPRINT = "ds4j-0.1.0";
     /** The header that carries a request's id, from the client and on every answer of the API routes ({@link #requestIds}). */
     public static final String REQUEST_ID = "X-Request-Id";
+    /** The response header that tells a client what its request's log lines' notes say ({@link Requests#notesHeader}). */
+    public static final String NOTES_HEADER = "x-ds4j-notes";
     /** The longest client X-Request-Id that is taken as the request's id; a longer one gets the server's own. */
     static final int MAX_REQUEST_ID = 128;
     /** Routing context keys: the request's id as its answer names it, and the client's own id (absent where none). */
@@ -228,7 +230,7 @@ public final class HttpVerticle extends VerticleBase {
      * transfer coding other than chunked, 505 {@code http_version_not_supported} for a version other than 1.0 and 1.1),
      * or 401 where API keys are set and the request's key is not among them, the connection closed after it (lingering:
      * {@link LingeringClose}), one INFO line naming the request's id, which the answer's {@code X-Request-Id} carries
-     * (the client's sane one, else {@code req-...}, whatever the path); a connection that closed in the middle of its head gets no answer and
+     * (the client's sane one where its headers were read, else {@code req-...}, whatever the path); a connection that closed in the middle of its head gets no answer and
      * a DEBUG line.
      * @param keys     server.apiKeys of the front
      * @param rejected counts the refusal under its error code
@@ -259,7 +261,7 @@ public final class HttpVerticle extends VerticleBase {
         } else if (cause instanceof io.netty.handler.codec.http.TooLongHttpLineException) {
             // Netty's decoder raises this for the request line only (a header past its limit is a
             // TooLongHttpHeaderException); a long target is the usual cause, so the answer is HTTP's 414
-            e = new ApiException(414, "invalid_request_error", "uri_too_long", null, TOO_LONG_LINE, null);
+            e = new ApiException(414, "invalid_request_error", "uri_too_long", null, why, null);  // decodeProblem's TOO_LONG_LINE
         } else if (cause instanceof io.netty.handler.codec.http.TooLongHttpHeaderException) {
             // the header fields past their limit together (a chunked body's trailers too): HTTP's 431 (RFC 6585)
             e = new ApiException(431, "invalid_request_error", "request_header_fields_too_large", null,
@@ -272,8 +274,7 @@ public final class HttpVerticle extends VerticleBase {
         // such a request never reaches the router, which gives the API routes' answers their ids (requestIds): it
         // gets one here, whatever its path (a request line that could not be read has none), the client's where its
         // header was read and is sane
-        String id = clientRequestId(req.getHeader(REQUEST_ID));
-        if (id == null) id = "req-" + randomId();
+        String id = requestIdOf(req.getHeader(REQUEST_ID));
         req.response().putHeader(REQUEST_ID, id);
         // in the answer's words (a 414's are the server's limit, not the decoder's "An HTTP line is larger than ...")
         LOG.info("request {}: malformed HTTP request rejected with {}: {}", id, e.status(), e.getMessage());
@@ -310,15 +311,15 @@ public final class HttpVerticle extends VerticleBase {
     private static final List<String> VALUE_FOLLOWS = List.of("a header value must not end with '\\r' or '\\n'",
             "only '\\n' is allowed after '\\r'", "only ' ' and '\\t' are allowed after '\\n'");
 
+    /** What a 414 says (and a 401 for the same request, after what is wrong with its key). */
+    private static final String TOO_LONG_LINE = "the request line is longer than " + HeadDeadline.MAX_REQUEST_LINE
+            + " bytes, the server's limit: shorten it (a long path or query is the usual cause)";
+
     /**
      * Netty's or Vert.x's reason for refusing a request, fit for the log and the answer: a header value (which may be
      * an API key) is never shown, a prohibited character is named by its code point (U+XXXX), and other control
      * characters are written as U+XXXX.
      */
-    /** What a 414 says (and a 401 for the same request, after what is wrong with its key). */
-    private static final String TOO_LONG_LINE = "the request line is longer than " + HeadDeadline.MAX_REQUEST_LINE
-            + " bytes, the server's limit: shorten it (a long path or query is the usual cause)";
-
     static String decodeProblem(Throwable cause) {
         // Netty's message ("HTTP header is larger than 8192 bytes.") reads as one header, but the limit is for all of
         // them together (a chunked body's trailers too)
@@ -447,7 +448,7 @@ public final class HttpVerticle extends VerticleBase {
     private static void requestIds(RoutingContext ctx) {
         String client = clientRequestId(ctx.request().getHeader(REQUEST_ID));
         if (client != null) ctx.put(CLIENT_ID_KEY, client);
-        ctx.put(ID_KEY, client != null ? client : "req-" + randomId());
+        ctx.put(ID_KEY, requestIdOf(client));
         HttpServerResponse resp = ctx.response();
         // a header already there is a relayed answer's (a cluster gateway's, from the engine node that answered)
         ctx.addHeadersEndHandler(v -> {
@@ -489,6 +490,15 @@ public final class HttpVerticle extends VerticleBase {
         for (int i = 0; i < v.length(); i++)
             if (v.charAt(i) < 0x20 || v.charAt(i) > 0x7e) return null;
         return v;
+    }
+
+    /**
+     * A request's id from its X-Request-Id header's value (null for none): the value where it is sane
+     * ({@link #clientRequestId}), else the server's own, {@code req-} and 24 random letters and digits.
+     */
+    static String requestIdOf(String header) {
+        String client = clientRequestId(header);
+        return client != null ? client : "req-" + randomId();
     }
 
     /** The request's id ({@link #requestIds}), or null for a request outside the API routes. */
@@ -570,7 +580,7 @@ public final class HttpVerticle extends VerticleBase {
         if (origin == null || allowed.isEmpty() || !allowed.contains("*") && !allowed.contains(origin)) return false;
         resp.putHeader("Access-Control-Allow-Origin", allowed.contains("*") ? "*" : origin);
         // a browser shows a script only the simple response headers and those named here
-        resp.putHeader("Access-Control-Expose-Headers", RequestFields.HEADER + ", " + Requests.NOTES_HEADER + ", " + REQUEST_ID);
+        resp.putHeader("Access-Control-Expose-Headers", RequestFields.HEADER + ", " + NOTES_HEADER + ", " + REQUEST_ID);
         return true;
     }
 
@@ -970,7 +980,7 @@ public final class HttpVerticle extends VerticleBase {
         /** The client's own {@code X-Request-Id}, or null for none. */
         final String clientId;
         String ignoredFields;
-        /** The {@link Requests#NOTES_HEADER} header's value (a schema not enforced, ...), or null. */
+        /** The {@link #NOTES_HEADER} header's value (a schema not enforced, ...), or null. */
         String notes;
         /** A generation's id, which becomes the request's where the client gave none, or null. */
         String generationId;
@@ -1093,7 +1103,7 @@ public final class HttpVerticle extends VerticleBase {
         HttpServerResponse resp = ctx.response();
         if (reading.ignoredFields != null && !resp.headWritten() && !resp.closed())
             resp.putHeader(RequestFields.HEADER, reading.ignoredFields);
-        if (reading.notes != null && !resp.headWritten() && !resp.closed()) resp.putHeader(Requests.NOTES_HEADER, reading.notes);
+        if (reading.notes != null && !resp.headWritten() && !resp.closed()) resp.putHeader(NOTES_HEADER, reading.notes);
         // the answer names the generation as its body does, unless the client named the request itself
         if (reading.generationId != null && requestId(ctx) != null && ctx.get(CLIENT_ID_KEY) == null)
             ctx.put(ID_KEY, reading.generationId);

@@ -561,7 +561,7 @@ final class RequestFraming {
         private String request = "";
         /** The current request's path as the router routes it, for the shape of its refusal. */
         private String path = "";
-        /** The current request's sane X-Request-Id (HttpVerticle.clientRequestId), or null: its refusal's id. */
+        /** The current request's X-Request-Id header, or null: its refusal's id comes from it (HttpVerticle.requestIdOf). */
         private String clientId;
         /** Why the current request's body cannot be read, once it cannot. */
         private Refused broken;
@@ -584,7 +584,7 @@ final class RequestFraming {
                 version = req.protocolVersion();
                 int query = req.uri().indexOf('?');
                 request = req.method() + " " + (query < 0 ? req.uri() : req.uri().substring(0, query));
-                clientId = HttpVerticle.clientRequestId(req.headers().get(HttpVerticle.REQUEST_ID));
+                clientId = req.headers().get(HttpVerticle.REQUEST_ID);
                 path = routedPath(req.uri());
                 if (req.decoderResult().isSuccess()) {
                     Refused r = target(req.uri());
@@ -637,7 +637,7 @@ final class RequestFraming {
             } else if (answered == heads - 1 && !answering) {
                 rejected.accept(broken.code);
                 // answered here, not by the route: it carries an id as the route's answers do (the client's, else one)
-                String id = clientId != null ? clientId : "req-" + HttpVerticle.randomId();
+                String id = HttpVerticle.requestIdOf(clientId);
                 LOG.info("request {}: {} rejected with {}: {}; closing the connection", id, request, broken.status,
                         broken.getMessage());
                 ApiException e = new ApiException(broken.status, "invalid_request_error", broken.code, null,

@@ -80,15 +80,13 @@ final class Requests {
         for (String note : notes) LOG.info("request {}: {}", id, note);
     }
 
-    /** The response header that tells a client what its log lines' notes say ({@link Gen#notes}): a schema not enforced. */
-    static final String NOTES_HEADER = "x-ds4j-notes";
-
-    /** Longest {@link #NOTES_HEADER} value, in characters: the notes quote the client's keywords, which may be long. */
+    /** Longest {@link HttpVerticle#NOTES_HEADER} value, in characters: notes quote the client's keywords, which may be long. */
     static final int MAX_NOTES_HEADER = 1024;
 
     /**
-     * The {@link #NOTES_HEADER} value of a request: its notes ({@link Gen#notes}, in the words of the client's API) joined by "; ", each character outside printable ASCII
-     * as '?' (a header holds no other), cut at {@link #MAX_NOTES_HEADER} characters with "..."; null for none.
+     * The {@link HttpVerticle#NOTES_HEADER} value of a request: its notes ({@link Gen#notes}, in the words of the
+     * client's API) joined by "; ", each character outside printable ASCII as '?' (a header holds no other), cut at
+     * {@link #MAX_NOTES_HEADER} characters with "..."; null for none.
      */
     static String notesHeader(List<String> notes) {
         if (notes.isEmpty()) return null;
@@ -1103,7 +1101,8 @@ final class Requests {
         String previous = "";
         for (String raw : p.split("/", -1)) {
             String seg = raw.replace("~1", "/").replace("~0", "~");
-            if (seg.matches("\\d+") && (previous.equals("anyOf") || previous.equals("prefixItems"))) out.append('[').append(seg).append(']');
+            if (seg.matches("\\d+") && java.util.Set.of("anyOf", "oneOf", "allOf", "prefixItems", "items").contains(previous))
+                out.append('[').append(seg).append(']');
             else if (seg.matches("[A-Za-z0-9_$-]+")) out.append('.').append(seg);
             else out.append('[').append(Json.write(com.fasterxml.jackson.databind.node.TextNode.valueOf(seg))).append(']');
             previous = seg;

@@ -349,7 +349,7 @@ class EndpointsTest {
             assertTrue(rs.headers().allValues("vary").toString().contains("Access-Control-Request-Headers"), rs.headers().toString());
             // a script of that origin may read the header that names the fields a request's endpoint ignored, and the request's id
             TestServer.Resp typo = t.post("/v1/chat/completions", TestServer.chat("Hi", "\"max_token\":3"), "Origin", "http://app.example");
-            assertEquals(RequestFields.HEADER + ", " + Requests.NOTES_HEADER + ", " + HttpVerticle.REQUEST_ID,
+            assertEquals(RequestFields.HEADER + ", " + HttpVerticle.NOTES_HEADER + ", " + HttpVerticle.REQUEST_ID,
                     typo.headers().firstValue("access-control-expose-headers").orElse(null));
             assertTrue(typo.headers().firstValue(RequestFields.HEADER).isPresent(), typo.headers().toString());
             TestServer.Resp other = t.get("/v1/models", "Origin", "http://evil.example");

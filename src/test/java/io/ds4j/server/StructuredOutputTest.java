@@ -114,7 +114,9 @@ class StructuredOutputTest {
         for (String[] hidden : new String[][]{
                 {"{\"type\":\"object\",\"minProperties\":1,\"properties\":{\"a\":{\"type\":\"integer\",\"multipleOf\":0}}}", ".properties.a"},
                 {"{\"oneOf\":[{\"type\":\"string\"}],\"$defs\":{\"x\":{\"multipleOf\":-1}}}", ".$defs.x"},
-                {"{\"not\":{\"type\":\"string\"},\"anyOf\":[{\"type\":\"array\",\"items\":{\"maxContains\":-2}}]}", ".anyOf[0].items"}}) {
+                {"{\"not\":{\"type\":\"string\"},\"anyOf\":[{\"type\":\"array\",\"items\":{\"maxContains\":-2}}]}", ".anyOf[0].items"},
+                {"{\"type\":\"object\",\"dependencies\":{\"a\":{\"multipleOf\":0}}}", ".dependencies.a"},
+                {"{\"oneOf\":[{\"type\":\"string\"},{\"minProperties\":-1}]}", ".oneOf[1]"}}) {
             var resp = server.post("/v1/chat/completions", body(jsonSchemaFormat(hidden[0], false) + ",\"max_tokens\":4"));
             assertEquals(400, resp.status(), hidden[0] + ": " + resp.body());
             assertEquals("invalid_schema", resp.json().at("/error/code").asText(), resp.body());
@@ -284,19 +286,19 @@ class StructuredOutputTest {
             assertTrue(described.getFirst().contains("request " + soft.json().get("id").asText()
                     + ": response_format json_schema without strict true"), described.getFirst());
             // the client is told too, in the x-ds4j-notes header (it saw only a 200 before), streamed or not
-            String note = soft.headers().firstValue(Requests.NOTES_HEADER).orElse("");
+            String note = soft.headers().firstValue(HttpVerticle.NOTES_HEADER).orElse("");
             assertTrue(note.startsWith("response_format json_schema without strict true is not enforced; it is only described"
                     + " in the prompt"), soft.headers().toString());
-            assertTrue(note.contains("format"), note);
+            assertTrue(note.contains("format \"uri\""), note);  // the keyword and its value, as the log line names them
             var streamed = server.post("/v1/chat/completions", body(jsonSchemaFormat(uri, false) + ",\"max_tokens\":4,\"stream\":true"));
-            assertEquals(note, streamed.headers().firstValue(Requests.NOTES_HEADER).orElse(null), streamed.headers().toString());
-            assertTrue(cut.headers().firstValue(Requests.NOTES_HEADER).isEmpty(), "a request without notes has no header");
+            assertEquals(note, streamed.headers().firstValue(HttpVerticle.NOTES_HEADER).orElse(null), streamed.headers().toString());
+            assertTrue(cut.headers().firstValue(HttpVerticle.NOTES_HEADER).isEmpty(), "a request without notes has no header");
             // on the Responses API the note names the client's own fields (text.format), in the header and in the line,
             // and the line names the client's X-Request-Id beside the response's id
             var resp = server.post("/v1/responses", "{\"input\":\"Hi\",\"max_output_tokens\":4,\"text\":{\"format\":"
                     + "{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{\"type\":\"object\",\"minProperties\":1}}}}", "X-Request-Id", "rnote");
             assertEquals(200, resp.status(), resp.body());
-            String rnote = resp.headers().firstValue(Requests.NOTES_HEADER).orElse("");
+            String rnote = resp.headers().firstValue(HttpVerticle.NOTES_HEADER).orElse("");
             assertTrue(rnote.startsWith("text.format json_schema without strict true is not enforced") && rnote.contains("text.format.schema")
                     && !rnote.contains("response_format"), rnote);
             assertTrue(TestServer.eventually(2000, () -> log.linesWith("(X-Request-Id rnote): text.format json_schema").size() == 1),
@@ -306,7 +308,7 @@ class StructuredOutputTest {
                 var odd = server.post("/v1/chat/completions", body(jsonSchemaFormat(Json.MAPPER.readTree("{\"type\":\"string\",\""
                         + kw + "\":1}"), false) + ",\"max_tokens\":4"));
                 assertEquals(200, odd.status(), odd.body());
-                String v = odd.headers().firstValue(Requests.NOTES_HEADER).orElse("");
+                String v = odd.headers().firstValue(HttpVerticle.NOTES_HEADER).orElse("");
                 assertTrue(v.chars().allMatch(c -> c >= 0x20 && c <= 0x7e), v);
                 if (kw.length() < 10) assertTrue(v.contains("'gr??e?'"), v);
                 else assertTrue(v.length() == Requests.MAX_NOTES_HEADER && v.endsWith("kkk..."), v.length() + ": " + v);

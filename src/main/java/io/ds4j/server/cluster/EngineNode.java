@@ -2,6 +2,7 @@ package io.ds4j.server.cluster;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.ds4j.json.Json;
+import io.ds4j.server.HttpVerticle;
 import io.ds4j.server.ModelInfo;
 import io.ds4j.server.ServerState;
 import io.ds4j.server.config.ServerConfig;
@@ -52,7 +53,7 @@ public final class EngineNode extends VerticleBase {
     static final Set<String> PASSED_RESPONSE_HEADERS = Set.of("content-type", "cache-control", "retry-after", "allow",
             "www-authenticate", "x-accel-buffering", "vary", "access-control-allow-origin", "access-control-allow-methods",
             "access-control-allow-headers", "access-control-max-age", "access-control-expose-headers", "x-ds4j-ignored-fields",
-            "x-ds4j-notes", "x-request-id");
+            HttpVerticle.NOTES_HEADER, "x-request-id");
 
     private final ServerState state;
     private final ClusterSupport cluster;

@@ -92,7 +92,7 @@ class GatewayRelayTest {
     }
 
     @Test
-    void theIgnoredFieldsHeaderOfAnEngineReachesTheClient() throws Exception {
+    void theIgnoredFieldsAndNotesHeadersOfAnEngineReachTheClient() throws Exception {
         try (Socket s = new Socket("127.0.0.1", node.port())) {
             s.setSoTimeout(60_000);
             byte[] body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_token\":3}".getBytes(StandardCharsets.UTF_8);
@@ -102,6 +102,18 @@ class GatewayRelayTest {
             String got = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
             assertTrue(got.startsWith("HTTP/1.1 200"), got);
             assertTrue(got.toLowerCase(Locale.ROOT).contains("\r\nx-ds4j-ignored-fields: max_token (did you mean max_tokens?)\r\n"), got);
+        }
+        // and its notes header (a reasoning budget with thinking off)
+        try (Socket s = new Socket("127.0.0.1", node.port())) {
+            s.setSoTimeout(60_000);
+            byte[] body = ("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2,\"reasoning_effort\":\"none\","
+                    + "\"thinking_token_budget\":5}").getBytes(StandardCharsets.UTF_8);
+            s.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            s.getOutputStream().write(body);
+            String got = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(got.startsWith("HTTP/1.1 200"), got);
+            assertTrue(got.toLowerCase(Locale.ROOT).contains("\r\nx-ds4j-notes: its reasoning budget (5 tokens) is not used: thinking is off\r\n"), got);
         }
     }
 
