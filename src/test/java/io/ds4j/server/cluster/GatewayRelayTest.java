@@ -93,40 +93,19 @@ class GatewayRelayTest {
 
     @Test
     void theIgnoredFieldsAndNotesHeadersOfAnEngineReachTheClient() throws Exception {
-        try (Socket s = new Socket("127.0.0.1", node.port())) {
-            s.setSoTimeout(60_000);
-            byte[] body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_token\":3}".getBytes(StandardCharsets.UTF_8);
-            s.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                    + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
-            s.getOutputStream().write(body);
-            String got = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-            assertTrue(got.startsWith("HTTP/1.1 200"), got);
-            assertTrue(got.toLowerCase(Locale.ROOT).contains("\r\nx-ds4j-ignored-fields: max_token (did you mean max_tokens?)\r\n"), got);
-        }
+        String got = post(node.port(), "/v1/chat/completions", "", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_token\":3}");
+        assertTrue(got.startsWith("HTTP/1.1 200"), got);
+        assertTrue(got.toLowerCase(Locale.ROOT).contains("\r\nx-ds4j-ignored-fields: max_token (did you mean max_tokens?)\r\n"), got);
         // and its notes header (a reasoning budget with thinking off)
-        try (Socket s = new Socket("127.0.0.1", node.port())) {
-            s.setSoTimeout(60_000);
-            byte[] body = ("{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2,\"reasoning_effort\":\"none\","
-                    + "\"thinking_token_budget\":5}").getBytes(StandardCharsets.UTF_8);
-            s.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                    + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
-            s.getOutputStream().write(body);
-            String got = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-            assertTrue(got.startsWith("HTTP/1.1 200"), got);
-            assertTrue(got.toLowerCase(Locale.ROOT).contains("\r\nx-ds4j-notes: its reasoning budget (5 tokens) is not used: thinking is off\r\n"), got);
-        }
+        got = post(node.port(), "/v1/chat/completions", "", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2,\"reasoning_effort\":\"none\","
+                + "\"thinking_token_budget\":5}");
+        assertTrue(got.startsWith("HTTP/1.1 200"), got);
+        assertTrue(got.toLowerCase(Locale.ROOT).contains("\r\nx-ds4j-notes: its reasoning budget (5 tokens) is not used: thinking is off\r\n"), got);
     }
 
     /** The raw answer of the gateway to a chat completion of one token, with the given extra header lines. */
     static String chat(String headers) throws Exception {
-        try (Socket s = new Socket("127.0.0.1", node.port())) {
-            s.setSoTimeout(60_000);
-            byte[] body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1}".getBytes(StandardCharsets.UTF_8);
-            s.getOutputStream().write(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                    + headers + "Content-Length: " + body.length + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
-            s.getOutputStream().write(body);
-            return new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        }
+        return post(node.port(), "/v1/chat/completions", headers, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":1}");
     }
 
     /** The values of the answer's X-Request-Id header lines. */
