@@ -217,6 +217,16 @@ final class RequestFraming {
                             + " hexadecimal digits from the start of its line (RFC 9112)"));
                     return;
                 }
+                // a control byte in the line (a bare CR, NUL, ...) is no part of a chunk extension's tokens and quoted
+                // strings; a bare CR must be refused or read as a blank (RFC 9112, section 2.2), and a front that ends
+                // the line at it frames the chunks otherwise than this server
+                int control = sizeLineControl(in);
+                if (control >= 0) {
+                    refuse(in, out, new IllegalArgumentException(String.format("the chunk-size line holds the control character"
+                            + " U+%04X; after the size a line holds only chunk extensions (;name=value, a value a token or"
+                            + " a quoted string) and ends with CRLF (RFC 9112)", control)));
+                    return;
+                }
                 String size = oversizedChunkSize(in);
                 if (size != null) {
                     refuse(in, out, new IllegalArgumentException("the chunk size '" + size
@@ -292,6 +302,23 @@ final class RequestFraming {
         int start = i;
         while (i < lf && Character.digit(in.getByte(i), 16) >= 0) i++;
         return in.toString(start, i - start, StandardCharsets.US_ASCII);
+    }
+
+    /**
+     * The first control byte (below 0x20 but TAB, or 0x7F) of the chunk-size line at the start of in, its ending CRLF
+     * (or bare LF, which RFC 9112 lets a recipient take as a line's end) aside; -1 for none or while the line is not all
+     * there.
+     */
+    static int sizeLineControl(ByteBuf in) {
+        int from = in.readerIndex();
+        int lf = in.indexOf(from, Math.min(in.writerIndex(), from + 8192), (byte) '\n');
+        if (lf < 0) return -1;
+        int end = lf > from && in.getByte(lf - 1) == '\r' ? lf - 1 : lf;
+        for (int i = from; i < end; i++) {
+            int b = in.getByte(i) & 0xff;
+            if ((b < 0x20 && b != '\t') || b == 0x7f) return b;
+        }
+        return -1;
     }
 
     /** Whether the chunk-size line at the start of in is all there and begins with a space or a TAB. */

@@ -138,13 +138,18 @@ class RequestFramingTest {
     void aChunkedBodyThatCannotBeReadIs400AndCloses() throws Exception {
         // blanks before the size: RFC 9112's chunk-size is 1*HEXDIG, which Netty took after trimming them
         for (String size : new String[]{"zz", "fffffffffffffffffff", "-1", "100000000", "0000000100000000", "80000000",
-                "10000003c", " " + Integer.toHexString(BODY.length()), "\t" + Integer.toHexString(BODY.length())}) {
+                "10000003c", " " + Integer.toHexString(BODY.length()), "\t" + Integer.toHexString(BODY.length()),
+                // a control byte in an extension: a bare CR (a front may end the line there), a NUL, a DEL
+                Integer.toHexString(BODY.length()) + ";a\rb", Integer.toHexString(BODY.length()) + ";a=\u0000",
+                Integer.toHexString(BODY.length()) + ";\u007f"}) {
             String answer = untilClosed(post("1.1", "Transfer-Encoding: chunked\r\nX-Request-Id: job-8\r\n") + size + "\r\n" + BODY
                     + "\r\n0\r\n\r\n");
             JsonNode e = refused(answer, 400, "invalid_chunked_body");
             // answered beside the router, it echoes the client's id as the route's answer would
             assertTrue(answer.toLowerCase(java.util.Locale.ROOT).contains("\r\nx-request-id: job-8\r\n"), answer);
             assertTrue(e.get("message").asText().startsWith("the request's chunked body cannot be read: "), e.toString());
+            if (size.endsWith(";a\rb"))
+                assertTrue(e.get("message").asText().contains("the chunk-size line holds the control character U+000D"), e.toString());
             if (size.equals("zz"))
                 assertEquals("the request's chunked body cannot be read: a chunk's size is not a hexadecimal number: each chunk"
                         + " of a chunked body starts with its size in hexadecimal digits alone, then CRLF", e.get("message").asText());
@@ -178,7 +183,7 @@ class RequestFramingTest {
         }
         assertEquals(1, answers(answer), answer);
         String metrics = server.get("/metrics").body();
-        assertTrue(metrics.contains("ds4j:requests_rejected_total{reason=\"invalid_chunked_body\"} 10.0"), metrics);
+        assertTrue(metrics.contains("ds4j:requests_rejected_total{reason=\"invalid_chunked_body\"} 13.0"), metrics);
         // a size line with a byte past ASCII: Netty's own index error was the message
         try (Socket s = new Socket("127.0.0.1", server.port)) {
             s.setSoTimeout(10_000);
@@ -526,9 +531,12 @@ class RequestFramingTest {
             s.setSoTimeout(10_000);
             OutputStream o = s.getOutputStream();
             var in = new java.io.BufferedReader(new java.io.InputStreamReader(s.getInputStream(), StandardCharsets.UTF_8));
-            // the coding's name in any letter case; then a second request on the same connection
-            for (String te : new String[]{"chunked", "Chunked"}) {
-                o.write((post("1.1", "Transfer-Encoding: " + te + "\r\n") + chunked(BODY)).getBytes(StandardCharsets.UTF_8));
+            // the coding's name in any letter case; then a second request on the same connection; then chunk extensions
+            // (a token, a quoted string with a blank and a TAB, bytes past ASCII), which are read past
+            String ext = Integer.toHexString(BODY.length()) + ";a=b;c=\"x y\tz\u00e9\"\r\n" + BODY + "\r\n0\r\n\r\n";
+            for (String te : new String[]{"chunked", "Chunked", "chunked "}) {
+                o.write((post("1.1", "Transfer-Encoding: " + te.strip() + "\r\n") + (te.endsWith(" ") ? ext : chunked(BODY)))
+                        .getBytes(StandardCharsets.UTF_8));
                 assertTrue(in.readLine().startsWith("HTTP/1.1 200 "), te);
                 int length = -1;
                 for (String h = in.readLine(); !h.isEmpty(); h = in.readLine())
