@@ -306,8 +306,8 @@ final class RequestFraming {
 
     /**
      * The first control byte (below 0x20 but TAB, or 0x7F) of the chunk-size line at the start of in, its ending CRLF
-     * (or bare LF, which RFC 9112 lets a recipient take as a line's end) aside; -1 for none or while the line is not all
-     * there.
+     * aside; -1 for none or while the line is not all there. A line that ends with a bare LF is passed on: the decoder
+     * refuses it ("Line Feed must be preceded by Carriage Return").
      */
     static int sizeLineControl(ByteBuf in) {
         int from = in.readerIndex();
@@ -684,13 +684,17 @@ final class RequestFraming {
     /**
      * What is wrong with a chunked body Netty could not read, in words: a size line that is no hexadecimal number
      * (Netty says "Invalid character in chunk size" or "Empty chunk size", and for a byte past ASCII fails with an index
-     * out of bounds of its own table), else {@link HttpVerticle#decodeProblem}'s reading of its message.
+     * out of bounds of its own table), a size line past the decoder's line limit (its extensions: not the request
+     * line, which {@link HttpVerticle#decodeProblem} names for the same exception), else decodeProblem's reading of
+     * its message.
      */
     static String chunkProblem(Throwable cause) {
         String m = cause != null && cause.getMessage() != null ? cause.getMessage() : "";
         if (cause instanceof IndexOutOfBoundsException || m.startsWith("Invalid character in chunk size") || m.startsWith("Empty chunk size"))
             return "a chunk's size is not a hexadecimal number: each chunk of a chunked body starts with its size in"
                     + " hexadecimal digits alone, then CRLF";
+        if (cause instanceof io.netty.handler.codec.http.TooLongHttpLineException)
+            return "a chunk-size line is longer than the server reads (" + m.strip() + "): send shorter chunk extensions, or none";
         return HttpVerticle.decodeProblem(cause);
     }
 }
