@@ -200,6 +200,10 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         // C fragment: c0, c1 = (row g, keys 2t, 2t+1), c2, c3 = row g+8; sum the warp's 16 rows (one query's heads)
         const int r0 = warp * 16 + g, r1 = r0 + 8;
         const float w0 = wsc[r0], w1 = wsc[r1], u0 = unsc[r0], u1 = unsc[r1];
+        // the two rows' terms for key 2t + c of n-tile ni, added: what the warp's shuffles then sum over its 8 lanes
+        auto pair = [&](int ni, int c) {
+            return add(term(w0, mul(acc[ni][c], u0), s_scale), term(w1, mul(acc[ni][2 + c], u1), s_scale));
+        };
         if constexpr (LEAN) {
             // the 8 lanes' sums (rows g) as a transposed butterfly: at each of three steps (lanes 4, 8, 16 apart: bits
             // 0, 1, 2 of g) a lane keeps half of its values, sends the other half and adds what its partner sent for
@@ -215,9 +219,7 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
                 for (int ni = 0; ni < KT / 16; ni++)
 #pragma unroll
                     for (int c = 0; c < 2; c++) {
-                        const float a = add(term(w0, mul(acc[ni][c], u0), s_scale), term(w1, mul(acc[ni][2 + c], u1), s_scale));
-                        const float b = add(term(w0, mul(acc[ni + KT / 16][c], u0), s_scale),
-                                            term(w1, mul(acc[ni + KT / 16][2 + c], u1), s_scale));
+                        const float a = pair(ni, c), b = pair(ni + KT / 16, c);
                         v[2 * ni + c] = add(upper ? b : a, DS4J_SHFL_XOR(upper ? a : b, 4));
                     }
             }
@@ -236,8 +238,7 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         } else {
 #pragma unroll
             for (int ni = 0; ni < KT / 8; ni++) {
-                float t0 = add(term(w0, mul(acc[ni][0], u0), s_scale), term(w1, mul(acc[ni][2], u1), s_scale));
-                float t1 = add(term(w0, mul(acc[ni][1], u0), s_scale), term(w1, mul(acc[ni][3], u1), s_scale));
+                float t0 = pair(ni, 0), t1 = pair(ni, 1);
 #pragma unroll
                 for (int o = 4; o < 32; o <<= 1) {
                     t0 = add(t0, DS4J_SHFL_XOR(t0, o));

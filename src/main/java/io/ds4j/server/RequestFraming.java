@@ -294,8 +294,7 @@ final class RequestFraming {
      * no hex digit (an extension's ';', a blank, the line's end); null while its line is not all there.
      */
     private static String chunkSizeDigits(ByteBuf in) {
-        int from = in.readerIndex(), to = in.writerIndex();
-        int lf = in.indexOf(from, Math.min(to, from + 8192), (byte) '\n');
+        int from = in.readerIndex(), lf = lineEnd(in, from);
         if (lf < 0) return null;
         int i = from;
         while (i < lf && (in.getByte(i) == ' ' || in.getByte(i) == '\t')) i++;
@@ -310,8 +309,7 @@ final class RequestFraming {
      * refuses it ("Line Feed must be preceded by Carriage Return").
      */
     static int sizeLineControl(ByteBuf in) {
-        int from = in.readerIndex();
-        int lf = in.indexOf(from, Math.min(in.writerIndex(), from + 8192), (byte) '\n');
+        int from = in.readerIndex(), lf = lineEnd(in, from);
         if (lf < 0) return -1;
         int end = lf > from && in.getByte(lf - 1) == '\r' ? lf - 1 : lf;
         for (int i = from; i < end; i++) {
@@ -321,10 +319,21 @@ final class RequestFraming {
         return -1;
     }
 
+    /**
+     * The index of the LF that ends the line starting at from, looked for in the bytes there within
+     * {@link #LINE_LOOKAHEAD}; -1 while it has not come (a longer line is left to the decoder's own limits).
+     */
+    private static int lineEnd(ByteBuf in, int from) {
+        return in.indexOf(from, Math.min(in.writerIndex(), from + LINE_LOOKAHEAD), (byte) '\n');
+    }
+
+    /** How far a line's end is looked for: past the decoder's line limit ({@link HeadDeadline#MAX_REQUEST_LINE}). */
+    private static final int LINE_LOOKAHEAD = 8192;
+
     /** Whether the chunk-size line at the start of in is all there and begins with a space or a TAB. */
     static boolean sizeLineStartsBlank(ByteBuf in) {
         int from = in.readerIndex();
-        if (in.indexOf(from, Math.min(in.writerIndex(), from + 8192), (byte) '\n') < 0) return false;
+        if (lineEnd(in, from) < 0) return false;
         byte b = in.getByte(from);
         return b == ' ' || b == '\t';
     }
@@ -372,7 +381,7 @@ final class RequestFraming {
         // the line looked at is the first after them, else "\r\nGET /a\tb" was taken for an empty line and passed
         int s = from;
         while (s < to && (in.getByte(s) & 0xFF) <= 0x20) s++;
-        int lf = in.indexOf(s, Math.min(to, s + 8192), (byte) '\n');
+        int lf = lineEnd(in, s);
         if (lf < 0) return null;
         int e = lf;
         while (e > s && in.getByte(e - 1) == '\r') e--;

@@ -1092,6 +1092,9 @@ final class Requests {
                 param, param + ": " + e.problem(), null);
     }
 
+    /** The schema keywords that hold a list of schemas: an index after one is written in brackets ({@link #dotted}). */
+    private static final java.util.Set<String> INDEXED = java.util.Set.of("anyOf", "oneOf", "allOf", "prefixItems", "items");
+
     /** A JSON pointer inside a schema as a field path: {@code /properties/x/anyOf/0} → {@code .properties.x.anyOf[0]}. */
     static String dotted(String pointer) {
         String p = pointer.startsWith("#") ? pointer.substring(1) : pointer;
@@ -1101,7 +1104,7 @@ final class Requests {
         String previous = "";
         for (String raw : p.split("/", -1)) {
             String seg = raw.replace("~1", "/").replace("~0", "~");
-            if (seg.matches("\\d+") && java.util.Set.of("anyOf", "oneOf", "allOf", "prefixItems", "items").contains(previous))
+            if (seg.matches("\\d+") && INDEXED.contains(previous))
                 out.append('[').append(seg).append(']');
             else if (seg.matches("[A-Za-z0-9_$-]+")) out.append('.').append(seg);
             else out.append('[').append(Json.write(com.fasterxml.jackson.databind.node.TextNode.valueOf(seg))).append(']');
