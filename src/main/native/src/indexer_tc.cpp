@@ -77,18 +77,20 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
     // 1. queries: warp w converts rows 16w .. 16w+15 (row r = query r / HI, head r % HI); the 16 rows' loads all go
     // out before the first is converted (one round trip for the warp's rows instead of one a row; BENCHMARKS.md,
     // forty-third session, one measurement: a 16-entry step's call 10 % shorter, a one-row call unchanged)
+    // A warp's 16 rows are heads h0 .. h0 + 15 of one query (HI is a multiple of 16), so whether that query is scored
+    // is found once a warp (a 64-bit division), not once a row
+    const int qw = warp * 16 / HI, sw = s0 + qw, h0 = warp * 16 % HI;
+    const bool live = qw < qpb && sw < S && (N0 + sw + 1) / m > K;
     float4 qv[16];
 #pragma unroll
     for (int i = 0; i < 16; i++) {
-        const int r = warp * 16 + i, q = r / HI, h = r % HI, s = s0 + q;
-        const bool live = q < qpb && s < S && (N0 + s + 1) / m > K;
         qv[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (live && lane * 4 < dI) qv[i] = __ldg(reinterpret_cast<const float4*>(qi + ((int64_t)s * HI + h) * dI) + lane);
+        if (live && lane * 4 < dI)
+            qv[i] = __ldg(reinterpret_cast<const float4*>(qi + ((int64_t)sw * HI + h0 + i) * dI) + lane);
     }
 #pragma unroll
     for (int i = 0; i < 16; i++) {
-        const int r = warp * 16 + i, q = r / HI, h = r % HI, s = s0 + q;
-        const bool live = q < qpb && s < S && (N0 + s + 1) / m > K;
+        const int r = warp * 16 + i;
         const float4 v = qv[i];
         const float mx = warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
         // 2^t puts the row's largest |value| in [2^14, 2^15): F16 hi cannot overflow, lo stays normal down to
@@ -108,7 +110,7 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         }
         if (lane == 0) {
             unsc[r] = __uint_as_float((uint32_t)(127 - t) << 23);
-            wsc[r] = live ? mul(wt[(int64_t)s * HI + h], w_scale) : 0.f;
+            wsc[r] = live ? mul(wt[(int64_t)sw * HI + h0 + i], w_scale) : 0.f;
         }
     }
 
@@ -138,6 +140,19 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         }
     };
     load(0);
+    // step 3's (query, key) items: a thread's items, and the entries their query sees, are the same at every tile
+    // (0: the query is past S or not scored), so the 64-bit divisions run once a block, not once a tile
+    constexpr int ITEMS = (ROWS / 16 * KT + THREADS - 1) / THREADS;  // qpb * KT <= ROWS / 16 * KT
+    int64_t seen[ITEMS];
+#pragma unroll
+    for (int it = 0; it < ITEMS; it++) {
+        const int s = s0 + (tid + it * THREADS) / KT;
+        seen[it] = 0;
+        if (tid + it * THREADS < qpb * KT && s < S) {
+            const int64_t avail = (N0 + s + 1) / m;
+            if (avail > K) seen[it] = avail;
+        }
+    }
     // LEAN: only the rows of the block's queries below S are multiplied (a block of the last queries may hold fewer
     // than qpb; the others' sums are never read), else every row (the kernels as measured so far)
     const int rows_used = (LEAN ? min(qpb, S - s0) : qpb) * HI;
@@ -253,14 +268,14 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         __syncthreads();
         // 3. per (query, key): the query's warps in order
         const int64_t eb = e0 + (int64_t)tile * KT;
-        for (int idx = tid; idx < qpb * KT; idx += THREADS) {
-            const int q = idx / KT, j = idx % KT, s = s0 + q;
-            if (s >= S) continue;
-            const int64_t avail = (N0 + s + 1) / m, e = eb + j;
-            if (avail <= K || e >= avail) continue;
+#pragma unroll
+        for (int it = 0; it < ITEMS; it++) {
+            const int idx = tid + it * THREADS, q = idx / KT, j = idx % KT;
+            const int64_t e = eb + j;
+            if (e >= seen[it]) continue;  // also every item past qpb * KT or S, and every query not scored
             float sum = 0.f;
             for (int w = q * HI / 16; w < (q + 1) * HI / 16; w++) sum = add(sum, part[w * KT + j]);
-            scores[(int64_t)s * ld + e] = sum;
+            scores[(int64_t)(s0 + q) * ld + e] = sum;
         }
     }
 }
