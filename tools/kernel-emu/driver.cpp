@@ -460,21 +460,23 @@ static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
     std::vector<float> keys32(maxAvail * dI + 8);
     float* k32 = (float*)(((uintptr_t)keys32.data() + 15) & ~(uintptr_t)15);
     for (int64_t i = 0; i < maxAvail * dI; i++) k32[i] = emu_f16(kp[i]);
-    // lean: the kernels' LEAN loop (ldmatrix fragments, the rows of queries past the step's last not multiplied)
+    // lean: the kernels' LEAN loop (1: ldmatrix fragments, the rows of queries past the step's last not multiplied;
+    // 2: that loop with one barrier a tile, two key buffers)
     auto rows_run = [&](const ds4j_seq_view* views, int nseq, bool f32, int rows, int tiles, int64_t n0, int s_cnt,
-                        const float* qq, const float* ww, float* out, bool lean = false) {
+                        const float* qq, const float* ww, float* out, int lean = 0) {
         const int per = rows / HI;
         dim3 g((s_cnt + per - 1) / per, (maxAvail + 64 * tiles - 1) / (64 * tiles), nseq);
         auto run = [&](auto lean_c) {
-            constexpr bool L = decltype(lean_c)::value;
+            constexpr int L = decltype(lean_c)::value;
             if (rows == 64 && f32) itc::indexer_tc_rows_kernel<float, 64, L>(views, qq, ww, k32, n0, s_cnt, m, HI, dI, K, w_scale, s_scale, out, ld, tiles);
             else if (rows == 64) itc::indexer_tc_rows_kernel<uint16_t, 64, L>(views, qq, ww, kp, n0, s_cnt, m, HI, dI, K, w_scale, s_scale, out, ld, tiles);
             else if (f32) itc::indexer_tc_rows_kernel<float, 128, L>(views, qq, ww, k32, n0, s_cnt, m, HI, dI, K, w_scale, s_scale, out, ld, tiles);
             else itc::indexer_tc_rows_kernel<uint16_t, 128, L>(views, qq, ww, kp, n0, s_cnt, m, HI, dI, K, w_scale, s_scale, out, ld, tiles);
         };
-        emu_launch(g, dim3(2 * rows), itc::smem_bytes(rows, dI), [&] {
-            if (lean) run(std::true_type{});
-            else run(std::false_type{});
+        emu_launch(g, dim3(2 * rows), itc::smem_bytes(rows, dI, lean == 2 ? 2 : 1), [&] {
+            if (lean == 2) run(std::integral_constant<int, 2>{});
+            else if (lean == 1) run(std::integral_constant<int, 1>{});
+            else run(std::integral_constant<int, 0>{});
         });
     };
     int same = 0;
@@ -487,24 +489,28 @@ static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
     const int rows_v[2] = {64, 128};
     for (int rv = 0; rv < 2; rv++) {
         if (rows_v[rv] < HI) continue;
-        for (bool lean : {false, true}) {
-            for (int tiles : {1, 3}) {
+        for (int lean : {0, 1, 2}) {
+            const char* names[3][2] = {{"verify step", "on F32 keys"}, {"verify step (lean)", "on F32 keys (lean)"},
+                                       {"verify step (lean, one barrier)", "on F32 keys (lean, one barrier)"}};
+            for (int tiles : {1, 2, 3}) {
                 std::vector<float> o(S * ld, -555.f);
                 rows_run(nullptr, 1, false, rows_v[rv], tiles, N0, S, q, wt.data(), o.data(), lean);
-                cmp(lean ? "verify step (lean)" : "verify step", o, 0, S);
+                cmp(names[lean][0], o, 0, S);
             }
             std::vector<float> o(S * ld, -555.f);
             rows_run(nullptr, 1, true, rows_v[rv], 8, N0, S, q, wt.data(), o.data(), lean);
-            cmp(lean ? "on F32 keys (lean)" : "on F32 keys", o, 0, S);
+            cmp(names[lean][1], o, 0, S);
         }
     }
     for (int s : {0, S / 2, S - 1}) {  // one query alone: decode at position N0 + s
         std::vector<float> o(S * ld, -555.f);
         rows_run(nullptr, 1, false, HI <= 64 ? 64 : 128, 2, N0 + s, 1, q + (size_t)s * HI * dI, wt.data() + s * HI, o.data() + s * ld);
         cmp("decode", o, s, 1);
-        std::vector<float> ol(S * ld, -555.f);  // and in a block of 128 rows, whose second query is past the step
-        rows_run(nullptr, 1, false, 128, 2, N0 + s, 1, q + (size_t)s * HI * dI, wt.data() + s * HI, ol.data() + s * ld, true);
-        cmp("decode (lean)", ol, s, 1);
+        for (int lean : {1, 2}) {  // and in a block of 128 rows, whose second query is past the step
+            std::vector<float> ol(S * ld, -555.f);
+            rows_run(nullptr, 1, false, 128, 2 + lean, N0 + s, 1, q + (size_t)s * HI * dI, wt.data() + s * HI, ol.data() + s * ld, lean);
+            cmp(lean == 1 ? "decode (lean)" : "decode (lean, one barrier)", ol, s, 1);
+        }
     }
     if (S >= 2) {
         const int s1 = S / 2;
@@ -512,9 +518,11 @@ static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
         std::vector<float> o(S * ld, -555.f);
         rows_run(vs, 2, false, 128, 1, 0, std::max(s1, S - s1), q, wt.data(), o.data());
         cmp("two sequences", o, 0, S);
-        std::vector<float> ol(S * ld, -555.f);
-        rows_run(vs, 2, false, 128, 1, 0, std::max(s1, S - s1), q, wt.data(), ol.data(), true);
-        cmp("two sequences (lean)", ol, 0, S);
+        for (int lean : {1, 2}) {
+            std::vector<float> ol(S * ld, -555.f);
+            rows_run(vs, 2, false, 128, 2 * lean - 1, 0, std::max(s1, S - s1), q, wt.data(), ol.data(), lean);
+            cmp(lean == 1 ? "two sequences (lean)" : "two sequences (lean, one barrier)", ol, 0, S);
+        }
     }
     printf("indexer HI %d dI %d N0 %ld S %d m %d K %d qmode %d: %d scores, worst rel %.3g; decode / verify kernel: %d runs"
            " bit-identical; hash %016llx\n", HI, dI, (long)N0, S, m, K, idx_qmode, scored, worst, same,

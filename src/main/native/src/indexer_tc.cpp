@@ -26,10 +26,13 @@ constexpr int KT = 64;       // keys per tile
 constexpr int TILES = 8;     // most tiles per block: up to 512 keys share one conversion of the queries
 constexpr int DMAX = 128;    // largest d_I (shared memory)
 
-/** Shared words of one block of rows (query, head) rows for key width dI: queries hi, lo, keys, partials, factors. */
-static inline size_t smem_bytes(int rows, int dI) {
+/**
+ * Shared bytes of one block of rows (query, head) rows for key width dI: queries hi, lo, nb key tiles, nb sets of
+ * partial sums, factors (nb 2: score_block's LEAN 2).
+ */
+static inline size_t smem_bytes(int rows, int dI, int nb = 1) {
     const int ldq = dI / 2 + 4;
-    return 4 * ((size_t)2 * rows * ldq + (size_t)KT * ldq + (size_t)(rows / 16) * KT + 2 * rows);
+    return 4 * ((size_t)2 * rows * ldq + nb * ((size_t)KT * ldq + (size_t)(rows / 16) * KT) + 2 * rows);
 }
 
 /** Eight F32 keys values (F16 numbers, so exactly) as the F16 halves of one 16-byte chunk. */
@@ -51,7 +54,7 @@ __device__ __forceinline__ float term(float wsc, float dot, float s_scale) { ret
  * with which other queries or keys, does not change its bits: head h always sits in row h % 16 of its warp, key e in
  * column e % 8 of its n-tile (e0 is a multiple of KT), and the sum runs over the query's warps in order.
  */
-template <typename T, int ROWS, bool LEAN = false>
+template <typename T, int ROWS, int LEAN = 0>
 __device__ __forceinline__ void score_block(const float* __restrict__ qi, const float* __restrict__ wt,
                                             const T* __restrict__ keys, int64_t N0, int S, int m, int HI, int dI,
                                             int K, float w_scale, float s_scale, float* scores, int64_t ld, int s0,
@@ -61,9 +64,10 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
     const int ldq = dI / 2 + 4;  // row stride in words: rows 8 apart fall 4 banks apart, fragment loads conflict-free
     uint32_t* qh = sm;
     uint32_t* ql = qh + ROWS * ldq;
-    uint32_t* ks = ql + ROWS * ldq;
-    float* part = reinterpret_cast<float*>(ks + KT * ldq);  // [WARPS][KT]
-    float* wsc = part + WARPS * KT;                          // [ROWS] w_{t,h} H_I^-1/2 (0: row not scored)
+    constexpr int NB = LEAN == 2 ? 2 : 1;  // key tiles and partial sums held: LEAN 2 fills one while the other is read
+    uint32_t* ks = ql + ROWS * ldq;                              // [NB][KT][ldq]
+    float* part = reinterpret_cast<float*>(ks + NB * KT * ldq);  // [NB][WARPS][KT]
+    float* wsc = part + NB * WARPS * KT;                         // [ROWS] w_{t,h} H_I^-1/2 (0: row not scored)
     float* unsc = wsc + ROWS;                                // [ROWS] 2^-t, undoing the row's scaling
 
     const int qpb = ROWS / HI;  // queries per block
@@ -156,8 +160,8 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
     // LEAN: only the rows of the block's queries below S are multiplied (a block of the last queries may hold fewer
     // than qpb; the others' sums are never read), else every row (the kernels as measured so far)
     const int rows_used = (LEAN ? min(qpb, S - s0) : qpb) * HI;
-    for (int tile = 0; tile < ntiles; tile++) {
-        __syncthreads();  // the previous tile's keys and partial sums are consumed; the queries are stored
+    // the keys held in registers (the last load) into key buffer b
+    auto store = [&](int b) {
 #pragma unroll
         for (int i = 0; i < KCH; i++) {
             const int c = tid + i * THREADS, j = c / cpk;
@@ -165,18 +169,19 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
                 uint4 w;
                 if constexpr (F32) w = pack_f16x8(kf[2 * i], kf[2 * i + 1]);
                 else w = kq[i];
-                *reinterpret_cast<uint4*>(ks + j * ldq + (c % cpk) * 4) = w;
+                *reinterpret_cast<uint4*>(ks + (b * KT + j) * ldq + (c % cpk) * 4) = w;
             }
         }
-        __syncthreads();
-        if (tile + 1 < ntiles) load(tile + 1);
+    };
+    // the warp's 16 rows times the keys kb (one buffer), the terms summed over the rows into partial sums p [WARPS][KT]
+    auto multiply = [&](const uint32_t* kb, float* p) {
         float acc[KT / 8][4];
 #pragma unroll
         for (int ni = 0; ni < KT / 8; ni++)
 #pragma unroll
             for (int j = 0; j < 4; j++) acc[ni][j] = 0.f;
         if (warp * 16 < rows_used) {  // warps past the last query's rows have nothing to multiply
-            if constexpr (LEAN) {
+            if constexpr (LEAN != 0) {
                 // fragments through ldmatrix, lane addresses in words: A = the warp's rows 0-7 / 8-15 at the k-step's
                 // words 0-3, then 4-7 (a0 .. a3); B = keys 0-7 at words 0-3, 4-7, then keys 8-15 (b0, b1 of two n-tiles)
                 const int oa = (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ldq + (lane >> 4) * 4;
@@ -188,7 +193,7 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
 #pragma unroll
                     for (int ni = 0; ni < KT / 8; ni += 2) {
                         uint32_t b[4];  // b0, b1 of n-tile ni, then of ni + 1
-                        tc::ldsm_x4(b, ks + ob + ni * 8 * ldq + kk * 8);
+                        tc::ldsm_x4(b, kb + ob + ni * 8 * ldq + kk * 8);
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
                             tc::mma_f16(acc[ni + h], ah, b[2 * h], b[2 * h + 1]);
@@ -205,7 +210,7 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
 #pragma unroll
                     for (int ni = 0; ni < KT / 8; ni++) {
                         const int ob = (ni * 8 + g) * ldq + kk * 8 + tig;
-                        const uint32_t b0 = ks[ob], b1 = ks[ob + 4];
+                        const uint32_t b0 = kb[ob], b1 = kb[ob + 4];
                         tc::mma_f16(acc[ni], ah, b0, b1);
                         tc::mma_f16(acc[ni], al, b0, b1);
                     }
@@ -219,7 +224,7 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
         auto pair = [&](int ni, int c) {
             return add(term(w0, mul(acc[ni][c], u0), s_scale), term(w1, mul(acc[ni][2 + c], u1), s_scale));
         };
-        if constexpr (LEAN) {
+        if constexpr (LEAN != 0) {
             // the 8 lanes' sums (rows g) as a transposed butterfly: at each of three steps (lanes 4, 8, 16 apart: bits
             // 0, 1, 2 of g) a lane keeps half of its values, sends the other half and adds what its partner sent for
             // the half it kept. Each value is summed over the same pairs in the same order as the loop below, so the
@@ -249,7 +254,7 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
                 }
             }
             const int ni = 4 * (g & 1) + 2 * ((g >> 1) & 1) + (g >> 2);
-            *reinterpret_cast<float2*>(part + warp * KT + ni * 8 + 2 * tig) = make_float2(v[0], v[1]);
+            *reinterpret_cast<float2*>(p + warp * KT + ni * 8 + 2 * tig) = make_float2(v[0], v[1]);
         } else {
 #pragma unroll
             for (int ni = 0; ni < KT / 8; ni++) {
@@ -260,13 +265,14 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
                     t1 = add(t1, DS4J_SHFL_XOR(t1, o));
                 }
                 if (g == 0) {
-                    part[warp * KT + ni * 8 + 2 * tig] = t0;
-                    part[warp * KT + ni * 8 + 2 * tig + 1] = t1;
+                    p[warp * KT + ni * 8 + 2 * tig] = t0;
+                    p[warp * KT + ni * 8 + 2 * tig + 1] = t1;
                 }
             }
         }
-        __syncthreads();
-        // 3. per (query, key): the query's warps in order
+    };
+    // 3. per (query, key) of tile `tile`: the query's warps in order, from partial sums p
+    auto finish = [&](int tile, const float* p) {
         const int64_t eb = e0 + (int64_t)tile * KT;
 #pragma unroll
         for (int it = 0; it < ITEMS; it++) {
@@ -274,9 +280,38 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
             const int64_t e = eb + j;
             if (e >= seen[it]) continue;  // also every item past qpb * KT or S, and every query not scored
             float sum = 0.f;
-            for (int w = q * HI / 16; w < (q + 1) * HI / 16; w++) sum = add(sum, part[w * KT + j]);
+            for (int w = q * HI / 16; w < (q + 1) * HI / 16; w++) sum = add(sum, p[w * KT + j]);
             scores[(int64_t)(s0 + q) * ld + e] = sum;
         }
+    };
+    if constexpr (NB == 1) {
+        for (int tile = 0; tile < ntiles; tile++) {
+            __syncthreads();  // the previous tile's keys and partial sums are consumed; the queries are stored
+            store(0);
+            __syncthreads();
+            if (tile + 1 < ntiles) load(tile + 1);
+            multiply(ks, part);
+            __syncthreads();
+            finish(tile, part);
+        }
+    } else {
+        // one barrier a tile: tile t's keys were stored into buffer t % 2 during tile t - 1, and tile t - 1's sums are
+        // finished while tile t is multiplied. At the barrier of tile t every warp has multiplied tile t - 1 (so its
+        // key buffer, (t + 1) % 2, may be refilled) and finished tile t - 2 (so partial sums t % 2 may be rewritten);
+        // the first barrier also follows the queries' staging.
+        store(0);
+        if (ntiles > 1) load(1);
+        for (int tile = 0; tile < ntiles; tile++) {
+            __syncthreads();
+            if (tile + 1 < ntiles) {
+                store((tile + 1) & 1);
+                if (tile + 2 < ntiles) load(tile + 2);
+            }
+            if (tile > 0) finish(tile - 1, part + ((tile - 1) & 1) * WARPS * KT);
+            multiply(ks + (tile & 1) * KT * ldq, part + (tile & 1) * WARPS * KT);
+        }
+        __syncthreads();
+        finish(ntiles - 1, part + ((ntiles - 1) & 1) * WARPS * KT);
     }
 }
 
@@ -299,7 +334,7 @@ indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, co
  * run together and share it in L2; blockIdx.y the key ranges of `tiles` tiles; blockIdx.z the sequence when views is
  * not null (its N0, S, row0 and keys = view.store replace the arguments).
  */
-template <typename T, int ROWS, bool LEAN = false>
+template <typename T, int ROWS, int LEAN = 0>
 __global__ void __launch_bounds__(2 * ROWS)
 indexer_tc_rows_kernel(const ds4j_seq_view* views, const float* __restrict__ qi, const float* __restrict__ wt,
                        const T* __restrict__ keys, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale,
@@ -362,16 +397,17 @@ static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const
                          const T* keys, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale, float s_scale,
                          float* scores, int64_t ld, int64_t most, int* rc) {
     using namespace itc;
-    static int64_t granted[5][64];  // per kernel (rows 64, rows 128, prefill, the two lean ones) and device: opted-in bytes
+    static int64_t granted[7][64];  // per kernel (rows 64, rows 128, prefill, two lean, two lean with one barrier) and
+                                    // device: opted-in bytes
     const int64_t kt = (most + KT - 1) / KT;  // key tiles
     if (views || S <= 64) {  // few queries (decode, verify, a batch's steps): the keys' blocks run together
         // measurement switches (same bits: a score does not depend on its block, see score_block):
         // DS4J_INDEXER_ROWS64=1 blocks of 64 rows at any query count; DS4J_INDEXER_TILES=T up to T key tiles a block;
         // DS4J_INDEXER_LEAN=1 the loop with ldmatrix fragments that skips unused rows and sums rows by a transposed
-        // butterfly (score_block's LEAN; the same bits in the kernel emulator, not yet run on a GPU, so off by default:
-        // BENCHMARKS.md, fifty-fifth and fifty-sixth sessions)
-        static std::atomic<int> rows64{-1}, most_tiles{0}, lean_on{-1};
-        const bool lean = env_equals(lean_on, "DS4J_INDEXER_LEAN", "1");
+        // butterfly, =2 that loop with one barrier a tile (two key buffers) (score_block's LEAN; the same bits in the
+        // kernel emulator, not yet run on a GPU, so off by default: BENCHMARKS.md, fifty-fifth to fifty-seventh sessions)
+        static std::atomic<int> rows64{-1}, most_tiles{0}, lean_on{0};
+        const int lean = env_choice(lean_on, "DS4J_INDEXER_LEAN", 0, 0, 2);
         const bool small = HI <= 64 && ((int64_t)S * HI <= 64 || env_equals(rows64, "DS4J_INDEXER_ROWS64", "1"));
         const int qpb = (small ? 64 : 128) / HI;
         const int64_t groups = ((int64_t)S + qpb - 1) / qpb;
@@ -381,15 +417,19 @@ static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const
         const int64_t kb = (kt + tiles - 1) / tiles;
         if (groups > 0x7fffffff || kb > 65535 || n > 65535) return false;
         dim3 grid((unsigned)groups, (unsigned)kb, (unsigned)n);
-        const size_t smem = smem_bytes(small ? 64 : 128, dI);
+        const size_t smem = smem_bytes(small ? 64 : 128, dI, lean == 2 ? 2 : 1);
         auto go = [&](auto kernel, int64_t* g, int threads) {
             return tc_launch(ctx, g, kernel, grid, threads, smem, views, qi, wt, keys, N0, S, m, HI, dI, K, w_scale,
                              s_scale, scores, ld, tiles);
         };
-        *rc = small ? (lean ? go(indexer_tc_rows_kernel<T, 64, true>, granted[3], 128)
-                            : go(indexer_tc_rows_kernel<T, 64>, granted[0], 128))
-                    : (lean ? go(indexer_tc_rows_kernel<T, 128, true>, granted[4], 256)
-                            : go(indexer_tc_rows_kernel<T, 128>, granted[1], 256));
+        if (small)
+            *rc = lean == 2   ? go(indexer_tc_rows_kernel<T, 64, 2>, granted[5], 128)
+                  : lean == 1 ? go(indexer_tc_rows_kernel<T, 64, 1>, granted[3], 128)
+                              : go(indexer_tc_rows_kernel<T, 64>, granted[0], 128);
+        else
+            *rc = lean == 2   ? go(indexer_tc_rows_kernel<T, 128, 2>, granted[6], 256)
+                  : lean == 1 ? go(indexer_tc_rows_kernel<T, 128, 1>, granted[4], 256)
+                              : go(indexer_tc_rows_kernel<T, 128>, granted[1], 256);
         return true;
     }
     const int qpb = 128 / HI;
