@@ -910,8 +910,12 @@ final class Requests {
             return Grammar.jsonSchema(schema);
         } catch (UnsupportedSchemaException e) {
             if (e.invalid()) throw schemaError("response_format.json_schema.schema", e);
-            notes.add("response_format json_schema without strict true is not enforced" + unenforced(rendered) + ": "
-                    + "response_format.json_schema.schema" + dotted(e.path()) + ": " + e.problem() + " (with strict true it is refused)");
+            // worded so that it is not read as "a schema without strict true is never enforced": one of supported
+            // keywords is (the README's structured outputs)
+            notes.add("response_format json_schema is not enforced: its schema uses what constrained decoding does not"
+                    + " support, so strict false leaves it unenforced" + unenforced(rendered) + ": response_format.json_schema.schema"
+                    + dotted(e.path()) + ": " + e.problem() + " (a schema of supported keywords is enforced without strict"
+                    + " true too; with strict true this one is refused)");
             return null;
         }
     }

@@ -281,14 +281,15 @@ class StructuredOutputTest {
             assertEquals(1, steer.size(), log.lines().toString());
             assertTrue(steer.getFirst().contains("request " + cut.json().get("id").asText() + ": constrained output not steered"),
                     steer.getFirst());
-            List<String> described = log.linesWith("without strict true is not enforced; it is only described in the prompt");
+            List<String> described = log.linesWith("so strict false leaves it unenforced; it is only described in the prompt");
             assertEquals(1, described.size(), log.lines().toString());
             assertTrue(described.getFirst().contains("request " + soft.json().get("id").asText()
-                    + ": response_format json_schema without strict true"), described.getFirst());
+                    + ": response_format json_schema is not enforced: its schema uses"), described.getFirst());
             // the client is told too, in the x-ds4j-notes header (it saw only a 200 before), streamed or not
             String note = soft.headers().firstValue(HttpVerticle.NOTES_HEADER).orElse("");
-            assertTrue(note.startsWith("response_format json_schema without strict true is not enforced; it is only described"
-                    + " in the prompt"), soft.headers().toString());
+            assertTrue(note.startsWith("response_format json_schema is not enforced: its schema uses what constrained decoding"
+                    + " does not support, so strict false leaves it unenforced; it is only described in the prompt"), soft.headers().toString());
+            assertTrue(note.contains("a schema of supported keywords is enforced without strict true too"), note);
             assertTrue(note.contains("format \"uri\""), note);  // the keyword and its value, as the log line names them
             var streamed = server.post("/v1/chat/completions", body(jsonSchemaFormat(uri, false) + ",\"max_tokens\":4,\"stream\":true"));
             assertEquals(note, streamed.headers().firstValue(HttpVerticle.NOTES_HEADER).orElse(null), streamed.headers().toString());
@@ -299,7 +300,7 @@ class StructuredOutputTest {
                     + "{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{\"type\":\"object\",\"minProperties\":1}}}}", "X-Request-Id", "rnote");
             assertEquals(200, resp.status(), resp.body());
             String rnote = resp.headers().firstValue(HttpVerticle.NOTES_HEADER).orElse("");
-            assertTrue(rnote.startsWith("text.format json_schema without strict true is not enforced") && rnote.contains("text.format.schema")
+            assertTrue(rnote.startsWith("text.format json_schema is not enforced") && rnote.contains("text.format.schema")
                     && !rnote.contains("response_format"), rnote);
             assertTrue(TestServer.eventually(2000, () -> log.linesWith("(X-Request-Id rnote): text.format json_schema").size() == 1),
                     log.lines().toString());
