@@ -116,7 +116,17 @@ public final class Grammar {
 
     /** Any JSON object (response_format json_object). */
     public static Grammar jsonObject() {
-        return compiled(List.of("json_object"), () -> new Grammar(States.value(new Schema.AnyObject(), States.End.INSTANCE), "json_object"));
+        return jsonObject(false);
+    }
+
+    /**
+     * Any JSON object.
+     * @param compact no whitespace between the JSON's tokens (vLLM's {@code disable_any_whitespace}); else at most
+     *                {@value States#MAX_WS} bytes of it in a row
+     */
+    public static Grammar jsonObject(boolean compact) {
+        return compiled(List.of("json_object", compact), () -> new Grammar(json(States.value(new Schema.AnyObject(),
+                States.End.INSTANCE), compact), "json_object"));
     }
 
     /**
@@ -125,10 +135,24 @@ public final class Grammar {
      *                                    keep more than {@link #MAX_LIVE_STATES} states live from the start
      */
     public static Grammar jsonSchema(JsonNode schema) {
-        return compiled(List.of("json_schema", Json.key(schema)), () -> {
+        return jsonSchema(schema, false);
+    }
+
+    /**
+     * JSON valid for a schema.
+     * @param compact no whitespace between the JSON's tokens (vLLM's {@code disable_any_whitespace})
+     * @throws UnsupportedSchemaException as {@link #jsonSchema(JsonNode)}
+     */
+    public static Grammar jsonSchema(JsonNode schema, boolean compact) {
+        return compiled(List.of("json_schema", Json.key(schema), compact), () -> {
             Schema root = SchemaCompiler.compile(schema);
-            return new Grammar(start(() -> States.value(root, States.End.INSTANCE)), "json_schema");
+            return new Grammar(json(start(() -> States.value(root, States.End.INSTANCE)), compact), "json_schema");
         });
+    }
+
+    /** A JSON start state, held to no whitespace between tokens where compact. */
+    private static GState json(GState start, boolean compact) {
+        return compact ? new States.Compact(start, false, false) : start;
     }
 
     /**

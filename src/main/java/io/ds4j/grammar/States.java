@@ -60,6 +60,26 @@ final class States {
         return new Ws(then, MAX_WS);
     }
 
+    /**
+     * JSON text without whitespace between its tokens (vLLM's {@code disable_any_whitespace}): the JSON state in, with
+     * whether the text so far ends inside a string (str) and right after its backslash (esc). Whitespace is refused
+     * outside strings by reading the text itself rather than the states: a number or literal ends only at the byte
+     * after it, which the state it ends in steps into its continuation's whitespace, so no state of in says "between
+     * tokens" there. A string's content is untouched.
+     */
+    record Compact(GState in, boolean str, boolean esc) implements GState {
+        @Override
+        public GState next(int b) {
+            if (!str && isWs(b)) return null;
+            GState n = in.next(b);
+            if (n == null) return null;
+            return new Compact(n, str ? esc || b != '"' : b == '"', str && !esc && b == '\\');
+        }
+
+        @Override public boolean accepting() { return in.accepting(); }
+        @Override public int dist() { return in.dist(); }
+    }
+
     static boolean isWs(int b) {
         return b == ' ' || b == '\n' || b == '\t' || b == '\r';
     }

@@ -838,10 +838,11 @@ final class Requests {
     private static Content content(JsonNode b, JsonNode rf, String forced, boolean rendered, List<String> notes) {
         // vLLM's constraint fields: checked, and held to one constraint per request, before anything is compiled
         List<Asked> asked = outputConstraints(b, notes);
+        boolean compact = compactJson(b);
         boolean schema = rf != null && "json_schema".equals(rf.path("type").asText());
         boolean soft = schema && !bool(rf.get("json_schema"), "strict", "response_format.json_schema.strict", false);
         // checked wherever it is sent (a schema missing or no value satisfies is a 400), held to only as the one constraint
-        Grammar softContent = soft ? softSchema(rf, rendered, notes) : null;
+        Grammar softContent = soft ? softSchema(rf, rendered, compact, notes) : null;
         String other = forced != null ? "a forced tool call (" + forced + ")" : !asked.isEmpty() ? asked.getFirst().field() : null;
         if (softContent != null && other != null) {
             notes.add("response_format json_schema without strict true is not enforced beside " + other + ", which holds the"
@@ -855,8 +856,8 @@ final class Requests {
         if (forced != null && enforced != null)
             throw ApiException.badField(enforced, "cannot be combined with a forced tool call (" + forced + "), which is"
                     + " the whole answer; with tool_choice \"auto\" the content is held to it and the model may still call a tool");
-        Grammar content = forced != null ? null : !asked.isEmpty() ? compile(asked.getFirst()) : !rfEnforced ? null
-                : softContent != null ? softContent : contentGrammar(rf);
+        Grammar content = forced != null ? null : !asked.isEmpty() ? compile(asked.getFirst(), compact) : !rfEnforced ? null
+                : softContent != null ? softContent : contentGrammar(rf, compact);
         return new Content(content, !asked.isEmpty() ? asked.getFirst().field() : schema ? "response_format.json_schema.schema" : null);
     }
 
@@ -870,10 +871,10 @@ final class Requests {
      * server cannot enforce is refused, naming the keyword (a json_schema without strict true takes {@link #softSchema}
      * first, which describes such a schema in the prompt instead).
      */
-    private static Grammar contentGrammar(JsonNode rf) {
+    private static Grammar contentGrammar(JsonNode rf, boolean compact) {
         switch (rf.path("type").asText()) {
             case "json_object" -> {
-                return Grammar.jsonObject();
+                return Grammar.jsonObject(compact);
             }
             case "json_schema" -> {
                 JsonNode js = rf.get("json_schema");
@@ -884,7 +885,7 @@ final class Requests {
                     throw ApiException.badField("response_format.json_schema.schema", "is required: the answer is held to it"
                             + " (a JSON Schema object; {\"type\": \"json_object\"} asks for any JSON object)");
                 try {
-                    return Grammar.jsonSchema(schema);
+                    return Grammar.jsonSchema(schema, compact);
                 } catch (UnsupportedSchemaException e) {
                     throw schemaError("response_format.json_schema.schema", e);
                 }
@@ -903,11 +904,11 @@ final class Requests {
      * @param rendered whether the response_format is written into the prompt (chat), for the note
      * @param notes    gets the note's text, which the caller logs with the request's id (not known yet here)
      */
-    private static Grammar softSchema(JsonNode rf, boolean rendered, List<String> notes) {
+    private static Grammar softSchema(JsonNode rf, boolean rendered, boolean compact, List<String> notes) {
         JsonNode schema = rf.get("json_schema").get("schema");
-        if (schema == null || schema.isNull()) return contentGrammar(rf); // refused there, naming the field
+        if (schema == null || schema.isNull()) return contentGrammar(rf, compact); // refused there, naming the field
         try {
-            return Grammar.jsonSchema(schema);
+            return Grammar.jsonSchema(schema, compact);
         } catch (UnsupportedSchemaException e) {
             if (e.invalid()) throw schemaError("response_format.json_schema.schema", e);
             // worded so that it is not read as "a schema without strict true is never enforced": one of supported
@@ -918,6 +919,16 @@ final class Requests {
                     + " true too; with strict true this one is refused)");
             return null;
         }
+    }
+
+    /**
+     * Whether the request's JSON output is to have no whitespace between its tokens: vLLM's
+     * {@code structured_outputs.disable_any_whitespace} true (type-checked by {@link #outputConstraints}), for whichever
+     * field asks for JSON (structured_outputs, guided_json, response_format); a regex, choice or grammar decides its own.
+     */
+    private static boolean compactJson(JsonNode body) {
+        JsonNode so = body.get("structured_outputs");
+        return so != null && so.isObject() && so.path("disable_any_whitespace").asBoolean(false);
     }
 
     /** Whether a response_format constrains the content (json_object or json_schema; text does not). */
@@ -949,7 +960,7 @@ final class Requests {
     private static List<Asked> outputConstraints(JsonNode body, List<String> notes) {
         List<Asked> out = new ArrayList<>();
         JsonNode so = body.get("structured_outputs");
-        boolean noWhitespace = false;
+        boolean compact = false;
         if (so != null && !so.isNull()) {
             if (!so.isObject())
                 throw ApiException.badField("structured_outputs", "must be an object such as {\"regex\": \"...\"} or"
@@ -967,8 +978,10 @@ final class Requests {
                     // a backend choice (this server has one engine and nothing to fall back to), and a flag its JSON
                     // output keeps anyway (only a schema's declared properties are produced)
                     case "disable_fallback", "disable_additional_properties" -> bool(so, key, path, false);
-                    // JSON's whitespace only: a regex, choice or grammar decides its own
-                    case "disable_any_whitespace" -> noWhitespace = bool(so, key, path, false);
+                    // JSON's whitespace only (compactJson reads it): a regex, choice or grammar decides its own
+                    case "disable_any_whitespace" -> {
+                        if (bool(so, key, path, false)) compact = true;
+                    }
                     case "structural_tag", "whitespace_pattern" -> throw ApiException.badField(path,
                             "is not supported by this server; structured_outputs takes regex, choice, json, json_object or grammar");
                     default -> {
@@ -978,7 +991,8 @@ final class Requests {
                     }
                 }
             }
-            if (out.isEmpty())
+            // disable_any_whitespace alone still asks something of a JSON response_format
+            if (out.isEmpty() && !(compact && constrains(body.path("response_format"))))
                 notes.add("structured_outputs " + (so.isEmpty() ? "is empty" : "asks for no constraint") + ": the output is"
                         + " not constrained");
         }
@@ -994,9 +1008,6 @@ final class Requests {
         // constraint silently dropped would let through what the client means to exclude
         JsonNode gj = body.get("guided_json");
         if (gj != null && !gj.isNull()) out.add(new Asked("guided_json", "json", checked("json", "guided_json", gj)));
-        if (noWhitespace && (out.isEmpty() || out.stream().anyMatch(a -> a.kind().startsWith("json"))))
-            throw ApiException.badField("structured_outputs.disable_any_whitespace", "true is not supported: JSON output"
-                    + " may have whitespace between its tokens (at most 24 bytes in a row)");
         JsonNode gw = body.get("guided_whitespace_pattern");
         if (gw != null && !gw.isNull())
             throw ApiException.badField("guided_whitespace_pattern", "is not supported by this server; it takes guided_regex,"
@@ -1048,7 +1059,7 @@ final class Requests {
      * The grammar of one of vLLM's constraints.
      * @throws ApiException 400 naming the field for a pattern or schema the constraint engine cannot enforce
      */
-    private static Grammar compile(Asked a) {
+    private static Grammar compile(Asked a, boolean compact) {
         switch (a.kind()) {
             case "regex" -> {
                 try {
@@ -1071,13 +1082,13 @@ final class Requests {
             }
             case "json" -> {
                 try {
-                    return Grammar.jsonSchema(a.value());
+                    return Grammar.jsonSchema(a.value(), compact);
                 } catch (UnsupportedSchemaException e) {
                     throw schemaError(a.field(), e);
                 }
             }
             default -> {
-                return Grammar.jsonObject();
+                return Grammar.jsonObject(compact);
             }
         }
     }

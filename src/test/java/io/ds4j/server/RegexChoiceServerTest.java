@@ -284,11 +284,34 @@ class RegexChoiceServerTest {
                 "structured_outputs.regx: is not a structured_outputs field (did you mean structured_outputs.regex?)");
         refused(CHAT, body("\"structured_outputs\":{\"structural_tag\":\"{}\"}"), "structured_outputs.structural_tag",
                 "structured_outputs.structural_tag: is not supported by this server");
-        // JSON's whitespace cannot be switched off; a regex, choice or grammar decides its own, so the flag changes nothing there
-        refused(CHAT, body("\"structured_outputs\":{\"json\":{\"type\":\"integer\"},\"disable_any_whitespace\":true}"),
-                "structured_outputs.disable_any_whitespace", "structured_outputs.disable_any_whitespace: true is not supported");
-        refused(CHAT, body("\"structured_outputs\":{\"disable_any_whitespace\":true},\"guided_json\":{\"type\":\"integer\"}"),
-                "structured_outputs.disable_any_whitespace", "structured_outputs.disable_any_whitespace: true is not supported");
+        // JSON without whitespace between its tokens, whichever field asks for the JSON; a regex, choice or grammar
+        // decides its own whitespace, so the flag changes nothing there
+        String schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"type\":\"number\"}},"
+                + "\"b\":{\"type\":\"string\"}},\"required\":[\"a\",\"b\"]}";
+        for (String fields : new String[]{"\"structured_outputs\":{\"json\":" + schema + ",\"disable_any_whitespace\":true}",
+                "\"structured_outputs\":{\"disable_any_whitespace\":true},\"guided_json\":" + schema,
+                "\"structured_outputs\":{\"disable_any_whitespace\":true},\"response_format\":{\"type\":\"json_schema\","
+                        + "\"json_schema\":{\"name\":\"x\",\"strict\":true,\"schema\":" + schema + "}}",
+                "\"structured_outputs\":{\"disable_any_whitespace\":true,\"json_object\":true}"}) {
+            for (int seed = 0; seed < 4; seed++) {
+                var r = server.post(CHAT, body(fields + ",\"max_tokens\":120,\"temperature\":1.5,\"seed\":" + seed));
+                assertEquals(200, r.status(), r.body());
+                String out = r.json().get("choices").get(0).get("message").get("content").asText();
+                String finish = r.json().get("choices").get(0).get("finish_reason").asText();
+                // outside its strings the JSON has no whitespace (a cut by max_tokens may end inside a string)
+                String outside = out.replaceAll("\"(\\\\.|[^\"\\\\])*\"?", "\"\"");
+                assertFalse(outside.matches("(?s).*\\s.*"), fields + " -> " + out);
+                if (finish.equals("stop")) assertTrue(Json.MAPPER.readTree(out).isObject(), out);
+            }
+        }
+        // without the flag the same requests do write whitespace between tokens (so the check above can fail)
+        int spaced = 0;
+        for (int seed = 0; seed < 4; seed++) {
+            String out = content(server.post(CHAT, body("\"structured_outputs\":{\"json\":" + schema + "},\"max_tokens\":120,"
+                    + "\"temperature\":1.5,\"seed\":" + seed)));
+            if (out.replaceAll("\"(\\\\.|[^\"\\\\])*\"?", "\"\"").matches("(?s).*\\s.*")) spaced++;
+        }
+        assertTrue(spaced > 0, "no plain output had whitespace between its tokens");
         assertEquals("a", content(server.post(CHAT, body("\"structured_outputs\":{\"regex\":\"a\",\"disable_any_whitespace\":true}"))));
         assertEquals("b", content(server.post(CHAT, body("\"structured_outputs\":{\"grammar\":\"root ::= \\\"b\\\"\",\"disable_any_whitespace\":true}"))));
         // one constraint per request, whichever fields give them
