@@ -124,22 +124,31 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
     const int cpk = dI / 8;                        // chunks per key
     uint4 kq[F32 ? 1 : KCH];
     float4 kf[F32 ? 2 * KCH : 1];
+    // a thread's chunks are the same in every tile: chunk i is 16-byte column cc(i) of the tile's key jc(i) (KT or
+    // more: no chunk). dI is known only at run time, so c / cpk is a division (the ncu profile of BENCHMARKS.md,
+    // fifty-seventh session: about 300 instructions a warp and tile went to the loads and stores): where cpk divides
+    // THREADS (d_I a power of two, V4's 128) chunk i is chunk 0 moved THREADS / cpk keys on, found once a block
+    const int j0 = tid / cpk, c0 = tid % cpk;
+    const bool even = THREADS % cpk == 0;
+    auto jc = [&](int i) { return even ? j0 + i * (THREADS / cpk) : (tid + i * THREADS) / cpk; };
+    auto cc = [&](int i) { return even ? c0 : (tid + i * THREADS) % cpk; };
     auto load = [&](int tile) {
         const int64_t eb = e0 + (int64_t)tile * KT;
+        const int lim = (int)min((int64_t)KT, e1 - eb);  // keys of this tile below e1
+        const T* kb = keys + eb * dI;
 #pragma unroll
         for (int i = 0; i < KCH; i++) {
-            const int c = tid + i * THREADS, j = c / cpk;
-            const bool in = j < KT && eb + j < e1;
+            const bool in = jc(i) < lim;
             if constexpr (F32) {
                 kf[2 * i] = kf[2 * i + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (in) {
-                    const float4* p = reinterpret_cast<const float4*>(keys + (eb + j) * dI) + 2 * (c % cpk);
+                    const float4* p = reinterpret_cast<const float4*>(kb + jc(i) * dI) + 2 * cc(i);
                     kf[2 * i] = __ldg(p);
                     kf[2 * i + 1] = __ldg(p + 1);
                 }
             } else {
                 kq[i] = make_uint4(0u, 0u, 0u, 0u);
-                if (in) kq[i] = __ldg(reinterpret_cast<const uint4*>(keys + (eb + j) * dI) + c % cpk);
+                if (in) kq[i] = __ldg(reinterpret_cast<const uint4*>(kb + jc(i) * dI) + cc(i));
             }
         }
     };
@@ -164,12 +173,11 @@ __device__ __forceinline__ void score_block(const float* __restrict__ qi, const 
     auto store = [&](int b) {
 #pragma unroll
         for (int i = 0; i < KCH; i++) {
-            const int c = tid + i * THREADS, j = c / cpk;
-            if (j < KT) {
+            if (jc(i) < KT) {
                 uint4 w;
                 if constexpr (F32) w = pack_f16x8(kf[2 * i], kf[2 * i + 1]);
                 else w = kq[i];
-                *reinterpret_cast<uint4*>(ks + (b * KT + j) * ldq + (c % cpk) * 4) = w;
+                *reinterpret_cast<uint4*>(ks + (b * KT + jc(i)) * ldq + cc(i) * 4) = w;
             }
         }
     };
@@ -335,7 +343,7 @@ indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, co
  * not null (its N0, S, row0 and keys = view.store replace the arguments).
  */
 template <typename T, int ROWS, int LEAN = 0>
-__global__ void __launch_bounds__(2 * ROWS)
+__global__ void __launch_bounds__(2 * ROWS, ROWS == 128 ? 2 : 3)  // as many blocks as their shared memory allows
 indexer_tc_rows_kernel(const ds4j_seq_view* views, const float* __restrict__ qi, const float* __restrict__ wt,
                        const T* __restrict__ keys, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale,
                        float s_scale, float* scores, int64_t ld, int tiles) {
@@ -403,11 +411,12 @@ static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const
     if (views || S <= 64) {  // few queries (decode, verify, a batch's steps): the keys' blocks run together
         // measurement switches (same bits: a score does not depend on its block, see score_block):
         // DS4J_INDEXER_ROWS64=1 blocks of 64 rows at any query count; DS4J_INDEXER_TILES=T up to T key tiles a block;
-        // DS4J_INDEXER_LEAN=1 the loop with ldmatrix fragments that skips unused rows and sums rows by a transposed
-        // butterfly, =2 that loop with one barrier a tile (two key buffers) (score_block's LEAN; the same bits in the
-        // kernel emulator, not yet run on a GPU, so off by default: BENCHMARKS.md, fifty-fifth to fifty-seventh sessions)
+        // DS4J_INDEXER_LEAN: 1 (the default) the loop with ldmatrix fragments that skips unused rows and sums rows by a
+        // transposed butterfly, 0 the loop before it, 2 the lean loop with one barrier a tile (two key buffers)
+        // (score_block's LEAN; the same bits; at 1,048,000 tokens on an H100 the lean loops' scores took about 211 µs a
+        // CSA layer against the old loop's 263: BENCHMARKS.md, fifty-seventh session)
         static std::atomic<int> rows64{-1}, most_tiles{0}, lean_on{0};
-        const int lean = env_choice(lean_on, "DS4J_INDEXER_LEAN", 0, 0, 2);
+        const int lean = env_choice(lean_on, "DS4J_INDEXER_LEAN", 1, 0, 2);
         const bool small = HI <= 64 && ((int64_t)S * HI <= 64 || env_equals(rows64, "DS4J_INDEXER_ROWS64", "1"));
         const int qpb = (small ? 64 : 128) / HI;
         const int64_t groups = ((int64_t)S + qpb - 1) / qpb;
