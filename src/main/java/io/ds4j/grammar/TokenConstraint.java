@@ -126,6 +126,7 @@ public final class TokenConstraint implements Constraint {
         // a string held to a length alone takes, far from its bounds, what a plain string takes there (whose mask is
         // then shared with plain strings at the same place)
         if (s instanceof States.StrOf st) s = st.plainAlike(trie.longest);
+        else if (inString(s) instanceof States.StrOf st) s = new States.Compact(st.plainAlike(trie.longest), true, false);
         Key k = new Key(trie, ignoreEos, s);
         // looked up, then computed outside the cache's locks (a mask can take milliseconds; two threads that miss the
         // same state at once both compute it, with the same result)
@@ -146,6 +147,7 @@ public final class TokenConstraint implements Constraint {
      * set. Null for other states.
      */
     private long[] pure(GState s) {
+        s = inString(s);
         if (s instanceof States.Str st && st.mode() == States.Str.BODY) return trie.stringPure;
         if (s instanceof States.StrOf st && st.room() >= 0) return trie.stringPureWithin(st.room());
         if (s instanceof Ebnf.Frame f && f.keepsStringText()) return trie.stringPure;
@@ -154,7 +156,19 @@ public final class TokenConstraint implements Constraint {
         return null;
     }
 
+    /**
+     * The JSON state inside a compact state ({@link States.Compact}) whose text ends inside a string, not after its
+     * backslash, else s: until the string closes the wrapper refuses nothing, so a token that stays in the string (no
+     * quote, no backslash) is taken exactly where the inner state takes it, and the string's shortcuts (its pure tokens,
+     * a length-bounded string's plain likeness) hold for the wrapper too; tokens that leave the string are still walked
+     * from the wrapper, which refuses whitespace after it.
+     */
+    private static GState inString(GState s) {
+        return s instanceof States.Compact c && c.str() && !c.esc() ? c.in() : s;
+    }
+
     private TokenTrie rest(GState s) {
+        s = inString(s);
         return s instanceof States.Str || s instanceof States.StrOf || s instanceof Ebnf.Frame ? trie.stringRest : trie.textRest;
     }
 

@@ -991,10 +991,6 @@ final class Requests {
                     }
                 }
             }
-            // disable_any_whitespace alone still asks something of a JSON response_format
-            if (out.isEmpty() && !(compact && constrains(body.path("response_format"))))
-                notes.add("structured_outputs " + (so.isEmpty() ? "is empty" : "asks for no constraint") + ": the output is"
-                        + " not constrained");
         }
         for (String kind : List.of("regex", "choice", "grammar")) {
             String field = "guided_" + kind;
@@ -1008,6 +1004,11 @@ final class Requests {
         // constraint silently dropped would let through what the client means to exclude
         JsonNode gj = body.get("guided_json");
         if (gj != null && !gj.isNull()) out.add(new Asked("guided_json", "json", checked("json", "guided_json", gj)));
+        // a structured_outputs that asks for nothing, in a request that no other field constrains either (guided_*,
+        // grammar, a JSON response_format: disable_any_whitespace alone still asks something of the last two's JSON)
+        if (so != null && so.isObject() && out.isEmpty() && !constrains(body.path("response_format")))
+            notes.add("structured_outputs " + (so.isEmpty() ? "is empty" : "asks for no constraint") + ": the output is"
+                    + " not constrained");
         JsonNode gw = body.get("guided_whitespace_pattern");
         if (gw != null && !gw.isNull())
             throw ApiException.badField("guided_whitespace_pattern", "is not supported by this server; it takes guided_regex,"

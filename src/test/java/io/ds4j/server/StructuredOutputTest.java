@@ -348,6 +348,15 @@ class StructuredOutputTest {
             assertEquals(200, off.status(), off.body());
             var on = server.post("/v1/chat/completions", body("\"structured_outputs\":{\"choice\":[\"a\"]},\"max_tokens\":2"));
             assertEquals(200, on.status(), on.body());
+            // nor where another field constrains the output (disable_any_whitespace then holds for its JSON)
+            for (String other : new String[]{"\"guided_regex\":\"a b\"", "\"guided_json\":{\"type\":\"integer\"}",
+                    "\"grammar\":\"root ::= \\\"b\\\"\"", "\"response_format\":{\"type\":\"json_object\"}"}) {
+                for (String so : new String[]{"{}", "{\"disable_any_whitespace\":true}"}) {
+                    var r = server.post("/v1/chat/completions", body("\"structured_outputs\":" + so + "," + other + ",\"max_tokens\":2"));
+                    assertEquals(200, r.status(), r.body());
+                    assertTrue(r.headers().firstValue(HttpVerticle.NOTES_HEADER).isEmpty(), other + " " + r.headers());
+                }
+            }
             List<String> free = log.linesWith("the output is not constrained");
             assertEquals(2, free.size(), log.lines().toString());
             assertTrue(free.get(0).contains("request " + empty.json().get("id").asText() + ": structured_outputs is empty"), free.get(0));
