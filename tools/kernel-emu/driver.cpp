@@ -506,9 +506,11 @@ static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
         std::vector<float> o(S * ld, -555.f);
         rows_run(nullptr, 1, false, HI <= 64 ? 64 : 128, 2, N0 + s, 1, q + (size_t)s * HI * dI, wt.data() + s * HI, o.data() + s * ld);
         cmp("decode", o, s, 1);
-        for (int lean : {1, 2}) {  // and in a block of 128 rows, whose second query is past the step
+        // and in a block of 128 rows, whose second query is past the step; key ranges of 3 tiles (LEAN 1) and of 4
+        // (LEAN 2: each of its two key buffers filled twice)
+        for (int lean : {1, 2}) {
             std::vector<float> ol(S * ld, -555.f);
-            rows_run(nullptr, 1, false, 128, 2 + lean, N0 + s, 1, q + (size_t)s * HI * dI, wt.data() + s * HI, ol.data() + s * ld, lean);
+            rows_run(nullptr, 1, false, 128, lean == 1 ? 3 : 4, N0 + s, 1, q + (size_t)s * HI * dI, wt.data() + s * HI, ol.data() + s * ld, lean);
             cmp(lean == 1 ? "decode (lean)" : "decode (lean, one barrier)", ol, s, 1);
         }
     }
@@ -520,7 +522,8 @@ static void indexer(int HI, int dI, int64_t N0, int S, int m, int K) {
         cmp("two sequences", o, 0, S);
         for (int lean : {1, 2}) {
             std::vector<float> ol(S * ld, -555.f);
-            rows_run(vs, 2, false, 128, 2 * lean - 1, 0, std::max(s1, S - s1), q, wt.data(), ol.data(), lean);
+            // one tile a range, and three (odd: the one-barrier loop ends on buffer 0)
+            rows_run(vs, 2, false, 128, lean == 1 ? 1 : 3, 0, std::max(s1, S - s1), q, wt.data(), ol.data(), lean);
             cmp(lean == 1 ? "two sequences (lean)" : "two sequences (lean, one barrier)", ol, 0, S);
         }
     }

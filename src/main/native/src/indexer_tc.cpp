@@ -343,7 +343,9 @@ indexer_tc_kernel(const float* __restrict__ qi, const float* __restrict__ wt, co
  * not null (its N0, S, row0 and keys = view.store replace the arguments).
  */
 template <typename T, int ROWS, int LEAN = 0>
-__global__ void __launch_bounds__(2 * ROWS, ROWS == 128 ? 2 : 3)  // as many blocks as their shared memory allows
+// the occupancy of the builds measured (BENCHMARKS.md, fifty-seventh session): two blocks of 128 rows a multiprocessor
+// (at most 128 registers; at 135, one block, the F32-key scores took 318 µs against 229) and three of 64 (at most 170)
+__global__ void __launch_bounds__(2 * ROWS, ROWS == 128 ? 2 : 3)
 indexer_tc_rows_kernel(const ds4j_seq_view* views, const float* __restrict__ qi, const float* __restrict__ wt,
                        const T* __restrict__ keys, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale,
                        float s_scale, float* scores, int64_t ld, int tiles) {
@@ -413,8 +415,8 @@ static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const
         // DS4J_INDEXER_ROWS64=1 blocks of 64 rows at any query count; DS4J_INDEXER_TILES=T up to T key tiles a block;
         // DS4J_INDEXER_LEAN: 1 (the default) the loop with ldmatrix fragments that skips unused rows and sums rows by a
         // transposed butterfly, 0 the loop before it, 2 the lean loop with one barrier a tile (two key buffers)
-        // (score_block's LEAN; the same bits; at 1,048,000 tokens on an H100 the lean loops' scores took about 211 µs a
-        // CSA layer against the old loop's 263: BENCHMARKS.md, fifty-seventh session)
+        // (score_block's LEAN; the same bits; at 1,048,000 tokens on an H100 LEAN 1's scores took about 212 µs a CSA layer on
+        // F16 keys against LEAN 0's 263, and 228 against 276 on F32 copies: BENCHMARKS.md, fifty-seventh session)
         static std::atomic<int> rows64{-1}, most_tiles{0}, lean_on{0};
         const int lean = env_choice(lean_on, "DS4J_INDEXER_LEAN", 1, 0, 2);
         const bool small = HI <= 64 && ((int64_t)S * HI <= 64 || env_equals(rows64, "DS4J_INDEXER_ROWS64", "1"));

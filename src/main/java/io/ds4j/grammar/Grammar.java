@@ -49,7 +49,7 @@ public final class Grammar {
 
     /**
      * Empties the cache of compiled grammars, for tests that compare grammars compiled apart: once the cache is full (64
-     * grammars, compiled by the tests before them), its size-bounded admission may drop a grammar compiled once at once.
+     * grammars, compiled by the tests before them), its size-bounded admission may drop a newly compiled grammar at once.
      */
     static void forgetCompiled() {
         COMPILED.invalidateAll();
@@ -134,7 +134,7 @@ public final class Grammar {
      */
     public static Grammar jsonObject(boolean compact) {
         return compiled(List.of("json_object", compact), () -> new Grammar(json(States.value(new Schema.AnyObject(),
-                States.End.INSTANCE), compact), "json_object"));
+                States.End.INSTANCE), compact), "json_object" + compactly(compact)));
     }
 
     /**
@@ -154,8 +154,13 @@ public final class Grammar {
     public static Grammar jsonSchema(JsonNode schema, boolean compact) {
         return compiled(List.of("json_schema", Json.key(schema), compact), () -> {
             Schema root = SchemaCompiler.compile(schema);
-            return new Grammar(json(start(() -> States.value(root, States.End.INSTANCE)), compact), "json_schema");
+            return new Grammar(json(start(() -> States.value(root, States.End.INSTANCE)), compact), "json_schema" + compactly(compact));
         });
+    }
+
+    /** How a compact grammar's description says so, for the errors and log lines that name the grammar. */
+    private static String compactly(boolean compact) {
+        return compact ? " without whitespace between its tokens (disable_any_whitespace)" : "";
     }
 
     /** A JSON start state, held to no whitespace between tokens where compact. */

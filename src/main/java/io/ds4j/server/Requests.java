@@ -954,13 +954,13 @@ final class Requests {
      * satisfies anyway are accepted, its other constraint kinds and unknown keys are a 400 naming them, since a
      * constraint silently not enforced would let through an output the client means to exclude.
      * @param notes gets a note where structured_outputs is given but asks for no constraint ({@code {}}, or
-     *              {@code json_object: false} alone), which the caller logs: the output is then free
+     *              {@code json_object: false} alone) and no other field constrains the output, which the caller logs:
+     *              the output is then free
      * @throws ApiException 400 naming the field for a wrong type or a key this server does not take
      */
     private static List<Asked> outputConstraints(JsonNode body, List<String> notes) {
         List<Asked> out = new ArrayList<>();
         JsonNode so = body.get("structured_outputs");
-        boolean compact = false;
         if (so != null && !so.isNull()) {
             if (!so.isObject())
                 throw ApiException.badField("structured_outputs", "must be an object such as {\"regex\": \"...\"} or"
@@ -979,9 +979,7 @@ final class Requests {
                     // output keeps anyway (only a schema's declared properties are produced)
                     case "disable_fallback", "disable_additional_properties" -> bool(so, key, path, false);
                     // JSON's whitespace only (compactJson reads it): a regex, choice or grammar decides its own
-                    case "disable_any_whitespace" -> {
-                        if (bool(so, key, path, false)) compact = true;
-                    }
+                    case "disable_any_whitespace" -> bool(so, key, path, false);
                     case "structural_tag", "whitespace_pattern" -> throw ApiException.badField(path,
                             "is not supported by this server; structured_outputs takes regex, choice, json, json_object or grammar");
                     default -> {
@@ -1005,7 +1003,7 @@ final class Requests {
         JsonNode gj = body.get("guided_json");
         if (gj != null && !gj.isNull()) out.add(new Asked("guided_json", "json", checked("json", "guided_json", gj)));
         // a structured_outputs that asks for nothing, in a request that no other field constrains either (guided_*,
-        // grammar, a JSON response_format: disable_any_whitespace alone still asks something of the last two's JSON)
+        // grammar, a JSON response_format, whose JSON disable_any_whitespace alone still makes compact)
         if (so != null && so.isObject() && out.isEmpty() && !constrains(body.path("response_format")))
             notes.add("structured_outputs " + (so.isEmpty() ? "is empty" : "asks for no constraint") + ": the output is"
                     + " not constrained");

@@ -122,6 +122,13 @@ class PrefixCompletionTest {
                 "messages[1].prefix", "a forced tool call");
         refused(body("{\"role\":\"assistant\",\"content\":\" {\",\"prefix\":true}", ",\"response_format\":{\"type\":\"json_object\"}"),
                 "messages[1].prefix", "no space or line break before it");
+        // without whitespace between tokens (disable_any_whitespace) the prefix's own space is refused, and the error
+        // says which rule it broke; the same prefix without it goes on
+        String compact = ",\"response_format\":{\"type\":\"json_object\"},\"structured_outputs\":{\"disable_any_whitespace\":true}";
+        refused(body("{\"role\":\"assistant\",\"content\":\"{\\\"a\\\": \",\"prefix\":true}", compact), "messages[1].prefix",
+                "cannot begin an output of json_object without whitespace between its tokens (disable_any_whitespace)");
+        JsonNode c = ok("/v1/chat/completions", body("{\"role\":\"assistant\",\"content\":\"{\\\"a\\\":\",\"prefix\":true}", compact));
+        assertFalse(c.at("/choices/0/message/content").asText().matches("(?s)^\\s.*"), c.toString());
         // a call begun in the message would reach the client as markup: the parser reads the answer from where it stops
         refused(body("{\"role\":\"assistant\",\"content\":\"\\n\\n<\uFF5CDSML\uFF5Ctool_calls>\\n\",\"prefix\":true}",
                 ",\"tools\":[" + AutoToolCallsTest.tool("get_weather", true, "{\"city\":{\"type\":\"string\"}}") + "]"),
