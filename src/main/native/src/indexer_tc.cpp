@@ -407,8 +407,8 @@ static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const
                          const T* keys, int64_t N0, int S, int m, int HI, int dI, int K, float w_scale, float s_scale,
                          float* scores, int64_t ld, int64_t most, int* rc) {
     using namespace itc;
-    static int64_t granted[7][64];  // per kernel (rows 64, rows 128, prefill, two lean, two lean with one barrier) and
-                                    // device: opted-in bytes
+    // per kernel and device: opted-in bytes (the rows kernels by block size and loop, then the prefill kernel)
+    static int64_t granted_rows[2][3][64], granted_prefill[64];
     const int64_t kt = (most + KT - 1) / KT;  // key tiles
     if (views || S <= 64) {  // few queries (decode, verify, a batch's steps): the keys' blocks run together
         // measurement switches (same bits: a score does not depend on its block, see score_block):
@@ -429,24 +429,20 @@ static bool tc_indexer_t(ds4j_ctx* ctx, const ds4j_seq_view* views, int n, const
         if (groups > 0x7fffffff || kb > 65535 || n > 65535) return false;
         dim3 grid((unsigned)groups, (unsigned)kb, (unsigned)n);
         const size_t smem = smem_bytes(small ? 64 : 128, dI, lean == 2 ? 2 : 1);
-        auto go = [&](auto kernel, int64_t* g, int threads) {
-            return tc_launch(ctx, g, kernel, grid, threads, smem, views, qi, wt, keys, N0, S, m, HI, dI, K, w_scale,
-                             s_scale, scores, ld, tiles);
-        };
-        if (small)
-            *rc = lean == 2   ? go(indexer_tc_rows_kernel<T, 64, 2>, granted[5], 128)
-                  : lean == 1 ? go(indexer_tc_rows_kernel<T, 64, 1>, granted[3], 128)
-                              : go(indexer_tc_rows_kernel<T, 64>, granted[0], 128);
-        else
-            *rc = lean == 2   ? go(indexer_tc_rows_kernel<T, 128, 2>, granted[6], 256)
-                  : lean == 1 ? go(indexer_tc_rows_kernel<T, 128, 1>, granted[4], 256)
-                              : go(indexer_tc_rows_kernel<T, 128>, granted[1], 256);
+        // the rows kernels by block size (64, 128 rows) and loop (DS4J_INDEXER_LEAN 0, 1, 2): one signature
+        using RowsKernel = decltype(&indexer_tc_rows_kernel<T, 64, 0>);
+        static const RowsKernel kernels[2][3] = {
+                {indexer_tc_rows_kernel<T, 64, 0>, indexer_tc_rows_kernel<T, 64, 1>, indexer_tc_rows_kernel<T, 64, 2>},
+                {indexer_tc_rows_kernel<T, 128, 0>, indexer_tc_rows_kernel<T, 128, 1>, indexer_tc_rows_kernel<T, 128, 2>}};
+        const int size = small ? 0 : 1;
+        *rc = tc_launch(ctx, granted_rows[size][lean], kernels[size][lean], grid, small ? 128 : 256, smem, views, qi, wt,
+                        keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld, tiles);
         return true;
     }
     const int qpb = 128 / HI;
     const int64_t by = ((int64_t)S + qpb - 1) / qpb, bx = (kt + TILES - 1) / TILES;
     if (by > 65535 || bx > 0x7fffffff) return false;
-    *rc = tc_launch(ctx, granted[2], indexer_tc_kernel<T, 128>, dim3((unsigned)bx, (unsigned)by), 256,
+    *rc = tc_launch(ctx, granted_prefill, indexer_tc_kernel<T, 128>, dim3((unsigned)bx, (unsigned)by), 256,
                     smem_bytes(128, dI), qi, wt, keys, N0, S, m, HI, dI, K, w_scale, s_scale, scores, ld);
     return true;
 }

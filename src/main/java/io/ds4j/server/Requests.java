@@ -837,8 +837,9 @@ final class Requests {
      */
     private static Content content(JsonNode b, JsonNode rf, String forced, boolean rendered, List<String> notes) {
         // vLLM's constraint fields: checked, and held to one constraint per request, before anything is compiled
-        List<Asked> asked = outputConstraints(b, notes);
-        boolean compact = compactJson(b);
+        Asking asking = outputConstraints(b, rf, notes);
+        List<Asked> asked = asking.asked();
+        boolean compact = asking.compact();
         boolean schema = rf != null && "json_schema".equals(rf.path("type").asText());
         boolean soft = schema && !bool(rf.get("json_schema"), "strict", "response_format.json_schema.strict", false);
         // checked wherever it is sent (a schema missing or no value satisfies is a 400), held to only as the one constraint
@@ -921,16 +922,6 @@ final class Requests {
         }
     }
 
-    /**
-     * Whether the request's JSON output is to have no whitespace between its tokens: vLLM's
-     * {@code structured_outputs.disable_any_whitespace} true (type-checked by {@link #outputConstraints}), for whichever
-     * field asks for JSON (structured_outputs, guided_json, response_format); a regex, choice or grammar decides its own.
-     */
-    private static boolean compactJson(JsonNode body) {
-        JsonNode so = body.get("structured_outputs");
-        return so != null && so.isObject() && so.path("disable_any_whitespace").asBoolean(false);
-    }
-
     /** Whether a response_format constrains the content (json_object or json_schema; text does not). */
     private static boolean constrains(JsonNode rf) {
         String type = rf.path("type").asText();
@@ -953,13 +944,15 @@ final class Requests {
      * Every key of structured_outputs is judged here (a null one is not given): vLLM's tuning flags that this server
      * satisfies anyway are accepted, its other constraint kinds and unknown keys are a 400 naming them, since a
      * constraint silently not enforced would let through an output the client means to exclude.
+     * @param rf    the request's response_format (null for none), which may constrain the output instead
      * @param notes gets a note where structured_outputs is given but asks for no constraint ({@code {}}, or
      *              {@code json_object: false} alone) and no other field constrains the output, which the caller logs:
      *              the output is then free
      * @throws ApiException 400 naming the field for a wrong type or a key this server does not take
      */
-    private static List<Asked> outputConstraints(JsonNode body, List<String> notes) {
+    private static Asking outputConstraints(JsonNode body, JsonNode rf, List<String> notes) {
         List<Asked> out = new ArrayList<>();
+        boolean compact = false;
         JsonNode so = body.get("structured_outputs");
         if (so != null && !so.isNull()) {
             if (!so.isObject())
@@ -978,8 +971,8 @@ final class Requests {
                     // a backend choice (this server has one engine and nothing to fall back to), and a flag its JSON
                     // output keeps anyway (only a schema's declared properties are produced)
                     case "disable_fallback", "disable_additional_properties" -> bool(so, key, path, false);
-                    // JSON's whitespace only (compactJson reads it): a regex, choice or grammar decides its own
-                    case "disable_any_whitespace" -> bool(so, key, path, false);
+                    // JSON's whitespace only: a regex, choice or grammar decides its own
+                    case "disable_any_whitespace" -> compact = bool(so, key, path, false);
                     case "structural_tag", "whitespace_pattern" -> throw ApiException.badField(path,
                             "is not supported by this server; structured_outputs takes regex, choice, json, json_object or grammar");
                     default -> {
@@ -1004,15 +997,22 @@ final class Requests {
         if (gj != null && !gj.isNull()) out.add(new Asked("guided_json", "json", checked("json", "guided_json", gj)));
         // a structured_outputs that asks for nothing, in a request that no other field constrains either (guided_*,
         // grammar, a JSON response_format, whose JSON disable_any_whitespace alone still makes compact)
-        if (so != null && so.isObject() && out.isEmpty() && !constrains(body.path("response_format")))
+        if (so != null && so.isObject() && out.isEmpty() && (rf == null || !constrains(rf)))
             notes.add("structured_outputs " + (so.isEmpty() ? "is empty" : "asks for no constraint") + ": the output is"
                     + " not constrained");
         JsonNode gw = body.get("guided_whitespace_pattern");
         if (gw != null && !gw.isNull())
             throw ApiException.badField("guided_whitespace_pattern", "is not supported by this server; it takes guided_regex,"
                     + " guided_choice, guided_json, guided_grammar or structured_outputs");
-        return out;
+        return new Asking(out, compact);
     }
+
+    /**
+     * The output constraints a request asks for with vLLM's fields, in the order given, and whether its JSON output is
+     * to have no whitespace between its tokens ({@code structured_outputs.disable_any_whitespace}), whichever field asks
+     * for the JSON (these or response_format).
+     */
+    private record Asking(List<Asked> asked, boolean compact) {}
 
     /**
      * A regex or an EBNF grammar (a string), a choice (a non-empty array of strings, empty strings included: the output may be one) or a
